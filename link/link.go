@@ -1,0 +1,120 @@
+// Package link moves batches of raw Ethernet frames between rbcast and a
+// network segment. It knows nothing of the protocol above it: a Link carries
+// complete Ethernet II frames (header included) and reports the limits and
+// counters a protocol runtime needs to respect.
+//
+// Implementations:
+//   - link/afpacket: a plain AF_PACKET socket on github.com/mdlayher/packet.
+//   - link/ring: AF_PACKET with mmap'ed PACKET_RX_RING (TPACKET_V2 or V3) and
+//     PACKET_TX_RING.
+//   - testnet: a simulated segment on virtual time.
+//
+// Decorators (capture, loss injection) wrap a Link and are Links themselves,
+// so the protocol never knows which one it runs on.
+package link
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// EtherTypeRbcast is the default EtherType of rbcast frames: IEEE 802
+// "local experimental Ethertype 1". It is configurable per link.
+const EtherTypeRbcast = 0x88B5
+
+// EthernetHeaderLen is the length of an untagged Ethernet II header.
+const EthernetHeaderLen = 14
+
+// Frame is one received Ethernet frame.
+type Frame struct {
+	// Data is the whole Ethernet frame, header included. On ring-backed links
+	// it is a view into memory shared with the kernel: it is valid only until
+	// the next call to Recv or Close on the same Link (see Link.Recv). Copy it
+	// to keep it.
+	Data []byte
+	// Time is when the kernel (or the simulator) received the frame.
+	Time time.Time
+	// Outgoing is set when the frame is a copy of one this host sent
+	// (PACKET_OUTGOING); links filter these out unless asked to keep them.
+	Outgoing bool
+}
+
+// Stats are a link's counters. Counters only grow; kernel counters are
+// accumulated across reads (PACKET_STATISTICS resets on each read).
+type Stats struct {
+	FramesSent     uint64 // frames handed to the kernel (or the segment)
+	FramesReceived uint64 // frames returned by Recv
+	BytesSent      uint64
+	BytesReceived  uint64
+	// KernelPackets and KernelDrops are tp_packets and tp_drops from
+	// PACKET_STATISTICS: frames the kernel queued for us, and frames it
+	// dropped because our receive buffer or ring was full.
+	KernelPackets uint64
+	KernelDrops   uint64
+	// KernelFreezes is tp_freeze_q_cnt (TPACKET_V3 only): times the ring
+	// was frozen because no block was free.
+	KernelFreezes uint64
+	// SendRetries counts sends that met back-pressure (ENOBUFS, EAGAIN or a
+	// full TX ring) and were retried after waiting. Nothing is dropped.
+	SendRetries uint64
+	// Filtered counts frames the link itself discarded (wrong EtherType
+	// that slipped past the socket filter, our own outgoing copies, frames
+	// shorter than an Ethernet header).
+	Filtered uint64
+}
+
+// Link is a batch-oriented raw Ethernet link. Implementations are safe for
+// one receiving goroutine and one sending goroutine at a time; Stats and
+// Close may be called from any goroutine.
+type Link interface {
+	// Send transmits complete Ethernet frames, in order. Each frame must be
+	// no longer than EthernetHeaderLen+MTU(). It returns the number of frames
+	// sent. Back-pressure (ENOBUFS, a full TX ring) is waited out and counted
+	// in Stats.SendRetries, never reported as a silent drop; an error is
+	// returned only when the link cannot send at all, and then n says how
+	// many frames went out before it.
+	Send(frames [][]byte) (n int, err error)
+
+	// Recv waits until at least one frame is available or the deadline
+	// passes, then fills frames[:n] and returns n >= 1. If the deadline
+	// passes first it returns 0 and an error that matches
+	// os.ErrDeadlineExceeded. A zero deadline waits without limit.
+	//
+	// The frames returned stay valid until the next call to Recv or Close
+	// on this Link. This is the ring-reuse rule: a ring-backed link returns
+	// its slots to the kernel only at the start of the next Recv, so a
+	// caller may decode and deliver in place, and must copy whatever it
+	// keeps longer.
+	Recv(deadline time.Time, frames []Frame) (n int, err error)
+
+	// MTU is the largest Ethernet payload (the frame without its 14-byte
+	// header) the link carries.
+	MTU() int
+
+	// HardwareAddr is this link's own MAC address.
+	HardwareAddr() net.HardwareAddr
+
+	// Stats returns the link's counters, including the kernel's.
+	Stats() (Stats, error)
+
+	// Close releases the link. A blocked Recv returns net.ErrClosed.
+	Close() error
+}
+
+// Errors reported when opening a link. They are wrapped with the interface
+// name and operation; test them with errors.Is.
+var (
+	// ErrPermission means the process lacks CAP_NET_RAW.
+	ErrPermission = errors.New("opening an AF_PACKET socket needs CAP_NET_RAW: run as root or grant it with `setcap cap_net_raw+ep <binary>`")
+	// ErrNoInterface means no interface has the given name.
+	ErrNoInterface = errors.New("no such network interface")
+	// ErrInterfaceDown means the interface exists but is not up.
+	ErrInterfaceDown = errors.New("network interface is down")
+	// ErrMTUTooSmall means the interface MTU cannot carry an rbcast header
+	// and a useful payload.
+	ErrMTUTooSmall = errors.New("interface MTU too small for rbcast frames")
+	// ErrFrameTooLarge means Send was given a frame longer than the MTU
+	// allows.
+	ErrFrameTooLarge = errors.New("frame larger than link MTU")
+)
