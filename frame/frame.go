@@ -1,0 +1,179 @@
+// Package frame is rbcast's wire format: encoding appends into a caller's
+// buffer and allocates nothing; decoding validates the bytes and returns a
+// View over them that copies nothing. The layout is specified in
+// docs/wire-format.md; every frame type has a golden vector in testdata.
+//
+// A frame on the wire is an Ethernet II header followed by an rbcast frame:
+//
+//	fixed header (24 bytes) | ack vector (4 × AckCount) | body | [auth] | CRC32C (4)
+//
+// Multi-byte fields are big-endian (network byte order). The Length field
+// holds the rbcast frame's own length, so Ethernet padding after it is
+// ignored.
+//
+// This package imports nothing of rbcast's, and only pure parts of the
+// standard library, so protocol cores can use it.
+package frame
+
+import "fmt"
+
+// Version is the wire format version this package speaks. A receiver drops
+// frames of any other version (ErrVersion): a new version is a new protocol.
+// Changes that old receivers may ignore travel in the non-critical flag bits
+// instead (see Flags).
+const Version = 1
+
+// Sizes of the fixed parts of a frame.
+const (
+	HeaderLen   = 24 // fixed header
+	AckEntryLen = 4  // one ack vector entry
+	CRCLen      = 4  // CRC32C trailer
+	// Overhead is the rbcast bytes of a frame with an empty ack vector,
+	// an empty body and no auth tag.
+	Overhead = HeaderLen + CRCLen
+	// MinMTU is the smallest link MTU rbcast runs on: room for the fixed
+	// overhead, a 64-member ack vector and a useful payload.
+	MinMTU = 576
+	// MaxAuthTag is the longest authentication tag the format carries.
+	MaxAuthTag = 64
+)
+
+// Field offsets in the fixed header.
+const (
+	offVersion     = 0
+	offType        = 1
+	offFlags       = 2
+	offLength      = 4
+	offSender      = 6
+	offGroup       = 8
+	offIncarnation = 12
+	offSeq         = 16
+	offAckBase     = 20
+	offAckCount    = 22
+)
+
+// Type is a frame's type.
+type Type uint8
+
+// Frame types. PBP (thesis ch. 3) and group life use 0x01–0x0F; the
+// sequencer (Tanenbaum, Kaashoek & Bal) uses 0x10–0x1F. Values are never
+// reused.
+const (
+	// Data carries one application message (or a bundle of them, FlagBundle)
+	// with sequence number Seq: PBP's ORDINARY (thesis fig. 3.3).
+	Data Type = 0x01
+	// Ack is a plain acknowledgement (PBP's PLAIN_ACK); Seq is the last
+	// sequence number the sender has sent, so that receivers see a lost
+	// tail (thesis fig. 3.9).
+	Ack Type = 0x02
+	// Nack asks one sender, at its unicast MAC, for the listed ranges.
+	Nack Type = 0x03
+	// Join asks the registration server (member 0) for admission.
+	Join Type = 0x04
+	// Welcome is the server's answer to one Join.
+	Welcome Type = 0x05
+	// Start announces the complete member list; each member then sends
+	// sequence number zero (thesis ch. 3, group registration).
+	Start Type = 0x06
+	// Leave is a clean departure; Seq is the next sequence number the
+	// sender would have used, so receivers can detect a lost tail
+	// (thesis: the shutdown message).
+	Leave Type = 0x07
+	// Heartbeat proves liveness while idle; it carries the ack vector.
+	Heartbeat Type = 0x08
+
+	// SeqRequest is a message for the sequencer to order: unicast to the
+	// sequencer (method 1) or broadcast (method 2). Its unique id is
+	// (Sender, Incarnation, Seq).
+	SeqRequest Type = 0x10
+	// SeqData is a message the sequencer has numbered and broadcast
+	// (method 1, and retransmissions in both methods); Seq is the global
+	// sequence number.
+	SeqData Type = 0x11
+	// SeqAccept assigns global sequence numbers to broadcast requests
+	// (method 2); several accepts share one frame.
+	SeqAccept Type = 0x12
+	// SeqStatusRequest is the sequencer's request for status.
+	SeqStatusRequest Type = 0x13
+	// SeqStatusReply reports the highest global number a member delivered.
+	SeqStatusReply Type = 0x14
+	// SeqRetransmit asks the sequencer for missing global numbers.
+	SeqRetransmit Type = 0x15
+	// SeqElection runs sequencer election after a sequencer failure.
+	SeqElection Type = 0x16
+)
+
+var typeNames = [...]string{
+	Data: "Data", Ack: "Ack", Nack: "Nack", Join: "Join", Welcome: "Welcome",
+	Start: "Start", Leave: "Leave", Heartbeat: "Heartbeat",
+	SeqRequest: "SeqRequest", SeqData: "SeqData", SeqAccept: "SeqAccept",
+	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
+	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection",
+}
+
+// Types lists every frame type, in wire order.
+var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
+	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection}
+
+// Valid reports whether t is a frame type this version defines.
+func (t Type) Valid() bool {
+	return int(t) < len(typeNames) && typeNames[t] != ""
+}
+
+func (t Type) String() string {
+	if t.Valid() {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("Type(0x%02x)", uint8(t))
+}
+
+// Flags are a frame's flag bits. The low byte is critical: a receiver that
+// finds a critical bit it does not know drops the frame (ErrFlags). The
+// high byte is advisory: unknown bits there are ignored and preserved, so
+// later additions that old receivers may skip need no new version.
+type Flags uint16
+
+const (
+	// FlagAuth: an authentication section (algorithm, length, tag) follows
+	// the body; the tag is a keyed MAC over the frame up to the tag.
+	FlagAuth Flags = 1 << 0
+	// FlagBundle: a Data or SeqData body holds several messages, each
+	// prefixed by its 16-bit length.
+	FlagBundle Flags = 1 << 1
+	// FlagRetransmit: the frame is a retransmission.
+	FlagRetransmit Flags = 1 << 8
+	// FlagAckRequest: the sender asks for a prompt acknowledgement.
+	FlagAckRequest Flags = 1 << 9
+
+	criticalMask  Flags = 0x00ff
+	knownCritical       = FlagAuth | FlagBundle
+)
+
+// MemberID names a member of a group. NoMember marks an id not yet
+// assigned (a Join before its Welcome).
+type MemberID uint16
+
+// NoMember is the sender id of a member that has no id yet.
+const NoMember MemberID = 0xffff
+
+// SeqLess reports whether sequence number a comes before b in serial-number
+// arithmetic (RFC 1982): correct across wrap-around as long as the two are
+// less than 2³¹ apart.
+func SeqLess(a, b uint32) bool { return int32(a-b) < 0 }
+
+// SeqDiff returns a-b as a signed distance in serial-number arithmetic.
+func SeqDiff(a, b uint32) int32 { return int32(a - b) }
+
+// MaxPayload is the largest body a frame can carry on a link of the given
+// MTU with an ack vector of acks entries and an authentication tag of
+// authTag bytes (0 for none). It is negative when nothing fits.
+func MaxPayload(mtu, acks, authTag int) int {
+	n := mtu - Overhead - acks*AckEntryLen
+	if authTag > 0 {
+		n -= 2 + authTag
+	}
+	if n > 0xffff-Overhead {
+		n = 0xffff - Overhead
+	}
+	return n
+}

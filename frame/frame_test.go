@@ -1,0 +1,480 @@
+package frame
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden vectors in testdata/golden")
+
+// fixedAuth is a test Authenticator whose tag is a constant, so golden
+// vectors do not depend on a MAC algorithm the format does not define.
+type fixedAuth struct {
+	alg uint8
+	tag []byte
+}
+
+func (a fixedAuth) Algorithm() uint8                 { return a.alg }
+func (a fixedAuth) Size() int                        { return len(a.tag) }
+func (a fixedAuth) AppendTag(dst, msg []byte) []byte { return append(dst, a.tag...) }
+
+func baseHeader() Header {
+	return Header{Group: 0x0000beef, Sender: 3, Incarnation: 7, Seq: 42, AckBase: 0, Acks: []uint32{11, 12, 13, 42}}
+}
+
+var uid = UID{Origin: 2, Incarnation: 5, Seq: 99}
+
+// goldenCases is one example of every frame type (and of each flag that
+// changes the layout). Each has a vector in testdata/golden/<name>.hex.
+func goldenCases() []struct {
+	name string
+	h    Header
+	body Body
+} {
+	h := baseHeader()
+	hNoAcks := h
+	hNoAcks.Acks = nil
+	hAuth := h
+	hAuth.Auth = fixedAuth{alg: 1, tag: []byte{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00, 0x11}}
+	hRetx := h
+	hRetx.Flags = FlagRetransmit
+	hJoin := hNoAcks
+	hJoin.Sender = NoMember
+	return []struct {
+		name string
+		h    Header
+		body Body
+	}{
+		{"data", h, &Payload{T: Data, Data: []byte("hello, segment")}},
+		{"data_bundle", h, &Bundle{T: Data, Msgs: [][]byte{[]byte("one"), []byte("two"), {}}}},
+		{"data_retransmit", hRetx, &Payload{T: Data, Data: []byte("again")}},
+		{"data_auth", hAuth, &Payload{T: Data, Data: []byte("signed")}},
+		{"ack", h, &Empty{T: Ack}},
+		{"nack", h, &NackBody{Target: 1, Ranges: []Range{{5, 7}, {9, 9}, {0xfffffffe, 1}}}},
+		{"join", hJoin, &JoinBody{Requested: NoMember, Window: 16, MTU: 1500, Nonce: 0x0102030405060708, ConfigHash: 0xdeadbeefcafef00d}},
+		{"welcome", hNoAcks, &WelcomeBody{Nonce: 0x0102030405060708, Assigned: 4, Members: 8, ConfigHash: 0xdeadbeefcafef00d}},
+		{"start", hNoAcks, &StartBody{Members: []MemberInfo{{0, [6]byte{2, 0, 0, 0, 0, 1}, 1}, {1, [6]byte{2, 0, 0, 0, 0, 2}, 9}}}},
+		{"leave", h, &Empty{T: Leave}},
+		{"heartbeat", h, &Empty{T: Heartbeat}},
+		{"seq_request", h, &Payload{T: SeqRequest, Data: []byte("order me")}},
+		{"seq_request_bundle", h, &Bundle{T: SeqRequest, Msgs: [][]byte{[]byte("a"), []byte("bc")}}},
+		{"seq_data", h, &SeqDataBody{Epoch: 3, UID: uid, Data: []byte("ordered")}},
+		{"seq_accept", h, &SeqAcceptBody{Epoch: 3, Entries: []AcceptEntry{{Global: 100, UID: uid}, {Global: 101, UID: UID{1, 1, 7}}}}},
+		{"seq_status_request", hNoAcks, &StatusBody{T: SeqStatusRequest, Epoch: 3, Delivered: 101}},
+		{"seq_status_reply", h, &StatusBody{T: SeqStatusReply, Epoch: 3, Delivered: 99}},
+		{"seq_retransmit", hNoAcks, &RetransmitBody{Epoch: 3, Ranges: []Range{{90, 95}}}},
+		{"seq_election", hNoAcks, &ElectionBody{Epoch: 4, Phase: ElectionVote, Candidate: 1, LastGlobal: 101}},
+	}
+}
+
+func TestGoldenVectors(t *testing.T) {
+	seen := map[Type]bool{}
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			h := c.h
+			got, err := Append(nil, &h, c.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != Len(&h, c.body) {
+				t.Fatalf("Len = %d, Append wrote %d", Len(&h, c.body), len(got))
+			}
+			path := filepath.Join("testdata", "golden", c.name+".hex")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(hexDump(got)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := readHex(t, path)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encoding differs from %s:\n got %x\nwant %x", path, got, want)
+			}
+			v, err := ParseGroup(want, h.Group)
+			if err != nil {
+				t.Fatalf("golden vector does not parse: %v", err)
+			}
+			seen[v.Type()] = true
+			if v.Type() != c.body.FrameType() || v.Seq() != h.Seq || v.Sender() != h.Sender || v.Incarnation() != h.Incarnation || v.AckCount() != len(h.Acks) {
+				t.Fatalf("header fields differ: %+v", v.Header())
+			}
+			for i, a := range h.Acks {
+				if got, ok := v.AckFor(h.AckBase + MemberID(i)); !ok || got != a {
+					t.Fatalf("ack %d = %d,%v want %d", i, got, ok, a)
+				}
+			}
+			assertRoundTrip(t, want)
+		})
+	}
+	for _, ty := range Types {
+		if !seen[ty] {
+			t.Errorf("frame type %v has no golden vector", ty)
+		}
+	}
+}
+
+// hexDump writes 16 bytes a line so vectors review well in diffs.
+func hexDump(b []byte) string {
+	var sb strings.Builder
+	for i := 0; i < len(b); i += 16 {
+		end := min(i+16, len(b))
+		sb.WriteString(hex.EncodeToString(b[i:end]))
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+func readHex(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./frame -run Golden -update` to create it)", err)
+	}
+	b, err := hex.DecodeString(strings.Join(strings.Fields(string(raw)), ""))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return b
+}
+
+// assertRoundTrip checks decode→encode→decode: the re-encoded frame is
+// byte-identical to the parsed one and parses to the same view.
+func assertRoundTrip(t testing.TB, b []byte) {
+	t.Helper()
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	h, body := v.Decode()
+	if body == nil {
+		t.Fatalf("Decode returned no body for type %v", v.Type())
+	}
+	if alg, tag, ok := v.Auth(); ok {
+		h.Auth = fixedAuth{alg: alg, tag: append([]byte{}, tag...)}
+	}
+	again, err := Append(nil, &h, body)
+	if err != nil {
+		t.Fatalf("re-encode of a parsed frame failed: %v", err)
+	}
+	if !bytes.Equal(again, v) {
+		t.Fatalf("re-encoded frame differs:\n got %x\nwant %x", again, []byte(v))
+	}
+	if _, err := Parse(again); err != nil {
+		t.Fatalf("re-encoded frame does not parse: %v", err)
+	}
+}
+
+// reseal fixes the CRC after a test edits a frame, so the edit reaches
+// the check it is aimed at.
+func reseal(b []byte) []byte {
+	n := int(binary.BigEndian.Uint16(b[offLength:]))
+	if n > len(b) || n < CRCLen {
+		return b
+	}
+	binary.BigEndian.PutUint32(b[n-CRCLen:], crc32.Checksum(b[:n-CRCLen], castagnoli))
+	return b
+}
+
+func TestDecodeErrors(t *testing.T) {
+	valid := func() []byte {
+		h := baseHeader()
+		b, _ := Append(nil, &h, &NackBody{Target: 1, Ranges: []Range{{5, 7}}})
+		return b
+	}
+	cases := []struct {
+		name  string
+		edit  func([]byte) []byte
+		kind  error
+		field string
+		text  string
+	}{
+		{"short", func(b []byte) []byte { return b[:10] }, ErrShort, "header", "10 bytes, need at least 28"},
+		{"version", func(b []byte) []byte { b[0] = 2; return reseal(b) }, ErrVersion, "version", "version 2, this build speaks 1"},
+		{"type", func(b []byte) []byte { b[1] = 0x7f; return reseal(b) }, ErrType, "type", "type 0x7f"},
+		{"critical flag", func(b []byte) []byte { b[3] |= 0x80; return reseal(b) }, ErrFlags, "flags", "0x0080"},
+		{"bundle flag on nack", func(b []byte) []byte { b[3] |= byte(FlagBundle); return reseal(b) }, ErrFlags, "flags", "bundle flag on a Nack frame"},
+		{"length too long", func(b []byte) []byte { binary.BigEndian.PutUint16(b[4:], uint16(len(b)+1)); return b }, ErrLength, "length", "frame has"},
+		{"length too short", func(b []byte) []byte { binary.BigEndian.PutUint16(b[4:], 3); return b }, ErrLength, "length", "length field 3"},
+		{"ack count", func(b []byte) []byte { binary.BigEndian.PutUint16(b[22:], 500); return reseal(b) }, ErrAckVector, "ack_count", "500 entries"},
+		{"ack base", func(b []byte) []byte { binary.BigEndian.PutUint16(b[20:], 0xfffe); return reseal(b) }, ErrAckVector, "ack_base", "exceed the id space"},
+		{"crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, ErrChecksum, "crc32c", "frame says"},
+		{"payload bit flip", func(b []byte) []byte { b[HeaderLen] ^= 0x10; return b }, ErrChecksum, "crc32c", ""},
+		{"nack ranges", func(b []byte) []byte {
+			binary.BigEndian.PutUint16(b[HeaderLen+16+2:], 2)
+			return reseal(b)
+		}, ErrBody, "nack.ranges", "2 ranges need 18 bytes, body has 10"},
+		{"nack range backwards", func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[HeaderLen+16+4:], 9)
+			return reseal(b)
+		}, ErrBody, "nack.ranges", "last before first"},
+		{"auth flag without room", func(b []byte) []byte {
+			h := baseHeader()
+			h.Acks = nil
+			b, _ = Append(nil, &h, &Empty{T: Ack})
+			b[3] |= byte(FlagAuth)
+			return reseal(b)
+		}, ErrAuth, "auth", "no room"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.edit(valid()))
+			if !errors.Is(err, c.kind) {
+				t.Fatalf("err = %v, want kind %v", err, c.kind)
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Field != c.field {
+				t.Fatalf("err = %#v, want field %q", err, c.field)
+			}
+			if !strings.Contains(err.Error(), c.text) {
+				t.Fatalf("error %q does not say %q", err, c.text)
+			}
+		})
+	}
+}
+
+func TestGroupCheck(t *testing.T) {
+	h := baseHeader()
+	b, _ := Append(nil, &h, &Empty{T: Heartbeat})
+	if _, err := ParseGroup(b, h.Group); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseGroup(b, 7)
+	if !errors.Is(err, ErrGroup) || !strings.Contains(err.Error(), "group 48879, this member is in group 7") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestAdvisoryFlagsIgnoredAndKept(t *testing.T) {
+	h := baseHeader()
+	h.Flags = 0x8000 // an advisory bit no version defines yet
+	b, err := Append(nil, &h, &Empty{T: Ack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatalf("advisory bit rejected: %v", err)
+	}
+	if v.Flags()&0x8000 == 0 {
+		t.Fatal("advisory bit lost")
+	}
+	assertRoundTrip(t, b)
+}
+
+func TestEthernetPaddingIgnored(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	b, _ := Append(nil, &h, &Empty{T: Ack})
+	padded := append(append([]byte{}, b...), make([]byte, 60-len(b))...)
+	v, err := Parse(padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != len(b) {
+		t.Fatalf("view is %d bytes, want %d (padding must be dropped)", len(v), len(b))
+	}
+}
+
+func TestAuthSection(t *testing.T) {
+	h := baseHeader()
+	a := fixedAuth{alg: 9, tag: []byte{1, 2, 3, 4}}
+	h.Auth = a
+	b, err := Append(nil, &h, &Payload{T: Data, Data: []byte("payload")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alg, tag, ok := v.Auth()
+	if !ok || alg != 9 || !bytes.Equal(tag, a.tag) {
+		t.Fatalf("auth = %d %x %v", alg, tag, ok)
+	}
+	if string(v.Payload()) != "payload" {
+		t.Fatalf("payload = %q", v.Payload())
+	}
+	in := v.AuthInput(nil)
+	if len(in) != len(b)-CRCLen || !bytes.Equal(in[v.authStart()+2:v.bodyStart()], make([]byte, 4)) {
+		t.Fatalf("auth input must be the frame without CRC, tag zeroed: %x", in)
+	}
+	// The encoder's tag input is the same bytes the verifier gets.
+	var got []byte
+	rec := recordingAuth{fixedAuth: a, input: &got}
+	h.Auth = rec
+	if _, err := Append(nil, &h, &Payload{T: Data, Data: []byte("payload")}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, in) {
+		t.Fatalf("encoder MACs %x, verifier would MAC %x", got, in)
+	}
+}
+
+type recordingAuth struct {
+	fixedAuth
+	input *[]byte
+}
+
+func (r recordingAuth) AppendTag(dst, msg []byte) []byte {
+	*r.input = append([]byte{}, msg...)
+	return r.fixedAuth.AppendTag(dst, msg)
+}
+
+func TestMessagesIterator(t *testing.T) {
+	h := baseHeader()
+	msgs := [][]byte{[]byte("a"), {}, []byte("ccc")}
+	b, _ := Append(nil, &h, &Bundle{T: Data, Msgs: msgs})
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	for it := v.Messages(); ; {
+		m, ok := it.Next()
+		if !ok {
+			break
+		}
+		got = append(got, m)
+	}
+	if len(got) != 3 || string(got[0]) != "a" || len(got[1]) != 0 || string(got[2]) != "ccc" {
+		t.Fatalf("messages = %q", got)
+	}
+	b, _ = Append(nil, &h, &Payload{T: Data})
+	v, _ = Parse(b)
+	it := v.Messages()
+	if m, ok := it.Next(); !ok || len(m) != 0 {
+		t.Fatal("an empty Data frame carries one empty message")
+	}
+	if _, ok := it.Next(); ok {
+		t.Fatal("only one")
+	}
+}
+
+func TestMaxPayload(t *testing.T) {
+	for _, mtu := range []int{MinMTU, 1500, 9000, 65535} {
+		for _, members := range []int{2, 16, 64} {
+			max := MaxPayload(mtu, members, 0)
+			h := baseHeader()
+			h.Acks = make([]uint32, members)
+			b, err := Append(nil, &h, &Payload{T: Data, Data: make([]byte, max)})
+			if err != nil {
+				t.Fatalf("mtu %d members %d: %v", mtu, members, err)
+			}
+			if len(b) > mtu {
+				t.Fatalf("mtu %d members %d: frame of %d bytes", mtu, members, len(b))
+			}
+			if mtu < 0xffff && len(b) != mtu {
+				t.Fatalf("mtu %d members %d: max payload leaves %d bytes unused", mtu, members, mtu-len(b))
+			}
+			if _, err := Parse(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h := baseHeader()
+	if _, err := Append(nil, &h, &Payload{T: Data, Data: make([]byte, 70000)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized frame: %v", err)
+	}
+}
+
+func TestSeqArithmeticWraps(t *testing.T) {
+	if !SeqLess(0xffffffff, 0) || SeqLess(0, 0xffffffff) || SeqDiff(2, 0xfffffffe) != 4 {
+		t.Fatal("serial-number arithmetic does not wrap")
+	}
+}
+
+func TestEthernet(t *testing.T) {
+	src := [6]byte{2, 0, 0, 0, 0, 9}
+	h := baseHeader()
+	b := AppendEthernet(nil, Broadcast, src, EtherType)
+	b, _ = Append(b, &h, &Empty{T: Ack})
+	eth, rb, err := SplitEthernet(b, EtherType)
+	if err != nil || eth.Src() != src || eth.Dst() != Broadcast || eth.EtherType() != EtherType {
+		t.Fatalf("%v %x", err, eth)
+	}
+	if _, err := Parse(rb); err != nil {
+		t.Fatal(err)
+	}
+	// An 802.1Q tag, as a capture may keep it.
+	tagged := append(append(append([]byte{}, b[:12]...), 0x81, 0x00, 0x00, 0x05), b[12:]...)
+	eth, rb2, err := SplitEthernet(tagged, EtherType)
+	if err != nil || !bytes.Equal(rb, rb2) || eth.EtherType() != EtherType {
+		t.Fatalf("tagged: %v", err)
+	}
+	if _, _, err := SplitEthernet(b, 0x0800); !errors.Is(err, ErrEthernet) || !strings.Contains(err.Error(), "EtherType 0x88b5, want 0x0800") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, _, err := SplitEthernet(b[:5], EtherType); !errors.Is(err, ErrEthernet) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMinMTUAgreesWithLink(t *testing.T) {
+	// link.MinMTU mirrors this constant (frame imports nothing of ours).
+	if MaxPayload(MinMTU, 64, MaxAuthTag) < 128 {
+		t.Fatalf("MinMTU %d leaves %d payload bytes at 64 members with auth", MinMTU, MaxPayload(MinMTU, 64, MaxAuthTag))
+	}
+}
+
+// The hot path encodes and decodes without allocating (DESIGN.md, decision 4).
+func TestZeroAllocs(t *testing.T) {
+	h := baseHeader()
+	h.Acks = make([]uint32, 16)
+	buf := make([]byte, 0, 2048)
+	payload := make([]byte, 1000)
+	data := &Payload{T: Data, Data: payload}
+	ack := &Empty{T: Ack}
+	frame, _ := Append(nil, &h, data)
+	allocs := testing.AllocsPerRun(1000, func() {
+		b, err := Append(buf[:0], &h, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = Append(b, &h, ack)
+		v, err := ParseGroup(frame, h.Group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := v.Messages()
+		for {
+			if _, ok := it.Next(); !ok {
+				break
+			}
+		}
+		_, _ = v.AckFor(3)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per encode+decode, want 0", allocs)
+	}
+}
+
+func BenchmarkAppendData(b *testing.B) {
+	h := baseHeader()
+	h.Acks = make([]uint32, 16)
+	buf := make([]byte, 0, 2048)
+	data := &Payload{T: Data, Data: make([]byte, 1400)}
+	b.SetBytes(1400)
+	for b.Loop() {
+		_, _ = Append(buf[:0], &h, data)
+	}
+}
+
+func BenchmarkParse(b *testing.B) {
+	h := baseHeader()
+	h.Acks = make([]uint32, 16)
+	frame, _ := Append(nil, &h, &Payload{T: Data, Data: make([]byte, 1400)})
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		_, _ = ParseGroup(frame, h.Group)
+	}
+}
