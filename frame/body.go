@@ -1,9 +1,6 @@
 package frame
 
-import (
-	"encoding/binary"
-	"net"
-)
+import "encoding/binary"
 
 var be = binary.BigEndian
 
@@ -135,11 +132,6 @@ type MemberInfo struct {
 	ID          MemberID
 	MAC         [6]byte
 	Incarnation uint32
-}
-
-// HardwareAddr returns the member's MAC as a net.HardwareAddr (allocates).
-func (m MemberInfo) HardwareAddr() net.HardwareAddr {
-	return append(net.HardwareAddr(nil), m.MAC[:]...)
 }
 
 // StartBody lists every member of the group.

@@ -1,0 +1,52 @@
+# rbcast — see README.md. `make demo` and `make test` are the two commands
+# a fresh clone needs.
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 30s
+BENCHTIME ?= 2s
+
+.PHONY: all build demo test test-short bench fuzz lint deps clean
+
+all: build
+
+deps:
+	@./scripts/ensure-deps.sh
+
+build:
+	$(GO) build $(PKGS)
+
+# The main job on its embedded default: an 8-member group on the simulated
+# lossy segment. No root needed.
+demo:
+	$(GO) run ./cmd/rbcast-sim
+
+# Unit, simulation, fuzz-seed and (as root) real-network tests, with the
+# race detector. Tests that need root skip with a message when not root.
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# Without the race detector, for a quick loop.
+test-short:
+	$(GO) test -count=1 -short $(PKGS)
+
+# Micro-benchmarks of every package; the link-layer report is produced by
+# `go run ./cmd/linkbench` (see docs/benchmarks.md).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# Runs every fuzz target for FUZZTIME each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	$(GO) clean -testcache
