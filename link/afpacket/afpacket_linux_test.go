@@ -1,0 +1,638 @@
+//go:build linux
+
+package afpacket
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// testGroup is a locally administered multicast address. (01:80:c2:00:00:0x
+// would not do: bridges never forward those.)
+var testGroup = net.HardwareAddr{0x03, 0x72, 0x62, 0x63, 0x00, 0x01}
+
+// recvTimeout bounds every wait for frames that were sent, so a lost frame
+// fails the test instead of hanging it.
+const recvTimeout = 10 * time.Second
+
+// open opens a Link on eth0 inside host h and closes it when the test ends.
+func open(t testing.TB, h *netns.Host, cfg Config) *Link {
+	t.Helper()
+	var l *Link
+	if err := h.Do(func() (err error) {
+		l, err = Open("eth0", cfg)
+		return err
+	}); err != nil {
+		t.Fatalf("Open(eth0) in %s: %v", h.Namespace, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// run runs a command inside host h and fails the test if it fails.
+func run(t testing.TB, h *netns.Host, name string, args ...string) {
+	t.Helper()
+	out, err := h.Command(t.Context(), name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s in %s: %v: %s", name, strings.Join(args, " "), h.Namespace, err, out)
+	}
+}
+
+// makeFrame builds a frame of size bytes: Ethernet header, a 4-byte
+// sequence number, then a pattern derived from seq so that any corruption
+// or mix-up shows.
+func makeFrame(dst, src net.HardwareAddr, etherType uint16, seq uint32, size int) []byte {
+	f := make([]byte, size)
+	copy(f[0:6], dst)
+	copy(f[6:12], src)
+	binary.BigEndian.PutUint16(f[12:14], etherType)
+	binary.BigEndian.PutUint32(f[14:18], seq)
+	for i := 18; i < size; i++ {
+		f[i] = byte(uint32(i)*31 + seq*7)
+	}
+	return f
+}
+
+// makeFrames builds n frames of assorted sizes between 60 and 14+mtu.
+func makeFrames(src net.HardwareAddr, n, mtu int) [][]byte {
+	frames := make([][]byte, n)
+	for i := range frames {
+		size := 60 + (i*397)%(link.EthernetHeaderLen+mtu-60+1)
+		frames[i] = makeFrame(broadcast, src, link.EtherTypeRbcast, uint32(i), size)
+	}
+	return frames
+}
+
+// recvN receives exactly n frames (copies) or fails the test.
+func recvN(t testing.TB, l *Link, n int) [][]byte {
+	t.Helper()
+	deadline := time.Now().Add(recvTimeout)
+	slots := make([]link.Frame, 64)
+	var got [][]byte
+	for len(got) < n {
+		k, err := l.Recv(deadline, slots)
+		if err != nil {
+			t.Fatalf("Recv after %d of %d frames: %v", len(got), n, err)
+		}
+		for _, f := range slots[:k] {
+			got = append(got, bytes.Clone(f.Data))
+		}
+	}
+	if len(got) > n {
+		t.Fatalf("received %d frames, want %d", len(got), n)
+	}
+	return got
+}
+
+// sameFrames fails the test unless got equals want frame by frame.
+func sameFrames(t testing.TB, who string, got, want [][]byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s received %d frames, want %d", who, len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%s: frame %d differs: got %d bytes % x..., want %d bytes % x...",
+				who, i, len(got[i]), got[i][:min(32, len(got[i]))], len(want[i]), want[i][:32])
+		}
+	}
+}
+
+func TestBroadcastBatch(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 3, MTU: 1500, Prefix: "rbpbc"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	h1 := open(t, topo.Hosts[1], Config{})
+	h2 := open(t, topo.Hosts[2], Config{})
+	if !bytes.Equal(h0.HardwareAddr(), topo.Hosts[0].MAC) || h0.MTU() != 1500 {
+		t.Fatalf("h0 link: MAC %s MTU %d, want %s 1500", h0.HardwareAddr(), h0.MTU(), topo.Hosts[0].MAC)
+	}
+	// 300 frames: more than one batch of DefaultBatchSize per syscall.
+	frames := makeFrames(h0.HardwareAddr(), 300, h0.MTU())
+	n, err := h0.Send(frames)
+	if err != nil || n != len(frames) {
+		t.Fatalf("Send = %d, %v; want %d, nil", n, err, len(frames))
+	}
+	var total uint64
+	for _, f := range frames {
+		total += uint64(len(f))
+	}
+	for _, r := range []struct {
+		name string
+		l    *Link
+	}{{"h1", h1}, {"h2", h2}} {
+		sameFrames(t, r.name, recvN(t, r.l, len(frames)), frames)
+		s, err := r.l.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.FramesReceived != uint64(len(frames)) || s.BytesReceived != total || s.Filtered != 0 ||
+			s.KernelPackets != uint64(len(frames)) || s.KernelDrops != 0 {
+			t.Errorf("%s stats = %+v, want %d frames, %d bytes, none filtered or dropped", r.name, s, len(frames), total)
+		}
+	}
+	s, err := h0.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FramesSent != uint64(len(frames)) || s.BytesSent != total {
+		t.Errorf("h0 stats = %+v, want %d frames and %d bytes sent", s, len(frames), total)
+	}
+}
+
+func TestTimestamps(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpts"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	h1 := open(t, topo.Hosts[1], Config{})
+	before := time.Now()
+	if _, err := h0.Send(makeFrames(h0.HardwareAddr(), 1, h0.MTU())); err != nil {
+		t.Fatal(err)
+	}
+	slots := make([]link.Frame, 1)
+	if _, err := h1.Recv(time.Now().Add(recvTimeout), slots); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	// The kernel stamps frames with CLOCK_REALTIME, so compare wall times.
+	if ts := slots[0].Time; ts.Before(before.Round(0)) || ts.After(after.Round(0)) {
+		t.Errorf("frame time %v is not between send %v and receipt %v", ts, before, after)
+	}
+}
+
+func TestFilterRejectsOtherEtherType(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpft"})
+	const otherType = 0x88B6 // local experimental EtherType 2
+	h0 := open(t, topo.Hosts[0], Config{})
+	ours := open(t, topo.Hosts[1], Config{})
+	theirs := open(t, topo.Hosts[1], Config{EtherType: otherType})
+
+	// The link sends whatever frames it is given, so one socket can emit
+	// both types: ten foreign frames first, then one of ours.
+	var foreign [][]byte
+	for i := range 10 {
+		foreign = append(foreign, makeFrame(broadcast, h0.HardwareAddr(), otherType, uint32(i), 100))
+	}
+	marker := makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 99, 100)
+	if _, err := h0.Send(append(foreign, marker)); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "EtherType 0x88b5 link", recvN(t, ours, 1), [][]byte{marker})
+	sameFrames(t, "EtherType 0x88b6 link", recvN(t, theirs, len(foreign)), foreign)
+	// The kernel filter dropped them: nothing reached our own check.
+	if s, _ := ours.Stats(); s.Filtered != 0 || s.KernelPackets != 1 {
+		t.Errorf("0x88b5 link stats = %+v, want 1 kernel packet and 0 filtered", s)
+	}
+}
+
+func TestMTU(t *testing.T) {
+	for _, mtu := range []int{1500, 9000, 65535} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			topo := netns.Up(t, netns.Options{Hosts: 2, MTU: mtu, Prefix: fmt.Sprintf("rbpm%d", mtu)})
+			h0 := open(t, topo.Hosts[0], Config{})
+			h1 := open(t, topo.Hosts[1], Config{})
+			if h0.MTU() != mtu {
+				t.Fatalf("MTU() = %d, want %d", h0.MTU(), mtu)
+			}
+			biggest := link.EthernetHeaderLen + mtu
+			frames := [][]byte{
+				makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 0, biggest),
+				makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 1, 60),
+				makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 2, biggest),
+			}
+			if n, err := h0.Send(frames); err != nil || n != len(frames) {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			sameFrames(t, "h1", recvN(t, h1, len(frames)), frames)
+
+			tooBig := append(frames[:1:1], makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 3, biggest+1))
+			n, err := h0.Send(tooBig)
+			if n != 0 || !errors.Is(err, link.ErrFrameTooLarge) {
+				t.Fatalf("Send(oversize) = %d, %v; want 0 and ErrFrameTooLarge", n, err)
+			}
+			want := fmt.Sprintf("frame 1 is %d bytes, more than the %d a %d-byte MTU allows", biggest+1, biggest, mtu)
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "eth0") {
+				t.Errorf("error %q does not say %q on eth0", err, want)
+			}
+			if s, _ := h0.Stats(); s.FramesSent != uint64(len(frames)) {
+				t.Errorf("FramesSent = %d after a refused batch, want %d", s.FramesSent, len(frames))
+			}
+		})
+	}
+}
+
+func TestSendRejectsRunt(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbprn"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	n, err := h0.Send([][]byte{make([]byte, 60), make([]byte, 13)})
+	if n != 0 || err == nil || !strings.Contains(err.Error(), "frame 1 is 13 bytes, shorter than the 14-byte Ethernet header") {
+		t.Fatalf("Send(runt) = %d, %v", n, err)
+	}
+}
+
+func TestRecvDeadline(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpdl"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	h1 := open(t, topo.Hosts[1], Config{})
+	slots := make([]link.Frame, 8)
+	n, err := h1.Recv(time.Now().Add(20*time.Millisecond), slots)
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Recv on an idle link = %d, %v; want 0, os.ErrDeadlineExceeded", n, err)
+	}
+	// A deadline in the past fails at once, and a later one works again.
+	if _, err := h1.Recv(time.Now().Add(-time.Second), slots); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Recv with a past deadline: %v", err)
+	}
+	frames := makeFrames(h0.HardwareAddr(), 3, h0.MTU())
+	if _, err := h0.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "h1", recvN(t, h1, 3), frames)
+	if _, err := h1.Recv(time.Now().Add(time.Second), nil); err == nil || !strings.Contains(err.Error(), "empty frames slice") {
+		t.Errorf("Recv(nil slots) error = %v", err)
+	}
+}
+
+func TestCloseUnblocksRecv(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbpcl"})
+	l := open(t, topo.Hosts[0], Config{})
+	errc := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		_, err := l.Recv(time.Time{}, make([]link.Frame, 4))
+		errc <- err
+	}()
+	<-started
+	// Give Recv time to park in the poller; the result is the same if it
+	// has not yet, since Recv checks for a closed link first.
+	time.Sleep(20 * time.Millisecond)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Recv after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(recvTimeout):
+		t.Fatal("Recv still blocked after Close")
+	}
+	if _, err := l.Send(makeFrames(l.HardwareAddr(), 1, l.MTU())); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Send after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := l.Stats(); err != nil {
+		t.Errorf("Stats after Close: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestOpenInterfaceErrors(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbpoe"})
+	h := topo.Hosts[0]
+	// Created inside the host namespace, so they go with it.
+	run(t, h, "ip", "link", "add", "rbpdown0", "type", "veth", "peer", "name", "rbpdown1")
+	run(t, h, "ip", "link", "add", "rbpsmall0", "type", "veth", "peer", "name", "rbpsmall1")
+	run(t, h, "ip", "link", "set", "rbpsmall0", "mtu", "500", "up")
+	for _, tc := range []struct {
+		ifname string
+		want   error
+		text   string
+	}{
+		{"rbpnothere", link.ErrNoInterface, `interface "rbpnothere": no such network interface`},
+		{"rbpdown0", link.ErrInterfaceDown, `interface "rbpdown0" is down (bring it up with ` + "`ip link set rbpdown0 up`)"},
+		{"rbpsmall0", link.ErrMTUTooSmall, `interface "rbpsmall0": MTU 500 is too small for rbcast frames (need at least 576)`},
+	} {
+		err := h.Do(func() error {
+			l, err := Open(tc.ifname, Config{})
+			if err == nil {
+				l.Close()
+			}
+			return err
+		})
+		var ie *link.InterfaceError
+		if !errors.Is(err, tc.want) || !errors.As(err, &ie) || err.Error() != tc.text {
+			t.Errorf("Open(%s) = %v; want %q (%v)", tc.ifname, err, tc.text, tc.want)
+		}
+	}
+}
+
+// TestOpenWithoutCapNetRaw re-runs this test binary without CAP_NET_RAW
+// (setpriv drops it from the bounding set, so the exec'd child never has
+// it) and checks the error the child gets from Open.
+func TestOpenWithoutCapNetRaw(t *testing.T) {
+	if os.Getenv("RBCAST_AFPACKET_NOCAP") == "1" {
+		_, err := Open("lo", Config{})
+		switch {
+		case err == nil:
+			fmt.Println("RESULT: Open succeeded without CAP_NET_RAW")
+		case errors.Is(err, link.ErrPermission):
+			fmt.Println("RESULT: ErrPermission:", err)
+		default:
+			fmt.Println("RESULT: other error:", err)
+		}
+		return
+	}
+	netns.RequireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux) to drop CAP_NET_RAW in a child process")
+	}
+	cmd := exec.CommandContext(t.Context(), setpriv, "--inh-caps=-net_raw", "--bounding-set=-net_raw", "--",
+		os.Args[0], "-test.run=^TestOpenWithoutCapNetRaw$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RBCAST_AFPACKET_NOCAP=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var result string
+	for _, line := range strings.Split(string(out), "\n") {
+		if r, ok := strings.CutPrefix(line, "RESULT: "); ok {
+			result = r
+		}
+	}
+	if !strings.HasPrefix(result, "ErrPermission: ") {
+		t.Fatalf("child without CAP_NET_RAW: %q, want ErrPermission\n%s", result, out)
+	}
+	for _, want := range []string{"listen", "lo", "CAP_NET_RAW", "setcap cap_net_raw+ep", "operation not permitted"} {
+		if !strings.Contains(result, want) {
+			t.Errorf("error %q does not mention %q", result, want)
+		}
+	}
+}
+
+func TestMulticastMembership(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbpmc"})
+	for _, h := range topo.Hosts {
+		// The default, said out loud: membership, not promiscuity, must
+		// be what lets the group frame in.
+		run(t, h, "ip", "link", "set", "eth0", "promisc", "off")
+	}
+	h0 := open(t, topo.Hosts[0], Config{})
+	member := open(t, topo.Hosts[1], Config{MulticastGroups: []net.HardwareAddr{testGroup}})
+	outsider := open(t, topo.Hosts[2], Config{})
+
+	toGroup := makeFrame(testGroup, h0.HardwareAddr(), link.EtherTypeRbcast, 1, 200)
+	toOtherGroup := makeFrame(net.HardwareAddr{0x03, 0x72, 0x62, 0x63, 0, 2}, h0.HardwareAddr(), link.EtherTypeRbcast, 2, 200)
+	toH2Only := makeFrame(topo.Hosts[2].MAC, h0.HardwareAddr(), link.EtherTypeRbcast, 3, 200)
+	marker := makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, 4, 200)
+	// Frames keep their order along the bridge, so when the broadcast
+	// marker arrives, everything sent before it has arrived or was dropped.
+	if _, err := h0.Send([][]byte{toGroup, toOtherGroup, toH2Only, marker}); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "member", recvN(t, member, 2), [][]byte{toGroup, marker})
+	sameFrames(t, "outsider", recvN(t, outsider, 2), [][]byte{toH2Only, marker})
+	for _, l := range []*Link{member, outsider} {
+		if s, _ := l.Stats(); s.Filtered != 0 {
+			t.Errorf("%s: %d frames reached the Go-side check; the kernel filter should have dropped them", l.HardwareAddr(), s.Filtered)
+		}
+	}
+}
+
+func TestKeepOutgoing(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpko"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	tap := open(t, topo.Hosts[0], Config{KeepOutgoing: true})
+	h1 := open(t, topo.Hosts[1], Config{})
+
+	sent := makeFrames(h0.HardwareAddr(), 5, h0.MTU())
+	if _, err := h0.Send(sent); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "h1", recvN(t, h1, len(sent)), sent)
+	slots := make([]link.Frame, 8)
+	var got [][]byte
+	for len(got) < len(sent) {
+		n, err := tap.Recv(time.Now().Add(recvTimeout), slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range slots[:n] {
+			if !f.Outgoing {
+				t.Fatalf("frame % x... not marked Outgoing", f.Data[:18])
+			}
+			got = append(got, bytes.Clone(f.Data))
+		}
+	}
+	sameFrames(t, "KeepOutgoing link", got, sent)
+
+	// The sender's own link does not see its frames: a reply from h1 is
+	// the first thing it receives.
+	reply := makeFrame(broadcast, h1.HardwareAddr(), link.EtherTypeRbcast, 7, 64)
+	if _, err := h1.Send([][]byte{reply}); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "h0", recvN(t, h0, 1), [][]byte{reply})
+	n, err := tap.Recv(time.Now().Add(recvTimeout), slots)
+	if err != nil || n != 1 || slots[0].Outgoing || !bytes.Equal(slots[0].Data, reply) {
+		t.Fatalf("KeepOutgoing link: Recv = %d, %v, outgoing %v; want the incoming reply", n, err, slots[0].Outgoing)
+	}
+}
+
+// TestBackPressure puts a token bucket on h0's eth0 so that the sender
+// outruns the device for certain, then checks that nothing is lost: Send
+// returns no error, every frame arrives in order, and the waits were
+// counted. With the default 4 MiB send buffer the 64 KiB queue fills first
+// and the kernel answers ENOBUFS; with a small send buffer, the frames
+// held in the queue use up the buffer first and the kernel answers EAGAIN.
+func TestBackPressure(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sendBuf   int
+		limit     string
+		wantWhich string
+	}{
+		{"ENOBUFS", 0, "64kb", "device queue full"},
+		{"EAGAIN", 32 << 10, "4mb", "send buffer full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpbp" + strings.ToLower(tc.name[:2])})
+			run(t, topo.Hosts[0], "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+				"rate", "400mbit", "burst", "16kb", "limit", tc.limit)
+			h0 := open(t, topo.Hosts[0], Config{SendBuffer: tc.sendBuf})
+			h1 := open(t, topo.Hosts[1], Config{RecvBuffer: 64 << 20})
+
+			const count, size = 6000, 1000 // 6 MB: about 120 ms at 400 Mbit/s
+			frames := make([][]byte, count)
+			for i := range frames {
+				frames[i] = makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, uint32(i), size)
+			}
+			got := make(chan [][]byte, 1)
+			go func() {
+				// recvN would call t.Fatal off the test goroutine.
+				slots := make([]link.Frame, 64)
+				var out [][]byte
+				deadline := time.Now().Add(recvTimeout)
+				for len(out) < count {
+					n, err := h1.Recv(deadline, slots)
+					if err != nil {
+						break
+					}
+					for _, f := range slots[:n] {
+						out = append(out, bytes.Clone(f.Data))
+					}
+				}
+				got <- out
+			}()
+			n, err := h0.Send(frames)
+			if err != nil || n != count {
+				t.Fatalf("Send = %d, %v; want %d, nil", n, err, count)
+			}
+			received := <-got
+			if missing := inOrderSubset(t, received, frames); missing > 0 {
+				s1, _ := h1.Stats()
+				t.Errorf("%d of %d frames lost after Send accepted them (receiver stats %+v)\n%s",
+					missing, count, s1, dropCounters(t, topo))
+			}
+			s, err := h0.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.SendRetries == 0 {
+				t.Errorf("SendRetries = 0: the %s never pushed back", tc.wantWhich)
+			}
+			t.Logf("%s: %d frames, %d send retries", tc.wantWhich, count, s.SendRetries)
+		})
+	}
+}
+
+// TestKernelDrops lets frames pile up on a receiver that does not read and
+// checks PACKET_STATISTICS: every frame was offered to the socket, the ones
+// that did not fit were counted as drops, and the rest can still be read.
+func TestKernelDrops(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpkd"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	// The kernel rounds tiny buffers up to its minimum (a few KiB), which
+	// holds only a handful of 1 KiB frames.
+	h1 := open(t, topo.Hosts[1], Config{RecvBuffer: 1})
+	const count = 500
+	frames := make([][]byte, count)
+	for i := range frames {
+		frames[i] = makeFrame(broadcast, h0.HardwareAddr(), link.EtherTypeRbcast, uint32(i), 1000)
+	}
+	if _, err := h0.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+	// Frames cross the bridge asynchronously: poll the counters until all
+	// of them have reached the socket.
+	var s link.Stats
+	for end := time.Now().Add(recvTimeout); ; {
+		var err error
+		if s, err = h1.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if s.KernelPackets >= count || time.Now().After(end) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s.KernelPackets != count || s.KernelDrops == 0 || s.KernelDrops >= count {
+		t.Fatalf("stats = %+v; want KernelPackets %d and some, not all, drops", s, count)
+	}
+	queued := int(s.KernelPackets - s.KernelDrops)
+	recvN(t, h1, queued)
+	slots := make([]link.Frame, 4)
+	if n, err := h1.Recv(time.Now().Add(10*time.Millisecond), slots); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after reading the %d queued frames Recv = %d, %v; want a timeout", queued, n, err)
+	}
+	// PACKET_STATISTICS resets on every read; Stats must keep the totals.
+	again, err := h1.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.KernelPackets != s.KernelPackets || again.KernelDrops != s.KernelDrops || again.FramesReceived != uint64(queued) {
+		t.Errorf("second Stats = %+v, want the first's kernel counters %d/%d and %d received", again, s.KernelPackets, s.KernelDrops, queued)
+	}
+}
+
+// TestZeroAllocs checks the steady state of Send and Recv allocates
+// nothing per frame (DESIGN.md decision 4).
+func TestZeroAllocs(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpza"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	h1 := open(t, topo.Hosts[1], Config{RecvBuffer: 16 << 20})
+	frames := makeFrames(h0.HardwareAddr(), 32, h0.MTU())
+	slots := make([]link.Frame, 64)
+	deadline := time.Now().Add(time.Minute)
+	var failed error
+	exchange := func() {
+		if _, err := h0.Send(frames); err != nil {
+			failed = err
+			return
+		}
+		for got := 0; got < len(frames); {
+			n, err := h1.Recv(deadline, slots)
+			if err != nil {
+				failed = err
+				return
+			}
+			got += n
+		}
+	}
+	exchange() // first Recv sets the socket's deadline
+	allocs := testing.AllocsPerRun(200, exchange)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs != 0 {
+		t.Errorf("Send+Recv of %d frames: %v allocations per run, want 0", len(frames), allocs)
+	}
+}
+
+// inOrderSubset checks that got is want with some frames missing, in
+// order, each one byte for byte, and returns how many are missing.
+func inOrderSubset(t testing.TB, got, want [][]byte) int {
+	t.Helper()
+	next := 0
+	for i, f := range got {
+		if len(f) < 18 {
+			t.Fatalf("frame %d: %d bytes", i, len(f))
+		}
+		seq := int(binary.BigEndian.Uint32(f[14:18]))
+		if seq < next || seq >= len(want) {
+			t.Fatalf("frame %d has sequence %d, want one from %d to %d", i, seq, next, len(want)-1)
+		}
+		if !bytes.Equal(f, want[seq]) {
+			t.Fatalf("frame %d (sequence %d) differs from what was sent", i, seq)
+		}
+		if seq > next {
+			t.Logf("frames %d..%d missing", next, seq-1)
+		}
+		next = seq + 1
+	}
+	if next < len(want) {
+		t.Logf("frames %d..%d missing", next, len(want)-1)
+	}
+	return len(want) - len(got)
+}
+
+// dropCounters shows every place on the segment where the kernel counts
+// dropped frames: interface statistics and qdiscs in each namespace, and
+// the per-CPU backlog drops in /proc/net/softnet_stat (second column).
+func dropCounters(t testing.TB, topo *netns.Topology) string {
+	var b strings.Builder
+	show := func(ns string) {
+		out, _ := exec.CommandContext(t.Context(), "ip", "netns", "exec", ns, "sh", "-c",
+			"ip -s link; tc -s qdisc; cat /proc/net/softnet_stat").CombinedOutput()
+		fmt.Fprintf(&b, "== %s\n%s", ns, out)
+	}
+	for _, h := range topo.Hosts {
+		show(h.Namespace)
+	}
+	show(topo.BridgeNamespace)
+	return b.String()
+}
