@@ -1,0 +1,282 @@
+package ring
+
+import (
+	"fmt"
+	"math/bits"
+	"net"
+	"os"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// Version selects the layout of the receive ring.
+type Version int
+
+const (
+	// V2 is TPACKET_V2: fixed-size frame slots, each with its own status
+	// word. The kernel wakes the reader once per frame, so a lone frame is
+	// seen at once.
+	V2 Version = 2
+	// V3 is TPACKET_V3: frames packed into blocks, one status word per
+	// block. The kernel wakes the reader when a block is full or its retire
+	// timer (Config.BlockTimeout) fires, so a lone frame waits up to that
+	// long, but a busy link costs one wake-up per block.
+	V3 Version = 3
+)
+
+// DefaultVersion is the receive ring layout used when Config.Version is 0.
+// It is V2 because rbcast is latency-bound: a protocol round (data, then
+// acks, then the window moves) waits on single frames, and with V3 each of
+// those waits for the block retire timer (about 1 ms with the smallest
+// timeout the kernel takes) where V2 wakes within tens of microseconds.
+// The throughput benchmarks (BenchmarkRecvRate) show V2 keeping up with the
+// sender on this machine too; see the package documentation for numbers.
+const DefaultVersion = V2
+
+func (v Version) String() string {
+	switch v {
+	case V2:
+		return "TPACKET_V2"
+	case V3:
+		return "TPACKET_V3"
+	}
+	return fmt.Sprintf("Version(%d)", int(v))
+}
+
+// Config tunes a Link. The zero value is ready to use: every zero field is
+// replaced by a default derived from the interface MTU.
+type Config struct {
+	// Version is the receive ring layout, V2 or V3; 0 means DefaultVersion.
+	Version Version
+	// EtherType of the frames to receive; 0 means link.EtherTypeRbcast.
+	// Send does not look at it: callers write their own headers.
+	EtherType uint16
+
+	// BlockSize is the size in bytes of one receive ring block: a power of
+	// two, at least one page, and large enough for one frame of the MTU.
+	// 0 derives it from the MTU (see Geometry).
+	BlockSize int
+	// BlockCount is the number of receive ring blocks, at least 2; 0 means
+	// enough for DefaultRingBytes.
+	BlockCount int
+	// BlockTimeout is how long the kernel keeps a partly filled V3 block
+	// before handing it to us, rounded up to whole milliseconds (the
+	// kernel's unit). 0 means DefaultBlockTimeout. Ignored by V2.
+	BlockTimeout time.Duration
+
+	// TxBlockSize and TxBlockCount shape the transmit ring (always
+	// TPACKET_V2), with the same rules and defaults as the receive ring.
+	TxBlockSize  int
+	TxBlockCount int
+
+	// QdiscBypass sends through PACKET_QDISC_BYPASS: straight to the
+	// driver, skipping the interface's queueing discipline (and any shaping
+	// or loss configured there).
+	QdiscBypass bool
+	// MulticastGroups are Ethernet multicast addresses to receive in
+	// addition to broadcast and our own unicast address
+	// (PACKET_ADD_MEMBERSHIP, PACKET_MR_MULTICAST).
+	MulticastGroups []net.HardwareAddr
+	// KeepOutgoing delivers copies of frames this host sends
+	// (Frame.Outgoing set). By default the socket asks the kernel not to
+	// queue them at all (PACKET_IGNORE_OUTGOING).
+	KeepOutgoing bool
+}
+
+// Defaults for zero Config fields.
+const (
+	// DefaultRingBytes is the receive ring size aimed at: about 5000
+	// full-size frames at MTU 1500, enough to ride out a scheduling delay of
+	// several milliseconds at full veth speed.
+	DefaultRingBytes = 8 << 20
+	// DefaultTxRingBytes is the transmit ring size aimed at.
+	DefaultTxRingBytes = 4 << 20
+	// DefaultBlockTimeout is the V3 retire timeout: the smallest the
+	// kernel accepts (its unit is the millisecond; 0 would make it pick
+	// one from the link speed, 8 ms on a veth).
+	DefaultBlockTimeout = time.Millisecond
+	// minBlocks keeps a ring from being a handful of huge blocks (MTU
+	// 65535): the kernel must have a block to fill while we read others.
+	minBlocks = 8
+)
+
+// Layout constants of <linux/if_packet.h>, see
+// Documentation/networking/packet_mmap.rst, "TPACKET versions" and
+// "Frame structure". They are fixed by the kernel ABI.
+const (
+	tpacketAlignment  = 16 // TPACKET_ALIGNMENT
+	sizeofTpacket2Hdr = 32 // sizeof(struct tpacket2_hdr)
+	sizeofTpacket3Hdr = 48 // sizeof(struct tpacket3_hdr)
+	sizeofSockaddrLL  = 20 // sizeof(struct sockaddr_ll)
+	// blockHeaderLen is BLK_HDR_LEN of net/packet/af_packet.c: the V3
+	// block descriptor, ALIGN(sizeof(struct tpacket_block_desc), 8).
+	blockHeaderLen = 48
+)
+
+func tpacketAlign(n int) int { return (n + tpacketAlignment - 1) &^ (tpacketAlignment - 1) }
+
+// hdrLen is TPACKET2_HDRLEN or TPACKET3_HDRLEN: the header, aligned, then
+// the sockaddr_ll the kernel writes after it.
+func hdrLen(v Version) int {
+	if v == V3 {
+		return tpacketAlign(sizeofTpacket3Hdr) + sizeofSockaddrLL
+	}
+	return tpacketAlign(sizeofTpacket2Hdr) + sizeofSockaddrLL
+}
+
+// rxMacOffset is where the kernel puts the Ethernet header in a receive
+// frame of a SOCK_RAW socket: tpacket_rcv computes
+// netoff = TPACKET_ALIGN(tp_hdrlen + max(maclen, 16)), macoff = netoff - maclen,
+// so that the network header is aligned.
+func rxMacOffset(v Version) int {
+	return tpacketAlign(hdrLen(v)+16) - link.EthernetHeaderLen
+}
+
+// rxFrameSize is the room one received frame of a full MTU needs: header,
+// sockaddr_ll, padding, Ethernet header and payload, aligned.
+func rxFrameSize(v Version, mtu int) int {
+	return tpacketAlign(rxMacOffset(v) + link.EthernetHeaderLen + mtu)
+}
+
+// txDataOffset is where the kernel reads a frame to send from a TX slot
+// without PACKET_TX_HAS_OFF: tp_hdrlen - sizeof(struct sockaddr_ll), which
+// is right after the aligned tpacket2_hdr.
+const txDataOffset = sizeofTpacket2Hdr
+
+func txFrameSize(mtu int) int {
+	return tpacketAlign(txDataOffset + link.EthernetHeaderLen + mtu)
+}
+
+// Geometry is the shape of one mmap'ed ring as the kernel sees it
+// (struct tpacket_req / tpacket_req3).
+type Geometry struct {
+	BlockSize  int
+	BlockCount int
+	FrameSize  int // V2 slot size; for V3 only the kernel's sanity check
+	FrameCount int // FramesPerBlock * BlockCount
+}
+
+// FramesPerBlock is how many V2 slots one block holds (frames never span
+// blocks).
+func (g Geometry) FramesPerBlock() int { return g.BlockSize / g.FrameSize }
+
+// Bytes is the size of the mapping.
+func (g Geometry) Bytes() int { return g.BlockSize * g.BlockCount }
+
+// defaultBlockSize is the smallest power of two that is at least a page,
+// at least 64 KiB, and holds at least 16 frames of frameSize: small enough
+// to allocate easily, large enough that the tail a block wastes stays under
+// about 6 % (1/16), and for V3 one wake-up per 16 or more frames at full
+// rate.
+func defaultBlockSize(frameSize, extra int) int {
+	n := max(64<<10, os.Getpagesize(), 16*frameSize+extra)
+	return 1 << bits.Len(uint(n-1))
+}
+
+// checkBlockSize enforces what the kernel needs: a whole number of pages
+// (PAGE_ALIGNED in packet_set_ring), a power of two so the page allocator
+// does not round it up and waste the rest, and room for one frame.
+func checkBlockSize(field string, size, need int) error {
+	page := os.Getpagesize()
+	if size < page || size&(size-1) != 0 {
+		return fmt.Errorf("ring: Config.%s = %d: want a power of two of at least the page size %d", field, size, page)
+	}
+	if size < need {
+		return fmt.Errorf("ring: Config.%s = %d is too small for one frame of this MTU (%d bytes)", field, size, need)
+	}
+	if size > 1<<30 {
+		return fmt.Errorf("ring: Config.%s = %d: want at most 1 GiB", field, size)
+	}
+	return nil
+}
+
+func blockCount(field string, count, blockSize, ringBytes int) (int, error) {
+	if count == 0 {
+		return max(minBlocks, ringBytes/blockSize), nil
+	}
+	if count < 2 {
+		return 0, fmt.Errorf("ring: Config.%s = %d: want at least 2", field, count)
+	}
+	if int64(count)*int64(blockSize) > 1<<32-1 {
+		return 0, fmt.Errorf("ring: Config.%s = %d blocks of %d bytes is over 4 GiB", field, count, blockSize)
+	}
+	return count, nil
+}
+
+// resolved is a Config with every default filled in and every field
+// checked, for an interface of a given MTU.
+type resolved struct {
+	Config
+	rx, tx      Geometry
+	timeoutMsec uint32
+}
+
+// resolve fills defaults and validates cfg for an interface MTU. Errors name
+// the Config field and value that was wrong.
+func (cfg Config) resolve(mtu int) (resolved, error) {
+	r := resolved{Config: cfg}
+	if mtu < 1 || mtu > 65535 {
+		return r, fmt.Errorf("ring: interface MTU %d out of range 1..65535", mtu)
+	}
+	switch r.Version {
+	case 0:
+		r.Version = DefaultVersion
+	case V2, V3:
+	default:
+		return r, fmt.Errorf("ring: Config.Version = %d: want ring.V2 or ring.V3", int(cfg.Version))
+	}
+	if r.EtherType == 0 {
+		r.EtherType = link.EtherTypeRbcast
+	} else if r.EtherType < 0x0600 {
+		return r, fmt.Errorf("ring: Config.EtherType = %#04x: values below 0x0600 are 802.3 lengths, not EtherTypes", cfg.EtherType)
+	}
+
+	frame := rxFrameSize(r.Version, mtu)
+	extra := 0
+	if r.Version == V3 {
+		extra = blockHeaderLen
+	}
+	if r.BlockSize == 0 {
+		r.BlockSize = defaultBlockSize(frame, extra)
+	}
+	if err := checkBlockSize("BlockSize", r.BlockSize, frame+extra); err != nil {
+		return r, err
+	}
+	var err error
+	if r.BlockCount, err = blockCount("BlockCount", r.BlockCount, r.BlockSize, DefaultRingBytes); err != nil {
+		return r, err
+	}
+	r.rx = Geometry{BlockSize: r.BlockSize, BlockCount: r.BlockCount, FrameSize: frame}
+	r.rx.FrameCount = r.rx.FramesPerBlock() * r.BlockCount
+
+	switch {
+	case r.BlockTimeout < 0:
+		return r, fmt.Errorf("ring: Config.BlockTimeout = %v: want >= 0", cfg.BlockTimeout)
+	case r.BlockTimeout == 0:
+		r.BlockTimeout = DefaultBlockTimeout
+	case r.BlockTimeout > time.Minute:
+		return r, fmt.Errorf("ring: Config.BlockTimeout = %v: want at most a minute", cfg.BlockTimeout)
+	}
+	r.timeoutMsec = uint32((r.BlockTimeout + time.Millisecond - 1) / time.Millisecond)
+
+	txFrame := txFrameSize(mtu)
+	if r.TxBlockSize == 0 {
+		r.TxBlockSize = defaultBlockSize(txFrame, 0)
+	}
+	if err := checkBlockSize("TxBlockSize", r.TxBlockSize, txFrame); err != nil {
+		return r, err
+	}
+	if r.TxBlockCount, err = blockCount("TxBlockCount", r.TxBlockCount, r.TxBlockSize, DefaultTxRingBytes); err != nil {
+		return r, err
+	}
+	r.tx = Geometry{BlockSize: r.TxBlockSize, BlockCount: r.TxBlockCount, FrameSize: txFrame}
+	r.tx.FrameCount = r.tx.FramesPerBlock() * r.TxBlockCount
+
+	for i, g := range r.MulticastGroups {
+		if len(g) != 6 || g[0]&1 == 0 {
+			return r, fmt.Errorf("ring: Config.MulticastGroups[%d] = %q: want a 6-byte Ethernet multicast address (lowest bit of the first byte set)", i, g.String())
+		}
+	}
+	return r, nil
+}

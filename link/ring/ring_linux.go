@@ -1,0 +1,782 @@
+package ring
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// Link is an AF_PACKET link with an mmap'ed receive ring (TPACKET_V2 or V3)
+// and an mmap'ed TPACKET_V2 transmit ring, on two sockets of one interface.
+type Link struct {
+	ifname string
+	mtu    int
+	mac    net.HardwareAddr
+	cfg    resolved
+
+	// mu is held shared by Recv, Send and Stats while they touch the rings
+	// or sockets, and exclusively by Close to unmap the rings, so memory is
+	// never unmapped under a running Recv or Send.
+	mu     sync.RWMutex
+	closed atomic.Bool
+
+	rx       socket
+	deadline time.Time // the read deadline last set on rx.file
+	ready    func(uintptr) bool
+	expired  error // returned on deadline; built once so timeouts do not allocate
+	// rxSlot is the byte offset of every V2 frame slot, or of every V3
+	// block, in rx.ring.
+	rxSlot []int
+	// rxNext is the sequence number of the next V2 slot or V3 block to read;
+	// its index in rxSlot is rxNext % len(rxSlot). Slots or blocks
+	// [rxHeld, rxNext) have been read but not yet given back to the kernel.
+	rxNext, rxHeld uint64
+	// V3 only: the block rxNext is open with blkLeft frames left, the next
+	// of them at offset blkOff.
+	blkOpen bool
+	blkLeft uint32
+	blkOff  int
+
+	tx       socket
+	txSlot   []int  // byte offset of every TX slot in tx.ring
+	txNext   uint64 // sequence number of the next TX slot to fill
+	txTarget uint64 // slot txProgress waits for
+	txFree   bool   // txProgress waits for txTarget to be AVAILABLE (else: taken by the kernel)
+	txErrno  syscall.Errno
+	progress func(uintptr) bool
+
+	framesSent, framesReceived atomic.Uint64
+	bytesSent, bytesReceived   atomic.Uint64
+	sendRetries, filtered      atomic.Uint64
+
+	statsMu sync.Mutex
+	kernel  struct{ packets, drops, freezes uint64 }
+}
+
+var _ link.Link = (*Link)(nil)
+
+// socket is one AF_PACKET socket with its ring.
+type socket struct {
+	fd   int // valid until file is closed; use raw for syscalls that may race Close
+	file *os.File
+	raw  syscall.RawConn
+	ring []byte
+}
+
+func (s *socket) close() error {
+	var err error
+	if s.file != nil {
+		err = s.file.Close()
+		s.file = nil
+	} else if s.fd > 0 {
+		err = unix.Close(s.fd)
+	}
+	s.fd = -1
+	return err
+}
+
+func (s *socket) unmap() error {
+	if s.ring == nil {
+		return nil
+	}
+	err := unix.Munmap(s.ring)
+	s.ring = nil
+	return err
+}
+
+// Open opens a ring link on the named interface. The interface must exist,
+// be up and have an MTU of at least link.MinMTU; the process needs
+// CAP_NET_RAW. Errors name the interface and the step that failed, and
+// match link.ErrNoInterface, link.ErrInterfaceDown, link.ErrMTUTooSmall or
+// link.ErrPermission with errors.Is.
+func Open(ifname string, cfg Config) (*Link, error) {
+	ifi, err := link.LookupInterface(ifname)
+	if err != nil {
+		return nil, err
+	}
+	r, err := cfg.resolve(ifi.MTU)
+	if err != nil {
+		return nil, fmt.Errorf("ring: opening %s: %w", ifname, err)
+	}
+	l := &Link{
+		ifname: ifname,
+		mtu:    ifi.MTU,
+		mac:    slices.Clone(ifi.HardwareAddr),
+		cfg:    r,
+		rx:     socket{fd: -1},
+		tx:     socket{fd: -1},
+	}
+	l.ready = l.rxReady
+	l.progress = l.txProgress
+	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
+	if err := l.openRX(ifi.Index); err != nil {
+		l.abort()
+		return nil, err
+	}
+	if err := l.openTX(ifi.Index); err != nil {
+		l.abort()
+		return nil, err
+	}
+	return l, nil
+}
+
+// abort releases whatever a failed Open had set up.
+func (l *Link) abort() {
+	l.rx.close()
+	l.tx.close()
+	l.rx.unmap()
+	l.tx.unmap()
+}
+
+func (l *Link) sockErr(op string, err error) error {
+	if errors.Is(err, unix.ENOMEM) {
+		err = fmt.Errorf("%w (the kernel could not allocate the ring; try smaller Config.BlockSize/BlockCount)", err)
+	}
+	return link.SocketError(op, l.ifname, err)
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// newPacketSocket makes a non-blocking SOCK_RAW packet socket that receives
+// nothing yet: with protocol 0 the kernel hooks it into no receive path
+// until bind gives it one, so no frame of another interface slips into the
+// ring between socket and bind (packet(7)).
+func (l *Link) newPacketSocket(s *socket, version int) error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return l.sockErr("socket", err)
+	}
+	s.fd = fd
+	// The version must be set before the ring is requested (packet_mmap.rst,
+	// "AF_PACKET TPACKET_V3 example").
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, version); err != nil {
+		return l.sockErr("setsockopt PACKET_VERSION", err)
+	}
+	return nil
+}
+
+func (l *Link) mmap(s *socket, g Geometry) error {
+	b, err := unix.Mmap(s.fd, 0, g.Bytes(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return l.sockErr("mmap", err)
+	}
+	s.ring = b
+	return nil
+}
+
+// pollable wraps the socket in an *os.File so that waiting goes through Go's
+// netpoller: poll(2) on a packet socket reports EPOLLIN when the ring holds
+// a frame (V2) or a retired block (V3), and EPOLLOUT when the TX ring has
+// room (packet_poll in net/packet/af_packet.c).
+func (l *Link) pollable(s *socket, name string) error {
+	s.file = os.NewFile(uintptr(s.fd), name)
+	raw, err := s.file.SyscallConn()
+	if err != nil {
+		return l.sockErr("SyscallConn", err)
+	}
+	s.raw = raw
+	return nil
+}
+
+func (l *Link) openRX(ifindex int) error {
+	s, g := &l.rx, l.cfg.rx
+	version := unix.TPACKET_V2
+	if l.cfg.Version == V3 {
+		version = unix.TPACKET_V3
+	}
+	if err := l.newPacketSocket(s, version); err != nil {
+		return err
+	}
+	var err error
+	if l.cfg.Version == V3 {
+		err = unix.SetsockoptTpacketReq3(s.fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &unix.TpacketReq3{
+			Block_size:     uint32(g.BlockSize),
+			Block_nr:       uint32(g.BlockCount),
+			Frame_size:     uint32(g.FrameSize),
+			Frame_nr:       uint32(g.FrameCount),
+			Retire_blk_tov: l.cfg.timeoutMsec,
+		})
+	} else {
+		err = unix.SetsockoptTpacketReq(s.fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &unix.TpacketReq{
+			Block_size: uint32(g.BlockSize),
+			Block_nr:   uint32(g.BlockCount),
+			Frame_size: uint32(g.FrameSize),
+			Frame_nr:   uint32(g.FrameCount),
+		})
+	}
+	if err != nil {
+		return l.sockErr("setsockopt PACKET_RX_RING", err)
+	}
+	if err := l.mmap(s, g); err != nil {
+		return err
+	}
+	if l.cfg.Version == V3 {
+		l.rxSlot = make([]int, g.BlockCount)
+		for i := range l.rxSlot {
+			l.rxSlot[i] = i * g.BlockSize
+		}
+	} else {
+		l.rxSlot = slotOffsets(g)
+	}
+
+	prog, err := etherTypeFilter(l.cfg.EtherType)
+	if err != nil {
+		return fmt.Errorf("ring: opening %s: assembling the EtherType filter: %w", l.ifname, err)
+	}
+	if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); err != nil {
+		return l.sockErr("setsockopt SO_ATTACH_FILTER", err)
+	}
+	if !l.cfg.KeepOutgoing {
+		// Our own TX socket's frames would otherwise be copied into this
+		// ring as PACKET_OUTGOING, costing a copy per frame sent.
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
+			return l.sockErr("setsockopt PACKET_IGNORE_OUTGOING", err)
+		}
+	}
+	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: htons(l.cfg.EtherType), Ifindex: ifindex}); err != nil {
+		return l.sockErr("bind", err)
+	}
+	for _, g := range l.cfg.MulticastGroups {
+		mreq := unix.PacketMreq{Ifindex: int32(ifindex), Type: unix.PACKET_MR_MULTICAST, Alen: 6}
+		copy(mreq.Address[:], g)
+		if err := unix.SetsockoptPacketMreq(s.fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mreq); err != nil {
+			return l.sockErr("setsockopt PACKET_ADD_MEMBERSHIP "+g.String(), err)
+		}
+	}
+	return l.pollable(s, "packet-rx:"+l.ifname)
+}
+
+// openTX opens the sending socket. It is a socket of its own, always
+// TPACKET_V2, bound with protocol 0 so it receives nothing: a V3 socket's
+// TX ring would also be V3, whose only gain (variable-size frames) we do
+// not need, and one TX code path serves both receive layouts.
+func (l *Link) openTX(ifindex int) error {
+	s, g := &l.tx, l.cfg.tx
+	if err := l.newPacketSocket(s, unix.TPACKET_V2); err != nil {
+		return err
+	}
+	if l.cfg.QdiscBypass {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return l.sockErr("setsockopt PACKET_QDISC_BYPASS", err)
+		}
+	}
+	err := unix.SetsockoptTpacketReq(s.fd, unix.SOL_PACKET, unix.PACKET_TX_RING, &unix.TpacketReq{
+		Block_size: uint32(g.BlockSize),
+		Block_nr:   uint32(g.BlockCount),
+		Frame_size: uint32(g.FrameSize),
+		Frame_nr:   uint32(g.FrameCount),
+	})
+	if err != nil {
+		return l.sockErr("setsockopt PACKET_TX_RING", err)
+	}
+	if err := l.mmap(s, g); err != nil {
+		return err
+	}
+	l.txSlot = slotOffsets(g)
+	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+		return l.sockErr("bind", err)
+	}
+	return l.pollable(s, "packet-tx:"+l.ifname)
+}
+
+// slotOffsets lists where each V2 frame slot starts: frames are packed into
+// blocks and never span two (packet_mmap.rst, "Frame structure").
+func slotOffsets(g Geometry) []int {
+	per := g.FramesPerBlock()
+	off := make([]int, 0, g.FrameCount)
+	for b := range g.BlockCount {
+		for f := range per {
+			off = append(off, b*g.BlockSize+f*g.FrameSize)
+		}
+	}
+	return off
+}
+
+// etherTypeFilter accepts whole frames of one EtherType and drops the rest.
+// The socket is bound to that protocol already; the filter also keeps out
+// frames the kernel delivers to protocol-bound sockets regardless, and it
+// runs before the frame takes ring space.
+func etherTypeFilter(etherType uint16) (*unix.SockFprog, error) {
+	raw, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(etherType), SkipFalse: 1},
+		// The return value is the snap length: never cut a frame.
+		bpf.RetConstant{Val: math.MaxUint32},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		return nil, err
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, ins := range raw {
+		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+	}
+	return &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}, nil
+}
+
+// status is a ring status word: the kernel and we hand slots back and forth
+// through it, so loads acquire and stores release (packet_mmap.rst,
+// "TPACKET_V2 --> TPACKET_V3" and the smp_wmb/smp_rmb pairing in
+// __packet_set_status); Go's atomics are at least that strong.
+func status(ring []byte, off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&ring[off]))
+}
+
+var nativeEndian = binary.NativeEndian
+
+// Offsets of fields in struct tpacket2_hdr and tpacket3_hdr, and of
+// sll_pkttype in the sockaddr_ll that follows the aligned header.
+const (
+	v2Len, v2Snaplen, v2Mac, v2Sec, v2Nsec         = 4, 8, 12, 16, 20
+	v3Next, v3Sec, v3Nsec, v3Snaplen, v3Len, v3Mac = 0, 4, 8, 12, 16, 24
+	sllPkttype                                     = 10
+	// struct tpacket_block_desc: version, offset_to_priv, then
+	// struct tpacket_hdr_v1.
+	blkStatus, blkNumPkts, blkFirst = 8, 12, 16
+)
+
+// MTU is the interface MTU at Open.
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr returns the interface's MAC address.
+func (l *Link) HardwareAddr() net.HardwareAddr { return slices.Clone(l.mac) }
+
+// Version is the receive ring layout in use.
+func (l *Link) Version() Version { return l.cfg.Version }
+
+// RXGeometry and TXGeometry describe the rings as requested from the
+// kernel.
+func (l *Link) RXGeometry() Geometry { return l.cfg.rx }
+func (l *Link) TXGeometry() Geometry { return l.cfg.tx }
+
+var errNoFrames = errors.New("ring: Recv needs a frames slice of length at least 1")
+
+// Recv implements link.Link. It first gives back to the kernel the slots
+// (V2) or blocks (V3) of the frames the previous Recv returned, then
+// returns the frames the ring holds, waiting through the netpoller if it
+// holds none.
+func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
+	if len(frames) == 0 {
+		return 0, errNoFrames
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	l.release()
+	for {
+		n, bytes, filtered := l.fill(frames)
+		if filtered > 0 {
+			l.filtered.Add(filtered)
+		}
+		if n > 0 {
+			l.framesReceived.Add(uint64(n))
+			l.bytesReceived.Add(bytes)
+			return n, nil
+		}
+		// Only discarded frames were read: hand them back before sleeping,
+		// or a ring full of them would never drain.
+		l.release()
+		if !deadline.Equal(l.deadline) {
+			if err := l.rx.file.SetReadDeadline(deadline); err != nil {
+				return 0, l.recvErr(err)
+			}
+			l.deadline = deadline
+		}
+		if err := l.rx.raw.Read(l.ready); err != nil {
+			return 0, l.recvErr(err)
+		}
+	}
+}
+
+func (l *Link) recvErr(err error) error {
+	switch {
+	case l.closed.Load() || errors.Is(err, os.ErrClosed):
+		return net.ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return l.expired
+	}
+	return &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+}
+
+// Frame is link.Frame, for brevity.
+type Frame = link.Frame
+
+// release gives the slots or blocks [rxHeld, rxNext) back to the kernel.
+func (l *Link) release() {
+	n := uint64(len(l.rxSlot))
+	for ; l.rxHeld < l.rxNext; l.rxHeld++ {
+		off := l.rxSlot[l.rxHeld%n]
+		if l.cfg.Version == V3 {
+			off += blkStatus
+		}
+		atomic.StoreUint32(status(l.rx.ring, off), unix.TP_STATUS_KERNEL)
+	}
+}
+
+// rxReady reports whether Recv has something to read: the next V2 slot or
+// V3 block belongs to us. It runs inside RawConn.Read, after the
+// netpoller's readiness was reset, so a frame that lands after this check
+// still wakes the waiter.
+func (l *Link) rxReady(uintptr) bool {
+	if l.blkOpen {
+		return true
+	}
+	off := l.rxSlot[l.rxNext%uint64(len(l.rxSlot))]
+	if l.cfg.Version == V3 {
+		off += blkStatus
+	}
+	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
+}
+
+func (l *Link) fill(frames []Frame) (n int, bytes, filtered uint64) {
+	if l.cfg.Version == V3 {
+		return l.fillV3(frames)
+	}
+	return l.fillV2(frames)
+}
+
+func (l *Link) fillV2(frames []Frame) (n int, bytes, filtered uint64) {
+	ring, slots := l.rx.ring, uint64(len(l.rxSlot))
+	frameSize := l.cfg.rx.FrameSize
+	// Never read further than one lap: the slot after that is one we
+	// handed out and still hold.
+	for n < len(frames) && l.rxNext-l.rxHeld < slots {
+		off := l.rxSlot[l.rxNext%slots]
+		if atomic.LoadUint32(status(ring, off))&unix.TP_STATUS_USER == 0 {
+			break
+		}
+		l.rxNext++
+		h := ring[off : off+frameSize]
+		mac := int(nativeEndian.Uint16(h[v2Mac:]))
+		snap := int(nativeEndian.Uint32(h[v2Snaplen:]))
+		length := int(nativeEndian.Uint32(h[v2Len:]))
+		pkttype := h[tpacketAlign(sizeofTpacket2Hdr)+sllPkttype]
+		if !l.accept(h, mac, snap, length, pkttype) {
+			filtered++
+			continue
+		}
+		frames[n] = Frame{
+			Data:     h[mac : mac+snap : mac+snap],
+			Time:     time.Unix(int64(nativeEndian.Uint32(h[v2Sec:])), int64(nativeEndian.Uint32(h[v2Nsec:]))),
+			Outgoing: pkttype == unix.PACKET_OUTGOING,
+		}
+		n++
+		bytes += uint64(snap)
+	}
+	return n, bytes, filtered
+}
+
+// accept checks one received frame in place. Frames that fail are counted
+// as filtered: cut short (snap < length: the slot was too small), not
+// our EtherType, our own copies when not kept, or malformed offsets.
+func (l *Link) accept(h []byte, mac, snap, length int, pkttype byte) bool {
+	if mac < 0 || snap < link.EthernetHeaderLen || mac+snap > len(h) || snap != length {
+		return false
+	}
+	if nativeEndian.Uint16(h[mac+12:]) != htons(l.cfg.EtherType) {
+		return false
+	}
+	return pkttype != unix.PACKET_OUTGOING || l.cfg.KeepOutgoing
+}
+
+// fillV3 walks the frames of retired blocks (packet_mmap.rst, "TPACKET_V3
+// example": block_status, num_pkts, offset_to_first_pkt, tp_next_offset).
+// A block is given back only when all its frames were read and a later
+// Recv starts; a block partly read when frames is full stays open.
+func (l *Link) fillV3(frames []Frame) (n int, bytes, filtered uint64) {
+	ring, blocks := l.rx.ring, uint64(len(l.rxSlot))
+	blockSize := l.cfg.rx.BlockSize
+	hdrLen := tpacketAlign(sizeofTpacket3Hdr)
+	for n < len(frames) {
+		if !l.blkOpen {
+			if l.rxNext-l.rxHeld >= blocks {
+				break
+			}
+			boff := l.rxSlot[l.rxNext%blocks]
+			if atomic.LoadUint32(status(ring, boff+blkStatus))&unix.TP_STATUS_USER == 0 {
+				break
+			}
+			l.blkOpen = true
+			l.blkLeft = nativeEndian.Uint32(ring[boff+blkNumPkts:])
+			l.blkOff = boff + int(nativeEndian.Uint32(ring[boff+blkFirst:]))
+		}
+		if l.blkLeft == 0 {
+			l.blkOpen = false
+			l.rxNext++
+			continue
+		}
+		boff := l.rxSlot[l.rxNext%blocks]
+		end := boff + blockSize
+		off := l.blkOff
+		if off < boff+blockHeaderLen || off+hdrLen+sllPkttype >= end {
+			// Corrupt offsets: skip the rest of the block rather than read
+			// outside it.
+			filtered += uint64(l.blkLeft)
+			l.blkLeft = 0
+			continue
+		}
+		h := ring[off:end]
+		next := int(nativeEndian.Uint32(h[v3Next:]))
+		mac := int(nativeEndian.Uint16(h[v3Mac:]))
+		snap := int(nativeEndian.Uint32(h[v3Snaplen:]))
+		length := int(nativeEndian.Uint32(h[v3Len:]))
+		pkttype := h[hdrLen+sllPkttype]
+		l.blkLeft--
+		l.blkOff = off + next
+		if l.blkLeft > 0 && next <= 0 {
+			filtered += uint64(l.blkLeft)
+			l.blkLeft = 0
+		}
+		if !l.accept(h, mac, snap, length, pkttype) {
+			filtered++
+			continue
+		}
+		frames[n] = Frame{
+			Data:     h[mac : mac+snap : mac+snap],
+			Time:     time.Unix(int64(nativeEndian.Uint32(h[v3Sec:])), int64(nativeEndian.Uint32(h[v3Nsec:]))),
+			Outgoing: pkttype == unix.PACKET_OUTGOING,
+		}
+		n++
+		bytes += uint64(snap)
+	}
+	return n, bytes, filtered
+}
+
+// Send implements link.Link. Each frame is copied into the next free TX
+// slot (TP_STATUS_AVAILABLE → data, tp_len → TP_STATUS_SEND_REQUEST); one
+// sendto(2) without data then asks the kernel to transmit all filled slots
+// (packet_mmap.rst, "Transmission process"). It returns once the kernel has
+// taken every frame, so the caller may reuse them; a full ring, ENOBUFS or
+// EAGAIN are waited out through the netpoller (POLLOUT) and counted in
+// Stats.SendRetries.
+func (l *Link) Send(frames [][]byte) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	ring, slots := l.tx.ring, uint64(len(l.txSlot))
+	maxLen := link.EthernetHeaderLen + l.mtu
+	first := l.txNext
+	var bytes uint64
+	for i, f := range frames {
+		if len(f) < link.EthernetHeaderLen || len(f) > maxLen {
+			n, err := l.flush(first, i, bytes)
+			if err != nil {
+				return n, err
+			}
+			return i, l.frameSizeErr(i, len(f), maxLen)
+		}
+		off := l.txSlot[l.txNext%slots]
+		if atomic.LoadUint32(status(ring, off)) != unix.TP_STATUS_AVAILABLE {
+			// The ring is full: let the kernel drain it and wait for this
+			// slot to come back.
+			l.sendRetries.Add(1)
+			if err := l.wait(l.txNext, true); err != nil {
+				return l.sendErr(first, i, bytes, err)
+			}
+		}
+		copy(ring[off+txDataOffset:], f)
+		nativeEndian.PutUint32(ring[off+v2Len:], uint32(len(f)))
+		atomic.StoreUint32(status(ring, off), unix.TP_STATUS_SEND_REQUEST)
+		l.txNext++
+		bytes += uint64(len(f))
+	}
+	return l.flush(first, len(frames), bytes)
+}
+
+// flush waits until the kernel has taken the frames [first, txNext), the
+// n frames of this Send; it returns how many frames went out.
+func (l *Link) flush(first uint64, n int, bytes uint64) (int, error) {
+	if l.txNext == first {
+		return 0, nil
+	}
+	if err := l.wait(l.txNext-1, false); err != nil {
+		return l.sendErr(first, n, bytes, err)
+	}
+	l.framesSent.Add(uint64(n))
+	l.bytesSent.Add(bytes)
+	return n, nil
+}
+
+// wait kicks the kernel and waits until slot seq is free (free) or taken
+// by the kernel (!free).
+func (l *Link) wait(seq uint64, free bool) error {
+	l.txTarget, l.txFree, l.txErrno = seq, free, 0
+	err := l.tx.raw.Write(l.progress)
+	if err == nil && l.txErrno != 0 {
+		err = l.txErrno
+	}
+	return err
+}
+
+// txProgress runs inside RawConn.Write. If the newest filled slot still
+// waits for the kernel it kicks the kernel with sendto(fd, NULL, 0), then
+// reports whether the awaited slot has reached the wanted state. Returning
+// false waits for POLLOUT: the kernel signals it as transmitted frames are
+// freed (sock_wfree) and their slots turn TP_STATUS_AVAILABLE.
+func (l *Link) txProgress(fd uintptr) bool {
+	ring, slots := l.tx.ring, uint64(len(l.txSlot))
+	newest := status(ring, l.txSlot[(l.txNext-1)%slots])
+	if atomic.LoadUint32(newest) == unix.TP_STATUS_SEND_REQUEST {
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+		case unix.EAGAIN, unix.ENOBUFS, unix.EINTR:
+			// Back-pressure: the frame at the kernel's head was put back
+			// as SEND_REQUEST (tpacket_snd), nothing is lost.
+			l.sendRetries.Add(1)
+		default:
+			l.txErrno = e
+			return true
+		}
+	}
+	st := atomic.LoadUint32(status(ring, l.txSlot[l.txTarget%slots]))
+	if l.txFree {
+		return st == unix.TP_STATUS_AVAILABLE
+	}
+	return st != unix.TP_STATUS_SEND_REQUEST
+}
+
+// sendErr turns an error met while frames [first, txNext) were in the
+// ring into Send's result. If the kernel refused a frame it left that slot
+// TP_STATUS_WRONG_FORMAT and stopped there (tpacket_snd without
+// PACKET_LOSS); the slots from it on are taken back and reported unsent, so
+// that our next slot is again the kernel's head.
+func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error) {
+	ring, slots := l.tx.ring, uint64(len(l.txSlot))
+	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
+		// Count the frames the kernel took before Close stopped us.
+		seq := first
+		for seq < l.txNext && atomic.LoadUint32(status(ring, l.txSlot[seq%slots])) != unix.TP_STATUS_SEND_REQUEST {
+			seq++
+		}
+		return int(seq - first), net.ErrClosed
+	}
+	for seq := first; seq < l.txNext; seq++ {
+		off := l.txSlot[seq%slots]
+		if atomic.LoadUint32(status(ring, off))&unix.TP_STATUS_WRONG_FORMAT == 0 {
+			continue
+		}
+		size := nativeEndian.Uint32(ring[off+v2Len:])
+		for s := seq; s < l.txNext; s++ {
+			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
+		}
+		l.txNext = seq
+		sent := int(seq - first)
+		l.framesSent.Add(uint64(sent))
+		return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
+			Err: fmt.Errorf("kernel refused frame %d of the batch (%d bytes, TP_STATUS_WRONG_FORMAT): %w", sent, size, err)}
+	}
+	return 0, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+}
+
+func (l *Link) frameSizeErr(i, size, maxLen int) error {
+	if size > maxLen {
+		return &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
+			Err: fmt.Errorf("frame %d is %d bytes, more than the %d an MTU of %d allows: %w", i, size, maxLen, l.mtu, link.ErrFrameTooLarge)}
+	}
+	return &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
+		Err: fmt.Errorf("frame %d is %d bytes, shorter than an Ethernet header (%d)", i, size, link.EthernetHeaderLen)}
+}
+
+// Stats implements link.Link. The kernel counters come from
+// PACKET_STATISTICS, which resets them on every read, so they are
+// accumulated here.
+func (l *Link) Stats() (link.Stats, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var err error
+	if !l.closed.Load() {
+		err = l.readKernelStats()
+	}
+	l.statsMu.Lock()
+	s := link.Stats{
+		KernelPackets: l.kernel.packets,
+		KernelDrops:   l.kernel.drops,
+		KernelFreezes: l.kernel.freezes,
+	}
+	l.statsMu.Unlock()
+	s.FramesSent = l.framesSent.Load()
+	s.FramesReceived = l.framesReceived.Load()
+	s.BytesSent = l.bytesSent.Load()
+	s.BytesReceived = l.bytesReceived.Load()
+	s.SendRetries = l.sendRetries.Load()
+	s.Filtered = l.filtered.Load()
+	return s, err
+}
+
+func (l *Link) readKernelStats() error {
+	l.statsMu.Lock()
+	defer l.statsMu.Unlock()
+	var serr error
+	err := l.rx.raw.Control(func(fd uintptr) {
+		if l.cfg.Version == V3 {
+			st, err := unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+			if err != nil {
+				serr = err
+				return
+			}
+			// tp_packets counts frames dropped too (packet_getsockopt adds
+			// tp_drops to it).
+			l.kernel.packets += uint64(st.Packets)
+			l.kernel.drops += uint64(st.Drops)
+			l.kernel.freezes += uint64(st.Freeze_q_cnt)
+			return
+		}
+		st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+		if err != nil {
+			serr = err
+			return
+		}
+		l.kernel.packets += uint64(st.Packets)
+		l.kernel.drops += uint64(st.Drops)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return &net.OpError{Op: "getsockopt PACKET_STATISTICS", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+	}
+	return nil
+}
+
+// Close implements link.Link: it wakes a blocked Recv or Send (they return
+// net.ErrClosed), waits for them to leave, then unmaps the rings. Frames
+// returned by the last Recv become invalid. Closing twice returns nil.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	// Keep the last kernel counters for Stats after Close.
+	kerr := l.readKernelStats()
+	err := errors.Join(l.rx.file.Close(), l.tx.file.Close())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err = errors.Join(err, l.rx.unmap(), l.tx.unmap())
+	if err != nil {
+		return &net.OpError{Op: "close", Net: "packet", Addr: ifaceAddr(l.ifname), Err: errors.Join(err, kerr)}
+	}
+	return nil
+}
+
+type ifaceAddr string
+
+func (a ifaceAddr) Network() string { return "packet" }
+func (a ifaceAddr) String() string  { return string(a) }

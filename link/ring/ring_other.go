@@ -1,0 +1,28 @@
+//go:build !linux
+
+package ring
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// Link is an AF_PACKET ring link; it exists only on Linux.
+type Link struct{}
+
+var _ link.Link = (*Link)(nil)
+
+var errNotLinux = errors.New("ring: AF_PACKET rings need Linux")
+
+// Open fails: AF_PACKET rings exist only on Linux.
+func Open(ifname string, cfg Config) (*Link, error) { return nil, errNotLinux }
+
+func (l *Link) Send(frames [][]byte) (int, error)                         { return 0, errNotLinux }
+func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) { return 0, errNotLinux }
+func (l *Link) MTU() int                                                  { return 0 }
+func (l *Link) HardwareAddr() net.HardwareAddr                            { return nil }
+func (l *Link) Stats() (link.Stats, error)                                { return link.Stats{}, errNotLinux }
+func (l *Link) Close() error                                              { return nil }
