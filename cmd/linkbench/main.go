@@ -1,0 +1,124 @@
+//go:build linux
+
+// Command linkbench measures rbcast's link backends on a network-namespace
+// topology it builds and removes itself (namespaces named rbk…): frames/s
+// and MB/s from one sender to N−1 receivers through a bridge, next to a
+// plain send()/recv() loop, and one-frame latency. It needs root. The
+// tables it prints are the ones in docs/benchmarks.md.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/linkbench"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("linkbench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: linkbench [flags]\n\nMeasures link backends (%s) on a netns bridge topology; needs root.\nPrints markdown tables; progress goes to stderr.\n\nflags:\n", strings.Join(linkbench.BackendNames, ", "))
+		fs.PrintDefaults()
+	}
+	backends := fs.String("backends", strings.Join(linkbench.BackendNames, ","), "backends to measure")
+	hostsFlag := fs.String("hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
+	mtuFlag := fs.String("mtu", "1500,9000", "MTUs")
+	dur := fs.Duration("duration", 3*time.Second, "sending time per run")
+	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
+	rtts := fs.Int("latency", 2000, "round trips per latency run (0: skip latency)")
+	noTput := fs.Bool("no-throughput", false, "skip the throughput runs")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "linkbench: needs root (network namespaces, CAP_NET_ADMIN and CAP_NET_RAW)")
+		return 2
+	}
+	hosts, err := ints(*hostsFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linkbench: -hosts: %v\n", err)
+		return 2
+	}
+	mtus, err := ints(*mtuFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linkbench: -mtu: %v\n", err)
+		return 2
+	}
+	names := strings.Split(*backends, ",")
+	for _, b := range names {
+		if _, ok := linkbench.Backends[b]; !ok {
+			fmt.Fprintf(os.Stderr, "linkbench: -backends: unknown backend %q (have %s)\n", b, strings.Join(linkbench.BackendNames, ", "))
+			return 2
+		}
+	}
+	prefix := fmt.Sprintf("rbk%d", os.Getpid()%1000)
+	if !*noTput {
+		fmt.Printf("| backend | MTU | N | sender frames/s | per-receiver MB/s (mean) | receiver loss | sender retries |\n|---|---|---|---|---|---|---|\n")
+		for _, mtu := range mtus {
+			for _, n := range hosts {
+				for _, b := range names {
+					var lo, hi, fps, loss float64
+					var retries uint64
+					for r := range *reps {
+						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix})
+						if err != nil {
+							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
+							return 1
+						}
+						m := t.MeanMBps()
+						if r == 0 || m < lo {
+							lo = m
+						}
+						if m > hi {
+							hi = m
+						}
+						fps += t.FramesPerSec() / float64(*reps)
+						loss += t.LossPct() / float64(*reps)
+						retries += t.SendRetries
+					}
+					rng := fmt.Sprintf("%.0f", lo)
+					if *reps > 1 {
+						rng = fmt.Sprintf("%.0f–%.0f", lo, hi)
+					}
+					fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f%% | %d |\n", b, mtu, n, fps, rng, loss, retries)
+				}
+			}
+		}
+		fmt.Println()
+	}
+	if *rtts > 0 {
+		fmt.Printf("| backend | one-way latency p50 | p99 | mean | round trips |\n|---|---|---|---|---|\n")
+		for _, b := range names {
+			fmt.Fprintf(os.Stderr, "linkbench: latency %s...\n", b)
+			l, err := linkbench.RunLatency(b, *rtts, prefix)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "linkbench: latency %s: %v\n", b, err)
+				return 1
+			}
+			fmt.Printf("| %s | %v | %v | %v | %d |\n", b, l.P50.Round(time.Microsecond), l.P99.Round(time.Microsecond), l.Mean.Round(time.Microsecond), l.RoundTrips)
+		}
+	}
+	return 0
+}

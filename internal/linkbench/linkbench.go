@@ -1,0 +1,325 @@
+//go:build linux
+
+// Package linkbench measures link backends on a real network-namespace
+// topology: frames/s and MB/s from one sender to N−1 receivers through a
+// bridge, and one-frame latency. It drives every backend through the
+// link.Link interface, so the numbers compare like with like. It needs
+// root (namespaces, CAP_NET_RAW). cmd/linkbench prints its report.
+package linkbench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/afpacket"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// Backends maps a backend name to how it is opened.
+var Backends = map[string]func(ifname string) (link.Link, error){
+	"ring-v3":  func(n string) (link.Link, error) { return ring.Open(n, ring.Config{Version: ring.V3}) },
+	"ring-v2":  func(n string) (link.Link, error) { return ring.Open(n, ring.Config{Version: ring.V2}) },
+	"afpacket": func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
+	"plain":    openPlain,
+}
+
+// BackendNames lists the backends in report order.
+var BackendNames = []string{"ring-v3", "ring-v2", "afpacket", "plain"}
+
+// Options describe one throughput run.
+type Options struct {
+	Backend  string
+	Hosts    int // 1 sender + Hosts−1 receivers
+	MTU      int
+	Duration time.Duration
+	Batch    int // frames per Send
+	Prefix   string
+}
+
+// Throughput is the outcome of one run.
+type Throughput struct {
+	Options
+	Sent        uint64
+	SendRetries uint64
+	Elapsed     time.Duration
+	Receivers   []Receiver
+}
+
+// Receiver is what one receiver got.
+type Receiver struct {
+	Frames      uint64
+	Bytes       uint64 // whole Ethernet frames, header included
+	Lost        uint64 // sequence numbers never seen
+	KernelDrops uint64
+	Elapsed     time.Duration // first to last frame
+}
+
+// MBps is the receiver's delivered rate in 10⁶ bytes per second over the
+// sender's sending time.
+func (r Receiver) MBps(elapsed time.Duration) float64 {
+	return float64(r.Bytes) / elapsed.Seconds() / 1e6
+}
+
+// MeanMBps and MinMBps summarise the receivers.
+func (t *Throughput) MeanMBps() float64 {
+	var s float64
+	for _, r := range t.Receivers {
+		s += r.MBps(t.Elapsed)
+	}
+	return s / float64(len(t.Receivers))
+}
+
+// FramesPerSec is the sender's rate.
+func (t *Throughput) FramesPerSec() float64 { return float64(t.Sent) / t.Elapsed.Seconds() }
+
+// LossPct is the mean share of frames a receiver never got.
+func (t *Throughput) LossPct() float64 {
+	var lost, frames uint64
+	for _, r := range t.Receivers {
+		lost += r.Lost
+		frames += r.Frames + r.Lost
+	}
+	if frames == 0 {
+		return 0
+	}
+	return 100 * float64(lost) / float64(frames)
+}
+
+func openOn(h *netns.Host, open func(string) (link.Link, error)) (link.Link, error) {
+	var l link.Link
+	err := h.Do(func() error {
+		var err error
+		l, err = open(h.Iface)
+		return err
+	})
+	return l, err
+}
+
+// RunThroughput builds a topology, blasts MTU-sized broadcast frames from
+// host 0 for the duration, and counts what every other host receives.
+func RunThroughput(o Options) (*Throughput, error) {
+	open, ok := Backends[o.Backend]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
+	}
+	if o.Batch == 0 {
+		o.Batch = 64
+	}
+	topo, err := netns.New(netns.Options{Hosts: o.Hosts, MTU: o.MTU, Prefix: o.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	defer topo.Close()
+	sender, err := openOn(topo.Hosts[0], open)
+	if err != nil {
+		return nil, err
+	}
+	defer sender.Close()
+	recvs := make([]link.Link, 0, o.Hosts-1)
+	defer func() {
+		for _, l := range recvs {
+			l.Close()
+		}
+	}()
+	for _, h := range topo.Hosts[1:] {
+		l, err := openOn(h, open)
+		if err != nil {
+			return nil, err
+		}
+		recvs = append(recvs, l)
+	}
+
+	res := &Throughput{Options: o, Receivers: make([]Receiver, len(recvs))}
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	var maxSeq atomic.Uint64
+	for i, l := range recvs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.Receivers[i] = receive(l, &done)
+		}()
+	}
+	// Let receivers reach their first Recv before the clock starts.
+	time.Sleep(100 * time.Millisecond)
+
+	frames := make([][]byte, o.Batch)
+	src := [6]byte(sender.HardwareAddr())
+	for i := range frames {
+		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
+		frames[i] = append(b, make([]byte, o.MTU)...)
+	}
+	start := time.Now()
+	var seq uint64
+	for time.Since(start) < o.Duration {
+		for _, f := range frames {
+			seq++
+			binary.BigEndian.PutUint64(f[frame.EthernetHeaderLen:], seq)
+		}
+		n, err := sender.Send(frames)
+		res.Sent += uint64(n)
+		if err != nil {
+			return nil, fmt.Errorf("send: %w", err)
+		}
+	}
+	res.Elapsed = time.Since(start)
+	maxSeq.Store(seq)
+	st, _ := sender.Stats()
+	res.SendRetries = st.SendRetries
+	// Give receivers time to drain what is queued, then stop them.
+	time.Sleep(300 * time.Millisecond)
+	done.Store(true)
+	wg.Wait()
+	for i, l := range recvs {
+		st, _ := l.Stats()
+		r := &res.Receivers[i]
+		r.KernelDrops = st.KernelDrops
+		if r.Frames < seq {
+			r.Lost = seq - r.Frames
+		}
+	}
+	return res, nil
+}
+
+func receive(l link.Link, done *atomic.Bool) Receiver {
+	var r Receiver
+	buf := make([]link.Frame, 256)
+	var first, last time.Time
+	for !done.Load() {
+		n, err := l.Recv(time.Now().Add(50*time.Millisecond), buf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			break
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		for _, f := range buf[:n] {
+			r.Frames++
+			r.Bytes += uint64(len(f.Data))
+		}
+		last = time.Now()
+	}
+	r.Elapsed = last.Sub(first)
+	return r
+}
+
+// Latency is the outcome of a ping-pong run.
+type Latency struct {
+	Backend    string
+	RoundTrips int
+	P50, P99   time.Duration // one way: half the round trip
+	Mean       time.Duration
+}
+
+// RunLatency measures one-frame latency between two hosts: host 0 sends a
+// 64-byte frame, host 1 echoes it, host 0 waits for the echo; one way is
+// half the round trip. Only one frame is ever in flight.
+func RunLatency(backend string, roundTrips int, prefix string) (*Latency, error) {
+	open, ok := Backends[backend]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q (have %v)", backend, BackendNames)
+	}
+	topo, err := netns.New(netns.Options{Hosts: 2, Prefix: prefix})
+	if err != nil {
+		return nil, err
+	}
+	defer topo.Close()
+	a, err := openOn(topo.Hosts[0], open)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	b, err := openOn(topo.Hosts[1], open)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+
+	stop := make(chan struct{})
+	echoDone := make(chan error, 1)
+	go func() {
+		buf := make([]link.Frame, 16)
+		out := make([][]byte, 1)
+		reply := make([]byte, 0, 64)
+		src := [6]byte(b.HardwareAddr())
+		for {
+			select {
+			case <-stop:
+				echoDone <- nil
+				return
+			default:
+			}
+			n, err := b.Recv(time.Now().Add(50*time.Millisecond), buf)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			if err != nil {
+				echoDone <- err
+				return
+			}
+			for _, f := range buf[:n] {
+				reply = frame.AppendEthernet(reply[:0], frame.Broadcast, src, frame.EtherType)
+				reply = append(reply, f.Data[frame.EthernetHeaderLen:]...)
+				out[0] = reply
+				if _, err := b.Send(out); err != nil {
+					echoDone <- err
+					return
+				}
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ping := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(a.HardwareAddr()), frame.EtherType)
+	ping = append(ping, make([]byte, 50)...)
+	out := [][]byte{ping}
+	buf := make([]link.Frame, 16)
+	rtts := make([]time.Duration, 0, roundTrips)
+	for i := range roundTrips + 20 {
+		binary.BigEndian.PutUint64(ping[frame.EthernetHeaderLen:], uint64(i))
+		t0 := time.Now()
+		if _, err := a.Send(out); err != nil {
+			close(stop)
+			return nil, err
+		}
+		got := false
+		for !got {
+			n, err := a.Recv(t0.Add(time.Second), buf)
+			if err != nil {
+				close(stop)
+				return nil, fmt.Errorf("round trip %d: %w", i, err)
+			}
+			for _, f := range buf[:n] {
+				if binary.BigEndian.Uint64(f.Data[frame.EthernetHeaderLen:]) == uint64(i) {
+					got = true
+				}
+			}
+		}
+		if i >= 20 { // warm-up excluded
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	close(stop)
+	if err := <-echoDone; err != nil {
+		return nil, err
+	}
+	slices.Sort(rtts)
+	var sum time.Duration
+	for _, r := range rtts {
+		sum += r
+	}
+	q := func(p float64) time.Duration { return rtts[int(p*float64(len(rtts)-1))] / 2 }
+	return &Latency{Backend: backend, RoundTrips: len(rtts), P50: q(0.5), P99: q(0.99), Mean: sum / time.Duration(2*len(rtts))}, nil
+}
