@@ -78,9 +78,13 @@ type Config struct {
 	// addition to broadcast and our own unicast address
 	// (PACKET_ADD_MEMBERSHIP, PACKET_MR_MULTICAST).
 	MulticastGroups []net.HardwareAddr
-	// KeepOutgoing delivers copies of frames this host sends
-	// (Frame.Outgoing set). By default the socket asks the kernel not to
-	// queue them at all (PACKET_IGNORE_OUTGOING).
+	// KeepOutgoing delivers copies of frames this host sends on the
+	// interface (Frame.Outgoing set), from this Link and any other socket.
+	// The kernel copies outgoing frames only to sockets bound to every
+	// protocol, so the receive socket is then bound to ETH_P_ALL and the
+	// EtherType is selected by its BPF filter alone: every frame on the
+	// interface costs a filter run. By default the socket is bound to
+	// EtherType and never sees outgoing frames.
 	KeepOutgoing bool
 }
 

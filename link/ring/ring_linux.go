@@ -240,14 +240,15 @@ func (l *Link) openRX(ifindex int) error {
 	if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); err != nil {
 		return l.sockErr("setsockopt SO_ATTACH_FILTER", err)
 	}
-	if !l.cfg.KeepOutgoing {
-		// Our own TX socket's frames would otherwise be copied into this
-		// ring as PACKET_OUTGOING, costing a copy per frame sent.
-		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
-			return l.sockErr("setsockopt PACKET_IGNORE_OUTGOING", err)
-		}
+	// The kernel copies outgoing frames only to ETH_P_ALL sockets
+	// (dev_queue_xmit_nit walks ptype_all), so keeping them means
+	// binding to every protocol and leaving the EtherType to the filter.
+	// Otherwise bind to the EtherType, and the kernel hands us nothing else.
+	proto := l.cfg.EtherType
+	if l.cfg.KeepOutgoing {
+		proto = unix.ETH_P_ALL
 	}
-	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: htons(l.cfg.EtherType), Ifindex: ifindex}); err != nil {
+	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifindex}); err != nil {
 		return l.sockErr("bind", err)
 	}
 	for _, g := range l.cfg.MulticastGroups {
@@ -306,10 +307,10 @@ func slotOffsets(g Geometry) []int {
 	return off
 }
 
-// etherTypeFilter accepts whole frames of one EtherType and drops the rest.
-// The socket is bound to that protocol already; the filter also keeps out
-// frames the kernel delivers to protocol-bound sockets regardless, and it
-// runs before the frame takes ring space.
+// etherTypeFilter accepts whole frames of one EtherType and drops the rest
+// before they take ring space. It is what selects the EtherType when the
+// socket is bound to ETH_P_ALL (KeepOutgoing), and a second check
+// otherwise.
 func etherTypeFilter(etherType uint16) (*unix.SockFprog, error) {
 	raw, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 12, Size: 2},
