@@ -38,6 +38,7 @@ func (e *Endpoint) Bind(node Node) {
 		return
 	}
 	e.node = node
+	e.binding++
 	e.wake()
 }
 
@@ -68,9 +69,10 @@ func (e *Endpoint) step() {
 		return
 	}
 	n := e.n
+	binding := e.binding
 	next := e.node.Step(n.Now())
-	if e.node == nil || e.crashed || e.closed {
-		return // the node crashed, closed or unbound itself
+	if e.binding != binding || e.node == nil || e.crashed || e.closed {
+		return // the node crashed, closed, unbound or replaced itself
 	}
 	if next.IsZero() {
 		e.cancelDeadline()

@@ -75,6 +75,7 @@ type Endpoint struct {
 
 	onReceive  func()
 	node       Node
+	binding    uint64 // counts Bind calls, to notice a node replaced mid-Step
 	wakeEv     *event // pending step because frames arrived
 	deadlineEv *event // pending step at the node's deadline
 }
@@ -363,9 +364,6 @@ func (e *Endpoint) receive(src *Endpoint, pkt *packet, at int64) {
 		ev.pkt, ev.from, ev.to = pkt, src, e
 		pkt.refs++
 		n.schedule(ev)
-	}
-	if pkt.refs == 0 {
-		n.pool.put(pkt) // unreachable today; keeps the pool honest
 	}
 }
 

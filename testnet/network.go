@@ -146,6 +146,9 @@ func New(seed uint64, cfg Config) (*Network, error) {
 // run so that it can be replayed.
 func (n *Network) Seed() uint64 { return n.seed }
 
+// Endpoints returns the attached endpoints in attach order (index order).
+func (n *Network) Endpoints() []*Endpoint { return append([]*Endpoint(nil), n.endpoints...) }
+
 // Now returns the current virtual time.
 func (n *Network) Now() time.Time { return n.start.Add(time.Duration(n.now)) }
 

@@ -741,11 +741,21 @@ type chatter struct {
 	stopAt time.Time
 	err    error
 	bufs   [4][]byte
+	// slow > 0 makes the node read (and send) only every slow.
+	slow     time.Duration
+	nextRead time.Time
 }
 
 var chatGroup = [6]byte{0x01, 0x00, 0x5e, 0x72, 0x62, 0x00}
 
 func (c *chatter) Step(now time.Time) time.Time {
+	if c.slow > 0 {
+		// A slow reader lets its queue overflow between reads.
+		if now.Before(c.nextRead) {
+			return c.nextRead
+		}
+		c.nextRead = now.Add(c.slow)
+	}
 	for {
 		k, _ := c.e.Recv(time.Time{}, c.frames)
 		if k == 0 {
@@ -808,6 +818,9 @@ func busyScenario(t testing.TB, seed uint64) (*TraceHash, int) {
 			c.bufs[j] = makeFrame(broadcast, e, 0, 1514)
 		}
 		nodes = append(nodes, c)
+		if i == 7 {
+			c.slow = time.Millisecond
+		}
 		e.Bind(c)
 	}
 	n.AfterFunc(4*time.Millisecond, func() { _ = n.Partition(es[:3], es[3:]) })
@@ -816,13 +829,42 @@ func busyScenario(t testing.TB, seed uint64) (*TraceHash, int) {
 	n.AfterFunc(14*time.Millisecond, es[5].Restart)
 	n.RunFor(25 * time.Millisecond)
 	got := 0
+	var in, out Counters
 	for _, c := range nodes {
+		add(&in, c.e.Counters(In))
+		add(&out, c.e.Counters(Out))
 		got += c.got
 		if c.err != nil && !errors.Is(c.err, ErrCrashed) {
 			t.Fatalf("node %d: %v", c.e.index, c.err)
 		}
 	}
+	// Every impairment must have fired, or the scenario does not test it.
+	for _, c := range []struct {
+		name string
+		v    uint64
+	}{
+		{"In.Lost", in.Lost}, {"In.BurstLost", in.BurstLost}, {"In.Overflow", in.Overflow},
+		{"In.Partitioned", in.Partitioned}, {"In.Crashed", in.Crashed}, {"In.Duplicated", in.Duplicated},
+		{"In.Corrupted", in.Corrupted}, {"In.Reordered", in.Reordered},
+		{"Out.Lost", out.Lost}, {"Out.BurstLost", out.BurstLost}, {"Out.Duplicated", out.Duplicated},
+		{"Out.Corrupted", out.Corrupted}, {"Out.Reordered", out.Reordered},
+	} {
+		if c.v == 0 {
+			t.Errorf("seed %d: %s is 0; in: %v; out: %v", seed, c.name, in, out)
+		}
+	}
 	return h, got
+}
+
+func add(sum *Counters, c Counters) {
+	sum.Lost += c.Lost
+	sum.BurstLost += c.BurstLost
+	sum.Overflow += c.Overflow
+	sum.Partitioned += c.Partitioned
+	sum.Crashed += c.Crashed
+	sum.Duplicated += c.Duplicated
+	sum.Corrupted += c.Corrupted
+	sum.Reordered += c.Reordered
 }
 
 func TestDeterminism(t *testing.T) {
@@ -924,5 +966,47 @@ func BenchmarkBroadcast(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sends/s")
 			b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "deliveries/s")
 		})
+	}
+}
+
+func TestSetImpairmentMidRun(t *testing.T) {
+	n := newNet(t, 1, Config{})
+	a := attach(t, n, EndpointConfig{})
+	b := attach(t, n, EndpointConfig{})
+	send(t, a, makeFrame(broadcast, a, 1, 64))
+	if err := b.SetImpairment(In, Impairment{Loss: 1}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, makeFrame(broadcast, a, 2, 64))
+	n.RunFor(time.Millisecond)
+	if got := drain(t, b); len(got) != 1 || seqOf(got[0]) != 1 {
+		t.Fatalf("got %d frames, want only the one sent before Loss became 1", len(got))
+	}
+	if b.Impairment(In).Loss != 1 || b.Counters(In).Lost != 1 {
+		t.Fatalf("impairment %+v, counters %v", b.Impairment(In), b.Counters(In))
+	}
+}
+
+func TestBindReplacesNode(t *testing.T) {
+	n := newNet(t, 1, Config{})
+	e := attach(t, n, EndpointConfig{})
+	var first, second int
+	var replacement NodeFunc = func(now time.Time) time.Time {
+		second++
+		return time.Time{}
+	}
+	e.Bind(NodeFunc(func(now time.Time) time.Time {
+		first++
+		e.Bind(replacement) // e.g. a restarted process with fresh state
+		return now.Add(time.Millisecond)
+	}))
+	n.RunFor(10 * time.Millisecond)
+	if first != 1 || second != 1 {
+		t.Fatalf("old node stepped %d times, new node %d; want 1 and 1 (the old deadline must be forgotten)", first, second)
+	}
+	e.Bind(nil)
+	n.RunFor(10 * time.Millisecond)
+	if second != 1 || n.Pending() != 0 {
+		t.Fatalf("unbound node stepped (%d) or events left (%d)", second, n.Pending())
 	}
 }
