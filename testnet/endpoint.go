@@ -341,29 +341,39 @@ func (e *Endpoint) receive(src *Endpoint, pkt *packet, at int64) {
 		n.trace(EventDrop, ft.drop, In, src, e, pkt.buf)
 		return
 	}
+	frame := pkt.buf
+	var corrupted *packet
 	if ft.corrupt {
-		pkt = n.pool.get(pkt.buf)
-		in.corrupt(pkt.buf)
+		corrupted = n.pool.get(frame)
+		in.corrupt(corrupted.buf)
+		frame = corrupted.buf
 		c.Corrupted++
-		n.trace(EventCorrupt, DropNone, In, src, e, pkt.buf)
+		n.trace(EventCorrupt, DropNone, In, src, e, frame)
 	}
 	if ft.reorder {
 		c.Reordered++
-		n.trace(EventReorder, DropNone, In, src, e, pkt.buf)
+		n.trace(EventReorder, DropNone, In, src, e, frame)
 	}
 	if ft.copies > 1 {
 		c.Duplicated++
-		n.trace(EventDuplicate, DropNone, In, src, e, pkt.buf)
+		n.trace(EventDuplicate, DropNone, In, src, e, frame)
 	}
 	for copyNo := range ft.copies {
 		extra := ft.delay
 		if copyNo > 0 {
 			extra = ft.delay2
 		}
+		// Every delivery gets a buffer of its own, as every socket does on
+		// Linux, so a receiver that writes into a frame cannot change what
+		// another one sees.
+		own := n.pool.get(frame)
+		own.refs = 1
 		ev := n.newEvent(evArrival, at+extra)
-		ev.pkt, ev.from, ev.to = pkt, src, e
-		pkt.refs++
+		ev.pkt, ev.from, ev.to = own, src, e
 		n.schedule(ev)
+	}
+	if corrupted != nil {
+		n.pool.put(corrupted)
 	}
 }
 

@@ -2,9 +2,8 @@ package testnet
 
 import "math/bits"
 
-// packet is one frame's bytes in flight or queued. A broadcast shares one
-// packet among all receivers (refs counts the holders); a receiver that
-// corrupts its copy gets a packet of its own.
+// packet is one frame's bytes in flight or queued; refs counts its holders
+// (the sender while it fans a frame out, then each receiver's own copy).
 type packet struct {
 	buf  []byte
 	refs int

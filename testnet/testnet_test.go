@@ -1010,3 +1010,21 @@ func TestBindReplacesNode(t *testing.T) {
 		t.Fatalf("unbound node stepped (%d) or events left (%d)", second, n.Pending())
 	}
 }
+
+func TestReceiversHaveTheirOwnCopies(t *testing.T) {
+	n := newNet(t, 1, Config{})
+	a := attach(t, n, EndpointConfig{})
+	b := attach(t, n, EndpointConfig{})
+	c := attach(t, n, EndpointConfig{})
+	sent := makeFrame(broadcast, a, 1, 100)
+	send(t, a, sent)
+	n.RunFor(time.Millisecond)
+	buf := make([]link.Frame, 1)
+	if k, _ := b.Recv(time.Time{}, buf); k != 1 {
+		t.Fatal("b got nothing")
+	}
+	buf[0].Data[50] ^= 0xff // a receiver scribbling on its frame
+	if got := drain(t, c); len(got) != 1 || !bytes.Equal(got[0], sent) {
+		t.Fatal("one receiver's write showed up in another receiver's frame")
+	}
+}
