@@ -43,10 +43,14 @@ type Link struct {
 	conn   *packet.Conn
 	rc     syscall.RawConn
 	ifname string
-	mac    net.HardwareAddr
-	mtu    int
-	cfg    Config
-	closed atomic.Bool
+	addr   net.Addr // ifname, for errors
+	// errTimeout is what Recv returns when its deadline passes; made once,
+	// since an idle runtime times out on every tick.
+	errTimeout error
+	mac        net.HardwareAddr
+	mtu        int
+	cfg        Config
+	closed     atomic.Bool
 
 	// Receive side, owned by the goroutine in Recv. Slot i is rxHdrs[i],
 	// which points at rxIov[i] -> rxBuf[i], rxAddr[i] (for sll_pkttype)
@@ -113,6 +117,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 	l := &Link{
 		conn:   conn,
 		ifname: ifname,
+		addr:   ifaceAddr(ifname),
 		mac:    append(net.HardwareAddr(nil), ifi.HardwareAddr...),
 		mtu:    ifi.MTU,
 		cfg:    cfg,
@@ -188,6 +193,7 @@ func (l *Link) setup() error {
 	}
 	l.rxFn = l.recvmmsg
 	l.txFn = l.sendmmsg
+	l.errTimeout = l.opError("recv", os.ErrDeadlineExceeded)
 	return nil
 }
 
@@ -219,7 +225,9 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 // Recv waits for frames until deadline (zero: no limit) and returns them as
 // views into the link's own buffers, valid until the next Recv or Close.
 // One recvmmsg returns the first frame and whatever else is already queued,
-// up to len(frames) or the batch size.
+// up to len(frames) or the batch size. Receiving allocates nothing; a
+// timeout costs one allocation, the *net.OpError mdlayher/packet wraps
+// around the poller's error.
 func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, l.opError("recv", errors.New("no room: Recv was given an empty frames slice"))
@@ -238,6 +246,9 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	l.rxWant = min(len(frames), len(l.rxHdrs))
 	for {
 		if err := l.rc.Read(l.rxFn); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !l.closed.Load() {
+				return 0, l.errTimeout
+			}
 			return 0, l.ioError("recv", err)
 		}
 		if l.rxErr != 0 {
@@ -508,7 +519,7 @@ func (l *Link) ioError(op string, err error) error {
 }
 
 func (l *Link) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+	return &net.OpError{Op: op, Net: "packet", Addr: l.addr, Err: err}
 }
 
 // ifaceAddr names the interface in errors.
