@@ -34,8 +34,9 @@ type EndpointConfig struct {
 	// QueueLen bounds the receive queue in frames; 0 means DefaultQueueLen.
 	// A frame that arrives at a full queue is dropped and counted in
 	// Stats.KernelDrops, as the kernel does when a socket's receive buffer
-	// is full — the main cause of loss the thesis observed (Auld 2001,
-	// §6.4, fig. 6.10).
+	// is full. Full buffers were what lost frames in the thesis's runs
+	// (Auld 2001, ch. 6, fig. 6.10): receive buffers lose a frame at one
+	// member, send buffers (model them with Out loss) at all of them.
 	QueueLen int
 	// In and Out are the impairments of each direction.
 	In, Out Impairment

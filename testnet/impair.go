@@ -17,7 +17,8 @@ const (
 	In Direction = iota
 	// Out impairs frames the endpoint sends, before they reach the wire;
 	// every receiver sees the same outcome (the thesis's "lost by all":
-	// sender buffer overflow or corruption in transit, Auld 2001, §6.4).
+	// sender buffer overflow or corruption in transit; Auld 2001, ch. 6,
+	// fig. 6.10 counts about three times more of these than the former).
 	Out
 )
 
@@ -67,14 +68,17 @@ type Impairment struct {
 // probability GoodToBad, from bad to good with BadToGood; the frame is then
 // lost with LossGood or LossBad according to the state. The mean sojourn in
 // the bad state is 1/BadToGood frames, so with LossBad = 1 and LossGood = 0
-// the mean burst of consecutive losses is 1/BadToGood. The chain starts in
-// the good state. It is enabled when GoodToBad > 0.
+// the mean burst of consecutive losses is 1/BadToGood, and the long-run loss
+// rate is GoodToBad/(GoodToBad+BadToGood). The chain starts in the good
+// state and moves once per frame that reaches this direction (for In: per
+// frame addressed to the endpoint). It is on when GoodToBad or LossGood is
+// non-zero.
 type GilbertElliott struct {
 	GoodToBad, BadToGood float64
 	LossGood, LossBad    float64
 }
 
-// Enabled reports whether the model can lose anything.
+// Enabled reports whether the model is on.
 func (g GilbertElliott) Enabled() bool { return g.GoodToBad > 0 || g.LossGood > 0 }
 
 func checkProb(where, name string, p float64) error {
@@ -84,7 +88,7 @@ func checkProb(where, name string, p float64) error {
 	return nil
 }
 
-// Validate reports the first field of im that is out of range; where names
+// validate reports the first field of im that is out of range; where names
 // the impairment in the message.
 func (im Impairment) validate(where string) error {
 	probs := []struct {
