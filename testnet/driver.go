@@ -31,7 +31,8 @@ func (f NodeFunc) Step(now time.Time) time.Time { return f(now) }
 // now steps the node again at the same instant, so a node must return a
 // later time or zero once it is idle. A crashed endpoint's node is not
 // stepped; Restart steps it. Bind(nil) unbinds; binding again replaces the
-// node and forgets its deadline.
+// node and forgets its deadline. Step is not told why it runs: a node
+// compares now with its own timers rather than acting on every call.
 func (e *Endpoint) Bind(node Node) {
 	e.cancelSteps()
 	if e.closed {
