@@ -1,0 +1,180 @@
+package ring
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// BenchmarkLatency is a ping-pong of one small frame h0 → h1 → h0 through
+// the bridge: h1 echoes each frame it receives straight from its RX ring
+// slot into its TX ring. The reported µs/rtt is the round trip; with V3 each
+// leg waits for a block to retire (Config.BlockTimeout), with V2 for the
+// wake-up of one frame.
+//
+//	go test -run '^$' -bench Latency -benchtime 2000x ./link/ring
+func BenchmarkLatency(b *testing.B) {
+	topo := up(b, "l", 2, 1500)
+	for _, v := range versions {
+		b.Run(v.String(), func(b *testing.B) {
+			ping := openOn(b, topo.Hosts[0], Config{Version: v})
+			echo := openOn(b, topo.Hosts[1], Config{Version: v})
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				frames := make([]Frame, 16)
+				out := make([][]byte, 16)
+				for {
+					n, err := echo.Recv(time.Now().Add(50*time.Millisecond), frames)
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						continue
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					for i := range n {
+						out[i] = frames[i].Data
+					}
+					if _, err := echo.Send(out[:n]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			f := buildFrame(make([]byte, 64), ping.HardwareAddr(), link.EtherTypeRbcast, 0, 64)
+			frames := make([]Frame, 16)
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				binary.BigEndian.PutUint64(f[14:], uint64(i))
+				if _, err := ping.Send([][]byte{f}); err != nil {
+					b.Fatal(err)
+				}
+				for got := false; !got; {
+					n, err := ping.Recv(time.Now().Add(time.Second), frames)
+					if err != nil {
+						b.Fatalf("ping %d: %v", i, err)
+					}
+					for _, r := range frames[:n] {
+						got = got || binary.BigEndian.Uint64(r.Data[14:]) == uint64(i)
+					}
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/rtt")
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+		})
+	}
+}
+
+// BenchmarkRecvRate sends full-MTU frames from h0 to the broadcast address
+// as fast as Send goes, in batches of 64, and counts what each of the other
+// hosts receives. It reports per receiver the delivered frames/s and MB/s
+// and the share lost (dropped by the kernel because the ring was full).
+// Everything, sender and receivers, shares the machine's cores.
+//
+//	go test -run '^$' -bench RecvRate -benchtime 200000x ./link/ring
+func BenchmarkRecvRate(b *testing.B) {
+	for _, mtu := range []int{1500, 9000} {
+		for _, hosts := range []int{2, 4, 8} {
+			b.Run(fmt.Sprintf("mtu%d/N%d", mtu, hosts), func(b *testing.B) {
+				topo := up(b, fmt.Sprintf("t%d%d", mtu/1000, hosts), hosts, mtu)
+				for _, v := range versions {
+					b.Run(v.String(), func(b *testing.B) {
+						benchRecvRate(b, topo.Hosts[0], topo.Hosts[1:], Config{Version: v})
+					})
+				}
+			})
+		}
+	}
+}
+
+func benchRecvRate(b *testing.B, from hostT, to []hostT, cfg Config) {
+	tx := openOn(b, from, cfg)
+	size := link.EthernetHeaderLen + tx.MTU()
+	type result struct {
+		received, bytes uint64
+		last            time.Time
+		err             error
+	}
+	results := make([]result, len(to))
+	rxs := make([]*Link, len(to))
+	for i, h := range to {
+		rxs[i] = openOn(b, h, cfg)
+	}
+	count := uint64(b.N)
+	var wg sync.WaitGroup
+	for i, rx := range rxs {
+		r := &results[i]
+		wg.Go(func() {
+			frames := make([]Frame, 256)
+			for r.received < count {
+				n, err := rx.Recv(time.Now().Add(300*time.Millisecond), frames)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return
+				}
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.last = time.Now()
+				r.received += uint64(n)
+				for _, f := range frames[:n] {
+					r.bytes += uint64(len(f.Data))
+				}
+			}
+		})
+	}
+	const batch = 64
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, 0, size)
+	}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	start := time.Now()
+	for sent := 0; sent < b.N; {
+		n := min(batch, b.N-sent)
+		for i := range n {
+			binary.BigEndian.PutUint64(bufs[i][14:], uint64(sent+i))
+		}
+		if _, err := tx.Send(bufs[:n]); err != nil {
+			b.Fatal(err)
+		}
+		sent += n
+	}
+	sendTime := time.Since(start)
+	wg.Wait()
+	b.StopTimer()
+	var frames, bytes uint64
+	var elapsed time.Duration
+	for i, r := range results {
+		if r.err != nil {
+			b.Fatalf("receiver %d: %v", i, r.err)
+		}
+		frames += r.received
+		bytes += r.bytes
+		elapsed = max(elapsed, r.last.Sub(start))
+	}
+	elapsed = max(elapsed, sendTime)
+	n := float64(len(results))
+	b.ReportMetric(float64(frames)/n/elapsed.Seconds(), "frames/s/rcv")
+	b.ReportMetric(float64(bytes)/n/elapsed.Seconds()/1e6, "MB/s/rcv")
+	b.ReportMetric(100*(1-float64(frames)/n/float64(count)), "%lost")
+	b.ReportMetric(float64(b.N)/sendTime.Seconds(), "sent/s")
+	st, _ := tx.Stats()
+	b.ReportMetric(float64(st.SendRetries)/float64(b.N), "retries/frame")
+}
