@@ -395,7 +395,7 @@ func (l *Link) sendBatch(batch [][]byte) (int, error) {
 		}
 	}()
 	l.txDone, l.txCount, l.txRetries = 0, len(batch), 0
-	backoff := minBackoff
+	backoff, done := minBackoff, 0
 	var err error
 	for {
 		l.txErr, l.txNoBufs = 0, false
@@ -409,6 +409,11 @@ func (l *Link) sendBatch(batch [][]byte) (int, error) {
 		}
 		if !l.txNoBufs {
 			break
+		}
+		// Back off harder only while the queue stays full; once frames
+		// move again, the next wait starts short.
+		if l.txDone > done {
+			done, backoff = l.txDone, minBackoff
 		}
 		time.Sleep(backoff)
 		backoff = min(2*backoff, maxBackoff)
