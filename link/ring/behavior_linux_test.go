@@ -530,3 +530,55 @@ func TestAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestBackPressure puts a slow token bucket (tbf, 8 Mbit/s, a 3000-byte
+// queue) on h0's eth0, so the qdisc refuses most frames with ENOBUFS, and
+// sends a batch several times larger than the TX ring: every frame must
+// still arrive, in order, with the waits counted. With QdiscBypass the
+// bucket is skipped altogether.
+func TestBackPressure(t *testing.T) {
+	topo := up(t, "q", 2, 1500)
+	ns := topo.Hosts[0].Namespace
+	if out, err := exec.Command("tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "8mbit", "burst", "3000", "limit", "3000").CombinedOutput(); err != nil {
+		t.Skipf("needs the tbf qdisc (sch_tbf) to make back-pressure: %v: %s", err, out)
+	}
+	for _, tc := range []struct {
+		name   string
+		bypass bool
+	}{{"qdisc", false}, {"bypass", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			small := Config{TxBlockSize: 64 << 10, TxBlockCount: 2, QdiscBypass: tc.bypass}
+			tx := openOn(t, topo.Hosts[0], small)
+			rx := openOn(t, topo.Hosts[1], Config{})
+			count := 3 * tx.TXGeometry().FrameCount // 246 frames of 1000 bytes: ~250 ms at 8 Mbit/s
+			batch := make([][]byte, count)
+			for i := range batch {
+				batch[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
+			}
+			if n, err := tx.Send(batch); n != count || err != nil {
+				t.Fatalf("Send of %d frames = %d, %v", count, n, err)
+			}
+			got, err := recvUntil(rx, count, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != count {
+				st, _ := rx.Stats()
+				t.Fatalf("received %d of %d frames (kernel dropped %d)", len(got), count, st.KernelDrops)
+			}
+			for i, f := range got {
+				if !bytes.Equal(f, batch[i]) {
+					t.Fatalf("frame %d differs from frame %d sent", binary.BigEndian.Uint64(f[14:]), i)
+				}
+			}
+			st, _ := tx.Stats()
+			t.Logf("sender: %+v", st)
+			if st.FramesSent != uint64(count) {
+				t.Errorf("Stats.FramesSent = %d, want %d", st.FramesSent, count)
+			}
+			if !tc.bypass && st.SendRetries == 0 {
+				t.Errorf("no SendRetries counted behind a slow qdisc")
+			}
+		})
+	}
+}

@@ -57,7 +57,9 @@ type Link struct {
 	txTarget uint64 // slot txProgress waits for
 	txFree   bool   // txProgress waits for txTarget to be AVAILABLE (else: taken by the kernel)
 	txErrno  syscall.Errno
-	progress func(uintptr) bool
+	// txBackoff is the current pause between kicks refused with ENOBUFS.
+	txBackoff time.Duration
+	progress  func(uintptr) bool
 
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
@@ -624,6 +626,9 @@ func (l *Link) wait(seq uint64, free bool) error {
 	if err == nil && l.txErrno != 0 {
 		err = l.txErrno
 	}
+	if err == nil && l.closed.Load() {
+		err = net.ErrClosed
+	}
 	return err
 }
 
@@ -635,24 +640,38 @@ func (l *Link) wait(seq uint64, free bool) error {
 func (l *Link) txProgress(fd uintptr) bool {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	newest := status(ring, l.txSlot[(l.txNext-1)%slots])
-	if atomic.LoadUint32(newest) == unix.TP_STATUS_SEND_REQUEST {
+	for atomic.LoadUint32(newest) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load() {
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-		case unix.EAGAIN, unix.ENOBUFS, unix.EINTR:
-			// Back-pressure: the frame at the kernel's head was put back
-			// as SEND_REQUEST (tpacket_snd), nothing is lost.
+		if e == 0 {
+			l.txBackoff = 0
+			break
+		}
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			// The socket's send buffer is full; POLLOUT comes when sent
+			// frames are freed.
 			l.sendRetries.Add(1)
-		default:
+			break
+		}
+		if e != unix.ENOBUFS {
 			l.txErrno = e
 			return true
 		}
+		// The queueing discipline or driver refused the frame at the
+		// kernel's head; tpacket_snd put it back as SEND_REQUEST, so
+		// nothing is lost, but nothing will signal when there is room
+		// again either: back off briefly and kick again.
+		l.sendRetries.Add(1)
+		l.txBackoff = min(max(2*l.txBackoff, 10*time.Microsecond), time.Millisecond)
+		time.Sleep(l.txBackoff)
 	}
 	st := atomic.LoadUint32(status(ring, l.txSlot[l.txTarget%slots]))
 	if l.txFree {
-		return st == unix.TP_STATUS_AVAILABLE
+		return st == unix.TP_STATUS_AVAILABLE || l.closed.Load()
 	}
-	return st != unix.TP_STATUS_SEND_REQUEST
+	return st != unix.TP_STATUS_SEND_REQUEST || l.closed.Load()
 }
 
 // sendErr turns an error met while frames [first, txNext) were in the
