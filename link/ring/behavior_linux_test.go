@@ -305,35 +305,44 @@ func TestSendErrors(t *testing.T) {
 // TP_STATUS_WRONG_FORMAT. Send must say so, and the link must keep working.
 func TestWrongFormat(t *testing.T) {
 	topo := up(t, "w", 2, 1500)
-	tx := openOn(t, topo.Hosts[0], Config{})
-	rx := openOn(t, topo.Hosts[1], Config{})
-	src := tx.HardwareAddr()
-	mk := func(seq uint64, size int) []byte {
-		return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-	}
-	if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", "1000").CombinedOutput(); err != nil {
-		t.Fatalf("ip link set mtu: %v: %s", err, out)
-	}
-	n, err := tx.Send([][]byte{mk(0, 500), mk(1, 1200), mk(2, 500)})
-	if n != 1 || err == nil || !strings.Contains(err.Error(), "frame 1 of the batch (1200 bytes, TP_STATUS_WRONG_FORMAT)") {
-		t.Fatalf("Send of a frame over the new MTU = %d, %v; want 1 and a WRONG_FORMAT error", n, err)
-	}
-	t.Logf("Send: %v", err)
-	for i := range 3 * tx.TXGeometry().FrameCount {
-		if n, err := tx.Send([][]byte{mk(uint64(10+i), 500)}); n != 1 || err != nil {
-			t.Fatalf("Send %d after the refused frame = %d, %v", i, n, err)
+	setMTU := func(mtu string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set mtu: %v: %s", err, out)
 		}
 	}
-	got, err := recvUntil(rx, 1<<20, 300*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := rx.Stats()
-	if uint64(len(got))+st.KernelDrops != uint64(1+3*tx.TXGeometry().FrameCount) {
-		t.Errorf("received %d + dropped %d, sent %d", len(got), st.KernelDrops, 1+3*tx.TXGeometry().FrameCount)
-	}
-	if seq := binary.BigEndian.Uint64(got[0][14:]); seq != 0 || len(got) < 2 || binary.BigEndian.Uint64(got[1][14:]) != 10 {
-		t.Errorf("first frames received are not 0 then 10")
+	for _, v := range versions {
+		t.Run(v.String(), func(t *testing.T) {
+			setMTU("1500")
+			tx := openOn(t, topo.Hosts[0], Config{Version: v})
+			rx := openOn(t, topo.Hosts[1], Config{Version: v})
+			src := tx.HardwareAddr()
+			mk := func(seq uint64, size int) []byte {
+				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
+			}
+			setMTU("1000")
+			n, err := tx.Send([][]byte{mk(0, 500), mk(1, 1200), mk(2, 500)})
+			if n != 1 || err == nil || !strings.Contains(err.Error(), "frame 1 of the batch (1200 bytes, TP_STATUS_WRONG_FORMAT)") {
+				t.Fatalf("Send of a frame over the new MTU = %d, %v; want 1 and a WRONG_FORMAT error", n, err)
+			}
+			t.Logf("Send: %v", err)
+			for i := range 3 * tx.TXGeometry().FrameCount {
+				if n, err := tx.Send([][]byte{mk(uint64(10+i), 500)}); n != 1 || err != nil {
+					t.Fatalf("Send %d after the refused frame = %d, %v", i, n, err)
+				}
+			}
+			got, err := recvUntil(rx, 1<<20, 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := rx.Stats()
+			if uint64(len(got))+st.KernelDrops != uint64(1+3*tx.TXGeometry().FrameCount) {
+				t.Errorf("received %d + dropped %d, sent %d", len(got), st.KernelDrops, 1+3*tx.TXGeometry().FrameCount)
+			}
+			if seq := binary.BigEndian.Uint64(got[0][14:]); seq != 0 || len(got) < 2 || binary.BigEndian.Uint64(got[1][14:]) != 10 {
+				t.Errorf("first frames received are not 0 then 10")
+			}
+		})
 	}
 }
 
@@ -545,11 +554,12 @@ func TestBackPressure(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		bypass bool
-	}{{"qdisc", false}, {"bypass", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			small := Config{TxBlockSize: 64 << 10, TxBlockCount: 2, QdiscBypass: tc.bypass}
+		v      Version
+	}{{"qdisc", false, V2}, {"qdisc", false, V3}, {"bypass", true, V2}, {"bypass", true, V3}} {
+		t.Run(tc.name+"/"+tc.v.String(), func(t *testing.T) {
+			small := Config{Version: tc.v, TxBlockSize: 64 << 10, TxBlockCount: 2, QdiscBypass: tc.bypass}
 			tx := openOn(t, topo.Hosts[0], small)
-			rx := openOn(t, topo.Hosts[1], Config{})
+			rx := openOn(t, topo.Hosts[1], Config{Version: tc.v})
 			count := 3 * tx.TXGeometry().FrameCount // 246 frames of 1000 bytes: ~250 ms at 8 Mbit/s
 			batch := make([][]byte, count)
 			for i := range batch {
@@ -578,6 +588,56 @@ func TestBackPressure(t *testing.T) {
 			}
 			if !tc.bypass && st.SendRetries == 0 {
 				t.Errorf("no SendRetries counted behind a slow qdisc")
+			}
+		})
+	}
+}
+
+// TestRecvLargerThanRing asks for more frames than the ring holds, with
+// the ring full: Recv must stop after one lap instead of handing out a
+// slot it still holds a second time.
+func TestRecvLargerThanRing(t *testing.T) {
+	topo := up(t, "g", 2, 1500)
+	for _, v := range versions {
+		t.Run(v.String(), func(t *testing.T) {
+			rx := openOn(t, topo.Hosts[1], Config{Version: v, BlockSize: 64 << 10, BlockCount: 2})
+			tx := openOn(t, topo.Hosts[0], Config{Version: v})
+			const count = 500 // the ring holds about 130 frames of 1000 bytes
+			batch := make([][]byte, count)
+			for i := range batch {
+				batch[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
+			}
+			if n, err := tx.Send(batch); n != count || err != nil {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			frames := make([]Frame, 4*count)
+			seen := map[uint64]bool{}
+			var addrs = map[*byte]bool{}
+			for {
+				n, err := rx.Recv(time.Now().Add(200*time.Millisecond), frames)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				clear(addrs)
+				for _, f := range frames[:n] {
+					seq := binary.BigEndian.Uint64(f.Data[14:])
+					if seen[seq] {
+						t.Fatalf("frame %d returned twice", seq)
+					}
+					seen[seq] = true
+					if p := unsafe.SliceData(f.Data); addrs[p] {
+						t.Fatalf("one Recv returned two frames in the same slot")
+					} else {
+						addrs[p] = true
+					}
+				}
+			}
+			st, _ := rx.Stats()
+			if uint64(len(seen))+st.KernelDrops != count {
+				t.Errorf("received %d + dropped %d != sent %d", len(seen), st.KernelDrops, count)
 			}
 		})
 	}
