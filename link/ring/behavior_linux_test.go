@@ -591,6 +591,46 @@ func TestBackPressure(t *testing.T) {
 			}
 		})
 	}
+
+	// Behind a bucket of 8 kbit/s the batch would take minutes: Close must
+	// end the wait, and Send must say how many frames the kernel took.
+	if out, err := exec.Command("tc", "-n", ns, "qdisc", "change", "dev", "eth0", "root", "tbf", "rate", "8kbit", "burst", "3000", "limit", "3000").CombinedOutput(); err != nil {
+		t.Fatalf("tc qdisc change: %v: %s", err, out)
+	}
+	for _, v := range versions {
+		t.Run("close/"+v.String(), func(t *testing.T) {
+			var tx *Link
+			if err := topo.Hosts[0].Do(func() (err error) { tx, err = Open("eth0", Config{Version: v}); return err }); err != nil {
+				t.Fatal(err)
+			}
+			batch := make([][]byte, 200)
+			for i := range batch {
+				batch[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
+			}
+			type result struct {
+				n   int
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				n, err := tx.Send(batch)
+				done <- result{n, err}
+			}()
+			time.Sleep(50 * time.Millisecond) // only so that Send is usually blocked when Close comes
+			if err := tx.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-done:
+				if !errors.Is(r.err, net.ErrClosed) || r.n >= len(batch) {
+					t.Errorf("Send cut short by Close = %d, %v; want fewer than %d and net.ErrClosed", r.n, r.err, len(batch))
+				}
+				t.Logf("Send = %d, %v", r.n, r.err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not unblock Send")
+			}
+		})
+	}
 }
 
 // TestRecvLargerThanRing asks for more frames than the ring holds, with
