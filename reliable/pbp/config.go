@@ -1,0 +1,265 @@
+package pbp
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Time is a monotonic instant in nanoseconds on the runtime's clock (the
+// live runtime's monotonic clock, or the simulator's virtual one). The
+// core never reads a clock: every input carries the current Time. It must
+// be positive; zero means "no deadline".
+type Time int64
+
+// Duration is a span of Time in nanoseconds.
+type Duration int64
+
+// Units of Duration.
+const (
+	Nanosecond  Duration = 1
+	Microsecond          = 1000 * Nanosecond
+	Millisecond          = 1000 * Microsecond
+	Second               = 1000 * Millisecond
+)
+
+// Add returns t+d.
+func (t Time) Add(d Duration) Time { return t + Time(d) }
+
+// Sub returns t-u.
+func (t Time) Sub(u Time) Duration { return Duration(t - u) }
+
+// Mode selects how lost frames are repaired.
+type Mode uint8
+
+const (
+	// PBP2 is the negative-acknowledgement protocol (thesis §3.2, figs.
+	// 3.8–3.10): receivers that see a gap ask the sender for the missing
+	// frames with a Nack. The default.
+	PBP2 Mode = iota
+	// PBP1 is the positive-acknowledgement protocol (thesis §3.1, figs.
+	// 3.1–3.6): a sender that is not acknowledged in time retransmits its
+	// whole outstanding window.
+	PBP1
+)
+
+func (m Mode) String() string {
+	switch m {
+	case PBP2:
+		return "PBP2"
+	case PBP1:
+		return "PBP1"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Defaults for zero Config fields. The thesis used 150 ms ack and 300 ms
+// resend timeouts on 10 Mb/s Ethernet (§3.1.3); a switched gigabit segment
+// has round trips near 100 µs, so ours are scaled down but stay one to two
+// orders of magnitude above a round trip, so a busy receiver is not
+// mistaken for a lossy one.
+const (
+	// DefaultWindowPBP2 is PBP2's send window: the thesis measured its best
+	// throughput with 128 (fig. 4.3: 1.105 MB/s of 1.25 at one receiver).
+	DefaultWindowPBP2 = 128
+	// DefaultWindowPBP1 is PBP1's: the thesis's usual 16 (§3.1.1). PBP1
+	// retransmits the whole window on a timeout, so a large one costs a
+	// burst of duplicates per loss.
+	DefaultWindowPBP1 = 16
+	// MaxWindow bounds Window: receivers keep a reorder ring of the
+	// window's size (rounded up to a power of two) per member.
+	MaxWindow = 1 << 15
+
+	DefaultMTU               = 1500
+	DefaultAckDelay          = 1 * Millisecond
+	DefaultResendTimeoutPBP1 = 5 * Millisecond
+	DefaultResendTimeoutPBP2 = 10 * Millisecond
+	DefaultNackTimeout       = 4 * Millisecond
+	DefaultHeartbeatInterval = 100 * Millisecond
+	DefaultFailureTimeout    = 2 * Second
+)
+
+// Config is one member's view of its group.
+type Config struct {
+	Group uint32
+	Self  frame.MemberID
+	// Members is the static member list, Self included: id, unicast MAC
+	// and incarnation of each (registration fills it later; its Start
+	// frame carries exactly these). Frames whose sender id, incarnation or
+	// source MAC disagree with it are dropped and counted.
+	Members []frame.MemberInfo
+	Mode    Mode
+	// Window is the most frames a member may have sent and not
+	// yet seen acknowledged by every live member. Every member must use
+	// the same value. 0 means DefaultWindowPBP2 or DefaultWindowPBP1.
+	Window int
+	// MTU is the link's MTU; 0 means DefaultMTU. Frames never exceed it.
+	MTU int
+	// MaxPayload lowers the largest message (or bundle) below what the MTU
+	// allows; 0 means frame.MaxPayload(MTU, ack vector length, 0).
+	MaxPayload int
+	// InitialSeq is the sequence number of every member's first message.
+	// All members must agree on it (the start handshake fixes it; the
+	// thesis starts at 1 after a handshake message 0).
+	InitialSeq uint32
+	// EtherType of the frames built; 0 means frame.EtherType.
+	EtherType uint16
+	// Dst is the destination of group frames: zero means broadcast, or a
+	// group multicast address.
+	Dst [6]byte
+
+	// AckDelay: a plain Ack goes out this long after the first receipt not
+	// yet acknowledged, unless a frame of ours carried the ack first.
+	AckDelay Duration
+	// ResendTimeout: with messages outstanding and no progress of the
+	// window for this long, PBP1 retransmits the outstanding window and
+	// PBP2 sends an Ack naming its last sequence number, so receivers see
+	// a lost tail (thesis fig. 3.9).
+	ResendTimeout Duration
+	// NackTimeout (PBP2): a receiver still missing frames this long after
+	// asking asks again, for everything still missing.
+	NackTimeout Duration
+	// HeartbeatInterval: a member that has sent nothing for this long
+	// sends a Heartbeat.
+	HeartbeatInterval Duration
+	// FailureTimeout: a member heard from not at all for this long is
+	// removed; from then on it counts as having acknowledged everything.
+	FailureTimeout Duration
+	// BundleDelay: how long a lone queued message may wait for others to
+	// share its frame. 0 (the default) never delays: what Propose queued
+	// before the next Ready travels together, nothing waits longer.
+	BundleDelay Duration
+}
+
+// ErrConfig is wrapped by every error New returns about a bad Config.
+var ErrConfig = errors.New("pbp: invalid configuration")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+}
+
+// settings is a validated Config with defaults filled in, plus what is
+// derived from it.
+type settings struct {
+	Config
+	ackBase    frame.MemberID
+	span       int // ack vector entries: max id - min id + 1
+	linkMax    int // largest body a frame can carry at this MTU
+	maxPayload int // largest message or bundle
+	ringSize   uint32
+	etherType  uint16
+	dst        [6]byte
+	selfMAC    [6]byte
+	selfInc    uint32
+}
+
+func (c Config) validate() (settings, error) {
+	s := settings{Config: c}
+	if c.Mode != PBP1 && c.Mode != PBP2 {
+		return s, configErr("Mode is %v, want PBP1 or PBP2", c.Mode)
+	}
+	if len(c.Members) < 1 {
+		return s, configErr("Members is empty; it must list every member, Self (%d) included", c.Self)
+	}
+	lo, hi := c.Members[0].ID, c.Members[0].ID
+	self := -1
+	for i, m := range c.Members {
+		if m.ID == frame.NoMember {
+			return s, configErr("Members[%d] has id 0x%04x, reserved for 'no member'", i, uint16(m.ID))
+		}
+		if m.MAC[0]&1 != 0 || m.MAC == [6]byte{} {
+			return s, configErr("Members[%d] (id %d) has MAC %x, want a unicast address", i, m.ID, m.MAC)
+		}
+		for j := range i {
+			if c.Members[j].ID == m.ID {
+				return s, configErr("Members[%d] and Members[%d] both have id %d", j, i, m.ID)
+			}
+			if c.Members[j].MAC == m.MAC {
+				return s, configErr("Members[%d] and Members[%d] both have MAC %x", j, i, m.MAC)
+			}
+		}
+		lo, hi = min(lo, m.ID), max(hi, m.ID)
+		if m.ID == c.Self {
+			self = i
+		}
+	}
+	if self < 0 {
+		return s, configErr("Self (%d) is not in Members", c.Self)
+	}
+	s.selfMAC, s.selfInc = c.Members[self].MAC, c.Members[self].Incarnation
+	s.ackBase, s.span = lo, int(hi)-int(lo)+1
+
+	if s.Window == 0 {
+		s.Window = DefaultWindowPBP2
+		if c.Mode == PBP1 {
+			s.Window = DefaultWindowPBP1
+		}
+	}
+	if s.Window < 1 || s.Window > MaxWindow {
+		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)
+	}
+	s.ringSize = uint32(1) << bits.Len32(uint32(s.Window-1))
+
+	if s.MTU == 0 {
+		s.MTU = DefaultMTU
+	}
+	if s.MTU < frame.MinMTU {
+		return s, configErr("MTU is %d, want at least %d", c.MTU, frame.MinMTU)
+	}
+	s.linkMax = frame.MaxPayload(s.MTU, s.span, 0)
+	// A Nack must hold at least one range: target (2), count (2), range (8).
+	if s.linkMax < 12 {
+		return s, configErr("MTU %d leaves %d payload bytes with an ack vector of %d entries (member ids %d..%d)", s.MTU, s.linkMax, s.span, lo, hi)
+	}
+	s.maxPayload = s.linkMax
+	if c.MaxPayload < 0 || c.MaxPayload > s.linkMax {
+		return s, configErr("MaxPayload is %d, but MTU %d with %d ack entries carries at most %d", c.MaxPayload, s.MTU, s.span, s.linkMax)
+	}
+	if c.MaxPayload > 0 {
+		s.maxPayload = c.MaxPayload
+	}
+
+	s.etherType = c.EtherType
+	if s.etherType == 0 {
+		s.etherType = frame.EtherType
+	}
+	s.dst = c.Dst
+	if s.dst == [6]byte{} {
+		s.dst = frame.Broadcast
+	} else if s.dst[0]&1 == 0 {
+		return s, configErr("Dst %x is a unicast address; group frames go to broadcast or a multicast group", c.Dst)
+	}
+
+	resendDef := DefaultResendTimeoutPBP2
+	if c.Mode == PBP1 {
+		resendDef = DefaultResendTimeoutPBP1
+	}
+	durations := []struct {
+		name string
+		d    *Duration
+		def  Duration
+	}{
+		{"AckDelay", &s.AckDelay, DefaultAckDelay},
+		{"ResendTimeout", &s.ResendTimeout, resendDef},
+		{"NackTimeout", &s.NackTimeout, DefaultNackTimeout},
+		{"HeartbeatInterval", &s.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"FailureTimeout", &s.FailureTimeout, DefaultFailureTimeout},
+	}
+	for _, d := range durations {
+		if *d.d < 0 {
+			return s, configErr("%s is %d ns, want > 0 (0 means %d ns)", d.name, int64(*d.d), int64(d.def))
+		}
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
+	if s.BundleDelay < 0 {
+		return s, configErr("BundleDelay is %d ns, want >= 0", int64(s.BundleDelay))
+	}
+	if s.FailureTimeout <= s.HeartbeatInterval {
+		return s, configErr("FailureTimeout (%d ns) must exceed HeartbeatInterval (%d ns), or idle members are removed", int64(s.FailureTimeout), int64(s.HeartbeatInterval))
+	}
+	return s, nil
+}

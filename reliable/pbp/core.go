@@ -1,0 +1,606 @@
+package pbp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Errors of Propose and Step. Step's errors say why a frame was dropped;
+// the frame changed no state, and the drop is counted in Stats.
+var (
+	// ErrWindowFull is back-pressure: Window frames are unacknowledged.
+	// Retry after a later Step, Tick or removal frees room (Stats.InFlight
+	// falls below Stats.Window).
+	ErrWindowFull = errors.New("pbp: send window full")
+	// ErrLeaving: Leave was called; no new messages are accepted.
+	ErrLeaving = errors.New("pbp: member is leaving the group")
+	// ErrNotMember: the frame's sender id is not in the member list.
+	ErrNotMember = errors.New("pbp: frame from a non-member")
+	// ErrIncarnation: the sender id is a member, its incarnation is not.
+	ErrIncarnation = errors.New("pbp: frame from another incarnation of a member")
+	// ErrSourceMAC: the frame came from a MAC that is not its member's.
+	ErrSourceMAC = errors.New("pbp: frame from a MAC that is not its sender's")
+	// ErrGroup: the frame belongs to another group.
+	ErrGroup = errors.New("pbp: frame of another group")
+	// ErrRemoved: the sender was removed from the group (failed or left).
+	ErrRemoved = errors.New("pbp: frame from a removed member")
+	// ErrFrameType: not a frame type PBP handles.
+	ErrFrameType = errors.New("pbp: frame type not handled by PBP")
+	// ErrLeft: this member has left; the core takes no more input.
+	ErrLeft = errors.New("pbp: this member has left the group")
+)
+
+// TooLargeError refuses a message larger than one frame carries.
+type TooLargeError struct {
+	Size, Max int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("pbp: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
+}
+
+// Delivery is one application message delivered in FIFO order of its
+// sender. Data aliases either the received frame (in-order frames: valid
+// until the runtime recycles that frame, which must not happen before
+// Advance) or a buffer of the core (valid until Advance). Copy it to keep
+// it.
+type Delivery struct {
+	From  frame.MemberID
+	Seq   uint32 // the frame's sequence number
+	Index int    // position within a bundled frame, 0 for a lone message
+	Data  []byte
+}
+
+// EventKind says what happened to a member.
+type EventKind uint8
+
+const (
+	// MemberFailed: silent past FailureTimeout, removed.
+	MemberFailed EventKind = iota + 1
+	// MemberLeft: its Leave arrived and everything it sent was delivered.
+	MemberLeft
+	// SelfLeft: this member sent its Leave; the core is finished.
+	SelfLeft
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case MemberFailed:
+		return "failed"
+	case MemberLeft:
+		return "left"
+	case SelfLeft:
+		return "self left"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a change of membership.
+type Event struct {
+	Kind   EventKind
+	Member frame.MemberID
+	At     Time
+	// Delivered is the next sequence number that was expected from Member
+	// when it was removed: everything before it was delivered here.
+	Delivered uint32
+	// Discarded counts messages received from Member beyond a gap that
+	// could no longer be filled and were dropped undelivered.
+	Discarded int
+}
+
+func (e Event) String() string {
+	return fmt.Sprintf("member %d %v at %d (delivered up to seq %d, %d discarded)", e.Member, e.Kind, int64(e.At), e.Delivered, e.Discarded)
+}
+
+// Ready is what the runtime must do now. Everything in it is valid until
+// Advance.
+type Ready struct {
+	// Frames are complete Ethernet frames to send, in order.
+	Frames [][]byte
+	// Deliveries are messages for the application, FIFO per sender.
+	Deliveries []Delivery
+	// Events are membership changes, in the order they happened.
+	Events []Event
+}
+
+// Empty reports whether there is nothing to do.
+func (r Ready) Empty() bool {
+	return len(r.Frames) == 0 && len(r.Deliveries) == 0 && len(r.Events) == 0
+}
+
+// Stats are the core's counters. Frames and messages are counted
+// separately: a bundled frame carries several messages.
+type Stats struct {
+	MessagesProposed uint64
+	DataFramesSent   uint64 // first transmissions
+	Retransmitted    uint64 // Data frames sent again
+	RetransmitsHeld  uint64 // requests not honoured: the frame was just retransmitted
+	AcksSent         uint64
+	HeartbeatsSent   uint64
+	NacksSent        uint64
+	NacksReceived    uint64 // Nacks addressed to this member
+	NackedStale      uint64 // requested sequence numbers already stable or never sent
+	LeavesSent       uint64
+
+	Delivered       uint64 // messages
+	DeliveredFrames uint64
+	OutOfOrder      uint64 // frames copied to wait for a gap to fill
+	Duplicates      uint64 // frames already delivered or already buffered
+	BeyondWindow    uint64 // sequence numbers further ahead than a window
+	GapsRepaired    uint64 // PBP2: repair states entered and left again
+
+	NotMember        uint64
+	WrongIncarnation uint64
+	WrongMAC         uint64
+	WrongGroup       uint64
+	FromRemoved      uint64
+	BadAcks          uint64 // acks for sequence numbers not yet sent
+	UnhandledTypes   uint64
+	EncodeErrors     uint64 // frames the core failed to build (a bug)
+
+	MembersFailed uint64
+	MembersLeft   uint64
+	Discarded     uint64 // messages of removed members dropped beyond a gap
+
+	Window   int // configured window
+	InFlight int // frames sent and not yet acknowledged by every live member
+	Buffered int // out-of-order frames held, all senders
+}
+
+// MemberState is one member's protocol state as seen here (for status
+// output; it allocates).
+type MemberState struct {
+	ID        frame.MemberID
+	Live      bool
+	Repairing bool   // PBP2 repair state: frames from it are missing
+	Expected  uint32 // next sequence number expected from it (exp_seqno)
+	KnownEnd  uint32 // one past the highest sequence number it is known to have sent
+	Acked     uint32 // its acknowledgement of ours: the next it expects from us
+	Buffered  int
+	LastHeard Time
+}
+
+type peerState uint8
+
+const (
+	normal peerState = iota // nothing from this sender is known missing
+	repair                  // PBP2 need_resend: some frames are missing
+)
+
+// peer is what this member knows of one other member.
+type peer struct {
+	id          frame.MemberID
+	mac         [6]byte
+	incarnation uint32
+	slot        int // index in the ack vector
+	live        bool
+	state       peerState
+
+	expected  uint32 // exp_seqno[j]: next sequence number to deliver
+	knownEnd  uint32 // one past the highest sequence number known sent
+	acked     uint32 // window_base[j]: the next of ours it expects
+	lastHeard Time
+
+	leaving  bool
+	leaveSeq uint32
+
+	nackDue  bool   // a Nack is to go out at the next flush
+	nackFrom uint32 // it asks for what is missing from here on
+	nackAt   Time   // nack timer (thesis fig. 3.9); 0 when not repairing
+
+	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
+	buffered int
+}
+
+// held is a received frame waiting for the frames before it.
+type held struct {
+	data    []byte
+	seq     uint32
+	full    bool
+	bundled bool
+}
+
+// sent is a frame of ours kept until every live member acknowledged it
+// (out_buffer). buf holds the messages in bundle form, each prefixed by
+// its 16-bit length; a lone message travels without the prefix.
+type sent struct {
+	buf    []byte
+	count  int
+	retxAt Time // last retransmission, 0 if none
+}
+
+// Core is one member's PBP protocol state machine. It does no I/O and
+// reads no clock: the runtime feeds it frames (Step), the application's
+// messages (Propose) and the time (Tick), and carries out what Ready
+// returns, then calls Advance. Not safe for concurrent use.
+type Core struct {
+	cfg   settings
+	mask  uint32
+	peers []peer  // by id, Self excluded
+	index []int32 // member id - ackBase -> peers index; -1 none, -2 self
+
+	started bool
+	now     Time
+
+	// Sending side (figs. 3.1, 3.5).
+	nextSeq  uint32 // exp_seqno[i]: sequence number of the next frame
+	stable   uint32 // wb: every live member acknowledged all before it
+	history  []sent // out_buffer, indexed seq & mask
+	open     bool   // a frame at nextSeq is collecting messages
+	openLen  int    // its body length in bundle form
+	openAt   Time
+	resendAt Time // resend timer; 0 when nothing is outstanding
+	lastSent Time
+
+	// Acknowledging (the ack timer and the half-window rule).
+	ackAt    Time
+	ackNow   bool
+	receipts int
+
+	leaving   bool
+	left      bool
+	leaveLeft int // Leave frames still to repeat
+	leaveAt   Time
+
+	// Output until Advance.
+	frames     [][]byte
+	bufs       [][]byte // frame buffers, reused
+	deliveries []Delivery
+	events     []Event
+	lent       [][]byte // held buffers delivered from, recycled at Advance
+	free       [][]byte
+
+	hdr     frame.Header
+	payload frame.Payload
+	bundle  frame.Bundle
+	empty   frame.Empty
+	nack    frame.NackBody
+
+	stats Stats
+}
+
+// New returns the core of member cfg.Self. Call Tick once with the current
+// time to start its clocks before anything else.
+func New(cfg Config) (*Core, error) {
+	s, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{cfg: s, mask: s.ringSize - 1}
+	c.index = make([]int32, s.span)
+	for i := range c.index {
+		c.index[i] = -1
+	}
+	c.hdr = frame.Header{
+		Group:       s.Group,
+		Sender:      s.Self,
+		Incarnation: s.selfInc,
+		AckBase:     s.ackBase,
+		Acks:        make([]uint32, s.span),
+	}
+	c.index[int(s.Self)-int(s.ackBase)] = -2
+	for _, m := range sortedMembers(s.Members) {
+		if m.ID == s.Self {
+			continue
+		}
+		c.index[int(m.ID)-int(s.ackBase)] = int32(len(c.peers))
+		c.peers = append(c.peers, peer{
+			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
+			slot: int(m.ID) - int(s.ackBase), live: true,
+			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
+			ring: make([]held, s.ringSize),
+		})
+	}
+	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
+	c.history = make([]sent, s.ringSize)
+	c.payload.T, c.bundle.T = frame.Data, frame.Data
+	c.stats.Window = s.Window
+	return c, nil
+}
+
+// sortedMembers returns the members by id (insertion sort: lists are
+// short, and the order must not depend on the caller's).
+func sortedMembers(ms []frame.MemberInfo) []frame.MemberInfo {
+	out := append([]frame.MemberInfo(nil), ms...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].ID < out[j-1].ID; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// touch records the time of an input and starts the clocks on the first.
+func (c *Core) touch(now Time) {
+	if now > c.now {
+		c.now = now
+	}
+	if c.started {
+		return
+	}
+	c.started = true
+	c.lastSent = now
+	for i := range c.peers {
+		c.peers[i].lastHeard = now
+	}
+}
+
+func (c *Core) peer(id frame.MemberID) (*peer, bool) {
+	i := int(id) - int(c.cfg.ackBase)
+	if i < 0 || i >= len(c.index) {
+		return nil, false
+	}
+	switch k := c.index[i]; k {
+	case -1:
+		return nil, false
+	case -2:
+		return nil, true
+	default:
+		return &c.peers[k], false
+	}
+}
+
+// inFlight is the number of frames sent and not yet stable.
+func (c *Core) inFlight() int { return int(c.nextSeq - c.stable) }
+
+// Propose queues an application message. It is copied; msg may be reused
+// at once. Messages proposed before the next Ready share frames when they
+// fit (bundling). ErrWindowFull is back-pressure: the caller retries after
+// a later Step or Tick.
+func (c *Core) Propose(now Time, msg []byte) error {
+	c.touch(now)
+	if c.leaving || c.left {
+		return ErrLeaving
+	}
+	if len(msg) > c.cfg.maxPayload {
+		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
+	}
+	if c.open {
+		if c.openLen+2+len(msg) <= c.cfg.maxPayload {
+			h := &c.history[c.nextSeq&c.mask]
+			h.buf = appendMsg(h.buf, msg)
+			h.count++
+			c.openLen += 2 + len(msg)
+			c.stats.MessagesProposed++
+			return nil
+		}
+		c.seal()
+	}
+	if c.inFlight() >= c.cfg.Window {
+		return ErrWindowFull
+	}
+	h := &c.history[c.nextSeq&c.mask]
+	h.buf = appendMsg(h.buf[:0], msg)
+	h.count, h.retxAt = 1, 0
+	c.open, c.openLen, c.openAt = true, 2+len(msg), c.now
+	c.stats.MessagesProposed++
+	if c.openLen+2 > c.cfg.maxPayload && c.cfg.BundleDelay > 0 {
+		c.seal() // no other message fits: waiting gains nothing
+	}
+	return nil
+}
+
+func appendMsg(b, msg []byte) []byte {
+	b = append(b, byte(len(msg)>>8), byte(len(msg)))
+	return append(b, msg...)
+}
+
+// seal gives the open frame its sequence number and sends it: send action
+// 4 (thesis fig. 3.5).
+func (c *Core) seal() {
+	if !c.open {
+		return
+	}
+	c.open = false
+	seq := c.nextSeq
+	c.nextSeq++
+	c.sendData(seq, 0)
+	c.stats.DataFramesSent++
+	if c.resendAt == 0 {
+		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+	}
+	c.advanceStable() // with no live member left, nothing waits for acks
+}
+
+// Leave starts a clean departure: no new messages are accepted, everything
+// already proposed is sent and acknowledged by every live member, then a
+// Leave frame announces the end (the thesis's shutdown message) and the
+// core reports SelfLeft.
+func (c *Core) Leave(now Time) {
+	c.touch(now)
+	if c.left {
+		return
+	}
+	c.leaving = true
+	c.seal()
+	c.maybeLeave()
+}
+
+// Left reports whether this member has sent its Leave.
+func (c *Core) Left() bool { return c.left }
+
+// leaveRepeats is how many Leave frames a departing member sends, AckDelay
+// apart: a lost Leave is otherwise only noticed after FailureTimeout.
+const leaveRepeats = 3
+
+func (c *Core) maybeLeave() {
+	if !c.leaving || c.left || c.open || c.stable != c.nextSeq {
+		return
+	}
+	c.left = true
+	c.leaveLeft = leaveRepeats
+	c.sendLeave()
+	c.events = append(c.events, Event{Kind: SelfLeft, Member: c.cfg.Self, At: c.now, Delivered: c.nextSeq})
+}
+
+func (c *Core) sendLeave() {
+	c.header(c.nextSeq, 0)
+	c.empty.T = frame.Leave
+	c.emit(c.cfg.dst, &c.empty)
+	c.stats.LeavesSent++
+	c.leaveLeft--
+	c.leaveAt = 0
+	if c.leaveLeft > 0 {
+		c.leaveAt = c.now.Add(c.cfg.AckDelay)
+	}
+}
+
+// Ready returns what to send, deliver and report now. With BundleDelay 0
+// it first seals the frame collecting proposed messages.
+func (c *Core) Ready() Ready {
+	c.flush()
+	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
+}
+
+// flush turns what is due into frames: the open bundle, Nacks, a plain
+// Ack, a Heartbeat.
+func (c *Core) flush() {
+	if !c.started || c.left {
+		return
+	}
+	if c.open && (c.cfg.BundleDelay == 0 || c.leaving || c.now >= c.openAt.Add(c.cfg.BundleDelay)) {
+		c.seal()
+	}
+	for i := range c.peers {
+		if p := &c.peers[i]; p.nackDue {
+			c.sendNack(p)
+		}
+	}
+	if c.ackNow {
+		c.sendAck(0)
+	}
+	if c.now >= c.lastSent.Add(c.cfg.HeartbeatInterval) {
+		c.header(c.nextSeq-1, 0)
+		c.empty.T = frame.Heartbeat
+		c.emit(c.cfg.dst, &c.empty)
+		c.stats.HeartbeatsSent++
+	}
+	c.maybeLeave()
+}
+
+// Advance tells the core the runtime has sent, delivered and reported all
+// of the last Ready. Buffers the Ready pointed into are reused after it.
+func (c *Core) Advance() {
+	c.frames = c.frames[:0]
+	clear(c.deliveries)
+	c.deliveries = c.deliveries[:0]
+	c.events = c.events[:0]
+	for i, b := range c.lent {
+		c.free = append(c.free, b[:0])
+		c.lent[i] = nil
+	}
+	c.lent = c.lent[:0]
+}
+
+// Deadline is when Tick must next run; 0 before the first input and after
+// the member has left and repeated its Leave.
+func (c *Core) Deadline() Time {
+	if !c.started {
+		return 0
+	}
+	if c.left {
+		return c.leaveAt
+	}
+	d := c.lastSent.Add(c.cfg.HeartbeatInterval)
+	early := func(t Time) {
+		if t != 0 && t < d {
+			d = t
+		}
+	}
+	early(c.ackAt)
+	early(c.resendAt)
+	if c.open && c.cfg.BundleDelay > 0 {
+		early(c.openAt.Add(c.cfg.BundleDelay))
+	}
+	for i := range c.peers {
+		p := &c.peers[i]
+		if !p.live {
+			continue
+		}
+		early(p.nackAt)
+		early(p.lastHeard.Add(c.cfg.FailureTimeout))
+	}
+	return d
+}
+
+// Tick runs the timers due at now (thesis figs. 3.6 and 3.9) and the
+// failure detector. Frames it produces come out of the next Ready.
+func (c *Core) Tick(now Time) {
+	c.touch(now)
+	now = c.now
+	if c.left {
+		if c.leaveAt != 0 && now >= c.leaveAt {
+			c.sendLeave()
+		}
+		return
+	}
+	for i := range c.peers {
+		p := &c.peers[i]
+		if p.live && now >= p.lastHeard.Add(c.cfg.FailureTimeout) {
+			c.remove(p, MemberFailed)
+		}
+	}
+	// Nack timer: ask again for everything still missing, so a lost Nack
+	// or a lost retransmission cannot stall a receiver.
+	for i := range c.peers {
+		p := &c.peers[i]
+		if p.state == repair && now >= p.nackAt {
+			p.nackDue, p.nackFrom = true, p.expected
+			p.nackAt = now.Add(c.cfg.NackTimeout)
+		}
+	}
+	if c.resendAt != 0 && now >= c.resendAt {
+		c.resendTimeout()
+	}
+	if c.ackAt != 0 && now >= c.ackAt {
+		c.ackNow = true
+	}
+	if c.open && c.cfg.BundleDelay > 0 && now >= c.openAt.Add(c.cfg.BundleDelay) {
+		c.seal()
+	}
+}
+
+// resendTimeout is the resend timer of thesis fig. 3.6 (PBP1: retransmit
+// the outstanding window) and fig. 3.9 (PBP2: a plain Ack naming the last
+// frame sent, so that receivers see a lost tail). Both ask for a prompt
+// acknowledgement, so that a lost Ack is replaced quickly.
+func (c *Core) resendTimeout() {
+	if c.inFlight() == 0 {
+		c.resendAt = 0
+		return
+	}
+	switch c.cfg.Mode {
+	case PBP1:
+		for s := c.stable; s != c.nextSeq; s++ {
+			c.sendData(s, frame.FlagRetransmit|frame.FlagAckRequest)
+			c.history[s&c.mask].retxAt = c.now
+			c.stats.Retransmitted++
+		}
+	case PBP2:
+		c.sendAck(frame.FlagAckRequest)
+	}
+	c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+}
+
+// Stats returns the counters.
+func (c *Core) Stats() Stats {
+	s := c.stats
+	s.InFlight = c.inFlight()
+	for i := range c.peers {
+		s.Buffered += c.peers[i].buffered
+	}
+	return s
+}
+
+// Members returns every other member's state, by id.
+func (c *Core) Members() []MemberState {
+	out := make([]MemberState, len(c.peers))
+	for i := range c.peers {
+		p := &c.peers[i]
+		out[i] = MemberState{ID: p.id, Live: p.live, Repairing: p.state == repair, Expected: p.expected,
+			KnownEnd: p.knownEnd, Acked: p.acked, Buffered: p.buffered, LastHeard: p.lastHeard}
+	}
+	return out
+}

@@ -1,0 +1,350 @@
+package pbp
+
+import (
+	"fmt"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Step handles one received frame, already validated by frame.Parse (the
+// group is checked again here). src is the Ethernet source address. A
+// frame that is dropped changes no protocol state; the returned error says
+// why (errors.Is with the Err* values) and the drop is counted. Duplicates
+// are normal, counted, and return nil.
+//
+// Messages delivered by this frame may alias v: the runtime keeps v's
+// bytes valid until Advance.
+func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
+	c.touch(now)
+	if c.left {
+		return ErrLeft
+	}
+	if g := v.Group(); g != c.cfg.Group {
+		c.stats.WrongGroup++
+		return fmt.Errorf("%w: group %d, this member is in group %d", ErrGroup, g, c.cfg.Group)
+	}
+	id := v.Sender()
+	p, self := c.peer(id)
+	switch {
+	case self:
+		if src == c.cfg.selfMAC && v.Incarnation() == c.cfg.selfInc {
+			return nil // our own broadcast, looped back
+		}
+		c.stats.WrongMAC++
+		return fmt.Errorf("%w: frame claims our own id %d from %x", ErrSourceMAC, id, src)
+	case p == nil:
+		c.stats.NotMember++
+		return fmt.Errorf("%w: sender id %d (from %x)", ErrNotMember, id, src)
+	case v.Incarnation() != p.incarnation:
+		c.stats.WrongIncarnation++
+		return fmt.Errorf("%w: member %d incarnation %d, expected %d", ErrIncarnation, id, v.Incarnation(), p.incarnation)
+	case src != p.mac:
+		c.stats.WrongMAC++
+		return fmt.Errorf("%w: member %d from %x, its MAC is %x", ErrSourceMAC, id, src, p.mac)
+	case !p.live:
+		c.stats.FromRemoved++
+		return fmt.Errorf("%w: member %d", ErrRemoved, id)
+	}
+	t := v.Type()
+	switch t {
+	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
+	default:
+		c.stats.UnhandledTypes++
+		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
+	}
+	p.lastHeard = c.now
+	// Receive action 1, first step in every state: apply the piggybacked
+	// acknowledgement (window_base[j] = max(...), figs. 3.4, 3.8, 3.10).
+	c.applyAck(p, v)
+	switch t {
+	case frame.Data:
+		switch p.state {
+		case normal:
+			c.stepNormal(p, v)
+		case repair:
+			c.stepRepair(p, v)
+		}
+	case frame.Ack, frame.Heartbeat:
+		// Seq is the last frame the sender sent: a lost tail shows here.
+		c.learnEnd(p, v.Seq()+1, false)
+		if v.Flags()&frame.FlagAckRequest != 0 {
+			c.requestAck()
+		}
+	case frame.Nack:
+		c.learnEnd(p, v.Seq()+1, false)
+		if v.NackTarget() == c.cfg.Self {
+			c.answerNack(p, v.NackRanges())
+		}
+	case frame.Leave:
+		// Seq is the next sequence number the sender would have used.
+		c.learnEnd(p, v.Seq(), false)
+		p.leaving, p.leaveSeq = true, v.Seq()
+		c.checkLeft(p)
+	}
+	return nil
+}
+
+// applyAck takes p's acknowledgement of our frames, if its vector covers
+// us, and slides our window (send action 3, fig. 3.5).
+func (c *Core) applyAck(p *peer, v frame.View) {
+	a, ok := v.AckFor(c.cfg.Self)
+	if !ok || !frame.SeqLess(p.acked, a) {
+		return
+	}
+	if frame.SeqLess(c.nextSeq, a) {
+		c.stats.BadAcks++ // acknowledges frames we never sent
+		return
+	}
+	p.acked = a
+	c.advanceStable()
+}
+
+// advanceStable recomputes wb, the minimum acknowledgement of the live
+// members (a removed member counts as having acknowledged everything), and
+// frees the history below it (send action 3, fig. 3.5).
+func (c *Core) advanceStable() {
+	m := c.nextSeq
+	for i := range c.peers {
+		p := &c.peers[i]
+		if p.live && frame.SeqLess(p.acked, m) {
+			m = p.acked
+		}
+	}
+	if m == c.stable {
+		return
+	}
+	for s := c.stable; s != m; s++ {
+		h := &c.history[s&c.mask]
+		h.buf, h.count, h.retxAt = h.buf[:0], 0, 0
+	}
+	c.stable = m
+	c.resendAt = 0
+	if c.inFlight() > 0 {
+		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+	}
+	c.maybeLeave()
+}
+
+// stepNormal is receive action 1 in PBP2's normal state (thesis fig. 3.8),
+// and PBP1's (fig. 3.4), which has no other state: an old frame is a
+// duplicate to acknowledge again, the expected one is delivered with what
+// it unblocks (action 2), a later one is held, and in PBP2 the gap before
+// it is asked for at once and the sender enters the repair state.
+func (c *Core) stepNormal(p *peer, v frame.View) {
+	c.accept(p, v) // a gap moves p to repair, in learnEnd
+}
+
+// stepRepair is receive action 6, PBP2's need_resend state (thesis fig.
+// 3.10), for one sender. Unlike the thesis, nothing is queued: frames
+// filling the gap and frames beyond it are all held in the reorder ring,
+// acks and Nacks of every member are handled, and other senders have
+// repair states of their own. A new gap beyond what was asked for is asked
+// for at once; the state ends when nothing from this sender is missing.
+func (c *Core) stepRepair(p *peer, v frame.View) {
+	c.accept(p, v)
+	c.checkRepaired(p)
+}
+
+// accept is the part of receive actions 1 and 2 common to all states.
+func (c *Core) accept(p *peer, v frame.View) {
+	n := v.Seq()
+	switch {
+	case frame.SeqLess(n, p.expected):
+		// Already delivered: the sender may be retransmitting because
+		// our acknowledgement was lost; acknowledge again ("set ack
+		// timer", fig. 3.4).
+		c.stats.Duplicates++
+		c.requestAck()
+		return
+	case int(n-p.expected) >= c.cfg.Window:
+		c.stats.BeyondWindow++
+		return
+	}
+	c.learnEnd(p, n+1, true)
+	if n == p.expected {
+		c.deliverView(p, v)
+		c.drain(p)
+		return
+	}
+	h := &p.ring[n&c.mask]
+	if h.full {
+		c.stats.Duplicates++
+		return
+	}
+	h.data = append(c.buffer(), v.Payload()...)
+	h.seq, h.full, h.bundled = n, true, v.Flags()&frame.FlagBundle != 0
+	p.buffered++
+	c.stats.OutOfOrder++
+}
+
+// learnEnd records that p has sent everything before end; arriving says
+// the frame end-1 is being accepted now. In PBP2 a gap that appears is
+// asked for at once, all of it in one Nack (flushed at the next Ready, so
+// the gaps one batch of frames reveals share it).
+func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
+	if !frame.SeqLess(p.knownEnd, end) {
+		return
+	}
+	if int(end-p.expected) > c.cfg.Window {
+		// A correct sender is never more than a window ahead of our
+		// acknowledgement: do not believe more.
+		c.stats.BeyondWindow++
+		end, arriving = p.expected+uint32(c.cfg.Window), false
+		if !frame.SeqLess(p.knownEnd, end) {
+			return
+		}
+	}
+	old := p.knownEnd
+	p.knownEnd = end
+	if arriving {
+		end--
+	}
+	if c.cfg.Mode != PBP2 || old == end {
+		return
+	}
+	// [old, end) is newly known and missing: nothing beyond knownEnd is
+	// ever held.
+	if !p.nackDue {
+		p.nackDue, p.nackFrom = true, old
+	}
+	if p.state == normal {
+		c.enterRepair(p)
+	}
+}
+
+// enterRepair moves p to the repair state (need_resend) and starts its
+// nack timer.
+func (c *Core) enterRepair(p *peer) {
+	p.state = repair
+	p.nackAt = c.now.Add(c.cfg.NackTimeout)
+}
+
+// checkRepaired ends p's repair state when nothing is missing.
+func (c *Core) checkRepaired(p *peer) {
+	if p.state == repair && !frame.SeqLess(p.expected, p.knownEnd) {
+		p.state, p.nackAt, p.nackDue = normal, 0, false
+		c.stats.GapsRepaired++
+	}
+}
+
+// deliverView delivers the frame at p.expected straight from the received
+// bytes (receive action 2, fig. 3.4).
+func (c *Core) deliverView(p *peer, v frame.View) {
+	it := v.Messages()
+	for i := 0; ; i++ {
+		msg, ok := it.Next()
+		if !ok {
+			break
+		}
+		c.deliver(Delivery{From: p.id, Seq: p.expected, Index: i, Data: msg})
+	}
+	c.delivered(p)
+}
+
+// drain delivers held frames that are now in order (receive action 2).
+func (c *Core) drain(p *peer) {
+	for {
+		h := &p.ring[p.expected&c.mask]
+		if !h.full || h.seq != p.expected {
+			break
+		}
+		b := h.data
+		if !h.bundled {
+			c.deliver(Delivery{From: p.id, Seq: p.expected, Data: b})
+		} else {
+			for i := 0; len(b) >= 2; i++ {
+				n := int(b[0])<<8 | int(b[1])
+				c.deliver(Delivery{From: p.id, Seq: p.expected, Index: i, Data: b[2 : 2+n]})
+				b = b[2+n:]
+			}
+		}
+		c.lent = append(c.lent, h.data)
+		*h = held{}
+		p.buffered--
+		c.delivered(p)
+	}
+	c.checkRepaired(p)
+	c.checkLeft(p)
+}
+
+func (c *Core) deliver(d Delivery) {
+	c.deliveries = append(c.deliveries, d)
+	c.stats.Delivered++
+}
+
+// delivered advances exp_seqno[j] past a delivered frame and arranges
+// for it to be acknowledged.
+func (c *Core) delivered(p *peer) {
+	p.expected++
+	c.stats.DeliveredFrames++
+	c.receipts++
+	c.requestAck()
+	// Half a window of receipts with nothing sent to carry the ack: ack
+	// now, so a streaming sender never stops for the ack timer.
+	if c.receipts >= max(1, c.cfg.Window/2) {
+		c.ackNow = true
+	}
+}
+
+// requestAck starts the ack timer, unless it runs already.
+func (c *Core) requestAck() {
+	if c.ackAt == 0 {
+		c.ackAt = c.now.Add(c.cfg.AckDelay)
+	}
+}
+
+// checkLeft removes p once its Leave arrived and everything before it was
+// delivered.
+func (c *Core) checkLeft(p *peer) {
+	if p.live && p.leaving && !frame.SeqLess(p.expected, p.leaveSeq) {
+		c.remove(p, MemberLeft)
+	}
+}
+
+// remove takes p out of the group: from now on it counts as having
+// acknowledged everything (thesis ch. 3), and what it sent beyond a gap is
+// dropped, since only it could have filled the gap.
+func (c *Core) remove(p *peer, kind EventKind) {
+	p.live = false
+	discarded := 0
+	for i := range p.ring {
+		h := &p.ring[i]
+		if h.full {
+			discarded += countMsgs(h.data, h.bundled)
+			c.free = append(c.free, h.data[:0])
+			*h = held{}
+		}
+	}
+	p.buffered = 0
+	p.state, p.nackDue, p.nackAt = normal, false, 0
+	c.stats.Discarded += uint64(discarded)
+	if kind == MemberLeft {
+		c.stats.MembersLeft++
+	} else {
+		c.stats.MembersFailed++
+	}
+	c.events = append(c.events, Event{Kind: kind, Member: p.id, At: c.now, Delivered: p.expected, Discarded: discarded})
+	c.advanceStable()
+}
+
+func countMsgs(b []byte, bundled bool) int {
+	if !bundled {
+		return 1
+	}
+	n := 0
+	for len(b) >= 2 {
+		b = b[2+(int(b[0])<<8|int(b[1])):]
+		n++
+	}
+	return n
+}
+
+// buffer returns an empty buffer for a held frame.
+func (c *Core) buffer() []byte {
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		return b
+	}
+	return make([]byte, 0, c.cfg.linkMax)
+}

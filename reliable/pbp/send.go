@@ -1,0 +1,141 @@
+package pbp
+
+import "github.com/rbcast/rbcast/frame"
+
+// header prepares c.hdr for a frame with sequence number seq: the full
+// ack vector, exp_seqno[0..n-1] (thesis fig. 3.3), goes on every frame.
+func (c *Core) header(seq uint32, flags frame.Flags) {
+	c.hdr.Seq = seq
+	c.hdr.Flags = flags
+	acks := c.hdr.Acks
+	for i := range c.peers {
+		acks[c.peers[i].slot] = c.peers[i].expected
+	}
+	acks[int(c.cfg.Self)-int(c.cfg.ackBase)] = c.nextSeq
+}
+
+// emit encodes c.hdr and body into a frame buffer and queues it for the
+// next Ready. Every frame carries the ack vector, so any frame settles a
+// pending acknowledgement.
+func (c *Core) emit(dst [6]byte, body frame.Body) {
+	if len(c.frames) == len(c.bufs) {
+		c.bufs = append(c.bufs, make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU))
+	}
+	b := c.bufs[len(c.frames)][:0]
+	b = frame.AppendEthernet(b, dst, c.cfg.selfMAC, c.cfg.etherType)
+	b, err := frame.Append(b, &c.hdr, body)
+	// The timers move even if encoding failed (a bug, counted), so a
+	// failing frame cannot make the core ask to run again at once forever.
+	c.lastSent = c.now
+	c.ackAt, c.ackNow, c.receipts = 0, false, 0
+	if err != nil {
+		c.stats.EncodeErrors++
+		return
+	}
+	c.bufs[len(c.frames)] = b
+	c.frames = append(c.frames, b)
+}
+
+// sendData sends (or resends) our frame seq from the history.
+func (c *Core) sendData(seq uint32, flags frame.Flags) {
+	h := &c.history[seq&c.mask]
+	c.header(seq, flags)
+	if h.count == 1 {
+		c.payload.Data = h.buf[2:]
+		c.emit(c.cfg.dst, &c.payload)
+		c.payload.Data = nil
+		return
+	}
+	msgs := c.bundle.Msgs[:0]
+	for b := h.buf; len(b) >= 2; {
+		n := int(b[0])<<8 | int(b[1])
+		msgs = append(msgs, b[2:2+n])
+		b = b[2+n:]
+	}
+	c.bundle.Msgs = msgs
+	c.emit(c.cfg.dst, &c.bundle)
+	clear(msgs)
+}
+
+// sendAck sends a plain Ack; its Seq is the last frame we sent, so that
+// receivers see a lost tail (thesis fig. 3.9).
+func (c *Core) sendAck(flags frame.Flags) {
+	c.header(c.nextSeq-1, flags)
+	c.empty.T = frame.Ack
+	c.emit(c.cfg.dst, &c.empty)
+	c.stats.AcksSent++
+}
+
+// sendNack asks p, at its unicast MAC, for every frame missing from
+// p.nackFrom on: all gaps at once, in one frame (the thesis asked for one
+// gap of one sender at a time, fig. 3.8). Ranges that do not fit one frame
+// are asked for when the nack timer fires.
+func (c *Core) sendNack(p *peer) {
+	p.nackDue = false
+	from := p.nackFrom
+	if frame.SeqLess(from, p.expected) {
+		from = p.expected
+	}
+	maxRanges := (c.cfg.linkMax - 4) / 8
+	ranges := c.nack.Ranges[:0]
+	for s := from; frame.SeqLess(s, p.knownEnd) && len(ranges) < maxRanges; s++ {
+		if p.ring[s&c.mask].full {
+			continue
+		}
+		if n := len(ranges); n > 0 && ranges[n-1].Last == s-1 {
+			ranges[n-1].Last = s
+		} else {
+			ranges = append(ranges, frame.Range{First: s, Last: s})
+		}
+	}
+	c.nack.Ranges = ranges
+	if len(ranges) == 0 {
+		return
+	}
+	c.nack.Target = p.id
+	c.header(c.nextSeq-1, 0)
+	c.emit(p.mac, &c.nack)
+	c.stats.NacksSent++
+}
+
+// answerNack retransmits what p asked for (thesis fig. 3.8, "resend
+// message with seqno data[1]"), by broadcast, since others may miss the
+// same frames. A frame retransmitted less than NackTimeout/2 ago is not
+// sent again: the Nacks of many receivers for one frame lost by all arrive
+// together, and one retransmission serves them all. A receiver whose copy
+// was lost asks again after NackTimeout, outside that interval.
+func (c *Core) answerNack(p *peer, rl frame.RangeList) {
+	c.stats.NacksReceived++
+	hold := c.cfg.NackTimeout / 2
+	for i := range rl.Len() {
+		r := rl.At(i)
+		first, last := r.First, r.Last
+		if frame.SeqLess(first, c.stable) {
+			c.stats.NackedStale++
+			if frame.SeqLess(last, c.stable) {
+				continue
+			}
+			first = c.stable
+		}
+		if !frame.SeqLess(last, c.nextSeq) {
+			c.stats.NackedStale++
+			if !frame.SeqLess(first, c.nextSeq) {
+				continue
+			}
+			last = c.nextSeq - 1
+		}
+		for s := first; ; s++ {
+			h := &c.history[s&c.mask]
+			if h.retxAt != 0 && c.now < h.retxAt.Add(hold) {
+				c.stats.RetransmitsHeld++
+			} else {
+				c.sendData(s, frame.FlagRetransmit)
+				h.retxAt = c.now
+				c.stats.Retransmitted++
+			}
+			if s == last {
+				break
+			}
+		}
+	}
+}
