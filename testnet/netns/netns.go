@@ -402,8 +402,8 @@ func (d Direction) String() string {
 
 // Loss is a loss model for SetLoss.
 type Loss struct {
-	// Percent is the average share of frames dropped, 0 <= Percent < 100.
-	// Zero removes loss.
+	// Percent is the average share of frames dropped, 0..100 (below 100
+	// with bursts). Zero removes loss; 100 cuts the host off.
 	Percent float64
 	// BurstLen is the mean number of consecutive drops; 0 means independent
 	// (random) losses. See docs/netns.md for how bursts are made.
@@ -418,8 +418,8 @@ func (h *Host) SetLoss(dir Direction, l Loss) error {
 	if dir != In && dir != Out && dir != Both {
 		return fmt.Errorf("netns: SetLoss on %s: bad direction %v", h.Namespace, dir)
 	}
-	if l.Percent < 0 || l.Percent >= 100 {
-		return fmt.Errorf("netns: SetLoss on %s: Percent = %v: want 0 <= Percent < 100", h.Namespace, l.Percent)
+	if l.Percent < 0 || l.Percent > 100 || l.BurstLen > 0 && l.Percent == 100 {
+		return fmt.Errorf("netns: SetLoss on %s: Percent = %v: want 0 <= Percent <= 100 (< 100 with bursts)", h.Namespace, l.Percent)
 	}
 	if l.BurstLen < 0 {
 		return fmt.Errorf("netns: SetLoss on %s: BurstLen = %d: want >= 0", h.Namespace, l.BurstLen)

@@ -56,15 +56,17 @@ func openRaw(t *testing.T, h *Host) *rawSocket {
 	return &s
 }
 
-// send writes one frame, waiting out ENOBUFS (veth back-pressure).
+// send writes one frame, waiting out ENOBUFS (veth back-pressure) for at
+// most a second: injected loss must never surface as a send error.
 func (s *rawSocket) send(t *testing.T, frame []byte) {
 	t.Helper()
+	deadline := time.Now().Add(time.Second)
 	for {
 		_, err := unix.Write(s.fd, frame)
 		if err == nil {
 			return
 		}
-		if errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EAGAIN) {
+		if (errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EAGAIN)) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
 			continue
 		}
