@@ -232,6 +232,7 @@ type Core struct {
 	openLen  int    // its body length in bundle form
 	openAt   Time
 	resendAt Time // resend timer; 0 when nothing is outstanding
+	backoff  uint // resend timeouts in a row without progress
 	lastSent Time
 
 	// Acknowledging (the ack timer and the half-window rule).
@@ -581,8 +582,14 @@ func (c *Core) resendTimeout() {
 	case PBP2:
 		c.sendAck(frame.FlagAckRequest)
 	}
-	c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+	// Back off while nothing moves (a crashed member, until it is
+	// removed, would otherwise cost a window every ResendTimeout).
+	c.backoff = min(c.backoff+1, maxBackoff)
+	c.resendAt = c.now.Add(c.cfg.ResendTimeout << c.backoff)
 }
+
+// maxBackoff caps the resend timer's doubling at 16 × ResendTimeout.
+const maxBackoff = 4
 
 // Stats returns the counters.
 func (c *Core) Stats() Stats {

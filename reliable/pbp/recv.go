@@ -118,7 +118,7 @@ func (c *Core) advanceStable() {
 		h.buf, h.count, h.retxAt = h.buf[:0], 0, 0
 	}
 	c.stable = m
-	c.resendAt = 0
+	c.resendAt, c.backoff = 0, 0
 	if c.inFlight() > 0 {
 		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
 	}

@@ -449,6 +449,16 @@ func (r *simRun) verdict() error {
 		}
 		return fmt.Errorf("not finished after %v of virtual time:%s", simTimeLimit, b.String())
 	}
+	if r.s.rogue && r.forged > 0 {
+		var refused uint64
+		for _, m := range r.members {
+			st := m.core.Stats()
+			refused += st.NotMember + st.WrongIncarnation + st.WrongMAC
+		}
+		if refused == 0 {
+			return fmt.Errorf("the rogue sent %d forged frames and no member refused one", r.forged)
+		}
+	}
 	for _, m := range r.members {
 		for j, k := range m.removed {
 			if k == MemberFailed && !r.members[j].ep.Crashed() && !m.ep.Crashed() && !r.members[j].left {

@@ -1,0 +1,642 @@
+package pbp
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Hand-fed transcripts of one core: frames in, frames and deliveries out.
+
+const testGroup = 42
+
+func testMAC(id frame.MemberID) [6]byte { return [6]byte{0x02, 0, 0, 0, 0, byte(id + 1)} }
+
+func testMembers(n int) []frame.MemberInfo {
+	ms := make([]frame.MemberInfo, n)
+	for i := range ms {
+		ms[i] = frame.MemberInfo{ID: frame.MemberID(i), MAC: testMAC(frame.MemberID(i)), Incarnation: 7}
+	}
+	return ms
+}
+
+func testConfig(mode Mode, self frame.MemberID, n int) Config {
+	return Config{Group: testGroup, Self: self, Members: testMembers(n), Mode: mode, InitialSeq: 100}
+}
+
+// t0 is the first instant of every transcript.
+const t0 Time = 1_000_000_000
+
+func newCore(t testing.TB, cfg Config) *Core {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(t0)
+	return c
+}
+
+// in builds a frame from member sender as the core receives it.
+type in struct {
+	sender frame.MemberID
+	inc    uint32
+	seq    uint32
+	acks   []uint32 // the sender's expected[], by member id
+	flags  frame.Flags
+	body   frame.Body
+	group  uint32
+}
+
+func (f in) view(t testing.TB) ([6]byte, frame.View) {
+	t.Helper()
+	if f.inc == 0 {
+		f.inc = 7
+	}
+	if f.group == 0 {
+		f.group = testGroup
+	}
+	h := frame.Header{Flags: f.flags, Group: f.group, Sender: f.sender, Incarnation: f.inc, Seq: f.seq, Acks: f.acks}
+	b, err := frame.Append(nil, &h, f.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := frame.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testMAC(f.sender), v
+}
+
+func data(msg string) frame.Body { return &frame.Payload{T: frame.Data, Data: []byte(msg)} }
+
+func step(t testing.TB, c *Core, now Time, f in) error {
+	t.Helper()
+	src, v := f.view(t)
+	return c.Step(now, src, v)
+}
+
+// out is a frame the core sent, decoded.
+type out struct {
+	dst  [6]byte
+	h    frame.Header
+	t    frame.Type
+	body frame.Body
+}
+
+func ready(t testing.TB, c *Core) ([]out, []Delivery, []Event) {
+	t.Helper()
+	rd := c.Ready()
+	var frames []out
+	for _, b := range rd.Frames {
+		eth, rest, err := frame.SplitEthernet(b, frame.EtherType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := frame.ParseGroup(rest, testGroup)
+		if err != nil {
+			t.Fatalf("core sent an invalid frame: %v", err)
+		}
+		h, body := v.Decode()
+		frames = append(frames, out{dst: eth.Dst(), h: h, t: v.Type(), body: body})
+	}
+	var ds []Delivery
+	for _, d := range rd.Deliveries {
+		d.Data = append([]byte(nil), d.Data...)
+		ds = append(ds, d)
+	}
+	evs := append([]Event(nil), rd.Events...)
+	c.Advance()
+	return frames, ds, evs
+}
+
+func msgs(ds []Delivery) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, string(d.Data))
+	}
+	return strings.Join(s, ",")
+}
+
+func TestConfigErrors(t *testing.T) {
+	good := testConfig(PBP2, 0, 3)
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no members", func(c *Config) { c.Members = nil }, "Members is empty"},
+		{"self missing", func(c *Config) { c.Self = 9 }, "Self (9) is not in Members"},
+		{"duplicate id", func(c *Config) { c.Members[1].ID = 0 }, "both have id 0"},
+		{"duplicate MAC", func(c *Config) { c.Members[1].MAC = c.Members[0].MAC }, "both have MAC"},
+		{"multicast MAC", func(c *Config) { c.Members[2].MAC[0] = 1 }, "Members[2] (id 2) has MAC 010000000003, want a unicast address"},
+		{"reserved id", func(c *Config) { c.Members[2].ID = frame.NoMember }, "reserved"},
+		{"window", func(c *Config) { c.Window = MaxWindow + 1 }, "Window is 32769"},
+		{"mtu", func(c *Config) { c.MTU = 100 }, "MTU is 100, want at least 576"},
+		{"max payload", func(c *Config) { c.MaxPayload = 5000 }, "MaxPayload is 5000, but MTU 1500 with 3 ack entries carries at most 1460"},
+		{"mode", func(c *Config) { c.Mode = 9 }, "Mode is Mode(9)"},
+		{"negative timeout", func(c *Config) { c.NackTimeout = -1 }, "NackTimeout is -1 ns"},
+		{"failure vs heartbeat", func(c *Config) { c.FailureTimeout = Second; c.HeartbeatInterval = 2 * Second }, "FailureTimeout"},
+		{"unicast dst", func(c *Config) { c.Dst = testMAC(1) }, "Dst 020000000002 is a unicast address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			cfg.Members = testMembers(3)
+			tc.edit(&cfg)
+			_, err := New(cfg)
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want an ErrConfig containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestInOrderDeliveryAliasesFrameAndAcksLater(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	src, v := in{sender: 1, seq: 100, body: data("hello")}.view(t)
+	if err := c.Step(t0+1, src, v); err != nil {
+		t.Fatal(err)
+	}
+	rd := c.Ready()
+	if len(rd.Frames) != 0 || len(rd.Deliveries) != 1 {
+		t.Fatalf("Ready: %d frames, %d deliveries; want 0 and 1 (the ack waits for AckDelay)", len(rd.Frames), len(rd.Deliveries))
+	}
+	d := rd.Deliveries[0]
+	if d.From != 1 || d.Seq != 100 || string(d.Data) != "hello" {
+		t.Fatalf("delivery %+v", d)
+	}
+	if p := unsafe.Pointer(unsafe.SliceData(d.Data)); uintptr(p) < uintptr(unsafe.Pointer(&v[0])) || uintptr(p) >= uintptr(unsafe.Pointer(&v[0]))+uintptr(len(v)) {
+		t.Fatal("in-order delivery was copied; it should alias the received frame")
+	}
+	c.Advance()
+	if dl := c.Deadline(); dl != t0+1+Time(DefaultAckDelay) {
+		t.Fatalf("deadline %d, want the ack timer at %d", dl, t0+1+Time(DefaultAckDelay))
+	}
+	c.Tick(c.Deadline())
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].dst != frame.Broadcast {
+		t.Fatalf("after AckDelay: %+v, want one broadcast Ack", frames)
+	}
+	if got := frames[0].h.Acks; got[1] != 101 || got[2] != 100 || got[0] != 100 {
+		t.Fatalf("ack vector %v, want [100 101 100]", got)
+	}
+	if frames[0].h.Seq != 99 {
+		t.Fatalf("Ack seq %d, want 99 (last sent: none yet)", frames[0].h.Seq)
+	}
+}
+
+func TestGapNackRepairPBP2(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	// Receive action 1, normal state: 103 arrives, 100..102 are missing.
+	step(t, c, t0+1, in{sender: 1, seq: 103, body: data("d")})
+	frames, ds, _ := ready(t, c)
+	if len(ds) != 0 || len(frames) != 1 {
+		t.Fatalf("got %d deliveries, %d frames; want 0, 1 Nack", len(ds), len(frames))
+	}
+	n := frames[0]
+	nb, ok := n.body.(*frame.NackBody)
+	if n.t != frame.Nack || n.dst != testMAC(1) || !ok || nb.Target != 1 || len(nb.Ranges) != 1 || nb.Ranges[0] != (frame.Range{First: 100, Last: 102}) {
+		t.Fatalf("Nack %+v %+v, want unicast to member 1 for 100..102", n, n.body)
+	}
+	if !c.Members()[0].Repairing {
+		t.Fatal("member 1 should be in repair state")
+	}
+	// A second gap beyond the first is asked for at once, alone.
+	step(t, c, t0+2, in{sender: 1, seq: 106, body: data("g")})
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 104, Last: 105}) {
+		t.Fatalf("second Nack %+v", frames)
+	}
+	// The gap fills; held frames are delivered in order, copied.
+	step(t, c, t0+3, in{sender: 1, seq: 101, body: data("b")})
+	step(t, c, t0+3, in{sender: 1, seq: 100, body: data("a")})
+	step(t, c, t0+3, in{sender: 1, seq: 102, body: data("c")})
+	_, ds, _ = ready(t, c)
+	if got := msgs(ds); got != "a,b,c,d" {
+		t.Fatalf("delivered %q, want a,b,c,d", got)
+	}
+	// Nack timer: 104..105 still missing, asked for again, all of it.
+	c.Tick(t0 + 1 + Time(DefaultNackTimeout))
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Nack || len(frames[0].body.(*frame.NackBody).Ranges) != 1 ||
+		frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 104, Last: 105}) {
+		t.Fatalf("nack timer: %+v, want a Nack for 104..105", frames)
+	}
+	step(t, c, t0+5, in{sender: 1, seq: 105, body: data("f"), flags: frame.FlagRetransmit})
+	step(t, c, t0+5, in{sender: 1, seq: 104, body: data("e"), flags: frame.FlagRetransmit})
+	_, ds, _ = ready(t, c)
+	if got := msgs(ds); got != "e,f,g" {
+		t.Fatalf("delivered %q, want e,f,g", got)
+	}
+	if c.Members()[0].Repairing || c.Stats().Buffered != 0 {
+		t.Fatalf("repair should be over: %+v", c.Members()[0])
+	}
+	if st := c.Stats(); st.OutOfOrder != 4 || st.GapsRepaired != 1 || st.NacksSent != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestNackAllSendersAtOnce(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 4))
+	step(t, c, t0+1, in{sender: 1, seq: 102, body: data("x")})
+	step(t, c, t0+1, in{sender: 2, seq: 100, body: data("y")})
+	step(t, c, t0+1, in{sender: 3, seq: 104, body: data("z")})
+	step(t, c, t0+1, in{sender: 1, seq: 105, body: data("x")})
+	frames, _, _ := ready(t, c)
+	if len(frames) != 2 {
+		t.Fatalf("%d frames, want 2 Nacks (members 1 and 3)", len(frames))
+	}
+	nb1, nb3 := frames[0].body.(*frame.NackBody), frames[1].body.(*frame.NackBody)
+	if nb1.Target != 1 || len(nb1.Ranges) != 2 || nb1.Ranges[0] != (frame.Range{First: 100, Last: 101}) || nb1.Ranges[1] != (frame.Range{First: 103, Last: 104}) {
+		t.Fatalf("Nack to 1: %+v", nb1)
+	}
+	if nb3.Target != 3 || frames[1].dst != testMAC(3) || nb3.Ranges[0] != (frame.Range{First: 100, Last: 103}) {
+		t.Fatalf("Nack to 3: %+v", nb3)
+	}
+}
+
+func TestLostTailSeenFromAck(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	step(t, c, t0+1, in{sender: 1, seq: 100, body: data("a")})
+	// The sender's resend timer says its last frame was 101 (fig. 3.9).
+	step(t, c, t0+2, in{sender: 1, seq: 101, body: &frame.Empty{T: frame.Ack}, flags: frame.FlagAckRequest})
+	frames, ds, _ := ready(t, c)
+	if msgs(ds) != "a" || len(frames) != 1 || frames[0].t != frame.Nack || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 101}) {
+		t.Fatalf("frames %+v deliveries %q, want a Nack for 101", frames, msgs(ds))
+	}
+}
+
+func TestBundleNackAnswerAndHold(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	for _, m := range []string{"one", "two", "three"} {
+		if err := c.Propose(t0+1, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Data || frames[0].h.Seq != 100 {
+		t.Fatalf("%+v, want one Data frame 100", frames)
+	}
+	b, ok := frames[0].body.(*frame.Bundle)
+	if !ok || len(b.Msgs) != 3 || string(b.Msgs[2]) != "three" {
+		t.Fatalf("body %+v, want a bundle of 3", frames[0].body)
+	}
+	if err := c.Propose(t0+2, []byte("four")); err != nil {
+		t.Fatal(err)
+	}
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].h.Seq != 101 {
+		t.Fatalf("%+v", frames)
+	}
+	if _, ok := frames[0].body.(*frame.Payload); !ok {
+		t.Fatalf("a lone message travels unbundled: %+v", frames[0].body)
+	}
+	nack := in{sender: 2, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 99, Last: 101}}}}
+	step(t, c, t0+3, nack)
+	frames, _, _ = ready(t, c)
+	if len(frames) != 2 || frames[0].h.Seq != 100 || frames[1].h.Seq != 101 || frames[0].h.Flags&frame.FlagRetransmit == 0 || frames[0].dst != frame.Broadcast {
+		t.Fatalf("retransmissions %+v, want 100 and 101 broadcast with FlagRetransmit", frames)
+	}
+	if b, ok := frames[0].body.(*frame.Bundle); !ok || len(b.Msgs) != 3 {
+		t.Fatalf("retransmitted bundle %+v", frames[0].body)
+	}
+	// Another member's Nack for the same frames right after: held.
+	nack.sender = 1
+	step(t, c, t0+4, nack)
+	frames, _, _ = ready(t, c)
+	if len(frames) != 0 || c.Stats().RetransmitsHeld != 2 {
+		t.Fatalf("frames %+v, stats %+v; want nothing sent, 2 held", frames, c.Stats())
+	}
+	// After NackTimeout/2 it is honoured again.
+	step(t, c, t0+4+Time(DefaultNackTimeout/2), nack)
+	if frames, _, _ = ready(t, c); len(frames) != 2 {
+		t.Fatalf("%d frames, want 2 retransmissions", len(frames))
+	}
+	if st := c.Stats(); st.NackedStale != 3 || st.NacksReceived != 3 {
+		t.Fatalf("stats %+v: 99 was never sent (stale, in each of 3 Nacks)", st)
+	}
+}
+
+func TestResendTimerPBP2SendsAckWithLastSeq(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	c.Propose(t0, []byte("x"))
+	ready(t, c)
+	c.Tick(t0 + Time(DefaultResendTimeoutPBP2))
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Seq != 100 || frames[0].h.Flags&frame.FlagAckRequest == 0 {
+		t.Fatalf("%+v, want an Ack naming 100 and asking for an ack", frames)
+	}
+	// Backed off: the next probe comes after twice the timeout.
+	if d := c.Deadline(); d != t0+3*Time(DefaultResendTimeoutPBP2) {
+		t.Fatalf("deadline %d, want %d", d, t0+3*Time(DefaultResendTimeoutPBP2))
+	}
+	step(t, c, t0+Time(DefaultResendTimeoutPBP2)+1, in{sender: 1, seq: 99, acks: []uint32{101, 100}, body: &frame.Empty{T: frame.Ack}})
+	if st := c.Stats(); st.InFlight != 0 || c.Deadline() != t0+Time(DefaultResendTimeoutPBP2)+Time(DefaultHeartbeatInterval) {
+		t.Fatalf("after the ack: %+v deadline %d", st, c.Deadline())
+	}
+}
+
+func TestPBP1RetransmitsWindow(t *testing.T) {
+	c := newCore(t, testConfig(PBP1, 0, 3))
+	c.Propose(t0, []byte("a"))
+	ready(t, c)
+	c.Propose(t0, []byte("b"))
+	ready(t, c)
+	// Member 1 acks 100, member 2 nothing.
+	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	c.Tick(t0 + Time(DefaultResendTimeoutPBP1))
+	frames, _, _ := ready(t, c)
+	if len(frames) != 2 || frames[0].h.Seq != 100 || frames[1].h.Seq != 101 || frames[1].h.Flags&(frame.FlagRetransmit|frame.FlagAckRequest) != frame.FlagRetransmit|frame.FlagAckRequest {
+		t.Fatalf("%+v, want 100 and 101 retransmitted", frames)
+	}
+	// PBP1 receivers do not Nack: a gap just waits.
+	step(t, c, t0+2, in{sender: 1, seq: 102, body: data("z")})
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("PBP1 sent %+v on a gap", frames)
+	}
+	// A duplicate is acknowledged again after AckDelay.
+	now := t0 + Time(DefaultResendTimeoutPBP1) + 3
+	step(t, c, now, in{sender: 2, seq: 99, body: data("old")})
+	c.Tick(now + Time(DefaultAckDelay))
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Ack {
+		t.Fatalf("%+v, want an Ack for the duplicate", frames)
+	}
+}
+
+func TestWindowBackPressure(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.Window = 2
+	c := newCore(t, cfg)
+	for i, m := range []string{"a", "b"} {
+		if err := c.Propose(t0, []byte(m)); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		ready(t, c)
+	}
+	if err := c.Propose(t0, []byte("c")); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("third: %v, want ErrWindowFull", err)
+	}
+	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{101, 100}, body: &frame.Empty{T: frame.Ack}})
+	if err := c.Propose(t0+1, []byte("c")); err != nil {
+		t.Fatalf("after an ack: %v", err)
+	}
+	// An ack for frames never sent is refused.
+	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{150, 100}, body: &frame.Empty{T: frame.Ack}})
+	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	c := newCore(t, cfg)
+	max := frame.MaxPayload(DefaultMTU, 2, 0)
+	if err := c.Propose(t0, make([]byte, max)); err != nil {
+		t.Fatalf("a message of exactly %d bytes: %v", max, err)
+	}
+	err := c.Propose(t0, make([]byte, max+1))
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || tl.Size != max+1 || tl.Max != max || !strings.Contains(err.Error(), "1465 bytes exceeds the 1464") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestDropsForeignFrames(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	forged := func(f in, src [6]byte) error {
+		_, v := f.view(t)
+		return c.Step(t0+1, src, v)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		run  func() error
+	}{
+		{"non-member", ErrNotMember, func() error { return forged(in{sender: 9, seq: 100, body: data("x")}, testMAC(9)) }},
+		{"incarnation", ErrIncarnation, func() error { return forged(in{sender: 1, inc: 8, seq: 100, body: data("x")}, testMAC(1)) }},
+		{"mac", ErrSourceMAC, func() error { return forged(in{sender: 1, seq: 100, body: data("x")}, testMAC(2)) }},
+		{"self", ErrSourceMAC, func() error { return forged(in{sender: 0, seq: 100, body: data("x")}, testMAC(2)) }},
+		{"group", ErrGroup, func() error { return forged(in{sender: 1, group: 43, seq: 100, body: data("x")}, testMAC(1)) }},
+		{"type", ErrFrameType, func() error {
+			return forged(in{sender: 1, body: &frame.StatusBody{T: frame.SeqStatusRequest}}, testMAC(1))
+		}},
+	} {
+		if err := tc.run(); !errors.Is(err, tc.err) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
+		}
+	}
+	frames, ds, evs := ready(t, c)
+	if len(frames)+len(ds)+len(evs) != 0 {
+		t.Fatalf("forged frames changed state: %v %v %v", frames, ds, evs)
+	}
+	if m := c.Members(); m[0].Expected != 100 || m[0].LastHeard != t0 {
+		t.Fatalf("member 1 state changed: %+v", m[0])
+	}
+	st := c.Stats()
+	if st.NotMember != 1 || st.WrongIncarnation != 1 || st.WrongMAC != 2 || st.WrongGroup != 1 || st.UnhandledTypes != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Our own looped-back frame is ignored silently.
+	if err := forged(in{sender: 0, seq: 100, body: data("x")}, testMAC(0)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 3)
+	cfg.Window = 2
+	c := newCore(t, cfg)
+	c.Propose(t0, []byte("a"))
+	ready(t, c)
+	c.Propose(t0, []byte("a2"))
+	ready(t, c)
+	step(t, c, t0+1, in{sender: 2, seq: 101, body: data("x")}) // 100 missing from 2
+	ready(t, c)
+	if st := c.Stats(); st.Buffered != 1 {
+		t.Fatalf("%+v", st)
+	}
+	later := t0 + Time(DefaultFailureTimeout)
+	step(t, c, later, in{sender: 1, seq: 99, acks: []uint32{102, 100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
+	if err := c.Propose(later, []byte("b")); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("%v, want ErrWindowFull while member 2 lags", err)
+	}
+	c.Tick(later)
+	if _, _, evs := ready(t, c); len(evs) != 0 {
+		t.Fatalf("events %v: member 2 was heard at %d", evs, t0+1)
+	}
+	if d := c.Deadline(); d != t0+1+Time(DefaultFailureTimeout) {
+		t.Fatalf("deadline %d, want member 2's failure at %d", d, t0+1+Time(DefaultFailureTimeout))
+	}
+	c.Tick(c.Deadline())
+	_, _, evs := ready(t, c)
+	if len(evs) != 1 || evs[0].Kind != MemberFailed || evs[0].Member != 2 || evs[0].Discarded != 1 || evs[0].Delivered != 100 {
+		t.Fatalf("events %v", evs)
+	}
+	// A removed member counts as having acknowledged everything.
+	if err := c.Propose(later+2, []byte("b")); err != nil {
+		t.Fatalf("after removal: %v", err)
+	}
+	if err := step(t, c, later+3, in{sender: 2, seq: 100, body: data("w")}); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("frame from removed member: %v", err)
+	}
+}
+
+func TestCleanLeave(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	c.Propose(t0, []byte("last words"))
+	c.Leave(t0)
+	if err := c.Propose(t0, []byte("more")); !errors.Is(err, ErrLeaving) {
+		t.Fatalf("%v, want ErrLeaving", err)
+	}
+	frames, _, evs := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Data || len(evs) != 0 {
+		t.Fatalf("%+v %v: the Leave must wait for the acks", frames, evs)
+	}
+	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("%+v: member 2 has not acked", frames)
+	}
+	step(t, c, t0+2, in{sender: 2, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	frames, _, evs = ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Leave || frames[0].h.Seq != 101 || len(evs) != 1 || evs[0].Kind != SelfLeft {
+		t.Fatalf("%+v %v, want a Leave with seq 101 and SelfLeft", frames, evs)
+	}
+	for range leaveRepeats - 1 {
+		c.Tick(c.Deadline())
+		if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Leave {
+			t.Fatalf("repeat: %+v", frames)
+		}
+	}
+	if c.Deadline() != 0 || !c.Left() {
+		t.Fatalf("deadline %d after the last Leave", c.Deadline())
+	}
+	if err := step(t, c, t0+3, in{sender: 1, seq: 100, body: data("x")}); !errors.Is(err, ErrLeft) {
+		t.Fatalf("%v, want ErrLeft", err)
+	}
+}
+
+func TestReceiveLeave(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	step(t, c, t0+1, in{sender: 1, seq: 101, body: data("b")})
+	step(t, c, t0+1, in{sender: 1, seq: 102, body: &frame.Empty{T: frame.Leave}})
+	_, _, evs := ready(t, c)
+	if len(evs) != 0 {
+		t.Fatalf("%v: 100 is not delivered yet", evs)
+	}
+	step(t, c, t0+2, in{sender: 1, seq: 100, body: data("a")})
+	_, ds, evs := ready(t, c)
+	if msgs(ds) != "a,b" || len(evs) != 1 || evs[0].Kind != MemberLeft || evs[0].Delivered != 102 {
+		t.Fatalf("%q %v", msgs(ds), evs)
+	}
+}
+
+func TestSequenceWrap(t *testing.T) {
+	for _, mode := range []Mode{PBP2, PBP1} {
+		cfg := testConfig(mode, 0, 2)
+		cfg.InitialSeq = 0xffff_fffe
+		cfg.Window = 4
+		c := newCore(t, cfg)
+		// Receive 0xfffffffe, 0, 1, then 0xffffffff: all delivered in order.
+		for _, f := range []struct {
+			seq uint32
+			msg string
+		}{{0xffff_fffe, "a"}, {0, "c"}, {1, "d"}, {0xffff_ffff, "b"}} {
+			step(t, c, t0+1, in{sender: 1, seq: f.seq, body: data(f.msg)})
+		}
+		_, ds, _ := ready(t, c)
+		if msgs(ds) != "a,b,c,d" || ds[3].Seq != 1 {
+			t.Fatalf("%v: delivered %q", mode, msgs(ds))
+		}
+		// Send across the wrap; acks across it free the window.
+		for i := range 4 {
+			if err := c.Propose(t0+2, []byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+			ready(t, c)
+		}
+		step(t, c, t0+3, in{sender: 1, seq: 1, acks: []uint32{2, 2}, body: &frame.Empty{T: frame.Ack}})
+		if st := c.Stats(); st.InFlight != 0 || st.BadAcks != 0 {
+			t.Fatalf("%v: %+v", mode, st)
+		}
+		// An old frame from before the wrap is a duplicate.
+		step(t, c, t0+4, in{sender: 1, seq: 0xffff_ffff, body: data("b")})
+		if _, ds, _ := ready(t, c); len(ds) != 0 || c.Stats().Duplicates != 1 {
+			t.Fatalf("%v: duplicate delivered %q", mode, msgs(ds))
+		}
+	}
+}
+
+func TestBeyondWindowDropped(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.Window = 4
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 1, seq: 104, body: data("far")})
+	step(t, c, t0+1, in{sender: 1, seq: 100 + 1<<31, body: data("very far")})
+	frames, ds, _ := ready(t, c)
+	if len(ds) != 0 || len(frames) != 0 || c.Stats().BeyondWindow != 1 || c.Stats().Duplicates != 1 {
+		t.Fatalf("%+v %q %+v", frames, msgs(ds), c.Stats())
+	}
+}
+
+func TestBundleDelay(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.BundleDelay = 50 * Microsecond
+	c := newCore(t, cfg)
+	c.Propose(t0, []byte("a"))
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatal("a lone message was sent before BundleDelay")
+	}
+	c.Propose(t0+10, []byte("b"))
+	if d := c.Deadline(); d != t0+Time(50*Microsecond) {
+		t.Fatalf("deadline %d", d)
+	}
+	c.Tick(c.Deadline())
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || len(frames[0].body.(*frame.Bundle).Msgs) != 2 {
+		t.Fatalf("%+v", frames)
+	}
+}
+
+// TestZeroAllocsInOrder checks the steady-state path allocates nothing:
+// receiving an in-order frame, delivering it, acknowledging, proposing and
+// sending, and freeing the window on an ack.
+func TestZeroAllocsInOrder(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	seq := uint32(100)
+	now := t0
+	msg := make([]byte, 200)
+	h := frame.Header{Group: testGroup, Sender: 1, Incarnation: 7, Acks: []uint32{100, 100}}
+	body := &frame.Payload{T: frame.Data, Data: msg}
+	buf := make([]byte, 0, 2000)
+	round := func() {
+		now += 1000
+		h.Seq = seq
+		h.Acks[0] = c.nextSeq
+		b, _ := frame.Append(buf[:0], &h, body)
+		v, err := frame.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step(now, testMAC(1), v); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+		if err := c.Propose(now, msg); err != nil {
+			t.Fatal(err)
+		}
+		c.Tick(now)
+		if rd := c.Ready(); len(rd.Deliveries) != 1 || len(rd.Frames) != 1 {
+			t.Fatalf("ready %d deliveries %d frames", len(rd.Deliveries), len(rd.Frames))
+		}
+		c.Advance()
+	}
+	for range 300 {
+		round() // warm up buffers
+	}
+	if a := testing.AllocsPerRun(1000, round); a != 0 {
+		t.Fatalf("%v allocations per message, want 0", a)
+	}
+}
