@@ -12,7 +12,8 @@ die() {
 }
 
 # check_prefix PREFIX: rb + lowercase letters/digits, short enough that
-# ${PREFIX}br0 fits the kernel's 15-byte interface name limit (IFNAMSIZ-1).
+# ${PREFIX}br0 and ${PREFIX}v249 fit the kernel's 15-byte interface name limit
+# (IFNAMSIZ-1).
 check_prefix() {
 	local p=$1
 	[[ $p =~ ^rb[a-z0-9]*$ ]] || die "bad prefix -p '$p': must start with 'rb' and contain only lowercase letters and digits"

@@ -3,6 +3,7 @@ package netns
 import (
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -19,29 +20,49 @@ var lossFrames = flag.Int("lossframes", 0, "frames per loss measurement (0 = eac
 const endMarker = etherType + 1
 
 // lossRun sends n sequence-numbered broadcast frames from src, then an end
-// marker, and returns which sequence numbers dst received.
+// marker, and returns which sequence numbers dst received. dst reads while
+// src sends, so the socket buffer never overflows into extra loss.
 func lossRun(t *testing.T, src, dst *rawSocket, srcMAC net.HardwareAddr, n int) []bool {
 	t.Helper()
 	// Earlier runs delivered their frames to every host, not only the one
 	// they measured; start clean.
 	drain(dst)
+	type result struct {
+		got []bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := receiveRun(dst, n)
+		done <- result{got, err}
+	}()
 	for seq := 0; seq < n; seq++ {
 		src.send(t, broadcastFrame(srcMAC, uint32(seq), 64))
 	}
 	end := broadcastFrame(srcMAC, 0, 64)
 	binary.BigEndian.PutUint16(end[12:14], endMarker)
 	src.send(t, end)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.got
+}
 
+func receiveRun(dst *rawSocket, n int) ([]bool, error) {
 	got := make([]bool, n)
 	buf := make([]byte, 2048)
-	wait := 5 * time.Second
+	wait := 10 * time.Second
 	for sawEnd := false; ; {
-		f := dst.recv(t, buf, wait)
+		f, err := dst.recvFrame(buf, wait)
+		if err != nil {
+			return nil, err
+		}
 		if f == nil {
 			if !sawEnd {
-				t.Fatal("end marker never arrived")
+				return nil, fmt.Errorf("end marker never arrived")
 			}
-			return got
+			return got, nil
 		}
 		switch binary.BigEndian.Uint16(f[12:14]) {
 		case endMarker:
@@ -51,7 +72,7 @@ func lossRun(t *testing.T, src, dst *rawSocket, srcMAC net.HardwareAddr, n int) 
 		case etherType:
 			seq := binary.BigEndian.Uint32(f[14:18])
 			if int(seq) >= n || got[seq] {
-				t.Fatalf("unexpected or duplicate sequence number %d", seq)
+				return nil, fmt.Errorf("unexpected or duplicate sequence number %d", seq)
 			}
 			got[seq] = true
 		}

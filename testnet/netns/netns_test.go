@@ -78,27 +78,36 @@ func (s *rawSocket) send(t *testing.T, frame []byte) {
 // outgoing copies are skipped.
 func (s *rawSocket) recv(t *testing.T, buf []byte, timeout time.Duration) []byte {
 	t.Helper()
+	f, err := s.recvFrame(buf, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// recvFrame is recv for goroutines other than the test's.
+func (s *rawSocket) recvFrame(buf []byte, timeout time.Duration) ([]byte, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil
+			return nil, nil
 		}
 		tv := unix.NsecToTimeval(left.Nanoseconds())
 		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			t.Fatalf("SO_RCVTIMEO: %v", err)
+			return nil, fmt.Errorf("SO_RCVTIMEO: %w", err)
 		}
 		n, from, err := unix.Recvfrom(s.fd, buf, 0)
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("recv: %v", err)
+			return nil, fmt.Errorf("recv: %w", err)
 		}
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		return buf[:n]
+		return buf[:n], nil
 	}
 }
 
