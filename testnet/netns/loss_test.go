@@ -99,7 +99,7 @@ func lossStats(got []bool) (loss, meanRun float64) {
 
 // openAll opens a raw socket for every EtherType (ETH_P_ALL), so it
 // sees both rbcast frames and the end marker.
-func openAll(t *testing.T, h *Host) *rawSocket {
+func openAll(t testing.TB, h *Host) *rawSocket {
 	t.Helper()
 	var s rawSocket
 	err := h.Do(func() error {

@@ -26,7 +26,7 @@ type rawSocket struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func openRaw(t *testing.T, h *Host) *rawSocket {
+func openRaw(t testing.TB, h *Host) *rawSocket {
 	t.Helper()
 	var s rawSocket
 	err := h.Do(func() error {
@@ -58,7 +58,7 @@ func openRaw(t *testing.T, h *Host) *rawSocket {
 
 // send writes one frame, waiting out ENOBUFS (veth back-pressure) for at
 // most a second: injected loss must never surface as a send error.
-func (s *rawSocket) send(t *testing.T, frame []byte) {
+func (s *rawSocket) send(t testing.TB, frame []byte) {
 	t.Helper()
 	deadline := time.Now().Add(time.Second)
 	for {
