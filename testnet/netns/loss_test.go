@@ -244,3 +244,17 @@ func TestSetLossRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentIsQuiet checks that a fresh segment carries no frames of its
+// own (router solicitations, DAD, MLD reports would appear within a second
+// of the links coming up if IPv6 were on). Proving absence needs a window.
+func TestSegmentIsQuiet(t *testing.T) {
+	topo := Up(t, Options{Hosts: 2, Prefix: "rbnquiet"})
+	s := openAll(t, topo.Hosts[1])
+	buf := make([]byte, 2048)
+	if f, err := s.recvFrame(buf, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	} else if f != nil {
+		t.Fatalf("unexpected frame on a fresh segment: % x", f[:min(len(f), 64)])
+	}
+}
