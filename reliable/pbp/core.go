@@ -59,6 +59,11 @@ type EventKind uint8
 const (
 	// MemberFailed: silent past FailureTimeout, removed.
 	MemberFailed EventKind = iota + 1
+	// MemberStalled: heard from, but it acknowledged none of our frames
+	// for FailureTimeout while some were outstanding (it may have removed
+	// us, or cannot receive); removed so that our window does not stall
+	// on it forever.
+	MemberStalled
 	// MemberLeft: its Leave arrived and everything it sent was delivered.
 	MemberLeft
 	// SelfLeft: this member sent its Leave; the core is finished.
@@ -69,6 +74,8 @@ func (k EventKind) String() string {
 	switch k {
 	case MemberFailed:
 		return "failed"
+	case MemberStalled:
+		return "stalled"
 	case MemberLeft:
 		return "left"
 	case SelfLeft:
@@ -181,6 +188,7 @@ type peer struct {
 	expected  uint32 // exp_seqno[j]: next sequence number to deliver
 	knownEnd  uint32 // one past the highest sequence number known sent
 	acked     uint32 // window_base[j]: the next of ours it expects
+	ackedAt   Time   // when acked last moved, or we last sent to it caught up
 	lastHeard Time
 
 	leaving  bool
@@ -189,6 +197,10 @@ type peer struct {
 	nackDue  bool   // a Nack is to go out at the next flush
 	nackFrom uint32 // it asks for what is missing from here on
 	nackAt   Time   // nack timer (thesis fig. 3.9); 0 when not repairing
+	// nackExpected is expected when the nack timer last fired: no
+	// progress since then backs the timer off.
+	nackExpected uint32
+	nackBackoff  uint
 
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
@@ -325,6 +337,7 @@ func (c *Core) touch(now Time) {
 	c.lastSent = now
 	for i := range c.peers {
 		c.peers[i].lastHeard = now
+		c.peers[i].ackedAt = now
 	}
 }
 
@@ -396,6 +409,11 @@ func (c *Core) seal() {
 	}
 	c.open = false
 	seq := c.nextSeq
+	for i := range c.peers {
+		if p := &c.peers[i]; p.acked == seq {
+			p.ackedAt = c.now // it was caught up: its ack clock starts now
+		}
+	}
 	c.nextSeq++
 	c.sendData(seq, 0)
 	c.stats.DataFramesSent++
@@ -522,6 +540,9 @@ func (c *Core) Deadline() Time {
 		}
 		early(p.nackAt)
 		early(p.lastHeard.Add(c.cfg.FailureTimeout))
+		if p.acked != c.nextSeq {
+			early(p.ackedAt.Add(c.cfg.FailureTimeout))
+		}
 	}
 	return d
 }
@@ -539,17 +560,29 @@ func (c *Core) Tick(now Time) {
 	}
 	for i := range c.peers {
 		p := &c.peers[i]
-		if p.live && now >= p.lastHeard.Add(c.cfg.FailureTimeout) {
+		switch {
+		case !p.live:
+		case now >= p.lastHeard.Add(c.cfg.FailureTimeout):
 			c.remove(p, MemberFailed)
+		case p.acked != c.nextSeq && now >= p.ackedAt.Add(c.cfg.FailureTimeout):
+			c.remove(p, MemberStalled)
 		}
 	}
 	// Nack timer: ask again for everything still missing, so a lost Nack
-	// or a lost retransmission cannot stall a receiver.
+	// or a lost retransmission cannot stall a receiver. Rounds without
+	// progress back off (up to 8×), so a sender that died costs little
+	// until it is removed.
 	for i := range c.peers {
 		p := &c.peers[i]
 		if p.state == repair && now >= p.nackAt {
 			p.nackDue, p.nackFrom = true, p.expected
-			p.nackAt = now.Add(c.cfg.NackTimeout)
+			if p.expected == p.nackExpected {
+				p.nackBackoff = min(p.nackBackoff+1, maxNackBackoff)
+			} else {
+				p.nackBackoff = 0
+			}
+			p.nackExpected = p.expected
+			p.nackAt = now.Add(c.cfg.NackTimeout << p.nackBackoff)
 		}
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
@@ -588,8 +621,12 @@ func (c *Core) resendTimeout() {
 	c.resendAt = c.now.Add(c.cfg.ResendTimeout << c.backoff)
 }
 
-// maxBackoff caps the resend timer's doubling at 16 × ResendTimeout.
-const maxBackoff = 4
+// maxBackoff caps the resend timer's doubling at 16 × ResendTimeout,
+// maxNackBackoff the nack timer's at 8 × NackTimeout.
+const (
+	maxBackoff     = 4
+	maxNackBackoff = 3
+)
 
 // Stats returns the counters.
 func (c *Core) Stats() Stats {

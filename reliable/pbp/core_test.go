@@ -218,10 +218,15 @@ func TestGapNackRepairPBP2(t *testing.T) {
 	if got := msgs(ds); got != "a,b,c,d" {
 		t.Fatalf("delivered %q, want a,b,c,d", got)
 	}
-	// Nack timer: 104..105 still missing, asked for again, all of it.
+	// Nack timer: 104..105 still missing, asked for again, all of it. The
+	// deliveries are acknowledged to the group by a broadcast Ack: a Nack
+	// carries the ack vector to its target only.
 	c.Tick(t0 + 1 + Time(DefaultNackTimeout))
 	frames, _, _ = ready(t, c)
-	if len(frames) != 1 || frames[0].t != frame.Nack || len(frames[0].body.(*frame.NackBody).Ranges) != 1 ||
+	if len(frames) != 2 || frames[1].t != frame.Ack || frames[1].dst != frame.Broadcast {
+		t.Fatalf("nack timer: %+v, want a Nack and an Ack", frames)
+	}
+	if frames[0].t != frame.Nack || len(frames[0].body.(*frame.NackBody).Ranges) != 1 ||
 		frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 104, Last: 105}) {
 		t.Fatalf("nack timer: %+v, want a Nack for 104..105", frames)
 	}
@@ -449,9 +454,9 @@ func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
 	cfg := testConfig(PBP2, 0, 3)
 	cfg.Window = 2
 	c := newCore(t, cfg)
-	c.Propose(t0, []byte("a"))
+	c.Propose(t0+1, []byte("a"))
 	ready(t, c)
-	c.Propose(t0, []byte("a2"))
+	c.Propose(t0+1, []byte("a2"))
 	ready(t, c)
 	step(t, c, t0+1, in{sender: 2, seq: 101, body: data("x")}) // 100 missing from 2
 	ready(t, c)
@@ -638,5 +643,38 @@ func TestZeroAllocsInOrder(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(1000, round); a != 0 {
 		t.Fatalf("%v allocations per message, want 0", a)
+	}
+}
+
+func TestStalledMemberRemoved(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	// Idle for a long time, then one message: the ack clocks start now.
+	idle := t0 + 10*Time(DefaultFailureTimeout)
+	for now := t0; now < idle; now += Time(DefaultHeartbeatInterval) {
+		for _, id := range []frame.MemberID{1, 2} {
+			step(t, c, now, in{sender: id, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
+		}
+		c.Tick(now)
+		ready(t, c)
+	}
+	c.Propose(idle, []byte("x"))
+	ready(t, c)
+	// Member 1 acknowledges; member 2 keeps sending heartbeats that never
+	// acknowledge (as a member that removed us would).
+	step(t, c, idle+1, in{sender: 1, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	var evs []Event
+	for now := idle; now <= idle+Time(DefaultFailureTimeout); now += Time(DefaultHeartbeatInterval) {
+		for _, id := range []frame.MemberID{1, 2} {
+			step(t, c, now, in{sender: id, seq: 99, acks: []uint32{100 + 1 - uint32(id-1), 100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
+		}
+		c.Tick(now)
+		_, _, e := ready(t, c)
+		evs = append(evs, e...)
+	}
+	if len(evs) != 1 || evs[0].Kind != MemberStalled || evs[0].Member != 2 || evs[0].At != idle+Time(DefaultFailureTimeout) {
+		t.Fatalf("events %v, want member 2 stalled at %d", evs, idle+Time(DefaultFailureTimeout))
+	}
+	if c.Stats().InFlight != 0 {
+		t.Fatalf("%+v", c.Stats())
 	}
 }

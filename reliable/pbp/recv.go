@@ -95,7 +95,7 @@ func (c *Core) applyAck(p *peer, v frame.View) {
 		c.stats.BadAcks++ // acknowledges frames we never sent
 		return
 	}
-	p.acked = a
+	p.acked, p.ackedAt = a, c.now
 	c.advanceStable()
 }
 
@@ -217,6 +217,7 @@ func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
 func (c *Core) enterRepair(p *peer) {
 	p.state = repair
 	p.nackAt = c.now.Add(c.cfg.NackTimeout)
+	p.nackExpected, p.nackBackoff = p.expected, 0
 }
 
 // checkRepaired ends p's repair state when nothing is missing.

@@ -24,10 +24,14 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 	b := c.bufs[len(c.frames)][:0]
 	b = frame.AppendEthernet(b, dst, c.cfg.selfMAC, c.cfg.etherType)
 	b, err := frame.Append(b, &c.hdr, body)
-	// The timers move even if encoding failed (a bug, counted), so a
-	// failing frame cannot make the core ask to run again at once forever.
-	c.lastSent = c.now
-	c.ackAt, c.ackNow, c.receipts = 0, false, 0
+	// Only a frame to the group tells the group we live and acknowledges
+	// to all; a Nack reaches one member. The timers move even if encoding
+	// failed (a bug, counted), so a failing frame cannot make the core ask
+	// to run again at once forever.
+	if dst == c.cfg.dst {
+		c.lastSent = c.now
+		c.ackAt, c.ackNow, c.receipts = 0, false, 0
+	}
 	if err != nil {
 		c.stats.EncodeErrors++
 		return

@@ -269,7 +269,7 @@ func (m *simMember) flush() {
 		switch ev.Kind {
 		case SelfLeft:
 			m.left = true
-		case MemberFailed, MemberLeft:
+		case MemberFailed, MemberStalled, MemberLeft:
 			j, ok := m.run.ids[ev.Member]
 			if !ok {
 				m.run.fail("member %d: event for non-member: %v", m.id, ev)
@@ -464,7 +464,7 @@ func (r *simRun) verdict() error {
 	}
 	for _, m := range r.members {
 		for j, k := range m.removed {
-			if k == MemberFailed && !r.members[j].ep.Crashed() && !m.ep.Crashed() && !r.members[j].left {
+			if (k == MemberFailed || k == MemberStalled) && !r.members[j].ep.Crashed() && !m.ep.Crashed() && !r.members[j].left {
 				return fmt.Errorf("member %d removed live member %d", m.id, r.members[j].id)
 			}
 		}
@@ -496,7 +496,7 @@ func TestSim(t *testing.T) {
 			s := newScenario(seed)
 			r := runScenario(t, s)
 			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: go test ./reliable/pbp -run 'TestSim/seed=%d$' -v", err, s, seed)
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/pbp -run 'TestSim/seed=%d$' -v", err, s, seed, seed)
 			}
 		})
 	}
