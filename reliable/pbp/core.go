@@ -648,3 +648,11 @@ func (c *Core) Members() []MemberState {
 	}
 	return out
 }
+
+// Repairing reports whether member id is in the PBP2 repair state here:
+// frames from it are known to be missing. It is O(1) and allocates nothing,
+// so the runtime can time repairs around each Step.
+func (c *Core) Repairing(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.state == repair
+}

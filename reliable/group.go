@@ -1,0 +1,378 @@
+package reliable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+// ErrClosed is returned by Send and Recv once the group is closed (or this
+// member has left), and by Recv once every message delivered before that
+// has been taken.
+var ErrClosed = errors.New("reliable: group closed")
+
+// Message is one delivered message. Data belongs to the caller.
+type Message struct {
+	From frame.MemberID
+	Data []byte
+}
+
+// Group is this process's membership of a reliable broadcast group. Its
+// methods are safe for concurrent use.
+//
+// One event loop goroutine per Group (DESIGN.md, decision 2) waits on the
+// link, steps the core, transmits its frames in one batch and queues
+// deliveries for Recv. Send does not wait for that loop: it proposes to
+// the core and transmits on the caller's goroutine, under the same lock.
+//
+// Copies: a message handed to Send is copied once into the core's history
+// (kept until every member acknowledged it). A received in-order frame is
+// decoded in place from the link's ring; each message is copied once into
+// the receive queue, and once more out of it by Recv (into a new slice) or
+// RecvAppend (into the caller's buffer). Config.Deliver skips both queue
+// copies. Out-of-order frames are copied once more, by the core, to wait
+// for the gap to fill.
+type Group struct {
+	cfg   settings
+	l     link.Link
+	self  frame.MemberID
+	max   int // largest message
+	queue *msgQueue
+
+	mu      sync.Mutex // guards eng (and so the core) and the fields below
+	eng     *engine
+	room    chan struct{} // closed when the send window frees; nil if nobody waits
+	leaving bool
+	stop    bool  // Close gave up waiting: the loop ends at its next wake-up
+	err     error // why the group stopped, once it has
+
+	events chan pbp.Event
+	lost   uint64 // events not taken from the channel in time
+	done   chan struct{}
+	rx     []link.Frame
+}
+
+// Join joins the group described by cfg over l and returns once the group
+// has started: at once with static Config.Members, or when registration has
+// completed (every Config.Size member registered with the server). If ctx
+// ends first, Join returns ctx.Err().
+//
+// The Group does not own l: close l after Close has returned.
+func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	mtu := l.MTU()
+	self, members := s.Self, s.Members
+	var reg *registration
+	if len(members) == 0 {
+		reg, err = register(ctx, l, &s)
+		if err != nil {
+			return nil, err
+		}
+		self, members = reg.self, reg.members
+	}
+	core, err := pbp.New(s.pbpConfig(self, members, mtu, 0))
+	if err != nil {
+		return nil, err
+	}
+	epoch := time.Now()
+	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
+		events: make(chan pbp.Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
+	g.eng = newEngine(l, &s, core, members, epoch)
+	g.max = maxPayload(&s, members, mtu)
+	g.eng.deliver = g.enqueue
+	if s.Deliver != nil {
+		g.eng.deliver = s.Deliver
+	}
+	g.eng.event = g.event
+	if reg != nil {
+		reg.attach(g.eng)
+	}
+	core.Tick(g.eng.now(time.Now()))
+	if err := g.eng.output(); err != nil {
+		return nil, err
+	}
+	go g.run()
+	return g, nil
+}
+
+// maxPayload is the largest message the core accepts, as pbp computes it.
+func maxPayload(s *settings, members []frame.MemberInfo, mtu int) int {
+	lo, hi := members[0].ID, members[0].ID
+	for _, m := range members {
+		lo, hi = min(lo, m.ID), max(hi, m.ID)
+	}
+	m := frame.MaxPayload(mtu, int(hi-lo)+1, 0)
+	if s.MaxPayload > 0 {
+		m = s.MaxPayload
+	}
+	return m
+}
+
+// Self is this member's id.
+func (g *Group) Self() frame.MemberID { return g.self }
+
+// MaxMessage is the largest message Send accepts: what one frame carries
+// at the link's MTU (or Config.MaxPayload).
+func (g *Group) MaxMessage() int { return g.max }
+
+// enqueue is the engine's deliver with the receive queue (the loop holds
+// g.mu; the queue has its own lock so that Recv never waits for the loop).
+func (g *Group) enqueue(from frame.MemberID, data []byte) {
+	q := g.queue
+	q.mu.Lock()
+	q.pushLocked(from, data)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (g *Group) event(ev pbp.Event) {
+	if g.cfg.OnEvent != nil {
+		g.cfg.OnEvent(ev)
+	}
+	select {
+	case g.events <- ev:
+	default:
+		g.lost++
+	}
+}
+
+// Events delivers membership events (members removed as failed, stalled
+// or left; this member's own leave). The channel holds 64; events the
+// application does not take in time are counted in Stats.EventsLost and
+// still listed in Stats.Events. It is closed when the group stops.
+func (g *Group) Events() <-chan pbp.Event { return g.events }
+
+// run is the event loop.
+func (g *Group) run() {
+	defer func() {
+		g.mu.Lock()
+		err := g.err
+		if g.room != nil {
+			close(g.room)
+			g.room = nil
+		}
+		g.mu.Unlock()
+		g.queue.close(err)
+		close(g.events)
+		close(g.done)
+	}()
+	for {
+		g.mu.Lock()
+		wait := time.Now().Add(g.cfg.maxWait)
+		if d := g.eng.wall(g.eng.core.Deadline()); !d.IsZero() && d.Before(wait) {
+			wait = d
+		}
+		if g.stop {
+			g.finish(ErrClosed)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+
+		n, err := g.l.Recv(wait, g.rx)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			g.mu.Lock()
+			if errors.Is(err, net.ErrClosed) {
+				err = fmt.Errorf("%w: the link was closed under it (%v)", ErrClosed, err)
+			} else {
+				err = fmt.Errorf("reliable: group %d member %d: link receive failed: %w", g.cfg.Group, g.self, err)
+			}
+			g.finish(err)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Lock()
+		if g.cfg.Deliver == nil {
+			g.eng.holdData = g.queue.full()
+		}
+		err = g.eng.turn(g.eng.now(time.Now()), g.rx[:n])
+		g.wakeSenders()
+		switch {
+		case err != nil:
+			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
+		case g.eng.core.Left() && g.eng.core.Deadline() == 0:
+			g.finish(ErrClosed) // left, and the Leave repeats are out
+		}
+		stopped := g.err != nil
+		g.mu.Unlock()
+		if stopped {
+			return
+		}
+	}
+}
+
+// finish records why the group stopped; g.mu is held.
+func (g *Group) finish(err error) {
+	if g.err == nil {
+		g.err = err
+	}
+}
+
+// wakeSenders releases Sends waiting for window room; g.mu is held.
+func (g *Group) wakeSenders() {
+	if g.room != nil && g.eng.core.Stats().InFlight < g.eng.core.Stats().Window {
+		close(g.room)
+		g.room = nil
+	}
+}
+
+// Send broadcasts payload to every other member. It returns once the
+// message is accepted (copied; payload may be reused at once); accepted
+// messages are never dropped while this member and a receiver stay live.
+// When the send window is full it blocks (back-pressure) until room
+// frees, or returns ctx.Err(). A payload larger than MaxMessage is
+// refused with a *pbp.TooLargeError stating both sizes.
+func (g *Group) Send(ctx context.Context, payload []byte) error {
+	if len(payload) > g.max {
+		return &pbp.TooLargeError{Size: len(payload), Max: g.max}
+	}
+	for {
+		g.mu.Lock()
+		if g.err != nil || g.leaving {
+			err := g.err
+			g.mu.Unlock()
+			if err == nil || errors.Is(err, ErrClosed) {
+				return ErrClosed
+			}
+			return err
+		}
+		err := g.eng.core.Propose(g.eng.now(time.Now()), payload)
+		// Transmit at once, also when the window is full: Propose may
+		// have sealed a frame that was collecting messages.
+		if oerr := g.eng.output(); oerr != nil {
+			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, oerr))
+			err = g.err
+		}
+		if !errors.Is(err, pbp.ErrWindowFull) {
+			g.mu.Unlock()
+			return err
+		}
+		if g.room == nil {
+			g.room = make(chan struct{})
+		}
+		room := g.room
+		g.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Recv returns the next delivered message, in its sender's order. It
+// blocks until one arrives or ctx ends (ctx.Err()); after Close, and once
+// every message delivered before has been taken, it returns ErrClosed (or
+// the error that stopped the group).
+func (g *Group) Recv(ctx context.Context) (Message, error) {
+	from, data, err := g.recv(ctx, nil)
+	return Message{From: from, Data: data}, err
+}
+
+// RecvAppend is Recv appending the message to buf, so a caller reusing
+// buf receives without allocating.
+func (g *Group) RecvAppend(ctx context.Context, buf []byte) (from frame.MemberID, data []byte, err error) {
+	return g.recv(ctx, buf)
+}
+
+func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, error) {
+	if g.cfg.Deliver != nil {
+		return 0, buf, errors.New("reliable: Recv is not available when Config.Deliver is set")
+	}
+	for {
+		from, data, ok, err := g.queue.pop(buf)
+		if ok {
+			return from, data, nil
+		}
+		if err != nil {
+			return 0, buf, err
+		}
+		select {
+		case <-g.queue.ready:
+		case <-ctx.Done():
+			return 0, buf, ctx.Err()
+		}
+	}
+}
+
+// Close leaves the group cleanly: no new messages are accepted, everything
+// Send accepted is delivered to (acknowledged by) every live member, then
+// a Leave frame announces the departure. It returns when that is done, or
+// after Config.CloseTimeout with an error; either way the event loop has
+// ended. Messages delivered before remain available to Recv.
+func (g *Group) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.CloseTimeout)
+	defer cancel()
+	return g.Leave(ctx)
+}
+
+// Leave is Close bounded by ctx instead of Config.CloseTimeout.
+func (g *Group) Leave(ctx context.Context) error {
+	g.mu.Lock()
+	if !g.leaving && g.err == nil {
+		g.leaving = true
+		g.eng.core.Leave(g.eng.now(time.Now()))
+		if err := g.eng.output(); err != nil {
+			g.finish(err)
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		g.mu.Lock()
+		g.stop = true
+		st := g.eng.core.Stats()
+		g.mu.Unlock()
+		<-g.done
+		return fmt.Errorf("reliable: group %d member %d: leave not finished (%d frames still unacknowledged): %w", g.cfg.Group, g.self, st.InFlight, ctx.Err())
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil && !errors.Is(g.err, ErrClosed) {
+		return g.err
+	}
+	return nil
+}
+
+// Done is closed when the event loop has ended.
+func (g *Group) Done() <-chan struct{} { return g.done }
+
+// Err says why the group stopped (nil while it runs).
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// MemberStatus is one member as this member sees it.
+type MemberStatus struct {
+	ID        frame.MemberID
+	Self      bool
+	Live      bool
+	Repairing bool // frames from it are missing here
+}
+
+// Members lists the group's members by id.
+func (g *Group) Members() []MemberStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := []MemberStatus{{ID: g.self, Self: true, Live: !g.eng.core.Left()}}
+	for _, m := range g.eng.core.Members() {
+		out = append(out, MemberStatus{ID: m.ID, Live: m.Live, Repairing: m.Repairing})
+	}
+	slices.SortFunc(out, func(a, b MemberStatus) int { return int(a.ID) - int(b.ID) })
+	return out
+}

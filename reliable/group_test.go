@@ -1,0 +1,372 @@
+package reliable
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// mix is SplitMix64's finalizer: message sizes and bytes are a function of
+// (seed, sender, index), so receivers regenerate and compare them.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// message returns message idx of sender, appended to b: mostly small
+// (bundled), some up to maxLen.
+func message(b []byte, sender frame.MemberID, idx, maxLen int) []byte {
+	h := mix(uint64(sender)<<32 | uint64(idx))
+	n := int(h>>8) % 200
+	if h%4 == 0 {
+		n = int(h>>8) % (maxLen + 1)
+	}
+	x := h
+	for i := range n {
+		if i%8 == 0 {
+			x = mix(x)
+		}
+		b = append(b, byte(x>>(8*(i%8))))
+	}
+	return b
+}
+
+// staticMembers lists links as members 1..n, incarnation 7.
+func staticMembers(links []*rtLink) []frame.MemberInfo {
+	var ms []frame.MemberInfo
+	for i, l := range links {
+		ms = append(ms, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 7})
+	}
+	return ms
+}
+
+// newGroups attaches n endpoints with the given impairment and joins a
+// group on each with static members.
+func newGroups(t *testing.T, r *rtNet, n int, ep testnet.EndpointConfig, base Config) []*Group {
+	t.Helper()
+	links := make([]*rtLink, n)
+	for i := range links {
+		links[i] = r.attach(t, ep)
+	}
+	members := staticMembers(links)
+	groups := make([]*Group, n)
+	for i := range groups {
+		cfg := base
+		cfg.Group, cfg.Members, cfg.Self = 42, members, frame.MemberID(i+1)
+		if cfg.Logger == nil {
+			cfg.Logger = quiet
+		}
+		g, err := Join(context.Background(), links[i], cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups[i] = g
+	}
+	t.Cleanup(func() {
+		for _, g := range groups {
+			g.mu.Lock()
+			g.stop = true
+			g.mu.Unlock()
+			<-g.Done()
+		}
+	})
+	return groups
+}
+
+// exchange has every member send k messages while receiving everyone
+// else's, and checks content and per-sender order.
+func exchange(t *testing.T, groups []*Group, k int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*len(groups))
+	for _, g := range groups {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			var b []byte
+			for i := range k {
+				b = message(b[:0], g.Self(), i, g.MaxMessage())
+				if err := g.Send(ctx, b); err != nil {
+					errs <- fmt.Errorf("member %d: Send %d: %w", g.Self(), i, err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			next := map[frame.MemberID]int{}
+			var want, buf []byte
+			for got := 0; got < k*(len(groups)-1); got++ {
+				from, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					errs <- fmt.Errorf("member %d: Recv after %d messages: %w", g.Self(), got, err)
+					return
+				}
+				buf = data
+				want = message(want[:0], from, next[from], g.MaxMessage())
+				if !bytes.Equal(data, want) {
+					errs <- fmt.Errorf("member %d: message %d from %d: got %d bytes, want %d", g.Self(), next[from], from, len(data), len(want))
+					return
+				}
+				next[from]++
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestGroupExchangeWithLoss(t *testing.T) {
+	for _, mode := range []Mode{PBP2, PBP1} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := newRTNet(t, 1)
+			imp := testnet.Impairment{Loss: 0.05, Duplicate: 0.02, Reorder: 0.02, ReorderDelay: 200 * time.Microsecond}
+			groups := newGroups(t, r, 3, testnet.EndpointConfig{In: imp}, Config{Mode: mode})
+			exchange(t, groups, 2000)
+			for _, g := range groups {
+				if err := g.Close(); err != nil {
+					t.Errorf("member %d: Close: %v", g.Self(), err)
+				}
+			}
+			st := groups[0].Stats()
+			if st.Protocol.Retransmitted == 0 {
+				t.Errorf("5%% loss but nothing retransmitted: %+v", st.Protocol)
+			}
+			if len(st.Members) != 2 {
+				t.Fatalf("Stats.Members has %d entries, want 2: %+v", len(st.Members), st.Members)
+			}
+			for _, m := range st.Members {
+				if m.Delivered != 2000 {
+					t.Errorf("delivered %d messages from member %d, want 2000", m.Delivered, m.ID)
+				}
+			}
+			if mode == PBP2 && st.RepairP50 == 0 {
+				t.Errorf("no repair latency measured: %+v", st.Members)
+			}
+			t.Logf("member 1: %d retransmitted, %d nacks sent, repair p50 %v p99 %v", st.Protocol.Retransmitted, st.Protocol.NacksSent, st.RepairP50, st.RepairP99)
+		})
+	}
+}
+
+func TestSendTooLarge(t *testing.T) {
+	r := newRTNet(t, 2)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
+	g := groups[0]
+	err := g.Send(context.Background(), make([]byte, g.MaxMessage()+1))
+	var tl *pbp.TooLargeError
+	if !errors.As(err, &tl) || tl.Size != g.MaxMessage()+1 || tl.Max != g.MaxMessage() {
+		t.Fatalf("Send of %d bytes: %v, want a *pbp.TooLargeError with both sizes", g.MaxMessage()+1, err)
+	}
+	want := fmt.Sprintf("message of %d bytes exceeds the %d bytes", g.MaxMessage()+1, g.MaxMessage())
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	// 1500-byte MTU, 2 ack entries: 1500 - 28 - 8.
+	if g.MaxMessage() != 1464 {
+		t.Errorf("MaxMessage is %d at MTU 1500 with two members, want 1464", g.MaxMessage())
+	}
+	if err := g.Send(context.Background(), make([]byte, g.MaxMessage())); err != nil {
+		t.Errorf("Send of exactly MaxMessage: %v", err)
+	}
+}
+
+// A member that never answers: the window fills, Send blocks, and returns
+// the context's error when it ends; nothing accepted is lost.
+func TestSendBlocksOnFullWindow(t *testing.T) {
+	r := newRTNet(t, 3)
+	links := []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+	g, err := Join(context.Background(), links[0], Config{Group: 1, Members: staticMembers(links), Self: 1, Window: 4, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		g.mu.Lock()
+		g.stop = true
+		g.mu.Unlock()
+		<-g.Done()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	msg := make([]byte, 1000) // one frame each: no bundling
+	sent := 0
+	for ; sent < 100; sent++ {
+		if err = g.Send(ctx, msg); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || sent != 4 {
+		t.Fatalf("after %d Sends: %v; want 4 accepted, then context.DeadlineExceeded", sent, err)
+	}
+	if st := g.Stats(); st.Protocol.InFlight != 4 || st.Protocol.MessagesProposed != 4 {
+		t.Errorf("in flight %d, proposed %d; want 4 and 4", st.Protocol.InFlight, st.Protocol.MessagesProposed)
+	}
+}
+
+// The receiving application stops reading: the group slows down, nothing
+// is dropped, and everything arrives once it reads again.
+func TestRecvBackPressure(t *testing.T) {
+	r := newRTNet(t, 4)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{RecvQueue: 16, Window: 16})
+	const k = 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sendDone := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := range k {
+			b = message(b[:0], 1, i, groups[0].MaxMessage())
+			if err := groups[0].Send(ctx, b); err != nil {
+				sendDone <- err
+				return
+			}
+		}
+		sendDone <- nil
+	}()
+	time.Sleep(200 * time.Millisecond) // the receiver does not read
+	select {
+	case err := <-sendDone:
+		t.Fatalf("all %d messages accepted while the receiver read nothing (err %v): no back-pressure", k, err)
+	default:
+	}
+	st := groups[1].Stats()
+	if st.HeldData == 0 || st.Queued > 16+64*700 {
+		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0", st.HeldData, st.Queued)
+	}
+	var want []byte
+	for i := range k {
+		m, err := groups[1].Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		want = message(want[:0], 1, i, groups[0].MaxMessage())
+		if m.From != 1 || !bytes.Equal(m.Data, want) {
+			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
+		}
+	}
+	if err := <-sendDone; err != nil {
+		t.Fatal(err)
+	}
+	if evs := groups[0].Stats().Events; len(evs) != 0 {
+		t.Errorf("members removed during back-pressure: %v", evs)
+	}
+}
+
+func TestRecvContext(t *testing.T) {
+	r := newRTNet(t, 5)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := groups[0].Recv(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recv with nothing sent: %v, want context.DeadlineExceeded", err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if err := groups[0].Send(cctx, []byte("x")); err != nil {
+		t.Errorf("Send with room in the window and a cancelled context: %v (accepting needs no wait)", err)
+	}
+}
+
+// Close delivers everything accepted before leaving; receivers then see
+// the leave, and Send and Recv report ErrClosed.
+func TestCloseDeliversEverything(t *testing.T) {
+	r := newRTNet(t, 6)
+	imp := testnet.Impairment{Loss: 0.1}
+	groups := newGroups(t, r, 3, testnet.EndpointConfig{In: imp}, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const k = 500
+	var b []byte
+	for i := range k {
+		b = message(b[:0], 1, i, groups[0].MaxMessage())
+		if err := groups[0].Send(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := groups[0].Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := groups[0].Send(ctx, []byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Send after Close: %v, want ErrClosed", err)
+	}
+	if _, err := groups[0].Recv(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Recv after Close: %v, want ErrClosed", err)
+	}
+	for _, g := range groups[1:] {
+		var want []byte
+		for i := range k {
+			m, err := g.Recv(ctx)
+			if err != nil {
+				t.Fatalf("member %d: Recv %d: %v", g.Self(), i, err)
+			}
+			want = message(want[:0], 1, i, groups[0].MaxMessage())
+			if !bytes.Equal(m.Data, want) {
+				t.Fatalf("member %d: message %d differs", g.Self(), i)
+			}
+		}
+		select {
+		case ev := <-g.Events():
+			if ev.Kind != pbp.MemberLeft || ev.Member != 1 {
+				t.Errorf("member %d: event %v, want member 1 left", g.Self(), ev)
+			}
+		case <-ctx.Done():
+			t.Errorf("member %d: no leave event", g.Self())
+		}
+	}
+}
+
+// Goroutine-leak check after Close (as wireguard-go's device tests do).
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		r := newRTNet(t, 7)
+		links := []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+		var groups []*Group
+		for i := range links {
+			g, err := Join(context.Background(), links[i], Config{Group: 9, Members: staticMembers(links), Self: frame.MemberID(i + 1), Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups = append(groups, g)
+		}
+		exchange(t, groups, 50)
+		for _, g := range groups {
+			if err := g.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+		r.stop()
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
