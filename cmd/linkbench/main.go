@@ -18,7 +18,10 @@ import (
 	"github.com/rbcast/rbcast/internal/linkbench"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	linkbench.MaybeChild()
+	os.Exit(run(os.Args[1:]))
+}
 
 func ints(s string) ([]int, error) {
 	var out []int
@@ -45,6 +48,8 @@ func run(args []string) int {
 	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
 	rtts := fs.Int("latency", 2000, "round trips per latency run (0: skip latency)")
 	noTput := fs.Bool("no-throughput", false, "skip the throughput runs")
+	procs := fs.Bool("procs", true, "run each receiver as a process of its own in its namespace (false: goroutines of this process)")
+	senderFlag := fs.String("sender", "", "backend of the sending host only (default: the same as the receivers)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -82,7 +87,7 @@ func run(args []string) int {
 					var retries uint64
 					for r := range *reps {
 						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix})
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
@@ -102,7 +107,11 @@ func run(args []string) int {
 					if *reps > 1 {
 						rng = fmt.Sprintf("%.0f–%.0f", lo, hi)
 					}
-					fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f%% | %d |\n", b, mtu, n, fps, rng, loss, retries)
+					label := b
+					if *senderFlag != "" {
+						label = *senderFlag + " → " + b
+					}
+					fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f%% | %d |\n", label, mtu, n, fps, rng, loss, retries)
 				}
 			}
 		}

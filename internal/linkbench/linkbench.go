@@ -27,23 +27,43 @@ import (
 
 // Backends maps a backend name to how it is opened.
 var Backends = map[string]func(ifname string) (link.Link, error){
-	"ring-v3":  func(n string) (link.Link, error) { return ring.Open(n, ring.Config{Version: ring.V3}) },
-	"ring-v2":  func(n string) (link.Link, error) { return ring.Open(n, ring.Config{Version: ring.V2}) },
+	"ring-v3": func(n string) (link.Link, error) {
+		return ring.Open(n, ring.Config{Version: ring.V3, TxMode: ring.TxRing})
+	},
+	"ring-v2": func(n string) (link.Link, error) {
+		return ring.Open(n, ring.Config{Version: ring.V2, TxMode: ring.TxRing})
+	},
+	"ring-v3-mmsg": func(n string) (link.Link, error) {
+		return ring.Open(n, ring.Config{Version: ring.V3, TxMode: ring.TxSendmmsg})
+	},
+	"ring-v2-mmsg": func(n string) (link.Link, error) {
+		return ring.Open(n, ring.Config{Version: ring.V2, TxMode: ring.TxSendmmsg})
+	},
 	"afpacket": func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
 	"plain":    openPlain,
 }
 
 // BackendNames lists the backends in report order.
-var BackendNames = []string{"ring-v3", "ring-v2", "afpacket", "plain"}
+// "ring-vN" sends through PACKET_TX_RING, "ring-vN-mmsg" through sendmmsg;
+// both receive on the mmap'ed ring.
+var BackendNames = []string{"ring-v2", "ring-v3", "ring-v2-mmsg", "ring-v3-mmsg", "afpacket", "plain"}
 
 // Options describe one throughput run.
 type Options struct {
-	Backend  string
+	Backend string
+	// Sender, when set, is the backend of the sending host only; the
+	// receivers use Backend. It separates send-path from receive-path
+	// costs.
+	Sender   string
 	Hosts    int // 1 sender + Hosts−1 receivers
 	MTU      int
 	Duration time.Duration
 	Batch    int // frames per Send
 	Prefix   string
+	// Processes runs each receiver as a process of its own in its host's
+	// namespace, as on real hosts; otherwise receivers are goroutines of
+	// this process. The program must call MaybeChild first thing.
+	Processes bool
 }
 
 // Throughput is the outcome of one run.
@@ -115,41 +135,38 @@ func RunThroughput(o Options) (*Throughput, error) {
 	if o.Batch == 0 {
 		o.Batch = 64
 	}
+	openSender := open
+	if o.Sender != "" {
+		if openSender, ok = Backends[o.Sender]; !ok {
+			return nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)
+		}
+	}
 	topo, err := netns.New(netns.Options{Hosts: o.Hosts, MTU: o.MTU, Prefix: o.Prefix})
 	if err != nil {
 		return nil, err
 	}
 	defer topo.Close()
-	sender, err := openOn(topo.Hosts[0], open)
+	sender, err := openOn(topo.Hosts[0], openSender)
 	if err != nil {
 		return nil, err
 	}
 	defer sender.Close()
-	recvs := make([]link.Link, 0, o.Hosts-1)
+	res := &Throughput{Options: o, Receivers: make([]Receiver, o.Hosts-1)}
+	var finish func() error
+	if o.Processes {
+		finish, err = startChildren(topo, o.Backend, res)
+	} else {
+		finish, err = startGoroutines(topo, open, res)
+	}
+	if err != nil {
+		return nil, err
+	}
+	finished := false
 	defer func() {
-		for _, l := range recvs {
-			l.Close()
+		if !finished {
+			finish()
 		}
 	}()
-	for _, h := range topo.Hosts[1:] {
-		l, err := openOn(h, open)
-		if err != nil {
-			return nil, err
-		}
-		recvs = append(recvs, l)
-	}
-
-	res := &Throughput{Options: o, Receivers: make([]Receiver, len(recvs))}
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	var maxSeq atomic.Uint64
-	for i, l := range recvs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res.Receivers[i] = receive(l, &done)
-		}()
-	}
 	// Let receivers reach their first Recv before the clock starts.
 	time.Sleep(100 * time.Millisecond)
 
@@ -173,22 +190,84 @@ func RunThroughput(o Options) (*Throughput, error) {
 		}
 	}
 	res.Elapsed = time.Since(start)
-	maxSeq.Store(seq)
 	st, _ := sender.Stats()
 	res.SendRetries = st.SendRetries
 	// Give receivers time to drain what is queued, then stop them.
 	time.Sleep(300 * time.Millisecond)
-	done.Store(true)
-	wg.Wait()
-	for i, l := range recvs {
-		st, _ := l.Stats()
-		r := &res.Receivers[i]
-		r.KernelDrops = st.KernelDrops
-		if r.Frames < seq {
+	finished = true
+	if err := finish(); err != nil {
+		return nil, err
+	}
+	for i := range res.Receivers {
+		if r := &res.Receivers[i]; r.Frames < seq {
 			r.Lost = seq - r.Frames
 		}
 	}
 	return res, nil
+}
+
+// startGoroutines opens a receiving link on every host but the first and
+// counts frames on a goroutine each.
+func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error), res *Throughput) (func() error, error) {
+	var recvs []link.Link
+	closeAll := func() {
+		for _, l := range recvs {
+			l.Close()
+		}
+	}
+	for _, h := range topo.Hosts[1:] {
+		l, err := openOn(h, open)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		recvs = append(recvs, l)
+	}
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for i, l := range recvs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.Receivers[i] = receive(l, &done)
+		}()
+	}
+	return func() error {
+		done.Store(true)
+		wg.Wait()
+		for i, l := range recvs {
+			st, _ := l.Stats()
+			res.Receivers[i].KernelDrops = st.KernelDrops
+		}
+		closeAll()
+		return nil
+	}, nil
+}
+
+// startChildren starts a receiver process in every host but the first.
+func startChildren(topo *netns.Topology, backend string, res *Throughput) (func() error, error) {
+	var kids []*child
+	for _, h := range topo.Hosts[1:] {
+		c, err := startChild(h, backend)
+		if err != nil {
+			for _, k := range kids {
+				k.kill()
+			}
+			return nil, err
+		}
+		kids = append(kids, c)
+	}
+	return func() error {
+		var first error
+		for i, k := range kids {
+			r, err := k.finish()
+			res.Receivers[i] = r
+			if err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}, nil
 }
 
 func receive(l link.Link, done *atomic.Bool) Receiver {

@@ -15,18 +15,11 @@ import (
 
 	"github.com/mdlayher/packet"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/internal/mmsg"
 	"golang.org/x/sys/unix"
 )
 
 var _ link.Link = (*Link)(nil)
-
-// Back-pressure waits: ENOBUFS comes from a full device queue (the qdisc
-// dropped our frame, NET_XMIT_DROP) and no poll event tells us when it has
-// room again, so we back off exponentially between these bounds.
-const (
-	minBackoff = 50 * time.Microsecond
-	maxBackoff = 2 * time.Millisecond
-)
 
 // ethPAll is ETH_P_ALL: binding to it is what makes the kernel hand packet
 // sockets copies of outgoing frames (dev_queue_xmit_nit only feeds ptype_all).
@@ -68,14 +61,9 @@ type Link struct {
 	deadline time.Time             // read deadline currently set on the socket
 
 	// Send side, owned by the goroutine in Send.
-	txHdrs    []unix.Mmsghdr
-	txIov     []unix.Iovec
-	txDone    int // frames of the current batch accepted by the kernel
-	txCount   int // frames in the current batch
-	txErr     syscall.Errno
-	txNoBufs  bool
-	txRetries uint64 // back-pressure events in the current batch
-	txFn      func(fd uintptr) bool
+	// tx sends batches with sendmmsg(2); ENOBUFS comes from a full device
+	// queue (NET_XMIT_DROP) with no poll event for room, so it backs off.
+	tx *mmsg.Sender
 
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
@@ -183,16 +171,10 @@ func (l *Link) setup() error {
 		h.SetIovlen(1)
 		h.Control = &l.rxCtl[i*l.rxCtlLen]
 	}
-	l.txHdrs = make([]unix.Mmsghdr, n)
-	l.txIov = make([]unix.Iovec, n)
-	for i := range n {
-		// No msg_name: a bound packet socket sends to its own interface
-		// and protocol, and SOCK_RAW frames carry their own MAC header.
-		l.txHdrs[i].Hdr.Iov = &l.txIov[i]
-		l.txHdrs[i].Hdr.SetIovlen(1)
-	}
+	// No msg_name: a bound packet socket sends to its own interface and
+	// protocol, and SOCK_RAW frames carry their own MAC header.
+	l.tx = mmsg.NewSender(n)
 	l.rxFn = l.recvmmsg
-	l.txFn = l.sendmmsg
 	l.errTimeout = l.opError("recv", os.ErrDeadlineExceeded)
 	return nil
 }
@@ -370,7 +352,7 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 	}
 	sent := 0
 	for sent < len(frames) {
-		batch := frames[sent:min(len(frames), sent+len(l.txHdrs))]
+		batch := frames[sent:min(len(frames), sent+l.tx.Cap())]
 		n, err := l.sendBatch(batch)
 		sent += n
 		if err != nil {
@@ -382,83 +364,19 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 
 // sendBatch sends at most BatchSize frames, waiting out back-pressure.
 func (l *Link) sendBatch(batch [][]byte) (int, error) {
-	var bytes uint64
-	for i, f := range batch {
-		l.txIov[i].Base = &f[0]
-		l.txIov[i].SetLen(len(f))
-		bytes += uint64(len(f))
+	r := l.tx.Send(l.rc, batch)
+	if r.Retries > 0 {
+		l.sendRetries.Add(r.Retries)
 	}
-	// Let go of the caller's buffers once the kernel has copied them.
-	defer func() {
-		for i := range batch {
-			l.txIov[i].Base = nil
-		}
-	}()
-	l.txDone, l.txCount, l.txRetries = 0, len(batch), 0
-	backoff, done := minBackoff, 0
-	var err error
-	for {
-		l.txErr, l.txNoBufs = 0, false
-		if perr := l.rc.Write(l.txFn); perr != nil {
-			err = l.ioError("send", perr)
-			break
-		}
-		if l.txErr != 0 {
-			err = l.opError("sendmmsg", os.NewSyscallError("sendmmsg", l.txErr))
-			break
-		}
-		if !l.txNoBufs {
-			break
-		}
-		// Back off harder only while the queue stays full; once frames
-		// move again, the next wait starts short.
-		if l.txDone > done {
-			done, backoff = l.txDone, minBackoff
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, maxBackoff)
+	l.framesSent.Add(uint64(r.Sent))
+	l.bytesSent.Add(r.Bytes)
+	switch {
+	case r.PollErr != nil:
+		return r.Sent, l.ioError("send", r.PollErr)
+	case r.SysErr != nil:
+		return r.Sent, l.opError("sendmmsg", r.SysErr)
 	}
-	if l.txRetries > 0 {
-		l.sendRetries.Add(l.txRetries)
-	}
-	if l.txDone == len(batch) {
-		l.framesSent.Add(uint64(len(batch)))
-		l.bytesSent.Add(bytes)
-		return len(batch), err
-	}
-	bytes = 0
-	for _, f := range batch[:l.txDone] {
-		bytes += uint64(len(f))
-	}
-	l.framesSent.Add(uint64(l.txDone))
-	l.bytesSent.Add(bytes)
-	return l.txDone, err
-}
-
-// sendmmsg is the syscall.RawConn.Write callback. It pushes the rest of
-// the batch; on EAGAIN it reports false so the poller waits for POLLOUT,
-// on ENOBUFS it returns to sendBatch, which sleeps: the device queue gives
-// no wakeup.
-func (l *Link) sendmmsg(fd uintptr) bool {
-	for l.txDone < l.txCount {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&l.txHdrs[l.txDone])), uintptr(l.txCount-l.txDone), 0, 0, 0)
-		switch e {
-		case 0:
-			l.txDone += int(r)
-		case unix.EINTR:
-		case unix.EAGAIN:
-			l.txRetries++
-			return false
-		case unix.ENOBUFS:
-			l.txRetries++
-			l.txNoBufs = true
-			return true
-		default:
-			l.txErr = e
-			return true
-		}
-	}
-	return true
+	return r.Sent, nil
 }
 
 // Stats returns the link's counters. The kernel's PACKET_STATISTICS are

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
 )
 
 // recvOne waits up to a second for frames and fails the test if none come.
@@ -506,37 +507,41 @@ func TestRingReuse(t *testing.T) {
 func TestAllocs(t *testing.T) {
 	topo := up(t, "a", 2, 1500)
 	for _, v := range versions {
-		t.Run(v.String(), func(t *testing.T) {
-			tx := openOn(t, topo.Hosts[0], Config{Version: v})
-			rx := openOn(t, topo.Hosts[1], Config{Version: v})
-			const batch = 64
-			frames := make([][]byte, batch)
-			for i := range frames {
-				frames[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
+		for _, m := range txModes {
+			t.Run(v.String()+"/"+m.String(), func(t *testing.T) { testAllocs(t, topo, v, m) })
+		}
+	}
+}
+
+func testAllocs(t *testing.T, topo *netns.Topology, v Version, m TxMode) {
+	tx := openOn(t, topo.Hosts[0], Config{Version: v, TxMode: m})
+	rx := openOn(t, topo.Hosts[1], Config{Version: v})
+	const batch = 64
+	frames := make([][]byte, batch)
+	for i := range frames {
+		frames[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
+	}
+	got := make([]Frame, batch)
+	var lost bool
+	allocs := testing.AllocsPerRun(200, func() {
+		if n, err := tx.Send(frames); n != batch || err != nil {
+			lost = true
+			return
+		}
+		for received := 0; received < batch; {
+			n, err := rx.Recv(time.Now().Add(time.Second), got)
+			if err != nil {
+				lost = true
+				return
 			}
-			got := make([]Frame, batch)
-			var lost bool
-			allocs := testing.AllocsPerRun(200, func() {
-				if n, err := tx.Send(frames); n != batch || err != nil {
-					lost = true
-					return
-				}
-				for received := 0; received < batch; {
-					n, err := rx.Recv(time.Now().Add(time.Second), got)
-					if err != nil {
-						lost = true
-						return
-					}
-					received += n
-				}
-			})
-			if lost {
-				t.Fatal("a batch was not sent or not received in full")
-			}
-			if allocs != 0 {
-				t.Errorf("Send+Recv of %d frames: %v allocations, want 0", batch, allocs)
-			}
-		})
+			received += n
+		}
+	})
+	if lost {
+		t.Fatal("a batch was not sent or not received in full")
+	}
+	if allocs != 0 {
+		t.Errorf("Send+Recv of %d frames: %v allocations, want 0", batch, allocs)
 	}
 }
 
@@ -555,12 +560,14 @@ func TestBackPressure(t *testing.T) {
 		name   string
 		bypass bool
 		v      Version
-	}{{"qdisc", false, V2}, {"qdisc", false, V3}, {"bypass", true, V2}, {"bypass", true, V3}} {
-		t.Run(tc.name+"/"+tc.v.String(), func(t *testing.T) {
-			small := Config{Version: tc.v, TxBlockSize: 64 << 10, TxBlockCount: 2, QdiscBypass: tc.bypass}
+		m      TxMode
+	}{{"qdisc", false, V2, TxRing}, {"qdisc", false, V3, TxRing}, {"bypass", true, V2, TxRing}, {"bypass", true, V3, TxRing},
+		{"qdisc", false, V2, TxSendmmsg}, {"bypass", true, V2, TxSendmmsg}} {
+		t.Run(tc.name+"/"+tc.v.String()+"/"+tc.m.String(), func(t *testing.T) {
+			small := Config{Version: tc.v, TxBlockSize: 64 << 10, TxBlockCount: 2, QdiscBypass: tc.bypass, TxMode: tc.m}
 			tx := openOn(t, topo.Hosts[0], small)
 			rx := openOn(t, topo.Hosts[1], Config{Version: tc.v})
-			count := 3 * tx.TXGeometry().FrameCount // 246 frames of 1000 bytes: ~250 ms at 8 Mbit/s
+			count := 3 * 82 // three times the small TX ring: 246 frames of 1000 bytes, ~250 ms at 8 Mbit/s
 			batch := make([][]byte, count)
 			for i := range batch {
 				batch[i] = buildFrame(make([]byte, 1000), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), 1000)
@@ -597,10 +604,11 @@ func TestBackPressure(t *testing.T) {
 	if out, err := exec.Command("tc", "-n", ns, "qdisc", "change", "dev", "eth0", "root", "tbf", "rate", "8kbit", "burst", "3000", "limit", "3000").CombinedOutput(); err != nil {
 		t.Fatalf("tc qdisc change: %v: %s", err, out)
 	}
-	for _, v := range versions {
-		t.Run("close/"+v.String(), func(t *testing.T) {
+	for _, m := range txModes {
+		v := V2
+		t.Run("close/"+m.String(), func(t *testing.T) {
 			var tx *Link
-			if err := topo.Hosts[0].Do(func() (err error) { tx, err = Open("eth0", Config{Version: v}); return err }); err != nil {
+			if err := topo.Hosts[0].Do(func() (err error) { tx, err = Open("eth0", Config{Version: v, TxMode: m}); return err }); err != nil {
 				t.Fatal(err)
 			}
 			batch := make([][]byte, 200)

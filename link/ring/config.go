@@ -43,6 +43,32 @@ func (v Version) String() string {
 	return fmt.Sprintf("Version(%d)", int(v))
 }
 
+// TxMode selects how Send hands frames to the kernel.
+type TxMode int
+
+const (
+	// TxRing copies frames into an mmap'ed PACKET_TX_RING (TPACKET_V2) and
+	// kicks the kernel with one sendto(2) per batch.
+	TxRing TxMode = 1
+	// TxSendmmsg passes the caller's frames to one sendmmsg(2) per batch
+	// of up to 64; no transmit ring is mapped.
+	TxSendmmsg TxMode = 2
+)
+
+// DefaultTxMode is the send path used when Config.TxMode is 0; see the
+// package documentation for the measurements behind it.
+const DefaultTxMode = TxRing
+
+func (m TxMode) String() string {
+	switch m {
+	case TxRing:
+		return "PACKET_TX_RING"
+	case TxSendmmsg:
+		return "sendmmsg"
+	}
+	return fmt.Sprintf("TxMode(%d)", int(m))
+}
+
 // Config tunes a Link. The zero value is ready to use: every zero field is
 // replaced by a default derived from the interface MTU.
 type Config struct {
@@ -64,8 +90,13 @@ type Config struct {
 	// kernel's unit). 0 means DefaultBlockTimeout. Ignored by V2.
 	BlockTimeout time.Duration
 
+	// TxMode is the send path, TxRing or TxSendmmsg; 0 means
+	// DefaultTxMode.
+	TxMode TxMode
+
 	// TxBlockSize and TxBlockCount shape the transmit ring (always
 	// TPACKET_V2), with the same rules and defaults as the receive ring.
+	// TxSendmmsg maps no transmit ring and ignores them.
 	TxBlockSize  int
 	TxBlockCount int
 
@@ -231,6 +262,13 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 	case V2, V3:
 	default:
 		return r, fmt.Errorf("ring: Config.Version = %d: want ring.V2 or ring.V3", int(cfg.Version))
+	}
+	switch r.TxMode {
+	case 0:
+		r.TxMode = DefaultTxMode
+	case TxRing, TxSendmmsg:
+	default:
+		return r, fmt.Errorf("ring: Config.TxMode = %d: want ring.TxRing or ring.TxSendmmsg", int(cfg.TxMode))
 	}
 	if r.EtherType == 0 {
 		r.EtherType = link.EtherTypeRbcast

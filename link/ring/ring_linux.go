@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/internal/mmsg"
 )
 
 // Link is an AF_PACKET link with an mmap'ed receive ring (TPACKET_V2 or V3)
@@ -60,6 +61,8 @@ type Link struct {
 	// txBackoff is the current pause between kicks refused with ENOBUFS.
 	txBackoff time.Duration
 	progress  func(uintptr) bool
+	// mmsg sends instead of the TX ring when cfg.TxMode is TxSendmmsg.
+	mmsg *mmsg.Sender
 
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
@@ -276,6 +279,13 @@ func (l *Link) openTX(ifindex int) error {
 		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
 			return l.sockErr("setsockopt PACKET_QDISC_BYPASS", err)
 		}
+	}
+	if l.cfg.TxMode == TxSendmmsg {
+		l.mmsg = mmsg.NewSender(64)
+		if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+			return l.sockErr("bind", err)
+		}
+		return l.pollable(s, "packet-tx:"+l.ifname)
 	}
 	err := unix.SetsockoptTpacketReq(s.fd, unix.SOL_PACKET, unix.PACKET_TX_RING, &unix.TpacketReq{
 		Block_size: uint32(g.BlockSize),
@@ -574,6 +584,9 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 	if l.closed.Load() {
 		return 0, net.ErrClosed
 	}
+	if l.mmsg != nil {
+		return l.sendmmsg(frames)
+	}
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	maxLen := link.EthernetHeaderLen + l.mtu
 	first := l.txNext
@@ -602,6 +615,42 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 		bytes += uint64(len(f))
 	}
 	return l.flush(first, len(frames), bytes)
+}
+
+// sendmmsg is Send for TxSendmmsg: one sendmmsg(2) per 64 frames, the
+// same size checks and the same back-pressure rules as the ring path.
+func (l *Link) sendmmsg(frames [][]byte) (int, error) {
+	maxLen := link.EthernetHeaderLen + l.mtu
+	sent := 0
+	for sent < len(frames) {
+		batch := frames[sent:min(len(frames), sent+l.mmsg.Cap())]
+		for i, f := range batch {
+			if len(f) < link.EthernetHeaderLen || len(f) > maxLen {
+				if i > 0 {
+					n, err := l.sendmmsg(batch[:i])
+					if sent += n; err != nil {
+						return sent, err
+					}
+				}
+				return sent, l.frameSizeErr(sent, len(f), maxLen)
+			}
+		}
+		r := l.mmsg.Send(l.tx.raw, batch)
+		sent += r.Sent
+		l.framesSent.Add(uint64(r.Sent))
+		l.bytesSent.Add(r.Bytes)
+		l.sendRetries.Add(r.Retries)
+		switch {
+		case r.PollErr != nil:
+			if l.closed.Load() || errors.Is(r.PollErr, os.ErrClosed) {
+				return sent, net.ErrClosed
+			}
+			return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: r.PollErr}
+		case r.SysErr != nil:
+			return sent, &net.OpError{Op: "sendmmsg", Net: "packet", Addr: ifaceAddr(l.ifname), Err: r.SysErr}
+		}
+	}
+	return sent, nil
 }
 
 // flush waits until the kernel has taken the frames [first, txNext), the

@@ -26,13 +26,17 @@ func TestBroadcast(t *testing.T) {
 		t.Run(fmt.Sprint("mtu", tc.mtu), func(t *testing.T) {
 			topo := up(t, tc.tag, 3, tc.mtu)
 			for _, v := range versions {
-				t.Run(v.String(), func(t *testing.T) {
-					testBroadcast(t, topo.Hosts[0], topo.Hosts[1:], Config{Version: v}, tc.count)
-				})
+				for _, m := range txModes {
+					t.Run(v.String()+"/"+m.String(), func(t *testing.T) {
+						testBroadcast(t, topo.Hosts[0], topo.Hosts[1:], Config{Version: v, TxMode: m}, tc.count)
+					})
+				}
 			}
 		})
 	}
 }
+
+var txModes = []TxMode{TxRing, TxSendmmsg}
 
 func testBroadcast(t *testing.T, from hostT, to []hostT, cfg Config, count int) {
 	tx := openOn(t, from, cfg)

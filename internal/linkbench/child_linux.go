@@ -1,0 +1,117 @@
+package linkbench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// childEnv names the backend a re-executed linkbench process receives
+// with; its presence makes the process a receiver (see MaybeChild).
+const childEnv = "RBCAST_LINKBENCH_RECEIVER"
+
+// MaybeChild turns the current process into a benchmark receiver when it
+// was started as one by RunThroughput with Processes set, and never
+// returns then. Programs and test binaries that run throughput benchmarks
+// call it first thing in main or TestMain.
+func MaybeChild() {
+	backend := os.Getenv(childEnv)
+	if backend == "" {
+		return
+	}
+	os.Exit(childMain(backend, os.Getenv("RBCAST_LINKBENCH_IFACE"), os.Stdin, os.Stdout))
+}
+
+// childMain opens the link, says "ready", counts frames until its input
+// closes, and writes its Receiver as JSON.
+func childMain(backend, ifname string, in io.Reader, out io.Writer) int {
+	open, ok := Backends[backend]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "linkbench receiver: unknown backend %q\n", backend)
+		return 2
+	}
+	l, err := open(ifname)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linkbench receiver: %v\n", err)
+		return 1
+	}
+	defer l.Close()
+	var done atomic.Bool
+	go func() {
+		io.Copy(io.Discard, in)
+		done.Store(true)
+	}()
+	fmt.Fprintln(out, "ready")
+	r := receive(l, &done)
+	st, _ := l.Stats()
+	r.KernelDrops = st.KernelDrops
+	if err := json.NewEncoder(out).Encode(r); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// child is a receiver process running in a host's namespace.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startChild(h *netns.Host, backend string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := h.Command(context.Background(), exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+backend, "RBCAST_LINKBENCH_IFACE="+h.Iface)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	line, err := c.out.ReadString('\n')
+	if err != nil || line != "ready\n" {
+		c.kill()
+		return nil, fmt.Errorf("receiver in %s did not start (%q, %v)", h.Namespace, line, err)
+	}
+	return c, nil
+}
+
+func (c *child) finish() (Receiver, error) {
+	var r Receiver
+	c.stdin.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- json.NewDecoder(c.out).Decode(&r) }()
+	select {
+	case err := <-errc:
+		if werr := c.cmd.Wait(); err == nil {
+			err = werr
+		}
+		return r, err
+	case <-time.After(10 * time.Second):
+		c.kill()
+		return r, fmt.Errorf("receiver did not report within 10s")
+	}
+}
+
+func (c *child) kill() {
+	c.cmd.Process.Kill()
+	c.cmd.Wait()
+}
