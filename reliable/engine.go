@@ -31,8 +31,10 @@ type engine struct {
 	// Start) that arrive while PBP runs: the server keeps answering them
 	// until every member has started.
 	control func(now pbp.Time, src [6]byte, v frame.View)
-	// heard, if set, is told the sender of every PBP frame accepted.
+	// heard, if set, is told the sender of every PBP frame accepted;
+	// tick, if set, runs with the core's timers.
 	heard func(id frame.MemberID)
+	tick  func(now pbp.Time)
 
 	// holdData: the receive queue is full, so Data frames are not
 	// stepped (see input).
@@ -200,6 +202,9 @@ func (e *engine) output() error {
 func (e *engine) turn(now pbp.Time, frames []link.Frame) error {
 	e.input(now, frames)
 	e.core.Tick(now)
+	if e.tick != nil {
+		e.tick(now)
+	}
 	return e.output()
 }
 

@@ -87,6 +87,9 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		return nil, err
 	}
 	epoch := time.Now()
+	if reg != nil {
+		epoch = reg.epoch // the registrar keeps its timers in the loop
+	}
 	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan pbp.Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.eng = newEngine(l, &s, core, members, epoch)
