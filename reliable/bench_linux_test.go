@@ -1,0 +1,277 @@
+package reliable
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// Benchmarks on the netns bridge. Each measures for a fixed time whatever
+// b.N is, so run them once:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./reliable/
+//
+// RBCAST_BENCH_SECONDS sets the measuring time (default 1).
+
+func benchDuration() time.Duration {
+	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	return time.Second
+}
+
+var benchPrefixes atomic.Int32
+
+// benchPrefix is a fresh topology prefix of ours ("rbg" + letters).
+func benchPrefix() string {
+	n := benchPrefixes.Add(1)
+	return fmt.Sprintf("rbgb%c%c", 'a'+n/26%26, 'a'+n%26)
+}
+
+type goodputOpts struct {
+	receivers   int
+	mtu         int
+	lossPct     float64
+	size        int // 0: the largest message
+	bundleDelay time.Duration
+	mode        Mode
+}
+
+type goodputResult struct {
+	msgs, bytes uint64 // at the slowest receiver
+	elapsed     time.Duration
+	sender      Stats
+}
+
+// runGoodput has member 0 send as fast as Send accepts for d; every other
+// member receives with RecvAppend. Loss is on the receivers' inbound
+// frames of our EtherType.
+func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
+	topo := netns.Up(tb, netns.Options{Hosts: o.receivers + 1, MTU: o.mtu, Prefix: benchPrefix()})
+	if o.lossPct > 0 {
+		for _, h := range topo.Hosts[1:] {
+			if err := h.SetLoss(netns.In, netns.Loss{Percent: o.lossPct, EtherType: frame.EtherType}); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	links := make([]link.Link, len(topo.Hosts))
+	var members []frame.MemberInfo
+	for i, h := range topo.Hosts {
+		links[i] = openOnHost(tb, h)
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
+	}
+	groups := make([]*Group, len(links))
+	for i, l := range links {
+		g, err := Join(context.Background(), l, Config{Group: 77, Members: members, Self: frame.MemberID(i), Mode: o.mode,
+			BundleDelay: o.bundleDelay, Logger: quiet})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		groups[i] = g
+	}
+	defer func() {
+		for _, g := range groups {
+			g.mu.Lock()
+			g.stop = true
+			g.mu.Unlock()
+			<-g.Done()
+		}
+	}()
+	size := o.size
+	if size == 0 {
+		size = groups[0].MaxMessage()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	counts := make([]atomic.Uint64, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 65536)
+			for {
+				_, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					return
+				}
+				counts[i+1].Add(uint64(len(data)))
+			}
+		}()
+	}
+	msg := make([]byte, size)
+	start := time.Now()
+	var sent uint64
+	for time.Since(start) < d {
+		if err := groups[0].Send(ctx, msg); err != nil {
+			tb.Fatal(err)
+		}
+		sent++
+	}
+	// Wait until the slowest receiver has everything (or 5 s).
+	want := sent * uint64(size)
+	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
+		low := want
+		for i := range groups[1:] {
+			low = min(low, counts[i+1].Load())
+		}
+		if low == want {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	low := want
+	for i := range groups[1:] {
+		low = min(low, counts[i+1].Load())
+	}
+	return goodputResult{msgs: low / uint64(max(size, 1)), bytes: low, elapsed: elapsed, sender: groups[0].Stats()}
+}
+
+func openOnHost(tb testing.TB, h *netns.Host) link.Link {
+	var l link.Link
+	err := h.Do(func() error {
+		var err error
+		l, err = linkbench.Backends["ring-v2"](h.Iface)
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if len(b) > 14 {
+		b = b[:14]
+	}
+	return string(b)
+}
+
+// BenchmarkGoodput: PBP2 one-to-all goodput at the slowest receiver, for
+// 1, 3 and 7 receivers, MTU 1500 and 9000, 0/1/5% loss, 64-byte and
+// largest messages; beside it the raw ring ceiling of the same topology
+// (linkbench, backend ring-v2).
+func BenchmarkGoodput(b *testing.B) {
+	netns.RequireRoot(b)
+	d := benchDuration()
+	for _, rx := range []int{1, 3, 7} {
+		for _, mtu := range []int{1500, 9000} {
+			b.Run(fmt.Sprintf("rx=%d/mtu=%d/raw-ring", rx, mtu), func(b *testing.B) {
+				res, err := linkbench.RunThroughput(linkbench.Options{Backend: "ring-v2", Hosts: rx + 1, MTU: mtu, Duration: d, Prefix: benchPrefix()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				min := res.Receivers[0].MBps(res.Elapsed)
+				for _, r := range res.Receivers {
+					min = minf(min, r.MBps(res.Elapsed))
+				}
+				b.ReportMetric(res.MeanMBps(), "MB/s")
+				b.ReportMetric(min, "minMB/s")
+				b.ReportMetric(res.LossPct(), "loss%")
+				b.Logf("load %s", loadavg())
+			})
+			for _, loss := range []float64{0, 1, 5} {
+				for _, size := range []int{0, 64} {
+					name := "max"
+					if size > 0 {
+						name = strconv.Itoa(size)
+					}
+					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
+						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2}, d)
+						reportGoodput(b, r)
+					})
+				}
+			}
+		}
+	}
+	b.Run("rx=3/mtu=1500/loss=0/size=64/bundle=100us", func(b *testing.B) {
+		r := runGoodput(b, goodputOpts{receivers: 3, mtu: 1500, size: 64, bundleDelay: 100 * time.Microsecond, mode: PBP2}, d)
+		reportGoodput(b, r)
+	})
+}
+
+func minf(a, b float64) float64 {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func reportGoodput(b *testing.B, r goodputResult) {
+	b.ReportMetric(float64(r.bytes)/r.elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(r.msgs)/r.elapsed.Seconds(), "msg/s")
+	b.ReportMetric(float64(r.sender.Protocol.Retransmitted), "retx")
+	b.Logf("load %s; sender: %d frames, %d retransmitted, %d nacks received, repair p50 %v",
+		loadavg(), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived, r.sender.RepairP50)
+}
+
+// BenchmarkLatency: one message in flight between two hosts (ping-pong);
+// one-way latency is half the round trip.
+func BenchmarkLatency(b *testing.B) {
+	netns.RequireRoot(b)
+	topo := netns.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
+	links := []link.Link{openOnHost(b, topo.Hosts[0]), openOnHost(b, topo.Hosts[1])}
+	members := []frame.MemberInfo{{ID: 0, MAC: [6]byte(topo.Hosts[0].MAC), Incarnation: 1}, {ID: 1, MAC: [6]byte(topo.Hosts[1].MAC), Incarnation: 1}}
+	var groups []*Group
+	for i, l := range links {
+		g, err := Join(context.Background(), l, Config{Group: 78, Members: members, Self: frame.MemberID(i), Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		groups = append(groups, g)
+	}
+	defer func() {
+		for _, g := range groups {
+			g.mu.Lock()
+			g.stop = true
+			g.mu.Unlock()
+			<-g.Done()
+		}
+	}()
+	ctx := context.Background()
+	go func() { // echo
+		buf := make([]byte, 0, 2048)
+		for {
+			_, data, err := groups[1].RecvAppend(ctx, buf[:0])
+			if err != nil || groups[1].Send(ctx, data) != nil {
+				return
+			}
+		}
+	}()
+	msg := make([]byte, 64)
+	buf := make([]byte, 0, 2048)
+	rtts := make([]time.Duration, 0, 20000)
+	const n = 20000
+	for i := range n + 100 {
+		t0 := time.Now()
+		if err := groups[0].Send(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := groups[0].RecvAppend(ctx, buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+		if i >= 100 {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/2000, "p50-one-way-µs")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/2000, "p99-one-way-µs")
+	b.Logf("load %s; %d round trips of 64 bytes", loadavg(), n)
+}
