@@ -52,6 +52,8 @@ type goodputResult struct {
 	msgs, bytes uint64 // at the slowest receiver
 	elapsed     time.Duration
 	sender      Stats
+	held        uint64 // Data frames receivers left unstepped (full receive queue)
+	drops       uint64 // receivers' kernel drops
 }
 
 // runGoodput has member 0 send as fast as Send accepts for d; every other
@@ -138,7 +140,13 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 	for i := range groups[1:] {
 		low = min(low, counts[i+1].Load())
 	}
-	return goodputResult{msgs: low / uint64(max(size, 1)), bytes: low, elapsed: elapsed, sender: groups[0].Stats()}
+	res := goodputResult{msgs: low / uint64(max(size, 1)), bytes: low, elapsed: elapsed, sender: groups[0].Stats()}
+	for _, g := range groups[1:] {
+		st := g.Stats()
+		res.held += st.HeldData
+		res.drops += st.Link.KernelDrops
+	}
+	return res
 }
 
 func openOnHost(tb testing.TB, h *netns.Host) link.Link {
@@ -217,8 +225,8 @@ func reportGoodput(b *testing.B, r goodputResult) {
 	b.ReportMetric(float64(r.bytes)/r.elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(r.msgs)/r.elapsed.Seconds(), "msg/s")
 	b.ReportMetric(float64(r.sender.Protocol.Retransmitted), "retx")
-	b.Logf("load %s; sender: %d frames, %d retransmitted, %d nacks received, repair p50 %v",
-		loadavg(), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived, r.sender.RepairP50)
+	b.Logf("load %s; sender: %d frames, %d retransmitted, %d nacks received; receivers: %d Data frames held (queue full), %d kernel drops",
+		loadavg(), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived, r.held, r.drops)
 }
 
 // BenchmarkLatency: one message in flight between two hosts (ping-pong);
