@@ -65,7 +65,7 @@ type Rbcast struct {
 
 var _ gopacket.DecodingLayer = (*Rbcast)(nil)
 
-func (r *Rbcast) LayerType() gopacket.LayerType   { return LayerTypeRbcast }
+func (r *Rbcast) LayerType() gopacket.LayerType  { return LayerTypeRbcast }
 func (r *Rbcast) CanDecode() gopacket.LayerClass { return LayerTypeRbcast }
 
 // NextLayerType is gopacket.LayerTypePayload when the frame carries
