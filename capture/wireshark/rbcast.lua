@@ -1,0 +1,473 @@
+-- Wireshark/tshark dissector for rbcast, wire format version 1.
+--
+-- The format is specified in docs/wire-format.md (the authority; this file
+-- follows it field by field) and implemented in frame/. Every field of
+-- every frame type is decoded; the CRC-32C is checked; bad lengths, bad
+-- CRCs, unknown versions, types and critical flags, and malformed bodies
+-- get expert info, so `tshark -z expert` lists them.
+--
+-- Use:
+--   wireshark -X lua_script:capture/wireshark/rbcast.lua capture.pcapng
+--   tshark -X lua_script:capture/wireshark/rbcast.lua -r capture.pcapng -V
+-- or copy it to ~/.local/lib/wireshark/plugins/. Runs on Lua 5.2 (the
+-- Wireshark 3.x/4.0 builds, which have bit32) and on Lua 5.3/5.4 (native
+-- bit operators).
+
+local rbcast = Proto("rbcast", "rbcast reliable broadcast")
+
+local HEADER_LEN = 24
+local CRC_LEN = 4
+local OVERHEAD = HEADER_LEN + CRC_LEN
+local MAX_AUTH_TAG = 64
+local DEFAULT_ETHERTYPE = 0x88b5
+
+local type_names = {
+	[0x01] = "Data", [0x02] = "Ack", [0x03] = "Nack", [0x04] = "Join",
+	[0x05] = "Welcome", [0x06] = "Start", [0x07] = "Leave", [0x08] = "Heartbeat",
+	[0x10] = "SeqRequest", [0x11] = "SeqData", [0x12] = "SeqAccept",
+	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
+	[0x15] = "SeqRetransmit", [0x16] = "SeqElection",
+}
+local phase_names = { [1] = "call", [2] = "vote", [3] = "elected" }
+local crc_status_names = { [0] = "Bad", [1] = "Good" }
+
+local f = {
+	version = ProtoField.uint8("rbcast.version", "Version", base.DEC),
+	type = ProtoField.uint8("rbcast.type", "Type", base.HEX, type_names),
+	flags = ProtoField.uint16("rbcast.flags", "Flags", base.HEX),
+	flag_auth = ProtoField.bool("rbcast.flags.auth", "AUTH (authentication section present)", 16, nil, 0x0001),
+	flag_bundle = ProtoField.bool("rbcast.flags.bundle", "BUNDLE (several length-prefixed messages)", 16, nil, 0x0002),
+	flag_crit_reserved = ProtoField.uint16("rbcast.flags.critical_reserved", "Reserved critical bits", base.HEX, nil, 0x00fc),
+	flag_retransmit = ProtoField.bool("rbcast.flags.retransmit", "RETRANSMIT", 16, nil, 0x0100),
+	flag_ack_request = ProtoField.bool("rbcast.flags.ack_request", "ACK_REQUEST", 16, nil, 0x0200),
+	flag_adv_reserved = ProtoField.uint16("rbcast.flags.advisory_reserved", "Reserved advisory bits", base.HEX, nil, 0xfc00),
+	length = ProtoField.uint16("rbcast.length", "Length", base.DEC),
+	sender = ProtoField.uint16("rbcast.sender", "Sender", base.DEC),
+	group = ProtoField.uint32("rbcast.group", "Group", base.DEC),
+	incarnation = ProtoField.uint32("rbcast.incarnation", "Incarnation", base.DEC),
+	seq = ProtoField.uint32("rbcast.seq", "Seq", base.DEC),
+	ack_base = ProtoField.uint16("rbcast.ack_base", "Ack base", base.DEC),
+	ack_count = ProtoField.uint16("rbcast.ack_count", "Ack count", base.DEC),
+	ack = ProtoField.uint32("rbcast.ack", "Expected seq", base.DEC),
+	ack_member = ProtoField.uint16("rbcast.ack.member", "Member", base.DEC),
+	auth_algorithm = ProtoField.uint8("rbcast.auth.algorithm", "Algorithm", base.DEC),
+	auth_length = ProtoField.uint8("rbcast.auth.length", "Tag length", base.DEC),
+	auth_tag = ProtoField.bytes("rbcast.auth.tag", "Tag"),
+	body = ProtoField.bytes("rbcast.body", "Body"),
+	payload = ProtoField.bytes("rbcast.payload", "Payload"),
+	msg_count = ProtoField.uint16("rbcast.bundle.count", "Messages", base.DEC),
+	msg_length = ProtoField.uint16("rbcast.msg.length", "Message length", base.DEC),
+	msg = ProtoField.bytes("rbcast.msg", "Message"),
+	nack_target = ProtoField.uint16("rbcast.nack.target", "Target", base.DEC),
+	range_count = ProtoField.uint16("rbcast.range_count", "Ranges", base.DEC),
+	range_first = ProtoField.uint32("rbcast.range.first", "First", base.DEC),
+	range_last = ProtoField.uint32("rbcast.range.last", "Last", base.DEC),
+	join_requested = ProtoField.uint16("rbcast.join.requested", "Requested id", base.DEC),
+	join_window = ProtoField.uint16("rbcast.join.window", "Window", base.DEC),
+	join_mtu = ProtoField.uint32("rbcast.join.mtu", "MTU", base.DEC),
+	join_nonce = ProtoField.uint64("rbcast.join.nonce", "Nonce", base.HEX),
+	join_config = ProtoField.uint64("rbcast.join.config_hash", "Config hash", base.HEX),
+	welcome_nonce = ProtoField.uint64("rbcast.welcome.nonce", "Nonce", base.HEX),
+	welcome_assigned = ProtoField.uint16("rbcast.welcome.assigned", "Assigned id", base.DEC),
+	welcome_members = ProtoField.uint16("rbcast.welcome.members", "Members", base.DEC),
+	welcome_config = ProtoField.uint64("rbcast.welcome.config_hash", "Config hash", base.HEX),
+	start_count = ProtoField.uint16("rbcast.start.count", "Members", base.DEC),
+	member_id = ProtoField.uint16("rbcast.member.id", "Id", base.DEC),
+	member_mac = ProtoField.ether("rbcast.member.mac", "MAC"),
+	member_incarnation = ProtoField.uint32("rbcast.member.incarnation", "Incarnation", base.DEC),
+	epoch = ProtoField.uint32("rbcast.epoch", "Epoch", base.DEC),
+	origin = ProtoField.uint16("rbcast.origin", "Origin", base.DEC),
+	origin_incarnation = ProtoField.uint32("rbcast.origin.incarnation", "Origin incarnation", base.DEC),
+	origin_seq = ProtoField.uint32("rbcast.origin.seq", "Origin seq", base.DEC),
+	accept_count = ProtoField.uint16("rbcast.accept.count", "Accepts", base.DEC),
+	accept_global = ProtoField.uint32("rbcast.accept.global", "Global seq", base.DEC),
+	status_sequenced = ProtoField.uint32("rbcast.status.sequenced", "Highest sequenced", base.DEC),
+	status_delivered = ProtoField.uint32("rbcast.status.delivered", "Highest delivered in order", base.DEC),
+	election_phase = ProtoField.uint8("rbcast.election.phase", "Phase", base.DEC, phase_names),
+	election_reserved = ProtoField.uint8("rbcast.election.reserved", "Reserved", base.DEC),
+	election_candidate = ProtoField.uint16("rbcast.election.candidate", "Candidate", base.DEC),
+	election_last_global = ProtoField.uint32("rbcast.election.last_global", "Last global", base.DEC),
+	padding = ProtoField.bytes("rbcast.padding", "Bytes after the frame"),
+	crc = ProtoField.uint32("rbcast.crc32c", "CRC-32C", base.HEX),
+	crc_computed = ProtoField.uint32("rbcast.crc32c.computed", "Computed CRC-32C", base.HEX),
+	crc_status = ProtoField.uint8("rbcast.crc32c.status", "CRC-32C status", base.DEC, crc_status_names),
+}
+local field_list = {}
+for _, v in pairs(f) do field_list[#field_list + 1] = v end
+rbcast.fields = field_list
+
+local e = {
+	short = ProtoExpert.new("rbcast.short", "Frame shorter than the 28-byte header and CRC", expert.group.MALFORMED, expert.severity.ERROR),
+	version = ProtoExpert.new("rbcast.version.unsupported", "Unsupported version (receivers drop it)", expert.group.PROTOCOL, expert.severity.WARN),
+	type = ProtoExpert.new("rbcast.type.unknown", "Unknown frame type", expert.group.MALFORMED, expert.severity.ERROR),
+	flags = ProtoExpert.new("rbcast.flags.unknown_critical", "Unknown critical flag (receivers drop the frame)", expert.group.PROTOCOL, expert.severity.ERROR),
+	length = ProtoExpert.new("rbcast.length.bad", "Length field disagrees with the frame", expert.group.MALFORMED, expert.severity.ERROR),
+	ack_vector = ProtoExpert.new("rbcast.ack_vector.bad", "Ack vector does not fit", expert.group.MALFORMED, expert.severity.ERROR),
+	auth = ProtoExpert.new("rbcast.auth.bad", "Malformed authentication section", expert.group.MALFORMED, expert.severity.ERROR),
+	body = ProtoExpert.new("rbcast.body.bad", "Malformed body", expert.group.MALFORMED, expert.severity.ERROR),
+	crc = ProtoExpert.new("rbcast.crc32c.bad", "Bad CRC-32C", expert.group.CHECKSUM, expert.severity.ERROR),
+	retransmit = ProtoExpert.new("rbcast.retransmission", "Retransmission", expert.group.SEQUENCE, expert.severity.NOTE),
+}
+rbcast.experts = { e.short, e.version, e.type, e.flags, e.length, e.ack_vector, e.auth, e.body, e.crc, e.retransmit }
+
+-- The expert text is the headline (as registered) plus the detail, the way
+-- frame.DecodeError reads: what is wrong, then what was found.
+local headline = {
+	[e.short] = "Frame shorter than the 28-byte header and CRC",
+	[e.version] = "Unsupported version",
+	[e.type] = "Unknown frame type",
+	[e.flags] = "Unknown critical flag",
+	[e.length] = "Length field disagrees with the frame",
+	[e.ack_vector] = "Ack vector does not fit",
+	[e.auth] = "Malformed authentication section",
+	[e.body] = "Malformed body",
+	[e.crc] = "Bad CRC-32C",
+}
+local function flag(item, ex, detail)
+	item:add_proto_expert_info(ex, headline[ex] .. ": " .. detail)
+end
+
+rbcast.prefs.ethertype = Pref.uint("EtherType", DEFAULT_ETHERTYPE, "EtherType of rbcast frames (0x88B5 unless the group configures another)")
+
+-- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
+-- bit32 exists in Lua 5.2; Lua 5.3+ has native operators, compiled with
+-- load() so that a 5.2 parser never sees them.
+local band, bxor, rshift
+if bit32 then
+	band, bxor, rshift = bit32.band, bit32.bxor, bit32.rshift
+else
+	band = load("return function(a, b) return a & b end")()
+	bxor = load("return function(a, b) return (a ~ b) & 0xffffffff end")()
+	rshift = load("return function(a, n) return (a & 0xffffffff) >> n end")()
+end
+
+local crc_table = {}
+for i = 0, 255 do
+	local c = i
+	for _ = 1, 8 do
+		if band(c, 1) ~= 0 then
+			c = bxor(rshift(c, 1), 0x82f63b78)
+		else
+			c = rshift(c, 1)
+		end
+	end
+	crc_table[i] = c
+end
+
+local function crc32c(s)
+	local crc = 0xffffffff
+	for i = 1, #s do
+		crc = bxor(crc_table[band(bxor(crc, s:byte(i)), 0xff)], rshift(crc, 8))
+	end
+	return bxor(crc, 0xffffffff)
+end
+
+-- body_error adds expert info for a malformed body, naming the field and
+-- its offset in the rbcast frame like frame.DecodeError does.
+local function body_error(item, field, off, text)
+	flag(item, e.body, string.format("%s at offset %d: %s", field, off, text))
+end
+
+local function add_ranges(tree, tvb, off, stop, field)
+	local count = tvb(off, 2):uint()
+	tree:add(f.range_count, tvb(off, 2))
+	local need = 2 + count * 8
+	if count == 0 or stop - off ~= need then
+		body_error(tree, field, off, string.format("%d ranges need %d bytes, body has %d", count, need, stop - off))
+	end
+	local p = off + 2
+	local i = 0
+	while i < count and p + 8 <= stop do
+		local first, last = tvb(p, 4):uint(), tvb(p + 4, 4):uint()
+		local r = tree:add(rbcast, tvb(p, 8), string.format("Range %d: %u..%u", i, first, last))
+		r:add(f.range_first, tvb(p, 4))
+		r:add(f.range_last, tvb(p + 4, 4))
+		-- serial-number arithmetic (RFC 1982): last before first?
+		local d = (last - first) % 4294967296
+		if d >= 2147483648 then
+			body_error(r, field, p, string.format("range %d is %u..%u, last before first", i, first, last))
+		end
+		p = p + 8
+		i = i + 1
+	end
+end
+
+local function add_uid(tree, tvb, off)
+	tree:add(f.origin, tvb(off, 2))
+	tree:add(f.origin_incarnation, tvb(off + 2, 4))
+	tree:add(f.origin_seq, tvb(off + 6, 4))
+end
+
+-- add_messages decodes a Data/SeqRequest/SeqData payload: one message, or a
+-- bundle of length-prefixed ones.
+local function add_messages(tree, tvb, off, stop, bundled)
+	if stop <= off then
+		if bundled then body_error(tree, "bundle", off, "empty bundle") end
+		return
+	end
+	tree:add(f.payload, tvb(off, stop - off))
+	if not bundled then return end
+	local bt = tree:add(rbcast, tvb(off, stop - off), "Bundle")
+	local p, i = off, 0
+	while p < stop do
+		if p + 2 > stop then
+			body_error(bt, "bundle.length", p, "1 byte left where a 2-byte message length belongs")
+			break
+		end
+		local n = tvb(p, 2):uint()
+		if p + 2 + n > stop then
+			body_error(bt, "bundle.length", p, string.format("message of %d bytes, %d left", n, stop - p - 2))
+			break
+		end
+		local m = bt:add(rbcast, tvb(p, 2 + n), string.format("Message %d: %d bytes", i, n))
+		m:add(f.msg_length, tvb(p, 2))
+		if n > 0 then m:add(f.msg, tvb(p + 2, n)) end
+		p = p + 2 + n
+		i = i + 1
+	end
+	bt:add(f.msg_count, i):set_generated()
+end
+
+local fixed_body = {
+	[0x04] = 24, [0x05] = 20, [0x13] = 8, [0x14] = 8, [0x16] = 12,
+	[0x02] = 0, [0x07] = 0, [0x08] = 0,
+}
+
+local function dissect_body(ty, flags, tree, tvb, off, stop)
+	local len = stop - off
+	local bundled = band(flags, 0x0002) ~= 0
+	local name = type_names[ty] or "?"
+	if bundled and ty ~= 0x01 and ty ~= 0x10 and ty ~= 0x11 then
+		flag(tree, e.flags, "bundle flag on a " .. name .. " frame")
+	end
+	local want = fixed_body[ty]
+	if want and len ~= want then
+		body_error(tree, "body", off, string.format("%s body is %d bytes, must be %d", name, len, want))
+		if len > 0 then tree:add(f.body, tvb(off, len)) end
+		return
+	end
+	local function at_least(n, field)
+		if len < n then
+			body_error(tree, field, off, string.format("%s body is %d bytes, needs at least %d", name, len, n))
+			if len > 0 then tree:add(f.body, tvb(off, len)) end
+			return false
+		end
+		return true
+	end
+	if ty == 0x01 or ty == 0x10 then
+		add_messages(tree, tvb, off, stop, bundled)
+	elseif ty == 0x03 then
+		if not at_least(4, "nack") then return end
+		tree:add(f.nack_target, tvb(off, 2))
+		add_ranges(tree, tvb, off + 2, stop, "nack.ranges")
+	elseif ty == 0x04 then
+		local ri = tree:add(f.join_requested, tvb(off, 2))
+		if tvb(off, 2):uint() == 0xffff then ri:append_text(" (any)") end
+		tree:add(f.join_window, tvb(off + 2, 2))
+		tree:add(f.join_mtu, tvb(off + 4, 4))
+		tree:add(f.join_nonce, tvb(off + 8, 8))
+		tree:add(f.join_config, tvb(off + 16, 8))
+	elseif ty == 0x05 then
+		tree:add(f.welcome_nonce, tvb(off, 8))
+		local a = tree:add(f.welcome_assigned, tvb(off + 8, 2))
+		if tvb(off + 8, 2):uint() == 0xffff then
+			body_error(a, "welcome.assigned", off + 8, "assigned id 0xffff is reserved for 'no member'")
+		end
+		tree:add(f.welcome_members, tvb(off + 10, 2))
+		tree:add(f.welcome_config, tvb(off + 12, 8))
+	elseif ty == 0x06 then
+		if not at_least(2, "start") then return end
+		local n = tvb(off, 2):uint()
+		tree:add(f.start_count, tvb(off, 2))
+		if n == 0 or len ~= 2 + 12 * n then
+			body_error(tree, "start.members", off, string.format("%d members need %d bytes, body has %d", n, 2 + 12 * n, len))
+		end
+		local p, i = off + 2, 0
+		while i < n and p + 12 <= stop do
+			local m = tree:add(rbcast, tvb(p, 12), string.format("Member %d", tvb(p, 2):uint()))
+			m:add(f.member_id, tvb(p, 2))
+			m:add(f.member_mac, tvb(p + 2, 6))
+			m:add(f.member_incarnation, tvb(p + 8, 4))
+			p, i = p + 12, i + 1
+		end
+	elseif ty == 0x11 then
+		if not at_least(14, "seqdata") then return end
+		tree:add(f.epoch, tvb(off, 4))
+		add_uid(tree, tvb, off + 4)
+		add_messages(tree, tvb, off + 14, stop, bundled)
+	elseif ty == 0x12 then
+		if not at_least(6, "accept") then return end
+		tree:add(f.epoch, tvb(off, 4))
+		local n = tvb(off + 4, 2):uint()
+		tree:add(f.accept_count, tvb(off + 4, 2))
+		if n == 0 or len ~= 6 + 14 * n then
+			body_error(tree, "accept.entries", off + 4, string.format("%d entries need %d bytes, body has %d", n, 6 + 14 * n, len))
+		end
+		local p, i = off + 6, 0
+		while i < n and p + 14 <= stop do
+			local a = tree:add(rbcast, tvb(p, 14), string.format("Accept %d: global %u", i, tvb(p, 4):uint()))
+			a:add(f.accept_global, tvb(p, 4))
+			add_uid(a, tvb, p + 4)
+			p, i = p + 14, i + 1
+		end
+	elseif ty == 0x13 then
+		tree:add(f.epoch, tvb(off, 4))
+		tree:add(f.status_sequenced, tvb(off + 4, 4))
+	elseif ty == 0x14 then
+		tree:add(f.epoch, tvb(off, 4))
+		tree:add(f.status_delivered, tvb(off + 4, 4))
+	elseif ty == 0x15 then
+		if not at_least(6, "retransmit") then return end
+		tree:add(f.epoch, tvb(off, 4))
+		add_ranges(tree, tvb, off + 4, stop, "retransmit.ranges")
+	elseif ty == 0x16 then
+		tree:add(f.epoch, tvb(off, 4))
+		local ph = tree:add(f.election_phase, tvb(off + 4, 1))
+		local pv = tvb(off + 4, 1):uint()
+		if pv < 1 or pv > 3 then
+			body_error(ph, "election.phase", off + 4, string.format("phase %d (want 1..3)", pv))
+		end
+		local rs = tree:add(f.election_reserved, tvb(off + 5, 1))
+		if tvb(off + 5, 1):uint() ~= 0 then
+			body_error(rs, "election.reserved", off + 5, string.format("reserved byte is %d, must be 0", tvb(off + 5, 1):uint()))
+		end
+		tree:add(f.election_candidate, tvb(off + 6, 2))
+		tree:add(f.election_last_global, tvb(off + 8, 4))
+	end
+end
+
+function rbcast.dissector(tvb, pinfo, tree)
+	local avail = tvb:len()
+	if avail == 0 then return 0 end
+	pinfo.cols.protocol = "RBCAST"
+	local root = tree:add(rbcast, tvb())
+	if avail < OVERHEAD then
+		flag(root, e.short, string.format("%d bytes, need at least %d", avail, OVERHEAD))
+		pinfo.cols.info = "rbcast: short frame"
+		return avail
+	end
+
+	local version = tvb(0, 1):uint()
+	local vi = root:add(f.version, tvb(0, 1))
+	local ty = tvb(1, 1):uint()
+	local ti = root:add(f.type, tvb(1, 1))
+	local flags = tvb(2, 2):uint()
+	local fi = root:add(f.flags, tvb(2, 2))
+	fi:add(f.flag_auth, tvb(2, 2))
+	fi:add(f.flag_bundle, tvb(2, 2))
+	fi:add(f.flag_crit_reserved, tvb(2, 2))
+	fi:add(f.flag_retransmit, tvb(2, 2))
+	fi:add(f.flag_ack_request, tvb(2, 2))
+	fi:add(f.flag_adv_reserved, tvb(2, 2))
+	local length = tvb(4, 2):uint()
+	local li = root:add(f.length, tvb(4, 2))
+	local sender = tvb(6, 2):uint()
+	local si = root:add(f.sender, tvb(6, 2))
+	if sender == 0xffff then si:append_text(" (no id yet)") end
+	root:add(f.group, tvb(8, 4))
+	root:add(f.incarnation, tvb(12, 4))
+	local seq = tvb(16, 4):uint()
+	root:add(f.seq, tvb(16, 4))
+	local ack_base = tvb(20, 2):uint()
+	root:add(f.ack_base, tvb(20, 2))
+	local ack_count = tvb(22, 2):uint()
+	local aci = root:add(f.ack_count, tvb(22, 2))
+
+	local name = type_names[ty] or string.format("Type(0x%02x)", ty)
+	local info = string.format("%s sender=%s seq=%u", name, sender == 0xffff and "none" or tostring(sender), seq)
+	if band(flags, 0x0100) ~= 0 then
+		info = info .. " [RETRANSMIT]"
+		fi:add_proto_expert_info(e.retransmit)
+	end
+	pinfo.cols.info = info
+	root:append_text(": " .. info)
+
+	if version ~= 1 then
+		flag(vi, e.version, string.format("version %d, this dissector speaks 1", version))
+		return avail
+	end
+	if not type_names[ty] then
+		flag(ti, e.type, string.format("type 0x%02x", ty))
+	end
+	local unknown = band(flags, 0x00fc)
+	if unknown ~= 0 then
+		flag(fi, e.flags, string.format("critical flags 0x%04x", unknown))
+	end
+
+	-- The length field bounds the frame; Ethernet padding follows it.
+	local n = length
+	if length < OVERHEAD or length > avail then
+		flag(li, e.length, string.format("length field %d, frame has %d bytes", length, avail))
+		n = avail
+	end
+	root:set_len(n)
+
+	local body_start = HEADER_LEN + ack_count * 4
+	if body_start + CRC_LEN > n then
+		flag(aci, e.ack_vector, string.format("%d entries need %d bytes, frame has %d", ack_count, body_start + CRC_LEN, n))
+		return n
+	end
+	if ack_base + ack_count > 65536 then
+		flag(aci, e.ack_vector, string.format("members %d..%d exceed the id space", ack_base, ack_base + ack_count - 1))
+	end
+	if ack_count > 0 then
+		local at = root:add(rbcast, tvb(HEADER_LEN, ack_count * 4), string.format("Ack vector: %d entries from member %d", ack_count, ack_base))
+		for i = 0, ack_count - 1 do
+			local r = tvb(HEADER_LEN + i * 4, 4)
+			local item = at:add(f.ack, r)
+			item:prepend_text(string.format("Member %d: ", ack_base + i))
+			item:add(f.ack_member, ack_base + i):set_generated()
+		end
+	end
+
+	local body_end = n - CRC_LEN
+	if band(flags, 0x0001) ~= 0 then
+		if body_start + 2 > body_end then
+			flag(root, e.auth, "flag set but no room for the auth section")
+		else
+			local l = tvb(body_start + 1, 1):uint()
+			local at = root:add(rbcast, tvb(body_start, math.min(2 + l, body_end - body_start)), "Authentication")
+			at:add(f.auth_algorithm, tvb(body_start, 1))
+			local ali = at:add(f.auth_length, tvb(body_start + 1, 1))
+			if l < 1 or l > MAX_AUTH_TAG or body_start + 2 + l > body_end then
+				flag(ali, e.auth, string.format("tag length %d, room for %d (max %d)", l, body_end - body_start - 2, MAX_AUTH_TAG))
+				body_start = body_end
+			else
+				at:add(f.auth_tag, tvb(body_start + 2, l))
+				body_start = body_start + 2 + l
+			end
+		end
+	end
+
+	if type_names[ty] then
+		local bt = root:add(rbcast, tvb(body_start, body_end - body_start), string.format("%s body (%d bytes)", name, body_end - body_start))
+		dissect_body(ty, flags, bt, tvb, body_start, body_end)
+	elseif body_end > body_start then
+		root:add(f.body, tvb(body_start, body_end - body_start))
+	end
+
+	local crc_item = root:add(f.crc, tvb(body_end, 4))
+	local want = tvb(body_end, 4):uint()
+	local got = crc32c(tvb:raw(0, body_end))
+	root:add(f.crc_computed, got):set_generated()
+	if got == want then
+		root:add(f.crc_status, 1):set_generated()
+	else
+		root:add(f.crc_status, 0):set_generated()
+		flag(crc_item, e.crc, string.format("frame says %08x, bytes give %08x", want, got))
+		pinfo.cols.info = info .. " [BAD CRC]"
+	end
+	return n
+end
+
+local registered = nil
+local function register()
+	local t = DissectorTable.get("ethertype")
+	if registered then t:remove(registered, rbcast) end
+	registered = rbcast.prefs.ethertype
+	t:add(registered, rbcast)
+end
+
+function rbcast.prefs_changed() register() end
+
+register()
