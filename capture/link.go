@@ -37,7 +37,7 @@ type Options struct {
 
 // sink is a destination of records: a Writer or a Recorder.
 type sink interface {
-	add(rec *record)
+	add(rec record)
 	detach(id int)
 }
 
@@ -113,7 +113,7 @@ func (c *Link) record(dir uint8, ts int64, data []byte) {
 	rec := record{kind: kindPacket, dir: dir, reception: receptionType(data), ts: ts, data: data}
 	for _, s := range c.sinks {
 		rec.iface = s.id
-		s.s.add(&rec)
+		s.s.add(rec)
 	}
 }
 
@@ -187,7 +187,7 @@ func (c *Link) writeStats() {
 	rec := record{kind: kindStats, ts: c.clock().UnixNano(), data: data[:]}
 	for _, s := range c.sinks {
 		rec.iface = s.id
-		s.s.add(&rec)
+		s.s.add(rec)
 	}
 }
 

@@ -75,7 +75,7 @@ func (r *Recorder) detach(int) {}
 
 // add keeps one record, dropping the oldest frames to make room.
 // Statistics are kept per interface instead, latest only.
-func (r *Recorder) add(rec *record) {
+func (r *Recorder) add(rec record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rec.kind == kindStats {
@@ -91,7 +91,7 @@ func (r *Recorder) add(rec *record) {
 		r.tooBig++
 		return
 	}
-	for !r.r.push(rec) {
+	for !r.r.push(&rec) {
 		r.r.pop()
 		r.dropped++
 	}

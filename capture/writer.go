@@ -144,9 +144,9 @@ func (w *Writer) addInterface(name, desc string, l *Link) (int, error) {
 }
 
 // add queues one record; it never waits.
-func (w *Writer) add(rec *record) {
+func (w *Writer) add(rec record) {
 	w.mu.Lock()
-	if w.closed || !w.q.push(rec) {
+	if w.closed || !w.q.push(&rec) {
 		if rec.kind == kindPacket {
 			w.stats.Dropped++
 		}
