@@ -5,7 +5,7 @@
 //
 // A frame on the wire is an Ethernet II header followed by an rbcast frame:
 //
-//	fixed header (24 bytes) | ack vector (4 × AckCount) | body | [auth] | CRC32C (4)
+//	fixed header (24 bytes) | ack vector (4 × AckCount) | [auth] | body | CRC32C (4)
 //
 // Multi-byte fields are big-endian (network byte order). The Length field
 // holds the rbcast frame's own length, so Ethernet padding after it is
