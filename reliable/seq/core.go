@@ -1,0 +1,703 @@
+package seq
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Errors of Propose and Step. Step's errors say why a frame was dropped;
+// the frame changed no state, and the drop is counted in Stats.
+var (
+	// ErrWindowFull is back-pressure: Window requests are proposed and
+	// not yet delivered back. Retry after a later Step or Tick.
+	ErrWindowFull = errors.New("seq: request window full")
+	// ErrHalted: this member was left out of an election or found it had
+	// delivered beyond what the group agreed; it takes no more input.
+	ErrHalted = errors.New("seq: member halted")
+	// ErrNotMember: the frame's sender id is not in the member list.
+	ErrNotMember = errors.New("seq: frame from a non-member")
+	// ErrIncarnation: the sender id is a member, its incarnation is not.
+	ErrIncarnation = errors.New("seq: frame from another incarnation of a member")
+	// ErrSourceMAC: the frame came from a MAC that is not its member's.
+	ErrSourceMAC = errors.New("seq: frame from a MAC that is not its sender's")
+	// ErrGroup: the frame belongs to another group.
+	ErrGroup = errors.New("seq: frame of another group")
+	// ErrRemoved: the sequencer removed the sender (silent, or left out
+	// of an election).
+	ErrRemoved = errors.New("seq: frame from a removed member")
+	// ErrFrameType: not a frame type the sequencer protocol handles.
+	ErrFrameType = errors.New("seq: frame type not handled by the sequencer protocol")
+	// ErrBadOrigin: a SeqData or Accept names an origin that is not a
+	// member (or not its incarnation).
+	ErrBadOrigin = errors.New("seq: sequenced message from an unknown origin")
+)
+
+// TooLargeError refuses a message larger than one frame carries.
+type TooLargeError struct {
+	Size, Max int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("seq: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
+}
+
+// Delivery is one application message, in the group's total order: every
+// member delivers the same messages in the same order, its own included in
+// their place. Data aliases a buffer of the core, valid until Advance.
+type Delivery struct {
+	Global uint32         // the global sequence number of its request
+	Epoch  uint32         // the epoch of the sequencer that numbered it
+	From   frame.MemberID // the member that proposed it
+	Seq    uint32         // its request number at From
+	Index  int            // position within a bundled request, 0 for a lone message
+	Data   []byte
+}
+
+// EventKind says what happened.
+type EventKind uint8
+
+const (
+	// MemberFailed (at the sequencer): Member was silent past
+	// FailureTimeout, or did not vote in the election that made this
+	// member sequencer; it is removed and no longer holds back the
+	// history.
+	MemberFailed EventKind = iota + 1
+	// SequencerFailed: this member heard nothing from the sequencer
+	// (Member) for FailureTimeout and started an election.
+	SequencerFailed
+	// SequencerChanged: Member became the sequencer of Epoch; Last is the
+	// agreed last global number of the epochs before.
+	SequencerChanged
+	// SelfRemoved: this member was left out of the election of Epoch, or
+	// had delivered beyond its agreed end; it halted.
+	SelfRemoved
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case MemberFailed:
+		return "member failed"
+	case SequencerFailed:
+		return "sequencer failed"
+	case SequencerChanged:
+		return "sequencer changed"
+	case SelfRemoved:
+		return "self removed"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a change of the group or of its sequencer.
+type Event struct {
+	Kind   EventKind
+	Member frame.MemberID
+	Epoch  uint32
+	Last   uint32 // SequencerChanged: agreed last global; SelfRemoved: agreed last global of the election
+	At     Time
+	Reason string
+}
+
+func (e Event) String() string {
+	s := fmt.Sprintf("%v: member %d, epoch %d, last %d, at %d", e.Kind, e.Member, e.Epoch, e.Last, int64(e.At))
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
+}
+
+// Ready is what the runtime must do now. Everything in it is valid until
+// Advance.
+type Ready struct {
+	Frames     [][]byte   // complete Ethernet frames to send, in order
+	Deliveries []Delivery // in total order
+	Events     []Event
+}
+
+// Empty reports whether there is nothing to do.
+func (r Ready) Empty() bool {
+	return len(r.Frames) == 0 && len(r.Deliveries) == 0 && len(r.Events) == 0
+}
+
+// Stats are the core's counters.
+type Stats struct {
+	MessagesProposed uint64
+	RequestsSent     uint64 // first transmissions
+	RequestsResent   uint64 // retransmitted or resubmitted after an election
+	Delivered        uint64 // messages
+	DeliveredGlobals uint64 // global numbers (a bundle is one)
+
+	Sequenced          uint64 // sequencer: global numbers assigned
+	DataSent           uint64 // sequencer: SeqData broadcasts (method 1 and own)
+	AcceptsSent        uint64 // sequencer: Accept entries
+	AcceptFrames       uint64
+	DuplicateRequests  uint64 // sequencer: requests already sequenced
+	DuplicatesAnswered uint64
+	HistoryFull        uint64 // sequencer: times sequencing waited for the history to drain
+	StatusRequests     uint64
+	StatusReplies      uint64
+
+	RetransmitsAsked    uint64 // SeqRetransmit frames sent
+	RetransmitsAnswered uint64 // SeqData sent in answer
+	PayloadsMatched     uint64 // method 2: Accept matched to a buffered request
+	Duplicates          uint64 // global numbers received again
+	BeyondHistory       uint64 // global numbers further ahead than the history
+	StaleEpoch          uint64 // frames of an epoch this member has left, or inconsistent with its epochs
+	FutureEpoch         uint64 // frames of an epoch this member has not joined
+
+	NotMember        uint64
+	WrongIncarnation uint64
+	WrongMAC         uint64
+	WrongGroup       uint64
+	FromRemoved      uint64
+	BadOrigin        uint64
+	UnhandledTypes   uint64
+	EncodeErrors     uint64 // frames the core failed to build (a bug)
+
+	Elections     uint64 // elections this member took part in (epochs voted in)
+	MembersFailed uint64
+
+	Epoch       uint32
+	Sequencer   frame.MemberID
+	IsSequencer bool
+	Electing    bool
+	Halted      bool
+	Outstanding int    // own requests proposed and not yet delivered back
+	InHistory   int    // sequencer: global numbers not yet stable
+	Next        uint32 // next global number to deliver
+}
+
+type role uint8
+
+const (
+	follower role = iota
+	sequencer
+	electing
+	halted
+)
+
+// request is a request held by a member other than its origin: at the
+// sequencer until it is numbered, elsewhere (method 2) until its Accept
+// arrives.
+type request struct {
+	seq     uint32
+	data    []byte
+	bundled bool
+	full    bool
+}
+
+// member is what this member knows of one member, itself included.
+type member struct {
+	id        frame.MemberID
+	mac       [6]byte
+	inc       uint32
+	self      bool
+	lastHeard Time
+
+	// At the sequencer.
+	live      bool   // counted in stable; false once removed
+	acked     uint32 // its delivered cursor: it has delivered every global before
+	seqdSeq   uint32 // highest request number of this origin sequenced
+	dupAt     Time   // last answer to a duplicate request of it
+	electedAt Time   // last Elected sent to it
+
+	// At every member: the origin's highest request number delivered here
+	// (the new sequencer's duplicate filter after an election).
+	delivSeq uint32
+	inbox    []request // ring by request number, allocated on first use
+
+	// Its latest election frame as seen here.
+	voted     bool
+	voteEpoch uint32
+	voteCand  frame.MemberID
+	voteH     uint32 // its highest global held contiguously
+}
+
+type entryState uint8
+
+const (
+	empty    entryState = iota
+	accepted            // method 2: number known, payload not yet here
+	full
+)
+
+// entry is one globally numbered message in the log. Every member keeps
+// the last History of them: the sequencer's history buffer, and at the
+// others what an election may need (the sequencer never numbers g+History
+// before g is delivered by every live member, so the ring slot of a
+// global is reused only once it is stable).
+type entry struct {
+	global  uint32
+	epoch   uint32
+	uid     frame.UID
+	data    []byte
+	bundled bool
+	state   entryState
+	lentAt  uint64 // the Ready (batch) whose deliveries point into data
+}
+
+// pending is one of our requests, proposed and not yet delivered back.
+// buf holds the messages in bundle form; a lone message travels without
+// the length prefix.
+type pending struct {
+	buf   []byte
+	count int
+	known bool // seen numbered (its SeqData or Accept arrived)
+}
+
+// vote is one of our election votes.
+type vote struct {
+	epoch uint32
+	cand  frame.MemberID
+}
+
+// Core is one member's sequencer protocol state machine: ordinary member
+// and sequencer in one, switching roles at elections. It does no I/O and
+// reads no clock: the runtime feeds it frames (Step), the application's
+// messages (Propose) and the time (Tick), carries out what Ready returns,
+// then calls Advance. Not safe for concurrent use.
+type Core struct {
+	cfg     settings
+	members []member // by id
+	byID    map[frame.MemberID]int
+	self    int
+	rmask   uint32 // request rings
+	lmask   uint32 // log
+
+	started bool
+	now     Time
+	role    role
+	epoch   uint32
+	seqr    int    // the sequencer of epoch (index in members)
+	base    uint32 // the first global numbered in epoch
+
+	// The log: every member's copy of the ordered stream.
+	log      []entry
+	next     uint32 // next global number to deliver
+	knownEnd uint32 // one past the highest global known numbered
+	awaiting int    // accepted entries in [next, knownEnd) whose payload is missing
+
+	repairDue     bool   // ask for new gaps at the next flush
+	repairAt      Time   // repair timer; 0 when nothing is missing
+	repairNext    uint32 // next when the timer last fired
+	repairBackoff uint
+
+	// Sender side.
+	pend          []pending // ring by request number
+	firstPend     uint32    // oldest request not delivered back
+	nextReq       uint32    // number of the next request
+	open          bool      // the request at nextReq is collecting messages
+	openLen       int
+	resendAt      Time
+	resendBackoff uint
+	lastToSeq     Time // last frame we sent the sequencer
+	sinceReport   int  // globals delivered since then
+
+	// Sequencer side.
+	nextGlobal uint32
+	stable     uint32 // every live member delivered every global before
+	accepts    []frame.AcceptEntry
+	lastBcast  Time
+	statusAt   Time // history-full status requests are rate-limited
+	wantStatus bool
+	waiting    bool // requests wait for the history to drain
+	rr         int  // round-robin start among origins
+
+	// Election.
+	votes      []vote
+	electEpoch uint32
+	electCand  frame.MemberID
+	electAt    Time
+	seenEpoch  uint32 // highest election epoch seen
+	agreed     uint32 // candidate: the agreed last global
+	agreedSet  bool
+	fetchAt    Time
+	fetchFrom  *member // the voter the candidate fetches from
+	waitFrom   Time    // when we last moved to a new election epoch
+
+	// Output until Advance.
+	frames     [][]byte
+	bufs       [][]byte
+	deliveries []Delivery
+	events     []Event
+	batch      uint64   // counts Advance calls
+	lent       [][]byte // entry buffers deliveries point into, recycled at Advance
+	free       [][]byte
+
+	hdr      frame.Header
+	payload  frame.Payload
+	bundle   frame.Bundle
+	seqData  frame.SeqDataBody
+	accept   frame.SeqAcceptBody
+	status   frame.StatusBody
+	retx     frame.RetransmitBody
+	election frame.ElectionBody
+
+	stats Stats
+}
+
+// firstRequest is the number of every member's first request; the
+// duplicate filters start just below it.
+const firstRequest = 1
+
+// New returns the core of member cfg.Self. Call Tick once with the current
+// time to start its clocks before anything else.
+func New(cfg Config) (*Core, error) {
+	s, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{batch: 1, cfg: s, rmask: s.ringSize - 1, lmask: uint32(s.History) - 1, byID: map[frame.MemberID]int{}}
+	for _, m := range sortedMembers(s.Members) {
+		c.byID[m.ID] = len(c.members)
+		c.members = append(c.members, member{
+			id: m.ID, mac: m.MAC, inc: m.Incarnation, self: m.ID == s.Self, live: true,
+			acked: s.InitialGlobal, seqdSeq: firstRequest - 1, delivSeq: firstRequest - 1,
+		})
+	}
+	c.self = c.byID[s.Self]
+	c.epoch, c.seqr = s.InitialEpoch, 0 // the lowest id starts as sequencer
+	c.base = s.InitialGlobal
+	if c.seqr == c.self {
+		c.role = sequencer
+	}
+	c.log = make([]entry, s.History)
+	c.next, c.knownEnd, c.nextGlobal, c.stable = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
+	c.pend = make([]pending, s.ringSize)
+	c.firstPend, c.nextReq = firstRequest, firstRequest
+	c.hdr = frame.Header{Group: s.Group, Sender: s.Self, Incarnation: s.selfInc, Acks: make([]uint32, ackEntries)}
+	c.payload.T, c.bundle.T = frame.SeqRequest, frame.SeqRequest
+	return c, nil
+}
+
+func sortedMembers(ms []frame.MemberInfo) []frame.MemberInfo {
+	out := append([]frame.MemberInfo(nil), ms...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].ID < out[j-1].ID; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// touch records the time of an input and starts the clocks on the first.
+func (c *Core) touch(now Time) {
+	if now > c.now {
+		c.now = now
+	}
+	if c.started {
+		return
+	}
+	c.started = true
+	c.lastToSeq, c.lastBcast = c.now, c.now
+	for i := range c.members {
+		c.members[i].lastHeard = c.now
+	}
+}
+
+func (c *Core) member(id frame.MemberID) *member {
+	i, ok := c.byID[id]
+	if !ok {
+		return nil
+	}
+	return &c.members[i]
+}
+
+func (c *Core) sequencerMember() *member { return &c.members[c.seqr] }
+
+// outstanding is the number of sealed requests not yet delivered back.
+func (c *Core) outstanding() int { return int(c.nextReq - c.firstPend) }
+
+// Propose queues an application message. It is copied; msg may be reused
+// at once. Messages proposed before the next Ready share one request (a
+// bundle) when they fit, and so one global number. ErrWindowFull is
+// back-pressure: the caller retries after a later Step or Tick.
+func (c *Core) Propose(now Time, msg []byte) error {
+	c.touch(now)
+	if c.role == halted {
+		return ErrHalted
+	}
+	if len(msg) > c.cfg.maxPayload {
+		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
+	}
+	if c.open {
+		if c.openLen+2+len(msg) <= c.cfg.maxPayload {
+			p := &c.pend[c.nextReq&c.rmask]
+			p.buf = appendMsg(p.buf, msg)
+			p.count++
+			c.openLen += 2 + len(msg)
+			c.stats.MessagesProposed++
+			return nil
+		}
+		c.seal()
+	}
+	if c.outstanding() >= c.cfg.Window {
+		return ErrWindowFull
+	}
+	p := &c.pend[c.nextReq&c.rmask]
+	p.buf = appendMsg(p.buf[:0], msg)
+	p.count, p.known = 1, false
+	c.open, c.openLen = true, 2+len(msg)
+	c.stats.MessagesProposed++
+	return nil
+}
+
+func appendMsg(b, msg []byte) []byte {
+	b = append(b, byte(len(msg)>>8), byte(len(msg)))
+	return append(b, msg...)
+}
+
+// requestBody returns the wire form of request p: one message bare, a
+// bundle in bundle form.
+func requestBody(p *pending) (data []byte, bundled bool) {
+	if p.count == 1 {
+		return p.buf[2:], false
+	}
+	return p.buf, true
+}
+
+// seal numbers the open request and sends it (step 3 of the paper's
+// sequence of events: to the sequencer), or, at the sequencer, numbers it
+// at once.
+func (c *Core) seal() {
+	if !c.open {
+		return
+	}
+	c.open = false
+	r := c.nextReq
+	c.nextReq++
+	switch c.role {
+	case sequencer:
+		c.sequenceFrom(&c.members[c.self])
+	case follower:
+		c.sendRequest(r, 0)
+		c.stats.RequestsSent++
+	}
+	// Electing: the request waits for the new sequencer (resubmit).
+	c.armResend()
+}
+
+// armResend starts the resend timer when a request waits unseen.
+func (c *Core) armResend() {
+	if c.resendAt != 0 || c.role == sequencer {
+		return
+	}
+	for r := c.firstPend; r != c.nextReq; r++ {
+		if !c.pend[r&c.rmask].known {
+			c.resendAt = c.now.Add(c.cfg.ResendTimeout << c.resendBackoff)
+			return
+		}
+	}
+}
+
+// Ready returns what to send, deliver and report now. It first seals the
+// request collecting proposed messages.
+func (c *Core) Ready() Ready {
+	c.flush()
+	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
+}
+
+// flush turns what is due into frames.
+func (c *Core) flush() {
+	if !c.started || c.role == halted {
+		return
+	}
+	c.seal()
+	switch c.role {
+	case sequencer:
+		c.flushAccepts()
+		if c.waiting {
+			c.wantStatus = true
+		}
+		if c.wantStatus && c.now >= c.statusAt {
+			c.sendStatusRequest(c.cfg.dst)
+			c.statusAt = c.now.Add(c.cfg.NackTimeout / 4)
+			c.wantStatus = false
+		}
+		if c.now >= c.lastBcast.Add(c.cfg.HeartbeatInterval) {
+			c.sendStatusRequest(c.cfg.dst)
+		}
+	case follower:
+		if c.repairDue {
+			c.sendRetransmit(c.sequencerMember(), c.epoch)
+		}
+		if c.sinceReport >= c.cfg.History/4 || c.now >= c.lastToSeq.Add(c.cfg.HeartbeatInterval) {
+			c.sendStatusReply()
+		}
+	}
+	c.repairDue = false
+}
+
+// Advance tells the core the runtime has sent, delivered and reported all
+// of the last Ready.
+func (c *Core) Advance() {
+	c.frames = c.frames[:0]
+	clear(c.deliveries)
+	c.deliveries = c.deliveries[:0]
+	c.events = c.events[:0]
+	c.batch++
+	for i, b := range c.lent {
+		c.free = append(c.free, b[:0])
+		c.lent[i] = nil
+	}
+	c.lent = c.lent[:0]
+}
+
+// reusable returns en's buffer emptied for new contents, or, when a
+// delivery of the current Ready still points into it, a free buffer: the
+// old one is recycled at Advance. A log slot can be reused within one
+// batch of input when a member catches up.
+func (c *Core) reusable(en *entry) []byte {
+	if en.lentAt != c.batch || en.data == nil {
+		return en.data[:0]
+	}
+	c.lent = append(c.lent, en.data)
+	en.data = nil
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		return b
+	}
+	return nil
+}
+
+// Deadline is when Tick must next run; 0 before the first input and once
+// halted.
+func (c *Core) Deadline() Time {
+	if !c.started || c.role == halted {
+		return 0
+	}
+	var d Time
+	early := func(t Time) {
+		if t != 0 && (d == 0 || t < d) {
+			d = t
+		}
+	}
+	switch c.role {
+	case sequencer:
+		early(c.lastBcast.Add(c.cfg.HeartbeatInterval))
+		if c.wantStatus || c.waiting {
+			early(c.statusAt)
+		}
+		for i := range c.members {
+			if m := &c.members[i]; m.live && !m.self {
+				early(m.lastHeard.Add(c.cfg.FailureTimeout))
+			}
+		}
+	case follower:
+		early(c.lastToSeq.Add(c.cfg.HeartbeatInterval))
+		early(c.sequencerMember().lastHeard.Add(c.cfg.FailureTimeout))
+		early(c.repairAt)
+		early(c.resendAt)
+	case electing:
+		early(c.electAt)
+		early(c.fetchAt)
+		if w := c.waitFrom.Add(c.cfg.FailureTimeout); w > c.now {
+			early(w)
+		}
+		for i := range c.members {
+			if m := &c.members[i]; !m.self && !c.suspected(m) {
+				early(m.lastHeard.Add(c.cfg.FailureTimeout))
+			}
+		}
+	}
+	return d
+}
+
+// Tick runs the timers due at now and the failure detector. Frames it
+// produces come out of the next Ready.
+func (c *Core) Tick(now Time) {
+	c.touch(now)
+	now = c.now
+	switch c.role {
+	case sequencer:
+		for i := range c.members {
+			m := &c.members[i]
+			if m.live && !m.self && now >= m.lastHeard.Add(c.cfg.FailureTimeout) {
+				c.removeMember(m, "silent past the failure timeout")
+			}
+		}
+	case follower:
+		if now >= c.sequencerMember().lastHeard.Add(c.cfg.FailureTimeout) {
+			c.startElection()
+			c.electionStep()
+			return
+		}
+		if c.repairAt != 0 && now >= c.repairAt {
+			c.repairTimeout()
+		}
+		if c.resendAt != 0 && now >= c.resendAt {
+			c.resendTimeout()
+		}
+	case electing:
+		if c.fetchAt != 0 && now >= c.fetchAt {
+			c.fetchAt = 0
+		}
+		if now >= c.electAt {
+			c.sendElection(frame.ElectionVote, c.cfg.dst)
+		}
+		c.electionStep()
+	}
+}
+
+// Backoff caps: the resend timer doubles up to 16× without progress, the
+// repair timer up to 8×.
+const (
+	maxResendBackoff = 4
+	maxRepairBackoff = 3
+)
+
+// resendTimeout sends again every request not yet seen numbered: the
+// request or its SeqData/Accept was lost (the paper's sender
+// retransmission timer).
+func (c *Core) resendTimeout() {
+	c.resendAt = 0
+	n := 0
+	for r := c.firstPend; r != c.nextReq; r++ {
+		if !c.pend[r&c.rmask].known {
+			c.sendRequest(r, frame.FlagRetransmit)
+			c.stats.RequestsResent++
+			n++
+		}
+	}
+	if n > 0 {
+		c.resendBackoff = min(c.resendBackoff+1, maxResendBackoff)
+		c.armResend()
+	}
+}
+
+// progress resets the resend backoff when a request of ours was seen
+// numbered.
+func (c *Core) progress() {
+	c.resendBackoff = 0
+	c.resendAt = 0
+	c.armResend()
+}
+
+// Stats returns the counters.
+func (c *Core) Stats() Stats {
+	s := c.stats
+	s.Epoch = c.epoch
+	s.Sequencer = c.sequencerMember().id
+	s.IsSequencer = c.role == sequencer
+	s.Electing = c.role == electing
+	s.Halted = c.role == halted
+	s.Outstanding = c.outstanding()
+	if c.role == sequencer {
+		s.InHistory = int(c.nextGlobal - c.stable)
+	}
+	s.Next = c.next
+	return s
+}
+
+// IsSequencer reports whether this member is the sequencer now.
+func (c *Core) IsSequencer() bool { return c.role == sequencer }
+
+// Halted reports whether this member halted (SelfRemoved).
+func (c *Core) Halted() bool { return c.role == halted }
+
+func (c *Core) halt(epoch, last uint32, reason string) {
+	c.role = halted
+	c.events = append(c.events, Event{Kind: SelfRemoved, Member: c.cfg.Self, Epoch: epoch, Last: last, At: c.now, Reason: reason})
+}
