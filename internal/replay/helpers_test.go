@@ -1,0 +1,8 @@
+package replay
+
+import (
+	"io"
+	"log/slog"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

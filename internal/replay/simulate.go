@@ -1,0 +1,573 @@
+package replay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+// SimOptions select the member to re-run and reconstruct its core's
+// configuration. Zero fields mean: from the capture, else pbp's defaults.
+type SimOptions struct {
+	Node frame.MemberID
+	// Members is the member list; nil means the capture's Start frame, or
+	// else the senders seen in the capture (each id with the source MAC
+	// and incarnation of its frames, plus our interfaces' descriptions).
+	Members []frame.MemberInfo
+	// Iface picks the capture interface by index; -1 means the interface
+	// whose description names Node, or the only interface.
+	Iface int
+	// Group; nil means the group of the node's own frames, else the most
+	// common group in the capture.
+	Group *uint32
+	// EtherType of the group; 0 means frame.EtherType.
+	EtherType uint16
+	// MTU; 0 means the interface description's, else pbp.DefaultMTU.
+	MTU int
+	// Start is when the node's core started its clocks (the first Tick);
+	// zero means the interface's isb_starttime (capture.Wrap records the
+	// wrap time), else its first frame.
+	Start time.Time
+	// The protocol's settings, as pbp.Config (zero: defaults).
+	Mode                                                                                 pbp.Mode
+	Window, MaxPayload                                                                   int
+	InitialSeq                                                                           uint32
+	AckDelay, ResendTimeout, NackTimeout, HeartbeatInterval, FailureTimeout, BundleDelay pbp.Duration
+}
+
+// SimDelivery is one message the re-run core delivered.
+type SimDelivery struct {
+	At    time.Time
+	Frame int // the captured frame whose Step (or Tick) delivered it; 0 for a Tick
+	From  frame.MemberID
+	Seq   uint32
+	Index int
+	Data  []byte
+}
+
+// SimSent is one frame the re-run core would have sent.
+type SimSent struct {
+	At   time.Time
+	Data []byte // the whole Ethernet frame
+}
+
+// SimEvent is a membership event of the re-run core.
+type SimEvent struct {
+	At    time.Time
+	Event pbp.Event
+}
+
+// SimResult is the outcome of Simulate.
+type SimResult struct {
+	Config     pbp.Config
+	Iface      int
+	Start, End time.Time
+	// Notes explain how the configuration was reconstructed and where the
+	// re-run diverged from the capture.
+	Notes      []string
+	Deliveries []SimDelivery
+	Sent       []SimSent
+	Events     []SimEvent
+	// Inputs counts the frames stepped, Proposed the messages taken from
+	// the node's own Data frames, Dropped the frames refused (by decode or
+	// by the core), with the reason, in order.
+	Inputs, Proposed int
+	Dropped          []string
+	// CapturedOut counts the node's own captured frames by type, to set
+	// beside what the re-run sent.
+	CapturedOut map[frame.Type]int
+}
+
+// Simulate re-drives member opts.Node's PBP core with exactly the frames
+// its interface received, in captured order and with captured timestamps,
+// ticking it at its timer deadlines between them, and proposing the
+// messages of its own first-transmission Data frames at their capture
+// time. It mirrors reliable's engine (decode, group check, registration
+// frames set aside, Step, Tick, Ready, Advance) so the result is what the
+// live node's core did, given the same configuration. Deterministic.
+func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
+	res := &SimResult{CapturedOut: map[frame.Type]int{}}
+	note := func(format string, args ...any) { res.Notes = append(res.Notes, fmt.Sprintf(format, args...)) }
+	if opts.EtherType == 0 {
+		opts.EtherType = frame.EtherType
+	}
+	members := opts.Members
+	if members == nil {
+		var how string
+		members, how = MembersFromCapture(c, opts.EtherType)
+		if len(members) == 0 {
+			return nil, fmt.Errorf("simulate: %s has no Start frame and no decodable frames to learn the members from; give them with -members", c.Path)
+		}
+		note("members %s", how)
+	} else {
+		note("members from the command line")
+	}
+	var self *frame.MemberInfo
+	for i := range members {
+		if members[i].ID == opts.Node {
+			self = &members[i]
+		}
+	}
+	if self == nil {
+		return nil, fmt.Errorf("simulate: member %d is not in the member list %s", opts.Node, formatMembers(members))
+	}
+	note("member list %s", formatMembers(members))
+
+	iface, err := pickInterface(c, opts, self.MAC)
+	if err != nil {
+		return nil, err
+	}
+	res.Iface = iface
+	intf := &c.Interfaces[iface]
+	var recs []*Record
+	for i := range c.Records {
+		if r := &c.Records[i]; r.Iface == iface {
+			recs = append(recs, r)
+		}
+	}
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
+	dirOf := func(r *Record) Dir {
+		if r.Dir != DirUnknown {
+			return r.Dir
+		}
+		// No direction flags (tcpdump): our source MAC means we sent it;
+		// anything else counts as received if the NIC's filter takes it.
+		if len(r.Data) >= 12 && [6]byte(r.Data[6:12]) == self.MAC {
+			return DirOut
+		}
+		if len(r.Data) >= 6 && (r.Data[0]&1 != 0 || [6]byte(r.Data[0:6]) == self.MAC) {
+			return DirIn
+		}
+		return DirUnknown
+	}
+	if !c.HasDirection {
+		note("no direction flags: frames from %v count as sent, others (to broadcast, multicast or %v) as received", net.HardwareAddr(self.MAC[:]), net.HardwareAddr(self.MAC[:]))
+	}
+
+	group, err := pickGroup(c, opts, self.MAC)
+	if err != nil {
+		return nil, err
+	}
+	mtu := opts.MTU
+	if mtu == 0 {
+		mtu = intf.MTU
+	}
+	cfg := pbp.Config{
+		Group: group, Self: opts.Node, Members: members, Mode: opts.Mode, Window: opts.Window,
+		MTU: mtu, MaxPayload: opts.MaxPayload, InitialSeq: opts.InitialSeq, EtherType: opts.EtherType,
+		AckDelay: opts.AckDelay, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
+		HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, BundleDelay: opts.BundleDelay,
+	}
+	res.Config = cfg
+	core, err := pbp.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+
+	start := opts.Start
+	switch {
+	case !start.IsZero():
+		note("core started at the given time")
+	case intf.HasStats && !intf.Start.IsZero():
+		start = intf.Start
+		note("core started at interface %d's isb_starttime", iface)
+	case len(recs) > 0:
+		start = recs[0].Time
+		note("core started at interface %d's first frame (no isb_starttime)", iface)
+	default:
+		return nil, fmt.Errorf("simulate: interface %d (%s) of %s holds no frames", iface, intf.Label(), c.Path)
+	}
+	if len(recs) > 0 && recs[0].Time.Before(start) {
+		start = recs[0].Time
+	}
+	end := start
+	if n := len(c.Records); n > 0 {
+		for i := range c.Records {
+			if c.Records[i].Time.After(end) {
+				end = c.Records[i].Time
+			}
+		}
+	}
+	res.Start, res.End = start, end
+	// The engine's clock: nanoseconds since start, plus one, since the
+	// core reserves 0 for "no deadline" (reliable/engine.go).
+	pt := func(t time.Time) pbp.Time { return pbp.Time(t.Sub(start)) + 1 }
+	wall := func(t pbp.Time) time.Time { return start.Add(time.Duration(t - 1)) }
+
+	cur := 0 // frame being processed, for deliveries
+	collect := func(at pbp.Time) {
+		rd := core.Ready()
+		for _, f := range rd.Frames {
+			res.Sent = append(res.Sent, SimSent{At: wall(at), Data: bytes.Clone(f)})
+		}
+		for _, d := range rd.Deliveries {
+			res.Deliveries = append(res.Deliveries, SimDelivery{At: wall(at), Frame: cur, From: d.From, Seq: d.Seq, Index: d.Index, Data: bytes.Clone(d.Data)})
+		}
+		for _, e := range rd.Events {
+			res.Events = append(res.Events, SimEvent{At: wall(at), Event: e})
+		}
+		core.Advance()
+	}
+	var last pbp.Time
+	tickUntil := func(limit pbp.Time, inclusive bool) {
+		stuck := 0
+		for {
+			d := core.Deadline()
+			if d == 0 || d > limit || (!inclusive && d == limit) {
+				return
+			}
+			if d <= last {
+				if stuck++; stuck > 2 {
+					note("core's deadline stayed at %v; stopped ticking there", wall(d).Sub(start))
+					return
+				}
+				d = last
+			}
+			cur = 0
+			core.Tick(d)
+			last = d
+			collect(d)
+		}
+	}
+	now := pt(start)
+	core.Tick(now)
+	last = now
+	collect(now)
+
+	const batch = 64 // reliable.Driver reads up to 64 frames per turn
+	for i := 0; i < len(recs); {
+		r := recs[i]
+		t := pt(r.Time)
+		switch dirOf(r) {
+		case DirIn:
+			tickUntil(t, false)
+			j := i
+			for ; j < len(recs) && j-i < batch && recs[j].Time.Equal(r.Time) && dirOf(recs[j]) == DirIn; j++ {
+				in := recs[j]
+				cur = in.N
+				res.Inputs++
+				if reason := stepFrame(core, t, in, group, opts.EtherType); reason != "" {
+					res.Dropped = append(res.Dropped, fmt.Sprintf("frame %d: %s", in.N, reason))
+				}
+			}
+			core.Tick(t)
+			last = max(last, t)
+			collect(t)
+			i = j
+		case DirOut:
+			i++
+			if r.View == nil {
+				continue
+			}
+			res.CapturedOut[r.View.Type()]++
+			if r.View.Type() != frame.Data || r.View.Retransmission() || r.View.Sender() != opts.Node {
+				continue
+			}
+			tickUntil(t, true)
+			cur = r.N
+			want := core.Stats().DataFramesSent
+			it := r.View.Messages()
+			for {
+				msg, ok := it.Next()
+				if !ok {
+					break
+				}
+				res.Proposed++
+				if err := core.Propose(t, msg); err != nil {
+					note("frame %d: Propose of our seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Seq(), err)
+				}
+			}
+			last = max(last, t)
+			sentBefore := len(res.Sent)
+			collect(t)
+			if core.Stats().DataFramesSent != want+1 {
+				note("frame %d: our Data seq %d was captured, the re-run sent %d new Data frames for it", r.N, r.View.Seq(), core.Stats().DataFramesSent-want)
+			} else if !sentSeq(res.Sent[sentBefore:], r.View.Seq(), opts.EtherType) {
+				note("frame %d: captured our Data seq %d, the re-run numbered it differently", r.N, r.View.Seq())
+			}
+		default:
+			i++
+		}
+	}
+	tickUntil(pt(end), true)
+	return res, nil
+}
+
+// stepFrame is reliable's engine.input for one frame: decode, group check,
+// registration frames set aside, Step. It returns why the frame was
+// dropped, or "".
+func stepFrame(core *pbp.Core, now pbp.Time, r *Record, group uint32, etherType uint16) string {
+	eth, body, err := frame.SplitEthernet(r.Data, etherType)
+	if err != nil {
+		return err.Error()
+	}
+	v, err := frame.ParseGroup(body, group)
+	if err != nil {
+		return err.Error()
+	}
+	switch v.Type() {
+	case frame.Join, frame.Welcome, frame.Start:
+		return ""
+	}
+	if err := core.Step(now, eth.Src(), v); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func sentSeq(sent []SimSent, seq uint32, etherType uint16) bool {
+	for _, s := range sent {
+		if _, body, err := frame.SplitEthernet(s.Data, etherType); err == nil {
+			if v, err := frame.Parse(body); err == nil && v.Type() == frame.Data && v.Seq() == seq {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func pickInterface(c *Capture, opts SimOptions, mac [6]byte) (int, error) {
+	if opts.Iface >= 0 {
+		if opts.Iface >= len(c.Interfaces) {
+			return 0, fmt.Errorf("simulate: interface %d does not exist; %s has %d (%s)", opts.Iface, c.Path, len(c.Interfaces), listInterfaces(c))
+		}
+		return opts.Iface, nil
+	}
+	id := strconv.Itoa(int(opts.Node))
+	found := -1
+	for i := range c.Interfaces {
+		if c.Interfaces[i].Node == id || (c.Interfaces[i].Node != "" && c.Interfaces[i].MAC == mac) {
+			if found >= 0 && found != i {
+				return 0, fmt.Errorf("simulate: interfaces %d and %d both belong to member %d; pick one with -iface", found, i, opts.Node)
+			}
+			found = i
+		}
+	}
+	if found >= 0 {
+		return found, nil
+	}
+	if len(c.Interfaces) == 1 {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("simulate: no interface of %s names member %d and there are %d (%s); pick one with -iface", c.Path, opts.Node, len(c.Interfaces), listInterfaces(c))
+}
+
+func listInterfaces(c *Capture) string {
+	var b bytes.Buffer
+	for i := range c.Interfaces {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d=%s", i, c.Interfaces[i].Label())
+	}
+	return b.String()
+}
+
+func pickGroup(c *Capture, opts SimOptions, mac [6]byte) (uint32, error) {
+	if opts.Group != nil {
+		return *opts.Group, nil
+	}
+	count := map[uint32]int{}
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View == nil {
+			continue
+		}
+		if r.Src == mac {
+			return r.View.Group(), nil
+		}
+		count[r.View.Group()]++
+	}
+	best, n := uint32(0), 0
+	for g, k := range count {
+		if k > n || (k == n && g < best) {
+			best, n = g, k
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("simulate: %s has no decodable rbcast frame to take the group from; give it with -group", c.Path)
+	}
+	return best, nil
+}
+
+// MembersFromCapture returns the member list of the first Start frame, or
+// else one inferred from the senders of PBP frames (id, source MAC and
+// incarnation; the first seen wins) and our interface descriptions; how
+// says which.
+func MembersFromCapture(c *Capture, etherType uint16) (members []frame.MemberInfo, how string) {
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View != nil && r.View.Type() == frame.Start {
+			ml := r.View.Members()
+			for k := range ml.Len() {
+				members = append(members, ml.At(k))
+			}
+			return members, fmt.Sprintf("from the Start frame %d", r.N)
+		}
+	}
+	seen := map[frame.MemberID]bool{}
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View == nil {
+			continue
+		}
+		switch r.View.Type() {
+		case frame.Data, frame.Ack, frame.Nack, frame.Heartbeat, frame.Leave:
+		default:
+			continue
+		}
+		id := r.View.Sender()
+		if id == frame.NoMember || seen[id] {
+			continue
+		}
+		seen[id] = true
+		members = append(members, frame.MemberInfo{ID: id, MAC: r.Src, Incarnation: r.View.Incarnation()})
+	}
+	for _, intf := range c.Interfaces {
+		if n, err := strconv.Atoi(intf.Node); err == nil && intf.Node != "" && !seen[frame.MemberID(n)] && n != int(frame.NoMember) && n >= 0 && n < 0xffff {
+			seen[frame.MemberID(n)] = true
+			members = append(members, frame.MemberInfo{ID: frame.MemberID(n), MAC: intf.MAC})
+			how = " (silent members from interface descriptions, incarnation 0)"
+		}
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].ID < members[j].ID })
+	return members, "inferred from the senders in the capture (no Start frame)" + how
+}
+
+func formatMembers(ms []frame.MemberInfo) string {
+	var b bytes.Buffer
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d=%v@%d", m.ID, net.HardwareAddr(m.MAC[:]), m.Incarnation)
+	}
+	return b.String()
+}
+
+// ParseMembers parses a member list "id=mac[@incarnation],..." (the form
+// Simulate's notes print).
+func ParseMembers(s string) ([]frame.MemberInfo, error) {
+	var out []frame.MemberInfo
+	for i, part := range bytes.Split([]byte(s), []byte(",")) {
+		p := string(bytes.TrimSpace(part))
+		eq := bytes.IndexByte([]byte(p), '=')
+		if eq < 0 {
+			return nil, fmt.Errorf("members entry %d %q: want id=mac[@incarnation]", i+1, p)
+		}
+		id, err := strconv.ParseUint(p[:eq], 10, 16)
+		if err != nil || id == uint64(frame.NoMember) {
+			return nil, fmt.Errorf("members entry %d %q: id %q is not a member id (0..65534)", i+1, p, p[:eq])
+		}
+		macStr, inc := p[eq+1:], uint64(0)
+		if at := bytes.IndexByte([]byte(macStr), '@'); at >= 0 {
+			inc, err = strconv.ParseUint(macStr[at+1:], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("members entry %d %q: incarnation %q is not a 32-bit number", i+1, p, macStr[at+1:])
+			}
+			macStr = macStr[:at]
+		}
+		mac, err := net.ParseMAC(macStr)
+		if err != nil || len(mac) != 6 {
+			return nil, fmt.Errorf("members entry %d %q: %q is not a 6-byte MAC address", i+1, p, macStr)
+		}
+		out = append(out, frame.MemberInfo{ID: frame.MemberID(id), MAC: [6]byte(mac), Incarnation: uint32(inc)})
+	}
+	return out, nil
+}
+
+// Write prints the re-run: configuration notes, deliveries, frames the
+// core would have sent, events, drops and a summary. data prints each
+// delivered message in full (hex) instead of its length and digest.
+func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
+	ew := &errWriter{w: w}
+	cfg := r.Config
+	ew.printf("# simulate member %d of group %d on interface %d (%s), mode %v, window %d, MTU %d\n",
+		cfg.Self, cfg.Group, r.Iface, c.Interfaces[r.Iface].Label(), cfg.Mode, windowOf(cfg), mtuOf(cfg))
+	for _, n := range r.Notes {
+		ew.printf("# %s\n", n)
+	}
+	rel := func(t time.Time) float64 { return t.Sub(r.Start).Seconds() }
+	for _, d := range r.Deliveries {
+		src := "tick"
+		if d.Frame > 0 {
+			src = "frame " + strconv.Itoa(d.Frame)
+		}
+		if data {
+			ew.printf("deliver %14.9f %-12s from %d seq %d[%d] %dB %x\n", rel(d.At), src, d.From, d.Seq, d.Index, len(d.Data), d.Data)
+		} else {
+			sum := sha256.Sum256(d.Data)
+			ew.printf("deliver %14.9f %-12s from %d seq %d[%d] %dB sha256:%x\n", rel(d.At), src, d.From, d.Seq, d.Index, len(d.Data), sum[:8])
+		}
+	}
+	sentBy := map[frame.Type]int{}
+	for _, s := range r.Sent {
+		_, body, err := frame.SplitEthernet(s.Data, etherTypeOf(cfg))
+		v, perr := frame.Parse(body)
+		if err != nil || perr != nil {
+			ew.printf("send    %14.9f undecodable %d bytes\n", rel(s.At), len(s.Data))
+			continue
+		}
+		sentBy[v.Type()]++
+		ew.printf("send    %14.9f to %v %-9s seq %d %s\n", rel(s.At), net.HardwareAddr(s.Data[0:6]), v.Type(), v.Seq(), Details(v))
+	}
+	for _, e := range r.Events {
+		ew.printf("event   %14.9f %v\n", rel(e.At), e.Event)
+	}
+	for _, d := range r.Dropped {
+		ew.printf("drop    %s\n", d)
+	}
+	ew.printf("# %d frames stepped, %d messages proposed from our Data frames, %d delivered, %d dropped, %d events\n",
+		r.Inputs, r.Proposed, len(r.Deliveries), len(r.Dropped), len(r.Events))
+	ew.printf("# frames by type, re-run sent / captured outbound:")
+	for _, t := range frame.Types {
+		if sentBy[t] > 0 || r.CapturedOut[t] > 0 {
+			ew.printf(" %v %d/%d", t, sentBy[t], r.CapturedOut[t])
+		}
+	}
+	ew.printf("\n")
+	return ew.err
+}
+
+func windowOf(c pbp.Config) int {
+	if c.Window != 0 {
+		return c.Window
+	}
+	if c.Mode == pbp.PBP1 {
+		return pbp.DefaultWindowPBP1
+	}
+	return pbp.DefaultWindowPBP2
+}
+
+func mtuOf(c pbp.Config) int {
+	if c.MTU != 0 {
+		return c.MTU
+	}
+	return pbp.DefaultMTU
+}
+
+func etherTypeOf(c pbp.Config) uint16 {
+	if c.EtherType != 0 {
+		return c.EtherType
+	}
+	return frame.EtherType
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

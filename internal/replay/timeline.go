@@ -1,0 +1,127 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// WriteTimeline writes one line per frame: frame number, time since the
+// first frame, direction, interface, sender (id.incarnation), type,
+// sequence number, ack vector, payload size, flags and type-specific
+// fields. Frames that did not decode show the error instead.
+func WriteTimeline(w io.Writer, c *Capture) error {
+	var t0 time.Time
+	if len(c.Records) > 0 {
+		t0 = c.Records[0].Time
+	}
+	fmt.Fprintf(w, "# %s: %s, %d frames, %d interfaces, first frame at %s\n", c.Path, c.Format, len(c.Records), len(c.Interfaces), t0.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "# %6s %14s %-3s %-6s %-8s %-10s %10s  %s\n", "frame", "time(s)", "dir", "iface", "sender", "type", "seq", "details")
+	for i := range c.Records {
+		r := &c.Records[i]
+		d := r.Time.Sub(t0)
+		iface := c.Interfaces[r.Iface].Label()
+		if r.Err != nil {
+			if _, err := fmt.Fprintf(w, "%8d %14.9f %-3s %-6s %-8s %-10s %10s  %d bytes: %v\n", r.N, d.Seconds(), r.Dir, iface, "-", "ERROR", "-", len(r.Data), r.Err); err != nil {
+				return err
+			}
+			continue
+		}
+		v := r.View
+		sender := fmt.Sprintf("%d.%d", v.Sender(), v.Incarnation())
+		if v.Sender() == frame.NoMember {
+			sender = fmt.Sprintf("-.%d", v.Incarnation())
+		}
+		if _, err := fmt.Fprintf(w, "%8d %14.9f %-3s %-6s %-8s %-10s %10d  %s\n", r.N, d.Seconds(), r.Dir, iface, sender, v.Type(), v.Seq(), Details(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Details describes a decoded frame beyond its header's identity: the ack
+// vector (compact), payload size, flags and the type's body fields.
+func Details(v frame.View) string {
+	var b strings.Builder
+	if n := v.AckCount(); n > 0 {
+		fmt.Fprintf(&b, "acks@%d=[", v.AckBase())
+		const show = 8
+		for i := range min(n, show) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprint(&b, v.Ack(i))
+		}
+		if n > show {
+			fmt.Fprintf(&b, " +%d", n-show)
+		}
+		b.WriteString("]")
+	}
+	if v.Group() != 0 {
+		fmt.Fprintf(&b, " g%d", v.Group())
+	}
+	switch v.Type() {
+	case frame.Data, frame.SeqRequest, frame.SeqData:
+		msgs := 0
+		for it := v.Messages(); ; msgs++ {
+			if _, ok := it.Next(); !ok {
+				break
+			}
+		}
+		fmt.Fprintf(&b, " %dB", len(v.Payload()))
+		if msgs != 1 {
+			fmt.Fprintf(&b, " (%d msgs)", msgs)
+		}
+	case frame.Nack:
+		fmt.Fprintf(&b, " to %d want %s", v.NackTarget(), rangeList(v.NackRanges()))
+	case frame.SeqRetransmit:
+		fmt.Fprintf(&b, " epoch %d want %s", v.RetransmitEpoch(), rangeList(v.RetransmitRanges()))
+	case frame.Start:
+		ml := v.Members()
+		b.WriteString(" members")
+		for i := range ml.Len() {
+			m := ml.At(i)
+			fmt.Fprintf(&b, " %d=%v.%d", m.ID, net.HardwareAddr(m.MAC[:]), m.Incarnation)
+		}
+	case frame.Join:
+		j := v.Join()
+		fmt.Fprintf(&b, " want id %d window %d mtu %d nonce %x hash %x", j.Requested, j.Window, j.MTU, j.Nonce, j.ConfigHash)
+	case frame.Welcome:
+		wl := v.Welcome()
+		fmt.Fprintf(&b, " assigned %d of %d nonce %x hash %x", wl.Assigned, wl.Members, wl.Nonce, wl.ConfigHash)
+	case frame.SeqAccept:
+		fmt.Fprintf(&b, " epoch %d %d accepts", v.AcceptEpoch(), v.Accepts().Len())
+	case frame.SeqStatusRequest, frame.SeqStatusReply:
+		fmt.Fprintf(&b, " epoch %d delivered %d", v.StatusEpoch(), v.StatusDelivered())
+	case frame.SeqElection:
+		e := v.Election()
+		fmt.Fprintf(&b, " epoch %d %v candidate %d last %d", e.Epoch, e.Phase, e.Candidate, e.LastGlobal)
+	}
+	f := v.Flags()
+	for _, fl := range []struct {
+		bit  frame.Flags
+		name string
+	}{{frame.FlagRetransmit, "RETX"}, {frame.FlagAckRequest, "ACKREQ"}, {frame.FlagBundle, "BUNDLE"}, {frame.FlagAuth, "AUTH"}} {
+		if f&fl.bit != 0 {
+			b.WriteString(" " + fl.name)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func rangeList(rl frame.RangeList) string {
+	var parts []string
+	for i := range rl.Len() {
+		r := rl.At(i)
+		if r.First == r.Last {
+			parts = append(parts, fmt.Sprint(r.First))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", r.First, r.Last))
+		}
+	}
+	return strings.Join(parts, ",")
+}
