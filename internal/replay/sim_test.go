@@ -30,13 +30,13 @@ type lossyRun struct {
 
 // runLossy runs n members sending k messages each with receive loss, and
 // returns the capture and what every member delivered.
-func runLossy(t testing.TB, dir string, seed uint64, n, k int, loss float64) *lossyRun {
+func runLossy(t testing.TB, path string, seed uint64, n, k int, loss float64) *lossyRun {
 	t.Helper()
 	net, err := testnet.New(seed, testnet.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &lossyRun{path: filepath.Join(dir, fmt.Sprintf("lossy-%d.pcapng", seed)), got: make([][]delivered, n)}
+	run := &lossyRun{path: path, got: make([][]delivered, n)}
 	w, err := capture.CreateFile(run.path, capture.WriterOptions{QueueBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func runLossy(t testing.TB, dir string, seed uint64, n, k int, loss float64) *lo
 }
 
 func TestSimulateReproducesDeliveries(t *testing.T) {
-	run := runLossy(t, t.TempDir(), 3, 4, 300, 0.05)
+	run := runLossy(t, filepath.Join(t.TempDir(), "lossy.pcapng"), 3, 4, 300, 0.05)
 	c, err := ReadFile(run.path, ReadOptions{})
 	if err != nil {
 		t.Fatal(err)

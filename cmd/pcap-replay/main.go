@@ -1,0 +1,389 @@
+// Command pcap-replay decodes, checks and re-runs rbcast captures: pcap or
+// pcapng files written by capture.Wrap (rbcastd -capture) or by tcpdump.
+//
+//	pcap-replay timeline FILE
+//	pcap-replay summary FILE
+//	pcap-replay check [-group G] [-storm-count K] [-storm-window T] FILE
+//	pcap-replay simulate -node ID [-members LIST] [-iface N] ... FILE
+//	pcap-replay inject -i IFACE [-speed X | -asap] FILE
+//
+// The logic lives in internal/replay; see docs/debugging.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/replay"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/afpacket"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: pcap-replay <command> [flags] FILE
+
+Decodes, checks and re-runs rbcast captures (pcap or pcapng, from
+capture.Wrap or tcpdump; gzip-compressed too). 802.1Q/802.1ad tags are
+skipped. Frame numbers are the file's, from 1, as Wireshark counts them.
+
+commands:
+  timeline   one decoded line per frame
+  summary    per sender: sequence range, gaps and repairs, NACKs,
+             retransmissions, repair latency, estimated loss per receiver
+  check      protocol invariants; exit 1 if any is violated
+  simulate   re-run one member's PBP core on the frames it received
+  inject     send the captured frames onto an interface (CAP_NET_RAW)
+
+Run 'pcap-replay <command> -h' for a command's flags.
+Exit status: 0 success, 1 check found violations, 2 usage or input error.
+`
+
+// Exit statuses.
+const (
+	exitOK        = 0
+	exitViolation = 1
+	exitError     = 2
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "timeline":
+		return timeline(rest, stdout, stderr)
+	case "summary":
+		return summary(rest, stdout, stderr)
+	case "check":
+		return check(rest, stdout, stderr)
+	case "simulate":
+		return simulate(rest, stdout, stderr)
+	case "inject":
+		return inject(rest, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "pcap-replay: unknown command %q\n\n%s", cmd, usage)
+	return exitError
+}
+
+// common holds the flags every command reading a capture has.
+type common struct {
+	etherType string
+	partial   bool
+}
+
+func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *common) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: pcap-replay %s %s\n\n%s\n\nflags:\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	c := &common{}
+	fs.StringVar(&c.etherType, "ethertype", "0x88b5", "EtherType of rbcast frames")
+	fs.BoolVar(&c.partial, "partial", false, "analyse the frames before a truncated or corrupt block instead of failing (the error is still printed)")
+	return fs, c
+}
+
+// parse parses flags and returns the capture file named by the one
+// remaining argument; ok is false when the command should exit with code.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (file string, code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", exitOK, false
+		}
+		return "", exitError, false
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "pcap-replay %s: want exactly one capture FILE, got %d arguments %q\n", fs.Name(), fs.NArg(), fs.Args())
+		fs.Usage()
+		return "", exitError, false
+	}
+	return fs.Arg(0), 0, true
+}
+
+func (c *common) read(name, file string, stderr io.Writer) (*replay.Capture, bool) {
+	et, err := strconv.ParseUint(c.etherType, 0, 16)
+	if err != nil || et < 0x0600 {
+		fmt.Fprintf(stderr, "pcap-replay %s: -ethertype %q: want a 16-bit EtherType of at least 0x0600, like 0x88b5\n", name, c.etherType)
+		return nil, false
+	}
+	capt, err := replay.ReadFile(file, replay.ReadOptions{EtherType: uint16(et), Partial: c.partial})
+	if err != nil {
+		fmt.Fprintf(stderr, "pcap-replay %s: %v\n", name, err)
+		if capt == nil {
+			return nil, false
+		}
+		fmt.Fprintf(stderr, "pcap-replay %s: -partial: going on with the %d frames before it\n", name, len(capt.Records))
+	}
+	return capt, true
+}
+
+func timeline(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("timeline", "[flags] FILE", `Prints one line per frame: frame number, seconds since the first frame,
+direction (in/out from pcapng flags, "-" without them), interface (nN for
+rbcast node N, else the interface name), sender as id.incarnation, type,
+sequence number, then the ack vector (acks@BASE=[...], first 8 entries),
+group, payload size, type-specific fields and flags (RETX, ACKREQ, BUNDLE,
+AUTH). Frames that fail to decode show ERROR and the decoder's error
+(kind, field and byte offset within the rbcast frame).`, stderr)
+	file, code, ok := parse(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	capt, ok := c.read("timeline", file, stderr)
+	if !ok {
+		return exitError
+	}
+	if err := replay.WriteTimeline(stdout, capt); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay timeline: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func summary(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("summary", "[flags] FILE", `Prints per sender (id.incarnation): its Data sequence range, first
+transmissions and retransmissions, acks, heartbeats, Nacks addressed to it
+and, per requesting member, the distinct seqs it Nacked (a loss estimate).
+Then per receiver - each interface's inbound frames when the capture has
+direction flags, else the whole capture - the gaps (a seq seen only after
+a later one, or announced by an Ack/Heartbeat/Nack/Leave, or first seen as a
+retransmission), when each was repaired, repair latency percentiles, and
+the estimated loss (first transmissions the receiver never got).`, stderr)
+	file, code, ok := parse(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	capt, ok := c.read("summary", file, stderr)
+	if !ok {
+		return exitError
+	}
+	if err := replay.WriteSummary(stdout, capt); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay summary: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func check(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("check", "[flags] FILE", `Checks protocol invariants and prints each violation with the frame
+numbers involved; exits 1 if there is any, 0 if none:
+  seq-reuse        one sender, incarnation and seq in Data frames with different payloads
+  unrepaired-gap   a missing seq never received by the end (per receiving
+                   interface with direction flags, else over the capture)
+  delivery-order   a member acknowledges (so has delivered) a seq its own
+                   interface never received, or its ack goes backwards
+  nack-storm       more than -storm-count Nacks for one range within -storm-window
+  foreign-group    a frame of another group than -group (default: the most common)
+  foreign-version  a frame of another wire-format version
+  corrupt-frame    a frame that fails to decode (CRC, length, body, ...)
+  seq-jump         a sequence number implausibly far (> 65536) ahead`, stderr)
+	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
+	count := fs.Int("storm-count", replay.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
+	window := fs.Duration("storm-window", replay.DefaultNackStormWindow, "... within this long")
+	file, code, ok := parse(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	opts := replay.CheckOptions{NackStormCount: *count, NackStormWindow: *window}
+	if *count < 1 || *window <= 0 {
+		fmt.Fprintf(stderr, "pcap-replay check: -storm-count %d and -storm-window %v must be positive\n", *count, *window)
+		return exitError
+	}
+	if *group != "" {
+		g, err := strconv.ParseUint(*group, 0, 32)
+		if err != nil {
+			fmt.Fprintf(stderr, "pcap-replay check: -group %q: want a 32-bit group id\n", *group)
+			return exitError
+		}
+		g32 := uint32(g)
+		opts.Group = &g32
+	}
+	capt, ok := c.read("check", file, stderr)
+	if !ok {
+		return exitError
+	}
+	vs := replay.Check(capt, opts)
+	if err := replay.WriteViolations(stdout, capt, vs); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay check: %v\n", err)
+		return exitError
+	}
+	if len(vs) > 0 {
+		return exitViolation
+	}
+	return exitOK
+}
+
+func simulate(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("simulate", "-node ID [flags] FILE", `Re-runs member ID's PBP core (reliable/pbp) on exactly the frames its
+interface received, in captured order with captured timestamps, ticking it
+at its timer deadlines between them, and proposing the messages of its own
+first-transmission Data frames at their capture time. Prints what it
+delivers ("deliver"), what it would have sent ("send"), membership events,
+frames it dropped and why, and the frames by type it sent against those
+captured from it. The output is the same on every run.
+
+The interface is the one whose description names node ID (capture.Wrap),
+or the only one, or -iface. Without direction flags (tcpdump), frames from
+the member's MAC count as sent and the rest as received. The member list
+comes from -members, else a Start frame, else the senders in the capture.
+The protocol settings must match the live node's: the defaults are pbp's.`, stderr)
+	node := fs.Int("node", -1, "member id to re-run (required)")
+	members := fs.String("members", "", "member list id=mac[@incarnation],... (default: from a Start frame, else inferred)")
+	iface := fs.Int("iface", -1, "capture interface index to take the frames from (default: the one naming -node)")
+	group := fs.String("group", "", "group id (default: the group of the member's own frames)")
+	mode := fs.String("mode", "pbp2", "protocol: pbp2 or pbp1")
+	window := fs.Int("window", 0, "send window (0: the mode's default)")
+	mtu := fs.Int("mtu", 0, "link MTU (0: the interface description's, else 1500)")
+	maxPayload := fs.Int("max-payload", 0, "largest message (0: what the MTU allows)")
+	initial := fs.Uint("initial-seq", 0, "every member's first sequence number")
+	start := fs.String("start", "", "when the core started, RFC 3339 (default: isb_starttime, else the interface's first frame)")
+	ackDelay := fs.Duration("ack-delay", 0, "AckDelay (0: pbp default 1ms)")
+	resend := fs.Duration("resend-timeout", 0, "ResendTimeout (0: pbp default, 10ms PBP2, 5ms PBP1)")
+	nack := fs.Duration("nack-timeout", 0, "NackTimeout (0: pbp default 4ms)")
+	hb := fs.Duration("heartbeat", 0, "HeartbeatInterval (0: pbp default 100ms)")
+	fail := fs.Duration("failure-timeout", 0, "FailureTimeout (0: pbp default 2s)")
+	bundle := fs.Duration("bundle-delay", 0, "BundleDelay (0: none)")
+	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
+	file, code, ok := parse(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	fail2 := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "pcap-replay simulate: "+format+"\n", a...)
+		return exitError
+	}
+	if *node < 0 || *node >= int(frame.NoMember) {
+		return fail2("-node %d: want the member id to re-run, 0..%d", *node, int(frame.NoMember)-1)
+	}
+	opts := replay.SimOptions{Node: frame.MemberID(*node), Iface: *iface, Window: *window, MTU: *mtu, MaxPayload: *maxPayload,
+		AckDelay: pbp.Duration(*ackDelay), ResendTimeout: pbp.Duration(*resend), NackTimeout: pbp.Duration(*nack),
+		HeartbeatInterval: pbp.Duration(*hb), FailureTimeout: pbp.Duration(*fail), BundleDelay: pbp.Duration(*bundle)}
+	if *initial > 0xffffffff {
+		return fail2("-initial-seq %d does not fit 32 bits", *initial)
+	}
+	opts.InitialSeq = uint32(*initial)
+	switch strings.ToLower(*mode) {
+	case "pbp2":
+		opts.Mode = pbp.PBP2
+	case "pbp1":
+		opts.Mode = pbp.PBP1
+	default:
+		return fail2("-mode %q: want pbp2 or pbp1", *mode)
+	}
+	if *members != "" {
+		ms, err := replay.ParseMembers(*members)
+		if err != nil {
+			return fail2("-members: %v", err)
+		}
+		opts.Members = ms
+	}
+	if *group != "" {
+		g, err := strconv.ParseUint(*group, 0, 32)
+		if err != nil {
+			return fail2("-group %q: want a 32-bit group id", *group)
+		}
+		g32 := uint32(g)
+		opts.Group = &g32
+	}
+	if *start != "" {
+		t, err := time.Parse(time.RFC3339Nano, *start)
+		if err != nil {
+			return fail2("-start %q: want an RFC 3339 time like 2026-01-02T15:04:05.123456789Z", *start)
+		}
+		opts.Start = t
+	}
+	et, err := strconv.ParseUint(c.etherType, 0, 16)
+	if err == nil {
+		opts.EtherType = uint16(et)
+	}
+	capt, ok := c.read("simulate", file, stderr)
+	if !ok {
+		return exitError
+	}
+	res, err := replay.Simulate(capt, opts)
+	if err != nil {
+		return fail2("%v", err)
+	}
+	if err := res.Write(stdout, capt, *data); err != nil {
+		return fail2("%v", err)
+	}
+	return exitOK
+}
+
+func inject(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("inject", "-i IFACE [-speed X | -asap] [flags] FILE", `Sends the captured frames onto interface IFACE over AF_PACKET (needs
+CAP_NET_RAW), at the captured pace, X times faster with -speed, or as fast
+as the link takes them with -asap. Each frame goes once: outbound records,
+records without direction, and one copy of frames whose sender's interface
+was not captured (-all sends every record). Frames are sent as captured,
+source MAC included. Progress goes to stderr about once a second.`, stderr)
+	ifname := fs.String("i", "", "interface to send on (required)")
+	speed := fs.Float64("speed", 1, "pace: 1 is the captured pace, 10 ten times faster")
+	asap := fs.Bool("asap", false, "send as fast as possible, ignoring timestamps")
+	all := fs.Bool("all", false, "send every record, also the copies a multi-interface capture holds of one transmission")
+	linkKind := fs.String("link", "afpacket", "link to send with: afpacket or ring (PACKET_TX_RING)")
+	file, code, ok := parse(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	if *ifname == "" {
+		fmt.Fprintln(stderr, "pcap-replay inject: -i IFACE is required")
+		fs.Usage()
+		return exitError
+	}
+	if *speed <= 0 {
+		fmt.Fprintf(stderr, "pcap-replay inject: -speed %v: want > 0\n", *speed)
+		return exitError
+	}
+	capt, ok := c.read("inject", file, stderr)
+	if !ok {
+		return exitError
+	}
+	et, _ := strconv.ParseUint(c.etherType, 0, 16)
+	var l link.Link
+	var err error
+	switch *linkKind {
+	case "afpacket":
+		l, err = afpacket.Open(*ifname, afpacket.Config{EtherType: uint16(et)})
+	case "ring":
+		l, err = ring.Open(*ifname, ring.Config{EtherType: uint16(et)})
+	default:
+		fmt.Fprintf(stderr, "pcap-replay inject: -link %q: want afpacket or ring\n", *linkKind)
+		return exitError
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pcap-replay inject: %v\n", err)
+		return exitError
+	}
+	defer l.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	frames := replay.Frames(capt, *all)
+	n, err := replay.Inject(ctx, l, frames, replay.InjectOptions{Speed: *speed, ASAP: *asap, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "pcap-replay inject: %v (%d of %d frames sent)\n", err, n, len(frames))
+		return exitError
+	}
+	fmt.Fprintf(stdout, "%d frames sent on %s\n", n, *ifname)
+	return exitOK
+}

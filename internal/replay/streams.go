@@ -1,0 +1,268 @@
+package replay
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// senderKey names one sequence space: a member id in one incarnation.
+type senderKey struct {
+	ID  frame.MemberID
+	Inc uint32
+}
+
+func (k senderKey) String() string { return fmt.Sprintf("%d.%d", k.ID, k.Inc) }
+
+// Gap is a sequence number a receiver learned was missing (a later one
+// arrived, or an Ack, Heartbeat, Nack or Leave named a later end), or
+// first saw in a retransmission.
+type Gap struct {
+	Seq         uint32
+	Opened      time.Time
+	OpenFrame   int
+	Repaired    time.Time // zero if never
+	RepairFrame int
+	// ViaRetransmit: the seq was first seen in a retransmission, with no
+	// earlier sign that it was missing.
+	ViaRetransmit bool
+}
+
+// stream is one sender's Data as one receiver view saw it.
+type stream struct {
+	key      senderKey
+	started  bool
+	next     uint32          // one past the highest seq known sent
+	seen     map[uint32]bool // seqs received
+	original map[uint32]bool // seqs received in a first transmission
+	missing  map[uint32]*Gap
+	gaps     []*Gap
+	received int // Data frames, duplicates and retransmissions included
+	dups     int
+	jumps    []int // frames whose seq jumped implausibly far (not expanded)
+}
+
+// maxJump bounds how many missing seqs one frame may reveal; a larger jump
+// is reported, not expanded (a corrupt or foreign sequence space).
+const maxJump = 1 << 16
+
+// view is what one receiver saw: an interface's inbound frames, or the
+// whole capture when it carries no direction.
+type view struct {
+	name    string
+	iface   int // -1 for the global view
+	self    map[senderKey]bool
+	streams map[senderKey]*stream
+}
+
+func (v *view) stream(k senderKey, base uint32) *stream {
+	s := v.streams[k]
+	if s == nil {
+		s = &stream{key: k, next: base, started: true, seen: map[uint32]bool{}, original: map[uint32]bool{}, missing: map[uint32]*Gap{}}
+		v.streams[k] = s
+	}
+	return s
+}
+
+// learn records that the sender has sent everything before end.
+func (s *stream) learn(end uint32, r *Record) {
+	if !frame.SeqLess(s.next, end) {
+		return
+	}
+	if frame.SeqDiff(end, s.next) > maxJump {
+		s.jumps = append(s.jumps, r.N)
+		return
+	}
+	for q := s.next; q != end; q++ {
+		if !s.seen[q] && s.missing[q] == nil {
+			g := &Gap{Seq: q, Opened: r.Time, OpenFrame: r.N}
+			s.missing[q] = g
+			s.gaps = append(s.gaps, g)
+		}
+	}
+	s.next = end
+}
+
+func (s *stream) data(r *Record) {
+	v := r.View
+	q := v.Seq()
+	s.received++
+	if s.seen[q] {
+		s.dups++
+		return
+	}
+	if g := s.missing[q]; g != nil {
+		g.Repaired, g.RepairFrame = r.Time, r.N
+		delete(s.missing, q)
+	} else if v.Retransmission() && !frame.SeqLess(q, s.next) {
+		s.learn(q, r)
+		g := &Gap{Seq: q, Opened: r.Time, OpenFrame: r.N, Repaired: r.Time, RepairFrame: r.N, ViaRetransmit: true}
+		s.gaps = append(s.gaps, g)
+	} else {
+		s.learn(q, r)
+	}
+	s.seen[q] = true
+	if !v.Retransmission() {
+		s.original[q] = true
+	}
+	if frame.SeqLess(q, s.next) {
+		return
+	}
+	s.next = q + 1
+}
+
+// analysis is everything summary and check share.
+type analysis struct {
+	c      *Capture
+	order  []*Record // by time, file order among equal times
+	base   map[senderKey]uint32
+	macs   map[senderKey][6]byte
+	views  []*view
+	txs    []*Record // frames as transmitted, each once
+	groups map[uint32]int
+}
+
+func analyse(c *Capture) *analysis {
+	a := &analysis{c: c, base: map[senderKey]uint32{}, macs: map[senderKey][6]byte{}, groups: map[uint32]int{}}
+	for i := range c.Records {
+		a.order = append(a.order, &c.Records[i])
+	}
+	sort.SliceStable(a.order, func(i, j int) bool { return a.order[i].Time.Before(a.order[j].Time) })
+
+	// Baseline of each sequence space: its lowest Data seq, or a lower
+	// ack for its id (the receivers' exp_seqno before the first delivery).
+	minAck := map[frame.MemberID]uint32{}
+	hasOut := map[senderKey]bool{}
+	for _, r := range a.order {
+		v := r.View
+		if v == nil {
+			continue
+		}
+		a.groups[v.Group()]++
+		k := senderKey{v.Sender(), v.Incarnation()}
+		if _, ok := a.macs[k]; !ok {
+			a.macs[k] = r.Src
+		}
+		if r.Dir == DirOut {
+			hasOut[k] = true
+		}
+		if v.Type() == frame.Data {
+			if b, ok := a.base[k]; !ok || frame.SeqLess(v.Seq(), b) {
+				a.base[k] = v.Seq()
+			}
+		}
+		for i := range v.AckCount() {
+			id := frame.MemberID(int(v.AckBase()) + i)
+			if id == v.Sender() {
+				continue
+			}
+			if m, ok := minAck[id]; !ok || frame.SeqLess(v.Ack(i), m) {
+				minAck[id] = v.Ack(i)
+			}
+		}
+	}
+	for k, b := range a.base {
+		if m, ok := minAck[k.ID]; ok && frame.SeqLess(m, b) && frame.SeqDiff(b, m) < maxJump {
+			a.base[k] = m
+		}
+	}
+
+	// Transmissions: outbound records; records without direction; and
+	// inbound copies of senders whose own interface was not captured,
+	// once per distinct frame.
+	seenTx := map[[32]byte]bool{}
+	for _, r := range a.order {
+		switch {
+		case r.Dir == DirOut || r.Dir == DirUnknown:
+			a.txs = append(a.txs, r)
+		case r.View != nil && !hasOut[senderKey{r.View.Sender(), r.View.Incarnation()}]:
+			h := sha256.Sum256(r.Data)
+			if !seenTx[h] {
+				seenTx[h] = true
+				a.txs = append(a.txs, r)
+			}
+		}
+	}
+
+	// Receiver views.
+	if c.HasDirection {
+		for i := range c.Interfaces {
+			a.views = append(a.views, &view{name: c.Interfaces[i].Label(), iface: i, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}})
+		}
+	} else {
+		a.views = append(a.views, &view{name: "capture", iface: -1, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}})
+	}
+	for _, r := range a.order {
+		if r.View != nil && r.Dir == DirOut && c.HasDirection {
+			a.views[r.Iface].self[senderKey{r.View.Sender(), r.View.Incarnation()}] = true
+		}
+	}
+	for _, r := range a.order {
+		v := r.View
+		if v == nil {
+			continue
+		}
+		var w *view
+		switch {
+		case !c.HasDirection:
+			w = a.views[0]
+		case r.Dir == DirIn:
+			w = a.views[r.Iface]
+		default:
+			continue
+		}
+		k := senderKey{v.Sender(), v.Incarnation()}
+		if w.self[k] || k.ID == frame.NoMember {
+			continue
+		}
+		base, ok := a.base[k]
+		if !ok && v.Type() != frame.Data {
+			// No Data from this sender anywhere: nothing to miss, unless
+			// it announces an end.
+			base = 0
+			if v.Type() == frame.Leave {
+				base = v.Seq()
+			} else {
+				base = v.Seq() + 1
+			}
+			a.base[k] = base
+		}
+		switch v.Type() {
+		case frame.Data:
+			w.stream(k, base).data(r)
+		case frame.Ack, frame.Heartbeat, frame.Nack:
+			w.stream(k, base).learn(v.Seq()+1, r)
+		case frame.Leave:
+			w.stream(k, base).learn(v.Seq(), r)
+		}
+	}
+	return a
+}
+
+// majorityGroup is the most common group of decoded frames.
+func (a *analysis) majorityGroup() (uint32, bool) {
+	best, n := uint32(0), 0
+	for g, k := range a.groups {
+		if k > n || (k == n && g < best) {
+			best, n = g, k
+		}
+	}
+	return best, n > 0
+}
+
+func sortedKeys[V any](m map[senderKey]V) []senderKey {
+	keys := make([]senderKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].ID != keys[j].ID {
+			return keys[i].ID < keys[j].ID
+		}
+		return keys[i].Inc < keys[j].Inc
+	})
+	return keys
+}
