@@ -74,6 +74,7 @@ func (c *Core) startElection() {
 	if frame.SeqLess(e, c.seenEpoch) {
 		e = c.seenEpoch
 	}
+	c.waitFrom = c.now
 	c.castVote(e, c.lowestLive(), frame.ElectionCall)
 }
 
@@ -87,9 +88,6 @@ func (c *Core) castVote(epoch uint32, cand frame.MemberID, phase frame.ElectionP
 		c.votes = c.votes[:maxVotes-1]
 	}
 	c.votes = append(c.votes, vote{epoch, cand})
-	if epoch != c.electEpoch {
-		c.waitFrom = c.now
-	}
 	c.electEpoch, c.electCand = epoch, cand
 	c.agreedSet = false
 	s := &c.members[c.self]
@@ -117,7 +115,13 @@ func (c *Core) electionStep() {
 	case frame.SeqLess(c.electEpoch, c.seenEpoch):
 		c.castVote(c.seenEpoch, cand, frame.ElectionVote)
 	case cand != c.electCand && !c.agreedSet:
-		// Our candidate looks dead, or a lower id is alive.
+		// Our candidate looks dead, or a lower id is alive. A dead
+		// candidate starts the wait for silent members afresh: one stuck
+		// in an old election must not exclude members that were quiet
+		// followers meanwhile.
+		if m := c.member(c.electCand); m != nil && c.suspected(m) {
+			c.waitFrom = c.now
+		}
 		c.castVote(c.electEpoch+1, cand, frame.ElectionCall)
 	}
 	if c.electCand == c.cfg.Self {
@@ -135,7 +139,7 @@ func (c *Core) tryComplete() {
 			if m.self {
 				continue
 			}
-			if !m.voted || m.voteEpoch != c.electEpoch || m.voteCand != c.cfg.Self {
+			if !m.voted || m.voteEpoch != c.electEpoch || m.voteCand != c.cfg.Self || c.suspected(m) {
 				if c.excluded(m) {
 					continue
 				}
@@ -172,7 +176,6 @@ func (c *Core) tryComplete() {
 		// The voter that held the most died before we had it all: agree
 		// again among the living (nobody alive delivered beyond that).
 		c.agreedSet = false
-		c.tryComplete()
 		return
 	}
 	c.fetchFrom = from
@@ -296,6 +299,11 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 	c.discardBeyond(last)
 	c.knownEnd = c.next
 	c.learnEnd(last+1, false)
+	if c.next != c.knownEnd && c.repairAt == 0 {
+		// Accepts from before the election still wait for payloads.
+		c.repairAt = c.now.Add(c.cfg.NackTimeout)
+		c.repairNext, c.repairBackoff = c.next, 0
+	}
 	c.sequencerMember().lastHeard = c.now
 	c.events = append(c.events, Event{Kind: SequencerChanged, Member: b.Candidate, Epoch: b.Epoch, Last: last, At: c.now})
 	// Resubmit every request not delivered back: those numbered up to

@@ -203,12 +203,10 @@ func (c *Core) stepAccept(m *member, v frame.View) error {
 			return fmt.Errorf("%w: accept %d names origin %d", ErrBadOrigin, i, al.At(i).UID.Origin)
 		}
 	}
-	if e == c.epoch && m == c.sequencerMember() {
-		c.learnEnd(v.Seq()+1, false) // Seq: the highest global numbered
-	}
 	for i := range al.Len() {
 		c.takeAccept(e, al.At(i))
 	}
+	c.learnEnd(v.Seq()+1, false) // Seq: the highest global numbered
 	c.drain()
 	return nil
 }
@@ -233,9 +231,6 @@ func (c *Core) takeAccept(e uint32, a frame.AcceptEntry) {
 	}
 	en.global, en.epoch, en.uid, en.state = g, e, u, accepted
 	c.awaiting++
-	if frame.SeqLess(c.knownEnd, g+1) {
-		c.knownEnd = g + 1
-	}
 	if c.fill(en) {
 		return
 	}
@@ -383,7 +378,9 @@ func (c *Core) stepRetransmit(m *member, v frame.View) {
 }
 
 // learnEnd records that globals before end are numbered; arriving says
-// end-1 is being taken now. A gap is asked for at the next flush.
+// end-1 is being taken now. A global newly known and not held at all (a
+// gap, not an Accept waiting for its payload) is asked for at the next
+// flush.
 func (c *Core) learnEnd(end uint32, arriving bool) {
 	if !frame.SeqLess(c.knownEnd, end) {
 		return
@@ -400,8 +397,14 @@ func (c *Core) learnEnd(end uint32, arriving bool) {
 	if arriving {
 		end--
 	}
-	if old != end {
-		c.repairDue = true
+	for g := old; g != end; g++ {
+		en := &c.log[g&c.lmask]
+		if en.global == g && en.state == full {
+			continue
+		}
+		if en.global != g || en.state == empty {
+			c.repairDue = true
+		}
 		if c.repairAt == 0 {
 			c.repairAt = c.now.Add(c.cfg.NackTimeout)
 			c.repairNext, c.repairBackoff = c.next, 0
