@@ -33,10 +33,10 @@ func benchDuration() time.Duration {
 
 var benchPrefixes atomic.Int32
 
-// benchPrefix is a fresh topology prefix of ours ("rbg" + letters).
+// benchPrefix is a fresh topology prefix of ours ("rbx" + letters).
 func benchPrefix() string {
 	n := benchPrefixes.Add(1)
-	return fmt.Sprintf("rbgb%c%c", 'a'+n/26%26, 'a'+n%26)
+	return fmt.Sprintf("rbxb%c%c", 'a'+n/26%26, 'a'+n%26)
 }
 
 type goodputOpts struct {

@@ -224,8 +224,11 @@ func (g *Group) finish(err error) {
 }
 
 // wakeSenders releases Sends waiting for window room; g.mu is held.
+// Blocked, not InFlight < Window: the Ready that freed room may have
+// filled it again with the frame that collected messages meanwhile, and
+// Propose accepts again as soon as no frame is open.
 func (g *Group) wakeSenders() {
-	if g.room != nil && g.eng.core.Stats().InFlight < g.eng.core.Stats().Window {
+	if g.room != nil && !g.eng.core.Blocked() {
 		close(g.room)
 		g.room = nil
 	}

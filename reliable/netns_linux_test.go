@@ -224,10 +224,10 @@ func testNetns(t *testing.T, prefix string, base Config, static bool) {
 }
 
 // Registered groups: host 0 is the server.
-func TestNetnsAllToAllPBP2(t *testing.T) { testNetns(t, "rbgpa", Config{Group: 5, Mode: PBP2}, false) }
-func TestNetnsAllToAllPBP1(t *testing.T) { testNetns(t, "rbgpb", Config{Group: 6, Mode: PBP1}, false) }
+func TestNetnsAllToAllPBP2(t *testing.T) { testNetns(t, "rbxpa", Config{Group: 5, Mode: PBP2}, false) }
+func TestNetnsAllToAllPBP1(t *testing.T) { testNetns(t, "rbxpb", Config{Group: 6, Mode: PBP1}, false) }
 
 // Static member list: no registration.
 func TestNetnsAllToAllStatic(t *testing.T) {
-	testNetns(t, "rbgpc", Config{Group: 7, Mode: PBP2}, true)
+	testNetns(t, "rbxpc", Config{Group: 7, Mode: PBP2}, true)
 }

@@ -145,14 +145,16 @@ func configErr(format string, args ...any) error {
 type settings struct {
 	Config
 	ackBase    frame.MemberID
-	span       int // ack vector entries: max id - min id + 1
-	linkMax    int // largest body a frame can carry at this MTU
-	maxPayload int // largest message or bundle
-	ringSize   uint32
-	etherType  uint16
-	dst        [6]byte
-	selfMAC    [6]byte
-	selfInc    uint32
+	span       int    // ack vector entries: max id - min id + 1
+	linkMax    int    // largest body a frame can carry at this MTU
+	maxPayload int    // largest message or bundle
+	ringSize   uint32 // reorder rings: a power of two >= Window
+	histSize   uint32 // history: a power of two > Window, so that a frame
+	// can collect messages at nextSeq while Window frames are outstanding
+	etherType uint16
+	dst       [6]byte
+	selfMAC   [6]byte
+	selfInc   uint32
 }
 
 func (c Config) validate() (settings, error) {
@@ -201,6 +203,7 @@ func (c Config) validate() (settings, error) {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)
 	}
 	s.ringSize = uint32(1) << bits.Len32(uint32(s.Window-1))
+	s.histSize = uint32(1) << bits.Len32(uint32(s.Window))
 
 	if s.MTU == 0 {
 		s.MTU = DefaultMTU

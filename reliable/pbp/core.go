@@ -201,6 +201,13 @@ type peer struct {
 	// progress since then backs the timer off.
 	nackExpected uint32
 	nackBackoff  uint
+	// Repair round trip (RFC 6298's estimator): from a Nack to the first
+	// retransmission that arrives after it. nackSentAt is 0 when no
+	// sample is pending; a re-asking Nack makes the sample ambiguous
+	// (Karn), so it cancels the pending one.
+	nackSentAt   Time
+	nackRepeat   bool // the Nack due re-asks (nack timer)
+	srtt, rttvar Duration
 
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
@@ -221,6 +228,10 @@ type sent struct {
 	buf    []byte
 	count  int
 	retxAt Time // last retransmission, 0 if none
+	// served: the members (bit = ack vector slot, slots below 64) whose
+	// Nacks the last retransmission answered. A Nack from one of them
+	// again is a new request: its copy was lost.
+	served uint64
 }
 
 // Core is one member's PBP protocol state machine. It does no I/O and
@@ -229,7 +240,8 @@ type sent struct {
 // returns, then calls Advance. Not safe for concurrent use.
 type Core struct {
 	cfg   settings
-	mask  uint32
+	mask  uint32  // reorder rings
+	hmask uint32  // history
 	peers []peer  // by id, Self excluded
 	index []int32 // member id - ackBase -> peers index; -1 none, -2 self
 
@@ -281,7 +293,7 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{cfg: s, mask: s.ringSize - 1}
+	c := &Core{cfg: s, mask: s.ringSize - 1, hmask: s.histSize - 1}
 	c.index = make([]int32, s.span)
 	for i := range c.index {
 		c.index[i] = -1
@@ -307,7 +319,7 @@ func New(cfg Config) (*Core, error) {
 		})
 	}
 	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
-	c.history = make([]sent, s.ringSize)
+	c.history = make([]sent, s.histSize)
 	c.payload.T, c.bundle.T = frame.Data, frame.Data
 	c.stats.Window = s.Window
 	return c, nil
@@ -373,21 +385,25 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	}
 	if c.open {
 		if c.openLen+2+len(msg) <= c.cfg.maxPayload {
-			h := &c.history[c.nextSeq&c.mask]
+			h := &c.history[c.nextSeq&c.hmask]
 			h.buf = appendMsg(h.buf, msg)
 			h.count++
 			c.openLen += 2 + len(msg)
 			c.stats.MessagesProposed++
 			return nil
 		}
-		c.seal()
+		if !c.seal() {
+			return ErrWindowFull
+		}
 	}
-	if c.inFlight() >= c.cfg.Window {
-		return ErrWindowFull
-	}
-	h := &c.history[c.nextSeq&c.mask]
+	// A new frame opens at nextSeq even when the window is full: it then
+	// collects the messages proposed until an acknowledgement frees room
+	// (bundling under back-pressure). It could not leave earlier anyway,
+	// so no message waits longer for it, and a sender of small messages
+	// is no longer held to Window messages per round trip.
+	h := &c.history[c.nextSeq&c.hmask]
 	h.buf = appendMsg(h.buf[:0], msg)
-	h.count, h.retxAt = 1, 0
+	h.count, h.retxAt, h.served = 1, 0, 0
 	c.open, c.openLen, c.openAt = true, 2+len(msg), c.now
 	c.stats.MessagesProposed++
 	if c.openLen+2 > c.cfg.maxPayload && c.cfg.BundleDelay > 0 {
@@ -396,16 +412,26 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	return nil
 }
 
+// Blocked reports whether Propose may refuse a message with
+// ErrWindowFull: Window frames are outstanding and the frame collecting
+// messages for the next sequence number is open. While it is false, every
+// message Propose gets (up to the payload limit) is accepted.
+func (c *Core) Blocked() bool { return c.open && c.inFlight() >= c.cfg.Window }
+
 func appendMsg(b, msg []byte) []byte {
 	b = append(b, byte(len(msg)>>8), byte(len(msg)))
 	return append(b, msg...)
 }
 
 // seal gives the open frame its sequence number and sends it: send action
-// 4 (thesis fig. 3.5).
-func (c *Core) seal() {
+// 4 (thesis fig. 3.5). With Window frames outstanding it cannot, and the
+// frame stays open; seal reports whether no frame is open afterwards.
+func (c *Core) seal() bool {
 	if !c.open {
-		return
+		return true
+	}
+	if c.inFlight() >= c.cfg.Window {
+		return false
 	}
 	c.open = false
 	seq := c.nextSeq
@@ -421,6 +447,7 @@ func (c *Core) seal() {
 		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
 	}
 	c.advanceStable() // with no live member left, nothing waits for acks
+	return true
 }
 
 // Leave starts a clean departure: no new messages are accepted, everything
@@ -530,8 +557,8 @@ func (c *Core) Deadline() Time {
 	}
 	early(c.ackAt)
 	early(c.resendAt)
-	if c.open && c.cfg.BundleDelay > 0 {
-		early(c.openAt.Add(c.cfg.BundleDelay))
+	if c.open && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
+		early(c.openAt.Add(c.cfg.BundleDelay)) // else an ack must come first
 	}
 	for i := range c.peers {
 		p := &c.peers[i]
@@ -575,14 +602,14 @@ func (c *Core) Tick(now Time) {
 	for i := range c.peers {
 		p := &c.peers[i]
 		if p.state == repair && now >= p.nackAt {
-			p.nackDue, p.nackFrom = true, p.expected
+			p.nackDue, p.nackFrom, p.nackRepeat = true, p.expected, true
 			if p.expected == p.nackExpected {
 				p.nackBackoff = min(p.nackBackoff+1, maxNackBackoff)
 			} else {
 				p.nackBackoff = 0
 			}
 			p.nackExpected = p.expected
-			p.nackAt = now.Add(c.cfg.NackTimeout << p.nackBackoff)
+			p.nackAt = now.Add(c.nackTimeout(p) << p.nackBackoff)
 		}
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
@@ -609,7 +636,8 @@ func (c *Core) resendTimeout() {
 	case PBP1:
 		for s := c.stable; s != c.nextSeq; s++ {
 			c.sendData(s, frame.FlagRetransmit|frame.FlagAckRequest)
-			c.history[s&c.mask].retxAt = c.now
+			c.history[s&c.hmask].retxAt = c.now
+			c.history[s&c.hmask].served = 0
 			c.stats.Retransmitted++
 		}
 	case PBP2:
@@ -619,6 +647,40 @@ func (c *Core) resendTimeout() {
 	// removed, would otherwise cost a window every ResendTimeout).
 	c.backoff = min(c.backoff+1, maxBackoff)
 	c.resendAt = c.now.Add(c.cfg.ResendTimeout << c.backoff)
+}
+
+// nackTimeout is how long a receiver waits for a repair from p before
+// asking again: the measured repair round trip plus four deviations
+// (RFC 6298), between NackTimeout/16 and NackTimeout; NackTimeout until a
+// round trip was measured. A fixed NackTimeout of 4 ms is 40 round trips
+// on a switched segment, and a lost retransmission stalled the sender's
+// window for all of it.
+func (c *Core) nackTimeout(p *peer) Duration {
+	if p.srtt == 0 {
+		return c.cfg.NackTimeout
+	}
+	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), c.cfg.NackTimeout)
+}
+
+// minNackDivisor bounds the adaptive nack timeout below, at NackTimeout /
+// minNackDivisor (250 µs by default): scheduling delays on a loaded host
+// exceed the segment's round trip, and a Nack that asks too early costs a
+// retransmission.
+const minNackDivisor = 16
+
+// sampleRepair feeds one repair round trip into p's estimator.
+func (p *peer) sampleRepair(r Duration) {
+	if p.srtt == 0 {
+		p.srtt, p.rttvar = max(r, 1), r/2
+		return
+	}
+	d := p.srtt - r
+	if d < 0 {
+		d = -d
+	}
+	p.rttvar += (d - p.rttvar) / 4
+	p.srtt += (r - p.srtt) / 8
+	p.srtt = max(p.srtt, 1)
 }
 
 // maxBackoff caps the resend timer's doubling at 16 × ResendTimeout,

@@ -381,16 +381,41 @@ func TestWindowBackPressure(t *testing.T) {
 		}
 		ready(t, c)
 	}
-	if err := c.Propose(t0, []byte("c")); !errors.Is(err, ErrWindowFull) {
-		t.Fatalf("third: %v, want ErrWindowFull", err)
+	// With the window full, messages collect in the next frame (bundling
+	// under back-pressure) until one does not fit: that one is refused.
+	for _, m := range []string{"c", "d"} {
+		if err := c.Propose(t0, []byte(m)); err != nil {
+			t.Fatalf("%s, window full: %v, want it held for the next frame", m, err)
+		}
+		if frames, _, _ := ready(t, c); len(frames) != 0 {
+			t.Fatalf("%s: sent %+v with the window full", m, frames)
+		}
+	}
+	if !c.Blocked() {
+		t.Fatal("Blocked is false with the window full and a frame open")
+	}
+	big := make([]byte, c.cfg.maxPayload-6)
+	if err := c.Propose(t0, big); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("message that does not fit the open frame: %v, want ErrWindowFull", err)
 	}
 	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{101, 100}, body: &frame.Empty{T: frame.Ack}})
-	if err := c.Propose(t0+1, []byte("c")); err != nil {
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].h.Seq != 102 {
+		t.Fatalf("after an ack: %+v, want the held frame 102", frames)
+	}
+	if b, ok := frames[0].body.(*frame.Bundle); !ok || len(b.Msgs) != 2 || string(b.Msgs[0]) != "c" || string(b.Msgs[1]) != "d" {
+		t.Fatalf("held frame body %+v, want the bundle c, d", frames[0].body)
+	}
+	if c.Blocked() {
+		t.Fatal("Blocked with nothing open")
+	}
+	if err := c.Propose(t0+1, big); err != nil {
 		t.Fatalf("after an ack: %v", err)
 	}
+	ready(t, c)
 	// An ack for frames never sent is refused.
 	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{150, 100}, body: &frame.Empty{T: frame.Ack}})
-	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 1 {
+	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -465,6 +490,7 @@ func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
 	}
 	later := t0 + Time(DefaultFailureTimeout)
 	step(t, c, later, in{sender: 1, seq: 99, acks: []uint32{102, 100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
+	c.Propose(later, make([]byte, c.cfg.maxPayload)) // held: the window is full
 	if err := c.Propose(later, []byte("b")); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("%v, want ErrWindowFull while member 2 lags", err)
 	}
@@ -676,5 +702,83 @@ func TestStalledMemberRemoved(t *testing.T) {
 	}
 	if c.Stats().InFlight != 0 {
 		t.Fatalf("%+v", c.Stats())
+	}
+}
+
+// A member asking again for a frame the last retransmission answered for
+// it lost that copy: it gets another at once, inside the hold that
+// deduplicates other members' Nacks (the hold alone stalled it for
+// NackTimeout/2 and its window for a whole NackTimeout).
+func TestRepeatedNackFromSameMemberNotHeld(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	c.Propose(t0+1, []byte("a"))
+	ready(t, c)
+	nack := func(from frame.MemberID) in {
+		return in{sender: from, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 100}}}}
+	}
+	step(t, c, t0+2, nack(1))
+	if frames, _, _ := ready(t, c); len(frames) != 1 {
+		t.Fatalf("%+v, want one retransmission", frames)
+	}
+	step(t, c, t0+3, nack(2)) // the same loss seen by 2: served by that one
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("%+v, want member 2's Nack held", frames)
+	}
+	step(t, c, t0+4, nack(1)) // 1 again: its copy was lost
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].h.Seq != 100 || frames[0].h.Flags&frame.FlagRetransmit == 0 {
+		t.Fatalf("%+v, want 100 retransmitted for member 1's repeated Nack", frames)
+	}
+	step(t, c, t0+5, nack(2)) // 2 was served by the first: now a new request too
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("%+v: the retransmission for 1 serves 2 as well", frames)
+	}
+	if st := c.Stats(); st.Retransmitted != 2 || st.RetransmitsHeld != 2 {
+		t.Fatalf("stats %+v, want 2 retransmitted, 2 held", st)
+	}
+}
+
+// The nack timer follows the measured repair round trip (Nack to
+// retransmission), between NackTimeout/16 and NackTimeout; before any
+// measurement it is NackTimeout.
+func TestNackTimerAdaptsToRepairRoundTrip(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	now := t0
+	const rtt = 100 * Microsecond
+	for i := range uint32(20) {
+		seq := 100 + 2*i
+		now = now.Add(Millisecond)
+		step(t, c, now, in{sender: 1, seq: seq + 1, body: data("b")}) // seq lost
+		frames, _, _ := ready(t, c)
+		if len(frames) != 1 || frames[0].t != frame.Nack {
+			t.Fatalf("round %d: %+v, want a Nack", i, frames)
+		}
+		want := DefaultNackTimeout
+		if i > 0 {
+			want = max(DefaultNackTimeout/minNackDivisor, c.nackTimeout(&c.peers[0]))
+		}
+		if got := c.peers[0].nackAt; got != now.Add(want) {
+			t.Fatalf("round %d: nack timer in %d, want %d", i, got-now, want)
+		}
+		now = now.Add(rtt)
+		step(t, c, now, in{sender: 1, seq: seq, body: data("a"), flags: frame.FlagRetransmit})
+		ready(t, c)
+	}
+	p := &c.peers[0]
+	if d := c.nackTimeout(p); d != DefaultNackTimeout/minNackDivisor {
+		t.Fatalf("nack timeout %d after steady %d round trips, want the floor %d", d, rtt, DefaultNackTimeout/minNackDivisor)
+	}
+	if p.srtt < rtt*9/10 || p.srtt > rtt*11/10 {
+		t.Fatalf("srtt %d, want about %d", p.srtt, rtt)
+	}
+	// A lost retransmission is asked for again after the adaptive
+	// timeout, not after NackTimeout.
+	now = now.Add(Millisecond)
+	step(t, c, now, in{sender: 1, seq: 141, body: data("b")})
+	ready(t, c)
+	c.Tick(now.Add(DefaultNackTimeout / minNackDivisor))
+	frames, _, _ := ready(t, c)
+	if len(frames) == 0 || frames[0].t != frame.Nack || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 140, Last: 140}) {
+		t.Fatalf("%+v, want the Nack for 140 again after %d", frames, DefaultNackTimeout/minNackDivisor)
 	}
 }

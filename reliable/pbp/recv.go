@@ -114,8 +114,8 @@ func (c *Core) advanceStable() {
 		return
 	}
 	for s := c.stable; s != m; s++ {
-		h := &c.history[s&c.mask]
-		h.buf, h.count, h.retxAt = h.buf[:0], 0, 0
+		h := &c.history[s&c.hmask]
+		h.buf, h.count, h.retxAt, h.served = h.buf[:0], 0, 0, 0
 	}
 	c.stable = m
 	c.resendAt, c.backoff = 0, 0
@@ -159,6 +159,10 @@ func (c *Core) accept(p *peer, v frame.View) {
 	case int(n-p.expected) >= c.cfg.Window:
 		c.stats.BeyondWindow++
 		return
+	}
+	if p.nackSentAt != 0 && v.Retransmission() {
+		p.sampleRepair(c.now.Sub(p.nackSentAt))
+		p.nackSentAt = 0
 	}
 	c.learnEnd(p, n+1, true)
 	if n == p.expected {
@@ -216,14 +220,14 @@ func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
 // nack timer.
 func (c *Core) enterRepair(p *peer) {
 	p.state = repair
-	p.nackAt = c.now.Add(c.cfg.NackTimeout)
+	p.nackAt = c.now.Add(c.nackTimeout(p))
 	p.nackExpected, p.nackBackoff = p.expected, 0
 }
 
 // checkRepaired ends p's repair state when nothing is missing.
 func (c *Core) checkRepaired(p *peer) {
 	if p.state == repair && !frame.SeqLess(p.expected, p.knownEnd) {
-		p.state, p.nackAt, p.nackDue = normal, 0, false
+		p.state, p.nackAt, p.nackDue, p.nackSentAt = normal, 0, false, 0
 		c.stats.GapsRepaired++
 	}
 }

@@ -42,7 +42,7 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 
 // sendData sends (or resends) our frame seq from the history.
 func (c *Core) sendData(seq uint32, flags frame.Flags) {
-	h := &c.history[seq&c.mask]
+	h := &c.history[seq&c.hmask]
 	c.header(seq, flags)
 	if h.count == 1 {
 		c.payload.Data = h.buf[2:]
@@ -93,8 +93,16 @@ func (c *Core) sendNack(p *peer) {
 		}
 	}
 	c.nack.Ranges = ranges
+	repeat := p.nackRepeat
+	p.nackRepeat = false
 	if len(ranges) == 0 {
 		return
+	}
+	switch {
+	case repeat:
+		p.nackSentAt = 0 // Karn: the answer could be to either Nack
+	case p.nackSentAt == 0:
+		p.nackSentAt = c.now
 	}
 	c.nack.Target = p.id
 	c.header(c.nextSeq-1, 0)
@@ -105,12 +113,18 @@ func (c *Core) sendNack(p *peer) {
 // answerNack retransmits what p asked for (thesis fig. 3.8, "resend
 // message with seqno data[1]"), by broadcast, since others may miss the
 // same frames. A frame retransmitted less than NackTimeout/2 ago is not
-// sent again: the Nacks of many receivers for one frame lost by all arrive
-// together, and one retransmission serves them all. A receiver whose copy
-// was lost asks again after NackTimeout, outside that interval.
+// sent again for another member: the Nacks of many receivers for one
+// frame lost by all arrive together, and one retransmission serves them
+// all. A member that asks again after that retransmission answered it
+// lost its copy, and gets another at once: with the adaptive nack timer
+// it asks again well inside NackTimeout/2.
 func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 	c.stats.NacksReceived++
 	hold := c.cfg.NackTimeout / 2
+	var bit uint64 // p's bit in sent.served; 0: p is beyond 64 slots, time alone decides
+	if p.slot < 64 {
+		bit = 1 << p.slot
+	}
 	for i := range rl.Len() {
 		r := rl.At(i)
 		first, last := r.First, r.Last
@@ -129,12 +143,13 @@ func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 			last = c.nextSeq - 1
 		}
 		for s := first; ; s++ {
-			h := &c.history[s&c.mask]
-			if h.retxAt != 0 && c.now < h.retxAt.Add(hold) {
+			h := &c.history[s&c.hmask]
+			if h.retxAt != 0 && c.now < h.retxAt.Add(hold) && (bit == 0 || h.served&bit == 0) {
+				h.served |= bit
 				c.stats.RetransmitsHeld++
 			} else {
 				c.sendData(s, frame.FlagRetransmit)
-				h.retxAt = c.now
+				h.retxAt, h.served = c.now, bit
 				c.stats.Retransmitted++
 			}
 			if s == last {
