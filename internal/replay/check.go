@@ -182,10 +182,12 @@ func checkAcks(c *Capture, a *analysis) []Violation {
 	var out []Violation
 	for _, vw := range a.views {
 		type ackState struct {
-			last  uint32
-			frame int
-			has   bool
-			bad   bool // reported once per sender
+			last    uint32
+			frame   int
+			has     bool
+			bad     bool   // reported once per sender
+			checked uint32 // every seq before it was received
+			hasChk  bool
 		}
 		received := map[frame.MemberID]map[uint32]bool{}
 		acks := map[[2]frame.MemberID]*ackState{}
@@ -224,7 +226,11 @@ func checkAcks(c *Capture, a *analysis) []Violation {
 				}
 				if !st.bad {
 					base, known := a.baseOf(j)
+					if st.hasChk && frame.SeqLess(base, st.checked) {
+						base = st.checked
+					}
 					if known && frame.SeqLess(base, ack) && frame.SeqDiff(ack, base) <= maxJump {
+						st.checked, st.hasChk = ack, true
 						for q := base; q != ack; q++ {
 							if !received[j][q] {
 								st.bad = true

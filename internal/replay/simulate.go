@@ -218,10 +218,21 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 	var last pbp.Time
 	tickUntil := func(limit pbp.Time, inclusive bool) {
-		stuck := 0
+		stuck, ticks := 0, 0
 		for {
 			d := core.Deadline()
 			if d == 0 || d > limit || (!inclusive && d == limit) {
+				return
+			}
+			if ticks++; ticks > maxIdleTicks {
+				// Hours without input (a capture spanning a pause, or
+				// bogus timestamps): skip the idle heartbeats.
+				note("%d timer ticks without input before %v; skipped to it", maxIdleTicks, wall(limit).Sub(start))
+				if limit > last {
+					last = limit
+					core.Tick(limit)
+					collect(limit)
+				}
 				return
 			}
 			if d <= last {
@@ -300,6 +311,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	tickUntil(pt(end), true)
 	return res, nil
 }
+
+// maxIdleTicks bounds the timer ticks between two inputs.
+const maxIdleTicks = 100000
 
 // stepFrame is reliable's engine.input for one frame: decode, group check,
 // registration frames set aside, Step. It returns why the frame was

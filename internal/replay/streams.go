@@ -72,7 +72,7 @@ func (s *stream) learn(end uint32, r *Record) {
 	if !frame.SeqLess(s.next, end) {
 		return
 	}
-	if frame.SeqDiff(end, s.next) > maxJump {
+	if frame.SeqDiff(end, s.next) > maxJump || len(s.missing) > maxJump {
 		s.jumps = append(s.jumps, r.N)
 		return
 	}

@@ -105,7 +105,7 @@ func WriteSummary(w io.Writer, c *Capture) error {
 			rl := v.NackRanges()
 			for i := range rl.Len() {
 				rg := rl.At(i)
-				for q, n := rg.First, 0; n < maxJump; q, n = q+1, n+1 {
+				for q, n := rg.First, 0; n < maxJump && len(nackBy[tgt][v.Sender()]) < maxJump; q, n = q+1, n+1 {
 					nackBy[tgt][v.Sender()][q] = true
 					if q == rg.Last {
 						break

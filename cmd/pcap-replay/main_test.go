@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/frame"
+)
+
+func runCmd(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// smallCapture writes a pcap with two members' frames: Data 0..3 from
+// member 1 (seq 2 missing unless repaired), an Ack from member 2.
+func smallCapture(t *testing.T, repaired bool, payload3 string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "small.pcap")
+	var buf bytes.Buffer
+	w := pcapgo.NewWriter(&buf)
+	w.WriteFileHeader(65535, layers.LinkTypeEthernet)
+	mac1, mac2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
+	var at int64
+	add := func(src [6]byte, h frame.Header, b frame.Body) {
+		data := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
+		data, err := frame.Append(data, &h, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at += 1000
+		ts := gopacket.CaptureInfo{Timestamp: time.Unix(1700000000, at), CaptureLength: len(data), Length: len(data)}
+		if err := w.WritePacket(ts, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := func(seq uint32, p string, flags frame.Flags) {
+		add(mac1, frame.Header{Group: 5, Sender: 1, Incarnation: 1, Seq: seq, AckBase: 1, Acks: []uint32{seq + 1, 0}, Flags: flags}, &frame.Payload{T: frame.Data, Data: []byte(p)})
+	}
+	data(0, "zero", 0)
+	data(1, "one", 0)
+	data(3, "three", 0)
+	add(mac2, frame.Header{Group: 5, Sender: 2, Incarnation: 1, Seq: 0, AckBase: 1, Acks: []uint32{2, 0}}, &frame.NackBody{Target: 1, Ranges: []frame.Range{{First: 2, Last: 2}}})
+	if repaired {
+		data(2, "two", frame.FlagRetransmit)
+	}
+	data(3, payload3, frame.FlagRetransmit)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheckExitCodes(t *testing.T) {
+	good := smallCapture(t, true, "three")
+	if code, out, errOut := runCmd("check", good); code != 0 || !strings.Contains(out, "all invariants hold") {
+		t.Fatalf("check on a good capture: exit %d\n%s%s", code, out, errOut)
+	}
+	bad := smallCapture(t, false, "THREE, changed")
+	code, out, _ := runCmd("check", bad)
+	if code != 1 {
+		t.Fatalf("check on a broken capture: exit %d, want 1\n%s", code, out)
+	}
+	for _, want := range []string{
+		"VIOLATION seq-reuse [frames 3,5]: member 1.1 seq 3",
+		"VIOLATION unrepaired-gap [frames 3]: at capture: seq 2 of member 1.1",
+		"2 violations",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, _ := runCmd("check", "-group", "6", good); code != 1 {
+		t.Errorf("check -group 6 on a group-5 capture: exit %d, want 1", code)
+	}
+}
+
+func TestCommandsRun(t *testing.T) {
+	good := smallCapture(t, true, "three")
+	code, out, errOut := runCmd("timeline", good)
+	if code != 0 || strings.Count(out, "\n") != 2+6 || !strings.Contains(out, "Nack") || !strings.Contains(out, "to 1 want 2") {
+		t.Fatalf("timeline: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCmd("summary", good)
+	if code != 0 || !strings.Contains(out, "sender 1.1") || !strings.Contains(out, "gap seq 2 opened") || !strings.Contains(out, "nacked by member 2: 1 distinct seqs") {
+		t.Fatalf("summary: exit %d\n%s%s", code, out, errOut)
+	}
+	args := []string{"simulate", "-node", "2", "-members", "1=02:00:00:00:00:01@1,2=02:00:00:00:00:02@1", "-data", good}
+	code, out, errOut = runCmd(args...)
+	if code != 0 {
+		t.Fatalf("simulate: exit %d\n%s%s", code, out, errOut)
+	}
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "deliver") {
+			f := strings.Fields(l)
+			got = append(got, f[len(f)-1])
+		}
+	}
+	want := []string{"7a65726f", "6f6e65", "74776f", "7468726565"} // zero one two three
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("simulate delivered %v, want %v\n%s", got, want, out)
+	}
+	if _, again, _ := runCmd(args...); again != out {
+		t.Fatal("simulate printed differently on a second run")
+	}
+}
+
+func TestUsageAndErrors(t *testing.T) {
+	for _, cmd := range []string{"timeline", "summary", "check", "simulate", "inject"} {
+		code, _, errOut := runCmd(cmd, "-h")
+		if code != 0 || !strings.Contains(errOut, "usage: pcap-replay "+cmd) {
+			t.Errorf("%s -h: exit %d, %q", cmd, code, errOut)
+		}
+	}
+	if code, _, errOut := runCmd("frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd("check", "/nonexistent/x.pcap"); code != 2 || !strings.Contains(errOut, "/nonexistent/x.pcap") {
+		t.Errorf("missing file: exit %d %q", code, errOut)
+	}
+	good := smallCapture(t, true, "three")
+	data, _ := os.ReadFile(good)
+	cut := filepath.Join(t.TempDir(), "cut.pcap")
+	os.WriteFile(cut, data[:len(data)-10], 0o644)
+	code, _, errOut := runCmd("timeline", cut)
+	if code != 2 || !strings.Contains(errOut, "cut.pcap: byte offset") || !strings.Contains(errOut, "truncated record") {
+		t.Errorf("truncated file: exit %d %q", code, errOut)
+	}
+	if code, out, errOut := runCmd("timeline", "-partial", cut); code != 0 || strings.Count(out, "\n") != 2+5 || !strings.Contains(errOut, "byte offset") {
+		t.Errorf("truncated file with -partial: exit %d, %d lines, %q", code, strings.Count(out, "\n"), errOut)
+	}
+	if code, _, errOut := runCmd("simulate", good); code != 2 || !strings.Contains(errOut, "-node") {
+		t.Errorf("simulate without -node: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd("simulate", "-node", "2", "-members", "1=zz", good); code != 2 || !strings.Contains(errOut, `"zz" is not a 6-byte MAC`) {
+		t.Errorf("bad -members: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd("inject", good); code != 2 || !strings.Contains(errOut, "-i IFACE is required") {
+		t.Errorf("inject without -i: exit %d %q", code, errOut)
+	}
+}
