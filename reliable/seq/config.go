@@ -145,6 +145,13 @@ type Config struct {
 	// ElectionRetry: election frames are repeated this often until the
 	// election ends.
 	ElectionRetry Duration
+	// Quorum is the number of votes (the candidate's own included) an
+	// election needs besides those of every member not silent: 0 means a
+	// majority of Members, so that of two sides of a partition at most
+	// one elects a sequencer. 1 trusts the failure detector (crash-stop,
+	// no partitions): any survivor can carry on, a 2-member group
+	// survives a crash.
+	Quorum int
 }
 
 // ErrConfig is wrapped by every error New returns about a bad Config.
@@ -221,6 +228,12 @@ func (c Config) validate() (settings, error) {
 	}
 	if s.Threshold < 0 {
 		return s, configErr("Threshold is %d bytes, want >= 0 (0 means %d)", c.Threshold, DefaultThreshold)
+	}
+	if s.Quorum == 0 {
+		s.Quorum = len(c.Members)/2 + 1
+	}
+	if s.Quorum < 1 || s.Quorum > len(c.Members) {
+		return s, configErr("Quorum is %d, want 1..%d (0 means a majority, %d)", c.Quorum, len(c.Members), len(c.Members)/2+1)
 	}
 	if s.InitialEpoch == 0 {
 		s.InitialEpoch = DefaultInitialEpoch

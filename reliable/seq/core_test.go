@@ -514,6 +514,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unicast dst", func(c *Config) { c.Dst = testMAC(1) }, "unicast address"},
 		{"negative timeout", func(c *Config) { c.NackTimeout = -1 }, "NackTimeout is -1"},
 		{"failure timeout", func(c *Config) { c.FailureTimeout = DefaultHeartbeatInterval }, "must exceed twice HeartbeatInterval"},
+		{"quorum", func(c *Config) { c.Quorum = 4 }, "Quorum is 4, want 1..3"},
 	}
 	for _, tc := range cases {
 		cfg := base()
@@ -660,5 +661,38 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(500, round); n != 0 {
 		t.Fatalf("%v allocations per round, want 0", n)
+	}
+}
+
+func TestMinorityCannotElect(t *testing.T) {
+	g := newGroup(t, 3, nil) // quorum: a majority, 2
+	cut := func(from, to int, o out) bool { return (from == 2) != (to == 2) }
+	g.run(t0.Add(4*DefaultFailureTimeout), cut)
+	st := g.cores[2].Stats()
+	if !st.Electing || st.IsSequencer || st.Halted {
+		t.Fatalf("the cut-off member: %+v, want still electing", st)
+	}
+	if !g.cores[0].IsSequencer() || g.cores[1].Stats().Electing {
+		t.Fatalf("the majority side changed: %+v / %+v", g.cores[0].Stats(), g.cores[1].Stats())
+	}
+	// With Quorum 1 (crash-stop trust) it elects itself.
+	g = newGroup(t, 3, func(c *Config) { c.Quorum = 1 })
+	g.run(t0.Add(3*DefaultFailureTimeout), cut)
+	if !g.cores[2].IsSequencer() {
+		t.Fatalf("with Quorum 1: %+v", g.cores[2].Stats())
+	}
+}
+
+func TestReplacedSequencerHalts(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	h := frame.Header{Group: testGroup, Sender: 1, Incarnation: 5, AckBase: 1, Acks: []uint32{1000}}
+	b, _ := frame.Append(nil, &h, &frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 2, Delivered: 1004})
+	v, _ := frame.Parse(b)
+	if err := g.cores[0].Step(g.now, testMAC(1), v); err != nil {
+		t.Fatal(err)
+	}
+	g.ready(0)
+	if !g.cores[0].Halted() || len(g.evs[0]) != 1 || g.evs[0][0].Kind != SelfRemoved {
+		t.Fatalf("sequencer events %v", g.evs[0])
 	}
 }

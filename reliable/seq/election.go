@@ -134,6 +134,7 @@ func (c *Core) electionStep() {
 func (c *Core) tryComplete() {
 	if !c.agreedSet {
 		last := c.next - 1
+		votes := 1
 		for i := range c.members {
 			m := &c.members[i]
 			if m.self {
@@ -145,9 +146,13 @@ func (c *Core) tryComplete() {
 				}
 				return
 			}
+			votes++
 			if frame.SeqLess(last, m.voteH) {
 				last = m.voteH
 			}
+		}
+		if votes < c.cfg.Quorum {
+			return // a minority: the other side may be electing
 		}
 		c.agreed, c.agreedSet = last, true
 		// What we hold beyond a gap past the agreed end is not part of

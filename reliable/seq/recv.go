@@ -50,7 +50,7 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		c.stats.UnhandledTypes++
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 	}
-	if c.role == sequencer && !m.live && t != frame.SeqElection {
+	if c.role == sequencer && !m.live && (t == frame.SeqRequest || t == frame.SeqStatusReply || t == frame.SeqRetransmit) {
 		c.stats.FromRemoved++
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
@@ -146,6 +146,7 @@ func (c *Core) stepData(m *member, v frame.View) error {
 	}
 	if !c.takesData(m, e, g) {
 		c.countEpoch(e)
+		c.newerEpoch(m, e)
 		return nil
 	}
 	if e == c.epoch && m == c.sequencerMember() {
@@ -180,6 +181,16 @@ func (c *Core) stepData(m *member, v frame.View) error {
 	return nil
 }
 
+// newerEpoch: a sequencer that hears another member number in a newer
+// epoch was replaced without its vote (it was cut off, or falsely
+// suspected): it halts, as if it had crashed. A follower in that case
+// learns the epoch from the Elected its next status reply brings.
+func (c *Core) newerEpoch(m *member, e uint32) {
+	if c.role == sequencer && frame.SeqLess(c.epoch, e) {
+		c.halt(e, 0, fmt.Sprintf("member %d numbers in epoch %d, newer than ours (%d), elected without our vote", m.id, e, c.epoch))
+	}
+}
+
 func (c *Core) countEpoch(e uint32) {
 	if frame.SeqLess(c.epoch, e) {
 		c.stats.FutureEpoch++
@@ -194,6 +205,7 @@ func (c *Core) stepAccept(m *member, v frame.View) error {
 	e := v.AcceptEpoch()
 	if c.role != follower || m != c.sequencerMember() || e != c.epoch {
 		c.countEpoch(e)
+		c.newerEpoch(m, e)
 		return nil
 	}
 	al := v.Accepts()
@@ -327,6 +339,7 @@ func (c *Core) stepStatusRequest(m *member, v frame.View) {
 	e := v.StatusEpoch()
 	switch {
 	case c.role == sequencer:
+		c.newerEpoch(m, e)
 		return
 	case e == c.epoch && m == c.sequencerMember() && c.role == follower:
 		c.learnEnd(v.StatusDelivered()+1, false)

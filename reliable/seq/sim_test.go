@@ -86,12 +86,15 @@ type scenario struct {
 	crashMember   int // memberCrash: the member index
 	crashAt       time.Duration
 	crashGap      time.Duration // sequencerTwice: second crash this long after the first
+	quorum        int
+	cutMember     int // cut off by a partition, -1 none
+	cutAt, cutFor time.Duration
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d mtu=%d maxPayload=%d queue=%d in={loss %.2f burst %+v dup %.2f reorder %.2f jitter %v corrupt %.3f} out={loss %.2f} crash=%v member=%d at=%v gap=%v",
+	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d mtu=%d maxPayload=%d queue=%d in={loss %.2f burst %+v dup %.2f reorder %.2f jitter %v corrupt %.3f} out={loss %.2f} crash=%v member=%d at=%v gap=%v quorum=%d cut=%d at=%v for=%v",
 		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.initialGlobal, s.mtu, s.maxPayload, s.queueLen,
-		s.in.Loss, s.in.Burst, s.in.Duplicate, s.in.Reorder, s.in.Jitter, s.in.Corrupt, s.out.Loss, s.crash, s.crashMember, s.crashAt, s.crashGap)
+		s.in.Loss, s.in.Burst, s.in.Duplicate, s.in.Reorder, s.in.Jitter, s.in.Corrupt, s.out.Loss, s.crash, s.crashMember, s.crashAt, s.crashGap, s.quorum, s.cutMember, s.cutAt, s.cutFor)
 }
 
 func newScenario(seed uint64) scenario {
@@ -159,6 +162,27 @@ func newScenario(seed uint64) scenario {
 			}
 		}
 		s.crashAt = time.Duration(r.IntN(6_000)) * time.Microsecond
+	}
+	survivors := s.members
+	switch s.crash {
+	case memberCrash, sequencerCrash:
+		survivors--
+	case sequencerTwice:
+		survivors -= 2
+	}
+	if survivors < s.members/2+1 || r.IntN(2) == 0 {
+		s.quorum = 1 // crash-stop: any survivor carries on
+	}
+	s.cutMember = -1
+	if s.crash == noCrash && s.members >= 3 && r.IntN(6) == 0 {
+		// One member cut off from the others, briefly or past the
+		// failure timeout, then back. With a majority quorum the cut
+		// member cannot elect itself; a cut sequencer is replaced and
+		// halts when it hears of the new epoch.
+		s.quorum = 0
+		s.cutMember = r.IntN(2) * (1 + r.IntN(s.members-1)) // the sequencer half the time
+		s.cutAt = time.Duration(r.IntN(5_000)) * time.Microsecond
+		s.cutFor = []time.Duration{simFailureTimeout / 2, 3 * simFailureTimeout}[r.IntN(2)]
 	}
 	return s
 }
@@ -350,7 +374,11 @@ func (m *simMember) check(d Delivery) {
 	m.log = append(m.log, rec{from: d.From, idx: idx, global: d.Global, epoch: d.Epoch})
 }
 
-func (m *simMember) survivor() bool { return !m.ep.Crashed() && !m.halted }
+// survivor: neither crashed, nor halted, nor cut off past the failure
+// timeout (such a member is treated as crashed: removed, it may stall).
+func (m *simMember) survivor() bool {
+	return !m.ep.Crashed() && !m.halted && !m.run.crashed[m.id]
+}
 
 // done reports whether every survivor has everything every survivor sent
 // and all survivors delivered the same number of messages.
@@ -412,7 +440,7 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	for _, m := range r.members {
 		cfg := Config{Group: r.group, Self: m.id, Members: infos, Method: s.method, Threshold: s.threshold,
 			Window: s.window, History: s.history, MTU: s.mtu, MaxPayload: s.maxPayload, InitialGlobal: s.initialGlobal,
-			HeartbeatInterval: Duration(simHeartbeat), FailureTimeout: Duration(simFailureTimeout), ElectionRetry: Duration(simElectionRetry)}
+			Quorum: s.quorum, HeartbeatInterval: Duration(simHeartbeat), FailureTimeout: Duration(simFailureTimeout), ElectionRetry: Duration(simElectionRetry)}
 		if m.core, err = New(cfg); err != nil {
 			t.Fatalf("%v: New: %v", s, err)
 		}
@@ -430,6 +458,28 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 			r.members[i].ep.Crash()
 		}
 	}
+	if s.cutMember >= 0 {
+		cut := r.members[s.cutMember]
+		var rest []*testnet.Endpoint
+		for _, m := range r.members {
+			if m != cut {
+				rest = append(rest, m.ep)
+			}
+		}
+		r.crashes++
+		net.AfterFunc(s.cutAt, func() {
+			if err := net.Partition([]*testnet.Endpoint{cut.ep}, rest); err != nil {
+				r.fail("partition: %v", err)
+			}
+			if s.cutFor >= simFailureTimeout {
+				r.crashed[cut.id] = true
+			}
+		})
+		net.AfterFunc(s.cutAt+s.cutFor, func() {
+			r.crashes--
+			net.Heal()
+		})
+	}
 	switch s.crash {
 	case memberCrash:
 		net.AfterFunc(s.crashAt, crash(s.crashMember))
@@ -442,6 +492,11 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	limit := net.Now().Add(simTimeLimit)
 	for !r.done() && r.failed == nil && net.Now().Before(limit) {
 		net.RunFor(5 * time.Millisecond)
+	}
+	if s.cutMember >= 0 && r.failed == nil {
+		// Let the healed member hear the group: a replaced sequencer
+		// must halt, and nobody else may.
+		net.RunFor(3 * simHeartbeat)
 	}
 	return r
 }
@@ -463,7 +518,7 @@ func (r *simRun) verdict() error {
 		return r.failed
 	}
 	for _, m := range r.members {
-		if m.halted && !m.ep.Crashed() {
+		if m.halted && !r.crashed[m.id] {
 			return fmt.Errorf("member %d halted: %v; %+v", m.id, m.haltEvent, m.core.Stats())
 		}
 	}
@@ -540,10 +595,10 @@ func seedCount(t *testing.T) int {
 // that runs it alone.
 func TestSim(t *testing.T) {
 	n := seedCount(t)
-	var ran, changes, outside, crashes, retx atomic.Int64
+	var ran, changes, outside, crashes, cuts, halts, retx atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d with crashes, %d sequencer changes seen, %d retransmission answers, %d crashed-member divergences outside the guarantee",
-			ran.Load(), crashes.Load(), changes.Load(), retx.Load(), outside.Load())
+		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee",
+			ran.Load(), crashes.Load(), cuts.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load())
 	})
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -556,6 +611,12 @@ func TestSim(t *testing.T) {
 			ran.Add(1)
 			if s.crash != noCrash {
 				crashes.Add(1)
+			}
+			if s.cutMember >= 0 {
+				cuts.Add(1)
+				if r.members[s.cutMember].halted {
+					halts.Add(1)
+				}
 			}
 			changes.Add(int64(len(r.sequencer) - 1))
 			outside.Add(int64(r.outside))
