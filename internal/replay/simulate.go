@@ -225,7 +225,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				return
 			}
 			if ticks++; ticks > maxIdleTicks {
-				// Hours without input (a capture spanning a pause, or
+				// Minutes without input (a capture spanning a pause, or
 				// bogus timestamps): skip the idle heartbeats.
 				note("%d timer ticks without input before %v; skipped to it", maxIdleTicks, wall(limit).Sub(start))
 				if limit > last {
@@ -313,7 +313,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 }
 
 // maxIdleTicks bounds the timer ticks between two inputs.
-const maxIdleTicks = 100000
+const maxIdleTicks = 2000
 
 // stepFrame is reliable's engine.input for one frame: decode, group check,
 // registration frames set aside, Step. It returns why the frame was

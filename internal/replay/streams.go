@@ -43,11 +43,18 @@ type stream struct {
 	received int // Data frames, duplicates and retransmissions included
 	dups     int
 	jumps    []int // frames whose seq jumped implausibly far (not expanded)
+	budget   *int  // seqs all streams may still expand into gaps
 }
 
 // maxJump bounds how many missing seqs one frame may reveal; a larger jump
-// is reported, not expanded (a corrupt or foreign sequence space).
-const maxJump = 1 << 16
+// is reported, not expanded (a corrupt or foreign sequence space). A
+// correct sender is never more than a window (at most pbp.MaxWindow)
+// ahead. gapBudget bounds the seqs all streams together track, so a
+// hostile capture cannot make the analysis quadratic.
+const (
+	maxJump   = 1 << 16
+	gapBudget = 1 << 21
+)
 
 // view is what one receiver saw: an interface's inbound frames, or the
 // whole capture when it carries no direction.
@@ -56,12 +63,13 @@ type view struct {
 	iface   int // -1 for the global view
 	self    map[senderKey]bool
 	streams map[senderKey]*stream
+	budget  *int
 }
 
 func (v *view) stream(k senderKey, base uint32) *stream {
 	s := v.streams[k]
 	if s == nil {
-		s = &stream{key: k, next: base, started: true, seen: map[uint32]bool{}, original: map[uint32]bool{}, missing: map[uint32]*Gap{}}
+		s = &stream{key: k, next: base, started: true, seen: map[uint32]bool{}, original: map[uint32]bool{}, missing: map[uint32]*Gap{}, budget: v.budget}
 		v.streams[k] = s
 	}
 	return s
@@ -72,10 +80,11 @@ func (s *stream) learn(end uint32, r *Record) {
 	if !frame.SeqLess(s.next, end) {
 		return
 	}
-	if frame.SeqDiff(end, s.next) > maxJump || len(s.missing) > maxJump {
+	if frame.SeqDiff(end, s.next) > maxJump || *s.budget < int(end-s.next) {
 		s.jumps = append(s.jumps, r.N)
 		return
 	}
+	*s.budget -= int(end - s.next)
 	for q := s.next; q != end; q++ {
 		if !s.seen[q] && s.missing[q] == nil {
 			g := &Gap{Seq: q, Opened: r.Time, OpenFrame: r.N}
@@ -188,12 +197,13 @@ func analyse(c *Capture) *analysis {
 	}
 
 	// Receiver views.
+	budget := gapBudget
 	if c.HasDirection {
 		for i := range c.Interfaces {
-			a.views = append(a.views, &view{name: c.Interfaces[i].Label(), iface: i, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}})
+			a.views = append(a.views, &view{name: c.Interfaces[i].Label(), iface: i, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}, budget: &budget})
 		}
 	} else {
-		a.views = append(a.views, &view{name: "capture", iface: -1, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}})
+		a.views = append(a.views, &view{name: "capture", iface: -1, self: map[senderKey]bool{}, streams: map[senderKey]*stream{}, budget: &budget})
 	}
 	for _, r := range a.order {
 		if r.View != nil && r.Dir == DirOut && c.HasDirection {
