@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -694,5 +696,84 @@ func TestReplacedSequencerHalts(t *testing.T) {
 	g.ready(0)
 	if !g.cores[0].Halted() || len(g.evs[0]) != 1 || g.evs[0][0].Kind != SelfRemoved {
 		t.Fatalf("sequencer events %v", g.evs[0])
+	}
+}
+
+// TestRandomFramesNeverPanic steps well-formed frames with random fields
+// of every sequencer type, from members and strangers, into cores in every
+// role (sequencer, follower, electing), with time moving. Nothing may
+// panic, and every refusal must be one of the package's errors.
+func TestRandomFramesNeverPanic(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	u32 := func() uint32 {
+		switch r.IntN(4) {
+		case 0:
+			return 1000 + uint32(r.IntN(40))
+		case 1:
+			return uint32(r.IntN(5))
+		case 2:
+			return ^uint32(0) - uint32(r.IntN(5))
+		}
+		return r.Uint32()
+	}
+	uid := func() frame.UID {
+		return frame.UID{Origin: frame.MemberID(r.IntN(5)), Incarnation: 5 - uint32(r.IntN(2)), Seq: u32()}
+	}
+	known := []error{ErrHalted, ErrNotMember, ErrIncarnation, ErrSourceMAC, ErrGroup, ErrRemoved, ErrFrameType, ErrBadOrigin}
+	for round := range 30 {
+		g := newGroup(t, 4, func(c *Config) { c.History = 16; c.Window = 4; c.Method = Method(round % 3) })
+		for step := range 3000 {
+			sender := frame.MemberID(r.IntN(5))
+			var body frame.Body
+			switch r.IntN(8) {
+			case 0:
+				body = &frame.Payload{T: frame.SeqRequest, Data: make([]byte, r.IntN(700))}
+			case 1:
+				body = &frame.SeqDataBody{Epoch: u32() % 4, UID: uid(), Data: make([]byte, r.IntN(50))}
+			case 2:
+				es := make([]frame.AcceptEntry, 1+r.IntN(4))
+				for i := range es {
+					es[i] = frame.AcceptEntry{Global: u32(), UID: uid()}
+				}
+				body = &frame.SeqAcceptBody{Epoch: u32() % 4, Entries: es}
+			case 3:
+				body = &frame.StatusBody{T: frame.SeqStatusRequest, Epoch: u32() % 4, Delivered: u32()}
+			case 4:
+				body = &frame.StatusBody{T: frame.SeqStatusReply, Epoch: u32() % 4, Delivered: u32()}
+			case 5:
+				a, b := u32(), u32()
+				if frame.SeqLess(b, a) {
+					a, b = b, a
+				}
+				body = &frame.RetransmitBody{Epoch: u32() % 4, Ranges: []frame.Range{{First: a, Last: b}}}
+			case 6:
+				body = &frame.ElectionBody{Epoch: u32() % 5, Phase: frame.ElectionPhase(1 + r.IntN(3)), Candidate: frame.MemberID(r.IntN(5)), LastGlobal: u32()}
+			default:
+				body = &frame.Bundle{T: frame.SeqRequest, Msgs: [][]byte{[]byte("a"), nil}}
+			}
+			h := frame.Header{Group: testGroup, Sender: sender, Incarnation: 5, Seq: u32(), AckBase: 0, Acks: []uint32{u32()}}
+			b, err := frame.Append(nil, &h, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := frame.Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to := r.IntN(4)
+			err = g.cores[to].Step(g.now, testMAC(sender), v)
+			if err != nil && !slices.ContainsFunc(known, func(k error) bool { return errors.Is(err, k) }) {
+				t.Fatalf("round %d step %d: unexpected error %v", round, step, err)
+			}
+			if r.IntN(10) == 0 {
+				g.cores[r.IntN(4)].Propose(g.now, make([]byte, r.IntN(100)))
+			}
+			if r.IntN(50) == 0 {
+				g.advance(g.now.Add(Duration(r.IntN(int(DefaultFailureTimeout)))))
+			}
+			for i := range g.cores {
+				g.ready(i)
+			}
+		}
 	}
 }
