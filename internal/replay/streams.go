@@ -47,13 +47,13 @@ type stream struct {
 }
 
 // maxJump bounds how many missing seqs one frame may reveal; a larger jump
-// is reported, not expanded (a corrupt or foreign sequence space). A
-// correct sender is never more than a window (at most pbp.MaxWindow)
-// ahead. gapBudget bounds the seqs all streams together track, so a
-// hostile capture cannot make the analysis quadratic.
+// is reported, not expanded (a corrupt or foreign sequence space; a
+// correct sender is never more than its window ahead, 128 by default).
+// gapBudget bounds the seqs all streams together walk and track, so a
+// hostile capture cannot make the analysis slow.
 const (
-	maxJump   = 1 << 16
-	gapBudget = 1 << 21
+	maxJump   = 1 << 12
+	gapBudget = 1 << 26
 )
 
 // view is what one receiver saw: an interface's inbound frames, or the
@@ -80,13 +80,14 @@ func (s *stream) learn(end uint32, r *Record) {
 	if !frame.SeqLess(s.next, end) {
 		return
 	}
-	if frame.SeqDiff(end, s.next) > maxJump || *s.budget < int(end-s.next) {
+	if frame.SeqDiff(end, s.next) > maxJump || *s.budget <= 0 {
 		s.jumps = append(s.jumps, r.N)
 		return
 	}
 	*s.budget -= int(end - s.next)
 	for q := s.next; q != end; q++ {
 		if !s.seen[q] && s.missing[q] == nil {
+			*s.budget--
 			g := &Gap{Seq: q, Opened: r.Time, OpenFrame: r.N}
 			s.missing[q] = g
 			s.gaps = append(s.gaps, g)

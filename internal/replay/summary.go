@@ -61,6 +61,7 @@ func WriteSummary(w io.Writer, c *Capture) error {
 	}
 	// nackBy[target][requester] = distinct seqs requested
 	nackBy := map[frame.MemberID]map[frame.MemberID]map[uint32]bool{}
+	nackWork := gapBudget // seqs named by Nack ranges that are counted
 	for _, r := range a.txs {
 		v := r.View
 		if v == nil {
@@ -105,7 +106,7 @@ func WriteSummary(w io.Writer, c *Capture) error {
 			rl := v.NackRanges()
 			for i := range rl.Len() {
 				rg := rl.At(i)
-				for q, n := rg.First, 0; n < maxJump && len(nackBy[tgt][v.Sender()]) < maxJump; q, n = q+1, n+1 {
+				for q, n := rg.First, 0; n < maxJump && nackWork > 0; q, n, nackWork = q+1, n+1, nackWork-1 {
 					nackBy[tgt][v.Sender()][q] = true
 					if q == rg.Last {
 						break
