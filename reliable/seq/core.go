@@ -691,6 +691,34 @@ func (c *Core) Stats() Stats {
 	return s
 }
 
+// MemberState is one member as this member sees it (for status output;
+// Members allocates).
+type MemberState struct {
+	ID        frame.MemberID
+	Self      bool
+	Sequencer bool // the sequencer of our epoch
+	// Live and Acked are the sequencer's view: not removed, and the
+	// member's delivered cursor. Elsewhere Live is true and Acked 0.
+	Live      bool
+	Acked     uint32
+	Delivered uint32 // its highest request number delivered here
+	LastHeard Time
+}
+
+// Members returns every member's state, by id.
+func (c *Core) Members() []MemberState {
+	out := make([]MemberState, len(c.members))
+	for i := range c.members {
+		m := &c.members[i]
+		out[i] = MemberState{ID: m.id, Self: m.self, Sequencer: i == c.seqr, Live: m.live || c.role != sequencer,
+			Delivered: m.delivSeq, LastHeard: m.lastHeard}
+		if c.role == sequencer {
+			out[i].Acked = m.acked
+		}
+	}
+	return out
+}
+
 // IsSequencer reports whether this member is the sequencer now.
 func (c *Core) IsSequencer() bool { return c.role == sequencer }
 

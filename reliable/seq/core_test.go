@@ -376,7 +376,7 @@ func TestRequestsNumberedInOrderOfTheirOrigin(t *testing.T) {
 func TestGapAskedAtOnce(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) { c.Method = Method1 })
 	g.propose(0, "m0")
-	d0 := g.ready(0)
+	g.ready(0) // lost at member 2
 	g.propose(0, "m1")
 	d1 := g.ready(0)
 	g.to(2, d1[0]) // 1000 lost at member 2
@@ -385,7 +385,6 @@ func TestGapAskedAtOnce(t *testing.T) {
 	if r := ask[0].v.RetransmitRanges(); r.Len() != 1 || r.At(0) != (frame.Range{First: 1000, Last: 1000}) || ask[0].dst != testMAC(0) {
 		t.Fatalf("asked %v for %v", ask[0], r.At(0))
 	}
-	_ = d0
 	g.to(0, ask[0])
 	ans := g.ready(0)
 	g.to(2, ans[0])
@@ -632,6 +631,10 @@ func TestSequencerRemovesSilentMember(t *testing.T) {
 	}
 	if fmt.Sprint(removed) != "[2]" || g.cores[1].Stats().Electing {
 		t.Fatalf("removed %v, want [2]; member 1 %+v", removed, g.cores[1].Stats())
+	}
+	ms := g.cores[0].Members()
+	if len(ms) != 3 || !ms[0].Self || !ms[0].Sequencer || !ms[1].Live || ms[2].Live {
+		t.Fatalf("the sequencer's member view: %+v", ms)
 	}
 }
 
