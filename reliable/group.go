@@ -59,6 +59,11 @@ type Group struct {
 	lost   uint64 // events not taken from the channel in time
 	done   chan struct{}
 	rx     []link.Frame
+
+	// The event loop's own state (no lock): since when the receive queue
+	// has been full, and the timer bounding a wait for room in it.
+	fullSince time.Time
+	roomTimer *time.Timer
 }
 
 // Join joins the group described by cfg over l and returns once the group
@@ -173,7 +178,8 @@ func (g *Group) run() {
 	}()
 	for {
 		g.mu.Lock()
-		wait := time.Now().Add(g.cfg.maxWait)
+		now := time.Now()
+		wait := now.Add(g.cfg.maxWait)
 		if d := g.eng.wall(g.eng.core.Deadline()); !d.IsZero() && d.Before(wait) {
 			wait = d
 		}
@@ -184,7 +190,13 @@ func (g *Group) run() {
 		}
 		g.mu.Unlock()
 
-		n, err := g.l.Recv(wait, g.rx)
+		var n int
+		var err error
+		if g.pauseReading(now) {
+			g.waitRoom(wait)
+		} else {
+			n, err = g.l.Recv(wait, g.rx)
+		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			g.mu.Lock()
 			if errors.Is(err, net.ErrClosed) {
@@ -214,6 +226,53 @@ func (g *Group) run() {
 			return
 		}
 	}
+}
+
+// pauseReading says whether the loop should leave the link unread for
+// now: the receive queue is full, and has been for less than
+// FailureTimeout/20 (100 ms by default). Frames then wait in the kernel's
+// ring (16 MB), so a reader that falls behind for a moment costs no
+// retransmission: before, every Data frame read while the queue was full
+// was dropped unstepped and had to be repaired, and a sender whose whole
+// window was dropped so waited for its resend probe (10 ms or more) to
+// learn of it. Past the bound the loop reads again and holds Data frames
+// back unstepped (engine.holdData), so that acknowledgements and
+// liveness keep flowing and nobody is removed for our slowness.
+func (g *Group) pauseReading(now time.Time) bool {
+	if g.cfg.Deliver != nil || !g.queue.full() {
+		g.fullSince = time.Time{}
+		return false
+	}
+	if g.fullSince.IsZero() {
+		g.fullSince = now
+	}
+	return now.Sub(g.fullSince) < g.pauseLimit()
+}
+
+func (g *Group) pauseLimit() time.Duration {
+	ft := g.cfg.FailureTimeout
+	if ft == 0 {
+		ft = time.Duration(pbp.DefaultFailureTimeout)
+	}
+	return ft / 20
+}
+
+// waitRoom waits until Recv makes room in the queue, or until deadline.
+func (g *Group) waitRoom(deadline time.Time) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return
+	}
+	if g.roomTimer == nil {
+		g.roomTimer = time.NewTimer(d)
+	} else {
+		g.roomTimer.Reset(d)
+	}
+	select {
+	case <-g.queue.room:
+	case <-g.roomTimer.C:
+	}
+	g.roomTimer.Stop()
 }
 
 // finish records why the group stopped; g.mu is held.

@@ -132,8 +132,16 @@ func exchange(t *testing.T, groups []*Group, k int) {
 	}
 	wg.Wait()
 	close(errs)
+	failed := false
 	for err := range errs {
 		t.Error(err)
+		failed = true
+	}
+	if failed { // say where each member's protocol stood
+		for _, g := range groups {
+			st := g.Stats()
+			t.Logf("member %d: events %v; members %+v; protocol %+v", g.Self(), st.Events, g.Members(), st.Protocol)
+		}
 	}
 }
 
@@ -271,6 +279,63 @@ func TestRecvBackPressure(t *testing.T) {
 	}
 	if evs := groups[0].Stats().Events; len(evs) != 0 {
 		t.Errorf("members removed during back-pressure: %v", evs)
+	}
+}
+
+// A reader that falls behind for a moment (less than FailureTimeout/20)
+// costs nothing: the loop leaves frames in the link until the queue has
+// room, so no Data frame is dropped unstepped and none is retransmitted.
+// (Before, every frame read while the queue was full was dropped and
+// repaired, and a sender whose window was all dropped waited for its
+// resend probe.)
+func TestRecvShortPauseNoRepair(t *testing.T) {
+	r := newRTNet(t, 8)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{RecvQueue: 16, Window: 16})
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	const k = 2000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sendDone := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := range k {
+			b = message(b[:0], 1, i, groups[0].MaxMessage())
+			if err := groups[0].Send(ctx, b); err != nil {
+				sendDone <- err
+				return
+			}
+		}
+		sendDone <- nil
+	}()
+	var want []byte
+	for i := range k {
+		if i%200 == 0 { // stop reading until the queue is full, and a bit more
+			for groups[1].Stats().Queued < 16 && ctx.Err() == nil {
+				runtime.Gosched()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		m, err := groups[1].Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		want = message(want[:0], 1, i, groups[0].MaxMessage())
+		if m.From != 1 || !bytes.Equal(m.Data, want) {
+			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
+		}
+	}
+	if err := <-sendDone; err != nil {
+		t.Fatal(err)
+	}
+	if st := groups[1].Stats(); st.HeldData != 0 {
+		t.Errorf("receiver dropped %d Data frames unstepped during pauses shorter than %v", st.HeldData, groups[1].pauseLimit())
+	}
+	if st := groups[0].Stats(); st.Protocol.Retransmitted != 0 {
+		t.Errorf("sender retransmitted %d frames on a lossless segment", st.Protocol.Retransmitted)
 	}
 }
 

@@ -16,6 +16,7 @@ type msgQueue struct {
 	n      int
 	limit  int
 	ready  chan struct{} // signalled when messages arrive or the queue closes
+	room   chan struct{} // signalled when a pop leaves the queue below its limit
 	closed bool
 	err    error // returned once the queue is empty and closed
 }
@@ -26,7 +27,7 @@ type queued struct {
 }
 
 func newMsgQueue(limit int) *msgQueue {
-	return &msgQueue{slots: make([]queued, limit), limit: limit, ready: make(chan struct{}, 1)}
+	return &msgQueue{slots: make([]queued, limit), limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
 // full reports whether the loop should stop taking Data frames.
@@ -76,6 +77,12 @@ func (q *msgQueue) pop(dst []byte) (from frame.MemberID, data []byte, ok bool, e
 	q.n--
 	if q.n > 0 || q.closed {
 		q.signal() // more for another waiting Recv
+	}
+	if q.n < q.limit {
+		select {
+		case q.room <- struct{}{}:
+		default:
+		}
 	}
 	return from, data, true, nil
 }
