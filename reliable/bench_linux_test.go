@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,9 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 1x ./reliable/
 //
-// RBCAST_BENCH_SECONDS sets the measuring time (default 1).
+// RBCAST_BENCH_SECONDS sets the measuring time (default 1);
+// RBCAST_BENCH_TRACE=1 logs the sender's longest pauses with the frames
+// sent and received around them (see traceLink).
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
@@ -72,6 +75,14 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 	var members []frame.MemberInfo
 	for i, h := range topo.Hosts {
 		links[i] = openOnHost(tb, h)
+	}
+	var trace *traceLink
+	if os.Getenv("RBCAST_BENCH_TRACE") != "" {
+		trace = &traceLink{Link: links[0]}
+		links[0] = trace
+		defer trace.report(tb)
+	}
+	for i, h := range topo.Hosts {
 		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
 	}
 	groups := make([]*Group, len(links))
@@ -163,6 +174,101 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	return l
 }
 
+// traceLink records when the sender's link sent and received what
+// (RBCAST_BENCH_TRACE=1): report logs the longest pauses of the sender
+// with the frames around them, to tell a protocol stall (the window
+// waits for an acknowledgement or a timer) from a starved receiver.
+type traceLink struct {
+	link.Link
+	mu  sync.Mutex
+	evs []traceEvent
+}
+
+type traceEvent struct {
+	t    time.Time
+	send bool
+	desc string
+}
+
+func describeFrames(frames [][]byte) string {
+	var b strings.Builder
+	for _, f := range frames {
+		_, body, err := frame.SplitEthernet(f, frame.EtherType)
+		if err != nil {
+			continue
+		}
+		v, err := frame.Parse(body)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, " %d:%v/%d", v.Sender(), v.Type(), v.Seq())
+		if a, ok := v.AckFor(0); ok && v.Sender() != 0 {
+			fmt.Fprintf(&b, "(ack %d)", a)
+		}
+		if b.Len() > 300 {
+			b.WriteString(" …")
+			break
+		}
+	}
+	return b.String()
+}
+
+func (l *traceLink) Send(frames [][]byte) (int, error) {
+	d := describeFrames(frames)
+	l.mu.Lock()
+	l.evs = append(l.evs, traceEvent{time.Now(), true, d})
+	l.mu.Unlock()
+	return l.Link.Send(frames)
+}
+
+func (l *traceLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	n, err := l.Link.Recv(deadline, frames)
+	fs := make([][]byte, n)
+	for i := range n {
+		fs[i] = frames[i].Data
+	}
+	d := fmt.Sprintf("recv %d%s", n, describeFrames(fs))
+	l.mu.Lock()
+	l.evs = append(l.evs, traceEvent{time.Now(), false, d})
+	l.mu.Unlock()
+	return n, err
+}
+
+func (l *traceLink) report(tb testing.TB) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type gap struct {
+		i int
+		d time.Duration
+	}
+	var gaps []gap
+	last := -1
+	for i, e := range l.evs {
+		if !e.send {
+			continue
+		}
+		if last >= 0 {
+			gaps = append(gaps, gap{i, e.t.Sub(l.evs[last].t)})
+		}
+		last = i
+	}
+	slices.SortFunc(gaps, func(a, b gap) int { return int(b.d - a.d) })
+	var total time.Duration
+	for _, g := range gaps {
+		if g.d > time.Millisecond {
+			total += g.d
+		}
+	}
+	tb.Logf("trace: %d events; sender pauses over 1 ms add up to %v", len(l.evs), total)
+	for _, g := range gaps[:min(5, len(gaps))] {
+		t0 := l.evs[g.i].t.Add(-g.d)
+		tb.Logf("pause of %v:", g.d)
+		for j := max(0, g.i-4); j < min(len(l.evs), g.i+2); j++ {
+			tb.Logf("  %+9.3fms send=%v %s", float64(l.evs[j].t.Sub(t0).Microseconds())/1000, l.evs[j].send, l.evs[j].desc)
+		}
+	}
+}
+
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	if len(b) > 14 {
@@ -225,8 +331,9 @@ func reportGoodput(b *testing.B, r goodputResult) {
 	b.ReportMetric(float64(r.bytes)/r.elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(r.msgs)/r.elapsed.Seconds(), "msg/s")
 	b.ReportMetric(float64(r.sender.Protocol.Retransmitted), "retx")
-	b.Logf("load %s; sender: %d frames, %d retransmitted, %d nacks received; receivers: %d Data frames held (queue full), %d kernel drops",
-		loadavg(), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived, r.held, r.drops)
+	b.Logf("load %s; sender: %d frames, %d retransmitted, %d nacks received, %d resend probes, %d kernel drops; receivers: %d Data frames held (queue full), %d kernel drops",
+		loadavg(), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived,
+		r.sender.Protocol.AcksSent, r.sender.Link.KernelDrops, r.held, r.drops)
 }
 
 // BenchmarkLatency: one message in flight between two hosts (ping-pong);

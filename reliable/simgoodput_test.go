@@ -69,9 +69,9 @@ func (r simGoodputResult) String() string {
 	if r.sender.MessagesProposed > 0 {
 		retxPerMsg = float64(r.sender.Retransmitted) / float64(r.sender.DataFramesSent)
 	}
-	return fmt.Sprintf("%.1f MB/s (%.0f%% of %.1f MB/s wire), %.0f msg/s; window full %v (%d times); ack rtt p50 %v p99 %v max %v; retx/frame %.3f, nacks %d, held %d; longest delivery gap %v",
+	return fmt.Sprintf("%.1f MB/s (%.0f%% of %.1f MB/s wire), %.0f msg/s; window full %v (%d times); ack rtt p50 %v p99 %v max %v; retx/frame %.3f, nacks %d, held %d, probes %d; longest delivery gap %v",
 		r.MBps(), 100*r.Fraction(), r.capacity/1e6, float64(r.msgs)/r.elapsed.Seconds(),
-		r.windowFull, r.fullCount, p(0.5), p(0.99), p(1), retxPerMsg, r.nacks, r.sender.RetransmitsHeld, r.maxStall)
+		r.windowFull, r.fullCount, p(0.5), p(0.99), p(1), retxPerMsg, r.nacks, r.sender.RetransmitsHeld, r.sender.AcksSent, r.maxStall)
 }
 
 // runSimGoodput has member 0 send as fast as its window allows for the
