@@ -399,9 +399,18 @@ func TestCloseDeliversEverything(t *testing.T) {
 			case ev.Member == 1 && ev.Kind == pbp.MemberLeft:
 			case ev.Member == 1 && ev.Kind == pbp.MemberFailed && uint64(ev.Delivered) == st0.Protocol.DataFramesSent+first:
 				// Every Leave frame lost: removed after FailureTimeout,
-				// with everything delivered. Seen about once in ten
-				// runs under -race on a loaded machine, with 3 Leaves
-				// at 10% loss; not yet explained (see the report).
+				// with everything delivered, as documented. Not rare
+				// here although 0.1³ is: the seed is fixed, and each
+				// frame arriving at an endpoint takes the next draw of
+				// that endpoint's In stream, one draw per frame. For
+				// seed 6 the stream of member 2 (endpoint 1) loses draws
+				// 631, 632 and 633 in a row, and its 631st frame is
+				// about when the Leaves arrive (nothing else reaches it
+				// between them); how many frames came before varies
+				// with timing, so a run lands the three Leaves on that
+				// triple now and then (1 in 15 to 1 in 150 runs seen).
+				// The log then shows lost=62: the 60 losses up to draw
+				// 633 and two later heartbeats.
 				st := g.Stats()
 				r.mu.Lock()
 				t.Logf("member %d: member 1's Leave frames never arrived: %v; in: %+v; bad %+v", g.Self(), ev, g.l.(*rtLink).ep.Counters(testnet.In), st.BadFrames)
