@@ -200,6 +200,7 @@ type member struct {
 	acked     uint32 // its delivered cursor: it has delivered every global before
 	seqdSeq   uint32 // highest request number of this origin sequenced
 	dupAt     Time   // last answer to a duplicate request of it
+	probeAt   Time   // next status request to it while it is quiet
 	electedAt Time   // last Elected sent to it
 
 	// At every member: the origin's highest request number delivered here
@@ -583,6 +584,7 @@ func (c *Core) Deadline() Time {
 		for i := range c.members {
 			if m := &c.members[i]; m.live && !m.self {
 				early(m.lastHeard.Add(c.cfg.FailureTimeout))
+				early(max(m.probeAt, m.lastHeard.Add(c.cfg.FailureTimeout/2)))
 			}
 		}
 	case follower:
@@ -614,8 +616,16 @@ func (c *Core) Tick(now Time) {
 	case sequencer:
 		for i := range c.members {
 			m := &c.members[i]
-			if m.live && !m.self && now >= m.lastHeard.Add(c.cfg.FailureTimeout) {
+			switch {
+			case !m.live || m.self:
+			case now >= m.lastHeard.Add(c.cfg.FailureTimeout):
 				c.removeMember(m, "silent past the failure timeout")
+			case now >= m.lastHeard.Add(c.cfg.FailureTimeout/2) && now >= m.probeAt:
+				// Quiet for half the failure timeout: ask it directly,
+				// four times a heartbeat, so that a burst of loss on its
+				// path is not taken for a crash.
+				c.sendStatusRequest(m.mac)
+				m.probeAt = now.Add(c.cfg.HeartbeatInterval / 4)
 			}
 		}
 	case follower:

@@ -780,3 +780,25 @@ func TestRandomFramesNeverPanic(t *testing.T) {
 		}
 	}
 }
+
+func TestFalseSuspicionReturnsToTheSequencer(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.Method = Method1 })
+	cutUntil := t0.Add(DefaultFailureTimeout + 100*Millisecond)
+	// Member 2 hears nothing from the sequencer; the sequencer still hears
+	// it (so it is not removed).
+	cut := func(from, to int, o out) bool { return g.now < cutUntil && from == 0 && to == 2 }
+	g.propose(0, "missed by 2")
+	g.pump(cut)
+	g.run(cutUntil.Add(-10*Millisecond), cut)
+	if st := g.cores[2].Stats(); !st.Electing {
+		t.Fatalf("member 2 cut off from the sequencer for the failure timeout: %+v, want electing", st)
+	}
+	g.run(cutUntil.Add(DefaultHeartbeatInterval), cut)
+	st := g.cores[2].Stats()
+	if st.Electing || st.Halted || st.Epoch != 1 || g.delivered(2) != "1000:0/1=missed by 2" {
+		t.Fatalf("after the cut: %+v, delivered %q", st, g.delivered(2))
+	}
+	if !g.cores[0].IsSequencer() || g.cores[1].Stats().Electing {
+		t.Fatalf("the others moved: %+v / %+v", g.cores[0].Stats(), g.cores[1].Stats())
+	}
+}

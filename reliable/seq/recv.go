@@ -62,6 +62,16 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		// checks that we delivered nothing beyond its agreed end.
 		c.role = follower
 		c.agreedSet = false
+		// The timers the election stopped: ask for what is missing and
+		// send what waited, at the next Tick.
+		if c.next != c.knownEnd {
+			c.repairAt, c.repairNext, c.repairBackoff = c.now, c.next, 0
+		}
+		c.resendAt, c.resendBackoff = 0, 0
+		c.armResend()
+		if c.resendAt != 0 {
+			c.resendAt = c.now
+		}
 	}
 	if c.role == sequencer {
 		c.applyAck(m, v)
