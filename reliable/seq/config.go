@@ -139,8 +139,10 @@ type Config struct {
 	// it has broadcast nothing for this long; a member sends the
 	// sequencer a status reply when it has sent it nothing for this long.
 	HeartbeatInterval Duration
-	// FailureTimeout: the sequencer removes a member silent this long;
-	// members start an election when the sequencer is silent this long.
+	// FailureTimeout: the sequencer removes a member silent this long
+	// (after probing it with status requests, four per heartbeat, from
+	// half of it on); members start an election when the sequencer is
+	// silent this long.
 	FailureTimeout Duration
 	// ElectionRetry: election frames are repeated this often until the
 	// election ends.
