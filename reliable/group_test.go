@@ -223,13 +223,13 @@ func TestSendBlocksOnFullWindow(t *testing.T) {
 			break
 		}
 	}
-	// 4 frames fill the window; the fifth message waits in the next frame
-	// for room (pbp bundles under back-pressure), the sixth does not fit.
-	if !errors.Is(err, context.DeadlineExceeded) || sent != 5 {
-		t.Fatalf("after %d Sends: %v; want 5 accepted, then context.DeadlineExceeded", sent, err)
+	// 4 frames fill the window; 4 more wait for room (pbp accepts up to a
+	// window of frames beyond it); the ninth is refused.
+	if !errors.Is(err, context.DeadlineExceeded) || sent != 8 {
+		t.Fatalf("after %d Sends: %v; want 8 accepted, then context.DeadlineExceeded", sent, err)
 	}
-	if st := g.Stats(); st.Protocol.InFlight != 4 || st.Protocol.MessagesProposed != 5 {
-		t.Errorf("in flight %d, proposed %d; want 4 and 5", st.Protocol.InFlight, st.Protocol.MessagesProposed)
+	if st := g.Stats(); st.Protocol.InFlight != 4 || st.Protocol.Pending != 4 || st.Protocol.MessagesProposed != 8 {
+		t.Errorf("in flight %d, pending %d, proposed %d; want 4, 4 and 8", st.Protocol.InFlight, st.Protocol.Pending, st.Protocol.MessagesProposed)
 	}
 }
 

@@ -149,8 +149,8 @@ type settings struct {
 	linkMax    int    // largest body a frame can carry at this MTU
 	maxPayload int    // largest message or bundle
 	ringSize   uint32 // reorder rings: a power of two >= Window
-	histSize   uint32 // history: a power of two > Window, so that a frame
-	// can collect messages at nextSeq while Window frames are outstanding
+	histSize   uint32 // history: a power of two >= 2*Window: Window frames
+	// outstanding and Window more waiting for room
 	etherType uint16
 	dst       [6]byte
 	selfMAC   [6]byte
@@ -203,7 +203,7 @@ func (c Config) validate() (settings, error) {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)
 	}
 	s.ringSize = uint32(1) << bits.Len32(uint32(s.Window-1))
-	s.histSize = uint32(1) << bits.Len32(uint32(s.Window))
+	s.histSize = uint32(1) << bits.Len32(uint32(2*s.Window-1))
 
 	if s.MTU == 0 {
 		s.MTU = DefaultMTU

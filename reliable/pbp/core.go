@@ -153,6 +153,7 @@ type Stats struct {
 
 	Window   int // configured window
 	InFlight int // frames sent and not yet acknowledged by every live member
+	Pending  int // frames accepted and waiting for window room (at most Window)
 	Buffered int // out-of-order frames held, all senders
 }
 
@@ -249,11 +250,15 @@ type Core struct {
 	now     Time
 
 	// Sending side (figs. 3.1, 3.5).
-	nextSeq  uint32 // exp_seqno[i]: sequence number of the next frame
-	stable   uint32 // wb: every live member acknowledged all before it
-	history  []sent // out_buffer, indexed seq & mask
-	open     bool   // a frame at nextSeq is collecting messages
-	openLen  int    // its body length in bundle form
+	nextSeq uint32 // exp_seqno[i]: sequence number of the next frame
+	stable  uint32 // wb: every live member acknowledged all before it
+	history []sent // out_buffer, indexed seq & mask
+	// pending frames at nextSeq, nextSeq+1, … are accepted and not yet
+	// numbered: they wait for window room (at most Window of them). The
+	// last one collects messages (bundling); openLen is its body length
+	// in bundle form, openAt when it opened.
+	pending  int
+	openLen  int
 	openAt   Time
 	resendAt Time // resend timer; 0 when nothing is outstanding
 	backoff  uint // resend timeouts in a row without progress
@@ -383,71 +388,69 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	if len(msg) > c.cfg.maxPayload {
 		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
 	}
-	if c.open {
-		if c.openLen+2+len(msg) <= c.cfg.maxPayload {
-			h := &c.history[c.nextSeq&c.hmask]
-			h.buf = appendMsg(h.buf, msg)
-			h.count++
-			c.openLen += 2 + len(msg)
-			c.stats.MessagesProposed++
-			return nil
-		}
-		if !c.seal() {
-			return ErrWindowFull
-		}
+	if c.pending > 0 && c.openLen+2+len(msg) <= c.cfg.maxPayload {
+		h := &c.history[(c.nextSeq+uint32(c.pending)-1)&c.hmask]
+		h.buf = appendMsg(h.buf, msg)
+		h.count++
+		c.openLen += 2 + len(msg)
+		c.stats.MessagesProposed++
+		return nil
 	}
-	// A new frame opens at nextSeq even when the window is full: it then
-	// collects the messages proposed until an acknowledgement frees room
-	// (bundling under back-pressure). It could not leave earlier anyway,
-	// so no message waits longer for it, and a sender of small messages
-	// is no longer held to Window messages per round trip.
-	h := &c.history[c.nextSeq&c.hmask]
+	// A new frame, even when the window is full: it waits for room with
+	// the ones before it, collecting messages meanwhile (bundling under
+	// back-pressure), and when acknowledgements free room, Ready sends
+	// as many as fit in one batch. They could not leave earlier anyway,
+	// so no message waits longer; a sender of small messages is no longer
+	// held to Window messages per round trip, and the runtime sends a
+	// batch of frames per acknowledgement instead of one per message.
+	if c.pending >= c.cfg.Window {
+		return ErrWindowFull
+	}
+	h := &c.history[(c.nextSeq+uint32(c.pending))&c.hmask]
 	h.buf = appendMsg(h.buf[:0], msg)
 	h.count, h.retxAt, h.served = 1, 0, 0
-	c.open, c.openLen, c.openAt = true, 2+len(msg), c.now
+	c.pending++
+	c.openLen, c.openAt = 2+len(msg), c.now
 	c.stats.MessagesProposed++
-	if c.openLen+2 > c.cfg.maxPayload && c.cfg.BundleDelay > 0 {
-		c.seal() // no other message fits: waiting gains nothing
-	}
 	return nil
 }
 
 // Blocked reports whether Propose may refuse a message with
-// ErrWindowFull: Window frames are outstanding and the frame collecting
-// messages for the next sequence number is open. While it is false, every
-// message Propose gets (up to the payload limit) is accepted.
-func (c *Core) Blocked() bool { return c.open && c.inFlight() >= c.cfg.Window }
+// ErrWindowFull: Window frames are outstanding and Window more wait for
+// room. While it is false, every message Propose gets (up to the payload
+// limit) is accepted.
+func (c *Core) Blocked() bool { return c.pending >= c.cfg.Window }
 
 func appendMsg(b, msg []byte) []byte {
 	b = append(b, byte(len(msg)>>8), byte(len(msg)))
 	return append(b, msg...)
 }
 
-// seal gives the open frame its sequence number and sends it: send action
-// 4 (thesis fig. 3.5). With Window frames outstanding it cannot, and the
-// frame stays open; seal reports whether no frame is open afterwards.
-func (c *Core) seal() bool {
-	if !c.open {
-		return true
-	}
-	if c.inFlight() >= c.cfg.Window {
-		return false
-	}
-	c.open = false
-	seq := c.nextSeq
-	for i := range c.peers {
-		if p := &c.peers[i]; p.acked == seq {
-			p.ackedAt = c.now // it was caught up: its ack clock starts now
+// release numbers and sends the pending frames the window has room for:
+// send action 4 (thesis fig. 3.5). The last one, still collecting
+// messages, goes only when it may not wait: BundleDelay is 0 or over, the
+// member is leaving, or no other message fits.
+func (c *Core) release() {
+	for c.pending > 0 && c.inFlight() < c.cfg.Window {
+		if c.pending == 1 && c.cfg.BundleDelay > 0 && !c.leaving &&
+			c.now < c.openAt.Add(c.cfg.BundleDelay) && c.openLen+2 <= c.cfg.maxPayload {
+			return
 		}
+		c.pending--
+		seq := c.nextSeq
+		for i := range c.peers {
+			if p := &c.peers[i]; p.acked == seq {
+				p.ackedAt = c.now // it was caught up: its ack clock starts now
+			}
+		}
+		c.nextSeq++
+		c.sendData(seq, 0)
+		c.stats.DataFramesSent++
+		if c.resendAt == 0 {
+			c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+		}
+		c.advanceStable() // with no live member left, nothing waits for acks
 	}
-	c.nextSeq++
-	c.sendData(seq, 0)
-	c.stats.DataFramesSent++
-	if c.resendAt == 0 {
-		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
-	}
-	c.advanceStable() // with no live member left, nothing waits for acks
-	return true
 }
 
 // Leave starts a clean departure: no new messages are accepted, everything
@@ -460,7 +463,7 @@ func (c *Core) Leave(now Time) {
 		return
 	}
 	c.leaving = true
-	c.seal()
+	c.release()
 	c.maybeLeave()
 }
 
@@ -472,7 +475,7 @@ func (c *Core) Left() bool { return c.left }
 const leaveRepeats = 3
 
 func (c *Core) maybeLeave() {
-	if !c.leaving || c.left || c.open || c.stable != c.nextSeq {
+	if !c.leaving || c.left || c.pending > 0 || c.stable != c.nextSeq {
 		return
 	}
 	c.left = true
@@ -506,9 +509,7 @@ func (c *Core) flush() {
 	if !c.started || c.left {
 		return
 	}
-	if c.open && (c.cfg.BundleDelay == 0 || c.leaving || c.now >= c.openAt.Add(c.cfg.BundleDelay)) {
-		c.seal()
-	}
+	c.release()
 	for i := range c.peers {
 		if p := &c.peers[i]; p.nackDue {
 			c.sendNack(p)
@@ -557,7 +558,7 @@ func (c *Core) Deadline() Time {
 	}
 	early(c.ackAt)
 	early(c.resendAt)
-	if c.open && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
+	if c.pending == 1 && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
 		early(c.openAt.Add(c.cfg.BundleDelay)) // else an ack must come first
 	}
 	for i := range c.peers {
@@ -618,9 +619,7 @@ func (c *Core) Tick(now Time) {
 	if c.ackAt != 0 && now >= c.ackAt {
 		c.ackNow = true
 	}
-	if c.open && c.cfg.BundleDelay > 0 && now >= c.openAt.Add(c.cfg.BundleDelay) {
-		c.seal()
-	}
+	c.release() // a bundle whose BundleDelay is over
 }
 
 // resendTimeout is the resend timer of thesis fig. 3.6 (PBP1: retransmit
@@ -694,6 +693,7 @@ const (
 func (c *Core) Stats() Stats {
 	s := c.stats
 	s.InFlight = c.inFlight()
+	s.Pending = c.pending
 	for i := range c.peers {
 		s.Buffered += c.peers[i].buffered
 	}

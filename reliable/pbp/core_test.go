@@ -381,8 +381,9 @@ func TestWindowBackPressure(t *testing.T) {
 		}
 		ready(t, c)
 	}
-	// With the window full, messages collect in the next frame (bundling
-	// under back-pressure) until one does not fit: that one is refused.
+	// With the window full, messages are still accepted: they collect in
+	// frames that wait for room (bundling under back-pressure), up to
+	// Window frames; then Propose refuses.
 	for _, m := range []string{"c", "d"} {
 		if err := c.Propose(t0, []byte(m)); err != nil {
 			t.Fatalf("%s, window full: %v, want it held for the next frame", m, err)
@@ -391,13 +392,20 @@ func TestWindowBackPressure(t *testing.T) {
 			t.Fatalf("%s: sent %+v with the window full", m, frames)
 		}
 	}
-	if !c.Blocked() {
-		t.Fatal("Blocked is false with the window full and a frame open")
-	}
 	big := make([]byte, c.cfg.maxPayload-6)
-	if err := c.Propose(t0, big); !errors.Is(err, ErrWindowFull) {
-		t.Fatalf("message that does not fit the open frame: %v, want ErrWindowFull", err)
+	if c.Blocked() {
+		t.Fatal("Blocked with one of two pending frames used")
 	}
+	if err := c.Propose(t0, big); err != nil {
+		t.Fatalf("message that opens the second waiting frame: %v", err)
+	}
+	if !c.Blocked() || c.Stats().Pending != 2 {
+		t.Fatalf("Blocked %v, %d pending; want true, 2", c.Blocked(), c.Stats().Pending)
+	}
+	if err := c.Propose(t0, big); !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("a third waiting frame: %v, want ErrWindowFull", err)
+	}
+	// Room for one: the first waiting frame goes, as 102.
 	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{101, 100}, body: &frame.Empty{T: frame.Ack}})
 	frames, _, _ := ready(t, c)
 	if len(frames) != 1 || frames[0].h.Seq != 102 {
@@ -407,15 +415,20 @@ func TestWindowBackPressure(t *testing.T) {
 		t.Fatalf("held frame body %+v, want the bundle c, d", frames[0].body)
 	}
 	if c.Blocked() {
-		t.Fatal("Blocked with nothing open")
+		t.Fatal("Blocked with one frame pending")
 	}
+	// Room for two: the rest goes in one batch.
 	if err := c.Propose(t0+1, big); err != nil {
 		t.Fatalf("after an ack: %v", err)
 	}
-	ready(t, c)
+	step(t, c, t0+1, in{sender: 1, seq: 99, acks: []uint32{103, 100}, body: &frame.Empty{T: frame.Ack}})
+	frames, _, _ = ready(t, c)
+	if len(frames) != 2 || frames[0].h.Seq != 103 || frames[1].h.Seq != 104 {
+		t.Fatalf("after an ack for two: %+v, want frames 103 and 104 at once", frames)
+	}
 	// An ack for frames never sent is refused.
 	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{150, 100}, body: &frame.Empty{T: frame.Ack}})
-	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 2 {
+	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 2 || st.Pending != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -491,6 +504,7 @@ func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
 	later := t0 + Time(DefaultFailureTimeout)
 	step(t, c, later, in{sender: 1, seq: 99, acks: []uint32{102, 100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
 	c.Propose(later, make([]byte, c.cfg.maxPayload)) // held: the window is full
+	c.Propose(later, make([]byte, c.cfg.maxPayload)) // and so is the room to wait
 	if err := c.Propose(later, []byte("b")); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("%v, want ErrWindowFull while member 2 lags", err)
 	}
