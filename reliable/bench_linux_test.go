@@ -180,8 +180,9 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 // waits for an acknowledgement or a timer) from a starved receiver.
 type traceLink struct {
 	link.Link
-	mu  sync.Mutex
-	evs []traceEvent
+	mu       sync.Mutex
+	evs      []traceEvent
+	sendTime time.Duration // in l.Send, all calls
 }
 
 type traceEvent struct {
@@ -215,10 +216,17 @@ func describeFrames(frames [][]byte) string {
 
 func (l *traceLink) Send(frames [][]byte) (int, error) {
 	d := describeFrames(frames)
+	t0 := time.Now()
+	n, err := l.Link.Send(frames)
+	took := time.Since(t0)
+	if took > 100*time.Microsecond {
+		d = fmt.Sprintf("(l.Send blocked %v)%s", took, d)
+	}
 	l.mu.Lock()
-	l.evs = append(l.evs, traceEvent{time.Now(), true, d})
+	l.evs = append(l.evs, traceEvent{t0, true, d})
+	l.sendTime += took
 	l.mu.Unlock()
-	return l.Link.Send(frames)
+	return n, err
 }
 
 func (l *traceLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
@@ -259,7 +267,7 @@ func (l *traceLink) report(tb testing.TB) {
 			total += g.d
 		}
 	}
-	tb.Logf("trace: %d events; sender pauses over 1 ms add up to %v", len(l.evs), total)
+	tb.Logf("trace: %d events; pauses over 1 ms between sends add up to %v; %v spent in l.Send", len(l.evs), total, l.sendTime)
 	for _, g := range gaps[:min(5, len(gaps))] {
 		t0 := l.evs[g.i].t.Add(-g.d)
 		tb.Logf("pause of %v:", g.d)
