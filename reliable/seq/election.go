@@ -21,11 +21,13 @@ import (
 //     looks dead, or who hears a lower id, moves to a new epoch.
 //  3. The candidate waits until every other member has voted for it in
 //     this epoch or has been silent for FailureTimeout, counted from no
-//     earlier than its move to this epoch (a follower talks only to the
-//     sequencer, so silence before the election proves nothing; one that
-//     adopted an earlier epoch answers a vote with that epoch's Elected,
-//     so a member stuck in an old election catches up). The agreed last global L
-//     is the highest any voter holds; the candidate fetches what it lacks
+//     earlier than the election's start or its previous candidate's death
+//     (a follower talks only to the sequencer, so silence before the
+//     election proves nothing; one that adopted an earlier epoch answers a
+//     vote with that epoch's Elected, so a member stuck in an old election
+//     catches up), and until it has Quorum votes, its own included. The
+//     agreed last global L is the highest any voter holds contiguously;
+//     what the candidate holds beyond it is discarded; it fetches what it lacks
 //     up to L from a voter that has it (SeqRetransmit, answered from the
 //     voter's log), then announces Elected(epoch, itself, L) and numbers
 //     from L+1. Members that did not vote are removed.
@@ -34,6 +36,7 @@ import (
 //     beyond L, fetches what it lacks up to L, and resubmits every request
 //     not yet delivered back. Otherwise it halts (SelfRemoved): it may
 //     hold a binding the new epoch does not have.
+//  5. A sequencer that hears another member number in a newer epoch halts.
 
 // suspected reports whether m has been silent for FailureTimeout.
 func (c *Core) suspected(m *member) bool {
@@ -41,7 +44,7 @@ func (c *Core) suspected(m *member) bool {
 }
 
 // excluded reports whether the candidate may complete without m's vote:
-// silent for FailureTimeout, and we have waited that long in this epoch.
+// silent for FailureTimeout, and we have waited that long since waitFrom.
 func (c *Core) excluded(m *member) bool {
 	return c.suspected(m) && c.now >= c.waitFrom.Add(c.cfg.FailureTimeout)
 }
