@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short bench fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench fuzz lint deps clean
 
 all: build
 
@@ -29,6 +29,12 @@ test: deps
 # Without the race detector, for a quick loop.
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
+
+# Many more simulation seeds than `make test` runs (SEEDS per protocol);
+# a failing seed prints the command that re-runs it alone.
+SEEDS ?= 20000
+soak:
+	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$' ./reliable/pbp ./reliable/seq
 
 # Micro-benchmarks of every package; the link-layer report is produced by
 # `go run ./cmd/linkbench` (see docs/benchmarks.md).
