@@ -53,7 +53,7 @@ func (d *Driver) Step(now time.Time) time.Time {
 	t := d.eng.now(now)
 	for {
 		n, _ := d.eng.l.Recv(time.Time{}, d.rx)
-		d.eng.turn(t, d.rx[:n])
+		d.eng.turn(t, d.rx[:n], true)
 		if n == 0 {
 			break
 		}

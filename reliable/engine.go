@@ -164,8 +164,15 @@ func (e *engine) input(now pbp.Time, frames []link.Frame) {
 
 // output carries out the core's Ready and Advances. A link that cannot
 // send at all is reported once and kept in sendErr.
-func (e *engine) output() error {
-	rd := e.core.Ready()
+func (e *engine) output() error { return e.outputData(true) }
+
+// outputData is output; without data, Data frames waiting for window
+// room keep waiting (pbp.Core.ReadyControl).
+func (e *engine) outputData(data bool) error {
+	rd := e.core.ReadyControl()
+	if data {
+		rd = e.core.Ready()
+	}
 	if len(rd.Frames) > 0 && e.sendErr == nil {
 		if _, err := e.l.Send(rd.Frames); err != nil {
 			e.sendErr = err
@@ -198,14 +205,15 @@ func (e *engine) output() error {
 	return e.sendErr
 }
 
-// turn is one whole iteration: step the frames, run the timers, output.
-func (e *engine) turn(now pbp.Time, frames []link.Frame) error {
+// turn is one whole iteration: step the frames, run the timers, output
+// (new Data too unless data is false).
+func (e *engine) turn(now pbp.Time, frames []link.Frame, data bool) error {
 	e.input(now, frames)
 	e.core.Tick(now)
 	if e.tick != nil {
 		e.tick(now)
 	}
-	return e.output()
+	return e.outputData(data)
 }
 
 // BadFrames counts received frames dropped before the core saw them, by

@@ -212,7 +212,12 @@ func (g *Group) run() {
 		if g.cfg.Deliver == nil {
 			g.eng.holdData = g.queue.full()
 		}
-		err = g.eng.turn(g.eng.now(time.Now()), g.rx[:n])
+		// A Send waiting for room does the sending of new Data itself
+		// once woken (Propose, then Ready, on its own goroutine): the
+		// loop only receives and acknowledges meanwhile, so the two use
+		// two CPUs, and the loop is not held up in l.Send by a batch of
+		// full frames. With nobody waiting, the loop sends them.
+		err = g.eng.turn(g.eng.now(time.Now()), g.rx[:n], g.room == nil)
 		g.wakeSenders()
 		switch {
 		case err != nil:
@@ -282,12 +287,15 @@ func (g *Group) finish(err error) {
 	}
 }
 
-// wakeSenders releases Sends waiting for window room; g.mu is held.
-// Blocked, not InFlight < Window: the Ready that freed room may have
-// filled it again with the frame that collected messages meanwhile, and
-// Propose accepts again as soon as no frame is open.
+// wakeSenders releases Sends waiting for window room; g.mu is held. A
+// waiting Send is woken when Propose would accept (not Blocked) or when
+// the window has room for waiting frames, which the woken Send then
+// sends (the loop leaves them to it; see run).
 func (g *Group) wakeSenders() {
-	if g.room != nil && !g.eng.core.Blocked() {
+	if g.room == nil {
+		return
+	}
+	if st := g.eng.core.Stats(); !g.eng.core.Blocked() || st.InFlight < st.Window {
 		close(g.room)
 		g.room = nil
 	}
@@ -323,6 +331,10 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 		if !errors.Is(err, pbp.ErrWindowFull) {
 			g.mu.Unlock()
 			return err
+		}
+		if !g.eng.core.Blocked() { // output made room: propose again
+			g.mu.Unlock()
+			continue
 		}
 		if g.room == nil {
 			g.room = make(chan struct{})

@@ -499,17 +499,30 @@ func (c *Core) sendLeave() {
 // Ready returns what to send, deliver and report now. With BundleDelay 0
 // it first seals the frame collecting proposed messages.
 func (c *Core) Ready() Ready {
-	c.flush()
+	c.flush(true)
 	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
 }
 
-// flush turns what is due into frames: the open bundle, Nacks, a plain
-// Ack, a Heartbeat.
-func (c *Core) flush() {
+// ReadyControl is Ready except that frames waiting for window room keep
+// waiting: only acknowledgements, Nacks, heartbeats, retransmissions and
+// deliveries come out. It lets a runtime leave encoding and sending new
+// Data to the application's goroutine (which calls Ready after Propose)
+// while its event loop only receives, so that the two run on two CPUs;
+// the next Ready sends the waiting frames the window has room for.
+func (c *Core) ReadyControl() Ready {
+	c.flush(false)
+	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
+}
+
+// flush turns what is due into frames: the waiting Data frames the window
+// has room for (if release), Nacks, a plain Ack, a Heartbeat.
+func (c *Core) flush(release bool) {
 	if !c.started || c.left {
 		return
 	}
-	c.release()
+	if release {
+		c.release()
+	}
 	for i := range c.peers {
 		if p := &c.peers[i]; p.nackDue {
 			c.sendNack(p)
@@ -619,7 +632,6 @@ func (c *Core) Tick(now Time) {
 	if c.ackAt != 0 && now >= c.ackAt {
 		c.ackNow = true
 	}
-	c.release() // a bundle whose BundleDelay is over
 }
 
 // resendTimeout is the resend timer of thesis fig. 3.6 (PBP1: retransmit

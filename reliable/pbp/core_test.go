@@ -796,3 +796,29 @@ func TestNackTimerAdaptsToRepairRoundTrip(t *testing.T) {
 		t.Fatalf("%+v, want the Nack for 140 again after %d", frames, DefaultNackTimeout/minNackDivisor)
 	}
 }
+
+// ReadyControl sends acknowledgements but leaves frames waiting for room
+// to the next Ready (the runtime's loop leaves new Data to the
+// application's goroutine).
+func TestReadyControlLeavesDataWaiting(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.Window = 1
+	c := newCore(t, cfg)
+	c.Propose(t0, []byte("a"))
+	ready(t, c)
+	c.Propose(t0, []byte("b")) // waits: the window is full
+	step(t, c, t0+1, in{sender: 1, seq: 100, acks: []uint32{101, 101}, body: data("x")})
+	c.Tick(t0 + 1 + Time(DefaultAckDelay))
+	rd := c.ReadyControl()
+	if len(rd.Frames) != 1 || len(rd.Deliveries) != 1 {
+		t.Fatalf("ReadyControl: %d frames, %d deliveries; want the Ack and x", len(rd.Frames), len(rd.Deliveries))
+	}
+	c.Advance()
+	if st := c.Stats(); st.Pending != 1 || st.InFlight != 0 {
+		t.Fatalf("after ReadyControl: %d pending, %d in flight; want b still waiting", st.Pending, st.InFlight)
+	}
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Data || frames[0].h.Seq != 101 {
+		t.Fatalf("Ready: %+v, want b as Data 101", frames)
+	}
+}
