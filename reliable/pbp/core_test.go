@@ -822,3 +822,61 @@ func TestReadyControlLeavesDataWaiting(t *testing.T) {
 		t.Fatalf("Ready: %+v, want b as Data 101", frames)
 	}
 }
+
+// The nack timer backs off only from a sender not heard from since it was
+// armed (it may be dead); a sender that is heard from but whose
+// retransmissions keep being lost is asked again every timeout.
+func TestNackBackoffOnlyForSilentSender(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	step(t, c, t0+1, in{sender: 1, seq: 101, body: data("b")}) // 100 missing
+	ready(t, c)
+	p := &c.peers[0]
+	interval := func() Duration {
+		at := p.nackAt
+		c.Tick(at)
+		ready(t, c)
+		return p.nackAt.Sub(at)
+	}
+	// Heard from (a heartbeat naming 101) before each firing: no backoff.
+	for i := range 4 {
+		step(t, c, p.nackAt-1, in{sender: 1, seq: 101, body: &frame.Empty{T: frame.Heartbeat}})
+		if d := interval(); d != DefaultNackTimeout {
+			t.Fatalf("round %d with the sender heard: next Nack in %d, want %d", i, d, DefaultNackTimeout)
+		}
+	}
+	// Silent: the interval doubles, up to 8×.
+	want := []Duration{2, 4, 8, 8}
+	for i, w := range want {
+		if d := interval(); d != w*DefaultNackTimeout {
+			t.Fatalf("silent round %d: next Nack in %d, want %d", i, d, w*DefaultNackTimeout)
+		}
+	}
+}
+
+// PBP2's resend probe follows the measured acknowledgement round trip,
+// no earlier than 2×AckDelay: a lost tail is found in milliseconds, not
+// after the fixed ResendTimeout.
+func TestResendProbeAdaptsToAckRoundTrip(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	now := t0
+	for i := range uint32(20) {
+		now = now.Add(Millisecond)
+		c.Propose(now, []byte("m"))
+		ready(t, c)
+		now = now.Add(200 * Microsecond)
+		step(t, c, now, in{sender: 1, seq: 99, acks: []uint32{101 + i, 100}, body: &frame.Empty{T: frame.Ack}})
+		ready(t, c)
+	}
+	now = now.Add(Millisecond)
+	c.Propose(now, []byte("tail")) // its acknowledgement never comes
+	ready(t, c)
+	want := 2 * DefaultAckDelay
+	if got := c.resendAt.Sub(now); got != want {
+		t.Fatalf("probe in %d, want %d (2×AckDelay: the round trip is 200 µs)", got, want)
+	}
+	c.Tick(now.Add(want))
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Seq != 120 || frames[0].h.Flags&frame.FlagAckRequest == 0 {
+		t.Fatalf("%+v, want the probe: an Ack naming 120 with ACK_REQUEST", frames)
+	}
+}

@@ -113,16 +113,34 @@ func (c *Core) advanceStable() {
 	if m == c.stable {
 		return
 	}
+	if h := &c.history[(m-1)&c.hmask]; h.retxAt == 0 && h.sentAt != 0 {
+		c.sampleAck(c.now.Sub(h.sentAt)) // Karn: never a retransmitted frame
+	}
 	for s := c.stable; s != m; s++ {
 		h := &c.history[s&c.hmask]
-		h.buf, h.count, h.retxAt, h.served = h.buf[:0], 0, 0, 0
+		h.buf, h.count, h.retxAt, h.served, h.sentAt = h.buf[:0], 0, 0, 0, 0
 	}
 	c.stable = m
 	c.resendAt, c.backoff = 0, 0
 	if c.inFlight() > 0 {
-		c.resendAt = c.now.Add(c.cfg.ResendTimeout)
+		c.resendAt = c.now.Add(c.resendTimeoutBase())
 	}
 	c.maybeLeave()
+}
+
+// sampleAck feeds one acknowledgement round trip into the estimator of
+// the resend timer (RFC 6298).
+func (c *Core) sampleAck(r Duration) {
+	if c.ackSRTT == 0 {
+		c.ackSRTT, c.ackRTTVar = max(r, 1), r/2
+		return
+	}
+	d := c.ackSRTT - r
+	if d < 0 {
+		d = -d
+	}
+	c.ackRTTVar += (d - c.ackRTTVar) / 4
+	c.ackSRTT = max(c.ackSRTT+(r-c.ackSRTT)/8, 1)
 }
 
 // stepNormal is receive action 1 in PBP2's normal state (thesis fig. 3.8),
@@ -221,7 +239,7 @@ func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
 func (c *Core) enterRepair(p *peer) {
 	p.state = repair
 	p.nackAt = c.now.Add(c.nackTimeout(p))
-	p.nackExpected, p.nackBackoff = p.expected, 0
+	p.nackExpected, p.nackBackoff, p.nackArmed = p.expected, 0, c.now
 }
 
 // checkRepaired ends p's repair state when nothing is missing.
