@@ -6,30 +6,23 @@ import (
 	"math/bits"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
 )
 
-// Time is a monotonic instant in nanoseconds on the runtime's clock (the
-// live runtime's monotonic clock, or the simulator's virtual one). The
-// core never reads a clock: every input carries the current Time. It must
-// be positive; zero means "no deadline".
-type Time int64
-
-// Duration is a span of Time in nanoseconds.
-type Duration int64
+// Time and Duration are the cores' shared clock types (package clock):
+// a monotonic instant and a span in nanoseconds, supplied by the caller.
+type (
+	Time     = clock.Time
+	Duration = clock.Duration
+)
 
 // Units of Duration.
 const (
-	Nanosecond  Duration = 1
-	Microsecond          = 1000 * Nanosecond
-	Millisecond          = 1000 * Microsecond
-	Second               = 1000 * Millisecond
+	Nanosecond  = clock.Nanosecond
+	Microsecond = clock.Microsecond
+	Millisecond = clock.Millisecond
+	Second      = clock.Second
 )
-
-// Add returns t+d.
-func (t Time) Add(d Duration) Time { return t + Time(d) }
-
-// Sub returns t-u.
-func (t Time) Sub(u Time) Duration { return Duration(t - u) }
 
 // Mode selects how lost frames are repaired.
 type Mode uint8
