@@ -48,6 +48,7 @@ func run(args []string) int {
 	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
 	rtts := fs.Int("latency", 2000, "round trips per latency run (0: skip latency)")
 	noTput := fs.Bool("no-throughput", false, "skip the throughput runs")
+	batch := fs.Int("batch", 64, "frames per Send on the sender")
 	procs := fs.Bool("procs", true, "run each receiver as a process of its own in its namespace (false: goroutines of this process)")
 	senderFlag := fs.String("sender", "", "backend of the sending host only (default: the same as the receivers)")
 	if err := fs.Parse(args); err != nil {
@@ -87,7 +88,7 @@ func run(args []string) int {
 					var retries uint64
 					for r := range *reps {
 						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs})
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
