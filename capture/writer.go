@@ -188,6 +188,10 @@ func (w *Writer) run() {
 				w.mu.Lock()
 				w.noteErr(err, 0)
 				w.flushed = w.written
+				// Records (and Close) may have arrived while the lock
+				// was released: look at the queue again before deciding
+				// to exit, or they would be lost.
+				continue
 			} else if w.flushed < w.written {
 				w.flushed = w.written
 			}

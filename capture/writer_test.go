@@ -365,3 +365,33 @@ func TestRingModel(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWritesEverythingQueued is the regression test for a lost tail:
+// the writer goroutine released its lock to flush, a last frame and Close
+// arrived meanwhile, and it exited with them still queued. Close must write
+// every frame accepted before it, every time.
+func TestCloseWritesEverythingQueued(t *testing.T) {
+	for it := range 300 {
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, WriterOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Wrap(&memLink{mac: net.HardwareAddr(testSrc[:])}, w, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			c.Send([][]byte{testFrame(t, uint32(i), 64)})
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := w.Stats(); st.Frames != 20 || st.Queued != 0 || st.Dropped != 0 {
+			t.Fatalf("iteration %d: after Close %+v, want 20 frames written and nothing queued or dropped", it, st)
+		}
+		if got := len(readAll(t, &buf).data); got != 20 {
+			t.Fatalf("iteration %d: file has %d frames, want 20", it, got)
+		}
+	}
+}
