@@ -56,25 +56,11 @@ flags:
 	fs.IntVar(&c.Messages, "messages", d.Messages, "messages each member broadcasts")
 	fs.IntVar(&c.MinSize, "min-size", d.MinSize, "smallest message; sizes vary up to the largest one frame carries")
 	fs.IntVar(&c.MTU, "mtu", d.MTU, "link MTU (1500, 9000, up to 65535)")
-	fs.Float64Var(&c.Loss, "loss", d.Loss, "independent receive loss probability at every member")
-	fs.IntVar(&c.BurstMember, "burst-member", d.BurstMember, "index of the member with Gilbert-Elliott burst loss (-1: none)")
-	fs.IntVar(&c.SlowMember, "slow-member", d.SlowMember, "index of the member that reads its link only every -slow-every (-1: none)")
-	fs.DurationVar(&c.SlowEvery, "slow-every", d.SlowEvery, "how often the slow member runs")
+	impairmentFlags(fs, &c.Impairments)
 	fs.IntVar(&c.SmallQueue, "slow-queue", d.SmallQueue, "the slow member's receive queue, in frames")
-	fs.Float64Var(&c.Duplicate, "dup", d.Duplicate, "duplication probability")
-	fs.Float64Var(&c.Reorder, "reorder", d.Reorder, "reordering probability")
-	fs.Float64Var(&c.Corrupt, "corrupt", d.Corrupt, "probability a frame has a byte corrupted")
-	fs.DurationVar(&c.Jitter, "jitter", d.Jitter, "maximum extra delay per frame")
 	quiet := fs.Bool("q", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rbcast-sim: unexpected argument %q (see -h)\n", fs.Arg(0))
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	switch *mode {
 	case "pbp2":
@@ -164,24 +150,10 @@ flags:
 	fs.IntVar(&c.MTU, "mtu", d.MTU, "link MTU (1500, 9000, up to 65535)")
 	fs.DurationVar(&c.Interval, "interval", d.Interval, "virtual time between a member's batches")
 	fs.IntVar(&c.Batch, "batch", d.Batch, "frames per batch")
-	fs.Float64Var(&c.Loss, "loss", d.Loss, "independent receive loss probability at every member")
-	fs.IntVar(&c.BurstMember, "burst-member", d.BurstMember, "member with Gilbert-Elliott burst loss (-1: none)")
-	fs.IntVar(&c.SlowMember, "slow-member", d.SlowMember, "member that drains its receive queue slowly (-1: none)")
-	fs.DurationVar(&c.SlowEvery, "slow-every", d.SlowEvery, "how often the slow member reads")
-	fs.Float64Var(&c.Duplicate, "dup", d.Duplicate, "duplication probability")
-	fs.Float64Var(&c.Reorder, "reorder", d.Reorder, "reordering probability")
-	fs.Float64Var(&c.Corrupt, "corrupt", d.Corrupt, "probability a frame has a byte corrupted")
-	fs.DurationVar(&c.Jitter, "jitter", d.Jitter, "maximum extra delay per frame")
+	impairmentFlags(fs, &c.Impairments)
 	quiet := fs.Bool("q", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rbcast-sim: unexpected argument %q (see -h)\n", fs.Arg(0))
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if *quiet {
 		c.Progress = 0
@@ -234,4 +206,33 @@ flags:
 func withoutProgress(c simdemo.Config) simdemo.Config {
 	c.Progress = 0
 	return c
+}
+
+// impairmentFlags registers the flags both scenarios share; the current
+// values of im are the defaults.
+func impairmentFlags(fs *flag.FlagSet, im *simdemo.Impairments) {
+	fs.Float64Var(&im.Loss, "loss", im.Loss, "independent receive loss probability at every member")
+	fs.IntVar(&im.BurstMember, "burst-member", im.BurstMember, "index (from 0) of the member with Gilbert-Elliott burst loss (-1: none)")
+	fs.IntVar(&im.SlowMember, "slow-member", im.SlowMember, "index (from 0) of the member that reads its link only every -slow-every (-1: none)")
+	fs.DurationVar(&im.SlowEvery, "slow-every", im.SlowEvery, "how often the slow member reads")
+	fs.Float64Var(&im.Duplicate, "dup", im.Duplicate, "duplication probability")
+	fs.Float64Var(&im.Reorder, "reorder", im.Reorder, "reordering probability")
+	fs.Float64Var(&im.Corrupt, "corrupt", im.Corrupt, "probability a frame has a byte corrupted")
+	fs.DurationVar(&im.Jitter, "jitter", im.Jitter, "maximum extra delay per frame")
+}
+
+// parse parses args; when it reports !ok the command exits with code (0
+// after -h, 2 for bad usage).
+func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rbcast-sim: unexpected argument %q (see -h)\n", fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
 }

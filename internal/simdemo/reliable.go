@@ -23,29 +23,22 @@ type GroupConfig struct {
 	MinSize  int // message sizes vary from MinSize to the largest one frame carries
 	MTU      int
 	Mode     reliable.Mode
-	// Impairments, as in Config: independent receive loss everywhere,
-	// bursts at BurstMember, a small receive queue (SmallQueue frames) at
-	// SlowMember (stepped only every SlowEvery, as a process that is often
-	// descheduled), duplication, reordering, corruption, jitter.
-	Loss        float64
-	BurstMember int
-	SlowMember  int
-	SlowEvery   time.Duration
-	SmallQueue  int // SlowMember's receive queue in frames
-	Duplicate   float64
-	Reorder     float64
-	Corrupt     float64
-	Jitter      time.Duration
-	Progress    int
+	// Impairments as in Config; the slow member is stepped only every
+	// SlowEvery, as a process that is often descheduled, and has a
+	// receive queue of SmallQueue frames.
+	Impairments
+	SmallQueue int
+	Progress   int
 }
 
 // DefaultGroup is the embedded default of `make demo`.
 func DefaultGroup() GroupConfig {
 	return GroupConfig{
 		Seed: 1, Members: 8, Messages: 2000, MinSize: 16, MTU: 1500, Mode: reliable.PBP2,
-		Loss: 0.02, BurstMember: 3, SlowMember: 7, SlowEvery: 500 * time.Microsecond, SmallQueue: 64,
-		Duplicate: 0.005, Reorder: 0.01, Corrupt: 0.002, Jitter: 20 * time.Microsecond,
-		Progress: 10,
+		Impairments: Impairments{Loss: 0.02, BurstMember: 3, SlowMember: 7, SlowEvery: 500 * time.Microsecond,
+			Duplicate: 0.005, Reorder: 0.01, Corrupt: 0.002, Jitter: 20 * time.Microsecond},
+		SmallQueue: 64,
+		Progress:   10,
 	}
 }
 

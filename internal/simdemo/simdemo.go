@@ -33,17 +33,7 @@ type Config struct {
 	// frames per batch.
 	Interval time.Duration
 	Batch    int
-	// Loss is every member's independent receive loss; BurstMember gets
-	// Gilbert–Elliott bursts on top; SlowMember drains its queue only
-	// every SlowEvery (the thesis's main cause of loss: full buffers).
-	Loss        float64
-	BurstMember int
-	SlowMember  int
-	SlowEvery   time.Duration
-	Duplicate   float64
-	Reorder     float64
-	Corrupt     float64
-	Jitter      time.Duration
+	Impairments
 	// Progress lines are printed this many times over the run (0: none).
 	Progress int
 }
@@ -53,10 +43,27 @@ func Default() Config {
 	return Config{
 		Seed: 1, Members: 8, Frames: 2000, Payload: 1000, MTU: 1500,
 		Interval: 200 * time.Microsecond, Batch: 4,
-		Loss: 0.02, BurstMember: 3, SlowMember: 7, SlowEvery: 2500 * time.Microsecond,
-		Duplicate: 0.005, Reorder: 0.01, Corrupt: 0.002, Jitter: 20 * time.Microsecond,
+		Impairments: Impairments{Loss: 0.02, BurstMember: 3, SlowMember: 7, SlowEvery: 2500 * time.Microsecond,
+			Duplicate: 0.005, Reorder: 0.01, Corrupt: 0.002, Jitter: 20 * time.Microsecond},
 		Progress: 10,
 	}
+}
+
+// Impairments are what both scenarios do to the segment: independent
+// receive loss at every member, Gilbert–Elliott bursts on top at
+// BurstMember, a slow reader at SlowMember that runs only every SlowEvery
+// (the thesis's main cause of loss: full buffers), duplication,
+// reordering, corruption and jitter. Member indexes count from 0; -1
+// disables that member's special treatment.
+type Impairments struct {
+	Loss        float64
+	BurstMember int
+	SlowMember  int
+	SlowEvery   time.Duration
+	Duplicate   float64
+	Reorder     float64
+	Corrupt     float64
+	Jitter      time.Duration
 }
 
 func (c Config) validate() error {
