@@ -47,6 +47,12 @@
 // is reported as an error, and that slot and the ones after it are taken
 // back so the link keeps working.
 //
+// With Config.TxMode = TxSendmmsg no TX ring is mapped: Send hands the
+// caller's frames to one sendmmsg(2) per 64 frames on the same protocol-0
+// socket, with the same back-pressure rules (link/internal/mmsg). It is the
+// faster path with V3 receivers at jumbo MTU; with V2 receivers the TX ring
+// is faster. TxRing is the default (docs/benchmarks.md).
+//
 // # V2 or V3
 //
 // V3 wakes the reader once per block, when it is full or when its retire
@@ -58,23 +64,20 @@
 //	go test -run '^$' -bench RecvRate -benchtime 200000x -count 3 ./link/ring
 //
 // a ping-pong h0 → h1 → h0 through the bridge took 6-16 µs with V2 and
-// 1020-1090 µs with V3, while receive capacity, one full-speed sender to
-// N-1 receivers, MB/s delivered per receiver, was about the same (ranges
-// over 3 runs, 16 MiB rings):
+// 1020-1090 µs with V3. Receive capacity depends on how receivers are
+// scheduled. With receivers as goroutines of one loaded process these
+// package benchmarks saw V2 and V3 about equal. With one receiver process
+// per host on an idle machine (cmd/linkbench, docs/benchmarks.md), V2
+// delivered 65-80 % of V3 at N >= 4, because it wakes the reader per frame.
+// That table also compares both with the reference numbers of a throwaway
+// sendmmsg sender with V3 ring receivers (537/334/179 MB/s at MTU 1500,
+// 2823/1283/571 at MTU 9000). V3 with TxSendmmsg meets the reference.
 //
-//	          MTU 1500               MTU 9000
-//	          V2         V3          V2          V3
-//	N=2       820-1140   820-980     3430-3550   2410-3430
-//	N=4       500-540    470-670     1660-1890   1480-1990
-//	N=8       235-260    220-250     760-795     665-790
+// Broadcast has no flow control from receivers to the sender; that is the
+// protocol's job. A ring that fills up drops frames, and every one of them
+// is counted in Stats.KernelDrops.
 //
-// Most runs lost nothing; a run in which the receivers were descheduled for
-// long (other work on the machine) lost up to 28 % (V2) or 36 % (V3) to a
-// full ring, all of it counted in Stats.KernelDrops. Broadcast has no flow
-// control from receivers to the sender; that is the protocol's job.
-// (a throwaway sendmmsg sender with V3 ring receivers reached 537/334/179
-// MB/s at MTU 1500 and 2823/1283/571 at MTU 9000 on the same machine).
 // The protocol above waits on single frames (acks, repairs), so
-// DefaultVersion is V2; V3 costs the receiver fewer wake-ups and is the
+// DefaultVersion is V2. V3 costs the receiver fewer wake-ups and is the
 // better choice for a bulk receiver that can tolerate a millisecond.
 package ring
