@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net fuzz lint deps clean
 
 all: build
 
@@ -36,10 +36,20 @@ SEEDS ?= 20000
 soak:
 	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$' ./reliable/pbp ./reliable/seq
 
-# Micro-benchmarks of every package; the link-layer report is produced by
-# `go run ./cmd/linkbench` (see docs/benchmarks.md).
+# Micro-benchmarks (no root): codec, simulator, capture, the protocol cores
+# alone, and the runtime's goodput on the simulator (one fixed scenario per
+# sub-benchmark, hence 1x).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
+	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+
+# Real-network benchmarks (root; builds and removes rb… namespaces): PBP
+# goodput and latency beside the raw ring ceiling (each sub-benchmark is
+# one timed run, hence 1x), then the link-layer tables of docs/benchmarks.md.
+# Takes several minutes; run it on an otherwise idle machine.
+bench-net:
+	$(GO) test -run '^$$' -bench '^Benchmark(Goodput|Latency)$$' -benchtime 1x ./reliable
+	$(GO) run ./cmd/linkbench
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
