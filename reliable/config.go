@@ -18,6 +18,29 @@ const (
 	PBP1 = pbp.PBP1 // positive acknowledgements
 )
 
+// Order selects the order in which a group delivers messages.
+type Order int
+
+const (
+	// FIFO delivers each sender's messages in the order it sent them
+	// (PBP); different senders' messages interleave differently at
+	// different members. The default.
+	FIFO Order = iota
+	// Total delivers one sequence, the same at every member, every
+	// member's own messages included (the sequencer, reliable/seq).
+	Total
+)
+
+func (o Order) String() string {
+	switch o {
+	case FIFO:
+		return "fifo"
+	case Total:
+		return "total"
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
 // Defaults of the runtime's own settings. The protocol's (Window and the
 // timers) are pbp's: see pbp.Config.
 const (
@@ -65,7 +88,9 @@ type Config struct {
 	// (registration only); 0 derives one from the clock.
 	Incarnation uint32
 
-	Mode Mode
+	// Order is FIFO (the default) or Total.
+	Order Order
+	Mode  Mode
 	// Window: see pbp.Config.Window. 0 means the mode's default.
 	Window int
 	// MaxPayload lowers the largest message below what the link MTU allows;
@@ -120,6 +145,15 @@ type settings struct {
 
 func (c Config) settings() (settings, error) {
 	s := settings{Config: c}
+	switch c.Order {
+	case FIFO:
+	case Total:
+		// TODO(issue 4): the sequencer core exists (reliable/seq) but the
+		// runtime does not drive it yet.
+		return s, configErr("Order is total, which the runtime does not support yet")
+	default:
+		return s, configErr("Order is %v, want FIFO or Total", c.Order)
+	}
 	if c.Mode != PBP1 && c.Mode != PBP2 {
 		return s, configErr("Mode is %v, want PBP1 or PBP2", c.Mode)
 	}
