@@ -1,0 +1,270 @@
+// Package harness is what the five example programs share: their flags,
+// the three ways to run (sequential; every rank in one process on the
+// simulated segment; one process per host on a real interface), the
+// -verify comparison with the sequential run, and the one-line report.
+//
+// A program is written once, as a Program against dsm.Node; the harness
+// runs it under dsm.Simulate or dsm.Join.
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// Result is what one run (or one rank of a parallel run) computed.
+type Result struct {
+	// Valid is false for a rank that does not hold the result (matmult's
+	// and tsp's workers): it is then neither checked nor reported.
+	Valid bool
+	// Checksum identifies the result bit for bit (suite.Checksum).
+	Checksum uint64
+	// Detail is extra "key=value" text for the report (iterations run,
+	// tour length...); it is compared too.
+	Detail string
+	// Solve is the time of the computation proper, without setup: from
+	// the barrier after initialisation to the end (as the thesis times).
+	Solve time.Duration
+}
+
+// Program is the parallel version of an algorithm, run by every rank.
+type Program func(ctx context.Context, n *dsm.Node) (Result, error)
+
+// Options are the flags every command shares.
+type Options struct {
+	Procs     int
+	Sim       bool
+	Loss      float64
+	SimSeed   uint64
+	Iface     string
+	Server    bool
+	Group     uint
+	Window    int
+	Unbuf     bool
+	Verify    bool
+	Timeout   time.Duration
+	params    []string
+	fs        *flag.FlagSet
+	sequence  func() Result
+	parallel  Program
+	stdout    io.Writer
+	programID string
+}
+
+// Flags registers the shared flags on fs and returns where they land.
+func Flags(fs *flag.FlagSet) *Options {
+	o := &Options{fs: fs, stdout: os.Stdout}
+	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
+	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
+	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
+	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
+	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
+	fs.BoolVar(&o.Server, "server", false, "with -iface: this process is the registration server (exactly one per group); it becomes rank 0")
+	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
+	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
+	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
+	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
+	return o
+}
+
+// Param records a problem parameter for the report ("n=512").
+func (o *Options) Param(format string, args ...any) {
+	o.params = append(o.params, fmt.Sprintf(format, args...))
+}
+
+// Mode names how the command runs.
+func (o *Options) Mode() string {
+	switch {
+	case o.Sim:
+		return "sim"
+	case o.Iface != "":
+		return "host"
+	}
+	return "seq"
+}
+
+// Run runs the command: sequential unless -sim or -iface. It prints one
+// report line per rank that holds a result, and returns an error if a run
+// failed or -verify found a difference.
+func (o *Options) Run(name string, sequential func() Result, parallel Program) error {
+	switch {
+	case o.Procs < 1:
+		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
+	case o.Sim && o.Iface != "":
+		return errors.New("-sim and -iface exclude each other: simulate every rank here, or run one rank per host")
+	case o.Loss < 0 || o.Loss >= 1:
+		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
+	case !o.Sim && o.Iface == "" && o.Procs != 1:
+		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
+	}
+	var want *Result
+	check := func(r Result) string {
+		if !o.Verify || !r.Valid {
+			return ""
+		}
+		if want == nil {
+			w := sequential()
+			want = &w
+		}
+		if r.Checksum != want.Checksum || r.Detail != want.Detail {
+			return fmt.Sprintf(" verify=FAIL(sequential checksum=%016x %s)", want.Checksum, want.Detail)
+		}
+		return " verify=ok"
+	}
+	head := func(rank int) string {
+		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, strings.Join(o.params, " "))
+	}
+	var failed bool
+	report := func(rank int, r Result, st *dsm.Stats, extra string) {
+		v := check(r)
+		failed = failed || strings.Contains(v, "FAIL")
+		line := head(rank)
+		if r.Valid {
+			line += fmt.Sprintf(" checksum=%016x", r.Checksum)
+			if r.Detail != "" {
+				line += " " + r.Detail
+			}
+		}
+		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		if st != nil {
+			line += " " + statsText(st)
+		}
+		fmt.Fprintln(o.stdout, line+extra+v)
+	}
+
+	switch o.Mode() {
+	case "seq":
+		r := sequential()
+		report(0, r, nil, "")
+	case "sim":
+		results := make([]Result, o.Procs)
+		cfg := dsm.SimConfig{
+			Members: o.Procs,
+			Seed:    o.SimSeed,
+			In:      testnet.Impairment{Loss: o.Loss},
+			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf},
+		}
+		start := time.Now()
+		sim, err := dsm.Simulate(cfg, func(n *dsm.Node) error {
+			r, err := parallel(context.Background(), n)
+			results[n.Rank()] = r
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s on the simulator: %w", name, err)
+		}
+		wall := time.Since(start)
+		for rank, r := range results {
+			if !r.Valid {
+				continue
+			}
+			var st *dsm.Stats
+			if rank < len(sim.Stats) {
+				st = &sim.Stats[rank]
+			}
+			report(rank, r, st, fmt.Sprintf(" virtual_us=%d wall_us=%d", sim.Elapsed.Microseconds(), wall.Microseconds()))
+		}
+		if len(sim.Stats) > 0 {
+			fmt.Fprintf(o.stdout, "%s total %s\n", head(-1), statsText(sumStats(sim.Stats)))
+		}
+	case "host":
+		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+		defer cancel()
+		l, err := ring.Open(o.Iface, ring.Config{})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		gc := reliable.Config{
+			Group:  uint32(o.Group),
+			Size:   o.Procs,
+			Server: o.Server,
+			Window: o.Window,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		}
+		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf})
+		if err != nil {
+			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
+		}
+		r, err := parallel(ctx, n)
+		if err != nil {
+			n.Exit()
+			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
+		}
+		st := n.Stats()
+		if err := n.Exit(); err != nil {
+			return fmt.Errorf("%s rank %d: exit: %w", name, n.Rank(), err)
+		}
+		if !r.Valid {
+			// Workers report their traffic too (fig. 6.6 sums all ranks).
+			fmt.Fprintf(o.stdout, "%s solve_us=%d %s\n", head(n.Rank()), r.Solve.Microseconds(), statsText(&st))
+		} else {
+			report(n.Rank(), r, &st, "")
+		}
+	}
+	if failed {
+		return errors.New("verify: the parallel result differs from the sequential one")
+	}
+	return nil
+}
+
+// statsText is the report's traffic part: DSM messages and bytes sent
+// (thesis fig. 6.6 counts these), and the repair work under them (fig.
+// 6.9's losses show as gaps repaired and frames retransmitted).
+func statsText(s *dsm.Stats) string {
+	p := s.Group.Protocol
+	return fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d",
+		s.Messages, s.Bytes, p.DataFramesSent, p.Retransmitted, p.NacksSent, p.GapsRepaired, s.Group.Link.KernelDrops)
+}
+
+func sumStats(all []dsm.Stats) *dsm.Stats {
+	var t dsm.Stats
+	for _, s := range all {
+		t.Messages += s.Messages
+		t.Bytes += s.Bytes
+		t.Group.Protocol.DataFramesSent += s.Group.Protocol.DataFramesSent
+		t.Group.Protocol.Retransmitted += s.Group.Protocol.Retransmitted
+		t.Group.Protocol.NacksSent += s.Group.Protocol.NacksSent
+		t.Group.Protocol.GapsRepaired += s.Group.Protocol.GapsRepaired
+		t.Group.Link.KernelDrops += s.Group.Link.KernelDrops
+	}
+	return &t
+}
+
+// Main parses the command line with the shared flags and exits with the
+// outcome of run; setup registers the program's own flags.
+func Main(name string, setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, parallel Program)) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	o := Flags(fs)
+	seq, par := setup(fs, o)
+	fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
+		os.Exit(2)
+	}
+	if err := o.Run(name, seq, par); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Attach creates segment key on rank 0 and joins it everywhere else.
+func Attach(ctx context.Context, n *dsm.Node, key uint32, locations, size int) (*dsm.Segment, error) {
+	if n.Rank() == 0 {
+		return n.CreateSegment(key, locations, size)
+	}
+	return n.JoinSegment(ctx, key, locations, size)
+}
