@@ -44,28 +44,24 @@ type Program func(ctx context.Context, n *dsm.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs     int
-	Sim       bool
-	Loss      float64
-	SimSeed   uint64
-	Iface     string
-	Server    bool
-	Group     uint
-	Window    int
-	Unbuf     bool
-	Verify    bool
-	Timeout   time.Duration
-	params    []string
-	fs        *flag.FlagSet
-	sequence  func() Result
-	parallel  Program
-	stdout    io.Writer
-	programID string
+	Procs   int
+	Sim     bool
+	Loss    float64
+	SimSeed uint64
+	Iface   string
+	Server  bool
+	Group   uint
+	Window  int
+	Unbuf   bool
+	Verify  bool
+	Timeout time.Duration
+	params  string
+	stdout  io.Writer
 }
 
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
-	o := &Options{fs: fs, stdout: os.Stdout}
+	o := &Options{stdout: os.Stdout}
 	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
 	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
 	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
@@ -80,9 +76,9 @@ func Flags(fs *flag.FlagSet) *Options {
 	return o
 }
 
-// Param records a problem parameter for the report ("n=512").
-func (o *Options) Param(format string, args ...any) {
-	o.params = append(o.params, fmt.Sprintf(format, args...))
+// SetParams sets the problem's parameters for the report ("n=512 iters=500").
+func (o *Options) SetParams(format string, args ...any) {
+	o.params = fmt.Sprintf(format, args...)
 }
 
 // Mode names how the command runs.
@@ -125,7 +121,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return " verify=ok"
 	}
 	head := func(rank int) string {
-		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, strings.Join(o.params, " "))
+		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, o.params)
 	}
 	var failed bool
 	report := func(rank int, r Result, st *dsm.Stats, extra string) {
