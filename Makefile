@@ -43,12 +43,14 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
 
-# Real-network benchmarks (root; builds and removes rb… namespaces): PBP
-# goodput and latency beside the raw ring ceiling (each sub-benchmark is
-# one timed run, hence 1x), then the link-layer tables of docs/benchmarks.md.
-# Takes several minutes; run it on an otherwise idle machine.
+# Real-network benchmarks (root; builds and removes rb… namespaces): the
+# PBP tables of docs/benchmarks.md (one-to-all, 64-byte messages, windows,
+# all-to-all, latency; PBP2, PBP1, TCP fan-out and the raw ring ceiling back
+# to back, REPS repetitions, medians; written to bench-net.md too), then the
+# link-layer tables. About 25 minutes; run it on an otherwise idle machine.
+REPS ?= 3
 bench-net:
-	$(GO) test -run '^$$' -bench '^Benchmark(Goodput|Latency)$$' -benchtime 1x ./reliable
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-net.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 120m ./reliable
 	$(GO) run ./cmd/linkbench
 
 # Runs every fuzz target for FUZZTIME each.

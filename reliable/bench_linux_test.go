@@ -36,10 +36,10 @@ func benchDuration() time.Duration {
 
 var benchPrefixes atomic.Int32
 
-// benchPrefix is a fresh topology prefix of ours ("rbx" + letters).
+// benchPrefix is a fresh topology prefix of ours ("rbe" + letters).
 func benchPrefix() string {
 	n := benchPrefixes.Add(1)
-	return fmt.Sprintf("rbxb%c%c", 'a'+n/26%26, 'a'+n%26)
+	return fmt.Sprintf("rbeb%c%c", 'a'+n/26%26, 'a'+n%26)
 }
 
 type goodputOpts struct {
@@ -49,14 +49,17 @@ type goodputOpts struct {
 	size        int // 0: the largest message
 	bundleDelay time.Duration
 	mode        Mode
+	window      int  // 0: the mode's default
+	allSend     bool // every member sends (all-to-all), not only member 0
 }
 
 type goodputResult struct {
-	msgs, bytes uint64 // at the slowest receiver
+	msgs, bytes uint64 // at the slowest receiver, from all senders
 	elapsed     time.Duration
 	sender      Stats
-	held        uint64 // Data frames receivers left unstepped (full receive queue)
-	drops       uint64 // receivers' kernel drops
+	held        uint64        // Data frames receivers left unstepped (full receive queue)
+	drops       uint64        // receivers' kernel drops
+	maxGap      time.Duration // longest time any receiver went without a delivery while senders sent
 }
 
 // runGoodput has member 0 send as fast as Send accepts for d; every other
@@ -71,11 +74,27 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 			}
 		}
 	}
+	return runGoodputOn(tb, topo, o, d)
+}
+
+var benchGroups atomic.Uint32
+
+// runGoodputOn runs a fresh group on every host of topo (whatever loss it
+// has): member 0 (or, with o.allSend, every member) sends o.size-byte
+// messages as fast as Send accepts for d, every member receives with
+// RecvAppend. The result is what the slowest receiver got, counted until
+// it had everything (or 5 s after sending ended).
+func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Duration) goodputResult {
 	links := make([]link.Link, len(topo.Hosts))
 	var members []frame.MemberInfo
 	for i, h := range topo.Hosts {
 		links[i] = openOnHost(tb, h)
 	}
+	defer func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}()
 	var trace *traceLink
 	if os.Getenv("RBCAST_BENCH_TRACE") != "" {
 		trace = &traceLink{Link: links[0]}
@@ -85,10 +104,11 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 	for i, h := range topo.Hosts {
 		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
 	}
+	gid := 1000 + benchGroups.Add(1)
 	groups := make([]*Group, len(links))
 	for i, l := range links {
-		g, err := Join(context.Background(), l, Config{Group: 77, Members: members, Self: frame.MemberID(i), Mode: o.mode,
-			BundleDelay: o.bundleDelay, Logger: quiet})
+		g, err := Join(context.Background(), l, Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: o.mode,
+			Window: o.window, BundleDelay: o.bundleDelay, Logger: quiet})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -106,57 +126,105 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 	if size == 0 {
 		size = groups[0].MaxMessage()
 	}
+	nSend := 1
+	if o.allSend {
+		nSend = len(groups)
+	}
+	// receiving[i]: member i receives from someone.
+	receiving := func(i int) bool { return nSend > 1 || i > 0 }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	counts := make([]atomic.Uint64, len(groups))
+	gaps := make([]atomic.Int64, len(groups))
+	var sending atomic.Bool
+	sending.Store(true)
 	var wg sync.WaitGroup
-	for i, g := range groups[1:] {
+	for i, g := range groups {
+		if !receiving(i) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 0, 65536)
+			last := time.Now()
+			var gap time.Duration
 			for {
 				_, data, err := g.RecvAppend(ctx, buf[:0])
 				if err != nil {
+					gaps[i].Store(int64(gap))
 					return
 				}
-				counts[i+1].Add(uint64(len(data)))
+				counts[i].Add(uint64(len(data)))
+				if sending.Load() {
+					now := time.Now()
+					gap = max(gap, now.Sub(last))
+					last = now
+				}
 			}
 		}()
 	}
 	msg := make([]byte, size)
+	sent := make([]uint64, nSend)
 	start := time.Now()
-	var sent uint64
-	for time.Since(start) < d {
-		if err := groups[0].Send(ctx, msg); err != nil {
-			tb.Fatal(err)
+	var swg sync.WaitGroup
+	for s := range nSend {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for time.Since(start) < d {
+				if err := groups[s].Send(ctx, msg); err != nil {
+					tb.Error(err)
+					return
+				}
+				sent[s]++
+			}
+		}()
+	}
+	swg.Wait()
+	sending.Store(false)
+	var total uint64
+	for _, n := range sent {
+		total += n
+	}
+	// want[i]: what member i must receive (everything but its own).
+	want := func(i int) uint64 {
+		if i < nSend {
+			return (total - sent[i]) * uint64(size)
 		}
-		sent++
+		return total * uint64(size)
 	}
 	// Wait until the slowest receiver has everything (or 5 s).
-	want := sent * uint64(size)
 	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
-		low := want
-		for i := range groups[1:] {
-			low = min(low, counts[i+1].Load())
+		done := true
+		for i := range groups {
+			if receiving(i) && counts[i].Load() < want(i) {
+				done = false
+				break
+			}
 		}
-		if low == want {
+		if done {
 			break
 		}
 	}
 	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
-	low := want
-	for i := range groups[1:] {
-		low = min(low, counts[i+1].Load())
-	}
-	res := goodputResult{msgs: low / uint64(max(size, 1)), bytes: low, elapsed: elapsed, sender: groups[0].Stats()}
-	for _, g := range groups[1:] {
+	res := goodputResult{elapsed: elapsed, sender: groups[0].Stats()}
+	first := true
+	for i, g := range groups {
+		if !receiving(i) {
+			continue
+		}
+		if c := counts[i].Load(); first || c < res.bytes {
+			res.bytes, first = c, false
+		}
+		res.maxGap = max(res.maxGap, time.Duration(gaps[i].Load()))
 		st := g.Stats()
 		res.held += st.HeldData
 		res.drops += st.Link.KernelDrops
 	}
+	res.msgs = res.bytes / uint64(max(size, 1))
 	return res
 }
 
@@ -170,7 +238,6 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { l.Close() })
 	return l
 }
 
@@ -349,13 +416,30 @@ func reportGoodput(b *testing.B, r goodputResult) {
 func BenchmarkLatency(b *testing.B) {
 	netns.RequireRoot(b)
 	topo := netns.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
-	links := []link.Link{openOnHost(b, topo.Hosts[0]), openOnHost(b, topo.Hosts[1])}
+	const n = 20000
+	p50, p99 := runLatencyOn(b, topo, PBP2, n)
+	b.ReportMetric(float64(p50.Nanoseconds())/1000, "p50-one-way-µs")
+	b.ReportMetric(float64(p99.Nanoseconds())/1000, "p99-one-way-µs")
+	b.Logf("load %s; %d round trips of 64 bytes", loadavg(), n)
+}
+
+// runLatencyOn: hosts 0 and 1 of topo form a group; 0 sends a 64-byte
+// message, 1 sends it back, n times after 100 warm-up round trips. It
+// returns half the round trip's p50 and p99.
+func runLatencyOn(tb testing.TB, topo *netns.Topology, mode Mode, n int) (p50, p99 time.Duration) {
+	links := []link.Link{openOnHost(tb, topo.Hosts[0]), openOnHost(tb, topo.Hosts[1])}
+	defer func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}()
 	members := []frame.MemberInfo{{ID: 0, MAC: [6]byte(topo.Hosts[0].MAC), Incarnation: 1}, {ID: 1, MAC: [6]byte(topo.Hosts[1].MAC), Incarnation: 1}}
+	gid := 1000 + benchGroups.Add(1)
 	var groups []*Group
 	for i, l := range links {
-		g, err := Join(context.Background(), l, Config{Group: 78, Members: members, Self: frame.MemberID(i), Logger: quiet})
+		g, err := Join(context.Background(), l, Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: mode, Logger: quiet})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		groups = append(groups, g)
 	}
@@ -367,7 +451,8 @@ func BenchmarkLatency(b *testing.B) {
 			<-g.Done()
 		}
 	}()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() { // echo
 		buf := make([]byte, 0, 2048)
 		for {
@@ -379,22 +464,19 @@ func BenchmarkLatency(b *testing.B) {
 	}()
 	msg := make([]byte, 64)
 	buf := make([]byte, 0, 2048)
-	rtts := make([]time.Duration, 0, 20000)
-	const n = 20000
+	rtts := make([]time.Duration, 0, n)
 	for i := range n + 100 {
 		t0 := time.Now()
 		if err := groups[0].Send(ctx, msg); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		if _, _, err := groups[0].RecvAppend(ctx, buf[:0]); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		if i >= 100 {
 			rtts = append(rtts, time.Since(t0))
 		}
 	}
 	slices.Sort(rtts)
-	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/2000, "p50-one-way-µs")
-	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/2000, "p99-one-way-µs")
-	b.Logf("load %s; %d round trips of 64 bytes", loadavg(), n)
+	return rtts[len(rtts)/2] / 2, rtts[len(rtts)*99/100] / 2
 }

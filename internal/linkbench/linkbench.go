@@ -146,6 +146,32 @@ func RunThroughput(o Options) (*Throughput, error) {
 		return nil, err
 	}
 	defer topo.Close()
+	return runOn(topo, o, open, openSender)
+}
+
+// RunThroughputOn is RunThroughput on a topology the caller built (and
+// keeps): o.Hosts and o.MTU are taken from it, o.Prefix is ignored. Loss
+// set on its hosts stays in place, so the ceiling under loss can be
+// measured beside a protocol on the same segment.
+func RunThroughputOn(topo *netns.Topology, o Options) (*Throughput, error) {
+	open, ok := Backends[o.Backend]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
+	}
+	if o.Batch == 0 {
+		o.Batch = 64
+	}
+	openSender := open
+	if o.Sender != "" {
+		if openSender, ok = Backends[o.Sender]; !ok {
+			return nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)
+		}
+	}
+	o.Hosts, o.MTU, o.Prefix = len(topo.Hosts), topo.MTU, topo.Prefix
+	return runOn(topo, o, open, openSender)
+}
+
+func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.Link, error)) (*Throughput, error) {
 	sender, err := openOn(topo.Hosts[0], openSender)
 	if err != nil {
 		return nil, err
@@ -307,8 +333,7 @@ type Latency struct {
 // 64-byte frame, host 1 echoes it, host 0 waits for the echo; one way is
 // half the round trip. Only one frame is ever in flight.
 func RunLatency(backend string, roundTrips int, prefix string) (*Latency, error) {
-	open, ok := Backends[backend]
-	if !ok {
+	if _, ok := Backends[backend]; !ok {
 		return nil, fmt.Errorf("unknown backend %q (have %v)", backend, BackendNames)
 	}
 	topo, err := netns.New(netns.Options{Hosts: 2, Prefix: prefix})
@@ -316,6 +341,14 @@ func RunLatency(backend string, roundTrips int, prefix string) (*Latency, error)
 		return nil, err
 	}
 	defer topo.Close()
+	return runLatency(topo, backend, roundTrips)
+}
+
+func runLatency(topo *netns.Topology, backend string, roundTrips int) (*Latency, error) {
+	open, ok := Backends[backend]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q (have %v)", backend, BackendNames)
+	}
 	a, err := openOn(topo.Hosts[0], open)
 	if err != nil {
 		return nil, err

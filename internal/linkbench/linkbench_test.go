@@ -51,6 +51,43 @@ func TestHarnessRuns(t *testing.T) {
 	}
 }
 
+// TCP fan-out delivers every byte written, one-to-all and all-to-all, and
+// its latency run completes.
+func TestTCPFanout(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 3, Addresses: true, Prefix: "rbktcp"})
+	for _, senders := range []int{1, 3} {
+		res, err := RunTCPFanout(topo, TCPOptions{Senders: senders, Duration: 100 * time.Millisecond, Lag: 1 << 20})
+		if err != nil {
+			t.Fatalf("senders=%d: %v", senders, err)
+		}
+		if wantRx := map[int]int{1: 2, 3: 3}[senders]; len(res.Receivers) != wantRx {
+			t.Fatalf("senders=%d: receivers %v", senders, res.Receivers)
+		}
+		for _, h := range res.Receivers {
+			if res.Received[h] == 0 || res.Received[h] != res.Written[h] {
+				t.Fatalf("senders=%d: host %d received %d bytes of %d written", senders, h, res.Received[h], res.Written[h])
+			}
+		}
+		if senders == 1 {
+			a, b := res.Received[1], res.Received[2]
+			if max(a, b)-min(a, b) > 1<<20+64<<10 {
+				t.Fatalf("one-to-all: receivers got %d and %d bytes: more apart than the 1 MiB lag bound", a, b)
+			}
+		}
+	}
+	lat, err := RunTCPLatency(topo, 64, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lat.RoundTrips != 50 || lat.P50 <= 0 {
+		t.Fatalf("latency: %+v", lat)
+	}
+	if _, err := RunTCPFanout(&netns.Topology{Hosts: topo.Hosts[:1]}, TCPOptions{}); err == nil {
+		t.Fatal("one host accepted")
+	}
+}
+
 func TestUnknownBackend(t *testing.T) {
 	if _, err := RunThroughput(Options{Backend: "nope"}); err == nil {
 		t.Fatal("unknown backend accepted")

@@ -1,0 +1,106 @@
+//go:build linux
+
+// Command tcpfanout measures the TCP baseline of docs/benchmarks.md on a
+// network-namespace topology it builds and removes itself (namespaces
+// named rbet…): one sender writes the same byte stream into one TCP
+// connection per receiver (-all: every host does, a full mesh), for
+// 1 sender + N−1 receivers through a bridge. It prints per-receiver MB/s
+// (mean and slowest) as a markdown table. It needs root.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("tcpfanout", flag.ContinueOnError)
+	hostsFlag := fs.String("hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
+	mtuFlag := fs.String("mtu", "1500,9000", "MTUs")
+	dur := fs.Duration("duration", 3*time.Second, "sending time per run")
+	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
+	all := fs.Bool("all", false, "all-to-all: every host sends to every other")
+	lag := fs.Int("lag", 4<<20, "bytes one connection may run ahead of the sender's slowest")
+	loss := fs.Float64("loss", 0, "random loss in percent on every receiver's inbound frames")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "tcpfanout: needs root (network namespaces)")
+		return 2
+	}
+	hosts, err := ints(*hostsFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tcpfanout: -hosts: %v\n", err)
+		return 2
+	}
+	mtus, err := ints(*mtuFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tcpfanout: -mtu: %v\n", err)
+		return 2
+	}
+	fmt.Printf("| MTU | N | senders | loss | per-receiver MB/s, mean | slowest receiver MB/s |\n|---|---|---|---|---|---|\n")
+	for _, mtu := range mtus {
+		for _, n := range hosts {
+			topo, err := netns.New(netns.Options{Hosts: n, MTU: mtu, Addresses: true, Prefix: fmt.Sprintf("rbet%d", os.Getpid()%1000)})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "tcpfanout: %v\n", err)
+				return 1
+			}
+			senders := 1
+			if *all {
+				senders = n
+			}
+			if *loss > 0 {
+				for _, h := range topo.Hosts {
+					if h.Index > 0 || *all {
+						if err := h.SetLoss(netns.In, netns.Loss{Percent: *loss}); err != nil {
+							topo.Close()
+							fmt.Fprintf(os.Stderr, "tcpfanout: %v\n", err)
+							return 1
+						}
+					}
+				}
+			}
+			var means, mins []string
+			for r := range *reps {
+				fmt.Fprintf(os.Stderr, "tcpfanout: MTU %d N=%d run %d/%d...\n", mtu, n, r+1, *reps)
+				res, err := linkbench.RunTCPFanout(topo, linkbench.TCPOptions{Senders: senders, Duration: *dur, Lag: *lag})
+				if err != nil {
+					topo.Close()
+					fmt.Fprintf(os.Stderr, "tcpfanout: %v\n", err)
+					return 1
+				}
+				means = append(means, fmt.Sprintf("%.0f", res.MeanMBps()))
+				mins = append(mins, fmt.Sprintf("%.0f", res.MinMBps()))
+			}
+			topo.Close()
+			fmt.Printf("| %d | %d | %d | %g%% | %s | %s |\n", mtu, n, senders, *loss, strings.Join(means, ", "), strings.Join(mins, ", "))
+		}
+	}
+	return 0
+}

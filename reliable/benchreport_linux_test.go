@@ -1,0 +1,344 @@
+package reliable
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// BenchmarkReport produces the PBP tables of docs/benchmarks.md: the
+// thesis's three experiments (chapter 4: one-to-all, all-to-all, latency)
+// on the netns bridge, for PBP2, PBP1, TCP fan-out (one connection per
+// receiver, the same bytes; internal/linkbench.RunTCPFanout) and the raw
+// ring ceiling (internal/linkbench, ring-v2, the link PBP runs on), at MTU
+// 1500 and 9000 with 0, 1 and 5% loss. Every cell runs all its systems back
+// to back on the same topology, RBCAST_REPORT_REPS times (default 3), and
+// reports medians, so ratios compare numbers taken under the same load.
+// Run it once, as root (make bench-net):
+//
+//	go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x -timeout 60m ./reliable
+//
+// RBCAST_BENCH_SECONDS: sending time per run (default 1).
+// RBCAST_REPORT_PARTS: comma-separated subset of one,small,window,all,latency.
+// RBCAST_REPORT_RX: receivers of the one-to-all parts (default 1,3,7).
+// RBCAST_REPORT_OUT: also write the tables to this file.
+//
+// Everything runs in this one process: every member of a group, every
+// raw receiver and every TCP endpoint is a goroutine with its socket in
+// its host's namespace, so all systems share the machine's cores the same
+// way.
+func BenchmarkReport(b *testing.B) {
+	netns.RequireRoot(b)
+	d := benchDuration()
+	reps := 3
+	if n, err := strconv.Atoi(os.Getenv("RBCAST_REPORT_REPS")); err == nil && n > 0 {
+		reps = n
+	}
+	parts := "one,small,window,all,latency"
+	if p := os.Getenv("RBCAST_REPORT_PARTS"); p != "" {
+		parts = p
+	}
+	rxs := []int{1, 3, 7}
+	if s := os.Getenv("RBCAST_REPORT_RX"); s != "" {
+		rxs = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				b.Fatalf("RBCAST_REPORT_RX=%q: want receiver counts like 1,3,7", s)
+			}
+			rxs = append(rxs, n)
+		}
+	}
+	var out io.Writer = os.Stdout
+	if p := os.Getenv("RBCAST_REPORT_OUT"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		out = io.MultiWriter(os.Stdout, f)
+	}
+	r := &reporter{b: b, d: d, reps: reps, out: out}
+	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); load average at start %s\n\n", d, reps, loadavg())
+	for _, p := range strings.Split(parts, ",") {
+		switch p {
+		case "one":
+			r.oneToAll(rxs)
+		case "small":
+			r.small(rxs)
+		case "window":
+			r.windows(rxs)
+		case "all":
+			r.allToAll()
+		case "latency":
+			r.latency()
+		default:
+			b.Fatalf("RBCAST_REPORT_PARTS: unknown part %q (have one,small,window,all,latency)", p)
+		}
+	}
+	r.printf("load average at end %s\n", loadavg())
+}
+
+type reporter struct {
+	b    *testing.B
+	d    time.Duration
+	reps int
+	out  io.Writer
+	topo int
+}
+
+func (r *reporter) printf(format string, args ...any) {
+	fmt.Fprintf(r.out, format, args...)
+}
+
+// up builds a topology with IPv4 addresses (for TCP) named rbe…
+func (r *reporter) up(hosts, mtu int) *netns.Topology {
+	r.topo++
+	topo, err := netns.New(netns.Options{Hosts: hosts, MTU: mtu, Addresses: true, Prefix: fmt.Sprintf("rber%d", r.topo)})
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	r.b.Cleanup(func() { topo.Close() })
+	return topo
+}
+
+// setLoss puts loss on every host's inbound frames (all EtherTypes, so
+// TCP and PBP see the same segment), skipping host 0 unless all.
+func (r *reporter) setLoss(topo *netns.Topology, pct float64, all bool) {
+	for _, h := range topo.Hosts {
+		if h.Index == 0 && !all {
+			continue
+		}
+		if err := h.SetLoss(netns.In, netns.Loss{Percent: pct}); err != nil {
+			r.b.Fatal(err)
+		}
+	}
+}
+
+// samples collects one number per repetition.
+type samples []float64
+
+func (s samples) median() float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// fmtMB formats a median with its range.
+func (s samples) fmt(scale float64, unit string) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	m := s.median() / scale
+	if len(s) == 1 {
+		return fmt.Sprintf("%s%s", num(m), unit)
+	}
+	return fmt.Sprintf("%s%s (%s–%s)", num(m), unit, num(slices.Min(s)/scale), num(slices.Max(s)/scale))
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func pct(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%%", 100*a/b)
+}
+
+func (r *reporter) raw(topo *netns.Topology) float64 {
+	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d})
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	lo := res.Receivers[0].MBps(res.Elapsed)
+	for _, x := range res.Receivers {
+		lo = min(lo, x.MBps(res.Elapsed))
+	}
+	return lo
+}
+
+func (r *reporter) tcp(topo *netns.Topology, senders int) float64 {
+	res, err := linkbench.RunTCPFanout(topo, linkbench.TCPOptions{Senders: senders, Duration: r.d})
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	return res.MinMBps()
+}
+
+func (r *reporter) pbp(topo *netns.Topology, o goodputOpts) goodputResult {
+	return runGoodputOn(r.b, topo, o, r.d)
+}
+
+func mbps(g goodputResult) float64 { return float64(g.bytes) / g.elapsed.Seconds() / 1e6 }
+func msgps(g goodputResult) float64 {
+	return float64(g.msgs) / g.elapsed.Seconds()
+}
+
+// oneToAll: fig 4.1–4.2, largest messages.
+func (r *reporter) oneToAll(rxs []int) {
+	r.printf("### One-to-all, largest messages (MB/s at the slowest receiver)\n\n")
+	r.printf("raw = ring-v2 frames of MTU size, whole frames counted (the ceiling); PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
+	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, mtu := range []int{1500, 9000} {
+		for _, rx := range rxs {
+			topo := r.up(rx+1, mtu)
+			var lossless float64
+			for _, loss := range []float64{0, 1, 5} {
+				r.setLoss(topo, loss, false)
+				var raw, p2, p1, tcp samples
+				var gap time.Duration
+				for rep := range r.reps {
+					fmt.Fprintf(os.Stderr, "report: one-to-all rx=%d mtu=%d loss=%g rep %d/%d (load %s)\n", rx, mtu, loss, rep+1, r.reps, loadavg())
+					raw = append(raw, r.raw(topo))
+					g := r.pbp(topo, goodputOpts{mode: PBP2})
+					p2 = append(p2, mbps(g))
+					gap = max(gap, g.maxGap)
+					p1 = append(p1, mbps(r.pbp(topo, goodputOpts{mode: PBP1})))
+					tcp = append(tcp, r.tcp(topo, 1))
+				}
+				if loss == 0 {
+					lossless = p2.median()
+				}
+				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %v | %s | %s | %s | %s | %s |\n", rx, mtu, loss,
+					raw.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), raw.median()), pct(p2.median(), lossless), gap.Round(100*time.Microsecond),
+					p1.fmt(1, ""), pct(p1.median(), raw.median()), tcp.fmt(1, ""),
+					fmt.Sprintf("%.2f×", p2.median()/tcp.median()), fmt.Sprintf("%.2f×", p1.median()/tcp.median()))
+			}
+			topo.Close()
+		}
+	}
+	r.printf("\n")
+}
+
+// small: 64-byte messages (fig 4.1's small-message curve), MTU 1500.
+func (r *reporter) small(rxs []int) {
+	r.printf("### One-to-all, 64-byte messages, MTU 1500 (messages/s at the slowest receiver)\n\n")
+	r.printf("TCP is a byte stream: 64-byte messages written through a buffer leave in 64 KiB writes, so its rate is its MB/s ÷ 64 (the largest-message table's TCP column, measured here again).\n\n")
+	r.printf("| rx | loss | PBP2 | PBP2 BundleDelay 100µs | PBP1 | TCP fan-out (bytes ÷ 64) |\n|---|---|---|---|---|---|\n")
+	for _, rx := range rxs {
+		topo := r.up(rx+1, 1500)
+		for _, loss := range []float64{0, 5} {
+			r.setLoss(topo, loss, false)
+			var p2, p2b, p1, tcp samples
+			for rep := range r.reps {
+				fmt.Fprintf(os.Stderr, "report: small rx=%d loss=%g rep %d/%d (load %s)\n", rx, loss, rep+1, r.reps, loadavg())
+				p2 = append(p2, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64})))
+				p2b = append(p2b, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64, bundleDelay: 100 * time.Microsecond})))
+				p1 = append(p1, msgps(r.pbp(topo, goodputOpts{mode: PBP1, size: 64})))
+				tcp = append(tcp, r.tcp(topo, 1)*1e6/64)
+			}
+			r.printf("| %d | %g%% | %s | %s | %s | %s |\n", rx, loss, p2.fmt(1e6, " M"), p2b.fmt(1e6, " M"), p1.fmt(1e6, " M"), tcp.fmt(1e6, " M"))
+		}
+		topo.Close()
+	}
+	r.printf("\n")
+}
+
+// windows: fig 4.3, throughput against the window, MTU 1500.
+func (r *reporter) windows(rxs []int) {
+	r.printf("### Window size (fig. 4.3), largest messages, MTU 1500 (MB/s at the slowest receiver)\n\n")
+	r.printf("| rx | loss | PBP2 w=16 | PBP2 w=48 | PBP2 w=128 | PBP1 w=16 | PBP1 w=48 | PBP1 w=128 |\n|---|---|---|---|---|---|---|---|\n")
+	ws := []int{16, 48, 128}
+	for _, rx := range rxs {
+		topo := r.up(rx+1, 1500)
+		for _, loss := range []float64{0, 1} {
+			r.setLoss(topo, loss, false)
+			res := make([]samples, 6)
+			for rep := range r.reps {
+				fmt.Fprintf(os.Stderr, "report: windows rx=%d loss=%g rep %d/%d (load %s)\n", rx, loss, rep+1, r.reps, loadavg())
+				for mi, mode := range []Mode{PBP2, PBP1} {
+					for wi, w := range ws {
+						res[mi*3+wi] = append(res[mi*3+wi], mbps(r.pbp(topo, goodputOpts{mode: mode, window: w})))
+					}
+				}
+			}
+			r.printf("| %d | %g%% |", rx, loss)
+			for _, s := range res {
+				r.printf(" %s |", s.fmt(1, ""))
+			}
+			r.printf("\n")
+		}
+		topo.Close()
+	}
+	r.printf("\n")
+}
+
+// allToAll: every member sends; the thesis's second experiment.
+func (r *reporter) allToAll() {
+	r.printf("### All-to-all, largest messages (MB/s received by the slowest member, from all others together)\n\n")
+	r.printf("Every member sends as fast as it can; TCP is a full mesh (one connection per ordered pair). Loss is on every member's inbound frames.\n\n")
+	r.printf("| N | MTU | loss | PBP2 | PBP1 | TCP mesh | PBP2/TCP |\n|---|---|---|---|---|---|---|\n")
+	for _, mtu := range []int{1500, 9000} {
+		for _, n := range []int{2, 4, 8} {
+			topo := r.up(n, mtu)
+			for _, loss := range []float64{0, 5} {
+				r.setLoss(topo, loss, true)
+				var p2, p1, tcp samples
+				for rep := range r.reps {
+					fmt.Fprintf(os.Stderr, "report: all-to-all N=%d mtu=%d loss=%g rep %d/%d (load %s)\n", n, mtu, loss, rep+1, r.reps, loadavg())
+					p2 = append(p2, mbps(r.pbp(topo, goodputOpts{mode: PBP2, allSend: true})))
+					p1 = append(p1, mbps(r.pbp(topo, goodputOpts{mode: PBP1, allSend: true})))
+					tcp = append(tcp, r.tcp(topo, n))
+				}
+				r.printf("| %d | %d | %g%% | %s | %s | %s | %.2f× |\n", n, mtu, loss, p2.fmt(1, ""), p1.fmt(1, ""), tcp.fmt(1, ""), p2.median()/tcp.median())
+			}
+			topo.Close()
+		}
+	}
+	r.printf("\n")
+}
+
+// latency: one 64-byte message in flight between two hosts.
+func (r *reporter) latency() {
+	r.printf("### Latency, one 64-byte message in flight between two hosts (one way = half the round trip, µs)\n\n")
+	r.printf("| system | p50 | p99 |\n|---|---|---|\n")
+	topo := r.up(2, 1500)
+	defer topo.Close()
+	const n = 20000
+	var p50s, p99s [4]samples
+	for rep := range r.reps {
+		fmt.Fprintf(os.Stderr, "report: latency rep %d/%d (load %s)\n", rep+1, r.reps, loadavg())
+		l, err := linkbench.RunLatencyOn(topo, "ring-v2", n)
+		if err != nil {
+			r.b.Fatal(err)
+		}
+		p50s[0], p99s[0] = append(p50s[0], us(l.P50)), append(p99s[0], us(l.P99))
+		for i, mode := range []Mode{PBP2, PBP1} {
+			p50, p99 := runLatencyOn(r.b, topo, mode, n)
+			p50s[1+i], p99s[1+i] = append(p50s[1+i], us(p50)), append(p99s[1+i], us(p99))
+		}
+		t, err := linkbench.RunTCPLatency(topo, 64, n)
+		if err != nil {
+			r.b.Fatal(err)
+		}
+		p50s[3], p99s[3] = append(p50s[3], us(t.P50)), append(p99s[3], us(t.P99))
+	}
+	for i, name := range []string{"raw ring-v2 (64 B frame)", "PBP2", "PBP1", "TCP"} {
+		r.printf("| %s | %s | %s |\n", name, p50s[i].fmt(1, ""), p99s[i].fmt(1, ""))
+	}
+	r.printf("\n")
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
