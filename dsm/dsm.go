@@ -2,12 +2,18 @@ package dsm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Errors; see dsm/core for their meaning.
@@ -28,8 +34,6 @@ type (
 	RangeError    = core.RangeError
 	SizeError     = core.SizeError
 )
-
-var errNotImplemented = errors.New("dsm: not implemented yet")
 
 // DefaultOutboxLimit is how many DSM messages may wait to be sent before
 // writes block (back-pressure).
@@ -57,30 +61,184 @@ type Config struct {
 // update buffers, its barrier and lock state. Methods are safe for
 // concurrent use, but BDSM's model is one program thread per member: the
 // ordering guarantees are about the program order of that thread.
-type Node struct{}
+type Node struct {
+	mu     sync.Mutex // guards core and the fields below
+	core   *core.Core
+	env    env
+	self   frame.MemberID
+	limit  int
+	closed bool  // Exit was called
+	err    error // why the node stopped working, once it has
+}
+
+// env is what a Node runs on: the live group (groupEnv) or the simulator
+// (simEnv).
+type env interface {
+	// kick says the outbox has messages; called with n.mu held, it must
+	// not block.
+	kick()
+	// wait blocks until cond, evaluated with n.mu held, holds; or ctx
+	// ends (ctx.Err()), or the node stops (its error).
+	wait(ctx context.Context, cond func() bool) error
+	// leave leaves the group; called without n.mu once the outbox is
+	// empty.
+	leave() error
+	// groupStats are the reliable layer's counters.
+	groupStats() reliable.Stats
+}
+
+func outboxLimit(cfg Config) int {
+	if cfg.OutboxLimit <= 0 {
+		return DefaultOutboxLimit
+	}
+	return cfg.OutboxLimit
+}
+
+// alignedAlloc returns zeroed 8-byte aligned memory, so that Float64s can
+// view it.
+func alignedAlloc(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	w := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+}
+
+func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg Config) core.Config {
+	max := groupMax
+	if cfg.MaxMessage > 0 && cfg.MaxMessage < max {
+		max = cfg.MaxMessage
+	}
+	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered, Alloc: alignedAlloc}
+}
+
+// deliver is the reliable layer's Config.Deliver: updates are applied
+// from data, the received frame, straight into segment memory.
+func (n *Node) deliver(from frame.MemberID, data []byte) {
+	n.mu.Lock()
+	n.core.Receive(from, data) // bad messages are counted and change nothing
+	if n.core.Pending() > 0 {
+		n.env.kick()
+	}
+	n.changed()
+	n.mu.Unlock()
+}
+
+// event is the reliable layer's Config.OnEvent.
+func (n *Node) event(ev pbp.Event) {
+	n.mu.Lock()
+	switch ev.Kind {
+	case pbp.MemberFailed, pbp.MemberStalled, pbp.MemberLeft:
+		n.core.MemberGone(ev.Member)
+		if n.core.Pending() > 0 {
+			n.env.kick()
+		}
+	}
+	n.changed()
+	n.mu.Unlock()
+}
+
+// changed wakes waiters (with n.mu held).
+func (n *Node) changed() {
+	if s, ok := n.env.(interface{ signal() }); ok {
+		s.signal()
+	}
+}
+
+// fail stops the node with err (with n.mu held).
+func (n *Node) fail(err error) {
+	if n.err == nil {
+		n.err = err
+	}
+	n.changed()
+}
+
+// lock takes n.mu and fails if the node cannot be used.
+func (n *Node) lock() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	if n.err != nil {
+		err := n.err
+		n.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// unlock kicks the sender if there is something to send and drops n.mu.
+func (n *Node) unlock() {
+	if n.core.Pending() > 0 {
+		n.env.kick()
+	}
+	n.mu.Unlock()
+}
+
+// room waits while the outbox is over its limit (back-pressure).
+func (n *Node) room() error {
+	n.mu.Lock()
+	full := n.core.Pending() >= n.limit
+	n.mu.Unlock()
+	if !full {
+		return nil
+	}
+	return n.env.wait(context.Background(), func() bool { return n.core.Pending() < n.limit || n.err != nil })
+}
 
 // Join joins the reliable group described by cfg.Group over l (the
 // thesis's dsm_init; registration when cfg.Group.Members is empty, with
 // exactly one member having cfg.Group.Server) and returns the member's
 // node once the group has started.
 func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
-	return nil, errNotImplemented
+	if cfg.Group.Deliver != nil || cfg.Group.OnEvent != nil {
+		return nil, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
+	}
+	n := &Node{}
+	e := &groupEnv{n: n, changedc: make(chan struct{}), kickc: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	n.env = e
+	gcfg := cfg.Group
+	gcfg.Deliver = n.deliver
+	gcfg.OnEvent = n.event
+	// Deliveries wait for the core: n.mu is held until it exists.
+	n.mu.Lock()
+	g, err := reliable.Join(ctx, l, gcfg)
+	if err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	var ids []frame.MemberID
+	for _, m := range g.Members() {
+		ids = append(ids, m.ID)
+	}
+	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
+	if err != nil {
+		n.mu.Unlock()
+		g.Close()
+		return nil, err
+	}
+	n.core, n.self, n.limit = c, g.Self(), outboxLimit(cfg)
+	e.g = g
+	go e.send()
+	n.mu.Unlock()
+	return n, nil
 }
 
 // Rank is this member's index, 0..Size()-1, in the order of member ids
 // (dsm_init's return value).
-func (n *Node) Rank() int { return 0 }
+func (n *Node) Rank() int { return n.core.Rank() }
 
 // Size is the number of members the group started with (dsm_init's
 // *numprocs).
-func (n *Node) Size() int { return 0 }
+func (n *Node) Size() int { return n.core.Size() }
 
 // Self is this member's id in the reliable group.
-func (n *Node) Self() frame.MemberID { return 0 }
+func (n *Node) Self() frame.MemberID { return n.self }
 
 // MaxMessage is the largest DSM message: a location may be at most
 // MaxMessage()-core.UpdateOverhead bytes.
-func (n *Node) MaxMessage() int { return 0 }
+func (n *Node) MaxMessage() int { return n.core.MaxMessage() }
 
 // CreateSegment creates the segment key with the given geometry (dsm_seg_at
 // with DSM_CREATE) and announces it to the group; its memory starts zeroed.
@@ -88,7 +246,15 @@ func (n *Node) MaxMessage() int { return 0 }
 // another member) is ErrExists; a location larger than one message can
 // carry is a *SizeError.
 func (n *Node) CreateSegment(key uint32, locations, locationSize int) (*Segment, error) {
-	return nil, errNotImplemented
+	if err := n.lock(); err != nil {
+		return nil, err
+	}
+	defer n.unlock()
+	s, err := n.core.Create(key, Geometry{Locations: locations, LocationSize: locationSize})
+	if err != nil {
+		return nil, err
+	}
+	return &Segment{n: n, s: s}, nil
 }
 
 // JoinSegment attaches the segment key (dsm_seg_at with DSM_JOIN). It
@@ -97,7 +263,26 @@ func (n *Node) CreateSegment(key uint32, locations, locationSize int) (*Segment,
 // *GeometryError showing both. The segment holds every update already
 // received for it.
 func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationSize int) (*Segment, error) {
-	return nil, errNotImplemented
+	if err := n.lock(); err != nil {
+		return nil, err
+	}
+	known := n.core.Known(key)
+	n.mu.Unlock()
+	if !known {
+		err := n.env.wait(ctx, func() bool { return n.core.Known(key) || n.err != nil || n.closed })
+		if err != nil {
+			return nil, fmt.Errorf("dsm: joining segment %d: waiting for its creator: %w", key, err)
+		}
+	}
+	if err := n.lock(); err != nil {
+		return nil, err
+	}
+	defer n.unlock()
+	s, err := n.core.Join(key, Geometry{Locations: locations, LocationSize: locationSize})
+	if err != nil {
+		return nil, err
+	}
+	return &Segment{n: n, s: s}, nil
 }
 
 // Barrier flushes every segment's buffered writes, broadcasts this
@@ -106,8 +291,46 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 // their barriers in the same order with the same ids; a member that
 // arrived at a different id as its n-th barrier makes this return an
 // error wrapping ErrBarrierMismatch. Members that left or failed are not
-// waited for.
-func (n *Node) Barrier(ctx context.Context, id int) error { return errNotImplemented }
+// waited for. If ctx ends first Barrier returns ctx.Err(); calling
+// Barrier again with the same id resumes the wait.
+func (n *Node) Barrier(ctx context.Context, id int) error {
+	if id != int(int32(id)) {
+		return fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
+	}
+	if err := n.lock(); err != nil {
+		return err
+	}
+	if cur, waiting := n.core.InBarrier(); !waiting || cur != int32(id) {
+		if err := n.core.EnterBarrier(int32(id)); err != nil {
+			n.unlock()
+			return err
+		}
+	}
+	n.unlock()
+	var passErr error
+	err := n.env.wait(ctx, func() bool {
+		ok, err := n.core.BarrierPassed()
+		if err != nil {
+			passErr = err
+		}
+		return ok || n.err != nil
+	})
+	if err != nil {
+		n.mu.Lock()
+		waiting := n.core.Waiting()
+		n.mu.Unlock()
+		return fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
+	}
+	if passErr != nil {
+		return passErr
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return n.err
+	}
+	return nil
+}
 
 // Lock acquires lock id (dsm_lock_acquire) by Ricart–Agrawala over
 // broadcast: it flushes every segment's buffer, broadcasts a request and
@@ -116,17 +339,71 @@ func (n *Node) Barrier(ctx context.Context, id int) error { return errNotImpleme
 // requesting) another lock is ErrSecondLock. If ctx ends first Lock
 // returns ctx.Err() and the request is withdrawn when the lock would have
 // been granted.
-func (n *Node) Lock(ctx context.Context, id int) error { return errNotImplemented }
+func (n *Node) Lock(ctx context.Context, id int) error {
+	if id != int(int32(id)) {
+		return fmt.Errorf("dsm: lock id %d does not fit in 32 bits", id)
+	}
+	if err := n.lock(); err != nil {
+		return err
+	}
+	err := n.core.RequestLock(int32(id))
+	n.unlock()
+	if err != nil {
+		return err
+	}
+	err = n.env.wait(ctx, func() bool { return n.core.Holding(int32(id)) || n.err != nil })
+	n.mu.Lock()
+	defer n.unlock()
+	if err != nil {
+		if n.core.Holding(int32(id)) {
+			n.core.Unlock(int32(id))
+		} else {
+			n.core.AbandonLock()
+		}
+		return fmt.Errorf("dsm: lock %d: %w", id, err)
+	}
+	return n.err
+}
 
 // Unlock releases lock id (dsm_lock_release), flushing the buffers and
 // answering the requests deferred while it was held. Releasing a lock not
 // held is ErrNotHeld.
-func (n *Node) Unlock(id int) error { return errNotImplemented }
+func (n *Node) Unlock(id int) error {
+	if id != int(int32(id)) {
+		return fmt.Errorf("%w: lock id %d does not fit in 32 bits", ErrNotHeld, id)
+	}
+	if err := n.lock(); err != nil {
+		return err
+	}
+	defer n.unlock()
+	return n.core.Unlock(int32(id))
+}
 
 // Exit flushes everything, removes every segment and leaves the group
 // (dsm_exit); it returns once what was sent is acknowledged or the group's
-// CloseTimeout passed. Every later call on the node returns ErrClosed.
-func (n *Node) Exit() error { return errNotImplemented }
+// CloseTimeout passed. A lock still held is released first. Every later
+// call on the node returns ErrClosed.
+func (n *Node) Exit() error {
+	if err := n.lock(); err != nil {
+		if err == ErrClosed {
+			return err
+		}
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		n.env.leave()
+		return err
+	}
+	n.closed = true
+	n.core.ReleaseAll()
+	n.core.FlushAll()
+	n.unlock()
+	err := n.env.wait(context.Background(), func() bool { return n.core.Pending() == 0 || n.err != nil })
+	if lerr := n.env.leave(); err == nil {
+		err = lerr
+	}
+	return err
+}
 
 // Stats are a node's counters.
 type Stats struct {
@@ -151,16 +428,31 @@ type Stats struct {
 }
 
 // Stats returns the node's counters.
-func (n *Node) Stats() Stats { return Stats{} }
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	c := n.core.Counters()
+	n.mu.Unlock()
+	return Stats{
+		Writes: c.Writes, Updates: c.Updates, UpdateBytes: c.UpdateBytes,
+		UnreliableWrites: c.UnreliableWrites, UnreliableUpdates: c.UnreliableUpdates,
+		Barriers: c.Barriers, LockRequests: c.LockRequests, LockReplies: c.LockReplies,
+		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
+		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
+		Group: n.env.groupStats(),
+	}
+}
 
 // Segment is one attached segment (the thesis's dsm_id).
-type Segment struct{}
+type Segment struct {
+	n *Node
+	s *core.Segment
+}
 
 // Key is the segment's key.
-func (s *Segment) Key() uint32 { return 0 }
+func (s *Segment) Key() uint32 { return s.s.Key() }
 
 // Geometry is the segment's number of locations and location size.
-func (s *Segment) Geometry() Geometry { return Geometry{} }
+func (s *Segment) Geometry() Geometry { return s.s.Geometry() }
 
 // Write sets location loc to value, whose length must be the location
 // size, and queues the update (dsm_write with DSM_WRT_REL). The local copy
@@ -169,29 +461,64 @@ func (s *Segment) Geometry() Geometry { return Geometry{} }
 // unbuffered. It blocks only while Config.OutboxLimit messages wait to be
 // sent. A loc outside the segment is a *RangeError, a wrong value length
 // a *SizeError.
-func (s *Segment) Write(loc int, value []byte) error { return errNotImplemented }
+func (s *Segment) Write(loc int, value []byte) error {
+	if err := s.n.room(); err != nil {
+		return err
+	}
+	if err := s.n.lock(); err != nil {
+		return err
+	}
+	defer s.n.unlock()
+	return s.n.core.Write(s.s, loc, value)
+}
 
 // WriteBulk writes len(values)/LocationSize consecutive locations from loc
 // (dsm_bulk_write): it flushes the segment's buffer, then sends the range
 // in as few messages as fit. len(values) must be a multiple of the
 // location size. It returns the number of locations written.
-func (s *Segment) WriteBulk(loc int, values []byte) (int, error) { return 0, errNotImplemented }
+func (s *Segment) WriteBulk(loc int, values []byte) (int, error) {
+	return s.writeBulk(loc, values, false)
+}
+
+func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error) {
+	if err := s.n.room(); err != nil {
+		return 0, err
+	}
+	if err := s.n.lock(); err != nil {
+		return 0, err
+	}
+	defer s.n.unlock()
+	return s.n.core.WriteBulk(s.s, loc, values, unreliable)
+}
 
 // WriteUnreliable is Write with DSM_WRT_UNREL: the update bypasses the
 // segment's buffer and is sent at once in a message of its own, ordered
 // with nothing; other members may or may not see it. (The reliable layer
 // has no unreliable datagram yet, so over Join it is in fact delivered;
 // Simulate can drop them, see SimConfig.UnreliableLoss.)
-func (s *Segment) WriteUnreliable(loc int, value []byte) error { return errNotImplemented }
+func (s *Segment) WriteUnreliable(loc int, value []byte) error {
+	if err := s.n.room(); err != nil {
+		return err
+	}
+	if err := s.n.lock(); err != nil {
+		return err
+	}
+	defer s.n.unlock()
+	return s.n.core.WriteUnreliable(s.s, loc, value)
+}
 
 // WriteBulkUnreliable is WriteBulk with DSM_WRT_UNREL.
 func (s *Segment) WriteBulkUnreliable(loc int, values []byte) (int, error) {
-	return 0, errNotImplemented
+	return s.writeBulk(loc, values, true)
 }
 
 // Read copies location loc into dst (dsm_read) and returns dst[:size];
 // dst must hold at least the location size.
-func (s *Segment) Read(loc int, dst []byte) ([]byte, error) { return nil, errNotImplemented }
+func (s *Segment) Read(loc int, dst []byte) ([]byte, error) {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	return s.n.core.Read(s.s, loc, dst)
+}
 
 // View is the segment's memory, read-only (dsm_ptr_read of location 0):
 // location i is View()[i*size : (i+1)*size]. Incoming updates change it
@@ -199,32 +526,70 @@ func (s *Segment) Read(loc int, dst []byte) ([]byte, error) { return nil, errNot
 // race on the locations read (thesis §2.3): after a barrier or under a
 // lock that orders the writes. Writing into it is a bug: such a change is
 // never propagated. Nil once the segment is removed.
-func (s *Segment) View() []byte { return nil }
+func (s *Segment) View() []byte {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	return s.s.Memory()
+}
 
 // Location is location loc of View, read-only (dsm_ptr_read); nil if loc
 // is outside the segment.
-func (s *Segment) Location(loc int) []byte { return nil }
+func (s *Segment) Location(loc int) []byte {
+	m := s.View()
+	size := s.s.Geometry().LocationSize
+	if m == nil || loc < 0 || loc >= s.s.Geometry().Locations {
+		return nil
+	}
+	return m[loc*size : (loc+1)*size : (loc+1)*size]
+}
 
 // Remove flushes the segment's buffered writes to the group and detaches
 // the segment (dsm_remove): incoming updates for it are ignored from then
 // on and every later call on s returns ErrRemoved. Other members keep
 // their copies.
-func (s *Segment) Remove() error { return errNotImplemented }
+func (s *Segment) Remove() error {
+	if err := s.n.lock(); err != nil {
+		return err
+	}
+	defer s.n.unlock()
+	return s.n.core.Remove(s.s)
+}
 
 // Float64 helpers: a location of 8 bytes holds one float64, little-endian
 // (the byte order of every host this runs on; Float64s relies on it).
 
 // WriteFloat64 is Write of v into an 8-byte location.
-func (s *Segment) WriteFloat64(loc int, v float64) error { return errNotImplemented }
+func (s *Segment) WriteFloat64(loc int, v float64) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
+	return s.Write(loc, b[:])
+}
 
 // WriteFloat64s is WriteBulk of vs into consecutive 8-byte locations from
 // loc; it returns the number of locations written.
-func (s *Segment) WriteFloat64s(loc int, vs []float64) (int, error) { return 0, errNotImplemented }
+func (s *Segment) WriteFloat64s(loc int, vs []float64) (int, error) {
+	if len(vs) == 0 {
+		return 0, nil
+	}
+	return s.WriteBulk(loc, unsafe.Slice((*byte)(unsafe.Pointer(&vs[0])), 8*len(vs)))
+}
 
 // ReadFloat64 is Read of an 8-byte location as a float64.
-func (s *Segment) ReadFloat64(loc int) (float64, error) { return 0, errNotImplemented }
+func (s *Segment) ReadFloat64(loc int) (float64, error) {
+	var b [8]byte
+	if _, err := s.Read(loc, b[:]); err != nil {
+		return 0, err
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(b[:])), nil
+}
 
 // Float64s is View as float64s (nil unless the location size is a
 // multiple of 8), under View's rules: read-only, and only where the
 // program has no data race on what it reads.
-func (s *Segment) Float64s() []float64 { return nil }
+func (s *Segment) Float64s() []float64 {
+	m := s.View()
+	if len(m) == 0 || s.s.Geometry().LocationSize%8 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&m[0])), len(m)/8)
+}

@@ -1,8 +1,18 @@
 package dsm
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm/core"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -56,5 +66,290 @@ type SimResult struct {
 // virtual time. A program must not block on anything but its node (no
 // channels between programs, no sleeps).
 func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
-	return SimResult{}, errNotImplemented
+	if cfg.Members < 1 {
+		return SimResult{}, fmt.Errorf("dsm: SimConfig.Members is %d, want at least 1", cfg.Members)
+	}
+	if cfg.Node.Group.Deliver != nil || cfg.Node.Group.OnEvent != nil {
+		return SimResult{}, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
+	}
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Minute
+	}
+	net, err := testnet.New(cfg.Seed, testnet.Config{})
+	if err != nil {
+		return SimResult{}, err
+	}
+	sim := &simulation{net: net, yielded: make(chan struct{}), loss: cfg.UnreliableLoss,
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x64736d))}
+	var eps []*testnet.Endpoint
+	var members []frame.MemberInfo
+	var ids []frame.MemberID
+	for i := range cfg.Members {
+		ep, err := net.Attach(testnet.EndpointConfig{MTU: cfg.MTU, In: cfg.In})
+		if err != nil {
+			return SimResult{}, err
+		}
+		eps = append(eps, ep)
+		id := frame.MemberID(i + 1)
+		members = append(members, frame.MemberInfo{ID: id, MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+		ids = append(ids, id)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	for i, ep := range eps {
+		m := &simMember{sim: sim, rank: i, resume: make(chan bool)}
+		n := &Node{env: m, self: ids[i], limit: outboxLimit(cfg.Node)}
+		m.n = n
+		gcfg := cfg.Node.Group
+		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, ids[i], 0, false
+		if gcfg.Group == 0 {
+			gcfg.Group = 1
+		}
+		if gcfg.Logger == nil {
+			gcfg.Logger = quiet
+		}
+		gcfg.Deliver = n.deliver
+		gcfg.OnEvent = func(ev pbp.Event) {
+			if ev.Kind == pbp.SelfLeft {
+				m.left = true
+			}
+			n.event(ev)
+		}
+		d, err := reliable.NewDriver(ep, gcfg, net.Now())
+		if err != nil {
+			return SimResult{}, err
+		}
+		m.drv = d
+		c, err := core.New(coreConfig(ids[i], ids, d.MaxMessage(), cfg.Node))
+		if err != nil {
+			return SimResult{}, err
+		}
+		n.core = c
+		ep.Bind(d)
+		sim.members = append(sim.members, m)
+	}
+	start := net.Now()
+	runErr := sim.run(program, start.Add(timeout))
+	res := SimResult{Elapsed: net.Now().Sub(start)}
+	var errs []error
+	for _, m := range sim.members {
+		res.Stats = append(res.Stats, m.n.Stats())
+		if m.err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", m.rank, m.err))
+		}
+	}
+	if runErr != nil {
+		errs = append([]error{runErr}, errs...)
+	}
+	return res, errors.Join(errs...)
+}
+
+// simulation is Simulate's scheduler: it and the member goroutines pass
+// one baton, so exactly one of them runs at any time.
+type simulation struct {
+	net     *testnet.Network
+	members []*simMember
+	yielded chan struct{} // a member hands the baton back
+	loss    float64
+	rng     *rand.Rand
+}
+
+// simMember is one member's program goroutine and its node's env.
+type simMember struct {
+	sim    *simulation
+	rank   int
+	n      *Node
+	drv    *reliable.Driver
+	resume chan bool // the baton; false: the run is aborted
+	// cond is what the parked program waits for (nil: runnable).
+	cond    func() bool
+	started bool
+	done    bool
+	aborted bool
+	left    bool // SelfLeft seen
+	err     error
+}
+
+var errAborted = errors.New("dsm: simulation aborted")
+
+// ErrAborted is wrapped by the error a program's blocked call returns
+// when Simulate gives up (deadlock or timeout).
+var ErrAborted = errAborted
+
+func (m *simMember) kick() {}
+
+func (m *simMember) wait(ctx context.Context, cond func() bool) error {
+	n := m.n
+	for {
+		if m.aborted {
+			return errAborted
+		}
+		n.mu.Lock()
+		ok := cond()
+		err := n.err
+		n.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m.cond = cond
+		m.sim.yielded <- struct{}{}
+		if !<-m.resume {
+			m.aborted = true
+		}
+	}
+}
+
+func (m *simMember) leave() error {
+	if m.drv.Left() || m.aborted {
+		return nil
+	}
+	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
+		return err
+	}
+	return m.wait(context.Background(), func() bool { return m.left })
+}
+
+func (m *simMember) groupStats() reliable.Stats { return m.drv.Stats() }
+
+// body is the member goroutine.
+func (m *simMember) body(program func(*Node) error) {
+	defer func() { m.sim.yielded <- struct{}{} }()
+	if !<-m.resume {
+		m.done, m.err = true, errAborted
+		return
+	}
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return program(m.n)
+	}()
+	m.n.mu.Lock()
+	closed := m.n.closed
+	m.n.mu.Unlock()
+	if !closed {
+		if xerr := m.n.Exit(); xerr != nil && err == nil && !errors.Is(xerr, ErrClosed) {
+			err = fmt.Errorf("exit: %w", xerr)
+		}
+	}
+	m.done, m.err = true, err
+}
+
+// runnable reports whether m's program can continue.
+func (m *simMember) runnable() bool {
+	if m.done {
+		return false
+	}
+	if m.cond == nil {
+		return true
+	}
+	m.n.mu.Lock()
+	ok := m.cond() || m.n.err != nil
+	m.n.mu.Unlock()
+	return ok
+}
+
+// drain hands every node's outbox to its driver, as far as the send
+// windows take it.
+func (s *simulation) drain() {
+	for _, m := range s.members {
+		if m.drv.Left() {
+			continue
+		}
+		n := m.n
+		n.mu.Lock()
+		for {
+			msg, ok := n.core.Next()
+			if !ok {
+				break
+			}
+			if core.Unreliable(msg) && s.loss > 0 && s.rng.Float64() < s.loss {
+				n.core.Sent()
+				continue
+			}
+			err := m.drv.Propose(s.net.Now(), msg)
+			if errors.Is(err, pbp.ErrWindowFull) {
+				break
+			}
+			n.core.Sent()
+			if err != nil {
+				n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
+				break
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (s *simulation) run(program func(*Node) error, deadline time.Time) error {
+	for _, m := range s.members {
+		go m.body(program)
+	}
+	for {
+		ran, done := false, true
+		for _, m := range s.members {
+			if !m.runnable() {
+				done = done && m.done
+				continue
+			}
+			done = false
+			m.cond = nil
+			m.resume <- true
+			<-s.yielded
+			ran = true
+			s.drain()
+		}
+		if done {
+			return nil
+		}
+		if ran {
+			continue
+		}
+		s.drain()
+		if s.net.Now().After(deadline) || !s.net.Step() {
+			return s.abort(deadline)
+		}
+	}
+}
+
+// abort ends every blocked program and says where each was.
+func (s *simulation) abort(deadline time.Time) error {
+	var blocked []string
+	for _, m := range s.members {
+		if m.done {
+			continue
+		}
+		m.n.mu.Lock()
+		where := "running"
+		if id, in := m.n.core.InBarrier(); in {
+			where = fmt.Sprintf("at barrier %d waiting for members %v", id, m.n.core.Waiting())
+		} else if m.n.core.Requesting() {
+			where = "waiting for a lock"
+		} else if m.n.closed {
+			where = "exiting"
+		} else if m.n.core.Pending() > 0 {
+			where = fmt.Sprintf("with %d messages to send", m.n.core.Pending())
+		}
+		m.n.mu.Unlock()
+		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, where))
+	}
+	why := "deadlock: no event left"
+	if s.net.Now().After(deadline) {
+		why = "timeout: virtual time passed SimConfig.Timeout"
+	}
+	for _, m := range s.members {
+		for !m.done {
+			m.resume <- false
+			<-s.yielded
+		}
+	}
+	return fmt.Errorf("%w: %s; blocked: %s", ErrAborted, why, strings.Join(blocked, ", "))
 }

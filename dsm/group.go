@@ -1,0 +1,121 @@
+package dsm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// groupEnv runs a Node over a live reliable.Group. Updates are applied in
+// the group's Deliver, on its event loop; a sender goroutine (the
+// thesis's DSM thread, fig. 5.4) moves the outbox into Group.Send in
+// order, so that neither Deliver (which may not call the group) nor a
+// reply queued by it waits for the send window.
+type groupEnv struct {
+	n *Node
+	g *reliable.Group
+
+	// Guarded by n.mu: changedc is closed and replaced when something
+	// changes while waiters > 0.
+	changedc chan struct{}
+	waiters  int
+
+	kickc   chan struct{} // the outbox has messages
+	stop    chan struct{} // ends the sender
+	stopped chan struct{} // closed when the sender has ended
+	left    bool
+}
+
+func (e *groupEnv) kick() {
+	select {
+	case e.kickc <- struct{}{}:
+	default:
+	}
+}
+
+func (e *groupEnv) signal() {
+	if e.waiters > 0 {
+		close(e.changedc)
+		e.changedc = make(chan struct{})
+	}
+}
+
+func (e *groupEnv) wait(ctx context.Context, cond func() bool) error {
+	n := e.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for !cond() {
+		if n.err != nil {
+			return n.err
+		}
+		ch := e.changedc
+		e.waiters++
+		n.mu.Unlock()
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-e.g.Done():
+			err = ErrClosed
+			if gerr := e.g.Err(); gerr != nil {
+				err = fmt.Errorf("%w: %w", ErrClosed, gerr)
+			}
+		}
+		n.mu.Lock()
+		e.waiters--
+		if err != nil {
+			if cond() {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// send is the sender goroutine.
+func (e *groupEnv) send() {
+	defer close(e.stopped)
+	n := e.n
+	for {
+		select {
+		case <-e.kickc:
+		case <-e.stop:
+			return
+		}
+		for {
+			n.mu.Lock()
+			msg, ok := n.core.Next()
+			n.mu.Unlock()
+			if !ok {
+				break
+			}
+			// The core keeps msg untouched until Sent; Send copies it.
+			err := e.g.Send(context.Background(), msg)
+			n.mu.Lock()
+			n.core.Sent()
+			if err != nil {
+				n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
+			}
+			n.changed()
+			n.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (e *groupEnv) leave() error {
+	if e.left {
+		return nil
+	}
+	e.left = true
+	close(e.stop)
+	<-e.stopped
+	return e.g.Close()
+}
+
+func (e *groupEnv) groupStats() reliable.Stats { return e.g.Stats() }
