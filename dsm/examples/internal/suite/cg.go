@@ -52,9 +52,10 @@ func (c *CG) MatVec(s *CGState, lo, hi int) {
 	n := c.N
 	for i := lo; i < hi; i++ {
 		row := c.A[i*n : i*n+n]
+		p := s.P[:len(row)]
 		sum := 0.0
 		for j, a := range row {
-			sum += a * s.P[j]
+			sum += a * p[j]
 		}
 		s.Q[i] = sum
 	}
@@ -94,6 +95,7 @@ func (c *CG) Direction(s *CGState) bool {
 
 // Dot is the dot product of a and b in index order.
 func Dot(a, b []float64) float64 {
+	b = b[:len(a)]
 	sum := 0.0
 	for i := range a {
 		sum += a[i] * b[i]

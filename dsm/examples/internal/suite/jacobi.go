@@ -48,11 +48,14 @@ func (p *Jacobi) Rows(xOld, xNew []float64, lo, hi int) {
 	for i := lo; i < hi; i++ {
 		row := p.A[i*n : i*n+n]
 		lower, upper := 0.0, 0.0
-		for j := 0; j < i; j++ {
-			lower += xOld[j] * row[j]
+		// Re-slicing to equal lengths lets the compiler drop bounds checks.
+		xl := xOld[:i]
+		for j, a := range row[:len(xl)] {
+			lower += xl[j] * a
 		}
-		for j := i + 1; j < n; j++ {
-			upper += xOld[j] * row[j]
+		xu := xOld[i+1 : n]
+		for j, a := range row[i+1 : i+1+len(xu)] {
+			upper += xu[j] * a
 		}
 		xNew[i] = (p.B[i] - lower - upper) / row[i]
 	}

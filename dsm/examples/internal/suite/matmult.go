@@ -34,6 +34,7 @@ func (p *MatMult) Rows(c []int32, lo, hi int) {
 		for k := 0; k < m; k++ {
 			a := p.A[i*m+k]
 			bk := p.B[k*m : k*m+m]
+			ci := ci[:len(bk)]
 			for j, b := range bk {
 				ci[j] += a * b
 			}

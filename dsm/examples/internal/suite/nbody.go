@@ -41,18 +41,21 @@ func NewNBody(n int, seed uint64) *NBody {
 // all particles at positions pos (the step's old positions, all n), then
 // velocity, then position, written to next[3lo:3hi].
 func (b *NBody) Advance(pos, next []float64, lo, hi int) {
+	n, mass, soft := b.N, b.Mass[:b.N], b.Soft
+	pos = pos[:3*n]
 	for i := lo; i < hi; i++ {
 		xi, yi, zi := pos[3*i], pos[3*i+1], pos[3*i+2]
 		ax, ay, az := 0.0, 0.0, 0.0
-		for j := 0; j < b.N; j++ {
+		for j, m := range mass {
 			if j == i {
 				continue
 			}
-			dx := pos[3*j] - xi
-			dy := pos[3*j+1] - yi
-			dz := pos[3*j+2] - zi
-			r2 := dx*dx + dy*dy + dz*dz + b.Soft
-			s := b.Mass[j] / (r2 * math.Sqrt(r2))
+			p := pos[3*j : 3*j+3 : 3*j+3]
+			dx := p[0] - xi
+			dy := p[1] - yi
+			dz := p[2] - zi
+			r2 := dx*dx + dy*dy + dz*dz + soft
+			s := m / (r2 * math.Sqrt(r2))
 			ax += s * dx
 			ay += s * dy
 			az += s * dz
