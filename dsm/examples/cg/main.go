@@ -33,29 +33,31 @@ const (
 )
 
 func main() {
-	harness.Main("cg", func(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
-		n := fs.Int("n", 512, "matrix size (n×n, vectors of n)")
-		iters := fs.Int("iters", 500, "iterations")
-		seed := fs.Uint64("seed", 1, "seed of b")
-		var c *suite.CG
-		problem := func() *suite.CG {
-			if c == nil {
-				o.SetParams("n=%d iters=%d seed=%d", *n, *iters, *seed)
-				c = suite.NewCG(*n, *seed)
-			}
-			return c
+	harness.Main("cg", setup)
+}
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	n := fs.Int("n", 512, "matrix size (n×n, vectors of n)")
+	iters := fs.Int("iters", 500, "iterations")
+	seed := fs.Uint64("seed", 1, "seed of b")
+	var c *suite.CG
+	problem := func() *suite.CG {
+		if c == nil {
+			o.SetParams("n=%d iters=%d seed=%d", *n, *iters, *seed)
+			c = suite.NewCG(*n, *seed)
 		}
-		seq := func() harness.Result {
-			c := problem()
-			start := time.Now()
-			x, done := c.Sequential(*iters)
-			return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}
-		}
-		par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
-			return parallel(ctx, node, problem(), *iters)
-		}
-		return seq, par
-	})
+		return c
+	}
+	seq := func() harness.Result {
+		c := problem()
+		start := time.Now()
+		x, done := c.Sequential(*iters)
+		return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}
+	}
+	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		return parallel(ctx, node, problem(), *iters)
+	}
+	return seq, par
 }
 
 func parallel(ctx context.Context, node *dsm.Node, c *suite.CG, iters int) (harness.Result, error) {

@@ -28,30 +28,32 @@ import (
 const segX = 0x4a430001
 
 func main() {
-	harness.Main("jacobi", func(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
-		n := fs.Int("n", 512, "matrix size (n×n, vectors of n)")
-		iters := fs.Int("iters", 500, "maximum sweeps")
-		eps := fs.Float64("eps", 0, "stop when no element moves by eps or more (0: run all -iters)")
-		seed := fs.Uint64("seed", 1, "seed of b")
-		var p *suite.Jacobi
-		problem := func() *suite.Jacobi {
-			if p == nil {
-				o.SetParams("n=%d iters=%d eps=%g seed=%d", *n, *iters, *eps, *seed)
-				p = suite.NewJacobi(*n, *seed)
-			}
-			return p
+	harness.Main("jacobi", setup)
+}
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	n := fs.Int("n", 512, "matrix size (n×n, vectors of n)")
+	iters := fs.Int("iters", 500, "maximum sweeps")
+	eps := fs.Float64("eps", 0, "stop when no element moves by eps or more (0: run all -iters)")
+	seed := fs.Uint64("seed", 1, "seed of b")
+	var p *suite.Jacobi
+	problem := func() *suite.Jacobi {
+		if p == nil {
+			o.SetParams("n=%d iters=%d eps=%g seed=%d", *n, *iters, *eps, *seed)
+			p = suite.NewJacobi(*n, *seed)
 		}
-		seq := func() harness.Result {
-			p := problem()
-			start := time.Now()
-			x, done := p.Sequential(*iters, *eps)
-			return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}
-		}
-		par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
-			return parallel(ctx, node, problem(), *iters, *eps)
-		}
-		return seq, par
-	})
+		return p
+	}
+	seq := func() harness.Result {
+		p := problem()
+		start := time.Now()
+		x, done := p.Sequential(*iters, *eps)
+		return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}
+	}
+	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		return parallel(ctx, node, problem(), *iters, *eps)
+	}
+	return seq, par
 }
 
 func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, eps float64) (harness.Result, error) {

@@ -24,24 +24,26 @@ import (
 const segC = 0x4d4d0001
 
 func main() {
-	harness.Main("matmult", func(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
-		m := fs.Int("m", 512, "matrix size (m×m)")
-		seed := fs.Uint64("seed", 1, "seed of A and B")
-		problem := func() *suite.MatMult {
-			o.SetParams("m=%d seed=%d", *m, *seed)
-			return suite.NewMatMult(*m, *seed)
-		}
-		seq := func() harness.Result {
-			p := problem()
-			start := time.Now()
-			c := p.Sequential()
-			return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(c), Solve: time.Since(start)}
-		}
-		par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
-			return parallel(ctx, node, problem())
-		}
-		return seq, par
-	})
+	harness.Main("matmult", setup)
+}
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	m := fs.Int("m", 512, "matrix size (m×m)")
+	seed := fs.Uint64("seed", 1, "seed of A and B")
+	problem := func() *suite.MatMult {
+		o.SetParams("m=%d seed=%d", *m, *seed)
+		return suite.NewMatMult(*m, *seed)
+	}
+	seq := func() harness.Result {
+		p := problem()
+		start := time.Now()
+		c := p.Sequential()
+		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(c), Solve: time.Since(start)}
+	}
+	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		return parallel(ctx, node, problem())
+	}
+	return seq, par
 }
 
 func parallel(ctx context.Context, node *dsm.Node, p *suite.MatMult) (harness.Result, error) {

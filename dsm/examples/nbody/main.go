@@ -26,26 +26,28 @@ import (
 const segPos = 0x4e420001
 
 func main() {
-	harness.Main("nbody", func(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
-		n := fs.Int("n", 1024, "particles")
-		steps := fs.Int("steps", 30, "time steps")
-		seed := fs.Uint64("seed", 1, "seed of the particles")
-		param := func() {
-			o.SetParams("n=%d steps=%d seed=%d", *n, *steps, *seed)
-		}
-		seq := func() harness.Result {
-			param()
-			b := suite.NewNBody(*n, *seed)
-			start := time.Now()
-			pos := b.Sequential(*steps)
-			return harness.Result{Valid: true, Checksum: suite.Checksum(pos), Solve: time.Since(start)}
-		}
-		par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
-			param()
-			return parallel(ctx, node, suite.NewNBody(*n, *seed), *steps)
-		}
-		return seq, par
-	})
+	harness.Main("nbody", setup)
+}
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	n := fs.Int("n", 1024, "particles")
+	steps := fs.Int("steps", 30, "time steps")
+	seed := fs.Uint64("seed", 1, "seed of the particles")
+	param := func() {
+		o.SetParams("n=%d steps=%d seed=%d", *n, *steps, *seed)
+	}
+	seq := func() harness.Result {
+		param()
+		b := suite.NewNBody(*n, *seed)
+		start := time.Now()
+		pos := b.Sequential(*steps)
+		return harness.Result{Valid: true, Checksum: suite.Checksum(pos), Solve: time.Since(start)}
+	}
+	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		param()
+		return parallel(ctx, node, suite.NewNBody(*n, *seed), *steps)
+	}
+	return seq, par
 }
 
 func parallel(ctx context.Context, node *dsm.Node, b *suite.NBody, steps int) (harness.Result, error) {

@@ -30,24 +30,26 @@ const (
 )
 
 func main() {
-	harness.Main("tsp", func(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
-		cities := fs.Int("cities", 12, "number of cities")
-		seed := fs.Uint64("seed", 1, "seed of the distances")
-		problem := func() *suite.TSP {
-			o.SetParams("cities=%d seed=%d", *cities, *seed)
-			return suite.NewTSP(*cities, *seed)
-		}
-		seq := func() harness.Result {
-			t := problem()
-			start := time.Now()
-			best, _ := t.Sequential()
-			return result(best, time.Since(start))
-		}
-		par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
-			return parallel(ctx, node, problem())
-		}
-		return seq, par
-	})
+	harness.Main("tsp", setup)
+}
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	cities := fs.Int("cities", 12, "number of cities")
+	seed := fs.Uint64("seed", 1, "seed of the distances")
+	problem := func() *suite.TSP {
+		o.SetParams("cities=%d seed=%d", *cities, *seed)
+		return suite.NewTSP(*cities, *seed)
+	}
+	seq := func() harness.Result {
+		t := problem()
+		start := time.Now()
+		best, _ := t.Sequential()
+		return result(best, time.Since(start))
+	}
+	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		return parallel(ctx, node, problem())
+	}
+	return seq, par
 }
 
 // result reports a tour: its length and path are the compared detail, the

@@ -56,12 +56,13 @@ type Options struct {
 	Verify  bool
 	Timeout time.Duration
 	params  string
-	stdout  io.Writer
+	// Stdout receives the report lines (os.Stdout from Flags).
+	Stdout io.Writer
 }
 
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
-	o := &Options{stdout: os.Stdout}
+	o := &Options{Stdout: os.Stdout}
 	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
 	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
 	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
@@ -138,7 +139,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		if st != nil {
 			line += " " + statsText(st)
 		}
-		fmt.Fprintln(o.stdout, line+extra+v)
+		fmt.Fprintln(o.Stdout, line+extra+v)
 	}
 
 	switch o.Mode() {
@@ -174,7 +175,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			report(rank, r, st, fmt.Sprintf(" virtual_us=%d wall_us=%d", sim.Elapsed.Microseconds(), wall.Microseconds()))
 		}
 		if len(sim.Stats) > 0 {
-			fmt.Fprintf(o.stdout, "%s total %s\n", head(-1), statsText(sumStats(sim.Stats)))
+			fmt.Fprintf(o.Stdout, "%s total %s\n", head(-1), statsText(sumStats(sim.Stats)))
 		}
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
@@ -206,7 +207,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		}
 		if !r.Valid {
 			// Workers report their traffic too (fig. 6.6 sums all ranks).
-			fmt.Fprintf(o.stdout, "%s solve_us=%d %s\n", head(n.Rank()), r.Solve.Microseconds(), statsText(&st))
+			fmt.Fprintf(o.Stdout, "%s solve_us=%d %s\n", head(n.Rank()), r.Solve.Microseconds(), statsText(&st))
 		} else {
 			report(n.Rank(), r, &st, "")
 		}
@@ -240,21 +241,40 @@ func sumStats(all []dsm.Stats) *dsm.Stats {
 	return &t
 }
 
-// Main parses the command line with the shared flags and exits with the
-// outcome of run; setup registers the program's own flags.
-func Main(name string, setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, parallel Program)) {
-	fs := flag.NewFlagSet(name, flag.ExitOnError)
-	o := Flags(fs)
-	seq, par := setup(fs, o)
-	fs.Parse(os.Args[1:])
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
+// Setup registers a program's own flags and returns its two versions; it
+// may read its flags only inside them (they run after parsing).
+type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, parallel Program)
+
+// Main runs the command with os.Args and exits 1 if it failed, 2 on a
+// flag error.
+func Main(name string, setup Setup) {
+	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
+	if errors.Is(err, errUsage) {
 		os.Exit(2)
 	}
-	if err := o.Run(name, seq, par); err != nil {
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+var errUsage = errors.New("usage")
+
+// RunArgs parses args with the shared flags and setup's, then runs the
+// command, reporting on stdout.
+func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	o := Flags(fs)
+	o.Stdout = stdout
+	seq, par := setup(fs, o)
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
+		return errUsage
+	}
+	return o.Run(name, seq, par)
 }
 
 // Attach creates segment key on rank 0 and joins it everywhere else.
@@ -263,4 +283,13 @@ func Attach(ctx context.Context, n *dsm.Node, key uint32, locations, size int) (
 		return n.CreateSegment(key, locations, size)
 	}
 	return n.JoinSegment(ctx, key, locations, size)
+}
+
+// Verified runs the command with args (which should include -verify) and
+// returns how many report lines say verify=ok, with the output for
+// messages; it is what the commands' tests check.
+func Verified(name string, setup Setup, args ...string) (ok int, output string, err error) {
+	var out strings.Builder
+	err = RunArgs(name, setup, args, &out)
+	return strings.Count(out.String(), " verify=ok"), out.String(), err
 }

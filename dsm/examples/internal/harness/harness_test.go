@@ -1,0 +1,61 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/dsm"
+)
+
+func options(t *testing.T, args ...string) (*Options, *bytes.Buffer) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o := Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	o.Stdout = &out
+	return o, &out
+}
+
+// A parallel result that differs from the sequential one must fail -verify.
+func TestVerifyCatchesADifference(t *testing.T) {
+	o, out := options(t, "-sim", "-procs", "2", "-verify")
+	seq := func() Result { return Result{Valid: true, Checksum: 1, Detail: "done=3"} }
+	par := func(ctx context.Context, n *dsm.Node) (Result, error) {
+		if err := n.Barrier(ctx, 1); err != nil {
+			return Result{}, err
+		}
+		return Result{Valid: true, Checksum: uint64(1 + n.Rank()), Detail: "done=3"}, nil
+	}
+	err := o.Run("test", seq, par)
+	if err == nil || !strings.Contains(err.Error(), "verify") {
+		t.Fatalf("Run = %v, want a verify error", err)
+	}
+	if !strings.Contains(out.String(), "rank=0 ") || !strings.Contains(out.String(), "verify=ok") ||
+		!strings.Contains(out.String(), "verify=FAIL(sequential checksum=0000000000000001 done=3)") {
+		t.Fatalf("report:\n%s", out)
+	}
+}
+
+func TestRejectsBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-procs", "3"}, "-procs 3 needs -sim or -iface"},
+		{[]string{"-procs", "0", "-sim"}, "-procs is 0"},
+		{[]string{"-sim", "-iface", "eth0"}, "exclude each other"},
+		{[]string{"-sim", "-loss", "1"}, "-loss is 1"},
+	} {
+		o, _ := options(t, tc.args...)
+		err := o.Run("test", func() Result { return Result{} }, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: Run = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
