@@ -55,7 +55,19 @@ type Config struct {
 	// OutboxLimit is how many messages may wait to be sent before Write
 	// blocks; 0 means DefaultOutboxLimit.
 	OutboxLimit int
+	// MaxSegment bounds a segment's memory in bytes, this member's and
+	// those peers announce; 0 means core.DefaultMaxSegment (1 GiB).
+	MaxSegment int
+	// Trace, when set, is called with every event of the thesis's model
+	// (writes, updates applied, barriers, lock requests, acquires,
+	// permissions, releases) as it happens at this member, with the
+	// node's lock held: it must not call the node. For tests and
+	// debugging.
+	Trace func(TraceEvent)
 }
+
+// TraceEvent is one event of a member's history; see core.Event.
+type TraceEvent = core.Event
 
 // Node is one member's BDSM system: its copy of the shared segments, its
 // update buffers, its barrier and lock state. Methods are safe for
@@ -109,7 +121,8 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 	if cfg.MaxMessage > 0 && cfg.MaxMessage < max {
 		max = cfg.MaxMessage
 	}
-	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered, Alloc: alignedAlloc}
+	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
+		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied

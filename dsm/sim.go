@@ -37,6 +37,11 @@ type SimConfig struct {
 	// is dropped at its sender (the reliable layer has no unreliable
 	// datagram, so Simulate models DSM_WRT_UNREL's loss here).
 	UnreliableLoss float64
+	// Trace, when set, receives every member's history (see
+	// Config.Trace) with the member's rank. Only one member runs at a
+	// time, so the calls come in one global order: the order in which the
+	// events happened in the simulation.
+	Trace func(rank int, ev TraceEvent)
 	// Timeout bounds the run in virtual time; 0 means 10 minutes.
 	Timeout time.Duration
 }
@@ -120,7 +125,12 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 			return SimResult{}, err
 		}
 		m.drv = d
-		c, err := core.New(coreConfig(ids[i], ids, d.MaxMessage(), cfg.Node))
+		ncfg := cfg.Node
+		if cfg.Trace != nil {
+			rank := i
+			ncfg.Trace = func(ev TraceEvent) { cfg.Trace(rank, ev) }
+		}
+		c, err := core.New(coreConfig(ids[i], ids, d.MaxMessage(), ncfg))
 		if err != nil {
 			return SimResult{}, err
 		}

@@ -41,11 +41,51 @@ type Config struct {
 	MaxMessage int
 	// Unbuffered sends every write at once in a message of its own.
 	Unbuffered bool
+	// MaxSegment bounds a segment's memory in bytes, the local program's
+	// and the ones peers announce (a hostile announcement must not make
+	// this member allocate without bound); 0 means DefaultMaxSegment.
+	MaxSegment int
+	// Trace, when set, is called for every event of the thesis's model
+	// (§2.2.2.1) as it happens here; tests check the axioms on these
+	// histories.
+	Trace func(Event)
 	// Alloc returns the zeroed memory of a segment; nil means make. (The
 	// runtime allocates 8-byte aligned memory so that it can offer typed
 	// views.)
 	Alloc func(n int) []byte
 }
+
+// EventKind names an event of the model.
+type EventKind uint8
+
+const (
+	EvWrite        EventKind = iota + 1 // w: a local write (Key, Location, Data)
+	EvUpdate                            // u: a peer's write applied here (From, Key, Location, Data)
+	EvBarrierEnter                      // Self arrived at barrier ID (Seq)
+	EvBarrierPass                       // b: Self crossed barrier ID (Seq)
+	EvLockRequest                       // Self requested Lock at TS
+	EvLockAcquire                       // a: Self acquired Lock (TS its request's)
+	EvLockPermit                        // a at a peer: Self let To acquire Lock (request TS)
+	EvLockRelease                       // v: Self released Lock
+)
+
+// Event is one event of a member's history. Data is valid only during
+// the Trace call.
+type Event struct {
+	Kind     EventKind
+	From     frame.MemberID // EvUpdate: the writer
+	To       frame.MemberID // EvLockPermit: the requester
+	Key      uint32
+	Location int
+	Data     []byte
+	ID       int32  // barrier id
+	Seq      uint32 // barrier number
+	Lock     int32
+	TS       uint64
+}
+
+// DefaultMaxSegment is the default bound of a segment's memory: 1 GiB.
+const DefaultMaxSegment = 1 << 30
 
 type lockState uint8
 
@@ -83,6 +123,8 @@ type Core struct {
 	max      int
 	buffered bool
 	alloc    func(n int) []byte
+	maxSeg   int
+	trace    func(Event)
 	peers    []*peer // sorted by id, Self excluded
 	segs     map[uint32]*Segment
 
@@ -114,6 +156,11 @@ func New(cfg Config) (*Core, error) {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
+	c.trace = cfg.Trace
+	c.maxSeg = cfg.MaxSegment
+	if c.maxSeg <= 0 {
+		c.maxSeg = DefaultMaxSegment
+	}
 	if c.alloc == nil {
 		c.alloc = func(n int) []byte { return make([]byte, n) }
 	}
@@ -296,6 +343,9 @@ func (c *Core) EnterBarrier(id int32) error {
 	c.inBarrier = true
 	c.queue(AppendBarrier(c.buffer(), id, c.barriers))
 	c.c.Barriers++
+	if c.trace != nil {
+		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
+	}
 	return nil
 }
 
@@ -323,6 +373,9 @@ func (c *Core) BarrierPassed() (bool, error) {
 		}
 	}
 	c.inBarrier = false
+	if c.trace != nil {
+		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers})
+	}
 	return true, nil
 }
 
@@ -362,6 +415,9 @@ func (c *Core) RequestLock(id int32) error {
 	}
 	c.queue(AppendLockRequest(c.buffer(), id, c.lockTS))
 	c.c.LockRequests++
+	if c.trace != nil {
+		c.trace(Event{Kind: EvLockRequest, Lock: id, TS: c.lockTS})
+	}
 	c.checkGrant()
 	return nil
 }
@@ -392,6 +448,9 @@ func (c *Core) checkGrant() {
 		}
 	}
 	c.lock = lockHeld
+	if c.trace != nil {
+		c.trace(Event{Kind: EvLockAcquire, Lock: c.lockID, TS: c.lockTS})
+	}
 	if c.abandon {
 		c.release()
 	}
@@ -420,6 +479,9 @@ func (c *Core) Unlock(id int32) error {
 }
 
 func (c *Core) release() {
+	if c.trace != nil {
+		c.trace(Event{Kind: EvLockRelease, Lock: c.lockID, TS: c.lockTS})
+	}
 	c.lock, c.abandon = lockIdle, false
 	for _, d := range c.deferred {
 		c.reply(d.from, d.lock, d.ts)
@@ -444,6 +506,9 @@ func (c *Core) reply(to frame.MemberID, lock int32, ts uint64) {
 	c.FlushAll()
 	c.queue(AppendLockReply(c.buffer(), lock, to, ts))
 	c.c.LockReplies++
+	if c.trace != nil {
+		c.trace(Event{Kind: EvLockPermit, To: to, Lock: lock, TS: ts})
+	}
 }
 
 // Segments
@@ -488,6 +553,9 @@ func (c *Core) checkGeometry(g Geometry) error {
 	}
 	if most := c.max - UpdateOverhead; g.LocationSize < 1 || g.LocationSize > most {
 		return &SizeError{What: "location size", Size: g.LocationSize, Want: fmt.Sprintf("1..%d bytes (what one %d-byte message carries after its %d bytes of header)", most, c.max, UpdateOverhead)}
+	}
+	if g.Bytes() > c.maxSeg {
+		return &SizeError{What: fmt.Sprintf("segment of %v", g), Size: g.Bytes(), Want: fmt.Sprintf("at most %d bytes (MaxSegment)", c.maxSeg)}
 	}
 	return nil
 }
@@ -562,6 +630,9 @@ func (c *Core) Remove(s *Segment) error {
 func (c *Core) receiveSegment(from frame.MemberID, m *Message) error {
 	s := c.segs[m.Key]
 	if s == nil {
+		if m.Geometry.Bytes() > c.maxSeg {
+			return fmt.Errorf("dsm: member %d announced segment %d of %v: %d bytes, more than MaxSegment (%d)", from, m.Key, m.Geometry, m.Geometry.Bytes(), c.maxSeg)
+		}
 		s = c.newSegment(m.Key, m.Geometry)
 		s.announce = from
 		if m.Create {
@@ -611,6 +682,11 @@ func (c *Core) receiveUpdate(from frame.MemberID, m *Message) error {
 	m.Records(func(r Record) {
 		copy(s.mem[r.Location*size:], r.Data)
 		c.c.Applied += uint64(r.Count())
+		if c.trace != nil {
+			for i := range r.Count() {
+				c.trace(Event{Kind: EvUpdate, From: from, Key: m.Key, Location: r.Location + i, Data: r.Data[i*size : (i+1)*size]})
+			}
+		}
 	})
 	c.c.AppliedUpdates++
 	return nil
@@ -640,6 +716,9 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 	}
 	copy(s.mem[loc*size:], value)
 	c.c.Writes++
+	if c.trace != nil {
+		c.trace(Event{Kind: EvWrite, Key: s.key, Location: loc, Data: value})
+	}
 	if !c.buffered {
 		b := AppendUpdateHeader(c.buffer(), TypeUpdate, s.key, size)
 		c.queueUpdate(AppendRecord(b, loc, 1, value), 1)
@@ -700,6 +779,11 @@ func (c *Core) WriteBulk(s *Segment, loc int, values []byte, unreliable bool) (i
 		return 0, err
 	}
 	copy(s.mem[loc*size:], values)
+	if c.trace != nil {
+		for i := range count {
+			c.trace(Event{Kind: EvWrite, Key: s.key, Location: loc + i, Data: values[i*size : (i+1)*size]})
+		}
+	}
 	t := TypeUpdate
 	if unreliable {
 		t = TypeUnreliable
