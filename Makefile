@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers fuzz lint deps clean
 
 all: build
 
@@ -52,6 +52,16 @@ REPS ?= 3
 bench-net:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-net.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 120m ./reliable
 	$(GO) run ./cmd/linkbench
+
+# The peers of issue 4 on the same 3-host netns segment (root; installs the
+# Debian packages if missing, builds and removes rbf… namespaces): corosync
+# CPG agreed order, JGroups 2.12 SEQUENCER as shipped and without bundling.
+# 5 repeats each, medians; about 10 minutes. See docs/benchmarks.md.
+bench-peers:
+	bench/peers/ensure-deps
+	bench/peers/run-corosync
+	bench/peers/run-jgroups
+	bench/peers/run-jgroups -U
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
