@@ -12,4 +12,6 @@ require (
 require (
 	github.com/mdlayher/socket v0.7.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
+	kernel.org/pub/linux/libs/security/libcap/cap v1.2.78 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

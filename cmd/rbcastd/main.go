@@ -1,0 +1,133 @@
+// Command rbcastd is the rbcast daemon and its command-line clients.
+//
+//	rbcastd run -i IFACE -group G -members N [-node ID] [-order fifo|total]
+//	        [-socket PATH] [-capture FILE] [-metrics ADDR] [-config FILE]
+//	rbcastd send [-socket PATH] [-lines] [FILE|-]
+//	rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N]
+//	        [-format raw|lines] [-o FILE]
+//	rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]
+//	rbcastd bench [-socket PATH] [-size BYTES] [-duration D]
+//
+// `run` joins a group on an interface and serves local programs on a Unix
+// SOCK_SEQPACKET socket (docs/local-api.md); the other commands are
+// clients of that socket. See README.md ("rbcastd").
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+func main() {
+	os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage: rbcastd <command> [flags]
+
+rbcastd joins a reliable broadcast group on an Ethernet segment and lets
+unprivileged local programs use it through a Unix socket.
+
+commands:
+  run      join group G on an interface and serve local clients (needs
+           CAP_NET_RAW, dropped once the link is open)
+  send     broadcast a file or stdin through the daemon; exit 0 only once
+           every message is acknowledged by every live member
+  recv     write what the group delivers (one member's bytes, or all
+           members' messages as lines)
+  status   members and their state, order, rates, repairs, drops
+  bench    measure goodput through a running daemon
+
+Run 'rbcastd <command> -h' for a command's flags.
+Exit status: 0 success, 1 failure, 2 usage error.
+`
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+type command struct {
+	run func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"run":    {runCmd},
+	"send":   {sendCmd},
+	"recv":   {recvCmd},
+	"status": {statusCmd},
+	"bench":  {benchCmd},
+}
+
+func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		var names []string
+		for n := range commands {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(stderr, "rbcastd: unknown command %q (commands: %s)\n", args[0], strings.Join(names, ", "))
+		return exitUsage
+	}
+	return c.run(args[1:], stdin, stdout, stderr)
+}
+
+// newFlags returns a FlagSet whose -h prints synopsis, text and flags.
+func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rbcastd "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: rbcastd %s %s\n\n%s\nflags:\n", name, synopsis, text)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; -h prints usage to stdout and exits 0.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (done bool, code int) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return true, exitOK
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, exitOK
+		}
+		return true, exitUsage
+	}
+	return false, 0
+}
+
+// usageErr reports a bad command line.
+func usageErr(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "rbcastd %s: %s (see 'rbcastd %s -h')\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}
+
+// fail reports a failure.
+func fail(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "rbcastd %s: %v\n", cmd, err)
+	return exitFail
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rbcast/rbcast/capture"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/internal/privs"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/afpacket"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+const runText = `Joins group G on interface IFACE and serves local programs on a Unix
+SOCK_SEQPACKET socket (docs/local-api.md). The group starts once N members
+have registered with the registration server: exactly one daemon of the
+group runs with -node 0 and is that server (member 0); the others omit
+-node and are given the lowest free id. -node ID with ID > 0 asks the
+server for that id; if it is taken, the daemon exits with an error.
+
+Needs CAP_NET_RAW to open the link (grant it with
+'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
+every capability is dropped once the link is open.
+
+SIGTERM or SIGINT leaves the group cleanly: new messages are refused,
+everything already accepted is acknowledged by the live members, local
+readers get the last deliveries, then the daemon exits.
+
+Flags may also come from -config FILE: one 'name value' per line (flag
+names without the dash, '#' comments); the command line wins.
+`
+
+type runFlags struct {
+	iface, order, socket, capture, metrics, config, linkKind, mode, logLevel, logFormat string
+	group                                                                               uint64
+	members, window                                                                     int
+	node                                                                                string
+	socketMode                                                                          string
+	failure, heartbeat, joinTimeout, leaveTimeout                                       time.Duration
+	etherType                                                                           string
+}
+
+func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
+	fs := newFlags("run", "-i IFACE -group G -members N [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-metrics ADDR] [-config FILE]", runText, stderr)
+	fs.StringVar(&f.iface, "i", "", "network `interface` to join the group on (required)")
+	fs.Uint64Var(&f.group, "group", 0, "group `id`, 1..4294967295 (required)")
+	fs.IntVar(&f.members, "members", 0, "number of members N; the group starts when N have registered (required)")
+	fs.StringVar(&f.node, "node", "", "member `id`: 0 makes this daemon the registration server; absent, the server assigns one")
+	fs.StringVar(&f.order, "order", "fifo", "delivery order: fifo (per sender) or total (one order at every member)")
+	fs.StringVar(&f.socket, "socket", "", "local API socket `path` (default "+localapi.SocketDir+"/group-G.sock)")
+	fs.StringVar(&f.socketMode, "socket-mode", "0660", "permissions of the socket file (octal)")
+	fs.StringVar(&f.capture, "capture", "", "record every frame sent and received to this pcapng `file`")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
+	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
+	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
+	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
+	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
+	fs.DurationVar(&f.failure, "failure-timeout", 0, "remove a member silent this long (0: the protocol's default, 2s); all members must agree")
+	fs.DurationVar(&f.heartbeat, "heartbeat", 0, "heartbeat interval (0: the protocol's default); all members must agree")
+	fs.StringVar(&f.etherType, "ethertype", "", "EtherType of the group's frames (default 0x88b5); all members must agree")
+	fs.DurationVar(&f.joinTimeout, "join-timeout", 0, "give up if the group has not started after this long (0: wait forever)")
+	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
+	return fs
+}
+
+// applyConfig sets, from a config file, every flag not given on the
+// command line.
+func applyConfig(fs *flag.FlagSet, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(line, " ")
+		name = strings.TrimPrefix(strings.TrimSpace(name), "-")
+		value = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(value), "="))
+		if name == "config" {
+			return fmt.Errorf("config %s:%d: config files do not nest", path, n)
+		}
+		if fs.Lookup(name) == nil {
+			return fmt.Errorf("config %s:%d: unknown setting %q (settings are run's flag names)", path, n, name)
+		}
+		if set[name] {
+			continue
+		}
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("config %s:%d: %s: %v", path, n, name, err)
+		}
+	}
+	return sc.Err()
+}
+
+// groupConfig checks the flags and builds the daemon's configuration.
+func (f *runFlags) groupConfig() (daemon.Config, string, error) {
+	var dc daemon.Config
+	if f.iface == "" {
+		return dc, "", errors.New("-i IFACE is required")
+	}
+	if f.group == 0 || f.group > 0xffffffff {
+		return dc, "", fmt.Errorf("-group is %d, want 1..4294967295", f.group)
+	}
+	if f.members < 1 || f.members > 40 {
+		return dc, "", fmt.Errorf("-members is %d, want 1..40 (registration admits at most 40)", f.members)
+	}
+	c := reliable.Config{Group: uint32(f.group), Size: f.members, Window: f.window,
+		FailureTimeout: f.failure, HeartbeatInterval: f.heartbeat}
+	if f.node != "" {
+		id, err := strconv.ParseUint(f.node, 10, 16)
+		if err != nil || id >= uint64(frame.NoMember) {
+			return dc, "", fmt.Errorf("-node is %q, want a member id 0..%d", f.node, frame.NoMember-1)
+		}
+		if id == 0 {
+			c.Server = true
+		} else if id >= uint64(f.members) {
+			return dc, "", fmt.Errorf("-node is %d, but a group of %d members has ids 0..%d", id, f.members, f.members-1)
+		}
+	}
+	switch f.order {
+	case "fifo":
+		c.Order = reliable.FIFO
+	case "total":
+		c.Order = reliable.Total
+	default:
+		return dc, "", fmt.Errorf("-order is %q, want fifo or total", f.order)
+	}
+	switch f.mode {
+	case "pbp2":
+		c.Mode = reliable.PBP2
+	case "pbp1":
+		c.Mode = reliable.PBP1
+	default:
+		return dc, "", fmt.Errorf("-mode is %q, want pbp2 or pbp1", f.mode)
+	}
+	if f.window < 0 {
+		return dc, "", fmt.Errorf("-window is %d, want >= 0", f.window)
+	}
+	if f.failure < 0 || f.heartbeat < 0 || f.joinTimeout < 0 || f.leaveTimeout < 0 {
+		return dc, "", errors.New("durations must not be negative")
+	}
+	if f.etherType != "" {
+		et, err := strconv.ParseUint(f.etherType, 0, 16)
+		if err != nil || et < 0x600 {
+			return dc, "", fmt.Errorf("-ethertype is %q, want an EtherType 0x0600..0xffff", f.etherType)
+		}
+		c.EtherType = uint16(et)
+	}
+	switch f.linkKind {
+	case "ring", "afpacket":
+	default:
+		return dc, "", fmt.Errorf("-link is %q, want ring or afpacket", f.linkKind)
+	}
+	if _, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil {
+		return dc, "", fmt.Errorf("-socket-mode is %q, want octal permissions like 0660", f.socketMode)
+	}
+	socket := f.socket
+	if socket == "" {
+		socket = localapi.DefaultSocket(uint32(f.group))
+	}
+	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout}, socket, nil
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level is %q, want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format is %q, want text or json", format)
+}
+
+// openLink opens the link with the EtherType the group uses.
+func openLink(kind, iface string, etherType uint16) (link.Link, error) {
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	if kind == "afpacket" {
+		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
+	}
+	return ring.Open(iface, ring.Config{EtherType: etherType})
+}
+
+func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	var f runFlags
+	fs := runFlagSet(&f, stderr)
+	if done, code := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageErr(stderr, "run", "unexpected argument %q", fs.Arg(0))
+	}
+	if f.config != "" {
+		if err := applyConfig(fs, f.config); err != nil {
+			return usageErr(stderr, "run", "%v", err)
+		}
+	}
+	dc, socket, err := f.groupConfig()
+	if err != nil {
+		return usageErr(stderr, "run", "%v", err)
+	}
+	log, err := newLogger(f.logLevel, f.logFormat, stderr)
+	if err != nil {
+		return usageErr(stderr, "run", "%v", err)
+	}
+	dc.Logger = log
+	mode, _ := strconv.ParseUint(f.socketMode, 8, 32)
+
+	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
+	// and the metrics listener, then drop every privilege, then serve.
+	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType)
+	if err != nil {
+		return fail(stderr, "run", err)
+	}
+	defer func() { l.Close() }()
+	var cw *capture.Writer
+	if f.capture != "" {
+		cw, err = capture.CreateFile(f.capture, capture.WriterOptions{Application: "rbcastd"})
+		if err != nil {
+			return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
+		}
+		cl, err := capture.Wrap(l, cw, capture.Options{Node: f.node, Interface: f.iface, StatsInterval: time.Second})
+		if err != nil {
+			cw.Close()
+			return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
+		}
+		l = cl
+		defer func() {
+			if err := cw.Close(); err != nil {
+				log.Error("rbcastd: capture file incomplete", "file", f.capture, "err", err)
+			}
+		}()
+	}
+	ln, err := daemon.Listen(socket, os.FileMode(mode))
+	if err != nil {
+		return fail(stderr, "run", err)
+	}
+	var metricsLn net.Listener
+	if f.metrics != "" {
+		metricsLn, err = net.Listen("tcp", f.metrics)
+		if err != nil {
+			ln.Close()
+			return fail(stderr, "run", fmt.Errorf("-metrics: %w", err))
+		}
+	}
+	dropped, err := privs.Drop()
+	if err != nil {
+		ln.Close()
+		return fail(stderr, "run", fmt.Errorf("dropping privileges: %w", err))
+	}
+	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_emptied", dropped.Bound,
+		"uid", os.Getuid())
+
+	want := -1
+	if f.node != "" {
+		n, _ := strconv.Atoi(f.node)
+		want = n
+	}
+	dc.CheckSelf = func(self frame.MemberID) error {
+		if want >= 0 && int(self) != want {
+			return fmt.Errorf("the server assigned member id %d, but -node asked for %d (another member holds it)", self, want)
+		}
+		return nil
+	}
+	d := daemon.New(dc)
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", d.MetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(metricsLn)
+		defer srv.Close()
+		log.Info("rbcastd: metrics", "addr", metricsLn.Addr().String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var timedOut atomic.Bool
+	if f.joinTimeout > 0 {
+		go func() {
+			select {
+			case <-time.After(f.joinTimeout):
+				if st := d.Status(); !st.Ready {
+					log.Error("rbcastd: the group did not start in time", "join_timeout", f.joinTimeout)
+					timedOut.Store(true)
+					stop()
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := d.Run(ctx, l, ln); err != nil {
+		return fail(stderr, "run", err)
+	}
+	if timedOut.Load() {
+		return fail(stderr, "run", fmt.Errorf("the group did not start within -join-timeout %v", f.joinTimeout))
+	}
+	return exitOK
+}

@@ -1,0 +1,338 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
+	"golang.org/x/sys/unix"
+)
+
+// readBuf is the largest packet read from a client: a Send of the largest
+// message a frame can carry (65535 bytes) plus its type byte. A longer
+// packet arrives truncated (MSG_TRUNC) and is refused as too large.
+const readBuf = 1 + 0xffff + 1
+
+// conn is one client connection.
+type conn struct {
+	d   *Daemon
+	c   *net.UnixConn
+	ctx context.Context // ends when the connection is closed
+
+	cancel    context.CancelFunc
+	wmu       sync.Mutex
+	wbuf      []byte
+	closeOnce sync.Once
+	accepted  uint64
+
+	smu  sync.Mutex
+	sub  *subscriber
+	dead bool // closed: no subscription may start
+}
+
+func (d *Daemon) accept() {
+	for {
+		c, err := d.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				d.log.Error("rbcastd: accept failed; no more clients are served", "err", err)
+			}
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			c.Close()
+			cancel()
+			continue
+		}
+		d.conns[cn] = struct{}{}
+		d.mu.Unlock()
+		go cn.serve()
+	}
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.c.Close()
+		c.smu.Lock()
+		s := c.sub
+		c.dead = true
+		c.smu.Unlock()
+		if s != nil {
+			close(s.gone)
+			c.d.removeSub(s)
+		}
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+	})
+}
+
+func (c *conn) write(m localapi.Message) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = m.Append(c.wbuf[:0])
+	_, err := c.c.Write(c.wbuf)
+	return err
+}
+
+// fail answers with an Error and, unless keep, closes the connection.
+func (c *conn) fail(code localapi.Code, keep bool, format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	c.d.log.Debug("rbcastd: client request failed", "code", code.String(), "err", text)
+	c.write(&localapi.Error{Code: code, Text: text})
+	if !keep {
+		c.close()
+	}
+}
+
+// read reads one packet; truncated reports a packet longer than buf.
+func (c *conn) read(buf []byte) (n int, truncated bool, err error) {
+	n, _, flags, _, err := c.c.ReadMsgUnix(buf, nil)
+	if err == nil && n == 0 {
+		return 0, false, errEOF // SOCK_SEQPACKET: a zero-length read is the peer's close
+	}
+	return n, flags&unix.MSG_TRUNC != 0, err
+}
+
+var errEOF = errors.New("connection closed by the client")
+
+func (c *conn) serve() {
+	defer c.close()
+	buf := make([]byte, readBuf)
+	if !c.hello(buf) {
+		return
+	}
+	for {
+		n, trunc, err := c.read(buf)
+		if err != nil {
+			return
+		}
+		if trunc {
+			c.fail(localapi.CodeTooLarge, true, "message of more than %d bytes; the daemon accepts at most %s", n-1, c.maxText())
+			continue
+		}
+		m, err := localapi.Decode(buf[:n])
+		if err != nil {
+			c.fail(localapi.CodeBadMessage, false, "%v", err)
+			return
+		}
+		if !c.handle(m) {
+			return
+		}
+	}
+}
+
+func (c *conn) maxText() string {
+	if c.d.isReady() {
+		return fmt.Sprintf("%d bytes per message", c.d.g.MaxMessage())
+	}
+	return "what one frame carries"
+}
+
+// hello handles the first message.
+func (c *conn) hello(buf []byte) bool {
+	n, trunc, err := c.read(buf)
+	if err != nil {
+		return false
+	}
+	var m localapi.Message
+	if !trunc {
+		m, err = localapi.Decode(buf[:n])
+	}
+	h, ok := m.(*localapi.Hello)
+	switch {
+	case trunc || err != nil:
+		c.fail(localapi.CodeBadMessage, false, "the first message must be Hello: %v", err)
+		return false
+	case !ok:
+		c.fail(localapi.CodeUnexpected, false, "the first message must be Hello, not %v", m.Type())
+		return false
+	case h.Version != localapi.Version:
+		c.fail(localapi.CodeVersion, false, "this daemon speaks local API version %d; the client speaks version %d", localapi.Version, h.Version)
+		return false
+	}
+	if h.Flags&localapi.HelloWaitReady != 0 {
+		if _, err := c.d.started(c.ctx); err != nil {
+			c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+			return false
+		}
+	}
+	return c.write(c.d.welcome()) == nil
+}
+
+func (d *Daemon) welcome() *localapi.Welcome {
+	w := &localapi.Welcome{Version: localapi.Version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
+		Members: uint16(d.members())}
+	if d.cfg.Group.Order == reliable.Total {
+		w.Order = localapi.OrderTotal
+	}
+	if d.isReady() {
+		w.Ready = true
+		w.Self = uint16(d.g.Self())
+		w.MaxMessage = uint32(d.g.MaxMessage())
+	}
+	return w
+}
+
+func (d *Daemon) members() int {
+	if n := len(d.cfg.Group.Members); n > 0 {
+		return n
+	}
+	return d.cfg.Group.Size
+}
+
+// handle serves one request; false ends the connection.
+func (c *conn) handle(m localapi.Message) bool {
+	switch m := m.(type) {
+	case *localapi.Send:
+		return c.send(m.Data)
+	case *localapi.Flush:
+		return c.flush()
+	case *localapi.Subscribe:
+		return c.subscribe(m.From)
+	case *localapi.Status:
+		b, err := json.Marshal(c.d.Status())
+		if err != nil {
+			c.fail(localapi.CodeUnexpected, false, "status: %v", err)
+			return false
+		}
+		return c.write(&localapi.StatusJSON{JSON: b}) == nil
+	case *localapi.Hello:
+		c.fail(localapi.CodeUnexpected, false, "Hello is only valid as the first message")
+		return false
+	}
+	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
+	return false
+}
+
+func (c *conn) send(data []byte) bool {
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		return false
+	}
+	if len(data) > g.MaxMessage() {
+		c.fail(localapi.CodeTooLarge, true, "message of %d bytes; the daemon accepts at most %d bytes per message", len(data), g.MaxMessage())
+		return true
+	}
+	c.d.sendMu.RLock()
+	if c.d.leaving {
+		c.d.sendMu.RUnlock()
+		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted+1)
+		return false
+	}
+	err = g.Send(c.ctx, data)
+	c.d.sendMu.RUnlock()
+	if err != nil {
+		code := localapi.CodeSendFailed
+		if errors.Is(err, reliable.ErrClosed) {
+			code = localapi.CodeClosed
+		}
+		c.fail(code, false, "message %d not accepted: %v", c.accepted+1, err)
+		return false
+	}
+	c.accepted++
+	c.d.accepted.Add(1)
+	return true
+}
+
+// flushPoll is how often a Flush looks whether everything sent is
+// acknowledged (the Group reports it in its counters, not as an event).
+const flushPoll = time.Millisecond
+
+// flush answers once nothing this member sent is unacknowledged by a live
+// member: the core's window is empty and no frame waits for room.
+func (c *conn) flush() bool {
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		return false
+	}
+	t := time.NewTicker(flushPoll)
+	defer t.Stop()
+	for {
+		if unacked(g.Stats()) == 0 {
+			return c.write(&localapi.Flushed{Accepted: c.accepted}) == nil
+		}
+		select {
+		case <-t.C:
+		case <-g.Done():
+			n := unacked(g.Stats())
+			if n == 0 {
+				continue
+			}
+			c.fail(localapi.CodeClosed, false, "the group stopped with %d frames unacknowledged: %v", n, g.Err())
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+}
+
+func (c *conn) subscribe(from uint16) bool {
+	s := &subscriber{c: c, from: from, q: make(chan localapi.Deliver, SubscriberQueue),
+		gone: make(chan struct{}), end: make(chan error, 1)}
+	c.smu.Lock()
+	again, dead := c.sub != nil, c.dead
+	if !again && !dead {
+		c.sub = s
+	}
+	c.smu.Unlock()
+	if dead {
+		return false
+	}
+	if again {
+		c.fail(localapi.CodeUnexpected, false, "already subscribed on this connection")
+		return false
+	}
+	if err := c.write(&localapi.Subscribed{From: from}); err != nil {
+		return false
+	}
+	if !c.d.addSub(s) {
+		return false
+	}
+	go c.stream(s)
+	return true
+}
+
+// stream writes a subscriber's queue to the connection; a blocked write
+// (the client does not read) fills the queue and so holds the fan-out.
+func (c *conn) stream(s *subscriber) {
+	for {
+		select {
+		case m := <-s.q:
+			if c.write(&m) != nil {
+				c.close()
+				return
+			}
+		case err := <-s.end:
+			for {
+				select {
+				case m := <-s.q:
+					if c.write(&m) != nil {
+						c.close()
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			c.fail(localapi.CodeClosed, false, "%v", err)
+			return
+		case <-s.gone:
+			return
+		}
+	}
+}

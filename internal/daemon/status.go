@@ -1,0 +1,258 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+// Member states in Status.
+const (
+	StateAlive     = "alive"     // heard from within half the failure timeout
+	StateSuspected = "suspected" // live, but silent for half the failure timeout or more
+	StateDead      = "dead"      // removed: failed, stalled or left (Reason says which)
+)
+
+// Status is what `rbcastd status -json` prints and the local API's
+// StatusJSON carries.
+type Status struct {
+	Group   uint32 `json:"group"`
+	Self    int    `json:"self"` // -1 until the group has started
+	Ready   bool   `json:"ready"`
+	Order   string `json:"order"`
+	Mode    string `json:"mode"`
+	Size    int    `json:"members_expected"`
+	Uptime  string `json:"uptime"`
+	JoinErr string `json:"join_error,omitempty"`
+
+	Members []MemberStatus `json:"members"`
+
+	// Rates over the last second.
+	SentPerSec           float64 `json:"sent_msgs_per_sec"`
+	DeliveredPerSec      float64 `json:"delivered_msgs_per_sec"`
+	DeliveredBytesPerSec float64 `json:"delivered_bytes_per_sec"`
+
+	Accepted        uint64  `json:"accepted"` // local Sends accepted
+	Sent            uint64  `json:"sent"`     // messages proposed
+	Delivered       uint64  `json:"delivered"`
+	DataFrames      uint64  `json:"data_frames_sent"`
+	Retransmissions uint64  `json:"retransmissions"`
+	NacksSent       uint64  `json:"nacks_sent"`
+	NacksReceived   uint64  `json:"nacks_received"`
+	InFlight        int     `json:"in_flight"`
+	Pending         int     `json:"pending"`
+	Window          int     `json:"window"`
+	Queued          int     `json:"queued"`
+	HeldData        uint64  `json:"held_data_frames"`
+	RepairP50ms     float64 `json:"repair_p50_ms"`
+	RepairP99ms     float64 `json:"repair_p99_ms"`
+	KernelDrops     uint64  `json:"kernel_drops"`
+	SendRetries     uint64  `json:"link_send_retries"`
+	BadFrames       uint64  `json:"bad_frames"`
+
+	ForeignVersions []ForeignVersion `json:"foreign_versions,omitempty"`
+	Clients         int              `json:"clients"`
+	Subscribers     int              `json:"subscribers"`
+}
+
+// MemberStatus is one member in Status.
+type MemberStatus struct {
+	ID             int     `json:"id"`
+	Self           bool    `json:"self,omitempty"`
+	State          string  `json:"state"`
+	Reason         string  `json:"reason,omitempty"` // why dead: failed, stalled, left
+	LastHeardMs    float64 `json:"last_heard_ms_ago,omitempty"`
+	Delivered      uint64  `json:"delivered"`
+	DeliveredBytes uint64  `json:"delivered_bytes"`
+	Repairs        uint64  `json:"repairs"`
+	RepairP50ms    float64 `json:"repair_p50_ms"`
+	RepairP99ms    float64 `json:"repair_p99_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Status returns the daemon's status now.
+func (d *Daemon) Status() Status {
+	s := Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group.Mode),
+		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load()}
+	if d.watch != nil {
+		s.ForeignVersions = d.watch.foreignVersions()
+	}
+	d.mu.Lock()
+	s.Clients, s.Subscribers = len(d.conns), len(d.subs)
+	d.mu.Unlock()
+	select {
+	case <-d.ready:
+		if d.joinErr != nil {
+			s.JoinErr = d.joinErr.Error()
+		}
+	default:
+	}
+	if !d.isReady() {
+		return s
+	}
+	g := d.g
+	st := g.Stats()
+	s.Ready, s.Self = true, int(g.Self())
+	p := st.Protocol
+	s.Sent, s.Delivered, s.DataFrames, s.Retransmissions = p.MessagesProposed, p.Delivered, p.DataFramesSent, p.Retransmitted
+	s.NacksSent, s.NacksReceived, s.InFlight, s.Pending, s.Window = p.NacksSent, p.NacksReceived, p.InFlight, p.Pending, p.Window
+	s.Queued, s.HeldData = st.Queued, st.HeldData
+	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
+	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
+	b := st.BadFrames
+	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
+	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
+
+	why := map[frame.MemberID]string{}
+	for _, ev := range st.Events {
+		why[ev.Member] = ev.Kind.String()
+	}
+	per := map[frame.MemberID]reliable.MemberStats{}
+	for _, m := range st.Members {
+		per[m.ID] = m
+	}
+	now := time.Now()
+	half := d.failureTimeout() / 2
+	for _, m := range g.Members() {
+		mst := MemberStatus{ID: int(m.ID), Self: m.Self, State: StateAlive}
+		if m.Self {
+			if !m.Live {
+				mst.State, mst.Reason = StateDead, "left"
+			}
+			s.Members = append(s.Members, mst)
+			continue
+		}
+		x := per[m.ID]
+		mst.Delivered, mst.DeliveredBytes, mst.Repairs = x.Delivered, x.DeliveredBytes, x.Repairs
+		mst.RepairP50ms, mst.RepairP99ms = ms(x.RepairP50), ms(x.RepairP99)
+		heard := d.watch.lastHeard(m.ID)
+		if !heard.IsZero() {
+			mst.LastHeardMs = ms(now.Sub(heard))
+		}
+		switch {
+		case !m.Live:
+			mst.State, mst.Reason = StateDead, why[m.ID]
+		case heard.IsZero() && now.Sub(d.start) > half, !heard.IsZero() && now.Sub(heard) >= half:
+			mst.State = StateSuspected
+		}
+		s.Members = append(s.Members, mst)
+	}
+	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
+	return s
+}
+
+func modeName(m reliable.Mode) string {
+	if m == pbp.PBP1 {
+		return "pbp1"
+	}
+	return "pbp2"
+}
+
+// rateSampler turns counters into per-second rates, sampled once a
+// second by Run.
+type rateSampler struct {
+	mu                  sync.Mutex
+	at                  time.Time
+	sent, deliv, dbytes uint64
+	rSent, rDeliv, rB   float64
+}
+
+func totalBytes(st reliable.Stats) uint64 {
+	var n uint64
+	for _, m := range st.Members {
+		n += m.DeliveredBytes
+	}
+	return n
+}
+
+func (r *rateSampler) init(st reliable.Stats) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at = time.Now()
+	r.sent, r.deliv, r.dbytes = st.Protocol.MessagesProposed, st.Protocol.Delivered, totalBytes(st)
+}
+
+func (r *rateSampler) sample(st reliable.Stats) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	dt := now.Sub(r.at).Seconds()
+	if dt <= 0 {
+		return
+	}
+	sent, deliv, b := st.Protocol.MessagesProposed, st.Protocol.Delivered, totalBytes(st)
+	r.rSent, r.rDeliv, r.rB = float64(sent-r.sent)/dt, float64(deliv-r.deliv)/dt, float64(b-r.dbytes)/dt
+	r.at, r.sent, r.deliv, r.dbytes = now, sent, deliv, b
+}
+
+func (r *rateSampler) get() (sent, deliv, bytes float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rSent, r.rDeliv, r.rB
+}
+
+// MetricsHandler serves the status in the Prometheus text exposition
+// format (version 0.0.4).
+func (d *Daemon) MetricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		d.writeMetrics(w)
+	})
+}
+
+func (d *Daemon) writeMetrics(w io.Writer) {
+	s := d.Status()
+	g := fmt.Sprintf(`group="%d"`, s.Group)
+	metric := func(name, kind, help string, v any) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %v\n", name, help, name, kind, name, g, v)
+	}
+	b2i := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	metric("rbcastd_ready", "gauge", "1 once the group has started.", b2i(s.Ready))
+	metric("rbcastd_self", "gauge", "This member's id (-1 before the group starts).", s.Self)
+	metric("rbcastd_accepted_total", "counter", "Messages accepted from local clients.", s.Accepted)
+	metric("rbcastd_sent_messages_total", "counter", "Messages proposed to the group.", s.Sent)
+	metric("rbcastd_delivered_messages_total", "counter", "Messages delivered from other members.", s.Delivered)
+	metric("rbcastd_data_frames_sent_total", "counter", "Data frames sent (first transmissions).", s.DataFrames)
+	metric("rbcastd_retransmissions_total", "counter", "Data frames sent again.", s.Retransmissions)
+	metric("rbcastd_nacks_sent_total", "counter", "Negative acknowledgements sent.", s.NacksSent)
+	metric("rbcastd_nacks_received_total", "counter", "Negative acknowledgements addressed to this member.", s.NacksReceived)
+	metric("rbcastd_in_flight_frames", "gauge", "Frames sent and not yet acknowledged by every live member.", s.InFlight)
+	metric("rbcastd_pending_frames", "gauge", "Frames accepted and waiting for send window room.", s.Pending)
+	metric("rbcastd_queued_messages", "gauge", "Delivered messages waiting for the fan-out to local readers.", s.Queued)
+	metric("rbcastd_held_data_frames_total", "counter", "Data frames left unstepped because local readers were slow.", s.HeldData)
+	metric("rbcastd_repair_p50_seconds", "gauge", "Median repair latency over recent repairs.", s.RepairP50ms/1000)
+	metric("rbcastd_repair_p99_seconds", "gauge", "99th percentile repair latency over recent repairs.", s.RepairP99ms/1000)
+	metric("rbcastd_kernel_drops_total", "counter", "Frames the kernel dropped because the daemon did not read fast enough.", s.KernelDrops)
+	metric("rbcastd_bad_frames_total", "counter", "Received frames dropped as undecodable.", s.BadFrames)
+	metric("rbcastd_clients", "gauge", "Connected local API clients.", s.Clients)
+	fmt.Fprintf(w, "# HELP rbcastd_member_state Member state: 0 dead, 1 suspected, 2 alive.\n# TYPE rbcastd_member_state gauge\n")
+	for _, m := range s.Members {
+		v := 2
+		switch m.State {
+		case StateDead:
+			v = 0
+		case StateSuspected:
+			v = 1
+		}
+		fmt.Fprintf(w, "rbcastd_member_state{%s,member=\"%d\"} %d\n", g, m.ID, v)
+	}
+	fmt.Fprintf(w, "# HELP rbcastd_member_delivered_bytes_total Bytes delivered from each member.\n# TYPE rbcastd_member_delivered_bytes_total counter\n")
+	for _, m := range s.Members {
+		if !m.Self {
+			fmt.Fprintf(w, "rbcastd_member_delivered_bytes_total{%s,member=\"%d\"} %d\n", g, m.ID, m.DeliveredBytes)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+)
+
+// watchLink is a link.Link that looks at every received frame's fixed
+// header, before the runtime decodes it, for two things the runtime does
+// not report: when each member was last heard (status shows a member
+// "suspected" when it has been silent for half the failure timeout), and
+// frames of our EtherType in another protocol version (the runtime drops
+// them as undecodable; the daemon names the host that sent them).
+type watchLink struct {
+	link.Link
+	etherType uint16
+	log       *slog.Logger
+
+	heard [maxWatched]atomic.Int64 // Unix ns a frame from member id last arrived
+
+	mu      sync.Mutex
+	foreign map[[6]byte]uint8 // hosts speaking another version, and which
+}
+
+// maxWatched bounds the member ids whose last-heard time is kept
+// (registration admits at most 40; static lists may use larger ids).
+const maxWatched = 1024
+
+var _ link.Link = (*watchLink)(nil)
+
+func newWatch(l link.Link, etherType uint16, log *slog.Logger) *watchLink {
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	return &watchLink{Link: l, etherType: etherType, log: log, foreign: map[[6]byte]uint8{}}
+}
+
+// Unwrap returns the watched link.
+func (w *watchLink) Unwrap() link.Link { return w.Link }
+
+func (w *watchLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	n, err := w.Link.Recv(deadline, frames)
+	for i := range frames[:n] {
+		w.look(&frames[i])
+	}
+	return n, err
+}
+
+func (w *watchLink) look(f *link.Frame) {
+	b := f.Data
+	if len(b) < frame.EthernetHeaderLen+frame.HeaderLen || binary.BigEndian.Uint16(b[12:]) != w.etherType {
+		return
+	}
+	v := frame.View(b[frame.EthernetHeaderLen:])
+	if v.Version() != frame.Version {
+		w.foreignFrame([6]byte(b[6:12]), v.Version())
+		return
+	}
+	if id := v.Sender(); int(id) < maxWatched {
+		t := f.Time
+		if t.IsZero() {
+			t = time.Now()
+		}
+		w.heard[id].Store(t.UnixNano())
+	}
+}
+
+func (w *watchLink) foreignFrame(src [6]byte, version uint8) {
+	w.mu.Lock()
+	_, seen := w.foreign[src]
+	if !seen && len(w.foreign) < 64 {
+		w.foreign[src] = version
+	}
+	w.mu.Unlock()
+	if !seen {
+		w.log.Error("rbcastd: a host speaks another rbcast protocol version; its frames are dropped",
+			"host", net.HardwareAddr(src[:]).String(), "its_version", version, "our_version", frame.Version)
+	}
+}
+
+// lastHeard is when a frame from member id last arrived (zero: never).
+func (w *watchLink) lastHeard(id frame.MemberID) time.Time {
+	if int(id) >= maxWatched {
+		return time.Time{}
+	}
+	ns := w.heard[id].Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// ForeignVersion describes hosts seen speaking another protocol version.
+type ForeignVersion struct {
+	Host    string `json:"host"`
+	Version uint8  `json:"version"`
+}
+
+func (w *watchLink) foreignVersions() []ForeignVersion {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ForeignVersion
+	for mac, v := range w.foreign {
+		out = append(out, ForeignVersion{Host: net.HardwareAddr(mac[:]).String(), Version: v})
+	}
+	return out
+}
+
+// versionError explains a failed registration when other-version frames
+// were seen: that is the likelier cause than a missing server.
+func (w *watchLink) versionError(err error) error {
+	fv := w.foreignVersions()
+	if len(fv) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; frames of rbcast protocol version %d from %s were dropped: this build speaks version %d, so every member must run a build of the same protocol version",
+		err, fv[0].Version, fv[0].Host, frame.Version)
+}

@@ -1,0 +1,379 @@
+// Package localapi is rbcastd's local API: the messages local programs and
+// the daemon exchange over a Unix SOCK_SEQPACKET socket, one message per
+// packet (docs/local-api.md is the specification; the golden vectors in
+// testdata/golden pin it).
+//
+// Every message starts with a one-byte type; integers are big-endian.
+// Messages encode append-style (Append) and decode in place (Decode);
+// Decode never panics and names what was wrong and where.
+package localapi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is the local API version this build speaks. A Hello with another
+// version is answered with an Error of code CodeVersion.
+const Version = 1
+
+// Type is a message's first byte. Client messages have the high bit clear,
+// daemon messages have it set.
+type Type uint8
+
+const (
+	// Client to daemon.
+	THello     Type = 0x01 // first message on every connection
+	TSend      Type = 0x02 // one message to broadcast
+	TFlush     Type = 0x03 // ask for Flushed once everything sent is acknowledged
+	TSubscribe Type = 0x04 // deliver messages (from one member or all) on this connection
+	TStatus    Type = 0x05 // ask for a Status
+
+	// Daemon to client.
+	TWelcome    Type = 0x81 // answers Hello
+	TFlushed    Type = 0x82 // answers Flush
+	TSubscribed Type = 0x83 // answers Subscribe
+	TDeliver    Type = 0x84 // one delivered message
+	TStatusJSON Type = 0x85 // answers Status
+	TError      Type = 0xff // a request failed; the text says why
+)
+
+func (t Type) String() string {
+	switch t {
+	case THello:
+		return "Hello"
+	case TSend:
+		return "Send"
+	case TFlush:
+		return "Flush"
+	case TSubscribe:
+		return "Subscribe"
+	case TStatus:
+		return "Status"
+	case TWelcome:
+		return "Welcome"
+	case TFlushed:
+		return "Flushed"
+	case TSubscribed:
+		return "Subscribed"
+	case TDeliver:
+		return "Deliver"
+	case TStatusJSON:
+		return "StatusJSON"
+	case TError:
+		return "Error"
+	}
+	return fmt.Sprintf("Type(%#02x)", uint8(t))
+}
+
+// HelloWaitReady in Hello.Flags asks the daemon to answer only once the
+// group has started (every member registered).
+const HelloWaitReady uint16 = 1
+
+// AllMembers in Subscribe.From subscribes to every member's messages.
+const AllMembers uint16 = 0xffff
+
+// NoMember in Welcome.Self: the group has not started, no id yet.
+const NoMember uint16 = 0xffff
+
+// Order values in Welcome.
+const (
+	OrderFIFO  uint8 = 0
+	OrderTotal uint8 = 1
+)
+
+// Error codes.
+const (
+	CodeBadMessage Code = 1 // the message did not decode
+	CodeVersion    Code = 2 // unsupported local API version
+	CodeTooLarge   Code = 3 // a Send larger than the daemon accepts
+	CodeUnexpected Code = 4 // a message not valid here (e.g. before Hello)
+	CodeClosed     Code = 5 // the group stopped or the daemon is leaving
+	CodeSendFailed Code = 6 // the group refused a message
+)
+
+// Code is an Error's code.
+type Code uint16
+
+func (c Code) String() string {
+	switch c {
+	case CodeBadMessage:
+		return "bad message"
+	case CodeVersion:
+		return "version"
+	case CodeTooLarge:
+		return "too large"
+	case CodeUnexpected:
+		return "unexpected"
+	case CodeClosed:
+		return "closed"
+	case CodeSendFailed:
+		return "send failed"
+	}
+	return fmt.Sprintf("Code(%d)", uint16(c))
+}
+
+// MaxText bounds an Error's text, MaxStatus a Status' JSON.
+const (
+	MaxText   = 4096
+	MaxStatus = 1 << 20
+)
+
+// Message is one local API message.
+type Message interface {
+	Type() Type
+	// Append appends the encoded message to b.
+	Append(b []byte) []byte
+}
+
+// Hello opens a connection: the client's API version and flags.
+type Hello struct {
+	Version uint16
+	Flags   uint16
+}
+
+// Send carries one message to broadcast. Data aliases the decoded packet.
+type Send struct{ Data []byte }
+
+// Flush asks for Flushed once every message this daemon accepted so far
+// (from any client) has been acknowledged by every live member.
+type Flush struct{}
+
+// Subscribe asks for every message delivered from now on whose sender is
+// From (AllMembers: every sender).
+type Subscribe struct{ From uint16 }
+
+// Status asks for a StatusJSON.
+type Status struct{}
+
+// Welcome answers Hello.
+type Welcome struct {
+	Version    uint16
+	Self       uint16 // NoMember until the group has started
+	Group      uint32
+	Members    uint16 // the group's size
+	Order      uint8  // OrderFIFO or OrderTotal
+	Ready      bool   // the group has started
+	MaxMessage uint32 // the largest Send data accepted; 0 until Ready
+}
+
+// Flushed answers Flush: Accepted is the number of Sends accepted on this
+// connection so far.
+type Flushed struct{ Accepted uint64 }
+
+// Subscribed answers Subscribe.
+type Subscribed struct{ From uint16 }
+
+// Deliver is one delivered message. Data aliases the decoded packet.
+type Deliver struct {
+	From uint16
+	Data []byte
+}
+
+// StatusJSON answers Status with the daemon's status as JSON (the
+// daemon package's Status type).
+type StatusJSON struct{ JSON []byte }
+
+// Error reports a failed request. After an Error the daemon closes the
+// connection unless the code is CodeTooLarge.
+type Error struct {
+	Code Code
+	Text string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("rbcastd: %s (%v)", e.Text, e.Code) }
+
+func (*Hello) Type() Type      { return THello }
+func (*Send) Type() Type       { return TSend }
+func (*Flush) Type() Type      { return TFlush }
+func (*Subscribe) Type() Type  { return TSubscribe }
+func (*Status) Type() Type     { return TStatus }
+func (*Welcome) Type() Type    { return TWelcome }
+func (*Flushed) Type() Type    { return TFlushed }
+func (*Subscribed) Type() Type { return TSubscribed }
+func (*Deliver) Type() Type    { return TDeliver }
+func (*StatusJSON) Type() Type { return TStatusJSON }
+func (*Error) Type() Type      { return TError }
+
+var be = binary.BigEndian
+
+func (m *Hello) Append(b []byte) []byte {
+	b = append(b, byte(THello))
+	b = be.AppendUint16(b, m.Version)
+	return be.AppendUint16(b, m.Flags)
+}
+
+func (m *Send) Append(b []byte) []byte { return append(append(b, byte(TSend)), m.Data...) }
+
+func (m *Flush) Append(b []byte) []byte { return append(b, byte(TFlush)) }
+
+func (m *Subscribe) Append(b []byte) []byte {
+	return be.AppendUint16(append(b, byte(TSubscribe)), m.From)
+}
+
+func (m *Status) Append(b []byte) []byte { return append(b, byte(TStatus)) }
+
+func (m *Welcome) Append(b []byte) []byte {
+	b = append(b, byte(TWelcome))
+	b = be.AppendUint16(b, m.Version)
+	b = be.AppendUint16(b, m.Self)
+	b = be.AppendUint32(b, m.Group)
+	b = be.AppendUint16(b, m.Members)
+	ready := byte(0)
+	if m.Ready {
+		ready = 1
+	}
+	b = append(b, m.Order, ready)
+	return be.AppendUint32(b, m.MaxMessage)
+}
+
+func (m *Flushed) Append(b []byte) []byte {
+	return be.AppendUint64(append(b, byte(TFlushed)), m.Accepted)
+}
+
+func (m *Subscribed) Append(b []byte) []byte {
+	return be.AppendUint16(append(b, byte(TSubscribed)), m.From)
+}
+
+func (m *Deliver) Append(b []byte) []byte {
+	b = be.AppendUint16(append(b, byte(TDeliver)), m.From)
+	return append(b, m.Data...)
+}
+
+func (m *StatusJSON) Append(b []byte) []byte {
+	return append(append(b, byte(TStatusJSON)), m.JSON...)
+}
+
+func (m *Error) Append(b []byte) []byte {
+	b = be.AppendUint16(append(b, byte(TError)), uint16(m.Code))
+	t := m.Text
+	if len(t) > MaxText {
+		t = t[:MaxText]
+	}
+	return append(b, t...)
+}
+
+// Fixed lengths of the messages without variable data, type byte included.
+const (
+	helloLen      = 5
+	flushLen      = 1
+	subscribeLen  = 3
+	statusLen     = 1
+	welcomeLen    = 17
+	flushedLen    = 9
+	subscribedLen = 3
+	deliverMin    = 3
+	errorMin      = 3
+)
+
+// ErrDecode is wrapped by every decode error.
+var ErrDecode = errors.New("localapi: bad message")
+
+// DecodeError says what was wrong with a message and at which offset.
+type DecodeError struct {
+	Type   Type
+	Offset int
+	Reason string
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("localapi: bad %v message at byte %d: %s", e.Type, e.Offset, e.Reason)
+}
+
+func (e *DecodeError) Unwrap() error { return ErrDecode }
+
+func decodeErr(t Type, off int, format string, args ...any) error {
+	return &DecodeError{Type: t, Offset: off, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Decode decodes one packet. Data fields (Send, Deliver, StatusJSON) alias
+// p.
+func Decode(p []byte) (Message, error) {
+	if len(p) == 0 {
+		return nil, decodeErr(0, 0, "empty packet")
+	}
+	t := Type(p[0])
+	exact := func(n int) error {
+		if len(p) != n {
+			return decodeErr(t, min(len(p), n), "%d bytes, want %d", len(p), n)
+		}
+		return nil
+	}
+	atLeast := func(n int) error {
+		if len(p) < n {
+			return decodeErr(t, len(p), "%d bytes, want at least %d", len(p), n)
+		}
+		return nil
+	}
+	switch t {
+	case THello:
+		if err := exact(helloLen); err != nil {
+			return nil, err
+		}
+		return &Hello{Version: be.Uint16(p[1:]), Flags: be.Uint16(p[3:])}, nil
+	case TSend:
+		return &Send{Data: p[1:]}, nil
+	case TFlush:
+		if err := exact(flushLen); err != nil {
+			return nil, err
+		}
+		return &Flush{}, nil
+	case TSubscribe:
+		if err := exact(subscribeLen); err != nil {
+			return nil, err
+		}
+		return &Subscribe{From: be.Uint16(p[1:])}, nil
+	case TStatus:
+		if err := exact(statusLen); err != nil {
+			return nil, err
+		}
+		return &Status{}, nil
+	case TWelcome:
+		if err := exact(welcomeLen); err != nil {
+			return nil, err
+		}
+		m := &Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
+			Members: be.Uint16(p[9:]), Order: p[11], MaxMessage: be.Uint32(p[13:])}
+		if m.Order > OrderTotal {
+			return nil, decodeErr(t, 11, "order %d, want 0 (fifo) or 1 (total)", m.Order)
+		}
+		switch p[12] {
+		case 0:
+		case 1:
+			m.Ready = true
+		default:
+			return nil, decodeErr(t, 12, "ready flag %d, want 0 or 1", p[12])
+		}
+		return m, nil
+	case TFlushed:
+		if err := exact(flushedLen); err != nil {
+			return nil, err
+		}
+		return &Flushed{Accepted: be.Uint64(p[1:])}, nil
+	case TSubscribed:
+		if err := exact(subscribedLen); err != nil {
+			return nil, err
+		}
+		return &Subscribed{From: be.Uint16(p[1:])}, nil
+	case TDeliver:
+		if err := atLeast(deliverMin); err != nil {
+			return nil, err
+		}
+		return &Deliver{From: be.Uint16(p[1:]), Data: p[3:]}, nil
+	case TStatusJSON:
+		if len(p)-1 > MaxStatus {
+			return nil, decodeErr(t, 1, "%d bytes of status, at most %d", len(p)-1, MaxStatus)
+		}
+		return &StatusJSON{JSON: p[1:]}, nil
+	case TError:
+		if err := atLeast(errorMin); err != nil {
+			return nil, err
+		}
+		if len(p)-errorMin > MaxText {
+			return nil, decodeErr(t, errorMin, "%d bytes of text, at most %d", len(p)-errorMin, MaxText)
+		}
+		return &Error{Code: Code(be.Uint16(p[1:])), Text: string(p[3:])}, nil
+	}
+	return nil, decodeErr(t, 0, "unknown message type %#02x", uint8(t))
+}

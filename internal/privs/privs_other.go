@@ -1,0 +1,19 @@
+//go:build !linux
+
+package privs
+
+import "errors"
+
+// Dropped says what Drop found and did.
+type Dropped struct {
+	Before string
+	Bound  bool
+}
+
+// Drop is unsupported off Linux.
+func Drop() (Dropped, error) {
+	return Dropped{}, errors.New("privs: dropping capabilities is only implemented on Linux")
+}
+
+// Current is unsupported off Linux.
+func Current() string { return "" }
