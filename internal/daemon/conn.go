@@ -281,7 +281,7 @@ func (c *conn) flush() bool {
 }
 
 func (c *conn) subscribe(from uint16) bool {
-	s := &subscriber{c: c, from: from, q: make(chan localapi.Deliver, SubscriberQueue),
+	s := &subscriber{c: c, from: from, q: make(chan localapi.Deliver, c.d.cfg.SubscriberQueue),
 		gone: make(chan struct{}), end: make(chan error, 1)}
 	c.smu.Lock()
 	again, dead := c.sub != nil, c.dead

@@ -39,9 +39,9 @@ import (
 // everything accepted acknowledged by the live members.
 const DefaultLeaveTimeout = 30 * time.Second
 
-// SubscriberQueue is how many delivered messages wait for one subscriber
-// before the fan-out waits for it.
-const SubscriberQueue = 1024
+// DefaultSubscriberQueue is how many delivered messages wait for one
+// subscriber before the fan-out waits for it.
+const DefaultSubscriberQueue = 1024
 
 // Config configures a Daemon.
 type Config struct {
@@ -53,6 +53,10 @@ type Config struct {
 	Logger *slog.Logger
 	// LeaveTimeout bounds the clean leave; 0 means DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
+	// SubscriberQueue is how many delivered messages wait for one local
+	// reader before the fan-out waits for it; 0 means
+	// DefaultSubscriberQueue.
+	SubscriberQueue int
 	// CheckSelf, when set, vets the id registration gave this member; an
 	// error makes the daemon leave and Run return it.
 	CheckSelf func(self frame.MemberID) error
@@ -97,7 +101,11 @@ func New(cfg Config) *Daemon {
 	if cfg.LeaveTimeout == 0 {
 		cfg.LeaveTimeout = DefaultLeaveTimeout
 	}
-	return &Daemon{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now()}
+	if cfg.SubscriberQueue <= 0 {
+		cfg.SubscriberQueue = DefaultSubscriberQueue
+	}
+	return &Daemon{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
+		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger)}
 }
 
 // SocketError says what is wrong with the local API socket's path.
@@ -164,7 +172,7 @@ func explainPathErr(err error) error {
 // members first) or when the group fails. It closes ln, not l.
 func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) error {
 	d.ln = ln
-	d.watch = newWatch(l, d.cfg.Group.EtherType, d.log)
+	d.watch.Link = l
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -258,7 +266,8 @@ func (d *Daemon) shutdown() {
 	d.mu.Unlock()
 	d.ln.Close()
 	for _, c := range conns {
-		c.close()
+		c.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.fail(localapi.CodeClosed, false, "rbcastd stopped")
 	}
 }
 

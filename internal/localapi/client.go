@@ -3,6 +3,7 @@ package localapi
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -92,6 +93,9 @@ var ErrDaemonClosed = errors.New("rbcastd: the daemon closed the connection")
 // Read. An Error message is returned as the *Error error.
 func (c *Conn) Read() (Message, error) {
 	n, _, flags, _, err := c.c.ReadMsgUnix(c.rbuf, nil)
+	if errors.Is(err, io.EOF) {
+		return nil, ErrDaemonClosed
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,541 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// running is one daemon of a test group.
+type running struct {
+	d      *Daemon
+	socket string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startGroup starts n daemons on the simulated segment r, daemon 0 the
+// registration server, and returns them once each serves its socket.
+func startGroup(t *testing.T, r *rtNet, n int, imp []testnet.Impairment, adjust func(i int, c *Config)) []*running {
+	t.Helper()
+	dir := t.TempDir()
+	out := make([]*running, n)
+	for i := range n {
+		ep := testnet.EndpointConfig{}
+		if i < len(imp) {
+			ep.In = imp[i]
+		}
+		l := r.attach(t, ep)
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}}
+		if adjust != nil {
+			adjust(i, &cfg)
+		}
+		out[i] = startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
+	}
+	return out
+}
+
+func startDaemon(t *testing.T, l link.Link, socket string, cfg Config) *running {
+	t.Helper()
+	ln, err := Listen(socket, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &running{d: New(cfg), socket: socket, cancel: cancel, done: make(chan error, 1)}
+	go func() { x.done <- x.d.Run(ctx, l, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-x.done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("daemon on %s did not stop", socket)
+		}
+	})
+	return x
+}
+
+// self waits for the group to start at x and returns x's member id.
+func (x *running) self(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if st := x.d.Status(); st.Ready {
+			return st.Self
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon on %s: the group did not start", x.socket)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (x *running) stop(t *testing.T) error {
+	t.Helper()
+	x.cancel()
+	select {
+	case err := <-x.done:
+		x.done <- err // for Cleanup
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("daemon on %s did not stop", x.socket)
+	}
+	return nil
+}
+
+func dial(t *testing.T, socket string, waitReady bool) (*localapi.Conn, *localapi.Welcome) {
+	t.Helper()
+	c, err := localapi.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	w, err := c.Hello(waitReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
+}
+
+// subscribe returns a connection delivering from's messages.
+func subscribe(t *testing.T, socket string, from uint16) *localapi.Conn {
+	t.Helper()
+	c, _ := dial(t, socket, false)
+	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := m.(*localapi.Subscribed); !ok || s.From != from {
+		t.Fatalf("Subscribe answered with %#v", m)
+	}
+	return c
+}
+
+// collect reads Delivers from c until want bytes arrived.
+func collect(c *localapi.Conn, want int) ([]byte, error) {
+	var got []byte
+	for len(got) < want {
+		m, err := c.Read()
+		if err != nil {
+			return got, err
+		}
+		if d, ok := m.(*localapi.Deliver); ok {
+			got = append(got, d.Data...)
+		}
+	}
+	return got, nil
+}
+
+// sendAll sends data in chunks of max and returns the Flushed answer.
+func sendAll(t *testing.T, c *localapi.Conn, data []byte, max int) (*localapi.Flushed, error) {
+	t.Helper()
+	for off := 0; off < len(data); off += max {
+		if err := c.Write(&localapi.Send{Data: data[off:min(off+max, len(data))]}); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Write(&localapi.Flush{}); err != nil {
+		return nil, err
+	}
+	m, err := c.Read()
+	if err != nil {
+		return nil, err
+	}
+	f, ok := m.(*localapi.Flushed)
+	if !ok {
+		return nil, fmt.Errorf("Flush answered with %#v", m)
+	}
+	return f, nil
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	for i := range b {
+		b[i] = byte(rnd.Uint32())
+	}
+	return b
+}
+
+// Three daemons under loss: readers subscribed before the group starts
+// get exactly what a client of daemon 0 sent; Flush answers only once
+// everything is acknowledged; status shows every member alive.
+func TestSendRecvUnderLoss(t *testing.T) {
+	r := newRTNet(t, 1)
+	imp := []testnet.Impairment{{}, {Loss: 0.05}, {Loss: 0.05, Burst: testnet.GilbertElliott{GoodToBad: 0.02, BadToGood: 0.3, LossBad: 1}}}
+	ds := startGroup(t, r, 3, imp, nil)
+	// Subscribed before the group starts: nothing may be missed.
+	from0 := subscribe(t, ds[1].socket, 0)
+	all := subscribe(t, ds[2].socket, localapi.AllMembers)
+
+	c, w := dial(t, ds[0].socket, true)
+	if !w.Ready || w.Self != 0 || w.Members != 3 || w.MaxMessage == 0 {
+		t.Fatalf("Welcome %+v, want a ready member 0 of 3", w)
+	}
+	data := randomBytes(1, 300_000)
+	f, err := sendAll(t, c, data, int(w.MaxMessage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64((len(data) + int(w.MaxMessage) - 1) / int(w.MaxMessage)); f.Accepted != want {
+		t.Fatalf("Flushed.Accepted = %d, want %d", f.Accepted, want)
+	}
+	st := ds[0].d.Status()
+	if st.InFlight != 0 || st.Accepted != f.Accepted {
+		t.Fatalf("after Flushed: in flight %d, accepted %d; want 0, %d", st.InFlight, st.Accepted, f.Accepted)
+	}
+	for name, sub := range map[string]*localapi.Conn{"-from 0": from0, "-all": all} {
+		got, err := collect(sub, len(data))
+		if err != nil {
+			t.Fatalf("%s: %v after %d bytes", name, err, len(got))
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s: %d bytes differ from the %d sent", name, len(got), len(data))
+		}
+	}
+	for i, x := range ds {
+		st := x.d.Status()
+		if !st.Ready || len(st.Members) != 3 || i == 0 && st.Self != 0 {
+			t.Fatalf("daemon %d status %+v", i, st)
+		}
+		for _, m := range st.Members {
+			if m.State == StateDead {
+				t.Fatalf("daemon %d sees member %d dead", i, m.ID)
+			}
+		}
+	}
+	if st := ds[1].d.Status(); st.Members[0].DeliveredBytes != uint64(len(data)) {
+		t.Fatalf("daemon 1 counts %d bytes from member 0, want %d", st.Members[0].DeliveredBytes, len(data))
+	}
+}
+
+// A reader that does not read holds the group back instead of losing
+// messages: the sender's Flush waits, and once the reader reads it gets
+// every byte.
+func TestSlowReaderBackPressure(t *testing.T) {
+	r := newRTNet(t, 2)
+	ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
+		c.SubscriberQueue = 4
+		c.Group.RecvQueue = 8
+	})
+	slow := subscribe(t, ds[1].socket, 0)
+	c, w := dial(t, ds[0].socket, true)
+	data := randomBytes(2, 400_000) // far more than the queues and socket buffers between
+	type result struct {
+		f   *localapi.Flushed
+		err error
+	}
+	flushed := make(chan result, 1)
+	go func() {
+		f, err := sendAll(t, c, data, int(w.MaxMessage))
+		flushed <- result{f, err}
+	}()
+	// While nobody reads, the sender cannot finish: its window fills.
+	deadline := time.Now().Add(10 * time.Second)
+	for ds[0].d.Status().InFlight == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case res := <-flushed:
+		t.Fatalf("Flush answered (%+v, %v) while the only reader read nothing", res.f, res.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	got, err := collect(slow, len(data))
+	if err != nil {
+		t.Fatalf("%v after %d bytes", err, len(got))
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("the slow reader got %d bytes that differ from the %d sent", len(got), len(data))
+	}
+	if res := <-flushed; res.err != nil {
+		t.Fatal(res.err)
+	}
+	if held := ds[1].d.Status().HeldData; held == 0 {
+		t.Logf("no Data frame was held back at the reader (the group paused reading instead)")
+	}
+}
+
+// SIGTERM's clean leave: messages accepted (but not flushed) when the
+// daemon is told to stop still reach the other members, and their readers
+// see the end of the stream.
+func TestLeaveDeliversAccepted(t *testing.T) {
+	r := newRTNet(t, 3)
+	ds := startGroup(t, r, 3, []testnet.Impairment{{}, {Loss: 0.1}}, nil)
+	subs := []*localapi.Conn{subscribe(t, ds[1].socket, 0), subscribe(t, ds[2].socket, 0)}
+	c, w := dial(t, ds[0].socket, true)
+	data := randomBytes(3, 100_000)
+	max := int(w.MaxMessage)
+	n := 0
+	for off := 0; off < len(data); off += max {
+		if err := c.Write(&localapi.Send{Data: data[off:min(off+max, len(data))]}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	for ds[0].d.Status().Accepted < uint64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := ds[0].stop(t); err != nil {
+		t.Fatalf("clean leave: %v", err)
+	}
+	for i, sub := range subs {
+		got, err := collect(sub, len(data))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("reader at daemon %d: %d of %d bytes (equal: %v), err %v", i+1, len(got), len(data), bytes.Equal(got, data), err)
+		}
+	}
+	// The departure shows as dead (left) once the others have it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := ds[1].d.Status()
+		if st.Members[0].State == StateDead && st.Members[0].Reason == "left" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member 0 after its leave: %+v", st.Members[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Its own readers' streams end with an Error saying why.
+	m, err := c.Read()
+	var e *localapi.Error
+	if !errors.As(err, &e) && !errors.Is(err, localapi.ErrDaemonClosed) {
+		t.Fatalf("the sender's connection after the leave: %v, %v", m, err)
+	}
+}
+
+// A crashed member shows as dead (failed) within the failure timeout,
+// and the others keep delivering.
+func TestCrashShowsDead(t *testing.T) {
+	r := newRTNet(t, 4)
+	var links []*rtLink
+	dir := t.TempDir()
+	var ds []*running
+	for i := range 3 {
+		l := r.attach(t, testnet.EndpointConfig{})
+		links = append(links, l)
+		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
+			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, FailureTimeout: time.Second}}))
+	}
+	sub := subscribe(t, ds[1].socket, 0)
+	c, w := dial(t, ds[0].socket, true)
+	victim := ds[2].self(t)
+	ds[1].self(t)
+	r.mu.Lock()
+	links[2].ep.Crash()
+	r.mu.Unlock()
+	crashed := time.Now()
+	deadline := crashed.Add(5 * time.Second)
+	for {
+		st := ds[0].d.Status()
+		if m := st.Members[victim]; m.State == StateDead {
+			if m.Reason != "failed" {
+				t.Fatalf("member %d dead for %q, want failed", victim, m.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %d still %s 5s after it crashed", victim, st.Members[victim].State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if el := time.Since(crashed); el > 3*time.Second {
+		t.Errorf("member %d shown dead %v after the crash, failure timeout 1s", victim, el)
+	}
+	data := randomBytes(4, 50_000)
+	if _, err := sendAll(t, c, data, int(w.MaxMessage)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect(sub, len(data))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the crash: %d of %d bytes, err %v\nsender %+v\nreader %+v", len(got), len(data), err, ds[0].d.Status(), ds[1].d.Status())
+	}
+}
+
+// Local API errors a client can provoke, each with its text.
+func TestClientErrors(t *testing.T) {
+	r := newRTNet(t, 5)
+	ds := startGroup(t, r, 1, nil, nil)
+	sock := ds[0].socket
+
+	t.Run("version", func(t *testing.T) {
+		c, err := localapi.Dial(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(&localapi.Hello{Version: 9})
+		_, err = c.Read()
+		var e *localapi.Error
+		if !errors.As(err, &e) || e.Code != localapi.CodeVersion || !strings.Contains(e.Text, "local API version 1; the client speaks version 9") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("no hello", func(t *testing.T) {
+		c, err := localapi.Dial(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(&localapi.Flush{})
+		_, err = c.Read()
+		var e *localapi.Error
+		if !errors.As(err, &e) || e.Code != localapi.CodeUnexpected || !strings.Contains(e.Text, "first message must be Hello, not Flush") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		c, w := dial(t, sock, true)
+		big := make([]byte, w.MaxMessage+1)
+		c.Write(&localapi.Send{Data: big})
+		_, err := c.Read()
+		var e *localapi.Error
+		want := fmt.Sprintf("message of %d bytes; the daemon accepts at most %d bytes per message", len(big), w.MaxMessage)
+		if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, want) {
+			t.Fatalf("got %v, want %q", err, want)
+		}
+		// Larger than any frame: the packet is truncated on read.
+		c.Write(&localapi.Send{Data: make([]byte, 100_000)})
+		_, err = c.Read()
+		if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, "the daemon accepts at most") {
+			t.Fatalf("got %v", err)
+		}
+		// The connection stays usable after a too-large message.
+		if _, err := sendAll(t, c, []byte("fits"), int(w.MaxMessage)); err != nil {
+			t.Fatalf("after a refused message: %v", err)
+		}
+	})
+	t.Run("garbage", func(t *testing.T) {
+		c, _ := dial(t, sock, false)
+		c.Write(rawMessage{0x42})
+		_, err := c.Read()
+		var e *localapi.Error
+		if !errors.As(err, &e) || e.Code != localapi.CodeBadMessage || !strings.Contains(e.Text, "unknown message type 0x42") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("daemon message", func(t *testing.T) {
+		c, _ := dial(t, sock, false)
+		c.Write(&localapi.Flushed{})
+		_, err := c.Read()
+		var e *localapi.Error
+		if !errors.As(err, &e) || e.Code != localapi.CodeUnexpected || !strings.Contains(e.Text, "Flushed is a daemon message") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// rawMessage writes arbitrary bytes as a message.
+type rawMessage []byte
+
+func (m rawMessage) Type() localapi.Type    { return localapi.Type(m[0]) }
+func (m rawMessage) Append(b []byte) []byte { return append(b, m...) }
+
+func TestListenErrors(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	first, err := Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := first.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := Listen(sock, 0o600); !errors.Is(err, ErrSocketInUse) || !strings.Contains(err.Error(), sock+": in use by a running daemon") {
+		t.Fatalf("second Listen: %v", err)
+	}
+	first.SetUnlinkOnClose(false)
+	first.Close()
+	// A stale socket file is replaced.
+	ln, err := Listen(sock, 0o600)
+	if err != nil {
+		t.Fatalf("over a stale socket: %v", err)
+	}
+	ln.Close()
+
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(plain, nil, 0o600)
+	if _, err := Listen(plain, 0); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+		t.Fatalf("over a regular file: %v", err)
+	}
+	if _, err := Listen(filepath.Join(dir, "no", "s.sock"), 0); err == nil || !strings.Contains(err.Error(), "directory does not exist") {
+		t.Fatalf("in a missing directory: %v", err)
+	}
+}
+
+// A joiner configured differently from the server is refused with the
+// reason; a host speaking another protocol version is named.
+func TestGroupMismatch(t *testing.T) {
+	t.Run("config", func(t *testing.T) {
+		r := newRTNet(t, 6)
+		ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
+			if i == 1 {
+				c.Group.FailureTimeout = 3 * time.Second
+			}
+		})
+		select {
+		case err := <-ds[1].done:
+			ds[1].done <- err
+			if err == nil || !strings.Contains(err.Error(), "every member must use the same group settings") {
+				t.Fatalf("joiner with another failure timeout: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the misconfigured joiner was not refused")
+		}
+	})
+	t.Run("version", func(t *testing.T) {
+		r := newRTNet(t, 7)
+		ds := startGroup(t, r, 2, nil, func(i int, c *Config) { c.Group.Server = false })
+		// A host speaking version 2 on the segment.
+		other := r.attach(t, testnet.EndpointConfig{})
+		b := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(other.HardwareAddr()), frame.EtherType)
+		b, err := frame.Append(b, &frame.Header{Group: 7, Sender: 0, Incarnation: 1}, &frame.WelcomeBody{Nonce: 1, Assigned: 1, Members: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[frame.EthernetHeaderLen] = frame.Version + 1
+		deadline := time.Now().Add(10 * time.Second)
+		for len(ds[0].d.Status().ForeignVersions) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the other-version host was not noticed")
+			}
+			other.Send([][]byte{b})
+			time.Sleep(20 * time.Millisecond)
+		}
+		fv := ds[0].d.Status().ForeignVersions[0]
+		if fv.Host != other.HardwareAddr().String() || fv.Version != frame.Version+1 {
+			t.Fatalf("foreign version %+v", fv)
+		}
+		ds[0].stop(t)
+		if st := ds[0].d.Status(); !strings.Contains(st.JoinErr, fmt.Sprintf("frames of rbcast protocol version %d from %s were dropped", frame.Version+1, fv.Host)) {
+			t.Fatalf("join error %q does not name the version", st.JoinErr)
+		}
+	})
+}

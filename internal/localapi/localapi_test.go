@@ -1,0 +1,164 @@
+package localapi
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden vectors in testdata/golden")
+
+// goldenCases is one example of every message type; each has a vector in
+// testdata/golden/<name>.hex, the bytes docs/local-api.md describes.
+func goldenCases() []struct {
+	name string
+	m    Message
+} {
+	return []struct {
+		name string
+		m    Message
+	}{
+		{"hello", &Hello{Version: 1, Flags: HelloWaitReady}},
+		{"send", &Send{Data: []byte("hello, group")}},
+		{"flush", &Flush{}},
+		{"subscribe_all", &Subscribe{From: AllMembers}},
+		{"subscribe_one", &Subscribe{From: 3}},
+		{"status", &Status{}},
+		{"welcome", &Welcome{Version: 1, Self: 2, Group: 7, Members: 4, Order: OrderTotal, Ready: true, MaxMessage: 1460}},
+		{"welcome_not_ready", &Welcome{Version: 1, Self: NoMember, Group: 7, Members: 4}},
+		{"flushed", &Flushed{Accepted: 3425}},
+		{"subscribed", &Subscribed{From: 3}},
+		{"deliver", &Deliver{From: 3, Data: []byte("hello, group")}},
+		{"status_json", &StatusJSON{JSON: []byte(`{"group":7,"self":2,"ready":true}`)}},
+		{"error", &Error{Code: CodeTooLarge, Text: "message of 2000 bytes; the daemon accepts at most 1460 bytes per message"}},
+	}
+}
+
+// allTypes lists every message type, so a new one without a vector fails.
+var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TError}
+
+func hexDump(b []byte) string {
+	var s strings.Builder
+	for len(b) > 0 {
+		n := min(16, len(b))
+		s.WriteString(hex.EncodeToString(b[:n]))
+		s.WriteByte('\n')
+		b = b[n:]
+	}
+	return s.String()
+}
+
+func readHex(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	b, err := hex.DecodeString(strings.Join(strings.Fields(string(raw)), ""))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return b
+}
+
+func TestGoldenVectors(t *testing.T) {
+	seen := map[Type]bool{}
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			got := c.m.Append(nil)
+			path := filepath.Join("testdata", "golden", c.name+".hex")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(hexDump(got)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := readHex(t, path)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encoding differs from %s:\n got %x\nwant %x", path, got, want)
+			}
+			m, err := Decode(want)
+			if err != nil {
+				t.Fatalf("golden vector does not decode: %v", err)
+			}
+			if !reflect.DeepEqual(m, c.m) {
+				t.Fatalf("decoded %#v, want %#v", m, c.m)
+			}
+			seen[m.Type()] = true
+		})
+	}
+	for _, ty := range allTypes {
+		if !seen[ty] {
+			t.Errorf("message type %v has no golden vector", ty)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    []byte
+		want string
+	}{
+		{"empty", nil, "empty packet"},
+		{"unknown type", []byte{0x42}, "unknown message type 0x42"},
+		{"short hello", []byte{byte(THello), 0, 1}, "bad Hello message at byte 3: 3 bytes, want 5"},
+		{"long flush", []byte{byte(TFlush), 0}, "bad Flush message at byte 1: 2 bytes, want 1"},
+		{"short deliver", []byte{byte(TDeliver), 0}, "bad Deliver message at byte 2: 2 bytes, want at least 3"},
+		{"welcome order", (&Welcome{Version: 1}).Append(nil)[:11:11], "bad Welcome message at byte 11: 11 bytes, want 17"},
+		{"welcome bad order", func() []byte { b := (&Welcome{Version: 1}).Append(nil); b[11] = 9; return b }(), "at byte 11: order 9"},
+		{"welcome bad ready", func() []byte { b := (&Welcome{Version: 1}).Append(nil); b[12] = 2; return b }(), "at byte 12: ready flag 2"},
+		{"error text too long", append([]byte{byte(TError), 0, 1}, make([]byte, MaxText+1)...), "at most 4096"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Decode(c.p)
+			if err == nil {
+				t.Fatalf("decoded %#v, want an error", m)
+			}
+			if !errors.Is(err, ErrDecode) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q, want one containing %q wrapping ErrDecode", err, c.want)
+			}
+		})
+	}
+}
+
+func TestErrorTextTruncated(t *testing.T) {
+	b := (&Error{Code: CodeClosed, Text: strings.Repeat("x", MaxText+100)}).Append(nil)
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(m.(*Error).Text); got != MaxText {
+		t.Fatalf("text of %d bytes, want it cut to %d", got, MaxText)
+	}
+}
+
+// FuzzDecode: Decode never panics, and whatever decodes re-encodes to the
+// same bytes.
+func FuzzDecode(f *testing.F) {
+	for _, c := range goldenCases() {
+		f.Add(c.m.Append(nil))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0xff})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := Decode(p)
+		if err != nil {
+			if !errors.Is(err, ErrDecode) {
+				t.Fatalf("error %v does not wrap ErrDecode", err)
+			}
+			return
+		}
+		if got := m.Append(nil); !bytes.Equal(got, p) {
+			t.Fatalf("%v re-encodes to %x, decoded from %x", m.Type(), got, p)
+		}
+	})
+}
