@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// TestMain lets tests re-run this binary as rbcastd itself
+// (RBCASTD_TEST_MAIN=1), e.g. under setpriv as an unprivileged user.
+func TestMain(m *testing.M) {
+	switch {
+	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
+		os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case os.Getenv("RBCASTD_TEST_LISTEN") != "":
+		if _, err := daemon.Listen(os.Getenv("RBCASTD_TEST_LISTEN"), 0o600); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runMain(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = rbcastd(args, strings.NewReader(""), &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"usage: rbcastd <command>", "run", "send", "recv", "status", "bench"}},
+		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G -members N [-node ID] [-order fifo|total]", "-capture", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0"}},
+		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [FILE|-]", "acknowledged by every live", "-lines"}},
+		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o"}},
+		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},
+		{[]string{"bench", "-h"}, []string{"usage: rbcastd bench", "-size", "-duration"}},
+	} {
+		code, out, errOut := runMain(c.args...)
+		if code != exitOK || errOut != "" {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errOut)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: help lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage: rbcastd <command>"},
+		{[]string{"serve"}, `unknown command "serve" (commands: bench, recv, run, send, status)`},
+		{[]string{"run", "-group", "1", "-members", "2"}, "-i IFACE is required"},
+		{[]string{"run", "-i", "eth0", "-members", "2"}, "-group is 0, want 1..4294967295"},
+		{[]string{"run", "-i", "eth0", "-group", "1"}, "-members is 0, want 1..40"},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-order", "causal"}, `-order is "causal", want fifo or total`},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-node", "2"}, "-node is 2, but a group of 2 members has ids 0..1"},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-node", "x"}, `-node is "x", want a member id`},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-link", "tap"}, `-link is "tap", want ring or afpacket`},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-log-level", "loud"}, `-log-level is "loud"`},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"recv", "-from", "1", "-all"}, "-from and -all exclude each other"},
+		{[]string{"recv"}, "say whose messages: -from ID or -all"},
+		{[]string{"recv", "-all", "-format", "hex"}, `-format is "hex", want raw or lines`},
+		{[]string{"recv", "-all", "-bytes", "1", "-count", "1"}, "-bytes and -count exclude each other"},
+		{[]string{"recv", "-from", "65535"}, `-from is "65535", want a member id 0..65534`},
+		{[]string{"send", "a", "b"}, "at most one FILE, got 2 arguments"},
+		{[]string{"status", "-wait-ready", "-1s"}, "-wait-ready must not be negative"},
+	} {
+		code, _, errOut := runMain(c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+func TestClientNoDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{
+		{"send", "-socket", sock},
+		{"recv", "-socket", sock, "-all"},
+		{"status", "-socket", sock},
+	} {
+		code, _, errOut := runMain(args...)
+		if want := "no daemon socket at " + sock; code != exitFail || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", args, code, errOut, want)
+		}
+	}
+	start := time.Now()
+	code, _, errOut := runMain("status", "-socket", sock, "-wait-ready", "200ms")
+	if code != exitFail || !strings.Contains(errOut, "not ready after 200ms") || time.Since(start) < 200*time.Millisecond {
+		t.Errorf("status -wait-ready: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rbcastd.conf")
+	os.WriteFile(path, []byte("# sample\ni eth9\ngroup = 5\nmembers 3 # three hosts\norder total\n-failure-timeout 1s\n"), 0o600)
+	var f runFlags
+	fs := runFlagSet(&f, io.Discard)
+	if err := fs.Parse([]string{"-members", "4", "-config", path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyConfig(fs, path); err != nil {
+		t.Fatal(err)
+	}
+	dc, socket, err := f.groupConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.iface != "eth9" || dc.Group.Group != 5 || dc.Group.Size != 4 || dc.Group.Order != reliable.Total || dc.Group.FailureTimeout != time.Second {
+		t.Fatalf("config gave iface %q group %d size %d (command line: 4) order %v failure %v", f.iface, dc.Group.Group, dc.Group.Size, dc.Group.Order, dc.Group.FailureTimeout)
+	}
+	if socket != "/run/rbcastd/group-5.sock" {
+		t.Fatalf("default socket %q", socket)
+	}
+
+	os.WriteFile(path, []byte("i eth0\ncolour blue\n"), 0o600)
+	fs = runFlagSet(&f, io.Discard)
+	if err := applyConfig(fs, path); err == nil || !strings.Contains(err.Error(), path+`:2: unknown setting "colour"`) {
+		t.Fatalf("unknown setting: %v", err)
+	}
+	os.WriteFile(path, []byte("members many\n"), 0o600)
+	fs = runFlagSet(&f, io.Discard)
+	if err := applyConfig(fs, path); err == nil || !strings.Contains(err.Error(), path+":1: members:") {
+		t.Fatalf("bad value: %v", err)
+	}
+}
+
+// The dist/ sample config parses.
+func TestDistConfig(t *testing.T) {
+	var f runFlags
+	fs := runFlagSet(&f, io.Discard)
+	if err := applyConfig(fs, "../../dist/rbcastd.conf"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.groupConfig(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unprivileged re-runs this test binary as rbcastd (or as a Listen
+// helper) under setpriv: user and group nobody (65534), no
+// capabilities, CAP_NET_RAW out of the bounding set. It skips unless
+// root.
+func unprivileged(t *testing.T, ns, env string, args ...string) (code int, out string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to re-run rbcastd as an unprivileged user (setpriv); run the tests as root")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	// The test binary may sit in a directory nobody cannot enter.
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "rbcastd.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-net_raw", "--", bin}, args...)
+	if ns != "" {
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	cmd := exec.CommandContext(t.Context(), argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Dir = dir
+	o, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(o)
+	}
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd, err, o)
+	}
+	return 0, string(o)
+}
+
+// `rbcastd run` as an unprivileged user without CAP_NET_RAW names the
+// capability and setcap, and exits 1.
+func TestRunWithoutCapNetRaw(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 1})
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	code, out := unprivileged(t, topo.Hosts[0].Namespace, "RBCASTD_TEST_MAIN=1", "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock)
+	if code != exitFail {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	for _, want := range []string{"rbcastd run:", "CAP_NET_RAW", "setcap cap_net_raw+ep", "eth0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A socket path the user may not create is refused with the reason.
+func TestSocketNotPermitted(t *testing.T) {
+	dir := t.TempDir() // root's, mode 0700
+	code, out := unprivileged(t, "", "RBCASTD_TEST_LISTEN="+filepath.Join(dir, "s.sock"))
+	if code != 1 || !strings.Contains(out, "permission denied: this user may not create or use it") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestMain_flagsParse(t *testing.T) {
+	// Every run flag has a usage text (the --help is the documentation).
+	var f runFlags
+	fs := runFlagSet(&f, io.Discard)
+	fs.VisitAll(func(fl *flag.Flag) {
+		if fl.Usage == "" {
+			t.Errorf("-%s has no usage text", fl.Name)
+		}
+	})
+}
