@@ -34,7 +34,7 @@ test-short:
 # a failing seed prints the command that re-runs it alone.
 SEEDS ?= 20000
 soak:
-	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$' ./reliable/pbp ./reliable/seq
+	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$|TestTotalSim$$' ./reliable/pbp ./reliable/seq ./reliable
 
 # Micro-benchmarks (no root): codec, simulator, capture, the protocol cores
 # alone, and the runtime's goodput on the simulator (one fixed scenario per

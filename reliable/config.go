@@ -8,6 +8,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // Mode selects how lost frames are repaired; see pbp.Mode.
@@ -29,6 +30,22 @@ const (
 	// Total delivers one sequence, the same at every member, every
 	// member's own messages included (the sequencer, reliable/seq).
 	Total
+)
+
+// Method selects how Order Total's sequencer learns of a message; see
+// seq.Method.
+type Method = seq.Method
+
+const (
+	// Hybrid: Method1 below Config.Threshold bytes, Method2 from it on
+	// (the default).
+	Hybrid = seq.Hybrid
+	// Method1: the sender sends its message to the sequencer, which
+	// numbers it and broadcasts it.
+	Method1 = seq.Method1
+	// Method2: the sender broadcasts its message; the sequencer
+	// broadcasts a short Accept carrying its number.
+	Method2 = seq.Method2
 )
 
 func (o Order) String() string {
@@ -90,8 +107,12 @@ type Config struct {
 
 	// Order is FIFO (the default) or Total.
 	Order Order
-	Mode  Mode
-	// Window: see pbp.Config.Window. 0 means the mode's default.
+	// Mode is FIFO's repair mode (PBP2, the default, or PBP1).
+	Mode Mode
+	// Window bounds what this member has in flight: FIFO frames not yet
+	// acknowledged (see pbp.Config.Window; 0 means the mode's default),
+	// Total requests not yet delivered back (see seq.Config.Window; 0
+	// means seq.DefaultWindow).
 	Window int
 	// MaxPayload lowers the largest message below what the link MTU allows;
 	// 0 means as large as one frame carries.
@@ -100,7 +121,21 @@ type Config struct {
 	// match the EtherType the link receives.
 	EtherType uint16
 
-	// Protocol timers; zero means pbp's defaults (see pbp.Config).
+	// Order Total only (see seq.Config): how requests reach the
+	// sequencer, the Hybrid switch in payload bytes (0 means
+	// seq.DefaultThreshold), the history buffer (a power of two; 0 means
+	// seq.DefaultHistory), the votes an election needs (0 means a
+	// majority of the members) and the election's retransmission
+	// interval (0 means seq.DefaultElectionRetry). Every member must use
+	// the same values.
+	Method        Method
+	Threshold     int
+	History       int
+	Quorum        int
+	ElectionRetry time.Duration
+
+	// Protocol timers; zero means the core's defaults (see pbp.Config
+	// and seq.Config). AckDelay and BundleDelay are FIFO's only.
 	AckDelay          time.Duration
 	ResendTimeout     time.Duration
 	NackTimeout       time.Duration
@@ -129,8 +164,8 @@ type Config struct {
 	// call the Group's methods (the loop holds the group's lock).
 	Deliver func(from frame.MemberID, data []byte)
 	// OnEvent, when set, is called on the event loop's goroutine for every
-	// membership event, under the same rules as Deliver.
-	OnEvent func(pbp.Event)
+	// membership (and sequencer) event, under the same rules as Deliver.
+	OnEvent func(Event)
 
 	// Logger receives membership changes and dropped-frame warnings; nil
 	// means slog.Default().
@@ -147,10 +182,13 @@ func (c Config) settings() (settings, error) {
 	s := settings{Config: c}
 	switch c.Order {
 	case FIFO:
+		if err := c.fifoOnly(); err != nil {
+			return s, err
+		}
 	case Total:
-		// TODO(issue 4): the sequencer core exists (reliable/seq) but the
-		// runtime does not drive it yet.
-		return s, configErr("Order is total, which the runtime does not support yet")
+		if err := c.totalOnly(); err != nil {
+			return s, err
+		}
 	default:
 		return s, configErr("Order is %v, want FIFO or Total", c.Order)
 	}
@@ -164,7 +202,7 @@ func (c Config) settings() (settings, error) {
 		{"AckDelay", c.AckDelay}, {"ResendTimeout", c.ResendTimeout}, {"NackTimeout", c.NackTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"FailureTimeout", c.FailureTimeout},
 		{"BundleDelay", c.BundleDelay}, {"MaxWait", c.MaxWait}, {"CloseTimeout", c.CloseTimeout},
-		{"JoinRetry", c.JoinRetry},
+		{"JoinRetry", c.JoinRetry}, {"ElectionRetry", c.ElectionRetry},
 	}
 	for _, d := range durations {
 		if d.d < 0 {
@@ -206,9 +244,78 @@ func (c Config) settings() (settings, error) {
 	return s, nil
 }
 
+// fifoOnly refuses Order Total's settings under FIFO.
+func (c *Config) fifoOnly() error {
+	for _, f := range []struct {
+		name string
+		set  bool
+		v    any
+	}{
+		{"Method", c.Method != Hybrid, c.Method}, {"Threshold", c.Threshold != 0, c.Threshold},
+		{"History", c.History != 0, c.History}, {"Quorum", c.Quorum != 0, c.Quorum},
+		{"ElectionRetry", c.ElectionRetry != 0, c.ElectionRetry},
+	} {
+		if f.set {
+			return configErr("%s is %v, but it applies to Order Total only (Order is FIFO)", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// totalOnly checks Order Total's settings and refuses FIFO's.
+func (c *Config) totalOnly() error {
+	switch {
+	case c.Mode != PBP2:
+		return configErr("Mode is %v, but Order Total has no PBP mode: the sequencer repairs by its own protocol (leave Mode zero; choose Method)", c.Mode)
+	case c.AckDelay != 0:
+		return configErr("AckDelay is %v, but it applies to Order FIFO only: Order Total acknowledges in every frame and in status replies", c.AckDelay)
+	case c.BundleDelay != 0:
+		return configErr("BundleDelay is %v, but it applies to Order FIFO only: Order Total bundles what is proposed before each transmission", c.BundleDelay)
+	case c.Method > Method2:
+		return configErr("Method is %v, want Hybrid, Method1 or Method2", c.Method)
+	case c.Threshold < 0:
+		return configErr("Threshold is %d bytes, want >= 0 (0 means %d)", c.Threshold, seq.DefaultThreshold)
+	case c.Window < 0 || c.Window > seq.MaxWindow:
+		return configErr("Window is %d, want 0..%d under Order Total (0 means %d)", c.Window, seq.MaxWindow, seq.DefaultWindow)
+	case c.History != 0 && (c.History < 2 || c.History > seq.MaxHistory || c.History&(c.History-1) != 0):
+		return configErr("History is %d, want a power of two in 2..%d (0 means %d)", c.History, seq.MaxHistory, seq.DefaultHistory)
+	case c.Quorum < 0:
+		return configErr("Quorum is %d, want >= 0 (0 means a majority of the members)", c.Quorum)
+	case len(c.Members) > 0 && c.Quorum > len(c.Members):
+		return configErr("Quorum is %d, but Members lists only %d members", c.Quorum, len(c.Members))
+	case len(c.Members) == 0 && c.Size > 0 && c.Quorum > c.Size:
+		return configErr("Quorum is %d, but Size is only %d members", c.Quorum, c.Size)
+	}
+	return nil
+}
+
 // maxRegistered bounds registration's group size: a Start frame must fit
 // a 576-byte MTU (12 bytes per member).
 const maxRegistered = 40
+
+// newCore starts the core of the configured order for member self.
+func (s *settings) newCore(self frame.MemberID, members []frame.MemberInfo, mtu int) (*pbp.Core, *seq.Core, error) {
+	if s.Order == Total {
+		c, err := seq.New(s.seqConfig(self, members, mtu))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: Order Total: %w", ErrConfig, err)
+		}
+		return nil, c, nil
+	}
+	c, err := pbp.New(s.pbpConfig(self, members, mtu, 0))
+	return c, nil, err
+}
+
+// seqConfig is the sequencer core's configuration.
+func (s *settings) seqConfig(self frame.MemberID, members []frame.MemberInfo, mtu int) seq.Config {
+	return seq.Config{
+		Group: s.Group, Self: self, Members: members, Method: s.Method, Threshold: s.Threshold,
+		Window: s.Window, History: s.History, MTU: mtu, MaxPayload: s.MaxPayload, EtherType: s.EtherType,
+		ResendTimeout: seq.Duration(s.ResendTimeout), NackTimeout: seq.Duration(s.NackTimeout),
+		HeartbeatInterval: seq.Duration(s.HeartbeatInterval), FailureTimeout: seq.Duration(s.FailureTimeout),
+		ElectionRetry: seq.Duration(s.ElectionRetry), Quorum: s.Quorum,
+	}
+}
 
 // pbpConfig is the core's configuration for members and a link MTU.
 func (s *settings) pbpConfig(self frame.MemberID, members []frame.MemberInfo, mtu int, initialSeq uint32) pbp.Config {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Driver runs a member over a link without goroutines and without waiting:
@@ -23,7 +22,7 @@ type Driver struct {
 }
 
 // NewDriver returns the driver of member cfg.Self over l. epoch is the
-// instant pbp.Time counts from (the simulator's start).
+// instant the core's clock counts from (the simulator's start).
 func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	s, err := cfg.settings()
 	if err != nil {
@@ -32,12 +31,15 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	if len(s.Members) == 0 {
 		return nil, configErr("a Driver needs static Members (registration runs only under Join)")
 	}
-	core, err := pbp.New(s.pbpConfig(s.Self, s.Members, l.MTU(), 0))
+	fifo, total, err := s.newCore(s.Self, s.Members, l.MTU())
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{eng: newEngine(l, &s, core, s.Members, epoch), rx: make([]link.Frame, 64)}
+	d := &Driver{eng: newEngine(l, &s, fifo, total, s.Members, epoch), rx: make([]link.Frame, 64)}
 	d.max = maxPayload(&s, s.Members, l.MTU())
+	if total != nil {
+		d.max = total.MaxMessage()
+	}
 	d.eng.deliver = s.Deliver
 	if d.eng.deliver == nil {
 		d.eng.deliver = func(frame.MemberID, []byte) {}
@@ -58,13 +60,14 @@ func (d *Driver) Step(now time.Time) time.Time {
 			break
 		}
 	}
-	return d.eng.wall(d.eng.core.Deadline())
+	return d.eng.wall(d.eng.deadline())
 }
 
 // Propose queues a message and transmits what is due. pbp.ErrWindowFull
-// is back-pressure: propose again after a later Step.
+// (Order FIFO) or seq.ErrWindowFull (Order Total) is back-pressure:
+// propose again after a later Step.
 func (d *Driver) Propose(now time.Time, msg []byte) error {
-	err := d.eng.core.Propose(d.eng.now(now), msg)
+	err := d.eng.propose(d.eng.now(now), msg)
 	if oerr := d.eng.output(); oerr != nil {
 		return oerr
 	}
@@ -73,12 +76,17 @@ func (d *Driver) Propose(now time.Time, msg []byte) error {
 
 // Leave starts a clean leave (see Group.Close); OnEvent reports SelfLeft.
 func (d *Driver) Leave(now time.Time) error {
-	d.eng.core.Leave(d.eng.now(now))
+	d.eng.leave(d.eng.now(now))
 	return d.eng.output()
 }
 
 // Left reports whether this member has sent its Leave.
-func (d *Driver) Left() bool { return d.eng.core.Left() }
+func (d *Driver) Left() bool {
+	if d.eng.core != nil {
+		return d.eng.core.Left()
+	}
+	return d.eng.total.Left()
+}
 
 // MaxMessage is the largest message Propose accepts.
 func (d *Driver) MaxMessage() int { return d.max }

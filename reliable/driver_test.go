@@ -17,7 +17,7 @@ type simGroup struct {
 	net     *testnet.Network
 	drivers []*Driver
 	got     []map[frame.MemberID][][]byte
-	events  [][]pbp.Event
+	events  [][]Event
 }
 
 func newSimGroup(t testing.TB, seed uint64, n int, imp testnet.Impairment, mode Mode) *simGroup {
@@ -36,14 +36,14 @@ func newSimGroup(t testing.TB, seed uint64, n int, imp testnet.Impairment, mode 
 		eps = append(eps, ep)
 		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
 	}
-	sg := &simGroup{net: net, got: make([]map[frame.MemberID][][]byte, n), events: make([][]pbp.Event, n)}
+	sg := &simGroup{net: net, got: make([]map[frame.MemberID][][]byte, n), events: make([][]Event, n)}
 	for i, ep := range eps {
 		sg.got[i] = map[frame.MemberID][][]byte{}
 		d, err := NewDriver(ep, Config{Group: 1, Members: members, Self: frame.MemberID(i + 1), Mode: mode, Logger: quiet,
 			Deliver: func(from frame.MemberID, data []byte) {
 				sg.got[i][from] = append(sg.got[i][from], bytes.Clone(data))
 			},
-			OnEvent: func(ev pbp.Event) { sg.events[i] = append(sg.events[i], ev) },
+			OnEvent: func(ev Event) { sg.events[i] = append(sg.events[i], ev) },
 		}, net.Now())
 		if err != nil {
 			t.Fatal(err)

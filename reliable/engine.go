@@ -7,7 +7,9 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // engine is one iteration of the event loop with the waiting taken out:
@@ -15,8 +17,14 @@ import (
 // and events handed on, Advance. The live Group and the simulator's Driver
 // both run it, so the glue tested in testnet is the glue that runs live.
 // Not safe for concurrent use: Group guards it with its lock.
+//
+// It drives one of two cores: pbp's (Order FIFO) or seq's (Order Total);
+// exactly one of core and total is set. The cores are called directly,
+// not through an interface, so that nothing handed to them escapes and
+// the FIFO hot path stays free of allocations.
 type engine struct {
-	core      *pbp.Core
+	core      *pbp.Core // Order FIFO
+	total     *seq.Core // Order Total
 	l         link.Link
 	epoch     time.Time
 	group     uint32
@@ -26,25 +34,25 @@ type engine struct {
 	// deliver takes every delivered message (a view valid during the
 	// call); event every membership event.
 	deliver func(from frame.MemberID, data []byte)
-	event   func(pbp.Event)
+	event   func(Event)
 	// control, if set, takes the registration frames (Join, Welcome,
-	// Start) that arrive while PBP runs: the server keeps answering them
-	// until every member has started.
-	control func(now pbp.Time, src [6]byte, v frame.View)
-	// heard, if set, is told the sender of every PBP frame accepted;
+	// Start) that arrive while the protocol runs: the server keeps
+	// answering them until every member has started.
+	control func(now clock.Time, src [6]byte, v frame.View)
+	// heard, if set, is told the sender of every protocol frame accepted;
 	// tick, if set, runs with the core's timers.
 	heard func(id frame.MemberID)
-	tick  func(now pbp.Time)
+	tick  func(now clock.Time)
 
-	// holdData: the receive queue is full, so Data frames are not
-	// stepped (see input).
+	// holdData: the receive queue is full, so frames that deliver are
+	// not stepped (see input).
 	holdData bool
 
 	ackBase frame.MemberID
 	peers   []peerStats // by id - ackBase
 	bad     BadFrames
 	held    uint64
-	events  []pbp.Event
+	events  []Event
 	sendErr error
 }
 
@@ -54,7 +62,7 @@ type peerStats struct {
 	delivered   uint64
 	bytes       uint64
 	repairs     uint64
-	repairSince pbp.Time // 0: not repairing
+	repairSince clock.Time // 0: not repairing
 	latency     latencyRing
 }
 
@@ -73,8 +81,8 @@ func (r *latencyRing) samples() []time.Duration {
 	return append([]time.Duration(nil), r.d[:min(r.n, len(r.d))]...)
 }
 
-func newEngine(l link.Link, s *settings, core *pbp.Core, members []frame.MemberInfo, epoch time.Time) *engine {
-	e := &engine{core: core, l: l, epoch: epoch, group: s.Group, etherType: s.EtherType, log: s.Logger}
+func newEngine(l link.Link, s *settings, fifo *pbp.Core, total *seq.Core, members []frame.MemberInfo, epoch time.Time) *engine {
+	e := &engine{core: fifo, total: total, l: l, epoch: epoch, group: s.Group, etherType: s.EtherType, log: s.Logger}
 	lo, hi := members[0].ID, members[0].ID
 	for _, m := range members {
 		lo, hi = min(lo, m.ID), max(hi, m.ID)
@@ -89,10 +97,10 @@ func newEngine(l link.Link, s *settings, core *pbp.Core, members []frame.MemberI
 
 // now converts a wall-clock instant to the core's Time: nanoseconds since
 // the epoch, plus one, since the core reserves 0 for "no deadline".
-func (e *engine) now(t time.Time) pbp.Time { return pbp.Time(t.Sub(e.epoch)) + 1 }
+func (e *engine) now(t time.Time) clock.Time { return clock.Time(t.Sub(e.epoch)) + 1 }
 
 // wall converts a core deadline back; zero stays zero.
-func (e *engine) wall(t pbp.Time) time.Time {
+func (e *engine) wall(t clock.Time) time.Time {
 	if t == 0 {
 		return time.Time{}
 	}
@@ -107,10 +115,87 @@ func (e *engine) peer(id frame.MemberID) *peerStats {
 	return &e.peers[i]
 }
 
+// The core's operations, on whichever core runs.
+
+func (e *engine) deadline() clock.Time {
+	if e.core != nil {
+		return e.core.Deadline()
+	}
+	return e.total.Deadline()
+}
+
+func (e *engine) propose(now clock.Time, msg []byte) error {
+	if e.core != nil {
+		return e.core.Propose(now, msg)
+	}
+	return e.total.Propose(now, msg)
+}
+
+// windowFull reports whether a Propose error is back-pressure.
+func windowFull(err error) bool {
+	return errors.Is(err, pbp.ErrWindowFull) || errors.Is(err, seq.ErrWindowFull)
+}
+
+// blocked reports whether a Propose would be refused for want of window
+// room.
+func (e *engine) blocked() bool {
+	if e.core != nil {
+		return e.core.Blocked()
+	}
+	return e.total.Blocked()
+}
+
+// sendable reports whether a Send waiting for room should try again: a
+// Propose would be accepted, or (FIFO) frames wait that the window has
+// room for, which the woken Send then transmits.
+func (e *engine) sendable() bool {
+	if e.core != nil {
+		st := e.core.Stats()
+		return !e.core.Blocked() || st.InFlight < st.Window
+	}
+	return !e.total.Blocked()
+}
+
+// inFlight is what this member sent and is not yet done with: FIFO frames
+// not acknowledged by every live member, Total requests not delivered
+// back.
+func (e *engine) inFlight() int {
+	if e.core != nil {
+		return e.core.Stats().InFlight
+	}
+	return e.total.Stats().Outstanding
+}
+
+func (e *engine) leave(now clock.Time) {
+	if e.core != nil {
+		e.core.Leave(now)
+		return
+	}
+	e.total.Leave(now)
+}
+
+// finished reports whether the core is done: it left and its Leave
+// repeats are out, or (Total) it halted.
+func (e *engine) finished() bool {
+	if e.core != nil {
+		return e.core.Left() && e.core.Deadline() == 0
+	}
+	return e.total.Halted() || e.total.Left() && e.total.Deadline() == 0
+}
+
+// holds reports whether a frame of type t is left unstepped while the
+// receive queue is full: the frames that deliver.
+func (e *engine) holds(t frame.Type) bool {
+	if e.core != nil {
+		return t == frame.Data
+	}
+	return t == frame.SeqData || t == frame.SeqAccept || t == frame.SeqRequest
+}
+
 // input decodes and steps received frames. Frames that fail to decode are
 // counted by kind and dropped (DESIGN.md, decision 5); the core counts
 // the ones it refuses.
-func (e *engine) input(now pbp.Time, frames []link.Frame) {
+func (e *engine) input(now clock.Time, frames []link.Frame) {
 	for i := range frames {
 		eth, body, err := frame.SplitEthernet(frames[i].Data, e.etherType)
 		if err != nil {
@@ -122,43 +207,60 @@ func (e *engine) input(now pbp.Time, frames []link.Frame) {
 			e.bad.count(err)
 			continue
 		}
-		switch v.Type() {
-		case frame.Join, frame.Welcome, frame.Start:
+		switch t := v.Type(); {
+		case t == frame.Join || t == frame.Welcome || t == frame.Start:
 			if e.control != nil {
 				e.control(now, eth.Src(), v)
 			}
 			continue
-		case frame.Data:
-			// A Data frame is the only input that delivers. While the
-			// application is not reading, it is left unstepped: it is
-			// not acknowledged, so its sender repairs it later like any
-			// loss, and its window stalls — back-pressure on the group.
-			// Everything else is still stepped so that liveness and
-			// acknowledgements keep flowing and no member is removed
-			// for our slowness before FailureTimeout.
-			if e.holdData {
-				e.held++
-				continue
-			}
+		case e.holdData && e.holds(t):
+			// Only frames that deliver are held while the application
+			// is not reading. Unstepped, they are not acknowledged, so
+			// they are repaired later like any loss, and the group
+			// stalls on us — back-pressure. Everything else is still
+			// stepped so that liveness and acknowledgements keep
+			// flowing and no member is removed for our slowness before
+			// FailureTimeout.
+			e.held++
+			continue
 		}
 		id := v.Sender()
-		p := e.peer(id)
-		if e.core.Step(now, eth.Src(), v) != nil || p == nil {
+		if e.core != nil {
+			p := e.peer(id)
+			if e.core.Step(now, eth.Src(), v) != nil || p == nil {
+				continue
+			}
+			if e.heard != nil {
+				e.heard(id)
+			}
+			// Repair latency: from the Step that revealed a gap to the
+			// one that filled it. Only a frame from p changes p's
+			// repair state.
+			e.repairState(p, e.core.Repairing(id), now)
+			continue
+		}
+		if e.total.Step(now, eth.Src(), v) != nil {
 			continue
 		}
 		if e.heard != nil {
 			e.heard(id)
 		}
-		// Repair latency: from the Step that revealed a gap to the one
-		// that filled it. Only a frame from p changes p's repair state.
-		switch r := e.core.Repairing(id); {
-		case r && p.repairSince == 0:
-			p.repairSince = now
-		case !r && p.repairSince != 0:
-			p.latency.add(time.Duration(now - p.repairSince))
-			p.repairs++
-			p.repairSince = 0
+		// Total: gaps are in the one global stream; their repairs are
+		// counted against the sequencer, who answers them.
+		if p := e.peer(e.total.Sequencer()); p != nil {
+			e.repairState(p, e.total.Repairing(), now)
 		}
+	}
+}
+
+func (e *engine) repairState(p *peerStats, repairing bool, now clock.Time) {
+	switch {
+	case repairing && p.repairSince == 0:
+		p.repairSince = now
+	case !repairing && p.repairSince != 0:
+		p.latency.add(time.Duration(now - p.repairSince))
+		p.repairs++
+		p.repairSince = 0
 	}
 }
 
@@ -166,50 +268,91 @@ func (e *engine) input(now pbp.Time, frames []link.Frame) {
 // send at all is reported once and kept in sendErr.
 func (e *engine) output() error { return e.outputData(true) }
 
-// outputData is output; without data, Data frames waiting for window
-// room keep waiting (pbp.Core.ReadyControl).
+// outputData is output; without data, FIFO Data frames waiting for window
+// room keep waiting (pbp.Core.ReadyControl). The sequencer core has no
+// such split: its requests are small, and one Ready sends them.
 func (e *engine) outputData(data bool) error {
+	if e.total != nil {
+		rd := e.total.Ready()
+		e.send(rd.Frames)
+		for _, d := range rd.Deliveries {
+			e.delivered(d.From, d.Data)
+		}
+		for _, ev := range rd.Events {
+			e.report(totalEvent(ev, e.wall(ev.At)))
+		}
+		e.total.Advance()
+		return e.sendErr
+	}
 	rd := e.core.ReadyControl()
 	if data {
 		rd = e.core.Ready()
 	}
-	if len(rd.Frames) > 0 && e.sendErr == nil {
-		if _, err := e.l.Send(rd.Frames); err != nil {
-			e.sendErr = err
-			e.log.Error("rbcast: link send failed; the group stops", "group", e.group, "err", err)
-		}
-	}
+	e.send(rd.Frames)
 	for _, d := range rd.Deliveries {
-		if p := e.peer(d.From); p != nil {
-			p.delivered++
-			p.bytes += uint64(len(d.Data))
-		}
-		e.deliver(d.From, d.Data)
+		e.delivered(d.From, d.Data)
 	}
 	for _, ev := range rd.Events {
-		e.events = append(e.events, ev)
-		if p := e.peer(ev.Member); p != nil {
-			p.repairSince = 0
-		}
-		if ev.Kind == pbp.SelfLeft {
-			e.log.Info("rbcast: left the group", "group", e.group, "member", ev.Member)
-		} else {
-			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
-				"delivered_up_to", ev.Delivered, "discarded", ev.Discarded)
-		}
-		if e.event != nil {
-			e.event(ev)
-		}
+		e.report(fifoEvent(ev, e.wall(ev.At)))
 	}
 	e.core.Advance()
 	return e.sendErr
 }
 
+func (e *engine) send(frames [][]byte) {
+	if len(frames) > 0 && e.sendErr == nil {
+		if _, err := e.l.Send(frames); err != nil {
+			e.sendErr = err
+			e.log.Error("rbcast: link send failed; the group stops", "group", e.group, "err", err)
+		}
+	}
+}
+
+func (e *engine) delivered(from frame.MemberID, data []byte) {
+	if p := e.peer(from); p != nil {
+		p.delivered++
+		p.bytes += uint64(len(data))
+	}
+	e.deliver(from, data)
+}
+
+func (e *engine) report(ev Event) {
+	e.events = append(e.events, ev)
+	if p := e.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
+		p.repairSince = 0
+	}
+	switch ev.Kind {
+	case SelfLeft:
+		e.log.Info("rbcast: left the group", "group", e.group, "member", ev.Member)
+	case SequencerChanged:
+		e.log.Info("rbcast: new sequencer", "group", e.group, "sequencer", ev.Member, "epoch", ev.Epoch, "agreed_last", ev.Last)
+	case SelfRemoved:
+		e.log.Error("rbcast: removed from the group; halting", "group", e.group, "member", ev.Member, "epoch", ev.Epoch, "reason", ev.Reason)
+	case SequencerFailed:
+		e.log.Warn("rbcast: sequencer silent; electing a new one", "group", e.group, "sequencer", ev.Member, "epoch", ev.Epoch)
+	default:
+		if ev.Epoch != 0 {
+			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
+				"epoch", ev.Epoch, "detail", ev.Reason)
+		} else {
+			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
+				"delivered_up_to", ev.Delivered, "discarded", ev.Discarded)
+		}
+	}
+	if e.event != nil {
+		e.event(ev)
+	}
+}
+
 // turn is one whole iteration: step the frames, run the timers, output
 // (new Data too unless data is false).
-func (e *engine) turn(now pbp.Time, frames []link.Frame, data bool) error {
+func (e *engine) turn(now clock.Time, frames []link.Frame, data bool) error {
 	e.input(now, frames)
-	e.core.Tick(now)
+	if e.core != nil {
+		e.core.Tick(now)
+	} else {
+		e.total.Tick(now)
+	}
 	if e.tick != nil {
 		e.tick(now)
 	}

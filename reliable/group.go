@@ -13,6 +13,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // ErrClosed is returned by Send and Recv once the group is closed (or this
@@ -55,7 +56,7 @@ type Group struct {
 	stop    bool  // Close gave up waiting: the loop ends at its next wake-up
 	err     error // why the group stopped, once it has
 
-	events chan pbp.Event
+	events chan Event
 	lost   uint64 // events not taken from the channel in time
 	done   chan struct{}
 	rx     []link.Frame
@@ -87,7 +88,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		}
 		self, members = reg.self, reg.members
 	}
-	core, err := pbp.New(s.pbpConfig(self, members, mtu, 0))
+	fifo, total, err := s.newCore(self, members, mtu)
 	if err != nil {
 		return nil, err
 	}
@@ -96,9 +97,12 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		epoch = reg.epoch // the registrar keeps its timers in the loop
 	}
 	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
-		events: make(chan pbp.Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
-	g.eng = newEngine(l, &s, core, members, epoch)
+		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
+	g.eng = newEngine(l, &s, fifo, total, members, epoch)
 	g.max = maxPayload(&s, members, mtu)
+	if total != nil {
+		g.max = total.MaxMessage()
+	}
 	g.eng.deliver = g.enqueue
 	if s.Deliver != nil {
 		g.eng.deliver = s.Deliver
@@ -107,15 +111,15 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if reg != nil {
 		reg.attach(g.eng)
 	}
-	core.Tick(g.eng.now(time.Now()))
-	if err := g.eng.output(); err != nil {
+	if err := g.eng.turn(g.eng.now(time.Now()), nil, true); err != nil {
 		return nil, err
 	}
 	go g.run()
 	return g, nil
 }
 
-// maxPayload is the largest message the core accepts, as pbp computes it.
+// maxPayload is the largest message the core accepts, as the core
+// computes it.
 func maxPayload(s *settings, members []frame.MemberInfo, mtu int) int {
 	lo, hi := members[0].ID, members[0].ID
 	for _, m := range members {
@@ -145,7 +149,7 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	q.signal()
 }
 
-func (g *Group) event(ev pbp.Event) {
+func (g *Group) event(ev Event) {
 	if g.cfg.OnEvent != nil {
 		g.cfg.OnEvent(ev)
 	}
@@ -157,10 +161,11 @@ func (g *Group) event(ev pbp.Event) {
 }
 
 // Events delivers membership events (members removed as failed, stalled
-// or left; this member's own leave). The channel holds 64; events the
-// application does not take in time are counted in Stats.EventsLost and
-// still listed in Stats.Events. It is closed when the group stops.
-func (g *Group) Events() <-chan pbp.Event { return g.events }
+// or left; this member's own leave) and, under Order Total, changes of
+// the sequencer. The channel holds 64; events the application does not
+// take in time are counted in Stats.EventsLost and still listed in
+// Stats.Events. It is closed when the group stops.
+func (g *Group) Events() <-chan Event { return g.events }
 
 // run is the event loop.
 func (g *Group) run() {
@@ -180,7 +185,7 @@ func (g *Group) run() {
 		g.mu.Lock()
 		now := time.Now()
 		wait := now.Add(g.cfg.maxWait)
-		if d := g.eng.wall(g.eng.core.Deadline()); !d.IsZero() && d.Before(wait) {
+		if d := g.eng.wall(g.eng.deadline()); !d.IsZero() && d.Before(wait) {
 			wait = d
 		}
 		if g.stop {
@@ -222,8 +227,8 @@ func (g *Group) run() {
 		switch {
 		case err != nil:
 			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
-		case g.eng.core.Left() && g.eng.core.Deadline() == 0:
-			g.finish(ErrClosed) // left, and the Leave repeats are out
+		case g.eng.finished():
+			g.finish(g.eng.finishErr()) // left, and the Leave repeats are out; or removed
 		}
 		stopped := g.err != nil
 		g.mu.Unlock()
@@ -295,18 +300,21 @@ func (g *Group) wakeSenders() {
 	if g.room == nil {
 		return
 	}
-	if st := g.eng.core.Stats(); !g.eng.core.Blocked() || st.InFlight < st.Window {
+	if g.eng.sendable() {
 		close(g.room)
 		g.room = nil
 	}
 }
 
-// Send broadcasts payload to every other member. It returns once the
-// message is accepted (copied; payload may be reused at once); accepted
-// messages are never dropped while this member and a receiver stay live.
-// When the send window is full it blocks (back-pressure) until room
-// frees, or returns ctx.Err(). A payload larger than MaxMessage is
-// refused with a *pbp.TooLargeError stating both sizes.
+// Send broadcasts payload to every other member (under Order Total, to
+// every member, this one included: it is delivered here too, in its place
+// in the group's order). It returns once the message is accepted (copied;
+// payload may be reused at once); accepted messages are never dropped
+// while this member and a receiver stay live (under Order Total: and the
+// sequencer, or a majority of the members; see docs/protocols.md). When
+// the send window is full it blocks (back-pressure) until room frees, or
+// returns ctx.Err(). A payload larger than MaxMessage is refused with a
+// *pbp.TooLargeError stating both sizes.
 func (g *Group) Send(ctx context.Context, payload []byte) error {
 	if len(payload) > g.max {
 		return &pbp.TooLargeError{Size: len(payload), Max: g.max}
@@ -321,18 +329,18 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			}
 			return err
 		}
-		err := g.eng.core.Propose(g.eng.now(time.Now()), payload)
+		err := g.eng.propose(g.eng.now(time.Now()), payload)
 		// Transmit at once, also when the window is full: Propose may
 		// have sealed a frame that was collecting messages.
 		if oerr := g.eng.output(); oerr != nil {
 			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, oerr))
 			err = g.err
 		}
-		if !errors.Is(err, pbp.ErrWindowFull) {
+		if !windowFull(err) {
 			g.mu.Unlock()
-			return err
+			return g.sendErr(err)
 		}
-		if !g.eng.core.Blocked() { // output made room: propose again
+		if !g.eng.blocked() { // output made room: propose again
 			g.mu.Unlock()
 			continue
 		}
@@ -349,7 +357,8 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 	}
 }
 
-// Recv returns the next delivered message, in its sender's order. It
+// Recv returns the next delivered message: in its sender's order (FIFO),
+// or in the group's one order, the same at every member (Total). It
 // blocks until one arrives or ctx ends (ctx.Err()); after Close, and once
 // every message delivered before has been taken, it returns ErrClosed (or
 // the error that stopped the group).
@@ -400,7 +409,7 @@ func (g *Group) Leave(ctx context.Context) error {
 	g.mu.Lock()
 	if !g.leaving && g.err == nil {
 		g.leaving = true
-		g.eng.core.Leave(g.eng.now(time.Now()))
+		g.eng.leave(g.eng.now(time.Now()))
 		if err := g.eng.output(); err != nil {
 			g.finish(err)
 		}
@@ -411,10 +420,14 @@ func (g *Group) Leave(ctx context.Context) error {
 	case <-ctx.Done():
 		g.mu.Lock()
 		g.stop = true
-		st := g.eng.core.Stats()
+		n := g.eng.inFlight()
+		what := "frames still unacknowledged"
+		if g.eng.total != nil {
+			what = "requests not yet sequenced and delivered back"
+		}
 		g.mu.Unlock()
 		<-g.done
-		return fmt.Errorf("reliable: group %d member %d: leave not finished (%d frames still unacknowledged): %w", g.cfg.Group, g.self, st.InFlight, ctx.Err())
+		return fmt.Errorf("reliable: group %d member %d: leave not finished (%d %s): %w", g.cfg.Group, g.self, n, what, ctx.Err())
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -439,17 +452,65 @@ type MemberStatus struct {
 	ID        frame.MemberID
 	Self      bool
 	Live      bool
-	Repairing bool // frames from it are missing here
+	Repairing bool // frames from it are missing here (Total: numbered messages missing, counted against the sequencer)
+	// Sequencer (Order Total): the sequencer this member follows.
+	Sequencer bool
 }
 
-// Members lists the group's members by id.
+// Members lists the group's members by id. Under Order Total only the
+// sequencer knows which ordinary members are live (they talk to it, not
+// to each other): elsewhere a member is listed live unless it left or,
+// for the sequencer, has been silent past FailureTimeout.
 func (g *Group) Members() []MemberStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if t := g.eng.total; t != nil {
+		var out []MemberStatus
+		for _, m := range t.Members() {
+			st := MemberStatus{ID: m.ID, Self: m.Self, Live: m.Live, Sequencer: m.Sequencer}
+			if m.Self {
+				st.Live = !t.Left() && !t.Halted()
+			}
+			if m.Sequencer && !m.Self {
+				st.Repairing = t.Repairing()
+			}
+			out = append(out, st)
+		}
+		return out
+	}
 	out := []MemberStatus{{ID: g.self, Self: true, Live: !g.eng.core.Left()}}
 	for _, m := range g.eng.core.Members() {
 		out = append(out, MemberStatus{ID: m.ID, Live: m.Live, Repairing: m.Repairing})
 	}
 	slices.SortFunc(out, func(a, b MemberStatus) int { return int(a.ID) - int(b.ID) })
 	return out
+}
+
+// ErrRemoved is wrapped by the error a Group stops with when the group
+// went on without this member (Order Total: it was left out of an
+// election, being cut off or believed dead).
+var ErrRemoved = errors.New("reliable: removed from the group")
+
+// finishErr is why a finished engine stopped.
+func (e *engine) finishErr() error {
+	if e.total != nil && e.total.Halted() {
+		for i := len(e.events) - 1; i >= 0; i-- {
+			if ev := e.events[i]; ev.Kind == SelfRemoved {
+				return fmt.Errorf("%w: group %d member %d: %s", ErrRemoved, e.group, ev.Member, ev.Reason)
+			}
+		}
+		return fmt.Errorf("%w: group %d", ErrRemoved, e.group)
+	}
+	return ErrClosed
+}
+
+// sendErr maps a core's refusal to Send's errors.
+func (g *Group) sendErr(err error) error {
+	if errors.Is(err, seq.ErrHalted) {
+		if g.err == nil {
+			g.finish(g.eng.finishErr())
+		}
+		return g.err
+	}
+	return err
 }

@@ -396,8 +396,8 @@ func TestCloseDeliversEverything(t *testing.T) {
 		select {
 		case ev := <-g.Events():
 			switch {
-			case ev.Member == 1 && ev.Kind == pbp.MemberLeft:
-			case ev.Member == 1 && ev.Kind == pbp.MemberFailed && uint64(ev.Delivered) == st0.Protocol.DataFramesSent+first:
+			case ev.Member == 1 && ev.Kind == MemberLeft:
+			case ev.Member == 1 && ev.Kind == MemberFailed && uint64(ev.Delivered) == st0.Protocol.DataFramesSent+first:
 				// Every Leave frame lost: removed after FailureTimeout,
 				// with everything delivered, as documented. Not rare
 				// here although 0.1³ is: the seed is fixed, and each

@@ -1,6 +1,7 @@
 package reliable
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/member"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // registration is a finished registration, whose registrar keeps running
@@ -141,6 +143,8 @@ func (s *settings) window() int {
 	switch {
 	case s.Window != 0:
 		return s.Window
+	case s.Order == Total:
+		return seq.DefaultWindow
 	case s.Mode == PBP1:
 		return pbp.DefaultWindowPBP1
 	}
@@ -164,6 +168,23 @@ func configHash(s *settings, mtu int) uint64 {
 		resend = pbp.DefaultResendTimeoutPBP1
 	}
 	put(uint64(s.Group))
+	if s.Order == Total {
+		put(uint64(Total))
+		put(uint64(s.Method))
+		put(uint64(s.window()))
+		put(uint64(cmp.Or(s.Threshold, seq.DefaultThreshold)))
+		put(uint64(cmp.Or(s.History, seq.DefaultHistory)))
+		put(uint64(s.Quorum))
+		put(uint64(mtu))
+		put(uint64(s.MaxPayload))
+		put(uint64(s.EtherType))
+		dur(s.ResendTimeout, seq.DefaultResendTimeout)
+		dur(s.NackTimeout, seq.DefaultNackTimeout)
+		dur(s.HeartbeatInterval, seq.DefaultHeartbeatInterval)
+		dur(s.FailureTimeout, seq.DefaultFailureTimeout)
+		dur(s.ElectionRetry, seq.DefaultElectionRetry)
+		return h.Sum64()
+	}
 	put(uint64(s.Mode))
 	put(uint64(s.window()))
 	put(uint64(mtu))

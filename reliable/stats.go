@@ -7,15 +7,24 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // Stats is a snapshot of one member's counters.
 type Stats struct {
-	Self frame.MemberID
-	// Protocol is the core's counters: messages proposed, Data frames sent
-	// and retransmitted, Acks, Nacks sent and received, deliveries, drops
-	// by reason, and the window's occupancy (InFlight of Window).
+	Self  frame.MemberID
+	Order Order
+	// Protocol is the FIFO core's counters (zero under Order Total):
+	// messages proposed, Data frames sent and retransmitted, Acks, Nacks
+	// sent and received, deliveries, drops by reason, and the window's
+	// occupancy (InFlight of Window).
 	Protocol pbp.Stats
+	// Total is the sequencer core's counters (zero under Order FIFO): the
+	// epoch and its sequencer, requests sent and resent, global numbers
+	// assigned (at the sequencer), status requests and replies,
+	// retransmissions asked for and answered, elections, members failed
+	// and left, and drops by reason.
+	Total seq.Stats
 	// Link is the link's counters; KernelDrops are frames the kernel
 	// dropped because we did not read fast enough.
 	Link    link.Stats
@@ -34,19 +43,21 @@ type Stats struct {
 	RepairP50, RepairP99 time.Duration
 	// Events are all membership events so far; EventsLost counts those
 	// the Events channel could not hold.
-	Events     []pbp.Event
+	Events     []Event
 	EventsLost uint64
 }
 
-// MemberStats is what this member received from another.
+// MemberStats is what this member received from another (under Order
+// Total, from every member, itself included).
 type MemberStats struct {
 	ID             frame.MemberID
 	Live           bool
 	Delivered      uint64 // messages
 	DeliveredBytes uint64
-	// Repairs counts gaps detected and filled (PBP2); RepairP50/P99 are
-	// the time from detecting a gap (the Step that revealed it) to filling
-	// it, over the most recent 256 repairs.
+	// Repairs counts gaps detected and filled (PBP2; under Order Total,
+	// gaps in the global order, counted against the sequencer that was
+	// asked); RepairP50/P99 are the time from detecting a gap (the Step
+	// that revealed it) to filling it, over the most recent 256 repairs.
 	Repairs              uint64
 	RepairP50, RepairP99 time.Duration
 }
@@ -65,11 +76,23 @@ func (g *Group) Stats() Stats {
 }
 
 func (e *engine) stats() Stats {
-	s := Stats{Protocol: e.core.Stats(), BadFrames: e.bad, HeldData: e.held, Events: slices.Clone(e.events)}
+	s := Stats{BadFrames: e.bad, HeldData: e.held, Events: slices.Clone(e.events)}
 	var all []time.Duration
 	live := map[frame.MemberID]bool{}
-	for _, m := range e.core.Members() {
-		live[m.ID] = m.Live
+	if e.total != nil {
+		s.Order, s.Total = Total, e.total.Stats()
+		for _, m := range e.total.Members() {
+			live[m.ID] = m.Live
+			if m.Self {
+				s.Self = m.ID
+				live[m.ID] = !e.total.Left() && !e.total.Halted()
+			}
+		}
+	} else {
+		s.Protocol = e.core.Stats()
+		for _, m := range e.core.Members() {
+			live[m.ID] = m.Live
+		}
 	}
 	for i := range e.peers {
 		p := &e.peers[i]

@@ -51,7 +51,7 @@ type GroupMember struct {
 	Wrong     int // messages out of FIFO order, duplicated or with other bytes: must be 0
 	Stats     reliable.Stats
 	Segment   testnet.Counters // what the segment did to frames on their way in
-	Events    []pbp.Event
+	Events    []reliable.Event
 	Completed time.Duration // virtual time when it had everything
 }
 
@@ -142,7 +142,7 @@ func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
 					m.Completed = net.Now().Sub(start)
 				}
 			},
-			OnEvent: func(ev pbp.Event) { m.Events = append(m.Events, ev) },
+			OnEvent: func(ev reliable.Event) { m.Events = append(m.Events, ev) },
 		}, start)
 		if err != nil {
 			return nil, err

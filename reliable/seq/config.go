@@ -145,7 +145,9 @@ type Config struct {
 	// majority of Members, so that of two sides of a partition at most
 	// one elects a sequencer. 1 trusts the failure detector (crash-stop,
 	// no partitions): any survivor can carry on, a 2-member group
-	// survives a crash.
+	// survives a crash. Members whose Leave arrived are not counted: the
+	// majority is of the others, and a Quorum set higher than their
+	// number is lowered to it.
 	Quorum int
 }
 
@@ -166,6 +168,7 @@ type settings struct {
 	dst        [6]byte
 	selfMAC    [6]byte
 	selfInc    uint32
+	majority   bool // Quorum was 0: a majority of the members that have not left
 }
 
 // ackEntries is the ack vector length of every sequencer frame: one
@@ -226,6 +229,7 @@ func (c Config) validate() (settings, error) {
 	}
 	if s.Quorum == 0 {
 		s.Quorum = len(c.Members)/2 + 1
+		s.majority = true
 	}
 	if s.Quorum < 1 || s.Quorum > len(c.Members) {
 		return s, configErr("Quorum is %d, want 1..%d (0 means a majority, %d)", c.Quorum, len(c.Members), len(c.Members)/2+1)

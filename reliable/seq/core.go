@@ -32,6 +32,8 @@ var (
 	// ErrBadOrigin: a SeqData or Accept names an origin that is not a
 	// member (or not its incarnation).
 	ErrBadOrigin = errors.New("seq: sequenced message from an unknown origin")
+	// ErrLeaving: Propose after Leave.
+	ErrLeaving = errors.New("seq: member is leaving the group")
 )
 
 // TooLargeError refuses a message larger than one frame carries.
@@ -73,6 +75,12 @@ const (
 	// SelfRemoved: this member was left out of the election of Epoch, or
 	// had delivered beyond its agreed end; it halted.
 	SelfRemoved
+	// MemberLeft: Member's Leave arrived; everything it proposed was
+	// delivered back to it before it left. When Member was the
+	// sequencer, an election follows at once.
+	MemberLeft
+	// SelfLeft: this member sent its Leave; the core is finished.
+	SelfLeft
 )
 
 func (k EventKind) String() string {
@@ -85,6 +93,10 @@ func (k EventKind) String() string {
 		return "sequencer changed"
 	case SelfRemoved:
 		return "self removed"
+	case MemberLeft:
+		return "member left"
+	case SelfLeft:
+		return "self left"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -157,12 +169,15 @@ type Stats struct {
 
 	Elections     uint64 // elections this member took part in (epochs voted in)
 	MembersFailed uint64
+	MembersLeft   uint64
+	LeavesSent    uint64
 
 	Epoch       uint32
 	Sequencer   frame.MemberID
 	IsSequencer bool
 	Electing    bool
 	Halted      bool
+	Left        bool   // this member sent its Leave
 	Outstanding int    // own requests proposed and not yet delivered back
 	InHistory   int    // sequencer: global numbers not yet stable
 	Next        uint32 // next global number to deliver
@@ -194,6 +209,7 @@ type member struct {
 	inc       uint32
 	self      bool
 	lastHeard Time
+	gone      bool // its Leave arrived: never a candidate, never waited for
 
 	// At the sequencer.
 	live      bool   // counted in stable; false once removed
@@ -335,6 +351,13 @@ type Core struct {
 	retx     frame.RetransmitBody
 	election frame.ElectionBody
 
+	// Leave.
+	leaving   bool
+	left      bool // Leave sent: the core is finished
+	leaveLeft int  // Leave repeats still to send
+	leaveAt   Time
+	leave     frame.Empty
+
 	stats Stats
 }
 
@@ -419,6 +442,9 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	if c.role == halted {
 		return ErrHalted
 	}
+	if c.leaving {
+		return ErrLeaving
+	}
 	if len(msg) > c.cfg.maxPayload {
 		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
 	}
@@ -501,7 +527,7 @@ func (c *Core) Ready() Ready {
 
 // flush turns what is due into frames.
 func (c *Core) flush() {
-	if !c.started || c.role == halted {
+	if !c.started || c.role == halted || c.left {
 		return
 	}
 	c.seal()
@@ -528,6 +554,7 @@ func (c *Core) flush() {
 		}
 	}
 	c.repairDue = false
+	c.maybeLeave()
 }
 
 // Advance tells the core the runtime has sent, delivered and reported all
@@ -568,6 +595,9 @@ func (c *Core) reusable(en *entry) []byte {
 func (c *Core) Deadline() Time {
 	if !c.started || c.role == halted {
 		return 0
+	}
+	if c.left {
+		return c.leaveAt
 	}
 	var d Time
 	early := func(t Time) {
@@ -612,6 +642,12 @@ func (c *Core) Deadline() Time {
 func (c *Core) Tick(now Time) {
 	c.touch(now)
 	now = c.now
+	if c.left {
+		if c.leaveAt != 0 && now >= c.leaveAt {
+			c.sendLeave()
+		}
+		return
+	}
 	switch c.role {
 	case sequencer:
 		for i := range c.members {
@@ -693,6 +729,7 @@ func (c *Core) Stats() Stats {
 	s.IsSequencer = c.role == sequencer
 	s.Electing = c.role == electing
 	s.Halted = c.role == halted
+	s.Left = c.left
 	s.Outstanding = c.outstanding()
 	if c.role == sequencer {
 		s.InHistory = int(c.nextGlobal - c.stable)
@@ -708,7 +745,9 @@ type MemberState struct {
 	Self      bool
 	Sequencer bool // the sequencer of our epoch
 	// Live and Acked are the sequencer's view: not removed, and the
-	// member's delivered cursor. Elsewhere Live is true and Acked 0.
+	// member's delivered cursor. Elsewhere Live says the member has not
+	// left (and, for the sequencer, is not silent past FailureTimeout),
+	// and Acked is 0.
 	Live      bool
 	Acked     uint32
 	Delivered uint32 // its highest request number delivered here
@@ -720,7 +759,13 @@ func (c *Core) Members() []MemberState {
 	out := make([]MemberState, len(c.members))
 	for i := range c.members {
 		m := &c.members[i]
-		out[i] = MemberState{ID: m.id, Self: m.self, Sequencer: i == c.seqr, Live: m.live || c.role != sequencer,
+		live := m.live
+		if c.role != sequencer {
+			// Followers hear only the sequencer: of the others they
+			// know only who left.
+			live = !m.gone && (i != c.seqr || !c.suspected(m))
+		}
+		out[i] = MemberState{ID: m.id, Self: m.self, Sequencer: i == c.seqr, Live: live,
 			Delivered: m.delivSeq, LastHeard: m.lastHeard}
 		if c.role == sequencer {
 			out[i].Acked = m.acked
@@ -728,6 +773,17 @@ func (c *Core) Members() []MemberState {
 	}
 	return out
 }
+
+// Blocked reports whether Propose would refuse a new request: Window
+// requests are proposed and not yet delivered back.
+func (c *Core) Blocked() bool { return c.outstanding() >= c.cfg.Window }
+
+// MaxMessage is the largest message Propose accepts.
+func (c *Core) MaxMessage() int { return c.cfg.maxPayload }
+
+// Repairing reports whether global numbers known to be sequenced are
+// missing here (a gap, or method 2 payloads not yet arrived).
+func (c *Core) Repairing() bool { return c.role == follower && c.repairAt != 0 }
 
 // IsSequencer reports whether this member is the sequencer now.
 func (c *Core) IsSequencer() bool { return c.role == sequencer }
@@ -739,3 +795,6 @@ func (c *Core) halt(epoch, last uint32, reason string) {
 	c.role = halted
 	c.events = append(c.events, Event{Kind: SelfRemoved, Member: c.cfg.Self, Epoch: epoch, Last: last, At: c.now, Reason: reason})
 }
+
+// Sequencer is the sequencer this member follows (itself, when it is).
+func (c *Core) Sequencer() frame.MemberID { return c.sequencerMember().id }

@@ -39,14 +39,16 @@ import (
 //  5. A sequencer that hears another member number in a newer epoch halts.
 
 // suspected reports whether m has been silent for FailureTimeout.
+// A member that left is suspected from its Leave on.
 func (c *Core) suspected(m *member) bool {
-	return !m.self && c.now >= m.lastHeard.Add(c.cfg.FailureTimeout)
+	return !m.self && (m.gone || c.now >= m.lastHeard.Add(c.cfg.FailureTimeout))
 }
 
 // excluded reports whether the candidate may complete without m's vote:
-// silent for FailureTimeout, and we have waited that long since waitFrom.
+// silent for FailureTimeout, and we have waited that long since waitFrom;
+// or it left.
 func (c *Core) excluded(m *member) bool {
-	return c.suspected(m) && c.now >= c.waitFrom.Add(c.cfg.FailureTimeout)
+	return m.gone || c.suspected(m) && c.now >= c.waitFrom.Add(c.cfg.FailureTimeout)
 }
 
 // lowestLive is the election's candidate as this member sees it.
@@ -69,7 +71,9 @@ func (c *Core) votedEpoch() uint32 {
 // startElection: the sequencer is silent.
 func (c *Core) startElection() {
 	old := c.sequencerMember()
-	c.events = append(c.events, Event{Kind: SequencerFailed, Member: old.id, Epoch: c.epoch, Last: c.next - 1, At: c.now})
+	if !old.gone { // a Leave was reported as MemberLeft
+		c.events = append(c.events, Event{Kind: SequencerFailed, Member: old.id, Epoch: c.epoch, Last: c.next - 1, At: c.now})
+	}
 	c.role = electing
 	c.agreedSet = false
 	c.repairAt, c.resendAt, c.repairDue = 0, 0, false
@@ -132,6 +136,23 @@ func (c *Core) electionStep() {
 	}
 }
 
+// quorum is the votes an election needs. Members that left are not
+// counted: they cannot vote on another side of a partition. A member that
+// missed a Leave needs more votes than one that saw it, never fewer, so
+// two majorities still overlap.
+func (c *Core) quorum() int {
+	n := 0
+	for i := range c.members {
+		if !c.members[i].gone {
+			n++
+		}
+	}
+	if c.cfg.majority {
+		return n/2 + 1
+	}
+	return min(c.cfg.Quorum, n)
+}
+
 // tryComplete is the candidate's side: agree on the last global once every
 // live member voted for us, fetch up to it, take over.
 func (c *Core) tryComplete() {
@@ -154,7 +175,7 @@ func (c *Core) tryComplete() {
 				last = m.voteH
 			}
 		}
-		if votes < c.cfg.Quorum {
+		if votes < c.quorum() {
 			return // a minority: the other side may be electing
 		}
 		c.agreed, c.agreedSet = last, true
@@ -207,6 +228,8 @@ func (c *Core) takeover() {
 		switch {
 		case m.self:
 			m.acked = c.next
+		case m.gone:
+			m.live = false // reported as MemberLeft
 		case m.voted && m.voteEpoch == c.epoch && m.voteCand == c.cfg.Self:
 			m.acked = m.voteH + 1
 		case m.live:

@@ -19,6 +19,9 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 	if c.role == halted {
 		return ErrHalted
 	}
+	if c.left {
+		return nil // finished: the group goes on without us
+	}
 	if g := v.Group(); g != c.cfg.Group {
 		c.stats.WrongGroup++
 		return fmt.Errorf("%w: group %d, this member is in group %d", ErrGroup, g, c.cfg.Group)
@@ -45,7 +48,7 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 	t := v.Type()
 	switch t {
 	case frame.SeqRequest, frame.SeqData, frame.SeqAccept, frame.SeqStatusRequest,
-		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection:
+		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection, frame.Leave:
 	default:
 		c.stats.UnhandledTypes++
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
@@ -92,6 +95,8 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		c.stepRetransmit(m, v)
 	case frame.SeqElection:
 		c.stepElection(m, v)
+	case frame.Leave:
+		c.stepLeave(m)
 	}
 	if c.role == electing {
 		c.electionStep()

@@ -25,6 +25,11 @@ func (c *Core) method2(n int) bool {
 // are numbered in the order their origin made them: the duplicate filter
 // is "highest request number sequenced" per origin, which must not skip.
 func (c *Core) sequenceFrom(o *member) {
+	if c.leaving && !o.self {
+		// A leaving sequencer numbers nothing more: its successor will,
+		// once the senders resubmit after the election.
+		return
+	}
 	for {
 		r := o.seqdSeq + 1
 		var data []byte

@@ -1,0 +1,123 @@
+package reliable
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
+)
+
+// EventKind says what happened to a member or to the sequencer.
+type EventKind uint8
+
+const (
+	// MemberFailed: silent past FailureTimeout, removed. Under Order
+	// Total only the sequencer removes members (it is the one they talk
+	// to); it also removes those that did not vote in its election.
+	MemberFailed EventKind = iota + 1
+	// MemberStalled (FIFO): heard from, but it acknowledged none of our
+	// frames for FailureTimeout while some were outstanding; removed.
+	MemberStalled
+	// MemberLeft: its Leave arrived; everything it sent was delivered.
+	MemberLeft
+	// SelfLeft: this member sent its Leave; the group is finished.
+	SelfLeft
+	// SequencerFailed (Total): nothing heard from the sequencer (Member)
+	// for FailureTimeout; an election started.
+	SequencerFailed
+	// SequencerChanged (Total): Member became the sequencer of Epoch;
+	// Last is the agreed last global number of the epochs before.
+	SequencerChanged
+	// SelfRemoved (Total): this member was left out of an election (it
+	// was cut off, or believed dead) and halted; the group stops with an
+	// error. Reason says which.
+	SelfRemoved
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case MemberFailed:
+		return "failed"
+	case MemberStalled:
+		return "stalled"
+	case MemberLeft:
+		return "left"
+	case SelfLeft:
+		return "self left"
+	case SequencerFailed:
+		return "sequencer failed"
+	case SequencerChanged:
+		return "sequencer changed"
+	case SelfRemoved:
+		return "self removed"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a change of membership, or of the sequencer (Order
+// Total).
+type Event struct {
+	Kind   EventKind
+	Member frame.MemberID
+	At     time.Time
+	// FIFO: Delivered is the next sequence number that was expected from
+	// Member when it was removed (everything before it was delivered
+	// here); Discarded counts messages received from it beyond a gap
+	// that could no longer be filled, dropped undelivered.
+	Delivered uint32
+	Discarded int
+	// Total: the sequencer's epoch, and Last: for SequencerChanged the
+	// agreed last global number before the epoch, for SelfRemoved the
+	// agreed end this member had gone beyond, otherwise the last global
+	// number delivered (or, at the sequencer, acknowledged by Member).
+	Epoch  uint32
+	Last   uint32
+	Reason string
+}
+
+func (e Event) String() string {
+	if e.Epoch == 0 {
+		return fmt.Sprintf("member %d %v (delivered up to seq %d, %d discarded)", e.Member, e.Kind, e.Delivered, e.Discarded)
+	}
+	s := fmt.Sprintf("member %d %v (epoch %d, last global %d)", e.Member, e.Kind, e.Epoch, e.Last)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+func fifoEvent(ev pbp.Event, at time.Time) Event {
+	var k EventKind
+	switch ev.Kind {
+	case pbp.MemberFailed:
+		k = MemberFailed
+	case pbp.MemberStalled:
+		k = MemberStalled
+	case pbp.MemberLeft:
+		k = MemberLeft
+	case pbp.SelfLeft:
+		k = SelfLeft
+	}
+	return Event{Kind: k, Member: ev.Member, At: at, Delivered: ev.Delivered, Discarded: ev.Discarded}
+}
+
+func totalEvent(ev seq.Event, at time.Time) Event {
+	var k EventKind
+	switch ev.Kind {
+	case seq.MemberFailed:
+		k = MemberFailed
+	case seq.SequencerFailed:
+		k = SequencerFailed
+	case seq.SequencerChanged:
+		k = SequencerChanged
+	case seq.SelfRemoved:
+		k = SelfRemoved
+	case seq.MemberLeft:
+		k = MemberLeft
+	case seq.SelfLeft:
+		k = SelfLeft
+	}
+	return Event{Kind: k, Member: ev.Member, At: at, Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason}
+}

@@ -1,0 +1,89 @@
+package seq
+
+import "github.com/rbcast/rbcast/frame"
+
+// A clean departure. A member that leaves proposes nothing more, waits
+// until every request it proposed was delivered back to it (numbered, so
+// in the sequencer's history), then broadcasts Leave (an empty frame)
+// leaveRepeats times and is finished. A leaving sequencer also stops
+// numbering other members' requests and waits until every live member
+// has delivered everything it numbered (stable reaches the end), so
+// that nothing it numbered is lost with it; its successor numbers what
+// waited, once the senders resubmit after the election.
+//
+// At the sequencer a Leave removes its sender (MemberLeft). At the others
+// the sender is marked gone; a gone sequencer starts an election at once,
+// and a gone member is never a candidate nor waited for.
+
+// leaveRepeats is how many Leave frames a departing member sends,
+// NackTimeout apart: a lost Leave is otherwise noticed only after
+// FailureTimeout.
+const leaveRepeats = 3
+
+// Leave starts a clean departure; Ready reports SelfLeft once the Leave is
+// sent. Propose refuses new messages from now on (ErrLeaving).
+func (c *Core) Leave(now Time) {
+	c.touch(now)
+	if c.leaving || c.role == halted {
+		return
+	}
+	c.leaving = true
+}
+
+// Left reports whether this member has sent its Leave.
+func (c *Core) Left() bool { return c.left }
+
+// maybeLeave sends the Leave once nothing of ours is in flight.
+func (c *Core) maybeLeave() {
+	if !c.leaving || c.left || c.open || c.outstanding() > 0 {
+		return
+	}
+	switch c.role {
+	case electing, halted:
+		return
+	case sequencer:
+		c.flushAccepts()
+		c.computeStable()
+		if c.stable != c.nextGlobal {
+			c.wantStatus = true // ask for the acknowledgements we wait for
+			return
+		}
+	}
+	c.left = true
+	c.leaveLeft = leaveRepeats
+	c.sendLeave()
+	c.events = append(c.events, Event{Kind: SelfLeft, Member: c.cfg.Self, Epoch: c.epoch, Last: c.next - 1, At: c.now})
+}
+
+func (c *Core) sendLeave() {
+	c.header(0, 0)
+	c.leave.T = frame.Leave
+	c.emit(c.cfg.dst, &c.leave)
+	c.stats.LeavesSent++
+	c.leaveLeft--
+	c.leaveAt = 0
+	if c.leaveLeft > 0 {
+		c.leaveAt = c.now.Add(c.cfg.NackTimeout)
+	}
+}
+
+// stepLeave: m left the group.
+func (c *Core) stepLeave(m *member) {
+	if m.gone {
+		return
+	}
+	m.gone = true
+	c.stats.MembersLeft++
+	c.events = append(c.events, Event{Kind: MemberLeft, Member: m.id, Epoch: c.epoch, Last: m.acked, At: c.now})
+	switch c.role {
+	case sequencer:
+		if m.live {
+			m.live = false
+			c.advanceStable()
+		}
+	case follower:
+		if m == c.sequencerMember() {
+			c.startElection()
+		}
+	}
+}
