@@ -13,7 +13,6 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Errors; see dsm/core for their meaning.
@@ -138,10 +137,10 @@ func (n *Node) deliver(from frame.MemberID, data []byte) {
 }
 
 // event is the reliable layer's Config.OnEvent.
-func (n *Node) event(ev pbp.Event) {
+func (n *Node) event(ev reliable.Event) {
 	n.mu.Lock()
 	switch ev.Kind {
-	case pbp.MemberFailed, pbp.MemberStalled, pbp.MemberLeft:
+	case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
 		n.core.MemberGone(ev.Member)
 		if n.core.Pending() > 0 {
 			n.env.kick()

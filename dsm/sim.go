@@ -114,8 +114,8 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 			gcfg.Logger = quiet
 		}
 		gcfg.Deliver = n.deliver
-		gcfg.OnEvent = func(ev pbp.Event) {
-			if ev.Kind == pbp.SelfLeft {
+		gcfg.OnEvent = func(ev reliable.Event) {
+			if ev.Kind == reliable.SelfLeft {
 				m.left = true
 			}
 			n.event(ev)
