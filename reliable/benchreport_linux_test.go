@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,7 +168,7 @@ func pct(a, b float64) string {
 	return fmt.Sprintf("%.0f%%", 100*a/b)
 }
 
-func (r *reporter) raw(topo *netns.Topology) float64 {
+func (r *reporter) raw(topo *netns.Topology) (float64, time.Duration) {
 	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d})
 	if err != nil {
 		r.b.Fatal(err)
@@ -176,15 +177,20 @@ func (r *reporter) raw(topo *netns.Topology) float64 {
 	for _, x := range res.Receivers {
 		lo = min(lo, x.MBps(res.Elapsed))
 	}
-	return lo
+	return lo, res.Elapsed
 }
 
 func (r *reporter) tcp(topo *netns.Topology, senders int) float64 {
+	m, _ := r.tcpTimed(topo, senders)
+	return m
+}
+
+func (r *reporter) tcpTimed(topo *netns.Topology, senders int) (float64, time.Duration) {
 	res, err := linkbench.RunTCPFanout(topo, linkbench.TCPOptions{Senders: senders, Duration: r.d})
 	if err != nil {
 		r.b.Fatal(err)
 	}
-	return res.MinMBps()
+	return res.MinMBps(), res.Elapsed
 }
 
 func (r *reporter) pbp(topo *netns.Topology, o goodputOpts) goodputResult {
@@ -198,6 +204,7 @@ func msgps(g goodputResult) float64 {
 
 // oneToAll: fig 4.1–4.2, largest messages.
 func (r *reporter) oneToAll(rxs []int) {
+	var cpuRows []string
 	r.printf("### One-to-all, largest messages (MB/s at the slowest receiver)\n\n")
 	r.printf("raw = ring-v2 frames of MTU size, whole frames counted (the ceiling); PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
 	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -208,15 +215,25 @@ func (r *reporter) oneToAll(rxs []int) {
 			for _, loss := range []float64{0, 1, 5} {
 				r.setLoss(topo, loss, false)
 				var raw, p2, p1, tcp samples
+				var craw, cp2, cp1, ctcp samples
 				var gap time.Duration
 				for rep := range r.reps {
 					fmt.Fprintf(os.Stderr, "report: one-to-all rx=%d mtu=%d loss=%g rep %d/%d (load %s)\n", rx, mtu, loss, rep+1, r.reps, loadavg())
-					raw = append(raw, r.raw(topo))
-					g := r.pbp(topo, goodputOpts{mode: PBP2})
-					p2 = append(p2, mbps(g))
-					gap = max(gap, g.maxGap)
-					p1 = append(p1, mbps(r.pbp(topo, goodputOpts{mode: PBP1})))
-					tcp = append(tcp, r.tcp(topo, 1))
+					m, c := cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo) })
+					raw, craw = append(raw, m), append(craw, c)
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) {
+						g := r.pbp(topo, goodputOpts{mode: PBP2})
+						gap = max(gap, g.maxGap)
+						return mbps(g), g.elapsed
+					})
+					p2, cp2 = append(p2, m), append(cp2, c)
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) {
+						g := r.pbp(topo, goodputOpts{mode: PBP1})
+						return mbps(g), g.elapsed
+					})
+					p1, cp1 = append(p1, m), append(cp1, c)
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) { return r.tcpTimed(topo, 1) })
+					tcp, ctcp = append(tcp, m), append(ctcp, c)
 				}
 				if loss == 0 {
 					lossless = p2.median()
@@ -225,9 +242,15 @@ func (r *reporter) oneToAll(rxs []int) {
 					raw.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), raw.median()), pct(p2.median(), lossless), gap.Round(100*time.Microsecond),
 					p1.fmt(1, ""), pct(p1.median(), raw.median()), tcp.fmt(1, ""),
 					fmt.Sprintf("%.2f×", p2.median()/tcp.median()), fmt.Sprintf("%.2f×", p1.median()/tcp.median()))
+				cpuRows = append(cpuRows, fmt.Sprintf("| %d | %d | %g%% | %.2f | %.2f | %.2f | %.2f |\n", rx, mtu, loss, craw.median(), cp2.median(), cp1.median(), ctcp.median()))
 			}
 			topo.Close()
 		}
+	}
+	r.printf("\nCPU-seconds this process spent per GB delivered (all receivers together; medians), from the same runs. Kernel work done in softirq threads (ksoftirqd) is not counted.\n\n")
+	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|\n")
+	for _, row := range cpuRows {
+		r.printf("%s", row)
 	}
 	r.printf("\n")
 }
@@ -339,6 +362,28 @@ func (r *reporter) latency() {
 		r.printf("| %s | %s | %s |\n", name, p50s[i].fmt(1, ""), p99s[i].fmt(1, ""))
 	}
 	r.printf("\n")
+}
+
+// cpuTime is this process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPerGB runs f, which returns MB/s at the slowest receiver and the run's
+// length, and returns f's result and the CPU-seconds this process spent per
+// GB delivered to all rx receivers together.
+func cpuPerGB(rx int, f func() (mbps float64, elapsed time.Duration)) (float64, float64) {
+	c0 := cpuTime()
+	m, el := f()
+	gb := m * el.Seconds() * float64(rx) / 1000
+	if gb <= 0 {
+		return m, 0
+	}
+	return m, (cpuTime() - c0).Seconds() / gb
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
