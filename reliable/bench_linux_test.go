@@ -51,6 +51,10 @@ type goodputOpts struct {
 	mode        Mode
 	window      int  // 0: the mode's default
 	allSend     bool // every member sends (all-to-all), not only member 0
+	// deliver: receivers take messages through Config.Deliver (views into
+	// the ring, no copy) instead of RecvAppend (a copy into the receive
+	// queue and one out of it).
+	deliver bool
 }
 
 type goodputResult struct {
@@ -106,9 +110,27 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 	}
 	gid := 1000 + benchGroups.Add(1)
 	groups := make([]*Group, len(links))
+	counts := make([]atomic.Uint64, len(groups))
+	gaps := make([]atomic.Int64, len(groups))
+	var sending atomic.Bool
+	sending.Store(true)
 	for i, l := range links {
-		g, err := Join(context.Background(), l, Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: o.mode,
-			Window: o.window, BundleDelay: o.bundleDelay, Logger: quiet})
+		cfg := Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: o.mode,
+			Window: o.window, BundleDelay: o.bundleDelay, Logger: quiet}
+		if o.deliver {
+			last := time.Now()
+			cfg.Deliver = func(_ frame.MemberID, data []byte) {
+				counts[i].Add(uint64(len(data)))
+				if sending.Load() {
+					now := time.Now()
+					if d := now.Sub(last); d > time.Duration(gaps[i].Load()) {
+						gaps[i].Store(int64(d))
+					}
+					last = now
+				}
+			}
+		}
+		g, err := Join(context.Background(), l, cfg)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -134,13 +156,9 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 	receiving := func(i int) bool { return nSend > 1 || i > 0 }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	counts := make([]atomic.Uint64, len(groups))
-	gaps := make([]atomic.Int64, len(groups))
-	var sending atomic.Bool
-	sending.Store(true)
 	var wg sync.WaitGroup
 	for i, g := range groups {
-		if !receiving(i) {
+		if !receiving(i) || o.deliver {
 			continue
 		}
 		wg.Add(1)

@@ -30,6 +30,7 @@ import (
 // RBCAST_BENCH_SECONDS: sending time per run (default 1).
 // RBCAST_REPORT_PARTS: comma-separated subset of one,small,window,all,latency.
 // RBCAST_REPORT_RX: receivers of the one-to-all parts (default 1,3,7).
+// RBCAST_REPORT_WINDOWS: windows of the window part (default 16,48,128).
 // RBCAST_REPORT_OUT: also write the tables to this file.
 //
 // Everything runs in this one process: every member of a group, every
@@ -103,7 +104,7 @@ func (r *reporter) printf(format string, args ...any) {
 // up builds a topology with IPv4 addresses (for TCP) named rbe…
 func (r *reporter) up(hosts, mtu int) *netns.Topology {
 	r.topo++
-	topo, err := netns.New(netns.Options{Hosts: hosts, MTU: mtu, Addresses: true, Prefix: fmt.Sprintf("rber%d", r.topo)})
+	topo, err := netns.New(netns.Options{Hosts: hosts, MTU: mtu, Addresses: true, Prefix: fmt.Sprintf("rbe%04d%d", os.Getpid()%10000, r.topo)})
 	if err != nil {
 		r.b.Fatal(err)
 	}
@@ -161,6 +162,13 @@ func num(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
+func ratio(a, b samples) string {
+	if b.median() == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a.median()/b.median())
+}
+
 func pct(a, b float64) string {
 	if b == 0 {
 		return "–"
@@ -207,15 +215,16 @@ func (r *reporter) oneToAll(rxs []int) {
 	var cpuRows []string
 	r.printf("### One-to-all, largest messages (MB/s at the slowest receiver)\n\n")
 	r.printf("raw = ring-v2 frames of MTU size, whole frames counted (the ceiling); PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
-	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	r.printf("PBP2, PBP1: receivers use RecvAppend (a copy into the receive queue and one out); PBP2 Deliver: receivers use Config.Deliver (views into the ring, no copy).\n\n")
+	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP2 Deliver | Deliver/raw | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP2 Deliver/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, mtu := range []int{1500, 9000} {
 		for _, rx := range rxs {
 			topo := r.up(rx+1, mtu)
 			var lossless float64
 			for _, loss := range []float64{0, 1, 5} {
 				r.setLoss(topo, loss, false)
-				var raw, p2, p1, tcp samples
-				var craw, cp2, cp1, ctcp samples
+				var raw, p2, p2d, p1, tcp samples
+				var craw, cp2, cp2d, cp1, ctcp samples
 				var gap time.Duration
 				for rep := range r.reps {
 					fmt.Fprintf(os.Stderr, "report: one-to-all rx=%d mtu=%d loss=%g rep %d/%d (load %s)\n", rx, mtu, loss, rep+1, r.reps, loadavg())
@@ -228,6 +237,11 @@ func (r *reporter) oneToAll(rxs []int) {
 					})
 					p2, cp2 = append(p2, m), append(cp2, c)
 					m, c = cpuPerGB(rx, func() (float64, time.Duration) {
+						g := r.pbp(topo, goodputOpts{mode: PBP2, deliver: true})
+						return mbps(g), g.elapsed
+					})
+					p2d, cp2d = append(p2d, m), append(cp2d, c)
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) {
 						g := r.pbp(topo, goodputOpts{mode: PBP1})
 						return mbps(g), g.elapsed
 					})
@@ -238,17 +252,18 @@ func (r *reporter) oneToAll(rxs []int) {
 				if loss == 0 {
 					lossless = p2.median()
 				}
-				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %v | %s | %s | %s | %s | %s |\n", rx, mtu, loss,
+				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %v | %s | %s | %s | %s | %s | %s | %s | %s |\n", rx, mtu, loss,
 					raw.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), raw.median()), pct(p2.median(), lossless), gap.Round(100*time.Microsecond),
+					p2d.fmt(1, ""), pct(p2d.median(), raw.median()),
 					p1.fmt(1, ""), pct(p1.median(), raw.median()), tcp.fmt(1, ""),
-					fmt.Sprintf("%.2f×", p2.median()/tcp.median()), fmt.Sprintf("%.2f×", p1.median()/tcp.median()))
-				cpuRows = append(cpuRows, fmt.Sprintf("| %d | %d | %g%% | %.2f | %.2f | %.2f | %.2f |\n", rx, mtu, loss, craw.median(), cp2.median(), cp1.median(), ctcp.median()))
+					ratio(p2, tcp), ratio(p2d, tcp), ratio(p1, tcp))
+				cpuRows = append(cpuRows, fmt.Sprintf("| %d | %d | %g%% | %.2f | %.2f | %.2f | %.2f | %.2f |\n", rx, mtu, loss, craw.median(), cp2.median(), cp2d.median(), cp1.median(), ctcp.median()))
 			}
 			topo.Close()
 		}
 	}
 	r.printf("\nCPU-seconds this process spent per GB delivered (all receivers together; medians), from the same runs. Kernel work done in softirq threads (ksoftirqd) is not counted.\n\n")
-	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|\n")
+	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2 Deliver | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|---|\n")
 	for _, row := range cpuRows {
 		r.printf("%s", row)
 	}
@@ -280,20 +295,37 @@ func (r *reporter) small(rxs []int) {
 }
 
 // windows: fig 4.3, throughput against the window, MTU 1500.
+// RBCAST_REPORT_WINDOWS overrides the windows (default 16,48,128).
 func (r *reporter) windows(rxs []int) {
-	r.printf("### Window size (fig. 4.3), largest messages, MTU 1500 (MB/s at the slowest receiver)\n\n")
-	r.printf("| rx | loss | PBP2 w=16 | PBP2 w=48 | PBP2 w=128 | PBP1 w=16 | PBP1 w=48 | PBP1 w=128 |\n|---|---|---|---|---|---|---|---|\n")
 	ws := []int{16, 48, 128}
+	if s := os.Getenv("RBCAST_REPORT_WINDOWS"); s != "" {
+		ws = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				r.b.Fatalf("RBCAST_REPORT_WINDOWS=%q: want windows like 16,48,128", s)
+			}
+			ws = append(ws, n)
+		}
+	}
+	r.printf("### Window size (fig. 4.3), largest messages, MTU 1500 (MB/s at the slowest receiver)\n\n")
+	r.printf("| rx | loss |")
+	for _, mode := range []string{"PBP2", "PBP1"} {
+		for _, w := range ws {
+			r.printf(" %s w=%d |", mode, w)
+		}
+	}
+	r.printf("\n|---|---|%s\n", strings.Repeat("---|", 2*len(ws)))
 	for _, rx := range rxs {
 		topo := r.up(rx+1, 1500)
 		for _, loss := range []float64{0, 1} {
 			r.setLoss(topo, loss, false)
-			res := make([]samples, 6)
+			res := make([]samples, 2*len(ws))
 			for rep := range r.reps {
 				fmt.Fprintf(os.Stderr, "report: windows rx=%d loss=%g rep %d/%d (load %s)\n", rx, loss, rep+1, r.reps, loadavg())
 				for mi, mode := range []Mode{PBP2, PBP1} {
 					for wi, w := range ws {
-						res[mi*3+wi] = append(res[mi*3+wi], mbps(r.pbp(topo, goodputOpts{mode: mode, window: w})))
+						res[mi*len(ws)+wi] = append(res[mi*len(ws)+wi], mbps(r.pbp(topo, goodputOpts{mode: mode, window: w})))
 					}
 				}
 			}
