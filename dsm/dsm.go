@@ -188,15 +188,22 @@ func (n *Node) unlock() {
 	n.mu.Unlock()
 }
 
-// room waits while the outbox is over its limit (back-pressure).
-func (n *Node) room() error {
-	n.mu.Lock()
-	full := n.core.Pending() >= n.limit
-	n.mu.Unlock()
-	if !full {
-		return nil
+// lockRoom is lock once the outbox is below its limit: writes wait for
+// the sender there (back-pressure).
+func (n *Node) lockRoom() error {
+	for {
+		if err := n.lock(); err != nil {
+			return err
+		}
+		if n.core.Pending() < n.limit {
+			return nil
+		}
+		n.mu.Unlock()
+		err := n.env.wait(context.Background(), func() bool { return n.core.Pending() < n.limit || n.err != nil || n.closed })
+		if err != nil {
+			return err
+		}
 	}
-	return n.env.wait(context.Background(), func() bool { return n.core.Pending() < n.limit || n.err != nil })
 }
 
 // Join joins the reliable group described by cfg.Group over l (the
@@ -474,10 +481,7 @@ func (s *Segment) Geometry() Geometry { return s.s.Geometry() }
 // sent. A loc outside the segment is a *RangeError, a wrong value length
 // a *SizeError.
 func (s *Segment) Write(loc int, value []byte) error {
-	if err := s.n.room(); err != nil {
-		return err
-	}
-	if err := s.n.lock(); err != nil {
+	if err := s.n.lockRoom(); err != nil {
 		return err
 	}
 	defer s.n.unlock()
@@ -493,10 +497,7 @@ func (s *Segment) WriteBulk(loc int, values []byte) (int, error) {
 }
 
 func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error) {
-	if err := s.n.room(); err != nil {
-		return 0, err
-	}
-	if err := s.n.lock(); err != nil {
+	if err := s.n.lockRoom(); err != nil {
 		return 0, err
 	}
 	defer s.n.unlock()
@@ -509,10 +510,7 @@ func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error
 // has no unreliable datagram yet, so over Join it is in fact delivered;
 // Simulate can drop them, see SimConfig.UnreliableLoss.)
 func (s *Segment) WriteUnreliable(loc int, value []byte) error {
-	if err := s.n.room(); err != nil {
-		return err
-	}
-	if err := s.n.lock(); err != nil {
+	if err := s.n.lockRoom(); err != nil {
 		return err
 	}
 	defer s.n.unlock()

@@ -1,0 +1,255 @@
+package core
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+func newCore(t testing.TB, self frame.MemberID, max int, unbuffered bool) *Core {
+	t.Helper()
+	c, err := New(Config{Self: self, Members: []frame.MemberID{1, 2, 3}, MaxMessage: max, Unbuffered: unbuffered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// drain takes the outbox, decoding every message.
+func drain(t testing.TB, c *Core) []Message {
+	t.Helper()
+	var out []Message
+	for {
+		b, ok := c.Next()
+		if !ok {
+			return out
+		}
+		if len(b) > c.MaxMessage() {
+			t.Fatalf("queued a %d-byte message, MaxMessage is %d", len(b), c.MaxMessage())
+		}
+		m, err := Decode(bytes.Clone(b))
+		if err != nil {
+			t.Fatalf("queued a message that does not decode: %v", err)
+		}
+		out = append(out, m)
+		c.Sent()
+	}
+}
+
+func locations(m Message) (n int) {
+	m.Records(func(r Record) { n += r.Count() })
+	return n
+}
+
+// Buffering (thesis §5.1): a segment's writes collect into messages no
+// larger than MaxMessage; consecutive writes extend one record.
+func TestBuffering(t *testing.T) {
+	const max = 200
+	c := newCore(t, 1, max, false)
+	s, err := c.Create(1, Geometry{Locations: 1000, LocationSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c) // the announcement
+	v := make([]byte, 8)
+	for i := range 100 { // consecutive: one record per message
+		binary.BigEndian.PutUint64(v, uint64(i))
+		if err := c.Write(s, i, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.FlushAll()
+	msgs := drain(t, c)
+	// (200-8-6)/8 = 23 locations per message.
+	if len(msgs) != 5 || locations(msgs[0]) != 23 || locations(msgs[4]) != 100-4*23 {
+		t.Fatalf("100 consecutive writes: %d messages, first with %d locations", len(msgs), locations(msgs[0]))
+	}
+	for range 100 { // scattered: a record each, 14 bytes per write
+		if err := c.Write(s, 999, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Write(s, 500, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.FlushAll()
+	msgs = drain(t, c)
+	// (200-8)/14 = 13 records per message.
+	if len(msgs) != 16 || locations(msgs[0]) != 13 {
+		t.Fatalf("200 scattered writes: %d messages, first with %d locations", len(msgs), locations(msgs[0]))
+	}
+	// Unbuffered: a message per write.
+	u := newCore(t, 1, max, true)
+	su, _ := u.Create(1, Geometry{Locations: 10, LocationSize: 8})
+	drain(t, u)
+	for i := range 5 {
+		u.Write(su, i, v)
+	}
+	if msgs := drain(t, u); len(msgs) != 5 {
+		t.Fatalf("unbuffered: %d messages for 5 writes", len(msgs))
+	}
+}
+
+// Every buffer is flushed before a synchronisation message, and a bulk
+// write first flushes its segment's buffer (thesis §2.3.2, §5.1.1).
+func TestFlushBeforeSync(t *testing.T) {
+	c := newCore(t, 1, 1400, false)
+	a, _ := c.Create(1, Geometry{Locations: 10, LocationSize: 8})
+	b, _ := c.Create(2, Geometry{Locations: 10, LocationSize: 4})
+	drain(t, c)
+	c.Write(a, 1, make([]byte, 8))
+	c.Write(b, 2, make([]byte, 4))
+	c.EnterBarrier(7)
+	var types []Type
+	for _, m := range drain(t, c) {
+		types = append(types, m.Type)
+	}
+	if len(types) != 3 || types[2] != TypeBarrier {
+		t.Fatalf("barrier: outbox %v, want both updates then the barrier", types)
+	}
+	c.Write(a, 1, make([]byte, 8))
+	if _, err := c.WriteBulk(a, 0, make([]byte, 80), false); err != nil {
+		t.Fatal(err)
+	}
+	msgs := drain(t, c)
+	if len(msgs) != 2 || locations(msgs[0]) != 1 || locations(msgs[1]) != 10 {
+		t.Fatalf("bulk write: %d messages", len(msgs))
+	}
+	c.Write(b, 0, make([]byte, 4))
+	c.RequestLock(3)
+	msgs = drain(t, c)
+	if len(msgs) != 2 || msgs[0].Type != TypeUpdate || msgs[1].Type != TypeLockRequest {
+		t.Fatalf("lock request: outbox %+v", msgs)
+	}
+}
+
+// A bulk write larger than a message goes out in as few messages as fit,
+// and a location as large as a message allows fits.
+func TestBulkSplitsAndLargestLocation(t *testing.T) {
+	const max = 1000
+	c := newCore(t, 1, max, false)
+	s, _ := c.Create(1, Geometry{Locations: 1000, LocationSize: 10})
+	drain(t, c)
+	vals := make([]byte, 10*1000)
+	for i := range vals {
+		vals[i] = byte(i)
+	}
+	if n, err := c.WriteBulk(s, 0, vals, false); err != nil || n != 1000 {
+		t.Fatal(n, err)
+	}
+	msgs := drain(t, c)
+	per := (max - UpdateOverhead) / 10
+	if len(msgs) != (1000+per-1)/per {
+		t.Fatalf("%d messages for 10000 bytes at %d locations each", len(msgs), per)
+	}
+	// Applied at another member, they rebuild the range.
+	r := newCore(t, 2, max, false)
+	if err := r.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 1000, LocationSize: 10}, true)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if err := r.Receive(1, m.Append(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(r.segs[1].Memory(), vals) {
+		t.Fatal("bulk write applied differs from the values written")
+	}
+	big, err := c.Create(2, Geometry{Locations: 2, LocationSize: max - UpdateOverhead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	c.Write(big, 1, make([]byte, max-UpdateOverhead))
+	c.Write(big, 0, make([]byte, max-UpdateOverhead))
+	if msgs := drain(t, c); len(msgs) != 2 {
+		t.Fatalf("two full-frame locations: %d messages", len(msgs))
+	}
+	if _, err := c.Create(3, Geometry{Locations: 1, LocationSize: max - UpdateOverhead + 1}); err == nil {
+		t.Fatal("a location larger than a message was accepted")
+	}
+}
+
+// Ricart–Agrawala: two requests with equal timestamps — the lower id goes
+// first; the other's answer waits for the release.
+func TestLockTieBreak(t *testing.T) {
+	cores := []*Core{newCore(t, 1, 1400, false), newCore(t, 2, 1400, false), newCore(t, 3, 1400, false)}
+	deliver := func(from int) {
+		for _, m := range drain(t, cores[from]) {
+			for to := range cores {
+				if to != from {
+					if err := cores[to].Receive(frame.MemberID(from+1), m.Append(nil)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	cores[0].RequestLock(5)
+	cores[1].RequestLock(5)
+	deliver(0)
+	deliver(1)
+	deliver(2)
+	deliver(0)
+	deliver(1)
+	if !cores[0].Holding(5) || cores[1].Holding(5) {
+		t.Fatalf("equal timestamps: member 1 holds %v, member 2 holds %v; want member 1 only", cores[0].Holding(5), cores[1].Holding(5))
+	}
+	if err := cores[1].RequestLock(6); !errors.Is(err, ErrSecondLock) {
+		t.Fatalf("second request while requesting: %v", err)
+	}
+	if err := cores[0].Unlock(5); err != nil {
+		t.Fatal(err)
+	}
+	deliver(0)
+	if !cores[1].Holding(5) {
+		t.Fatal("member 2 did not get the lock after member 1 released it")
+	}
+	// A member that goes away no longer holds anyone up.
+	cores[2].RequestLock(5)
+	deliver(2)
+	cores[2].MemberGone(2)
+	deliver(0)
+	if !cores[2].Holding(5) {
+		t.Fatal("member 3 waits for a member that left")
+	}
+}
+
+// Zero copy: an update is applied from the received message into segment
+// memory without allocating; a buffered write allocates nothing once the
+// outbox's buffers exist.
+func TestZeroAllocs(t *testing.T) {
+	r := newCore(t, 2, 1400, false)
+	r.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 1000, LocationSize: 8}, true))
+	msg := AppendUpdateHeader(nil, TypeUpdate, 1, 8)
+	for i := range 50 {
+		msg = AppendRecord(msg, i*3, 2, make([]byte, 16))
+	}
+	if a := testing.AllocsPerRun(1000, func() {
+		if err := r.Receive(1, msg); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("applying an update: %.1f allocations", a)
+	}
+	c := newCore(t, 1, 1400, false)
+	s, _ := c.Create(1, Geometry{Locations: 1000, LocationSize: 8})
+	v := make([]byte, 8)
+	i := 0
+	write := func() {
+		c.Write(s, (i*7)%1000, v)
+		i++
+		for c.Pending() > 0 {
+			c.Sent()
+		}
+	}
+	for range 1000 {
+		write()
+	}
+	if a := testing.AllocsPerRun(1000, write); a != 0 {
+		t.Errorf("a buffered write: %.2f allocations", a)
+	}
+}
