@@ -1,0 +1,358 @@
+// Command compare runs the BDSM vs MPI comparison of docs/benchmarks.md
+// (thesis ch. 6): each of the five programs as BDSM (dsm/examples, one
+// process per network namespace over the ring link) and as OpenMPI (bench/mpi,
+// one rank per namespace over TCP), at equal process counts on the same
+// netns topology, repeated, and prints markdown tables of the medians:
+// execution time and speedup (figs 6.1–6.5), messages and bytes (fig 6.6),
+// loss and repair (fig 6.9), and with -windows the window sweep (figs
+// 6.7–6.8). Every run's checksum is compared with the sequential one.
+//
+// Needs root, Debian's openmpi-bin and libopenmpi-dev, and a quiet machine
+// for meaningful times. From the repository root:
+//
+//	go run ./bench/mpi/compare                       # 1, 2, 4 processes, 5 repeats
+//	go run ./bench/mpi/compare -procs 2 -reps 3 -progs jacobi,cg
+//	go run ./bench/mpi/compare -procs 4 -progs jacobi,matmult -windows 16,48,128 -nompi
+//	go run ./bench/mpi/compare -procs 4 -progs jacobi,cg -loss 1 -nompi
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// problem is each program's benchmark size: the jacobi (512², 500
+// iterations), cg on the same, the thesis's tsp (15 cities); nbody and
+// matmult below the thesis's sizes (2048 particles, 1280²) to keep a run
+// short on this 2-core machine.
+var problem = map[string][]string{
+	"jacobi":  {"-n", "512", "-iters", "500"},
+	"cg":      {"-n", "512", "-iters", "500"},
+	"nbody":   {"-n", "1024", "-steps", "30"},
+	"matmult": {"-m", "512"},
+	"tsp":     {"-cities", "15"},
+}
+
+var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp"}
+
+type run struct {
+	prog, system  string // system: "seq", "mpi", "bdsm"
+	procs, window int
+	loss          string
+	fields        []map[string]string // one per report line (BDSM: per rank)
+}
+
+func (r run) solveUS() float64 {
+	// The thesis times at rank 0; every rank reports, rank 0 is first.
+	v, _ := strconv.ParseFloat(r.fields[0]["solve_us"], 64)
+	return v
+}
+
+func (r run) sum(key string) uint64 {
+	var t uint64
+	for _, f := range r.fields {
+		v, _ := strconv.ParseUint(f[key], 10, 64)
+		t += v
+	}
+	return t
+}
+
+func main() {
+	procsFlag := flag.String("procs", "1,2,4", "process counts")
+	reps := flag.Int("reps", 5, "repeats of every measurement (medians are reported)")
+	progsFlag := flag.String("progs", strings.Join(order, ","), "programs")
+	windows := flag.String("windows", "", "also run BDSM with these PBP windows (figs 6.7-6.8)")
+	loss := flag.String("loss", "", "inject this percent of random loss on every host's incoming frames (nftables) for the BDSM runs")
+	noMPI := flag.Bool("nompi", false, "BDSM only")
+	prefix := flag.String("prefix", "rbdc", "namespace prefix")
+	raw := flag.String("raw", "", "append every report line here")
+	flag.Parse()
+	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *loss, *noMPI, *prefix, *raw); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, noMPI bool, prefix, rawPath string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (network namespaces, AF_PACKET)")
+	}
+	procs, err := ints(procsFlag)
+	if err != nil {
+		return fmt.Errorf("-procs: %w", err)
+	}
+	windows, err := ints(windowsFlag)
+	if err != nil {
+		return fmt.Errorf("-windows: %w", err)
+	}
+	progs := strings.Split(progsFlag, ",")
+	for _, p := range progs {
+		if problem[p] == nil {
+			return fmt.Errorf("-progs: no program %q (have %v)", p, order)
+		}
+	}
+	mpiDir, err := filepath.Abs("bench/mpi")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(mpiDir, "netns-mpirun")); err != nil {
+		return fmt.Errorf("run from the repository root: %w", err)
+	}
+	bin, err := os.MkdirTemp("", "rbd-compare")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bin)
+	if !noMPI {
+		if out, err := exec.Command("make", "-s", "-C", mpiDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("make -C bench/mpi (needs openmpi-bin, libopenmpi-dev): %v\n%s", err, out)
+		}
+	}
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "./dsm/examples/...").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./dsm/examples/...: %v\n%s", err, out)
+	}
+	var rawOut io.Writer = io.Discard
+	if rawPath != "" {
+		f, err := os.OpenFile(rawPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rawOut = f
+	}
+	ctx := context.Background()
+	var runs []run
+	exec1 := func(r run, cmd *exec.Cmd) error {
+		start := time.Now()
+		out, err := cmd.Output()
+		if err != nil {
+			msg := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				msg = string(ee.Stderr)
+			}
+			return fmt.Errorf("%s %s procs=%d: %v\n%s%s", r.system, r.prog, r.procs, err, out, msg)
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintf(rawOut, "%s window=%d loss=%s %s\n", r.system, r.window, r.loss, line)
+			f := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					f[k] = v
+				}
+			}
+			r.fields = append(r.fields, f)
+		}
+		if len(r.fields) == 0 {
+			return fmt.Errorf("%s %s procs=%d printed nothing", r.system, r.prog, r.procs)
+		}
+		fmt.Fprintf(os.Stderr, "%-4s %-7s procs=%d window=%d %6.1f ms (wall %.1f s)\n", r.system, r.prog, r.procs, r.window, r.solveUS()/1e3, time.Since(start).Seconds())
+		runs = append(runs, r)
+		return nil
+	}
+
+	for rep := 0; rep < reps; rep++ {
+		for _, p := range progs {
+			if err := exec1(run{prog: p, system: "seq", procs: 1}, exec.Command(filepath.Join(bin, p), problem[p]...)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range procs {
+		topo, err := netns.New(netns.Options{Hosts: n, Prefix: prefix, Addresses: true})
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer topo.Close()
+			if loss != "" {
+				if out, err := exec.Command(filepath.Join(mpiDir, "../../scripts/netns/loss"), "-p", prefix, "-e", "all", "in", "random", loss).CombinedOutput(); err != nil {
+					return fmt.Errorf("scripts/netns/loss: %v\n%s", err, out)
+				}
+			}
+			for rep := 0; rep < reps; rep++ {
+				for _, p := range progs {
+					mpi := func() error {
+						if noMPI {
+							return nil
+						}
+						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(mpiDir, p)}, problem[p]...)
+						return exec1(run{prog: p, system: "mpi", procs: n}, exec.CommandContext(ctx, filepath.Join(mpiDir, "netns-mpirun"), args...))
+					}
+					bdsm := func(window int) error {
+						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(bin, p)}, problem[p]...)
+						if window > 0 {
+							args = append(args, "-window", strconv.Itoa(window))
+						}
+						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, loss: loss}, exec.CommandContext(ctx, filepath.Join(mpiDir, "netns-bdsm"), args...))
+					}
+					// Alternate which goes first, so neither always
+					// follows the other's load.
+					steps := []func() error{mpi, func() error { return bdsm(0) }}
+					if rep%2 == 1 {
+						slices.Reverse(steps)
+					}
+					for _, w := range windows {
+						steps = append(steps, func() error { return bdsm(w) })
+					}
+					for _, s := range steps {
+						if err := s(); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	report(os.Stdout, runs, progs, procs, windows)
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func pick(runs []run, prog, system string, procs, window int) []run {
+	var out []run
+	for _, r := range runs {
+		if r.prog == prog && r.system == system && r.procs == procs && r.window == window {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func times(rs []run) []float64 {
+	var t []float64
+	for _, r := range rs {
+		t = append(t, r.solveUS()/1e3)
+	}
+	return t
+}
+
+func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
+	// Checksums: every report line of every run against the sequential.
+	bad := 0
+	for _, r := range runs {
+		seq := pick(runs, r.prog, "seq", 1, 0)
+		for _, f := range r.fields {
+			if f["checksum"] != "" && f["checksum"] != seq[0].fields[0]["checksum"] {
+				bad++
+				fmt.Fprintf(w, "CHECKSUM MISMATCH: %s %s procs=%d: %s, sequential %s\n", r.system, r.prog, r.procs, f["checksum"], seq[0].fields[0]["checksum"])
+			}
+		}
+	}
+	fmt.Fprintf(w, "%d runs; checksums differing from the sequential run: %d\n\n", len(runs), bad)
+
+	fmt.Fprintln(w, "| program | procs | MPI ms | BDSM ms | BDSM/MPI | MPI speedup | BDSM speedup |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, p := range progs {
+		seq := median(times(pick(runs, p, "seq", 1, 0)))
+		mpi1 := median(times(pick(runs, p, "mpi", 1, 0)))
+		fmt.Fprintf(w, "| %s | seq | | %.1f (Go) | | | |\n", p, seq)
+		for _, n := range procs {
+			m := median(times(pick(runs, p, "mpi", n, 0)))
+			b := median(times(pick(runs, p, "bdsm", n, 0)))
+			cell := func(v float64) string {
+				if v == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.1f", v)
+			}
+			ratio, ms, bs := "–", "–", "–"
+			if m > 0 && b > 0 {
+				ratio = fmt.Sprintf("%.2f", b/m)
+			}
+			if m > 0 && mpi1 > 0 {
+				ms = fmt.Sprintf("%.2f", mpi1/m)
+			}
+			if b > 0 {
+				bs = fmt.Sprintf("%.2f", seq/b)
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", p, n, cell(m), cell(b), ratio, ms, bs)
+		}
+	}
+	fmt.Fprintln(w, "\nBDSM traffic and repair, summed over ranks (medians over runs): DSM messages and bytes sent (fig. 6.6), Data frames first sent, retransmitted, gaps repaired (receiver side), kernel ring drops (fig. 6.9)")
+	fmt.Fprintln(w, "\n| program | procs | window | messages | bytes | frames | retransmitted | gaps repaired | kernel drops |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, p := range progs {
+		for _, n := range procs {
+			for _, win := range append([]int{0}, windows...) {
+				rs := pick(runs, p, "bdsm", n, win)
+				if len(rs) == 0 {
+					continue
+				}
+				med := func(key string) float64 {
+					var v []float64
+					for _, r := range rs {
+						v = append(v, float64(r.sum(key)))
+					}
+					return median(v)
+				}
+				ws := "default"
+				if win > 0 {
+					ws = strconv.Itoa(win)
+				}
+				fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", p, n, ws,
+					med("msgs"), med("bytes"), med("frames"), med("retrans"), med("gaps"), med("kdrops"))
+			}
+		}
+	}
+	if len(windows) > 0 {
+		fmt.Fprintln(w, "\nBDSM time by PBP window (figs 6.7-6.8), median ms")
+		fmt.Fprintf(w, "\n| program | procs | default |")
+		for _, win := range windows {
+			fmt.Fprintf(w, " %d |", win)
+		}
+		fmt.Fprintf(w, "\n|---|---:|---:|%s\n", strings.Repeat("---:|", len(windows)))
+		for _, p := range progs {
+			for _, n := range procs {
+				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(times(pick(runs, p, "bdsm", n, 0))))
+				for _, win := range windows {
+					fmt.Fprintf(w, " %.1f |", median(times(pick(runs, p, "bdsm", n, win))))
+				}
+				fmt.Fprintln(w)
+			}
+		}
+	}
+}
