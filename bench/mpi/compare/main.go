@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -78,7 +77,25 @@ func main() {
 	noMPI := flag.Bool("nompi", false, "BDSM only")
 	prefix := flag.String("prefix", "rbdc", "namespace prefix")
 	raw := flag.String("raw", "", "append every report line here")
+	from := flag.Bool("from", false, "run nothing: report on the -raw files named as arguments")
 	flag.Parse()
+	if *from {
+		runs, err := fromRaw(flag.Args())
+		if err == nil {
+			var procs []int
+			procs, err = ints(*procsFlag)
+			if err == nil {
+				var ws []int
+				ws, err = ints(*windows)
+				report(os.Stdout, runs, strings.Split(*progsFlag, ","), procs, ws)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *loss, *noMPI, *prefix, *raw); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
@@ -149,43 +166,45 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 	}
 	ctx := context.Background()
 	var runs []run
-	exec1 := func(r run, cmd *exec.Cmd) error {
-		start := time.Now()
-		out, err := cmd.Output()
-		if err != nil {
-			msg := ""
-			if ee, ok := err.(*exec.ExitError); ok {
-				msg = string(ee.Stderr)
+	failures := 0
+	// exec1 runs one measurement, at most three tries: an OpenMPI job
+	// now and then never starts one of its daemons on this loaded machine
+	// (mpirun then waits forever), so every try has a deadline.
+	exec1 := func(r run, name string, args ...string) error {
+		var last error
+		for try := 0; try < 3; try++ {
+			start := time.Now()
+			tctx, cancel := context.WithTimeout(ctx, runTimeout)
+			cmd := exec.CommandContext(tctx, name, args...)
+			cmd.WaitDelay = time.Second
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			cancel()
+			if err != nil {
+				failures++
+				last = fmt.Errorf("%s %s procs=%d: %v\n%s%s", r.system, r.prog, r.procs, err, out, stderr.String())
+				fmt.Fprintf(os.Stderr, "try %d failed: %v\n", try+1, last)
+				continue
 			}
-			return fmt.Errorf("%s %s procs=%d: %v\n%s%s", r.system, r.prog, r.procs, err, out, msg)
-		}
-		sc := bufio.NewScanner(strings.NewReader(string(out)))
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintf(rawOut, "%s window=%d loss=%s %s\n", r.system, r.window, r.loss, line)
-			f := map[string]string{}
-			for _, kv := range strings.Fields(line) {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					f[k] = v
+			r.fields = nil
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if line == "" {
+					continue
 				}
+				fmt.Fprintf(rawOut, "%s window=%d loss=%s %s\n", r.system, r.window, r.loss, line)
+				r.fields = append(r.fields, parseLine(line))
 			}
-			r.fields = append(r.fields, f)
+			if len(r.fields) == 0 {
+				return fmt.Errorf("%s %s procs=%d printed nothing", r.system, r.prog, r.procs)
+			}
+			fmt.Fprintf(os.Stderr, "%-4s %-7s procs=%d window=%d %6.1f ms (wall %.1f s)\n", r.system, r.prog, r.procs, r.window, r.solveUS()/1e3, time.Since(start).Seconds())
+			runs = append(runs, r)
+			return nil
 		}
-		if len(r.fields) == 0 {
-			return fmt.Errorf("%s %s procs=%d printed nothing", r.system, r.prog, r.procs)
-		}
-		fmt.Fprintf(os.Stderr, "%-4s %-7s procs=%d window=%d %6.1f ms (wall %.1f s)\n", r.system, r.prog, r.procs, r.window, r.solveUS()/1e3, time.Since(start).Seconds())
-		runs = append(runs, r)
-		return nil
+		return last
 	}
 
-	for rep := 0; rep < reps; rep++ {
-		for _, p := range progs {
-			if err := exec1(run{prog: p, system: "seq", procs: 1}, exec.Command(filepath.Join(bin, p), problem[p]...)); err != nil {
-				return err
-			}
-		}
-	}
 	for _, n := range procs {
 		topo, err := netns.New(netns.Options{Hosts: n, Prefix: prefix, Addresses: true})
 		if err != nil {
@@ -205,21 +224,24 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 							return nil
 						}
 						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(mpiDir, p)}, problem[p]...)
-						return exec1(run{prog: p, system: "mpi", procs: n}, exec.CommandContext(ctx, filepath.Join(mpiDir, "netns-mpirun"), args...))
+						return exec1(run{prog: p, system: "mpi", procs: n}, filepath.Join(mpiDir, "netns-mpirun"), args...)
 					}
 					bdsm := func(window int) error {
 						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(bin, p)}, problem[p]...)
 						if window > 0 {
 							args = append(args, "-window", strconv.Itoa(window))
 						}
-						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, loss: loss}, exec.CommandContext(ctx, filepath.Join(mpiDir, "netns-bdsm"), args...))
+						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, loss: loss}, filepath.Join(mpiDir, "netns-bdsm"), args...)
 					}
-					// Alternate which goes first, so neither always
-					// follows the other's load.
-					steps := []func() error{mpi, func() error { return bdsm(0) }}
-					if rep%2 == 1 {
-						slices.Reverse(steps)
+					seq := func() error {
+						return exec1(run{prog: p, system: "seq", procs: 1}, filepath.Join(bin, p), problem[p]...)
 					}
+					// The sequential baseline runs beside every pair, and
+					// the order rotates, so that no system always follows
+					// another's load on this shared machine.
+					steps := []func() error{seq, mpi, func() error { return bdsm(0) }}
+					k := rep % len(steps)
+					steps = append(steps[k:], steps[:k]...)
 					for _, w := range windows {
 						steps = append(steps, func() error { return bdsm(w) })
 					}
@@ -236,8 +258,57 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 			return err
 		}
 	}
+	fmt.Printf("failed tries (retried): %d\n", failures)
 	report(os.Stdout, runs, progs, procs, windows)
 	return nil
+}
+
+// runTimeout bounds one try of one measurement.
+const runTimeout = 3 * time.Minute
+
+// parseLine splits a report line's key=value fields.
+func parseLine(line string) map[string]string {
+	f := map[string]string{}
+	for _, kv := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			f[k] = v
+		}
+	}
+	return f
+}
+
+// fromRaw rebuilds the runs from -raw files ("SYSTEM window=W loss=L
+// LINE"): lines of one run follow each other, rank 0 first.
+func fromRaw(paths []string) ([]run, error) {
+	var runs []run
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			system, rest, _ := strings.Cut(line, " ")
+			f := parseLine(rest)
+			procs, err1 := strconv.Atoi(f["procs"])
+			window, err2 := strconv.Atoi(f["window"])
+			fields := strings.Fields(rest)
+			if len(fields) < 3 || err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("%s:%d: not a raw report line: %q", path, i+1, line)
+			}
+			prog := strings.TrimSuffix(fields[2], "-mpi")
+			r := run{prog: prog, system: system, procs: procs, window: window, loss: f["loss"]}
+			if rank := f["rank"]; rank != "0" && len(runs) > 0 {
+				prev := &runs[len(runs)-1]
+				if prev.prog == r.prog && prev.system == r.system && prev.procs == r.procs && prev.window == r.window {
+					prev.fields = append(prev.fields, f)
+					continue
+				}
+			}
+			r.fields = []map[string]string{f}
+			runs = append(runs, r)
+		}
+	}
+	return runs, nil
 }
 
 func median(v []float64) float64 {
@@ -275,6 +346,9 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
 	bad := 0
 	for _, r := range runs {
 		seq := pick(runs, r.prog, "seq", 1, 0)
+		if len(seq) == 0 {
+			continue
+		}
 		for _, f := range r.fields {
 			if f["checksum"] != "" && f["checksum"] != seq[0].fields[0]["checksum"] {
 				bad++
