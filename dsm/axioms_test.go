@@ -537,6 +537,16 @@ func TestAPIErrors(t *testing.T) {
 		if err := s.Write(0, make([]byte, 8)); !errors.Is(err, ErrRemoved) {
 			return fmt.Errorf("write to a removed segment: %v", err)
 		}
+		if s.View() != nil {
+			return fmt.Errorf("removed segment still has a view")
+		}
+		again, err := n.JoinSegment(ctx, 9, 10, 8)
+		if err != nil {
+			return fmt.Errorf("joining a removed segment again: %v", err)
+		}
+		if err := again.Write(0, make([]byte, 8)); err != nil {
+			return fmt.Errorf("write after joining again: %v", err)
+		}
 		if err := n.Barrier(ctx, 1); err != nil {
 			return err
 		}

@@ -584,10 +584,7 @@ func (c *Core) Create(key uint32, g Geometry) (*Segment, error) {
 
 // Known reports whether segment key has been announced (by a creator or a
 // joiner) so that a join can proceed.
-func (c *Core) Known(key uint32) bool {
-	s := c.segs[key]
-	return s != nil && !s.removed
-}
+func (c *Core) Known(key uint32) bool { return c.segs[key] != nil }
 
 // Join attaches segment key (DSM_JOIN), which must be Known, checking the
 // geometry against the announced one, and queues the announcement of the
@@ -598,7 +595,7 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 		return nil, err
 	}
 	s := c.segs[key]
-	if s == nil || s.removed {
+	if s == nil {
 		return nil, fmt.Errorf("dsm: segment %d has not been created", key)
 	}
 	if s.geo != g {
@@ -608,7 +605,11 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 		}
 		return nil, &GeometryError{Key: key, Creator: by, Have: s.geo, Want: g}
 	}
-	if s.attached {
+	if s.removed {
+		// Attached again after Remove: the copy starts over from zero
+		// (updates that came while it was removed were dropped).
+		s.removed, s.mem = false, c.alloc(g.Bytes())
+	} else if s.attached {
 		return s, nil
 	}
 	s.attached = true
@@ -617,7 +618,8 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 }
 
 // Remove flushes the segment's buffer and detaches it: its memory is
-// dropped and updates for it are ignored from now on.
+// dropped and updates for it are ignored until it is joined again (Join
+// then starts from zeroed memory).
 func (c *Core) Remove(s *Segment) error {
 	if s.removed || !s.attached {
 		return fmt.Errorf("%w: segment %d", ErrRemoved, s.key)
