@@ -32,6 +32,17 @@ func goodCapture(t *testing.T) (*lossyRun, *Capture) {
 // records' directions; frame numbers in it are the positions in recs.
 func writeNg(t *testing.T, c *Capture, recs []Record) *Capture {
 	t.Helper()
+	out, err := Parse("broken.pcapng", ngBytes(t, c, recs), ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ngBytes encodes recs as pcapng with c's interfaces and the records'
+// directions.
+func ngBytes(t testing.TB, c *Capture, recs []Record) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	mk := func(i int) pcapgo.NgInterface {
 		return pcapgo.NgInterface{Name: c.Interfaces[i].Name, Description: c.Interfaces[i].Description, LinkType: layers.LinkTypeEthernet, TimestampResolution: 9, SnapLength: 0}
@@ -61,11 +72,7 @@ func writeNg(t *testing.T, c *Capture, recs []Record) *Capture {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := Parse("broken.pcapng", buf.Bytes(), ReadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return buf.Bytes()
 }
 
 func clone(c *Capture) []Record {
