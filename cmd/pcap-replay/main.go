@@ -28,6 +28,7 @@ import (
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 func main() {
@@ -234,35 +235,48 @@ numbers involved; exits 1 if there is any, 0 if none:
 }
 
 func simulate(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("simulate", "-node ID [flags] FILE", `Re-runs member ID's PBP core (reliable/pbp) on exactly the frames its
-interface received, in captured order with captured timestamps, ticking it
-at its timer deadlines between them, and proposing the messages of its own
-first-transmission Data frames at their capture time. Prints what it
-delivers ("deliver"), what it would have sent ("send"), membership events,
-frames it dropped and why, and the frames by type it sent against those
-captured from it. The output is the same on every run.
+	fs, c := newFlags("simulate", "-node ID [flags] FILE", `Re-runs member ID's protocol core — PBP (reliable/pbp) for a FIFO group,
+the sequencer (reliable/seq) for a total-order group; -protocol auto picks
+the sequencer when the member's interface carries sequencer frames — on
+exactly the frames its interface received, in captured order with captured
+timestamps, ticking it at its timer deadlines between them, and proposing
+the messages of its own first transmissions (PBP Data; SeqRequest, or the
+SeqData it numbered for itself as the sequencer) at their capture time.
+Prints what it delivers ("deliver"; with the global number for the
+sequencer), what it would have sent ("send"), its events, frames it
+dropped and why, and the frames by type it sent against those captured
+from it. The output is the same on every run.
 
 The interface is the one whose description names node ID (capture.Wrap),
 or the only one, or -iface. Without direction flags (tcpdump), frames from
 the member's MAC count as sent and the rest as received. The member list
 comes from -members, else a Start frame, else the senders in the capture.
-The protocol settings must match the live node's: the defaults are pbp's.`, stderr)
+The protocol settings must match the live node's: the defaults are the
+cores' (the sequencer's first global and epoch: the lowest in the capture).`, stderr)
 	node := fs.Int("node", -1, "member id to re-run (required)")
 	members := fs.String("members", "", "member list id=mac[@incarnation],... (default: from a Start frame, else inferred)")
 	iface := fs.Int("iface", -1, "capture interface index to take the frames from (default: the one naming -node)")
 	group := fs.String("group", "", "group id (default: the group of the member's own frames)")
-	mode := fs.String("mode", "pbp2", "protocol: pbp2 or pbp1")
-	window := fs.Int("window", 0, "send window (0: the mode's default)")
+	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp or seq")
+	mode := fs.String("mode", "pbp2", "PBP variant: pbp2 or pbp1")
+	window := fs.Int("window", 0, "send window (PBP) or request window (seq) (0: the core's default)")
 	mtu := fs.Int("mtu", 0, "link MTU (0: the interface description's, else 1500)")
 	maxPayload := fs.Int("max-payload", 0, "largest message (0: what the MTU allows)")
-	initial := fs.Uint("initial-seq", 0, "every member's first sequence number")
+	initial := fs.Uint("initial-seq", 0, "PBP: every member's first sequence number")
 	start := fs.String("start", "", "when the core started, RFC 3339 (default: isb_starttime, else the interface's first frame)")
-	ackDelay := fs.Duration("ack-delay", 0, "AckDelay (0: pbp default 1ms)")
-	resend := fs.Duration("resend-timeout", 0, "ResendTimeout (0: pbp default, 10ms PBP2, 5ms PBP1)")
-	nack := fs.Duration("nack-timeout", 0, "NackTimeout (0: pbp default 4ms)")
-	hb := fs.Duration("heartbeat", 0, "HeartbeatInterval (0: pbp default 100ms)")
-	fail := fs.Duration("failure-timeout", 0, "FailureTimeout (0: pbp default 2s)")
-	bundle := fs.Duration("bundle-delay", 0, "BundleDelay (0: none)")
+	ackDelay := fs.Duration("ack-delay", 0, "PBP AckDelay (0: pbp default 1ms)")
+	resend := fs.Duration("resend-timeout", 0, "ResendTimeout (0: the core's default, 10ms PBP2 and seq, 5ms PBP1)")
+	nack := fs.Duration("nack-timeout", 0, "NackTimeout (0: default 4ms)")
+	hb := fs.Duration("heartbeat", 0, "HeartbeatInterval (0: default 100ms)")
+	fail := fs.Duration("failure-timeout", 0, "FailureTimeout (0: default 2s)")
+	bundle := fs.Duration("bundle-delay", 0, "PBP BundleDelay (0: none)")
+	method := fs.String("method", "hybrid", "seq: hybrid, method1 or method2")
+	threshold := fs.Int("threshold", 0, "seq: hybrid threshold in payload bytes (0: default 512)")
+	history := fs.Int("history", 0, "seq: history buffer, a power of two (0: default 1024)")
+	initialGlobal := fs.String("initial-global", "", "seq: the first global number (default: the lowest global or delivered cursor in the capture)")
+	initialEpoch := fs.Uint("initial-epoch", 0, "seq: the first sequencer's epoch (0: the lowest in the capture, else 1)")
+	electionRetry := fs.Duration("election-retry", 0, "seq: ElectionRetry (0: default 20ms)")
+	quorum := fs.Int("quorum", 0, "seq: election quorum (0: a majority)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	file, code, ok := parse(fs, args, stderr)
 	if !ok {
@@ -282,6 +296,40 @@ The protocol settings must match the live node's: the defaults are pbp's.`, stde
 		return fail2("-initial-seq %d does not fit 32 bits", *initial)
 	}
 	opts.InitialSeq = uint32(*initial)
+	switch strings.ToLower(*protocol) {
+	case "auto":
+		opts.Protocol = replay.ProtocolAuto
+	case "pbp":
+		opts.Protocol = replay.ProtocolPBP
+	case "seq":
+		opts.Protocol = replay.ProtocolSeq
+	default:
+		return fail2("-protocol %q: want auto, pbp or seq", *protocol)
+	}
+	switch strings.ToLower(*method) {
+	case "hybrid":
+		opts.Method = seq.Hybrid
+	case "method1":
+		opts.Method = seq.Method1
+	case "method2":
+		opts.Method = seq.Method2
+	default:
+		return fail2("-method %q: want hybrid, method1 or method2", *method)
+	}
+	opts.Threshold, opts.History, opts.Quorum = *threshold, *history, *quorum
+	opts.ElectionRetry = seq.Duration(*electionRetry)
+	if *initialEpoch > 0xffffffff {
+		return fail2("-initial-epoch %d does not fit 32 bits", *initialEpoch)
+	}
+	opts.InitialEpoch = uint32(*initialEpoch)
+	if *initialGlobal != "" {
+		g, err := strconv.ParseUint(*initialGlobal, 0, 32)
+		if err != nil {
+			return fail2("-initial-global %q: want a 32-bit number", *initialGlobal)
+		}
+		g32 := uint32(g)
+		opts.InitialGlobal = &g32
+	}
 	switch strings.ToLower(*mode) {
 	case "pbp2":
 		opts.Mode = pbp.PBP2

@@ -43,6 +43,10 @@ const (
 	KindVersion     = "foreign-version"
 	KindCorrupt     = "corrupt-frame"
 	KindImplausible = "seq-jump"
+	// The sequencer protocol's: one global number of an epoch bound to two
+	// messages; one request numbered twice in an epoch.
+	KindGlobalReuse    = "global-reuse"
+	KindSequencedTwice = "sequenced-twice"
 )
 
 // Violation is one broken invariant, with the frames involved.
@@ -66,6 +70,12 @@ func (v Violation) String() string {
 // whole capture); no member acknowledging (so delivering) a frame its own
 // interface had not received, and no acknowledgement going backwards; no
 // Nack storm; no frame of a foreign group or version; no corrupt frame.
+// For the sequencer protocol: no global number of an epoch bound to two
+// messages (nor a SeqData's payload differing from its request's), no
+// request numbered twice in an epoch, no request number reused with
+// different content, every global a receiver learned of received by the
+// end (globals an election discarded excepted), no delivered cursor
+// beyond what the member's interface received or going back.
 // Violations come in a stable order.
 func Check(c *Capture, opts CheckOptions) []Violation {
 	if opts.NackStormCount <= 0 {
@@ -155,6 +165,7 @@ func Check(c *Capture, opts CheckOptions) []Violation {
 		}
 	}
 
+	out = append(out, a.seq.check()...)
 	out = append(out, checkAcks(c, a)...)
 	out = append(out, checkNackStorms(a, opts)...)
 	return out
@@ -205,7 +216,7 @@ func checkAcks(c *Capture, a *analysis) []Violation {
 				}
 				continue
 			}
-			if r.Dir != DirOut {
+			if r.Dir != DirOut || !isPBPType(v.Type()) {
 				continue
 			}
 			me := v.Sender()

@@ -11,13 +11,40 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
+// Protocol selects the core Simulate re-runs.
+type Protocol uint8
+
+const (
+	// ProtocolAuto: the sequencer when the member's interface carries
+	// sequencer frames of the group, else PBP.
+	ProtocolAuto Protocol = iota
+	ProtocolPBP
+	ProtocolSeq
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case ProtocolPBP:
+		return "PBP"
+	case ProtocolSeq:
+		return "sequencer"
+	}
+	return "auto"
+}
+
 // SimOptions select the member to re-run and reconstruct its core's
-// configuration. Zero fields mean: from the capture, else pbp's defaults.
+// configuration. Zero fields mean: from the capture, else the core's
+// defaults.
 type SimOptions struct {
 	Node frame.MemberID
+	// Protocol: PBP (reliable/pbp, FIFO groups) or the sequencer
+	// (reliable/seq, total order); ProtocolAuto decides from the frames.
+	Protocol Protocol
 	// Members is the member list; nil means the capture's Start frame, or
 	// else the senders seen in the capture (each id with the source MAC
 	// and incarnation of its frames, plus our interfaces' descriptions).
@@ -30,17 +57,27 @@ type SimOptions struct {
 	Group *uint32
 	// EtherType of the group; 0 means frame.EtherType.
 	EtherType uint16
-	// MTU; 0 means the interface description's, else pbp.DefaultMTU.
+	// MTU; 0 means the interface description's, else the default 1500.
 	MTU int
 	// Start is when the node's core started its clocks (the first Tick);
 	// zero means the interface's isb_starttime (capture.Wrap records the
 	// wrap time), else its first frame.
 	Start time.Time
-	// The protocol's settings, as pbp.Config (zero: defaults).
+	// PBP's settings, as pbp.Config (zero: defaults). Window, MaxPayload
+	// and the timers shared with the sequencer apply to it too.
 	Mode                                                                                 pbp.Mode
 	Window, MaxPayload                                                                   int
 	InitialSeq                                                                           uint32
 	AckDelay, ResendTimeout, NackTimeout, HeartbeatInterval, FailureTimeout, BundleDelay pbp.Duration
+	// The sequencer's settings, as seq.Config (zero: defaults).
+	// InitialGlobal nil means the lowest global (or delivered cursor) in
+	// the capture; InitialEpoch 0 means the lowest epoch in it, else 1.
+	Method             seq.Method
+	Threshold, History int
+	InitialGlobal      *uint32
+	InitialEpoch       uint32
+	ElectionRetry      seq.Duration
+	Quorum             int
 }
 
 // SimDelivery is one message the re-run core delivered.
@@ -48,9 +85,11 @@ type SimDelivery struct {
 	At    time.Time
 	Frame int // the captured frame whose Step (or Tick) delivered it; 0 for a Tick
 	From  frame.MemberID
-	Seq   uint32
+	Seq   uint32 // PBP: the Data frame's seq; sequencer: the request number at From
 	Index int
-	Data  []byte
+	// Global and Epoch: the sequencer's numbering (zero for PBP).
+	Global, Epoch uint32
+	Data          []byte
 }
 
 // SimSent is one frame the re-run core would have sent.
@@ -59,15 +98,20 @@ type SimSent struct {
 	Data []byte // the whole Ethernet frame
 }
 
-// SimEvent is a membership event of the re-run core.
+// SimEvent is a membership (PBP) or sequencer (seq) event of the re-run
+// core: a pbp.Event or a seq.Event.
 type SimEvent struct {
 	At    time.Time
-	Event pbp.Event
+	Event fmt.Stringer
 }
 
 // SimResult is the outcome of Simulate.
 type SimResult struct {
+	Protocol Protocol
+	// Config is the PBP core's configuration, SeqConfig the sequencer's;
+	// the one of Protocol is set.
 	Config     pbp.Config
+	SeqConfig  seq.Config
 	Iface      int
 	Start, End time.Time
 	// Notes explain how the configuration was reconstructed and where the
@@ -77,8 +121,8 @@ type SimResult struct {
 	Sent       []SimSent
 	Events     []SimEvent
 	// Inputs counts the frames stepped, Proposed the messages taken from
-	// the node's own Data frames, Dropped the frames refused (by decode or
-	// by the core), with the reason, in order.
+	// the node's own first transmissions, Dropped the frames refused (by
+	// decode or by the core), with the reason, in order.
 	Inputs, Proposed int
 	Dropped          []string
 	// CapturedOut counts the node's own captured frames by type, to set
@@ -86,13 +130,33 @@ type SimResult struct {
 	CapturedOut map[frame.Type]int
 }
 
-// Simulate re-drives member opts.Node's PBP core with exactly the frames
-// its interface received, in captured order and with captured timestamps,
-// ticking it at its timer deadlines between them, and proposing the
-// messages of its own first-transmission Data frames at their capture
-// time. It mirrors reliable's engine (decode, group check, registration
-// frames set aside, Step, Tick, Ready, Advance) so the result is what the
-// live node's core did, given the same configuration. Deterministic.
+// simCore is what Simulate needs of a protocol core: reliable/pbp's and
+// reliable/seq's share the Step/Tick/Ready/Advance shape.
+type simCore interface {
+	step(now clock.Time, src [6]byte, v frame.View) error
+	tick(now clock.Time)
+	deadline() clock.Time
+	// ready hands what is due to the callbacks, then advances the core.
+	ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer))
+	// proposals returns the messages the live node proposed that
+	// outbound record r shows, nil if none (a retransmission, a control
+	// frame, a request already proposed).
+	proposals(r *Record) [][]byte
+	propose(now clock.Time, msg []byte) error
+	// verify says how the re-run's frames sent after proposing r's
+	// messages differ from r, or "".
+	verify(r *Record, sent []SimSent) string
+}
+
+// Simulate re-drives member opts.Node's protocol core — PBP's or the
+// sequencer's — with exactly the frames its interface received, in
+// captured order and with captured timestamps, ticking it at its timer
+// deadlines between them, and proposing the messages of its own
+// first-transmission frames (PBP Data; sequencer SeqRequest, or SeqData
+// it numbered as the sequencer) at their capture time. It mirrors
+// reliable's engine (decode, group check, registration frames set aside,
+// Step, Tick, Ready, Advance) so the result is what the live node's core
+// did, given the same configuration. Deterministic.
 func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	res := &SimResult{CapturedOut: map[frame.Type]int{}}
 	note := func(format string, args ...any) { res.Notes = append(res.Notes, fmt.Sprintf(format, args...)) }
@@ -160,16 +224,61 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	if mtu == 0 {
 		mtu = intf.MTU
 	}
-	cfg := pbp.Config{
-		Group: group, Self: opts.Node, Members: members, Mode: opts.Mode, Window: opts.Window,
-		MTU: mtu, MaxPayload: opts.MaxPayload, InitialSeq: opts.InitialSeq, EtherType: opts.EtherType,
-		AckDelay: opts.AckDelay, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
-		HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, BundleDelay: opts.BundleDelay,
+	res.Protocol = opts.Protocol
+	if res.Protocol == ProtocolAuto {
+		res.Protocol = ProtocolPBP
+		for _, r := range recs {
+			if r.View != nil && r.View.Group() == group && isSeqType(r.View.Type()) {
+				res.Protocol = ProtocolSeq
+				break
+			}
+		}
+		note("protocol %v, from the frames of group %d on the interface", res.Protocol, group)
 	}
-	res.Config = cfg
-	core, err := pbp.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("simulate: %w", err)
+	var core simCore
+	if res.Protocol == ProtocolSeq {
+		cfg := seq.Config{
+			Group: group, Self: opts.Node, Members: members, Method: opts.Method, Threshold: opts.Threshold,
+			Window: opts.Window, History: opts.History, MTU: mtu, MaxPayload: opts.MaxPayload, InitialEpoch: opts.InitialEpoch,
+			EtherType: opts.EtherType, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
+			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, ElectionRetry: opts.ElectionRetry,
+			Quorum: opts.Quorum,
+		}
+		sa := analyseSeq(c, analyse(c))
+		if opts.InitialGlobal != nil {
+			cfg.InitialGlobal = *opts.InitialGlobal
+		} else if sa.hasBase {
+			cfg.InitialGlobal = sa.base
+			note("initial global %d, the lowest global or delivered cursor in the capture", sa.base)
+		}
+		if cfg.InitialEpoch == 0 && len(sa.epochs) > 0 {
+			first := true
+			for e := range sa.epochs {
+				if first || frame.SeqLess(e, cfg.InitialEpoch) {
+					cfg.InitialEpoch, first = e, false
+				}
+			}
+			note("initial epoch %d, the lowest in the capture", cfg.InitialEpoch)
+		}
+		res.SeqConfig = cfg
+		sc, err := seq.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("simulate: %w", err)
+		}
+		core = &seqSim{core: sc, self: opts.Node, etherType: opts.EtherType, proposed: map[uint32]bool{}}
+	} else {
+		cfg := pbp.Config{
+			Group: group, Self: opts.Node, Members: members, Mode: opts.Mode, Window: opts.Window,
+			MTU: mtu, MaxPayload: opts.MaxPayload, InitialSeq: opts.InitialSeq, EtherType: opts.EtherType,
+			AckDelay: opts.AckDelay, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
+			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, BundleDelay: opts.BundleDelay,
+		}
+		res.Config = cfg
+		pc, err := pbp.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("simulate: %w", err)
+		}
+		core = &pbpSim{core: pc, self: opts.Node, etherType: opts.EtherType}
 	}
 
 	start := opts.Start
@@ -198,29 +307,25 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 	res.Start, res.End = start, end
 	// The engine's clock: nanoseconds since start, plus one, since the
-	// core reserves 0 for "no deadline" (reliable/engine.go).
-	pt := func(t time.Time) pbp.Time { return pbp.Time(t.Sub(start)) + 1 }
-	wall := func(t pbp.Time) time.Time { return start.Add(time.Duration(t - 1)) }
+	// cores reserve 0 for "no deadline" (reliable/engine.go).
+	pt := func(t time.Time) clock.Time { return clock.Time(t.Sub(start)) + 1 }
+	wall := func(t clock.Time) time.Time { return start.Add(time.Duration(t - 1)) }
 
 	cur := 0 // frame being processed, for deliveries
-	collect := func(at pbp.Time) {
-		rd := core.Ready()
-		for _, f := range rd.Frames {
-			res.Sent = append(res.Sent, SimSent{At: wall(at), Data: bytes.Clone(f)})
-		}
-		for _, d := range rd.Deliveries {
-			res.Deliveries = append(res.Deliveries, SimDelivery{At: wall(at), Frame: cur, From: d.From, Seq: d.Seq, Index: d.Index, Data: bytes.Clone(d.Data)})
-		}
-		for _, e := range rd.Events {
-			res.Events = append(res.Events, SimEvent{At: wall(at), Event: e})
-		}
-		core.Advance()
+	collect := func(at clock.Time) {
+		core.ready(
+			func(f []byte) { res.Sent = append(res.Sent, SimSent{At: wall(at), Data: bytes.Clone(f)}) },
+			func(d SimDelivery) {
+				d.At, d.Frame, d.Data = wall(at), cur, bytes.Clone(d.Data)
+				res.Deliveries = append(res.Deliveries, d)
+			},
+			func(e fmt.Stringer) { res.Events = append(res.Events, SimEvent{At: wall(at), Event: e}) })
 	}
-	var last pbp.Time
-	tickUntil := func(limit pbp.Time, inclusive bool) {
+	var last clock.Time
+	tickUntil := func(limit clock.Time, inclusive bool) {
 		stuck, ticks := 0, 0
 		for {
-			d := core.Deadline()
+			d := core.deadline()
 			if d == 0 || d > limit || (!inclusive && d == limit) {
 				return
 			}
@@ -230,7 +335,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				note("%d timer ticks without input before %v; skipped to it", maxIdleTicks, wall(limit).Sub(start))
 				if limit > last {
 					last = limit
-					core.Tick(limit)
+					core.tick(limit)
 					collect(limit)
 				}
 				return
@@ -243,13 +348,13 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				d = last
 			}
 			cur = 0
-			core.Tick(d)
+			core.tick(d)
 			last = d
 			collect(d)
 		}
 	}
 	now := pt(start)
-	core.Tick(now)
+	core.tick(now)
 	last = now
 	collect(now)
 
@@ -269,40 +374,41 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 					res.Dropped = append(res.Dropped, fmt.Sprintf("frame %d: %s", in.N, reason))
 				}
 			}
-			core.Tick(t)
+			core.tick(t)
 			last = max(last, t)
 			collect(t)
 			i = j
 		case DirOut:
 			i++
+			// Something we sent at t, before the frames received at t:
+			// the live core ran at t first, so its timers due at t fired
+			// before those frames (reliable's engine ticks after every
+			// batch, so they would have fired by now in any case).
+			tickUntil(t, true)
 			if r.View == nil {
 				continue
 			}
 			res.CapturedOut[r.View.Type()]++
-			if r.View.Type() != frame.Data || r.View.Retransmission() || r.View.Sender() != opts.Node {
+			if r.View.Sender() != opts.Node {
+				continue
+			}
+			msgs := core.proposals(r)
+			if msgs == nil {
 				continue
 			}
 			tickUntil(t, true)
 			cur = r.N
-			want := core.Stats().DataFramesSent
-			it := r.View.Messages()
-			for {
-				msg, ok := it.Next()
-				if !ok {
-					break
-				}
+			for _, msg := range msgs {
 				res.Proposed++
-				if err := core.Propose(t, msg); err != nil {
-					note("frame %d: Propose of our seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Seq(), err)
+				if err := core.propose(t, msg); err != nil {
+					note("frame %d: Propose of a message of our %v seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Type(), r.View.Seq(), err)
 				}
 			}
 			last = max(last, t)
 			sentBefore := len(res.Sent)
 			collect(t)
-			if core.Stats().DataFramesSent != want+1 {
-				note("frame %d: our Data seq %d was captured, the re-run sent %d new Data frames for it", r.N, r.View.Seq(), core.Stats().DataFramesSent-want)
-			} else if !sentSeq(res.Sent[sentBefore:], r.View.Seq(), opts.EtherType) {
-				note("frame %d: captured our Data seq %d, the re-run numbered it differently", r.N, r.View.Seq())
+			if d := core.verify(r, res.Sent[sentBefore:]); d != "" {
+				note("frame %d: %s", r.N, d)
 			}
 		default:
 			i++
@@ -318,7 +424,7 @@ const maxIdleTicks = 2000
 // stepFrame is reliable's engine.input for one frame: decode, group check,
 // registration frames set aside, Step. It returns why the frame was
 // dropped, or "".
-func stepFrame(core *pbp.Core, now pbp.Time, r *Record, group uint32, etherType uint16) string {
+func stepFrame(core simCore, now clock.Time, r *Record, group uint32, etherType uint16) string {
 	eth, body, err := frame.SplitEthernet(r.Data, etherType)
 	if err != nil {
 		return err.Error()
@@ -331,21 +437,155 @@ func stepFrame(core *pbp.Core, now pbp.Time, r *Record, group uint32, etherType 
 	case frame.Join, frame.Welcome, frame.Start:
 		return ""
 	}
-	if err := core.Step(now, eth.Src(), v); err != nil {
+	if err := core.step(now, eth.Src(), v); err != nil {
 		return err.Error()
 	}
 	return ""
 }
 
-func sentSeq(sent []SimSent, seq uint32, etherType uint16) bool {
+// sentFrame returns the first frame of sent of type t and seq q.
+func sentFrame(sent []SimSent, t frame.Type, q uint32, etherType uint16) (frame.View, bool) {
 	for _, s := range sent {
 		if _, body, err := frame.SplitEthernet(s.Data, etherType); err == nil {
-			if v, err := frame.Parse(body); err == nil && v.Type() == frame.Data && v.Seq() == seq {
-				return true
+			if v, err := frame.Parse(body); err == nil && v.Type() == t && v.Seq() == q {
+				return v, true
 			}
 		}
 	}
-	return false
+	return nil, false
+}
+
+// pbpSim drives a reliable/pbp core.
+type pbpSim struct {
+	core      *pbp.Core
+	self      frame.MemberID
+	etherType uint16
+	dataSent  uint64 // DataFramesSent before the last propose
+}
+
+func (p *pbpSim) step(now clock.Time, src [6]byte, v frame.View) error {
+	return p.core.Step(now, src, v)
+}
+func (p *pbpSim) tick(now clock.Time)                      { p.core.Tick(now) }
+func (p *pbpSim) deadline() clock.Time                     { return p.core.Deadline() }
+func (p *pbpSim) propose(now clock.Time, msg []byte) error { return p.core.Propose(now, msg) }
+
+func (p *pbpSim) ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer)) {
+	rd := p.core.Ready()
+	for _, f := range rd.Frames {
+		sent(f)
+	}
+	for _, d := range rd.Deliveries {
+		deliver(SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Data: d.Data})
+	}
+	for _, e := range rd.Events {
+		event(e)
+	}
+	p.core.Advance()
+}
+
+func (p *pbpSim) proposals(r *Record) [][]byte {
+	v := r.View
+	if v.Type() != frame.Data || v.Retransmission() {
+		return nil
+	}
+	p.dataSent = p.core.Stats().DataFramesSent
+	return messagesOf(v)
+}
+
+func (p *pbpSim) verify(r *Record, sent []SimSent) string {
+	if n := p.core.Stats().DataFramesSent - p.dataSent; n != 1 {
+		return fmt.Sprintf("our Data seq %d was captured, the re-run sent %d new Data frames for it", r.View.Seq(), n)
+	}
+	if _, ok := sentFrame(sent, frame.Data, r.View.Seq(), p.etherType); !ok {
+		return fmt.Sprintf("captured our Data seq %d, the re-run numbered it differently (diverges)", r.View.Seq())
+	}
+	return ""
+}
+
+func messagesOf(v frame.View) [][]byte {
+	msgs := [][]byte{}
+	for it := v.Messages(); ; {
+		msg, ok := it.Next()
+		if !ok {
+			return msgs
+		}
+		msgs = append(msgs, msg)
+	}
+}
+
+// seqSim drives a reliable/seq core.
+type seqSim struct {
+	core      *seq.Core
+	self      frame.MemberID
+	etherType uint16
+	// proposed: our request numbers whose messages were proposed, so a
+	// request seen again (a SeqData numbering it after we became the
+	// sequencer) is not proposed twice.
+	proposed map[uint32]bool
+}
+
+func (s *seqSim) step(now clock.Time, src [6]byte, v frame.View) error {
+	return s.core.Step(now, src, v)
+}
+func (s *seqSim) tick(now clock.Time)                      { s.core.Tick(now) }
+func (s *seqSim) deadline() clock.Time                     { return s.core.Deadline() }
+func (s *seqSim) propose(now clock.Time, msg []byte) error { return s.core.Propose(now, msg) }
+
+func (s *seqSim) ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer)) {
+	rd := s.core.Ready()
+	for _, f := range rd.Frames {
+		sent(f)
+	}
+	for _, d := range rd.Deliveries {
+		deliver(SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Global: d.Global, Epoch: d.Epoch, Data: d.Data})
+	}
+	for _, e := range rd.Events {
+		event(e)
+	}
+	s.core.Advance()
+}
+
+// proposals: our first-transmission requests, and the SeqData a sequencer
+// sends for its own messages (it numbers them without a request).
+func (s *seqSim) proposals(r *Record) [][]byte {
+	v := r.View
+	if v.Retransmission() {
+		return nil
+	}
+	var q uint32
+	switch v.Type() {
+	case frame.SeqRequest:
+		q = v.Seq()
+	case frame.SeqData:
+		u := v.SeqDataUID()
+		if u.Origin != s.self {
+			return nil
+		}
+		q = u.Seq
+	default:
+		return nil
+	}
+	if s.proposed[q] {
+		return nil
+	}
+	s.proposed[q] = true
+	return messagesOf(v)
+}
+
+func (s *seqSim) verify(r *Record, sent []SimSent) string {
+	v := r.View
+	if v.Type() == frame.SeqRequest {
+		if _, ok := sentFrame(sent, frame.SeqRequest, v.Seq(), s.etherType); !ok {
+			return fmt.Sprintf("captured our request %d, the re-run did not send it now (diverges)", v.Seq())
+		}
+		return ""
+	}
+	g, ok := sentFrame(sent, frame.SeqData, v.Seq(), s.etherType)
+	if !ok || g.SeqDataUID() != v.SeqDataUID() {
+		return fmt.Sprintf("captured our SeqData global %d for our request %d, the re-run numbered it differently (diverges)", v.Seq(), v.SeqDataUID().Seq)
+	}
+	return ""
 }
 
 func pickInterface(c *Capture, opts SimOptions, mac [6]byte) (int, error) {
@@ -413,7 +653,7 @@ func pickGroup(c *Capture, opts SimOptions, mac [6]byte) (uint32, error) {
 }
 
 // MembersFromCapture returns the member list of the first Start frame, or
-// else one inferred from the senders of PBP frames (id, source MAC and
+// else one inferred from the senders of PBP and sequencer frames (id, source MAC and
 // incarnation; the first seen wins) and our interface descriptions; how
 // says which.
 func MembersFromCapture(c *Capture, etherType uint16) (members []frame.MemberInfo, how string) {
@@ -433,9 +673,7 @@ func MembersFromCapture(c *Capture, etherType uint16) (members []frame.MemberInf
 		if r.View == nil {
 			continue
 		}
-		switch r.View.Type() {
-		case frame.Data, frame.Ack, frame.Nack, frame.Heartbeat, frame.Leave:
-		default:
+		if t := r.View.Type(); !isPBPType(t) && !isSeqType(t) {
 			continue
 		}
 		id := r.View.Sender()
@@ -504,8 +742,17 @@ func ParseMembers(s string) ([]frame.MemberInfo, error) {
 func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 	ew := &errWriter{w: w}
 	cfg := r.Config
-	ew.printf("# simulate member %d of group %d on interface %d (%s), mode %v, window %d, MTU %d\n",
-		cfg.Self, cfg.Group, r.Iface, c.Interfaces[r.Iface].Label(), cfg.Mode, windowOf(cfg), mtuOf(cfg))
+	etherType := etherTypeOf(cfg.EtherType)
+	if r.Protocol == ProtocolSeq {
+		sc := r.SeqConfig
+		etherType = etherTypeOf(sc.EtherType)
+		ew.printf("# simulate member %d of group %d on interface %d (%s), sequencer, method %v, window %d, history %d, MTU %d, initial global %d, epoch %d\n",
+			sc.Self, sc.Group, r.Iface, c.Interfaces[r.Iface].Label(), sc.Method, orDefault(sc.Window, seq.DefaultWindow),
+			orDefault(sc.History, seq.DefaultHistory), orDefault(sc.MTU, seq.DefaultMTU), sc.InitialGlobal, orDefault(int(sc.InitialEpoch), seq.DefaultInitialEpoch))
+	} else {
+		ew.printf("# simulate member %d of group %d on interface %d (%s), mode %v, window %d, MTU %d\n",
+			cfg.Self, cfg.Group, r.Iface, c.Interfaces[r.Iface].Label(), cfg.Mode, windowOf(cfg), mtuOf(cfg))
+	}
 	for _, n := range r.Notes {
 		ew.printf("# %s\n", n)
 	}
@@ -515,16 +762,20 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 		if d.Frame > 0 {
 			src = "frame " + strconv.Itoa(d.Frame)
 		}
+		global := ""
+		if r.Protocol == ProtocolSeq {
+			global = fmt.Sprintf("global %d epoch %d ", d.Global, d.Epoch)
+		}
 		if data {
-			ew.printf("deliver %14.9f %-12s from %d seq %d[%d] %dB %x\n", rel(d.At), src, d.From, d.Seq, d.Index, len(d.Data), d.Data)
+			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB %x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), d.Data)
 		} else {
 			sum := sha256.Sum256(d.Data)
-			ew.printf("deliver %14.9f %-12s from %d seq %d[%d] %dB sha256:%x\n", rel(d.At), src, d.From, d.Seq, d.Index, len(d.Data), sum[:8])
+			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB sha256:%x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), sum[:8])
 		}
 	}
 	sentBy := map[frame.Type]int{}
 	for _, s := range r.Sent {
-		_, body, err := frame.SplitEthernet(s.Data, etherTypeOf(cfg))
+		_, body, err := frame.SplitEthernet(s.Data, etherType)
 		v, perr := frame.Parse(body)
 		if err != nil || perr != nil {
 			ew.printf("send    %14.9f undecodable %d bytes\n", rel(s.At), len(s.Data))
@@ -539,7 +790,7 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 	for _, d := range r.Dropped {
 		ew.printf("drop    %s\n", d)
 	}
-	ew.printf("# %d frames stepped, %d messages proposed from our Data frames, %d delivered, %d dropped, %d events\n",
+	ew.printf("# %d frames stepped, %d messages proposed from our first transmissions, %d delivered, %d dropped, %d events\n",
 		r.Inputs, r.Proposed, len(r.Deliveries), len(r.Dropped), len(r.Events))
 	ew.printf("# frames by type, re-run sent / captured outbound:")
 	for _, t := range frame.Types {
@@ -568,11 +819,18 @@ func mtuOf(c pbp.Config) int {
 	return pbp.DefaultMTU
 }
 
-func etherTypeOf(c pbp.Config) uint16 {
-	if c.EtherType != 0 {
-		return c.EtherType
+func etherTypeOf(et uint16) uint16 {
+	if et != 0 {
+		return et
 	}
 	return frame.EtherType
+}
+
+func orDefault(v, def int) int {
+	if v != 0 {
+		return v
+	}
+	return def
 }
 
 type errWriter struct {

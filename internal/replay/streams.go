@@ -29,6 +29,9 @@ type Gap struct {
 	// ViaRetransmit: the seq was first seen in a retransmission, with no
 	// earlier sign that it was missing.
 	ViaRetransmit bool
+	// Discarded (sequencer protocol): an election agreed that the global
+	// was never numbered; a later epoch numbers it again.
+	Discarded bool
 }
 
 // stream is one sender's Data as one receiver view saw it.
@@ -133,6 +136,7 @@ type analysis struct {
 	views  []*view
 	txs    []*Record // frames as transmitted, each once
 	groups map[uint32]int
+	seq    *seqAnalysis
 }
 
 func analyse(c *Capture) *analysis {
@@ -163,6 +167,9 @@ func analyse(c *Capture) *analysis {
 			if b, ok := a.base[k]; !ok || frame.SeqLess(v.Seq(), b) {
 				a.base[k] = v.Seq()
 			}
+		}
+		if !isPBPType(v.Type()) {
+			continue // the sequencer's ack vector is a delivered cursor
 		}
 		for i := range v.AckCount() {
 			id := frame.MemberID(int(v.AckBase()) + i)
@@ -250,6 +257,7 @@ func analyse(c *Capture) *analysis {
 			w.stream(k, base).learn(v.Seq(), r)
 		}
 	}
+	a.seq = analyseSeq(c, a)
 	return a
 }
 

@@ -14,7 +14,8 @@ import (
 // sequence range, first transmissions and retransmissions, the Nacks it
 // received; then per receiver: gaps, when each was repaired, repair
 // latency percentiles, and the estimated loss from the receiver's inbound
-// capture and from its Nack ranges.
+// capture and from its Nack ranges. A capture of the sequencer protocol
+// gets its own part (writeSeqSummary).
 func WriteSummary(w io.Writer, c *Capture) error {
 	a := analyse(c)
 	ew := &errWriter{w: w}
@@ -187,7 +188,93 @@ func WriteSummary(w io.Writer, c *Capture) error {
 			ew.printf("  repair latency, all receivers: %s\n", percentiles(all))
 		}
 	}
+	if a.seq.frames > 0 {
+		writeSeqSummary(ew, a, rel)
+	}
 	return ew.err
+}
+
+// writeSeqSummary is the sequencer protocol's part: each epoch's
+// sequencer and the globals it numbered, elections, each member's
+// requests and repair requests, and per receiver the globals it missed,
+// when each was repaired, and repair latency percentiles.
+func writeSeqSummary(ew *errWriter, a *analysis, rel func(time.Time) float64) {
+	s := a.seq
+	ew.printf("\nsequencer protocol: %d frames, first global %d\n", s.frames, s.base)
+	epochs := make([]uint32, 0, len(s.epochs))
+	for e := range s.epochs {
+		epochs = append(epochs, e)
+	}
+	sort.Slice(epochs, func(i, j int) bool { return frame.SeqLess(epochs[i], epochs[j]) })
+	for _, e := range epochs {
+		ep := s.epochs[e]
+		if !ep.has {
+			ew.printf("  epoch %d: sequencer %d (from frame %d), numbered nothing; %d status requests\n", e, ep.sequencer, ep.firstFrame, ep.statusReqs)
+			continue
+		}
+		ew.printf("  epoch %d: sequencer %d (from frame %d), globals %d..%d: %d numbered by SeqData, %d by Accept; %d SeqData retransmissions, %d status requests\n",
+			e, ep.sequencer, ep.firstFrame, ep.lo, ep.hi, ep.byData, ep.byAccept, ep.retx, ep.statusReqs)
+	}
+	for _, el := range s.elections {
+		ew.printf("  elected: member %d sequencer of epoch %d at %.9f (frame %d), agreed last global %d\n", el.candidate, el.epoch, rel(el.at), el.frame, el.last)
+	}
+	for _, k := range sortedKeys(s.requesters) {
+		q := s.requesters[k]
+		mac := a.macs[k]
+		ew.printf("  member %s (%v): ", k, net.HardwareAddr(mac[:]))
+		if q.has {
+			ew.printf("requests %d..%d, %d first transmissions carrying %d messages, %d resent", q.lo, q.hi, q.first, q.msgs, q.resent)
+		} else {
+			ew.printf("no requests")
+		}
+		ew.printf("; %d retransmit requests (%d globals), %d status replies, %d election frames", q.retransmitReqs, q.retransmitGlobals, q.statusReplies, q.electionFrames)
+		if q.hasCursor {
+			ew.printf("; delivered up to global %d", q.highestCursor-1)
+		}
+		ew.printf("\n")
+	}
+	var all []time.Duration
+	for _, vw := range s.views {
+		var lat []time.Duration
+		repaired, open, viaRetx, discarded := 0, 0, 0, 0
+		for _, g := range vw.gaps {
+			switch {
+			case g.Discarded:
+				discarded++
+			case g.Repaired.IsZero():
+				open++
+			case g.ViaRetransmit:
+				viaRetx++
+				repaired++
+			default:
+				repaired++
+				lat = append(lat, g.Repaired.Sub(g.Opened))
+			}
+		}
+		all = append(all, lat...)
+		known := int(vw.end - s.base)
+		ew.printf("  at %-8s %d globals known numbered, had %d (%d duplicates); gaps %d (repaired %d, %d first seen as retransmissions, never repaired %d, discarded by an election %d); repair latency %s\n",
+			vw.name, known, len(vw.filled), vw.dups, len(vw.gaps), repaired, viaRetx, open, discarded, percentiles(lat))
+		for gi, g := range vw.gaps {
+			if gi == maxGapLines {
+				ew.printf("    ... %d more gaps\n", len(vw.gaps)-gi)
+				break
+			}
+			switch {
+			case g.Discarded:
+				ew.printf("    gap global %d opened at %.9f (frame %d), discarded by an election\n", g.Seq, rel(g.Opened), g.OpenFrame)
+			case g.Repaired.IsZero():
+				ew.printf("    gap global %d opened at %.9f (frame %d), never repaired\n", g.Seq, rel(g.Opened), g.OpenFrame)
+			case !g.ViaRetransmit:
+				ew.printf("    gap global %d opened at %.9f (frame %d), repaired at %.9f (frame %d) after %v\n", g.Seq, rel(g.Opened), g.OpenFrame, rel(g.Repaired), g.RepairFrame, g.Repaired.Sub(g.Opened))
+			default:
+				ew.printf("    global %d first seen as a retransmission at %.9f (frame %d)\n", g.Seq, rel(g.Repaired), g.RepairFrame)
+			}
+		}
+	}
+	if len(all) > 0 {
+		ew.printf("  repair latency, all receivers: %s\n", percentiles(all))
+	}
 }
 
 // maxGapLines bounds the gaps listed per sender and receiver.

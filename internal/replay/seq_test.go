@@ -1,0 +1,467 @@
+package replay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/capture"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/seq"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// seqDelivered is one message as a live (simulated) sequencer member
+// delivered it.
+type seqDelivered struct {
+	Global uint32
+	From   frame.MemberID
+	Data   []byte
+}
+
+// seqNode runs a reliable/seq core over a captured testnet endpoint the
+// way reliable's engine runs a core: read a batch, Step each frame, Tick,
+// send Ready's frames, Advance; the clock is nanoseconds since the start
+// plus one.
+type seqNode struct {
+	t     testing.TB
+	core  *seq.Core
+	l     *capture.Link
+	rx    []link.Frame
+	group uint32
+	start time.Time
+	got   []seqDelivered
+}
+
+func (n *seqNode) now(t time.Time) seq.Time { return seq.Time(t.Sub(n.start)) + 1 }
+
+func (n *seqNode) Step(now time.Time) time.Time {
+	t := n.now(now)
+	for {
+		k, _ := n.l.Recv(time.Time{}, n.rx)
+		for _, f := range n.rx[:k] {
+			eth, body, err := frame.SplitEthernet(f.Data, frame.EtherType)
+			if err != nil {
+				continue
+			}
+			v, err := frame.ParseGroup(body, n.group)
+			if err != nil {
+				continue
+			}
+			n.core.Step(t, eth.Src(), v)
+		}
+		n.core.Tick(t)
+		n.output()
+		if k == 0 {
+			break
+		}
+	}
+	d := n.core.Deadline()
+	if d == 0 {
+		return time.Time{}
+	}
+	return n.start.Add(time.Duration(d - 1))
+}
+
+func (n *seqNode) output() {
+	rd := n.core.Ready()
+	if len(rd.Frames) > 0 {
+		if _, err := n.l.Send(rd.Frames); err != nil {
+			n.t.Errorf("send: %v", err)
+		}
+	}
+	for _, d := range rd.Deliveries {
+		n.got = append(n.got, seqDelivered{d.Global, d.From, bytes.Clone(d.Data)})
+	}
+	n.core.Advance()
+}
+
+func (n *seqNode) propose(now time.Time, msg []byte) error {
+	err := n.core.Propose(n.now(now), msg)
+	n.output()
+	return err
+}
+
+// seqRun is a total-order group on the simulator, every endpoint captured.
+type seqRun struct {
+	path    string
+	members []frame.MemberInfo
+	got     [][]seqDelivered
+	cfg     seq.Config // the shared settings (Self and Members unset)
+}
+
+// runSeq runs n sequencer-protocol members sending k messages each with
+// receive loss; message sizes alternate below and above the hybrid
+// threshold so both methods run.
+func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seqRun {
+	t.Helper()
+	net, err := testnet.New(seed, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &seqRun{path: path, got: make([][]seqDelivered, n),
+		cfg: seq.Config{Group: 9, Threshold: 100, InitialGlobal: 1000}}
+	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []*testnet.Endpoint
+	for range n {
+		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep)
+		run.members = append(run.members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+	}
+	var nodes []*seqNode
+	var links []*capture.Link
+	for i, ep := range eps {
+		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		links = append(links, l)
+		cfg := run.cfg
+		cfg.Self, cfg.Members = frame.MemberID(i+1), run.members
+		core, err := seq.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd := &seqNode{t: t, core: core, l: l, rx: make([]link.Frame, 64), group: cfg.Group, start: net.Now()}
+		nodes = append(nodes, nd)
+		ep.Bind(nd)
+	}
+	next := make([]int, n)
+	for round := 0; ; round++ {
+		busy := false
+		for i, nd := range nodes {
+			for next[i] < k {
+				msg := fmt.Appendf(nil, "message %d from member %d, seed %d", next[i], i+1, seed)
+				if next[i]%3 == 2 {
+					msg = append(msg, bytes.Repeat([]byte{'.'}, 150)...) // method 2
+				}
+				if err := nd.propose(net.Now(), msg); err != nil {
+					if !errors.Is(err, seq.ErrWindowFull) {
+						t.Fatal(err)
+					}
+					break
+				}
+				next[i]++
+			}
+			busy = busy || next[i] < k
+		}
+		if !busy {
+			break
+		}
+		if round > 100000 {
+			t.Fatal("senders stuck")
+		}
+		net.RunFor(200 * time.Microsecond)
+	}
+	net.RunFor(300 * time.Millisecond)
+	for _, l := range links {
+		l.Close()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.Dropped != 0 {
+		t.Fatalf("capture dropped %d frames", st.Dropped)
+	}
+	for i, nd := range nodes {
+		run.got[i] = nd.got
+	}
+	return run
+}
+
+func seqCapture(t *testing.T) (*seqRun, *Capture) {
+	t.Helper()
+	run := runSeq(t, filepath.Join(t.TempDir(), "seq.pcapng"), 5, 4, 60, 0.05)
+	for i, got := range run.got {
+		if len(got) != 4*60 {
+			t.Fatalf("member %d delivered %d messages live, want %d", i+1, len(got), 4*60)
+		}
+	}
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run, c
+}
+
+func TestSeqCheckPassesAndSummary(t *testing.T) {
+	_, c := seqCapture(t)
+	if vs := Check(c, CheckOptions{}); len(vs) != 0 {
+		t.Fatalf("%d violations on a correct sequencer run, first %v", len(vs), vs[0])
+	}
+	var sum, tl bytes.Buffer
+	if err := WriteSummary(&sum, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sequencer protocol:", "first global 1000", "epoch 1: sequencer 1", "by Accept", "member 2.1", "retransmit requests", "at n3", "never repaired 0", "repair latency, all receivers"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	if strings.Contains(sum.String(), "sender ") {
+		t.Error("summary has a PBP sender section for a sequencer capture")
+	}
+	if err := WriteTimeline(&tl, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SeqRequest", "SeqData", "SeqAccept", "SeqRetransmit", "epoch 1"} {
+		if !strings.Contains(tl.String(), want) {
+			t.Errorf("timeline lacks %q", want)
+		}
+	}
+	t.Logf("summary:\n%s", head(sum.String(), 14))
+}
+
+func head(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	return strings.Join(lines[:min(n, len(lines))], "")
+}
+
+// firstOut returns the index of the first record matching f.
+func firstRec(t *testing.T, recs []Record, what string, f func(r *Record) bool) int {
+	t.Helper()
+	for i := range recs {
+		if recs[i].View != nil && f(&recs[i]) {
+			return i
+		}
+	}
+	t.Fatalf("no %s in the capture", what)
+	return -1
+}
+
+func TestSeqCheckGlobalReuse(t *testing.T) {
+	_, c := seqCapture(t)
+	recs := clone(c)
+	// The sequencer's SeqData for global 1010 now numbers another request
+	// under the same global (a sequencer reusing a number): receivers'
+	// copies name the original request.
+	i := firstRec(t, recs, "SeqData 1010 from the sequencer", func(r *Record) bool {
+		return r.Dir == DirOut && r.View.Type() == frame.SeqData && r.View.Seq() == 1010 && !r.View.Retransmission()
+	})
+	recs[i].Data = reencode(t, recs[i].Data, func(h *frame.Header, b frame.Body) frame.Body {
+		d := *b.(*frame.SeqDataBody)
+		d.UID.Seq += 7
+		d.Data = []byte("another message numbered 1010")
+		return &d
+	})
+	vs := kinds(Check(writeNg(t, c, recs), CheckOptions{}))["global-reuse"]
+	if len(vs) == 0 || !hasFrame(vs[0], i+1) || !strings.Contains(vs[0].Detail, "epoch 1 global 1010") {
+		t.Fatalf("global-reuse %v, want one naming frame %d and epoch 1 global 1010", vs, i+1)
+	}
+	t.Log(vs[0])
+
+	// Same request, same global, different payload.
+	recs = clone(c)
+	recs[i].Data = reencode(t, recs[i].Data, func(h *frame.Header, b frame.Body) frame.Body {
+		d := *b.(*frame.SeqDataBody)
+		d.Data = []byte("other bytes")
+		return &d
+	})
+	vs = kinds(Check(writeNg(t, c, recs), CheckOptions{}))["global-reuse"]
+	if len(vs) == 0 || !hasFrame(vs[0], i+1) || !strings.Contains(vs[0].Detail, "payload") {
+		t.Fatalf("global-reuse %v, want one naming frame %d and the payload", vs, i+1)
+	}
+}
+
+func TestSeqCheckSequencedTwiceAndRequestReuse(t *testing.T) {
+	_, c := seqCapture(t)
+	recs := clone(c)
+	// The SeqData of global 1011 names the request of global 1010: one
+	// request numbered twice.
+	i10 := firstRec(t, recs, "SeqData 1010", func(r *Record) bool {
+		return r.Dir == DirOut && r.View.Type() == frame.SeqData && r.View.Seq() == 1010 && !r.View.Retransmission()
+	})
+	uid := recs[i10].View.SeqDataUID()
+	payload := bytes.Clone(recs[i10].View.Payload())
+	i11 := firstRec(t, recs, "SeqData 1011", func(r *Record) bool {
+		return r.Dir == DirOut && r.View.Type() == frame.SeqData && r.View.Seq() == 1011 && !r.View.Retransmission()
+	})
+	recs[i11].Data = reencode(t, recs[i11].Data, func(h *frame.Header, b frame.Body) frame.Body {
+		d := *b.(*frame.SeqDataBody)
+		d.UID, d.Data = uid, payload
+		return &d
+	})
+	vs := kinds(Check(writeNg(t, c, recs), CheckOptions{}))["sequenced-twice"]
+	if len(vs) != 1 || !hasFrame(vs[0], i10+1) || !hasFrame(vs[0], i11+1) {
+		t.Fatalf("sequenced-twice %v, want one naming frames %d and %d", vs, i10+1, i11+1)
+	}
+	t.Log(vs[0])
+
+	// A member reusing a request number for another message.
+	recs = clone(c)
+	r := firstRec(t, recs, "request 5 from member 2", func(r *Record) bool {
+		return r.Dir == DirOut && r.View.Type() == frame.SeqRequest && r.View.Sender() == 2 && r.View.Seq() == 5 && !r.View.Retransmission()
+	})
+	recs[r].Data = reencode(t, recs[r].Data, func(h *frame.Header, b frame.Body) frame.Body {
+		return &frame.Payload{T: frame.SeqRequest, Data: []byte("a different message under request 5")}
+	})
+	k := kinds(Check(writeNg(t, c, recs), CheckOptions{}))
+	if vs := k["seq-reuse"]; len(vs) != 1 || !hasFrame(vs[0], r+1) || !strings.Contains(vs[0].Detail, "member 2.1 request 5") {
+		t.Fatalf("seq-reuse %v, want one naming frame %d and member 2.1 request 5", vs, r+1)
+	}
+}
+
+func TestSeqCheckUnrepairedGap(t *testing.T) {
+	_, c := seqCapture(t)
+	// A global member 3 (interface 2) got only by retransmission: drop
+	// every copy of it there.
+	j := firstRec(t, c.Records, "retransmitted SeqData at n3", func(r *Record) bool {
+		return r.Iface == 2 && r.Dir == DirIn && r.View.Type() == frame.SeqData && r.View.Retransmission()
+	})
+	g := c.Records[j].View.Seq()
+	var recs []Record
+	for _, r := range clone(c) {
+		if r.Iface == 2 && r.Dir == DirIn && r.View != nil && r.View.Type() == frame.SeqData && r.View.Seq() == g {
+			continue
+		}
+		recs = append(recs, r)
+	}
+	k := kinds(Check(writeNg(t, c, recs), CheckOptions{}))
+	gaps := k["unrepaired-gap"]
+	if len(gaps) != 1 || !strings.Contains(gaps[0].Detail, fmt.Sprintf("at n3: global %d", g)) {
+		t.Fatalf("unrepaired-gap %v, want one at n3 for global %d", gaps, g)
+	}
+	// Member 3's delivered cursor still passed it.
+	if v := k["delivery-order"]; len(v) != 1 || !strings.Contains(v[0].Detail, fmt.Sprintf("delivered global %d", g)) {
+		t.Errorf("delivery-order %v, want member 3 delivering global %d", v, g)
+	}
+	t.Logf("%v\n%v", gaps[0], k["delivery-order"])
+}
+
+func TestSeqSimulateReproducesDeliveries(t *testing.T) {
+	run, c := seqCapture(t)
+	for i, m := range run.members {
+		res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Protocol != ProtocolSeq {
+			t.Fatalf("member %d: protocol %v, want the sequencer", m.ID, res.Protocol)
+		}
+		live := run.got[i]
+		if len(res.Deliveries) != len(live) {
+			t.Fatalf("member %d: re-run delivered %d messages, the live node %d (notes %q)", m.ID, len(res.Deliveries), len(live), res.Notes)
+		}
+		for k, d := range res.Deliveries {
+			if w := live[k]; d.Global != w.Global || d.From != w.From || !bytes.Equal(d.Data, w.Data) {
+				t.Fatalf("member %d delivery %d: re-run global %d from %d %q, live global %d from %d %q", m.ID, k, d.Global, d.From, d.Data, w.Global, w.From, w.Data)
+			}
+		}
+		for _, n := range res.Notes {
+			if strings.Contains(n, "diverge") {
+				t.Errorf("member %d: %s", m.ID, n)
+			}
+		}
+		var out [][]byte
+		for _, r := range c.Records {
+			if r.Iface == res.Iface && r.Dir == DirOut {
+				out = append(out, r.Data)
+			}
+		}
+		if len(out) != len(res.Sent) {
+			t.Errorf("member %d: re-run sent %d frames, the capture has %d outbound", m.ID, len(res.Sent), len(out))
+		} else {
+			for k := range out {
+				if !bytes.Equal(out[k], res.Sent[k].Data) {
+					t.Errorf("member %d: sent frame %d differs from the captured one", m.ID, k)
+					break
+				}
+			}
+		}
+		var a, b bytes.Buffer
+		res.Write(&a, c, false)
+		res2, _ := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+		res2.Write(&b, c, false)
+		if a.String() != b.String() {
+			t.Fatalf("member %d: two re-runs print differently", m.ID)
+		}
+		if i == 1 {
+			t.Logf("member %d re-run:\n%s\n%s", m.ID, head(a.String(), 10), tail(a.String(), 3))
+		}
+	}
+}
+
+// TestSimulateManySeeds: for PBP and the sequencer, on runs of 2 to 5
+// members with 0-20% receive loss, check passes and every member's re-run
+// delivers what the live member did and sends as many frames.
+func TestSimulateManySeeds(t *testing.T) {
+	t.Run("seq", func(t *testing.T) { seqManySeeds(t, 12) })
+	t.Run("pbp", func(t *testing.T) { pbpManySeeds(t, 12) })
+}
+
+func seqManySeeds(t *testing.T, seeds uint64) {
+	for seed := uint64(1); seed <= seeds; seed++ {
+		loss := []float64{0, 0.05, 0.1, 0.2}[seed%4]
+		run := runSeq(t, filepath.Join(t.TempDir(), "seq.pcapng"), seed, 2+int(seed%4), 40, loss)
+		c, err := ReadFile(run.path, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs := Check(c, CheckOptions{}); len(vs) != 0 {
+			t.Errorf("seed %d: %d violations, first %v", seed, len(vs), vs[0])
+		}
+		for i, m := range run.members {
+			res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := len(res.Deliveries) == len(run.got[i])
+			for k := 0; ok && k < len(res.Deliveries); k++ {
+				ok = res.Deliveries[k].Global == run.got[i][k].Global && bytes.Equal(res.Deliveries[k].Data, run.got[i][k].Data)
+			}
+			nout := 0
+			for _, r := range c.Records {
+				if r.Iface == res.Iface && r.Dir == DirOut {
+					nout++
+				}
+			}
+			if !ok || nout != len(res.Sent) {
+				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d), sent %d/%d", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), len(res.Sent), nout)
+			}
+		}
+	}
+}
+
+func pbpManySeeds(t *testing.T, seeds uint64) {
+	for seed := uint64(1); seed <= seeds; seed++ {
+		loss := []float64{0, 0.05, 0.1, 0.2}[seed%4]
+		run := runLossy(t, filepath.Join(t.TempDir(), "l.pcapng"), seed, 2+int(seed%4), 60, loss)
+		c, err := ReadFile(run.path, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs := Check(c, CheckOptions{}); len(vs) != 0 {
+			t.Errorf("seed %d: %d violations, first %v", seed, len(vs), vs[0])
+		}
+		for i, m := range run.members {
+			res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := len(res.Deliveries) == len(run.got[i])
+			for k := 0; ok && k < len(res.Deliveries); k++ {
+				ok = bytes.Equal(res.Deliveries[k].Data, run.got[i][k].Data)
+			}
+			nout := 0
+			for _, r := range c.Records {
+				if r.Iface == res.Iface && r.Dir == DirOut {
+					nout++
+				}
+			}
+			if !ok || nout != len(res.Sent) {
+				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d), sent %d/%d", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), len(res.Sent), nout)
+			}
+		}
+	}
+}

@@ -1,0 +1,571 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// The sequencer protocol (reliable/seq) as a capture shows it. Its frames
+// number messages with global sequence numbers: a SeqData carries global g
+// with its payload (method 1), a SeqAccept binds globals to requests whose
+// payload travelled in a broadcast SeqRequest (method 2). A member has
+// global g when its interface saw a SeqData for g, or an Accept for g and
+// the request it names. What tells a member that globals before some end
+// exist: a SeqData (g+1), an Accept's header seq (the highest numbered),
+// a SeqStatusRequest's highest sequenced, an Elected's agreed last global.
+// Every sequencer frame's one-entry ack vector is the sender's delivered
+// cursor: every global before it is delivered there.
+
+// isSeqType reports the sequencer protocol's frame types.
+func isSeqType(t frame.Type) bool {
+	switch t {
+	case frame.SeqRequest, frame.SeqData, frame.SeqAccept, frame.SeqStatusRequest,
+		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection:
+		return true
+	}
+	return false
+}
+
+// isPBPType reports PBP's frame types.
+func isPBPType(t frame.Type) bool {
+	switch t {
+	case frame.Data, frame.Ack, frame.Nack, frame.Heartbeat, frame.Leave:
+		return true
+	}
+	return false
+}
+
+// seqEpoch is one sequencer's term as the capture shows it.
+type seqEpoch struct {
+	epoch            uint32
+	sequencer        frame.MemberID
+	lo, hi           uint32
+	has              bool
+	byData, byAccept int // globals first numbered by SeqData, by Accept
+	retx             int // SeqData retransmissions
+	statusReqs       int
+	firstFrame       int
+}
+
+// seqRequester is one member's requests and control frames.
+type seqRequester struct {
+	first, resent, msgs int
+	retransmitReqs      int
+	retransmitGlobals   int
+	statusReplies       int
+	electionFrames      int
+	lo, hi              uint32 // request numbers
+	has                 bool
+	highestCursor       uint32
+	hasCursor           bool
+}
+
+// seqElection is one Elected frame.
+type seqElection struct {
+	frame     int
+	at        time.Time
+	epoch     uint32
+	candidate frame.MemberID
+	last      uint32
+}
+
+// seqView is what one receiver had of the global sequence.
+type seqView struct {
+	name    string
+	iface   int
+	self    frame.MemberID // the member whose interface this is; NoMember if unknown
+	end     uint32         // one past the highest global known numbered
+	filled  map[uint32]bool
+	missing map[uint32]*Gap
+	gaps    []*Gap
+	uids    map[frame.UID]bool
+	waiting map[frame.UID][]uint32 // accepted globals waiting for their request
+	jumps   []int
+	budget  *int
+	// received counts SeqData and Accept entries, duplicates included.
+	received, dups int
+	// The delivered-cursor check.
+	cursor          uint32
+	hasCursor       bool
+	cursorBad       bool
+	cursorViolation *Violation
+}
+
+// learn records that every global before end is numbered.
+func (v *seqView) learn(end uint32, r *Record) {
+	if !frame.SeqLess(v.end, end) {
+		return
+	}
+	if frame.SeqDiff(end, v.end) > maxJump || *v.budget <= 0 {
+		v.jumps = append(v.jumps, r.N)
+		return
+	}
+	*v.budget -= int(end - v.end)
+	for g := v.end; g != end; g++ {
+		if !v.filled[g] && v.missing[g] == nil {
+			gp := &Gap{Seq: g, Opened: r.Time, OpenFrame: r.N}
+			v.missing[g] = gp
+			v.gaps = append(v.gaps, gp)
+		}
+	}
+	v.end = end
+}
+
+// fill records that the view has global g.
+func (v *seqView) fill(g uint32, r *Record) {
+	v.received++
+	if v.filled[g] {
+		v.dups++
+		return
+	}
+	if gp := v.missing[g]; gp != nil {
+		gp.Repaired, gp.RepairFrame = r.Time, r.N
+		delete(v.missing, g)
+	} else if r.View != nil && r.View.Retransmission() && !frame.SeqLess(g, v.end) {
+		v.learn(g, r)
+		v.gaps = append(v.gaps, &Gap{Seq: g, Opened: r.Time, OpenFrame: r.N, Repaired: r.Time, RepairFrame: r.N, ViaRetransmit: true})
+	} else {
+		v.learn(g, r)
+	}
+	v.filled[g] = true
+	if !frame.SeqLess(g, v.end) {
+		v.end = g + 1
+	}
+}
+
+// accepted records an Accept of global g for request u: the view has g
+// once it has u's payload too.
+func (v *seqView) accepted(g uint32, u frame.UID, r *Record) {
+	if v.uids[u] {
+		v.fill(g, r)
+		return
+	}
+	if v.filled[g] {
+		v.received++
+		v.dups++
+		return
+	}
+	v.learn(g+1, r)
+	v.waiting[u] = append(v.waiting[u], g)
+}
+
+// request records that the view has request u's payload.
+func (v *seqView) request(u frame.UID, r *Record) {
+	v.uids[u] = true
+	for _, g := range v.waiting[u] {
+		v.fill(g, r)
+	}
+	delete(v.waiting, u)
+}
+
+// discard forgets globals after last: an election agreed that nothing
+// beyond it was numbered, so a later epoch numbers them again.
+func (v *seqView) discard(last uint32) {
+	if !frame.SeqLess(last+1, v.end) {
+		return
+	}
+	for g := last + 1; g != v.end; g++ {
+		if gp := v.missing[g]; gp != nil {
+			gp.Discarded = true
+			delete(v.missing, g)
+		}
+		delete(v.filled, g)
+	}
+	for u, gs := range v.waiting {
+		kept := gs[:0]
+		for _, g := range gs {
+			if !frame.SeqLess(last, g) {
+				kept = append(kept, g)
+			}
+		}
+		if len(kept) == 0 {
+			delete(v.waiting, u)
+		} else {
+			v.waiting[u] = kept
+		}
+	}
+	v.end = last + 1
+}
+
+// seqAnalysis is everything summary and check need of the sequencer
+// protocol.
+type seqAnalysis struct {
+	frames     int
+	base       uint32
+	hasBase    bool
+	epochs     map[uint32]*seqEpoch
+	elections  []seqElection
+	requesters map[senderKey]*seqRequester
+	views      []*seqView
+	violations []Violation
+}
+
+// seqBinding is what one (epoch, global) was first bound to.
+type seqBinding struct {
+	uid     frame.UID
+	content []byte // nil for an Accept (the payload is the request's)
+	frame   int
+}
+
+func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
+	s := &seqAnalysis{epochs: map[uint32]*seqEpoch{}, requesters: map[senderKey]*seqRequester{}}
+	// Base: the lowest global numbered, or a lower delivered cursor (the
+	// initial global, before the first delivery).
+	var minCursor uint32
+	hasCursor := false
+	for _, r := range a.order {
+		v := r.View
+		if v == nil || !isSeqType(v.Type()) {
+			continue
+		}
+		s.frames++
+		lowest := func(g uint32) {
+			if !s.hasBase || frame.SeqLess(g, s.base) {
+				s.base, s.hasBase = g, true
+			}
+		}
+		switch v.Type() {
+		case frame.SeqData:
+			lowest(v.Seq())
+		case frame.SeqAccept:
+			al := v.Accepts()
+			for i := range al.Len() {
+				lowest(al.At(i).Global)
+			}
+		}
+		if v.AckCount() == 1 {
+			if !hasCursor || frame.SeqLess(v.Ack(0), minCursor) {
+				minCursor, hasCursor = v.Ack(0), true
+			}
+		}
+	}
+	if s.frames == 0 {
+		return s
+	}
+	switch {
+	case !s.hasBase && hasCursor:
+		s.base, s.hasBase = minCursor, true
+	case hasCursor && frame.SeqLess(minCursor, s.base) && frame.SeqDiff(s.base, minCursor) < maxJump:
+		s.base = minCursor
+	}
+
+	s.bindings(a)
+	s.transmissions(a)
+
+	budget := gapBudget
+	newView := func(name string, iface int) *seqView {
+		return &seqView{name: name, iface: iface, self: frame.NoMember, end: s.base, filled: map[uint32]bool{}, missing: map[uint32]*Gap{},
+			uids: map[frame.UID]bool{}, waiting: map[frame.UID][]uint32{}, budget: &budget}
+	}
+	if c.HasDirection {
+		for i := range c.Interfaces {
+			s.views = append(s.views, newView(c.Interfaces[i].Label(), i))
+		}
+	} else {
+		s.views = append(s.views, newView("capture", -1))
+	}
+	for _, r := range a.order {
+		v := r.View
+		if v == nil || !isSeqType(v.Type()) {
+			continue
+		}
+		if !c.HasDirection {
+			s.views[0].step(r, false)
+			continue
+		}
+		if r.Dir == DirIn || r.Dir == DirOut {
+			s.views[r.Iface].step(r, r.Dir == DirOut)
+		}
+	}
+	// A gap filled at the instant it opened was no loss: an Accept names
+	// the highest global numbered, including the SeqData sent right
+	// after it.
+	for _, vw := range s.views {
+		kept := vw.gaps[:0]
+		for _, g := range vw.gaps {
+			if g.ViaRetransmit || g.Repaired.IsZero() || !g.Repaired.Equal(g.Opened) {
+				kept = append(kept, g)
+			}
+		}
+		vw.gaps = kept
+	}
+	return s
+}
+
+// step applies one frame of the view's interface (out: sent by it).
+func (vw *seqView) step(r *Record, out bool) {
+	v := r.View
+	if out && vw.self == frame.NoMember {
+		vw.self = v.Sender()
+	}
+	switch v.Type() {
+	case frame.SeqRequest:
+		vw.request(frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}, r)
+	case frame.SeqData:
+		vw.fill(v.Seq(), r)
+	case frame.SeqAccept:
+		al := v.Accepts()
+		for i := range al.Len() {
+			e := al.At(i)
+			vw.accepted(e.Global, e.UID, r)
+		}
+		if !out { // the sequencer's own: it numbers them, it misses none
+			vw.learn(v.Seq()+1, r)
+		}
+	case frame.SeqStatusRequest:
+		if !out {
+			vw.learn(v.StatusDelivered()+1, r)
+		}
+	case frame.SeqElection:
+		if e := v.Election(); e.Phase == frame.ElectionElected {
+			vw.discard(e.LastGlobal)
+			vw.learn(e.LastGlobal+1, r)
+		}
+	}
+	if out && v.AckCount() == 1 && v.Sender() == vw.self {
+		vw.checkCursor(v.Ack(0), r)
+	}
+}
+
+// checkCursor: the member delivered every global before cursor, so its
+// interface must have had each of them (from the cursor its first frame
+// showed on); and a cursor never goes back.
+func (vw *seqView) checkCursor(cursor uint32, r *Record) {
+	if vw.cursorBad {
+		return
+	}
+	if !vw.hasCursor {
+		vw.cursor, vw.hasCursor = cursor, true
+		return
+	}
+	if frame.SeqLess(cursor, vw.cursor) {
+		vw.cursorBad = true
+		vw.cursorViolation = &Violation{Kind: KindOrder, Frames: []int{r.N},
+			Detail: fmt.Sprintf("at %s: member %d's delivered cursor went back from %d to %d", vw.name, vw.self, vw.cursor, cursor)}
+		return
+	}
+	if frame.SeqDiff(cursor, vw.cursor) > maxJump {
+		vw.cursor = cursor
+		return
+	}
+	for g := vw.cursor; g != cursor; g++ {
+		if !vw.filled[g] {
+			vw.cursorBad = true
+			vw.cursorViolation = &Violation{Kind: KindOrder, Frames: []int{r.N},
+				Detail: fmt.Sprintf("at %s: member %d's delivered cursor is %d, so it delivered global %d, which its interface had not received", vw.name, vw.self, cursor, g)}
+			return
+		}
+	}
+	vw.cursor = cursor
+}
+
+// bindings finds globals bound to two messages in one epoch, requests
+// sequenced twice in one epoch, and request numbers reused with different
+// payloads.
+func (s *seqAnalysis) bindings(a *analysis) {
+	type eg struct{ epoch, global uint32 }
+	type eu struct {
+		epoch uint32
+		uid   frame.UID
+	}
+	bound := map[eg]*seqBinding{}
+	reportedG := map[eg]bool{}
+	numbered := map[eu]struct {
+		global uint32
+		frame  int
+	}{}
+	reportedU := map[eu]bool{}
+	requests := map[frame.UID]*Record{}
+	reportedR := map[frame.UID]bool{}
+	bind := func(r *Record, epoch, g uint32, u frame.UID, content []byte) {
+		k := eg{epoch, g}
+		if b := bound[k]; b == nil {
+			bound[k] = &seqBinding{uid: u, content: content, frame: r.N}
+		} else if !reportedG[k] {
+			switch {
+			case b.uid != u:
+				reportedG[k] = true
+				s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{b.frame, r.N},
+					Detail: fmt.Sprintf("epoch %d global %d: frame %d binds it to request %s, frame %d to request %s", epoch, g, b.frame, uidString(b.uid), r.N, uidString(u))})
+			case b.content != nil && content != nil && !bytes.Equal(b.content, content):
+				reportedG[k] = true
+				s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{b.frame, r.N},
+					Detail: fmt.Sprintf("epoch %d global %d (request %s): frame %d carries %d payload bytes that differ from the %d of frame %d", epoch, g, uidString(u), r.N, len(content), len(b.content), b.frame)})
+			case b.content == nil:
+				b.content = content
+			}
+		}
+		ku := eu{epoch, u}
+		if n, ok := numbered[ku]; !ok {
+			numbered[ku] = struct {
+				global uint32
+				frame  int
+			}{g, r.N}
+		} else if n.global != g && !reportedU[ku] {
+			reportedU[ku] = true
+			s.violations = append(s.violations, Violation{Kind: KindSequencedTwice, Frames: []int{n.frame, r.N},
+				Detail: fmt.Sprintf("epoch %d: request %s numbered global %d in frame %d and global %d in frame %d; it would be delivered twice", epoch, uidString(u), n.global, n.frame, g, r.N)})
+		}
+	}
+	for _, r := range a.order {
+		v := r.View
+		if v == nil {
+			continue
+		}
+		switch v.Type() {
+		case frame.SeqData:
+			bind(r, v.SeqDataEpoch(), v.Seq(), v.SeqDataUID(), dataContent(v))
+		case frame.SeqAccept:
+			al := v.Accepts()
+			for i := range al.Len() {
+				e := al.At(i)
+				bind(r, v.AcceptEpoch(), e.Global, e.UID, nil)
+			}
+		case frame.SeqRequest:
+			u := frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}
+			if f := requests[u]; f == nil {
+				requests[u] = r
+			} else if !reportedR[u] && !bytes.Equal(dataContent(f.View), dataContent(v)) {
+				reportedR[u] = true
+				s.violations = append(s.violations, Violation{Kind: KindSeqReuse, Frames: []int{f.N, r.N},
+					Detail: fmt.Sprintf("member %d.%d request %d: frame %d carries %d payload bytes that differ from the %d of frame %d", u.Origin, u.Incarnation, u.Seq, r.N, len(v.Payload()), len(f.View.Payload()), f.N)})
+			}
+		}
+	}
+	// A SeqData's payload must be its request's, where both were captured.
+	for k, b := range bound {
+		if reportedG[k] || b.content == nil {
+			continue
+		}
+		if f := requests[b.uid]; f != nil && !bytes.Equal(dataContent(f.View), b.content) {
+			s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{f.N, b.frame},
+				Detail: fmt.Sprintf("epoch %d global %d: frame %d numbers request %s with a payload that differs from the request's in frame %d", k.epoch, k.global, b.frame, uidString(b.uid), f.N)})
+		}
+	}
+	sort.SliceStable(s.violations, func(i, j int) bool { return firstFrame(s.violations[i]) < firstFrame(s.violations[j]) })
+}
+
+// transmissions counts epochs, elections and each member's requests over
+// the frames as transmitted.
+func (s *seqAnalysis) transmissions(a *analysis) {
+	firstNumbered := map[[2]uint32]bool{}
+	for _, r := range a.txs {
+		v := r.View
+		if v == nil || !isSeqType(v.Type()) {
+			continue
+		}
+		k := senderKey{v.Sender(), v.Incarnation()}
+		req := s.requesters[k]
+		if req == nil {
+			req = &seqRequester{}
+			s.requesters[k] = req
+		}
+		if v.AckCount() == 1 && (!req.hasCursor || frame.SeqLess(req.highestCursor, v.Ack(0))) {
+			req.highestCursor, req.hasCursor = v.Ack(0), true
+		}
+		epoch := func(e uint32) *seqEpoch {
+			ep := s.epochs[e]
+			if ep == nil {
+				ep = &seqEpoch{epoch: e, sequencer: v.Sender(), firstFrame: r.N}
+				s.epochs[e] = ep
+			}
+			return ep
+		}
+		number := func(ep *seqEpoch, g uint32, byData bool) {
+			if !ep.has || frame.SeqLess(g, ep.lo) {
+				ep.lo = g
+			}
+			if !ep.has || frame.SeqLess(ep.hi, g) {
+				ep.hi = g
+			}
+			ep.has = true
+			if firstNumbered[[2]uint32{ep.epoch, g}] {
+				return
+			}
+			firstNumbered[[2]uint32{ep.epoch, g}] = true
+			if byData {
+				ep.byData++
+			} else {
+				ep.byAccept++
+			}
+		}
+		switch v.Type() {
+		case frame.SeqRequest:
+			if v.Retransmission() {
+				req.resent++
+			} else {
+				req.first++
+				for it := v.Messages(); ; req.msgs++ {
+					if _, ok := it.Next(); !ok {
+						break
+					}
+				}
+			}
+			if !req.has || frame.SeqLess(v.Seq(), req.lo) {
+				req.lo = v.Seq()
+			}
+			if !req.has || frame.SeqLess(req.hi, v.Seq()) {
+				req.hi = v.Seq()
+			}
+			req.has = true
+		case frame.SeqData:
+			ep := epoch(v.SeqDataEpoch())
+			if v.Retransmission() {
+				ep.retx++
+			}
+			number(ep, v.Seq(), true)
+		case frame.SeqAccept:
+			ep := epoch(v.AcceptEpoch())
+			al := v.Accepts()
+			for i := range al.Len() {
+				number(ep, al.At(i).Global, false)
+			}
+		case frame.SeqStatusRequest:
+			epoch(v.StatusEpoch()).statusReqs++
+		case frame.SeqStatusReply:
+			req.statusReplies++
+		case frame.SeqRetransmit:
+			req.retransmitReqs++
+			rl := v.RetransmitRanges()
+			for i := range rl.Len() {
+				rg := rl.At(i)
+				req.retransmitGlobals += int(min(rg.Last-rg.First, maxJump)) + 1
+			}
+		case frame.SeqElection:
+			req.electionFrames++
+			if e := v.Election(); e.Phase == frame.ElectionElected {
+				s.elections = append(s.elections, seqElection{frame: r.N, at: r.Time, epoch: e.Epoch, candidate: e.Candidate, last: e.LastGlobal})
+			}
+		}
+	}
+}
+
+func uidString(u frame.UID) string {
+	return fmt.Sprintf("%d.%d#%d", u.Origin, u.Incarnation, u.Seq)
+}
+
+// check returns the sequencer protocol's violations: bindings, gaps never
+// repaired, cursor violations, implausible jumps.
+func (s *seqAnalysis) check() []Violation {
+	out := append([]Violation(nil), s.violations...)
+	for _, vw := range s.views {
+		for _, g := range vw.gaps {
+			if g.Repaired.IsZero() && !g.Discarded {
+				out = append(out, Violation{Kind: KindGap, Frames: []int{g.OpenFrame},
+					Detail: fmt.Sprintf("at %s: global %d, missing since frame %d, never received by the end of the capture", vw.name, g.Seq, g.OpenFrame)})
+			}
+		}
+		for _, n := range vw.jumps {
+			out = append(out, Violation{Kind: KindImplausible, Frames: []int{n},
+				Detail: fmt.Sprintf("at %s: the global sequence jumps more than %d past %d", vw.name, maxJump, vw.end)})
+		}
+		if vw.cursorViolation != nil {
+			out = append(out, *vw.cursorViolation)
+		}
+	}
+	return out
+}
