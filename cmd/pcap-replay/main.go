@@ -44,9 +44,10 @@ skipped. Frame numbers are the file's, from 1, as Wireshark counts them.
 commands:
   timeline   one decoded line per frame
   summary    per sender: sequence range, gaps and repairs, NACKs,
-             retransmissions, repair latency, estimated loss per receiver
+             retransmissions, repair latency, estimated loss per receiver;
+             for the sequencer: epochs, globals, requests, global gaps
   check      protocol invariants; exit 1 if any is violated
-  simulate   re-run one member's PBP core on the frames it received
+  simulate   re-run one member's PBP or sequencer core on what it received
   inject     send the captured frames onto an interface (CAP_NET_RAW)
 
 Run 'pcap-replay <command> -h' for a command's flags.

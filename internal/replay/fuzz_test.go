@@ -54,8 +54,22 @@ func FuzzRead(f *testing.F) {
 	for i := range few {
 		ptrs[i] = &few[i]
 	}
+	// And a few frames of a total-order group (SeqRequest, SeqData,
+	// SeqAccept).
+	srun := runSeq(f, filepath.Join(f.TempDir(), "seq.pcapng"), 1, 2, 3, 0)
+	sc, err := ReadFile(srun.path, ReadOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var seqFew []Record
+	for i := range sc.Records {
+		if len(seqFew) < 6 && sc.Records[i].Iface == 1 {
+			seqFew = append(seqFew, sc.Records[i])
+		}
+	}
 	for _, seed := range [][]byte{
 		ngBytes(f, c, few),
+		ngBytes(f, sc, seqFew),
 		writePcap(f, ptrs, false),
 		writePcap(f, ptrs[:2], true),
 		{0x0a, 0x0d, 0x0d, 0x0a},

@@ -1,7 +1,8 @@
 // Package replay reads rbcast captures (pcap or pcapng, ours or
 // tcpdump's) and analyses them: a decoded timeline, per-sender gaps and
 // repairs, protocol invariant checks, a deterministic re-run of one
-// member's PBP core on exactly the frames its interface received, and
+// member's core (PBP, or the sequencer's for a total-order group) on
+// exactly the frames its interface received, and
 // re-injection onto a link. cmd/pcap-replay is its command-line face.
 package replay
 
