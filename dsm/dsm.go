@@ -90,7 +90,7 @@ type env interface {
 	kick()
 	// wait blocks until cond, evaluated with n.mu held, holds; or ctx
 	// ends (ctx.Err()), or the node stops (its error).
-	wait(ctx context.Context, cond func() bool) error
+	wait(ctx context.Context, what string, cond func() bool) error
 	// leave leaves the group; called without n.mu once the outbox is
 	// empty.
 	leave() error
@@ -199,7 +199,7 @@ func (n *Node) lockRoom() error {
 			return nil
 		}
 		n.mu.Unlock()
-		err := n.env.wait(context.Background(), func() bool { return n.core.Pending() < n.limit || n.err != nil || n.closed })
+		err := n.env.wait(context.Background(), "writing: outbox full", func() bool { return n.core.Pending() < n.limit || n.err != nil || n.closed })
 		if err != nil {
 			return err
 		}
@@ -288,7 +288,7 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 	known := n.core.Known(key)
 	n.mu.Unlock()
 	if !known {
-		err := n.env.wait(ctx, func() bool { return n.core.Known(key) || n.err != nil || n.closed })
+		err := n.env.wait(ctx, fmt.Sprintf("joining segment %d", key), func() bool { return n.core.Known(key) || n.err != nil || n.closed })
 		if err != nil {
 			return nil, fmt.Errorf("dsm: joining segment %d: waiting for its creator: %w", key, err)
 		}
@@ -327,7 +327,7 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 	}
 	n.unlock()
 	var passErr error
-	err := n.env.wait(ctx, func() bool {
+	err := n.env.wait(ctx, fmt.Sprintf("at barrier %d", id), func() bool {
 		ok, err := n.core.BarrierPassed()
 		if err != nil {
 			passErr = err
@@ -370,7 +370,7 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 	if err != nil {
 		return err
 	}
-	err = n.env.wait(ctx, func() bool { return n.core.Holding(int32(id)) || n.err != nil })
+	err = n.env.wait(ctx, fmt.Sprintf("acquiring lock %d", id), func() bool { return n.core.Holding(int32(id)) || n.err != nil })
 	n.mu.Lock()
 	defer n.unlock()
 	if err != nil {
@@ -417,7 +417,7 @@ func (n *Node) Exit() error {
 	n.core.ReleaseAll()
 	n.core.FlushAll()
 	n.unlock()
-	err := n.env.wait(context.Background(), func() bool { return n.core.Pending() == 0 || n.err != nil })
+	err := n.env.wait(context.Background(), "exiting: sending", func() bool { return n.core.Pending() == 0 || n.err != nil })
 	if lerr := n.env.leave(); err == nil {
 		err = lerr
 	}

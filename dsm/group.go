@@ -41,7 +41,7 @@ func (e *groupEnv) signal() {
 	}
 }
 
-func (e *groupEnv) wait(ctx context.Context, cond func() bool) error {
+func (e *groupEnv) wait(ctx context.Context, _ string, cond func() bool) error {
 	n := e.n
 	n.mu.Lock()
 	defer n.mu.Unlock()

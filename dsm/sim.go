@@ -173,7 +173,7 @@ type simMember struct {
 	resume chan bool // the baton; false: the run is aborted
 	// cond is what the parked program waits for (nil: runnable).
 	cond    func() bool
-	started bool
+	what    string // what it waits for, for reports
 	done    bool
 	aborted bool
 	left    bool // SelfLeft seen
@@ -188,7 +188,7 @@ var ErrAborted = errAborted
 
 func (m *simMember) kick() {}
 
-func (m *simMember) wait(ctx context.Context, cond func() bool) error {
+func (m *simMember) wait(ctx context.Context, what string, cond func() bool) error {
 	n := m.n
 	for {
 		if m.aborted {
@@ -207,7 +207,7 @@ func (m *simMember) wait(ctx context.Context, cond func() bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m.cond = cond
+		m.cond, m.what = cond, what
 		m.sim.yielded <- struct{}{}
 		if !<-m.resume {
 			m.aborted = true
@@ -222,7 +222,7 @@ func (m *simMember) leave() error {
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
-	return m.wait(context.Background(), func() bool { return m.left })
+	return m.wait(context.Background(), "exiting: leaving the group", func() bool { return m.left })
 }
 
 func (m *simMember) groupStats() reliable.Stats { return m.drv.Stats() }
@@ -338,15 +338,9 @@ func (s *simulation) abort(deadline time.Time) error {
 			continue
 		}
 		m.n.mu.Lock()
-		where := "running"
+		where := m.what
 		if id, in := m.n.core.InBarrier(); in {
 			where = fmt.Sprintf("at barrier %d waiting for members %v", id, m.n.core.Waiting())
-		} else if m.n.core.Requesting() {
-			where = "waiting for a lock"
-		} else if m.n.closed {
-			where = "exiting"
-		} else if m.n.core.Pending() > 0 {
-			where = fmt.Sprintf("with %d messages to send", m.n.core.Pending())
 		}
 		m.n.mu.Unlock()
 		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, where))
