@@ -48,3 +48,57 @@ func TestSimulateDeadlock(t *testing.T) {
 		t.Fatalf("error %v, want a deadlock report naming rank 1", err)
 	}
 }
+
+// A Lock whose context ends gives up: the request, already broadcast, is
+// released as soon as it is granted, and the lock is free afterwards.
+func TestLockCancelled(t *testing.T) {
+	bg := context.Background()
+	cancelled, cancel := context.WithCancel(bg)
+	cancel()
+	_, err := Simulate(SimConfig{Members: 3, Seed: 2, In: lossy}, func(n *Node) error {
+		switch n.Rank() {
+		case 0:
+			if err := n.Lock(bg, 1); err != nil {
+				return err
+			}
+			if err := n.Barrier(bg, 1); err != nil {
+				return err
+			}
+			if err := n.Barrier(bg, 2); err != nil {
+				return err
+			}
+			if err := n.Unlock(1); err != nil {
+				return err
+			}
+		case 1:
+			if err := n.Barrier(bg, 1); err != nil {
+				return err
+			}
+			if err := n.Lock(cancelled, 1); !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("lock with a cancelled context: %v", err)
+			}
+			if err := n.Barrier(bg, 2); err != nil {
+				return err
+			}
+		default:
+			if err := n.Barrier(bg, 1); err != nil {
+				return err
+			}
+			if err := n.Barrier(bg, 2); err != nil {
+				return err
+			}
+		}
+		// Rank 0's release (and so the grant and release of rank 1's
+		// abandoned request) precede its barrier message.
+		if err := n.Barrier(bg, 3); err != nil {
+			return err
+		}
+		if err := n.Lock(bg, 1); err != nil {
+			return fmt.Errorf("lock after an abandoned request: %v", err)
+		}
+		return n.Unlock(1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -251,5 +252,52 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(1000, write); a != 0 {
 		t.Errorf("a buffered write: %.2f allocations", a)
+	}
+}
+
+// BenchmarkApply: applying a full update message of 8-byte locations (one
+// record of 180 consecutive locations, as a bulk or a run of writes
+// makes) and of scattered ones (100 records of one location).
+func BenchmarkApply(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		records int
+		count   int
+	}{{"run", 1, 180}, {"scattered", 100, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := newCore(b, 2, 1456, false)
+			r.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 1000, LocationSize: 8}, true))
+			msg := AppendUpdateHeader(nil, TypeUpdate, 1, 8)
+			for i := range c.records {
+				msg = AppendRecord(msg, i*3, c.count, make([]byte, 8*c.count))
+			}
+			b.SetBytes(int64(8 * c.records * c.count))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Receive(1, msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWrite: one buffered 8-byte write, consecutive or scattered.
+func BenchmarkWrite(b *testing.B) {
+	for _, stride := range []int{1, 7} {
+		b.Run(fmt.Sprintf("stride%d", stride), func(b *testing.B) {
+			c := newCore(b, 1, 1456, false)
+			s, _ := c.Create(1, Geometry{Locations: 1 << 16, LocationSize: 8})
+			v := make([]byte, 8)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				c.Write(s, (i*stride)&(1<<16-1), v)
+				i++
+				for c.Pending() > 0 {
+					c.Sent()
+				}
+			}
+		})
 	}
 }
