@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,15 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
 		os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case os.Getenv("RBCASTD_TEST_GET") != "":
+		// Fetch a URL (run inside a namespace, for -metrics).
+		resp, err := http.Get(os.Getenv("RBCASTD_TEST_GET"))
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		io.Copy(os.Stdout, resp.Body)
+		os.Exit(0)
 	case os.Getenv("RBCASTD_TEST_LISTEN") != "":
 		if _, err := daemon.Listen(os.Getenv("RBCASTD_TEST_LISTEN"), 0o600); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")

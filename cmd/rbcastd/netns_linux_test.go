@@ -1,0 +1,570 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// The "Done when" of the rbcastd issue, on real namespaces: four daemons
+// under per-member nftables loss, driven through the command line exactly
+// as an operator would (this test binary re-runs itself as rbcastd).
+
+// netLoss is each host's inbound loss: clean, 20% random, 10% in bursts
+// of 4, clean.
+var netLoss = []netns.Loss{
+	{},
+	{Percent: 20, EtherType: frame.EtherType},
+	{Percent: 10, BurstLen: 4, EtherType: frame.EtherType},
+	{},
+}
+
+// cluster is one group of daemons on a topology.
+type cluster struct {
+	t       *testing.T
+	topo    *netns.Topology
+	dir     string
+	group   int
+	daemons []*exec.Cmd
+	logs    []*bytes.Buffer
+	exited  []chan error
+	ids     []int // member id of each host's daemon
+}
+
+// rbcastdCmd runs this test binary as rbcastd inside host h's namespace.
+func rbcastdCmd(ctx context.Context, h *netns.Host, args ...string) *exec.Cmd {
+	cmd := h.Command(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
+	return cmd
+}
+
+func (c *cluster) socket(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("g%d-h%d.sock", c.group, i))
+}
+
+// start runs one daemon per host (host 0 the registration server) with
+// extra flags, and waits until every one reports the group started.
+func startCluster(t *testing.T, topo *netns.Topology, group int, extra func(i int) []string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
+	for i, h := range topo.Hosts {
+		args := []string{"run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", fmt.Sprint(len(topo.Hosts)),
+			"-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn"}
+		if i == 0 {
+			args = append(args, "-node", "0")
+		}
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
+		cmd := rbcastdCmd(context.Background(), h, args...)
+		log := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		c.daemons, c.logs, c.exited = append(c.daemons, cmd), append(c.logs, log), append(c.exited, done)
+		t.Cleanup(func() {
+			select {
+			case <-done:
+			default:
+				cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("daemon on host %d (group %d) logged:\n%s", i, group, log)
+			}
+		})
+	}
+	for i := range topo.Hosts {
+		var st daemon.Status
+		if i == 0 {
+			st = c.statusCLI(i, "-wait-ready", "20s")
+		} else {
+			s, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second)
+			if err != nil {
+				t.Fatalf("host %d: %v", i, err)
+			}
+			st = *s
+		}
+		c.ids = append(c.ids, st.Self)
+	}
+	return c
+}
+
+// cli runs an rbcastd client command in host i's namespace.
+func (c *cluster) cli(ctx context.Context, i int, args ...string) *exec.Cmd {
+	return rbcastdCmd(ctx, c.topo.Hosts[i], append([]string{args[0], "-socket", c.socket(i)}, args[1:]...)...)
+}
+
+// status asks host i's daemon for its status, in this process: a Unix
+// socket path is reachable from any network namespace, and a status
+// process per poll would cost a second under -race.
+func (c *cluster) status(i int) daemon.Status {
+	c.t.Helper()
+	st, err := status(&socketFlags{socket: c.socket(i)}, 0)
+	if err != nil {
+		c.t.Fatalf("status of host %d: %v", i, err)
+	}
+	return *st
+}
+
+// statusCLI is `rbcastd status -json ARGS` in host i's namespace.
+func (c *cluster) statusCLI(i int, args ...string) daemon.Status {
+	c.t.Helper()
+	out, err := c.cli(c.t.Context(), i, append([]string{"status", "-json"}, args...)...).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("status on host %d: %v\n%s", i, err, out)
+	}
+	var st daemon.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		c.t.Fatalf("status -json on host %d: %v\n%s", i, err, out)
+	}
+	return st
+}
+
+// run runs a client command and returns its error with its output.
+func run(cmd *exec.Cmd) error {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %w\n%s", cmd.Args, err, out.String())
+	}
+	return nil
+}
+
+func randomFile(t *testing.T, path string, seed uint64, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	var key [32]byte
+	key[0] = byte(seed)
+	rand.NewChaCha8(key).Read(b)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func setLoss(t *testing.T, topo *netns.Topology) {
+	t.Helper()
+	for i, l := range netLoss {
+		if err := topo.Hosts[i].SetLoss(netns.In, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+const perSender = 3 << 20
+
+// Every member sends a 3 MB file while every member receives every other
+// member's stream with recv -from ID -format raw; the files must be
+// byte-identical. Then status, metrics, capture, privileges, and a clean
+// leave by SIGTERM.
+func TestNetnsAllToAll(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 4})
+	setLoss(t, topo)
+	// Host 0 serves metrics on its own loopback; host 3 captures.
+	if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v %s", err, out)
+	}
+	capFile := filepath.Join(t.TempDir(), "h3.pcapng")
+	t0 := time.Now()
+	phase := func(name string) { t.Logf("%-28s at %v", name, time.Since(t0).Round(time.Millisecond)) }
+	defer phase("end")
+	c := startCluster(t, topo, 11, func(i int) []string {
+		switch i {
+		case 0:
+			return []string{"-metrics", "127.0.0.1:9464"}
+		case 3:
+			return []string{"-capture", capFile}
+		}
+		return nil
+	})
+	n := len(topo.Hosts)
+	files := make([][]byte, n)
+	for i := range n {
+		files[i] = randomFile(t, filepath.Join(c.dir, fmt.Sprintf("in%d", i)), uint64(i), perSender)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n*n)
+	// Receivers first: each subscribes before any sender starts.
+	var recvs []*exec.Cmd
+	for i := range n {
+		for j := range n {
+			if i == j {
+				continue
+			}
+			out := filepath.Join(c.dir, fmt.Sprintf("out%d-from%d", i, j))
+			cmd := c.cli(ctx, i, "recv", "-from", fmt.Sprint(c.ids[j]), "-format", "raw", "-bytes", fmt.Sprint(perSender), "-o", out)
+			var o bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &o, &o
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			recvs = append(recvs, cmd)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := cmd.Wait(); err != nil {
+					errs <- fmt.Errorf("recv at host %d from host %d: %w\n%s", i, j, err, o.String())
+				}
+			}()
+		}
+	}
+	phase("cluster up, files written")
+	waitSubscribers(t, c, n-1)
+	phase("receivers subscribed")
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(c.cli(ctx, i, "send", filepath.Join(c.dir, fmt.Sprintf("in%d", i)))); err != nil {
+				errs <- fmt.Errorf("send at host %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	for i := range n {
+		for j := range n {
+			if i == j {
+				continue
+			}
+			got, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("out%d-from%d", i, j)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(files[j]) {
+				t.Errorf("host %d's copy of host %d's stream: %d bytes, SHA-256 differs from the %d sent", i, j, len(got), len(files[j]))
+			}
+		}
+	}
+	t.Logf("4 senders x %d MB, all-to-all under 20%%/bursty loss: %v (%.1f MB/s delivered per receiver)",
+		perSender>>20, elapsed.Round(time.Millisecond), float64(3*perSender)/elapsed.Seconds()/1e6)
+
+	phase("streams compared")
+	// Status: every member alive everywhere; the lossy hosts repaired.
+	for i := range n {
+		st := c.status(i)
+		for _, m := range st.Members {
+			if m.State != daemon.StateAlive {
+				t.Errorf("host %d sees member %d %s", i, m.ID, m.State)
+			}
+		}
+		if i == 1 && st.NacksSent == 0 {
+			t.Errorf("host 1 (20%% loss) sent no NACK: %+v", st)
+		}
+	}
+	// Metrics in Prometheus text format.
+	get := topo.Hosts[0].Command(t.Context(), os.Args[0])
+	get.Env = append(os.Environ(), "RBCASTD_TEST_GET=http://127.0.0.1:9464/metrics")
+	body, err := get.Output()
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	for _, want := range []string{"# TYPE rbcastd_delivered_messages_total counter", `rbcastd_ready{group="11"} 1`,
+		fmt.Sprintf(`rbcastd_member_delivered_bytes_total{group="11",member="%d"} %d`, c.ids[1], perSender)} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	// Privileges: none left in the running daemons.
+	for i, d := range c.daemons {
+		if eff := capEff(t, d.Process.Pid); eff != 0 {
+			t.Errorf("daemon on host %d still has capabilities %#x", i, eff)
+		}
+	}
+	phase("status, metrics, caps")
+	// SIGTERM: a clean leave, exit 0.
+	for i := range n {
+		c.daemons[i].Process.Signal(syscall.SIGTERM)
+	}
+	for i := range n {
+		select {
+		case err := <-c.exited[i]:
+			c.exited[i] <- err
+			if err != nil {
+				t.Errorf("daemon on host %d after SIGTERM: %v\n%s", i, err, c.logs[i])
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("daemon on host %d did not leave after SIGTERM", i)
+		}
+	}
+	phase("left by SIGTERM")
+	if fi, err := os.Stat(capFile); err != nil || fi.Size() < perSender {
+		t.Errorf("capture file: %v (%d bytes; want at least one stream's worth)", err, sizeOf(fi))
+	}
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// waitSubscribers waits until each daemon of hosts (nil: all) has k
+// subscribers.
+func waitSubscribers(t *testing.T, c *cluster, k int, hosts ...int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	if hosts == nil {
+		for i := range c.topo.Hosts {
+			hosts = append(hosts, i)
+		}
+	}
+	for _, i := range hosts {
+		for c.status(i).Subscribers < k {
+			if time.Now().After(deadline) {
+				t.Fatalf("host %d: receivers did not subscribe", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// capEff is a process's effective capability set (/proc/PID/status).
+func capEff(t *testing.T, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon is ip-netns-exec's child: exec replaces it, same pid.
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			var eff uint64
+			fmt.Sscanf(strings.TrimSpace(v), "%x", &eff)
+			return eff
+		}
+	}
+	t.Fatalf("no CapEff in /proc/%d/status", pid)
+	return 0
+}
+
+// -order total -format lines: every member's log of every message, its
+// own included, is the same.
+func TestNetnsTotalOrderLines(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 4})
+	setLoss(t, topo)
+	// Refused configurations fail fast; probe before building the test.
+	probe := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-i", "eth0", "-group", "12", "-members", "1", "-node", "0",
+		"-order", "total", "-socket", filepath.Join(t.TempDir(), "probe.sock"), "-join-timeout", "2s")
+	if out, err := probe.CombinedOutput(); err != nil && strings.Contains(string(out), "does not support yet") {
+		t.Skipf("the runtime does not support -order total yet: %s", out)
+	}
+	c := startCluster(t, topo, 13, func(int) []string { return []string{"-order", "total"} })
+	const lines = 3000
+	n := len(topo.Hosts)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		out := filepath.Join(c.dir, fmt.Sprintf("log%d", i))
+		cmd := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(n*lines), "-o", out)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cmd.Wait(); err != nil {
+				errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
+			}
+		}()
+	}
+	waitSubscribers(t, c, 1)
+	for i := range n {
+		var in bytes.Buffer
+		for k := range lines {
+			fmt.Fprintf(&in, "host %d line %d %s\n", i, k, strings.Repeat("x", k%200))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := c.cli(ctx, i, "send", "-lines")
+			cmd.Stdin = &in
+			if err := run(cmd); err != nil {
+				errs <- fmt.Errorf("send at host %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	var first []byte
+	for i := range n {
+		b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("log%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Count(b, []byte("\n")); got != n*lines {
+			t.Fatalf("host %d logged %d lines, want %d", i, got, n*lines)
+		}
+		if i == 0 {
+			first = b
+			continue
+		}
+		if !bytes.Equal(b, first) {
+			t.Errorf("host %d's log differs from host 0's", i)
+		}
+	}
+	// Each line names its sender as the member whose host sent it.
+	for _, line := range strings.SplitN(string(first), "\n", 50)[:49] {
+		id, payload, _ := strings.Cut(line, "\t")
+		var host, k int
+		fmt.Sscanf(payload, "host %d line %d", &host, &k)
+		if id != fmt.Sprint(c.ids[host]) {
+			t.Fatalf("line %q: sender %s, but host %d is member %d", line, id, host, c.ids[host])
+		}
+	}
+}
+
+// kill -9 of one daemon mid-stream: the others keep delivering, and show
+// it dead within the failure timeout (1s, plus the time status takes).
+func TestNetnsKill9(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 4})
+	setLoss(t, topo)
+	c := startCluster(t, topo, 14, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	data := randomFile(t, filepath.Join(c.dir, "in0"), 7, perSender)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, i := range []int{1, 2} {
+		out := filepath.Join(c.dir, fmt.Sprintf("out%d", i))
+		cmd := c.cli(ctx, i, "recv", "-from", fmt.Sprint(c.ids[0]), "-bytes", fmt.Sprint(perSender), "-o", out)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cmd.Wait(); err != nil {
+				errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
+			}
+		}()
+	}
+	waitSubscribers(t, c, 1, 1, 2)
+	// Host 3 streams without end; kill its daemon once it is under way.
+	victimSend := c.cli(ctx, 3, "send")
+	victimSend.Stdin = endless{}
+	if err := victimSend.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer victimSend.Wait()
+	for c.status(1).Members[c.ids[3]].Delivered < 500 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.daemons[3].Process.Kill()
+	killed := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := run(c.cli(ctx, 0, "send", filepath.Join(c.dir, "in0"))); err != nil {
+			errs <- fmt.Errorf("send at host 0 after the kill: %w", err)
+		}
+	}()
+	victim := c.ids[3]
+	var shown time.Duration
+	for _, i := range []int{0, 1, 2} {
+		for {
+			asked := time.Since(killed)
+			st := c.status(i)
+			if m := st.Members[victim]; m.State == daemon.StateDead {
+				shown = max(shown, asked)
+				if m.Reason != "failed" {
+					t.Errorf("host %d: member %d dead (%s), want failed", i, victim, m.Reason)
+				}
+				break
+			}
+			if time.Since(killed) > 3*time.Second {
+				t.Fatalf("host %d: member %d still %s %v after kill -9 (failure timeout 1s)", i, victim, st.Members[victim].State, time.Since(killed))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("member %d shown dead by a status asked %v after kill -9 at the latest of the three others (failure timeout 1s)", victim, shown.Round(time.Millisecond))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, i := range []int{1, 2} {
+		got, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("out%d", i)))
+		if sha256.Sum256(got) != sha256.Sum256(data) {
+			t.Errorf("host %d: %d bytes from host 0 after the kill, SHA-256 differs", i, len(got))
+		}
+	}
+	if err := victimSend.Wait(); err == nil {
+		t.Errorf("send at the killed daemon's host exited 0")
+	}
+}
+
+// endless is an input that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return len(p), nil
+}
+
+// Interface errors: unknown, and down.
+func TestNetnsInterfaceErrors(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 1})
+	h := topo.Hosts[0]
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	out, err := rbcastdCmd(t.Context(), h, "run", "-i", "nosuch0", "-group", "1", "-members", "1", "-socket", sock).CombinedOutput()
+	if want := `interface "nosuch0": no such network interface`; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("unknown interface: %v, %q; want %q", err, out, want)
+	}
+	if o, err := exec.Command("ip", "-n", h.Namespace, "link", "set", "eth0", "down").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, o)
+	}
+	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "1", "-socket", sock).CombinedOutput()
+	if want := `interface "eth0" is down (bring it up with ` + "`ip link set eth0 up`)"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("down interface: %v, %q; want %q", err, out, want)
+	}
+}
