@@ -80,6 +80,72 @@ type Node struct {
 	limit  int
 	closed bool  // Exit was called
 	err    error // why the node stopped working, once it has
+	// barrierErr is the error of the barrier just crossed (ids differ).
+	barrierErr error
+	// left: the member's leave is done (simulator only).
+	left bool
+}
+
+// waitFor is what a blocked call waits for: a value, so that waiting
+// allocates nothing.
+type waitFor struct {
+	kind waitKind
+	id   int64 // segment key, barrier id, lock id
+}
+
+type waitKind uint8
+
+const (
+	waitRoom    waitKind = iota + 1 // the outbox is below its limit
+	waitSegment                     // segment id has been announced
+	waitBarrier                     // the current barrier is crossed
+	waitLock                        // lock id is held
+	waitDrained                     // the outbox is empty
+	waitLeft                        // the leave is done
+)
+
+func (w waitFor) String() string {
+	switch w.kind {
+	case waitRoom:
+		return "writing (outbox full)"
+	case waitSegment:
+		return fmt.Sprintf("joining segment %d", w.id)
+	case waitBarrier:
+		return fmt.Sprintf("at barrier %d", w.id)
+	case waitLock:
+		return fmt.Sprintf("acquiring lock %d", w.id)
+	case waitDrained:
+		return "exiting (sending)"
+	case waitLeft:
+		return "exiting (leaving the group)"
+	}
+	return "waiting"
+}
+
+// ready reports whether w holds, or the node stopped (with n.mu held).
+func (n *Node) ready(w waitFor) bool {
+	if n.err != nil {
+		return true
+	}
+	switch w.kind {
+	case waitRoom:
+		return n.closed || n.core.Pending() < n.limit
+	case waitSegment:
+		return n.closed || n.core.Known(uint32(w.id))
+	case waitBarrier:
+		ok, err := n.core.BarrierPassed()
+		if err != nil {
+			n.barrierErr = err
+		}
+		return ok
+	case waitLock:
+		return n.core.Holding(int32(w.id))
+	case waitDrained:
+		return n.core.Pending() == 0
+	case waitLeft:
+		return n.left
+	}
+	return true
 }
 
 // env is what a Node runs on: the live group (groupEnv) or the simulator
@@ -90,7 +156,7 @@ type env interface {
 	kick()
 	// wait blocks until cond, evaluated with n.mu held, holds; or ctx
 	// ends (ctx.Err()), or the node stops (its error).
-	wait(ctx context.Context, what string, cond func() bool) error
+	wait(ctx context.Context, w waitFor) error
 	// leave leaves the group; called without n.mu once the outbox is
 	// empty.
 	leave() error
@@ -199,7 +265,7 @@ func (n *Node) lockRoom() error {
 			return nil
 		}
 		n.mu.Unlock()
-		err := n.env.wait(context.Background(), "writing: outbox full", func() bool { return n.core.Pending() < n.limit || n.err != nil || n.closed })
+		err := n.env.wait(context.Background(), waitFor{kind: waitRoom})
 		if err != nil {
 			return err
 		}
@@ -288,7 +354,7 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 	known := n.core.Known(key)
 	n.mu.Unlock()
 	if !known {
-		err := n.env.wait(ctx, fmt.Sprintf("joining segment %d", key), func() bool { return n.core.Known(key) || n.err != nil || n.closed })
+		err := n.env.wait(ctx, waitFor{kind: waitSegment, id: int64(key)})
 		if err != nil {
 			return nil, fmt.Errorf("dsm: joining segment %d: waiting for its creator: %w", key, err)
 		}
@@ -326,29 +392,20 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 		}
 	}
 	n.unlock()
-	var passErr error
-	err := n.env.wait(ctx, fmt.Sprintf("at barrier %d", id), func() bool {
-		ok, err := n.core.BarrierPassed()
-		if err != nil {
-			passErr = err
-		}
-		return ok || n.err != nil
-	})
+	err := n.env.wait(ctx, waitFor{kind: waitBarrier, id: int64(id)})
 	if err != nil {
 		n.mu.Lock()
 		waiting := n.core.Waiting()
 		n.mu.Unlock()
 		return fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
 	}
-	if passErr != nil {
-		return passErr
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.err != nil {
-		return n.err
+	if err := n.barrierErr; err != nil {
+		n.barrierErr = nil
+		return err
 	}
-	return nil
+	return n.err
 }
 
 // Lock acquires lock id (dsm_lock_acquire) by Ricart–Agrawala over
@@ -370,7 +427,7 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 	if err != nil {
 		return err
 	}
-	err = n.env.wait(ctx, fmt.Sprintf("acquiring lock %d", id), func() bool { return n.core.Holding(int32(id)) || n.err != nil })
+	err = n.env.wait(ctx, waitFor{kind: waitLock, id: int64(id)})
 	n.mu.Lock()
 	defer n.unlock()
 	if err != nil {
@@ -417,7 +474,7 @@ func (n *Node) Exit() error {
 	n.core.ReleaseAll()
 	n.core.FlushAll()
 	n.unlock()
-	err := n.env.wait(context.Background(), "exiting: sending", func() bool { return n.core.Pending() == 0 || n.err != nil })
+	err := n.env.wait(context.Background(), waitFor{kind: waitDrained})
 	if lerr := n.env.leave(); err == nil {
 		err = lerr
 	}

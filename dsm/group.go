@@ -41,11 +41,11 @@ func (e *groupEnv) signal() {
 	}
 }
 
-func (e *groupEnv) wait(ctx context.Context, _ string, cond func() bool) error {
+func (e *groupEnv) wait(ctx context.Context, w waitFor) error {
 	n := e.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for !cond() {
+	for !n.ready(w) {
 		if n.err != nil {
 			return n.err
 		}
@@ -66,7 +66,7 @@ func (e *groupEnv) wait(ctx context.Context, _ string, cond func() bool) error {
 		n.mu.Lock()
 		e.waiters--
 		if err != nil {
-			if cond() {
+			if n.ready(w) {
 				return nil
 			}
 			return err

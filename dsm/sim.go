@@ -116,7 +116,9 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 		gcfg.Deliver = n.deliver
 		gcfg.OnEvent = func(ev reliable.Event) {
 			if ev.Kind == reliable.SelfLeft {
-				m.left = true
+				n.mu.Lock()
+				n.left = true
+				n.mu.Unlock()
 			}
 			n.event(ev)
 		}
@@ -171,12 +173,11 @@ type simMember struct {
 	n      *Node
 	drv    *reliable.Driver
 	resume chan bool // the baton; false: the run is aborted
-	// cond is what the parked program waits for (nil: runnable).
-	cond    func() bool
-	what    string // what it waits for, for reports
+	// waiting is what the parked program waits for, if blocked.
+	waiting waitFor
+	blocked bool
 	done    bool
 	aborted bool
-	left    bool // SelfLeft seen
 	err     error
 }
 
@@ -188,17 +189,17 @@ var ErrAborted = errAborted
 
 func (m *simMember) kick() {}
 
-func (m *simMember) wait(ctx context.Context, what string, cond func() bool) error {
+func (m *simMember) wait(ctx context.Context, w waitFor) error {
 	n := m.n
 	for {
 		if m.aborted {
 			return errAborted
 		}
 		n.mu.Lock()
-		ok := cond()
+		ok := n.ready(w)
 		err := n.err
 		n.mu.Unlock()
-		if ok {
+		if ok && err == nil {
 			return nil
 		}
 		if err != nil {
@@ -207,7 +208,7 @@ func (m *simMember) wait(ctx context.Context, what string, cond func() bool) err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m.cond, m.what = cond, what
+		m.waiting, m.blocked = w, true
 		m.sim.yielded <- struct{}{}
 		if !<-m.resume {
 			m.aborted = true
@@ -222,7 +223,7 @@ func (m *simMember) leave() error {
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
-	return m.wait(context.Background(), "exiting: leaving the group", func() bool { return m.left })
+	return m.wait(context.Background(), waitFor{kind: waitLeft})
 }
 
 func (m *simMember) groupStats() reliable.Stats { return m.drv.Stats() }
@@ -258,11 +259,11 @@ func (m *simMember) runnable() bool {
 	if m.done {
 		return false
 	}
-	if m.cond == nil {
+	if !m.blocked {
 		return true
 	}
 	m.n.mu.Lock()
-	ok := m.cond() || m.n.err != nil
+	ok := m.n.ready(m.waiting)
 	m.n.mu.Unlock()
 	return ok
 }
@@ -311,7 +312,7 @@ func (s *simulation) run(program func(*Node) error, deadline time.Time) error {
 				continue
 			}
 			done = false
-			m.cond = nil
+			m.blocked = false
 			m.resume <- true
 			<-s.yielded
 			ran = true
@@ -338,7 +339,7 @@ func (s *simulation) abort(deadline time.Time) error {
 			continue
 		}
 		m.n.mu.Lock()
-		where := m.what
+		where := m.waiting.String()
 		if id, in := m.n.core.InBarrier(); in {
 			where = fmt.Sprintf("at barrier %d waiting for members %v", id, m.n.core.Waiting())
 		}

@@ -128,8 +128,10 @@ type Core struct {
 	peers    []*peer // sorted by id, Self excluded
 	segs     map[uint32]*Segment
 
-	out  [][]byte // outbox, oldest first
+	out  [][]byte // outbox: out[head:], oldest first
+	head int
 	free [][]byte
+	keys []uint32 // the segments' keys in order, for flushing
 
 	// Barrier: barriers entered by Self; waiting while in one.
 	barriers  uint32
@@ -215,25 +217,28 @@ func (c *Core) queue(b []byte) {
 }
 
 // Pending is the number of messages in the outbox.
-func (c *Core) Pending() int { return len(c.out) }
+func (c *Core) Pending() int { return len(c.out) - c.head }
 
 // Next returns the oldest message of the outbox without removing it.
 func (c *Core) Next() ([]byte, bool) {
-	if len(c.out) == 0 {
+	if c.head == len(c.out) {
 		return nil, false
 	}
-	return c.out[0], true
+	return c.out[c.head], true
 }
 
 // Sent removes the oldest message from the outbox once it has been handed
 // to the reliable layer (which copies it); its buffer is reused.
 func (c *Core) Sent() {
-	if len(c.out) == 0 {
+	if c.head == len(c.out) {
 		return
 	}
-	b := c.out[0]
-	c.out[0] = nil
-	c.out = c.out[1:]
+	b := c.out[c.head]
+	c.out[c.head] = nil
+	c.head++
+	if c.head == len(c.out) {
+		c.out, c.head = c.out[:0], 0
+	}
 	if cap(b) == c.max && len(c.free) < 64 {
 		c.free = append(c.free, b)
 	}
@@ -245,19 +250,17 @@ func Unreliable(msg []byte) bool { return len(msg) > 1 && Type(msg[1]) == TypeUn
 // FlushAll queues every segment's buffered writes (before any
 // synchronisation message, and at exit).
 func (c *Core) FlushAll() {
-	for _, key := range c.keys() {
+	for _, key := range c.keys {
 		c.segs[key].flush(c)
 	}
 }
 
-// keys lists the segments in key order, so flushing is deterministic.
-func (c *Core) keys() []uint32 {
-	keys := make([]uint32, 0, len(c.segs))
-	for k := range c.segs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+// addSegment records a new segment; keys stay sorted so that flushing
+// is deterministic.
+func (c *Core) addSegment(s *Segment) {
+	c.segs[s.key] = s
+	i, _ := slices.BinarySearch(c.keys, s.key)
+	c.keys = slices.Insert(c.keys, i, s.key)
 }
 
 // Receive handles one message delivered by the reliable layer from a peer:
@@ -274,6 +277,11 @@ func (c *Core) Receive(from frame.MemberID, msg []byte) error {
 }
 
 func (c *Core) receive(from frame.MemberID, msg []byte) error {
+	if from == c.self {
+		// A totally ordered group delivers this member's own messages
+		// too; their effect is already here.
+		return nil
+	}
 	p := c.peer(from)
 	if p == nil {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
@@ -577,7 +585,7 @@ func (c *Core) Create(key uint32, g Geometry) (*Segment, error) {
 	}
 	s := c.newSegment(key, g)
 	s.creator, s.announce, s.attached = c.self, c.self, true
-	c.segs[key] = s
+	c.addSegment(s)
 	c.queue(AppendSegment(c.buffer(), key, g, true))
 	return s, nil
 }
@@ -640,7 +648,7 @@ func (c *Core) receiveSegment(from frame.MemberID, m *Message) error {
 		if m.Create {
 			s.creator = from
 		}
-		c.segs[m.Key] = s
+		c.addSegment(s)
 		return nil
 	}
 	if s.removed {
