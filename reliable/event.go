@@ -34,6 +34,10 @@ const (
 	// was cut off, or believed dead) and halted; the group stops with an
 	// error. Reason says which.
 	SelfRemoved
+	// MemberReturned (Total, at the sequencer): a member removed as
+	// failed was heard again while everything it lacks was still in the
+	// history; it is a member again.
+	MemberReturned
 )
 
 func (k EventKind) String() string {
@@ -52,6 +56,8 @@ func (k EventKind) String() string {
 		return "sequencer changed"
 	case SelfRemoved:
 		return "self removed"
+	case MemberReturned:
+		return "returned"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -118,6 +124,8 @@ func totalEvent(ev seq.Event, at time.Time) Event {
 		k = MemberLeft
 	case seq.SelfLeft:
 		k = SelfLeft
+	case seq.MemberReturned:
+		k = MemberReturned
 	}
 	return Event{Kind: k, Member: ev.Member, At: at, Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason}
 }

@@ -81,6 +81,10 @@ const (
 	MemberLeft
 	// SelfLeft: this member sent its Leave; the core is finished.
 	SelfLeft
+	// MemberReturned (at the sequencer): a member removed as failed was
+	// heard again, and every global it lacks is still in the history; it
+	// is a member again.
+	MemberReturned
 )
 
 func (k EventKind) String() string {
@@ -97,6 +101,8 @@ func (k EventKind) String() string {
 		return "member left"
 	case SelfLeft:
 		return "self left"
+	case MemberReturned:
+		return "member returned"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -170,7 +176,9 @@ type Stats struct {
 	Elections     uint64 // elections this member took part in (epochs voted in)
 	MembersFailed uint64
 	MembersLeft   uint64
-	LeavesSent    uint64
+	// MembersReturned: removed members taken back (see MemberReturned).
+	MembersReturned uint64
+	LeavesSent      uint64
 
 	Epoch       uint32
 	Sequencer   frame.MemberID

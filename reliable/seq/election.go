@@ -178,6 +178,12 @@ func (c *Core) tryComplete() {
 		if votes < c.quorum() {
 			return // a minority: the other side may be electing
 		}
+		if int(last-(c.next-1)) > c.cfg.History {
+			// Only a member the sequencer had removed falls this far
+			// behind; what it lacks is gone from every history.
+			c.halt(c.electEpoch, last, fmt.Sprintf("candidate of epoch %d, but the agreed end %d is more than the history (%d) beyond what we delivered (up to %d)", c.electEpoch, last, c.cfg.History, c.next-1))
+			return
+		}
 		c.agreed, c.agreedSet = last, true
 		// What we hold beyond a gap past the agreed end is not part of
 		// it: the fetch must not drain into it.
@@ -330,6 +336,9 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 	c.discardBeyond(last)
 	c.knownEnd = c.next
 	c.learnEnd(last+1, false)
+	if c.role == halted {
+		return // too far behind the agreed end to catch up
+	}
 	if c.next != c.knownEnd && c.repairAt == 0 {
 		// Accepts from before the election still wait for payloads.
 		c.repairAt = c.now.Add(c.cfg.NackTimeout)

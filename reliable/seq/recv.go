@@ -53,8 +53,10 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		c.stats.UnhandledTypes++
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 	}
-	if c.role == sequencer && !m.live && (t == frame.SeqRequest || t == frame.SeqStatusReply || t == frame.SeqRetransmit) {
+	if c.role == sequencer && !m.live && !m.gone && (t == frame.SeqRequest || t == frame.SeqStatusReply || t == frame.SeqRetransmit) &&
+		!(t == frame.SeqStatusReply && v.StatusEpoch() == c.epoch && c.readmit(m, v.StatusDelivered()+1)) {
 		c.stats.FromRemoved++
+		c.tellRemoved(m)
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
 	m.lastHeard = c.now
@@ -411,6 +413,14 @@ func (c *Core) stepRetransmit(m *member, v frame.View) {
 // flush.
 func (c *Core) learnEnd(end uint32, arriving bool) {
 	if !frame.SeqLess(c.knownEnd, end) {
+		return
+	}
+	if int(end-c.next) > c.cfg.History && c.role == follower {
+		// The sequencer never numbers global g+History before every
+		// live member delivered g: it no longer counts us. We were
+		// removed (silent past FailureTimeout, or our vote came too
+		// late), and what we miss is gone from its history.
+		c.halt(c.epoch, end-1, fmt.Sprintf("the sequencer numbered up to global %d, more than the history (%d) beyond what we delivered (up to %d): it removed us", end-1, c.cfg.History, c.next-1))
 		return
 	}
 	if int(end-c.next) > c.cfg.History {

@@ -209,3 +209,31 @@ func (c *Core) answerDuplicate(o *member) {
 	o.dupAt = c.now
 	c.sendStatusRequest(o.mac)
 }
+
+// readmit takes back a removed member that reports (in a status reply of
+// our epoch) having delivered every global before a, when every global
+// from a on is still in the history: it was removed for a silence it
+// survived (a burst of loss, a stall, a vote that came late), and can
+// catch up. Otherwise it stays removed, and tellRemoved lets it find out.
+func (c *Core) readmit(m *member, a uint32) bool {
+	if frame.SeqLess(c.nextGlobal, a) || int(c.nextGlobal-a) > c.cfg.History {
+		return false
+	}
+	m.live, m.acked, m.probeAt = true, a, 0
+	c.computeStable()
+	c.stats.MembersReturned++
+	c.events = append(c.events, Event{Kind: MemberReturned, Member: m.id, Epoch: c.epoch, Last: a - 1, At: c.now})
+	return true
+}
+
+// tellRemoved answers a removed member, at most four times a heartbeat,
+// with a status request: it replies, and is taken back (readmit) if what
+// it lacks is still in the history; if not, the status request shows it
+// numbers more than History beyond what it delivered, and it halts.
+func (c *Core) tellRemoved(m *member) {
+	if c.now < m.probeAt {
+		return
+	}
+	m.probeAt = c.now.Add(c.cfg.HeartbeatInterval / 4)
+	c.sendStatusRequest(m.mac)
+}

@@ -495,8 +495,13 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	}
 	if s.cutMember >= 0 && r.failed == nil {
 		// Let the healed member hear the group: a replaced sequencer
-		// must halt, and nobody else may.
+		// must halt, and nobody else may. A member removed while cut off
+		// may be taken back (readmit) and send again: the survivors
+		// must then deliver that too.
 		net.RunFor(3 * simHeartbeat)
+		for !r.done() && r.failed == nil && net.Now().Before(limit) {
+			net.RunFor(5 * time.Millisecond)
+		}
 	}
 	return r
 }
