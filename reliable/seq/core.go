@@ -443,8 +443,10 @@ func (c *Core) outstanding() int { return int(c.nextReq - c.firstPend) }
 
 // Propose queues an application message. It is copied; msg may be reused
 // at once. Messages proposed before the next Ready share one request (a
-// bundle) when they fit, and so one global number. ErrWindowFull is
-// back-pressure: the caller retries after a later Step or Tick.
+// bundle) when they fit, and so one global number; while Window requests
+// are in flight, one more request collects messages until room frees.
+// ErrWindowFull is back-pressure (the window is full and so is the
+// collecting request): the caller retries after a later Step or Tick.
 func (c *Core) Propose(now Time, msg []byte) error {
 	c.touch(now)
 	if c.role == halted {
@@ -465,11 +467,14 @@ func (c *Core) Propose(now Time, msg []byte) error {
 			c.stats.MessagesProposed++
 			return nil
 		}
+		if c.outstanding() >= c.cfg.Window {
+			return ErrWindowFull
+		}
 		c.seal()
 	}
-	if c.outstanding() >= c.cfg.Window {
-		return ErrWindowFull
-	}
+	// A new request opens even when the window is full: it collects
+	// messages (a bundle) until room frees, so that a sender of small
+	// messages that outruns the sequencer sends fewer, fuller requests.
 	p := &c.pend[c.nextReq&c.rmask]
 	p.buf = appendMsg(p.buf[:0], msg)
 	p.count, p.known = 1, false
@@ -496,8 +501,8 @@ func requestBody(p *pending) (data []byte, bundled bool) {
 // sequence of events: to the sequencer), or, at the sequencer, numbers it
 // at once.
 func (c *Core) seal() {
-	if !c.open {
-		return
+	if !c.open || c.outstanding() >= c.cfg.Window {
+		return // the open request waits for window room
 	}
 	c.open = false
 	r := c.nextReq
@@ -782,9 +787,10 @@ func (c *Core) Members() []MemberState {
 	return out
 }
 
-// Blocked reports whether Propose would refuse a new request: Window
-// requests are proposed and not yet delivered back.
-func (c *Core) Blocked() bool { return c.outstanding() >= c.cfg.Window }
+// Blocked reports whether Propose may refuse a message: Window requests
+// are in flight and another collects messages (it refuses one that does
+// not fit).
+func (c *Core) Blocked() bool { return c.outstanding() >= c.cfg.Window && c.open }
 
 // MaxMessage is the largest message Propose accepts.
 func (c *Core) MaxMessage() int { return c.cfg.maxPayload }

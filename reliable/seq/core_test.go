@@ -442,9 +442,25 @@ func TestWindowFullAndTooLarge(t *testing.T) {
 		g.propose(1, "w")
 		g.ready(1)
 	}
-	if err := g.cores[1].Propose(g.now, []byte("x")); !errors.Is(err, ErrWindowFull) {
-		t.Fatalf("third request: %v, want ErrWindowFull", err)
+	// With the window full, a third request collects messages, unsent,
+	// until it is full: then Propose refuses.
+	n := 0
+	for ; n < 100; n++ {
+		err := g.cores[1].Propose(g.now, []byte("0123456789"))
+		if errors.Is(err, ErrWindowFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+	if n != 100/12 || !g.cores[1].Blocked() {
+		t.Fatalf("the collecting request took %d messages of 10 bytes (blocked %v), want %d (100 bytes, 2 of length each)", n, g.cores[1].Blocked(), 100/12)
+	}
+	if rd := g.cores[1].Ready(); len(rd.Frames) != 0 {
+		t.Fatalf("%d frames sent with the window full, want 0", len(rd.Frames))
+	}
+	g.cores[1].Advance()
 	var tl *TooLargeError
 	if err := g.cores[1].Propose(g.now, make([]byte, 101)); !errors.As(err, &tl) || tl.Size != 101 || tl.Max != 100 ||
 		!strings.Contains(err.Error(), "101") || !strings.Contains(err.Error(), "100") {

@@ -1,0 +1,295 @@
+package reliable
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// Order Total against PBP2 FIFO on the 3-host netns topology the peers
+// (corosync CPG, JGroups) are measured on. Like the other netns
+// benchmarks each sub-benchmark measures for a fixed time, so run once
+// per repetition:
+//
+//	go test -run '^$' -bench 'Total' -benchtime 1x -count 5 ./reliable/
+//
+// docs/benchmarks.md ("Sequencer (total order)") has the table.
+
+const totalBenchHosts = 3
+
+// orderedOpts is one throughput run.
+type orderedOpts struct {
+	order   Order
+	method  Method
+	senders int // members 1.. send (member 0 is the sequencer); 3 = all
+	size    int
+}
+
+func (o orderedOpts) name() string {
+	if o.order == FIFO {
+		return fmt.Sprintf("fifo-pbp2/senders=%d/size=%d", o.senders, o.size)
+	}
+	return fmt.Sprintf("total-%v/senders=%d/size=%d", o.method, o.senders, o.size)
+}
+
+// senderIndexes: one sender is member 1, not the sequencer (its messages
+// take the request's extra hop); all senders are every member.
+func (o orderedOpts) senderIndexes() []int {
+	if o.senders == 1 {
+		return []int{1}
+	}
+	s := make([]int, o.senders)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// benchGroupsOn joins a fresh group with static members on every host.
+func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config) ([]*Group, func()) {
+	links := make([]link.Link, len(topo.Hosts))
+	var members []frame.MemberInfo
+	for i, h := range topo.Hosts {
+		links[i] = openOnHost(tb, h)
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
+	}
+	gid := 2000 + benchGroups.Add(1)
+	groups := make([]*Group, len(links))
+	for i, l := range links {
+		cfg := base
+		cfg.Group, cfg.Members, cfg.Self, cfg.Logger = gid, members, frame.MemberID(i), quiet
+		g, err := Join(context.Background(), l, cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		groups[i] = g
+	}
+	return groups, func() {
+		for _, g := range groups {
+			g.mu.Lock()
+			g.stop = true
+			g.mu.Unlock()
+			<-g.Done()
+		}
+		for _, l := range links {
+			l.Close()
+		}
+	}
+}
+
+// runOrdered has the senders send o.size-byte messages as fast as Send
+// accepts for d while every member receives with RecvAppend; it returns
+// the messages every member delivered (under FIFO a member's own count as
+// delivered: FIFO does not hand them back) per second, from the start
+// until the slowest member had everything.
+func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Duration) (msgsPerSec float64, sender Stats) {
+	base := Config{Order: o.order}
+	if o.order == Total {
+		base.Method = o.method
+	}
+	groups, stop := benchGroupsOn(tb, topo, base)
+	defer stop()
+	counts := make([]atomic.Uint64, len(groups))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 65536)
+			for {
+				_, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					return
+				}
+				buf = data
+				counts[i].Add(1)
+			}
+		}()
+	}
+	senders := o.senderIndexes()
+	sent := make([]uint64, len(groups))
+	msg := make([]byte, o.size)
+	start := time.Now()
+	var swg sync.WaitGroup
+	for _, s := range senders {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for time.Since(start) < d {
+				if err := groups[s].Send(ctx, msg); err != nil {
+					tb.Error(err)
+					return
+				}
+				sent[s]++
+			}
+		}()
+	}
+	swg.Wait()
+	var total uint64
+	for _, n := range sent {
+		total += n
+	}
+	delivered := func(i int) uint64 {
+		if o.order == FIFO {
+			return counts[i].Load() + sent[i]
+		}
+		return counts[i].Load()
+	}
+	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
+		done := true
+		for i := range groups {
+			done = done && delivered(i) >= total
+		}
+		if done {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	least := total
+	for i := range groups {
+		least = min(least, delivered(i))
+	}
+	sender = groups[senders[0]].Stats()
+	cancel()
+	wg.Wait()
+	return float64(least) / elapsed.Seconds(), sender
+}
+
+// BenchmarkTotalThroughput: messages/s every member delivers, Order Total
+// with each method, and PBP2 FIFO, on 3 hosts; 1 sender (not the
+// sequencer) or all 3; 64 to 1000 bytes.
+func BenchmarkTotalThroughput(b *testing.B) {
+	netns.RequireRoot(b)
+	d := benchDuration()
+	topo := netns.Up(b, netns.Options{Hosts: totalBenchHosts})
+	var runs []orderedOpts
+	for _, senders := range []int{1, 3} {
+		for _, size := range []int{64, 256, 512, 1000} {
+			if senders == 1 && (size == 256 || size == 512) {
+				continue
+			}
+			runs = append(runs, orderedOpts{order: FIFO, senders: senders, size: size})
+			for _, m := range []Method{Method1, Method2, Hybrid} {
+				runs = append(runs, orderedOpts{order: Total, method: m, senders: senders, size: size})
+			}
+		}
+	}
+	for _, o := range runs {
+		b.Run(o.name(), func(b *testing.B) {
+			rate, st := runOrdered(b, topo, o, d)
+			b.ReportMetric(rate, "msgs/s")
+			b.ReportMetric(rate*float64(o.size)/1e6, "MB/s")
+			if o.order == Total {
+				b.ReportMetric(float64(st.Total.RequestsResent), "resent")
+			}
+			b.Logf("load %s", loadavg())
+		})
+	}
+}
+
+// runSelfLatency: with one message in flight, the time from Send to the
+// sender's own delivery of it (Order Total), or (FIFO, which does not
+// hand a member its own messages) to its delivery at member 0, told to
+// the sender through a channel.
+func runSelfLatency(tb testing.TB, topo *netns.Topology, o orderedOpts, sender int, n int) []time.Duration {
+	base := Config{Order: o.order}
+	if o.order == Total {
+		base.Method = o.method
+	}
+	groups, stop := benchGroupsOn(tb, topo, base)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		if i == sender && o.order == Total {
+			continue // the sender reads its own
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 65536)
+			for {
+				_, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					return
+				}
+				buf = data
+				if i == 0 && o.order == FIFO {
+					got <- struct{}{}
+				}
+			}
+		}()
+	}
+	g := groups[sender]
+	msg := make([]byte, o.size)
+	buf := make([]byte, 0, 65536)
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := g.Send(ctx, msg); err != nil {
+			tb.Fatal(err)
+		}
+		if o.order == FIFO {
+			<-got
+		} else {
+			for {
+				from, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					tb.Fatal(err)
+				}
+				buf = data
+				if from == g.Self() {
+					break
+				}
+			}
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	cancel()
+	wg.Wait()
+	return lat
+}
+
+// BenchmarkTotalLatency: self-delivery latency with one message in flight
+// (p50 and p99 over 5000 messages), at an ordinary member (request to the
+// sequencer and back) and at the sequencer itself; FIFO: one-way latency
+// to another member.
+func BenchmarkTotalLatency(b *testing.B) {
+	netns.RequireRoot(b)
+	topo := netns.Up(b, netns.Options{Hosts: totalBenchHosts})
+	const n = 5000
+	for _, size := range []int{64, 1000} {
+		type run struct {
+			name   string
+			o      orderedOpts
+			sender int
+		}
+		runs := []run{{fmt.Sprintf("fifo-pbp2/one-way/size=%d", size), orderedOpts{order: FIFO, size: size}, 1}}
+		for _, m := range []Method{Method1, Method2, Hybrid} {
+			runs = append(runs, run{fmt.Sprintf("total-%v/member/size=%d", m, size), orderedOpts{order: Total, method: m, size: size}, 1})
+		}
+		runs = append(runs, run{fmt.Sprintf("total-hybrid/sequencer/size=%d", size), orderedOpts{order: Total, method: Hybrid, size: size}, 0})
+		for _, r := range runs {
+			b.Run(r.name, func(b *testing.B) {
+				lat := runSelfLatency(b, topo, r.o, r.sender, n)
+				slices.Sort(lat)
+				p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+				b.ReportMetric(float64(p50.Nanoseconds())/1e3, "p50-µs")
+				b.ReportMetric(float64(p99.Nanoseconds())/1e3, "p99-µs")
+				b.Logf("load %s", loadavg())
+			})
+		}
+	}
+}
