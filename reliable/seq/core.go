@@ -366,6 +366,8 @@ type Core struct {
 	leaveAt   Time
 	leave     frame.Empty
 
+	sealAhead int // sealAhead; tests change it
+
 	stats Stats
 }
 
@@ -380,7 +382,7 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{batch: 1, cfg: s, rmask: s.ringSize - 1, lmask: uint32(s.History) - 1, byID: map[frame.MemberID]int{}}
+	c := &Core{batch: 1, sealAhead: sealAhead, cfg: s, rmask: s.ringSize - 1, lmask: uint32(s.History) - 1, byID: map[frame.MemberID]int{}}
 	for _, m := range sortedMembers(s.Members) {
 		c.byID[m.ID] = len(c.members)
 		c.members = append(c.members, member{
@@ -531,8 +533,16 @@ func (c *Core) armResend() {
 	}
 }
 
+// sealAhead: Ready seals the request collecting proposed messages only
+// while fewer than this many of ours are in flight, or once it is half
+// full; otherwise it keeps collecting until one comes back (Nagle's rule
+// for requests). A lone message goes at once; a sender of many small
+// messages sends fuller requests, and makes one system call per request,
+// not per message.
+const sealAhead = 2
+
 // Ready returns what to send, deliver and report now. It first seals the
-// request collecting proposed messages.
+// request collecting proposed messages (see sealAhead).
 func (c *Core) Ready() Ready {
 	c.flush()
 	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
@@ -543,7 +553,9 @@ func (c *Core) flush() {
 	if !c.started || c.role == halted || c.left {
 		return
 	}
-	c.seal()
+	if c.outstanding() < c.sealAhead || 2*c.openLen >= c.cfg.maxPayload {
+		c.seal()
+	}
 	switch c.role {
 	case sequencer:
 		c.flushAccepts()

@@ -214,6 +214,7 @@ func TestMethod1(t *testing.T) {
 
 func TestMethod2AcceptsShareAFrame(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) { c.Method = Method2 })
+	g.cores[1].sealAhead = 3 // three requests in flight at once
 	var reqs []out
 	for i, msg := range []string{"a", "bb", "ccc"} {
 		g.propose(1, msg)
