@@ -300,18 +300,27 @@ func (g *Group) wakeSenders() {
 	if g.room == nil {
 		return
 	}
-	if g.eng.sendable() {
+	if g.eng.sendable() && !g.ownQueueFull() {
 		close(g.room)
 		g.room = nil
 	}
+}
+
+// ownQueueFull: under Order Total this member's own messages are
+// delivered here too — at the sequencer, at once — so while the receive
+// queue is full Send waits, or an application that sends and does not
+// read would grow the queue without bound.
+func (g *Group) ownQueueFull() bool {
+	return g.eng.total != nil && g.cfg.Deliver == nil && g.queue.full()
 }
 
 // Send broadcasts payload to every other member (under Order Total, to
 // every member, this one included: it is delivered here too, in its place
 // in the group's order). It returns once the message is accepted (copied;
 // payload may be reused at once); accepted messages are never dropped
-// while this member and a receiver stay live (under Order Total: and the
-// sequencer, or a majority of the members; see docs/protocols.md). When
+// while this member and a receiver stay live (under Order Total, an
+// accepted message is resubmitted to every new sequencer until it is
+// sequenced; see docs/protocols.md, "Sequencer", for the guarantee). When
 // the send window is full it blocks (back-pressure) until room frees, or
 // returns ctx.Err(). A payload larger than MaxMessage is refused with a
 // *pbp.TooLargeError stating both sizes.
@@ -329,6 +338,12 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			}
 			return err
 		}
+		if g.ownQueueFull() {
+			if err := g.waitSendable(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		err := g.eng.propose(g.eng.now(time.Now()), payload)
 		// Transmit at once, also when the window is full: Propose may
 		// have sealed a frame that was collecting messages.
@@ -344,16 +359,25 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			g.mu.Unlock()
 			continue
 		}
-		if g.room == nil {
-			g.room = make(chan struct{})
+		if err := g.waitSendable(ctx); err != nil {
+			return err
 		}
-		room := g.room
-		g.mu.Unlock()
-		select {
-		case <-room:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	}
+}
+
+// waitSendable waits, with g.mu held on entry and released on return,
+// until wakeSenders says a Send may proceed, or ctx ends.
+func (g *Group) waitSendable(ctx context.Context) error {
+	if g.room == nil {
+		g.room = make(chan struct{})
+	}
+	room := g.room
+	g.mu.Unlock()
+	select {
+	case <-room:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -236,3 +236,42 @@ func TestTotalConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// The sequencer delivers its own messages at once: while its application
+// sends and does not read, Send blocks once the receive queue is full,
+// instead of growing it; everything arrives once it reads.
+func TestTotalSequencerOwnBackPressure(t *testing.T) {
+	r := newRTNet(t, 34)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{Order: Total, RecvQueue: 16})
+	seqr := groups[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	go func() { // member 2 reads everything
+		for {
+			if _, err := groups[1].Recv(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	sent := 0
+	var err error
+	for ; sent < 10000; sent++ {
+		if err = seqr.Send(ctx, message(nil, seqr.Self(), sent, 100)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the sequencer sent %d messages without reading: %v; want Send to block", sent, err)
+	}
+	if q := seqr.Stats().Queued; q > 16+64 {
+		t.Errorf("%d messages queued with RecvQueue 16", q)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range sent {
+		m, err := seqr.Recv(ctx)
+		if err != nil || m.From != seqr.Self() || !bytes.Equal(m.Data, message(nil, seqr.Self(), i, 100)) {
+			t.Fatalf("Recv %d of %d: %v from %d", i, sent, err, m.From)
+		}
+	}
+}
