@@ -1,11 +1,11 @@
 // Command pcap-replay decodes, checks and re-runs rbcast captures: pcap or
 // pcapng files written by capture.Wrap (rbcastd -capture) or by tcpdump.
 //
-//	pcap-replay timeline FILE
-//	pcap-replay summary FILE
-//	pcap-replay check [-group G] [-storm-count K] [-storm-window T] FILE
-//	pcap-replay simulate -node ID [-members LIST] [-iface N] ... FILE
-//	pcap-replay inject -i IFACE [-speed X | -asap] FILE
+//	pcap-replay timeline FILE...
+//	pcap-replay summary FILE...
+//	pcap-replay check [-group G] [-storm-count K] [-storm-window T] FILE...
+//	pcap-replay simulate -node ID [-members LIST] [-iface N] ... FILE...
+//	pcap-replay inject -i IFACE [-speed X | -asap] FILE...
 //
 // The logic lives in internal/replay; see docs/debugging.md.
 package main
@@ -35,11 +35,14 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: pcap-replay <command> [flags] FILE
+const usage = `usage: pcap-replay <command> [flags] FILE...
 
 Decodes, checks and re-runs rbcast captures (pcap or pcapng, from
 capture.Wrap or tcpdump; gzip-compressed too). 802.1Q/802.1ad tags are
 skipped. Frame numbers are the file's, from 1, as Wireshark counts them.
+Several files (one per node, as each rbcastd -capture writes) are merged
+in time order, interfaces and statistics kept; frames are then numbered
+in the merged order.
 
 commands:
   timeline   one decoded line per frame
@@ -105,30 +108,31 @@ func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *c
 	return fs, c
 }
 
-// parse parses flags and returns the capture file named by the one
-// remaining argument; ok is false when the command should exit with code.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (file string, code int, ok bool) {
+// parse parses flags and returns the capture files named by the remaining
+// arguments (one, or one per node to merge); ok is false when the command
+// should exit with code.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, code int, ok bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return "", exitOK, false
+			return nil, exitOK, false
 		}
-		return "", exitError, false
+		return nil, exitError, false
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "pcap-replay %s: want exactly one capture FILE, got %d arguments %q\n", fs.Name(), fs.NArg(), fs.Args())
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "pcap-replay %s: want a capture FILE (or several, one per node, to merge)\n", fs.Name())
 		fs.Usage()
-		return "", exitError, false
+		return nil, exitError, false
 	}
-	return fs.Arg(0), 0, true
+	return fs.Args(), 0, true
 }
 
-func (c *common) read(name, file string, stderr io.Writer) (*replay.Capture, bool) {
+func (c *common) read(name string, files []string, stderr io.Writer) (*replay.Capture, bool) {
 	et, err := strconv.ParseUint(c.etherType, 0, 16)
 	if err != nil || et < 0x0600 {
 		fmt.Fprintf(stderr, "pcap-replay %s: -ethertype %q: want a 16-bit EtherType of at least 0x0600, like 0x88b5\n", name, c.etherType)
 		return nil, false
 	}
-	capt, err := replay.ReadFile(file, replay.ReadOptions{EtherType: uint16(et), Partial: c.partial})
+	capt, err := replay.ReadFiles(files, replay.ReadOptions{EtherType: uint16(et), Partial: c.partial})
 	if err != nil {
 		fmt.Fprintf(stderr, "pcap-replay %s: %v\n", name, err)
 		if capt == nil {
@@ -140,18 +144,18 @@ func (c *common) read(name, file string, stderr io.Writer) (*replay.Capture, boo
 }
 
 func timeline(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("timeline", "[flags] FILE", `Prints one line per frame: frame number, seconds since the first frame,
+	fs, c := newFlags("timeline", "[flags] FILE...", `Prints one line per frame: frame number, seconds since the first frame,
 direction (in/out from pcapng flags, "-" without them), interface (nN for
 rbcast node N, else the interface name), sender as id.incarnation, type,
 sequence number, then the ack vector (acks@BASE=[...], first 8 entries),
 group, payload size, type-specific fields and flags (RETX, ACKREQ, BUNDLE,
 AUTH). Frames that fail to decode show ERROR and the decoder's error
 (kind, field and byte offset within the rbcast frame).`, stderr)
-	file, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
-	capt, ok := c.read("timeline", file, stderr)
+	capt, ok := c.read("timeline", files, stderr)
 	if !ok {
 		return exitError
 	}
@@ -163,7 +167,7 @@ AUTH). Frames that fail to decode show ERROR and the decoder's error
 }
 
 func summary(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("summary", "[flags] FILE", `Prints per sender (id.incarnation): its Data sequence range, first
+	fs, c := newFlags("summary", "[flags] FILE...", `Prints per sender (id.incarnation): its Data sequence range, first
 transmissions and retransmissions, acks, heartbeats, Nacks addressed to it
 and, per requesting member, the distinct seqs it Nacked (a loss estimate).
 Then per receiver - each interface's inbound frames when the capture has
@@ -171,11 +175,11 @@ direction flags, else the whole capture - the gaps (a seq seen only after
 a later one, or announced by an Ack/Heartbeat/Nack/Leave, or first seen as a
 retransmission), when each was repaired, repair latency percentiles, and
 the estimated loss (first transmissions the receiver never got).`, stderr)
-	file, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
-	capt, ok := c.read("summary", file, stderr)
+	capt, ok := c.read("summary", files, stderr)
 	if !ok {
 		return exitError
 	}
@@ -187,7 +191,7 @@ the estimated loss (first transmissions the receiver never got).`, stderr)
 }
 
 func check(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("check", "[flags] FILE", `Checks protocol invariants and prints each violation with the frame
+	fs, c := newFlags("check", "[flags] FILE...", `Checks protocol invariants and prints each violation with the frame
 numbers involved; exits 1 if there is any, 0 if none:
   seq-reuse        one sender, incarnation and seq in Data frames with different payloads
   unrepaired-gap   a missing seq never received by the end (per receiving
@@ -202,7 +206,7 @@ numbers involved; exits 1 if there is any, 0 if none:
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
 	count := fs.Int("storm-count", replay.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", replay.DefaultNackStormWindow, "... within this long")
-	file, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
@@ -220,7 +224,7 @@ numbers involved; exits 1 if there is any, 0 if none:
 		g32 := uint32(g)
 		opts.Group = &g32
 	}
-	capt, ok := c.read("check", file, stderr)
+	capt, ok := c.read("check", files, stderr)
 	if !ok {
 		return exitError
 	}
@@ -236,7 +240,7 @@ numbers involved; exits 1 if there is any, 0 if none:
 }
 
 func simulate(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("simulate", "-node ID [flags] FILE", `Re-runs member ID's protocol core — PBP (reliable/pbp) for a FIFO group,
+	fs, c := newFlags("simulate", "-node ID [flags] FILE...", `Re-runs member ID's protocol core — PBP (reliable/pbp) for a FIFO group,
 the sequencer (reliable/seq) for a total-order group; -protocol auto picks
 the sequencer when the member's interface carries sequencer frames — on
 exactly the frames its interface received, in captured order with captured
@@ -279,7 +283,8 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	electionRetry := fs.Duration("election-retry", 0, "seq: ElectionRetry (0: default 20ms)")
 	quorum := fs.Int("quorum", 0, "seq: election quorum (0: a majority)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
-	file, code, ok := parse(fs, args, stderr)
+	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
+	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
@@ -365,13 +370,19 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	if err == nil {
 		opts.EtherType = uint16(et)
 	}
-	capt, ok := c.read("simulate", file, stderr)
+	capt, ok := c.read("simulate", files, stderr)
 	if !ok {
 		return exitError
 	}
 	res, err := replay.Simulate(capt, opts)
 	if err != nil {
 		return fail2("%v", err)
+	}
+	if *lines {
+		if err := res.WriteLines(stdout); err != nil {
+			return fail2("%v", err)
+		}
+		return exitOK
 	}
 	if err := res.Write(stdout, capt, *data); err != nil {
 		return fail2("%v", err)
@@ -380,7 +391,7 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 }
 
 func inject(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("inject", "-i IFACE [-speed X | -asap] [flags] FILE", `Sends the captured frames onto interface IFACE over AF_PACKET (needs
+	fs, c := newFlags("inject", "-i IFACE [-speed X | -asap] [flags] FILE...", `Sends the captured frames onto interface IFACE over AF_PACKET (needs
 CAP_NET_RAW), at the captured pace, X times faster with -speed, or as fast
 as the link takes them with -asap. Each frame goes once: outbound records,
 records without direction, and one copy of frames whose sender's interface
@@ -391,7 +402,7 @@ source MAC included. Progress goes to stderr about once a second.`, stderr)
 	asap := fs.Bool("asap", false, "send as fast as possible, ignoring timestamps")
 	all := fs.Bool("all", false, "send every record, also the copies a multi-interface capture holds of one transmission")
 	linkKind := fs.String("link", "afpacket", "link to send with: afpacket or ring (PACKET_TX_RING)")
-	file, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
@@ -404,7 +415,7 @@ source MAC included. Progress goes to stderr about once a second.`, stderr)
 		fmt.Fprintf(stderr, "pcap-replay inject: -speed %v: want > 0\n", *speed)
 		return exitError
 	}
-	capt, ok := c.read("inject", file, stderr)
+	capt, ok := c.read("inject", files, stderr)
 	if !ok {
 		return exitError
 	}

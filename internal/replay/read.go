@@ -16,7 +16,9 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -151,6 +153,72 @@ func ReadFile(path string, opts ReadOptions) (*Capture, error) {
 	return Parse(path, data, opts)
 }
 
+// ReadFiles reads one capture or merges several — one per node, as each
+// rbcastd -capture writes — into one: the interfaces of every file in
+// order (with their statistics, which mergecap drops), the frames of all
+// in time order (file order among equal times), numbered from 1 in that
+// order. Errors name the file at fault. With opts.Partial, the frames
+// before a bad block of any file are kept and the first error returned.
+func ReadFiles(paths []string, opts ReadOptions) (*Capture, error) {
+	if len(paths) == 1 {
+		return ReadFile(paths[0], opts)
+	}
+	if len(paths) == 0 {
+		return nil, errors.New("capture: no file to read")
+	}
+	var caps []*Capture
+	var firstErr error
+	for _, p := range paths {
+		c, err := ReadFile(p, opts)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if c == nil {
+			return nil, err
+		}
+		caps = append(caps, c)
+	}
+	return Merge(caps), firstErr
+}
+
+// Merge combines captures as ReadFiles does. The records' Data is shared
+// with the inputs.
+func Merge(caps []*Capture) *Capture {
+	out := &Capture{Format: "merged"}
+	var names []string
+	type src struct {
+		c    *Capture
+		base int
+	}
+	var all []*Record
+	for _, c := range caps {
+		names = append(names, c.Path)
+		base := len(out.Interfaces)
+		for _, intf := range c.Interfaces {
+			intf.Index += base
+			out.Interfaces = append(out.Interfaces, intf)
+		}
+		out.HasDirection = out.HasDirection || c.HasDirection
+		for i := range c.Records {
+			r := c.Records[i]
+			r.Iface += base
+			all = append(all, &r)
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Time.Before(all[j].Time) })
+	out.Records = make([]Record, len(all))
+	for i, r := range all {
+		out.Records[i] = *r
+		out.Records[i].N = i + 1
+		out.Records[i].Offset = -1 // offsets are per file
+	}
+	out.Path = strings.Join(names, "+")
+	if len(caps) == 1 {
+		out.Format = caps[0].Format
+	}
+	return out
+}
+
 // Parse reads a capture held in data; name is used in errors. It never
 // panics: a truncated or corrupt file gives a *FormatError naming the byte
 // offset of the block at fault.
@@ -212,7 +280,37 @@ func Parse(name string, data []byte, opts ReadOptions) (c *Capture, err error) {
 		}
 		r.decode(opts.EtherType)
 	}
+	c.nameUnknownNodes()
 	return c, walkErr
+}
+
+// nameUnknownNodes gives interfaces captured before their node had an id
+// (capture.Wrap's "node ?", as rbcastd writes for a member the
+// registration server numbers) the id a Start frame lists for their MAC.
+func (c *Capture) nameUnknownNodes() {
+	unknown := false
+	for i := range c.Interfaces {
+		unknown = unknown || c.Interfaces[i].Node == "?"
+	}
+	if !unknown {
+		return
+	}
+	ids := map[[6]byte]frame.MemberID{}
+	for i := range c.Records {
+		if v := c.Records[i].View; v != nil && v.Type() == frame.Start {
+			ml := v.Members()
+			for k := range ml.Len() {
+				ids[ml.At(k).MAC] = ml.At(k).ID
+			}
+		}
+	}
+	for i := range c.Interfaces {
+		if intf := &c.Interfaces[i]; intf.Node == "?" {
+			if id, ok := ids[intf.MAC]; ok {
+				intf.Node = strconv.Itoa(int(id))
+			}
+		}
+	}
 }
 
 // walkPcapng checks every block's framing (type, length, trailing length)

@@ -168,12 +168,18 @@ func (v *seqView) discard(last uint32) {
 	if !frame.SeqLess(last+1, v.end) {
 		return
 	}
-	for g := last + 1; g != v.end; g++ {
-		if gp := v.missing[g]; gp != nil {
+	// Over the maps, not the range: a hostile capture can make the range
+	// long.
+	for g, gp := range v.missing {
+		if frame.SeqLess(last, g) {
 			gp.Discarded = true
 			delete(v.missing, g)
 		}
-		delete(v.filled, g)
+	}
+	for g := range v.filled {
+		if frame.SeqLess(last, g) {
+			delete(v.filled, g)
+		}
 	}
 	for u, gs := range v.waiting {
 		kept := gs[:0]

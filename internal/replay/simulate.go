@@ -59,9 +59,14 @@ type SimOptions struct {
 	EtherType uint16
 	// MTU; 0 means the interface description's, else the default 1500.
 	MTU int
+	// MaxIdleTicks bounds the timer ticks between two inputs (heartbeats
+	// through a pause in the capture, or bogus timestamps): past it the
+	// re-run skips to the next input. 0 means DefaultMaxIdleTicks.
+	MaxIdleTicks int
 	// Start is when the node's core started its clocks (the first Tick);
-	// zero means the interface's isb_starttime (capture.Wrap records the
-	// wrap time), else its first frame.
+	// zero means the time of the group's Start frame on the interface (a
+	// registered group), else the interface's isb_starttime (capture.Wrap
+	// records the wrap time), else its first frame.
 	Start time.Time
 	// PBP's settings, as pbp.Config (zero: defaults). Window, MaxPayload
 	// and the timers shared with the sequencer apply to it too.
@@ -146,6 +151,9 @@ type simCore interface {
 	// verify says how the re-run's frames sent after proposing r's
 	// messages differ from r, or "".
 	verify(r *Record, sent []SimSent) string
+	// local applies what outbound record r shows the application did
+	// besides proposing (PBP: a clean leave); it reports whether it did.
+	local(now clock.Time, r *Record) bool
 }
 
 // Simulate re-drives member opts.Node's protocol core — PBP's or the
@@ -282,9 +290,21 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 
 	start := opts.Start
+	var startFrame *Record
+	for _, r := range recs {
+		if r.View != nil && r.View.Type() == frame.Start && r.View.Group() == group {
+			startFrame = r
+			break
+		}
+	}
 	switch {
 	case !start.IsZero():
 		note("core started at the given time")
+	case startFrame != nil:
+		// A registered group's core starts when registration ends: at the
+		// Start frame the server sent or the member received.
+		start = startFrame.Time
+		note("core started at the Start frame %d", startFrame.N)
 	case intf.HasStats && !intf.Start.IsZero():
 		start = intf.Start
 		note("core started at interface %d's isb_starttime", iface)
@@ -294,8 +314,10 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	default:
 		return nil, fmt.Errorf("simulate: interface %d (%s) of %s holds no frames", iface, intf.Label(), c.Path)
 	}
-	if len(recs) > 0 && recs[0].Time.Before(start) {
-		start = recs[0].Time
+	// Frames before the start (registration; frames a ring held from
+	// before the capture began) are not stepped.
+	for len(recs) > 0 && recs[0].Time.Before(start) {
+		recs = recs[1:]
 	}
 	end := start
 	if n := len(c.Records); n > 0 {
@@ -321,6 +343,10 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			},
 			func(e fmt.Stringer) { res.Events = append(res.Events, SimEvent{At: wall(at), Event: e}) })
 	}
+	maxIdle := opts.MaxIdleTicks
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxIdleTicks
+	}
 	var last clock.Time
 	tickUntil := func(limit clock.Time, inclusive bool) {
 		stuck, ticks := 0, 0
@@ -329,10 +355,10 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			if d == 0 || d > limit || (!inclusive && d == limit) {
 				return
 			}
-			if ticks++; ticks > maxIdleTicks {
+			if ticks++; ticks > maxIdle {
 				// Minutes without input (a capture spanning a pause, or
 				// bogus timestamps): skip the idle heartbeats.
-				note("%d timer ticks without input before %v; skipped to it", maxIdleTicks, wall(limit).Sub(start))
+				note("%d timer ticks without input before %v; skipped to it", maxIdle, wall(limit).Sub(start))
 				if limit > last {
 					last = limit
 					core.tick(limit)
@@ -392,6 +418,12 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			if r.View.Sender() != opts.Node {
 				continue
 			}
+			if core.local(t, r) {
+				last = max(last, t)
+				collect(t)
+				note("frame %d: our %v: the application left; the re-run leaves here", r.N, r.View.Type())
+				continue
+			}
 			msgs := core.proposals(r)
 			if msgs == nil {
 				continue
@@ -418,8 +450,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	return res, nil
 }
 
-// maxIdleTicks bounds the timer ticks between two inputs.
-const maxIdleTicks = 2000
+// DefaultMaxIdleTicks is SimOptions.MaxIdleTicks's default: 200 s of
+// 100 ms heartbeats.
+const DefaultMaxIdleTicks = 2000
 
 // stepFrame is reliable's engine.input for one frame: decode, group check,
 // registration frames set aside, Step. It returns why the frame was
@@ -461,6 +494,7 @@ type pbpSim struct {
 	self      frame.MemberID
 	etherType uint16
 	dataSent  uint64 // DataFramesSent before the last propose
+	left      bool
 }
 
 func (p *pbpSim) step(now clock.Time, src [6]byte, v frame.View) error {
@@ -482,6 +516,16 @@ func (p *pbpSim) ready(sent func([]byte), deliver func(SimDelivery), event func(
 		event(e)
 	}
 	p.core.Advance()
+}
+
+// local: our first Leave frame means the application closed the group.
+func (p *pbpSim) local(now clock.Time, r *Record) bool {
+	if r.View.Type() != frame.Leave || p.left {
+		return false
+	}
+	p.left = true
+	p.core.Leave(now)
+	return true
 }
 
 func (p *pbpSim) proposals(r *Record) [][]byte {
@@ -572,6 +616,9 @@ func (s *seqSim) proposals(r *Record) [][]byte {
 	s.proposed[q] = true
 	return messagesOf(v)
 }
+
+// local: the sequencer protocol has no leave.
+func (s *seqSim) local(clock.Time, *Record) bool { return false }
 
 func (s *seqSim) verify(r *Record, sent []SimSent) string {
 	v := r.View
@@ -734,6 +781,17 @@ func ParseMembers(s string) ([]frame.MemberInfo, error) {
 		out = append(out, frame.MemberInfo{ID: frame.MemberID(id), MAC: [6]byte(mac), Incarnation: uint32(inc)})
 	}
 	return out, nil
+}
+
+// WriteLines prints only the deliveries, as 'rbcastd recv -all -format
+// lines' does: sender id, a tab, the message, a newline. The live node's
+// receiver output and the re-run's then compare with diff.
+func (r *SimResult) WriteLines(w io.Writer) error {
+	ew := &errWriter{w: w}
+	for _, d := range r.Deliveries {
+		ew.printf("%d\t%s\n", d.From, d.Data)
+	}
+	return ew.err
 }
 
 // Write prints the re-run: configuration notes, deliveries, frames the
