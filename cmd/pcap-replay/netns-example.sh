@@ -5,15 +5,14 @@
 # loss of rbcast frames arriving at every host (scripts/netns/loss, nftables
 # here), each daemon capturing its interface (-capture); every member sends
 # MSGS lines and a receiver at each member records what the daemon
-# delivered (OUT/recv<host>.txt). The per-daemon captures OUT/h<host>.pcapng
-# are merged into OUT/lossy.pcapng.
+# delivered (OUT/recv<host>.txt). Each daemon writes its own capture,
+# OUT/h<host>.pcapng; pcap-replay reads them together.
 #
 # usage: sudo cmd/pcap-replay/netns-example.sh [OUT] (from the repository root)
 # env:   MSGS (default 300), LOSS (percent, default 5), ORDER (fifo|total,
 #        default fifo), PREFIX (namespace prefix, default rbgex)
 #
-# Needs root, mergecap (Debian package wireshark-common, which tshark pulls
-# in) and nft. Removes its namespaces on exit, also on failure.
+# Needs root and nft. Removes its namespaces on exit, also on failure.
 set -euo pipefail
 
 out=${1:-/tmp/rbcast-example}
@@ -23,10 +22,9 @@ order=${ORDER:-fifo}
 prefix=${PREFIX:-rbgex}
 n=4
 ((EUID == 0)) || { echo "$0: needs root (namespaces, CAP_NET_RAW)" >&2; exit 2; }
-command -v mergecap >/dev/null || { echo "$0: needs mergecap (apt-get install wireshark-common)" >&2; exit 2; }
 
 mkdir -p "$out"
-rm -f "$out"/h?.pcapng "$out"/recv?.txt "$out"/daemon?.log "$out"/h?.sock "$out"/lossy.pcapng
+rm -f "$out"/h?.pcapng "$out"/recv?.txt "$out"/daemon?.log "$out"/h?.sock
 go build -o "$out/rbcastd" ./cmd/rbcastd
 go build -o "$out/pcap-replay" ./cmd/pcap-replay
 
@@ -79,8 +77,7 @@ for p in "${daemons[@]}"; do kill -TERM "$p"; done
 for p in "${daemons[@]}"; do wait "$p" || true; done
 pids=()
 
-mergecap -w "$out/lossy.pcapng" "$out"/h?.pcapng
 for i in $(seq 0 $((n - 1))); do
 	echo "host $i: $(grep 'group started' "$out/daemon$i.log" | grep -o 'self=[0-9]*'), delivered $(wc -l <"$out/recv$i.txt") messages"
 done
-echo "capture: $out/lossy.pcapng ($(stat -c %s "$out/lossy.pcapng") bytes)"
+echo "captures: $(cd "$out" && ls h?.pcapng | tr '\n' ' ')"

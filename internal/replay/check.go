@@ -216,7 +216,7 @@ func checkAcks(c *Capture, a *analysis) []Violation {
 				}
 				continue
 			}
-			if r.Dir != DirOut || !isPBPType(v.Type()) {
+			if r.Dir != DirOut || !a.isPBP(v) {
 				continue
 			}
 			me := v.Sender()

@@ -30,6 +30,11 @@ func isSeqType(t frame.Type) bool {
 	return false
 }
 
+// seqLeave reports a Leave of a member of a total-order group.
+func (a *analysis) seqLeave(v frame.View) bool {
+	return v.Type() == frame.Leave && a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
+}
+
 // isPBPType reports PBP's frame types.
 func isPBPType(t frame.Type) bool {
 	switch t {
@@ -58,6 +63,7 @@ type seqRequester struct {
 	retransmitGlobals   int
 	statusReplies       int
 	electionFrames      int
+	leaves              int
 	lo, hi              uint32 // request numbers
 	has                 bool
 	highestCursor       uint32
@@ -276,7 +282,7 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 	}
 	for _, r := range a.order {
 		v := r.View
-		if v == nil || !isSeqType(v.Type()) {
+		if v == nil || !(isSeqType(v.Type()) || a.seqLeave(v)) {
 			continue
 		}
 		if !c.HasDirection {
@@ -461,7 +467,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 	firstNumbered := map[[2]uint32]bool{}
 	for _, r := range a.txs {
 		v := r.View
-		if v == nil || !isSeqType(v.Type()) {
+		if v == nil || !(isSeqType(v.Type()) || a.seqLeave(v)) {
 			continue
 		}
 		k := senderKey{v.Sender(), v.Incarnation()}
@@ -541,6 +547,8 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 				rg := rl.At(i)
 				req.retransmitGlobals += int(min(rg.Last-rg.First, maxJump)) + 1
 			}
+		case frame.Leave:
+			req.leaves++
 		case frame.SeqElection:
 			req.electionFrames++
 			if e := v.Election(); e.Phase == frame.ElectionElected {

@@ -567,6 +567,7 @@ type seqSim struct {
 	// request seen again (a SeqData numbering it after we became the
 	// sequencer) is not proposed twice.
 	proposed map[uint32]bool
+	left     bool
 }
 
 func (s *seqSim) step(now clock.Time, src [6]byte, v frame.View) error {
@@ -617,8 +618,15 @@ func (s *seqSim) proposals(r *Record) [][]byte {
 	return messagesOf(v)
 }
 
-// local: the sequencer protocol has no leave.
-func (s *seqSim) local(clock.Time, *Record) bool { return false }
+// local: our first Leave frame means the application closed the group.
+func (s *seqSim) local(now clock.Time, r *Record) bool {
+	if r.View.Type() != frame.Leave || s.left {
+		return false
+	}
+	s.left = true
+	s.core.Leave(now)
+	return true
+}
 
 func (s *seqSim) verify(r *Record, sent []SimSent) string {
 	v := r.View

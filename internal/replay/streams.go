@@ -137,14 +137,32 @@ type analysis struct {
 	txs    []*Record // frames as transmitted, each once
 	groups map[uint32]int
 	seq    *seqAnalysis
+	// seqSenders: members (in an incarnation) that sent sequencer frames.
+	seqSenders map[senderKey]bool
+}
+
+// isPBP reports a frame of PBP: one of its types, and not the Leave of a
+// member of a total-order group.
+func (a *analysis) isPBP(v frame.View) bool {
+	if !isPBPType(v.Type()) {
+		return false
+	}
+	return v.Type() != frame.Leave || !a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
 }
 
 func analyse(c *Capture) *analysis {
-	a := &analysis{c: c, base: map[senderKey]uint32{}, macs: map[senderKey][6]byte{}, groups: map[uint32]int{}}
+	a := &analysis{c: c, base: map[senderKey]uint32{}, macs: map[senderKey][6]byte{}, groups: map[uint32]int{}, seqSenders: map[senderKey]bool{}}
 	for i := range c.Records {
 		a.order = append(a.order, &c.Records[i])
+		if v := c.Records[i].View; v != nil && isSeqType(v.Type()) {
+			a.seqSenders[senderKey{v.Sender(), v.Incarnation()}] = true
+		}
 	}
 	sort.SliceStable(a.order, func(i, j int) bool { return a.order[i].Time.Before(a.order[j].Time) })
+	// PBP's analyses see only PBP's frames: not the sequencer's, nor a
+	// Leave of a member of a total-order group (its ack vector is a
+	// delivered cursor).
+	pbpFrame := func(v frame.View) bool { return a.isPBP(v) }
 
 	// Baseline of each sequence space: its lowest Data seq, or a lower
 	// ack for its id (the receivers' exp_seqno before the first delivery).
@@ -168,7 +186,7 @@ func analyse(c *Capture) *analysis {
 				a.base[k] = v.Seq()
 			}
 		}
-		if !isPBPType(v.Type()) {
+		if !pbpFrame(v) {
 			continue // the sequencer's ack vector is a delivered cursor
 		}
 		for i := range v.AckCount() {
@@ -233,7 +251,7 @@ func analyse(c *Capture) *analysis {
 			continue
 		}
 		k := senderKey{v.Sender(), v.Incarnation()}
-		if w.self[k] || k.ID == frame.NoMember {
+		if w.self[k] || k.ID == frame.NoMember || !pbpFrame(v) {
 			continue
 		}
 		base, ok := a.base[k]

@@ -65,7 +65,7 @@ func WriteSummary(w io.Writer, c *Capture) error {
 	nackWork := gapBudget // seqs named by Nack ranges that are counted
 	for _, r := range a.txs {
 		v := r.View
-		if v == nil {
+		if v == nil || !a.isPBP(v) {
 			continue
 		}
 		k := senderKey{v.Sender(), v.Incarnation()}
@@ -227,7 +227,7 @@ func writeSeqSummary(ew *errWriter, a *analysis, rel func(time.Time) float64) {
 		} else {
 			ew.printf("no requests")
 		}
-		ew.printf("; %d retransmit requests (%d globals), %d status replies, %d election frames", q.retransmitReqs, q.retransmitGlobals, q.statusReplies, q.electionFrames)
+		ew.printf("; %d retransmit requests (%d globals), %d status replies, %d election frames, %d leaves", q.retransmitReqs, q.retransmitGlobals, q.statusReplies, q.electionFrames, q.leaves)
 		if q.hasCursor {
 			ew.printf("; delivered up to global %d", q.highestCursor-1)
 		}
