@@ -60,6 +60,7 @@ for i in $(seq 0 $((n - 1))); do
 	recvs+=($!)
 	pids+=($!)
 done
+sleep 1 # the receivers subscribe before anything is sent
 senders=()
 for i in $(seq 0 $((n - 1))); do
 	seq 1 "$msgs" | sed "s/^/message from member $i, number /" |

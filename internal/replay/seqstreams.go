@@ -99,6 +99,7 @@ type seqView struct {
 	hasCursor       bool
 	cursorBad       bool
 	cursorViolation *Violation
+	pending         []pendingCursor
 }
 
 // learn records that every global before end is numbered.
@@ -293,6 +294,9 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 			s.views[r.Iface].step(r, r.Dir == DirOut)
 		}
 	}
+	for _, vw := range s.views {
+		vw.flushCursors(time.Time{}, true)
+	}
 	// A gap filled at the instant it opened was no loss: an Accept names
 	// the highest global numbered, including the SeqData sent right
 	// after it.
@@ -310,6 +314,7 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 
 // step applies one frame of the view's interface (out: sent by it).
 func (vw *seqView) step(r *Record, out bool) {
+	vw.flushCursors(r.Time, false)
 	v := r.View
 	if out && vw.self == frame.NoMember {
 		vw.self = v.Sender()
@@ -339,8 +344,26 @@ func (vw *seqView) step(r *Record, out bool) {
 		}
 	}
 	if out && v.AckCount() == 1 && v.Sender() == vw.self {
-		vw.checkCursor(v.Ack(0), r)
+		// Checked once every frame of this instant is in: one Ready's
+		// frames share a send time, and each carries the cursor at Ready,
+		// past globals its later frames (an Accept) number.
+		vw.pending = append(vw.pending, pendingCursor{v.Ack(0), r})
 	}
+}
+
+// pendingCursor is a delivered cursor to check once its instant is over.
+type pendingCursor struct {
+	cursor uint32
+	r      *Record
+}
+
+// flushCursors checks the cursors of frames sent before now.
+func (vw *seqView) flushCursors(now time.Time, all bool) {
+	k := 0
+	for ; k < len(vw.pending) && (all || vw.pending[k].r.Time.Before(now)); k++ {
+		vw.checkCursor(vw.pending[k].cursor, vw.pending[k].r)
+	}
+	vw.pending = vw.pending[k:]
 }
 
 // checkCursor: the member delivered every global before cursor, so its

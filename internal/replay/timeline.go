@@ -64,6 +64,10 @@ func Details(v frame.View) string {
 	if v.Group() != 0 {
 		fmt.Fprintf(&b, " g%d", v.Group())
 	}
+	if v.Type() == frame.SeqData {
+		u := v.SeqDataUID()
+		fmt.Fprintf(&b, " epoch %d req %d#%d", v.SeqDataEpoch(), u.Origin, u.Seq)
+	}
 	switch v.Type() {
 	case frame.Data, frame.SeqRequest, frame.SeqData:
 		msgs := 0
@@ -94,7 +98,16 @@ func Details(v frame.View) string {
 		wl := v.Welcome()
 		fmt.Fprintf(&b, " assigned %d of %d nonce %x hash %x", wl.Assigned, wl.Members, wl.Nonce, wl.ConfigHash)
 	case frame.SeqAccept:
-		fmt.Fprintf(&b, " epoch %d %d accepts", v.AcceptEpoch(), v.Accepts().Len())
+		al := v.Accepts()
+		fmt.Fprintf(&b, " epoch %d %d accepts", v.AcceptEpoch(), al.Len())
+		const show = 4
+		for i := range min(al.Len(), show) {
+			e := al.At(i)
+			fmt.Fprintf(&b, " %d=%d#%d", e.Global, e.UID.Origin, e.UID.Seq)
+		}
+		if al.Len() > show {
+			fmt.Fprintf(&b, " +%d", al.Len()-show)
+		}
 	case frame.SeqStatusRequest, frame.SeqStatusReply:
 		fmt.Fprintf(&b, " epoch %d delivered %d", v.StatusEpoch(), v.StatusDelivered())
 	case frame.SeqElection:
