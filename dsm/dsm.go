@@ -149,13 +149,13 @@ func (n *Node) ready(w waitFor) bool {
 }
 
 // env is what a Node runs on: the live group (groupEnv) or the simulator
-// (simEnv).
+// (simMember).
 type env interface {
 	// kick says the outbox has messages; called with n.mu held, it must
 	// not block.
 	kick()
-	// wait blocks until cond, evaluated with n.mu held, holds; or ctx
-	// ends (ctx.Err()), or the node stops (its error).
+	// wait blocks until w holds (Node.ready, evaluated with n.mu held),
+	// or ctx ends (ctx.Err()), or the node stops (its error).
 	wait(ctx context.Context, w waitFor) error
 	// leave leaves the group; called without n.mu once the outbox is
 	// empty.
@@ -194,6 +194,10 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 // from data, the received frame, straight into segment memory.
 func (n *Node) deliver(from frame.MemberID, data []byte) {
 	n.mu.Lock()
+	if n.core == nil { // Join failed after the group started
+		n.mu.Unlock()
+		return
+	}
 	n.core.Receive(from, data) // bad messages are counted and change nothing
 	if n.core.Pending() > 0 {
 		n.env.kick()
@@ -205,6 +209,10 @@ func (n *Node) deliver(from frame.MemberID, data []byte) {
 // event is the reliable layer's Config.OnEvent.
 func (n *Node) event(ev reliable.Event) {
 	n.mu.Lock()
+	if n.core == nil {
+		n.mu.Unlock()
+		return
+	}
 	switch ev.Kind {
 	case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
 		n.core.MemberGone(ev.Member)
@@ -299,7 +307,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	}
 	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
 	if err != nil {
-		n.mu.Unlock()
+		n.mu.Unlock() // deliveries until Close are dropped: there is no core
 		g.Close()
 		return nil, err
 	}

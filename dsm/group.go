@@ -72,7 +72,7 @@ func (e *groupEnv) wait(ctx context.Context, w waitFor) error {
 			return err
 		}
 	}
-	return nil
+	return n.err
 }
 
 // send is the sender goroutine.

@@ -13,6 +13,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/seq"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -276,27 +277,36 @@ func (s *simulation) drain() {
 			continue
 		}
 		n := m.n
-		n.mu.Lock()
 		for {
+			n.mu.Lock()
 			msg, ok := n.core.Next()
+			n.mu.Unlock()
 			if !ok {
 				break
 			}
 			if core.Unreliable(msg) && s.loss > 0 && s.rng.Float64() < s.loss {
+				n.mu.Lock()
 				n.core.Sent()
+				n.mu.Unlock()
 				continue
 			}
+			// Without n.mu: a totally ordered group delivers the
+			// message back to this member inside Propose. The core
+			// keeps msg untouched until Sent.
 			err := m.drv.Propose(s.net.Now(), msg)
-			if errors.Is(err, pbp.ErrWindowFull) {
+			if errors.Is(err, pbp.ErrWindowFull) || errors.Is(err, seq.ErrWindowFull) {
 				break
 			}
+			n.mu.Lock()
 			n.core.Sent()
 			if err != nil {
 				n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
+			}
+			n.mu.Unlock()
+			if err != nil {
 				break
 			}
 		}
-		n.mu.Unlock()
 	}
 }
 

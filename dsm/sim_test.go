@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbcast/rbcast/dsm/core"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 // A simulated run is a function of its SimConfig and program: the same
@@ -100,5 +103,80 @@ func TestLockCancelled(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A send window of 2 frames and an outbox of 4 messages: writes wait for
+// the window (back-pressure through Simulate's scheduler) and nothing is
+// lost; the order total group delivers every member's own messages too,
+// which the node ignores.
+func TestSimulateSmallWindow(t *testing.T) {
+	for _, order := range []reliable.Order{reliable.FIFO, reliable.Total} {
+		cfg := Config{OutboxLimit: 4}
+		cfg.Group.Window = 2
+		cfg.Group.Order = order
+		_, err := Simulate(SimConfig{Members: 3, Seed: 5, In: lossy, Node: cfg}, scProgram(4))
+		if err != nil {
+			t.Fatalf("%v: %v", order, err)
+		}
+	}
+}
+
+// Over a totally ordered group every member applies all updates in one
+// order, which respects causality (a write sent after another was
+// delivered is sequenced after it): the lock-protected counter that FIFO
+// BDSM can read stale with three or more members is exact.
+func TestLockCounterTotalOrder(t *testing.T) {
+	for seed := range uint64(axiomSeeds) {
+		cfg := Config{}
+		cfg.Group.Order = reliable.Total
+		reads := make([][]uint64, 2)
+		runSim(t, 4, seed, cfg, lockProgram(25, &reads))
+		for lock, vs := range reads {
+			seen := make([]bool, len(vs))
+			for _, v := range vs {
+				if v >= uint64(len(vs)) || seen[v] {
+					t.Fatalf("seed %d: lock %d: counter reads %v are not a permutation of 0..%d", seed, lock, vs, len(vs)-1)
+				}
+				seen[v] = true
+			}
+		}
+	}
+}
+
+// The update axioms over a totally ordered group. Skipped: with seed 2,
+// rank 2 gets "member 2 left (epoch 1, last global 0)" from the reliable
+// layer and crosses the last barrier without member 2's last 9 updates
+// and barrier message, which it never receives: in Order Total a leave is
+// reported (and the member's last messages lost) before everything it
+// sent was delivered; in FIFO order MemberLeft comes after. Remove the
+// skip once reliable's Total order delivers everything before MemberLeft.
+func TestAxiomsTotalOrder(t *testing.T) {
+	t.Skip("reliable Order Total loses a leaving member's last messages (see comment); FIFO is the default")
+	for seed := range uint64(axiomSeeds) {
+		cfg := Config{}
+		cfg.Group.Order = reliable.Total
+		h := runSim(t, 4, seed, cfg, barrierProgram(5, 60))
+		for j := range 4 {
+			for i := range 4 {
+				if i == j {
+					continue
+				}
+				writes, updates := 0, 0
+				for _, e := range h.byRank[i] {
+					if e.Kind == core.EvWrite {
+						writes++
+					}
+				}
+				for _, e := range h.byRank[j] {
+					if e.Kind == core.EvUpdate && e.From == idOf(i) {
+						updates++
+					}
+				}
+				if writes != updates {
+					t.Fatalf("seed %d: rank %d wrote %d locations, rank %d applied %d updates", seed, i, writes, j, updates)
+				}
+			}
+		}
 	}
 }
