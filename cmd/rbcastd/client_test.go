@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// nullLink is a segment with nobody else on it: a one-member group over
+// it starts at once and every message it sends is acknowledged by every
+// (no) other member. It lets the clients run against a real daemon
+// without root.
+type nullLink struct{ closed chan struct{} }
+
+func (l *nullLink) Send(frames [][]byte) (int, error) { return len(frames), nil }
+func (l *nullLink) Recv(deadline time.Time, _ []link.Frame) (int, error) {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		tm := time.NewTimer(time.Until(deadline))
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	select {
+	case <-timeout:
+		return 0, os.ErrDeadlineExceeded
+	case <-l.closed:
+		return 0, net.ErrClosed
+	}
+}
+func (l *nullLink) MTU() int                       { return 1500 }
+func (l *nullLink) HardwareAddr() net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, 1} }
+func (l *nullLink) Stats() (link.Stats, error)     { return link.Stats{}, nil }
+func (l *nullLink) Close() error                   { close(l.closed); return nil }
+
+// soloDaemon runs a one-member group's daemon and returns its socket.
+func soloDaemon(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "solo.sock")
+	ln, err := daemon.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &nullLink{closed: make(chan struct{})}
+	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, l, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		l.Close()
+	})
+	return sock
+}
+
+func TestClientsAgainstSoloDaemon(t *testing.T) {
+	sock := soloDaemon(t)
+	code, out, errOut := runMain("status", "-socket", sock, "-wait-ready", "5s")
+	if code != exitOK || !strings.Contains(out, "group 3, member 0 of 1, started, order fifo") || !strings.Contains(out, "0 (self)") {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runMain("status", "-socket", sock, "-json")
+	var st daemon.Status
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || !st.Ready || st.Self != 0 {
+		t.Fatalf("status -json: exit %d %q", code, out)
+	}
+
+	var o, e strings.Builder
+	code = rbcastd([]string{"send", "-socket", sock, "-lines"}, strings.NewReader("one\ntwo\nthree\n"), &o, &e)
+	if code != exitOK || !strings.Contains(e.String(), "3 messages, 11 bytes acknowledged") {
+		t.Fatalf("send -lines: exit %d %q", code, e.String())
+	}
+	// A line longer than a message: the error says which and the limit.
+	long := strings.Repeat("x", 2000)
+	e.Reset()
+	code = rbcastd([]string{"send", "-socket", sock, "-lines"}, strings.NewReader("ok\n"+long+"\n"), &o, &e)
+	if code != exitFail || !strings.Contains(e.String(), "line 2 is 2000 bytes; the daemon accepts at most") {
+		t.Fatalf("send of a long line: exit %d %q", code, e.String())
+	}
+	// A stream is cut into messages of the largest size.
+	e.Reset()
+	code = rbcastd([]string{"send", "-socket", sock}, strings.NewReader(long), &o, &e)
+	if code != exitOK || !strings.Contains(e.String(), "2 messages, 2000 bytes acknowledged") {
+		t.Fatalf("send of a stream: exit %d %q", code, e.String())
+	}
+	code, out, errOut = runMain("bench", "-socket", sock, "-duration", "100ms", "-size", "100", "-json")
+	var r benchResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Messages == 0 || r.Size != 100 {
+		t.Fatalf("bench: exit %d %q %q", code, out, errOut)
+	}
+	code, _, errOut = runMain("bench", "-socket", sock, "-duration", "100ms", "-size", "100000")
+	if code != exitFail || !strings.Contains(errOut, "-size 100000 is larger than the daemon accepts") {
+		t.Fatalf("bench -size too large: exit %d %q", code, errOut)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
