@@ -54,7 +54,7 @@ type runFlags struct {
 	members, window                                                                     int
 	node                                                                                string
 	socketMode                                                                          string
-	failure, heartbeat, joinTimeout, leaveTimeout                                       time.Duration
+	failure, heartbeat, joinTimeout, leaveTimeout, bundle                               time.Duration
 	etherType                                                                           string
 }
 
@@ -75,6 +75,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
 	fs.DurationVar(&f.failure, "failure-timeout", 0, "remove a member silent this long (0: the protocol's default, 2s); all members must agree")
 	fs.DurationVar(&f.heartbeat, "heartbeat", 0, "heartbeat interval (0: the protocol's default); all members must agree")
+	fs.DurationVar(&f.bundle, "bundle-delay", 0, "let a lone small message wait this long for others to share its frame (FIFO; trades latency for message rate)")
 	fs.StringVar(&f.etherType, "ethertype", "", "EtherType of the group's frames (default 0x88b5); all members must agree")
 	fs.DurationVar(&f.joinTimeout, "join-timeout", 0, "give up if the group has not started after this long (0: wait forever)")
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
@@ -134,7 +135,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		return dc, "", fmt.Errorf("-members is %d, want 1..40 (registration admits at most 40)", f.members)
 	}
 	c := reliable.Config{Group: uint32(f.group), Size: f.members, Window: f.window,
-		FailureTimeout: f.failure, HeartbeatInterval: f.heartbeat}
+		FailureTimeout: f.failure, HeartbeatInterval: f.heartbeat, BundleDelay: f.bundle}
 	if f.node != "" {
 		id, err := strconv.ParseUint(f.node, 10, 16)
 		if err != nil || id >= uint64(frame.NoMember) {
@@ -165,7 +166,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.window < 0 {
 		return dc, "", fmt.Errorf("-window is %d, want >= 0", f.window)
 	}
-	if f.failure < 0 || f.heartbeat < 0 || f.joinTimeout < 0 || f.leaveTimeout < 0 {
+	if f.failure < 0 || f.heartbeat < 0 || f.bundle < 0 || f.joinTimeout < 0 || f.leaveTimeout < 0 {
 		return dc, "", errors.New("durations must not be negative")
 	}
 	if f.etherType != "" {
