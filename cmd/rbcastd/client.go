@@ -408,6 +408,9 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		ready = "failed to start: " + st.JoinErr
 	}
 	fmt.Fprintf(w, "group %d, member %d of %d, %s, order %s, mode %s, up %s\n", st.Group, st.Self, st.Size, ready, st.Order, st.Mode, st.Uptime)
+	if st.Sequencer != nil {
+		fmt.Fprintf(w, "sequencer: member %d, epoch %d\n", *st.Sequencer, st.Epoch)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "member\tstate\tdelivered\tbytes\trepairs\trepair p50\trepair p99\tlast heard")
 	for _, m := range st.Members {

@@ -375,12 +375,6 @@ func TestNetnsTotalOrderLines(t *testing.T) {
 	netns.RequireRoot(t)
 	topo := netns.Up(t, netns.Options{Hosts: 4})
 	setLoss(t, topo)
-	// Refused configurations fail fast; probe before building the test.
-	probe := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-i", "eth0", "-group", "12", "-members", "1", "-node", "0",
-		"-order", "total", "-socket", filepath.Join(t.TempDir(), "probe.sock"), "-join-timeout", "2s")
-	if out, err := probe.CombinedOutput(); err != nil && strings.Contains(string(out), "does not support yet") {
-		t.Skipf("the runtime does not support -order total yet: %s", out)
-	}
 	c := startCluster(t, topo, 13, func(int) []string { return []string{"-order", "total"} })
 	const lines = 3000
 	n := len(topo.Hosts)

@@ -369,9 +369,17 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	}
 }
 
-// unacked is how many of this member's messages (frames) are not yet
-// acknowledged by every live member, or waiting to be sent.
-func unacked(st reliable.Stats) int { return st.Protocol.InFlight + st.Protocol.Pending }
+// unacked is how much of what this member sent is not yet settled: under
+// FIFO, frames not acknowledged by every live member or waiting for
+// window room; under Order Total, requests not yet numbered by the
+// sequencer and delivered back here (the sequencer keeps a numbered
+// message until every live member has it).
+func unacked(st reliable.Stats) int {
+	if st.Order == reliable.Total {
+		return st.Total.Outstanding
+	}
+	return st.Protocol.InFlight + st.Protocol.Pending
+}
 
 // failureTimeout is the configured or default failure timeout.
 func (d *Daemon) failureTimeout() time.Duration {

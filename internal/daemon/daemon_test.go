@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -538,4 +539,70 @@ func TestGroupMismatch(t *testing.T) {
 			t.Fatalf("join error %q does not name the version", st.JoinErr)
 		}
 	})
+}
+
+// Order Total through the daemon: every member's subscriber to all
+// senders sees the same sequence, own messages included, and Flush
+// answers once this member's messages are sequenced.
+func TestTotalOrderSameSequence(t *testing.T) {
+	r := newRTNet(t, 8)
+	const n, per = 3, 40
+	ds := startGroup(t, r, n, []testnet.Impairment{{}, {Loss: 0.05}}, func(i int, c *Config) { c.Group.Order = reliable.Total })
+	var subs []*localapi.Conn
+	for _, x := range ds {
+		subs = append(subs, subscribe(t, x.socket, localapi.AllMembers))
+	}
+	errs := make(chan error, n)
+	for i, x := range ds {
+		go func() {
+			c, err := localapi.Dial(x.socket)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			if _, err := c.Hello(true); err != nil {
+				errs <- err
+				return
+			}
+			for k := range per {
+				if err := c.Write(&localapi.Send{Data: fmt.Appendf(nil, "daemon %d message %d", i, k)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			c.Write(&localapi.Flush{})
+			m, err := c.Read()
+			if f, ok := m.(*localapi.Flushed); err == nil && (!ok || f.Accepted != per) {
+				err = fmt.Errorf("Flush answered %#v", m)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first []string
+	for i, sub := range subs {
+		var got []string
+		for len(got) < n*per {
+			m, err := sub.Read()
+			if err != nil {
+				t.Fatalf("subscriber at daemon %d after %d messages: %v", i, len(got), err)
+			}
+			if d, ok := m.(*localapi.Deliver); ok {
+				got = append(got, fmt.Sprintf("%d\t%s", d.From, d.Data))
+			}
+		}
+		if i == 0 {
+			first = got
+		} else if !slices.Equal(got, first) {
+			t.Fatalf("daemon %d delivered another sequence than daemon 0", i)
+		}
+	}
+	if st := ds[0].d.Status(); st.Order != "total" || st.Mode != "sequencer" || st.Sequencer == nil {
+		t.Fatalf("status under Order Total: %+v", st)
+	}
 }

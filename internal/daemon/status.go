@@ -34,6 +34,10 @@ type Status struct {
 
 	Members []MemberStatus `json:"members"`
 
+	// Order total only: the sequencer this member follows and its epoch.
+	Sequencer *int   `json:"sequencer,omitempty"`
+	Epoch     uint32 `json:"epoch,omitempty"`
+
 	// Rates over the last second.
 	SentPerSec           float64 `json:"sent_msgs_per_sec"`
 	DeliveredPerSec      float64 `json:"delivered_msgs_per_sec"`
@@ -66,6 +70,7 @@ type Status struct {
 type MemberStatus struct {
 	ID             int     `json:"id"`
 	Self           bool    `json:"self,omitempty"`
+	Sequencer      bool    `json:"sequencer,omitempty"`
 	State          string  `json:"state"`
 	Reason         string  `json:"reason,omitempty"` // why dead: failed, stalled, left
 	LastHeardMs    float64 `json:"last_heard_ms_ago,omitempty"`
@@ -80,7 +85,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Status returns the daemon's status now.
 func (d *Daemon) Status() Status {
-	s := Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group.Mode),
+	s := Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
 		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load()}
 	if d.watch != nil {
 		s.ForeignVersions = d.watch.foreignVersions()
@@ -101,9 +106,20 @@ func (d *Daemon) Status() Status {
 	g := d.g
 	st := g.Stats()
 	s.Ready, s.Self = true, int(g.Self())
-	p := st.Protocol
-	s.Sent, s.Delivered, s.DataFrames, s.Retransmissions = p.MessagesProposed, p.Delivered, p.DataFramesSent, p.Retransmitted
-	s.NacksSent, s.NacksReceived, s.InFlight, s.Pending, s.Window = p.NacksSent, p.NacksReceived, p.InFlight, p.Pending, p.Window
+	if st.Order == reliable.Total {
+		// Requests in flight, repair requests as NACKs, answers to them
+		// as retransmissions.
+		x := st.Total
+		seqID := int(x.Sequencer)
+		s.Sequencer, s.Epoch = &seqID, x.Epoch
+		s.Sent, s.Delivered, s.DataFrames = x.MessagesProposed, x.Delivered, x.RequestsSent
+		s.Retransmissions = x.RequestsResent + x.RetransmitsAnswered
+		s.NacksSent, s.InFlight = x.RetransmitsAsked, x.Outstanding
+	} else {
+		p := st.Protocol
+		s.Sent, s.Delivered, s.DataFrames, s.Retransmissions = p.MessagesProposed, p.Delivered, p.DataFramesSent, p.Retransmitted
+		s.NacksSent, s.NacksReceived, s.InFlight, s.Pending, s.Window = p.NacksSent, p.NacksReceived, p.InFlight, p.Pending, p.Window
+	}
 	s.Queued, s.HeldData = st.Queued, st.HeldData
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
 	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
@@ -113,7 +129,10 @@ func (d *Daemon) Status() Status {
 
 	why := map[frame.MemberID]string{}
 	for _, ev := range st.Events {
-		why[ev.Member] = ev.Kind.String()
+		switch ev.Kind {
+		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
+			why[ev.Member] = ev.Kind.String()
+		}
 	}
 	per := map[frame.MemberID]reliable.MemberStats{}
 	for _, m := range st.Members {
@@ -121,8 +140,16 @@ func (d *Daemon) Status() Status {
 	}
 	now := time.Now()
 	half := d.failureTimeout() / 2
-	for _, m := range g.Members() {
-		mst := MemberStatus{ID: int(m.ID), Self: m.Self, State: StateAlive}
+	members := g.Members()
+	// Under Order Total members talk to the sequencer, not to each other:
+	// silence means something only between a member and its sequencer.
+	amSequencer := false
+	for _, m := range members {
+		amSequencer = amSequencer || m.Self && m.Sequencer
+	}
+	for _, m := range members {
+		mst := MemberStatus{ID: int(m.ID), Self: m.Self, Sequencer: m.Sequencer, State: StateAlive}
+		watched := st.Order != reliable.Total || amSequencer || m.Sequencer
 		if m.Self {
 			if !m.Live {
 				mst.State, mst.Reason = StateDead, "left"
@@ -140,6 +167,7 @@ func (d *Daemon) Status() Status {
 		switch {
 		case !m.Live:
 			mst.State, mst.Reason = StateDead, why[m.ID]
+		case !watched:
 		case heard.IsZero() && now.Sub(d.start) > half, !heard.IsZero() && now.Sub(heard) >= half:
 			mst.State = StateSuspected
 		}
@@ -149,8 +177,11 @@ func (d *Daemon) Status() Status {
 	return s
 }
 
-func modeName(m reliable.Mode) string {
-	if m == pbp.PBP1 {
+func modeName(c reliable.Config) string {
+	if c.Order == reliable.Total {
+		return "sequencer"
+	}
+	if c.Mode == pbp.PBP1 {
 		return "pbp1"
 	}
 	return "pbp2"
