@@ -244,6 +244,21 @@ func (d *Daemon) leave(g *reliable.Group, fanoutDone <-chan struct{}) error {
 	d.sendMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LeaveTimeout)
 	defer cancel()
+	// Settle what was accepted before announcing the leave: Leave itself
+	// waits for FIFO's acknowledgements, but under Order Total a member's
+	// last requests could still be unnumbered when its Leave goes out.
+	t := time.NewTicker(flushPoll)
+	for unacked(g.Stats()) > 0 && ctx.Err() == nil {
+		select {
+		case <-t.C:
+		case <-g.Done():
+		case <-ctx.Done():
+		}
+		if g.Err() != nil {
+			break
+		}
+	}
+	t.Stop()
 	err := g.Leave(ctx)
 	<-fanoutDone
 	if err != nil {

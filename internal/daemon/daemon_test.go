@@ -281,8 +281,14 @@ func TestSlowReaderBackPressure(t *testing.T) {
 // daemon is told to stop still reach the other members, and their readers
 // see the end of the stream.
 func TestLeaveDeliversAccepted(t *testing.T) {
+	for _, order := range []reliable.Order{reliable.FIFO, reliable.Total} {
+		t.Run(order.String(), func(t *testing.T) { testLeaveDeliversAccepted(t, order) })
+	}
+}
+
+func testLeaveDeliversAccepted(t *testing.T, order reliable.Order) {
 	r := newRTNet(t, 3)
-	ds := startGroup(t, r, 3, []testnet.Impairment{{}, {Loss: 0.1}}, nil)
+	ds := startGroup(t, r, 3, []testnet.Impairment{{}, {Loss: 0.1}}, func(i int, c *Config) { c.Group.Order = order })
 	subs := []*localapi.Conn{subscribe(t, ds[1].socket, 0), subscribe(t, ds[2].socket, 0)}
 	c, w := dial(t, ds[0].socket, true)
 	data := randomBytes(3, 100_000)
