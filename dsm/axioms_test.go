@@ -92,11 +92,11 @@ func attach(n *Node, key uint32, locs, size int) (*Segment, error) {
 // whatever the program.
 func barrierProgram(rounds, writes int) func(*Node) error {
 	return func(n *Node) error {
-		a, err := attach(n, 1, 64, 8)
+		a, err := attach(n, 11, 64, 8)
 		if err != nil {
 			return err
 		}
-		b, err := attach(n, 2, 40, 16)
+		b, err := attach(n, 12, 40, 16)
 		if err != nil {
 			return err
 		}

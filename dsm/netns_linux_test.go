@@ -1,0 +1,77 @@
+package dsm
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet/netns"
+)
+
+// Real network: three namespaces on a bridge, the mmap ring link on each
+// host's eth0, nftables loss on two of them (5% random, 10% in bursts of
+// 4), registration with host 0 the server. The sequential-consistency
+// program and the two-member-exact lock program must pass, as on the
+// simulator. Needs root (skips otherwise).
+func TestNetnsBDSM(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
+	loss := []netns.Loss{{}, {Percent: 5, EtherType: frame.EtherType}, {Percent: 10, BurstLen: 4, EtherType: frame.EtherType}}
+	links := make([]link.Link, len(topo.Hosts))
+	for i, h := range topo.Hosts {
+		if loss[i].Percent > 0 {
+			if err := h.SetLoss(netns.In, loss[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := h.Do(func() error {
+			l, err := ring.Open(h.Iface, ring.Config{})
+			links[i] = l
+			return err
+		})
+		if err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+		t.Cleanup(func() { links[i].Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nodes := make([]*Node, len(links))
+	errs := make([]error, len(links))
+	var wg sync.WaitGroup
+	for i, l := range links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = Join(ctx, l, Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
+				Logger: slog.New(slog.DiscardHandler)}})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("host %d: Join: %v", i, err)
+		}
+	}
+	start := time.Now()
+	runLive(t, nodes, func(n *Node) error {
+		if err := scProgram(20)(n); err != nil {
+			return err
+		}
+		return barrierProgram(10, 300)(n)
+	})
+	t.Logf("3 members, 20 phases of the SC program and 10 rounds of 300 writes each in %v", time.Since(start))
+	for i, n := range nodes {
+		st := n.Stats()
+		t.Logf("host %d (loss %+v): %d messages, %d bytes sent; %d locations applied; retransmitted %d, nacks sent %d",
+			i, loss[i], st.Messages, st.Bytes, st.Applied, st.Group.Protocol.Retransmitted, st.Group.Protocol.NacksSent)
+		if st.BadMessages != 0 {
+			t.Errorf("host %d: %d bad messages", i, st.BadMessages)
+		}
+	}
+}
