@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 )
 
@@ -33,6 +34,12 @@ type Options struct {
 	StatsInterval time.Duration
 	// Recorder, when set, also keeps the frames in this flight recorder.
 	Recorder *Recorder
+	// Invariants, when set, checks every frame sent and received against
+	// the protocol invariants one node's traffic shows (see Invariants).
+	Invariants *Invariants
+	// EtherType of the group's frames, for Invariants; 0 means
+	// frame.EtherType.
+	EtherType uint16
 }
 
 // sink is a destination of records: a Writer or a Recorder.
@@ -60,6 +67,9 @@ type Link struct {
 	nextStats  atomic.Int64 // Unix ns when the next periodic ISB is due
 	closeOnce  sync.Once
 	statsMu    sync.Mutex // serialises ISBs so they are in counter order
+
+	inv       *Invariants
+	etherType uint16
 }
 
 // Wrap returns l with every frame it sends and receives recorded into w
@@ -69,13 +79,16 @@ func Wrap(l link.Link, w *Writer, opts Options) (*Link, error) {
 	if l == nil {
 		return nil, errors.New("capture: Wrap: link is nil")
 	}
-	if w == nil && opts.Recorder == nil {
-		return nil, errors.New("capture: Wrap: neither a Writer nor a Recorder to record into")
+	if w == nil && opts.Recorder == nil && opts.Invariants == nil {
+		return nil, errors.New("capture: Wrap: neither a Writer nor a Recorder to record into, nor Invariants to check")
 	}
 	if opts.StatsInterval < 0 {
 		return nil, fmt.Errorf("capture: Wrap: StatsInterval is %v, want >= 0 (0: statistics only at Close)", opts.StatsInterval)
 	}
-	c := &Link{l: l, clock: opts.Clock, statsEvery: int64(opts.StatsInterval)}
+	c := &Link{l: l, clock: opts.Clock, statsEvery: int64(opts.StatsInterval), inv: opts.Invariants, etherType: opts.EtherType}
+	if c.etherType == 0 {
+		c.etherType = frame.EtherType
+	}
 	if c.clock == nil {
 		c.clock = time.Now
 	}
@@ -110,6 +123,9 @@ func Wrap(l link.Link, w *Writer, opts Options) (*Link, error) {
 func (c *Link) Unwrap() link.Link { return c.l }
 
 func (c *Link) record(dir uint8, ts int64, data []byte) {
+	if c.inv != nil {
+		c.inv.observe(ts, data, c.etherType)
+	}
 	rec := record{kind: kindPacket, dir: dir, reception: receptionType(data), ts: ts, data: data}
 	for _, s := range c.sinks {
 		rec.iface = s.id

@@ -175,6 +175,11 @@ func (r *Recorder) DumpFile(path string) error {
 	return err
 }
 
+// dumpPath names a dump: dir/prefix-<UTC time>.pcapng.
+func dumpPath(dir, prefix string, t time.Time) string {
+	return filepath.Join(dir, prefix+"-"+t.UTC().Format("20060102T150405.000000000Z")+".pcapng")
+}
+
 // DumpOnSignal dumps the recorder to a new file in dir each time the
 // process receives sig (the daemon uses SIGUSR1), named
 // rbcast-flight-<UTC time>.pcapng. done, if not nil, is called after each
@@ -192,7 +197,7 @@ func (r *Recorder) DumpOnSignal(sig os.Signal, dir string, done func(path string
 			case <-quit:
 				return
 			case <-ch:
-				path := filepath.Join(dir, "rbcast-flight-"+time.Now().UTC().Format("20060102T150405.000000000Z")+".pcapng")
+				path := dumpPath(dir, "rbcast-flight", time.Now())
 				err := r.DumpFile(path)
 				if done != nil {
 					done(path, err)

@@ -107,6 +107,7 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 	}
 	run := &seqRun{path: path, got: make([][]seqDelivered, n),
 		cfg: seq.Config{Group: 9, Threshold: 100, InitialGlobal: 1000}}
+	inv := capture.NewInvariants(0, nil)
 	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 	var nodes []*seqNode
 	var links []*capture.Link
 	for i, ep := range eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now})
+		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,6 +175,9 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 	}
 	if st := w.Stats(); st.Dropped != 0 {
 		t.Fatalf("capture dropped %d frames", st.Dropped)
+	}
+	if n := inv.Counts(); len(n) != 0 {
+		t.Fatalf("the online invariant checks found %v in a correct run", n)
 	}
 	for i, nd := range nodes {
 		run.got[i] = nd.got

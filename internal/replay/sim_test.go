@@ -37,6 +37,7 @@ func runLossy(t testing.TB, path string, seed uint64, n, k int, loss float64) *l
 		t.Fatal(err)
 	}
 	run := &lossyRun{path: path, got: make([][]delivered, n)}
+	inv := capture.NewInvariants(0, nil)
 	w, err := capture.CreateFile(run.path, capture.WriterOptions{QueueBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func runLossy(t testing.TB, path string, seed uint64, n, k int, loss float64) *l
 	var drivers []*reliable.Driver
 	var links []*capture.Link
 	for i, ep := range eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now})
+		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +104,9 @@ func runLossy(t testing.TB, path string, seed uint64, n, k int, loss float64) *l
 	}
 	if st := w.Stats(); st.Dropped != 0 {
 		t.Fatalf("capture dropped %d frames", st.Dropped)
+	}
+	if n := inv.Counts(); len(n) != 0 {
+		t.Fatalf("the online invariant checks found %v in a correct run", n)
 	}
 	return run
 }
