@@ -704,7 +704,7 @@ func (c *Core) receiveUpdate(from frame.MemberID, m *Message) error {
 
 // Writes
 
-func (c *Core) checkWrite(s *Segment, loc, count int, data []byte) error {
+func (c *Core) checkWrite(s *Segment, loc, count int) error {
 	if s.removed || !s.attached {
 		return fmt.Errorf("%w: segment %d", ErrRemoved, s.key)
 	}
@@ -717,7 +717,7 @@ func (c *Core) checkWrite(s *Segment, loc, count int, data []byte) error {
 // Write sets location loc of s to value (len == location size) locally
 // and buffers (or queues, unbuffered) the update.
 func (c *Core) Write(s *Segment, loc int, value []byte) error {
-	if err := c.checkWrite(s, loc, 1, value); err != nil {
+	if err := c.checkWrite(s, loc, 1); err != nil {
 		return err
 	}
 	size := s.geo.LocationSize
@@ -731,7 +731,7 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 	}
 	if !c.buffered {
 		b := AppendUpdateHeader(c.buffer(), TypeUpdate, s.key, size)
-		c.queueUpdate(AppendRecord(b, loc, 1, value), 1)
+		c.queueUpdate(AppendRecord(b, loc, 1, value))
 		return nil
 	}
 	if s.buf != nil {
@@ -759,11 +759,10 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 	return nil
 }
 
-func (c *Core) queueUpdate(b []byte, writes int) {
+func (c *Core) queueUpdate(b []byte) {
 	c.queue(b)
 	c.c.Updates++
 	c.c.UpdateBytes += uint64(len(b))
-	_ = writes
 }
 
 // flush queues the segment's collected updates.
@@ -771,7 +770,7 @@ func (s *Segment) flush(c *Core) {
 	if s.buf == nil {
 		return
 	}
-	c.queueUpdate(s.buf, 0)
+	c.queueUpdate(s.buf)
 	s.buf = nil
 }
 
@@ -785,7 +784,7 @@ func (c *Core) WriteBulk(s *Segment, loc int, values []byte, unreliable bool) (i
 		return 0, &SizeError{What: "bulk value", Size: len(values), Want: fmt.Sprintf("a multiple of %d bytes (segment %d's location size)", size, s.key)}
 	}
 	count := len(values) / size
-	if err := c.checkWrite(s, loc, count, values); err != nil {
+	if err := c.checkWrite(s, loc, count); err != nil {
 		return 0, err
 	}
 	copy(s.mem[loc*size:], values)
@@ -811,7 +810,7 @@ func (c *Core) WriteBulk(s *Segment, loc int, values []byte, unreliable bool) (i
 			c.queue(b)
 			c.c.UnreliableUpdates++
 		} else {
-			c.queueUpdate(b, n)
+			c.queueUpdate(b)
 		}
 		done += n
 	}
