@@ -1,0 +1,113 @@
+package seq
+
+import (
+	"strings"
+	"testing"
+)
+
+func kinds(evs []Event) string {
+	var s []string
+	for _, e := range evs {
+		s = append(s, e.Kind.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// An ordinary member leaves after its message is delivered back; then the
+// sequencer leaves, and the two left elect member 2 within a few
+// ElectionRetry (not FailureTimeout) and go on.
+func TestLeave(t *testing.T) {
+	g := newGroup(t, 4, nil)
+	g.propose(1, "a")
+	g.cores[1].Leave(g.now)
+	if err := g.cores[1].Propose(g.now, []byte("late")); err != ErrLeaving {
+		t.Fatalf("Propose after Leave: %v, want ErrLeaving", err)
+	}
+	g.run(g.now.Add(20*Millisecond), nil)
+	if !g.cores[1].Left() || kinds(g.evs[1]) != "self left" {
+		t.Fatalf("member 1: left %v, events %v", g.cores[1].Left(), g.evs[1])
+	}
+	for _, i := range []int{0, 2, 3} {
+		if got := g.delivered(i); got != "1000:1/1=a" {
+			t.Errorf("member %d delivered %q", i, got)
+		}
+		if kinds(g.evs[i]) != "member left" {
+			t.Errorf("member %d: events %v, want member 1 left", i, g.evs[i])
+		}
+	}
+
+	g.propose(0, "b")
+	g.cores[0].Leave(g.now)
+	start := g.now
+	g.run(g.now.Add(200*Millisecond), nil)
+	if !g.cores[0].Left() {
+		t.Fatal("the sequencer did not leave")
+	}
+	for _, i := range []int{2, 3} {
+		if got := g.delivered(i); got != "1000:1/1=a 1001:0/1=b" {
+			t.Errorf("member %d delivered %q", i, got)
+		}
+		if k := kinds(g.evs[i]); k != "member left,member left,sequencer changed" {
+			t.Errorf("member %d: events %v", i, g.evs[i])
+		}
+		if c := g.cores[i]; c.Sequencer() != 2 {
+			t.Errorf("member %d follows %d, want 2", i, c.Sequencer())
+		}
+	}
+	if d := Duration(g.evs[2][2].At - start); d > 10*DefaultElectionRetry {
+		t.Errorf("the election after the sequencer's Leave took %v", d)
+	}
+	g.propose(3, "c")
+	g.run(g.now.Add(20*Millisecond), nil)
+	for _, i := range []int{2, 3} {
+		if got := g.delivered(i); got != "1000:1/1=a 1001:0/1=b 1002:3/1=c" {
+			t.Errorf("after the handover, member %d delivered %q", i, got)
+		}
+	}
+}
+
+// A member the sequencer removed for a silence it survived is taken back
+// when it is heard again and what it lacks is still in the history.
+func TestRemovedMemberReturns(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	cut := func(from, to int, o out) bool { return from == 2 || to == 2 }
+	g.run(g.now.Add(DefaultFailureTimeout+100*Millisecond), cut)
+	if k := kinds(g.evs[0]); k != "member failed" {
+		t.Fatalf("sequencer events %v, want member 2 failed", g.evs[0])
+	}
+	g.propose(2, "back")
+	g.run(g.now.Add(100*Millisecond), nil)
+	if k := kinds(g.evs[0]); k != "member failed,member returned" {
+		t.Fatalf("sequencer events %v, want member 2 returned", g.evs[0])
+	}
+	for i := range 3 {
+		if got := g.delivered(i); got != "1000:2/1=back" {
+			t.Errorf("member %d delivered %q", i, got)
+		}
+	}
+	if g.cores[2].Halted() {
+		t.Fatal("member 2 halted")
+	}
+}
+
+// A removed member that fell more than History behind halts when it hears
+// how far the sequencer numbers.
+func TestRemovedMemberBeyondHistoryHalts(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.History = 8 })
+	cut := func(from, to int, o out) bool { return from == 2 || to == 2 }
+	g.run(g.now.Add(DefaultFailureTimeout+100*Millisecond), cut)
+	for i := range 20 {
+		g.propose(1, string(rune('a'+i)))
+		g.run(g.now.Add(Millisecond), cut)
+	}
+	g.run(g.now.Add(DefaultHeartbeatInterval+10*Millisecond), nil)
+	// Cut off, it also suspected the sequencer and called an election
+	// nobody answered; back, it follows the sequencer again and halts.
+	last := g.evs[2][len(g.evs[2])-1]
+	if !g.cores[2].Halted() || kinds(g.evs[2]) != "sequencer failed,self removed" || !strings.Contains(last.Reason, "it removed us") {
+		t.Fatalf("member 2: halted %v, events %v", g.cores[2].Halted(), g.evs[2])
+	}
+	if g.cores[0].Halted() || g.cores[1].Halted() {
+		t.Fatal("a member that was never removed halted")
+	}
+}
