@@ -162,7 +162,7 @@ func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Durat
 		least = min(least, delivered(i))
 	}
 	sender = groups[senders[0]].Stats()
-	if o.order == Total {
+	if o.order == Total && os.Getenv("RBCAST_BENCH_TRACE") != "" {
 		for i, g := range groups {
 			st := g.Stats()
 			t := st.Total
