@@ -6,7 +6,9 @@
 # here), each daemon capturing its interface (-capture); every member sends
 # MSGS lines and a receiver at each member records what the daemon
 # delivered (OUT/recv<host>.txt). Each daemon writes its own capture,
-# OUT/h<host>.pcapng; pcap-replay reads them together.
+# OUT/h<host>.pcapng; pcap-replay reads them together. Every daemon keeps a
+# 16 MiB flight recorder; host 1's is dumped with SIGUSR1 at the end
+# (OUT/rbcast-flight-<time>.pcapng).
 #
 # usage: sudo cmd/pcap-replay/netns-example.sh [OUT] (from the repository root)
 # env:   MSGS (default 300), LOSS (percent, default 5), ORDER (fifo|total,
@@ -24,7 +26,7 @@ n=4
 ((EUID == 0)) || { echo "$0: needs root (namespaces, CAP_NET_RAW)" >&2; exit 2; }
 
 mkdir -p "$out"
-rm -f "$out"/h?.pcapng "$out"/recv?.txt "$out"/daemon?.log "$out"/h?.sock
+rm -f "$out"/h?.pcapng "$out"/recv?.txt "$out"/daemon?.log "$out"/h?.sock "$out"/rbcast-flight-*.pcapng "$out"/rbcast-invariant-*.pcapng
 go build -o "$out/rbcastd" ./cmd/rbcastd
 go build -o "$out/pcap-replay" ./cmd/pcap-replay
 
@@ -46,7 +48,8 @@ for i in $(seq 0 $((n - 1))); do
 	node=()
 	((i == 0)) && node=(-node 0)
 	ip netns exec "${prefix}h$i" "$out/rbcastd" run -i eth0 -group 7 -members "$n" "${node[@]}" -order "$order" \
-		-socket "$out/h$i.sock" -capture "$out/h$i.pcapng" >"$out/daemon$i.log" 2>&1 &
+		-socket "$out/h$i.sock" -capture "$out/h$i.pcapng" -flight-recorder 16 -flight-dir "$out" \
+		>"$out/daemon$i.log" 2>&1 &
 	daemons+=($!)
 	pids+=($!)
 done
@@ -74,6 +77,10 @@ for p in "${senders[@]}"; do wait "$p"; done
 sleep 1
 for p in "${recvs[@]}"; do kill -TERM "$p"; done
 for p in "${recvs[@]}"; do wait "$p"; done
+# Host 1's flight recorder: its last 16 MiB of frames, on SIGUSR1.
+kill -USR1 "${daemons[1]}"
+for _ in $(seq 100); do compgen -G "$out/rbcast-flight-*.pcapng" >/dev/null && break; sleep 0.05; done
+sleep 0.2
 for p in "${daemons[@]}"; do kill -TERM "$p"; done
 for p in "${daemons[@]}"; do wait "$p" || true; done
 pids=()
@@ -81,4 +88,4 @@ pids=()
 for i in $(seq 0 $((n - 1))); do
 	echo "host $i: $(grep 'group started' "$out/daemon$i.log" | grep -o 'self=[0-9]*'), delivered $(wc -l <"$out/recv$i.txt") messages"
 done
-echo "captures: $(cd "$out" && ls h?.pcapng | tr '\n' ' ')"
+echo "captures: $(cd "$out" && ls h?.pcapng rbcast-flight-*.pcapng | tr '\n' ' ')"

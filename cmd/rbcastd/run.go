@@ -56,10 +56,12 @@ type runFlags struct {
 	socketMode                                                                          string
 	failure, heartbeat, joinTimeout, leaveTimeout, bundle                               time.Duration
 	etherType                                                                           string
+	flightMB                                                                            int
+	flightDir                                                                           string
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
-	fs := newFlags("run", "-i IFACE -group G -members N [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-metrics ADDR] [-config FILE]", runText, stderr)
+	fs := newFlags("run", "-i IFACE -group G -members N [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-flight-recorder MiB] [-metrics ADDR] [-config FILE]", runText, stderr)
 	fs.StringVar(&f.iface, "i", "", "network `interface` to join the group on (required)")
 	fs.Uint64Var(&f.group, "group", 0, "group `id`, 1..4294967295 (required)")
 	fs.IntVar(&f.members, "members", 0, "number of members N; the group starts when N have registered (required)")
@@ -68,6 +70,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.socket, "socket", "", "local API socket `path` (default "+localapi.SocketDir+"/group-G.sock)")
 	fs.StringVar(&f.socketMode, "socket-mode", "0660", "permissions of the socket file (octal)")
 	fs.StringVar(&f.capture, "capture", "", "record every frame sent and received to this pcapng `file`")
+	fs.IntVar(&f.flightMB, "flight-recorder", 0, "keep the last `MiB` of frames in memory; dump them as pcapng to -flight-dir on SIGUSR1 and when a protocol invariant check fails (0: off)")
+	fs.StringVar(&f.flightDir, "flight-dir", os.TempDir(), "`directory` of flight recorder dumps")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
@@ -250,22 +254,45 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer func() { l.Close() }()
 	var cw *capture.Writer
-	if f.capture != "" {
-		cw, err = capture.CreateFile(f.capture, capture.WriterOptions{Application: "rbcastd"})
-		if err != nil {
-			return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
+	var rec *capture.Recorder
+	if f.flightMB > 0 {
+		if rec, err = capture.NewRecorder(f.flightMB << 20); err != nil {
+			return usageErr(stderr, "run", "-flight-recorder: %v", err)
 		}
-		cl, err := capture.Wrap(l, cw, capture.Options{Node: f.node, Interface: f.iface, StatsInterval: time.Second})
+	}
+	if f.capture != "" || rec != nil {
+		if f.capture != "" {
+			cw, err = capture.CreateFile(f.capture, capture.WriterOptions{Application: "rbcastd"})
+			if err != nil {
+				return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
+			}
+		}
+		opts := capture.Options{Node: f.node, Interface: f.iface, StatsInterval: time.Second, Recorder: rec, EtherType: dc.Group.EtherType}
+		if rec != nil {
+			// docs/capture.md, "Flight recorder".
+			opts.Invariants = capture.NewInvariants(0, rec.DumpOnViolation(f.flightDir, 0, func(v capture.Violation, path string, err error) {
+				log.Error("rbcastd: protocol invariant violated; flight recorder dumped", "violation", v.String(), "file", path, "err", err)
+			}))
+			stopDump := rec.DumpOnSignal(syscall.SIGUSR1, f.flightDir, func(path string, err error) {
+				log.Info("rbcastd: flight recorder dumped (SIGUSR1)", "file", path, "err", err)
+			})
+			defer stopDump()
+		}
+		cl, err := capture.Wrap(l, cw, opts)
 		if err != nil {
-			cw.Close()
+			if cw != nil {
+				cw.Close()
+			}
 			return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
 		}
 		l = cl
-		defer func() {
-			if err := cw.Close(); err != nil {
-				log.Error("rbcastd: capture file incomplete", "file", f.capture, "err", err)
-			}
-		}()
+		if cw != nil {
+			defer func() {
+				if err := cw.Close(); err != nil {
+					log.Error("rbcastd: capture file incomplete", "file", f.capture, "err", err)
+				}
+			}()
+		}
 	}
 	ln, err := daemon.Listen(socket, os.FileMode(mode))
 	if err != nil {
