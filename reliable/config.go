@@ -104,6 +104,10 @@ type Config struct {
 	// Incarnation distinguishes this run of a member from earlier ones
 	// (registration only); 0 derives one from the clock.
 	Incarnation uint32
+	// RequestID is the member id a joiner asks the server for
+	// (registration only); it gets it if no other member has it, else the
+	// lowest free one. 0 means no wish.
+	RequestID frame.MemberID
 
 	// Order is FIFO (the default) or Total.
 	Order Order

@@ -39,7 +39,7 @@ func register(ctx context.Context, l link.Link, s *settings) (*registration, err
 	}
 	mac := [6]byte(l.HardwareAddr())
 	r, err := member.New(member.Config{
-		Group: s.Group, Size: s.Size, Server: s.Server, MAC: mac, Incarnation: inc, Nonce: rand.Uint64(),
+		Group: s.Group, Size: s.Size, Server: s.Server, MAC: mac, Incarnation: inc, Nonce: rand.Uint64(), Requested: s.RequestID,
 		Window: uint16(min(s.window(), 0xffff)), MTU: uint32(l.MTU()), ConfigHash: configHash(s, l.MTU()),
 		Retry: pbp.Duration(s.JoinRetry), EtherType: s.EtherType,
 	})

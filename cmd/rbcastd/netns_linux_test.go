@@ -456,7 +456,18 @@ func TestNetnsKill9(t *testing.T) {
 	netns.RequireRoot(t)
 	topo := netns.Up(t, netns.Options{Hosts: 4})
 	setLoss(t, topo)
-	c := startCluster(t, topo, 14, nil)
+	// Every host names its id: the server grants each what it asks for.
+	c := startCluster(t, topo, 14, func(i int) []string {
+		if i == 0 {
+			return nil
+		}
+		return []string{"-node", fmt.Sprint(i)}
+	})
+	for i, id := range c.ids {
+		if id != i {
+			t.Fatalf("host %d asked for id %d and got %d", i, i, id)
+		}
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	data := randomFile(t, filepath.Join(c.dir, "in0"), 7, perSender)

@@ -35,6 +35,8 @@ have registered with the registration server: exactly one daemon of the
 group runs with -node 0 and is that server (member 0); the others omit
 -node and are given the lowest free id. -node ID with ID > 0 asks the
 server for that id; if it is taken, the daemon exits with an error.
+(A daemon without -node may be given an id another asks for later: give
+-node to all members or to none but the server.)
 
 Needs CAP_NET_RAW to open the link (grant it with
 'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
@@ -150,6 +152,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		} else if id >= uint64(f.members) {
 			return dc, "", fmt.Errorf("-node is %d, but a group of %d members has ids 0..%d", id, f.members, f.members-1)
 		}
+		c.RequestID = frame.MemberID(id)
 	}
 	switch f.order {
 	case "fifo":

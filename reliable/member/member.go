@@ -47,6 +47,10 @@ type Config struct {
 	// Nonce identifies a joiner's Joins (the runtime draws it at random);
 	// duplicate Joins with the same nonce get the same id.
 	Nonce uint64
+	// Requested is the id a joiner asks the server for (Join's
+	// Requested); it gets it if no other member has it, else the lowest
+	// free id. 0 (the server's id) means no wish.
+	Requested frame.MemberID
 	// Window and MTU are reported in Join; ConfigHash must match the
 	// server's (the runtime hashes every setting members must share).
 	Window     uint16
@@ -382,7 +386,11 @@ func (r *Registrar) sendJoin() {
 	if r.started {
 		sender = r.self
 	}
-	r.emit(frame.Broadcast, sender, &frame.JoinBody{Requested: frame.NoMember, Window: r.cfg.Window, MTU: r.cfg.MTU,
+	req := frame.NoMember
+	if r.cfg.Requested != Server {
+		req = r.cfg.Requested
+	}
+	r.emit(frame.Broadcast, sender, &frame.JoinBody{Requested: req, Window: r.cfg.Window, MTU: r.cfg.MTU,
 		Nonce: r.cfg.Nonce, ConfigHash: r.cfg.ConfigHash})
 	r.joins++
 	r.joinAt = r.now.Add(r.cfg.Retry)

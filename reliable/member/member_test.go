@@ -61,6 +61,7 @@ type setup struct {
 	joiners int // may exceed size-1: the extra ones are refused
 	imp     testnet.Impairment
 	hash    func(i int) uint64
+	request func(i int) frame.MemberID
 }
 
 func run(t *testing.T, seed uint64, s setup) []*node {
@@ -79,8 +80,12 @@ func run(t *testing.T, seed uint64, s setup) []*node {
 		if s.hash != nil {
 			hash = s.hash(i)
 		}
+		var req frame.MemberID
+		if s.request != nil {
+			req = s.request(i)
+		}
 		r, err := New(Config{Group: 3, Size: s.size, Server: i == 0, MAC: [6]byte(ep.HardwareAddr()), Incarnation: uint32(100 + i),
-			Nonce: uint64(i)*0x1234567 + 1, Window: 128, MTU: 1500, ConfigHash: hash, Retry: 20 * pbp.Millisecond})
+			Nonce: uint64(i)*0x1234567 + 1, Requested: req, Window: 128, MTU: 1500, ConfigHash: hash, Retry: 20 * pbp.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,6 +95,30 @@ func run(t *testing.T, seed uint64, s setup) []*node {
 	}
 	net.RunFor(10 * time.Second)
 	return nodes
+}
+
+// A joiner that asks for an id gets it (here the reverse of the joining
+// order the nonces and loss would give); one asking for a taken id gets
+// the lowest free one.
+func TestRequestedIDs(t *testing.T) {
+	for seed := range uint64(10) {
+		nodes := run(t, seed, setup{size: 5, joiners: 4, imp: testnet.Impairment{Loss: 0.2},
+			request: func(i int) frame.MemberID { return frame.MemberID([]int{0, 4, 3, 2, 2}[i]) }})
+		got := map[int]frame.MemberID{}
+		for i, n := range nodes {
+			self, _, ok := n.r.Started()
+			if !ok {
+				t.Fatalf("seed %d: node %d did not start", seed, i)
+			}
+			got[i] = self
+		}
+		if got[0] != 0 || got[1] != 4 || got[2] != 3 {
+			t.Fatalf("seed %d: ids %v, want nodes 1 and 2 to get the 4 and 3 they asked for", seed, got)
+		}
+		if a, b := got[3], got[4]; !(a == 2 && b == 1 || a == 1 && b == 2) {
+			t.Fatalf("seed %d: nodes 3 and 4 both asked for 2 and got %d and %d, want 2 and the lowest free (1)", seed, a, b)
+		}
+	}
 }
 
 // Registration completes under heavy loss and duplication in both
