@@ -157,6 +157,9 @@ type env interface {
 	// wait blocks until w holds (Node.ready, evaluated with n.mu held),
 	// or ctx ends (ctx.Err()), or the node stops (its error).
 	wait(ctx context.Context, w waitFor) error
+	// flush sends the outbox now if it can; called without n.mu after a
+	// synchronisation message was queued.
+	flush()
 	// leave leaves the group; called without n.mu once the outbox is
 	// empty.
 	leave() error
@@ -260,6 +263,16 @@ func (n *Node) unlock() {
 		n.env.kick()
 	}
 	n.mu.Unlock()
+}
+
+// unlockFlush is unlock that also sends at once what is queued (after a
+// synchronisation message).
+func (n *Node) unlockFlush() {
+	pending := n.core.Pending() > 0
+	n.mu.Unlock()
+	if pending {
+		n.env.flush()
+	}
 }
 
 // lockRoom is lock once the outbox is below its limit: writes wait for
@@ -399,7 +412,7 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 			return err
 		}
 	}
-	n.unlock()
+	n.unlockFlush()
 	err := n.env.wait(ctx, waitFor{kind: waitBarrier, id: int64(id)})
 	if err != nil {
 		n.mu.Lock()
@@ -431,7 +444,7 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 		return err
 	}
 	err := n.core.RequestLock(int32(id))
-	n.unlock()
+	n.unlockFlush()
 	if err != nil {
 		return err
 	}
@@ -459,7 +472,7 @@ func (n *Node) Unlock(id int) error {
 	if err := n.lock(); err != nil {
 		return err
 	}
-	defer n.unlock()
+	defer n.unlockFlush()
 	return n.core.Unlock(int32(id))
 }
 

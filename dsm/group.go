@@ -3,6 +3,7 @@ package dsm
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -11,7 +12,9 @@ import (
 // the group's Deliver, on its event loop; a sender goroutine (the
 // thesis's DSM thread, fig. 5.4) moves the outbox into Group.Send in
 // order, so that neither Deliver (which may not call the group) nor a
-// reply queued by it waits for the send window.
+// reply queued by it waits for the send window, and full update buffers
+// leave while the program computes. Synchronisation calls send on the
+// program's goroutine when the sender is idle (flush).
 type groupEnv struct {
 	n *Node
 	g *reliable.Group
@@ -21,6 +24,7 @@ type groupEnv struct {
 	changedc chan struct{}
 	waiters  int
 
+	sendMu  sync.Mutex    // held by whoever drains the outbox
 	kickc   chan struct{} // the outbox has messages
 	stop    chan struct{} // ends the sender
 	stopped chan struct{} // closed when the sender has ended
@@ -78,32 +82,55 @@ func (e *groupEnv) wait(ctx context.Context, w waitFor) error {
 // send is the sender goroutine.
 func (e *groupEnv) send() {
 	defer close(e.stopped)
-	n := e.n
 	for {
 		select {
 		case <-e.kickc:
 		case <-e.stop:
 			return
 		}
-		for {
-			n.mu.Lock()
-			msg, ok := n.core.Next()
-			n.mu.Unlock()
-			if !ok {
-				break
-			}
-			// The core keeps msg untouched until Sent; Send copies it.
-			err := e.g.Send(context.Background(), msg)
-			n.mu.Lock()
-			n.core.Sent()
-			if err != nil {
-				n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
-			}
-			n.changed()
-			n.mu.Unlock()
-			if err != nil {
-				return
-			}
+		e.sendMu.Lock()
+		err := e.drain()
+		e.sendMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// flush sends the outbox on the caller's goroutine unless the sender
+// goroutine is at it: a barrier or lock message then leaves without a
+// goroutine hand-off (called without n.mu).
+func (e *groupEnv) flush() {
+	if !e.sendMu.TryLock() {
+		e.kick()
+		return
+	}
+	e.drain()
+	e.sendMu.Unlock()
+}
+
+// drain moves the outbox into Group.Send in order (with sendMu held, so
+// that one goroutine at a time takes messages from the outbox).
+func (e *groupEnv) drain() error {
+	n := e.n
+	for {
+		n.mu.Lock()
+		msg, ok := n.core.Next()
+		n.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		// The core keeps msg untouched until Sent; Send copies it.
+		err := e.g.Send(context.Background(), msg)
+		n.mu.Lock()
+		n.core.Sent()
+		if err != nil {
+			n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
+		}
+		n.changed()
+		n.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }

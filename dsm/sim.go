@@ -188,7 +188,8 @@ var errAborted = errors.New("dsm: simulation aborted")
 // when Simulate gives up (deadlock or timeout).
 var ErrAborted = errAborted
 
-func (m *simMember) kick() {}
+func (m *simMember) kick()  {}
+func (m *simMember) flush() {}
 
 func (m *simMember) wait(ctx context.Context, w waitFor) error {
 	n := m.n
