@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +46,11 @@ func (l *nullLink) Stats() (link.Stats, error)     { return link.Stats{}, nil }
 func (l *nullLink) Close() error                   { close(l.closed); return nil }
 
 // soloDaemon runs a one-member group's daemon and returns its socket.
-func soloDaemon(t *testing.T) string {
+func soloDaemon(t *testing.T) string { return soloDaemonOrder(t, reliable.FIFO) }
+
+// soloDaemonOrder is soloDaemon with an order; under Order Total the
+// member delivers its own messages, so recv has something to write.
+func soloDaemonOrder(t *testing.T, order reliable.Order) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "solo.sock")
 	ln, err := daemon.Listen(sock, 0o600)
@@ -52,7 +58,7 @@ func soloDaemon(t *testing.T) string {
 		t.Fatal(err)
 	}
 	l := &nullLink{closed: make(chan struct{})}
-	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true}})
+	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true, Order: order}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, l, ln) }()
@@ -108,3 +114,91 @@ func TestClientsAgainstSoloDaemon(t *testing.T) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// recv's limits and formats, against a one-member Order Total group (it
+// delivers its own messages).
+func TestRecvFormats(t *testing.T) {
+	sock := soloDaemonOrder(t, reliable.Total)
+	dir := t.TempDir()
+	type result struct {
+		code     int
+		out, err string
+	}
+	start := func(args ...string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			code, out, errOut := runMain(append([]string{"recv", "-socket", sock}, args...)...)
+			ch <- result{code, out, errOut}
+		}()
+		return ch
+	}
+	raw := start("-from", "0", "-bytes", "7", "-o", filepath.Join(dir, "raw"))
+	lines := start("-all", "-count", "3")
+	// Both subscribed before anything is sent.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := status(&socketFlags{socket: sock}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Subscribers == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receivers did not subscribe")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var e strings.Builder
+	if code := rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, strings.NewReader("abc\ndef\nghi\n"), &e, &e); code != exitOK {
+		t.Fatalf("send: %d %s", code, e.String())
+	}
+	r := <-raw
+	got, _ := os.ReadFile(filepath.Join(dir, "raw"))
+	if r.code != exitOK || string(got) != "abcdefg" {
+		t.Fatalf("recv -from 0 -bytes 7: exit %d, wrote %q (stderr %q), want exactly \"abcdefg\"", r.code, got, r.err)
+	}
+	r = <-lines
+	if r.code != exitOK || r.out != "0\tabc\n0\tdef\n0\tghi\n" {
+		t.Fatalf("recv -all -count 3: exit %d, wrote %q (stderr %q)", r.code, r.out, r.err)
+	}
+}
+
+// recv stops on SIGINT with exit 0, having flushed what it wrote.
+func TestRecvInterrupt(t *testing.T) {
+	sock := soloDaemonOrder(t, reliable.Total)
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(os.Args[0], "recv", "-socket", sock, "-all", "-o", out)
+	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := status(&socketFlags{socket: sock}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Subscribers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("recv did not subscribe")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var e strings.Builder
+	if code := rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, strings.NewReader("one\n"), &e, &e); code != exitOK {
+		t.Fatalf("send: %d %s", code, e.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	b, _ := os.ReadFile(out)
+	// The message may or may not have reached recv before the signal;
+	// what it wrote must be whole lines.
+	if err != nil || string(b) != "0\tone\n" && len(b) != 0 {
+		t.Fatalf("recv after SIGINT: %v, wrote %q, stderr %q", err, b, errOut.String())
+	}
+}

@@ -354,8 +354,10 @@ func TestCrashShowsDead(t *testing.T) {
 	r.mu.Unlock()
 	crashed := time.Now()
 	deadline := crashed.Add(5 * time.Second)
+	suspected := false
 	for {
 		st := ds[0].d.Status()
+		suspected = suspected || st.Members[victim].State == StateSuspected
 		if m := st.Members[victim]; m.State == StateDead {
 			if m.Reason != "failed" {
 				t.Fatalf("member %d dead for %q, want failed", victim, m.Reason)
@@ -366,6 +368,9 @@ func TestCrashShowsDead(t *testing.T) {
 			t.Fatalf("member %d still %s 5s after it crashed", victim, st.Members[victim].State)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if !suspected {
+		t.Errorf("member %d went from alive to dead without being suspected (silent for half the failure timeout)", victim)
 	}
 	if el := time.Since(crashed); el > 3*time.Second {
 		t.Errorf("member %d shown dead %v after the crash, failure timeout 1s", victim, el)
