@@ -12,7 +12,7 @@
 //
 //	cg -n 512 -iters 500
 //	cg -n 64 -iters 40 -sim -procs 4 -loss 0.05 -verify
-//	cg -n 512 -iters 500 -iface eth0 -procs 4 [-server]
+//	cg -n 512 -iters 500 -iface eth0 -procs 4 -rank R
 package main
 
 import (

@@ -11,7 +11,7 @@
 //
 //	jacobi -n 512 -iters 500                      sequential
 //	jacobi -n 64 -iters 50 -sim -procs 4 -loss 0.05 -verify
-//	jacobi -n 512 -iters 500 -iface eth0 -procs 4 [-server]   one rank per host
+//	jacobi -n 512 -iters 500 -iface eth0 -procs 4 -rank R   one process per host, R = 0..3
 package main
 
 import (

@@ -7,7 +7,7 @@
 //
 //	matmult -m 512
 //	matmult -m 48 -sim -procs 4 -loss 0.05 -verify
-//	matmult -m 512 -iface eth0 -procs 4 [-server]
+//	matmult -m 512 -iface eth0 -procs 4 -rank R
 package main
 
 import (

@@ -10,7 +10,7 @@
 //
 //	nbody -n 1024 -steps 30
 //	nbody -n 48 -steps 5 -sim -procs 4 -loss 0.05 -verify
-//	nbody -n 1024 -steps 30 -iface eth0 -procs 4 [-server]
+//	nbody -n 1024 -steps 30 -iface eth0 -procs 4 -rank R
 package main
 
 import (

@@ -9,7 +9,7 @@
 //
 //	tsp -cities 12
 //	tsp -cities 9 -sim -procs 4 -loss 0.05 -verify
-//	tsp -cities 12 -iface eth0 -procs 4 [-server]
+//	tsp -cities 12 -iface eth0 -procs 4 -rank R
 package main
 
 import (

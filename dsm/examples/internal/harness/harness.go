@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -49,7 +50,7 @@ type Options struct {
 	Loss    float64
 	SimSeed uint64
 	Iface   string
-	Server  bool
+	Rank    int
 	Group   uint
 	Window  int
 	Unbuf   bool
@@ -68,7 +69,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
 	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
 	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
-	fs.BoolVar(&o.Server, "server", false, "with -iface: this process is the registration server (exactly one per group); it becomes rank 0")
+	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server")
 	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
@@ -106,6 +107,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
 	case !o.Sim && o.Iface == "" && o.Procs != 1:
 		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
+	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
+		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
 	}
 	var want *Result
 	check := func(r Result) string {
@@ -185,16 +188,23 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			return err
 		}
 		defer l.Close()
+		// Rank 0 registers the group; the others ask for their rank as
+		// member id, and ranks follow member ids.
 		gc := reliable.Config{
-			Group:  uint32(o.Group),
-			Size:   o.Procs,
-			Server: o.Server,
-			Window: o.Window,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Group:     uint32(o.Group),
+			Size:      o.Procs,
+			Server:    o.Rank == 0,
+			RequestID: frame.MemberID(o.Rank),
+			Window:    o.Window,
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
 		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf})
 		if err != nil {
 			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
+		}
+		if n.Rank() != o.Rank {
+			n.Exit()
+			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
 		}
 		r, err := parallel(ctx, n)
 		if err != nil {

@@ -51,6 +51,8 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-procs", "0", "-sim"}, "-procs is 0"},
 		{[]string{"-sim", "-iface", "eth0"}, "exclude each other"},
 		{[]string{"-sim", "-loss", "1"}, "-loss is 1"},
+		{[]string{"-iface", "eth0", "-procs", "2"}, "-iface needs -rank in 0..1 (-procs 2); it is -1"},
+		{[]string{"-iface", "eth0", "-procs", "2", "-rank", "2"}, "it is 2"},
 	} {
 		o, _ := options(t, tc.args...)
 		err := o.Run("test", func() Result { return Result{} }, nil)
