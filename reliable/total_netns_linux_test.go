@@ -138,13 +138,13 @@ func netnsTotalTopology(t *testing.T) (*netns.Topology, []link.Link) {
 }
 
 // Registered group (host 0 the server and so the sequencer), the hybrid
-// method, everyone sending 2 MB at once.
+// method, everyone sending 1 MB at once.
 func TestNetnsTotal(t *testing.T) {
 	topo, links := netnsTotalTopology(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	groups := joinAll(t, ctx, topo, links, Config{Group: 17, Order: Total}, false)
-	const perSender = 2 << 20
+	const perSender = 1 << 20
 	var ids []frame.MemberID
 	for _, g := range groups {
 		ids = append(ids, g.Self())
