@@ -64,6 +64,9 @@ type goodputResult struct {
 	held        uint64        // Data frames receivers left unstepped (full receive queue)
 	drops       uint64        // receivers' kernel drops
 	maxGap      time.Duration // longest time any receiver went without a delivery while senders sent
+	// short: bytes some receiver still missed 5 s after sending ended (a
+	// stall; 0 when every receiver got everything)
+	short uint64
 }
 
 // runGoodput has member 0 send as fast as Send accepts for d; every other
@@ -234,8 +237,12 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		if !receiving(i) {
 			continue
 		}
-		if c := counts[i].Load(); first || c < res.bytes {
+		c := counts[i].Load()
+		if first || c < res.bytes {
 			res.bytes, first = c, false
+		}
+		if w := want(i); c < w {
+			res.short = max(res.short, w-c)
 		}
 		res.maxGap = max(res.maxGap, time.Duration(gaps[i].Load()))
 		st := g.Stats()

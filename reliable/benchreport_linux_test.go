@@ -86,15 +86,16 @@ func BenchmarkReport(b *testing.B) {
 			b.Fatalf("RBCAST_REPORT_PARTS: unknown part %q (have one,small,window,all,latency)", p)
 		}
 	}
-	r.printf("load average at end %s\n", loadavg())
+	r.printf("load average at end %s; PBP runs with a receiver still missing data 5 s after sending ended: %d\n", loadavg(), r.stalls)
 }
 
 type reporter struct {
 	b    *testing.B
 	d    time.Duration
 	reps int
-	out  io.Writer
-	topo int
+	out    io.Writer
+	topo   int
+	stalls int // PBP runs in which a receiver missed data 5 s after the end
 }
 
 func (r *reporter) printf(format string, args ...any) {
@@ -201,8 +202,15 @@ func (r *reporter) tcpTimed(topo *netns.Topology, senders int) (float64, time.Du
 	return res.MinMBps(), res.Elapsed
 }
 
+// pbp runs PBP; a receiver that still misses data 5 s after the sender
+// stopped is reported (it never happens unless something stalls).
 func (r *reporter) pbp(topo *netns.Topology, o goodputOpts) goodputResult {
-	return runGoodputOn(r.b, topo, o, r.d)
+	g := runGoodputOn(r.b, topo, o, r.d)
+	if g.short > 0 {
+		r.stalls++
+		r.printf("<!-- STALL: %+v: a receiver still missed %d bytes 5 s after sending ended -->\n", o, g.short)
+	}
+	return g
 }
 
 func mbps(g goodputResult) float64 { return float64(g.bytes) / g.elapsed.Seconds() / 1e6 }

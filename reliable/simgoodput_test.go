@@ -2,7 +2,9 @@ package reliable
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -291,7 +293,10 @@ func TestSimGoodputLowerBounds(t *testing.T) {
 // largest and 64-byte messages. Deterministic: run it once,
 //
 //	go test -run '^$' -bench SimGoodput -benchtime 1x ./reliable/
+//
+// RBCAST_SIM_WINDOW sets Config.Window (default: the mode's).
 func BenchmarkSimGoodput(b *testing.B) {
+	window, _ := strconv.Atoi(os.Getenv("RBCAST_SIM_WINDOW"))
 	for _, gbit := range []int64{1, 10} {
 		for _, rx := range []int{1, 3, 7} {
 			for _, mtu := range []int{1500, 9000} {
@@ -304,7 +309,7 @@ func BenchmarkSimGoodput(b *testing.B) {
 						b.Run(fmt.Sprintf("bw=%dG/rx=%d/mtu=%d/loss=%g/size=%s", gbit, rx, mtu, loss, name), func(b *testing.B) {
 							var r simGoodputResult
 							for range b.N {
-								r = runSimGoodput(b, simGoodputOpts{receivers: rx, mtu: mtu, loss: loss / 100, size: size, bandwidth: gbit * 125_000_000})
+								r = runSimGoodput(b, simGoodputOpts{receivers: rx, mtu: mtu, loss: loss / 100, size: size, bandwidth: gbit * 125_000_000, window: window})
 							}
 							b.ReportMetric(r.MBps(), "MB/s")
 							b.ReportMetric(100*r.Fraction(), "wire%")
