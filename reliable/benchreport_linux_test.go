@@ -90,9 +90,9 @@ func BenchmarkReport(b *testing.B) {
 }
 
 type reporter struct {
-	b    *testing.B
-	d    time.Duration
-	reps int
+	b      *testing.B
+	d      time.Duration
+	reps   int
 	out    io.Writer
 	topo   int
 	stalls int // PBP runs in which a receiver missed data 5 s after the end
