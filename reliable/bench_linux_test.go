@@ -193,12 +193,18 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
+			var inSend time.Duration
 			for time.Since(start) < d {
+				t0 := time.Now()
 				if err := groups[s].Send(ctx, msg); err != nil {
 					tb.Error(err)
 					return
 				}
+				inSend += time.Since(t0)
 				sent[s]++
+			}
+			if s == 0 && trace != nil {
+				tb.Logf("trace: member 0 spent %v of %v inside Send", inSend, d)
 			}
 		}()
 	}
