@@ -24,6 +24,7 @@ import (
 //	go test -run '^$' -bench . -benchtime 1x ./reliable/
 //
 // RBCAST_BENCH_SECONDS sets the measuring time (default 1);
+// RBCAST_BENCH_PROCS=1 runs BenchmarkGoodput's receivers as processes;
 // RBCAST_BENCH_TRACE=1 logs the sender's longest pauses with the frames
 // sent and received around them (see traceLink).
 
@@ -55,6 +56,9 @@ type goodputOpts struct {
 	// the ring, no copy) instead of RecvAppend (a copy into the receive
 	// queue and one out of it).
 	deliver bool
+	// procs: every receiver is a process of its own (one sender only;
+	// see benchchild_linux_test.go).
+	procs bool
 }
 
 type goodputResult struct {
@@ -92,6 +96,9 @@ var benchGroups atomic.Uint32
 // RecvAppend. The result is what the slowest receiver got, counted until
 // it had everything (or 5 s after sending ended).
 func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Duration) goodputResult {
+	if o.procs && !o.allSend {
+		return runGoodputProcs(tb, topo, o, d)
+	}
 	links := make([]link.Link, len(topo.Hosts))
 	var members []frame.MemberInfo
 	for i, h := range topo.Hosts {
@@ -413,7 +420,7 @@ func BenchmarkGoodput(b *testing.B) {
 						name = strconv.Itoa(size)
 					}
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
-						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2}, d)
+						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}, d)
 						reportGoodput(b, r)
 					})
 				}

@@ -31,6 +31,8 @@ import (
 // RBCAST_REPORT_PARTS: comma-separated subset of one,small,window,all,latency.
 // RBCAST_REPORT_RX: receivers of the one-to-all parts (default 1,3,7).
 // RBCAST_REPORT_WINDOWS: windows of the window part (default 16,48,128).
+// RBCAST_REPORT_PROCS=1: one-to-all receivers (raw ring, PBP) as processes
+// of their own in their namespaces instead of goroutines of this process.
 // RBCAST_REPORT_OUT: also write the tables to this file.
 //
 // Everything runs in this one process: every member of a group, every
@@ -68,8 +70,12 @@ func BenchmarkReport(b *testing.B) {
 		defer f.Close()
 		out = io.MultiWriter(os.Stdout, f)
 	}
-	r := &reporter{b: b, d: d, reps: reps, out: out}
-	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); load average at start %s\n\n", d, reps, loadavg())
+	r := &reporter{b: b, d: d, reps: reps, out: out, procs: os.Getenv("RBCAST_REPORT_PROCS") == "1"}
+	arr := "every receiver of one-to-all runs (raw ring, PBP) is a process of its own in its namespace; all-to-all members, TCP endpoints and the senders are goroutines of the benchmark process"
+	if !r.procs {
+		arr = "every endpoint is a goroutine of the benchmark process"
+	}
+	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); %s; load average at start %s\n\n", d, reps, arr, loadavg())
 	for _, p := range strings.Split(parts, ",") {
 		switch p {
 		case "one":
@@ -95,7 +101,8 @@ type reporter struct {
 	reps   int
 	out    io.Writer
 	topo   int
-	stalls int // PBP runs in which a receiver missed data 5 s after the end
+	stalls int  // PBP runs in which a receiver missed data 5 s after the end
+	procs  bool // one-to-all receivers (PBP and raw) as processes
 }
 
 func (r *reporter) printf(format string, args ...any) {
@@ -178,7 +185,7 @@ func pct(a, b float64) string {
 }
 
 func (r *reporter) raw(topo *netns.Topology) (float64, time.Duration) {
-	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d})
+	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, Processes: r.procs})
 	if err != nil {
 		r.b.Fatal(err)
 	}
@@ -205,6 +212,7 @@ func (r *reporter) tcpTimed(topo *netns.Topology, senders int) (float64, time.Du
 // pbp runs PBP; a receiver that still misses data 5 s after the sender
 // stopped is reported (it never happens unless something stalls).
 func (r *reporter) pbp(topo *netns.Topology, o goodputOpts) goodputResult {
+	o.procs = r.procs
 	g := runGoodputOn(r.b, topo, o, r.d)
 	if g.short > 0 {
 		r.stalls++
@@ -270,7 +278,7 @@ func (r *reporter) oneToAll(rxs []int) {
 			topo.Close()
 		}
 	}
-	r.printf("\nCPU-seconds this process spent per GB delivered (all receivers together; medians), from the same runs. Kernel work done in softirq threads (ksoftirqd) is not counted.\n\n")
+	r.printf("\nCPU-seconds the benchmark process and its receiver processes spent per GB delivered (all receivers together; medians), from the same runs. Kernel work done in softirq threads (ksoftirqd) is not counted.\n\n")
 	r.printf("| rx | MTU | loss | raw ring | PBP2 | PBP2 Deliver | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|---|\n")
 	for _, row := range cpuRows {
 		r.printf("%s", row)
@@ -404,13 +412,17 @@ func (r *reporter) latency() {
 	r.printf("\n")
 }
 
-// cpuTime is this process's user + system CPU time so far.
+// cpuTime is the user + system CPU time so far of this process and of
+// its children that have ended (the receiver processes of a run).
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	var t time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(who, &ru); err == nil {
+			t += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return t
 }
 
 // cpuPerGB runs f, which returns MB/s at the slowest receiver and the run's
