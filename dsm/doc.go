@@ -19,7 +19,11 @@
 // member that crosses a barrier or acquires a lock has seen every update
 // its peers wrote before their barrier or lock message (axioms 2.6, 2.7,
 // 2.11), so data-race-free programs see sequentially consistent memory
-// (theorem 2.2).
+// (theorem 2.2) — data-race-free in the thesis's sense (definition 2.2):
+// writes by different members separated by barriers. BDSM is not causal:
+// with three or more members, data handed from one lock holder to the
+// next can be read stale (docs/dsm.md); a group in reliable.Total order
+// does not have that problem.
 //
 // The API follows the thesis's §2.3:
 //

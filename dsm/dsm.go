@@ -633,8 +633,8 @@ func (s *Segment) Location(loc int) []byte {
 
 // Remove flushes the segment's buffered writes to the group and detaches
 // the segment (dsm_remove): incoming updates for it are ignored from then
-// on and every later call on s returns ErrRemoved. Other members keep
-// their copies.
+// on and every later call on s returns ErrRemoved, until JoinSegment
+// attaches it again (from zeroed memory). Other members keep their copies.
 func (s *Segment) Remove() error {
 	if err := s.n.lock(); err != nil {
 		return err

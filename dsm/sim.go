@@ -182,11 +182,9 @@ type simMember struct {
 	err     error
 }
 
-var errAborted = errors.New("dsm: simulation aborted")
-
-// ErrAborted is wrapped by the error a program's blocked call returns
-// when Simulate gives up (deadlock or timeout).
-var ErrAborted = errAborted
+// ErrAborted is wrapped by Simulate's error, and returned by a program's
+// blocked call, when Simulate gives up (deadlock or timeout).
+var ErrAborted = errors.New("dsm: simulation aborted")
 
 func (m *simMember) kick()  {}
 func (m *simMember) flush() {}
@@ -195,7 +193,7 @@ func (m *simMember) wait(ctx context.Context, w waitFor) error {
 	n := m.n
 	for {
 		if m.aborted {
-			return errAborted
+			return ErrAborted
 		}
 		n.mu.Lock()
 		ok := n.ready(w)
@@ -234,7 +232,7 @@ func (m *simMember) groupStats() reliable.Stats { return m.drv.Stats() }
 func (m *simMember) body(program func(*Node) error) {
 	defer func() { m.sim.yielded <- struct{}{} }()
 	if !<-m.resume {
-		m.done, m.err = true, errAborted
+		m.done, m.err = true, ErrAborted
 		return
 	}
 	err := func() (err error) {
