@@ -3,6 +3,7 @@
 package linkbench
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -22,7 +23,9 @@ func TestHarnessRuns(t *testing.T) {
 	netns.RequireRoot(t)
 	for _, b := range BackendNames {
 		t.Run(b, func(t *testing.T) {
-			prefix := "rbkt" + b[:2]
+			// The pid keeps concurrent test runs (several worktrees)
+			// off each other's namespaces.
+			prefix := fmt.Sprintf("rbkt%s%d", b[:2], os.Getpid()%1000)
 			for _, procs := range []bool{false, true} {
 				res, err := RunThroughput(Options{Backend: b, Hosts: 3, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, Processes: procs})
 				if err != nil {
@@ -55,7 +58,7 @@ func TestHarnessRuns(t *testing.T) {
 // its latency run completes.
 func TestTCPFanout(t *testing.T) {
 	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 3, Addresses: true, Prefix: "rbktcp"})
+	topo := netns.Up(t, netns.Options{Hosts: 3, Addresses: true, Prefix: fmt.Sprintf("rbktcp%d", os.Getpid()%1000)})
 	for _, senders := range []int{1, 3} {
 		res, err := RunTCPFanout(topo, TCPOptions{Senders: senders, Duration: 100 * time.Millisecond, Lag: 1 << 20})
 		if err != nil {
