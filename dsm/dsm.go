@@ -635,12 +635,19 @@ func (s *Segment) Location(loc int) []byte {
 // the segment (dsm_remove): incoming updates for it are ignored from then
 // on and every later call on s returns ErrRemoved, until JoinSegment
 // attaches it again (from zeroed memory). Other members keep their copies.
+// It returns once this member's updates are handed to the reliable layer,
+// which delivers them to every live member (the thesis waits for them to
+// be delivered; the reliable layer does not tell when that is).
 func (s *Segment) Remove() error {
 	if err := s.n.lock(); err != nil {
 		return err
 	}
-	defer s.n.unlock()
-	return s.n.core.Remove(s.s)
+	err := s.n.core.Remove(s.s)
+	s.n.unlockFlush()
+	if err != nil {
+		return err
+	}
+	return s.n.env.wait(context.Background(), waitFor{kind: waitDrained})
 }
 
 // Float64 helpers: a location of 8 bytes holds one float64, little-endian
