@@ -185,6 +185,7 @@ func unprivileged(t *testing.T, ns, env string, args ...string) (code int, out s
 	// The test binary may sit in a directory nobody cannot enter.
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is 0700
 	bin := filepath.Join(dir, "rbcastd.test")
 	b, err := os.ReadFile(os.Args[0])
 	if err != nil {

@@ -573,3 +573,87 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 		t.Errorf("down interface: %v, %q; want %q", err, out, want)
 	}
 }
+
+// The deployment of dist/rbcastd@.service: an ordinary user holding only
+// CAP_NET_RAW (ambient). The daemon starts, serves, holds no capability
+// once the link is open, and leaves cleanly on SIGTERM.
+func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
+	netns.RequireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	topo := netns.Up(t, netns.Options{Hosts: 1})
+	dir := t.TempDir()
+	os.Chmod(dir, 0o777)
+	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is 0700
+	bin := filepath.Join(dir, "rbcastd.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	cmd := topo.Hosts[0].Command(t.Context(), setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--inh-caps=-all,+net_raw", "--ambient-caps=+net_raw", "--", bin,
+		"run", "-i", "eth0", "-group", "5", "-members", "1", "-node", "0", "-socket", sock)
+	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	st, err := status(&socketFlags{socket: sock}, 10*time.Second)
+	if err != nil || !st.Ready {
+		cmd.Process.Kill()
+		t.Fatalf("status: %v %+v; the daemon exited with %v:\n%s", err, st, <-done, log.String())
+	}
+	if eff := capEff(t, cmd.Process.Pid); eff != 0 {
+		t.Errorf("capabilities %#x left after the link opened", eff)
+	}
+	for _, want := range []string{`msg="rbcastd: privileges dropped" before="cap_net_raw=eip" now="="`, "uid=65534"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

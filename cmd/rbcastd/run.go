@@ -297,6 +297,11 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			}()
 		}
 	}
+	if f.socket == "" {
+		// The default directory (systemd's RuntimeDirectory makes it
+		// too); Listen says what is wrong if this fails.
+		os.MkdirAll(localapi.SocketDir, 0o755)
+	}
 	ln, err := daemon.Listen(socket, os.FileMode(mode))
 	if err != nil {
 		return fail(stderr, "run", err)
