@@ -319,6 +319,15 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	for len(recs) > 0 && recs[0].Time.Before(start) {
 		recs = recs[1:]
 	}
+	steps := make([]simStep, len(recs))
+	for i, r := range recs {
+		steps[i] = simStep{r: r, at: r.Time}
+	}
+	if res.Protocol == ProtocolSeq {
+		if n := deferNumbered(steps, opts.Node, dirOf); n > 0 {
+			note("%d requests stepped when this node numbered them, after their capture time (a sequencer's loop may step a request later than the kernel stamped it; its numbering order is the capture's)", n)
+		}
+	}
 	end := start
 	if n := len(c.Records); n > 0 {
 		for i := range c.Records {
@@ -385,15 +394,15 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	collect(now)
 
 	const batch = 64 // reliable.Driver reads up to 64 frames per turn
-	for i := 0; i < len(recs); {
-		r := recs[i]
-		t := pt(r.Time)
+	for i := 0; i < len(steps); {
+		r := steps[i].r
+		t := pt(steps[i].at)
 		switch dirOf(r) {
 		case DirIn:
 			tickUntil(t, false)
 			j := i
-			for ; j < len(recs) && j-i < batch && recs[j].Time.Equal(r.Time) && dirOf(recs[j]) == DirIn; j++ {
-				in := recs[j]
+			for ; j < len(steps) && j-i < batch && steps[j].at.Equal(steps[i].at) && dirOf(steps[j].r) == DirIn; j++ {
+				in := steps[j].r
 				cur = in.N
 				res.Inputs++
 				if reason := stepFrame(core, t, in, group, opts.EtherType); reason != "" {
@@ -448,6 +457,69 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 	tickUntil(pt(end), true)
 	return res, nil
+}
+
+// simStep is one captured frame of the node's interface and when the
+// re-run takes it.
+type simStep struct {
+	r        *Record
+	at       time.Time
+	deferred bool
+}
+
+// deferNumbered: a request the node numbered (as the sequencer) in a
+// frame captured after the request arrived is stepped at that frame's
+// time instead. The live sequencer numbers what its loop has stepped at
+// the next Ready, so the order of its numbering frames is the order in
+// which it stepped requests and proposed its own messages; the kernel
+// stamps a frame when it arrives, which can be well before the loop
+// steps it. Stepping late requests at their numbering time makes the
+// re-run number in the captured order. It returns how many it moved.
+func deferNumbered(steps []simStep, self frame.MemberID, dirOf func(*Record) Dir) int {
+	numbered := map[frame.UID]time.Time{}
+	mark := func(u frame.UID, t time.Time) {
+		if _, ok := numbered[u]; !ok {
+			numbered[u] = t
+		}
+	}
+	for _, st := range steps {
+		v := st.r.View
+		if v == nil || dirOf(st.r) != DirOut || v.Sender() != self || v.Retransmission() {
+			continue
+		}
+		switch v.Type() {
+		case frame.SeqData:
+			mark(v.SeqDataUID(), st.r.Time)
+		case frame.SeqAccept:
+			al := v.Accepts()
+			for i := range al.Len() {
+				mark(al.At(i).UID, st.r.Time)
+			}
+		}
+	}
+	moved := 0
+	for i := range steps {
+		st := &steps[i]
+		v := st.r.View
+		if v == nil || dirOf(st.r) != DirIn || v.Type() != frame.SeqRequest {
+			continue
+		}
+		if t, ok := numbered[frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}]; ok && t.After(st.at) {
+			st.at, st.deferred = t, true
+			moved++
+		}
+	}
+	if moved > 0 {
+		// Deferred requests go before what the node sent at their
+		// numbering time.
+		sort.SliceStable(steps, func(i, j int) bool {
+			if !steps[i].at.Equal(steps[j].at) {
+				return steps[i].at.Before(steps[j].at)
+			}
+			return steps[i].deferred && !steps[j].deferred
+		})
+	}
+	return moved
 }
 
 // DefaultMaxIdleTicks is SimOptions.MaxIdleTicks's default: 200 s of
