@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -299,6 +300,10 @@ int main(int argc, char **argv)
 		}
 		dispatch(h, fd, 100);
 	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+	printf("cpu_s=%.3f ", cpu);
 	if (latency_mode && sending) {
 		qsort(lat, rounds, sizeof *lat, cmpd);
 		printf("member=%d mode=lat rounds=%ld p50_us=%.1f p99_us=%.1f min_us=%.1f max_us=%.1f delivered=%" PRIu64

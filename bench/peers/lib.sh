@@ -28,6 +28,14 @@ busy_pct() {
 	awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN{ if (t > 0) printf "%.0f", 100*b/t; else print "?" }'
 }
 
+# cpu_seconds PID...: user+system CPU seconds the processes (all their
+# threads) have used so far, from /proc/PID/stat.
+cpu_seconds() {
+	local p t=0
+	for p; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+	awk -v t=$t -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.3f", t/hz}'
+}
+
 # loadavg1: the 1-minute load average.
 loadavg1() { cut -d' ' -f1 /proc/loadavg; }
 
