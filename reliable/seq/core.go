@@ -218,6 +218,7 @@ type member struct {
 	self      bool
 	lastHeard Time
 	gone      bool // its Leave arrived: never a candidate, never waited for
+	sawLeave  bool // (at a departed sequencer) it was heard electing: it knows we left
 
 	// At the sequencer.
 	live      bool   // counted in stable; false once removed
@@ -362,8 +363,9 @@ type Core struct {
 	// Leave.
 	leaving   bool
 	left      bool // Leave sent: the core is finished
-	leaveLeft int  // Leave repeats still to send
-	leaveAt   Time
+	leaveLeft  int  // Leave repeats still to send
+	leaveAt    Time
+	leaveUntil Time // a departed sequencer repeats its Leave until then, or until every live member elects
 	leave     frame.Empty
 
 	sealAhead int // sealAhead; tests change it

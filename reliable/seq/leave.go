@@ -14,6 +14,11 @@ import "github.com/rbcast/rbcast/frame"
 // At the sequencer a Leave removes its sender (MemberLeft). At the others
 // the sender is marked gone; a gone sequencer starts an election at once,
 // and a gone member is never a candidate nor waited for.
+//
+// A departed sequencer repeats its Leave (NackTimeout apart) until it has
+// heard every live member vote in a newer epoch, or for FailureTimeout: a
+// member that missed every Leave would count it in the quorum, and in a
+// group of two could never elect itself.
 
 // leaveRepeats is how many Leave frames a departing member sends,
 // NackTimeout apart: a lost Leave is otherwise noticed only after
@@ -51,6 +56,9 @@ func (c *Core) maybeLeave() {
 	}
 	c.left = true
 	c.leaveLeft = leaveRepeats
+	if c.role == sequencer {
+		c.leaveUntil = c.now.Add(c.cfg.FailureTimeout)
+	}
 	c.sendLeave()
 	c.events = append(c.events, Event{Kind: SelfLeft, Member: c.cfg.Self, Epoch: c.epoch, Last: c.next - 1, At: c.now})
 }
@@ -62,8 +70,37 @@ func (c *Core) sendLeave() {
 	c.stats.LeavesSent++
 	c.leaveLeft--
 	c.leaveAt = 0
-	if c.leaveLeft > 0 {
+	if c.leaveLeft > 0 || c.now < c.leaveUntil && !c.leaveKnown() {
 		c.leaveAt = c.now.Add(c.cfg.NackTimeout)
+	}
+}
+
+// leaveKnown reports whether every live member was heard electing since
+// our Leave as sequencer.
+func (c *Core) leaveKnown() bool {
+	for i := range c.members {
+		if m := &c.members[i]; m.live && !m.self && !m.gone && !m.sawLeave {
+			return false
+		}
+	}
+	return true
+}
+
+// stepLeft: after our Leave as sequencer, a member's vote in a newer
+// epoch shows it knows we left.
+func (c *Core) stepLeft(src [6]byte, v frame.View) {
+	if c.leaveUntil == 0 || v.Type() != frame.SeqElection {
+		return
+	}
+	m := c.member(v.Sender())
+	if m == nil || m.self || src != m.mac || v.Incarnation() != m.inc {
+		return
+	}
+	if b := v.Election(); frame.SeqLess(c.epoch, b.Epoch) {
+		m.sawLeave = true
+		if c.leaveLeft == 0 && c.leaveKnown() {
+			c.leaveAt = 0 // finished
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		return ErrHalted
 	}
 	if c.left {
+		c.stepLeft(src, v)
 		return nil // finished: the group goes on without us
 	}
 	if g := v.Group(); g != c.cfg.Group {
