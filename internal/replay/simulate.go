@@ -252,7 +252,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, ElectionRetry: opts.ElectionRetry,
 			Quorum: opts.Quorum,
 		}
-		sa := analyseSeq(c, analyse(c))
+		sa := analyse(c).seq
 		if opts.InitialGlobal != nil {
 			cfg.InitialGlobal = *opts.InitialGlobal
 		} else if sa.hasBase {
