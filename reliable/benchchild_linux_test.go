@@ -255,7 +255,7 @@ func runGoodputProcs(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.
 		sent++
 	}
 	want := sent * uint64(size)
-	res := goodputResult{sender: g.Stats()}
+	var res goodputResult
 	var doneAt int64
 	first := true
 	for _, k := range kids {
@@ -275,6 +275,7 @@ func runGoodputProcs(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.
 		res.held += r.Held
 		res.drops += r.Drops
 	}
+	res.sender = g.Stats() // after the receivers: with the removals they caused
 	res.elapsed = time.Unix(0, doneAt).Sub(start)
 	res.msgs = res.bytes / uint64(max(size, 1))
 	return res

@@ -216,7 +216,7 @@ func (r *reporter) pbp(topo *netns.Topology, o goodputOpts) goodputResult {
 	g := runGoodputOn(r.b, topo, o, r.d)
 	if g.short > 0 {
 		r.stalls++
-		r.printf("<!-- STALL: %+v: a receiver still missed %d bytes 5 s after sending ended -->\n", o, g.short)
+		r.printf("<!-- STALL: %+v: a receiver still missed %d bytes 5 s after sending ended; the sender's membership events: %v -->\n", o, g.short, g.sender.Events)
 	}
 	return g
 }
