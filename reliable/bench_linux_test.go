@@ -441,6 +441,9 @@ func minf(a, b float64) float64 {
 }
 
 func reportGoodput(b *testing.B, r goodputResult) {
+	if r.short > 0 {
+		b.Logf("STALL: a receiver still missed %d bytes 5 s after sending ended; the sender's membership events: %v", r.short, r.sender.Events)
+	}
 	b.ReportMetric(float64(r.bytes)/r.elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(r.msgs)/r.elapsed.Seconds(), "msg/s")
 	b.ReportMetric(float64(r.sender.Protocol.Retransmitted), "retx")
