@@ -72,7 +72,7 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 		return nil, err
 	}
 	defer c.Close()
-	w, err := c.Hello(true)
+	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
 		return nil, err
 	}
@@ -82,16 +82,20 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 	if size > int(w.MaxMessage) {
 		return nil, fmt.Errorf("-size %d is larger than the daemon accepts (%d bytes per message)", size, w.MaxMessage)
 	}
-	msg := &localapi.Send{Data: make([]byte, size)}
+	// As many messages per packet as fit (see send's batcher).
+	perBatch := max(1, (localapi.MaxBatch-1)/(localapi.BatchEntryLen+size))
+	data := make([]byte, size)
+	batch := &localapi.SendBatch{}
+	for range perBatch {
+		batch.Msgs = append(batch.Msgs, data)
+	}
 	r := &benchResult{Size: size}
 	start := time.Now()
 	for time.Since(start) < dur {
-		for range 64 {
-			if err := c.Write(msg); err != nil {
-				return nil, fmt.Errorf("after %d messages: %w", r.Messages, err)
-			}
-			r.Messages++
+		if err := c.Write(batch); err != nil {
+			return nil, fmt.Errorf("after %d messages: %w", r.Messages, err)
 		}
+		r.Messages += uint64(perBatch)
 	}
 	last := time.Now()
 	if err := c.Write(&localapi.Flush{}); err != nil {

@@ -106,68 +106,132 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// batcher packs messages into SendBatch packets (one packet per message
+// costs a system call each on both sides of the socket).
+type batcher struct {
+	c     *localapi.Conn
+	arena []byte   // the batch's data; never grows past its capacity
+	msgs  [][]byte // views into arena
+	size  int      // the packet's size so far
+	n     uint64   // messages written
+	bytes uint64
+}
+
+func newBatcher(c *localapi.Conn) *batcher {
+	return &batcher{c: c, arena: make([]byte, 0, localapi.MaxBatch), size: 1}
+}
+
+// add copies d into the batch, first writing the batch out if d does not
+// fit.
+func (b *batcher) add(d []byte) error {
+	if b.size+localapi.BatchEntryLen+len(d) > localapi.MaxBatch {
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+	off := len(b.arena)
+	b.arena = append(b.arena, d...)
+	b.msgs = append(b.msgs, b.arena[off:len(b.arena):len(b.arena)])
+	b.size += localapi.BatchEntryLen + len(d)
+	return nil
+}
+
+// flush writes what is batched.
+func (b *batcher) flush() error {
+	var err error
+	switch len(b.msgs) {
+	case 0:
+		return nil
+	case 1:
+		err = b.c.Write(&localapi.Send{Data: b.msgs[0]})
+	default:
+		err = b.c.Write(&localapi.SendBatch{Msgs: b.msgs})
+	}
+	if err != nil {
+		return err
+	}
+	b.n += uint64(len(b.msgs))
+	for _, m := range b.msgs {
+		b.bytes += uint64(len(m))
+	}
+	b.arena, b.msgs, b.size = b.arena[:0], b.msgs[:0], 1
+	return nil
+}
+
 // send streams in through c and flushes; it returns the number of
-// messages and bytes acknowledged.
+// messages and bytes acknowledged. Messages already read go out together
+// in one packet; when the input has nothing more buffered, what is
+// batched goes out at once, so a slow input (a pipe, a terminal) is not
+// held back.
 func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, err error) {
-	w, err := c.Hello(true)
+	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
 		return 0, 0, err
 	}
 	max := int(w.MaxMessage)
-	// reason turns a failed write into the daemon's reason, if it sent one.
-	reason := func(werr error) error {
+	b := newBatcher(c)
+	// fail turns a failed write into the daemon's reason, if it sent one.
+	fail := func(werr error) (uint64, uint64, error) {
 		c.SetDeadline(time.Now().Add(time.Second))
 		if _, rerr := c.Read(); rerr != nil {
 			var e *localapi.Error
 			if errors.As(rerr, &e) {
-				return e
+				return b.n, b.bytes, e
 			}
 		}
-		return fmt.Errorf("sending message %d: %w", n+1, werr)
+		return b.n, b.bytes, fmt.Errorf("sending message %d: %w", b.n+1, werr)
 	}
-	msg := &localapi.Send{}
-	if lines {
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			if len(sc.Bytes()) > max {
-				return n, bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", n+1, len(sc.Bytes()), max)
+	const maxLine = 1 << 20
+	br := bufio.NewReaderSize(in, maxLine)
+	line := uint64(0)
+	chunk := make([]byte, max) // the batcher copies it
+	for {
+		var msg []byte
+		var rerr error
+		if lines {
+			msg, rerr = br.ReadSlice('\n')
+			if errors.Is(rerr, bufio.ErrBufferFull) {
+				return b.n, b.bytes, fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", line+1, max)
 			}
-			msg.Data = sc.Bytes()
-			if err := c.Write(msg); err != nil {
-				return n, bytes, reason(err)
-			}
-			n++
-			bytes += uint64(len(msg.Data))
-		}
-		if err := sc.Err(); err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return n, bytes, fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", n+1, max)
-			}
-			return n, bytes, fmt.Errorf("reading input: %w", err)
-		}
-	} else {
-		buf := make([]byte, max)
-		for {
-			k, rerr := io.ReadFull(in, buf)
-			if k > 0 {
-				msg.Data = buf[:k]
-				if err := c.Write(msg); err != nil {
-					return n, bytes, reason(err)
-				}
-				n++
-				bytes += uint64(k)
-			}
-			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			msg = trimEOL(msg)
+			if len(msg) == 0 && rerr == io.EOF {
 				break
 			}
-			if rerr != nil {
-				return n, bytes, fmt.Errorf("reading input: %w", rerr)
+			line++
+			if len(msg) > max {
+				return b.n, b.bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)
+			}
+		} else {
+			k, err := io.ReadFull(br, chunk)
+			msg, rerr = chunk[:k], err
+			if rerr == io.ErrUnexpectedEOF {
+				rerr = io.EOF
+			}
+			if k == 0 && rerr == io.EOF {
+				break
+			}
+		}
+		if rerr != nil && rerr != io.EOF {
+			return b.n, b.bytes, fmt.Errorf("reading input: %w", rerr)
+		}
+		if err := b.add(msg); err != nil {
+			return fail(err)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if br.Buffered() == 0 {
+			if err := b.flush(); err != nil {
+				return fail(err)
 			}
 		}
 	}
+	if err := b.flush(); err != nil {
+		return fail(err)
+	}
+	n, bytes = b.n, b.bytes
 	if err := c.Write(&localapi.Flush{}); err != nil {
-		return n, bytes, reason(err)
+		return fail(err)
 	}
 	m, err := c.Read()
 	if err != nil {
@@ -181,6 +245,19 @@ func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, e
 		return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
 	}
 	return n, bytes, nil
+}
+
+// trimEOL drops a line's "\n" or "\r\n", as bufio.ScanLines does.
+func trimEOL(b []byte) []byte {
+	b = bytesTrimSuffix(b, '\n')
+	return bytesTrimSuffix(b, '\r')
+}
+
+func bytesTrimSuffix(b []byte, c byte) []byte {
+	if len(b) > 0 && b[len(b)-1] == c {
+		return b[:len(b)-1]
+	}
+	return b
 }
 
 const recvText = `Writes what the group delivers from now on: with -from ID, member ID's
@@ -272,15 +349,34 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 }
 
 func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, maxCount int64) error {
-	if _, err := c.Hello(false); err != nil {
+	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
 		return err
 	}
 	var got, count int64
+	done := func() bool { return maxBytes > 0 && got >= maxBytes || maxCount > 0 && count >= maxCount }
+	write := func(d *localapi.Deliver) error {
+		data := d.Data
+		if maxBytes > 0 && got+int64(len(data)) > maxBytes && !lines {
+			data = data[:maxBytes-got]
+		}
+		var err error
+		if lines {
+			w.WriteString(strconv.Itoa(int(d.From)))
+			w.WriteByte('\t')
+			w.Write(data)
+			err = w.WriteByte('\n')
+		} else {
+			_, err = w.Write(data)
+		}
+		got += int64(len(d.Data))
+		count++
+		return err
+	}
 	for {
-		if maxBytes > 0 && got >= maxBytes || maxCount > 0 && count >= maxCount {
+		if done() {
 			return nil
 		}
 		m, err := c.Read()
@@ -294,27 +390,21 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 			}
 			return err
 		}
-		d, ok := m.(*localapi.Deliver)
-		if !ok {
-			continue // Subscribed
+		switch d := m.(type) {
+		case *localapi.Deliver:
+			if err := write(d); err != nil {
+				return err
+			}
+		case *localapi.DeliverBatch:
+			for i := range d.Msgs {
+				if done() {
+					return nil
+				}
+				if err := write(&d.Msgs[i]); err != nil {
+					return err
+				}
+			}
 		}
-		data := d.Data
-		if maxBytes > 0 && got+int64(len(data)) > maxBytes && !lines {
-			data = data[:maxBytes-got]
-		}
-		if lines {
-			w.WriteString(strconv.Itoa(int(d.From)))
-			w.WriteByte('\t')
-			w.Write(data)
-			err = w.WriteByte('\n')
-		} else {
-			_, err = w.Write(data)
-		}
-		if err != nil {
-			return err
-		}
-		got += int64(len(d.Data))
-		count++
 	}
 }
 
@@ -374,7 +464,11 @@ func status(sf *socketFlags, wait time.Duration) (*daemon.Status, error) {
 	if wait > 0 {
 		c.SetDeadline(deadline)
 	}
-	if _, err := c.Hello(wait > 0); err != nil {
+	var flags uint16
+	if wait > 0 {
+		flags = localapi.HelloWaitReady
+	}
+	if _, err := c.Hello(flags); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, fmt.Errorf("the group has not started after %v (-wait-ready)", wait)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -200,5 +201,46 @@ func TestRecvInterrupt(t *testing.T) {
 	// what it wrote must be whole lines.
 	if err != nil || string(b) != "0\tone\n" && len(b) != 0 {
 		t.Fatalf("recv after SIGINT: %v, wrote %q, stderr %q", err, b, errOut.String())
+	}
+}
+
+// send -lines from a slow input sends each line as it comes: batching
+// never holds a line back waiting for more input.
+func TestSendSlowInputNotHeld(t *testing.T) {
+	sock := soloDaemonOrder(t, reliable.Total)
+	c, err := localapi.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Hello(localapi.HelloBatch); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(); err != nil { // Subscribed
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		var e strings.Builder
+		done <- rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, pr, &e, &e)
+	}()
+	for _, line := range []string{"first", "second"} {
+		io.WriteString(pw, line+"\n")
+		m, err := c.Read() // before the input ends
+		if err != nil {
+			t.Fatalf("waiting for %q: %v", line, err)
+		}
+		if d, ok := m.(*localapi.Deliver); !ok || string(d.Data) != line {
+			t.Fatalf("got %#v, want %q alone", m, line)
+		}
+	}
+	pw.Close()
+	if code := <-done; code != exitOK {
+		t.Fatalf("send exit %d", code)
 	}
 }

@@ -14,10 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readBuf is the largest packet read from a client: a Send of the largest
-// message a frame can carry (65535 bytes) plus its type byte. A longer
-// packet arrives truncated (MSG_TRUNC) and is refused as too large.
-const readBuf = 1 + 0xffff + 1
+// readBuf is the largest packet read from a client: a batch, or a Send of
+// the largest message a frame can carry (65535 bytes) with its type byte.
+// A longer packet arrives truncated (MSG_TRUNC) and is refused as too
+// large.
+const readBuf = localapi.MaxBatch
 
 // conn is one client connection.
 type conn struct {
@@ -30,6 +31,7 @@ type conn struct {
 	wbuf      []byte
 	closeOnce sync.Once
 	accepted  uint64
+	batch     bool // the client reads DeliverBatch
 
 	smu  sync.Mutex
 	sub  *subscriber
@@ -162,6 +164,7 @@ func (c *conn) hello(buf []byte) bool {
 		c.fail(localapi.CodeVersion, false, "this daemon speaks local API version %d; the client speaks version %d", localapi.Version, h.Version)
 		return false
 	}
+	c.batch = h.Flags&localapi.HelloBatch != 0
 	if h.Flags&localapi.HelloWaitReady != 0 {
 		if _, err := c.d.started(c.ctx); err != nil {
 			c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
@@ -197,6 +200,8 @@ func (c *conn) handle(m localapi.Message) bool {
 	switch m := m.(type) {
 	case *localapi.Send:
 		return c.send(m.Data)
+	case *localapi.SendBatch:
+		return c.sendBatch(m.Msgs)
 	case *localapi.Flush:
 		return c.flush()
 	case *localapi.Subscribe:
@@ -214,6 +219,28 @@ func (c *conn) handle(m localapi.Message) bool {
 	}
 	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
 	return false
+}
+
+// sendBatch sends a batch's messages in order; a batch with a message too
+// large is refused whole.
+func (c *conn) sendBatch(msgs [][]byte) bool {
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		return false
+	}
+	for i, d := range msgs {
+		if len(d) > g.MaxMessage() {
+			c.fail(localapi.CodeTooLarge, true, "message %d of the batch is %d bytes; the daemon accepts at most %d bytes per message (none of the batch was sent)", i+1, len(d), g.MaxMessage())
+			return true
+		}
+	}
+	for _, d := range msgs {
+		if !c.send(d) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *conn) send(data []byte) bool {
@@ -308,11 +335,39 @@ func (c *conn) subscribe(from uint16) bool {
 
 // stream writes a subscriber's queue to the connection; a blocked write
 // (the client does not read) fills the queue and so holds the fan-out.
+// For a client that reads DeliverBatch, whatever waits in the queue goes
+// out in one packet.
 func (c *conn) stream(s *subscriber) {
+	var batch localapi.DeliverBatch
+	send := func(m localapi.Deliver) bool {
+		if !c.batch {
+			return c.write(&m) == nil
+		}
+		largest := c.d.g.MaxMessage() // a delivery means the group has started
+		batch.Msgs = append(batch.Msgs[:0], m)
+		size := 1 + localapi.DeliverBatchEntryLen + len(m.Data)
+	more:
+		for {
+			select {
+			case m := <-s.q:
+				batch.Msgs = append(batch.Msgs, m)
+				size += localapi.DeliverBatchEntryLen + len(m.Data)
+				if size+localapi.DeliverBatchEntryLen+largest > localapi.MaxBatch {
+					break more
+				}
+			default:
+				break more
+			}
+		}
+		if len(batch.Msgs) == 1 {
+			return c.write(&batch.Msgs[0]) == nil
+		}
+		return c.write(&batch) == nil
+	}
 	for {
 		select {
 		case m := <-s.q:
-			if c.write(&m) != nil {
+			if !send(m) {
 				c.close()
 				return
 			}
@@ -320,7 +375,7 @@ func (c *conn) stream(s *subscriber) {
 			for {
 				select {
 				case m := <-s.q:
-					if c.write(&m) != nil {
+					if !send(m) {
 						c.close()
 						return
 					}

@@ -102,6 +102,14 @@ func (x *running) stop(t *testing.T) error {
 }
 
 func dial(t *testing.T, socket string, waitReady bool) (*localapi.Conn, *localapi.Welcome) {
+	var flags uint16
+	if waitReady {
+		flags = localapi.HelloWaitReady
+	}
+	return dialFlags(t, socket, flags)
+}
+
+func dialFlags(t *testing.T, socket string, flags uint16) (*localapi.Conn, *localapi.Welcome) {
 	t.Helper()
 	c, err := localapi.Dial(socket)
 	if err != nil {
@@ -109,17 +117,24 @@ func dial(t *testing.T, socket string, waitReady bool) (*localapi.Conn, *localap
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	w, err := c.Hello(waitReady)
+	w, err := c.Hello(flags)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, w
 }
 
-// subscribe returns a connection delivering from's messages.
+// subscribe returns a connection delivering from's messages, one per
+// packet.
 func subscribe(t *testing.T, socket string, from uint16) *localapi.Conn {
+	return subscribeFlags(t, socket, from, 0)
+}
+
+// subscribeFlags is subscribe with Hello flags (HelloBatch: several
+// messages per packet).
+func subscribeFlags(t *testing.T, socket string, from uint16, flags uint16) *localapi.Conn {
 	t.Helper()
-	c, _ := dial(t, socket, false)
+	c, _ := dialFlags(t, socket, flags)
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +156,13 @@ func collect(c *localapi.Conn, want int) ([]byte, error) {
 		if err != nil {
 			return got, err
 		}
-		if d, ok := m.(*localapi.Deliver); ok {
+		switch d := m.(type) {
+		case *localapi.Deliver:
 			got = append(got, d.Data...)
+		case *localapi.DeliverBatch:
+			for _, x := range d.Msgs {
+				got = append(got, x.Data...)
+			}
 		}
 	}
 	return got, nil
@@ -154,6 +174,33 @@ func sendAll(t *testing.T, c *localapi.Conn, data []byte, max int) (*localapi.Fl
 	for off := 0; off < len(data); off += max {
 		if err := c.Write(&localapi.Send{Data: data[off:min(off+max, len(data))]}); err != nil {
 			return nil, err
+		}
+	}
+	if err := c.Write(&localapi.Flush{}); err != nil {
+		return nil, err
+	}
+	m, err := c.Read()
+	if err != nil {
+		return nil, err
+	}
+	f, ok := m.(*localapi.Flushed)
+	if !ok {
+		return nil, fmt.Errorf("Flush answered with %#v", m)
+	}
+	return f, nil
+}
+
+// sendAllBatched is sendAll with up to 40 messages per SendBatch packet.
+func sendAllBatched(t *testing.T, c *localapi.Conn, data []byte, max int) (*localapi.Flushed, error) {
+	t.Helper()
+	var b localapi.SendBatch
+	for off := 0; off < len(data); off += max {
+		b.Msgs = append(b.Msgs, data[off:min(off+max, len(data))])
+		if len(b.Msgs) == 40 || off+max >= len(data) {
+			if err := c.Write(&b); err != nil {
+				return nil, err
+			}
+			b.Msgs = b.Msgs[:0]
 		}
 	}
 	if err := c.Write(&localapi.Flush{}); err != nil {
@@ -188,7 +235,7 @@ func TestSendRecvUnderLoss(t *testing.T) {
 	ds := startGroup(t, r, 3, imp, nil)
 	// Subscribed before the group starts: nothing may be missed.
 	from0 := subscribe(t, ds[1].socket, 0)
-	all := subscribe(t, ds[2].socket, localapi.AllMembers)
+	all := subscribeFlags(t, ds[2].socket, localapi.AllMembers, localapi.HelloBatch)
 
 	c, w := dial(t, ds[0].socket, true)
 	if !w.Ready || w.Self != 0 || w.Members != 3 || w.MaxMessage == 0 {
@@ -240,7 +287,7 @@ func TestSlowReaderBackPressure(t *testing.T) {
 		c.SubscriberQueue = 4
 		c.Group.RecvQueue = 8
 	})
-	slow := subscribe(t, ds[1].socket, 0)
+	slow := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
 	c, w := dial(t, ds[0].socket, true)
 	data := randomBytes(2, 400_000) // far more than the queues and socket buffers between
 	type result struct {
@@ -249,7 +296,7 @@ func TestSlowReaderBackPressure(t *testing.T) {
 	}
 	flushed := make(chan result, 1)
 	go func() {
-		f, err := sendAll(t, c, data, int(w.MaxMessage))
+		f, err := sendAllBatched(t, c, data, int(w.MaxMessage))
 		flushed <- result{f, err}
 	}()
 	// While nobody reads, the sender cannot finish: its window fills.
@@ -433,9 +480,19 @@ func TestClientErrors(t *testing.T) {
 		if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, "the daemon accepts at most") {
 			t.Fatalf("got %v", err)
 		}
+		// A batch with one message too large is refused whole.
+		c.Write(&localapi.SendBatch{Msgs: [][]byte{[]byte("fits"), big}})
+		_, err = c.Read()
+		if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, "message 2 of the batch is") || !strings.Contains(e.Text, "none of the batch was sent") {
+			t.Fatalf("got %v", err)
+		}
 		// The connection stays usable after a too-large message.
-		if _, err := sendAll(t, c, []byte("fits"), int(w.MaxMessage)); err != nil {
+		f, err := sendAll(t, c, []byte("fits"), int(w.MaxMessage))
+		if err != nil {
 			t.Fatalf("after a refused message: %v", err)
+		}
+		if f.Accepted != 1 {
+			t.Fatalf("accepted %d messages, want only the 1 after the refusals", f.Accepted)
 		}
 	})
 	t.Run("garbage", func(t *testing.T) {
@@ -572,7 +629,7 @@ func TestTotalOrderSameSequence(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			if _, err := c.Hello(true); err != nil {
+			if _, err := c.Hello(localapi.HelloWaitReady); err != nil {
 				errs <- err
 				return
 			}

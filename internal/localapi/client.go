@@ -115,13 +115,11 @@ func (c *Conn) Read() (Message, error) {
 	return m, nil
 }
 
-// Hello says hello and returns the daemon's Welcome; with waitReady, the
-// daemon answers once the group has started.
-func (c *Conn) Hello(waitReady bool) (*Welcome, error) {
-	h := &Hello{Version: Version}
-	if waitReady {
-		h.Flags |= HelloWaitReady
-	}
+// Hello says hello with flags (HelloWaitReady: the daemon answers once
+// the group has started; HelloBatch: this client reads DeliverBatch) and
+// returns the daemon's Welcome.
+func (c *Conn) Hello(flags uint16) (*Welcome, error) {
+	h := &Hello{Version: Version, Flags: flags}
 	if err := c.Write(h); err != nil {
 		return nil, err
 	}

@@ -29,14 +29,16 @@ const (
 	TFlush     Type = 0x03 // ask for Flushed once everything sent is acknowledged
 	TSubscribe Type = 0x04 // deliver messages (from one member or all) on this connection
 	TStatus    Type = 0x05 // ask for a Status
+	TSendBatch Type = 0x06 // several messages to broadcast, in order
 
 	// Daemon to client.
-	TWelcome    Type = 0x81 // answers Hello
-	TFlushed    Type = 0x82 // answers Flush
-	TSubscribed Type = 0x83 // answers Subscribe
-	TDeliver    Type = 0x84 // one delivered message
-	TStatusJSON Type = 0x85 // answers Status
-	TError      Type = 0xff // a request failed; the text says why
+	TWelcome      Type = 0x81 // answers Hello
+	TFlushed      Type = 0x82 // answers Flush
+	TSubscribed   Type = 0x83 // answers Subscribe
+	TDeliver      Type = 0x84 // one delivered message
+	TStatusJSON   Type = 0x85 // answers Status
+	TDeliverBatch Type = 0x86 // several delivered messages, in order (after Hello with HelloBatch)
+	TError        Type = 0xff // a request failed; the text says why
 )
 
 func (t Type) String() string {
@@ -51,6 +53,10 @@ func (t Type) String() string {
 		return "Subscribe"
 	case TStatus:
 		return "Status"
+	case TSendBatch:
+		return "SendBatch"
+	case TDeliverBatch:
+		return "DeliverBatch"
 	case TWelcome:
 		return "Welcome"
 	case TFlushed:
@@ -67,9 +73,18 @@ func (t Type) String() string {
 	return fmt.Sprintf("Type(%#02x)", uint8(t))
 }
 
-// HelloWaitReady in Hello.Flags asks the daemon to answer only once the
-// group has started (every member registered).
-const HelloWaitReady uint16 = 1
+// Hello.Flags.
+const (
+	// HelloWaitReady asks the daemon to answer only once the group has
+	// started (every member registered).
+	HelloWaitReady uint16 = 1
+	// HelloBatch says the client reads DeliverBatch: the daemon may
+	// deliver several messages in one packet.
+	HelloBatch uint16 = 2
+)
+
+// MaxBatch bounds a SendBatch or DeliverBatch packet, type byte included.
+const MaxBatch = 1 << 16
 
 // AllMembers in Subscribe.From subscribes to every member's messages.
 const AllMembers uint16 = 0xffff
@@ -136,6 +151,17 @@ type Hello struct {
 // Send carries one message to broadcast. Data aliases the decoded packet.
 type Send struct{ Data []byte }
 
+// SendBatch carries several messages to broadcast, in order: one packet
+// instead of one per message. Each datum aliases the decoded packet.
+type SendBatch struct{ Msgs [][]byte }
+
+// BatchEntryLen is a SendBatch entry's overhead, DeliverBatchEntryLen a
+// DeliverBatch entry's.
+const (
+	BatchEntryLen        = 4
+	DeliverBatchEntryLen = 6
+)
+
 // Flush asks for Flushed once every message this daemon accepted so far
 // (from any client) has been acknowledged by every live member.
 type Flush struct{}
@@ -171,6 +197,10 @@ type Deliver struct {
 	Data []byte
 }
 
+// DeliverBatch is several delivered messages, in delivery order. Each
+// Data aliases the decoded packet.
+type DeliverBatch struct{ Msgs []Deliver }
+
 // StatusJSON answers Status with the daemon's status as JSON (the
 // daemon package's Status type).
 type StatusJSON struct{ JSON []byte }
@@ -184,17 +214,19 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("rbcastd: %s (%v)", e.Text, e.Code) }
 
-func (*Hello) Type() Type      { return THello }
-func (*Send) Type() Type       { return TSend }
-func (*Flush) Type() Type      { return TFlush }
-func (*Subscribe) Type() Type  { return TSubscribe }
-func (*Status) Type() Type     { return TStatus }
-func (*Welcome) Type() Type    { return TWelcome }
-func (*Flushed) Type() Type    { return TFlushed }
-func (*Subscribed) Type() Type { return TSubscribed }
-func (*Deliver) Type() Type    { return TDeliver }
-func (*StatusJSON) Type() Type { return TStatusJSON }
-func (*Error) Type() Type      { return TError }
+func (*Hello) Type() Type        { return THello }
+func (*Send) Type() Type         { return TSend }
+func (*Flush) Type() Type        { return TFlush }
+func (*Subscribe) Type() Type    { return TSubscribe }
+func (*Status) Type() Type       { return TStatus }
+func (*SendBatch) Type() Type    { return TSendBatch }
+func (*DeliverBatch) Type() Type { return TDeliverBatch }
+func (*Welcome) Type() Type      { return TWelcome }
+func (*Flushed) Type() Type      { return TFlushed }
+func (*Subscribed) Type() Type   { return TSubscribed }
+func (*Deliver) Type() Type      { return TDeliver }
+func (*StatusJSON) Type() Type   { return TStatusJSON }
+func (*Error) Type() Type        { return TError }
 
 var be = binary.BigEndian
 
@@ -213,6 +245,25 @@ func (m *Subscribe) Append(b []byte) []byte {
 }
 
 func (m *Status) Append(b []byte) []byte { return append(b, byte(TStatus)) }
+
+func (m *SendBatch) Append(b []byte) []byte {
+	b = append(b, byte(TSendBatch))
+	for _, d := range m.Msgs {
+		b = be.AppendUint32(b, uint32(len(d)))
+		b = append(b, d...)
+	}
+	return b
+}
+
+func (m *DeliverBatch) Append(b []byte) []byte {
+	b = append(b, byte(TDeliverBatch))
+	for _, d := range m.Msgs {
+		b = be.AppendUint16(b, d.From)
+		b = be.AppendUint32(b, uint32(len(d.Data)))
+		b = append(b, d.Data...)
+	}
+	return b
+}
 
 func (m *Welcome) Append(b []byte) []byte {
 	b = append(b, byte(TWelcome))
@@ -329,6 +380,22 @@ func Decode(p []byte) (Message, error) {
 			return nil, err
 		}
 		return &Status{}, nil
+	case TSendBatch:
+		m := &SendBatch{}
+		err := entries(p, 0, BatchEntryLen, func(_ []byte, d []byte) { m.Msgs = append(m.Msgs, d) })
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	case TDeliverBatch:
+		m := &DeliverBatch{}
+		err := entries(p, 2, DeliverBatchEntryLen, func(h []byte, d []byte) {
+			m.Msgs = append(m.Msgs, Deliver{From: be.Uint16(h), Data: d})
+		})
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	case TWelcome:
 		if err := exact(welcomeLen); err != nil {
 			return nil, err
@@ -376,4 +443,28 @@ func Decode(p []byte) (Message, error) {
 		return &Error{Code: Code(be.Uint16(p[1:])), Text: string(p[3:])}, nil
 	}
 	return nil, decodeErr(t, 0, "unknown message type %#02x", uint8(t))
+}
+
+// entries decodes a batch's entries after the type byte: each a header of
+// hdr bytes whose last four are the datum's length, then the datum.
+func entries(p []byte, pre, hdr int, add func(h, d []byte)) error {
+	t := Type(p[0])
+	if len(p) > MaxBatch {
+		return decodeErr(t, MaxBatch, "%d bytes, at most %d", len(p), MaxBatch)
+	}
+	if len(p) == 1 {
+		return decodeErr(t, 1, "no messages")
+	}
+	for off := 1; off < len(p); {
+		if len(p)-off < hdr {
+			return decodeErr(t, off, "entry header of %d bytes cut short: %d left", hdr, len(p)-off)
+		}
+		n := int(be.Uint32(p[off+pre:]))
+		if n > len(p)-off-hdr {
+			return decodeErr(t, off+pre, "message of %d bytes, only %d left", n, len(p)-off-hdr)
+		}
+		add(p[off:off+pre], p[off+hdr:off+hdr+n])
+		off += hdr + n
+	}
+	return nil
 }

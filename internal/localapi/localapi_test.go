@@ -30,6 +30,8 @@ func goldenCases() []struct {
 		{"subscribe_all", &Subscribe{From: AllMembers}},
 		{"subscribe_one", &Subscribe{From: 3}},
 		{"status", &Status{}},
+		{"send_batch", &SendBatch{Msgs: [][]byte{[]byte("first"), {}, []byte("third message")}}},
+		{"deliver_batch", &DeliverBatch{Msgs: []Deliver{{From: 1, Data: []byte("from one")}, {From: 3, Data: []byte("from three")}}}},
 		{"welcome", &Welcome{Version: 1, Self: 2, Group: 7, Members: 4, Order: OrderTotal, Ready: true, MaxMessage: 1460}},
 		{"welcome_not_ready", &Welcome{Version: 1, Self: NoMember, Group: 7, Members: 4}},
 		{"flushed", &Flushed{Accepted: 3425}},
@@ -41,7 +43,7 @@ func goldenCases() []struct {
 }
 
 // allTypes lists every message type, so a new one without a vector fails.
-var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TError}
+var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError}
 
 func hexDump(b []byte) string {
 	var s strings.Builder
@@ -116,6 +118,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"welcome order", (&Welcome{Version: 1}).Append(nil)[:11:11], "bad Welcome message at byte 11: 11 bytes, want 17"},
 		{"welcome bad order", func() []byte { b := (&Welcome{Version: 1}).Append(nil); b[11] = 9; return b }(), "at byte 11: order 9"},
 		{"welcome bad ready", func() []byte { b := (&Welcome{Version: 1}).Append(nil); b[12] = 2; return b }(), "at byte 12: ready flag 2"},
+		{"empty batch", []byte{byte(TSendBatch)}, "bad SendBatch message at byte 1: no messages"},
+		{"batch entry cut", []byte{byte(TSendBatch), 0, 0, 0, 5, 'a', 'b'}, "bad SendBatch message at byte 1: message of 5 bytes, only 2 left"},
+		{"batch header cut", []byte{byte(TSendBatch), 0, 0, 0, 1, 'a', 0, 0}, "bad SendBatch message at byte 6: entry header of 4 bytes cut short: 2 left"},
+		{"deliver batch cut", []byte{byte(TDeliverBatch), 0, 1, 0, 0, 0, 9}, "bad DeliverBatch message at byte 3: message of 9 bytes, only 0 left"},
+		{"batch too big", append([]byte{byte(TSendBatch)}, make([]byte, MaxBatch)...), "at most 65536"},
 		{"error text too long", append([]byte{byte(TError), 0, 1}, make([]byte, MaxText+1)...), "at most 4096"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
