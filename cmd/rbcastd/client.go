@@ -501,7 +501,11 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	if st.JoinErr != "" {
 		ready = "failed to start: " + st.JoinErr
 	}
-	fmt.Fprintf(w, "group %d, member %d of %d, %s, order %s, mode %s, up %s\n", st.Group, st.Self, st.Size, ready, st.Order, st.Mode, st.Uptime)
+	who := fmt.Sprintf("member %d of %d", st.Self, st.Size)
+	if st.Self < 0 {
+		who = fmt.Sprintf("%d members expected", st.Size)
+	}
+	fmt.Fprintf(w, "group %d, %s, %s, order %s, mode %s, up %s\n", st.Group, who, ready, st.Order, st.Mode, st.Uptime)
 	if st.Sequencer != nil {
 		fmt.Fprintf(w, "sequencer: member %d, epoch %d\n", *st.Sequencer, st.Epoch)
 	}

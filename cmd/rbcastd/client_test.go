@@ -244,3 +244,32 @@ func TestSendSlowInputNotHeld(t *testing.T) {
 		t.Fatalf("send exit %d", code)
 	}
 }
+
+// status -wait-ready exits 1 when the group does not start in time (here
+// a group of two with only its server running).
+func TestWaitReadyTimeout(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "half.sock")
+	ln, err := daemon.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &nullLink{closed: make(chan struct{})}
+	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 4, Size: 2, Server: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, l, ln) }()
+	defer func() {
+		cancel()
+		<-done
+		l.Close()
+	}()
+	start := time.Now()
+	code, _, errOut := runMain("status", "-socket", sock, "-wait-ready", "300ms")
+	if code != exitFail || !strings.Contains(errOut, "the group has not started after 300ms (-wait-ready)") || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("exit %d after %v, stderr %q", code, time.Since(start), errOut)
+	}
+	code, out, _ := runMain("status", "-socket", sock)
+	if code != exitOK || !strings.Contains(out, "group 4, 2 members expected, waiting for members to register") {
+		t.Fatalf("status of a group not started: exit %d\n%s", code, out)
+	}
+}
