@@ -1,21 +1,34 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os/signal"
+	"slices"
+	"syscall"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/localapi"
 )
 
-const benchText = `Measures goodput through a running daemon: sends messages of -size bytes
-as fast as the group accepts them for -duration, then waits until every
-one is acknowledged by every live member, and reports messages/s and MB/s
-over the whole time (sending and acknowledgement), plus the daemon's
-retransmissions and NACKs during the run. Run it on several members at
-once for the protocol issues' N-sender goodput; docs/benchmarks.md
-("rbcastd") has the commands and numbers.
+const benchText = `Goodput (the default): sends messages of -size bytes as fast as the group
+accepts them for -duration, then waits until every one is acknowledged by
+every live member, and reports messages/s and MB/s over the whole time
+(sending and acknowledgement), plus the daemon's retransmissions and NACKs
+during the run. Run it on several members at once for the protocol issues'
+N-sender goodput.
+
+Latency: 'bench -echo' on member B sends back every ping it is delivered;
+'bench -ping B' on member A then sends -count pings one at a time and
+reports the round trip through both daemons (percentiles; half of it is
+the one-way latency). Under -order total, '-ping' with A's own id needs no
+echo: it times the self-delivery through the sequencer.
+
+docs/benchmarks.md ("rbcastd") has the commands and numbers.
 `
 
 // benchResult is what bench prints (with -json, as JSON).
@@ -34,13 +47,42 @@ type benchResult struct {
 
 func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var sf socketFlags
-	fs := newFlags("bench", "[-socket PATH] [-size BYTES] [-duration D] [-json]", benchText, stderr)
+	fs := newFlags("bench", "[-socket PATH] [-size BYTES] [-duration D | -echo | -ping ID [-count N]] [-json]", benchText, stderr)
 	sf.add(fs)
-	size := fs.Int("size", 0, "message size in bytes (0: the largest the group accepts)")
+	size := fs.Int("size", 0, "message size in bytes (0: the largest the group accepts; with -ping, the smallest ping)")
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	echo := fs.Bool("echo", false, "send back every ping delivered, until SIGINT/SIGTERM")
+	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: self-delivery)")
+	count := fs.Int("count", 1000, "pings to send with -ping")
 	if done, code := parse(fs, args, stdout); done {
 		return code
+	}
+	if *echo && *ping >= 0 {
+		return usageErr(stderr, "bench", "-echo and -ping exclude each other")
+	}
+	if *echo {
+		if err := benchEcho(&sf); err != nil {
+			return fail(stderr, "bench", err)
+		}
+		return exitOK
+	}
+	if *ping >= 0 {
+		if *ping >= int(localapi.AllMembers) || *count < 1 {
+			return usageErr(stderr, "bench", "-ping wants a member id and -count at least 1")
+		}
+		r, err := benchPing(&sf, uint16(*ping), *count, *size)
+		if err != nil {
+			return fail(stderr, "bench", err)
+		}
+		if *asJSON {
+			b, _ := json.Marshal(r)
+			fmt.Fprintf(stdout, "%s\n", b)
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "%d pings of %d bytes to member %d: round trip p50 %.1f µs, p90 %.1f µs, p99 %.1f µs, max %.1f µs\n",
+			r.Count, r.Size, r.To, r.P50us, r.P90us, r.P99us, r.MaxUs)
+		return exitOK
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "bench", "unexpected argument %q", fs.Arg(0))
@@ -122,4 +164,147 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 	r.NacksSent = after.NacksSent - before.NacksSent
 	r.NacksRecv = after.NacksReceived - before.NacksReceived
 	return r, nil
+}
+
+// pingMagic starts every ping, so that an echo sends back only pings.
+const pingMagic = "rbcastd-ping"
+
+// pingResult is what bench -ping prints.
+type pingResult struct {
+	To    uint16  `json:"to"`
+	Size  int     `json:"size"`
+	Count int     `json:"count"`
+	P50us float64 `json:"rtt_p50_us"`
+	P90us float64 `json:"rtt_p90_us"`
+	P99us float64 `json:"rtt_p99_us"`
+	MaxUs float64 `json:"rtt_max_us"`
+}
+
+// benchEcho sends back every ping delivered to it, until a signal.
+func benchEcho(sf *socketFlags) error {
+	sub, err := dial(sf)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	out, err := dial(sf)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if _, err := out.Hello(localapi.HelloWaitReady); err != nil {
+		return err
+	}
+	if _, err := sub.Hello(localapi.HelloBatch); err != nil {
+		return err
+	}
+	if err := sub.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sub.SetDeadline(time.Now())
+	}()
+	echo := func(d *localapi.Deliver) error {
+		if !bytes.HasPrefix(d.Data, []byte(pingMagic)) || len(d.Data) < len(pingMagic)+3 || d.Data[len(pingMagic)] != 'p' {
+			return nil
+		}
+		// Mark it an echo ('e'), addressed back to the pinger.
+		d.Data[len(pingMagic)] = 'e'
+		return out.Write(&localapi.Send{Data: d.Data})
+	}
+	for {
+		m, err := sub.Read()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		switch d := m.(type) {
+		case *localapi.Deliver:
+			err = echo(d)
+		case *localapi.DeliverBatch:
+			for i := range d.Msgs {
+				if err = echo(&d.Msgs[i]); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// benchPing sends count pings to member to, one at a time, and times the
+// round trips. A ping is pingMagic, 'p', the pinger's id (2 bytes), a
+// sequence number (8 bytes), padding to size.
+func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error) {
+	sub, err := dial(sf)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	out, err := dial(sf)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	w, err := out.Hello(localapi.HelloWaitReady)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sub.Hello(0); err != nil {
+		return nil, err
+	}
+	if err := sub.Write(&localapi.Subscribe{From: to}); err != nil {
+		return nil, err
+	}
+	if _, err := sub.Read(); err != nil { // Subscribed
+		return nil, err
+	}
+	hdr := len(pingMagic) + 1 + 2 + 8
+	size = max(size, hdr)
+	if size > int(w.MaxMessage) {
+		return nil, fmt.Errorf("-size %d is larger than the daemon accepts (%d bytes per message)", size, w.MaxMessage)
+	}
+	self := w.Self
+	want := byte('e') // the echo's mark
+	if to == self {
+		want = 'p' // self-delivery (Order Total)
+	}
+	msg := make([]byte, size)
+	copy(msg, pingMagic)
+	msg[len(pingMagic)] = 'p'
+	binary.BigEndian.PutUint16(msg[len(pingMagic)+1:], self)
+	rtts := make([]time.Duration, 0, count)
+	sub.SetDeadline(time.Now().Add(time.Duration(count)*time.Second + 10*time.Second))
+	for i := range count {
+		binary.BigEndian.PutUint64(msg[len(pingMagic)+3:], uint64(i))
+		start := time.Now()
+		if err := out.Write(&localapi.Send{Data: msg}); err != nil {
+			return nil, err
+		}
+		for {
+			m, err := sub.Read()
+			if err != nil {
+				return nil, fmt.Errorf("ping %d: %w (is 'rbcastd bench -echo' running at member %d?)", i, err, to)
+			}
+			d, ok := m.(*localapi.Deliver)
+			if ok && len(d.Data) >= hdr && bytes.HasPrefix(d.Data, []byte(pingMagic)) && d.Data[len(pingMagic)] == want &&
+				binary.BigEndian.Uint16(d.Data[len(pingMagic)+1:]) == self && binary.BigEndian.Uint64(d.Data[len(pingMagic)+3:]) == uint64(i) {
+				break
+			}
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	us := func(q float64) float64 {
+		return float64(rtts[min(len(rtts)-1, int(q*float64(len(rtts))))]) / float64(time.Microsecond)
+	}
+	return &pingResult{To: to, Size: size, Count: count, P50us: us(0.5), P90us: us(0.9), P99us: us(0.99),
+		MaxUs: float64(rtts[len(rtts)-1]) / float64(time.Microsecond)}, nil
 }

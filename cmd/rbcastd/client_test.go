@@ -273,3 +273,17 @@ func TestWaitReadyTimeout(t *testing.T) {
 		t.Fatalf("status of a group not started: exit %d\n%s", code, out)
 	}
 }
+
+// bench -ping of one's own id under Order Total times self-delivery.
+func TestBenchPingSelf(t *testing.T) {
+	sock := soloDaemonOrder(t, reliable.Total)
+	code, out, errOut := runMain("bench", "-socket", sock, "-ping", "0", "-count", "20", "-json")
+	var r pingResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Count != 20 || r.P50us <= 0 || r.P99us < r.P50us {
+		t.Fatalf("bench -ping 0: exit %d %q %q", code, out, errOut)
+	}
+	code, _, errOut = runMain("bench", "-socket", sock, "-echo", "-ping", "1")
+	if code != exitUsage || !strings.Contains(errOut, "-echo and -ping exclude each other") {
+		t.Fatalf("exit %d %q", code, errOut)
+	}
+}
