@@ -14,7 +14,6 @@ import (
 
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/testnet/netns"
 )
 
 // TestMain lets tests re-run this binary as rbcastd itself
@@ -210,23 +209,6 @@ func unprivileged(t *testing.T, ns, env string, args ...string) (code int, out s
 		t.Fatalf("%v: %v\n%s", cmd, err, o)
 	}
 	return 0, string(o)
-}
-
-// `rbcastd run` as an unprivileged user without CAP_NET_RAW names the
-// capability and setcap, and exits 1.
-func TestRunWithoutCapNetRaw(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 1})
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	code, out := unprivileged(t, topo.Hosts[0].Namespace, "RBCASTD_TEST_MAIN=1", "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock)
-	if code != exitFail {
-		t.Fatalf("exit %d, want 1:\n%s", code, out)
-	}
-	for _, want := range []string{"rbcastd run:", "CAP_NET_RAW", "setcap cap_net_raw+ep", "eth0"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
 }
 
 // A socket path the user may not create is refused with the reason.

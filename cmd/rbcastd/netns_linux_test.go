@@ -572,6 +572,23 @@ func (endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// `rbcastd run` as an unprivileged user without CAP_NET_RAW names the
+// capability and setcap, and exits 1.
+func TestRunWithoutCapNetRaw(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 1})
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	code, out := unprivileged(t, topo.Hosts[0].Namespace, "RBCASTD_TEST_MAIN=1", "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock)
+	if code != exitFail {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	for _, want := range []string{"rbcastd run:", "CAP_NET_RAW", "setcap cap_net_raw+ep", "eth0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // Interface errors: unknown, and down.
 func TestNetnsInterfaceErrors(t *testing.T) {
 	netns.RequireRoot(t)
