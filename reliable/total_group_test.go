@@ -275,3 +275,62 @@ func TestTotalSequencerOwnBackPressure(t *testing.T) {
 		}
 	}
 }
+
+// An ordinary member's application stops reading under Order Total: the
+// sender (member 1, the sequencer, reading its own) is held back by the
+// history filling, nothing is lost, nobody is removed, and everything
+// arrives in order once the reader reads again.
+func TestTotalRecvBackPressure(t *testing.T) {
+	r := newRTNet(t, 35)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{Order: Total, RecvQueue: 16, History: 64})
+	const k = 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { // the sender reads its own messages
+		for {
+			if _, err := groups[0].Recv(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	sendDone := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := range k {
+			b = message(b[:0], 1, i, 200)
+			if err := groups[0].Send(ctx, b); err != nil {
+				sendDone <- err
+				return
+			}
+		}
+		sendDone <- nil
+	}()
+	time.Sleep(200 * time.Millisecond) // member 2 does not read
+	select {
+	case err := <-sendDone:
+		t.Fatalf("all %d messages accepted while member 2 read nothing (err %v): no back-pressure", k, err)
+	default:
+	}
+	if st := groups[1].Stats(); st.HeldData == 0 || st.Queued > 16+64*16 {
+		t.Errorf("member 2: %d frames held, %d queued; want held > 0, queue bounded", st.HeldData, st.Queued)
+	}
+	var want []byte
+	for i := range k {
+		m, err := groups[1].Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		want = message(want[:0], 1, i, 200)
+		if m.From != 1 || !bytes.Equal(m.Data, want) {
+			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
+		}
+	}
+	if err := <-sendDone; err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if evs := g.Stats().Events; len(evs) != 0 {
+			t.Errorf("member %d: events during back-pressure: %v", g.Self(), evs)
+		}
+	}
+}
