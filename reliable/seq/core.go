@@ -361,12 +361,12 @@ type Core struct {
 	election frame.ElectionBody
 
 	// Leave.
-	leaving   bool
-	left      bool // Leave sent: the core is finished
+	leaving    bool
+	left       bool // Leave sent: the core is finished
 	leaveLeft  int  // Leave repeats still to send
 	leaveAt    Time
 	leaveUntil Time // a departed sequencer repeats its Leave until then, or until every live member elects
-	leave     frame.Empty
+	leave      frame.Empty
 
 	sealAhead int // sealAhead; tests change it
 
