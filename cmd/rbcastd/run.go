@@ -170,6 +170,12 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	default:
 		return dc, "", fmt.Errorf("-mode is %q, want pbp2 or pbp1", f.mode)
 	}
+	if c.Order == reliable.Total && c.Mode != reliable.PBP2 {
+		return dc, "", errors.New("-mode pbp1 applies to -order fifo only (the sequencer repairs by its own protocol)")
+	}
+	if c.Order == reliable.Total && f.bundle != 0 {
+		return dc, "", errors.New("-bundle-delay applies to -order fifo only (total order bundles what waits at each transmission)")
+	}
 	if f.window < 0 {
 		return dc, "", fmt.Errorf("-window is %d, want >= 0", f.window)
 	}
