@@ -610,6 +610,11 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 	if want := `interface "nosuch0": no such network interface`; err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("unknown interface: %v, %q; want %q", err, out, want)
 	}
+	// No server on the segment: -join-timeout ends it with the reason.
+	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
+	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no Welcome from a server"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("no server: %v, %q; want %q", err, out, want)
+	}
 	if o, err := exec.Command("ip", "-n", h.Namespace, "link", "set", "eth0", "down").CombinedOutput(); err != nil {
 		t.Fatalf("%v %s", err, o)
 	}

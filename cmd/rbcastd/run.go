@@ -368,7 +368,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", err)
 	}
 	if timedOut.Load() {
-		return fail(stderr, "run", fmt.Errorf("the group did not start within -join-timeout %v", f.joinTimeout))
+		return fail(stderr, "run", fmt.Errorf("the group did not start within -join-timeout %v: %s", f.joinTimeout, d.Status().JoinErr))
 	}
 	return exitOK
 }
