@@ -55,11 +55,13 @@ bench-net:
 
 # The peers of issue 4 on the same 3-host netns segment (root; installs the
 # Debian packages if missing, builds and removes rbf… namespaces): corosync
-# CPG agreed order, JGroups 2.12 SEQUENCER as shipped and without bundling.
-# 5 repeats each, medians; about 10 minutes. See docs/benchmarks.md.
+# CPG agreed order (knet, udpu), JGroups 2.12 SEQUENCER as shipped and
+# without bundling. 5 repeats each, medians; about 8 minutes. See
+# docs/benchmarks.md.
 bench-peers:
 	bench/peers/ensure-deps
 	bench/peers/run-corosync
+	bench/peers/run-corosync -t udpu
 	bench/peers/run-jgroups
 	bench/peers/run-jgroups -U
 
