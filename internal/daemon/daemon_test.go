@@ -289,7 +289,7 @@ func TestSlowReaderBackPressure(t *testing.T) {
 	})
 	slow := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
 	c, w := dial(t, ds[0].socket, true)
-	data := randomBytes(2, 400_000) // far more than the queues and socket buffers between
+	data := randomBytes(2, 1_000_000) // ~700 messages: far more than the queues and socket buffers between hold
 	type result struct {
 		f   *localapi.Flushed
 		err error
