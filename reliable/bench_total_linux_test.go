@@ -33,13 +33,21 @@ type orderedOpts struct {
 	method  Method
 	senders int // members 1.. send (member 0 is the sequencer); 3 = all
 	size    int
+	// deliver: members take messages through Config.Deliver (views, no
+	// copy) instead of RecvAppend (a copy into the receive queue and one
+	// out of it).
+	deliver bool
 }
 
 func (o orderedOpts) name() string {
-	if o.order == FIFO {
-		return fmt.Sprintf("fifo-pbp2/senders=%d/size=%d", o.senders, o.size)
+	d := ""
+	if o.deliver {
+		d = "/deliver"
 	}
-	return fmt.Sprintf("total-%v/senders=%d/size=%d", o.method, o.senders, o.size)
+	if o.order == FIFO {
+		return fmt.Sprintf("fifo-pbp2/senders=%d/size=%d%s", o.senders, o.size, d)
+	}
+	return fmt.Sprintf("total-%v/senders=%d/size=%d%s", o.method, o.senders, o.size, d)
 }
 
 // senderIndexes: one sender is member 1, not the sequencer (its messages
@@ -55,8 +63,9 @@ func (o orderedOpts) senderIndexes() []int {
 	return s
 }
 
-// benchGroupsOn joins a fresh group with static members on every host.
-func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config) ([]*Group, func()) {
+// benchGroupsOn joins a fresh group with static members on every host;
+// each, if set, adjusts member i's Config.
+func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config, each ...func(i int, c *Config)) ([]*Group, func()) {
 	links := make([]link.Link, len(topo.Hosts))
 	var members []frame.MemberInfo
 	for i, h := range topo.Hosts {
@@ -68,6 +77,9 @@ func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config) ([]*Group, 
 	for i, l := range links {
 		cfg := base
 		cfg.Group, cfg.Members, cfg.Self, cfg.Logger = gid, members, frame.MemberID(i), quiet
+		for _, f := range each {
+			f(i, &cfg)
+		}
 		g, err := Join(context.Background(), l, cfg)
 		if err != nil {
 			tb.Fatal(err)
@@ -97,13 +109,20 @@ func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Durat
 	if o.order == Total {
 		base.Method = o.method
 	}
-	groups, stop := benchGroupsOn(tb, topo, base)
+	counts := make([]atomic.Uint64, totalBenchHosts)
+	groups, stop := benchGroupsOn(tb, topo, base, func(i int, c *Config) {
+		if o.deliver {
+			c.Deliver = func(frame.MemberID, []byte) { counts[i].Add(1) }
+		}
+	})
 	defer stop()
-	counts := make([]atomic.Uint64, len(groups))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, g := range groups {
+		if o.deliver {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -196,21 +215,31 @@ func BenchmarkTotalThroughput(b *testing.B) {
 	netns.RequireRoot(b)
 	d := benchDuration()
 	topo := netns.Up(b, netns.Options{Hosts: totalBenchHosts})
-	type point struct{ senders, size int }
+	type point struct {
+		senders, size int
+		deliver       bool
+	}
 	var points []point
 	for _, senders := range []int{1, 3} {
 		for _, size := range []int{64, 256, 512, 1000} {
 			if senders == 1 && (size == 256 || size == 512) {
 				continue
 			}
-			points = append(points, point{senders, size})
+			points = append(points, point{senders, size, false})
 		}
 	}
+	// Without the receive queue's two copies per message, which Total
+	// pays for the sender's own messages too.
+	points = append(points, point{3, 64, true}, point{3, 1000, true})
 	for _, pt := range points {
-		b.Run(fmt.Sprintf("senders=%d/size=%d", pt.senders, pt.size), func(b *testing.B) {
-			runs := []orderedOpts{{order: FIFO, senders: pt.senders, size: pt.size}}
+		name := fmt.Sprintf("senders=%d/size=%d", pt.senders, pt.size)
+		if pt.deliver {
+			name += "/deliver"
+		}
+		b.Run(name, func(b *testing.B) {
+			runs := []orderedOpts{{order: FIFO, senders: pt.senders, size: pt.size, deliver: pt.deliver}}
 			for _, m := range []Method{Method1, Method2, Hybrid} {
-				runs = append(runs, orderedOpts{order: Total, method: m, senders: pt.senders, size: pt.size})
+				runs = append(runs, orderedOpts{order: Total, method: m, senders: pt.senders, size: pt.size, deliver: pt.deliver})
 			}
 			rates := make([][]float64, len(runs))
 			ratios := make([][]float64, len(runs))
