@@ -57,7 +57,12 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 	if c.role == sequencer && !m.live && !m.gone && (t == frame.SeqRequest || t == frame.SeqStatusReply || t == frame.SeqRetransmit) &&
 		!(t == frame.SeqStatusReply && v.StatusEpoch() == c.epoch && c.readmit(m, v.StatusDelivered()+1)) {
 		c.stats.FromRemoved++
-		c.tellRemoved(m)
+		if t == frame.SeqStatusReply && frame.SeqLess(v.StatusEpoch(), c.epoch) ||
+			t == frame.SeqRetransmit && frame.SeqLess(v.RetransmitEpoch(), c.epoch) {
+			c.sendElected(m) // it missed our Elected: it adopts it (and is taken back) or halts
+		} else {
+			c.tellRemoved(m)
+		}
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
 	m.lastHeard = c.now
