@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rbcast/rbcast/testnet/netns"
@@ -176,6 +177,10 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 			start := time.Now()
 			tctx, cancel := context.WithTimeout(ctx, runTimeout)
 			cmd := exec.CommandContext(tctx, name, args...)
+			// On the deadline kill the whole process group: mpirun and
+			// the BDSM processes are grandchildren of the script run.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 			cmd.WaitDelay = time.Second
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
