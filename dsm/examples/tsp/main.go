@@ -135,6 +135,11 @@ func parallel(ctx context.Context, node *dsm.Node, t *suite.TSP) (harness.Result
 	for s := 1; s < procs; s++ {
 		slot := view[s*size : (s+1)*size]
 		tour := suite.Tour{Len: int32(binary.LittleEndian.Uint32(slot)), Path: make([]int32, t.N)}
+		if tour.Len == 0 {
+			// Every slave writes its slot (MaxInt32 when it found no
+			// tour), and a tour of n > 1 cities has a length of at least n.
+			return harness.Result{}, fmt.Errorf("slave %d's result never arrived", s)
+		}
 		for k := range tour.Path {
 			tour.Path[k] = int32(binary.LittleEndian.Uint32(slot[4*(1+k):]))
 		}

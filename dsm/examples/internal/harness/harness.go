@@ -159,7 +159,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		}
 		start := time.Now()
 		sim, err := dsm.Simulate(cfg, func(n *dsm.Node) error {
-			r, err := parallel(context.Background(), n)
+			r, err := completed(context.Background(), n, parallel)
 			results[n.Rank()] = r
 			return err
 		})
@@ -206,7 +206,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			n.Exit()
 			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
 		}
-		r, err := parallel(ctx, n)
+		r, err := completed(ctx, n, parallel)
 		if err != nil {
 			n.Exit()
 			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
@@ -285,6 +285,39 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 		return errUsage
 	}
 	return o.Run(name, seq, par)
+}
+
+// doneKey is the harness's own segment: one location per rank, set when
+// the rank's program has returned.
+const doneKey = 0x444f4e45
+
+// completed runs program, then checks that every rank completed it. A
+// member that fails is not waited for at barriers (dsm.Node.Barrier), so
+// the others would carry on with its part of the result missing; here each
+// rank marks its location of a "done" segment after its program returns,
+// and after one more barrier every rank checks every mark (FIFO delivery
+// puts a rank's mark before its barrier message).
+func completed(ctx context.Context, n *dsm.Node, program Program) (Result, error) {
+	done, err := Attach(ctx, n, doneKey, n.Size(), 1)
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := program(ctx, n)
+	if err != nil {
+		return r, err
+	}
+	if err := done.Write(n.Rank(), []byte{1}); err != nil {
+		return r, err
+	}
+	if err := n.Barrier(ctx, 1<<30); err != nil {
+		return r, err
+	}
+	for rank, mark := range done.View() {
+		if mark != 1 {
+			return r, fmt.Errorf("rank %d never completed (it failed or left), so the result is incomplete", rank)
+		}
+	}
+	return r, nil
 }
 
 // Attach creates segment key on rank 0 and joins it everywhere else.
