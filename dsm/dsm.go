@@ -1,12 +1,14 @@
 package dsm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/rbcast/rbcast/dsm/core"
@@ -84,6 +86,39 @@ type Node struct {
 	barrierErr error
 	// left: the member's leave is done (simulator only).
 	left bool
+
+	// joining is set while Join builds the core: the group may deliver
+	// before Join has read its member list, and Join cannot hold mu
+	// across reading it (the event loop delivers holding the group's
+	// lock), so deliveries and events of that window are copied to early
+	// (under startMu) and replayed in order once the core exists.
+	joining atomic.Bool
+	startMu sync.Mutex
+	early   []earlyInput
+}
+
+// earlyInput is a delivery (ev nil) or an event that arrived during Join.
+type earlyInput struct {
+	from frame.MemberID
+	data []byte
+	ev   *reliable.Event
+}
+
+// hold keeps in for replay if Join has not built the core yet.
+func (n *Node) hold(in earlyInput) bool {
+	if !n.joining.Load() {
+		return false
+	}
+	n.startMu.Lock()
+	defer n.startMu.Unlock()
+	if !n.joining.Load() {
+		return false
+	}
+	if in.ev == nil {
+		in.data = bytes.Clone(in.data)
+	}
+	n.early = append(n.early, in)
+	return true
 }
 
 // waitFor is what a blocked call waits for: a value, so that waiting
@@ -196,9 +231,16 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 // deliver is the reliable layer's Config.Deliver: updates are applied
 // from data, the received frame, straight into segment memory.
 func (n *Node) deliver(from frame.MemberID, data []byte) {
+	if n.hold(earlyInput{from: from, data: data}) {
+		return
+	}
 	n.mu.Lock()
+	n.receiveLocked(from, data)
+	n.mu.Unlock()
+}
+
+func (n *Node) receiveLocked(from frame.MemberID, data []byte) {
 	if n.core == nil { // Join failed after the group started
-		n.mu.Unlock()
 		return
 	}
 	n.core.Receive(from, data) // bad messages are counted and change nothing
@@ -206,14 +248,20 @@ func (n *Node) deliver(from frame.MemberID, data []byte) {
 		n.env.kick()
 	}
 	n.changed()
-	n.mu.Unlock()
 }
 
 // event is the reliable layer's Config.OnEvent.
 func (n *Node) event(ev reliable.Event) {
+	if n.hold(earlyInput{ev: &ev}) {
+		return
+	}
 	n.mu.Lock()
+	n.eventLocked(ev)
+	n.mu.Unlock()
+}
+
+func (n *Node) eventLocked(ev reliable.Event) {
 	if n.core == nil {
-		n.mu.Unlock()
 		return
 	}
 	switch ev.Kind {
@@ -224,7 +272,6 @@ func (n *Node) event(ev reliable.Event) {
 		}
 	}
 	n.changed()
-	n.mu.Unlock()
 }
 
 // changed wakes waiters (with n.mu held).
@@ -307,11 +354,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
-	// Deliveries wait for the core: n.mu is held until it exists.
-	n.mu.Lock()
+	// Deliveries and events wait in n.early until the core exists.
+	n.joining.Store(true)
 	g, err := reliable.Join(ctx, l, gcfg)
 	if err != nil {
-		n.mu.Unlock()
 		return nil, err
 	}
 	var ids []frame.MemberID
@@ -320,12 +366,23 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	}
 	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
 	if err != nil {
-		n.mu.Unlock() // deliveries until Close are dropped: there is no core
-		g.Close()
+		g.Close() // what arrived is dropped with the node
 		return nil, err
 	}
+	n.mu.Lock()
 	n.core, n.self, n.limit = c, g.Self(), outboxLimit(cfg)
 	e.g = g
+	n.startMu.Lock()
+	for _, in := range n.early {
+		if in.ev != nil {
+			n.eventLocked(*in.ev)
+		} else {
+			n.receiveLocked(in.from, in.data)
+		}
+	}
+	n.early = nil
+	n.joining.Store(false)
+	n.startMu.Unlock()
 	go e.send()
 	n.mu.Unlock()
 	return n, nil
