@@ -217,8 +217,10 @@ type member struct {
 	inc       uint32
 	self      bool
 	lastHeard Time
-	gone      bool // its Leave arrived: never a candidate, never waited for
-	sawLeave  bool // (at a departed sequencer) it was heard electing: it knows we left
+	gone      bool   // its Leave arrived: never a candidate, never waited for
+	sawLeave  bool   // (at a departed sequencer) it was heard electing: it knows we left
+	leftPend  bool   // its Leave arrived, MemberLeft waits until we delivered up to leftEnd
+	leftEnd   uint32 // its delivered cursor in its Leave: every message it proposed is below
 
 	// At the sequencer.
 	live      bool   // counted in stable; false once removed
@@ -366,6 +368,7 @@ type Core struct {
 	leaveLeft  int  // Leave repeats still to send
 	leaveAt    Time
 	leaveUntil Time // a departed sequencer repeats its Leave until then, or until every live member elects
+	leftsPend  int  // members whose MemberLeft waits for our deliveries (see stepLeave)
 	leave      frame.Empty
 
 	sealAhead int // sealAhead; tests change it
@@ -581,6 +584,9 @@ func (c *Core) flush() {
 		}
 	}
 	c.repairDue = false
+	if c.leftsPend > 0 {
+		c.reportLeft()
+	}
 	c.maybeLeave()
 }
 

@@ -225,6 +225,7 @@ func (c *Core) takeover() {
 	c.role, c.epoch, c.seqr = sequencer, c.electEpoch, c.self
 	c.base = last + 1
 	c.discardBeyond(last)
+	c.clampLeft(last)
 	c.knownEnd, c.nextGlobal = c.next, c.next
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
 	c.stable = c.next
@@ -334,6 +335,7 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 	c.role, c.epoch, c.seqr, c.base = follower, b.Epoch, c.byID[b.Candidate], last+1
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
 	c.discardBeyond(last)
+	c.clampLeft(last)
 	c.knownEnd = c.next
 	c.learnEnd(last+1, false)
 	if c.role == halted {

@@ -104,14 +104,31 @@ func (c *Core) stepLeft(src [6]byte, v frame.View) {
 	}
 }
 
-// stepLeave: m left the group.
-func (c *Core) stepLeave(m *member) {
+// stepLeave: m left the group. Its Leave's ack entry is its delivered
+// cursor: everything it proposed was delivered back to it, so numbered
+// below that cursor. MemberLeft is reported only once this member has
+// delivered up to there (reportLeft): a Leave often overtakes the
+// leaver's last messages (lost and repaired, or still waiting for a
+// method-2 payload), and a MemberLeft before them would tell the
+// application the member's stream is complete when it is not.
+func (c *Core) stepLeave(m *member, v frame.View) {
 	if m.gone {
 		return
 	}
 	m.gone = true
 	c.stats.MembersLeft++
-	c.events = append(c.events, Event{Kind: MemberLeft, Member: m.id, Epoch: c.epoch, Last: m.acked, At: c.now})
+	end := c.next
+	if v.AckCount() >= 1 {
+		end = v.Ack(0)
+	}
+	if c.role == sequencer && frame.SeqLess(c.nextGlobal, end) {
+		end = c.nextGlobal // nothing beyond what we numbered exists
+	}
+	m.leftEnd = end
+	if !m.leftPend {
+		m.leftPend = true
+		c.leftsPend++
+	}
 	switch c.role {
 	case sequencer:
 		if m.live {
@@ -121,6 +138,32 @@ func (c *Core) stepLeave(m *member) {
 	case follower:
 		if m == c.sequencerMember() {
 			c.startElection()
+		}
+	}
+}
+
+// reportLeft reports MemberLeft for each departed member whose messages
+// are all delivered here (with the deliveries of the same Ready, which
+// the runtime hands over first).
+func (c *Core) reportLeft() {
+	for i := range c.members {
+		m := &c.members[i]
+		if !m.leftPend || frame.SeqLess(c.next, m.leftEnd) {
+			continue
+		}
+		m.leftPend = false
+		c.leftsPend--
+		c.events = append(c.events, Event{Kind: MemberLeft, Member: m.id, Epoch: c.epoch, Last: m.leftEnd - 1, At: c.now})
+	}
+}
+
+// clampLeft: the group agreed on last as the end of the epochs before;
+// a departed member's messages beyond it are lost (outside the
+// guarantee), so its MemberLeft waits for nothing beyond.
+func (c *Core) clampLeft(last uint32) {
+	for i := range c.members {
+		if m := &c.members[i]; m.leftPend && frame.SeqLess(last+1, m.leftEnd) {
+			m.leftEnd = last + 1
 		}
 	}
 }

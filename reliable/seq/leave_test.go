@@ -3,6 +3,8 @@ package seq
 import (
 	"strings"
 	"testing"
+
+	"github.com/rbcast/rbcast/frame"
 )
 
 func kinds(evs []Event) string {
@@ -109,5 +111,39 @@ func TestRemovedMemberBeyondHistoryHalts(t *testing.T) {
 	}
 	if g.cores[0].Halted() || g.cores[1].Halted() {
 		t.Fatal("a member that was never removed halted")
+	}
+}
+
+// A Leave that overtakes the leaver's last messages (their SeqData lost
+// on the way to member 2) does not make member 2 report MemberLeft before
+// it delivered them: the event waits until member 2 has repaired the gap
+// and delivered up to the leaver's cursor. (It used to be reported at
+// once, and the dsm layer, taking it as the end of that member's stream,
+// lost the updates delivered after it.)
+func TestMemberLeftAfterItsMessages(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.propose(1, "a")
+	g.run(g.now.Add(Millisecond), nil)
+	g.propose(1, "b")
+	g.cores[1].Leave(g.now)
+	lose := func(from, to int, o out) bool {
+		return from == 0 && to == 2 && o.v.Type() != frame.Leave
+	}
+	g.run(g.now.Add(20*Millisecond), lose)
+	if !g.cores[1].Left() {
+		t.Fatal("member 1 did not leave")
+	}
+	if k := kinds(g.evs[2]); k != "" || g.delivered(2) != "1000:1/1=a" {
+		t.Fatalf("member 2 before the repair: delivered %q, events %v; want only a and no event yet", g.delivered(2), g.evs[2])
+	}
+	if k := kinds(g.evs[0]); k != "member left" {
+		t.Fatalf("sequencer events %v, want member left", g.evs[0])
+	}
+	g.run(g.now.Add(DefaultHeartbeatInterval+20*Millisecond), nil)
+	if got := g.delivered(2); got != "1000:1/1=a 1001:1/2=b" {
+		t.Fatalf("member 2 delivered %q", got)
+	}
+	if k := kinds(g.evs[2]); k != "member left" || g.evs[2][0].Last != 1001 {
+		t.Fatalf("member 2 events %v, want member 1 left with last 1001", g.evs[2])
 	}
 }

@@ -104,7 +104,7 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 	case frame.SeqElection:
 		c.stepElection(m, v)
 	case frame.Leave:
-		c.stepLeave(m)
+		c.stepLeave(m, v)
 	}
 	if c.role == electing {
 		c.electionStep()
