@@ -78,6 +78,7 @@ func main() {
 	noMPI := flag.Bool("nompi", false, "BDSM only")
 	prefix := flag.String("prefix", "rbdc", "namespace prefix")
 	raw := flag.String("raw", "", "append every report line here")
+	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: Go's default, the number of CPUs)")
 	from := flag.Bool("from", false, "run nothing: report on the -raw files named as arguments")
 	flag.Parse()
 	if *from {
@@ -96,6 +97,10 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if *gomaxprocs > 0 {
+		// Inherited by netns-bdsm and the processes it starts.
+		os.Setenv("GOMAXPROCS", strconv.Itoa(*gomaxprocs))
 	}
 	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *loss, *noMPI, *prefix, *raw); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
