@@ -249,12 +249,16 @@ type resolved struct {
 	timeoutMsec uint32
 }
 
+// maxMTU is the largest MTU the ring works with; Open uses an interface
+// with a larger one (loopback: 65536) as if it had this one.
+const maxMTU = 65535
+
 // resolve fills defaults and validates cfg for an interface MTU. Errors name
 // the Config field and value that was wrong.
 func (cfg Config) resolve(mtu int) (resolved, error) {
 	r := resolved{Config: cfg}
-	if mtu < 1 || mtu > 65535 {
-		return r, fmt.Errorf("ring: interface MTU %d out of range 1..65535", mtu)
+	if mtu < 1 || mtu > maxMTU {
+		return r, fmt.Errorf("ring: interface MTU %d out of range 1..%d", mtu, maxMTU)
 	}
 	switch r.Version {
 	case 0:

@@ -113,13 +113,19 @@ func Open(ifname string, cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := cfg.resolve(ifi.MTU)
+	// Loopback's MTU is 65536, one more than an Ethernet frame's payload
+	// can be described with in the ring's 16-bit lengths; no rbcast frame
+	// is that large, so such an interface is used as if its MTU were 65535
+	// (before, lo was refused, and an unprivileged user saw that MTU error
+	// instead of the capability error).
+	mtu := min(ifi.MTU, maxMTU)
+	r, err := cfg.resolve(mtu)
 	if err != nil {
 		return nil, fmt.Errorf("ring: opening %s: %w", ifname, err)
 	}
 	l := &Link{
 		ifname: ifname,
-		mtu:    ifi.MTU,
+		mtu:    mtu,
 		mac:    slices.Clone(ifi.HardwareAddr),
 		cfg:    r,
 		rx:     socket{fd: -1},
