@@ -130,8 +130,10 @@ type Core struct {
 
 	out  [][]byte // outbox: out[head:], oldest first
 	head int
-	free [][]byte
-	keys []uint32 // the segments' keys in order, for flushing
+	// taken: Next handed out out[head] and Sent has not come yet.
+	taken bool
+	free  [][]byte
+	keys  []uint32 // the segments' keys in order, for flushing
 
 	// Barrier: barriers entered by Self; waiting while in one.
 	barriers  uint32
@@ -224,6 +226,7 @@ func (c *Core) Next() ([]byte, bool) {
 	if c.head == len(c.out) {
 		return nil, false
 	}
+	c.taken = true
 	return c.out[c.head], true
 }
 
@@ -236,6 +239,7 @@ func (c *Core) Sent() {
 	b := c.out[c.head]
 	c.out[c.head] = nil
 	c.head++
+	c.taken = false
 	if c.head == len(c.out) {
 		c.out, c.head = c.out[:0], 0
 	}
@@ -295,12 +299,18 @@ func (c *Core) receive(from frame.MemberID, msg []byte) error {
 		return c.receiveSegment(from, &m)
 	case TypeUpdate, TypeUnreliable:
 		return c.receiveUpdate(from, &m)
-	case TypeBarrier:
+	case TypeUpdateBarrier:
+		// The updates, then the arrival, which counts even when the
+		// updates are refused (they would have been a message of their
+		// own).
 		if m.Seq != p.barriers+1 {
 			return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, from, p.barriers+1)
 		}
-		p.barriers = m.Seq
-		p.barrierIDs[m.Seq&1] = m.ID
+		uerr := c.receiveUpdate(from, &m)
+		c.receiveBarrier(p, &m)
+		return uerr
+	case TypeBarrier:
+		return c.receiveBarrier(p, &m)
 	case TypeLockRequest:
 		c.receiveLockRequest(from, &m)
 	case TypeLockReply:
@@ -309,6 +319,15 @@ func (c *Core) receive(from frame.MemberID, msg []byte) error {
 			c.checkGrant()
 		}
 	}
+	return nil
+}
+
+func (c *Core) receiveBarrier(p *peer, m *Message) error {
+	if m.Seq != p.barriers+1 {
+		return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, p.id, p.barriers+1)
+	}
+	p.barriers = m.Seq
+	p.barrierIDs[m.Seq&1] = m.ID
 	return nil
 }
 
@@ -349,8 +368,22 @@ func (c *Core) EnterBarrier(id int32) error {
 	c.barriers++
 	c.barrierID = id
 	c.inBarrier = true
-	c.queue(AppendBarrier(c.buffer(), id, c.barriers))
 	c.c.Barriers++
+	// The arrival rides on the last update just queued when it fits and
+	// nobody is sending that message yet (Next hands it out untouched
+	// until Sent): the updates and the barrier then cost one message.
+	if last := len(c.out) - 1; last >= c.head && (last > c.head || !c.taken) {
+		if b := c.out[last]; Type(b[1]) == TypeUpdate && len(b)+BarrierTrailer <= c.max {
+			c.out[last] = AppendBarrierTrailer(b, id, c.barriers)
+			c.c.Bytes += BarrierTrailer
+			c.c.UpdateBytes += BarrierTrailer
+			if c.trace != nil {
+				c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
+			}
+			return nil
+		}
+	}
+	c.queue(AppendBarrier(c.buffer(), id, c.barriers))
 	if c.trace != nil {
 		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
 	}

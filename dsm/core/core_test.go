@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -108,9 +109,10 @@ func TestFlushBeforeSync(t *testing.T) {
 	for _, m := range drain(t, c) {
 		types = append(types, m.Type)
 	}
-	if len(types) != 3 || types[2] != TypeBarrier {
-		t.Fatalf("barrier: outbox %v, want both updates then the barrier", types)
+	if len(types) != 2 || types[0] != TypeUpdate || types[1] != TypeUpdateBarrier {
+		t.Fatalf("barrier: outbox %v, want both updates, the barrier riding on the last", types)
 	}
+	c.BarrierPassed()
 	c.Write(a, 1, make([]byte, 8))
 	if _, err := c.WriteBulk(a, 0, make([]byte, 80), false); err != nil {
 		t.Fatal(err)
@@ -124,6 +126,101 @@ func TestFlushBeforeSync(t *testing.T) {
 	msgs = drain(t, c)
 	if len(msgs) != 2 || msgs[0].Type != TypeUpdate || msgs[1].Type != TypeLockRequest {
 		t.Fatalf("lock request: outbox %+v", msgs)
+	}
+}
+
+// A barrier arrival rides on the last queued update only when it fits and
+// that message is not being sent (Next handed it out); otherwise it is a
+// Barrier message of its own. Either way a peer sees the updates, then
+// the arrival.
+func TestBarrierRidesOnUpdate(t *testing.T) {
+	const max = 100
+	c := newCore(t, 1, max, false)
+	peer := newCore(t, 2, max, false)
+	s, _ := c.Create(1, Geometry{Locations: 100, LocationSize: 4})
+	for _, m := range drain(t, c) {
+		if err := peer.Receive(1, m.Append(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, err := peer.Join(1, Geometry{Locations: 100, LocationSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, want []Type, seq uint32) {
+		t.Helper()
+		var types []Type
+		for {
+			b, ok := c.Next()
+			if !ok {
+				break
+			}
+			m, err := Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			types = append(types, m.Type)
+			if err := peer.Receive(1, b); err != nil {
+				t.Fatalf("%s: peer refused %v: %v", name, m.Type, err)
+			}
+			c.Sent()
+		}
+		if fmt.Sprint(types) != fmt.Sprint(want) {
+			t.Fatalf("%s: outbox %v, want %v", name, types, want)
+		}
+		if p := peer.peer(1); p.barriers != seq {
+			t.Fatalf("%s: peer counted %d barriers from member 1, want %d", name, p.barriers, seq)
+		}
+		if !bytes.Equal(ps.Memory(), s.Memory()) {
+			t.Fatalf("%s: peer's memory differs", name)
+		}
+		c.inBarrier = false
+	}
+	v := []byte{1, 2, 3, 4}
+	// Nothing buffered: a Barrier of its own.
+	c.EnterBarrier(1)
+	check("empty", []Type{TypeBarrier}, 1)
+	// One write: it carries the barrier.
+	c.Write(s, 3, v)
+	c.EnterBarrier(2)
+	check("one write", []Type{TypeUpdateBarrier}, 2)
+	// A full buffer (no room for the trailer): separate messages.
+	for i := range 18 {
+		c.Write(s, 2*i, v) // separate records, 10 bytes each: 9 (98 bytes) per message
+	}
+	c.EnterBarrier(3)
+	check("full", []Type{TypeUpdate, TypeUpdate, TypeBarrier}, 3)
+	// The update at the head is being sent: it is not touched.
+	c.Write(s, 50, []byte{5, 6, 7, 8})
+	c.FlushAll()
+	b, _ := c.Next()
+	before := bytes.Clone(b)
+	c.EnterBarrier(4)
+	if !bytes.Equal(b, before) {
+		t.Fatal("a message being sent was changed")
+	}
+	check("taken", []Type{TypeUpdate, TypeBarrier}, 4)
+	if got := c.Counters().Barriers; got != 4 {
+		t.Fatalf("Barriers = %d, want 4", got)
+	}
+}
+
+// A TypeUpdateBarrier whose barrier seq is out of order is refused whole:
+// no memory changes.
+func TestUpdateBarrierOutOfOrder(t *testing.T) {
+	c := newCore(t, 1, 1400, false)
+	if err := c.Receive(2, AppendSegment(nil, 7, Geometry{Locations: 4, LocationSize: 4}, true)); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Join(7, Geometry{Locations: 4, LocationSize: 4})
+	msg := AppendUpdateHeader(nil, TypeUpdate, 7, 4)
+	msg = AppendBarrierTrailer(AppendRecord(msg, 0, 1, []byte{9, 9, 9, 9}), 1, 2)
+	err := c.Receive(2, msg)
+	if err == nil || !strings.Contains(err.Error(), "barrier message 2 from member 2, want 1") {
+		t.Fatalf("error %v", err)
+	}
+	if !bytes.Equal(s.Memory(), make([]byte, 16)) {
+		t.Fatal("memory changed")
 	}
 }
 

@@ -34,6 +34,12 @@ const (
 	TypeLockRequest
 	// TypeLockReply is a Ricart–Agrawala reply ("go ahead") to one request.
 	TypeLockReply
+	// TypeUpdateBarrier is a TypeUpdate message followed by a barrier
+	// arrival (BarrierTrailer bytes: id, seq): the updates, then the
+	// Barrier, in one message. A member entering a barrier appends its
+	// arrival to its last buffered update when it fits, so that the
+	// barrier costs no message (and no frame) of its own.
+	TypeUpdateBarrier
 )
 
 func (t Type) String() string {
@@ -50,6 +56,8 @@ func (t Type) String() string {
 		return "LockRequest"
 	case TypeLockReply:
 		return "LockReply"
+	case TypeUpdateBarrier:
+		return "UpdateBarrier"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
@@ -63,6 +71,9 @@ const (
 	BarrierLen     = headerLen + 4 + 4
 	LockRequestLen = headerLen + 4 + 8
 	LockReplyLen   = headerLen + 4 + 2 + 8
+	// BarrierTrailer is what a barrier arrival adds to an update message
+	// (TypeUpdateBarrier): barrier id, seq.
+	BarrierTrailer = 4 + 4
 	// UpdateOverhead is what an update message with one record spends
 	// besides the location's bytes: a location may be at most
 	// MaxMessage-UpdateOverhead bytes.
@@ -104,12 +115,12 @@ type Message struct {
 	// Segment
 	Geometry Geometry
 	Create   bool
-	// Update, Unreliable: LocationSize is Geometry.LocationSize, records
+	// Update, Unreliable, UpdateBarrier: LocationSize is Geometry.LocationSize, records
 	// is the validated record area (see Records).
 	records []byte
 
-	// Barrier: ID is the program's barrier id, Seq counts the sender's
-	// barriers (1 for its first).
+	// Barrier, UpdateBarrier: ID is the program's barrier id, Seq counts
+	// the sender's barriers (1 for its first).
 	ID  int32
 	Seq uint32
 
@@ -156,7 +167,7 @@ func Decode(b []byte) (Message, error) {
 	switch m.Type {
 	case TypeSegment:
 		want = SegmentLen
-	case TypeUpdate, TypeUnreliable:
+	case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
 		want = -1
 	case TypeBarrier:
 		want = BarrierLen
@@ -187,9 +198,13 @@ func Decode(b []byte) (Message, error) {
 			return m, msgErr("flags", 12, "unknown flags 0x%02x", flags&^SegmentFlagCreate)
 		}
 		m.Create = flags&SegmentFlagCreate != 0
-	case TypeUpdate, TypeUnreliable:
-		if len(b) < UpdateHeader+RecordHeader {
-			return m, msgErr("length", 0, "%v message is %d bytes, want at least %d", m.Type, len(b), UpdateHeader+RecordHeader)
+	case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
+		end, minLen := len(b), UpdateHeader+RecordHeader
+		if m.Type == TypeUpdateBarrier {
+			end, minLen = len(b)-BarrierTrailer, minLen+BarrierTrailer
+		}
+		if len(b) < minLen {
+			return m, msgErr("length", 0, "%v message is %d bytes, want at least %d", m.Type, len(b), minLen)
 		}
 		m.Key = binary.BigEndian.Uint32(p)
 		size := int(binary.BigEndian.Uint16(p[4:]))
@@ -197,7 +212,14 @@ func Decode(b []byte) (Message, error) {
 			return m, msgErr("location size", 6, "0, want at least 1")
 		}
 		m.Geometry.LocationSize = size
-		m.records = b[UpdateHeader:]
+		m.records = b[UpdateHeader:end]
+		if m.Type == TypeUpdateBarrier {
+			m.ID = int32(binary.BigEndian.Uint32(b[end:]))
+			m.Seq = binary.BigEndian.Uint32(b[end+4:])
+			if m.Seq == 0 {
+				return m, msgErr("barrier seq", end+4, "0, want at least 1")
+			}
+		}
 		for off, r := UpdateHeader, m.records; len(r) > 0; {
 			if len(r) < RecordHeader {
 				return m, msgErr("record", off, "%d bytes left, want a %d-byte record header", len(r), RecordHeader)
@@ -276,6 +298,14 @@ func AppendBarrier(b []byte, id int32, seq uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, seq)
 }
 
+// AppendBarrierTrailer turns the update message b (TypeUpdate) into a
+// TypeUpdateBarrier by appending the barrier arrival (id, seq).
+func AppendBarrierTrailer(b []byte, id int32, seq uint32) []byte {
+	b[1] = byte(TypeUpdateBarrier)
+	b = binary.BigEndian.AppendUint32(b, uint32(id))
+	return binary.BigEndian.AppendUint32(b, seq)
+}
+
 // AppendLockRequest appends a LockRequest message.
 func AppendLockRequest(b []byte, lock int32, ts uint64) []byte {
 	b = appendHeader(b, TypeLockRequest)
@@ -299,6 +329,11 @@ func (m *Message) Append(b []byte) []byte {
 	case TypeUpdate, TypeUnreliable:
 		b = AppendUpdateHeader(b, m.Type, m.Key, m.Geometry.LocationSize)
 		return append(b, m.records...)
+	case TypeUpdateBarrier:
+		b = AppendUpdateHeader(b, TypeUpdateBarrier, m.Key, m.Geometry.LocationSize)
+		b = append(b, m.records...)
+		b = binary.BigEndian.AppendUint32(b, uint32(m.ID))
+		return binary.BigEndian.AppendUint32(b, m.Seq)
 	case TypeBarrier:
 		return AppendBarrier(b, m.ID, m.Seq)
 	case TypeLockRequest:

@@ -23,6 +23,9 @@ func goldenCases() []struct {
 	upd := AppendUpdateHeader(nil, TypeUpdate, 0x01020304, 4)
 	upd = AppendRecord(upd, 5, 2, []byte{0xa0, 0xa1, 0xa2, 0xa3, 0xb0, 0xb1, 0xb2, 0xb3})
 	upd = AppendRecord(upd, 100, 1, []byte{0xc0, 0xc1, 0xc2, 0xc3})
+	updb := AppendUpdateHeader(nil, TypeUpdate, 0x01020304, 4)
+	updb = AppendRecord(updb, 5, 1, []byte{0xa0, 0xa1, 0xa2, 0xa3})
+	updb = AppendBarrierTrailer(updb, 42, 3)
 	unrel := AppendUpdateHeader(nil, TypeUnreliable, 7, 8)
 	unrel = AppendRecord(unrel, 3, 1, []byte{1, 2, 3, 4, 5, 6, 7, 8})
 	return []struct {
@@ -36,10 +39,11 @@ func goldenCases() []struct {
 		{"barrier", AppendBarrier(nil, 42, 3)},
 		{"lock_request", AppendLockRequest(nil, 5, 0x0102030405060708)},
 		{"lock_reply", AppendLockReply(nil, 5, 3, 0x0102030405060708)},
+		{"update_barrier", updb},
 	}
 }
 
-var allTypes = []Type{TypeSegment, TypeUpdate, TypeUnreliable, TypeBarrier, TypeLockRequest, TypeLockReply}
+var allTypes = []Type{TypeSegment, TypeUpdate, TypeUnreliable, TypeBarrier, TypeLockRequest, TypeLockReply, TypeUpdateBarrier}
 
 func TestGoldenVectors(t *testing.T) {
 	seen := map[Type]bool{}
@@ -97,6 +101,12 @@ func TestDecodeFields(t *testing.T) {
 	if m.Type != TypeLockReply || m.Lock != 5 || m.To != 3 || m.TS != 0x0102030405060708 {
 		t.Errorf("lock_reply: %+v", m)
 	}
+	m, _ = Decode(cases[7].b)
+	recs = nil
+	m.Records(func(r Record) { recs = append(recs, hex.EncodeToString(r.Data)) })
+	if m.Type != TypeUpdateBarrier || m.Key != 0x01020304 || m.Geometry.LocationSize != 4 || strings.Join(recs, ",") != "a0a1a2a3" || m.ID != 42 || m.Seq != 3 {
+		t.Errorf("update_barrier: %+v records %v", m, recs)
+	}
 }
 
 // Bad input: the error names the field and where it is.
@@ -117,6 +127,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"update no record", upd, "Update message is 8 bytes, want at least 14"},
 		{"update short data", AppendRecord(bytes.Clone(upd), 0, 2, []byte{1, 2, 3, 4, 5}), "record data at byte 14: 2 locations of 4 bytes need 8 bytes, 5 left"},
 		{"update count 0", AppendRecord(bytes.Clone(upd), 0, 0, nil), "record count at byte 12: 0"},
+		{"update barrier short", AppendBarrierTrailer(bytes.Clone(upd), 1, 1), "UpdateBarrier message is 16 bytes, want at least 22"},
+		{"update barrier seq 0", AppendBarrierTrailer(AppendRecord(bytes.Clone(upd), 0, 1, []byte{1, 2, 3, 4}), 1, 0), "barrier seq at byte 22: 0, want at least 1"},
+		{"update barrier short data", AppendBarrierTrailer(AppendRecord(bytes.Clone(upd), 0, 2, []byte{1, 2, 3, 4}), 1, 1), "record data at byte 14: 2 locations of 4 bytes need 8 bytes, 4 left"},
 		{"update trailing", append(AppendRecord(bytes.Clone(upd), 0, 1, []byte{1, 2, 3, 4}), 9), "record at byte 18: 1 bytes left"},
 	}
 	for _, c := range cases {
@@ -165,7 +178,10 @@ func FuzzDecode(f *testing.F) {
 		}
 		total := 0
 		m.Records(func(r Record) { total += RecordHeader + len(r.Data) })
-		if m.Type == TypeUpdate || m.Type == TypeUnreliable {
+		if m.Type == TypeUpdateBarrier {
+			total += BarrierTrailer
+		}
+		if m.Type == TypeUpdate || m.Type == TypeUnreliable || m.Type == TypeUpdateBarrier {
 			if total != len(b)-UpdateHeader {
 				t.Fatalf("records cover %d bytes of %d", total, len(b)-UpdateHeader)
 			}
