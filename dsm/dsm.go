@@ -370,8 +370,20 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.mu.Lock()
-	n.core, n.self, n.limit = c, g.Self(), outboxLimit(cfg)
 	e.g = g
+	n.install(c, g.Self(), outboxLimit(cfg))
+	go e.send()
+	n.mu.Unlock()
+	return n, nil
+}
+
+// install sets the node's core and replays, in their order, the
+// deliveries and events held while Join built it (with n.mu held). A
+// delivery racing with it either was held before (and is replayed here)
+// or waits for n.mu and comes after the replay: the event loop delivers
+// one at a time, so the order is the group's.
+func (n *Node) install(c *core.Core, self frame.MemberID, limit int) {
+	n.core, n.self, n.limit = c, self, limit
 	n.startMu.Lock()
 	for _, in := range n.early {
 		if in.ev != nil {
@@ -383,9 +395,6 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	n.early = nil
 	n.joining.Store(false)
 	n.startMu.Unlock()
-	go e.send()
-	n.mu.Unlock()
-	return n, nil
 }
 
 // Rank is this member's index, 0..Size()-1, in the order of member ids
