@@ -247,7 +247,12 @@ func (n *Node) receiveLocked(from frame.MemberID, data []byte) {
 	if n.core.Pending() > 0 {
 		n.env.kick()
 	}
-	n.changed()
+	// An update changes nothing a blocked call waits for (outbox room, an
+	// announcement, a barrier, a lock, the leave): waking the program for
+	// it would cost a goroutine switch per frame, for a check that fails.
+	if !core.OnlyUpdates(data) {
+		n.changed()
+	}
 }
 
 // event is the reliable layer's Config.OnEvent.

@@ -251,6 +251,13 @@ func (c *Core) Sent() {
 // Unreliable reports whether msg (from Next) carries unreliable writes.
 func Unreliable(msg []byte) bool { return len(msg) > 1 && Type(msg[1]) == TypeUnreliable }
 
+// OnlyUpdates reports whether receiving msg can change nothing but segment
+// memory (an Update or Unreliable message): no barrier, lock or segment
+// state, nothing queued.
+func OnlyUpdates(msg []byte) bool {
+	return len(msg) > 1 && (Type(msg[1]) == TypeUpdate || Type(msg[1]) == TypeUnreliable)
+}
+
 // FlushAll queues every segment's buffered writes (before any
 // synchronisation message, and at exit).
 func (c *Core) FlushAll() {
