@@ -178,7 +178,7 @@ func TestLayerCorrupt(t *testing.T) {
 		text   string
 	}{
 		{"crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, frame.ErrChecksum, "CRC32C mismatch at offset"},
-		{"version", func(b []byte) []byte { b[0] = 9; return b }, frame.ErrVersion, "version 9, this build speaks 1"},
+		{"version", func(b []byte) []byte { b[0] = 9; return b }, frame.ErrVersion, "version 9, this build speaks 2"},
 		{"short", func(b []byte) []byte { return b[:20] }, frame.ErrShort, "20 bytes, need at least 28"},
 		{"type", func(b []byte) []byte { b[1] = 0x7f; return b }, frame.ErrType, "type 0x7f"},
 		{"length", func(b []byte) []byte { b[4], b[5] = 0xff, 0xff; return b }, frame.ErrLength, "length field 65535"},

@@ -318,10 +318,10 @@ func TestDissectorExpertInfo(t *testing.T) {
 		expert string // substring of _ws.expert.message
 		status string // rbcast.crc32c.status, "" when not reached
 	}{
-		{"bad crc", func() []byte { b := clone("data"); b[30] ^= 0xff; return b }(), "Bad CRC-32C: frame says 201de5bb, bytes give 6569f429", "0"},
+		{"bad crc", func() []byte { b := clone("data"); b[30] ^= 0xff; return b }(), "Bad CRC-32C: frame says 3f2b3e40, bytes give 7a5f2fd2", "0"},
 		{"length beyond frame", func() []byte { b := clone("ack"); b[4], b[5] = 0x01, 0x00; return withCRC(b) }(), "Length field disagrees with the frame: length field 256, frame has 44 bytes", "1"},
 		{"short", clone("ack")[:20], "shorter than the 28-byte header", ""},
-		{"version", func() []byte { b := clone("ack"); b[0] = 2; return withCRC(b) }(), "Unsupported version", ""},
+		{"version", func() []byte { b := clone("ack"); b[0] = 1; return withCRC(b) }(), "Unsupported version", ""},
 		{"unknown type", func() []byte { b := clone("ack"); b[1] = 0x7e; return withCRC(b) }(), "Unknown frame type", "1"},
 		{"critical flag", func() []byte { b := clone("ack"); b[3] |= 0x08; return withCRC(b) }(), "Unknown critical flag", "1"},
 		{"welcome no id", func() []byte { b := clone("welcome"); b[24+8], b[24+9] = 0xff, 0xff; return withCRC(b) }(), "reserved for 'no member'", "1"},

@@ -15,9 +15,11 @@ const (
 	joinLen       = 24
 	welcomeLen    = 20
 	memberLen     = 12
-	seqDataLen    = 14
+	seqDataLen    = 18
+	acceptHeadLen = 10 // epoch, safe, count
 	acceptLen     = 14
-	statusLen     = 8
+	statusLen     = 8  // SeqStatusReply
+	statusReqLen  = 12 // SeqStatusRequest: with safe
 	electionLen   = 12
 	listHeaderLen = 2
 )
@@ -171,8 +173,11 @@ func readUID(b []byte) UID {
 // its global number and the header's Sender is the sequencer.
 type SeqDataBody struct {
 	Epoch uint32 // the sequencer's term; bumped at each election
-	UID   UID    // the originating request
-	Data  []byte // one message, or a bundle with Bundled set
+	// Safe is the sequencer's safe cursor: every global number below it
+	// is held by enough members (see reliable/seq) to be delivered.
+	Safe uint32
+	UID  UID    // the originating request
+	Data []byte // one message, or a bundle with Bundled set
 	// Bundled says Data is already in bundle form (length-prefixed
 	// messages), as when forwarding a bundled SeqRequest.
 	Bundled bool
@@ -182,6 +187,7 @@ func (s *SeqDataBody) FrameType() Type { return SeqData }
 func (s *SeqDataBody) Len() int        { return seqDataLen + len(s.Data) }
 func (s *SeqDataBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Epoch)
+	b = be.AppendUint32(b, s.Safe)
 	b = appendUID(b, s.UID)
 	return append(b, s.Data...)
 }
@@ -201,13 +207,15 @@ type AcceptEntry struct {
 // SeqAcceptBody carries one or more Accepts (method 2).
 type SeqAcceptBody struct {
 	Epoch   uint32
+	Safe    uint32 // the sequencer's safe cursor, as in SeqDataBody
 	Entries []AcceptEntry
 }
 
 func (s *SeqAcceptBody) FrameType() Type { return SeqAccept }
-func (s *SeqAcceptBody) Len() int        { return 4 + listHeaderLen + len(s.Entries)*acceptLen }
+func (s *SeqAcceptBody) Len() int        { return acceptHeadLen + len(s.Entries)*acceptLen }
 func (s *SeqAcceptBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Epoch)
+	b = be.AppendUint32(b, s.Safe)
 	b = be.AppendUint16(b, uint16(len(s.Entries)))
 	for _, e := range s.Entries {
 		b = be.AppendUint32(b, e.Global)
@@ -218,19 +226,30 @@ func (s *SeqAcceptBody) AppendBody(b []byte) []byte {
 func (s *SeqAcceptBody) flags() Flags { return 0 }
 
 // StatusBody is the body of SeqStatusRequest (Delivered: the highest
-// global number sequenced) and SeqStatusReply (Delivered: the highest
-// global number the member has delivered in order).
+// global number sequenced; Safe: the sequencer's safe cursor) and
+// SeqStatusReply (Delivered: the highest global number the member holds
+// contiguously; Safe is not sent).
 type StatusBody struct {
 	T         Type // SeqStatusRequest or SeqStatusReply
 	Epoch     uint32
 	Delivered uint32
+	Safe      uint32
 }
 
 func (s *StatusBody) FrameType() Type { return s.T }
-func (s *StatusBody) Len() int        { return statusLen }
+func (s *StatusBody) Len() int {
+	if s.T == SeqStatusRequest {
+		return statusReqLen
+	}
+	return statusLen
+}
 func (s *StatusBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Epoch)
-	return be.AppendUint32(b, s.Delivered)
+	b = be.AppendUint32(b, s.Delivered)
+	if s.T == SeqStatusRequest {
+		b = be.AppendUint32(b, s.Safe)
+	}
+	return b
 }
 func (s *StatusBody) flags() Flags { return 0 }
 

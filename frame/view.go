@@ -60,15 +60,17 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 		}
 		return nil
 	case SeqAccept:
-		if err := atLeast("accept", 4+listHeaderLen); err != nil {
+		if err := atLeast("accept", acceptHeadLen); err != nil {
 			return err
 		}
-		n := int(be.Uint16(body[4:]))
-		if n == 0 || len(body) != 4+listHeaderLen+n*acceptLen {
-			return decodeErr(ErrBody, "accept.entries", start+4, "%d entries need %d bytes, body has %d", n, 4+listHeaderLen+n*acceptLen, len(body))
+		n := int(be.Uint16(body[8:]))
+		if n == 0 || len(body) != acceptHeadLen+n*acceptLen {
+			return decodeErr(ErrBody, "accept.entries", start+8, "%d entries need %d bytes, body has %d", n, acceptHeadLen+n*acceptLen, len(body))
 		}
 		return nil
-	case SeqStatusRequest, SeqStatusReply:
+	case SeqStatusRequest:
+		return need("status request", statusReqLen)
+	case SeqStatusReply:
 		return need("status", statusLen)
 	case SeqRetransmit:
 		if err := atLeast("retransmit", 4+listHeaderLen); err != nil {
@@ -225,7 +227,13 @@ func (v View) Members() MemberList { return MemberList(v.Body()) }
 
 // SeqDataEpoch and SeqDataUID read a SeqData frame's fixed body fields.
 func (v View) SeqDataEpoch() uint32 { return be.Uint32(v.Body()) }
-func (v View) SeqDataUID() UID      { return readUID(v.Body()[4:]) }
+func (v View) SeqDataUID() UID      { return readUID(v.Body()[8:]) }
+
+// SeqDataSafe, AcceptSafe and StatusSafe read the sequencer's safe cursor
+// of a SeqData, SeqAccept or SeqStatusRequest frame.
+func (v View) SeqDataSafe() uint32 { return be.Uint32(v.Body()[4:]) }
+func (v View) AcceptSafe() uint32  { return be.Uint32(v.Body()[4:]) }
+func (v View) StatusSafe() uint32  { return be.Uint32(v.Body()[8:]) }
 
 // AcceptList is a view of a SeqAccept frame's entries.
 type AcceptList []byte
@@ -237,7 +245,7 @@ func (a AcceptList) At(i int) AcceptEntry {
 }
 
 func (v View) AcceptEpoch() uint32     { return be.Uint32(v.Body()) }
-func (v View) Accepts() AcceptList     { return AcceptList(v.Body()[4:]) }
+func (v View) Accepts() AcceptList     { return AcceptList(v.Body()[8:]) }
 func (v View) StatusEpoch() uint32     { return be.Uint32(v.Body()) }
 func (v View) StatusDelivered() uint32 { return be.Uint32(v.Body()[4:]) }
 
@@ -286,16 +294,20 @@ func (v View) Decode() (Header, Body) {
 		}
 		return h, s
 	case SeqData:
-		return h, &SeqDataBody{Epoch: v.SeqDataEpoch(), UID: v.SeqDataUID(), Data: append([]byte{}, v.Payload()...), Bundled: v.Flags()&FlagBundle != 0}
+		return h, &SeqDataBody{Epoch: v.SeqDataEpoch(), Safe: v.SeqDataSafe(), UID: v.SeqDataUID(), Data: append([]byte{}, v.Payload()...), Bundled: v.Flags()&FlagBundle != 0}
 	case SeqAccept:
 		al := v.Accepts()
-		s := &SeqAcceptBody{Epoch: v.AcceptEpoch(), Entries: make([]AcceptEntry, al.Len())}
+		s := &SeqAcceptBody{Epoch: v.AcceptEpoch(), Safe: v.AcceptSafe(), Entries: make([]AcceptEntry, al.Len())}
 		for i := range s.Entries {
 			s.Entries[i] = al.At(i)
 		}
 		return h, s
 	case SeqStatusRequest, SeqStatusReply:
-		return h, &StatusBody{T: t, Epoch: v.StatusEpoch(), Delivered: v.StatusDelivered()}
+		s := &StatusBody{T: t, Epoch: v.StatusEpoch(), Delivered: v.StatusDelivered()}
+		if t == SeqStatusRequest {
+			s.Safe = v.StatusSafe()
+		}
+		return h, s
 	case SeqRetransmit:
 		return h, &RetransmitBody{Epoch: v.RetransmitEpoch(), Ranges: ranges(v.RetransmitRanges())}
 	case SeqElection:

@@ -37,6 +37,7 @@ type orderedOpts struct {
 	// copy) instead of RecvAppend (a copy into the receive queue and one
 	// out of it).
 	deliver bool
+	safe    Resilience // Order Total: SafeMajority (default) or SafeSequencer
 }
 
 func (o orderedOpts) name() string {
@@ -46,6 +47,9 @@ func (o orderedOpts) name() string {
 	}
 	if o.order == FIFO {
 		return fmt.Sprintf("fifo-pbp2/senders=%d/size=%d%s", o.senders, o.size, d)
+	}
+	if o.safe == SafeSequencer {
+		d += "/seqonly"
 	}
 	return fmt.Sprintf("total-%v/senders=%d/size=%d%s", o.method, o.senders, o.size, d)
 }
@@ -107,7 +111,7 @@ func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config, each ...fun
 func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Duration) (msgsPerSec float64, sender Stats) {
 	base := Config{Order: o.order}
 	if o.order == Total {
-		base.Method = o.method
+		base.Method, base.Resilience = o.method, o.safe
 	}
 	counts := make([]atomic.Uint64, totalBenchHosts)
 	groups, stop := benchGroupsOn(tb, topo, base, func(i int, c *Config) {
@@ -241,6 +245,8 @@ func BenchmarkTotalThroughput(b *testing.B) {
 			for _, m := range []Method{Method1, Method2, Hybrid} {
 				runs = append(runs, orderedOpts{order: Total, method: m, senders: pt.senders, size: pt.size, deliver: pt.deliver})
 			}
+			// The sequencer-only resilience (no acknowledgement round).
+			runs = append(runs, orderedOpts{order: Total, method: Hybrid, senders: pt.senders, size: pt.size, deliver: pt.deliver, safe: SafeSequencer})
 			rates := make([][]float64, len(runs))
 			ratios := make([][]float64, len(runs))
 			for range benchReps() {
@@ -260,6 +266,9 @@ func BenchmarkTotalThroughput(b *testing.B) {
 				unit := "fifo"
 				if o.order == Total {
 					unit = o.method.String()
+					if o.safe == SafeSequencer {
+						unit += "-seqonly"
+					}
 				}
 				b.ReportMetric(median(rates[k]), unit+"-msgs/s")
 				if k > 0 {
@@ -290,7 +299,7 @@ func median(v []float64) float64 {
 func runSelfLatency(tb testing.TB, topo *netns.Topology, o orderedOpts, sender int, n int) []time.Duration {
 	base := Config{Order: o.order}
 	if o.order == Total {
-		base.Method = o.method
+		base.Method, base.Resilience = o.method, o.safe
 	}
 	groups, stop := benchGroupsOn(tb, topo, base)
 	defer stop()
@@ -366,7 +375,9 @@ func BenchmarkTotalLatency(b *testing.B) {
 		for _, m := range []Method{Method1, Method2, Hybrid} {
 			runs = append(runs, run{fmt.Sprintf("total-%v/member/size=%d", m, size), orderedOpts{order: Total, method: m, size: size}, 1})
 		}
+		runs = append(runs, run{fmt.Sprintf("total-hybrid-seqonly/member/size=%d", size), orderedOpts{order: Total, method: Hybrid, size: size, safe: SafeSequencer}, 1})
 		runs = append(runs, run{fmt.Sprintf("total-hybrid/sequencer/size=%d", size), orderedOpts{order: Total, method: Hybrid, size: size}, 0})
+		runs = append(runs, run{fmt.Sprintf("total-hybrid-seqonly/sequencer/size=%d", size), orderedOpts{order: Total, method: Hybrid, size: size, safe: SafeSequencer}, 0})
 		for _, r := range runs {
 			b.Run(r.name, func(b *testing.B) {
 				lat := runSelfLatency(b, topo, r.o, r.sender, n)

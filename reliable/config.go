@@ -48,6 +48,22 @@ const (
 	Method2 = seq.Method2
 )
 
+// Resilience says when Order Total delivers a numbered message: an alias
+// of seq.Resilience.
+type Resilience = seq.Resilience
+
+const (
+	// SafeMajority (the default): once ⌈n/2⌉ members (with the default
+	// Quorum) hold it, so that a message a sender was told is sequenced
+	// (delivered back to it) is never lost while a majority survives.
+	// Costs members' acknowledgements and the sequencer's announcement
+	// of the safe point: about one more round trip before delivery.
+	SafeMajority = seq.SafeMajority
+	// SafeSequencer: as soon as the sequencer numbered it (faster; lost
+	// if the sequencer and every member holding it crash).
+	SafeSequencer = seq.SafeSequencer
+)
+
 func (o Order) String() string {
 	switch o {
 	case FIFO:
@@ -137,6 +153,10 @@ type Config struct {
 	History       int
 	Quorum        int
 	ElectionRetry time.Duration
+	// Resilience (Order Total): when a numbered message is delivered;
+	// SafeMajority by default. Groups of one or two members behave the
+	// same under both.
+	Resilience Resilience
 
 	// Protocol timers; zero means the core's defaults (see pbp.Config
 	// and seq.Config). AckDelay and BundleDelay are FIFO's only.
@@ -258,6 +278,7 @@ func (c *Config) fifoOnly() error {
 		{"Method", c.Method != Hybrid, c.Method}, {"Threshold", c.Threshold != 0, c.Threshold},
 		{"History", c.History != 0, c.History}, {"Quorum", c.Quorum != 0, c.Quorum},
 		{"ElectionRetry", c.ElectionRetry != 0, c.ElectionRetry},
+		{"Resilience", c.Resilience != SafeMajority, c.Resilience},
 	} {
 		if f.set {
 			return configErr("%s is %v, but it applies to Order Total only (Order is FIFO)", f.name, f.v)
@@ -283,6 +304,8 @@ func (c *Config) totalOnly() error {
 		return configErr("Window is %d, want 0..%d under Order Total (0 means %d)", c.Window, seq.MaxWindow, seq.DefaultWindow)
 	case c.History != 0 && (c.History < 2 || c.History > seq.MaxHistory || c.History&(c.History-1) != 0):
 		return configErr("History is %d, want a power of two in 2..%d (0 means %d)", c.History, seq.MaxHistory, seq.DefaultHistory)
+	case c.Resilience > SafeSequencer:
+		return configErr("Resilience is %v, want SafeMajority or SafeSequencer", c.Resilience)
 	case c.Quorum < 0:
 		return configErr("Quorum is %d, want >= 0 (0 means a majority of the members)", c.Quorum)
 	case len(c.Members) > 0 && c.Quorum > len(c.Members):
@@ -317,7 +340,7 @@ func (s *settings) seqConfig(self frame.MemberID, members []frame.MemberInfo, mt
 		Window: s.Window, History: s.History, MTU: mtu, MaxPayload: s.MaxPayload, EtherType: s.EtherType,
 		ResendTimeout: seq.Duration(s.ResendTimeout), NackTimeout: seq.Duration(s.NackTimeout),
 		HeartbeatInterval: seq.Duration(s.HeartbeatInterval), FailureTimeout: seq.Duration(s.FailureTimeout),
-		ElectionRetry: seq.Duration(s.ElectionRetry), Quorum: s.Quorum,
+		ElectionRetry: seq.Duration(s.ElectionRetry), Quorum: s.Quorum, Resilience: s.Resilience,
 	}
 }
 

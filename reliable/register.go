@@ -175,6 +175,7 @@ func configHash(s *settings, mtu int) uint64 {
 		put(uint64(cmp.Or(s.Threshold, seq.DefaultThreshold)))
 		put(uint64(cmp.Or(s.History, seq.DefaultHistory)))
 		put(uint64(s.Quorum))
+		put(uint64(s.Resilience))
 		put(uint64(mtu))
 		put(uint64(s.MaxPayload))
 		put(uint64(s.EtherType))

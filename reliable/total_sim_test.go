@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -54,12 +55,13 @@ type totalScenario struct {
 	who       int // the member index that crashes or leaves
 	at, gap   time.Duration
 	quorum    int
+	safe      Resilience
 }
 
 func (s totalScenario) String() string {
-	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d queue=%d in={loss %.2f burst %+v dup %.2f reorder %.2f} out={loss %.2f} end=%v who=%d at=%v gap=%v quorum=%d",
+	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d queue=%d in={loss %.2f burst %+v dup %.2f reorder %.2f} out={loss %.2f} end=%v who=%d at=%v gap=%v quorum=%d resilience=%v",
 		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.queueLen,
-		s.in.Loss, s.in.Burst, s.in.Duplicate, s.in.Reorder, s.out.Loss, s.end, s.who, s.at, s.gap, s.quorum)
+		s.in.Loss, s.in.Burst, s.in.Duplicate, s.in.Reorder, s.out.Loss, s.end, s.who, s.at, s.gap, s.quorum, s.safe)
 }
 
 // Shorter timers than the defaults, so that crash scenarios take little
@@ -125,6 +127,9 @@ func newTotalScenario(seed uint64) totalScenario {
 	if survivors < s.members/2+1 || r.IntN(2) == 0 {
 		s.quorum = 1 // crash-stop: any survivor carries on
 	}
+	if r.IntN(4) == 0 {
+		s.safe = SafeSequencer
+	}
 	return s
 }
 
@@ -158,6 +163,7 @@ type totalRun struct {
 	crashes int // still to happen
 	crashed map[int]bool
 	changes int // SequencerChanged seen
+	told    int // SafeMajority runs: own messages a crashed member had delivered (all found at the survivors)
 }
 
 func (r *totalRun) fail(format string, args ...any) {
@@ -296,7 +302,7 @@ func runTotal(t testing.TB, s totalScenario) *totalRun {
 	}
 	for _, m := range r.members {
 		m.d, err = NewDriver(m.ep, Config{Group: 9, Members: infos, Self: m.id, Order: Total, Method: s.method,
-			Threshold: s.threshold, Window: s.window, History: s.history, Quorum: s.quorum,
+			Threshold: s.threshold, Window: s.window, History: s.history, Quorum: s.quorum, Resilience: s.safe,
 			HeartbeatInterval: totalHeartbeat, FailureTimeout: totalFailure, ElectionRetry: totalElectionRetry,
 			Deliver: m.deliver, OnEvent: m.event, Logger: quiet}, net.Now())
 		if err != nil {
@@ -342,7 +348,13 @@ func runTotal(t testing.TB, s totalScenario) *totalRun {
 //     docs/protocols.md, "Sequencer");
 //   - validity: every survivor delivered every message of every member
 //     that did not crash (a leaver's included);
-//   - no survivor halted.
+//   - no survivor halted;
+//   - told is never lost while a majority survives: with SafeMajority
+//     and the majority quorum (chosen only when a majority survives),
+//     whatever any member delivered — a crashed sender its own messages
+//     included — every survivor delivered, in the same place: a crashed
+//     member's log is a prefix of the survivors' even when the
+//     sequencer failed.
 func (r *totalRun) verdict() error {
 	if r.failed != nil {
 		return r.failed
@@ -372,6 +384,18 @@ func (r *totalRun) verdict() error {
 		return nil
 	}
 	sequencerFailed := r.s.end == endSequencerCrash || r.s.end == endSequencerTwice
+	if r.s.safe == SafeMajority && r.s.quorum == 0 {
+		sequencerFailed = false // no exception: see above
+		for _, m := range r.members {
+			if r.crashed[m.index] {
+				for _, x := range m.log {
+					if frame.MemberID(binary.BigEndian.Uint16(x)) == m.id {
+						r.told++ // its own message, delivered back: told
+					}
+				}
+			}
+		}
+	}
 	for _, m := range r.members {
 		if m == ref {
 			continue
@@ -417,9 +441,10 @@ func totalSeeds(t *testing.T) int {
 // Total. A failing seed prints the command that runs it alone.
 func TestTotalSim(t *testing.T) {
 	n := totalSeeds(t)
-	var ran, changes, ends, leaves atomic.Int64
+	var ran, changes, ends, leaves, told atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d with a crash or leave (%d clean leaves), %d sequencer changes seen", ran.Load(), ends.Load(), leaves.Load(), changes.Load())
+		t.Logf("%d seeds passed: %d with a crash or leave (%d clean leaves), %d sequencer changes seen, %d messages told to a sender that then crashed delivered by every survivor",
+			ran.Load(), ends.Load(), leaves.Load(), changes.Load(), told.Load())
 	})
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -431,6 +456,7 @@ func TestTotalSim(t *testing.T) {
 			}
 			ran.Add(1)
 			changes.Add(int64(r.changes))
+			told.Add(int64(r.told))
 			if s.end != endNone {
 				ends.Add(1)
 			}

@@ -106,7 +106,10 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 		t.Fatal(err)
 	}
 	run := &seqRun{path: path, got: make([][]seqDelivered, n),
-		cfg: seq.Config{Group: 9, Threshold: 100, InitialGlobal: 1000}}
+		// SafeSequencer: a re-run reproduces every frame (under
+		// SafeMajority, safe-point announcements depend on how the live
+		// node grouped its Ready calls; see SimOptions.Resilience).
+		cfg: seq.Config{Group: 9, Threshold: 100, InitialGlobal: 1000, Resilience: seq.SafeSequencer}}
 	inv := capture.NewInvariants(0, nil)
 	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
 	if err != nil {
@@ -347,7 +350,7 @@ func TestSeqCheckUnrepairedGap(t *testing.T) {
 func TestSeqSimulateReproducesDeliveries(t *testing.T) {
 	run, c := seqCapture(t)
 	for i, m := range run.members {
-		res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+		res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold, Resilience: run.cfg.Resilience})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +389,7 @@ func TestSeqSimulateReproducesDeliveries(t *testing.T) {
 		}
 		var a, b bytes.Buffer
 		res.Write(&a, c, false)
-		res2, _ := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+		res2, _ := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold, Resilience: run.cfg.Resilience})
 		res2.Write(&b, c, false)
 		if a.String() != b.String() {
 			t.Fatalf("member %d: two re-runs print differently", m.ID)
@@ -417,7 +420,7 @@ func seqManySeeds(t *testing.T, seeds uint64) {
 			t.Errorf("seed %d: %d violations, first %v", seed, len(vs), vs[0])
 		}
 		for i, m := range run.members {
-			res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold})
+			res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold, Resilience: run.cfg.Resilience})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -250,7 +250,7 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 				lowest(al.At(i).Global)
 			}
 		}
-		if v.AckCount() == 1 {
+		if v.AckCount() >= 1 {
 			if !hasCursor || frame.SeqLess(v.Ack(0), minCursor) {
 				minCursor, hasCursor = v.Ack(0), true
 			}
@@ -343,7 +343,7 @@ func (vw *seqView) step(r *Record, out bool) {
 			vw.learn(e.LastGlobal+1, r)
 		}
 	}
-	if out && v.AckCount() == 1 && v.Sender() == vw.self {
+	if out && v.AckCount() >= 1 && v.Sender() == vw.self {
 		// Checked once every frame of this instant is in: one Ready's
 		// frames share a send time, and each carries the cursor at Ready,
 		// past globals its later frames (an Accept) number.
@@ -499,7 +499,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 			req = &seqRequester{}
 			s.requesters[k] = req
 		}
-		if v.AckCount() == 1 && (!req.hasCursor || frame.SeqLess(req.highestCursor, v.Ack(0))) {
+		if v.AckCount() >= 1 && (!req.hasCursor || frame.SeqLess(req.highestCursor, v.Ack(0))) {
 			req.highestCursor, req.hasCursor = v.Ack(0), true
 		}
 		epoch := func(e uint32) *seqEpoch {

@@ -83,6 +83,12 @@ type SimOptions struct {
 	InitialEpoch       uint32
 	ElectionRetry      seq.Duration
 	Quorum             int
+	// Resilience as the live group's (zero: SafeMajority). Under
+	// SafeMajority when the sequencer announces a safe point and members
+	// acknowledge depends on how the live runtime grouped its Ready
+	// calls, so a re-run may order (or count) those status frames
+	// differently from the capture; deliveries are the same.
+	Resilience seq.Resilience
 }
 
 // SimDelivery is one message the re-run core delivered.
@@ -250,7 +256,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			Window: opts.Window, History: opts.History, MTU: mtu, MaxPayload: opts.MaxPayload, InitialEpoch: opts.InitialEpoch,
 			EtherType: opts.EtherType, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
 			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, ElectionRetry: opts.ElectionRetry,
-			Quorum: opts.Quorum,
+			Quorum: opts.Quorum, Resilience: opts.Resilience,
 		}
 		sa := analyse(c).seq
 		if opts.InitialGlobal != nil {

@@ -149,6 +149,35 @@ type Config struct {
 	// majority is of the others, and a Quorum set higher than their
 	// number is lowered to it.
 	Quorum int
+	// Resilience says when a numbered message may be delivered (the
+	// group must agree on it). SafeMajority, the default: once enough
+	// members hold it that every election completing with Quorum votes
+	// includes a holder (⌈n/2⌉ members with the default quorum, the
+	// sequencer included): a message a sender was told is sequenced is
+	// never lost while a majority survives. It costs a round of
+	// acknowledgements to the sequencer and its announcement of the safe
+	// point. SafeSequencer: at once, as the sequencer numbers it (lost
+	// if every holder crashes). Groups of one or two members behave the
+	// same under both.
+	Resilience Resilience
+}
+
+// Resilience: see Config.Resilience.
+type Resilience uint8
+
+const (
+	SafeMajority  Resilience = iota // deliver what enough members hold (default)
+	SafeSequencer                   // deliver as soon as the sequencer numbered it
+)
+
+func (r Resilience) String() string {
+	switch r {
+	case SafeMajority:
+		return "majority"
+	case SafeSequencer:
+		return "sequencer"
+	}
+	return fmt.Sprintf("Resilience(%d)", uint8(r))
 }
 
 // ErrConfig is wrapped by every error New returns about a bad Config.
@@ -171,9 +200,10 @@ type settings struct {
 	majority   bool // Quorum was 0: a majority of the members that have not left
 }
 
-// ackEntries is the ack vector length of every sequencer frame: one
-// entry, the sender's delivered cursor (see header in send.go).
-const ackEntries = 1
+// ackEntries is the ack vector length of every sequencer frame: two
+// entries, the sender's delivered cursor and its received cursor (see
+// header in send.go).
+const ackEntries = 2
 
 func (c Config) validate() (settings, error) {
 	s := settings{Config: c}
@@ -234,6 +264,9 @@ func (c Config) validate() (settings, error) {
 	if s.Quorum < 1 || s.Quorum > len(c.Members) {
 		return s, configErr("Quorum is %d, want 1..%d (0 means a majority, %d)", c.Quorum, len(c.Members), len(c.Members)/2+1)
 	}
+	if s.Resilience > SafeSequencer {
+		return s, configErr("Resilience is %d, want SafeMajority (0) or SafeSequencer (1)", c.Resilience)
+	}
 	if s.InitialEpoch == 0 {
 		s.InitialEpoch = DefaultInitialEpoch
 	}
@@ -244,8 +277,8 @@ func (c Config) validate() (settings, error) {
 	if s.MTU < frame.MinMTU {
 		return s, configErr("MTU is %d, want at least %d", c.MTU, frame.MinMTU)
 	}
-	// The largest message travels in a SeqData body after its 14-byte
-	// epoch and unique id.
+	// The largest message travels in a SeqData body after its 18-byte
+	// epoch, safe cursor and unique id.
 	s.linkMax = frame.MaxPayload(s.MTU, ackEntries, 0) - seqDataFixed
 	s.maxPayload = s.linkMax
 	if c.MaxPayload < 0 || c.MaxPayload > s.linkMax {
@@ -296,4 +329,4 @@ func (c Config) validate() (settings, error) {
 
 // seqDataFixed is the SeqData body before the payload: epoch (4) and the
 // unique id (origin 2, incarnation 4, seq 4).
-const seqDataFixed = 14
+const seqDataFixed = 18

@@ -189,6 +189,8 @@ type Stats struct {
 	Outstanding int    // own requests proposed and not yet delivered back
 	InHistory   int    // sequencer: global numbers not yet stable
 	Next        uint32 // next global number to deliver
+	Received    uint32 // every global before it is held here
+	Safe        uint32 // the safe cursor known here (Config.Resilience)
 }
 
 type role uint8
@@ -225,6 +227,7 @@ type member struct {
 	// At the sequencer.
 	live      bool   // counted in stable; false once removed
 	acked     uint32 // its delivered cursor: it has delivered every global before
+	rcvd      uint32 // its received cursor: it holds every global before (safe point)
 	seqdSeq   uint32 // highest request number of this origin sequenced
 	dupAt     Time   // last answer to a duplicate request of it
 	probeAt   Time   // next status request to it while it is quiet
@@ -240,6 +243,7 @@ type member struct {
 	voteEpoch uint32
 	voteCand  frame.MemberID
 	voteH     uint32 // its highest global held contiguously
+	voteNext  uint32 // its delivered cursor then (the frame's ack[0])
 }
 
 type entryState uint8
@@ -369,7 +373,15 @@ type Core struct {
 	leaveAt    Time
 	leaveUntil Time // a departed sequencer repeats its Leave until then, or until every live member elects
 	leftsPend  int  // members whose MemberLeft waits for our deliveries (see stepLeave)
-	leave      frame.Empty
+
+	// Safe delivery (Config.Resilience).
+	recvd    uint32   // received cursor: every global before it is held here (next <= recvd <= knownEnd)
+	safe     uint32   // safe cursor: the sequencer's, or the highest it announced; delivery stops there
+	safeSent uint32   // sequencer: the safe cursor last broadcast
+	ackSent  uint32   // follower: the received cursor last reported to the sequencer
+	scratch  []uint32 // sequencer: computeSafe's workspace
+	holders  int      // safeHolders(), recomputed when a member leaves
+	leave    frame.Empty
 
 	sealAhead int // sealAhead; tests change it
 
@@ -392,7 +404,7 @@ func New(cfg Config) (*Core, error) {
 		c.byID[m.ID] = len(c.members)
 		c.members = append(c.members, member{
 			id: m.ID, mac: m.MAC, inc: m.Incarnation, self: m.ID == s.Self, live: true,
-			acked: s.InitialGlobal, seqdSeq: firstRequest - 1, delivSeq: firstRequest - 1,
+			acked: s.InitialGlobal, rcvd: s.InitialGlobal, seqdSeq: firstRequest - 1, delivSeq: firstRequest - 1,
 		})
 	}
 	c.self = c.byID[s.Self]
@@ -403,6 +415,9 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.log = make([]entry, s.History)
 	c.next, c.knownEnd, c.nextGlobal, c.stable = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
+	c.recvd, c.safe, c.safeSent, c.ackSent = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
+	c.scratch = make([]uint32, 0, len(s.Members))
+	c.holders = c.safeHolders()
 	c.pend = make([]pending, s.ringSize)
 	c.firstPend, c.nextReq = firstRequest, firstRequest
 	c.hdr = frame.Header{Group: s.Group, Sender: s.Self, Incarnation: s.selfInc, Acks: make([]uint32, ackEntries)}
@@ -564,22 +579,29 @@ func (c *Core) flush() {
 	switch c.role {
 	case sequencer:
 		c.flushAccepts()
+		if c.safe != c.safeSent && c.gated() {
+			c.sendStatusRequest(c.cfg.dst, false) // announce the safe point
+		}
 		if c.waiting {
 			c.wantStatus = true
 		}
 		if c.wantStatus && c.now >= c.statusAt {
-			c.sendStatusRequest(c.cfg.dst)
+			c.sendStatusRequest(c.cfg.dst, true)
 			c.statusAt = c.now.Add(c.cfg.NackTimeout / 4)
 			c.wantStatus = false
 		}
 		if c.now >= c.lastBcast.Add(c.cfg.HeartbeatInterval) {
-			c.sendStatusRequest(c.cfg.dst)
+			c.sendStatusRequest(c.cfg.dst, true)
 		}
 	case follower:
 		if c.repairDue {
 			c.sendRetransmit(c.sequencerMember(), c.epoch)
 		}
-		if c.sinceReport >= c.cfg.History/4 || c.now >= c.lastToSeq.Add(c.cfg.HeartbeatInterval) {
+		if c.sinceReport >= c.cfg.History/4 || c.now >= c.lastToSeq.Add(c.cfg.HeartbeatInterval) ||
+			c.gated() && c.ackSent != c.recvd {
+			// (Under SafeMajority the sequencer waits for our received
+			// cursor to declare messages safe: report it at once, one
+			// frame per Ready at most, unless a request carried it.)
 			c.sendStatusReply()
 		}
 	}
@@ -693,7 +715,7 @@ func (c *Core) Tick(now Time) {
 				// Quiet for half the failure timeout: ask it directly,
 				// four times a heartbeat, so that a burst of loss on its
 				// path is not taken for a crash.
-				c.sendStatusRequest(m.mac)
+				c.sendStatusRequest(m.mac, true)
 				m.probeAt = now.Add(c.cfg.HeartbeatInterval / 4)
 			}
 		}
@@ -767,7 +789,7 @@ func (c *Core) Stats() Stats {
 	if c.role == sequencer {
 		s.InHistory = int(c.nextGlobal - c.stable)
 	}
-	s.Next = c.next
+	s.Next, s.Received, s.Safe = c.next, c.recvd, c.safe
 	return s
 }
 

@@ -31,7 +31,10 @@ func testMembers(n int) []frame.MemberInfo {
 }
 
 func testConfig(self frame.MemberID, n int, method Method) Config {
-	return Config{Group: testGroup, Self: self, Members: testMembers(n), Method: method, InitialGlobal: 1000}
+	// The transcripts check frames one by one: they run with the
+	// sequencer-only resilience (no acknowledgement round); the
+	// SafeMajority transcripts set it back.
+	return Config{Group: testGroup, Self: self, Members: testMembers(n), Method: method, InitialGlobal: 1000, Resilience: SafeSequencer}
 }
 
 // out is one frame a core sent.
@@ -817,5 +820,64 @@ func TestFalseSuspicionReturnsToTheSequencer(t *testing.T) {
 	}
 	if !g.cores[0].IsSequencer() || g.cores[1].Stats().Electing {
 		t.Fatalf("the others moved: %+v / %+v", g.cores[0].Stats(), g.cores[1].Stats())
+	}
+}
+
+// SafeMajority: a message is delivered — at its sender too — only once
+// ⌈n/2⌉ members hold it. The docs' counter-example: 5 members, only the
+// sender receives the sequencer's broadcast; it must not be told (its
+// message may die with it and the sequencer). Once a third member holds
+// it, everyone delivers at once: the members acknowledge what they
+// received and the sequencer announces the safe point without waiting
+// for a heartbeat (no virtual time passes).
+func TestSafeMajority(t *testing.T) {
+	g := newGroup(t, 5, func(c *Config) { c.Resilience = SafeMajority; c.Method = Method1 })
+	lose := func(from, to int, o out) bool { return from == 0 && to != 2 && o.v.Type() == frame.SeqData }
+	g.propose(2, "m")
+	g.pump(lose)
+	for i := range 5 {
+		if got := g.delivered(i); got != "" {
+			t.Fatalf("member %d delivered %q with only the sequencer and the sender holding it", i, got)
+		}
+	}
+	if st := g.cores[0].Stats(); st.Sequenced != 1 || st.Safe != 1000 {
+		t.Fatalf("sequencer: sequenced %d, safe %d; want 1 and 1000", st.Sequenced, st.Safe)
+	}
+	// Member 3 gets it (a retransmission, as after a gap): 3 of 5 hold it.
+	lose2 := func(from, to int, o out) bool {
+		return from == 0 && (to == 1 || to == 4) && o.v.Type() == frame.SeqData
+	}
+	g.cores[0].sendData(&g.cores[0].log[1000&g.cores[0].lmask], testMAC(3), frame.FlagRetransmit)
+	g.pump(lose2)
+	for _, i := range []int{0, 2, 3} {
+		if got := g.delivered(i); got != "1000:2/1=m" {
+			t.Fatalf("member %d delivered %q once 3 of 5 hold it", i, got)
+		}
+	}
+	if st := g.cores[2].Stats(); st.Outstanding != 0 || st.Safe != 1001 {
+		t.Fatalf("sender: outstanding %d, safe %d", st.Outstanding, st.Safe)
+	}
+	// Members 1 and 4 learn of the gap from the announcement and fetch it.
+	g.run(g.now.Add(10*Millisecond), nil)
+	for _, i := range []int{1, 4} {
+		if got := g.delivered(i); got != "1000:2/1=m" {
+			t.Fatalf("member %d delivered %q", i, got)
+		}
+	}
+}
+
+// With two members, SafeMajority is SafeSequencer: the sequencer alone
+// is ⌈2/2⌉ holders, and nothing waits for an acknowledgement.
+func TestSafeMajorityTwoMembers(t *testing.T) {
+	g := newGroup(t, 2, func(c *Config) { c.Resilience = SafeMajority; c.Method = Method1 })
+	g.propose(1, "x")
+	g.pump(nil)
+	for i := range 2 {
+		if got := g.delivered(i); got != "1000:1/1=x" {
+			t.Fatalf("member %d delivered %q", i, got)
+		}
+	}
+	if st := g.cores[0].Stats(); st.StatusRequests != 0 {
+		t.Fatalf("the sequencer sent %d status requests (announcements) in a 2-member group", st.StatusRequests)
 	}
 }

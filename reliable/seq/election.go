@@ -98,7 +98,7 @@ func (c *Core) castVote(epoch uint32, cand frame.MemberID, phase frame.ElectionP
 	c.electEpoch, c.electCand = epoch, cand
 	c.agreedSet = false
 	s := &c.members[c.self]
-	s.voted, s.voteEpoch, s.voteCand, s.voteH = true, epoch, cand, c.next-1
+	s.voted, s.voteEpoch, s.voteCand, s.voteH = true, epoch, cand, c.recvd-1
 	c.stats.Elections++
 	c.sendElection(phase, c.cfg.dst)
 }
@@ -157,7 +157,7 @@ func (c *Core) quorum() int {
 // live member voted for us, fetch up to it, take over.
 func (c *Core) tryComplete() {
 	if !c.agreedSet {
-		last := c.next - 1
+		last := c.recvd - 1
 		votes := 1
 		for i := range c.members {
 			m := &c.members[i]
@@ -178,10 +178,10 @@ func (c *Core) tryComplete() {
 		if votes < c.quorum() {
 			return // a minority: the other side may be electing
 		}
-		if int(last-(c.next-1)) > c.cfg.History {
+		if int(last-(c.recvd-1)) > c.cfg.History {
 			// Only a member the sequencer had removed falls this far
 			// behind; what it lacks is gone from every history.
-			c.halt(c.electEpoch, last, fmt.Sprintf("candidate of epoch %d, but the agreed end %d is more than the history (%d) beyond what we delivered (up to %d)", c.electEpoch, last, c.cfg.History, c.next-1))
+			c.halt(c.electEpoch, last, fmt.Sprintf("candidate of epoch %d, but the agreed end %d is more than the history (%d) beyond what we hold (up to %d)", c.electEpoch, last, c.cfg.History, c.recvd-1))
 			return
 		}
 		c.agreed, c.agreedSet = last, true
@@ -189,7 +189,7 @@ func (c *Core) tryComplete() {
 		// it: the fetch must not drain into it.
 		c.discardBeyond(last)
 	}
-	if !frame.SeqLess(c.next-1, c.agreed) {
+	if !frame.SeqLess(c.recvd-1, c.agreed) {
 		c.takeover()
 		return
 	}
@@ -203,7 +203,7 @@ func (c *Core) tryComplete() {
 		if m.self || c.suspected(m) || !m.voted || m.voteEpoch != c.electEpoch || m.voteCand != c.cfg.Self {
 			continue
 		}
-		if frame.SeqLess(c.next-1, m.voteH) && (from == nil || frame.SeqLess(from.voteH, m.voteH)) {
+		if frame.SeqLess(c.recvd-1, m.voteH) && (from == nil || frame.SeqLess(from.voteH, m.voteH)) {
 			from = m
 		}
 	}
@@ -226,19 +226,21 @@ func (c *Core) takeover() {
 	c.base = last + 1
 	c.discardBeyond(last)
 	c.clampLeft(last)
-	c.knownEnd, c.nextGlobal = c.next, c.next
+	c.knownEnd, c.nextGlobal = c.recvd, c.recvd
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
-	c.stable = c.next
+	c.stable = c.recvd
+	c.learnSafe(last + 1) // the agreed prefix: every voter's vote covered it
+	c.drain()             // deliver it first: the duplicate filter below is what we delivered
 	for i := range c.members {
 		m := &c.members[i]
 		m.seqdSeq, m.dupAt, m.electedAt = m.delivSeq, 0, 0
 		switch {
 		case m.self:
-			m.acked = c.next
+			m.acked, m.rcvd = c.next, c.recvd
 		case m.gone:
 			m.live = false // reported as MemberLeft
 		case m.voted && m.voteEpoch == c.epoch && m.voteCand == c.cfg.Self:
-			m.acked = m.voteH + 1
+			m.acked, m.rcvd = m.voteNext, m.voteH+1
 		case m.live:
 			reason := fmt.Sprintf("did not vote in the election of epoch %d", c.epoch)
 			if m.id == old {
@@ -271,6 +273,9 @@ func (c *Core) discardBeyond(last uint32) {
 			en.state = empty
 		}
 	}
+	if frame.SeqLess(last+1, c.recvd) {
+		c.recvd = last + 1 // what we held beyond is not part of the agreement
+	}
 	c.awaiting = 0
 	for g := c.next; frame.SeqLess(g, last+1) && frame.SeqLess(g, c.next+uint32(c.cfg.History)); g++ {
 		if en := &c.log[g&c.lmask]; en.global == g && en.state == accepted {
@@ -288,6 +293,10 @@ func (c *Core) stepElection(m *member, v frame.View) {
 	}
 	if !m.voted || !frame.SeqLess(b.Epoch, m.voteEpoch) {
 		m.voted, m.voteEpoch, m.voteCand, m.voteH = true, b.Epoch, b.Candidate, b.LastGlobal
+		m.voteNext = b.LastGlobal + 1
+		if v.AckCount() >= 1 && !frame.SeqLess(m.voteNext, v.Ack(0)) {
+			m.voteNext = v.Ack(0)
+		}
 	}
 	switch c.role {
 	case follower:
@@ -300,7 +309,7 @@ func (c *Core) stepElection(m *member, v frame.View) {
 		} else if m.electedAt == 0 || c.now >= m.electedAt.Add(c.cfg.ElectionRetry) {
 			// It suspects us: show it we live, in our epoch.
 			m.electedAt = c.now
-			c.sendStatusRequest(m.mac)
+			c.sendStatusRequest(m.mac, true)
 		}
 		return
 	}
@@ -336,15 +345,16 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
 	c.discardBeyond(last)
 	c.clampLeft(last)
-	c.knownEnd = c.next
+	c.knownEnd = c.recvd
+	c.learnSafe(last + 1)
 	c.learnEnd(last+1, false)
 	if c.role == halted {
 		return // too far behind the agreed end to catch up
 	}
-	if c.next != c.knownEnd && c.repairAt == 0 {
+	if c.recvd != c.knownEnd && c.repairAt == 0 {
 		// Accepts from before the election still wait for payloads.
 		c.repairAt = c.now.Add(c.cfg.NackTimeout)
-		c.repairNext, c.repairBackoff = c.next, 0
+		c.repairNext, c.repairBackoff = c.recvd, 0
 	}
 	c.sequencerMember().lastHeard = c.now
 	c.events = append(c.events, Event{Kind: SequencerChanged, Member: b.Candidate, Epoch: b.Epoch, Last: last, At: c.now})

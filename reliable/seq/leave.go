@@ -116,6 +116,7 @@ func (c *Core) stepLeave(m *member, v frame.View) {
 		return
 	}
 	m.gone = true
+	c.holders = c.safeHolders()
 	c.stats.MembersLeft++
 	end := c.next
 	if v.AckCount() >= 1 {

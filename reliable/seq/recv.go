@@ -173,6 +173,7 @@ func (c *Core) stepData(m *member, v frame.View) error {
 		return nil
 	}
 	if e == c.epoch && m == c.sequencerMember() {
+		c.learnSafe(v.SeqDataSafe())
 		c.learnEnd(g+1, true)
 	}
 	if u.Origin == c.cfg.Self {
@@ -241,6 +242,7 @@ func (c *Core) stepAccept(m *member, v frame.View) error {
 	for i := range al.Len() {
 		c.takeAccept(e, al.At(i))
 	}
+	c.learnSafe(v.AcceptSafe())
 	c.learnEnd(v.Seq()+1, false) // Seq: the highest global numbered
 	c.drain()
 	return nil
@@ -365,8 +367,12 @@ func (c *Core) stepStatusRequest(m *member, v frame.View) {
 		c.newerEpoch(m, e)
 		return
 	case e == c.epoch && m == c.sequencerMember() && c.role == follower:
+		c.learnSafe(v.StatusSafe())
 		c.learnEnd(v.StatusDelivered()+1, false)
-		c.sendStatusReplyTo(m)
+		if v.Flags()&frame.FlagAckRequest != 0 {
+			c.sendStatusReplyTo(m)
+		}
+		c.drain()
 	case frame.SeqLess(c.epoch, e):
 		// A sequencer of an epoch we have not joined: tell it our epoch,
 		// it answers with its Elected.
@@ -421,7 +427,7 @@ func (c *Core) learnEnd(end uint32, arriving bool) {
 	if !frame.SeqLess(c.knownEnd, end) {
 		return
 	}
-	if int(end-c.next) > c.cfg.History && c.role == follower {
+	if int(end-c.recvd) > c.cfg.History && c.role == follower {
 		// The sequencer never numbers global g+History before every
 		// live member delivered g: it no longer counts us. We were
 		// removed (silent past FailureTimeout, or our vote came too
@@ -460,15 +466,15 @@ func (c *Core) learnEnd(end uint32, arriving bool) {
 // payloads), backing off while nothing arrives.
 func (c *Core) repairTimeout() {
 	c.repairAt = 0
-	if c.next == c.knownEnd {
+	if c.recvd == c.knownEnd {
 		return
 	}
-	if c.next == c.repairNext {
+	if c.recvd == c.repairNext {
 		c.repairBackoff = min(c.repairBackoff+1, maxRepairBackoff)
 	} else {
 		c.repairBackoff = 0
 	}
-	c.repairNext = c.next
+	c.repairNext = c.recvd
 	c.sendRetransmit(c.sequencerMember(), c.epoch)
 	c.repairAt = c.now.Add(c.cfg.NackTimeout << c.repairBackoff)
 }
@@ -484,17 +490,40 @@ func (c *Core) seen(r uint32) {
 	}
 }
 
-// drain delivers the log in order from next while entries are complete.
+// drain advances the received cursor over complete entries and delivers
+// the log in order from next up to it and the safe cursor.
 func (c *Core) drain() {
-	for c.next != c.knownEnd {
-		en := &c.log[c.next&c.lmask]
-		if en.global != c.next || en.state != full {
+	for c.recvd != c.knownEnd {
+		en := &c.log[c.recvd&c.lmask]
+		if en.global != c.recvd || en.state != full {
 			break
 		}
-		c.deliverEntry(en)
+		c.recvd++
 	}
-	if c.next == c.knownEnd {
+	if c.recvd == c.knownEnd {
 		c.repairAt, c.repairBackoff = 0, 0
+	}
+	if c.role == sequencer {
+		c.members[c.self].rcvd = c.recvd
+		c.computeSafe()
+	}
+	from := c.next
+	gated := c.gated()
+	for c.next != c.recvd && (!gated || frame.SeqLess(c.next, c.safe)) {
+		c.deliverEntry(&c.log[c.next&c.lmask])
+	}
+	if c.role == sequencer && c.next != from && c.waiting {
+		// Our own deliveries free history slots too (computeStable).
+		if c.computeStable() && !c.historyFull() {
+			c.sequenceAll()
+		}
+	}
+}
+
+// learnSafe takes the safe cursor our sequencer announced.
+func (c *Core) learnSafe(s uint32) {
+	if frame.SeqLess(c.safe, s) {
+		c.safe = s
 	}
 }
 

@@ -16,6 +16,7 @@ func (c *Core) header(seq uint32, flags frame.Flags) {
 		c.hdr.AckBase = c.electCand
 	}
 	c.hdr.Acks[0] = c.next
+	c.hdr.Acks[1] = c.recvd
 }
 
 // emit encodes c.hdr and body into a frame buffer and queues it for the
@@ -31,7 +32,7 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 		c.lastBcast = c.now
 	}
 	if c.role != sequencer && (dst == c.cfg.dst || dst == c.sequencerMember().mac) {
-		c.lastToSeq, c.sinceReport = c.now, 0
+		c.lastToSeq, c.sinceReport, c.ackSent = c.now, 0, c.hdr.Acks[1]
 	}
 	if err != nil {
 		c.stats.EncodeErrors++
@@ -44,7 +45,10 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 // sendData sends log entry en as SeqData: Seq is its global number.
 func (c *Core) sendData(en *entry, dst [6]byte, flags frame.Flags) {
 	c.header(en.global, flags)
-	c.seqData = frame.SeqDataBody{Epoch: en.epoch, UID: en.uid, Data: en.data, Bundled: en.bundled}
+	c.seqData = frame.SeqDataBody{Epoch: en.epoch, Safe: c.safe, UID: en.uid, Data: en.data, Bundled: en.bundled}
+	if c.role == sequencer && dst == c.cfg.dst {
+		c.safeSent = c.safe
+	}
 	c.emit(dst, &c.seqData)
 	c.seqData.Data = nil
 }
@@ -76,11 +80,20 @@ func (c *Core) sendRequest(r uint32, flags frame.Flags) {
 	clear(msgs)
 }
 
-// sendStatusRequest: the sequencer's heartbeat and request for status;
-// the body names the highest global numbered, so a lost tail shows.
-func (c *Core) sendStatusRequest(dst [6]byte) {
-	c.header(0, 0)
-	c.status = frame.StatusBody{T: frame.SeqStatusRequest, Epoch: c.epoch, Delivered: c.nextGlobal - 1}
+// sendStatusRequest: the sequencer's heartbeat and request for status
+// (ask: with ACK_REQUEST, members answer with a status reply), or the
+// announcement of a new safe point (no answer wanted); the body names the
+// highest global numbered, so a lost tail shows, and the safe cursor.
+func (c *Core) sendStatusRequest(dst [6]byte, ask bool) {
+	var fl frame.Flags
+	if ask {
+		fl = frame.FlagAckRequest
+	}
+	c.header(0, fl)
+	c.status = frame.StatusBody{T: frame.SeqStatusRequest, Epoch: c.epoch, Delivered: c.nextGlobal - 1, Safe: c.safe}
+	if dst == c.cfg.dst {
+		c.safeSent = c.safe
+	}
 	c.emit(dst, &c.status)
 	c.stats.StatusRequests++
 }
@@ -105,7 +118,7 @@ func (c *Core) sendRetransmit(m *member, epoch uint32) {
 	}
 	maxRanges := (frame.MaxPayload(c.cfg.MTU, ackEntries, 0) - 6) / 8
 	ranges := c.retx.Ranges[:0]
-	for g := c.next; frame.SeqLess(g, end) && len(ranges) < maxRanges; g++ {
+	for g := c.recvd; frame.SeqLess(g, end) && len(ranges) < maxRanges; g++ {
 		if en := &c.log[g&c.lmask]; en.global == g && en.state == full {
 			continue
 		}
@@ -128,7 +141,7 @@ func (c *Core) sendRetransmit(m *member, epoch uint32) {
 // sendElection broadcasts (or sends to one member) our election state.
 func (c *Core) sendElection(phase frame.ElectionPhase, dst [6]byte) {
 	c.header(0, 0)
-	c.election = frame.ElectionBody{Epoch: c.electEpoch, Phase: phase, Candidate: c.electCand, LastGlobal: c.next - 1}
+	c.election = frame.ElectionBody{Epoch: c.electEpoch, Phase: phase, Candidate: c.electCand, LastGlobal: c.recvd - 1}
 	c.emit(dst, &c.election)
 	c.electAt = c.now.Add(c.cfg.ElectionRetry)
 }

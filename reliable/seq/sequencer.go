@@ -62,6 +62,9 @@ func (c *Core) sequenceFrom(o *member) {
 		}
 		g := c.nextGlobal
 		c.nextGlobal++
+		if !c.gated() {
+			c.safe = c.nextGlobal // the SeqData below carries it
+		}
 		en := &c.log[g&c.lmask]
 		en.global, en.epoch, en.state, en.bundled = g, c.epoch, full, bundled
 		en.uid = frame.UID{Origin: o.id, Incarnation: o.inc, Seq: r}
@@ -110,7 +113,7 @@ func (c *Core) sequenceAll() {
 
 // maxAccepts is how many Accept entries fit one frame.
 func (c *Core) maxAccepts() int {
-	return (frame.MaxPayload(c.cfg.MTU, ackEntries, 0) - 6) / 14
+	return (frame.MaxPayload(c.cfg.MTU, ackEntries, 0) - 10) / 14
 }
 
 // flushAccepts sends the collected Accepts in one frame ("accepts for
@@ -119,7 +122,8 @@ func (c *Core) flushAccepts() {
 	if len(c.accepts) == 0 {
 		return
 	}
-	c.accept.Epoch, c.accept.Entries = c.epoch, c.accepts
+	c.accept.Epoch, c.accept.Safe, c.accept.Entries = c.epoch, c.safe, c.accepts
+	c.safeSent = c.safe
 	c.header(c.nextGlobal-1, 0)
 	c.emit(c.cfg.dst, &c.accept)
 	c.stats.AcceptsSent += uint64(len(c.accepts))
@@ -129,11 +133,23 @@ func (c *Core) flushAccepts() {
 }
 
 // applyAck takes the piggybacked acknowledgement: ack[0] of every frame
-// is the sender's delivered cursor.
+// is the sender's delivered cursor, ack[1] its received cursor.
 func (c *Core) applyAck(m *member, v frame.View) {
+	if v.AckCount() >= 2 {
+		c.received(m, v.Ack(1))
+	}
 	if v.AckCount() >= 1 {
 		c.ack(m, v.Ack(0))
 	}
+}
+
+// received takes m's received cursor: the safe point may move.
+func (c *Core) received(m *member, a uint32) {
+	if !m.live || !frame.SeqLess(m.rcvd, a) || frame.SeqLess(c.nextGlobal, a) {
+		return
+	}
+	m.rcvd = a
+	c.drain()
 }
 
 func (c *Core) ack(m *member, a uint32) {
@@ -141,7 +157,65 @@ func (c *Core) ack(m *member, a uint32) {
 		return
 	}
 	m.acked = a
+	if frame.SeqLess(m.rcvd, a) {
+		m.rcvd = a
+	}
 	c.advanceStable()
+}
+
+// gated reports whether delivery waits for the safe point: under
+// SafeMajority with more than one holder needed (groups of one or two
+// members, or what is left of a group after leaves, deliver at once).
+func (c *Core) gated() bool { return c.cfg.Resilience == SafeMajority && c.holders > 1 }
+
+// safeHolders is how many members must hold a global before it is safe:
+// enough that every election completing with quorum() votes has a holder
+// among its voters (n - quorum + 1: ⌈n/2⌉ with the default majority).
+// With the default quorum, fewer live members than that stop delivery
+// (computeSafe); with a lowered Quorum, which trusts the failure
+// detector, the live members suffice.
+func (c *Core) safeHolders() int {
+	n := 0
+	for i := range c.members {
+		if !c.members[i].gone {
+			n++
+		}
+	}
+	return max(1, n-c.quorum()+1)
+}
+
+// computeSafe (at the sequencer): the safe cursor is the k-th highest
+// received cursor of the live members, itself included.
+func (c *Core) computeSafe() {
+	if !c.gated() {
+		c.safe = c.nextGlobal
+		return
+	}
+	k := c.holders
+	d := c.scratch[:0]
+	for i := range c.members {
+		if m := &c.members[i]; m.live || m.self {
+			d = append(d, c.nextGlobal-m.rcvd)
+		}
+	}
+	c.scratch = d
+	if k > len(d) {
+		if c.cfg.majority {
+			// Fewer live members than a majority needs: we may be cut
+			// off on a minority side. Deliver nothing more (the others
+			// may be electing); the removed come back or we halt.
+			return
+		}
+		k = len(d) // a lowered Quorum trusts the failure detector
+	}
+	for i := 1; i < len(d); i++ { // insertion sort: a handful of members
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+	if s := c.nextGlobal - d[k-1]; frame.SeqLess(c.safe, s) {
+		c.safe = s
+	}
 }
 
 // advanceStable recomputes stable, the least delivered cursor of the live
@@ -149,6 +223,9 @@ func (c *Core) ack(m *member, a uint32) {
 func (c *Core) advanceStable() {
 	if c.computeStable() && c.waiting && !c.historyFull() {
 		c.sequenceAll()
+	}
+	if c.role == sequencer {
+		c.drain() // the safe point may have moved (acks, removals)
 	}
 }
 
@@ -158,6 +235,9 @@ func (c *Core) computeStable() (moved bool) {
 		if m := &c.members[i]; m.live && frame.SeqLess(m.acked, s) {
 			s = m.acked
 		}
+	}
+	if frame.SeqLess(c.next, s) {
+		s = c.next // (our own entry's acked is c.next too)
 	}
 	moved = s != c.stable
 	c.stable = s
@@ -207,7 +287,7 @@ func (c *Core) answerDuplicate(o *member) {
 	// Nothing of it in the history (all stable): a status request tells
 	// it how far the stream goes.
 	o.dupAt = c.now
-	c.sendStatusRequest(o.mac)
+	c.sendStatusRequest(o.mac, true)
 }
 
 // readmit takes back a removed member that reports (in a status reply of
@@ -219,7 +299,7 @@ func (c *Core) readmit(m *member, a uint32) bool {
 	if frame.SeqLess(c.nextGlobal, a) || int(c.nextGlobal-a) > c.cfg.History {
 		return false
 	}
-	m.live, m.acked, m.probeAt = true, a, 0
+	m.live, m.acked, m.rcvd, m.probeAt = true, a, a, 0
 	c.computeStable()
 	c.stats.MembersReturned++
 	c.events = append(c.events, Event{Kind: MemberReturned, Member: m.id, Epoch: c.epoch, Last: a - 1, At: c.now})
@@ -235,5 +315,5 @@ func (c *Core) tellRemoved(m *member) {
 		return
 	}
 	m.probeAt = c.now.Add(c.cfg.HeartbeatInterval / 4)
-	c.sendStatusRequest(m.mac)
+	c.sendStatusRequest(m.mac, true)
 }
