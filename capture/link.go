@@ -123,13 +123,16 @@ func Wrap(l link.Link, w *Writer, opts Options) (*Link, error) {
 func (c *Link) Unwrap() link.Link { return c.l }
 
 func (c *Link) record(dir uint8, ts int64, data []byte) {
-	if c.inv != nil {
-		c.inv.observe(ts, data, c.etherType)
-	}
 	rec := record{kind: kindPacket, dir: dir, reception: receptionType(data), ts: ts, data: data}
 	for _, s := range c.sinks {
 		rec.iface = s.id
 		s.s.add(rec)
+	}
+	// Checked after recording, so that a dump a violation starts (see
+	// Recorder.DumpOnViolation) holds the offending frame itself: checked
+	// first, the dump's goroutine could run before the frame was added.
+	if c.inv != nil {
+		c.inv.observe(ts, data, c.etherType)
 	}
 }
 
