@@ -282,6 +282,7 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	initialEpoch := fs.Uint("initial-epoch", 0, "seq: the first sequencer's epoch (0: the lowest in the capture, else 1)")
 	electionRetry := fs.Duration("election-retry", 0, "seq: ElectionRetry (0: default 20ms)")
 	quorum := fs.Int("quorum", 0, "seq: election quorum (0: a majority)")
+	resilience := fs.String("resilience", "majority", "seq: when a member delivers, as the live group's Resilience: majority (once enough members hold a message, the default) or sequencer (as soon as it is numbered)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
 	files, code, ok := parse(fs, args, stderr)
@@ -323,6 +324,14 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 		return fail2("-method %q: want hybrid, method1 or method2", *method)
 	}
 	opts.Threshold, opts.History, opts.Quorum = *threshold, *history, *quorum
+	switch strings.ToLower(*resilience) {
+	case "majority":
+		opts.Resilience = seq.SafeMajority
+	case "sequencer":
+		opts.Resilience = seq.SafeSequencer
+	default:
+		return fail2("-resilience %q: want majority or sequencer", *resilience)
+	}
 	opts.ElectionRetry = seq.Duration(*electionRetry)
 	if *initialEpoch > 0xffffffff {
 		return fail2("-initial-epoch %d does not fit 32 bits", *initialEpoch)

@@ -144,7 +144,7 @@ func TestUsageAndErrors(t *testing.T) {
 	if code, _, errOut := runCmd("simulate", "-node", "2", "-members", "1=zz", good); code != 2 || !strings.Contains(errOut, `"zz" is not a 6-byte MAC`) {
 		t.Errorf("bad -members: exit %d %q", code, errOut)
 	}
-	for _, bad := range [][]string{{"-protocol", "raft"}, {"-method", "method3"}, {"-initial-global", "x"}} {
+	for _, bad := range [][]string{{"-protocol", "raft"}, {"-method", "method3"}, {"-resilience", "always"}, {"-initial-global", "x"}} {
 		args := append(append([]string{"simulate", "-node", "2"}, bad...), good)
 		if code, _, errOut := runCmd(args...); code != 2 || !strings.Contains(errOut, bad[0]+" ") {
 			t.Errorf("simulate %v: exit %d %q", bad, code, errOut)
@@ -153,6 +153,9 @@ func TestUsageAndErrors(t *testing.T) {
 	// A PBP capture re-run as the sequencer: the core drops every frame.
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") || !strings.Contains(out, "not handled by the sequencer") {
 		t.Errorf("simulate -protocol seq on a PBP capture: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", "-resilience", "sequencer", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") {
+		t.Errorf("simulate -resilience sequencer: exit %d\n%s%s", code, out, errOut)
 	}
 	if code, _, errOut := runCmd("inject", good); code != 2 || !strings.Contains(errOut, "-i IFACE is required") {
 		t.Errorf("inject without -i: exit %d %q", code, errOut)
