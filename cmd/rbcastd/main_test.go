@@ -90,6 +90,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-order", "total", "-mode", "pbp1"}, "-mode pbp1 applies to -order fifo only"},
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-order", "total", "-bundle-delay", "1ms"}, "-bundle-delay applies to -order fifo only"},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-order", "total", "-resilience", "all"}, `-resilience is "all", want majority or sequencer`},
+		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-resilience", "sequencer"}, "-resilience sequencer applies to -order total only"},
 		{[]string{"recv", "-from", "1", "-all"}, "-from and -all exclude each other"},
 		{[]string{"recv"}, "say whose messages: -from ID or -all"},
 		{[]string{"recv", "-all", "-format", "hex"}, `-format is "hex", want raw or lines`},

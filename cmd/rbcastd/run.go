@@ -60,6 +60,7 @@ type runFlags struct {
 	etherType                                                                           string
 	flightMB                                                                            int
 	flightDir                                                                           string
+	resilience                                                                          string
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -77,6 +78,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
+	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
 	fs.DurationVar(&f.failure, "failure-timeout", 0, "remove a member silent this long (0: the protocol's default, 2s); all members must agree")
@@ -172,6 +174,17 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	}
 	if c.Order == reliable.Total && c.Mode != reliable.PBP2 {
 		return dc, "", errors.New("-mode pbp1 applies to -order fifo only (the sequencer repairs by its own protocol)")
+	}
+	switch f.resilience {
+	case "majority":
+		c.Resilience = reliable.SafeMajority
+	case "sequencer":
+		if c.Order != reliable.Total {
+			return dc, "", errors.New("-resilience sequencer applies to -order total only")
+		}
+		c.Resilience = reliable.SafeSequencer
+	default:
+		return dc, "", fmt.Errorf("-resilience is %q, want majority or sequencer", f.resilience)
 	}
 	if c.Order == reliable.Total && f.bundle != 0 {
 		return dc, "", errors.New("-bundle-delay applies to -order fifo only (total order bundles what waits at each transmission)")
