@@ -12,16 +12,17 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 // joinAll joins n nodes over a real-time lossy segment.
 func joinAll(t *testing.T, n int, seed uint64, cfg Config) []*Node {
 	t.Helper()
-	r := newRTNet(t, seed)
-	var links []*rtLink
+	r := rtnet.New(t, seed)
+	var links []*rtnet.Link
 	var members []frame.MemberInfo
 	for i := range n {
-		l := r.attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03, Reorder: 0.03, ReorderDelay: 200 * time.Microsecond}})
+		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03, Reorder: 0.03, ReorderDelay: 200 * time.Microsecond}})
 		links = append(links, l)
 		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -48,7 +49,7 @@ func message(b []byte, sender frame.MemberID, idx, maxLen int) []byte {
 }
 
 // staticMembers lists links as members 1..n, incarnation 7.
-func staticMembers(links []*rtLink) []frame.MemberInfo {
+func staticMembers(links []*rtnet.Link) []frame.MemberInfo {
 	var ms []frame.MemberInfo
 	for i, l := range links {
 		ms = append(ms, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 7})
@@ -58,11 +59,11 @@ func staticMembers(links []*rtLink) []frame.MemberInfo {
 
 // newGroups attaches n endpoints with the given impairment and joins a
 // group on each with static members.
-func newGroups(t *testing.T, r *rtNet, n int, ep testnet.EndpointConfig, base Config) []*Group {
+func newGroups(t *testing.T, r *rtnet.Net, n int, ep testnet.EndpointConfig, base Config) []*Group {
 	t.Helper()
-	links := make([]*rtLink, n)
+	links := make([]*rtnet.Link, n)
 	for i := range links {
-		links[i] = r.attach(t, ep)
+		links[i] = r.Attach(t, ep)
 	}
 	members := staticMembers(links)
 	groups := make([]*Group, n)
@@ -148,7 +149,7 @@ func exchange(t *testing.T, groups []*Group, k int) {
 func TestGroupExchangeWithLoss(t *testing.T) {
 	for _, mode := range []Mode{PBP2, PBP1} {
 		t.Run(mode.String(), func(t *testing.T) {
-			r := newRTNet(t, 1)
+			r := rtnet.New(t, 1)
 			imp := testnet.Impairment{Loss: 0.05, Duplicate: 0.02, Reorder: 0.02, ReorderDelay: 200 * time.Microsecond}
 			groups := newGroups(t, r, 3, testnet.EndpointConfig{In: imp}, Config{Mode: mode})
 			exchange(t, groups, 2000)
@@ -178,7 +179,7 @@ func TestGroupExchangeWithLoss(t *testing.T) {
 }
 
 func TestSendTooLarge(t *testing.T) {
-	r := newRTNet(t, 2)
+	r := rtnet.New(t, 2)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
 	g := groups[0]
 	err := g.Send(context.Background(), make([]byte, g.MaxMessage()+1))
@@ -202,8 +203,8 @@ func TestSendTooLarge(t *testing.T) {
 // A member that never answers: the window fills, Send blocks, and returns
 // the context's error when it ends; nothing accepted is lost.
 func TestSendBlocksOnFullWindow(t *testing.T) {
-	r := newRTNet(t, 3)
-	links := []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+	r := rtnet.New(t, 3)
+	links := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
 	g, err := Join(context.Background(), links[0], Config{Group: 1, Members: staticMembers(links), Self: 1, Window: 4, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +237,7 @@ func TestSendBlocksOnFullWindow(t *testing.T) {
 // The receiving application stops reading: the group slows down, nothing
 // is dropped, and everything arrives once it reads again.
 func TestRecvBackPressure(t *testing.T) {
-	r := newRTNet(t, 4)
+	r := rtnet.New(t, 4)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{RecvQueue: 16, Window: 16})
 	const k = 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -289,7 +290,7 @@ func TestRecvBackPressure(t *testing.T) {
 // repaired, and a sender whose window was all dropped waited for its
 // resend probe.)
 func TestRecvShortPauseNoRepair(t *testing.T) {
-	r := newRTNet(t, 8)
+	r := rtnet.New(t, 8)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{RecvQueue: 16, Window: 16})
 	defer func() {
 		for _, g := range groups {
@@ -340,7 +341,7 @@ func TestRecvShortPauseNoRepair(t *testing.T) {
 }
 
 func TestRecvContext(t *testing.T) {
-	r := newRTNet(t, 5)
+	r := rtnet.New(t, 5)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -357,7 +358,7 @@ func TestRecvContext(t *testing.T) {
 // Close delivers everything accepted before leaving; receivers then see
 // the leave, and Send and Recv report ErrClosed.
 func TestCloseDeliversEverything(t *testing.T) {
-	r := newRTNet(t, 6)
+	r := rtnet.New(t, 6)
 	imp := testnet.Impairment{Loss: 0.1}
 	groups := newGroups(t, r, 3, testnet.EndpointConfig{In: imp}, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -412,9 +413,7 @@ func TestCloseDeliversEverything(t *testing.T) {
 				// The log then shows lost=62: the 60 losses up to draw
 				// 633 and two later heartbeats.
 				st := g.Stats()
-				r.mu.Lock()
-				t.Logf("member %d: member 1's Leave frames never arrived: %v; in: %+v; bad %+v", g.Self(), ev, g.l.(*rtLink).ep.Counters(testnet.In), st.BadFrames)
-				r.mu.Unlock()
+				t.Logf("member %d: member 1's Leave frames never arrived: %v; in: %+v; bad %+v", g.Self(), ev, g.l.(*rtnet.Link).Counters(testnet.In), st.BadFrames)
 			default:
 				t.Errorf("member %d: event %v, want member 1 left", g.Self(), ev)
 			}
@@ -428,8 +427,8 @@ func TestCloseDeliversEverything(t *testing.T) {
 func TestNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {
-		r := newRTNet(t, 7)
-		links := []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+		r := rtnet.New(t, 7)
+		links := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
 		var groups []*Group
 		for i := range links {
 			g, err := Join(context.Background(), links[i], Config{Group: 9, Members: staticMembers(links), Self: frame.MemberID(i + 1), Logger: quiet})
@@ -444,7 +443,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		r.stop()
+		r.Stop()
 	}()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -460,9 +459,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 }
 
-// joinRegistered joins Size members by registration over rtLinks, link 0
+// joinRegistered joins Size members by registration over rtnet links, link 0
 // the server, concurrently.
-func joinRegistered(t *testing.T, ctx context.Context, links []*rtLink, cfgs []Config) ([]*Group, []error) {
+func joinRegistered(t *testing.T, ctx context.Context, links []*rtnet.Link, cfgs []Config) ([]*Group, []error) {
 	t.Helper()
 	groups := make([]*Group, len(links))
 	errs := make([]error, len(links))
@@ -489,12 +488,12 @@ func joinRegistered(t *testing.T, ctx context.Context, links []*rtLink, cfgs []C
 }
 
 func TestJoinRegistrationWithLoss(t *testing.T) {
-	r := newRTNet(t, 8)
+	r := rtnet.New(t, 8)
 	imp := testnet.Impairment{Loss: 0.2, Duplicate: 0.1}
-	var links []*rtLink
+	var links []*rtnet.Link
 	var cfgs []Config
 	for i := range 4 {
-		links = append(links, r.attach(t, testnet.EndpointConfig{In: imp, Out: imp}))
+		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp, Out: imp}))
 		cfgs = append(cfgs, Config{Group: 11, Size: 4, Server: i == 0, Logger: quiet})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -525,8 +524,8 @@ func TestJoinRegistrationWithLoss(t *testing.T) {
 // error reaches its Join; the server's Join times out saying who is
 // missing.
 func TestJoinConfigMismatch(t *testing.T) {
-	r := newRTNet(t, 9)
-	links := []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+	r := rtnet.New(t, 9)
+	links := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
 	cfgs := []Config{{Group: 12, Size: 2, Server: true, Window: 16, Logger: quiet}, {Group: 12, Size: 2, Window: 32, Logger: quiet}}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -540,8 +539,8 @@ func TestJoinConfigMismatch(t *testing.T) {
 }
 
 func TestJoinNoServer(t *testing.T) {
-	r := newRTNet(t, 10)
-	l := r.attach(t, testnet.EndpointConfig{})
+	r := rtnet.New(t, 10)
+	l := r.Attach(t, testnet.EndpointConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := Join(ctx, l, Config{Group: 13, Size: 3, Logger: quiet})
@@ -551,8 +550,8 @@ func TestJoinNoServer(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	r := newRTNet(t, 11)
-	l := r.attach(t, testnet.EndpointConfig{})
+	r := rtnet.New(t, 11)
+	l := r.Attach(t, testnet.EndpointConfig{})
 	for _, tc := range []struct {
 		cfg  Config
 		want string

@@ -20,6 +20,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -34,7 +35,7 @@ type running struct {
 
 // startGroup starts n daemons on the simulated segment r, daemon 0 the
 // registration server, and returns them once each serves its socket.
-func startGroup(t *testing.T, r *rtNet, n int, imp []testnet.Impairment, adjust func(i int, c *Config)) []*running {
+func startGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, adjust func(i int, c *Config)) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
@@ -43,7 +44,7 @@ func startGroup(t *testing.T, r *rtNet, n int, imp []testnet.Impairment, adjust 
 		if i < len(imp) {
 			ep.In = imp[i]
 		}
-		l := r.attach(t, ep)
+		l := r.Attach(t, ep)
 		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}}
 		if adjust != nil {
 			adjust(i, &cfg)
@@ -230,7 +231,7 @@ func randomBytes(seed uint64, n int) []byte {
 // get exactly what a client of daemon 0 sent; Flush answers only once
 // everything is acknowledged; status shows every member alive.
 func TestSendRecvUnderLoss(t *testing.T) {
-	r := newRTNet(t, 1)
+	r := rtnet.New(t, 1)
 	imp := []testnet.Impairment{{}, {Loss: 0.05}, {Loss: 0.05, Burst: testnet.GilbertElliott{GoodToBad: 0.02, BadToGood: 0.3, LossBad: 1}}}
 	ds := startGroup(t, r, 3, imp, nil)
 	// Subscribed before the group starts: nothing may be missed.
@@ -282,7 +283,7 @@ func TestSendRecvUnderLoss(t *testing.T) {
 // messages: the sender's Flush waits, and once the reader reads it gets
 // every byte.
 func TestSlowReaderBackPressure(t *testing.T) {
-	r := newRTNet(t, 2)
+	r := rtnet.New(t, 2)
 	ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
 		c.SubscriberQueue = 4
 		c.Group.RecvQueue = 8
@@ -334,7 +335,7 @@ func TestLeaveDeliversAccepted(t *testing.T) {
 }
 
 func testLeaveDeliversAccepted(t *testing.T, order reliable.Order) {
-	r := newRTNet(t, 3)
+	r := rtnet.New(t, 3)
 	ds := startGroup(t, r, 3, []testnet.Impairment{{}, {Loss: 0.1}}, func(i int, c *Config) { c.Group.Order = order })
 	subs := []*localapi.Conn{subscribe(t, ds[1].socket, 0), subscribe(t, ds[2].socket, 0)}
 	c, w := dial(t, ds[0].socket, true)
@@ -382,12 +383,12 @@ func testLeaveDeliversAccepted(t *testing.T, order reliable.Order) {
 // A crashed member shows as dead (failed) within the failure timeout,
 // and the others keep delivering.
 func TestCrashShowsDead(t *testing.T) {
-	r := newRTNet(t, 4)
-	var links []*rtLink
+	r := rtnet.New(t, 4)
+	var links []*rtnet.Link
 	dir := t.TempDir()
 	var ds []*running
 	for i := range 3 {
-		l := r.attach(t, testnet.EndpointConfig{})
+		l := r.Attach(t, testnet.EndpointConfig{})
 		links = append(links, l)
 		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
 			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, FailureTimeout: time.Second}}))
@@ -396,9 +397,7 @@ func TestCrashShowsDead(t *testing.T) {
 	c, w := dial(t, ds[0].socket, true)
 	victim := ds[2].self(t)
 	ds[1].self(t)
-	r.mu.Lock()
-	links[2].ep.Crash()
-	r.mu.Unlock()
+	links[2].Crash()
 	crashed := time.Now()
 	deadline := crashed.Add(5 * time.Second)
 	suspected := false
@@ -434,7 +433,7 @@ func TestCrashShowsDead(t *testing.T) {
 
 // Local API errors a client can provoke, each with its text.
 func TestClientErrors(t *testing.T) {
-	r := newRTNet(t, 5)
+	r := rtnet.New(t, 5)
 	ds := startGroup(t, r, 1, nil, nil)
 	sock := ds[0].socket
 
@@ -563,7 +562,7 @@ func TestListenErrors(t *testing.T) {
 // reason; a host speaking another protocol version is named.
 func TestGroupMismatch(t *testing.T) {
 	t.Run("config", func(t *testing.T) {
-		r := newRTNet(t, 6)
+		r := rtnet.New(t, 6)
 		ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
 			if i == 1 {
 				c.Group.FailureTimeout = 3 * time.Second
@@ -580,10 +579,10 @@ func TestGroupMismatch(t *testing.T) {
 		}
 	})
 	t.Run("version", func(t *testing.T) {
-		r := newRTNet(t, 7)
+		r := rtnet.New(t, 7)
 		ds := startGroup(t, r, 2, nil, func(i int, c *Config) { c.Group.Server = false })
 		// A host speaking version 2 on the segment.
-		other := r.attach(t, testnet.EndpointConfig{})
+		other := r.Attach(t, testnet.EndpointConfig{})
 		b := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(other.HardwareAddr()), frame.EtherType)
 		b, err := frame.Append(b, &frame.Header{Group: 7, Sender: 0, Incarnation: 1}, &frame.WelcomeBody{Nonce: 1, Assigned: 1, Members: 2})
 		if err != nil {
@@ -613,7 +612,7 @@ func TestGroupMismatch(t *testing.T) {
 // senders sees the same sequence, own messages included, and Flush
 // answers once this member's messages are sequenced.
 func TestTotalOrderSameSequence(t *testing.T) {
-	r := newRTNet(t, 8)
+	r := rtnet.New(t, 8)
 	const n, per = 3, 40
 	ds := startGroup(t, r, n, []testnet.Impairment{{}, {Loss: 0.05}}, func(i int, c *Config) { c.Group.Order = reliable.Total })
 	var subs []*localapi.Conn

@@ -5,12 +5,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 // The metrics are valid Prometheus text format: every sample has a TYPE
 // line before it, and is `name{labels} value`.
 func TestMetricsFormat(t *testing.T) {
-	r := newRTNet(t, 9)
+	r := rtnet.New(t, 9)
 	ds := startGroup(t, r, 2, nil, nil)
 	ds[0].self(t)
 	ds[1].self(t)
