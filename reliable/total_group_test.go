@@ -13,10 +13,11 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/seq"
 	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 // Order Total through the public API: Groups with their goroutines over
-// testnet in real time (rtNet).
+// testnet in real time (testnet/rtnet).
 
 // exchangeTotal has every member send k messages and receive everyone's,
 // its own included; it returns each member's delivered sequence (sender
@@ -96,7 +97,7 @@ func sameLogs(t *testing.T, logs [][][]byte) {
 func TestTotalGroupExchangeWithLoss(t *testing.T) {
 	for _, method := range []Method{Hybrid, Method1, Method2} {
 		t.Run(method.String(), func(t *testing.T) {
-			r := newRTNet(t, 21+uint64(method))
+			r := rtnet.New(t, 21+uint64(method))
 			imp := testnet.Impairment{Loss: 0.03, Duplicate: 0.01, Reorder: 0.01, ReorderDelay: 200 * time.Microsecond}
 			groups := newGroups(t, r, 3, testnet.EndpointConfig{In: imp}, Config{Order: Total, Method: method})
 			sameLogs(t, exchangeTotal(t, groups, 400))
@@ -128,7 +129,7 @@ func TestTotalGroupExchangeWithLoss(t *testing.T) {
 // others see MemberLeft; when the sequencer leaves, the rest elect a new
 // one at once (not after FailureTimeout) and carry on.
 func TestTotalCloseSequencer(t *testing.T) {
-	r := newRTNet(t, 31)
+	r := rtnet.New(t, 31)
 	groups := newGroups(t, r, 3, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.02}}, Config{Order: Total})
 	sameLogs(t, exchangeTotal(t, groups, 100))
 	start := time.Now()
@@ -151,11 +152,14 @@ func TestTotalCloseSequencer(t *testing.T) {
 					t.Errorf("member %d: new sequencer %d, want 2", g.Self(), ev.Member)
 				}
 			case <-ctx.Done():
-				t.Fatalf("member %d: events %v, want MemberLeft then SequencerChanged", g.Self(), kinds)
+				t.Fatalf("member %d: events %v, want MemberLeft and SequencerChanged", g.Self(), kinds)
 			}
 		}
-		if kinds[0] != MemberLeft || kinds[1] != SequencerChanged {
-			t.Errorf("member %d: events %v, want [left sequencer changed]", g.Self(), kinds)
+		// Either order: MemberLeft waits until this member delivered
+		// everything the leaver had (reliable/seq, leave.go), which may be
+		// after the election that followed the sequencer's Leave ended.
+		if !(kinds[0] == MemberLeft && kinds[1] == SequencerChanged) && !(kinds[0] == SequencerChanged && kinds[1] == MemberLeft) {
+			t.Errorf("member %d: events %v, want MemberLeft and SequencerChanged, in either order", g.Self(), kinds)
 		}
 	}
 	if d := time.Since(start); d > DefaultCloseTimeout {
@@ -175,11 +179,11 @@ func TestTotalCloseSequencer(t *testing.T) {
 // elect no one (the lowest id, the server, numbers), and a joiner whose
 // Order differs is refused by the configuration hash.
 func TestTotalJoinRegistration(t *testing.T) {
-	r := newRTNet(t, 32)
-	var links []*rtLink
+	r := rtnet.New(t, 32)
+	var links []*rtnet.Link
 	var cfgs []Config
 	for i := range 3 {
-		links = append(links, r.attach(t, testnet.EndpointConfig{}))
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
 		cfgs = append(cfgs, Config{Group: 14, Size: 3, Server: i == 0, Order: Total, Logger: quiet})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -195,7 +199,7 @@ func TestTotalJoinRegistration(t *testing.T) {
 		t.Errorf("sequencer %d, want the server (0)", st.Total.Sequencer)
 	}
 
-	links = []*rtLink{r.attach(t, testnet.EndpointConfig{}), r.attach(t, testnet.EndpointConfig{})}
+	links = []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
 	cfgs = []Config{{Group: 15, Size: 2, Server: true, Order: Total, Logger: quiet}, {Group: 15, Size: 2, Logger: quiet}}
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -206,8 +210,8 @@ func TestTotalJoinRegistration(t *testing.T) {
 }
 
 func TestTotalConfigErrors(t *testing.T) {
-	r := newRTNet(t, 33)
-	l := r.attach(t, testnet.EndpointConfig{})
+	r := rtnet.New(t, 33)
+	l := r.Attach(t, testnet.EndpointConfig{})
 	two := []frame.MemberInfo{{ID: 1, MAC: [6]byte(l.HardwareAddr())}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 9}}}
 	for _, tc := range []struct {
 		cfg  Config
@@ -241,7 +245,7 @@ func TestTotalConfigErrors(t *testing.T) {
 // sends and does not read, Send blocks once the receive queue is full,
 // instead of growing it; everything arrives once it reads.
 func TestTotalSequencerOwnBackPressure(t *testing.T) {
-	r := newRTNet(t, 34)
+	r := rtnet.New(t, 34)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{Order: Total, RecvQueue: 16})
 	seqr := groups[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -281,7 +285,7 @@ func TestTotalSequencerOwnBackPressure(t *testing.T) {
 // history filling, nothing is lost, nobody is removed, and everything
 // arrives in order once the reader reads again.
 func TestTotalRecvBackPressure(t *testing.T) {
-	r := newRTNet(t, 35)
+	r := rtnet.New(t, 35)
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{Order: Total, RecvQueue: 16, History: 64})
 	const k = 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
