@@ -64,8 +64,11 @@ const sendText = `Broadcasts FILE (or stdin, '-' or absent) through the daemon: 
 stream of messages of the largest size the group accepts, or with -lines
 one message per line (without its newline). Waits for the group to start.
 Exits 0 only once every message has been acknowledged by every live
-member (under -order total: sequenced, and delivered back to this member);
-non-zero, with the reason, otherwise.
+member; under -order total, once every message has been sequenced and
+delivered back to this member, which with 'run -resilience majority' (the
+default) means a majority of the members hold it, and with '-resilience
+sequencer' only that the sequencer numbered it. Non-zero, with the
+reason, otherwise.
 `
 
 func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -520,7 +523,11 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			fmt.Fprintf(tw, "%d (self)\t%s\t\t\t\t\t\t\n", m.ID, state)
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%.2f ms\t%.2f ms\t%.0f ms ago\n", m.ID, state, m.Delivered, m.DeliveredBytes, m.Repairs, m.RepairP50ms, m.RepairP99ms, m.LastHeardMs)
+		heard := "never" // LastHeardMs is omitted (0) until a frame from m arrives
+		if m.LastHeardMs > 0 {
+			heard = fmt.Sprintf("%.0f ms ago", m.LastHeardMs)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%.2f ms\t%.2f ms\t%s\n", m.ID, state, m.Delivered, m.DeliveredBytes, m.Repairs, m.RepairP50ms, m.RepairP99ms, heard)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "rates: sent %.0f msg/s, delivered %.0f msg/s (%.2f MB/s)\n", st.SentPerSec, st.DeliveredPerSec, st.DeliveredBytesPerSec/1e6)

@@ -287,3 +287,31 @@ func TestBenchPingSelf(t *testing.T) {
 		t.Fatalf("exit %d %q", code, errOut)
 	}
 }
+
+// TestPrintStatusLastHeard: a member no frame has come from yet (under
+// -order total, every member but the sequencer, seen from a non-sequencer)
+// is shown as never heard, not as heard "0 ms ago".
+func TestPrintStatusLastHeard(t *testing.T) {
+	st := &daemon.Status{Group: 1, Size: 3, Self: 0, Members: []daemon.MemberStatus{
+		{ID: 0, Self: true, State: daemon.StateAlive},
+		{ID: 1, State: daemon.StateAlive, LastHeardMs: 12.4},
+		{ID: 2, State: daemon.StateAlive},
+	}}
+	var b strings.Builder
+	printStatus(&b, st)
+	var row1, row2 string
+	for _, l := range strings.Split(b.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "1 "):
+			row1 = l
+		case strings.HasPrefix(l, "2 "):
+			row2 = l
+		}
+	}
+	if !strings.HasSuffix(row1, "12 ms ago") {
+		t.Errorf("member 1 row %q, want it to end with %q\n%s", row1, "12 ms ago", b.String())
+	}
+	if !strings.HasSuffix(row2, "never") {
+		t.Errorf("member 2 row %q, want it to end with %q\n%s", row2, "never", b.String())
+	}
+}

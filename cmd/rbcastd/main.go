@@ -6,7 +6,7 @@
 //	rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N]
 //	        [-format raw|lines] [-o FILE]
 //	rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]
-//	rbcastd bench [-socket PATH] [-size BYTES] [-duration D]
+//	rbcastd bench [-socket PATH] [-size BYTES] [-duration D | -echo | -ping ID [-count N]] [-json]
 //
 // `run` joins a group on an interface and serves local programs on a Unix
 // SOCK_SEQPACKET socket (docs/local-api.md); the other commands are
@@ -36,7 +36,8 @@ commands:
   run      join group G on an interface and serve local clients (needs
            CAP_NET_RAW, dropped once the link is open)
   send     broadcast a file or stdin through the daemon; exit 0 only once
-           every message is acknowledged by every live member
+           every message is acknowledged by every live member (-order
+           total: delivered back, i.e. held by a majority by default)
   recv     write what the group delivers (one member's bytes, or all
            members' messages as lines)
   status   members and their state, order, rates, repairs, drops
