@@ -170,6 +170,34 @@ func TestDistConfig(t *testing.T) {
 	if _, _, err := f.groupConfig(); err != nil {
 		t.Fatal(err)
 	}
+	// Its commented-out settings ("# name value  # what it does") are
+	// real flags too: uncommented, they parse and check.
+	b, err := os.ReadFile("../../dist/rbcastd.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	commented := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "# "); ok && strings.Contains(rest, " # ") {
+			l = rest
+			commented++
+		}
+		lines = append(lines, l)
+	}
+	if commented < 5 {
+		t.Fatalf("found %d commented-out settings in dist/rbcastd.conf, want at least 5 (node, failure-timeout, metrics, capture, resilience)", commented)
+	}
+	path := filepath.Join(t.TempDir(), "all.conf")
+	os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600)
+	f = runFlags{}
+	fs = runFlagSet(&f, io.Discard)
+	if err := applyConfig(fs, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.groupConfig(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // unprivileged re-runs this test binary as rbcastd (or as a Listen
