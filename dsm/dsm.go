@@ -654,10 +654,11 @@ func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error
 }
 
 // WriteUnreliable is Write with DSM_WRT_UNREL: the update bypasses the
-// segment's buffer and is sent at once in a message of its own, ordered
-// with nothing; other members may or may not see it. (The reliable layer
-// has no unreliable datagram yet, so over Join it is in fact delivered;
-// Simulate can drop them, see SimConfig.UnreliableLoss.)
+// segment's buffer and is sent at once in a message of its own, so it can
+// overtake the segment's buffered writes; programs must not count on other
+// members seeing it. (The reliable layer has no unreliable datagram yet, so
+// over Join it is in fact delivered, reliably and in the sender's message
+// order; only Simulate drops them, see SimConfig.UnreliableLoss.)
 func (s *Segment) WriteUnreliable(loc int, value []byte) error {
 	if err := s.n.lockRoom(); err != nil {
 		return err
@@ -666,7 +667,10 @@ func (s *Segment) WriteUnreliable(loc int, value []byte) error {
 	return s.n.core.WriteUnreliable(s.s, loc, value)
 }
 
-// WriteBulkUnreliable is WriteBulk with DSM_WRT_UNREL.
+// WriteBulkUnreliable is WriteBulk with DSM_WRT_UNREL: the range goes at
+// once in messages of its own and the segment's buffer is left alone (not
+// flushed first); over Join they are in fact delivered reliably, as for
+// WriteUnreliable.
 func (s *Segment) WriteBulkUnreliable(loc int, values []byte) (int, error) {
 	return s.writeBulk(loc, values, true)
 }
