@@ -72,11 +72,7 @@ func parallel(ctx context.Context, node *dsm.Node, c *suite.CG, iters int) (harn
 		segs[i] = s
 	}
 	q, r, x := segs[0], segs[1], segs[2]
-	barrier := 0
-	sync := func() error {
-		barrier++
-		return node.Barrier(ctx, barrier)
-	}
+	sync := harness.Barriers(ctx, node)
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}

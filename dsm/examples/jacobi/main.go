@@ -67,11 +67,7 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 	if _, err := seg.WriteFloat64s(lo, p.B[lo:hi]); err != nil {
 		return harness.Result{}, err
 	}
-	barrier := 0
-	sync := func() error {
-		barrier++
-		return node.Barrier(ctx, barrier)
-	}
+	sync := harness.Barriers(ctx, node)
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}

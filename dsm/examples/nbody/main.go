@@ -60,11 +60,7 @@ func parallel(ctx context.Context, node *dsm.Node, b *suite.NBody, steps int) (h
 	if _, err := seg.WriteFloat64s(3*lo, b.Pos[3*lo:3*hi]); err != nil {
 		return harness.Result{}, err
 	}
-	barrier := 0
-	sync := func() error {
-		barrier++
-		return node.Barrier(ctx, barrier)
-	}
+	sync := harness.Barriers(ctx, node)
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}

@@ -336,3 +336,14 @@ func Verified(name string, setup Setup, args ...string) (ok int, output string, 
 	err = RunArgs(name, setup, args, &out)
 	return strings.Count(out.String(), " verify=ok"), out.String(), err
 }
+
+// Barriers returns a function that waits at the program's next barrier,
+// numbered 1, 2, 3... in the order called (every rank calls it equally
+// often, so the numbers agree).
+func Barriers(ctx context.Context, n *dsm.Node) func() error {
+	id := 0
+	return func() error {
+		id++
+		return n.Barrier(ctx, id)
+	}
+}
