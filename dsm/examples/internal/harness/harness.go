@@ -256,7 +256,7 @@ func sumStats(all []dsm.Stats) *dsm.Stats {
 type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, parallel Program)
 
 // Main runs the command with os.Args and exits 1 if it failed, 2 on a
-// flag error.
+// flag error, 0 after -h (as flag.ExitOnError does).
 func Main(name string, setup Setup) {
 	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
 	if errors.Is(err, errUsage) {
@@ -278,6 +278,9 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	o.Stdout = stdout
 	seq, par := setup(fs, o)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h asked for the usage, which fs printed
+		}
 		return errUsage
 	}
 	if fs.NArg() > 0 {

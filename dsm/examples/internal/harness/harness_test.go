@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -58,6 +59,24 @@ func TestRejectsBadFlags(t *testing.T) {
 		err := o.Run("test", func() Result { return Result{} }, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: Run = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// -h prints the usage and succeeds without running anything; a bad flag
+// or a stray argument is a usage error.
+func TestHelpAndUsage(t *testing.T) {
+	setup := func(fs *flag.FlagSet, o *Options) (func() Result, Program) {
+		fs.Int("n", 1, "size")
+		return func() Result { t.Fatal("ran after -h"); return Result{} }, nil
+	}
+	var out bytes.Buffer
+	if err := RunArgs("test", setup, []string{"-h"}, &out); err != nil || out.Len() != 0 {
+		t.Fatalf("RunArgs(-h) = %v, stdout %q; want nil and no report", err, out.String())
+	}
+	for _, args := range [][]string{{"-bogus"}, {"stray"}} {
+		if err := RunArgs("test", setup, args, &out); !errors.Is(err, errUsage) {
+			t.Errorf("RunArgs(%q) = %v, want errUsage", args, err)
 		}
 	}
 }
