@@ -128,25 +128,15 @@ func openOn(h *netns.Host, open func(string) (link.Link, error)) (link.Link, err
 // RunThroughput builds a topology, blasts MTU-sized broadcast frames from
 // host 0 for the duration, and counts what every other host receives.
 func RunThroughput(o Options) (*Throughput, error) {
-	open, ok := Backends[o.Backend]
-	if !ok {
-		return nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
-	}
-	if o.Batch == 0 {
-		o.Batch = 64
-	}
-	openSender := open
-	if o.Sender != "" {
-		if openSender, ok = Backends[o.Sender]; !ok {
-			return nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)
-		}
+	if _, _, err := o.openers(); err != nil {
+		return nil, err
 	}
 	topo, err := netns.New(netns.Options{Hosts: o.Hosts, MTU: o.MTU, Prefix: o.Prefix})
 	if err != nil {
 		return nil, err
 	}
 	defer topo.Close()
-	return runOn(topo, o, open, openSender)
+	return RunThroughputOn(topo, o)
 }
 
 // RunThroughputOn is RunThroughput on a topology the caller built (and
@@ -154,21 +144,31 @@ func RunThroughput(o Options) (*Throughput, error) {
 // set on its hosts stays in place, so the ceiling under loss can be
 // measured beside a protocol on the same segment.
 func RunThroughputOn(topo *netns.Topology, o Options) (*Throughput, error) {
-	open, ok := Backends[o.Backend]
-	if !ok {
-		return nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
+	open, openSender, err := o.openers()
+	if err != nil {
+		return nil, err
 	}
 	if o.Batch == 0 {
 		o.Batch = 64
 	}
-	openSender := open
-	if o.Sender != "" {
-		if openSender, ok = Backends[o.Sender]; !ok {
-			return nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)
-		}
-	}
 	o.Hosts, o.MTU, o.Prefix = len(topo.Hosts), topo.MTU, topo.Prefix
 	return runOn(topo, o, open, openSender)
+}
+
+// openers looks up the receivers' backend and the sender's (the receivers'
+// one unless o.Sender is set).
+func (o Options) openers() (open, openSender func(string) (link.Link, error), err error) {
+	open, ok := Backends[o.Backend]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
+	}
+	openSender = open
+	if o.Sender != "" {
+		if openSender, ok = Backends[o.Sender]; !ok {
+			return nil, nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)
+		}
+	}
+	return open, openSender, nil
 }
 
 func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.Link, error)) (*Throughput, error) {
