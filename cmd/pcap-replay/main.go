@@ -193,16 +193,20 @@ the estimated loss (first transmissions the receiver never got).`, stderr)
 func check(args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("check", "[flags] FILE...", `Checks protocol invariants and prints each violation with the frame
 numbers involved; exits 1 if there is any, 0 if none:
-  seq-reuse        one sender, incarnation and seq in Data frames with different payloads
-  unrepaired-gap   a missing seq never received by the end (per receiving
-                   interface with direction flags, else over the capture)
-  delivery-order   a member acknowledges (so has delivered) a seq its own
-                   interface never received, or its ack goes backwards
+  seq-reuse        one sender, incarnation and seq in Data frames (or request
+                   number in SeqRequest frames) with different payloads
+  global-reuse     sequencer: one global of an epoch bound to two requests or
+                   payloads, or a SeqData whose payload is not its request's
+  sequenced-twice  sequencer: one request numbered with two globals in an epoch
+  unrepaired-gap   a missing seq or global never received by the end (per
+                   receiving interface with direction flags, else over the capture)
+  delivery-order   a member acknowledges (so has delivered) a seq or global its
+                   own interface never received, or its ack goes backwards
   nack-storm       more than -storm-count Nacks for one range within -storm-window
   foreign-group    a frame of another group than -group (default: the most common)
   foreign-version  a frame of another wire-format version
   corrupt-frame    a frame that fails to decode (CRC, length, body, ...)
-  seq-jump         a sequence number implausibly far (> 65536) ahead`, stderr)
+  seq-jump         a sequence or global number implausibly far (> 4096) ahead`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
 	count := fs.Int("storm-count", replay.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", replay.DefaultNackStormWindow, "... within this long")

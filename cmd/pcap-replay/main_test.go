@@ -12,6 +12,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/replay"
 )
 
 func runCmd(args ...string) (code int, stdout, stderr string) {
@@ -159,5 +160,21 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	if code, _, errOut := runCmd("inject", good); code != 2 || !strings.Contains(errOut, "-i IFACE is required") {
 		t.Errorf("inject without -i: exit %d %q", code, errOut)
+	}
+}
+
+// TestCheckHelpListsKinds: 'check -h' names every violation kind check can
+// report, so its list cannot fall behind the analysis again (it lacked the
+// sequencer's global-reuse and sequenced-twice).
+func TestCheckHelpListsKinds(t *testing.T) {
+	code, _, stderr := runCmd("check", "-h")
+	if code != 0 {
+		t.Errorf("check -h: exit %d, want 0", code)
+	}
+	for _, k := range []string{replay.KindSeqReuse, replay.KindGlobalReuse, replay.KindSequencedTwice, replay.KindGap, replay.KindOrder,
+		replay.KindNackStorm, replay.KindForeign, replay.KindVersion, replay.KindCorrupt, replay.KindImplausible} {
+		if !strings.Contains(stderr, "  "+k+" ") {
+			t.Errorf("check -h does not list %q:\n%s", k, stderr)
+		}
 	}
 }
