@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,18 +20,6 @@ import (
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("tcpfanout", flag.ContinueOnError)
@@ -53,12 +40,12 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "tcpfanout: needs root (network namespaces)")
 		return 2
 	}
-	hosts, err := ints(*hostsFlag)
+	hosts, err := linkbench.Ints(*hostsFlag)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tcpfanout: -hosts: %v\n", err)
 		return 2
 	}
-	mtus, err := ints(*mtuFlag)
+	mtus, err := linkbench.Ints(*mtuFlag)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tcpfanout: -mtu: %v\n", err)
 		return 2

@@ -13,7 +13,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
-
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -434,4 +435,18 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int) (*Latency,
 	}
 	q := func(p float64) time.Duration { return rtts[int(p*float64(len(rtts)-1))] / 2 }
 	return &Latency{Backend: backend, RoundTrips: len(rtts), P50: q(0.5), P99: q(0.99), Mean: sum / time.Duration(2*len(rtts))}, nil
+}
+
+// Ints parses a comma-separated list of numbers ("2,4,8"), the form the
+// benchmark commands take their -hosts and -mtu flags in.
+func Ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
