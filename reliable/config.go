@@ -154,8 +154,8 @@ type Config struct {
 	Quorum        int
 	ElectionRetry time.Duration
 	// Resilience (Order Total): when a numbered message is delivered;
-	// SafeMajority by default. Groups of one or two members behave the
-	// same under both.
+	// SafeMajority by default. Groups of one member, and of two with the
+	// default Quorum, behave the same under both.
 	Resilience Resilience
 
 	// Protocol timers; zero means the core's defaults (see pbp.Config

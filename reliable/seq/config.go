@@ -157,8 +157,9 @@ type Config struct {
 	// never lost while a majority survives. It costs a round of
 	// acknowledgements to the sequencer and its announcement of the safe
 	// point. SafeSequencer: at once, as the sequencer numbers it (lost
-	// if every holder crashes). Groups of one or two members behave the
-	// same under both.
+	// if every holder crashes). Groups of one member, and of two with the
+	// default Quorum, behave the same under both (with Quorum 1, two
+	// members need n - Quorum + 1 = 2 holders).
 	Resilience Resilience
 }
 
