@@ -227,8 +227,9 @@ func (s *SeqAcceptBody) flags() Flags { return 0 }
 
 // StatusBody is the body of SeqStatusRequest (Delivered: the highest
 // global number sequenced; Safe: the sequencer's safe cursor) and
-// SeqStatusReply (Delivered: the highest global number the member holds
-// contiguously; Safe is not sent).
+// SeqStatusReply (Delivered: the highest global number the member has
+// delivered in order, as reliable/seq sends it; the received cursor
+// travels in the ack vector; Safe is not sent).
 type StatusBody struct {
 	T         Type // SeqStatusRequest or SeqStatusReply
 	Epoch     uint32
