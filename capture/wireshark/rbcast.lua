@@ -414,7 +414,18 @@ function rbcast.dissector(tvb, pinfo, tree)
 	if ack_base + ack_count > 65536 then
 		flag(aci, e.ack_vector, string.format("members %d..%d exceed the id space", ack_base, ack_base + ack_count - 1))
 	end
-	if ack_count > 0 then
+	-- v2 sequencer frames (0x10-0x16; also Leave under Order Total, which
+	-- the frame alone does not tell) carry two entries for the sequencer
+	-- ack_base's stream: the sender's delivered and received cursors.
+	local seq_acks = ty >= 0x10 and ty <= 0x16 and ack_count == 2
+	if seq_acks then
+		local at = root:add(rbcast, tvb(HEADER_LEN, 8), string.format("Ack vector: cursors in sequencer %d's global stream", ack_base))
+		for i, label in ipairs({ "Delivered cursor", "Received cursor" }) do
+			local item = at:add(f.ack, tvb(HEADER_LEN + (i - 1) * 4, 4))
+			item:prepend_text(label .. ": ")
+			item:add(f.ack_member, ack_base):set_generated()
+		end
+	elseif ack_count > 0 then
 		local at = root:add(rbcast, tvb(HEADER_LEN, ack_count * 4), string.format("Ack vector: %d entries from member %d", ack_count, ack_base))
 		for i = 0, ack_count - 1 do
 			local r = tvb(HEADER_LEN + i * 4, 4)
