@@ -322,7 +322,9 @@ func (g *Group) ownQueueFull() bool {
 // accepted message is resubmitted to every new sequencer until it is
 // sequenced; see docs/protocols.md, "Sequencer", for the guarantee). When
 // the send window is full it blocks (back-pressure) until room frees, or
-// returns ctx.Err(). A payload larger than MaxMessage is refused with a
+// returns ctx.Err(); under Order Total (without Config.Deliver) it also
+// blocks while this member's receive queue is full, since its own messages
+// are delivered to it. A payload larger than MaxMessage is refused with a
 // *pbp.TooLargeError stating both sizes.
 func (g *Group) Send(ctx context.Context, payload []byte) error {
 	if len(payload) > g.max {
