@@ -371,21 +371,8 @@ func TestSeqSimulateReproducesDeliveries(t *testing.T) {
 				t.Errorf("member %d: %s", m.ID, n)
 			}
 		}
-		var out [][]byte
-		for _, r := range c.Records {
-			if r.Iface == res.Iface && r.Dir == DirOut {
-				out = append(out, r.Data)
-			}
-		}
-		if len(out) != len(res.Sent) {
-			t.Errorf("member %d: re-run sent %d frames, the capture has %d outbound", m.ID, len(res.Sent), len(out))
-		} else {
-			for k := range out {
-				if !bytes.Equal(out[k], res.Sent[k].Data) {
-					t.Errorf("member %d: sent frame %d differs from the captured one", m.ID, k)
-					break
-				}
-			}
+		if d := sentAsCaptured(c, res); d != "" {
+			t.Errorf("member %d: %s", m.ID, d)
 		}
 		var a, b bytes.Buffer
 		res.Write(&a, c, false)
@@ -428,14 +415,8 @@ func seqManySeeds(t *testing.T, seeds uint64) {
 			for k := 0; ok && k < len(res.Deliveries); k++ {
 				ok = res.Deliveries[k].Global == run.got[i][k].Global && bytes.Equal(res.Deliveries[k].Data, run.got[i][k].Data)
 			}
-			nout := 0
-			for _, r := range c.Records {
-				if r.Iface == res.Iface && r.Dir == DirOut {
-					nout++
-				}
-			}
-			if !ok || nout != len(res.Sent) {
-				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d), sent %d/%d", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), len(res.Sent), nout)
+			if d := sentAsCaptured(c, res); !ok || d != "" {
+				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d); %s", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), d)
 			}
 		}
 	}
@@ -461,14 +442,8 @@ func pbpManySeeds(t *testing.T, seeds uint64) {
 			for k := 0; ok && k < len(res.Deliveries); k++ {
 				ok = bytes.Equal(res.Deliveries[k].Data, run.got[i][k].Data)
 			}
-			nout := 0
-			for _, r := range c.Records {
-				if r.Iface == res.Iface && r.Dir == DirOut {
-					nout++
-				}
-			}
-			if !ok || nout != len(res.Sent) {
-				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d), sent %d/%d", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), len(res.Sent), nout)
+			if d := sentAsCaptured(c, res); !ok || d != "" {
+				t.Errorf("seed %d loss %v member %d: deliveries equal %v (%d/%d); %s", seed, loss, m.ID, ok, len(res.Deliveries), len(run.got[i]), d)
 			}
 		}
 	}
