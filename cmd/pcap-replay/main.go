@@ -174,7 +174,11 @@ Then per receiver - each interface's inbound frames when the capture has
 direction flags, else the whole capture - the gaps (a seq seen only after
 a later one, or announced by an Ack/Heartbeat/Nack/Leave, or first seen as a
 retransmission), when each was repaired, repair latency percentiles, and
-the estimated loss (first transmissions the receiver never got).`, stderr)
+the estimated loss (first transmissions the receiver never got).
+For sequencer frames (a total-order group): each epoch's sequencer and the
+globals it numbered (by SeqData, by Accept), elections and their agreed
+last global, each member's requests, resends, retransmit requests and
+delivered cursor, and per receiver the globals it missed and when each came.`, stderr)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
