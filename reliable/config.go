@@ -93,6 +93,16 @@ const (
 	DefaultJoinRetry = 20 * time.Millisecond
 )
 
+// TooLargeError is Send's refusal of a payload larger than MaxMessage,
+// under either Order (the cores' own TooLargeErrors name their package).
+type TooLargeError struct {
+	Size, Max int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("reliable: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
+}
+
 // ErrConfig is wrapped by every error about a bad Config.
 var ErrConfig = errors.New("reliable: invalid configuration")
 

@@ -325,10 +325,10 @@ func (g *Group) ownQueueFull() bool {
 // returns ctx.Err(); under Order Total (without Config.Deliver) it also
 // blocks while this member's receive queue is full, since its own messages
 // are delivered to it. A payload larger than MaxMessage is refused with a
-// *pbp.TooLargeError stating both sizes.
+// *TooLargeError stating both sizes.
 func (g *Group) Send(ctx context.Context, payload []byte) error {
 	if len(payload) > g.max {
-		return &pbp.TooLargeError{Size: len(payload), Max: g.max}
+		return &TooLargeError{Size: len(payload), Max: g.max}
 	}
 	for {
 		g.mu.Lock()

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -183,11 +182,11 @@ func TestSendTooLarge(t *testing.T) {
 	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
 	g := groups[0]
 	err := g.Send(context.Background(), make([]byte, g.MaxMessage()+1))
-	var tl *pbp.TooLargeError
+	var tl *TooLargeError
 	if !errors.As(err, &tl) || tl.Size != g.MaxMessage()+1 || tl.Max != g.MaxMessage() {
-		t.Fatalf("Send of %d bytes: %v, want a *pbp.TooLargeError with both sizes", g.MaxMessage()+1, err)
+		t.Fatalf("Send of %d bytes: %v, want a *TooLargeError with both sizes", g.MaxMessage()+1, err)
 	}
-	want := fmt.Sprintf("message of %d bytes exceeds the %d bytes", g.MaxMessage()+1, g.MaxMessage())
+	want := fmt.Sprintf("reliable: message of %d bytes exceeds the %d bytes", g.MaxMessage()+1, g.MaxMessage())
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
