@@ -151,25 +151,12 @@ func WriteSummary(w io.Writer, c *Capture) error {
 			if st == nil {
 				continue
 			}
-			var lat []time.Duration
-			repaired, open, viaRetx := 0, 0, 0
-			for _, g := range st.gaps {
-				switch {
-				case g.Repaired.IsZero():
-					open++
-				case g.ViaRetransmit:
-					viaRetx++
-					repaired++
-				default:
-					repaired++
-					lat = append(lat, g.Repaired.Sub(g.Opened))
-				}
-			}
-			all = append(all, lat...)
+			gc := countGaps(st.gaps)
+			all = append(all, gc.lat...)
 			known := int(st.next - a.base[k])
 			lost := known - len(st.original)
 			ew.printf("  at %-8s received %d frames (%d duplicates), %d seqs known sent; gaps %d (repaired %d, %d first seen as retransmissions, never repaired %d); loss est. %.2f%% (%d first transmissions missed); repair latency %s\n",
-				vw.name, st.received, st.dups, known, len(st.gaps), repaired, viaRetx, open, pct(lost, known), lost, percentiles(lat))
+				vw.name, st.received, st.dups, known, len(st.gaps), gc.repaired, gc.viaRetx, gc.open, pct(lost, known), lost, percentiles(gc.lat))
 			for gi, g := range st.gaps {
 				if gi == maxGapLines {
 					ew.printf("    ... %d more gaps\n", len(st.gaps)-gi)
@@ -235,26 +222,11 @@ func writeSeqSummary(ew *errWriter, a *analysis, rel func(time.Time) float64) {
 	}
 	var all []time.Duration
 	for _, vw := range s.views {
-		var lat []time.Duration
-		repaired, open, viaRetx, discarded := 0, 0, 0, 0
-		for _, g := range vw.gaps {
-			switch {
-			case g.Discarded:
-				discarded++
-			case g.Repaired.IsZero():
-				open++
-			case g.ViaRetransmit:
-				viaRetx++
-				repaired++
-			default:
-				repaired++
-				lat = append(lat, g.Repaired.Sub(g.Opened))
-			}
-		}
-		all = append(all, lat...)
+		gc := countGaps(vw.gaps)
+		all = append(all, gc.lat...)
 		known := int(vw.end - s.base)
 		ew.printf("  at %-8s %d globals known numbered, had %d (%d duplicates); gaps %d (repaired %d, %d first seen as retransmissions, never repaired %d, discarded by an election %d); repair latency %s\n",
-			vw.name, known, len(vw.filled), vw.dups, len(vw.gaps), repaired, viaRetx, open, discarded, percentiles(lat))
+			vw.name, known, len(vw.filled), vw.dups, len(vw.gaps), gc.repaired, gc.viaRetx, gc.open, gc.discarded, percentiles(gc.lat))
 		for gi, g := range vw.gaps {
 			if gi == maxGapLines {
 				ew.printf("    ... %d more gaps\n", len(vw.gaps)-gi)
@@ -299,4 +271,32 @@ func percentiles(d []time.Duration) string {
 		return s[max(0, min(i, len(s)-1))]
 	}
 	return fmt.Sprintf("n=%d p50 %v p90 %v p99 %v max %v", len(s), p(0.5), p(0.9), p(0.99), s[len(s)-1])
+}
+
+// gapCounts sorts one receiver's gaps: repaired (viaRetx of them first
+// seen as retransmissions, so without a repair latency), never repaired
+// (open), discarded by an election (sequencer only), and the repair
+// latencies of the others.
+type gapCounts struct {
+	repaired, open, viaRetx, discarded int
+	lat                                []time.Duration
+}
+
+func countGaps(gaps []*Gap) gapCounts {
+	var c gapCounts
+	for _, g := range gaps {
+		switch {
+		case g.Discarded:
+			c.discarded++
+		case g.Repaired.IsZero():
+			c.open++
+		case g.ViaRetransmit:
+			c.viaRetx++
+			c.repaired++
+		default:
+			c.repaired++
+			c.lat = append(c.lat, g.Repaired.Sub(g.Opened))
+		}
+	}
+	return c
 }
