@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,7 +179,7 @@ func TestLayerCorrupt(t *testing.T) {
 		text   string
 	}{
 		{"crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, frame.ErrChecksum, "CRC32C mismatch at offset"},
-		{"version", func(b []byte) []byte { b[0] = 9; return b }, frame.ErrVersion, "version 9, this build speaks 2"},
+		{"version", func(b []byte) []byte { b[0] = 9; return b }, frame.ErrVersion, fmt.Sprintf("version 9, this build speaks %d", frame.Version)},
 		{"short", func(b []byte) []byte { return b[:20] }, frame.ErrShort, "20 bytes, need at least 28"},
 		{"type", func(b []byte) []byte { b[1] = 0x7f; return b }, frame.ErrType, "type 0x7f"},
 		{"length", func(b []byte) []byte { b[4], b[5] = 0xff, 0xff; return b }, frame.ErrLength, "length field 65535"},

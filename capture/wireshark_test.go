@@ -47,8 +47,8 @@ func writeGoldenCapture(t *testing.T, dir string) (string, []golden) {
 	// the dissector labels differently: add one of each kind it names.
 	hdr := frame.Header{Group: 7, Sender: 2, Incarnation: 9, Seq: 40, AckBase: 1, Acks: []uint32{38, 40}}
 	for _, body := range []frame.Body{
-		&frame.SeqDataBody{Epoch: 3, Safe: 37, UID: frame.UID{Origin: 2, Incarnation: 9, Seq: 5}, Data: []byte("two cursors")},
-		&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 40, Safe: 38},
+		&frame.SeqDataBody{Epoch: 3, Safe: 37, Held: 36, UID: frame.UID{Origin: 2, Incarnation: 9, Seq: 5}, Data: []byte("two cursors")},
+		&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 40, Safe: 38, Held: 35},
 	} {
 		b, err := frame.Append(nil, &hdr, body)
 		if err != nil {
@@ -151,6 +151,7 @@ var dissectorFields = []string{
 	"rbcast.start.count", "rbcast.member.id", "rbcast.member.mac", "rbcast.member.incarnation",
 	"rbcast.epoch", "rbcast.origin", "rbcast.origin.incarnation", "rbcast.origin.seq",
 	"rbcast.accept.count", "rbcast.accept.global", "rbcast.status.sequenced", "rbcast.status.delivered",
+	"rbcast.safe", "rbcast.held",
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
 	"frame.interface_name", "frame.interface_description", "frame.packet_flags_direction", "_ws.expert.message",
@@ -258,6 +259,7 @@ func expectFields(v frame.View) map[string]string {
 		u := v.SeqDataUID()
 		m["rbcast.epoch"] = d(v.SeqDataEpoch())
 		m["rbcast.origin"], m["rbcast.origin.incarnation"], m["rbcast.origin.seq"] = d(uint16(u.Origin)), d(u.Incarnation), d(u.Seq)
+		m["rbcast.safe"], m["rbcast.held"] = d(v.SeqDataSafe()), d(v.SeqDataHeld())
 	case frame.SeqAccept:
 		al := v.Accepts()
 		var glob, orig, inc, seq joined
@@ -270,8 +272,10 @@ func expectFields(v frame.View) map[string]string {
 		}
 		m["rbcast.epoch"], m["rbcast.accept.count"], m["rbcast.accept.global"] = d(v.AcceptEpoch()), d(al.Len()), glob.String()
 		m["rbcast.origin"], m["rbcast.origin.incarnation"], m["rbcast.origin.seq"] = orig.String(), inc.String(), seq.String()
+		m["rbcast.safe"], m["rbcast.held"] = d(v.AcceptSafe()), d(v.AcceptHeld())
 	case frame.SeqStatusRequest:
 		m["rbcast.epoch"], m["rbcast.status.sequenced"] = d(v.StatusEpoch()), d(v.StatusDelivered())
+		m["rbcast.safe"], m["rbcast.held"] = d(v.StatusSafe()), d(v.StatusHeld())
 	case frame.SeqStatusReply:
 		m["rbcast.epoch"], m["rbcast.status.delivered"] = d(v.StatusEpoch()), d(v.StatusDelivered())
 	case frame.SeqRetransmit:
@@ -340,7 +344,7 @@ func TestDissectorExpertInfo(t *testing.T) {
 		expert string // substring of _ws.expert.message
 		status string // rbcast.crc32c.status, "" when not reached
 	}{
-		{"bad crc", func() []byte { b := clone("data"); b[30] ^= 0xff; return b }(), "Bad CRC-32C: frame says 3f2b3e40, bytes give 7a5f2fd2", "0"},
+		{"bad crc", func() []byte { b := clone("data"); b[30] ^= 0xff; return b }(), "Bad CRC-32C: frame says 35c688e9, bytes give 70b2997b", "0"},
 		{"length beyond frame", func() []byte { b := clone("ack"); b[4], b[5] = 0x01, 0x00; return withCRC(b) }(), "Length field disagrees with the frame: length field 256, frame has 44 bytes", "1"},
 		{"short", clone("ack")[:20], "shorter than the 28-byte header", ""},
 		{"version", func() []byte { b := clone("ack"); b[0] = 1; return withCRC(b) }(), "Unsupported version", ""},

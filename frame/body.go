@@ -15,11 +15,11 @@ const (
 	joinLen       = 24
 	welcomeLen    = 20
 	memberLen     = 12
-	seqDataLen    = 18
-	acceptHeadLen = 10 // epoch, safe, count
+	seqDataLen    = 22
+	acceptHeadLen = 14 // epoch, safe, held, count
 	acceptLen     = 14
 	statusLen     = 8  // SeqStatusReply
-	statusReqLen  = 12 // SeqStatusRequest: with safe
+	statusReqLen  = 16 // SeqStatusRequest: with safe and held
 	electionLen   = 12
 	listHeaderLen = 2
 )
@@ -176,6 +176,9 @@ type SeqDataBody struct {
 	// Safe is the sequencer's safe cursor: every global number below it
 	// is held by enough members (see reliable/seq) to be delivered.
 	Safe uint32
+	// Held (version 3) is the sequencer's all-held cursor: every global
+	// number below it is held by every live member.
+	Held uint32
 	UID  UID    // the originating request
 	Data []byte // one message, or a bundle with Bundled set
 	// Bundled says Data is already in bundle form (length-prefixed
@@ -188,6 +191,7 @@ func (s *SeqDataBody) Len() int        { return seqDataLen + len(s.Data) }
 func (s *SeqDataBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Epoch)
 	b = be.AppendUint32(b, s.Safe)
+	b = be.AppendUint32(b, s.Held)
 	b = appendUID(b, s.UID)
 	return append(b, s.Data...)
 }
@@ -208,6 +212,7 @@ type AcceptEntry struct {
 type SeqAcceptBody struct {
 	Epoch   uint32
 	Safe    uint32 // the sequencer's safe cursor, as in SeqDataBody
+	Held    uint32 // the sequencer's all-held cursor, as in SeqDataBody
 	Entries []AcceptEntry
 }
 
@@ -216,6 +221,7 @@ func (s *SeqAcceptBody) Len() int        { return acceptHeadLen + len(s.Entries)
 func (s *SeqAcceptBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Epoch)
 	b = be.AppendUint32(b, s.Safe)
+	b = be.AppendUint32(b, s.Held)
 	b = be.AppendUint16(b, uint16(len(s.Entries)))
 	for _, e := range s.Entries {
 		b = be.AppendUint32(b, e.Global)
@@ -226,15 +232,16 @@ func (s *SeqAcceptBody) AppendBody(b []byte) []byte {
 func (s *SeqAcceptBody) flags() Flags { return 0 }
 
 // StatusBody is the body of SeqStatusRequest (Delivered: the highest
-// global number sequenced; Safe: the sequencer's safe cursor) and
-// SeqStatusReply (Delivered: the highest global number the member has
-// delivered in order, as reliable/seq sends it; the received cursor
-// travels in the ack vector; Safe is not sent).
+// global number sequenced; Safe and Held: the sequencer's safe and
+// all-held cursors) and SeqStatusReply (Delivered: the highest global
+// number the member has delivered in order, as reliable/seq sends it; the
+// received cursor travels in the ack vector; Safe and Held are not sent).
 type StatusBody struct {
 	T         Type // SeqStatusRequest or SeqStatusReply
 	Epoch     uint32
 	Delivered uint32
 	Safe      uint32
+	Held      uint32
 }
 
 func (s *StatusBody) FrameType() Type { return s.T }
@@ -249,6 +256,7 @@ func (s *StatusBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.Delivered)
 	if s.T == SeqStatusRequest {
 		b = be.AppendUint32(b, s.Safe)
+		b = be.AppendUint32(b, s.Held)
 	}
 	return b
 }

@@ -21,7 +21,7 @@ import "fmt"
 // frames of any other version (ErrVersion): a new version is a new protocol.
 // Changes that old receivers may ignore travel in the non-critical flag bits
 // instead (see Flags).
-const Version = 2
+const Version = 3
 
 // Sizes of the fixed parts of a frame.
 const (

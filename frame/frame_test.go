@@ -66,9 +66,9 @@ func goldenCases() []struct {
 		{"heartbeat", h, &Empty{T: Heartbeat}},
 		{"seq_request", h, &Payload{T: SeqRequest, Data: []byte("order me")}},
 		{"seq_request_bundle", h, &Bundle{T: SeqRequest, Msgs: [][]byte{[]byte("a"), []byte("bc")}}},
-		{"seq_data", h, &SeqDataBody{Epoch: 3, Safe: 99, UID: uid, Data: []byte("ordered")}},
-		{"seq_accept", h, &SeqAcceptBody{Epoch: 3, Safe: 98, Entries: []AcceptEntry{{Global: 100, UID: uid}, {Global: 101, UID: UID{1, 1, 7}}}}},
-		{"seq_status_request", hNoAcks, &StatusBody{T: SeqStatusRequest, Epoch: 3, Delivered: 101, Safe: 100}},
+		{"seq_data", h, &SeqDataBody{Epoch: 3, Safe: 99, Held: 97, UID: uid, Data: []byte("ordered")}},
+		{"seq_accept", h, &SeqAcceptBody{Epoch: 3, Safe: 98, Held: 96, Entries: []AcceptEntry{{Global: 100, UID: uid}, {Global: 101, UID: UID{1, 1, 7}}}}},
+		{"seq_status_request", hNoAcks, &StatusBody{T: SeqStatusRequest, Epoch: 3, Delivered: 101, Safe: 100, Held: 95}},
 		{"seq_status_reply", h, &StatusBody{T: SeqStatusReply, Epoch: 3, Delivered: 99}},
 		{"seq_retransmit", hNoAcks, &RetransmitBody{Epoch: 3, Ranges: []Range{{90, 95}}}},
 		{"seq_election", hNoAcks, &ElectionBody{Epoch: 4, Phase: ElectionVote, Candidate: 1, LastGlobal: 101}},
@@ -199,7 +199,7 @@ func TestDecodeErrors(t *testing.T) {
 		text  string
 	}{
 		{"short", func(b []byte) []byte { return b[:10] }, ErrShort, "header", "10 bytes, need at least 28"},
-		{"version", func(b []byte) []byte { b[0] = 1; return reseal(b) }, ErrVersion, "version", "version 1, this build speaks 2"},
+		{"version", func(b []byte) []byte { b[0] = 2; return reseal(b) }, ErrVersion, "version", "version 2, this build speaks 3"},
 		{"type", func(b []byte) []byte { b[1] = 0x7f; return reseal(b) }, ErrType, "type", "type 0x7f"},
 		{"critical flag", func(b []byte) []byte { b[3] |= 0x80; return reseal(b) }, ErrFlags, "flags", "0x0080"},
 		{"bundle flag on nack", func(b []byte) []byte { b[3] |= byte(FlagBundle); return reseal(b) }, ErrFlags, "flags", "bundle flag on a Nack frame"},

@@ -63,9 +63,9 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 		if err := atLeast("accept", acceptHeadLen); err != nil {
 			return err
 		}
-		n := int(be.Uint16(body[8:]))
+		n := int(be.Uint16(body[12:]))
 		if n == 0 || len(body) != acceptHeadLen+n*acceptLen {
-			return decodeErr(ErrBody, "accept.entries", start+8, "%d entries need %d bytes, body has %d", n, acceptHeadLen+n*acceptLen, len(body))
+			return decodeErr(ErrBody, "accept.entries", start+12, "%d entries need %d bytes, body has %d", n, acceptHeadLen+n*acceptLen, len(body))
 		}
 		return nil
 	case SeqStatusRequest:
@@ -227,13 +227,19 @@ func (v View) Members() MemberList { return MemberList(v.Body()) }
 
 // SeqDataEpoch and SeqDataUID read a SeqData frame's fixed body fields.
 func (v View) SeqDataEpoch() uint32 { return be.Uint32(v.Body()) }
-func (v View) SeqDataUID() UID      { return readUID(v.Body()[8:]) }
+func (v View) SeqDataUID() UID      { return readUID(v.Body()[12:]) }
 
 // SeqDataSafe, AcceptSafe and StatusSafe read the sequencer's safe cursor
 // of a SeqData, SeqAccept or SeqStatusRequest frame.
 func (v View) SeqDataSafe() uint32 { return be.Uint32(v.Body()[4:]) }
 func (v View) AcceptSafe() uint32  { return be.Uint32(v.Body()[4:]) }
 func (v View) StatusSafe() uint32  { return be.Uint32(v.Body()[8:]) }
+
+// SeqDataHeld, AcceptHeld and StatusHeld read the sequencer's all-held
+// cursor (version 3) of a SeqData, SeqAccept or SeqStatusRequest frame.
+func (v View) SeqDataHeld() uint32 { return be.Uint32(v.Body()[8:]) }
+func (v View) AcceptHeld() uint32  { return be.Uint32(v.Body()[8:]) }
+func (v View) StatusHeld() uint32  { return be.Uint32(v.Body()[12:]) }
 
 // AcceptList is a view of a SeqAccept frame's entries.
 type AcceptList []byte
@@ -245,7 +251,7 @@ func (a AcceptList) At(i int) AcceptEntry {
 }
 
 func (v View) AcceptEpoch() uint32     { return be.Uint32(v.Body()) }
-func (v View) Accepts() AcceptList     { return AcceptList(v.Body()[8:]) }
+func (v View) Accepts() AcceptList     { return AcceptList(v.Body()[12:]) }
 func (v View) StatusEpoch() uint32     { return be.Uint32(v.Body()) }
 func (v View) StatusDelivered() uint32 { return be.Uint32(v.Body()[4:]) }
 
@@ -294,10 +300,10 @@ func (v View) Decode() (Header, Body) {
 		}
 		return h, s
 	case SeqData:
-		return h, &SeqDataBody{Epoch: v.SeqDataEpoch(), Safe: v.SeqDataSafe(), UID: v.SeqDataUID(), Data: append([]byte{}, v.Payload()...), Bundled: v.Flags()&FlagBundle != 0}
+		return h, &SeqDataBody{Epoch: v.SeqDataEpoch(), Safe: v.SeqDataSafe(), Held: v.SeqDataHeld(), UID: v.SeqDataUID(), Data: append([]byte{}, v.Payload()...), Bundled: v.Flags()&FlagBundle != 0}
 	case SeqAccept:
 		al := v.Accepts()
-		s := &SeqAcceptBody{Epoch: v.AcceptEpoch(), Safe: v.AcceptSafe(), Entries: make([]AcceptEntry, al.Len())}
+		s := &SeqAcceptBody{Epoch: v.AcceptEpoch(), Safe: v.AcceptSafe(), Held: v.AcceptHeld(), Entries: make([]AcceptEntry, al.Len())}
 		for i := range s.Entries {
 			s.Entries[i] = al.At(i)
 		}
@@ -305,7 +311,7 @@ func (v View) Decode() (Header, Body) {
 	case SeqStatusRequest, SeqStatusReply:
 		s := &StatusBody{T: t, Epoch: v.StatusEpoch(), Delivered: v.StatusDelivered()}
 		if t == SeqStatusRequest {
-			s.Safe = v.StatusSafe()
+			s.Safe, s.Held = v.StatusSafe(), v.StatusHeld()
 		}
 		return h, s
 	case SeqRetransmit:

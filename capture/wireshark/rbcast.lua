@@ -1,4 +1,4 @@
--- Wireshark/tshark dissector for rbcast, wire format version 2.
+-- Wireshark/tshark dissector for rbcast, wire format version 3.
 --
 -- The format is specified in docs/wire-format.md (the authority; this file
 -- follows it field by field) and implemented in frame/. Every field of
@@ -83,6 +83,7 @@ local f = {
 	accept_global = ProtoField.uint32("rbcast.accept.global", "Global seq", base.DEC),
 	status_sequenced = ProtoField.uint32("rbcast.status.sequenced", "Highest sequenced", base.DEC),
 	safe = ProtoField.uint32("rbcast.safe", "Safe cursor", base.DEC),
+	held = ProtoField.uint32("rbcast.held", "All-held cursor", base.DEC),
 	status_delivered = ProtoField.uint32("rbcast.status.delivered", "Highest delivered in order", base.DEC),
 	election_phase = ProtoField.uint8("rbcast.election.phase", "Phase", base.DEC, phase_names),
 	election_reserved = ProtoField.uint8("rbcast.election.reserved", "Reserved", base.DEC),
@@ -230,7 +231,7 @@ local function add_messages(tree, tvb, off, stop, bundled)
 end
 
 local fixed_body = {
-	[0x04] = 24, [0x05] = 20, [0x13] = 12, [0x14] = 8, [0x16] = 12,
+	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -292,21 +293,23 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 			p, i = p + 12, i + 1
 		end
 	elseif ty == 0x11 then
-		if not at_least(18, "seqdata") then return end
+		if not at_least(22, "seqdata") then return end
 		tree:add(f.epoch, tvb(off, 4))
 		tree:add(f.safe, tvb(off + 4, 4))
-		add_uid(tree, tvb, off + 8)
-		add_messages(tree, tvb, off + 18, stop, bundled)
+		tree:add(f.held, tvb(off + 8, 4))
+		add_uid(tree, tvb, off + 12)
+		add_messages(tree, tvb, off + 22, stop, bundled)
 	elseif ty == 0x12 then
-		if not at_least(10, "accept") then return end
+		if not at_least(14, "accept") then return end
 		tree:add(f.epoch, tvb(off, 4))
 		tree:add(f.safe, tvb(off + 4, 4))
-		local n = tvb(off + 8, 2):uint()
-		tree:add(f.accept_count, tvb(off + 8, 2))
-		if n == 0 or len ~= 10 + 14 * n then
-			body_error(tree, "accept.entries", off + 8, string.format("%d entries need %d bytes, body has %d", n, 10 + 14 * n, len))
+		tree:add(f.held, tvb(off + 8, 4))
+		local n = tvb(off + 12, 2):uint()
+		tree:add(f.accept_count, tvb(off + 12, 2))
+		if n == 0 or len ~= 14 + 14 * n then
+			body_error(tree, "accept.entries", off + 12, string.format("%d entries need %d bytes, body has %d", n, 14 + 14 * n, len))
 		end
-		local p, i = off + 10, 0
+		local p, i = off + 14, 0
 		while i < n and p + 14 <= stop do
 			local a = tree:add(rbcast, tvb(p, 14), string.format("Accept %d: global %u", i, tvb(p, 4):uint()))
 			a:add(f.accept_global, tvb(p, 4))
@@ -317,6 +320,7 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.epoch, tvb(off, 4))
 		tree:add(f.status_sequenced, tvb(off + 4, 4))
 		tree:add(f.safe, tvb(off + 8, 4))
+		tree:add(f.held, tvb(off + 12, 4))
 	elseif ty == 0x14 then
 		tree:add(f.epoch, tvb(off, 4))
 		tree:add(f.status_delivered, tvb(off + 4, 4))
@@ -386,8 +390,8 @@ function rbcast.dissector(tvb, pinfo, tree)
 	pinfo.cols.info = info
 	root:append_text(": " .. info)
 
-	if version ~= 2 then
-		flag(vi, e.version, string.format("version %d, this dissector speaks 2", version))
+	if version ~= 3 then
+		flag(vi, e.version, string.format("version %d, this dissector speaks 3", version))
 		return avail
 	end
 	if not type_names[ty] then

@@ -66,7 +66,7 @@ func Details(v frame.View) string {
 	}
 	if v.Type() == frame.SeqData {
 		u := v.SeqDataUID()
-		fmt.Fprintf(&b, " epoch %d safe %d req %d#%d", v.SeqDataEpoch(), v.SeqDataSafe(), u.Origin, u.Seq)
+		fmt.Fprintf(&b, " epoch %d safe %d held %d req %d#%d", v.SeqDataEpoch(), v.SeqDataSafe(), v.SeqDataHeld(), u.Origin, u.Seq)
 	}
 	switch v.Type() {
 	case frame.Data, frame.SeqRequest, frame.SeqData:
@@ -99,7 +99,7 @@ func Details(v frame.View) string {
 		fmt.Fprintf(&b, " assigned %d of %d nonce %x hash %x", wl.Assigned, wl.Members, wl.Nonce, wl.ConfigHash)
 	case frame.SeqAccept:
 		al := v.Accepts()
-		fmt.Fprintf(&b, " epoch %d safe %d %d accepts", v.AcceptEpoch(), v.AcceptSafe(), al.Len())
+		fmt.Fprintf(&b, " epoch %d safe %d held %d %d accepts", v.AcceptEpoch(), v.AcceptSafe(), v.AcceptHeld(), al.Len())
 		const show = 4
 		for i := range min(al.Len(), show) {
 			e := al.At(i)
@@ -109,8 +109,9 @@ func Details(v frame.View) string {
 			fmt.Fprintf(&b, " +%d", al.Len()-show)
 		}
 	case frame.SeqStatusRequest:
-		// v2: the second field is the highest global sequenced, then the safe cursor.
-		fmt.Fprintf(&b, " epoch %d sequenced %d safe %d", v.StatusEpoch(), v.StatusDelivered(), v.StatusSafe())
+		// The second field is the highest global sequenced, then the safe
+		// cursor (v2) and the all-held cursor (v3).
+		fmt.Fprintf(&b, " epoch %d sequenced %d safe %d held %d", v.StatusEpoch(), v.StatusDelivered(), v.StatusSafe(), v.StatusHeld())
 	case frame.SeqStatusReply:
 		fmt.Fprintf(&b, " epoch %d delivered %d", v.StatusEpoch(), v.StatusDelivered())
 	case frame.SeqElection:

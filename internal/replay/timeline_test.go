@@ -6,19 +6,20 @@ import (
 	"github.com/rbcast/rbcast/frame"
 )
 
-// TestDetailsSeqV2 checks that the timeline shows the fields wire format v2
-// added to sequencer bodies: the safe cursor of SeqData, SeqAccept and
-// SeqStatusRequest, and a status request's second field as the highest
-// global sequenced (a status reply's is the member's delivered cursor).
-func TestDetailsSeqV2(t *testing.T) {
+// TestDetailsSeqV3 checks that the timeline shows the fields wire formats
+// v2 and v3 added to sequencer bodies: the safe and all-held cursors of
+// SeqData, SeqAccept and SeqStatusRequest, and a status request's second
+// field as the highest global sequenced (a status reply's is the member's
+// delivered cursor).
+func TestDetailsSeqV3(t *testing.T) {
 	uid := frame.UID{Origin: 2, Incarnation: 9, Seq: 5}
 	for _, tc := range []struct {
 		body frame.Body
 		want string
 	}{
-		{&frame.SeqDataBody{Epoch: 3, Safe: 41, UID: uid, Data: []byte("hello")}, "g7 epoch 3 safe 41 req 2#5 5B"},
-		{&frame.SeqAcceptBody{Epoch: 3, Safe: 42, Entries: []frame.AcceptEntry{{Global: 50, UID: uid}}}, "g7 epoch 3 safe 42 1 accepts 50=2#5"},
-		{&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 60, Safe: 43}, "g7 epoch 3 sequenced 60 safe 43"},
+		{&frame.SeqDataBody{Epoch: 3, Safe: 41, Held: 38, UID: uid, Data: []byte("hello")}, "g7 epoch 3 safe 41 held 38 req 2#5 5B"},
+		{&frame.SeqAcceptBody{Epoch: 3, Safe: 42, Held: 39, Entries: []frame.AcceptEntry{{Global: 50, UID: uid}}}, "g7 epoch 3 safe 42 held 39 1 accepts 50=2#5"},
+		{&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 60, Safe: 43, Held: 40}, "g7 epoch 3 sequenced 60 safe 43 held 40"},
 		{&frame.StatusBody{T: frame.SeqStatusReply, Epoch: 3, Delivered: 44}, "g7 epoch 3 delivered 44"},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 1, Seq: 60, Acks: []uint32{44, 45}}, tc.body)

@@ -278,8 +278,8 @@ func (c Config) validate() (settings, error) {
 	if s.MTU < frame.MinMTU {
 		return s, configErr("MTU is %d, want at least %d", c.MTU, frame.MinMTU)
 	}
-	// The largest message travels in a SeqData body after its 18-byte
-	// epoch, safe cursor and unique id.
+	// The largest message travels in a SeqData body after its 22-byte
+	// epoch, safe and all-held cursors and unique id.
 	s.linkMax = frame.MaxPayload(s.MTU, ackEntries, 0) - seqDataFixed
 	s.maxPayload = s.linkMax
 	if c.MaxPayload < 0 || c.MaxPayload > s.linkMax {
@@ -328,6 +328,11 @@ func (c Config) validate() (settings, error) {
 	return s, nil
 }
 
-// seqDataFixed is the SeqData body before the payload: epoch (4) and the
-// unique id (origin 2, incarnation 4, seq 4).
-const seqDataFixed = 18
+// seqDataFixed is the SeqData body before the payload: epoch (4), safe
+// and all-held cursors (4 each) and the unique id (origin 2, incarnation
+// 4, seq 4). acceptHead is the SeqAccept body before its entries: epoch,
+// safe, all-held (4 each) and the count (2).
+const (
+	seqDataFixed = 22
+	acceptHead   = 14
+)

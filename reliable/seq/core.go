@@ -191,6 +191,17 @@ type Stats struct {
 	Next        uint32 // next global number to deliver
 	Received    uint32 // every global before it is held here
 	Safe        uint32 // the safe cursor known here (Config.Resilience)
+	// AllHeld is the all-held cursor known here: every global before it
+	// is held by every live member (the sequencer computes it from the
+	// received cursors it is told, the others learn it from the
+	// sequencer). A member removed or departed no longer holds it back.
+	AllHeld uint32
+	// NotHeldByAll counts this member's messages (proposed, sealed or
+	// not) that are not yet known here to be held by every live member:
+	// not yet numbered and delivered back, or numbered at or beyond
+	// AllHeld. When it is 0, every live member holds everything this
+	// member proposed (what rbcastd's Flush waits for under Order Total).
+	NotHeldByAll int
 }
 
 type role uint8
@@ -276,6 +287,13 @@ type pending struct {
 	buf   []byte
 	count int
 	known bool // seen numbered (its SeqData or Accept arrived)
+}
+
+// mine is one of our requests delivered back: its global number and how
+// many messages it carried, kept until every live member holds it.
+type mine struct {
+	global uint32
+	count  int
 }
 
 // vote is one of our election votes.
@@ -383,6 +401,15 @@ type Core struct {
 	holders  int      // safeHolders(), recomputed when a member leaves
 	leave    frame.Empty
 
+	// All-held point: what rbcastd's Flush waits for under Order Total.
+	held      uint32 // all-held cursor: every global before it is held by every live member (the sequencer's, or the highest it announced)
+	heldSent  uint32 // sequencer: the all-held cursor last broadcast
+	heldAsked uint32 // sequencer: nextGlobal when it last asked for status to move held (SafeSequencer)
+	mine      []mine // ring of our requests delivered back at or beyond held, oldest first
+	mineHead  int
+	mineLen   int
+	heldMsgs  uint64 // our messages known held by every live member
+
 	sealAhead int // sealAhead; tests change it
 
 	stats Stats
@@ -416,6 +443,8 @@ func New(cfg Config) (*Core, error) {
 	c.log = make([]entry, s.History)
 	c.next, c.knownEnd, c.nextGlobal, c.stable = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
 	c.recvd, c.safe, c.safeSent, c.ackSent = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
+	c.held, c.heldSent, c.heldAsked = s.InitialGlobal, s.InitialGlobal, s.InitialGlobal
+	c.mine = make([]mine, s.ringSize)
 	c.scratch = make([]uint32, 0, len(s.Members))
 	c.holders = c.safeHolders()
 	c.pend = make([]pending, s.ringSize)
@@ -593,6 +622,9 @@ func (c *Core) flush() {
 		if c.now >= c.lastBcast.Add(c.cfg.HeartbeatInterval) {
 			c.sendStatusRequest(c.cfg.dst, true)
 		}
+		if c.heldDue() && c.now >= c.lastBcast.Add(c.cfg.NackTimeout) {
+			c.announceHeld()
+		}
 	case follower:
 		if c.repairDue {
 			c.sendRetransmit(c.sequencerMember(), c.epoch)
@@ -663,6 +695,9 @@ func (c *Core) Deadline() Time {
 	switch c.role {
 	case sequencer:
 		early(c.lastBcast.Add(c.cfg.HeartbeatInterval))
+		if c.heldDue() {
+			early(c.lastBcast.Add(c.cfg.NackTimeout))
+		}
 		if c.wantStatus || c.waiting {
 			early(c.statusAt)
 		}
@@ -790,6 +825,8 @@ func (c *Core) Stats() Stats {
 		s.InHistory = int(c.nextGlobal - c.stable)
 	}
 	s.Next, s.Received, s.Safe = c.next, c.recvd, c.safe
+	s.AllHeld = c.held
+	s.NotHeldByAll = int(c.stats.MessagesProposed - c.heldMsgs)
 	return s
 }
 

@@ -254,6 +254,7 @@ func (c *Core) takeover() {
 			c.stable = m.acked
 		}
 	}
+	c.computeHeld() // from the voters' cursors
 	c.accepts = c.accepts[:0]
 	c.sendElected(nil)
 	c.events = append(c.events, Event{Kind: SequencerChanged, Member: c.cfg.Self, Epoch: c.epoch, Last: last, At: c.now})

@@ -174,6 +174,7 @@ func (c *Core) stepData(m *member, v frame.View) error {
 	}
 	if e == c.epoch && m == c.sequencerMember() {
 		c.learnSafe(v.SeqDataSafe())
+		c.learnHeld(v.SeqDataHeld())
 		c.learnEnd(g+1, true)
 	}
 	if u.Origin == c.cfg.Self {
@@ -243,6 +244,7 @@ func (c *Core) stepAccept(m *member, v frame.View) error {
 		c.takeAccept(e, al.At(i))
 	}
 	c.learnSafe(v.AcceptSafe())
+	c.learnHeld(v.AcceptHeld())
 	c.learnEnd(v.Seq()+1, false) // Seq: the highest global numbered
 	c.drain()
 	return nil
@@ -368,6 +370,7 @@ func (c *Core) stepStatusRequest(m *member, v frame.View) {
 		return
 	case e == c.epoch && m == c.sequencerMember() && c.role == follower:
 		c.learnSafe(v.StatusSafe())
+		c.learnHeld(v.StatusHeld())
 		c.learnEnd(v.StatusDelivered()+1, false)
 		if v.Flags()&frame.FlagAckRequest != 0 {
 			c.sendStatusReplyTo(m)
@@ -506,6 +509,7 @@ func (c *Core) drain() {
 	if c.role == sequencer {
 		c.members[c.self].rcvd = c.recvd
 		c.computeSafe()
+		c.computeHeld()
 	}
 	from := c.next
 	gated := c.gated()
@@ -548,6 +552,11 @@ func (c *Core) deliverEntry(en *entry) {
 	}
 	if en.uid.Origin == c.cfg.Self && !frame.SeqLess(en.uid.Seq, c.firstPend) && frame.SeqLess(en.uid.Seq, c.nextReq) {
 		// Our own message in its place: the request is done.
+		n := 0
+		for r := c.firstPend; r != en.uid.Seq+1; r++ {
+			n += c.pend[r&c.rmask].count
+		}
+		c.deliveredMine(g, n)
 		c.firstPend = en.uid.Seq + 1
 		c.progress()
 	}

@@ -45,9 +45,9 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 // sendData sends log entry en as SeqData: Seq is its global number.
 func (c *Core) sendData(en *entry, dst [6]byte, flags frame.Flags) {
 	c.header(en.global, flags)
-	c.seqData = frame.SeqDataBody{Epoch: en.epoch, Safe: c.safe, UID: en.uid, Data: en.data, Bundled: en.bundled}
+	c.seqData = frame.SeqDataBody{Epoch: en.epoch, Safe: c.safe, Held: c.held, UID: en.uid, Data: en.data, Bundled: en.bundled}
 	if c.role == sequencer && dst == c.cfg.dst {
-		c.safeSent = c.safe
+		c.safeSent, c.heldSent = c.safe, c.held
 	}
 	c.emit(dst, &c.seqData)
 	c.seqData.Data = nil
@@ -83,16 +83,20 @@ func (c *Core) sendRequest(r uint32, flags frame.Flags) {
 // sendStatusRequest: the sequencer's heartbeat and request for status
 // (ask: with ACK_REQUEST, members answer with a status reply), or the
 // announcement of a new safe point (no answer wanted); the body names the
-// highest global numbered, so a lost tail shows, and the safe cursor.
+// highest global numbered, so a lost tail shows, and the safe and
+// all-held cursors.
 func (c *Core) sendStatusRequest(dst [6]byte, ask bool) {
 	var fl frame.Flags
 	if ask {
 		fl = frame.FlagAckRequest
 	}
 	c.header(0, fl)
-	c.status = frame.StatusBody{T: frame.SeqStatusRequest, Epoch: c.epoch, Delivered: c.nextGlobal - 1, Safe: c.safe}
+	c.status = frame.StatusBody{T: frame.SeqStatusRequest, Epoch: c.epoch, Delivered: c.nextGlobal - 1, Safe: c.safe, Held: c.held}
 	if dst == c.cfg.dst {
-		c.safeSent = c.safe
+		c.safeSent, c.heldSent = c.safe, c.held
+		if ask {
+			c.heldAsked = c.nextGlobal
+		}
 	}
 	c.emit(dst, &c.status)
 	c.stats.StatusRequests++

@@ -113,7 +113,7 @@ func (c *Core) sequenceAll() {
 
 // maxAccepts is how many Accept entries fit one frame.
 func (c *Core) maxAccepts() int {
-	return (frame.MaxPayload(c.cfg.MTU, ackEntries, 0) - 10) / 14
+	return (frame.MaxPayload(c.cfg.MTU, ackEntries, 0) - acceptHead) / 14
 }
 
 // flushAccepts sends the collected Accepts in one frame ("accepts for
@@ -122,8 +122,8 @@ func (c *Core) flushAccepts() {
 	if len(c.accepts) == 0 {
 		return
 	}
-	c.accept.Epoch, c.accept.Safe, c.accept.Entries = c.epoch, c.safe, c.accepts
-	c.safeSent = c.safe
+	c.accept.Epoch, c.accept.Safe, c.accept.Held, c.accept.Entries = c.epoch, c.safe, c.held, c.accepts
+	c.safeSent, c.heldSent = c.safe, c.held
 	c.header(c.nextGlobal-1, 0)
 	c.emit(c.cfg.dst, &c.accept)
 	c.stats.AcceptsSent += uint64(len(c.accepts))
@@ -274,7 +274,7 @@ func (c *Core) answerDuplicate(o *member) {
 		c.stats.DuplicatesAnswered++
 		if c.method2(len(en.data)) {
 			c.flushAccepts()
-			c.accept.Epoch = c.epoch
+			c.accept.Epoch, c.accept.Safe, c.accept.Held = c.epoch, c.safe, c.held
 			c.accept.Entries = append(c.accepts[:0], frame.AcceptEntry{Global: g, UID: en.uid})
 			c.header(c.nextGlobal-1, frame.FlagRetransmit)
 			c.emit(o.mac, &c.accept)

@@ -244,8 +244,9 @@ type simRun struct {
 	failed    error
 	sequencer map[uint32]frame.MemberID // epoch -> sequencer, from SequencerChanged
 	crashed   map[frame.MemberID]bool
-	outside   int // divergences outside the guarantee (see verdict)
-	crashes   int // crashes still to happen
+	returned  map[frame.MemberID]bool // taken back after a removal (MemberReturned)
+	outside   int                     // divergences outside the guarantee (see verdict)
+	crashes   int                     // crashes still to happen
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -339,9 +340,31 @@ func (m *simMember) flush() {
 				m.run.fail("member %d: epoch %d has sequencer %d, another member saw %d", m.id, ev.Epoch, ev.Member, prev)
 			}
 			m.run.sequencer[ev.Epoch] = ev.Member
+		case MemberReturned:
+			m.run.returned[ev.Member] = true
 		}
 	}
 	m.core.Advance()
+	m.checkHeld()
+}
+
+// checkHeld: the sequencer's all-held cursor never exceeds the received
+// cursor of a member it counts as live (read from that member's core).
+// A member taken back after a removal is exempt: it was not live when
+// the cursor passed it (held.go).
+func (m *simMember) checkHeld() {
+	c := m.core
+	if c.role != sequencer {
+		return
+	}
+	for _, o := range m.run.members {
+		if o == m || !c.members[c.byID[o.id]].live || m.run.returned[o.id] {
+			continue
+		}
+		if frame.SeqLess(o.core.recvd, c.held) {
+			m.run.fail("sequencer %d: all-held cursor %d, but live member %d holds only up to %d (its received cursor)", m.id, c.held, o.id, o.core.recvd)
+		}
+	}
 }
 
 func (m *simMember) check(d Delivery) {
@@ -384,8 +407,10 @@ func (m *simMember) survivor() bool {
 	return !m.ep.Crashed() && !m.halted && !m.run.crashed[m.id]
 }
 
-// done reports whether every survivor has everything every survivor sent
-// and all survivors delivered the same number of messages.
+// done reports whether every survivor has everything every survivor sent,
+// all survivors delivered the same number of messages, and each knows
+// that every live member holds all of its messages (the all-held cursor
+// passed them: after a crash, once the sequencer removed the dead).
 func (r *simRun) done() bool {
 	if r.crashes > 0 {
 		return false
@@ -395,7 +420,7 @@ func (r *simRun) done() bool {
 		if !m.survivor() {
 			continue
 		}
-		if m.proposed < r.s.k || m.core.outstanding() > 0 || m.core.open || m.core.role == electing {
+		if m.proposed < r.s.k || m.core.outstanding() > 0 || m.core.open || m.core.role == electing || m.core.Stats().NotHeldByAll > 0 {
 			return false
 		}
 		if !r.members[r.ids[m.core.sequencerMember().id]].survivor() {
@@ -424,7 +449,7 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 		net.Trace(fn)
 	}
 	r := &simRun{t: t, s: s, net: net, group: 0x5e90 + uint32(s.seed%7), ids: map[frame.MemberID]int{},
-		sequencer: map[uint32]frame.MemberID{}, crashed: map[frame.MemberID]bool{}}
+		sequencer: map[uint32]frame.MemberID{}, crashed: map[frame.MemberID]bool{}, returned: map[frame.MemberID]bool{}}
 	var infos []frame.MemberInfo
 	for i := range s.members {
 		ep, err := net.Attach(testnet.EndpointConfig{MTU: s.mtu, QueueLen: s.queueLen, In: s.in, Out: s.out})
