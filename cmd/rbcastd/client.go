@@ -64,11 +64,10 @@ const sendText = `Broadcasts FILE (or stdin, '-' or absent) through the daemon: 
 stream of messages of the largest size the group accepts, or with -lines
 one message per line (without its newline). Waits for the group to start.
 Exits 0 only once every message has been acknowledged by every live
-member; under -order total, once every message has been sequenced and
-delivered back to this member, which with 'run -resilience majority' (the
-default) means a majority of the members hold it, and with '-resilience
-sequencer' only that the sequencer numbered it. Non-zero, with the
-reason, otherwise.
+member (under -order total: once the sequencer reports that every live
+member holds it, which is later than its delivery back to this member;
+a member that crashed stops counting once it is removed, after the
+failure timeout). Non-zero, with the reason, otherwise.
 `
 
 func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -36,8 +36,8 @@ commands:
   run      join group G on an interface and serve local clients (needs
            CAP_NET_RAW, dropped once the link is open)
   send     broadcast a file or stdin through the daemon; exit 0 only once
-           every message is acknowledged by every live member (-order
-           total: delivered back, i.e. held by a majority by default)
+           every message is acknowledged by (-order total: held by) every
+           live member
   recv     write what the group delivers (one member's bytes, or all
            members' messages as lines)
   status   members and their state, order, rates, repairs, drops

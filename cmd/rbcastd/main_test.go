@@ -54,7 +54,7 @@ func TestHelp(t *testing.T) {
 	}{
 		{[]string{"-h"}, []string{"usage: rbcastd <command>", "run", "send", "recv", "status", "bench"}},
 		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G -members N [-node ID] [-order fifo|total]", "-capture", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience"}},
-		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [FILE|-]", "acknowledged by every live", "-resilience", "majority", "-lines"}},
+		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [FILE|-]", "acknowledged by every live", "-order total", "holds it", "removed", "-lines"}},
 		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o"}},
 		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},
 		{[]string{"bench", "-h"}, []string{"usage: rbcastd bench", "-size", "-duration"}},

@@ -43,8 +43,9 @@ Needs CAP_NET_RAW to open the link (grant it with
 every capability is dropped once the link is open.
 
 SIGTERM or SIGINT leaves the group cleanly: new messages are refused,
-everything already accepted is acknowledged by the live members, local
-readers get the last deliveries, then the daemon exits.
+everything already accepted is acknowledged by (-order total: held by)
+the live members, local readers get the last deliveries, then the daemon
+exits.
 
 Flags may also come from -config FILE: one 'name value' per line (flag
 names without the dash, '#' comments); the command line wins.

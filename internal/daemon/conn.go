@@ -278,8 +278,10 @@ func (c *conn) send(data []byte) bool {
 // acknowledged (the Group reports it in its counters, not as an event).
 const flushPoll = time.Millisecond
 
-// flush answers once nothing this member sent is unacknowledged by a live
-// member: the core's window is empty and no frame waits for room.
+// flush answers once every live member holds everything this member sent
+// (unacked: under FIFO the core's window is empty and no frame waits for
+// room; under Order Total the sequencer's all-held cursor passed our last
+// message).
 func (c *conn) flush() bool {
 	g, err := c.d.started(c.ctx)
 	if err != nil {
@@ -299,7 +301,11 @@ func (c *conn) flush() bool {
 			if n == 0 {
 				continue
 			}
-			c.fail(localapi.CodeClosed, false, "the group stopped with %d frames unacknowledged: %v", n, g.Err())
+			what := "frames unacknowledged"
+			if g.Stats().Order == reliable.Total {
+				what = "messages not held by every live member"
+			}
+			c.fail(localapi.CodeClosed, false, "the group stopped with %d %s: %v", n, what, g.Err())
 			return false
 		case <-c.ctx.Done():
 			return false

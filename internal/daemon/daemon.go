@@ -246,7 +246,8 @@ func (d *Daemon) leave(g *reliable.Group, fanoutDone <-chan struct{}) error {
 	defer cancel()
 	// Settle what was accepted before announcing the leave: Leave itself
 	// waits for FIFO's acknowledgements, but under Order Total a member's
-	// last requests could still be unnumbered when its Leave goes out.
+	// last requests could still be unnumbered when its Leave goes out;
+	// here they are held by every live member first (unacked).
 	t := time.NewTicker(flushPoll)
 	for unacked(g.Stats()) > 0 && ctx.Err() == nil {
 		select {
@@ -384,14 +385,16 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	}
 }
 
-// unacked is how much of what this member sent is not yet settled: under
-// FIFO, frames not acknowledged by every live member or waiting for
-// window room; under Order Total, requests not yet numbered by the
-// sequencer and delivered back here (the sequencer keeps a numbered
-// message until every live member has it).
+// unacked is how much of what this member sent is not yet held by every
+// live member: under FIFO, frames not acknowledged by every live member
+// or waiting for window room; under Order Total, messages not yet below
+// the sequencer's all-held cursor (seq.Stats.NotHeldByAll: not yet
+// numbered and delivered back, or delivered back — which needs only
+// ⌈n/2⌉ holders — but not yet received by every live member). A member
+// that fails stops counting once it is removed (FailureTimeout).
 func unacked(st reliable.Stats) int {
 	if st.Order == reliable.Total {
-		return st.Total.Outstanding
+		return st.Total.NotHeldByAll
 	}
 	return st.Protocol.InFlight + st.Protocol.Pending
 }

@@ -581,7 +581,7 @@ func TestGroupMismatch(t *testing.T) {
 	t.Run("version", func(t *testing.T) {
 		r := rtnet.New(t, 7)
 		ds := startGroup(t, r, 2, nil, func(i int, c *Config) { c.Group.Server = false })
-		// A host speaking version 2 on the segment.
+		// A host speaking another version on the segment.
 		other := r.Attach(t, testnet.EndpointConfig{})
 		b := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(other.HardwareAddr()), frame.EtherType)
 		b, err := frame.Append(b, &frame.Header{Group: 7, Sender: 0, Incarnation: 1}, &frame.WelcomeBody{Nonce: 1, Assigned: 1, Members: 2})
@@ -671,5 +671,80 @@ func TestTotalOrderSameSequence(t *testing.T) {
 	}
 	if st := ds[0].d.Status(); st.Order != "total" || st.Mode != "sequencer" || st.Sequencer == nil {
 		t.Fatalf("status under Order Total: %+v", st)
+	}
+}
+
+// Under Order Total, Flush (and so `rbcastd send`) answers only once every
+// live member holds the messages — not when they are delivered back, which
+// needs only ⌈n/2⌉ holders — and a crashed member stops counting once the
+// sequencer removes it.
+func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
+	r := rtnet.New(t, 9)
+	var links []*rtnet.Link
+	dir := t.TempDir()
+	var ds []*running
+	for i := range 3 {
+		ep := testnet.EndpointConfig{}
+		if i == 2 {
+			ep.In = testnet.Impairment{Loss: 0.3} // the member the majority does not wait for
+		}
+		l := r.Attach(t, ep)
+		links = append(links, l)
+		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
+			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, Order: reliable.Total, FailureTimeout: time.Second}}))
+	}
+	groups := make([]*reliable.Group, 3)
+	for i, x := range ds {
+		x.self(t)
+		g, err := x.d.started(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups[i] = g
+	}
+	if groups[0].Stats().Total.Sequencer != groups[0].Self() {
+		t.Fatalf("daemon 0 (member %d) is not the sequencer (%d)", groups[0].Self(), groups[0].Stats().Total.Sequencer)
+	}
+	c, _ := dial(t, ds[1].socket, true)
+	flush := func(round, n int) {
+		t.Helper()
+		for k := range n {
+			if err := c.Write(&localapi.Send{Data: fmt.Appendf(nil, "round %d message %d", round, k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Write(&localapi.Flush{}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*localapi.Flushed); !ok {
+			t.Fatalf("Flush answered %#v", m)
+		}
+	}
+
+	// Only daemon 1 sends: right after Flushed its delivered cursor is one
+	// past its last message, and every member must hold everything below.
+	flush(1, 200)
+	end := groups[1].Stats().Total.Next
+	if st := groups[1].Stats().Total; st.NotHeldByAll != 0 || frame.SeqLess(st.AllHeld, end) {
+		t.Fatalf("after Flushed: sender NotHeldByAll %d, AllHeld %d, delivered up to %d", st.NotHeldByAll, st.AllHeld, end)
+	}
+	for i, g := range groups {
+		if got := g.Stats().Total.Received; frame.SeqLess(got, end) {
+			t.Fatalf("after Flushed: daemon %d holds globals up to %d, the sender's last is %d", i, got, end-1)
+		}
+	}
+
+	// Daemon 2 crashes: the sender's messages are delivered back at once
+	// (members 0 and 1 are a majority), but Flush waits until the
+	// sequencer removed member 2.
+	victim := groups[2].Self()
+	links[2].Crash()
+	flush(2, 50)
+	if st := ds[0].d.Status(); st.Members[victim].State != StateDead {
+		t.Fatalf("Flushed while the crashed member %d is %s at the sequencer, want dead (removed) first", victim, st.Members[victim].State)
 	}
 }
