@@ -89,6 +89,14 @@ type Config struct {
 	// before handing it to us, rounded up to whole milliseconds (the
 	// kernel's unit). 0 means DefaultBlockTimeout. Ignored by V2.
 	BlockTimeout time.Duration
+	// RxSpin is how long Recv keeps looking at the receive ring before it
+	// sleeps in poll(2) when the ring is empty, yielding the CPU
+	// (sched_yield(2), then the Go scheduler) between looks: a frame that
+	// arrives within RxSpin is read without the process being put to
+	// sleep and woken. It trades CPU for latency, as MPI ranks that
+	// yield-spin do, and helps a program that waits for one frame at a
+	// time (BDSM barriers). 0, the default, never spins. At most a second.
+	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means
 	// DefaultTxMode.
@@ -307,6 +315,9 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 		return r, fmt.Errorf("ring: Config.BlockTimeout = %v: want at most a minute", cfg.BlockTimeout)
 	}
 	r.timeoutMsec = uint32((r.BlockTimeout + time.Millisecond - 1) / time.Millisecond)
+	if r.RxSpin < 0 || r.RxSpin > time.Second {
+		return r, fmt.Errorf("ring: Config.RxSpin = %v: want 0 (never spin) up to a second", cfg.RxSpin)
+	}
 
 	txFrame := txFrameSize(mtu)
 	if r.TxBlockSize == 0 {

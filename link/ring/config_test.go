@@ -71,6 +71,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{TxBlockSize: 3}, 1500, "Config.TxBlockSize = 3"},
 		{Config{TxBlockCount: -1}, 1500, "Config.TxBlockCount = -1"},
 		{Config{BlockTimeout: -time.Second}, 1500, "Config.BlockTimeout = -1s"},
+		{Config{RxSpin: -time.Microsecond}, 1500, "Config.RxSpin = -1µs: want 0 (never spin) up to a second"},
+		{Config{RxSpin: 2 * time.Second}, 1500, "Config.RxSpin = 2s"},
 		{Config{MulticastGroups: []net.HardwareAddr{{0x02, 0, 0, 0, 0, 1}}}, 1500, "Config.MulticastGroups[0] = \"02:00:00:00:00:01\""},
 		{Config{}, 70000, "MTU 70000"},
 	} {

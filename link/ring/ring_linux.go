@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,9 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// Only discarded frames were read: hand them back before sleeping,
 		// or a ring full of them would never drain.
 		l.release()
+		if l.cfg.RxSpin > 0 && l.spin(deadline) {
+			continue
+		}
 		if !deadline.Equal(l.deadline) {
 			if err := l.rx.file.SetReadDeadline(deadline); err != nil {
 				return 0, l.recvErr(err)
@@ -461,6 +465,31 @@ func (l *Link) rxReady(uintptr) bool {
 		off += blkStatus
 	}
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
+}
+
+// spin looks at the next slot or block until it is ours (true), for at
+// most Config.RxSpin and never past deadline (false: Recv then sleeps in
+// the netpoller, which also reports the deadline or Close). Between looks
+// it yields the CPU to other processes (sched_yield) and to this
+// process's other goroutines (runtime.Gosched), so that ranks sharing a
+// core take turns instead of burning it. It only reads the status word
+// that fill reads next, so frames are taken in ring order as without it.
+func (l *Link) spin(deadline time.Time) bool {
+	end := time.Now().Add(l.cfg.RxSpin)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline
+	}
+	for !l.closed.Load() {
+		if l.rxReady(0) {
+			return true
+		}
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		runtime.Gosched()
+		if !time.Now().Before(end) {
+			return l.rxReady(0)
+		}
+	}
+	return false
 }
 
 func (l *Link) fill(frames []Frame) (n int, bytes, filtered uint64) {

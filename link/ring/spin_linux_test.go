@@ -1,0 +1,94 @@
+package ring
+
+import (
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// TestRxSpin: with Config.RxSpin a receiver that polls the ring before
+// sleeping still gets every frame byte for byte, in order, without
+// duplicates (the broadcast test, full speed, receivers spinning); a Recv
+// on an idle link still ends at its deadline with the deadline error, and
+// Close still ends a Recv that is spinning.
+func TestRxSpin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, AF_PACKET)")
+	}
+	topo := up(t, "s", 3, 1500)
+	for _, v := range versions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Run("broadcast", func(t *testing.T) {
+				testBroadcast(t, topo.Hosts[0], topo.Hosts[1:], Config{Version: v, RxSpin: 50 * time.Microsecond}, 20000)
+			})
+			t.Run("deadline", func(t *testing.T) {
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second})
+				start := time.Now()
+				n, err := rx.Recv(start.Add(50*time.Millisecond), make([]Frame, 4))
+				if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("Recv on an idle link = %d, %v; want 0 and a deadline error", n, err)
+				}
+				// The deadline comes before the spin's end: Recv returns at it.
+				if waited := time.Since(start); waited < 50*time.Millisecond || waited > 900*time.Millisecond {
+					t.Errorf("Recv with a 50 ms deadline and a 1 s spin returned after %v", waited)
+				}
+			})
+			t.Run("one at a time", func(t *testing.T) {
+				// A frame that lands while Recv spins is read; each Recv
+				// waits for one frame sent after it started.
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				frames := make([]Frame, 4)
+				for seq := uint64(0); seq < 20; seq++ {
+					sent := make(chan error, 1)
+					go func() {
+						time.Sleep(time.Millisecond)
+						size := frameLen(seq, tx.MTU())
+						f := buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)
+						_, err := tx.Send([][]byte{f})
+						sent <- err
+					}()
+					n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
+					if err != nil || n != 1 {
+						t.Fatalf("Recv of frame %d = %d, %v", seq, n, err)
+					}
+					if err := <-sent; err != nil {
+						t.Fatal(err)
+					}
+					if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != seq {
+						t.Fatalf("received frame %d (%v), want %d", got, err, seq)
+					}
+				}
+			})
+			t.Run("close", func(t *testing.T) {
+				var l *Link
+				if err := topo.Hosts[2].Do(func() (err error) { l, err = Open("eth0", Config{Version: v, RxSpin: time.Second}); return err }); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					_, err := l.Recv(time.Time{}, make([]Frame, 4))
+					done <- err
+				}()
+				// Not needed for the outcome, only so that Close usually
+				// meets a spinning Recv.
+				time.Sleep(20 * time.Millisecond)
+				if err := l.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				select {
+				case err := <-done:
+					if !errors.Is(err, net.ErrClosed) {
+						t.Errorf("spinning Recv returned %v, want net.ErrClosed", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("Close did not end a spinning Recv")
+				}
+			})
+		})
+	}
+}
