@@ -14,6 +14,7 @@
 //	go run ./bench/mpi/compare -procs 2 -reps 3 -progs jacobi,cg
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,matmult -windows 16,48,128 -nompi
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,cg -loss 1 -nompi
+//	go run ./bench/mpi/compare -procs 2,4 -progs jacobi,cg -gomaxprocs 1 -spins 0,50us
 package main
 
 import (
@@ -50,6 +51,7 @@ var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp"}
 type run struct {
 	prog, system  string // system: "seq", "mpi", "bdsm"
 	procs, window int
+	spin          time.Duration // BDSM: the ring's RxSpin (-spin of the examples)
 	loss          string
 	fields        []map[string]string // one per report line (BDSM: per rank)
 }
@@ -74,24 +76,36 @@ func main() {
 	reps := flag.Int("reps", 5, "repeats of every measurement (medians are reported)")
 	progsFlag := flag.String("progs", strings.Join(order, ","), "programs")
 	windows := flag.String("windows", "", "also run BDSM with these PBP windows (figs 6.7-6.8)")
+	spin := flag.Duration("spin", 0, "BDSM processes poll their receive ring this long before sleeping (ring.Config.RxSpin; 0: never)")
+	spins := flag.String("spins", "", "also run BDSM with these ring spins, e.g. 0,50us, beside every MPI run (a table of each against MPI)")
 	loss := flag.String("loss", "", "inject this percent of random loss on every frame arriving at every host (nftables; both systems)")
 	noMPI := flag.Bool("nompi", false, "BDSM only")
-	prefix := flag.String("prefix", "rbdc", "namespace prefix")
+	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
 	raw := flag.String("raw", "", "append every report line here")
 	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: Go's default, the number of CPUs)")
 	from := flag.Bool("from", false, "run nothing: report on the -raw files named as arguments")
 	flag.Parse()
 	if *from {
-		runs, err := fromRaw(flag.Args())
-		if err == nil {
-			var procs []int
-			procs, err = ints(*procsFlag)
-			if err == nil {
-				var ws []int
-				ws, err = ints(*windows)
-				report(os.Stdout, runs, strings.Split(*progsFlag, ","), procs, ws)
+		err := func() error {
+			runs, err := fromRaw(flag.Args())
+			if err != nil {
+				return err
 			}
-		}
+			procs, err := ints(*procsFlag)
+			if err != nil {
+				return fmt.Errorf("-procs: %w", err)
+			}
+			ws, err := ints(*windows)
+			if err != nil {
+				return fmt.Errorf("-windows: %w", err)
+			}
+			ss, err := durations(*spins)
+			if err != nil {
+				return fmt.Errorf("-spins: %w", err)
+			}
+			report(os.Stdout, runs, strings.Split(*progsFlag, ","), procs, ws, *spin, ss)
+			return nil
+		}()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "compare:", err)
 			os.Exit(1)
@@ -102,7 +116,7 @@ func main() {
 		// Inherited by netns-bdsm and the processes it starts.
 		os.Setenv("GOMAXPROCS", strconv.Itoa(*gomaxprocs))
 	}
-	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *loss, *noMPI, *prefix, *raw); err != nil {
+	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *spin, *spins, *loss, *noMPI, *prefix, *raw); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
@@ -123,7 +137,23 @@ func ints(s string) ([]int, error) {
 	return out, nil
 }
 
-func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, noMPI bool, prefix, rawPath string) error {
+// durations parses a comma-separated list of durations ("0,20us,50us").
+func durations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration of 0 or more (like 50us)", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin time.Duration, spinsFlag, loss string, noMPI bool, prefix, rawPath string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, AF_PACKET)")
 	}
@@ -134,6 +164,10 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 	windows, err := ints(windowsFlag)
 	if err != nil {
 		return fmt.Errorf("-windows: %w", err)
+	}
+	spins, err := durations(spinsFlag)
+	if err != nil {
+		return fmt.Errorf("-spins: %w", err)
 	}
 	progs := strings.Split(progsFlag, ",")
 	for _, p := range progs {
@@ -180,7 +214,11 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 		var last error
 		for try := 0; try < 3; try++ {
 			start := time.Now()
-			tctx, cancel := context.WithTimeout(ctx, runTimeout)
+			timeout := runTimeout
+			if r.system == "mpi" {
+				timeout = mpiTimeout
+			}
+			tctx, cancel := context.WithTimeout(ctx, timeout)
 			cmd := exec.CommandContext(tctx, name, args...)
 			// On the deadline kill the whole process group: mpirun and
 			// the BDSM processes are grandchildren of the script run.
@@ -202,13 +240,13 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 				if line == "" {
 					continue
 				}
-				fmt.Fprintf(rawOut, "%s window=%d loss=%s %s\n", r.system, r.window, r.loss, line)
+				fmt.Fprintf(rawOut, "%s window=%d spin=%s loss=%s %s\n", r.system, r.window, r.spin, r.loss, line)
 				r.fields = append(r.fields, parseLine(line))
 			}
 			if len(r.fields) == 0 {
 				return fmt.Errorf("%s %s procs=%d printed nothing", r.system, r.prog, r.procs)
 			}
-			fmt.Fprintf(os.Stderr, "%-4s %-7s procs=%d window=%d %6.1f ms (wall %.1f s)\n", r.system, r.prog, r.procs, r.window, r.solveUS()/1e3, time.Since(start).Seconds())
+			fmt.Fprintf(os.Stderr, "%-4s %-7s procs=%d window=%d spin=%s %6.1f ms (wall %.1f s)\n", r.system, r.prog, r.procs, r.window, r.spin, r.solveUS()/1e3, time.Since(start).Seconds())
 			runs = append(runs, r)
 			return nil
 		}
@@ -236,14 +274,17 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(mpiDir, p)}, problem[p]...)
 						return exec1(run{prog: p, system: "mpi", procs: n, loss: loss}, filepath.Join(mpiDir, "netns-mpirun"), args...)
 					}
-					bdsm := func(window int) error {
+					bdsm := func(window int, spin time.Duration) error {
 						// The programs' own deadline makes a stuck run
 						// say where it waited.
 						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), "-t", "150", filepath.Join(bin, p), "-timeout", "100s"}, problem[p]...)
 						if window > 0 {
 							args = append(args, "-window", strconv.Itoa(window))
 						}
-						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, loss: loss}, filepath.Join(mpiDir, "netns-bdsm"), args...)
+						if spin > 0 {
+							args = append(args, "-spin", spin.String())
+						}
+						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, spin: spin, loss: loss}, filepath.Join(mpiDir, "netns-bdsm"), args...)
 					}
 					seq := func() error {
 						return exec1(run{prog: p, system: "seq", procs: 1}, filepath.Join(bin, p), problem[p]...)
@@ -251,11 +292,16 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 					// The sequential baseline runs beside every pair, and
 					// the order rotates, so that no system always follows
 					// another's load on this shared machine.
-					steps := []func() error{seq, mpi, func() error { return bdsm(0) }}
+					steps := []func() error{seq, mpi, func() error { return bdsm(0, spin) }}
+					for _, sp := range spins {
+						if sp != spin {
+							steps = append(steps, func() error { return bdsm(0, sp) })
+						}
+					}
 					k := rep % len(steps)
 					steps = append(steps[k:], steps[:k]...)
 					for _, w := range windows {
-						steps = append(steps, func() error { return bdsm(w) })
+						steps = append(steps, func() error { return bdsm(w, spin) })
 					}
 					for _, s := range steps {
 						if err := s(); err != nil {
@@ -271,12 +317,18 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag, loss string, no
 		}
 	}
 	fmt.Printf("failed tries (retried): %d\n", failures)
-	report(os.Stdout, runs, progs, procs, windows)
+	report(os.Stdout, runs, progs, procs, windows, spin, spins)
 	return nil
 }
 
-// runTimeout bounds one try of one measurement.
-const runTimeout = 3 * time.Minute
+// runTimeout bounds one try of one measurement. An MPI try has less: its
+// hang is mpirun waiting for a daemon that never started, and every MPI
+// run here takes a few seconds at most (1.7 s of wall time at the worst
+// seen, cg with 4 ranks), so a hung try is retried after 30 s, not 3 min.
+const (
+	runTimeout = 3 * time.Minute
+	mpiTimeout = 30 * time.Second
+)
 
 // parseLine splits a report line's key=value fields.
 func parseLine(line string) map[string]string {
@@ -307,11 +359,27 @@ func fromRaw(paths []string) ([]run, error) {
 			if len(fields) < 3 || err1 != nil || err2 != nil {
 				return nil, fmt.Errorf("%s:%d: not a raw report line: %q", path, i+1, line)
 			}
-			prog := strings.TrimSuffix(fields[2], "-mpi")
-			r := run{prog: prog, system: system, procs: procs, window: window, loss: f["loss"]}
+			var spin time.Duration
+			if v, ok := f["spin"]; ok {
+				// Raw files written before -spin have no spin field.
+				if spin, err = time.ParseDuration(v); err != nil {
+					return nil, fmt.Errorf("%s:%d: spin=%q is not a duration", path, i+1, v)
+				}
+			}
+			prog := ""
+			for _, fl := range fields {
+				if !strings.Contains(fl, "=") {
+					prog = strings.TrimSuffix(fl, "-mpi")
+					break
+				}
+			}
+			if prog == "" {
+				return nil, fmt.Errorf("%s:%d: no program name in %q", path, i+1, line)
+			}
+			r := run{prog: prog, system: system, procs: procs, window: window, spin: spin, loss: f["loss"]}
 			if rank := f["rank"]; rank != "0" && len(runs) > 0 {
 				prev := &runs[len(runs)-1]
-				if prev.prog == r.prog && prev.system == r.system && prev.procs == r.procs && prev.window == r.window {
+				if prev.prog == r.prog && prev.system == r.system && prev.procs == r.procs && prev.window == r.window && prev.spin == r.spin {
 					prev.fields = append(prev.fields, f)
 					continue
 				}
@@ -342,10 +410,12 @@ func minOf(v []float64) float64 {
 	return slices.Min(v)
 }
 
-func pick(runs []run, prog, system string, procs, window int) []run {
+// pick selects the runs of one program, system and process count; BDSM
+// runs also by window and spin (the others have 0 for both).
+func pick(runs []run, prog, system string, procs, window int, spin time.Duration) []run {
 	var out []run
 	for _, r := range runs {
-		if r.prog == prog && r.system == system && r.procs == procs && r.window == window {
+		if r.prog == prog && r.system == system && r.procs == procs && r.window == window && r.spin == spin {
 			out = append(out, r)
 		}
 	}
@@ -360,11 +430,28 @@ func times(rs []run) []float64 {
 	return t
 }
 
-func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
+// ratioCell is the median of the per-repetition ratios a[i]/b[i] of runs
+// made back to back (repetition i of each), or "–" without pairs.
+func ratioCell(a, b []float64) string {
+	var ratios []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			ratios = append(ratios, a[i]/b[i])
+		}
+	}
+	if len(ratios) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", median(ratios))
+}
+
+// report prints the tables of runs: BDSM rows are those with the default
+// window and ring spin spin; windows and spins add a table each.
+func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin time.Duration, spins []time.Duration) {
 	// Checksums: every report line of every run against the sequential.
 	bad := 0
 	for _, r := range runs {
-		seq := pick(runs, r.prog, "seq", 1, 0)
+		seq := pick(runs, r.prog, "seq", 1, 0, 0)
 		if len(seq) == 0 {
 			continue
 		}
@@ -381,12 +468,12 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
 	fmt.Fprintln(w, "\n| program | procs | MPI ms | BDSM ms | BDSM/MPI | MPI speedup | BDSM speedup |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, p := range progs {
-		seqT := times(pick(runs, p, "seq", 1, 0))
+		seqT := times(pick(runs, p, "seq", 1, 0, 0))
 		seq := median(seqT)
-		mpi1 := median(times(pick(runs, p, "mpi", 1, 0)))
+		mpi1 := median(times(pick(runs, p, "mpi", 1, 0, 0)))
 		fmt.Fprintf(w, "| %s | seq | | %.1f (%.1f) Go | | | |\n", p, seq, minOf(seqT))
 		for _, n := range procs {
-			mt, bt := times(pick(runs, p, "mpi", n, 0)), times(pick(runs, p, "bdsm", n, 0))
+			mt, bt := times(pick(runs, p, "mpi", n, 0, 0)), times(pick(runs, p, "bdsm", n, 0, spin))
 			m, b := median(mt), median(bt)
 			cell := func(v float64, all []float64) string {
 				if v == 0 {
@@ -394,14 +481,7 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
 				}
 				return fmt.Sprintf("%.1f (%.1f)", v, minOf(all))
 			}
-			ratio, ms, bs := "–", "–", "–"
-			var ratios []float64
-			for i := range min(len(mt), len(bt)) {
-				ratios = append(ratios, bt[i]/mt[i])
-			}
-			if len(ratios) > 0 {
-				ratio = fmt.Sprintf("%.2f", median(ratios))
-			}
+			ratio, ms, bs := ratioCell(bt, mt), "–", "–"
 			if m > 0 && mpi1 > 0 {
 				ms = fmt.Sprintf("%.2f", mpi1/m)
 			}
@@ -417,7 +497,7 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
 	for _, p := range progs {
 		for _, n := range procs {
 			for _, win := range append([]int{0}, windows...) {
-				rs := pick(runs, p, "bdsm", n, win)
+				rs := pick(runs, p, "bdsm", n, win, spin)
 				if len(rs) == 0 {
 					continue
 				}
@@ -446,9 +526,28 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int) {
 		fmt.Fprintf(w, "\n|---|---:|---:|%s\n", strings.Repeat("---:|", len(windows)))
 		for _, p := range progs {
 			for _, n := range procs {
-				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(times(pick(runs, p, "bdsm", n, 0))))
+				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(times(pick(runs, p, "bdsm", n, 0, spin))))
 				for _, win := range windows {
-					fmt.Fprintf(w, " %.1f |", median(times(pick(runs, p, "bdsm", n, win))))
+					fmt.Fprintf(w, " %.1f |", median(times(pick(runs, p, "bdsm", n, win, spin))))
+				}
+				fmt.Fprintln(w)
+			}
+		}
+	}
+	if len(spins) > 0 {
+		fmt.Fprintln(w, "\nBDSM by ring spin (-spin, ring.Config.RxSpin): median ms, and BDSM/MPI as the median of per-repetition ratios")
+		fmt.Fprintf(w, "\n| program | procs | MPI ms |")
+		for _, sp := range spins {
+			fmt.Fprintf(w, " spin %s ms | BDSM/MPI |", sp)
+		}
+		fmt.Fprintf(w, "\n|---|---:|---:|%s\n", strings.Repeat("---:|---:|", len(spins)))
+		for _, p := range progs {
+			for _, n := range procs {
+				mt := times(pick(runs, p, "mpi", n, 0, 0))
+				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(mt))
+				for _, sp := range spins {
+					bt := times(pick(runs, p, "bdsm", n, 0, sp))
+					fmt.Fprintf(w, " %.1f | %s |", median(bt), ratioCell(bt, mt))
 				}
 				fmt.Fprintln(w)
 			}

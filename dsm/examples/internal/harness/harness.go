@@ -56,6 +56,7 @@ type Options struct {
 	Unbuf   bool
 	Verify  bool
 	Timeout time.Duration
+	Spin    time.Duration
 	params  string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
@@ -75,6 +76,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
+	fs.DurationVar(&o.Spin, "spin", 0, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	return o
 }
 
@@ -183,7 +185,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		l, err := ring.Open(o.Iface, ring.Config{})
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: o.Spin})
 		if err != nil {
 			return err
 		}
