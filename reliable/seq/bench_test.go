@@ -17,6 +17,7 @@ type memGroup struct {
 	queue     [][]byte
 	bufs      [][]byte
 	delivered []int
+	frames    int // frames sent by every core
 }
 
 func newMemGroup(tb testing.TB, n int, method Method) *memGroup {
@@ -40,6 +41,7 @@ func (g *memGroup) round(tb testing.TB) {
 	g.queue = g.queue[:0]
 	for i, c := range g.cores {
 		rd := c.Ready()
+		g.frames += len(rd.Frames)
 		for _, f := range rd.Frames {
 			k := len(g.queue)
 			if k == len(g.bufs) {
@@ -126,4 +128,5 @@ func benchGroup(b *testing.B, method Method, size, batch int) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(g.frames)/float64(b.N), "frames/msg")
 }
