@@ -523,7 +523,10 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			continue
 		}
 		heard := "never" // LastHeardMs is omitted (0) until a frame from m arrives
-		if m.LastHeardMs > 0 {
+		switch {
+		case m.DiedAt != "":
+			heard = fmt.Sprintf("removed at %s, silent %.0f ms before", m.DiedAt, m.SilentBeforeDeathMs)
+		case m.LastHeardMs > 0:
 			heard = fmt.Sprintf("%.0f ms ago", m.LastHeardMs)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%.2f ms\t%.2f ms\t%s\n", m.ID, state, m.Delivered, m.DeliveredBytes, m.Repairs, m.RepairP50ms, m.RepairP99ms, heard)

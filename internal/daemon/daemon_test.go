@@ -418,6 +418,12 @@ func TestCrashShowsDead(t *testing.T) {
 	if !suspected {
 		t.Errorf("member %d went from alive to dead without being suspected (silent for half the failure timeout)", victim)
 	}
+	// Dead: when it was removed and how long it had been silent then, both
+	// frozen (two reads give the same), no growing "last heard".
+	a, b := ds[0].d.Status().Members[victim], ds[0].d.Status().Members[victim]
+	if a.DiedAt == "" || a.LastHeardMs != 0 || a.SilentBeforeDeathMs < 500 || a != b {
+		t.Errorf("dead member %d: died_at %q, last heard %v ms ago, silent %v ms before death (then %+v); want a time, 0, >= 500 (half the failure timeout) and the same twice", victim, a.DiedAt, a.LastHeardMs, a.SilentBeforeDeathMs, b)
+	}
 	if el := time.Since(crashed); el > 3*time.Second {
 		t.Errorf("member %d shown dead %v after the crash, failure timeout 1s", victim, el)
 	}

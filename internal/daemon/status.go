@@ -68,17 +68,21 @@ type Status struct {
 
 // MemberStatus is one member in Status.
 type MemberStatus struct {
-	ID             int     `json:"id"`
-	Self           bool    `json:"self,omitempty"`
-	Sequencer      bool    `json:"sequencer,omitempty"`
-	State          string  `json:"state"`
-	Reason         string  `json:"reason,omitempty"` // why dead: failed, stalled, left
-	LastHeardMs    float64 `json:"last_heard_ms_ago,omitempty"`
-	Delivered      uint64  `json:"delivered"`
-	DeliveredBytes uint64  `json:"delivered_bytes"`
-	Repairs        uint64  `json:"repairs"`
-	RepairP50ms    float64 `json:"repair_p50_ms"`
-	RepairP99ms    float64 `json:"repair_p99_ms"`
+	ID          int     `json:"id"`
+	Self        bool    `json:"self,omitempty"`
+	Sequencer   bool    `json:"sequencer,omitempty"`
+	State       string  `json:"state"`
+	Reason      string  `json:"reason,omitempty"`            // why dead: failed, stalled, left
+	LastHeardMs float64 `json:"last_heard_ms_ago,omitempty"` // live members only
+	// Dead members: when they were removed (wall clock, RFC 3339), and how
+	// long they had been silent then; both stay as they were.
+	DiedAt              string  `json:"died_at,omitempty"`
+	SilentBeforeDeathMs float64 `json:"silent_before_death_ms,omitempty"`
+	Delivered           uint64  `json:"delivered"`
+	DeliveredBytes      uint64  `json:"delivered_bytes"`
+	Repairs             uint64  `json:"repairs"`
+	RepairP50ms         float64 `json:"repair_p50_ms"`
+	RepairP99ms         float64 `json:"repair_p99_ms"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -128,10 +132,11 @@ func (d *Daemon) Status() Status {
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
 
 	why := map[frame.MemberID]string{}
+	died := map[frame.MemberID]time.Time{}
 	for _, ev := range st.Events {
 		switch ev.Kind {
 		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
-			why[ev.Member] = ev.Kind.String()
+			why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
 		}
 	}
 	per := map[frame.MemberID]reliable.MemberStats{}
@@ -167,6 +172,14 @@ func (d *Daemon) Status() Status {
 		switch {
 		case !m.Live:
 			mst.State, mst.Reason = StateDead, why[m.ID]
+			if at, ok := died[m.ID]; ok {
+				// Frozen at the removal: a dead member's silence since is
+				// no news.
+				mst.DiedAt, mst.LastHeardMs = at.UTC().Format("2006-01-02T15:04:05.000Z07:00"), 0
+				if !heard.IsZero() && heard.Before(at) {
+					mst.SilentBeforeDeathMs = ms(at.Sub(heard))
+				}
+			}
 		case !watched:
 		case heard.IsZero() && now.Sub(d.start) > half, !heard.IsZero() && now.Sub(heard) >= half:
 			mst.State = StateSuspected
