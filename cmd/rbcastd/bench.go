@@ -26,7 +26,9 @@ Latency: 'bench -echo' on member B sends back every ping it is delivered;
 'bench -ping B' on member A then sends -count pings one at a time and
 reports the round trip through both daemons (percentiles; half of it is
 the one-way latency). Under -order total, '-ping' with A's own id needs no
-echo: it times the self-delivery through the sequencer.
+echo: it times the loopback of self-delivery through the sequencer (not
+a round trip to another member; the output says so). Under -order fifo
+it is refused: a member's own messages are not delivered back to it.
 
 docs/benchmarks.md ("rbcastd") has the commands and numbers.
 `
@@ -53,7 +55,7 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	echo := fs.Bool("echo", false, "send back every ping delivered, until SIGINT/SIGTERM")
-	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: self-delivery)")
+	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: the self-delivery loopback)")
 	count := fs.Int("count", 1000, "pings to send with -ping")
 	if done, code := parse(fs, args, stdout); done {
 		return code
@@ -78,6 +80,11 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if *asJSON {
 			b, _ := json.Marshal(r)
 			fmt.Fprintf(stdout, "%s\n", b)
+			return exitOK
+		}
+		if r.Loopback {
+			fmt.Fprintf(stdout, "%d pings of %d bytes to itself (member %d), a loopback through the sequencer, not a round trip to another member: self-delivery p50 %.1f µs, p90 %.1f µs, p99 %.1f µs, max %.1f µs\n",
+				r.Count, r.Size, r.To, r.P50us, r.P90us, r.P99us, r.MaxUs)
 			return exitOK
 		}
 		fmt.Fprintf(stdout, "%d pings of %d bytes to member %d: round trip p50 %.1f µs, p90 %.1f µs, p99 %.1f µs, max %.1f µs\n",
@@ -178,6 +185,9 @@ type pingResult struct {
 	P90us float64 `json:"rtt_p90_us"`
 	P99us float64 `json:"rtt_p99_us"`
 	MaxUs float64 `json:"rtt_max_us"`
+	// Loopback: the pings went to this member itself (Order Total): the
+	// times are self-delivery through the sequencer, not round trips.
+	Loopback bool `json:"loopback,omitempty"`
 }
 
 // benchEcho sends back every ping delivered to it, until a signal.
@@ -274,6 +284,9 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 	self := w.Self
 	want := byte('e') // the echo's mark
 	if to == self {
+		if w.Order != localapi.OrderTotal {
+			return nil, fmt.Errorf("-ping %d is this member's own id, and under -order fifo a member's own messages are not delivered back to it: ping another member running 'rbcastd bench -echo'", to)
+		}
 		want = 'p' // self-delivery (Order Total)
 	}
 	msg := make([]byte, size)
@@ -306,5 +319,5 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 		return float64(rtts[min(len(rtts)-1, int(q*float64(len(rtts))))]) / float64(time.Microsecond)
 	}
 	return &pingResult{To: to, Size: size, Count: count, P50us: us(0.5), P90us: us(0.9), P99us: us(0.99),
-		MaxUs: float64(rtts[len(rtts)-1]) / float64(time.Microsecond)}, nil
+		MaxUs: float64(rtts[len(rtts)-1]) / float64(time.Microsecond), Loopback: to == self}, nil
 }

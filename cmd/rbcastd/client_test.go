@@ -274,13 +274,23 @@ func TestWaitReadyTimeout(t *testing.T) {
 	}
 }
 
-// bench -ping of one's own id under Order Total times self-delivery.
+// bench -ping of one's own id under Order Total times self-delivery, and
+// says it is a loopback; under FIFO it is refused (nothing comes back).
 func TestBenchPingSelf(t *testing.T) {
 	sock := soloDaemonOrder(t, reliable.Total)
 	code, out, errOut := runMain("bench", "-socket", sock, "-ping", "0", "-count", "20", "-json")
 	var r pingResult
-	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Count != 20 || r.P50us <= 0 || r.P99us < r.P50us {
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Count != 20 || r.P50us <= 0 || r.P99us < r.P50us || !r.Loopback {
 		t.Fatalf("bench -ping 0: exit %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = runMain("bench", "-socket", sock, "-ping", "0", "-count", "5")
+	if code != exitOK || !strings.Contains(out, "to itself (member 0), a loopback through the sequencer, not a round trip") {
+		t.Fatalf("bench -ping 0 (text): exit %d %q %q", code, out, errOut)
+	}
+	fifo := soloDaemonOrder(t, reliable.FIFO)
+	code, _, errOut = runMain("bench", "-socket", fifo, "-ping", "0", "-count", "5")
+	if code == exitOK || !strings.Contains(errOut, "-ping 0 is this member's own id, and under -order fifo a member's own messages are not delivered back to it") {
+		t.Fatalf("bench -ping own id under FIFO: exit %d %q", code, errOut)
 	}
 	code, _, errOut = runMain("bench", "-socket", sock, "-echo", "-ping", "1")
 	if code != exitUsage || !strings.Contains(errOut, "-echo and -ping exclude each other") {
