@@ -26,7 +26,8 @@ import (
 // RBCAST_BENCH_SECONDS sets the measuring time (default 1);
 // RBCAST_BENCH_PROCS=1 runs BenchmarkGoodput's receivers as processes;
 // RBCAST_BENCH_TRACE=1 logs the sender's longest pauses with the frames
-// sent and received around them (see traceLink).
+// sent and received around them (see traceLink); RBCAST_BENCH_PREFIX
+// starts the netns names (default rbeb; see benchPrefix).
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
@@ -37,10 +38,17 @@ func benchDuration() time.Duration {
 
 var benchPrefixes atomic.Int32
 
-// benchPrefix is a fresh topology prefix of ours ("rbe" + letters).
+// benchPrefix is a fresh topology prefix of ours: RBCAST_BENCH_PREFIX
+// (default "rbeb") and two letters, so that benchmarks run at the same
+// time by different people (RBCAST_BENCH_PREFIX=rbb, rbc, ...) do not
+// collide; netns.Up checks the result ("rb", lowercase, at most 11).
 func benchPrefix() string {
 	n := benchPrefixes.Add(1)
-	return fmt.Sprintf("rbeb%c%c", 'a'+n/26%26, 'a'+n%26)
+	p := os.Getenv("RBCAST_BENCH_PREFIX")
+	if p == "" {
+		p = "rbeb"
+	}
+	return fmt.Sprintf("%s%c%c", p, 'a'+n/26%26, 'a'+n%26)
 }
 
 type goodputOpts struct {
