@@ -227,7 +227,7 @@ func (e *engine) input(now clock.Time, frames []link.Frame) {
 		id := v.Sender()
 		if e.core != nil {
 			p := e.peer(id)
-			if e.core.Step(now, eth.Src(), v) != nil || p == nil {
+			if e.core.StepTo(now, eth.Src(), eth.Dst(), v) != nil || p == nil {
 				continue
 			}
 			if e.heard != nil {

@@ -45,6 +45,7 @@ type simGoodputResult struct {
 	fullCount   int
 	ackRTT      []time.Duration // per frame: sealed to stable at every receiver
 	nacks       uint64          // Nacks sent by receivers
+	nackRepeats uint64          // of them, asking again (nack timer or a lost retransmission)
 	maxStall    time.Duration   // longest virtual time with no delivery at some receiver while sending
 	maxStallAt  time.Time
 	gaps        []deliveryGap // over 1 ms, at any receiver
@@ -71,9 +72,9 @@ func (r simGoodputResult) String() string {
 	if r.sender.MessagesProposed > 0 {
 		retxPerMsg = float64(r.sender.Retransmitted) / float64(r.sender.DataFramesSent)
 	}
-	return fmt.Sprintf("%.1f MB/s (%.0f%% of %.1f MB/s wire), %.0f msg/s; window full %v (%d times); ack rtt p50 %v p99 %v max %v; retx/frame %.3f, nacks %d, held %d, probes %d; longest delivery gap %v",
+	return fmt.Sprintf("%.1f MB/s (%.0f%% of %.1f MB/s wire), %.0f msg/s; window full %v (%d times); ack rtt p50 %v p99 %v max %v; retx/frame %.3f, nacks %d (%d repeated), held %d, probes %d; longest delivery gap %v",
 		r.MBps(), 100*r.Fraction(), r.capacity/1e6, float64(r.msgs)/r.elapsed.Seconds(),
-		r.windowFull, r.fullCount, p(0.5), p(0.99), p(1), retxPerMsg, r.nacks, r.sender.RetransmitsHeld, r.sender.AcksSent, r.maxStall)
+		r.windowFull, r.fullCount, p(0.5), p(0.99), p(1), retxPerMsg, r.nacks, r.nackRepeats, r.sender.RetransmitsHeld, r.sender.AcksSent, r.maxStall)
 }
 
 // runSimGoodput has member 0 send as fast as its window allows for the
@@ -222,6 +223,7 @@ func runSimGoodput(tb testing.TB, o simGoodputOpts) simGoodputResult {
 	res.sender = core.Stats()
 	for _, d := range drivers[1:] {
 		res.nacks += d.eng.core.Stats().NacksSent
+		res.nackRepeats += d.eng.core.Stats().NacksRepeated
 	}
 	// Payload capacity: the sender's port carries one Data frame per wire
 	// time (testnet.Network.wireTime: FCS, preamble, gap), holding one

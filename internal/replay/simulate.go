@@ -144,7 +144,7 @@ type SimResult struct {
 // simCore is what Simulate needs of a protocol core: reliable/pbp's and
 // reliable/seq's share the Step/Tick/Ready/Advance shape.
 type simCore interface {
-	step(now clock.Time, src [6]byte, v frame.View) error
+	step(now clock.Time, src, dst [6]byte, v frame.View) error
 	tick(now clock.Time)
 	deadline() clock.Time
 	// ready hands what is due to the callbacks, then advances the core.
@@ -548,7 +548,7 @@ func stepFrame(core simCore, now clock.Time, r *Record, group uint32, etherType 
 	case frame.Join, frame.Welcome, frame.Start:
 		return ""
 	}
-	if err := core.step(now, eth.Src(), v); err != nil {
+	if err := core.step(now, eth.Src(), eth.Dst(), v); err != nil {
 		return err.Error()
 	}
 	return ""
@@ -575,8 +575,8 @@ type pbpSim struct {
 	left      bool
 }
 
-func (p *pbpSim) step(now clock.Time, src [6]byte, v frame.View) error {
-	return p.core.Step(now, src, v)
+func (p *pbpSim) step(now clock.Time, src, dst [6]byte, v frame.View) error {
+	return p.core.StepTo(now, src, dst, v)
 }
 func (p *pbpSim) tick(now clock.Time)                      { p.core.Tick(now) }
 func (p *pbpSim) deadline() clock.Time                     { return p.core.Deadline() }
@@ -648,7 +648,7 @@ type seqSim struct {
 	left     bool
 }
 
-func (s *seqSim) step(now clock.Time, src [6]byte, v frame.View) error {
+func (s *seqSim) step(now clock.Time, src, _ [6]byte, v frame.View) error {
 	return s.core.Step(now, src, v)
 }
 func (s *seqSim) tick(now clock.Time)                      { s.core.Tick(now) }

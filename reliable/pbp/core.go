@@ -123,13 +123,16 @@ type Stats struct {
 	MessagesProposed uint64
 	DataFramesSent   uint64 // first transmissions
 	Retransmitted    uint64 // Data frames sent again
-	RetransmitsHeld  uint64 // requests not honoured: the frame was just retransmitted
-	AcksSent         uint64
-	HeartbeatsSent   uint64
-	NacksSent        uint64
-	NacksReceived    uint64 // Nacks addressed to this member
-	NackedStale      uint64 // requested sequence numbers already stable or never sent
-	LeavesSent       uint64
+	// of Retransmitted: to the asking member's MAC only
+	RetransmittedUnicast uint64
+	RetransmitsHeld      uint64 // requests not honoured: the frame was just retransmitted
+	AcksSent             uint64
+	HeartbeatsSent       uint64
+	NacksSent            uint64
+	NacksRepeated        uint64 // of NacksSent: asking again for frames asked for before
+	NacksReceived        uint64 // Nacks addressed to this member
+	NackedStale          uint64 // requested sequence numbers already stable or never sent
+	LeavesSent           uint64
 
 	Delivered       uint64 // messages
 	DeliveredFrames uint64
@@ -207,20 +210,33 @@ type peer struct {
 	// retransmission that arrives after it. nackSentAt is 0 when no
 	// sample is pending; a re-asking Nack makes the sample ambiguous
 	// (Karn), so it cancels the pending one.
-	nackSentAt   Time
-	nackRepeat   bool // the Nack due re-asks (nack timer)
+	nackSentAt Time
+	nackRepeat bool // the Nack due re-asks (nack timer)
+	// nackRound numbers our Nacks to this sender (held.asked); reask says
+	// some frames asked for before are flagged lost (held.lost) and the
+	// Nack due asks for them again.
+	nackRound    uint32
+	reask        bool
+	timerDue     bool // the nack timer fired: ask again for frames asked long enough ago
 	srtt, rttvar Duration
 
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
 }
 
-// held is a received frame waiting for the frames before it.
+// held is a received frame waiting for the frames before it; for a
+// missing frame (full false, seq set), when we last asked for it.
 type held struct {
 	data    []byte
 	seq     uint32
 	full    bool
 	bundled bool
+	// asked is the nackRound of the last Nack that asked for this missing
+	// frame (0: never); lost says a later frame's retransmission arrived
+	// first, so this one's was lost: ask again at once.
+	asked   uint32
+	askedAt Time
+	lost    bool
 }
 
 // sent is a frame of ours kept until every live member acknowledged it
@@ -234,7 +250,10 @@ type sent struct {
 	// Nacks the last retransmission answered. A Nack from one of them
 	// again is a new request: its copy was lost.
 	served uint64
-	sentAt Time // first transmission
+	// unicast: the last retransmission went to one member's MAC only; a
+	// second member asking within the hold gets a broadcast.
+	unicast bool
+	sentAt  Time // first transmission
 }
 
 // Core is one member's PBP protocol state machine. It does no I/O and
@@ -413,7 +432,7 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	}
 	h := &c.history[(c.nextSeq+uint32(c.pending))&c.hmask]
 	h.buf = appendMsg(h.buf[:0], msg)
-	h.count, h.retxAt, h.served = 1, 0, 0
+	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false
 	c.pending++
 	c.openLen, c.openAt = 2+len(msg), c.now
 	c.stats.MessagesProposed++
@@ -625,7 +644,10 @@ func (c *Core) Tick(now Time) {
 	for i := range c.peers {
 		p := &c.peers[i]
 		if p.state == repair && now >= p.nackAt {
-			p.nackDue, p.nackFrom, p.nackRepeat = true, p.expected, true
+			if !p.nackDue {
+				p.nackDue, p.nackFrom = true, p.knownEnd
+			}
+			p.nackRepeat, p.timerDue = true, true
 			if p.expected == p.nackExpected && p.lastHeard <= p.nackArmed {
 				p.nackBackoff = min(p.nackBackoff+1, maxNackBackoff)
 			} else {
@@ -658,6 +680,7 @@ func (c *Core) resendTimeout() {
 			c.sendData(s, frame.FlagRetransmit|frame.FlagAckRequest)
 			c.history[s&c.hmask].retxAt = c.now
 			c.history[s&c.hmask].served = 0
+			c.history[s&c.hmask].unicast = false
 			c.stats.Retransmitted++
 		}
 	case PBP2:

@@ -274,8 +274,11 @@ func TestLostTailSeenFromAck(t *testing.T) {
 	}
 }
 
+// Retransmissions go to the asking member's MAC; a second member asking
+// for the same frame within the hold gets one broadcast; further Nacks
+// within the hold are held.
 func TestBundleNackAnswerAndHold(t *testing.T) {
-	c := newCore(t, testConfig(PBP2, 0, 3))
+	c := newCore(t, testConfig(PBP2, 0, 4))
 	for _, m := range []string{"one", "two", "three"} {
 		if err := c.Propose(t0+1, []byte(m)); err != nil {
 			t.Fatal(err)
@@ -299,29 +302,37 @@ func TestBundleNackAnswerAndHold(t *testing.T) {
 	if _, ok := frames[0].body.(*frame.Payload); !ok {
 		t.Fatalf("a lone message travels unbundled: %+v", frames[0].body)
 	}
-	nack := in{sender: 2, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 99, Last: 101}}}}
+	nack := in{sender: 2, seq: 99, acks: []uint32{100, 100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 99, Last: 101}}}}
 	step(t, c, t0+3, nack)
 	frames, _, _ = ready(t, c)
-	if len(frames) != 2 || frames[0].h.Seq != 100 || frames[1].h.Seq != 101 || frames[0].h.Flags&frame.FlagRetransmit == 0 || frames[0].dst != frame.Broadcast {
-		t.Fatalf("retransmissions %+v, want 100 and 101 broadcast with FlagRetransmit", frames)
+	if len(frames) != 2 || frames[0].h.Seq != 100 || frames[1].h.Seq != 101 || frames[0].h.Flags&frame.FlagRetransmit == 0 || frames[0].dst != testMAC(2) || frames[1].dst != testMAC(2) {
+		t.Fatalf("retransmissions %+v, want 100 and 101 with FlagRetransmit to member 2 alone", frames)
 	}
 	if b, ok := frames[0].body.(*frame.Bundle); !ok || len(b.Msgs) != 3 {
 		t.Fatalf("retransmitted bundle %+v", frames[0].body)
 	}
-	// Another member's Nack for the same frames right after: held.
+	// A second member's Nack for the same frames right after: one
+	// broadcast serves it and everyone else.
 	nack.sender = 1
 	step(t, c, t0+4, nack)
+	frames, _, _ = ready(t, c)
+	if len(frames) != 2 || frames[0].dst != frame.Broadcast || frames[1].dst != frame.Broadcast || frames[1].h.Flags&frame.FlagRetransmit == 0 {
+		t.Fatalf("retransmissions %+v, want 100 and 101 broadcast", frames)
+	}
+	// A third one's right after that: held, the broadcast serves it.
+	nack.sender = 3
+	step(t, c, t0+5, nack)
 	frames, _, _ = ready(t, c)
 	if len(frames) != 0 || c.Stats().RetransmitsHeld != 2 {
 		t.Fatalf("frames %+v, stats %+v; want nothing sent, 2 held", frames, c.Stats())
 	}
-	// After NackTimeout/2 it is honoured again.
+	// After NackTimeout/2 it is honoured again, to the asker.
 	step(t, c, t0+4+Time(DefaultNackTimeout/2), nack)
-	if frames, _, _ = ready(t, c); len(frames) != 2 {
-		t.Fatalf("%d frames, want 2 retransmissions", len(frames))
+	if frames, _, _ = ready(t, c); len(frames) != 2 || frames[0].dst != testMAC(3) {
+		t.Fatalf("%+v, want 2 retransmissions to member 3", frames)
 	}
-	if st := c.Stats(); st.NackedStale != 3 || st.NacksReceived != 3 {
-		t.Fatalf("stats %+v: 99 was never sent (stale, in each of 3 Nacks)", st)
+	if st := c.Stats(); st.NackedStale != 4 || st.NacksReceived != 4 || st.Retransmitted != 6 || st.RetransmittedUnicast != 4 {
+		t.Fatalf("stats %+v: 99 was never sent (stale, in each of 4 Nacks); 6 retransmitted, 4 of them unicast", st)
 	}
 }
 
@@ -678,8 +689,8 @@ func TestZeroAllocsInOrder(t *testing.T) {
 		}
 		c.Advance()
 	}
-	for range 300 {
-		round() // warm up buffers
+	for range 2 * len(c.history) {
+		round() // warm up buffers: every history slot once
 	}
 	if a := testing.AllocsPerRun(1000, round); a != 0 {
 		t.Fatalf("%v allocations per message, want 0", a)
@@ -724,31 +735,88 @@ func TestStalledMemberRemoved(t *testing.T) {
 // deduplicates other members' Nacks (the hold alone stalled it for
 // NackTimeout/2 and its window for a whole NackTimeout).
 func TestRepeatedNackFromSameMemberNotHeld(t *testing.T) {
-	c := newCore(t, testConfig(PBP2, 0, 3))
+	c := newCore(t, testConfig(PBP2, 0, 4))
 	c.Propose(t0+1, []byte("a"))
 	ready(t, c)
 	nack := func(from frame.MemberID) in {
-		return in{sender: from, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 100}}}}
+		return in{sender: from, seq: 99, acks: []uint32{100, 100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 100}}}}
 	}
 	step(t, c, t0+2, nack(1))
-	if frames, _, _ := ready(t, c); len(frames) != 1 {
-		t.Fatalf("%+v, want one retransmission", frames)
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].dst != testMAC(1) {
+		t.Fatalf("%+v, want one retransmission to member 1", frames)
 	}
-	step(t, c, t0+3, nack(2)) // the same loss seen by 2: served by that one
+	step(t, c, t0+3, nack(2)) // the same loss seen by 2: a broadcast
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].dst != frame.Broadcast {
+		t.Fatalf("%+v, want one broadcast retransmission", frames)
+	}
+	step(t, c, t0+4, nack(3)) // and by 3: served by that broadcast
 	if frames, _, _ := ready(t, c); len(frames) != 0 {
-		t.Fatalf("%+v, want member 2's Nack held", frames)
+		t.Fatalf("%+v, want member 3's Nack held", frames)
 	}
-	step(t, c, t0+4, nack(1)) // 1 again: its copy was lost
+	step(t, c, t0+5, nack(3)) // 3 again: its copy was lost
 	frames, _, _ := ready(t, c)
-	if len(frames) != 1 || frames[0].h.Seq != 100 || frames[0].h.Flags&frame.FlagRetransmit == 0 {
-		t.Fatalf("%+v, want 100 retransmitted for member 1's repeated Nack", frames)
+	if len(frames) != 1 || frames[0].h.Seq != 100 || frames[0].h.Flags&frame.FlagRetransmit == 0 || frames[0].dst != testMAC(3) {
+		t.Fatalf("%+v, want 100 retransmitted to member 3 for its repeated Nack", frames)
 	}
-	step(t, c, t0+5, nack(2)) // 2 was served by the first: now a new request too
+	if st := c.Stats(); st.Retransmitted != 3 || st.RetransmitsHeld != 1 || st.RetransmittedUnicast != 2 {
+		t.Fatalf("stats %+v, want 3 retransmitted (2 unicast), 1 held", st)
+	}
+}
+
+// A retransmission addressed to us answers our Nack; frames asked for no
+// later than it and still missing had their retransmissions overtaken,
+// so they were lost: they are asked for again at once, not after the
+// nack timer. A broadcast retransmission may answer another member's
+// earlier Nack, so it proves nothing.
+func TestLostRetransmissionAskedAgainAtOnce(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 1, 3))
+	data := func(seq uint32, flags frame.Flags) in {
+		return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
+	}
+	stepTo := func(now Time, f in, dst [6]byte) {
+		t.Helper()
+		src, v := f.view(t)
+		if err := c.StepTo(now, src, dst, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stepTo(t0+1, data(100, 0), frame.Broadcast)
+	stepTo(t0+2, data(103, 0), frame.Broadcast) // 101, 102 missing
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Nack || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 102}) {
+		t.Fatalf("%+v, want a Nack for 101-102", frames)
+	}
+	// 102's retransmission to the group: no conclusion about 101.
+	stepTo(t0+3, data(102, frame.FlagRetransmit), frame.Broadcast)
 	if frames, _, _ := ready(t, c); len(frames) != 0 {
-		t.Fatalf("%+v: the retransmission for 1 serves 2 as well", frames)
+		t.Fatalf("%+v, want nothing: a broadcast retransmission may answer another member", frames)
 	}
-	if st := c.Stats(); st.Retransmitted != 2 || st.RetransmitsHeld != 2 {
-		t.Fatalf("stats %+v, want 2 retransmitted, 2 held", st)
+	stepTo(t0+4, data(104, 0), frame.Broadcast)
+	stepTo(t0+5, data(106, 0), frame.Broadcast) // 105 missing
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 105, Last: 105}) {
+		t.Fatalf("%+v, want a Nack for the new gap 105 only", frames)
+	}
+	// 105's retransmission to us: 101, asked for before it, was lost.
+	T := Time(DefaultNackTimeout) // the nack timer, armed at t0+2
+	stepTo(t0+2+T-1000, data(105, frame.FlagRetransmit), testMAC(1))
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Nack || len(frames[0].body.(*frame.NackBody).Ranges) != 1 || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 101}) {
+		t.Fatalf("%+v, want a Nack for 101 alone at once", frames)
+	}
+	if st := c.Stats(); st.NacksRepeated != 1 || st.NacksSent != 3 {
+		t.Fatalf("stats %+v, want 3 Nacks, 1 repeated", st)
+	}
+	// The nack timer does not ask again for 101 so soon after.
+	c.Tick(t0 + 2 + T)
+	frames, _, _ = ready(t, c)
+	for _, f := range frames {
+		if f.t == frame.Nack {
+			t.Fatalf("%+v: 101 was asked for less than a repair timeout ago", frames)
+		}
+	}
+	c.Tick(t0 + 2 + 2*T)
+	if frames, _, _ = ready(t, c); len(frames) == 0 || frames[len(frames)-1].t != frame.Nack || frames[len(frames)-1].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 101}) {
+		t.Fatalf("%+v, want the nack timer to ask for 101 again", frames)
 	}
 }
 

@@ -40,13 +40,19 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 	c.frames = append(c.frames, b)
 }
 
-// sendData sends (or resends) our frame seq from the history.
+// sendData sends (or resends) our frame seq from the history to the
+// group.
 func (c *Core) sendData(seq uint32, flags frame.Flags) {
+	c.sendDataTo(c.cfg.dst, seq, flags)
+}
+
+// sendDataTo sends our frame seq to dst: the group, or one member's MAC.
+func (c *Core) sendDataTo(dst [6]byte, seq uint32, flags frame.Flags) {
 	h := &c.history[seq&c.hmask]
 	c.header(seq, flags)
 	if h.count == 1 {
 		c.payload.Data = h.buf[2:]
-		c.emit(c.cfg.dst, &c.payload)
+		c.emit(dst, &c.payload)
 		c.payload.Data = nil
 		return
 	}
@@ -57,7 +63,7 @@ func (c *Core) sendData(seq uint32, flags frame.Flags) {
 		b = b[2+n:]
 	}
 	c.bundle.Msgs = msgs
-	c.emit(c.cfg.dst, &c.bundle)
+	c.emit(dst, &c.bundle)
 	clear(msgs)
 }
 
@@ -80,12 +86,31 @@ func (c *Core) sendNack(p *peer) {
 	if frame.SeqLess(from, p.expected) {
 		from = p.expected
 	}
+	// Frames flagged lost (their retransmission was overtaken) are asked
+	// for again together with the new gaps.
+	scan := from
+	if p.reask || p.timerDue {
+		scan = p.expected
+	}
+	timer := p.timerDue
+	old := c.now - Time(c.nackTimeout(p)/nackAgeDivisor)
+	p.reask, p.timerDue = false, false
+	p.nackRound++
+	if p.nackRound == 0 {
+		p.nackRound = 1
+	}
 	maxRanges := (c.cfg.linkMax - 4) / 8
 	ranges := c.nack.Ranges[:0]
-	for s := from; frame.SeqLess(s, p.knownEnd) && len(ranges) < maxRanges; s++ {
-		if p.ring[s&c.mask].full {
+	for s := scan; frame.SeqLess(s, p.knownEnd) && len(ranges) < maxRanges; s++ {
+		h := &p.ring[s&c.mask]
+		if h.full {
 			continue
 		}
+		if frame.SeqLess(s, from) && !(h.seq == s && h.lost) &&
+			!(timer && (h.seq != s || h.asked == 0 || h.askedAt <= old)) {
+			continue
+		}
+		h.seq, h.asked, h.askedAt, h.lost = s, p.nackRound, c.now, false
 		if n := len(ranges); n > 0 && ranges[n-1].Last == s-1 {
 			ranges[n-1].Last = s
 		} else {
@@ -101,6 +126,7 @@ func (c *Core) sendNack(p *peer) {
 	switch {
 	case repeat:
 		p.nackSentAt = 0 // Karn: the answer could be to either Nack
+		c.stats.NacksRepeated++
 	case p.nackSentAt == 0:
 		p.nackSentAt = c.now
 	}
@@ -109,6 +135,11 @@ func (c *Core) sendNack(p *peer) {
 	c.emit(p.mac, &c.nack)
 	c.stats.NacksSent++
 }
+
+// nackAgeDivisor: when the nack timer fires, frames asked for less than
+// nackTimeout/nackAgeDivisor ago are not asked for again yet (their
+// retransmissions may be on the way).
+var nackAgeDivisor Duration = 2
 
 // answerNack retransmits what p asked for (thesis fig. 3.8, "resend
 // message with seqno data[1]"), by broadcast, since others may miss the
@@ -144,13 +175,34 @@ func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 		}
 		for s := first; ; s++ {
 			h := &c.history[s&c.hmask]
-			if h.retxAt != 0 && c.now < h.retxAt.Add(hold) && (bit == 0 || h.served&bit == 0) {
+			recent := h.retxAt != 0 && c.now < h.retxAt.Add(hold)
+			switch {
+			case bit == 0:
+				// Beyond the served bitmask: broadcast, time hold only.
+				if recent {
+					c.stats.RetransmitsHeld++
+					break
+				}
+				c.sendData(s, frame.FlagRetransmit)
+				h.retxAt, h.served, h.unicast = c.now, 0, false
+				c.stats.Retransmitted++
+			case recent && h.served&bit == 0 && !h.unicast:
+				// A broadcast retransmission is on its way to p too.
 				h.served |= bit
 				c.stats.RetransmitsHeld++
-			} else {
+			case recent && h.served&bit == 0:
+				// A second member asks within the hold: one broadcast
+				// serves it and anyone else who lost the frame.
 				c.sendData(s, frame.FlagRetransmit)
-				h.retxAt, h.served = c.now, bit
+				h.retxAt, h.served, h.unicast = c.now, h.served|bit, false
 				c.stats.Retransmitted++
+			default:
+				// The first to ask, or p lost the copy it was sent: to
+				// p alone.
+				c.sendDataTo(p.mac, s, frame.FlagRetransmit)
+				h.retxAt, h.served, h.unicast = c.now, bit, true
+				c.stats.Retransmitted++
+				c.stats.RetransmittedUnicast++
 			}
 			if s == last {
 				break
