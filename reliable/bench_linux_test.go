@@ -27,7 +27,8 @@ import (
 // RBCAST_BENCH_PROCS=1 runs BenchmarkGoodput's receivers as processes;
 // RBCAST_BENCH_TRACE=1 logs the sender's longest pauses with the frames
 // sent and received around them (see traceLink); RBCAST_BENCH_PREFIX
-// starts the netns names (default rbeb; see benchPrefix).
+// starts the netns names (default rbeb; see benchPrefix);
+// RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window.
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
@@ -428,7 +429,8 @@ func BenchmarkGoodput(b *testing.B) {
 						name = strconv.Itoa(size)
 					}
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
-						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}, d)
+						window, _ := strconv.Atoi(os.Getenv("RBCAST_BENCH_WINDOW"))
+						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}, d)
 						reportGoodput(b, r)
 					})
 				}
