@@ -622,7 +622,7 @@ func (c *Core) flush() {
 		if c.now >= c.lastBcast.Add(c.cfg.HeartbeatInterval) {
 			c.sendStatusRequest(c.cfg.dst, true)
 		}
-		if c.heldDue() && c.now >= c.lastBcast.Add(c.cfg.NackTimeout) {
+		if c.heldDue() && (c.now >= c.lastBcast.Add(c.cfg.NackTimeout) || c.held == c.nextGlobal && c.held != c.heldSent) {
 			c.announceHeld()
 		}
 	case follower:

@@ -10,9 +10,12 @@ import "github.com/rbcast/rbcast/frame"
 // member's received cursor (the ack vector's ack[1], and status replies),
 // computes it, and announces it next to the safe cursor in SeqData,
 // SeqAccept and SeqStatusRequest (wire format v3). While it numbers and
-// broadcasts, the cursor travels in those frames at no cost; once the
-// group is quiet a status request carries its last move, NackTimeout
-// after the last broadcast. A member removed (silent past FailureTimeout,
+// broadcasts, the cursor travels in those frames at no cost; a status
+// request carries a move no such frame carried: at once when the cursor
+// reaches the end of the numbered stream (every live member holds
+// everything: the moment a waiting sender wants, and in a saturated
+// stream a rare one), else NackTimeout after the last broadcast. A member
+// removed (silent past FailureTimeout,
 // left out of an election) or departed no longer holds it back.
 //
 // The cursor never moves back. A member taken back after a removal
