@@ -247,7 +247,9 @@ func (m *totalMember) survivor() bool {
 	return !m.run.crashed[m.index] && !m.halted && !m.left
 }
 
-// done: every survivor proposed everything, has nothing outstanding, and
+// done: every survivor proposed everything, has nothing outstanding, knows
+// every live member holds all it proposed (the all-held cursor passed it:
+// after a crash or leave, once the sequencer removed the member), and
 // delivered every message of every member that did not crash; all
 // survivors delivered the same number of messages.
 func (r *totalRun) done() bool {
@@ -263,7 +265,7 @@ func (r *totalRun) done() bool {
 			continue
 		}
 		t := m.d.eng.total
-		if m.proposed < r.s.k || t.Stats().Outstanding > 0 || t.Stats().Electing {
+		if st := t.Stats(); m.proposed < r.s.k || st.Outstanding > 0 || st.Electing || st.NotHeldByAll > 0 {
 			return false
 		}
 		if !r.members[r.ids[t.Sequencer()]].survivor() {
