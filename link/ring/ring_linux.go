@@ -52,6 +52,10 @@ type Link struct {
 	blkOpen bool
 	blkLeft uint32
 	blkOff  int
+	// Config.RxSpin's back-off: no spinning before spinOff; spinPause is
+	// the current pause, halved by every spin that met no contention.
+	spinOff   time.Time
+	spinPause time.Duration
 
 	tx       socket
 	txSlot   []int  // byte offset of every TX slot in tx.ring
@@ -467,27 +471,60 @@ func (l *Link) rxReady(uintptr) bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
+// Back-off of Config.RxSpin under contention: the first pause, and the
+// longest (each contended spin doubles it).
+const (
+	spinPauseMin = 10 * time.Millisecond
+	spinPauseMax = time.Second
+)
+
 // spin looks at the next slot or block until it is ours (true), for at
-// most Config.RxSpin and never past deadline (false: Recv then sleeps in
-// the netpoller, which also reports the deadline or Close). Between looks
-// it yields the CPU to other processes (sched_yield) and to this
-// process's other goroutines (runtime.Gosched), so that ranks sharing a
-// core take turns instead of burning it. It only reads the status word
-// that fill reads next, so frames are taken in ring order as without it.
+// most Config.RxSpin of yielding and never past deadline (false: Recv then
+// sleeps in the netpoller, which also reports the deadline or Close).
+// Between looks it lets this process's other goroutines run
+// (runtime.Gosched; not counted against RxSpin: a program that computes
+// meanwhile is not waiting) and gives the CPU to other processes
+// (sched_yield), so that processes sharing a core take turns instead of
+// burning it. It only reads the status word fill reads next, so frames are
+// taken in ring order as without it.
+//
+// A sched_yield that kept us off the CPU longer than RxSpin means other
+// work holds the CPU for whole scheduler slices: a process that yields
+// then waits for the slice to end, where one asleep in poll(2) would be
+// woken (and usually run at once) when its frame lands. Spinning then
+// costs latency instead of saving it, so it stops for spinPauseMin,
+// doubling up to spinPauseMax while the contention lasts (a spin without
+// it halves the pause).
 func (l *Link) spin(deadline time.Time) bool {
-	end := time.Now().Add(l.cfg.RxSpin)
-	if !deadline.IsZero() && deadline.Before(end) {
-		end = deadline
+	now := time.Now()
+	if now.Before(l.spinOff) {
+		return false
 	}
+	var spent time.Duration
 	for !l.closed.Load() {
 		if l.rxReady(0) {
+			l.spinPause /= 2
 			return true
 		}
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		runtime.Gosched()
-		if !time.Now().Before(end) {
-			return l.rxReady(0)
+		if l.rxReady(0) {
+			l.spinPause /= 2
+			return true
 		}
+		t0 := time.Now()
+		if spent >= l.cfg.RxSpin || (!deadline.IsZero() && !t0.Before(deadline)) {
+			l.spinPause /= 2
+			return false
+		}
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		t1 := time.Now()
+		if away := t1.Sub(t0); away <= l.cfg.RxSpin {
+			spent += away
+			continue
+		}
+		l.spinPause = min(max(2*l.spinPause, spinPauseMin), spinPauseMax)
+		l.spinOff = t1.Add(l.spinPause)
+		return l.rxReady(0)
 	}
 	return false
 }

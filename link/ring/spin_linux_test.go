@@ -39,11 +39,18 @@ func TestRxSpin(t *testing.T) {
 			})
 			t.Run("one at a time", func(t *testing.T) {
 				// A frame that lands while Recv spins is read; each Recv
-				// waits for one frame sent after it started.
+				// waits for one frame sent after it started. Every other
+				// Recv starts in a back-off (as after a contended spin)
+				// and so waits in the netpoller.
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
 				for seq := uint64(0); seq < 20; seq++ {
+					if seq%2 == 1 {
+						rx.spinOff = time.Now().Add(time.Hour)
+					} else {
+						rx.spinOff = time.Time{}
+					}
 					sent := make(chan error, 1)
 					go func() {
 						time.Sleep(time.Millisecond)
