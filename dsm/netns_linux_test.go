@@ -16,12 +16,14 @@ import (
 
 // Real network: three namespaces on a bridge, the mmap ring link on each
 // host's eth0, nftables loss on two of them (5% random, 10% in bursts of
-// 4), registration with host 0 the server. The sequential-consistency
-// program and the two-member-exact lock program must pass, as on the
-// simulator. Needs root (skips otherwise).
+// 4), registration with host 0 the server; hosts 1 and 2 poll their
+// rings before sleeping (ring.Config.RxSpin), host 0 does not. The
+// sequential-consistency program and the two-member-exact lock program
+// must pass, as on the simulator. Needs root (skips otherwise).
 func TestNetnsBDSM(t *testing.T) {
 	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
 	loss := []netns.Loss{{}, {Percent: 5, EtherType: frame.EtherType}, {Percent: 10, BurstLen: 4, EtherType: frame.EtherType}}
+	spin := []time.Duration{0, 200 * time.Microsecond, 200 * time.Microsecond}
 	links := make([]link.Link, len(topo.Hosts))
 	for i, h := range topo.Hosts {
 		if loss[i].Percent > 0 {
@@ -30,7 +32,7 @@ func TestNetnsBDSM(t *testing.T) {
 			}
 		}
 		err := h.Do(func() error {
-			l, err := ring.Open(h.Iface, ring.Config{})
+			l, err := ring.Open(h.Iface, ring.Config{RxSpin: spin[i]})
 			links[i] = l
 			return err
 		})

@@ -90,12 +90,15 @@ type Config struct {
 	// kernel's unit). 0 means DefaultBlockTimeout. Ignored by V2.
 	BlockTimeout time.Duration
 	// RxSpin is how long Recv keeps looking at the receive ring before it
-	// sleeps in poll(2) when the ring is empty, yielding the CPU
-	// (sched_yield(2), then the Go scheduler) between looks: a frame that
-	// arrives within RxSpin is read without the process being put to
-	// sleep and woken. It trades CPU for latency, as MPI ranks that
-	// yield-spin do, and helps a program that waits for one frame at a
-	// time (BDSM barriers). 0, the default, never spins. At most a second.
+	// sleeps in poll(2) when the ring is empty, yielding the CPU (the Go
+	// scheduler, then sched_yield(2)) between looks; the time spent in
+	// sched_yield counts. A frame that arrives meanwhile is read without
+	// the process being put to sleep and woken. It trades CPU for latency,
+	// as MPI ranks that yield-spin do, and helps programs that wait for
+	// one frame at a time (BDSM barriers), most of all when there are more
+	// such processes than cores. A yield longer than RxSpin (the CPU is
+	// busy with other work) pauses spinning for 10 ms to 1 s (package
+	// documentation). 0, the default, never spins. At most a second.
 	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means

@@ -30,14 +30,17 @@
 // sleeps until poll(2) would report EPOLLIN (a frame in V2, a retired block
 // in V3). Deadlines are the file's read deadline; Close wakes a waiting
 // Recv, which returns net.ErrClosed. By default it never spins. With
-// Config.RxSpin it first looks at the ring's next status word for up to
-// that long, calling sched_yield(2) and runtime.Gosched between looks, and
-// sleeps only if nothing came: a process waiting for one frame at a time is
-// then not put to sleep and woken per frame (on the 2-core test machine,
-// 4 BDSM processes exchanging tiny updates took 30 µs an iteration with a
-// 50 µs spin, 84 µs without; docs/benchmarks.md, "BDSM vs MPI"). The
-// spin only reads the status word fill reads next, so frames come in ring
-// order either way.
+// Config.RxSpin it first looks at the ring's next status word, calling
+// runtime.Gosched and sched_yield(2) between looks, for up to RxSpin of
+// yielding, and sleeps only if nothing came: a process waiting for one
+// frame at a time is then not put to sleep and woken per frame (on the
+// 2-core test machine, 4 BDSM processes exchanging tiny updates took 43 µs
+// an iteration with a 200 µs spin, 85 µs without; docs/benchmarks.md, "BDSM
+// vs MPI"). A yield that keeps Recv off the CPU longer than RxSpin means
+// other work holds the CPU, where a sleeper is woken sooner than a yielder
+// gets its turn back: spinning then stops for 10 ms, doubling up to a
+// second while that lasts. The spin only reads the status word fill reads
+// next, so frames come in ring order either way.
 //
 // # Sending
 //
