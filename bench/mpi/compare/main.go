@@ -205,6 +205,7 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 		rawOut = f
 	}
 	ctx := context.Background()
+	startLoad, startTime := loadAvg(), time.Now().UTC()
 	var runs []run
 	failures := 0
 	// exec1 runs one measurement, at most three tries: an OpenMPI job
@@ -316,6 +317,10 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 			return err
 		}
 	}
+	// The load decides the outcome more than anything else on a shared
+	// machine (docs/benchmarks.md): every report says what it was.
+	fmt.Printf("%s–%s UTC, load average (1 min) %s at the start, %s at the end\n",
+		startTime.Format("15:04"), time.Now().UTC().Format("15:04"), startLoad, loadAvg())
 	fmt.Printf("failed tries (retried): %d\n", failures)
 	report(os.Stdout, runs, progs, procs, windows, spin, spins)
 	return nil
@@ -329,6 +334,15 @@ const (
 	runTimeout = 3 * time.Minute
 	mpiTimeout = 30 * time.Second
 )
+
+// loadAvg is the 1-minute load average from /proc/loadavg, or "?".
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
 
 // parseLine splits a report line's key=value fields.
 func parseLine(line string) map[string]string {
