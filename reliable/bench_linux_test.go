@@ -409,16 +409,23 @@ func BenchmarkGoodput(b *testing.B) {
 	for _, rx := range []int{1, 3, 7} {
 		for _, mtu := range []int{1500, 9000} {
 			b.Run(fmt.Sprintf("rx=%d/mtu=%d/raw-ring", rx, mtu), func(b *testing.B) {
-				res, err := linkbench.RunThroughput(linkbench.Options{Backend: "ring-v2", Hosts: rx + 1, MTU: mtu, Duration: d, Prefix: benchPrefix()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				min := res.Receivers[0].MBps(res.Elapsed)
-				for _, r := range res.Receivers {
-					min = minf(min, r.MBps(res.Elapsed))
-				}
+				topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
+				var res *linkbench.Throughput
+				min, cpu := cpuPerGB(rx, func() (float64, time.Duration) {
+					var err error
+					res, err = linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: d})
+					if err != nil {
+						b.Fatal(err)
+					}
+					min := res.Receivers[0].MBps(res.Elapsed)
+					for _, r := range res.Receivers {
+						min = minf(min, r.MBps(res.Elapsed))
+					}
+					return min, res.Elapsed
+				})
 				b.ReportMetric(res.MeanMBps(), "MB/s")
 				b.ReportMetric(min, "minMB/s")
+				b.ReportMetric(cpu, "cpu-s/GB")
 				b.ReportMetric(res.LossPct(), "loss%")
 				b.Logf("load %s", loadavg())
 			})
@@ -430,8 +437,22 @@ func BenchmarkGoodput(b *testing.B) {
 					}
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
 						window, _ := strconv.Atoi(os.Getenv("RBCAST_BENCH_WINDOW"))
-						r := runGoodput(b, goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}, d)
+						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}
+						topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
+						if loss > 0 {
+							for _, h := range topo.Hosts[1:] {
+								if err := h.SetLoss(netns.In, netns.Loss{Percent: loss, EtherType: frame.EtherType}); err != nil {
+									b.Fatal(err)
+								}
+							}
+						}
+						var r goodputResult
+						_, cpu := cpuPerGB(rx, func() (float64, time.Duration) {
+							r = runGoodputOn(b, topo, o, d)
+							return float64(r.bytes) / r.elapsed.Seconds() / 1e6, r.elapsed
+						})
 						reportGoodput(b, r)
+						b.ReportMetric(cpu, "cpu-s/GB")
 					})
 				}
 			}
