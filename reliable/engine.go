@@ -54,6 +54,21 @@ type engine struct {
 	held    uint64
 	events  []Event
 	sendErr error
+
+	// stage, if set, is the link's Stage half of Send: send copies the
+	// frames into the link's transmit queue and sets staged, and the
+	// Group's kicker goroutine has the kernel transmit them (Kick) after
+	// the lock is released. Nil: send calls l.Send.
+	stage  stager
+	staged bool
+}
+
+// stager is a link that can split Send in two (link/ring): Stage copies
+// frames into its transmit ring, Kick hands them to the kernel and may run
+// on another goroutine at the same time as Stage.
+type stager interface {
+	Stage(frames [][]byte) (int, error)
+	Kick() error
 }
 
 // peerStats is what the runtime measures per member.
@@ -301,7 +316,14 @@ func (e *engine) outputData(data bool) error {
 
 func (e *engine) send(frames [][]byte) {
 	if len(frames) > 0 && e.sendErr == nil {
-		if _, err := e.l.Send(frames); err != nil {
+		var err error
+		if e.stage != nil {
+			_, err = e.stage.Stage(frames)
+			e.staged = true
+		} else {
+			_, err = e.l.Send(frames)
+		}
+		if err != nil {
 			e.sendErr = err
 			e.log.Error("rbcast: link send failed; the group stops", "group", e.group, "err", err)
 		}

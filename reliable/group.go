@@ -61,6 +61,12 @@ type Group struct {
 	done   chan struct{}
 	rx     []link.Frame
 
+	// With a link that stages (link/ring), frames are copied into its
+	// transmit ring under g.mu and the kicker goroutine has the kernel
+	// send them, outside the lock: kick wakes it, kickStop ends it after
+	// a last Kick, kicked is closed when it has ended.
+	kick, kickStop, kicked chan struct{}
+
 	// The event loop's own state (no lock): since when the receive queue
 	// has been full, and the timer bounding a wait for room in it.
 	fullSince time.Time
@@ -99,6 +105,11 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.eng = newEngine(l, &s, fifo, total, members, epoch)
+	if st, ok := l.(stager); ok {
+		g.eng.stage = st
+		g.kick, g.kickStop, g.kicked = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go g.kicker(st)
+	}
 	g.max = maxPayload(&s, members, mtu)
 	if total != nil {
 		g.max = total.MaxMessage()
@@ -112,8 +123,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		reg.attach(g.eng)
 	}
 	if err := g.eng.turn(g.eng.now(time.Now()), nil, true); err != nil {
+		g.stopKicker()
 		return nil, err
 	}
+	g.kickStaged()
 	go g.run()
 	return g, nil
 }
@@ -177,6 +190,7 @@ func (g *Group) run() {
 			g.room = nil
 		}
 		g.mu.Unlock()
+		g.stopKicker()
 		g.queue.close(err)
 		close(g.events)
 		close(g.done)
@@ -223,6 +237,7 @@ func (g *Group) run() {
 		// two CPUs, and the loop is not held up in l.Send by a batch of
 		// full frames. With nobody waiting, the loop sends them.
 		err = g.eng.turn(g.eng.now(time.Now()), g.rx[:n], g.room == nil)
+		g.kickStaged()
 		g.wakeSenders()
 		switch {
 		case err != nil:
@@ -283,6 +298,53 @@ func (g *Group) waitRoom(deadline time.Time) {
 	case <-g.roomTimer.C:
 	}
 	g.roomTimer.Stop()
+}
+
+// kickStaged wakes the kicker if frames were staged since it last ran;
+// g.mu is held (or, in Join, the loop has not started).
+func (g *Group) kickStaged() {
+	if !g.eng.staged {
+		return
+	}
+	g.eng.staged = false
+	select {
+	case g.kick <- struct{}{}:
+	default: // a wake-up is pending already; its Kick sends these too
+	}
+}
+
+// kicker has the kernel transmit the frames the engine staged (Kick),
+// outside g.mu, so that the next Send fills the ring, and the loop steps
+// acknowledgements, while the kernel transmits: on a veth bridge the
+// kernel's transmit (the bridge's flood and the receivers' ring copies)
+// costs as much CPU as everything the sender does, and it now runs on a
+// goroutine of its own. A link that cannot send stops the group, as a
+// failed Send does.
+func (g *Group) kicker(st stager) {
+	defer close(g.kicked)
+	for {
+		select {
+		case <-g.kick:
+		case <-g.kickStop:
+			st.Kick() // what the last turn staged (the Leave repeats)
+			return
+		}
+		if err := st.Kick(); err != nil {
+			g.mu.Lock()
+			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
+			g.mu.Unlock()
+			<-g.kickStop
+			return
+		}
+	}
+}
+
+// stopKicker ends the kicker after a last Kick and waits for it.
+func (g *Group) stopKicker() {
+	if g.kickStop != nil {
+		close(g.kickStop)
+		<-g.kicked
+	}
 }
 
 // finish records why the group stopped; g.mu is held.
@@ -353,6 +415,7 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, oerr))
 			err = g.err
 		}
+		g.kickStaged()
 		if !windowFull(err) {
 			g.mu.Unlock()
 			return g.sendErr(err)
@@ -439,6 +502,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		if err := g.eng.output(); err != nil {
 			g.finish(err)
 		}
+		g.kickStaged()
 	}
 	g.mu.Unlock()
 	select {

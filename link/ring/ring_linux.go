@@ -57,9 +57,18 @@ type Link struct {
 	spinOff   time.Time
 	spinPause time.Duration
 
-	tx       socket
-	txSlot   []int  // byte offset of every TX slot in tx.ring
-	txNext   uint64 // sequence number of the next TX slot to fill
+	tx     socket
+	txSlot []int // byte offset of every TX slot in tx.ring
+	// txMu is held by Send and Stage while they fill slots: it guards
+	// txNext. Send holds it until the kernel has taken its frames.
+	txMu   sync.Mutex
+	txNext uint64 // sequence number of the next TX slot to fill
+	// txPub is txNext as last published, for waits that do not hold txMu
+	// (Kick): every slot before it is filled.
+	txPub atomic.Uint64
+	// kickMu is held by whoever kicks the kernel and waits on the TX ring
+	// (wait: Send, Stage on a full ring, Kick); it guards the fields below.
+	kickMu   sync.Mutex
 	txTarget uint64 // slot txProgress waits for
 	txFree   bool   // txProgress waits for txTarget to be AVAILABLE (else: taken by the kernel)
 	txErrno  syscall.Errno
@@ -659,17 +668,34 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 	if l.mmsg != nil {
 		return l.sendmmsg(frames)
 	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	first := l.txNext
+	i, bytes, err := l.fillTX(frames)
+	if err != nil {
+		return i, err
+	}
+	if i < len(frames) {
+		n, err := l.flush(first, i, bytes)
+		if err != nil {
+			return n, err
+		}
+		return i, l.frameSizeErr(i, len(frames[i]), link.EthernetHeaderLen+l.mtu)
+	}
+	return l.flush(first, len(frames), bytes)
+}
+
+// fillTX copies frames into the next TX slots and marks them
+// TP_STATUS_SEND_REQUEST, waiting for a slot whenever the ring is full.
+// It stops before a frame of the wrong size (i < len(frames), no error)
+// or on an error met while waiting (then as sendErr says). l.txMu is held.
+func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	maxLen := link.EthernetHeaderLen + l.mtu
 	first := l.txNext
-	var bytes uint64
 	for i, f := range frames {
 		if len(f) < link.EthernetHeaderLen || len(f) > maxLen {
-			n, err := l.flush(first, i, bytes)
-			if err != nil {
-				return n, err
-			}
-			return i, l.frameSizeErr(i, len(f), maxLen)
+			return i, bytes, nil
 		}
 		off := l.txSlot[l.txNext%slots]
 		if atomic.LoadUint32(status(ring, off)) != unix.TP_STATUS_AVAILABLE {
@@ -677,16 +703,74 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 			// slot to come back.
 			l.sendRetries.Add(1)
 			if err := l.wait(l.txNext, true); err != nil {
-				return l.sendErr(first, i, bytes, err)
+				n, err := l.sendErr(first, i, bytes, err)
+				return n, bytes, err
 			}
 		}
 		copy(ring[off+txDataOffset:], f)
 		nativeEndian.PutUint32(ring[off+v2Len:], uint32(len(f)))
 		atomic.StoreUint32(status(ring, off), unix.TP_STATUS_SEND_REQUEST)
 		l.txNext++
+		l.txPub.Store(l.txNext)
 		bytes += uint64(len(f))
 	}
-	return l.flush(first, len(frames), bytes)
+	return len(frames), bytes, nil
+}
+
+// Stage is the first half of Send: it copies frames into the TX ring and
+// marks them for sending, waiting only when the ring is full, but does not
+// ask the kernel to transmit them; Kick does, and may run on another
+// goroutine meanwhile, so that one goroutine fills the ring while another
+// spends the kernel's transmit time (on a veth bridge, the receivers'
+// copies are made inside that sendto). Frames may be reused once Stage
+// returns. Frames staged are counted in Stats as sent. Errors are those of
+// Send; with TxSendmmsg, Stage is Send and Kick does nothing.
+func (l *Link) Stage(frames [][]byte) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if l.mmsg != nil {
+		return l.sendmmsg(frames)
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	i, bytes, err := l.fillTX(frames)
+	if err != nil {
+		return i, err
+	}
+	l.framesSent.Add(uint64(i))
+	l.bytesSent.Add(bytes)
+	if i < len(frames) {
+		return i, l.frameSizeErr(i, len(frames[i]), link.EthernetHeaderLen+l.mtu)
+	}
+	return i, nil
+}
+
+// Kick asks the kernel to transmit every frame staged so far and waits
+// until it has taken them (the sendto(2) of Send); frames staged while it
+// runs are transmitted too. It may run concurrently with Stage and Send.
+func (l *Link) Kick() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return net.ErrClosed
+	}
+	if l.mmsg != nil {
+		return nil
+	}
+	last := l.txPub.Load() - 1
+	if atomic.LoadUint32(status(l.tx.ring, l.txSlot[last%uint64(len(l.txSlot))])) != unix.TP_STATUS_SEND_REQUEST {
+		return nil
+	}
+	if err := l.wait(last, false); err != nil {
+		if l.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return net.ErrClosed
+		}
+		return &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+	}
+	return nil
 }
 
 // sendmmsg is Send for TxSendmmsg: one sendmmsg(2) per 64 frames, the
@@ -742,6 +826,8 @@ func (l *Link) flush(first uint64, n int, bytes uint64) (int, error) {
 // wait kicks the kernel and waits until slot seq is free (free) or taken
 // by the kernel (!free).
 func (l *Link) wait(seq uint64, free bool) error {
+	l.kickMu.Lock()
+	defer l.kickMu.Unlock()
 	l.txTarget, l.txFree, l.txErrno = seq, free, 0
 	err := l.tx.raw.Write(l.progress)
 	if err == nil && l.txErrno != 0 {
@@ -757,11 +843,12 @@ func (l *Link) wait(seq uint64, free bool) error {
 // waits for the kernel it kicks the kernel with sendto(fd, NULL, 0), then
 // reports whether the awaited slot has reached the wanted state. Returning
 // false waits for POLLOUT: the kernel signals it as transmitted frames are
-// freed (sock_wfree) and their slots turn TP_STATUS_AVAILABLE.
+// freed (sock_wfree) and their slots turn TP_STATUS_AVAILABLE. l.kickMu is
+// held.
 func (l *Link) txProgress(fd uintptr) bool {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
-	newest := status(ring, l.txSlot[(l.txNext-1)%slots])
-	for atomic.LoadUint32(newest) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load() {
+	newest := func() *uint32 { return status(ring, l.txSlot[(l.txPub.Load()-1)%slots]) }
+	for atomic.LoadUint32(newest()) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load() {
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		if e == 0 {
 			l.txBackoff = 0
@@ -796,7 +883,7 @@ func (l *Link) txProgress(fd uintptr) bool {
 }
 
 // sendErr turns an error met while frames [first, txNext) were in the
-// ring into Send's result. If the kernel refused a frame it left that slot
+// ring into Send's result (l.txMu is held). If the kernel refused a frame it left that slot
 // TP_STATUS_WRONG_FORMAT and stopped there (tpacket_snd without
 // PACKET_LOSS); the slots from it on are taken back and reported unsent, so
 // that our next slot is again the kernel's head.
@@ -820,6 +907,7 @@ func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error
 			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
 		}
 		l.txNext = seq
+		l.txPub.Store(seq)
 		sent := int(seq - first)
 		l.framesSent.Add(uint64(sent))
 		return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
