@@ -34,14 +34,20 @@ type Message struct {
 // link, steps the core, transmits its frames in one batch and queues
 // deliveries for Recv. Send does not wait for that loop: it proposes to
 // the core and transmits on the caller's goroutine, under the same lock.
+// With a link that stages (link/ring), "transmits" under the lock is only
+// the copy into the transmit ring; a kicker goroutine has the kernel send
+// the frames, outside the lock.
 //
 // Copies: a message handed to Send is copied once into the core's history
 // (kept until every member acknowledged it). A received in-order frame is
-// decoded in place from the link's ring; each message is copied once into
-// the receive queue, and once more out of it by Recv (into a new slice) or
-// RecvAppend (into the caller's buffer). Config.Deliver skips both queue
-// copies. Out-of-order frames are copied once more, by the core, to wait
-// for the gap to fill.
+// decoded in place from the link's ring. Under Order FIFO a message of
+// 1 KB or more is queued as a view into the ring, and Recv (into a new
+// slice) or RecvAppend (into the caller's buffer) copies it from there,
+// once, if it takes it before the loop's next turn; the loop waits up to
+// 200 µs for a reader that is taking messages, then copies what is left
+// into the receive queue, as it does for smaller messages and under Order
+// Total: a copy in and one out. Config.Deliver skips the queue. Out-of-order
+// frames are copied once more, by the core, to wait for the gap to fill.
 type Group struct {
 	cfg   settings
 	l     link.Link
@@ -154,10 +160,18 @@ func (g *Group) MaxMessage() int { return g.max }
 
 // enqueue is the engine's deliver with the receive queue (the loop holds
 // g.mu; the queue has its own lock so that Recv never waits for the loop).
+// Under Order FIFO a large message is queued as a view, for Recv to copy
+// straight out of the ring: the loop's next settle ends its life, and
+// until then neither the ring slots nor the core's buffers it points into
+// are reused (the loop neither receives nor steps before it).
 func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	q := g.queue
 	q.mu.Lock()
-	q.pushLocked(from, data)
+	if len(data) >= viewMin && g.eng.total == nil {
+		q.pushViewLocked(from, data)
+	} else {
+		q.pushLocked(from, data)
+	}
 	q.mu.Unlock()
 	q.signal()
 }
@@ -183,6 +197,9 @@ func (g *Group) Events() <-chan Event { return g.events }
 // run is the event loop.
 func (g *Group) run() {
 	defer func() {
+		g.queue.mu.Lock()
+		g.queue.detachLocked() // the link may be closed once we are done
+		g.queue.mu.Unlock()
 		g.mu.Lock()
 		err := g.err
 		if g.room != nil {
@@ -196,6 +213,10 @@ func (g *Group) run() {
 		close(g.done)
 	}()
 	for {
+		// The messages of the last turn queued as views point into the
+		// ring and the core's buffers: let Recv take them, or copy them,
+		// before either is reused.
+		g.queue.settle()
 		g.mu.Lock()
 		now := time.Now()
 		wait := now.Add(g.cfg.maxWait)
@@ -474,11 +495,14 @@ func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, e
 		if err != nil {
 			return 0, buf, err
 		}
+		g.queue.wait(1)
 		select {
 		case <-g.queue.ready:
 		case <-ctx.Done():
+			g.queue.wait(-1)
 			return 0, buf, ctx.Err()
 		}
+		g.queue.wait(-1)
 	}
 }
 

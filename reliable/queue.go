@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"sync"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -9,6 +10,14 @@ import (
 // msgQueue holds delivered messages until Recv takes them. Each slot keeps
 // its buffer across uses, so in steady state pushing copies but does not
 // allocate. The event loop pushes, Recv callers pop.
+//
+// A large message may instead be queued as a view (pushViewLocked): the
+// bytes stay where the engine delivered them from (the link's ring, or
+// the core's buffer of an out-of-order frame), and Recv copies them
+// straight to the caller, once instead of twice. Views are valid only
+// until the loop receives or steps again, so before that the loop calls
+// settle: it gives a reader that is taking messages a moment to take the
+// views, then copies whatever views are left into the slots' buffers.
 type msgQueue struct {
 	mu     sync.Mutex
 	slots  []queued
@@ -19,15 +28,30 @@ type msgQueue struct {
 	room   chan struct{} // signalled when a pop leaves the queue below its limit
 	closed bool
 	err    error // returned once the queue is empty and closed
+
+	views   int           // queued messages held as views
+	drained chan struct{} // signalled when a pop takes the last view
+	popped  bool          // a message was popped since the last settle
+	waiting int           // Recv callers waiting for a message
+	timer   *time.Timer   // settle's bound (the loop's own)
 }
 
 type queued struct {
 	from frame.MemberID
 	data []byte
+	view []byte // the message, when held as a view (data unused)
 }
 
+// viewMin is the smallest message queued as a view: below it the copy
+// costs less than handing the views over.
+const viewMin = 1024
+
+// settleWait bounds how long settle waits for a reader to take the views.
+const settleWait = 200 * time.Microsecond
+
 func newMsgQueue(limit int) *msgQueue {
-	return &msgQueue{slots: make([]queued, limit), limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	return &msgQueue{slots: make([]queued, limit), limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
+		drained: make(chan struct{}, 1)}
 }
 
 // full reports whether the loop should stop taking Data frames.
@@ -53,6 +77,61 @@ func (q *msgQueue) pushLocked(from frame.MemberID, data []byte) {
 	q.n++
 }
 
+// pushViewLocked queues a message without copying it: data must stay
+// valid until the next settle. q.mu must be held.
+func (q *msgQueue) pushViewLocked(from frame.MemberID, data []byte) {
+	q.pushLocked(from, nil)
+	q.slots[(q.head+q.n-1)%len(q.slots)].view = data
+	q.views++
+}
+
+// settle ends the views' life: if a reader is taking messages (one popped
+// since the last settle, or one waits), it waits up to settleWait for the
+// views to be taken, then copies the ones left into their slots. The
+// event loop calls it before it receives or steps again.
+func (q *msgQueue) settle() {
+	q.mu.Lock()
+	if q.views == 0 {
+		q.popped = false
+		q.mu.Unlock()
+		return
+	}
+	active := q.popped || q.waiting > 0
+	q.popped = false
+	select {
+	case <-q.drained: // stale
+	default:
+	}
+	q.mu.Unlock()
+	if active {
+		if q.timer == nil {
+			q.timer = time.NewTimer(settleWait)
+		} else {
+			q.timer.Reset(settleWait)
+		}
+		select {
+		case <-q.drained:
+		case <-q.timer.C:
+		}
+		q.timer.Stop()
+	}
+	q.mu.Lock()
+	q.detachLocked()
+	q.mu.Unlock()
+}
+
+// detachLocked copies every view still queued into its slot's buffer.
+func (q *msgQueue) detachLocked() {
+	for i := 0; q.views > 0 && i < q.n; i++ {
+		s := &q.slots[(q.head+i)%len(q.slots)]
+		if s.view != nil {
+			s.data = append(s.data[:0], s.view...)
+			s.view = nil
+			q.views--
+		}
+	}
+}
+
 func (q *msgQueue) signal() {
 	select {
 	case q.ready <- struct{}{}:
@@ -72,7 +151,19 @@ func (q *msgQueue) pop(dst []byte) (from frame.MemberID, data []byte, ok bool, e
 		return 0, dst, false, nil
 	}
 	s := &q.slots[q.head]
-	from, data = s.from, append(dst, s.data...)
+	if s.view != nil {
+		from, data = s.from, append(dst, s.view...)
+		s.view = nil
+		if q.views--; q.views == 0 {
+			select {
+			case q.drained <- struct{}{}:
+			default:
+			}
+		}
+	} else {
+		from, data = s.from, append(dst, s.data...)
+	}
+	q.popped = true
 	q.head = (q.head + 1) % len(q.slots)
 	q.n--
 	if q.n > 0 || q.closed {
@@ -85,6 +176,14 @@ func (q *msgQueue) pop(dst []byte) (from frame.MemberID, data []byte, ok bool, e
 		}
 	}
 	return from, data, true, nil
+}
+
+// wait counts Recv callers waiting for a message (d = 1 when one starts
+// waiting, -1 when it stops).
+func (q *msgQueue) wait(d int) {
+	q.mu.Lock()
+	q.waiting += d
+	q.mu.Unlock()
 }
 
 func (q *msgQueue) close(err error) {
