@@ -28,7 +28,9 @@ import (
 // RBCAST_BENCH_TRACE=1 logs the sender's longest pauses with the frames
 // sent and received around them (see traceLink); RBCAST_BENCH_PREFIX
 // starts the netns names (default rbeb; see benchPrefix);
-// RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window.
+// RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window;
+// RBCAST_BENCH_NOSTAGE=1 has groups send with Link.Send under their lock
+// instead of staging frames for a kicker goroutine.
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
@@ -285,8 +287,15 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if os.Getenv("RBCAST_BENCH_NOSTAGE") != "" {
+		return noStage{l}
+	}
 	return l
 }
+
+// noStage hides the ring's Stage and Kick (RBCAST_BENCH_NOSTAGE=1), so
+// the group transmits with Send under its lock, as before the kicker.
+type noStage struct{ link.Link }
 
 // traceLink records when the sender's link sent and received what
 // (RBCAST_BENCH_TRACE=1): report logs the longest pauses of the sender
