@@ -30,7 +30,7 @@ import (
 // starts the netns names (default rbeb; see benchPrefix);
 // RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window;
 // RBCAST_BENCH_NOSTAGE=1 has groups send with Link.Send under their lock
-// instead of staging frames for a kicker goroutine.
+// instead of staging frames under it for the kicker goroutine.
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {

@@ -750,7 +750,11 @@ func (l *Link) Stage(frames [][]byte) (int, error) {
 
 // Kick asks the kernel to transmit every frame staged so far and waits
 // until it has taken them (the sendto(2) of Send); frames staged while it
-// runs are transmitted too. It may run concurrently with Stage and Send.
+// runs are transmitted too. It may run concurrently with Stage, Send and
+// other Kicks: if another goroutine is kicking already, Kick returns at
+// once and that one transmits these frames too (it looks for frames
+// staged meanwhile after it has finished), so a goroutine that stages
+// and kicks never waits for another's sendto.
 func (l *Link) Kick() error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -760,17 +764,62 @@ func (l *Link) Kick() error {
 	if l.mmsg != nil {
 		return nil
 	}
-	last := l.txPub.Load() - 1
-	if atomic.LoadUint32(status(l.tx.ring, l.txSlot[last%uint64(len(l.txSlot))])) != unix.TP_STATUS_SEND_REQUEST {
-		return nil
-	}
-	if err := l.wait(last, false); err != nil {
+	if err := l.kickPending(); err != nil {
 		if l.closed.Load() || errors.Is(err, os.ErrClosed) {
 			return net.ErrClosed
 		}
+		l.txMu.Lock()
+		l.dropRefused()
+		l.txMu.Unlock()
 		return &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 	}
 	return nil
+}
+
+// dropRefused makes the ring usable again after the kernel refused a
+// staged frame: it left that slot TP_STATUS_WRONG_FORMAT and stopped there
+// (tpacket_snd without PACKET_LOSS), so the slots from it on are taken
+// back, unsent, and our next slot is again the kernel's head (as sendErr
+// does for Send). l.txMu is held.
+func (l *Link) dropRefused() {
+	ring, slots := l.tx.ring, uint64(len(l.txSlot))
+	from := l.txNext - min(l.txNext, slots)
+	for seq := from; seq < l.txNext; seq++ {
+		if atomic.LoadUint32(status(ring, l.txSlot[seq%slots]))&unix.TP_STATUS_WRONG_FORMAT == 0 {
+			continue
+		}
+		for s := seq; s < l.txNext; s++ {
+			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
+		}
+		l.txNext = seq
+		l.txPub.Store(seq)
+		return
+	}
+}
+
+// kickPending kicks until no published frame waits for the kernel, unless
+// another goroutine holds l.kickMu: every holder runs kickPending after
+// unlocking, which happens after the frames of whoever found it locked
+// were published, so they are never left waiting.
+func (l *Link) kickPending() error {
+	for l.txPending() {
+		if !l.kickMu.TryLock() {
+			return nil
+		}
+		err := l.waitLocked(l.txPub.Load()-1, false)
+		l.kickMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// txPending reports whether the newest staged frame still waits for the
+// kernel.
+func (l *Link) txPending() bool {
+	last := l.txPub.Load() - 1
+	return atomic.LoadUint32(status(l.tx.ring, l.txSlot[last%uint64(len(l.txSlot))])) == unix.TP_STATUS_SEND_REQUEST
 }
 
 // sendmmsg is Send for TxSendmmsg: one sendmmsg(2) per 64 frames, the
@@ -824,10 +873,23 @@ func (l *Link) flush(first uint64, n int, bytes uint64) (int, error) {
 }
 
 // wait kicks the kernel and waits until slot seq is free (free) or taken
-// by the kernel (!free).
+// by the kernel (!free); l.txMu is held.
 func (l *Link) wait(seq uint64, free bool) error {
 	l.kickMu.Lock()
-	defer l.kickMu.Unlock()
+	err := l.waitLocked(seq, free)
+	l.kickMu.Unlock()
+	if err == nil && l.kickPending() != nil {
+		// Frames another goroutine staged before we held kickMu, and
+		// left to us (see kickPending), were refused: they are dropped
+		// (the stager's Kick returned already; rbcast repairs them as
+		// lost). Callers of wait hold l.txMu.
+		l.dropRefused()
+	}
+	return err
+}
+
+// waitLocked is wait with l.kickMu held.
+func (l *Link) waitLocked(seq uint64, free bool) error {
 	l.txTarget, l.txFree, l.txErrno = seq, free, 0
 	err := l.tx.raw.Write(l.progress)
 	if err == nil && l.txErrno != 0 {

@@ -11,8 +11,11 @@ import (
 )
 
 // TestStageKick: one goroutine stages frames (more than the TX ring
-// holds, so Stage waits for slots too) while another kicks the kernel
-// whenever told, as reliable's Group does; every frame must arrive, in
+// holds, so Stage waits for slots too) and kicks after every batch,
+// while another kicks all the time, as reliable's kicker goroutine does
+// (so Kicks find each other kicking, and leave their frames to the
+// other); every frame
+// must arrive, in
 // order and intact, at two receivers (or be counted dropped by their
 // kernel: a receiver slower than the sender, under -race, overflows its
 // ring), and be counted sent.
@@ -30,15 +33,15 @@ func TestStageKick(t *testing.T) {
 					rs[i].run(time.Second, func(r *receiver) bool { return r.received == count })
 				})
 			}
-			kick, stop := make(chan struct{}, 1), make(chan struct{})
+			stop := make(chan struct{})
 			kerr := make(chan error, 1)
 			go func() {
 				for {
 					select {
-					case <-kick:
 					case <-stop:
-						kerr <- tx.Kick()
+						kerr <- nil
 						return
+					default:
 					}
 					if err := tx.Kick(); err != nil {
 						kerr <- err
@@ -60,9 +63,8 @@ func TestStageKick(t *testing.T) {
 				if n, err := tx.Stage(frames); n != batch || err != nil {
 					t.Fatalf("Stage after %d frames = %d, %v; want %d, nil", sent, n, err, batch)
 				}
-				select {
-				case kick <- struct{}{}:
-				default:
+				if err := tx.Kick(); err != nil {
+					t.Fatalf("Kick after %d frames: %v", sent, err)
 				}
 			}
 			close(stop)
