@@ -202,7 +202,7 @@ func (m *simMember) Step(now time.Time) time.Time {
 				m.badRx++
 				continue
 			}
-			m.core.Step(t, eth.Src(), v)
+			m.core.StepTo(t, eth.Src(), eth.Dst(), v)
 		}
 		m.core.Tick(t)
 		m.propose(now)
