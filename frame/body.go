@@ -21,6 +21,7 @@ const (
 	statusLen     = 8  // SeqStatusReply
 	statusReqLen  = 16 // SeqStatusRequest: with safe and held
 	electionLen   = 12
+	memberChLen   = 20 // SeqMember
 	listHeaderLen = 2
 )
 
@@ -320,6 +321,86 @@ func (e *ElectionBody) AppendBody(b []byte) []byte {
 	return be.AppendUint32(b, e.LastGlobal)
 }
 func (e *ElectionBody) flags() Flags { return 0 }
+
+// MemberChange is what a SeqMember entry says happened to a member.
+type MemberChange uint8
+
+const (
+	// MemberRemoved: the sequencer removed the member (Reason says why).
+	MemberRemoved MemberChange = 1
+	// MemberReadmitted: a member removed before was heard again while
+	// everything it lacked was still in the history; it is a member again.
+	MemberReadmitted MemberChange = 2
+)
+
+func (c MemberChange) valid() bool { return c == MemberRemoved || c == MemberReadmitted }
+
+func (c MemberChange) String() string {
+	switch c {
+	case MemberRemoved:
+		return "removed"
+	case MemberReadmitted:
+		return "readmitted"
+	}
+	return "change(" + itoa(int(c)) + ")"
+}
+
+// RemovalReason says why the sequencer removed a member (SeqMember with
+// MemberRemoved); 0 with MemberReadmitted.
+type RemovalReason uint8
+
+const (
+	ReasonNone RemovalReason = 0
+	// ReasonSilent: silent past the failure timeout.
+	ReasonSilent RemovalReason = 1
+	// ReasonNoVote: it did not vote in the election of the entry's epoch.
+	ReasonNoVote RemovalReason = 2
+	// ReasonReplaced: it was the sequencer before the entry's epoch, and
+	// the election replaced it.
+	ReasonReplaced RemovalReason = 3
+)
+
+func (r RemovalReason) valid() bool { return r <= ReasonReplaced }
+
+func (r RemovalReason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonSilent:
+		return "silent past the failure timeout"
+	case ReasonNoVote:
+		return "did not vote in the election"
+	case ReasonReplaced:
+		return "the sequencer before, replaced"
+	}
+	return "reason(" + itoa(int(r)) + ")"
+}
+
+// SeqMemberBody is a change of the member list in the global stream; the
+// header's Seq is its global number and the header's Sender the sequencer
+// that numbered it.
+type SeqMemberBody struct {
+	Epoch  uint32 // the epoch of the sequencer that numbered it
+	Safe   uint32 // the sequencer's safe cursor, as in SeqDataBody
+	Held   uint32 // the sequencer's all-held cursor, as in SeqDataBody
+	Change MemberChange
+	Reason RemovalReason
+	Member MemberID // the member removed or taken back
+	// Incarnation is Member's: a change names one incarnation.
+	Incarnation uint32
+}
+
+func (s *SeqMemberBody) FrameType() Type { return SeqMember }
+func (s *SeqMemberBody) Len() int        { return memberChLen }
+func (s *SeqMemberBody) AppendBody(b []byte) []byte {
+	b = be.AppendUint32(b, s.Epoch)
+	b = be.AppendUint32(b, s.Safe)
+	b = be.AppendUint32(b, s.Held)
+	b = append(b, byte(s.Change), byte(s.Reason))
+	b = be.AppendUint16(b, uint16(s.Member))
+	return be.AppendUint32(b, s.Incarnation)
+}
+func (s *SeqMemberBody) flags() Flags { return 0 }
 
 func itoa(n int) string {
 	var buf [20]byte

@@ -101,6 +101,11 @@ const (
 	SeqRetransmit Type = 0x15
 	// SeqElection runs sequencer election after a sequencer failure.
 	SeqElection Type = 0x16
+	// SeqMember is a change of the member list numbered in the global
+	// stream like a message (Seq is its global number): the sequencer
+	// removed a member, or took one back, and every member learns it at
+	// the same place of the total order.
+	SeqMember Type = 0x17
 )
 
 var typeNames = [...]string{
@@ -108,12 +113,12 @@ var typeNames = [...]string{
 	Start: "Start", Leave: "Leave", Heartbeat: "Heartbeat",
 	SeqRequest: "SeqRequest", SeqData: "SeqData", SeqAccept: "SeqAccept",
 	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
-	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection",
+	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
-	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection}
+	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember}
 
 // Valid reports whether t is a frame type this version defines.
 func (t Type) Valid() bool {

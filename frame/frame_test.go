@@ -72,6 +72,7 @@ func goldenCases() []struct {
 		{"seq_status_reply", h, &StatusBody{T: SeqStatusReply, Epoch: 3, Delivered: 99}},
 		{"seq_retransmit", hNoAcks, &RetransmitBody{Epoch: 3, Ranges: []Range{{90, 95}}}},
 		{"seq_election", hNoAcks, &ElectionBody{Epoch: 4, Phase: ElectionVote, Candidate: 1, LastGlobal: 101}},
+		{"seq_member", h, &SeqMemberBody{Epoch: 3, Safe: 99, Held: 97, Change: MemberRemoved, Reason: ReasonSilent, Member: 2, Incarnation: 0x01020304}},
 	}
 }
 
@@ -239,6 +240,45 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("error %q does not say %q", err, c.text)
 			}
 		})
+	}
+}
+
+// TestSeqMemberBodyErrors: a SeqMember body must name a known change, a
+// reason that fits it, and a member id.
+func TestSeqMemberBodyErrors(t *testing.T) {
+	h := baseHeader()
+	cases := []struct {
+		body  SeqMemberBody
+		field string
+		text  string
+	}{
+		{SeqMemberBody{Change: 0, Reason: ReasonSilent, Member: 1}, "member.change", "change 0 (want 1 removed or 2 readmitted)"},
+		{SeqMemberBody{Change: 3, Member: 1}, "member.change", "change 3"},
+		{SeqMemberBody{Change: MemberRemoved, Reason: ReasonNone, Member: 1}, "member.reason", "reason 0 with change removed"},
+		{SeqMemberBody{Change: MemberRemoved, Reason: 4, Member: 1}, "member.reason", "reason 4 with change removed"},
+		{SeqMemberBody{Change: MemberReadmitted, Reason: ReasonNoVote, Member: 1}, "member.reason", "reason 2 with change readmitted"},
+		{SeqMemberBody{Change: MemberRemoved, Reason: ReasonReplaced, Member: NoMember}, "member.member", "0xffff is reserved"},
+	}
+	for _, c := range cases {
+		b, err := Append(nil, &h, &c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Parse(b)
+		var de *DecodeError
+		if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != c.field || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%+v: err = %v, want ErrBody in %s saying %q", c.body, err, c.field, c.text)
+		}
+	}
+	b, _ := Append(nil, &h, &SeqMemberBody{Change: MemberReadmitted, Member: 1})
+	if _, err := Parse(b[:len(b)-1]); err == nil {
+		t.Fatal("truncated SeqMember parsed")
+	}
+	short := append([]byte{}, b...)
+	binary.BigEndian.PutUint16(short[offLength:], uint16(len(b)-1))
+	short = reseal(short[:len(b)-1])
+	if _, err := Parse(short); !errors.Is(err, ErrBody) || !strings.Contains(err.Error(), "SeqMember body is 19 bytes, must be 20") {
+		t.Fatalf("19-byte body: err = %v", err)
 	}
 }
 

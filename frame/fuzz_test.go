@@ -130,5 +130,7 @@ func exercise(v View) {
 		}
 	case SeqElection:
 		_ = v.Election()
+	case SeqMember:
+		_ = v.SeqMemberChange()
 	}
 }

@@ -88,6 +88,21 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 			return decodeErr(ErrBody, "election.reserved", start+5, "reserved byte is %d, must be 0", body[5])
 		}
 		return nil
+	case SeqMember:
+		if err := need("member change", memberChLen); err != nil {
+			return err
+		}
+		ch, r := MemberChange(body[12]), RemovalReason(body[13])
+		if !ch.valid() {
+			return decodeErr(ErrBody, "member.change", start+12, "change %d (want 1 removed or 2 readmitted)", ch)
+		}
+		if !r.valid() || ch == MemberReadmitted && r != ReasonNone || ch == MemberRemoved && r == ReasonNone {
+			return decodeErr(ErrBody, "member.reason", start+13, "reason %d with change %v (want 1..3 with removed, 0 with readmitted)", r, ch)
+		}
+		if MemberID(be.Uint16(body[14:])) == NoMember {
+			return decodeErr(ErrBody, "member.member", start+14, "member id 0x%04x is reserved for 'no member'", uint16(NoMember))
+		}
+		return nil
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -261,6 +276,13 @@ func (v View) Election() ElectionBody {
 	return ElectionBody{Epoch: be.Uint32(b), Phase: ElectionPhase(b[4]), Candidate: MemberID(be.Uint16(b[6:])), LastGlobal: be.Uint32(b[8:])}
 }
 
+// SeqMemberChange returns the body of a SeqMember frame.
+func (v View) SeqMemberChange() SeqMemberBody {
+	b := v.Body()
+	return SeqMemberBody{Epoch: be.Uint32(b), Safe: be.Uint32(b[4:]), Held: be.Uint32(b[8:]),
+		Change: MemberChange(b[12]), Reason: RemovalReason(b[13]), Member: MemberID(be.Uint16(b[14:])), Incarnation: be.Uint32(b[16:])}
+}
+
 // Decode returns the frame as a Header and a Body value that Append turns
 // back into the same bytes (the authentication tag excepted: Header.Auth
 // is left nil). It allocates; tools and tests use it, hot paths use the
@@ -319,6 +341,9 @@ func (v View) Decode() (Header, Body) {
 	case SeqElection:
 		e := v.Election()
 		return h, &e
+	case SeqMember:
+		m := v.SeqMemberChange()
+		return h, &m
 	}
 	return h, nil
 }
