@@ -15,7 +15,11 @@ type EventKind uint8
 const (
 	// MemberFailed: silent past FailureTimeout, removed. Under Order
 	// Total only the sequencer removes members (it is the one they talk
-	// to); it also removes those that did not vote in its election.
+	// to); it also removes those that did not vote in its election. It
+	// numbers the removal in the global stream, so every member reports
+	// it, once, at the same place of the total order: after the messages
+	// numbered before it (Last is the global number before it), before
+	// those after.
 	MemberFailed EventKind = iota + 1
 	// MemberStalled (FIFO): heard from, but it acknowledged none of our
 	// frames for FailureTimeout while some were outstanding; removed.
@@ -34,9 +38,11 @@ const (
 	// was cut off, or believed dead) and halted; the group stops with an
 	// error. Reason says which.
 	SelfRemoved
-	// MemberReturned (Total, at the sequencer): a member removed as
-	// failed was heard again while everything it lacks was still in the
-	// history; it is a member again.
+	// MemberReturned (Total): a member removed as failed was heard again
+	// by the sequencer while everything it lacked was still in the
+	// history; it is a member again. Numbered in the stream like
+	// MemberFailed, reported by every member at its place. A member is
+	// not told of its own removal or return.
 	MemberReturned
 )
 
@@ -76,8 +82,9 @@ type Event struct {
 	Discarded int
 	// Total: the sequencer's epoch, and Last: for SequencerChanged the
 	// agreed last global number before the epoch, for SelfRemoved the
-	// agreed end this member had gone beyond, otherwise the last global
-	// number delivered (or, at the sequencer, acknowledged by Member).
+	// agreed end this member had gone beyond, for MemberFailed and
+	// MemberReturned the global number before the change's own (the same
+	// at every member), otherwise the last global number delivered.
 	Epoch  uint32
 	Last   uint32
 	Reason string

@@ -571,10 +571,13 @@ type MemberStatus struct {
 	Sequencer bool
 }
 
-// Members lists the group's members by id. Under Order Total only the
-// sequencer knows which ordinary members are live (they talk to it, not
-// to each other): elsewhere a member is listed live unless it left or,
-// for the sequencer, has been silent past FailureTimeout.
+// Members lists the group's members by id. Under Order Total the
+// sequencer decides who is live (members talk to it, not to each other)
+// and numbers each removal and readmission in the global stream: every
+// member lists a member live unless it left or a removal of it was
+// delivered here (MemberFailed, with no MemberReturned since), and a
+// follower also lists its sequencer not live once silent past
+// FailureTimeout.
 func (g *Group) Members() []MemberStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()

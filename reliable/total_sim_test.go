@@ -150,7 +150,7 @@ type totalMember struct {
 	halted    bool
 
 	next []int    // per member index: next message index expected from it
-	log  [][]byte // delivered messages, in order (sender id prefixed)
+	log  [][]byte // delivered messages (sender id prefixed) and member changes (changeRec), in order
 	want []byte
 }
 
@@ -239,7 +239,31 @@ func (m *totalMember) event(ev Event) {
 		m.halted = true
 	case SequencerChanged:
 		m.run.changes++
+	case MemberFailed, MemberReturned:
+		// Numbered in the stream: in the log at its place, which the
+		// agreement check compares like a message.
+		m.log = append(m.log, changeRec(ev.Kind, ev.Member))
 	}
+}
+
+// changeRec is a member change in a log: 0xffff (no sender id), the
+// kind and the member.
+func changeRec(k EventKind, id frame.MemberID) []byte {
+	return []byte{0xff, 0xff, byte(k), byte(id >> 8), byte(id)}
+}
+
+// lastChange returns the kind of the last change of member id in log, and
+// how many MemberFailed it has for it.
+func lastChange(log [][]byte, id frame.MemberID) (last EventKind, failed int) {
+	for _, x := range log {
+		if len(x) == 5 && x[0] == 0xff && x[1] == 0xff && frame.MemberID(binary.BigEndian.Uint16(x[3:])) == id {
+			last = EventKind(x[2])
+			if last == MemberFailed {
+				failed++
+			}
+		}
+	}
+	return last, failed
 }
 
 // survivor: neither crashed, nor halted, nor left.
@@ -280,6 +304,11 @@ func (r *totalRun) done() bool {
 			return false
 		}
 		n = len(m.log)
+		for j, o := range r.members {
+			if last, _ := lastChange(m.log, o.id); r.crashed[j] && last != MemberFailed {
+				return false // its removal is not delivered here yet
+			}
+		}
 	}
 	return true
 }
@@ -422,6 +451,14 @@ func (r *totalRun) verdict() error {
 			return fmt.Errorf("position %d: member %d delivered %x…, member %d delivered %x…", i, m.id, x[:min(8, len(x))], ref.id, ref.log[i][:min(8, len(ref.log[i]))])
 		}
 	}
+	// Each crash is reported once by every survivor (the logs are
+	// identical, so at the same place): crash-only scenarios have no
+	// false removals, so no readmission either.
+	for j, o := range r.members {
+		if last, failed := lastChange(ref.log, o.id); r.crashed[j] && (last != MemberFailed || failed != 1) {
+			return fmt.Errorf("crashed member %d: survivor %d reported %d MemberFailed for it (last change %v), want exactly 1", o.id, ref.id, failed, last)
+		}
+	}
 	return nil
 }
 
@@ -443,10 +480,10 @@ func totalSeeds(t *testing.T) int {
 // Total. A failing seed prints the command that runs it alone.
 func TestTotalSim(t *testing.T) {
 	n := totalSeeds(t)
-	var ran, changes, ends, leaves, told atomic.Int64
+	var ran, changes, ends, leaves, told, removals atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d with a crash or leave (%d clean leaves), %d sequencer changes seen, %d messages told to a sender that then crashed delivered by every survivor",
-			ran.Load(), ends.Load(), leaves.Load(), changes.Load(), told.Load())
+		t.Logf("%d seeds passed: %d with a crash or leave (%d clean leaves), %d sequencer changes seen, %d messages told to a sender that then crashed delivered by every survivor, %d removals reported by survivors",
+			ran.Load(), ends.Load(), leaves.Load(), changes.Load(), told.Load(), removals.Load())
 	})
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -464,6 +501,15 @@ func TestTotalSim(t *testing.T) {
 			}
 			if s.end == endMemberLeave || s.end == endSequencerLeave {
 				leaves.Add(1)
+			}
+			for j, m := range r.members {
+				if m.survivor() {
+					for k := range r.members {
+						if _, f := lastChange(m.log, r.members[k].id); k != j {
+							removals.Add(int64(f))
+						}
+					}
+				}
 			}
 		})
 	}

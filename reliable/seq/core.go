@@ -61,10 +61,14 @@ type Delivery struct {
 type EventKind uint8
 
 const (
-	// MemberFailed (at the sequencer): Member was silent past
-	// FailureTimeout, or did not vote in the election that made this
-	// member sequencer; it is removed and no longer holds back the
-	// history.
+	// MemberFailed: the sequencer removed Member (silent past
+	// FailureTimeout, or it did not vote in the election of Epoch, or it
+	// was the sequencer that election replaced); it no longer holds back
+	// the history. The removal is numbered in the global stream (a
+	// SeqMember entry), so every member reports it once, at the same
+	// place of the total order: after every message numbered before it
+	// (Last is the global number before the entry's), before any after.
+	// Reason says why, the same text everywhere.
 	MemberFailed EventKind = iota + 1
 	// SequencerFailed: this member heard nothing from the sequencer
 	// (Member) for FailureTimeout and started an election.
@@ -81,9 +85,10 @@ const (
 	MemberLeft
 	// SelfLeft: this member sent its Leave; the core is finished.
 	SelfLeft
-	// MemberReturned (at the sequencer): a member removed as failed was
-	// heard again, and every global it lacks is still in the history; it
-	// is a member again.
+	// MemberReturned: a member removed as failed was heard again by the
+	// sequencer while every global it lacked was still in the history;
+	// it is a member again. Numbered in the global stream like
+	// MemberFailed, and reported at its place at every member.
 	MemberReturned
 )
 
@@ -112,7 +117,7 @@ type Event struct {
 	Kind   EventKind
 	Member frame.MemberID
 	Epoch  uint32
-	Last   uint32 // SequencerChanged: agreed last global; SelfRemoved: agreed last global of the election
+	Last   uint32 // SequencerChanged: agreed last global; SelfRemoved: agreed last global of the election; MemberFailed/MemberReturned: the global before the entry
 	At     Time
 	Reason string
 }
@@ -173,10 +178,11 @@ type Stats struct {
 	UnhandledTypes   uint64
 	EncodeErrors     uint64 // frames the core failed to build (a bug)
 
-	Elections     uint64 // elections this member took part in (epochs voted in)
-	MembersFailed uint64
-	MembersLeft   uint64
-	// MembersReturned: removed members taken back (see MemberReturned).
+	Elections uint64 // elections this member took part in (epochs voted in)
+	// MembersFailed and MembersReturned count the removals and
+	// readmissions delivered here (MemberFailed, MemberReturned events).
+	MembersFailed   uint64
+	MembersLeft     uint64
 	MembersReturned uint64
 	LeavesSent      uint64
 
@@ -234,15 +240,20 @@ type member struct {
 	sawLeave  bool   // (at a departed sequencer) it was heard electing: it knows we left
 	leftPend  bool   // its Leave arrived, MemberLeft waits until we delivered up to leftEnd
 	leftEnd   uint32 // its delivered cursor in its Leave: every message it proposed is below
+	// failed: the stream removed it (a SeqMember removal of it was
+	// delivered here, and no readmission after).
+	failed bool
 
 	// At the sequencer.
-	live      bool   // counted in stable; false once removed
-	acked     uint32 // its delivered cursor: it has delivered every global before
-	rcvd      uint32 // its received cursor: it holds every global before (safe point)
-	seqdSeq   uint32 // highest request number of this origin sequenced
-	dupAt     Time   // last answer to a duplicate request of it
-	probeAt   Time   // next status request to it while it is quiet
-	electedAt Time   // last Elected sent to it
+	live       bool // counted in stable; false once removed
+	streamLive bool // live as the numbered stream has it (announceChanges)
+	removedFor frame.RemovalReason
+	acked      uint32 // its delivered cursor: it has delivered every global before
+	rcvd       uint32 // its received cursor: it holds every global before (safe point)
+	seqdSeq    uint32 // highest request number of this origin sequenced
+	dupAt      Time   // last answer to a duplicate request of it
+	probeAt    Time   // next status request to it while it is quiet
+	electedAt  Time   // last Elected sent to it
 
 	// At every member: the origin's highest request number delivered here
 	// (the new sequencer's duplicate filter after an election).
@@ -270,6 +281,9 @@ const (
 // others what an election may need (the sequencer never numbers g+History
 // before g is delivered by every live member, so the ring slot of a
 // global is reused only once it is stable).
+//
+// A change of the member list (SeqMember) is an entry too: change is set,
+// uid names the member (Seq 0) and data is empty.
 type entry struct {
 	global  uint32
 	epoch   uint32
@@ -277,6 +291,8 @@ type entry struct {
 	data    []byte
 	bundled bool
 	state   entryState
+	change  frame.MemberChange // 0: an application message
+	reason  frame.RemovalReason
 	lentAt  uint64 // the Ready (batch) whose deliveries point into data
 }
 
@@ -375,6 +391,12 @@ type Core struct {
 	lent       [][]byte // entry buffers deliveries point into, recycled at Advance
 	free       [][]byte
 
+	// cutAt is the batch in which a member change was delivered: that
+	// Ready delivers nothing after it, so that its event follows exactly
+	// the messages numbered before it (the runtime hands a Ready's
+	// deliveries over before its events).
+	cutAt uint64
+
 	hdr      frame.Header
 	payload  frame.Payload
 	bundle   frame.Bundle
@@ -383,6 +405,7 @@ type Core struct {
 	status   frame.StatusBody
 	retx     frame.RetransmitBody
 	election frame.ElectionBody
+	change   frame.SeqMemberBody
 
 	// Leave.
 	leaving    bool
@@ -430,7 +453,7 @@ func New(cfg Config) (*Core, error) {
 	for _, m := range sortedMembers(s.Members) {
 		c.byID[m.ID] = len(c.members)
 		c.members = append(c.members, member{
-			id: m.ID, mac: m.MAC, inc: m.Incarnation, self: m.ID == s.Self, live: true,
+			id: m.ID, mac: m.MAC, inc: m.Incarnation, self: m.ID == s.Self, live: true, streamLive: true,
 			acked: s.InitialGlobal, rcvd: s.InitialGlobal, seqdSeq: firstRequest - 1, delivSeq: firstRequest - 1,
 		})
 	}
@@ -602,6 +625,10 @@ func (c *Core) flush() {
 	if !c.started || c.role == halted || c.left {
 		return
 	}
+	if c.cutAt != 0 && c.cutAt != c.batch {
+		c.cutAt = 0
+		c.drain() // what the last member change held back
+	}
 	if c.outstanding() < c.sealAhead || 2*c.openLen >= c.cfg.maxPayload {
 		c.seal()
 	}
@@ -692,6 +719,9 @@ func (c *Core) Deadline() Time {
 			d = t
 		}
 	}
+	if c.cutAt != 0 && c.cutAt != c.batch {
+		early(c.now) // deliver what the last member change held back
+	}
 	switch c.role {
 	case sequencer:
 		early(c.lastBcast.Add(c.cfg.HeartbeatInterval))
@@ -745,7 +775,7 @@ func (c *Core) Tick(now Time) {
 			switch {
 			case !m.live || m.self:
 			case now >= m.lastHeard.Add(c.cfg.FailureTimeout):
-				c.removeMember(m, "silent past the failure timeout")
+				c.removeMember(m, frame.ReasonSilent)
 			case now >= m.lastHeard.Add(c.cfg.FailureTimeout/2) && now >= m.probeAt:
 				// Quiet for half the failure timeout: ask it directly,
 				// four times a heartbeat, so that a burst of loss on its
@@ -836,11 +866,15 @@ type MemberState struct {
 	ID        frame.MemberID
 	Self      bool
 	Sequencer bool // the sequencer of our epoch
-	// Live and Acked are the sequencer's view: not removed, and the
-	// member's delivered cursor. Elsewhere Live says the member has not
-	// left (and, for the sequencer, is not silent past FailureTimeout),
-	// and Acked is 0.
-	Live      bool
+	// Live: the member has not left, and no removal of it was delivered
+	// here (MemberFailed) since it was last taken back (MemberReturned):
+	// the same at every member once it delivered the same stream, the
+	// sequencer included (it decides a removal earlier, and reports it,
+	// like everyone, where the stream has it). At a follower, the
+	// sequencer is also not live once silent past FailureTimeout.
+	Live bool
+	// Acked is the sequencer's view of the member's delivered cursor; 0
+	// elsewhere.
 	Acked     uint32
 	Delivered uint32 // its highest request number delivered here
 	LastHeard Time
@@ -851,11 +885,9 @@ func (c *Core) Members() []MemberState {
 	out := make([]MemberState, len(c.members))
 	for i := range c.members {
 		m := &c.members[i]
-		live := m.live
-		if c.role != sequencer {
-			// Followers hear only the sequencer: of the others they
-			// know only who left.
-			live = !m.gone && (i != c.seqr || !c.suspected(m))
+		live := !m.gone && !m.failed
+		if c.role != sequencer && i == c.seqr && c.suspected(m) {
+			live = false
 		}
 		out[i] = MemberState{ID: m.id, Self: m.self, Sequencer: i == c.seqr, Live: live,
 			Delivered: m.delivSeq, LastHeard: m.lastHeard}

@@ -594,12 +594,28 @@ func TestElectionAgreesOnTheLastGlobal(t *testing.T) {
 			t.Fatalf("member %d events %v", i, g.evs[i])
 		}
 	}
-	// The new epoch numbers from 1003, its messages in the same order at
+	// The new sequencer removes member 0 in the stream (global 1003):
+	// both report it there, once.
+	for _, i := range []int{1, 2} {
+		var failed []string
+		for _, e := range g.evs[i] {
+			if e.Kind == MemberFailed {
+				failed = append(failed, fmt.Sprintf("%d@%d:%s", e.Member, e.Last, e.Reason))
+			}
+		}
+		if fmt.Sprint(failed) != "[0@1002:the sequencer before, replaced]" {
+			t.Fatalf("member %d: MemberFailed %v", i, failed)
+		}
+		if ms := g.cores[i].Members(); ms[0].Live {
+			t.Fatalf("member %d still shows member 0 live: %+v", i, ms)
+		}
+	}
+	// The new epoch numbers from 1004, its messages in the same order at
 	// both.
 	g.propose(2, "after")
 	g.propose(1, "new")
 	g.pump(crashed)
-	if g.delivered(1) != g.delivered(2) || !strings.HasSuffix(g.delivered(1), "1004:2/1=after") {
+	if g.delivered(1) != g.delivered(2) || !strings.HasSuffix(g.delivered(1), "1005:2/1=after") {
 		t.Fatalf("after the election: member 1 %q, member 2 %q", g.delivered(1), g.delivered(2))
 	}
 }
@@ -611,7 +627,7 @@ func TestElectionResubmitsUnsequencedRequests(t *testing.T) {
 	crashed := func(from, to int, o out) bool { return from == 0 || to == 0 }
 	g.run(t0.Add(2*DefaultFailureTimeout+DefaultElectionRetry), crashed)
 	for _, i := range []int{1, 2} {
-		if got := g.delivered(i); got != "1000:2/1=never reached the sequencer" {
+		if got := g.delivered(i); got != "1001:2/1=never reached the sequencer" { // 1000: member 0's removal
 			t.Fatalf("member %d delivered %q", i, got)
 		}
 	}
@@ -653,6 +669,14 @@ func TestSequencerRemovesSilentMember(t *testing.T) {
 	}
 	if fmt.Sprint(removed) != "[2]" || g.cores[1].Stats().Electing {
 		t.Fatalf("removed %v, want [2]; member 1 %+v", removed, g.cores[1].Stats())
+	}
+	// The follower learns it from the stream, at the same place.
+	if k := kinds(g.evs[1]); k != "member failed" || g.evs[1][0] != (Event{Kind: MemberFailed, Member: 2, Epoch: 1, Last: 999, At: g.evs[1][0].At, Reason: "silent past the failure timeout"}) ||
+		g.evs[0][0].Last != 999 || g.evs[0][0].Reason != g.evs[1][0].Reason {
+		t.Fatalf("member 1 events %v, sequencer %v", g.evs[1], g.evs[0])
+	}
+	if ms := g.cores[1].Members(); ms[2].Live || !ms[0].Live || g.cores[1].Stats().MembersFailed != 1 {
+		t.Fatalf("member 1's view: %+v, %+v", ms, g.cores[1].Stats())
 	}
 	ms := g.cores[0].Members()
 	if len(ms) != 3 || !ms[0].Self || !ms[0].Sequencer || !ms[1].Live || ms[2].Live {

@@ -230,25 +230,42 @@ func (c *Core) takeover() {
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
 	c.stable = c.recvd
 	c.learnSafe(last + 1) // the agreed prefix: every voter's vote covered it
-	c.drain()             // deliver it first: the duplicate filter below is what we delivered
+	c.drain()             // deliver it first (up to a member change, which ends a Ready)
+	// The duplicate filter is what the agreed prefix numbered, and the
+	// members' liveness what it says: what we delivered, and what is held
+	// and not yet delivered.
 	for i := range c.members {
 		m := &c.members[i]
 		m.seqdSeq, m.dupAt, m.electedAt = m.delivSeq, 0, 0
+		m.streamLive = !m.failed
+	}
+	for g := c.next; g != c.recvd; g++ {
+		en := &c.log[g&c.lmask]
+		o := c.originOf(en.uid)
+		switch {
+		case o == nil:
+		case en.change != 0:
+			o.streamLive = en.change == frame.MemberReadmitted
+		case frame.SeqLess(o.seqdSeq, en.uid.Seq):
+			o.seqdSeq = en.uid.Seq
+		}
+	}
+	for i := range c.members {
+		m := &c.members[i]
 		switch {
 		case m.self:
 			m.acked, m.rcvd = c.next, c.recvd
 		case m.gone:
 			m.live = false // reported as MemberLeft
 		case m.voted && m.voteEpoch == c.epoch && m.voteCand == c.cfg.Self:
-			m.acked, m.rcvd = m.voteNext, m.voteH+1
-		case m.live:
-			reason := fmt.Sprintf("did not vote in the election of epoch %d", c.epoch)
+			m.live, m.acked, m.rcvd = true, m.voteNext, m.voteH+1
+		default:
+			// Not a voter: removed, announced in the stream unless the
+			// agreed prefix removed it already (announceChanges).
+			m.live, m.removedFor = false, frame.ReasonNoVote
 			if m.id == old {
-				reason = "the sequencer before, replaced"
+				m.removedFor = frame.ReasonReplaced
 			}
-			m.live = false
-			c.stats.MembersFailed++
-			c.events = append(c.events, Event{Kind: MemberFailed, Member: m.id, Epoch: c.epoch, Last: m.voteH, At: c.now, Reason: reason})
 		}
 		if m.live && frame.SeqLess(m.acked, c.stable) {
 			c.stable = m.acked

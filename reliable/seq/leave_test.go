@@ -82,8 +82,16 @@ func TestRemovedMemberReturns(t *testing.T) {
 	if k := kinds(g.evs[0]); k != "member failed,member returned" {
 		t.Fatalf("sequencer events %v, want member 2 returned", g.evs[0])
 	}
+	// Both changes are in the stream (1000 and 1001): member 1 reports
+	// them too; member 2 delivers them without reporting itself.
+	if k := kinds(g.evs[1]); k != "member failed,member returned" || g.evs[1][1].Last != 1000 || !g.cores[1].Members()[2].Live {
+		t.Fatalf("member 1 events %v, members %+v", g.evs[1], g.cores[1].Members())
+	}
+	if k := kinds(g.evs[2]); strings.Contains(k, "member") {
+		t.Fatalf("member 2 reported its own removal: %v", g.evs[2])
+	}
 	for i := range 3 {
-		if got := g.delivered(i); got != "1000:2/1=back" {
+		if got := g.delivered(i); got != "1002:2/1=back" {
 			t.Errorf("member %d delivered %q", i, got)
 		}
 	}

@@ -49,7 +49,7 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 	t := v.Type()
 	switch t {
 	case frame.SeqRequest, frame.SeqData, frame.SeqAccept, frame.SeqStatusRequest,
-		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection, frame.Leave:
+		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection, frame.SeqMember, frame.Leave:
 	default:
 		c.stats.UnhandledTypes++
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
@@ -93,6 +93,8 @@ func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
 		err = c.stepRequest(m, v)
 	case frame.SeqData:
 		err = c.stepData(m, v)
+	case frame.SeqMember:
+		err = c.stepMember(m, v)
 	case frame.SeqAccept:
 		err = c.stepAccept(m, v)
 	case frame.SeqStatusRequest:
@@ -121,6 +123,8 @@ func (c *Core) fromOldSequencer(m *member, v frame.View) bool {
 	switch v.Type() {
 	case frame.SeqData:
 		return v.SeqDataEpoch() == c.epoch && !v.Retransmission()
+	case frame.SeqMember:
+		return v.SeqMemberChange().Epoch == c.epoch && !v.Retransmission()
 	case frame.SeqAccept:
 		return v.AcceptEpoch() == c.epoch
 	case frame.SeqStatusRequest:
@@ -180,6 +184,20 @@ func (c *Core) stepData(m *member, v frame.View) error {
 	if u.Origin == c.cfg.Self {
 		c.seen(u.Seq)
 	}
+	en := c.logEntry(g)
+	if en == nil {
+		return nil
+	}
+	en.global, en.epoch, en.uid, en.state, en.change = g, e, u, full, 0
+	en.data = append(c.reusable(en), v.Payload()...)
+	en.bundled = v.Flags()&frame.FlagBundle != 0
+	c.took(g)
+	return nil
+}
+
+// logEntry returns the log slot for global g arriving complete, or nil
+// when g is delivered, held already or beyond the history (counted).
+func (c *Core) logEntry(g uint32) *entry {
 	switch {
 	case frame.SeqLess(g, c.next):
 		c.stats.Duplicates++
@@ -196,13 +214,45 @@ func (c *Core) stepData(m *member, v frame.View) error {
 	if en.global == g && en.state == accepted {
 		c.awaiting--
 	}
-	en.global, en.epoch, en.uid, en.state = g, e, u, full
-	en.data = append(c.reusable(en), v.Payload()...)
-	en.bundled = v.Flags()&frame.FlagBundle != 0
+	return en
+}
+
+// took: global g entered the log complete.
+func (c *Core) took(g uint32) {
 	if frame.SeqLess(c.knownEnd, g+1) {
 		c.knownEnd = g + 1 // a retransmission from a voter during an election
 	}
 	c.drain()
+}
+
+// stepMember takes a change of the member list numbered in the stream
+// (announceChanges): like a SeqData, without a payload; delivered in its
+// place as a MemberFailed or MemberReturned event.
+func (c *Core) stepMember(m *member, v frame.View) error {
+	b, g := v.SeqMemberChange(), v.Seq()
+	u := frame.UID{Origin: b.Member, Incarnation: b.Incarnation}
+	if c.originOf(u) == nil {
+		c.stats.BadOrigin++
+		return fmt.Errorf("%w: global %d (%v) names member %d incarnation %d", ErrBadOrigin, g, b.Change, b.Member, b.Incarnation)
+	}
+	if !c.takesData(m, b.Epoch, g) {
+		c.countEpoch(b.Epoch)
+		c.newerEpoch(m, b.Epoch)
+		return nil
+	}
+	if b.Epoch == c.epoch && m == c.sequencerMember() {
+		c.learnSafe(b.Safe)
+		c.learnHeld(b.Held)
+		c.learnEnd(g+1, true)
+	}
+	en := c.logEntry(g)
+	if en == nil {
+		return nil
+	}
+	en.data = c.reusable(en)
+	en.global, en.epoch, en.uid, en.state, en.bundled = g, b.Epoch, u, full, false
+	en.change, en.reason = b.Change, b.Reason
+	c.took(g)
 	return nil
 }
 
@@ -268,7 +318,7 @@ func (c *Core) takeAccept(e uint32, a frame.AcceptEntry) {
 		c.stats.Duplicates++
 		return
 	}
-	en.global, en.epoch, en.uid, en.state = g, e, u, accepted
+	en.global, en.epoch, en.uid, en.state, en.change = g, e, u, accepted, 0
 	c.awaiting++
 	if c.fill(en) {
 		return
@@ -411,7 +461,7 @@ func (c *Core) stepRetransmit(m *member, v frame.View) {
 		for g := r.First; budget > 0; g++ {
 			en := &c.log[g&c.lmask]
 			if en.global == g && en.state == full {
-				c.sendData(en, m.mac, frame.FlagRetransmit)
+				c.sendEntry(en, m.mac, frame.FlagRetransmit)
 				c.stats.RetransmitsAnswered++
 			}
 			budget--
@@ -513,7 +563,7 @@ func (c *Core) drain() {
 	}
 	from := c.next
 	gated := c.gated()
-	for c.next != c.recvd && (!gated || frame.SeqLess(c.next, c.safe)) {
+	for c.next != c.recvd && (!gated || frame.SeqLess(c.next, c.safe)) && c.cutAt != c.batch {
 		c.deliverEntry(&c.log[c.next&c.lmask])
 	}
 	if c.role == sequencer && c.next != from && c.waiting {
@@ -532,6 +582,10 @@ func (c *Core) learnSafe(s uint32) {
 }
 
 func (c *Core) deliverEntry(en *entry) {
+	if en.change != 0 {
+		c.deliverChange(en)
+		return
+	}
 	g := c.next
 	en.lentAt = c.batch
 	b := en.data
@@ -565,4 +619,37 @@ func (c *Core) deliverEntry(en *entry) {
 	if c.role == sequencer {
 		c.members[c.self].acked = c.next
 	}
+}
+
+// deliverChange delivers a change of the member list in its place: the
+// event follows the messages of this Ready, and nothing more is delivered
+// in it (cutAt). A change of ourselves is not reported: a removed member
+// that still hears the stream is taken back (its readmission follows) or
+// halts.
+func (c *Core) deliverChange(en *entry) {
+	g := c.next
+	c.next++
+	c.sinceReport++
+	c.stats.DeliveredGlobals++
+	if c.role == sequencer {
+		c.members[c.self].acked = c.next
+	}
+	c.cutAt = c.batch
+	m := c.originOf(en.uid)
+	if m == nil || m.self {
+		return
+	}
+	ev := Event{Kind: MemberReturned, Member: m.id, Epoch: en.epoch, Last: g - 1, At: c.now}
+	if en.change == frame.MemberRemoved {
+		ev.Kind, ev.Reason = MemberFailed, en.reason.String()
+		if en.reason == frame.ReasonNoVote {
+			ev.Reason = fmt.Sprintf("did not vote in the election of epoch %d", en.epoch)
+		}
+		m.failed = true
+		c.stats.MembersFailed++
+	} else {
+		m.failed = false
+		c.stats.MembersReturned++
+	}
+	c.events = append(c.events, ev)
 }

@@ -53,6 +53,27 @@ func (c *Core) sendData(en *entry, dst [6]byte, flags frame.Flags) {
 	c.seqData.Data = nil
 }
 
+// sendChange sends log entry en, a change of the member list, as
+// SeqMember: Seq is its global number.
+func (c *Core) sendChange(en *entry, dst [6]byte, flags frame.Flags) {
+	c.header(en.global, flags)
+	c.change = frame.SeqMemberBody{Epoch: en.epoch, Safe: c.safe, Held: c.held, Change: en.change, Reason: en.reason,
+		Member: en.uid.Origin, Incarnation: en.uid.Incarnation}
+	if c.role == sequencer && dst == c.cfg.dst {
+		c.safeSent, c.heldSent = c.safe, c.held
+	}
+	c.emit(dst, &c.change)
+}
+
+// sendEntry sends log entry en as what it is: SeqData or SeqMember.
+func (c *Core) sendEntry(en *entry, dst [6]byte, flags frame.Flags) {
+	if en.change != 0 {
+		c.sendChange(en, dst, flags)
+		return
+	}
+	c.sendData(en, dst, flags)
+}
+
 // sendRequest sends our request r: point to point to the sequencer
 // (method 1) or broadcast (method 2).
 func (c *Core) sendRequest(r uint32, flags frame.Flags) {

@@ -66,7 +66,7 @@ func (c *Core) sequenceFrom(o *member) {
 			c.safe = c.nextGlobal // the SeqData below carries it
 		}
 		en := &c.log[g&c.lmask]
-		en.global, en.epoch, en.state, en.bundled = g, c.epoch, full, bundled
+		en.global, en.epoch, en.state, en.bundled, en.change = g, c.epoch, full, bundled, 0
 		en.uid = frame.UID{Origin: o.id, Incarnation: o.inc, Seq: r}
 		if q != nil {
 			old := c.reusable(en)
@@ -101,6 +101,10 @@ func (c *Core) sequenceFrom(o *member) {
 // sequenceAll numbers whatever waits, origins in turn.
 func (c *Core) sequenceAll() {
 	c.waiting = false
+	c.announceChanges()
+	if c.waiting {
+		return
+	}
 	n := len(c.members)
 	for k := range n {
 		o := &c.members[(c.rr+k)%n]
@@ -245,15 +249,63 @@ func (c *Core) computeStable() (moved bool) {
 }
 
 // removeMember takes m out of the group: it no longer holds back the
-// history, and its frames are refused.
-func (c *Core) removeMember(m *member, reason string) {
+// history, and its frames are refused. The group learns it from a
+// SeqMember entry in the stream (announceChanges); MemberFailed is
+// reported where it is delivered, here too.
+func (c *Core) removeMember(m *member, why frame.RemovalReason) {
 	if !m.live {
 		return
 	}
-	m.live = false
-	c.stats.MembersFailed++
-	c.events = append(c.events, Event{Kind: MemberFailed, Member: m.id, Epoch: c.epoch, Last: m.acked, At: c.now, Reason: reason})
+	m.live, m.removedFor = false, why
 	c.advanceStable()
+	c.announceChanges()
+}
+
+// announceChanges numbers a SeqMember entry for each member whose
+// liveness here differs from what the numbered stream says (removed,
+// or taken back) and broadcasts it: every member delivers it at its
+// place in the total order and reports MemberFailed or MemberReturned
+// then. A removal and a readmission that both wait for history room
+// cancel out. Repairs, and the elections' agreement on the last global,
+// treat the entry as any numbered message: a lost one is asked for, and
+// one no voter holds is announced again by the next sequencer, which
+// finds the member not live (takeover).
+func (c *Core) announceChanges() {
+	for i := range c.members {
+		m := &c.members[i]
+		if m.self || m.gone || m.live == m.streamLive {
+			continue
+		}
+		if c.historyFull() {
+			c.computeStable()
+		}
+		if c.historyFull() {
+			if !c.waiting {
+				c.stats.HistoryFull++
+			}
+			c.waiting, c.wantStatus = true, true
+			return
+		}
+		g := c.nextGlobal
+		c.nextGlobal++
+		if !c.gated() {
+			c.safe = c.nextGlobal
+		}
+		en := &c.log[g&c.lmask]
+		en.data = c.reusable(en)
+		en.global, en.epoch, en.state, en.bundled = g, c.epoch, full, false
+		en.uid = frame.UID{Origin: m.id, Incarnation: m.inc}
+		en.change, en.reason = frame.MemberReadmitted, frame.ReasonNone
+		if !m.live {
+			en.change, en.reason = frame.MemberRemoved, m.removedFor
+		}
+		m.streamLive = m.live
+		c.stats.Sequenced++
+		c.flushAccepts() // Accepts for lower numbers go first: no false gap
+		c.sendChange(en, c.cfg.dst, 0)
+		c.knownEnd = c.nextGlobal
+		c.drain()
+	}
 }
 
 // answerDuplicate answers a request already numbered: its sender has not
@@ -267,7 +319,7 @@ func (c *Core) answerDuplicate(o *member) {
 	}
 	for g := c.nextGlobal - 1; frame.SeqLess(g, c.nextGlobal) && !frame.SeqLess(g, c.stable) && int(c.nextGlobal-g) <= c.cfg.History; g-- {
 		en := &c.log[g&c.lmask]
-		if en.global != g || en.state != full || en.uid.Origin != o.id {
+		if en.global != g || en.state != full || en.uid.Origin != o.id || en.change != 0 {
 			continue
 		}
 		o.dupAt = c.now
@@ -301,8 +353,7 @@ func (c *Core) readmit(m *member, a uint32) bool {
 	}
 	m.live, m.acked, m.rcvd, m.probeAt = true, a, a, 0
 	c.computeStable()
-	c.stats.MembersReturned++
-	c.events = append(c.events, Event{Kind: MemberReturned, Member: m.id, Epoch: c.epoch, Last: a - 1, At: c.now})
+	c.announceChanges() // MemberReturned, where the group delivers it
 	return true
 }
 

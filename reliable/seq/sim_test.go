@@ -203,12 +203,14 @@ const (
 	simElectionRetry  = 5 * time.Millisecond
 )
 
-// rec is one delivery as the checkers see it.
+// rec is one delivery as the checkers see it, or a change of the member
+// list delivered in its place (change set, from the member it names).
 type rec struct {
 	from   frame.MemberID
 	idx    int
 	global uint32
 	epoch  uint32
+	change EventKind // MemberFailed or MemberReturned; 0 for a message
 }
 
 // simMember adapts a Core to testnet.Node.
@@ -244,7 +246,7 @@ type simRun struct {
 	failed    error
 	sequencer map[uint32]frame.MemberID // epoch -> sequencer, from SequencerChanged
 	crashed   map[frame.MemberID]bool
-	returned  map[frame.MemberID]bool // taken back after a removal (MemberReturned)
+	returned  map[frame.MemberID]bool // removed once by a sequencer: it may have been taken back
 	outside   int                     // divergences outside the guarantee (see verdict)
 	crashes   int                     // crashes still to happen
 }
@@ -340,12 +342,41 @@ func (m *simMember) flush() {
 				m.run.fail("member %d: epoch %d has sequencer %d, another member saw %d", m.id, ev.Epoch, ev.Member, prev)
 			}
 			m.run.sequencer[ev.Epoch] = ev.Member
-		case MemberReturned:
-			m.run.returned[ev.Member] = true
+		case MemberFailed, MemberReturned:
+			m.checkChange(ev)
 		}
+	}
+	if !m.halted {
+		m.selfChanges(m.core.next)
 	}
 	m.core.Advance()
 	m.checkHeld()
+}
+
+// expected is the global number the next delivery must have.
+func (m *simMember) expected() uint32 {
+	if len(m.log) == 0 {
+		return m.run.s.initialGlobal
+	}
+	return m.lastG + 1
+}
+
+// selfChanges records the changes of this member itself (removed, taken
+// back) delivered before global to: the core reports none, but they take
+// their place in the sequence the checkers compare.
+func (m *simMember) selfChanges(to uint32) {
+	for g := m.expected(); frame.SeqLess(g, to); g++ {
+		en := &m.core.log[g&m.core.lmask]
+		if en.global != g || en.change == 0 || en.uid.Origin != m.id {
+			return // the check that follows reports the gap
+		}
+		k := MemberReturned
+		if en.change == frame.MemberRemoved {
+			k = MemberFailed
+		}
+		m.lastG, m.lastIdx = g, 0
+		m.log = append(m.log, rec{from: m.id, global: g, epoch: en.epoch, change: k})
+	}
 }
 
 // checkHeld: the sequencer's all-held cursor never exceeds the received
@@ -358,6 +389,9 @@ func (m *simMember) checkHeld() {
 		return
 	}
 	for _, o := range m.run.members {
+		if !c.members[c.byID[o.id]].live {
+			m.run.returned[o.id] = true
+		}
 		if o == m || !c.members[c.byID[o.id]].live || m.run.returned[o.id] {
 			continue
 		}
@@ -367,6 +401,23 @@ func (m *simMember) checkHeld() {
 	}
 }
 
+// checkChange: a change of the member list is delivered in its place,
+// the global number after the last delivery's (ev.Last is the one before).
+func (m *simMember) checkChange(ev Event) {
+	m.selfChanges(ev.Last + 1)
+	wantG := m.expected()
+	if ev.Last+1 != wantG {
+		m.run.fail("member %d: %v at global %d, after global %d", m.id, ev, ev.Last+1, m.lastG)
+		return
+	}
+	if _, ok := m.run.ids[ev.Member]; !ok || ev.Member == m.id {
+		m.run.fail("member %d: %v names a stranger or itself", m.id, ev)
+		return
+	}
+	m.lastG, m.lastIdx = wantG, 0
+	m.log = append(m.log, rec{from: ev.Member, global: wantG, epoch: ev.Epoch, change: ev.Kind})
+}
+
 func (m *simMember) check(d Delivery) {
 	j, ok := m.run.ids[d.From]
 	if !ok {
@@ -374,6 +425,9 @@ func (m *simMember) check(d Delivery) {
 		return
 	}
 	// Positions are consecutive global numbers; a bundle shares one.
+	if d.Index == 0 {
+		m.selfChanges(d.Global)
+	}
 	wantG := m.run.s.initialGlobal + uint32(len(m.log))
 	if len(m.log) > 0 {
 		wantG = m.lastG + 1
@@ -435,6 +489,25 @@ func (r *simRun) done() bool {
 			return false
 		}
 		n = len(m.log)
+	}
+	// Every crashed member is removed, and every survivor delivered its
+	// removal (everything the sequencer numbered).
+	var sq *Core
+	for _, m := range r.members {
+		if m.survivor() && m.core.role == sequencer {
+			sq = m.core
+		}
+	}
+	if sq == nil {
+		return n < 0
+	}
+	for _, m := range r.members {
+		if m.ep.Crashed() && sq.members[sq.byID[m.id]].streamLive {
+			return false
+		}
+		if m.survivor() && m.core.next != sq.nextGlobal {
+			return false
+		}
 	}
 	return true
 }
@@ -596,15 +669,39 @@ func (r *simRun) verdict() error {
 				break
 			}
 			y := ref.log[i]
-			if x.from == y.from && x.idx == y.idx && x.global == y.global {
+			if x.from == y.from && x.idx == y.idx && x.global == y.global && x.change == y.change {
 				continue
 			}
 			if !strict && !m.survivor() && x.epoch != y.epoch && frame.SeqLess(x.epoch, y.epoch) && r.crashed[r.sequencer[x.epoch]] {
 				r.outside++
 				break
 			}
-			return fmt.Errorf("position %d: member %d delivered %d/%d (global %d epoch %d), member %d delivered %d/%d (global %d epoch %d)",
-				i, m.id, x.from, x.idx, x.global, x.epoch, ref.id, y.from, y.idx, y.global, y.epoch)
+			return fmt.Errorf("position %d: member %d delivered %d/%d%v (global %d epoch %d), member %d delivered %d/%d%v (global %d epoch %d)",
+				i, m.id, x.from, x.idx, x.change, x.global, x.epoch, ref.id, y.from, y.idx, y.change, y.global, y.epoch)
+		}
+	}
+	// Every survivor learnt of each crash once, in its place (the logs
+	// are identical): MemberFailed for the crashed member, last of its
+	// changes, and as many MemberReturned before as it had false
+	// removals.
+	for _, o := range r.members {
+		if !o.ep.Crashed() {
+			continue
+		}
+		var failed, returned int
+		var lastKind EventKind
+		for _, x := range ref.log {
+			if x.change != 0 && x.from == o.id {
+				lastKind = x.change
+				if x.change == MemberFailed {
+					failed++
+				} else {
+					returned++
+				}
+			}
+		}
+		if lastKind != MemberFailed || failed != returned+1 {
+			return fmt.Errorf("crashed member %d: survivor %d delivered %d MemberFailed and %d MemberReturned for it (last %v), want exactly one removal it stays in", o.id, ref.id, failed, returned, lastKind)
 		}
 	}
 	for _, m := range r.members {
@@ -638,10 +735,10 @@ func seedCount(t *testing.T) int {
 // that runs it alone.
 func TestSim(t *testing.T) {
 	n := seedCount(t)
-	var ran, changes, outside, crashes, cuts, halts, retx atomic.Int64
+	var ran, changes, outside, crashes, cuts, halts, retx, removals atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee",
-			ran.Load(), crashes.Load(), cuts.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load())
+		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee, %d removals delivered by survivors",
+			ran.Load(), crashes.Load(), cuts.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load(), removals.Load())
 	})
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -665,6 +762,9 @@ func TestSim(t *testing.T) {
 			outside.Add(int64(r.outside))
 			for _, m := range r.members {
 				retx.Add(int64(m.core.Stats().RetransmitsAnswered))
+				if m.survivor() {
+					removals.Add(int64(m.core.Stats().MembersFailed))
+				}
 			}
 		})
 	}
