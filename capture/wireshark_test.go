@@ -49,6 +49,7 @@ func writeGoldenCapture(t *testing.T, dir string) (string, []golden) {
 	for _, body := range []frame.Body{
 		&frame.SeqDataBody{Epoch: 3, Safe: 37, Held: 36, UID: frame.UID{Origin: 2, Incarnation: 9, Seq: 5}, Data: []byte("two cursors")},
 		&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 40, Safe: 38, Held: 35},
+		&frame.SeqMemberBody{Epoch: 3, Safe: 39, Held: 36, Change: frame.MemberReadmitted, Member: 4, Incarnation: 11},
 	} {
 		b, err := frame.Append(nil, &hdr, body)
 		if err != nil {
@@ -151,7 +152,7 @@ var dissectorFields = []string{
 	"rbcast.start.count", "rbcast.member.id", "rbcast.member.mac", "rbcast.member.incarnation",
 	"rbcast.epoch", "rbcast.origin", "rbcast.origin.incarnation", "rbcast.origin.seq",
 	"rbcast.accept.count", "rbcast.accept.global", "rbcast.status.sequenced", "rbcast.status.delivered",
-	"rbcast.safe", "rbcast.held",
+	"rbcast.safe", "rbcast.held", "rbcast.member.change", "rbcast.member.reason",
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
 	"frame.interface_name", "frame.interface_description", "frame.packet_flags_direction", "_ws.expert.message",
@@ -192,7 +193,7 @@ func expectFields(v frame.View) map[string]string {
 	var acks, members joined
 	// v2 sequencer frames: two cursors (delivered, received), both of the
 	// sequencer ack_base's stream.
-	seqAcks := v.Type() >= frame.SeqRequest && v.Type() <= frame.SeqElection && v.AckCount() == 2
+	seqAcks := v.Type() >= frame.SeqRequest && v.Type() <= frame.SeqMember && v.AckCount() == 2
 	for i := range v.AckCount() {
 		acks.add("%d", v.Ack(i))
 		if seqAcks {
@@ -285,6 +286,11 @@ func expectFields(v frame.View) map[string]string {
 		e := v.Election()
 		m["rbcast.epoch"], m["rbcast.election.phase"], m["rbcast.election.reserved"] = d(e.Epoch), d(uint8(e.Phase)), "0"
 		m["rbcast.election.candidate"], m["rbcast.election.last_global"] = d(uint16(e.Candidate)), d(e.LastGlobal)
+	case frame.SeqMember:
+		c := v.SeqMemberChange()
+		m["rbcast.epoch"], m["rbcast.safe"], m["rbcast.held"] = d(c.Epoch), d(c.Safe), d(c.Held)
+		m["rbcast.member.change"], m["rbcast.member.reason"] = d(uint8(c.Change)), d(uint8(c.Reason))
+		m["rbcast.member.id"], m["rbcast.member.incarnation"] = d(uint16(c.Member)), d(c.Incarnation)
 	}
 	m["rbcast.crc32c"] = fmt.Sprintf("0x%08x", v.CRC())
 	m["rbcast.crc32c.computed"] = m["rbcast.crc32c"]
@@ -360,6 +366,16 @@ func TestDissectorExpertInfo(t *testing.T) {
 			return withCRC(b)
 		}(), "last before first", "1"},
 		{"election phase", func() []byte { b := clone("seq_election"); b[frame.HeaderLen+4] = 9; return withCRC(b) }(), "phase 9 (want 1..3)", "1"},
+		{"member change", func() []byte {
+			b := clone("seq_member")
+			b[frame.HeaderLen+4*frame.AckEntryLen+12] = 5
+			return withCRC(b)
+		}(), "change 5 (want 1 removed or 2 readmitted)", "1"},
+		{"member reason", func() []byte {
+			b := clone("seq_member")
+			b[frame.HeaderLen+4*frame.AckEntryLen+13] = 0
+			return withCRC(b)
+		}(), "reason 0 with change removed", "1"},
 		{"truncated bundle", func() []byte {
 			b := clone("data_bundle")
 			// the last message's length (0) claims 200 bytes

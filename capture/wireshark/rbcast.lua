@@ -26,9 +26,14 @@ local type_names = {
 	[0x05] = "Welcome", [0x06] = "Start", [0x07] = "Leave", [0x08] = "Heartbeat",
 	[0x10] = "SeqRequest", [0x11] = "SeqData", [0x12] = "SeqAccept",
 	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
-	[0x15] = "SeqRetransmit", [0x16] = "SeqElection",
+	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
 }
 local phase_names = { [1] = "call", [2] = "vote", [3] = "elected" }
+local change_names = { [1] = "removed", [2] = "readmitted" }
+local reason_names = {
+	[0] = "none", [1] = "silent past the failure timeout",
+	[2] = "did not vote in the election", [3] = "the sequencer before, replaced",
+}
 local crc_status_names = { [0] = "Bad", [1] = "Good" }
 
 local f = {
@@ -84,6 +89,8 @@ local f = {
 	status_sequenced = ProtoField.uint32("rbcast.status.sequenced", "Highest sequenced", base.DEC),
 	safe = ProtoField.uint32("rbcast.safe", "Safe cursor", base.DEC),
 	held = ProtoField.uint32("rbcast.held", "All-held cursor", base.DEC),
+	member_change = ProtoField.uint8("rbcast.member.change", "Change", base.DEC, change_names),
+	member_reason = ProtoField.uint8("rbcast.member.reason", "Reason", base.DEC, reason_names),
 	status_delivered = ProtoField.uint32("rbcast.status.delivered", "Highest delivered in order", base.DEC),
 	election_phase = ProtoField.uint8("rbcast.election.phase", "Phase", base.DEC, phase_names),
 	election_reserved = ProtoField.uint8("rbcast.election.reserved", "Reserved", base.DEC),
@@ -231,7 +238,7 @@ local function add_messages(tree, tvb, off, stop, bundled)
 end
 
 local fixed_body = {
-	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12,
+	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -341,6 +348,24 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		end
 		tree:add(f.election_candidate, tvb(off + 6, 2))
 		tree:add(f.election_last_global, tvb(off + 8, 4))
+	elseif ty == 0x17 then
+		tree:add(f.epoch, tvb(off, 4))
+		tree:add(f.safe, tvb(off + 4, 4))
+		tree:add(f.held, tvb(off + 8, 4))
+		local ch, rv = tvb(off + 12, 1):uint(), tvb(off + 13, 1):uint()
+		local ci = tree:add(f.member_change, tvb(off + 12, 1))
+		if ch ~= 1 and ch ~= 2 then
+			body_error(ci, "member.change", off + 12, string.format("change %d (want 1 removed or 2 readmitted)", ch))
+		end
+		local ri = tree:add(f.member_reason, tvb(off + 13, 1))
+		if rv > 3 or (ch == 2 and rv ~= 0) or (ch == 1 and rv == 0) then
+			body_error(ri, "member.reason", off + 13, string.format("reason %d with change %s", rv, change_names[ch] or tostring(ch)))
+		end
+		local mi = tree:add(f.member_id, tvb(off + 14, 2))
+		if tvb(off + 14, 2):uint() == 0xffff then
+			body_error(mi, "member.member", off + 14, "member id 0xffff is reserved for 'no member'")
+		end
+		tree:add(f.member_incarnation, tvb(off + 16, 4))
 	end
 end
 
@@ -418,10 +443,10 @@ function rbcast.dissector(tvb, pinfo, tree)
 	if ack_base + ack_count > 65536 then
 		flag(aci, e.ack_vector, string.format("members %d..%d exceed the id space", ack_base, ack_base + ack_count - 1))
 	end
-	-- v2 sequencer frames (0x10-0x16; also Leave under Order Total, which
+	-- v2 sequencer frames (0x10-0x17; also Leave under Order Total, which
 	-- the frame alone does not tell) carry two entries for the sequencer
 	-- ack_base's stream: the sender's delivered and received cursors.
-	local seq_acks = ty >= 0x10 and ty <= 0x16 and ack_count == 2
+	local seq_acks = ty >= 0x10 and ty <= 0x17 and ack_count == 2
 	if seq_acks then
 		local at = root:add(rbcast, tvb(HEADER_LEN, 8), string.format("Ack vector: cursors in sequencer %d's global stream", ack_base))
 		for i, label in ipairs({ "Delivered cursor", "Received cursor" }) do

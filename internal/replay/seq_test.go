@@ -99,7 +99,11 @@ type seqRun struct {
 // runSeq runs n sequencer-protocol members sending k messages each with
 // receive loss; message sizes alternate below and above the hybrid
 // threshold so both methods run.
-func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seqRun {
+//
+// crash, when given, crashes member crash[0] (1-based) once it proposed
+// half its messages; the group then runs with a 200 ms failure timeout so
+// that the sequencer removes it within the run.
+func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, crash ...int) *seqRun {
 	t.Helper()
 	net, err := testnet.New(seed, testnet.Config{})
 	if err != nil {
@@ -110,6 +114,11 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 		// SafeMajority, safe-point announcements depend on how the live
 		// node grouped its Ready calls; see SimOptions.Resilience).
 		cfg: seq.Config{Group: 9, Threshold: 100, InitialGlobal: 1000, Resilience: seq.SafeSequencer}}
+	victim := -1
+	if len(crash) > 0 {
+		victim = crash[0] - 1
+		run.cfg.HeartbeatInterval, run.cfg.FailureTimeout = 20*seq.Millisecond, 200*seq.Millisecond
+	}
 	inv := capture.NewInvariants(0, nil)
 	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
 	if err != nil {
@@ -147,6 +156,10 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 		busy := false
 		for i, nd := range nodes {
 			for next[i] < k {
+				if i == victim && next[i] >= k/2 {
+					eps[i].Crash()
+					break
+				}
 				msg := fmt.Appendf(nil, "message %d from member %d, seed %d", next[i], i+1, seed)
 				if next[i]%3 == 2 {
 					msg = append(msg, bytes.Repeat([]byte{'.'}, 150)...) // method 2
@@ -159,7 +172,7 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 				}
 				next[i]++
 			}
-			busy = busy || next[i] < k
+			busy = busy || next[i] < k && !eps[i].Crashed()
 		}
 		if !busy {
 			break
@@ -170,6 +183,9 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64) *seq
 		net.RunFor(200 * time.Microsecond)
 	}
 	net.RunFor(300 * time.Millisecond)
+	if victim >= 0 {
+		net.RunFor(time.Second)
+	}
 	for _, l := range links {
 		l.Close()
 	}
@@ -229,6 +245,40 @@ func TestSeqCheckPassesAndSummary(t *testing.T) {
 		}
 	}
 	t.Logf("summary:\n%s", head(sum.String(), 14))
+}
+
+// A member crashes: the sequencer numbers its removal in the stream
+// (SeqMember); check finds nothing wrong with it, summary counts it, the
+// timeline shows it.
+func TestSeqCheckMemberRemoved(t *testing.T) {
+	run := runSeq(t, filepath.Join(t.TempDir(), "seq.pcapng"), 7, 3, 40, 0.02, 3)
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Check(c, CheckOptions{}) {
+		if !strings.Contains(v.Detail, "sim3") { // the crashed member's own gaps
+			t.Errorf("violation on a correct run with a crash: %v", v)
+		}
+	}
+	var sum, tl bytes.Buffer
+	if err := WriteSummary(&sum, c); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sum.String(), "1 member changes by SeqMember") {
+		t.Errorf("summary does not count the removal:\n%s", head(sum.String(), 14))
+	}
+	if err := WriteTimeline(&tl, c); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tl.String(), "SeqMember") || !strings.Contains(tl.String(), "member 3.1 removed (silent past the failure timeout)") {
+		t.Errorf("timeline does not show the removal")
+	}
+	// Everything of the survivors, and what the victim sent before it
+	// crashed (some of its last 20 may have waited in its core).
+	if a, b := len(run.got[0]), len(run.got[1]); a != b || a < 2*40+10 || a > 2*40+20 {
+		t.Errorf("survivors delivered %d and %d messages, want the same, 90..100", a, b)
+	}
 }
 
 func head(s string, n int) string {

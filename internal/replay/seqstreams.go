@@ -12,9 +12,10 @@ import (
 // The sequencer protocol (reliable/seq) as a capture shows it. Its frames
 // number messages with global sequence numbers: a SeqData carries global g
 // with its payload (method 1), a SeqAccept binds globals to requests whose
-// payload travelled in a broadcast SeqRequest (method 2). A member has
-// global g when its interface saw a SeqData for g, or an Accept for g and
-// the request it names. What tells a member that globals before some end
+// payload travelled in a broadcast SeqRequest (method 2), a SeqMember
+// numbers a change of the member list (a removal, a readmission) in the
+// same stream. A member has global g when its interface saw a SeqData or
+// SeqMember for g, or an Accept for g and the request it names. What tells a member that globals before some end
 // exist: a SeqData (g+1), an Accept's header seq (the highest numbered),
 // a SeqStatusRequest's highest sequenced, an Elected's agreed last global.
 // Every sequencer frame's one-entry ack vector is the sender's delivered
@@ -24,7 +25,7 @@ import (
 func isSeqType(t frame.Type) bool {
 	switch t {
 	case frame.SeqRequest, frame.SeqData, frame.SeqAccept, frame.SeqStatusRequest,
-		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection:
+		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection, frame.SeqMember:
 		return true
 	}
 	return false
@@ -51,7 +52,8 @@ type seqEpoch struct {
 	lo, hi           uint32
 	has              bool
 	byData, byAccept int // globals first numbered by SeqData, by Accept
-	retx             int // SeqData retransmissions
+	changes          int // globals first numbered by SeqMember (member changes)
+	retx             int // SeqData and SeqMember retransmissions
 	statusReqs       int
 	firstFrame       int
 }
@@ -242,7 +244,7 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 			}
 		}
 		switch v.Type() {
-		case frame.SeqData:
+		case frame.SeqData, frame.SeqMember:
 			lowest(v.Seq())
 		case frame.SeqAccept:
 			al := v.Accepts()
@@ -322,7 +324,7 @@ func (vw *seqView) step(r *Record, out bool) {
 	switch v.Type() {
 	case frame.SeqRequest:
 		vw.request(frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}, r)
-	case frame.SeqData:
+	case frame.SeqData, frame.SeqMember:
 		vw.fill(v.Seq(), r)
 	case frame.SeqAccept:
 		al := v.Accepts()
@@ -434,6 +436,9 @@ func (s *seqAnalysis) bindings(a *analysis) {
 				b.content = content
 			}
 		}
+		if u.Origin == frame.NoMember {
+			return // a member change: no request to number twice
+		}
 		ku := eu{epoch, u}
 		if n, ok := numbered[ku]; !ok {
 			numbered[ku] = struct {
@@ -454,6 +459,9 @@ func (s *seqAnalysis) bindings(a *analysis) {
 		switch v.Type() {
 		case frame.SeqData:
 			bind(r, v.SeqDataEpoch(), v.Seq(), v.SeqDataUID(), dataContent(v))
+		case frame.SeqMember:
+			c := v.SeqMemberChange()
+			bind(r, c.Epoch, v.Seq(), memberChangeUID(c), []byte(fmt.Sprintf("%v %d.%d (%v)", c.Change, c.Member, c.Incarnation, c.Reason)))
 		case frame.SeqAccept:
 			al := v.Accepts()
 			for i := range al.Len() {
@@ -510,7 +518,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 			}
 			return ep
 		}
-		number := func(ep *seqEpoch, g uint32, byData bool) {
+		number := func(ep *seqEpoch, g uint32, by *int) {
 			if !ep.has || frame.SeqLess(g, ep.lo) {
 				ep.lo = g
 			}
@@ -522,11 +530,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 				return
 			}
 			firstNumbered[[2]uint32{ep.epoch, g}] = true
-			if byData {
-				ep.byData++
-			} else {
-				ep.byAccept++
-			}
+			*by++
 		}
 		switch v.Type() {
 		case frame.SeqRequest:
@@ -552,12 +556,18 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 			if v.Retransmission() {
 				ep.retx++
 			}
-			number(ep, v.Seq(), true)
+			number(ep, v.Seq(), &ep.byData)
+		case frame.SeqMember:
+			ep := epoch(v.SeqMemberChange().Epoch)
+			if v.Retransmission() {
+				ep.retx++
+			}
+			number(ep, v.Seq(), &ep.changes)
 		case frame.SeqAccept:
 			ep := epoch(v.AcceptEpoch())
 			al := v.Accepts()
 			for i := range al.Len() {
-				number(ep, al.At(i).Global, false)
+				number(ep, al.At(i).Global, &ep.byAccept)
 			}
 		case frame.SeqStatusRequest:
 			epoch(v.StatusEpoch()).statusReqs++
@@ -582,7 +592,16 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 }
 
 func uidString(u frame.UID) string {
+	if u.Origin == frame.NoMember {
+		return fmt.Sprintf("(change of member %d.%d)", u.Incarnation>>16, u.Seq)
+	}
 	return fmt.Sprintf("%d.%d#%d", u.Origin, u.Incarnation, u.Seq)
+}
+
+// memberChangeUID stands for a SeqMember entry where bindings compare
+// what globals are bound to: no request's (no member is NoMember).
+func memberChangeUID(c frame.SeqMemberBody) frame.UID {
+	return frame.UID{Origin: frame.NoMember, Incarnation: uint32(c.Member) << 16, Seq: c.Incarnation}
 }
 
 // check returns the sequencer protocol's violations: bindings, gaps never

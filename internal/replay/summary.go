@@ -199,8 +199,12 @@ func writeSeqSummary(ew *errWriter, a *analysis, rel func(time.Time) float64) {
 			ew.printf("  epoch %d: sequencer %d (from frame %d), numbered nothing; %d status requests\n", e, ep.sequencer, ep.firstFrame, ep.statusReqs)
 			continue
 		}
-		ew.printf("  epoch %d: sequencer %d (from frame %d), globals %d..%d: %d numbered by SeqData, %d by Accept; %d SeqData retransmissions, %d status requests\n",
-			e, ep.sequencer, ep.firstFrame, ep.lo, ep.hi, ep.byData, ep.byAccept, ep.retx, ep.statusReqs)
+		changes := ""
+		if ep.changes > 0 {
+			changes = fmt.Sprintf(", %d member changes by SeqMember", ep.changes)
+		}
+		ew.printf("  epoch %d: sequencer %d (from frame %d), globals %d..%d: %d numbered by SeqData, %d by Accept%s; %d SeqData retransmissions, %d status requests\n",
+			e, ep.sequencer, ep.firstFrame, ep.lo, ep.hi, ep.byData, ep.byAccept, changes, ep.retx, ep.statusReqs)
 	}
 	for _, el := range s.elections {
 		ew.printf("  elected: member %d sequencer of epoch %d at %.9f (frame %d), agreed last global %d\n", el.candidate, el.epoch, rel(el.at), el.frame, el.last)

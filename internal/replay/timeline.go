@@ -68,6 +68,13 @@ func Details(v frame.View) string {
 		u := v.SeqDataUID()
 		fmt.Fprintf(&b, " epoch %d safe %d held %d req %d#%d", v.SeqDataEpoch(), v.SeqDataSafe(), v.SeqDataHeld(), u.Origin, u.Seq)
 	}
+	if v.Type() == frame.SeqMember {
+		c := v.SeqMemberChange()
+		fmt.Fprintf(&b, " epoch %d safe %d held %d member %d.%d %v", c.Epoch, c.Safe, c.Held, c.Member, c.Incarnation, c.Change)
+		if c.Reason != frame.ReasonNone {
+			fmt.Fprintf(&b, " (%v)", c.Reason)
+		}
+	}
 	switch v.Type() {
 	case frame.Data, frame.SeqRequest, frame.SeqData:
 		msgs := 0

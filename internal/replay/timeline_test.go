@@ -21,6 +21,7 @@ func TestDetailsSeqV3(t *testing.T) {
 		{&frame.SeqAcceptBody{Epoch: 3, Safe: 42, Held: 39, Entries: []frame.AcceptEntry{{Global: 50, UID: uid}}}, "g7 epoch 3 safe 42 held 39 1 accepts 50=2#5"},
 		{&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 60, Safe: 43, Held: 40}, "g7 epoch 3 sequenced 60 safe 43 held 40"},
 		{&frame.StatusBody{T: frame.SeqStatusReply, Epoch: 3, Delivered: 44}, "g7 epoch 3 delivered 44"},
+		{&frame.SeqMemberBody{Epoch: 3, Safe: 61, Held: 59, Change: frame.MemberRemoved, Reason: frame.ReasonSilent, Member: 4, Incarnation: 2}, "g7 epoch 3 safe 61 held 59 member 4.2 removed (silent past the failure timeout)"},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 1, Seq: 60, Acks: []uint32{44, 45}}, tc.body)
 		if err != nil {
