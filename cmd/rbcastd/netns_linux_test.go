@@ -471,11 +471,12 @@ func TestNetnsTotalOrderLines(t *testing.T) {
 // it dead within the failure timeout (1s, plus the time status takes).
 func TestNetnsKill9(t *testing.T) { kill9(t, "fifo", "") }
 
-// The same under -order total. Only the sequencer (host 0, member 0)
-// learns of a failure — the others hear only the sequencer — so only its
-// status must show the member dead; host 0's send exits 0 only once every
-// live member holds its file, which needs the dead member removed.
-func TestNetnsKill9Total(t *testing.T) { kill9(t, "total", "rbakill") }
+// The same under -order total: the sequencer (host 0, member 0) removes
+// the dead member and numbers the removal in the global stream, so every
+// survivor's status shows it dead (reliable/seq, SeqMember); host 0's
+// send exits 0 only once every live member holds its file, which needs
+// the dead member removed.
+func TestNetnsKill9Total(t *testing.T) { kill9(t, "total", "rbekill") }
 
 func kill9(t *testing.T, order, prefix string) {
 	netns.RequireRoot(t)
@@ -538,17 +539,14 @@ func kill9(t *testing.T, order, prefix string) {
 	victim := c.ids[3]
 	var shown time.Duration
 	watchers := []int{0, 1, 2}
-	if order == "total" {
-		watchers = []int{0} // the sequencer
-	}
 	for _, i := range watchers {
 		for {
 			asked := time.Since(killed)
 			st := c.status(i)
 			if m := st.Members[victim]; m.State == daemon.StateDead {
 				shown = max(shown, asked)
-				if m.Reason != "failed" {
-					t.Errorf("host %d: member %d dead (%s), want failed", i, victim, m.Reason)
+				if m.Reason != "failed" || m.DiedAt == "" {
+					t.Errorf("host %d: member %d dead (%s, died at %q), want failed with its time", i, victim, m.Reason, m.DiedAt)
 				}
 				break
 			}

@@ -754,3 +754,49 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 		t.Fatalf("Flushed while the crashed member %d is %s at the sequencer, want dead (removed) first", victim, st.Members[victim].State)
 	}
 }
+
+// Under Order Total the followers learn of a failure from the sequencer's
+// removal, numbered in the global stream: a follower's status shows the
+// crashed member dead too, with the time it was removed.
+func TestCrashShowsDeadTotal(t *testing.T) {
+	r := rtnet.New(t, 4)
+	var links []*rtnet.Link
+	dir := t.TempDir()
+	var ds []*running
+	for i := range 3 {
+		l := r.Attach(t, testnet.EndpointConfig{})
+		links = append(links, l)
+		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
+			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, Order: reliable.Total, FailureTimeout: time.Second}}))
+	}
+	victim := ds[2].self(t)
+	follower := ds[1].self(t)
+	if st := ds[1].d.Status(); st.Members[follower].Sequencer || st.Members[victim].Sequencer {
+		t.Fatalf("members 1 and 2 should be followers: %+v", st.Members)
+	}
+	links[2].Crash()
+	crashed := time.Now()
+	for _, d := range []*running{ds[0], ds[1]} {
+		for {
+			m := d.d.Status().Members[victim]
+			if m.State == StateDead {
+				if m.Reason != "failed" || m.DiedAt == "" {
+					t.Fatalf("member %d dead (%q, died at %q), want failed with a time", victim, m.Reason, m.DiedAt)
+				}
+				break
+			}
+			if time.Since(crashed) > 5*time.Second {
+				t.Fatalf("member %d still %s 5s after it crashed", victim, m.State)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if el := time.Since(crashed); el > 3*time.Second {
+		t.Errorf("member %d shown dead by both survivors %v after the crash, failure timeout 1s", victim, el)
+	}
+	for _, m := range ds[1].d.Status().Members {
+		if m.ID != victim && m.State != StateAlive {
+			t.Errorf("follower's status: member %d %s", m.ID, m.State)
+		}
+	}
+}
