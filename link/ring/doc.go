@@ -58,6 +58,16 @@
 // is reported as an error, and that slot and the ones after it are taken
 // back so the link keeps working.
 //
+// Stage and Kick are Send in two halves for a caller that wants to fill
+// the ring on one goroutine while another spends the kernel's transmit
+// time (reliable's Group: its kicker goroutine). Stage copies frames into
+// slots and marks them SEND_REQUEST; Kick makes the sendto and waits until
+// the kernel has taken everything staged. The kernel's tpacket_snd walks
+// every SEND_REQUEST slot it reaches, so frames staged during a Kick go
+// out in the same sendto. A Kick that finds another one running leaves its
+// frames to it; each Kick looks for frames published meanwhile after it
+// has finished, so none are left behind.
+//
 // With Config.TxMode = TxSendmmsg no TX ring is mapped: Send hands the
 // caller's frames to one sendmmsg(2) per 64 frames on the same protocol-0
 // socket, with the same back-pressure rules (link/internal/mmsg). It is the
