@@ -352,6 +352,8 @@ func (e *engine) report(ev Event) {
 		e.log.Error("rbcast: removed from the group; halting", "group", e.group, "member", ev.Member, "epoch", ev.Epoch, "reason", ev.Reason)
 	case SequencerFailed:
 		e.log.Warn("rbcast: sequencer silent; electing a new one", "group", e.group, "sequencer", ev.Member, "epoch", ev.Epoch)
+	case MemberReturned:
+		e.log.Info("rbcast: removed member taken back", "group", e.group, "member", ev.Member, "epoch", ev.Epoch)
 	default:
 		if ev.Epoch != 0 {
 			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),

@@ -274,6 +274,23 @@ func TestSeqCheckMemberRemoved(t *testing.T) {
 	if !strings.Contains(tl.String(), "SeqMember") || !strings.Contains(tl.String(), "member 3.1 removed (silent past the failure timeout)") {
 		t.Errorf("timeline does not show the removal")
 	}
+	// A survivor's re-run delivers what it did live, the removal in
+	// between (the re-run drives the same core).
+	for i, m := range run.members[:2] {
+		res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold, Resilience: run.cfg.Resilience,
+			HeartbeatInterval: run.cfg.HeartbeatInterval, FailureTimeout: run.cfg.FailureTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) != len(run.got[i]) {
+			t.Fatalf("member %d: re-run delivered %d messages, the live node %d (notes %q)", m.ID, len(res.Deliveries), len(run.got[i]), res.Notes)
+		}
+		for k, d := range res.Deliveries {
+			if w := run.got[i][k]; d.Global != w.Global || d.From != w.From || !bytes.Equal(d.Data, w.Data) {
+				t.Fatalf("member %d delivery %d: re-run global %d from %d, live global %d from %d", m.ID, k, d.Global, d.From, w.Global, w.From)
+			}
+		}
+	}
 	// Everything of the survivors, and what the victim sent before it
 	// crashed (some of its last 20 may have waited in its core).
 	if a, b := len(run.got[0]), len(run.got[1]); a != b || a < 2*40+10 || a > 2*40+20 {
