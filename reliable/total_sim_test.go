@@ -459,6 +459,18 @@ func (r *totalRun) verdict() error {
 			return fmt.Errorf("crashed member %d: survivor %d reported %d MemberFailed for it (last change %v), want exactly 1", o.id, ref.id, failed, last)
 		}
 	}
+	// And every survivor's Stats lists the crashed not live, the other
+	// survivors live.
+	for _, m := range r.members {
+		if !m.survivor() {
+			continue
+		}
+		for _, ms := range m.d.Stats().Members {
+			if j := r.ids[ms.ID]; ms.Live != r.members[j].survivor() && !r.members[j].left {
+				return fmt.Errorf("survivor %d lists member %d live=%v (crashed %v)", m.id, ms.ID, ms.Live, r.crashed[j])
+			}
+		}
+	}
 	return nil
 }
 
