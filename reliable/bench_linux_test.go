@@ -30,7 +30,15 @@ import (
 // starts the netns names (default rbeb; see benchPrefix);
 // RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window;
 // RBCAST_BENCH_NOSTAGE=1 has groups send with Link.Send under their lock
-// instead of staging frames under it for the kicker goroutine.
+// instead of staging frames under it for the kicker goroutine;
+// RBCAST_BENCH_SETTLE (a duration) replaces the 1 ms a receiver's loop
+// waits for its reader to take the messages queued as views.
+
+func init() {
+	if d, err := time.ParseDuration(os.Getenv("RBCAST_BENCH_SETTLE")); err == nil {
+		settleWait = d
+	}
+}
 
 func benchDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {

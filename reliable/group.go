@@ -44,7 +44,7 @@ type Message struct {
 // 1 KB or more is queued as a view into the ring, and Recv (into a new
 // slice) or RecvAppend (into the caller's buffer) copies it from there,
 // once, if it takes it before the loop's next turn; the loop waits up to
-// 200 µs for a reader that is taking messages, then copies what is left
+// 1 ms for a reader that is taking messages, then copies what is left
 // into the receive queue, as it does for smaller messages and under Order
 // Total: a copy in and one out. Config.Deliver skips the queue. Out-of-order
 // frames are copied once more, by the core, to wait for the gap to fill.
