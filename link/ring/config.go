@@ -96,9 +96,10 @@ type Config struct {
 	// the process being put to sleep and woken. It trades CPU for latency,
 	// as MPI ranks that yield-spin do, and helps programs that wait for
 	// one frame at a time (BDSM barriers), most of all when there are more
-	// such processes than cores. A yield longer than RxSpin (the CPU is
-	// busy with other work) pauses spinning for 10 ms to 1 s (package
-	// documentation). 0, the default, never spins. At most a second.
+	// such processes than cores. A yield longer than a millisecond (or
+	// RxSpin, if longer: the CPU is busy with other work) pauses spinning
+	// for 10 ms to 1 s (package documentation). 0, the default, never
+	// spins. At most a second.
 	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means

@@ -480,11 +480,13 @@ func (l *Link) rxReady(uintptr) bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
-// Back-off of Config.RxSpin under contention: the first pause, and the
-// longest (each contended spin doubles it).
+// Back-off of Config.RxSpin under contention: a yield longer than
+// spinContended (or than RxSpin if that is longer) counts as contention;
+// the first pause, and the longest (each contended spin doubles it).
 const (
-	spinPauseMin = 10 * time.Millisecond
-	spinPauseMax = time.Second
+	spinContended = time.Millisecond
+	spinPauseMin  = 10 * time.Millisecond
+	spinPauseMax  = time.Second
 )
 
 // spin looks at the next slot or block until it is ours (true), for at
@@ -497,13 +499,18 @@ const (
 // burning it. It only reads the status word fill reads next, so frames are
 // taken in ring order as without it.
 //
-// A sched_yield that kept us off the CPU longer than RxSpin means other
-// work holds the CPU for whole scheduler slices: a process that yields
-// then waits for the slice to end, where one asleep in poll(2) would be
-// woken (and usually run at once) when its frame lands. Spinning then
-// costs latency instead of saving it, so it stops for spinPauseMin,
-// doubling up to spinPauseMax while the contention lasts (a spin without
-// it halves the pause).
+// A sched_yield that kept us off the CPU for more than a millisecond
+// (spinContended, or RxSpin if longer) means other work holds the CPU for
+// whole scheduler slices: a process that yields then waits for the slice
+// to end, where one asleep in poll(2) would be woken (and usually run at
+// once) when its frame lands. Spinning then costs latency instead of
+// saving it, so it stops for spinPauseMin, doubling up to spinPauseMax
+// while the contention lasts (a spin without it halves the pause). Shorter
+// yields count against RxSpin: with 4 processes on 2 cores a yield often
+// hands the core to another process's turn (most yields of 4 jacobi
+// processes took 250-500 µs, at load ~3.6), and such a turn is worth
+// waiting for rather than sleeping; a back-off at RxSpin (200 µs) took
+// most of the spin's gain away there.
 func (l *Link) spin(deadline time.Time) bool {
 	now := time.Now()
 	if now.Before(l.spinOff) {
@@ -527,7 +534,7 @@ func (l *Link) spin(deadline time.Time) bool {
 		}
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		t1 := time.Now()
-		if away := t1.Sub(t0); away <= l.cfg.RxSpin {
+		if away := t1.Sub(t0); away <= max(l.cfg.RxSpin, spinContended) {
 			spent += away
 			continue
 		}
