@@ -34,9 +34,9 @@
 // runtime.Gosched and sched_yield(2) between looks, for up to RxSpin of
 // yielding, and sleeps only if nothing came: a process waiting for one
 // frame at a time is then not put to sleep and woken per frame (on the
-// 2-core test machine, 4 BDSM processes exchanging tiny updates took 43 µs
-// an iteration with a 200 µs spin, 85 µs without; docs/benchmarks.md, "BDSM
-// vs MPI"). A yield that keeps Recv off the CPU for more than a
+// 2-core test machine, 4 BDSM processes exchanging tiny updates took 21 µs
+// an iteration with a 200 µs spin, 80 µs without, OpenMPI 37;
+// docs/benchmarks.md, "BDSM vs MPI"). A yield that keeps Recv off the CPU for more than a
 // millisecond (or RxSpin, if longer) means other work holds the CPU, where
 // a sleeper is woken sooner than a yielder gets its turn back: spinning
 // then stops for 10 ms, doubling up to a second while that lasts. The spin only reads the status word fill reads
