@@ -14,7 +14,7 @@
 //	go run ./bench/mpi/compare -procs 2 -reps 3 -progs jacobi,cg
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,matmult -windows 16,48,128 -nompi
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,cg -loss 1 -nompi
-//	go run ./bench/mpi/compare -procs 2,4 -progs jacobi,cg -gomaxprocs 1 -spins 0,50us
+//	go run ./bench/mpi/compare -procs 2,4 -progs jacobi,cg -gomaxprocs 1 -spins 0,200us
 package main
 
 import (
@@ -77,7 +77,7 @@ func main() {
 	progsFlag := flag.String("progs", strings.Join(order, ","), "programs")
 	windows := flag.String("windows", "", "also run BDSM with these PBP windows (figs 6.7-6.8)")
 	spin := flag.Duration("spin", 0, "BDSM processes poll their receive ring this long before sleeping (ring.Config.RxSpin; 0: never)")
-	spins := flag.String("spins", "", "also run BDSM with these ring spins, e.g. 0,50us, beside every MPI run (a table of each against MPI)")
+	spins := flag.String("spins", "", "also run BDSM with these ring spins, e.g. 0,200us, beside every MPI run (a table of each against MPI)")
 	loss := flag.String("loss", "", "inject this percent of random loss on every frame arriving at every host (nftables; both systems)")
 	noMPI := flag.Bool("nompi", false, "BDSM only")
 	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
