@@ -948,3 +948,53 @@ func TestResendProbeAdaptsToAckRoundTrip(t *testing.T) {
 		t.Fatalf("%+v, want the probe: an Ack naming 120 with ACK_REQUEST", frames)
 	}
 }
+
+// A member in ack vector slot 64 or beyond has no bit in sent.served: its
+// Nacks are answered by broadcast and held by time alone (NackTimeout/2),
+// also when it asks again; members below 64 keep the unicast rules beside
+// it.
+func TestNackFromSlotBeyond64(t *testing.T) {
+	const n = 70
+	c := newCore(t, testConfig(PBP2, 0, n))
+	c.Propose(t0+1, []byte("a"))
+	ready(t, c)
+	acks := make([]uint32, n)
+	for i := range acks {
+		acks[i] = 100
+	}
+	nack := func(from frame.MemberID) in {
+		return in{sender: from, seq: 99, acks: acks, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 100}}}}
+	}
+	want := func(what string, dst ...[6]byte) {
+		t.Helper()
+		frames, _, _ := ready(t, c)
+		if len(frames) != len(dst) {
+			t.Fatalf("%s: %+v, want %d frames", what, frames, len(dst))
+		}
+		for i, f := range frames {
+			if f.t != frame.Data || f.h.Seq != 100 || f.h.Flags&frame.FlagRetransmit == 0 || f.dst != dst[i] {
+				t.Fatalf("%s: %+v, want 100 retransmitted to %v", what, frames, dst)
+			}
+		}
+	}
+	step(t, c, t0+2, nack(66))
+	want("slot 66 asks", frame.Broadcast)
+	step(t, c, t0+3, nack(66))
+	want("slot 66 again within the hold")
+	step(t, c, t0+4, nack(1))
+	want("slot 1 within the hold of a broadcast")
+	step(t, c, t0+5, nack(1))
+	want("slot 1 again: its copy of the broadcast was lost", testMAC(1))
+	// The unicast to 1 does not reach 66: not held behind it.
+	step(t, c, t0+6, nack(66))
+	want("slot 66 within the hold of the unicast to 1", frame.Broadcast)
+	step(t, c, t0+7, nack(66))
+	want("slot 66 again within the hold of that broadcast")
+	step(t, c, t0+8, nack(1)) // 1 still counts as served by its unicast
+	want("slot 1 asking again", testMAC(1))
+	step(t, c, t0+8+Time(DefaultNackTimeout/2), nack(66))
+	want("slot 66 after the hold", frame.Broadcast)
+	if st := c.Stats(); st.Retransmitted != 5 || st.RetransmittedUnicast != 2 || st.RetransmitsHeld != 3 {
+		t.Fatalf("stats %+v, want 5 retransmitted (2 unicast), 3 held", st)
+	}
+}

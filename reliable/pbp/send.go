@@ -144,13 +144,16 @@ func (c *Core) sendNack(p *peer) {
 const nackAgeDivisor = 2
 
 // answerNack retransmits what p asked for (thesis fig. 3.8, "resend
-// message with seqno data[1]"), by broadcast, since others may miss the
-// same frames. A frame retransmitted less than NackTimeout/2 ago is not
-// sent again for another member: the Nacks of many receivers for one
-// frame lost by all arrive together, and one retransmission serves them
-// all. A member that asks again after that retransmission answered it
-// lost its copy, and gets another at once: with the adaptive nack timer
-// it asks again well inside NackTimeout/2.
+// message with seqno data[1]"): to p's MAC alone when it is the first to
+// ask, by broadcast when a second member asks within NackTimeout/2 of
+// that (others may miss the same frame). Within NackTimeout/2 of a
+// broadcast retransmission, another member's Nack for the frame is held:
+// the Nacks of many receivers for one frame lost by all arrive together,
+// and one retransmission serves them all. A member that asks again after
+// a retransmission answered it lost its copy, and gets another, to it
+// alone, at once: with the adaptive nack timer it asks again well inside
+// NackTimeout/2. Members in ack vector slots from 64 on (no bit in
+// sent.served) get broadcasts, held by time alone behind a broadcast.
 func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 	c.stats.NacksReceived++
 	hold := c.cfg.NackTimeout / 2
@@ -180,13 +183,18 @@ func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 			recent := h.retxAt != 0 && c.now < h.retxAt.Add(hold)
 			switch {
 			case bit == 0:
-				// Beyond the served bitmask: broadcast, time hold only.
-				if recent {
+				// Beyond the served bitmask: broadcast, held by time
+				// alone, and only behind a broadcast (a recent unicast
+				// went to another member, not to p).
+				if recent && !h.unicast {
 					c.stats.RetransmitsHeld++
 					break
 				}
 				c.sendData(s, frame.FlagRetransmit)
-				h.retxAt, h.served, h.unicast = c.now, 0, false
+				if !recent {
+					h.served = 0
+				}
+				h.retxAt, h.unicast = c.now, false
 				c.stats.Retransmitted++
 			case recent && h.served&bit == 0 && !h.unicast:
 				// A broadcast retransmission is on its way to p too.
