@@ -275,6 +275,8 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		if n.core.Pending() > 0 {
 			n.env.kick()
 		}
+	case reliable.MemberReturned:
+		n.core.MemberBack(ev.Member)
 	}
 	n.changed()
 }

@@ -340,15 +340,26 @@ func (c *Core) receiveBarrier(p *peer, m *Message) error {
 
 // MemberGone removes a member that left or failed: barriers and locks no
 // longer wait for it (the reliable layer has delivered everything it
-// sent before it went).
+// sent before it went). Replies deferred to it are kept (sent at the
+// release, one message each): under reliable.Total a member removed as
+// failed can come back (MemberBack) still waiting for them.
 func (c *Core) MemberGone(id frame.MemberID) {
 	p := c.peer(id)
 	if p == nil || !p.live {
 		return
 	}
 	p.live = false
-	c.deferred = slices.DeleteFunc(c.deferred, func(d deferred) bool { return d.from == id })
 	c.checkGrant()
+}
+
+// MemberBack takes back a member MemberGone removed (reliable's
+// MemberReturned, Order Total: it missed nothing and is a member again):
+// barriers and lock requests wait for it again. What was decided without
+// it while it was gone (a barrier crossed, a lock granted) stands.
+func (c *Core) MemberBack(id frame.MemberID) {
+	if p := c.peer(id); p != nil {
+		p.live = true
+	}
 }
 
 // Live lists the members still in the group, Self included.

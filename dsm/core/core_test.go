@@ -316,6 +316,61 @@ func TestLockTieBreak(t *testing.T) {
 	}
 }
 
+// A member removed as failed that comes back (reliable.Total's
+// MemberReturned) still gets the reply deferred to it before it went, so
+// its Lock does not wait forever, and is waited for again.
+func TestLockMemberBack(t *testing.T) {
+	cores := []*Core{newCore(t, 1, 1400, false), newCore(t, 2, 1400, false), newCore(t, 3, 1400, false)}
+	deliver := func(from int) {
+		for _, m := range drain(t, cores[from]) {
+			for to := range cores {
+				if to != from {
+					if err := cores[to].Receive(frame.MemberID(from+1), m.Append(nil)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	cores[0].RequestLock(5)
+	deliver(0)
+	deliver(1)
+	deliver(2)
+	if !cores[0].Holding(5) {
+		t.Fatal("member 1 did not get the lock")
+	}
+	cores[1].RequestLock(5)
+	deliver(1) // member 1 defers its answer
+	deliver(2)
+	cores[0].MemberGone(2)
+	if live := cores[0].Live(); len(live) != 2 {
+		t.Fatalf("live %v after member 2 failed", live)
+	}
+	cores[0].MemberBack(2)
+	if live := cores[0].Live(); len(live) != 3 {
+		t.Fatalf("live %v after member 2 returned", live)
+	}
+	if err := cores[0].Unlock(5); err != nil {
+		t.Fatal(err)
+	}
+	deliver(0)
+	if !cores[1].Holding(5) {
+		t.Fatal("member 2 waits for the reply member 1 deferred before member 2 was removed and taken back")
+	}
+	// Member 1 waits for member 2 again.
+	cores[0].RequestLock(5)
+	deliver(0)
+	deliver(2)
+	if cores[0].Holding(5) {
+		t.Fatal("member 1 holds the lock member 2 holds")
+	}
+	cores[1].Unlock(5)
+	deliver(1)
+	if !cores[0].Holding(5) {
+		t.Fatal("member 1 did not get the lock after member 2 released it")
+	}
+}
+
 // Zero copy: an update is applied from the received message into segment
 // memory without allocating; a buffered write allocates nothing once the
 // outbox's buffers exist.
