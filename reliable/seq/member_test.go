@@ -118,3 +118,52 @@ func TestRemovalCarriedByTheElection(t *testing.T) {
 		}
 	}
 }
+
+// Member 3 is removed while alive (its frames to the sequencer are lost)
+// and learns it; then the sequencer crashes and member 3 votes: the new
+// sequencer takes it back, numbered in the stream (MemberReturned at
+// every survivor, after the removal and before the old sequencer's), and
+// member 3 delivers the same sequence of changes (silently for its own).
+func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
+	g := newGroup(t, 4, func(c *Config) { c.Method = Method1 })
+	seqDown := false
+	drop := func(from, to int, o out) bool {
+		if seqDown {
+			return from == 0 || to == 0
+		}
+		return from == 3 && to == 0
+	}
+	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
+	for i := range 4 {
+		if got, want := g.changes(i), "member failed 3@999"; i != 3 && got != want {
+			t.Fatalf("member %d: changes %q, want %q", i, got, want)
+		}
+	}
+	if st := g.cores[3].Stats(); st.Next != 1001 || st.Halted {
+		t.Fatalf("member 3 (removed, still hearing): %+v", st)
+	}
+	seqDown = true
+	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
+	for _, i := range []int{1, 2} {
+		if got, want := g.changes(i), "member failed 3@999, member failed 0@1000, member returned 3@1001"; got != want {
+			t.Errorf("member %d: changes %q, want %q", i, got, want)
+		}
+		if ms := g.cores[i].Members(); ms[0].Live || !ms[3].Live {
+			t.Errorf("member %d: %+v", i, ms)
+		}
+	}
+	if got, want := g.changes(3), "member failed 0@1000"; got != want {
+		t.Errorf("member 3: changes %q, want %q", got, want)
+	}
+	g.propose(3, "back")
+	g.run(g.now.Add(DefaultHeartbeatInterval), drop)
+	for _, i := range []int{1, 2, 3} {
+		if got, want := g.delivered(i), "1003:3/1=back"; got != want {
+			t.Errorf("member %d delivered %q, want %q", i, got, want)
+		}
+	}
+	if st := g.cores[3].Stats(); st.Halted || st.NotHeldByAll != 0 || st.AllHeld != 1004 || st.MembersReturned != 0 {
+		t.Errorf("member 3 after its message: Halted %v, NotHeldByAll %d, AllHeld %d (want 1004), MembersReturned %d (its own: not reported)",
+			st.Halted, st.NotHeldByAll, st.AllHeld, st.MembersReturned)
+	}
+}
