@@ -20,7 +20,9 @@ import "github.com/rbcast/rbcast/frame"
 //
 // The cursor never moves back. A member taken back after a removal
 // (MemberReturned) may hold less than it when it returns: it was not live
-// when the cursor passed, and catches up from the history.
+// when the cursor passed, and catches up from the history. So may a voter
+// the sequencer before an election had removed when no voter holds the
+// removal: the new sequencer counts it live without an entry (takeover).
 //
 // Each member counts its own messages not yet below the cursor
 // (Stats.NotHeldByAll): those not yet delivered back, and those delivered
