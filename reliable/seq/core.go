@@ -241,7 +241,7 @@ type member struct {
 	leftPend  bool   // its Leave arrived, MemberLeft waits until we delivered up to leftEnd
 	leftEnd   uint32 // its delivered cursor in its Leave: every message it proposed is below
 	// failed: the stream removed it (a SeqMember removal of it was
-	// delivered here, and no readmission after).
+	// delivered here, and no readmission after); ourselves too.
 	failed bool
 
 	// At the sequencer.
@@ -885,7 +885,7 @@ func (c *Core) Members() []MemberState {
 	out := make([]MemberState, len(c.members))
 	for i := range c.members {
 		m := &c.members[i]
-		live := !m.gone && !m.failed
+		live := !m.gone && (m.self || !m.failed)
 		if c.role != sequencer && i == c.seqr && c.suspected(m) {
 			live = false
 		}

@@ -167,3 +167,47 @@ func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
 			st.Halted, st.NotHeldByAll, st.AllHeld, st.MembersReturned)
 	}
 }
+
+// As above, but the removed member is the one elected (the lowest live):
+// it numbers its own readmission, so that the followers, which delivered
+// its removal, do not list their sequencer dead.
+func TestRemovedCandidateReadmitsItself(t *testing.T) {
+	g := newGroup(t, 4, func(c *Config) { c.Method = Method1 })
+	seqDown := false
+	drop := func(from, to int, o out) bool {
+		if seqDown {
+			return from == 0 || to == 0
+		}
+		return from == 1 && to == 0
+	}
+	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
+	for _, i := range []int{2, 3} {
+		if got, want := g.changes(i), "member failed 1@999"; got != want {
+			t.Fatalf("member %d: changes %q, want %q", i, got, want)
+		}
+	}
+	seqDown = true
+	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
+	if g.cores[1].role != sequencer {
+		t.Fatalf("member 1 is not the sequencer: %+v", g.cores[1].Stats())
+	}
+	for _, i := range []int{2, 3} {
+		if got, want := g.changes(i), "member failed 1@999, member failed 0@1000, member returned 1@1001"; got != want {
+			t.Errorf("member %d: changes %q, want %q", i, got, want)
+		}
+		if ms := g.cores[i].Members(); ms[0].Live || !ms[1].Live || !ms[1].Sequencer {
+			t.Errorf("member %d: %+v", i, ms)
+		}
+	}
+	if got, want := g.changes(1), "member failed 0@1000"; got != want {
+		t.Errorf("member 1: changes %q, want %q", got, want)
+	}
+	g.propose(1, "seq")
+	g.propose(2, "two")
+	g.run(g.now.Add(DefaultHeartbeatInterval), drop)
+	for _, i := range []int{1, 2, 3} {
+		if got, want := g.delivered(i), "1003:1/1=seq 1004:2/1=two"; got != want {
+			t.Errorf("member %d delivered %q, want %q", i, got, want)
+		}
+	}
+}

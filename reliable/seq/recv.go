@@ -636,7 +636,13 @@ func (c *Core) deliverChange(en *entry) {
 	}
 	c.cutAt = c.batch
 	m := c.originOf(en.uid)
-	if m == nil || m.self {
+	if m == nil {
+		return
+	}
+	if m.self {
+		// Not reported, but remembered: were we elected, we would owe
+		// the group our readmission (announceChanges).
+		m.failed = en.change == frame.MemberRemoved
 		return
 	}
 	ev := Event{Kind: MemberReturned, Member: m.id, Epoch: en.epoch, Last: g - 1, At: c.now}

@@ -269,11 +269,13 @@ func (c *Core) removeMember(m *member, why frame.RemovalReason) {
 // cancel out. Repairs, and the elections' agreement on the last global,
 // treat the entry as any numbered message: a lost one is asked for, and
 // one no voter holds is announced again by the next sequencer, which
-// finds the member not live (takeover).
+// finds the member not live (takeover). Ourselves included: a member the
+// stream removed that is then elected (it still heard the stream, its
+// frames to the old sequencer were lost) numbers its own readmission.
 func (c *Core) announceChanges() {
 	for i := range c.members {
 		m := &c.members[i]
-		if m.self || m.gone || m.live == m.streamLive {
+		if m.gone || m.live == m.streamLive {
 			continue
 		}
 		if c.historyFull() {
