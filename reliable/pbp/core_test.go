@@ -998,3 +998,36 @@ func TestNackFromSlotBeyond64(t *testing.T) {
 		t.Fatalf("stats %+v, want 5 retransmitted (2 unicast), 3 held", st)
 	}
 }
+
+// A repair that ends between the nack timer firing and the next Ready
+// leaves nothing behind: the first Nack of the next gap is a new request
+// (not counted as repeated, its answer sampled), not a timer re-ask.
+func TestRepairEndClearsTimerState(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 1, 3))
+	data := func(seq uint32, flags frame.Flags) in {
+		return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
+	}
+	step(t, c, t0+1, data(100, 0))
+	step(t, c, t0+2, data(102, 0)) // 101 missing
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Nack {
+		t.Fatalf("%+v, want a Nack for 101", frames)
+	}
+	// The nack timer fires, and 101 arrives before the next Ready.
+	T := Time(DefaultNackTimeout)
+	c.Tick(t0 + 2 + T)
+	step(t, c, t0+2+T, data(101, frame.FlagRetransmit))
+	frames, _, _ := ready(t, c)
+	for _, f := range frames {
+		if f.t == frame.Nack {
+			t.Fatalf("%+v, want no Nack: nothing is missing", frames)
+		}
+	}
+	step(t, c, t0+3+T, data(104, 0)) // 103 missing: a new gap
+	frames, _, _ = ready(t, c)
+	if len(frames) == 0 || frames[len(frames)-1].t != frame.Nack || frames[len(frames)-1].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 103, Last: 103}) {
+		t.Fatalf("%+v, want a Nack for 103", frames)
+	}
+	if st := c.Stats(); st.NacksSent != 2 || st.NacksRepeated != 0 {
+		t.Fatalf("stats %+v, want 2 Nacks, none repeated", st)
+	}
+}

@@ -288,6 +288,9 @@ func (c *Core) enterRepair(p *peer) {
 func (c *Core) checkRepaired(p *peer) {
 	if p.state == repair && !frame.SeqLess(p.expected, p.knownEnd) {
 		p.state, p.nackAt, p.nackDue, p.nackSentAt = normal, 0, false, 0
+		// A nack timer or lost retransmission the Nack never went out
+		// for: the next gap's first Nack is a new request.
+		p.nackRepeat, p.reask, p.timerDue = false, false, false
 		c.stats.GapsRepaired++
 	}
 }
