@@ -65,6 +65,17 @@ type Options struct {
 	// namespace, as on real hosts; otherwise receivers are goroutines of
 	// this process. The program must call MaybeChild first thing.
 	Processes bool
+	// Overlap has the sender fill the transmit ring (ring.Link.Stage)
+	// while a second goroutine has the kernel transmit it (Kick), as the
+	// reliable runtime sends; otherwise each Send fills and transmits in
+	// turn on one goroutine. Only the ring backends can stage.
+	Overlap bool
+}
+
+// stager is the ring link's split Send (link/ring Stage and Kick).
+type stager interface {
+	Stage(frames [][]byte) (int, error)
+	Kick() error
 }
 
 // Throughput is the outcome of one run.
@@ -203,6 +214,40 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
 		frames[i] = append(b, make([]byte, o.MTU)...)
 	}
+	send := sender.Send
+	stopKicker := func() error { return nil }
+	if o.Overlap {
+		st, ok := sender.(stager)
+		if !ok {
+			name := o.Sender
+			if name == "" {
+				name = o.Backend
+			}
+			return nil, fmt.Errorf("backend %q cannot overlap staging and transmitting (no Stage/Kick)", name)
+		}
+		kick, kicked := make(chan struct{}, 1), make(chan error, 1)
+		go func() {
+			var first error
+			for range kick {
+				if err := st.Kick(); err != nil && first == nil {
+					first = err
+				}
+			}
+			if err := st.Kick(); err != nil && first == nil { // what the last Stage left
+				first = err
+			}
+			kicked <- first
+		}()
+		send = func(frames [][]byte) (int, error) {
+			n, err := st.Stage(frames)
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+			return n, err
+		}
+		stopKicker = func() error { close(kick); return <-kicked }
+	}
 	start := time.Now()
 	var seq uint64
 	for time.Since(start) < o.Duration {
@@ -210,11 +255,15 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 			seq++
 			binary.BigEndian.PutUint64(f[frame.EthernetHeaderLen:], seq)
 		}
-		n, err := sender.Send(frames)
+		n, err := send(frames)
 		res.Sent += uint64(n)
 		if err != nil {
+			stopKicker()
 			return nil, fmt.Errorf("send: %w", err)
 		}
+	}
+	if err := stopKicker(); err != nil {
+		return nil, fmt.Errorf("send: %w", err)
 	}
 	res.Elapsed = time.Since(start)
 	st, _ := sender.Stats()

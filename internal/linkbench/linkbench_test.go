@@ -5,6 +5,7 @@ package linkbench
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,31 @@ func TestUnknownBackend(t *testing.T) {
 	}
 	if os.Geteuid() != 0 {
 		t.Log("root-only harness test skipped: needs root (namespaces, CAP_NET_RAW)")
+	}
+}
+
+// Overlap (Stage on the sender's goroutine, Kick on another) reaches
+// every receiver on the ring backends, and a backend that cannot stage is
+// refused with its name.
+func TestOverlap(t *testing.T) {
+	netns.RequireRoot(t)
+	prefix := fmt.Sprintf("rbko%d", os.Getpid()%1000)
+	for _, b := range []string{"ring-v2", "ring-v3"} {
+		res, err := RunThroughput(Options{Backend: b, Hosts: 3, MTU: 9000, Duration: 100 * time.Millisecond, Prefix: prefix, Overlap: true})
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		for i, r := range res.Receivers {
+			if r.Frames == 0 || r.Frames > res.Sent {
+				t.Fatalf("%s: receiver %d got %d frames of %d sent", b, i, r.Frames, res.Sent)
+			}
+		}
+	}
+	_, err := RunThroughput(Options{Backend: "afpacket", Hosts: 2, MTU: 1500, Duration: 10 * time.Millisecond, Prefix: prefix, Overlap: true})
+	if err == nil || !strings.Contains(err.Error(), `backend "afpacket" cannot overlap`) {
+		t.Fatalf("afpacket with Overlap: %v; want the backend named as unable to overlap", err)
+	}
+	if left, _ := netns.Leftovers(prefix); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
 	}
 }
