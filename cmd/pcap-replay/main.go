@@ -176,8 +176,8 @@ a later one, or announced by an Ack/Heartbeat/Nack/Leave, or first seen as a
 retransmission), when each was repaired, repair latency percentiles, and
 the estimated loss (first transmissions the receiver never got).
 For sequencer frames (a total-order group): each epoch's sequencer and the
-globals it numbered (by SeqData, by Accept), elections and their agreed
-last global, each member's requests, resends, retransmit requests and
+globals it numbered (by SeqData, by Accept, and member removals or
+readmissions by SeqMember), elections and their agreed last global, each member's requests, resends, retransmit requests and
 delivered cursor, and per receiver the globals it missed and when each came.`, stderr)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
