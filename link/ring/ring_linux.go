@@ -72,6 +72,8 @@ type Link struct {
 	txTarget uint64 // slot txProgress waits for
 	txFree   bool   // txProgress waits for txTarget to be AVAILABLE (else: taken by the kernel)
 	txErrno  syscall.Errno
+	// txStuck: txProgress found the kernel stopped at a refused frame.
+	txStuck bool
 	// txBackoff is the current pause between kicks refused with ENOBUFS.
 	txBackoff time.Duration
 	progress  func(uintptr) bool
@@ -398,6 +400,11 @@ func (l *Link) TXGeometry() Geometry { return l.cfg.tx }
 
 var errNoFrames = errors.New("ring: Recv needs a frames slice of length at least 1")
 
+// errRefusedAhead: the kernel's transmit head is a frame it refused in an
+// earlier kick (TP_STATUS_WRONG_FORMAT), not yet taken back (dropRefused):
+// it sends nothing more until then.
+var errRefusedAhead = errors.New("the kernel stopped at a frame it refused earlier (TP_STATUS_WRONG_FORMAT)")
+
 // Recv implements link.Link. It first gives back to the kernel the slots
 // (V2) or blocks (V3) of the frames the previous Recv returned, then
 // returns the frames the ring holds, waiting through the netpoller if it
@@ -713,6 +720,9 @@ func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 				n, err := l.sendErr(first, i, bytes, err)
 				return n, bytes, err
 			}
+			// wait may have taken refused frames back (dropRefused),
+			// moving txNext back: fill the slot it names now.
+			off = l.txSlot[l.txNext%slots]
 		}
 		copy(ring[off+txDataOffset:], f)
 		nativeEndian.PutUint32(ring[off+v2Len:], uint32(len(f)))
@@ -897,10 +907,13 @@ func (l *Link) wait(seq uint64, free bool) error {
 
 // waitLocked is wait with l.kickMu held.
 func (l *Link) waitLocked(seq uint64, free bool) error {
-	l.txTarget, l.txFree, l.txErrno = seq, free, 0
+	l.txTarget, l.txFree, l.txErrno, l.txStuck = seq, free, 0, false
 	err := l.tx.raw.Write(l.progress)
 	if err == nil && l.txErrno != 0 {
 		err = l.txErrno
+	}
+	if err == nil && l.txStuck {
+		err = errRefusedAhead
 	}
 	if err == nil && l.closed.Load() {
 		err = net.ErrClosed
@@ -917,10 +930,18 @@ func (l *Link) waitLocked(seq uint64, free bool) error {
 func (l *Link) txProgress(fd uintptr) bool {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	newest := func() *uint32 { return status(ring, l.txSlot[(l.txPub.Load()-1)%slots]) }
-	for atomic.LoadUint32(newest()) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load() {
-		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	for last := newest(); atomic.LoadUint32(last) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load(); last = newest() {
+		sent, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		if e == 0 {
 			l.txBackoff = 0
+			if sent == 0 && atomic.LoadUint32(last) == unix.TP_STATUS_SEND_REQUEST {
+				// Nothing sent, no error, though a frame waits: the
+				// kernel's head is a slot it refused (WRONG_FORMAT) in
+				// an earlier kick, whose caller has not taken the ring
+				// back yet (dropRefused). No POLLOUT would ever come.
+				l.txStuck = true
+				return true
+			}
 			break
 		}
 		if e == unix.EINTR {

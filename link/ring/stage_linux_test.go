@@ -1,8 +1,10 @@
 package ring
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +153,76 @@ func TestStageKickEdges(t *testing.T) {
 	}
 	if err := tx.Kick(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Kick after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestStageAfterRefusedKick: a Kick met the kernel's refusal of a staged
+// frame (the device's MTU shrank under the link) but has not yet taken the
+// ring back (dropRefused waits for l.txMu, which a Stage holds); that Stage
+// then finds the ring full. The kernel's head is the refused slot, so it
+// sends nothing more and never signals POLLOUT: the Stage must return an
+// error, not wait for ever (holding the reliable runtime's group lock), and
+// once the Kick has taken the ring back the link must work again.
+func TestStageAfterRefusedKick(t *testing.T) {
+	topo := up(t, "q", 2, 1500)
+	setMTU := func(mtu string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set mtu: %v: %s", err, out)
+		}
+	}
+	for _, v := range versions {
+		t.Run(v.String(), func(t *testing.T) {
+			setMTU("1500")
+			tx := openOn(t, topo.Hosts[0], Config{Version: v})
+			rx := openOn(t, topo.Hosts[1], Config{Version: v})
+			src := tx.HardwareAddr()
+			mk := func(seq uint64, size int) []byte {
+				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
+			}
+			setMTU("1000")
+			if n, err := tx.Stage([][]byte{mk(0, 500), mk(1, 1200)}); n != 2 || err != nil {
+				t.Fatalf("Stage = %d, %v; want 2, nil", n, err)
+			}
+			// The first half of Kick: the kernel sends frame 0 and refuses 1.
+			if err := tx.kickPending(); err == nil {
+				t.Fatal("kickPending of a frame over the device's MTU: no error")
+			}
+			frames := make([][]byte, tx.TXGeometry().FrameCount)
+			for i := range frames {
+				frames[i] = mk(uint64(10+i), 500)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := tx.Stage(frames)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("Stage into a ring stuck at a refused frame: no error")
+				}
+				t.Logf("Stage: %v", err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Stage into a ring stuck at a refused frame still waits after 5 s")
+			}
+			// The second half of Kick.
+			tx.txMu.Lock()
+			tx.dropRefused()
+			tx.txMu.Unlock()
+			if n, err := tx.Stage([][]byte{mk(2, 500)}); n != 1 || err != nil {
+				t.Fatalf("Stage after the ring was taken back = %d, %v", n, err)
+			}
+			if err := tx.Kick(); err != nil {
+				t.Fatalf("Kick after the ring was taken back: %v", err)
+			}
+			got, err := recvUntil(rx, 2, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || binary.BigEndian.Uint64(got[0][14:]) != 0 || binary.BigEndian.Uint64(got[1][14:]) != 2 {
+				t.Errorf("received %d frames, want frames 0 and 2", len(got))
+			}
+		})
 	}
 }
