@@ -77,31 +77,41 @@ func parallel(ctx context.Context, node *dsm.Node, c *suite.CG, iters int) (harn
 		return harness.Result{}, err
 	}
 	start := time.Now()
+	ph := harness.NewPhases(node.Rank(), "matvec", "writeq", "barrierq", "step", "writer", "barrierr", "direction")
+	defer ph.Report()
+	ph.Start()
 	s := c.Start()
 	done := 0
 	for done < iters {
 		c.MatVec(s, lo, hi)
+		ph.Mark(0)
 		if _, err := q.WriteFloat64s(lo, s.Q[lo:hi]); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(1)
 		if err := sync(); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(2)
 		copy(s.Q, q.Float64s())
 		if !c.Step(s, lo, hi) {
 			break
 		}
 		done++
+		ph.Mark(3)
 		if _, err := r.WriteFloat64s(lo, s.R[lo:hi]); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(4)
 		if err := sync(); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(5)
 		copy(s.R, r.Float64s())
 		if !c.Direction(s) {
 			break
 		}
+		ph.Mark(6)
 	}
 	if _, err := x.WriteFloat64s(lo, s.X[lo:hi]); err != nil {
 		return harness.Result{}, err

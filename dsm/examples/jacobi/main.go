@@ -72,17 +72,23 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 		return harness.Result{}, err
 	}
 	start := time.Now()
+	ph := harness.NewPhases(node.Rank(), "compute", "write", "barrier")
+	defer ph.Report()
+	ph.Start()
 	old, next := make([]float64, n), make([]float64, n)
 	cur, done := 0, 0
 	for done < iters {
 		copy(old, seg.Float64s()[cur*n:cur*n+n])
 		p.Rows(old, next, lo, hi)
+		ph.Mark(0)
 		if _, err := seg.WriteFloat64s((1-cur)*n+lo, next[lo:hi]); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(1)
 		if err := sync(); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(2)
 		done++
 		cur = 1 - cur
 		if suite.Converged(old, seg.Float64s()[cur*n:cur*n+n], eps) {

@@ -57,6 +57,7 @@ type Options struct {
 	Verify  bool
 	Timeout time.Duration
 	Spin    time.Duration
+	Pin     bool
 	params  string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
@@ -77,6 +78,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", 0, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
+	fs.BoolVar(&o.Pin, "pin", os.Getenv("DSM_PIN") != "", "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (default true when DSM_PIN is set)")
 	return o
 }
 
@@ -109,6 +111,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
 	case !o.Sim && o.Iface == "" && o.Procs != 1:
 		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
+	case o.Pin && o.Iface == "":
+		return errors.New("-pin binds a process running one rank: it needs -iface")
 	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
 		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
 	}
@@ -185,6 +189,11 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
+		if o.Pin {
+			if _, err := pinCPU(o.Rank); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
 		l, err := ring.Open(o.Iface, ring.Config{RxSpin: o.Spin})
 		if err != nil {
 			return err
@@ -307,7 +316,12 @@ func completed(ctx context.Context, n *dsm.Node, program Program) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
+	stop, err := startTrace(n.Rank())
+	if err != nil {
+		return Result{}, err
+	}
 	r, err := program(ctx, n)
+	stop()
 	if err != nil {
 		return r, err
 	}

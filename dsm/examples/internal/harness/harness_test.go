@@ -54,6 +54,7 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-sim", "-loss", "1"}, "-loss is 1"},
 		{[]string{"-iface", "eth0", "-procs", "2"}, "-iface needs -rank in 0..1 (-procs 2); it is -1"},
 		{[]string{"-iface", "eth0", "-procs", "2", "-rank", "2"}, "it is 2"},
+		{[]string{"-sim", "-procs", "2", "-pin"}, "-pin binds a process running one rank: it needs -iface"},
 	} {
 		o, _ := options(t, tc.args...)
 		err := o.Run("test", func() Result { return Result{} }, nil)
