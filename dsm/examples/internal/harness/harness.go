@@ -78,7 +78,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", 0, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
-	fs.BoolVar(&o.Pin, "pin", os.Getenv("DSM_PIN") != "", "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (default true when DSM_PIN is set)")
+	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN)")
 	return o
 }
 
@@ -189,7 +189,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		if o.Pin {
+		if o.Pin || os.Getenv("DSM_PIN") != "" {
 			if _, err := pinCPU(o.Rank); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
