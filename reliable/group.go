@@ -70,8 +70,10 @@ type Group struct {
 	// With a link that stages (link/ring), frames are copied into its
 	// transmit ring under g.mu and the kicker goroutine has the kernel
 	// send them, outside the lock: kick wakes it, kickStop ends it after
-	// a last Kick, kicked is closed when it has ended.
+	// a last Kick, kicked is closed when it has ended. lastKick is that
+	// last Kick's error, written by the kicker before it closes kicked.
 	kick, kickStop, kicked chan struct{}
+	lastKick               error
 
 	// The event loop's own state (no lock): since when the receive queue
 	// has been full, and the timer bounding a wait for room in it.
@@ -207,7 +209,16 @@ func (g *Group) run() {
 			g.room = nil
 		}
 		g.mu.Unlock()
-		g.stopKicker()
+		if kerr := g.stopKicker(); kerr != nil {
+			// The last frames (the Leave repeats) did not go out: Close
+			// and Leave must not report a clean leave.
+			g.mu.Lock()
+			if g.err == nil || errors.Is(g.err, ErrClosed) {
+				g.err = fmt.Errorf("reliable: group %d member %d: link send failed on the last frames staged before stopping (the Leave repeats): %w", g.cfg.Group, g.self, kerr)
+			}
+			err = g.err
+			g.mu.Unlock()
+		}
 		g.queue.close(err)
 		close(g.events)
 		close(g.done)
@@ -347,10 +358,13 @@ func (g *Group) kicker(st stager) {
 		select {
 		case <-g.kick:
 		case <-g.kickStop:
-			st.Kick() // what the last turn staged (the Leave repeats)
+			g.lastKick = st.Kick() // what the last turn staged (the Leave repeats)
 			return
 		}
 		if err := st.Kick(); err != nil {
+			// If the loop has just finished (g.err is ErrClosed), these
+			// were the last frames: run's ending reports it.
+			g.lastKick = err
 			g.mu.Lock()
 			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
 			g.mu.Unlock()
@@ -360,12 +374,15 @@ func (g *Group) kicker(st stager) {
 	}
 }
 
-// stopKicker ends the kicker after a last Kick and waits for it.
-func (g *Group) stopKicker() {
-	if g.kickStop != nil {
-		close(g.kickStop)
-		<-g.kicked
+// stopKicker ends the kicker after a last Kick, waits for it and returns
+// that Kick's error.
+func (g *Group) stopKicker() error {
+	if g.kickStop == nil {
+		return nil
 	}
+	close(g.kickStop)
+	<-g.kicked
+	return g.lastKick
 }
 
 // finish records why the group stopped; g.mu is held.
@@ -510,7 +527,9 @@ func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, e
 // Send accepted is delivered to (acknowledged by) every live member, then
 // a Leave frame announces the departure. It returns when that is done, or
 // after Config.CloseTimeout with an error; either way the event loop has
-// ended. Messages delivered before remain available to Recv.
+// ended. If the link failed to send the last frames (the Leave repeats),
+// Close returns the link's error. Messages delivered before remain
+// available to Recv.
 func (g *Group) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.CloseTimeout)
 	defer cancel()
