@@ -105,8 +105,20 @@ func benchGroup(b *testing.B, method Method, size, batch int) {
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
+	// The segment is lossless: some message is proposed or delivered
+	// every round or two. A second of virtual time (a million rounds,
+	// 100 resend timeouts) without either is a bug, reported instead of
+	// looping forever.
+	const stallLimit = Second
 	proposed := 0
+	progress, progressAt := 0, g.now
 	for proposed < b.N || min(g.delivered[0], g.delivered[1], g.delivered[2]) < b.N {
+		if p := proposed + g.delivered[0] + g.delivered[1] + g.delivered[2]; p != progress {
+			progress, progressAt = p, g.now
+		} else if g.now.Sub(progressAt) > stallLimit {
+			b.Fatalf("no message proposed or delivered in %d ms of virtual time: proposed %d of %d, delivered per member %v",
+				stallLimit/Millisecond, proposed, b.N, g.delivered)
+		}
 		for _, c := range g.cores {
 			for k := 0; k < batch && proposed < b.N; k++ {
 				err := c.Propose(g.now, msg)
