@@ -792,8 +792,11 @@ func (l *Link) Kick() error {
 			return net.ErrClosed
 		}
 		l.txMu.Lock()
-		l.dropRefused()
+		refused := l.dropRefused()
 		l.txMu.Unlock()
+		if refused != nil {
+			err = fmt.Errorf("%w: %w", refused, err)
+		}
 		return &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 	}
 	return nil
@@ -803,21 +806,27 @@ func (l *Link) Kick() error {
 // staged frame: it left that slot TP_STATUS_WRONG_FORMAT and stopped there
 // (tpacket_snd without PACKET_LOSS), so the slots from it on are taken
 // back, unsent, and our next slot is again the kernel's head (as sendErr
-// does for Send). l.txMu is held.
-func (l *Link) dropRefused() {
+// does for Send). It returns what was refused and dropped (nil if no slot
+// was refused), for Kick's error. l.txMu is held.
+func (l *Link) dropRefused() error {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	from := l.txNext - min(l.txNext, slots)
 	for seq := from; seq < l.txNext; seq++ {
-		if atomic.LoadUint32(status(ring, l.txSlot[seq%slots]))&unix.TP_STATUS_WRONG_FORMAT == 0 {
+		off := l.txSlot[seq%slots]
+		if atomic.LoadUint32(status(ring, off))&unix.TP_STATUS_WRONG_FORMAT == 0 {
 			continue
 		}
+		size := nativeEndian.Uint32(ring[off+v2Len:])
+		dropped := l.txNext - seq
 		for s := seq; s < l.txNext; s++ {
 			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
 		}
 		l.txNext = seq
 		l.txPub.Store(seq)
-		return
+		return fmt.Errorf("kernel refused the staged frame in TX slot %d (%d bytes, TP_STATUS_WRONG_FORMAT; the link allows %d for its MTU of %d, the device now less?); it and the %d frames staged after it were dropped unsent",
+			seq%slots, size, link.EthernetHeaderLen+l.mtu, l.mtu, dropped-1)
 	}
+	return nil
 }
 
 // kickPending kicks until no published frame waits for the kernel, unless
