@@ -54,6 +54,9 @@ type run struct {
 	spin          time.Duration // BDSM: the ring's RxSpin (-spin of the examples)
 	loss          string
 	fields        []map[string]string // one per report line (BDSM: per rank)
+	// rep identifies the repetition the run was made in: the runs of one
+	// program made back to back, which ratioCell pairs.
+	rep int
 }
 
 func (r run) solveUS() float64 {
@@ -207,7 +210,7 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 	ctx := context.Background()
 	startLoad, startTime := loadAvg(), time.Now().UTC()
 	var runs []run
-	failures := 0
+	failures, blocks := 0, 0
 	// exec1 runs one measurement, at most three tries: an OpenMPI job
 	// now and then never starts one of its daemons on this loaded machine
 	// (mpirun then waits forever), so every try has a deadline.
@@ -268,12 +271,14 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 			}
 			for rep := 0; rep < reps; rep++ {
 				for _, p := range progs {
+					blocks++
+					id := blocks
 					mpi := func() error {
 						if noMPI {
 							return nil
 						}
 						args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), filepath.Join(mpiDir, p)}, problem[p]...)
-						return exec1(run{prog: p, system: "mpi", procs: n, loss: loss}, filepath.Join(mpiDir, "netns-mpirun"), args...)
+						return exec1(run{prog: p, system: "mpi", procs: n, loss: loss, rep: id}, filepath.Join(mpiDir, "netns-mpirun"), args...)
 					}
 					bdsm := func(window int, spin time.Duration) error {
 						// The programs' own deadline makes a stuck run
@@ -285,10 +290,10 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 						if spin > 0 {
 							args = append(args, "-spin", spin.String())
 						}
-						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, spin: spin, loss: loss}, filepath.Join(mpiDir, "netns-bdsm"), args...)
+						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, spin: spin, loss: loss, rep: id}, filepath.Join(mpiDir, "netns-bdsm"), args...)
 					}
 					seq := func() error {
-						return exec1(run{prog: p, system: "seq", procs: 1}, filepath.Join(bin, p), problem[p]...)
+						return exec1(run{prog: p, system: "seq", procs: 1, rep: id}, filepath.Join(bin, p), problem[p]...)
 					}
 					// The sequential baseline runs beside every pair, and
 					// the order rotates, so that no system always follows
@@ -359,11 +364,13 @@ func parseLine(line string) map[string]string {
 // LINE"): lines of one run follow each other, rank 0 first.
 func fromRaw(paths []string) ([]run, error) {
 	var runs []run
+	blocks := 0
 	for _, path := range paths {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
+		first := len(runs)
 		for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 			system, rest, _ := strings.Cut(line, " ")
 			f := parseLine(rest)
@@ -401,8 +408,42 @@ func fromRaw(paths []string) ([]run, error) {
 			r.fields = []map[string]string{f}
 			runs = append(runs, r)
 		}
+		blocks = repetitions(runs[first:], blocks)
 	}
 	return runs, nil
+}
+
+// repetitions numbers the repetitions of the runs of one raw file, from
+// last+1, and returns the last number used. The raw lines carry no
+// repetition number, but compare runs every program's measurements of a
+// repetition back to back (seq, MPI, BDSM in a rotating order, then the
+// windows), one of each: a repetition ends where the program or the
+// process count changes, or where a measurement it already holds comes
+// again. A repetition an aborted run left incomplete so stays apart from
+// the next, instead of shifting every later pair (raw files are appended
+// to, so one file may hold several runs of compare).
+func repetitions(runs []run, last int) int {
+	type key struct {
+		system        string
+		procs, window int
+		spin          time.Duration
+	}
+	var seen map[key]bool
+	prog, procs := "", 0
+	for i := range runs {
+		r := &runs[i]
+		k := key{r.system, r.procs, r.window, r.spin}
+		if seen == nil || r.prog != prog || seen[k] || (r.system != "seq" && procs != 0 && r.procs != procs) {
+			last++
+			seen, prog, procs = map[key]bool{}, r.prog, 0
+		}
+		seen[k] = true
+		if r.system != "seq" {
+			procs = r.procs
+		}
+		r.rep = last
+	}
+	return last
 }
 
 func median(v []float64) float64 {
@@ -444,19 +485,42 @@ func times(rs []run) []float64 {
 	return t
 }
 
-// ratioCell is the median of the per-repetition ratios a[i]/b[i] of runs
-// made back to back (repetition i of each), or "–" without pairs.
-func ratioCell(a, b []float64) string {
+// ratioCell is the median of the per-repetition ratios of the solve times
+// of a's and b's runs made back to back (the same rep), or "–" without
+// pairs; unpaired counts the runs of either left without a partner (a
+// repetition an aborted run left incomplete).
+func ratioCell(a, b []run) (cell string, unpaired int) {
+	if len(a) == 0 || len(b) == 0 {
+		return "–", 0 // one system not measured (-nompi): nothing aborted
+	}
+	byRep := map[int]float64{}
+	for _, r := range b {
+		byRep[r.rep] = r.solveUS()
+	}
 	var ratios []float64
-	for i := range min(len(a), len(b)) {
-		if b[i] > 0 {
-			ratios = append(ratios, a[i]/b[i])
+	paired := 0
+	for _, r := range a {
+		d, ok := byRep[r.rep]
+		if !ok {
+			continue
+		}
+		paired++
+		if d > 0 {
+			ratios = append(ratios, r.solveUS()/d)
 		}
 	}
+	unpaired = len(a) + len(b) - 2*paired
 	if len(ratios) == 0 {
-		return "–"
+		return "–", unpaired
 	}
-	return fmt.Sprintf("%.2f", median(ratios))
+	return fmt.Sprintf("%.2f", median(ratios)), unpaired
+}
+
+// unpairedNote says how many runs the ratios left out, if any.
+func unpairedNote(w io.Writer, n int) {
+	if n > 0 {
+		fmt.Fprintf(w, "\nBDSM/MPI left out %d runs without a partner in their repetition (one an aborted run left incomplete)\n", n)
+	}
 }
 
 // report prints the tables of runs: BDSM rows are those with the default
@@ -481,13 +545,15 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 	fmt.Fprintln(w, "Medians (and minimum) of the solve time at rank 0 in ms; BDSM/MPI is the median of the ratios of the runs made back to back in each repetition (they share the machine's load); speedups of medians, MPI over its 1-rank run, BDSM over the Go sequential program")
 	fmt.Fprintln(w, "\n| program | procs | MPI ms | BDSM ms | BDSM/MPI | MPI speedup | BDSM speedup |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	unpaired := 0
 	for _, p := range progs {
 		seqT := times(pick(runs, p, "seq", 1, 0, 0))
 		seq := median(seqT)
 		mpi1 := median(times(pick(runs, p, "mpi", 1, 0, 0)))
 		fmt.Fprintf(w, "| %s | seq | | %.1f (%.1f) Go | | | |\n", p, seq, minOf(seqT))
 		for _, n := range procs {
-			mt, bt := times(pick(runs, p, "mpi", n, 0, 0)), times(pick(runs, p, "bdsm", n, 0, spin))
+			mr, br := pick(runs, p, "mpi", n, 0, 0), pick(runs, p, "bdsm", n, 0, spin)
+			mt, bt := times(mr), times(br)
 			m, b := median(mt), median(bt)
 			cell := func(v float64, all []float64) string {
 				if v == 0 {
@@ -495,7 +561,9 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 				}
 				return fmt.Sprintf("%.1f (%.1f)", v, minOf(all))
 			}
-			ratio, ms, bs := ratioCell(bt, mt), "–", "–"
+			ratio, u := ratioCell(br, mr)
+			unpaired += u
+			ms, bs := "–", "–"
 			if m > 0 && mpi1 > 0 {
 				ms = fmt.Sprintf("%.2f", mpi1/m)
 			}
@@ -505,6 +573,7 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", p, n, cell(m, mt), cell(b, bt), ratio, ms, bs)
 		}
 	}
+	unpairedNote(w, unpaired)
 	fmt.Fprintln(w, "\nBDSM traffic and repair, summed over ranks (medians over runs): DSM messages and bytes sent (fig. 6.6), Data frames first sent, retransmitted, gaps repaired (receiver side), kernel ring drops (fig. 6.9)")
 	fmt.Fprintln(w, "\n| program | procs | window | messages | bytes | frames | retransmitted | gaps repaired | kernel drops |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -555,16 +624,20 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 			fmt.Fprintf(w, " spin %s ms | BDSM/MPI |", sp)
 		}
 		fmt.Fprintf(w, "\n|---|---:|---:|%s\n", strings.Repeat("---:|---:|", len(spins)))
+		unpaired := 0
 		for _, p := range progs {
 			for _, n := range procs {
-				mt := times(pick(runs, p, "mpi", n, 0, 0))
-				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(mt))
+				mr := pick(runs, p, "mpi", n, 0, 0)
+				fmt.Fprintf(w, "| %s | %d | %.1f |", p, n, median(times(mr)))
 				for _, sp := range spins {
-					bt := times(pick(runs, p, "bdsm", n, 0, sp))
-					fmt.Fprintf(w, " %.1f | %s |", median(bt), ratioCell(bt, mt))
+					br := pick(runs, p, "bdsm", n, 0, sp)
+					ratio, u := ratioCell(br, mr)
+					unpaired += u
+					fmt.Fprintf(w, " %.1f | %s |", median(times(br)), ratio)
 				}
 				fmt.Fprintln(w)
 			}
 		}
+		unpairedNote(w, unpaired)
 	}
 }

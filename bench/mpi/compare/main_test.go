@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,15 +69,76 @@ func TestMedianAndRatio(t *testing.T) {
 	}
 	// The ratio is the median of the per-repetition ratios (1, 1, 4),
 	// not the ratio of the medians (20/10).
-	if r := ratioCell([]float64{10, 30, 20}, []float64{10, 30, 5}); r != "1.00" {
-		t.Errorf("ratioCell = %s, want 1.00 (median of 1, 1, 4)", r)
+	if r, u := ratioCell(timed(10, 30, 20), timed(10, 30, 5)); r != "1.00" || u != 0 {
+		t.Errorf("ratioCell = %s, %d unpaired; want 1.00 (median of 1, 1, 4), 0", r, u)
 	}
-	// Unpaired repetitions (one side has more) are left out.
-	if r := ratioCell([]float64{10, 30, 99}, []float64{20, 20}); r != "1.00" {
-		t.Errorf("ratioCell with an unpaired run = %s, want 1.00 (median of 0.5, 1.5)", r)
+	// Runs pair by repetition, not by position: a's 99 (repetition 3)
+	// has no partner and is left out and counted.
+	a, b := timed(10, 30, 99), timed(20, 20)
+	a[1].rep, a[2].rep = 3, 2 // 10/20 and 30/20 pair by rep whatever the order
+	b[1].rep = 3
+	if r, u := ratioCell(a, b); r != "1.00" || u != 1 {
+		t.Errorf("ratioCell with an unpaired run = %s, %d unpaired; want 1.00 (median of 0.5, 1.5), 1", r, u)
 	}
-	if r := ratioCell(nil, []float64{1}); r != "–" {
-		t.Errorf("ratioCell without pairs = %s, want –", r)
+	if r, u := ratioCell(nil, timed(1)); r != "–" || u != 0 {
+		t.Errorf("ratioCell without pairs = %s, %d unpaired; want –, 0", r, u)
+	}
+}
+
+// timed makes runs of the given solve times (ms) in repetitions 0, 1, ...
+func timed(ms ...float64) []run {
+	var rs []run
+	for i, v := range ms {
+		rs = append(rs, run{rep: i, fields: []map[string]string{{"solve_us": strconv.FormatFloat(v*1e3, 'f', -1, 64)}}})
+	}
+	return rs
+}
+
+// unbalanced is a -raw file (appended to by two runs of compare) whose
+// second repetition was aborted after its MPI run: the BDSM/MPI pairs are
+// 120/80 and 100/50 (median 1.75), not 120/80 and 100/100 by position.
+const unbalanced = `seq window=0 spin=0s loss= jacobi mode=seq procs=1 rank=0 n=512 checksum=aaaa done=500 solve_us=100000
+mpi window=0 spin=0s loss= jacobi-mpi procs=2 rank=0 n=512 checksum=aaaa done=500 solve_us=80000
+bdsm window=0 spin=0s loss= jacobi mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=120000
+mpi window=0 spin=0s loss= jacobi-mpi procs=2 rank=0 n=512 checksum=aaaa done=500 solve_us=100000
+seq window=0 spin=0s loss= jacobi mode=seq procs=1 rank=0 n=512 checksum=aaaa done=500 solve_us=100000
+mpi window=0 spin=0s loss= jacobi-mpi procs=2 rank=0 n=512 checksum=aaaa done=500 solve_us=50000
+bdsm window=0 spin=0s loss= jacobi mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=100000
+`
+
+func TestReportUnbalanced(t *testing.T) {
+	runs, err := fromRaw([]string{writeRaw(t, unbalanced)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reps []int
+	for _, r := range runs {
+		reps = append(reps, r.rep)
+	}
+	if want := []int{1, 1, 1, 2, 2, 3, 3}; !slices.Equal(reps, want) {
+		t.Errorf("repetitions %v, want %v", reps, want)
+	}
+	var out strings.Builder
+	report(&out, runs, []string{"jacobi"}, []int{2}, nil, 0, nil)
+	for _, want := range []string{
+		"| jacobi | 2 | 80.0 (50.0) | 110.0 (100.0) | 1.75 | – | 0.91 |\n",
+		"BDSM/MPI left out 1 runs without a partner in their repetition",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q; it is:\n%s", want, out.String())
+		}
+	}
+	// Two files: the first one's aborted repetition does not shift the
+	// second's pairs either.
+	a := writeRaw(t, unbalanced)
+	runs, err = fromRaw([]string{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	report(&out, runs, []string{"jacobi"}, []int{2}, nil, 0, nil)
+	if want := "left out 2 runs"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "| 1.75 |") {
+		t.Errorf("report of two files lacks %q and a ratio of 1.75; it is:\n%s", want, out.String())
 	}
 }
 
