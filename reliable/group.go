@@ -211,9 +211,10 @@ func (g *Group) run() {
 		g.mu.Unlock()
 		if kerr := g.stopKicker(); kerr != nil {
 			// The last frames (the Leave repeats) did not go out: Close
-			// and Leave must not report a clean leave.
+			// and Leave must not report a clean leave. (A link closed
+			// under the group has said so already: g.err wraps ErrClosed.)
 			g.mu.Lock()
-			if g.err == nil || errors.Is(g.err, ErrClosed) {
+			if g.err == nil || g.err == ErrClosed {
 				g.err = fmt.Errorf("reliable: group %d member %d: link send failed on the last frames staged before stopping (the Leave repeats): %w", g.cfg.Group, g.self, kerr)
 			}
 			err = g.err
