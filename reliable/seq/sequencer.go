@@ -9,6 +9,28 @@ import "github.com/rbcast/rbcast/frame"
 // log slot of a global some live member has not delivered.
 func (c *Core) historyFull() bool { return int(c.nextGlobal-c.stable) >= c.cfg.History }
 
+// claimGlobal takes the next global number and its log slot, which the
+// caller fills. With the history full (after counting our own deliveries)
+// it returns nil and marks the sequencer waiting for status.
+func (c *Core) claimGlobal() (uint32, *entry) {
+	if c.historyFull() {
+		c.computeStable() // our own deliveries count too
+	}
+	if c.historyFull() {
+		if !c.waiting {
+			c.stats.HistoryFull++
+		}
+		c.waiting, c.wantStatus = true, true
+		return 0, nil
+	}
+	g := c.nextGlobal
+	c.nextGlobal++
+	if !c.gated() {
+		c.safe = c.nextGlobal // the frame the caller sends carries it
+	}
+	return g, &c.log[g&c.lmask]
+}
+
 // method2 reports whether a request of n payload bytes goes by method 2:
 // broadcast by its sender and answered with an Accept.
 func (c *Core) method2(n int) bool {
@@ -50,22 +72,10 @@ func (c *Core) sequenceFrom(o *member) {
 			}
 			data, bundled = q.data, q.bundled
 		}
-		if c.historyFull() {
-			c.computeStable() // our own deliveries count too
-		}
-		if c.historyFull() {
-			if !c.waiting {
-				c.stats.HistoryFull++
-			}
-			c.waiting, c.wantStatus = true, true
+		g, en := c.claimGlobal()
+		if en == nil {
 			return
 		}
-		g := c.nextGlobal
-		c.nextGlobal++
-		if !c.gated() {
-			c.safe = c.nextGlobal // the SeqData below carries it
-		}
-		en := &c.log[g&c.lmask]
 		en.global, en.epoch, en.state, en.bundled, en.change = g, c.epoch, full, bundled, 0
 		en.uid = frame.UID{Origin: o.id, Incarnation: o.inc, Seq: r}
 		if q != nil {
@@ -278,22 +288,10 @@ func (c *Core) announceChanges() {
 		if m.gone || m.live == m.streamLive {
 			continue
 		}
-		if c.historyFull() {
-			c.computeStable()
-		}
-		if c.historyFull() {
-			if !c.waiting {
-				c.stats.HistoryFull++
-			}
-			c.waiting, c.wantStatus = true, true
+		g, en := c.claimGlobal()
+		if en == nil {
 			return
 		}
-		g := c.nextGlobal
-		c.nextGlobal++
-		if !c.gated() {
-			c.safe = c.nextGlobal
-		}
-		en := &c.log[g&c.lmask]
 		en.data = c.reusable(en)
 		en.global, en.epoch, en.state, en.bundled = g, c.epoch, full, false
 		en.uid = frame.UID{Origin: m.id, Incarnation: m.inc}
