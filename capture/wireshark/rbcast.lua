@@ -443,7 +443,7 @@ function rbcast.dissector(tvb, pinfo, tree)
 	if ack_base + ack_count > 65536 then
 		flag(aci, e.ack_vector, string.format("members %d..%d exceed the id space", ack_base, ack_base + ack_count - 1))
 	end
-	-- v2 sequencer frames (0x10-0x17; also Leave under Order Total, which
+	-- Sequencer frames (0x10-0x17; also Leave under Order Total, which
 	-- the frame alone does not tell) carry two entries for the sequencer
 	-- ack_base's stream: the sender's delivered and received cursors.
 	local seq_acks = ty >= 0x10 and ty <= 0x17 and ack_count == 2
