@@ -70,7 +70,7 @@ func (c *Core) announceHeld() {
 	c.sendStatusRequest(c.cfg.dst, c.askHeld())
 }
 
-// delivered records that our request carrying count messages was
+// deliveredMine records that our request carrying count messages was
 // delivered back at global g.
 func (c *Core) deliveredMine(g uint32, count int) {
 	if frame.SeqLess(g, c.held) {
