@@ -271,21 +271,26 @@ func TestBulkSplitsAndLargestLocation(t *testing.T) {
 	}
 }
 
-// Ricart–Agrawala: two requests with equal timestamps — the lower id goes
-// first; the other's answer waits for the release.
-func TestLockTieBreak(t *testing.T) {
-	cores := []*Core{newCore(t, 1, 1400, false), newCore(t, 2, 1400, false), newCore(t, 3, 1400, false)}
-	deliver := func(from int) {
-		for _, m := range drain(t, cores[from]) {
-			for to := range cores {
-				if to != from {
-					if err := cores[to].Receive(frame.MemberID(from+1), m.Append(nil)); err != nil {
-						t.Fatal(err)
-					}
+// deliverAll drains cores[from] and hands each message to every other core,
+// as from member from+1.
+func deliverAll(t *testing.T, cores []*Core, from int) {
+	t.Helper()
+	for _, m := range drain(t, cores[from]) {
+		for to := range cores {
+			if to != from {
+				if err := cores[to].Receive(frame.MemberID(from+1), m.Append(nil)); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
 	}
+}
+
+// Ricart–Agrawala: two requests with equal timestamps — the lower id goes
+// first; the other's answer waits for the release.
+func TestLockTieBreak(t *testing.T) {
+	cores := []*Core{newCore(t, 1, 1400, false), newCore(t, 2, 1400, false), newCore(t, 3, 1400, false)}
+	deliver := func(from int) { deliverAll(t, cores, from) }
 	cores[0].RequestLock(5)
 	cores[1].RequestLock(5)
 	deliver(0)
@@ -321,17 +326,7 @@ func TestLockTieBreak(t *testing.T) {
 // its Lock does not wait forever, and is waited for again.
 func TestLockMemberBack(t *testing.T) {
 	cores := []*Core{newCore(t, 1, 1400, false), newCore(t, 2, 1400, false), newCore(t, 3, 1400, false)}
-	deliver := func(from int) {
-		for _, m := range drain(t, cores[from]) {
-			for to := range cores {
-				if to != from {
-					if err := cores[to].Receive(frame.MemberID(from+1), m.Append(nil)); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
-	}
+	deliver := func(from int) { deliverAll(t, cores, from) }
 	cores[0].RequestLock(5)
 	deliver(0)
 	deliver(1)
