@@ -177,6 +177,11 @@ func sendAll(t *testing.T, c *localapi.Conn, data []byte, max int) (*localapi.Fl
 			return nil, err
 		}
 	}
+	return flushOn(c)
+}
+
+// flushOn sends Flush on c and returns the daemon's Flushed answer.
+func flushOn(c *localapi.Conn) (*localapi.Flushed, error) {
 	if err := c.Write(&localapi.Flush{}); err != nil {
 		return nil, err
 	}
@@ -204,18 +209,7 @@ func sendAllBatched(t *testing.T, c *localapi.Conn, data []byte, max int) (*loca
 			b.Msgs = b.Msgs[:0]
 		}
 	}
-	if err := c.Write(&localapi.Flush{}); err != nil {
-		return nil, err
-	}
-	m, err := c.Read()
-	if err != nil {
-		return nil, err
-	}
-	f, ok := m.(*localapi.Flushed)
-	if !ok {
-		return nil, fmt.Errorf("Flush answered with %#v", m)
-	}
-	return f, nil
+	return flushOn(c)
 }
 
 func randomBytes(seed uint64, n int) []byte {
@@ -719,15 +713,8 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := c.Write(&localapi.Flush{}); err != nil {
+		if _, err := flushOn(c); err != nil {
 			t.Fatal(err)
-		}
-		m, err := c.Read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m.(*localapi.Flushed); !ok {
-			t.Fatalf("Flush answered %#v", m)
 		}
 	}
 
