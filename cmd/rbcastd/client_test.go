@@ -136,20 +136,7 @@ func TestRecvFormats(t *testing.T) {
 	raw := start("-from", "0", "-bytes", "7", "-o", filepath.Join(dir, "raw"))
 	lines := start("-all", "-count", "3")
 	// Both subscribed before anything is sent.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, err := status(&socketFlags{socket: sock}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Subscribers == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("receivers did not subscribe")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSockSubscribers(t, sock, 2)
 	var e strings.Builder
 	if code := rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, strings.NewReader("abc\ndef\nghi\n"), &e, &e); code != exitOK {
 		t.Fatalf("send: %d %s", code, e.String())
@@ -165,6 +152,26 @@ func TestRecvFormats(t *testing.T) {
 	}
 }
 
+// waitSockSubscribers waits up to 10 s until the daemon on sock counts n
+// subscribers.
+func waitSockSubscribers(t *testing.T, sock string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := status(&socketFlags{socket: sock}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Subscribers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers after 10 s, want %d", st.Subscribers, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // recv stops on SIGINT with exit 0, having flushed what it wrote.
 func TestRecvInterrupt(t *testing.T) {
 	sock := soloDaemonOrder(t, reliable.Total)
@@ -176,20 +183,7 @@ func TestRecvInterrupt(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := status(&socketFlags{socket: sock}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Subscribers == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("recv did not subscribe")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSockSubscribers(t, sock, 1)
 	var e strings.Builder
 	if code := rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, strings.NewReader("one\n"), &e, &e); code != exitOK {
 		t.Fatalf("send: %d %s", code, e.String())
