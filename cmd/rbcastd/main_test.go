@@ -200,6 +200,24 @@ func TestDistConfig(t *testing.T) {
 	}
 }
 
+// copyTestBinary copies the running test binary into dir, which gets mode
+// perm (its parent, t.TempDir's 0700 root, 0755), so that another user
+// can run it; it returns the copy's path.
+func copyTestBinary(t *testing.T, dir string, perm os.FileMode) string {
+	t.Helper()
+	os.Chmod(dir, perm)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	bin := filepath.Join(dir, "rbcastd.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // unprivileged re-runs this test binary as rbcastd (or as a Listen
 // helper) under setpriv: user and group nobody (65534), no
 // capabilities, CAP_NET_RAW out of the bounding set. It skips unless
@@ -215,16 +233,7 @@ func unprivileged(t *testing.T, ns, env string, args ...string) (code int, out s
 	}
 	// The test binary may sit in a directory nobody cannot enter.
 	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is 0700
-	bin := filepath.Join(dir, "rbcastd.test")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := copyTestBinary(t, dir, 0o755)
 	argv := append([]string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-net_raw", "--", bin}, args...)
 	if ns != "" {

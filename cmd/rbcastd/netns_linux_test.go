@@ -646,16 +646,7 @@ func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
 	}
 	topo := netns.Up(t, netns.Options{Hosts: 1})
 	dir := t.TempDir()
-	os.Chmod(dir, 0o777)
-	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is 0700
-	bin := filepath.Join(dir, "rbcastd.test")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := copyTestBinary(t, dir, 0o777) // the daemon, as nobody, creates its socket there
 	sock := filepath.Join(dir, "s.sock")
 	cmd := topo.Hosts[0].Command(t.Context(), setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=-all,+net_raw", "--ambient-caps=+net_raw", "--", bin,
