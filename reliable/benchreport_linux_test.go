@@ -136,17 +136,7 @@ func (r *reporter) setLoss(topo *netns.Topology, pct float64, all bool) {
 // samples collects one number per repetition.
 type samples []float64
 
-func (s samples) median() float64 {
-	if len(s) == 0 {
-		return 0
-	}
-	c := slices.Clone(s)
-	slices.Sort(c)
-	if len(c)%2 == 1 {
-		return c[len(c)/2]
-	}
-	return (c[len(c)/2-1] + c[len(c)/2]) / 2
-}
+func (s samples) median() float64 { return median(s) }
 
 // fmtMB formats a median with its range.
 func (s samples) fmt(scale float64, unit string) string {
