@@ -770,9 +770,7 @@ func TestRepeatedNackFromSameMemberNotHeld(t *testing.T) {
 // earlier Nack, so it proves nothing.
 func TestLostRetransmissionAskedAgainAtOnce(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 1, 3))
-	data := func(seq uint32, flags frame.Flags) in {
-		return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
-	}
+	data := dataFrom0
 	stepTo := func(now Time, f in, dst [6]byte) {
 		t.Helper()
 		src, v := f.view(t)
@@ -1004,9 +1002,7 @@ func TestNackFromSlotBeyond64(t *testing.T) {
 // (not counted as repeated, its answer sampled), not a timer re-ask.
 func TestRepairEndClearsTimerState(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 1, 3))
-	data := func(seq uint32, flags frame.Flags) in {
-		return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
-	}
+	data := dataFrom0
 	step(t, c, t0+1, data(100, 0))
 	step(t, c, t0+2, data(102, 0)) // 101 missing
 	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Nack {
@@ -1030,4 +1026,10 @@ func TestRepairEndClearsTimerState(t *testing.T) {
 	if st := c.Stats(); st.NacksSent != 2 || st.NacksRepeated != 0 {
 		t.Fatalf("stats %+v, want 2 Nacks, none repeated", st)
 	}
+}
+
+// dataFrom0 is a one-byte Data frame seq from member 0 of a 3-member
+// group whose acks all stand at 100.
+func dataFrom0(seq uint32, flags frame.Flags) in {
+	return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
 }
