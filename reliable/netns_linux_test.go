@@ -205,17 +205,7 @@ func testNetns(t *testing.T, base Config, static bool) {
 	groups := joinAll(t, ctx, topo, links, base, static)
 	const perSender = 4 << 20
 	elapsed := allToAll(t, ctx, groups, perSender)
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := g.Close(); err != nil {
-				t.Errorf("member %d: Close: %v", g.Self(), err)
-			}
-		}()
-	}
-	wg.Wait()
+	closeAll(t, groups)
 	t.Logf("%v: 4 members × %d MB all-to-all in %v (%.1f MB/s sent per member)", base.Mode, perSender>>20, elapsed, float64(perSender)/elapsed.Seconds()/1e6)
 	for i, g := range groups {
 		st := g.Stats()
@@ -232,4 +222,21 @@ func TestNetnsAllToAllPBP1(t *testing.T) { testNetns(t, Config{Group: 6, Mode: P
 // Static member list: no registration.
 func TestNetnsAllToAllStatic(t *testing.T) {
 	testNetns(t, Config{Group: 7, Mode: PBP2}, true)
+}
+
+// closeAll closes every group at once (each Close waits for the others'
+// acknowledgements) and reports the ones that fail.
+func closeAll(t *testing.T, groups []*Group) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.Close(); err != nil {
+				t.Errorf("member %d: Close: %v", g.Self(), err)
+			}
+		}()
+	}
+	wg.Wait()
 }

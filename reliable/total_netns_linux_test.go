@@ -183,16 +183,7 @@ func TestNetnsTotal(t *testing.T) {
 		return
 	}
 	checkTotalLogs(t, groups, logs, sent)
-	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := g.Close(); err != nil {
-				t.Errorf("member %d: Close: %v", g.Self(), err)
-			}
-		}()
-	}
-	wg.Wait()
+	closeAll(t, groups)
 	t.Logf("4 members × %d MB, total order, in %v (%.1f MB/s delivered per member); logs of %d bytes identical",
 		perSender>>20, elapsed, float64(4*perSender)/elapsed.Seconds()/1e6, logs[0].log.Len())
 	for i, g := range groups {
