@@ -48,7 +48,9 @@ type Violation struct {
 func (v Violation) String() string { return v.Kind + ": " + v.Detail }
 
 // DefaultInvariantsWindow is NewInvariants' default window: bindings of
-// the last 64 Ki frames of each kind, a few MB.
+// the last 64 Ki frames of each kind, about 14 MB of heap once the three
+// windows are full (measured: HeapAlloc after GC, before and after 3×64 Ki
+// insertions of each kind, Go 1.26, amd64).
 const DefaultInvariantsWindow = 1 << 16
 
 type dataKey struct {
