@@ -306,22 +306,9 @@ func TestSendErrors(t *testing.T) {
 // TP_STATUS_WRONG_FORMAT. Send must say so, and the link must keep working.
 func TestWrongFormat(t *testing.T) {
 	topo := up(t, "w", 2, 1500)
-	setMTU := func(mtu string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set mtu: %v: %s", err, out)
-		}
-	}
 	for _, v := range versions {
 		t.Run(v.String(), func(t *testing.T) {
-			setMTU("1500")
-			tx := openOn(t, topo.Hosts[0], Config{Version: v})
-			rx := openOn(t, topo.Hosts[1], Config{Version: v})
-			src := tx.HardwareAddr()
-			mk := func(seq uint64, size int) []byte {
-				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-			}
-			setMTU("1000")
+			tx, rx, mk := refusingPair(t, topo, v)
 			n, err := tx.Send([][]byte{mk(0, 500), mk(1, 1200), mk(2, 500)})
 			if n != 1 || err == nil || !strings.Contains(err.Error(), "frame 1 of the batch (1200 bytes, TP_STATUS_WRONG_FORMAT)") {
 				t.Fatalf("Send of a frame over the new MTU = %d, %v; want 1 and a WRONG_FORMAT error", n, err)

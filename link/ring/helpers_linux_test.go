@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -41,6 +42,31 @@ func openOn(t testing.TB, h *netns.Host, cfg Config) *Link {
 		}
 	})
 	return l
+}
+
+// refusingPair opens tx on host 0 and rx on host 1 of a 2-host topology
+// built at MTU 1500, then shrinks host 0's device MTU to 1000 under tx
+// (the link still allows 1514-byte frames), so that the kernel refuses a
+// larger frame tx accepts: its TX slot turns TP_STATUS_WRONG_FORMAT. mk
+// builds test frame seq, size bytes long, from tx. The device's MTU is
+// set back to 1500 first, for the next subtest.
+func refusingPair(t *testing.T, topo *netns.Topology, v Version) (tx, rx *Link, mk func(seq uint64, size int) []byte) {
+	t.Helper()
+	setMTU := func(mtu string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set mtu: %v: %s", err, out)
+		}
+	}
+	setMTU("1500")
+	tx = openOn(t, topo.Hosts[0], Config{Version: v})
+	rx = openOn(t, topo.Hosts[1], Config{Version: v})
+	src := tx.HardwareAddr()
+	mk = func(seq uint64, size int) []byte {
+		return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
+	}
+	setMTU("1000")
+	return tx, rx, mk
 }
 
 var broadcast = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

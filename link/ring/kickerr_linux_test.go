@@ -2,13 +2,9 @@ package ring
 
 import (
 	"encoding/binary"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rbcast/rbcast/link"
-	"github.com/rbcast/rbcast/testnet/netns"
 )
 
 // TestKickRefusedError: the kernel refuses a staged frame (the device's
@@ -16,23 +12,10 @@ import (
 // the slot, its length and the link's limit, and the frames dropped with
 // it. The link then works again.
 func TestKickRefusedError(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, MTU: 1500, Prefix: "rbf1k"})
-	setMTU := func(mtu string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set mtu: %v: %s", err, out)
-		}
-	}
+	topo := up(t, "f", 2, 1500)
 	for _, v := range versions {
 		t.Run(v.String(), func(t *testing.T) {
-			setMTU("1500")
-			tx := openOn(t, topo.Hosts[0], Config{Version: v})
-			rx := openOn(t, topo.Hosts[1], Config{Version: v})
-			src := tx.HardwareAddr()
-			mk := func(seq uint64, size int) []byte {
-				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-			}
-			setMTU("1000")
+			tx, rx, mk := refusingPair(t, topo, v)
 			if n, err := tx.Stage([][]byte{mk(0, 500), mk(1, 1200), mk(2, 500), mk(3, 500)}); n != 4 || err != nil {
 				t.Fatalf("Stage = %d, %v; want 4, nil", n, err)
 			}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -165,22 +164,9 @@ func TestStageKickEdges(t *testing.T) {
 // once the Kick has taken the ring back the link must work again.
 func TestStageAfterRefusedKick(t *testing.T) {
 	topo := up(t, "q", 2, 1500)
-	setMTU := func(mtu string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "eth0", "mtu", mtu).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set mtu: %v: %s", err, out)
-		}
-	}
 	for _, v := range versions {
 		t.Run(v.String(), func(t *testing.T) {
-			setMTU("1500")
-			tx := openOn(t, topo.Hosts[0], Config{Version: v})
-			rx := openOn(t, topo.Hosts[1], Config{Version: v})
-			src := tx.HardwareAddr()
-			mk := func(seq uint64, size int) []byte {
-				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-			}
-			setMTU("1000")
+			tx, rx, mk := refusingPair(t, topo, v)
 			if n, err := tx.Stage([][]byte{mk(0, 500), mk(1, 1200)}); n != 2 || err != nil {
 				t.Fatalf("Stage = %d, %v; want 2, nil", n, err)
 			}
