@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -142,44 +143,49 @@ func TestDeadline(t *testing.T) {
 func TestClose(t *testing.T) {
 	topo := up(t, "c", 1, 1500)
 	for _, v := range versions {
-		t.Run(v.String(), func(t *testing.T) {
-			var l *Link
-			if err := topo.Hosts[0].Do(func() (err error) { l, err = Open("eth0", Config{Version: v}); return err }); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := l.Recv(time.Time{}, make([]Frame, 4))
-				done <- err
-			}()
-			// Not needed for the outcome (a Recv that starts after Close
-			// fails the same way), only so the blocked path is the one
-			// usually taken.
-			time.Sleep(20 * time.Millisecond)
-			if err := l.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			select {
-			case err := <-done:
-				if !errors.Is(err, net.ErrClosed) {
-					t.Errorf("blocked Recv returned %v, want net.ErrClosed", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Close did not unblock Recv")
-			}
-			if _, err := l.Recv(time.Time{}, make([]Frame, 1)); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("Recv after Close = %v", err)
-			}
-			if _, err := l.Send([][]byte{make([]byte, 60)}); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("Send after Close = %v", err)
-			}
-			if err := l.Close(); err != nil {
-				t.Errorf("second Close = %v", err)
-			}
-			if _, err := l.Stats(); err != nil {
-				t.Errorf("Stats after Close = %v", err)
-			}
-		})
+		// RxSpin: Close also ends a Recv that is spinning.
+		for _, cfg := range []Config{{Version: v}, {Version: v, RxSpin: time.Second}} {
+			t.Run(fmt.Sprintf("%v/spin=%v", v, cfg.RxSpin), func(t *testing.T) { testClose(t, topo.Hosts[0], cfg) })
+		}
+	}
+}
+
+func testClose(t *testing.T, h *netns.Host, cfg Config) {
+	var l *Link
+	if err := h.Do(func() (err error) { l, err = Open("eth0", cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Recv(time.Time{}, make([]Frame, 4))
+		done <- err
+	}()
+	// Not needed for the outcome (a Recv that starts after Close
+	// fails the same way), only so the blocked path is the one
+	// usually taken.
+	time.Sleep(20 * time.Millisecond)
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("blocked Recv returned %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Recv")
+	}
+	if _, err := l.Recv(time.Time{}, make([]Frame, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Recv after Close = %v", err)
+	}
+	if _, err := l.Send([][]byte{make([]byte, 60)}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Send after Close = %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := l.Stats(); err != nil {
+		t.Errorf("Stats after Close = %v", err)
 	}
 }
 
