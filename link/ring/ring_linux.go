@@ -803,30 +803,41 @@ func (l *Link) Kick() error {
 }
 
 // dropRefused makes the ring usable again after the kernel refused a
-// staged frame: it left that slot TP_STATUS_WRONG_FORMAT and stopped there
-// (tpacket_snd without PACKET_LOSS), so the slots from it on are taken
-// back, unsent, and our next slot is again the kernel's head (as sendErr
-// does for Send). It returns what was refused and dropped (nil if no slot
-// was refused), for Kick's error. l.txMu is held.
+// staged frame (takeBackRefused, as sendErr does for Send). It returns what
+// was refused and dropped (nil if no slot was refused), for Kick's error.
+// l.txMu is held.
 func (l *Link) dropRefused() error {
+	next, slots := l.txNext, uint64(len(l.txSlot))
+	seq, size, ok := l.takeBackRefused(next - min(next, slots))
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("kernel refused the staged frame in TX slot %d (%d bytes, TP_STATUS_WRONG_FORMAT; the link allows %d for its MTU of %d, the device now less?); it and the %d frames staged after it were dropped unsent",
+		seq%slots, size, link.EthernetHeaderLen+l.mtu, l.mtu, next-seq-1)
+}
+
+// takeBackRefused looks for the first slot in [from, txNext) the kernel
+// refused: it left that slot TP_STATUS_WRONG_FORMAT and stopped there
+// (tpacket_snd without PACKET_LOSS). That slot and the ones after it are
+// taken back, unsent, so that our next slot is again the kernel's head.
+// It returns the refused slot's sequence number and the frame's length (ok
+// false: no slot was refused). l.txMu is held.
+func (l *Link) takeBackRefused(from uint64) (seq uint64, size uint32, ok bool) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
-	from := l.txNext - min(l.txNext, slots)
-	for seq := from; seq < l.txNext; seq++ {
+	for seq = from; seq < l.txNext; seq++ {
 		off := l.txSlot[seq%slots]
 		if atomic.LoadUint32(status(ring, off))&unix.TP_STATUS_WRONG_FORMAT == 0 {
 			continue
 		}
-		size := nativeEndian.Uint32(ring[off+v2Len:])
-		dropped := l.txNext - seq
+		size = nativeEndian.Uint32(ring[off+v2Len:])
 		for s := seq; s < l.txNext; s++ {
 			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
 		}
 		l.txNext = seq
 		l.txPub.Store(seq)
-		return fmt.Errorf("kernel refused the staged frame in TX slot %d (%d bytes, TP_STATUS_WRONG_FORMAT; the link allows %d for its MTU of %d, the device now less?); it and the %d frames staged after it were dropped unsent",
-			seq%slots, size, link.EthernetHeaderLen+l.mtu, l.mtu, dropped-1)
+		return seq, size, true
 	}
-	return nil
+	return 0, 0, false
 }
 
 // kickPending kicks until no published frame waits for the kernel, unless
@@ -988,10 +999,9 @@ func (l *Link) txProgress(fd uintptr) bool {
 }
 
 // sendErr turns an error met while frames [first, txNext) were in the
-// ring into Send's result (l.txMu is held). If the kernel refused a frame it left that slot
-// TP_STATUS_WRONG_FORMAT and stopped there (tpacket_snd without
-// PACKET_LOSS); the slots from it on are taken back and reported unsent, so
-// that our next slot is again the kernel's head.
+// ring into Send's result (l.txMu is held). If the kernel refused one of
+// them, the slots from it on are taken back (takeBackRefused) and
+// reported unsent.
 func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
@@ -1002,17 +1012,7 @@ func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error
 		}
 		return int(seq - first), net.ErrClosed
 	}
-	for seq := first; seq < l.txNext; seq++ {
-		off := l.txSlot[seq%slots]
-		if atomic.LoadUint32(status(ring, off))&unix.TP_STATUS_WRONG_FORMAT == 0 {
-			continue
-		}
-		size := nativeEndian.Uint32(ring[off+v2Len:])
-		for s := seq; s < l.txNext; s++ {
-			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
-		}
-		l.txNext = seq
-		l.txPub.Store(seq)
+	if seq, size, ok := l.takeBackRefused(first); ok {
 		sent := int(seq - first)
 		l.framesSent.Add(uint64(sent))
 		return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
