@@ -133,25 +133,41 @@ func TestDriverDeterministic(t *testing.T) {
 // Steady state through the engine: proposing, sending, receiving,
 // decoding, delivering and acknowledging allocate nothing per message.
 func TestDriverZeroAllocs(t *testing.T) {
+	allocs, delivered := driverAllocs(t, FIFO, 1)
+	if allocs != 0 {
+		t.Errorf("%.2f allocations per message through the runtime, want 0", allocs)
+	}
+	if delivered < 1000 {
+		t.Errorf("only %d of 1001 messages delivered during the measurement", delivered)
+	}
+}
+
+// driverAllocs runs two drivers on the simulator with the given Order;
+// member from proposes a 100-byte message every 20 µs of virtual time.
+// After 2000 messages of warm-up it returns the allocations per message
+// (testing.AllocsPerRun over 1000) and the deliveries, at both members,
+// during that measurement.
+func driverAllocs(t *testing.T, order Order, from frame.MemberID) (allocs float64, delivered int) {
+	t.Helper()
 	net, _ := testnet.New(1, testnet.Config{})
 	a, _ := net.Attach(testnet.EndpointConfig{})
 	b, _ := net.Attach(testnet.EndpointConfig{})
 	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte(a.HardwareAddr())}, {ID: 2, MAC: [6]byte(b.HardwareAddr())}}
-	delivered := 0
-	da, err := NewDriver(a, Config{Group: 1, Members: members, Self: 1, Logger: quiet}, net.Now())
+	count := func(frame.MemberID, []byte) { delivered++ }
+	da, err := NewDriver(a, Config{Group: 1, Members: members, Self: 1, Order: order, Logger: quiet, Deliver: count}, net.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := NewDriver(b, Config{Group: 1, Members: members, Self: 2, Logger: quiet,
-		Deliver: func(frame.MemberID, []byte) { delivered++ }}, net.Now())
+	db, err := NewDriver(b, Config{Group: 1, Members: members, Self: 2, Order: order, Logger: quiet, Deliver: count}, net.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Bind(da)
 	b.Bind(db)
+	d := map[frame.MemberID]*Driver{1: da, 2: db}[from]
 	msg := make([]byte, 100)
 	step := func() {
-		if err := da.Propose(net.Now(), msg); err != nil {
+		if err := d.Propose(net.Now(), msg); err != nil {
 			t.Fatal(err)
 		}
 		net.RunFor(20 * time.Microsecond)
@@ -160,12 +176,8 @@ func TestDriverZeroAllocs(t *testing.T) {
 		step()
 	}
 	before := delivered
-	if allocs := testing.AllocsPerRun(1000, step); allocs != 0 {
-		t.Errorf("%.2f allocations per message through the runtime, want 0", allocs)
-	}
-	if delivered-before < 1000 {
-		t.Errorf("only %d of 1001 messages delivered during the measurement", delivered-before)
-	}
+	allocs = testing.AllocsPerRun(1000, step)
+	return allocs, delivered - before
 }
 
 // Recv's queue: pushing and RecvAppend into a reused buffer allocate
@@ -245,37 +257,11 @@ func TestQueueViews(t *testing.T) {
 // numbering, broadcasting, delivering (its own too) allocate nothing per
 // message.
 func TestDriverTotalZeroAllocs(t *testing.T) {
-	net, _ := testnet.New(1, testnet.Config{})
-	a, _ := net.Attach(testnet.EndpointConfig{})
-	b, _ := net.Attach(testnet.EndpointConfig{})
-	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte(a.HardwareAddr())}, {ID: 2, MAC: [6]byte(b.HardwareAddr())}}
-	delivered := 0
-	count := func(frame.MemberID, []byte) { delivered++ }
-	da, err := NewDriver(a, Config{Group: 1, Members: members, Self: 1, Order: Total, Logger: quiet, Deliver: count}, net.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := NewDriver(b, Config{Group: 1, Members: members, Self: 2, Order: Total, Logger: quiet, Deliver: count}, net.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Bind(da)
-	b.Bind(db)
-	msg := make([]byte, 100)
-	step := func() {
-		if err := db.Propose(net.Now(), msg); err != nil { // member 2: not the sequencer
-			t.Fatal(err)
-		}
-		net.RunFor(20 * time.Microsecond)
-	}
-	for range 2000 {
-		step()
-	}
-	before := delivered
-	if allocs := testing.AllocsPerRun(1000, step); allocs != 0 {
+	allocs, delivered := driverAllocs(t, Total, 2) // member 2: not the sequencer
+	if allocs != 0 {
 		t.Errorf("%.2f allocations per message through the runtime under Order Total, want 0", allocs)
 	}
-	if delivered-before < 2*1000-20 { // a few are still on their way
-		t.Errorf("only %d deliveries (at both members) of 1001 messages during the measurement", delivered-before)
+	if delivered < 2*1000-20 { // a few are still on their way
+		t.Errorf("only %d deliveries (at both members) of 1001 messages during the measurement", delivered)
 	}
 }
