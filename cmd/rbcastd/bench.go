@@ -17,7 +17,7 @@ import (
 
 const benchText = `Goodput (the default): sends messages of -size bytes as fast as the group
 accepts them for -duration, then waits until every one is acknowledged by
-every live member, and reports messages/s and MB/s over the whole time
+(-order total: held by) every live member, and reports messages/s and MB/s over the whole time
 (sending and acknowledgement), plus the daemon's retransmissions and NACKs
 during the run. Run it on several members at once for the protocol issues'
 N-sender goodput.
