@@ -72,8 +72,9 @@ type goodputOpts struct {
 	window      int  // 0: the mode's default
 	allSend     bool // every member sends (all-to-all), not only member 0
 	// deliver: receivers take messages through Config.Deliver (views into
-	// the ring, no copy) instead of RecvAppend (a copy into the receive
-	// queue and one out of it).
+	// the ring, no copy) instead of RecvAppend (one copy out of the ring
+	// for a message of 1 KB or more taken before the loop's next turn;
+	// otherwise a copy into the receive queue and one out of it).
 	deliver bool
 	// procs: every receiver is a process of its own (one sender only;
 	// see benchchild_linux_test.go).

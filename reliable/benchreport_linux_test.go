@@ -221,7 +221,7 @@ func (r *reporter) oneToAll(rxs []int) {
 	var cpuRows []string
 	r.printf("### One-to-all, largest messages (MB/s at the slowest receiver)\n\n")
 	r.printf("raw = ring-v2 frames of MTU size, whole frames counted, sent by one goroutine that fills the TX ring and has the kernel transmit it in turn; raw staged = the same with a second goroutine kicking the kernel while the first fills (ring Stage/Kick, as the reliable runtime sends since 2026-11-22); the ceiling is the higher of the two medians, and PBP%%/raw ratios are against it. PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
-	r.printf("PBP2, PBP1: receivers use RecvAppend (a copy into the receive queue and one out); PBP2 Deliver: receivers use Config.Deliver (views into the ring, no copy).\n\n")
+	r.printf("PBP2, PBP1: receivers use RecvAppend (a message of 1 KB or more is copied once, from the ring, when taken before the loop's next turn; smaller ones are copied into the receive queue and out); PBP2 Deliver: receivers use Config.Deliver (views into the ring, no copy).\n\n")
 	r.printf("| rx | MTU | loss | raw ring | raw staged | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP2 Deliver | Deliver/raw | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP2 Deliver/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, mtu := range []int{1500, 9000} {
 		for _, rx := range rxs {
