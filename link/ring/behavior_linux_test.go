@@ -320,6 +320,9 @@ func TestWrongFormat(t *testing.T) {
 				t.Fatalf("Send of a frame over the new MTU = %d, %v; want 1 and a WRONG_FORMAT error", n, err)
 			}
 			t.Logf("Send: %v", err)
+			if st, _ := tx.Stats(); st.FramesSent != 1 || st.BytesSent != 500 {
+				t.Errorf("Stats after the refused Send: %d frames, %d bytes sent; want 1 and 500", st.FramesSent, st.BytesSent)
+			}
 			for i := range 3 * tx.TXGeometry().FrameCount {
 				if n, err := tx.Send([][]byte{mk(uint64(10+i), 500)}); n != 1 || err != nil {
 					t.Fatalf("Send %d after the refused frame = %d, %v", i, n, err)

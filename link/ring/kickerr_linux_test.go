@@ -31,6 +31,10 @@ func TestKickRefusedError(t *testing.T) {
 			if err := tx.Kick(); err != nil {
 				t.Fatalf("Kick after the refused Kick: %v", err)
 			}
+			// Stage counted the dropped frames as sent; Kick took them off.
+			if st, _ := tx.Stats(); st.FramesSent != 2 || st.BytesSent != 1000 {
+				t.Errorf("Stats after the refused Kick: %d frames, %d bytes sent; want 2 and 1000", st.FramesSent, st.BytesSent)
+			}
 			got, err := recvUntil(rx, 2, time.Second)
 			if err != nil {
 				t.Fatal(err)

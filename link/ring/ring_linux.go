@@ -746,7 +746,8 @@ func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 // goroutine meanwhile, so that one goroutine fills the ring while another
 // spends the kernel's transmit time (on a veth bridge, the receivers'
 // copies are made inside that sendto). Frames may be reused once Stage
-// returns. Frames staged are counted in Stats as sent. Errors are those of
+// returns. Frames staged are counted in Stats as sent (and taken off again
+// if the kernel refuses one and Kick drops it and those after it). Errors are those of
 // Send; with TxSendmmsg, Stage is Send and Kick does nothing.
 func (l *Link) Stage(frames [][]byte) (int, error) {
 	l.mu.RLock()
@@ -808,10 +809,14 @@ func (l *Link) Kick() error {
 // l.txMu is held.
 func (l *Link) dropRefused() error {
 	next, slots := l.txNext, uint64(len(l.txSlot))
-	seq, size, ok := l.takeBackRefused(next - min(next, slots))
+	seq, size, dropped, ok := l.takeBackRefused(next - min(next, slots))
 	if !ok {
 		return nil
 	}
+	// Stage counted them as sent. (From wait, they may be the caller's own
+	// frames, which Send or Stage counts after this: the sum is right.)
+	l.framesSent.Add(-(next - seq))
+	l.bytesSent.Add(-dropped)
 	return fmt.Errorf("kernel refused the staged frame in TX slot %d (%d bytes, TP_STATUS_WRONG_FORMAT; the link allows %d for its MTU of %d, the device now less?); it and the %d frames staged after it were dropped unsent",
 		seq%slots, size, link.EthernetHeaderLen+l.mtu, l.mtu, next-seq-1)
 }
@@ -820,9 +825,10 @@ func (l *Link) dropRefused() error {
 // refused: it left that slot TP_STATUS_WRONG_FORMAT and stopped there
 // (tpacket_snd without PACKET_LOSS). That slot and the ones after it are
 // taken back, unsent, so that our next slot is again the kernel's head.
-// It returns the refused slot's sequence number and the frame's length (ok
-// false: no slot was refused). l.txMu is held.
-func (l *Link) takeBackRefused(from uint64) (seq uint64, size uint32, ok bool) {
+// It returns the refused slot's sequence number, the frame's length and
+// the bytes of all the frames taken back (ok false: no slot was refused).
+// l.txMu is held.
+func (l *Link) takeBackRefused(from uint64) (seq uint64, size uint32, dropped uint64, ok bool) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	for seq = from; seq < l.txNext; seq++ {
 		off := l.txSlot[seq%slots]
@@ -831,13 +837,15 @@ func (l *Link) takeBackRefused(from uint64) (seq uint64, size uint32, ok bool) {
 		}
 		size = nativeEndian.Uint32(ring[off+v2Len:])
 		for s := seq; s < l.txNext; s++ {
-			atomic.StoreUint32(status(ring, l.txSlot[s%slots]), unix.TP_STATUS_AVAILABLE)
+			off := l.txSlot[s%slots]
+			dropped += uint64(nativeEndian.Uint32(ring[off+v2Len:]))
+			atomic.StoreUint32(status(ring, off), unix.TP_STATUS_AVAILABLE)
 		}
 		l.txNext = seq
 		l.txPub.Store(seq)
-		return seq, size, true
+		return seq, size, dropped, true
 	}
-	return 0, 0, false
+	return 0, 0, 0, false
 }
 
 // kickPending kicks until no published frame waits for the kernel, unless
@@ -1012,9 +1020,10 @@ func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error
 		}
 		return int(seq - first), net.ErrClosed
 	}
-	if seq, size, ok := l.takeBackRefused(first); ok {
+	if seq, size, dropped, ok := l.takeBackRefused(first); ok {
 		sent := int(seq - first)
 		l.framesSent.Add(uint64(sent))
+		l.bytesSent.Add(bytes - dropped)
 		return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
 			Err: fmt.Errorf("kernel refused frame %d of the batch (%d bytes, TP_STATUS_WRONG_FORMAT): %w", sent, size, err)}
 	}
