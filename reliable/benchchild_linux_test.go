@@ -162,25 +162,11 @@ func startBenchChild(h *netns.Host, spec benchChildSpec) (*benchKid, error) {
 	}
 	cmd := h.Command(context.Background(), exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), benchChildEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := linkbench.StartReady(cmd, "bench child on "+h.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	k := &benchKid{cmd: cmd, in: in, out: bufio.NewReader(outp)}
-	line, err := k.out.ReadString('\n')
-	if err != nil || line != "ready\n" {
-		k.kill()
-		return nil, fmt.Errorf("bench child on %s: no ready (%q): %v", h.Namespace, line, err)
-	}
-	return k, nil
+	return &benchKid{cmd: cmd, in: in, out: out}, nil
 }
 
 func (k *benchKid) kill() {

@@ -73,25 +73,37 @@ func startChild(h *netns.Host, backend string) (*child, error) {
 	}
 	cmd := h.Command(context.Background(), exe)
 	cmd.Env = append(os.Environ(), childEnv+"="+backend, "RBCAST_LINKBENCH_IFACE="+h.Iface)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	stdin, out, err := StartReady(cmd, "receiver in "+h.Namespace)
 	if err != nil {
 		return nil, err
+	}
+	return &child{cmd: cmd, stdin: stdin, out: out}, nil
+}
+
+// StartReady starts cmd, a re-executed benchmark process, with its stderr
+// on ours and pipes to its stdin and stdout, and waits for the "ready"
+// line it prints once set up. If that line does not come, the process is
+// killed and the error names it (what).
+func StartReady(cmd *exec.Cmd, what string) (stdin io.WriteCloser, out *bufio.Reader, err error) {
+	cmd.Stderr = os.Stderr
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	line, err := c.out.ReadString('\n')
+	out = bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	if err != nil || line != "ready\n" {
-		c.kill()
-		return nil, fmt.Errorf("receiver in %s did not start (%q, %v)", h.Namespace, line, err)
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, nil, fmt.Errorf("%s did not start (no ready line: %q, %v)", what, line, err)
 	}
-	return c, nil
+	return stdin, out, nil
 }
 
 func (c *child) finish() (Receiver, error) {
