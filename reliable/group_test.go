@@ -241,18 +241,7 @@ func TestRecvBackPressure(t *testing.T) {
 	const k = 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sendDone := make(chan error, 1)
-	go func() {
-		var b []byte
-		for i := range k {
-			b = message(b[:0], 1, i, groups[0].MaxMessage())
-			if err := groups[0].Send(ctx, b); err != nil {
-				sendDone <- err
-				return
-			}
-		}
-		sendDone <- nil
-	}()
+	sendDone := sendMessages(ctx, groups[0], k, groups[0].MaxMessage())
 	// The receiver does not read: wait until its queue is full and it
 	// holds Data frames back, and the sender's window is full and stays
 	// so.
@@ -275,22 +264,48 @@ func TestRecvBackPressure(t *testing.T) {
 	if st.HeldData == 0 || st.Queued < 16 || st.Queued > 16+64 {
 		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0 and 16 to %d queued", st.HeldData, st.Queued, 16+64)
 	}
-	var want []byte
-	for i := range k {
-		m, err := groups[1].Recv(ctx)
-		if err != nil {
-			t.Fatalf("Recv %d: %v", i, err)
-		}
-		want = message(want[:0], 1, i, groups[0].MaxMessage())
-		if m.From != 1 || !bytes.Equal(m.Data, want) {
-			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
-		}
-	}
+	recvMessages(ctx, t, groups[1], k, groups[0].MaxMessage())
 	if err := <-sendDone; err != nil {
 		t.Fatal(err)
 	}
 	if evs := groups[0].Stats().Events; len(evs) != 0 {
 		t.Errorf("members removed during back-pressure: %v", evs)
+	}
+}
+
+// sendMessages sends message(1, i, size) for i < k from g (member 1) on
+// a goroutine of its own; the channel gets the first Send error, or nil
+// once all were accepted.
+func sendMessages(ctx context.Context, g *Group, k, size int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := range k {
+			b = message(b[:0], 1, i, size)
+			if err := g.Send(ctx, b); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// recvMessages receives k messages at g and checks they are member 1's
+// message(1, i, size), in order.
+func recvMessages(ctx context.Context, t *testing.T, g *Group, k, size int) {
+	t.Helper()
+	var want []byte
+	for i := range k {
+		m, err := g.Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		want = message(want[:0], 1, i, size)
+		if m.From != 1 || !bytes.Equal(m.Data, want) {
+			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
+		}
 	}
 }
 
@@ -344,18 +359,7 @@ func TestRecvShortPauseNoRepair(t *testing.T) {
 	const k = 2000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sendDone := make(chan error, 1)
-	go func() {
-		var b []byte
-		for i := range k {
-			b = message(b[:0], 1, i, groups[0].MaxMessage())
-			if err := groups[0].Send(ctx, b); err != nil {
-				sendDone <- err
-				return
-			}
-		}
-		sendDone <- nil
-	}()
+	sendDone := sendMessages(ctx, groups[0], k, groups[0].MaxMessage())
 	var want []byte
 	for i := range k {
 		if i%200 == 0 { // stop reading until the queue is full, and a bit more

@@ -297,18 +297,7 @@ func TestTotalRecvBackPressure(t *testing.T) {
 			}
 		}
 	}()
-	sendDone := make(chan error, 1)
-	go func() {
-		var b []byte
-		for i := range k {
-			b = message(b[:0], 1, i, 200)
-			if err := groups[0].Send(ctx, b); err != nil {
-				sendDone <- err
-				return
-			}
-		}
-		sendDone <- nil
-	}()
+	sendDone := sendMessages(ctx, groups[0], k, 200)
 	// Member 2 does not read: wait until its queue is full and it holds
 	// frames back, and the sequencer's history is full (no global number
 	// is stable while member 2 holds them) and sequencing stays stopped.
@@ -337,17 +326,7 @@ func TestTotalRecvBackPressure(t *testing.T) {
 		t.Errorf("member 2: %d frames held, %d messages queued, %d delivered in %d globals; want held > 0, 16 or more queued, all delivered queued, at most %d globals",
 			st.HeldData, st.Queued, st.Total.Delivered, st.Total.DeliveredGlobals, 16+64)
 	}
-	var want []byte
-	for i := range k {
-		m, err := groups[1].Recv(ctx)
-		if err != nil {
-			t.Fatalf("Recv %d: %v", i, err)
-		}
-		want = message(want[:0], 1, i, 200)
-		if m.From != 1 || !bytes.Equal(m.Data, want) {
-			t.Fatalf("message %d: from %d, %d bytes; want from 1, %d bytes", i, m.From, len(m.Data), len(want))
-		}
-	}
+	recvMessages(ctx, t, groups[1], k, 200)
 	if err := <-sendDone; err != nil {
 		t.Fatal(err)
 	}
