@@ -7,8 +7,12 @@ package archtest
 import (
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +22,8 @@ const module = "github.com/rbcast/rbcast"
 
 type pkg struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Imports    []string // direct
 	Deps       []string // transitive
 }
@@ -144,5 +150,83 @@ func TestCheckCatchesViolations(t *testing.T) {
 	}
 	if strings.Contains(got, "reliable/runtime") {
 		t.Errorf("the runtime may use link and time:\n%s", got)
+	}
+}
+
+// concurrency returns, for one file's source, every goroutine, channel
+// and select in it: a core needs no import for those, so the import rules
+// alone would not catch a core that started a goroutine or waited on a
+// channel (DESIGN.md, decision 1).
+func concurrency(name string, src any) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		var what string
+		switch n.(type) {
+		case *ast.GoStmt:
+			what = "a go statement"
+		case *ast.ChanType:
+			what = "a channel type"
+		case *ast.SelectStmt:
+			what = "a select statement"
+		case *ast.SendStmt:
+			what = "a channel send"
+		}
+		if what != "" {
+			bad = append(bad, fmt.Sprintf("%s: %s", fset.Position(n.Pos()), what))
+		}
+		return true
+	})
+	return bad, nil
+}
+
+func TestCoresStartNoGoroutines(t *testing.T) {
+	n := 0
+	for _, p := range listPackages(t) {
+		if !isCore(p.ImportPath) {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			bad, err := concurrency(filepath.Join(p.Dir, f), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			for _, b := range bad {
+				t.Errorf("core %s: %s: cores are stepped by their caller, they start and wait on nothing", p.ImportPath, b)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no core source files found")
+	}
+}
+
+// TestConcurrencyCatches makes sure the source check is not vacuous.
+func TestConcurrencyCatches(t *testing.T) {
+	src := `package p
+func f(c chan int) {
+	go func() {}()
+	select {
+	case c <- 1:
+	default:
+	}
+}`
+	bad, err := concurrency("p.go", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(bad, "\n")
+	for _, want := range []string{"p.go:2:10: a channel type", "p.go:3:2: a go statement", "p.go:4:2: a select statement", "p.go:5:7: a channel send"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("not reported: %s\ngot:\n%s", want, got)
+		}
+	}
+	if bad, _ := concurrency("q.go", "package q\nfunc g(m map[int]int) int { return len(m) }"); len(bad) != 0 {
+		t.Errorf("clean source reported: %v", bad)
 	}
 }
