@@ -68,6 +68,13 @@
 // frames to it; each Kick looks for frames published meanwhile after it
 // has finished, so none are left behind.
 //
+// SendNow skips that queue: it hands frames to sendmmsg(2) on a third
+// socket (protocol 0, no ring), so they reach the wire while frames staged
+// before them still wait for a Kick or for the kernel to walk to them.
+// reliable sends retransmissions with it: behind a window of queued new
+// frames a repair waited as long as the kernel took to send them all
+// (docs/protocols.md, "Retransmissions skip the transmit queue").
+//
 // With Config.TxMode = TxSendmmsg no TX ring is mapped: Send hands the
 // caller's frames to one sendmmsg(2) per 64 frames on the same protocol-0
 // socket, with the same back-pressure rules (link/internal/mmsg). It is the

@@ -79,6 +79,12 @@ type Link struct {
 	progress  func(uintptr) bool
 	// mmsg sends instead of the TX ring when cfg.TxMode is TxSendmmsg.
 	mmsg *mmsg.Sender
+	// now is SendNow's socket (TxRing mode): protocol 0 and no ring, so
+	// what it sends skips the frames queued in the TX ring. nowMmsg is its
+	// batch sender, guarded by nowMu.
+	now     socket
+	nowMu   sync.Mutex
+	nowMmsg *mmsg.Sender
 
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
@@ -146,6 +152,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		cfg:    r,
 		rx:     socket{fd: -1},
 		tx:     socket{fd: -1},
+		now:    socket{fd: -1},
 	}
 	l.ready = l.rxReady
 	l.progress = l.txProgress
@@ -165,6 +172,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 func (l *Link) abort() {
 	l.rx.close()
 	l.tx.close()
+	l.now.close()
 	l.rx.unmap()
 	l.tx.unmap()
 }
@@ -325,7 +333,32 @@ func (l *Link) openTX(ifindex int) error {
 	if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
 		return l.sockErr("bind", err)
 	}
-	return l.pollable(s, "packet-tx:"+l.ifname)
+	if err := l.pollable(s, "packet-tx:"+l.ifname); err != nil {
+		return err
+	}
+	return l.openNow(ifindex)
+}
+
+// openNow opens SendNow's socket: like the TX socket in TxSendmmsg mode
+// (protocol 0, so it receives nothing; bound to the interface), without a
+// ring.
+func (l *Link) openNow(ifindex int) error {
+	s := &l.now
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return l.sockErr("socket", err)
+	}
+	s.fd = fd
+	if l.cfg.QdiscBypass {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return l.sockErr("setsockopt PACKET_QDISC_BYPASS", err)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+		return l.sockErr("bind", err)
+	}
+	l.nowMmsg = mmsg.NewSender(16)
+	return l.pollable(s, "packet-now:"+l.ifname)
 }
 
 // slotOffsets lists where each V2 frame slot starts: frames are packed into
@@ -803,6 +836,30 @@ func (l *Link) Kick() error {
 	return nil
 }
 
+// SendNow transmits frames at once, each with its own copy, on a socket of
+// its own (sendmmsg(2), as TxSendmmsg sends): they do not wait behind the
+// frames staged in the TX ring and not yet taken by the kernel, and may
+// overtake them. It is for frames whose order relative to the queued ones
+// does not matter and whose delay does: reliable sends retransmissions
+// with it, which on a busy sender otherwise waited behind a window of new
+// frames (docs/protocols.md). Back-pressure is waited out as in Send; the
+// frames are counted in Stats like any sent. With TxSendmmsg there is no
+// queue to skip and SendNow is Send. It may run concurrently with Stage
+// and Kick; like Send, one goroutine at a time.
+func (l *Link) SendNow(frames [][]byte) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if l.mmsg != nil {
+		return l.sendmmsg(frames)
+	}
+	l.nowMu.Lock()
+	defer l.nowMu.Unlock()
+	return l.sendmmsgOn(l.now.raw, l.nowMmsg, frames)
+}
+
 // dropRefused makes the ring usable again after the kernel refused a
 // staged frame (takeBackRefused, as sendErr does for Send). It returns what
 // was refused and dropped (nil if no slot was refused), for Kick's error.
@@ -876,14 +933,19 @@ func (l *Link) txPending() bool {
 // sendmmsg is Send for TxSendmmsg: one sendmmsg(2) per 64 frames, the
 // same size checks and the same back-pressure rules as the ring path.
 func (l *Link) sendmmsg(frames [][]byte) (int, error) {
+	return l.sendmmsgOn(l.tx.raw, l.mmsg, frames)
+}
+
+// sendmmsgOn is sendmmsg on the socket rc with the batch sender m.
+func (l *Link) sendmmsgOn(rc syscall.RawConn, m *mmsg.Sender, frames [][]byte) (int, error) {
 	maxLen := link.EthernetHeaderLen + l.mtu
 	sent := 0
 	for sent < len(frames) {
-		batch := frames[sent:min(len(frames), sent+l.mmsg.Cap())]
+		batch := frames[sent:min(len(frames), sent+m.Cap())]
 		for i, f := range batch {
 			if len(f) < link.EthernetHeaderLen || len(f) > maxLen {
 				if i > 0 {
-					n, err := l.sendmmsg(batch[:i])
+					n, err := l.sendmmsgOn(rc, m, batch[:i])
 					if sent += n; err != nil {
 						return sent, err
 					}
@@ -891,7 +953,7 @@ func (l *Link) sendmmsg(frames [][]byte) (int, error) {
 				return sent, l.frameSizeErr(sent, len(f), maxLen)
 			}
 		}
-		r := l.mmsg.Send(l.tx.raw, batch)
+		r := m.Send(rc, batch)
 		sent += r.Sent
 		l.framesSent.Add(uint64(r.Sent))
 		l.bytesSent.Add(r.Bytes)
@@ -1110,6 +1172,11 @@ func (l *Link) Close() error {
 	// Keep the last kernel counters for Stats after Close.
 	kerr := l.readKernelStats()
 	err := errors.Join(l.rx.file.Close(), l.tx.file.Close())
+	if l.now.file != nil {
+		// A SendNow waiting on it is woken with ErrClosed, as a Kick is
+		// by the TX socket's Close.
+		err = errors.Join(err, l.now.file.Close())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err = errors.Join(err, l.rx.unmap(), l.tx.unmap())
