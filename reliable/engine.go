@@ -61,6 +61,19 @@ type engine struct {
 	// the lock is released. Nil: send calls l.Send.
 	stage  stager
 	staged bool
+	// sendNow, if set (link/ring, Order FIFO), sends the Data retransmissions
+	// of each batch at once, past the frames staged before them (see
+	// sendRetransmissions); retx and rest are its scratch slices, nowSent
+	// counts what it sent.
+	sendNow    nowSender
+	retx, rest [][]byte
+	nowSent    uint64
+}
+
+// nowSender is a link that can send frames past the ones it has queued
+// (link/ring's SendNow).
+type nowSender interface {
+	SendNow(frames [][]byte) (int, error)
 }
 
 // stager is a link that can split Send in two (link/ring): Stage copies
@@ -318,8 +331,13 @@ func (e *engine) send(frames [][]byte) {
 	if len(frames) > 0 && e.sendErr == nil {
 		var err error
 		if e.stage != nil {
-			_, err = e.stage.Stage(frames)
-			e.staged = true
+			if e.sendNow != nil {
+				frames = e.sendRetransmissions(frames)
+			}
+			if len(frames) > 0 {
+				_, err = e.stage.Stage(frames)
+				e.staged = true
+			}
 		} else {
 			_, err = e.l.Send(frames)
 		}
@@ -328,6 +346,40 @@ func (e *engine) send(frames [][]byte) {
 			e.log.Error("rbcast: link send failed; the group stops", "group", e.group, "err", err)
 		}
 	}
+}
+
+// sendRetransmissions sends the Data retransmissions among frames with
+// the link's SendNow and returns the other frames, to be staged. A
+// retransmission answers a Nack, and behind the frames staged before it
+// (up to a window of new Data, which the kicker hands to the kernel at the
+// kernel's pace) it reached the asking receiver only after all of them:
+// the repair took that long, and the sender's window stayed shut at the
+// lost frame meanwhile. A retransmission may overtake them: its
+// receiver has seen later frames already (that is how it knew of the
+// gap), and receivers take frames in any order. Acks, Heartbeats and
+// Nacks stay in order: their Seq names our last frame sent, which must
+// not arrive before that frame. Retransmissions SendNow does not send
+// are staged with the rest, where Stage reports a link that cannot send.
+func (e *engine) sendRetransmissions(frames [][]byte) [][]byte {
+	retx, rest := e.retx[:0], e.rest[:0]
+	for _, f := range frames {
+		if _, body, err := frame.SplitEthernet(f, e.etherType); err == nil &&
+			frame.View(body).Type() == frame.Data && frame.View(body).Retransmission() {
+			retx = append(retx, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	if len(retx) > 0 {
+		n, err := e.sendNow.SendNow(retx)
+		e.nowSent += uint64(n)
+		if err != nil {
+			rest = append(rest, retx[n:]...)
+		}
+		clear(retx)
+	}
+	e.retx, e.rest = retx[:0], rest
+	return rest
 }
 
 func (e *engine) delivered(from frame.MemberID, data []byte) {

@@ -115,6 +115,9 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	g.eng = newEngine(l, &s, fifo, total, members, epoch)
 	if st, ok := l.(stager); ok {
 		g.eng.stage = st
+		if n, ok := l.(nowSender); ok && fifo != nil {
+			g.eng.sendNow = n
+		}
 		g.kick, g.kickStop, g.kicked = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go g.kicker(st)
 	}

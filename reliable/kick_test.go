@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -93,6 +95,106 @@ func TestCloseReportsLastKickError(t *testing.T) {
 		}
 		if err := peer.Close(); err != nil && !failLast {
 			t.Errorf("peer Close: %v", err)
+		}
+	}
+}
+
+// nowLink is a stagingLink with link/ring's SendNow: it sends at once and
+// keeps a copy of what it sent; with fail set it sends nothing and says
+// so, as a link that cannot send at the moment would.
+type nowLink struct {
+	stagingLink
+	fail   bool
+	nowed  [][]byte
+	staged [][]byte // every frame Stage took
+}
+
+var errNowRefused = errors.New("test: SendNow refused")
+
+func (l *nowLink) SendNow(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fail {
+		return 0, errNowRefused
+	}
+	for _, f := range frames {
+		l.nowed = append(l.nowed, append([]byte(nil), f...))
+	}
+	return l.Link.Send(frames)
+}
+
+func (l *nowLink) Stage(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	for _, f := range frames {
+		l.staged = append(l.staged, append([]byte(nil), f...))
+	}
+	l.mu.Unlock()
+	return l.stagingLink.Stage(frames)
+}
+
+// A FIFO sender on a link with SendNow sends its Data retransmissions
+// with it, and everything else (first transmissions, Acks, Nacks,
+// Heartbeats) through Stage, in order; when SendNow fails, the
+// retransmissions are staged instead. Either way the receiver, which
+// loses 20% of its frames, gets every message intact and in order.
+func TestRetransmissionsSendNow(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		r := rtnet.New(t, 11)
+		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.2}})}
+		members := staticMembers(raw)
+		nl := &nowLink{stagingLink: stagingLink{Link: raw[0]}, fail: fail}
+		g, err := Join(t.Context(), nl, Config{Group: 3, Members: members, Self: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const k, size = 2000, 1000
+		sent := sendMessages(t.Context(), g, k, size)
+		recvMessages(t.Context(), t, peer, k, size)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		peer.Close()
+
+		retx := func(f []byte) bool {
+			_, body, err := frame.SplitEthernet(f, link.EtherTypeRbcast)
+			return err == nil && frame.View(body).Type() == frame.Data && frame.View(body).Retransmission()
+		}
+		nl.mu.Lock()
+		var stagedRetx, stagedData int
+		for _, f := range nl.staged {
+			switch {
+			case retx(f):
+				stagedRetx++
+			case len(f) > 200:
+				stagedData++
+			}
+		}
+		nowed := len(nl.nowed)
+		for i, f := range nl.nowed {
+			if !retx(f) {
+				t.Errorf("fail=%v: SendNow frame %d is not a Data retransmission", fail, i)
+			}
+		}
+		nl.mu.Unlock()
+		st := g.Stats().Protocol
+		t.Logf("fail=%v: %d retransmitted, %d sent with SendNow, %d staged", fail, st.Retransmitted, nowed, stagedRetx)
+		if st.Retransmitted == 0 || stagedData == 0 {
+			t.Fatalf("fail=%v: %d retransmissions and %d staged Data frames; the test needs both", fail, st.Retransmitted, stagedData)
+		}
+		switch {
+		case g.Stats().RetransmitsSentNow != uint64(nowed):
+			t.Errorf("fail=%v: Stats.RetransmitsSentNow = %d, SendNow sent %d", fail, g.Stats().RetransmitsSentNow, nowed)
+		case !fail && (stagedRetx != 0 || uint64(nowed) != st.Retransmitted):
+			t.Errorf("SendNow working: %d retransmissions staged, %d sent with SendNow, of %d; want 0 and all", stagedRetx, nowed, st.Retransmitted)
+		case fail && (nowed != 0 || uint64(stagedRetx) != st.Retransmitted):
+			t.Errorf("SendNow failing: %d retransmissions staged, %d sent with SendNow, of %d; want all and 0", stagedRetx, nowed, st.Retransmitted)
 		}
 	}
 }

@@ -34,6 +34,10 @@ type Stats struct {
 	// HeldData counts Data frames left unstepped because the receive
 	// queue was full (they are repaired later, like losses).
 	HeldData uint64
+	// RetransmitsSentNow counts the Data retransmissions of Protocol's
+	// Retransmitted that went out past the link's transmit queue
+	// (link/ring's SendNow); the rest were queued behind new frames.
+	RetransmitsSentNow uint64
 	// Queued is the number of delivered messages waiting for Recv.
 	Queued int
 	// Members is per other member: what was delivered from it and how
@@ -76,7 +80,7 @@ func (g *Group) Stats() Stats {
 }
 
 func (e *engine) stats() Stats {
-	s := Stats{BadFrames: e.bad, HeldData: e.held, Events: slices.Clone(e.events)}
+	s := Stats{BadFrames: e.bad, HeldData: e.held, RetransmitsSentNow: e.nowSent, Events: slices.Clone(e.events)}
 	var all []time.Duration
 	live := map[frame.MemberID]bool{}
 	if e.total != nil {
