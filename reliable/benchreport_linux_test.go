@@ -174,8 +174,8 @@ func pct(a, b float64) string {
 	return fmt.Sprintf("%.0f%%", 100*a/b)
 }
 
-func (r *reporter) raw(topo *netns.Topology, overlap bool) (float64, time.Duration) {
-	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, Processes: r.procs, Overlap: overlap})
+func (r *reporter) raw(topo *netns.Topology, overlap, work bool) (float64, time.Duration) {
+	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, Processes: r.procs, Overlap: overlap, Work: work})
 	if err != nil {
 		r.b.Fatal(err)
 	}
@@ -220,24 +220,26 @@ func msgps(g goodputResult) float64 {
 func (r *reporter) oneToAll(rxs []int) {
 	var cpuRows []string
 	r.printf("### One-to-all, largest messages (MB/s at the slowest receiver)\n\n")
-	r.printf("raw = ring-v2 frames of MTU size, whole frames counted, sent by one goroutine that fills the TX ring and has the kernel transmit it in turn; raw staged = the same with a second goroutine kicking the kernel while the first fills (ring Stage/Kick, as the reliable runtime sends since 2026-11-22); the ceiling is the higher of the two medians, and PBP%%/raw ratios are against it. PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
+	r.printf("raw = ring-v2 frames of MTU size, whole frames counted, sent by one goroutine that fills the TX ring and has the kernel transmit it in turn; raw staged = the same with a second goroutine kicking the kernel while the first fills (ring Stage/Kick, as the reliable runtime sends since 2026-11-22); raw staged +work = raw staged touching every frame as little as a reliable checksummed protocol must (linkbench Options.Work: the sender copies the payload into a history slot and writes a CRC32C, each receiver checks it and copies the payload out; not part of the ceiling); the ceiling is the higher of the raw and raw staged medians, and PBP%%/raw ratios are against it. PBP and TCP count payload bytes. Loss is on every receiver's inbound frames. gap = longest time any receiver went without a delivery while the sender sent (max over repetitions).\n\n")
 	r.printf("PBP2, PBP1: receivers use RecvAppend (a message of 1 KB or more is copied once, from the ring, when taken before the loop's next turn; smaller ones are copied into the receive queue and out); PBP2 Deliver: receivers use Config.Deliver (views into the ring, no copy).\n\n")
-	r.printf("| rx | MTU | loss | raw ring | raw staged | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP2 Deliver | Deliver/raw | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP2 Deliver/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	r.printf("| rx | MTU | loss | raw ring | raw staged | raw staged +work | PBP2 | PBP2/raw | PBP2 vs its lossless | PBP2 gap | PBP2 Deliver | Deliver/raw | PBP1 | PBP1/raw | TCP fan-out | PBP2/TCP | PBP2 Deliver/TCP | PBP1/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, mtu := range []int{1500, 9000} {
 		for _, rx := range rxs {
 			topo := r.up(rx+1, mtu)
 			var lossless float64
 			for _, loss := range []float64{0, 1, 5} {
 				r.setLoss(topo, loss, false)
-				var raw, raws, p2, p2d, p1, tcp samples
-				var craw, craws, cp2, cp2d, cp1, ctcp samples
+				var raw, raws, raww, p2, p2d, p1, tcp samples
+				var craw, craws, craww, cp2, cp2d, cp1, ctcp samples
 				var gap time.Duration
 				for rep := range r.reps {
 					fmt.Fprintf(os.Stderr, "report: one-to-all rx=%d mtu=%d loss=%g rep %d/%d (load %s)\n", rx, mtu, loss, rep+1, r.reps, loadavg())
-					m, c := cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo, false) })
+					m, c := cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo, false, false) })
 					raw, craw = append(raw, m), append(craw, c)
-					m, c = cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo, true) })
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo, true, false) })
 					raws, craws = append(raws, m), append(craws, c)
+					m, c = cpuPerGB(rx, func() (float64, time.Duration) { return r.raw(topo, true, true) })
+					raww, craww = append(raww, m), append(craww, c)
 					m, c = cpuPerGB(rx, func() (float64, time.Duration) {
 						g := r.pbp(topo, goodputOpts{mode: PBP2})
 						gap = max(gap, g.maxGap)
@@ -261,18 +263,18 @@ func (r *reporter) oneToAll(rxs []int) {
 					lossless = p2.median()
 				}
 				ceil := max(raw.median(), raws.median())
-				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %s | %v | %s | %s | %s | %s | %s | %s | %s | %s |\n", rx, mtu, loss,
-					raw.fmt(1, ""), raws.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), ceil), pct(p2.median(), lossless), gap.Round(100*time.Microsecond),
+				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %s | %s | %v | %s | %s | %s | %s | %s | %s | %s | %s |\n", rx, mtu, loss,
+					raw.fmt(1, ""), raws.fmt(1, ""), raww.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), ceil), pct(p2.median(), lossless), gap.Round(100*time.Microsecond),
 					p2d.fmt(1, ""), pct(p2d.median(), ceil),
 					p1.fmt(1, ""), pct(p1.median(), ceil), tcp.fmt(1, ""),
 					ratio(p2, tcp), ratio(p2d, tcp), ratio(p1, tcp))
-				cpuRows = append(cpuRows, fmt.Sprintf("| %d | %d | %g%% | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", rx, mtu, loss, craw.median(), craws.median(), cp2.median(), cp2d.median(), cp1.median(), ctcp.median()))
+				cpuRows = append(cpuRows, fmt.Sprintf("| %d | %d | %g%% | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", rx, mtu, loss, craw.median(), craws.median(), craww.median(), cp2.median(), cp2d.median(), cp1.median(), ctcp.median()))
 			}
 			topo.Close()
 		}
 	}
 	r.printf("\nCPU-seconds the benchmark process and its receiver processes spent per GB delivered (all receivers together; medians), from the same runs. Kernel work done in softirq threads (ksoftirqd) is not counted.\n\n")
-	r.printf("| rx | MTU | loss | raw ring | raw staged | PBP2 | PBP2 Deliver | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|---|---|\n")
+	r.printf("| rx | MTU | loss | raw ring | raw staged | raw staged +work | PBP2 | PBP2 Deliver | PBP1 | TCP fan-out |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range cpuRows {
 		r.printf("%s", row)
 	}

@@ -38,6 +38,8 @@ func run(args []string) int {
 	batch := fs.Int("batch", 64, "frames per Send on the sender")
 	procs := fs.Bool("procs", true, "run each receiver as a process of its own in its namespace (false: goroutines of this process)")
 	senderFlag := fs.String("sender", "", "backend of the sending host only (default: the same as the receivers)")
+	overlap := fs.Bool("overlap", false, "stage frames on one goroutine and have another kick the kernel (ring backends; as the reliable runtime sends)")
+	work := fs.Bool("work", false, "touch every frame as little as a reliable checksummed protocol must: the sender copies the payload into a history slot and computes a CRC32C, each receiver checks the CRC32C and copies the payload out")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -75,10 +77,16 @@ func run(args []string) int {
 					var retries uint64
 					for r := range *reps {
 						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch})
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
+						}
+						for i, rc := range t.Receivers {
+							if rc.Corrupt > 0 {
+								fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: receiver %d: %d frames failed their CRC32C\n", b, mtu, n, i+1, rc.Corrupt)
+								return 1
+							}
 						}
 						m := t.MeanMBps()
 						if r == 0 || m < lo {
@@ -98,6 +106,12 @@ func run(args []string) int {
 					label := b
 					if *senderFlag != "" {
 						label = *senderFlag + " → " + b
+					}
+					if *overlap {
+						label += " staged"
+					}
+					if *work {
+						label += " +work"
 					}
 					fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f%% | %d |\n", label, mtu, n, fps, rng, loss, retries)
 				}

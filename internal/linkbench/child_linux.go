@@ -18,6 +18,9 @@ import (
 // with; its presence makes the process a receiver (see MaybeChild).
 const childEnv = "RBCAST_LINKBENCH_RECEIVER"
 
+// childWorkEnv set to anything has the receiver child do Options.Work.
+const childWorkEnv = "RBCAST_LINKBENCH_WORK"
+
 // MaybeChild turns the current process into a benchmark receiver when it
 // was started as one by RunThroughput with Processes set, and never
 // returns then. Programs and test binaries that run throughput benchmarks
@@ -27,12 +30,12 @@ func MaybeChild() {
 	if backend == "" {
 		return
 	}
-	os.Exit(childMain(backend, os.Getenv("RBCAST_LINKBENCH_IFACE"), os.Stdin, os.Stdout))
+	os.Exit(childMain(backend, os.Getenv("RBCAST_LINKBENCH_IFACE"), os.Getenv(childWorkEnv) != "", os.Stdin, os.Stdout))
 }
 
 // childMain opens the link, says "ready", counts frames until its input
 // closes, and writes its Receiver as JSON.
-func childMain(backend, ifname string, in io.Reader, out io.Writer) int {
+func childMain(backend, ifname string, work bool, in io.Reader, out io.Writer) int {
 	open, ok := Backends[backend]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "linkbench receiver: unknown backend %q\n", backend)
@@ -50,7 +53,7 @@ func childMain(backend, ifname string, in io.Reader, out io.Writer) int {
 		done.Store(true)
 	}()
 	fmt.Fprintln(out, "ready")
-	r := receive(l, &done)
+	r := receive(l, &done, work)
 	st, _ := l.Stats()
 	r.KernelDrops = st.KernelDrops
 	if err := json.NewEncoder(out).Encode(r); err != nil {
@@ -66,13 +69,16 @@ type child struct {
 	out   *bufio.Reader
 }
 
-func startChild(h *netns.Host, backend string) (*child, error) {
+func startChild(h *netns.Host, backend string, work bool) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := h.Command(context.Background(), exe)
 	cmd.Env = append(os.Environ(), childEnv+"="+backend, "RBCAST_LINKBENCH_IFACE="+h.Iface)
+	if work {
+		cmd.Env = append(cmd.Env, childWorkEnv+"=1")
+	}
 	stdin, out, err := StartReady(cmd, "receiver in "+h.Namespace)
 	if err != nil {
 		return nil, err

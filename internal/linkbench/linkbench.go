@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"slices"
 	"strconv"
@@ -70,6 +71,14 @@ type Options struct {
 	// reliable runtime sends; otherwise each Send fills and transmits in
 	// turn on one goroutine. Only the ring backends can stage.
 	Overlap bool
+	// Work has both ends touch every frame as little as a reliable,
+	// checksummed protocol must: the sender copies the payload into a
+	// history slot (a ring of 256 frame buffers, which are what it sends)
+	// and computes a CRC32C over the frame; each receiver computes the
+	// CRC32C of every frame and copies its payload out, as Recv does. It
+	// bounds what any such protocol can reach on the link (the ring still
+	// makes its own copy into the TX slot).
+	Work bool
 }
 
 // stager is the ring link's split Send (link/ring Stage and Kick).
@@ -90,6 +99,7 @@ type Throughput struct {
 // Receiver is what one receiver got.
 type Receiver struct {
 	Frames      uint64
+	Corrupt     uint64 // Work: frames whose CRC32C did not match
 	Bytes       uint64 // whole Ethernet frames, header included
 	Lost        uint64 // sequence numbers never seen
 	KernelDrops uint64
@@ -192,9 +202,9 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	res := &Throughput{Options: o, Receivers: make([]Receiver, o.Hosts-1)}
 	var finish func() error
 	if o.Processes {
-		finish, err = startChildren(topo, o.Backend, res)
+		finish, err = startChildren(topo, o.Backend, res, o.Work)
 	} else {
-		finish, err = startGoroutines(topo, open, res)
+		finish, err = startGoroutines(topo, open, res, o.Work)
 	}
 	if err != nil {
 		return nil, err
@@ -210,10 +220,28 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 
 	frames := make([][]byte, o.Batch)
 	src := [6]byte(sender.HardwareAddr())
-	for i := range frames {
+	newFrame := func() []byte {
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
-		frames[i] = append(b, make([]byte, o.MTU)...)
+		return append(b, make([]byte, o.MTU)...)
 	}
+	for i := range frames {
+		frames[i] = newFrame()
+	}
+	// Work: the history slots the frames are built in, and the payload
+	// the application hands over.
+	var history [][]byte
+	var payload []byte
+	if o.Work {
+		history = make([][]byte, max(workHistory, o.Batch))
+		for i := range history {
+			history[i] = newFrame()
+		}
+		payload = make([]byte, o.MTU-crcLen-8)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+	}
+	next := 0
 	send := sender.Send
 	stopKicker := func() error { return nil }
 	if o.Overlap {
@@ -251,9 +279,20 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	start := time.Now()
 	var seq uint64
 	for time.Since(start) < o.Duration {
-		for _, f := range frames {
+		for i := range frames {
 			seq++
+			if o.Work {
+				f := history[next]
+				next = (next + 1) % len(history)
+				copy(f[frame.EthernetHeaderLen+8:], payload)
+				frames[i] = f
+			}
+			f := frames[i]
 			binary.BigEndian.PutUint64(f[frame.EthernetHeaderLen:], seq)
+			if o.Work {
+				end := len(f) - crcLen
+				binary.BigEndian.PutUint32(f[end:], crc32.Checksum(f[frame.EthernetHeaderLen:end], castagnoli))
+			}
 		}
 		n, err := send(frames)
 		res.Sent += uint64(n)
@@ -284,7 +323,7 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 
 // startGoroutines opens a receiving link on every host but the first and
 // counts frames on a goroutine each.
-func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error), res *Throughput) (func() error, error) {
+func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error), res *Throughput, work bool) (func() error, error) {
 	var recvs []link.Link
 	closeAll := func() {
 		for _, l := range recvs {
@@ -305,7 +344,7 @@ func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error),
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res.Receivers[i] = receive(l, &done)
+			res.Receivers[i] = receive(l, &done, work)
 		}()
 	}
 	return func() error {
@@ -321,10 +360,10 @@ func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error),
 }
 
 // startChildren starts a receiver process in every host but the first.
-func startChildren(topo *netns.Topology, backend string, res *Throughput) (func() error, error) {
+func startChildren(topo *netns.Topology, backend string, res *Throughput, work bool) (func() error, error) {
 	var kids []*child
 	for _, h := range topo.Hosts[1:] {
-		c, err := startChild(h, backend)
+		c, err := startChild(h, backend, work)
 		if err != nil {
 			for _, k := range kids {
 				k.kill()
@@ -346,9 +385,10 @@ func startChildren(topo *netns.Topology, backend string, res *Throughput) (func(
 	}, nil
 }
 
-func receive(l link.Link, done *atomic.Bool) Receiver {
+func receive(l link.Link, done *atomic.Bool, work bool) Receiver {
 	var r Receiver
 	buf := make([]link.Frame, 256)
+	var app []byte // Work: where Recv would copy a payload to
 	var first, last time.Time
 	for !done.Load() {
 		n, err := l.Recv(time.Now().Add(50*time.Millisecond), buf)
@@ -364,6 +404,15 @@ func receive(l link.Link, done *atomic.Bool) Receiver {
 		for _, f := range buf[:n] {
 			r.Frames++
 			r.Bytes += uint64(len(f.Data))
+			if work {
+				d := f.Data
+				end := len(d) - crcLen
+				if end < frame.EthernetHeaderLen+8 || crc32.Checksum(d[frame.EthernetHeaderLen:end], castagnoli) != binary.BigEndian.Uint32(d[end:]) {
+					r.Corrupt++
+					continue
+				}
+				app = append(app[:0], d[frame.EthernetHeaderLen+8:end]...)
+			}
 		}
 		last = time.Now()
 	}
@@ -499,3 +548,12 @@ func Ints(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// Work's constants: history slots the sender builds frames in, the CRC's
+// length and table.
+const (
+	workHistory = 256
+	crcLen      = 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -126,3 +126,25 @@ func TestOverlap(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// Work: every frame a receiver gets, as a goroutine or as a process,
+// carries a CRC32C that checks out (the sender wrote it after copying the
+// payload into its history slot), and every receiver gets frames.
+func TestWork(t *testing.T) {
+	netns.RequireRoot(t)
+	prefix := fmt.Sprintf("rbkw%d", os.Getpid()%1000)
+	for _, procs := range []bool{false, true} {
+		res, err := RunThroughput(Options{Backend: "ring-v2", Hosts: 3, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, Overlap: true, Work: true, Processes: procs})
+		if err != nil {
+			t.Fatalf("processes=%v: %v", procs, err)
+		}
+		for i, r := range res.Receivers {
+			if r.Frames == 0 || r.Frames > res.Sent || r.Corrupt != 0 {
+				t.Fatalf("processes=%v: receiver %d got %d frames of %d sent, %d failing their CRC32C", procs, i, r.Frames, res.Sent, r.Corrupt)
+			}
+		}
+	}
+	if left, _ := netns.Leftovers(prefix); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
