@@ -60,6 +60,48 @@ func (p *Bundle) AppendBody(b []byte) []byte {
 }
 func (p *Bundle) flags() Flags { return FlagBundle }
 
+// Encoded is the body of a Data or SeqRequest frame given as its bytes:
+// one message, or with Bundled the length-prefixed messages of a bundle
+// (what Bundle appends).
+type Encoded struct {
+	T       Type // Data or SeqRequest
+	Data    []byte
+	Bundled bool
+}
+
+func (p *Encoded) FrameType() Type            { return p.T }
+func (p *Encoded) Len() int                   { return len(p.Data) }
+func (p *Encoded) AppendBody(b []byte) []byte { return append(b, p.Data...) }
+func (p *Encoded) flags() Flags {
+	if p.Bundled {
+		return FlagBundle
+	}
+	return 0
+}
+
+// Placed is an Encoded body that lies in place already: its N bytes are in
+// the encoding buffer's backing array right where Append puts the body,
+// PrefixLen(h) bytes after the frame's start. AppendBody copies nothing;
+// it extends the slice over them. A sender that keeps its frames in that
+// layout writes each message once, where it is kept, and only the header
+// and the CRC each time it sends the frame (reliable/pbp's history).
+// Append refuses a Placed body whose buffer lacks the capacity.
+type Placed struct {
+	T       Type // Data or SeqRequest
+	N       int
+	Bundled bool
+}
+
+func (p *Placed) FrameType() Type            { return p.T }
+func (p *Placed) Len() int                   { return p.N }
+func (p *Placed) AppendBody(b []byte) []byte { return b[:len(b)+p.N] }
+func (p *Placed) flags() Flags {
+	if p.Bundled {
+		return FlagBundle
+	}
+	return 0
+}
+
 // Empty is the body of Ack, Leave and Heartbeat frames: everything they
 // say is in the header.
 type Empty struct{ T Type }

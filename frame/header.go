@@ -50,7 +50,13 @@ type Body interface {
 
 // Len returns the length of the rbcast frame Append would produce.
 func Len(h *Header, body Body) int {
-	n := HeaderLen + len(h.Acks)*AckEntryLen + body.Len() + CRCLen
+	return PrefixLen(h) + body.Len() + CRCLen
+}
+
+// PrefixLen is the length of what Append writes before the body: the
+// fixed header, the ack vector and the authentication section.
+func PrefixLen(h *Header) int {
+	n := HeaderLen + len(h.Acks)*AckEntryLen
 	if h.Auth != nil {
 		n += 2 + h.Auth.Size()
 	}
@@ -70,6 +76,9 @@ func Append(b []byte, h *Header, body Body) ([]byte, error) {
 	}
 	if h.Flags&criticalMask&^knownCritical != 0 {
 		return b, errorf(ErrInvalid, "unknown critical flags %#04x", uint16(h.Flags&criticalMask&^knownCritical))
+	}
+	if p, ok := body.(*Placed); ok && (p.N < 0 || cap(b)-len(b) < n-CRCLen) {
+		return b, errorf(ErrInvalid, "placed body of %d bytes needs %d bytes of room after the frame's start, the buffer has %d", p.N, n-CRCLen, cap(b)-len(b))
 	}
 	flags := h.Flags&^(FlagAuth|FlagBundle) | body.flags()
 	if h.Auth != nil {

@@ -240,12 +240,16 @@ type held struct {
 }
 
 // sent is a frame of ours kept until every live member acknowledged it
-// (out_buffer). buf holds the messages in bundle form, each prefixed by
-// its 16-bit length; a lone message travels without the prefix.
+// (out_buffer). buf is the frame as it is sent: Core.pre bytes of room for
+// the Ethernet and rbcast headers, then the body: a lone message as it
+// is, several in bundle form, each prefixed by its 16-bit length. The CRC
+// goes after it when the frame is sent. emitted is the Ready (Core.batch)
+// that last handed the frame out.
 type sent struct {
-	buf    []byte
-	count  int
-	retxAt Time // last retransmission, 0 if none
+	buf     []byte
+	count   int
+	emitted uint64
+	retxAt  Time // last retransmission, 0 if none
 	// served: the members (bit = ack vector slot, slots below 64) whose
 	// Nacks the last retransmission answered. A Nack from one of them
 	// again is a new request: its copy was lost.
@@ -300,17 +304,22 @@ type Core struct {
 
 	// Output until Advance.
 	frames     [][]byte
-	bufs       [][]byte // frame buffers, reused
+	bufs       [][]byte // frame buffers, reused; the first used are in frames
+	used       int
 	deliveries []Delivery
 	events     []Event
 	lent       [][]byte // held buffers delivered from, recycled at Advance
 	free       [][]byte
 
 	hdr     frame.Header
-	payload frame.Payload
-	bundle  frame.Bundle
+	encoded frame.Encoded
+	placed  frame.Placed
 	empty   frame.Empty
 	nack    frame.NackBody
+	// pre is the room a history frame leaves for the Ethernet and rbcast
+	// headers; batch numbers the Readys (it moves at Advance).
+	pre   int
+	batch uint64
 
 	stats Stats
 }
@@ -349,7 +358,9 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
 	c.history = make([]sent, s.histSize)
-	c.payload.T, c.bundle.T = frame.Data, frame.Data
+	c.encoded.T, c.placed.T = frame.Data, frame.Data
+	c.pre = frame.EthernetHeaderLen + frame.PrefixLen(&c.hdr)
+	c.batch = 1
 	c.stats.Window = s.Window
 	return c, nil
 }
@@ -414,6 +425,9 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	}
 	if c.pending > 0 && c.openLen+2+len(msg) <= c.cfg.maxPayload {
 		h := &c.history[(c.nextSeq+uint32(c.pending)-1)&c.hmask]
+		if h.count == 1 {
+			h.buf = c.toBundle(h.buf)
+		}
 		h.buf = appendMsg(h.buf, msg)
 		h.count++
 		c.openLen += 2 + len(msg)
@@ -431,7 +445,10 @@ func (c *Core) Propose(now Time, msg []byte) error {
 		return ErrWindowFull
 	}
 	h := &c.history[(c.nextSeq+uint32(c.pending))&c.hmask]
-	h.buf = appendMsg(h.buf[:0], msg)
+	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU {
+		h.buf = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU)
+	}
+	h.buf = append(h.buf[:c.pre], msg...)
 	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false
 	c.pending++
 	c.openLen, c.openAt = 2+len(msg), c.now
@@ -448,6 +465,17 @@ func (c *Core) Blocked() bool { return c.pending >= c.cfg.Window }
 func appendMsg(b, msg []byte) []byte {
 	b = append(b, byte(len(msg)>>8), byte(len(msg)))
 	return append(b, msg...)
+}
+
+// toBundle turns the body of a history frame holding one message (as it
+// travels alone: no length prefix) into a bundle of that message, to
+// which Propose appends more.
+func (c *Core) toBundle(b []byte) []byte {
+	n := len(b) - c.pre
+	b = append(b, 0, 0)
+	copy(b[c.pre+2:], b[c.pre:c.pre+n])
+	b[c.pre], b[c.pre+1] = byte(n>>8), byte(n)
+	return b
 }
 
 // release numbers and sends the pending frames the window has room for:
@@ -568,7 +596,8 @@ func (c *Core) flush(release bool) {
 // Advance tells the core the runtime has sent, delivered and reported all
 // of the last Ready. Buffers the Ready pointed into are reused after it.
 func (c *Core) Advance() {
-	c.frames = c.frames[:0]
+	c.batch++
+	c.frames, c.used = c.frames[:0], 0
 	clear(c.deliveries)
 	c.deliveries = c.deliveries[:0]
 	c.events = c.events[:0]

@@ -18,10 +18,19 @@ func (c *Core) header(seq uint32, flags frame.Flags) {
 // next Ready. Every frame carries the ack vector, so any frame settles a
 // pending acknowledgement.
 func (c *Core) emit(dst [6]byte, body frame.Body) {
-	if len(c.frames) == len(c.bufs) {
+	if c.used == len(c.bufs) {
 		c.bufs = append(c.bufs, make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU))
 	}
-	b := c.bufs[len(c.frames)][:0]
+	if b, ok := c.encode(c.bufs[c.used][:0], dst, body); ok {
+		c.bufs[c.used] = b
+		c.used++
+		c.frames = append(c.frames, b)
+	}
+}
+
+// encode builds the frame of c.hdr and body to dst in b and reports
+// whether it could.
+func (c *Core) encode(b []byte, dst [6]byte, body frame.Body) ([]byte, bool) {
 	b = frame.AppendEthernet(b, dst, c.cfg.selfMAC, c.cfg.etherType)
 	b, err := frame.Append(b, &c.hdr, body)
 	// Only a frame to the group tells the group we live and acknowledges
@@ -34,10 +43,9 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 	}
 	if err != nil {
 		c.stats.EncodeErrors++
-		return
+		return b, false
 	}
-	c.bufs[len(c.frames)] = b
-	c.frames = append(c.frames, b)
+	return b, true
 }
 
 // sendData sends (or resends) our frame seq from the history to the
@@ -47,24 +55,27 @@ func (c *Core) sendData(seq uint32, flags frame.Flags) {
 }
 
 // sendDataTo sends our frame seq to dst: the group, or one member's MAC.
+// The history keeps each frame's body where the frame is built (after
+// c.pre bytes of room for the Ethernet and rbcast headers), so a send
+// writes only the headers and the CRC around it: the payload is copied
+// once, by Propose, and the frame handed to the runtime is the history
+// slot itself. A frame already handed out in this Ready (asked for twice
+// in one turn, by two members) must stay as it is until Advance; the
+// second copy is encoded apart.
 func (c *Core) sendDataTo(dst [6]byte, seq uint32, flags frame.Flags) {
 	h := &c.history[seq&c.hmask]
 	c.header(seq, flags)
-	if h.count == 1 {
-		c.payload.Data = h.buf[2:]
-		c.emit(dst, &c.payload)
-		c.payload.Data = nil
+	if h.emitted == c.batch {
+		c.encoded.Data, c.encoded.Bundled = h.buf[c.pre:], h.count > 1
+		c.emit(dst, &c.encoded)
+		c.encoded.Data = nil
 		return
 	}
-	msgs := c.bundle.Msgs[:0]
-	for b := h.buf; len(b) >= 2; {
-		n := int(b[0])<<8 | int(b[1])
-		msgs = append(msgs, b[2:2+n])
-		b = b[2+n:]
+	c.placed.N, c.placed.Bundled = len(h.buf)-c.pre, h.count > 1
+	if b, ok := c.encode(h.buf[:0], dst, &c.placed); ok {
+		h.emitted = c.batch
+		c.frames = append(c.frames, b)
 	}
-	c.bundle.Msgs = msgs
-	c.emit(dst, &c.bundle)
-	clear(msgs)
 }
 
 // sendAck sends a plain Ack; its Seq is the last frame we sent, so that
