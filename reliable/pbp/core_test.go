@@ -2,6 +2,7 @@ package pbp
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
@@ -1032,4 +1033,64 @@ func TestRepairEndClearsTimerState(t *testing.T) {
 // group whose acks all stand at 100.
 func dataFrom0(seq uint32, flags frame.Flags) in {
 	return in{sender: 0, seq: seq, flags: flags, acks: []uint32{100, 100, 100}, body: &frame.Payload{T: frame.Data, Data: []byte{byte(seq)}}}
+}
+
+// A frame is built in its history slot and handed out from there; asked
+// for by two members in one turn, it goes out twice in one Ready (to the
+// first asker, then to the group), and the first copy must keep its
+// destination and bytes: the second is encoded apart. Lone messages and
+// bundles alike, and the history slot still sends right afterwards.
+func TestFrameAskedTwiceInOneReady(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 4))
+	if err := c.Propose(t0+1, []byte("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].h.Seq != 100 {
+		t.Fatalf("%+v, want Data 100", frames)
+	}
+	for _, m := range []string{"b1", "b2"} {
+		if err := c.Propose(t0+2, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].h.Seq != 101 {
+		t.Fatalf("%+v, want Data 101", frames)
+	}
+	nack := func(from frame.MemberID) in {
+		return in{sender: from, seq: 99, acks: []uint32{100, 100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 101}}}}
+	}
+	step(t, c, t0+3, nack(2))
+	step(t, c, t0+3, nack(1))
+	body := func(o out) string {
+		switch b := o.body.(type) {
+		case *frame.Payload:
+			return string(b.Data)
+		case *frame.Bundle:
+			var s []string
+			for _, m := range b.Msgs {
+				s = append(s, string(m))
+			}
+			return "[" + strings.Join(s, ",") + "]"
+		}
+		return fmt.Sprintf("%T", o.body)
+	}
+	check := func(frames []out, want ...string) {
+		t.Helper()
+		var got []string
+		for _, f := range frames {
+			dst := "group"
+			if f.dst != frame.Broadcast {
+				dst = fmt.Sprintf("member %d", f.dst[5]-1)
+			}
+			got = append(got, fmt.Sprintf("%d %s to %s", f.h.Seq, body(f), dst))
+		}
+		if strings.Join(got, "; ") != strings.Join(want, "; ") {
+			t.Fatalf("sent %q, want %q", got, want)
+		}
+	}
+	frames, _, _ := ready(t, c)
+	check(frames, "100 alpha to member 2", "101 [b1,b2] to member 2", "100 alpha to group", "101 [b1,b2] to group")
+	step(t, c, t0+3+Time(DefaultNackTimeout/2), nack(3))
+	frames, _, _ = ready(t, c)
+	check(frames, "100 alpha to member 3", "101 [b1,b2] to member 3")
 }
