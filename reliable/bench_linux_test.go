@@ -29,6 +29,8 @@ import (
 // sent and received around them (see traceLink); RBCAST_BENCH_PREFIX
 // starts the netns names (default rbeb; see benchPrefix);
 // RBCAST_BENCH_WINDOW sets BenchmarkGoodput's Config.Window;
+// RBCAST_BENCH_DELIVER=1 has its receivers use Config.Deliver instead of
+// RecvAppend;
 // RBCAST_BENCH_NOSTAGE=1 has groups send with Link.Send under their lock
 // instead of staging frames under it for the kicker goroutine;
 // RBCAST_BENCH_SETTLE (a duration) replaces the 1 ms a receiver's loop
@@ -455,7 +457,7 @@ func BenchmarkGoodput(b *testing.B) {
 					}
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
 						window, _ := strconv.Atoi(os.Getenv("RBCAST_BENCH_WINDOW"))
-						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != ""}
+						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != "", deliver: os.Getenv("RBCAST_BENCH_DELIVER") != ""}
 						topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
 						if loss > 0 {
 							for _, h := range topo.Hosts[1:] {
