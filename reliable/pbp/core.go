@@ -44,7 +44,9 @@ func (e *TooLargeError) Error() string {
 // Delivery is one application message delivered in FIFO order of its
 // sender. Data aliases either the received frame (in-order frames: valid
 // until the runtime recycles that frame, which must not happen before
-// Advance) or a buffer of the core (valid until Advance). Copy it to keep
+// Advance) or a buffer of the core (out-of-order frames: valid until the
+// second Advance after the Ready that delivered it, so that a runtime may
+// keep one Ready's deliveries while it steps the next). Copy it to keep
 // it.
 type Delivery struct {
 	From  frame.MemberID
@@ -308,7 +310,8 @@ type Core struct {
 	used       int
 	deliveries []Delivery
 	events     []Event
-	lent       [][]byte // held buffers delivered from, recycled at Advance
+	lent       [][]byte // held buffers delivered from since the last Advance
+	lentPrev   [][]byte // and before it; recycled at the next Advance
 	free       [][]byte
 
 	hdr     frame.Header
@@ -594,18 +597,19 @@ func (c *Core) flush(release bool) {
 }
 
 // Advance tells the core the runtime has sent, delivered and reported all
-// of the last Ready. Buffers the Ready pointed into are reused after it.
+// of the last Ready. Buffers the Ready pointed into are reused after it,
+// except the ones its deliveries lie in: those after the next Advance.
 func (c *Core) Advance() {
 	c.batch++
 	c.frames, c.used = c.frames[:0], 0
 	clear(c.deliveries)
 	c.deliveries = c.deliveries[:0]
 	c.events = c.events[:0]
-	for i, b := range c.lent {
+	for i, b := range c.lentPrev {
 		c.free = append(c.free, b[:0])
-		c.lent[i] = nil
+		c.lentPrev[i] = nil
 	}
-	c.lent = c.lent[:0]
+	c.lentPrev, c.lent = c.lent, c.lentPrev[:0]
 }
 
 // Deadline is when Tick must next run; 0 before the first input and after
