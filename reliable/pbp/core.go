@@ -45,9 +45,9 @@ func (e *TooLargeError) Error() string {
 // sender. Data aliases either the received frame (in-order frames: valid
 // until the runtime recycles that frame, which must not happen before
 // Advance) or a buffer of the core (out-of-order frames: valid until the
-// second Advance after the Ready that delivered it, so that a runtime may
-// keep one Ready's deliveries while it steps the next). Copy it to keep
-// it.
+// Advance that ends the next Ready with deliveries, so that a runtime may
+// keep one Ready's deliveries while it steps the next batch). Copy it to
+// keep it.
 type Delivery struct {
 	From  frame.MemberID
 	Seq   uint32 // the frame's sequence number
@@ -598,18 +598,22 @@ func (c *Core) flush(release bool) {
 
 // Advance tells the core the runtime has sent, delivered and reported all
 // of the last Ready. Buffers the Ready pointed into are reused after it,
-// except the ones its deliveries lie in: those after the next Advance.
+// except the ones its deliveries lie in: those once the next Ready with
+// deliveries has been Advanced past (a Ready without any, such as the one
+// after a Propose, does not count).
 func (c *Core) Advance() {
 	c.batch++
 	c.frames, c.used = c.frames[:0], 0
+	if len(c.deliveries) > 0 {
+		for i, b := range c.lentPrev {
+			c.free = append(c.free, b[:0])
+			c.lentPrev[i] = nil
+		}
+		c.lentPrev, c.lent = c.lent, c.lentPrev[:0]
+	}
 	clear(c.deliveries)
 	c.deliveries = c.deliveries[:0]
 	c.events = c.events[:0]
-	for i, b := range c.lentPrev {
-		c.free = append(c.free, b[:0])
-		c.lentPrev[i] = nil
-	}
-	c.lentPrev, c.lent = c.lent, c.lentPrev[:0]
 }
 
 // Deadline is when Tick must next run; 0 before the first input and after

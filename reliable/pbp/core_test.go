@@ -1098,7 +1098,7 @@ func TestFrameAskedTwiceInOneReady(t *testing.T) {
 // A message delivered from an out-of-order frame's buffer stays intact
 // through the next Advance and the Steps after it: a runtime may keep one
 // Ready's deliveries (as views) while it steps the next batch. Only the
-// second Advance recycles the buffer.
+// Advance after the next Ready with deliveries recycles the buffer.
 func TestOutOfOrderDeliveryOutlivesOneAdvance(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 1, 2))
 	acks := []uint32{100, 100}
@@ -1110,6 +1110,13 @@ func TestOutOfOrderDeliveryOutlivesOneAdvance(t *testing.T) {
 		t.Fatalf("deliveries %+v, want 100 and 101", rd.Deliveries)
 	}
 	kept := rd.Deliveries[1].Data // a view into the core's buffer
+	c.Advance()
+	// A Ready without deliveries in between (the runtime's Send) does not
+	// count.
+	if err := c.Propose(t0+3, []byte("ours")); err != nil {
+		t.Fatal(err)
+	}
+	c.Ready()
 	c.Advance()
 	step(t, c, t0+3, in{sender: 0, seq: 103, acks: acks, body: data("one-oh-three")}) // held: takes a buffer
 	if string(kept) != "one-oh-one" {
