@@ -21,10 +21,7 @@
 // frames fills up halfway through a block, the rest of it comes with the
 // next Recv. While we hold slots the kernel has less room: when the ring is
 // full it drops (Stats.KernelDrops) and, with V3, freezes the queue
-// (Stats.KernelFreezes). RecvKeep stretches the rule by one call: what it
-// returned is given back at the start of the call after next, so a reader
-// that hands frames on as views (reliable's receive queue) has them taken
-// by the application while it receives the next batch. Status words are read with atomic loads (acquire)
+// (Stats.KernelFreezes). Status words are read with atomic loads (acquire)
 // and written with atomic stores (release), pairing with the kernel's
 // barriers in __packet_set_status.
 //

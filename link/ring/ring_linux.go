@@ -47,10 +47,6 @@ type Link struct {
 	// its index in rxSlot is rxNext % len(rxSlot). Slots or blocks
 	// [rxHeld, rxNext) have been read but not yet given back to the kernel.
 	rxNext, rxHeld uint64
-	// rxMark is rxNext when the last RecvKeep started: the frames it
-	// returned lie at and after it, and the next RecvKeep gives back only
-	// what lies before.
-	rxMark uint64
 	// V3 only: the block rxNext is open with blkLeft frames left, the next
 	// of them at offset blkOff.
 	blkOpen bool
@@ -447,22 +443,6 @@ var errRefusedAhead = errors.New("the kernel stopped at a frame it refused earli
 // returns the frames the ring holds, waiting through the netpoller if it
 // holds none.
 func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
-	return l.recv(deadline, frames, false)
-}
-
-// RecvKeep is Recv, except that the frames the previous call returned
-// stay valid through this call too: it gives back to the kernel only the
-// slots or blocks read before that call. A reader that hands frames on as
-// views, and cannot always have them taken before it receives again,
-// keeps a second batch in the ring this way instead of copying (reliable's
-// receive queue: the application copies a batch while the event loop
-// steps the next). The ring holds one batch more; frames a call read and
-// dropped (not ours, cut short) go back with that call's batch.
-func (l *Link) RecvKeep(deadline time.Time, frames []Frame) (int, error) {
-	return l.recv(deadline, frames, true)
-}
-
-func (l *Link) recv(deadline time.Time, frames []Frame, keep bool) (int, error) {
 	if len(frames) == 0 {
 		return 0, errNoFrames
 	}
@@ -471,12 +451,7 @@ func (l *Link) recv(deadline time.Time, frames []Frame, keep bool) (int, error) 
 	if l.closed.Load() {
 		return 0, net.ErrClosed
 	}
-	if keep {
-		l.releaseTo(l.rxMark)
-		l.rxMark = l.rxNext
-	} else {
-		l.release()
-	}
+	l.release()
 	for {
 		n, bytes, filtered := l.fill(frames)
 		if filtered > 0 {
@@ -488,13 +463,8 @@ func (l *Link) recv(deadline time.Time, frames []Frame, keep bool) (int, error) 
 			return n, nil
 		}
 		// Only discarded frames were read: hand them back before sleeping,
-		// or a ring full of them would never drain. RecvKeep cannot give
-		// them back without the batch before them, which it keeps: they
-		// go back with the next call (a lap of them is read at most, and
-		// then this call waits for its deadline).
-		if !keep {
-			l.release()
-		}
+		// or a ring full of them would never drain.
+		l.release()
 		if l.cfg.RxSpin > 0 && l.spin(deadline) {
 			continue
 		}
@@ -525,14 +495,8 @@ type Frame = link.Frame
 
 // release gives the slots or blocks [rxHeld, rxNext) back to the kernel.
 func (l *Link) release() {
-	l.releaseTo(l.rxNext)
-	l.rxMark = l.rxNext
-}
-
-// releaseTo gives the slots or blocks [rxHeld, end) back to the kernel.
-func (l *Link) releaseTo(end uint64) {
 	n := uint64(len(l.rxSlot))
-	for ; l.rxHeld < end; l.rxHeld++ {
+	for ; l.rxHeld < l.rxNext; l.rxHeld++ {
 		off := l.rxSlot[l.rxHeld%n]
 		if l.cfg.Version == V3 {
 			off += blkStatus

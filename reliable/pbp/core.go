@@ -44,10 +44,8 @@ func (e *TooLargeError) Error() string {
 // Delivery is one application message delivered in FIFO order of its
 // sender. Data aliases either the received frame (in-order frames: valid
 // until the runtime recycles that frame, which must not happen before
-// Advance) or a buffer of the core (out-of-order frames: valid until the
-// Advance that ends the next Ready with deliveries, so that a runtime may
-// keep one Ready's deliveries while it steps the next batch). Copy it to
-// keep it.
+// Advance) or a buffer of the core (valid until Advance). Copy it to keep
+// it.
 type Delivery struct {
 	From  frame.MemberID
 	Seq   uint32 // the frame's sequence number
@@ -310,8 +308,7 @@ type Core struct {
 	used       int
 	deliveries []Delivery
 	events     []Event
-	lent       [][]byte // held buffers delivered from since the last Advance
-	lentPrev   [][]byte // and before it; recycled at the next Advance
+	lent       [][]byte // held buffers delivered from, recycled at Advance
 	free       [][]byte
 
 	hdr     frame.Header
@@ -597,23 +594,18 @@ func (c *Core) flush(release bool) {
 }
 
 // Advance tells the core the runtime has sent, delivered and reported all
-// of the last Ready. Buffers the Ready pointed into are reused after it,
-// except the ones its deliveries lie in: those once the next Ready with
-// deliveries has been Advanced past (a Ready without any, such as the one
-// after a Propose, does not count).
+// of the last Ready. Buffers the Ready pointed into are reused after it.
 func (c *Core) Advance() {
 	c.batch++
 	c.frames, c.used = c.frames[:0], 0
-	if len(c.deliveries) > 0 {
-		for i, b := range c.lentPrev {
-			c.free = append(c.free, b[:0])
-			c.lentPrev[i] = nil
-		}
-		c.lentPrev, c.lent = c.lent, c.lentPrev[:0]
-	}
 	clear(c.deliveries)
 	c.deliveries = c.deliveries[:0]
 	c.events = c.events[:0]
+	for i, b := range c.lent {
+		c.free = append(c.free, b[:0])
+		c.lent[i] = nil
+	}
+	c.lent = c.lent[:0]
 }
 
 // Deadline is when Tick must next run; 0 before the first input and after

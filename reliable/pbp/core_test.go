@@ -1094,33 +1094,3 @@ func TestFrameAskedTwiceInOneReady(t *testing.T) {
 	frames, _, _ = ready(t, c)
 	check(frames, "100 alpha to member 3", "101 [b1,b2] to member 3")
 }
-
-// A message delivered from an out-of-order frame's buffer stays intact
-// through the next Advance and the Steps after it: a runtime may keep one
-// Ready's deliveries (as views) while it steps the next batch. Only the
-// Advance after the next Ready with deliveries recycles the buffer.
-func TestOutOfOrderDeliveryOutlivesOneAdvance(t *testing.T) {
-	c := newCore(t, testConfig(PBP2, 1, 2))
-	acks := []uint32{100, 100}
-	step(t, c, t0+1, in{sender: 0, seq: 101, acks: acks, body: data("one-oh-one")}) // held: 100 is missing
-	ready(t, c)
-	step(t, c, t0+2, in{sender: 0, seq: 100, acks: acks, body: data("one hundred")})
-	rd := c.Ready()
-	if len(rd.Deliveries) != 2 || string(rd.Deliveries[1].Data) != "one-oh-one" {
-		t.Fatalf("deliveries %+v, want 100 and 101", rd.Deliveries)
-	}
-	kept := rd.Deliveries[1].Data // a view into the core's buffer
-	c.Advance()
-	// A Ready without deliveries in between (the runtime's Send) does not
-	// count.
-	if err := c.Propose(t0+3, []byte("ours")); err != nil {
-		t.Fatal(err)
-	}
-	c.Ready()
-	c.Advance()
-	step(t, c, t0+3, in{sender: 0, seq: 103, acks: acks, body: data("one-oh-three")}) // held: takes a buffer
-	if string(kept) != "one-oh-one" {
-		t.Fatalf("after one Advance and a held frame, the kept delivery reads %q", kept)
-	}
-	ready(t, c)
-}
