@@ -445,8 +445,11 @@ func (c *Core) Propose(now Time, msg []byte) error {
 		return ErrWindowFull
 	}
 	h := &c.history[(c.nextSeq+uint32(c.pending))&c.hmask]
-	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU {
-		h.buf = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU)
+	// A slot whose frame this Ready handed out (it was retransmitted,
+	// then became stable, in this turn) is the runtime's until Advance: a
+	// Propose before Advance gives the new frame a buffer of its own.
+	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU || h.emitted == c.batch {
+		h.buf, h.emitted = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0
 	}
 	h.buf = append(h.buf[:c.pre], msg...)
 	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false

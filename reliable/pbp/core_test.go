@@ -1094,3 +1094,52 @@ func TestFrameAskedTwiceInOneReady(t *testing.T) {
 	frames, _, _ = ready(t, c)
 	check(frames, "100 alpha to member 3", "101 [b1,b2] to member 3")
 }
+
+// A Propose between Ready and Advance starts a new frame in a history
+// slot whose frame this Ready handed out (the slot of a retransmitted
+// frame that became stable in the same turn, a history length back): the
+// frame handed out must stay intact until Advance, so the new frame gets
+// a buffer of its own, and goes out intact itself.
+func TestProposeBetweenReadyAndAdvance(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.Window, cfg.MaxPayload = 2, 8 // history of 4 slots; one message per frame
+	c := newCore(t, cfg)
+	for _, m := range []string{"msg-100", "msg-101", "msg-102", "msg-103"} {
+		if err := c.Propose(t0+1, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		ready(t, c) // 100 and 101 go; 102 and 103 wait for window room
+	}
+	// Member 1 asks for 100 again (its copy of the retransmission was
+	// lost), then, in the same turn, acknowledges everything.
+	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 100}}}})
+	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{102, 100}, body: &frame.Empty{T: frame.Ack}})
+	rd := c.Ready() // the retransmission of 100, then 102 and 103
+	// 104 goes in 100's history slot (104 & 3 == 100 & 3).
+	if err := c.Propose(t0+2, []byte("msg-104")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range rd.Frames {
+		_, rest, err := frame.SplitEthernet(b, frame.EtherType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := frame.ParseGroup(rest, testGroup)
+		if err != nil {
+			t.Fatalf("frame of the Ready after a Propose: %v", err)
+		}
+		if v.Type() == frame.Data {
+			got = append(got, fmt.Sprintf("%d %s", v.Seq(), v.Payload()))
+		}
+	}
+	if want := "100 msg-100; 102 msg-102; 103 msg-103"; strings.Join(got, "; ") != want {
+		t.Fatalf("Data of the Ready after a Propose: %q, want %q", strings.Join(got, "; "), want)
+	}
+	c.Advance()
+	step(t, c, t0+3, in{sender: 1, seq: 99, acks: []uint32{104, 100}, body: &frame.Empty{T: frame.Ack}})
+	frames, _, _ := ready(t, c)
+	if len(frames) == 0 || frames[0].h.Seq != 104 || string(frames[0].body.(*frame.Payload).Data) != "msg-104" {
+		t.Fatalf("after Advance: %+v, want Data 104 msg-104", frames)
+	}
+}
