@@ -80,8 +80,8 @@ type Link struct {
 	// mmsg sends instead of the TX ring when cfg.TxMode is TxSendmmsg.
 	mmsg *mmsg.Sender
 	// now is SendNow's socket (TxRing mode): protocol 0 and no ring, so
-	// what it sends skips the frames queued in the TX ring. nowMmsg is its
-	// batch sender, guarded by nowMu.
+	// what it sends skips the frames queued in the TX ring. nowMmsg is
+	// SendNow's batch sender (both modes), guarded by nowMu.
 	now     socket
 	nowMu   sync.Mutex
 	nowMmsg *mmsg.Sender
@@ -312,6 +312,9 @@ func (l *Link) openTX(ifindex int) error {
 	}
 	if l.cfg.TxMode == TxSendmmsg {
 		l.mmsg = mmsg.NewSender(64)
+		// SendNow sends on this socket too, with a batch sender of its
+		// own, since it may run concurrently with Stage and Send.
+		l.nowMmsg = mmsg.NewSender(16)
 		if err := unix.Bind(s.fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
 			return l.sockErr("bind", err)
 		}
@@ -844,20 +847,22 @@ func (l *Link) Kick() error {
 // with it, which on a busy sender otherwise waited behind a window of new
 // frames (docs/protocols.md). Back-pressure is waited out as in Send; the
 // frames are counted in Stats like any sent. With TxSendmmsg there is no
-// queue to skip and SendNow is Send. It may run concurrently with Stage
-// and Kick; like Send, one goroutine at a time.
+// queue to skip and SendNow sends as Send does, on the same socket. It may
+// run concurrently with Stage, Send and Kick; like Send, one goroutine at
+// a time.
 func (l *Link) SendNow(frames [][]byte) (int, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
 		return 0, net.ErrClosed
 	}
+	rc := l.now.raw
 	if l.mmsg != nil {
-		return l.sendmmsg(frames)
+		rc = l.tx.raw
 	}
 	l.nowMu.Lock()
 	defer l.nowMu.Unlock()
-	return l.sendmmsgOn(l.now.raw, l.nowMmsg, frames)
+	return l.sendmmsgOn(rc, l.nowMmsg, frames)
 }
 
 // dropRefused makes the ring usable again after the kernel refused a

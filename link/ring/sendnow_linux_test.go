@@ -2,11 +2,13 @@ package ring
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
 )
 
 // TestSendNow: frames sent with SendNow do not wait behind frames staged
@@ -100,6 +102,76 @@ func TestSendNow(t *testing.T) {
 			tx.Close()
 			if _, err := tx.SendNow(one); !errors.Is(err, net.ErrClosed) {
 				t.Errorf("SendNow after Close: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// SendNow may run concurrently with Stage (and Send) in both modes: with
+// TxSendmmsg both send on the TX socket, each with a batch sender of its
+// own (a shared one raced). Every frame arrives, intact, and is counted.
+func TestSendNowConcurrentWithStage(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, MTU: 1500, Prefix: "rbqc"})
+	for _, mode := range []TxMode{TxRing, TxSendmmsg} {
+		t.Run(mode.String(), func(t *testing.T) {
+			tx := openOn(t, topo.Hosts[0], Config{TxMode: mode})
+			rx := openOn(t, topo.Hosts[1], Config{})
+			src := tx.HardwareAddr()
+			const rounds, per = 20, 8
+			mk := func(base uint64) [][]byte {
+				fs := make([][]byte, per)
+				for i := range fs {
+					seq := base + uint64(i)
+					size := frameLen(seq, tx.MTU())
+					fs[i] = buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
+				}
+				return fs
+			}
+			errs := make(chan error, 2)
+			go func() {
+				for r := range rounds {
+					if n, err := tx.Stage(mk(uint64(r * per))); n != per || err != nil {
+						errs <- fmt.Errorf("Stage = %d, %v", n, err)
+						return
+					}
+					if err := tx.Kick(); err != nil {
+						errs <- fmt.Errorf("Kick: %v", err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+			go func() {
+				for r := range rounds {
+					if n, err := tx.SendNow(mk(uint64(10000 + r*per))); n != per || err != nil {
+						errs <- fmt.Errorf("SendNow = %d, %v", n, err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			seen := map[uint64]bool{}
+			got := make([]Frame, 64)
+			for len(seen) < 2*rounds*per {
+				n, err := rx.Recv(time.Now().Add(time.Second), got)
+				if err != nil {
+					t.Fatalf("Recv after %d of %d frames: %v", len(seen), 2*rounds*per, err)
+				}
+				for _, f := range got[:n] {
+					seq, err := checkFrame(f.Data, src, link.EtherTypeRbcast, tx.MTU())
+					if err != nil {
+						t.Fatal(err)
+					}
+					seen[seq] = true
+				}
+			}
+			if st, _ := tx.Stats(); st.FramesSent != 2*rounds*per {
+				t.Errorf("Stats.FramesSent = %d, want %d", st.FramesSent, 2*rounds*per)
 			}
 		})
 	}
