@@ -73,7 +73,8 @@
 // before them still wait for a Kick or for the kernel to walk to them.
 // reliable sends retransmissions with it: behind a window of queued new
 // frames a repair waited as long as the kernel took to send them all
-// (docs/protocols.md, "Retransmissions skip the transmit queue").
+// (docs/protocols.md, "Retransmissions skip the sender's transmit
+// queue").
 //
 // With Config.TxMode = TxSendmmsg no TX ring is mapped: Send hands the
 // caller's frames to one sendmmsg(2) per 64 frames on the same protocol-0
