@@ -180,7 +180,12 @@ func (r *reporter) raw(topo *netns.Topology, overlap, work bool) (float64, time.
 		r.b.Fatal(err)
 	}
 	lo := res.Receivers[0].MBps(res.Elapsed)
-	for _, x := range res.Receivers {
+	for i, x := range res.Receivers {
+		if x.Corrupt > 0 {
+			// Work counts them in Frames and Bytes too: the cell would
+			// include frames no protocol could have delivered.
+			r.b.Fatalf("raw staged +work: receiver %d: %d frames failed their CRC32C", i+1, x.Corrupt)
+		}
 		lo = min(lo, x.MBps(res.Elapsed))
 	}
 	return lo, res.Elapsed
