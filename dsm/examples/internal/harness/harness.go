@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,7 +79,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", 0, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
-	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN)")
+	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
 	return o
 }
 
@@ -189,7 +190,11 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		if o.Pin || os.Getenv("DSM_PIN") != "" {
+		pin, err := envPin()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if o.Pin || pin {
 			if _, err := pinCPU(o.Rank); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -365,4 +370,20 @@ func Barriers(ctx context.Context, n *dsm.Node) func() error {
 		id++
 		return n.Barrier(ctx, id)
 	}
+}
+
+// envPin reads DSM_PIN, which asks for -pin from the environment (as
+// bench/mpi/compare passes it): unset or empty is no, otherwise a boolean
+// as strconv.ParseBool reads it (1, t, true, 0, f, false, ...). Before,
+// any value pinned, DSM_PIN=0 too.
+func envPin() (bool, error) {
+	v := os.Getenv("DSM_PIN")
+	if v == "" {
+		return false, nil
+	}
+	pin, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("DSM_PIN=%q: want 1 or true to pin each rank to a CPU, 0 or false not to", v)
+	}
+	return pin, nil
 }

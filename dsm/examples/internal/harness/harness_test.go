@@ -81,3 +81,22 @@ func TestHelpAndUsage(t *testing.T) {
 		}
 	}
 }
+
+// DSM_PIN is a boolean: 0 and false no longer pin, a value that is
+// neither is refused with its name and the values it takes.
+func TestEnvPin(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		pin  bool
+		fail bool
+	}{{"", false, false}, {"1", true, false}, {"true", true, false}, {"0", false, false}, {"false", false, false}, {"yes", false, true}} {
+		t.Setenv("DSM_PIN", c.v)
+		pin, err := envPin()
+		if pin != c.pin || (err != nil) != c.fail {
+			t.Errorf("DSM_PIN=%q: pin %v, err %v; want pin %v, failing %v", c.v, pin, err, c.pin, c.fail)
+		}
+		if err != nil && !strings.Contains(err.Error(), `DSM_PIN="yes"`) {
+			t.Errorf("DSM_PIN=%q: error %q does not name the variable and its value", c.v, err)
+		}
+	}
+}
