@@ -52,13 +52,9 @@ func BenchmarkReport(b *testing.B) {
 	}
 	rxs := []int{1, 3, 7}
 	if s := os.Getenv("RBCAST_REPORT_RX"); s != "" {
-		rxs = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				b.Fatalf("RBCAST_REPORT_RX=%q: want receiver counts like 1,3,7", s)
-			}
-			rxs = append(rxs, n)
+		var err error
+		if rxs, err = linkbench.Ints(s); err != nil {
+			b.Fatalf("RBCAST_REPORT_RX=%q: %v; want receiver counts like 1,3,7", s, err)
 		}
 	}
 	var out io.Writer = os.Stdout
@@ -315,13 +311,9 @@ func (r *reporter) small(rxs []int) {
 func (r *reporter) windows(rxs []int) {
 	ws := []int{16, 48, 128}
 	if s := os.Getenv("RBCAST_REPORT_WINDOWS"); s != "" {
-		ws = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				r.b.Fatalf("RBCAST_REPORT_WINDOWS=%q: want windows like 16,48,128", s)
-			}
-			ws = append(ws, n)
+		var err error
+		if ws, err = linkbench.Ints(s); err != nil {
+			r.b.Fatalf("RBCAST_REPORT_WINDOWS=%q: %v; want windows like 16,48,128", s, err)
 		}
 	}
 	r.printf("### Window size (fig. 4.3), largest messages, MTU 1500 (MB/s at the slowest receiver)\n\n")

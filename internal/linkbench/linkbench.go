@@ -535,16 +535,27 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int) (*Latency,
 	return &Latency{Backend: backend, RoundTrips: len(rtts), P50: q(0.5), P99: q(0.99), Mean: sum / time.Duration(2*len(rtts))}, nil
 }
 
-// Ints parses a comma-separated list of numbers ("2,4,8"), the form the
-// benchmark commands take their -hosts and -mtu flags in.
+// Ints parses a comma-separated list of positive integers ("2,4,8"),
+// as the benchmark tools' flags give group sizes, MTUs and windows.
+// Spaces around a number and empty entries are ignored; a list with no
+// number at all is an error, and so is anything that is not a positive
+// integer, named in the error. bench/mpi/compare, where an empty list
+// means "none", checks for that first.
 func Ints(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", f)
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
 		}
 		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no numbers in %q", s)
 	}
 	return out, nil
 }

@@ -148,3 +148,22 @@ func TestWork(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// Ints takes positive integers, ignoring spaces and empty entries, and
+// names what is not one; a list without a number is an error.
+func TestInts(t *testing.T) {
+	got, err := Ints(" 2, 4,,8 ")
+	if err != nil || len(got) != 3 || got[0] != 2 || got[1] != 4 || got[2] != 8 {
+		t.Fatalf(`Ints(" 2, 4,,8 ") = %v, %v; want [2 4 8]`, got, err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"2,x", `"x" is not a positive integer`},
+		{"0", `"0" is not a positive integer`},
+		{"4,-1", `"-1" is not a positive integer`},
+		{" , ", `no numbers in " , "`},
+	} {
+		if _, err := Ints(c.in); err == nil || err.Error() != c.want {
+			t.Errorf("Ints(%q) error = %v, want %q", c.in, err, c.want)
+		}
+	}
+}

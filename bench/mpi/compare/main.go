@@ -21,6 +21,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/rbcast/rbcast/internal/linkbench"
 	"io"
 	"os"
 	"os/exec"
@@ -126,18 +127,10 @@ func main() {
 }
 
 func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f == "" {
-			continue
-		}
-		v, err := strconv.Atoi(f)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, v)
+	if strings.TrimSpace(strings.ReplaceAll(s, ",", "")) == "" {
+		return nil, nil // none
 	}
-	return out, nil
+	return linkbench.Ints(s)
 }
 
 // durations parses a comma-separated list of durations ("0,20us,50us").
