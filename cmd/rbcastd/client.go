@@ -61,8 +61,10 @@ func dial(s *socketFlags) (*localapi.Conn, error) {
 }
 
 const sendText = `Broadcasts FILE (or stdin, '-' or absent) through the daemon: as a
-stream of messages of the largest size the group accepts, or with -lines
-one message per line (without its newline). Waits for the group to start.
+stream of messages of the largest size the group accepts (smaller when
+the input has nothing more for the moment: a slow input is sent as it
+comes), or with -lines one message per line (without its newline).
+Waits for the group to start.
 Exits 0 only once every message has been acknowledged by every live
 member (under -order total: once the sequencer reports that every live
 member holds it, which is later than its delivery back to this member;
@@ -204,11 +206,22 @@ func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, e
 				return b.n, b.bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)
 			}
 		} else {
-			k, err := io.ReadFull(br, chunk)
-			msg, rerr = chunk[:k], err
-			if rerr == io.ErrUnexpectedEOF {
-				rerr = io.EOF
+			// A message of the largest size, or less when the input has
+			// nothing more for now: a slow input's bytes go out as they
+			// come instead of waiting for a whole message's worth.
+			k := 0
+			for {
+				n, err := br.Read(chunk[k:])
+				k += n
+				if err != nil {
+					rerr = err
+					break
+				}
+				if k == len(chunk) || k > 0 && br.Buffered() == 0 {
+					break
+				}
 			}
+			msg = chunk[:k]
 			if k == 0 && rerr == io.EOF {
 				break
 			}

@@ -198,9 +198,16 @@ func TestRecvInterrupt(t *testing.T) {
 	}
 }
 
-// send -lines from a slow input sends each line as it comes: batching
-// never holds a line back waiting for more input.
+// send from a slow input sends what it has as it comes: with -lines each
+// line, without it (messages of the largest size) the bytes so far as a
+// shorter message; batching never holds input back waiting for more.
 func TestSendSlowInputNotHeld(t *testing.T) {
+	for _, mode := range []string{"-lines", "raw"} {
+		t.Run(mode, func(t *testing.T) { sendSlowInput(t, mode == "-lines") })
+	}
+}
+
+func sendSlowInput(t *testing.T, lines bool) {
 	sock := soloDaemonOrder(t, reliable.Total)
 	c, err := localapi.Dial(sock)
 	if err != nil {
@@ -219,12 +226,20 @@ func TestSendSlowInputNotHeld(t *testing.T) {
 	}
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
+	args := []string{"send", "-socket", sock, "-q"}
+	if lines {
+		args = append(args, "-lines")
+	}
 	go func() {
 		var e strings.Builder
-		done <- rbcastd([]string{"send", "-socket", sock, "-lines", "-q"}, pr, &e, &e)
+		done <- rbcastd(args, pr, &e, &e)
 	}()
 	for _, line := range []string{"first", "second"} {
-		io.WriteString(pw, line+"\n")
+		if lines {
+			io.WriteString(pw, line+"\n")
+		} else {
+			io.WriteString(pw, line)
+		}
 		m, err := c.Read() // before the input ends
 		if err != nil {
 			t.Fatalf("waiting for %q: %v", line, err)
