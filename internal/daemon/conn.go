@@ -288,27 +288,39 @@ func (c *conn) flush() bool {
 		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
 		return false
 	}
+	n := waitHeld(c.ctx, g)
+	switch {
+	case n == 0:
+		return c.write(&localapi.Flushed{Accepted: c.accepted}) == nil
+	case c.ctx.Err() != nil:
+		return false
+	}
+	what := "frames unacknowledged"
+	if g.Stats().Order == reliable.Total {
+		what = "messages not held by every live member"
+	}
+	c.fail(localapi.CodeClosed, false, "the group stopped with %d %s: %v", n, what, g.Err())
+	return false
+}
+
+// waitHeld waits, looking every flushPoll, until every live member holds
+// everything this member sent (unacked is 0), the group stops or ctx
+// ends, and returns how much is still not held then. Flush and the leave
+// on SIGTERM both wait this way.
+func waitHeld(ctx context.Context, g *reliable.Group) int {
 	t := time.NewTicker(flushPoll)
 	defer t.Stop()
 	for {
-		if unacked(g.Stats()) == 0 {
-			return c.write(&localapi.Flushed{Accepted: c.accepted}) == nil
+		n := unacked(g.Stats())
+		if n == 0 {
+			return 0
 		}
 		select {
 		case <-t.C:
 		case <-g.Done():
-			n := unacked(g.Stats())
-			if n == 0 {
-				continue
-			}
-			what := "frames unacknowledged"
-			if g.Stats().Order == reliable.Total {
-				what = "messages not held by every live member"
-			}
-			c.fail(localapi.CodeClosed, false, "the group stopped with %d %s: %v", n, what, g.Err())
-			return false
-		case <-c.ctx.Done():
-			return false
+			return unacked(g.Stats())
+		case <-ctx.Done():
+			return n
 		}
 	}
 }

@@ -248,18 +248,7 @@ func (d *Daemon) leave(g *reliable.Group, fanoutDone <-chan struct{}) error {
 	// waits for FIFO's acknowledgements, but under Order Total a member's
 	// last requests could still be unnumbered when its Leave goes out;
 	// here they are held by every live member first (unacked).
-	t := time.NewTicker(flushPoll)
-	for unacked(g.Stats()) > 0 && ctx.Err() == nil {
-		select {
-		case <-t.C:
-		case <-g.Done():
-		case <-ctx.Done():
-		}
-		if g.Err() != nil {
-			break
-		}
-	}
-	t.Stop()
+	waitHeld(ctx, g)
 	err := g.Leave(ctx)
 	<-fanoutDone
 	if err != nil {
