@@ -56,6 +56,9 @@ type Link struct {
 	// the current pause, halved by every spin that met no contention.
 	spinOff   time.Time
 	spinPause time.Duration
+	// spinFound counts the spins that found a frame (the receiving
+	// goroutine's own; for tests).
+	spinFound uint64
 
 	tx     socket
 	txSlot []int // byte offset of every TX slot in tx.ring
@@ -563,11 +566,13 @@ func (l *Link) spin(deadline time.Time) bool {
 	for !l.closed.Load() {
 		if l.rxReady(0) {
 			l.spinPause /= 2
+			l.spinFound++
 			return true
 		}
 		runtime.Gosched()
 		if l.rxReady(0) {
 			l.spinPause /= 2
+			l.spinFound++
 			return true
 		}
 		t0 := time.Now()

@@ -44,7 +44,9 @@ func TestRxSpin(t *testing.T) {
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
+				var spun uint64 // Recvs that spun and found their frame spinning
 				for seq := uint64(0); seq < 20; seq++ {
+					found := rx.spinFound
 					if seq%2 == 1 {
 						rx.spinOff = time.Now().Add(time.Hour)
 					} else {
@@ -68,7 +70,22 @@ func TestRxSpin(t *testing.T) {
 					if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != seq {
 						t.Fatalf("received frame %d (%v), want %d", got, err, seq)
 					}
+					switch {
+					case seq%2 == 1 && rx.spinFound != found:
+						t.Fatalf("frame %d was found spinning during a back-off", seq)
+					case seq%2 == 0 && rx.spinFound != found:
+						spun++
+					}
 				}
+				// Each spinning Recv waits up to a second of yields for a
+				// frame sent 1 ms after it started, so the spin, not the
+				// netpoller, finds it, unless a yield met contention (a
+				// loaded machine: tests of other packages run beside this
+				// one) and the spin backed off. At least one must.
+				if spun == 0 {
+					t.Errorf("none of 10 spinning Recvs found its frame while spinning")
+				}
+				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
 		})
 	}
