@@ -68,6 +68,7 @@ type engine struct {
 	sendNow    nowSender
 	retx, rest [][]byte
 	nowSent    uint64
+	nowFailed  bool // a SendNow failed (logged once)
 }
 
 // nowSender is a link that can send frames past the ones it has queued
@@ -375,6 +376,14 @@ func (e *engine) sendRetransmissions(frames [][]byte) [][]byte {
 		e.nowSent += uint64(n)
 		if err != nil {
 			rest = append(rest, retx[n:]...)
+			if !e.nowFailed {
+				// Said once: the retransmissions still go out (staged),
+				// only later; Stats.RetransmitsSentNow stops following
+				// Protocol.Retransmitted.
+				e.nowFailed = true
+				e.log.Warn("rbcast: sending retransmissions past the transmit queue failed; they are queued behind new frames from now on when it fails",
+					"group", e.group, "err", err)
+			}
 		}
 		clear(retx)
 	}

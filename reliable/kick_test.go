@@ -2,6 +2,8 @@ package reliable
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +101,18 @@ func TestCloseReportsLastKickError(t *testing.T) {
 	}
 }
 
+// syncWriter serialises writes to w (the group logs from its goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 // nowLink is a stagingLink with link/ring's SendNow: it sends at once and
 // keeps a copy of what it sent; with fail set it sends nothing and says
 // so, as a link that cannot send at the moment would.
@@ -143,7 +157,9 @@ func TestRetransmissionsSendNow(t *testing.T) {
 		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.2}})}
 		members := staticMembers(raw)
 		nl := &nowLink{stagingLink: stagingLink{Link: raw[0]}, fail: fail}
-		g, err := Join(t.Context(), nl, Config{Group: 3, Members: members, Self: 1, Logger: quiet})
+		var logged strings.Builder
+		logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		g, err := Join(t.Context(), nl, Config{Group: 3, Members: members, Self: 1, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,6 +211,12 @@ func TestRetransmissionsSendNow(t *testing.T) {
 			t.Errorf("SendNow working: %d retransmissions staged, %d sent with SendNow, of %d; want 0 and all", stagedRetx, nowed, st.Retransmitted)
 		case fail && (nowed != 0 || uint64(stagedRetx) != st.Retransmitted):
 			t.Errorf("SendNow failing: %d retransmissions staged, %d sent with SendNow, of %d; want all and 0", stagedRetx, nowed, st.Retransmitted)
+		}
+		// A failing SendNow is said once, with its error; a working one
+		// not at all.
+		out := logged.String()
+		if n := strings.Count(out, "past the transmit queue failed"); fail && (n != 1 || !strings.Contains(out, errNowRefused.Error())) || !fail && n != 0 {
+			t.Errorf("fail=%v: the log says %d times that SendNow failed, want %d with its error: %q", fail, n, map[bool]int{true: 1}[fail], out)
 		}
 	}
 }
