@@ -29,6 +29,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type running struct {
 	d      *Daemon
 	socket string
+	link   *rtnet.Link // set by startGroup
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -50,6 +51,7 @@ func startGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, adj
 			adjust(i, &cfg)
 		}
 		out[i] = startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
+		out[i].link = l
 	}
 	return out
 }
@@ -377,21 +379,12 @@ func testLeaveDeliversAccepted(t *testing.T, order reliable.Order) {
 // A crashed member shows as dead (failed) within the failure timeout,
 // and the others keep delivering.
 func TestCrashShowsDead(t *testing.T) {
-	r := rtnet.New(t, 4)
-	var links []*rtnet.Link
-	dir := t.TempDir()
-	var ds []*running
-	for i := range 3 {
-		l := r.Attach(t, testnet.EndpointConfig{})
-		links = append(links, l)
-		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
-			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, FailureTimeout: time.Second}}))
-	}
+	ds := startGroup(t, rtnet.New(t, 4), 3, nil, nil)
 	sub := subscribe(t, ds[1].socket, 0)
 	c, w := dial(t, ds[0].socket, true)
 	victim := ds[2].self(t)
 	ds[1].self(t)
-	links[2].Crash()
+	ds[2].link.Crash()
 	crashed := time.Now()
 	deadline := crashed.Add(5 * time.Second)
 	suspected := false
@@ -679,20 +672,9 @@ func TestTotalOrderSameSequence(t *testing.T) {
 // needs only ⌈n/2⌉ holders — and a crashed member stops counting once the
 // sequencer removes it.
 func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
-	r := rtnet.New(t, 9)
-	var links []*rtnet.Link
-	dir := t.TempDir()
-	var ds []*running
-	for i := range 3 {
-		ep := testnet.EndpointConfig{}
-		if i == 2 {
-			ep.In = testnet.Impairment{Loss: 0.3} // the member the majority does not wait for
-		}
-		l := r.Attach(t, ep)
-		links = append(links, l)
-		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
-			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, Order: reliable.Total, FailureTimeout: time.Second}}))
-	}
+	// Daemon 2 is the member the majority does not wait for.
+	imp := []testnet.Impairment{{}, {}, {Loss: 0.3}}
+	ds := startGroup(t, rtnet.New(t, 9), 3, imp, func(_ int, c *Config) { c.Group.Order = reliable.Total })
 	groups := make([]*reliable.Group, 3)
 	for i, x := range ds {
 		x.self(t)
@@ -741,7 +723,7 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 	// shows it waited.
 	victim := groups[2].Self()
 	crashed := time.Now()
-	links[2].Crash()
+	ds[2].link.Crash()
 	flush(2, 50)
 	if took := time.Since(crashed); took < 800*time.Millisecond {
 		t.Fatalf("Flushed %v after member %d crashed: before the sequencer could remove it (FailureTimeout 1 s)", took, victim)
@@ -761,22 +743,13 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 // removal, numbered in the global stream: a follower's status shows the
 // crashed member dead too, with the time it was removed.
 func TestCrashShowsDeadTotal(t *testing.T) {
-	r := rtnet.New(t, 4)
-	var links []*rtnet.Link
-	dir := t.TempDir()
-	var ds []*running
-	for i := range 3 {
-		l := r.Attach(t, testnet.EndpointConfig{})
-		links = append(links, l)
-		ds = append(ds, startDaemon(t, l, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
-			Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: 3, Server: i == 0, Order: reliable.Total, FailureTimeout: time.Second}}))
-	}
+	ds := startGroup(t, rtnet.New(t, 4), 3, nil, func(_ int, c *Config) { c.Group.Order = reliable.Total })
 	victim := ds[2].self(t)
 	follower := ds[1].self(t)
 	if st := ds[1].d.Status(); st.Members[follower].Sequencer || st.Members[victim].Sequencer {
 		t.Fatalf("members 1 and 2 should be followers: %+v", st.Members)
 	}
-	links[2].Crash()
+	ds[2].link.Crash()
 	crashed := time.Now()
 	for _, d := range []*running{ds[0], ds[1]} {
 		for {
