@@ -13,7 +13,6 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -73,9 +72,20 @@ func isCore(p string) bool {
 }
 
 // forbiddenInCore are standard packages that mean I/O, concurrency, wall
-// time or global randomness (DESIGN.md, decision 1). They may not be
+// time or global randomness (DESIGN.md, decision 1), with the packages
+// below them (net/http, os/exec, runtime/debug, ...). They may not be
 // imported by a core or by any package of ours a core depends on.
-var forbiddenInCore = []string{"net", "os", "sync", "sync/atomic", "syscall", "time", "math/rand", "math/rand/v2", "crypto/rand", "log", "log/slog", "unsafe"}
+var forbiddenInCore = []string{"net", "os", "sync", "syscall", "time", "math/rand", "crypto/rand", "log", "unsafe", "context", "runtime"}
+
+// forbidden reports whether the standard package imp is forbiddenInCore.
+func forbidden(imp string) bool {
+	for _, f := range forbiddenInCore {
+		if imp == f || strings.HasPrefix(imp, f+"/") {
+			return true
+		}
+	}
+	return false
+}
 
 // check returns every violation of the import rules among pkgs.
 func check(pkgs []pkg) []string {
@@ -109,7 +119,7 @@ func check(pkgs []pkg) []string {
 			}
 			for _, q := range closure {
 				for _, imp := range byPath[q].Imports {
-					if slices.Contains(forbiddenInCore, imp) {
+					if forbidden(imp) {
 						bad = append(bad, fmt.Sprintf("core %s depends on %s, which imports %s: cores do no I/O, no goroutine sync, no wall time, no global randomness", p.ImportPath, q, imp))
 					}
 				}
@@ -138,11 +148,14 @@ func TestCheckCatchesViolations(t *testing.T) {
 		{ImportPath: m("reliable/seq"), Imports: []string{m("link")}, Deps: []string{m("link"), m("frame")}},
 		{ImportPath: m("link"), Imports: []string{"net"}},
 		{ImportPath: m("reliable/runtime"), Imports: []string{m("link"), "time"}, Deps: []string{m("link")}},
+		{ImportPath: m("reliable/member"), Imports: []string{m("frame"), "os/exec", "context"}, Deps: []string{m("frame")}},
 	}
 	got := strings.Join(check(pkgs), "\n")
 	for _, want := range []string{
 		"core " + m("reliable/pbp") + " depends on " + m("reliable/pbp") + ", which imports time",
 		"core " + m("reliable/seq") + " imports " + m("link"),
+		"core " + m("reliable/member") + " depends on " + m("reliable/member") + ", which imports os/exec",
+		"core " + m("reliable/member") + " depends on " + m("reliable/member") + ", which imports context",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("violation not reported: %s\ngot:\n%s", want, got)
