@@ -13,6 +13,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -188,6 +189,10 @@ func concurrency(name string, src any) ([]string, error) {
 			what = "a select statement"
 		case *ast.SendStmt:
 			what = "a channel send"
+		case *ast.UnaryExpr:
+			if n.(*ast.UnaryExpr).Op == token.ARROW {
+				what = "a channel receive" // of a channel some function returned
+			}
 		}
 		if what != "" {
 			bad = append(bad, fmt.Sprintf("%s: %s", fset.Position(n.Pos()), what))
@@ -238,6 +243,9 @@ func f(c chan int) {
 		if !strings.Contains(got, want) {
 			t.Errorf("not reported: %s\ngot:\n%s", want, got)
 		}
+	}
+	if bad, _ := concurrency("r.go", "package r\nfunc h(x interface{ Done() <-chan struct{} }) {\n\t<-x.Done()\n}"); !slices.Contains(bad, "r.go:3:2: a channel receive") {
+		t.Errorf("receive from a returned channel not reported: %v", bad)
 	}
 	if bad, _ := concurrency("q.go", "package q\nfunc g(m map[int]int) int { return len(m) }"); len(bad) != 0 {
 		t.Errorf("clean source reported: %v", bad)
