@@ -21,7 +21,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/rbcast/rbcast/internal/linkbench"
 	"io"
 	"os"
 	"os/exec"
@@ -32,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
