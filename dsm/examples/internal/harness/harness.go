@@ -372,10 +372,10 @@ func Barriers(ctx context.Context, n *dsm.Node) func() error {
 	}
 }
 
-// envPin reads DSM_PIN, which asks for -pin from the environment (as
-// bench/mpi/compare passes it): unset or empty is no, otherwise a boolean
-// as strconv.ParseBool reads it (1, t, true, 0, f, false, ...). Before,
-// any value pinned, DSM_PIN=0 too.
+// envPin reads DSM_PIN, which asks for -pin from the environment (set
+// where bench/mpi/compare or netns-bdsm is started: both pass their
+// environment on to the programs): unset or empty is no, otherwise a
+// boolean as strconv.ParseBool reads it (1, t, true, 0, f, false, ...).
 func envPin() (bool, error) {
 	v := os.Getenv("DSM_PIN")
 	if v == "" {
