@@ -537,8 +537,10 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		}
 		heard := "never" // LastHeardMs is omitted (0) until a frame from m arrives
 		switch {
-		case m.DiedAt != "":
+		case m.DiedAt != "" && m.SilentBeforeDeathMs > 0:
 			heard = fmt.Sprintf("removed at %s, silent %.0f ms before", m.DiedAt, m.SilentBeforeDeathMs)
+		case m.DiedAt != "": // never heard here before its removal
+			heard = fmt.Sprintf("removed at %s", m.DiedAt)
 		case m.LastHeardMs > 0:
 			heard = fmt.Sprintf("%.0f ms ago", m.LastHeardMs)
 		}

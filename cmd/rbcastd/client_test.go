@@ -316,10 +316,11 @@ func TestPrintStatusLastHeard(t *testing.T) {
 		{ID: 1, State: daemon.StateAlive, LastHeardMs: 12.4},
 		{ID: 2, State: daemon.StateAlive},
 		{ID: 3, State: daemon.StateDead, Reason: "failed", DiedAt: "2026-11-22T05:00:01.250Z", SilentBeforeDeathMs: 1003.4},
+		{ID: 4, State: daemon.StateDead, Reason: "failed", DiedAt: "2026-11-22T05:00:02.500Z"}, // never heard here
 	}}
 	var b strings.Builder
 	printStatus(&b, st)
-	var row1, row2, row3 string
+	var row1, row2, row3, row4 string
 	for _, l := range strings.Split(b.String(), "\n") {
 		switch {
 		case strings.HasPrefix(l, "1 "):
@@ -328,12 +329,17 @@ func TestPrintStatusLastHeard(t *testing.T) {
 			row2 = l
 		case strings.HasPrefix(l, "3 "):
 			row3 = l
+		case strings.HasPrefix(l, "4 "):
+			row4 = l
 		}
 	}
 	// A dead member shows when it was removed, not a silence that keeps
 	// growing.
 	if want := "removed at 2026-11-22T05:00:01.250Z, silent 1003 ms before"; !strings.HasSuffix(row3, want) {
 		t.Errorf("member 3 row %q, want it to end with %q\n%s", row3, want, b.String())
+	}
+	if want := "removed at 2026-11-22T05:00:02.500Z"; !strings.HasSuffix(row4, want) {
+		t.Errorf("member 4 (never heard) row %q, want it to end with %q, no silence\n%s", row4, want, b.String())
 	}
 	if !strings.HasSuffix(row1, "12 ms ago") {
 		t.Errorf("member 1 row %q, want it to end with %q\n%s", row1, "12 ms ago", b.String())
