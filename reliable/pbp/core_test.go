@@ -91,8 +91,23 @@ type out struct {
 func ready(t testing.TB, c *Core) ([]out, []Delivery, []Event) {
 	t.Helper()
 	rd := c.Ready()
+	frames := decodeFrames(t, rd.Frames)
+	var ds []Delivery
+	for _, d := range rd.Deliveries {
+		d.Data = append([]byte(nil), d.Data...)
+		ds = append(ds, d)
+	}
+	evs := append([]Event(nil), rd.Events...)
+	c.Advance()
+	return frames, ds, evs
+}
+
+// decodeFrames parses the frames of a Ready (before its Advance: bodies
+// may alias them).
+func decodeFrames(t testing.TB, raw [][]byte) []out {
+	t.Helper()
 	var frames []out
-	for _, b := range rd.Frames {
+	for _, b := range raw {
 		eth, rest, err := frame.SplitEthernet(b, frame.EtherType)
 		if err != nil {
 			t.Fatal(err)
@@ -104,14 +119,7 @@ func ready(t testing.TB, c *Core) ([]out, []Delivery, []Event) {
 		h, body := v.Decode()
 		frames = append(frames, out{dst: eth.Dst(), h: h, t: v.Type(), body: body})
 	}
-	var ds []Delivery
-	for _, d := range rd.Deliveries {
-		d.Data = append([]byte(nil), d.Data...)
-		ds = append(ds, d)
-	}
-	evs := append([]Event(nil), rd.Events...)
-	c.Advance()
-	return frames, ds, evs
+	return frames
 }
 
 func msgs(ds []Delivery) string {
@@ -1120,17 +1128,9 @@ func TestProposeBetweenReadyAndAdvance(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, b := range rd.Frames {
-		_, rest, err := frame.SplitEthernet(b, frame.EtherType)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := frame.ParseGroup(rest, testGroup)
-		if err != nil {
-			t.Fatalf("frame of the Ready after a Propose: %v", err)
-		}
-		if v.Type() == frame.Data {
-			got = append(got, fmt.Sprintf("%d %s", v.Seq(), v.Payload()))
+	for _, f := range decodeFrames(t, rd.Frames) {
+		if p, ok := f.body.(*frame.Payload); ok && f.t == frame.Data {
+			got = append(got, fmt.Sprintf("%d %s", f.h.Seq, p.Data))
 		}
 	}
 	if want := "100 msg-100; 102 msg-102; 103 msg-103"; strings.Join(got, "; ") != want {
