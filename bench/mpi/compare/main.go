@@ -202,6 +202,10 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 	}
 	ctx := context.Background()
 	startLoad, startTime := loadAvg(), time.Now().UTC()
+	// The file is appended to: this line keeps fromRaw from counting the
+	// first runs made here into a repetition an earlier, aborted run of
+	// compare left incomplete.
+	fmt.Fprintf(rawOut, "%s compare started %s\n", rawStart, startTime.Format(time.RFC3339))
 	var runs []run
 	failures, blocks := 0, 0
 	// exec1 runs one measurement, at most three tries: an OpenMPI job
@@ -353,8 +357,12 @@ func parseLine(line string) map[string]string {
 	return f
 }
 
-// fromRaw rebuilds the runs from -raw files ("SYSTEM window=W loss=L
-// LINE"): lines of one run follow each other, rank 0 first.
+// rawStart begins the line compare writes to its -raw file as it starts.
+const rawStart = "#"
+
+// fromRaw rebuilds the runs from -raw files ("SYSTEM window=W spin=S
+// loss=L LINE"): lines of one run follow each other, rank 0 first; a line
+// starting with rawStart is where a run of compare started.
 func fromRaw(paths []string) ([]run, error) {
 	var runs []run
 	blocks := 0
@@ -365,6 +373,11 @@ func fromRaw(paths []string) ([]run, error) {
 		}
 		first := len(runs)
 		for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if strings.HasPrefix(line, rawStart) {
+				blocks = repetitions(runs[first:], blocks)
+				first = len(runs)
+				continue
+			}
 			system, rest, _ := strings.Cut(line, " ")
 			f := parseLine(rest)
 			procs, err1 := strconv.Atoi(f["procs"])
@@ -391,7 +404,7 @@ func fromRaw(paths []string) ([]run, error) {
 				return nil, fmt.Errorf("%s:%d: no program name in %q", path, i+1, line)
 			}
 			r := run{prog: prog, system: system, procs: procs, window: window, spin: spin, loss: f["loss"]}
-			if rank := f["rank"]; rank != "0" && len(runs) > 0 {
+			if rank := f["rank"]; rank != "0" && len(runs) > first {
 				prev := &runs[len(runs)-1]
 				if prev.prog == r.prog && prev.system == r.system && prev.procs == r.procs && prev.window == r.window && prev.spin == r.spin {
 					prev.fields = append(prev.fields, f)

@@ -142,6 +142,32 @@ func TestReportUnbalanced(t *testing.T) {
 	}
 }
 
+// An aborted run of compare left a repetition holding only a BDSM run;
+// the next run, appended to the same file, starts with its own line, so
+// its MPI run is not paired with the old BDSM run (3.00) but with its own.
+func TestFromRawRunStart(t *testing.T) {
+	const text = `bdsm window=0 spin=0s loss= jacobi mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=300000
+# compare started 2026-11-22T09:00:00Z
+seq window=0 spin=0s loss= jacobi mode=seq procs=1 rank=0 n=512 checksum=aaaa done=500 solve_us=100000
+mpi window=0 spin=0s loss= jacobi-mpi procs=2 rank=0 n=512 checksum=aaaa done=500 solve_us=100000
+bdsm window=0 spin=0s loss= jacobi mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=100000
+`
+	runs, err := fromRaw([]string{writeRaw(t, text)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reps []int
+	for _, r := range runs {
+		reps = append(reps, r.rep)
+	}
+	if want := []int{1, 2, 2, 2}; !slices.Equal(reps, want) {
+		t.Errorf("repetitions %v, want %v", reps, want)
+	}
+	if r, u := ratioCell(pick(runs, "jacobi", "bdsm", 2, 0, 0), pick(runs, "jacobi", "mpi", 2, 0, 0)); r != "1.00" || u != 1 {
+		t.Errorf("BDSM/MPI %s, %d unpaired; want 1.00, 1", r, u)
+	}
+}
+
 // raw is a -raw file: two repetitions of jacobi at 2 processes (seq, MPI,
 // BDSM without and with a spin), the second BDSM run at rank 1 with a
 // wrong checksum; a line in the format written before -spin existed.
