@@ -25,8 +25,8 @@ func TestAllHeldWaitsForEveryMember(t *testing.T) {
 	}
 	// Member 2 gets it (the sequencer's heartbeat reveals the tail, it
 	// asks, it reports its received cursor); the sequencer announces the
-	// new cursor once the group is quiet, NackTimeout after its last
-	// broadcast.
+	// new cursor, which reaches the end of the stream, at once
+	// (TestAllHeldAnnouncedAtOnceAtTheEnd).
 	g.run(t0.Add(DefaultHeartbeatInterval+10*DefaultNackTimeout), nil)
 	for i := range 3 {
 		if st := g.cores[i].Stats(); st.AllHeld != 1001 || st.Received != 1001 {
@@ -89,5 +89,48 @@ func TestAllHeldSafeSequencerAsks(t *testing.T) {
 	g.run(t0.Add(DefaultHeartbeatInterval/2), nil)
 	if n := g.cores[0].Stats().StatusRequests - st0; n != 0 {
 		t.Fatalf("%d more status requests in a quiet group before the heartbeat, want 0", n)
+	}
+}
+
+// Once the cursor reaches the end of the numbered stream (every live
+// member holds everything), the sequencer announces it at once, not
+// NackTimeout after its last broadcast: a sender waiting for it (rbcastd
+// send) does not pay that delay. Here member 1's report moves the safe
+// cursor (announced), member 2's, in the sequencer's next Ready, the
+// all-held cursor to the end.
+func TestAllHeldAnnouncedAtOnceAtTheEnd(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.Resilience = SafeMajority; c.Method = Method1 })
+	g.propose(1, "everyone")
+	step := func(from int, to ...int) []out {
+		outs := g.ready(from)
+		for _, o := range outs {
+			for _, j := range to {
+				if err := g.to(j, o); err != nil {
+					t.Fatalf("%v to member %d: %v", o, j, err)
+				}
+			}
+		}
+		return outs
+	}
+	step(1, 0)    // the request
+	step(0, 1, 2) // SeqData 1000
+	step(1, 0)    // member 1 holds it: the safe cursor moves
+	step(0, 1, 2)
+	r2 := step(2, 0) // member 2 holds it: every live member does
+	if len(r2) == 0 {
+		t.Fatal("member 2 sent no report")
+	}
+	last := step(0, 1, 2)
+	var held []uint32
+	for _, o := range last {
+		if o.v.Type() == frame.SeqStatusRequest {
+			held = append(held, o.v.StatusHeld())
+		}
+	}
+	if len(held) != 1 || held[0] != 1001 {
+		t.Fatalf("the sequencer's Ready after the last report announced the all-held cursor %v, want [1001] at once", held)
+	}
+	if st := g.cores[1].Stats(); st.AllHeld != 1001 || st.NotHeldByAll != 0 {
+		t.Fatalf("sender: AllHeld %d, NotHeldByAll %d at the same instant; want 1001 and 0", st.AllHeld, st.NotHeldByAll)
 	}
 }
