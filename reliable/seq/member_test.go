@@ -119,6 +119,18 @@ func TestRemovalCarriedByTheElection(t *testing.T) {
 	}
 }
 
+// cutThenSequencerDown loses member cut's frames to the sequencer
+// (member 0), so that it removes cut while cut still hears the stream;
+// once *down, the sequencer is crashed (nothing to or from it).
+func cutThenSequencerDown(cut int, down *bool) func(from, to int, o out) bool {
+	return func(from, to int, _ out) bool {
+		if *down {
+			return from == 0 || to == 0
+		}
+		return from == cut && to == 0
+	}
+}
+
 // Member 3 is removed while alive (its frames to the sequencer are lost)
 // and learns it; then the sequencer crashes and member 3 votes: the new
 // sequencer takes it back, numbered in the stream (MemberReturned at
@@ -127,12 +139,7 @@ func TestRemovalCarriedByTheElection(t *testing.T) {
 func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
 	g := newGroup(t, 4, func(c *Config) { c.Method = Method1 })
 	seqDown := false
-	drop := func(from, to int, o out) bool {
-		if seqDown {
-			return from == 0 || to == 0
-		}
-		return from == 3 && to == 0
-	}
+	drop := cutThenSequencerDown(3, &seqDown)
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
 	for i := range 4 {
 		if got, want := g.changes(i), "member failed 3@999"; i != 3 && got != want {
@@ -174,12 +181,7 @@ func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
 func TestRemovedCandidateReadmitsItself(t *testing.T) {
 	g := newGroup(t, 4, func(c *Config) { c.Method = Method1 })
 	seqDown := false
-	drop := func(from, to int, o out) bool {
-		if seqDown {
-			return from == 0 || to == 0
-		}
-		return from == 1 && to == 0
-	}
+	drop := cutThenSequencerDown(1, &seqDown)
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
 	for _, i := range []int{2, 3} {
 		if got, want := g.changes(i), "member failed 1@999"; got != want {
