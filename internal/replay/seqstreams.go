@@ -15,8 +15,9 @@ import (
 // payload travelled in a broadcast SeqRequest (method 2), a SeqMember
 // numbers a change of the member list (a removal, a readmission) in the
 // same stream. A member has global g when its interface saw a SeqData or
-// SeqMember for g, or an Accept for g and the request it names. What tells a member that globals before some end
-// exist: a SeqData (g+1), an Accept's header seq (the highest numbered),
+// SeqMember for g, or an Accept for g and the request it names. What
+// tells a member that globals before some end exist: a SeqData or
+// SeqMember (g+1), an Accept's header seq (the highest numbered),
 // a SeqStatusRequest's highest sequenced, an Elected's agreed last global.
 // Every sequencer frame's one-entry ack vector is the sender's delivered
 // cursor: every global before it is delivered there.
@@ -53,7 +54,8 @@ type seqEpoch struct {
 	has              bool
 	byData, byAccept int // globals first numbered by SeqData, by Accept
 	changes          int // globals first numbered by SeqMember (member changes)
-	retx             int // SeqData and SeqMember retransmissions
+	retx             int // SeqData retransmissions
+	changeRetx       int // SeqMember retransmissions
 	statusReqs       int
 	firstFrame       int
 }
@@ -560,7 +562,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 		case frame.SeqMember:
 			ep := epoch(v.SeqMemberChange().Epoch)
 			if v.Retransmission() {
-				ep.retx++
+				ep.changeRetx++
 			}
 			number(ep, v.Seq(), &ep.changes)
 		case frame.SeqAccept:

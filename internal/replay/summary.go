@@ -201,7 +201,7 @@ func writeSeqSummary(ew *errWriter, a *analysis, rel func(time.Time) float64) {
 		}
 		changes := ""
 		if ep.changes > 0 {
-			changes = fmt.Sprintf(", %d member changes by SeqMember", ep.changes)
+			changes = fmt.Sprintf(", %d member changes by SeqMember (%d retransmissions)", ep.changes, ep.changeRetx)
 		}
 		ew.printf("  epoch %d: sequencer %d (from frame %d), globals %d..%d: %d numbered by SeqData, %d by Accept%s; %d SeqData retransmissions, %d status requests\n",
 			e, ep.sequencer, ep.firstFrame, ep.lo, ep.hi, ep.byData, ep.byAccept, changes, ep.retx, ep.statusReqs)
