@@ -180,7 +180,8 @@ type Stats struct {
 
 	Elections uint64 // elections this member took part in (epochs voted in)
 	// MembersFailed and MembersReturned count the removals and
-	// readmissions delivered here (MemberFailed, MemberReturned events).
+	// readmissions of other members delivered here (the MemberFailed and
+	// MemberReturned events; this member's own are delivered silently).
 	MembersFailed   uint64
 	MembersLeft     uint64
 	MembersReturned uint64
