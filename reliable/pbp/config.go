@@ -111,8 +111,15 @@ type Config struct {
 	// PBP2 sends an Ack naming its last sequence number, so receivers see
 	// a lost tail (thesis fig. 3.9).
 	ResendTimeout Duration
-	// NackTimeout (PBP2): a receiver still missing frames this long after
-	// asking asks again, for everything still missing.
+	// NackTimeout (PBP2): the ceiling of the nack timer. A receiver still
+	// missing frames one repair timeout after asking (srtt + 4·rttvar of
+	// its repair round trips with that sender, within [NackTimeout/16,
+	// NackTimeout]; NackTimeout until measured; doubled, up to 8×, while
+	// the sender is silent) asks again for the frames it last asked for
+	// at least half a repair timeout ago; a frame whose retransmission to
+	// us was overtaken is asked for again at once. A
+	// sender answers one member's Nack at its MAC, and a second member's
+	// within NackTimeout/2 by broadcast, holding further ones.
 	NackTimeout Duration
 	// HeartbeatInterval: a member that has sent nothing for this long
 	// sends a Heartbeat.
