@@ -62,8 +62,9 @@ func dial(s *socketFlags) (*localapi.Conn, error) {
 
 const sendText = `Broadcasts FILE (or stdin, '-' or absent) through the daemon: as a
 stream of messages of the largest size the group accepts (smaller when
-the input has nothing more for the moment: a slow input is sent as it
-comes), or with -lines one message per line (without its newline).
+the input had less ready: a slow input is sent as it comes, and a pipe
+written in small pieces gives messages of about those pieces), or with
+-lines one message per line (without its newline).
 Waits for the group to start.
 Exits 0 only once every message has been acknowledged by every live
 member (under -order total: once the sequencer reports that every live
@@ -206,20 +207,16 @@ func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, e
 				return b.n, b.bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)
 			}
 		} else {
-			// A message of the largest size, or less when the input has
-			// nothing more for now: a slow input's bytes go out as they
-			// come instead of waiting for a whole message's worth.
-			k := 0
-			for {
-				n, err := br.Read(chunk[k:])
-				k += n
-				if err != nil {
-					rerr = err
-					break
-				}
-				if k == len(chunk) || k > 0 && br.Buffered() == 0 {
-					break
-				}
+			// A message of the largest size, or of what the input had
+			// read into the buffer so far: a slow input's bytes go out as
+			// they come instead of waiting for a whole message's worth. A
+			// Read returns at most what one read of the input gave, so a
+			// message is also cut where the buffer runs dry (once per MiB
+			// of a file; at every write of a pipe written in smaller
+			// pieces than a message).
+			var k int
+			for k == 0 && rerr == nil {
+				k, rerr = br.Read(chunk)
 			}
 			msg = chunk[:k]
 			if k == 0 && rerr == io.EOF {
