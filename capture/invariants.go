@@ -19,8 +19,11 @@ import (
 //     frames (or request number in two SeqRequest frames) with different
 //     payloads;
 //   - global-reuse: one global number of an epoch bound to two requests
-//     or two payloads (SeqData, SeqAccept);
-//   - sequenced-twice: one request numbered with two globals in an epoch.
+//     or two payloads (SeqData, SeqAccept), or to a change of the member
+//     list (SeqMember) and anything else, or to two different changes;
+//   - sequenced-twice: one request numbered with two globals in an epoch
+//     (not a member change: a member may be removed, readmitted and
+//     removed again within an epoch).
 //
 // It remembers the last Window bindings of each kind (a hash of each
 // payload, not the payload), so memory is bounded; a binding older than
@@ -64,10 +67,26 @@ type payloadHash uint64
 
 type globalKey struct{ epoch, global uint32 }
 
+// globalBinding is what a global number is bound to: a request (uid),
+// or, for a SeqMember, a change of the member list (uid Origin NoMember,
+// Incarnation the member's, Seq the member id; hash of change and reason).
 type globalBinding struct {
 	uid  frame.UID
 	hash payloadHash
-	has  bool // hash is set (a SeqData; an Accept carries no payload)
+	has  bool // hash is set (a SeqData or SeqMember; an Accept carries no payload)
+}
+
+// memberChange is a SeqMember's binding key: no request has Origin NoMember.
+func memberChange(c frame.SeqMemberBody) frame.UID {
+	return frame.UID{Origin: frame.NoMember, Incarnation: c.Incarnation, Seq: uint32(c.Member)}
+}
+
+// boundTo names a binding's uid in a violation.
+func boundTo(u frame.UID) string {
+	if u.Origin == frame.NoMember {
+		return fmt.Sprintf("the change of member %d.%d", u.Seq, u.Incarnation)
+	}
+	return fmt.Sprintf("request %d.%d#%d", u.Origin, u.Incarnation, u.Seq)
 }
 
 type uidKey struct {
@@ -134,18 +153,24 @@ func (iv *Invariants) observe(ts int64, data []byte, etherType uint16) {
 		case !ok:
 			iv.globals.put(k, b)
 		case old.uid != b.uid:
-			report("global-reuse", "epoch %d global %d is bound to request %d.%d#%d and to request %d.%d#%d",
-				epoch, g, old.uid.Origin, old.uid.Incarnation, old.uid.Seq, b.uid.Origin, b.uid.Incarnation, b.uid.Seq)
+			report("global-reuse", "epoch %d global %d is bound to %s and to %s", epoch, g, boundTo(old.uid), boundTo(b.uid))
 		case old.has && b.has && old.hash != b.hash:
-			report("global-reuse", "epoch %d global %d (request %d.%d#%d) is sent with two different payloads", epoch, g, b.uid.Origin, b.uid.Incarnation, b.uid.Seq)
+			what := "payloads"
+			if b.uid.Origin == frame.NoMember {
+				what = "changes"
+			}
+			report("global-reuse", "epoch %d global %d (%s) is sent with two different %s", epoch, g, boundTo(b.uid), what)
 		case !old.has && b.has:
 			iv.globals.put(k, b)
+		}
+		if b.uid.Origin == frame.NoMember {
+			return // a member change: no request numbered twice
 		}
 		ku := uidKey{epoch, b.uid}
 		if og, ok := iv.uids.get(ku); !ok {
 			iv.uids.put(ku, g)
 		} else if og != g {
-			report("sequenced-twice", "epoch %d: request %d.%d#%d is numbered global %d and global %d", epoch, b.uid.Origin, b.uid.Incarnation, b.uid.Seq, og, g)
+			report("sequenced-twice", "epoch %d: %s is numbered global %d and global %d", epoch, boundTo(b.uid), og, g)
 		}
 	}
 	switch v.Type() {
@@ -159,6 +184,9 @@ func (iv *Invariants) observe(ts int64, data []byte, etherType uint16) {
 		}
 	case frame.SeqData:
 		bindGlobal(v.SeqDataEpoch(), v.Seq(), globalBinding{uid: v.SeqDataUID(), hash: hash(v.Payload(), bundled), has: true})
+	case frame.SeqMember:
+		c := v.SeqMemberChange()
+		bindGlobal(c.Epoch, v.Seq(), globalBinding{uid: memberChange(c), hash: hash([]byte{byte(c.Change), byte(c.Reason)}, false), has: true})
 	case frame.SeqAccept:
 		al := v.Accepts()
 		for i := range al.Len() {

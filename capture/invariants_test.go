@@ -120,6 +120,45 @@ func TestInvariantsDumpRecorder(t *testing.T) {
 	}
 }
 
+// TestInvariantsSeqMember: a SeqMember binds its global number like a
+// SeqData: a SeqData on the same global, or another change, is a
+// global-reuse; its retransmission is not, and neither is the same
+// member removed, readmitted and removed again (three globals).
+func TestInvariantsSeqMember(t *testing.T) {
+	var got []Violation
+	inv := NewInvariants(8, func(v Violation) { got = append(got, v) })
+	sh := frame.Header{Group: 7, Sender: 1, Incarnation: 1, Seq: 200, AckBase: 1, Acks: []uint32{200}}
+	observe := func(h frame.Header, b frame.Body) { inv.observe(0, invFrame(t, h, b), frame.EtherType) }
+	removed := &frame.SeqMemberBody{Epoch: 1, Change: frame.MemberRemoved, Reason: frame.ReasonSilent, Member: 3, Incarnation: 5}
+	observe(sh, removed)
+	retx := sh
+	retx.Flags = frame.FlagRetransmit
+	observe(retx, removed)
+	sh.Seq = 201
+	observe(sh, &frame.SeqMemberBody{Epoch: 1, Change: frame.MemberReadmitted, Member: 3, Incarnation: 5})
+	sh.Seq = 202
+	observe(sh, removed)
+	if len(got) != 0 {
+		t.Fatalf("a retransmission, or removed/readmitted/removed on three globals, reported: %v", got)
+	}
+	sh.Seq = 200
+	observe(sh, &frame.SeqDataBody{Epoch: 1, UID: frame.UID{Origin: 2, Incarnation: 5, Seq: 9}, Data: []byte("m")})
+	sh.Seq = 201
+	observe(sh, removed)
+	want := []string{
+		"global-reuse: epoch 1 global 200 is bound to the change of member 3.5 and to request 2.5#9",
+		"global-reuse: epoch 1 global 201 (the change of member 3.5) is sent with two different changes",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("violations %v, want %q", got, want)
+	}
+	for i, v := range got {
+		if v.String() != want[i] {
+			t.Errorf("violation %d: %q, want %q", i, v, want[i])
+		}
+	}
+}
+
 // TestInvariantsWindow: bindings older than the window are forgotten, so
 // memory stays bounded.
 func TestInvariantsWindow(t *testing.T) {
