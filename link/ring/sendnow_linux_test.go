@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/link"
-	"github.com/rbcast/rbcast/testnet/netns"
 )
 
 // TestSendNow: frames sent with SendNow do not wait behind frames staged
@@ -111,7 +110,7 @@ func TestSendNow(t *testing.T) {
 // TxSendmmsg both send on the TX socket, each with a batch sender of its
 // own (a shared one raced). Every frame arrives, intact, and is counted.
 func TestSendNowConcurrentWithStage(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, MTU: 1500, Prefix: "rbqc"})
+	topo := up(t, "nc", 2, 1500)
 	for _, mode := range []TxMode{TxRing, TxSendmmsg} {
 		t.Run(mode.String(), func(t *testing.T) {
 			tx := openOn(t, topo.Hosts[0], Config{TxMode: mode})
