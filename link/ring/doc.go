@@ -36,11 +36,12 @@
 // frame at a time is then not put to sleep and woken per frame (on the
 // 2-core test machine, 4 BDSM processes exchanging tiny updates took 21 µs
 // an iteration with a 200 µs spin, 80 µs without, OpenMPI 37;
-// docs/benchmarks.md, "BDSM vs MPI"). A yield that keeps Recv off the CPU for more than a
-// millisecond (or RxSpin, if longer) means other work holds the CPU, where
-// a sleeper is woken sooner than a yielder gets its turn back: spinning
-// then stops for 10 ms, doubling up to a second while that lasts. The spin only reads the status word fill reads
-// next, so frames come in ring order either way.
+// docs/benchmarks.md, "BDSM vs MPI"). A yield that keeps Recv off the CPU
+// for more than a millisecond (or RxSpin, if longer) means other work
+// holds the CPU, where a sleeper is woken sooner than a yielder gets its
+// turn back: spinning then stops for 10 ms, doubling up to a second while
+// that lasts. The spin only reads the status word fill reads next, so
+// frames come in ring order either way.
 //
 // # Sending
 //
@@ -70,7 +71,8 @@
 //
 // SendNow skips that queue: it hands frames to sendmmsg(2) on a third
 // socket (protocol 0, no ring), so they reach the wire while frames staged
-// before them still wait for a Kick or for the kernel to walk to them.
+// before them still wait for a Kick or for the kernel to walk to them
+// (with TxSendmmsg there is no queue, and SendNow sends on the TX socket).
 // reliable sends retransmissions with it: behind a window of queued new
 // frames a repair waited as long as the kernel took to send them all
 // (docs/protocols.md, "Retransmissions skip the sender's transmit

@@ -788,8 +788,8 @@ func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 // spends the kernel's transmit time (on a veth bridge, the receivers'
 // copies are made inside that sendto). Frames may be reused once Stage
 // returns. Frames staged are counted in Stats as sent (and taken off again
-// if the kernel refuses one and Kick drops it and those after it). Errors are those of
-// Send; with TxSendmmsg, Stage is Send and Kick does nothing.
+// if the kernel refuses one and Kick drops it and those after it). Errors
+// are those of Send; with TxSendmmsg, Stage is Send and Kick does nothing.
 func (l *Link) Stage(frames [][]byte) (int, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
