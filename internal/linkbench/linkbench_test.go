@@ -3,12 +3,19 @@
 package linkbench
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -167,6 +174,49 @@ func TestInts(t *testing.T) {
 	} {
 		if _, err := Ints(c.in); err == nil || err.Error() != c.want {
 			t.Errorf("Ints(%q) error = %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+// oneBatch is a link.Link whose first Recv returns its frames and whose
+// next one reports the link closed (ending receive).
+type oneBatch struct {
+	link.Link
+	frames [][]byte
+	calls  int
+}
+
+func (o *oneBatch) Recv(_ time.Time, buf []link.Frame) (int, error) {
+	if o.calls++; o.calls > 1 {
+		return 0, net.ErrClosed
+	}
+	for i, f := range o.frames {
+		buf[i] = link.Frame{Data: f}
+	}
+	return len(o.frames), nil
+}
+
+// Work's receiver check can fail: a frame whose CRC32C does not match is
+// counted Corrupt, one that matches is not, and without Work nothing is
+// checked. (TestWork's runs only show that none failed.)
+func TestReceiveWorkCRC(t *testing.T) {
+	good := make([]byte, frame.EthernetHeaderLen+8+100+crcLen)
+	for i := range good {
+		good[i] = byte(i)
+	}
+	end := len(good) - crcLen
+	binary.BigEndian.PutUint32(good[end:], crc32.Checksum(good[frame.EthernetHeaderLen:end], castagnoli))
+	bad := slices.Clone(good)
+	bad[frame.EthernetHeaderLen+20] ^= 1
+	for _, work := range []bool{true, false} {
+		var done atomic.Bool
+		r := receive(&oneBatch{frames: [][]byte{good, bad, good}}, &done, work)
+		want := uint64(0)
+		if work {
+			want = 1
+		}
+		if r.Frames != 3 || r.Corrupt != want {
+			t.Errorf("work=%v: %d frames, %d corrupt; want 3 and %d", work, r.Frames, r.Corrupt, want)
 		}
 	}
 }
