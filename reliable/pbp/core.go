@@ -359,6 +359,9 @@ func New(cfg Config) (*Core, error) {
 	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
 	c.history = make([]sent, s.histSize)
 	c.encoded.T, c.placed.T = frame.Data, frame.Data
+	// Fixed for the core's life: the ack vector always has span entries
+	// and PBP sets no Auth. A header whose length could change would need
+	// pre recomputed, or history frames would be sent with shifted bodies.
 	c.pre = frame.EthernetHeaderLen + frame.PrefixLen(&c.hdr)
 	c.batch = 1
 	c.stats.Window = s.Window
