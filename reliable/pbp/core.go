@@ -206,10 +206,16 @@ type peer struct {
 	nackExpected uint32
 	nackBackoff  uint
 	nackArmed    Time // when the nack timer was last set
-	// Repair round trip (RFC 6298's estimator): from a Nack to the first
-	// retransmission that arrives after it. nackSentAt is 0 when no
-	// sample is pending; a re-asking Nack makes the sample ambiguous
-	// (Karn), so it cancels the pending one.
+	// Repair round trip (RFC 6298's estimator): from the first Nack not
+	// yet answered to the first retransmission that arrives after it.
+	// nackSentAt is 0 when no sample is pending. A re-asking Nack keeps
+	// the pending sample: if its answer is the one that comes, the sample
+	// overstates the round trip by one timeout, which lengthens the timer
+	// a little. Karn's rule (cancel the sample) would be exact, but where
+	// the timer fires before any answer can come (retransmissions queued
+	// behind a window at a slow port) no sample was ever taken, the timer
+	// never grew, and every re-ask cost another retransmission
+	// (TestNackTimerLearnsLongRepairRoundTrip).
 	nackSentAt Time
 	nackRepeat bool // the Nack due re-asks (nack timer)
 	// nackRound numbers our Nacks to this sender (held.asked); reask says
@@ -729,15 +735,17 @@ func (c *Core) resendTimeout() {
 
 // nackTimeout is how long a receiver waits for a repair from p before
 // asking again: the measured repair round trip plus four deviations
-// (RFC 6298), between NackTimeout/16 and NackTimeout; NackTimeout until a
-// round trip was measured. A fixed NackTimeout of 4 ms is 40 round trips
-// on a switched segment, and a lost retransmission stalled the sender's
-// window for all of it.
+// (RFC 6298), between NackTimeout/16 and 8 × NackTimeout; NackTimeout
+// until a round trip was measured. A fixed NackTimeout of 4 ms is 40
+// round trips on a switched segment, and a lost retransmission stalled
+// the sender's window for all of it. It was also capped at NackTimeout,
+// below a repair that waits behind a window of jumbo frames at a 1 Gbit/s
+// port (~9 ms): every Nack was asked again before it could be answered.
 func (c *Core) nackTimeout(p *peer) Duration {
 	if p.srtt == 0 {
 		return c.cfg.NackTimeout
 	}
-	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), c.cfg.NackTimeout)
+	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), c.cfg.NackTimeout<<maxNackBackoff)
 }
 
 // minNackDivisor bounds the adaptive nack timeout below, at NackTimeout /

@@ -134,11 +134,10 @@ func (c *Core) sendNack(p *peer) {
 	if len(ranges) == 0 {
 		return
 	}
-	switch {
-	case repeat:
-		p.nackSentAt = 0 // Karn: the answer could be to either Nack
+	if repeat {
 		c.stats.NacksRepeated++
-	case p.nackSentAt == 0:
+	}
+	if p.nackSentAt == 0 {
 		p.nackSentAt = c.now
 	}
 	c.nack.Target = p.id
