@@ -37,16 +37,21 @@ import (
 // waits for its reader to take the messages queued as views.
 
 func init() {
-	if d, err := time.ParseDuration(os.Getenv("RBCAST_BENCH_SETTLE")); err == nil {
+	if d, ok := envDuration(nil, "RBCAST_BENCH_SETTLE"); ok {
 		settleWait = d
 	}
 }
 
 func benchDuration() time.Duration {
-	if s, err := strconv.ParseFloat(os.Getenv("RBCAST_BENCH_SECONDS"), 64); err == nil && s > 0 {
-		return time.Duration(s * float64(time.Second))
+	v := os.Getenv("RBCAST_BENCH_SECONDS")
+	if v == "" {
+		return time.Second
 	}
-	return time.Second
+	s, err := strconv.ParseFloat(v, 64)
+	if err != nil || s <= 0 {
+		envFail(nil, "RBCAST_BENCH_SECONDS", v, "a positive number of seconds")
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 var benchPrefixes atomic.Int32
@@ -132,7 +137,7 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		}
 	}()
 	var trace *traceLink
-	if os.Getenv("RBCAST_BENCH_TRACE") != "" {
+	if envBool(tb, "RBCAST_BENCH_TRACE") {
 		trace = &traceLink{Link: links[0]}
 		links[0] = trace
 		defer trace.report(tb)
@@ -298,7 +303,7 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if os.Getenv("RBCAST_BENCH_NOSTAGE") != "" {
+	if envBool(tb, "RBCAST_BENCH_NOSTAGE") {
 		return noStage{l}
 	}
 	return l
@@ -456,8 +461,8 @@ func BenchmarkGoodput(b *testing.B) {
 						name = strconv.Itoa(size)
 					}
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
-						window, _ := strconv.Atoi(os.Getenv("RBCAST_BENCH_WINDOW"))
-						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: window, procs: os.Getenv("RBCAST_BENCH_PROCS") != "", deliver: os.Getenv("RBCAST_BENCH_DELIVER") != ""}
+						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: envInt(b, "RBCAST_BENCH_WINDOW"),
+							procs: envBool(b, "RBCAST_BENCH_PROCS"), deliver: envBool(b, "RBCAST_BENCH_DELIVER")}
 						topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
 						if loss > 0 {
 							for _, h := range topo.Hosts[1:] {

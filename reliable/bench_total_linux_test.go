@@ -3,9 +3,7 @@ package reliable
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,7 +183,7 @@ func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Durat
 		least = min(least, delivered(i))
 	}
 	sender = groups[senders[0]].Stats()
-	if o.order == Total && os.Getenv("RBCAST_BENCH_TRACE") != "" {
+	if o.order == Total && envBool(tb, "RBCAST_BENCH_TRACE") {
 		for i, g := range groups {
 			st := g.Stats()
 			t := st.Total
@@ -202,7 +200,7 @@ func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Durat
 // benchReps is RBCAST_BENCH_REPS, the repetitions of each group of
 // runs (default 3).
 func benchReps() int {
-	if n, err := strconv.Atoi(os.Getenv("RBCAST_BENCH_REPS")); err == nil && n > 0 {
+	if n := envInt(nil, "RBCAST_BENCH_REPS"); n > 0 {
 		return n
 	}
 	return 3

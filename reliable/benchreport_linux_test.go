@@ -43,7 +43,7 @@ func BenchmarkReport(b *testing.B) {
 	netns.RequireRoot(b)
 	d := benchDuration()
 	reps := 3
-	if n, err := strconv.Atoi(os.Getenv("RBCAST_REPORT_REPS")); err == nil && n > 0 {
+	if n := envInt(b, "RBCAST_REPORT_REPS"); n > 0 {
 		reps = n
 	}
 	parts := "one,small,window,all,latency"
@@ -66,7 +66,7 @@ func BenchmarkReport(b *testing.B) {
 		defer f.Close()
 		out = io.MultiWriter(os.Stdout, f)
 	}
-	r := &reporter{b: b, d: d, reps: reps, out: out, procs: os.Getenv("RBCAST_REPORT_PROCS") == "1"}
+	r := &reporter{b: b, d: d, reps: reps, out: out, procs: envBool(b, "RBCAST_REPORT_PROCS")}
 	arr := "every receiver of one-to-all runs (raw ring, PBP) is a process of its own in its namespace; all-to-all members, TCP endpoints and the senders are goroutines of the benchmark process"
 	if !r.procs {
 		arr = "every endpoint is a goroutine of the benchmark process"
