@@ -51,7 +51,7 @@ type stream struct {
 
 // maxJump bounds how many missing seqs one frame may reveal; a larger jump
 // is reported, not expanded (a corrupt or foreign sequence space; a
-// correct sender is never more than its window ahead, 128 by default).
+// correct sender is never more than its window ahead, 256 by default).
 // gapBudget bounds the seqs all streams together walk and track, so a
 // hostile capture cannot make the analysis slow.
 const (
