@@ -735,17 +735,21 @@ func (c *Core) resendTimeout() {
 
 // nackTimeout is how long a receiver waits for a repair from p before
 // asking again: the measured repair round trip plus four deviations
-// (RFC 6298), between NackTimeout/16 and 8 × NackTimeout; NackTimeout
-// until a round trip was measured. A fixed NackTimeout of 4 ms is 40
-// round trips on a switched segment, and a lost retransmission stalled
-// the sender's window for all of it. It was also capped at NackTimeout,
-// below a repair that waits behind a window of jumbo frames at a 1 Gbit/s
-// port (~9 ms): every Nack was asked again before it could be answered.
+// (RFC 6298), at least NackTimeout/16 and at most the larger of
+// NackTimeout and twice the smoothed round trip; NackTimeout until a
+// round trip was measured. A fixed NackTimeout of 4 ms is 40 round trips
+// on a switched segment, and a lost retransmission stalled the sender's
+// window for all of it. The ceiling was NackTimeout, below a repair that
+// waits behind a window of jumbo frames at a 1 Gbit/s port (~9 ms): every
+// Nack was asked again before it could be answered. It follows the
+// smoothed round trip, not the deviation, so scheduling noise on a busy
+// host (repairs of 0.1 to 5 ms) does not stretch the timer past
+// NackTimeout.
 func (c *Core) nackTimeout(p *peer) Duration {
 	if p.srtt == 0 {
 		return c.cfg.NackTimeout
 	}
-	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), c.cfg.NackTimeout<<maxNackBackoff)
+	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), max(c.cfg.NackTimeout, 2*p.srtt))
 }
 
 // minNackDivisor bounds the adaptive nack timeout below, at NackTimeout /
