@@ -251,3 +251,93 @@ func f(c chan int) {
 		t.Errorf("clean source reported: %v", bad)
 	}
 }
+
+// packageVars returns, for one file's source, every package-level
+// variable other than an error sentinel (a value made by errors.New or
+// fmt.Errorf) and the blank identifier: state every core of the process
+// would share, which the simulator (many cores in one process, seeds run
+// in any order) and pcap-replay could not reproduce. A core keeps its
+// state in its own struct; constants and error values are fine.
+func packageVars(name string, src any) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if id.Name == "_" || (i < len(vs.Values) && errorValue(vs.Values[i])) {
+					continue
+				}
+				bad = append(bad, fmt.Sprintf("%s: package-level variable %s", fset.Position(id.Pos()), id.Name))
+			}
+		}
+	}
+	return bad, nil
+}
+
+// errorValue reports whether e is errors.New(...) or fmt.Errorf(...).
+func errorValue(e ast.Expr) bool {
+	c, ok := e.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := c.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	return ok && (pkg.Name == "errors" && sel.Sel.Name == "New" || pkg.Name == "fmt" && sel.Sel.Name == "Errorf")
+}
+
+func TestCoresHaveNoPackageState(t *testing.T) {
+	n := 0
+	for _, p := range listPackages(t) {
+		if !isCore(p.ImportPath) {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			bad, err := packageVars(filepath.Join(p.Dir, f), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			for _, b := range bad {
+				t.Errorf("core %s: %s: a core's state lives in its own struct, not in the package (DESIGN.md, decision 1)", p.ImportPath, b)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no core source files found")
+	}
+}
+
+// TestPackageVarsCatches makes sure the check is not vacuous.
+func TestPackageVarsCatches(t *testing.T) {
+	src := `package p
+import ("errors"; "fmt")
+var ErrA = errors.New("a")
+var (
+	ErrB = fmt.Errorf("b: %d", 1)
+	AckDiv = 2
+	_ = 3
+)
+var table [4]int
+const ok = 1
+func f() { var local int; _ = local }`
+	bad, err := packageVars("p.go", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"p.go:6:2: package-level variable AckDiv", "p.go:9:5: package-level variable table"}
+	if !slices.Equal(bad, want) {
+		t.Errorf("got %q, want %q", bad, want)
+	}
+}
