@@ -171,15 +171,8 @@ func (c *Core) stepData(m *member, v frame.View) error {
 		c.stats.BadOrigin++
 		return fmt.Errorf("%w: global %d names origin %d incarnation %d", ErrBadOrigin, g, u.Origin, u.Incarnation)
 	}
-	if !c.takesData(m, e, g) {
-		c.countEpoch(e)
-		c.newerEpoch(m, e)
+	if !c.admit(m, e, g, v.SeqDataSafe(), v.SeqDataHeld()) {
 		return nil
-	}
-	if e == c.epoch && m == c.sequencerMember() {
-		c.learnSafe(v.SeqDataSafe())
-		c.learnHeld(v.SeqDataHeld())
-		c.learnEnd(g+1, true)
 	}
 	if u.Origin == c.cfg.Self {
 		c.seen(u.Seq)
@@ -225,6 +218,25 @@ func (c *Core) took(g uint32) {
 	c.drain()
 }
 
+// admit is what SeqData and SeqMember frames share once their origin is
+// known: global g numbered in epoch e is taken, or counted against its
+// epoch (and a newer epoch heard by a sequencer halts it); the current
+// sequencer's frames also carry its safe and all-held cursors and say
+// that g exists. It reports whether to log g.
+func (c *Core) admit(m *member, e, g, safe, held uint32) bool {
+	if !c.takesData(m, e, g) {
+		c.countEpoch(e)
+		c.newerEpoch(m, e)
+		return false
+	}
+	if e == c.epoch && m == c.sequencerMember() {
+		c.learnSafe(safe)
+		c.learnHeld(held)
+		c.learnEnd(g+1, true)
+	}
+	return true
+}
+
 // stepMember takes a change of the member list numbered in the stream
 // (announceChanges): like a SeqData, without a payload; delivered in its
 // place as a MemberFailed or MemberReturned event.
@@ -235,15 +247,8 @@ func (c *Core) stepMember(m *member, v frame.View) error {
 		c.stats.BadOrigin++
 		return fmt.Errorf("%w: global %d (%v) names member %d incarnation %d", ErrBadOrigin, g, b.Change, b.Member, b.Incarnation)
 	}
-	if !c.takesData(m, b.Epoch, g) {
-		c.countEpoch(b.Epoch)
-		c.newerEpoch(m, b.Epoch)
+	if !c.admit(m, b.Epoch, g, b.Safe, b.Held) {
 		return nil
-	}
-	if b.Epoch == c.epoch && m == c.sequencerMember() {
-		c.learnSafe(b.Safe)
-		c.learnHeld(b.Held)
-		c.learnEnd(g+1, true)
 	}
 	en := c.logEntry(g)
 	if en == nil {
