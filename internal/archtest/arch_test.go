@@ -202,26 +202,33 @@ func concurrency(name string, src any) ([]string, error) {
 	return bad, nil
 }
 
-func TestCoresStartNoGoroutines(t *testing.T) {
+// checkCoreFiles runs check on every (non-test) source file of every
+// core and reports what it finds with why.
+func checkCoreFiles(t *testing.T, check func(name string, src any) ([]string, error), why string) {
+	t.Helper()
 	n := 0
 	for _, p := range listPackages(t) {
 		if !isCore(p.ImportPath) {
 			continue
 		}
 		for _, f := range p.GoFiles {
-			bad, err := concurrency(filepath.Join(p.Dir, f), nil)
+			bad, err := check(filepath.Join(p.Dir, f), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			n++
 			for _, b := range bad {
-				t.Errorf("core %s: %s: cores are stepped by their caller, they start and wait on nothing", p.ImportPath, b)
+				t.Errorf("core %s: %s: %s", p.ImportPath, b, why)
 			}
 		}
 	}
 	if n == 0 {
 		t.Fatal("no core source files found")
 	}
+}
+
+func TestCoresStartNoGoroutines(t *testing.T) {
+	checkCoreFiles(t, concurrency, "cores are stepped by their caller, they start and wait on nothing")
 }
 
 // TestConcurrencyCatches makes sure the source check is not vacuous.
@@ -298,25 +305,7 @@ func errorValue(e ast.Expr) bool {
 }
 
 func TestCoresHaveNoPackageState(t *testing.T) {
-	n := 0
-	for _, p := range listPackages(t) {
-		if !isCore(p.ImportPath) {
-			continue
-		}
-		for _, f := range p.GoFiles {
-			bad, err := packageVars(filepath.Join(p.Dir, f), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n++
-			for _, b := range bad {
-				t.Errorf("core %s: %s: a core's state lives in its own struct, not in the package (DESIGN.md, decision 1)", p.ImportPath, b)
-			}
-		}
-	}
-	if n == 0 {
-		t.Fatal("no core source files found")
-	}
+	checkCoreFiles(t, packageVars, "a core's state lives in its own struct, not in the package (DESIGN.md, decision 1)")
 }
 
 // TestPackageVarsCatches makes sure the check is not vacuous.
