@@ -152,6 +152,11 @@ func TestWork(t *testing.T) {
 			if r.Frames == 0 || r.Frames > res.Sent || r.Corrupt != 0 {
 				t.Fatalf("processes=%v: receiver %d got %d frames of %d sent, %d failing their CRC32C", procs, i, r.Frames, res.Sent, r.Corrupt)
 			}
+			// The receiver (a child process too) did the work on every
+			// frame: Checked is counted only where the CRC is checked.
+			if r.Checked != r.Frames {
+				t.Fatalf("processes=%v: receiver %d checked %d of its %d frames, want all (did it get Work?)", procs, i, r.Checked, r.Frames)
+			}
 		}
 	}
 	if left, _ := netns.Leftovers(prefix); len(left) != 0 {
@@ -211,12 +216,12 @@ func TestReceiveWorkCRC(t *testing.T) {
 	for _, work := range []bool{true, false} {
 		var done atomic.Bool
 		r := receive(&oneBatch{frames: [][]byte{good, bad, good}}, &done, work)
-		want := uint64(0)
+		want, checked := uint64(0), uint64(0)
 		if work {
-			want = 1
+			want, checked = 1, 2
 		}
-		if r.Frames != 3 || r.Corrupt != want {
-			t.Errorf("work=%v: %d frames, %d corrupt; want 3 and %d", work, r.Frames, r.Corrupt, want)
+		if r.Frames != 3 || r.Corrupt != want || r.Checked != checked {
+			t.Errorf("work=%v: %d frames, %d corrupt, %d checked; want 3, %d and %d", work, r.Frames, r.Corrupt, r.Checked, want, checked)
 		}
 	}
 }
