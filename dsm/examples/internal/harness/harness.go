@@ -117,6 +117,9 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
 		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
 	}
+	if _, err := envPhases(); err != nil {
+		return err
+	}
 	var want *Result
 	check := func(r Result) string {
 		if !o.Verify || !r.Valid {
@@ -286,6 +289,15 @@ func Main(name string, setup Setup) {
 
 var errUsage = errors.New("usage")
 
+// envHelp ends -h: the settings read from the environment (so that
+// bench/mpi/compare and netns-bdsm, which pass theirs on, can set them).
+const envHelp = `
+Environment:
+  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
+  DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
+  DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
+`
+
 // RunArgs parses args with the shared flags and setup's, then runs the
 // command, reporting on stdout.
 func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
@@ -293,6 +305,11 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	o := Flags(fs)
 	o.Stdout = stdout
 	seq, par := setup(fs, o)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), envHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h asked for the usage, which fs printed

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -74,6 +76,25 @@ func TestHelpAndUsage(t *testing.T) {
 	var out bytes.Buffer
 	if err := RunArgs("test", setup, []string{"-h"}, &out); err != nil || out.Len() != 0 {
 		t.Fatalf("RunArgs(-h) = %v, stdout %q; want nil and no report", err, out.String())
+	}
+	// The usage goes to the flag set's output (stderr): capture it.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	err = RunArgs("test", setup, []string{"-h"}, &out)
+	os.Stderr = stderr
+	w.Close()
+	if err != nil {
+		t.Fatalf("RunArgs(-h) = %v", err)
+	}
+	usage, _ := io.ReadAll(r)
+	for _, want := range []string{"Usage of test:", "-n int", "DSM_PIN=1", "DSM_PHASES=1", "DSM_TRACE=P"} {
+		if !strings.Contains(string(usage), want) {
+			t.Errorf("-h output lacks %q:\n%s", want, usage)
+		}
 	}
 	for _, args := range [][]string{{"-bogus"}, {"stray"}} {
 		if err := RunArgs("test", setup, args, &out); !errors.Is(err, errUsage) {

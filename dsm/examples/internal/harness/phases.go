@@ -2,37 +2,56 @@ package harness
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/trace"
 	"slices"
+	"strconv"
 	"time"
 )
 
 // Phases times the phases of a program's iterations when the environment
-// variable DSM_PHASES is set: Mark(i) ends phase i (started at the
+// variable DSM_PHASES is true: Mark(i) ends phase i (started at the
 // previous Mark), and Report prints, per phase, the median, 90th
-// percentile and total wall time to stderr. Without DSM_PHASES it does
-// nothing (Mark is a nil check).
+// percentile and total wall time to stderr. Otherwise it does nothing
+// (Mark is a nil check).
 type Phases struct {
 	names []string
 	last  time.Time
 	d     [][]time.Duration
 	rank  int
+	now   func() time.Time // time.Now; tests set a clock
+	out   io.Writer        // os.Stderr
 }
 
-// NewPhases returns phase timers named names, or nil when DSM_PHASES is
-// unset.
+// envPhases reads DSM_PHASES: unset or empty is no, otherwise a boolean as
+// strconv.ParseBool reads it. Options.Run refuses a value that is not one
+// before any rank starts.
+func envPhases() (bool, error) {
+	v := os.Getenv("DSM_PHASES")
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("DSM_PHASES=%q: want 1 or true to time each iteration's phases, 0 or false not to", v)
+	}
+	return on, nil
+}
+
+// NewPhases returns phase timers named names, or nil unless DSM_PHASES is
+// true.
 func NewPhases(rank int, names ...string) *Phases {
-	if os.Getenv("DSM_PHASES") == "" {
+	if on, _ := envPhases(); !on {
 		return nil
 	}
-	return &Phases{names: names, d: make([][]time.Duration, len(names)), rank: rank, last: time.Now()}
+	return &Phases{names: names, d: make([][]time.Duration, len(names)), rank: rank, last: time.Now(), now: time.Now, out: os.Stderr}
 }
 
 // Start starts the first phase.
 func (p *Phases) Start() {
 	if p != nil {
-		p.last = time.Now()
+		p.last = p.now()
 	}
 }
 
@@ -41,12 +60,12 @@ func (p *Phases) Mark(i int) {
 	if p == nil {
 		return
 	}
-	now := time.Now()
+	now := p.now()
 	p.d[i] = append(p.d[i], now.Sub(p.last))
 	p.last = now
 }
 
-// Report prints the phases' statistics to stderr.
+// Report prints the phases' statistics (to stderr).
 func (p *Phases) Report() {
 	if p == nil {
 		return
@@ -65,7 +84,7 @@ func (p *Phases) Report() {
 		line += fmt.Sprintf(" %s: n=%d med=%dus p90=%dus max=%dus sum=%dms", p.names[i], len(s),
 			s[len(s)/2].Microseconds(), s[len(s)*9/10].Microseconds(), s[len(s)-1].Microseconds(), sum.Milliseconds())
 	}
-	fmt.Fprintln(os.Stderr, line)
+	fmt.Fprintln(p.out, line)
 }
 
 // startTrace starts Go's execution tracer (runtime/trace) into
