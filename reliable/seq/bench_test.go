@@ -6,76 +6,26 @@ import (
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/internal/memseg"
 )
 
-// memGroup is a lossless in-memory segment for benchmarking the cores
-// alone: no simulator, no link, each frame copied once as a socket would,
-// unicast frames to their addressee only.
-type memGroup struct {
-	cores     []*Core
-	now       Time
-	queue     [][]byte
-	bufs      [][]byte
-	delivered []int
-	frames    int // frames sent by every core
-}
-
-func newMemGroup(tb testing.TB, n int, method Method) *memGroup {
-	g := &memGroup{now: t0, delivered: make([]int, n)}
+// newMemGroup puts n sequencer cores on a lossless in-memory segment.
+func newMemGroup(tb testing.TB, n int, method Method) *memseg.Segment[*Core] {
 	ms := testMembers(n)
+	var cores []*Core
+	var macs [][6]byte
 	for i := range n {
-		cfg := Config{Group: testGroup, Self: frame.MemberID(i), Members: ms, Method: method}
-		c, err := New(cfg)
+		c, err := New(Config{Group: testGroup, Self: frame.MemberID(i), Members: ms, Method: method})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		c.Tick(g.now)
-		g.cores = append(g.cores, c)
+		cores = append(cores, c)
+		macs = append(macs, testMAC(frame.MemberID(i)))
 	}
-	return g
-}
-
-// round collects every core's Ready, then hands the frames to their
-// receivers, then advances time by one microsecond and ticks.
-func (g *memGroup) round(tb testing.TB) {
-	g.queue = g.queue[:0]
-	for i, c := range g.cores {
+	return memseg.New(testGroup, cores, macs, t0, func(c *Core) ([][]byte, int) {
 		rd := c.Ready()
-		g.frames += len(rd.Frames)
-		for _, f := range rd.Frames {
-			k := len(g.queue)
-			if k == len(g.bufs) {
-				g.bufs = append(g.bufs, make([]byte, 0, 1600))
-			}
-			g.bufs[k] = append(g.bufs[k][:0], f...)
-			g.queue = append(g.queue, g.bufs[k])
-		}
-		g.delivered[i] += len(rd.Deliveries)
-		c.Advance()
-	}
-	for _, f := range g.queue {
-		eth, rest, err := frame.SplitEthernet(f, frame.EtherType)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		v, err := frame.ParseGroup(rest, testGroup)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		dst, src := eth.Dst(), eth.Src()
-		for j, c := range g.cores {
-			if src == testMAC(frame.MemberID(j)) || (dst != frame.Broadcast && dst != testMAC(frame.MemberID(j))) {
-				continue
-			}
-			if err := c.Step(g.now, src, v); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
-	g.now = g.now.Add(Microsecond)
-	for _, c := range g.cores {
-		c.Tick(g.now)
-	}
+		return rd.Frames, len(rd.Deliveries)
+	})
 }
 
 // BenchmarkGroup: 3 members, all 3 sending (the sequencer too), per
@@ -111,17 +61,17 @@ func benchGroup(b *testing.B, method Method, size, batch int) {
 	// looping forever.
 	const stallLimit = Second
 	proposed := 0
-	progress, progressAt := 0, g.now
-	for proposed < b.N || min(g.delivered[0], g.delivered[1], g.delivered[2]) < b.N {
-		if p := proposed + g.delivered[0] + g.delivered[1] + g.delivered[2]; p != progress {
-			progress, progressAt = p, g.now
-		} else if g.now.Sub(progressAt) > stallLimit {
+	progress, progressAt := 0, g.Now
+	for proposed < b.N || min(g.Delivered[0], g.Delivered[1], g.Delivered[2]) < b.N {
+		if p := proposed + g.Delivered[0] + g.Delivered[1] + g.Delivered[2]; p != progress {
+			progress, progressAt = p, g.Now
+		} else if g.Now.Sub(progressAt) > stallLimit {
 			b.Fatalf("no message proposed or delivered in %d ms of virtual time: proposed %d of %d, delivered per member %v",
-				stallLimit/Millisecond, proposed, b.N, g.delivered)
+				stallLimit/Millisecond, proposed, b.N, g.Delivered)
 		}
-		for _, c := range g.cores {
+		for _, c := range g.Cores {
 			for k := 0; k < batch && proposed < b.N; k++ {
-				err := c.Propose(g.now, msg)
+				err := c.Propose(g.Now, msg)
 				if errors.Is(err, ErrWindowFull) {
 					break
 				}
@@ -131,14 +81,14 @@ func benchGroup(b *testing.B, method Method, size, batch int) {
 				proposed++
 			}
 		}
-		g.round(b)
+		g.Round(b)
 	}
 	b.StopTimer()
-	for i, d := range g.delivered {
+	for i, d := range g.Delivered {
 		if d < b.N {
 			b.Fatalf("member %d delivered %d of %d", i, d, b.N)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64(g.frames)/float64(b.N), "frames/msg")
+	b.ReportMetric(float64(g.Frames)/float64(b.N), "frames/msg")
 }
