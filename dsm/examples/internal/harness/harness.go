@@ -391,16 +391,22 @@ func Barriers(ctx context.Context, n *dsm.Node) func() error {
 
 // envPin reads DSM_PIN, which asks for -pin from the environment (set
 // where bench/mpi/compare or netns-bdsm is started: both pass their
-// environment on to the programs): unset or empty is no, otherwise a
-// boolean as strconv.ParseBool reads it (1, t, true, 0, f, false, ...).
+// environment on to the programs).
 func envPin() (bool, error) {
-	v := os.Getenv("DSM_PIN")
+	return envBool("DSM_PIN", "to pin each rank to a CPU")
+}
+
+// envBool reads a boolean setting from the environment: unset or empty is
+// no, otherwise a boolean as strconv.ParseBool reads it (1, t, true, 0, f,
+// false, ...); another value is an error naming it and what it is for.
+func envBool(name, what string) (bool, error) {
+	v := os.Getenv(name)
 	if v == "" {
 		return false, nil
 	}
-	pin, err := strconv.ParseBool(v)
+	on, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("DSM_PIN=%q: want 1 or true to pin each rank to a CPU, 0 or false not to", v)
+		return false, fmt.Errorf("%s=%q: want 1 or true %s, 0 or false not to", name, v, what)
 	}
-	return pin, nil
+	return on, nil
 }

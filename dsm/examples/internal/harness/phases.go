@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime/trace"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -24,19 +23,10 @@ type Phases struct {
 	out   io.Writer        // os.Stderr
 }
 
-// envPhases reads DSM_PHASES: unset or empty is no, otherwise a boolean as
-// strconv.ParseBool reads it. Options.Run refuses a value that is not one
-// before any rank starts.
+// envPhases reads DSM_PHASES (see envBool). Options.Run refuses a value
+// that is not a boolean before any rank starts.
 func envPhases() (bool, error) {
-	v := os.Getenv("DSM_PHASES")
-	if v == "" {
-		return false, nil
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("DSM_PHASES=%q: want 1 or true to time each iteration's phases, 0 or false not to", v)
-	}
-	return on, nil
+	return envBool("DSM_PHASES", "to time each iteration's phases")
 }
 
 // NewPhases returns phase timers named names, or nil unless DSM_PHASES is
