@@ -215,7 +215,9 @@ type peer struct {
 	// the timer fires before any answer can come (retransmissions queued
 	// behind a window at a slow port) no sample was ever taken, the timer
 	// never grew, and every re-ask cost another retransmission
-	// (TestNackTimerLearnsLongRepairRoundTrip).
+	// (TestNackTimerLearnsLongRepairRoundTrip). While the timer backs off
+	// (the sender was not heard for a whole timeout) no sample is pending
+	// or started: it would measure the sender's silence.
 	nackSentAt Time
 	nackRepeat bool // the Nack due re-asks (nack timer)
 	// nackRound numbers our Nacks to this sender (held.asked); reask says
@@ -691,6 +693,10 @@ func (c *Core) Tick(now Time) {
 			p.nackRepeat, p.timerDue = true, true
 			if p.expected == p.nackExpected && p.lastHeard <= p.nackArmed {
 				p.nackBackoff = min(p.nackBackoff+1, maxNackBackoff)
+				// A repair sample pending now would measure the
+				// sender's silence, not a round trip: a 500 ms stall
+				// set the timer to 125 ms (TestNackTimerIgnoresSilence).
+				p.nackSentAt = 0
 			} else {
 				p.nackBackoff = 0
 			}

@@ -899,8 +899,11 @@ func TestNackTimerLearnsLongRepairRoundTrip(t *testing.T) {
 		if !slices.ContainsFunc(frames, func(f out) bool { return f.t == frame.Nack }) {
 			t.Fatalf("round %d: %+v, want a Nack", i, frames)
 		}
-		// The timer may fire before the answer; it re-asks.
+		// The timer may fire before the answer; it re-asks. The sender
+		// is heard meanwhile (the window queued at its port drains to
+		// us), so the timer does not back off.
 		for p.nackAt != 0 && p.nackAt < sent.Add(rtt) {
+			step(t, c, p.nackAt-1, in{sender: 1, seq: seq + 1, body: &frame.Empty{T: frame.Heartbeat}})
 			now = p.nackAt
 			c.Tick(now)
 			ready(t, c)
@@ -925,6 +928,53 @@ func TestNackTimerLearnsLongRepairRoundTrip(t *testing.T) {
 	}
 	if st := c.Stats(); st.NacksRepeated == 0 {
 		t.Fatalf("stats %+v: the first rounds should have re-asked (the check above proves nothing otherwise)", st)
+	}
+}
+
+// A sender silent while we wait for its repair (a stalled process, below
+// FailureTimeout) is not a repair round trip. With the sample kept from
+// the first Nack across a 500 ms silence, the nack timer went from
+// 250 µs to 125 ms (1 s backed off), and took 27 repaired gaps to fall
+// below NackTimeout again.
+func TestNackTimerIgnoresSilence(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	p := &c.peers[0]
+	now := t0
+	const rtt = 100 * Microsecond
+	repair := func(seq uint32, rtt Duration) {
+		now = now.Add(Millisecond)
+		step(t, c, now, in{sender: 1, seq: seq + 1, body: data("b")}) // seq lost
+		ready(t, c)
+		now = now.Add(rtt)
+		step(t, c, now, in{sender: 1, seq: seq, body: data("a"), flags: frame.FlagRetransmit})
+		ready(t, c)
+	}
+	for i := range uint32(20) {
+		repair(100+2*i, rtt)
+	}
+	before, srtt := c.nackTimeout(p), p.srtt
+	now = now.Add(Millisecond)
+	step(t, c, now, in{sender: 1, seq: 141, body: data("b")}) // 140 lost
+	ready(t, c)
+	back := now.Add(500 * Millisecond)
+	for p.nackAt != 0 && p.nackAt < back {
+		now = p.nackAt
+		c.Tick(now)
+		ready(t, c)
+	}
+	if st := c.Stats(); st.NacksRepeated == 0 {
+		t.Fatalf("stats %+v: the silence should have been asked through", st)
+	}
+	now = back
+	step(t, c, now, in{sender: 1, seq: 140, body: data("a"), flags: frame.FlagRetransmit})
+	ready(t, c)
+	if d := c.nackTimeout(p); d != before || p.srtt != srtt {
+		t.Fatalf("after 500 ms of silence: nack timeout %d (srtt %d), want %d (srtt %d) as before", d, p.srtt, before, srtt)
+	}
+	// The sender heard again, the next repair is measured.
+	repair(142, Millisecond)
+	if p.srtt <= srtt {
+		t.Fatalf("srtt %d after a 1 ms repair, want above %d: no sample was taken", p.srtt, srtt)
 	}
 }
 

@@ -137,7 +137,7 @@ func (c *Core) sendNack(p *peer) {
 	if repeat {
 		c.stats.NacksRepeated++
 	}
-	if p.nackSentAt == 0 {
+	if p.nackSentAt == 0 && p.nackBackoff == 0 {
 		p.nackSentAt = c.now
 	}
 	c.nack.Target = p.id
