@@ -66,6 +66,9 @@ type Link struct {
 	// txNext. Send holds it until the kernel has taken its frames.
 	txMu   sync.Mutex
 	txNext uint64 // sequence number of the next TX slot to fill
+	// txRefused is what the last wait took back (dropRefused), nil if
+	// nothing; guarded by txMu.
+	txRefused error
 	// txPub is txNext as last published, for waits that do not hold txMu
 	// (Kick): every slot before it is filled.
 	txPub atomic.Uint64
@@ -768,7 +771,13 @@ func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 				return n, bytes, err
 			}
 			// wait may have taken refused frames back (dropRefused),
-			// moving txNext back: fill the slot it names now.
+			// moving txNext back: those of earlier Stages only when this
+			// call has filled nothing yet (then fill the slot txNext
+			// names now); otherwise this call's own frames too.
+			if l.txRefused != nil && i > 0 {
+				n, err := l.ownRefused(first, frames[:i])
+				return n, bytes, err
+			}
 			off = l.txSlot[l.txNext%slots]
 		}
 		copy(ring[off+txDataOffset:], f)
@@ -996,19 +1005,50 @@ func (l *Link) flush(first uint64, n int, bytes uint64) (int, error) {
 }
 
 // wait kicks the kernel and waits until slot seq is free (free) or taken
-// by the kernel (!free); l.txMu is held.
+// by the kernel (!free); l.txMu is held. If the kernel refused a staged
+// frame meanwhile, it and the frames after it are taken back
+// (dropRefused), txNext moves back to it and l.txRefused says so.
 func (l *Link) wait(seq uint64, free bool) error {
+	l.txRefused = nil
 	l.kickMu.Lock()
 	err := l.waitLocked(seq, free)
 	l.kickMu.Unlock()
+	if waitHook != nil {
+		waitHook(l)
+	}
 	if err == nil && l.kickPending() != nil {
-		// Frames another goroutine staged before we held kickMu, and
-		// left to us (see kickPending), were refused: they are dropped
-		// (the stager's Kick returned already; rbcast repairs them as
-		// lost). Callers of wait hold l.txMu.
-		l.dropRefused()
+		// Frames staged before, left to us (see kickPending), were
+		// refused: they are dropped (rbcast repairs them as lost; a
+		// Stager's Kick has returned already). If this caller filled
+		// slots before waiting, they are among them (fillTX).
+		l.txRefused = l.dropRefused()
 	}
 	return err
+}
+
+// waitHook, when set (tests), runs in wait between the awaited slot's
+// wait and the kick of what is still pending.
+var waitHook func(*Link)
+
+// ownRefused is fillTX's result when wait took back frames this call
+// filled (frames, from slot first on): the kernel refused one of them or
+// one staged before them (the device's MTU shrank under the link). The
+// frames before txNext went out; the rest were dropped unsent.
+// dropRefused took all of them off Stats, these too, which the caller had
+// not counted yet: they are counted here, those that went out as sent.
+func (l *Link) ownRefused(first uint64, frames [][]byte) (int, error) {
+	kept := 0
+	if l.txNext > first {
+		kept = int(l.txNext - first)
+	}
+	var all uint64
+	for _, f := range frames {
+		all += uint64(len(f))
+	}
+	l.framesSent.Add(uint64(len(frames)))
+	l.bytesSent.Add(all)
+	return kept, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
+		Err: fmt.Errorf("frames %d to %d of the batch were dropped unsent: %w", kept, len(frames)-1, l.txRefused)}
 }
 
 // waitLocked is wait with l.kickMu held.
