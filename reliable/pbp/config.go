@@ -119,12 +119,13 @@ type Config struct {
 	// NackTimeout (PBP2): the nack timer's scale. A receiver still
 	// missing frames one repair timeout after asking (srtt + 4·rttvar of
 	// its repair round trips with that sender, within [NackTimeout/16,
-	// max(NackTimeout, 2·srtt)]; NackTimeout until measured; doubled, up
-	// to 8×, while the sender is silent) asks again for the frames it last asked for
-	// at least half a repair timeout ago; a frame whose retransmission to
-	// us was overtaken is asked for again at once. A
-	// sender answers one member's Nack at its MAC, and a second member's
-	// within NackTimeout/2 by broadcast, holding further ones.
+	// min(max(NackTimeout, 2·srtt), 8·NackTimeout)]; NackTimeout until
+	// measured; doubled, up to 8×, while the sender is silent) asks again
+	// for the frames it last asked for at least half a repair timeout
+	// ago; a frame whose retransmission to us was overtaken is asked for
+	// again at once. A sender answers one member's Nack at its MAC, and a
+	// second member's within NackTimeout/2 by broadcast, holding further
+	// ones.
 	NackTimeout Duration
 	// HeartbeatInterval: a member that has sent nothing for this long
 	// sends a Heartbeat.

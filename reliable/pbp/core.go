@@ -750,13 +750,23 @@ func (c *Core) resendTimeout() {
 // Nack was asked again before it could be answered. It follows the
 // smoothed round trip, not the deviation, so scheduling noise on a busy
 // host (repairs of 0.1 to 5 ms) does not stretch the timer past
-// NackTimeout.
+// NackTimeout. It stops at 8 × NackTimeout (nackCeiling), as do the
+// samples: a sample spans every timeout from the first unanswered Nack,
+// so where a third of the Nack rounds go unanswered each sample exceeds
+// the smoothed round trip and the timer grew without bound (40% of rounds
+// unanswered at random, 200 µs round trips: 56 s after 400 gaps; two of
+// three unanswered: 43 ms at the fourth, TestNackTimerBoundedUnderLoss).
 func (c *Core) nackTimeout(p *peer) Duration {
 	if p.srtt == 0 {
 		return c.cfg.NackTimeout
 	}
-	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), max(c.cfg.NackTimeout, 2*p.srtt))
+	return min(max(p.srtt+4*p.rttvar, c.cfg.NackTimeout/minNackDivisor), max(c.cfg.NackTimeout, 2*p.srtt), c.nackCeiling())
 }
+
+// nackCeiling bounds the nack timer and its samples: the longest the timer
+// waited before it learnt round trips above NackTimeout (8 backed-off
+// timeouts, 32 ms by default), above the ~9 ms repairs it was raised for.
+func (c *Core) nackCeiling() Duration { return c.cfg.NackTimeout << maxNackBackoff }
 
 // minNackDivisor bounds the adaptive nack timeout below, at NackTimeout /
 // minNackDivisor (250 µs by default): scheduling delays on a loaded host

@@ -978,6 +978,40 @@ func TestNackTimerIgnoresSilence(t *testing.T) {
 	}
 }
 
+// A sample spans every timeout since the first unanswered Nack. Where
+// Nack rounds go unanswered often (here two of every three: heavy loss of
+// Nacks or retransmissions), each sample exceeds the smoothed round trip;
+// unbounded, the timer grew past a minute. It stops at 8 × NackTimeout.
+func TestNackTimerBoundedUnderLoss(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	p := &c.peers[0]
+	now := t0
+	const rtt = 200 * Microsecond
+	ceiling := DefaultNackTimeout << maxNackBackoff
+	for i := range uint32(100) {
+		seq := 100 + 2*i
+		now = now.Add(Millisecond)
+		step(t, c, now, in{sender: 1, seq: seq + 1, body: data("b")}) // seq lost
+		ready(t, c)
+		for range 2 { // two Nack rounds unanswered; the sender is heard
+			at := p.nackAt
+			step(t, c, at-1, in{sender: 1, seq: seq + 1, body: &frame.Empty{T: frame.Heartbeat}})
+			now = at
+			c.Tick(now)
+			ready(t, c)
+		}
+		now = now.Add(rtt)
+		step(t, c, now, in{sender: 1, seq: seq, body: data("a"), flags: frame.FlagRetransmit})
+		ready(t, c)
+		if d := c.nackTimeout(p); d > ceiling || p.srtt > ceiling {
+			t.Fatalf("gap %d: nack timeout %d, srtt %d, want at most %d", i, d, p.srtt, ceiling)
+		}
+	}
+	if d := c.nackTimeout(p); d != ceiling {
+		t.Fatalf("nack timeout %d, want it at the ceiling %d (the check above proves nothing otherwise)", d, ceiling)
+	}
+}
+
 // ReadyControl sends acknowledgements but leaves frames waiting for room
 // to the next Ready (the runtime's loop leaves new Data to the
 // application's goroutine).

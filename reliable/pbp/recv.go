@@ -191,7 +191,7 @@ func (c *Core) accept(p *peer, v frame.View, toUs bool) {
 	}
 	if v.Retransmission() {
 		if p.nackSentAt != 0 {
-			p.sampleRepair(c.now.Sub(p.nackSentAt))
+			p.sampleRepair(min(c.now.Sub(p.nackSentAt), c.nackCeiling()))
 			p.nackSentAt = 0
 		}
 		if h := &p.ring[n&c.mask]; toUs && !h.full && h.seq == n && h.asked != 0 {
