@@ -822,9 +822,15 @@ func TestLostRetransmissionAskedAgainAtOnce(t *testing.T) {
 			t.Fatalf("%+v: 101 was asked for less than a repair timeout ago", frames)
 		}
 	}
-	// It fires again one adaptive timeout later (the sample of 105's
-	// repair, ~T, lifted it above T: it is no longer capped there).
-	c.Tick((t0 + 2 + T).Add(c.nackTimeout(&c.peers[0])))
+	// It fires again one repair timeout later, T: the samples so far, 1 ns
+	// (102's broadcast retransmission, which may answer another member)
+	// and ~T (105's), give srtt T/8 and rttvar T/4, and srtt+4·rttvar is
+	// cut at max(T, 2·srtt) = T.
+	c.Tick(t0 + 2 + 2*T - 1)
+	if frames, _, _ = ready(t, c); slices.ContainsFunc(frames, func(f out) bool { return f.t == frame.Nack }) {
+		t.Fatalf("%+v: asked again before a repair timeout", frames)
+	}
+	c.Tick(t0 + 2 + 2*T)
 	if frames, _, _ = ready(t, c); len(frames) == 0 || frames[len(frames)-1].t != frame.Nack || frames[len(frames)-1].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 101}) {
 		t.Fatalf("%+v, want the nack timer to ask for 101 again", frames)
 	}
