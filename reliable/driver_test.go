@@ -3,6 +3,8 @@ package reliable
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +265,107 @@ func TestDriverTotalZeroAllocs(t *testing.T) {
 	}
 	if delivered < 2*1000-20 { // a few are still on their way
 		t.Errorf("only %d deliveries (at both members) of 1001 messages during the measurement", delivered)
+	}
+}
+
+// A Deliver callback may propose: here members 2 and 3 echo every message
+// of member 1 from inside Deliver. Propose then ran the engine's output
+// again while the outer output was still handing over the deliveries of
+// the same Ready, and the inner Advance cleared them under it. Every
+// message and every echo must arrive whole, once, in order.
+func TestDriverProposeFromDeliver(t *testing.T) {
+	for _, order := range []Order{FIFO, Total} {
+		net, err := testnet.New(7, testnet.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n, k = 3, 40
+		var eps []*testnet.Endpoint
+		var members []frame.MemberInfo
+		for i := range n {
+			ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.02}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps = append(eps, ep)
+			members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+		}
+		drivers := make([]*Driver, n)
+		got := make([][][]byte, n)
+		depth := make([]int, n)
+		for i, ep := range eps {
+			d, err := NewDriver(ep, Config{Group: 1, Members: members, Self: frame.MemberID(i + 1), Order: order, Logger: quiet,
+				Deliver: func(from frame.MemberID, data []byte) {
+					if depth[i] > 0 {
+						// The old code: Propose handed the same deliveries
+						// over again from inside this call, without end.
+						t.Fatalf("%v: member %d: Deliver called from inside Deliver", order, i+1)
+					}
+					depth[i]++
+					defer func() { depth[i]-- }()
+					got[i] = append(got[i], append([]byte(fmt.Sprintf("%d:", from)), data...))
+					if i > 0 && from == 1 {
+						echo := append([]byte(fmt.Sprintf("echo%d ", i+1)), data...)
+						if err := drivers[i].Propose(net.Now(), echo); err != nil {
+							t.Errorf("%v: member %d: Propose from Deliver: %v", order, i+1, err)
+						}
+					}
+				},
+			}, net.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			drivers[i] = d
+			ep.Bind(d)
+		}
+		for m := range k {
+			if err := drivers[0].Propose(net.Now(), []byte(fmt.Sprintf("msg %02d", m))); err != nil {
+				t.Fatal(err)
+			}
+			net.RunFor(50 * time.Microsecond)
+		}
+		net.RunFor(time.Second)
+		for i := range n {
+			var want []string
+			for m := range k {
+				if order == Total || i > 0 {
+					want = append(want, fmt.Sprintf("1:msg %02d", m))
+				}
+			}
+			var gotMsgs, echoes []string
+			for _, b := range got[i] {
+				if strings.Contains(string(b), "echo") {
+					echoes = append(echoes, string(b))
+				} else {
+					gotMsgs = append(gotMsgs, string(b))
+				}
+			}
+			if !slices.Equal(gotMsgs, want) {
+				t.Errorf("%v: member %d got %q, want %q", order, i+1, gotMsgs, want)
+			}
+			// Each member gets every other echoer's k echoes (under
+			// Total its own too), in order per echoer.
+			for e := 2; e <= n; e++ {
+				if order == FIFO && e == i+1 {
+					continue
+				}
+				var mine []string
+				for _, s := range echoes {
+					if strings.HasPrefix(s, fmt.Sprintf("%d:echo%d ", e, e)) {
+						mine = append(mine, s)
+					}
+				}
+				if len(mine) != k {
+					t.Errorf("%v: member %d got %d echoes from member %d, want %d", order, i+1, len(mine), e, k)
+					continue
+				}
+				for m, s := range mine {
+					if w := fmt.Sprintf("%d:echo%d msg %02d", e, e, m); s != w {
+						t.Errorf("%v: member %d: echo %d from member %d is %q, want %q", order, i+1, m, e, s, w)
+						break
+					}
+				}
+			}
+		}
 	}
 }

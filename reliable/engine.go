@@ -67,8 +67,11 @@ type engine struct {
 	// counts what it sent.
 	sendNow    nowSender
 	retx, rest [][]byte
-	nowSent    uint64
-	nowFailed  bool // a SendNow failed (logged once)
+	// outputting: outputData is carrying out a Ready; again: something
+	// called it meanwhile (from a delivery), so it runs another round.
+	outputting, again bool
+	nowSent           uint64
+	nowFailed         bool // a SendNow failed (logged once)
 }
 
 // nowSender is a link that can send frames past the ones it has queued
@@ -301,6 +304,27 @@ func (e *engine) output() error { return e.outputData(true) }
 // room keep waiting (pbp.Core.ReadyControl). The sequencer core has no
 // such split: its requests are small, and one Ready sends them.
 func (e *engine) outputData(data bool) error {
+	if e.outputting {
+		// Called from a delivery of the Ready being carried out (a
+		// Config.Deliver that proposes through the Driver): that Ready
+		// must be finished and Advanced first, or its deliveries would
+		// be handed over again, and again. The outer call runs another
+		// round for what this one would have sent.
+		e.again = true
+		return e.sendErr
+	}
+	e.outputting = true
+	defer func() { e.outputting = false }()
+	for {
+		e.again = false
+		if err := e.outputOnce(data); err != nil || !e.again {
+			return err
+		}
+	}
+}
+
+// outputOnce carries out one Ready and Advances.
+func (e *engine) outputOnce(data bool) error {
 	if e.total != nil {
 		rd := e.total.Ready()
 		e.send(rd.Frames)
