@@ -207,7 +207,8 @@ type peer struct {
 	nackBackoff  uint
 	nackArmed    Time // when the nack timer was last set
 	// Repair round trip (RFC 6298's estimator): from the first Nack not
-	// yet answered to the first retransmission that arrives after it.
+	// yet answered to the first retransmission that arrives after it of
+	// a frame we asked for and still miss.
 	// nackSentAt is 0 when no sample is pending. A re-asking Nack keeps
 	// the pending sample: if its answer is the one that comes, the sample
 	// overstates the round trip by one timeout, which lengthens the timer

@@ -189,12 +189,16 @@ func (c *Core) accept(p *peer, v frame.View, toUs bool) {
 		c.stats.BeyondWindow++
 		return
 	}
-	if v.Retransmission() {
+	if h := &p.ring[n&c.mask]; v.Retransmission() && !h.full && h.seq == n && h.asked != 0 {
+		// A retransmission of a frame we asked for and miss ends the
+		// pending sample; one of a frame we hold or never asked for
+		// answers another member's Nack, and taken as a sample it
+		// pulled the timer below the round trip.
 		if p.nackSentAt != 0 {
 			p.sampleRepair(min(c.now.Sub(p.nackSentAt), c.nackCeiling()))
 			p.nackSentAt = 0
 		}
-		if h := &p.ring[n&c.mask]; toUs && !h.full && h.seq == n && h.asked != 0 {
+		if toUs {
 			c.findLost(p, n, h.asked)
 		}
 	}
