@@ -272,7 +272,7 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	group := fs.String("group", "", "group id (default: the group of the member's own frames)")
 	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp or seq")
 	mode := fs.String("mode", "pbp2", "PBP variant: pbp2 or pbp1")
-	window := fs.Int("window", 0, "send window (PBP) or request window (seq) (0: the core's default)")
+	window := fs.Int("window", 0, "send window (PBP) or request window (seq) (0: the one the group's Join frames carry, else the core's default)")
 	mtu := fs.Int("mtu", 0, "link MTU (0: the interface description's, else 1500)")
 	maxPayload := fs.Int("max-payload", 0, "largest message (0: what the MTU allows)")
 	initial := fs.Uint("initial-seq", 0, "PBP: every member's first sequence number")

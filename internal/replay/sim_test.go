@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,4 +163,49 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n-1:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// A registered group's Join frames carry the members' send window; the
+// re-run uses it unless -window says otherwise, so a capture taken under
+// another default (128 before 2026-11-22) is re-run as it was recorded.
+func TestSimulateWindowFromJoin(t *testing.T) {
+	run := runLossy(t, filepath.Join(t.TempDir(), "join.pcapng"), 5, 2, 20, 0)
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Window != 0 || slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "Join") }) {
+		t.Fatalf("no Join frame: window %d, notes %q; want the default and no note", res.Config.Window, res.Notes)
+	}
+	// A Join of group 7 asking for window 64, as registration sends it.
+	body, err := frame.Append(nil, &frame.Header{Group: 7, Sender: frame.NoMember, Incarnation: 9},
+		&frame.JoinBody{Requested: frame.NoMember, Window: 64, MTU: 1500, Nonce: 1, ConfigHash: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append(frame.AppendEthernet(nil, frame.Broadcast, [6]byte{2, 0, 0, 0, 0, 9}, frame.EtherType), body...)
+	v, err := frame.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.Records[0]
+	c.Records = append([]Record{{N: 0, Time: first.Time, Iface: first.Iface, Data: data, Src: [6]byte{2, 0, 0, 0, 0, 9}, Dst: frame.Broadcast, View: v}}, c.Records...)
+	res, err = Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Window != 64 || !slices.Contains(res.Notes, "window 64, from the Join frame 0") {
+		t.Fatalf("with a Join for window 64: window %d, notes %q", res.Config.Window, res.Notes)
+	}
+	res, err = Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1, Window: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Window != 32 {
+		t.Fatalf("-window 32 with a Join for 64: window %d, want 32", res.Config.Window)
+	}
 }

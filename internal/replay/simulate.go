@@ -68,8 +68,10 @@ type SimOptions struct {
 	// registered group), else the interface's isb_starttime (capture.Wrap
 	// records the wrap time), else its first frame.
 	Start time.Time
-	// PBP's settings, as pbp.Config (zero: defaults). Window, MaxPayload
-	// and the timers shared with the sequencer apply to it too.
+	// PBP's settings, as pbp.Config (zero: defaults; Window zero: the
+	// window the group's Join frames carry, if the capture has one, else
+	// the default). Window, MaxPayload and the timers shared with the
+	// sequencer apply to it too.
 	Mode                                                                                 pbp.Mode
 	Window, MaxPayload                                                                   int
 	InitialSeq                                                                           uint32
@@ -237,6 +239,16 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	mtu := opts.MTU
 	if mtu == 0 {
 		mtu = intf.MTU
+	}
+	if opts.Window == 0 {
+		// Members must agree on the window; a registered group's Join
+		// frames carry it (the default changed from 128 to 256 on
+		// 2026-11-22: a capture from before would diverge under the
+		// core's default).
+		if w, n, ok := windowFromJoins(c, group); ok {
+			opts.Window = w
+			note("window %d, from the Join frame %d", w, n)
+		}
 	}
 	res.Protocol = opts.Protocol
 	if res.Protocol == ProtocolAuto {
@@ -986,4 +998,20 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// windowFromJoins returns the send window the first Join frame of group
+// carries (every member's is the same: the config hash covers it) and
+// that frame's number; ok is false when the capture has none (static
+// members).
+func windowFromJoins(c *Capture, group uint32) (window, n int, ok bool) {
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View != nil && r.View.Type() == frame.Join && r.View.Group() == group {
+			if w := int(r.View.Join().Window); w > 0 {
+				return w, r.N, true
+			}
+		}
+	}
+	return 0, 0, false
 }
