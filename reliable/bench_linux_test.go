@@ -34,12 +34,23 @@ import (
 // RBCAST_BENCH_NOSTAGE=1 has groups send with Link.Send under their lock
 // instead of staging frames under it for the kicker goroutine;
 // RBCAST_BENCH_SETTLE (a duration) replaces the 1 ms a receiver's loop
-// waits for its reader to take the messages queued as views.
+// waits for its reader to take the messages queued as views;
+// RBCAST_BENCH_SPIN (a duration) has every ring link, PBP's and the raw
+// ceiling's receivers alike, poll its receive ring that long before
+// sleeping (ring.Config.RxSpin).
 
 func init() {
 	if d, ok := envDuration(nil, "RBCAST_BENCH_SETTLE"); ok {
 		settleWait = d
 	}
+}
+
+// benchSpin is RBCAST_BENCH_SPIN: every ring link of the PBP and raw
+// runs polls its receive ring this long, yielding, before sleeping
+// (ring.Config.RxSpin; default 0, never).
+func benchSpin(tb testing.TB) time.Duration {
+	d, _ := envDuration(tb, "RBCAST_BENCH_SPIN")
+	return d
 }
 
 func benchDuration() time.Duration {
@@ -297,7 +308,7 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	var l link.Link
 	err := h.Do(func() error {
 		var err error
-		l, err = linkbench.Backends["ring-v2"](h.Iface)
+		l, _, err = linkbench.OpenRing("ring-v2", h.Iface, benchSpin(tb))
 		return err
 	})
 	if err != nil {
@@ -438,7 +449,7 @@ func BenchmarkGoodput(b *testing.B) {
 				var res *linkbench.Throughput
 				min, cpu := cpuPerGB(rx, func() (float64, time.Duration) {
 					var err error
-					res, err = linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: d})
+					res, err = linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: d, RxSpin: benchSpin(b)})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -34,6 +34,8 @@ import (
 // RBCAST_REPORT_PROCS=1: one-to-all receivers (raw ring, PBP) as processes
 // of their own in their namespaces instead of goroutines of this process.
 // RBCAST_REPORT_OUT: also write the tables to this file.
+// RBCAST_BENCH_SPIN: every ring link polls its receive ring this long
+// before sleeping (ring.Config.RxSpin), the raw receivers' too.
 //
 // Everything runs in this one process: every member of a group, every
 // raw receiver and every TCP endpoint is a goroutine with its socket in
@@ -70,6 +72,9 @@ func BenchmarkReport(b *testing.B) {
 	arr := "every receiver of one-to-all runs (raw ring, PBP) is a process of its own in its namespace; all-to-all members, TCP endpoints and the senders are goroutines of the benchmark process"
 	if !r.procs {
 		arr = "every endpoint is a goroutine of the benchmark process"
+	}
+	if spin := benchSpin(b); spin != 0 {
+		arr += fmt.Sprintf("; every ring link (PBP's and the raw receivers') polls its receive ring %v before sleeping (RBCAST_BENCH_SPIN)", spin)
 	}
 	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); %s; load average at start %s\n\n", d, reps, arr, loadavg())
 	for _, p := range strings.Split(parts, ",") {
@@ -171,7 +176,7 @@ func pct(a, b float64) string {
 }
 
 func (r *reporter) raw(topo *netns.Topology, overlap, work bool) (float64, time.Duration) {
-	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, Processes: r.procs, Overlap: overlap, Work: work})
+	res, err := linkbench.RunThroughputOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, Processes: r.procs, Overlap: overlap, Work: work, RxSpin: benchSpin(r.b)})
 	if err != nil {
 		r.b.Fatal(err)
 	}

@@ -27,22 +27,34 @@ import (
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
+// ringBackends are the ring backends' configurations.
+var ringBackends = map[string]ring.Config{
+	"ring-v3":      {Version: ring.V3, TxMode: ring.TxRing},
+	"ring-v2":      {Version: ring.V2, TxMode: ring.TxRing},
+	"ring-v3-mmsg": {Version: ring.V3, TxMode: ring.TxSendmmsg},
+	"ring-v2-mmsg": {Version: ring.V2, TxMode: ring.TxSendmmsg},
+}
+
+// OpenRing opens the ring backend name on ifname with RxSpin spin; ok is
+// false when name is not a ring backend.
+func OpenRing(name, ifname string, spin time.Duration) (l link.Link, ok bool, err error) {
+	cfg, ok := ringBackends[name]
+	if !ok {
+		return nil, false, nil
+	}
+	cfg.RxSpin = spin
+	l, err = ring.Open(ifname, cfg)
+	return l, true, err
+}
+
 // Backends maps a backend name to how it is opened.
 var Backends = map[string]func(ifname string) (link.Link, error){
-	"ring-v3": func(n string) (link.Link, error) {
-		return ring.Open(n, ring.Config{Version: ring.V3, TxMode: ring.TxRing})
-	},
-	"ring-v2": func(n string) (link.Link, error) {
-		return ring.Open(n, ring.Config{Version: ring.V2, TxMode: ring.TxRing})
-	},
-	"ring-v3-mmsg": func(n string) (link.Link, error) {
-		return ring.Open(n, ring.Config{Version: ring.V3, TxMode: ring.TxSendmmsg})
-	},
-	"ring-v2-mmsg": func(n string) (link.Link, error) {
-		return ring.Open(n, ring.Config{Version: ring.V2, TxMode: ring.TxSendmmsg})
-	},
-	"afpacket": func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
-	"plain":    openPlain,
+	"ring-v3":      func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v3"]) },
+	"ring-v2":      func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v2"]) },
+	"ring-v3-mmsg": func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v3-mmsg"]) },
+	"ring-v2-mmsg": func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v2-mmsg"]) },
+	"afpacket":     func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
+	"plain":        openPlain,
 }
 
 // BackendNames lists the backends in report order.
@@ -79,6 +91,10 @@ type Options struct {
 	// bounds what any such protocol can reach on the link (the ring still
 	// makes its own copy into the TX slot).
 	Work bool
+	// RxSpin has the receivers' rings poll this long, yielding the CPU,
+	// before sleeping (ring.Config.RxSpin). Ring backends and goroutine
+	// receivers only.
+	RxSpin time.Duration
 }
 
 // stager is the ring link's split Send (link/ring Stage and Kick).
@@ -186,6 +202,15 @@ func (o Options) openers() (open, openSender func(string) (link.Link, error), er
 		return nil, nil, fmt.Errorf("unknown backend %q (have %v)", o.Backend, BackendNames)
 	}
 	openSender = open
+	if o.RxSpin != 0 {
+		if _, ok := ringBackends[o.Backend]; !ok || o.Processes {
+			return nil, nil, fmt.Errorf("RxSpin %v: receivers must be goroutines on a ring backend (have %q, processes %v)", o.RxSpin, o.Backend, o.Processes)
+		}
+		open = func(n string) (link.Link, error) {
+			l, _, err := OpenRing(o.Backend, n, o.RxSpin)
+			return l, err
+		}
+	}
 	if o.Sender != "" {
 		if openSender, ok = Backends[o.Sender]; !ok {
 			return nil, nil, fmt.Errorf("unknown sender backend %q (have %v)", o.Sender, BackendNames)

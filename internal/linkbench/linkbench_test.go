@@ -225,3 +225,27 @@ func TestReceiveWorkCRC(t *testing.T) {
 		}
 	}
 }
+
+// RxSpin reaches the receivers' rings, and is refused where it cannot.
+func TestRxSpinOption(t *testing.T) {
+	netns.RequireRoot(t)
+	prefix := fmt.Sprintf("rbks%d", os.Getpid()%1000)
+	res, err := RunThroughput(Options{Backend: "ring-v2", Hosts: 2, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, RxSpin: 50 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Receivers[0]; r.Frames == 0 || r.Frames > res.Sent {
+		t.Fatalf("receiver got %d frames of %d sent", r.Frames, res.Sent)
+	}
+	for _, o := range []Options{
+		{Backend: "plain", Hosts: 2, RxSpin: time.Microsecond},
+		{Backend: "ring-v2", Hosts: 2, RxSpin: time.Microsecond, Processes: true},
+	} {
+		if _, _, err := o.openers(); err == nil || !strings.Contains(err.Error(), "receivers must be goroutines on a ring backend") {
+			t.Errorf("%+v: %v, want a refusal", o, err)
+		}
+	}
+	if left, _ := netns.Leftovers(prefix); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
