@@ -57,7 +57,7 @@ type runFlags struct {
 	members, window                                                                     int
 	node                                                                                string
 	socketMode                                                                          string
-	failure, heartbeat, joinTimeout, leaveTimeout, bundle                               time.Duration
+	failure, heartbeat, joinTimeout, leaveTimeout, bundle, spin                         time.Duration
 	etherType                                                                           string
 	flightMB                                                                            int
 	flightDir                                                                           string
@@ -79,6 +79,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
+	fs.DurationVar(&f.spin, "spin", 0, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU for fewer wake-ups (docs/benchmarks.md, run 15)")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -208,6 +209,12 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	default:
 		return dc, "", fmt.Errorf("-link is %q, want ring or afpacket", f.linkKind)
 	}
+	switch {
+	case f.spin < 0 || f.spin > time.Second:
+		return dc, "", fmt.Errorf("-spin is %v, want 0 (never) up to 1s", f.spin)
+	case f.spin != 0 && f.linkKind != "ring":
+		return dc, "", errors.New("-spin polls the mmap ring: it needs -link ring")
+	}
 	if _, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil {
 		return dc, "", fmt.Errorf("-socket-mode is %q, want octal permissions like 0660", f.socketMode)
 	}
@@ -234,14 +241,14 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 }
 
 // openLink opens the link with the EtherType the group uses.
-func openLink(kind, iface string, etherType uint16) (link.Link, error) {
+func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Link, error) {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
 	if kind == "afpacket" {
 		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: spin})
 }
 
 func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -271,7 +278,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
 	// and the metrics listener, then drop every privilege, then serve.
-	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType)
+	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
