@@ -341,10 +341,15 @@ func (c *conn) subscribe(from uint16) bool {
 		c.fail(localapi.CodeUnexpected, false, "already subscribed on this connection")
 		return false
 	}
-	if err := c.write(&localapi.Subscribed{From: from}); err != nil {
+	// Registered before Subscribed is answered: from Subscribed on, the
+	// client may have a message sent (another connection) and expects its
+	// delivery; registered after, the fan-out could deliver it before the
+	// subscriber is in the list and skip it. Deliveries wait in s.q until
+	// the stream starts, so Subscribed still goes out first.
+	if !c.d.addSub(s) {
 		return false
 	}
-	if !c.d.addSub(s) {
+	if err := c.write(&localapi.Subscribed{From: from}); err != nil {
 		return false
 	}
 	go c.stream(s)
