@@ -111,11 +111,7 @@ func TestReportUnbalanced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reps []int
-	for _, r := range runs {
-		reps = append(reps, r.rep)
-	}
-	if want := []int{1, 1, 1, 2, 2, 3, 3}; !slices.Equal(reps, want) {
+	if reps, want := repOf(runs), []int{1, 1, 1, 2, 2, 3, 3}; !slices.Equal(reps, want) {
 		t.Errorf("repetitions %v, want %v", reps, want)
 	}
 	var out strings.Builder
@@ -156,16 +152,21 @@ bdsm window=0 spin=0s loss= jacobi mode=host procs=2 rank=0 n=512 checksum=aaaa 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reps []int
-	for _, r := range runs {
-		reps = append(reps, r.rep)
-	}
-	if want := []int{1, 2, 2, 2}; !slices.Equal(reps, want) {
+	if reps, want := repOf(runs), []int{1, 2, 2, 2}; !slices.Equal(reps, want) {
 		t.Errorf("repetitions %v, want %v", reps, want)
 	}
 	if r, u := ratioCell(pick(runs, "jacobi", "bdsm", 2, 0, 0), pick(runs, "jacobi", "mpi", 2, 0, 0)); r != "1.00" || u != 1 {
 		t.Errorf("BDSM/MPI %s, %d unpaired; want 1.00, 1", r, u)
 	}
+}
+
+// repOf is the repetition of each run, in order.
+func repOf(runs []run) []int {
+	var reps []int
+	for _, r := range runs {
+		reps = append(reps, r.rep)
+	}
+	return reps
 }
 
 // raw is a -raw file: two repetitions of jacobi at 2 processes (seq, MPI,
