@@ -765,8 +765,9 @@ func (c *Core) nackTimeout(p *peer) Duration {
 }
 
 // nackCeiling bounds the nack timer and its samples: the longest the timer
-// waited before it learnt round trips above NackTimeout (8 backed-off
-// timeouts, 32 ms by default), above the ~9 ms repairs it was raised for.
+// waited before it learnt round trips above NackTimeout (NackTimeout
+// backed off to 8×, 32 ms by default), above the ~9 ms repairs it was
+// raised for.
 func (c *Core) nackCeiling() Duration { return c.cfg.NackTimeout << maxNackBackoff }
 
 // minNackDivisor bounds the adaptive nack timeout below, at NackTimeout /
