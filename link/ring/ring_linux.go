@@ -751,8 +751,10 @@ func (l *Link) Send(frames [][]byte) (int, error) {
 
 // fillTX copies frames into the next TX slots and marks them
 // TP_STATUS_SEND_REQUEST, waiting for a slot whenever the ring is full.
-// It stops before a frame of the wrong size (i < len(frames), no error)
-// or on an error met while waiting (then as sendErr says). l.txMu is held.
+// It stops before a frame of the wrong size (i < len(frames), no error),
+// on an error met while waiting (then as sendErr says), or when a wait
+// took back frames it had filled (then as ownRefused says, which counts
+// in Stats the frames that went out). l.txMu is held.
 func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	maxLen := link.EthernetHeaderLen + l.mtu
@@ -890,7 +892,7 @@ func (l *Link) dropRefused() error {
 		return nil
 	}
 	// Stage counted them as sent. (From wait, they may be the caller's own
-	// frames, which Send or Stage counts after this: the sum is right.)
+	// frames, not counted yet: fillTX's ownRefused counts them back.)
 	l.framesSent.Add(-(next - seq))
 	l.bytesSent.Add(-dropped)
 	return fmt.Errorf("kernel refused the staged frame in TX slot %d (%d bytes, TP_STATUS_WRONG_FORMAT; the link allows %d for its MTU of %d, the device now less?); it and the %d frames staged after it were dropped unsent",
