@@ -36,11 +36,11 @@ var ringBackends = map[string]ring.Config{
 }
 
 // OpenRing opens the ring backend name on ifname with RxSpin spin; ok is
-// false when name is not a ring backend.
+// false, with an error, when name is not a ring backend.
 func OpenRing(name, ifname string, spin time.Duration) (l link.Link, ok bool, err error) {
 	cfg, ok := ringBackends[name]
 	if !ok {
-		return nil, false, nil
+		return nil, false, fmt.Errorf("%q is not a ring backend", name)
 	}
 	cfg.RxSpin = spin
 	l, err = ring.Open(ifname, cfg)

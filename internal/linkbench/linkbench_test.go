@@ -249,3 +249,11 @@ func TestRxSpinOption(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// OpenRing refuses a backend that is not a ring with an error, not a nil
+// link and a nil error (its callers do not look at ok).
+func TestOpenRingNotRing(t *testing.T) {
+	if l, ok, err := OpenRing("plain", "lo", 0); l != nil || ok || err == nil || err.Error() != `"plain" is not a ring backend` {
+		t.Fatalf(`OpenRing("plain") = %v, %v, %v; want nil, false and "\"plain\" is not a ring backend"`, l, ok, err)
+	}
+}
