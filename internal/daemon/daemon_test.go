@@ -223,6 +223,20 @@ func randomBytes(seed uint64, n int) []byte {
 	return b
 }
 
+// Once a client has read Subscribed, its subscription is in the fan-out's
+// list: a message it then has sent (bench -ping, another connection) is
+// delivered to it. Registering after answering let the fan-out skip such
+// a message now and then (TestBenchPingSelf in cmd/rbcastd timed out).
+func TestSubscribedMeansRegistered(t *testing.T) {
+	ds := startGroup(t, rtnet.New(t, 2), 1, nil, nil)
+	for i := range 50 {
+		subscribe(t, ds[0].socket, 0)
+		if n := len(ds[0].d.subscribers()); n != i+1 {
+			t.Fatalf("after Subscribed %d: %d subscribers registered, want %d", i+1, n, i+1)
+		}
+	}
+}
+
 // Three daemons under loss: readers subscribed before the group starts
 // get exactly what a client of daemon 0 sent; Flush answers only once
 // everything is acknowledged; status shows every member alive.
