@@ -60,3 +60,45 @@ func TestSendOwnFramesRefused(t *testing.T) {
 		t.Errorf("Stats after the second Send: %d frames sent, want 6", st.FramesSent)
 	}
 }
+
+// TestSendBehindRefused: the kernel's transmit head is a frame an earlier
+// Stage put there and the kernel refused (its Kick has not taken the ring
+// back yet), and Send meets it waiting for a slot. Send used to return
+// 0 and an error, leaving its frames in the ring uncounted; the next
+// dropRefused took them off Stats anyway, and FramesSent wrapped below
+// zero. Send must take the ring back itself, count nothing of its own,
+// say why, and leave the ring usable.
+func TestSendBehindRefused(t *testing.T) {
+	topo := up(t, "hb", 2, 1500)
+	tx := openOn(t, topo.Hosts[0], Config{TxBlockSize: 4096, TxBlockCount: 2})
+	if n := tx.TXGeometry().FrameCount; n != 4 {
+		t.Fatalf("TX ring of %d frames, want 4", n)
+	}
+	src := tx.HardwareAddr()
+	var frames [][]byte
+	for seq := range 6 {
+		frames = append(frames, buildFrame(make([]byte, 500), src, 0x88b5, uint64(seq), 500))
+	}
+	if n, err := tx.Stage(frames[:2]); n != 2 || err != nil {
+		t.Fatalf("Stage = %d, %v", n, err)
+	}
+	// The kernel refused the first staged frame, as it would in a Kick.
+	atomic.StoreUint32(status(tx.tx.ring, tx.txSlot[0]), unix.TP_STATUS_WRONG_FORMAT)
+	n, err := tx.Send(frames[2:])
+	want := "frames 0 to 1 of the batch were dropped unsent: kernel refused the staged frame in TX slot 0 (500 bytes, TP_STATUS_WRONG_FORMAT"
+	if n != 0 || err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Send = %d, %v; want 0 and an error saying %q", n, err, want)
+	}
+	if st, _ := tx.Stats(); st.FramesSent != 0 || st.BytesSent != 0 {
+		t.Errorf("Stats: %d frames, %d bytes sent; want 0 and 0", st.FramesSent, st.BytesSent)
+	}
+	if err := tx.Kick(); err != nil {
+		t.Errorf("Kick after Send took the ring back: %v", err)
+	}
+	if n, err := tx.Send(frames[2:]); n != 4 || err != nil {
+		t.Fatalf("Send after the refusal = %d, %v; want 4, nil", n, err)
+	}
+	if st, _ := tx.Stats(); st.FramesSent != 4 {
+		t.Errorf("Stats after the second Send: %d frames sent, want 4", st.FramesSent)
+	}
+}

@@ -777,7 +777,7 @@ func (l *Link) fillTX(frames [][]byte) (i int, bytes uint64, err error) {
 			// call has filled nothing yet (then fill the slot txNext
 			// names now); otherwise this call's own frames too.
 			if l.txRefused != nil && i > 0 {
-				n, err := l.ownRefused(first, frames[:i])
+				n, err := l.ownRefused(first, i, bytes, l.txRefused)
 				return n, bytes, err
 			}
 			off = l.txSlot[l.txNext%slots]
@@ -1032,25 +1032,25 @@ func (l *Link) wait(seq uint64, free bool) error {
 // wait and the kick of what is still pending.
 var waitHook func(*Link)
 
-// ownRefused is fillTX's result when wait took back frames this call
-// filled (frames, from slot first on): the kernel refused one of them or
-// one staged before them (the device's MTU shrank under the link). The
+// ownRefused is the result of a Send or Stage when dropRefused took back
+// frames this call filled (n frames of bytes bytes, from slot first on):
+// the kernel refused one of them or one staged before them (the device's
+// MTU shrank under the link); refused is what dropRefused said. The
 // frames before txNext went out; the rest were dropped unsent.
 // dropRefused took all of them off Stats, these too, which the caller had
 // not counted yet: they are counted here, those that went out as sent.
-func (l *Link) ownRefused(first uint64, frames [][]byte) (int, error) {
+func (l *Link) ownRefused(first uint64, n int, bytes uint64, refused error) (int, error) {
 	kept := 0
 	if l.txNext > first {
 		kept = int(l.txNext - first)
 	}
-	var all uint64
-	for _, f := range frames {
-		all += uint64(len(f))
+	l.framesSent.Add(uint64(n))
+	l.bytesSent.Add(bytes)
+	err := fmt.Errorf("frames %d to %d of the batch were dropped unsent: %w", kept, n-1, refused)
+	if n == 0 {
+		err = fmt.Errorf("no frame of the batch was sent: %w", refused)
 	}
-	l.framesSent.Add(uint64(len(frames)))
-	l.bytesSent.Add(all)
-	return kept, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
-		Err: fmt.Errorf("frames %d to %d of the batch were dropped unsent: %w", kept, len(frames)-1, l.txRefused)}
+	return kept, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 }
 
 // waitLocked is wait with l.kickMu held.
@@ -1123,7 +1123,9 @@ func (l *Link) txProgress(fd uintptr) bool {
 // sendErr turns an error met while frames [first, txNext) were in the
 // ring into Send's result (l.txMu is held). If the kernel refused one of
 // them, the slots from it on are taken back (takeBackRefused) and
-// reported unsent.
+// reported unsent; if it refused one staged before them, whose Kick has
+// not taken the ring back yet, the ring is taken back from there
+// (dropRefused), these frames with it (ownRefused).
 func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error) {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
@@ -1140,6 +1142,9 @@ func (l *Link) sendErr(first uint64, n int, bytes uint64, err error) (int, error
 		l.bytesSent.Add(bytes - dropped)
 		return sent, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname),
 			Err: fmt.Errorf("kernel refused frame %d of the batch (%d bytes, TP_STATUS_WRONG_FORMAT): %w", sent, size, err)}
+	}
+	if refused := l.dropRefused(); refused != nil {
+		return l.ownRefused(first, n, bytes, fmt.Errorf("%w: %w", refused, err))
 	}
 	return 0, &net.OpError{Op: "send", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 }
