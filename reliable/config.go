@@ -196,8 +196,9 @@ type Config struct {
 	// goroutine instead of Recv's queue. data is a view into the received
 	// frame, valid only during the call: no copy is made. Deliver must not
 	// call the Group's methods (the loop holds the group's lock). Under a
-	// Driver it may call the Driver's Propose: the message goes out once
-	// the deliveries of the same turn are handed over.
+	// Driver it may call the Driver's Propose or Leave: the message (or
+	// the Leave) goes out once the deliveries of the same turn are
+	// handed over.
 	Deliver func(from frame.MemberID, data []byte)
 	// OnEvent, when set, is called on the event loop's goroutine for every
 	// membership (and sequencer) event, under the same rules as Deliver.

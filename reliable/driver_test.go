@@ -369,3 +369,62 @@ func TestDriverProposeFromDeliver(t *testing.T) {
 		}
 	}
 }
+
+// A Deliver callback may leave: member 2 calls the Driver's Leave while
+// the first message of member 1 is handed over. The core's Leave then
+// put its frames and SelfLeft into the Ready being carried out, whose
+// Advance dropped them: member 2 never reported SelfLeft. It must
+// report it once, and member 1 must see member 2 leave.
+func TestDriverLeaveFromDeliver(t *testing.T) {
+	for _, order := range []Order{FIFO, Total} {
+		net, err := testnet.New(7, testnet.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eps []*testnet.Endpoint
+		var members []frame.MemberInfo
+		for i := range 2 {
+			ep, err := net.Attach(testnet.EndpointConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps = append(eps, ep)
+			members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+		}
+		drivers := make([]*Driver, 2)
+		var events [2][]EventKind
+		for i, ep := range eps {
+			d, err := NewDriver(ep, Config{Group: 1, Members: members, Self: frame.MemberID(i + 1), Order: order, Logger: quiet,
+				OnEvent: func(ev Event) { events[i] = append(events[i], ev.Kind) },
+				Deliver: func(from frame.MemberID, data []byte) {
+					if i == 1 && from == 1 {
+						if err := drivers[1].Leave(net.Now()); err != nil {
+							t.Errorf("%v: Leave from Deliver: %v", order, err)
+						}
+					}
+				},
+			}, net.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			drivers[i] = d
+			ep.Bind(d)
+		}
+		if err := drivers[0].Propose(net.Now(), []byte("bye")); err != nil {
+			t.Fatal(err)
+		}
+		net.RunFor(time.Second)
+		selfLeft := 0
+		for _, k := range events[1] {
+			if k == SelfLeft {
+				selfLeft++
+			}
+		}
+		if !drivers[1].Left() || selfLeft != 1 {
+			t.Errorf("%v: member 2 left %v, events %v; want SelfLeft once", order, drivers[1].Left(), events[1])
+		}
+		if slices.Index(events[0], MemberLeft) < 0 {
+			t.Errorf("%v: member 1's events %v, want MemberLeft", order, events[0])
+		}
+	}
+}

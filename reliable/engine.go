@@ -70,8 +70,11 @@ type engine struct {
 	// outputting: outputData is carrying out a Ready; again: something
 	// called it meanwhile (from a delivery), so it runs another round.
 	outputting, again bool
-	nowSent           uint64
-	nowFailed         bool // a SendNow failed (logged once)
+	// leaveDue: leave was called meanwhile, at leaveAt.
+	leaveDue  bool
+	leaveAt   clock.Time
+	nowSent   uint64
+	nowFailed bool // a SendNow failed (logged once)
 }
 
 // nowSender is a link that can send frames past the ones it has queued
@@ -199,6 +202,19 @@ func (e *engine) inFlight() int {
 }
 
 func (e *engine) leave(now clock.Time) {
+	if e.outputting {
+		// From a delivery or event of the Ready being carried out (a
+		// Driver's Leave from Config.Deliver or OnEvent): the core's
+		// Leave would put frames and SelfLeft into that Ready after the
+		// runtime took it, and its Advance would drop them (SelfLeft was
+		// never reported). outputData leaves once it is Advanced.
+		e.leaveDue, e.leaveAt, e.again = true, now, true
+		return
+	}
+	e.leaveNow(now)
+}
+
+func (e *engine) leaveNow(now clock.Time) {
 	if e.core != nil {
 		e.core.Leave(now)
 		return
@@ -317,7 +333,12 @@ func (e *engine) outputData(data bool) error {
 	defer func() { e.outputting = false }()
 	for {
 		e.again = false
-		if err := e.outputOnce(data); err != nil || !e.again {
+		err := e.outputOnce(data)
+		if e.leaveDue {
+			e.leaveDue = false
+			e.leaveNow(e.leaveAt)
+		}
+		if err != nil || !e.again {
 			return err
 		}
 	}
