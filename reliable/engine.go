@@ -70,6 +70,8 @@ type engine struct {
 	// outputting: outputData is carrying out a Ready; again: something
 	// called it meanwhile (from a delivery), so it runs another round.
 	outputting, again bool
+	// againData: a re-entering call asked for new Data too.
+	againData bool
 	// leaveDue: leave was called meanwhile, at leaveAt.
 	leaveDue  bool
 	leaveAt   clock.Time
@@ -327,6 +329,7 @@ func (e *engine) outputData(data bool) error {
 		// be handed over again, and again. The outer call runs another
 		// round for what this one would have sent.
 		e.again = true
+		e.againData = e.againData || data
 		return e.sendErr
 	}
 	e.outputting = true
@@ -334,6 +337,9 @@ func (e *engine) outputData(data bool) error {
 	for {
 		e.again = false
 		err := e.outputOnce(data)
+		// A re-entering call that would have sent new Data has its
+		// round send it, even when this call was control-only.
+		data, e.againData = data || e.againData, false
 		if e.leaveDue {
 			e.leaveDue = false
 			e.leaveNow(e.leaveAt)
