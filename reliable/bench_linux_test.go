@@ -308,7 +308,7 @@ func openOnHost(tb testing.TB, h *netns.Host) link.Link {
 	var l link.Link
 	err := h.Do(func() error {
 		var err error
-		l, _, err = linkbench.OpenRing("ring-v2", h.Iface, benchSpin(tb))
+		l, err = linkbench.OpenRing("ring-v2", h.Iface, benchSpin(tb))
 		return err
 	})
 	if err != nil {

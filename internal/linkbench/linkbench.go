@@ -35,16 +35,15 @@ var ringBackends = map[string]ring.Config{
 	"ring-v2-mmsg": {Version: ring.V2, TxMode: ring.TxSendmmsg},
 }
 
-// OpenRing opens the ring backend name on ifname with RxSpin spin; ok is
-// false, with an error, when name is not a ring backend.
-func OpenRing(name, ifname string, spin time.Duration) (l link.Link, ok bool, err error) {
+// OpenRing opens the ring backend name on ifname with RxSpin spin; a name
+// that is not a ring backend is an error.
+func OpenRing(name, ifname string, spin time.Duration) (link.Link, error) {
 	cfg, ok := ringBackends[name]
 	if !ok {
-		return nil, false, fmt.Errorf("%q is not a ring backend", name)
+		return nil, fmt.Errorf("%q is not a ring backend", name)
 	}
 	cfg.RxSpin = spin
-	l, err = ring.Open(ifname, cfg)
-	return l, true, err
+	return ring.Open(ifname, cfg)
 }
 
 // Backends maps a backend name to how it is opened.
@@ -207,8 +206,7 @@ func (o Options) openers() (open, openSender func(string) (link.Link, error), er
 			return nil, nil, fmt.Errorf("RxSpin %v: receivers must be goroutines on a ring backend (have %q, processes %v)", o.RxSpin, o.Backend, o.Processes)
 		}
 		open = func(n string) (link.Link, error) {
-			l, _, err := OpenRing(o.Backend, n, o.RxSpin)
-			return l, err
+			return OpenRing(o.Backend, n, o.RxSpin)
 		}
 	}
 	if o.Sender != "" {

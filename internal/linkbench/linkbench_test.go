@@ -253,7 +253,7 @@ func TestRxSpinOption(t *testing.T) {
 // OpenRing refuses a backend that is not a ring with an error, not a nil
 // link and a nil error (its callers do not look at ok).
 func TestOpenRingNotRing(t *testing.T) {
-	if l, ok, err := OpenRing("plain", "lo", 0); l != nil || ok || err == nil || err.Error() != `"plain" is not a ring backend` {
-		t.Fatalf(`OpenRing("plain") = %v, %v, %v; want nil, false and "\"plain\" is not a ring backend"`, l, ok, err)
+	if l, err := OpenRing("plain", "lo", 0); l != nil || err == nil || err.Error() != `"plain" is not a ring backend` {
+		t.Fatalf(`OpenRing("plain") = %v, %v; want nil and "\"plain\" is not a ring backend"`, l, err)
 	}
 }
