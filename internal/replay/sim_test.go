@@ -201,6 +201,27 @@ func TestSimulateWindowFromJoin(t *testing.T) {
 	if res.Config.Window != 64 || !slices.Contains(res.Notes, "window 64, from the Join frame 0") {
 		t.Fatalf("with a Join for window 64: window %d, notes %q", res.Config.Window, res.Notes)
 	}
+	// The node's own Join wins over another joiner's (a refused one's
+	// may carry another window), wherever it comes.
+	own, err := frame.Append(nil, &frame.Header{Group: 7, Sender: frame.NoMember, Incarnation: 1},
+		&frame.JoinBody{Requested: frame.NoMember, Window: 96, MTU: 1500, Nonce: 3, ConfigHash: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := frame.Parse(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := run.members[0].MAC
+	c.Records = append(c.Records, Record{N: 99999, Time: first.Time, Iface: first.Iface,
+		Data: append(frame.AppendEthernet(nil, frame.Broadcast, self, frame.EtherType), own...), Src: self, Dst: frame.Broadcast, View: ov})
+	res, err = Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Window != 96 || !slices.Contains(res.Notes, "window 96, from the Join frame 99999") {
+		t.Fatalf("with its own Join for 96 after another's for 64: window %d, notes %q", res.Config.Window, res.Notes)
+	}
 	res, err = Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1, Window: 32})
 	if err != nil {
 		t.Fatal(err)

@@ -245,7 +245,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		// frames carry it (the default changed from 128 to 256 on
 		// 2026-11-22: a capture from before would diverge under the
 		// core's default).
-		if w, n, ok := windowFromJoins(c, group); ok {
+		if w, n, ok := windowFromJoins(c, group, self.MAC); ok {
 			opts.Window = w
 			note("window %d, from the Join frame %d", w, n)
 		}
@@ -1000,18 +1000,27 @@ func (e *errWriter) printf(format string, args ...any) {
 	}
 }
 
-// windowFromJoins returns the send window the first Join frame of group
-// carries (every member's is the same: the config hash covers it) and
-// that frame's number; ok is false when the capture has none (static
-// members).
-func windowFromJoins(c *Capture, group uint32) (window, n int, ok bool) {
+// windowFromJoins returns the send window a Join frame of group carries
+// and that frame's number: the node's own (source MAC mac) if the capture
+// has one, else the first with a window (every admitted member's is the
+// same, the config hash covers it; a refused joiner's may differ). ok is
+// false when the capture has none (static members).
+func windowFromJoins(c *Capture, group uint32, mac [6]byte) (window, n int, ok bool) {
 	for i := range c.Records {
 		r := &c.Records[i]
-		if r.View != nil && r.View.Type() == frame.Join && r.View.Group() == group {
-			if w := int(r.View.Join().Window); w > 0 {
-				return w, r.N, true
-			}
+		if r.View == nil || r.View.Type() != frame.Join || r.View.Group() != group {
+			continue
+		}
+		w := int(r.View.Join().Window)
+		if w == 0 {
+			continue
+		}
+		if r.Src == mac {
+			return w, r.N, true
+		}
+		if !ok {
+			window, n, ok = w, r.N, true
 		}
 	}
-	return 0, 0, false
+	return window, n, ok
 }
