@@ -37,7 +37,7 @@ import (
 // waits for its reader to take the messages queued as views;
 // RBCAST_BENCH_SPIN (a duration) has every ring link, PBP's and the raw
 // ceiling's receivers alike, poll its receive ring that long before
-// sleeping (ring.Config.RxSpin).
+// sleeping (ring.Config.RxSpin; 0: never; unset: ring.DefaultRxSpin).
 
 func init() {
 	if d, ok := envDuration(nil, "RBCAST_BENCH_SETTLE"); ok {
@@ -45,12 +45,28 @@ func init() {
 	}
 }
 
-// benchSpin is RBCAST_BENCH_SPIN: every ring link of the PBP and raw
-// runs polls its receive ring this long, yielding, before sleeping
-// (ring.Config.RxSpin; default 0, never).
+// benchSpin is RBCAST_BENCH_SPIN as ring.Config.RxSpin: every ring link
+// of the PBP and raw runs polls its receive ring this long, yielding,
+// before sleeping. Unset it is 0, the ring's default (DefaultRxSpin);
+// RBCAST_BENCH_SPIN=0 is -1, never.
 func benchSpin(tb testing.TB) time.Duration {
-	d, _ := envDuration(tb, "RBCAST_BENCH_SPIN")
+	d, ok := envDuration(tb, "RBCAST_BENCH_SPIN")
+	if ok && d == 0 {
+		return -1
+	}
 	return d
+}
+
+func TestBenchSpin(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+	}{{"", 0}, {"0", -1}, {"0s", -1}, {"200us", 200 * time.Microsecond}} {
+		t.Setenv("RBCAST_BENCH_SPIN", c.v)
+		if got := benchSpin(t); got != c.want {
+			t.Errorf("RBCAST_BENCH_SPIN=%q gave RxSpin %v, want %v", c.v, got, c.want)
+		}
+	}
 }
 
 func benchDuration() time.Duration {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -35,7 +36,8 @@ import (
 // of their own in their namespaces instead of goroutines of this process.
 // RBCAST_REPORT_OUT: also write the tables to this file.
 // RBCAST_BENCH_SPIN: every ring link polls its receive ring this long
-// before sleeping (ring.Config.RxSpin), the raw receivers' too.
+// before sleeping (ring.Config.RxSpin), the raw receivers' too; 0: never;
+// unset: ring.DefaultRxSpin.
 //
 // Everything runs in this one process: every member of a group, every
 // raw receiver and every TCP endpoint is a goroutine with its socket in
@@ -73,8 +75,13 @@ func BenchmarkReport(b *testing.B) {
 	if !r.procs {
 		arr = "every endpoint is a goroutine of the benchmark process"
 	}
-	if spin := benchSpin(b); spin != 0 {
+	switch spin := benchSpin(b); {
+	case spin < 0:
+		arr += "; no ring link polls its receive ring before sleeping (RBCAST_BENCH_SPIN=0)"
+	case spin > 0:
 		arr += fmt.Sprintf("; every ring link (PBP's and the raw receivers') polls its receive ring %v before sleeping (RBCAST_BENCH_SPIN)", spin)
+	default:
+		arr += fmt.Sprintf("; every ring link (PBP's and the raw receivers') polls its receive ring %v before sleeping (ring.DefaultRxSpin)", ring.DefaultRxSpin)
 	}
 	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); %s; load average at start %s\n\n", d, reps, arr, loadavg())
 	for _, p := range strings.Split(parts, ",") {

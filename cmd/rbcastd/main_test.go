@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -160,6 +161,27 @@ func TestConfigFile(t *testing.T) {
 	fs = runFlagSet(&f, io.Discard)
 	if err := applyConfig(fs, path); err == nil || !strings.Contains(err.Error(), path+":1: members:") {
 		t.Fatalf("bad value: %v", err)
+	}
+}
+
+// -spin defaults to the ring's default and maps 0 to never; -link
+// afpacket without -spin is no error (only a -spin given is).
+func TestSpinFlag(t *testing.T) {
+	var f runFlags
+	fs := runFlagSet(&f, io.Discard)
+	if err := fs.Parse([]string{"-i", "eth0", "-group", "1", "-members", "2", "-link", "afpacket"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.spin != ring.DefaultRxSpin {
+		t.Errorf("-spin defaults to %v, want ring.DefaultRxSpin (%v)", f.spin, ring.DefaultRxSpin)
+	}
+	if _, _, err := f.groupConfig(); err != nil {
+		t.Errorf("-link afpacket with the default -spin: %v", err)
+	}
+	for _, c := range []struct{ flag, ring time.Duration }{{0, -1}, {time.Microsecond, time.Microsecond}, {ring.DefaultRxSpin, ring.DefaultRxSpin}} {
+		if got := ringSpin(c.flag); got != c.ring {
+			t.Errorf("-spin %v gave ring.Config.RxSpin %v, want %v", c.flag, got, c.ring)
+		}
 	}
 }
 

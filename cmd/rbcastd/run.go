@@ -61,6 +61,7 @@ type runFlags struct {
 	etherType                                                                           string
 	flightMB                                                                            int
 	flightDir                                                                           string
+	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
 }
 
@@ -79,7 +80,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
-	fs.DurationVar(&f.spin, "spin", 0, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU for fewer wake-ups (docs/benchmarks.md, run 15)")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -212,7 +213,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	switch {
 	case f.spin < 0 || f.spin > time.Second:
 		return dc, "", fmt.Errorf("-spin is %v, want 0 (never) up to 1s", f.spin)
-	case f.spin != 0 && f.linkKind != "ring":
+	case f.spinSet && f.linkKind != "ring":
 		return dc, "", errors.New("-spin polls the mmap ring: it needs -link ring")
 	}
 	if _, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil {
@@ -248,7 +249,16 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Li
 	if kind == "afpacket" {
 		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: spin})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin)})
+}
+
+// ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
+// ring's 0 is its default.
+func ringSpin(spin time.Duration) time.Duration {
+	if spin == 0 {
+		return -1
+	}
+	return spin
 }
 
 func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -265,6 +275,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return usageErr(stderr, "run", "%v", err)
 		}
 	}
+	fs.Visit(func(fl *flag.Flag) { f.spinSet = f.spinSet || fl.Name == "spin" })
 	dc, socket, err := f.groupConfig()
 	if err != nil {
 		return usageErr(stderr, "run", "%v", err)

@@ -91,8 +91,9 @@ type Options struct {
 	// makes its own copy into the TX slot).
 	Work bool
 	// RxSpin has the receivers' rings poll this long, yielding the CPU,
-	// before sleeping (ring.Config.RxSpin). Ring backends and goroutine
-	// receivers only.
+	// before sleeping (ring.Config.RxSpin: negative never); 0 leaves every
+	// link at its backend's default (ring.DefaultRxSpin for the rings).
+	// Other than 0: ring backends and goroutine receivers only.
 	RxSpin time.Duration
 }
 

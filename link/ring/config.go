@@ -98,8 +98,10 @@ type Config struct {
 	// one frame at a time (BDSM barriers), most of all when there are more
 	// such processes than cores. A yield longer than a millisecond (or
 	// RxSpin, if longer: the CPU is busy with other work) pauses spinning
-	// for 10 ms to 1 s (package documentation). 0, the default, never
-	// spins. At most a second.
+	// for 10 ms to 1 s, and a Recv that ended at its deadline with nothing
+	// read has the next one sleep at once, so an idle link spins once per
+	// frame that arrives, not per wait (package documentation). 0 means
+	// DefaultRxSpin; a negative RxSpin never spins. At most a second.
 	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means
@@ -145,6 +147,16 @@ const (
 	// kernel accepts (its unit is the millisecond; 0 would make it pick
 	// one from the link speed, 8 ms on a veth).
 	DefaultBlockTimeout = time.Millisecond
+	// DefaultRxSpin is how long Recv polls an empty ring before sleeping:
+	// as long as a Linux KVM guest's kernel polls an idle vCPU before
+	// halting it by default (haltpoll.guest_halt_poll_ns, 200 µs), which
+	// the 2-core test VM turns off. There every wake-up of a sleeping
+	// receiver cost tens of µs: one-to-all PBP at MTU 9000 fell short of
+	// the ring ceiling at 2 hosts (70-95 %) and under 5 % loss (69-84 % of
+	// lossless) without it, and met both with it (85-102 %, 76-89 %;
+	// PBP latency p99 34 -> 9 µs), for 15-25 % more CPU per GB while
+	// traffic flows (docs/benchmarks.md, runs 12-17).
+	DefaultRxSpin = 200 * time.Microsecond
 	// minBlocks keeps a ring from being a handful of huge blocks (MTU
 	// 65535): the kernel must have a block to fill while we read others.
 	minBlocks = 8
@@ -319,8 +331,13 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 		return r, fmt.Errorf("ring: Config.BlockTimeout = %v: want at most a minute", cfg.BlockTimeout)
 	}
 	r.timeoutMsec = uint32((r.BlockTimeout + time.Millisecond - 1) / time.Millisecond)
-	if r.RxSpin < 0 || r.RxSpin > time.Second {
-		return r, fmt.Errorf("ring: Config.RxSpin = %v: want 0 (never spin) up to a second", cfg.RxSpin)
+	switch {
+	case r.RxSpin == 0:
+		r.RxSpin = DefaultRxSpin
+	case r.RxSpin < 0:
+		r.RxSpin = 0 // never
+	case r.RxSpin > time.Second:
+		return r, fmt.Errorf("ring: Config.RxSpin = %v: want at most a second (0: the default, %v; negative: never spin)", cfg.RxSpin, DefaultRxSpin)
 	}
 
 	txFrame := txFrameSize(mtu)

@@ -50,6 +50,14 @@ func TestGeometry(t *testing.T) {
 	if r.Version != DefaultVersion || r.EtherType != 0x88B5 || r.timeoutMsec != 1 {
 		t.Errorf("defaults: version %v, EtherType %#x, timeout %d ms", r.Version, r.EtherType, r.timeoutMsec)
 	}
+	// RxSpin: 0 is the default, a negative one never spins (resolved to 0).
+	for _, tc := range []struct{ set, want time.Duration }{
+		{0, DefaultRxSpin}, {-time.Microsecond, 0}, {-time.Hour, 0}, {time.Microsecond, time.Microsecond}, {time.Second, time.Second},
+	} {
+		if r, err := (Config{RxSpin: tc.set}).resolve(1500); err != nil || r.RxSpin != tc.want {
+			t.Errorf("RxSpin %v resolved to %v (%v), want %v", tc.set, r.RxSpin, err, tc.want)
+		}
+	}
 	r, _ = Config{BlockTimeout: 1500 * time.Microsecond}.resolve(1500)
 	if r.timeoutMsec != 2 {
 		t.Errorf("BlockTimeout 1.5ms gave %d ms, want 2 (rounded up)", r.timeoutMsec)
@@ -71,8 +79,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{TxBlockSize: 3}, 1500, "Config.TxBlockSize = 3"},
 		{Config{TxBlockCount: -1}, 1500, "Config.TxBlockCount = -1"},
 		{Config{BlockTimeout: -time.Second}, 1500, "Config.BlockTimeout = -1s"},
-		{Config{RxSpin: -time.Microsecond}, 1500, "Config.RxSpin = -1µs: want 0 (never spin) up to a second"},
-		{Config{RxSpin: 2 * time.Second}, 1500, "Config.RxSpin = 2s"},
+		{Config{RxSpin: 2 * time.Second}, 1500, "Config.RxSpin = 2s: want at most a second (0: the default, 200µs; negative: never spin)"},
 		{Config{MulticastGroups: []net.HardwareAddr{{0x02, 0, 0, 0, 0, 1}}}, 1500, "Config.MulticastGroups[0] = \"02:00:00:00:00:01\""},
 		{Config{}, 70000, "MTU 70000"},
 	} {

@@ -59,6 +59,10 @@ type Link struct {
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
+	// rxIdle: the last Recv ended at its deadline with nothing read, so
+	// the next one sleeps at once rather than spinning: a link with no
+	// traffic spins once after each frame that arrives, not per wait.
+	rxIdle bool
 
 	tx     socket
 	txSlot []int // byte offset of every TX slot in tx.ring
@@ -469,12 +473,13 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		if n > 0 {
 			l.framesReceived.Add(uint64(n))
 			l.bytesReceived.Add(bytes)
+			l.rxIdle = false
 			return n, nil
 		}
 		// Only discarded frames were read: hand them back before sleeping,
 		// or a ring full of them would never drain.
 		l.release()
-		if l.cfg.RxSpin > 0 && l.spin(deadline) {
+		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
 		if !deadline.Equal(l.deadline) {
@@ -484,7 +489,9 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			l.deadline = deadline
 		}
 		if err := l.rx.raw.Read(l.ready); err != nil {
-			return 0, l.recvErr(err)
+			err = l.recvErr(err)
+			l.rxIdle = err == l.expired
+			return 0, err
 		}
 	}
 }

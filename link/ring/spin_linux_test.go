@@ -87,6 +87,38 @@ func TestRxSpin(t *testing.T) {
 				}
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
+			t.Run("idle", func(t *testing.T) {
+				// A Recv that ended at its deadline with nothing read has
+				// the next one sleep at once: its frame, sent 1 ms after it
+				// started, is found by the netpoller, not by a spin. Once a
+				// Recv has read frames, the next spins again.
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				frames := make([]Frame, 4)
+				if n, err := rx.Recv(time.Now().Add(5*time.Millisecond), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("Recv on an idle link = %d, %v; want 0 and a deadline error", n, err)
+				}
+				found := rx.spinFound
+				sent := make(chan error, 1)
+				go func() {
+					time.Sleep(time.Millisecond)
+					size := frameLen(0, tx.MTU())
+					_, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, 0, size)})
+					sent <- err
+				}()
+				if n, err := rx.Recv(time.Now().Add(10*time.Second), frames); err != nil || n != 1 {
+					t.Fatalf("Recv after a deadline = %d, %v; want the frame sent", n, err)
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+				if rx.spinFound != found {
+					t.Errorf("the Recv after one that ended at its deadline spun (and found its frame spinning)")
+				}
+				if rx.rxIdle {
+					t.Errorf("a Recv that read a frame left the link idle: the next would not spin")
+				}
+			})
 		})
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -80,7 +81,7 @@ func main() {
 	reps := flag.Int("reps", 5, "repeats of every measurement (medians are reported)")
 	progsFlag := flag.String("progs", strings.Join(order, ","), "programs")
 	windows := flag.String("windows", "", "also run BDSM with these PBP windows (figs 6.7-6.8)")
-	spin := flag.Duration("spin", 0, "BDSM processes poll their receive ring this long before sleeping (ring.Config.RxSpin; 0: never)")
+	spin := flag.Duration("spin", ring.DefaultRxSpin, "BDSM processes poll their receive ring this long before sleeping (ring.Config.RxSpin; 0: never)")
 	spins := flag.String("spins", "", "also run BDSM with these ring spins, e.g. 0,200us, beside every MPI run (a table of each against MPI)")
 	loss := flag.String("loss", "", "inject this percent of random loss on every frame arriving at every host (nftables; both systems)")
 	noMPI := flag.Bool("nompi", false, "BDSM only")
@@ -284,9 +285,7 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 						if window > 0 {
 							args = append(args, "-window", strconv.Itoa(window))
 						}
-						if spin > 0 {
-							args = append(args, "-spin", spin.String())
-						}
+						args = append(args, "-spin", spin.String()) // 0: never
 						return exec1(run{prog: p, system: "bdsm", procs: n, window: window, spin: spin, loss: loss, rep: id}, filepath.Join(mpiDir, "netns-bdsm"), args...)
 					}
 					seq := func() error {

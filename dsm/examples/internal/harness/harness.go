@@ -78,7 +78,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
-	fs.DurationVar(&o.Spin, "spin", 0, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
+	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
 	return o
 }
@@ -202,7 +202,11 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
-		l, err := ring.Open(o.Iface, ring.Config{RxSpin: o.Spin})
+		spin := o.Spin
+		if spin == 0 {
+			spin = -1 // -spin 0: never (ring.Config's 0 is its default)
+		}
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: spin})
 		if err != nil {
 			return err
 		}
