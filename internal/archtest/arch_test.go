@@ -1,16 +1,21 @@
-// Package archtest checks the import rules of DESIGN.md with `go list
-// -deps`: imports point downward only, frame imports nothing of ours, and
-// the protocol cores touch no I/O, so the same core runs live, in the
-// simulator and in pcap-replay.
+// Package archtest checks the rules of DESIGN.md: with `go list -deps`,
+// that imports point downward only, frame imports nothing of ours and the
+// protocol cores touch no I/O, so the same core runs live, in the
+// simulator and in pcap-replay; with go/ast, that cores start no
+// goroutine, use no channel and keep no package state; with go/types, that
+// no core ranges over a map (whose order Go randomises).
 package archtest
 
 import (
 	"encoding/json"
 	"fmt"
 	"go/ast"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -26,11 +31,18 @@ type pkg struct {
 	GoFiles    []string
 	Imports    []string // direct
 	Deps       []string // transitive
+	Export     string   // export data file, with go list -export
 }
 
 func listPackages(t *testing.T) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", module+"/...")
+	return goList(t, module+"/...")
+}
+
+// goList runs go list -json with args and decodes the packages it prints.
+func goList(t *testing.T, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -328,5 +340,211 @@ func f() { var local int; _ = local }`
 	want := []string{"p.go:6:2: package-level variable AckDiv", "p.go:9:5: package-level variable table"}
 	if !slices.Equal(bad, want) {
 		t.Errorf("got %q, want %q", bad, want)
+	}
+}
+
+// mapRanges type-checks one package (files, with import path path) and
+// returns every range over a map in it, and every range straight over
+// maps.Keys, maps.Values or maps.All, which iterate in the map's order. Go
+// randomises map iteration order, so a core that ranged over a map could
+// send the same inputs' frames in another order on every run, and the
+// simulator and pcap-replay, which re-run cores, would not reproduce it.
+// A core that needs a map's entries in order keeps its keys in a sorted
+// slice beside it (dsm/core keeps segs and keys) or sorts them first
+// (slices.Sorted(maps.Keys(m))).
+func mapRanges(fset *token.FileSet, path string, files []*ast.File, imp types.Importer) ([]string, error) {
+	info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: imp}
+	pkg, err := conf.Check(path, fset, files, info)
+	if err != nil {
+		return nil, fmt.Errorf("type-checking %s: %w", path, err)
+	}
+	var bad []string
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			r, ok := n.(*ast.RangeStmt)
+			if !ok {
+				return true
+			}
+			if t := info.TypeOf(r.X); rangesMap(t) {
+				bad = append(bad, fmt.Sprintf("%s: a range over a map (%s, of type %s)", fset.Position(r.Pos()), types.ExprString(r.X), types.TypeString(t, types.RelativeTo(pkg))))
+			} else if fn := mapsIterator(info, r.X); fn != "" {
+				bad = append(bad, fmt.Sprintf("%s: a range over maps.%s (%s), in the map's order", fset.Position(r.Pos()), fn, types.ExprString(r.X)))
+			}
+			return true
+		})
+	}
+	return bad, nil
+}
+
+// rangesMap reports whether ranging over a value of type t ranges over a
+// map: t's underlying type is a map, or t is a type parameter whose
+// constraint allows a map.
+func rangesMap(t types.Type) bool {
+	if t == nil {
+		return false
+	}
+	if tp, ok := t.(*types.TypeParam); ok {
+		iface, _ := tp.Constraint().Underlying().(*types.Interface)
+		if iface == nil {
+			return false
+		}
+		for i := range iface.NumEmbeddeds() {
+			switch e := iface.EmbeddedType(i).(type) {
+			case *types.Union:
+				for j := range e.Len() {
+					if rangesMap(e.Term(j).Type()) {
+						return true
+					}
+				}
+			default:
+				if rangesMap(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	_, ok := t.Underlying().(*types.Map)
+	return ok
+}
+
+// mapsIterator returns the name of the function of the standard package
+// maps that e calls, if e is a call to maps.Keys, maps.Values or maps.All.
+func mapsIterator(info *types.Info, e ast.Expr) string {
+	c, ok := ast.Unparen(e).(*ast.CallExpr)
+	if !ok {
+		return ""
+	}
+	var id *ast.Ident
+	switch fun := ast.Unparen(c.Fun).(type) {
+	case *ast.SelectorExpr:
+		id = fun.Sel
+	case *ast.IndexExpr: // maps.Keys[M] with explicit type arguments
+		if sel, ok := fun.X.(*ast.SelectorExpr); ok {
+			id = sel.Sel
+		}
+	case *ast.IndexListExpr:
+		if sel, ok := fun.X.(*ast.SelectorExpr); ok {
+			id = sel.Sel
+		}
+	}
+	if id == nil {
+		return ""
+	}
+	fn, ok := info.Uses[id].(*types.Func)
+	if !ok || fn.Pkg() == nil || fn.Pkg().Path() != "maps" {
+		return ""
+	}
+	switch fn.Name() {
+	case "Keys", "Values", "All":
+		return fn.Name()
+	}
+	return ""
+}
+
+// exportImporter returns an importer that reads the compiler's export
+// data of patterns and everything they depend on, as go list -export
+// -deps builds and lists it (GOROOT ships no export data any more, and
+// our packages have none outside the build cache).
+func exportImporter(t *testing.T, fset *token.FileSet, patterns ...string) types.Importer {
+	t.Helper()
+	export := map[string]string{}
+	for _, p := range goList(t, append([]string{"-export", "-deps"}, patterns...)...) {
+		export[p.ImportPath] = p.Export
+	}
+	return importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := export[path]
+		if !ok || f == "" {
+			return nil, fmt.Errorf("no export data for %s from go list -export", path)
+		}
+		return os.Open(f)
+	})
+}
+
+func TestCoresRangeOverNoMap(t *testing.T) {
+	var cores []pkg
+	var paths []string
+	for _, p := range listPackages(t) {
+		if isCore(p.ImportPath) {
+			cores = append(cores, p)
+			paths = append(paths, p.ImportPath)
+		}
+	}
+	if len(cores) == 0 {
+		t.Fatal("no core packages found")
+	}
+	fset := token.NewFileSet()
+	imp := exportImporter(t, fset, paths...)
+	n := 0
+	for _, p := range cores {
+		var files []*ast.File
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		bad, err := mapRanges(fset, p.ImportPath, files, imp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(files)
+		for _, b := range bad {
+			t.Errorf("core %s: %s: Go randomises map order; a core's frames must come in the same order on every run (range over a sorted key slice)", p.ImportPath, b)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no core source files found")
+	}
+}
+
+// TestMapRangesCatches makes sure the check is not vacuous: it catches a
+// range over a map (also a named one, behind a type parameter, and through
+// maps.Keys) and accepts slices, arrays, strings, ints, a named slice type
+// and maps.Keys sorted first.
+func TestMapRangesCatches(t *testing.T) {
+	src := `package p
+import ("maps"; "slices")
+type Members []int
+type Table map[string]int
+func f(m map[uint32]int, s []int, a [4]int, pa *[4]int, str string, ms Members, tb Table) int {
+	n := 0
+	for k := range m { n += int(k) }
+	for i, v := range s { n += i + v }
+	for i := range a { n += i }
+	for i := range pa { n += i }
+	for _, r := range str { n += int(r) }
+	for i := range 10 { n += i }
+	for _, v := range ms { n += v }
+	for _, v := range tb { n += v }
+	for _, k := range slices.Sorted(maps.Keys(m)) { n += int(k) }
+	for v := range maps.Values(m) { n += v }
+	return n
+}
+func g[M ~map[int]int](x M) {
+	for range x {}
+}
+func h[S ~[]int](x S) {
+	for range x {}
+}`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", src, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := mapRanges(fset, "p", []*ast.File{f}, exportImporter(t, fset, "maps", "slices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"p.go:7:2: a range over a map (m, of type map[uint32]int)",
+		"p.go:14:2: a range over a map (tb, of type Table)",
+		"p.go:16:2: a range over maps.Values (maps.Values(m)), in the map's order",
+		"p.go:20:2: a range over a map (x, of type M)",
+	}
+	if !slices.Equal(bad, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
 	}
 }
