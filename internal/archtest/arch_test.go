@@ -88,7 +88,7 @@ func isCore(p string) bool {
 // time or global randomness (DESIGN.md, decision 1), with the packages
 // below them (net/http, os/exec, runtime/debug, ...). They may not be
 // imported by a core or by any package of ours a core depends on.
-var forbiddenInCore = []string{"net", "os", "sync", "syscall", "time", "math/rand", "crypto/rand", "log", "unsafe", "context", "runtime"}
+var forbiddenInCore = []string{"net", "os", "sync", "syscall", "time", "math/rand", "crypto/rand", "log", "unsafe", "context", "runtime", "io/ioutil", "path/filepath"}
 
 // forbidden reports whether the standard package imp is forbiddenInCore.
 func forbidden(imp string) bool {
@@ -161,7 +161,7 @@ func TestCheckCatchesViolations(t *testing.T) {
 		{ImportPath: m("reliable/seq"), Imports: []string{m("link")}, Deps: []string{m("link"), m("frame")}},
 		{ImportPath: m("link"), Imports: []string{"net"}},
 		{ImportPath: m("reliable/runtime"), Imports: []string{m("link"), "time"}, Deps: []string{m("link")}},
-		{ImportPath: m("reliable/member"), Imports: []string{m("frame"), "os/exec", "context"}, Deps: []string{m("frame")}},
+		{ImportPath: m("reliable/member"), Imports: []string{m("frame"), "os/exec", "context", "path/filepath"}, Deps: []string{m("frame")}},
 	}
 	got := strings.Join(check(pkgs), "\n")
 	for _, want := range []string{
@@ -169,6 +169,7 @@ func TestCheckCatchesViolations(t *testing.T) {
 		"core " + m("reliable/seq") + " imports " + m("link"),
 		"core " + m("reliable/member") + " depends on " + m("reliable/member") + ", which imports os/exec",
 		"core " + m("reliable/member") + " depends on " + m("reliable/member") + ", which imports context",
+		"core " + m("reliable/member") + " depends on " + m("reliable/member") + ", which imports path/filepath",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("violation not reported: %s\ngot:\n%s", want, got)
