@@ -66,6 +66,10 @@ type Group struct {
 	lost   uint64 // events not taken from the channel in time
 	done   chan struct{}
 	rx     []link.Frame
+	// first are the frames registration read after the group started
+	// (registration.rest), for the loop's first turn: still views into
+	// the link, which nobody reads before that turn.
+	first []link.Frame
 
 	// With a link that stages (link/ring), frames are copied into its
 	// transmit ring under g.mu and the kicker goroutine has the kernel
@@ -132,6 +136,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	g.eng.event = g.event
 	if reg != nil {
 		reg.attach(g.eng)
+		g.first = reg.rest
 	}
 	if err := g.eng.turn(g.eng.now(time.Now()), nil, true); err != nil {
 		g.stopKicker()
@@ -247,9 +252,12 @@ func (g *Group) run() {
 
 		var n int
 		var err error
-		if g.pauseReading(now) {
+		switch {
+		case len(g.first) > 0:
+			n, g.first = copy(g.rx, g.first), nil
+		case g.pauseReading(now):
 			g.waitRoom(wait)
-		} else {
+		default:
 			n, err = g.l.Recv(wait, g.rx)
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
