@@ -41,8 +41,8 @@ Decodes, checks and re-runs rbcast captures (pcap or pcapng, from
 capture.Wrap or tcpdump; gzip-compressed too). 802.1Q/802.1ad tags are
 skipped. Frame numbers are the file's, from 1, as Wireshark counts them.
 Several files (one per node, as each rbcastd -capture writes) are merged
-in time order, interfaces and statistics kept; frames are then numbered
-in the merged order.
+in time order, each file's own frames kept in its order, interfaces and
+statistics kept; frames are then numbered in the merged order.
 
 commands:
   timeline   one decoded line per frame

@@ -16,7 +16,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -156,7 +155,9 @@ func ReadFile(path string, opts ReadOptions) (*Capture, error) {
 // ReadFiles reads one capture or merges several — one per node, as each
 // rbcastd -capture writes — into one: the interfaces of every file in
 // order (with their statistics, which mergecap drops), the frames of all
-// in time order (file order among equal times), numbered from 1 in that
+// in time order as far as each file's own order allows (a file's frames
+// are never reordered; the earliest of the files' next frames comes
+// next, the first file's among equal times), numbered from 1 in that
 // order. Errors name the file at fault. With opts.Partial, the frames
 // before a bad block of any file are kept and the first error returned.
 func ReadFiles(paths []string, opts ReadOptions) (*Capture, error) {
@@ -190,27 +191,39 @@ func Merge(caps []*Capture) *Capture {
 		c    *Capture
 		base int
 	}
-	var all []*Record
-	for _, c := range caps {
+	bases := make([]int, len(caps))
+	total := 0
+	for k, c := range caps {
 		names = append(names, c.Path)
-		base := len(out.Interfaces)
+		bases[k] = len(out.Interfaces)
 		for _, intf := range c.Interfaces {
-			intf.Index += base
+			intf.Index += bases[k]
 			out.Interfaces = append(out.Interfaces, intf)
 		}
 		out.HasDirection = out.HasDirection || c.HasDirection
-		for i := range c.Records {
-			r := c.Records[i]
-			r.Iface += base
-			all = append(all, &r)
-		}
+		total += len(c.Records)
 	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].Time.Before(all[j].Time) })
-	out.Records = make([]Record, len(all))
-	for i, r := range all {
-		out.Records[i] = *r
-		out.Records[i].N = i + 1
-		out.Records[i].Offset = -1 // offsets are per file
+	// Merge, not sort: each file's frames stay in its own order, the order
+	// its node handled them. A ring hands frames over in the order the
+	// kernel queued them, and frames that two CPUs received at once can
+	// be queued in the other order than their timestamps say; sorted by
+	// time, a re-run (Simulate) stepped them in another order than the
+	// node did and delivered across senders differently.
+	out.Records = make([]Record, 0, total)
+	next := make([]int, len(caps))
+	for len(out.Records) < total {
+		k := -1
+		for j, c := range caps {
+			if next[j] < len(c.Records) && (k < 0 || c.Records[next[j]].Time.Before(caps[k].Records[next[k]].Time)) {
+				k = j
+			}
+		}
+		r := caps[k].Records[next[k]]
+		next[k]++
+		r.Iface += bases[k]
+		r.N = len(out.Records) + 1
+		r.Offset = -1 // offsets are per file
+		out.Records = append(out.Records, r)
 	}
 	out.Path = strings.Join(names, "+")
 	if len(caps) == 1 {

@@ -213,7 +213,8 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			recs = append(recs, r)
 		}
 	}
-	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
+	// In capture order, not time order: the order the node handled them
+	// (ReadFiles keeps each file's order; see Merge).
 	dirOf := func(r *Record) Dir {
 		if r.Dir != DirUnknown {
 			return r.Dir
@@ -333,13 +334,21 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		return nil, fmt.Errorf("simulate: interface %d (%s) of %s holds no frames", iface, intf.Label(), c.Path)
 	}
 	// Frames before the start (registration; frames a ring held from
-	// before the capture began) are not stepped.
-	for len(recs) > 0 && recs[0].Time.Before(start) {
+	// before the capture began) are not stepped: those before the Start
+	// frame in capture order, or stamped before the start time.
+	fromFrame := opts.Start.IsZero() && startFrame != nil
+	for len(recs) > 0 && (fromFrame && recs[0] != startFrame || !fromFrame && recs[0].Time.Before(start)) {
 		recs = recs[1:]
 	}
+	// A frame stamped before the one the node handled before it (two
+	// CPUs received them at once) is stepped at that one's time: virtual
+	// time does not run back.
 	steps := make([]simStep, len(recs))
 	for i, r := range recs {
 		steps[i] = simStep{r: r, at: r.Time}
+		if i > 0 && steps[i].at.Before(steps[i-1].at) {
+			steps[i].at = steps[i-1].at
+		}
 	}
 	if res.Protocol == ProtocolSeq {
 		if n := deferNumbered(steps, opts.Node, dirOf); n > 0 {
