@@ -17,13 +17,14 @@ import (
 // Real network: three namespaces on a bridge, the mmap ring link on each
 // host's eth0, nftables loss on two of them (5% random, 10% in bursts of
 // 4), registration with host 0 the server; hosts 1 and 2 poll their
-// rings before sleeping (ring.Config.RxSpin), host 0 does not. The
+// rings before sleeping (ring.Config.RxSpin: host 1 the default, host 2
+// set to 200 µs), host 0 does not (RxSpin -1). The
 // sequential-consistency program and the two-member-exact lock program
 // must pass, as on the simulator. Needs root (skips otherwise).
 func TestNetnsBDSM(t *testing.T) {
 	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
 	loss := []netns.Loss{{}, {Percent: 5, EtherType: frame.EtherType}, {Percent: 10, BurstLen: 4, EtherType: frame.EtherType}}
-	spin := []time.Duration{0, 200 * time.Microsecond, 200 * time.Microsecond}
+	spin := []time.Duration{-1, 0, 200 * time.Microsecond} // never, ring.DefaultRxSpin, set
 	links := make([]link.Link, len(topo.Hosts))
 	for i, h := range topo.Hosts {
 		if loss[i].Percent > 0 {
