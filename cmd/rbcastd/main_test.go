@@ -88,7 +88,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-link", "tap"}, `-link is "tap", want ring or afpacket`},
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-spin", "2s"}, "-spin is 2s, want 0 (never) up to 1s"},
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-spin", "-1us"}, "-spin is -1µs, want 0 (never) up to 1s"},
-		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-link", "afpacket", "-spin", "200us"}, "-spin polls the mmap ring: it needs -link ring"},
+		{[]string{"run", "-i", "rbr13none0", "-group", "1", "-members", "2", "-link", "afpacket", "-spin", "200us"}, "-spin polls the mmap ring: it needs -link ring"}, // an interface that does not exist: were -spin let through, run fails at once instead of serving on eth0 (as root)
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "-log-level", "loud"}, `-log-level is "loud"`},
 		{[]string{"run", "-i", "eth0", "-group", "1", "-members", "2", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-bogus"}, "flag provided but not defined: -bogus"},
@@ -182,6 +182,25 @@ func TestSpinFlag(t *testing.T) {
 		if got := ringSpin(c.flag); got != c.ring {
 			t.Errorf("-spin %v gave ring.Config.RxSpin %v, want %v", c.flag, got, c.ring)
 		}
+	}
+}
+
+// Through run itself: -spin from a -config file counts as given (refused
+// with -link afpacket), and -link afpacket without -spin gets past the
+// checks to opening the link (on an interface that does not exist).
+func TestSpinFlagRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rbcastd.conf")
+	if err := os.WriteFile(path, []byte("link afpacket\nspin 1ms\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"run", "-i", "rbr13none0", "-group", "1", "-members", "2"}
+	code, _, errOut := runMain(append(base, "-config", path)...)
+	if want := "-spin polls the mmap ring: it needs -link ring"; code != exitUsage || !strings.Contains(errOut, want) {
+		t.Errorf("-spin in -config with -link afpacket: exit %d, stderr %q; want exit 2 and %q", code, errOut, want)
+	}
+	code, _, errOut = runMain(append(base, "-link", "afpacket")...)
+	if code != exitFail || strings.Contains(errOut, "spin") || !strings.Contains(errOut, "rbr13none0") {
+		t.Errorf("-link afpacket without -spin: exit %d, stderr %q; want exit 1 and an error opening rbr13none0", code, errOut)
 	}
 }
 
