@@ -67,7 +67,7 @@ func benchChild(specJSON string, in io.Reader, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "bench child: bad spec: %v\n", err)
 		return 2
 	}
-	l, err := linkbench.Backends["ring-v2"]("eth0")
+	l, err := linkbench.OpenRing("ring-v2", "eth0", benchSpin(nil)) // RBCAST_BENCH_SPIN, inherited
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench child: %v\n", err)
 		return 1

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -21,6 +22,10 @@ const childEnv = "RBCAST_LINKBENCH_RECEIVER"
 // childWorkEnv set to anything has the receiver child do Options.Work.
 const childWorkEnv = "RBCAST_LINKBENCH_WORK"
 
+// childSpinEnv is Options.RxSpin for the receiver child's ring (unset:
+// the backend's default).
+const childSpinEnv = "RBCAST_LINKBENCH_SPIN"
+
 // MaybeChild turns the current process into a benchmark receiver when it
 // was started as one by RunThroughput with Processes set, and never
 // returns then. Programs and test binaries that run throughput benchmarks
@@ -30,16 +35,28 @@ func MaybeChild() {
 	if backend == "" {
 		return
 	}
-	os.Exit(childMain(backend, os.Getenv("RBCAST_LINKBENCH_IFACE"), os.Getenv(childWorkEnv) != "", os.Stdin, os.Stdout))
+	var spin time.Duration
+	if v := os.Getenv(childSpinEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d == 0 {
+			fmt.Fprintf(os.Stderr, "linkbench receiver: %s=%q: want a non-zero duration\n", childSpinEnv, v)
+			os.Exit(2)
+		}
+		spin = d
+	}
+	os.Exit(childMain(backend, os.Getenv("RBCAST_LINKBENCH_IFACE"), os.Getenv(childWorkEnv) != "", spin, os.Stdin, os.Stdout))
 }
 
 // childMain opens the link, says "ready", counts frames until its input
 // closes, and writes its Receiver as JSON.
-func childMain(backend, ifname string, work bool, in io.Reader, out io.Writer) int {
+func childMain(backend, ifname string, work bool, spin time.Duration, in io.Reader, out io.Writer) int {
 	open, ok := Backends[backend]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "linkbench receiver: unknown backend %q\n", backend)
 		return 2
+	}
+	if spin != 0 {
+		open = func(n string) (link.Link, error) { return OpenRing(backend, n, spin) }
 	}
 	l, err := open(ifname)
 	if err != nil {
@@ -69,7 +86,7 @@ type child struct {
 	out   *bufio.Reader
 }
 
-func startChild(h *netns.Host, backend string, work bool) (*child, error) {
+func startChild(h *netns.Host, backend string, work bool, spin time.Duration) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -78,6 +95,9 @@ func startChild(h *netns.Host, backend string, work bool) (*child, error) {
 	cmd.Env = append(os.Environ(), childEnv+"="+backend, "RBCAST_LINKBENCH_IFACE="+h.Iface)
 	if work {
 		cmd.Env = append(cmd.Env, childWorkEnv+"=1")
+	}
+	if spin != 0 {
+		cmd.Env = append(cmd.Env, childSpinEnv+"="+spin.String())
 	}
 	stdin, out, err := StartReady(cmd, "receiver in "+h.Namespace)
 	if err != nil {

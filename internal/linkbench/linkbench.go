@@ -93,7 +93,7 @@ type Options struct {
 	// RxSpin has the receivers' rings poll this long, yielding the CPU,
 	// before sleeping (ring.Config.RxSpin: negative never); 0 leaves every
 	// link at its backend's default (ring.DefaultRxSpin for the rings).
-	// Other than 0: ring backends and goroutine receivers only.
+	// Other than 0: ring backends only (receiver processes too).
 	RxSpin time.Duration
 }
 
@@ -203,8 +203,8 @@ func (o Options) openers() (open, openSender func(string) (link.Link, error), er
 	}
 	openSender = open
 	if o.RxSpin != 0 {
-		if _, ok := ringBackends[o.Backend]; !ok || o.Processes {
-			return nil, nil, fmt.Errorf("RxSpin %v: receivers must be goroutines on a ring backend (have %q, processes %v)", o.RxSpin, o.Backend, o.Processes)
+		if _, ok := ringBackends[o.Backend]; !ok {
+			return nil, nil, fmt.Errorf("RxSpin %v: the receivers must be on a ring backend (have %q)", o.RxSpin, o.Backend)
 		}
 		open = func(n string) (link.Link, error) {
 			return OpenRing(o.Backend, n, o.RxSpin)
@@ -227,7 +227,7 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	res := &Throughput{Options: o, Receivers: make([]Receiver, o.Hosts-1)}
 	var finish func() error
 	if o.Processes {
-		finish, err = startChildren(topo, o.Backend, res, o.Work)
+		finish, err = startChildren(topo, o.Backend, res, o.Work, o.RxSpin)
 	} else {
 		finish, err = startGoroutines(topo, open, res, o.Work)
 	}
@@ -385,10 +385,10 @@ func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error),
 }
 
 // startChildren starts a receiver process in every host but the first.
-func startChildren(topo *netns.Topology, backend string, res *Throughput, work bool) (func() error, error) {
+func startChildren(topo *netns.Topology, backend string, res *Throughput, work bool, spin time.Duration) (func() error, error) {
 	var kids []*child
 	for _, h := range topo.Hosts[1:] {
-		c, err := startChild(h, backend, work)
+		c, err := startChild(h, backend, work, spin)
 		if err != nil {
 			for _, k := range kids {
 				k.kill()
