@@ -396,7 +396,7 @@ func (r *reporter) latency() {
 	var p50s, p99s [4]samples
 	for rep := range r.reps {
 		fmt.Fprintf(os.Stderr, "report: latency rep %d/%d (load %s)\n", rep+1, r.reps, loadavg())
-		l, err := linkbench.RunLatencyOn(topo, "ring-v2", n)
+		l, err := linkbench.RunLatencyOn(topo, "ring-v2", n, benchSpin(r.b))
 		if err != nil {
 			r.b.Fatal(err)
 		}

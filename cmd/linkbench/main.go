@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/linkbench"
+	"github.com/rbcast/rbcast/link/ring"
 )
 
 func main() {
@@ -39,6 +40,7 @@ func run(args []string) int {
 	procs := fs.Bool("procs", true, "run each receiver as a process of its own in its namespace (false: goroutines of this process)")
 	senderFlag := fs.String("sender", "", "backend of the sending host only (default: the same as the receivers)")
 	overlap := fs.Bool("overlap", false, "stage frames on one goroutine and have another kick the kernel (ring backends; as the reliable runtime sends)")
+	spin := fs.Duration("spin", ring.DefaultRxSpin, "ring backends: the receivers' rings (both ends' in the latency runs) poll this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never, as in the tables measured before the spin became the default in 2630362)")
 	work := fs.Bool("work", false, "touch every frame as little as a reliable checksummed protocol must: the sender copies the payload into a history slot and computes a CRC32C, each receiver checks the CRC32C and copies the payload out")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -67,6 +69,21 @@ func run(args []string) int {
 			return 2
 		}
 	}
+	if *spin < 0 || *spin > time.Second {
+		fmt.Fprintf(os.Stderr, "linkbench: -spin %v: want 0 (never) up to 1s\n", *spin)
+		return 2
+	}
+	// rxSpin is Options.RxSpin for backend b: -spin for a ring (its 0 is
+	// never, where RxSpin's 0 is the ring's default), nothing otherwise.
+	rxSpin := func(b string) time.Duration {
+		switch {
+		case !linkbench.IsRing(b):
+			return 0
+		case *spin == 0:
+			return -1
+		}
+		return *spin
+	}
 	prefix := fmt.Sprintf("rbk%d", os.Getpid()%1000)
 	if !*noTput {
 		fmt.Printf("| backend | MTU | N | sender frames/s | per-receiver MB/s (mean) | receiver loss | sender retries |\n|---|---|---|---|---|---|---|\n")
@@ -77,7 +94,7 @@ func run(args []string) int {
 					var retries uint64
 					for r := range *reps {
 						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work})
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work, RxSpin: rxSpin(b)})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
@@ -123,7 +140,7 @@ func run(args []string) int {
 		fmt.Printf("| backend | one-way latency p50 | p99 | mean | round trips |\n|---|---|---|---|---|\n")
 		for _, b := range names {
 			fmt.Fprintf(os.Stderr, "linkbench: latency %s...\n", b)
-			l, err := linkbench.RunLatency(b, *rtts, prefix)
+			l, err := linkbench.RunLatency(b, *rtts, prefix, rxSpin(b))
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "linkbench: latency %s: %v\n", b, err)
 				return 1

@@ -35,6 +35,12 @@ var ringBackends = map[string]ring.Config{
 	"ring-v2-mmsg": {Version: ring.V2, TxMode: ring.TxSendmmsg},
 }
 
+// IsRing says whether name is a ring backend (one that takes an RxSpin).
+func IsRing(name string) bool {
+	_, ok := ringBackends[name]
+	return ok
+}
+
 // OpenRing opens the ring backend name on ifname with RxSpin spin; a name
 // that is not a ring backend is an error.
 func OpenRing(name, ifname string, spin time.Duration) (link.Link, error) {
@@ -456,8 +462,9 @@ type Latency struct {
 
 // RunLatency measures one-frame latency between two hosts: host 0 sends a
 // 64-byte frame, host 1 echoes it, host 0 waits for the echo; one way is
-// half the round trip. Only one frame is ever in flight.
-func RunLatency(backend string, roundTrips int, prefix string) (*Latency, error) {
+// half the round trip. Only one frame is ever in flight. A spin other than
+// 0 is both rings' RxSpin (ring backends only; negative: never).
+func RunLatency(backend string, roundTrips int, prefix string, spin time.Duration) (*Latency, error) {
 	if _, ok := Backends[backend]; !ok {
 		return nil, fmt.Errorf("unknown backend %q (have %v)", backend, BackendNames)
 	}
@@ -466,13 +473,19 @@ func RunLatency(backend string, roundTrips int, prefix string) (*Latency, error)
 		return nil, err
 	}
 	defer topo.Close()
-	return runLatency(topo, backend, roundTrips)
+	return runLatency(topo, backend, roundTrips, spin)
 }
 
-func runLatency(topo *netns.Topology, backend string, roundTrips int) (*Latency, error) {
+func runLatency(topo *netns.Topology, backend string, roundTrips int, spin time.Duration) (*Latency, error) {
 	open, ok := Backends[backend]
 	if !ok {
 		return nil, fmt.Errorf("unknown backend %q (have %v)", backend, BackendNames)
+	}
+	if spin != 0 {
+		if !IsRing(backend) {
+			return nil, fmt.Errorf("spin %v: latency needs a ring backend (have %q)", spin, backend)
+		}
+		open = func(n string) (link.Link, error) { return OpenRing(backend, n, spin) }
 	}
 	a, err := openOn(topo.Hosts[0], open)
 	if err != nil {

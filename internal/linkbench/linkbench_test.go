@@ -48,7 +48,7 @@ func TestHarnessRuns(t *testing.T) {
 					}
 				}
 			}
-			lat, err := RunLatency(b, 50, prefix)
+			lat, err := RunLatency(b, 50, prefix, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,6 +250,16 @@ func TestRxSpinOption(t *testing.T) {
 	// the receiver process before it is ready.
 	if _, err := RunThroughput(Options{Backend: "ring-v2", Hosts: 2, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, RxSpin: 2 * time.Second, Processes: true}); err == nil || !strings.Contains(err.Error(), "did not start") {
 		t.Errorf("RxSpin 2s in a receiver process: %v, want the receiver not to start", err)
+	}
+	// The latency run's rings take it too.
+	if lat, err := RunLatency("ring-v2", 20, prefix, -1); err != nil || lat.RoundTrips != 20 {
+		t.Errorf("latency with RxSpin -1: %+v, %v", lat, err)
+	}
+	if _, err := RunLatency("ring-v2", 20, prefix, 2*time.Second); err == nil || !strings.Contains(err.Error(), "Config.RxSpin = 2s") {
+		t.Errorf("latency with RxSpin 2s: %v, want the ring's refusal", err)
+	}
+	if _, err := RunLatency("plain", 20, prefix, -1); err == nil || !strings.Contains(err.Error(), "latency needs a ring backend") {
+		t.Errorf("latency on plain with a spin: %v, want a refusal", err)
 	}
 	for _, o := range []Options{
 		{Backend: "plain", Hosts: 2, RxSpin: time.Microsecond},

@@ -346,6 +346,6 @@ func RunTCPLatency(topo *netns.Topology, size, roundTrips int) (*Latency, error)
 
 // RunLatencyOn is RunLatency between hosts 0 and 1 of a topology the
 // caller built.
-func RunLatencyOn(topo *netns.Topology, backend string, roundTrips int) (*Latency, error) {
-	return runLatency(topo, backend, roundTrips)
+func RunLatencyOn(topo *netns.Topology, backend string, roundTrips int, spin time.Duration) (*Latency, error) {
+	return runLatency(topo, backend, roundTrips, spin)
 }
