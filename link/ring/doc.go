@@ -43,9 +43,11 @@
 // for more than a millisecond (or RxSpin, if longer) means other work
 // holds the CPU, where a sleeper is woken sooner than a yielder gets its
 // turn back: spinning then stops for 10 ms, doubling up to a second while
-// that lasts. A Recv that ended at its deadline with nothing read has the
-// next one sleep without spinning, so an idle link spins once per frame
-// that arrives rather than per wait. The spin only reads the status word
+// that lasts. A Recv that waited at least twice RxSpin and ended at its
+// deadline with nothing read has the next one sleep without spinning, so
+// an idle link spins once per frame that arrives rather than per wait
+// (an idle event loop of package reliable waits 1 ms at a time), while a
+// short wait that ends at a caller's near timer keeps the spin. The spin only reads the status word
 // fill reads next, so frames come in ring order either way.
 //
 // # Sending

@@ -59,9 +59,10 @@ type Link struct {
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
-	// rxIdle: the last Recv ended at its deadline with nothing read, so
-	// the next one sleeps at once rather than spinning: a link with no
-	// traffic spins once after each frame that arrives, not per wait.
+	// rxIdle: the last Recv waited at least idleSpins RxSpins and ended
+	// at its deadline with nothing read, so the next one sleeps at once
+	// rather than spinning: a link with no traffic spins once after each
+	// frame that arrives, not per wait.
 	rxIdle bool
 
 	tx     socket
@@ -465,6 +466,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		return 0, net.ErrClosed
 	}
 	l.release()
+	var waitFrom time.Time // when Recv first found the ring empty
 	for {
 		n, bytes, filtered := l.fill(frames)
 		if filtered > 0 {
@@ -479,6 +481,9 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// Only discarded frames were read: hand them back before sleeping,
 		// or a ring full of them would never drain.
 		l.release()
+		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
+			waitFrom = time.Now()
+		}
 		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
@@ -490,7 +495,10 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		}
 		if err := l.rx.raw.Read(l.ready); err != nil {
 			err = l.recvErr(err)
-			l.rxIdle = err == l.expired
+			// A short wait that ended (a caller's near timer, a bundling
+			// delay) says nothing about idleness; an event loop's idle
+			// wait (1 ms in package reliable) does.
+			l.rxIdle = err == l.expired && l.cfg.RxSpin > 0 && time.Since(waitFrom) >= idleSpins*l.cfg.RxSpin
 			return 0, err
 		}
 	}
@@ -535,6 +543,10 @@ func (l *Link) rxReady(uintptr) bool {
 	}
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
+
+// idleSpins: a Recv that waited this many RxSpins and ended at its
+// deadline with nothing read marks the link idle (rxIdle).
+const idleSpins = 2
 
 // Back-off of Config.RxSpin under contention: a yield longer than
 // spinContended (or than RxSpin if that is longer) counts as contention;

@@ -88,15 +88,26 @@ func TestRxSpin(t *testing.T) {
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
 			t.Run("idle", func(t *testing.T) {
-				// A Recv that ended at its deadline with nothing read has
-				// the next one sleep at once: its frame, sent 1 ms after it
-				// started, is found by the netpoller, not by a spin. Once a
-				// Recv has read frames, the next spins again.
-				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
+				// A Recv that waited twice RxSpin or longer and ended at
+				// its deadline with nothing read has the next one sleep at
+				// once: its frame, sent 1 ms after it started, is found by
+				// the netpoller, not by a spin. A shorter wait that ends at
+				// its deadline (a caller's near timer) does not count. Once
+				// a Recv has read frames, the next spins again.
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Millisecond, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
+				if n, err := rx.Recv(time.Now().Add(300*time.Microsecond), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("Recv on an idle link = %d, %v; want 0 and a deadline error", n, err)
+				}
+				if rx.rxIdle {
+					t.Errorf("a 300 µs wait (under twice RxSpin, 2 ms) that ended at its deadline marked the link idle")
+				}
 				if n, err := rx.Recv(time.Now().Add(5*time.Millisecond), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Fatalf("Recv on an idle link = %d, %v; want 0 and a deadline error", n, err)
+				}
+				if !rx.rxIdle {
+					t.Errorf("a 5 ms wait that ended at its deadline did not mark the link idle")
 				}
 				found := rx.spinFound
 				sent := make(chan error, 1)
