@@ -187,10 +187,6 @@ func ReadFiles(paths []string, opts ReadOptions) (*Capture, error) {
 func Merge(caps []*Capture) *Capture {
 	out := &Capture{Format: "merged"}
 	var names []string
-	type src struct {
-		c    *Capture
-		base int
-	}
 	bases := make([]int, len(caps))
 	total := 0
 	for k, c := range caps {

@@ -19,17 +19,7 @@ import (
 // the wait it leaves the batch's third frame refused and its fourth
 // pending, as the kernel would have.
 func TestSendOwnFramesRefused(t *testing.T) {
-	topo := up(t, "h", 2, 1500)
-	// Two 4 KiB blocks of two 1552-byte slots: a ring of four frames.
-	tx := openOn(t, topo.Hosts[0], Config{TxBlockSize: 4096, TxBlockCount: 2})
-	if n := tx.TXGeometry().FrameCount; n != 4 {
-		t.Fatalf("TX ring of %d frames, want 4", n)
-	}
-	src := tx.HardwareAddr()
-	var frames [][]byte
-	for seq := range 6 {
-		frames = append(frames, buildFrame(make([]byte, 500), src, 0x88b5, uint64(seq), 500))
-	}
+	tx, frames := fourSlotRing(t, "h")
 	fired := false
 	waitHook = func(l *Link) {
 		if fired {
@@ -69,16 +59,7 @@ func TestSendOwnFramesRefused(t *testing.T) {
 // zero. Send must take the ring back itself, count nothing of its own,
 // say why, and leave the ring usable.
 func TestSendBehindRefused(t *testing.T) {
-	topo := up(t, "hb", 2, 1500)
-	tx := openOn(t, topo.Hosts[0], Config{TxBlockSize: 4096, TxBlockCount: 2})
-	if n := tx.TXGeometry().FrameCount; n != 4 {
-		t.Fatalf("TX ring of %d frames, want 4", n)
-	}
-	src := tx.HardwareAddr()
-	var frames [][]byte
-	for seq := range 6 {
-		frames = append(frames, buildFrame(make([]byte, 500), src, 0x88b5, uint64(seq), 500))
-	}
+	tx, frames := fourSlotRing(t, "hb")
 	if n, err := tx.Stage(frames[:2]); n != 2 || err != nil {
 		t.Fatalf("Stage = %d, %v", n, err)
 	}
@@ -101,4 +82,21 @@ func TestSendBehindRefused(t *testing.T) {
 	if st, _ := tx.Stats(); st.FramesSent != 4 {
 		t.Errorf("Stats after the second Send: %d frames sent, want 4", st.FramesSent)
 	}
+}
+
+// fourSlotRing opens a link whose TX ring holds four frames (two 4 KiB
+// blocks of two 1552-byte slots) on a new 2-host topology, and builds six
+// 500-byte frames from it: more than the ring takes at once.
+func fourSlotRing(t *testing.T, prefix string) (*Link, [][]byte) {
+	t.Helper()
+	topo := up(t, prefix, 2, 1500)
+	tx := openOn(t, topo.Hosts[0], Config{TxBlockSize: 4096, TxBlockCount: 2})
+	if n := tx.TXGeometry().FrameCount; n != 4 {
+		t.Fatalf("TX ring of %d frames, want 4", n)
+	}
+	var frames [][]byte
+	for seq := range 6 {
+		frames = append(frames, buildFrame(make([]byte, 500), tx.HardwareAddr(), 0x88b5, uint64(seq), 500))
+	}
+	return tx, frames
 }
