@@ -98,9 +98,9 @@ type Config struct {
 	// one frame at a time (BDSM barriers), most of all when there are more
 	// such processes than cores. A yield longer than a millisecond (or
 	// RxSpin, if longer: the CPU is busy with other work) pauses spinning
-	// for 10 ms to 1 s, and a Recv that waited twice RxSpin or longer and
-	// ended at its deadline with nothing read has the next one sleep at
-	// once, so an idle link spins once per frame that arrives, not per
+	// for 10 ms to 1 s, and a Recv that asked to wait twice RxSpin or
+	// longer and ended at its deadline with nothing read has the next one
+	// sleep at once, so an idle link spins once per frame that arrives, not per
 	// wait (package documentation). 0 means
 	// DefaultRxSpin; a negative RxSpin never spins. At most a second.
 	RxSpin time.Duration

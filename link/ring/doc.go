@@ -27,28 +27,29 @@
 //
 // Recv waits through Go's netpoller: the socket is non-blocking, wrapped
 // in an *os.File, and Recv checks the ring inside RawConn.Read, which
-// sleeps until poll(2) would report EPOLLIN (a frame in V2, a retired block
-// in V3). Deadlines are the file's read deadline; Close wakes a waiting
-// Recv, which returns net.ErrClosed. Before sleeping it first looks at
-// the ring's next status word, calling runtime.Gosched and sched_yield(2)
-// between looks, for up to Config.RxSpin of yielding (DefaultRxSpin,
-// 200 µs, unless set; negative: never), and sleeps only if nothing came:
-// a stream's receiver is then not put to sleep and woken per batch, which
-// in a VM whose idle vCPUs halt costs tens of µs each time, and a process
-// waiting for one
-// frame at a time is then not put to sleep and woken per frame (on the
-// 2-core test machine, 4 BDSM processes exchanging tiny updates took 21 µs
-// an iteration with a 200 µs spin, 80 µs without, OpenMPI 37;
-// docs/benchmarks.md, "BDSM vs MPI"). A yield that keeps Recv off the CPU
-// for more than a millisecond (or RxSpin, if longer) means other work
-// holds the CPU, where a sleeper is woken sooner than a yielder gets its
-// turn back: spinning then stops for 10 ms, doubling up to a second while
-// that lasts. A Recv that waited at least twice RxSpin and ended at its
-// deadline with nothing read has the next one sleep without spinning, so
-// an idle link spins once per frame that arrives rather than per wait
-// (an idle event loop of package reliable waits 1 ms at a time), while a
-// short wait that ends at a caller's near timer keeps the spin. The spin only reads the status word
-// fill reads next, so frames come in ring order either way.
+// sleeps until poll(2) would report EPOLLIN (a frame in V2, a retired
+// block in V3). Deadlines are the file's read deadline; Close wakes a
+// waiting Recv, which returns net.ErrClosed. Before sleeping it first
+// looks at the ring's next status word, calling runtime.Gosched and
+// sched_yield(2) between looks, for up to Config.RxSpin of yielding
+// (DefaultRxSpin, 200 µs, unless set; negative: never), and sleeps only if
+// nothing came: a stream's receiver is then not put to sleep and woken per
+// batch, which in a VM whose idle vCPUs halt costs tens of µs each time,
+// and a process waiting for one frame at a time is then not put to sleep
+// and woken per frame (on the 2-core test machine, 4 BDSM processes
+// exchanging tiny updates took 21 µs an iteration with a 200 µs spin, 80
+// µs without, OpenMPI 37; docs/benchmarks.md, "BDSM vs MPI"). A yield that
+// keeps Recv off the CPU for more than a millisecond (or RxSpin, if
+// longer) means other work holds the CPU, where a sleeper is woken sooner
+// than a yielder gets its turn back: spinning then stops for 10 ms,
+// doubling up to a second while that lasts. A Recv whose deadline was at
+// least twice RxSpin away when it found the ring empty, and that ended at
+// it with nothing read, has the next one sleep without spinning, so an
+// idle link spins once per frame that arrives rather than per wait (an
+// idle event loop of package reliable waits 1 ms at a time), while a short
+// wait that ends at a caller's near timer keeps the spin, however late the
+// timer fired. The spin only reads the status word fill reads next, so
+// frames come in ring order either way.
 //
 // # Sending
 //

@@ -59,8 +59,9 @@ type Link struct {
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
-	// rxIdle: the last Recv waited at least idleSpins RxSpins and ended
-	// at its deadline with nothing read, so the next one sleeps at once
+	// rxIdle: the last Recv asked to wait at least idleSpins RxSpins
+	// (deadline minus when it found the ring empty) and ended at its
+	// deadline with nothing read, so the next one sleeps at once
 	// rather than spinning: a link with no traffic spins once after each
 	// frame that arrives, not per wait.
 	rxIdle bool
@@ -497,8 +498,11 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			err = l.recvErr(err)
 			// A short wait that ended (a caller's near timer, a bundling
 			// delay) says nothing about idleness; an event loop's idle
-			// wait (1 ms in package reliable) does.
-			l.rxIdle = err == l.expired && l.cfg.RxSpin > 0 && time.Since(waitFrom) >= idleSpins*l.cfg.RxSpin
+			// wait (1 ms in package reliable) does. The wait asked for
+			// counts, not the time it took: on a loaded machine a 300 µs
+			// timer can fire milliseconds late, and a busy stream is
+			// exactly where the spin must stay on.
+			l.rxIdle = err == l.expired && l.cfg.RxSpin > 0 && deadline.Sub(waitFrom) >= idleSpins*l.cfg.RxSpin
 			return 0, err
 		}
 	}
@@ -544,8 +548,9 @@ func (l *Link) rxReady(uintptr) bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
-// idleSpins: a Recv that waited this many RxSpins and ended at its
-// deadline with nothing read marks the link idle (rxIdle).
+// idleSpins: a Recv whose deadline was this many RxSpins or more after it
+// found the ring empty, and that ended at it with nothing read, marks the
+// link idle (rxIdle).
 const idleSpins = 2
 
 // Back-off of Config.RxSpin under contention: a yield longer than

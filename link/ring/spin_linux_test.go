@@ -88,11 +88,13 @@ func TestRxSpin(t *testing.T) {
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
 			t.Run("idle", func(t *testing.T) {
-				// A Recv that waited twice RxSpin or longer and ended at
-				// its deadline with nothing read has the next one sleep at
-				// once: its frame, sent 1 ms after it started, is found by
-				// the netpoller, not by a spin. A shorter wait that ends at
-				// its deadline (a caller's near timer) does not count. Once
+				// A Recv that asked to wait twice RxSpin or longer and
+				// ended at its deadline with nothing read has the next one
+				// sleep at once: its frame, sent 1 ms after it started, is
+				// found by the netpoller, not by a spin. A shorter wait
+				// that ends at its deadline (a caller's near timer) does
+				// not count, however late the timer fired: CI once saw a
+				// 300 µs timer take over 2 ms on a loaded machine. Once
 				// a Recv has read frames, the next spins again.
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Millisecond, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
