@@ -102,6 +102,40 @@ type Link interface {
 	Close() error
 }
 
+// A Waker is a Link whose waiting Recv another goroutine can end early:
+// Wake makes the Recv waiting now, or the next one if none is, return 0
+// and an error that matches os.ErrDeadlineExceeded without waiting for
+// its deadline (frames already there are returned as usual). Wakes do not
+// add up: several before one Recv end that one only. A Recv may also
+// return early once after a Wake it did not see; callers treat an early
+// return like any other (look at their timers, call Recv again).
+//
+// An event loop that sleeps in Recv while other goroutines change what it
+// must do next (a Send starting a retransmission timer) sleeps until its
+// next timer and is woken for the rest, instead of polling. Wake is safe
+// from any goroutine, also concurrently with Recv, Send and Close.
+type Waker interface {
+	Link
+	Wake()
+}
+
+// WakerOf returns the Waker that ends l's Recv: l itself, or the link
+// that a wrapper (one with an Unwrap() Link method, as capture.Link has)
+// receives through. ok is false if no link on the way can be woken.
+func WakerOf(l Link) (w Waker, ok bool) {
+	for l != nil {
+		if w, ok := l.(Waker); ok {
+			return w, true
+		}
+		u, ok := l.(interface{ Unwrap() Link })
+		if !ok {
+			return nil, false
+		}
+		l = u.Unwrap()
+	}
+	return nil, false
+}
+
 // Errors reported when opening a link. They are wrapped with the interface
 // name and operation; test them with errors.Is.
 var (

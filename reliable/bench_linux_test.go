@@ -202,9 +202,7 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 	}
 	defer func() {
 		for _, g := range groups {
-			g.mu.Lock()
-			g.stop = true
-			g.mu.Unlock()
+			g.abort()
 			<-g.Done()
 		}
 	}()
@@ -570,9 +568,7 @@ func runLatencyOn(tb testing.TB, topo *netns.Topology, mode Mode, n int) (p50, p
 	}
 	defer func() {
 		for _, g := range groups {
-			g.mu.Lock()
-			g.stop = true
-			g.mu.Unlock()
+			g.abort()
 			<-g.Done()
 		}
 	}()

@@ -90,9 +90,7 @@ func benchGroupsOn(tb testing.TB, topo *netns.Topology, base Config, each ...fun
 	}
 	return groups, func() {
 		for _, g := range groups {
-			g.mu.Lock()
-			g.stop = true
-			g.mu.Unlock()
+			g.abort()
 			<-g.Done()
 		}
 		for _, l := range links {

@@ -131,9 +131,7 @@ func benchChild(specJSON string, in io.Reader, out io.Writer) int {
 	res.Bytes, res.MaxGap = uint64(count.Load()), time.Duration(gap.Load())
 	st := g.Stats()
 	res.Held, res.Drops = st.HeldData, st.Link.KernelDrops
-	g.mu.Lock()
-	g.stop = true
-	g.mu.Unlock()
+	g.abort()
 	<-g.Done()
 	cancel()
 	<-done
@@ -221,9 +219,7 @@ func runGoodputProcs(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.
 		tb.Fatal(err)
 	}
 	defer func() {
-		g.mu.Lock()
-		g.stop = true
-		g.mu.Unlock()
+		g.abort()
 		<-g.Done()
 	}()
 	size := o.size

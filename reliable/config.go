@@ -80,11 +80,16 @@ const (
 	// DefaultRecvQueue is how many delivered messages wait for Recv before
 	// the event loop stops taking Data frames off the link.
 	DefaultRecvQueue = 4096
-	// DefaultMaxWait bounds one wait of the event loop on the link. Send
-	// transmits on the caller's goroutine and may start a timer earlier
-	// than the deadline the loop sleeps towards (the ring link has no way
-	// to wake a blocked Recv); such a timer fires at most this late.
+	// DefaultMaxWait bounds one wait of the event loop on a link that
+	// cannot be woken (not a link.Waker). Send transmits on the caller's
+	// goroutine and may start a timer earlier than the deadline the loop
+	// sleeps towards; on such a link that timer fires at most this late.
 	DefaultMaxWait = time.Millisecond
+	// DefaultMaxWaitWaker bounds one wait of the event loop on a link
+	// that can be woken (link/ring, link/afpacket): the loop sleeps until
+	// the core's next timer (a heartbeat, 100 ms, on an idle group), and
+	// Send, Leave and Close wake it when they change what it must do.
+	DefaultMaxWaitWaker = time.Second
 	// DefaultCloseTimeout bounds Close's wait for everything sent to be
 	// acknowledged.
 	DefaultCloseTimeout = 5 * time.Second
@@ -184,7 +189,8 @@ type Config struct {
 	// DefaultRecvQueue. Ignored with Deliver.
 	RecvQueue int
 	// MaxWait bounds one wait of the event loop on the link; 0 means
-	// DefaultMaxWait.
+	// DefaultMaxWaitWaker on a link that can be woken (link.WakerOf),
+	// else DefaultMaxWait, or BundleDelay if that is shorter.
 	MaxWait time.Duration
 	// CloseTimeout bounds Close; 0 means DefaultCloseTimeout.
 	CloseTimeout time.Duration

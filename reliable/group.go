@@ -61,6 +61,14 @@ type Group struct {
 	leaving bool
 	stop    bool  // Close gave up waiting: the loop ends at its next wake-up
 	err     error // why the group stopped, once it has
+	// sleepUntil is the deadline the loop waits on the link towards (zero:
+	// it is not waiting, or was woken already). With a link that can be
+	// woken (link.Waker), the loop sleeps until the core's next timer, and
+	// whoever changes what it must do (Send, Leave, a stop) wakes it
+	// (wakeLoop); with any other link it polls every MaxWait.
+	sleepUntil time.Time
+	waker      link.Waker
+	woken      chan struct{} // wakeLoop's signal to a loop waiting for queue room
 
 	events chan Event
 	lost   uint64 // events not taken from the channel in time
@@ -117,6 +125,13 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.eng = newEngine(l, &s, fifo, total, members, epoch)
+	if w, ok := link.WakerOf(l); ok {
+		g.waker, g.woken = w, make(chan struct{}, 1)
+		g.cfg.maxWait = s.MaxWait
+		if g.cfg.maxWait == 0 {
+			g.cfg.maxWait = DefaultMaxWaitWaker
+		}
+	}
 	if st, ok := l.(stager); ok {
 		g.eng.stage = st
 		if n, ok := l.(nowSender); ok && fifo != nil {
@@ -248,6 +263,13 @@ func (g *Group) run() {
 			g.mu.Unlock()
 			return
 		}
+		pause := g.pauseReading(now)
+		if pause {
+			if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
+				wait = end
+			}
+		}
+		g.sleepUntil = wait
 		g.mu.Unlock()
 
 		var n int
@@ -255,7 +277,7 @@ func (g *Group) run() {
 		switch {
 		case len(g.first) > 0:
 			n, g.first = copy(g.rx, g.first), nil
-		case g.pauseReading(now):
+		case pause:
 			g.waitRoom(wait)
 		default:
 			n, err = g.l.Recv(wait, g.rx)
@@ -272,6 +294,7 @@ func (g *Group) run() {
 			return
 		}
 		g.mu.Lock()
+		g.sleepUntil = time.Time{}
 		if g.cfg.Deliver == nil {
 			g.eng.holdData = g.queue.full()
 		}
@@ -340,6 +363,7 @@ func (g *Group) waitRoom(deadline time.Time) {
 	select {
 	case <-g.queue.room:
 	case <-g.roomTimer.C:
+	case <-g.woken: // nil without a link.Waker: the wait is MaxWait at most
 	}
 	g.roomTimer.Stop()
 }
@@ -401,6 +425,30 @@ func (g *Group) stopKicker() error {
 func (g *Group) finish(err error) {
 	if g.err == nil {
 		g.err = err
+		g.wakeLoop(true)
+	}
+}
+
+// wakeLoop ends the event loop's wait early if it must act before the
+// deadline it sleeps towards: always with force (the group stopped, or
+// Close gave up), else if the core's next timer now comes earlier (Send
+// or Leave started one, or have frames to send that the loop must
+// time). g.mu is held. At most one wake per wait: it clears sleepUntil.
+// Without a link.Waker the loop polls every MaxWait instead.
+func (g *Group) wakeLoop(force bool) {
+	if g.waker == nil || g.sleepUntil.IsZero() {
+		return
+	}
+	if !force {
+		if d := g.eng.wall(g.eng.deadline()); d.IsZero() || !d.Before(g.sleepUntil) {
+			return
+		}
+	}
+	g.sleepUntil = time.Time{}
+	g.waker.Wake()
+	select {
+	case g.woken <- struct{}{}:
+	default:
 	}
 }
 
@@ -466,6 +514,7 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			err = g.err
 		}
 		g.kickStaged()
+		g.wakeLoop(false)
 		if !windowFull(err) {
 			g.mu.Unlock()
 			return g.sendErr(err)
@@ -558,13 +607,14 @@ func (g *Group) Leave(ctx context.Context) error {
 			g.finish(err)
 		}
 		g.kickStaged()
+		g.wakeLoop(true)
 	}
 	g.mu.Unlock()
 	select {
 	case <-g.done:
 	case <-ctx.Done():
+		g.abort()
 		g.mu.Lock()
-		g.stop = true
 		n := g.eng.inFlight()
 		what := "frames still unacknowledged"
 		if g.eng.total != nil {
@@ -580,6 +630,15 @@ func (g *Group) Leave(ctx context.Context) error {
 		return g.err
 	}
 	return nil
+}
+
+// abort has the event loop end at once, without the Leave's wait (its
+// end is Done).
+func (g *Group) abort() {
+	g.mu.Lock()
+	g.stop = true
+	g.wakeLoop(true)
+	g.mu.Unlock()
 }
 
 // Done is closed when the event loop has ended.

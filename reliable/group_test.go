@@ -81,9 +81,7 @@ func newGroups(t *testing.T, r *rtnet.Net, n int, ep testnet.EndpointConfig, bas
 	}
 	t.Cleanup(func() {
 		for _, g := range groups {
-			g.mu.Lock()
-			g.stop = true
-			g.mu.Unlock()
+			g.abort()
 			<-g.Done()
 		}
 	})
@@ -210,9 +208,7 @@ func TestSendBlocksOnFullWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		g.mu.Lock()
-		g.stop = true
-		g.mu.Unlock()
+		g.abort()
 		<-g.Done()
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -526,9 +522,7 @@ func joinRegistered(t *testing.T, ctx context.Context, links []*rtnet.Link, cfgs
 	t.Cleanup(func() {
 		for _, g := range groups {
 			if g != nil {
-				g.mu.Lock()
-				g.stop = true
-				g.mu.Unlock()
+				g.abort()
 				<-g.Done()
 			}
 		}

@@ -91,9 +91,7 @@ func joinAll(t *testing.T, ctx context.Context, topo *netns.Topology, links []li
 	}
 	t.Cleanup(func() {
 		for _, g := range groups {
-			g.mu.Lock()
-			g.stop = true
-			g.mu.Unlock()
+			g.abort()
 			<-g.Done()
 		}
 	})

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var _ link.Link = (*Link)(nil)
+var _ link.Waker = (*Link)(nil)
 
 // ethPAll is ETH_P_ALL: binding to it is what makes the kernel hand packet
 // sockets copies of outgoing frames (dev_queue_xmit_nit only feeds ptype_all).
@@ -57,8 +57,10 @@ type Link struct {
 	rxWant   int // slots offered to the next recvmmsg
 	rxGot    int // frames the last recvmmsg returned
 	rxErr    syscall.Errno
+	rxWoken  bool                  // the last recvmmsg found nothing, and a Wake
 	rxFn     func(fd uintptr) bool // l.recvmmsg, bound once so Recv does not allocate
-	deadline time.Time             // read deadline currently set on the socket
+	deadline time.Time             // read deadline currently set on the socket (wakeDeadline: maybe a Wake's)
+	woken    atomic.Bool           // set by Wake, taken by Recv
 
 	// Send side, owned by the goroutine in Send.
 	// tx sends batches with sendmmsg(2); ENOBUFS comes from a full device
@@ -229,9 +231,18 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	for {
 		if err := l.rc.Read(l.rxFn); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && !l.closed.Load() {
+				// Our deadline or a Wake's: that Wake is done, and the
+				// next Recv sets its deadline again.
+				l.woken.Store(false)
+				l.deadline = wakeDeadline
 				return 0, l.errTimeout
 			}
 			return 0, l.ioError("recv", err)
+		}
+		if l.rxWoken {
+			l.rxWoken = false
+			l.deadline = wakeDeadline // Wake sets it, now or soon
+			return 0, l.errTimeout
 		}
 		if l.rxErr != 0 {
 			return 0, l.ioError("recvmmsg", os.NewSyscallError("recvmmsg", l.rxErr))
@@ -242,6 +253,17 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 		// Everything in the batch was filtered out; wait for more.
 	}
 }
+
+// Wake implements link.Waker: a Recv sleeping in the netpoller is woken
+// by a read deadline in the past, and one not yet waiting takes the flag
+// and returns at once. After Close it does nothing.
+func (l *Link) Wake() {
+	l.woken.Store(true)
+	_ = l.conn.SetReadDeadline(wakeDeadline) // on a closed socket: an error, ignored
+}
+
+// wakeDeadline is the read deadline Wake sets: long past.
+var wakeDeadline = time.Unix(1, 0)
 
 // recvmmsg is the syscall.RawConn.Read callback: one non-blocking
 // recvmmsg(2) into the preallocated slots. It reports false on EAGAIN so
@@ -259,6 +281,13 @@ func (l *Link) recvmmsg(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			// Nothing to read. A Wake that came before this look (its
+			// past deadline may have been overwritten by ours since)
+			// ends the Recv now; a later one wakes the poller.
+			if l.woken.Swap(false) {
+				l.rxGot, l.rxErr, l.rxWoken = 0, 0, true
+				return true
+			}
 			return false
 		case 0:
 			l.rxGot, l.rxErr = int(r), 0

@@ -299,6 +299,55 @@ func TestRecvDeadline(t *testing.T) {
 	}
 }
 
+// TestWake: Wake ends a waiting Recv, or the next one if none waits;
+// wakes do not add up; frames come before a wake; after a wake Recv waits
+// for its own deadline again; Wake after Close does nothing.
+func TestWake(t *testing.T) {
+	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpwk"})
+	h0 := open(t, topo.Hosts[0], Config{})
+	h1 := open(t, topo.Hosts[1], Config{})
+	slots := make([]link.Frame, 8)
+	woken := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		n, err := h1.Recv(deadline, slots)
+		if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: Recv = %d, %v; want 0 and a deadline error", what, n, err)
+		}
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		h1.Wake()
+	}()
+	woken("a Wake 20 ms into a 1-minute Recv")
+	h1.Wake()
+	h1.Wake()
+	woken("a Recv after 2 Wakes")
+	frames := makeFrames(h0.HardwareAddr(), 3, h0.MTU())
+	if _, err := h0.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+	sameFrames(t, "h1 after the Wakes", recvN(t, h1, 3), frames)
+	if _, err := h0.Send(frames[:1]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // let it land
+	h1.Wake()
+	sameFrames(t, "h1 past a Wake", recvN(t, h1, 1), frames[:1])
+	woken("the Recv after one that read frames past a Wake")
+	deadline := time.Now().Add(30 * time.Millisecond)
+	for i := range 2 {
+		if n, err := h1.Recv(deadline, slots); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Recv %d with a 30 ms deadline = %d, %v", i, n, err)
+		}
+		if time.Now().Before(deadline) {
+			t.Fatalf("Recv %d returned before its deadline, with no Wake", i)
+		}
+	}
+	h1.Close()
+	h1.Wake()
+}
+
 func TestCloseUnblocksRecv(t *testing.T) {
 	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbpcl"})
 	l := open(t, topo.Hosts[0], Config{})

@@ -46,7 +46,7 @@
 // least twice RxSpin away when it found the ring empty, and that ended at
 // it with nothing read, has the next one sleep without spinning, so an
 // idle link spins once per frame that arrives rather than per wait (an
-// idle event loop of package reliable waits 1 ms at a time), while a short
+// idle event loop of package reliable waits until its next timer), while a short
 // wait that ends at a caller's near timer keeps the spin, however late the
 // timer fired. The spin only reads the status word fill reads next, so
 // frames come in ring order either way.

@@ -37,7 +37,8 @@ type Link struct {
 	closed atomic.Bool
 
 	rx       socket
-	deadline time.Time // the read deadline last set on rx.file
+	deadline time.Time   // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
+	woken    atomic.Bool // set by Wake, taken by Recv
 	ready    func(uintptr) bool
 	expired  error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
@@ -106,7 +107,7 @@ type Link struct {
 	kernel  struct{ packets, drops, freezes uint64 }
 }
 
-var _ link.Link = (*Link)(nil)
+var _ link.Waker = (*Link)(nil)
 
 // socket is one AF_PACKET socket with its ring.
 type socket struct {
@@ -482,6 +483,10 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// Only discarded frames were read: hand them back before sleeping,
 		// or a ring full of them would never drain.
 		l.release()
+		if l.woken.Swap(false) {
+			l.deadline = wakeDeadline // Wake sets it, now or soon
+			return 0, l.expired
+		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
 			waitFrom = time.Now()
 		}
@@ -494,15 +499,30 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			}
 			l.deadline = deadline
 		}
+		// A Wake since the check above set its past deadline, and ours
+		// may have overwritten it: its flag is what tells.
+		if l.woken.Swap(false) {
+			l.deadline = wakeDeadline // Wake sets it, now or soon
+			return 0, l.expired
+		}
 		if err := l.rx.raw.Read(l.ready); err != nil {
 			err = l.recvErr(err)
+			if err != l.expired {
+				return 0, err
+			}
+			// Our deadline or a Wake's (maybe one that came after we read
+			// the ring and set ours): that Wake is done, and the next Recv
+			// sets its deadline again.
+			l.woken.Store(false)
+			l.deadline = wakeDeadline
 			// A short wait that ended (a caller's near timer, a bundling
 			// delay) says nothing about idleness; an event loop's idle
-			// wait (1 ms in package reliable) does. The wait asked for
-			// counts, not the time it took: on a loaded machine a 300 µs
-			// timer can fire milliseconds late, and a busy stream is
-			// exactly where the spin must stay on.
-			l.rxIdle = err == l.expired && l.cfg.RxSpin > 0 && deadline.Sub(waitFrom) >= idleSpins*l.cfg.RxSpin
+			// wait (until a heartbeat, in package reliable) does, and a
+			// Wake's early return (before the deadline) does not. The
+			// wait asked for counts, not the time it took: on a loaded
+			// machine a 300 µs timer can fire milliseconds late, and a
+			// busy stream is exactly where the spin must stay on.
+			l.rxIdle = l.cfg.RxSpin > 0 && deadline.Sub(waitFrom) >= idleSpins*l.cfg.RxSpin && !time.Now().Before(deadline)
 			return 0, err
 		}
 	}
@@ -548,6 +568,20 @@ func (l *Link) rxReady(uintptr) bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
+// Wake implements link.Waker: a Recv sleeping in the netpoller is woken
+// by a read deadline in the past, one spinning sees the flag, and one not
+// yet waiting takes the flag and returns at once. After Close it does
+// nothing.
+func (l *Link) Wake() {
+	l.woken.Store(true)
+	// Safe beside Recv and Close: the file's deadline is the poller's,
+	// and on a closed file SetReadDeadline only reports that.
+	_ = l.rx.file.SetReadDeadline(wakeDeadline)
+}
+
+// wakeDeadline is the read deadline Wake sets: long past.
+var wakeDeadline = time.Unix(1, 0)
+
 // idleSpins: a Recv whose deadline was this many RxSpins or more after it
 // found the ring empty, and that ended at it with nothing read, marks the
 // link idle (rxIdle).
@@ -590,7 +624,7 @@ func (l *Link) spin(deadline time.Time) bool {
 		return false
 	}
 	var spent time.Duration
-	for !l.closed.Load() {
+	for !l.closed.Load() && !l.woken.Load() {
 		if l.rxReady(0) {
 			l.spinPause /= 2
 			l.spinFound++

@@ -13,7 +13,7 @@ import (
 // Link is an AF_PACKET ring link; it exists only on Linux.
 type Link struct{}
 
-var _ link.Link = (*Link)(nil)
+var _ link.Waker = (*Link)(nil)
 
 var errNotLinux = errors.New("ring: AF_PACKET rings need Linux")
 
@@ -26,3 +26,6 @@ func (l *Link) MTU() int                                                  { retu
 func (l *Link) HardwareAddr() net.HardwareAddr                            { return nil }
 func (l *Link) Stats() (link.Stats, error)                                { return link.Stats{}, errNotLinux }
 func (l *Link) Close() error                                              { return nil }
+
+// Wake does nothing: no Recv waits off Linux.
+func (l *Link) Wake() {}

@@ -80,7 +80,7 @@ func (r *Net) Attach(t testing.TB, cfg testnet.EndpointConfig) *Link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Link{r: r, ep: ep, arrived: make(chan struct{}, 1), closed: make(chan struct{})}
+	l := &Link{r: r, ep: ep, arrived: make(chan struct{}, 1), woken: make(chan struct{}, 1), closed: make(chan struct{})}
 	ep.OnReceive(func() {
 		select {
 		case l.arrived <- struct{}{}:
@@ -91,16 +91,26 @@ func (r *Net) Attach(t testing.TB, cfg testnet.EndpointConfig) *Link {
 }
 
 // Link is one endpoint of a Net as a link.Link whose Recv blocks until a
-// frame arrives, the deadline passes or the link is closed.
+// frame arrives, the deadline passes, Wake is called or the link is
+// closed.
 type Link struct {
 	r         *Net
 	ep        *testnet.Endpoint
 	arrived   chan struct{}
+	woken     chan struct{}
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
-var _ link.Link = (*Link)(nil)
+var _ link.Waker = (*Link)(nil)
+
+// Wake implements link.Waker.
+func (l *Link) Wake() {
+	select {
+	case l.woken <- struct{}{}:
+	default: // a Wake is pending already
+	}
+}
 
 var errDeadline = fmt.Errorf("rtnet: deadline: %w", os.ErrDeadlineExceeded)
 
@@ -152,6 +162,8 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 		select {
 		case <-l.arrived:
 		case <-expired:
+			return 0, errDeadline
+		case <-l.woken:
 			return 0, errDeadline
 		case <-l.closed:
 			return 0, net.ErrClosed
