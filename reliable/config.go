@@ -80,16 +80,16 @@ const (
 	// DefaultRecvQueue is how many delivered messages wait for Recv before
 	// the event loop stops taking Data frames off the link.
 	DefaultRecvQueue = 4096
-	// DefaultMaxWait bounds one wait of the event loop on a link that
-	// cannot be woken (not a link.Waker). Send transmits on the caller's
-	// goroutine and may start a timer earlier than the deadline the loop
-	// sleeps towards; on such a link that timer fires at most this late.
+	// DefaultMaxWait bounds one wait of the event loop on the link while
+	// frames arrive, and every wait on a link that cannot be woken (not a
+	// link.Waker). Send transmits on the caller's goroutine and may start
+	// a timer earlier than the deadline the loop sleeps towards; on such
+	// a link that timer fires at most this late. On a link that can be
+	// woken (link/ring, link/afpacket), once a wait read nothing the loop
+	// sleeps until the core's next timer (a heartbeat, 100 ms, on an idle
+	// group; at most a second), and Send, Leave and Close wake it when
+	// they change what it must do.
 	DefaultMaxWait = time.Millisecond
-	// DefaultMaxWaitWaker bounds one wait of the event loop on a link
-	// that can be woken (link/ring, link/afpacket): the loop sleeps until
-	// the core's next timer (a heartbeat, 100 ms, on an idle group), and
-	// Send, Leave and Close wake it when they change what it must do.
-	DefaultMaxWaitWaker = time.Second
 	// DefaultCloseTimeout bounds Close's wait for everything sent to be
 	// acknowledged.
 	DefaultCloseTimeout = 5 * time.Second
@@ -188,9 +188,9 @@ type Config struct {
 	// RecvQueue is how many delivered messages may wait for Recv; 0 means
 	// DefaultRecvQueue. Ignored with Deliver.
 	RecvQueue int
-	// MaxWait bounds one wait of the event loop on the link; 0 means
-	// DefaultMaxWaitWaker on a link that can be woken (link.WakerOf),
-	// else DefaultMaxWait, or BundleDelay if that is shorter.
+	// MaxWait bounds one wait of the event loop on the link while frames
+	// arrive (on a link that cannot be woken: every wait); 0 means
+	// DefaultMaxWait, or BundleDelay if that is shorter.
 	MaxWait time.Duration
 	// CloseTimeout bounds Close; 0 means DefaultCloseTimeout.
 	CloseTimeout time.Duration
@@ -215,10 +215,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// quietMaxWait bounds one wait of the event loop on a quiet link that
+// can be woken (DefaultMaxWait); Join copies it (a variable for tests).
+var quietMaxWait = time.Second
+
 // settings is a Config with defaults applied.
 type settings struct {
 	Config
-	maxWait time.Duration
+	maxWait   time.Duration
+	quietWait time.Duration // quietMaxWait, when Join ran
 }
 
 func (c Config) settings() (settings, error) {
@@ -264,7 +269,7 @@ func (c Config) settings() (settings, error) {
 	if s.JoinRetry == 0 {
 		s.JoinRetry = DefaultJoinRetry
 	}
-	s.maxWait = c.MaxWait
+	s.maxWait, s.quietWait = c.MaxWait, quietMaxWait
 	if s.maxWait == 0 {
 		s.maxWait = DefaultMaxWait
 	}
