@@ -40,9 +40,13 @@ type engine struct {
 	// answering them until every member has started.
 	control func(now clock.Time, src [6]byte, v frame.View)
 	// heard, if set, is told the sender of every protocol frame accepted;
-	// tick, if set, runs with the core's timers.
-	heard func(id frame.MemberID)
-	tick  func(now clock.Time)
+	// tick, if set, runs with the core's timers, and tickDeadline, if
+	// set, says when tick must next run (0: nothing pending): deadline
+	// counts it, so that a loop sleeping until the core's next timer
+	// (link.Waker) wakes for it too.
+	heard        func(id frame.MemberID)
+	tick         func(now clock.Time)
+	tickDeadline func() clock.Time
 
 	// holdData: the receive queue is full, so frames that deliver are
 	// not stepped (see input).
@@ -154,11 +158,21 @@ func (e *engine) peer(id frame.MemberID) *peerStats {
 
 // The core's operations, on whichever core runs.
 
+// deadline is when the loop must next turn: the core's next timer, or
+// tick's if that is earlier; 0 when neither is pending.
 func (e *engine) deadline() clock.Time {
+	var d clock.Time
 	if e.core != nil {
-		return e.core.Deadline()
+		d = e.core.Deadline()
+	} else {
+		d = e.total.Deadline()
 	}
-	return e.total.Deadline()
+	if e.tickDeadline != nil {
+		if t := e.tickDeadline(); t != 0 && (d == 0 || t < d) {
+			d = t
+		}
+	}
+	return d
 }
 
 func (e *engine) propose(now clock.Time, msg []byte) error {

@@ -150,6 +150,11 @@ func (g *registration) attach(e *engine) {
 				g.flush()
 			}
 		}
+		// The Start repeats (every JoinRetry until each member has
+		// answered) are timers of the loop like the core's: a loop that
+		// sleeps until its next timer would otherwise repeat a lost Start
+		// only at a heartbeat or MaxWait (1 s).
+		e.tickDeadline = g.r.Deadline
 	}
 }
 

@@ -2,10 +2,12 @@ package reliable
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
@@ -127,5 +129,81 @@ func TestSendWakesLoop(t *testing.T) {
 				t.Errorf("the message arrived %v after Send: the loop slept through its 300 ms bundle timer", took)
 			}
 		})
+	}
+}
+
+// dropStarts hides the first left registration Start frames from the
+// link it wraps. It has no Unwrap: a group on it polls.
+type dropStarts struct {
+	link.Link
+	left, dropped int
+}
+
+func (d *dropStarts) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	for {
+		n, err := d.Link.Recv(deadline, frames)
+		k := 0
+		for _, f := range frames[:n] {
+			if d.left > 0 {
+				if _, body, err := frame.SplitEthernet(f.Data, frame.EtherType); err == nil && frame.View(body).Type() == frame.Start {
+					d.left--
+					d.dropped++
+					continue
+				}
+			}
+			frames[k] = f
+			k++
+		}
+		if k > 0 || n == 0 {
+			return k, err
+		}
+	}
+}
+
+// TestStartRepeatWakesLoop: the registration server repeats its Start
+// every JoinRetry (20 ms) until each member has answered, and once its
+// Join returned those repeats are timers of its event loop. A joiner that
+// lost the first 3 Starts has the 4th about 60 ms later, where a loop
+// that slept towards the core's timer only (a 5 s heartbeat, capped at
+// MaxWait, 1 s) repeated it once a second: the Join took 3 s.
+func TestStartRepeatWakesLoop(t *testing.T) {
+	r := rtnet.New(t, 33)
+	drop := &dropStarts{Link: r.Attach(t, testnet.EndpointConfig{}), left: 3}
+	links := []link.Link{r.Attach(t, testnet.EndpointConfig{}), drop}
+	cfg := Config{Group: 43, Size: 2, HeartbeatInterval: 5 * time.Second, FailureTimeout: 30 * time.Second, Logger: quiet}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var gs [2]*Group
+	var errs [2]error
+	var took time.Duration
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, l := range links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			c.Server = i == 0
+			gs[i], errs[i] = Join(ctx, l, c)
+			if i == 1 {
+				took = time.Since(start)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, g := range gs {
+		if g != nil {
+			t.Cleanup(func() { g.abort(); <-g.Done() })
+		}
+		if errs[i] != nil {
+			t.Fatalf("Join %d: %v", i, errs[i])
+		}
+	}
+	if drop.dropped != 3 {
+		t.Fatalf("the joiner's link dropped %d Starts, want 3", drop.dropped)
+	}
+	t.Logf("the joiner that lost 3 Starts joined in %v", took.Round(time.Millisecond))
+	if took > 1500*time.Millisecond {
+		t.Errorf("the joiner that lost 3 Starts joined in %v: the server's loop slept through its Start repeats (20 ms)", took)
 	}
 }
