@@ -578,8 +578,18 @@ func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, e
 		return 0, buf, errors.New("reliable: Recv is not available when Config.Deliver is set")
 	}
 	for {
-		from, data, ok, err := g.queue.pop(buf)
+		from, data, ok, freed, err := g.queue.popFreed(buf)
 		if ok {
+			if freed {
+				// The queue was full: a Send waiting for room in it
+				// (Order Total, ownQueueFull) may go on. The loop would
+				// release it at its next turn, but unless it is waiting
+				// for this room (pauseReading) it may be asleep until its
+				// next timer (link.Waker): a heartbeat, or MaxWait.
+				g.mu.Lock()
+				g.wakeSenders()
+				g.mu.Unlock()
+			}
 			return from, data, nil
 		}
 		if err != nil {

@@ -149,13 +149,20 @@ func (q *msgQueue) signal() {
 // pop appends the oldest message to dst. ok is false when the queue is
 // empty; err is set when it is also closed.
 func (q *msgQueue) pop(dst []byte) (from frame.MemberID, data []byte, ok bool, err error) {
+	from, data, ok, _, err = q.popFreed(dst)
+	return from, data, ok, err
+}
+
+// popFreed is pop that also says whether this pop took the queue below
+// its limit (it was full before).
+func (q *msgQueue) popFreed(dst []byte) (from frame.MemberID, data []byte, ok, freed bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 {
 		if q.closed {
-			return 0, dst, false, q.err
+			return 0, dst, false, false, q.err
 		}
-		return 0, dst, false, nil
+		return 0, dst, false, false, nil
 	}
 	s := &q.slots[q.head]
 	if s.view != nil {
@@ -182,7 +189,7 @@ func (q *msgQueue) pop(dst []byte) (from frame.MemberID, data []byte, ok bool, e
 		default:
 		}
 	}
-	return from, data, true, nil
+	return from, data, true, q.n == q.limit-1, nil
 }
 
 // wait counts Recv callers waiting for a message (d = 1 when one starts

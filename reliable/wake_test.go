@@ -1,6 +1,7 @@
 package reliable
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -163,9 +164,9 @@ func (d *dropStarts) Recv(deadline time.Time, frames []link.Frame) (int, error) 
 // TestStartRepeatWakesLoop: the registration server repeats its Start
 // every JoinRetry (20 ms) until each member has answered, and once its
 // Join returned those repeats are timers of its event loop. A joiner that
-// lost the first 3 Starts has the 4th about 60 ms later, where a loop
-// that slept towards the core's timer only (a 5 s heartbeat, capped at
-// MaxWait, 1 s) repeated it once a second: the Join took 3 s.
+// lost the first 3 Starts has the 4th about 60 ms later, where a quiet
+// loop that slept towards the core's timer only (a 5 s heartbeat, capped
+// at a second) repeated it once a second: the Join took 3 s.
 func TestStartRepeatWakesLoop(t *testing.T) {
 	r := rtnet.New(t, 33)
 	drop := &dropStarts{Link: r.Attach(t, testnet.EndpointConfig{}), left: 3}
@@ -205,5 +206,51 @@ func TestStartRepeatWakesLoop(t *testing.T) {
 	t.Logf("the joiner that lost 3 Starts joined in %v", took.Round(time.Millisecond))
 	if took > 1500*time.Millisecond {
 		t.Errorf("the joiner that lost 3 Starts joined in %v: the server's loop slept through its Start repeats (20 ms)", took)
+	}
+}
+
+// TestRecvReleasesOwnQueueSend: under Order Total a Send waits while this
+// member's receive queue is full (its own messages are delivered to it),
+// and goes on when Recv makes room, also when the loop is not waiting
+// for that room (it stops pausing after FailureTimeout/20, 550 ms here)
+// but asleep on the link until its next timer (a 5 s heartbeat; the
+// quiet loop's cap raised to 10 s). A group of one: no frame arrives to
+// wake the loop.
+func TestRecvReleasesOwnQueueSend(t *testing.T) {
+	cfg := Config{Order: Total, RecvQueue: 2, HeartbeatInterval: 5 * time.Second, FailureTimeout: 11 * time.Second}
+	defer func(d time.Duration) { quietMaxWait = d }(quietMaxWait)
+	quietMaxWait = 10 * time.Second
+	g := newGroups(t, rtnet.New(t, 37), 1, testnet.EndpointConfig{}, cfg)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 2 {
+		if err := g.Send(ctx, message(nil, g.Self(), i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- g.Send(ctx, message(nil, g.Self(), 2, 100)) }()
+	time.Sleep(700 * time.Millisecond) // past the loop's 550 ms pause
+	select {
+	case err := <-sent:
+		t.Fatalf("Send returned (%v) while the receive queue of 2 held 2", err)
+	default:
+	}
+	freed := time.Now()
+	for i := range 3 {
+		m, err := g.Recv(ctx)
+		if err != nil || m.From != g.Self() || !bytes.Equal(m.Data, message(nil, g.Self(), i, 100)) {
+			t.Fatalf("Recv %d: %v from %d", i, err, m.From)
+		}
+		if i == 0 {
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(freed)
+			t.Logf("the Send waiting for queue room went on %v after Recv made room", took.Round(time.Millisecond))
+			if took > 2*time.Second {
+				t.Errorf("the Send waiting for queue room went on %v after Recv made room: it waited for the loop's heartbeat", took)
+			}
+		}
 	}
 }
