@@ -442,9 +442,9 @@ func (g *Group) finish(err error) {
 }
 
 // wakeLoop ends the event loop's wait early if it must act before the
-// deadline it sleeps towards: always with force (the group stopped, or
-// Close gave up), else if the core's next timer now comes earlier (Send
-// or Leave started one, or have frames to send that the loop must
+// deadline it sleeps towards: always with force (the group stopped, Leave
+// started, or Close gave up), else if the core's next timer now comes
+// earlier (Send started one, or has frames to send that the loop must
 // time). g.mu is held. At most one wake per wait: it clears sleepUntil.
 // Without a link.Waker the loop polls every MaxWait instead.
 func (g *Group) wakeLoop(force bool) {
@@ -585,7 +585,7 @@ func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, e
 				// (Order Total, ownQueueFull) may go on. The loop would
 				// release it at its next turn, but unless it is waiting
 				// for this room (pauseReading) it may be asleep until its
-				// next timer (link.Waker): a heartbeat, or MaxWait.
+				// next timer (link.Waker): a heartbeat, at most a second.
 				g.mu.Lock()
 				g.wakeSenders()
 				g.mu.Unlock()
