@@ -315,11 +315,17 @@ func TestWake(t *testing.T) {
 			t.Fatalf("%s: Recv = %d, %v; want 0 and a deadline error", what, n, err)
 		}
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		time.Sleep(20 * time.Millisecond)
 		h1.Wake()
 	}()
 	woken("a Wake 20 ms into a 1-minute Recv")
+	// Under load the Recv may start after the Wake's flag and return
+	// before its past deadline is set: that deadline must not land on a
+	// later Recv of this test.
+	<-done
 	h1.Wake()
 	h1.Wake()
 	woken("a Recv after 2 Wakes")
@@ -328,10 +334,27 @@ func TestWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFrames(t, "h1 after the Wakes", recvN(t, h1, 3), frames)
+	before, err := h1.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := h0.Send(frames[:1]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // let it land
+	// Frames cross the bridge asynchronously: wait until the socket has
+	// it (the kernel counts a frame as it queues it).
+	for end := time.Now().Add(recvTimeout); ; time.Sleep(time.Millisecond) {
+		s, err := h1.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.KernelPackets > before.KernelPackets {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the frame sent did not reach h1's socket in %v", recvTimeout)
+		}
+	}
 	h1.Wake()
 	sameFrames(t, "h1 past a Wake", recvN(t, h1, 1), frames[:1])
 	woken("the Recv after one that read frames past a Wake")

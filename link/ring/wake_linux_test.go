@@ -83,7 +83,13 @@ func TestWake(t *testing.T) {
 				// Frames in the ring come before a Wake; the wake then
 				// ends the next Recv.
 				send(2)
-				time.Sleep(20 * time.Millisecond) // let it land
+				// Frames cross the bridge asynchronously (and a V3 block
+				// retires on a timer): wait until it is ours to read.
+				for end := time.Now().Add(10 * time.Second); !rx.rxReady(0); time.Sleep(time.Millisecond) {
+					if time.Now().After(end) {
+						t.Fatal("frame 2 was not in the ring 10 s after it was sent")
+					}
+				}
 				rx.Wake()
 				recvFrame(2)
 				woken("the Recv after one that read frames past a Wake", time.Now().Add(time.Minute))
