@@ -105,10 +105,12 @@ type Link interface {
 // A Waker is a Link whose waiting Recv another goroutine can end early:
 // Wake makes the Recv waiting now, or the next one if none is, return 0
 // and an error that matches os.ErrDeadlineExceeded without waiting for
-// its deadline (frames already there are returned as usual). Wakes do not
-// add up: several before one Recv end that one only. A Recv may also
-// return early once after a Wake it did not see; callers treat an early
-// return like any other (look at their timers, call Recv again).
+// its deadline. Frames are never lost to a Wake: a Recv that finds frames
+// returns them (and the Wake then ends the next one), and frames that land
+// while a Recv is being woken are returned by the next. Wakes do not add
+// up: several before one Recv end that one only. A Recv may also return
+// early once after a Wake it did not see; callers treat an early return
+// like any other (look at their timers, call Recv again).
 //
 // An event loop that sleeps in Recv while other goroutines change what it
 // must do next (a Send starting a retransmission timer) sleeps until its

@@ -29,12 +29,10 @@ func TestWake(t *testing.T) {
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: spin})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
-				send := func(seq uint64) {
-					t.Helper()
+				send := func(seq uint64) error {
 					size := frameLen(seq, tx.MTU())
-					if _, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)}); err != nil {
-						t.Fatal(err)
-					}
+					_, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)})
+					return err
 				}
 				recvFrame := func(seq uint64) {
 					t.Helper()
@@ -74,15 +72,21 @@ func TestWake(t *testing.T) {
 				rx.Wake()
 				rx.Wake()
 				woken("a Recv after 3 Wakes", time.Now().Add(time.Minute))
+				sent := make(chan error, 1)
 				go func() {
 					time.Sleep(5 * time.Millisecond)
-					send(1)
+					sent <- send(1)
 				}()
 				recvFrame(1)
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
 
 				// Frames in the ring come before a Wake; the wake then
 				// ends the next Recv.
-				send(2)
+				if err := send(2); err != nil {
+					t.Fatal(err)
+				}
 				// Frames cross the bridge asynchronously (and a V3 block
 				// retires on a timer): wait until it is ours to read.
 				for end := time.Now().Add(10 * time.Second); !rx.rxReady(0); time.Sleep(time.Millisecond) {
