@@ -219,6 +219,10 @@ type Config struct {
 // can be woken (DefaultMaxWait); Join copies it (a variable for tests).
 var quietMaxWait = time.Second
 
+// quietAfter: an event loop that read nothing from a link that can be
+// woken for this long sleeps until its next timer (Group.lastRead).
+const quietAfter = 10 * time.Millisecond
+
 // settings is a Config with defaults applied.
 type settings struct {
 	Config
