@@ -199,6 +199,16 @@ func (r *reporter) raw(topo *netns.Topology, overlap, work bool) (float64, time.
 	return lo, res.Elapsed
 }
 
+// rawAllToAll is the raw all-to-all ceiling: the slowest member's rate
+// of whole frames received from all the others.
+func (r *reporter) rawAllToAll(topo *netns.Topology) float64 {
+	res, err := linkbench.RunAllToAllOn(topo, linkbench.Options{Backend: "ring-v2", Duration: r.d, RxSpin: benchSpin(r.b)})
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	return res.MinMBps()
+}
+
 func (r *reporter) tcp(topo *netns.Topology, senders int) float64 {
 	m, _ := r.tcpTimed(topo, senders)
 	return m
@@ -294,28 +304,35 @@ func (r *reporter) oneToAll(rxs []int) {
 	r.printf("\n")
 }
 
-// small: 64-byte messages (fig 4.1's small-message curve), MTU 1500.
+// small: 64-byte messages (fig 4.1's small-message curve), MTU 1500 and
+// 9000 (a jumbo frame bundles about 140 of them).
 func (r *reporter) small(rxs []int) {
-	r.printf("### One-to-all, 64-byte messages, MTU 1500 (messages/s at the slowest receiver)\n\n")
+	r.printf("### One-to-all, 64-byte messages (messages/s at the slowest receiver)\n\n")
 	r.printf("TCP is a byte stream: 64-byte messages written through a buffer leave in 64 KiB writes, so its rate is its MB/s ÷ 64 (the largest-message table's TCP column, measured here again).\n\n")
-	r.printf("| rx | loss | PBP2 | PBP2 BundleDelay 100µs | PBP1 | TCP fan-out (bytes ÷ 64) |\n|---|---|---|---|---|---|\n")
-	for _, rx := range rxs {
-		topo := r.up(rx+1, 1500)
-		for _, loss := range []float64{0, 5} {
-			r.setLoss(topo, loss, false)
-			var p2, p2b, p1, tcp samples
-			for rep := range r.reps {
-				fmt.Fprintf(os.Stderr, "report: small rx=%d loss=%g rep %d/%d (load %s)\n", rx, loss, rep+1, r.reps, loadavg())
-				p2 = append(p2, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64})))
-				p2b = append(p2b, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64, bundleDelay: 100 * time.Microsecond})))
-				p1 = append(p1, msgps(r.pbp(topo, goodputOpts{mode: PBP1, size: 64})))
-				tcp = append(tcp, r.tcp(topo, 1)*1e6/64)
-			}
-			r.printf("| %d | %g%% | %s | %s | %s | %s |\n", rx, loss, p2.fmt(1e6, " M"), p2b.fmt(1e6, " M"), p1.fmt(1e6, " M"), tcp.fmt(1e6, " M"))
+	r.printf("| rx | MTU | loss | PBP2 | PBP2 BundleDelay 100µs | PBP1 | TCP fan-out (bytes ÷ 64) |\n|---|---|---|---|---|---|---|\n")
+	for _, mtu := range []int{1500, 9000} {
+		for _, rx := range rxs {
+			r.smallCells(rx, mtu)
 		}
-		topo.Close()
 	}
 	r.printf("\n")
+}
+
+func (r *reporter) smallCells(rx, mtu int) {
+	topo := r.up(rx+1, mtu)
+	defer topo.Close()
+	for _, loss := range []float64{0, 1, 5} {
+		r.setLoss(topo, loss, false)
+		var p2, p2b, p1, tcp samples
+		for rep := range r.reps {
+			fmt.Fprintf(os.Stderr, "report: small rx=%d mtu=%d loss=%g rep %d/%d (load %s)\n", rx, mtu, loss, rep+1, r.reps, loadavg())
+			p2 = append(p2, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64})))
+			p2b = append(p2b, msgps(r.pbp(topo, goodputOpts{mode: PBP2, size: 64, bundleDelay: 100 * time.Microsecond})))
+			p1 = append(p1, msgps(r.pbp(topo, goodputOpts{mode: PBP1, size: 64})))
+			tcp = append(tcp, r.tcp(topo, 1)*1e6/64)
+		}
+		r.printf("| %d | %d | %g%% | %s | %s | %s | %s |\n", rx, mtu, loss, p2.fmt(1e6, " M"), p2b.fmt(1e6, " M"), p1.fmt(1e6, " M"), tcp.fmt(1e6, " M"))
+	}
 }
 
 // windows: fig 4.3, throughput against the window, MTU 1500: the
@@ -339,7 +356,7 @@ func (r *reporter) windows(rxs []int) {
 	r.printf("\n|---|---|%s\n", strings.Repeat("---|", 2*len(ws)))
 	for _, rx := range rxs {
 		topo := r.up(rx+1, 1500)
-		for _, loss := range []float64{0, 1} {
+		for _, loss := range []float64{0, 1, 5} {
 			r.setLoss(topo, loss, false)
 			res := make([]samples, 2*len(ws))
 			for rep := range r.reps {
@@ -364,21 +381,22 @@ func (r *reporter) windows(rxs []int) {
 // allToAll: every member sends; the thesis's second experiment.
 func (r *reporter) allToAll() {
 	r.printf("### All-to-all, largest messages (MB/s received by the slowest member, from all others together)\n\n")
-	r.printf("Every member sends as fast as it can; TCP is a full mesh (one connection per ordered pair). Loss is on every member's inbound frames.\n\n")
-	r.printf("| N | MTU | loss | PBP2 | PBP1 | TCP mesh | PBP2/TCP |\n|---|---|---|---|---|---|---|\n")
+	r.printf("Every member sends as fast as it can; TCP is a full mesh (one connection per ordered pair). raw ring = every member blasts MTU-sized ring-v2 frames with no flow control and counts whole frames from all others (linkbench.RunAllToAllOn): what the kernel and the rings could take while everyone sent; PBP2%%/raw is against it. Loss is on every member's inbound frames.\n\n")
+	r.printf("| N | MTU | loss | raw ring | PBP2 | PBP2/raw | PBP1 | TCP mesh | PBP2/TCP |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, mtu := range []int{1500, 9000} {
 		for _, n := range []int{2, 4, 8} {
 			topo := r.up(n, mtu)
-			for _, loss := range []float64{0, 5} {
+			for _, loss := range []float64{0, 1, 5} {
 				r.setLoss(topo, loss, true)
-				var p2, p1, tcp samples
+				var raw, p2, p1, tcp samples
 				for rep := range r.reps {
 					fmt.Fprintf(os.Stderr, "report: all-to-all N=%d mtu=%d loss=%g rep %d/%d (load %s)\n", n, mtu, loss, rep+1, r.reps, loadavg())
+					raw = append(raw, r.rawAllToAll(topo))
 					p2 = append(p2, mbps(r.pbp(topo, goodputOpts{mode: PBP2, allSend: true})))
 					p1 = append(p1, mbps(r.pbp(topo, goodputOpts{mode: PBP1, allSend: true})))
 					tcp = append(tcp, r.tcp(topo, n))
 				}
-				r.printf("| %d | %d | %g%% | %s | %s | %s | %.2f× |\n", n, mtu, loss, p2.fmt(1, ""), p1.fmt(1, ""), tcp.fmt(1, ""), p2.median()/tcp.median())
+				r.printf("| %d | %d | %g%% | %s | %s | %s | %s | %s | %.2f× |\n", n, mtu, loss, raw.fmt(1, ""), p2.fmt(1, ""), pct(p2.median(), raw.median()), p1.fmt(1, ""), tcp.fmt(1, ""), p2.median()/tcp.median())
 			}
 			topo.Close()
 		}

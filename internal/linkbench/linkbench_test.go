@@ -281,3 +281,36 @@ func TestOpenRingNotRing(t *testing.T) {
 		t.Fatalf(`OpenRing("plain") = %v, %v; want nil and "\"plain\" is not a ring backend"`, l, err)
 	}
 }
+
+// The raw all-to-all: every host sends and receives, nobody receives more
+// than the others sent, and the options it cannot honour are refused.
+func TestAllToAll(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkta%d", os.Getpid()%1000)})
+	res, err := RunAllToAllOn(topo, Options{Backend: "ring-v2", Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for i, n := range res.Sent {
+		if n == 0 {
+			t.Fatalf("host %d sent nothing", i)
+		}
+		total += n
+	}
+	for i, r := range res.Received {
+		if others := total - res.Sent[i]; r.Frames == 0 || r.Frames > others {
+			t.Fatalf("host %d received %d frames; the others sent %d", i, r.Frames, others)
+		}
+		if r.Bytes != r.Frames*uint64(frame.EthernetHeaderLen+topo.MTU) {
+			t.Fatalf("host %d: %d bytes in %d frames of MTU %d", i, r.Bytes, r.Frames, topo.MTU)
+		}
+	}
+	if res.MinMBps() <= 0 {
+		t.Fatalf("MinMBps %v", res.MinMBps())
+	}
+	_, err = RunAllToAllOn(topo, Options{Backend: "ring-v2", Duration: time.Millisecond, Work: true})
+	if err == nil || !strings.Contains(err.Error(), "all-to-all takes only") {
+		t.Fatalf("Work: err = %v, want a refusal", err)
+	}
+}
