@@ -1,0 +1,293 @@
+package reliable
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// logBuffer holds one member's log; the test reads it while the event
+// loop writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// line returns the first line of the log that holds every one of parts,
+// or "".
+func (l *logBuffer) line(parts ...string) string {
+next:
+	for _, ln := range strings.Split(l.String(), "\n") {
+		for _, p := range parts {
+			if !strings.Contains(ln, p) {
+				continue next
+			}
+		}
+		return ln
+	}
+	return ""
+}
+
+// staticGroup is n links of r and their static member list (members 1 to
+// n, in link order), for members that join one by one.
+type staticGroup struct {
+	t       *testing.T
+	links   []*rtnet.Link
+	members []frame.MemberInfo
+	cfg     Config
+}
+
+func newStaticGroup(t *testing.T, r *rtnet.Net, n int, cfg Config) *staticGroup {
+	s := &staticGroup{t: t, cfg: cfg}
+	for range n {
+		s.links = append(s.links, r.Attach(t, testnet.EndpointConfig{}))
+	}
+	s.members = staticMembers(s.links)
+	return s
+}
+
+// join starts the member of link i with a logger of its own; the test's
+// end stops it.
+func (s *staticGroup) join(i int) (*Group, *logBuffer) {
+	s.t.Helper()
+	log := &logBuffer{}
+	cfg := s.cfg
+	cfg.Group, cfg.Members, cfg.Self = 44, s.members, frame.MemberID(i+1)
+	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
+	g, err := Join(context.Background(), s.links[i], cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		g.abort()
+		<-g.Done()
+	})
+	return g, log
+}
+
+// fullMessage returns message idx of sender, n bytes, appended to b.
+// Messages of MaxMessage bytes travel one per frame, so k of them are k
+// frames of the window.
+func fullMessage(b []byte, sender frame.MemberID, idx, n int) []byte {
+	x := mix(uint64(sender)<<32 | uint64(idx))
+	for i := range n {
+		if i%8 == 0 {
+			x = mix(x)
+		}
+		b = append(b, byte(x>>(8*(i%8))))
+	}
+	return b
+}
+
+// sendFull sends fullMessage(g.Self(), i, n) for i < k from g on a
+// goroutine of its own; the channel gets the first error, or nil once all
+// were accepted.
+func sendFull(ctx context.Context, g *Group, k, n int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := range k {
+			b = fullMessage(b[:0], g.Self(), i, n)
+			if err := g.Send(ctx, b); err != nil {
+				done <- fmt.Errorf("member %d: Send %d: %w", g.Self(), i, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// recvFull receives, on a goroutine of its own, k messages of n bytes
+// from each member in from, and checks each byte for byte, in its
+// sender's order from the first. The channel gets the first error, or nil.
+func recvFull(ctx context.Context, g *Group, from []frame.MemberID, k, n int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		next := map[frame.MemberID]int{}
+		for _, id := range from {
+			next[id] = 0
+		}
+		var want, buf []byte
+		for got := 0; got < k*len(from); got++ {
+			id, data, err := g.RecvAppend(ctx, buf[:0])
+			if err != nil {
+				done <- fmt.Errorf("member %d: Recv after %d messages (%v so far): %w", g.Self(), got, next, err)
+				return
+			}
+			buf = data
+			i, ok := next[id]
+			if !ok || i >= k {
+				done <- fmt.Errorf("member %d: message from %d, which it expects %d of and had %d", g.Self(), id, k, i)
+				return
+			}
+			if want = fullMessage(want[:0], id, i, n); !bytes.Equal(data, want) {
+				done <- fmt.Errorf("member %d: message %d from %d differs (%d bytes, want %d)", g.Self(), i, id, len(data), len(want))
+				return
+			}
+			next[id]++
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// waitErr waits for a sendFull or recvFull channel, bounded by ctx.
+func waitErr(ctx context.Context, t *testing.T, what string, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%s: not done before %v", what, ctx.Err())
+	}
+}
+
+// nextEvent returns g's next event, waiting for it, bounded by ctx.
+func nextEvent(ctx context.Context, t *testing.T, g *Group) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-g.Events():
+		if !ok {
+			t.Fatalf("member %d: Events closed: the group stopped (%v)", g.Self(), g.Err())
+		}
+		return ev
+	case <-ctx.Done():
+		t.Fatalf("member %d: no event before %v; members %+v", g.Self(), ctx.Err(), g.Members())
+	}
+	return Event{}
+}
+
+// waitFor polls cond until it holds, bounded by ctx.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not before %v", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func memberStats(st Stats, id frame.MemberID) (MemberStats, bool) {
+	for _, m := range st.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return MemberStats{}, false
+}
+
+// A member of a FIFO (PBP2) group crashes: no Leave, it just stops sending
+// and receiving. Each survivor removes it after FailureTimeout and says so
+// everywhere DESIGN.md (decision 6) promises: a MemberFailed event naming
+// it, with everything it sent delivered; a log line naming it; Stats with
+// it not live and counted in MembersFailed. The removal frees the window
+// (it counts as having acknowledged everything): Sends that waited for it
+// go on, and more than a window of messages reaches the other survivor.
+func TestMemberFailureReported(t *testing.T) {
+	const window = 16
+	r := rtnet.New(t, 21)
+	s := newStaticGroup(t, r, 3, Config{Window: window, FailureTimeout: 500 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond})
+	groups := make([]*Group, 3)
+	logs := make([]*logBuffer, 3)
+	for i := range groups {
+		groups[i], logs[i] = s.join(i)
+	}
+	exchange(t, groups, 200)
+	if t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Everything acknowledged everywhere before the crash: a survivor's
+	// stall clock for the dead member (MemberStalled) then starts only
+	// when it sends again, after its silence clock (MemberFailed).
+	waitFor(ctx, t, "everything acknowledged", func() bool {
+		for _, g := range groups {
+			if g.Stats().Protocol.InFlight != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	dead := groups[2]
+	deadSent := dead.Stats().Protocol.DataFramesSent
+	s.links[2].Crash()
+
+	// Each survivor sends three windows of one-frame messages. At most
+	// two windows are accepted (one in flight, one waiting) while the
+	// dead member holds the window, so the last Sends return only once
+	// it was removed.
+	const k = 3 * window
+	survivors := groups[:2]
+	n := survivors[0].MaxMessage()
+	var sent, recvd []<-chan error
+	for i, g := range survivors {
+		sent = append(sent, sendFull(ctx, g, k, n))
+		recvd = append(recvd, recvFull(ctx, g, []frame.MemberID{survivors[1-i].Self()}, k, n))
+	}
+	for i, g := range survivors {
+		waitErr(ctx, t, fmt.Sprintf("member %d sending", g.Self()), sent[i])
+		if f := g.Stats().Protocol.MembersFailed; f != 1 {
+			t.Errorf("member %d: all %d Sends returned with %d members failed: the window did not wait for the dead member", g.Self(), k, f)
+		}
+	}
+	for i, g := range survivors {
+		waitErr(ctx, t, fmt.Sprintf("member %d receiving", g.Self()), recvd[i])
+	}
+
+	for i, g := range survivors {
+		ev := nextEvent(ctx, t, g)
+		want := Event{Kind: MemberFailed, Member: 3, At: ev.At, Delivered: uint32(deadSent)} // InitialSeq 0
+		if ev != want {
+			t.Errorf("member %d: event %v, want %v", g.Self(), ev, want)
+		}
+		select {
+		case ev := <-g.Events():
+			t.Errorf("member %d: another event: %v", g.Self(), ev)
+		default:
+		}
+		if ln := logs[i].line(`msg="rbcast: member removed"`, "member=3", "reason=failed"); ln == "" {
+			t.Errorf("member %d: no log line of member 3's removal; log:\n%s", g.Self(), logs[i])
+		} else {
+			t.Logf("member %d logged: %s", g.Self(), ln)
+		}
+		st := g.Stats()
+		if m, ok := memberStats(st, 3); !ok || m.Live {
+			t.Errorf("member %d: Stats.Members has member 3 %+v (listed %v), want it not live", g.Self(), m, ok)
+		}
+		if st.Protocol.MembersFailed != 1 || len(st.Events) != 1 || st.Events[0] != ev {
+			t.Errorf("member %d: Stats: %d members failed, events %v; want 1 and [%v]", g.Self(), st.Protocol.MembersFailed, st.Events, ev)
+		}
+		for _, m := range g.Members() {
+			if m.Live != (m.ID != 3) {
+				t.Errorf("member %d: Members lists %+v", g.Self(), m)
+			}
+		}
+	}
+}
