@@ -291,3 +291,73 @@ func TestMemberFailureReported(t *testing.T) {
 		}
 	}
 }
+
+// With a static member list Join returns at once and waits for nobody. A
+// member that starts late, but within FailureTimeout of the others, loses
+// nothing: their windows wait for its acknowledgement (every member counts
+// as having acknowledged nothing before InitialSeq), it hears their later
+// frames, asks for what it missed with Nacks, and receives every message
+// from the first, in order.
+func TestStaticLateStartWithinFailureTimeout(t *testing.T) {
+	const window, ft = 16, 5 * time.Second
+	r := rtnet.New(t, 22)
+	s := newStaticGroup(t, r, 3, Config{Window: window, FailureTimeout: ft})
+	s.links[2].Crash() // not started yet: hears nothing
+	started := time.Now()
+	early := make([]*Group, 2)
+	for i := range early {
+		early[i], _ = s.join(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const k = 3 * window
+	n := early[0].MaxMessage()
+	all := []frame.MemberID{1, 2, 3}
+	others := func(self frame.MemberID) []frame.MemberID {
+		var ids []frame.MemberID
+		for _, id := range all {
+			if id != self {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	var sent, recvd []<-chan error
+	for _, g := range early {
+		sent = append(sent, sendFull(ctx, g, k, n))
+		recvd = append(recvd, recvFull(ctx, g, others(g.Self()), k, n))
+	}
+	// A window each went out while member 3 heard nothing, and it holds.
+	waitFor(ctx, t, "full windows", func() bool {
+		for _, g := range early {
+			if g.Stats().Protocol.InFlight < window {
+				return false
+			}
+		}
+		return true
+	})
+	if d := time.Since(started); d > ft/2 {
+		t.Fatalf("the windows took %v to fill: too close to FailureTimeout (%v) to start member 3 within it", d, ft)
+	}
+	s.links[2].Restart()
+	late, _ := s.join(2)
+	sent = append(sent, sendFull(ctx, late, k, n))
+	recvd = append(recvd, recvFull(ctx, late, others(3), k, n))
+	for i := range sent {
+		waitErr(ctx, t, fmt.Sprintf("member %d sending", i+1), sent[i])
+		waitErr(ctx, t, fmt.Sprintf("member %d receiving", i+1), recvd[i])
+	}
+	if st := late.Stats(); st.Protocol.NacksSent == 0 {
+		t.Errorf("member 3 sent no Nack: it missed nothing, and the test proved nothing: %+v", st.Protocol)
+	}
+	for _, g := range append(early, late) {
+		if evs := g.Stats().Events; len(evs) != 0 {
+			t.Errorf("member %d: events %v, want none", g.Self(), evs)
+		}
+	}
+	for _, g := range append(early, late) {
+		if err := g.Close(); err != nil {
+			t.Errorf("member %d: Close: %v", g.Self(), err)
+		}
+	}
+}
