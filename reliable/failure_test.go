@@ -361,3 +361,76 @@ func TestStaticLateStartWithinFailureTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A member that starts more than FailureTimeout after the others was
+// removed by them (MemberFailed: never heard from); they no longer wait
+// for it, and drop what it sends. It learns so from their first frame
+// more than a window past its acknowledgement, which a member that counts
+// it never sends: it removes each of them at once, as MemberStalled with
+// Reason StalledRemovedUs, logged and counted, instead of asking them
+// forever for what it missed (before, it Nacked them, unanswered, and
+// reported nothing). It is alone from then on: its Send does not block.
+func TestStaticLateStartAfterFailureTimeout(t *testing.T) {
+	const window = 16
+	r := rtnet.New(t, 23)
+	s := newStaticGroup(t, r, 3, Config{Window: window, FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 30 * time.Millisecond})
+	s.links[2].Crash() // not started yet: hears nothing
+	early := make([]*Group, 2)
+	for i := range early {
+		early[i], _ = s.join(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Three windows each: the last window's Sends return once member 3
+	// was removed, and every member's sequence numbers run past a window.
+	const k = 3 * window
+	n := early[0].MaxMessage()
+	var sent, recvd []<-chan error
+	for i, g := range early {
+		sent = append(sent, sendFull(ctx, g, k, n))
+		recvd = append(recvd, recvFull(ctx, g, []frame.MemberID{early[1-i].Self()}, k, n))
+	}
+	for i, g := range early {
+		waitErr(ctx, t, fmt.Sprintf("member %d sending", g.Self()), sent[i])
+		waitErr(ctx, t, fmt.Sprintf("member %d receiving", g.Self()), recvd[i])
+		if ev := nextEvent(ctx, t, g); ev.Kind != MemberFailed || ev.Member != 3 {
+			t.Fatalf("member %d: event %v, want member 3 failed", g.Self(), ev)
+		}
+	}
+
+	s.links[2].Restart()
+	late, log := s.join(2)
+	seen := map[frame.MemberID]bool{}
+	for range early {
+		ev := nextEvent(ctx, t, late)
+		if ev.Kind != MemberStalled || ev.Reason != StalledRemovedUs || ev.Member < 1 || ev.Member > 2 || seen[ev.Member] ||
+			ev.Delivered != 0 || ev.Discarded != 0 {
+			t.Errorf("member 3: event %v, want member 1 and member 2 stalled: %s", ev, StalledRemovedUs)
+		}
+		seen[ev.Member] = true
+		if ln := log.line(`msg="rbcast: member removed"`, fmt.Sprintf("member=%d ", ev.Member), "reason=stalled", "it removed this member"); ln == "" {
+			t.Errorf("member 3: no log line of member %d's removal; log:\n%s", ev.Member, log)
+		} else {
+			t.Logf("member 3 logged: %s", ln)
+		}
+	}
+	st := late.Stats()
+	if p := st.Protocol; p.MembersFailed != 2 || p.Delivered != 0 || p.NacksSent != 0 || p.BeyondWindow != 2 {
+		t.Errorf("member 3: %d members failed, %d delivered, %d Nacks sent, %d beyond the window; want 2, 0, 0, 2", p.MembersFailed, p.Delivered, p.NacksSent, p.BeyondWindow)
+	}
+	for _, m := range st.Members {
+		if m.Live {
+			t.Errorf("member 3: Stats.Members lists %+v live", m)
+		}
+	}
+	// Alone: a Send never blocks, and the others drop what it sends.
+	waitErr(ctx, t, "member 3 sending", sendFull(ctx, late, k, n))
+	for _, g := range early {
+		waitFor(ctx, t, fmt.Sprintf("member %d dropping member 3's frames", g.Self()), func() bool {
+			return g.Stats().Protocol.FromRemoved > 0
+		})
+		if m, _ := memberStats(g.Stats(), 3); m.Delivered != 0 {
+			t.Errorf("member %d: delivered %d messages from the removed member 3", g.Self(), m.Delivered)
+		}
+	}
+}
