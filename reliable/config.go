@@ -122,8 +122,10 @@ type Config struct {
 
 	// Members is the static member list (id, MAC, incarnation of each,
 	// Self included). When it is set, registration is skipped and Self
-	// names this member. When it is empty, the group registers at Join
-	// time (thesis ch. 3): Size members, the server among them.
+	// names this member; Join returns at once, so members must start
+	// within FailureTimeout of each other (see Join for one that starts
+	// later). When it is empty, the group registers at Join time (thesis
+	// ch. 3): Size members, the server among them.
 	Members []frame.MemberInfo
 	Self    frame.MemberID
 

@@ -484,6 +484,9 @@ func (e *engine) report(ev Event) {
 		if ev.Epoch != 0 {
 			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
 				"epoch", ev.Epoch, "detail", ev.Reason)
+		} else if ev.Reason != "" {
+			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
+				"delivered_up_to", ev.Delivered, "discarded", ev.Discarded, "detail", ev.Reason)
 		} else {
 			e.log.Warn("rbcast: member removed", "group", e.group, "member", ev.Member, "reason", ev.Kind.String(),
 				"delivered_up_to", ev.Delivered, "discarded", ev.Discarded)

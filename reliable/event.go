@@ -21,8 +21,14 @@ const (
 	// numbered before it (Last is the global number before it), before
 	// those after.
 	MemberFailed EventKind = iota + 1
-	// MemberStalled (FIFO): heard from, but it acknowledged none of our
-	// frames for FailureTimeout while some were outstanding; removed.
+	// MemberStalled (FIFO): heard from, but ignoring this member, so
+	// removed. Reason says how it showed: StalledNoAcks, it acknowledged
+	// none of our frames for FailureTimeout while some were outstanding;
+	// or StalledRemovedUs, its frames run more than a window past our
+	// acknowledgement, which a member that counts us never does: it
+	// removed this member (which started late, or was cut off or did not
+	// read for its FailureTimeout), and what this member misses from it
+	// can never be repaired. Reported at once, on its first such frame.
 	MemberStalled
 	// MemberLeft: its Leave arrived; everything it sent was delivered.
 	MemberLeft
@@ -44,6 +50,12 @@ const (
 	// MemberFailed, reported by every member at its place. A member is
 	// not told of its own removal or return.
 	MemberReturned
+)
+
+// Reasons of a FIFO MemberStalled (Event.Reason).
+const (
+	StalledNoAcks    = pbp.StalledNoAcks
+	StalledRemovedUs = pbp.StalledRemovedUs
 )
 
 func (k EventKind) String() string {
@@ -85,16 +97,21 @@ type Event struct {
 	// agreed end this member had gone beyond, for MemberFailed and
 	// MemberReturned the global number before the change's own (the same
 	// at every member), otherwise the last global number delivered.
-	Epoch  uint32
-	Last   uint32
+	Epoch uint32
+	Last  uint32
+	// Reason says why, where a kind has several causes: Total's
+	// MemberFailed and SelfRemoved (see seq.Event), FIFO's MemberStalled
+	// (StalledNoAcks or StalledRemovedUs).
 	Reason string
 }
 
 func (e Event) String() string {
+	var s string
 	if e.Epoch == 0 {
-		return fmt.Sprintf("member %d %v (delivered up to seq %d, %d discarded)", e.Member, e.Kind, e.Delivered, e.Discarded)
+		s = fmt.Sprintf("member %d %v (delivered up to seq %d, %d discarded)", e.Member, e.Kind, e.Delivered, e.Discarded)
+	} else {
+		s = fmt.Sprintf("member %d %v (epoch %d, last global %d)", e.Member, e.Kind, e.Epoch, e.Last)
 	}
-	s := fmt.Sprintf("member %d %v (epoch %d, last global %d)", e.Member, e.Kind, e.Epoch, e.Last)
 	if e.Reason != "" {
 		s += ": " + e.Reason
 	}
@@ -113,7 +130,7 @@ func fifoEvent(ev pbp.Event, at time.Time) Event {
 	case pbp.SelfLeft:
 		k = SelfLeft
 	}
-	return Event{Kind: k, Member: ev.Member, At: at, Delivered: ev.Delivered, Discarded: ev.Discarded}
+	return Event{Kind: k, Member: ev.Member, At: at, Delivered: ev.Delivered, Discarded: ev.Discarded, Reason: ev.Reason}
 }
 
 func totalEvent(ev seq.Event, at time.Time) Event {

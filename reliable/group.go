@@ -109,6 +109,17 @@ type Group struct {
 // completed (every Config.Size member registered with the server). If ctx
 // ends first, Join returns ctx.Err().
 //
+// With static Members nobody waits for anybody: this member's clocks start
+// now, and it hears nothing the others sent before. Joining within
+// FailureTimeout of the others loses nothing (their windows wait for this
+// member, which asks for what it missed and gets every message from the
+// first). Joining later, the others have removed it (MemberFailed there)
+// and ignore it; Join still succeeds, and it finds out from the first frame
+// of each that has sent more than a window in all, removing that member as
+// MemberStalled with Reason StalledRemovedUs; from one that has sent less
+// it hears nothing and asks for its gap unanswered. See docs/protocols.md,
+// "Static member lists and a late start".
+//
 // The Group does not own l: close l after Close has returned.
 func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	s, err := cfg.settings()

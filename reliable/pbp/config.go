@@ -101,8 +101,10 @@ type Config struct {
 	// allows; 0 means frame.MaxPayload(MTU, ack vector length, 0).
 	MaxPayload int
 	// InitialSeq is the sequence number of every member's first message.
-	// All members must agree on it (the start handshake fixes it; the
-	// thesis starts at 1 after a handshake message 0).
+	// All members must agree on it; no frame carries it (registration's
+	// Start does not). The runtime (package reliable) always uses 0, with
+	// static members and after registration alike; the thesis starts at 1
+	// after a handshake message 0. Other values serve tests of the wrap.
 	InitialSeq uint32
 	// EtherType of the frames built; 0 means frame.EtherType.
 	EtherType uint16

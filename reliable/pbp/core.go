@@ -59,15 +59,24 @@ type EventKind uint8
 const (
 	// MemberFailed: silent past FailureTimeout, removed.
 	MemberFailed EventKind = iota + 1
-	// MemberStalled: heard from, but it acknowledged none of our frames
-	// for FailureTimeout while some were outstanding (it may have removed
-	// us, or cannot receive); removed so that our window does not stall
-	// on it forever.
+	// MemberStalled: heard from, but ignoring us, so removed: either it
+	// acknowledged none of our frames for FailureTimeout while some were
+	// outstanding (it may have removed us, or cannot receive), and our
+	// window must not stall on it forever (Reason StalledNoAcks); or its
+	// frames run more than a window past our acknowledgement, which a
+	// sender that counts us never does: it removed us, and what we miss
+	// from it can never be repaired (StalledRemovedUs).
 	MemberStalled
 	// MemberLeft: its Leave arrived and everything it sent was delivered.
 	MemberLeft
 	// SelfLeft: this member sent its Leave; the core is finished.
 	SelfLeft
+)
+
+// Reasons of MemberStalled (Event.Reason).
+const (
+	StalledNoAcks    = "it acknowledged none of our frames for FailureTimeout"
+	StalledRemovedUs = "it removed this member: its frames run more than a window past our acknowledgement"
 )
 
 func (k EventKind) String() string {
@@ -95,10 +104,17 @@ type Event struct {
 	// Discarded counts messages received from Member beyond a gap that
 	// could no longer be filled and were dropped undelivered.
 	Discarded int
+	// Reason says why a member was removed as MemberStalled:
+	// StalledNoAcks or StalledRemovedUs. Empty for other kinds.
+	Reason string
 }
 
 func (e Event) String() string {
-	return fmt.Sprintf("member %d %v at %d (delivered up to seq %d, %d discarded)", e.Member, e.Kind, int64(e.At), e.Delivered, e.Discarded)
+	s := fmt.Sprintf("member %d %v at %d (delivered up to seq %d, %d discarded)", e.Member, e.Kind, int64(e.At), e.Delivered, e.Discarded)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
 }
 
 // Ready is what the runtime must do now. Everything in it is valid until
@@ -138,7 +154,7 @@ type Stats struct {
 	DeliveredFrames uint64
 	OutOfOrder      uint64 // frames copied to wait for a gap to fill
 	Duplicates      uint64 // frames already delivered or already buffered
-	BeyondWindow    uint64 // sequence numbers further ahead than a window
+	BeyondWindow    uint64 // frames more than a window past our acknowledgement (their sender removed us: StalledRemovedUs)
 	GapsRepaired    uint64 // PBP2: repair states entered and left again
 
 	NotMember        uint64
@@ -673,9 +689,9 @@ func (c *Core) Tick(now Time) {
 		switch {
 		case !p.live:
 		case now >= p.lastHeard.Add(c.cfg.FailureTimeout):
-			c.remove(p, MemberFailed)
+			c.remove(p, MemberFailed, "")
 		case p.acked != c.nextSeq && now >= p.ackedAt.Add(c.cfg.FailureTimeout):
-			c.remove(p, MemberStalled)
+			c.remove(p, MemberStalled, StalledNoAcks)
 		}
 	}
 	// Nack timer: ask again for everything still missing, so a lost Nack

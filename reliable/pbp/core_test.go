@@ -635,15 +635,52 @@ func TestSequenceWrap(t *testing.T) {
 	}
 }
 
-func TestBeyondWindowDropped(t *testing.T) {
-	cfg := testConfig(PBP2, 0, 2)
-	cfg.Window = 4
-	c := newCore(t, cfg)
-	step(t, c, t0+1, in{sender: 1, seq: 104, body: data("far")})
-	step(t, c, t0+1, in{sender: 1, seq: 100 + 1<<31, body: data("very far")})
-	frames, ds, _ := ready(t, c)
-	if len(ds) != 0 || len(frames) != 0 || c.Stats().BeyondWindow != 1 || c.Stats().Duplicates != 1 {
-		t.Fatalf("%+v %q %+v", frames, msgs(ds), c.Stats())
+// A sender more than a window past our acknowledgement does not count us:
+// it removed us (we started late, say). It is removed here too, at once,
+// as stalled, saying why, with what it sent beyond the gap discarded. Up
+// to a window ahead is normal; half the number space away is an old
+// duplicate.
+func TestBeyondWindowRemovesSender(t *testing.T) {
+	for _, beyond := range []in{
+		{sender: 1, seq: 104, body: data("far")},
+		{sender: 1, seq: 104, body: &frame.Empty{T: frame.Heartbeat}}, // names frame 104 as sent
+		{sender: 1, seq: 105, body: &frame.Empty{T: frame.Leave}},     // 105 next: 104 sent
+	} {
+		cfg := testConfig(PBP2, 0, 2)
+		cfg.Window = 4
+		c := newCore(t, cfg)
+		for _, f := range []in{
+			{sender: 1, seq: 100 + 1<<31, body: data("very far")},
+			{sender: 1, seq: 103, body: data("last in the window")},
+			{sender: 1, seq: 103, body: &frame.Empty{T: frame.Heartbeat}},
+		} {
+			if err := step(t, c, t0+1, f); err != nil {
+				t.Fatalf("%v: %v", f.body, err)
+			}
+		}
+		if _, ds, evs := ready(t, c); len(ds) != 0 || len(evs) != 0 {
+			t.Fatalf("delivered %q, events %v before any frame beyond the window", msgs(ds), evs)
+		}
+		if err := step(t, c, t0+2, beyond); err != nil {
+			t.Fatalf("%v %d: %v", beyond.body, beyond.seq, err)
+		}
+		frames, ds, evs := ready(t, c)
+		want := Event{Kind: MemberStalled, Member: 1, At: t0 + 2, Delivered: 100, Discarded: 1, Reason: StalledRemovedUs}
+		if len(ds) != 0 || len(evs) != 1 || evs[0] != want {
+			t.Fatalf("%v %d: delivered %q, events %v; want %v", beyond.body, beyond.seq, msgs(ds), evs, want)
+		}
+		for _, f := range frames {
+			if f.t == frame.Nack {
+				t.Errorf("a Nack to the member that removed us: %+v", f)
+			}
+		}
+		st := c.Stats()
+		if st.BeyondWindow != 1 || st.Duplicates != 1 || st.MembersFailed != 1 || st.Discarded != 1 || st.Buffered != 0 {
+			t.Errorf("%+v", st)
+		}
+		if err := step(t, c, t0+3, in{sender: 1, seq: 105, body: data("more")}); !errors.Is(err, ErrRemoved) {
+			t.Errorf("frame after the removal: %v, want ErrRemoved", err)
+		}
 	}
 }
 

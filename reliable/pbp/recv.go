@@ -62,6 +62,9 @@ func (c *Core) StepTo(now Time, src, dst [6]byte, v frame.View) error {
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 	}
 	p.lastHeard = c.now
+	if c.removedUs(p, t, v.Seq()) {
+		return nil
+	}
 	// Receive action 1, first step in every state: apply the piggybacked
 	// acknowledgement (window_base[j] = max(...), figs. 3.4, 3.8, 3.10).
 	c.applyAck(p, v)
@@ -92,6 +95,33 @@ func (c *Core) StepTo(now Time, src, dst [6]byte, v frame.View) error {
 		c.checkLeft(p)
 	}
 	return nil
+}
+
+// removedUs removes p if its frame of type t with sequence number seq
+// shows it more than a window past our acknowledgement. A sender that
+// counts us waits for us: its window starts at most at what it knows we
+// acknowledged, which is at most p.expected, so it never sends a frame at
+// p.expected+Window or later, nor names one in an Ack, Heartbeat, Nack or
+// Leave. One that does has removed us (we started late, or were silent or
+// stalled past its FailureTimeout) and ignores us from now on: what we
+// miss from it can never be repaired, and nothing we send reaches it. So
+// it is removed here too, at once, as MemberStalled with
+// StalledRemovedUs, instead of being asked for lost frames forever. (A
+// member configured with a larger Window than ours looks the same; every
+// member must use the same.) This also keeps every sequence number
+// handled after it within a window of p.expected, as the reorder ring
+// needs.
+func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
+	end := seq + 1 // Data: this frame; Ack, Heartbeat, Nack: the last one sent
+	if t == frame.Leave {
+		end = seq // the next it would have sent
+	}
+	if frame.SeqLess(end, p.expected) || int(end-p.expected) <= c.cfg.Window {
+		return false
+	}
+	c.stats.BeyondWindow++
+	c.remove(p, MemberStalled, StalledRemovedUs)
+	return true
 }
 
 // applyAck takes p's acknowledgement of our frames, if its vector covers
@@ -185,10 +215,8 @@ func (c *Core) accept(p *peer, v frame.View, toUs bool) {
 		c.stats.Duplicates++
 		c.requestAck()
 		return
-	case int(n-p.expected) >= c.cfg.Window:
-		c.stats.BeyondWindow++
-		return
 	}
+	// n is less than a window ahead of p.expected (removedUs).
 	if h := &p.ring[n&c.mask]; v.Retransmission() && !h.full && h.seq == n && h.asked != 0 {
 		// A retransmission of a frame we asked for and miss ends the
 		// pending sample; one of a frame we hold or never asked for
@@ -252,15 +280,6 @@ func (c *Core) findLost(p *peer, n, round uint32) {
 func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
 	if !frame.SeqLess(p.knownEnd, end) {
 		return
-	}
-	if int(end-p.expected) > c.cfg.Window {
-		// A correct sender is never more than a window ahead of our
-		// acknowledgement: do not believe more.
-		c.stats.BeyondWindow++
-		end, arriving = p.expected+uint32(c.cfg.Window), false
-		if !frame.SeqLess(p.knownEnd, end) {
-			return
-		}
 	}
 	old := p.knownEnd
 	p.knownEnd = end
@@ -369,14 +388,15 @@ func (c *Core) requestAck() {
 // delivered.
 func (c *Core) checkLeft(p *peer) {
 	if p.live && p.leaving && !frame.SeqLess(p.expected, p.leaveSeq) {
-		c.remove(p, MemberLeft)
+		c.remove(p, MemberLeft, "")
 	}
 }
 
 // remove takes p out of the group: from now on it counts as having
 // acknowledged everything (thesis ch. 3), and what it sent beyond a gap is
-// dropped, since only it could have filled the gap.
-func (c *Core) remove(p *peer, kind EventKind) {
+// dropped, since only it could have filled the gap. reason is the
+// Event's.
+func (c *Core) remove(p *peer, kind EventKind, reason string) {
 	p.live = false
 	discarded := 0
 	for i := range p.ring {
@@ -395,7 +415,7 @@ func (c *Core) remove(p *peer, kind EventKind) {
 	} else {
 		c.stats.MembersFailed++
 	}
-	c.events = append(c.events, Event{Kind: kind, Member: p.id, At: c.now, Delivered: p.expected, Discarded: discarded})
+	c.events = append(c.events, Event{Kind: kind, Member: p.id, At: c.now, Delivered: p.expected, Discarded: discarded, Reason: reason})
 	c.advanceStable()
 }
 

@@ -121,6 +121,15 @@ func (l *Link) Crash() {
 	l.ep.Crash()
 }
 
+// Restart brings a crashed endpoint back with an empty queue (see
+// testnet.Endpoint.Restart): crashed from Attach until Restart, it is a
+// member that starts late, which hears nothing sent before it started.
+func (l *Link) Restart() {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	l.ep.Restart()
+}
+
 // Counters returns the endpoint's counters in one direction.
 func (l *Link) Counters(dir testnet.Direction) testnet.Counters {
 	l.r.mu.Lock()
