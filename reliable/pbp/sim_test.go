@@ -496,7 +496,7 @@ func TestSim(t *testing.T) {
 			s := newScenario(seed)
 			r := runScenario(t, s)
 			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/pbp -run 'TestSim/seed=%d$' -v", err, s, seed, seed)
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/pbp -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
 			}
 		})
 	}
