@@ -523,7 +523,7 @@ func seedCount(t *testing.T) int {
 	if testing.Short() {
 		return 200
 	}
-	return 1500
+	return 3000
 }
 
 // TestSim runs many seeded scenarios of both protocols. A failing seed
