@@ -503,7 +503,7 @@ func TestTotalSim(t *testing.T) {
 			s := newTotalScenario(seed)
 			r := runTotal(t, s)
 			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable -run 'TestTotalSim/seed=%d$' -v", err, s, seed, seed)
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable -run '^TestTotalSim$/^seed=%d$' -v", err, s, seed, seed)
 			}
 			ran.Add(1)
 			changes.Add(int64(r.changes))

@@ -198,6 +198,89 @@ func TestInOrderDeliveryAliasesFrameAndAcksLater(t *testing.T) {
 	}
 }
 
+// A receiver with nothing of its own to send acknowledges after half a
+// window of receipts (at least one), without waiting for the ack timer: a
+// streaming sender never stops for AckDelay (docs/protocols.md, the
+// half-window rule). Each receipt is one in-order Data frame; AckDelay is
+// a second, so every Ack here comes from the rule.
+func TestPlainAckAfterHalfWindow(t *testing.T) {
+	for _, tc := range []struct {
+		mode   Mode
+		window int
+		every  int // receipts per plain Ack
+	}{
+		{PBP2, 1, 1},
+		{PBP2, 2, 1},
+		{PBP2, 3, 1},
+		{PBP2, 8, 4},
+		{PBP2, 9, 4},
+		{PBP1, 16, 8},
+		{PBP2, 0, DefaultWindowPBP2 / 2},
+	} {
+		t.Run(fmt.Sprintf("%v/window=%d", tc.mode, tc.window), func(t *testing.T) {
+			cfg := testConfig(tc.mode, 0, 3)
+			cfg.Window, cfg.AckDelay = tc.window, Second
+			c := newCore(t, cfg)
+			receipts := 2*tc.every + 1
+			for i := 1; i <= receipts; i++ {
+				step(t, c, t0+Time(i), in{sender: 1, seq: 99 + uint32(i), body: data("m")})
+				frames, ds, _ := ready(t, c)
+				if len(ds) != 1 {
+					t.Fatalf("receipt %d: %d deliveries, want 1", i, len(ds))
+				}
+				if i%tc.every != 0 {
+					if len(frames) != 0 {
+						t.Fatalf("receipt %d: sent %+v, want nothing before receipt %d", i, frames, (i/tc.every+1)*tc.every)
+					}
+					continue
+				}
+				if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].dst != frame.Broadcast || frames[0].h.Seq != 99 {
+					t.Fatalf("receipt %d: sent %+v, want one broadcast Ack naming 99 (nothing sent yet)", i, frames)
+				}
+				if got, want := frames[0].h.Acks, []uint32{100, 100 + uint32(i), 100}; !slices.Equal(got, want) {
+					t.Fatalf("receipt %d: ack vector %v, want %v", i, got, want)
+				}
+			}
+			if st := c.Stats(); st.AcksSent != uint64(receipts/tc.every) {
+				t.Fatalf("%d Acks sent, want %d", st.AcksSent, receipts/tc.every)
+			}
+		})
+	}
+}
+
+// A frame of ours to the group carries the ack vector: the count of
+// receipts starts again after it, so no plain Ack repeats what it said.
+func TestOwnFrameRestartsHalfWindowCount(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 3)
+	cfg.Window, cfg.AckDelay = 8, Second
+	c := newCore(t, cfg)
+	receive := func(seq uint32) []out {
+		t.Helper()
+		step(t, c, t0+Time(seq), in{sender: 1, seq: seq, body: data("m")})
+		frames, _, _ := ready(t, c)
+		return frames
+	}
+	for seq := uint32(100); seq < 103; seq++ {
+		if frames := receive(seq); len(frames) != 0 {
+			t.Fatalf("receipt of %d: sent %+v, want nothing", seq, frames)
+		}
+	}
+	if err := c.Propose(t0+200, []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Data || frames[0].h.Acks[1] != 103 {
+		t.Fatalf("%+v, want our Data 100 acknowledging member 1 up to 103", frames)
+	}
+	for seq := uint32(103); seq < 106; seq++ {
+		if frames := receive(seq); len(frames) != 0 {
+			t.Fatalf("receipt of %d (%d since our frame): sent %+v, want nothing", seq, seq-102, frames)
+		}
+	}
+	if frames := receive(106); len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[1] != 107 {
+		t.Fatalf("fourth receipt since our frame: %+v, want an Ack acknowledging member 1 up to 107", frames)
+	}
+}
+
 func TestGapNackRepairPBP2(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 0, 3))
 	// Receive action 1, normal state: 103 arrives, 100..102 are missing.

@@ -19,7 +19,8 @@ import (
 // The deterministic simulation: members running the core on testnet's
 // simulated segment with seeded loss, bursts, duplication, reordering,
 // jitter, corruption, queue overflow, crashes, clean leaves and a rogue
-// station forging frames. Every seed is one reproducible scenario.
+// station forging frames, of the run's group and of another. Every seed is
+// one reproducible scenario.
 
 // mix is SplitMix64's finalizer: message sizes and bytes are a function of
 // (seed, sender, index), so receivers regenerate and compare them.
@@ -172,6 +173,7 @@ type simRun struct {
 	group   uint32
 	failed  error
 	forged  int
+	foreign int // frames of another group the rogue sent
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -197,7 +199,9 @@ func (m *simMember) Step(now time.Time) time.Time {
 				m.badRx++
 				continue
 			}
-			v, err := frame.ParseGroup(body, m.run.group)
+			// Parse, not ParseGroup: the rogue's frames of another
+			// group must reach the core's own check of the group.
+			v, err := frame.Parse(body)
 			if err != nil {
 				m.badRx++
 				continue
@@ -285,6 +289,10 @@ func (m *simMember) flush() {
 }
 
 func (m *simMember) check(d Delivery) {
+	if bytes.HasPrefix(d.Data, []byte(foreignMarker)) {
+		m.run.fail("member %d: delivered a frame of another group: %q from %d (seq %d)", m.id, d.Data, d.From, d.Seq)
+		return
+	}
 	j, ok := m.run.ids[d.From]
 	if !ok || d.From == m.id {
 		m.run.fail("member %d: delivery from %d, not another member (seq %d, %d bytes)", m.id, d.From, d.Seq, len(d.Data))
@@ -333,20 +341,28 @@ func (r *simRun) done() bool {
 	return true
 }
 
+// foreignMarker starts every message of the rogue's frames of another
+// group: the checker recognises one that is delivered.
+const foreignMarker = "message of another group"
+
 // rogue forges frames a member must never deliver: a non-member sender, a
 // member's id with the wrong incarnation, a member's id and incarnation
-// from the wrong MAC, and a Nack and an Ack from a non-member.
+// from the wrong MAC, and a Nack and an Ack from a non-member. It also
+// sends well-formed frames of another group: Data and an Ack under the
+// ids, incarnations and MACs of real members (as a host in two groups
+// would send them) at the sequence numbers the run starts from, and Data
+// from a non-member.
 func (r *simRun) rogue(ep *testnet.Endpoint) testnet.Node {
 	victim := r.members[0]
 	mac := [6]byte(ep.HardwareAddr())
 	var frames [][]byte
-	build := func(sender frame.MemberID, inc uint32, body frame.Body, dst [6]byte) {
-		h := frame.Header{Group: r.group, Sender: sender, Incarnation: inc, Seq: r.s.initialSeq,
+	build := func(group uint32, src [6]byte, sender frame.MemberID, inc, seq, ack uint32, body frame.Body, dst [6]byte) {
+		h := frame.Header{Group: group, Sender: sender, Incarnation: inc, Seq: seq,
 			AckBase: 0, Acks: make([]uint32, r.s.members)}
 		for i := range h.Acks {
-			h.Acks[i] = r.s.initialSeq + 1000
+			h.Acks[i] = ack
 		}
-		b := frame.AppendEthernet(nil, dst, mac, frame.EtherType)
+		b := frame.AppendEthernet(nil, dst, src, frame.EtherType)
 		b, err := frame.Append(b, &h, body)
 		if err != nil {
 			r.fail("rogue: %v", err)
@@ -354,12 +370,26 @@ func (r *simRun) rogue(ep *testnet.Endpoint) testnet.Node {
 		}
 		frames = append(frames, b)
 	}
+	seq0, ack := r.s.initialSeq, r.s.initialSeq+1000
 	forged := &frame.Payload{T: frame.Data, Data: []byte("forged message")}
-	build(999, 1, forged, frame.Broadcast)
-	build(victim.id, victim.core.cfg.selfInc+1, forged, frame.Broadcast)
-	build(victim.id, victim.core.cfg.selfInc, forged, frame.Broadcast)
-	build(999, 1, &frame.NackBody{Target: r.members[1].id, Ranges: []frame.Range{{First: r.s.initialSeq, Last: r.s.initialSeq + 5}}}, [6]byte(r.members[1].ep.HardwareAddr()))
-	build(999, 1, &frame.Empty{T: frame.Ack}, frame.Broadcast)
+	build(r.group, mac, 999, 1, seq0, ack, forged, frame.Broadcast)
+	build(r.group, mac, victim.id, victim.core.cfg.selfInc+1, seq0, ack, forged, frame.Broadcast)
+	build(r.group, mac, victim.id, victim.core.cfg.selfInc, seq0, ack, forged, frame.Broadcast)
+	build(r.group, mac, 999, 1, seq0, ack, &frame.NackBody{Target: r.members[1].id, Ranges: []frame.Range{{First: seq0, Last: seq0 + 5}}}, [6]byte(r.members[1].ep.HardwareAddr()))
+	build(r.group, mac, 999, 1, seq0, ack, &frame.Empty{T: frame.Ack}, frame.Broadcast)
+	own := len(frames)
+	foreign := r.group + 7 // the run's groups are 0x0bb0…0x0bb6
+	marker := func(sender frame.MemberID, seq uint32) frame.Body {
+		return &frame.Payload{T: frame.Data, Data: fmt.Appendf(nil, "%s: member %d seq %d", foreignMarker, sender, seq)}
+	}
+	for _, m := range r.members[:2] {
+		src := [6]byte(m.ep.HardwareAddr())
+		for seq := seq0; seq != seq0+2; seq++ {
+			build(foreign, src, m.id, m.core.cfg.selfInc, seq, seq0, marker(m.id, seq), frame.Broadcast)
+		}
+	}
+	build(foreign, mac, 999, 1, seq0, seq0, marker(999, seq0), frame.Broadcast)
+	build(foreign, [6]byte(r.members[1].ep.HardwareAddr()), r.members[1].id, r.members[1].core.cfg.selfInc, seq0+5, seq0+5, &frame.Empty{T: frame.Ack}, frame.Broadcast)
 	next := time.Time{}
 	return testnet.NodeFunc(func(now time.Time) time.Time {
 		for {
@@ -373,7 +403,8 @@ func (r *simRun) rogue(ep *testnet.Endpoint) testnet.Node {
 		if _, err := ep.Send(frames); err != nil {
 			r.fail("rogue: send: %v", err)
 		}
-		r.forged += len(frames)
+		r.forged += own
+		r.foreign += len(frames) - own
 		next = now.Add(3 * time.Millisecond)
 		if now.After(testnet.DefaultStart.Add(200 * time.Millisecond)) {
 			return time.Time{}
@@ -462,6 +493,15 @@ func (r *simRun) verdict() error {
 			return fmt.Errorf("the rogue sent %d forged frames and no member refused one", r.forged)
 		}
 	}
+	if r.s.rogue && r.foreign > 0 {
+		var counted uint64
+		for _, m := range r.members {
+			counted += m.core.Stats().WrongGroup
+		}
+		if counted == 0 {
+			return fmt.Errorf("the rogue sent %d frames of another group and no member counted one (Stats.WrongGroup)", r.foreign)
+		}
+	}
 	for _, m := range r.members {
 		for j, k := range m.removed {
 			if (k == MemberFailed || k == MemberStalled) && !r.members[j].ep.Crashed() && !m.ep.Crashed() && !r.members[j].left {
@@ -483,7 +523,7 @@ func seedCount(t *testing.T) int {
 	if testing.Short() {
 		return 200
 	}
-	return 1500
+	return 3000
 }
 
 // TestSim runs many seeded scenarios of both protocols. A failing seed
@@ -496,7 +536,7 @@ func TestSim(t *testing.T) {
 			s := newScenario(seed)
 			r := runScenario(t, s)
 			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/pbp -run 'TestSim/seed=%d$' -v", err, s, seed, seed)
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/pbp -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
 			}
 		})
 	}

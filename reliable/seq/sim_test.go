@@ -746,7 +746,7 @@ func TestSim(t *testing.T) {
 			s := newScenario(seed)
 			r := runScenario(t, s)
 			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/seq -run 'TestSim/seed=%d$' -v", err, s, seed, seed)
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/seq -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
 			}
 			ran.Add(1)
 			if s.crash != noCrash {
