@@ -108,6 +108,12 @@ func (d *Daemon) Status() Status {
 		return s
 	}
 	g := d.g
+	// Members before Stats: a removal changes the member's liveness and
+	// records its event in the same turn of the event loop, and events
+	// only grow, so every member Members shows dead has its event (reason,
+	// time) in the Stats taken after. The other way round a removal
+	// between the two calls showed a dead member with neither.
+	members := g.Members()
 	st := g.Stats()
 	s.Ready, s.Self = true, int(g.Self())
 	if st.Order == reliable.Total {
@@ -145,7 +151,6 @@ func (d *Daemon) Status() Status {
 	}
 	now := time.Now()
 	half := d.failureTimeout() / 2
-	members := g.Members()
 	// Under Order Total members talk to the sequencer, not to each other:
 	// silence means something only between a member and its sequencer.
 	amSequencer := false
