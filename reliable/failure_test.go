@@ -15,8 +15,7 @@ import (
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
-// logBuffer holds one member's log; the test reads it while the event
-// loop writes.
+// logBuffer holds a log the tests read while the event loop writes it.
 type logBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

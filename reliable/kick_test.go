@@ -2,7 +2,6 @@ package reliable
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -101,17 +100,6 @@ func TestCloseReportsLastKickError(t *testing.T) {
 	}
 }
 
-// syncWriter serialises writes to w (the group logs from its goroutines).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
 
 // nowLink is a stagingLink with link/ring's SendNow: it sends at once and
 // keeps a copy of what it sent; with fail set it sends nothing and says
@@ -157,8 +145,8 @@ func TestRetransmissionsSendNow(t *testing.T) {
 		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.2}})}
 		members := staticMembers(raw)
 		nl := &nowLink{stagingLink: stagingLink{Link: raw[0]}, fail: fail}
-		var logged strings.Builder
-		logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		logged := &logBuffer{} // the group logs from its goroutines
+		logger := slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		g, err := Join(t.Context(), nl, Config{Group: 3, Members: members, Self: 1, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
