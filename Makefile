@@ -47,7 +47,7 @@ bench:
 # PBP tables of docs/benchmarks.md (one-to-all, 64-byte messages, windows,
 # all-to-all, latency; PBP2, PBP1, TCP fan-out and the raw ring ceiling back
 # to back, REPS repetitions, medians; written to bench-net.md too), then the
-# link-layer tables. About 25 minutes; run it on an otherwise idle machine.
+# link-layer tables. About 35 minutes; run it on an otherwise idle machine.
 REPS ?= 3
 bench-net:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-net.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 120m ./reliable
