@@ -42,6 +42,7 @@ soak:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+	@echo "The thesis's experiments on the netns bridge (PBP2, PBP1, TCP fan-out, raw ring; root, about 35 minutes): sudo make bench-net"
 
 # Real-network benchmarks (root; builds and removes rb… namespaces): the
 # PBP tables of docs/benchmarks.md (one-to-all, 64-byte messages, windows,
