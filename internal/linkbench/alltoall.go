@@ -87,14 +87,20 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 	}
 	// Let receivers reach their first Recv before the clock starts.
 	time.Sleep(100 * time.Millisecond)
+	// A send error ends the run: the other senders stop at their next
+	// batch instead of sending out the duration for nothing.
 	errs := make([]error, len(hosts))
+	var failed atomic.Bool
 	var swg sync.WaitGroup
 	start := time.Now()
 	for i, l := range links {
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
-			res.Sent[i], errs[i] = blast(l, topo.MTU, o.Batch, start.Add(o.Duration))
+			res.Sent[i], errs[i] = blast(l, topo.MTU, o.Batch, start.Add(o.Duration), &failed)
+			if errs[i] != nil {
+				failed.Store(true)
+			}
 		}()
 	}
 	swg.Wait()
@@ -117,9 +123,10 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 }
 
 // blast sends batches of MTU-sized broadcast frames, each with a running
-// sequence number, until the deadline, and returns how many it sent.
-// Back-pressure (ENOBUFS, a full TX ring) is waited out by the link.
-func blast(l link.Link, mtu, batch int, until time.Time) (uint64, error) {
+// sequence number, until the deadline or until stop is set, and returns
+// how many it sent. Back-pressure (ENOBUFS, a full TX ring) is waited out
+// by the link.
+func blast(l link.Link, mtu, batch int, until time.Time, stop *atomic.Bool) (uint64, error) {
 	src := [6]byte(l.HardwareAddr())
 	frames := make([][]byte, batch)
 	for i := range frames {
@@ -127,7 +134,7 @@ func blast(l link.Link, mtu, batch int, until time.Time) (uint64, error) {
 		frames[i] = append(b, make([]byte, mtu)...)
 	}
 	var sent, seq uint64
-	for time.Now().Before(until) {
+	for time.Now().Before(until) && !stop.Load() {
 		for _, f := range frames {
 			seq++
 			binary.BigEndian.PutUint64(f[frame.EthernetHeaderLen:], seq)

@@ -4,6 +4,7 @@ package linkbench
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -312,5 +313,53 @@ func TestAllToAll(t *testing.T) {
 	_, err = RunAllToAllOn(topo, Options{Backend: "ring-v2", Duration: time.Millisecond, Work: true})
 	if err == nil || !strings.Contains(err.Error(), "all-to-all takes only") {
 		t.Fatalf("Work: err = %v, want a refusal", err)
+	}
+}
+
+// failingSend is a ring-v2 link whose Send fails (fail set) and which
+// counts its Close calls.
+type failingSend struct {
+	link.Link
+	fail   bool
+	closed *atomic.Int32
+}
+
+func (f *failingSend) Send(frames [][]byte) (int, error) {
+	if f.fail {
+		return 0, errors.New("injected send failure")
+	}
+	return f.Link.Send(frames)
+}
+
+func (f *failingSend) Close() error {
+	f.closed.Add(1)
+	return f.Link.Close()
+}
+
+// A send error ends the all-to-all run at once: the other senders stop,
+// the receivers stop, every link is closed and the error names the host.
+func TestAllToAllSendError(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkte%d", os.Getpid()%1000)})
+	var opened, closed atomic.Int32
+	Backends["test-failing-send"] = func(n string) (link.Link, error) {
+		l, err := Backends["ring-v2"](n)
+		if err != nil {
+			return nil, err
+		}
+		return &failingSend{Link: l, fail: opened.Add(1) == 2, closed: &closed}, nil
+	}
+	t.Cleanup(func() { delete(Backends, "test-failing-send") })
+	start := time.Now()
+	res, err := RunAllToAllOn(topo, Options{Backend: "test-failing-send", Duration: 10 * time.Second})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "injected send failure") || !strings.Contains(err.Error(), topo.Hosts[1].Namespace) {
+		t.Fatalf("RunAllToAllOn = %v, %v; want host %s's injected send failure", res, err, topo.Hosts[1].Namespace)
+	}
+	if took > 5*time.Second {
+		t.Errorf("RunAllToAllOn took %v after a send failed at once; the others sent out the 10 s", took)
+	}
+	if o, c := opened.Load(), closed.Load(); o != 3 || c != 3 {
+		t.Errorf("opened %d links, closed %d; want 3 and 3", o, c)
 	}
 }
