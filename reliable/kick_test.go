@@ -100,7 +100,6 @@ func TestCloseReportsLastKickError(t *testing.T) {
 	}
 }
 
-
 // nowLink is a stagingLink with link/ring's SendNow: it sends at once and
 // keeps a copy of what it sent; with fail set it sends nothing and says
 // so, as a link that cannot send at the moment would.

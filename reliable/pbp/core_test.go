@@ -767,6 +767,76 @@ func TestBeyondWindowRemovesSender(t *testing.T) {
 	}
 }
 
+// Half the number space past expected, serial arithmetic calls a frame
+// both before expected and after knownEnd (up to a window further): it is
+// more than a window past our acknowledgement and removes its sender, like
+// any other. Let through as old, a Heartbeat there set knownEnd 2^31
+// ahead (the next Nack scanned 2^31 ring slots, seconds of CPU, and asked
+// for 2^31 frames) or behind expected (gaps never seen again), and a Data
+// frame took a ring slot of the window. Just past that, a frame is old:
+// ignored, and the sender stays.
+func TestHalfNumberSpaceAwayRemovesSender(t *testing.T) {
+	const half = 1 << 31
+	for _, tc := range []struct {
+		name    string
+		gap     bool // 102 arrived first: knownEnd 103, expected 100
+		beyond  in
+		removed bool
+	}{
+		{"heartbeat", false, in{sender: 1, seq: 100 + half - 1, body: &frame.Empty{T: frame.Heartbeat}}, true},
+		{"ack", false, in{sender: 1, seq: 100 + half - 1, body: &frame.Empty{T: frame.Ack}}, true},
+		{"nack", false, in{sender: 1, seq: 100 + half - 1, body: &frame.NackBody{Target: 2, Ranges: []frame.Range{{First: 0, Last: 0}}}}, true},
+		{"leave", false, in{sender: 1, seq: 100 + half, body: &frame.Empty{T: frame.Leave}}, true},
+		{"data", false, in{sender: 1, seq: 100 + half - 1, body: data("far")}, true},
+		{"heartbeat/gap", true, in{sender: 1, seq: 103 + half - 1, body: &frame.Empty{T: frame.Heartbeat}}, true},
+		{"heartbeat/gap/lower", true, in{sender: 1, seq: 100 + half, body: &frame.Empty{T: frame.Heartbeat}}, true},
+		{"data/gap", true, in{sender: 1, seq: 103 + half - 1, body: data("far")}, true},
+		{"heartbeat/old", false, in{sender: 1, seq: 100 + half, body: &frame.Empty{T: frame.Heartbeat}}, false},
+		{"data/old", false, in{sender: 1, seq: 100 + half, body: data("old")}, false},
+		{"heartbeat/gap/old", true, in{sender: 1, seq: 103 + half, body: &frame.Empty{T: frame.Heartbeat}}, false},
+		{"data/gap/old", true, in{sender: 1, seq: 103 + half, body: data("old")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(PBP2, 0, 3)
+			cfg.Window = 4
+			c := newCore(t, cfg)
+			if tc.gap {
+				step(t, c, t0+1, in{sender: 1, seq: 102, body: data("c")})
+				ready(t, c)
+			}
+			if err := step(t, c, t0+2, tc.beyond); err != nil {
+				t.Fatal(err)
+			}
+			// Checked before Ready: a knownEnd half the number space
+			// away costs the next Nack seconds.
+			m := c.Members()[0]
+			if d := m.KnownEnd - m.Expected; m.Live && d > uint32(cfg.Window) {
+				t.Fatalf("member 1 live with expected %d, knownEnd %d: %d past it", m.Expected, m.KnownEnd, d)
+			}
+			if m.Live == tc.removed {
+				t.Fatalf("member 1 live %v, want %v (%+v)", m.Live, !tc.removed, m)
+			}
+			_, ds, evs := ready(t, c)
+			if tc.removed {
+				if len(evs) != 1 || evs[0].Kind != MemberStalled || evs[0].Reason != StalledRemovedUs || c.Stats().BeyondWindow != 1 {
+					t.Fatalf("events %v, %d beyond the window; want member 1 stalled: %s", evs, c.Stats().BeyondWindow, StalledRemovedUs)
+				}
+				return
+			}
+			if len(ds) != 0 || len(evs) != 0 {
+				t.Fatalf("delivered %q, events %v", msgs(ds), evs)
+			}
+			// Still a member in good standing: the window delivers.
+			for _, s := range []uint32{100, 101, 102, 103} {
+				step(t, c, t0+3, in{sender: 1, seq: s, body: data(fmt.Sprint(s))})
+			}
+			if _, ds, evs := ready(t, c); len(evs) != 0 || msgs(ds) != "100,101,102,103" && msgs(ds) != "100,101,c,103" {
+				t.Fatalf("delivered %q, events %v", msgs(ds), evs)
+			}
+		})
+	}
+}
+
 func TestBundleDelay(t *testing.T) {
 	cfg := testConfig(PBP2, 0, 2)
 	cfg.BundleDelay = 50 * Microsecond

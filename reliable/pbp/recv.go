@@ -111,12 +111,21 @@ func (c *Core) StepTo(now Time, src, dst [6]byte, v frame.View) error {
 // member must use the same.) This also keeps every sequence number
 // handled after it within a window of p.expected, as the reorder ring
 // needs.
+//
+// An old frame passes: one that does not end after p.knownEnd, which
+// learnEnd ignores and accept takes for a duplicate. Old is judged
+// against knownEnd, as learnEnd judges it, not against expected: half the
+// number space from expected, serial arithmetic calls a frame both before
+// expected and after knownEnd (up to a window further), and such a frame,
+// let through, would make learnEnd set knownEnd half the number space
+// away (a Nack scan of 2^31 ring slots, or gaps never seen again) or put
+// a Data frame in a ring slot of the window.
 func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	end := seq + 1 // Data: this frame; Ack, Heartbeat, Nack: the last one sent
 	if t == frame.Leave {
 		end = seq // the next it would have sent
 	}
-	if frame.SeqLess(end, p.expected) || int(end-p.expected) <= c.cfg.Window {
+	if end-p.expected <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
 		return false
 	}
 	c.stats.BeyondWindow++
