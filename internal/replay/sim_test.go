@@ -230,3 +230,40 @@ func TestSimulateWindowFromJoin(t *testing.T) {
 		t.Fatalf("-window 32 with a Join for 64: window %d, want 32", res.Config.Window)
 	}
 }
+
+// A capture that starts mid-run (a flight-recorder dump) holds frames of
+// senders far past what a freshly built core expects. More than a window
+// past it reads, to the core, as a sender that has removed this member
+// (docs/protocols.md, "Static member lists and a late start"), so the
+// re-run removes each such sender with that reason instead of Nacking
+// for frames the capture cannot hold; docs/debugging.md says so.
+func TestSimulateMidRunCaptureRemovesSenders(t *testing.T) {
+	run := runLossy(t, filepath.Join(t.TempDir(), "midrun.pcapng"), 9, 3, 3000, 0)
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Records = c.Records[len(c.Records)*2/3:]
+	res, err := Simulate(c, SimOptions{Node: 1, Members: run.members, Iface: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]bool{}
+	for _, e := range res.Events {
+		s := e.Event.String()
+		if strings.Contains(s, pbp.StalledRemovedUs) {
+			removed[strings.Fields(s)[1]] = true
+		}
+	}
+	if !removed["2"] || !removed["3"] {
+		var b bytes.Buffer
+		res.Write(&b, c, false)
+		t.Fatalf("removed %v, want members 2 and 3 removed with %q; re-run:\n%s", removed, pbp.StalledRemovedUs, tail(b.String(), 12))
+	}
+	for _, d := range res.Deliveries {
+		if d.From != 1 {
+			t.Fatalf("delivered a message of member %d, whose earlier frames the capture lacks", d.From)
+		}
+	}
+	t.Logf("%d events, %d deliveries; first event: %v", len(res.Events), len(res.Deliveries), res.Events[0].Event)
+}
