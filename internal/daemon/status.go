@@ -20,6 +20,14 @@ const (
 	StateDead      = "dead"      // removed: failed, stalled or left (Reason says which)
 )
 
+// Reasons of a dead member in Status besides the event kinds (failed,
+// stalled, left, sequencer failed): not live here before an event says
+// why, which only a total-order group shows.
+const (
+	reasonLeaving         = "leaving"                  // its Leave arrived; MemberLeft waits for its last messages
+	reasonSequencerSilent = "sequencer silent or left" // silent past the failure timeout, or its Leave arrived; no election yet
+)
+
 // Status is what `rbcastd status -json` prints and the local API's
 // StatusJSON carries.
 type Status struct {
@@ -72,7 +80,7 @@ type MemberStatus struct {
 	Self        bool    `json:"self,omitempty"`
 	Sequencer   bool    `json:"sequencer,omitempty"`
 	State       string  `json:"state"`
-	Reason      string  `json:"reason,omitempty"`            // why dead: failed, stalled, left
+	Reason      string  `json:"reason,omitempty"`            // why dead: failed, stalled, left, sequencer failed, leaving, sequencer silent or left
 	LastHeardMs float64 `json:"last_heard_ms_ago,omitempty"` // live members only
 	// Dead members: when they were removed (wall clock, RFC 3339), and how
 	// long they had been silent then; both stay as they were.
@@ -137,14 +145,7 @@ func (d *Daemon) Status() Status {
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
 
-	why := map[frame.MemberID]string{}
-	died := map[frame.MemberID]time.Time{}
-	for _, ev := range st.Events {
-		switch ev.Kind {
-		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
-			why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
-		}
-	}
+	why, died := removals(st.Events)
 	per := map[frame.MemberID]reliable.MemberStats{}
 	for _, m := range st.Members {
 		per[m.ID] = m
@@ -176,7 +177,7 @@ func (d *Daemon) Status() Status {
 		}
 		switch {
 		case !m.Live:
-			mst.State, mst.Reason = StateDead, why[m.ID]
+			mst.State, mst.Reason = StateDead, deadReason(why, m)
 			if at, ok := died[m.ID]; ok {
 				// Frozen at the removal: a dead member's silence since is
 				// no news.
@@ -303,5 +304,38 @@ func (d *Daemon) writeMetrics(w io.Writer) {
 		if !m.Self {
 			fmt.Fprintf(w, "rbcastd_member_delivered_bytes_total{%s,member=\"%d\"} %d\n", g, m.ID, m.DeliveredBytes)
 		}
+	}
+}
+
+// removals reads the membership events in order: why each member not
+// live now was removed (the event kind) and when; a MemberReturned
+// forgets an earlier removal.
+func removals(events []reliable.Event) (why map[frame.MemberID]string, died map[frame.MemberID]time.Time) {
+	why, died = map[frame.MemberID]string{}, map[frame.MemberID]time.Time{}
+	for _, ev := range events {
+		switch ev.Kind {
+		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft, reliable.SequencerFailed:
+			why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
+		case reliable.MemberReturned:
+			delete(why, ev.Member)
+			delete(died, ev.Member)
+		}
+	}
+	return why, died
+}
+
+// deadReason is the Reason of a member Members shows not live. Without
+// an event, which only a total-order group shows: a follower stops
+// counting a silent sequencer before the election's SequencerFailed, and
+// a member whose Leave arrived is gone before the MemberLeft that waits
+// for its last messages to be delivered here.
+func deadReason(why map[frame.MemberID]string, m reliable.MemberStatus) string {
+	switch r := why[m.ID]; {
+	case r != "":
+		return r
+	case m.Sequencer:
+		return reasonSequencerSilent
+	default:
+		return reasonLeaving
 	}
 }
