@@ -134,6 +134,9 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 			return nil, fmt.Errorf("linkbench: all-to-all: host %s: send: %w", hosts[i].Namespace, err)
 		}
 	}
+	if err := receiverErr(hosts, res.Received); err != nil {
+		return nil, fmt.Errorf("linkbench: all-to-all: %w", err)
+	}
 	return res, nil
 }
 

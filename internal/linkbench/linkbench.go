@@ -127,6 +127,9 @@ type Receiver struct {
 	Lost        uint64 // sequence numbers never seen
 	KernelDrops uint64
 	Elapsed     time.Duration // first to last frame
+	// Err is the Recv error that ended the receiver before the run did
+	// (links are closed only after it ends); its counts are short then.
+	Err string `json:",omitempty"`
 }
 
 // MBps is the receiver's delivered rate in 10⁶ bytes per second over the
@@ -386,7 +389,7 @@ func startGoroutines(topo *netns.Topology, open func(string) (link.Link, error),
 			res.Receivers[i].KernelDrops = st.KernelDrops
 		}
 		closeAll()
-		return nil
+		return receiverErr(topo.Hosts[1:], res.Receivers)
 	}, nil
 }
 
@@ -412,7 +415,10 @@ func startChildren(topo *netns.Topology, backend string, res *Throughput, work b
 				first = err
 			}
 		}
-		return first
+		if first != nil {
+			return first
+		}
+		return receiverErr(topo.Hosts[1:], res.Receivers)
 	}, nil
 }
 
@@ -427,6 +433,7 @@ func receive(l link.Link, done *atomic.Bool, work bool) Receiver {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
 			}
+			r.Err = err.Error()
 			break
 		}
 		if first.IsZero() {
@@ -607,3 +614,15 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// receiverErr names the first receiver that a Recv error ended before the
+// run did: its counts are short, and a ceiling taken from them would be
+// low without saying so.
+func receiverErr(hosts []*netns.Host, rs []Receiver) error {
+	for i, r := range rs {
+		if r.Err != "" {
+			return fmt.Errorf("linkbench: receiver on %s stopped early: %s", hosts[i].Namespace, r.Err)
+		}
+	}
+	return nil
+}

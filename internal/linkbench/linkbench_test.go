@@ -227,6 +227,25 @@ func TestReceiveWorkCRC(t *testing.T) {
 	}
 }
 
+// A Recv error other than the deadline ends a receiver before the run
+// does; it is kept, and the run fails naming the host, instead of
+// reporting the short counts as a rate.
+func TestReceiveErrorReported(t *testing.T) {
+	var done atomic.Bool
+	r := receive(&oneBatch{frames: [][]byte{make([]byte, 100)}}, &done, false)
+	if r.Frames != 1 || !strings.Contains(r.Err, "use of closed network connection") {
+		t.Fatalf("%d frames, error %q; want 1 and the closed link's error", r.Frames, r.Err)
+	}
+	hosts := []*netns.Host{{Namespace: "rbx-h1"}, {Namespace: "rbx-h2"}}
+	err := receiverErr(hosts, []Receiver{{Frames: 5}, r})
+	if err == nil || err.Error() != "linkbench: receiver on rbx-h2 stopped early: "+r.Err {
+		t.Fatalf("error %v, want one naming rbx-h2 and its Recv error", err)
+	}
+	if err := receiverErr(hosts, []Receiver{{Frames: 5}, {Frames: 6}}); err != nil {
+		t.Fatalf("error %v for receivers that ran to the end", err)
+	}
+}
+
 // RxSpin reaches the receivers' rings, and is refused where it cannot.
 func TestRxSpinOption(t *testing.T) {
 	netns.RequireRoot(t)
