@@ -124,8 +124,10 @@ type Config struct {
 	// Self included). When it is set, registration is skipped and Self
 	// names this member; Join returns at once, so members must start
 	// within FailureTimeout of each other (see Join for one that starts
-	// later), and none may restart while the group runs: its new run is
-	// taken for the old one and its first messages are lost unreported
+	// later), and none may restart while the group runs: with the same
+	// list its new run is taken for the old one, and with a new
+	// incarnation the others drop it (and report the old run failed); in
+	// both cases its first messages are lost without its knowing
 	// (docs/protocols.md, "Static member lists and a late start"). When it
 	// is empty, the group registers at Join time (thesis ch. 3): Size
 	// members, the server among them.

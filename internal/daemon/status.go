@@ -21,8 +21,8 @@ const (
 )
 
 // Reasons of a dead member in Status besides the event kinds (failed,
-// stalled, left, sequencer failed): not live here before an event says
-// why, which only a total-order group shows.
+// stalled, left, self removed): not live here before an event says why,
+// which only a total-order group shows.
 const (
 	reasonLeaving         = "leaving"                  // its Leave arrived; MemberLeft waits for its last messages
 	reasonSequencerSilent = "sequencer silent or left" // silent past the failure timeout, or its Leave arrived; no election yet
@@ -80,7 +80,7 @@ type MemberStatus struct {
 	Self        bool    `json:"self,omitempty"`
 	Sequencer   bool    `json:"sequencer,omitempty"`
 	State       string  `json:"state"`
-	Reason      string  `json:"reason,omitempty"`            // why dead: failed, stalled, left, sequencer failed, leaving, sequencer silent or left
+	Reason      string  `json:"reason,omitempty"`            // why dead: failed, stalled, left, self removed, leaving, sequencer silent or left
 	LastHeardMs float64 `json:"last_heard_ms_ago,omitempty"` // live members only
 	// Dead members: when they were removed (wall clock, RFC 3339), and how
 	// long they had been silent then; both stay as they were.
@@ -163,7 +163,7 @@ func (d *Daemon) Status() Status {
 		watched := st.Order != reliable.Total || amSequencer || m.Sequencer
 		if m.Self {
 			if !m.Live {
-				mst.State, mst.Reason = StateDead, "left"
+				mst.State, mst.Reason = StateDead, selfReason(st.Events)
 			}
 			s.Members = append(s.Members, mst)
 			continue
@@ -309,12 +309,14 @@ func (d *Daemon) writeMetrics(w io.Writer) {
 
 // removals reads the membership events in order: why each member not
 // live now was removed (the event kind) and when; a MemberReturned
-// forgets an earlier removal.
+// forgets an earlier removal. SequencerFailed is no removal: a follower
+// that hears its sequencer again follows it on without an event, and the
+// sequencer is removed, if at all, by a later MemberFailed or MemberLeft.
 func removals(events []reliable.Event) (why map[frame.MemberID]string, died map[frame.MemberID]time.Time) {
 	why, died = map[frame.MemberID]string{}, map[frame.MemberID]time.Time{}
 	for _, ev := range events {
 		switch ev.Kind {
-		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft, reliable.SequencerFailed:
+		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
 			why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
 		case reliable.MemberReturned:
 			delete(why, ev.Member)
@@ -326,9 +328,9 @@ func removals(events []reliable.Event) (why map[frame.MemberID]string, died map[
 
 // deadReason is the Reason of a member Members shows not live. Without
 // an event, which only a total-order group shows: a follower stops
-// counting a silent sequencer before the election's SequencerFailed, and
-// a member whose Leave arrived is gone before the MemberLeft that waits
-// for its last messages to be delivered here.
+// counting a silent sequencer before an election removes it, and a member
+// whose Leave arrived is gone before the MemberLeft that waits for its
+// last messages to be delivered here.
 func deadReason(why map[frame.MemberID]string, m reliable.MemberStatus) string {
 	switch r := why[m.ID]; {
 	case r != "":
@@ -338,4 +340,15 @@ func deadReason(why map[frame.MemberID]string, m reliable.MemberStatus) string {
 	default:
 		return reasonLeaving
 	}
+}
+
+// selfReason is the Reason of this member once Members shows it not
+// live: it left, or (Total) an election left it out and it halted.
+func selfReason(events []reliable.Event) string {
+	for _, ev := range events {
+		if ev.Kind == reliable.SelfRemoved {
+			return ev.Kind.String()
+		}
+	}
+	return "left"
 }

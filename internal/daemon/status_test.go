@@ -10,7 +10,9 @@ import (
 
 // A member shown dead always carries a reason: the removal's event kind,
 // or, before any event (total order only), what Members' liveness means
-// then; a readmission forgets the removal.
+// then; a readmission forgets the removal, and a SequencerFailed is no
+// removal (a follower that hears its sequencer again follows it on
+// without an event).
 func TestDeadReason(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -32,9 +34,9 @@ func TestDeadReason(t *testing.T) {
 		{reliable.MemberStatus{ID: 2}, "failed", at(1)},
 		{reliable.MemberStatus{ID: 3}, "stalled", at(2)},
 		{reliable.MemberStatus{ID: 4}, "left", at(3)},
-		{reliable.MemberStatus{ID: 5, Sequencer: true}, "sequencer failed", at(4)},
-		{reliable.MemberStatus{ID: 6}, reasonLeaving, time.Time{}}, // returned, then gone without an event yet
-		{reliable.MemberStatus{ID: 7}, reasonLeaving, time.Time{}}, // SequencerChanged is no removal
+		{reliable.MemberStatus{ID: 5, Sequencer: true}, reasonSequencerSilent, time.Time{}}, // suspected, heard again, then left
+		{reliable.MemberStatus{ID: 6}, reasonLeaving, time.Time{}},                          // returned, then gone without an event yet
+		{reliable.MemberStatus{ID: 7}, reasonLeaving, time.Time{}},                          // SequencerChanged is no removal
 		{reliable.MemberStatus{ID: 8, Sequencer: true}, reasonSequencerSilent, time.Time{}},
 	} {
 		if got := deadReason(why, c.m); got != c.want {
@@ -46,5 +48,11 @@ func TestDeadReason(t *testing.T) {
 	}
 	if _, ok := why[frame.MemberID(6)]; ok {
 		t.Error("member 6 returned, but its removal is still listed")
+	}
+	if got := selfReason(events); got != "left" {
+		t.Errorf("self: reason %q, want left", got)
+	}
+	if got := selfReason(append(events, reliable.Event{Kind: reliable.SelfRemoved, Member: 1, At: at(8)})); got != "self removed" {
+		t.Errorf("self after SelfRemoved: reason %q, want self removed", got)
 	}
 }

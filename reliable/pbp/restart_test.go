@@ -74,10 +74,13 @@ func (r *restartPair) round() {
 	}
 }
 
-// send has member 1 propose n messages, then runs rounds for d.
-func (r *restartPair) send(prefix string, n int, d Duration) {
+// send has member 1 propose n messages, then runs rounds for d. Short
+// messages proposed together travel bundled in one frame; pad makes each
+// message that many bytes longer, so 1000 puts each in a frame of its own.
+func (r *restartPair) send(prefix string, n, pad int, d Duration) {
 	for i := 0; i < n; {
-		if err := r.cores[1].Propose(r.now, []byte(fmt.Sprintf("%s%d", prefix, i))); err == nil {
+		msg := append([]byte(fmt.Sprintf("%s%d", prefix, i)), make([]byte, pad)...)
+		if err := r.cores[1].Propose(r.now, msg); err == nil {
 			i++
 			continue
 		} else if !errors.Is(err, ErrWindowFull) {
@@ -103,16 +106,19 @@ func (r *restartPair) send(prefix string, n int, d Duration) {
 // other's acknowledgement of the earlier run's frames also covers the
 // new run's frames with the same numbers: the new run takes them for
 // delivered, and reports nothing while it has sent no more frames than
-// the earlier run had.
+// the earlier run had; its frames beyond stay unacknowledged, and it
+// removes the other as MemberStalled (StalledNoAcks) after
+// FailureTimeout. (The first two cases send their messages bundled, one
+// frame per run; the third sends a frame per message.)
 func TestStaticRestart(t *testing.T) {
 	t.Run("same incarnation", func(t *testing.T) {
 		r := newRestartPair(t)
-		r.send("a", 50, 200*Millisecond)
+		r.send("a", 50, 0, 200*Millisecond)
 		if len(r.got) != 50 {
 			t.Fatalf("member 0 delivered %d of the first run's 50", len(r.got))
 		}
 		r.cores[1] = r.core(1, r.ms)
-		r.send("b", 100, 200*Millisecond)
+		r.send("b", 100, 0, 200*Millisecond)
 		if len(r.got) != 50 || r.cores[0].Stats().Duplicates == 0 {
 			t.Fatalf("member 0 delivered %d, %d duplicates; the restarted run's first frames were expected taken for duplicates (the limitation the docs state)",
 				len(r.got), r.cores[0].Stats().Duplicates)
@@ -120,11 +126,11 @@ func TestStaticRestart(t *testing.T) {
 	})
 	t.Run("new incarnation", func(t *testing.T) {
 		r := newRestartPair(t)
-		r.send("a", 50, 200*Millisecond)
+		r.send("a", 50, 0, 200*Millisecond)
 		again := append([]frame.MemberInfo(nil), r.ms...)
 		again[1].Incarnation++
 		r.cores[1] = r.core(1, again)
-		r.send("b", 100, DefaultFailureTimeout+500*Millisecond)
+		r.send("b", 100, 0, DefaultFailureTimeout+500*Millisecond)
 
 		if len(r.got) != 50 || r.got[49] != "a49" {
 			t.Fatalf("member 0 delivered %d messages, want the first run's 50", len(r.got))
@@ -133,12 +139,35 @@ func TestStaticRestart(t *testing.T) {
 			t.Errorf("member 0 counted no frame of the wrong incarnation: %+v", st)
 		}
 		if ev := r.events[0]; len(ev) != 1 || ev[0].Kind != MemberFailed || ev[0].Member != 1 || ev[0].Delivered != 1 {
-			t.Errorf("member 0 events %v, want member 1 failed, delivered up to its frame 1", ev)
+			t.Errorf("member 0 events %v, want member 1 failed after its one frame was delivered (Delivered 1)", ev)
 		}
 		if st := r.cores[1].Stats(); st.InFlight != 0 || len(r.events[1]) != 0 {
 			t.Errorf("restarted member 1: %d frames in flight, events %v; want its one frame taken as acknowledged by the earlier run's acknowledgement, and no event (the limitation the docs state)",
 				st.InFlight, r.events[1])
 		}
 		t.Logf("member 0: %v; member 1: %v; drops %v", r.events[0], r.events[1], r.drops)
+	})
+	t.Run("new incarnation, more frames than the earlier run", func(t *testing.T) {
+		r := newRestartPair(t)
+		r.send("a", 5, 1000, 200*Millisecond)
+		if got := r.cores[1].Stats().DataFramesSent; got != 5 || len(r.got) != 5 {
+			t.Fatalf("the earlier run sent %d frames, member 0 delivered %d; want 5 and 5", got, len(r.got))
+		}
+		again := append([]frame.MemberInfo(nil), r.ms...)
+		again[1].Incarnation++
+		r.cores[1] = r.core(1, again)
+		r.send("b", 10, 1000, DefaultFailureTimeout+500*Millisecond)
+		if len(r.got) != 5 {
+			t.Fatalf("member 0 delivered %d messages, want the earlier run's 5", len(r.got))
+		}
+		// The new run's frames after its fifth are past every
+		// acknowledgement member 0 ever sent: they stay unacknowledged,
+		// and member 0 is removed.
+		if ev := r.events[1]; len(ev) != 1 || ev[0].Kind != MemberStalled || ev[0].Member != 0 || ev[0].Reason != StalledNoAcks {
+			t.Errorf("restarted member 1 events %v, want member 0 stalled: %s", ev, StalledNoAcks)
+		}
+		if ev := r.events[0]; len(ev) != 1 || ev[0].Kind != MemberFailed || ev[0].Member != 1 || ev[0].Delivered != 5 {
+			t.Errorf("member 0 events %v, want member 1 failed after its 5 frames were delivered (Delivered 5)", ev)
+		}
 	})
 }
