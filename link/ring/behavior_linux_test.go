@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -544,8 +545,18 @@ func testAllocs(t *testing.T, topo *netns.Topology, v Version, m TxMode) {
 // TestBackPressure puts a slow token bucket (tbf, 8 Mbit/s, a 3000-byte
 // queue) on h0's eth0, so the qdisc refuses most frames with ENOBUFS, and
 // sends a batch several times larger than the TX ring: every frame must
-// still arrive, in order, with the waits counted. With QdiscBypass the
-// bucket is skipped altogether.
+// still arrive, once and intact, with the waits counted. With QdiscBypass
+// the bucket is skipped altogether.
+//
+// Order is checked loosely: behind a throttled qdisc the kernel can hand
+// a frame to the receiving side on another CPU than its successor (the
+// bucket's watchdog dequeues in softirq on one CPU while the sender's
+// own call dequeues on the other; veth queues each on its CPU's
+// backlog), and the receiver's ring then holds them swapped. A CI run
+// under load received frames 134 and 135 before 132 and 133. What the
+// link itself could get wrong — a retried frame sent again, or a ring's
+// worth sent late — shows as a duplicate, a loss or a displacement of
+// dozens, so a frame more than maxDisplacement away from its place fails.
 func TestBackPressure(t *testing.T) {
 	topo := up(t, "q", 2, 1500)
 	ns := topo.Hosts[0].Namespace
@@ -579,10 +590,12 @@ func TestBackPressure(t *testing.T) {
 				st, _ := rx.Stats()
 				t.Fatalf("received %d of %d frames (kernel dropped %d)", len(got), count, st.KernelDrops)
 			}
-			for i, f := range got {
-				if !bytes.Equal(f, batch[i]) {
-					t.Fatalf("frame %d differs from frame %d sent", binary.BigEndian.Uint64(f[14:]), i)
-				}
+			moved, err := checkPermutation(got, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if moved > 0 {
+				t.Logf("%d frames received out of place (within %d), as the kernel may deliver across CPUs", moved, maxDisplacement)
 			}
 			st, _ := tx.Stats()
 			t.Logf("sender: %+v", st)
@@ -634,6 +647,81 @@ func TestBackPressure(t *testing.T) {
 				t.Fatal("Close did not unblock Send")
 			}
 		})
+	}
+}
+
+// maxDisplacement bounds how far from its place TestBackPressure accepts
+// a received frame (see there).
+const maxDisplacement = 8
+
+// checkPermutation checks that got holds every frame of sent exactly
+// once, byte for byte (buildFrame numbers them at offset 14), each at most
+// maxDisplacement places from where it was sent, and returns how many
+// were out of place.
+func checkPermutation(got, sent [][]byte) (moved int, err error) {
+	seen := make([]bool, len(sent))
+	for i, f := range got {
+		if len(f) < 22 {
+			return moved, fmt.Errorf("received frame %d: %d bytes, too short to carry a number", i, len(f))
+		}
+		k := binary.BigEndian.Uint64(f[14:])
+		switch {
+		case k >= uint64(len(sent)):
+			return moved, fmt.Errorf("received frame %d carries number %d, beyond the %d sent", i, k, len(sent))
+		case seen[k]:
+			return moved, fmt.Errorf("frame %d received twice (again at place %d)", k, i)
+		case !bytes.Equal(f, sent[k]):
+			return moved, fmt.Errorf("frame %d received at place %d differs from frame %d sent", k, i, k)
+		}
+		seen[k] = true
+		if d := int(k) - i; d != 0 {
+			moved++
+			if d > maxDisplacement || d < -maxDisplacement {
+				return moved, fmt.Errorf("frame %d received at place %d, %d places from where it was sent", k, i, d)
+			}
+		}
+	}
+	if len(got) != len(sent) {
+		return moved, fmt.Errorf("received %d frames of %d sent", len(got), len(sent))
+	}
+	return moved, nil
+}
+
+// TestCheckPermutation: the loose order check of TestBackPressure takes a
+// nearby swap and refuses a loss, a duplicate, a changed byte and a frame
+// far from its place.
+func TestCheckPermutation(t *testing.T) {
+	sent := make([][]byte, 40)
+	for i := range sent {
+		sent[i] = make([]byte, 30)
+		binary.BigEndian.PutUint64(sent[i][14:], uint64(i))
+		sent[i][29] = byte(i)
+	}
+	swap := slices.Clone(sent)
+	swap[10], swap[12] = swap[12], swap[10]
+	if moved, err := checkPermutation(swap, sent); moved != 2 || err != nil {
+		t.Errorf("a swap two apart: %d moved, %v; want 2, nil", moved, err)
+	}
+	far := slices.Clone(sent)
+	far[0], far[30] = far[30], far[0]
+	dup := slices.Clone(sent)
+	dup[5] = dup[4]
+	bad := slices.Clone(sent)
+	bad[7] = slices.Clone(bad[7])
+	bad[7][29] ^= 1
+	for _, c := range []struct {
+		name string
+		got  [][]byte
+		want string
+	}{
+		{"far", far, "frame 30 received at place 0, 30 places"},
+		{"duplicate", dup, "frame 4 received twice (again at place 5)"},
+		{"changed", bad, "frame 7 received at place 7 differs"},
+		{"lost", sent[:39], "received 39 frames of 40 sent"},
+	} {
+		if _, err := checkPermutation(c.got, sent); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
+		}
 	}
 }
 
