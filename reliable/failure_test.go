@@ -204,8 +204,8 @@ func memberStats(st Stats, id frame.MemberID) (MemberStats, bool) {
 // A member of a FIFO (PBP2) group crashes: no Leave, it just stops sending
 // and receiving. Each survivor removes it after FailureTimeout and says so
 // everywhere DESIGN.md (decision 6) promises: a MemberFailed event naming
-// it (or MemberStalled, see below), with everything it sent delivered; a log line naming it; Stats with
-// it not live and counted in MembersFailed. The removal frees the window
+// it (or MemberStalled, see below), with everything it sent delivered; a
+// log line naming it; Stats with it not live and counted in MembersFailed. The removal frees the window
 // (it counts as having acknowledged everything): Sends that waited for it
 // go on, and more than a window of messages reaches the other survivor.
 func TestMemberFailureReported(t *testing.T) {

@@ -25,7 +25,7 @@ const (
 // which only a total-order group shows.
 const (
 	reasonLeaving         = "leaving"                  // its Leave arrived; MemberLeft waits for its last messages
-	reasonSequencerSilent = "sequencer silent or left" // silent past the failure timeout, or its Leave arrived; no election yet
+	reasonSequencerSilent = "sequencer silent or left" // silent past the failure timeout, or its Leave arrived; not removed yet
 )
 
 // Status is what `rbcastd status -json` prints and the local API's

@@ -6,24 +6,41 @@ import (
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/internal/memseg"
 )
 
-// restartPair is two static members (0 and 1) stepped by hand on a
-// lossless segment, so member 1 can be restarted: its core replaced by a
-// new one built from a member list of the caller's choosing.
+// restartPair is two static members (0 and 1) on the in-memory segment
+// the benchmarks use (memseg), ticked every 100 µs, so member 1 can be
+// restarted: its core replaced by a new one built from a member list of
+// the caller's choosing. The frames a core refuses are counted, not fatal.
 type restartPair struct {
 	t      *testing.T
 	ms     []frame.MemberInfo
-	cores  [2]*Core
-	now    Time
+	seg    *memseg.Segment[*Core]
 	got    []string // what member 0 delivered
 	events [2][]Event
 	drops  map[string]int // Step errors, by receiver and text
 }
 
 func newRestartPair(t *testing.T) *restartPair {
-	r := &restartPair{t: t, ms: testMembers(2), now: t0, drops: map[string]int{}}
-	r.cores[0], r.cores[1] = r.core(0, r.ms), r.core(1, r.ms)
+	r := &restartPair{t: t, ms: testMembers(2), drops: map[string]int{}}
+	cores := []*Core{r.core(0, r.ms), r.core(1, r.ms)}
+	r.seg = memseg.New(testGroup, cores, [][6]byte{r.ms[0].MAC, r.ms[1].MAC}, t0, func(c *Core) ([][]byte, int) {
+		i := 0
+		if c == r.seg.Cores[1] {
+			i = 1
+		}
+		rd := c.Ready()
+		if i == 0 {
+			for _, d := range rd.Deliveries {
+				r.got = append(r.got, string(d.Data))
+			}
+		}
+		r.events[i] = append(r.events[i], rd.Events...)
+		return rd.Frames, len(rd.Deliveries)
+	})
+	r.seg.Tick = 100 * Microsecond
+	r.seg.StepErr = func(i int, err error) { r.drops[fmt.Sprintf("member %d: %v", i, err)]++ }
 	return r
 }
 
@@ -32,46 +49,14 @@ func (r *restartPair) core(i int, ms []frame.MemberInfo) *Core {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	c.Tick(r.now)
 	return c
 }
 
-// round hands every frame of both cores' Ready to the other and moves
-// the clock 100 µs.
-func (r *restartPair) round() {
-	var q [][]byte
-	var from []int
-	for i, c := range r.cores {
-		rd := c.Ready()
-		for _, f := range rd.Frames {
-			q, from = append(q, append([]byte(nil), f...)), append(from, i)
-		}
-		for _, d := range rd.Deliveries {
-			if i == 0 {
-				r.got = append(r.got, string(d.Data))
-			}
-		}
-		r.events[i] = append(r.events[i], rd.Events...)
-		c.Advance()
-	}
-	for k, f := range q {
-		_, rest, err := frame.SplitEthernet(f, frame.EtherType)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		v, err := frame.ParseGroup(rest, testGroup)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		j := 1 - from[k]
-		if err := r.cores[j].Step(r.now, r.ms[from[k]].MAC, v); err != nil {
-			r.drops[fmt.Sprintf("member %d: %v", j, err)]++
-		}
-	}
-	r.now = r.now.Add(100 * Microsecond)
-	for _, c := range r.cores {
-		c.Tick(r.now)
-	}
+// restart replaces member 1's core with a new one of list ms, started now.
+func (r *restartPair) restart(ms []frame.MemberInfo) {
+	c := r.core(1, ms)
+	c.Tick(r.seg.Now)
+	r.seg.Cores[1] = c
 }
 
 // send has member 1 propose n messages, then runs rounds for d. Short
@@ -80,16 +65,16 @@ func (r *restartPair) round() {
 func (r *restartPair) send(prefix string, n, pad int, d Duration) {
 	for i := 0; i < n; {
 		msg := append([]byte(fmt.Sprintf("%s%d", prefix, i)), make([]byte, pad)...)
-		if err := r.cores[1].Propose(r.now, msg); err == nil {
+		if err := r.seg.Cores[1].Propose(r.seg.Now, msg); err == nil {
 			i++
 			continue
 		} else if !errors.Is(err, ErrWindowFull) {
 			r.t.Fatal(err)
 		}
-		r.round()
+		r.seg.Round(r.t)
 	}
-	for end := r.now + Time(d); r.now < end; {
-		r.round()
+	for end := r.seg.Now.Add(d); r.seg.Now < end; {
+		r.seg.Round(r.t)
 	}
 }
 
@@ -117,11 +102,11 @@ func TestStaticRestart(t *testing.T) {
 		if len(r.got) != 50 {
 			t.Fatalf("member 0 delivered %d of the first run's 50", len(r.got))
 		}
-		r.cores[1] = r.core(1, r.ms)
+		r.restart(r.ms)
 		r.send("b", 100, 0, 200*Millisecond)
-		if len(r.got) != 50 || r.cores[0].Stats().Duplicates == 0 {
+		if len(r.got) != 50 || r.seg.Cores[0].Stats().Duplicates == 0 {
 			t.Fatalf("member 0 delivered %d, %d duplicates; the restarted run's first frames were expected taken for duplicates (the limitation the docs state)",
-				len(r.got), r.cores[0].Stats().Duplicates)
+				len(r.got), r.seg.Cores[0].Stats().Duplicates)
 		}
 	})
 	t.Run("new incarnation", func(t *testing.T) {
@@ -129,19 +114,19 @@ func TestStaticRestart(t *testing.T) {
 		r.send("a", 50, 0, 200*Millisecond)
 		again := append([]frame.MemberInfo(nil), r.ms...)
 		again[1].Incarnation++
-		r.cores[1] = r.core(1, again)
+		r.restart(again)
 		r.send("b", 100, 0, DefaultFailureTimeout+500*Millisecond)
 
 		if len(r.got) != 50 || r.got[49] != "a49" {
 			t.Fatalf("member 0 delivered %d messages, want the first run's 50", len(r.got))
 		}
-		if st := r.cores[0].Stats(); st.WrongIncarnation == 0 {
+		if st := r.seg.Cores[0].Stats(); st.WrongIncarnation == 0 {
 			t.Errorf("member 0 counted no frame of the wrong incarnation: %+v", st)
 		}
 		if ev := r.events[0]; len(ev) != 1 || ev[0].Kind != MemberFailed || ev[0].Member != 1 || ev[0].Delivered != 1 {
 			t.Errorf("member 0 events %v, want member 1 failed after its one frame was delivered (Delivered 1)", ev)
 		}
-		if st := r.cores[1].Stats(); st.InFlight != 0 || len(r.events[1]) != 0 {
+		if st := r.seg.Cores[1].Stats(); st.InFlight != 0 || len(r.events[1]) != 0 {
 			t.Errorf("restarted member 1: %d frames in flight, events %v; want its one frame taken as acknowledged by the earlier run's acknowledgement, and no event (the limitation the docs state)",
 				st.InFlight, r.events[1])
 		}
@@ -150,12 +135,12 @@ func TestStaticRestart(t *testing.T) {
 	t.Run("new incarnation, more frames than the earlier run", func(t *testing.T) {
 		r := newRestartPair(t)
 		r.send("a", 5, 1000, 200*Millisecond)
-		if got := r.cores[1].Stats().DataFramesSent; got != 5 || len(r.got) != 5 {
+		if got := r.seg.Cores[1].Stats().DataFramesSent; got != 5 || len(r.got) != 5 {
 			t.Fatalf("the earlier run sent %d frames, member 0 delivered %d; want 5 and 5", got, len(r.got))
 		}
 		again := append([]frame.MemberInfo(nil), r.ms...)
 		again[1].Incarnation++
-		r.cores[1] = r.core(1, again)
+		r.restart(again)
 		r.send("b", 10, 1000, DefaultFailureTimeout+500*Millisecond)
 		if len(r.got) != 5 {
 			t.Fatalf("member 0 delivered %d messages, want the earlier run's 5", len(r.got))

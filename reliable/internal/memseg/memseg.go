@@ -25,6 +25,13 @@ type Segment[C Core] struct {
 	Delivered []int // messages each core delivered
 	Frames    int   // frames all cores sent
 
+	// StepErr, if set, is told of a frame core i's Step refused (a test
+	// of a misbehaving member, whose frames are refused on purpose); nil
+	// makes a refusal fail the test, as on a correct segment.
+	StepErr func(i int, err error)
+	// Tick is how far each Round moves the clock; 0 means a microsecond.
+	Tick clock.Duration
+
 	macs  [][6]byte
 	group uint32
 	ready func(C) (frames [][]byte, deliveries int)
@@ -44,7 +51,7 @@ func New[C Core](group uint32, cores []C, macs [][6]byte, now clock.Time, ready 
 }
 
 // Round collects every core's Ready, then hands the frames to their
-// receivers, then advances time by one microsecond and ticks.
+// receivers, then advances time by Tick (a microsecond) and ticks.
 func (g *Segment[C]) Round(tb testing.TB) {
 	g.queue = g.queue[:0]
 	for i, c := range g.Cores {
@@ -76,11 +83,18 @@ func (g *Segment[C]) Round(tb testing.TB) {
 				continue
 			}
 			if err := c.Step(g.Now, src, v); err != nil {
-				tb.Fatal(err)
+				if g.StepErr == nil {
+					tb.Fatal(err)
+				}
+				g.StepErr(j, err)
 			}
 		}
 	}
-	g.Now = g.Now.Add(clock.Microsecond)
+	d := g.Tick
+	if d == 0 {
+		d = clock.Microsecond
+	}
+	g.Now = g.Now.Add(d)
 	for _, c := range g.Cores {
 		c.Tick(g.Now)
 	}
