@@ -1,0 +1,319 @@
+package core
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Stepper drives a Core: received Ethernet frames in (decoded, the bad
+// ones counted and dropped), the core stepped and ticked, its Ready out
+// with per-member counters kept, Advance. Every driver of a core uses it:
+// the live runtime, the simulator's Driver, pcap-replay's re-run, the
+// in-memory segment and the simulation tests. It does no I/O: the driver
+// sends Ready's frames and hands its deliveries and events on. Not safe
+// for concurrent use.
+type Stepper struct {
+	c         Core
+	info      Info
+	group     uint32
+	etherType uint16
+
+	// Hold leaves frames that deliver (Info.Delivers) unstepped, as a
+	// runtime whose application is not reading must (see Info.Delivers).
+	// They are counted in Counters.Held.
+	Hold bool
+
+	bad     BadFrames
+	held    uint64
+	base    frame.MemberID
+	peers   []peerCounters // by id - base; nil entries are not members
+	events  []Event        // every event so far
+	readied bool           // Ready was called since the last Advance
+}
+
+// peerCounters is what the stepper measures per member.
+type peerCounters struct {
+	member      bool
+	delivered   uint64
+	bytes       uint64
+	repairs     uint64
+	repairSince Time // 0: not repairing
+	latency     latencyRing
+}
+
+// latencyRing keeps the most recent repair latencies for percentiles.
+type latencyRing struct {
+	d [256]Duration
+	n int
+}
+
+func (r *latencyRing) add(d Duration) {
+	r.d[r.n%len(r.d)] = d
+	r.n++
+}
+
+func (r *latencyRing) samples() []Duration {
+	return append([]Duration(nil), r.d[:min(r.n, len(r.d))]...)
+}
+
+// NewStepper returns a stepper of c for the frames of group, on
+// etherType (0 means frame.EtherType).
+func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	s := &Stepper{c: c, info: c.Info(), group: group, etherType: etherType}
+	ms := c.Members()
+	if len(ms) > 0 {
+		lo, hi := ms[0].ID, ms[0].ID
+		for _, m := range ms {
+			lo, hi = min(lo, m.ID), max(hi, m.ID)
+		}
+		s.base = lo
+		s.peers = make([]peerCounters, int(hi-lo)+1)
+		for _, m := range ms {
+			s.peers[m.ID-lo].member = true
+		}
+	}
+	return s
+}
+
+// Core returns the core the stepper drives.
+func (s *Stepper) Core() Core { return s.c }
+
+// Info returns the core's Info.
+func (s *Stepper) Info() Info { return s.info }
+
+func (s *Stepper) peer(id frame.MemberID) *peerCounters {
+	i := int(id) - int(s.base)
+	if i < 0 || i >= len(s.peers) || !s.peers[i].member {
+		return nil
+	}
+	return &s.peers[i]
+}
+
+// ErrHeld is Step's answer for a frame left unstepped under Hold.
+var ErrHeld = errors.New("frame held back: the application is not reading")
+
+// Step decodes one received Ethernet frame and steps the core with it.
+// A frame that does not decode (another EtherType or group, a bad
+// checksum, ...) is counted in Counters.Bad and its error returned; so is
+// the core's refusal, which the core counts itself. Deliveries may alias
+// eth: keep its bytes unchanged until Advance.
+func (s *Stepper) Step(now Time, eth []byte) error {
+	e, body, err := frame.SplitEthernet(eth, s.etherType)
+	if err != nil {
+		s.bad.count(err)
+		return err
+	}
+	v, err := frame.ParseGroup(body, s.group)
+	if err != nil {
+		s.bad.count(err)
+		return err
+	}
+	return s.StepView(now, e.Src(), e.Dst(), v)
+}
+
+// StepView steps the core with a frame decoded already (v validated by
+// frame.Parse), from src to dst.
+func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
+	if s.Hold && s.info.Delivers(v.Type()) {
+		s.held++
+		return ErrHeld
+	}
+	if err := s.c.Step(now, src, dst, v); err != nil {
+		return err
+	}
+	// Repair latency: from the Step that revealed a gap to the one that
+	// filled it. Only a frame of a stream changes its repair state.
+	stream, repairing := s.c.Repair(v.Sender())
+	if p := s.peer(stream); p != nil {
+		switch {
+		case repairing && p.repairSince == 0:
+			p.repairSince = now
+		case !repairing && p.repairSince != 0:
+			p.latency.add(now.Sub(p.repairSince))
+			p.repairs++
+			p.repairSince = 0
+		}
+	}
+	return nil
+}
+
+// Tick runs the core's timers.
+func (s *Stepper) Tick(now Time) { s.c.Tick(now) }
+
+// Propose offers the core a message (see Core.Propose).
+func (s *Stepper) Propose(now Time, msg []byte) error { return s.c.Propose(now, msg) }
+
+// Leave starts the core's clean departure.
+func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
+
+// Deadline is when Tick must next run (0: nothing pending).
+func (s *Stepper) Deadline() Time { return s.c.Deadline() }
+
+// Blocked reports whether Propose may refuse for want of window room.
+func (s *Stepper) Blocked() bool { return s.c.Blocked() }
+
+// Done reports whether the core is finished.
+func (s *Stepper) Done() bool { return s.c.Done() }
+
+// Ready returns the core's Ready and counts its deliveries and events.
+// Calling it again before Advance returns the same output without
+// counting it twice.
+func (s *Stepper) Ready() Ready {
+	rd := s.c.Ready()
+	if s.readied {
+		return rd
+	}
+	s.readied = true
+	for i := range rd.Deliveries {
+		if p := s.peer(rd.Deliveries[i].From); p != nil {
+			p.delivered++
+			p.bytes += uint64(len(rd.Deliveries[i].Data))
+		}
+	}
+	for _, ev := range rd.Events {
+		// A removed member's repair ends unfinished, uncounted.
+		if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
+			p.repairSince = 0
+		}
+	}
+	s.events = append(s.events, rd.Events...)
+	return rd
+}
+
+// Advance says the last Ready was carried out.
+func (s *Stepper) Advance() {
+	s.readied = false
+	s.c.Advance()
+}
+
+// Events returns every event so far (a copy).
+func (s *Stepper) Events() []Event { return slices.Clone(s.events) }
+
+// Removed returns the last SelfRemoved event, if the core halted.
+func (s *Stepper) Removed() (Event, bool) {
+	for i := len(s.events) - 1; i >= 0; i-- {
+		if s.events[i].Kind == SelfRemoved {
+			return s.events[i], true
+		}
+	}
+	return Event{}, false
+}
+
+// DeliveredFrom is the number of messages from member id handed out so
+// far (in Ready).
+func (s *Stepper) DeliveredFrom(id frame.MemberID) uint64 {
+	if p := s.peer(id); p != nil {
+		return p.delivered
+	}
+	return 0
+}
+
+// Counters are what the stepper measured.
+type Counters struct {
+	// Bad are received frames dropped before the core, by decode error.
+	Bad BadFrames
+	// Held counts frames left unstepped under Hold.
+	Held uint64
+	// Peers are per member, by id, this one included.
+	Peers []PeerCounters
+	// RepairP50 and RepairP99 are over the recent repairs of all members.
+	RepairP50, RepairP99 Duration
+}
+
+// PeerCounters is what was delivered from one member and how long its
+// repairs took: from detecting a gap (the Step that revealed it) to
+// filling it, over the most recent 256 repairs.
+type PeerCounters struct {
+	ID                   frame.MemberID
+	Delivered            uint64 // messages
+	DeliveredBytes       uint64
+	Repairs              uint64
+	RepairP50, RepairP99 Duration
+}
+
+// Counters returns what the stepper measured (it allocates).
+func (s *Stepper) Counters() Counters {
+	c := Counters{Bad: s.bad, Held: s.held}
+	var all []Duration
+	for i := range s.peers {
+		p := &s.peers[i]
+		if !p.member {
+			continue
+		}
+		d := p.latency.samples()
+		all = append(all, d...)
+		p50, p99 := Percentiles(d)
+		c.Peers = append(c.Peers, PeerCounters{ID: s.base + frame.MemberID(i), Delivered: p.delivered,
+			DeliveredBytes: p.bytes, Repairs: p.repairs, RepairP50: p50, RepairP99: p99})
+	}
+	c.RepairP50, c.RepairP99 = Percentiles(all)
+	return c
+}
+
+// Percentiles returns the 50th and 99th percentile of d (nearest rank),
+// sorting d.
+func Percentiles(d []Duration) (p50, p99 Duration) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	slices.Sort(d)
+	rank := func(p int) Duration { return d[max(0, (p*len(d)+99)/100-1)] }
+	return rank(50), rank(99)
+}
+
+// BadFrames counts received frames dropped before the core saw them, by
+// what was wrong (the frame package's decode error kinds).
+type BadFrames struct {
+	NotRbcast uint64 // wrong EtherType or truncated Ethernet header
+	Short     uint64
+	Length    uint64
+	Version   uint64
+	Type      uint64
+	Flags     uint64
+	Group     uint64 // another group's frames
+	Checksum  uint64
+	AckVector uint64
+	Auth      uint64
+	Body      uint64
+	Other     uint64
+}
+
+func (b *BadFrames) count(err error) {
+	switch {
+	case errors.Is(err, frame.ErrEthernet):
+		b.NotRbcast++
+	case errors.Is(err, frame.ErrShort):
+		b.Short++
+	case errors.Is(err, frame.ErrLength):
+		b.Length++
+	case errors.Is(err, frame.ErrVersion):
+		b.Version++
+	case errors.Is(err, frame.ErrType):
+		b.Type++
+	case errors.Is(err, frame.ErrFlags):
+		b.Flags++
+	case errors.Is(err, frame.ErrGroup):
+		b.Group++
+	case errors.Is(err, frame.ErrChecksum):
+		b.Checksum++
+	case errors.Is(err, frame.ErrAckVector):
+		b.AckVector++
+	case errors.Is(err, frame.ErrAuth):
+		b.Auth++
+	case errors.Is(err, frame.ErrBody):
+		b.Body++
+	default:
+		b.Other++
+	}
+}
+
+// Total is the number of frames dropped for any reason.
+func (b BadFrames) Total() uint64 {
+	return b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum +
+		b.AckVector + b.Auth + b.Body + b.Other
+}
