@@ -72,7 +72,7 @@ func TestNetnsBDSM(t *testing.T) {
 	for i, n := range nodes {
 		st := n.Stats()
 		t.Logf("host %d (loss %+v): %d messages, %d bytes sent; %d locations applied; retransmitted %d, nacks sent %d",
-			i, loss[i], st.Messages, st.Bytes, st.Applied, st.Group.Protocol.Retransmitted, st.Group.Protocol.NacksSent)
+			i, loss[i], st.Messages, st.Bytes, st.Applied, st.Group.Protocol.Retransmitted, st.Group.Protocol.RepairRequests)
 		if st.BadMessages != 0 {
 			t.Errorf("host %d: %d bad messages", i, st.BadMessages)
 		}

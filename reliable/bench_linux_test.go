@@ -530,8 +530,8 @@ func reportGoodput(b *testing.B, r goodputResult) {
 	b.ReportMetric(float64(r.sender.Protocol.Retransmitted), "retx")
 	b.ReportMetric(float64(r.maxGap.Microseconds())/1000, "gap-ms")
 	b.Logf("load %s; longest delivery gap %v; sender: %d frames, %d retransmitted, %d nacks received, %d resend probes, %d kernel drops; receivers: %d Data frames held (queue full), %d kernel drops",
-		loadavg(), r.maxGap.Round(time.Microsecond), r.sender.Protocol.DataFramesSent, r.sender.Protocol.Retransmitted, r.sender.Protocol.NacksReceived,
-		r.sender.Protocol.AcksSent, r.sender.Link.KernelDrops, r.held, r.drops)
+		loadavg(), r.maxGap.Round(time.Microsecond), fifo(r.sender).DataFramesSent, r.sender.Protocol.Retransmitted, fifo(r.sender).NacksReceived,
+		fifo(r.sender).AcksSent, r.sender.Link.KernelDrops, r.held, r.drops)
 }
 
 // BenchmarkLatency: one message in flight between two hosts (ping-pong);

@@ -184,7 +184,7 @@ func runOrdered(tb testing.TB, topo *netns.Topology, o orderedOpts, d time.Durat
 	if o.order == Total && envBool(tb, "RBCAST_BENCH_TRACE") {
 		for i, g := range groups {
 			st := g.Stats()
-			t := st.Total
+			t := totalStats(st)
 			tb.Logf("member %d: proposed %d requests %d resent %d sequenced %d data %d accepts %d/%d frames dupreq %d histfull %d statusreq %d replies %d retx asked %d answered %d matched %d dups %d kernel drops %d held %d",
 				i, t.MessagesProposed, t.RequestsSent, t.RequestsResent, t.Sequenced, t.DataSent, t.AcceptsSent, t.AcceptFrames, t.DuplicateRequests, t.HistoryFull,
 				t.StatusRequests, t.StatusReplies, t.RetransmitsAsked, t.RetransmitsAnswered, t.PayloadsMatched, t.Duplicates, st.Link.KernelDrops, st.HeldData)

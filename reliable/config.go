@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/seq"
 )
@@ -98,15 +99,13 @@ const (
 	DefaultJoinRetry = 20 * time.Millisecond
 )
 
-// TooLargeError is Send's refusal of a payload larger than MaxMessage,
-// under either Order (the cores' own TooLargeErrors name their package).
-type TooLargeError struct {
-	Size, Max int
-}
+// TooLargeError is Send's refusal of a payload larger than MaxMessage
+// (the one every core returns).
+type TooLargeError = core.TooLargeError
 
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("reliable: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
-}
+// ErrWindowFull is TrySend's refusal while the send window is full (the
+// one every core returns).
+var ErrWindowFull = core.ErrWindowFull
 
 // ErrConfig is wrapped by every error about a bad Config.
 var ErrConfig = errors.New("reliable: invalid configuration")
@@ -230,26 +229,24 @@ var quietMaxWait = time.Second
 // woken for this long sleeps until its next timer (Group.lastRead).
 const quietAfter = 10 * time.Millisecond
 
-// settings is a Config with defaults applied.
+// settings is a Config with the runtime's defaults applied (the core's
+// are its own: see protocol.shared).
 type settings struct {
 	Config
+	protocol  protocol
 	maxWait   time.Duration
 	quietWait time.Duration // quietMaxWait, when Join ran
 }
 
 func (c Config) settings() (settings, error) {
 	s := settings{Config: c}
-	switch c.Order {
-	case FIFO:
-		if err := c.fifoOnly(); err != nil {
-			return s, err
-		}
-	case Total:
-		if err := c.totalOnly(); err != nil {
-			return s, err
-		}
-	default:
+	p, ok := protocols[c.Order]
+	if !ok {
 		return s, configErr("Order is %v, want FIFO or Total", c.Order)
+	}
+	s.protocol = p
+	if err := p.check(&c); err != nil {
+		return s, err
 	}
 	if c.Mode != PBP1 && c.Mode != PBP2 {
 		return s, configErr("Mode is %v, want PBP1 or PBP2", c.Mode)
@@ -354,38 +351,3 @@ func (c *Config) totalOnly() error {
 // maxRegistered bounds registration's group size: a Start frame must fit
 // a 576-byte MTU (12 bytes per member).
 const maxRegistered = 40
-
-// newCore starts the core of the configured order for member self.
-func (s *settings) newCore(self frame.MemberID, members []frame.MemberInfo, mtu int) (*pbp.Core, *seq.Core, error) {
-	if s.Order == Total {
-		c, err := seq.New(s.seqConfig(self, members, mtu))
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: Order Total: %w", ErrConfig, err)
-		}
-		return nil, c, nil
-	}
-	c, err := pbp.New(s.pbpConfig(self, members, mtu, 0))
-	return c, nil, err
-}
-
-// seqConfig is the sequencer core's configuration.
-func (s *settings) seqConfig(self frame.MemberID, members []frame.MemberInfo, mtu int) seq.Config {
-	return seq.Config{
-		Group: s.Group, Self: self, Members: members, Method: s.Method, Threshold: s.Threshold,
-		Window: s.Window, History: s.History, MTU: mtu, MaxPayload: s.MaxPayload, EtherType: s.EtherType,
-		ResendTimeout: seq.Duration(s.ResendTimeout), NackTimeout: seq.Duration(s.NackTimeout),
-		HeartbeatInterval: seq.Duration(s.HeartbeatInterval), FailureTimeout: seq.Duration(s.FailureTimeout),
-		ElectionRetry: seq.Duration(s.ElectionRetry), Quorum: s.Quorum, Resilience: s.Resilience,
-	}
-}
-
-// pbpConfig is the core's configuration for members and a link MTU.
-func (s *settings) pbpConfig(self frame.MemberID, members []frame.MemberInfo, mtu int, initialSeq uint32) pbp.Config {
-	return pbp.Config{
-		Group: s.Group, Self: self, Members: members, Mode: s.Mode, Window: s.Window,
-		MTU: mtu, MaxPayload: s.MaxPayload, InitialSeq: initialSeq, EtherType: s.EtherType,
-		AckDelay: pbp.Duration(s.AckDelay), ResendTimeout: pbp.Duration(s.ResendTimeout),
-		NackTimeout: pbp.Duration(s.NackTimeout), HeartbeatInterval: pbp.Duration(s.HeartbeatInterval),
-		FailureTimeout: pbp.Duration(s.FailureTimeout), BundleDelay: pbp.Duration(s.BundleDelay),
-	}
-}

@@ -5,20 +5,29 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
 // Driver runs a member over a link without goroutines and without waiting:
 // the shape the simulator needs. Its Step has the signature of
 // testnet.Node, so a Driver is bound to a simulated endpoint with
-// Endpoint.Bind; each Step runs the same engine as Group's event loop on
-// whatever the link holds, and returns the core's next deadline.
-// Deliveries and events go to Config.Deliver and Config.OnEvent, on the
-// goroutine calling Step. Static Config.Members only. Not safe for
+// Endpoint.Bind; each Step takes the same turns as Group's event loop
+// (the same stepper, the same sending and handing out) on whatever the
+// link holds, and returns the core's next deadline. Deliveries and events
+// go to Config.Deliver and Config.OnEvent, on the goroutine calling Step;
+// they may call Propose or Leave, which then take effect once the turn's
+// deliveries are handed out. Static Config.Members only. Not safe for
 // concurrent use.
 type Driver struct {
-	eng *engine
-	rx  []link.Frame
-	max int
+	n     node
+	l     link.Link
+	rx    []link.Frame
+	order Order
+	// inTurn: a turn is handing out; due: Propose or Leave was called
+	// during it, so another turn follows; leave: Leave was called,
+	// leaveStarted: the core's Leave ran; left: it reported SelfLeft.
+	inTurn, due, leave, leaveStarted, left bool
 }
 
 // NewDriver returns the driver of member cfg.Self over l. epoch is the
@@ -31,20 +40,16 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	if len(s.Members) == 0 {
 		return nil, configErr("a Driver needs static Members (registration runs only under Join)")
 	}
-	fifo, total, err := s.newCore(s.Self, s.Members, l.MTU())
+	c, err := s.newCore(s.Self, s.Members, l.MTU())
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{eng: newEngine(l, &s, fifo, total, s.Members, epoch), rx: make([]link.Frame, 64)}
-	d.max = maxPayload(&s, s.Members, l.MTU())
-	if total != nil {
-		d.max = total.MaxMessage()
+	d := &Driver{n: newNode(l, &s, c, wall.Clock{Epoch: epoch}), l: l, rx: make([]link.Frame, 64), order: s.Order}
+	d.n.deliver = s.Deliver
+	if d.n.deliver == nil {
+		d.n.deliver = func(frame.MemberID, []byte) {}
 	}
-	d.eng.deliver = s.Deliver
-	if d.eng.deliver == nil {
-		d.eng.deliver = func(frame.MemberID, []byte) {}
-	}
-	d.eng.event = s.OnEvent
+	d.n.event = s.OnEvent
 	return d, nil
 }
 
@@ -52,23 +57,54 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 // sends and delivers; it returns when Step should next run without input
 // (zero: only on input).
 func (d *Driver) Step(now time.Time) time.Time {
-	t := d.eng.now(now)
+	t := d.n.clk.Core(now)
 	for {
-		n, _ := d.eng.l.Recv(time.Time{}, d.rx)
-		d.eng.turn(t, d.rx[:n], true)
-		if n == 0 {
+		n, _ := d.l.Recv(time.Time{}, d.rx)
+		d.turn(t, d.rx[:n], true)
+		if n == 0 && !d.due {
 			break
 		}
 	}
-	return d.eng.wall(d.eng.deadline())
+	return d.n.clk.Wall(d.n.st.Deadline())
 }
 
-// Propose queues a message and transmits what is due. pbp.ErrWindowFull
-// (Order FIFO) or seq.ErrWindowFull (Order Total) is back-pressure:
+// turn is one turn of the event loop (see Group.turn), on the caller's
+// goroutine.
+func (d *Driver) turn(now core.Time, frames []link.Frame, tick bool) error {
+	d.due = false
+	if d.leave && !d.leaveStarted {
+		d.leaveStarted = true
+		d.n.st.Leave(now)
+	}
+	for i := range frames {
+		d.n.st.Step(now, frames[i].Data)
+	}
+	if tick {
+		d.n.st.Tick(now)
+	}
+	rd := d.n.st.Ready()
+	err := d.n.out.send(rd.Frames)
+	d.inTurn = true
+	d.n.handOut(rd)
+	d.inTurn = false
+	for _, ev := range rd.Events {
+		d.left = d.left || ev.Kind == core.SelfLeft
+	}
+	d.n.st.Advance()
+	return err
+}
+
+// Propose queues a message and, outside a turn (not from Deliver or
+// OnEvent), transmits what is due. ErrWindowFull is back-pressure:
 // propose again after a later Step.
 func (d *Driver) Propose(now time.Time, msg []byte) error {
-	err := d.eng.propose(d.eng.now(now), msg)
-	if oerr := d.eng.output(); oerr != nil {
+	t := d.n.clk.Core(now)
+	err := d.n.st.Propose(t, msg)
+	if d.inTurn {
+		d.due = true
+		return err
+	}
+	if oerr := d.turn(t, nil, false); oerr != nil {
 		return oerr
 	}
 	return err
@@ -76,24 +112,23 @@ func (d *Driver) Propose(now time.Time, msg []byte) error {
 
 // Leave starts a clean leave (see Group.Close); OnEvent reports SelfLeft.
 func (d *Driver) Leave(now time.Time) error {
-	d.eng.leave(d.eng.now(now))
-	return d.eng.output()
+	d.leave = true
+	if d.inTurn {
+		d.due = true
+		return nil
+	}
+	return d.turn(d.n.clk.Core(now), nil, false)
 }
 
 // Left reports whether this member has sent its Leave.
-func (d *Driver) Left() bool {
-	if d.eng.core != nil {
-		return d.eng.core.Left()
-	}
-	return d.eng.total.Left()
-}
+func (d *Driver) Left() bool { return d.left }
 
 // MaxMessage is the largest message Propose accepts.
-func (d *Driver) MaxMessage() int { return d.max }
+func (d *Driver) MaxMessage() int { return d.n.info.MaxMessage }
 
 // Stats returns the counters (Link included).
 func (d *Driver) Stats() Stats {
-	s := d.eng.stats()
-	s.Link, s.LinkErr = d.eng.l.Stats()
+	s := d.n.stats(d.order)
+	s.Link, s.LinkErr = d.l.Stats()
 	return s
 }

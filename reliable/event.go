@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/reliable/seq"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
-// EventKind says what happened to a member or to the sequencer.
-type EventKind uint8
+// EventKind says what happened to a member or to the sequencer (the
+// kinds every core reports: package core).
+type EventKind = core.EventKind
 
 const (
 	// MemberFailed: silent past FailureTimeout, removed. Under Order
@@ -20,7 +21,7 @@ const (
 	// it, once, at the same place of the total order: after the messages
 	// numbered before it (Last is the global number before it), before
 	// those after.
-	MemberFailed EventKind = iota + 1
+	MemberFailed = core.MemberFailed
 	// MemberStalled (FIFO): heard from, but ignoring this member, so
 	// removed. Reason says how it showed: StalledNoAcks, it acknowledged
 	// none of our frames for FailureTimeout while some were outstanding;
@@ -29,59 +30,41 @@ const (
 	// removed this member (which started late, or was cut off or did not
 	// read for its FailureTimeout), and what this member misses from it
 	// can never be repaired. Reported at once, on its first such frame.
-	MemberStalled
+	MemberStalled = core.MemberStalled
 	// MemberLeft: its Leave arrived; everything it sent was delivered.
-	MemberLeft
+	MemberLeft = core.MemberLeft
 	// SelfLeft: this member sent its Leave; the group is finished.
-	SelfLeft
+	SelfLeft = core.SelfLeft
 	// SequencerFailed (Total): nothing heard from the sequencer (Member)
 	// for FailureTimeout; an election started.
-	SequencerFailed
+	SequencerFailed = core.SequencerFailed
 	// SequencerChanged (Total): Member became the sequencer of Epoch;
 	// Last is the agreed last global number of the epochs before.
-	SequencerChanged
+	SequencerChanged = core.SequencerChanged
 	// SelfRemoved (Total): this member was left out of an election (it
 	// was cut off, or believed dead) and halted; the group stops with an
 	// error. Reason says which.
-	SelfRemoved
+	SelfRemoved = core.SelfRemoved
 	// MemberReturned (Total): a member removed as failed was heard again
 	// by the sequencer while everything it lacked was still in the
 	// history; it is a member again. Numbered in the stream like
 	// MemberFailed, reported by every member at its place. A member is
 	// not told of its own removal or return.
-	MemberReturned
+	MemberReturned = core.MemberReturned
+	// JoinRefused (registration server): a process asked to join and was
+	// refused; Reason says who and why (the group is full, or its
+	// configuration differs). Member is not set.
+	JoinRefused = core.JoinRefused
 )
 
 // Reasons of a FIFO MemberStalled (Event.Reason).
 const (
-	StalledNoAcks    = pbp.StalledNoAcks
-	StalledRemovedUs = pbp.StalledRemovedUs
+	StalledNoAcks    = core.StalledNoAcks
+	StalledRemovedUs = core.StalledRemovedUs
 )
 
-func (k EventKind) String() string {
-	switch k {
-	case MemberFailed:
-		return "failed"
-	case MemberStalled:
-		return "stalled"
-	case MemberLeft:
-		return "left"
-	case SelfLeft:
-		return "self left"
-	case SequencerFailed:
-		return "sequencer failed"
-	case SequencerChanged:
-		return "sequencer changed"
-	case SelfRemoved:
-		return "self removed"
-	case MemberReturned:
-		return "returned"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
-
 // Event reports a change of membership, or of the sequencer (Order
-// Total).
+// Total): a core's event (core.Event) on the wall clock.
 type Event struct {
 	Kind   EventKind
 	Member frame.MemberID
@@ -100,16 +83,19 @@ type Event struct {
 	Epoch uint32
 	Last  uint32
 	// Reason says why, where a kind has several causes: Total's
-	// MemberFailed and SelfRemoved (see seq.Event), FIFO's MemberStalled
-	// (StalledNoAcks or StalledRemovedUs).
+	// MemberFailed and SelfRemoved, FIFO's MemberStalled (StalledNoAcks
+	// or StalledRemovedUs), JoinRefused.
 	Reason string
 }
 
 func (e Event) String() string {
 	var s string
-	if e.Epoch == 0 {
+	switch {
+	case e.Kind == JoinRefused:
+		s = e.Kind.String()
+	case e.Epoch == 0:
 		s = fmt.Sprintf("member %d %v (delivered up to seq %d, %d discarded)", e.Member, e.Kind, e.Delivered, e.Discarded)
-	} else {
+	default:
 		s = fmt.Sprintf("member %d %v (epoch %d, last global %d)", e.Member, e.Kind, e.Epoch, e.Last)
 	}
 	if e.Reason != "" {
@@ -118,38 +104,8 @@ func (e Event) String() string {
 	return s
 }
 
-func fifoEvent(ev pbp.Event, at time.Time) Event {
-	var k EventKind
-	switch ev.Kind {
-	case pbp.MemberFailed:
-		k = MemberFailed
-	case pbp.MemberStalled:
-		k = MemberStalled
-	case pbp.MemberLeft:
-		k = MemberLeft
-	case pbp.SelfLeft:
-		k = SelfLeft
-	}
-	return Event{Kind: k, Member: ev.Member, At: at, Delivered: ev.Delivered, Discarded: ev.Discarded, Reason: ev.Reason}
-}
-
-func totalEvent(ev seq.Event, at time.Time) Event {
-	var k EventKind
-	switch ev.Kind {
-	case seq.MemberFailed:
-		k = MemberFailed
-	case seq.SequencerFailed:
-		k = SequencerFailed
-	case seq.SequencerChanged:
-		k = SequencerChanged
-	case seq.SelfRemoved:
-		k = SelfRemoved
-	case seq.MemberLeft:
-		k = MemberLeft
-	case seq.SelfLeft:
-		k = SelfLeft
-	case seq.MemberReturned:
-		k = MemberReturned
-	}
-	return Event{Kind: k, Member: ev.Member, At: at, Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason}
+// eventOf is a core's event on the wall clock c.
+func eventOf(ev core.Event, c wall.Clock) Event {
+	return Event{Kind: ev.Kind, Member: ev.Member, At: c.Wall(ev.At), Delivered: ev.Delivered, Discarded: ev.Discarded,
+		Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason}
 }

@@ -5,42 +5,44 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/reliable/seq"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
-// TestEventKindsMapped: every event kind of the two cores has a distinct
-// public kind, so a kind added to a core but not to fifoEvent/totalEvent
-// (which would report EventKind(0)) fails here.
-func TestEventKindsMapped(t *testing.T) {
-	check := func(core string, n int, public func(k uint8) EventKind) {
-		t.Helper()
-		seen := map[EventKind]uint8{}
-		for k := uint8(1); k <= uint8(n); k++ {
-			p := public(k)
-			if strings.HasPrefix(p.String(), "EventKind(") {
-				t.Errorf("%s kind %d maps to unnamed public kind %v", core, k, p)
-			}
-			if prev, ok := seen[p]; ok {
-				t.Errorf("%s kinds %d and %d both map to %v", core, prev, k, p)
-			}
-			seen[p] = k
+// TestEventKindsNamed: every event kind has a distinct name (the cores
+// share one kind type, so a kind added without a name shows here).
+func TestEventKindsNamed(t *testing.T) {
+	seen := map[string]EventKind{}
+	n := 0
+	for k := EventKind(1); !strings.HasPrefix(k.String(), "EventKind("); k++ {
+		if prev, ok := seen[k.String()]; ok {
+			t.Errorf("kinds %d and %d are both named %q", prev, k, k.String())
 		}
+		seen[k.String()] = k
+		n++
 	}
-	var now time.Time
-	// Count each core's kinds by their String: the first unnamed one ends them.
-	count := func(name func(k uint8) string) int {
-		n := 0
-		for !strings.HasPrefix(name(uint8(n+1)), "EventKind(") {
-			n++
-		}
-		return n
+	if n != int(JoinRefused) {
+		t.Errorf("%d named kinds, want %d (JoinRefused is the last)", n, JoinRefused)
 	}
-	nf := count(func(k uint8) string { return pbp.EventKind(k).String() })
-	nt := count(func(k uint8) string { return seq.EventKind(k).String() })
-	if nf != 4 || nt != 7 {
-		t.Errorf("cores have %d FIFO and %d Total event kinds, want 4 and 7 (update this test and event.go together)", nf, nt)
+}
+
+// TestEventOf: a core's event keeps every field and moves to the wall
+// clock.
+func TestEventOf(t *testing.T) {
+	epoch := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	c := wall.Clock{Epoch: epoch}
+	ev := core.Event{Kind: MemberStalled, Member: 3, At: c.Core(epoch.Add(5 * time.Millisecond)), Delivered: 7, Discarded: 2,
+		Epoch: 0, Reason: StalledNoAcks}
+	got := eventOf(ev, c)
+	want := Event{Kind: MemberStalled, Member: 3, At: epoch.Add(5 * time.Millisecond), Delivered: 7, Discarded: 2, Reason: StalledNoAcks}
+	if got != want {
+		t.Fatalf("eventOf = %+v, want %+v", got, want)
 	}
-	check("pbp", nf, func(k uint8) EventKind { return fifoEvent(pbp.Event{Kind: pbp.EventKind(k)}, now).Kind })
-	check("seq", nt, func(k uint8) EventKind { return totalEvent(seq.Event{Kind: seq.EventKind(k)}, now).Kind })
+	if s := got.String(); s != "member 3 stalled (delivered up to seq 7, 2 discarded): "+StalledNoAcks {
+		t.Errorf("String() = %q", s)
+	}
+	ev = core.Event{Kind: SequencerChanged, Member: 1, Epoch: 4, Last: 99}
+	if s := eventOf(ev, c).String(); s != "member 1 sequencer changed (epoch 4, last global 99)" {
+		t.Errorf("String() = %q", s)
+	}
 }

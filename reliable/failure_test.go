@@ -235,7 +235,7 @@ func TestMemberFailureReported(t *testing.T) {
 		return true
 	})
 	dead := groups[2]
-	deadSent := dead.Stats().Protocol.DataFramesSent
+	deadSent := fifo(dead.Stats()).DataFramesSent
 	s.links[2].Crash()
 
 	// Each survivor sends three windows of one-frame messages. At most
@@ -252,7 +252,7 @@ func TestMemberFailureReported(t *testing.T) {
 	}
 	for i, g := range survivors {
 		waitErr(ctx, t, fmt.Sprintf("member %d sending", g.Self()), sent[i])
-		if f := g.Stats().Protocol.MembersFailed; f != 1 {
+		if f := fifo(g.Stats()).MembersFailed; f != 1 {
 			t.Errorf("member %d: all %d Sends returned with %d members failed: the window did not wait for the dead member", g.Self(), k, f)
 		}
 	}
@@ -292,8 +292,8 @@ func TestMemberFailureReported(t *testing.T) {
 		if m, ok := memberStats(st, 3); !ok || m.Live {
 			t.Errorf("member %d: Stats.Members has member 3 %+v (listed %v), want it not live", g.Self(), m, ok)
 		}
-		if st.Protocol.MembersFailed != 1 || len(st.Events) != 1 || st.Events[0] != ev {
-			t.Errorf("member %d: Stats: %d members failed, events %v; want 1 and [%v]", g.Self(), st.Protocol.MembersFailed, st.Events, ev)
+		if fifo(st).MembersFailed != 1 || len(st.Events) != 1 || st.Events[0] != ev {
+			t.Errorf("member %d: Stats: %d members failed, events %v; want 1 and [%v]", g.Self(), fifo(st).MembersFailed, st.Events, ev)
 		}
 		for _, m := range g.Members() {
 			if m.Live != (m.ID != 3) {
@@ -358,7 +358,7 @@ func TestStaticLateStartWithinFailureTimeout(t *testing.T) {
 		waitErr(ctx, t, fmt.Sprintf("member %d sending", i+1), sent[i])
 		waitErr(ctx, t, fmt.Sprintf("member %d receiving", i+1), recvd[i])
 	}
-	if st := late.Stats(); st.Protocol.NacksSent == 0 {
+	if st := late.Stats(); fifo(st).NacksSent == 0 {
 		t.Errorf("member 3 sent no Nack: it missed nothing, and the test proved nothing: %+v", st.Protocol)
 	}
 	for _, g := range append(early, late) {
@@ -426,7 +426,7 @@ func TestStaticLateStartAfterFailureTimeout(t *testing.T) {
 		}
 	}
 	st := late.Stats()
-	if p := st.Protocol; p.MembersFailed != 2 || p.Delivered != 0 || p.NacksSent != 0 || p.BeyondWindow != 2 {
+	if p := fifo(st); p.MembersFailed != 2 || p.Delivered != 0 || p.NacksSent != 0 || p.BeyondWindow != 2 {
 		t.Errorf("member 3: %d members failed, %d delivered, %d Nacks sent, %d beyond the window; want 2, 0, 0, 2", p.MembersFailed, p.Delivered, p.NacksSent, p.BeyondWindow)
 	}
 	for _, m := range st.Members {
@@ -438,7 +438,7 @@ func TestStaticLateStartAfterFailureTimeout(t *testing.T) {
 	waitErr(ctx, t, "member 3 sending", sendFull(ctx, late, k, n))
 	for _, g := range early {
 		waitFor(ctx, t, fmt.Sprintf("member %d dropping member 3's frames", g.Self()), func() bool {
-			return g.Stats().Protocol.FromRemoved > 0
+			return fifo(g.Stats()).FromRemoved > 0
 		})
 		if m, _ := memberStats(g.Stats(), 3); m.Delivered != 0 {
 			t.Errorf("member %d: delivered %d messages from the removed member 3", g.Self(), m.Delivered)

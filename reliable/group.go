@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
-	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/reliable/seq"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/member"
 )
 
 // ErrClosed is returned by Send and Recv once the group is closed (or this
@@ -30,24 +30,29 @@ type Message struct {
 // Group is this process's membership of a reliable broadcast group. Its
 // methods are safe for concurrent use.
 //
-// One event loop goroutine per Group (DESIGN.md, decision 2) waits on the
-// link, steps the core, transmits its frames in one batch and queues
-// deliveries for Recv. Send does not wait for that loop: it proposes to
-// the core and transmits on the caller's goroutine, under the same lock.
-// With a link that stages (link/ring), "transmits" under the lock is only
-// the copy into the transmit ring; a kicker goroutine has the kernel send
-// the frames, outside the lock.
+// It is a thin shell around its core's stepper, in the manner of
+// etcd-raft's Node over RawNode (DESIGN.md, decision 8): one event loop
+// goroutine takes the stepper's turns — it waits on the link, steps the
+// core with what arrived, runs its timers, sends its frames in one batch
+// and hands out its deliveries and events. Send and Leave post to it:
+// Send hands its message to the core (Propose only queues and copies it)
+// and wakes the loop, which sends it, so new messages always go out from
+// the loop. Deliveries and events are handed out after the loop has let
+// go of the group's lock, so Config.Deliver and OnEvent may call the
+// Group's methods. With a link that stages (link.Stager), the loop only
+// copies frames into the link's transmit queue; a kicker goroutine has
+// the kernel send them.
 //
 // Copies: a message handed to Send is copied once into the core's history
 // (kept until every member acknowledged it). A received in-order frame is
-// decoded in place from the link's ring. Under Order FIFO a message of
-// 1 KB or more is queued as a view into the ring, and Recv (into a new
-// slice) or RecvAppend (into the caller's buffer) copies it from there,
-// once, if it takes it before the loop's next turn; the loop waits up to
-// 1 ms for a reader that is taking messages, then copies what is left
-// into the receive queue, as it does for smaller messages and under Order
-// Total: a copy in and one out. Config.Deliver skips the queue. Out-of-order
-// frames are copied once more, by the core, to wait for the gap to fill.
+// decoded in place from the link's ring. A message of 1 KB or more is
+// queued as a view into the ring (or the core's buffer), and Recv (into a
+// new slice) or RecvAppend (into the caller's buffer) copies it from
+// there, once, if it takes it before the loop's turn ends; the loop waits
+// up to 1 ms for a reader that is taking messages, then copies what is
+// left into the receive queue, as it does for smaller messages: a copy in
+// and one out. Config.Deliver skips the queue. Out-of-order frames are
+// copied once more, by the core, to wait for the gap to fill.
 type Group struct {
 	cfg   settings
 	l     link.Link
@@ -55,12 +60,17 @@ type Group struct {
 	max   int // largest message
 	queue *msgQueue
 
-	mu      sync.Mutex // guards eng (and so the core) and the fields below
-	eng     *engine
-	room    chan struct{} // closed when the send window frees; nil if nobody waits
-	leaving bool
-	stop    bool  // Close gave up waiting: the loop ends at its next wake-up
-	err     error // why the group stopped, once it has
+	mu sync.Mutex // guards n's stepper (and so the core) and the fields below
+	n  node
+	// due: a Send proposed, or Leave was asked, since the loop's last
+	// turn began: the loop turns again at once instead of sleeping.
+	due          bool
+	room         chan struct{} // closed when the send window frees; nil if nobody waits
+	leaving      bool          // Leave was asked
+	leaveStarted bool          // the loop has started the core's Leave
+	ownProposed  uint64        // messages Send handed to the core
+	stop         bool          // Close gave up waiting: the loop ends at its next wake-up
+	err          error         // why the group stopped, once it has
 	// sleepUntil is the deadline the loop waits on the link towards (zero:
 	// it is not waiting, or was woken already). With a link that can be
 	// woken (link.Waker), the loop sleeps until the core's next timer, and
@@ -71,14 +81,11 @@ type Group struct {
 	woken      chan struct{} // wakeLoop's signal to a loop waiting for queue room
 	// lastRead (the loop's own) is when a wait on the link last read
 	// frames. While frames flow the loop waits at most MaxWait (1 ms) at
-	// a time, as it did before it could be woken: a wait that ends at its
-	// deadline makes the ring's next Recv sleep without spinning
-	// (link/ring's idle rule), and on 2 cores shared by 8 processes the
-	// loops that spin less leave the CPU to the rest: sleeping until the
-	// next timer after every empty wait cost 10 % with 7 receivers (MTU
-	// 1500, Deliver: 194-208 against 226-229 MB/s; MTU 9000, RecvAppend:
-	// 518-563 against 594-622). Once nothing was read for quietAfter, the
-	// loop sleeps until the core's next timer, at most quietMaxWait.
+	// a time: a wait that ends at its deadline lets the ring's next Recv
+	// sleep without spinning, and loops that spin less leave the CPU to
+	// the others (docs/benchmarks.md, "Event loop waits"). Once nothing
+	// was read for quietAfter, the loop sleeps until the core's next
+	// timer, at most quietMaxWait.
 	lastRead time.Time
 
 	events chan Event
@@ -90,11 +97,11 @@ type Group struct {
 	// the link, which nobody reads before that turn.
 	first []link.Frame
 
-	// With a link that stages (link/ring), frames are copied into its
-	// transmit ring under g.mu and the kicker goroutine has the kernel
-	// send them, outside the lock: kick wakes it, kickStop ends it after
-	// a last Kick, kicked is closed when it has ended. lastKick is that
-	// last Kick's error, written by the kicker before it closes kicked.
+	// With a link that stages (link.Stager), the loop copies frames into
+	// its transmit queue and the kicker goroutine has the kernel send
+	// them: kick wakes it, kickStop ends it after a last Kick, kicked is
+	// closed when it has ended. lastKick is that last Kick's error,
+	// written by the kicker before it closes kicked.
 	kick, kickStop, kicked chan struct{}
 	lastKick               error
 
@@ -128,70 +135,55 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	}
 	mtu := l.MTU()
 	self, members := s.Self, s.Members
+	clk := wall.Clock{Epoch: time.Now()}
 	var reg *registration
 	if len(members) == 0 {
 		reg, err = register(ctx, l, &s)
 		if err != nil {
 			return nil, err
 		}
-		self, members = reg.self, reg.members
+		// The registrar keeps running in the loop, on its clock.
+		self, members, clk = reg.self, reg.members, reg.clk
 	}
-	fifo, total, err := s.newCore(self, members, mtu)
+	c, err := s.newCore(self, members, mtu)
 	if err != nil {
 		return nil, err
 	}
-	epoch := time.Now()
 	if reg != nil {
-		epoch = reg.epoch // the registrar keeps its timers in the loop
+		c = member.Attach(reg.r, c)
 	}
 	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
-	g.eng = newEngine(l, &s, fifo, total, members, epoch)
+	g.n = newNode(l, &s, c, clk)
+	g.max = g.n.info.MaxMessage
 	if w, ok := link.WakerOf(l); ok {
 		g.waker, g.woken = w, make(chan struct{}, 1)
 	}
-	if st, ok := l.(stager); ok {
-		g.eng.stage = st
-		if n, ok := l.(nowSender); ok && fifo != nil {
-			g.eng.sendNow = n
+	if st, ok := link.StagerOf(l); ok {
+		g.n.out.stage = st
+		if ns, ok := link.NowSenderOf(l); ok {
+			g.n.out.now = ns
 		}
 		g.kick, g.kickStop, g.kicked = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go g.kicker(st)
 	}
-	g.max = maxPayload(&s, members, mtu)
-	if total != nil {
-		g.max = total.MaxMessage()
-	}
-	g.eng.deliver = g.enqueue
+	g.n.deliver = g.enqueue
 	if s.Deliver != nil {
-		g.eng.deliver = s.Deliver
+		g.n.deliver = s.Deliver
 	}
-	g.eng.event = g.event
+	g.n.event = g.event
 	if reg != nil {
-		reg.attach(g.eng)
 		g.first = reg.rest
 	}
-	if err := g.eng.turn(g.eng.now(time.Now()), nil, true); err != nil {
+	g.mu.Lock()
+	err = g.turn(nil) // starts the core's clocks
+	g.mu.Unlock()
+	if err != nil {
 		g.stopKicker()
 		return nil, err
 	}
-	g.kickStaged()
 	go g.run()
 	return g, nil
-}
-
-// maxPayload is the largest message the core accepts, as the core
-// computes it.
-func maxPayload(s *settings, members []frame.MemberInfo, mtu int) int {
-	lo, hi := members[0].ID, members[0].ID
-	for _, m := range members {
-		lo, hi = min(lo, m.ID), max(hi, m.ID)
-	}
-	m := frame.MaxPayload(mtu, int(hi-lo)+1, 0)
-	if s.MaxPayload > 0 {
-		m = s.MaxPayload
-	}
-	return m
 }
 
 // Self is this member's id.
@@ -201,16 +193,16 @@ func (g *Group) Self() frame.MemberID { return g.self }
 // at the link's MTU (or Config.MaxPayload).
 func (g *Group) MaxMessage() int { return g.max }
 
-// enqueue is the engine's deliver with the receive queue (the loop holds
-// g.mu; the queue has its own lock so that Recv never waits for the loop).
-// Under Order FIFO a large message is queued as a view, for Recv to copy
-// straight out of the ring: the loop's next settle ends its life, and
-// until then neither the ring slots nor the core's buffers it points into
-// are reused (the loop neither receives nor steps before it).
+// enqueue is the node's deliver with the receive queue (the loop hands
+// it out without g.mu; the queue has its own lock, so that Recv never
+// waits for the loop). A large message is queued as a view, for Recv to
+// copy straight out of the ring or the core's buffer: the loop settles
+// the queue before it Advances the core, and until then neither the ring
+// slots nor the core's buffers it points into are reused.
 func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	q := g.queue
 	q.mu.Lock()
-	if len(data) >= viewMin && g.eng.total == nil {
+	if len(data) >= viewMin {
 		q.pushViewLocked(from, data)
 	} else {
 		q.pushLocked(from, data)
@@ -226,15 +218,18 @@ func (g *Group) event(ev Event) {
 	select {
 	case g.events <- ev:
 	default:
+		g.mu.Lock()
 		g.lost++
+		g.mu.Unlock()
 	}
 }
 
 // Events delivers membership events (members removed as failed, stalled
-// or left; this member's own leave) and, under Order Total, changes of
-// the sequencer. The channel holds 64; events the application does not
-// take in time are counted in Stats.EventsLost and still listed in
-// Stats.Events. It is closed when the group stops.
+// or left; this member's own leave; at the registration server, refused
+// joins) and, under Order Total, changes of the sequencer. The channel
+// holds 64; events the application does not take in time are counted in
+// Stats.EventsLost and still listed in Stats.Events. It is closed when
+// the group stops.
 func (g *Group) Events() <-chan Event { return g.events }
 
 // run is the event loop.
@@ -266,23 +261,22 @@ func (g *Group) run() {
 		close(g.done)
 	}()
 	for {
-		// The messages of the last turn queued as views point into the
-		// ring and the core's buffers: let Recv take them, or copy them,
-		// before either is reused.
-		g.queue.settle()
 		g.mu.Lock()
+		if g.stop {
+			g.finish(ErrClosed)
+			g.mu.Unlock()
+			return
+		}
 		now := time.Now()
 		wait := now.Add(g.cfg.maxWait)
 		if g.waker != nil && now.Sub(g.lastRead) >= quietAfter {
 			wait = now.Add(g.cfg.quietWait)
 		}
-		if d := g.eng.wall(g.eng.deadline()); !d.IsZero() && d.Before(wait) {
+		if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(wait) {
 			wait = d
 		}
-		if g.stop {
-			g.finish(ErrClosed)
-			g.mu.Unlock()
-			return
+		if g.due {
+			wait = now // what a Send or Leave posted goes out at once
 		}
 		pause := g.pauseReading(now)
 		if pause {
@@ -319,29 +313,47 @@ func (g *Group) run() {
 		}
 		g.mu.Lock()
 		g.sleepUntil = time.Time{}
-		if g.cfg.Deliver == nil {
-			g.eng.holdData = g.queue.full()
-		}
-		// A Send waiting for room does the sending of new Data itself
-		// once woken (Propose, then Ready, on its own goroutine): the
-		// loop only receives and acknowledges meanwhile, so the two use
-		// two CPUs, and the loop is not held up in l.Send by a batch of
-		// full frames. With nobody waiting, the loop sends them.
-		err = g.eng.turn(g.eng.now(time.Now()), g.rx[:n], g.room == nil)
-		g.kickStaged()
-		g.wakeSenders()
-		switch {
-		case err != nil:
-			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
-		case g.eng.finished():
-			g.finish(g.eng.finishErr()) // left, and the Leave repeats are out; or removed
-		}
+		g.turn(g.rx[:n])
 		stopped := g.err != nil
 		g.mu.Unlock()
 		if stopped {
 			return
 		}
 	}
+}
+
+// turn is one turn of the loop: step the frames, run the timers, send
+// the core's frames, hand out its deliveries and events, Advance. It is
+// entered and left with g.mu held, and lets go of it while it sends and
+// hands out: Send only Proposes, which a core takes between Ready and
+// Advance, and Deliver may call the Group's methods.
+func (g *Group) turn(frames []link.Frame) error {
+	g.due = false
+	now := g.n.clk.Core(time.Now())
+	if g.leaving && !g.leaveStarted {
+		g.leaveStarted = true
+		g.n.st.Leave(now)
+	}
+	g.n.st.Hold = g.cfg.Deliver == nil && g.queue.full()
+	g.n.input(now, frames)
+	rd := g.n.st.Ready()
+	g.mu.Unlock()
+	err := g.n.out.send(rd.Frames)
+	g.kickStaged()
+	g.n.handOut(rd)
+	// The messages queued as views point into the ring and the core's
+	// buffers: let Recv take them, or copy them, before either is reused.
+	g.queue.settle()
+	g.mu.Lock()
+	g.n.st.Advance()
+	g.wakeSenders()
+	switch {
+	case err != nil:
+		g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
+	case g.n.st.Done():
+		g.finish(g.finishErr()) // left, and the Leave repeats are out; or removed
+	}
+	return err
 }
 
 // pauseReading says whether the loop should leave the link unread for
@@ -352,7 +364,7 @@ func (g *Group) run() {
 // was dropped unstepped and had to be repaired, and a sender whose whole
 // window was dropped so waited for its resend probe (10 ms or more) to
 // learn of it. Past the bound the loop reads again and holds Data frames
-// back unstepped (engine.holdData), so that acknowledgements and
+// back unstepped (core.Stepper.Hold), so that acknowledgements and
 // liveness keep flowing and nobody is removed for our slowness.
 func (g *Group) pauseReading(now time.Time) bool {
 	if g.cfg.Deliver != nil || !g.queue.full() {
@@ -368,7 +380,7 @@ func (g *Group) pauseReading(now time.Time) bool {
 func (g *Group) pauseLimit() time.Duration {
 	ft := g.cfg.FailureTimeout
 	if ft == 0 {
-		ft = time.Duration(pbp.DefaultFailureTimeout)
+		ft = time.Duration(g.cfg.protocol.shared(&g.cfg, g.l.MTU()).failureTimeout)
 	}
 	return ft / 20
 }
@@ -392,27 +404,27 @@ func (g *Group) waitRoom(deadline time.Time) {
 	g.roomTimer.Stop()
 }
 
-// kickStaged wakes the kicker if frames were staged since it last ran;
-// g.mu is held (or, in Join, the loop has not started).
+// kickStaged wakes the kicker if frames were staged since it last ran
+// (called by the loop only).
 func (g *Group) kickStaged() {
-	if !g.eng.staged {
+	if !g.n.out.staged {
 		return
 	}
-	g.eng.staged = false
+	g.n.out.staged = false
 	select {
 	case g.kick <- struct{}{}:
 	default: // a wake-up is pending already; its Kick sends these too
 	}
 }
 
-// kicker has the kernel transmit the frames the engine staged (Kick),
+// kicker has the kernel transmit the frames the loop staged (Kick),
 // outside g.mu, so that the next Send fills the ring, and the loop steps
 // acknowledgements, while the kernel transmits: on a veth bridge the
 // kernel's transmit (the bridge's flood and the receivers' ring copies)
 // costs as much CPU as everything the sender does, and it now runs on a
 // goroutine of its own. A link that cannot send stops the group, as a
 // failed Send does.
-func (g *Group) kicker(st stager) {
+func (g *Group) kicker(st link.Stager) {
 	defer close(g.kicked)
 	for {
 		select {
@@ -449,24 +461,16 @@ func (g *Group) stopKicker() error {
 func (g *Group) finish(err error) {
 	if g.err == nil {
 		g.err = err
-		g.wakeLoop(true)
+		g.wakeLoop()
 	}
 }
 
-// wakeLoop ends the event loop's wait early if it must act before the
-// deadline it sleeps towards: always with force (the group stopped, Leave
-// started, or Close gave up), else if the core's next timer now comes
-// earlier (Send started one, or has frames to send that the loop must
-// time). g.mu is held. At most one wake per wait: it clears sleepUntil.
-// Without a link.Waker the loop polls every MaxWait instead.
-func (g *Group) wakeLoop(force bool) {
+// wakeLoop ends the event loop's wait early (g.mu is held): at most one
+// wake per wait, it clears sleepUntil. Without a link.Waker the loop
+// polls every MaxWait instead.
+func (g *Group) wakeLoop() {
 	if g.waker == nil || g.sleepUntil.IsZero() {
 		return
-	}
-	if !force {
-		if d := g.eng.wall(g.eng.deadline()); d.IsZero() || !d.Before(g.sleepUntil) {
-			return
-		}
 	}
 	g.sleepUntil = time.Time{}
 	g.waker.Wake()
@@ -476,26 +480,29 @@ func (g *Group) wakeLoop(force bool) {
 	}
 }
 
-// wakeSenders releases Sends waiting for window room; g.mu is held. A
-// waiting Send is woken when Propose would accept (not Blocked) or when
-// the window has room for waiting frames, which the woken Send then
-// sends (the loop leaves them to it; see run).
+// wakeSenders releases Sends waiting for window room once the core takes
+// messages again (g.mu is held).
 func (g *Group) wakeSenders() {
 	if g.room == nil {
 		return
 	}
-	if g.eng.sendable() && !g.ownQueueFull() {
+	if !g.n.st.Blocked() && !g.ownQueueFull() {
 		close(g.room)
 		g.room = nil
 	}
 }
 
-// ownQueueFull: under Order Total this member's own messages are
-// delivered here too — at the sequencer, at once — so while the receive
-// queue is full Send waits, or an application that sends and does not
-// read would grow the queue without bound.
+// ownQueueFull: where this member's own messages are delivered here too
+// (Order Total, core.Info.SelfDelivery), Send waits while the receive
+// queue and this member's messages on their way into it fill it, or an
+// application that sends and does not read would grow the queue without
+// bound (g.mu is held).
 func (g *Group) ownQueueFull() bool {
-	return g.eng.total != nil && g.cfg.Deliver == nil && g.queue.full()
+	if !g.n.info.SelfDelivery || g.cfg.Deliver != nil {
+		return false
+	}
+	coming := g.ownProposed - g.n.st.DeliveredFrom(g.self)
+	return uint64(g.queue.len())+coming >= uint64(g.cfg.RecvQueue)
 }
 
 // Send broadcasts payload to every other member (under Order Total, to
@@ -510,7 +517,23 @@ func (g *Group) ownQueueFull() bool {
 // blocks while this member's receive queue is full, since its own messages
 // are delivered to it. A payload larger than MaxMessage is refused with a
 // *TooLargeError stating both sizes.
+//
+// Room in the window frees as the event loop steps acknowledgements, so a
+// Send from Config.Deliver or OnEvent (which run on that loop) that finds
+// the window full waits until ctx ends: use TrySend there.
 func (g *Group) Send(ctx context.Context, payload []byte) error {
+	return g.send(ctx, payload)
+}
+
+// TrySend is Send without the wait: when the send window is full (or,
+// under Order Total, the receive queue) it returns ErrWindowFull at once.
+// It is the Send for Config.Deliver and OnEvent.
+func (g *Group) TrySend(payload []byte) error {
+	return g.send(nil, payload)
+}
+
+// send is Send, or with a nil ctx TrySend.
+func (g *Group) send(ctx context.Context, payload []byte) error {
 	if len(payload) > g.max {
 		return &TooLargeError{Size: len(payload), Max: g.max}
 	}
@@ -524,28 +547,20 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 			}
 			return err
 		}
-		if g.ownQueueFull() {
-			if err := g.waitSendable(ctx); err != nil {
-				return err
-			}
-			continue
+		err := ErrWindowFull
+		if !g.ownQueueFull() {
+			err = g.n.st.Propose(g.n.clk.Core(time.Now()), payload)
 		}
-		err := g.eng.propose(g.eng.now(time.Now()), payload)
-		// Transmit at once, also when the window is full: Propose may
-		// have sealed a frame that was collecting messages.
-		if oerr := g.eng.output(); oerr != nil {
-			g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, oerr))
-			err = g.err
+		if err == nil {
+			g.ownProposed++
+			g.due = true
+			g.wakeLoop()
+			g.mu.Unlock()
+			return nil
 		}
-		g.kickStaged()
-		g.wakeLoop(false)
-		if !windowFull(err) {
+		if !errors.Is(err, ErrWindowFull) || ctx == nil {
 			g.mu.Unlock()
 			return g.sendErr(err)
-		}
-		if !g.eng.blocked() { // output made room: propose again
-			g.mu.Unlock()
-			continue
 		}
 		if err := g.waitSendable(ctx); err != nil {
 			return err
@@ -635,13 +650,8 @@ func (g *Group) Close() error {
 func (g *Group) Leave(ctx context.Context) error {
 	g.mu.Lock()
 	if !g.leaving && g.err == nil {
-		g.leaving = true
-		g.eng.leave(g.eng.now(time.Now()))
-		if err := g.eng.output(); err != nil {
-			g.finish(err)
-		}
-		g.kickStaged()
-		g.wakeLoop(true)
+		g.leaving, g.due = true, true // the loop starts the core's Leave
+		g.wakeLoop()
 	}
 	g.mu.Unlock()
 	select {
@@ -649,14 +659,10 @@ func (g *Group) Leave(ctx context.Context) error {
 	case <-ctx.Done():
 		g.abort()
 		g.mu.Lock()
-		n := g.eng.inFlight()
-		what := "frames still unacknowledged"
-		if g.eng.total != nil {
-			what = "requests not yet sequenced and delivered back"
-		}
+		n := g.n.st.Core().Stats().InFlight
 		g.mu.Unlock()
 		<-g.done
-		return fmt.Errorf("reliable: group %d member %d: leave not finished (%d %s): %w", g.cfg.Group, g.self, n, what, ctx.Err())
+		return fmt.Errorf("reliable: group %d member %d: leave not finished (%d %s): %w", g.cfg.Group, g.self, n, g.n.info.InFlight, ctx.Err())
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -671,7 +677,7 @@ func (g *Group) Leave(ctx context.Context) error {
 func (g *Group) abort() {
 	g.mu.Lock()
 	g.stop = true
-	g.wakeLoop(true)
+	g.wakeLoop()
 	g.mu.Unlock()
 }
 
@@ -685,46 +691,23 @@ func (g *Group) Err() error {
 	return g.err
 }
 
-// MemberStatus is one member as this member sees it.
-type MemberStatus struct {
-	ID        frame.MemberID
-	Self      bool
-	Live      bool
-	Repairing bool // frames from it are missing here (Total: numbered messages missing, counted against the sequencer)
-	// Sequencer (Order Total): the sequencer this member follows.
-	Sequencer bool
-}
+// MemberStatus is one member as this member sees it: its id, whether it
+// is this one, live, missing messages here (Order Total: numbered
+// messages missing, counted against the sequencer), the sequencer this
+// member follows (Order Total).
+type MemberStatus = core.Member
 
-// Members lists the group's members by id. Under Order Total the
-// sequencer decides who is live (members talk to it, not to each other)
-// and numbers each removal and readmission in the global stream: every
-// member lists a member live unless it left or a removal of it was
-// delivered here (MemberFailed, with no MemberReturned since), and a
-// follower also lists its sequencer not live once silent past
+// Members lists the group's members by id, this one included. Under
+// Order Total the sequencer decides who is live (members talk to it, not
+// to each other) and numbers each removal and readmission in the global
+// stream: every member lists a member live unless it left or a removal of
+// it was delivered here (MemberFailed, with no MemberReturned since), and
+// a follower also lists its sequencer not live once silent past
 // FailureTimeout.
 func (g *Group) Members() []MemberStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t := g.eng.total; t != nil {
-		var out []MemberStatus
-		for _, m := range t.Members() {
-			st := MemberStatus{ID: m.ID, Self: m.Self, Live: m.Live, Sequencer: m.Sequencer}
-			if m.Self {
-				st.Live = !t.Left() && !t.Halted()
-			}
-			if m.Sequencer && !m.Self {
-				st.Repairing = t.Repairing()
-			}
-			out = append(out, st)
-		}
-		return out
-	}
-	out := []MemberStatus{{ID: g.self, Self: true, Live: !g.eng.core.Left()}}
-	for _, m := range g.eng.core.Members() {
-		out = append(out, MemberStatus{ID: m.ID, Live: m.Live, Repairing: m.Repairing})
-	}
-	slices.SortFunc(out, func(a, b MemberStatus) int { return int(a.ID) - int(b.ID) })
-	return out
+	return g.n.st.Core().Members()
 }
 
 // ErrRemoved is wrapped by the error a Group stops with when the group
@@ -732,24 +715,19 @@ func (g *Group) Members() []MemberStatus {
 // election, being cut off or believed dead).
 var ErrRemoved = errors.New("reliable: removed from the group")
 
-// finishErr is why a finished engine stopped.
-func (e *engine) finishErr() error {
-	if e.total != nil && e.total.Halted() {
-		for i := len(e.events) - 1; i >= 0; i-- {
-			if ev := e.events[i]; ev.Kind == SelfRemoved {
-				return fmt.Errorf("%w: group %d member %d: %s", ErrRemoved, e.group, ev.Member, ev.Reason)
-			}
-		}
-		return fmt.Errorf("%w: group %d", ErrRemoved, e.group)
+// finishErr is why a finished core stopped (g.mu is held).
+func (g *Group) finishErr() error {
+	if ev, ok := g.n.st.Removed(); ok {
+		return fmt.Errorf("%w: group %d member %d: %s", ErrRemoved, g.cfg.Group, ev.Member, ev.Reason)
 	}
 	return ErrClosed
 }
 
-// sendErr maps a core's refusal to Send's errors.
+// sendErr maps a core's refusal to Send's errors (g.mu is held).
 func (g *Group) sendErr(err error) error {
-	if errors.Is(err, seq.ErrHalted) {
+	if errors.Is(err, core.ErrHalted) {
 		if g.err == nil {
-			g.finish(g.eng.finishErr())
+			g.finish(g.finishErr())
 		}
 		return g.err
 	}

@@ -208,7 +208,7 @@ func testNetns(t *testing.T, base Config, static bool) {
 	for i, g := range groups {
 		st := g.Stats()
 		t.Logf("host %d (loss %+v): retransmitted %d, nacks sent %d received %d, repair p50 %v p99 %v, kernel drops %d, held %d, events %v",
-			i, lossFor[i], st.Protocol.Retransmitted, st.Protocol.NacksSent, st.Protocol.NacksReceived, st.RepairP50, st.RepairP99,
+			i, lossFor[i], st.Protocol.Retransmitted, fifo(st).NacksSent, fifo(st).NacksReceived, st.RepairP50, st.RepairP99,
 			st.Link.KernelDrops, st.HeldData, st.Events)
 	}
 }

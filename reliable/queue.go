@@ -68,6 +68,13 @@ func (q *msgQueue) full() bool {
 	return q.n >= q.limit
 }
 
+// len is the number of messages queued.
+func (q *msgQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
 // pushLocked copies a message in; the queue may exceed its limit by what
 // one batch of frames delivers, never drops. q.mu must be held.
 func (q *msgQueue) pushLocked(from frame.MemberID, data []byte) {

@@ -145,13 +145,13 @@ func runSimGoodput(tb testing.TB, o simGoodputOpts) simGoodputResult {
 		size = snd.MaxMessage()
 	}
 	msg := make([]byte, size)
-	core := snd.eng.core
+	core := snd.fifoCore()
 	end := start.Add(o.duration)
 	var sent uint64
 	var fullSince time.Time
 	sealed := map[uint32]time.Time{} // seq -> when sent
-	nextSeq := func() uint32 { st := core.Stats(); return uint32(st.DataFramesSent) }
-	stable := func() uint32 { return nextSeq() - uint32(core.Stats().InFlight) }
+	nextSeq := func() uint32 { st := core.Counters(); return uint32(st.DataFramesSent) }
+	stable := func() uint32 { return nextSeq() - uint32(core.Counters().InFlight) }
 	var acked uint32
 	track := func(now time.Time) {
 		for s := stable(); acked != s; acked++ {
@@ -186,7 +186,7 @@ func runSimGoodput(tb testing.TB, o simGoodputOpts) simGoodputResult {
 			}
 			sent++
 		}
-		if d := snd.eng.wall(core.Deadline()); !d.IsZero() {
+		if d := snd.n.clk.Wall(core.Deadline()); !d.IsZero() {
 			next = d
 		}
 		if now.Before(end) && (next.IsZero() || end.Before(next)) {
@@ -218,10 +218,10 @@ func runSimGoodput(tb testing.TB, o simGoodputOpts) simGoodputResult {
 		tb.Errorf("%+v: slowest receiver has %d of %d bytes 10 s after the end", o, low, want)
 	}
 	res.bytes, res.msgs, res.elapsed, res.sendTime = low, low/uint64(size), last.Sub(start), o.duration
-	res.sender = core.Stats()
+	res.sender = core.Counters()
 	for _, d := range drivers[1:] {
-		res.nacks += d.eng.core.Stats().NacksSent
-		res.nackRepeats += d.eng.core.Stats().NacksRepeated
+		res.nacks += d.fifoCore().Counters().NacksSent
+		res.nackRepeats += d.fifoCore().Counters().NacksRepeated
 	}
 	// Payload capacity: the sender's port carries one Data frame per wire
 	// time (testnet.Network.wireTime: FCS, preamble, gap), holding one

@@ -73,7 +73,7 @@ func exchangeTotal(t *testing.T, groups []*Group, k int) [][][]byte {
 	if failed {
 		for _, g := range groups {
 			st := g.Stats()
-			t.Logf("member %d: events %v; members %+v; protocol %+v", g.Self(), st.Events, g.Members(), st.Total)
+			t.Logf("member %d: events %v; members %+v; protocol %+v", g.Self(), st.Events, g.Members(), totalStats(st))
 		}
 		t.FailNow()
 	}
@@ -103,11 +103,11 @@ func TestTotalGroupExchangeWithLoss(t *testing.T) {
 			sameLogs(t, exchangeTotal(t, groups, 400))
 			for _, g := range groups {
 				st := g.Stats()
-				if st.Order != Total || st.Total.Sequencer != 1 || st.Total.Epoch != seq.DefaultInitialEpoch {
-					t.Errorf("member %d: order %v, sequencer %d, epoch %d; want total, 1, %d", g.Self(), st.Order, st.Total.Sequencer, st.Total.Epoch, seq.DefaultInitialEpoch)
+				if st.Order != Total || totalStats(st).Sequencer != 1 || totalStats(st).Epoch != seq.DefaultInitialEpoch {
+					t.Errorf("member %d: order %v, sequencer %d, epoch %d; want total, 1, %d", g.Self(), st.Order, totalStats(st).Sequencer, totalStats(st).Epoch, seq.DefaultInitialEpoch)
 				}
-				if st.Protocol != (Stats{}).Protocol {
-					t.Errorf("member %d: FIFO counters %+v under Order Total", g.Self(), st.Protocol)
+				if _, ok := st.Protocol.Detail.(seq.Stats); !ok {
+					t.Errorf("member %d: core counters %T under Order Total, want seq.Stats", g.Self(), st.Protocol.Detail)
 				}
 				var delivered uint64
 				for _, m := range st.Members {
@@ -195,8 +195,8 @@ func TestTotalJoinRegistration(t *testing.T) {
 		}
 	}
 	sameLogs(t, exchangeTotal(t, groups, 200))
-	if st := groups[1].Stats(); st.Total.Sequencer != 0 {
-		t.Errorf("sequencer %d, want the server (0)", st.Total.Sequencer)
+	if st := groups[1].Stats(); totalStats(st).Sequencer != 0 {
+		t.Errorf("sequencer %d, want the server (0)", totalStats(st).Sequencer)
 	}
 
 	links = []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
@@ -302,7 +302,7 @@ func TestTotalRecvBackPressure(t *testing.T) {
 	// frames back, and the sequencer's history is full (no global number
 	// is stable while member 2 holds them) and sequencing stays stopped.
 	waitBackPressure(ctx, t, groups[1], sendDone, func() (uint64, bool) {
-		s := groups[0].Stats().Total
+		s := totalStats(groups[0].Stats())
 		return s.Sequenced, s.InHistory == 64
 	})
 	select {
@@ -321,10 +321,10 @@ func TestTotalRecvBackPressure(t *testing.T) {
 	// is queued (none read), and waitBackPressure saw the queue stop
 	// growing. A queue that grows without bound fails here.
 	st := groups[1].Stats()
-	t.Logf("member 2: %d frames held, %d messages queued, %d delivered in %d globals", st.HeldData, st.Queued, st.Total.Delivered, st.Total.DeliveredGlobals)
-	if st.HeldData == 0 || st.Queued < 16 || uint64(st.Queued) != st.Total.Delivered || st.Total.DeliveredGlobals > 16+64 {
+	t.Logf("member 2: %d frames held, %d messages queued, %d delivered in %d globals", st.HeldData, st.Queued, totalStats(st).Delivered, totalStats(st).DeliveredGlobals)
+	if st.HeldData == 0 || st.Queued < 16 || uint64(st.Queued) != totalStats(st).Delivered || totalStats(st).DeliveredGlobals > 16+64 {
 		t.Errorf("member 2: %d frames held, %d messages queued, %d delivered in %d globals; want held > 0, 16 or more queued, all delivered queued, at most %d globals",
-			st.HeldData, st.Queued, st.Total.Delivered, st.Total.DeliveredGlobals, 16+64)
+			st.HeldData, st.Queued, totalStats(st).Delivered, totalStats(st).DeliveredGlobals, 16+64)
 	}
 	recvMessages(ctx, t, groups[1], k, 200)
 	if err := <-sendDone; err != nil {

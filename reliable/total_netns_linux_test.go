@@ -189,8 +189,8 @@ func TestNetnsTotal(t *testing.T) {
 	for i, g := range groups {
 		st := g.Stats()
 		t.Logf("host %d (loss %+v): sequencer %d, requests %d resent %d, sequenced %d, retransmissions asked %d answered %d, repair p50 %v p99 %v, kernel drops %d, held %d",
-			i, lossFor[i], st.Total.Sequencer, st.Total.RequestsSent, st.Total.RequestsResent, st.Total.Sequenced,
-			st.Total.RetransmitsAsked, st.Total.RetransmitsAnswered, st.RepairP50, st.RepairP99, st.Link.KernelDrops, st.HeldData)
+			i, lossFor[i], totalStats(st).Sequencer, totalStats(st).RequestsSent, totalStats(st).RequestsResent, totalStats(st).Sequenced,
+			totalStats(st).RetransmitsAsked, totalStats(st).RetransmitsAnswered, st.RepairP50, st.RepairP99, st.Link.KernelDrops, st.HeldData)
 	}
 }
 
@@ -285,7 +285,7 @@ func TestNetnsTotalSequencerCrash(t *testing.T) {
 	if t.Failed() {
 		for _, g := range groups {
 			st := g.Stats()
-			t.Logf("member %d: events %v; members %+v; stats %+v", g.Self(), st.Events, g.Members(), st.Total)
+			t.Logf("member %d: events %v; members %+v; stats %+v", g.Self(), st.Events, g.Members(), totalStats(st))
 		}
 		return
 	}
@@ -293,9 +293,9 @@ func TestNetnsTotalSequencerCrash(t *testing.T) {
 	checkTotalLogs(t, groups, logs, sent)
 	for i, g := range groups[1:] {
 		st := g.Stats()
-		if st.Total.Sequencer != 1 || st.Total.Epoch < 2 {
-			t.Errorf("member %d: sequencer %d epoch %d after the crash; want 1, >= 2", g.Self(), st.Total.Sequencer, st.Total.Epoch)
+		if totalStats(st).Sequencer != 1 || totalStats(st).Epoch < 2 {
+			t.Errorf("member %d: sequencer %d epoch %d after the crash; want 1, >= 2", g.Self(), totalStats(st).Sequencer, totalStats(st).Epoch)
 		}
-		t.Logf("host %d: sequencer %d epoch %d, log %d bytes, events %v", i+1, st.Total.Sequencer, st.Total.Epoch, logs[i+1].log.Len(), st.Events)
+		t.Logf("host %d: sequencer %d epoch %d, log %d bytes, events %v", i+1, totalStats(st).Sequencer, totalStats(st).Epoch, logs[i+1].log.Len(), st.Events)
 	}
 }

@@ -288,8 +288,8 @@ func (r *totalRun) done() bool {
 		if !m.survivor() {
 			continue
 		}
-		t := m.d.eng.total
-		if st := t.Stats(); m.proposed < r.s.k || st.Outstanding > 0 || st.Electing || st.NotHeldByAll > 0 {
+		t := m.d.totalCore()
+		if st := t.Counters(); m.proposed < r.s.k || st.Outstanding > 0 || st.Electing || st.NotHeldByAll > 0 {
 			return false
 		}
 		if !r.members[r.ids[t.Sequencer()]].survivor() {
@@ -398,7 +398,7 @@ func (r *totalRun) verdict() error {
 	if !r.done() {
 		var b strings.Builder
 		for _, m := range r.members {
-			st := m.d.eng.total.Stats()
+			st := m.d.totalCore().Counters()
 			fmt.Fprintf(&b, "\n  member %d crashed=%v left=%v(%v) halted=%v proposed=%d delivered=%d next=%v seq=%d epoch=%d electing=%v outstanding=%d",
 				m.id, r.crashed[m.index], m.left, m.d.Left(), m.halted, m.proposed, len(m.log), m.next, st.Sequencer, st.Epoch, st.Electing, st.Outstanding)
 		}

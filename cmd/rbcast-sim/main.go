@@ -87,7 +87,7 @@ flags:
 	fmt.Printf("\n  %-6s %8s %9s %8s %6s %6s %8s %8s %8s %8s %10s\n", "member", "proposed", "delivered", "dropped", "retx", "NACKs", "corrupt", "repair", "p99", "overflow", "done at")
 	for _, m := range res.Members {
 		fmt.Printf("  %-6d %8d %9d %8d %6d %6d %8d %8v %8v %8d %8.1fms\n", m.ID, m.Proposed, m.Delivered, m.Segment.Dropped(),
-			m.Stats.Protocol.Retransmitted, m.Stats.Protocol.NacksSent, m.Stats.BadFrames.Checksum,
+			m.Stats.Protocol.Retransmitted, m.Stats.Protocol.RepairRequests, m.Stats.BadFrames.Checksum,
 			m.Stats.RepairP50.Round(time.Microsecond), m.Stats.RepairP99.Round(time.Microsecond), m.Segment.Overflow, float64(m.Completed)/1e6)
 	}
 	fmt.Printf("\n  %d virtual ms, %d segment events, %.2fs wall\n", res.Duration.Milliseconds(), res.Events, time.Since(wall).Seconds())

@@ -256,7 +256,7 @@ func (d *Daemon) leave(g *reliable.Group, fanoutDone <-chan struct{}) error {
 		return err
 	}
 	st := g.Stats()
-	d.log.Info("rbcastd: left the group", "sent", st.Protocol.MessagesProposed, "delivered", st.Protocol.Delivered)
+	d.log.Info("rbcastd: left the group", "sent", st.Protocol.Proposed, "delivered", st.Protocol.Delivered)
 	return nil
 }
 
@@ -382,10 +382,7 @@ func (d *Daemon) fanout(g *reliable.Group) {
 // ⌈n/2⌉ holders — but not yet received by every live member). A member
 // that fails stops counting once it is removed (FailureTimeout).
 func unacked(st reliable.Stats) int {
-	if st.Order == reliable.Total {
-		return st.Total.NotHeldByAll
-	}
-	return st.Protocol.InFlight + st.Protocol.Pending
+	return st.Protocol.Unsettled
 }
 
 // failureTimeout is the configured or default failure timeout.

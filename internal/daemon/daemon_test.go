@@ -19,6 +19,7 @@ import (
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/seq"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -696,8 +697,8 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 		}
 		groups[i] = g
 	}
-	if groups[0].Stats().Total.Sequencer != groups[0].Self() {
-		t.Fatalf("daemon 0 (member %d) is not the sequencer (%d)", groups[0].Self(), groups[0].Stats().Total.Sequencer)
+	if seqStats(groups[0]).Sequencer != groups[0].Self() {
+		t.Fatalf("daemon 0 (member %d) is not the sequencer (%d)", groups[0].Self(), seqStats(groups[0]).Sequencer)
 	}
 	c, _ := dial(t, ds[1].socket, true)
 	flush := func(round, n int) {
@@ -715,12 +716,12 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 	// Only daemon 1 sends: right after Flushed its delivered cursor is one
 	// past its last message, and every member must hold everything below.
 	flush(1, 200)
-	end := groups[1].Stats().Total.Next
-	if st := groups[1].Stats().Total; st.NotHeldByAll != 0 || frame.SeqLess(st.AllHeld, end) {
+	end := seqStats(groups[1]).Next
+	if st := seqStats(groups[1]); st.NotHeldByAll != 0 || frame.SeqLess(st.AllHeld, end) {
 		t.Fatalf("after Flushed: sender NotHeldByAll %d, AllHeld %d, delivered up to %d", st.NotHeldByAll, st.AllHeld, end)
 	}
 	for i, g := range groups {
-		if got := g.Stats().Total.Received; frame.SeqLess(got, end) {
+		if got := seqStats(g).Received; frame.SeqLess(got, end) {
 			t.Fatalf("after Flushed: daemon %d holds globals up to %d, the sender's last is %d", i, got, end-1)
 		}
 	}
@@ -784,4 +785,10 @@ func TestCrashShowsDeadTotal(t *testing.T) {
 			t.Errorf("follower's status: member %d %s", m.ID, m.State)
 		}
 	}
+}
+
+// seqStats is the sequencer core's own counters of a total-order group.
+func seqStats(g *reliable.Group) seq.Stats {
+	d, _ := g.Stats().Protocol.Detail.(seq.Stats)
+	return d
 }

@@ -124,19 +124,21 @@ func (d *Daemon) Status() Status {
 	members := g.Members()
 	st := g.Stats()
 	s.Ready, s.Self = true, int(g.Self())
+	// Under Order Total: requests in flight, repair requests as NACKs,
+	// answers to them as retransmissions.
+	p := st.Protocol
+	s.Sent, s.Delivered, s.DataFrames, s.Retransmissions = p.Proposed, p.Delivered, p.Sent, p.Retransmitted
+	s.NacksSent, s.NacksReceived, s.InFlight, s.Pending = p.RepairRequests, p.RepairRequestsReceived, p.InFlight, p.Pending
 	if st.Order == reliable.Total {
-		// Requests in flight, repair requests as NACKs, answers to them
-		// as retransmissions.
-		x := st.Total
-		seqID := int(x.Sequencer)
-		s.Sequencer, s.Epoch = &seqID, x.Epoch
-		s.Sent, s.Delivered, s.DataFrames = x.MessagesProposed, x.Delivered, x.RequestsSent
-		s.Retransmissions = x.RequestsResent + x.RetransmitsAnswered
-		s.NacksSent, s.InFlight = x.RetransmitsAsked, x.Outstanding
+		s.Epoch = p.Epoch
+		for _, m := range members {
+			if m.Sequencer {
+				seqID := int(m.ID)
+				s.Sequencer = &seqID
+			}
+		}
 	} else {
-		p := st.Protocol
-		s.Sent, s.Delivered, s.DataFrames, s.Retransmissions = p.MessagesProposed, p.Delivered, p.DataFramesSent, p.Retransmitted
-		s.NacksSent, s.NacksReceived, s.InFlight, s.Pending, s.Window = p.NacksSent, p.NacksReceived, p.InFlight, p.Pending, p.Window
+		s.Window = p.Window
 	}
 	s.Queued, s.HeldData = st.Queued, st.HeldData
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
@@ -227,7 +229,7 @@ func (r *rateSampler) init(st reliable.Stats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.at = time.Now()
-	r.sent, r.deliv, r.dbytes = st.Protocol.MessagesProposed, st.Protocol.Delivered, totalBytes(st)
+	r.sent, r.deliv, r.dbytes = st.Protocol.Proposed, st.Protocol.Delivered, totalBytes(st)
 }
 
 func (r *rateSampler) sample(st reliable.Stats) {
@@ -238,7 +240,7 @@ func (r *rateSampler) sample(st reliable.Stats) {
 	if dt <= 0 {
 		return
 	}
-	sent, deliv, b := st.Protocol.MessagesProposed, st.Protocol.Delivered, totalBytes(st)
+	sent, deliv, b := st.Protocol.Proposed, st.Protocol.Delivered, totalBytes(st)
 	r.rSent, r.rDeliv, r.rB = float64(sent-r.sent)/dt, float64(deliv-r.deliv)/dt, float64(b-r.dbytes)/dt
 	r.at, r.sent, r.deliv, r.dbytes = now, sent, deliv, b
 }

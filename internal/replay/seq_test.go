@@ -13,6 +13,8 @@ import (
 	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/seq"
 	"github.com/rbcast/rbcast/testnet"
 )
@@ -25,52 +27,36 @@ type seqDelivered struct {
 	Data   []byte
 }
 
-// seqNode runs a reliable/seq core over a captured testnet endpoint the
-// way reliable's engine runs a core: read a batch, Step each frame, Tick,
-// send Ready's frames, Advance; the clock is nanoseconds since the start
-// plus one.
+// seqNode runs a reliable/seq core over a captured testnet endpoint on a
+// core.Stepper, as reliable's runtime does: read a batch, Step each frame,
+// Tick, send Ready's frames, Advance, on the runtime's clock.
 type seqNode struct {
-	t     testing.TB
-	core  *seq.Core
-	l     *capture.Link
-	rx    []link.Frame
-	group uint32
-	start time.Time
-	got   []seqDelivered
+	t   testing.TB
+	st  *core.Stepper
+	l   *capture.Link
+	rx  []link.Frame
+	clk wall.Clock
+	got []seqDelivered
 }
 
-func (n *seqNode) now(t time.Time) seq.Time { return seq.Time(t.Sub(n.start)) + 1 }
-
 func (n *seqNode) Step(now time.Time) time.Time {
-	t := n.now(now)
+	t := n.clk.Core(now)
 	for {
 		k, _ := n.l.Recv(time.Time{}, n.rx)
 		for _, f := range n.rx[:k] {
-			eth, body, err := frame.SplitEthernet(f.Data, frame.EtherType)
-			if err != nil {
-				continue
-			}
-			v, err := frame.ParseGroup(body, n.group)
-			if err != nil {
-				continue
-			}
-			n.core.Step(t, eth.Src(), v)
+			n.st.Step(t, f.Data)
 		}
-		n.core.Tick(t)
+		n.st.Tick(t)
 		n.output()
 		if k == 0 {
 			break
 		}
 	}
-	d := n.core.Deadline()
-	if d == 0 {
-		return time.Time{}
-	}
-	return n.start.Add(time.Duration(d - 1))
+	return n.clk.Wall(n.st.Deadline())
 }
 
 func (n *seqNode) output() {
-	rd := n.core.Ready()
+	rd := n.st.Ready()
 	if len(rd.Frames) > 0 {
 		if _, err := n.l.Send(rd.Frames); err != nil {
 			n.t.Errorf("send: %v", err)
@@ -79,11 +65,11 @@ func (n *seqNode) output() {
 	for _, d := range rd.Deliveries {
 		n.got = append(n.got, seqDelivered{d.Global, d.From, bytes.Clone(d.Data)})
 	}
-	n.core.Advance()
+	n.st.Advance()
 }
 
 func (n *seqNode) propose(now time.Time, msg []byte) error {
-	err := n.core.Propose(n.now(now), msg)
+	err := n.st.Propose(n.clk.Core(now), msg)
 	n.output()
 	return err
 }
@@ -143,11 +129,11 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, cras
 		links = append(links, l)
 		cfg := run.cfg
 		cfg.Self, cfg.Members = frame.MemberID(i+1), run.members
-		core, err := seq.New(cfg)
+		c, err := seq.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd := &seqNode{t: t, core: core, l: l, rx: make([]link.Frame, 64), group: cfg.Group, start: net.Now()}
+		nd := &seqNode{t: t, st: core.NewStepper(c, cfg.Group, frame.EtherType), l: l, rx: make([]link.Frame, 64), clk: wall.Clock{Epoch: net.Now()}}
 		nodes = append(nodes, nd)
 		ep.Bind(nd)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/seq"
 )
@@ -143,25 +145,20 @@ type SimResult struct {
 	CapturedOut map[frame.Type]int
 }
 
-// simCore is what Simulate needs of a protocol core: reliable/pbp's and
-// reliable/seq's share the Step/Tick/Ready/Advance shape.
-type simCore interface {
-	step(now clock.Time, src, dst [6]byte, v frame.View) error
-	tick(now clock.Time)
-	deadline() clock.Time
-	// ready hands what is due to the callbacks, then advances the core.
-	ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer))
+// simProto is what Simulate needs to know of a protocol besides its core
+// (which it drives through a core.Stepper, as the live runtime does):
+// which of the node's captured frames show the application's messages,
+// and how to compare the re-run's frames with them.
+type simProto interface {
 	// proposals returns the messages the live node proposed that
 	// outbound record r shows, nil if none (a retransmission, a control
-	// frame, a request already proposed).
+	// frame, a request already proposed). before is the core's Stats
+	// then.
 	proposals(r *Record) [][]byte
-	propose(now clock.Time, msg []byte) error
 	// verify says how the re-run's frames sent after proposing r's
-	// messages differ from r, or "".
-	verify(r *Record, sent []SimSent) string
-	// local applies what outbound record r shows the application did
-	// besides proposing (PBP: a clean leave); it reports whether it did.
-	local(now clock.Time, r *Record) bool
+	// messages differ from r, or "": before and after are the core's
+	// Stats around it.
+	verify(r *Record, sent []SimSent, before, after core.Stats) string
 }
 
 // Simulate re-drives member opts.Node's protocol core — PBP's or the
@@ -262,7 +259,8 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 		note("protocol %v, from the frames of group %d on the interface", res.Protocol, group)
 	}
-	var core simCore
+	var cc core.Core
+	var proto simProto
 	if res.Protocol == ProtocolSeq {
 		cfg := seq.Config{
 			Group: group, Self: opts.Node, Members: members, Method: opts.Method, Threshold: opts.Threshold,
@@ -292,7 +290,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("simulate: %w", err)
 		}
-		core = &seqSim{core: sc, self: opts.Node, etherType: opts.EtherType, proposed: map[uint32]bool{}}
+		cc, proto = sc, &seqSim{self: opts.Node, etherType: opts.EtherType, proposed: map[uint32]bool{}}
 	} else {
 		cfg := pbp.Config{
 			Group: group, Self: opts.Node, Members: members, Mode: opts.Mode, Window: opts.Window,
@@ -305,8 +303,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("simulate: %w", err)
 		}
-		core = &pbpSim{core: pc, self: opts.Node, etherType: opts.EtherType}
+		cc, proto = pc, &pbpSim{etherType: opts.EtherType}
 	}
+	st := core.NewStepper(cc, group, opts.EtherType)
 
 	start := opts.Start
 	var startFrame *Record
@@ -364,20 +363,24 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 	}
 	res.Start, res.End = start, end
-	// The engine's clock: nanoseconds since start, plus one, since the
-	// cores reserve 0 for "no deadline" (reliable/engine.go).
-	pt := func(t time.Time) clock.Time { return clock.Time(t.Sub(start)) + 1 }
-	wall := func(t clock.Time) time.Time { return start.Add(time.Duration(t - 1)) }
+	// The runtime's clock (reliable/clock/wall), counting from start.
+	clk := wall.Clock{Epoch: start}
+	pt, wallOf := clk.Core, clk.Wall
 
 	cur := 0 // frame being processed, for deliveries
 	collect := func(at clock.Time) {
-		core.ready(
-			func(f []byte) { res.Sent = append(res.Sent, SimSent{At: wall(at), Data: bytes.Clone(f)}) },
-			func(d SimDelivery) {
-				d.At, d.Frame, d.Data = wall(at), cur, bytes.Clone(d.Data)
-				res.Deliveries = append(res.Deliveries, d)
-			},
-			func(e fmt.Stringer) { res.Events = append(res.Events, SimEvent{At: wall(at), Event: e}) })
+		rd := st.Ready()
+		for _, f := range rd.Frames {
+			res.Sent = append(res.Sent, SimSent{At: wallOf(at), Data: bytes.Clone(f)})
+		}
+		for _, d := range rd.Deliveries {
+			res.Deliveries = append(res.Deliveries, SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Global: d.Global,
+				Epoch: d.Epoch, At: wallOf(at), Frame: cur, Data: bytes.Clone(d.Data)})
+		}
+		for _, e := range rd.Events {
+			res.Events = append(res.Events, SimEvent{At: wallOf(at), Event: e})
+		}
+		st.Advance()
 	}
 	maxIdle := opts.MaxIdleTicks
 	if maxIdle <= 0 {
@@ -387,39 +390,40 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	tickUntil := func(limit clock.Time, inclusive bool) {
 		stuck, ticks := 0, 0
 		for {
-			d := core.deadline()
+			d := st.Deadline()
 			if d == 0 || d > limit || (!inclusive && d == limit) {
 				return
 			}
 			if ticks++; ticks > maxIdle {
 				// Minutes without input (a capture spanning a pause, or
 				// bogus timestamps): skip the idle heartbeats.
-				note("%d timer ticks without input before %v; skipped to it", maxIdle, wall(limit).Sub(start))
+				note("%d timer ticks without input before %v; skipped to it", maxIdle, wallOf(limit).Sub(start))
 				if limit > last {
 					last = limit
-					core.tick(limit)
+					st.Tick(limit)
 					collect(limit)
 				}
 				return
 			}
 			if d <= last {
 				if stuck++; stuck > 2 {
-					note("core's deadline stayed at %v; stopped ticking there", wall(d).Sub(start))
+					note("core's deadline stayed at %v; stopped ticking there", wallOf(d).Sub(start))
 					return
 				}
 				d = last
 			}
 			cur = 0
-			core.tick(d)
+			st.Tick(d)
 			last = d
 			collect(d)
 		}
 	}
 	now := pt(start)
-	core.tick(now)
+	st.Tick(now)
 	last = now
 	collect(now)
 
+	left := false
 	const batch = 64 // reliable.Driver reads up to 64 frames per turn
 	for i := 0; i < len(steps); {
 		r := steps[i].r
@@ -432,11 +436,11 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				in := steps[j].r
 				cur = in.N
 				res.Inputs++
-				if reason := stepFrame(core, t, in, group, opts.EtherType); reason != "" {
+				if reason := stepFrame(st, t, in, group, opts.EtherType); reason != "" {
 					res.Dropped = append(res.Dropped, fmt.Sprintf("frame %d: %s", in.N, reason))
 				}
 			}
-			core.tick(t)
+			st.Tick(t)
 			last = max(last, t)
 			collect(t)
 			i = j
@@ -454,28 +458,32 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			if r.View.Sender() != opts.Node {
 				continue
 			}
-			if core.local(t, r) {
+			if r.View.Type() == frame.Leave && !left {
+				// Our first Leave: the application closed the group.
+				left = true
+				st.Leave(t)
 				last = max(last, t)
 				collect(t)
 				note("frame %d: our %v: the application left; the re-run leaves here", r.N, r.View.Type())
 				continue
 			}
-			msgs := core.proposals(r)
+			msgs := proto.proposals(r)
 			if msgs == nil {
 				continue
 			}
 			tickUntil(t, true)
 			cur = r.N
+			before := cc.Stats()
 			for _, msg := range msgs {
 				res.Proposed++
-				if err := core.propose(t, msg); err != nil {
+				if err := st.Propose(t, msg); err != nil {
 					note("frame %d: Propose of a message of our %v seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Type(), r.View.Seq(), err)
 				}
 			}
 			last = max(last, t)
 			sentBefore := len(res.Sent)
 			collect(t)
-			if d := core.verify(r, res.Sent[sentBefore:]); d != "" {
+			if d := proto.verify(r, res.Sent[sentBefore:], before, cc.Stats()); d != "" {
 				note("frame %d: %s", r.N, d)
 			}
 		default:
@@ -492,6 +500,10 @@ type simStep struct {
 	r        *Record
 	at       time.Time
 	deferred bool
+	// global, when numbered: the global number the node gave the request
+	// this step carries (a deferred request, or our own SeqData).
+	global   uint32
+	numbered bool
 }
 
 // deferNumbered: a request the node numbered (as the sequencer) in a
@@ -503,24 +515,32 @@ type simStep struct {
 // steps it. Stepping late requests at their numbering time makes the
 // re-run number in the captured order. It returns how many it moved.
 func deferNumbered(steps []simStep, self frame.MemberID, dirOf func(*Record) Dir) int {
-	numbered := map[frame.UID]time.Time{}
-	mark := func(u frame.UID, t time.Time) {
+	type numbering struct {
+		at     time.Time
+		global uint32
+	}
+	numbered := map[frame.UID]numbering{}
+	mark := func(u frame.UID, t time.Time, g uint32) {
 		if _, ok := numbered[u]; !ok {
-			numbered[u] = t
+			numbered[u] = numbering{t, g}
 		}
 	}
-	for _, st := range steps {
+	for i := range steps {
+		st := &steps[i]
 		v := st.r.View
 		if v == nil || dirOf(st.r) != DirOut || v.Sender() != self || v.Retransmission() {
 			continue
 		}
 		switch v.Type() {
 		case frame.SeqData:
-			mark(v.SeqDataUID(), st.r.Time)
+			mark(v.SeqDataUID(), st.r.Time, v.Seq())
+			if v.SeqDataUID().Origin == self {
+				st.global, st.numbered = v.Seq(), true
+			}
 		case frame.SeqAccept:
 			al := v.Accepts()
 			for i := range al.Len() {
-				mark(al.At(i).UID, st.r.Time)
+				mark(al.At(i).UID, st.r.Time, al.At(i).Global)
 			}
 		}
 	}
@@ -531,19 +551,27 @@ func deferNumbered(steps []simStep, self frame.MemberID, dirOf func(*Record) Dir
 		if v == nil || dirOf(st.r) != DirIn || v.Type() != frame.SeqRequest {
 			continue
 		}
-		if t, ok := numbered[frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}]; ok && t.After(st.at) {
-			st.at, st.deferred = t, true
+		if n, ok := numbered[frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}]; ok && n.at.After(st.at) {
+			st.at, st.deferred = n.at, true
+			st.global, st.numbered = n.global, true
 			moved++
 		}
 	}
 	if moved > 0 {
 		// Deferred requests go before what the node sent at their
-		// numbering time.
+		// numbering time, but in the order the node numbered them
+		// beside its own messages: the loop numbers the requests it
+		// steps and the messages proposed since its last turn in one
+		// Ready, in the order of their globals.
 		sort.SliceStable(steps, func(i, j int) bool {
-			if !steps[i].at.Equal(steps[j].at) {
-				return steps[i].at.Before(steps[j].at)
+			a, b := &steps[i], &steps[j]
+			if !a.at.Equal(b.at) {
+				return a.at.Before(b.at)
 			}
-			return steps[i].deferred && !steps[j].deferred
+			if a.numbered && b.numbered && a.deferred != b.deferred {
+				return frame.SeqLess(a.global, b.global)
+			}
+			return a.deferred && !b.deferred
 		})
 	}
 	return moved
@@ -553,10 +581,10 @@ func deferNumbered(steps []simStep, self frame.MemberID, dirOf func(*Record) Dir
 // 100 ms heartbeats.
 const DefaultMaxIdleTicks = 2000
 
-// stepFrame is reliable's engine.input for one frame: decode, group check,
-// registration frames set aside, Step. It returns why the frame was
-// dropped, or "".
-func stepFrame(core simCore, now clock.Time, r *Record, group uint32, etherType uint16) string {
+// stepFrame is the live runtime's input of one frame (core.Stepper.Step)
+// with the registration frames set aside (the live registrar took them):
+// it returns why the frame was dropped, or "".
+func stepFrame(st *core.Stepper, now clock.Time, r *Record, group uint32, etherType uint16) string {
 	eth, body, err := frame.SplitEthernet(r.Data, etherType)
 	if err != nil {
 		return err.Error()
@@ -569,7 +597,7 @@ func stepFrame(core simCore, now clock.Time, r *Record, group uint32, etherType 
 	case frame.Join, frame.Welcome, frame.Start:
 		return ""
 	}
-	if err := core.step(now, eth.Src(), eth.Dst(), v); err != nil {
+	if err := st.StepView(now, eth.Src(), eth.Dst(), v); err != nil {
 		return err.Error()
 	}
 	return ""
@@ -587,44 +615,9 @@ func sentFrame(sent []SimSent, t frame.Type, q uint32, etherType uint16) (frame.
 	return nil, false
 }
 
-// pbpSim drives a reliable/pbp core.
+// pbpSim: PBP's Data frames carry the application's messages.
 type pbpSim struct {
-	core      *pbp.Core
-	self      frame.MemberID
 	etherType uint16
-	dataSent  uint64 // DataFramesSent before the last propose
-	left      bool
-}
-
-func (p *pbpSim) step(now clock.Time, src, dst [6]byte, v frame.View) error {
-	return p.core.StepTo(now, src, dst, v)
-}
-func (p *pbpSim) tick(now clock.Time)                      { p.core.Tick(now) }
-func (p *pbpSim) deadline() clock.Time                     { return p.core.Deadline() }
-func (p *pbpSim) propose(now clock.Time, msg []byte) error { return p.core.Propose(now, msg) }
-
-func (p *pbpSim) ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer)) {
-	rd := p.core.Ready()
-	for _, f := range rd.Frames {
-		sent(f)
-	}
-	for _, d := range rd.Deliveries {
-		deliver(SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Data: d.Data})
-	}
-	for _, e := range rd.Events {
-		event(e)
-	}
-	p.core.Advance()
-}
-
-// local: our first Leave frame means the application closed the group.
-func (p *pbpSim) local(now clock.Time, r *Record) bool {
-	if r.View.Type() != frame.Leave || p.left {
-		return false
-	}
-	p.left = true
-	p.core.Leave(now)
-	return true
 }
 
 func (p *pbpSim) proposals(r *Record) [][]byte {
@@ -632,12 +625,11 @@ func (p *pbpSim) proposals(r *Record) [][]byte {
 	if v.Type() != frame.Data || v.Retransmission() {
 		return nil
 	}
-	p.dataSent = p.core.Stats().DataFramesSent
 	return messagesOf(v)
 }
 
-func (p *pbpSim) verify(r *Record, sent []SimSent) string {
-	if n := p.core.Stats().DataFramesSent - p.dataSent; n != 1 {
+func (p *pbpSim) verify(r *Record, sent []SimSent, before, after core.Stats) string {
+	if n := after.Sent - before.Sent; n != 1 {
 		return fmt.Sprintf("our Data seq %d was captured, the re-run sent %d new Data frames for it", r.View.Seq(), n)
 	}
 	if _, ok := sentFrame(sent, frame.Data, r.View.Seq(), p.etherType); !ok {
@@ -657,37 +649,15 @@ func messagesOf(v frame.View) [][]byte {
 	}
 }
 
-// seqSim drives a reliable/seq core.
+// seqSim: the sequencer's requests carry the application's messages,
+// and the SeqData frames a sequencer numbers its own messages with.
 type seqSim struct {
-	core      *seq.Core
 	self      frame.MemberID
 	etherType uint16
 	// proposed: our request numbers whose messages were proposed, so a
 	// request seen again (a SeqData numbering it after we became the
 	// sequencer) is not proposed twice.
 	proposed map[uint32]bool
-	left     bool
-}
-
-func (s *seqSim) step(now clock.Time, src, _ [6]byte, v frame.View) error {
-	return s.core.Step(now, src, v)
-}
-func (s *seqSim) tick(now clock.Time)                      { s.core.Tick(now) }
-func (s *seqSim) deadline() clock.Time                     { return s.core.Deadline() }
-func (s *seqSim) propose(now clock.Time, msg []byte) error { return s.core.Propose(now, msg) }
-
-func (s *seqSim) ready(sent func([]byte), deliver func(SimDelivery), event func(fmt.Stringer)) {
-	rd := s.core.Ready()
-	for _, f := range rd.Frames {
-		sent(f)
-	}
-	for _, d := range rd.Deliveries {
-		deliver(SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Global: d.Global, Epoch: d.Epoch, Data: d.Data})
-	}
-	for _, e := range rd.Events {
-		event(e)
-	}
-	s.core.Advance()
 }
 
 // proposals: our first-transmission requests, and the SeqData a sequencer
@@ -717,17 +687,7 @@ func (s *seqSim) proposals(r *Record) [][]byte {
 	return messagesOf(v)
 }
 
-// local: our first Leave frame means the application closed the group.
-func (s *seqSim) local(now clock.Time, r *Record) bool {
-	if r.View.Type() != frame.Leave || s.left {
-		return false
-	}
-	s.left = true
-	s.core.Leave(now)
-	return true
-}
-
-func (s *seqSim) verify(r *Record, sent []SimSent) string {
+func (s *seqSim) verify(r *Record, sent []SimSent, _, _ core.Stats) string {
 	v := r.View
 	if v.Type() == frame.SeqRequest {
 		if _, ok := sentFrame(sent, frame.SeqRequest, v.Seq(), s.etherType); !ok {

@@ -184,9 +184,9 @@ func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
 				var sent, retx, nacks uint64
 				for _, d := range drivers {
 					st := d.Stats()
-					sent += st.Protocol.MessagesProposed
+					sent += st.Protocol.Proposed
 					retx += st.Protocol.Retransmitted
-					nacks += st.Protocol.NacksSent
+					nacks += st.Protocol.RepairRequests
 				}
 				fmt.Fprintf(progress, "  t=%8.3fms  proposed %6d/%d  delivered %7d/%d (%3.0f%%)  retransmitted %5d  NACKs %5d\n",
 					float64(net.Now().Sub(start))/1e6, sent, cfg.Members*cfg.Messages, done, total, 100*float64(done)/float64(total), retx, nacks)

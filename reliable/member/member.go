@@ -28,7 +28,8 @@ import (
 	"fmt"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
 // Server is the server's member id.
@@ -58,7 +59,7 @@ type Config struct {
 	ConfigHash uint64
 	// Retry is how often Join (joiner) and Start (server) repeat until
 	// answered.
-	Retry     pbp.Duration
+	Retry     clock.Duration
 	EtherType uint16 // 0 means frame.EtherType
 }
 
@@ -97,20 +98,21 @@ type Registrar struct {
 	members []frame.MemberInfo // by admission order; [0] is the server
 	nonces  []uint64           // nonces[i] admitted members[i]
 	acked   []bool             // acked[i]: members[i] has the Start
-	startAt pbp.Time           // next Start repeat; 0 when all acked
+	startAt clock.Time         // next Start repeat; 0 when all acked
 
 	// Joiner side.
 	self    frame.MemberID
 	welcome bool
-	joinAt  pbp.Time // next Join repeat
-	joins   int      // Joins sent
+	joinAt  clock.Time // next Join repeat
+	joins   int        // Joins sent
 	err     error
 
 	started  bool
-	now      pbp.Time
+	now      clock.Time
 	frames   [][]byte
 	bufs     [][]byte
 	refusals []Refusal
+	events   []core.Event
 }
 
 // New returns a registrar.
@@ -141,7 +143,7 @@ func New(cfg Config) (*Registrar, error) {
 const MaxSize = 40
 
 // Tick runs the retransmission timers; the first call starts them.
-func (r *Registrar) Tick(now pbp.Time) {
+func (r *Registrar) Tick(now clock.Time) {
 	r.now = max(r.now, now)
 	switch {
 	case r.cfg.Server:
@@ -157,7 +159,7 @@ func (r *Registrar) Tick(now pbp.Time) {
 }
 
 // Deadline is when Tick must next run; 0 when nothing is pending.
-func (r *Registrar) Deadline() pbp.Time {
+func (r *Registrar) Deadline() clock.Time {
 	if r.cfg.Server {
 		return r.startAt
 	}
@@ -169,7 +171,7 @@ func (r *Registrar) Deadline() pbp.Time {
 
 // Step handles one received registration frame (already validated by
 // frame.ParseGroup). src is its Ethernet source.
-func (r *Registrar) Step(now pbp.Time, src [6]byte, v frame.View) error {
+func (r *Registrar) Step(now clock.Time, src, _ [6]byte, v frame.View) error {
 	r.now = max(r.now, now)
 	switch t := v.Type(); {
 	case t == frame.Join && r.cfg.Server:
@@ -354,12 +356,20 @@ func (r *Registrar) Refusals() []Refusal {
 	return out
 }
 
-// Ready returns the frames to send (complete Ethernet frames), valid until
-// Advance.
-func (r *Registrar) Ready() [][]byte { return r.frames }
+// Ready returns the frames to send (complete Ethernet frames), and, at
+// the server, a JoinRefused event for each Join refused since the last
+// Ready (see Refusals); valid until Advance.
+func (r *Registrar) Ready() core.Ready {
+	for _, x := range r.Refusals() {
+		r.events = append(r.events, core.Event{Kind: core.JoinRefused, At: r.now, Reason: x.String()})
+	}
+	return core.Ready{Frames: r.frames, Events: r.events}
+}
 
 // Advance says the frames of the last Ready were sent.
 func (r *Registrar) Advance() {
+	clear(r.events)
+	r.events = r.events[:0]
 	for i, f := range r.frames {
 		r.bufs = append(r.bufs, f[:0])
 		r.frames[i] = nil
@@ -409,4 +419,107 @@ func (r *Registrar) sendStart() {
 			break
 		}
 	}
+}
+
+// The contract (core.Core): registration is a core that carries no
+// application messages. Before the group starts the runtime drives the
+// Registrar alone; after, Attach runs it beside the protocol core.
+
+var _ core.Core = (*Registrar)(nil)
+
+// Propose refuses: registration carries no application messages.
+func (r *Registrar) Propose(clock.Time, []byte) error { return core.ErrNotAccepting }
+
+// Leave does nothing: a registrar has no departure of its own.
+func (r *Registrar) Leave(clock.Time) {}
+
+// Blocked is always true: Propose accepts nothing.
+func (r *Registrar) Blocked() bool { return true }
+
+// Info names this process's id once it has one (frame.NoMember before).
+func (r *Registrar) Info() core.Info {
+	return core.Info{Self: r.self, Delivers: func(frame.Type) bool { return false }, InFlight: "registration frames"}
+}
+
+// Stats are empty: registration's counters are Registered and Joins.
+func (r *Registrar) Stats() core.Stats { return core.Stats{} }
+
+// Members returns the members registered so far (all live).
+func (r *Registrar) Members() []core.Member {
+	out := make([]core.Member, 0, len(r.members))
+	for _, m := range r.members {
+		out = append(out, core.Member{ID: m.ID, Self: m.ID == r.self, Live: true})
+	}
+	return out
+}
+
+// Repair: registration has no streams to repair.
+func (r *Registrar) Repair(from frame.MemberID) (frame.MemberID, bool) { return from, false }
+
+// Attach returns c with the registrar r running beside it, once the group
+// has started: the registration frames (Join, Welcome, Start) go to r,
+// which keeps answering them until every member has started (the server
+// repeats Start, members acknowledge every Start they get); every other
+// frame goes to c, and each one c accepts tells the server that its
+// sender has the Start (Heard). Everything else is c's.
+func Attach(r *Registrar, c core.Core) core.Core { return &attached{Core: c, r: r} }
+
+type attached struct {
+	core.Core
+	r      *Registrar
+	frames [][]byte
+	events []core.Event
+}
+
+func registration(t frame.Type) bool {
+	return t == frame.Join || t == frame.Welcome || t == frame.Start
+}
+
+func (a *attached) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
+	if registration(v.Type()) {
+		return a.r.Step(now, src, dst, v)
+	}
+	if err := a.Core.Step(now, src, dst, v); err != nil {
+		return err
+	}
+	if a.r.cfg.Server {
+		a.r.Heard(v.Sender())
+	}
+	return nil
+}
+
+func (a *attached) Tick(now clock.Time) {
+	a.Core.Tick(now)
+	if !a.r.Done() {
+		a.r.Tick(now)
+	}
+}
+
+// Deadline counts the Start repeats: they are timers of the loop like the
+// core's.
+func (a *attached) Deadline() clock.Time {
+	d := a.Core.Deadline()
+	if t := a.r.Deadline(); t != 0 && !a.r.Done() && (d == 0 || t < d) {
+		d = t
+	}
+	return d
+}
+
+func (a *attached) Ready() core.Ready {
+	rd := a.Core.Ready()
+	reg := a.r.Ready()
+	if len(reg.Frames) == 0 && len(reg.Events) == 0 {
+		return rd
+	}
+	a.frames = append(append(a.frames[:0], reg.Frames...), rd.Frames...)
+	a.events = append(append(a.events[:0], reg.Events...), rd.Events...)
+	rd.Frames, rd.Events = a.frames, a.events
+	return rd
+}
+
+func (a *attached) Advance() {
+	a.Core.Advance()
+	a.r.Advance()
+	clear(a.frames)
+	clear(a.events)
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
-	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -18,6 +20,7 @@ import (
 // sends nothing, so only Start acknowledgements (Joins) reach the server.
 type node struct {
 	r     *Registrar
+	st    *core.Stepper
 	ep    *testnet.Endpoint
 	rx    []link.Frame
 	epoch time.Time
@@ -25,35 +28,28 @@ type node struct {
 }
 
 func (n *node) Step(now time.Time) time.Time {
-	t := pbp.Time(now.Sub(n.epoch)) + 1
+	if n.st == nil {
+		n.st = core.NewStepper(n.r, 3, frame.EtherType)
+	}
+	t := wall.Clock{Epoch: n.epoch}.Core(now)
 	for {
 		k, _ := n.ep.Recv(time.Time{}, n.rx)
 		for _, f := range n.rx[:k] {
-			eth, body, err := frame.SplitEthernet(f.Data, frame.EtherType)
-			if err != nil {
+			if err := n.st.Step(t, f.Data); errors.Is(err, frame.ErrEthernet) || errors.Is(err, frame.ErrGroup) {
 				n.bad++
-				continue
 			}
-			v, err := frame.ParseGroup(body, 3)
-			if err != nil {
-				n.bad++
-				continue
-			}
-			n.r.Step(t, eth.Src(), v)
 		}
-		n.r.Tick(t)
-		if fs := n.r.Ready(); len(fs) > 0 {
-			n.ep.Send(fs)
+		n.st.Tick(t)
+		rd := n.st.Ready()
+		if len(rd.Frames) > 0 {
+			n.ep.Send(rd.Frames)
 		}
-		n.r.Advance()
+		n.st.Advance()
 		if k == 0 {
 			break
 		}
 	}
-	if d := n.r.Deadline(); d != 0 {
-		return n.epoch.Add(time.Duration(d - 1))
-	}
-	return time.Time{}
+	return wall.Clock{Epoch: n.epoch}.Wall(n.st.Deadline())
 }
 
 type setup struct {
@@ -85,7 +81,7 @@ func run(t *testing.T, seed uint64, s setup) []*node {
 			req = s.request(i)
 		}
 		r, err := New(Config{Group: 3, Size: s.size, Server: i == 0, MAC: [6]byte(ep.HardwareAddr()), Incarnation: uint32(100 + i),
-			Nonce: uint64(i)*0x1234567 + 1, Requested: req, Window: 128, MTU: 1500, ConfigHash: hash, Retry: 20 * pbp.Millisecond})
+			Nonce: uint64(i)*0x1234567 + 1, Requested: req, Window: 128, MTU: 1500, ConfigHash: hash, Retry: 20 * clock.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,8 +176,8 @@ func TestRegistrationRefusesConfigMismatch(t *testing.T) {
 	if _, _, ok := nodes[0].r.Started(); ok {
 		t.Errorf("the server started with a member refused")
 	}
-	if rs := nodes[0].r.Refusals(); len(rs) == 0 || rs[0].Full || !strings.Contains(rs[0].String(), "configuration hash 0xbad") {
-		t.Errorf("server's refusals: %v", rs)
+	if evs := nodes[0].st.Events(); len(evs) == 0 || evs[0].Kind != core.JoinRefused || !strings.Contains(evs[0].Reason, "configuration hash 0xbad") {
+		t.Errorf("server's events: %v, want a JoinRefused naming the configuration hash", evs)
 	}
 }
 
@@ -205,7 +201,7 @@ func TestRegistrationRefusesWhenFull(t *testing.T) {
 
 // A repeated Join (its Welcome lost) gets the same id.
 func TestDuplicateJoinSameID(t *testing.T) {
-	srv, _ := New(Config{Group: 3, Size: 3, Server: true, MAC: [6]byte{2, 0, 0, 0, 0, 1}, ConfigHash: 7, Retry: pbp.Millisecond})
+	srv, _ := New(Config{Group: 3, Size: 3, Server: true, MAC: [6]byte{2, 0, 0, 0, 0, 1}, ConfigHash: 7, Retry: clock.Millisecond})
 	join := func(mac [6]byte, nonce uint64) frame.View {
 		b, err := frame.Append(nil, &frame.Header{Group: 3, Sender: frame.NoMember, Incarnation: 5},
 			&frame.JoinBody{Requested: frame.NoMember, Nonce: nonce, ConfigHash: 7})
@@ -220,7 +216,7 @@ func TestDuplicateJoinSameID(t *testing.T) {
 	}
 	a := [6]byte{2, 0, 0, 0, 0, 2}
 	for range 3 {
-		if err := srv.Step(1, a, join(a, 99)); err != nil {
+		if err := srv.Step(1, a, frame.Broadcast, join(a, 99)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,7 +224,7 @@ func TestDuplicateJoinSameID(t *testing.T) {
 		t.Fatalf("three Joins with one nonce registered %d members, want 2 (server + 1)", srv.Registered())
 	}
 	var ids []frame.MemberID
-	for _, f := range srv.Ready() {
+	for _, f := range srv.Ready().Frames {
 		_, body, _ := frame.SplitEthernet(f, frame.EtherType)
 		v, _ := frame.ParseGroup(body, 3)
 		ids = append(ids, v.Welcome().Assigned)

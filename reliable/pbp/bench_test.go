@@ -22,10 +22,7 @@ func newMemGroup(tb testing.TB, mode Mode, n, window int) *memseg.Segment[*Core]
 		cores = append(cores, c)
 		macs = append(macs, ms[i].MAC)
 	}
-	return memseg.New(testGroup, cores, macs, t0, func(c *Core) ([][]byte, int) {
-		rd := c.Ready()
-		return rd.Frames, len(rd.Deliveries)
-	})
+	return memseg.New(testGroup, cores, macs, t0)
 }
 
 // BenchmarkGroup measures messages per second through the cores alone:

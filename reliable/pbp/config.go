@@ -167,8 +167,54 @@ type settings struct {
 	selfInc   uint32
 }
 
+// withDefaults returns c with every zero field that has a default set to
+// it: the one place PBP's defaults are resolved.
+func (c Config) withDefaults() Config {
+	if c.Window == 0 {
+		c.Window = DefaultWindowPBP2
+		if c.Mode == PBP1 {
+			c.Window = DefaultWindowPBP1
+		}
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.EtherType == 0 {
+		c.EtherType = frame.EtherType
+	}
+	if c.Dst == [6]byte{} {
+		c.Dst = frame.Broadcast
+	}
+	resend := DefaultResendTimeoutPBP2
+	if c.Mode == PBP1 {
+		resend = DefaultResendTimeoutPBP1
+	}
+	for _, d := range []struct {
+		d   *Duration
+		def Duration
+	}{
+		{&c.AckDelay, DefaultAckDelay}, {&c.ResendTimeout, resend}, {&c.NackTimeout, DefaultNackTimeout},
+		{&c.HeartbeatInterval, DefaultHeartbeatInterval}, {&c.FailureTimeout, DefaultFailureTimeout},
+	} {
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
+	return c
+}
+
+// Shared returns the settings every member of a group must share, with
+// the defaults resolved: Mode, Window, MTU, MaxPayload, InitialSeq,
+// EtherType, Dst and the timers but BundleDelay (each member's own).
+// Registration hashes it, so a joiner configured otherwise is refused.
+func (c Config) Shared() Config {
+	c = c.withDefaults()
+	c.Self, c.Members, c.BundleDelay = 0, nil, 0
+	return c
+}
+
 func (c Config) validate() (settings, error) {
-	s := settings{Config: c}
+	s := settings{Config: c.withDefaults()}
 	if c.Mode != PBP1 && c.Mode != PBP2 {
 		return s, configErr("Mode is %v, want PBP1 or PBP2", c.Mode)
 	}
@@ -203,21 +249,12 @@ func (c Config) validate() (settings, error) {
 	s.selfMAC, s.selfInc = c.Members[self].MAC, c.Members[self].Incarnation
 	s.ackBase, s.span = lo, int(hi)-int(lo)+1
 
-	if s.Window == 0 {
-		s.Window = DefaultWindowPBP2
-		if c.Mode == PBP1 {
-			s.Window = DefaultWindowPBP1
-		}
-	}
 	if s.Window < 1 || s.Window > MaxWindow {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)
 	}
 	s.ringSize = uint32(1) << bits.Len32(uint32(s.Window-1))
 	s.histSize = uint32(1) << bits.Len32(uint32(2*s.Window-1))
 
-	if s.MTU == 0 {
-		s.MTU = DefaultMTU
-	}
 	if s.MTU < frame.MinMTU {
 		return s, configErr("MTU is %d, want at least %d", c.MTU, frame.MinMTU)
 	}
@@ -234,38 +271,25 @@ func (c Config) validate() (settings, error) {
 		s.maxPayload = c.MaxPayload
 	}
 
-	s.etherType = c.EtherType
-	if s.etherType == 0 {
-		s.etherType = frame.EtherType
-	}
-	s.dst = c.Dst
-	if s.dst == [6]byte{} {
-		s.dst = frame.Broadcast
-	} else if s.dst[0]&1 == 0 {
+	s.etherType, s.dst = s.EtherType, s.Dst
+	if s.dst[0]&1 == 0 {
 		return s, configErr("Dst %x is a unicast address; group frames go to broadcast or a multicast group", c.Dst)
 	}
 
-	resendDef := DefaultResendTimeoutPBP2
-	if c.Mode == PBP1 {
-		resendDef = DefaultResendTimeoutPBP1
-	}
+	def := Config{Mode: c.Mode}.withDefaults()
 	durations := []struct {
-		name string
-		d    *Duration
-		def  Duration
+		name   string
+		d, def Duration
 	}{
-		{"AckDelay", &s.AckDelay, DefaultAckDelay},
-		{"ResendTimeout", &s.ResendTimeout, resendDef},
-		{"NackTimeout", &s.NackTimeout, DefaultNackTimeout},
-		{"HeartbeatInterval", &s.HeartbeatInterval, DefaultHeartbeatInterval},
-		{"FailureTimeout", &s.FailureTimeout, DefaultFailureTimeout},
+		{"AckDelay", s.AckDelay, def.AckDelay},
+		{"ResendTimeout", s.ResendTimeout, def.ResendTimeout},
+		{"NackTimeout", s.NackTimeout, def.NackTimeout},
+		{"HeartbeatInterval", s.HeartbeatInterval, def.HeartbeatInterval},
+		{"FailureTimeout", s.FailureTimeout, def.FailureTimeout},
 	}
 	for _, d := range durations {
-		if *d.d < 0 {
-			return s, configErr("%s is %d ns, want > 0 (0 means %d ns)", d.name, int64(*d.d), int64(d.def))
-		}
-		if *d.d == 0 {
-			*d.d = d.def
+		if d.d < 0 {
+			return s, configErr("%s is %d ns, want > 0 (0 means %d ns)", d.name, int64(d.d), int64(d.def))
 		}
 	}
 	if s.BundleDelay < 0 {

@@ -2,20 +2,20 @@ package pbp
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
 // Errors of Propose and Step. Step's errors say why a frame was dropped;
 // the frame changed no state, and the drop is counted in Stats.
 var (
-	// ErrWindowFull is back-pressure: Window frames are unacknowledged.
-	// Retry after a later Step, Tick or removal frees room (Stats.InFlight
-	// falls below Stats.Window).
-	ErrWindowFull = errors.New("pbp: send window full")
+	// ErrWindowFull is back-pressure: Window frames are unacknowledged
+	// and Window more wait for room. Retry after a later Step, Tick or
+	// removal frees room (Blocked turns false).
+	ErrWindowFull = core.ErrWindowFull
 	// ErrLeaving: Leave was called; no new messages are accepted.
-	ErrLeaving = errors.New("pbp: member is leaving the group")
+	ErrLeaving = core.ErrLeaving
 	// ErrNotMember: the frame's sender id is not in the member list.
 	ErrNotMember = errors.New("pbp: frame from a non-member")
 	// ErrIncarnation: the sender id is a member, its incarnation is not.
@@ -32,108 +32,38 @@ var (
 	ErrLeft = errors.New("pbp: this member has left the group")
 )
 
-// TooLargeError refuses a message larger than one frame carries.
-type TooLargeError struct {
-	Size, Max int
-}
+// The contract's types (package core): PBP's deliveries, events and
+// output are the ones every core has.
+type (
+	TooLargeError = core.TooLargeError
+	Delivery      = core.Delivery
+	EventKind     = core.EventKind
+	Event         = core.Event
+	Ready         = core.Ready
+)
 
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("pbp: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
-}
-
-// Delivery is one application message delivered in FIFO order of its
-// sender. Data aliases either the received frame (in-order frames: valid
-// until the runtime recycles that frame, which must not happen before
-// Advance) or a buffer of the core (valid until Advance). Copy it to keep
-// it.
-type Delivery struct {
-	From  frame.MemberID
-	Seq   uint32 // the frame's sequence number
-	Index int    // position within a bundled frame, 0 for a lone message
-	Data  []byte
-}
-
-// EventKind says what happened to a member.
-type EventKind uint8
-
+// The events PBP reports (core.EventKind): Member is removed as
+// MemberFailed when silent past FailureTimeout; as MemberStalled when
+// heard from but ignoring us — it acknowledged none of our frames for
+// FailureTimeout while some were outstanding (Reason StalledNoAcks), or its
+// frames run more than a window past our acknowledgement, so it removed
+// us and what we miss from it can never be repaired (StalledRemovedUs);
+// as MemberLeft when its Leave arrived and everything it sent was
+// delivered. SelfLeft: this member sent its Leave; the core is finished.
 const (
-	// MemberFailed: silent past FailureTimeout, removed.
-	MemberFailed EventKind = iota + 1
-	// MemberStalled: heard from, but ignoring us, so removed: either it
-	// acknowledged none of our frames for FailureTimeout while some were
-	// outstanding (it may have removed us, or cannot receive), and our
-	// window must not stall on it forever (Reason StalledNoAcks); or its
-	// frames run more than a window past our acknowledgement, which a
-	// sender that counts us never does: it removed us, and what we miss
-	// from it can never be repaired (StalledRemovedUs).
-	MemberStalled
-	// MemberLeft: its Leave arrived and everything it sent was delivered.
-	MemberLeft
-	// SelfLeft: this member sent its Leave; the core is finished.
-	SelfLeft
+	MemberFailed  = core.MemberFailed
+	MemberStalled = core.MemberStalled
+	MemberLeft    = core.MemberLeft
+	SelfLeft      = core.SelfLeft
 )
 
 // Reasons of MemberStalled (Event.Reason).
 const (
-	StalledNoAcks    = "it acknowledged none of our frames for FailureTimeout"
-	StalledRemovedUs = "it removed this member: its frames run more than a window past our acknowledgement"
+	StalledNoAcks    = core.StalledNoAcks
+	StalledRemovedUs = core.StalledRemovedUs
 )
 
-func (k EventKind) String() string {
-	switch k {
-	case MemberFailed:
-		return "failed"
-	case MemberStalled:
-		return "stalled"
-	case MemberLeft:
-		return "left"
-	case SelfLeft:
-		return "self left"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
-
-// Event reports a change of membership.
-type Event struct {
-	Kind   EventKind
-	Member frame.MemberID
-	At     Time
-	// Delivered is the next sequence number that was expected from Member
-	// when it was removed: everything before it was delivered here.
-	Delivered uint32
-	// Discarded counts messages received from Member beyond a gap that
-	// could no longer be filled and were dropped undelivered.
-	Discarded int
-	// Reason says why a member was removed as MemberStalled:
-	// StalledNoAcks or StalledRemovedUs. Empty for other kinds.
-	Reason string
-}
-
-func (e Event) String() string {
-	s := fmt.Sprintf("member %d %v at %d (delivered up to seq %d, %d discarded)", e.Member, e.Kind, int64(e.At), e.Delivered, e.Discarded)
-	if e.Reason != "" {
-		s += ": " + e.Reason
-	}
-	return s
-}
-
-// Ready is what the runtime must do now. Everything in it is valid until
-// Advance.
-type Ready struct {
-	// Frames are complete Ethernet frames to send, in order.
-	Frames [][]byte
-	// Deliveries are messages for the application, FIFO per sender.
-	Deliveries []Delivery
-	// Events are membership changes, in the order they happened.
-	Events []Event
-}
-
-// Empty reports whether there is nothing to do.
-func (r Ready) Empty() bool {
-	return len(r.Frames) == 0 && len(r.Deliveries) == 0 && len(r.Events) == 0
-}
-
-// Stats are the core's counters. Frames and messages are counted
+// Stats are PBP's own counters (core.Stats.Detail). Frames and messages are counted
 // separately: a bundled frame carries several messages.
 type Stats struct {
 	MessagesProposed uint64
@@ -583,29 +513,16 @@ func (c *Core) sendLeave() {
 // Ready returns what to send, deliver and report now. With BundleDelay 0
 // it first seals the frame collecting proposed messages.
 func (c *Core) Ready() Ready {
-	c.flush(true)
+	c.flush()
 	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
 }
 
-// ReadyControl is Ready except that frames waiting for window room keep
-// waiting: only acknowledgements, Nacks, heartbeats, retransmissions and
-// deliveries come out. It lets a runtime leave encoding and sending new
-// Data to the application's goroutine (which calls Ready after Propose)
-// while its event loop only receives, so that the two run on two CPUs;
-// the next Ready sends the waiting frames the window has room for.
-func (c *Core) ReadyControl() Ready {
-	c.flush(false)
-	return Ready{Frames: c.frames, Deliveries: c.deliveries, Events: c.events}
-}
-
-// flush turns what is due into frames: the waiting Data frames the window
-// has room for (if release), Nacks, a plain Ack, a Heartbeat.
-func (c *Core) flush(release bool) {
+// flush turns what is due into frames: Nacks, a plain Ack, a Heartbeat,
+// then the waiting Data frames the window has room for (the order the
+// runtime's Ready has always had, which captures show).
+func (c *Core) flush() {
 	if !c.started || c.left {
 		return
-	}
-	if release {
-		c.release()
 	}
 	for i := range c.peers {
 		if p := &c.peers[i]; p.nackDue {
@@ -621,6 +538,10 @@ func (c *Core) flush(release bool) {
 		c.emit(c.cfg.dst, &c.empty)
 		c.stats.HeartbeatsSent++
 	}
+	// New Data after the control frames: an Ack or Nack names the last
+	// frame sent before it, so a receiver that loses the new frames
+	// still learns of them from the next frame, not from this one.
+	c.release()
 	c.maybeLeave()
 }
 
@@ -827,8 +748,8 @@ const (
 	maxNackBackoff = 3
 )
 
-// Stats returns the counters.
-func (c *Core) Stats() Stats {
+// Counters returns PBP's own counters.
+func (c *Core) Counters() Stats {
 	s := c.stats
 	s.InFlight = c.inFlight()
 	s.Pending = c.pending
@@ -838,8 +759,8 @@ func (c *Core) Stats() Stats {
 	return s
 }
 
-// Members returns every other member's state, by id.
-func (c *Core) Members() []MemberState {
+// MemberStates returns every other member's PBP state, by id.
+func (c *Core) MemberStates() []MemberState {
 	out := make([]MemberState, len(c.peers))
 	for i := range c.peers {
 		p := &c.peers[i]
@@ -856,3 +777,51 @@ func (c *Core) Repairing(id frame.MemberID) bool {
 	p, _ := c.peer(id)
 	return p != nil && p.state == repair
 }
+
+// The contract (core.Core).
+
+var _ core.Core = (*Core)(nil)
+
+// Done reports whether the core is finished: it left and repeated its
+// Leave.
+func (c *Core) Done() bool { return c.left && c.Deadline() == 0 }
+
+// Info says what the runtime needs to know: the largest message, and
+// that Data frames are the ones that deliver.
+func (c *Core) Info() core.Info {
+	return core.Info{Self: c.cfg.Self, MaxMessage: c.cfg.maxPayload, Delivers: delivers,
+		InFlight: "frames not yet acknowledged by every live member"}
+}
+
+func delivers(t frame.Type) bool { return t == frame.Data }
+
+// Stats returns the counters every core has, with PBP's own (Counters)
+// as Detail.
+func (c *Core) Stats() core.Stats {
+	s := c.Counters()
+	return core.Stats{Proposed: s.MessagesProposed, Delivered: s.Delivered, Sent: s.DataFramesSent,
+		Retransmitted: s.Retransmitted, RepairRequests: s.NacksSent, RepairRequestsReceived: s.NacksReceived, Window: s.Window,
+		InFlight: s.InFlight, Pending: s.Pending, Unsettled: s.InFlight + s.Pending, Detail: s}
+}
+
+// Members returns every member, this one included, by id.
+func (c *Core) Members() []core.Member {
+	out := make([]core.Member, 0, len(c.peers)+1)
+	self := false
+	for i := range c.peers {
+		p := &c.peers[i]
+		if !self && p.id > c.cfg.Self {
+			out = append(out, core.Member{ID: c.cfg.Self, Self: true, Live: !c.left})
+			self = true
+		}
+		out = append(out, core.Member{ID: p.id, Live: p.live, Repairing: p.state == repair})
+	}
+	if !self {
+		out = append(out, core.Member{ID: c.cfg.Self, Self: true, Live: !c.left})
+	}
+	return out
+}
+
+// Repair says that a frame from member from fills from's own stream, and
+// whether that stream has a gap here (the PBP2 repair state).
+func (c *Core) Repair(from frame.MemberID) (frame.MemberID, bool) { return from, c.Repairing(from) }

@@ -78,7 +78,7 @@ func data(msg string) frame.Body { return &frame.Payload{T: frame.Data, Data: []
 func step(t testing.TB, c *Core, now Time, f in) error {
 	t.Helper()
 	src, v := f.view(t)
-	return c.Step(now, src, v)
+	return c.Step(now, src, frame.Broadcast, v)
 }
 
 // out is a frame the core sent, decoded.
@@ -167,7 +167,7 @@ func TestConfigErrors(t *testing.T) {
 func TestInOrderDeliveryAliasesFrameAndAcksLater(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 0, 3))
 	src, v := in{sender: 1, seq: 100, body: data("hello")}.view(t)
-	if err := c.Step(t0+1, src, v); err != nil {
+	if err := c.Step(t0+1, src, frame.Broadcast, v); err != nil {
 		t.Fatal(err)
 	}
 	rd := c.Ready()
@@ -241,7 +241,7 @@ func TestPlainAckAfterHalfWindow(t *testing.T) {
 					t.Fatalf("receipt %d: ack vector %v, want %v", i, got, want)
 				}
 			}
-			if st := c.Stats(); st.AcksSent != uint64(receipts/tc.every) {
+			if st := c.Counters(); st.AcksSent != uint64(receipts/tc.every) {
 				t.Fatalf("%d Acks sent, want %d", st.AcksSent, receipts/tc.every)
 			}
 		})
@@ -294,7 +294,7 @@ func TestGapNackRepairPBP2(t *testing.T) {
 	if n.t != frame.Nack || n.dst != testMAC(1) || !ok || nb.Target != 1 || len(nb.Ranges) != 1 || nb.Ranges[0] != (frame.Range{First: 100, Last: 102}) {
 		t.Fatalf("Nack %+v %+v, want unicast to member 1 for 100..102", n, n.body)
 	}
-	if !c.Members()[0].Repairing {
+	if !c.MemberStates()[0].Repairing {
 		t.Fatal("member 1 should be in repair state")
 	}
 	// A second gap beyond the first is asked for at once, alone.
@@ -329,10 +329,10 @@ func TestGapNackRepairPBP2(t *testing.T) {
 	if got := msgs(ds); got != "e,f,g" {
 		t.Fatalf("delivered %q, want e,f,g", got)
 	}
-	if c.Members()[0].Repairing || c.Stats().Buffered != 0 {
-		t.Fatalf("repair should be over: %+v", c.Members()[0])
+	if c.MemberStates()[0].Repairing || c.Counters().Buffered != 0 {
+		t.Fatalf("repair should be over: %+v", c.MemberStates()[0])
 	}
-	if st := c.Stats(); st.OutOfOrder != 4 || st.GapsRepaired != 1 || st.NacksSent != 3 {
+	if st := c.Counters(); st.OutOfOrder != 4 || st.GapsRepaired != 1 || st.NacksSent != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -416,15 +416,15 @@ func TestBundleNackAnswerAndHold(t *testing.T) {
 	nack.sender = 3
 	step(t, c, t0+5, nack)
 	frames, _, _ = ready(t, c)
-	if len(frames) != 0 || c.Stats().RetransmitsHeld != 2 {
-		t.Fatalf("frames %+v, stats %+v; want nothing sent, 2 held", frames, c.Stats())
+	if len(frames) != 0 || c.Counters().RetransmitsHeld != 2 {
+		t.Fatalf("frames %+v, stats %+v; want nothing sent, 2 held", frames, c.Counters())
 	}
 	// After NackTimeout/2 it is honoured again, to the asker.
 	step(t, c, t0+4+Time(DefaultNackTimeout/2), nack)
 	if frames, _, _ = ready(t, c); len(frames) != 2 || frames[0].dst != testMAC(3) {
 		t.Fatalf("%+v, want 2 retransmissions to member 3", frames)
 	}
-	if st := c.Stats(); st.NackedStale != 4 || st.NacksReceived != 4 || st.Retransmitted != 6 || st.RetransmittedUnicast != 4 {
+	if st := c.Counters(); st.NackedStale != 4 || st.NacksReceived != 4 || st.Retransmitted != 6 || st.RetransmittedUnicast != 4 {
 		t.Fatalf("stats %+v: 99 was never sent (stale, in each of 4 Nacks); 6 retransmitted, 4 of them unicast", st)
 	}
 }
@@ -443,7 +443,7 @@ func TestResendTimerPBP2SendsAckWithLastSeq(t *testing.T) {
 		t.Fatalf("deadline %d, want %d", d, t0+3*Time(DefaultResendTimeoutPBP2))
 	}
 	step(t, c, t0+Time(DefaultResendTimeoutPBP2)+1, in{sender: 1, seq: 99, acks: []uint32{101, 100}, body: &frame.Empty{T: frame.Ack}})
-	if st := c.Stats(); st.InFlight != 0 || c.Deadline() != t0+Time(DefaultResendTimeoutPBP2)+Time(DefaultHeartbeatInterval) {
+	if st := c.Counters(); st.InFlight != 0 || c.Deadline() != t0+Time(DefaultResendTimeoutPBP2)+Time(DefaultHeartbeatInterval) {
 		t.Fatalf("after the ack: %+v deadline %d", st, c.Deadline())
 	}
 }
@@ -503,8 +503,8 @@ func TestWindowBackPressure(t *testing.T) {
 	if err := c.Propose(t0, big); err != nil {
 		t.Fatalf("message that opens the second waiting frame: %v", err)
 	}
-	if !c.Blocked() || c.Stats().Pending != 2 {
-		t.Fatalf("Blocked %v, %d pending; want true, 2", c.Blocked(), c.Stats().Pending)
+	if !c.Blocked() || c.Counters().Pending != 2 {
+		t.Fatalf("Blocked %v, %d pending; want true, 2", c.Blocked(), c.Counters().Pending)
 	}
 	if err := c.Propose(t0, big); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("a third waiting frame: %v, want ErrWindowFull", err)
@@ -532,7 +532,7 @@ func TestWindowBackPressure(t *testing.T) {
 	}
 	// An ack for frames never sent is refused.
 	step(t, c, t0+2, in{sender: 1, seq: 99, acks: []uint32{150, 100}, body: &frame.Empty{T: frame.Ack}})
-	if st := c.Stats(); st.BadAcks != 1 || st.InFlight != 2 || st.Pending != 0 {
+	if st := c.Counters(); st.BadAcks != 1 || st.InFlight != 2 || st.Pending != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -555,7 +555,7 @@ func TestDropsForeignFrames(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 0, 3))
 	forged := func(f in, src [6]byte) error {
 		_, v := f.view(t)
-		return c.Step(t0+1, src, v)
+		return c.Step(t0+1, src, frame.Broadcast, v)
 	}
 	for _, tc := range []struct {
 		name string
@@ -579,10 +579,10 @@ func TestDropsForeignFrames(t *testing.T) {
 	if len(frames)+len(ds)+len(evs) != 0 {
 		t.Fatalf("forged frames changed state: %v %v %v", frames, ds, evs)
 	}
-	if m := c.Members(); m[0].Expected != 100 || m[0].LastHeard != t0 {
+	if m := c.MemberStates(); m[0].Expected != 100 || m[0].LastHeard != t0 {
 		t.Fatalf("member 1 state changed: %+v", m[0])
 	}
-	st := c.Stats()
+	st := c.Counters()
 	if st.NotMember != 1 || st.WrongIncarnation != 1 || st.WrongMAC != 2 || st.WrongGroup != 1 || st.UnhandledTypes != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -602,7 +602,7 @@ func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
 	ready(t, c)
 	step(t, c, t0+1, in{sender: 2, seq: 101, body: data("x")}) // 100 missing from 2
 	ready(t, c)
-	if st := c.Stats(); st.Buffered != 1 {
+	if st := c.Counters(); st.Buffered != 1 {
 		t.Fatalf("%+v", st)
 	}
 	later := t0 + Time(DefaultFailureTimeout)
@@ -707,12 +707,12 @@ func TestSequenceWrap(t *testing.T) {
 			ready(t, c)
 		}
 		step(t, c, t0+3, in{sender: 1, seq: 1, acks: []uint32{2, 2}, body: &frame.Empty{T: frame.Ack}})
-		if st := c.Stats(); st.InFlight != 0 || st.BadAcks != 0 {
+		if st := c.Counters(); st.InFlight != 0 || st.BadAcks != 0 {
 			t.Fatalf("%v: %+v", mode, st)
 		}
 		// An old frame from before the wrap is a duplicate.
 		step(t, c, t0+4, in{sender: 1, seq: 0xffff_ffff, body: data("b")})
-		if _, ds, _ := ready(t, c); len(ds) != 0 || c.Stats().Duplicates != 1 {
+		if _, ds, _ := ready(t, c); len(ds) != 0 || c.Counters().Duplicates != 1 {
 			t.Fatalf("%v: duplicate delivered %q", mode, msgs(ds))
 		}
 	}
@@ -757,7 +757,7 @@ func TestBeyondWindowRemovesSender(t *testing.T) {
 				t.Errorf("a Nack to the member that removed us: %+v", f)
 			}
 		}
-		st := c.Stats()
+		st := c.Counters()
 		if st.BeyondWindow != 1 || st.Duplicates != 1 || st.MembersFailed != 1 || st.Discarded != 1 || st.Buffered != 0 {
 			t.Errorf("%+v", st)
 		}
@@ -809,7 +809,7 @@ func TestHalfNumberSpaceAwayRemovesSender(t *testing.T) {
 			}
 			// Checked before Ready: a knownEnd half the number space
 			// away costs the next Nack seconds.
-			m := c.Members()[0]
+			m := c.MemberStates()[0]
 			if d := m.KnownEnd - m.Expected; m.Live && d > uint32(cfg.Window) {
 				t.Fatalf("member 1 live with expected %d, knownEnd %d: %d past it", m.Expected, m.KnownEnd, d)
 			}
@@ -818,8 +818,8 @@ func TestHalfNumberSpaceAwayRemovesSender(t *testing.T) {
 			}
 			_, ds, evs := ready(t, c)
 			if tc.removed {
-				if len(evs) != 1 || evs[0].Kind != MemberStalled || evs[0].Reason != StalledRemovedUs || c.Stats().BeyondWindow != 1 {
-					t.Fatalf("events %v, %d beyond the window; want member 1 stalled: %s", evs, c.Stats().BeyondWindow, StalledRemovedUs)
+				if len(evs) != 1 || evs[0].Kind != MemberStalled || evs[0].Reason != StalledRemovedUs || c.Counters().BeyondWindow != 1 {
+					t.Fatalf("events %v, %d beyond the window; want member 1 stalled: %s", evs, c.Counters().BeyondWindow, StalledRemovedUs)
 				}
 				return
 			}
@@ -876,7 +876,7 @@ func TestZeroAllocsInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Step(now, testMAC(1), v); err != nil {
+		if err := c.Step(now, testMAC(1), frame.Broadcast, v); err != nil {
 			t.Fatal(err)
 		}
 		seq++
@@ -925,8 +925,8 @@ func TestStalledMemberRemoved(t *testing.T) {
 	if len(evs) != 1 || evs[0].Kind != MemberStalled || evs[0].Member != 2 || evs[0].At != idle+Time(DefaultFailureTimeout) {
 		t.Fatalf("events %v, want member 2 stalled at %d", evs, idle+Time(DefaultFailureTimeout))
 	}
-	if c.Stats().InFlight != 0 {
-		t.Fatalf("%+v", c.Stats())
+	if c.Counters().InFlight != 0 {
+		t.Fatalf("%+v", c.Counters())
 	}
 }
 
@@ -958,7 +958,7 @@ func TestRepeatedNackFromSameMemberNotHeld(t *testing.T) {
 	if len(frames) != 1 || frames[0].h.Seq != 100 || frames[0].h.Flags&frame.FlagRetransmit == 0 || frames[0].dst != testMAC(3) {
 		t.Fatalf("%+v, want 100 retransmitted to member 3 for its repeated Nack", frames)
 	}
-	if st := c.Stats(); st.Retransmitted != 3 || st.RetransmitsHeld != 1 || st.RetransmittedUnicast != 2 {
+	if st := c.Counters(); st.Retransmitted != 3 || st.RetransmitsHeld != 1 || st.RetransmittedUnicast != 2 {
 		t.Fatalf("stats %+v, want 3 retransmitted (2 unicast), 1 held", st)
 	}
 }
@@ -974,7 +974,7 @@ func TestLostRetransmissionAskedAgainAtOnce(t *testing.T) {
 	stepTo := func(now Time, f in, dst [6]byte) {
 		t.Helper()
 		src, v := f.view(t)
-		if err := c.StepTo(now, src, dst, v); err != nil {
+		if err := c.Step(now, src, dst, v); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1001,7 +1001,7 @@ func TestLostRetransmissionAskedAgainAtOnce(t *testing.T) {
 	if len(frames) != 1 || frames[0].t != frame.Nack || len(frames[0].body.(*frame.NackBody).Ranges) != 1 || frames[0].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 101, Last: 101}) {
 		t.Fatalf("%+v, want a Nack for 101 alone at once", frames)
 	}
-	if st := c.Stats(); st.NacksRepeated != 1 || st.NacksSent != 3 {
+	if st := c.Counters(); st.NacksRepeated != 1 || st.NacksSent != 3 {
 		t.Fatalf("stats %+v, want 3 Nacks, 1 repeated", st)
 	}
 	// The nack timer does not ask again for 101 so soon after.
@@ -1122,7 +1122,7 @@ func TestNackTimerLearnsLongRepairRoundTrip(t *testing.T) {
 	if frames, _, _ := ready(t, c); slices.ContainsFunc(frames, func(f out) bool { return f.t == frame.Nack }) {
 		t.Fatalf("%+v: asked again after NackTimeout, before the measured round trip", frames)
 	}
-	if st := c.Stats(); st.NacksRepeated == 0 {
+	if st := c.Counters(); st.NacksRepeated == 0 {
 		t.Fatalf("stats %+v: the first rounds should have re-asked (the check above proves nothing otherwise)", st)
 	}
 }
@@ -1158,7 +1158,7 @@ func TestNackTimerIgnoresSilence(t *testing.T) {
 		c.Tick(now)
 		ready(t, c)
 	}
-	if st := c.Stats(); st.NacksRepeated == 0 {
+	if st := c.Counters(); st.NacksRepeated == 0 {
 		t.Fatalf("stats %+v: the silence should have been asked through", st)
 	}
 	now = back
@@ -1235,32 +1235,6 @@ func TestRepairSampleOnlyFromAskedFrames(t *testing.T) {
 	}
 	if p.srtt < rtt*9/10 || c.nackTimeout(p) < rtt {
 		t.Fatalf("srtt %d, nack timeout %d, want about the round trip %d and above it", p.srtt, c.nackTimeout(p), rtt)
-	}
-}
-
-// ReadyControl sends acknowledgements but leaves frames waiting for room
-// to the next Ready (the runtime's loop leaves new Data to the
-// application's goroutine).
-func TestReadyControlLeavesDataWaiting(t *testing.T) {
-	cfg := testConfig(PBP2, 0, 2)
-	cfg.Window = 1
-	c := newCore(t, cfg)
-	c.Propose(t0, []byte("a"))
-	ready(t, c)
-	c.Propose(t0, []byte("b")) // waits: the window is full
-	step(t, c, t0+1, in{sender: 1, seq: 100, acks: []uint32{101, 101}, body: data("x")})
-	c.Tick(t0 + 1 + Time(DefaultAckDelay))
-	rd := c.ReadyControl()
-	if len(rd.Frames) != 1 || len(rd.Deliveries) != 1 {
-		t.Fatalf("ReadyControl: %d frames, %d deliveries; want the Ack and x", len(rd.Frames), len(rd.Deliveries))
-	}
-	c.Advance()
-	if st := c.Stats(); st.Pending != 1 || st.InFlight != 0 {
-		t.Fatalf("after ReadyControl: %d pending, %d in flight; want b still waiting", st.Pending, st.InFlight)
-	}
-	frames, _, _ := ready(t, c)
-	if len(frames) != 1 || frames[0].t != frame.Data || frames[0].h.Seq != 101 {
-		t.Fatalf("Ready: %+v, want b as Data 101", frames)
 	}
 }
 
@@ -1367,7 +1341,7 @@ func TestNackFromSlotBeyond64(t *testing.T) {
 	want("slot 1 asking again", testMAC(1))
 	step(t, c, t0+8+Time(DefaultNackTimeout/2), nack(66))
 	want("slot 66 after the hold", frame.Broadcast)
-	if st := c.Stats(); st.Retransmitted != 5 || st.RetransmittedUnicast != 2 || st.RetransmitsHeld != 3 {
+	if st := c.Counters(); st.Retransmitted != 5 || st.RetransmittedUnicast != 2 || st.RetransmitsHeld != 3 {
 		t.Fatalf("stats %+v, want 5 retransmitted (2 unicast), 3 held", st)
 	}
 }
@@ -1398,7 +1372,7 @@ func TestRepairEndClearsTimerState(t *testing.T) {
 	if len(frames) == 0 || frames[len(frames)-1].t != frame.Nack || frames[len(frames)-1].body.(*frame.NackBody).Ranges[0] != (frame.Range{First: 103, Last: 103}) {
 		t.Fatalf("%+v, want a Nack for 103", frames)
 	}
-	if st := c.Stats(); st.NacksSent != 2 || st.NacksRepeated != 0 {
+	if st := c.Counters(); st.NacksSent != 2 || st.NacksRepeated != 0 {
 		t.Fatalf("stats %+v, want 2 Nacks, none repeated", st)
 	}
 }

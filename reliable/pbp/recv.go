@@ -7,23 +7,16 @@ import (
 )
 
 // Step handles one received frame, already validated by frame.Parse (the
-// group is checked again here). src is the Ethernet source address. A
-// frame that is dropped changes no protocol state; the returned error says
-// why (errors.Is with the Err* values) and the drop is counted. Duplicates
-// are normal, counted, and return nil.
+// group is checked again here). src and dst are its Ethernet addresses: a
+// retransmission addressed to our own MAC answers one of our Nacks, and
+// the frames we asked for before it and still miss are then known lost
+// (findLost). A frame that is dropped changes no protocol state; the
+// returned error says why (errors.Is with the Err* values) and the drop
+// is counted. Duplicates are normal, counted, and return nil.
 //
 // Messages delivered by this frame may alias v: the runtime keeps v's
 // bytes valid until Advance.
-func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
-	return c.StepTo(now, src, c.cfg.dst, v)
-}
-
-// StepTo is Step for a frame whose Ethernet destination is dst. A
-// retransmission addressed to our own MAC answers one of our Nacks, and
-// the frames we asked for before it and still miss are then known lost
-// (findLost); Step, which does not know the destination, treats every
-// frame as sent to the group.
-func (c *Core) StepTo(now Time, src, dst [6]byte, v frame.View) error {
+func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	c.touch(now)
 	if c.left {
 		return ErrLeft

@@ -25,20 +25,15 @@ type restartPair struct {
 func newRestartPair(t *testing.T) *restartPair {
 	r := &restartPair{t: t, ms: testMembers(2), drops: map[string]int{}}
 	cores := []*Core{r.core(0, r.ms), r.core(1, r.ms)}
-	r.seg = memseg.New(testGroup, cores, [][6]byte{r.ms[0].MAC, r.ms[1].MAC}, t0, func(c *Core) ([][]byte, int) {
-		i := 0
-		if c == r.seg.Cores[1] {
-			i = 1
-		}
-		rd := c.Ready()
+	r.seg = memseg.New(testGroup, cores, [][6]byte{r.ms[0].MAC, r.ms[1].MAC}, t0)
+	r.seg.OnReady = func(i int, rd Ready) {
 		if i == 0 {
 			for _, d := range rd.Deliveries {
 				r.got = append(r.got, string(d.Data))
 			}
 		}
 		r.events[i] = append(r.events[i], rd.Events...)
-		return rd.Frames, len(rd.Deliveries)
-	})
+	}
 	r.seg.Tick = 100 * Microsecond
 	r.seg.StepErr = func(i int, err error) { r.drops[fmt.Sprintf("member %d: %v", i, err)]++ }
 	return r
@@ -54,9 +49,7 @@ func (r *restartPair) core(i int, ms []frame.MemberInfo) *Core {
 
 // restart replaces member 1's core with a new one of list ms, started now.
 func (r *restartPair) restart(ms []frame.MemberInfo) {
-	c := r.core(1, ms)
-	c.Tick(r.seg.Now)
-	r.seg.Cores[1] = c
+	r.seg.Replace(1, r.core(1, ms))
 }
 
 // send has member 1 propose n messages, then runs rounds for d. Short
@@ -104,9 +97,9 @@ func TestStaticRestart(t *testing.T) {
 		}
 		r.restart(r.ms)
 		r.send("b", 100, 0, 200*Millisecond)
-		if len(r.got) != 50 || r.seg.Cores[0].Stats().Duplicates == 0 {
+		if len(r.got) != 50 || r.seg.Cores[0].Counters().Duplicates == 0 {
 			t.Fatalf("member 0 delivered %d, %d duplicates; the restarted run's first frames were expected taken for duplicates (the limitation the docs state)",
-				len(r.got), r.seg.Cores[0].Stats().Duplicates)
+				len(r.got), r.seg.Cores[0].Counters().Duplicates)
 		}
 	})
 	t.Run("new incarnation", func(t *testing.T) {
@@ -120,13 +113,13 @@ func TestStaticRestart(t *testing.T) {
 		if len(r.got) != 50 || r.got[49] != "a49" {
 			t.Fatalf("member 0 delivered %d messages, want the first run's 50", len(r.got))
 		}
-		if st := r.seg.Cores[0].Stats(); st.WrongIncarnation == 0 {
+		if st := r.seg.Cores[0].Counters(); st.WrongIncarnation == 0 {
 			t.Errorf("member 0 counted no frame of the wrong incarnation: %+v", st)
 		}
 		if ev := r.events[0]; len(ev) != 1 || ev[0].Kind != MemberFailed || ev[0].Member != 1 || ev[0].Delivered != 1 {
 			t.Errorf("member 0 events %v, want member 1 failed after its one frame was delivered (Delivered 1)", ev)
 		}
-		if st := r.seg.Cores[1].Stats(); st.InFlight != 0 || len(r.events[1]) != 0 {
+		if st := r.seg.Cores[1].Counters(); st.InFlight != 0 || len(r.events[1]) != 0 {
 			t.Errorf("restarted member 1: %d frames in flight, events %v; want its one frame taken as acknowledged by the earlier run's acknowledgement, and no event (the limitation the docs state)",
 				st.InFlight, r.events[1])
 		}
@@ -135,7 +128,7 @@ func TestStaticRestart(t *testing.T) {
 	t.Run("new incarnation, more frames than the earlier run", func(t *testing.T) {
 		r := newRestartPair(t)
 		r.send("a", 5, 1000, 200*Millisecond)
-		if got := r.seg.Cores[1].Stats().DataFramesSent; got != 5 || len(r.got) != 5 {
+		if got := r.seg.Cores[1].Counters().DataFramesSent; got != 5 || len(r.got) != 5 {
 			t.Fatalf("the earlier run sent %d frames, member 0 delivered %d; want 5 and 5", got, len(r.got))
 		}
 		again := append([]frame.MemberInfo(nil), r.ms...)

@@ -206,7 +206,7 @@ func (m *simMember) Step(now time.Time) time.Time {
 				m.badRx++
 				continue
 			}
-			m.core.StepTo(t, eth.Src(), eth.Dst(), v)
+			m.core.Step(t, eth.Src(), eth.Dst(), v)
 		}
 		m.core.Tick(t)
 		m.propose(now)
@@ -479,14 +479,14 @@ func (r *simRun) verdict() error {
 		var b strings.Builder
 		for _, m := range r.members {
 			fmt.Fprintf(&b, "\n  member %d crashed=%v left=%v proposed=%d inflight=%d next=%v removed=%v stats=%+v",
-				m.id, m.ep.Crashed(), m.left, m.proposed, m.core.inFlight(), m.next, m.removed, m.core.Stats())
+				m.id, m.ep.Crashed(), m.left, m.proposed, m.core.inFlight(), m.next, m.removed, m.core.Counters())
 		}
 		return fmt.Errorf("not finished after %v of virtual time:%s", simTimeLimit, b.String())
 	}
 	if r.s.rogue && r.forged > 0 {
 		var refused uint64
 		for _, m := range r.members {
-			st := m.core.Stats()
+			st := m.core.Counters()
 			refused += st.NotMember + st.WrongIncarnation + st.WrongMAC
 		}
 		if refused == 0 {
@@ -496,7 +496,7 @@ func (r *simRun) verdict() error {
 	if r.s.rogue && r.foreign > 0 {
 		var counted uint64
 		for _, m := range r.members {
-			counted += m.core.Stats().WrongGroup
+			counted += m.core.Counters().WrongGroup
 		}
 		if counted == 0 {
 			return fmt.Errorf("the rogue sent %d frames of another group and no member counted one (Stats.WrongGroup)", r.foreign)

@@ -22,10 +22,7 @@ func newMemGroup(tb testing.TB, n int, method Method) *memseg.Segment[*Core] {
 		cores = append(cores, c)
 		macs = append(macs, testMAC(frame.MemberID(i)))
 	}
-	return memseg.New(testGroup, cores, macs, t0, func(c *Core) ([][]byte, int) {
-		rd := c.Ready()
-		return rd.Frames, len(rd.Deliveries)
-	})
+	return memseg.New(testGroup, cores, macs, t0)
 }
 
 // BenchmarkGroup: 3 members, all 3 sending (the sequencer too), per

@@ -206,8 +206,58 @@ type settings struct {
 // header in send.go).
 const ackEntries = 2
 
+// withDefaults returns c with every zero field that has a default set to
+// it: the one place the sequencer's defaults are resolved. (Quorum 0, a
+// majority of the members, depends on the member list: validate resolves
+// it.)
+func (c Config) withDefaults() Config {
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
+	}
+	if c.Threshold == 0 {
+		c.Threshold = DefaultThreshold
+	}
+	if c.InitialEpoch == 0 {
+		c.InitialEpoch = DefaultInitialEpoch
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.EtherType == 0 {
+		c.EtherType = frame.EtherType
+	}
+	if c.Dst == [6]byte{} {
+		c.Dst = frame.Broadcast
+	}
+	for _, d := range []struct {
+		d   *Duration
+		def Duration
+	}{
+		{&c.ResendTimeout, DefaultResendTimeout}, {&c.NackTimeout, DefaultNackTimeout},
+		{&c.HeartbeatInterval, DefaultHeartbeatInterval}, {&c.FailureTimeout, DefaultFailureTimeout},
+		{&c.ElectionRetry, DefaultElectionRetry},
+	} {
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
+	return c
+}
+
+// Shared returns the settings every member of a group must share, with
+// the defaults resolved: everything but Self and Members. Registration
+// hashes it, so a joiner configured otherwise is refused.
+func (c Config) Shared() Config {
+	c = c.withDefaults()
+	c.Self, c.Members = 0, nil
+	return c
+}
+
 func (c Config) validate() (settings, error) {
-	s := settings{Config: c}
+	s := settings{Config: c.withDefaults()}
 	if c.Method > Method2 {
 		return s, configErr("Method is %v, want Hybrid, Method1 or Method2", c.Method)
 	}
@@ -239,21 +289,12 @@ func (c Config) validate() (settings, error) {
 	}
 	s.selfMAC, s.selfInc = c.Members[self].MAC, c.Members[self].Incarnation
 
-	if s.Window == 0 {
-		s.Window = DefaultWindow
-	}
 	if s.Window < 1 || s.Window > MaxWindow {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)
 	}
 	s.ringSize = uint32(1) << bits.Len32(uint32(2*s.Window-1))
-	if s.History == 0 {
-		s.History = DefaultHistory
-	}
 	if s.History < 2 || s.History > MaxHistory || s.History&(s.History-1) != 0 {
 		return s, configErr("History is %d, want a power of two in 2..%d", c.History, MaxHistory)
-	}
-	if s.Threshold == 0 {
-		s.Threshold = DefaultThreshold
 	}
 	if s.Threshold < 0 {
 		return s, configErr("Threshold is %d bytes, want >= 0 (0 means %d)", c.Threshold, DefaultThreshold)
@@ -268,13 +309,7 @@ func (c Config) validate() (settings, error) {
 	if s.Resilience > SafeSequencer {
 		return s, configErr("Resilience is %d, want SafeMajority (0) or SafeSequencer (1)", c.Resilience)
 	}
-	if s.InitialEpoch == 0 {
-		s.InitialEpoch = DefaultInitialEpoch
-	}
 
-	if s.MTU == 0 {
-		s.MTU = DefaultMTU
-	}
 	if s.MTU < frame.MinMTU {
 		return s, configErr("MTU is %d, want at least %d", c.MTU, frame.MinMTU)
 	}
@@ -289,34 +324,25 @@ func (c Config) validate() (settings, error) {
 		s.maxPayload = c.MaxPayload
 	}
 
-	s.etherType = c.EtherType
-	if s.etherType == 0 {
-		s.etherType = frame.EtherType
-	}
-	s.dst = c.Dst
-	if s.dst == [6]byte{} {
-		s.dst = frame.Broadcast
-	} else if s.dst[0]&1 == 0 {
+	s.etherType, s.dst = s.EtherType, s.Dst
+	if s.dst[0]&1 == 0 {
 		return s, configErr("Dst %x is a unicast address; group frames go to broadcast or a multicast group", c.Dst)
 	}
 
+	def := Config{}.withDefaults()
 	durations := []struct {
-		name string
-		d    *Duration
-		def  Duration
+		name   string
+		d, def Duration
 	}{
-		{"ResendTimeout", &s.ResendTimeout, DefaultResendTimeout},
-		{"NackTimeout", &s.NackTimeout, DefaultNackTimeout},
-		{"HeartbeatInterval", &s.HeartbeatInterval, DefaultHeartbeatInterval},
-		{"FailureTimeout", &s.FailureTimeout, DefaultFailureTimeout},
-		{"ElectionRetry", &s.ElectionRetry, DefaultElectionRetry},
+		{"ResendTimeout", s.ResendTimeout, def.ResendTimeout},
+		{"NackTimeout", s.NackTimeout, def.NackTimeout},
+		{"HeartbeatInterval", s.HeartbeatInterval, def.HeartbeatInterval},
+		{"FailureTimeout", s.FailureTimeout, def.FailureTimeout},
+		{"ElectionRetry", s.ElectionRetry, def.ElectionRetry},
 	}
 	for _, d := range durations {
-		if *d.d < 0 {
-			return s, configErr("%s is %d ns, want > 0 (0 means %d ns)", d.name, int64(*d.d), int64(d.def))
-		}
-		if *d.d == 0 {
-			*d.d = d.def
+		if d.d < 0 {
+			return s, configErr("%s is %d ns, want > 0 (0 means %d ns)", d.name, int64(d.d), int64(d.def))
 		}
 	}
 	if s.FailureTimeout <= 2*s.HeartbeatInterval {

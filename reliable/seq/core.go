@@ -2,9 +2,9 @@ package seq
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
 // Errors of Propose and Step. Step's errors say why a frame was dropped;
@@ -12,10 +12,10 @@ import (
 var (
 	// ErrWindowFull is back-pressure: Window requests are proposed and
 	// not yet delivered back. Retry after a later Step or Tick.
-	ErrWindowFull = errors.New("seq: request window full")
+	ErrWindowFull = core.ErrWindowFull
 	// ErrHalted: this member was left out of an election or found it had
 	// delivered beyond what the group agreed; it takes no more input.
-	ErrHalted = errors.New("seq: member halted")
+	ErrHalted = core.ErrHalted
 	// ErrNotMember: the frame's sender id is not in the member list.
 	ErrNotMember = errors.New("seq: frame from a non-member")
 	// ErrIncarnation: the sender id is a member, its incarnation is not.
@@ -33,115 +33,53 @@ var (
 	// member (or not its incarnation).
 	ErrBadOrigin = errors.New("seq: sequenced message from an unknown origin")
 	// ErrLeaving: Propose after Leave.
-	ErrLeaving = errors.New("seq: member is leaving the group")
+	ErrLeaving = core.ErrLeaving
 )
 
-// TooLargeError refuses a message larger than one frame carries.
-type TooLargeError struct {
-	Size, Max int
-}
+// The contract's types (package core): the sequencer's deliveries,
+// events and output are the ones every core has. A Delivery carries its
+// place in the total order (Global, Epoch) besides its origin's request
+// number (Seq); Data aliases a buffer of the core, valid until Advance.
+type (
+	TooLargeError = core.TooLargeError
+	Delivery      = core.Delivery
+	EventKind     = core.EventKind
+	Event         = core.Event
+	Ready         = core.Ready
+)
 
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("seq: message of %d bytes exceeds the %d bytes one frame carries", e.Size, e.Max)
-}
-
-// Delivery is one application message, in the group's total order: every
-// member delivers the same messages in the same order, its own included in
-// their place. Data aliases a buffer of the core, valid until Advance.
-type Delivery struct {
-	Global uint32         // the global sequence number of its request
-	Epoch  uint32         // the epoch of the sequencer that numbered it
-	From   frame.MemberID // the member that proposed it
-	Seq    uint32         // its request number at From
-	Index  int            // position within a bundled request, 0 for a lone message
-	Data   []byte
-}
-
-// EventKind says what happened.
-type EventKind uint8
-
+// The events the sequencer core reports (core.EventKind):
+//   - MemberFailed: the sequencer removed Member (silent past
+//     FailureTimeout, or it did not vote in the election of Epoch, or it
+//     was the sequencer that election replaced); it no longer holds back
+//     the history. The removal is numbered in the global stream (a
+//     SeqMember entry), so every member reports it once, at the same
+//     place of the total order: after every message numbered before it
+//     (Last is the global number before the entry's), before any after.
+//     Reason says why, the same text everywhere.
+//   - SequencerFailed: this member heard nothing from the sequencer
+//     (Member) for FailureTimeout and started an election.
+//   - SequencerChanged: Member became the sequencer of Epoch; Last is the
+//     agreed last global number of the epochs before.
+//   - SelfRemoved: this member was left out of the election of Epoch, or
+//     had delivered beyond its agreed end; it halted.
+//   - MemberLeft: Member's Leave arrived; everything it proposed was
+//     delivered back to it before it left. When Member was the
+//     sequencer, an election follows at once.
+//   - SelfLeft: this member sent its Leave; the core is finished.
+//   - MemberReturned: a member removed as failed was heard again by the
+//     sequencer while every global it lacked was still in the history;
+//     it is a member again. Numbered in the global stream like
+//     MemberFailed, and reported at its place at every member.
 const (
-	// MemberFailed: the sequencer removed Member (silent past
-	// FailureTimeout, or it did not vote in the election of Epoch, or it
-	// was the sequencer that election replaced); it no longer holds back
-	// the history. The removal is numbered in the global stream (a
-	// SeqMember entry), so every member reports it once, at the same
-	// place of the total order: after every message numbered before it
-	// (Last is the global number before the entry's), before any after.
-	// Reason says why, the same text everywhere.
-	MemberFailed EventKind = iota + 1
-	// SequencerFailed: this member heard nothing from the sequencer
-	// (Member) for FailureTimeout and started an election.
-	SequencerFailed
-	// SequencerChanged: Member became the sequencer of Epoch; Last is the
-	// agreed last global number of the epochs before.
-	SequencerChanged
-	// SelfRemoved: this member was left out of the election of Epoch, or
-	// had delivered beyond its agreed end; it halted.
-	SelfRemoved
-	// MemberLeft: Member's Leave arrived; everything it proposed was
-	// delivered back to it before it left. When Member was the
-	// sequencer, an election follows at once.
-	MemberLeft
-	// SelfLeft: this member sent its Leave; the core is finished.
-	SelfLeft
-	// MemberReturned: a member removed as failed was heard again by the
-	// sequencer while every global it lacked was still in the history;
-	// it is a member again. Numbered in the global stream like
-	// MemberFailed, and reported at its place at every member.
-	MemberReturned
+	MemberFailed     = core.MemberFailed
+	SequencerFailed  = core.SequencerFailed
+	SequencerChanged = core.SequencerChanged
+	SelfRemoved      = core.SelfRemoved
+	MemberLeft       = core.MemberLeft
+	SelfLeft         = core.SelfLeft
+	MemberReturned   = core.MemberReturned
 )
-
-func (k EventKind) String() string {
-	switch k {
-	case MemberFailed:
-		return "member failed"
-	case SequencerFailed:
-		return "sequencer failed"
-	case SequencerChanged:
-		return "sequencer changed"
-	case SelfRemoved:
-		return "self removed"
-	case MemberLeft:
-		return "member left"
-	case SelfLeft:
-		return "self left"
-	case MemberReturned:
-		return "member returned"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
-
-// Event reports a change of the group or of its sequencer.
-type Event struct {
-	Kind   EventKind
-	Member frame.MemberID
-	Epoch  uint32
-	Last   uint32 // SequencerChanged: agreed last global; SelfRemoved: agreed last global of the election; MemberFailed/MemberReturned: the global before the entry
-	At     Time
-	Reason string
-}
-
-func (e Event) String() string {
-	s := fmt.Sprintf("%v: member %d, epoch %d, last %d, at %d", e.Kind, e.Member, e.Epoch, e.Last, int64(e.At))
-	if e.Reason != "" {
-		s += " (" + e.Reason + ")"
-	}
-	return s
-}
-
-// Ready is what the runtime must do now. Everything in it is valid until
-// Advance.
-type Ready struct {
-	Frames     [][]byte   // complete Ethernet frames to send, in order
-	Deliveries []Delivery // in total order
-	Events     []Event
-}
-
-// Empty reports whether there is nothing to do.
-func (r Ready) Empty() bool {
-	return len(r.Frames) == 0 && len(r.Deliveries) == 0 && len(r.Events) == 0
-}
 
 // Stats are the core's counters.
 type Stats struct {
@@ -355,6 +293,7 @@ type Core struct {
 	firstPend     uint32    // oldest request not delivered back
 	nextReq       uint32    // number of the next request
 	open          bool      // the request at nextReq is collecting messages
+	handed        uint32    // requests before it were sent (sequenced, at the sequencer); Propose seals without sending
 	openLen       int
 	resendAt      Time
 	resendBackoff uint
@@ -472,7 +411,7 @@ func New(cfg Config) (*Core, error) {
 	c.scratch = make([]uint32, 0, len(s.Members))
 	c.holders = c.safeHolders()
 	c.pend = make([]pending, s.ringSize)
-	c.firstPend, c.nextReq = firstRequest, firstRequest
+	c.firstPend, c.nextReq, c.handed = firstRequest, firstRequest, firstRequest
 	c.hdr = frame.Header{Group: s.Group, Sender: s.Self, Incarnation: s.selfInc, Acks: make([]uint32, ackEntries)}
 	c.payload.T, c.bundle.T = frame.SeqRequest, frame.SeqRequest
 	return c, nil
@@ -545,7 +484,10 @@ func (c *Core) Propose(now Time, msg []byte) error {
 		if c.outstanding() >= c.cfg.Window {
 			return ErrWindowFull
 		}
-		c.seal()
+		// Sealed, not sent: Propose produces no output (the core
+		// contract); the next Step, Tick or Ready sends it (sendSealed).
+		c.open = false
+		c.nextReq++
 	}
 	// A new request opens even when the window is full: it collects
 	// messages (a bundle) until room frees, so that a sender of small
@@ -580,16 +522,27 @@ func (c *Core) seal() {
 		return // the open request waits for window room
 	}
 	c.open = false
-	r := c.nextReq
 	c.nextReq++
+	c.sendSealed()
+}
+
+// sendSealed hands the sealed requests not yet sent to the role: a
+// follower sends them to the sequencer, the sequencer numbers them at
+// once; while electing they wait for the new sequencer (resubmit).
+func (c *Core) sendSealed() {
+	if c.handed == c.nextReq || c.role == halted {
+		return
+	}
 	switch c.role {
 	case sequencer:
 		c.sequenceFrom(&c.members[c.self])
 	case follower:
-		c.sendRequest(r, 0)
-		c.stats.RequestsSent++
+		for r := c.handed; r != c.nextReq; r++ {
+			c.sendRequest(r, 0)
+			c.stats.RequestsSent++
+		}
 	}
-	// Electing: the request waits for the new sequencer (resubmit).
+	c.handed = c.nextReq
 	c.armResend()
 }
 
@@ -626,6 +579,7 @@ func (c *Core) flush() {
 	if !c.started || c.role == halted || c.left {
 		return
 	}
+	c.sendSealed()
 	if c.cutAt != 0 && c.cutAt != c.batch {
 		c.cutAt = 0
 		c.drain() // what the last member change held back
@@ -762,6 +716,7 @@ func (c *Core) Deadline() Time {
 // produces come out of the next Ready.
 func (c *Core) Tick(now Time) {
 	c.touch(now)
+	c.sendSealed()
 	now = c.now
 	if c.left {
 		if c.leaveAt != 0 && now >= c.leaveAt {
@@ -842,8 +797,8 @@ func (c *Core) progress() {
 	c.armResend()
 }
 
-// Stats returns the counters.
-func (c *Core) Stats() Stats {
+// Counters returns the sequencer core's own counters.
+func (c *Core) Counters() Stats {
 	s := c.stats
 	s.Epoch = c.epoch
 	s.Sequencer = c.sequencerMember().id
@@ -881,8 +836,8 @@ type MemberState struct {
 	LastHeard Time
 }
 
-// Members returns every member's state, by id.
-func (c *Core) Members() []MemberState {
+// MemberStates returns every member's state, by id.
+func (c *Core) MemberStates() []MemberState {
 	out := make([]MemberState, len(c.members))
 	for i := range c.members {
 		m := &c.members[i]
@@ -924,3 +879,54 @@ func (c *Core) halt(epoch, last uint32, reason string) {
 
 // Sequencer is the sequencer this member follows (itself, when it is).
 func (c *Core) Sequencer() frame.MemberID { return c.sequencerMember().id }
+
+// The contract (core.Core).
+
+var _ core.Core = (*Core)(nil)
+
+// Done reports whether the core is finished: it halted, or it left and
+// repeated its Leave.
+func (c *Core) Done() bool { return c.role == halted || c.left && c.Deadline() == 0 }
+
+// Info says what the runtime needs to know: the largest message, that
+// this member's own messages are delivered here too, and which frames
+// deliver.
+func (c *Core) Info() core.Info {
+	return core.Info{Self: c.cfg.Self, MaxMessage: c.cfg.maxPayload, SelfDelivery: true, Delivers: delivers,
+		InFlight: "requests not yet sequenced and delivered back"}
+}
+
+func delivers(t frame.Type) bool {
+	return t == frame.SeqData || t == frame.SeqAccept || t == frame.SeqRequest
+}
+
+// Stats returns the counters every core has, with the sequencer core's
+// own (Counters) as Detail.
+func (c *Core) Stats() core.Stats {
+	s := c.Counters()
+	return core.Stats{Proposed: s.MessagesProposed, Delivered: s.Delivered, Sent: s.RequestsSent + s.DataSent,
+		Retransmitted: s.RequestsResent + s.RetransmitsAnswered, RepairRequests: s.RetransmitsAsked, Epoch: s.Epoch, Window: c.cfg.Window,
+		InFlight: s.Outstanding, Unsettled: s.NotHeldByAll, Detail: s}
+}
+
+// Members returns every member, this one included, by id: the sequencer
+// decides who is live (see MemberState.Live); gaps in the one global
+// stream are counted against the sequencer.
+func (c *Core) Members() []core.Member {
+	ms := c.MemberStates()
+	out := make([]core.Member, len(ms))
+	for i, m := range ms {
+		out[i] = core.Member{ID: m.ID, Self: m.Self, Live: m.Live, Sequencer: m.Sequencer}
+		if m.Self {
+			out[i].Live = !c.left && c.role != halted
+		}
+		if m.Sequencer && !m.Self {
+			out[i].Repairing = c.Repairing()
+		}
+	}
+	return out
+}
+
+// Repair says that every frame fills the one global stream, whose gaps
+// the sequencer answers, and whether it has a gap here.
+func (c *Core) Repair(frame.MemberID) (frame.MemberID, bool) { return c.Sequencer(), c.Repairing() }

@@ -103,7 +103,7 @@ func (g *group) ready(i int) []out {
 
 // to hands frame o to core j, as the network would when j is addressed.
 func (g *group) to(j int, o out) error {
-	return g.cores[j].Step(g.now, o.src, o.v)
+	return g.cores[j].Step(g.now, o.src, frame.Broadcast, o.v)
 }
 
 // pump runs the group until no frame moves; drop decides losses.
@@ -256,7 +256,7 @@ func TestMethod2AcceptsShareAFrame(t *testing.T) {
 	if got := g.delivered(1); got != "1000:1/1=a 1001:1/2=bb 1002:1/3=ccc" {
 		t.Fatalf("sender delivered %q", got)
 	}
-	if st := g.cores[2].Stats(); st.PayloadsMatched != 3 {
+	if st := g.cores[2].Counters(); st.PayloadsMatched != 3 {
 		t.Fatalf("PayloadsMatched %d, want 3", st.PayloadsMatched)
 	}
 }
@@ -353,7 +353,7 @@ func TestDuplicateRequestNotSequencedTwice(t *testing.T) {
 	if ans[0].dst != testMAC(1) || ans[0].v.Seq() != 1000 {
 		t.Fatalf("duplicate answered with %v, want global 1000 to the sender", ans[0])
 	}
-	st := g.cores[0].Stats()
+	st := g.cores[0].Counters()
 	if st.Sequenced != 1 || st.DuplicateRequests != 1 {
 		t.Fatalf("Sequenced %d DuplicateRequests %d, want 1 and 1", st.Sequenced, st.DuplicateRequests)
 	}
@@ -421,7 +421,7 @@ func TestHistoryGarbageCollection(t *testing.T) {
 		g.propose(0, fmt.Sprint(i))
 		g.ready(0) // member 1 hears nothing: no acknowledgement
 	}
-	st := g.cores[0].Stats()
+	st := g.cores[0].Counters()
 	if st.Sequenced != 4 || st.InHistory != 4 || st.HistoryFull != 1 {
 		t.Fatalf("Sequenced %d InHistory %d HistoryFull %d, want 4, 4 and 1", st.Sequenced, st.InHistory, st.HistoryFull)
 	}
@@ -433,11 +433,11 @@ func TestHistoryGarbageCollection(t *testing.T) {
 	reply := frame.Header{Group: testGroup, Sender: 1, Incarnation: 5, AckBase: 0, Acks: []uint32{1004}}
 	b, _ := frame.Append(nil, &reply, &frame.StatusBody{T: frame.SeqStatusReply, Epoch: 1, Delivered: 1003})
 	v, _ := frame.Parse(b)
-	if err := g.cores[0].Step(g.now, testMAC(1), v); err != nil {
+	if err := g.cores[0].Step(g.now, testMAC(1), frame.Broadcast, v); err != nil {
 		t.Fatal(err)
 	}
 	only(t, g.ready(0), frame.SeqData)
-	if st := g.cores[0].Stats(); st.Sequenced != 5 || st.InHistory != 1 {
+	if st := g.cores[0].Counters(); st.Sequenced != 5 || st.InHistory != 1 {
 		t.Fatalf("after the reply: Sequenced %d InHistory %d, want 5 and 1", st.Sequenced, st.InHistory)
 	}
 }
@@ -506,12 +506,12 @@ func TestBadInput(t *testing.T) {
 			&frame.SeqDataBody{Epoch: 1, UID: frame.UID{Origin: 33, Incarnation: 5, Seq: 1}, Data: []byte("x")}, ErrBadOrigin},
 	}
 	for _, tc := range cases {
-		err := c.Step(g.now, tc.src, build(tc.h, tc.body))
+		err := c.Step(g.now, tc.src, frame.Broadcast, build(tc.h, tc.body))
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	st := c.Stats()
+	st := c.Counters()
 	if st.Sequenced != 0 || st.WrongGroup != 1 || st.NotMember != 1 || st.WrongIncarnation != 1 || st.WrongMAC != 2 || st.UnhandledTypes != 1 || st.BadOrigin != 1 {
 		t.Fatalf("counters %+v", st)
 	}
@@ -576,9 +576,9 @@ func TestElectionAgreesOnTheLastGlobal(t *testing.T) {
 	g.run(t0.Add(2*DefaultFailureTimeout+DefaultElectionRetry), crashed)
 	// Member 1 is the lowest live id: it collected member 2's vote
 	// (last 1002), fetched 1001..1002 from member 2 and took over.
-	epoch := g.cores[1].Stats().Epoch
+	epoch := g.cores[1].Counters().Epoch
 	if !g.cores[1].IsSequencer() || epoch < 2 {
-		t.Fatalf("member 1: %+v", g.cores[1].Stats())
+		t.Fatalf("member 1: %+v", g.cores[1].Counters())
 	}
 	for _, i := range []int{1, 2} {
 		if got := g.delivered(i); got != "1000:0/1=m0 1001:0/2=m1 1002:0/3=m2" {
@@ -606,7 +606,7 @@ func TestElectionAgreesOnTheLastGlobal(t *testing.T) {
 		if fmt.Sprint(failed) != "[0@1002:the sequencer before, replaced]" {
 			t.Fatalf("member %d: MemberFailed %v", i, failed)
 		}
-		if ms := g.cores[i].Members(); ms[0].Live {
+		if ms := g.cores[i].MemberStates(); ms[0].Live {
 			t.Fatalf("member %d still shows member 0 live: %+v", i, ms)
 		}
 	}
@@ -639,7 +639,7 @@ func TestLeftOutOfTheElectionHalts(t *testing.T) {
 	h := frame.Header{Group: testGroup, Sender: 1, Incarnation: 5, AckBase: 1, Acks: []uint32{1000}}
 	b, _ := frame.Append(nil, &h, &frame.ElectionBody{Epoch: 2, Phase: frame.ElectionElected, Candidate: 1, LastGlobal: 999})
 	v, _ := frame.Parse(b)
-	if err := g.cores[2].Step(g.now, testMAC(1), v); err != nil {
+	if err := g.cores[2].Step(g.now, testMAC(1), frame.Broadcast, v); err != nil {
 		t.Fatal(err)
 	}
 	g.ready(2)
@@ -649,7 +649,7 @@ func TestLeftOutOfTheElectionHalts(t *testing.T) {
 	if err := g.cores[2].Propose(g.now, []byte("x")); !errors.Is(err, ErrHalted) {
 		t.Fatalf("Propose after halting: %v", err)
 	}
-	if err := g.cores[2].Step(g.now, testMAC(1), v); !errors.Is(err, ErrHalted) {
+	if err := g.cores[2].Step(g.now, testMAC(1), frame.Broadcast, v); !errors.Is(err, ErrHalted) {
 		t.Fatalf("Step after halting: %v", err)
 	}
 }
@@ -667,18 +667,18 @@ func TestSequencerRemovesSilentMember(t *testing.T) {
 			removed = append(removed, e.Member)
 		}
 	}
-	if fmt.Sprint(removed) != "[2]" || g.cores[1].Stats().Electing {
-		t.Fatalf("removed %v, want [2]; member 1 %+v", removed, g.cores[1].Stats())
+	if fmt.Sprint(removed) != "[2]" || g.cores[1].Counters().Electing {
+		t.Fatalf("removed %v, want [2]; member 1 %+v", removed, g.cores[1].Counters())
 	}
 	// The follower learns it from the stream, at the same place.
-	if k := kinds(g.evs[1]); k != "member failed" || g.evs[1][0] != (Event{Kind: MemberFailed, Member: 2, Epoch: 1, Last: 999, At: g.evs[1][0].At, Reason: "silent past the failure timeout"}) ||
+	if k := kinds(g.evs[1]); k != "failed" || g.evs[1][0] != (Event{Kind: MemberFailed, Member: 2, Epoch: 1, Last: 999, At: g.evs[1][0].At, Reason: "silent past the failure timeout"}) ||
 		g.evs[0][0].Last != 999 || g.evs[0][0].Reason != g.evs[1][0].Reason {
 		t.Fatalf("member 1 events %v, sequencer %v", g.evs[1], g.evs[0])
 	}
-	if ms := g.cores[1].Members(); ms[2].Live || !ms[0].Live || g.cores[1].Stats().MembersFailed != 1 {
-		t.Fatalf("member 1's view: %+v, %+v", ms, g.cores[1].Stats())
+	if ms := g.cores[1].MemberStates(); ms[2].Live || !ms[0].Live || g.cores[1].Counters().MembersFailed != 1 {
+		t.Fatalf("member 1's view: %+v, %+v", ms, g.cores[1].Counters())
 	}
-	ms := g.cores[0].Members()
+	ms := g.cores[0].MemberStates()
 	if len(ms) != 3 || !ms[0].Self || !ms[0].Sequencer || !ms[1].Live || ms[2].Live {
 		t.Fatalf("the sequencer's member view: %+v", ms)
 	}
@@ -700,7 +700,7 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 				v, _ := frame.Parse(body)
 				for j, d := range g.cores {
 					if j != i && (eth.Dst() == frame.Broadcast || eth.Dst() == testMAC(frame.MemberID(j))) {
-						d.Step(g.now, eth.Src(), v)
+						d.Step(g.now, eth.Src(), frame.Broadcast, v)
 					}
 				}
 			}
@@ -719,18 +719,18 @@ func TestMinorityCannotElect(t *testing.T) {
 	g := newGroup(t, 3, nil) // quorum: a majority, 2
 	cut := func(from, to int, o out) bool { return (from == 2) != (to == 2) }
 	g.run(t0.Add(4*DefaultFailureTimeout), cut)
-	st := g.cores[2].Stats()
+	st := g.cores[2].Counters()
 	if !st.Electing || st.IsSequencer || st.Halted {
 		t.Fatalf("the cut-off member: %+v, want still electing", st)
 	}
-	if !g.cores[0].IsSequencer() || g.cores[1].Stats().Electing {
-		t.Fatalf("the majority side changed: %+v / %+v", g.cores[0].Stats(), g.cores[1].Stats())
+	if !g.cores[0].IsSequencer() || g.cores[1].Counters().Electing {
+		t.Fatalf("the majority side changed: %+v / %+v", g.cores[0].Counters(), g.cores[1].Counters())
 	}
 	// With Quorum 1 (crash-stop trust) it elects itself.
 	g = newGroup(t, 3, func(c *Config) { c.Quorum = 1 })
 	g.run(t0.Add(3*DefaultFailureTimeout), cut)
 	if !g.cores[2].IsSequencer() {
-		t.Fatalf("with Quorum 1: %+v", g.cores[2].Stats())
+		t.Fatalf("with Quorum 1: %+v", g.cores[2].Counters())
 	}
 }
 
@@ -739,7 +739,7 @@ func TestReplacedSequencerHalts(t *testing.T) {
 	h := frame.Header{Group: testGroup, Sender: 1, Incarnation: 5, AckBase: 1, Acks: []uint32{1000}}
 	b, _ := frame.Append(nil, &h, &frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 2, Delivered: 1004})
 	v, _ := frame.Parse(b)
-	if err := g.cores[0].Step(g.now, testMAC(1), v); err != nil {
+	if err := g.cores[0].Step(g.now, testMAC(1), frame.Broadcast, v); err != nil {
 		t.Fatal(err)
 	}
 	g.ready(0)
@@ -810,7 +810,7 @@ func TestRandomFramesNeverPanic(t *testing.T) {
 				t.Fatal(err)
 			}
 			to := r.IntN(4)
-			err = g.cores[to].Step(g.now, testMAC(sender), v)
+			err = g.cores[to].Step(g.now, testMAC(sender), frame.Broadcast, v)
 			if err != nil && !slices.ContainsFunc(known, func(k error) bool { return errors.Is(err, k) }) {
 				t.Fatalf("round %d step %d: unexpected error %v", round, step, err)
 			}
@@ -836,16 +836,16 @@ func TestFalseSuspicionReturnsToTheSequencer(t *testing.T) {
 	g.propose(0, "missed by 2")
 	g.pump(cut)
 	g.run(cutUntil.Add(-10*Millisecond), cut)
-	if st := g.cores[2].Stats(); !st.Electing {
+	if st := g.cores[2].Counters(); !st.Electing {
 		t.Fatalf("member 2 cut off from the sequencer for the failure timeout: %+v, want electing", st)
 	}
 	g.run(cutUntil.Add(DefaultHeartbeatInterval), cut)
-	st := g.cores[2].Stats()
+	st := g.cores[2].Counters()
 	if st.Electing || st.Halted || st.Epoch != 1 || g.delivered(2) != "1000:0/1=missed by 2" {
 		t.Fatalf("after the cut: %+v, delivered %q", st, g.delivered(2))
 	}
-	if !g.cores[0].IsSequencer() || g.cores[1].Stats().Electing {
-		t.Fatalf("the others moved: %+v / %+v", g.cores[0].Stats(), g.cores[1].Stats())
+	if !g.cores[0].IsSequencer() || g.cores[1].Counters().Electing {
+		t.Fatalf("the others moved: %+v / %+v", g.cores[0].Counters(), g.cores[1].Counters())
 	}
 }
 
@@ -866,7 +866,7 @@ func TestSafeMajority(t *testing.T) {
 			t.Fatalf("member %d delivered %q with only the sequencer and the sender holding it", i, got)
 		}
 	}
-	if st := g.cores[0].Stats(); st.Sequenced != 1 || st.Safe != 1000 {
+	if st := g.cores[0].Counters(); st.Sequenced != 1 || st.Safe != 1000 {
 		t.Fatalf("sequencer: sequenced %d, safe %d; want 1 and 1000", st.Sequenced, st.Safe)
 	}
 	// Member 3 gets it (a retransmission, as after a gap): 3 of 5 hold it.
@@ -880,7 +880,7 @@ func TestSafeMajority(t *testing.T) {
 			t.Fatalf("member %d delivered %q once 3 of 5 hold it", i, got)
 		}
 	}
-	if st := g.cores[2].Stats(); st.Outstanding != 0 || st.Safe != 1001 {
+	if st := g.cores[2].Counters(); st.Outstanding != 0 || st.Safe != 1001 {
 		t.Fatalf("sender: outstanding %d, safe %d", st.Outstanding, st.Safe)
 	}
 	// Members 1 and 4 learn of the gap from the announcement and fetch it.
@@ -903,7 +903,7 @@ func TestSafeMajorityTwoMembers(t *testing.T) {
 			t.Fatalf("member %d delivered %q", i, got)
 		}
 	}
-	if st := g.cores[0].Stats(); st.StatusRequests != 0 {
+	if st := g.cores[0].Counters(); st.StatusRequests != 0 {
 		t.Fatalf("the sequencer sent %d status requests (announcements) in a 2-member group", st.StatusRequests)
 	}
 }

@@ -13,14 +13,14 @@ func TestAllHeldWaitsForEveryMember(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) { c.Resilience = SafeMajority; c.Method = Method1 })
 	slow := func(from, to int, o out) bool { return to == 2 } // member 2 hears nothing
 	g.propose(1, "everyone")
-	if st := g.cores[1].Stats(); st.NotHeldByAll != 1 {
+	if st := g.cores[1].Counters(); st.NotHeldByAll != 1 {
 		t.Fatalf("before sending: NotHeldByAll %d, want 1", st.NotHeldByAll)
 	}
 	g.pump(slow)
 	if got := g.delivered(1); got != "1000:1/1=everyone" {
 		t.Fatalf("sender delivered %q (a majority, members 0 and 1, holds it)", got)
 	}
-	if st := g.cores[1].Stats(); st.NotHeldByAll != 1 || st.AllHeld != 1000 {
+	if st := g.cores[1].Counters(); st.NotHeldByAll != 1 || st.AllHeld != 1000 {
 		t.Fatalf("member 2 lacks global 1000, but the sender has NotHeldByAll %d, AllHeld %d; want 1 and 1000", st.NotHeldByAll, st.AllHeld)
 	}
 	// Member 2 gets it (the sequencer's heartbeat reveals the tail, it
@@ -29,11 +29,11 @@ func TestAllHeldWaitsForEveryMember(t *testing.T) {
 	// (TestAllHeldAnnouncedAtOnceAtTheEnd).
 	g.run(t0.Add(DefaultHeartbeatInterval+10*DefaultNackTimeout), nil)
 	for i := range 3 {
-		if st := g.cores[i].Stats(); st.AllHeld != 1001 || st.Received != 1001 {
+		if st := g.cores[i].Counters(); st.AllHeld != 1001 || st.Received != 1001 {
 			t.Fatalf("member %d: AllHeld %d, Received %d; want 1001 and 1001", i, st.AllHeld, st.Received)
 		}
 	}
-	if st := g.cores[1].Stats(); st.NotHeldByAll != 0 {
+	if st := g.cores[1].Counters(); st.NotHeldByAll != 0 {
 		t.Fatalf("sender: NotHeldByAll %d once every member holds its message, want 0", st.NotHeldByAll)
 	}
 }
@@ -46,14 +46,14 @@ func TestAllHeldAfterMemberCrash(t *testing.T) {
 	g.propose(1, "a")
 	g.propose(1, "b")
 	g.run(t0.Add(DefaultFailureTimeout/2), dead)
-	if st := g.cores[1].Stats(); st.NotHeldByAll != 2 {
+	if st := g.cores[1].Counters(); st.NotHeldByAll != 2 {
 		t.Fatalf("member 2 silent: NotHeldByAll %d, want 2 (%+v)", st.NotHeldByAll, st)
 	}
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval), dead)
-	if st := g.cores[0].Stats(); st.MembersFailed != 1 {
+	if st := g.cores[0].Counters(); st.MembersFailed != 1 {
 		t.Fatalf("sequencer: MembersFailed %d, want 1", st.MembersFailed)
 	}
-	st := g.cores[1].Stats()
+	st := g.cores[1].Counters()
 	if st.NotHeldByAll != 0 || st.AllHeld != st.Received {
 		t.Fatalf("after member 2's removal: NotHeldByAll %d, AllHeld %d, Received %d; want 0 and AllHeld = Received", st.NotHeldByAll, st.AllHeld, st.Received)
 	}
@@ -67,7 +67,7 @@ func TestAllHeldSafeSequencerAsks(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) { c.Method = Method1 })
 	g.propose(2, "quick")
 	g.pump(nil)
-	if st := g.cores[2].Stats(); st.NotHeldByAll != 1 {
+	if st := g.cores[2].Counters(); st.NotHeldByAll != 1 {
 		t.Fatalf("at once: NotHeldByAll %d, want 1 (the others have not reported)", st.NotHeldByAll)
 	}
 	g.advance(t0.Add(DefaultNackTimeout))
@@ -81,13 +81,13 @@ func TestAllHeldSafeSequencerAsks(t *testing.T) {
 	}
 	g.pump(nil)
 	g.run(t0.Add(3*DefaultNackTimeout), nil)
-	if st := g.cores[2].Stats(); st.NotHeldByAll != 0 || st.AllHeld != 1001 {
+	if st := g.cores[2].Counters(); st.NotHeldByAll != 0 || st.AllHeld != 1001 {
 		t.Fatalf("after the ask: NotHeldByAll %d, AllHeld %d; want 0 and 1001", st.NotHeldByAll, st.AllHeld)
 	}
 	// Quiet from now on: no more asks until the stream grows.
-	st0 := g.cores[0].Stats().StatusRequests
+	st0 := g.cores[0].Counters().StatusRequests
 	g.run(t0.Add(DefaultHeartbeatInterval/2), nil)
-	if n := g.cores[0].Stats().StatusRequests - st0; n != 0 {
+	if n := g.cores[0].Counters().StatusRequests - st0; n != 0 {
 		t.Fatalf("%d more status requests in a quiet group before the heartbeat, want 0", n)
 	}
 }
@@ -130,7 +130,7 @@ func TestAllHeldAnnouncedAtOnceAtTheEnd(t *testing.T) {
 	if len(held) != 1 || held[0] != 1001 {
 		t.Fatalf("the sequencer's Ready after the last report announced the all-held cursor %v, want [1001] at once", held)
 	}
-	if st := g.cores[1].Stats(); st.AllHeld != 1001 || st.NotHeldByAll != 0 {
+	if st := g.cores[1].Counters(); st.AllHeld != 1001 || st.NotHeldByAll != 0 {
 		t.Fatalf("sender: AllHeld %d, NotHeldByAll %d at the same instant; want 1001 and 0", st.AllHeld, st.NotHeldByAll)
 	}
 }

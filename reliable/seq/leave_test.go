@@ -33,7 +33,7 @@ func TestLeave(t *testing.T) {
 		if got := g.delivered(i); got != "1000:1/1=a" {
 			t.Errorf("member %d delivered %q", i, got)
 		}
-		if kinds(g.evs[i]) != "member left" {
+		if kinds(g.evs[i]) != "left" {
 			t.Errorf("member %d: events %v, want member 1 left", i, g.evs[i])
 		}
 	}
@@ -49,7 +49,7 @@ func TestLeave(t *testing.T) {
 		if got := g.delivered(i); got != "1000:1/1=a 1001:0/1=b" {
 			t.Errorf("member %d delivered %q", i, got)
 		}
-		if k := kinds(g.evs[i]); k != "member left,member left,sequencer changed" {
+		if k := kinds(g.evs[i]); k != "left,left,sequencer changed" {
 			t.Errorf("member %d: events %v", i, g.evs[i])
 		}
 		if c := g.cores[i]; c.Sequencer() != 2 {
@@ -74,18 +74,18 @@ func TestRemovedMemberReturns(t *testing.T) {
 	g := newGroup(t, 3, nil)
 	cut := func(from, to int, o out) bool { return from == 2 || to == 2 }
 	g.run(g.now.Add(DefaultFailureTimeout+100*Millisecond), cut)
-	if k := kinds(g.evs[0]); k != "member failed" {
+	if k := kinds(g.evs[0]); k != "failed" {
 		t.Fatalf("sequencer events %v, want member 2 failed", g.evs[0])
 	}
 	g.propose(2, "back")
 	g.run(g.now.Add(100*Millisecond), nil)
-	if k := kinds(g.evs[0]); k != "member failed,member returned" {
+	if k := kinds(g.evs[0]); k != "failed,returned" {
 		t.Fatalf("sequencer events %v, want member 2 returned", g.evs[0])
 	}
 	// Both changes are in the stream (1000 and 1001): member 1 reports
 	// them too; member 2 delivers them without reporting itself.
-	if k := kinds(g.evs[1]); k != "member failed,member returned" || g.evs[1][1].Last != 1000 || !g.cores[1].Members()[2].Live {
-		t.Fatalf("member 1 events %v, members %+v", g.evs[1], g.cores[1].Members())
+	if k := kinds(g.evs[1]); k != "failed,returned" || g.evs[1][1].Last != 1000 || !g.cores[1].MemberStates()[2].Live {
+		t.Fatalf("member 1 events %v, members %+v", g.evs[1], g.cores[1].MemberStates())
 	}
 	if k := kinds(g.evs[2]); strings.Contains(k, "member") {
 		t.Fatalf("member 2 reported its own removal: %v", g.evs[2])
@@ -144,14 +144,14 @@ func TestMemberLeftAfterItsMessages(t *testing.T) {
 	if k := kinds(g.evs[2]); k != "" || g.delivered(2) != "1000:1/1=a" {
 		t.Fatalf("member 2 before the repair: delivered %q, events %v; want only a and no event yet", g.delivered(2), g.evs[2])
 	}
-	if k := kinds(g.evs[0]); k != "member left" {
-		t.Fatalf("sequencer events %v, want member left", g.evs[0])
+	if k := kinds(g.evs[0]); k != "left" {
+		t.Fatalf("sequencer events %v, want left", g.evs[0])
 	}
 	g.run(g.now.Add(DefaultHeartbeatInterval+20*Millisecond), nil)
 	if got := g.delivered(2); got != "1000:1/1=a 1001:1/2=b" {
 		t.Fatalf("member 2 delivered %q", got)
 	}
-	if k := kinds(g.evs[2]); k != "member left" || g.evs[2][0].Last != 1001 {
+	if k := kinds(g.evs[2]); k != "left" || g.evs[2][0].Last != 1001 {
 		t.Fatalf("member 2 events %v, want member 1 left with last 1001", g.evs[2])
 	}
 }

@@ -43,20 +43,20 @@ func TestRemovalAnnouncementLost(t *testing.T) {
 		t.Fatalf("%d SeqMember frames dropped, want 1", lost)
 	}
 	for i := range 3 {
-		if got, want := g.changes(i), "member failed 3@1000"; got != want {
+		if got, want := g.changes(i), "failed 3@1000"; got != want {
 			t.Errorf("member %d: changes %q, want %q", i, got, want)
 		}
 		if got, want := g.delivered(i), "1000:1/1=before 1002:2/1=after"; got != want {
 			t.Errorf("member %d delivered %q, want %q", i, got, want)
 		}
-		if ms := g.cores[i].Members(); ms[3].Live {
+		if ms := g.cores[i].MemberStates(); ms[3].Live {
 			t.Errorf("member %d shows member 3 live", i)
 		}
 		if d := Duration(g.evs[i][0].At - start); d > DefaultFailureTimeout+DefaultHeartbeatInterval+20*Millisecond {
 			t.Errorf("member %d learnt of the removal %v after the last frame of member 3", i, d)
 		}
 	}
-	if st := g.cores[1].Stats(); st.RetransmitsAsked == 0 {
+	if st := g.cores[1].Counters(); st.RetransmitsAsked == 0 {
 		t.Fatalf("member 1 never asked for the lost announcement: %+v", st)
 	}
 }
@@ -78,15 +78,15 @@ func TestRemovalLostWithTheSequencer(t *testing.T) {
 		return seqDown && (from == 0 || to == 0)
 	}
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
-	if !seqDown || kinds(g.evs[0]) != "member failed" {
+	if !seqDown || kinds(g.evs[0]) != "failed" {
 		t.Fatalf("the sequencer did not remove member 3: %v", g.evs[0])
 	}
 	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
 	for _, i := range []int{1, 2} {
-		if got, want := g.changes(i), "member failed 0@999, member failed 3@1000"; got != want {
+		if got, want := g.changes(i), "failed 0@999, failed 3@1000"; got != want {
 			t.Errorf("member %d: changes %q, want %q", i, got, want)
 		}
-		ms := g.cores[i].Members()
+		ms := g.cores[i].MemberStates()
 		if ms[0].Live || ms[3].Live || !ms[1].Live || !ms[2].Live {
 			t.Errorf("member %d: %+v", i, ms)
 		}
@@ -113,7 +113,7 @@ func TestRemovalCarriedByTheElection(t *testing.T) {
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
 	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
 	for _, i := range []int{1, 2} {
-		if got, want := g.changes(i), "member failed 3@999, member failed 0@1000"; got != want {
+		if got, want := g.changes(i), "failed 3@999, failed 0@1000"; got != want {
 			t.Errorf("member %d: changes %q, want %q", i, got, want)
 		}
 	}
@@ -142,24 +142,24 @@ func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
 	drop := cutThenSequencerDown(3, &seqDown)
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
 	for i := range 4 {
-		if got, want := g.changes(i), "member failed 3@999"; i != 3 && got != want {
+		if got, want := g.changes(i), "failed 3@999"; i != 3 && got != want {
 			t.Fatalf("member %d: changes %q, want %q", i, got, want)
 		}
 	}
-	if st := g.cores[3].Stats(); st.Next != 1001 || st.Halted {
+	if st := g.cores[3].Counters(); st.Next != 1001 || st.Halted {
 		t.Fatalf("member 3 (removed, still hearing): %+v", st)
 	}
 	seqDown = true
 	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
 	for _, i := range []int{1, 2} {
-		if got, want := g.changes(i), "member failed 3@999, member failed 0@1000, member returned 3@1001"; got != want {
+		if got, want := g.changes(i), "failed 3@999, failed 0@1000, returned 3@1001"; got != want {
 			t.Errorf("member %d: changes %q, want %q", i, got, want)
 		}
-		if ms := g.cores[i].Members(); ms[0].Live || !ms[3].Live {
+		if ms := g.cores[i].MemberStates(); ms[0].Live || !ms[3].Live {
 			t.Errorf("member %d: %+v", i, ms)
 		}
 	}
-	if got, want := g.changes(3), "member failed 0@1000"; got != want {
+	if got, want := g.changes(3), "failed 0@1000"; got != want {
 		t.Errorf("member 3: changes %q, want %q", got, want)
 	}
 	g.propose(3, "back")
@@ -169,7 +169,7 @@ func TestRemovedVoterReadmittedByTheElection(t *testing.T) {
 			t.Errorf("member %d delivered %q, want %q", i, got, want)
 		}
 	}
-	if st := g.cores[3].Stats(); st.Halted || st.NotHeldByAll != 0 || st.AllHeld != 1004 || st.MembersReturned != 0 {
+	if st := g.cores[3].Counters(); st.Halted || st.NotHeldByAll != 0 || st.AllHeld != 1004 || st.MembersReturned != 0 {
 		t.Errorf("member 3 after its message: Halted %v, NotHeldByAll %d, AllHeld %d (want 1004), MembersReturned %d (its own: not reported)",
 			st.Halted, st.NotHeldByAll, st.AllHeld, st.MembersReturned)
 	}
@@ -184,24 +184,24 @@ func TestRemovedCandidateReadmitsItself(t *testing.T) {
 	drop := cutThenSequencerDown(1, &seqDown)
 	g.run(t0.Add(DefaultFailureTimeout+DefaultHeartbeatInterval/2), drop)
 	for _, i := range []int{2, 3} {
-		if got, want := g.changes(i), "member failed 1@999"; got != want {
+		if got, want := g.changes(i), "failed 1@999"; got != want {
 			t.Fatalf("member %d: changes %q, want %q", i, got, want)
 		}
 	}
 	seqDown = true
 	g.run(g.now.Add(3*DefaultFailureTimeout), drop)
 	if g.cores[1].role != sequencer {
-		t.Fatalf("member 1 is not the sequencer: %+v", g.cores[1].Stats())
+		t.Fatalf("member 1 is not the sequencer: %+v", g.cores[1].Counters())
 	}
 	for _, i := range []int{2, 3} {
-		if got, want := g.changes(i), "member failed 1@999, member failed 0@1000, member returned 1@1001"; got != want {
+		if got, want := g.changes(i), "failed 1@999, failed 0@1000, returned 1@1001"; got != want {
 			t.Errorf("member %d: changes %q, want %q", i, got, want)
 		}
-		if ms := g.cores[i].Members(); ms[0].Live || !ms[1].Live || !ms[1].Sequencer {
+		if ms := g.cores[i].MemberStates(); ms[0].Live || !ms[1].Live || !ms[1].Sequencer {
 			t.Errorf("member %d: %+v", i, ms)
 		}
 	}
-	if got, want := g.changes(1), "member failed 0@1000"; got != want {
+	if got, want := g.changes(1), "failed 0@1000"; got != want {
 		t.Errorf("member 1: changes %q, want %q", got, want)
 	}
 	g.propose(1, "seq")

@@ -14,8 +14,9 @@ import (
 //
 // Nothing delivered aliases v: messages are kept in the log until stable,
 // so they are copied once on arrival.
-func (c *Core) Step(now Time, src [6]byte, v frame.View) error {
+func (c *Core) Step(now Time, src, _ [6]byte, v frame.View) error {
 	c.touch(now)
+	c.sendSealed()
 	if c.role == halted {
 		return ErrHalted
 	}

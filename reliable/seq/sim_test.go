@@ -277,7 +277,7 @@ func (m *simMember) Step(now time.Time) time.Time {
 				m.badRx++
 				continue
 			}
-			m.core.Step(t, eth.Src(), v)
+			m.core.Step(t, eth.Src(), frame.Broadcast, v)
 		}
 		m.core.Tick(t)
 		m.propose(now)
@@ -474,7 +474,7 @@ func (r *simRun) done() bool {
 		if !m.survivor() {
 			continue
 		}
-		if m.proposed < r.s.k || m.core.outstanding() > 0 || m.core.open || m.core.role == electing || m.core.Stats().NotHeldByAll > 0 {
+		if m.proposed < r.s.k || m.core.outstanding() > 0 || m.core.open || m.core.role == electing || m.core.Counters().NotHeldByAll > 0 {
 			return false
 		}
 		if !r.members[r.ids[m.core.sequencerMember().id]].survivor() {
@@ -626,13 +626,13 @@ func (r *simRun) verdict() error {
 	}
 	for _, m := range r.members {
 		if m.halted && !r.crashed[m.id] {
-			return fmt.Errorf("member %d halted: %v; %+v", m.id, m.haltEvent, m.core.Stats())
+			return fmt.Errorf("member %d halted: %v; %+v", m.id, m.haltEvent, m.core.Counters())
 		}
 	}
 	if !r.done() {
 		var b strings.Builder
 		for _, m := range r.members {
-			st := m.core.Stats()
+			st := m.core.Counters()
 			fmt.Fprintf(&b, "\n  member %d crashed=%v halted=%v proposed=%d outstanding=%d delivered=%d next=%v stats=%+v",
 				m.id, m.ep.Crashed(), m.halted, m.proposed, m.core.outstanding(), len(m.log), m.next, st)
 		}
@@ -761,9 +761,9 @@ func TestSim(t *testing.T) {
 			changes.Add(int64(len(r.sequencer) - 1))
 			outside.Add(int64(r.outside))
 			for _, m := range r.members {
-				retx.Add(int64(m.core.Stats().RetransmitsAnswered))
+				retx.Add(int64(m.core.Counters().RetransmitsAnswered))
 				if m.survivor() {
-					removals.Add(int64(m.core.Stats().MembersFailed))
+					removals.Add(int64(m.core.Counters().MembersFailed))
 				}
 			}
 		})

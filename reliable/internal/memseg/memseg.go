@@ -1,7 +1,9 @@
-// Package memseg is a lossless in-memory segment for benchmarking the
-// protocol cores alone (reliable/pbp, reliable/seq): no simulator, no link,
-// each frame copied once as a socket would, a unicast frame stepped only by
-// its addressee. It is for tests and benchmarks.
+// Package memseg is a lossless in-memory segment for benchmarking and
+// testing the protocol cores alone (reliable/pbp, reliable/seq): no
+// simulator, no link, each frame copied once as a socket would and
+// decoded once, a unicast frame stepped only by its addressee. Every core
+// is driven through its core.Stepper, as live. It is for tests and
+// benchmarks.
 package memseg
 
 import (
@@ -9,22 +11,19 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
-// Core is what a round needs of a protocol core besides its Ready.
-type Core interface {
-	Advance()
-	Step(now clock.Time, src [6]byte, v frame.View) error
-	Tick(now clock.Time)
-}
-
 // Segment runs cores in lock-step rounds on virtual time.
-type Segment[C Core] struct {
+type Segment[C core.Core] struct {
 	Cores     []C
+	Steppers  []*core.Stepper
 	Now       clock.Time
 	Delivered []int // messages each core delivered
 	Frames    int   // frames all cores sent
 
+	// OnReady, if set, sees each core's Ready before it is carried out.
+	OnReady func(i int, rd core.Ready)
 	// StepErr, if set, is told of a frame core i's Step refused (a test
 	// of a misbehaving member, whose frames are refused on purpose); nil
 	// makes a refusal fail the test, as on a correct segment.
@@ -34,30 +33,39 @@ type Segment[C Core] struct {
 
 	macs  [][6]byte
 	group uint32
-	ready func(C) (frames [][]byte, deliveries int)
 	queue [][]byte // frames sent this round
 	bufs  [][]byte
 }
 
 // New puts cores (ticked once at now) on a segment. macs[i] is core i's
-// address; ready returns the frames and the number of deliveries of a
-// core's Ready; group is the cores' group id.
-func New[C Core](group uint32, cores []C, macs [][6]byte, now clock.Time, ready func(C) ([][]byte, int)) *Segment[C] {
-	g := &Segment[C]{Cores: cores, Now: now, Delivered: make([]int, len(cores)), macs: macs, group: group, ready: ready}
+// address; group is the cores' group id.
+func New[C core.Core](group uint32, cores []C, macs [][6]byte, now clock.Time) *Segment[C] {
+	g := &Segment[C]{Cores: cores, Now: now, Delivered: make([]int, len(cores)), macs: macs, group: group}
 	for _, c := range cores {
+		g.Steppers = append(g.Steppers, core.NewStepper(c, group, frame.EtherType))
 		c.Tick(now)
 	}
 	return g
+}
+
+// Replace puts c in core i's place (a restart), ticked at Now.
+func (g *Segment[C]) Replace(i int, c C) {
+	g.Cores[i] = c
+	g.Steppers[i] = core.NewStepper(c, g.group, frame.EtherType)
+	c.Tick(g.Now)
 }
 
 // Round collects every core's Ready, then hands the frames to their
 // receivers, then advances time by Tick (a microsecond) and ticks.
 func (g *Segment[C]) Round(tb testing.TB) {
 	g.queue = g.queue[:0]
-	for i, c := range g.Cores {
-		frames, deliveries := g.ready(c)
-		g.Frames += len(frames)
-		for _, f := range frames {
+	for i, st := range g.Steppers {
+		rd := st.Ready()
+		if g.OnReady != nil {
+			g.OnReady(i, rd)
+		}
+		g.Frames += len(rd.Frames)
+		for _, f := range rd.Frames {
 			k := len(g.queue)
 			if k == len(g.bufs) {
 				g.bufs = append(g.bufs, make([]byte, 0, 1600))
@@ -65,8 +73,8 @@ func (g *Segment[C]) Round(tb testing.TB) {
 			g.bufs[k] = append(g.bufs[k][:0], f...)
 			g.queue = append(g.queue, g.bufs[k])
 		}
-		g.Delivered[i] += deliveries
-		c.Advance()
+		g.Delivered[i] += len(rd.Deliveries)
+		st.Advance()
 	}
 	for _, f := range g.queue {
 		eth, rest, err := frame.SplitEthernet(f, frame.EtherType)
@@ -78,11 +86,11 @@ func (g *Segment[C]) Round(tb testing.TB) {
 			tb.Fatal(err)
 		}
 		src, dst := eth.Src(), eth.Dst()
-		for j, c := range g.Cores {
+		for j, st := range g.Steppers {
 			if g.macs[j] == src || (dst != frame.Broadcast && dst != g.macs[j]) {
 				continue
 			}
-			if err := c.Step(g.Now, src, v); err != nil {
+			if err := st.StepView(g.Now, src, dst, v); err != nil {
 				if g.StepErr == nil {
 					tb.Fatal(err)
 				}
@@ -95,7 +103,7 @@ func (g *Segment[C]) Round(tb testing.TB) {
 		d = clock.Microsecond
 	}
 	g.Now = g.Now.Add(d)
-	for _, c := range g.Cores {
-		c.Tick(g.Now)
+	for _, st := range g.Steppers {
+		st.Tick(g.Now)
 	}
 }

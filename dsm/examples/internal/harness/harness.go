@@ -257,7 +257,16 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 func statsText(s *dsm.Stats) string {
 	p := s.Group.Protocol
 	return fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d",
-		s.Messages, s.Bytes, p.DataFramesSent, p.Retransmitted, p.NacksSent, p.GapsRepaired, s.Group.Link.KernelDrops)
+		s.Messages, s.Bytes, p.Sent, p.Retransmitted, p.RepairRequests, gaps(s), s.Group.Link.KernelDrops)
+}
+
+// gaps is the number of gaps repaired, over every member.
+func gaps(s *dsm.Stats) uint64 {
+	var n uint64
+	for _, m := range s.Group.Members {
+		n += m.Repairs
+	}
+	return n
 }
 
 func sumStats(all []dsm.Stats) *dsm.Stats {
@@ -265,10 +274,10 @@ func sumStats(all []dsm.Stats) *dsm.Stats {
 	for _, s := range all {
 		t.Messages += s.Messages
 		t.Bytes += s.Bytes
-		t.Group.Protocol.DataFramesSent += s.Group.Protocol.DataFramesSent
+		t.Group.Protocol.Sent += s.Group.Protocol.Sent
 		t.Group.Protocol.Retransmitted += s.Group.Protocol.Retransmitted
-		t.Group.Protocol.NacksSent += s.Group.Protocol.NacksSent
-		t.Group.Protocol.GapsRepaired += s.Group.Protocol.GapsRepaired
+		t.Group.Protocol.RepairRequests += s.Group.Protocol.RepairRequests
+		t.Group.Members = append(t.Group.Members, s.Group.Members...)
 		t.Group.Link.KernelDrops += s.Group.Link.KernelDrops
 	}
 	return &t

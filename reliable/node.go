@@ -1,0 +1,172 @@
+package reliable
+
+import (
+	"log/slog"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// node is what the live Group and the simulator's Driver share around
+// their core's stepper: one wall clock, sending a Ready's frames over the
+// link, handing its deliveries and events on. It knows no core but
+// through core.Core.
+type node struct {
+	st    *core.Stepper
+	info  core.Info
+	clk   wall.Clock
+	out   sender
+	group uint32
+	log   *slog.Logger
+	// deliver takes every delivered message (a view, valid during the
+	// call); event every event.
+	deliver func(from frame.MemberID, data []byte)
+	event   func(Event)
+}
+
+func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) node {
+	st := core.NewStepper(c, s.Group, s.EtherType)
+	n := node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger}
+	n.out = sender{l: l, etherType: s.EtherType, group: s.Group, log: s.Logger}
+	return n
+}
+
+// input steps received frames and runs the timers. Frames that fail to
+// decode are counted by the stepper (DESIGN.md, decision 5); the core
+// counts the ones it refuses.
+func (n *node) input(now core.Time, frames []link.Frame) {
+	for i := range frames {
+		n.st.Step(now, frames[i].Data)
+	}
+	n.st.Tick(now)
+}
+
+// handOut gives a Ready's deliveries and events to the application.
+func (n *node) handOut(rd core.Ready) {
+	for i := range rd.Deliveries {
+		n.deliver(rd.Deliveries[i].From, rd.Deliveries[i].Data)
+	}
+	for _, ev := range rd.Events {
+		e := eventOf(ev, n.clk)
+		n.logEvent(e)
+		if n.event != nil {
+			n.event(e)
+		}
+	}
+}
+
+func (n *node) logEvent(ev Event) {
+	switch ev.Kind {
+	case SelfLeft:
+		n.log.Info("rbcast: left the group", "group", n.group, "member", ev.Member)
+	case SequencerChanged:
+		n.log.Info("rbcast: new sequencer", "group", n.group, "sequencer", ev.Member, "epoch", ev.Epoch, "agreed_last", ev.Last)
+	case SelfRemoved:
+		n.log.Error("rbcast: removed from the group; halting", "group", n.group, "member", ev.Member, "epoch", ev.Epoch, "reason", ev.Reason)
+	case SequencerFailed:
+		n.log.Warn("rbcast: sequencer silent; electing a new one", "group", n.group, "sequencer", ev.Member, "epoch", ev.Epoch)
+	case MemberReturned:
+		n.log.Info("rbcast: removed member taken back", "group", n.group, "member", ev.Member, "epoch", ev.Epoch)
+	case JoinRefused:
+		n.log.Warn("rbcast: "+ev.Reason, "group", n.group)
+	default:
+		args := []any{"group", n.group, "member", ev.Member, "reason", ev.Kind.String()}
+		if ev.Epoch != 0 {
+			args = append(args, "epoch", ev.Epoch)
+		} else {
+			args = append(args, "delivered_up_to", ev.Delivered, "discarded", ev.Discarded)
+		}
+		if ev.Reason != "" {
+			args = append(args, "detail", ev.Reason)
+		}
+		n.log.Warn("rbcast: member removed", args...)
+	}
+}
+
+// sender sends a Ready's frames with what the link can do: a link that
+// stages (link.Stager) has them copied into its transmit queue, and the
+// Group's kicker has the kernel send them; a link that can send now
+// (link.NowSender) sends retransmissions past that queue.
+type sender struct {
+	l         link.Link
+	etherType uint16
+	group     uint32
+	log       *slog.Logger
+
+	stage  link.Stager    // nil: Send
+	now    link.NowSender // nil: retransmissions queue with the rest
+	staged bool           // frames were staged since the last kick
+
+	retx, rest [][]byte // sendRetransmissions' scratch
+	nowSent    uint64   // retransmissions SendNow sent
+	nowFailed  bool     // a SendNow failed (logged once)
+	err        error    // the link could not send: the group stops
+}
+
+// send transmits frames, in order but for retransmissions (see
+// sendRetransmissions). A link that cannot send at all is reported once
+// and kept in err.
+func (s *sender) send(frames [][]byte) error {
+	if len(frames) == 0 || s.err != nil {
+		return s.err
+	}
+	var err error
+	if s.stage != nil {
+		if s.now != nil {
+			frames = s.sendRetransmissions(frames)
+		}
+		if len(frames) > 0 {
+			_, err = s.stage.Stage(frames)
+			s.staged = true
+		}
+	} else {
+		_, err = s.l.Send(frames)
+	}
+	if err != nil {
+		s.err = err
+		s.log.Error("rbcast: link send failed; the group stops", "group", s.group, "err", err)
+	}
+	return err
+}
+
+// sendRetransmissions sends the retransmissions among frames (flagged
+// frame.FlagRetransmit) with the link's SendNow and returns the other
+// frames, to be staged. A retransmission answers a repair request, and
+// behind the frames staged before it (up to a window of new frames,
+// which the kernel sends at its pace) it would reach its receiver only
+// after all of them, with the sender's window shut at the lost frame
+// meanwhile. It may overtake them: its receiver has seen later frames
+// already (that is how it knew of the gap), and receivers take frames in
+// any order. Everything else stays in order: an Ack or Heartbeat names
+// our last frame sent, which must not arrive after it. Retransmissions
+// SendNow does not send are staged with the rest, where Stage reports a
+// link that cannot send.
+func (s *sender) sendRetransmissions(frames [][]byte) [][]byte {
+	retx, rest := s.retx[:0], s.rest[:0]
+	for _, f := range frames {
+		if _, body, err := frame.SplitEthernet(f, s.etherType); err == nil && frame.View(body).Retransmission() {
+			retx = append(retx, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	if len(retx) > 0 {
+		n, err := s.now.SendNow(retx)
+		s.nowSent += uint64(n)
+		if err != nil {
+			rest = append(rest, retx[n:]...)
+			if !s.nowFailed {
+				// Said once: the retransmissions still go out (staged),
+				// only later.
+				s.nowFailed = true
+				s.log.Warn("rbcast: sending retransmissions past the transmit queue failed; they are queued behind new frames from now on when it fails",
+					"group", s.group, "err", err)
+			}
+		}
+		clear(retx)
+	}
+	s.retx, s.rest = retx[:0], rest
+	return rest
+}
