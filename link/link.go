@@ -9,8 +9,43 @@
 //     PACKET_TX_RING.
 //   - testnet: a simulated segment on virtual time.
 //
-// Decorators (capture, loss injection) wrap a Link and are Links themselves,
-// so the protocol never knows which one it runs on.
+// Decorators (capture.Link, the daemon's monitor) wrap a Link and are Links
+// themselves, so the protocol never knows which one it runs on.
+//
+// # Capabilities
+//
+// Beyond Link, a link may offer three optional capabilities, each an
+// interface declared here:
+//
+//   - Stager: Send in two halves, Stage (fill the transmit queue) and Kick
+//     (have the kernel transmit it), so that one goroutine fills the queue
+//     while another spends the kernel's transmit time (link/ring).
+//   - NowSender: SendNow, a send that skips the frames staged and not yet
+//     transmitted (link/ring; reliable sends retransmissions with it).
+//   - Waker: Wake, which ends a waiting Recv early (link/ring,
+//     link/afpacket, testnet/rtnet).
+//
+// A runtime finds them with StagerOf, NowSenderOf and WakerOf, never by a
+// type assertion of its own, because of decorators. A decorator is a
+// Wrapper: it has Unwrap, returning the link it wraps. The rules are:
+//
+//   - Send-side capabilities (Stager, NowSender) are never passed through
+//     Unwrap: the runtime would send past the decorator, which would miss
+//     the frames (capture records every frame sent). A decorator offers them
+//     by having the methods itself: it observes the frames and forwards the
+//     call with the package functions Stage, Kick and SendNow, which use
+//     the wrapped link's capability or fall back to its Send. StagerOf(l)
+//     then reports l only if the link l unwraps to reports one too, down
+//     the whole chain, so a decorator has the methods always but reports
+//     the capability truthfully; a decorator without them hides it (the
+//     runtime then uses Send, which it observes anyway).
+//   - Receive-side capabilities (Waker) pass through Unwrap: a decorator's
+//     Recv calls the wrapped link's, so waking that one ends both. WakerOf
+//     returns the first Waker on the Unwrap chain.
+//
+// A link that provides a send-side capability itself, rather than
+// forwarding it, is not a Wrapper (it has no Unwrap). link/linktest holds
+// the conformance tests every link and decorator passes.
 package link
 
 import (
@@ -100,42 +135,6 @@ type Link interface {
 
 	// Close releases the link. A blocked Recv returns net.ErrClosed.
 	Close() error
-}
-
-// A Waker is a Link whose waiting Recv another goroutine can end early:
-// Wake makes the Recv waiting now, or the next one if none is, return 0
-// and an error that matches os.ErrDeadlineExceeded without waiting for
-// its deadline. Frames are never lost to a Wake: a Recv that finds frames
-// returns them (and the Wake then ends the next one), and frames that land
-// while a Recv is being woken are returned by the next. Wakes do not add
-// up: several before one Recv end that one only. A Recv may also return
-// early once after a Wake it did not see; callers treat an early return
-// like any other (look at their timers, call Recv again).
-//
-// An event loop that sleeps in Recv while other goroutines change what it
-// must do next (a Send starting a retransmission timer) sleeps until its
-// next timer and is woken for the rest, instead of polling. Wake is safe
-// from any goroutine, also concurrently with Recv, Send and Close.
-type Waker interface {
-	Link
-	Wake()
-}
-
-// WakerOf returns the Waker that ends l's Recv: l itself, or the link
-// that a wrapper (one with an Unwrap() Link method, as capture.Link has)
-// receives through. ok is false if no link on the way can be woken.
-func WakerOf(l Link) (w Waker, ok bool) {
-	for l != nil {
-		if w, ok := l.(Waker); ok {
-			return w, true
-		}
-		u, ok := l.(interface{ Unwrap() Link })
-		if !ok {
-			return nil, false
-		}
-		l = u.Unwrap()
-	}
-	return nil, false
 }
 
 // Errors reported when opening a link. They are wrapped with the interface

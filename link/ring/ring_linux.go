@@ -107,7 +107,11 @@ type Link struct {
 	kernel  struct{ packets, drops, freezes uint64 }
 }
 
-var _ link.Waker = (*Link)(nil)
+var (
+	_ link.Waker     = (*Link)(nil)
+	_ link.Stager    = (*Link)(nil)
+	_ link.NowSender = (*Link)(nil)
+)
 
 // socket is one AF_PACKET socket with its ring.
 type socket struct {

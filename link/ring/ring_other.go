@@ -13,7 +13,11 @@ import (
 // Link is an AF_PACKET ring link; it exists only on Linux.
 type Link struct{}
 
-var _ link.Waker = (*Link)(nil)
+var (
+	_ link.Waker     = (*Link)(nil)
+	_ link.Stager    = (*Link)(nil)
+	_ link.NowSender = (*Link)(nil)
+)
 
 var errNotLinux = errors.New("ring: AF_PACKET rings need Linux")
 
@@ -26,6 +30,9 @@ func (l *Link) MTU() int                                                  { retu
 func (l *Link) HardwareAddr() net.HardwareAddr                            { return nil }
 func (l *Link) Stats() (link.Stats, error)                                { return link.Stats{}, errNotLinux }
 func (l *Link) Close() error                                              { return nil }
+func (l *Link) Stage(frames [][]byte) (int, error)                        { return 0, errNotLinux }
+func (l *Link) Kick() error                                               { return errNotLinux }
+func (l *Link) SendNow(frames [][]byte) (int, error)                      { return 0, errNotLinux }
 
 // Wake does nothing: no Recv waits off Linux.
 func (l *Link) Wake() {}

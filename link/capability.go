@@ -1,0 +1,145 @@
+package link
+
+// A Stager is a Link whose Send comes in two halves, so that one goroutine
+// fills the transmit queue while another spends the kernel's transmit time
+// (link/ring's TX ring; reliable's kicker goroutine).
+//
+// Stage queues frames for transmission after those staged before. It
+// copies them (the caller may reuse them once it returns) and waits only
+// while the queue is full; it does not ask the kernel to transmit. Its n
+// and errors are Send's: a frame longer than the MTU allows is refused
+// with ErrFrameTooLarge after the frames before it were staged.
+//
+// Kick has every frame staged so far transmitted, and frames staged while
+// it runs too; it returns when the kernel has taken them. It may run on
+// another goroutine concurrently with Stage, Send, SendNow and other Kicks;
+// a Kick that finds another one running may return at once and leave its
+// frames to that one, which sends them before it returns. A frame the
+// kernel refuses only at Kick is reported by Kick's error.
+//
+// Staged frames reach the segment in the order staged; a Send goes out
+// after the frames staged before it. They are counted in Stats as sent by
+// the time Kick returns.
+type Stager interface {
+	Link
+	Stage(frames [][]byte) (n int, err error)
+	Kick() error
+}
+
+// A NowSender is a Link that can send frames past the ones it has staged
+// (Stager) and not yet transmitted: SendNow's frames may overtake those.
+// It is for frames whose order relative to the queued ones does not matter
+// and whose delay does (reliable sends retransmissions with it). Otherwise
+// SendNow is Send: frames go out in order, n and errors as Send's, counted
+// in Stats as sent. It may run concurrently with Stage and Kick; like
+// Send, on one goroutine at a time.
+type NowSender interface {
+	Link
+	SendNow(frames [][]byte) (n int, err error)
+}
+
+// A Waker is a Link whose waiting Recv another goroutine can end early:
+// Wake makes the Recv waiting now, or the next one if none is, return 0
+// and an error that matches os.ErrDeadlineExceeded without waiting for
+// its deadline. Frames are never lost to a Wake: a Recv that finds frames
+// returns them (and the Wake then ends the next one), and frames that land
+// while a Recv is being woken are returned by the next. Wakes do not add
+// up: several before one Recv end that one only. A Recv may also return
+// early once after a Wake it did not see; callers treat an early return
+// like any other (look at their timers, call Recv again).
+//
+// An event loop that sleeps in Recv while other goroutines change what it
+// must do next (a Send starting a retransmission timer) sleeps until its
+// next timer and is woken for the rest, instead of polling. Wake is safe
+// from any goroutine, also concurrently with Recv, Send and Close.
+type Waker interface {
+	Link
+	Wake()
+}
+
+// A Wrapper is a decorator: a Link that passes what it is asked to the
+// Link Unwrap returns, observing on the way (capture.Link records frames,
+// the daemon's monitor looks at their headers). See the package doc for
+// how capabilities pass through a Wrapper.
+type Wrapper interface {
+	Link
+	Unwrap() Link
+}
+
+// StagerOf returns l as a Stager if it can stage: l has Stage and Kick,
+// and if l is a Wrapper, StagerOf(l.Unwrap()) holds too (a decorator
+// forwards staging, it cannot provide it). The Stager returned is l
+// itself, so frames staged through it pass every decorator.
+func StagerOf(l Link) (Stager, bool) {
+	s, ok := l.(Stager)
+	if !ok {
+		return nil, false
+	}
+	if w, ok := l.(Wrapper); ok {
+		if _, ok := StagerOf(w.Unwrap()); !ok {
+			return nil, false
+		}
+	}
+	return s, true
+}
+
+// NowSenderOf returns l as a NowSender if it can send past its queue, by
+// the rule of StagerOf.
+func NowSenderOf(l Link) (NowSender, bool) {
+	s, ok := l.(NowSender)
+	if !ok {
+		return nil, false
+	}
+	if w, ok := l.(Wrapper); ok {
+		if _, ok := NowSenderOf(w.Unwrap()); !ok {
+			return nil, false
+		}
+	}
+	return s, true
+}
+
+// WakerOf returns the Waker that ends l's Recv: l itself, or the first
+// link on the way down that decorators (Wrappers) receive through. ok is
+// false if no link on the way can be woken.
+func WakerOf(l Link) (w Waker, ok bool) {
+	for l != nil {
+		if w, ok := l.(Waker); ok {
+			return w, true
+		}
+		u, ok := l.(Wrapper)
+		if !ok {
+			return nil, false
+		}
+		l = u.Unwrap()
+	}
+	return nil, false
+}
+
+// Stage is how a decorator forwards Stage to the link it wraps: l's own
+// Stage if StagerOf(l) reports it, else l.Send (the frames then go out
+// before Stage returns, and Kick has nothing left to do).
+func Stage(l Link, frames [][]byte) (int, error) {
+	if s, ok := StagerOf(l); ok {
+		return s.Stage(frames)
+	}
+	return l.Send(frames)
+}
+
+// Kick is how a decorator forwards Kick: l's own Kick if StagerOf(l)
+// reports it, else nothing (Stage sent the frames).
+func Kick(l Link) error {
+	if s, ok := StagerOf(l); ok {
+		return s.Kick()
+	}
+	return nil
+}
+
+// SendNow is how a decorator forwards SendNow: l's own SendNow if
+// NowSenderOf(l) reports it, else l.Send (a link that cannot send past
+// its queue has none, or Stage sent through Send).
+func SendNow(l Link, frames [][]byte) (int, error) {
+	if s, ok := NowSenderOf(l); ok {
+		return s.SendNow(frames)
+	}
+	return l.Send(frames)
+}
