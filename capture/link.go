@@ -14,7 +14,11 @@ import (
 	"github.com/rbcast/rbcast/link"
 )
 
-var _ link.Link = (*Link)(nil)
+var (
+	_ link.Wrapper   = (*Link)(nil)
+	_ link.Stager    = (*Link)(nil)
+	_ link.NowSender = (*Link)(nil)
+)
 
 // Options describe one wrapped link.
 type Options struct {
@@ -57,6 +61,11 @@ type sinkRef struct {
 // it into a Writer and/or a Recorder, then passes it on. Recording never
 // blocks and never fails a Send or Recv: a full queue drops the record
 // and counts it in the sink's stats.
+//
+// It is a link.Wrapper with the inner link's capabilities: frames staged
+// (Stage) and sent past the queue (SendNow) are recorded like those sent,
+// and link.StagerOf, link.NowSenderOf and link.WakerOf report it as they
+// report the inner link, so a runtime keeps a ring's fast send path.
 type Link struct {
 	l     link.Link
 	sinks []sinkRef
@@ -141,11 +150,40 @@ func (c *Link) record(dir uint8, ts int64, data []byte) {
 func (c *Link) Send(frames [][]byte) (int, error) {
 	ts := c.clock().UnixNano()
 	n, err := c.l.Send(frames)
-	for _, f := range frames[:max(n, 0)] {
+	c.sent(ts, frames[:max(n, 0)])
+	return n, err
+}
+
+// Stage records the frames the inner link staged, as Send does, and
+// forwards the call with link.Stage: staged where the inner link can stage
+// (link.StagerOf reports this Link then too), else sent. The time stamped
+// is when they were staged; a frame the kernel refuses only at Kick stays
+// recorded.
+func (c *Link) Stage(frames [][]byte) (int, error) {
+	ts := c.clock().UnixNano()
+	n, err := link.Stage(c.l, frames)
+	c.sent(ts, frames[:max(n, 0)])
+	return n, err
+}
+
+// Kick forwards to the inner link (link.Kick); Stage recorded the frames.
+func (c *Link) Kick() error { return link.Kick(c.l) }
+
+// SendNow records the frames the inner link sent past its queue, as Send
+// does, and forwards the call with link.SendNow.
+func (c *Link) SendNow(frames [][]byte) (int, error) {
+	ts := c.clock().UnixNano()
+	n, err := link.SendNow(c.l, frames)
+	c.sent(ts, frames[:max(n, 0)])
+	return n, err
+}
+
+// sent records frames sent (or staged) at ts as outbound.
+func (c *Link) sent(ts int64, frames [][]byte) {
+	for _, f := range frames {
 		c.record(uint8(pcapgo.NgEpbFlagDirectionOutbound), ts, f)
 	}
 	c.maybeStats(ts)
-	return n, err
 }
 
 // Recv records the frames the inner link returned as inbound, at their

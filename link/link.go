@@ -7,7 +7,8 @@
 //   - link/afpacket: a plain AF_PACKET socket on github.com/mdlayher/packet.
 //   - link/ring: AF_PACKET with mmap'ed PACKET_RX_RING (TPACKET_V2 or V3) and
 //     PACKET_TX_RING.
-//   - testnet: a simulated segment on virtual time.
+//   - testnet: a simulated segment on virtual time; testnet/rtnet runs it
+//     in real time.
 //
 // Decorators (capture.Link, the daemon's monitor) wrap a Link and are Links
 // themselves, so the protocol never knows which one it runs on.
@@ -130,10 +131,12 @@ type Link interface {
 	// HardwareAddr is this link's own MAC address.
 	HardwareAddr() net.HardwareAddr
 
-	// Stats returns the link's counters, including the kernel's.
+	// Stats returns the link's counters, including the kernel's. After
+	// Close it returns the last counters.
 	Stats() (Stats, error)
 
-	// Close releases the link. A blocked Recv returns net.ErrClosed.
+	// Close releases the link. A blocked Recv returns net.ErrClosed, and
+	// so do Recv and Send (and Stage, Kick, SendNow) called after it.
 	Close() error
 }
 

@@ -18,11 +18,17 @@ import (
 // not report: when each member was last heard (status shows a member
 // "suspected" when it has been silent for half the failure timeout), and
 // frames of our EtherType in another protocol version (the runtime drops
-// them as undecodable; the daemon names the host that sent them).
+// them as undecodable; the daemon names the host that sent them). It
+// counts the frames sent by each path, and keeps the watched link's
+// capabilities (a link.Wrapper with Stage, Kick and SendNow), so the
+// daemon sends on a ring's staged fast path.
 type watchLink struct {
 	link.Link
 	etherType uint16
 	log       *slog.Logger
+
+	// Frames the runtime sent with Send, Stage and SendNow.
+	sent, staged, sentNow atomic.Uint64
 
 	heard [maxWatched]atomic.Int64 // Unix ns a frame from member id last arrived
 
@@ -34,7 +40,11 @@ type watchLink struct {
 // (registration admits at most 40; static lists may use larger ids).
 const maxWatched = 1024
 
-var _ link.Link = (*watchLink)(nil)
+var (
+	_ link.Wrapper   = (*watchLink)(nil)
+	_ link.Stager    = (*watchLink)(nil)
+	_ link.NowSender = (*watchLink)(nil)
+)
 
 func newWatch(l link.Link, etherType uint16, log *slog.Logger) *watchLink {
 	if etherType == 0 {
@@ -45,6 +55,29 @@ func newWatch(l link.Link, etherType uint16, log *slog.Logger) *watchLink {
 
 // Unwrap returns the watched link.
 func (w *watchLink) Unwrap() link.Link { return w.Link }
+
+func (w *watchLink) Send(frames [][]byte) (int, error) {
+	n, err := w.Link.Send(frames)
+	w.sent.Add(uint64(max(n, 0)))
+	return n, err
+}
+
+// Stage, Kick and SendNow forward to the watched link's capabilities
+// (link.StagerOf and link.NowSenderOf report the watchLink when it has
+// them), counting the frames.
+func (w *watchLink) Stage(frames [][]byte) (int, error) {
+	n, err := link.Stage(w.Link, frames)
+	w.staged.Add(uint64(max(n, 0)))
+	return n, err
+}
+
+func (w *watchLink) Kick() error { return link.Kick(w.Link) }
+
+func (w *watchLink) SendNow(frames [][]byte) (int, error) {
+	n, err := link.SendNow(w.Link, frames)
+	w.sentNow.Add(uint64(max(n, 0)))
+	return n, err
+}
 
 func (w *watchLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	n, err := w.Link.Recv(deadline, frames)

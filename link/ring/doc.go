@@ -67,23 +67,23 @@
 // is reported as an error, and that slot and the ones after it are taken
 // back so the link keeps working.
 //
-// Stage and Kick are Send in two halves for a caller that wants to fill
-// the ring on one goroutine while another spends the kernel's transmit
-// time (reliable's Group: its kicker goroutine). Stage copies frames into
-// slots and marks them SEND_REQUEST; Kick makes the sendto and waits until
-// the kernel has taken everything staged. The kernel's tpacket_snd walks
-// every SEND_REQUEST slot it reaches, so frames staged during a Kick go
-// out in the same sendto. A Kick that finds another one running leaves its
-// frames to it; each Kick looks for frames published meanwhile after it
-// has finished, so none are left behind.
+// Stage and Kick (link.Stager) are Send in two halves for a caller that
+// wants to fill the ring on one goroutine while another spends the kernel's
+// transmit time (reliable's Group: its kicker goroutine). Stage copies
+// frames into slots and marks them SEND_REQUEST; Kick makes the sendto and
+// waits until the kernel has taken everything staged. The kernel's
+// tpacket_snd walks every SEND_REQUEST slot it reaches, so frames staged
+// during a Kick go out in the same sendto. A Kick that finds another one
+// running leaves its frames to it; each Kick looks for frames published
+// meanwhile after it has finished, so none are left behind.
 //
-// SendNow skips that queue: it hands frames to sendmmsg(2) on a third
-// socket (protocol 0, no ring), so they reach the wire while frames staged
-// before them still wait for a Kick or for the kernel to walk to them
-// (with TxSendmmsg there is no queue, and SendNow sends on the TX socket).
-// reliable sends retransmissions with it: behind a window of queued new
-// frames a repair waited as long as the kernel took to send them all
-// (docs/protocols.md, "Retransmissions skip the sender's transmit
+// SendNow (link.NowSender) skips that queue: it hands frames to sendmmsg(2)
+// on a third socket (protocol 0, no ring), so they reach the wire while
+// frames staged before them still wait for a Kick or for the kernel to walk
+// to them (with TxSendmmsg there is no queue, and SendNow sends on the TX
+// socket). reliable sends retransmissions with it: behind a window of
+// queued new frames a repair waited as long as the kernel took to send them
+// all (docs/protocols.md, "Retransmissions skip the sender's transmit
 // queue").
 //
 // With Config.TxMode = TxSendmmsg no TX ring is mapped: Send hands the
