@@ -1,4 +1,4 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
@@ -44,14 +45,14 @@ func TestNetnsBDSM(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nodes := make([]*Node, len(links))
+	nodes := make([]*dsm.Node, len(links))
 	errs := make([]error, len(links))
 	var wg sync.WaitGroup
 	for i, l := range links {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = Join(ctx, l, Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
+			nodes[i], errs[i] = dsm.Join(ctx, l, dsm.Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
 				Logger: slog.New(slog.DiscardHandler)}})
 		}()
 	}
@@ -62,7 +63,7 @@ func TestNetnsBDSM(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	runLive(t, nodes, func(n *Node) error {
+	runLive(t, nodes, func(n *dsm.Node) error {
 		if err := scProgram(20)(n); err != nil {
 			return err
 		}
