@@ -13,6 +13,7 @@ import (
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Real network: three namespaces on a bridge, the mmap ring link on each
@@ -23,7 +24,7 @@ import (
 // sequential-consistency program and the two-member-exact lock program
 // must pass, as on the simulator. Needs root (skips otherwise).
 func TestNetnsBDSM(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
 	loss := []netns.Loss{{}, {Percent: 5, EtherType: frame.EtherType}, {Percent: 10, BurstLen: 4, EtherType: frame.EtherType}}
 	spin := []time.Duration{-1, 0, 200 * time.Microsecond} // never, ring.DefaultRxSpin, set
 	links := make([]link.Link, len(topo.Hosts))
