@@ -1,9 +1,12 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
 	"runtime"
 	"testing"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 )
 
 // End to end on the simulator: writes buffered into messages, sent
@@ -15,7 +18,7 @@ import (
 func TestUpdatesAllocateNothing(t *testing.T) {
 	const rounds, perRound = 20, 180 * 4 // 4 full messages a round
 	var mallocs uint64
-	_, err := Simulate(SimConfig{Members: 3, Seed: 1}, func(n *Node) error {
+	_, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: 1}, func(n *dsm.Node) error {
 		ctx := context.Background()
 		s, err := attach(n, 1, 4*perRound, 8)
 		if err != nil {

@@ -1,4 +1,4 @@
-package dsm
+package dsm_test
 
 import (
 	"bytes"
@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/testnet"
 )
@@ -57,7 +59,7 @@ func writeValue(rank, n, size int) []byte {
 	return b
 }
 
-func idOf(rank int) frame.MemberID { return frame.MemberID(rank + 1) } // Simulate's ids
+func idOf(rank int) frame.MemberID { return frame.MemberID(rank + 1) } // dsmsim.Run's ids
 
 type writeKey struct {
 	key  uint32
@@ -68,10 +70,10 @@ type writeKey struct {
 func wkey(e core.Event) writeKey { return writeKey{e.Key, e.Location, string(e.Data)} }
 
 // runSim runs program on n members under lossy with a fresh history.
-func runSim(t *testing.T, n int, seed uint64, cfg Config, program func(*Node) error) *history {
+func runSim(t *testing.T, n int, seed uint64, cfg dsm.Config, program func(*dsm.Node) error) *history {
 	t.Helper()
 	h := newHistory(n)
-	_, err := Simulate(SimConfig{Members: n, Seed: seed, In: lossy, Node: cfg, Trace: h.record, Timeout: time.Minute}, program)
+	_, err := dsmsim.Run(dsmsim.Config{Members: n, Seed: seed, In: lossy, Node: cfg, Trace: h.record, Timeout: time.Minute}, program)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
@@ -79,7 +81,7 @@ func runSim(t *testing.T, n int, seed uint64, cfg Config, program func(*Node) er
 }
 
 // attach creates the segment at rank 0 and joins it elsewhere.
-func attach(n *Node, key uint32, locs, size int) (*Segment, error) {
+func attach(n *dsm.Node, key uint32, locs, size int) (*dsm.Segment, error) {
 	if n.Rank() == 0 {
 		return n.CreateSegment(key, locs, size)
 	}
@@ -90,8 +92,8 @@ func attach(n *Node, key uint32, locs, size int) (*Segment, error) {
 // segments of different location sizes), each round ending in a barrier.
 // Writes race on purpose: the axioms of updates and barriers hold
 // whatever the program.
-func barrierProgram(rounds, writes int) func(*Node) error {
-	return func(n *Node) error {
+func barrierProgram(rounds, writes int) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
 		a, err := attach(n, 11, 64, 8)
 		if err != nil {
 			return err
@@ -140,7 +142,7 @@ func barrierProgram(rounds, writes int) func(*Node) error {
 // visible to its writer at once (before its update leaves).
 func TestAxiom2_1ProgramOrder(t *testing.T) {
 	for seed := range uint64(axiomSeeds) {
-		h := runSim(t, 3, seed, Config{}, func(n *Node) error {
+		h := runSim(t, 3, seed, dsm.Config{}, func(n *dsm.Node) error {
 			s, err := attach(n, 1, 32, 8)
 			if err != nil {
 				return err
@@ -192,7 +194,7 @@ func TestAxiom2_1ProgramOrder(t *testing.T) {
 func TestAxioms2_2and2_3Updates(t *testing.T) {
 	const n = 4
 	for seed := range uint64(axiomSeeds) {
-		h := runSim(t, n, seed, Config{}, barrierProgram(5, 60))
+		h := runSim(t, n, seed, dsm.Config{}, barrierProgram(5, 60))
 		for i := range n {
 			for j := range n {
 				if i == j {
@@ -242,7 +244,7 @@ func TestAxioms2_2and2_3Updates(t *testing.T) {
 func TestAxioms2_4to2_7Barriers(t *testing.T) {
 	const n, rounds = 4, 6
 	for seed := range uint64(axiomSeeds) {
-		h := runSim(t, n, seed, Config{}, barrierProgram(rounds, 40))
+		h := runSim(t, n, seed, dsm.Config{}, barrierProgram(rounds, 40))
 		// Per member: where it entered and passed each barrier, and for
 		// each write how many barriers it had entered and passed before.
 		enterAt := make([]map[uint32]int, n) // rank → barrier seq → global index
@@ -309,8 +311,8 @@ func TestAxioms2_4to2_7Barriers(t *testing.T) {
 // lockProgram: critical sections on two locks, each incrementing the
 // lock's counter and writing a record under it, with unsynchronised
 // writes to the member's own locations in between.
-func lockProgram(sections int, reads *[][]uint64) func(*Node) error {
-	return func(n *Node) error {
+func lockProgram(sections int, reads *[][]uint64) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
 		ctx := context.Background()
 		s, err := attach(n, 1, 2+8*n.Size(), 8)
 		if err != nil {
@@ -357,7 +359,7 @@ func lockProgram(sections int, reads *[][]uint64) func(*Node) error {
 func TestAxioms2_8to2_11Locks(t *testing.T) {
 	const n = 4
 	for seed := range uint64(axiomSeeds) {
-		h := runSim(t, n, seed, Config{}, lockProgram(25, nil))
+		h := runSim(t, n, seed, dsm.Config{}, lockProgram(25, nil))
 		type req struct {
 			rank int
 			lock int32
@@ -467,7 +469,7 @@ func TestAxioms2_8to2_11Locks(t *testing.T) {
 func TestLockCounterTwoMembers(t *testing.T) {
 	for seed := range uint64(axiomSeeds) {
 		reads := make([][]uint64, 2)
-		runSim(t, 2, seed, Config{}, lockProgram(40, &reads))
+		runSim(t, 2, seed, dsm.Config{}, lockProgram(40, &reads))
 		for lock, vs := range reads {
 			seen := make([]bool, len(vs))
 			for _, v := range vs {
@@ -483,15 +485,15 @@ func TestLockCounterTwoMembers(t *testing.T) {
 // The thesis's error cases of §2.3 are errors, with clear text.
 func TestAPIErrors(t *testing.T) {
 	ctx := context.Background()
-	_, err := Simulate(SimConfig{Members: 2, Seed: 1}, func(n *Node) error {
+	_, err := dsmsim.Run(dsmsim.Config{Members: 2, Seed: 1}, func(n *dsm.Node) error {
 		if n.Rank() == 1 {
 			_, err := n.JoinSegment(ctx, 9, 10, 4)
-			var ge *GeometryError
-			if !errors.As(err, &ge) || ge.Have != (Geometry{Locations: 10, LocationSize: 8}) || ge.Want != (Geometry{Locations: 10, LocationSize: 4}) ||
+			var ge *dsm.GeometryError
+			if !errors.As(err, &ge) || ge.Have != (dsm.Geometry{Locations: 10, LocationSize: 8}) || ge.Want != (dsm.Geometry{Locations: 10, LocationSize: 4}) ||
 				err.Error() != "dsm: segment 9: geometry 10 locations of 4 bytes differs from its creator's (member 1): 10 locations of 8 bytes" {
 				return fmt.Errorf("join with another geometry: %v", err)
 			}
-			if _, err := n.CreateSegment(9, 10, 8); !errors.Is(err, ErrExists) {
+			if _, err := n.CreateSegment(9, 10, 8); !errors.Is(err, dsm.ErrExists) {
 				return fmt.Errorf("create of an existing key: %v", err)
 			}
 			return n.Barrier(ctx, 1)
@@ -516,16 +518,16 @@ func TestAPIErrors(t *testing.T) {
 		if _, err := n.CreateSegment(11, 1, max); err != nil {
 			return fmt.Errorf("location of a full frame: %v", err)
 		}
-		if err := n.Unlock(3); !errors.Is(err, ErrNotHeld) {
+		if err := n.Unlock(3); !errors.Is(err, dsm.ErrNotHeld) {
 			return fmt.Errorf("release of a lock not held: %v", err)
 		}
 		if err := n.Lock(ctx, 3); err != nil {
 			return err
 		}
-		if err := n.Lock(ctx, 4); !errors.Is(err, ErrSecondLock) || err.Error() != "dsm: a lock is already held: acquiring lock 4 while holding lock 3" {
+		if err := n.Lock(ctx, 4); !errors.Is(err, dsm.ErrSecondLock) || err.Error() != "dsm: a lock is already held: acquiring lock 4 while holding lock 3" {
 			return fmt.Errorf("second lock: %v", err)
 		}
-		if err := n.Unlock(4); !errors.Is(err, ErrNotHeld) {
+		if err := n.Unlock(4); !errors.Is(err, dsm.ErrNotHeld) {
 			return fmt.Errorf("release of another lock: %v", err)
 		}
 		if err := n.Unlock(3); err != nil {
@@ -534,7 +536,7 @@ func TestAPIErrors(t *testing.T) {
 		if err := s.Remove(); err != nil {
 			return err
 		}
-		if err := s.Write(0, make([]byte, 8)); !errors.Is(err, ErrRemoved) {
+		if err := s.Write(0, make([]byte, 8)); !errors.Is(err, dsm.ErrRemoved) {
 			return fmt.Errorf("write to a removed segment: %v", err)
 		}
 		if s.View() != nil {
@@ -553,7 +555,7 @@ func TestAPIErrors(t *testing.T) {
 		if err := n.Exit(); err != nil {
 			return err
 		}
-		if err := n.Barrier(ctx, 2); !errors.Is(err, ErrClosed) {
+		if err := n.Barrier(ctx, 2); !errors.Is(err, dsm.ErrClosed) {
 			return fmt.Errorf("barrier after exit: %v", err)
 		}
 		return nil

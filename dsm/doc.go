@@ -27,7 +27,7 @@
 //
 // The API follows the thesis's §2.3:
 //
-//	dsm_init          Join (one process per host), or Simulate (N in one process)
+//	dsm_init          Join (one process per host), or dsmsim.Run (N in one process)
 //	dsm_seg_at        Node.CreateSegment (DSM_CREATE), Node.JoinSegment (DSM_JOIN)
 //	dsm_write         Segment.Write; DSM_WRT_UNREL: Segment.WriteUnreliable
 //	dsm_bulk_write    Segment.WriteBulk, Segment.WriteBulkUnreliable
@@ -44,7 +44,9 @@
 // deterministic core in dsm/core (no goroutines, no time, no randomness).
 // This package is the thin runtime over it: Join drives the core over a
 // reliable.Group (updates are applied in Config.Deliver, on the group's
-// event loop, from the received frame); Simulate drives N cores over
-// reliable.Drivers on the simulated segment in virtual time. The message
+// event loop, from the received frame). Env and Host are the seam for a
+// program that drives the reliable layer itself: dsm/dsmsim runs N nodes
+// over reliable.Drivers on the simulated segment in virtual time, so that
+// a program that only Joins does not link the simulator. The message
 // encoding is documented in docs/dsm.md.
 package dsm

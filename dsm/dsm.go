@@ -42,9 +42,9 @@ const DefaultOutboxLimit = 64
 
 // Config configures a Node.
 type Config struct {
-	// Group configures the reliable group under the node (Join only; the
-	// simulator builds its own). Deliver and OnEvent must be nil: the node
-	// sets them.
+	// Group configures the reliable group under the node (Join; dsmsim
+	// uses its protocol fields only). Deliver and OnEvent must be nil:
+	// the node sets them.
 	Group reliable.Config
 	// Unbuffered sends every write as a message of its own at once instead
 	// of collecting a segment's writes into frame-sized messages (the
@@ -77,14 +77,15 @@ type TraceEvent = core.Event
 type Node struct {
 	mu     sync.Mutex // guards core and the fields below
 	core   *core.Core
-	env    env
+	env    Env
 	self   frame.MemberID
 	limit  int
 	closed bool  // Exit was called
 	err    error // why the node stopped working, once it has
 	// barrierErr is the error of the barrier just crossed (ids differ).
 	barrierErr error
-	// left: the member's leave is done (simulator only).
+	// left: the member's leave is done (seen by Host.OnEvent; Join's
+	// leave is Group.Close, which waits for it itself).
 	left bool
 
 	// joining is set while Join builds the core: the group may deliver
@@ -121,9 +122,11 @@ func (n *Node) hold(in earlyInput) bool {
 	return true
 }
 
-// waitFor is what a blocked call waits for: a value, so that waiting
-// allocates nothing.
-type waitFor struct {
+// Wait is what a blocked call of a Node waits for (an outbox below its
+// limit, a segment's announcement, a barrier, a lock, the outbox drained,
+// the leave done), passed to Env.Wait: a value, so that waiting allocates
+// nothing. Host.Ready says whether it holds.
+type Wait struct {
 	kind waitKind
 	id   int64 // segment key, barrier id, lock id
 }
@@ -139,7 +142,8 @@ const (
 	waitLeft                        // the leave is done
 )
 
-func (w waitFor) String() string {
+// String says what the call waits for, as a deadlock report shows it.
+func (w Wait) String() string {
 	switch w.kind {
 	case waitRoom:
 		return "writing (outbox full)"
@@ -158,7 +162,7 @@ func (w waitFor) String() string {
 }
 
 // ready reports whether w holds, or the node stopped (with n.mu held).
-func (n *Node) ready(w waitFor) bool {
+func (n *Node) ready(w Wait) bool {
 	if n.err != nil {
 		return true
 	}
@@ -181,25 +185,6 @@ func (n *Node) ready(w waitFor) bool {
 		return n.left
 	}
 	return true
-}
-
-// env is what a Node runs on: the live group (groupEnv) or the simulator
-// (simMember).
-type env interface {
-	// kick says the outbox has messages; called with n.mu held, it must
-	// not block.
-	kick()
-	// wait blocks until w holds (Node.ready, evaluated with n.mu held),
-	// or ctx ends (ctx.Err()), or the node stops (its error).
-	wait(ctx context.Context, w waitFor) error
-	// flush sends the outbox now if it can; called without n.mu after a
-	// synchronisation message was queued.
-	flush()
-	// leave leaves the group; called without n.mu once the outbox is
-	// empty.
-	leave() error
-	// groupStats are the reliable layer's counters.
-	groupStats() reliable.Stats
 }
 
 func outboxLimit(cfg Config) int {
@@ -245,7 +230,7 @@ func (n *Node) receiveLocked(from frame.MemberID, data []byte) {
 	}
 	n.core.Receive(from, data) // bad messages are counted and change nothing
 	if n.core.Pending() > 0 {
-		n.env.kick()
+		n.env.Kick()
 	}
 	// An update changes nothing a blocked call waits for (outbox room, an
 	// announcement, a barrier, a lock, the leave): waking the program for
@@ -273,7 +258,7 @@ func (n *Node) eventLocked(ev reliable.Event) {
 	case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
 		n.core.MemberGone(ev.Member)
 		if n.core.Pending() > 0 {
-			n.env.kick()
+			n.env.Kick()
 		}
 	case reliable.MemberReturned:
 		n.core.MemberBack(ev.Member)
@@ -314,7 +299,7 @@ func (n *Node) lock() error {
 // unlock kicks the sender if there is something to send and drops n.mu.
 func (n *Node) unlock() {
 	if n.core.Pending() > 0 {
-		n.env.kick()
+		n.env.Kick()
 	}
 	n.mu.Unlock()
 }
@@ -325,7 +310,7 @@ func (n *Node) unlockFlush() {
 	pending := n.core.Pending() > 0
 	n.mu.Unlock()
 	if pending {
-		n.env.flush()
+		n.env.Flush()
 	}
 }
 
@@ -340,7 +325,7 @@ func (n *Node) lockRoom() error {
 			return nil
 		}
 		n.mu.Unlock()
-		err := n.env.wait(context.Background(), waitFor{kind: waitRoom})
+		err := n.env.Wait(context.Background(), Wait{kind: waitRoom})
 		if err != nil {
 			return err
 		}
@@ -448,7 +433,7 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 	known := n.core.Known(key)
 	n.mu.Unlock()
 	if !known {
-		err := n.env.wait(ctx, waitFor{kind: waitSegment, id: int64(key)})
+		err := n.env.Wait(ctx, Wait{kind: waitSegment, id: int64(key)})
 		if err != nil {
 			return nil, fmt.Errorf("dsm: joining segment %d: waiting for its creator: %w", key, err)
 		}
@@ -486,7 +471,7 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 		}
 	}
 	n.unlockFlush()
-	err := n.env.wait(ctx, waitFor{kind: waitBarrier, id: int64(id)})
+	err := n.env.Wait(ctx, Wait{kind: waitBarrier, id: int64(id)})
 	if err != nil {
 		n.mu.Lock()
 		waiting := n.core.Waiting()
@@ -521,7 +506,7 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 	if err != nil {
 		return err
 	}
-	err = n.env.wait(ctx, waitFor{kind: waitLock, id: int64(id)})
+	err = n.env.Wait(ctx, Wait{kind: waitLock, id: int64(id)})
 	n.mu.Lock()
 	defer n.unlock()
 	if err != nil {
@@ -561,15 +546,15 @@ func (n *Node) Exit() error {
 		n.mu.Lock()
 		n.closed = true
 		n.mu.Unlock()
-		n.env.leave()
+		n.env.Leave()
 		return err
 	}
 	n.closed = true
 	n.core.ReleaseAll()
 	n.core.FlushAll()
 	n.unlock()
-	err := n.env.wait(context.Background(), waitFor{kind: waitDrained})
-	if lerr := n.env.leave(); err == nil {
+	err := n.env.Wait(context.Background(), Wait{kind: waitDrained})
+	if lerr := n.env.Leave(); err == nil {
 		err = lerr
 	}
 	return err
@@ -608,7 +593,7 @@ func (n *Node) Stats() Stats {
 		Barriers: c.Barriers, LockRequests: c.LockRequests, LockReplies: c.LockReplies,
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
-		Group: n.env.groupStats(),
+		Group: n.env.GroupStats(),
 	}
 }
 
@@ -660,7 +645,7 @@ func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error
 // overtake the segment's buffered writes; programs must not count on other
 // members seeing it. (The reliable layer has no unreliable datagram yet, so
 // over Join it is in fact delivered, reliably and in the sender's message
-// order; only Simulate drops them, see SimConfig.UnreliableLoss.)
+// order; only dsmsim.Run drops them, see dsmsim.Config.UnreliableLoss.)
 func (s *Segment) WriteUnreliable(loc int, value []byte) error {
 	if err := s.n.lockRoom(); err != nil {
 		return err
@@ -724,7 +709,7 @@ func (s *Segment) Remove() error {
 	if err != nil {
 		return err
 	}
-	return s.n.env.wait(context.Background(), waitFor{kind: waitDrained})
+	return s.n.env.Wait(context.Background(), Wait{kind: waitDrained})
 }
 
 // Float64 helpers: a location of 8 bytes holds one float64, little-endian

@@ -31,7 +31,7 @@ type groupEnv struct {
 	left    bool
 }
 
-func (e *groupEnv) kick() {
+func (e *groupEnv) Kick() {
 	select {
 	case e.kickc <- struct{}{}:
 	default:
@@ -45,7 +45,7 @@ func (e *groupEnv) signal() {
 	}
 }
 
-func (e *groupEnv) wait(ctx context.Context, w waitFor) error {
+func (e *groupEnv) Wait(ctx context.Context, w Wait) error {
 	n := e.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -100,9 +100,9 @@ func (e *groupEnv) send() {
 // flush sends the outbox on the caller's goroutine unless the sender
 // goroutine is at it: a barrier or lock message then leaves without a
 // goroutine hand-off (called without n.mu).
-func (e *groupEnv) flush() {
+func (e *groupEnv) Flush() {
 	if !e.sendMu.TryLock() {
-		e.kick()
+		e.Kick()
 		return
 	}
 	e.drain()
@@ -135,7 +135,7 @@ func (e *groupEnv) drain() error {
 	}
 }
 
-func (e *groupEnv) leave() error {
+func (e *groupEnv) Leave() error {
 	if e.left {
 		return nil
 	}
@@ -145,4 +145,4 @@ func (e *groupEnv) leave() error {
 	return e.g.Close()
 }
 
-func (e *groupEnv) groupStats() reliable.Stats { return e.g.Stats() }
+func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }

@@ -1,4 +1,4 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -16,7 +17,7 @@ import (
 )
 
 // joinAll joins n nodes over a real-time lossy segment.
-func joinAll(t *testing.T, n int, seed uint64, cfg Config) []*Node {
+func joinAll(t *testing.T, n int, seed uint64, cfg dsm.Config) []*dsm.Node {
 	t.Helper()
 	r := rtnet.New(t, seed)
 	var links []*rtnet.Link
@@ -26,11 +27,11 @@ func joinAll(t *testing.T, n int, seed uint64, cfg Config) []*Node {
 		links = append(links, l)
 		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
 	}
-	nodes := make([]*Node, n)
+	nodes := make([]*dsm.Node, n)
 	for i, l := range links {
 		c := cfg
 		c.Group = reliable.Config{Group: 1, Members: members, Self: frame.MemberID(i + 1), Logger: slog.New(slog.DiscardHandler)}
-		nd, err := Join(context.Background(), l, c)
+		nd, err := dsm.Join(context.Background(), l, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +47,7 @@ func joinAll(t *testing.T, n int, seed uint64, cfg Config) []*Node {
 
 // runLive runs program on every node, each on its own goroutine, and
 // exits the nodes.
-func runLive(t *testing.T, nodes []*Node, program func(*Node) error) {
+func runLive(t *testing.T, nodes []*dsm.Node, program func(*dsm.Node) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
@@ -70,7 +71,7 @@ func runLive(t *testing.T, nodes []*Node, program func(*Node) error) {
 // sender goroutine) passes the sequential-consistency program too.
 func TestJoinSequentialConsistency(t *testing.T) {
 	before := runtime.NumGoroutine()
-	nodes := joinAll(t, 3, 1, Config{})
+	nodes := joinAll(t, 3, 1, dsm.Config{})
 	if nodes[0].Rank() != 0 || nodes[2].Rank() != 2 || nodes[1].Size() != 3 {
 		t.Fatalf("ranks %d %d, size %d", nodes[0].Rank(), nodes[2].Rank(), nodes[1].Size())
 	}
@@ -79,7 +80,7 @@ func TestJoinSequentialConsistency(t *testing.T) {
 	if st.Barriers != 13 || st.Applied == 0 || st.BadMessages != 0 {
 		t.Errorf("stats: %+v", st)
 	}
-	if err := nodes[0].Barrier(context.Background(), 1); !errors.Is(err, ErrClosed) {
+	if err := nodes[0].Barrier(context.Background(), 1); !errors.Is(err, dsm.ErrClosed) {
 		t.Errorf("barrier after exit: %v", err)
 	}
 	// Every goroutine the nodes started has ended (the groups' loops and
@@ -96,10 +97,10 @@ func TestJoinSequentialConsistency(t *testing.T) {
 // Locks over the live runtime: mutual exclusion between two members, a
 // counter incremented under the lock ends exact.
 func TestJoinLocks(t *testing.T) {
-	nodes := joinAll(t, 2, 2, Config{})
+	nodes := joinAll(t, 2, 2, dsm.Config{})
 	reads := make([][]uint64, 2)
 	var mu sync.Mutex
-	runLive(t, nodes, func(n *Node) error {
+	runLive(t, nodes, func(n *dsm.Node) error {
 		var mine [][]uint64 = make([][]uint64, 2)
 		err := lockProgram(30, &mine)(n)
 		mu.Lock()

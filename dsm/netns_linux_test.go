@@ -1,4 +1,4 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Real network: three namespaces on a bridge, the mmap ring link on each
@@ -22,7 +24,7 @@ import (
 // sequential-consistency program and the two-member-exact lock program
 // must pass, as on the simulator. Needs root (skips otherwise).
 func TestNetnsBDSM(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbcdsm"})
 	loss := []netns.Loss{{}, {Percent: 5, EtherType: frame.EtherType}, {Percent: 10, BurstLen: 4, EtherType: frame.EtherType}}
 	spin := []time.Duration{-1, 0, 200 * time.Microsecond} // never, ring.DefaultRxSpin, set
 	links := make([]link.Link, len(topo.Hosts))
@@ -44,14 +46,14 @@ func TestNetnsBDSM(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nodes := make([]*Node, len(links))
+	nodes := make([]*dsm.Node, len(links))
 	errs := make([]error, len(links))
 	var wg sync.WaitGroup
 	for i, l := range links {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = Join(ctx, l, Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
+			nodes[i], errs[i] = dsm.Join(ctx, l, dsm.Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
 				Logger: slog.New(slog.DiscardHandler)}})
 		}()
 	}
@@ -62,7 +64,7 @@ func TestNetnsBDSM(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	runLive(t, nodes, func(n *Node) error {
+	runLive(t, nodes, func(n *dsm.Node) error {
 		if err := scProgram(20)(n); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/rbcast/rbcast/dsm"
 )
 
 // Theorem 2.2: a program that is data-race-free in BDSM's sense
@@ -72,8 +74,8 @@ func scModel(phases, members int) ([][]uint64, [][][scSizeB]byte) {
 	return as, bs
 }
 
-func scProgram(phases int) func(*Node) error {
-	return func(n *Node) error {
+func scProgram(phases int) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
 		ctx := context.Background()
 		sa, err := attach(n, 1, scLocsA, 8)
 		if err != nil {
@@ -118,7 +120,7 @@ func scProgram(phases int) func(*Node) error {
 			}
 			// Write what this member owns: runs of owned locations as
 			// bulk writes every third phase, single writes otherwise.
-			for seg, s := range map[int]*Segment{1: sa, 2: sb} {
+			for seg, s := range map[int]*dsm.Segment{1: sa, 2: sb} {
 				locs := s.Geometry().Locations
 				for loc := 0; loc < locs; loc++ {
 					if scOwner(p, seg, loc, n.Size()) != n.Rank() {
@@ -160,7 +162,7 @@ func TestTheorem2_2SequentialConsistency(t *testing.T) {
 	for _, unbuffered := range []bool{false, true} {
 		for seed := range uint64(axiomSeeds) {
 			t.Run(fmt.Sprintf("unbuffered=%v/seed=%d", unbuffered, seed), func(t *testing.T) {
-				runSim(t, 4, seed, Config{Unbuffered: unbuffered}, scProgram(12))
+				runSim(t, 4, seed, dsm.Config{Unbuffered: unbuffered}, scProgram(12))
 			})
 		}
 	}

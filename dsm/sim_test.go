@@ -1,56 +1,16 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/reliable"
 )
-
-// A simulated run is a function of its SimConfig and program: the same
-// seed gives the same history, event for event.
-func TestSimulateDeterministic(t *testing.T) {
-	run := func() string {
-		var sb strings.Builder
-		_, err := Simulate(SimConfig{Members: 3, Seed: 9, In: lossy, Trace: func(rank int, ev TraceEvent) {
-			fmt.Fprintf(&sb, "%d %d %d %d %x %d %d\n", rank, ev.Kind, ev.From, ev.Location, ev.Data, ev.Seq, ev.TS)
-		}}, func(n *Node) error {
-			return lockProgram(10, nil)(n)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sb.String()
-	}
-	a, b := run(), run()
-	if a != b || len(a) == 0 {
-		t.Fatalf("two runs with one seed differ (%d and %d bytes of history)", len(a), len(b))
-	}
-}
-
-// A program that can never finish ends the run with ErrAborted, saying
-// where every member waits, and leaves no goroutine behind.
-func TestSimulateDeadlock(t *testing.T) {
-	_, err := Simulate(SimConfig{Members: 3, Seed: 1, Timeout: 10 * time.Second}, func(n *Node) error {
-		if n.Rank() == 2 {
-			return nil // exits without the barrier the others wait at
-		}
-		if n.Rank() == 1 {
-			_, err := n.JoinSegment(context.Background(), 42, 1, 8) // never created
-			return err
-		}
-		return n.Lock(context.Background(), 1) // granted: rank 2 left, rank 1 answers while it waits
-	})
-	t.Log(err)
-	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 1 joining segment 42") || !strings.Contains(err.Error(), "timeout") {
-		t.Fatalf("error %v, want a deadlock report naming rank 1", err)
-	}
-}
 
 // A Lock whose context ends gives up: the request, already broadcast, is
 // released as soon as it is granted, and the lock is free afterwards.
@@ -58,7 +18,7 @@ func TestLockCancelled(t *testing.T) {
 	bg := context.Background()
 	cancelled, cancel := context.WithCancel(bg)
 	cancel()
-	_, err := Simulate(SimConfig{Members: 3, Seed: 2, In: lossy}, func(n *Node) error {
+	_, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: 2, In: lossy}, func(n *dsm.Node) error {
 		switch n.Rank() {
 		case 0:
 			if err := n.Lock(bg, 1); err != nil {
@@ -106,29 +66,13 @@ func TestLockCancelled(t *testing.T) {
 	}
 }
 
-// A send window of 2 frames and an outbox of 4 messages: writes wait for
-// the window (back-pressure through Simulate's scheduler) and nothing is
-// lost; the order total group delivers every member's own messages too,
-// which the node ignores.
-func TestSimulateSmallWindow(t *testing.T) {
-	for _, order := range []reliable.Order{reliable.FIFO, reliable.Total} {
-		cfg := Config{OutboxLimit: 4}
-		cfg.Group.Window = 2
-		cfg.Group.Order = order
-		_, err := Simulate(SimConfig{Members: 3, Seed: 5, In: lossy, Node: cfg}, scProgram(4))
-		if err != nil {
-			t.Fatalf("%v: %v", order, err)
-		}
-	}
-}
-
 // Over a totally ordered group every member applies all updates in one
 // order, which respects causality (a write sent after another was
 // delivered is sequenced after it): the lock-protected counter that FIFO
 // BDSM can read stale with three or more members is exact.
 func TestLockCounterTotalOrder(t *testing.T) {
 	for seed := range uint64(axiomSeeds) {
-		cfg := Config{}
+		cfg := dsm.Config{}
 		cfg.Group.Order = reliable.Total
 		reads := make([][]uint64, 2)
 		runSim(t, 4, seed, cfg, lockProgram(25, &reads))
@@ -151,7 +95,7 @@ func TestLockCounterTotalOrder(t *testing.T) {
 // reliable/seq, see TestMemberLeftAfterItsMessages).
 func TestAxiomsTotalOrder(t *testing.T) {
 	for seed := range uint64(axiomSeeds) {
-		cfg := Config{}
+		cfg := dsm.Config{}
 		cfg.Group.Order = reliable.Total
 		h := runSim(t, 4, seed, cfg, barrierProgram(5, 60))
 		for j := range 4 {
@@ -174,6 +118,23 @@ func TestAxiomsTotalOrder(t *testing.T) {
 					t.Fatalf("seed %d: rank %d wrote %d locations, rank %d applied %d updates", seed, i, writes, j, updates)
 				}
 			}
+		}
+	}
+}
+
+// The sequential-consistency program with a send window of 2 frames and
+// an outbox of 4 messages, under both orders: writes wait for the window
+// (back-pressure through dsmsim's scheduler) and nothing is lost; a
+// totally ordered group delivers every member's own messages too, which
+// the node ignores.
+func TestSmallWindowSequentialConsistency(t *testing.T) {
+	for _, order := range []reliable.Order{reliable.FIFO, reliable.Total} {
+		cfg := dsm.Config{OutboxLimit: 4}
+		cfg.Group.Window = 2
+		cfg.Group.Order = order
+		_, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: 5, In: lossy, Node: cfg}, scProgram(4))
+		if err != nil {
+			t.Fatalf("%v: %v", order, err)
 		}
 	}
 }

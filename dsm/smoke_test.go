@@ -1,17 +1,19 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/testnet"
 )
 
 func TestSmoke(t *testing.T) {
 	ctx := context.Background()
-	res, err := Simulate(SimConfig{Members: 3, Seed: 1, In: testnet.Impairment{Loss: 0.05, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}}, func(n *Node) error {
-		var s *Segment
+	res, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: 1, In: testnet.Impairment{Loss: 0.05, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}}, func(n *dsm.Node) error {
+		var s *dsm.Segment
 		var err error
 		if n.Rank() == 0 {
 			s, err = n.CreateSegment(7, 30, 8)

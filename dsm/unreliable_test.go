@@ -1,17 +1,20 @@
-package dsm
+package dsm_test
 
 import (
 	"context"
 	"testing"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 )
 
 // Unreliable writes (DSM_WRT_UNREL) take effect locally at once and may
-// or may not reach the others: with SimConfig.UnreliableLoss some are
+// or may not reach the others: with dsmsim.Config.UnreliableLoss some are
 // lost, without it all arrive; reliable writes are never lost.
 func TestUnreliableWrites(t *testing.T) {
 	for _, loss := range []float64{0, 0.5} {
 		var seen [2][2]int // [rank 1's view of] unreliable, reliable locations set by rank 0
-		res, err := Simulate(SimConfig{Members: 2, Seed: 3, In: lossy, UnreliableLoss: loss}, func(n *Node) error {
+		res, err := dsmsim.Run(dsmsim.Config{Members: 2, Seed: 3, In: lossy, UnreliableLoss: loss}, func(n *dsm.Node) error {
 			s, err := attach(n, 1, 400, 8)
 			if err != nil {
 				return err

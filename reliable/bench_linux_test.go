@@ -16,6 +16,7 @@ import (
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Benchmarks on the netns bridge. Each measures for a fixed time whatever
@@ -131,7 +132,7 @@ type goodputResult struct {
 // member receives with RecvAppend. Loss is on the receivers' inbound
 // frames of our EtherType.
 func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
-	topo := netns.Up(tb, netns.Options{Hosts: o.receivers + 1, MTU: o.mtu, Prefix: benchPrefix()})
+	topo := netnstest.Up(tb, netns.Options{Hosts: o.receivers + 1, MTU: o.mtu, Prefix: benchPrefix()})
 	if o.lossPct > 0 {
 		for _, h := range topo.Hosts[1:] {
 			if err := h.SetLoss(netns.In, netns.Loss{Percent: o.lossPct, EtherType: frame.EtherType}); err != nil {
@@ -454,12 +455,12 @@ func loadavg() string {
 // largest messages; beside it the raw ring ceiling of the same topology
 // (linkbench, backend ring-v2).
 func BenchmarkGoodput(b *testing.B) {
-	netns.RequireRoot(b)
+	netnstest.RequireRoot(b)
 	d := benchDuration()
 	for _, rx := range []int{1, 3, 7} {
 		for _, mtu := range []int{1500, 9000} {
 			b.Run(fmt.Sprintf("rx=%d/mtu=%d/raw-ring", rx, mtu), func(b *testing.B) {
-				topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
+				topo := netnstest.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
 				var res *linkbench.Throughput
 				min, cpu := cpuPerGB(rx, func() (float64, time.Duration) {
 					var err error
@@ -488,7 +489,7 @@ func BenchmarkGoodput(b *testing.B) {
 					b.Run(fmt.Sprintf("rx=%d/mtu=%d/loss=%g/size=%s", rx, mtu, loss, name), func(b *testing.B) {
 						o := goodputOpts{receivers: rx, mtu: mtu, lossPct: loss, size: size, mode: PBP2, window: envInt(b, "RBCAST_BENCH_WINDOW"),
 							procs: envBool(b, "RBCAST_BENCH_PROCS"), deliver: envBool(b, "RBCAST_BENCH_DELIVER")}
-						topo := netns.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
+						topo := netnstest.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
 						if loss > 0 {
 							for _, h := range topo.Hosts[1:] {
 								if err := h.SetLoss(netns.In, netns.Loss{Percent: loss, EtherType: frame.EtherType}); err != nil {
@@ -537,8 +538,8 @@ func reportGoodput(b *testing.B, r goodputResult) {
 // BenchmarkLatency: one message in flight between two hosts (ping-pong);
 // one-way latency is half the round trip.
 func BenchmarkLatency(b *testing.B) {
-	netns.RequireRoot(b)
-	topo := netns.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
+	netnstest.RequireRoot(b)
+	topo := netnstest.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
 	const n = 20000
 	p50, p99 := runLatencyOn(b, topo, PBP2, n)
 	b.ReportMetric(float64(p50.Nanoseconds())/1000, "p50-one-way-µs")

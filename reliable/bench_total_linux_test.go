@@ -12,6 +12,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Order Total against PBP2 FIFO on the 3-host netns topology the peers
@@ -212,9 +213,9 @@ func benchReps() int {
 // repetition's total/FIFO ratio: runs a few seconds apart see about the
 // same load.
 func BenchmarkTotalThroughput(b *testing.B) {
-	netns.RequireRoot(b)
+	netnstest.RequireRoot(b)
 	d := benchDuration()
-	topo := netns.Up(b, netns.Options{Hosts: totalBenchHosts})
+	topo := netnstest.Up(b, netns.Options{Hosts: totalBenchHosts})
 	type point struct {
 		senders, size int
 		deliver       bool
@@ -358,8 +359,8 @@ func runSelfLatency(tb testing.TB, topo *netns.Topology, o orderedOpts, sender i
 // sequencer and back) and at the sequencer itself; FIFO: one-way latency
 // to another member.
 func BenchmarkTotalLatency(b *testing.B) {
-	netns.RequireRoot(b)
-	topo := netns.Up(b, netns.Options{Hosts: totalBenchHosts})
+	netnstest.RequireRoot(b)
+	topo := netnstest.Up(b, netns.Options{Hosts: totalBenchHosts})
 	const n = 5000
 	for _, size := range []int{64, 1000} {
 		type run struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // BenchmarkReport produces the PBP tables of docs/benchmarks.md: the
@@ -47,7 +48,7 @@ import (
 // its host's namespace, so all systems share the machine's cores the same
 // way.
 func BenchmarkReport(b *testing.B) {
-	netns.RequireRoot(b)
+	netnstest.RequireRoot(b)
 	d := benchDuration()
 	reps := 3
 	if n := envInt(b, "RBCAST_REPORT_REPS"); n > 0 {

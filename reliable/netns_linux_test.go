@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Real network: four namespaces on a bridge, a ring link on each host's
@@ -189,7 +190,7 @@ func allToAll(t *testing.T, ctx context.Context, groups []*Group, perSender int)
 func testNetns(t *testing.T, base Config, static bool) {
 	// A random prefix (netns.Options): two test processes at once must
 	// not collide on fixed names.
-	topo := netns.Up(t, netns.Options{Hosts: 4})
+	topo := netnstest.Up(t, netns.Options{Hosts: 4})
 	for i, l := range lossFor {
 		if l.Percent > 0 {
 			if err := topo.Hosts[i].SetLoss(netns.In, l); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Order Total on a real network: four namespaces on a bridge, ring links,
@@ -126,7 +127,7 @@ func checkTotalLogs(t *testing.T, groups []*Group, logs []*totalLog, sent map[fr
 }
 
 func netnsTotalTopology(t *testing.T) (*netns.Topology, []link.Link) {
-	topo := netns.Up(t, netns.Options{Hosts: 4})
+	topo := netnstest.Up(t, netns.Options{Hosts: 4})
 	for i, l := range lossFor {
 		if l.Percent > 0 {
 			if err := topo.Hosts[i].SetLoss(netns.In, l); err != nil {

@@ -27,8 +27,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
-	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/reliable/seq"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 func main() {
@@ -305,8 +304,8 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 		return fail2("-node %d: want the member id to re-run, 0..%d", *node, int(frame.NoMember)-1)
 	}
 	opts := replay.SimOptions{Node: frame.MemberID(*node), Iface: *iface, Window: *window, MTU: *mtu, MaxPayload: *maxPayload,
-		AckDelay: pbp.Duration(*ackDelay), ResendTimeout: pbp.Duration(*resend), NackTimeout: pbp.Duration(*nack),
-		HeartbeatInterval: pbp.Duration(*hb), FailureTimeout: pbp.Duration(*fail), BundleDelay: pbp.Duration(*bundle)}
+		AckDelay: *ackDelay, ResendTimeout: *resend, NackTimeout: *nack,
+		HeartbeatInterval: *hb, FailureTimeout: *fail, BundleDelay: *bundle}
 	if *initial > 0xffffffff {
 		return fail2("-initial-seq %d does not fit 32 bits", *initial)
 	}
@@ -323,24 +322,24 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	}
 	switch strings.ToLower(*method) {
 	case "hybrid":
-		opts.Method = seq.Hybrid
+		opts.Method = reliable.Hybrid
 	case "method1":
-		opts.Method = seq.Method1
+		opts.Method = reliable.Method1
 	case "method2":
-		opts.Method = seq.Method2
+		opts.Method = reliable.Method2
 	default:
 		return fail2("-method %q: want hybrid, method1 or method2", *method)
 	}
 	opts.Threshold, opts.History, opts.Quorum = *threshold, *history, *quorum
 	switch strings.ToLower(*resilience) {
 	case "majority":
-		opts.Resilience = seq.SafeMajority
+		opts.Resilience = reliable.SafeMajority
 	case "sequencer":
-		opts.Resilience = seq.SafeSequencer
+		opts.Resilience = reliable.SafeSequencer
 	default:
 		return fail2("-resilience %q: want majority or sequencer", *resilience)
 	}
-	opts.ElectionRetry = seq.Duration(*electionRetry)
+	opts.ElectionRetry = *electionRetry
 	if *initialEpoch > 0xffffffff {
 		return fail2("-initial-epoch %d does not fit 32 bits", *initialEpoch)
 	}
@@ -355,9 +354,9 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	}
 	switch strings.ToLower(*mode) {
 	case "pbp2":
-		opts.Mode = pbp.PBP2
+		opts.Mode = reliable.PBP2
 	case "pbp1":
-		opts.Mode = pbp.PBP1
+		opts.Mode = reliable.PBP1
 	default:
 		return fail2("-mode %q: want pbp2 or pbp1", *mode)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // The "Done when" of the rbcastd issue, on real namespaces: four daemons
@@ -177,8 +178,8 @@ const perSender = 3 << 20
 // byte-identical. Then status, metrics, capture, privileges, and a clean
 // leave by SIGTERM.
 func TestNetnsAllToAll(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 4})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 4})
 	setLoss(t, topo)
 	// Host 0 serves metrics on its own loopback; host 3 captures.
 	if out, err := exec.Command("ip", "-n", topo.Hosts[0].Namespace, "link", "set", "lo", "up").CombinedOutput(); err != nil {
@@ -389,8 +390,8 @@ func capEff(t *testing.T, pid int) uint64 {
 // -order total -format lines: every member's log of every message, its
 // own included, is the same.
 func TestNetnsTotalOrderLines(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 4})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 4})
 	setLoss(t, topo)
 	c := startCluster(t, topo, 13, func(int) []string { return []string{"-order", "total"} })
 	const lines = 3000
@@ -479,8 +480,8 @@ func TestNetnsKill9(t *testing.T) { kill9(t, "fifo", "") }
 func TestNetnsKill9Total(t *testing.T) { kill9(t, "total", "rbekill") }
 
 func kill9(t *testing.T, order, prefix string) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 4, Prefix: prefix})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 4, Prefix: prefix})
 	setLoss(t, topo)
 	// Every host names its id: the server grants each what it asks for.
 	c := startCluster(t, topo, 14, func(i int) []string {
@@ -598,7 +599,7 @@ func TestRunWithoutCapNetRaw(t *testing.T) {
 		}
 		return
 	}
-	topo := netns.Up(t, netns.Options{Hosts: 1})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1})
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	code, out := unprivileged(t, topo.Hosts[0].Namespace, "RBCASTD_TEST_MAIN=1", "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock)
 	if code != exitFail {
@@ -613,8 +614,8 @@ func TestRunWithoutCapNetRaw(t *testing.T) {
 
 // Interface errors: unknown, and down.
 func TestNetnsInterfaceErrors(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 1})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 1})
 	h := topo.Hosts[0]
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	out, err := rbcastdCmd(t.Context(), h, "run", "-i", "nosuch0", "-group", "1", "-members", "1", "-socket", sock).CombinedOutput()
@@ -639,12 +640,12 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 // CAP_NET_RAW (ambient). The daemon starts, serves, holds no capability
 // once the link is open, and leaves cleanly on SIGTERM.
 func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("needs setpriv (util-linux)")
 	}
-	topo := netns.Up(t, netns.Options{Hosts: 1})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1})
 	dir := t.TempDir()
 	bin := copyTestBinary(t, dir, 0o777) // the daemon, as nobody, creates its socket there
 	sock := filepath.Join(dir, "s.sock")

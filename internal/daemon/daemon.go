@@ -32,7 +32,6 @@ import (
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // DefaultLeaveTimeout bounds a clean leave (SIGTERM): the time to get
@@ -390,5 +389,5 @@ func (d *Daemon) failureTimeout() time.Duration {
 	if ft := d.cfg.Group.FailureTimeout; ft > 0 {
 		return ft
 	}
-	return time.Duration(pbp.DefaultFailureTimeout)
+	return reliable.DefaultFailureTimeout
 }

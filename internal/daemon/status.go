@@ -10,7 +10,6 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Member states in Status.
@@ -202,7 +201,7 @@ func modeName(c reliable.Config) string {
 	if c.Order == reliable.Total {
 		return "sequencer"
 	}
-	if c.Mode == pbp.PBP1 {
+	if c.Mode == reliable.PBP1 {
 		return "pbp1"
 	}
 	return "pbp2"

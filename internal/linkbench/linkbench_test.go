@@ -18,6 +18,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 func TestMain(m *testing.M) {
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 // frames to every receiver and leaves no namespace behind. The numbers are
 // not checked here (they go in docs/benchmarks.md).
 func TestHarnessRuns(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	for _, b := range BackendNames {
 		t.Run(b, func(t *testing.T) {
 			// The pid keeps concurrent test runs (several worktrees)
@@ -66,8 +67,8 @@ func TestHarnessRuns(t *testing.T) {
 // TCP fan-out delivers every byte written, one-to-all and all-to-all, and
 // its latency run completes.
 func TestTCPFanout(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 3, Addresses: true, Prefix: fmt.Sprintf("rbktcp%d", os.Getpid()%1000)})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Addresses: true, Prefix: fmt.Sprintf("rbktcp%d", os.Getpid()%1000)})
 	for _, senders := range []int{1, 3} {
 		res, err := RunTCPFanout(topo, TCPOptions{Senders: senders, Duration: 100 * time.Millisecond, Lag: 1 << 20})
 		if err != nil {
@@ -113,7 +114,7 @@ func TestUnknownBackend(t *testing.T) {
 // every receiver on the ring backends, and a backend that cannot stage is
 // refused with its name.
 func TestOverlap(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	prefix := fmt.Sprintf("rbko%d", os.Getpid()%1000)
 	for _, b := range []string{"ring-v2", "ring-v3"} {
 		res, err := RunThroughput(Options{Backend: b, Hosts: 3, MTU: 9000, Duration: 100 * time.Millisecond, Prefix: prefix, Overlap: true})
@@ -142,7 +143,7 @@ func TestOverlap(t *testing.T) {
 // carries a CRC32C that checks out (the sender wrote it after copying the
 // payload into its history slot), and every receiver gets frames.
 func TestWork(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	prefix := fmt.Sprintf("rbkw%d", os.Getpid()%1000)
 	for _, procs := range []bool{false, true} {
 		res, err := RunThroughput(Options{Backend: "ring-v2", Hosts: 3, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, Overlap: true, Work: true, Processes: procs})
@@ -248,7 +249,7 @@ func TestReceiveErrorReported(t *testing.T) {
 
 // RxSpin reaches the receivers' rings, and is refused where it cannot.
 func TestRxSpinOption(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	prefix := fmt.Sprintf("rbks%d", os.Getpid()%1000)
 	res, err := RunThroughput(Options{Backend: "ring-v2", Hosts: 2, MTU: 1500, Duration: 100 * time.Millisecond, Prefix: prefix, RxSpin: 50 * time.Microsecond})
 	if err != nil {
@@ -305,8 +306,8 @@ func TestOpenRingNotRing(t *testing.T) {
 // The raw all-to-all: every host sends and receives, nobody receives more
 // than the others sent, and the options it cannot honour are refused.
 func TestAllToAll(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkta%d", os.Getpid()%1000)})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkta%d", os.Getpid()%1000)})
 	res, err := RunAllToAllOn(topo, Options{Backend: "ring-v2", Duration: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -358,8 +359,8 @@ func (f *failingSend) Close() error {
 // A send error ends the all-to-all run at once: the other senders stop,
 // the receivers stop, every link is closed and the error names the host.
 func TestAllToAllSendError(t *testing.T) {
-	netns.RequireRoot(t)
-	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkte%d", os.Getpid()%1000)})
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: fmt.Sprintf("rbkte%d", os.Getpid()%1000)})
 	var opened, closed atomic.Int32
 	Backends["test-failing-send"] = func(n string) (link.Link, error) {
 		l, err := Backends["ring-v2"](n)

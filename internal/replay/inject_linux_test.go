@@ -12,6 +12,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // TestInjectNetns injects a capture of a lossy simulated run from one
@@ -27,7 +28,7 @@ func TestInjectNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	frames := Frames(c, false)
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbi" + randomSuffix()})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbi" + randomSuffix()})
 	var tx, rx link.Link
 	if err := topo.Hosts[0].Do(func() (err error) { tx, err = afpacket.Open("eth0", afpacket.Config{}); return }); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // TestSimulateNetns: a real lossy run — four members on a namespace
@@ -32,7 +33,7 @@ func simulateNetns(t *testing.T, base reliable.Config) {
 	const n, k = 4, 150
 	// A random prefix (netns.Options): two runs at once (a CI run beside
 	// a manual one) must not share namespaces.
-	topo := netns.Up(t, netns.Options{Hosts: n})
+	topo := netnstest.Up(t, netns.Options{Hosts: n})
 	for i := 1; i < n; i++ {
 		if err := topo.Hosts[i].SetLoss(netns.In, netns.Loss{Percent: 5, EtherType: frame.EtherType}); err != nil {
 			t.Fatal(err)

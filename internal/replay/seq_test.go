@@ -264,7 +264,7 @@ func TestSeqCheckMemberRemoved(t *testing.T) {
 	// between (the re-run drives the same core).
 	for i, m := range run.members[:2] {
 		res, err := Simulate(c, SimOptions{Node: m.ID, Members: run.members, Iface: -1, Threshold: run.cfg.Threshold, Resilience: run.cfg.Resilience,
-			HeartbeatInterval: run.cfg.HeartbeatInterval, FailureTimeout: run.cfg.FailureTimeout})
+			HeartbeatInterval: time.Duration(run.cfg.HeartbeatInterval), FailureTimeout: time.Duration(run.cfg.FailureTimeout)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,14 +70,14 @@ type SimOptions struct {
 	// registered group), else the interface's isb_starttime (capture.Wrap
 	// records the wrap time), else its first frame.
 	Start time.Time
-	// PBP's settings, as pbp.Config (zero: defaults; Window zero: the
-	// window the group's Join frames carry, if the capture has one, else
-	// the default). Window, MaxPayload and the timers shared with the
-	// sequencer apply to it too.
+	// PBP's settings, as pbp.Config but the timers as time.Durations
+	// (zero: defaults; Window zero: the window the group's Join frames
+	// carry, if the capture has one, else the default). Window, MaxPayload
+	// and the timers shared with the sequencer apply to it too.
 	Mode                                                                                 pbp.Mode
 	Window, MaxPayload                                                                   int
 	InitialSeq                                                                           uint32
-	AckDelay, ResendTimeout, NackTimeout, HeartbeatInterval, FailureTimeout, BundleDelay pbp.Duration
+	AckDelay, ResendTimeout, NackTimeout, HeartbeatInterval, FailureTimeout, BundleDelay time.Duration
 	// The sequencer's settings, as seq.Config (zero: defaults).
 	// InitialGlobal nil means the lowest global (or delivered cursor) in
 	// the capture; InitialEpoch 0 means the lowest epoch in it, else 1.
@@ -85,7 +85,7 @@ type SimOptions struct {
 	Threshold, History int
 	InitialGlobal      *uint32
 	InitialEpoch       uint32
-	ElectionRetry      seq.Duration
+	ElectionRetry      time.Duration
 	Quorum             int
 	// Resilience as the live group's (zero: SafeMajority). Under
 	// SafeMajority when the sequencer announces a safe point and members
@@ -265,9 +265,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		cfg := seq.Config{
 			Group: group, Self: opts.Node, Members: members, Method: opts.Method, Threshold: opts.Threshold,
 			Window: opts.Window, History: opts.History, MTU: mtu, MaxPayload: opts.MaxPayload, InitialEpoch: opts.InitialEpoch,
-			EtherType: opts.EtherType, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
-			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, ElectionRetry: opts.ElectionRetry,
-			Quorum: opts.Quorum, Resilience: opts.Resilience,
+			EtherType: opts.EtherType, ResendTimeout: seq.Duration(opts.ResendTimeout), NackTimeout: seq.Duration(opts.NackTimeout),
+			HeartbeatInterval: seq.Duration(opts.HeartbeatInterval), FailureTimeout: seq.Duration(opts.FailureTimeout),
+			ElectionRetry: seq.Duration(opts.ElectionRetry), Quorum: opts.Quorum, Resilience: opts.Resilience,
 		}
 		sa := analyse(c).seq
 		if opts.InitialGlobal != nil {
@@ -295,8 +295,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		cfg := pbp.Config{
 			Group: group, Self: opts.Node, Members: members, Mode: opts.Mode, Window: opts.Window,
 			MTU: mtu, MaxPayload: opts.MaxPayload, InitialSeq: opts.InitialSeq, EtherType: opts.EtherType,
-			AckDelay: opts.AckDelay, ResendTimeout: opts.ResendTimeout, NackTimeout: opts.NackTimeout,
-			HeartbeatInterval: opts.HeartbeatInterval, FailureTimeout: opts.FailureTimeout, BundleDelay: opts.BundleDelay,
+			AckDelay: pbp.Duration(opts.AckDelay), ResendTimeout: pbp.Duration(opts.ResendTimeout), NackTimeout: pbp.Duration(opts.NackTimeout),
+			HeartbeatInterval: pbp.Duration(opts.HeartbeatInterval), FailureTimeout: pbp.Duration(opts.FailureTimeout),
+			BundleDelay: pbp.Duration(opts.BundleDelay),
 		}
 		res.Config = cfg
 		pc, err := pbp.New(cfg)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -167,7 +166,7 @@ func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
 			for proposed[i] < cfg.Messages {
 				msg = groupMessage(msg, frame.MemberID(i+1), proposed[i], cfg.MinSize, d.MaxMessage())
 				if err := d.Propose(net.Now(), msg); err != nil {
-					if errors.Is(err, pbp.ErrWindowFull) {
+					if reliable.IsWindowFull(err) {
 						break
 					}
 					return nil, fmt.Errorf("member %d: %w", i+1, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
@@ -145,7 +146,7 @@ func sameSet(t testing.TB, who string, got, want [][]byte) int {
 }
 
 func TestBroadcastBatch(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 3, MTU: 1500, Prefix: "rbpbc"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, MTU: 1500, Prefix: "rbpbc"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	h1 := open(t, topo.Hosts[1], Config{})
 	h2 := open(t, topo.Hosts[2], Config{})
@@ -186,7 +187,7 @@ func TestBroadcastBatch(t *testing.T) {
 }
 
 func TestTimestamps(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpts"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpts"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	h1 := open(t, topo.Hosts[1], Config{})
 	before := time.Now()
@@ -205,7 +206,7 @@ func TestTimestamps(t *testing.T) {
 }
 
 func TestFilterRejectsOtherEtherType(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpft"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpft"})
 	const otherType = 0x88B6 // local experimental EtherType 2
 	h0 := open(t, topo.Hosts[0], Config{})
 	ours := open(t, topo.Hosts[1], Config{})
@@ -231,10 +232,10 @@ func TestFilterRejectsOtherEtherType(t *testing.T) {
 }
 
 func TestMTU(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	for _, mtu := range []int{1500, 9000, 65535} {
 		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
-			topo := netns.Up(t, netns.Options{Hosts: 2, MTU: mtu, Prefix: fmt.Sprintf("rbpm%d", mtu)})
+			topo := netnstest.Up(t, netns.Options{Hosts: 2, MTU: mtu, Prefix: fmt.Sprintf("rbpm%d", mtu)})
 			h0 := open(t, topo.Hosts[0], Config{})
 			h1 := open(t, topo.Hosts[1], Config{})
 			if h0.MTU() != mtu {
@@ -268,7 +269,7 @@ func TestMTU(t *testing.T) {
 }
 
 func TestSendRejectsRunt(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbprn"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rbprn"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	n, err := h0.Send([][]byte{make([]byte, 60), make([]byte, 13)})
 	if n != 0 || err == nil || !strings.Contains(err.Error(), "frame 1 is 13 bytes, shorter than the 14-byte Ethernet header") {
@@ -277,7 +278,7 @@ func TestSendRejectsRunt(t *testing.T) {
 }
 
 func TestRecvDeadline(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpdl"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpdl"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	h1 := open(t, topo.Hosts[1], Config{})
 	slots := make([]link.Frame, 8)
@@ -303,7 +304,7 @@ func TestRecvDeadline(t *testing.T) {
 // wakes do not add up; frames come before a wake; after a wake Recv waits
 // for its own deadline again; Wake after Close does nothing.
 func TestWake(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpwk"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpwk"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	h1 := open(t, topo.Hosts[1], Config{})
 	slots := make([]link.Frame, 8)
@@ -372,7 +373,7 @@ func TestWake(t *testing.T) {
 }
 
 func TestCloseUnblocksRecv(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbpcl"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rbpcl"})
 	l := open(t, topo.Hosts[0], Config{})
 	errc := make(chan error, 1)
 	started := make(chan struct{})
@@ -408,7 +409,7 @@ func TestCloseUnblocksRecv(t *testing.T) {
 }
 
 func TestOpenInterfaceErrors(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 1, Prefix: "rbpoe"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rbpoe"})
 	h := topo.Hosts[0]
 	// Created inside the host namespace, so they go with it.
 	run(t, h, "ip", "link", "add", "rbpdown0", "type", "veth", "peer", "name", "rbpdown1")
@@ -453,7 +454,7 @@ func TestOpenWithoutCapNetRaw(t *testing.T) {
 		checkPermissionText(t, err.Error())
 		return
 	}
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("needs setpriv (util-linux) to drop CAP_NET_RAW in a child process")
@@ -499,7 +500,7 @@ func hasCapNetRaw(t *testing.T) bool {
 }
 
 func TestMulticastMembership(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 3, Prefix: "rbpmc"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbpmc"})
 	for _, h := range topo.Hosts {
 		// The default, said out loud: membership, not promiscuity, must
 		// be what lets the group frame in.
@@ -542,7 +543,7 @@ func quiet(t testing.TB, who string, l *Link) {
 }
 
 func TestKeepOutgoing(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpko"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpko"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	tap := open(t, topo.Hosts[0], Config{KeepOutgoing: true})
 	h1 := open(t, topo.Hosts[1], Config{})
@@ -588,7 +589,7 @@ func TestKeepOutgoing(t *testing.T) {
 // and the kernel answers ENOBUFS; with a small send buffer, the frames
 // held in the queue use up the buffer first and the kernel answers EAGAIN.
 func TestBackPressure(t *testing.T) {
-	netns.RequireRoot(t)
+	netnstest.RequireRoot(t)
 	for _, tc := range []struct {
 		name      string
 		sendBuf   int
@@ -599,7 +600,7 @@ func TestBackPressure(t *testing.T) {
 		{"EAGAIN", 32 << 10, "4mb", "send buffer full"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpbp" + strings.ToLower(tc.name[:2])})
+			topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpbp" + strings.ToLower(tc.name[:2])})
 			run(t, topo.Hosts[0], "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
 				"rate", "100mbit", "burst", "16kb", "limit", tc.limit)
 			h0 := open(t, topo.Hosts[0], Config{SendBuffer: tc.sendBuf})
@@ -655,7 +656,7 @@ func TestBackPressure(t *testing.T) {
 // checks PACKET_STATISTICS: every frame was offered to the socket, the ones
 // that did not fit were counted as drops, and the rest can still be read.
 func TestKernelDrops(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpkd"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpkd"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	// The kernel rounds tiny buffers up to its minimum (a few KiB), which
 	// holds only a handful of 1 KiB frames.
@@ -705,7 +706,7 @@ func TestKernelDrops(t *testing.T) {
 // every Recv and with a new deadline each time, as a runtime waiting for
 // its next timer passes.
 func TestZeroAllocs(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2, Prefix: "rbpza"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbpza"})
 	h0 := open(t, topo.Hosts[0], Config{})
 	h1 := open(t, topo.Hosts[1], Config{RecvBuffer: 16 << 20})
 	frames := makeFrames(h0.HardwareAddr(), 32, h0.MTU())

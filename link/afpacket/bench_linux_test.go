@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // BenchmarkSendRecv measures the frame rate from one host to another over
@@ -24,7 +25,7 @@ import (
 //
 //	go test -run '^$' -bench SendRecv -benchtime 200000x ./link/afpacket/
 func BenchmarkSendRecv(b *testing.B) {
-	topo := netns.Up(b, netns.Options{Hosts: 2, MTU: 9000, Prefix: "rbpbn"})
+	topo := netnstest.Up(b, netns.Options{Hosts: 2, MTU: 9000, Prefix: "rbpbn"})
 	h0 := open(b, topo.Hosts[0], Config{})
 	h1 := open(b, topo.Hosts[1], Config{RecvBuffer: 64 << 20})
 	for _, size := range []int{60, 1514, 9014} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 var versions = []Version{V2, V3}
@@ -20,7 +21,7 @@ var versions = []Version{V2, V3}
 // ("rbr") plus tag, removed when the test ends.
 func up(t testing.TB, tag string, hosts, mtu int) *netns.Topology {
 	t.Helper()
-	return netns.Up(t, netns.Options{Hosts: hosts, MTU: mtu, Prefix: "rbr" + tag})
+	return netnstest.Up(t, netns.Options{Hosts: hosts, MTU: mtu, Prefix: "rbr" + tag})
 }
 
 // openOn opens a Link on eth0 inside host h's namespace and closes it when

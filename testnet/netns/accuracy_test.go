@@ -1,9 +1,12 @@
-package netns
+package netns_test
 
 import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // TestLossAccuracy measures every loss model against its target. It runs
@@ -16,33 +19,33 @@ func TestLossAccuracy(t *testing.T) {
 	if *lossFrames == 0 {
 		t.Skip("measurement only; run with -args -lossframes=N")
 	}
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbnacc"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbnacc"})
 	h0, h1 := topo.Hosts[0], topo.Hosts[1]
 	src, dst := openAll(t, h0), openAll(t, h1)
 	n := *lossFrames
 	t.Logf("%d frames of 78 bytes per row, h0 -> h1", n)
 	t.Logf("%-5s %-14s %9s %9s %9s %9s", "dir", "model", "want%", "lost%", "wantrun", "meanrun")
 	for _, tc := range []struct {
-		host *Host
-		dir  Direction
-		loss Loss
+		host *netns.Host
+		dir  netns.Direction
+		loss netns.Loss
 	}{
-		{h1, In, Loss{Percent: 1}},
-		{h1, In, Loss{Percent: 5}},
-		{h1, In, Loss{Percent: 30}},
-		{h0, Out, Loss{Percent: 5}},
-		{h1, In, Loss{Percent: 1, BurstLen: 2}},
-		{h1, In, Loss{Percent: 5, BurstLen: 3}},
-		{h1, In, Loss{Percent: 20, BurstLen: 4}},
-		{h1, In, Loss{Percent: 40, BurstLen: 10}},
-		{h0, Out, Loss{Percent: 20, BurstLen: 4}},
+		{h1, netns.In, netns.Loss{Percent: 1}},
+		{h1, netns.In, netns.Loss{Percent: 5}},
+		{h1, netns.In, netns.Loss{Percent: 30}},
+		{h0, netns.Out, netns.Loss{Percent: 5}},
+		{h1, netns.In, netns.Loss{Percent: 1, BurstLen: 2}},
+		{h1, netns.In, netns.Loss{Percent: 5, BurstLen: 3}},
+		{h1, netns.In, netns.Loss{Percent: 20, BurstLen: 4}},
+		{h1, netns.In, netns.Loss{Percent: 40, BurstLen: 10}},
+		{h0, netns.Out, netns.Loss{Percent: 20, BurstLen: 4}},
 	} {
 		tc.loss.EtherType = etherType
 		if err := tc.host.SetLoss(tc.dir, tc.loss); err != nil {
 			t.Fatal(err)
 		}
 		loss, run := lossStats(lossRun(t, src, dst, h0.MAC, n))
-		if err := tc.host.SetLoss(Both, Loss{}); err != nil {
+		if err := tc.host.SetLoss(netns.Both, netns.Loss{}); err != nil {
 			t.Fatal(err)
 		}
 		p := tc.loss.Percent / 100
@@ -68,17 +71,17 @@ func TestLossAccuracy(t *testing.T) {
 func BenchmarkForward(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		loss Loss
+		loss netns.Loss
 	}{
-		{"none", Loss{}},
-		{"random", Loss{Percent: 0.0001}},
-		{"burst", Loss{Percent: 0.0001, BurstLen: 2}},
+		{"none", netns.Loss{}},
+		{"random", netns.Loss{Percent: 0.0001}},
+		{"burst", netns.Loss{Percent: 0.0001, BurstLen: 2}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			topo := Up(b, Options{Hosts: 2, Prefix: "rbnbench"})
+			topo := netnstest.Up(b, netns.Options{Hosts: 2, Prefix: "rbnbench"})
 			h0, h1 := topo.Hosts[0], topo.Hosts[1]
 			src := openRaw(b, h0)
-			if err := h1.SetLoss(In, tc.loss); err != nil {
+			if err := h1.SetLoss(netns.In, tc.loss); err != nil {
 				b.Fatal(err)
 			}
 			frame := broadcastFrame(h0.MAC, 0, 64)

@@ -1,15 +1,17 @@
-package netns
+package netns_test
 
 import (
 	"encoding/binary"
 	"flag"
 	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 var lossFrames = flag.Int("lossframes", 0, "frames per loss measurement (0 = each test's default); raise it to measure accuracy")
@@ -99,7 +101,7 @@ func lossStats(got []bool) (loss, meanRun float64) {
 
 // openAll opens a raw socket for every EtherType (ETH_P_ALL), so it
 // sees both rbcast frames and the end marker.
-func openAll(t testing.TB, h *Host) *rawSocket {
+func openAll(t testing.TB, h *netns.Host) *rawSocket {
 	t.Helper()
 	var s rawSocket
 	err := h.Do(func() error {
@@ -134,12 +136,12 @@ func frames(def int) int {
 }
 
 func TestRandomLoss(t *testing.T) {
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbnrand"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbnrand"})
 	h0, h1 := topo.Hosts[0], topo.Hosts[1]
 	src, dst := openAll(t, h0), openAll(t, h1)
 	n := frames(2000)
 
-	if err := h1.SetLoss(In, Loss{Percent: 30, EtherType: etherType}); err != nil {
+	if err := h1.SetLoss(netns.In, netns.Loss{Percent: 30, EtherType: etherType}); err != nil {
 		t.Fatal(err)
 	}
 	loss, run := lossStats(lossRun(t, src, dst, h0.MAC, n))
@@ -148,7 +150,7 @@ func TestRandomLoss(t *testing.T) {
 		t.Errorf("lost %.1f%% of %d frames with 30%% random loss, want 20%%..40%%", 100*loss, n)
 	}
 
-	if err := h1.SetLoss(In, Loss{}); err != nil {
+	if err := h1.SetLoss(netns.In, netns.Loss{}); err != nil {
 		t.Fatal(err)
 	}
 	if loss, _ := lossStats(lossRun(t, src, dst, h0.MAC, n)); loss != 0 {
@@ -157,12 +159,12 @@ func TestRandomLoss(t *testing.T) {
 }
 
 func TestBurstLoss(t *testing.T) {
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbnburst"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbnburst"})
 	h0, h1 := topo.Hosts[0], topo.Hosts[1]
 	src, dst := openAll(t, h0), openAll(t, h1)
 	n := frames(5000)
 
-	if err := h1.SetLoss(In, Loss{Percent: 20, BurstLen: 4, EtherType: etherType}); err != nil {
+	if err := h1.SetLoss(netns.In, netns.Loss{Percent: 20, BurstLen: 4, EtherType: etherType}); err != nil {
 		t.Fatal(err)
 	}
 	loss, run := lossStats(lossRun(t, src, dst, h0.MAC, n))
@@ -176,7 +178,7 @@ func TestBurstLoss(t *testing.T) {
 	}
 
 	// Replacing the setting with none restores full delivery.
-	if err := h1.SetLoss(In, Loss{Percent: 0}); err != nil {
+	if err := h1.SetLoss(netns.In, netns.Loss{Percent: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if loss, _ := lossStats(lossRun(t, src, dst, h0.MAC, n)); loss != 0 {
@@ -185,12 +187,12 @@ func TestBurstLoss(t *testing.T) {
 }
 
 func TestOutLossCutsSender(t *testing.T) {
-	topo := Up(t, Options{Hosts: 3, Prefix: "rbnout"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbnout"})
 	h0 := topo.Hosts[0]
 	src := openAll(t, h0)
 	dsts := []*rawSocket{openAll(t, topo.Hosts[1]), openAll(t, topo.Hosts[2])}
 
-	if err := h0.SetLoss(Out, Loss{Percent: 100, EtherType: etherType}); err != nil {
+	if err := h0.SetLoss(netns.Out, netns.Loss{Percent: 100, EtherType: etherType}); err != nil {
 		t.Fatal(err)
 	}
 	for i, dst := range dsts {
@@ -199,13 +201,13 @@ func TestOutLossCutsSender(t *testing.T) {
 		}
 	}
 	// Setting In on h0 leaves Out in place; Both none clears everything.
-	if err := h0.SetLoss(In, Loss{Percent: 50}); err != nil {
+	if err := h0.SetLoss(netns.In, netns.Loss{Percent: 50}); err != nil {
 		t.Fatal(err)
 	}
 	if loss, _ := lossStats(lossRun(t, src, dsts[0], h0.MAC, 100)); loss != 1 {
 		t.Errorf("after setting In, Out loss changed: lost %.1f%%, want all", 100*loss)
 	}
-	if err := h0.SetLoss(Both, Loss{}); err != nil {
+	if err := h0.SetLoss(netns.Both, netns.Loss{}); err != nil {
 		t.Fatal(err)
 	}
 	for i, dst := range dsts {
@@ -225,31 +227,11 @@ func drain(s *rawSocket) {
 	}
 }
 
-func TestSetLossRejectsBadInput(t *testing.T) {
-	h := &Host{Namespace: "rbnnone", topo: &Topology{Prefix: "rbnnone"}}
-	for _, tc := range []struct {
-		dir  Direction
-		loss Loss
-		want string
-	}{
-		{Direction(7), Loss{Percent: 1}, "bad direction Direction(7)"},
-		{In, Loss{Percent: -1}, "Percent = -1"},
-		{In, Loss{Percent: 101}, "Percent = 101"},
-		{In, Loss{Percent: 100, BurstLen: 3}, "Percent = 100"},
-		{In, Loss{Percent: 5, BurstLen: -2}, "BurstLen = -2"},
-	} {
-		err := h.SetLoss(tc.dir, tc.loss)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("SetLoss(%v, %+v) = %v, want an error containing %q", tc.dir, tc.loss, err, tc.want)
-		}
-	}
-}
-
 // TestSegmentIsQuiet checks that a fresh segment carries no frames of its
 // own (router solicitations, DAD, MLD reports would appear within a second
 // of the links coming up if IPv6 were on). Proving absence needs a window.
 func TestSegmentIsQuiet(t *testing.T) {
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbnquiet"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbnquiet"})
 	s := openAll(t, topo.Hosts[1])
 	buf := make([]byte, 2048)
 	if f, err := s.recvFrame(buf, 1500*time.Millisecond); err != nil {

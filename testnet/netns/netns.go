@@ -1,5 +1,5 @@
 // Package netns builds real Ethernet segments out of Linux network namespaces
-// for tests: a bridge namespace and N host namespaces, each host with a veth
+// for tests and benchmarks: a bridge namespace and N host namespaces, each host with a veth
 // "eth0" on the bridge, and loss injected per host and direction.
 //
 // It is a thin Go face on the scripts in scripts/netns (up, down, loss), so
@@ -8,7 +8,9 @@
 // is how one test process opens AF_PACKET sockets on several hosts.
 //
 // Everything here needs root (CAP_NET_ADMIN to build namespaces, CAP_NET_RAW
-// for raw sockets); Up skips the test when the process is not root.
+// for raw sockets). Tests build topologies with netnstest.Up, which skips
+// the test when the process is not root and removes the topology at its
+// end; this package does not import testing, so tools may use it.
 package netns
 
 import (
@@ -27,19 +29,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
-
-// RequireRoot skips the test with a message naming what is needed when the
-// process is not root.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_NET_ADMIN to create network namespaces, CAP_NET_RAW for AF_PACKET sockets); run the tests as root")
-	}
-}
 
 // Options describe a topology.
 type Options struct {
@@ -170,23 +162,6 @@ func (t *Topology) fill(out string, opts Options) error {
 		t.Hosts = append(t.Hosts, h)
 	}
 	return nil
-}
-
-// Up is New for tests: it skips the test unless root, fails it if the
-// topology cannot be built, and removes the topology when the test ends.
-func Up(t testing.TB, opts Options) *Topology {
-	t.Helper()
-	RequireRoot(t)
-	topo, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topo.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return topo
 }
 
 // Close removes every namespace of the topology (scripts/netns/down) and

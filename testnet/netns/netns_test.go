@@ -1,4 +1,4 @@
-package netns
+package netns_test
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 const etherType = 0x88B5
@@ -26,7 +29,7 @@ type rawSocket struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func openRaw(t testing.TB, h *Host) *rawSocket {
+func openRaw(t testing.TB, h *netns.Host) *rawSocket {
 	t.Helper()
 	var s rawSocket
 	err := h.Do(func() error {
@@ -128,7 +131,7 @@ func broadcastFrame(src net.HardwareAddr, seq uint32, n int) []byte {
 func TestBroadcastDelivered(t *testing.T) {
 	for _, mtu := range []int{1500, 9000, 65535} {
 		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) {
-			topo := Up(t, Options{Hosts: 3, MTU: mtu, Prefix: fmt.Sprintf("rbnd%d", mtu)})
+			topo := netnstest.Up(t, netns.Options{Hosts: 3, MTU: mtu, Prefix: fmt.Sprintf("rbnd%d", mtu)})
 			if topo.MTU != mtu || len(topo.Hosts) != 3 {
 				t.Fatalf("topology MTU %d with %d hosts, want %d with 3", topo.MTU, len(topo.Hosts), mtu)
 			}
@@ -156,7 +159,7 @@ func TestBroadcastDelivered(t *testing.T) {
 }
 
 func TestDoStaysInNamespace(t *testing.T) {
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbndo"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbndo"})
 	ino := func() uint64 {
 		var st unix.Stat_t
 		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
@@ -186,7 +189,7 @@ func TestDoStaysInNamespace(t *testing.T) {
 	func() {
 		defer func() {
 			v := recover()
-			pe, ok := v.(*PanicError)
+			pe, ok := v.(*netns.PanicError)
 			if !ok || pe.Value != "fn panicked" {
 				t.Fatalf("recovered %v, want *PanicError with fn's value", v)
 			}
@@ -206,7 +209,7 @@ func TestDoStaysInNamespace(t *testing.T) {
 }
 
 func TestCommand(t *testing.T) {
-	topo := Up(t, Options{Hosts: 1, Prefix: "rbncmd", Addresses: true})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rbncmd", Addresses: true})
 	out, err := topo.Hosts[0].Command(t.Context(), "ip", "-br", "addr", "show", "dev", "eth0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -220,13 +223,13 @@ func TestCommand(t *testing.T) {
 }
 
 func TestCloseRemovesEverything(t *testing.T) {
-	RequireRoot(t)
+	netnstest.RequireRoot(t)
 	const prefix = "rbnclose"
-	topo, err := New(Options{Hosts: 2, Prefix: prefix})
+	topo, err := netns.New(netns.Options{Hosts: 2, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := Leftovers(prefix); len(left) != 3 {
+	if left, _ := netns.Leftovers(prefix); len(left) != 3 {
 		t.Fatalf("after New: namespaces %v, want 3", left)
 	}
 	if err := topo.Close(); err != nil {
@@ -237,13 +240,13 @@ func TestCloseRemovesEverything(t *testing.T) {
 	}
 	assertGone(t, prefix)
 	// down with nothing to remove succeeds.
-	if _, err := topo.script("down", "-p", prefix); err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command(scriptPath(t, "down"), "-p", prefix).CombinedOutput(); err != nil {
+		t.Fatalf("down: %v: %s", err, out)
 	}
 }
 
 func TestNewRefusesExistingNames(t *testing.T) {
-	RequireRoot(t)
+	netnstest.RequireRoot(t)
 	const prefix = "rbnfail"
 	// Occupy host 1's name: New must refuse and must not delete it.
 	if out, err := exec.Command("ip", "netns", "add", prefix+"h1").CombinedOutput(); err != nil {
@@ -251,11 +254,11 @@ func TestNewRefusesExistingNames(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", prefix+"h1").Run() })
 
-	_, err := New(Options{Hosts: 3, Prefix: prefix})
+	_, err := netns.New(netns.Options{Hosts: 3, Prefix: prefix})
 	if err == nil || !strings.Contains(err.Error(), "already exist") || !strings.Contains(err.Error(), prefix+"h1") {
 		t.Fatalf("New with a name taken: %v, want an error naming %sh1 as existing", err, prefix)
 	}
-	if left, _ := Leftovers(prefix); len(left) != 1 || left[0] != prefix+"h1" {
+	if left, _ := netns.Leftovers(prefix); len(left) != 1 || left[0] != prefix+"h1" {
 		t.Fatalf("after the refusal namespaces are %v, want only the blocker %sh1", left, prefix)
 	}
 }

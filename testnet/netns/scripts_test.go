@@ -1,4 +1,4 @@
-package netns
+package netns_test
 
 import (
 	"os"
@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 func scriptPath(t *testing.T, name string) string {
 	t.Helper()
-	dir, err := ScriptsDir()
+	dir, err := netns.ScriptsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +86,7 @@ func TestScriptsRejectBadArguments(t *testing.T) {
 }
 
 func TestDownWhenNothingExists(t *testing.T) {
-	RequireRoot(t)
+	netnstest.RequireRoot(t)
 	out, err := exec.Command(scriptPath(t, "down"), "-p", "rbnnothing").CombinedOutput()
 	if err != nil || len(out) != 0 {
 		t.Fatalf("down with nothing to remove: %v, %q; want exit 0 and no output", err, out)
@@ -91,10 +94,10 @@ func TestDownWhenNothingExists(t *testing.T) {
 }
 
 func TestUpFailingMidwayLeavesNothing(t *testing.T) {
-	RequireRoot(t)
+	netnstest.RequireRoot(t)
 	const prefix = "rbnmid"
 	t.Setenv("RBCAST_NETNS_UP_FAIL_AT", "1")
-	_, err := New(Options{Hosts: 3, Prefix: prefix})
+	_, err := netns.New(netns.Options{Hosts: 3, Prefix: prefix})
 	if err == nil || !strings.Contains(err.Error(), "failing after host 1") {
 		t.Fatalf("New with up failing after host 1: %v", err)
 	}
@@ -104,7 +107,7 @@ func TestUpFailingMidwayLeavesNothing(t *testing.T) {
 // TestFailingTestLeavesNothing runs a test that builds a topology and then
 // fails, in a child process, and checks the topology is gone afterwards.
 func TestFailingTestLeavesNothing(t *testing.T) {
-	RequireRoot(t)
+	netnstest.RequireRoot(t)
 	if os.Getenv("RBCAST_NETNS_CHILD") == "1" {
 		t.Skip("child process")
 	}
@@ -121,6 +124,6 @@ func TestHelperFailsMidway(t *testing.T) {
 	if os.Getenv("RBCAST_NETNS_CHILD") != "1" {
 		t.Skip("run by TestFailingTestLeavesNothing")
 	}
-	topo := Up(t, Options{Hosts: 2, Prefix: "rbnhelper"})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2, Prefix: "rbnhelper"})
 	t.Fatalf("deliberate failure with %s up", topo.Hosts[1].Namespace)
 }

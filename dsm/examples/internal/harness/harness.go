@@ -4,7 +4,7 @@
 // -verify comparison with the sequential run, and the one-line report.
 //
 // A program is written once, as a Program against dsm.Node; the harness
-// runs it under dsm.Simulate or dsm.Join.
+// runs it under dsmsim.Run or dsm.Join.
 package harness
 
 import (
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
@@ -161,14 +162,14 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		report(0, r, nil, "")
 	case "sim":
 		results := make([]Result, o.Procs)
-		cfg := dsm.SimConfig{
+		cfg := dsmsim.Config{
 			Members: o.Procs,
 			Seed:    o.SimSeed,
 			In:      testnet.Impairment{Loss: o.Loss},
 			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf},
 		}
 		start := time.Now()
-		sim, err := dsm.Simulate(cfg, func(n *dsm.Node) error {
+		sim, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
 			r, err := completed(context.Background(), n, parallel)
 			results[n.Rank()] = r
 			return err

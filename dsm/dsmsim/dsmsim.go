@@ -1,4 +1,11 @@
-package dsm
+// Package dsmsim runs BDSM programs deterministically: N members of a
+// dsm group in one process, each a dsm.Node over a reliable.Driver bound
+// to an endpoint of testnet's simulated segment, in virtual time (the
+// thesis's dsm_init for N ranks at once). Programs are the ordinary
+// blocking code written against dsm.Node for Join; Run schedules them so
+// that a run is a function of its Config and program. It is a package of
+// its own so that programs that only Join do not link the simulator.
+package dsmsim
 
 import (
 	"context"
@@ -9,74 +16,78 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/reliable/seq"
 	"github.com/rbcast/rbcast/testnet"
 )
 
-// SimConfig describes a simulated run: Members nodes on one simulated
+// Config describes a simulated run: Members nodes on one simulated
 // segment (testnet) in virtual time.
-type SimConfig struct {
-	// Members is the number of nodes (ranks 0..Members-1).
+type Config struct {
+	// Members is the number of nodes (ranks 0..Members-1, member ids
+	// 1..Members).
 	Members int
 	// Seed drives every random choice of the network; a run is a
-	// function of its SimConfig and program.
+	// function of its Config and program.
 	Seed uint64
 	// In impairs every frame arriving at every node (loss, duplication,
 	// reordering...).
 	In testnet.Impairment
 	// MTU of the simulated links; 0 means testnet.DefaultMTU.
 	MTU int
-	// Node configures every node. Node.Group's protocol fields (Mode,
-	// Window, timers, MaxPayload) are used; its membership fields are set
-	// by Simulate.
-	Node Config
+	// Node configures every node. Node.Group's protocol fields (Order,
+	// Mode, Window, timers, MaxPayload) are used; its membership fields
+	// are set by Run.
+	Node dsm.Config
 	// UnreliableLoss is the probability that an unreliable write's message
 	// is dropped at its sender (the reliable layer has no unreliable
-	// datagram, so Simulate models DSM_WRT_UNREL's loss here).
+	// datagram, so Run models DSM_WRT_UNREL's loss here).
 	UnreliableLoss float64
 	// Trace, when set, receives every member's history (see
-	// Config.Trace) with the member's rank. Only one member runs at a
+	// dsm.Config.Trace) with the member's rank. Only one member runs at a
 	// time, so the calls come in one global order: the order in which the
 	// events happened in the simulation.
-	Trace func(rank int, ev TraceEvent)
+	Trace func(rank int, ev dsm.TraceEvent)
 	// Timeout bounds the run in virtual time; 0 means 10 minutes.
 	Timeout time.Duration
 }
 
-// SimResult is what a simulated run measured.
-type SimResult struct {
+// Result is what a simulated run measured.
+type Result struct {
 	// Elapsed is the virtual time from start until every program returned
 	// and every node exited.
 	Elapsed time.Duration
 	// Stats are each rank's counters at the end.
-	Stats []Stats
+	Stats []dsm.Stats
 }
 
-// Simulate runs program once per member, each on its own node, on a
-// simulated segment in virtual time, and returns when every program has
-// returned (the node is exited for it if the program did not). The error
-// joins every program's error with its rank, or says which members were
-// blocked where if the run deadlocked or timed out.
+// ErrAborted is wrapped by Run's error, and returned by a program's
+// blocked call, when Run gives up (deadlock or timeout).
+var ErrAborted = errors.New("dsmsim: simulation aborted")
+
+// Run runs program once per member, each on its own node, on a simulated
+// segment in virtual time, and returns when every program has returned
+// (the node is exited for it if the program did not). The error joins
+// every program's error with its rank, or says which members were blocked
+// where if the run deadlocked or timed out.
 //
 // Programs are ordinary blocking code (Write, Barrier, Lock...), each on a
 // goroutine of its own, but only one goroutine runs at a time: a program
 // runs until it blocks in the node, then hands control back to the
 // scheduler, which resumes the next runnable program in rank order, and
 // advances virtual time by one network event only when every program is
-// blocked. So a run is deterministic: the same SimConfig and program give
+// blocked. So a run is deterministic: the same Config and program give
 // the same result. Computation between two calls on the node takes no
 // virtual time. A program must not block on anything but its node (no
 // channels between programs, no sleeps).
-func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
+func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	if cfg.Members < 1 {
-		return SimResult{}, fmt.Errorf("dsm: SimConfig.Members is %d, want at least 1", cfg.Members)
+		return Result{}, fmt.Errorf("dsmsim: Config.Members is %d, want at least 1", cfg.Members)
 	}
 	if cfg.Node.Group.Deliver != nil || cfg.Node.Group.OnEvent != nil {
-		return SimResult{}, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
+		return Result{}, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
 	}
 	timeout := cfg.Timeout
 	if timeout == 0 {
@@ -84,7 +95,7 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 	}
 	net, err := testnet.New(cfg.Seed, testnet.Config{})
 	if err != nil {
-		return SimResult{}, err
+		return Result{}, err
 	}
 	sim := &simulation{net: net, yielded: make(chan struct{}), loss: cfg.UnreliableLoss,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x64736d))}
@@ -94,7 +105,7 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 	for i := range cfg.Members {
 		ep, err := net.Attach(testnet.EndpointConfig{MTU: cfg.MTU, In: cfg.In})
 		if err != nil {
-			return SimResult{}, err
+			return Result{}, err
 		}
 		eps = append(eps, ep)
 		id := frame.MemberID(i + 1)
@@ -104,8 +115,12 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	for i, ep := range eps {
 		m := &simMember{sim: sim, rank: i, resume: make(chan bool)}
-		n := &Node{env: m, self: ids[i], limit: outboxLimit(cfg.Node)}
-		m.n = n
+		ncfg := cfg.Node
+		if cfg.Trace != nil {
+			rank := i
+			ncfg.Trace = func(ev dsm.TraceEvent) { cfg.Trace(rank, ev) }
+		}
+		m.n, m.h = dsm.NewHosted(m, ncfg)
 		gcfg := cfg.Node.Group
 		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, ids[i], 0, false
 		if gcfg.Group == 0 {
@@ -114,36 +129,22 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 		if gcfg.Logger == nil {
 			gcfg.Logger = quiet
 		}
-		gcfg.Deliver = n.deliver
-		gcfg.OnEvent = func(ev reliable.Event) {
-			if ev.Kind == reliable.SelfLeft {
-				n.mu.Lock()
-				n.left = true
-				n.mu.Unlock()
-			}
-			n.event(ev)
-		}
+		gcfg.Deliver = m.h.Deliver
+		gcfg.OnEvent = m.h.OnEvent
 		d, err := reliable.NewDriver(ep, gcfg, net.Now())
 		if err != nil {
-			return SimResult{}, err
+			return Result{}, err
 		}
 		m.drv = d
-		ncfg := cfg.Node
-		if cfg.Trace != nil {
-			rank := i
-			ncfg.Trace = func(ev TraceEvent) { cfg.Trace(rank, ev) }
+		if err := m.h.Start(ids[i], ids, d.MaxMessage()); err != nil {
+			return Result{}, err
 		}
-		c, err := core.New(coreConfig(ids[i], ids, d.MaxMessage(), ncfg))
-		if err != nil {
-			return SimResult{}, err
-		}
-		n.core = c
 		ep.Bind(d)
 		sim.members = append(sim.members, m)
 	}
 	start := net.Now()
 	runErr := sim.run(program, start.Add(timeout))
-	res := SimResult{Elapsed: net.Now().Sub(start)}
+	res := Result{Elapsed: net.Now().Sub(start)}
 	var errs []error
 	for _, m := range sim.members {
 		res.Stats = append(res.Stats, m.n.Stats())
@@ -157,7 +158,7 @@ func Simulate(cfg SimConfig, program func(n *Node) error) (SimResult, error) {
 	return res, errors.Join(errs...)
 }
 
-// simulation is Simulate's scheduler: it and the member goroutines pass
+// simulation is Run's scheduler: it and the member goroutines pass
 // one baton, so exactly one of them runs at any time.
 type simulation struct {
 	net     *testnet.Network
@@ -167,43 +168,36 @@ type simulation struct {
 	rng     *rand.Rand
 }
 
-// simMember is one member's program goroutine and its node's env.
+// simMember is one member's program goroutine and its node's dsm.Env.
 type simMember struct {
 	sim    *simulation
 	rank   int
-	n      *Node
+	n      *dsm.Node
+	h      *dsm.Host
 	drv    *reliable.Driver
 	resume chan bool // the baton; false: the run is aborted
 	// waiting is what the parked program waits for, if blocked.
-	waiting waitFor
+	waiting dsm.Wait
 	blocked bool
 	done    bool
 	aborted bool
 	err     error
 }
 
-// ErrAborted is wrapped by Simulate's error, and returned by a program's
-// blocked call, when Simulate gives up (deadlock or timeout).
-var ErrAborted = errors.New("dsm: simulation aborted")
+func (m *simMember) Kick()  {}
+func (m *simMember) Flush() {}
 
-func (m *simMember) kick()  {}
-func (m *simMember) flush() {}
-
-func (m *simMember) wait(ctx context.Context, w waitFor) error {
-	n := m.n
+func (m *simMember) Wait(ctx context.Context, w dsm.Wait) error {
 	for {
 		if m.aborted {
 			return ErrAborted
 		}
-		n.mu.Lock()
-		ok := n.ready(w)
-		err := n.err
-		n.mu.Unlock()
-		if ok && err == nil {
-			return nil
-		}
+		ok, err := m.h.Ready(w)
 		if err != nil {
 			return err
+		}
+		if ok {
+			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -216,20 +210,20 @@ func (m *simMember) wait(ctx context.Context, w waitFor) error {
 	}
 }
 
-func (m *simMember) leave() error {
+func (m *simMember) Leave() error {
 	if m.drv.Left() || m.aborted {
 		return nil
 	}
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
-	return m.wait(context.Background(), waitFor{kind: waitLeft})
+	return m.Wait(context.Background(), dsm.WaitLeave())
 }
 
-func (m *simMember) groupStats() reliable.Stats { return m.drv.Stats() }
+func (m *simMember) GroupStats() reliable.Stats { return m.drv.Stats() }
 
 // body is the member goroutine.
-func (m *simMember) body(program func(*Node) error) {
+func (m *simMember) body(program func(*dsm.Node) error) {
 	defer func() { m.sim.yielded <- struct{}{} }()
 	if !<-m.resume {
 		m.done, m.err = true, ErrAborted
@@ -243,13 +237,9 @@ func (m *simMember) body(program func(*Node) error) {
 		}()
 		return program(m.n)
 	}()
-	m.n.mu.Lock()
-	closed := m.n.closed
-	m.n.mu.Unlock()
-	if !closed {
-		if xerr := m.n.Exit(); xerr != nil && err == nil && !errors.Is(xerr, ErrClosed) {
-			err = fmt.Errorf("exit: %w", xerr)
-		}
+	// Exit for the program unless it did (then Exit says ErrClosed).
+	if xerr := m.n.Exit(); xerr != nil && err == nil && !errors.Is(xerr, dsm.ErrClosed) {
+		err = fmt.Errorf("exit: %w", xerr)
 	}
 	m.done, m.err = true, err
 }
@@ -262,9 +252,7 @@ func (m *simMember) runnable() bool {
 	if !m.blocked {
 		return true
 	}
-	m.n.mu.Lock()
-	ok := m.n.ready(m.waiting)
-	m.n.mu.Unlock()
+	ok, _ := m.h.Ready(m.waiting)
 	return ok
 }
 
@@ -275,33 +263,23 @@ func (s *simulation) drain() {
 		if m.drv.Left() {
 			continue
 		}
-		n := m.n
 		for {
-			n.mu.Lock()
-			msg, ok := n.core.Next()
-			n.mu.Unlock()
+			msg, ok := m.h.Next()
 			if !ok {
 				break
 			}
 			if core.Unreliable(msg) && s.loss > 0 && s.rng.Float64() < s.loss {
-				n.mu.Lock()
-				n.core.Sent()
-				n.mu.Unlock()
+				m.h.Sent(nil)
 				continue
 			}
-			// Without n.mu: a totally ordered group delivers the
-			// message back to this member inside Propose. The core
-			// keeps msg untouched until Sent.
+			// Not under the node's lock: a totally ordered group
+			// delivers the message back to this member inside Propose.
+			// The node keeps msg untouched until Sent.
 			err := m.drv.Propose(s.net.Now(), msg)
-			if errors.Is(err, pbp.ErrWindowFull) || errors.Is(err, seq.ErrWindowFull) {
+			if reliable.IsWindowFull(err) {
 				break
 			}
-			n.mu.Lock()
-			n.core.Sent()
-			if err != nil {
-				n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
-			}
-			n.mu.Unlock()
+			m.h.Sent(err)
 			if err != nil {
 				break
 			}
@@ -309,7 +287,7 @@ func (s *simulation) drain() {
 	}
 }
 
-func (s *simulation) run(program func(*Node) error, deadline time.Time) error {
+func (s *simulation) run(program func(*dsm.Node) error, deadline time.Time) error {
 	for _, m := range s.members {
 		go m.body(program)
 	}
@@ -347,17 +325,11 @@ func (s *simulation) abort(deadline time.Time) error {
 		if m.done {
 			continue
 		}
-		m.n.mu.Lock()
-		where := m.waiting.String()
-		if id, in := m.n.core.InBarrier(); in {
-			where = fmt.Sprintf("at barrier %d waiting for members %v", id, m.n.core.Waiting())
-		}
-		m.n.mu.Unlock()
-		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, where))
+		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, m.h.Blocked(m.waiting)))
 	}
 	why := "deadlock: no event left"
 	if s.net.Now().After(deadline) {
-		why = "timeout: virtual time passed SimConfig.Timeout"
+		why = "timeout: virtual time passed Config.Timeout"
 	}
 	for _, m := range s.members {
 		for !m.done {

@@ -1,19 +1,20 @@
-package dsm_test
+package dsmsim_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/testnet"
 )
 
 // Four members on a simulated segment that loses 5% of the frames: each
 // writes its rank's square into its own location of a shared segment, and
 // a barrier makes every write visible everywhere.
-func ExampleSimulate() {
+func ExampleRun() {
 	ctx := context.Background()
-	res, err := dsm.Simulate(dsm.SimConfig{Members: 4, Seed: 1, In: testnet.Impairment{Loss: 0.05}}, func(n *dsm.Node) error {
+	res, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: 1, In: testnet.Impairment{Loss: 0.05}}, func(n *dsm.Node) error {
 		var s *dsm.Segment
 		var err error
 		if n.Rank() == 0 {

@@ -1,0 +1,19 @@
+package reliable
+
+import (
+	"time"
+
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+// What programs above reliable need of the cores, re-exported so that they
+// import reliable only (internal/archtest checks it).
+
+// DefaultFailureTimeout is how long a member may stay silent before it is
+// removed when Config.FailureTimeout is 0 (the same under FIFO and Total).
+const DefaultFailureTimeout = time.Duration(pbp.DefaultFailureTimeout)
+
+// IsWindowFull reports whether err, from Driver.Propose, is back-pressure:
+// the send window is full under either Order; propose again after a later
+// Step.
+func IsWindowFull(err error) bool { return windowFull(err) }
