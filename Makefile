@@ -54,6 +54,15 @@ bench-net:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-net.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 120m ./reliable
 	$(GO) run ./cmd/linkbench
 
+# The figures of docs/benchmarks.md (docs/img/*.svg) from BenchmarkReport's
+# reports under docs/data/, oldest first: each figure comes from the newest
+# report that has its table. After a `sudo make bench-net`, copy bench-net.md
+# to docs/data/run-N.md (the next run number) and run this. No root needed.
+BENCH_REPORTS ?= $(shell ls -v docs/data/run-*.md)
+.PHONY: plots
+plots:
+	$(GO) run ./cmd/benchplot -o docs/img $(BENCH_REPORTS)
+
 # The peers of issue 4 on the same 3-host netns segment (root; installs the
 # Debian packages if missing, builds and removes rbf… namespaces): corosync
 # CPG agreed order (knet, udpu), JGroups 2.12 SEQUENCER as shipped and

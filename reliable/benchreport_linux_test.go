@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +38,10 @@ import (
 // RBCAST_REPORT_WINDOWS: windows of the window part (default 16,48,128,256).
 // RBCAST_REPORT_PROCS=1: one-to-all receivers (raw ring, PBP) as processes
 // of their own in their namespaces instead of goroutines of this process.
-// RBCAST_REPORT_OUT: also write the tables to this file.
+// RBCAST_REPORT_OUT: also write the tables to this file. cmd/benchplot
+// (make plots) draws docs/benchmarks.md's figures from such files: it
+// finds the tables by their headings and columns, so a change to those is
+// a change to internal/benchplot too.
 // RBCAST_BENCH_SPIN: every ring link polls its receive ring this long
 // before sleeping (ring.Config.RxSpin), the raw receivers' too; 0: never;
 // unset: ring.DefaultRxSpin.
@@ -88,6 +92,7 @@ func BenchmarkReport(b *testing.B) {
 		arr += fmt.Sprintf("; every ring link (PBP's and the raw receivers') polls its receive ring %v before sleeping (ring.DefaultRxSpin)", ring.DefaultRxSpin)
 	}
 	r.printf("BenchmarkReport: %v per run, %d repetitions, medians (range in brackets); %s; load average at start %s\n\n", d, reps, arr, loadavg())
+	r.printf("Machine: %s\n\n", machine())
 	for _, p := range strings.Split(parts, ",") {
 		switch p {
 		case "one":
@@ -438,6 +443,35 @@ func (r *reporter) latency() {
 		r.printf("| %s | %s | %s |\n", name, p50s[i].fmt(1, ""), p99s[i].fmt(1, ""))
 	}
 	r.printf("\n")
+}
+
+// machine describes the machine a report was measured on: CPU model,
+// CPU count, kernel and Go, with "virtual machine" when the CPU says it
+// runs under a hypervisor.
+func machine() string {
+	model, vm := "unknown CPU", false
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch strings.TrimSpace(k) {
+			case "model name":
+				if model == "unknown CPU" {
+					model = strings.TrimSpace(v)
+				}
+			case "flags":
+				vm = vm || slices.Contains(strings.Fields(v), "hypervisor")
+			}
+		}
+	}
+	kernel := "unknown kernel"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	s := fmt.Sprintf("%s, %d CPUs", model, runtime.NumCPU())
+	if vm {
+		s += " (virtual machine)"
+	}
+	return fmt.Sprintf("%s, %s, %s", s, kernel, runtime.Version())
 }
 
 // cpuTime is the user + system CPU time so far of this process and of

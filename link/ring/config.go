@@ -29,8 +29,8 @@ const (
 // It is V2 because rbcast is latency-bound: a protocol round (data, acks,
 // the window moves) waits on single frames, and with V3 each of those waits
 // for a block retire timer (1 ms at least) where V2 wakes within
-// microseconds, while receive capacity measured about the same. See the
-// package documentation for the numbers.
+// microseconds; V3's extra receive capacity shows only in bulk transfer to
+// several receivers (docs/benchmarks.md, "Link layer").
 const DefaultVersion = V2
 
 func (v Version) String() string {
@@ -136,11 +136,10 @@ type Config struct {
 // Defaults for zero Config fields.
 const (
 	// DefaultRingBytes is the receive ring size aimed at: about 10000
-	// full-size frames at MTU 1500, 1800 at MTU 9000. On the shared 2-core
-	// test machine an 8 MiB ring lost 3-25 % of a full-speed broadcast
-	// stream to receivers that were descheduled for a few milliseconds;
-	// 16 MiB brought that to 0 % in most runs at MTU 1500
-	// (BenchmarkRecvRate).
+	// full-size frames at MTU 1500, 1800 at MTU 9000, so that a receiver
+	// descheduled for a few milliseconds loses nothing of a full-speed
+	// stream, which 8 MiB did not hold (BenchmarkRecvRate;
+	// docs/benchmarks-history.md, "Measurements formerly in code comments").
 	DefaultRingBytes = 16 << 20
 	// DefaultTxRingBytes is the transmit ring size aimed at.
 	DefaultTxRingBytes = 4 << 20
@@ -150,13 +149,10 @@ const (
 	DefaultBlockTimeout = time.Millisecond
 	// DefaultRxSpin is how long Recv polls an empty ring before sleeping:
 	// as long as a Linux KVM guest's kernel polls an idle vCPU before
-	// halting it by default (haltpoll.guest_halt_poll_ns, 200 µs), which
-	// the 2-core test VM turns off. There every wake-up of a sleeping
-	// receiver cost tens of µs: one-to-all PBP at MTU 9000 fell short of
-	// the ring ceiling at 2 hosts (70-95 %) and under 5 % loss (69-84 % of
-	// lossless) without it, and met both with it (85-102 %, 76-89 %;
-	// PBP latency p99 34 -> 9 µs), for 15-25 % more CPU per GB while
-	// traffic flows (docs/benchmarks.md, runs 12-17).
+	// halting it (haltpoll.guest_halt_poll_ns, 200 µs), which matters in a
+	// VM that turns that off, where waking a sleeping receiver costs tens
+	// of µs. It buys goodput and latency for CPU while traffic flows
+	// (docs/benchmarks-history.md, runs 15-17 against runs 12-14).
 	DefaultRxSpin = 200 * time.Microsecond
 	// minBlocks keeps a ring from being a handful of huge blocks (MTU
 	// 65535): the kernel must have a block to fill while we read others.

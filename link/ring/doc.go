@@ -25,31 +25,29 @@
 // and written with atomic stores (release), pairing with the kernel's
 // barriers in __packet_set_status.
 //
-// Recv waits through Go's netpoller: the socket is non-blocking, wrapped
-// in an *os.File, and Recv checks the ring inside RawConn.Read, which
-// sleeps until poll(2) would report EPOLLIN (a frame in V2, a retired
-// block in V3). Deadlines are the file's read deadline; Close wakes a
-// waiting Recv, which returns net.ErrClosed. Before sleeping it first
-// looks at the ring's next status word, calling runtime.Gosched and
-// sched_yield(2) between looks, for up to Config.RxSpin of yielding
-// (DefaultRxSpin, 200 µs, unless set; negative: never), and sleeps only if
-// nothing came: a stream's receiver is then not put to sleep and woken per
-// batch, which in a VM whose idle vCPUs halt costs tens of µs each time,
-// and a process waiting for one frame at a time is then not put to sleep
-// and woken per frame (on the 2-core test machine, 4 BDSM processes
-// exchanging tiny updates took 21 µs an iteration with a 200 µs spin, 80
-// µs without, OpenMPI 37; docs/benchmarks.md, "BDSM vs MPI"). A yield that
-// keeps Recv off the CPU for more than a millisecond (or RxSpin, if
+// Recv waits through Go's netpoller: the socket is non-blocking, wrapped in
+// an *os.File, and Recv checks the ring inside RawConn.Read, which sleeps
+// until poll(2) would report EPOLLIN (a frame in V2, a retired block in V3).
+// Deadlines are the file's read deadline; Close wakes a waiting Recv, which
+// returns net.ErrClosed. Before sleeping it first looks at the ring's next
+// status word, calling runtime.Gosched and sched_yield(2) between looks, for
+// up to Config.RxSpin of yielding (DefaultRxSpin, 200 µs, unless set;
+// negative: never), and sleeps only if nothing came: a stream's receiver is
+// then not put to sleep and woken per batch, which in a VM whose idle vCPUs
+// halt costs tens of µs each time, and a process waiting for one frame at a
+// time is then not put to sleep and woken per frame
+// (docs/benchmarks-history.md, "Polling the ring before sleeping"). A yield
+// that keeps Recv off the CPU for more than a millisecond (or RxSpin, if
 // longer) means other work holds the CPU, where a sleeper is woken sooner
-// than a yielder gets its turn back: spinning then stops for 10 ms,
-// doubling up to a second while that lasts. A Recv whose deadline was at
-// least twice RxSpin away when it found the ring empty, and that ended at
-// it with nothing read, has the next one sleep without spinning, so an
-// idle link spins once per frame that arrives rather than per wait (an
-// idle event loop of package reliable waits until its next timer), while a short
-// wait that ends at a caller's near timer keeps the spin, however late the
-// timer fired. The spin only reads the status word fill reads next, so
-// frames come in ring order either way.
+// than a yielder gets its turn back: spinning then stops for 10 ms, doubling
+// up to a second while that lasts. A Recv whose deadline was at least twice
+// RxSpin away when it found the ring empty, and that ended at it with
+// nothing read, has the next one sleep without spinning, so an idle link
+// spins once per frame that arrives rather than per wait (an idle event loop
+// of package reliable waits until its next timer), while a short wait that
+// ends at a caller's near timer keeps the spin, however late the timer
+// fired. The spin only reads the status word fill reads next, so frames come
+// in ring order either way.
 //
 // # Sending
 //
@@ -96,21 +94,12 @@
 //
 // V3 wakes the reader once per block, when it is full or when its retire
 // timer (Config.BlockTimeout, at least 1 ms: the kernel counts in
-// milliseconds) fires; V2 wakes it per frame. Measured on the shared 2-core
-// test machine (load average 3-6 from other work) with
-//
-//	go test -run '^$' -bench Latency -benchtime 3000x -count 5 ./link/ring
-//	go test -run '^$' -bench RecvRate -benchtime 200000x -count 3 ./link/ring
-//
-// a ping-pong h0 → h1 → h0 through the bridge took 6-16 µs with V2 and
-// 1020-1090 µs with V3. Receive capacity depends on how receivers are
-// scheduled. With receivers as goroutines of one loaded process these
-// package benchmarks saw V2 and V3 about equal. With one receiver process
-// per host on an idle machine (cmd/linkbench, docs/benchmarks.md), V2
-// delivered 65-80 % of V3 at N >= 4, because it wakes the reader per frame.
-// That table also compares both with the reference numbers of a throwaway
-// sendmmsg sender with V3 ring receivers (537/334/179 MB/s at MTU 1500,
-// 2823/1283/571 at MTU 9000). V3 with TxSendmmsg meets the reference.
+// milliseconds) fires; V2 wakes it per frame. So a lone frame waits a
+// millisecond with V3 and microseconds with V2, and a busy V2 receiver pays
+// a wake-up per frame, which costs it throughput once several receivers
+// share the cores; V3 with TxSendmmsg is the faster bulk path. The
+// package's Latency and RecvRate benchmarks and cmd/linkbench measure it
+// (docs/benchmarks.md, "Link layer").
 //
 // Broadcast has no flow control from receivers to the sender; that is the
 // protocol's job. A ring that fills up drops frames, and every one of them

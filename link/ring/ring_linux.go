@@ -617,11 +617,10 @@ const (
 // once) when its frame lands. Spinning then costs latency instead of
 // saving it, so it stops for spinPauseMin, doubling up to spinPauseMax
 // while the contention lasts (a spin without it halves the pause). Shorter
-// yields count against RxSpin: with 4 processes on 2 cores a yield often
-// hands the core to another process's turn (most yields of 4 jacobi
-// processes took 250-500 µs, at load ~3.6), and such a turn is worth
-// waiting for rather than sleeping; a back-off at RxSpin (200 µs) took
-// most of the spin's gain away there.
+// yields count against RxSpin: with more processes than cores a yield often
+// hands the core to another process's turn, which is worth waiting for
+// rather than sleeping; backing off at RxSpin lost most of the spin's gain
+// (docs/benchmarks-history.md, "Polling the ring before sleeping").
 func (l *Link) spin(deadline time.Time) bool {
 	now := time.Now()
 	if now.Before(l.spinOff) {
@@ -649,8 +648,8 @@ func (l *Link) spin(deadline time.Time) bool {
 		// entersyscall lets sysmon take this thread's P when the other
 		// process on the core keeps the CPU past 20 µs, start another
 		// thread (which then sleeps in epoll and is woken by every frame)
-		// and move the loop between threads: 4 BDSM processes on 2 cores
-		// made 2-4x the context switches, jacobi 95 -> 62 ms (OpenMPI 56).
+		// and move the loop between threads (docs/benchmarks-history.md,
+		// "Where a 4-process jacobi iteration goes").
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		t1 := time.Now()
 		if away := t1.Sub(t0); away <= max(l.cfg.RxSpin, spinContended) {

@@ -59,10 +59,8 @@ const (
 	// 10 Mb/s); on a segment 1000× faster a repair round trip is a larger
 	// share of a window, and 256 carries PBP2 through it (docs/protocols.md,
 	// "The default window is 256 frames"). On a 1 Gbit/s port a window of
-	// full frames is 3.1 ms of queue that repairs wait behind: 128 gives
-	// the same throughput there with half the delivery gaps (1% loss), and
-	// more under heavy loss (docs/protocols.md: 15–18% of the wire at 20%
-	// loss against 9–14%); set Window 128 on such links.
+	// full frames is 3.1 ms of queue that repairs wait behind, and 128
+	// does better there (same place); set Window 128 on such links.
 	DefaultWindowPBP2 = 256
 	// DefaultWindowPBP1 is PBP1's: the thesis's usual 16 (§3.1.1). PBP1
 	// retransmits the whole window on a timeout, so a large one costs a

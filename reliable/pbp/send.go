@@ -148,9 +148,9 @@ func (c *Core) sendNack(p *peer) {
 
 // nackAgeDivisor: when the nack timer fires, frames asked for less than
 // nackTimeout/nackAgeDivisor ago are not asked for again yet (their
-// retransmissions may be on the way). Simulator, 10 Gbit/s, 5% loss, %
-// of lossless at rx 1/3/7, MTU 1500 and 9000: 1 gives 64/55/49 and
-// 92/81/65, 2 gives 65/59/51 and 91/82/70, 4 gives 67/58/53 and 91/81/67.
+// retransmissions may be on the way). 2 did better than 1 and as well as
+// 4 in the simulator at 5 % loss (docs/benchmarks-history.md,
+// "Measurements formerly in code comments").
 const nackAgeDivisor = 2
 
 // answerNack retransmits what p asked for (thesis fig. 3.8, "resend

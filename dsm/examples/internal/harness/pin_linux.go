@@ -13,7 +13,7 @@ import (
 // inherit the binding from the thread that starts them, which is bound
 // too. It returns the CPU.
 //
-// Why (docs/benchmarks.md, "Where a 4-process jacobi iteration goes"):
+// Why (docs/benchmarks-history.md, "Where a 4-process jacobi iteration goes"):
 // with more processes than cores, ranks that yield-spin for their frames
 // (-spin) otherwise move between cores and meet a different partner from
 // one iteration to the next; bound, each core runs a fixed set of ranks
