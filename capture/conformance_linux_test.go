@@ -8,6 +8,7 @@ import (
 	"github.com/rbcast/rbcast/link/linktest"
 	linkring "github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // openIn opens a link on eth0 inside host h with open.
@@ -32,7 +33,7 @@ func openAFPacket(ifname string) (link.Link, error) {
 // TestConformanceRing runs the link conformance suite on capture.Link over
 // ring links between two hosts: staged and now-sent frames are recorded.
 func TestConformanceRing(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2})
 	linktest.Run(t, func(t *testing.T) linktest.Pair {
 		return wrapPair(t, openIn(t, topo.Hosts[0], openRing), openIn(t, topo.Hosts[1], openRing), nil)
 	})
@@ -43,7 +44,7 @@ func TestConformanceRing(t *testing.T) {
 // Stager and NowSender (so what the runtime stages is recorded); over
 // afpacket it reports only Wake.
 func TestRingFastPathKept(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 1})
+	topo := netnstest.Up(t, netns.Options{Hosts: 1})
 	for _, tc := range []struct {
 		name  string
 		open  func(string) (link.Link, error)

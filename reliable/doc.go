@@ -17,9 +17,13 @@
 // frame), Events reports membership changes (a member failed, stalled,
 // left; this member left or was removed), Stats and Members show the
 // counters and who is live, and Close (or Leave) leaves cleanly once what
-// was sent is acknowledged. One event loop goroutine per Group waits on
-// the link, steps the core, transmits its frames in one batch and hands
-// out deliveries.
+// was sent is acknowledged. One event loop goroutine per Group owns the
+// core's stepper (core.Stepper): it waits on the link, steps the core,
+// transmits its frames in one batch and hands out deliveries and events
+// after letting go of the Group's lock, so Config.Deliver and OnEvent may
+// call the Group's methods (TrySend there: a Send that waits for window
+// room would wait for the loop it runs on). Send and Leave post to the
+// loop: Send hands the message to the core and wakes it.
 //
 // Members are named either by a static list (Config.Members and Self:
 // every member's id, MAC and incarnation) or by registration at Join
@@ -52,7 +56,7 @@
 // # Driver
 //
 // A Driver runs a member without goroutines and without waiting: its Step
-// runs the same engine as Group's event loop on whatever the link holds
+// takes the same turns as Group's event loop on whatever the link holds
 // and returns the next deadline, and Propose and Leave take the caller's
 // time. The simulator (testnet) binds Drivers to its endpoints to run many
 // members deterministically in virtual time; IsWindowFull tells a
@@ -70,5 +74,16 @@
 // into the link's ring, valid until the next Recv: a message delivered to
 // Config.Deliver is such a view. A link that can be woken (link.Waker)
 // lets an idle event loop sleep until its next timer instead of polling
-// every Config.MaxWait.
+// every Config.MaxWait; a link that stages (link.Stager) has the loop copy
+// frames into its transmit queue while a kicker goroutine has the kernel
+// send them, and one that can send past that queue (link.NowSender) takes
+// retransmissions first. The runtime finds these through decorators with
+// link.StagerOf, link.NowSenderOf and link.WakerOf.
+//
+// # Adding a protocol core
+//
+// A core implements core.Core and is named in one table, protocols (in
+// protocols.go): how its settings are checked, its shared configuration
+// (hashed by registration) and how it starts. The runtime has no other
+// branch on which core it drives.
 package reliable

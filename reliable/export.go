@@ -1,6 +1,7 @@
 package reliable
 
 import (
+	"errors"
 	"time"
 
 	"github.com/rbcast/rbcast/reliable/pbp"
@@ -13,7 +14,7 @@ import (
 // removed when Config.FailureTimeout is 0 (the same under FIFO and Total).
 const DefaultFailureTimeout = time.Duration(pbp.DefaultFailureTimeout)
 
-// IsWindowFull reports whether err, from Driver.Propose, is back-pressure:
-// the send window is full under either Order; propose again after a later
-// Step.
-func IsWindowFull(err error) bool { return windowFull(err) }
+// IsWindowFull reports whether err, from Driver.Propose or TrySend, is
+// back-pressure (ErrWindowFull, the one every core returns): propose again
+// after a later Step.
+func IsWindowFull(err error) bool { return errors.Is(err, ErrWindowFull) }

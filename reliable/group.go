@@ -83,9 +83,10 @@ type Group struct {
 	// frames. While frames flow the loop waits at most MaxWait (1 ms) at
 	// a time: a wait that ends at its deadline lets the ring's next Recv
 	// sleep without spinning, and loops that spin less leave the CPU to
-	// the others (docs/benchmarks.md, "Event loop waits"). Once nothing
-	// was read for quietAfter, the loop sleeps until the core's next
-	// timer, at most quietMaxWait.
+	// the others; sleeping to the next timer after each empty wait cost
+	// 10 % at 7 receivers (docs/benchmarks-history.md, "Measurements
+	// formerly in code comments"). Once nothing was read for quietAfter,
+	// the loop sleeps until the core's next timer, at most quietMaxWait.
 	lastRead time.Time
 
 	events chan Event
@@ -417,13 +418,13 @@ func (g *Group) kickStaged() {
 	}
 }
 
-// kicker has the kernel transmit the frames the loop staged (Kick),
-// outside g.mu, so that the next Send fills the ring, and the loop steps
-// acknowledgements, while the kernel transmits: on a veth bridge the
-// kernel's transmit (the bridge's flood and the receivers' ring copies)
-// costs as much CPU as everything the sender does, and it now runs on a
-// goroutine of its own. A link that cannot send stops the group, as a
-// failed Send does.
+// kicker has the kernel transmit the frames the loop staged (Kick), so
+// that the loop stages the next frames and steps acknowledgements while
+// the kernel transmits: on a veth bridge the kernel's transmit (the
+// bridge's flood and the receivers' ring copies) costs as much CPU as
+// everything the sender does (docs/benchmarks-history.md, "Why the
+// comparisons fall the way they do"), and it runs on a goroutine of its
+// own. A link that cannot send stops the group, as a failed Send does.
 func (g *Group) kicker(st link.Stager) {
 	defer close(g.kicked)
 	for {

@@ -15,7 +15,7 @@ import (
 // bytes stay where the engine delivered them from (the link's ring, or
 // the core's buffer of an out-of-order frame), and Recv copies them
 // straight to the caller, once instead of twice. Views are valid only
-// until the loop receives or steps again, so before that the loop calls
+// until the loop Advances the core, so before that the loop calls
 // settle: it gives a reader that is taking messages a moment to take the
 // views, then copies whatever views are left into the slots' buffers.
 type msgQueue struct {
@@ -49,11 +49,11 @@ const viewMin = 1024
 // settleWait bounds how long settle waits for a reader to take the views
 // (a variable for benchmarks: RBCAST_BENCH_SETTLE). The wait ends as soon
 // as the reader has taken them; the bound only matters when the reader is
-// descheduled mid-way, and then holds the loop's next receive (frames wait
-// in the ring, acknowledgements leave up to that much later). CPU-seconds
-// per GB at MTU 9000, 4 alternating runs each at load 4-6 (BenchmarkGoodput):
-// 0 (copy every view: the old two copies) 0.94 (rx=1) and 0.72 (rx=7);
-// 200 µs 0.74, 0.56-0.58; 1 ms 0.73, 0.50-0.51; 3 ms 0.50 at rx=7.
+// descheduled mid-way, and then holds the loop's Advance (frames wait in
+// the ring, acknowledgements leave up to that much later). 1 ms: shorter
+// bounds gave back part of the CPU the views save, 3 ms saved no more
+// (BenchmarkGoodput, MTU 9000; docs/benchmarks-history.md, "Measurements
+// formerly in code comments").
 var settleWait = time.Millisecond
 
 func newMsgQueue(limit int) *msgQueue {

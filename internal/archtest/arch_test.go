@@ -84,8 +84,9 @@ func under(p, dir string) bool {
 
 // notCores are the packages under reliable/ and dsm/ that drive cores
 // rather than being one: the runtimes (over a link, or over Drivers on
-// the simulated segment). Examples are not cores either.
-var notCores = []string{"reliable", "dsm", "dsm/dsmsim"}
+// the simulated segment), and the runtimes' wall-clock conversion.
+// Examples are not cores either.
+var notCores = []string{"reliable", "reliable/clock/wall", "dsm", "dsm/dsmsim"}
 
 // isCore reports whether p is a protocol core: a package under reliable/
 // or dsm/ other than notCores and the examples. The core contract,
@@ -301,7 +302,8 @@ func f(c chan int) {
 
 // packageVars returns, for one file's source, every package-level
 // variable other than an error sentinel (a value made by errors.New or
-// fmt.Errorf) and the blank identifier: state every core of the process
+// fmt.Errorf, or another package's sentinel, pkg.ErrX, re-exported) and
+// the blank identifier: state every core of the process
 // would share, which the simulator (many cores in one process, seeds run
 // in any order) and pcap-replay could not reproduce. A core keeps its
 // state in its own struct; constants and error values are fine.
@@ -330,8 +332,13 @@ func packageVars(name string, src any) ([]string, error) {
 	return bad, nil
 }
 
-// errorValue reports whether e is errors.New(...) or fmt.Errorf(...).
+// errorValue reports whether e is errors.New(...) or fmt.Errorf(...), or
+// names another package's sentinel (pkg.ErrX).
 func errorValue(e ast.Expr) bool {
+	if sel, ok := e.(*ast.SelectorExpr); ok {
+		_, pkg := sel.X.(*ast.Ident)
+		return pkg && strings.HasPrefix(sel.Sel.Name, "Err")
+	}
 	c, ok := e.(*ast.CallExpr)
 	if !ok {
 		return false
@@ -360,12 +367,15 @@ var (
 )
 var table [4]int
 const ok = 1
-func f() { var local int; _ = local }`
+func f() { var local int; _ = local }
+var ErrC = core.ErrC
+var Limit = core.Limit`
 	bad, err := packageVars("p.go", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"p.go:6:2: package-level variable AckDiv", "p.go:9:5: package-level variable table"}
+	want := []string{"p.go:6:2: package-level variable AckDiv", "p.go:9:5: package-level variable table",
+		"p.go:13:5: package-level variable Limit"}
 	if !slices.Equal(bad, want) {
 		t.Errorf("got %q, want %q", bad, want)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // openRing opens a ring link on host h's interface.
@@ -33,7 +34,7 @@ func openRing(t *testing.T, h *netns.Host) *ring.Link {
 // TestWatchConformanceRing runs the link conformance suite on the
 // daemon's monitor over ring links between two hosts.
 func TestWatchConformanceRing(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2})
 	linktest.Run(t, func(t *testing.T) linktest.Pair {
 		return watchPair(openRing(t, topo.Hosts[0]), openRing(t, topo.Hosts[1]), nil)
 	})
@@ -45,7 +46,7 @@ func TestWatchConformanceRing(t *testing.T) {
 // daemons on ring links sends its frames staged (and records them in the
 // capture) while a message stream arrives byte for byte.
 func TestDaemonStagesOnRing(t *testing.T) {
-	topo := netns.Up(t, netns.Options{Hosts: 2})
+	topo := netnstest.Up(t, netns.Options{Hosts: 2})
 	var file bytes.Buffer
 	cw, err := capture.NewWriter(&file, capture.WriterOptions{})
 	if err != nil {
