@@ -1,14 +1,12 @@
 package dsm
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/rbcast/rbcast/dsm/core"
@@ -87,39 +85,6 @@ type Node struct {
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
-
-	// joining is set while Join builds the core: the group may deliver
-	// before Join has read its member list, and Join cannot hold mu
-	// across reading it (the event loop delivers holding the group's
-	// lock), so deliveries and events of that window are copied to early
-	// (under startMu) and replayed in order once the core exists.
-	joining atomic.Bool
-	startMu sync.Mutex
-	early   []earlyInput
-}
-
-// earlyInput is a delivery (ev nil) or an event that arrived during Join.
-type earlyInput struct {
-	from frame.MemberID
-	data []byte
-	ev   *reliable.Event
-}
-
-// hold keeps in for replay if Join has not built the core yet.
-func (n *Node) hold(in earlyInput) bool {
-	if !n.joining.Load() {
-		return false
-	}
-	n.startMu.Lock()
-	defer n.startMu.Unlock()
-	if !n.joining.Load() {
-		return false
-	}
-	if in.ev == nil {
-		in.data = bytes.Clone(in.data)
-	}
-	n.early = append(n.early, in)
-	return true
 }
 
 // Wait is what a blocked call of a Node waits for (an outbox below its
@@ -216,9 +181,6 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 // deliver is the reliable layer's Config.Deliver: updates are applied
 // from data, the received frame, straight into segment memory.
 func (n *Node) deliver(from frame.MemberID, data []byte) {
-	if n.hold(earlyInput{from: from, data: data}) {
-		return
-	}
 	n.mu.Lock()
 	n.receiveLocked(from, data)
 	n.mu.Unlock()
@@ -242,9 +204,6 @@ func (n *Node) receiveLocked(from frame.MemberID, data []byte) {
 
 // event is the reliable layer's Config.OnEvent.
 func (n *Node) event(ev reliable.Event) {
-	if n.hold(earlyInput{ev: &ev}) {
-		return
-	}
 	n.mu.Lock()
 	n.eventLocked(ev)
 	n.mu.Unlock()
@@ -346,10 +305,15 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
-	// Deliveries and events wait in n.early until the core exists.
-	n.joining.Store(true)
+	// The group may deliver as soon as Join returns, before the core
+	// exists: its event loop hands deliveries and events out without the
+	// group's lock, so they wait here for n.mu, in their order, until the
+	// core is installed (or, if building it fails, find none and are
+	// dropped with the node).
+	n.mu.Lock()
 	g, err := reliable.Join(ctx, l, gcfg)
 	if err != nil {
+		n.mu.Unlock()
 		return nil, err
 	}
 	var ids []frame.MemberID
@@ -358,10 +322,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	}
 	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
 	if err != nil {
-		g.Close() // what arrived is dropped with the node
+		n.mu.Unlock()
+		g.Close()
 		return nil, err
 	}
-	n.mu.Lock()
 	e.g = g
 	n.install(c, g.Self(), outboxLimit(cfg))
 	go e.send()
@@ -369,24 +333,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// install sets the node's core and replays, in their order, the
-// deliveries and events held while Join built it (with n.mu held). A
-// delivery racing with it either was held before (and is replayed here)
-// or waits for n.mu and comes after the replay: the event loop delivers
-// one at a time, so the order is the group's.
+// install sets the node's core (with n.mu held): deliveries and events
+// that arrived meanwhile wait for n.mu, so they come after, in order.
 func (n *Node) install(c *core.Core, self frame.MemberID, limit int) {
 	n.core, n.self, n.limit = c, self, limit
-	n.startMu.Lock()
-	for _, in := range n.early {
-		if in.ev != nil {
-			n.eventLocked(*in.ev)
-		} else {
-			n.receiveLocked(in.from, in.data)
-		}
-	}
-	n.early = nil
-	n.joining.Store(false)
-	n.startMu.Unlock()
 }
 
 // Rank is this member's index, 0..Size()-1, in the order of member ids

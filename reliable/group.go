@@ -176,13 +176,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if reg != nil {
 		g.first = reg.rest
 	}
-	g.mu.Lock()
-	err = g.turn(nil) // starts the core's clocks
-	g.mu.Unlock()
-	if err != nil {
-		g.stopKicker()
-		return nil, err
-	}
+	// The loop's first turn starts the core's clocks: deliveries and
+	// events are handed out on the loop's goroutine only, never on the
+	// goroutine calling Join.
+	g.due = true
 	go g.run()
 	return g, nil
 }

@@ -3,7 +3,6 @@ package dsm
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/rbcast/rbcast/dsm/core"
@@ -12,56 +11,48 @@ import (
 )
 
 // Deliveries and events that arrive while Join builds the core (the group
-// has started, the core does not exist yet) are copied, then applied in
-// their order before anything delivered later: nothing is lost, the
-// receive buffer may be reused at once, and a later update to the same
-// location wins. Deterministic: the event loop is played by the test.
-func TestJoinEarlyInputsReplayedInOrder(t *testing.T) {
+// has started, the core does not exist yet) wait for it: the event loop
+// hands them out without the group's lock, Join holds the node's until
+// the core is installed, and they are applied then, in their order.
+// Nothing is copied and nothing is lost (a delivery that did not wait
+// would find no core and be dropped, and the counts below would fail).
+// The event loop is played by the test: one goroutine delivering in
+// order, as the loop does.
+func TestJoinDeliveriesWaitForTheCore(t *testing.T) {
 	n := &Node{}
 	e := &groupEnv{n: n, changedc: make(chan struct{}), kickc: make(chan struct{}, 1)}
 	n.env = e
-	n.joining.Store(true)
 
 	geo := core.Geometry{Locations: 4, LocationSize: 4}
 	upd := func(v byte) []byte {
 		b := core.AppendUpdateHeader(nil, core.TypeUpdate, 9, 4)
 		return core.AppendRecord(b, 1, 1, []byte{v, v, v, v})
 	}
-	rx := make([]byte, 0, 256) // the event loop's receive buffer, reused
-	deliver := func(from frame.MemberID, msg []byte) {
-		rx = append(rx[:0], msg...)
-		n.deliver(from, rx)
-		clear(rx) // the frame's memory is reused for the next one
-	}
-	deliver(2, core.AppendSegment(nil, 9, geo, true))
-	deliver(2, upd(1))
-	deliver(3, upd(3))
-	deliver(2, core.AppendBarrierTrailer(upd(2), 7, 1))
-	n.event(reliable.Event{Kind: reliable.MemberLeft, Member: 3})
-	if len(n.early) != 5 {
-		t.Fatalf("%d inputs held during Join, want 5", len(n.early))
-	}
-
+	n.mu.Lock() // Join holds it while it builds the core
+	loopDone := make(chan struct{})
+	go func() { // the event loop
+		defer close(loopDone)
+		rx := make([]byte, 0, 256) // its receive buffer, reused
+		deliver := func(from frame.MemberID, msg []byte) {
+			rx = append(rx[:0], msg...)
+			n.deliver(from, rx)
+			clear(rx) // the frame's memory is reused for the next one
+		}
+		deliver(2, core.AppendSegment(nil, 9, geo, true))
+		deliver(2, upd(1))
+		deliver(3, upd(3))
+		deliver(2, core.AppendBarrierTrailer(upd(2), 7, 1))
+		n.event(reliable.Event{Kind: reliable.MemberLeft, Member: 3})
+		deliver(2, upd(5))
+	}()
 	c, err := core.New(coreConfig(1, []frame.MemberID{1, 2, 3}, 1400, Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A delivery racing with the install either is held and replayed or
-	// waits for the install: either way it comes after the held ones.
-	n.mu.Lock()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		n.deliver(2, upd(5)) // the event loop's next delivery
-	}()
 	n.install(c, 1, DefaultOutboxLimit)
 	n.mu.Unlock()
-	wg.Wait()
+	<-loopDone
 
-	if n.joining.Load() || n.early != nil {
-		t.Fatal("still joining after install")
-	}
 	s, err := n.JoinSegment(context.Background(), 9, 4, 4)
 	if err != nil {
 		t.Fatal(err)
