@@ -20,7 +20,7 @@ import (
 // deliveries are handed out. Static Config.Members only. Not safe for
 // concurrent use.
 type Driver struct {
-	n     node
+	n     *node
 	l     link.Link
 	rx    []link.Frame
 	order Order

@@ -61,7 +61,7 @@ type Group struct {
 	queue *msgQueue
 
 	mu sync.Mutex // guards n's stepper (and so the core) and the fields below
-	n  node
+	n  *node
 	// due: a Send proposed, or Leave was asked, since the loop's last
 	// turn began: the loop turns again at once instead of sleeping.
 	due          bool

@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
@@ -26,9 +27,9 @@ type node struct {
 	event   func(Event)
 }
 
-func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) node {
+func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
 	st := core.NewStepper(c, s.Group, s.EtherType)
-	n := node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger}
+	n := &node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger}
 	n.out = sender{l: l, etherType: s.EtherType, group: s.Group, log: s.Logger}
 	return n
 }
@@ -99,10 +100,10 @@ type sender struct {
 	now    link.NowSender // nil: retransmissions queue with the rest
 	staged bool           // frames were staged since the last kick
 
-	retx, rest [][]byte // sendRetransmissions' scratch
-	nowSent    uint64   // retransmissions SendNow sent
-	nowFailed  bool     // a SendNow failed (logged once)
-	err        error    // the link could not send: the group stops
+	retx, rest [][]byte      // sendRetransmissions' scratch
+	nowSent    atomic.Uint64 // retransmissions SendNow sent (read by Stats, which runs while the loop sends)
+	nowFailed  bool          // a SendNow failed (logged once)
+	err        error         // the link could not send: the group stops
 }
 
 // send transmits frames, in order but for retransmissions (see
@@ -154,7 +155,7 @@ func (s *sender) sendRetransmissions(frames [][]byte) [][]byte {
 	}
 	if len(retx) > 0 {
 		n, err := s.now.SendNow(retx)
-		s.nowSent += uint64(n)
+		s.nowSent.Add(uint64(n))
 		if err != nil {
 			rest = append(rest, retx[n:]...)
 			if !s.nowFailed {

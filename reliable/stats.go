@@ -80,7 +80,7 @@ func (g *Group) Stats() Stats {
 func (n *node) stats(o Order) Stats {
 	c := n.st.Counters()
 	s := Stats{Self: n.info.Self, Order: o, Protocol: n.st.Core().Stats(), BadFrames: c.Bad, HeldData: c.Held,
-		RetransmitsSentNow: n.out.nowSent, RepairP50: time.Duration(c.RepairP50), RepairP99: time.Duration(c.RepairP99)}
+		RetransmitsSentNow: n.out.nowSent.Load(), RepairP50: time.Duration(c.RepairP50), RepairP99: time.Duration(c.RepairP99)}
 	for _, ev := range n.st.Events() {
 		s.Events = append(s.Events, eventOf(ev, n.clk))
 	}
