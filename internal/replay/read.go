@@ -63,6 +63,10 @@ type Interface struct {
 	// Received and Dropped are isb_ifrecv and isb_ifdrop of that block.
 	Received, Dropped uint64
 	HasStats          bool
+	// CaptureLost is how many of the interface's frames the capture lost
+	// (the sum of its frames' Lost): frames it handled that the file does
+	// not hold.
+	CaptureLost uint64
 }
 
 // Label names the interface for output: "node 3" when the description is
@@ -85,6 +89,10 @@ type Record struct {
 	Iface  int
 	Dir    Dir
 	Data   []byte // the whole Ethernet frame as captured
+	// Lost is how many frames of the interface the capture lost just
+	// before this one (pcapng epb_dropcount; capture.Writer writes it when
+	// its queue was full).
+	Lost uint64
 
 	Src, Dst [6]byte
 	// View is the decoded rbcast frame; nil when Err is set.
@@ -442,6 +450,9 @@ func (c *Capture) readNg(name string, data []byte, offsets []int64) error {
 				c.HasDirection = true
 			}
 		}
+		if o.DropCount != nil {
+			rec.Lost = *o.DropCount
+		}
 		c.Records = append(c.Records, rec)
 	}
 	for i := range r.NInterfaces() {
@@ -460,6 +471,7 @@ func (c *Capture) readNg(name string, data []byte, offsets []int64) error {
 		if c.Records[i].Iface >= len(c.Interfaces) {
 			return &FormatError{Path: name, Offset: c.Records[i].Offset, Detail: fmt.Sprintf("frame %d names interface %d, the section has %d (multi-section files are not supported)", c.Records[i].N, c.Records[i].Iface, len(c.Interfaces))}
 		}
+		c.Interfaces[c.Records[i].Iface].CaptureLost += c.Records[i].Lost
 	}
 	return nil
 }
