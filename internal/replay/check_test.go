@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -252,8 +253,8 @@ func TestCheckForeignGroupCorruptAndStorm(t *testing.T) {
 	if v := k["corrupt-frame"]; len(v) != 1 || !hasFrame(v[0], corrupt) || !strings.Contains(v[0].Detail, "CRC32C") {
 		t.Errorf("corrupt-frame %v, want frame %d with a CRC error", v, corrupt)
 	}
-	if v := k["nack-storm"]; len(v) != 1 || len(v[0].Frames) != DefaultNackStormCount+1 {
-		t.Errorf("nack-storm %v, want one naming %d frames", v, DefaultNackStormCount+1)
+	if v := k["nack-storm"]; len(v) != 1 || len(v[0].Frames) != invariant.DefaultNackStormCount+1 {
+		t.Errorf("nack-storm %v, want one naming %d frames", v, invariant.DefaultNackStormCount+1)
 	}
 	g := uint32(7)
 	if v := kinds(Check(bc, CheckOptions{Group: &g}))["foreign-group"]; len(v) != 1 {

@@ -1,0 +1,196 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/capture"
+	"github.com/rbcast/rbcast/capture/invariant"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// gate is a capture file whose writes block while it is held: a disk, or
+// a writer goroutine starved of CPU, that cannot keep up for a while.
+type gate struct {
+	hold sync.Mutex
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.hold.Lock()
+	g.hold.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+// stalledCapture runs four PBP members under 10% receive loss, each
+// sending k messages of 1200 bytes, all captured into one file (a 1 MiB
+// queue) whose writes stall from round from to round to of sending (a
+// round is 200 µs): the writer's queue overflows and drops frames, as it
+// did on a 2-core machine capturing a four-daemon all-to-all. It returns
+// the file, the Writer's stats and what the online checks (which see
+// every frame, ahead of the queue) found.
+func stalledCapture(t *testing.T, seed uint64, k, from, to int) ([]byte, capture.WriterStats, map[string]uint64) {
+	t.Helper()
+	net, err := testnet.New(seed, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{}
+	w, err := capture.NewWriter(g, capture.WriterOptions{QueueBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := capture.NewInvariants(0, nil)
+	const n = 4
+	var eps []*testnet.Endpoint
+	var members []frame.MemberInfo
+	for range n {
+		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep)
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+	}
+	var drivers []*reliable.Driver
+	var links []*capture.Link
+	for i, ep := range eps {
+		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		links = append(links, l)
+		d, err := reliable.NewDriver(l, reliable.Config{Group: 7, Members: members, Self: frame.MemberID(i + 1), Logger: quietLogger(),
+			Deliver: func(frame.MemberID, []byte) {}}, net.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		drivers = append(drivers, d)
+		ep.Bind(d)
+	}
+	next := make([]int, n)
+	for round := 0; ; round++ {
+		// Outside the stall the simulation waits for the writer each
+		// round, so the stall's is the only hole.
+		switch {
+		case round == from:
+			g.hold.Lock()
+		case round == to:
+			g.hold.Unlock()
+			fallthrough
+		case round < from || round > to:
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		busy := false
+		for i, d := range drivers {
+			for next[i] < k {
+				msg := fmt.Appendf(nil, "message %d from member %d ", next[i], i+1)
+				if err := d.Propose(net.Now(), append(msg, bytes.Repeat([]byte{'.'}, 1200-len(msg))...)); err != nil {
+					if err != pbp.ErrWindowFull {
+						t.Fatal(err)
+					}
+					break
+				}
+				next[i]++
+			}
+			busy = busy || next[i] < k
+		}
+		if !busy && round > to {
+			break
+		}
+		if round > 100000 {
+			t.Fatal("senders stuck")
+		}
+		net.RunFor(200 * time.Microsecond)
+	}
+	net.RunFor(300 * time.Millisecond)
+	for _, l := range links {
+		l.Close()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return g.buf.Bytes(), w.Stats(), inv.Counts()
+}
+
+// TestCheckCaptureLossNotJudged is the false alarm of a four-daemon
+// all-to-all under loss (issue 17): "delivery-order … member 0
+// acknowledges member 1 up to seq 21190, so it delivered seq 21158, which
+// its interface had not received", on a run whose streams all arrived
+// intact. The capture's writer queue had overflowed and dropped a run of
+// received frames without a trace in the file, so the check took frames
+// the node had received for frames it never got. Now the file says where
+// frames are missing (epb_dropcount), and findings about a frame missing
+// there are not judged.
+func TestCheckCaptureLossNotJudged(t *testing.T) {
+	data, st, online := stalledCapture(t, 5, 250, 10, 60)
+	if st.Dropped == 0 {
+		t.Fatalf("writer stats %+v: the stalled file made the queue drop nothing", st)
+	}
+	if len(online) != 0 {
+		t.Fatalf("the online checks, which see every frame, found %v", online)
+	}
+	c, err := Parse("stalled.pcapng", data, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost uint64
+	for _, intf := range c.Interfaces {
+		lost += intf.CaptureLost
+	}
+	if lost != st.Dropped {
+		t.Fatalf("the file accounts for %d lost frames (epb_dropcount), the Writer dropped %d", lost, st.Dropped)
+	}
+
+	// The file as the Writer wrote it before the fix: the same frames,
+	// no drop counts. The check cries wolf.
+	blind := *c
+	blind.Records = clone(c)
+	blind.Interfaces = append([]Interface(nil), c.Interfaces...)
+	for i := range blind.Records {
+		blind.Records[i].Lost = 0
+	}
+	for i := range blind.Interfaces {
+		blind.Interfaces[i].CaptureLost = 0
+	}
+	before := Check(&blind, CheckOptions{})
+	if k := kinds(before); len(k[invariant.KindOrder]) == 0 || Judged(before) == 0 {
+		t.Fatalf("without drop counts: %d findings, none a delivery-order violation; the stall no longer reproduces the false alarm", len(before))
+	}
+	t.Logf("without drop counts (before the fix): %v", kinds(before)[invariant.KindOrder][0])
+
+	// With them: nothing is judged a violation, and what was not judged
+	// says why.
+	vs := Check(c, CheckOptions{})
+	if n := Judged(vs); n != 0 {
+		t.Fatalf("%d violations on a correct run whose capture lost %d frames; first %v", n, lost, vs[0])
+	}
+	order := kinds(vs)[invariant.KindOrder]
+	if len(order) == 0 || !strings.Contains(order[0].Doubt, "the capture lost") {
+		t.Fatalf("delivery-order findings %v, want them not judged, naming the capture's loss", order)
+	}
+	var out bytes.Buffer
+	if err := WriteViolations(&out, c, vs); err != nil {
+		t.Fatal(err)
+	}
+	last := out.String()[strings.LastIndex(strings.TrimSuffix(out.String(), "\n"), "\n")+1:]
+	if !strings.Contains(last, "no violation; the capture lost frames (") || !strings.Contains(last, "findings not judged") {
+		t.Fatalf("check's last line %q, want no violation, the capture's loss and the findings not judged", last)
+	}
+	if !strings.HasPrefix(out.String(), "NOT JUDGED ") {
+		t.Fatalf("check output starts %q, want NOT JUDGED findings only", out.String()[:min(80, out.Len())])
+	}
+	t.Logf("%d frames lost by the capture; %s%s", lost, order[0], last)
+}
