@@ -191,6 +191,9 @@ func WriteViolations(w io.Writer, c *Capture, vs []Violation) error {
 		if intf.CaptureLost > 0 {
 			lost = append(lost, fmt.Sprintf("%d at %s", intf.CaptureLost, intf.Label()))
 		}
+		if intf.Node == "" && intf.HasStats && intf.Dropped > 0 {
+			lost = append(lost, fmt.Sprintf("%d at %s, where is not known (isb_ifdrop)", intf.Dropped, intf.Label()))
+		}
 	}
 	switch {
 	case len(vs) == 0 && len(lost) == 0:

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
@@ -193,4 +194,53 @@ func TestCheckCaptureLossNotJudged(t *testing.T) {
 		t.Fatalf("check output starts %q, want NOT JUDGED findings only", out.String()[:min(80, out.Len())])
 	}
 	t.Logf("%d frames lost by the capture; %s%s", lost, order[0], last)
+}
+
+// TestCheckForeignCapturerDrops: a capture written by another tool
+// (dumpcap, tcpdump) whose interface statistics count drops (isb_ifdrop)
+// lost frames somewhere; a frame missing there is not judged. The same
+// count on our own interface is the node's ring drops, which the node
+// missed too: judged as before.
+func TestCheckForeignCapturerDrops(t *testing.T) {
+	_, c := goodCapture(t)
+	// Drop every copy of one seq member 3 (interface 2) received.
+	var seq uint32
+	var sender frame.MemberID
+	for _, r := range c.Records {
+		if r.Iface == 2 && r.Dir == DirIn && r.View != nil && r.View.Type() == frame.Data && r.View.Retransmission() {
+			seq, sender = r.View.Seq(), r.View.Sender()
+			break
+		}
+	}
+	var recs []Record
+	for _, r := range clone(c) {
+		if !(r.Iface == 2 && r.Dir == DirIn && r.View != nil && r.View.Type() == frame.Data && r.View.Sender() == sender && r.View.Seq() == seq) {
+			recs = append(recs, r)
+		}
+	}
+	for _, ours := range []bool{true, false} {
+		cc := *c
+		cc.Interfaces = append([]Interface(nil), c.Interfaces...)
+		if !ours {
+			for i := range cc.Interfaces {
+				cc.Interfaces[i].Description = "eth0 as dumpcap saw it"
+			}
+		}
+		data := ngBytes(t, &cc, recs, pcapgo.NgInterfaceStatistics{PacketsReceived: uint64(len(recs)), PacketsDropped: 3})
+		got, err := Parse("drops.pcapng", data, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs := Check(got, CheckOptions{})
+		k := kinds(vs)
+		if len(k[invariant.KindGap]) == 0 || len(k[invariant.KindOrder]) == 0 {
+			t.Fatalf("ours %v: findings %v, want an unrepaired gap and a delivery-order at n3", ours, vs)
+		}
+		if ours && Judged(vs) != len(vs) {
+			t.Errorf("our own interface's isb_ifdrop (the node's ring drops) made findings not judged: %v", vs)
+		}
+		if !ours && (Judged(vs) != 0 || !strings.Contains(k[invariant.KindOrder][0].Doubt, "where is not known")) {
+			t.Errorf("a foreign capturer's drops: %d of %d findings judged, want none: %v", Judged(vs), len(vs), k[invariant.KindOrder][0])
+		}
+	}
 }

@@ -41,8 +41,8 @@ func writeNg(t *testing.T, c *Capture, recs []Record) *Capture {
 }
 
 // ngBytes encodes recs as pcapng with c's interfaces and the records'
-// directions.
-func ngBytes(t testing.TB, c *Capture, recs []Record) []byte {
+// directions, and stats (if given) as every interface's statistics.
+func ngBytes(t testing.TB, c *Capture, recs []Record, stats ...pcapgo.NgInterfaceStatistics) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	mk := func(i int) pcapgo.NgInterface {
@@ -68,6 +68,13 @@ func ngBytes(t testing.TB, c *Capture, recs []Record) []byte {
 		ci := gopacket.CaptureInfo{Timestamp: r.Time, CaptureLength: len(r.Data), Length: len(r.Data), InterfaceIndex: r.Iface}
 		if err := w.WritePacketWithOptions(ci, r.Data, opts); err != nil {
 			t.Fatal(err)
+		}
+	}
+	for _, st := range stats {
+		for i := range c.Interfaces {
+			if err := w.WriteInterfaceStats(i, st); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := w.Flush(); err != nil {
