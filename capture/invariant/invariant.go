@@ -103,6 +103,16 @@ const (
 	DirOut                // sent by the interface
 )
 
+func (d Dir) String() string {
+	switch d {
+	case DirIn:
+		return "in"
+	case DirOut:
+		return "out"
+	}
+	return "-"
+}
+
 // Frame is one frame as a capture (or a wrapped link) saw it.
 type Frame struct {
 	// N numbers the frame from 1, in the order of its capture file (or

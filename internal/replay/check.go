@@ -53,14 +53,14 @@ type Violation = invariant.Violation
 // Violations come in a stable order.
 func Check(c *Capture, opts CheckOptions) []Violation {
 	a := analyse(c)
-	io := invariant.Options{NackStormCount: opts.NackStormCount, NackStormWindow: opts.NackStormWindow}
+	co := invariant.Options{NackStormCount: opts.NackStormCount, NackStormWindow: opts.NackStormWindow}
 	if group, ok := a.majorityGroup(); ok {
-		io.Group, io.GroupSource = &group, "the capture's most common group"
+		co.Group, co.GroupSource = &group, "the capture's most common group"
 	}
 	if opts.Group != nil {
-		io.Group, io.GroupSource = opts.Group, "the -group given"
+		co.Group, co.GroupSource = opts.Group, "the -group given"
 	}
-	ck := invariant.New(io)
+	ck := invariant.New(co)
 	for i := range c.Interfaces {
 		intf := &c.Interfaces[i]
 		ck.AddInterface(intf.Label())
@@ -76,7 +76,7 @@ func Check(c *Capture, opts CheckOptions) []Violation {
 		if r.Err != nil && isForeignEtherType(r.Err) {
 			continue
 		}
-		out = append(out, ck.Check(&invariant.Frame{N: r.N, Time: r.Time, Iface: r.Iface, Dir: invariant.Dir(r.Dir), Data: r.Data, View: r.View, Err: r.Err, Lost: r.Lost})...)
+		out = append(out, ck.Check(&invariant.Frame{N: r.N, Time: r.Time, Iface: r.Iface, Dir: r.Dir, Data: r.Data, View: r.View, Err: r.Err, Lost: r.Lost})...)
 	}
 
 	// Gaps never repaired, and implausible jumps.

@@ -22,27 +22,19 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
-// Dir is the direction of a captured frame as seen by its interface.
-type Dir uint8
+// Dir is the direction of a captured frame as seen by its interface
+// (package invariant's type, which Check hands the frames to).
+type Dir = invariant.Dir
 
 const (
-	DirUnknown Dir = iota // no direction information (pcap, tcpdump)
-	DirIn                 // received by the interface
-	DirOut                // sent by the interface
+	DirUnknown = invariant.DirUnknown // no direction information (pcap, tcpdump)
+	DirIn      = invariant.DirIn      // received by the interface
+	DirOut     = invariant.DirOut     // sent by the interface
 )
-
-func (d Dir) String() string {
-	switch d {
-	case DirIn:
-		return "in"
-	case DirOut:
-		return "out"
-	}
-	return "-"
-}
 
 // Interface is one capture interface: a pcapng IDB, or the single
 // interface of a pcap file.
