@@ -81,16 +81,15 @@ func (iv *Invariants) observe(l *Link, rec record, ts int64, dir invariant.Dir) 
 	l.addToSinks(rec)
 	f := invariant.Frame{Time: time.Unix(0, ts), Iface: l.invIface, Dir: dir, Data: rec.data}
 	_, body, err := frame.SplitEthernet(rec.data, l.etherType)
-	var de *frame.DecodeError
 	switch {
-	case errors.As(err, &de) && de.Field == "ethernet.type":
-		iv.c.Skip() // another EtherType: not ours to judge
+	case err == nil:
+		f.View, f.Err = frame.Parse(body)
+	case foreignEtherType(err):
+		iv.c.Skip() // not ours to judge
 		iv.mu.Unlock()
 		return
-	case err != nil:
-		f.Err = err
 	default:
-		f.View, f.Err = frame.Parse(body)
+		f.Err = err
 	}
 	found := iv.c.Check(&f)
 	for _, v := range found {
@@ -102,6 +101,12 @@ func (iv *Invariants) observe(l *Link, rec record, ts int64, dir invariant.Dir) 
 			iv.onViolation(v)
 		}
 	}
+}
+
+// foreignEtherType reports a frame of another EtherType.
+func foreignEtherType(err error) bool {
+	var de *frame.DecodeError
+	return errors.As(err, &de) && de.Field == "ethernet.type"
 }
 
 // DumpOnViolation returns an Invariants callback that dumps the recorder

@@ -9,18 +9,18 @@ import (
 // bindings finds a sequence number, global number or request bound to two
 // different things: seq-reuse, global-reuse, sequenced-twice.
 type bindings struct {
-	data    bounded[dataKey, *dataBinding]
-	globals bounded[globalKey, *globalBinding]
-	uids    bounded[uidKey, *uidBinding]
+	data    bounded[dataKey, dataBinding]
+	globals bounded[globalKey, globalBinding]
+	uids    bounded[uidKey, uidBinding]
 	// numbered: the global a SeqData last numbered a request with, so a
 	// request captured after its SeqData is compared with it.
 	numbered bounded[frame.UID, globalKey]
 }
 
 func (b *bindings) init(window int) {
-	b.data = newBounded[dataKey, *dataBinding](window)
-	b.globals = newBounded[globalKey, *globalBinding](window)
-	b.uids = newBounded[uidKey, *uidBinding](window)
+	b.data = newBounded[dataKey, dataBinding](window)
+	b.globals = newBounded[globalKey, globalBinding](window)
+	b.uids = newBounded[uidKey, uidBinding](window)
 	b.numbered = newBounded[frame.UID, globalKey](window)
 }
 
@@ -85,7 +85,7 @@ func (c *Checker) bind(f *Frame, report reportFunc) {
 		p := c.hash(v)
 		b, ok := c.data.get(k)
 		if !ok {
-			c.data.put(k, &dataBinding{p: p, frame: f.N})
+			c.data.put(k, dataBinding{p: p, frame: f.N})
 			if v.Type() == frame.SeqRequest {
 				c.checkRequest(f, frame.UID{Origin: k.sender, Incarnation: k.inc, Seq: k.seq}, p, report)
 			}
@@ -100,6 +100,7 @@ func (c *Checker) bind(f *Frame, report reportFunc) {
 			}
 		}
 		b.reported = append(b.reported, p.hash)
+		c.data.put(k, b)
 		what := "seq"
 		if k.t == frame.SeqRequest {
 			what = "request"
@@ -121,19 +122,23 @@ func (c *Checker) bind(f *Frame, report reportFunc) {
 }
 
 // bindGlobal binds global g of epoch to u (with payload p when has).
+// Bindings are values, stored again when changed: no allocation per
+// frame.
 func (c *Checker) bindGlobal(f *Frame, epoch, g uint32, u frame.UID, p payload, has bool, report reportFunc) {
 	k := globalKey{epoch, g}
 	b, ok := c.globals.get(k)
 	switch {
 	case !ok:
-		b = &globalBinding{uid: u, p: p, has: has, frame: f.N}
+		b = globalBinding{uid: u, p: p, has: has, frame: f.N}
 		c.globals.put(k, b)
 	case b.reported:
 	case b.uid != u:
 		b.reported = true
+		c.globals.put(k, b)
 		report(KindGlobalReuse, fmt.Sprintf("epoch %d global %d: frame %d binds it to %s, frame %d to %s", epoch, g, b.frame, boundTo(b.uid), f.N, boundTo(u)), b.frame, f.N)
 	case b.has && has && b.p != p:
 		b.reported = true
+		c.globals.put(k, b)
 		if u.Origin == frame.NoMember {
 			report(KindGlobalReuse, fmt.Sprintf("epoch %d global %d (%s): frame %d carries another change than frame %d", epoch, g, boundTo(u), f.N, b.frame), b.frame, f.N)
 		} else {
@@ -141,6 +146,7 @@ func (c *Checker) bindGlobal(f *Frame, epoch, g uint32, u frame.UID, p payload, 
 		}
 	case !b.has && has:
 		b.p, b.has = p, true
+		c.globals.put(k, b)
 	}
 	if u.Origin == frame.NoMember {
 		return // a member change: no request to number twice
@@ -149,6 +155,7 @@ func (c *Checker) bindGlobal(f *Frame, epoch, g uint32, u frame.UID, p payload, 
 		c.numbered.put(u, k)
 		if r, ok := c.data.get(dataKey{frame.SeqRequest, u.Origin, u.Incarnation, u.Seq}); ok && r.p != p {
 			b.reported = true
+			c.globals.put(k, b)
 			report(KindGlobalReuse, fmt.Sprintf("epoch %d global %d: frame %d numbers %s with a payload that differs from the request's in frame %d", epoch, g, f.N, boundTo(u), r.frame), r.frame, f.N)
 		}
 	}
@@ -156,9 +163,10 @@ func (c *Checker) bindGlobal(f *Frame, epoch, g uint32, u frame.UID, p payload, 
 	n, ok := c.uids.get(ku)
 	switch {
 	case !ok:
-		c.uids.put(ku, &uidBinding{global: g, frame: f.N})
+		c.uids.put(ku, uidBinding{global: g, frame: f.N})
 	case n.global != g && !n.reported:
 		n.reported = true
+		c.uids.put(ku, n)
 		report(KindSequencedTwice, fmt.Sprintf("epoch %d: %s numbered global %d in frame %d and global %d in frame %d; it would be delivered twice", epoch, boundTo(u), n.global, n.frame, g, f.N), n.frame, f.N)
 	}
 }
@@ -175,5 +183,6 @@ func (c *Checker) checkRequest(f *Frame, u frame.UID, p payload, report reportFu
 		return
 	}
 	b.reported = true
+	c.globals.put(k, b)
 	report(KindGlobalReuse, fmt.Sprintf("epoch %d global %d: frame %d numbers %s with a payload that differs from the request's in frame %d", k.epoch, k.global, b.frame, boundTo(u), f.N), b.frame, f.N)
 }

@@ -128,3 +128,44 @@ func TestRequestAndSeqDataEitherOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckAllocs: in steady state (windows full) checking a frame
+// allocates nothing: Data received and acknowledged, SeqData numbered.
+func TestCheckAllocs(t *testing.T) {
+	f := newFeed(t, Options{Window: 1024}, "n1")
+	var frames []Frame
+	mk := func(dir Dir, from frame.MemberID, h frame.Header, b frame.Body) {
+		h.Group, h.Sender, h.Incarnation = 7, from, 1
+		data, err := frame.Append(frame.AppendEthernet(nil, frame.Broadcast, [6]byte{2, 0, 0, 0, 0, byte(from)}, frame.EtherType), &h, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body, _ := frame.SplitEthernet(data, frame.EtherType)
+		v, err := frame.Parse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, Frame{Dir: dir, Data: data, View: v})
+	}
+	const n = 1 << 14
+	for q := range uint32(n) {
+		mk(DirIn, 2, frame.Header{Seq: q, AckBase: 1, Acks: []uint32{0, 0}}, &frame.Payload{T: frame.Data, Data: []byte{byte(q)}})
+		mk(DirOut, 1, frame.Header{AckBase: 1, Acks: []uint32{0, q + 1}}, &frame.Empty{T: frame.Ack})
+		mk(DirIn, 3, frame.Header{Seq: 100 + q, AckBase: 3, Acks: []uint32{100 + q}}, &frame.SeqDataBody{Epoch: 1, UID: frame.UID{Origin: 2, Incarnation: 1, Seq: q}, Data: []byte{byte(q)}})
+	}
+	i := 0
+	step := func() {
+		fr := frames[i%len(frames)]
+		fr.Time = t0.Add(time.Duration(i) * time.Millisecond)
+		if vs := f.c.Check(&fr); len(vs) != 0 {
+			t.Fatal(vs)
+		}
+		i++
+	}
+	for range len(frames) / 2 {
+		step() // fill the windows
+	}
+	if a := testing.AllocsPerRun(3000, step); a != 0 {
+		t.Fatalf("%v allocations per frame checked, want 0", a)
+	}
+}
