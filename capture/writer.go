@@ -78,7 +78,7 @@ type iface struct {
 	name, desc string
 	link       *Link // for the final statistics at Writer.Close; nil once closed
 	stats      *record
-	lost       uint64 // frames dropped since the last one queued (Writer)
+	lost       uint64 // frames dropped since the last one queued (Writer); evicted (Recorder)
 }
 
 // NewWriter returns a Writer that writes a pcapng stream to out. It writes
