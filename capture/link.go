@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 )
@@ -78,6 +79,7 @@ type Link struct {
 	statsMu    sync.Mutex // serialises ISBs so they are in counter order
 
 	inv       *Invariants
+	invIface  int // the link's interface in inv
 	etherType uint16
 }
 
@@ -125,6 +127,9 @@ func Wrap(l link.Link, w *Writer, opts Options) (*Link, error) {
 	if r := opts.Recorder; r != nil {
 		c.sinks = append(c.sinks, sinkRef{r, uint32(r.addInterface(name, desc))})
 	}
+	if c.inv != nil {
+		c.invIface = c.inv.addInterface(node)
+	}
 	return c, nil
 }
 
@@ -133,15 +138,24 @@ func (c *Link) Unwrap() link.Link { return c.l }
 
 func (c *Link) record(dir uint8, ts int64, data []byte) {
 	rec := record{kind: kindPacket, dir: dir, reception: receptionType(data), ts: ts, data: data}
-	for _, s := range c.sinks {
-		rec.iface = s.id
-		s.s.add(rec)
+	if c.inv == nil {
+		c.addToSinks(rec)
+		return
 	}
 	// Checked after recording, so that a dump a violation starts (see
 	// Recorder.DumpOnViolation) holds the offending frame itself: checked
 	// first, the dump's goroutine could run before the frame was added.
-	if c.inv != nil {
-		c.inv.observe(ts, data, c.etherType)
+	d := invariant.DirIn
+	if dir == uint8(pcapgo.NgEpbFlagDirectionOutbound) {
+		d = invariant.DirOut
+	}
+	c.inv.observe(c, rec, ts, d)
+}
+
+func (c *Link) addToSinks(rec record) {
+	for _, s := range c.sinks {
+		rec.iface = s.id
+		s.s.add(rec)
 	}
 }
 

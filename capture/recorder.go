@@ -92,6 +92,7 @@ func (r *Recorder) add(rec record) {
 		return
 	}
 	for !r.r.push(&rec) {
+		r.ifaces[r.r.front().iface].lost++
 		r.r.pop()
 		r.dropped++
 	}
@@ -146,7 +147,16 @@ func (r *Recorder) Dump(w io.Writer) error {
 			return
 		}
 		flags = pcapgo.NgEpbFlags{Direction: pcapgo.NgEpbFlag(rec.dir), Reception: pcapgo.NgEpbFlag(rec.reception) << 2}
-		err = ng.WritePacketWithOptions(captureInfo(&rec), rec.data, pcapgo.NgPacketOptions{Flags: &flags})
+		opts := pcapgo.NgPacketOptions{Flags: &flags}
+		// The interface's first frame says how many older ones were
+		// evicted (epb_dropcount: lost since the capture started), so
+		// pcap-replay knows the dump begins mid-stream.
+		if f := &ifaces[rec.iface]; f.lost > 0 {
+			n := f.lost
+			opts.DropCount = &n
+			f.lost = 0
+		}
+		err = ng.WritePacketWithOptions(captureInfo(&rec), rec.data, opts)
 	})
 	for i, f := range ifaces {
 		if err == nil && f.stats != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +70,10 @@ func TestRecorderBound(t *testing.T) {
 	// record's worth).
 	if older := recordLen(len(sent[first-1])); held+older <= size-maxFrameRecord(sent) {
 		t.Fatalf("holds %d bytes, but the evicted frame of %d bytes would have fitted in %d", held, older, size)
+	}
+	// The dump's first frame says how many older ones it lacks.
+	if got.drops[0] != st.Evicted || slices.Max(got.drops[1:]) != 0 {
+		t.Fatalf("dump's epb_dropcount %d on the first frame (max %d after), want %d evicted on the first only", got.drops[0], slices.Max(got.drops[1:]), st.Evicted)
 	}
 	if len(got.isbs) != 1 || got.isbs[0].PacketsDropped != 17 {
 		t.Fatalf("ISBs %+v, want one with 17 drops", got.isbs)

@@ -22,6 +22,10 @@ const (
 	kindPacket    recordKind = 1 // data is an Ethernet frame
 	kindInterface recordKind = 2 // no data; the interface was added
 	kindStats     recordKind = 3 // data is packets (8) | drops (8) | start (8)
+	// kindLost: data is a count (8) of the interface's frames the sink
+	// lost (its queue was full) since the interface's previous packet; it
+	// goes out as the next packet's epb_dropcount.
+	kindLost recordKind = 4
 )
 
 // maxRecordLen is the largest record the rings ever need: a 65535-byte

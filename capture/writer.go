@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -25,8 +26,11 @@ const (
 type WriterOptions struct {
 	// QueueBytes bounds the memory of frames waiting to be written: 0
 	// means DefaultQueueBytes, otherwise at least MinQueueBytes. A frame
-	// that finds the queue full is dropped and counted (Stats.Dropped):
-	// a slow disk never stalls the node.
+	// that finds the queue full is dropped and counted (Stats.Dropped),
+	// and the next frame of its interface written says how many went
+	// missing before it (pcapng epb_dropcount, which pcap-replay reads):
+	// a slow disk never stalls the node, and the file says where it has
+	// holes.
 	QueueBytes int
 	// Application names the program in the pcapng section header; empty
 	// means "rbcast".
@@ -37,7 +41,7 @@ type WriterOptions struct {
 type WriterStats struct {
 	Frames  uint64 // frames written to the file
 	Bytes   uint64 // bytes of those frames
-	Dropped uint64 // frames not written because the queue was full or the Writer closed
+	Dropped uint64 // frames not written because the queue was full or the Writer closed (see QueueBytes)
 	Errors  uint64 // records lost because writing failed (see Err)
 	Queued  int    // records waiting to be written now
 }
@@ -74,6 +78,7 @@ type iface struct {
 	name, desc string
 	link       *Link // for the final statistics at Writer.Close; nil once closed
 	stats      *record
+	lost       uint64 // frames dropped since the last one queued (Writer); evicted (Recorder)
 }
 
 // NewWriter returns a Writer that writes a pcapng stream to out. It writes
@@ -146,9 +151,28 @@ func (w *Writer) addInterface(name, desc string, l *Link) (int, error) {
 // add queues one record; it never waits.
 func (w *Writer) add(rec record) {
 	w.mu.Lock()
-	if w.closed || !w.q.push(&rec) {
+	if w.closed {
 		if rec.kind == kindPacket {
 			w.stats.Dropped++
+		}
+		w.mu.Unlock()
+		return
+	}
+	f := w.ifaces[rec.iface]
+	if rec.kind == kindPacket && f.lost > 0 {
+		// The count goes ahead of the frame, so the frame's block can say
+		// how many of its interface's frames are missing before it.
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], f.lost)
+		if w.q.push(&record{kind: kindLost, iface: rec.iface, data: n[:]}) {
+			w.queued++
+			f.lost = 0
+		}
+	}
+	if !w.q.push(&rec) {
+		if rec.kind == kindPacket {
+			w.stats.Dropped++
+			f.lost++
 		}
 		w.mu.Unlock()
 		return
@@ -179,6 +203,7 @@ func (w *Writer) run() {
 	defer close(w.done)
 	var ng *pcapgo.NgWriter
 	var flags pcapgo.NgEpbFlags
+	var lost []uint64 // per interface: frames missing before its next packet
 	for {
 		w.mu.Lock()
 		for w.q.count == 0 {
@@ -213,6 +238,12 @@ func (w *Writer) run() {
 		w.mu.Unlock()
 
 		var err error
+		if rec.kind == kindLost {
+			for int(rec.iface) >= len(lost) {
+				lost = append(lost, 0)
+			}
+			lost[rec.iface] += binary.LittleEndian.Uint64(rec.data)
+		}
 		if !failed {
 			switch rec.kind {
 			case kindInterface:
@@ -232,7 +263,13 @@ func (w *Writer) run() {
 				}
 			case kindPacket:
 				flags = pcapgo.NgEpbFlags{Direction: pcapgo.NgEpbFlag(rec.dir), Reception: pcapgo.NgEpbFlag(rec.reception) << 2}
-				err = ng.WritePacketWithOptions(captureInfo(&rec), rec.data, pcapgo.NgPacketOptions{Flags: &flags})
+				opts := pcapgo.NgPacketOptions{Flags: &flags}
+				if int(rec.iface) < len(lost) && lost[rec.iface] > 0 {
+					n := lost[rec.iface]
+					opts.DropCount = &n
+					lost[rec.iface] = 0
+				}
+				err = ng.WritePacketWithOptions(captureInfo(&rec), rec.data, opts)
 			case kindStats:
 				err = ng.WriteInterfaceStats(int(rec.iface), interfaceStats(&rec))
 			}

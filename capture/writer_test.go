@@ -46,6 +46,7 @@ type readBack struct {
 	dirs  []pcapgo.NgEpbFlag
 	ifs   []int
 	times []time.Time
+	drops []uint64 // epb_dropcount, 0 when absent
 	isbs  []pcapgo.NgInterfaceStatistics
 }
 
@@ -69,6 +70,11 @@ func readAll(t *testing.T, r io.Reader) readBack {
 		out.data = append(out.data, bytes.Clone(data))
 		out.ifs = append(out.ifs, ci.InterfaceIndex)
 		out.times = append(out.times, ci.Timestamp)
+		var drops uint64
+		if opts.DropCount != nil {
+			drops = *opts.DropCount
+		}
+		out.drops = append(out.drops, drops)
 		if opts.Flags != nil {
 			out.dirs = append(out.dirs, opts.Flags.Direction)
 		} else {
@@ -217,38 +223,75 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 }
 
 // TestWriterQueueFullDrops: a stalled file never stalls Send; frames that
-// do not fit in the queue are dropped and counted, the rest are written.
+// do not fit in the queue are dropped and counted, the rest are written,
+// and the first frame of an interface written after a drop says how many
+// of its interface's frames are missing before it (epb_dropcount), so a
+// reader knows where the file has holes.
 func TestWriterQueueFullDrops(t *testing.T) {
 	g := &gateWriter{open: make(chan struct{})}
 	w, err := NewWriter(g, WriterOptions{QueueBytes: MinQueueBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Wrap(&memLink{mac: net.HardwareAddr(testSrc[:])}, w, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const sent = 2000
-	f := testFrame(t, 1, 1400)
-	for range sent {
-		if _, err := c.Send([][]byte{f}); err != nil {
+	var links [2]*Link
+	for i := range links {
+		if links[i], err = Wrap(&memLink{mac: net.HardwareAddr(testSrc[:])}, w, Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	const sent = 2000
+	send := func(seq uint32) {
+		if _, err := links[seq%2].Send([][]byte{testFrame(t, seq, 1400)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := range uint32(sent) {
+		send(seq)
+	}
 	st := w.Stats()
 	if st.Dropped == 0 {
-		t.Fatalf("stats %+v: %d frames of %d bytes into a %d-byte queue with a stalled file dropped none", st, sent, len(f), MinQueueBytes)
+		t.Fatalf("stats %+v: %d frames of 1400 bytes into a %d-byte queue with a stalled file dropped none", st, sent, MinQueueBytes)
 	}
 	close(g.open)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// One more frame on each link, after the stall: it carries the count
+	// of the frames dropped after the last one written.
+	send(sent)
+	send(sent + 1)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st = w.Stats()
 	got := readAll(t, bytes.NewReader(g.buf.Bytes()))
-	if st.Frames+st.Dropped != sent || uint64(len(got.data)) != st.Frames {
-		t.Fatalf("stats %+v, file has %d frames; want written+dropped = %d", st, len(got.data), sent)
+	if st.Frames+st.Dropped != sent+2 || uint64(len(got.data)) != st.Frames {
+		t.Fatalf("stats %+v, file has %d frames; want written+dropped = %d", st, len(got.data), sent+2)
 	}
-	t.Logf("%d written, %d dropped while the file was stalled", st.Frames, st.Dropped)
+	// Each link's frames carry seqs of one parity: the seqs skipped since
+	// the link's previous frame in the file are the drop count.
+	next := [2]uint32{0, 1}
+	var counted uint64
+	for i, data := range got.data {
+		_, body, err := frame.SplitEthernet(data, frame.EtherType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := frame.Parse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := got.ifs[i]
+		if missing := uint64(v.Seq()-next[l]) / 2; got.drops[i] != missing {
+			t.Fatalf("frame %d (interface %d, seq %d): epb_dropcount %d, want %d (seqs %d to %d missing)", i+1, l, v.Seq(), got.drops[i], missing, next[l], v.Seq()-2)
+		}
+		counted += got.drops[i]
+		next[l] = v.Seq() + 2
+	}
+	if counted != st.Dropped {
+		t.Fatalf("drop counts in the file add up to %d, the Writer dropped %d", counted, st.Dropped)
+	}
+	t.Logf("%d written, %d dropped while the file was stalled, all accounted for in epb_dropcount", st.Frames, st.Dropped)
 }
 
 func TestPeriodicStats(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link"
@@ -195,7 +196,13 @@ delivered cursor, and per receiver the globals it missed and when each came.`, s
 
 func check(args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("check", "[flags] FILE...", `Checks protocol invariants and prints each violation with the frame
-numbers involved; exits 1 if there is any, 0 if none:
+numbers involved; exits 1 if there is any, 0 if none. The checks are the
+ones rbcastd -flight-recorder runs on its live link (package invariant),
+plus what only a whole capture shows (unrepaired-gap, seq-jump, the
+sequencer's delivered cursor). Where the capture itself lost frames (its
+writer's queue overflowed: pcapng epb_dropcount; a foreign capturer's
+isb_ifdrop), a finding about a frame missing there is printed as NOT JUDGED
+and does not count:
   seq-reuse        one sender, incarnation and seq in Data frames (or request
                    number in SeqRequest frames) with different payloads
   global-reuse     sequencer: one global of an epoch bound to two requests or
@@ -211,8 +218,8 @@ numbers involved; exits 1 if there is any, 0 if none:
   corrupt-frame    a frame that fails to decode (CRC, length, body, ...)
   seq-jump         a sequence or global number implausibly far (> 4096) ahead`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
-	count := fs.Int("storm-count", replay.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
-	window := fs.Duration("storm-window", replay.DefaultNackStormWindow, "... within this long")
+	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
+	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -240,7 +247,7 @@ numbers involved; exits 1 if there is any, 0 if none:
 		fmt.Fprintf(stderr, "pcap-replay check: %v\n", err)
 		return exitError
 	}
-	if len(vs) > 0 {
+	if replay.Judged(vs) > 0 {
 		return exitViolation
 	}
 	return exitOK

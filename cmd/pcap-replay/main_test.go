@@ -11,8 +11,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/internal/replay"
 )
 
 func runCmd(args ...string) (code int, stdout, stderr string) {
@@ -171,8 +171,8 @@ func TestCheckHelpListsKinds(t *testing.T) {
 	if code != 0 {
 		t.Errorf("check -h: exit %d, want 0", code)
 	}
-	for _, k := range []string{replay.KindSeqReuse, replay.KindGlobalReuse, replay.KindSequencedTwice, replay.KindGap, replay.KindOrder,
-		replay.KindNackStorm, replay.KindForeign, replay.KindVersion, replay.KindCorrupt, replay.KindImplausible} {
+	for _, k := range []string{invariant.KindSeqReuse, invariant.KindGlobalReuse, invariant.KindSequencedTwice, invariant.KindGap, invariant.KindOrder,
+		invariant.KindNackStorm, invariant.KindForeign, invariant.KindVersion, invariant.KindCorrupt, invariant.KindImplausible} {
 		if !strings.Contains(stderr, "  "+k+" ") {
 			t.Errorf("check -h does not list %q:\n%s", k, stderr)
 		}

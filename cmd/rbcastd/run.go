@@ -332,6 +332,11 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				if err := cw.Close(); err != nil {
 					log.Error("rbcastd: capture file incomplete", "file", f.capture, "err", err)
 				}
+				if st := cw.Stats(); st.Dropped > 0 {
+					// The file marks where (epb_dropcount); pcap-replay
+					// check does not judge frames missing there.
+					log.Warn("rbcastd: the capture could not keep up and lost frames", "file", f.capture, "lost", st.Dropped, "written", st.Frames)
+				}
 			}()
 		}
 	}

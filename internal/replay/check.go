@@ -1,15 +1,16 @@
 package replay
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -20,134 +21,62 @@ type CheckOptions struct {
 	Group *uint32
 	// NackStormCount and NackStormWindow: more than NackStormCount Nacks
 	// naming the same range (target, first, last) within NackStormWindow
-	// is a storm. Zero means DefaultNackStormCount, DefaultNackStormWindow.
+	// is a storm. Zero means invariant.DefaultNackStormCount and
+	// DefaultNackStormWindow.
 	NackStormCount  int
 	NackStormWindow time.Duration
 }
 
-// Defaults of CheckOptions: the PBP core re-asks every NackTimeout (4 ms)
-// with back-off, so a receiver alone sends about 3 per 10 ms; 16 in 10 ms
-// takes several receivers asking far faster than the timer allows.
-const (
-	DefaultNackStormCount  = 16
-	DefaultNackStormWindow = 10 * time.Millisecond
-)
+// Violation is one broken invariant, with the frames involved: the type
+// package invariant reports, online (capture.Invariants) and here.
+type Violation = invariant.Violation
 
-// Violation kinds.
-const (
-	KindSeqReuse    = "seq-reuse"
-	KindGap         = "unrepaired-gap"
-	KindOrder       = "delivery-order"
-	KindNackStorm   = "nack-storm"
-	KindForeign     = "foreign-group"
-	KindVersion     = "foreign-version"
-	KindCorrupt     = "corrupt-frame"
-	KindImplausible = "seq-jump"
-	// The sequencer protocol's: one global number of an epoch bound to two
-	// messages; one request numbered twice in an epoch.
-	KindGlobalReuse    = "global-reuse"
-	KindSequencedTwice = "sequenced-twice"
-)
-
-// Violation is one broken invariant, with the frames involved.
-type Violation struct {
-	Kind   string
-	Frames []int
-	Detail string
-}
-
-func (v Violation) String() string {
-	fs := make([]string, len(v.Frames))
-	for i, f := range v.Frames {
-		fs[i] = strconv.Itoa(f)
-	}
-	return fmt.Sprintf("%s [frames %s]: %s", v.Kind, strings.Join(fs, ","), v.Detail)
-}
-
-// Check verifies the protocol invariants a capture can show: no sequence
-// number reused with different content; every gap repaired by the end (per
-// receiving interface when the capture has direction flags, else over the
-// whole capture); no member acknowledging (so delivering) a frame its own
+// Check verifies the protocol invariants a capture can show. Every frame
+// goes, in time order, through the checker capture.Invariants runs on a
+// live link (package invariant): no sequence number reused with different
+// content; no member acknowledging (so delivering) a frame its own
 // interface had not received, and no acknowledgement going backwards; no
-// Nack storm; no frame of a foreign group or version; no corrupt frame.
-// For the sequencer protocol: no global number of an epoch bound to two
+// Nack storm; no frame of a foreign group or version; no corrupt frame;
+// for the sequencer protocol no global number of an epoch bound to two
 // messages (nor a SeqData's payload differing from its request's), no
-// request numbered twice in an epoch, no request number reused with
-// different content, every global a receiver learned of received by the
-// end (globals an election discarded excepted), no delivered cursor
-// beyond what the member's interface received or going back.
+// request numbered twice in an epoch. Then what only the whole capture
+// shows: every gap repaired by the end (per receiving interface when the
+// capture has direction flags, else over the whole capture); for the
+// sequencer, every global a receiver learned of received by the end
+// (globals an election discarded excepted) and no delivered cursor beyond
+// what the member's interface received or going back.
+//
+// A finding about a frame missing at an interface whose capture lost
+// frames before it (pcapng epb_dropcount, which capture.Writer writes
+// when its queue overflows; or a foreign capturer's isb_ifdrop) cannot be
+// judged: it comes with Doubt set, and is not a violation.
 // Violations come in a stable order.
 func Check(c *Capture, opts CheckOptions) []Violation {
-	if opts.NackStormCount <= 0 {
-		opts.NackStormCount = DefaultNackStormCount
-	}
-	if opts.NackStormWindow <= 0 {
-		opts.NackStormWindow = DefaultNackStormWindow
-	}
 	a := analyse(c)
-	var out []Violation
-	add := func(kind string, detail string, frames ...int) {
-		out = append(out, Violation{Kind: kind, Frames: frames, Detail: detail})
+	co := invariant.Options{NackStormCount: opts.NackStormCount, NackStormWindow: opts.NackStormWindow}
+	if group, ok := a.majorityGroup(); ok {
+		co.Group, co.GroupSource = &group, "the capture's most common group"
 	}
-
-	// Corrupt frames and foreign versions, in file order.
-	for i := range c.Records {
-		r := &c.Records[i]
-		switch {
-		case r.Err == nil, isForeignEtherType(r.Err):
-		case errors.Is(r.Err, frame.ErrVersion):
-			add(KindVersion, fmt.Sprintf("on %s: %v", c.Interfaces[r.Iface].Label(), r.Err), r.N)
-		default:
-			add(KindCorrupt, fmt.Sprintf("on %s, %d bytes: %v", c.Interfaces[r.Iface].Label(), len(r.Data), r.Err), r.N)
-		}
-	}
-
-	// Foreign groups.
-	group, ok := a.majorityGroup()
-	how := "the capture's most common group"
 	if opts.Group != nil {
-		group, ok, how = *opts.Group, true, "the -group given"
+		co.Group, co.GroupSource = opts.Group, "the -group given"
 	}
-	if ok {
-		for i := range c.Records {
-			r := &c.Records[i]
-			if r.View != nil && r.View.Group() != group {
-				add(KindForeign, fmt.Sprintf("%v from %d.%d on %s is of group %d, %s is %d", r.View.Type(), r.View.Sender(), r.View.Incarnation(), c.Interfaces[r.Iface].Label(), r.View.Group(), how, group), r.N)
-			}
+	ck := invariant.New(co)
+	for i := range c.Interfaces {
+		intf := &c.Interfaces[i]
+		ck.AddInterface(intf.Label())
+		if intf.Node == "" && intf.HasStats && intf.Dropped > 0 {
+			// Not ours: isb_ifdrop counts what the capturer missed
+			// (ours counts the node's own ring drops, which the node
+			// missed too).
+			ck.LostSomewhere(i, intf.Dropped)
 		}
 	}
-
-	// Sequence numbers reused with different content.
-	type seqKey struct {
-		k   senderKey
-		seq uint32
-	}
-	first := map[seqKey]*Record{}
-	reported := map[seqKey][][]byte{}
+	var out []Violation
 	for _, r := range a.order {
-		v := r.View
-		if v == nil || v.Type() != frame.Data {
+		if r.Err != nil && isForeignEtherType(r.Err) {
 			continue
 		}
-		sk := seqKey{senderKey{v.Sender(), v.Incarnation()}, v.Seq()}
-		f := first[sk]
-		if f == nil {
-			first[sk] = r
-			continue
-		}
-		p := dataContent(v)
-		if bytes.Equal(dataContent(f.View), p) {
-			continue
-		}
-		dup := false
-		for _, q := range reported[sk] {
-			dup = dup || bytes.Equal(q, p)
-		}
-		if dup {
-			continue
-		}
-		reported[sk] = append(reported[sk], p)
-		add(KindSeqReuse, fmt.Sprintf("member %s seq %d: frame %d carries %d payload bytes that differ from the %d of frame %d", sk.k, sk.seq, r.N, len(p), len(dataContent(f.View)), f.N), f.N, r.N)
+		out = append(out, ck.Check(&invariant.Frame{N: r.N, Time: r.Time, Iface: r.Iface, Dir: r.Dir, Data: r.Data, View: r.View, Err: r.Err, Lost: r.Lost})...)
 	}
 
 	// Gaps never repaired, and implausible jumps.
@@ -156,171 +85,50 @@ func Check(c *Capture, opts CheckOptions) []Violation {
 			st := vw.streams[k]
 			for _, g := range st.gaps {
 				if g.Repaired.IsZero() {
-					add(KindGap, fmt.Sprintf("at %s: seq %d of member %s, missing since frame %d, never received by the end of the capture", vw.name, g.Seq, k, g.OpenFrame), g.OpenFrame)
+					out = append(out, Violation{Kind: invariant.KindGap, Frames: []int{g.OpenFrame}, Time: g.Opened, Doubt: a.doubt(vw.iface, -1),
+						Detail: fmt.Sprintf("at %s: seq %d of member %s, missing since frame %d, never received by the end of the capture", vw.name, g.Seq, k, g.OpenFrame)})
 				}
 			}
 			for _, n := range st.jumps {
-				add(KindImplausible, fmt.Sprintf("at %s: member %s's sequence jumps more than %d past %d", vw.name, k, maxJump, st.next), n)
+				out = append(out, Violation{Kind: invariant.KindImplausible, Frames: []int{n}, Doubt: a.doubt(vw.iface, n),
+					Detail: fmt.Sprintf("at %s: member %s's sequence jumps more than %d past %d", vw.name, k, maxJump, st.next)})
 			}
 		}
 	}
-
-	out = append(out, a.seq.check()...)
-	out = append(out, checkAcks(c, a)...)
-	out = append(out, checkNackStorms(a, opts)...)
+	out = append(out, a.seq.check(a)...)
 	return out
 }
 
-// dataContent is what must not change between copies of one Data frame:
-// the payload and whether it is a bundle.
-func dataContent(v frame.View) []byte {
-	if v.Flags()&frame.FlagBundle != 0 {
-		return append([]byte{1}, v.Payload()...)
-	}
-	return append([]byte{0}, v.Payload()...)
-}
-
-// checkAcks is the delivery-order check a capture without delivery records
-// allows: a member's ack vector entry for j is its exp_seqno[j], so it has
-// delivered every seq of j before it, in order, which it can only have done
-// if its interface received them. Every ack a member sends must therefore
-// be covered by what its own interface captured inbound, and never move
-// backwards. Needs direction flags (a node's own interface).
-func checkAcks(c *Capture, a *analysis) []Violation {
-	if !c.HasDirection {
-		return nil
-	}
-	var out []Violation
-	for _, vw := range a.views {
-		type ackState struct {
-			last    uint32
-			frame   int
-			has     bool
-			bad     bool   // reported once per sender
-			checked uint32 // every seq before it was received
-			hasChk  bool
-		}
-		received := map[frame.MemberID]map[uint32]bool{}
-		acks := map[[2]frame.MemberID]*ackState{}
-		for _, r := range a.order {
-			if r.Iface != vw.iface || r.View == nil {
-				continue
-			}
-			v := r.View
-			if r.Dir == DirIn {
-				if v.Type() == frame.Data {
-					if received[v.Sender()] == nil {
-						received[v.Sender()] = map[uint32]bool{}
-					}
-					received[v.Sender()][v.Seq()] = true
-				}
-				continue
-			}
-			if r.Dir != DirOut || !a.isPBP(v) {
-				continue
-			}
-			me := v.Sender()
-			for i := range v.AckCount() {
-				j := frame.MemberID(int(v.AckBase()) + i)
-				if j == me {
-					continue
-				}
-				ack := v.Ack(i)
-				st := acks[[2]frame.MemberID{me, j}]
-				if st == nil {
-					st = &ackState{}
-					acks[[2]frame.MemberID{me, j}] = st
-				}
-				if st.has && frame.SeqLess(ack, st.last) {
-					out = append(out, Violation{Kind: KindOrder, Frames: []int{st.frame, r.N},
-						Detail: fmt.Sprintf("at %s: member %d's ack for member %d went back from %d to %d", vw.name, me, j, st.last, ack)})
-				}
-				if !st.bad {
-					base, known := a.baseOf(j)
-					if st.hasChk && frame.SeqLess(base, st.checked) {
-						base = st.checked
-					}
-					if known && frame.SeqLess(base, ack) && frame.SeqDiff(ack, base) <= maxJump {
-						st.checked, st.hasChk = ack, true
-						for q := base; q != ack; q++ {
-							if !received[j][q] {
-								st.bad = true
-								out = append(out, Violation{Kind: KindOrder, Frames: []int{r.N},
-									Detail: fmt.Sprintf("at %s: member %d acknowledges member %d up to seq %d, so it delivered seq %d, which its interface had not received", vw.name, me, j, ack-1, q)})
-								break
-							}
-						}
-					}
-				}
-				if !st.has || frame.SeqLess(st.last, ack) {
-					st.last, st.frame, st.has = ack, r.N, true
-				}
-			}
-		}
-	}
-	return out
-}
-
-// baseOf returns the lowest sequence number of member id (any incarnation
-// seen; the lowest).
-func (a *analysis) baseOf(id frame.MemberID) (uint32, bool) {
-	var b uint32
-	ok := false
-	for _, k := range sortedKeys(a.base) {
-		if k.ID == id {
-			if !ok || frame.SeqLess(a.base[k], b) {
-				b = a.base[k]
-			}
-			ok = true
-		}
-	}
-	return b, ok
-}
-
-// checkNackStorms reports more than NackStormCount Nacks naming the same
-// range within NackStormWindow, once per burst.
-func checkNackStorms(a *analysis, opts CheckOptions) []Violation {
-	type rangeKey struct {
-		target      frame.MemberID
-		first, last uint32
-	}
-	type hit struct {
-		at time.Time
-		n  int
-	}
-	hits := map[rangeKey][]hit{}
-	inStorm := map[rangeKey]bool{}
-	var out []Violation
-	for _, r := range a.txs {
-		v := r.View
-		if v == nil || v.Type() != frame.Nack {
+// doubt is the Violation.Doubt of a finding about a frame missing at
+// interface iface (-1: any) before frame n (-1: by the end): the capture
+// lost frames there, and the missing one may be among them.
+func (a *analysis) doubt(iface, n int) string {
+	var lost uint64
+	at := 0
+	for i := range a.c.Interfaces {
+		intf := &a.c.Interfaces[i]
+		if iface >= 0 && i != iface {
 			continue
 		}
-		rl := v.NackRanges()
-		for i := range rl.Len() {
-			rg := rl.At(i)
-			k := rangeKey{v.NackTarget(), rg.First, rg.Last}
-			h := append(hits[k], hit{r.Time, r.N})
-			for len(h) > 0 && r.Time.Sub(h[0].at) > opts.NackStormWindow {
-				h = h[1:]
-			}
-			hits[k] = h
-			if len(h) > opts.NackStormCount {
-				if !inStorm[k] {
-					inStorm[k] = true
-					frames := make([]int, len(h))
-					for i := range h {
-						frames[i] = h[i].n
-					}
-					out = append(out, Violation{Kind: KindNackStorm, Frames: frames,
-						Detail: fmt.Sprintf("%d Nacks to member %d for seqs %d-%d within %v (limit %d)", len(h), k.target, k.first, k.last, opts.NackStormWindow, opts.NackStormCount)})
-				}
-			} else {
-				inStorm[k] = false
-			}
+		if intf.Node == "" && intf.HasStats {
+			lost += intf.Dropped
 		}
 	}
-	return out
+	for _, r := range a.c.Records {
+		if r.Lost == 0 || (iface >= 0 && r.Iface != iface) || (n >= 0 && r.N > n) {
+			continue
+		}
+		lost += r.Lost
+		at = max(at, r.N)
+	}
+	if lost == 0 {
+		return ""
+	}
+	name := "the capture's interfaces"
+	if iface >= 0 {
+		name = a.c.Interfaces[iface].Label()
+	}
+	return invariant.Doubt(name, lost, at)
 }
 
 // isForeignEtherType reports a frame of another EtherType: not ours to
@@ -330,19 +138,84 @@ func isForeignEtherType(err error) bool {
 	return errors.As(err, &de) && de.Field == "ethernet.type"
 }
 
-// WriteViolations prints the violations, sorted by first frame, and a
-// total line.
+// maxNotJudged is how many findings of each kind WriteViolations prints
+// when they are not judged.
+const maxNotJudged = 10
+
+// Judged counts the violations among vs: the findings without Doubt.
+func Judged(vs []Violation) int {
+	n := 0
+	for _, v := range vs {
+		if v.Doubt == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteViolations prints the violations, sorted by first frame, then the
+// findings not judged (Doubt), and a total line that names what the
+// capture lost.
 func WriteViolations(w io.Writer, c *Capture, vs []Violation) error {
 	sorted := append([]Violation(nil), vs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return firstFrame(sorted[i]) < firstFrame(sorted[j]) })
 	ew := &errWriter{w: w}
+	counts, doubts := map[string]int{}, map[string]int{}
+	judged := 0
 	for _, v := range sorted {
-		ew.printf("VIOLATION %s\n", v)
+		if v.Doubt == "" {
+			ew.printf("VIOLATION %s\n", v)
+			counts[v.Kind]++
+			judged++
+		}
 	}
-	counts := map[string]int{}
-	for _, v := range vs {
-		counts[v.Kind]++
+	for _, v := range sorted {
+		if v.Doubt == "" {
+			continue
+		}
+		// A hole in the capture leaves a finding per missing frame: a
+		// few of each kind say what they are.
+		if doubts[v.Kind] < maxNotJudged {
+			ew.printf("NOT JUDGED %s\n", v)
+		}
+		doubts[v.Kind]++
 	}
+	for _, k := range slices.Sorted(maps.Keys(doubts)) {
+		if n := doubts[k]; n > maxNotJudged {
+			ew.printf("NOT JUDGED %d more %s findings\n", n-maxNotJudged, k)
+		}
+	}
+	var lost []string
+	for i := range c.Interfaces {
+		intf := &c.Interfaces[i]
+		if intf.CaptureLost > 0 {
+			lost = append(lost, fmt.Sprintf("%d at %s", intf.CaptureLost, intf.Label()))
+		}
+		if intf.Node == "" && intf.HasStats && intf.Dropped > 0 {
+			lost = append(lost, fmt.Sprintf("%d at %s, where is not known (isb_ifdrop)", intf.Dropped, intf.Label()))
+		}
+	}
+	switch {
+	case len(vs) == 0 && len(lost) == 0:
+		ew.printf("# %s: %d frames, all invariants hold\n", c.Path, len(c.Records))
+	case judged == 0:
+		ew.printf("# %s: %d frames, no violation", c.Path, len(c.Records))
+	default:
+		ew.printf("# %s: %d frames, %d violations (%s)", c.Path, len(c.Records), judged, kindList(counts))
+	}
+	if len(vs) > 0 || len(lost) > 0 {
+		if len(lost) > 0 {
+			ew.printf("; the capture lost frames (%s), so frames missing from it are not judged", strings.Join(lost, ", "))
+		}
+		if n := len(vs) - judged; n > 0 {
+			ew.printf("; %d findings not judged (%s)", n, kindList(doubts))
+		}
+		ew.printf("\n")
+	}
+	return ew.err
+}
+
+func kindList(counts map[string]int) string {
 	kinds := make([]string, 0, len(counts))
 	for k := range counts {
 		kinds = append(kinds, k)
@@ -352,21 +225,12 @@ func WriteViolations(w io.Writer, c *Capture, vs []Violation) error {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
-	if len(vs) == 0 {
-		ew.printf("# %s: %d frames, all invariants hold\n", c.Path, len(c.Records))
-	} else {
-		ew.printf("# %s: %d frames, %d violations (%s)\n", c.Path, len(c.Records), len(vs), strings.Join(parts, ", "))
-	}
-	return ew.err
+	return strings.Join(parts, ", ")
 }
 
 func firstFrame(v Violation) int {
 	if len(v.Frames) == 0 {
 		return 0
 	}
-	m := v.Frames[0]
-	for _, f := range v.Frames {
-		m = min(m, f)
-	}
-	return m
+	return slices.Min(v.Frames)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -40,8 +41,8 @@ func writeNg(t *testing.T, c *Capture, recs []Record) *Capture {
 }
 
 // ngBytes encodes recs as pcapng with c's interfaces and the records'
-// directions.
-func ngBytes(t testing.TB, c *Capture, recs []Record) []byte {
+// directions, and stats (if given) as every interface's statistics.
+func ngBytes(t testing.TB, c *Capture, recs []Record, stats ...pcapgo.NgInterfaceStatistics) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	mk := func(i int) pcapgo.NgInterface {
@@ -67,6 +68,13 @@ func ngBytes(t testing.TB, c *Capture, recs []Record) []byte {
 		ci := gopacket.CaptureInfo{Timestamp: r.Time, CaptureLength: len(r.Data), Length: len(r.Data), InterfaceIndex: r.Iface}
 		if err := w.WritePacketWithOptions(ci, r.Data, opts); err != nil {
 			t.Fatal(err)
+		}
+	}
+	for _, st := range stats {
+		for i := range c.Interfaces {
+			if err := w.WriteInterfaceStats(i, st); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -252,8 +260,8 @@ func TestCheckForeignGroupCorruptAndStorm(t *testing.T) {
 	if v := k["corrupt-frame"]; len(v) != 1 || !hasFrame(v[0], corrupt) || !strings.Contains(v[0].Detail, "CRC32C") {
 		t.Errorf("corrupt-frame %v, want frame %d with a CRC error", v, corrupt)
 	}
-	if v := k["nack-storm"]; len(v) != 1 || len(v[0].Frames) != DefaultNackStormCount+1 {
-		t.Errorf("nack-storm %v, want one naming %d frames", v, DefaultNackStormCount+1)
+	if v := k["nack-storm"]; len(v) != 1 || len(v[0].Frames) != invariant.DefaultNackStormCount+1 {
+		t.Errorf("nack-storm %v, want one naming %d frames", v, invariant.DefaultNackStormCount+1)
 	}
 	g := uint32(7)
 	if v := kinds(Check(bc, CheckOptions{Group: &g}))["foreign-group"]; len(v) != 1 {

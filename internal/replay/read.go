@@ -22,27 +22,19 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
-// Dir is the direction of a captured frame as seen by its interface.
-type Dir uint8
+// Dir is the direction of a captured frame as seen by its interface
+// (package invariant's type, which Check hands the frames to).
+type Dir = invariant.Dir
 
 const (
-	DirUnknown Dir = iota // no direction information (pcap, tcpdump)
-	DirIn                 // received by the interface
-	DirOut                // sent by the interface
+	DirUnknown = invariant.DirUnknown // no direction information (pcap, tcpdump)
+	DirIn      = invariant.DirIn      // received by the interface
+	DirOut     = invariant.DirOut     // sent by the interface
 )
-
-func (d Dir) String() string {
-	switch d {
-	case DirIn:
-		return "in"
-	case DirOut:
-		return "out"
-	}
-	return "-"
-}
 
 // Interface is one capture interface: a pcapng IDB, or the single
 // interface of a pcap file.
@@ -63,6 +55,10 @@ type Interface struct {
 	// Received and Dropped are isb_ifrecv and isb_ifdrop of that block.
 	Received, Dropped uint64
 	HasStats          bool
+	// CaptureLost is how many of the interface's frames the capture lost
+	// (the sum of its frames' Lost): frames it handled that the file does
+	// not hold.
+	CaptureLost uint64
 }
 
 // Label names the interface for output: "node 3" when the description is
@@ -85,6 +81,10 @@ type Record struct {
 	Iface  int
 	Dir    Dir
 	Data   []byte // the whole Ethernet frame as captured
+	// Lost is how many frames of the interface the capture lost just
+	// before this one (pcapng epb_dropcount; capture.Writer writes it when
+	// its queue was full).
+	Lost uint64
 
 	Src, Dst [6]byte
 	// View is the decoded rbcast frame; nil when Err is set.
@@ -442,6 +442,9 @@ func (c *Capture) readNg(name string, data []byte, offsets []int64) error {
 				c.HasDirection = true
 			}
 		}
+		if o.DropCount != nil {
+			rec.Lost = *o.DropCount
+		}
 		c.Records = append(c.Records, rec)
 	}
 	for i := range r.NInterfaces() {
@@ -460,6 +463,7 @@ func (c *Capture) readNg(name string, data []byte, offsets []int64) error {
 		if c.Records[i].Iface >= len(c.Interfaces) {
 			return &FormatError{Path: name, Offset: c.Records[i].Offset, Detail: fmt.Sprintf("frame %d names interface %d, the section has %d (multi-section files are not supported)", c.Records[i].N, c.Records[i].Iface, len(c.Interfaces))}
 		}
+		c.Interfaces[c.Records[i].Iface].CaptureLost += c.Records[i].Lost
 	}
 	return nil
 }

@@ -1,11 +1,10 @@
 package replay
 
 import (
-	"bytes"
 	"fmt"
-	"sort"
 	"time"
 
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -22,28 +21,13 @@ import (
 // Every sequencer frame's one-entry ack vector is the sender's delivered
 // cursor: every global before it is delivered there.
 
-// isSeqType reports the sequencer protocol's frame types.
-func isSeqType(t frame.Type) bool {
-	switch t {
-	case frame.SeqRequest, frame.SeqData, frame.SeqAccept, frame.SeqStatusRequest,
-		frame.SeqStatusReply, frame.SeqRetransmit, frame.SeqElection, frame.SeqMember:
-		return true
-	}
-	return false
-}
+// isSeqType and isPBPType: the frame types of each protocol.
+func isSeqType(t frame.Type) bool { return invariant.IsSeqType(t) }
+func isPBPType(t frame.Type) bool { return invariant.IsPBPType(t) }
 
 // seqLeave reports a Leave of a member of a total-order group.
 func (a *analysis) seqLeave(v frame.View) bool {
 	return v.Type() == frame.Leave && a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
-}
-
-// isPBPType reports PBP's frame types.
-func isPBPType(t frame.Type) bool {
-	switch t {
-	case frame.Data, frame.Ack, frame.Nack, frame.Heartbeat, frame.Leave:
-		return true
-	}
-	return false
 }
 
 // seqEpoch is one sequencer's term as the capture shows it.
@@ -103,6 +87,7 @@ type seqView struct {
 	hasCursor       bool
 	cursorBad       bool
 	cursorViolation *Violation
+	cursorMissing   bool // cursorViolation names a global the interface had not received
 	pending         []pendingCursor
 }
 
@@ -218,14 +203,6 @@ type seqAnalysis struct {
 	elections  []seqElection
 	requesters map[senderKey]*seqRequester
 	views      []*seqView
-	violations []Violation
-}
-
-// seqBinding is what one (epoch, global) was first bound to.
-type seqBinding struct {
-	uid     frame.UID
-	content []byte // nil for an Accept (the payload is the request's)
-	frame   int
 }
 
 func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
@@ -270,7 +247,6 @@ func analyseSeq(c *Capture, a *analysis) *seqAnalysis {
 		s.base = minCursor
 	}
 
-	s.bindings(a)
 	s.transmissions(a)
 
 	budget := gapBudget
@@ -383,7 +359,7 @@ func (vw *seqView) checkCursor(cursor uint32, r *Record) {
 	}
 	if frame.SeqLess(cursor, vw.cursor) {
 		vw.cursorBad = true
-		vw.cursorViolation = &Violation{Kind: KindOrder, Frames: []int{r.N},
+		vw.cursorViolation = &Violation{Kind: invariant.KindOrder, Frames: []int{r.N}, Time: r.Time,
 			Detail: fmt.Sprintf("at %s: member %d's delivered cursor went back from %d to %d", vw.name, vw.self, vw.cursor, cursor)}
 		return
 	}
@@ -393,105 +369,13 @@ func (vw *seqView) checkCursor(cursor uint32, r *Record) {
 	}
 	for g := vw.cursor; g != cursor; g++ {
 		if !vw.filled[g] {
-			vw.cursorBad = true
-			vw.cursorViolation = &Violation{Kind: KindOrder, Frames: []int{r.N},
+			vw.cursorBad, vw.cursorMissing = true, true
+			vw.cursorViolation = &Violation{Kind: invariant.KindOrder, Frames: []int{r.N}, Time: r.Time,
 				Detail: fmt.Sprintf("at %s: member %d's delivered cursor is %d, so it delivered global %d, which its interface had not received", vw.name, vw.self, cursor, g)}
 			return
 		}
 	}
 	vw.cursor = cursor
-}
-
-// bindings finds globals bound to two messages in one epoch, requests
-// sequenced twice in one epoch, and request numbers reused with different
-// payloads.
-func (s *seqAnalysis) bindings(a *analysis) {
-	type eg struct{ epoch, global uint32 }
-	type eu struct {
-		epoch uint32
-		uid   frame.UID
-	}
-	bound := map[eg]*seqBinding{}
-	reportedG := map[eg]bool{}
-	numbered := map[eu]struct {
-		global uint32
-		frame  int
-	}{}
-	reportedU := map[eu]bool{}
-	requests := map[frame.UID]*Record{}
-	reportedR := map[frame.UID]bool{}
-	bind := func(r *Record, epoch, g uint32, u frame.UID, content []byte) {
-		k := eg{epoch, g}
-		if b := bound[k]; b == nil {
-			bound[k] = &seqBinding{uid: u, content: content, frame: r.N}
-		} else if !reportedG[k] {
-			switch {
-			case b.uid != u:
-				reportedG[k] = true
-				s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{b.frame, r.N},
-					Detail: fmt.Sprintf("epoch %d global %d: frame %d binds it to request %s, frame %d to request %s", epoch, g, b.frame, uidString(b.uid), r.N, uidString(u))})
-			case b.content != nil && content != nil && !bytes.Equal(b.content, content):
-				reportedG[k] = true
-				s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{b.frame, r.N},
-					Detail: fmt.Sprintf("epoch %d global %d (request %s): frame %d carries %d payload bytes that differ from the %d of frame %d", epoch, g, uidString(u), r.N, len(content), len(b.content), b.frame)})
-			case b.content == nil:
-				b.content = content
-			}
-		}
-		if u.Origin == frame.NoMember {
-			return // a member change: no request to number twice
-		}
-		ku := eu{epoch, u}
-		if n, ok := numbered[ku]; !ok {
-			numbered[ku] = struct {
-				global uint32
-				frame  int
-			}{g, r.N}
-		} else if n.global != g && !reportedU[ku] {
-			reportedU[ku] = true
-			s.violations = append(s.violations, Violation{Kind: KindSequencedTwice, Frames: []int{n.frame, r.N},
-				Detail: fmt.Sprintf("epoch %d: request %s numbered global %d in frame %d and global %d in frame %d; it would be delivered twice", epoch, uidString(u), n.global, n.frame, g, r.N)})
-		}
-	}
-	for _, r := range a.order {
-		v := r.View
-		if v == nil {
-			continue
-		}
-		switch v.Type() {
-		case frame.SeqData:
-			bind(r, v.SeqDataEpoch(), v.Seq(), v.SeqDataUID(), dataContent(v))
-		case frame.SeqMember:
-			c := v.SeqMemberChange()
-			bind(r, c.Epoch, v.Seq(), memberChangeUID(c), []byte(fmt.Sprintf("%v %d.%d (%v)", c.Change, c.Member, c.Incarnation, c.Reason)))
-		case frame.SeqAccept:
-			al := v.Accepts()
-			for i := range al.Len() {
-				e := al.At(i)
-				bind(r, v.AcceptEpoch(), e.Global, e.UID, nil)
-			}
-		case frame.SeqRequest:
-			u := frame.UID{Origin: v.Sender(), Incarnation: v.Incarnation(), Seq: v.Seq()}
-			if f := requests[u]; f == nil {
-				requests[u] = r
-			} else if !reportedR[u] && !bytes.Equal(dataContent(f.View), dataContent(v)) {
-				reportedR[u] = true
-				s.violations = append(s.violations, Violation{Kind: KindSeqReuse, Frames: []int{f.N, r.N},
-					Detail: fmt.Sprintf("member %d.%d request %d: frame %d carries %d payload bytes that differ from the %d of frame %d", u.Origin, u.Incarnation, u.Seq, r.N, len(v.Payload()), len(f.View.Payload()), f.N)})
-			}
-		}
-	}
-	// A SeqData's payload must be its request's, where both were captured.
-	for k, b := range bound {
-		if reportedG[k] || b.content == nil {
-			continue
-		}
-		if f := requests[b.uid]; f != nil && !bytes.Equal(dataContent(f.View), b.content) {
-			s.violations = append(s.violations, Violation{Kind: KindGlobalReuse, Frames: []int{f.N, b.frame},
-				Detail: fmt.Sprintf("epoch %d global %d: frame %d numbers request %s with a payload that differs from the request's in frame %d", k.epoch, k.global, b.frame, uidString(b.uid), f.N)})
-		}
-	}
-	sort.SliceStable(s.violations, func(i, j int) bool { return firstFrame(s.violations[i]) < firstFrame(s.violations[j]) })
 }
 
 // transmissions counts epochs, elections and each member's requests over
@@ -593,36 +477,26 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 	}
 }
 
-func uidString(u frame.UID) string {
-	if u.Origin == frame.NoMember {
-		return fmt.Sprintf("(change of member %d.%d)", u.Incarnation>>16, u.Seq)
-	}
-	return fmt.Sprintf("%d.%d#%d", u.Origin, u.Incarnation, u.Seq)
-}
-
-// memberChangeUID stands for a SeqMember entry where bindings compare
-// what globals are bound to: no request's (no member is NoMember).
-func memberChangeUID(c frame.SeqMemberBody) frame.UID {
-	return frame.UID{Origin: frame.NoMember, Incarnation: uint32(c.Member) << 16, Seq: c.Incarnation}
-}
-
-// check returns the sequencer protocol's violations: bindings, gaps never
-// repaired, cursor violations, implausible jumps.
-func (s *seqAnalysis) check() []Violation {
-	out := append([]Violation(nil), s.violations...)
+// check returns the sequencer protocol's violations that need the whole
+// capture: gaps never repaired, cursor violations, implausible jumps.
+func (s *seqAnalysis) check(a *analysis) []Violation {
+	var out []Violation
 	for _, vw := range s.views {
 		for _, g := range vw.gaps {
 			if g.Repaired.IsZero() && !g.Discarded {
-				out = append(out, Violation{Kind: KindGap, Frames: []int{g.OpenFrame},
+				out = append(out, Violation{Kind: invariant.KindGap, Frames: []int{g.OpenFrame}, Time: g.Opened, Doubt: a.doubt(vw.iface, -1),
 					Detail: fmt.Sprintf("at %s: global %d, missing since frame %d, never received by the end of the capture", vw.name, g.Seq, g.OpenFrame)})
 			}
 		}
 		for _, n := range vw.jumps {
-			out = append(out, Violation{Kind: KindImplausible, Frames: []int{n},
+			out = append(out, Violation{Kind: invariant.KindImplausible, Frames: []int{n}, Doubt: a.doubt(vw.iface, n),
 				Detail: fmt.Sprintf("at %s: the global sequence jumps more than %d past %d", vw.name, maxJump, vw.end)})
 		}
-		if vw.cursorViolation != nil {
-			out = append(out, *vw.cursorViolation)
+		if v := vw.cursorViolation; v != nil {
+			if vw.cursorMissing {
+				v.Doubt = a.doubt(vw.iface, v.Frames[0])
+			}
+			out = append(out, *v)
 		}
 	}
 	return out

@@ -42,6 +42,9 @@ func WriteSummary(w io.Writer, c *Capture) error {
 		if intf.HasStats {
 			ew.printf(" kernel received %d dropped %d", intf.Received, intf.Dropped)
 		}
+		if intf.CaptureLost > 0 {
+			ew.printf("; the capture lost %d of its frames (not in this file)", intf.CaptureLost)
+		}
 		ew.printf("\n")
 	}
 
