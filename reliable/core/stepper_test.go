@@ -1,0 +1,179 @@
+package core
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// fake is a core that records what it is stepped with and hands out what
+// the test puts in its Ready.
+type fake struct {
+	stepped   []frame.Type
+	repairing map[frame.MemberID]bool
+	ready     Ready
+	advanced  int
+}
+
+func (f *fake) Step(now Time, src, dst [6]byte, v frame.View) error {
+	f.stepped = append(f.stepped, v.Type())
+	if v.Type() == frame.Leave {
+		return errors.New("refused")
+	}
+	return nil
+}
+func (f *fake) Tick(Time)                  {}
+func (f *fake) Propose(Time, []byte) error { return nil }
+func (f *fake) Leave(Time)                 {}
+func (f *fake) Ready() Ready               { return f.ready }
+func (f *fake) Advance()                   { f.advanced++; f.ready = Ready{} }
+func (f *fake) Deadline() Time             { return 0 }
+func (f *fake) Blocked() bool              { return false }
+func (f *fake) Done() bool                 { return false }
+func (f *fake) Stats() Stats               { return Stats{} }
+func (f *fake) Info() Info {
+	return Info{Self: 1, Delivers: func(t frame.Type) bool { return t == frame.Data }}
+}
+func (f *fake) Members() []Member                                 { return []Member{{ID: 1, Self: true}, {ID: 2}, {ID: 4}} }
+func (f *fake) Repair(from frame.MemberID) (frame.MemberID, bool) { return from, f.repairing[from] }
+
+func ethFrame(t *testing.T, group uint32, sender frame.MemberID, body frame.Body) []byte {
+	t.Helper()
+	h := frame.Header{Group: group, Sender: sender, Incarnation: 1, AckBase: 1, Acks: make([]uint32, 4)}
+	b := frame.AppendEthernet(nil, frame.Broadcast, [6]byte{2, 0, 0, 0, 0, byte(sender)}, frame.EtherType)
+	b, err := frame.Append(b, &h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestStepperCountsBadFrames(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	good := ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})
+	corrupt := append([]byte(nil), good...)
+	corrupt[len(corrupt)-1] ^= 0xff
+	other := ethFrame(t, 8, 2, &frame.Empty{T: frame.Ack})
+	notOurs := append([]byte(nil), good...)
+	notOurs[12], notOurs[13] = 0x08, 0x00 // IPv4
+	for _, tc := range []struct {
+		name string
+		eth  []byte
+		want error
+	}{
+		{"good", good, nil},
+		{"corrupt", corrupt, frame.ErrChecksum},
+		{"another group", other, frame.ErrGroup},
+		{"another EtherType", notOurs, frame.ErrEthernet},
+		{"truncated", good[:10], frame.ErrEthernet},
+	} {
+		if err := s.Step(1, tc.eth); !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
+			t.Errorf("%s: Step = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	c := s.Counters()
+	if c.Bad.Checksum != 1 || c.Bad.Group != 1 || c.Bad.NotRbcast != 2 || c.Bad.Total() != 4 {
+		t.Errorf("bad frames %+v, want 1 checksum, 1 group, 2 not rbcast", c.Bad)
+	}
+	if len(f.stepped) != 1 {
+		t.Errorf("the core was stepped with %v, want only the good frame", f.stepped)
+	}
+}
+
+func TestStepperHold(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	s.Hold = true
+	if err := s.Step(1, ethFrame(t, 7, 2, &frame.Payload{T: frame.Data, Data: []byte("x")})); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a Data frame under Hold: %v, want ErrHeld", err)
+	}
+	if err := s.Step(1, ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})); err != nil {
+		t.Fatalf("an Ack under Hold: %v, want it stepped", err)
+	}
+	if c := s.Counters(); c.Held != 1 || len(f.stepped) != 1 || f.stepped[0] != frame.Ack {
+		t.Fatalf("held %d, stepped %v; want 1 held and the Ack stepped", c.Held, f.stepped)
+	}
+	if err := s.Step(1, ethFrame(t, 7, 2, &frame.Empty{T: frame.Leave})); err == nil || err.Error() != "refused" {
+		t.Fatalf("the core's refusal came back as %v", err)
+	}
+}
+
+func TestStepperTimesRepairs(t *testing.T) {
+	f := &fake{repairing: map[frame.MemberID]bool{}}
+	s := NewStepper(f, 7, 0)
+	ack := func(from frame.MemberID) []byte { return ethFrame(t, 7, from, &frame.Empty{T: frame.Ack}) }
+	f.repairing[2] = true
+	s.Step(100, ack(2)) // a gap appears
+	s.Step(150, ack(4)) // another stream: no change to 2's repair
+	f.repairing[2] = false
+	s.Step(400, ack(2)) // filled, 300 ns later
+	f.repairing[4] = true
+	s.Step(500, ack(4))
+	f.ready = Ready{Events: []Event{{Kind: MemberFailed, Member: 4}}} // 4's repair ends unfinished
+	s.Ready()
+	s.Advance()
+	f.repairing[4] = false
+	s.Step(900, ack(4))
+	c := s.Counters()
+	if len(c.Peers) != 3 {
+		t.Fatalf("peers %+v, want members 1, 2 and 4", c.Peers)
+	}
+	if p := c.Peers[1]; p.ID != 2 || p.Repairs != 1 || p.RepairP50 != 300 || p.RepairP99 != 300 {
+		t.Errorf("member 2: %+v, want one repair of 300 ns", p)
+	}
+	if p := c.Peers[2]; p.ID != 4 || p.Repairs != 0 {
+		t.Errorf("member 4: %+v, want no repair counted (removed while repairing)", p)
+	}
+	if c.RepairP50 != 300 {
+		t.Errorf("all members' repair p50 %v, want 300", c.RepairP50)
+	}
+}
+
+func TestStepperReadyCountsOnce(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	f.ready = Ready{Deliveries: []Delivery{{From: 2, Data: []byte("abc")}, {From: 2, Data: []byte("de")}, {From: 4, Data: []byte("f")}},
+		Events: []Event{{Kind: SelfRemoved, Member: 1, Reason: "cut off"}}}
+	s.Ready()
+	s.Ready() // again before Advance: the same output, not counted twice
+	s.Advance()
+	if f.advanced != 1 {
+		t.Fatalf("Advance reached the core %d times", f.advanced)
+	}
+	if s.DeliveredFrom(2) != 2 || s.DeliveredFrom(4) != 1 || s.DeliveredFrom(9) != 0 {
+		t.Errorf("delivered from 2, 4, 9: %d, %d, %d; want 2, 1, 0", s.DeliveredFrom(2), s.DeliveredFrom(4), s.DeliveredFrom(9))
+	}
+	if c := s.Counters(); c.Peers[1].DeliveredBytes != 5 {
+		t.Errorf("bytes from 2: %d, want 5", c.Peers[1].DeliveredBytes)
+	}
+	if evs := s.Events(); len(evs) != 1 {
+		t.Errorf("events %v, want the one", evs)
+	}
+	if ev, ok := s.Removed(); !ok || ev.Reason != "cut off" {
+		t.Errorf("Removed() = %v, %v", ev, ok)
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var d []Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, Duration(i))
+	}
+	if p50, p99 := Percentiles(d); p50 != 50 || p99 != 99 {
+		t.Errorf("p50, p99 of 1..100 = %v, %v", p50, p99)
+	}
+	if p50, p99 := Percentiles(nil); p50 != 0 || p99 != 0 {
+		t.Errorf("of nothing: %v, %v", p50, p99)
+	}
+}
+
+func TestEventKindRemoval(t *testing.T) {
+	for k := MemberFailed; k <= JoinRefused; k++ {
+		want := k == MemberFailed || k == MemberStalled || k == MemberLeft || k == SelfLeft || k == SelfRemoved
+		if k.Removal() != want {
+			t.Errorf("%v.Removal() = %v", k, k.Removal())
+		}
+	}
+}
