@@ -84,9 +84,9 @@ func under(p, dir string) bool {
 
 // notCores are the packages under reliable/ and dsm/ that drive cores
 // rather than being one: the runtimes (over a link, or over Drivers on
-// the simulated segment), and the runtimes' wall-clock conversion.
-// Examples are not cores either.
-var notCores = []string{"reliable", "reliable/clock/wall", "dsm", "dsm/dsmsim"}
+// the simulated segment), the runtimes' wall-clock conversion, and the
+// cores' simulation-test harness. Examples are not cores either.
+var notCores = []string{"reliable", "reliable/clock/wall", "reliable/internal/simtest", "dsm", "dsm/dsmsim"}
 
 // isCore reports whether p is a protocol core: a package under reliable/
 // or dsm/ other than notCores and the examples. The core contract,

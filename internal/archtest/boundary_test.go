@@ -48,10 +48,11 @@ func checkCoreImports(pkgs []pkg) []string {
 // which wire links to the rest): the runtime, the links and decorators of
 // DESIGN.md (capture, the simulated segment), and the packages that are
 // the body of a program (the daemon, linkbench, pcap-replay's inject, the
-// simulator demo, the DSM examples' harness). dsm is here for Join's
+// simulator demo, the DSM examples' harness), and the cores' simulation
+// tests' harness (it reads a simulated endpoint). dsm is here for Join's
 // parameter only (TestDSMUsesLinkOnlyInJoin).
 var linkUsers = []string{
-	"reliable", "capture", "testnet", "testnet/rtnet", "dsm",
+	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm",
 	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
 }
 

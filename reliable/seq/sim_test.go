@@ -1,59 +1,22 @@
 package seq
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/internal/simtest"
 	"github.com/rbcast/rbcast/testnet"
 )
 
-// The deterministic simulation: members running the core on testnet's
-// simulated segment with seeded loss, bursts, duplication, reordering,
-// jitter, corruption, queue overflow, and crashes of ordinary members and
-// of the sequencer (mid-stream, and twice in a row). Every seed is one
-// reproducible scenario.
-
-// mix is SplitMix64's finalizer: message sizes and bytes are a function of
-// (seed, sender, index), so receivers regenerate and compare them.
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
-
-// message returns message idx of sender, appended to b.
-func message(b []byte, seed uint64, sender frame.MemberID, idx, maxLen int) []byte {
-	h := mix(seed ^ mix(uint64(sender)<<32|uint64(idx)))
-	var n int
-	switch h % 10 {
-	case 0, 1, 2, 3, 4:
-		n = int(h>>8) % 65
-	case 5, 6, 7:
-		n = int(h>>8) % 513
-	default:
-		n = int(h>>8) % (maxLen + 1)
-	}
-	n = min(n, maxLen)
-	x := h
-	for i := range n {
-		if i%8 == 0 {
-			x = mix(x)
-		}
-		b = append(b, byte(x>>(8*(i%8))))
-	}
-	return b
-}
+// The deterministic simulation (package simtest): members running the
+// core on testnet's simulated segment with seeded loss, bursts,
+// duplication, reordering, jitter, corruption, queue overflow, and crashes
+// of ordinary members and of the sequencer (mid-stream, and twice in a
+// row). Every seed is one reproducible scenario.
 
 type crashKind uint8
 
@@ -78,10 +41,7 @@ type scenario struct {
 	window        int
 	history       int
 	initialGlobal uint32
-	mtu           int
-	maxPayload    int
-	queueLen      int
-	in, out       testnet.Impairment
+	link          simtest.Link
 	crash         crashKind
 	crashMember   int // memberCrash: the member index
 	crashAt       time.Duration
@@ -93,14 +53,13 @@ type scenario struct {
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d mtu=%d maxPayload=%d queue=%d in={loss %.2f burst %+v dup %.2f reorder %.2f jitter %v corrupt %.3f} out={loss %.2f} crash=%v member=%d at=%v gap=%v quorum=%d cut=%d at=%v for=%v resilience=%v",
-		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.initialGlobal, s.mtu, s.maxPayload, s.queueLen,
-		s.in.Loss, s.in.Burst, s.in.Duplicate, s.in.Reorder, s.in.Jitter, s.in.Corrupt, s.out.Loss, s.crash, s.crashMember, s.crashAt, s.crashGap, s.quorum, s.cutMember, s.cutAt, s.cutFor, s.resilience)
+	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d %v crash=%v member=%d at=%v gap=%v quorum=%d cut=%d at=%v for=%v resilience=%v",
+		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.initialGlobal, s.link, s.crash, s.crashMember, s.crashAt, s.crashGap, s.quorum, s.cutMember, s.cutAt, s.cutFor, s.resilience)
 }
 
 func newScenario(seed uint64) scenario {
 	r := rand.New(rand.NewPCG(seed, 0x5e9))
-	s := scenario{seed: seed, mtu: 1500}
+	s := scenario{seed: seed}
 	s.method = Method(seed % 3)
 	if s.method == Hybrid {
 		s.threshold = []int{0, 1, 64, 300, 1000}[r.IntN(5)]
@@ -121,35 +80,7 @@ func newScenario(seed uint64) scenario {
 	} else {
 		s.initialGlobal = r.Uint32()
 	}
-	if r.IntN(8) == 0 {
-		s.mtu = 9000
-	}
-	if r.IntN(4) == 0 {
-		s.maxPayload = 100 + r.IntN(400)
-	}
-	if r.IntN(5) == 0 {
-		s.queueLen = 4 + r.IntN(16)
-	}
-	maxLoss := []float64{0, 0.01, 0.05, 0.1, 0.2, 0.3}[r.IntN(6)]
-	s.in.Loss = r.Float64() * maxLoss
-	if r.IntN(4) == 0 {
-		s.in.Burst = testnet.GilbertElliott{GoodToBad: 0.01 + 0.04*r.Float64(), BadToGood: 0.2 + 0.5*r.Float64(), LossBad: 0.5 + 0.5*r.Float64()}
-	}
-	if r.IntN(3) == 0 {
-		s.out.Loss = r.Float64() * maxLoss / 2
-	}
-	if r.IntN(3) == 0 {
-		s.in.Duplicate = 0.05 * r.Float64()
-	}
-	if r.IntN(3) == 0 {
-		s.in.Reorder, s.in.ReorderDelay = 0.05*r.Float64(), time.Duration(50+r.IntN(500))*time.Microsecond
-	}
-	if r.IntN(3) == 0 {
-		s.in.Jitter = time.Duration(r.IntN(100)) * time.Microsecond
-	}
-	if r.IntN(4) == 0 {
-		s.in.Corrupt = 0.02 * r.Float64()
-	}
+	s.link = simtest.DrawLink(r)
 	if s.members > 1 {
 		switch r.IntN(8) {
 		case 0:
@@ -213,37 +144,24 @@ type rec struct {
 	change EventKind // MemberFailed or MemberReturned; 0 for a message
 }
 
-// simMember adapts a Core to testnet.Node.
-type simMember struct {
-	run   *simRun
-	index int
-	id    frame.MemberID
-	core  *Core
-	ep    *testnet.Endpoint
-	rx    []link.Frame
-	rng   *rand.Rand
-
-	proposed  int
-	proposeAt time.Time
-
-	next      []int // per member index: next message index expected
-	log       []rec
-	halted    bool
-	haltEvent Event
-	badRx     int
-	want      []byte
-	lastG     uint32
-	lastIdx   int
+// order is one member's delivered sequence, as the total-order checkers
+// compare it: messages and changes of the member list, each at its global
+// number.
+type order struct {
+	log     []rec
+	lastG   uint32
+	lastIdx int
 }
 
+type simMember = simtest.Member[*Core]
+
+// simRun is one seed's run, with the sequencer's checks on top of the
+// harness's (each delivery the next message of its sender, removals once
+// until a return).
 type simRun struct {
-	t         testing.TB
+	*simtest.Sim[*Core]
 	s         scenario
-	members   []*simMember
-	ids       map[frame.MemberID]int
-	net       *testnet.Network
-	group     uint32
-	failed    error
+	order     []order                   // by member index
 	sequencer map[uint32]frame.MemberID // epoch -> sequencer, from SequencerChanged
 	crashed   map[frame.MemberID]bool
 	returned  map[frame.MemberID]bool // removed once by a sequencer: it may have been taken back
@@ -251,131 +169,52 @@ type simRun struct {
 	crashes   int                     // crashes still to happen
 }
 
-func (r *simRun) fail(format string, args ...any) {
-	if r.failed == nil {
-		r.failed = fmt.Errorf(format, args...)
+// event checks the sequencer's events: one sequencer per epoch, and
+// changes of the member list in their place.
+func (r *simRun) event(m *simMember, ev Event) {
+	switch ev.Kind {
+	case SequencerChanged:
+		if prev, ok := r.sequencer[ev.Epoch]; ok && prev != ev.Member {
+			r.Fail("member %d: epoch %d has sequencer %d, another member saw %d", m.ID, ev.Epoch, ev.Member, prev)
+		}
+		r.sequencer[ev.Epoch] = ev.Member
+	case MemberFailed, MemberReturned:
+		r.checkChange(m, ev)
 	}
 }
 
-func toTime(t time.Time) Time { return Time(t.UnixNano()) }
-
-func (m *simMember) Step(now time.Time) time.Time {
-	t := toTime(now)
-	if m.halted {
-		return time.Time{}
+// advanced runs after each Ready was carried out.
+func (r *simRun) advanced(m *simMember) {
+	if !m.Halted() {
+		r.selfChanges(m, m.Core.next)
 	}
-	for {
-		n, _ := m.ep.Recv(time.Time{}, m.rx)
-		for _, f := range m.rx[:n] {
-			eth, body, err := frame.SplitEthernet(f.Data, frame.EtherType)
-			if err != nil {
-				m.badRx++
-				continue
-			}
-			v, err := frame.ParseGroup(body, m.run.group)
-			if err != nil {
-				m.badRx++
-				continue
-			}
-			m.core.Step(t, eth.Src(), frame.Broadcast, v)
-		}
-		m.core.Tick(t)
-		m.propose(now)
-		m.flush()
-		if n == 0 || m.halted {
-			break
-		}
-	}
-	return m.deadline()
-}
-
-func (m *simMember) deadline() time.Time {
-	d := m.core.Deadline()
-	if m.proposed < m.run.s.k && !m.proposeAt.IsZero() {
-		if d == 0 || toTime(m.proposeAt) < d {
-			return m.proposeAt
-		}
-	}
-	if d == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, int64(d))
-}
-
-// propose offers the member's messages in bursts with pauses between.
-func (m *simMember) propose(now time.Time) {
-	s := m.run.s
-	if now.Before(m.proposeAt) || m.halted {
-		return
-	}
-	for burst := 1 + m.rng.IntN(8); burst > 0 && m.proposed < s.k; burst-- {
-		m.want = message(m.want[:0], s.seed, m.id, m.proposed, m.core.cfg.maxPayload)
-		err := m.core.Propose(toTime(now), m.want)
-		if errors.Is(err, ErrWindowFull) || errors.Is(err, ErrHalted) {
-			break
-		}
-		if err != nil {
-			m.run.fail("member %d: Propose message %d: %v", m.id, m.proposed, err)
-			return
-		}
-		m.proposed++
-	}
-	m.proposeAt = now.Add(time.Duration(m.rng.IntN(400)) * time.Microsecond)
-}
-
-func (m *simMember) flush() {
-	rd := m.core.Ready()
-	if len(rd.Frames) > 0 {
-		if _, err := m.ep.Send(rd.Frames); err != nil && !m.ep.Crashed() {
-			m.run.fail("member %d: send: %v", m.id, err)
-		}
-	}
-	for _, d := range rd.Deliveries {
-		m.check(d)
-	}
-	for _, ev := range rd.Events {
-		switch ev.Kind {
-		case SelfRemoved:
-			m.halted, m.haltEvent = true, ev
-		case SequencerChanged:
-			if prev, ok := m.run.sequencer[ev.Epoch]; ok && prev != ev.Member {
-				m.run.fail("member %d: epoch %d has sequencer %d, another member saw %d", m.id, ev.Epoch, ev.Member, prev)
-			}
-			m.run.sequencer[ev.Epoch] = ev.Member
-		case MemberFailed, MemberReturned:
-			m.checkChange(ev)
-		}
-	}
-	if !m.halted {
-		m.selfChanges(m.core.next)
-	}
-	m.core.Advance()
-	m.checkHeld()
+	r.checkHeld(m)
 }
 
 // expected is the global number the next delivery must have.
-func (m *simMember) expected() uint32 {
-	if len(m.log) == 0 {
-		return m.run.s.initialGlobal
+func (r *simRun) expected(m *simMember) uint32 {
+	if o := &r.order[m.Index]; len(o.log) > 0 {
+		return o.lastG + 1
 	}
-	return m.lastG + 1
+	return r.s.initialGlobal
 }
 
 // selfChanges records the changes of this member itself (removed, taken
 // back) delivered before global to: the core reports none, but they take
 // their place in the sequence the checkers compare.
-func (m *simMember) selfChanges(to uint32) {
-	for g := m.expected(); frame.SeqLess(g, to); g++ {
-		en := &m.core.log[g&m.core.lmask]
-		if en.global != g || en.change == 0 || en.uid.Origin != m.id {
+func (r *simRun) selfChanges(m *simMember, to uint32) {
+	o := &r.order[m.Index]
+	for g := r.expected(m); frame.SeqLess(g, to); g++ {
+		en := &m.Core.log[g&m.Core.lmask]
+		if en.global != g || en.change == 0 || en.uid.Origin != m.ID {
 			return // the check that follows reports the gap
 		}
 		k := MemberReturned
 		if en.change == frame.MemberRemoved {
 			k = MemberFailed
 		}
-		m.lastG, m.lastIdx = g, 0
-		m.log = append(m.log, rec{from: m.id, global: g, epoch: en.epoch, change: k})
+		o.lastG, o.lastIdx = g, 0
+		o.log = append(o.log, rec{from: m.ID, global: g, epoch: en.epoch, change: k})
 	}
 }
 
@@ -383,82 +222,66 @@ func (m *simMember) selfChanges(to uint32) {
 // cursor of a member it counts as live (read from that member's core).
 // A member taken back after a removal is exempt: it was not live when
 // the cursor passed it (held.go).
-func (m *simMember) checkHeld() {
-	c := m.core
+func (r *simRun) checkHeld(m *simMember) {
+	c := m.Core
 	if c.role != sequencer {
 		return
 	}
-	for _, o := range m.run.members {
-		if !c.members[c.byID[o.id]].live {
-			m.run.returned[o.id] = true
+	for _, o := range r.Members {
+		if !c.members[c.byID[o.ID]].live {
+			r.returned[o.ID] = true
 		}
-		if o == m || !c.members[c.byID[o.id]].live || m.run.returned[o.id] {
+		if o == m || !c.members[c.byID[o.ID]].live || r.returned[o.ID] {
 			continue
 		}
-		if frame.SeqLess(o.core.recvd, c.held) {
-			m.run.fail("sequencer %d: all-held cursor %d, but live member %d holds only up to %d (its received cursor)", m.id, c.held, o.id, o.core.recvd)
+		if frame.SeqLess(o.Core.recvd, c.held) {
+			r.Fail("sequencer %d: all-held cursor %d, but live member %d holds only up to %d (its received cursor)", m.ID, c.held, o.ID, o.Core.recvd)
 		}
 	}
 }
 
 // checkChange: a change of the member list is delivered in its place,
 // the global number after the last delivery's (ev.Last is the one before).
-func (m *simMember) checkChange(ev Event) {
-	m.selfChanges(ev.Last + 1)
-	wantG := m.expected()
+// (The harness checked that it names another member.)
+func (r *simRun) checkChange(m *simMember, ev Event) {
+	r.selfChanges(m, ev.Last+1)
+	o := &r.order[m.Index]
+	wantG := r.expected(m)
 	if ev.Last+1 != wantG {
-		m.run.fail("member %d: %v at global %d, after global %d", m.id, ev, ev.Last+1, m.lastG)
+		r.Fail("member %d: %v at global %d, after global %d", m.ID, ev, ev.Last+1, o.lastG)
 		return
 	}
-	if _, ok := m.run.ids[ev.Member]; !ok || ev.Member == m.id {
-		m.run.fail("member %d: %v names a stranger or itself", m.id, ev)
-		return
-	}
-	m.lastG, m.lastIdx = wantG, 0
-	m.log = append(m.log, rec{from: ev.Member, global: wantG, epoch: ev.Epoch, change: ev.Kind})
+	o.lastG, o.lastIdx = wantG, 0
+	o.log = append(o.log, rec{from: ev.Member, global: wantG, epoch: ev.Epoch, change: ev.Kind})
 }
 
-func (m *simMember) check(d Delivery) {
-	j, ok := m.run.ids[d.From]
-	if !ok {
-		m.run.fail("member %d: delivery from %d, not a member (global %d)", m.id, d.From, d.Global)
-		return
-	}
-	// Positions are consecutive global numbers; a bundle shares one.
+// delivered checks the total order: positions are consecutive global
+// numbers, and a bundle's messages share one, by index. (The harness
+// checked the message itself.)
+func (r *simRun) delivered(m *simMember, d Delivery, idx int) {
 	if d.Index == 0 {
-		m.selfChanges(d.Global)
+		r.selfChanges(m, d.Global)
 	}
-	wantG := m.run.s.initialGlobal + uint32(len(m.log))
-	if len(m.log) > 0 {
-		wantG = m.lastG + 1
+	o := &r.order[m.Index]
+	wantG := r.s.initialGlobal
+	if len(o.log) > 0 {
+		wantG = o.lastG + 1
 		if d.Index > 0 {
-			wantG = m.lastG
+			wantG = o.lastG
 		}
 	}
-	if d.Global != wantG || (d.Index > 0 && d.Index != m.lastIdx+1) {
-		m.run.fail("member %d: delivered global %d index %d after global %d index %d", m.id, d.Global, d.Index, m.lastG, m.lastIdx)
+	if d.Global != wantG || (d.Index > 0 && d.Index != o.lastIdx+1) {
+		r.Fail("member %d: delivered global %d index %d after global %d index %d", m.ID, d.Global, d.Index, o.lastG, o.lastIdx)
 		return
 	}
-	m.lastG, m.lastIdx = d.Global, d.Index
-	idx := m.next[j]
-	if idx >= m.run.s.k {
-		m.run.fail("member %d: message %d from member %d, but it sent only %d (global %d)", m.id, idx, d.From, m.run.s.k, d.Global)
-		return
-	}
-	m.want = message(m.want[:0], m.run.s.seed, d.From, idx, m.run.members[j].core.cfg.maxPayload)
-	if !bytes.Equal(d.Data, m.want) {
-		m.run.fail("member %d: message %d from member %d (global %d index %d): got %d bytes %.16x…, want %d bytes %.16x…",
-			m.id, idx, d.From, d.Global, d.Index, len(d.Data), d.Data, len(m.want), m.want)
-		return
-	}
-	m.next[j]++
-	m.log = append(m.log, rec{from: d.From, idx: idx, global: d.Global, epoch: d.Epoch})
+	o.lastG, o.lastIdx = d.Global, d.Index
+	o.log = append(o.log, rec{from: d.From, idx: idx, global: d.Global, epoch: d.Epoch})
 }
 
 // survivor: neither crashed, nor halted, nor cut off past the failure
 // timeout (such a member is treated as crashed: removed, it may stall).
-func (m *simMember) survivor() bool {
-	return !m.ep.Crashed() && !m.halted && !m.run.crashed[m.id]
+func (r *simRun) survivor(m *simMember) bool {
+	return !m.Crashed() && !m.Halted() && !r.crashed[m.ID]
 }
 
 // done reports whether every survivor has everything every survivor sent,
@@ -470,42 +293,44 @@ func (r *simRun) done() bool {
 		return false
 	}
 	n := -1
-	for _, m := range r.members {
-		if !m.survivor() {
+	for _, m := range r.Members {
+		if !r.survivor(m) {
 			continue
 		}
-		if m.proposed < r.s.k || m.core.outstanding() > 0 || m.core.open || m.core.role == electing || m.core.Counters().NotHeldByAll > 0 {
+		c := m.Core
+		if m.Proposed < r.s.k || c.outstanding() > 0 || c.open || c.role == electing || c.Counters().NotHeldByAll > 0 {
 			return false
 		}
-		if !r.members[r.ids[m.core.sequencerMember().id]].survivor() {
+		if !r.survivor(r.Members[r.Index[c.sequencerMember().id]]) {
 			return false // not done before a live sequencer is in place
 		}
-		for j, o := range r.members {
-			if o.survivor() && m.next[j] < r.s.k {
+		for j, o := range r.Members {
+			if r.survivor(o) && m.Next[j] < r.s.k {
 				return false
 			}
 		}
-		if n >= 0 && len(m.log) != n {
+		l := len(r.order[m.Index].log)
+		if n >= 0 && l != n {
 			return false
 		}
-		n = len(m.log)
+		n = l
 	}
 	// Every crashed member is removed, and every survivor delivered its
 	// removal (everything the sequencer numbered).
 	var sq *Core
-	for _, m := range r.members {
-		if m.survivor() && m.core.role == sequencer {
-			sq = m.core
+	for _, m := range r.Members {
+		if r.survivor(m) && m.Core.role == sequencer {
+			sq = m.Core
 		}
 	}
 	if sq == nil {
 		return n < 0
 	}
-	for _, m := range r.members {
-		if m.ep.Crashed() && sq.members[sq.byID[m.id]].streamLive {
+	for _, m := range r.Members {
+		if m.Crashed() && sq.members[sq.byID[m.ID]].streamLive {
 			return false
 		}
-		if m.survivor() && m.core.next != sq.nextGlobal {
+		if r.survivor(m) && m.Core.next != sq.nextGlobal {
 			return false
 		}
 	}
@@ -514,67 +339,47 @@ func (r *simRun) done() bool {
 
 // runScenario runs one seed to completion or to its virtual time bound.
 func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun {
-	net, err := testnet.New(s.seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fn := range trace {
-		net.Trace(fn)
-	}
-	r := &simRun{t: t, s: s, net: net, group: 0x5e90 + uint32(s.seed%7), ids: map[frame.MemberID]int{},
-		sequencer: map[uint32]frame.MemberID{}, crashed: map[frame.MemberID]bool{}, returned: map[frame.MemberID]bool{}}
-	var infos []frame.MemberInfo
-	for i := range s.members {
-		ep, err := net.Attach(testnet.EndpointConfig{MTU: s.mtu, QueueLen: s.queueLen, In: s.in, Out: s.out})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := frame.MemberID(i)
-		if s.seed%5 == 1 {
-			id = frame.MemberID(10 + 3*i)
-		}
-		infos = append(infos, frame.MemberInfo{ID: id, MAC: [6]byte(ep.HardwareAddr()), Incarnation: uint32(s.seed) + uint32(i)})
-		r.ids[id] = i
-		r.members = append(r.members, &simMember{run: r, index: i, id: id, ep: ep,
-			rx: make([]link.Frame, 32), rng: rand.New(rand.NewPCG(s.seed, uint64(i))),
-			next: make([]int, s.members)})
-	}
-	for _, m := range r.members {
-		cfg := Config{Group: r.group, Self: m.id, Members: infos, Method: s.method, Threshold: s.threshold,
-			Window: s.window, History: s.history, MTU: s.mtu, MaxPayload: s.maxPayload, InitialGlobal: s.initialGlobal,
+	r := &simRun{s: s, Sim: simtest.New[*Core](t, simtest.Config{Seed: s.seed, Group: 0x5e90 + uint32(s.seed%7),
+		Members: s.members, K: s.k, Link: s.link, SparseIDs: s.seed%5 == 1, Limit: simTimeLimit, Trace: trace}),
+		order: make([]order, s.members), sequencer: map[uint32]frame.MemberID{}, crashed: map[frame.MemberID]bool{},
+		returned: map[frame.MemberID]bool{}}
+	r.Done, r.OnDelivery, r.OnEvent, r.OnAdvance = r.done, r.delivered, r.event, r.advanced
+	infos := r.Infos()
+	for _, m := range r.Members {
+		cfg := Config{Group: r.Config.Group, Self: m.ID, Members: infos, Method: s.method, Threshold: s.threshold,
+			Window: s.window, History: s.history, MTU: s.link.MTU, MaxPayload: s.link.MaxPayload, InitialGlobal: s.initialGlobal,
 			Quorum: s.quorum, Resilience: s.resilience, HeartbeatInterval: Duration(simHeartbeat), FailureTimeout: Duration(simFailureTimeout), ElectionRetry: Duration(simElectionRetry)}
-		if m.core, err = New(cfg); err != nil {
+		var err error
+		if m.Core, err = New(cfg); err != nil {
 			t.Fatalf("%v: New: %v", s, err)
 		}
 	}
-	r.sequencer[DefaultInitialEpoch] = r.members[0].id
-	for _, m := range r.members {
-		m.core.Tick(toTime(net.Now()))
-		m.ep.Bind(m)
-	}
+	r.sequencer[DefaultInitialEpoch] = r.Members[0].ID
+	r.Start()
+	net := r.Net
 	crash := func(i int) func() {
 		r.crashes++
 		return func() {
 			r.crashes--
-			r.crashed[r.members[i].id] = true
-			r.members[i].ep.Crash()
+			r.crashed[r.Members[i].ID] = true
+			r.Members[i].EP.Crash()
 		}
 	}
 	if s.cutMember >= 0 {
-		cut := r.members[s.cutMember]
+		cut := r.Members[s.cutMember]
 		var rest []*testnet.Endpoint
-		for _, m := range r.members {
+		for _, m := range r.Members {
 			if m != cut {
-				rest = append(rest, m.ep)
+				rest = append(rest, m.EP)
 			}
 		}
 		r.crashes++
 		net.AfterFunc(s.cutAt, func() {
-			if err := net.Partition([]*testnet.Endpoint{cut.ep}, rest); err != nil {
-				r.fail("partition: %v", err)
+			if err := net.Partition([]*testnet.Endpoint{cut.EP}, rest); err != nil {
+				r.Fail("partition: %v", err)
 			}
 			if s.cutFor >= simFailureTimeout {
-				r.crashed[cut.id] = true
+				r.crashed[cut.ID] = true
 			}
 		})
 		net.AfterFunc(s.cutAt+s.cutFor, func() {
@@ -591,19 +396,14 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 		net.AfterFunc(s.crashAt, crash(0))
 		net.AfterFunc(s.crashAt+s.crashGap, crash(1))
 	}
-	limit := net.Now().Add(simTimeLimit)
-	for !r.done() && r.failed == nil && net.Now().Before(limit) {
-		net.RunFor(5 * time.Millisecond)
-	}
-	if s.cutMember >= 0 && r.failed == nil {
+	r.Run()
+	if s.cutMember >= 0 && r.Err() == nil {
 		// Let the healed member hear the group: a replaced sequencer
 		// must halt, and nobody else may. A member removed while cut off
 		// may be taken back (readmit) and send again: the survivors
 		// must then deliver that too.
 		net.RunFor(3 * simHeartbeat)
-		for !r.done() && r.failed == nil && net.Now().Before(limit) {
-			net.RunFor(5 * time.Millisecond)
-		}
+		r.Run()
 	}
 	return r
 }
@@ -621,26 +421,22 @@ const simTimeLimit = 30 * time.Second
 //   - validity: every survivor delivered every message of every survivor;
 //   - no survivor halted, no survivor was removed by the sequencer.
 func (r *simRun) verdict() error {
-	if r.failed != nil {
-		return r.failed
+	if err := r.Err(); err != nil {
+		return err
 	}
-	for _, m := range r.members {
-		if m.halted && !r.crashed[m.id] {
-			return fmt.Errorf("member %d halted: %v; %+v", m.id, m.haltEvent, m.core.Counters())
+	for _, m := range r.Members {
+		if m.Halted() && !r.crashed[m.ID] {
+			return fmt.Errorf("member %d halted: %v; %+v", m.ID, m.Out, m.Core.Counters())
 		}
 	}
-	if !r.done() {
-		var b strings.Builder
-		for _, m := range r.members {
-			st := m.core.Counters()
-			fmt.Fprintf(&b, "\n  member %d crashed=%v halted=%v proposed=%d outstanding=%d delivered=%d next=%v stats=%+v",
-				m.id, m.ep.Crashed(), m.halted, m.proposed, m.core.outstanding(), len(m.log), m.next, st)
-		}
-		return fmt.Errorf("not finished after %v of virtual time:%s", simTimeLimit, b.String())
+	if err := r.Verdict(func(m *simMember) string {
+		return fmt.Sprintf("outstanding=%d delivered=%d stats=%+v", m.Core.outstanding(), len(r.order[m.Index].log), m.Core.Counters())
+	}); err != nil {
+		return err
 	}
 	var ref *simMember
-	for _, m := range r.members {
-		if m.survivor() {
+	for _, m := range r.Members {
+		if r.survivor(m) {
 			ref = m
 			break
 		}
@@ -648,50 +444,52 @@ func (r *simRun) verdict() error {
 	if ref == nil {
 		return nil
 	}
+	refLog := r.order[ref.Index].log
 	// Told is never lost while a majority survives: with SafeMajority and
 	// the majority quorum (chosen only when a majority survives), what
 	// any member delivered — a crashed or halted one, its own messages
 	// included — every survivor delivers, at the same place.
 	strict := r.s.resilience == SafeMajority && r.s.quorum == 0
-	for _, m := range r.members {
+	for _, m := range r.Members {
 		if m == ref {
 			continue
 		}
-		for i, x := range m.log {
-			if i >= len(ref.log) {
-				if strict && !m.survivor() {
+		log := r.order[m.Index].log
+		for i, x := range log {
+			if i >= len(refLog) {
+				if strict && !r.survivor(m) {
 					return fmt.Errorf("member %d (not a survivor) delivered %d messages, beyond the %d of survivor %d: message %d/%d (global %d) is lost although a majority survives",
-						m.id, len(m.log), len(ref.log), ref.id, x.from, x.idx, x.global)
+						m.ID, len(log), len(refLog), ref.ID, x.from, x.idx, x.global)
 				}
-				if m.survivor() {
-					return fmt.Errorf("member %d delivered %d messages, member %d %d", m.id, len(m.log), ref.id, len(ref.log))
+				if r.survivor(m) {
+					return fmt.Errorf("member %d delivered %d messages, member %d %d", m.ID, len(log), ref.ID, len(refLog))
 				}
 				break
 			}
-			y := ref.log[i]
+			y := refLog[i]
 			if x.from == y.from && x.idx == y.idx && x.global == y.global && x.change == y.change {
 				continue
 			}
-			if !strict && !m.survivor() && x.epoch != y.epoch && frame.SeqLess(x.epoch, y.epoch) && r.crashed[r.sequencer[x.epoch]] {
+			if !strict && !r.survivor(m) && x.epoch != y.epoch && frame.SeqLess(x.epoch, y.epoch) && r.crashed[r.sequencer[x.epoch]] {
 				r.outside++
 				break
 			}
 			return fmt.Errorf("position %d: member %d delivered %d/%d%v (global %d epoch %d), member %d delivered %d/%d%v (global %d epoch %d)",
-				i, m.id, x.from, x.idx, x.change, x.global, x.epoch, ref.id, y.from, y.idx, y.change, y.global, y.epoch)
+				i, m.ID, x.from, x.idx, x.change, x.global, x.epoch, ref.ID, y.from, y.idx, y.change, y.global, y.epoch)
 		}
 	}
 	// Every survivor learnt of each crash once, in its place (the logs
 	// are identical): MemberFailed for the crashed member, last of its
 	// changes, and as many MemberReturned before as it had false
 	// removals.
-	for _, o := range r.members {
-		if !o.ep.Crashed() {
+	for _, o := range r.Members {
+		if !o.Crashed() {
 			continue
 		}
 		var failed, returned int
 		var lastKind EventKind
-		for _, x := range ref.log {
-			if x.change != 0 && x.from == o.id {
+		for _, x := range refLog {
+			if x.change != 0 && x.from == o.ID {
 				lastKind = x.change
 				if x.change == MemberFailed {
 					failed++
@@ -701,91 +499,62 @@ func (r *simRun) verdict() error {
 			}
 		}
 		if lastKind != MemberFailed || failed != returned+1 {
-			return fmt.Errorf("crashed member %d: survivor %d delivered %d MemberFailed and %d MemberReturned for it (last %v), want exactly one removal it stays in", o.id, ref.id, failed, returned, lastKind)
+			return fmt.Errorf("crashed member %d: survivor %d delivered %d MemberFailed and %d MemberReturned for it (last %v), want exactly one removal it stays in", o.ID, ref.ID, failed, returned, lastKind)
 		}
 	}
-	for _, m := range r.members {
-		if !m.survivor() {
+	for _, m := range r.Members {
+		if !r.survivor(m) {
 			continue
 		}
-		for _, o := range r.members {
-			if o.survivor() && !m.core.members[m.core.byID[o.id]].live && m.core.role == sequencer {
-				return fmt.Errorf("sequencer %d removed live member %d", m.id, o.id)
+		for _, o := range r.Members {
+			if r.survivor(o) && !m.Core.members[m.Core.byID[o.ID]].live && m.Core.role == sequencer {
+				return fmt.Errorf("sequencer %d removed live member %d", m.ID, o.ID)
 			}
 		}
 	}
 	return nil
 }
 
-func seedCount(t *testing.T) int {
-	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 200
-	}
-	return 1500
-}
-
 // TestSim runs many seeded scenarios. A failing seed prints the command
 // that runs it alone.
 func TestSim(t *testing.T) {
-	n := seedCount(t)
 	var ran, changes, outside, crashes, cuts, halts, retx, removals atomic.Int64
 	t.Cleanup(func() {
 		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee, %d removals delivered by survivors",
 			ran.Load(), crashes.Load(), cuts.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load(), removals.Load())
 	})
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			s := newScenario(seed)
-			r := runScenario(t, s)
-			if err := r.verdict(); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/seq -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
+	simtest.RunSeeds(t, 1500, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
+		s := newScenario(seed)
+		r := runScenario(t, s)
+		if err := r.verdict(); err != nil {
+			return s, err
+		}
+		ran.Add(1)
+		if s.crash != noCrash {
+			crashes.Add(1)
+		}
+		if s.cutMember >= 0 {
+			cuts.Add(1)
+			if r.Members[s.cutMember].Halted() {
+				halts.Add(1)
 			}
-			ran.Add(1)
-			if s.crash != noCrash {
-				crashes.Add(1)
+		}
+		changes.Add(int64(len(r.sequencer) - 1))
+		outside.Add(int64(r.outside))
+		for _, m := range r.Members {
+			retx.Add(int64(m.Core.Counters().RetransmitsAnswered))
+			if r.survivor(m) {
+				removals.Add(int64(m.Core.Counters().MembersFailed))
 			}
-			if s.cutMember >= 0 {
-				cuts.Add(1)
-				if r.members[s.cutMember].halted {
-					halts.Add(1)
-				}
-			}
-			changes.Add(int64(len(r.sequencer) - 1))
-			outside.Add(int64(r.outside))
-			for _, m := range r.members {
-				retx.Add(int64(m.core.Counters().RetransmitsAnswered))
-				if m.survivor() {
-					removals.Add(int64(m.core.Counters().MembersFailed))
-				}
-			}
-		})
-	}
+		}
+		return s, nil
+	})
 }
 
 // TestSimDeterministic runs seeds twice: the same seed must give the same
 // frames at the same virtual instants, or a failing seed would not replay.
 func TestSimDeterministic(t *testing.T) {
-	for seed := uint64(1); seed <= 20; seed++ {
-		var sums [2]uint64
-		var events [2]uint64
-		for i := range sums {
-			h := testnet.NewTraceHash()
-			r := runScenario(t, newScenario(seed), h.Add)
-			if err := r.verdict(); err != nil {
-				t.Fatalf("seed %d: %v", seed, err)
-			}
-			sums[i], events[i] = h.Sum(), h.Events()
-		}
-		if sums[0] != sums[1] || events[0] != events[1] {
-			t.Fatalf("seed %d: trace %x (%d events) then %x (%d events)", seed, sums[0], events[0], sums[1], events[1])
-		}
-	}
+	simtest.Deterministic(t, 20, func(t testing.TB, seed uint64, trace func(testnet.Event)) error {
+		return runScenario(t, newScenario(seed), trace).verdict()
+	})
 }
