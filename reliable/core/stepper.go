@@ -175,13 +175,15 @@ func (s *Stepper) Ready() Ready {
 			p.bytes += uint64(len(rd.Deliveries[i].Data))
 		}
 	}
-	for _, ev := range rd.Events {
-		// A removed member's repair ends unfinished, uncounted.
-		if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
-			p.repairSince = 0
+	if len(rd.Events) > 0 {
+		for _, ev := range rd.Events {
+			// A removed member's repair ends unfinished, uncounted.
+			if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
+				p.repairSince = 0
+			}
 		}
+		s.events = append(s.events, rd.Events...)
 	}
-	s.events = append(s.events, rd.Events...)
 	return rd
 }
 

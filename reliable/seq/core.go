@@ -579,7 +579,9 @@ func (c *Core) flush() {
 	if !c.started || c.role == halted || c.left {
 		return
 	}
-	c.sendSealed()
+	if c.handed != c.nextReq {
+		c.sendSealed()
+	}
 	if c.cutAt != 0 && c.cutAt != c.batch {
 		c.cutAt = 0
 		c.drain() // what the last member change held back
@@ -716,7 +718,9 @@ func (c *Core) Deadline() Time {
 // produces come out of the next Ready.
 func (c *Core) Tick(now Time) {
 	c.touch(now)
-	c.sendSealed()
+	if c.handed != c.nextReq {
+		c.sendSealed()
+	}
 	now = c.now
 	if c.left {
 		if c.leaveAt != 0 && now >= c.leaveAt {

@@ -29,7 +29,9 @@ const leaveRepeats = 3
 // sent. Propose refuses new messages from now on (ErrLeaving).
 func (c *Core) Leave(now Time) {
 	c.touch(now)
-	c.sendSealed()
+	if c.handed != c.nextReq {
+		c.sendSealed()
+	}
 	if c.leaving || c.role == halted {
 		return
 	}

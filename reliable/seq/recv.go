@@ -16,7 +16,9 @@ import (
 // so they are copied once on arrival.
 func (c *Core) Step(now Time, src, _ [6]byte, v frame.View) error {
 	c.touch(now)
-	c.sendSealed()
+	if c.handed != c.nextReq {
+		c.sendSealed()
+	}
 	if c.role == halted {
 		return ErrHalted
 	}
