@@ -189,9 +189,9 @@ func TestSendTooLarge(t *testing.T) {
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
-	// 1500-byte MTU, 2 ack entries: 1500 - 28 - 8.
-	if g.MaxMessage() != 1464 {
-		t.Errorf("MaxMessage is %d at MTU 1500 with two members, want 1464", g.MaxMessage())
+	// 1500-byte MTU, 2 ack entries: 1500 - 32 - 8.
+	if g.MaxMessage() != 1460 {
+		t.Errorf("MaxMessage is %d at MTU 1500 with two members, want 1460", g.MaxMessage())
 	}
 	if err := g.Send(context.Background(), make([]byte, g.MaxMessage())); err != nil {
 		t.Errorf("Send of exactly MaxMessage: %v", err)
