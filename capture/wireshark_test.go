@@ -332,6 +332,7 @@ func expectFields(v frame.View) map[string]string {
 			next.add("%d", dl.At(i).Next)
 		}
 		m["rbcast.view.next"], m["rbcast.view.base"], m["rbcast.flush.sent"] = d(v.ViewNext()), d(v.ViewBase()), d(v.FlushSent())
+		m["rbcast.flush.coord"] = d(v.FlushCoord())
 		m["rbcast.flush.count"], m["rbcast.flush.member"], m["rbcast.flush.delivered"] = d(dl.Len()), mem.String(), next.String()
 	case frame.ViewRelay:
 		m["rbcast.relay.base"], m["rbcast.relay.frame"] = d(v.RelayBase()), hex.EncodeToString(v.RelayFrame())

@@ -140,7 +140,7 @@ func exercise(v View) {
 			_ = ml.At(i)
 		}
 	case ViewFlush:
-		_ = v.FlushSent()
+		_, _ = v.FlushCoord(), v.FlushSent()
 		for i, dl := 0, v.FlushDelivered(); i < dl.Len(); i++ {
 			_ = dl.At(i)
 		}

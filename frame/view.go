@@ -353,7 +353,7 @@ func (v View) Decode() (Header, Body) {
 		return h, &ViewPrepareBody{Next: v.ViewNext(), Base: v.ViewBase(), Members: members(v.ViewMembers())}
 	case ViewFlush:
 		dl := v.FlushDelivered()
-		f := &ViewFlushBody{Next: v.ViewNext(), Base: v.ViewBase(), Sent: v.FlushSent(), Delivered: make([]Delivered, dl.Len())}
+		f := &ViewFlushBody{Next: v.ViewNext(), Base: v.ViewBase(), Coord: v.FlushCoord(), Sent: v.FlushSent(), Delivered: make([]Delivered, dl.Len())}
 		for i := range f.Delivered {
 			f.Delivered[i] = dl.At(i)
 		}

@@ -58,23 +58,30 @@ type Delivered struct {
 	Next   uint32
 }
 
-// ViewFlushBody is a member's answer to a ViewPrepare, to the
-// coordinator's MAC: it froze its core of view Base, sent Sent messages
-// of its own stream in it, and delivered up to Delivered from each
-// sender.
+// ViewFlushBody is a member's answer to the ViewPrepare of coordinator
+// Coord: it froze its core of view Base, sent Sent messages of its own
+// stream in it, and delivered up to Delivered from each sender. Two
+// members may prepare the same Next at once (each thinks the other
+// failed); Coord tells their Flushes apart.
 type ViewFlushBody struct {
 	Next, Base uint32
+	Coord      MemberID
 	Sent       uint32
 	Delivered  []Delivered
 }
 
 func (f *ViewFlushBody) FrameType() Type { return ViewFlush }
 func (f *ViewFlushBody) Len() int {
-	return viewHeadLen + 4 + listHeaderLen + len(f.Delivered)*deliveredLen
+	return viewHeadLen + flushFixed + listHeaderLen + len(f.Delivered)*deliveredLen
 }
+
+// flushFixed: a Flush's coordinator (2) and sent count (4).
+const flushFixed = 6
+
 func (f *ViewFlushBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, f.Next)
 	b = be.AppendUint32(b, f.Base)
+	b = be.AppendUint16(b, uint16(f.Coord))
 	b = be.AppendUint32(b, f.Sent)
 	b = be.AppendUint16(b, uint16(len(f.Delivered)))
 	for _, d := range f.Delivered {
@@ -235,12 +242,12 @@ func checkViewBody(t Type, body []byte, start int) error {
 		}
 		return nil
 	case ViewFlush:
-		if err := atLeast("flush", viewHeadLen+4+listHeaderLen); err != nil {
+		if err := atLeast("flush", viewHeadLen+flushFixed+listHeaderLen); err != nil {
 			return err
 		}
-		n := int(be.Uint16(body[viewHeadLen+4:]))
-		if len(body) != viewHeadLen+4+listHeaderLen+n*deliveredLen {
-			return decodeErr(ErrBody, "flush.delivered", start+viewHeadLen+4, "%d entries need %d bytes, body has %d", n, viewHeadLen+4+listHeaderLen+n*deliveredLen, len(body))
+		n := int(be.Uint16(body[viewHeadLen+flushFixed:]))
+		if len(body) != viewHeadLen+flushFixed+listHeaderLen+n*deliveredLen {
+			return decodeErr(ErrBody, "flush.delivered", start+viewHeadLen+flushFixed, "%d entries need %d bytes, body has %d", n, viewHeadLen+flushFixed+listHeaderLen+n*deliveredLen, len(body))
 		}
 		return nil
 	case ViewCommit:
@@ -297,11 +304,16 @@ func (v View) ViewBase() uint32 { return be.Uint32(v.Body()[4:]) }
 // ViewMembers is the member list of a ViewPrepare or ViewCommit.
 func (v View) ViewMembers() MemberList { return MemberList(v.Body()[viewHeadLen:]) }
 
+// FlushCoord is the coordinator whose ViewPrepare a ViewFlush answers.
+func (v View) FlushCoord() MemberID { return MemberID(be.Uint16(v.Body()[viewHeadLen:])) }
+
 // FlushSent is a ViewFlush's count of the sender's own messages.
-func (v View) FlushSent() uint32 { return be.Uint32(v.Body()[viewHeadLen:]) }
+func (v View) FlushSent() uint32 { return be.Uint32(v.Body()[viewHeadLen+2:]) }
 
 // FlushDelivered is a ViewFlush's delivered list.
-func (v View) FlushDelivered() DeliveredList { return DeliveredList(v.Body()[viewHeadLen+4:]) }
+func (v View) FlushDelivered() DeliveredList {
+	return DeliveredList(v.Body()[viewHeadLen+flushFixed:])
+}
 
 // DeliveredList is a view of a ViewFlush's entries.
 type DeliveredList []byte

@@ -103,6 +103,7 @@ local f = {
 	view_next = ProtoField.uint32("rbcast.view.next", "Next view", base.DEC),
 	view_base = ProtoField.uint32("rbcast.view.base", "Base view", base.DEC),
 	view_count = ProtoField.uint16("rbcast.view.members", "Members", base.DEC),
+	flush_coord = ProtoField.uint16("rbcast.flush.coord", "Coordinator", base.DEC),
 	flush_sent = ProtoField.uint32("rbcast.flush.sent", "Sent", base.DEC),
 	flush_count = ProtoField.uint16("rbcast.flush.count", "Senders", base.DEC),
 	flush_member = ProtoField.uint16("rbcast.flush.member", "Sender", base.DEC),
@@ -435,18 +436,19 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 			end
 		end
 	elseif ty == 0x22 then
-		if not at_least(14, "flush") then return end
+		if not at_least(16, "flush") then return end
 		tree:add(f.view_next, tvb(off, 4))
 		tree:add(f.view_base, tvb(off + 4, 4))
-		tree:add(f.flush_sent, tvb(off + 8, 4))
-		local n = tvb(off + 12, 2):uint()
-		tree:add(f.flush_count, tvb(off + 12, 2))
-		if len ~= 14 + 6 * n then
-			body_error(tree, "flush.delivered", off + 12, string.format("%d entries need %d bytes, body has %d", n, 14 + 6 * n, len))
+		tree:add(f.flush_coord, tvb(off + 8, 2))
+		tree:add(f.flush_sent, tvb(off + 10, 4))
+		local n = tvb(off + 14, 2):uint()
+		tree:add(f.flush_count, tvb(off + 14, 2))
+		if len ~= 16 + 6 * n then
+			body_error(tree, "flush.delivered", off + 14, string.format("%d entries need %d bytes, body has %d", n, 16 + 6 * n, len))
 			return
 		end
 		for i = 0, n - 1 do
-			local p = off + 14 + 6 * i
+			local p = off + 16 + 6 * i
 			local d = tree:add(rbcast, tvb(p, 6), string.format("From member %d: next %u", tvb(p, 2):uint(), tvb(p + 2, 4):uint()))
 			d:add(f.flush_member, tvb(p, 2))
 			d:add(f.flush_delivered, tvb(p + 2, 4))

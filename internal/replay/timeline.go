@@ -146,7 +146,7 @@ func Details(v frame.View) string {
 			}
 		}
 	case frame.ViewFlush:
-		fmt.Fprintf(&b, " view %d from %d sent %d delivered", v.ViewNext(), v.ViewBase(), v.FlushSent())
+		fmt.Fprintf(&b, " view %d from %d to coordinator %d sent %d delivered", v.ViewNext(), v.ViewBase(), v.FlushCoord(), v.FlushSent())
 		dl := v.FlushDelivered()
 		for i := range dl.Len() {
 			d := dl.At(i)
