@@ -152,6 +152,11 @@ var (
 	// ErrMTUTooSmall means the interface MTU cannot carry an rbcast header
 	// and a useful payload.
 	ErrMTUTooSmall = errors.New("interface MTU too small for rbcast frames")
+	// ErrNotEthernet means the interface carries no Ethernet frames: it
+	// has no 6-byte hardware address and is not loopback (a tun device,
+	// an IP tunnel). Loopback is allowed: it has no address, but its
+	// frames have Ethernet headers.
+	ErrNotEthernet = errors.New("interface has no Ethernet address, so it carries no Ethernet frames")
 	// ErrFrameTooLarge means Send was given a frame longer than the MTU
 	// allows.
 	ErrFrameTooLarge = errors.New("frame larger than link MTU")

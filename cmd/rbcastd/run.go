@@ -106,7 +106,8 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = strings.TrimSpace(line[:i])
@@ -130,7 +131,12 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 			return fmt.Errorf("config %s:%d: %s: %v", path, n, name, err)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("config %s:%d: line longer than %d bytes", path, n, bufio.MaxScanTokenSize)
+	} else if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // groupConfig checks the flags and builds the daemon's configuration.
@@ -252,6 +258,20 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Li
 	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin)})
 }
 
+// memberAddress checks that the link has what registration names a
+// member by, a unicast Ethernet address: loopback (which the links open)
+// has none.
+func memberAddress(iface string, l link.Link) error {
+	hw := l.HardwareAddr()
+	if len(hw) != 6 {
+		return fmt.Errorf("interface %q has no Ethernet address (loopback has none), and members register by their unicast MAC: run rbcastd on an Ethernet interface (a NIC, a veth, a bridge)", iface)
+	}
+	if hw[0]&1 != 0 || string(hw) == "\x00\x00\x00\x00\x00\x00" {
+		return fmt.Errorf("interface %q has the address %v, not a unicast Ethernet address, and members register by their unicast MAC", iface, hw)
+	}
+	return nil
+}
+
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
 // ring's 0 is its default.
 func ringSpin(spin time.Duration) time.Duration {
@@ -294,6 +314,9 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", err)
 	}
 	defer func() { l.Close() }()
+	if err := memberAddress(f.iface, l); err != nil {
+		return fail(stderr, "run", err)
+	}
 	var cw *capture.Writer
 	var rec *capture.Recorder
 	if f.flightMB > 0 {
