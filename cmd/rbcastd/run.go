@@ -63,6 +63,7 @@ type runFlags struct {
 	flightDir                                                                           string
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
+	kernelFilter                                                                        bool // -kernel-filter
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -92,6 +93,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
+	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
 
@@ -247,15 +249,16 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("-log-format is %q, want text or json", format)
 }
 
-// openLink opens the link with the EtherType the group uses.
-func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Link, error) {
+// openLink opens the link with the EtherType the group uses, and with
+// groups set, a kernel filter that passes only their frames.
+func openLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32) (link.Link, error) {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
 	if kind == "afpacket" {
-		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
+		return afpacket.Open(iface, afpacket.Config{EtherType: etherType, Groups: groups})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin)})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
 }
 
 // memberAddress checks that the link has what registration names a
@@ -309,7 +312,11 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
 	// and the metrics listener, then drop every privilege, then serve.
-	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin)
+	var groups []uint32
+	if f.kernelFilter {
+		groups = []uint32{dc.Group.Group}
+	}
+	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}

@@ -67,6 +67,15 @@ type Status struct {
 	KernelDrops     uint64  `json:"kernel_drops"`
 	SendRetries     uint64  `json:"link_send_retries"`
 	BadFrames       uint64  `json:"bad_frames"`
+	// The link's view of the segment: frames the kernel queued for the
+	// daemon (with the group filter, its own group's only), frames the
+	// link took, and frames it dropped itself (Filtered); and frames of
+	// other groups that reached the protocol (none with the kernel
+	// filter: docs/groups.md).
+	KernelPackets      uint64 `json:"kernel_packets"`
+	LinkFrames         uint64 `json:"link_frames_received"`
+	LinkFiltered       uint64 `json:"link_filtered"`
+	ForeignGroupFrames uint64 `json:"foreign_group_frames"`
 
 	ForeignVersions []ForeignVersion `json:"foreign_versions,omitempty"`
 	Clients         int              `json:"clients"`
@@ -142,6 +151,8 @@ func (d *Daemon) Status() Status {
 	s.Queued, s.HeldData = st.Queued, st.HeldData
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
 	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
+	s.KernelPackets, s.LinkFrames, s.LinkFiltered = st.Link.KernelPackets, st.Link.FramesReceived, st.Link.Filtered
+	s.ForeignGroupFrames = st.BadFrames.Group
 	b := st.BadFrames
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
