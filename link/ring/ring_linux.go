@@ -39,7 +39,7 @@ type Link struct {
 	rx       socket
 	groups   atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
 	deadline time.Time                // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
-	woken    atomic.Bool // set by Wake, taken by Recv
+	woken    atomic.Bool              // set by Wake, taken by Recv
 	ready    func(uintptr) bool
 	expired  error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
