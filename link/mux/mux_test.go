@@ -201,3 +201,39 @@ func TestOpenClose(t *testing.T) {
 		t.Fatal("Config.Queue -1 accepted")
 	}
 }
+
+// Receiving through a view allocates nothing in steady state.
+func TestRecvAllocs(t *testing.T) {
+	net, eps := segment(t, 2)
+	m := newMux(t, eps[1], mux.Config{})
+	v := open(t, m, 1)
+	open(t, m, 2)
+	src := eps[0].HardwareAddr()
+	batch := make([][]byte, 8)
+	for i := range batch {
+		batch[i] = groupFrame(src, uint32(1+i%2), uint32(i), 200)
+	}
+	rx := make([]link.Frame, 8)
+	round := func() {
+		eps[0].Send(batch)
+		for net.Step() {
+		}
+		for {
+			if n, _ := v.Recv(time.Time{}, rx); n == 0 {
+				break
+			}
+		}
+	}
+	round()
+	sendAllocs := testing.AllocsPerRun(50, func() {
+		eps[0].Send(batch)
+		for net.Step() {
+		}
+		eps[1].Recv(time.Time{}, rx)
+	})
+	allocs := testing.AllocsPerRun(50, round)
+	t.Logf("%.1f allocations a round through the view, %.1f of the simulator alone", allocs, sendAllocs)
+	if allocs > sendAllocs {
+		t.Errorf("a round through the view allocates %.1f times, the simulator alone %.1f", allocs, sendAllocs)
+	}
+}
