@@ -63,6 +63,7 @@ type runFlags struct {
 	flightDir                                                                           string
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
+	kernelFilter                                                                        bool // -kernel-filter
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -92,6 +93,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
+	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
 
@@ -106,7 +108,8 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = strings.TrimSpace(line[:i])
@@ -130,7 +133,12 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 			return fmt.Errorf("config %s:%d: %s: %v", path, n, name, err)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("config %s:%d: line longer than %d bytes", path, n, bufio.MaxScanTokenSize)
+	} else if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // groupConfig checks the flags and builds the daemon's configuration.
@@ -241,15 +249,30 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("-log-format is %q, want text or json", format)
 }
 
-// openLink opens the link with the EtherType the group uses.
-func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Link, error) {
+// openLink opens the link with the EtherType the group uses, and with
+// groups set, a kernel filter that passes only their frames.
+func openLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32) (link.Link, error) {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
 	if kind == "afpacket" {
-		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
+		return afpacket.Open(iface, afpacket.Config{EtherType: etherType, Groups: groups})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin)})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
+}
+
+// memberAddress checks that the link has what registration names a
+// member by, a unicast Ethernet address: loopback (which the links open)
+// has none.
+func memberAddress(iface string, l link.Link) error {
+	hw := l.HardwareAddr()
+	if len(hw) != 6 {
+		return fmt.Errorf("interface %q has no Ethernet address (loopback has none), and members register by their unicast MAC: run rbcastd on an Ethernet interface (a NIC, a veth, a bridge)", iface)
+	}
+	if hw[0]&1 != 0 || string(hw) == "\x00\x00\x00\x00\x00\x00" {
+		return fmt.Errorf("interface %q has the address %v, not a unicast Ethernet address, and members register by their unicast MAC", iface, hw)
+	}
+	return nil
 }
 
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
@@ -289,11 +312,18 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
 	// and the metrics listener, then drop every privilege, then serve.
-	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin)
+	var groups []uint32
+	if f.kernelFilter {
+		groups = []uint32{dc.Group.Group}
+	}
+	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
 	defer func() { l.Close() }()
+	if err := memberAddress(f.iface, l); err != nil {
+		return fail(stderr, "run", err)
+	}
 	var cw *capture.Writer
 	var rec *capture.Recorder
 	if f.flightMB > 0 {

@@ -253,7 +253,10 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	time.Sleep(100 * time.Millisecond)
 
 	frames := make([][]byte, o.Batch)
-	src := [6]byte(sender.HardwareAddr())
+	src, err := srcMAC(sender)
+	if err != nil {
+		return nil, err
+	}
 	newFrame := func() []byte {
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
 		return append(b, make([]byte, o.MTU)...)
@@ -511,7 +514,11 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int, spin time.
 		buf := make([]link.Frame, 16)
 		out := make([][]byte, 1)
 		reply := make([]byte, 0, 64)
-		src := [6]byte(b.HardwareAddr())
+		src, err := srcMAC(b)
+		if err != nil {
+			echoDone <- err
+			return
+		}
 		for {
 			select {
 			case <-stop:
@@ -539,7 +546,13 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int, spin time.
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	ping := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(a.HardwareAddr()), frame.EtherType)
+	srcA, err := srcMAC(a)
+	if err != nil {
+		close(stop)
+		<-echoDone
+		return nil, err
+	}
+	ping := frame.AppendEthernet(nil, frame.Broadcast, srcA, frame.EtherType)
 	ping = append(ping, make([]byte, 50)...)
 	out := [][]byte{ping}
 	buf := make([]link.Frame, 16)
@@ -625,4 +638,15 @@ func receiverErr(hosts []*netns.Host, rs []Receiver) error {
 		}
 	}
 	return nil
+}
+
+// srcMAC is l's address as the source of the frames a benchmark builds;
+// a link without a 6-byte one (loopback) is refused rather than panicking
+// in the conversion.
+func srcMAC(l link.Link) ([6]byte, error) {
+	hw := l.HardwareAddr()
+	if len(hw) != 6 {
+		return [6]byte{}, fmt.Errorf("linkbench: the link has no 6-byte Ethernet address (%q): benchmark frames need one as their source", hw.String())
+	}
+	return [6]byte(hw), nil
 }

@@ -41,8 +41,8 @@ type Options struct {
 	MTU int
 	// Prefix starts every namespace and interface name. It must start with
 	// "rb" and hold only lowercase letters and digits, at most 11 of them.
-	// Empty means a fresh random prefix "rbt" + 4 lowercase letters, so
-	// parallel tests do not collide.
+	// Empty means a fresh random prefix "rbt" (or $RBCAST_NETNS_PREFIX) +
+	// 4 lowercase letters, so parallel tests do not collide.
 	Prefix string
 	// Addresses gives host i the IPv4 address 10.77.0.(i+1)/24 on eth0.
 	Addresses bool
@@ -248,10 +248,17 @@ func ScriptsDir() (string, error) {
 	}
 }
 
+// randomPrefix is "rbt", or $RBCAST_NETNS_PREFIX when that is "rb" and
+// up to 5 lowercase letters or digits (so that concurrent runs of several
+// people on one machine can tell their namespaces apart), then 4 random
+// lowercase letters.
 func randomPrefix() string {
 	var b [4]byte
 	rand.Read(b[:])
 	p := []byte("rbt")
+	if e := os.Getenv("RBCAST_NETNS_PREFIX"); len(e) <= 7 && prefixRE.MatchString(e) {
+		p = []byte(e)
+	}
 	for _, c := range b {
 		p = append(p, 'a'+c%26)
 	}
