@@ -259,7 +259,7 @@ func (op *Op[S, A, R]) read(ctx context.Context, o *Object[S], a A) (R, error) {
 		}
 		obj.mu.RUnlock()
 		n := o.n
-		err := n.env.Wait(ctx, func() bool {
+		err := n.env.Wait(ctx, Waiting{Op: op.info.String(), Object: obj.name}, func() bool {
 			obj.mu.RLock()
 			ok := op.guard(o.state, a)
 			obj.mu.RUnlock()

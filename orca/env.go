@@ -23,8 +23,9 @@ type Env interface {
 	Send(ctx context.Context, msg []byte) error
 	// Wait blocks until ready() reports true, or ctx ends (it returns
 	// ctx.Err()), or the group stops (it returns why). ready takes the
-	// node's locks itself: call it without them.
-	Wait(ctx context.Context, ready func() bool) error
+	// node's locks itself: call it without them. what says what the
+	// caller waits for (for a deadlock report).
+	Wait(ctx context.Context, what fmt.Stringer, ready func() bool) error
 	// Changed is called, with the node's lock held, whenever something a
 	// waiter may wait for changed; it must not block or call the node.
 	Changed()
@@ -153,6 +154,21 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// Waiting is what a call waits for (Env.Wait's what): a write's
+// application, or a read's guard.
+type Waiting struct {
+	Op     string // class.operation
+	Object string
+	Write  bool
+}
+
+func (w Waiting) String() string {
+	if w.Write {
+		return fmt.Sprintf("waiting for %s on %q to be applied", w.Op, w.Object)
+	}
+	return fmt.Sprintf("waiting for the guard of %s on %q", w.Op, w.Object)
+}
+
 // groupEnv runs a node over a live reliable.Group: writes are sent on
 // the caller's goroutine (Group.Send, with its back-pressure), messages
 // are applied in the group's Deliver, on its event loop, and waiting
@@ -175,7 +191,7 @@ func (e *groupEnv) Changed() {
 	}
 }
 
-func (e *groupEnv) Wait(ctx context.Context, ready func() bool) error {
+func (e *groupEnv) Wait(ctx context.Context, _ fmt.Stringer, ready func() bool) error {
 	n := e.n
 	for {
 		n.mu.Lock()

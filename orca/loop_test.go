@@ -2,6 +2,7 @@ package orca_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -78,7 +79,7 @@ func (e *loopEnv) Changed() {
 	e.mu.Unlock()
 }
 
-func (e *loopEnv) Wait(ctx context.Context, ready func() bool) error {
+func (e *loopEnv) Wait(ctx context.Context, _ fmt.Stringer, ready func() bool) error {
 	for {
 		e.mu.Lock()
 		ch := e.changed

@@ -298,7 +298,8 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 		defer n.mu.Unlock()
 		return c.done || n.err != nil
 	}
-	err := n.env.Wait(ctx, ready)
+	what := Waiting{Op: op.String(), Object: o.name, Write: true}
+	err := n.env.Wait(ctx, what, ready)
 	if err != nil && ctx.Err() != nil && n.Err() == nil {
 		// ctx ended first. A guarded write may wait forever: cancel it
 		// through the order, where every replica sees the cancellation
@@ -311,7 +312,7 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 				n.mu.Unlock()
 			}
 		}
-		err = n.env.Wait(context.Background(), ready)
+		err = n.env.Wait(context.Background(), what, ready)
 	}
 	n.mu.Lock()
 	delete(n.calls, req)
