@@ -62,4 +62,13 @@ var (
 		return j
 	}).When(func(q *Queue, _ struct{}) bool { return len(q.Jobs) > 0 || q.Closed })
 	queued = orca.Read(queue, "queued", func(q *Queue, _ struct{}) int64 { return int64(len(q.Jobs)) })
+	// tryGet takes a job if there is one, -1 if not: get without waiting.
+	tryGet = orca.Write(queue, "tryGet", orca.NoArgs, func(q *Queue, _ struct{}) int32 {
+		if len(q.Jobs) == 0 {
+			return -1
+		}
+		j := q.Jobs[0]
+		q.Jobs = q.Jobs[1:]
+		return j
+	})
 )
