@@ -233,7 +233,7 @@ func (op *Op[S, A, R]) Call(ctx context.Context, o *Object[S], a A) (R, error) {
 	if !op.info.write {
 		return op.read(ctx, o, a)
 	}
-	msg, err := op.args.Append(appendOpHeader(nil, o.obj.id, op.info.index), a)
+	msg, err := op.args.Append(appendOpHeader(make([]byte, 0, opHeaderLen+64), o.obj.id, op.info.index), a)
 	if err != nil {
 		return zero, fmt.Errorf("orca: %v on %q: encoding the arguments: %w", op.info, o.obj.name, err)
 	}
@@ -242,6 +242,70 @@ func (op *Op[S, A, R]) Call(ctx context.Context, o *Object[S], a A) (R, error) {
 		return zero, err
 	}
 	return r.(R), nil
+}
+
+// Go starts a write and returns once it is broadcast, without waiting for
+// its application: as if a new Orca process were forked to call it (the
+// language's fork), so that one goroutine can have many writes in flight
+// — the way to fill the total order's window from one caller. Pending.Wait
+// joins it: returns the result once the write is applied here. Until then
+// nothing orders the write before this goroutine's later operations (they
+// are another process's); writes one goroutine starts with Go are applied
+// in the order it started them (the total order keeps each member's
+// order). ctx bounds the broadcast (back-pressure); Wait takes its own
+// for a guard. Go of a read operation fails: call reads with Call.
+func (op *Op[S, A, R]) Go(ctx context.Context, o *Object[S], a A) *Pending[R] {
+	switch {
+	case o == nil:
+		return &Pending[R]{err: fmt.Errorf("orca: %v started on a nil object", op.info)}
+	case o.c != op.c:
+		return &Pending[R]{err: fmt.Errorf("orca: %v started on object %q of another class (%s)", op.info, o.obj.name, o.c.info.name)}
+	case op.c.info.err != nil:
+		return &Pending[R]{err: op.c.info.err}
+	case !op.info.write:
+		return &Pending[R]{err: fmt.Errorf("orca: Go of %v, a read: call reads with Call", op.info)}
+	}
+	msg, err := op.args.Append(appendOpHeader(make([]byte, 0, opHeaderLen+64), o.obj.id, op.info.index), a)
+	if err != nil {
+		return &Pending[R]{err: fmt.Errorf("orca: %v on %q: encoding the arguments: %w", op.info, o.obj.name, err)}
+	}
+	c, err := o.n.startWrite(ctx, o.obj, op.info, msg, a)
+	return &Pending[R]{n: o.n, c: c, err: err}
+}
+
+// Pending is a write started with Go.
+type Pending[R any] struct {
+	n   *Node
+	c   *call
+	err error
+	// The outcome, once Wait has it.
+	waited bool
+	result R
+}
+
+// Wait waits until the write is applied here and returns its result (or
+// the error that stopped it: sending it, the node's failure; for a
+// guarded write whose ctx ends, the cancellation's outcome, as Call). It
+// may be called again and returns the same.
+func (p *Pending[R]) Wait(ctx context.Context) (R, error) {
+	if p.err != nil || p.waited {
+		return p.result, p.err
+	}
+	r, err := p.n.await(ctx, p.c)
+	p.waited, p.err = true, err
+	if err == nil {
+		p.result = r.(R)
+	}
+	return p.result, p.err
+}
+
+// Applied reports, without waiting, whether the write has been applied
+// here (or failed).
+func (p *Pending[R]) Applied() bool {
+	if p.err != nil || p.waited {
+		return true
+	}
+	return p.c.Ready()
 }
 
 // read is Call for a read operation.
@@ -259,12 +323,7 @@ func (op *Op[S, A, R]) read(ctx context.Context, o *Object[S], a A) (R, error) {
 		}
 		obj.mu.RUnlock()
 		n := o.n
-		err := n.env.Wait(ctx, Waiting{Op: op.info.String(), Object: obj.name}, func() bool {
-			obj.mu.RLock()
-			ok := op.guard(o.state, a)
-			obj.mu.RUnlock()
-			return ok || n.Err() != nil
-		})
+		err := n.env.Wait(ctx, &guardWaiter[S, A, R]{op: op, o: o, a: a})
 		if err == nil {
 			err = n.Err()
 		}
@@ -273,6 +332,39 @@ func (op *Op[S, A, R]) read(ctx context.Context, o *Object[S], a A) (R, error) {
 			return zero, fmt.Errorf("orca: %v on %q: waiting for its guard: %w", op.info, obj.name, err)
 		}
 	}
+}
+
+// guardWaiter waits for a read's guard.
+type guardWaiter[S, A, R any] struct {
+	op *Op[S, A, R]
+	o  *Object[S]
+	a  A
+}
+
+func (w *guardWaiter[S, A, R]) Ready() bool {
+	obj := w.o.obj
+	obj.mu.RLock()
+	ok := w.op.guard(w.o.state, w.a)
+	obj.mu.RUnlock()
+	return ok || w.o.n.Err() != nil
+}
+
+func (w *guardWaiter[S, A, R]) Wake() <-chan struct{} {
+	n := w.o.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	obj := w.o.obj
+	if obj.changed == nil {
+		obj.changed = make(chan struct{})
+		if n.err != nil {
+			close(obj.changed) // failed: nobody would close it
+		}
+	}
+	return obj.changed
+}
+
+func (w *guardWaiter[S, A, R]) String() string {
+	return fmt.Sprintf("waiting for the guard of %v on %q", w.op.info, w.o.obj.name)
 }
 
 // Object is a shared data-object: a replica of it at every member, made

@@ -21,14 +21,9 @@ type Env interface {
 	// included); msg may be reused when Send returns. It blocks while
 	// the send window is full, or returns ctx's error.
 	Send(ctx context.Context, msg []byte) error
-	// Wait blocks until ready() reports true, or ctx ends (it returns
-	// ctx.Err()), or the group stops (it returns why). ready takes the
-	// node's locks itself: call it without them. what says what the
-	// caller waits for (for a deadlock report).
-	Wait(ctx context.Context, what fmt.Stringer, ready func() bool) error
-	// Changed is called, with the node's lock held, whenever something a
-	// waiter may wait for changed; it must not block or call the node.
-	Changed()
+	// Wait blocks until w.Ready() reports true, or ctx ends (it returns
+	// ctx.Err()), or the group stops (it returns why).
+	Wait(ctx context.Context, w Waiter) error
 	// Leave leaves the group once everything this member sent is held
 	// by every live member (reliable's Stats.Protocol.Unsettled is 0):
 	// under Resilience SafeSequencer a message delivered back to its
@@ -111,7 +106,6 @@ func (n *Node) event(ev reliable.Event) {
 	switch ev.Kind {
 	case reliable.SelfLeft:
 		n.left = true
-		n.env.Changed()
 	case reliable.SelfRemoved:
 		n.failLocked(fmt.Errorf("%w: %w: %s", ErrClosed, reliable.ErrRemoved, ev.Reason))
 	}
@@ -125,7 +119,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
-	e := &groupEnv{changedc: make(chan struct{})}
+	e := &groupEnv{}
 	n := newNode(e, cfg)
 	e.n = n
 	gcfg := cfg.Group
@@ -154,81 +148,58 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Waiting is what a call waits for (Env.Wait's what): a write's
-// application, or a read's guard.
-type Waiting struct {
-	Op     string // class.operation
-	Object string
-	Write  bool
-}
-
-func (w Waiting) String() string {
-	if w.Write {
-		return fmt.Sprintf("waiting for %s on %q to be applied", w.Op, w.Object)
-	}
-	return fmt.Sprintf("waiting for the guard of %s on %q", w.Op, w.Object)
+// Waiter is what a blocked call waits for (Env.Wait): a write's
+// application here, or a read's guard.
+type Waiter interface {
+	// Ready reports whether the call may go on (or the node stopped). It
+	// takes the node's locks itself: call it without them.
+	Ready() bool
+	// Wake returns a channel that is closed when Ready may have become
+	// true: take it before calling Ready, and wait on it if Ready said
+	// no. (Each write's caller has a channel of its own; a guarded read's
+	// is its object's, closed on every write to it.)
+	Wake() <-chan struct{}
+	// String says what the call waits for, for a deadlock report.
+	String() string
 }
 
 // groupEnv runs a node over a live reliable.Group: writes are sent on
 // the caller's goroutine (Group.Send, with its back-pressure), messages
-// are applied in the group's Deliver, on its event loop, and waiting
-// callers are woken by a channel closed on every change.
+// are applied in the group's Deliver, on its event loop, and a waiting
+// caller is woken by its Waiter's channel.
 type groupEnv struct {
 	n *Node
 	g *reliable.Group
-	// Guarded by n.mu: changedc is closed and replaced when something
-	// changes while waiters > 0.
-	changedc chan struct{}
-	waiters  int
 }
 
 func (e *groupEnv) Send(ctx context.Context, msg []byte) error { return e.g.Send(ctx, msg) }
 
-func (e *groupEnv) Changed() {
-	if e.waiters > 0 {
-		close(e.changedc)
-		e.changedc = make(chan struct{})
-	}
-}
-
-func (e *groupEnv) Wait(ctx context.Context, _ fmt.Stringer, ready func() bool) error {
-	n := e.n
+func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
 	for {
-		n.mu.Lock()
-		ch := e.changedc
-		e.waiters++
-		n.mu.Unlock()
-		// Checked after taking the channel: a change from here on closes
-		// it.
-		ok := ready()
-		var err error
-		if !ok {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				err = ctx.Err()
-			case <-e.g.Done():
-				err = ErrClosed
-				if gerr := e.g.Err(); gerr != nil && !errors.Is(gerr, reliable.ErrClosed) {
-					err = fmt.Errorf("%w: %w", ErrClosed, gerr)
-				}
-				n.mu.Lock()
-				n.failLocked(err)
-				n.mu.Unlock()
-			}
-		}
-		n.mu.Lock()
-		e.waiters--
-		n.mu.Unlock()
-		if ok {
+		// Taken before Ready: a change from here on closes it.
+		wake := w.Wake()
+		if w.Ready() {
 			return nil
 		}
-		if err != nil {
-			if ready() {
-				return nil
+		var err error
+		select {
+		case <-wake:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-e.g.Done():
+			err = ErrClosed
+			if gerr := e.g.Err(); gerr != nil && !errors.Is(gerr, reliable.ErrClosed) {
+				err = fmt.Errorf("%w: %w", ErrClosed, gerr)
 			}
-			return err
+			e.n.mu.Lock()
+			e.n.failLocked(err)
+			e.n.mu.Unlock()
 		}
+		if w.Ready() {
+			return nil
+		}
+		return err
 	}
 }
 

@@ -2,7 +2,6 @@ package orca_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 
@@ -33,9 +32,6 @@ type loopMsg struct {
 type loopEnv struct {
 	l  *loop
 	id frame.MemberID
-
-	mu      sync.Mutex
-	changed chan struct{}
 }
 
 func (e *loopEnv) Send(ctx context.Context, msg []byte) error {
@@ -72,25 +68,16 @@ func (l *loop) release() {
 	l.pending = nil
 }
 
-func (e *loopEnv) Changed() {
-	e.mu.Lock()
-	close(e.changed)
-	e.changed = make(chan struct{})
-	e.mu.Unlock()
-}
-
-func (e *loopEnv) Wait(ctx context.Context, _ fmt.Stringer, ready func() bool) error {
+func (e *loopEnv) Wait(ctx context.Context, w orca.Waiter) error {
 	for {
-		e.mu.Lock()
-		ch := e.changed
-		e.mu.Unlock()
-		if ready() {
+		ch := w.Wake()
+		if w.Ready() {
 			return nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			if ready() {
+			if w.Ready() {
 				return nil
 			}
 			return ctx.Err()
@@ -103,7 +90,7 @@ func (e *loopEnv) GroupStats() reliable.Stats { return reliable.Stats{} }
 
 // newLoop starts members nodes on one loop; maxMessage is what the
 // "group" carries in one message.
-func newLoop(t *testing.T, members, maxMessage int, cfg orca.Config) (*loop, []*orca.Node) {
+func newLoop(t testing.TB, members, maxMessage int, cfg orca.Config) (*loop, []*orca.Node) {
 	t.Helper()
 	l := &loop{}
 	var ids []frame.MemberID
@@ -119,9 +106,9 @@ func newLoop(t *testing.T, members, maxMessage int, cfg orca.Config) (*loop, []*
 }
 
 // add starts one more node on l (it hears what is sent from now on).
-func (l *loop) add(t *testing.T, id frame.MemberID, ids []frame.MemberID, maxMessage int, cfg orca.Config) *orca.Node {
+func (l *loop) add(t testing.TB, id frame.MemberID, ids []frame.MemberID, maxMessage int, cfg orca.Config) *orca.Node {
 	t.Helper()
-	e := &loopEnv{l: l, id: id, changed: make(chan struct{})}
+	e := &loopEnv{l: l, id: id}
 	n, h, err := orca.NewHosted(e, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +123,7 @@ func (l *loop) add(t *testing.T, id frame.MemberID, ids []frame.MemberID, maxMes
 }
 
 // must makes object name of class c with initial on every node.
-func must[S any](t *testing.T, nodes []*orca.Node, name string, c *orca.Class[S], initial func() S) []*orca.Object[S] {
+func must[S any](t testing.TB, nodes []*orca.Node, name string, c *orca.Class[S], initial func() S) []*orca.Object[S] {
 	t.Helper()
 	var objs []*orca.Object[S]
 	for _, n := range nodes {

@@ -84,6 +84,8 @@ type Node struct {
 	sendMu  sync.Mutex // one write's parts go out together
 	sendBuf []byte
 	failed  atomic.Bool // err is set (read without mu on the read path)
+	// sent counts what send sent (Stats), without mu.
+	sent struct{ messages, bytes, parts atomic.Uint64 }
 
 	// testDeliver, when set (tests only: export_test.go), takes every
 	// delivery instead of the replica and may drop, delay or reorder it
@@ -93,11 +95,16 @@ type Node struct {
 
 // call is a write waiting for its application here.
 type call struct {
+	n    *Node
 	obj  *object
 	op   *opInfo
 	args any
-	// done: applied (result) or cancelled; writes and digest: the
-	// object's write count and state digest after it (Config.Check).
+	req  uint32
+	// done: applied (result) or cancelled; wake, made when a waiter asks
+	// for it, is closed then, or when the node fails; writes and digest:
+	// the object's write count and state digest after it (Config.Check).
+	wake      chan struct{}
+	woken     bool
 	done      bool
 	cancelled bool
 	result    any
@@ -197,6 +204,7 @@ func (n *Node) Stats() Stats {
 		s.Early += len(e)
 	}
 	n.mu.Unlock()
+	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
 	s.Group = n.env.GroupStats()
 	return s
 }
@@ -234,11 +242,57 @@ func (n *Node) usable() error {
 
 // failLocked stops the node with err (n.mu held); waiting calls return.
 func (n *Node) failLocked(err error) {
-	if n.err == nil {
-		n.err = err
-		n.failed.Store(true)
+	if n.err != nil {
+		return
 	}
-	n.env.Changed()
+	n.err = err
+	n.failed.Store(true)
+	for _, c := range n.calls {
+		c.wakeUp()
+	}
+	for _, o := range n.objects {
+		o.changedLocked()
+	}
+}
+
+// finish completes c (n.mu held).
+func (c *call) finish() {
+	c.done = true
+	c.wakeUp()
+}
+
+func (c *call) wakeUp() {
+	if !c.woken {
+		c.woken = true
+		if c.wake != nil {
+			close(c.wake)
+		}
+	}
+}
+
+// A call is the Waiter of its caller: it waits for the write's
+// application here.
+
+func (c *call) Ready() bool {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	return c.done || c.n.err != nil
+}
+
+func (c *call) Wake() <-chan struct{} {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+		if c.woken {
+			close(c.wake)
+		}
+	}
+	return c.wake
+}
+
+func (c *call) String() string {
+	return fmt.Sprintf("waiting for %v on %q to be applied", c.op, c.obj.name)
 }
 
 // newObject makes the replica of object name (see New).
@@ -271,6 +325,15 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 
 // write broadcasts a write and waits for its application here (Op.Call).
 func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (any, error) {
+	c, err := n.startWrite(ctx, o, op, msg, args)
+	if err != nil {
+		return nil, err
+	}
+	return n.await(ctx, c)
+}
+
+// startWrite registers a write's call and broadcasts it.
+func (n *Node) startWrite(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (*call, error) {
 	if len(msg) > n.maxWrite {
 		return nil, fmt.Errorf("orca: %v on %q: the write's message is %d bytes, more than MaxWrite (%d)", op, o.name, len(msg), n.maxWrite)
 	}
@@ -282,7 +345,7 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 	n.nextReq++
 	req := n.nextReq
 	setRequest(msg, req)
-	c := &call{obj: o, op: op, args: args}
+	c := &call{n: n, obj: o, op: op, args: args, req: req}
 	n.calls[req] = c
 	n.stats.Writes++
 	n.mu.Unlock()
@@ -293,13 +356,14 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 		n.mu.Unlock()
 		return nil, fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
 	}
-	ready := func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return c.done || n.err != nil
-	}
-	what := Waiting{Op: op.String(), Object: o.name, Write: true}
-	err := n.env.Wait(ctx, what, ready)
+	return c, nil
+}
+
+// await waits for a write started by startWrite to be applied here, and
+// returns its result.
+func (n *Node) await(ctx context.Context, c *call) (any, error) {
+	o, op, req := c.obj, c.op, c.req
+	err := n.env.Wait(ctx, c)
 	if err != nil && ctx.Err() != nil && n.Err() == nil {
 		// ctx ended first. A guarded write may wait forever: cancel it
 		// through the order, where every replica sees the cancellation
@@ -312,7 +376,7 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 				n.mu.Unlock()
 			}
 		}
-		err = n.env.Wait(context.Background(), what, ready)
+		err = n.env.Wait(context.Background(), c)
 	}
 	n.mu.Lock()
 	delete(n.calls, req)
@@ -329,7 +393,7 @@ func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, arg
 	}
 	if n.trace != nil {
 		n.trace(TraceEvent{Kind: TraceCall, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: n.self, Req: req,
-			Args: args, Result: c.result, Err: c.err})
+			Args: c.args, Result: c.result, Err: c.err})
 	}
 	n.mu.Unlock()
 	if c.err == nil && n.cfg.Check {
@@ -378,11 +442,9 @@ func (n *Node) send(ctx context.Context, msg []byte) error {
 }
 
 func (n *Node) countSent(msgs, bytes, parts int) {
-	n.mu.Lock()
-	n.stats.Messages += uint64(msgs)
-	n.stats.Bytes += uint64(bytes)
-	n.stats.Parts += uint64(parts)
-	n.mu.Unlock()
+	n.sent.messages.Add(uint64(msgs))
+	n.sent.bytes.Add(uint64(bytes))
+	n.sent.parts.Add(uint64(parts))
 }
 
 // traceRead records a read that returned (Op.Call's read path).

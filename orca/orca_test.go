@@ -440,3 +440,35 @@ func roundTrip[T any](t *testing.T, c orca.Codec[T], v T) {
 		t.Errorf("%T: %v came back as %v", v, v, got)
 	}
 }
+
+// Go starts writes without waiting: one goroutine has many in flight,
+// they are applied in the order started, and Wait returns each result.
+func TestGo(t *testing.T) {
+	l, nodes := newLoop(t, 2, 1400, orca.Config{})
+	ls := must(t, nodes, "log", logClass, func() []int32 { return nil })
+	l.mu.Lock()
+	l.hold = true // nothing is delivered until release
+	l.mu.Unlock()
+	var ps []*orca.Pending[int64]
+	for i := range 5 {
+		ps = append(ps, push.Go(bg, ls[0], []int32{int32(i)}))
+	}
+	if ps[0].Applied() {
+		t.Fatal("applied before the order delivered it")
+	}
+	l.release()
+	for i, p := range ps {
+		if n, err := p.Wait(bg); err != nil || n != int64(i+1) {
+			t.Errorf("write %d: %d, %v", i, n, err)
+		}
+		if !p.Applied() {
+			t.Errorf("write %d: not applied after Wait", i)
+		}
+	}
+	if v, _ := all.Call(bg, ls[1], struct{}{}); !slices.Equal(v, []int32{0, 1, 2, 3, 4}) {
+		t.Errorf("log %v", v)
+	}
+	if _, err := length.Go(bg, ls[0], struct{}{}).Wait(bg); err == nil || !strings.Contains(err.Error(), "call reads with Call") {
+		t.Errorf("Go of a read: %v", err)
+	}
+}

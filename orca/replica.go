@@ -31,6 +31,17 @@ type object struct {
 	// digests are the state's digests after recent writes (Config.Check),
 	// by write count modulo digestRing.
 	digests [digestRing]digestEntry
+	// changed, when a guarded read waits (Wake), is closed at the next
+	// write to the object (n.mu held).
+	changed chan struct{}
+}
+
+// changedLocked wakes the guarded reads waiting on o (n.mu held).
+func (o *object) changedLocked() {
+	if o.changed != nil {
+		close(o.changed)
+		o.changed = nil
+	}
 }
 
 // digestRing is how many recent digests a replica keeps per object for
@@ -179,8 +190,8 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 		return
 	}
 	if c := n.calls[req]; c != nil && !c.done {
-		c.done, c.err = true, err
-		n.env.Changed()
+		c.err = err
+		c.finish()
 	}
 }
 
@@ -193,19 +204,20 @@ func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, ra
 		n.failCall(from, req, fmt.Errorf("orca: the arguments do not decode: %w", err))
 		return
 	}
-	p := &pendingOp{origin: from, req: req, op: op, args: args, pos: Pos{Delivery: pos}}
+	p := pendingOp{origin: from, req: req, op: op, args: args, pos: Pos{Delivery: pos}}
 	if op.guard != nil {
-		ok, err := n.guardHolds(o, p)
+		ok, err := n.guardHolds(o, &p)
 		if err != nil {
 			return
 		}
 		if !ok {
-			p.raw = slices.Clone(raw)
-			o.pending = append(o.pending, p)
+			q := p // p itself stays on the stack: most writes are not queued
+			q.raw = slices.Clone(raw)
+			o.pending = append(o.pending, &q)
 			return
 		}
 	}
-	if n.apply(o, p, p.pos) {
+	if n.apply(o, &p, p.pos) {
 		n.retry(o, pos)
 	}
 }
@@ -278,14 +290,15 @@ func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 	}
 	if p.origin == n.self {
 		if c := n.calls[p.req]; c != nil {
-			c.done, c.result, c.writes, c.digest = true, result, o.writes, digest
+			c.result, c.writes, c.digest = result, o.writes, digest
+			c.finish()
 		}
 	}
 	if n.trace != nil {
 		n.trace(TraceEvent{Kind: TraceApply, Member: n.self, Object: o.name, Op: p.op.name, Write: true, Origin: p.origin, Req: p.req,
 			Args: p.args, Result: result, Pos: at, Writes: o.writes, Digest: digest})
 	}
-	n.env.Changed()
+	o.changedLocked()
 	return true
 }
 
@@ -301,10 +314,10 @@ func (n *Node) cancel(o *object, from frame.MemberID, req uint32) {
 	n.stats.Cancelled++
 	if from == n.self {
 		if c := n.calls[req]; c != nil && !c.done {
-			c.done, c.cancelled = true, true
+			c.cancelled = true
+			c.finish()
 		}
 	}
-	n.env.Changed()
 }
 
 // compareDigest checks a peer's digest of o after its write count writes

@@ -2,7 +2,6 @@ package orca
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -18,10 +17,9 @@ func (e *nullEnv) Send(_ context.Context, msg []byte) error {
 	e.sent = append(e.sent, append([]byte(nil), msg...))
 	return nil
 }
-func (e *nullEnv) Wait(context.Context, fmt.Stringer, func() bool) error { return nil }
-func (e *nullEnv) Changed()                                              {}
-func (e *nullEnv) Leave() error                                          { return nil }
-func (e *nullEnv) GroupStats() reliable.Stats                            { return reliable.Stats{} }
+func (e *nullEnv) Wait(context.Context, Waiter) error { return nil }
+func (e *nullEnv) Leave() error                       { return nil }
+func (e *nullEnv) GroupStats() reliable.Stats         { return reliable.Stats{} }
 
 var (
 	tcounter = NewClass[int64]("tcounter")

@@ -194,6 +194,7 @@ func (n *Node) Restore(snapshot []byte) error {
 		os.o.class.assignState(os.o.state, os.state) // typed handles (Object) keep their pointer
 		os.o.mu.Unlock()
 		os.o.writes, os.o.pending, os.o.digests = os.writes, os.pending, [digestRing]digestEntry{}
+		os.o.changedLocked()
 	}
 	n.delivered, n.parts = delivered, parts
 	for i, m := range early {
@@ -203,7 +204,6 @@ func (n *Node) Restore(snapshot []byte) error {
 			n.early[earlyIDs[i]] = append(n.early[earlyIDs[i]], m)
 		}
 	}
-	n.env.Changed()
 	return nil
 }
 

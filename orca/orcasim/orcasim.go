@@ -205,10 +205,8 @@ type simMember struct {
 	resume chan bool // the baton; false: the run is aborted
 	// outbox holds what the node sent, for the scheduler to propose.
 	outbox [][]byte
-	// ready is what the parked program waits for, if blocked; what says
-	// what it is.
-	ready   func() bool
-	what    fmt.Stringer
+	// waiting is what the parked program waits for, if blocked.
+	waiting orca.Waiter
 	blocked bool
 	done    bool
 	aborted bool
@@ -227,9 +225,7 @@ func (m *simMember) Send(ctx context.Context, msg []byte) error {
 	return nil
 }
 
-func (m *simMember) Changed() {}
-
-func (m *simMember) Wait(ctx context.Context, what fmt.Stringer, ready func() bool) error {
+func (m *simMember) Wait(ctx context.Context, w orca.Waiter) error {
 	for {
 		if m.aborted {
 			if m.crashed {
@@ -237,13 +233,13 @@ func (m *simMember) Wait(ctx context.Context, what fmt.Stringer, ready func() bo
 			}
 			return ErrAborted
 		}
-		if ready() {
+		if w.Ready() {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m.ready, m.what, m.blocked = ready, what, true
+		m.waiting, m.blocked = w, true
 		m.sim.yielded <- struct{}{}
 		if !<-m.resume {
 			m.aborted = true
@@ -262,19 +258,24 @@ func (m *simMember) Leave() error {
 	settled := func() bool {
 		return len(m.outbox) == 0 && m.drv.Stats().Protocol.Unsettled == 0 || m.sim.net.Now().After(end)
 	}
-	if err := m.Wait(context.Background(), leaving("for its messages to be held by every member"), settled); err != nil {
+	if err := m.Wait(context.Background(), leaving{"for its messages to be held by every member", settled}); err != nil {
 		return err
 	}
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
-	return m.Wait(context.Background(), leaving("for its leave to be done"), m.h.Left)
+	return m.Wait(context.Background(), leaving{"for its leave to be done", m.h.Left})
 }
 
 // leaving is what a leaving member waits for.
-type leaving string
+type leaving struct {
+	what  string
+	ready func() bool
+}
 
-func (l leaving) String() string { return "leaving: waiting " + string(l) }
+func (l leaving) Ready() bool           { return l.ready() }
+func (l leaving) Wake() <-chan struct{} { return nil }
+func (l leaving) String() string        { return "leaving: waiting " + l.what }
 
 func (m *simMember) GroupStats() reliable.Stats { return m.drv.Stats() }
 
@@ -310,7 +311,7 @@ func (m *simMember) runnable() bool {
 	if !m.blocked {
 		return true
 	}
-	return m.ready()
+	return m.waiting.Ready()
 }
 
 // drain hands the member's outbox to its driver, as far as its send
@@ -383,8 +384,8 @@ func (s *simulation) abort(deadline time.Time) error {
 		}
 		st := m.n.Stats()
 		what := "running"
-		if m.blocked && m.what != nil {
-			what = m.what.String()
+		if m.blocked && m.waiting != nil {
+			what = m.waiting.String()
 		}
 		blocked = append(blocked, fmt.Sprintf("rank %d %s (%d guarded writes queued here, %d messages early)", m.rank, what, st.Pending, st.Early))
 	}
