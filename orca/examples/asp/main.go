@@ -5,9 +5,14 @@
 // it to a shared row object (one write, broadcast through the total
 // order: the point of the sidebar — with multicast the pivot row costs a
 // few messages, not one per processor), and every rank waits for it with
-// a guarded read. At the end every rank writes its block to a result
-// object, which rank 0 waits to be complete and checksums. With one
-// process rank 0 relaxes every row itself, without objects.
+// a guarded read. The owner of row k+1 relaxes that row first in
+// iteration k and starts its write at once (Op.Go: as a forked Orca
+// process would), then relaxes its other rows while the row travels, so
+// that the next iteration seldom waits (-lookahead=false: write each
+// pivot row when its iteration comes, and wait for it). At the end every
+// rank writes its block to a result object, which rank 0 waits to be
+// complete and checksums. With one process rank 0 relaxes every row
+// itself, without objects.
 //
 //	asp -n 300
 //	asp -n 64 -sim -procs 4 -loss 0.05 -verify
@@ -97,6 +102,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	nodes := fs.Int("n", 300, "number of nodes")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	lookahead := fs.Bool("lookahead", true, "send pivot row k+1 as soon as it is relaxed in iteration k (Op.Go), while relaxing the other rows")
 	problem := func() *suite.ASP {
 		o.SetParams("n=%d seed=%d", *nodes, *seed)
 		return suite.NewASP(*nodes, *seed)
@@ -108,12 +114,12 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(start)}
 	}
 	par := func(ctx context.Context, n *orca.Node) (harness.Result, error) {
-		return parallel(ctx, n, problem())
+		return parallel(ctx, n, problem(), *lookahead)
 	}
 	return seq, par
 }
 
-func parallel(ctx context.Context, node *orca.Node, a *suite.ASP) (harness.Result, error) {
+func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool) (harness.Result, error) {
 	n, procs, rank := a.N, node.Size(), node.Rank()
 	rows, err := orca.New(node, "rows", rowTable, pivots{Rows: make([][]int32, n)})
 	if err != nil {
@@ -139,15 +145,34 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP) (harness.Resul
 		}
 		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(began)}, nil
 	}
+	mine := func(k int) bool { return k >= lo && k < hi }
+	send := func(k int) *orca.Pending[bool] {
+		return addRow.Go(ctx, rows, rowArgs{First: int32(k), Cells: d[k*n : (k+1)*n]})
+	}
+	var sent *orca.Pending[bool] // the pivot row this rank sent last
+	if lookahead && mine(0) {
+		sent = send(0)
+	}
 	for k := range n {
-		if k >= lo && k < hi {
-			if _, err := addRow.Call(ctx, rows, rowArgs{First: int32(k), Cells: d[k*n : (k+1)*n]}); err != nil {
-				return harness.Result{}, err
-			}
+		if !lookahead && mine(k) {
+			sent = send(k)
 		}
 		pivot, err := row.Call(ctx, rows, k)
 		if err != nil {
 			return harness.Result{}, err
+		}
+		if sent != nil && mine(k) {
+			// Applied here already (row k is): any error is known.
+			if _, err := sent.Wait(ctx); err != nil {
+				return harness.Result{}, err
+			}
+		}
+		if next := k + 1; lookahead && next < n && mine(next) {
+			a.Relax(d, next, next+1, k, pivot)
+			sent = send(next)
+			a.Relax(d, lo, next, k, pivot)
+			a.Relax(d, next+1, hi, k, pivot)
+			continue
 		}
 		a.Relax(d, lo, hi, k, pivot)
 	}
