@@ -6,8 +6,12 @@
 // tour; a job queue object holds the jobs — every path of suite.JobDepth
 // cities from city 0 — which rank 0 puts in one write, and every rank,
 // rank 0 included, takes one at a time with a guarded get (Orca's
-// replicated workers). With one process rank 0 does every job itself.
-// The result is the sequential program's tour (suite.SearchShared).
+// replicated workers). A worker starts the get of its next job (Op.Go: a
+// forked process's call) before it searches the one in hand, so that the
+// round trip through the order overlaps the search (-prefetch=false: get
+// each job when the last is done). With one process rank 0 does every job
+// itself. The result is the sequential program's tour
+// (suite.SearchShared).
 //
 //	tsp -cities 12
 //	tsp -cities 9 -sim -procs 4 -loss 0.05 -verify
@@ -91,6 +95,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	cities := fs.Int("cities", 12, "number of cities")
 	seed := fs.Uint64("seed", 1, "seed of the distances")
+	prefetch := fs.Bool("prefetch", true, "start getting the next job before searching the one in hand (Op.Go)")
 	problem := func() *suite.TSP {
 		o.SetParams("cities=%d seed=%d", *cities, *seed)
 		return suite.NewTSP(*cities, *seed)
@@ -102,7 +107,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 		return result(tour, time.Since(start))
 	}
 	par := func(ctx context.Context, n *orca.Node) (harness.Result, error) {
-		return parallel(ctx, n, problem())
+		return parallel(ctx, n, problem(), *prefetch)
 	}
 	return seq, par
 }
@@ -117,7 +122,7 @@ func result(t suite.Tour, solve time.Duration) harness.Result {
 	return harness.Result{Valid: true, Checksum: suite.Checksum(path), Detail: fmt.Sprintf("length=%d", t.Len), Solve: solve}
 }
 
-func parallel(ctx context.Context, n *orca.Node, t *suite.TSP) (harness.Result, error) {
+func parallel(ctx context.Context, n *orca.Node, t *suite.TSP, prefetch bool) (harness.Result, error) {
 	depth := min(suite.JobDepth, t.N)
 	bestObj, err := orca.New(n, "best", bestPath, suite.NoTour())
 	if err != nil {
@@ -162,15 +167,22 @@ func parallel(ctx context.Context, n *orca.Node, t *suite.TSP) (harness.Result, 
 			_, failed = offer.Call(ctx, bestObj, tour)
 		}
 	}
+	next := getJob.Go(ctx, queue, struct{}{})
 	for failed == nil {
-		job, err := getJob.Call(ctx, queue, struct{}{})
+		job, err := next.Wait(ctx)
 		if err != nil {
 			return harness.Result{}, err
 		}
 		if job == nil {
 			break
 		}
+		if prefetch {
+			next = getJob.Go(ctx, queue, struct{}{})
+		}
 		t.SearchShared(job, readBound, offerTour)
+		if !prefetch {
+			next = getJob.Go(ctx, queue, struct{}{})
+		}
 	}
 	if failed != nil {
 		return harness.Result{}, failed
