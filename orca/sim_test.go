@@ -247,7 +247,7 @@ func runSim(t *testing.T, s simScenario) (simOutcome, error) {
 	crashes := s.crashes()
 	cfg := orcasim.Config{
 		Members: s.members, Seed: s.seed, In: s.in, Out: s.out, QueueLen: s.queueLen, Crashes: crashes,
-		Timeout: time.Minute, Stay: true,
+		Timeout: time.Minute, Stay: !simLeave(),
 		Node: orca.Config{Trace: h.Record, Group: reliable.Config{
 			Window: s.window, Method: s.method, Resilience: s.safe, Quorum: s.quorum, MaxPayload: s.maxPayload,
 			HeartbeatInterval: simHeartbeat, FailureTimeout: simFailure, ElectionRetry: simElectionRetry,
@@ -325,6 +325,17 @@ func runSim(t *testing.T, s simScenario) (simOutcome, error) {
 	return out, nil
 }
 
+// simLeave: with RBCAST_ORCA_LEAVE=1 members leave the group (Close) as
+// their programs return, instead of staying until all have (Stay). Not
+// the default: under loss a member that missed a peer's Leave frames
+// after the sequencer left can wait in an election that never completes
+// (a limit of the reliable layer's leave, see the report of issue 22);
+// this knob reproduces it.
+func simLeave() bool {
+	v, _ := strconv.ParseBool(os.Getenv("RBCAST_ORCA_LEAVE"))
+	return v
+}
+
 // simSeeds is how many seeds to run: RBCAST_SEEDS if set, else 20 under
 // -short, else def (as the cores' simulations).
 func simSeeds(t *testing.T, def int) int {
@@ -356,7 +367,11 @@ func TestSim(t *testing.T) {
 			s := newSimScenario(seed)
 			out, err := runSim(t, s)
 			if err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./orca -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
+				env := ""
+				if simLeave() {
+					env = "RBCAST_ORCA_LEAVE=1 "
+				}
+				t.Fatalf("%v\nscenario: %v\nre-run: %sRBCAST_SEEDS=%d go test ./orca -run '^TestSim$/^seed=%d$' -v", err, s, env, seed, seed)
 			}
 			ran.Add(1)
 			crashes.Add(int64(out.crashed))
