@@ -209,7 +209,8 @@ func (n *Node) Stats() Stats {
 	return s
 }
 
-// Close leaves the group once what this member sent is delivered
+// Close leaves the group once every live member holds what this member
+// sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
 // (reliable.Group.Close). Operations called after it, or waiting when the
 // group stops, fail with ErrClosed.
 func (n *Node) Close() error {
