@@ -34,7 +34,7 @@ test-short:
 # a failing seed prints the command that re-runs it alone.
 SEEDS ?= 20000
 soak:
-	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$|TestTotalSim$$' ./reliable/pbp ./reliable/seq ./reliable
+	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$|TestTotalSim$$' ./reliable/pbp ./reliable/seq ./reliable ./orca
 
 # Micro-benchmarks (no root): codec, simulator, capture, the protocol cores
 # alone, and the runtime's goodput on the simulator (one fixed scenario per
@@ -42,6 +42,7 @@ soak:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+	$(GO) test -run '^$$' -bench 'Read|WriteLocal' -benchmem ./orca
 	@echo "The thesis's experiments on the netns bridge (PBP2, PBP1, TCP fan-out, raw ring; root, about 35 minutes): sudo make bench-net"
 
 # Real-network benchmarks (root; builds and removes rb… namespaces): the
