@@ -2,9 +2,14 @@ package udp
 
 import (
 	"net/netip"
+	"os/exec"
 	"testing"
+	"time"
 
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/linktest"
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,4 +79,78 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// openOn opens a link inside host h's namespace.
+func openOn(t *testing.T, h *netns.Host, cfg Config) *Link {
+	t.Helper()
+	var l *Link
+	if err := h.Do(func() (err error) {
+		l, err = Open(cfg)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestConformanceMulticast runs the suite on multicast links between two
+// hosts of a netns segment, IPv4 and IPv6, and across a router
+// (smcroute) with TTL 2.
+func TestConformanceMulticast(t *testing.T) {
+	netnstest.RequireRoot(t)
+	for _, c := range []struct {
+		name  string
+		opts  netns.Options
+		group string
+		ttl   int
+	}{
+		{"ipv4", netns.Options{Hosts: 2, Addresses: true, Prefix: "rbuc4"}, "239.77.0.1:7001", 0},
+		{"ipv6", netns.Options{Hosts: 2, Addresses: true, IPv6: true, Prefix: "rbuc6"}, "[ff05::77:1]:7001", 0},
+		{"routed", netns.Options{Hosts: 2, Routed: "smcroute", Prefix: "rbucr"}, "239.77.0.2:7002", 2},
+		{"routed6", netns.Options{Hosts: 2, Routed: "smcroute", IPv6: true, Prefix: "rbucs"}, "[ff05::77:2]:7002", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.opts.Routed == "smcroute" {
+				if _, err := exec.LookPath("smcrouted"); err != nil {
+					t.Skip("needs smcrouted (Debian package smcroute; scripts/ensure-deps.sh installs it)")
+				}
+			}
+			topo := netnstest.Up(t, c.opts)
+			cfg := Config{Group: netip.MustParseAddrPort(c.group), Interface: "eth0", TTL: c.ttl}
+			if c.opts.Routed != "" {
+				// smcrouted installs a sender's (S,G) route when its
+				// first datagram reaches the router, and the kernel keeps
+				// only a few datagrams meanwhile: have both senders'
+				// routes in place before the suite counts frames.
+				a, b := openOn(t, topo.Hosts[0], cfg), openOn(t, topo.Hosts[1], cfg)
+				warmUp(t, a, b)
+				warmUp(t, b, a)
+				a.Close()
+				b.Close()
+			}
+			linktest.Run(t, func(t *testing.T) linktest.Pair {
+				return linktest.Pair{A: openOn(t, topo.Hosts[0], cfg), B: openOn(t, topo.Hosts[1], cfg)}
+			})
+		})
+	}
+}
+
+// warmUp sends from a until b receives.
+func warmUp(t *testing.T, a, b *Link) {
+	t.Helper()
+	f := make([]byte, 64)
+	copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(f[6:], a.HardwareAddr())
+	f[12], f[13] = 0x88, 0xb5
+	rx := make([]link.Frame, 8)
+	for range 50 {
+		if _, err := a.Send([][]byte{f}); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := b.Recv(time.Now().Add(100*time.Millisecond), rx); n > 0 {
+			return
+		}
+	}
+	t.Fatalf("no frame from %s reached %s in 50 tries", a.LocalAddr(), b.LocalAddr())
 }

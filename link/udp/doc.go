@@ -79,8 +79,11 @@
 // by) is the path MTU less the IP (20 or 40), UDP (8) and Ethernet (14)
 // headers: 1458 bytes on IPv4 at 1500, 1438 on IPv6. The path MTU is the
 // interface's (multicast) or the smallest route MTU to a static peer,
-// capped by Config.MTU. Datagrams go with Don't Fragment and without the
-// kernel's path MTU cache (IP_PMTUDISC_PROBE): a hop with a smaller MTU
-// drops them rather than fragmenting, so give Config.MTU when the path
-// has one. Members must agree on the MTU (registration compares it).
+// capped by Config.MTU. The kernel's path MTU cache is not used. IPv4
+// datagrams leave without Don't Fragment, because Linux's multicast
+// routing drops a GSO send with DF whose whole length exceeds the MTU
+// (it checks before segmenting); a hop with a smaller MTU then fragments
+// them. IPv6 routers drop what is too large. Either way, give Config.MTU
+// when the path has a hop smaller than the ends. Members must agree on
+// the MTU (registration compares it).
 package udp

@@ -12,9 +12,13 @@ import (
 
 // newSocket opens a non-blocking UDP socket of family fam with the options
 // every socket of the link has: buffers, receive timestamps, the drop
-// counter, and Don't Fragment without the kernel's path MTU cache (the
-// link's MTU is fixed at Open; a packet too large for a hop is lost, not
-// fragmented).
+// counter, and no use of the kernel's path MTU cache (the link's MTU is
+// fixed at Open). IPv4 datagrams leave without Don't Fragment
+// (IP_PMTUDISC_DONT): Linux's multicast forwarding (ipmr) compares a GSO
+// send's whole length with the MTU before segmenting it and drops it if
+// DF is set, so with DF no GSO send would cross a multicast router; and a
+// hop with a smaller MTU then fragments rather than drops. IPv6 routers
+// never fragment (IPV6_PMTUDISC_PROBE: no local fragmentation either).
 func newSocket(fam int, cfg *Config) (int, error) {
 	domain := unix.AF_INET
 	if fam == 6 {
@@ -35,7 +39,7 @@ func newSocket(fam int, cfg *Config) (int, error) {
 			sockOpt{name: "IPV6_V6ONLY", level: unix.IPPROTO_IPV6, opt: unix.IPV6_V6ONLY, value: 1},
 			sockOpt{name: "IPV6_MTU_DISCOVER", level: unix.IPPROTO_IPV6, opt: unix.IPV6_MTU_DISCOVER, value: unix.IPV6_PMTUDISC_PROBE})
 	} else {
-		opts = append(opts, sockOpt{name: "IP_MTU_DISCOVER", level: unix.IPPROTO_IP, opt: unix.IP_MTU_DISCOVER, value: unix.IP_PMTUDISC_PROBE})
+		opts = append(opts, sockOpt{name: "IP_MTU_DISCOVER", level: unix.IPPROTO_IP, opt: unix.IP_MTU_DISCOVER, value: unix.IP_PMTUDISC_DONT})
 	}
 	for _, o := range opts {
 		var err error
