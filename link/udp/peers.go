@@ -93,8 +93,13 @@ func (s *peerSet) clone() *peerSet {
 	return c
 }
 
-// now is the table's clock: nanoseconds since its start, at least 1.
-func (t *peers) now() int64 { return int64(time.Since(t.start)) + 1 }
+// clockBase puts the table's clock far from 0 (never heard), farther than
+// the oldest age a hello can carry (2³² ms, 50 days), so that times before
+// the table's start stay positive.
+const clockBase = int64(1 << 53)
+
+// now is the table's clock: nanoseconds since its start, plus clockBase.
+func (t *peers) now() int64 { return int64(time.Since(t.start)) + clockBase }
 
 // lookup finds the sender of a datagram, learning it if the table is
 // open. nil means the datagram is to be dropped: an unknown sender of a

@@ -234,3 +234,25 @@ func routeMTU(fam int, dst netip.AddrPort, scope uint32) (int, error) {
 	}
 	return mtu, nil
 }
+
+// localMTU is the MTU of the interface that has address a.
+func localMTU(a netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, fmt.Errorf("listing interfaces: %w", err)
+	}
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, x := range addrs {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a.WithZone("") {
+					return ifi.MTU, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface has address %s, and no peer has a route: cannot tell the MTU (give Config.MTU)", a)
+}

@@ -208,15 +208,23 @@ func (l *Link) open() error {
 	case l.multicast:
 		ipMTU = ifi.MTU
 	default:
+		// A peer with no route now (its network is down) does not stop
+		// the others; sends to it fail and are counted.
+		found := false
 		for _, p := range cfg.Peers {
 			if p == l.local {
 				continue
 			}
-			m, err := routeMTU(l.fam, p, scope)
+			if m, err := routeMTU(l.fam, p, scope); err == nil {
+				ipMTU, found = min(ipMTU, m), true
+			}
+		}
+		if !found && cfg.MTU == 0 {
+			m, err := localMTU(l.local.Addr())
 			if err != nil {
 				return l.opError("listen", err)
 			}
-			ipMTU = min(ipMTU, m)
+			ipMTU = m
 		}
 		if ifi != nil {
 			ipMTU = min(ipMTU, ifi.MTU)
