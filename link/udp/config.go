@@ -121,6 +121,13 @@ type Config struct {
 	HelloInterval, PeerTimeout time.Duration
 }
 
+// Check reports what is wrong with c, as Open would before touching a
+// socket (so a command line can refuse bad flags as usage errors).
+func (c Config) Check() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // Multicast reports whether c is in multicast mode.
 func (c *Config) Multicast() bool { return c.Group.IsValid() }
 
