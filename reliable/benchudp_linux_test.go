@@ -33,6 +33,8 @@ import (
 // RBCAST_UDP_MTUS: MTUs (default 1500,9000).
 // RBCAST_UDP_LOSSES: loss percentages (default 0,1): on every receiver's
 // inbound frames on the segment, on what the router forwards when routed.
+// RBCAST_BENCH_NOSTAGE=1: groups send with Link.Send under their lock
+// instead of staging (link/udp's Stage and Kick), as for the ring.
 //
 // Systems: raw ring = ring-v2 frames of MTU size, whole frames counted
 // (linkbench, the ceiling of BenchmarkReport); raw udp = link/udp
@@ -120,12 +122,15 @@ func udpOpen(topo *netns.Topology, fanout, noOffload bool) func(testing.TB, *net
 				}
 			}
 		}
-		var l link.Link
+		var l *udp.Link
 		if err := h.Do(func() (err error) {
 			l, err = udp.Open(cfg)
 			return err
 		}); err != nil {
 			tb.Fatal(err)
+		}
+		if envBool(tb, "RBCAST_BENCH_NOSTAGE") {
+			return noStage{l}
 		}
 		return l
 	}

@@ -43,6 +43,12 @@
 //     what it has not learned); receivers drop a unicast frame that is
 //     not to them.
 //
+// The link is a link.Stager and link.NowSender: Stage copies frames into
+// a queue in software and Kick sends it, so the runtime stages under its
+// lock and a kicker goroutine spends the system calls (a fan-out send is
+// one datagram per member); SendNow sends past the queue. It is a
+// link.Waker, as link/afpacket.
+//
 // Runs of frames of equal size to one destination leave in one
 // sendmmsg message with UDP_SEGMENT (GSO), up to 64 datagrams; receives
 // use recvmmsg and, where the kernel has it, UDP_GRO, which returns up to

@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rbcast/rbcast/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,25 +72,32 @@ func (s *sender) init(l *Link) {
 // every other member (fan-out); a frame to a member's MAC to that member
 // alone (to the group, or every member, if the link does not know it).
 // Frames are checked first: if any is shorter than an Ethernet header or
-// longer than 14+MTU bytes, nothing is sent. Runs of equal-sized frames to
+// longer than 14+MTU bytes, nothing is sent. Frames staged before
+// (Stage) go out first. Runs of equal-sized frames to
 // one destination leave in one UDP_SEGMENT send where the kernel has it.
 // A full socket buffer (EAGAIN) is waited out; a datagram the kernel
 // refuses for one member (no route to it, say) is dropped and counted
 // (Counters.SendErrors), as a lossy network would drop it.
 func (l *Link) Send(frames [][]byte) (int, error) {
-	maxLen := link.EthernetHeaderLen + l.mtu
 	for i, f := range frames {
-		if len(f) > maxLen {
-			return 0, l.opError("send", fmt.Errorf("frame %d is %d bytes, more than the %d a %d-byte MTU allows (%d-byte header + MTU): %w",
-				i, len(f), maxLen, l.mtu, link.EthernetHeaderLen, link.ErrFrameTooLarge))
-		}
-		if len(f) < link.EthernetHeaderLen {
-			return 0, l.opError("send", fmt.Errorf("frame %d is %d bytes, shorter than the %d-byte Ethernet header", i, len(f), link.EthernetHeaderLen))
+		if err := l.check(i, f); err != nil {
+			return 0, l.opError("send", err)
 		}
 	}
 	if l.closed.Load() {
 		return 0, l.opError("send", net.ErrClosed)
 	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	// After the frames staged before it.
+	if err := l.flushStaged(); err != nil {
+		return 0, err
+	}
+	return l.send(frames)
+}
+
+// send transmits frames that were checked; txMu is held.
+func (l *Link) send(frames [][]byte) (int, error) {
 	if len(frames) == 0 {
 		return 0, nil
 	}

@@ -18,8 +18,9 @@ import (
 var _ link.Waker = (*Link)(nil)
 
 // Link carries rbcast's Ethernet frames in UDP datagrams. It is safe for
-// one goroutine calling Recv and one calling Send at a time; Stats,
-// Counters, Wake and Close may be called from any goroutine.
+// one goroutine calling Recv and one calling Send (or SendNow) at a time,
+// with Stage and Kick on others as link.Stager allows; Stats, Counters,
+// Wake and Close may be called from any goroutine.
 type Link struct {
 	cfg       Config
 	fam       int
@@ -43,7 +44,11 @@ type Link struct {
 	errTimeout   error
 
 	rx receiver // owned by the goroutine in Recv
-	tx sender   // owned by the goroutine in Send
+	// tx is the sender's state, used by Send, SendNow and Kick in turn
+	// (txMu); stage is the queue Stage fills.
+	tx    sender
+	txMu  sync.Mutex
+	stage stageQueue
 
 	gso atomic.Bool // UDP_SEGMENT in use (off for good after EIO)
 	gro bool
@@ -287,6 +292,7 @@ func (l *Link) open() error {
 	}
 	l.rx.init(l)
 	l.tx.init(l)
+	l.stage.init(4 * cfg.BatchSize)
 	l.errTimeout = l.opError("recv", os.ErrDeadlineExceeded)
 	return nil
 }
@@ -427,6 +433,9 @@ func (l *Link) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
+	l.stage.mu.Lock()
+	l.stage.room.Broadcast()
+	l.stage.mu.Unlock()
 	close(l.stop)
 	<-l.done
 	if err := l.closeSockets(); err != nil {
