@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -312,5 +313,46 @@ func TestOpenErrors(t *testing.T) {
 	_ = a
 	if _, err := Open(Config{Peers: ports[:1]}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second member on a taken port: %v", err)
+	}
+}
+
+// Stage never waits for a Kick: the runtime kicks only once Stage has
+// returned, so a full queue is sent by Stage itself (this deadlocked the
+// all-to-all netns test when Stage waited for room).
+func TestStageBeyondTheQueue(t *testing.T) {
+	a, b := openPair(t, lo4, Config{MTU: 1500, BatchSize: 4})
+	defer a.Close()
+	defer b.Close()
+	var frames [][]byte
+	for i := range 100 {
+		frames = append(frames, ethFrame(broadcast, a.HardwareAddr(), uint32(i), 100+i))
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := a.Stage(frames)
+		if err == nil && n != len(frames) {
+			err = fmt.Errorf("staged %d of %d", n, len(frames))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stage of 100 frames with a queue of 16 and no Kick still waits after 5 s")
+	}
+	if err := a.Kick(); err != nil {
+		t.Fatal(err)
+	}
+	got := receive(t, b, len(frames), time.Second, 16)
+	if len(got) != len(frames) {
+		t.Fatalf("%d of %d frames arrived", len(got), len(frames))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], frames[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
 	}
 }

@@ -20,18 +20,14 @@ var (
 // runtime stages under its lock and a kicker goroutine kicks).
 type stageQueue struct {
 	mu     sync.Mutex
-	room   sync.Cond // signalled when a Kick takes the queue, and at Close
-	frames [][]byte  // slices of slab
+	frames [][]byte // slices of slab
 	slab   []byte
 	spareF [][]byte
 	spareS []byte
-	limit  int // frames queued before Stage waits
+	limit  int // frames queued before Stage sends the queue itself
 }
 
-func (q *stageQueue) init(limit int) {
-	q.room.L = &q.mu
-	q.limit = limit
-}
+func (q *stageQueue) init(limit int) { q.limit = limit }
 
 // check refuses what Send refuses, naming the frame.
 func (l *Link) check(i int, f []byte) error {
@@ -46,26 +42,36 @@ func (l *Link) check(i int, f []byte) error {
 }
 
 // Stage queues copies of frames for transmission after those staged
-// before (link.Stager). It waits while the queue holds 4 × BatchSize
-// frames; a frame Send would refuse is refused after the ones before it
-// were staged.
+// before (link.Stager). When the queue holds 4 × BatchSize frames, Stage
+// sends it itself, as a Kick would, rather than wait for a Kick: the
+// runtime kicks only once Stage has returned. A frame Send would refuse
+// is refused after the ones before it were staged.
 func (l *Link) Stage(frames [][]byte) (int, error) {
 	q := &l.stage
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, f := range frames {
-		for len(q.frames) >= q.limit && !l.closed.Load() {
-			q.room.Wait()
-		}
+	for i := 0; i < len(frames); {
 		if l.closed.Load() {
 			return i, l.opError("stage", net.ErrClosed)
 		}
-		if err := l.check(i, f); err != nil {
-			return i, l.opError("stage", err)
+		q.mu.Lock()
+		for ; i < len(frames) && len(q.frames) < q.limit; i++ {
+			f := frames[i]
+			if err := l.check(i, f); err != nil {
+				q.mu.Unlock()
+				return i, l.opError("stage", err)
+			}
+			off := len(q.slab)
+			q.slab = append(q.slab, f...)
+			q.frames = append(q.frames, q.slab[off:len(q.slab):len(q.slab)])
 		}
-		off := len(q.slab)
-		q.slab = append(q.slab, f...)
-		q.frames = append(q.frames, q.slab[off:len(q.slab):len(q.slab)])
+		q.mu.Unlock()
+		if i < len(frames) {
+			l.txMu.Lock()
+			err := l.flushStaged()
+			l.txMu.Unlock()
+			if err != nil {
+				return i, err
+			}
+		}
 	}
 	return len(frames), nil
 }
@@ -93,7 +99,6 @@ func (l *Link) flushStaged() error {
 	q.slab, q.spareS = q.spareS[:0], q.slab
 	// A slab that grew while frames pointed into an older one leaves
 	// those in the older one, which they keep alive; nothing is shared.
-	q.room.Broadcast()
 	q.mu.Unlock()
 	_, err := l.send(q.spareF)
 	clear(q.spareF)

@@ -433,9 +433,6 @@ func (l *Link) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	l.stage.mu.Lock()
-	l.stage.room.Broadcast()
-	l.stage.mu.Unlock()
 	close(l.stop)
 	<-l.done
 	if err := l.closeSockets(); err != nil {
