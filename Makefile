@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp fuzz lint deps clean
 
 all: build
 
@@ -75,6 +75,18 @@ bench-peers:
 	bench/peers/run-corosync -t udpu
 	bench/peers/run-jgroups
 	bench/peers/run-jgroups -U
+
+# rbcast over UDP (issue 26, docs/udp.md; root, builds and removes rbe…
+# and rbfnorm namespaces, installs smcroute and NORM if missing): PBP2
+# one-to-all over link/udp multicast (GSO on and off) and unicast fan-out
+# beside the raw ring, PBP2 on the ring and TCP fan-out, on one segment
+# and across the routed topology (bench-udp.md), then against NORM's
+# normMsgr across the router with 2 and 7 receivers (appended). About 25
+# minutes; run it on an otherwise idle machine.
+bench-udp:
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-udp.md $(GO) test -run '^$$' -bench '^BenchmarkUDPReport$$' -benchtime 1x -timeout 120m ./reliable
+	bench/peers/ensure-deps
+	bench/peers/run-norm -r $(REPS) | tee -a $(CURDIR)/bench-udp.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -26,6 +27,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -40,7 +42,10 @@ server for that id; if it is taken, the daemon exits with an error.
 
 Needs CAP_NET_RAW to open the link (grant it with
 'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
-every capability is dropped once the link is open.
+every capability is dropped once the link is open. -link udp carries the
+same frames in UDP datagrams, across routers, and needs no capability:
+-udp-group ADDR:PORT (IP multicast, joined on -i) or -udp-peers
+ADDR:PORT,... (unicast fan-out; -i not needed); see docs/udp.md.
 
 SIGTERM or SIGINT leaves the group cleanly: new messages are refused,
 everything already accepted is acknowledged by (-order total: held by)
@@ -64,6 +69,9 @@ type runFlags struct {
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
 	kernelFilter                                                                        bool // -kernel-filter
+	udp                                                                                 udpFlags
+	udpSet                                                                              bool // a -udp-* flag was given
+	udpCfg                                                                              udp.Config
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -80,7 +88,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.flightDir, "flight-dir", os.TempDir(), "`directory` of flight recorder dumps")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
-	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
+	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
+	f.udp.register(fs)
 	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
@@ -144,7 +153,7 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 // groupConfig checks the flags and builds the daemon's configuration.
 func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	var dc daemon.Config
-	if f.iface == "" {
+	if f.iface == "" && f.linkKind != "udp" {
 		return dc, "", errors.New("-i IFACE is required")
 	}
 	if f.group == 0 || f.group > 0xffffffff {
@@ -215,8 +224,20 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	}
 	switch f.linkKind {
 	case "ring", "afpacket":
+		if f.udpSet {
+			return dc, "", errors.New("the -udp-* flags need -link udp")
+		}
+	case "udp":
+		uc, err := f.udp.config(f.iface, c.EtherType)
+		if err == nil {
+			err = uc.Check()
+		}
+		if err != nil {
+			return dc, "", err
+		}
+		f.udpCfg = uc
 	default:
-		return dc, "", fmt.Errorf("-link is %q, want ring or afpacket", f.linkKind)
+		return dc, "", fmt.Errorf("-link is %q, want ring, afpacket or udp", f.linkKind)
 	}
 	switch {
 	case f.spin < 0 || f.spin > time.Second:
@@ -299,6 +320,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	fs.Visit(func(fl *flag.Flag) { f.spinSet = f.spinSet || fl.Name == "spin" })
+	f.udpSet = f.udp.given(fs)
 	dc, socket, err := f.groupConfig()
 	if err != nil {
 		return usageErr(stderr, "run", "%v", err)
@@ -312,11 +334,18 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
 	// and the metrics listener, then drop every privilege, then serve.
-	var groups []uint32
-	if f.kernelFilter {
-		groups = []uint32{dc.Group.Group}
+	var l link.Link
+	if f.linkKind == "udp" {
+		// The UDP link has no kernel group filter: the daemon drops
+		// other groups' datagrams (-kernel-filter does not apply).
+		l, err = openUDP(f.udpCfg, log)
+	} else {
+		var groups []uint32
+		if f.kernelFilter {
+			groups = []uint32{dc.Group.Group}
+		}
+		l, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
 	}
-	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
@@ -338,7 +367,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
 			}
 		}
-		opts := capture.Options{Node: f.node, Interface: f.iface, StatsInterval: time.Second, Recorder: rec, EtherType: dc.Group.EtherType}
+		opts := capture.Options{Node: f.node, Interface: cmp.Or(f.iface, "udp"), StatsInterval: time.Second, Recorder: rec, EtherType: dc.Group.EtherType}
 		if rec != nil {
 			// docs/capture.md, "Flight recorder".
 			opts.Invariants = capture.NewInvariants(0, rec.DumpOnViolation(f.flightDir, 0, func(v capture.Violation, path string, err error) {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -60,6 +62,18 @@ var Backends = map[string]func(ifname string) (link.Link, error){
 	"ring-v2-mmsg": func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v2-mmsg"]) },
 	"afpacket":     func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
 	"plain":        openPlain,
+	// link/udp multicast on the interface (hosts need addresses:
+	// netns.Options.Addresses), with and without UDP GSO and GRO. Not in
+	// BackendNames: the tables of docs/udp.md use them.
+	"udp":       func(n string) (link.Link, error) { return udp.Open(UDPConfig(n, false)) },
+	"udp-nogso": func(n string) (link.Link, error) { return udp.Open(UDPConfig(n, true)) },
+}
+
+// UDPConfig is the configuration of the "udp" backends on interface n:
+// multicast group 239.77.88.1:7088, TTL 8 (so it crosses a routed
+// topology's router), no loopback (one member per host).
+func UDPConfig(n string, noOffload bool) udp.Config {
+	return udp.Config{Group: netip.MustParseAddrPort("239.77.88.1:7088"), Interface: n, TTL: 8, NoLoopback: true, NoGSO: noOffload, NoGRO: noOffload}
 }
 
 // BackendNames lists the backends in report order.
@@ -259,7 +273,7 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	}
 	newFrame := func() []byte {
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
-		return append(b, make([]byte, o.MTU)...)
+		return append(b, make([]byte, sender.MTU())...) // o.MTU less the IP and UDP headers on udp
 	}
 	for i := range frames {
 		frames[i] = newFrame()
@@ -273,7 +287,7 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 		for i := range history {
 			history[i] = newFrame()
 		}
-		payload = make([]byte, o.MTU-crcLen-8)
+		payload = make([]byte, sender.MTU()-crcLen-8)
 		for i := range payload {
 			payload[i] = byte(i)
 		}
