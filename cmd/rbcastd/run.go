@@ -102,7 +102,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
-	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; docs/groups.md); false: the daemon drops them, as before, for comparison")
+	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; ring and afpacket links, docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
 
