@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp fuzz lint deps clean
 
 all: build
 
@@ -34,7 +34,7 @@ test-short:
 # a failing seed prints the command that re-runs it alone.
 SEEDS ?= 20000
 soak:
-	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$|TestTotalSim$$' ./reliable/pbp ./reliable/seq ./reliable
+	RBCAST_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -run 'TestSim$$|TestTotalSim$$' ./reliable/pbp ./reliable/seq ./reliable ./orca
 
 # Micro-benchmarks (no root): codec, simulator, capture, the protocol cores
 # alone, and the runtime's goodput on the simulator (one fixed scenario per
@@ -42,6 +42,7 @@ soak:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+	$(GO) test -run '^$$' -bench 'Read|WriteLocal' -benchmem ./orca
 	@echo "The thesis's experiments on the netns bridge (PBP2, PBP1, TCP fan-out, raw ring; root, about 35 minutes): sudo make bench-net"
 
 # Real-network benchmarks (root; builds and removes rb… namespaces): the
@@ -74,6 +75,18 @@ bench-peers:
 	bench/peers/run-corosync -t udpu
 	bench/peers/run-jgroups
 	bench/peers/run-jgroups -U
+
+# rbcast over UDP (issue 26, docs/udp.md; root, builds and removes rbe…
+# and rbfnorm namespaces, installs smcroute and NORM if missing): PBP2
+# one-to-all over link/udp multicast (GSO on and off) and unicast fan-out
+# beside the raw ring, PBP2 on the ring and TCP fan-out, on one segment
+# and across the routed topology (bench-udp.md), then against NORM's
+# normMsgr across the router with 2 and 7 receivers (appended). About 25
+# minutes; run it on an otherwise idle machine.
+bench-udp:
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-udp.md $(GO) test -run '^$$' -bench '^BenchmarkUDPReport$$' -benchtime 1x -timeout 120m ./reliable
+	bench/peers/ensure-deps
+	bench/peers/run-norm -r $(REPS) | tee -a $(CURDIR)/bench-udp.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

@@ -101,6 +101,12 @@ func tshark(t *testing.T) string {
 // values per frame (several occurrences joined by ",").
 func runTshark(t *testing.T, file string, fields []string) []map[string]string {
 	t.Helper()
+	return runTsharkWith(t, file, fields, nil)
+}
+
+// runTsharkWith is runTshark with more tshark arguments (preferences).
+func runTsharkWith(t *testing.T, file string, fields, extra []string) []map[string]string {
+	t.Helper()
 	script, err := filepath.Abs(filepath.Join("wireshark", "rbcast.lua"))
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +116,7 @@ func runTshark(t *testing.T, file string, fields []string) []map[string]string {
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(tshark(t), args...)
 	// Keep the user's Wireshark profile (and its plugins) out of the test.
 	cmd.Env = append(os.Environ(), "WIRESHARK_CONFIG_DIR="+t.TempDir())

@@ -15,7 +15,7 @@ const MinMTU = 576
 // InterfaceError says what was wrong with an interface and which one.
 type InterfaceError struct {
 	Name string // interface name as given
-	Err  error  // ErrNoInterface, ErrInterfaceDown, ErrMTUTooSmall, ...
+	Err  error  // ErrNoInterface, ErrInterfaceDown, ErrMTUTooSmall, ErrNotEthernet
 	MTU  int    // the interface's MTU, for ErrMTUTooSmall
 }
 
@@ -27,6 +27,8 @@ func (e *InterfaceError) Error() string {
 		return fmt.Sprintf("interface %q is down (bring it up with `ip link set %s up`)", e.Name, e.Name)
 	case errors.Is(e.Err, ErrNoInterface):
 		return fmt.Sprintf("interface %q: %v", e.Name, e.Err)
+	case errors.Is(e.Err, ErrNotEthernet):
+		return fmt.Sprintf("interface %q has no Ethernet address (a tun device or an IP tunnel carries no Ethernet frames); use an Ethernet interface: a NIC, a veth, a bridge or a tap", e.Name)
 	}
 	return fmt.Sprintf("interface %q: %v", e.Name, e.Err)
 }
@@ -34,11 +36,15 @@ func (e *InterfaceError) Error() string {
 func (e *InterfaceError) Unwrap() error { return e.Err }
 
 // LookupInterface finds the named interface and checks that rbcast can use
-// it: it exists, is up, and has an MTU of at least MinMTU.
+// it: it exists, carries Ethernet frames (a 6-byte hardware address, or
+// loopback), is up, and has an MTU of at least MinMTU.
 func LookupInterface(name string) (*net.Interface, error) {
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
 		return nil, &InterfaceError{Name: name, Err: ErrNoInterface}
+	}
+	if len(ifi.HardwareAddr) != 6 && ifi.Flags&net.FlagLoopback == 0 {
+		return nil, &InterfaceError{Name: name, Err: ErrNotEthernet}
 	}
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, &InterfaceError{Name: name, Err: ErrInterfaceDown}

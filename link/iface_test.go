@@ -27,6 +27,7 @@ func TestInterfaceErrorTexts(t *testing.T) {
 	}{
 		{&InterfaceError{Name: "eth9", Err: ErrInterfaceDown}, ErrInterfaceDown, "interface \"eth9\" is down (bring it up with `ip link set eth9 up`)"},
 		{&InterfaceError{Name: "eth9", Err: ErrMTUTooSmall, MTU: 500}, ErrMTUTooSmall, `interface "eth9": MTU 500 is too small for rbcast frames (need at least 576)`},
+		{&InterfaceError{Name: "tun0", Err: ErrNotEthernet}, ErrNotEthernet, `interface "tun0" has no Ethernet address (a tun device or an IP tunnel carries no Ethernet frames); use an Ethernet interface: a NIC, a veth, a bridge or a tap`},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, c.kind) || c.err.Error() != c.text {

@@ -7,6 +7,8 @@
 //   - link/afpacket: a plain AF_PACKET socket on github.com/mdlayher/packet.
 //   - link/ring: AF_PACKET with mmap'ed PACKET_RX_RING (TPACKET_V2 or V3) and
 //     PACKET_TX_RING.
+//   - link/mux: one link's frames demultiplexed by group into a link per
+//     group, for a process that runs several groups.
 //   - testnet: a simulated segment on virtual time; testnet/rtnet runs it
 //     in real time.
 //
@@ -15,7 +17,7 @@
 //
 // # Capabilities
 //
-// Beyond Link, a link may offer three optional capabilities, each an
+// Beyond Link, a link may offer four optional capabilities, each an
 // interface declared here:
 //
 //   - Stager: Send in two halves, Stage (fill the transmit queue) and Kick
@@ -25,10 +27,13 @@
 //     transmitted (link/ring; reliable sends retransmissions with it).
 //   - Waker: Wake, which ends a waiting Recv early (link/ring,
 //     link/afpacket, testnet/rtnet).
+//   - GroupFilter: SetGroups, which has the kernel pass only some rbcast
+//     groups' frames (link/ring, link/afpacket; docs/groups.md).
 //
-// A runtime finds them with StagerOf, NowSenderOf and WakerOf, never by a
-// type assertion of its own, because of decorators. A decorator is a
-// Wrapper: it has Unwrap, returning the link it wraps. The rules are:
+// A runtime finds them with StagerOf, NowSenderOf, WakerOf and
+// GroupFilterOf, never by a type assertion of its own, because of
+// decorators. A decorator is a Wrapper: it has Unwrap, returning the link
+// it wraps. The rules are:
 //
 //   - Send-side capabilities (Stager, NowSender) are never passed through
 //     Unwrap: the runtime would send past the decorator, which would miss
@@ -40,9 +45,10 @@
 //     the whole chain, so a decorator has the methods always but reports
 //     the capability truthfully; a decorator without them hides it (the
 //     runtime then uses Send, which it observes anyway).
-//   - Receive-side capabilities (Waker) pass through Unwrap: a decorator's
-//     Recv calls the wrapped link's, so waking that one ends both. WakerOf
-//     returns the first Waker on the Unwrap chain.
+//   - Receive-side capabilities (Waker, GroupFilter) pass through Unwrap:
+//     a decorator's Recv calls the wrapped link's, so waking that one ends
+//     both, and what that one's filter drops never reaches the decorator.
+//     WakerOf and GroupFilterOf return the first on the Unwrap chain.
 //
 // A link that provides a send-side capability itself, rather than
 // forwarding it, is not a Wrapper (it has no Unwrap). link/linktest holds
@@ -95,8 +101,10 @@ type Stats struct {
 	// full TX ring) and were retried after waiting. Nothing is dropped.
 	SendRetries uint64
 	// Filtered counts frames the link itself discarded (wrong EtherType
-	// that slipped past the socket filter, our own outgoing copies, frames
-	// shorter than an Ethernet header).
+	// or group that slipped past the socket filter, as frames queued
+	// before a SetGroups do, our own outgoing copies, frames shorter than
+	// an Ethernet header). Frames the kernel's filter drops are counted
+	// nowhere: they never reach the socket (docs/groups.md).
 	Filtered uint64
 }
 
@@ -152,6 +160,11 @@ var (
 	// ErrMTUTooSmall means the interface MTU cannot carry an rbcast header
 	// and a useful payload.
 	ErrMTUTooSmall = errors.New("interface MTU too small for rbcast frames")
+	// ErrNotEthernet means the interface carries no Ethernet frames: it
+	// has no 6-byte hardware address and is not loopback (a tun device,
+	// an IP tunnel). Loopback is allowed: it has no address, but its
+	// frames have Ethernet headers.
+	ErrNotEthernet = errors.New("interface has no Ethernet address, so it carries no Ethernet frames")
 	// ErrFrameTooLarge means Send was given a frame longer than the MTU
 	// allows.
 	ErrFrameTooLarge = errors.New("frame larger than link MTU")

@@ -114,6 +114,9 @@ type goodputOpts struct {
 	// procs: every receiver is a process of its own (one sender only;
 	// see benchchild_linux_test.go).
 	procs bool
+	// open opens each member's link (nil: the ring, openOnHost); members
+	// are named by the MAC the link reports.
+	open func(tb testing.TB, h *netns.Host) link.Link
 }
 
 type goodputResult struct {
@@ -156,8 +159,12 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 	}
 	links := make([]link.Link, len(topo.Hosts))
 	var members []frame.MemberInfo
+	open := openOnHost
+	if o.open != nil {
+		open = o.open
+	}
 	for i, h := range topo.Hosts {
-		links[i] = openOnHost(tb, h)
+		links[i] = open(tb, h)
 	}
 	defer func() {
 		for _, l := range links {
@@ -170,8 +177,8 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		links[0] = trace
 		defer trace.report(tb)
 	}
-	for i, h := range topo.Hosts {
-		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
+	for i, l := range links {
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
 	}
 	gid := 1000 + benchGroups.Add(1)
 	groups := make([]*Group, len(links))

@@ -3,8 +3,9 @@
 # repeatedly; does nothing that is already done.
 #   - Go modules (go mod download)
 #   - as root: nftables (loss injection on kernels without netem),
-#     iproute2 (ip netns, veth, bridge) and tshark (the Wireshark dissector
-#     test in capture/) from Debian packages
+#     iproute2 (ip netns, veth, bridge), tshark (the Wireshark dissector
+#     test in capture/) and smcroute (multicast routing in the routed netns
+#     topology, scripts/netns/up -r smcroute) from Debian packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,7 @@ missing=()
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+command -v smcrouted >/dev/null 2>&1 || missing+=(smcroute)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "ensure-deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive

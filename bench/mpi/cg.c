@@ -6,7 +6,7 @@
  * MPI_Allgatherv assembles r, every rank forms r·r and the next p. Whole-
  * vector exchanges rather than Allreduce of partial dot products keep the
  * result independent of the split, bit-identical to the Go programs (see
- * dsm/examples/internal/suite/cg.go).
+ * internal/suite/cg.go).
  *
  *   mpirun -n P ./cg -n 512 -iters 500 [-seed 1]
  */

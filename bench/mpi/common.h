@@ -1,6 +1,6 @@
 /*
  * common.h: what the five MPI programs share with their Go counterparts in
- * dsm/examples/internal/suite, so that the same flags give bit-identical
+ * internal/suite, so that the same flags give bit-identical
  * results in both: splitmix64 for the inputs, FNV-1a 64 over the result's
  * bytes for the checksum, the same block split of rows among ranks, and
  * the same report line.

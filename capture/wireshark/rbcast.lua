@@ -6,6 +6,14 @@
 -- CRCs, unknown versions, types and critical flags, and malformed bodies
 -- get expert info, so `tshark -z expert` lists them.
 --
+-- rbcast over UDP (link/udp, docs/udp.md): each datagram carries one whole
+-- Ethernet frame. Datagrams whose payload looks like one of ours (our
+-- EtherType, or the link's hello EtherType 0x88B6, and a Length field
+-- that matches the payload) are found by a heuristic on ports no other
+-- dissector claims; preference "UDP port" names the group's port outright
+-- (tshark -o rbcast.udp_port:7000: needed on a port Wireshark knows, such
+-- as 7000, AFS's), and "udp_heuristic" turns the heuristic off.
+--
 -- Use:
 --   wireshark -X lua_script:capture/wireshark/rbcast.lua capture.pcapng
 --   tshark -X lua_script:capture/wireshark/rbcast.lua -r capture.pcapng -V
@@ -160,6 +168,8 @@ local function flag(item, ex, detail)
 end
 
 rbcast.prefs.ethertype = Pref.uint("EtherType", DEFAULT_ETHERTYPE, "EtherType of rbcast frames (0x88B5 unless the group configures another)")
+rbcast.prefs.udp_port = Pref.uint("UDP port", 0, "UDP port of rbcast over UDP (link/udp): every datagram to or from it carries an Ethernet frame (0: none; the heuristic still looks at every UDP datagram)")
+rbcast.prefs.udp_heuristic = Pref.bool("Find rbcast in any UDP datagram", true, "Try every UDP datagram for an rbcast frame carried by link/udp (our EtherType and a Length that matches the datagram)")
 
 -- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
 -- bit32 exists in Lua 5.2; Lua 5.3+ has native operators, compiled with
@@ -602,14 +612,101 @@ function rbcast.dissector(tvb, pinfo, tree)
 	return n
 end
 
-local registered = nil
+-- link/udp's hello (EtherType 0x88B6): the members a member has heard from.
+local HELLO_ETHERTYPE = 0x88b6
+local hello = Proto("rbcast_hello", "rbcast link/udp hello")
+local hello_kinds = { [1] = "ask", [2] = "answer" }
+local hf = {
+	version = ProtoField.uint8("rbcast_hello.version", "Version", base.DEC),
+	kind = ProtoField.uint8("rbcast_hello.kind", "Kind", base.DEC, hello_kinds),
+	count = ProtoField.uint16("rbcast_hello.count", "Members", base.DEC),
+	addr4 = ProtoField.ipv4("rbcast_hello.addr", "Address"),
+	addr6 = ProtoField.ipv6("rbcast_hello.addr6", "Address"),
+	port = ProtoField.uint16("rbcast_hello.port", "Port", base.DEC),
+	age = ProtoField.uint32("rbcast_hello.age", "Heard from, ms ago", base.DEC),
+}
+hello.fields = { hf.version, hf.kind, hf.count, hf.addr4, hf.addr6, hf.port, hf.age }
+local he = { malformed = ProtoExpert.new("rbcast_hello.malformed", "Malformed hello", expert.group.MALFORMED, expert.severity.ERROR) }
+hello.experts = { he.malformed }
+
+function hello.dissector(tvb, pinfo, tree)
+	pinfo.cols.protocol = "rbcast-hello"
+	local n = tvb:len()
+	local root = tree:add(hello, tvb(0, n))
+	if n < 4 then
+		root:add_proto_expert_info(he.malformed, string.format("%d bytes, want at least 4", n))
+		return n
+	end
+	root:add(hf.version, tvb(0, 1))
+	root:add(hf.kind, tvb(1, 1))
+	root:add(hf.count, tvb(2, 2))
+	local count = tvb(2, 2):uint()
+	pinfo.cols.info = string.format("Hello (%s), %d members", hello_kinds[tvb(1, 1):uint()] or "?", count)
+	local off = 4
+	for i = 1, count do
+		local fam = off < n and tvb(off, 1):uint() or 0
+		local alen = (fam == 4 and 4) or (fam == 6 and 16) or 0
+		if alen == 0 or off + 1 + alen + 6 > n then
+			root:add_proto_expert_info(he.malformed, string.format("entry %d of %d does not fit or has family %d", i, count, fam))
+			return n
+		end
+		local et = root:add(hello, tvb(off, 1 + alen + 6), string.format("Member %d", i))
+		et:add(alen == 4 and hf.addr4 or hf.addr6, tvb(off + 1, alen))
+		et:add(hf.port, tvb(off + 1 + alen, 2))
+		et:add(hf.age, tvb(off + 3 + alen, 4))
+		off = off + 1 + alen + 6
+	end
+	if off ~= n then
+		root:add_proto_expert_info(he.malformed, string.format("%d bytes after the last entry", n - off))
+	end
+	return n
+end
+
+-- The carriage: a UDP datagram whose payload is a whole Ethernet frame,
+-- handed to Wireshark's Ethernet dissector (which passes our EtherTypes
+-- on to rbcast and rbcast_hello).
+local carriage = Proto("rbcast_udp", "rbcast UDP carriage")
+local eth = Dissector.get("eth_withoutfcs")
+
+function carriage.dissector(tvb, pinfo, tree)
+	tree:add(carriage, tvb(0, math.min(14, tvb:len())), "rbcast over UDP: the payload is an Ethernet frame")
+	return eth:call(tvb, pinfo, tree)
+end
+
+-- ours reports whether a datagram's payload is a frame link/udp carries:
+-- our EtherType with the rbcast Length equal to what follows the
+-- Ethernet header, or a hello.
+local function ours(tvb)
+	local n = tvb:len()
+	if n < 14 + 4 then return false end
+	local et = tvb(12, 2):uint()
+	if et == HELLO_ETHERTYPE then return tvb(14, 1):uint() == 1 end
+	if et ~= rbcast.prefs.ethertype or n < 14 + OVERHEAD then return false end
+	-- The Length field counts the rbcast frame; a sender may have padded
+	-- it to Ethernet's 60-byte minimum.
+	local l = tvb(14 + 4, 2):uint()
+	return l >= OVERHEAD and l <= n - 14 and (l == n - 14 or n <= 60)
+end
+
+carriage:register_heuristic("udp", function(tvb, pinfo, tree)
+	if not rbcast.prefs.udp_heuristic or not ours(tvb) then return false end
+	carriage.dissector(tvb, pinfo, tree)
+	return true
+end)
+
+local registered, registered_port = nil, 0
 local function register()
 	local t = DissectorTable.get("ethertype")
 	if registered then t:remove(registered, rbcast) end
 	registered = rbcast.prefs.ethertype
 	t:add(registered, rbcast)
+	local u = DissectorTable.get("udp.port")
+	if registered_port ~= 0 then u:remove(registered_port, carriage) end
+	registered_port = rbcast.prefs.udp_port
+	if registered_port ~= 0 then u:add(registered_port, carriage) end
 end
 
 function rbcast.prefs_changed() register() end
 
+DissectorTable.get("ethertype"):add(HELLO_ETHERTYPE, hello)
 register()

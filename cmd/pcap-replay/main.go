@@ -39,7 +39,8 @@ const usage = `usage: pcap-replay <command> [flags] FILE...
 
 Decodes, checks and re-runs rbcast captures (pcap or pcapng, from
 capture.Wrap or tcpdump; gzip-compressed too). 802.1Q/802.1ad tags are
-skipped. Frame numbers are the file's, from 1, as Wireshark counts them.
+skipped. With -udp, a tcpdump capture of rbcast over UDP (rbcastd -link
+udp) is read: each datagram's payload is the frame. Frame numbers are the file's, from 1, as Wireshark counts them.
 Several files (one per node, as each rbcastd -capture writes) are merged
 in time order, each file's own frames kept in its order, interfaces and
 statistics kept; frames are then numbered in the merged order.
@@ -93,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type common struct {
 	etherType string
 	partial   bool
+	udp       string
 }
 
 func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *common) {
@@ -105,6 +107,7 @@ func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *c
 	c := &common{}
 	fs.StringVar(&c.etherType, "ethertype", "0x88b5", "EtherType of rbcast frames")
 	fs.BoolVar(&c.partial, "partial", false, "analyse the frames before a truncated or corrupt block instead of failing (the error is still printed)")
+	fs.StringVar(&c.udp, "udp", "", "read a capture of rbcast over UDP (link/udp, rbcastd -link udp): strip the IP and UDP headers of datagrams to or from these `PORTS` (comma-separated; \"any\": every UDP datagram) and decode the Ethernet frame each carries")
 	return fs, c
 }
 
@@ -132,7 +135,21 @@ func (c *common) read(name string, files []string, stderr io.Writer) (*replay.Ca
 		fmt.Fprintf(stderr, "pcap-replay %s: -ethertype %q: want a 16-bit EtherType of at least 0x0600, like 0x88b5\n", name, c.etherType)
 		return nil, false
 	}
-	capt, err := replay.ReadFiles(files, replay.ReadOptions{EtherType: uint16(et), Partial: c.partial})
+	opts := replay.ReadOptions{EtherType: uint16(et), Partial: c.partial}
+	if c.udp != "" {
+		opts.UDP = true
+		if c.udp != "any" {
+			for _, f := range strings.Split(c.udp, ",") {
+				p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+				if err != nil || p == 0 {
+					fmt.Fprintf(stderr, "pcap-replay %s: -udp %q: want UDP ports like 7000,7001, or any\n", name, c.udp)
+					return nil, false
+				}
+				opts.UDPPorts = append(opts.UDPPorts, uint16(p))
+			}
+		}
+	}
+	capt, err := replay.ReadFiles(files, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "pcap-replay %s: %v\n", name, err)
 		if capt == nil {

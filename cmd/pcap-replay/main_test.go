@@ -158,6 +158,13 @@ func TestUsageAndErrors(t *testing.T) {
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", "-resilience", "sequencer", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") {
 		t.Errorf("simulate -resilience sequencer: exit %d\n%s%s", code, out, errOut)
 	}
+	if code, _, errOut := runCmd("timeline", "-udp", "7000,x", good); code != 2 || !strings.Contains(errOut, `-udp "7000,x": want UDP ports like 7000,7001, or any`) {
+		t.Errorf("timeline -udp 7000,x: exit %d %q", code, errOut)
+	}
+	// An Ethernet capture read as UDP carriage: nothing of ours in it.
+	if code, out, errOut := runCmd("timeline", "-udp", "any", good); code != 0 || !strings.Contains(out, "not a UDP datagram of the carriage: no IP header") {
+		t.Errorf("timeline -udp any on an Ethernet capture: exit %d\n%s%s", code, out, errOut)
+	}
 	if code, _, errOut := runCmd("inject", good); code != 2 || !strings.Contains(errOut, "-i IFACE is required") {
 		t.Errorf("inject without -i: exit %d %q", code, errOut)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -26,6 +27,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -40,7 +42,10 @@ server for that id; if it is taken, the daemon exits with an error.
 
 Needs CAP_NET_RAW to open the link (grant it with
 'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
-every capability is dropped once the link is open.
+every capability is dropped once the link is open. -link udp carries the
+same frames in UDP datagrams, across routers, and needs no capability:
+-udp-group ADDR:PORT (IP multicast, joined on -i) or -udp-peers
+ADDR:PORT,... (unicast fan-out; -i not needed); see docs/udp.md.
 
 SIGTERM or SIGINT leaves the group cleanly: new messages are refused,
 everything already accepted is acknowledged by (-order total: held by)
@@ -63,6 +68,10 @@ type runFlags struct {
 	flightDir                                                                           string
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
+	kernelFilter                                                                        bool // -kernel-filter
+	udp                                                                                 udpFlags
+	udpSet                                                                              bool // a -udp-* flag was given
+	udpCfg                                                                              udp.Config
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -79,7 +88,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.flightDir, "flight-dir", os.TempDir(), "`directory` of flight recorder dumps")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
-	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring) or afpacket (plain socket)")
+	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
+	f.udp.register(fs)
 	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
@@ -92,6 +102,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
+	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; ring and afpacket links, docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
 
@@ -106,7 +117,8 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = strings.TrimSpace(line[:i])
@@ -130,13 +142,18 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 			return fmt.Errorf("config %s:%d: %s: %v", path, n, name, err)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("config %s:%d: line longer than %d bytes", path, n, bufio.MaxScanTokenSize)
+	} else if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // groupConfig checks the flags and builds the daemon's configuration.
 func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	var dc daemon.Config
-	if f.iface == "" {
+	if f.iface == "" && f.linkKind != "udp" {
 		return dc, "", errors.New("-i IFACE is required")
 	}
 	if f.group == 0 || f.group > 0xffffffff {
@@ -207,8 +224,20 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	}
 	switch f.linkKind {
 	case "ring", "afpacket":
+		if f.udpSet {
+			return dc, "", errors.New("the -udp-* flags need -link udp")
+		}
+	case "udp":
+		uc, err := f.udp.config(f.iface, c.EtherType)
+		if err == nil {
+			err = uc.Check()
+		}
+		if err != nil {
+			return dc, "", err
+		}
+		f.udpCfg = uc
 	default:
-		return dc, "", fmt.Errorf("-link is %q, want ring or afpacket", f.linkKind)
+		return dc, "", fmt.Errorf("-link is %q, want ring, afpacket or udp", f.linkKind)
 	}
 	switch {
 	case f.spin < 0 || f.spin > time.Second:
@@ -241,15 +270,30 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("-log-format is %q, want text or json", format)
 }
 
-// openLink opens the link with the EtherType the group uses.
-func openLink(kind, iface string, etherType uint16, spin time.Duration) (link.Link, error) {
+// openLink opens the link with the EtherType the group uses, and with
+// groups set, a kernel filter that passes only their frames.
+func openLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32) (link.Link, error) {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
 	if kind == "afpacket" {
-		return afpacket.Open(iface, afpacket.Config{EtherType: etherType})
+		return afpacket.Open(iface, afpacket.Config{EtherType: etherType, Groups: groups})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin)})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
+}
+
+// memberAddress checks that the link has what registration names a
+// member by, a unicast Ethernet address: loopback (which the links open)
+// has none.
+func memberAddress(iface string, l link.Link) error {
+	hw := l.HardwareAddr()
+	if len(hw) != 6 {
+		return fmt.Errorf("interface %q has no Ethernet address (loopback has none), and members register by their unicast MAC: run rbcastd on an Ethernet interface (a NIC, a veth, a bridge)", iface)
+	}
+	if hw[0]&1 != 0 || string(hw) == "\x00\x00\x00\x00\x00\x00" {
+		return fmt.Errorf("interface %q has the address %v, not a unicast Ethernet address, and members register by their unicast MAC", iface, hw)
+	}
+	return nil
 }
 
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
@@ -276,6 +320,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	fs.Visit(func(fl *flag.Flag) { f.spinSet = f.spinSet || fl.Name == "spin" })
+	f.udpSet = f.udp.given(fs)
 	dc, socket, err := f.groupConfig()
 	if err != nil {
 		return usageErr(stderr, "run", "%v", err)
@@ -289,11 +334,25 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket
 	// and the metrics listener, then drop every privilege, then serve.
-	l, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin)
+	var l link.Link
+	if f.linkKind == "udp" {
+		// The UDP link has no kernel group filter: the daemon drops
+		// other groups' datagrams (-kernel-filter does not apply).
+		l, err = openUDP(f.udpCfg, log)
+	} else {
+		var groups []uint32
+		if f.kernelFilter {
+			groups = []uint32{dc.Group.Group}
+		}
+		l, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
+	}
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
 	defer func() { l.Close() }()
+	if err := memberAddress(f.iface, l); err != nil {
+		return fail(stderr, "run", err)
+	}
 	var cw *capture.Writer
 	var rec *capture.Recorder
 	if f.flightMB > 0 {
@@ -308,7 +367,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
 			}
 		}
-		opts := capture.Options{Node: f.node, Interface: f.iface, StatsInterval: time.Second, Recorder: rec, EtherType: dc.Group.EtherType}
+		opts := capture.Options{Node: f.node, Interface: cmp.Or(f.iface, "udp"), StatsInterval: time.Second, Recorder: rec, EtherType: dc.Group.EtherType}
 		if rec != nil {
 			// docs/capture.md, "Flight recorder".
 			opts.Invariants = capture.NewInvariants(0, rec.DumpOnViolation(f.flightDir, 0, func(v capture.Violation, path string, err error) {

@@ -49,12 +49,17 @@ func checkCoreImports(pkgs []pkg) []string {
 // DESIGN.md (capture, the simulated segment), and the packages that are
 // the body of a program (the daemon, linkbench, pcap-replay's inject, the
 // simulator demo, the DSM examples' harness), and the cores' simulation
-// tests' harness (it reads a simulated endpoint). dsm is here for Join's
-// parameter only (TestDSMUsesLinkOnlyInJoin).
+// tests' harness (it reads a simulated endpoint). dsm and orca are here
+// for Join's parameter only (TestJoinersUseLinkOnlyInJoin).
 var linkUsers = []string{
-	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm",
+	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm", "orca",
 	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
+	"orca/examples/internal/harness",
 }
+
+// joiners are the packages above reliable that take a link.Link in their
+// Join and hand it to reliable.Join, doing nothing else with links.
+var joiners = []string{"dsm", "orca"}
 
 // checkLinkImports returns every package that imports link (or a package
 // under it) without being allowed to.
@@ -74,9 +79,9 @@ func checkLinkImports(pkgs []pkg) []string {
 }
 
 // simulatorPrograms may link the simulated segment (testnet): they run
-// members on it. cmd/rbcast-sim is the simulator's demo; the DSM examples
-// run every rank in one process on it with -sim.
-var simulatorPrograms = []string{"cmd/rbcast-sim", "dsm/examples/..."}
+// members on it. cmd/rbcast-sim is the simulator's demo; the DSM and Orca
+// examples run every rank in one process on it with -sim.
+var simulatorPrograms = []string{"cmd/rbcast-sim", "dsm/examples/...", "orca/examples/..."}
 
 // checkPrograms returns every program (package main) that links package
 // testing, or the simulated segment without being one of
@@ -225,8 +230,8 @@ func TestBoundaryChecksCatch(t *testing.T) {
 // linkUses type-checks one package (files, with import path path) and
 // returns every use of package link in it other than naming a
 // function's parameter type, and every use of a value of one of link's
-// types other than handing it to reliable.Join. dsm takes a link.Link in
-// Join (its API: the caller opens the link) and hands it to
+// types other than handing it to reliable.Join. dsm and orca take a
+// link.Link in Join (their API: the caller opens the link) and hand it to
 // reliable.Join, and must do nothing else with links: only the runtime
 // touches them.
 func linkUses(fset *token.FileSet, path string, files []*ast.File, imp types.Importer) ([]string, error) {
@@ -297,20 +302,22 @@ func parsePackage(t *testing.T, fset *token.FileSet, p pkg) []*ast.File {
 	return files
 }
 
-func TestDSMUsesLinkOnlyInJoin(t *testing.T) {
+func TestJoinersUseLinkOnlyInJoin(t *testing.T) {
 	pkgs := listPackages(t)
-	i := slices.IndexFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+"/dsm" })
-	if i < 0 {
-		t.Fatal("package dsm not found")
-	}
-	p := pkgs[i]
-	fset := token.NewFileSet()
-	bad, err := linkUses(fset, p.ImportPath, parsePackage(t, fset, p), exportImporter(t, fset, p.ImportPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Errorf("dsm: %s: dsm takes a link in Join's parameters and hands it to reliable.Join; only the runtime touches links", b)
+	for _, name := range joiners {
+		i := slices.IndexFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+"/"+name })
+		if i < 0 {
+			t.Fatalf("package %s not found", name)
+		}
+		p := pkgs[i]
+		fset := token.NewFileSet()
+		bad, err := linkUses(fset, p.ImportPath, parsePackage(t, fset, p), exportImporter(t, fset, p.ImportPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("%s: %s: %s takes a link in Join's parameters and hands it to reliable.Join; only the runtime touches links", name, b, name)
+		}
 	}
 }
 

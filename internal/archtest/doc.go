@@ -8,6 +8,6 @@
 // simulated segment unless it is a simulator; every package has a doc
 // comment. With go/ast: cores start no goroutine, use no channel and keep
 // no package state. With go/types: no core ranges over a map (whose order
-// Go randomises), and dsm uses a link only as Join's parameter. Each rule
-// has a test that plants a violation and sees it reported.
+// Go randomises), and dsm and orca use a link only as Join's parameter.
+// Each rule has a test that plants a violation and sees it reported.
 package archtest

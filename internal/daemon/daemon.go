@@ -172,6 +172,7 @@ func explainPathErr(err error) error {
 func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) error {
 	d.ln = ln
 	d.watch.Link = l
+	d.watch.wire.setOwn(l.HardwareAddr())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -1,9 +1,6 @@
 package daemon
 
 import (
-	"fmt"
-	"io"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -67,6 +64,15 @@ type Status struct {
 	KernelDrops     uint64  `json:"kernel_drops"`
 	SendRetries     uint64  `json:"link_send_retries"`
 	BadFrames       uint64  `json:"bad_frames"`
+	// The link's view of the segment: frames the kernel queued for the
+	// daemon (with the group filter, its own group's only), frames the
+	// link took, and frames it dropped itself (Filtered); and frames of
+	// other groups that reached the protocol (none with the kernel
+	// filter: docs/groups.md).
+	KernelPackets      uint64 `json:"kernel_packets"`
+	LinkFrames         uint64 `json:"link_frames_received"`
+	LinkFiltered       uint64 `json:"link_filtered"`
+	ForeignGroupFrames uint64 `json:"foreign_group_frames"`
 
 	ForeignVersions []ForeignVersion `json:"foreign_versions,omitempty"`
 	Clients         int              `json:"clients"`
@@ -96,7 +102,14 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Status returns the daemon's status now.
 func (d *Daemon) Status() Status {
-	s := Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
+	s, _, _ := d.status()
+	return s
+}
+
+// status is Status, with the group's Stats it was made of (ok: the group
+// has started).
+func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
+	s = Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
 		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load()}
 	if d.watch != nil {
 		s.ForeignVersions = d.watch.foreignVersions()
@@ -112,7 +125,7 @@ func (d *Daemon) Status() Status {
 	default:
 	}
 	if !d.isReady() {
-		return s
+		return s, st, false
 	}
 	g := d.g
 	// Members before Stats: a removal changes the member's liveness and
@@ -121,7 +134,7 @@ func (d *Daemon) Status() Status {
 	// time) in the Stats taken after. The other way round a removal
 	// between the two calls showed a dead member with neither.
 	members := g.Members()
-	st := g.Stats()
+	st = g.Stats()
 	s.Ready, s.Self = true, int(g.Self())
 	// Under Order Total: requests in flight, repair requests as NACKs,
 	// answers to them as retransmissions.
@@ -142,6 +155,8 @@ func (d *Daemon) Status() Status {
 	s.Queued, s.HeldData = st.Queued, st.HeldData
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
 	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
+	s.KernelPackets, s.LinkFrames, s.LinkFiltered = st.Link.KernelPackets, st.Link.FramesReceived, st.Link.Filtered
+	s.ForeignGroupFrames = st.BadFrames.Group
 	b := st.BadFrames
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
@@ -194,7 +209,7 @@ func (d *Daemon) Status() Status {
 		s.Members = append(s.Members, mst)
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
-	return s
+	return s, st, true
 }
 
 func modeName(c reliable.Config) string {
@@ -248,64 +263,6 @@ func (r *rateSampler) get() (sent, deliv, bytes float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.rSent, r.rDeliv, r.rB
-}
-
-// MetricsHandler serves the status in the Prometheus text exposition
-// format (version 0.0.4).
-func (d *Daemon) MetricsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		d.writeMetrics(w)
-	})
-}
-
-func (d *Daemon) writeMetrics(w io.Writer) {
-	s := d.Status()
-	g := fmt.Sprintf(`group="%d"`, s.Group)
-	metric := func(name, kind, help string, v any) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %v\n", name, help, name, kind, name, g, v)
-	}
-	b2i := func(b bool) int {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	metric("rbcastd_ready", "gauge", "1 once the group has started.", b2i(s.Ready))
-	metric("rbcastd_self", "gauge", "This member's id (-1 before the group starts).", s.Self)
-	metric("rbcastd_accepted_total", "counter", "Messages accepted from local clients.", s.Accepted)
-	metric("rbcastd_sent_messages_total", "counter", "Messages proposed to the group.", s.Sent)
-	metric("rbcastd_delivered_messages_total", "counter", "Messages delivered from other members.", s.Delivered)
-	metric("rbcastd_data_frames_sent_total", "counter", "Data frames sent (first transmissions).", s.DataFrames)
-	metric("rbcastd_retransmissions_total", "counter", "Data frames sent again.", s.Retransmissions)
-	metric("rbcastd_nacks_sent_total", "counter", "Negative acknowledgements sent.", s.NacksSent)
-	metric("rbcastd_nacks_received_total", "counter", "Negative acknowledgements addressed to this member.", s.NacksReceived)
-	metric("rbcastd_in_flight_frames", "gauge", "Frames sent and not yet acknowledged by every live member.", s.InFlight)
-	metric("rbcastd_pending_frames", "gauge", "Frames accepted and waiting for send window room.", s.Pending)
-	metric("rbcastd_queued_messages", "gauge", "Delivered messages waiting for the fan-out to local readers.", s.Queued)
-	metric("rbcastd_held_data_frames_total", "counter", "Data frames left unstepped because local readers were slow.", s.HeldData)
-	metric("rbcastd_repair_p50_seconds", "gauge", "Median repair latency over recent repairs.", s.RepairP50ms/1000)
-	metric("rbcastd_repair_p99_seconds", "gauge", "99th percentile repair latency over recent repairs.", s.RepairP99ms/1000)
-	metric("rbcastd_kernel_drops_total", "counter", "Frames the kernel dropped because the daemon did not read fast enough.", s.KernelDrops)
-	metric("rbcastd_bad_frames_total", "counter", "Received frames dropped as undecodable.", s.BadFrames)
-	metric("rbcastd_clients", "gauge", "Connected local API clients.", s.Clients)
-	fmt.Fprintf(w, "# HELP rbcastd_member_state Member state: 0 dead, 1 suspected, 2 alive.\n# TYPE rbcastd_member_state gauge\n")
-	for _, m := range s.Members {
-		v := 2
-		switch m.State {
-		case StateDead:
-			v = 0
-		case StateSuspected:
-			v = 1
-		}
-		fmt.Fprintf(w, "rbcastd_member_state{%s,member=\"%d\"} %d\n", g, m.ID, v)
-	}
-	fmt.Fprintf(w, "# HELP rbcastd_member_delivered_bytes_total Bytes delivered from each member.\n# TYPE rbcastd_member_delivered_bytes_total counter\n")
-	for _, m := range s.Members {
-		if !m.Self {
-			fmt.Fprintf(w, "rbcastd_member_delivered_bytes_total{%s,member=\"%d\"} %d\n", g, m.ID, m.DeliveredBytes)
-		}
-	}
 }
 
 // removals reads the membership events in order: why each member not

@@ -34,6 +34,8 @@ type watchLink struct {
 
 	mu      sync.Mutex
 	foreign map[[6]byte]uint8 // hosts speaking another version, and which
+
+	wire *wireCounts // repair traffic per (sender, receiver) pair
 }
 
 // maxWatched bounds the member ids whose last-heard time is kept
@@ -50,7 +52,7 @@ func newWatch(l link.Link, etherType uint16, log *slog.Logger) *watchLink {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	return &watchLink{Link: l, etherType: etherType, log: log, foreign: map[[6]byte]uint8{}}
+	return &watchLink{Link: l, etherType: etherType, log: log, foreign: map[[6]byte]uint8{}, wire: newWireCounts()}
 }
 
 // Unwrap returns the watched link.
@@ -59,6 +61,7 @@ func (w *watchLink) Unwrap() link.Link { return w.Link }
 func (w *watchLink) Send(frames [][]byte) (int, error) {
 	n, err := w.Link.Send(frames)
 	w.sent.Add(uint64(max(n, 0)))
+	w.wire.sent(frames[:max(n, 0)])
 	return n, err
 }
 
@@ -68,6 +71,7 @@ func (w *watchLink) Send(frames [][]byte) (int, error) {
 func (w *watchLink) Stage(frames [][]byte) (int, error) {
 	n, err := link.Stage(w.Link, frames)
 	w.staged.Add(uint64(max(n, 0)))
+	w.wire.sent(frames[:max(n, 0)])
 	return n, err
 }
 
@@ -76,6 +80,7 @@ func (w *watchLink) Kick() error { return link.Kick(w.Link) }
 func (w *watchLink) SendNow(frames [][]byte) (int, error) {
 	n, err := link.SendNow(w.Link, frames)
 	w.sentNow.Add(uint64(max(n, 0)))
+	w.wire.sent(frames[:max(n, 0)])
 	return n, err
 }
 
@@ -102,6 +107,7 @@ func (w *watchLink) look(f *link.Frame) {
 	if id := v.Sender(); int(id) < maxWatched {
 		w.heard[id].Store(time.Now().UnixNano())
 	}
+	w.wire.received(b, v)
 }
 
 func (w *watchLink) foreignFrame(src [6]byte, version uint8) {

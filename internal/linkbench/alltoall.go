@@ -145,7 +145,10 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 // how many it sent. Back-pressure (ENOBUFS, a full TX ring) is waited out
 // by the link.
 func blast(l link.Link, mtu, batch int, until time.Time, stop *atomic.Bool) (uint64, error) {
-	src := [6]byte(l.HardwareAddr())
+	src, err := srcMAC(l)
+	if err != nil {
+		return 0, err
+	}
 	frames := make([][]byte, batch)
 	for i := range frames {
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)

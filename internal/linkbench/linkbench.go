@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
 	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
 
@@ -60,6 +62,18 @@ var Backends = map[string]func(ifname string) (link.Link, error){
 	"ring-v2-mmsg": func(n string) (link.Link, error) { return ring.Open(n, ringBackends["ring-v2-mmsg"]) },
 	"afpacket":     func(n string) (link.Link, error) { return afpacket.Open(n, afpacket.Config{}) },
 	"plain":        openPlain,
+	// link/udp multicast on the interface (hosts need addresses:
+	// netns.Options.Addresses), with and without UDP GSO and GRO. Not in
+	// BackendNames: the tables of docs/udp.md use them.
+	"udp":       func(n string) (link.Link, error) { return udp.Open(UDPConfig(n, false)) },
+	"udp-nogso": func(n string) (link.Link, error) { return udp.Open(UDPConfig(n, true)) },
+}
+
+// UDPConfig is the configuration of the "udp" backends on interface n:
+// multicast group 239.77.88.1:7088, TTL 8 (so it crosses a routed
+// topology's router), no loopback (one member per host).
+func UDPConfig(n string, noOffload bool) udp.Config {
+	return udp.Config{Group: netip.MustParseAddrPort("239.77.88.1:7088"), Interface: n, TTL: 8, NoLoopback: true, NoGSO: noOffload, NoGRO: noOffload}
 }
 
 // BackendNames lists the backends in report order.
@@ -253,10 +267,13 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 	time.Sleep(100 * time.Millisecond)
 
 	frames := make([][]byte, o.Batch)
-	src := [6]byte(sender.HardwareAddr())
+	src, err := srcMAC(sender)
+	if err != nil {
+		return nil, err
+	}
 	newFrame := func() []byte {
 		b := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
-		return append(b, make([]byte, o.MTU)...)
+		return append(b, make([]byte, sender.MTU())...) // o.MTU less the IP and UDP headers on udp
 	}
 	for i := range frames {
 		frames[i] = newFrame()
@@ -270,7 +287,7 @@ func runOn(topo *netns.Topology, o Options, open, openSender func(string) (link.
 		for i := range history {
 			history[i] = newFrame()
 		}
-		payload = make([]byte, o.MTU-crcLen-8)
+		payload = make([]byte, sender.MTU()-crcLen-8)
 		for i := range payload {
 			payload[i] = byte(i)
 		}
@@ -511,7 +528,11 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int, spin time.
 		buf := make([]link.Frame, 16)
 		out := make([][]byte, 1)
 		reply := make([]byte, 0, 64)
-		src := [6]byte(b.HardwareAddr())
+		src, err := srcMAC(b)
+		if err != nil {
+			echoDone <- err
+			return
+		}
 		for {
 			select {
 			case <-stop:
@@ -539,7 +560,13 @@ func runLatency(topo *netns.Topology, backend string, roundTrips int, spin time.
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	ping := frame.AppendEthernet(nil, frame.Broadcast, [6]byte(a.HardwareAddr()), frame.EtherType)
+	srcA, err := srcMAC(a)
+	if err != nil {
+		close(stop)
+		<-echoDone
+		return nil, err
+	}
+	ping := frame.AppendEthernet(nil, frame.Broadcast, srcA, frame.EtherType)
 	ping = append(ping, make([]byte, 50)...)
 	out := [][]byte{ping}
 	buf := make([]link.Frame, 16)
@@ -625,4 +652,15 @@ func receiverErr(hosts []*netns.Host, rs []Receiver) error {
 		}
 	}
 	return nil
+}
+
+// srcMAC is l's address as the source of the frames a benchmark builds;
+// a link without a 6-byte one (loopback) is refused rather than panicking
+// in the conversion.
+func srcMAC(l link.Link) ([6]byte, error) {
+	hw := l.HardwareAddr()
+	if len(hw) != 6 {
+		return [6]byte{}, fmt.Errorf("linkbench: the link has no 6-byte Ethernet address (%q): benchmark frames need one as their source", hw.String())
+	}
+	return [6]byte(hw), nil
 }

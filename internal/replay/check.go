@@ -135,7 +135,7 @@ func (a *analysis) doubt(iface, n int) string {
 // judge (tcpdump without a filter captures everything).
 func isForeignEtherType(err error) bool {
 	var de *frame.DecodeError
-	return errors.As(err, &de) && de.Field == "ethernet.type"
+	return errors.As(err, &de) && de.Field == "ethernet.type" || errors.Is(err, errNotCarriage)
 }
 
 // maxNotJudged is how many findings of each kind WriteViolations prints

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -87,6 +88,9 @@ type Record struct {
 	Lost uint64
 
 	Src, Dst [6]byte
+	// UDPSrc and UDPDst are the addresses of the datagram that carried
+	// the frame (ReadOptions.UDP); zero otherwise.
+	UDPSrc, UDPDst netip.AddrPort
 	// View is the decoded rbcast frame; nil when Err is set.
 	View frame.View
 	// Err says why the frame did not decode: not an Ethernet frame of our
@@ -111,6 +115,13 @@ type ReadOptions struct {
 	// Partial keeps the frames before a truncated or corrupt block: Read
 	// then returns the capture and the error together.
 	Partial bool
+	// UDP reads a capture of link/udp's carriage (tcpdump on a member's
+	// interface, -i any, or raw IP): each UDP datagram's payload is the
+	// Ethernet frame; the IP and UDP headers are stripped (and kept in
+	// Record.UDPSrc and UDPDst). UDPPorts, if not empty, are the
+	// carriage's ports: other datagrams are not ours.
+	UDP      bool
+	UDPPorts []uint16
 }
 
 // FormatError says what is wrong with a capture file and where.
@@ -283,8 +294,15 @@ func Parse(name string, data []byte, opts ReadOptions) (c *Capture, err error) {
 	}
 	for i := range c.Records {
 		r := &c.Records[i]
-		if lt := c.Interfaces[r.Iface].LinkType; lt != layers.LinkTypeEthernet {
-			r.Err = fmt.Errorf("%w: link type %v (want Ethernet; capture with -i <interface>, not -i any)", errLinkType, lt)
+		lt := c.Interfaces[r.Iface].LinkType
+		switch {
+		case opts.UDP:
+			if err := r.unwrapUDP(lt, opts.UDPPorts); err != nil {
+				r.Err = err
+				continue
+			}
+		case lt != layers.LinkTypeEthernet:
+			r.Err = fmt.Errorf("%w: link type %v (want Ethernet; capture with -i <interface>, not -i any; for link/udp's carriage, read with the UDP option)", errLinkType, lt)
 			continue
 		}
 		r.decode(opts.EtherType)

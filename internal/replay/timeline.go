@@ -36,7 +36,11 @@ func WriteTimeline(w io.Writer, c *Capture) error {
 		if v.Sender() == frame.NoMember {
 			sender = fmt.Sprintf("-.%d", v.Incarnation())
 		}
-		if _, err := fmt.Fprintf(w, "%8d %14.9f %-3s %-6s %-8s %-10s %10d  %s\n", r.N, d.Seconds(), r.Dir, iface, sender, v.Type(), v.Seq(), Details(v)); err != nil {
+		details := Details(v)
+		if r.UDPSrc.IsValid() {
+			details += fmt.Sprintf(" [udp %s > %s]", r.UDPSrc, r.UDPDst)
+		}
+		if _, err := fmt.Fprintf(w, "%8d %14.9f %-3s %-6s %-8s %-10s %10d  %s\n", r.N, d.Seconds(), r.Dir, iface, sender, v.Type(), v.Seq(), details); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/rbcast/rbcast/link"
 	"golang.org/x/net/bpf"
@@ -73,6 +74,12 @@ type Config struct {
 	// means DefaultBatchSize. The link keeps BatchSize receive buffers of
 	// 14+MTU bytes each.
 	BatchSize int
+
+	// Groups, if not empty, are the rbcast groups whose frames the link
+	// receives: the socket filter drops every frame whose group id (at
+	// link.GroupOffset) is not one of them, in the kernel (docs/groups.md).
+	// At most link.MaxGroups; SetGroups changes them on an open link.
+	Groups []uint32
 }
 
 // withDefaults fills the zero fields of c and checks the rest.
@@ -82,6 +89,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.EtherType < minEtherType {
 		return c, fmt.Errorf("afpacket: Config.EtherType 0x%04x is an IEEE 802.3 length, not an EtherType (must be at least 0x%04x)", c.EtherType, minEtherType)
+	}
+	if len(c.Groups) > link.MaxGroups {
+		return c, fmt.Errorf("afpacket: Config.Groups has %d groups, more than link.MaxGroups (%d)", len(c.Groups), link.MaxGroups)
 	}
 	if len(c.MulticastGroups) > MaxMulticastGroups {
 		return c, fmt.Errorf("afpacket: Config.MulticastGroups has %d addresses, more than %d", len(c.MulticastGroups), MaxMulticastGroups)
@@ -125,14 +135,16 @@ const (
 	packetOutgoing  = 4 // a copy of a frame this host sent
 )
 
-// socketFilter assembles the classic BPF program the socket carries. It keeps
-// whole frames of our EtherType (bytes 12-13; a VLAN tag has already been
-// stripped into skb metadata by then) that are addressed to us: our unicast
-// address, broadcast, a multicast group we joined, or, with KeepOutgoing,
-// copies of our own transmissions. The group check repeats the NIC's address
-// filter in the kernel because not every device has one: a veth passes every
-// multicast frame, and a bridge floods non-IP multicast to every port.
-func socketFilter(c Config) ([]bpf.RawInstruction, error) {
+// socketFilter assembles the classic BPF program the socket carries for
+// the rbcast groups given (every group if none). It keeps whole frames of
+// our EtherType (bytes 12-13; a VLAN tag has already been stripped into
+// skb metadata by then), of one of the groups, that are addressed to us:
+// our unicast address, broadcast, a multicast group we joined, or, with
+// KeepOutgoing, copies of our own transmissions. The multicast check
+// repeats the NIC's address filter in the kernel because not every device
+// has one: a veth passes every multicast frame, and a bridge floods
+// non-IP multicast to every port.
+func socketFilter(c Config, groups []uint32) ([]bpf.RawInstruction, error) {
 	const (
 		accept = 0xFFFFFFFF // return value: keep this many bytes, i.e. all
 		drop   = 0
@@ -141,8 +153,19 @@ func socketFilter(c Config) ([]bpf.RawInstruction, error) {
 		bpf.LoadAbsolute{Off: 12, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(c.EtherType), SkipTrue: 1},
 		bpf.RetConstant{Val: drop},
-		bpf.LoadExtension{Num: bpf.ExtType},
 	}
+	if len(groups) > 0 {
+		// A frame too short for a group id ends the program at the load,
+		// with 0: dropped.
+		prog = append(prog, bpf.LoadAbsolute{Off: link.GroupOffset, Size: 4})
+		for i, g := range groups {
+			prog = append(prog,
+				bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: g, SkipTrue: 1},
+				bpf.Jump{Skip: uint32(2*(len(groups)-1-i) + 1)}) // past the drop below
+		}
+		prog = append(prog, bpf.RetConstant{Val: drop})
+	}
+	prog = append(prog, bpf.LoadExtension{Num: bpf.ExtType})
 	keep := []uint32{packetHost, packetBroadcast}
 	if c.KeepOutgoing {
 		keep = append(keep, packetOutgoing)
@@ -168,9 +191,16 @@ func socketFilter(c Config) ([]bpf.RawInstruction, error) {
 
 // wanted is socketFilter again, in Go, for frames that were queued before
 // the filter took effect; Recv counts what it rejects in Stats.Filtered.
-func wanted(c *Config, frame []byte, pktType uint8) bool {
+// groups is sorted.
+func wanted(c *Config, groups []uint32, frame []byte, pktType uint8) bool {
 	if len(frame) < link.EthernetHeaderLen || binary.BigEndian.Uint16(frame[12:14]) != c.EtherType {
 		return false
+	}
+	if len(groups) > 0 {
+		g, ok := link.FrameGroup(frame)
+		if _, found := slices.BinarySearch(groups, g); !ok || !found {
+			return false
+		}
 	}
 	switch pktType {
 	case packetHost, packetBroadcast:
@@ -185,4 +215,11 @@ func wanted(c *Config, frame []byte, pktType uint8) bool {
 		}
 	}
 	return false
+}
+
+// groupSet is groups sorted, without duplicates, in a new slice.
+func groupSet(groups []uint32) []uint32 {
+	s := slices.Clone(groups)
+	slices.Sort(s)
+	return slices.Compact(s)
 }

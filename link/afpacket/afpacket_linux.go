@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,7 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var _ link.Waker = (*Link)(nil)
+var (
+	_ link.Waker       = (*Link)(nil)
+	_ link.GroupFilter = (*Link)(nil)
+)
 
 // ethPAll is ETH_P_ALL: binding to it is what makes the kernel hand packet
 // sockets copies of outgoing frames (dev_queue_xmit_nit only feeds ptype_all).
@@ -44,6 +48,9 @@ type Link struct {
 	mtu        int
 	cfg        Config
 	closed     atomic.Bool
+	// groups is Config.Groups or the last SetGroups', sorted; empty: every
+	// group.
+	groups atomic.Pointer[[]uint32]
 
 	// Receive side, owned by the goroutine in Recv. Slot i is rxHdrs[i],
 	// which points at rxIov[i] -> rxBuf[i], rxAddr[i] (for sll_pkttype)
@@ -88,7 +95,8 @@ func Open(ifname string, cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	filter, err := socketFilter(cfg)
+	groups := groupSet(cfg.Groups)
+	filter, err := socketFilter(cfg, groups)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: assembling the socket filter: %w", err)
 	}
@@ -112,6 +120,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		mtu:    ifi.MTU,
 		cfg:    cfg,
 	}
+	l.groups.Store(&groups)
 	if err := l.setup(); err != nil {
 		conn.Close()
 		return nil, err
@@ -254,6 +263,38 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	}
 }
 
+// SetGroups implements link.GroupFilter: from now on the kernel passes
+// only frames of these groups (every group if none), replacing the socket
+// filter in one step. Frames of other groups already queued are dropped
+// by Recv and counted in Stats.Filtered. It may run concurrently with
+// Recv and Send.
+func (l *Link) SetGroups(groups []uint32) error {
+	if len(groups) > link.MaxGroups {
+		return l.opError("set groups", fmt.Errorf("%d groups, more than link.MaxGroups (%d)", len(groups), link.MaxGroups))
+	}
+	set := groupSet(groups)
+	filter, err := socketFilter(l.cfg, set)
+	if err != nil {
+		return fmt.Errorf("afpacket: %s: assembling the socket filter: %w", l.ifname, err)
+	}
+	if l.closed.Load() {
+		return l.opError("set groups", net.ErrClosed)
+	}
+	// Recv checks frames against both sets while the kernel's filter
+	// changes, so that it drops none the new filter passed.
+	if old := *l.groups.Load(); len(old) > 0 && len(set) > 0 {
+		both := groupSet(append(slices.Clone(old), set...))
+		l.groups.Store(&both)
+	} else {
+		l.groups.Store(&[]uint32{})
+	}
+	if err := l.conn.SetBPF(filter); err != nil {
+		return l.ioError("setsockopt SO_ATTACH_FILTER", err)
+	}
+	l.groups.Store(&set)
+	return nil
+}
+
 // Wake implements link.Waker: a Recv sleeping in the netpoller is woken
 // by a read deadline in the past, and one not yet waiting takes the flag
 // and returns at once. After Close it does nothing.
@@ -305,12 +346,13 @@ func (l *Link) collect(frames []link.Frame) int {
 	var now time.Time
 	n := 0
 	var bytes uint64
+	groups := *l.groups.Load()
 	for i := range l.rxGot {
 		m := &l.rxHdrs[i]
 		size := int(m.Len)
 		data := l.rxBuf[i][:size]
 		pktType := l.rxAddr[i].Pkttype
-		if m.Hdr.Flags&unix.MSG_TRUNC != 0 || !wanted(&l.cfg, data, pktType) {
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 || !wanted(&l.cfg, groups, data, pktType) {
 			l.filtered.Add(1)
 			continue
 		}

@@ -415,6 +415,8 @@ func TestOpenInterfaceErrors(t *testing.T) {
 	run(t, h, "ip", "link", "add", "rbpdown0", "type", "veth", "peer", "name", "rbpdown1")
 	run(t, h, "ip", "link", "add", "rbpsmall0", "type", "veth", "peer", "name", "rbpsmall1")
 	run(t, h, "ip", "link", "set", "rbpsmall0", "mtu", "500", "up")
+	run(t, h, "ip", "tuntap", "add", "dev", "rbptun0", "mode", "tun")
+	run(t, h, "ip", "link", "set", "rbptun0", "up")
 	for _, tc := range []struct {
 		ifname string
 		want   error
@@ -423,6 +425,7 @@ func TestOpenInterfaceErrors(t *testing.T) {
 		{"rbpnothere", link.ErrNoInterface, `interface "rbpnothere": no such network interface`},
 		{"rbpdown0", link.ErrInterfaceDown, `interface "rbpdown0" is down (bring it up with ` + "`ip link set rbpdown0 up`)"},
 		{"rbpsmall0", link.ErrMTUTooSmall, `interface "rbpsmall0": MTU 500 is too small for rbcast frames (need at least 576)`},
+		{"rbptun0", link.ErrNotEthernet, `interface "rbptun0" has no Ethernet address (a tun device or an IP tunnel carries no Ethernet frames); use an Ethernet interface: a NIC, a veth, a bridge or a tap`},
 	} {
 		err := h.Do(func() error {
 			l, err := Open(tc.ifname, Config{})

@@ -10,7 +10,10 @@ import (
 	"github.com/rbcast/rbcast/link"
 )
 
-var _ link.Waker = (*Link)(nil)
+var (
+	_ link.Waker       = (*Link)(nil)
+	_ link.GroupFilter = (*Link)(nil)
+)
 
 // errUnsupported is what every call returns off Linux: packet sockets are
 // a Linux facility.
@@ -33,6 +36,7 @@ func (*Link) MTU() int                                  { return 0 }
 func (*Link) HardwareAddr() net.HardwareAddr            { return nil }
 func (*Link) Stats() (link.Stats, error)                { return link.Stats{}, errUnsupported }
 func (*Link) Close() error                              { return errUnsupported }
+func (*Link) SetGroups([]uint32) error                  { return errUnsupported }
 
 // Wake does nothing: no Recv waits off Linux.
 func (l *Link) Wake() {}

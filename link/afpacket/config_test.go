@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"encoding/binary"
 	"net"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ func TestConfigErrors(t *testing.T) {
 		{"negative send buffer", Config{SendBuffer: -5}, "Config.SendBuffer -5 is negative"},
 		{"batch too big", Config{BatchSize: MaxBatchSize + 1}, "Config.BatchSize 1025 is outside 0..1024"},
 		{"batch negative", Config{BatchSize: -1}, "Config.BatchSize -1 is outside 0..1024"},
+		{"too many groups", Config{Groups: make([]uint32, link.MaxGroups+1)}, "Config.Groups has 1025 groups, more than link.MaxGroups (1024)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.cfg.withDefaults()
@@ -58,12 +60,17 @@ func TestSocketFilterAssembles(t *testing.T) {
 	for i := range groups {
 		groups[i] = net.HardwareAddr{0x03, 0, 0, 0, byte(i >> 8), byte(i)}
 	}
+	many := make([]uint32, link.MaxGroups)
+	for i := range many {
+		many[i] = uint32(i)
+	}
 	for _, c := range []Config{
 		{EtherType: link.EtherTypeRbcast},
 		{EtherType: link.EtherTypeRbcast, KeepOutgoing: true},
 		{EtherType: link.EtherTypeRbcast, MulticastGroups: groups},
+		{EtherType: link.EtherTypeRbcast, MulticastGroups: groups, Groups: many, KeepOutgoing: true},
 	} {
-		prog, err := socketFilter(c)
+		prog, err := socketFilter(c, groupSet(c.Groups))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +95,12 @@ func TestWanted(t *testing.T) {
 	plain := Config{EtherType: link.EtherTypeRbcast, MulticastGroups: []net.HardwareAddr{group}}
 	keep := plain
 	keep.KeepOutgoing = true
+	two := plain
+	two.Groups = []uint32{5, 2}
+	inGroup := func(f []byte, g uint32) []byte {
+		binary.BigEndian.PutUint32(f[link.GroupOffset:], g)
+		return f
+	}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
@@ -104,8 +117,12 @@ func TestWanted(t *testing.T) {
 		{"other host", plain, frame(net.HardwareAddr{2, 0, 0, 0, 0, 9}, 0x88B5), packetOtherHost, false},
 		{"outgoing dropped", plain, frame(bcast, 0x88B5), packetOutgoing, false},
 		{"outgoing kept", keep, frame(bcast, 0x88B5), packetOutgoing, true},
+		{"our group", two, inGroup(frame(bcast, 0x88B5), 2), packetBroadcast, true},
+		{"another group", two, inGroup(frame(bcast, 0x88B5), 3), packetBroadcast, false},
+		{"our group, other host", two, inGroup(frame(net.HardwareAddr{2, 0, 0, 0, 0, 9}, 0x88B5), 2), packetOtherHost, false},
+		{"too short for a group", two, frame(bcast, 0x88B5)[:link.GroupOffset+3], packetBroadcast, false},
 	} {
-		if got := wanted(&tc.cfg, tc.frame, tc.pktType); got != tc.want {
+		if got := wanted(&tc.cfg, groupSet(tc.cfg.Groups), tc.frame, tc.pktType); got != tc.want {
 			t.Errorf("%s: wanted = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -43,6 +43,11 @@ type Pair struct {
 	// A has seen sent so far, through Send, Stage and SendNow. Run checks
 	// that it grew by every frame A sent, after each check.
 	Sent func() uint64
+	// Group, for views of one rbcast group that receive only its frames
+	// (link/mux), makes every test frame one of that group: at least
+	// link.GroupOffset+4 bytes long (a header-only frame is that long),
+	// with the group id there.
+	Group *uint32
 }
 
 // Run checks the pairs newPair makes, a fresh one per check (each a
@@ -118,6 +123,9 @@ func (c *checker) virtual() bool { return c.p.Settle != nil }
 func (c *checker) frame(l link.Link, size int) []byte {
 	seq := c.seq
 	c.seq++
+	if c.p.Group != nil {
+		size = max(size, link.GroupOffset+4)
+	}
 	b := make([]byte, size)
 	copy(b, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	copy(b[6:], l.HardwareAddr())
@@ -127,6 +135,9 @@ func (c *checker) frame(l link.Link, size int) []byte {
 		for i := 22; i < size; i++ {
 			b[i] = byte(seq*7 + uint64(i))
 		}
+	}
+	if c.p.Group != nil {
+		binary.BigEndian.PutUint32(b[link.GroupOffset:], *c.p.Group)
 	}
 	return b
 }

@@ -201,6 +201,9 @@ func TestOpenErrors(t *testing.T) {
 	}
 	// A veth pair inside our host namespace; it goes with it.
 	ip("link", "add", "rbrdummy", "mtu", "500", "type", "veth", "peer", "name", "rbrdummy1", "mtu", "500")
+	// A tun device: up, but no Ethernet address and no Ethernet frames.
+	ip("tuntap", "add", "dev", "rbrtun0", "mode", "tun")
+	ip("link", "set", "rbrtun0", "up")
 	open := func(name string, cfg Config) error {
 		return h.Do(func() error {
 			l, err := Open(name, cfg)
@@ -218,6 +221,7 @@ func TestOpenErrors(t *testing.T) {
 		text  string
 	}{
 		{name: "rbrnothere", is: link.ErrNoInterface, text: `"rbrnothere"`},
+		{name: "rbrtun0", is: link.ErrNotEthernet, text: `interface "rbrtun0" has no Ethernet address`},
 		{name: "rbrdummy", is: link.ErrInterfaceDown, text: "ip link set rbrdummy up"},
 		{name: "rbrdummy", setup: []string{"link", "set", "rbrdummy", "up"}, is: link.ErrMTUTooSmall, text: "MTU 500"},
 		{name: "eth0", cfg: Config{Version: 4}, text: "eth0: ring: Config.Version = 4"},

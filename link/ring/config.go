@@ -131,6 +131,13 @@ type Config struct {
 	// interface costs a filter run. By default the socket is bound to
 	// EtherType and never sees outgoing frames.
 	KeepOutgoing bool
+	// Groups, if not empty, are the rbcast groups whose frames the link
+	// receives: the socket's BPF filter drops every frame whose group id
+	// (at link.GroupOffset) is not one of them, in the kernel, before it
+	// takes a ring slot or wakes Recv, so that groups sharing an
+	// interface cost each other nothing (docs/groups.md). At most
+	// link.MaxGroups; SetGroups changes them on an open link.
+	Groups []uint32
 }
 
 // Defaults for zero Config fields.
@@ -354,6 +361,9 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 		if len(g) != 6 || g[0]&1 == 0 {
 			return r, fmt.Errorf("ring: Config.MulticastGroups[%d] = %q: want a 6-byte Ethernet multicast address (lowest bit of the first byte set)", i, g.String())
 		}
+	}
+	if len(r.Groups) > link.MaxGroups {
+		return r, fmt.Errorf("ring: Config.Groups has %d groups, more than link.MaxGroups (%d)", len(r.Groups), link.MaxGroups)
 	}
 	return r, nil
 }

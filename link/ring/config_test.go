@@ -82,6 +82,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{RxSpin: 2 * time.Second}, 1500, "Config.RxSpin = 2s: want at most a second (0: the default, 200µs; negative: never spin)"},
 		{Config{MulticastGroups: []net.HardwareAddr{{0x02, 0, 0, 0, 0, 1}}}, 1500, "Config.MulticastGroups[0] = \"02:00:00:00:00:01\""},
 		{Config{}, 70000, "MTU 70000"},
+		{Config{Groups: make([]uint32, 1025)}, 1500, "Config.Groups has 1025 groups, more than link.MaxGroups (1024)"},
 	} {
 		_, err := tc.cfg.resolve(tc.mtu)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -7,7 +7,9 @@
 // # Receiving
 //
 // The receive socket is bound to the interface and the EtherType, with a
-// classic BPF filter for the EtherType attached before bind. Its ring is
+// classic BPF filter for the EtherType attached before bind; with
+// Config.Groups (or SetGroups) the filter also passes only those rbcast
+// groups' frames (docs/groups.md). Its ring is
 // TPACKET_V2 (a status word per fixed-size frame slot) or TPACKET_V3 (a
 // status word per block of packed frames), chosen by Config.Version.
 //

@@ -37,8 +37,9 @@ type Link struct {
 	closed atomic.Bool
 
 	rx       socket
-	deadline time.Time   // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
-	woken    atomic.Bool // set by Wake, taken by Recv
+	groups   atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
+	deadline time.Time                // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
+	woken    atomic.Bool              // set by Wake, taken by Recv
 	ready    func(uintptr) bool
 	expired  error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
@@ -108,9 +109,10 @@ type Link struct {
 }
 
 var (
-	_ link.Waker     = (*Link)(nil)
-	_ link.Stager    = (*Link)(nil)
-	_ link.NowSender = (*Link)(nil)
+	_ link.Waker       = (*Link)(nil)
+	_ link.Stager      = (*Link)(nil)
+	_ link.NowSender   = (*Link)(nil)
+	_ link.GroupFilter = (*Link)(nil)
 )
 
 // socket is one AF_PACKET socket with its ring.
@@ -285,13 +287,15 @@ func (l *Link) openRX(ifindex int) error {
 		l.rxSlot = slotOffsets(g)
 	}
 
-	prog, err := etherTypeFilter(l.cfg.EtherType)
+	groups := groupSet(l.cfg.Groups)
+	prog, err := socketFilter(l.cfg.EtherType, groups)
 	if err != nil {
-		return fmt.Errorf("ring: opening %s: assembling the EtherType filter: %w", l.ifname, err)
+		return fmt.Errorf("ring: opening %s: assembling the socket filter: %w", l.ifname, err)
 	}
 	if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); err != nil {
 		return l.sockErr("setsockopt SO_ATTACH_FILTER", err)
 	}
+	l.groups.Store(&groups)
 	// The kernel copies outgoing frames only to ETH_P_ALL sockets
 	// (dev_queue_xmit_nit walks ptype_all), so keeping them means
 	// binding to every protocol and leaving the EtherType to the filter.
@@ -394,18 +398,34 @@ func slotOffsets(g Geometry) []int {
 	return off
 }
 
-// etherTypeFilter accepts whole frames of one EtherType and drops the rest
-// before they take ring space. It is what selects the EtherType when the
-// socket is bound to ETH_P_ALL (KeepOutgoing), and a second check
-// otherwise.
-func etherTypeFilter(etherType uint16) (*unix.SockFprog, error) {
-	raw, err := bpf.Assemble([]bpf.Instruction{
+// socketFilter accepts whole frames of one EtherType, and of one of the
+// groups if there are any, and drops the rest before they take ring space.
+// It is what selects the EtherType when the socket is bound to ETH_P_ALL
+// (KeepOutgoing), and a second check otherwise. A frame too short to hold
+// a group id fails the group check (a load past the end ends the program
+// with 0).
+func socketFilter(etherType uint16, groups []uint32) (*unix.SockFprog, error) {
+	const (
+		accept = math.MaxUint32 // the snap length: never cut a frame
+		drop   = 0
+	)
+	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: 12, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(etherType), SkipFalse: 1},
-		// The return value is the snap length: never cut a frame.
-		bpf.RetConstant{Val: math.MaxUint32},
-		bpf.RetConstant{Val: 0},
-	})
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(etherType), SkipTrue: 1},
+		bpf.RetConstant{Val: drop},
+	}
+	if len(groups) == 0 {
+		prog = append(prog, bpf.RetConstant{Val: accept})
+	} else {
+		prog = append(prog, bpf.LoadAbsolute{Off: link.GroupOffset, Size: 4})
+		for _, g := range groups {
+			prog = append(prog,
+				bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: g, SkipTrue: 1},
+				bpf.RetConstant{Val: accept})
+		}
+		prog = append(prog, bpf.RetConstant{Val: drop})
+	}
+	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, err
 	}
@@ -414,6 +434,54 @@ func etherTypeFilter(etherType uint16) (*unix.SockFprog, error) {
 		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
 	}
 	return &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}, nil
+}
+
+// groupSet is groups sorted, without duplicates, in a new slice.
+func groupSet(groups []uint32) []uint32 {
+	s := slices.Clone(groups)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// SetGroups implements link.GroupFilter: from now on the kernel passes
+// only frames of these groups (every group if none), replacing the socket
+// filter in one step. Frames of other groups already in the ring are
+// dropped by Recv and counted in Stats.Filtered. It may run concurrently
+// with Recv and Send.
+func (l *Link) SetGroups(groups []uint32) error {
+	if len(groups) > link.MaxGroups {
+		return &net.OpError{Op: "set groups", Net: "packet", Addr: ifaceAddr(l.ifname),
+			Err: fmt.Errorf("%d groups, more than link.MaxGroups (%d)", len(groups), link.MaxGroups)}
+	}
+	set := groupSet(groups)
+	prog, err := socketFilter(l.cfg.EtherType, set)
+	if err != nil {
+		return fmt.Errorf("ring: %s: assembling the socket filter: %w", l.ifname, err)
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return &net.OpError{Op: "set groups", Net: "packet", Addr: ifaceAddr(l.ifname), Err: net.ErrClosed}
+	}
+	// Recv checks frames against both sets while the kernel's filter
+	// changes, so that it drops none the new filter passed.
+	if old := *l.groups.Load(); len(old) > 0 && len(set) > 0 {
+		both := groupSet(append(slices.Clone(old), set...))
+		l.groups.Store(&both)
+	} else {
+		l.groups.Store(&[]uint32{})
+	}
+	var serr error
+	if err := l.rx.raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog)
+	}); err != nil {
+		serr = err
+	}
+	if serr != nil {
+		return l.sockErr("setsockopt SO_ATTACH_FILTER", serr)
+	}
+	l.groups.Store(&set)
+	return nil
 }
 
 // status is a ring status word: the kernel and we hand slots back and forth
@@ -664,13 +732,14 @@ func (l *Link) spin(deadline time.Time) bool {
 }
 
 func (l *Link) fill(frames []Frame) (n int, bytes, filtered uint64) {
+	groups := *l.groups.Load()
 	if l.cfg.Version == V3 {
-		return l.fillV3(frames)
+		return l.fillV3(frames, groups)
 	}
-	return l.fillV2(frames)
+	return l.fillV2(frames, groups)
 }
 
-func (l *Link) fillV2(frames []Frame) (n int, bytes, filtered uint64) {
+func (l *Link) fillV2(frames []Frame, groups []uint32) (n int, bytes, filtered uint64) {
 	ring, slots := l.rx.ring, uint64(len(l.rxSlot))
 	frameSize := l.cfg.rx.FrameSize
 	// Never read further than one lap: the slot after that is one we
@@ -686,7 +755,7 @@ func (l *Link) fillV2(frames []Frame) (n int, bytes, filtered uint64) {
 		snap := int(nativeEndian.Uint32(h[v2Snaplen:]))
 		length := int(nativeEndian.Uint32(h[v2Len:]))
 		pkttype := h[tpacketAlign(sizeofTpacket2Hdr)+sllPkttype]
-		if !l.accept(h, mac, snap, length, pkttype) {
+		if !l.accept(h, mac, snap, length, pkttype, groups) {
 			filtered++
 			continue
 		}
@@ -701,15 +770,23 @@ func (l *Link) fillV2(frames []Frame) (n int, bytes, filtered uint64) {
 	return n, bytes, filtered
 }
 
-// accept checks one received frame in place. Frames that fail are counted
-// as filtered: cut short (snap < length: the slot was too small), not
-// our EtherType, our own copies when not kept, or malformed offsets.
-func (l *Link) accept(h []byte, mac, snap, length int, pkttype byte) bool {
+// accept checks one received frame in place, as the socket filter did
+// (frames queued before a SetGroups met the filter before it). Frames
+// that fail are counted as filtered: cut short (snap < length: the slot
+// was too small), not our EtherType or groups, our own copies when not
+// kept, or malformed offsets.
+func (l *Link) accept(h []byte, mac, snap, length int, pkttype byte, groups []uint32) bool {
 	if mac < 0 || snap < link.EthernetHeaderLen || mac+snap > len(h) || snap != length {
 		return false
 	}
 	if nativeEndian.Uint16(h[mac+12:]) != htons(l.cfg.EtherType) {
 		return false
+	}
+	if len(groups) > 0 {
+		g, ok := link.FrameGroup(h[mac : mac+snap])
+		if _, found := slices.BinarySearch(groups, g); !ok || !found {
+			return false
+		}
 	}
 	return pkttype != unix.PACKET_OUTGOING || l.cfg.KeepOutgoing
 }
@@ -718,7 +795,7 @@ func (l *Link) accept(h []byte, mac, snap, length int, pkttype byte) bool {
 // example": block_status, num_pkts, offset_to_first_pkt, tp_next_offset).
 // A block is given back only when all its frames were read and a later
 // Recv starts; a block partly read when frames is full stays open.
-func (l *Link) fillV3(frames []Frame) (n int, bytes, filtered uint64) {
+func (l *Link) fillV3(frames []Frame, groups []uint32) (n int, bytes, filtered uint64) {
 	ring, blocks := l.rx.ring, uint64(len(l.rxSlot))
 	blockSize := l.cfg.rx.BlockSize
 	hdrLen := tpacketAlign(sizeofTpacket3Hdr)
@@ -762,7 +839,7 @@ func (l *Link) fillV3(frames []Frame) (n int, bytes, filtered uint64) {
 			filtered += uint64(l.blkLeft)
 			l.blkLeft = 0
 		}
-		if !l.accept(h, mac, snap, length, pkttype) {
+		if !l.accept(h, mac, snap, length, pkttype, groups) {
 			filtered++
 			continue
 		}

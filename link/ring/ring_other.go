@@ -14,9 +14,10 @@ import (
 type Link struct{}
 
 var (
-	_ link.Waker     = (*Link)(nil)
-	_ link.Stager    = (*Link)(nil)
-	_ link.NowSender = (*Link)(nil)
+	_ link.Waker       = (*Link)(nil)
+	_ link.Stager      = (*Link)(nil)
+	_ link.NowSender   = (*Link)(nil)
+	_ link.GroupFilter = (*Link)(nil)
 )
 
 var errNotLinux = errors.New("ring: AF_PACKET rings need Linux")
@@ -33,6 +34,7 @@ func (l *Link) Close() error                                              { retu
 func (l *Link) Stage(frames [][]byte) (int, error)                        { return 0, errNotLinux }
 func (l *Link) Kick() error                                               { return errNotLinux }
 func (l *Link) SendNow(frames [][]byte) (int, error)                      { return 0, errNotLinux }
+func (l *Link) SetGroups(groups []uint32) error                           { return errNotLinux }
 
 // Wake does nothing: no Recv waits off Linux.
 func (l *Link) Wake() {}

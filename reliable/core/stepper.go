@@ -31,6 +31,8 @@ type Stepper struct {
 	peers   []peerCounters // by id - base; nil entries are not members
 	events  []Event        // every event so far
 	readied bool           // Ready was called since the last Advance
+	now     Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
+	self    selfLatency    // Info.SelfDelivery only (latency.go)
 }
 
 // peerCounters is what the stepper measures per member.
@@ -41,6 +43,7 @@ type peerCounters struct {
 	repairs     uint64
 	repairSince Time // 0: not repairing
 	latency     latencyRing
+	repairHist  Histogram
 }
 
 // latencyRing keeps the most recent repair latencies for percentiles.
@@ -119,6 +122,7 @@ func (s *Stepper) Step(now Time, eth []byte) error {
 // StepView steps the core with a frame decoded already (v validated by
 // frame.Parse), from src to dst.
 func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
+	s.now = now
 	if s.Hold && s.info.Delivers(v.Type()) {
 		s.held++
 		return ErrHeld
@@ -135,6 +139,7 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 			p.repairSince = now
 		case !repairing && p.repairSince != 0:
 			p.latency.add(now.Sub(p.repairSince))
+			p.repairHist.Observe(now.Sub(p.repairSince))
 			p.repairs++
 			p.repairSince = 0
 		}
@@ -143,10 +148,20 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 }
 
 // Tick runs the core's timers.
-func (s *Stepper) Tick(now Time) { s.c.Tick(now) }
+func (s *Stepper) Tick(now Time) {
+	s.now = now
+	s.c.Tick(now)
+}
 
 // Propose offers the core a message (see Core.Propose).
-func (s *Stepper) Propose(now Time, msg []byte) error { return s.c.Propose(now, msg) }
+func (s *Stepper) Propose(now Time, msg []byte) error {
+	s.now = now
+	err := s.c.Propose(now, msg)
+	if err == nil && s.info.SelfDelivery {
+		s.self.propose(now)
+	}
+	return err
+}
 
 // Leave starts the core's clean departure.
 func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
@@ -173,6 +188,9 @@ func (s *Stepper) Ready() Ready {
 		if p := s.peer(rd.Deliveries[i].From); p != nil {
 			p.delivered++
 			p.bytes += uint64(len(rd.Deliveries[i].Data))
+		}
+		if s.info.SelfDelivery && rd.Deliveries[i].From == s.info.Self {
+			s.self.delivered(s.now)
 		}
 	}
 	if len(rd.Events) > 0 {

@@ -41,11 +41,22 @@ type Options struct {
 	MTU int
 	// Prefix starts every namespace and interface name. It must start with
 	// "rb" and hold only lowercase letters and digits, at most 11 of them.
-	// Empty means a fresh random prefix "rbt" + 4 lowercase letters, so
-	// parallel tests do not collide.
+	// Empty means a fresh random prefix "rbt" (or $RBCAST_NETNS_PREFIX) +
+	// 4 lowercase letters, so parallel tests do not collide.
 	Prefix string
 	// Addresses gives host i the IPv4 address 10.77.0.(i+1)/24 on eth0.
 	Addresses bool
+	// IPv6 leaves IPv6 on and, with addresses, gives host i fd77::(i+1)/64
+	// too (fd77:1::(i+1)/64 on a routed topology's segment 1).
+	IPv6 bool
+	// Routed joins two segments with a router namespace (scripts/netns/up
+	// -r): "smcroute" forwards multicast (239.0.0.0/8, ff05::/16,
+	// ff0e::/16) and unicast, "none" unicast only; empty is one segment.
+	// It implies Addresses; host i on segment S has 10.77.S.(i+1).
+	Routed string
+	// Split is how many hosts are on segment 0 of a routed topology; 0
+	// means half, rounded up.
+	Split int
 }
 
 // Topology is one segment built by New. Close removes it.
@@ -56,6 +67,9 @@ type Topology struct {
 	BridgeNamespace string
 	MTU             int
 	Hosts           []*Host
+	// RouterNamespace is a routed topology's router, Prefix+"rt" ("" for
+	// one segment).
+	RouterNamespace string
 
 	scripts   string
 	closeOnce sync.Once
@@ -68,7 +82,9 @@ type Host struct {
 	Namespace string
 	Iface     string // always "eth0"
 	MAC       net.HardwareAddr
-	IP        net.IP // set when Options.Addresses was
+	IP        net.IP // set when Options.Addresses (or Routed) was
+	IP6       net.IP // set when Options.IPv6 was too
+	Segment   int    // 0, or 1 for the second segment of a routed topology
 
 	topo *Topology
 }
@@ -89,6 +105,25 @@ func New(opts Options) (*Topology, error) {
 	}
 	if opts.MTU < 68 || opts.MTU > 65535 {
 		return nil, fmt.Errorf("netns: Options.MTU = %d: want 68..65535", opts.MTU)
+	}
+	switch opts.Routed {
+	case "":
+		if opts.Split != 0 {
+			return nil, fmt.Errorf("netns: Options.Split = %d without Routed", opts.Split)
+		}
+	case "smcroute", "none":
+		opts.Addresses = true
+		if opts.Hosts < 2 {
+			return nil, fmt.Errorf("netns: Options.Hosts = %d: a routed topology needs at least 2", opts.Hosts)
+		}
+		if opts.Split == 0 {
+			opts.Split = (opts.Hosts + 1) / 2
+		}
+		if opts.Split < 1 || opts.Split >= opts.Hosts {
+			return nil, fmt.Errorf("netns: Options.Split = %d: want 1..%d", opts.Split, opts.Hosts-1)
+		}
+	default:
+		return nil, fmt.Errorf("netns: Options.Routed = %q: want \"smcroute\", \"none\" or empty", opts.Routed)
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = randomPrefix()
@@ -115,6 +150,13 @@ func New(opts Options) (*Topology, error) {
 	args := []string{"-n", strconv.Itoa(opts.Hosts), "-p", opts.Prefix, "-m", strconv.Itoa(opts.MTU)}
 	if opts.Addresses {
 		args = append(args, "-a")
+	}
+	if opts.IPv6 {
+		args = append(args, "-6")
+	}
+	if opts.Routed != "" {
+		args = append(args, "-r", opts.Routed, "-s", strconv.Itoa(opts.Split))
+		topo.RouterNamespace = opts.Prefix + "rt"
 	}
 	out, err := topo.script("up", args...)
 	if err != nil {
@@ -156,8 +198,14 @@ func (t *Topology) fill(out string, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("netns: reading %s's MAC address in %s: %w", h.Iface, name, err)
 		}
+		if opts.Routed != "" && i >= opts.Split {
+			h.Segment = 1
+		}
 		if opts.Addresses {
-			h.IP = net.IPv4(10, 77, 0, byte(i+1)).To4()
+			h.IP = net.IPv4(10, 77, byte(h.Segment), byte(i+1)).To4()
+			if opts.IPv6 {
+				h.IP6 = net.ParseIP(fmt.Sprintf("fd77:%x::%x", h.Segment, i+1))
+			}
 		}
 		t.Hosts = append(t.Hosts, h)
 	}
@@ -186,7 +234,7 @@ func (t *Topology) Close() error {
 }
 
 // Leftovers lists the namespaces up would create for prefix that exist now:
-// prefix+"br" and prefix+"h<N>". Other names that merely start with prefix are
+// prefix+"br", prefix+"rt" and prefix+"h<N>". Other names that merely start with prefix are
 // not listed, as down does not touch them either.
 func Leftovers(prefix string) ([]string, error) {
 	entries, err := os.ReadDir("/run/netns")
@@ -196,7 +244,7 @@ func Leftovers(prefix string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netns: listing namespaces: %w", err)
 	}
-	own := regexp.MustCompile("^" + regexp.QuoteMeta(prefix) + `(br|h[0-9]+)$`)
+	own := regexp.MustCompile("^" + regexp.QuoteMeta(prefix) + `(br|rt|h[0-9]+)$`)
 	var names []string
 	for _, e := range entries {
 		if own.MatchString(e.Name()) {
@@ -248,10 +296,17 @@ func ScriptsDir() (string, error) {
 	}
 }
 
+// randomPrefix is "rbt", or $RBCAST_NETNS_PREFIX when that is "rb" and
+// up to 5 lowercase letters or digits (so that concurrent runs of several
+// people on one machine can tell their namespaces apart), then 4 random
+// lowercase letters.
 func randomPrefix() string {
 	var b [4]byte
 	rand.Read(b[:])
 	p := []byte("rbt")
+	if e := os.Getenv("RBCAST_NETNS_PREFIX"); len(e) <= 7 && prefixRE.MatchString(e) {
+		p = []byte(e)
+	}
 	for _, c := range b {
 		p = append(p, 'a'+c%26)
 	}
@@ -385,6 +440,10 @@ type Loss struct {
 	BurstLen int
 	// EtherType restricts loss to frames of that EtherType; 0 means all.
 	EtherType uint16
+	// UDP restricts loss to UDP datagrams (IPv4 and IPv6): link/udp's
+	// carriage, sparing ARP, neighbour discovery and IGMP/MLD. Not with
+	// EtherType.
+	UDP bool
 }
 
 // SetLoss replaces the loss on the host's eth0 in the given direction
@@ -399,11 +458,55 @@ func (h *Host) SetLoss(dir Direction, l Loss) error {
 	if l.BurstLen < 0 {
 		return fmt.Errorf("netns: SetLoss on %s: BurstLen = %d: want >= 0", h.Namespace, l.BurstLen)
 	}
-	args := []string{"-p", h.topo.Prefix}
+	return h.topo.loss(strconv.Itoa(h.Index), dir.String(), l)
+}
+
+// RouterDirection selects which forwarded traffic SetRouterLoss affects.
+type RouterDirection int
+
+const (
+	From0    RouterDirection = iota // from segment 0 to segment 1
+	From1                           // from segment 1 to segment 0
+	BothWays                        // each way, each with the given loss
+)
+
+func (d RouterDirection) String() string {
+	switch d {
+	case From0:
+		return "0to1"
+	case From1:
+		return "1to0"
+	case BothWays:
+		return "both"
+	}
+	return "RouterDirection(" + strconv.Itoa(int(d)) + ")"
+}
+
+// SetRouterLoss replaces the loss of what a routed topology's router
+// forwards in the given direction (scripts/netns/loss router).
+func (t *Topology) SetRouterLoss(dir RouterDirection, l Loss) error {
+	if t.RouterNamespace == "" {
+		return fmt.Errorf("netns: SetRouterLoss on %s: the topology has no router (Options.Routed)", t.Prefix)
+	}
+	if dir != From0 && dir != From1 && dir != BothWays {
+		return fmt.Errorf("netns: SetRouterLoss on %s: bad direction %v", t.Prefix, dir)
+	}
+	if l.Percent < 0 || l.Percent > 100 || l.BurstLen > 0 && l.Percent == 100 || l.BurstLen < 0 {
+		return fmt.Errorf("netns: SetRouterLoss on %s: Percent = %v, BurstLen = %d: want 0 <= Percent <= 100 (< 100 with bursts), BurstLen >= 0", t.Prefix, l.Percent, l.BurstLen)
+	}
+	return t.loss("router", dir.String(), l)
+}
+
+// loss runs scripts/netns/loss for host (an index or "router").
+func (t *Topology) loss(host, dir string, l Loss) error {
+	args := []string{"-p", t.Prefix}
 	if l.EtherType != 0 {
 		args = append(args, "-t", fmt.Sprintf("0x%04x", l.EtherType))
 	}
-	args = append(args, strconv.Itoa(h.Index), dir.String())
+	if l.UDP {
+		args = append(args, "-u")
+	}
+	args = append(args, host, dir)
 	pct := strconv.FormatFloat(l.Percent, 'f', -1, 64)
 	switch {
 	case l.Percent == 0:
@@ -413,6 +516,6 @@ func (h *Host) SetLoss(dir Direction, l Loss) error {
 	default:
 		args = append(args, "burst", pct, strconv.Itoa(l.BurstLen))
 	}
-	_, err := h.topo.script("loss", args...)
+	_, err := t.script("loss", args...)
 	return err
 }

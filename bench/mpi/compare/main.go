@@ -1,11 +1,14 @@
 // Command compare runs the BDSM vs MPI comparison of docs/benchmarks.md
-// (thesis ch. 6): each of the five programs as BDSM (dsm/examples, one
-// process per network namespace over the ring link) and as OpenMPI (bench/mpi,
+// (thesis ch. 6): each of the programs as BDSM (dsm/examples, one process
+// per network namespace over the ring link) and as OpenMPI (bench/mpi,
 // one rank per namespace over TCP), at equal process counts on the same
 // netns topology, repeated, and prints markdown tables of the medians:
 // execution time and speedup (figs 6.1–6.5), messages and bytes (fig 6.6),
 // loss and repair (fig 6.9), and with -windows the window sweep (figs
-// 6.7–6.8). Every run's checksum is compared with the sequential one.
+// 6.7–6.8). With -orca the programs that have an Orca version
+// (orca/examples: tsp, asp) run that too, in the same repetitions, and a
+// table sets it beside BDSM and MPI. Every run's checksum is compared
+// with the sequential one.
 //
 // Needs root, Debian's openmpi-bin and libopenmpi-dev, and a quiet machine
 // for meaningful times. From the repository root:
@@ -15,6 +18,7 @@
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,matmult -windows 16,48,128 -nompi
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,cg -loss 1 -nompi
 //	go run ./bench/mpi/compare -procs 2,4 -progs jacobi,cg -gomaxprocs 1 -spins 0,200us
+//	go run ./bench/mpi/compare -procs 2,4 -progs tsp,asp -orca
 package main
 
 import (
@@ -39,19 +43,24 @@ import (
 // problem is each program's benchmark size: the jacobi (512², 500
 // iterations), cg on the same, the thesis's tsp (15 cities); nbody and
 // matmult below the thesis's sizes (2048 particles, 1280²) to keep a run
-// short on this 2-core machine.
+// short on this 2-core machine; asp at 512 nodes (the Orca sidebar's 300
+// takes too little time to measure the communication).
 var problem = map[string][]string{
 	"jacobi":  {"-n", "512", "-iters", "500"},
 	"cg":      {"-n", "512", "-iters", "500"},
 	"nbody":   {"-n", "1024", "-steps", "30"},
 	"matmult": {"-m", "512"},
 	"tsp":     {"-cities", "15"},
+	"asp":     {"-n", "512"},
 }
 
-var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp"}
+var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp", "asp"}
+
+// orcaPrograms have an Orca version in orca/examples (-orca).
+var orcaPrograms = []string{"tsp", "asp"}
 
 type run struct {
-	prog, system  string // system: "seq", "mpi", "bdsm"
+	prog, system  string // system: "seq", "mpi", "bdsm", "orca"
 	procs, window int
 	spin          time.Duration // BDSM: the ring's RxSpin (-spin of the examples)
 	loss          string
@@ -85,6 +94,7 @@ func main() {
 	spins := flag.String("spins", "", "also run BDSM with these ring spins, e.g. 0,200us, beside every MPI run (a table of each against MPI)")
 	loss := flag.String("loss", "", "inject this percent of random loss on every frame arriving at every host (nftables; both systems)")
 	noMPI := flag.Bool("nompi", false, "BDSM only")
+	withOrca := flag.Bool("orca", false, "also run the Orca version of the programs that have one ("+strings.Join(orcaPrograms, ", ")+")")
 	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
 	raw := flag.String("raw", "", "append every report line here")
 	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: Go's default, the number of CPUs)")
@@ -121,7 +131,7 @@ func main() {
 		// Inherited by netns-bdsm and the processes it starts.
 		os.Setenv("GOMAXPROCS", strconv.Itoa(*gomaxprocs))
 	}
-	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *spin, *spins, *loss, *noMPI, *prefix, *raw); err != nil {
+	if err := compare(*procsFlag, *reps, *progsFlag, *windows, *spin, *spins, *loss, *noMPI, *withOrca, *prefix, *raw); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
@@ -150,7 +160,7 @@ func durations(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
-func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin time.Duration, spinsFlag, loss string, noMPI bool, prefix, rawPath string) error {
+func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin time.Duration, spinsFlag, loss string, noMPI, withOrca bool, prefix, rawPath string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, AF_PACKET)")
 	}
@@ -191,6 +201,12 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 	}
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "./dsm/examples/...").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./dsm/examples/...: %v\n%s", err, out)
+	}
+	orcaBin := filepath.Join(bin, "orca")
+	if withOrca {
+		if out, err := exec.Command("go", "build", "-o", orcaBin+"/", "./orca/examples/...").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./orca/examples/...: %v\n%s", err, out)
+		}
 	}
 	var rawOut io.Writer = io.Discard
 	if rawPath != "" {
@@ -295,6 +311,13 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 					// the order rotates, so that no system always follows
 					// another's load on this shared machine.
 					steps := []func() error{seq, mpi, func() error { return bdsm(0, spin) }}
+					if withOrca && slices.Contains(orcaPrograms, p) {
+						steps = append(steps, func() error {
+							args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), "-t", "150", filepath.Join(orcaBin, p), "-timeout", "100s"}, problem[p]...)
+							args = append(args, "-spin", spin.String())
+							return exec1(run{prog: p, system: "orca", procs: n, spin: spin, loss: loss, rep: id}, filepath.Join(mpiDir, "netns-bdsm"), args...)
+						})
+					}
 					for _, sp := range spins {
 						if sp != spin {
 							steps = append(steps, func() error { return bdsm(0, sp) })
@@ -622,6 +645,7 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 			}
 		}
 	}
+	orcaTable(w, runs, progs, procs, spin)
 	if len(spins) > 0 {
 		fmt.Fprintln(w, "\nBDSM by ring spin (-spin, ring.Config.RxSpin): median ms, and BDSM/MPI as the median of per-repetition ratios")
 		fmt.Fprintf(w, "\n| program | procs | MPI ms |")
@@ -644,5 +668,67 @@ func report(w io.Writer, runs []run, progs []string, procs, windows []int, spin 
 			}
 		}
 		unpairedNote(w, unpaired)
+	}
+}
+
+// orcaTable prints the Orca versions beside BDSM and MPI, if any ran: the
+// medians of the solve time at rank 0 in ms, Orca/MPI and Orca/BDSM as
+// medians of the per-repetition ratios, and Orca's speedup over the Go
+// sequential program; then Orca's traffic, summed over ranks.
+func orcaTable(w io.Writer, runs []run, progs []string, procs []int, spin time.Duration) {
+	if !slices.ContainsFunc(runs, func(r run) bool { return r.system == "orca" }) {
+		return
+	}
+	fmt.Fprintln(w, "\nOrca (orca/examples: replicated objects on the total order) beside BDSM and MPI: medians (and minimum) of the solve time at rank 0 in ms; ratios are medians of the per-repetition ratios")
+	fmt.Fprintln(w, "\n| program | procs | MPI ms | BDSM ms | Orca ms | Orca/MPI | Orca/BDSM | Orca speedup |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	cell := func(v float64, all []float64) string {
+		if v == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f (%.1f)", v, minOf(all))
+	}
+	unpaired := 0
+	for _, p := range progs {
+		seq := median(times(pick(runs, p, "seq", 1, 0, 0)))
+		for _, n := range procs {
+			or := pick(runs, p, "orca", n, 0, spin)
+			if len(or) == 0 {
+				continue
+			}
+			mr, br := pick(runs, p, "mpi", n, 0, 0), pick(runs, p, "bdsm", n, 0, spin)
+			ot := times(or)
+			o := median(ot)
+			vsMPI, u1 := ratioCell(or, mr)
+			vsBDSM, u2 := ratioCell(or, br)
+			unpaired += u1 + u2
+			speedup := "–"
+			if o > 0 && seq > 0 {
+				speedup = fmt.Sprintf("%.2f", seq/o)
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", p, n, cell(median(times(mr)), times(mr)),
+				cell(median(times(br)), times(br)), cell(o, ot), vsMPI, vsBDSM, speedup)
+		}
+	}
+	unpairedNote(w, unpaired)
+	fmt.Fprintln(w, "\nOrca traffic, summed over ranks (medians over runs): messages and bytes sent, writes called and applied, frames first sent, retransmitted, gaps repaired, kernel ring drops")
+	fmt.Fprintln(w, "\n| program | procs | messages | bytes | writes | applied | frames | retransmitted | gaps repaired | kernel drops |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, p := range progs {
+		for _, n := range procs {
+			rs := pick(runs, p, "orca", n, 0, spin)
+			if len(rs) == 0 {
+				continue
+			}
+			med := func(key string) float64 {
+				var v []float64
+				for _, r := range rs {
+					v = append(v, float64(r.sum(key)))
+				}
+				return median(v)
+			}
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", p, n,
+				med("msgs"), med("bytes"), med("writes"), med("applied"), med("frames"), med("retrans"), med("gaps"), med("kdrops"))
+		}
 	}
 }

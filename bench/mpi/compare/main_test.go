@@ -279,3 +279,38 @@ func TestReport(t *testing.T) {
 		t.Errorf("report with -spin 50us lacks %q; it is:\n%s", want, out.String())
 	}
 }
+
+// The Orca table: Orca's runs beside MPI's and BDSM's of the same
+// repetitions, and its traffic summed over ranks.
+func TestOrcaTable(t *testing.T) {
+	const orcaRaw = `seq window=0 spin=0s loss= asp mode=seq procs=1 rank=0 n=512 checksum=aaaa solve_us=100000
+mpi window=0 spin=0s loss= asp-mpi procs=2 rank=0 n=512 checksum=aaaa solve_us=80000
+bdsm window=0 spin=0s loss= asp mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=120000 msgs=600 frames=600
+bdsm window=0 spin=0s loss= asp mode=host procs=2 rank=1 n=512 solve_us=120001 msgs=600 frames=600
+orca window=0 spin=0s loss= asp mode=host procs=2 rank=0 n=512 checksum=aaaa solve_us=60000 msgs=300 bytes=100 writes=257 applied=514 frames=310 retrans=1
+orca window=0 spin=0s loss= asp mode=host procs=2 rank=1 n=512 solve_us=59000 msgs=300 bytes=100 writes=257 applied=514 frames=310 retrans=0
+`
+	runs, err := fromRaw([]string{writeRaw(t, orcaRaw)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	report(&out, runs, []string{"asp"}, []int{2}, nil, 0, nil)
+	text := out.String()
+	for _, want := range []string{
+		"4 runs; checksums differing from the sequential run: 0\n",
+		"| asp | 2 | 80.0 (80.0) | 120.0 (120.0) | 60.0 (60.0) | 0.75 | 0.50 | 1.67 |\n",
+		"| asp | 2 | 600 | 200 | 514 | 1028 | 620 | 1 | 0 | 0 |\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q; it is:\n%s", want, text)
+		}
+	}
+	// Without Orca runs, no Orca table.
+	runs, _ = fromRaw([]string{writeRaw(t, raw)})
+	out.Reset()
+	report(&out, runs, []string{"jacobi"}, []int{2}, nil, 0, nil)
+	if strings.Contains(out.String(), "Orca") {
+		t.Errorf("an Orca table without Orca runs:\n%s", out.String())
+	}
+}

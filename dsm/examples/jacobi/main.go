@@ -22,7 +22,7 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/examples/internal/harness"
-	"github.com/rbcast/rbcast/dsm/examples/internal/suite"
+	"github.com/rbcast/rbcast/internal/suite"
 )
 
 const segX = 0x4a430001

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/examples/internal/harness"
-	"github.com/rbcast/rbcast/dsm/examples/internal/suite"
+	"github.com/rbcast/rbcast/internal/suite"
 )
 
 const segC = 0x4d4d0001

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/examples/internal/harness"
-	"github.com/rbcast/rbcast/dsm/examples/internal/suite"
+	"github.com/rbcast/rbcast/internal/suite"
 )
 
 const segPos = 0x4e420001

@@ -22,6 +22,7 @@ import (
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -199,7 +200,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if o.Pin || pin {
-			if _, err := pinCPU(o.Rank); err != nil {
+			if _, err := cpupin.Pin(o.Rank); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}

@@ -242,3 +242,87 @@ func TestTSPOptimalAndSplitAgrees(t *testing.T) {
 		}
 	}
 }
+
+// The shared-bound search (SearchShared, the Orca version) ends with the
+// sequential tour whatever the order the jobs are taken in, also where
+// every tour ties (all distances equal).
+func TestTSPSharedBoundAgrees(t *testing.T) {
+	for n := 1; n <= 8; n++ {
+		for _, p := range []*TSP{NewTSP(n, uint64(n)), {N: n, Dist: slices.Repeat([]int32{1}, n*n)}} {
+			want, _ := p.Sequential()
+			jobs := p.Jobs()
+			r := NewRand(uint64(n))
+			for range 5 {
+				best := NoTour()
+				for _, i := range r.perm(len(jobs)) {
+					p.SearchShared(jobs[i], func() int32 { return best.Len }, func(tour Tour) {
+						if Better(tour, best) {
+							best = tour
+						}
+					})
+				}
+				if best.Len != want.Len || !slices.Equal(best.Path, want.Path) {
+					t.Fatalf("n=%d: shared bound %v, sequential %v", n, best, want)
+				}
+			}
+		}
+	}
+}
+
+// perm is a random permutation of 0..n-1.
+func (r *Rand) perm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		j := r.Intn(i + 1)
+		p[i], p[j] = p[j], i
+	}
+	return p
+}
+
+// ASP: Floyd–Warshall gives the shortest distances (against relaxing
+// every edge n times, Bellman–Ford style), and procs processes that each
+// relax their own rows with the pivot row from its owner give the same
+// matrix exactly.
+func TestASP(t *testing.T) {
+	for n := 1; n <= 24; n += 5 {
+		a := NewASP(n, uint64(n))
+		got := a.Sequential()
+		want := append([]int32(nil), a.Dist...)
+		for range n {
+			for i := range n {
+				for k := range n {
+					for j := range n {
+						if v := want[i*n+k] + a.Dist[k*n+j]; v < want[i*n+j] {
+							want[i*n+j] = v
+						}
+					}
+				}
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("n=%d: Floyd–Warshall and relaxation differ", n)
+		}
+		for procs := 1; procs <= 5; procs++ {
+			copies := make([][]int32, procs)
+			for r := range copies {
+				copies[r] = append([]int32(nil), a.Dist...)
+			}
+			for k := range n {
+				owner := Owner(n, procs, k)
+				pivot := append([]int32(nil), copies[owner][k*n:(k+1)*n]...)
+				for r := range procs {
+					lo, hi := Block(n, procs, r)
+					a.Relax(copies[r], lo, hi, k, pivot)
+				}
+			}
+			merged := make([]int32, 0, n*n)
+			for r := range procs {
+				lo, hi := Block(n, procs, r)
+				merged = append(merged, copies[r][lo*n:hi*n]...)
+			}
+			if !slices.Equal(merged, got) {
+				t.Fatalf("n=%d procs=%d: the split differs from the sequential run", n, procs)
+			}
+		}
+	}
+}

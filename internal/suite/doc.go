@@ -1,12 +1,14 @@
 // Package suite holds the five test programs of Auld's thesis, chapter 6
-// (jacobi, cg, nbody, matmult, tsp), as the computation alone: problem
-// generation from a seed, the kernels on a range of rows, and a sequential
-// run built from those kernels.
+// (jacobi, cg, nbody, matmult, tsp), and the all-pairs shortest paths of
+// the Orca papers (asp), as the computation alone: problem generation
+// from a seed, the kernels on a range of rows, and a sequential run built
+// from those kernels.
 //
-// The parallel BDSM commands under dsm/examples and the MPI programs in
-// bench/mpi compute with exactly the same operations in exactly the same
-// order, so their results are bit for bit those of the sequential run: a
-// -verify compares checksums, not tolerances. Two rules make that hold:
+// The parallel BDSM commands under dsm/examples, the Orca commands under
+// orca/examples and the MPI programs in bench/mpi compute with exactly
+// the same operations in exactly the same order, so their results are bit
+// for bit those of the sequential run: a -verify compares checksums, not
+// tolerances. Two rules make that hold:
 //
 //   - every reduction (a dot product, a force sum) runs over the whole
 //     vector in index order in every process, never as a sum of per-process

@@ -1,4 +1,4 @@
-package harness
+package cpupin
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pinCPU binds every thread of the process, and the CPU follows the rank
+// Pin binds every thread of the process, and the CPU follows the rank
 // round the CPUs the process may use.
 func TestPinCPU(t *testing.T) {
 	var before unix.CPUSet
@@ -24,7 +24,7 @@ func TestPinCPU(t *testing.T) {
 	}
 	for _, rank := range []int{0, 1, len(cpus) + 1} {
 		setAll(t, &before) // a process pins once, from all its CPUs
-		cpu, err := pinCPU(rank)
+		cpu, err := Pin(rank)
 		if err != nil {
 			t.Fatal(err)
 		}

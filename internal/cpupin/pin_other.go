@@ -1,9 +1,9 @@
 //go:build !linux
 
-package harness
+package cpupin
 
 import "errors"
 
-func pinCPU(int) (int, error) {
+func Pin(int) (int, error) {
 	return 0, errors.New("-pin: binding to a CPU is implemented on Linux only")
 }

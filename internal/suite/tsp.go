@@ -130,6 +130,55 @@ func (t *TSP) Search(job []int32, best *Tour) (nodes int) {
 	return nodes
 }
 
+// SearchShared is Search against a bound shared by every process (the
+// Orca version's best-path object): it prunes a partial path as soon as
+// it is no shorter than bound() — read at every node, as the Orca paper's
+// workers read BestPath — and hands every complete tour no longer than
+// bound() to offer, which keeps it if it is Better than the best so far.
+// A partial path as long as the bound cannot complete to a tour as short
+// (every distance is at least 1), so pruning never loses a tie, and with
+// offer's tie-break the shared search ends with the tour Sequential
+// finds, whatever the split of the jobs.
+func (t *TSP) SearchShared(job []int32, bound func() int32, offer func(Tour)) (nodes int) {
+	n := t.N
+	path := make([]int32, 0, n)
+	used := make([]bool, n)
+	length := int32(0)
+	for k, c := range job {
+		if k > 0 {
+			length += t.Dist[int(path[k-1])*n+int(c)]
+		}
+		path = append(path, c)
+		used[c] = true
+	}
+	var dfs func(length int32)
+	dfs = func(length int32) {
+		nodes++
+		if length >= bound() {
+			return
+		}
+		last := int(path[len(path)-1])
+		if len(path) == n {
+			if total := length + t.Dist[last*n]; total <= bound() {
+				offer(Tour{Len: total, Path: slices.Clone(path)})
+			}
+			return
+		}
+		for c := 1; c < n; c++ {
+			if used[c] {
+				continue
+			}
+			used[c] = true
+			path = append(path, int32(c))
+			dfs(length + t.Dist[last*n+c])
+			path = path[:len(path)-1]
+			used[c] = false
+		}
+	}
+	dfs(length)
+	return nodes
+}
+
 // Worker returns the shortest tour among the jobs dealt to slave s of
 // slaves (jobs s, s+slaves, s+2·slaves, … in rotation), and the nodes it
 // expanded.

@@ -1,4 +1,4 @@
-package harness
+package cpupin
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pinCPU binds every thread of this process to one CPU of those it may
+// Pin binds every thread of this process to one CPU of those it may
 // run on: the (rank mod count)-th. Threads the Go runtime starts later
 // inherit the binding from the thread that starts them, which is bound
 // too. It returns the CPU.
@@ -18,7 +18,7 @@ import (
 // (-spin) otherwise move between cores and meet a different partner from
 // one iteration to the next; bound, each core runs a fixed set of ranks
 // that take turns.
-func pinCPU(rank int) (int, error) {
+func Pin(rank int) (int, error) {
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
 		return 0, fmt.Errorf("-pin: reading this process's CPUs: %w", err)

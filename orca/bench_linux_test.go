@@ -1,0 +1,410 @@
+package orca_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/orca"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
+)
+
+// Orca against the total order under it, on the 3-host netns topology of
+// reliable's total-order benchmarks, members in this process over the
+// ring link. Each pair of runs — the raw total order (reliable.Group with
+// Config.Deliver) and Orca writes on the same group configuration — is
+// made back to back, RBCAST_BENCH_REPS times (default 3), and the
+// medians of the per-repetition ratios are reported, as the load of this
+// shared machine moves between repetitions:
+//
+//	go test -run '^$' -bench 'Orca' -benchtime 1x ./orca/
+//
+// docs/benchmarks.md ("Orca") has the table and its targets: write
+// latency at most 1.2 × self-delivery, write throughput per object at
+// least 0.8 × the total order's message rate at the same size.
+
+const orcaBenchHosts = 3
+
+var orcaBenchGroups atomic.Uint32
+
+// benchLinks opens the ring link on every host.
+func benchLinks(tb testing.TB, topo *netns.Topology) ([]link.Link, []frame.MemberInfo) {
+	links := make([]link.Link, len(topo.Hosts))
+	var members []frame.MemberInfo
+	for i, h := range topo.Hosts {
+		err := h.Do(func() error {
+			var err error
+			links[i], err = ring.Open(h.Iface, ring.Config{})
+			return err
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(h.MAC), Incarnation: 1})
+	}
+	return links, members
+}
+
+// rawGroups joins a fresh total-order group on every host, deliver
+// taking every member's deliveries.
+func rawGroups(tb testing.TB, topo *netns.Topology, base reliable.Config, deliver func(i int, from frame.MemberID, data []byte)) ([]*reliable.Group, func()) {
+	links, members := benchLinks(tb, topo)
+	gid := 3000 + orcaBenchGroups.Add(1)
+	groups := make([]*reliable.Group, len(links))
+	for i, l := range links {
+		cfg := base
+		cfg.Order, cfg.Group, cfg.Members, cfg.Self, cfg.Logger = reliable.Total, gid, members, members[i].ID, slog.New(slog.DiscardHandler)
+		cfg.Deliver = func(from frame.MemberID, data []byte) { deliver(i, from, data) }
+		g, err := reliable.Join(context.Background(), l, cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		groups[i] = g
+	}
+	return groups, func() {
+		for _, g := range groups {
+			g.Close()
+		}
+		for _, l := range links {
+			l.Close()
+		}
+	}
+}
+
+// orcaNodes joins a fresh Orca group on every host.
+func orcaNodes(tb testing.TB, topo *netns.Topology, base reliable.Config) ([]*orca.Node, func()) {
+	links, members := benchLinks(tb, topo)
+	gid := 3000 + orcaBenchGroups.Add(1)
+	nodes := make([]*orca.Node, len(links))
+	for i, l := range links {
+		cfg := base
+		cfg.Group, cfg.Members, cfg.Self, cfg.Logger = gid, members, members[i].ID, slog.New(slog.DiscardHandler)
+		n, err := orca.Join(context.Background(), l, orca.Config{Group: cfg})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		nodes[i] = n
+	}
+	return nodes, func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+		for _, l := range links {
+			l.Close()
+		}
+	}
+}
+
+// A sink: write "put" takes size bytes and counts them.
+var (
+	sink    = orca.NewClass[int64]("bench.sink")
+	sinkPut = orca.Write(sink, "put", orca.Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+)
+
+// rawLatency: with one message in flight, Send to the sender's own
+// delivery (Config.Deliver), n times, at member sender.
+func rawLatency(tb testing.TB, topo *netns.Topology, base reliable.Config, sender, size, n int) []time.Duration {
+	got := make(chan struct{}, 1)
+	groups, stop := rawGroups(tb, topo, base, func(i int, from frame.MemberID, _ []byte) {
+		if i == sender && from == frame.MemberID(sender+1) {
+			got <- struct{}{}
+		}
+	})
+	defer stop()
+	msg := make([]byte, size)
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := groups[sender].Send(context.Background(), msg); err != nil {
+			tb.Fatal(err)
+		}
+		<-got
+		lat = append(lat, time.Since(t0))
+	}
+	return lat
+}
+
+// orcaLatency: a write's Call at member sender, n times. The message is
+// the write's header (10 bytes) and size-10 bytes of arguments, so that
+// it is as long as the raw run's.
+func orcaLatency(tb testing.TB, topo *netns.Topology, base reliable.Config, sender, size, n int) []time.Duration {
+	nodes, stop := orcaNodes(tb, topo, base)
+	defer stop()
+	objs := make([]*orca.Object[int64], len(nodes))
+	for i, nd := range nodes {
+		var err error
+		if objs[i], err = orca.New(nd, "sink", sink, 0); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	args := make([]byte, max(size-10, 0))
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := sinkPut.Call(context.Background(), objs[sender], args); err != nil {
+			tb.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return lat
+}
+
+func benchReps(tb testing.TB) int {
+	return envPositive(tb, "RBCAST_BENCH_REPS", 3)
+}
+
+func envPositive(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func benchSeconds(tb testing.TB) time.Duration {
+	v := os.Getenv("RBCAST_BENCH_SECONDS")
+	if v == "" {
+		return time.Second
+	}
+	s, err := strconv.ParseFloat(v, 64)
+	if err != nil || s <= 0 {
+		tb.Fatalf("RBCAST_BENCH_SECONDS=%q: want a positive number of seconds", v)
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if len(b) > 14 {
+		b = b[:14]
+	}
+	return string(b)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func quantile(lat []time.Duration, q float64) float64 {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return float64(s[int(float64(len(s)-1)*q)].Nanoseconds()) / 1e3
+}
+
+// BenchmarkOrcaLatency: one write in flight, Call to return, against the
+// total order's self-delivery of a message as long (Send to the sender's
+// own Deliver), at an ordinary member and at the sequencer, 64 and 1000
+// bytes, SafeMajority (the default) and SafeSequencer. Reported: the
+// medians of p50 and p99 in µs and of the per-repetition ratio of the
+// p50s (target: ≤ 1.2).
+func BenchmarkOrcaLatency(b *testing.B) {
+	netnstest.RequireRoot(b)
+	topo := netnstest.Up(b, netns.Options{Hosts: orcaBenchHosts, Prefix: "rbolat"})
+	n := envPositive(b, "RBCAST_ORCA_WRITES", 2000)
+	for _, size := range []int{64, 1000} {
+		for _, safe := range []reliable.Resilience{reliable.SafeMajority, reliable.SafeSequencer} {
+			for _, who := range []struct {
+				name   string
+				sender int
+			}{{"member", 1}, {"sequencer", 0}} {
+				b.Run(fmt.Sprintf("%s/%v/size=%d", who.name, safe, size), func(b *testing.B) {
+					base := reliable.Config{Resilience: safe}
+					var raw50, raw99, orca50, orca99, ratio []float64
+					for range benchReps(b) {
+						r := rawLatency(b, topo, base, who.sender, size, n)
+						o := orcaLatency(b, topo, base, who.sender, size, n)
+						raw50, raw99 = append(raw50, quantile(r, .5)), append(raw99, quantile(r, .99))
+						orca50, orca99 = append(orca50, quantile(o, .5)), append(orca99, quantile(o, .99))
+						ratio = append(ratio, quantile(o, .5)/quantile(r, .5))
+						b.Logf("raw p50 %.1f µs, orca p50 %.1f µs; load %s", raw50[len(raw50)-1], orca50[len(orca50)-1], loadavg())
+					}
+					b.ReportMetric(median(raw50), "raw-p50-µs")
+					b.ReportMetric(median(raw99), "raw-p99-µs")
+					b.ReportMetric(median(orca50), "orca-p50-µs")
+					b.ReportMetric(median(orca99), "orca-p99-µs")
+					b.ReportMetric(median(ratio), "orca/raw")
+				})
+			}
+		}
+	}
+}
+
+// rawRate: every member sends size-byte messages as fast as Send takes
+// them for d; the messages every member delivered per second, until the
+// slowest had everything.
+func rawRate(tb testing.TB, topo *netns.Topology, size int, d time.Duration) float64 {
+	counts := make([]atomic.Uint64, orcaBenchHosts)
+	groups, stop := rawGroups(tb, topo, reliable.Config{}, func(i int, _ frame.MemberID, _ []byte) { counts[i].Add(1) })
+	defer stop()
+	msg := make([]byte, size)
+	var sent atomic.Uint64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < d {
+				if err := g.Send(context.Background(), msg); err != nil {
+					tb.Error(err)
+					return
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return settle(counts, sent.Load(), start)
+}
+
+// settle waits until every member delivered total messages (at most 5 s)
+// and returns the slowest member's rate from start.
+func settle(counts []atomic.Uint64, total uint64, start time.Time) float64 {
+	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
+		done := true
+		for i := range counts {
+			done = done && counts[i].Load() >= total
+		}
+		if done {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	least := total
+	for i := range counts {
+		least = min(least, counts[i].Load())
+	}
+	return float64(least) / elapsed.Seconds()
+}
+
+// orcaRate: at every member, callers goroutines write to one object as
+// fast as their Calls return, or (callers 0) one goroutine keeps inFlight
+// writes started with Go, for d; the writes every member applied per
+// second, until the slowest had them all.
+func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, d time.Duration) float64 {
+	nodes, stop := orcaNodes(tb, topo, reliable.Config{})
+	defer stop()
+	objs := make([]*orca.Object[int64], len(nodes))
+	for i, nd := range nodes {
+		var err error
+		if objs[i], err = orca.New(nd, "sink", sink, 0); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	args := make([]byte, max(size-10, 0))
+	var sent atomic.Uint64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range nodes {
+		if callers == 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ring := make([]*orca.Pending[int64], inFlight)
+				for k := 0; time.Since(start) < d; k = (k + 1) % inFlight {
+					if p := ring[k]; p != nil {
+						if _, err := p.Wait(context.Background()); err != nil {
+							tb.Error(err)
+							return
+						}
+					}
+					ring[k] = sinkPut.Go(context.Background(), objs[i], args)
+					sent.Add(1)
+				}
+				for _, p := range ring {
+					if p != nil {
+						p.Wait(context.Background())
+					}
+				}
+			}()
+		}
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < d {
+					if _, err := sinkPut.Call(context.Background(), objs[i], args); err != nil {
+						tb.Error(err)
+						return
+					}
+					sent.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	counts := make([]atomic.Uint64, len(nodes))
+	total := sent.Load()
+	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
+		done := true
+		for i, nd := range nodes {
+			counts[i].Store(nd.Stats().Applied)
+			done = done && counts[i].Load() >= total
+		}
+		if done {
+			break
+		}
+	}
+	return settle(counts, total, start)
+}
+
+// BenchmarkOrcaThroughput: writes per second applied by every member,
+// three members writing to one object, against the total order's message
+// rate with every member sending messages as long (Send as fast as it
+// takes them). A write's Call waits for its own application, so one
+// caller has one write in flight: each member either starts its writes
+// with Go from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
+// 256, "go"), or calls them from RBCAST_ORCA_CALLERS goroutines (default
+// 64, "callers"). Reported: medians of both rates and of the
+// per-repetition ratio (target: ≥ 0.8).
+func BenchmarkOrcaThroughput(b *testing.B) {
+	netnstest.RequireRoot(b)
+	topo := netnstest.Up(b, netns.Options{Hosts: orcaBenchHosts, Prefix: "rborate"})
+	d := benchSeconds(b)
+	callers := envPositive(b, "RBCAST_ORCA_CALLERS", 64)
+	inFlight := envPositive(b, "RBCAST_ORCA_INFLIGHT", 256)
+	type way struct {
+		name              string
+		callers, inFlight int
+	}
+	for _, size := range []int{64, 1000} {
+		for _, w := range []way{{fmt.Sprintf("go=%d", inFlight), 0, inFlight}, {fmt.Sprintf("callers=%d", callers), callers, 0}} {
+			b.Run(fmt.Sprintf("size=%d/%s", size, w.name), func(b *testing.B) {
+				var raw, orc, ratio []float64
+				for range benchReps(b) {
+					r := rawRate(b, topo, size, d)
+					o := orcaRate(b, topo, size, w.callers, w.inFlight, d)
+					raw, orc, ratio = append(raw, r), append(orc, o), append(ratio, o/r)
+					b.Logf("raw %.0f msgs/s, orca %.0f writes/s; load %s", r, o, loadavg())
+				}
+				b.ReportMetric(median(raw), "raw-msgs/s")
+				b.ReportMetric(median(orc), "orca-writes/s")
+				b.ReportMetric(median(ratio), "orca/raw")
+			})
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package orca
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// Env is what a Node runs on: the group's total order. Join runs a node
+// on a live reliable.Group; a program that drives the reliable layer
+// itself — the deterministic simulator in orca/orcasim, which steps
+// reliable.Drivers in virtual time — implements Env and builds the node
+// with NewHosted.
+type Env interface {
+	// Send broadcasts msg in the group's total order (this member
+	// included); msg may be reused when Send returns. It blocks while
+	// the send window is full, or returns ctx's error.
+	Send(ctx context.Context, msg []byte) error
+	// Wait blocks until w.Ready() reports true, or ctx ends (it returns
+	// ctx.Err()), or the group stops (it returns why).
+	Wait(ctx context.Context, w Waiter) error
+	// Leave leaves the group once everything this member sent is held
+	// by every live member (reliable's Stats.Protocol.Unsettled is 0):
+	// under Resilience SafeSequencer a message delivered back to its
+	// sender is held by the sequencer only, and would be lost if the
+	// sender left and the sequencer then crashed.
+	Leave() error
+	// GroupStats are the reliable layer's counters (Stats.Group).
+	GroupStats() reliable.Stats
+}
+
+// Host is the driving side of a node built by NewHosted: what its Env
+// calls to hand the node the group's deliveries and events.
+type Host struct {
+	n *Node
+}
+
+// NewHosted returns a node that runs on env, and the Host through which
+// env drives it. Set the reliable layer's Config.Deliver and OnEvent to
+// h.Deliver and h.OnEvent (with Config.Order reliable.Total), then call
+// h.Start before the node is used.
+func NewHosted(env Env, cfg Config) (*Node, *Host, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, nil, err
+	}
+	n := newNode(env, cfg)
+	return n, &Host{n: n}, nil
+}
+
+func checkConfig(cfg Config) error {
+	if cfg.Group.Deliver != nil || cfg.Group.OnEvent != nil {
+		return fmt.Errorf("%w: orca sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
+	}
+	if cfg.MaxWrite < 0 {
+		return fmt.Errorf("orca: Config.MaxWrite is %d, want >= 0 (0 means %d)", cfg.MaxWrite, DefaultMaxWrite)
+	}
+	return nil
+}
+
+// Start sets the group once it is known: self is this member's id,
+// members every member's (self included; ranks follow their order),
+// maxMessage the largest message the reliable layer carries.
+func (h *Host) Start(self frame.MemberID, members []frame.MemberID, maxMessage int) error {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	return h.n.start(self, members, maxMessage)
+}
+
+// Deliver is the reliable layer's Config.Deliver: each message of the
+// total order, applied to the replicas in its place; data is not kept.
+func (h *Host) Deliver(from frame.MemberID, data []byte) { h.n.deliver(from, data) }
+
+// OnEvent is the reliable layer's Config.OnEvent: reliable.SelfLeft
+// completes the leave; reliable.SelfRemoved stops the node.
+func (h *Host) OnEvent(ev reliable.Event) { h.n.event(ev) }
+
+// Left reports whether this member's leave is done (SelfLeft seen).
+func (h *Host) Left() bool {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	return h.n.left
+}
+
+func (n *Node) deliver(from frame.MemberID, data []byte) {
+	if h := n.testDeliver; h != nil {
+		h(from, data, n.deliverNow)
+		return
+	}
+	n.deliverNow(from, data)
+}
+
+func (n *Node) deliverNow(from frame.MemberID, data []byte) {
+	n.mu.Lock()
+	n.deliverLocked(from, data)
+	n.mu.Unlock()
+}
+
+func (n *Node) event(ev reliable.Event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch ev.Kind {
+	case reliable.SelfLeft:
+		n.left = true
+	case reliable.SelfRemoved:
+		n.failLocked(fmt.Errorf("%w: %w: %s", ErrClosed, reliable.ErrRemoved, ev.Reason))
+	}
+}
+
+// Join joins the reliable group described by cfg.Group over l, in total
+// order (registration when cfg.Group.Members is empty, with exactly one
+// member having cfg.Group.Server), and returns the member's node once the
+// group has started.
+func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	e := &groupEnv{}
+	n := newNode(e, cfg)
+	e.n = n
+	gcfg := cfg.Group
+	gcfg.Order = reliable.Total
+	gcfg.Deliver = n.deliver
+	gcfg.OnEvent = n.event
+	// The group may deliver as soon as Join returns: deliveries wait for
+	// n.mu until the node has started, so they come after, in order.
+	n.mu.Lock()
+	g, err := reliable.Join(ctx, l, gcfg)
+	if err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	e.g = g
+	var ids []frame.MemberID
+	for _, m := range g.Members() {
+		ids = append(ids, m.ID)
+	}
+	err = n.start(g.Self(), ids, g.MaxMessage())
+	n.mu.Unlock()
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Waiter is what a blocked call waits for (Env.Wait): a write's
+// application here, or a read's guard.
+type Waiter interface {
+	// Ready reports whether the call may go on (or the node stopped). It
+	// takes the node's locks itself: call it without them.
+	Ready() bool
+	// Wake returns a channel that is closed when Ready may have become
+	// true: take it before calling Ready, and wait on it if Ready said
+	// no. (Each write's caller has a channel of its own; a guarded read's
+	// is its object's, closed on every write to it.)
+	Wake() <-chan struct{}
+	// String says what the call waits for, for a deadlock report.
+	String() string
+}
+
+// groupEnv runs a node over a live reliable.Group: writes are sent on
+// the caller's goroutine (Group.Send, with its back-pressure), messages
+// are applied in the group's Deliver, on its event loop, and a waiting
+// caller is woken by its Waiter's channel.
+type groupEnv struct {
+	n *Node
+	g *reliable.Group
+}
+
+func (e *groupEnv) Send(ctx context.Context, msg []byte) error { return e.g.Send(ctx, msg) }
+
+func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
+	for {
+		// Taken before Ready: a change from here on closes it.
+		wake := w.Wake()
+		if w.Ready() {
+			return nil
+		}
+		var err error
+		select {
+		case <-wake:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-e.g.Done():
+			err = ErrClosed
+			if gerr := e.g.Err(); gerr != nil && !errors.Is(gerr, reliable.ErrClosed) {
+				err = fmt.Errorf("%w: %w", ErrClosed, gerr)
+			}
+			e.n.mu.Lock()
+			e.n.failLocked(err)
+			e.n.mu.Unlock()
+		}
+		if w.Ready() {
+			return nil
+		}
+		return err
+	}
+}
+
+func (e *groupEnv) Leave() error {
+	timeout := e.n.cfg.Group.CloseTimeout
+	if timeout == 0 {
+		timeout = reliable.DefaultCloseTimeout
+	}
+	for end := time.Now().Add(timeout); e.g.Err() == nil && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if e.g.Stats().Protocol.Unsettled == 0 {
+			break
+		}
+	}
+	return e.g.Close()
+}
+
+func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }

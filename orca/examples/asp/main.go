@@ -1,0 +1,190 @@
+// Command asp is all-pairs shortest paths (the Orca paper's sidebar, after
+// Bal, Kaashoek and Tanenbaum's Orca program) on replicated shared
+// objects: Floyd–Warshall over n nodes, each rank relaxing its block of
+// rows (suite.Block). Iteration k needs row k everywhere: its owner adds
+// it to a shared row object (one write, broadcast through the total
+// order: the point of the sidebar — with multicast the pivot row costs a
+// few messages, not one per processor), and every rank waits for it with
+// a guarded read. The owner of row k+1 relaxes that row first in
+// iteration k and starts its write at once (Op.Go: as a forked Orca
+// process would), then relaxes its other rows while the row travels, so
+// that the next iteration seldom waits (-lookahead=false: write each
+// pivot row when its iteration comes, and wait for it). At the end every
+// rank writes its block to a result object, which rank 0 waits to be
+// complete and checksums. With one process rank 0 relaxes every row
+// itself, without objects.
+//
+//	asp -n 300
+//	asp -n 64 -sim -procs 4 -loss 0.05 -verify
+//	asp -n 512 -iface eth0 -procs 4 -rank R
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/suite"
+	"github.com/rbcast/rbcast/orca"
+	"github.com/rbcast/rbcast/orca/examples/internal/harness"
+)
+
+func main() {
+	harness.Main("asp", setup)
+}
+
+// rowArgs is a row and where it goes: the pivot row k, or a block of
+// rows from row First on.
+type rowArgs struct {
+	First int32
+	Cells []int32
+}
+
+var rowCodec = orca.CodecFuncs(
+	func(b []byte, r rowArgs) ([]byte, error) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(r.First))
+		return orca.Int32s.Append(b, r.Cells)
+	},
+	func(b []byte) (rowArgs, error) {
+		if len(b) < 4 {
+			return rowArgs{}, fmt.Errorf("%d bytes, shorter than a row number", len(b))
+		}
+		cells, err := orca.Int32s.Decode(b[4:])
+		return rowArgs{First: int32(binary.LittleEndian.Uint32(b)), Cells: cells}, err
+	})
+
+// The row object: the pivot rows sent so far, nil until added. add
+// ignores a row number out of range (every replica alike); row waits for
+// row k and returns a copy.
+type pivots struct {
+	Rows [][]int32
+}
+
+var (
+	rowTable = orca.NewClass[pivots]("asp.rows")
+	addRow   = orca.Write(rowTable, "add", rowCodec, func(p *pivots, r rowArgs) bool {
+		if r.First < 0 || int(r.First) >= len(p.Rows) || p.Rows[r.First] != nil {
+			return false
+		}
+		p.Rows[r.First] = r.Cells
+		return true
+	})
+	row = orca.Read(rowTable, "row", func(p *pivots, k int) []int32 { return slices.Clone(p.Rows[k]) }).
+		When(func(p *pivots, k int) bool { return k >= 0 && k < len(p.Rows) && p.Rows[k] != nil })
+)
+
+// The result object: the distance matrix, filled block by block; Have
+// counts the rows in. checksum waits for all of them.
+type matrix struct {
+	N    int32
+	D    []int32
+	Have int32
+}
+
+var (
+	result   = orca.NewClass[matrix]("asp.result")
+	addBlock = orca.Write(result, "block", rowCodec, func(m *matrix, r rowArgs) bool {
+		rows := int32(len(r.Cells)) / m.N
+		if r.First < 0 || r.First+rows > m.N || int32(len(r.Cells))%m.N != 0 {
+			return false
+		}
+		copy(m.D[r.First*m.N:], r.Cells)
+		m.Have += rows
+		return true
+	})
+	checksum = orca.Read(result, "checksum", func(m *matrix, _ struct{}) uint64 { return suite.ChecksumInt32(m.D) }).
+			When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
+)
+
+func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
+	nodes := fs.Int("n", 300, "number of nodes")
+	seed := fs.Uint64("seed", 1, "seed of the weights")
+	lookahead := fs.Bool("lookahead", true, "send pivot row k+1 as soon as it is relaxed in iteration k (Op.Go), while relaxing the other rows")
+	problem := func() *suite.ASP {
+		o.SetParams("n=%d seed=%d", *nodes, *seed)
+		return suite.NewASP(*nodes, *seed)
+	}
+	seq := func() harness.Result {
+		a := problem()
+		start := time.Now()
+		d := a.Sequential()
+		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(start)}
+	}
+	par := func(ctx context.Context, n *orca.Node) (harness.Result, error) {
+		return parallel(ctx, n, problem(), *lookahead)
+	}
+	return seq, par
+}
+
+func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool) (harness.Result, error) {
+	n, procs, rank := a.N, node.Size(), node.Rank()
+	rows, err := orca.New(node, "rows", rowTable, pivots{Rows: make([][]int32, n)})
+	if err != nil {
+		return harness.Result{}, err
+	}
+	res, err := orca.New(node, "result", result, matrix{N: int32(n), D: make([]int32, n*n)})
+	if err != nil {
+		return harness.Result{}, err
+	}
+	start, err := harness.NewBarrier(node, "start")
+	if err != nil {
+		return harness.Result{}, err
+	}
+	if err := start.Wait(ctx); err != nil {
+		return harness.Result{}, err
+	}
+	began := time.Now()
+	d := append([]int32(nil), a.Dist...) // this rank's rows are current
+	lo, hi := suite.Block(n, procs, rank)
+	if procs == 1 {
+		for k := range n {
+			a.Relax(d, 0, n, k, d[k*n:(k+1)*n])
+		}
+		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(began)}, nil
+	}
+	mine := func(k int) bool { return k >= lo && k < hi }
+	send := func(k int) *orca.Pending[bool] {
+		return addRow.Go(ctx, rows, rowArgs{First: int32(k), Cells: d[k*n : (k+1)*n]})
+	}
+	var sent *orca.Pending[bool] // the pivot row this rank sent last
+	if lookahead && mine(0) {
+		sent = send(0)
+	}
+	for k := range n {
+		if !lookahead && mine(k) {
+			sent = send(k)
+		}
+		pivot, err := row.Call(ctx, rows, k)
+		if err != nil {
+			return harness.Result{}, err
+		}
+		if sent != nil && mine(k) {
+			// Applied here already (row k is): any error is known.
+			if _, err := sent.Wait(ctx); err != nil {
+				return harness.Result{}, err
+			}
+		}
+		if next := k + 1; lookahead && next < n && mine(next) {
+			a.Relax(d, next, next+1, k, pivot)
+			sent = send(next)
+			a.Relax(d, lo, next, k, pivot)
+			a.Relax(d, next+1, hi, k, pivot)
+			continue
+		}
+		a.Relax(d, lo, hi, k, pivot)
+	}
+	if _, err := addBlock.Call(ctx, res, rowArgs{First: int32(lo), Cells: d[lo*n : hi*n]}); err != nil {
+		return harness.Result{}, err
+	}
+	if rank != 0 {
+		return harness.Result{Solve: time.Since(began)}, nil
+	}
+	sum, err := checksum.Call(ctx, res, struct{}{})
+	if err != nil {
+		return harness.Result{}, err
+	}
+	return harness.Result{Valid: true, Checksum: sum, Solve: time.Since(began)}, nil
+}

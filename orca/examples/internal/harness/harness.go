@@ -1,0 +1,386 @@
+// Package harness is what the Orca example programs share: their flags
+// (those of dsm/examples, so that bench/mpi/compare and netns-bdsm run
+// them alike), the three ways to run (sequential; every rank in one
+// process on the simulated segment; one process per host on a real
+// interface), the -verify comparison with the sequential run, the
+// one-line report, and a barrier object.
+//
+// A program is written once, as a Program against orca.Node; the harness
+// runs it under orcasim.Run or orca.Join.
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cpupin"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/orca"
+	"github.com/rbcast/rbcast/orca/orcasim"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// Result is what one run (or one rank of a parallel run) computed.
+type Result struct {
+	// Valid is false for a rank that does not hold the result: it is then
+	// neither checked nor reported.
+	Valid bool
+	// Checksum identifies the result bit for bit (suite.Checksum).
+	Checksum uint64
+	// Detail is extra "key=value" text for the report; it is compared
+	// too.
+	Detail string
+	// Solve is the time of the computation proper, without setup: from
+	// the barrier after initialisation to the end.
+	Solve time.Duration
+}
+
+// Program is the parallel version of an algorithm, run by every rank.
+type Program func(ctx context.Context, n *orca.Node) (Result, error)
+
+// Options are the flags every command shares.
+type Options struct {
+	Procs    int
+	Sim      bool
+	Loss     float64
+	SimSeed  uint64
+	Iface    string
+	Rank     int
+	Group    uint
+	Window   int
+	Safe     string
+	Verify   bool
+	Timeout  time.Duration
+	Spin     time.Duration
+	Pin      bool
+	MaxWrite int
+	params   string
+	// Stdout receives the report lines (os.Stdout from Flags).
+	Stdout io.Writer
+}
+
+// Flags registers the shared flags on fs and returns where they land.
+func Flags(fs *flag.FlagSet) *Options {
+	o := &Options{Stdout: os.Stdout}
+	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
+	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
+	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
+	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
+	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
+	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server and first sequencer")
+	fs.UintVar(&o.Group, "group", 78, "with -iface: reliable group id")
+	fs.IntVar(&o.Window, "window", 0, "total order's window: requests in flight per member (0: the default)")
+	fs.StringVar(&o.Safe, "safe", "majority", "when the total order delivers: majority (a majority holds a message; survives the sequencer's crash) or sequencer (as soon as it is numbered; faster)")
+	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
+	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
+	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use (also when the environment sets DSM_PIN=1 or true)")
+	fs.IntVar(&o.MaxWrite, "maxwrite", 64<<20, "largest write, in bytes (orca.Config.MaxWrite); every rank must use the same")
+	return o
+}
+
+// SetParams sets the problem's parameters for the report ("n=512").
+func (o *Options) SetParams(format string, args ...any) {
+	o.params = fmt.Sprintf(format, args...)
+}
+
+// Mode names how the command runs.
+func (o *Options) Mode() string {
+	switch {
+	case o.Sim:
+		return "sim"
+	case o.Iface != "":
+		return "host"
+	}
+	return "seq"
+}
+
+func (o *Options) config() (orca.Config, error) {
+	gc := reliable.Config{Window: o.Window}
+	switch o.Safe {
+	case "majority":
+	case "sequencer":
+		gc.Resilience = reliable.SafeSequencer
+	default:
+		return orca.Config{}, fmt.Errorf("-safe is %q, want majority or sequencer", o.Safe)
+	}
+	return orca.Config{Group: gc, MaxWrite: o.MaxWrite}, nil
+}
+
+// Run runs the command: sequential unless -sim or -iface. It prints one
+// report line per rank that holds a result, and returns an error if a run
+// failed or -verify found a difference.
+func (o *Options) Run(name string, sequential func() Result, parallel Program) error {
+	switch {
+	case o.Procs < 1:
+		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
+	case o.Sim && o.Iface != "":
+		return errors.New("-sim and -iface exclude each other: simulate every rank here, or run one rank per host")
+	case o.Loss < 0 || o.Loss >= 1:
+		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
+	case !o.Sim && o.Iface == "" && o.Procs != 1:
+		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
+	case o.Pin && o.Iface == "":
+		return errors.New("-pin binds a process running one rank: it needs -iface")
+	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
+		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	var want *Result
+	check := func(r Result) string {
+		if !o.Verify || !r.Valid {
+			return ""
+		}
+		if want == nil {
+			w := sequential()
+			want = &w
+		}
+		if r.Checksum != want.Checksum || r.Detail != want.Detail {
+			return fmt.Sprintf(" verify=FAIL(sequential checksum=%016x %s)", want.Checksum, want.Detail)
+		}
+		return " verify=ok"
+	}
+	head := func(rank int) string {
+		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, o.params)
+	}
+	var failed bool
+	report := func(rank int, r Result, st *orca.Stats, extra string) {
+		v := check(r)
+		failed = failed || strings.Contains(v, "FAIL")
+		line := head(rank)
+		if r.Valid {
+			line += fmt.Sprintf(" checksum=%016x", r.Checksum)
+			if r.Detail != "" {
+				line += " " + r.Detail
+			}
+		}
+		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		if st != nil {
+			line += " " + statsText(st)
+		}
+		fmt.Fprintln(o.Stdout, line+extra+v)
+	}
+
+	switch o.Mode() {
+	case "seq":
+		report(0, sequential(), nil, "")
+	case "sim":
+		results := make([]Result, o.Procs)
+		scfg := orcasim.Config{Members: o.Procs, Seed: o.SimSeed, In: testnet.Impairment{Loss: o.Loss}, Node: cfg, Stay: true}
+		start := time.Now()
+		sim, err := orcasim.Run(scfg, func(n *orca.Node) error {
+			r, err := completed(context.Background(), n, parallel)
+			results[n.Rank()] = r
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s on the simulator: %w", name, err)
+		}
+		wall := time.Since(start)
+		for rank, r := range results {
+			if r.Valid {
+				report(rank, r, &sim.Stats[rank], fmt.Sprintf(" virtual_us=%d wall_us=%d", sim.Elapsed.Microseconds(), wall.Microseconds()))
+			}
+		}
+	case "host":
+		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+		defer cancel()
+		pin, err := envPin()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if o.Pin || pin {
+			if _, err := cpupin.Pin(o.Rank); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		spin := o.Spin
+		if spin == 0 {
+			spin = -1 // -spin 0: never (ring.Config's 0 is its default)
+		}
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: spin})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		// Rank 0 registers the group; the others ask for their rank as
+		// member id, and ranks follow member ids.
+		cfg.Group.Group = uint32(o.Group)
+		cfg.Group.Size, cfg.Group.Server, cfg.Group.RequestID = o.Procs, o.Rank == 0, frame.MemberID(o.Rank)
+		cfg.Group.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		n, err := orca.Join(ctx, l, cfg)
+		if err != nil {
+			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
+		}
+		if n.Rank() != o.Rank {
+			n.Close()
+			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
+		}
+		r, err := completed(ctx, n, parallel)
+		if err != nil {
+			n.Close()
+			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
+		}
+		st := n.Stats()
+		if err := n.Close(); err != nil {
+			// The result is complete and checked at every rank (completed);
+			// a leave that does not finish (the others left first) is
+			// reported, not a failure.
+			fmt.Fprintf(os.Stderr, "%s rank %d: leaving the group: %v\n", name, n.Rank(), err)
+		}
+		if !r.Valid {
+			fmt.Fprintf(o.Stdout, "%s solve_us=%d %s\n", head(n.Rank()), r.Solve.Microseconds(), statsText(&st))
+		} else {
+			report(n.Rank(), r, &st, "")
+		}
+	}
+	if failed {
+		return errors.New("verify: the parallel result differs from the sequential one")
+	}
+	return nil
+}
+
+// statsText is the report's traffic part: Orca messages and bytes sent,
+// writes applied, and the repair work under them.
+func statsText(s *orca.Stats) string {
+	p := s.Group.Protocol
+	var gaps uint64
+	for _, m := range s.Group.Members {
+		gaps += m.Repairs
+	}
+	return fmt.Sprintf("msgs=%d bytes=%d writes=%d applied=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d",
+		s.Messages, s.Bytes, s.Writes, s.Applied, p.Sent, p.Retransmitted, p.RepairRequests, gaps, s.Group.Link.KernelDrops)
+}
+
+// Setup registers a program's own flags and returns its two versions; it
+// may read its flags only inside them (they run after parsing).
+type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, parallel Program)
+
+// Main runs the command with os.Args and exits 1 if it failed, 2 on a
+// flag error, 0 after -h.
+func Main(name string, setup Setup) {
+	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
+	if errors.Is(err, errUsage) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// RunArgs parses args with the shared flags and setup's, then runs the
+// command, reporting on stdout.
+func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	o := Flags(fs)
+	o.Stdout = stdout
+	seq, par := setup(fs, o)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
+		return errUsage
+	}
+	return o.Run(name, seq, par)
+}
+
+// Verified runs the command with args (which should include -verify) and
+// returns how many report lines say verify=ok, with the output for
+// messages; it is what the commands' tests check.
+func Verified(name string, setup Setup, args ...string) (ok int, output string, err error) {
+	var out strings.Builder
+	err = RunArgs(name, setup, args, &out)
+	return strings.Count(out.String(), " verify=ok"), out.String(), err
+}
+
+// completed runs program, then waits at a barrier until every rank has
+// completed it: a rank that failed never arrives, and the others time out
+// rather than report a result that misses its part.
+func completed(ctx context.Context, n *orca.Node, program Program) (Result, error) {
+	done, err := NewBarrier(n, "harness.done")
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := program(ctx, n)
+	if err != nil {
+		return r, err
+	}
+	if err := done.Wait(ctx); err != nil {
+		return r, fmt.Errorf("waiting for every rank to complete: %w", err)
+	}
+	return r, nil
+}
+
+// Barrier is Orca's barrier object (the paper's example of a guard): a
+// count of arrivals, and a read that waits until it reaches the next
+// multiple of the group's size.
+type Barrier struct {
+	n     *orca.Node
+	obj   *orca.Object[int64]
+	round int64
+}
+
+var (
+	barrierClass = orca.NewClass[int64]("harness.barrier")
+	arrive       = orca.Write(barrierClass, "arrive", orca.NoArgs, func(s *int64, _ struct{}) int64 { *s++; return *s })
+	reached      = orca.Read(barrierClass, "reached", func(s *int64, v int64) bool { return true }).
+			When(func(s *int64, v int64) bool { return *s >= v })
+)
+
+// NewBarrier makes the barrier object called name.
+func NewBarrier(n *orca.Node, name string) (*Barrier, error) {
+	o, err := orca.New(n, name, barrierClass, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Barrier{n: n, obj: o}, nil
+}
+
+// Wait arrives and waits until every rank has arrived as often.
+func (b *Barrier) Wait(ctx context.Context) error {
+	b.round++
+	if _, err := arrive.Call(ctx, b.obj, struct{}{}); err != nil {
+		return err
+	}
+	_, err := reached.Call(ctx, b.obj, b.round*int64(b.n.Size()))
+	return err
+}
+
+// envPin reads DSM_PIN, which asks for -pin from the environment (set
+// where bench/mpi/compare or netns-bdsm is started).
+func envPin() (bool, error) {
+	v := os.Getenv("DSM_PIN")
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("DSM_PIN=%q: want 1 or true to pin each rank to a CPU, 0 or false not to", v)
+	}
+	return on, nil
+}

@@ -1,0 +1,137 @@
+package orca_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/orca"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// loop is a total order in memory for unit tests: a Send delivers its
+// message to every node at once, in the order Sends take the loop's lock,
+// and records it, so that a node started later (a joiner restoring a
+// snapshot) can be handed what followed.
+type loop struct {
+	mu    sync.Mutex
+	hosts []*orca.Host
+	log   []loopMsg
+	// hold, when set, queues messages instead of delivering them, until
+	// release.
+	hold    bool
+	pending []loopMsg
+}
+
+type loopMsg struct {
+	from frame.MemberID
+	data []byte
+}
+
+type loopEnv struct {
+	l  *loop
+	id frame.MemberID
+}
+
+func (e *loopEnv) Send(ctx context.Context, msg []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.l.mu.Lock()
+	defer e.l.mu.Unlock()
+	m := loopMsg{e.id, append([]byte(nil), msg...)}
+	if e.l.hold {
+		e.l.pending = append(e.l.pending, m)
+		return nil
+	}
+	e.l.deliver(m)
+	return nil
+}
+
+// deliver hands m to every host (l.mu held).
+func (l *loop) deliver(m loopMsg) {
+	l.log = append(l.log, m)
+	for _, h := range l.hosts {
+		h.Deliver(m.from, m.data)
+	}
+}
+
+// release delivers what hold queued.
+func (l *loop) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hold = false
+	for _, m := range l.pending {
+		l.deliver(m)
+	}
+	l.pending = nil
+}
+
+func (e *loopEnv) Wait(ctx context.Context, w orca.Waiter) error {
+	for {
+		ch := w.Wake()
+		if w.Ready() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if w.Ready() {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+func (e *loopEnv) Leave() error               { return nil }
+func (e *loopEnv) GroupStats() reliable.Stats { return reliable.Stats{} }
+
+// newLoop starts members nodes on one loop; maxMessage is what the
+// "group" carries in one message.
+func newLoop(t testing.TB, members, maxMessage int, cfg orca.Config) (*loop, []*orca.Node) {
+	t.Helper()
+	l := &loop{}
+	var ids []frame.MemberID
+	for i := range members {
+		ids = append(ids, frame.MemberID(i+1))
+	}
+	var nodes []*orca.Node
+	for _, id := range ids {
+		n := l.add(t, id, ids, maxMessage, cfg)
+		nodes = append(nodes, n)
+	}
+	return l, nodes
+}
+
+// add starts one more node on l (it hears what is sent from now on).
+func (l *loop) add(t testing.TB, id frame.MemberID, ids []frame.MemberID, maxMessage int, cfg orca.Config) *orca.Node {
+	t.Helper()
+	e := &loopEnv{l: l, id: id}
+	n, h, err := orca.NewHosted(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(id, ids, maxMessage); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.hosts = append(l.hosts, h)
+	l.mu.Unlock()
+	return n
+}
+
+// must makes object name of class c with initial on every node.
+func must[S any](t testing.TB, nodes []*orca.Node, name string, c *orca.Class[S], initial func() S) []*orca.Object[S] {
+	t.Helper()
+	var objs []*orca.Object[S]
+	for _, n := range nodes {
+		o, err := orca.New(n, name, c, initial())
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}

@@ -1,0 +1,456 @@
+package orca
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// DefaultMaxWrite is the largest write message (header and encoded
+// arguments) when Config.MaxWrite is 0: 1 MiB, sent in parts of at most
+// MaxMessage bytes.
+const DefaultMaxWrite = 1 << 20
+
+// ErrClosed is returned by operations once the node is closed (or its
+// group stopped).
+var ErrClosed = errors.New("orca: node closed")
+
+// ErrCancelled is wrapped, with the context's error, by a guarded write
+// that was cancelled before its guard held.
+var ErrCancelled = errors.New("orca: guarded write cancelled")
+
+// Config configures a Node.
+type Config struct {
+	// Group configures the reliable group under the node (Join; the
+	// simulator uses its protocol fields only). Order is set to
+	// reliable.Total; Deliver and OnEvent must be nil: the node sets them.
+	Group reliable.Config
+	// MaxWrite bounds a write's message (and what a replica reassembles
+	// from parts); 0 means DefaultMaxWrite. Every member must use the
+	// same value.
+	MaxWrite int
+	// Check turns on the determinism check: every replica digests an
+	// object's state after each write, and the writer broadcasts its
+	// digest after its write returns; a replica whose digest differs
+	// stops with a *DivergedError. It costs a state encoding per write
+	// per replica and a message per write.
+	Check bool
+	// Trace, when set, is called with every operation that returns to a
+	// caller here and every write applied here, with the node's lock
+	// held: it must not call the node. For tests (History) and debugging.
+	Trace func(TraceEvent)
+}
+
+// Node is one member's Orca runtime: its replicas of the shared objects
+// and its end of the group's total order. Its methods and the operations
+// on its objects are safe for concurrent use.
+type Node struct {
+	mu  sync.Mutex // guards the replica (objects' pending writes, early, parts, calls) and the fields below
+	env Env
+	cfg Config
+	// trace is cfg.Trace (nil: tracing off).
+	trace    func(TraceEvent)
+	maxWrite int
+
+	self       frame.MemberID
+	members    []frame.MemberID
+	rank       int
+	maxMessage int
+	started    bool
+
+	objects map[uint32]*object
+	// early holds messages for objects not made here yet, by object id,
+	// in their order.
+	early map[uint32][]earlyMsg
+	// parts reassembles each member's message sent in parts.
+	parts map[frame.MemberID][]byte
+	// delivered counts the messages delivered here: a message's position
+	// in the order.
+	delivered uint64
+	calls     map[uint32]*call
+	nextReq   uint32
+
+	closed bool  // Close was called
+	left   bool  // the leave is done (Host.OnEvent)
+	err    error // why the node stopped working, once it has
+	stats  Stats
+
+	sendMu  sync.Mutex // one write's parts go out together
+	sendBuf []byte
+	failed  atomic.Bool // err is set (read without mu on the read path)
+	// sent counts what send sent (Stats), without mu.
+	sent struct{ messages, bytes, parts atomic.Uint64 }
+
+	// testDeliver, when set (tests only: export_test.go), takes every
+	// delivery instead of the replica and may drop, delay or reorder it
+	// before handing it on: a deliberately broken replica.
+	testDeliver func(from frame.MemberID, data []byte, deliver func(frame.MemberID, []byte))
+}
+
+// call is a write waiting for its application here.
+type call struct {
+	n    *Node
+	obj  *object
+	op   *opInfo
+	args any
+	req  uint32
+	// done: applied (result) or cancelled; wake, made when a waiter asks
+	// for it, is closed then, or when the node fails; writes and digest:
+	// the object's write count and state digest after it (Config.Check).
+	wake      chan struct{}
+	woken     bool
+	done      bool
+	cancelled bool
+	result    any
+	err       error
+	writes    uint64
+	digest    uint64
+}
+
+// Stats are a node's counters.
+type Stats struct {
+	// Objects made here.
+	Objects int
+	// Writes is the write operations called here (reads are not
+	// counted: they cost a lock and the operation only); Applied is the
+	// writes applied by this replica (every member's).
+	Writes, Applied uint64
+	// Pending is the guarded writes queued here now (every member's);
+	// Cancelled the guarded writes cancelled before they ran.
+	Pending   int
+	Cancelled uint64
+	// Early is the messages waiting for an object not made here yet.
+	Early int
+	// Messages and Bytes are what this node sent (parts count singly),
+	// Parts the messages that were parts of a longer one.
+	Messages, Bytes, Parts uint64
+	// BadMessages are messages dropped as malformed, or naming an
+	// operation the class does not have.
+	BadMessages uint64
+	// DigestsChecked counts peers' digests compared with this replica's
+	// (Config.Check); DigestsUnchecked those that came after this replica
+	// no longer had its own for that write.
+	DigestsChecked, DigestsUnchecked uint64
+	// Group is the reliable layer's counters.
+	Group reliable.Stats
+}
+
+func newNode(env Env, cfg Config) *Node {
+	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
+		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
+		calls: map[uint32]*call{}}
+	if n.maxWrite <= 0 {
+		n.maxWrite = DefaultMaxWrite
+	}
+	return n
+}
+
+// start sets the group once it is known (with n.mu held): deliveries that
+// arrived before wait for n.mu and come after.
+func (n *Node) start(self frame.MemberID, members []frame.MemberID, maxMessage int) error {
+	if maxMessage < opHeaderLen+partOverhead {
+		return fmt.Errorf("orca: the group carries messages of %d bytes, too few for a write's %d-byte header", maxMessage, opHeaderLen)
+	}
+	n.self, n.maxMessage = self, maxMessage
+	n.members = slices.Sorted(slices.Values(members))
+	n.rank = slices.Index(n.members, self)
+	if n.rank < 0 {
+		return fmt.Errorf("orca: member %d is not among the members %v", self, n.members)
+	}
+	n.started = true
+	return nil
+}
+
+// Self is this member's id in the group.
+func (n *Node) Self() frame.MemberID { return n.self }
+
+// Rank is this member's index, 0..Size()-1, in the order of member ids.
+// Rank 0 is the first sequencer.
+func (n *Node) Rank() int { return n.rank }
+
+// Size is the number of members the group started with.
+func (n *Node) Size() int { return len(n.members) }
+
+// MaxMessage is the largest message the group carries in one frame: a
+// write's message longer than it goes in parts.
+func (n *Node) MaxMessage() int { return n.maxMessage }
+
+// Err says why the node stopped working (nil while it works).
+func (n *Node) Err() error {
+	if !n.failed.Load() {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	s := n.stats
+	s.Objects = len(n.objects)
+	s.Pending = 0
+	for _, o := range n.objects {
+		s.Pending += len(o.pending)
+	}
+	for _, e := range n.early {
+		s.Early += len(e)
+	}
+	n.mu.Unlock()
+	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
+	s.Group = n.env.GroupStats()
+	return s
+}
+
+// Close leaves the group once every live member holds what this member
+// sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
+// (reliable.Group.Close). Operations called after it, or waiting when the
+// group stops, fail with ErrClosed.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	err := n.env.Leave()
+	n.mu.Lock()
+	n.failLocked(ErrClosed)
+	n.mu.Unlock()
+	return err
+}
+
+// usable says why the node cannot run an operation (n.mu held).
+func (n *Node) usable() error {
+	switch {
+	case n.err != nil:
+		return n.err
+	case n.closed:
+		return ErrClosed
+	case !n.started:
+		return errors.New("orca: node not started (Host.Start)")
+	}
+	return nil
+}
+
+// failLocked stops the node with err (n.mu held); waiting calls return.
+func (n *Node) failLocked(err error) {
+	if n.err != nil {
+		return
+	}
+	n.err = err
+	n.failed.Store(true)
+	for _, c := range n.calls {
+		c.wakeUp()
+	}
+	for _, o := range n.objects {
+		o.changedLocked()
+	}
+}
+
+// finish completes c (n.mu held).
+func (c *call) finish() {
+	c.done = true
+	c.wakeUp()
+}
+
+func (c *call) wakeUp() {
+	if !c.woken {
+		c.woken = true
+		if c.wake != nil {
+			close(c.wake)
+		}
+	}
+}
+
+// A call is the Waiter of its caller: it waits for the write's
+// application here.
+
+func (c *call) Ready() bool {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	return c.done || c.n.err != nil
+}
+
+func (c *call) Wake() <-chan struct{} {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+		if c.woken {
+			close(c.wake)
+		}
+	}
+	return c.wake
+}
+
+func (c *call) String() string {
+	return fmt.Sprintf("waiting for %v on %q to be applied", c.op, c.obj.name)
+}
+
+// newObject makes the replica of object name (see New).
+func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.usable(); err != nil {
+		return nil, err
+	}
+	id := objectID(name)
+	if o := n.objects[id]; o != nil {
+		if o.name == name {
+			return nil, fmt.Errorf("orca: object %q made twice", name)
+		}
+		return nil, fmt.Errorf("orca: objects %q and %q have the same id %#x (FNV-1a of the name): rename one", o.name, name, id)
+	}
+	o := &object{id: id, name: name, class: c, state: state}
+	n.objects[id] = o
+	if n.trace != nil {
+		n.traceNew(o)
+	}
+	// Writes that came before: applied now, in their order and places.
+	early := n.early[id]
+	delete(n.early, id)
+	for _, m := range early {
+		n.handle(m.from, m.msg, m.pos)
+	}
+	return o, nil
+}
+
+// write broadcasts a write and waits for its application here (Op.Call).
+func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (any, error) {
+	c, err := n.startWrite(ctx, o, op, msg, args)
+	if err != nil {
+		return nil, err
+	}
+	return n.await(ctx, c)
+}
+
+// startWrite registers a write's call and broadcasts it.
+func (n *Node) startWrite(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (*call, error) {
+	if len(msg) > n.maxWrite {
+		return nil, fmt.Errorf("orca: %v on %q: the write's message is %d bytes, more than MaxWrite (%d)", op, o.name, len(msg), n.maxWrite)
+	}
+	n.mu.Lock()
+	if err := n.usable(); err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	n.nextReq++
+	req := n.nextReq
+	setRequest(msg, req)
+	c := &call{n: n, obj: o, op: op, args: args, req: req}
+	n.calls[req] = c
+	n.stats.Writes++
+	n.mu.Unlock()
+
+	if err := n.send(ctx, msg); err != nil {
+		n.mu.Lock()
+		delete(n.calls, req)
+		n.mu.Unlock()
+		return nil, fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
+	}
+	return c, nil
+}
+
+// await waits for a write started by startWrite to be applied here, and
+// returns its result.
+func (n *Node) await(ctx context.Context, c *call) (any, error) {
+	o, op, req := c.obj, c.op, c.req
+	err := n.env.Wait(ctx, c)
+	if err != nil && ctx.Err() != nil && n.Err() == nil {
+		// ctx ended first. A guarded write may wait forever: cancel it
+		// through the order, where every replica sees the cancellation
+		// in the same place; an unguarded one is applied in its place
+		// anyway. Either way its fate is known after one more wait.
+		if op.guard != nil {
+			if serr := n.send(context.Background(), appendCancel(nil, o.id, req)); serr != nil {
+				n.mu.Lock()
+				n.failLocked(fmt.Errorf("orca: sending a cancellation: %w", serr))
+				n.mu.Unlock()
+			}
+		}
+		err = n.env.Wait(context.Background(), c)
+	}
+	n.mu.Lock()
+	delete(n.calls, req)
+	if !c.done {
+		if n.err != nil {
+			err = n.err
+		}
+		n.mu.Unlock()
+		return nil, fmt.Errorf("orca: %v on %q: %w", op, o.name, err)
+	}
+	if c.cancelled {
+		n.mu.Unlock()
+		return nil, fmt.Errorf("orca: %v on %q: %w (%w)", op, o.name, ErrCancelled, ctx.Err())
+	}
+	if n.trace != nil {
+		n.trace(TraceEvent{Kind: TraceCall, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: n.self, Req: req,
+			Args: c.args, Result: c.result, Err: c.err})
+	}
+	n.mu.Unlock()
+	if c.err == nil && n.cfg.Check {
+		// Sent after the write, so every replica has applied it when the
+		// digest arrives.
+		if err := n.send(context.Background(), appendDigest(nil, o.id, c.writes, c.digest)); err != nil {
+			return nil, fmt.Errorf("orca: sending the digest of %q: %w", o.name, err)
+		}
+	}
+	return c.result, c.err
+}
+
+// send broadcasts msg, in parts if it is longer than MaxMessage; once
+// the first part is out the others follow whatever ctx does (a peer
+// joins them in the order they come from this member).
+func (n *Node) send(ctx context.Context, msg []byte) error {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	if len(msg) <= n.maxMessage {
+		if err := n.env.Send(ctx, msg); err != nil {
+			return err
+		}
+		n.countSent(1, len(msg), 0)
+		return nil
+	}
+	chunk := n.maxMessage - partOverhead
+	parts := 0
+	for off := 0; off < len(msg); off += chunk {
+		end := min(off+chunk, len(msg))
+		kind := byte(msgPart)
+		if end == len(msg) {
+			kind = msgLast
+		}
+		n.sendBuf = append(append(n.sendBuf[:0], kind), msg[off:end]...)
+		if off > 0 {
+			ctx = context.Background()
+		}
+		if err := n.env.Send(ctx, n.sendBuf); err != nil {
+			n.countSent(parts, parts*partOverhead+off, parts)
+			return err
+		}
+		parts++
+	}
+	n.countSent(parts, parts*partOverhead+len(msg), parts)
+	return nil
+}
+
+func (n *Node) countSent(msgs, bytes, parts int) {
+	n.sent.messages.Add(uint64(msgs))
+	n.sent.bytes.Add(uint64(bytes))
+	n.sent.parts.Add(uint64(parts))
+}
+
+// traceRead records a read that returned (Op.Call's read path).
+func (n *Node) traceRead(o *object, op *opInfo, args, result any) {
+	n.mu.Lock()
+	n.trace(TraceEvent{Kind: TraceCall, Member: n.self, Object: o.name, Op: op.name, Args: args, Result: result})
+	n.mu.Unlock()
+}

@@ -1,0 +1,129 @@
+package orca
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// A snapshot holds everything a replica's future depends on: states and
+// write counts, queued guarded writes, messages for objects not made yet,
+// half-received messages. A node restored from it and the node it was
+// taken at, given the same messages after, stay alike.
+func TestSnapshotRestore(t *testing.T) {
+	donor, o := testNode(t, Config{})
+	id := o.obj.id
+	other := objectID("not made yet")
+	donor.deliver(2, opMessage(t, id, tadd.info.index, 1, 5))
+	donor.deliver(3, opMessage(t, id, tawait.info.index, 1, 9))  // queued: 5 < 9
+	donor.deliver(2, opMessage(t, other, tadd.info.index, 2, 1)) // early
+	long := opMessage(t, id, tadd.info.index, 3, 100)
+	donor.deliver(2, append([]byte{msgPart}, long[:6]...)) // half received
+	snap, err := donor.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	joiner, jo := testNode(t, Config{})
+	if err := joiner.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if *jo.state != 5 || jo.obj.writes != 1 || len(jo.obj.pending) != 1 || joiner.Position() != 4 {
+		t.Fatalf("restored: state %d, writes %d, %d pending, position %d", *jo.state, jo.obj.writes, len(jo.obj.pending), joiner.Position())
+	}
+	again, err := joiner.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap, again) {
+		t.Fatalf("the restored node's snapshot differs:\n%x\n%x", snap, again)
+	}
+	// The same continuation at both: the rest of the long message (5+100
+	// lets the queued take of 9 run), the other object made.
+	for _, n := range []*Node{donor, joiner} {
+		n.deliver(2, append([]byte{msgLast}, long[6:]...))
+		n.deliver(3, opMessage(t, id, tadd.info.index, 2, 1))
+		if _, err := New(n, "not made yet", tcounter, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := donor.Snapshot()
+	b, _ := joiner.Snapshot()
+	if !bytes.Equal(a, b) {
+		t.Fatalf("after the same messages the snapshots differ:\n%x\n%x", a, b)
+	}
+	if *o.state != 97 || *jo.state != 97 {
+		t.Errorf("states %d and %d, want 5+100-9+1 = 97", *o.state, *jo.state)
+	}
+}
+
+// Restore refuses what does not fit, and a damaged snapshot, with an
+// error and no change.
+func TestRestoreRefuses(t *testing.T) {
+	donor, o := testNode(t, Config{})
+	donor.deliver(2, opMessage(t, o.obj.id, tadd.info.index, 1, 5))
+	donor.deliver(3, opMessage(t, o.obj.id, tawait.info.index, 1, 9))
+	snap, err := donor.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cut := range len(snap) {
+		n, jo := testNode(t, Config{})
+		err := n.Restore(snap[:cut])
+		if !errors.Is(err, ErrSnapshot) {
+			t.Fatalf("snapshot cut at %d: %v", cut, err)
+		}
+		if *jo.state != 0 || n.Position() != 0 {
+			t.Fatalf("a refused snapshot changed the node")
+		}
+	}
+	n, _ := testNode(t, Config{})
+	n.deliver(2, opMessage(t, o.obj.id, tadd.info.index, 1, 1))
+	if err := n.Restore(snap); err == nil || !strings.Contains(err.Error(), "has delivered 1 messages already") {
+		t.Errorf("restore after a delivery: %v", err)
+	}
+	// An object the joiner has not made.
+	empty, _, _ := NewHosted(&nullEnv{}, Config{})
+	empty.mu.Lock()
+	empty.start(1, []frame.MemberID{1}, 100)
+	empty.mu.Unlock()
+	if err := empty.Restore(snap); err == nil || !strings.Contains(err.Error(), `object "c" (id`) {
+		t.Errorf("restore without the object: %v", err)
+	}
+	// Another class under the same name.
+	other := NewClass[int64]("othercounter")
+	Write(other, "add", Int64, func(s *int64, d int64) int64 { return 0 })
+	wrong, _, _ := NewHosted(&nullEnv{}, Config{})
+	wrong.mu.Lock()
+	wrong.start(1, []frame.MemberID{1}, 100)
+	wrong.mu.Unlock()
+	if _, err := New(wrong, "c", other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wrong.Restore(snap); err == nil || !strings.Contains(err.Error(), "is of class tcounter in the snapshot, othercounter here") {
+		t.Errorf("restore into another class: %v", err)
+	}
+	if err := n.Restore(append(snap, 0)); !errors.Is(err, ErrSnapshot) {
+		t.Errorf("trailing byte: %v", err)
+	}
+}
+
+// FuzzRestore: no snapshot, however damaged, panics Restore.
+func FuzzRestore(f *testing.F) {
+	donor, o := testNode(&testing.T{}, Config{})
+	donor.deliver(2, opMessage(&testing.T{}, o.obj.id, tadd.info.index, 1, 5))
+	donor.deliver(3, opMessage(&testing.T{}, o.obj.id, tawait.info.index, 1, 9))
+	snap, _ := donor.Snapshot()
+	f.Add(snap)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, _ := testNode(t, Config{})
+		if err := n.Restore(b); err == nil {
+			if _, err := n.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
