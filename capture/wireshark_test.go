@@ -162,7 +162,7 @@ var dissectorFields = []string{
 	"rbcast.safe", "rbcast.held", "rbcast.member.change", "rbcast.member.reason",
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
 	"rbcast.view", "rbcast.view.next", "rbcast.view.base", "rbcast.view.members", "rbcast.flush.sent", "rbcast.flush.count",
-	"rbcast.flush.member", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
+	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
 	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
 	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
@@ -333,14 +333,20 @@ func expectFields(v frame.View) map[string]string {
 		}
 	case frame.ViewFlush:
 		dl := v.FlushDelivered()
-		var mem, next joined
+		var mem, gone, next joined
 		for i := range dl.Len() {
 			mem.add("%d", dl.At(i).Member)
+			g := 0
+			if dl.At(i).Gone {
+				g = 1
+			}
+			gone.add("%d", g)
 			next.add("%d", dl.At(i).Next)
 		}
 		m["rbcast.view.next"], m["rbcast.view.base"], m["rbcast.flush.sent"] = d(v.ViewNext()), d(v.ViewBase()), d(v.FlushSent())
 		m["rbcast.flush.coord"] = d(v.FlushCoord())
 		m["rbcast.flush.count"], m["rbcast.flush.member"], m["rbcast.flush.delivered"] = d(dl.Len()), mem.String(), next.String()
+		m["rbcast.flush.gone"] = gone.String()
 	case frame.ViewRelay:
 		m["rbcast.relay.base"], m["rbcast.relay.frame"] = d(v.RelayBase()), hex.EncodeToString(v.RelayFrame())
 	case frame.ViewRefuse:

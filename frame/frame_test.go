@@ -84,7 +84,7 @@ func goldenCases() []struct {
 		{"seq_member", h, &SeqMemberBody{Epoch: 3, Safe: 99, Held: 97, Change: MemberRemoved, Reason: ReasonSilent, Member: 2, Incarnation: 0x01020304}},
 		{"view_join", hViewJoin, &ViewJoinBody{Requested: 3, Nonce: 0x0102030405060708, ConfigHash: 0xdeadbeefcafef00d, MTU: 1500}},
 		{"view_prepare", hNoAcks, &ViewPrepareBody{Next: 8, Base: 7, Members: members2}},
-		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, 17}, {2, 5}}}},
+		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, false, 17}, {2, true, 5}}}},
 		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}}},
 		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},

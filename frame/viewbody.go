@@ -10,7 +10,7 @@ const (
 	viewHeadLen    = 8  // next (4), base (4)
 	viewRefuseLen  = 17 // nonce (8), reason (1), config hash (8)
 	cutLen         = 12 // member (2), cut (4), holder (2), from (4)
-	deliveredLen   = 6  // member (2), delivered (4)
+	deliveredLen   = 7  // member (2), gone (1), delivered (4)
 	groupRemoveLen = 4
 )
 
@@ -53,8 +53,11 @@ func (p *ViewPrepareBody) flags() Flags { return 0 }
 // Delivered is how far a member delivered from one sender of a view: the
 // next sequence number of that sender's stream it would deliver (under
 // total order, the sequencer's global stream, named by the sequencer).
+// Gone says the member's core removed that sender (failed, stalled or
+// left): it delivers nothing more of it, so it must not stay.
 type Delivered struct {
 	Member MemberID
+	Gone   bool
 	Next   uint32
 }
 
@@ -86,6 +89,11 @@ func (f *ViewFlushBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint16(b, uint16(len(f.Delivered)))
 	for _, d := range f.Delivered {
 		b = be.AppendUint16(b, uint16(d.Member))
+		var gone byte
+		if d.Gone {
+			gone = 1
+		}
+		b = append(b, gone)
 		b = be.AppendUint32(b, d.Next)
 	}
 	return b
@@ -321,7 +329,7 @@ type DeliveredList []byte
 func (d DeliveredList) Len() int { return int(be.Uint16(d)) }
 func (d DeliveredList) At(i int) Delivered {
 	b := d[listHeaderLen+i*deliveredLen:]
-	return Delivered{Member: MemberID(be.Uint16(b)), Next: be.Uint32(b[2:])}
+	return Delivered{Member: MemberID(be.Uint16(b)), Gone: b[2]&1 != 0, Next: be.Uint32(b[3:])}
 }
 
 // CommitCuts is a ViewCommit's cut list.
@@ -355,3 +363,11 @@ func (v View) ViewRefuse() ViewRefuseBody {
 
 // RemovedView reads a GroupRemove body.
 func (v View) RemovedView() uint32 { return be.Uint32(v.Body()) }
+
+// MaxViewMembers is the most members a view may have for its frames to
+// fit an MTU of mtu bytes: a ViewCommit lists every member and, for
+// every member of the view before, its cut.
+func MaxViewMembers(mtu int) int {
+	n := (mtu - Overhead - viewHeadLen - 2*listHeaderLen) / (memberLen + cutLen)
+	return max(0, min(n, int(NoMember)))
+}

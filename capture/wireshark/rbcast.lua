@@ -115,6 +115,7 @@ local f = {
 	flush_sent = ProtoField.uint32("rbcast.flush.sent", "Sent", base.DEC),
 	flush_count = ProtoField.uint16("rbcast.flush.count", "Senders", base.DEC),
 	flush_member = ProtoField.uint16("rbcast.flush.member", "Sender", base.DEC),
+	flush_gone = ProtoField.uint8("rbcast.flush.gone", "Gone here", base.DEC),
 	flush_delivered = ProtoField.uint32("rbcast.flush.delivered", "Next to deliver", base.DEC),
 	cut_count = ProtoField.uint16("rbcast.cut.count", "Cuts", base.DEC),
 	cut_member = ProtoField.uint16("rbcast.cut.member", "Sender", base.DEC),
@@ -453,15 +454,18 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.flush_sent, tvb(off + 10, 4))
 		local n = tvb(off + 14, 2):uint()
 		tree:add(f.flush_count, tvb(off + 14, 2))
-		if len ~= 16 + 6 * n then
-			body_error(tree, "flush.delivered", off + 14, string.format("%d entries need %d bytes, body has %d", n, 16 + 6 * n, len))
+		if len ~= 16 + 7 * n then
+			body_error(tree, "flush.delivered", off + 14, string.format("%d entries need %d bytes, body has %d", n, 16 + 7 * n, len))
 			return
 		end
 		for i = 0, n - 1 do
-			local p = off + 16 + 6 * i
-			local d = tree:add(rbcast, tvb(p, 6), string.format("From member %d: next %u", tvb(p, 2):uint(), tvb(p + 2, 4):uint()))
+			local p = off + 16 + 7 * i
+			local gone = ""
+			if band(tvb(p + 2, 1):uint(), 1) ~= 0 then gone = " (gone here)" end
+			local d = tree:add(rbcast, tvb(p, 7), string.format("From member %d: next %u%s", tvb(p, 2):uint(), tvb(p + 3, 4):uint(), gone))
 			d:add(f.flush_member, tvb(p, 2))
-			d:add(f.flush_delivered, tvb(p + 2, 4))
+			d:add(f.flush_gone, tvb(p + 2, 1))
+			d:add(f.flush_delivered, tvb(p + 3, 4))
 		end
 	elseif ty == 0x24 then
 		if not at_least(4 + OVERHEAD, "relay") then return end
