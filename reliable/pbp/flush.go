@@ -79,6 +79,13 @@ func (c *Core) DeliveredFrom(id frame.MemberID) (uint32, bool) {
 	return p.expected, true
 }
 
+// Live reports whether member id is another member this core has not
+// removed (failed, stalled or left).
+func (c *Core) Live(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.live
+}
+
 // AllSent reports whether every frame this member sent is acknowledged by
 // every live member.
 func (c *Core) AllSent() bool { return c.stable == c.nextSeq }

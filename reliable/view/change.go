@@ -144,7 +144,7 @@ func (c *Core) myFlush() flushInfo {
 			continue
 		}
 		d, _ := c.inner.DeliveredFrom(m.ID)
-		f.delivered = append(f.delivered, frame.Delivered{Member: m.ID, Next: d})
+		f.delivered = append(f.delivered, frame.Delivered{Member: m.ID, Gone: !c.inner.Live(m.ID), Next: d})
 	}
 	return f
 }
@@ -159,7 +159,7 @@ func (c *Core) sendFlush() {
 		// While completing, report what was delivered so far (relays
 		// included), so holders send only what is missing.
 		for i := range f.delivered {
-			if k := c.cutIndex(f.delivered[i].Member); k >= 0 && c.comp.departed[k] {
+			if k := c.cutIndex(f.delivered[i].Member); k >= 0 && (c.comp.departed[k] || f.delivered[i].Gone) {
 				f.delivered[i].Next = c.comp.next[k]
 			}
 		}
@@ -270,8 +270,21 @@ func (c *Core) onFlush(src [6]byte, v frame.View) {
 	}
 	f := flushInfo{id: from, sent: v.FlushSent()}
 	dl := v.FlushDelivered()
+	regone := false
 	for i := range dl.Len() {
-		f.delivered = append(f.delivered, dl.At(i))
+		d := dl.At(i)
+		f.delivered = append(f.delivered, d)
+		if d.Gone && d.Member != c.self && containsID(p.staying, d.Member) {
+			// A member's core removed a sender the proposal keeps: it
+			// would never deliver the rest of that sender's view.
+			c.suspects = addID(c.suspects, d.Member)
+			regone = true
+		}
+	}
+	if regone {
+		c.prop = nil
+		c.propose()
+		return
 	}
 	c.recordFlush(p, f)
 	c.maybeCommit()
@@ -463,11 +476,15 @@ func (c *Core) relayTo(v frame.View, base uint32) {
 	for i := range dl.Len() {
 		d := dl.At(i)
 		for _, x := range commit.Cuts {
-			if x.Member != d.Member || x.Holder != c.self || !frame.SeqLess(d.Next, x.Cut) {
+			if x.Member != d.Member || x.Member == c.self || !frame.SeqLess(d.Next, x.Cut) {
 				continue
 			}
-			stays := c.staysIn(commit, x.Member, base)
-			if !stays {
+			switch {
+			case x.Holder == c.self && !c.staysIn(commit, x.Member, base):
+				c.relay(inner, base, x.Member, d.Next, x.Cut)
+			case d.Gone && c.staysIn(commit, x.Member, base):
+				// The flusher's core removed a sender that stays: it
+				// gets the rest relayed by whoever has it.
 				c.relay(inner, base, x.Member, d.Next, x.Cut)
 			}
 		}
@@ -536,7 +553,7 @@ func (c *Core) onRelay(v frame.View) {
 	}
 	f := v.RelayFrame()
 	i := c.cutIndex(f.Sender())
-	if i < 0 || !c.comp.departed[i] || f.Type() != frame.Data {
+	if i < 0 || !c.comp.departed[i] && c.inner.Live(f.Sender()) || f.Type() != frame.Data {
 		return
 	}
 	s := f.Seq()
@@ -560,11 +577,17 @@ func (c *Core) complete() {
 		if x.Member == c.self {
 			continue
 		}
-		if !comp.departed[i] {
+		if !comp.departed[i] && c.inner.Live(x.Member) {
 			if d, _ := c.inner.DeliveredFrom(x.Member); frame.SeqLess(d, x.Cut) {
 				all = false
 			}
 			continue
+		}
+		if !comp.departed[i] && frame.SeqLess(comp.next[i], c.innerNext(x.Member)) {
+			// A sender that stays but that this member's core removed
+			// during the change: what the core delivered counts, the
+			// rest comes relayed.
+			comp.next[i] = c.innerNext(x.Member)
 		}
 		for frame.SeqLess(comp.next[i], x.Cut) {
 			s := comp.next[i]
@@ -587,6 +610,11 @@ func (c *Core) complete() {
 	if all {
 		c.install(comp.commit)
 	}
+}
+
+func (c *Core) innerNext(id frame.MemberID) uint32 {
+	d, _ := c.inner.DeliveredFrom(id)
+	return d
 }
 
 func (c *Core) relayIndex(from frame.MemberID, seq uint32) int {

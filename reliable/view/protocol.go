@@ -333,8 +333,13 @@ func (c *Core) Ready() core.Ready {
 		// A change the inner core's events call for starts now; a view
 		// is installed only by Step and Tick (install takes the old
 		// core's output, which this Ready has taken already).
-		if c.state == member && c.comp == nil && c.prop == nil && c.coordinator() == c.self && c.changeDue() {
-			c.propose()
+		if c.state == member && c.comp == nil && c.coordinator() == c.self {
+			if c.prop == nil && c.changeDue() {
+				c.propose()
+			} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
+				c.prop = nil
+				c.propose()
+			}
 		}
 	}
 	var prev [][]byte
@@ -424,8 +429,24 @@ func (c *Core) progress() {
 		}
 		if c.prop == nil && c.coordinator() == c.self && c.changeDue() {
 			c.propose()
+		} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
+			// A member the proposal keeps failed or left meanwhile:
+			// prepare again without it.
+			c.prop = nil
+			c.propose()
 		}
 	}
+}
+
+// lostStaying reports whether a member that p keeps is now suspected or
+// gone here.
+func (c *Core) lostStaying(p *proposal) bool {
+	for _, id := range p.staying {
+		if id != c.self && (containsID(c.suspects, id) || containsID(c.leavers, id) || !c.inner.Live(id)) {
+			return true
+		}
+	}
+	return false
 }
 
 // changeDue reports whether the view must change: a member is suspected

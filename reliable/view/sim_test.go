@@ -495,6 +495,9 @@ func (r *simRun) verdict(s scenario) error {
 			if in, ok := p.core.Inner().(*pbp.Core); ok {
 				fmt.Fprintf(&b, "\n    inner view %d: %+v\n    members %+v", in.ViewID(), in.Counters(), in.MemberStates())
 				fmt.Fprintf(&b, "\n    frozen=%v queue=%d unsent=%d prop=%v comp=%v joiners=%d suspects=%v maxSeen=%d", p.core.frozen, len(p.core.queue), len(p.core.unsent), p.core.prop != nil, p.core.comp != nil, len(p.core.joiners), p.core.suspects, p.core.maxSeen)
+				if cp := p.core.comp; cp != nil {
+					fmt.Fprintf(&b, "\n    completing %+v next=%v departed=%v relays=%d", cp.commit, cp.next, cp.departed, len(cp.relays))
+				}
 			}
 		}
 		return fmt.Errorf("not finished after 20 s of virtual time:%s", b.String())

@@ -38,6 +38,9 @@ type Inner interface {
 	Sent() uint32
 	// DeliveredFrom is the next sequence number to deliver from member id.
 	DeliveredFrom(id frame.MemberID) (uint32, bool)
+	// Live reports whether the core still takes member id's frames (it
+	// did not remove it as failed, stalled or left).
+	Live(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
 }
