@@ -156,8 +156,10 @@ type Config struct {
 	// (registration only); 0 derives one from the clock.
 	Incarnation uint32
 	// RequestID is the member id a joiner asks the server for
-	// (registration only); it gets it if no other member has it, else the
-	// lowest free one. 0 means no wish.
+	// (registration), or the group (Views); it gets it if no other member
+	// has it, else the lowest free one. 0 means no wish under
+	// registration; with Views it asks for 0, which is also what no wish
+	// comes to when 0 is free.
 	RequestID frame.MemberID
 
 	// Order is FIFO (the default) or Total.

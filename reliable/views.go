@@ -53,10 +53,8 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	info := t.Info()
-	requested := frame.NoMember
-	if s.RequestID != 0 {
-		requested = s.RequestID
-	}
+	// A wish for id 0 and no wish come to the same: the lowest free id.
+	requested := s.RequestID
 	hash := configHash(s.Group, sharedConfig{cfg: struct {
 		PBP        any
 		MaxMembers int

@@ -489,16 +489,26 @@ func (c *Core) nextMembers() (members []frame.MemberInfo, staying []frame.Member
 		}
 		return false
 	}
+	// Joiners that ask for a free id get it; then the others, the
+	// lowest free ids, in the order they were heard.
+	var rest []joiner
 	for _, j := range c.joiners {
 		if len(members) >= c.cfg.MaxMembers {
 			break
 		}
-		id := j.requested
-		if id == frame.NoMember || int(id) >= c.cfg.MaxMembers || taken(id) {
-			id = 0
-			for taken(id) {
-				id++
-			}
+		if id := j.requested; id != frame.NoMember && int(id) < c.cfg.MaxMembers && !taken(id) {
+			members = append(members, frame.MemberInfo{ID: id, MAC: j.mac, Incarnation: j.incarnation})
+			continue
+		}
+		rest = append(rest, j)
+	}
+	for _, j := range rest {
+		if len(members) >= c.cfg.MaxMembers {
+			break
+		}
+		id := frame.MemberID(0)
+		for taken(id) {
+			id++
 		}
 		members = append(members, frame.MemberInfo{ID: id, MAC: j.mac, Incarnation: j.incarnation})
 	}
