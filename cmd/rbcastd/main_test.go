@@ -83,7 +83,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve"}, `unknown command "serve" (commands: bench, recv, run, send, status)`},
 		{[]string{"run", "-group", "1", "-members", "2"}, "-i IFACE is required"},
 		{[]string{"run", "-i", "rbnone0", "-members", "2"}, "-group is 0, want 1..4294967295"},
-				{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "causal"}, `-order is "causal", want fifo or total`},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "causal"}, `-order is "causal", want fifo or total`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-node", "2", "-membership", "registered"}, "-node is 2, but a group of 2 members has ids 0..1"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-node", "16"}, "-node is \"16\", want a member id 0..15 (-max-members 16)"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-max-members", "61"}, "-max-members is 61, want 1..60"},
