@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -27,6 +28,8 @@ type Conn struct {
 	path string
 	rbuf []byte
 	wbuf []byte
+	dec  Decoder
+	spin time.Duration // SetSpin
 }
 
 // DialError says why the daemon's socket could not be reached.
@@ -78,19 +81,32 @@ func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
 // Write sends one message.
 func (c *Conn) Write(m Message) error {
 	c.wbuf = m.Append(c.wbuf[:0])
-	_, err := c.c.Write(c.wbuf)
+	return c.WritePacket(c.wbuf)
+}
+
+// WritePacket sends one message encoded already (a SendBatch a client
+// fills in place, for example): p must be a whole message.
+func (c *Conn) WritePacket(p []byte) error {
+	_, err := c.c.Write(p)
 	if errors.Is(err, syscall.EMSGSIZE) {
-		return fmt.Errorf("rbcastd: a %v of %d bytes is larger than the socket carries: %w", m.Type(), len(c.wbuf), err)
+		return fmt.Errorf("rbcastd: a %v of %d bytes is larger than the socket carries: %w", Type(p[0]), len(p), err)
 	}
 	return err
 }
+
+// SetSpin has reads look for a packet this long, yielding the CPU between
+// looks, before they sleep until one arrives: a client waiting for one
+// answer at a time (a ping) then need not be woken, which costs tens of
+// µs in a VM whose idle vCPUs halt (as the ring's Config.RxSpin). Zero,
+// the default, never spins.
+func (c *Conn) SetSpin(d time.Duration) { c.spin = d }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
 var ErrDaemonClosed = errors.New("rbcastd: the daemon closed the connection")
 
-// Read returns the next message. Its data fields are valid until the next
-// Read. An Error message is returned as the *Error error.
+// Read returns the next message, valid (with its data fields) until the
+// next Read; in steady state Read does not allocate. An Error message is returned as the *Error error.
 func (c *Conn) Read() (Message, error) {
 	n, _, flags, _, err := c.c.ReadMsgUnix(c.rbuf, nil)
 	if errors.Is(err, io.EOF) {
@@ -105,7 +121,7 @@ func (c *Conn) Read() (Message, error) {
 	if flags&unix.MSG_TRUNC != 0 {
 		return nil, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(c.rbuf))
 	}
-	m, err := Decode(c.rbuf[:n])
+	m, err := c.dec.Decode(c.rbuf[:n])
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +129,83 @@ func (c *Conn) Read() (Message, error) {
 		return nil, e
 	}
 	return m, nil
+}
+
+// ReadPacket reads the next packet into buf, undecoded (a client that
+// decodes elsewhere, with a Decoder of its own); buf should hold
+// MaxBatch bytes, or 1+MaxStatus to take a StatusJSON.
+func (c *Conn) ReadPacket(buf []byte) (int, error) {
+	n, flags, err := RecvPacket(c.c, buf, c.spin)
+	if errors.Is(err, io.EOF) {
+		return 0, ErrDaemonClosed
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, ErrDaemonClosed // SOCK_SEQPACKET: the daemon closed
+	}
+	if flags&unix.MSG_TRUNC != 0 {
+		return 0, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(buf))
+	}
+	return n, nil
+}
+
+// RecvPacket reads one packet from a SOCK_SEQPACKET connection into buf,
+// and its recvmsg flags (MSG_TRUNC: buf was too small). With spin > 0 it
+// first looks for a packet that long, yielding the CPU between looks,
+// before it sleeps in the poller until one arrives (Conn.SetSpin; the
+// daemon reads its clients the same way). A zero n with a nil error is
+// the peer's close.
+func RecvPacket(c *net.UnixConn, buf []byte, spin time.Duration) (n, flags int, err error) {
+	if spin <= 0 {
+		n, _, flags, _, err = c.ReadMsgUnix(buf, nil)
+		return n, flags, err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var start time.Time
+	spun := false
+	rerr := rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, flags, _, err = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
+			if err != unix.EAGAIN {
+				return true
+			}
+			if spun {
+				return false // sleep in the poller until readable
+			}
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) >= spin {
+				spun = true
+				return false
+			}
+			runtime.Gosched()
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	})
+	if rerr != nil {
+		return 0, 0, rerr
+	}
+	if err != nil {
+		return 0, 0, &net.OpError{Op: "read", Net: "unixpacket", Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", err)}
+	}
+	return n, flags, nil
+}
+
+// Pending reports whether a packet waits to be read (SIOCINQ), so that
+// a client may write out what it buffered before a Read that would wait.
+func (c *Conn) Pending() bool {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
 }
 
 // Hello says hello with flags (HelloWaitReady: the daemon answers once
@@ -131,7 +224,8 @@ func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 	if !ok {
 		return nil, fmt.Errorf("rbcastd: the daemon answered Hello with %v", m.Type())
 	}
-	return w, nil
+	cp := *w // the caller's, not the decoder's
+	return &cp, nil
 }
 
 // SetDeadline bounds the connection's reads and writes (zero: none).

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 )
 
 // Version is the local API version this build speaks. A Hello with another
@@ -339,8 +340,33 @@ func decodeErr(t Type, off int, format string, args ...any) error {
 }
 
 // Decode decodes one packet. Data fields (Send, Deliver, StatusJSON) alias
-// p.
+// p. It allocates the message; a Decoder does not.
 func Decode(p []byte) (Message, error) {
+	return new(Decoder).Decode(p)
+}
+
+// Decoder decodes packets into messages it keeps and reuses, so that a
+// stream of packets decodes without allocating (the daemon's and the
+// clients' steady state). A message it returns is valid until its next
+// Decode.
+type Decoder struct {
+	hello        Hello
+	send         Send
+	flush        Flush
+	subscribe    Subscribe
+	status       Status
+	sendBatch    SendBatch
+	deliverBatch DeliverBatch
+	welcome      Welcome
+	flushed      Flushed
+	subscribed   Subscribed
+	deliver      Deliver
+	statusJSON   StatusJSON
+}
+
+// Decode decodes one packet into the Decoder's message of its type. Data
+// fields alias p; an Error (rare) is allocated.
+func (d *Decoder) Decode(p []byte) (Message, error) {
 	if len(p) == 0 {
 		return nil, decodeErr(0, 0, "empty packet")
 	}
@@ -362,45 +388,53 @@ func Decode(p []byte) (Message, error) {
 		if err := exact(helloLen); err != nil {
 			return nil, err
 		}
-		return &Hello{Version: be.Uint16(p[1:]), Flags: be.Uint16(p[3:])}, nil
+		d.hello = Hello{Version: be.Uint16(p[1:]), Flags: be.Uint16(p[3:])}
+		return &d.hello, nil
 	case TSend:
-		return &Send{Data: p[1:]}, nil
+		d.send.Data = p[1:]
+		return &d.send, nil
 	case TFlush:
 		if err := exact(flushLen); err != nil {
 			return nil, err
 		}
-		return &Flush{}, nil
+		return &d.flush, nil
 	case TSubscribe:
 		if err := exact(subscribeLen); err != nil {
 			return nil, err
 		}
-		return &Subscribe{From: be.Uint16(p[1:])}, nil
+		d.subscribe.From = be.Uint16(p[1:])
+		return &d.subscribe, nil
 	case TStatus:
 		if err := exact(statusLen); err != nil {
 			return nil, err
 		}
-		return &Status{}, nil
+		return &d.status, nil
 	case TSendBatch:
-		m := &SendBatch{}
-		err := entries(p, 0, BatchEntryLen, func(_ []byte, d []byte) { m.Msgs = append(m.Msgs, d) })
-		if err != nil {
-			return nil, err
+		m := &d.sendBatch
+		m.Msgs = m.Msgs[:0]
+		for e, err := range Entries(p) {
+			if err != nil {
+				return nil, err
+			}
+			m.Msgs = append(m.Msgs, e.Data)
 		}
 		return m, nil
 	case TDeliverBatch:
-		m := &DeliverBatch{}
-		err := entries(p, 2, DeliverBatchEntryLen, func(h []byte, d []byte) {
-			m.Msgs = append(m.Msgs, Deliver{From: be.Uint16(h), Data: d})
-		})
-		if err != nil {
-			return nil, err
+		m := &d.deliverBatch
+		m.Msgs = m.Msgs[:0]
+		for e, err := range Entries(p) {
+			if err != nil {
+				return nil, err
+			}
+			m.Msgs = append(m.Msgs, e)
 		}
 		return m, nil
 	case TWelcome:
 		if err := exact(welcomeLen); err != nil {
 			return nil, err
 		}
-		m := &Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
+		m := &d.welcome
+		*m = Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
 			Members: be.Uint16(p[9:]), Order: p[11], MaxMessage: be.Uint32(p[13:])}
 		if m.Order > OrderTotal {
 			return nil, decodeErr(t, 11, "order %d, want 0 (fifo) or 1 (total)", m.Order)
@@ -417,22 +451,26 @@ func Decode(p []byte) (Message, error) {
 		if err := exact(flushedLen); err != nil {
 			return nil, err
 		}
-		return &Flushed{Accepted: be.Uint64(p[1:])}, nil
+		d.flushed.Accepted = be.Uint64(p[1:])
+		return &d.flushed, nil
 	case TSubscribed:
 		if err := exact(subscribedLen); err != nil {
 			return nil, err
 		}
-		return &Subscribed{From: be.Uint16(p[1:])}, nil
+		d.subscribed.From = be.Uint16(p[1:])
+		return &d.subscribed, nil
 	case TDeliver:
 		if err := atLeast(deliverMin); err != nil {
 			return nil, err
 		}
-		return &Deliver{From: be.Uint16(p[1:]), Data: p[3:]}, nil
+		d.deliver = Deliver{From: be.Uint16(p[1:]), Data: p[3:]}
+		return &d.deliver, nil
 	case TStatusJSON:
 		if len(p)-1 > MaxStatus {
 			return nil, decodeErr(t, 1, "%d bytes of status, at most %d", len(p)-1, MaxStatus)
 		}
-		return &StatusJSON{JSON: p[1:]}, nil
+		d.statusJSON.JSON = p[1:]
+		return &d.statusJSON, nil
 	case TError:
 		if err := atLeast(errorMin); err != nil {
 			return nil, err
@@ -445,26 +483,54 @@ func Decode(p []byte) (Message, error) {
 	return nil, decodeErr(t, 0, "unknown message type %#02x", uint8(t))
 }
 
-// entries decodes a batch's entries after the type byte: each a header of
-// hdr bytes whose last four are the datum's length, then the datum.
-func entries(p []byte, pre, hdr int, add func(h, d []byte)) error {
-	t := Type(p[0])
-	if len(p) > MaxBatch {
-		return decodeErr(t, MaxBatch, "%d bytes, at most %d", len(p), MaxBatch)
-	}
-	if len(p) == 1 {
-		return decodeErr(t, 1, "no messages")
-	}
-	for off := 1; off < len(p); {
-		if len(p)-off < hdr {
-			return decodeErr(t, off, "entry header of %d bytes cut short: %d left", hdr, len(p)-off)
+// Entries iterates over the messages of a SendBatch or DeliverBatch
+// packet without allocating (a SendBatch entry's From is 0). It yields a
+// decode error, once and last, where the packet is malformed: so a
+// caller that acts on each entry as it comes and must not act on a
+// malformed packet ranges over it twice.
+func Entries(p []byte) iter.Seq2[Deliver, error] {
+	return func(yield func(Deliver, error) bool) {
+		if len(p) == 0 {
+			yield(Deliver{}, decodeErr(0, 0, "empty packet"))
+			return
 		}
-		n := int(be.Uint32(p[off+pre:]))
-		if n > len(p)-off-hdr {
-			return decodeErr(t, off+pre, "message of %d bytes, only %d left", n, len(p)-off-hdr)
+		t := Type(p[0])
+		pre, hdr := 0, BatchEntryLen
+		switch t {
+		case TSendBatch:
+		case TDeliverBatch:
+			pre, hdr = 2, DeliverBatchEntryLen
+		default:
+			yield(Deliver{}, decodeErr(t, 0, "not a batch"))
+			return
 		}
-		add(p[off:off+pre], p[off+hdr:off+hdr+n])
-		off += hdr + n
+		if len(p) > MaxBatch {
+			yield(Deliver{}, decodeErr(t, MaxBatch, "%d bytes, at most %d", len(p), MaxBatch))
+			return
+		}
+		if len(p) == 1 {
+			yield(Deliver{}, decodeErr(t, 1, "no messages"))
+			return
+		}
+		for off := 1; off < len(p); {
+			if len(p)-off < hdr {
+				yield(Deliver{}, decodeErr(t, off, "entry header of %d bytes cut short: %d left", hdr, len(p)-off))
+				return
+			}
+			n := int(be.Uint32(p[off+pre:]))
+			if n > len(p)-off-hdr {
+				yield(Deliver{}, decodeErr(t, off+pre, "message of %d bytes, only %d left", n, len(p)-off-hdr))
+				return
+			}
+			var e Deliver
+			if pre > 0 {
+				e.From = be.Uint16(p[off:])
+			}
+			e.Data = p[off+hdr : off+hdr+n : off+hdr+n]
+			if !yield(e, nil) {
+				return
+			}
+			off += hdr + n
+		}
 	}
-	return nil
 }
