@@ -296,8 +296,8 @@ func TestSendRecvUnderLoss(t *testing.T) {
 func TestSlowReaderBackPressure(t *testing.T) {
 	r := rtnet.New(t, 2)
 	ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
-		c.SubscriberQueue = 4
 		c.Group.RecvQueue = 8
+		c.SocketBuffer = 64 << 10
 	})
 	slow := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
 	c, w := dial(t, ds[0].socket, true)
