@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/internal/localapi"
+	"golang.org/x/sys/unix"
 )
 
 // socketFlags are the flags every client shares.
@@ -100,7 +102,9 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	start := time.Now()
-	n, bytes, err := send(c, in, *lines)
+	prog := newProgress(stderr, "sent", inputSize(in))
+	n, bytes, err := send(c, in, *lines, prog)
+	prog.end()
 	if err != nil {
 		return fail(stderr, "send", err)
 	}
@@ -111,137 +115,129 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// batcher packs messages into SendBatch packets (one packet per message
-// costs a system call each on both sides of the socket).
+// inputSize is the size of a regular file's unread rest (0: not a regular
+// file, or unknown).
+func inputSize(in io.Reader) int64 {
+	f, ok := in.(*os.File)
+	if !ok {
+		return 0
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0
+	}
+	return fi.Size() - off
+}
+
+// batcher fills SendBatch packets in place (one packet per message costs
+// a system call each on both sides of the socket): the input is read
+// straight into the packet, after the entry's length.
 type batcher struct {
 	c     *localapi.Conn
-	arena []byte   // the batch's data; never grows past its capacity
-	msgs  [][]byte // views into arena
-	size  int      // the packet's size so far
-	n     uint64   // messages written
+	p     []byte // the SendBatch: type byte, entries; never grows past its capacity
+	n     int    // messages in p
+	msgs  uint64 // messages written
 	bytes uint64
+	prog  *progress
 }
 
-func newBatcher(c *localapi.Conn) *batcher {
-	return &batcher{c: c, arena: make([]byte, 0, localapi.MaxBatch), size: 1}
+func newBatcher(c *localapi.Conn, prog *progress) *batcher {
+	b := &batcher{c: c, p: make([]byte, 1, localapi.MaxBatch), prog: prog}
+	b.p[0] = byte(localapi.TSendBatch)
+	return b
 }
 
-// add copies d into the batch, first writing the batch out if d does not
-// fit.
-func (b *batcher) add(d []byte) error {
-	if b.size+localapi.BatchEntryLen+len(d) > localapi.MaxBatch {
+// next returns where the next message's bytes go, n bytes at most, first
+// writing the batch out if a message of n bytes would not fit; commit
+// then takes the first k of them as the message.
+func (b *batcher) next(n int) ([]byte, error) {
+	if len(b.p)+localapi.BatchEntryLen+n > cap(b.p) {
 		if err := b.flush(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	off := len(b.arena)
-	b.arena = append(b.arena, d...)
-	b.msgs = append(b.msgs, b.arena[off:len(b.arena):len(b.arena)])
-	b.size += localapi.BatchEntryLen + len(d)
+	off := len(b.p) + localapi.BatchEntryLen
+	return b.p[off : off+n], nil
+}
+
+// commit adds the k bytes next returned as a message.
+func (b *batcher) commit(k int) {
+	off := len(b.p)
+	b.p = b.p[:off+localapi.BatchEntryLen+k]
+	binary.BigEndian.PutUint32(b.p[off:], uint32(k))
+	b.n++
+}
+
+// add copies d into the batch as a message.
+func (b *batcher) add(d []byte) error {
+	buf, err := b.next(len(d))
+	if err != nil {
+		return err
+	}
+	b.commit(copy(buf, d))
 	return nil
 }
 
 // flush writes what is batched.
 func (b *batcher) flush() error {
-	var err error
-	switch len(b.msgs) {
-	case 0:
+	if b.n == 0 {
 		return nil
-	case 1:
-		err = b.c.Write(&localapi.Send{Data: b.msgs[0]})
-	default:
-		err = b.c.Write(&localapi.SendBatch{Msgs: b.msgs})
 	}
-	if err != nil {
+	if err := b.c.WritePacket(b.p); err != nil {
 		return err
 	}
-	b.n += uint64(len(b.msgs))
-	for _, m := range b.msgs {
-		b.bytes += uint64(len(m))
-	}
-	b.arena, b.msgs, b.size = b.arena[:0], b.msgs[:0], 1
+	k := uint64(len(b.p) - 1 - b.n*localapi.BatchEntryLen)
+	b.msgs += uint64(b.n)
+	b.bytes += k
+	b.prog.add(int(k))
+	b.p, b.n = b.p[:1], 0
 	return nil
 }
 
 // send streams in through c and flushes; it returns the number of
 // messages and bytes acknowledged. Messages already read go out together
-// in one packet; when the input has nothing more buffered, what is
-// batched goes out at once, so a slow input (a pipe, a terminal) is not
-// held back.
-func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, err error) {
+// in one packet; when the input has nothing more to read at once, what is
+// batched goes out, so a slow input (a pipe, a terminal) is not held
+// back. A regular file is read straight into the packets, in messages of
+// the largest size.
+func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64, bytes uint64, err error) {
 	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
 		return 0, 0, err
 	}
 	max := int(w.MaxMessage)
-	b := newBatcher(c)
+	b := newBatcher(c, prog)
 	// fail turns a failed write into the daemon's reason, if it sent one.
 	fail := func(werr error) (uint64, uint64, error) {
 		c.SetDeadline(time.Now().Add(time.Second))
 		if _, rerr := c.Read(); rerr != nil {
 			var e *localapi.Error
 			if errors.As(rerr, &e) {
-				return b.n, b.bytes, e
+				return b.msgs, b.bytes, e
 			}
 		}
-		return b.n, b.bytes, fmt.Errorf("sending message %d: %w", b.n+1, werr)
+		return b.msgs, b.bytes, fmt.Errorf("sending message %d: %w", b.msgs+1, werr)
 	}
-	const maxLine = 1 << 20
-	br := bufio.NewReaderSize(in, maxLine)
-	line := uint64(0)
-	chunk := make([]byte, max) // the batcher copies it
-	for {
-		var msg []byte
-		var rerr error
-		if lines {
-			msg, rerr = br.ReadSlice('\n')
-			if errors.Is(rerr, bufio.ErrBufferFull) {
-				return b.n, b.bytes, fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", line+1, max)
-			}
-			msg = trimEOL(msg)
-			if len(msg) == 0 && rerr == io.EOF {
-				break
-			}
-			line++
-			if len(msg) > max {
-				return b.n, b.bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)
-			}
-		} else {
-			// A message of the largest size, or of what the input had
-			// read into the buffer so far: a slow input's bytes go out as
-			// they come instead of waiting for a whole message's worth. A
-			// Read returns at most what one read of the input gave, so a
-			// message is also cut where the buffer runs dry (once per MiB
-			// of a file; at every write of a pipe written in smaller
-			// pieces than a message).
-			var k int
-			for k == 0 && rerr == nil {
-				k, rerr = br.Read(chunk)
-			}
-			msg = chunk[:k]
-			if k == 0 && rerr == io.EOF {
-				break
-			}
+	if lines {
+		err = sendLines(b, in, max)
+	} else {
+		err = sendRaw(b, in, max)
+	}
+	if err != nil {
+		var ie *inputError
+		if errors.As(err, &ie) {
+			return b.msgs, b.bytes, ie.err
 		}
-		if rerr != nil && rerr != io.EOF {
-			return b.n, b.bytes, fmt.Errorf("reading input: %w", rerr)
-		}
-		if err := b.add(msg); err != nil {
-			return fail(err)
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if br.Buffered() == 0 {
-			if err := b.flush(); err != nil {
-				return fail(err)
-			}
-		}
+		return fail(err)
 	}
 	if err := b.flush(); err != nil {
 		return fail(err)
 	}
-	n, bytes = b.n, b.bytes
+	n, bytes = b.msgs, b.bytes
 	if err := c.Write(&localapi.Flush{}); err != nil {
 		return fail(err)
 	}
@@ -257,6 +253,156 @@ func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, e
 		return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
 	}
 	return n, bytes, nil
+}
+
+// inputError is a failure of the input (not of the daemon's socket).
+type inputError struct{ err error }
+
+func (e *inputError) Error() string { return e.err.Error() }
+
+// sendRaw batches the input in messages of max bytes, read straight into
+// the packet: a regular file with one readv per packet (a system call per
+// message would cost more than the rest of the client), anything else
+// one message per read. A message is shorter where a read gave less: at
+// the end, and from a slow pipe or terminal, whose bytes go out as they
+// come (before a read that would wait, the batch goes out).
+func sendRaw(b *batcher, in io.Reader, max int) error {
+	if f, ok := regularFile(in); ok {
+		return sendFile(b, f, max)
+	}
+	ready := readable(in)
+	for {
+		if b.n > 0 && !ready() {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+		buf, err := b.next(max)
+		if err != nil {
+			return err
+		}
+		k, rerr := io.ReadAtLeast(in, buf, 1)
+		if k > 0 {
+			b.commit(k)
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr != nil:
+			return &inputError{fmt.Errorf("reading input: %w", rerr)}
+		}
+	}
+}
+
+// sendFile reads a regular file into whole packets of max-byte messages,
+// one readv per packet.
+func sendFile(b *batcher, f *os.File, max int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return &inputError{err}
+	}
+	var iov [][]byte
+	for {
+		if _, err := b.next(max); err != nil { // room for one at least
+			return err
+		}
+		iov = iov[:0]
+		for off := len(b.p); off+localapi.BatchEntryLen+max <= cap(b.p); off += localapi.BatchEntryLen + max {
+			iov = append(iov, b.p[off+localapi.BatchEntryLen:off+localapi.BatchEntryLen+max])
+		}
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Readv(int(fd), iov)
+				if rerr != unix.EINTR {
+					return true
+				}
+			}
+		}); err != nil {
+			rerr = err
+		}
+		if rerr != nil {
+			return &inputError{fmt.Errorf("reading %s: %w", f.Name(), rerr)}
+		}
+		if n == 0 {
+			return nil
+		}
+		for n > 0 {
+			k := min(n, max)
+			b.commit(k)
+			n -= k
+		}
+	}
+}
+
+// regularFile returns in as a regular file, if it is one.
+func regularFile(in io.Reader) (*os.File, bool) {
+	f, ok := in.(*os.File)
+	if !ok {
+		return nil, false
+	}
+	fi, err := f.Stat()
+	return f, err == nil && fi.Mode().IsRegular()
+}
+
+// readable returns what says whether a read of in would return without
+// waiting: for a pipe or a terminal, whether it has bytes now (poll); for
+// an io.Pipe (tests), never; for any other reader, always.
+func readable(in io.Reader) func() bool {
+	if _, ok := in.(*io.PipeReader); ok {
+		return func() bool { return false }
+	}
+	f, ok := in.(*os.File)
+	if !ok {
+		return func() bool { return true }
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return func() bool { return true }
+	}
+	return func() bool {
+		n := 0
+		rc.Control(func(fd uintptr) {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ = unix.Poll(p, 0)
+		})
+		return n > 0
+	}
+}
+
+// sendLines sends one message per line, without its newline; the batch
+// goes out whenever the input has nothing more buffered.
+func sendLines(b *batcher, in io.Reader, max int) error {
+	const maxLine = 1 << 20
+	br := bufio.NewReaderSize(in, maxLine)
+	for line := 1; ; line++ {
+		msg, rerr := br.ReadSlice('\n')
+		if errors.Is(rerr, bufio.ErrBufferFull) {
+			return &inputError{fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", line, max)}
+		}
+		msg = trimEOL(msg)
+		if len(msg) == 0 && rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil && rerr != io.EOF {
+			return &inputError{fmt.Errorf("reading input: %w", rerr)}
+		}
+		if len(msg) > max {
+			return &inputError{fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)}
+		}
+		if err := b.add(msg); err != nil {
+			return err
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if br.Buffered() == 0 {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // trimEOL drops a line's "\n" or "\r\n", as bufio.ScanLines does.
@@ -347,7 +493,9 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		c.SetDeadline(time.Now()) // unblocks Read
 	}()
-	err = recv(c, sub, bw, *format == "lines", *nbytes, *count)
+	prog := newProgress(stderr, "received", *nbytes)
+	err = recv(c, sub, bw, *format == "lines", *nbytes, *count, prog)
+	prog.end()
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -360,7 +508,11 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, maxCount int64) error {
+// recv subscribes to from's messages and writes them to w until the
+// limits are reached or the stream ends. The daemon gives the connection
+// a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
+// blocks for a moment does not hold its deliveries back.
+func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, maxCount int64, prog *progress) error {
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
@@ -385,12 +537,10 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 		}
 		got += int64(len(d.Data))
 		count++
+		prog.add(len(data))
 		return err
 	}
-	for {
-		if done() {
-			return nil
-		}
+	for !done() {
 		m, err := c.Read()
 		if err != nil {
 			var e *localapi.Error
@@ -417,7 +567,14 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 				}
 			}
 		}
+		if w.Buffered() > 0 && !c.Pending() {
+			// Nothing more waits: out with it before waiting.
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
 }
 
 const statusText = `Prints the group's members with their state (alive, suspected: silent
