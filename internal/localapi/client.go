@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +30,8 @@ type Conn struct {
 	rbuf []byte
 	wbuf []byte
 	dec  Decoder
-	spin time.Duration // SetSpin
+	r    *PacketReader
+	rc   syscall.RawConn
 }
 
 // DialError says why the daemon's socket could not be reached.
@@ -69,7 +71,13 @@ func Dial(path string) (*Conn, error) {
 		}
 		return nil, &DialError{Path: path, Err: err}
 	}
-	return &Conn{c: c, path: path, rbuf: make([]byte, 1+MaxStatus+1)}, nil
+	r, err := NewPacketReader(c, 0)
+	if err != nil {
+		c.Close()
+		return nil, &DialError{Path: path, Err: err}
+	}
+	rc, _ := c.SyscallConn()
+	return &Conn{c: c, path: path, rbuf: make([]byte, 1+MaxStatus+1), r: r, rc: rc}, nil
 }
 
 // Close closes the connection.
@@ -99,27 +107,19 @@ func (c *Conn) WritePacket(p []byte) error {
 // answer at a time (a ping) then need not be woken, which costs tens of
 // µs in a VM whose idle vCPUs halt (as the ring's Config.RxSpin). Zero,
 // the default, never spins.
-func (c *Conn) SetSpin(d time.Duration) { c.spin = d }
+func (c *Conn) SetSpin(d time.Duration) { c.r.spin = d }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
 var ErrDaemonClosed = errors.New("rbcastd: the daemon closed the connection")
 
 // Read returns the next message, valid (with its data fields) until the
-// next Read; in steady state Read does not allocate. An Error message is returned as the *Error error.
+// next Read; in steady state Read does not allocate. An Error message is
+// returned as the *Error error.
 func (c *Conn) Read() (Message, error) {
-	n, _, flags, _, err := c.c.ReadMsgUnix(c.rbuf, nil)
-	if errors.Is(err, io.EOF) {
-		return nil, ErrDaemonClosed
-	}
+	n, err := c.ReadPacket(c.rbuf)
 	if err != nil {
 		return nil, err
-	}
-	if n == 0 {
-		return nil, ErrDaemonClosed
-	}
-	if flags&unix.MSG_TRUNC != 0 {
-		return nil, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(c.rbuf))
 	}
 	m, err := c.dec.Decode(c.rbuf[:n])
 	if err != nil {
@@ -135,7 +135,7 @@ func (c *Conn) Read() (Message, error) {
 // decodes elsewhere, with a Decoder of its own); buf should hold
 // MaxBatch bytes, or 1+MaxStatus to take a StatusJSON.
 func (c *Conn) ReadPacket(buf []byte) (int, error) {
-	n, flags, err := RecvPacket(c.c, buf, c.spin)
+	n, trunc, err := c.r.Read(buf)
 	if errors.Is(err, io.EOF) {
 		return 0, ErrDaemonClosed
 	}
@@ -145,66 +145,98 @@ func (c *Conn) ReadPacket(buf []byte) (int, error) {
 	if n == 0 {
 		return 0, ErrDaemonClosed // SOCK_SEQPACKET: the daemon closed
 	}
-	if flags&unix.MSG_TRUNC != 0 {
+	if trunc {
 		return 0, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(buf))
 	}
 	return n, nil
 }
 
-// RecvPacket reads one packet from a SOCK_SEQPACKET connection into buf,
-// and its recvmsg flags (MSG_TRUNC: buf was too small). With spin > 0 it
-// first looks for a packet that long, yielding the CPU between looks,
-// before it sleeps in the poller until one arrives (Conn.SetSpin; the
-// daemon reads its clients the same way). A zero n with a nil error is
-// the peer's close.
-func RecvPacket(c *net.UnixConn, buf []byte, spin time.Duration) (n, flags int, err error) {
-	if spin <= 0 {
-		n, _, flags, _, err = c.ReadMsgUnix(buf, nil)
-		return n, flags, err
-	}
+// PacketReader reads the packets of a SOCK_SEQPACKET connection without
+// allocating (net.UnixConn's ReadMsgUnix allocates the peer's address on
+// every read). With a spin it first looks for a packet that long,
+// yielding the CPU between looks, before it sleeps in the poller until one
+// arrives (Conn.SetSpin; the daemon reads its clients the same way). It
+// honours the connection's read deadline. One goroutine at a time may
+// Read.
+type PacketReader struct {
+	rc   syscall.RawConn
+	spin time.Duration
+	try  func(fd uintptr) bool // r.recv, made once
+	// The read in progress.
+	buf   []byte
+	n     int
+	errno syscall.Errno
+	start time.Time
+	spun  bool
+}
+
+// NewPacketReader returns a reader of c's packets that spins for spin
+// (0: never) before it sleeps.
+func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	var start time.Time
-	spun := false
-	rerr := rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, flags, _, err = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
-			if err != unix.EAGAIN {
-				return true
-			}
-			if spun {
-				return false // sleep in the poller until readable
-			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) >= spin {
-				spun = true
-				return false
-			}
-			runtime.Gosched()
-			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	r := &PacketReader{rc: rc, spin: spin}
+	r.try = r.recv
+	return r, nil
+}
+
+// Read reads one packet into buf (which must not be empty). truncated
+// says the packet was longer than buf: its first len(buf) bytes are in
+// buf, the rest is lost. A zero n with a nil error is the peer's close.
+func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
+	r.buf, r.n, r.errno, r.start, r.spun = buf, 0, 0, time.Time{}, false
+	if err := r.rc.Read(r.try); err != nil {
+		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
+	}
+	r.buf = nil
+	if r.errno != 0 {
+		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: os.NewSyscallError("recvfrom", r.errno)}
+	}
+	if r.n > len(buf) {
+		return len(buf), true, nil
+	}
+	return r.n, false, nil
+}
+
+// recv is one attempt of Read on the socket: a non-blocking recvfrom
+// without the peer's address (MSG_TRUNC: the packet's whole length), then
+// the spin; false has the poller wait until the socket is readable.
+func (r *PacketReader) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		switch e {
+		case 0:
+			r.n = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			r.errno = e
+			return true
 		}
-	})
-	if rerr != nil {
-		return 0, 0, rerr
+		if r.spin <= 0 || r.spun {
+			return false
+		}
+		if r.start.IsZero() {
+			r.start = time.Now()
+		} else if time.Since(r.start) >= r.spin {
+			r.spun = true
+			return false
+		}
+		runtime.Gosched()
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
-	if err != nil {
-		return 0, 0, &net.OpError{Op: "read", Net: "unixpacket", Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", err)}
-	}
-	return n, flags, nil
 }
 
 // Pending reports whether a packet waits to be read (SIOCINQ), so that
 // a client may write out what it buffered before a Read that would wait.
 func (c *Conn) Pending() bool {
-	rc, err := c.c.SyscallConn()
-	if err != nil {
-		return false
-	}
 	n := 0
-	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	c.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
 	return n > 0
 }
 
