@@ -11,7 +11,6 @@ import (
 
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
-	"golang.org/x/sys/unix"
 )
 
 // readBuf is the largest packet read from a client: a batch, or a Send of
@@ -40,6 +39,7 @@ type conn struct {
 	batch     bool // the client reads DeliverBatch
 
 	dec localapi.Decoder
+	r   *localapi.PacketReader
 
 	smu  sync.Mutex
 	sub  *subscriber
@@ -60,8 +60,14 @@ func (d *Daemon) accept() {
 		// (a file write) does not hold the fan-out back. The kernel caps
 		// it at net.core.wmem_max.
 		c.SetWriteBuffer(d.cfg.SocketBuffer)
+		r, err := localapi.NewPacketReader(c, d.cfg.ClientSpin)
+		if err != nil {
+			d.log.Error("rbcastd: a client's connection could not be read", "err", err)
+			c.Close()
+			continue
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel}
+		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel, r: r}
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -112,11 +118,11 @@ func (c *conn) fail(code localapi.Code, keep bool, format string, args ...any) {
 
 // read reads one packet; truncated reports a packet longer than buf.
 func (c *conn) read(buf []byte) (n int, truncated bool, err error) {
-	n, flags, err := localapi.RecvPacket(c.c, buf, c.d.cfg.ClientSpin)
+	n, truncated, err = c.r.Read(buf)
 	if err == nil && n == 0 {
 		return 0, false, errEOF // SOCK_SEQPACKET: a zero-length read is the peer's close
 	}
-	return n, flags&unix.MSG_TRUNC != 0, err
+	return n, truncated, err
 }
 
 var errEOF = errors.New("connection closed by the client")

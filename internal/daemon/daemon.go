@@ -55,7 +55,7 @@ type Config struct {
 	SocketBuffer int
 	// ClientSpin is how long a connection looks for a client's next
 	// packet, yielding the CPU, before it sleeps until one arrives
-	// (localapi.RecvPacket; rbcastd run's -spin sets it with the ring's):
+	// (localapi.PacketReader; rbcastd run's -spin sets it with the ring's):
 	// a client's message then need not wait for a thread to be woken. 0:
 	// never.
 	ClientSpin time.Duration
