@@ -45,6 +45,7 @@ func newProgress(w io.Writer, verb string, total int64) *progress {
 		return nil
 	}
 	p := &progress{w: w, verb: verb, total: total, start: time.Now(), stop: make(chan struct{})}
+	p.draw() // at once: the line is there from the start
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
