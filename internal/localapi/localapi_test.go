@@ -169,3 +169,80 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecoder: a Decoder reused across packets decodes each as Decode
+// does (nothing of one packet leaks into the next), and Entries yields a
+// batch's entries, or its error, as Decode does.
+func FuzzDecoder(f *testing.F) {
+	cases := goldenCases()
+	for i, c := range cases {
+		f.Add(c.m.Append(nil), cases[(i+1)%len(cases)].m.Append(nil))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var d Decoder
+		for _, p := range [][]byte{a, b, a} {
+			want, werr := Decode(p)
+			got, err := d.Decode(p)
+			if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+				t.Fatalf("Decoder: %v, Decode: %v", err, werr)
+			}
+			if err == nil && !bytes.Equal(got.Append(nil), want.Append(nil)) {
+				t.Fatalf("Decoder gives %x, Decode %x", got.Append(nil), want.Append(nil))
+			}
+			if len(p) == 0 || Type(p[0]) != TSendBatch && Type(p[0]) != TDeliverBatch {
+				continue
+			}
+			var entries []Deliver
+			var eerr error
+			for e, err := range Entries(p) {
+				if err != nil {
+					eerr = err
+					break
+				}
+				entries = append(entries, e)
+			}
+			if (eerr == nil) != (werr == nil) {
+				t.Fatalf("Entries: %v, Decode: %v", eerr, werr)
+			}
+			if eerr != nil {
+				continue
+			}
+			switch m := want.(type) {
+			case *SendBatch:
+				for i, e := range entries {
+					if !bytes.Equal(e.Data, m.Msgs[i]) || e.From != 0 {
+						t.Fatalf("entry %d: %+v, Decode has %x", i, e, m.Msgs[i])
+					}
+				}
+			case *DeliverBatch:
+				if !reflect.DeepEqual(entries, m.Msgs) {
+					t.Fatalf("Entries %+v, Decode %+v", entries, m.Msgs)
+				}
+			}
+		}
+	})
+}
+
+// A Decoder decodes a stream of packets without allocating.
+func TestDecoderAllocs(t *testing.T) {
+	var packets [][]byte
+	for _, c := range goldenCases() {
+		if c.m.Type() != TError { // an Error's text is a string: allocated, and rare
+			packets = append(packets, c.m.Append(nil))
+		}
+	}
+	var d Decoder
+	for _, p := range packets { // grow the batches' slices
+		d.Decode(p)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, p := range packets {
+			if _, err := d.Decode(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per round of %d packets, want 0", allocs, len(packets))
+	}
+}
