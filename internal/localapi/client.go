@@ -168,7 +168,20 @@ type PacketReader struct {
 	errno syscall.Errno
 	start time.Time
 	spun  bool
+	// Contention: a yield that kept the CPU away for long means other
+	// processes want it; spinning then stops until off, for a pause that
+	// doubles with each contended spin (as the ring's RxSpin does).
+	off   time.Time
+	pause time.Duration
 }
+
+// Back-off of the spin under contention, as link/ring's: a yield longer
+// than spinContended (or the spin, if longer) counts as contention.
+const (
+	spinContended = time.Millisecond
+	spinPauseMin  = 10 * time.Millisecond
+	spinPauseMax  = time.Second
+)
 
 // NewPacketReader returns a reader of c's packets that spins for spin
 // (0: never) before it sleeps.
@@ -221,14 +234,25 @@ func (r *PacketReader) recv(fd uintptr) bool {
 		if r.spin <= 0 || r.spun {
 			return false
 		}
+		now := time.Now()
 		if r.start.IsZero() {
-			r.start = time.Now()
-		} else if time.Since(r.start) >= r.spin {
+			if now.Before(r.off) {
+				r.spun = true
+				return false
+			}
+			r.start = now
+		} else if now.Sub(r.start) >= r.spin {
 			r.spun = true
+			r.pause /= 2
 			return false
 		}
 		runtime.Gosched()
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if away := time.Since(now); away > max(r.spin, spinContended) {
+			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)
+			r.off = now.Add(away).Add(r.pause)
+			r.spun = true
+		}
 	}
 }
 
