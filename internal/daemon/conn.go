@@ -60,7 +60,7 @@ func (d *Daemon) accept() {
 		// (a file write) does not hold the fan-out back. The kernel caps
 		// it at net.core.wmem_max.
 		c.SetWriteBuffer(d.cfg.SocketBuffer)
-		r, err := localapi.NewPacketReader(c, d.cfg.ClientSpin)
+		r, err := localapi.NewPacketReader(c, 0)
 		if err != nil {
 			d.log.Error("rbcastd: a client's connection could not be read", "err", err)
 			c.Close()
@@ -149,6 +149,16 @@ func (c *conn) serve() {
 		}
 		if !c.handle(m) {
 			return
+		}
+		// A client that sends one message at a time (a ping, an
+		// interactive writer) waits for each to go out: its next one is
+		// worth looking for before sleeping. One that sends batches is
+		// bound by its own pace; looking for its next batch only takes
+		// the CPU the group needs.
+		if m.Type() == localapi.TSend {
+			c.r.SetSpin(c.d.cfg.ClientSpin)
+		} else {
+			c.r.SetSpin(0)
 		}
 	}
 }

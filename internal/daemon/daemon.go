@@ -53,11 +53,11 @@ type Config struct {
 	// SocketBuffer is the send buffer asked for on every client
 	// connection; 0 means DefaultSocketBuffer.
 	SocketBuffer int
-	// ClientSpin is how long a connection looks for a client's next
-	// packet, yielding the CPU, before it sleeps until one arrives
-	// (localapi.PacketReader; rbcastd run's -spin sets it with the ring's):
-	// a client's message then need not wait for a thread to be woken. 0:
-	// never.
+	// ClientSpin is how long a connection whose client sent a single
+	// Send (not a batch) looks for the client's next packet, yielding the
+	// CPU, before it sleeps until one arrives (localapi.PacketReader;
+	// rbcastd run's -spin sets it with the ring's): a ping's next message
+	// then need not wait for a thread to be woken. 0: never.
 	ClientSpin time.Duration
 	// CheckSelf, when set, vets the id registration gave this member; an
 	// error makes the daemon leave and Run return it.

@@ -183,6 +183,10 @@ const (
 	spinPauseMax  = time.Second
 )
 
+// SetSpin sets how long the next reads look for a packet before they
+// sleep (0: never).
+func (r *PacketReader) SetSpin(d time.Duration) { r.spin = d }
+
 // NewPacketReader returns a reader of c's packets that spins for spin
 // (0: never) before it sleeps.
 func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error) {
