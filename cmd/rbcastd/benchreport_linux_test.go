@@ -67,6 +67,9 @@ import (
 // 5000). RBCASTD_REPORT_PARTS: a subset of goodput,file,small,latency,total.
 // RBCASTD_REPORT_OUT: also write the report to this file.
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
+// RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
+// the library's and the daemons' (-spin) alike (default: the ring's,
+// 200 µs; 0: never).
 func BenchmarkReport(b *testing.B) {
 	netnstest.RequireRoot(b)
 	r := &report{b: b, reps: 3, secs: 3, fileMB: 200, pings: 5000, mtus: []int{1500, 9000},
@@ -76,6 +79,17 @@ func BenchmarkReport(b *testing.B) {
 	r.envInt("RBCASTD_REPORT_SECONDS", &r.secs)
 	r.envInt("RBCASTD_REPORT_FILE_MB", &r.fileMB)
 	r.envInt("RBCASTD_REPORT_PINGS", &r.pings)
+	spin := "the ring's default spin"
+	if v := os.Getenv("RBCASTD_REPORT_SPIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			b.Fatalf("RBCASTD_REPORT_SPIN=%q: want a duration like 200us or 0", v)
+		}
+		r.spin, spin = -1, "no ring spin (RBCASTD_REPORT_SPIN=0)"
+		if d > 0 {
+			r.spin, spin = d, fmt.Sprintf("a ring spin of %v (RBCASTD_REPORT_SPIN)", d)
+		}
+	}
 	if p := os.Getenv("RBCASTD_REPORT_PARTS"); p != "" {
 		r.parts = map[string]bool{}
 		for _, x := range strings.Split(p, ",") {
@@ -96,8 +110,8 @@ func BenchmarkReport(b *testing.B) {
 		defer f.Close()
 		r.out = io.MultiWriter(os.Stdout, f)
 	}
-	r.printf("## rbcastd\n\nBenchmarkReport (cmd/rbcastd): 3 netns hosts on one bridge, one sender (host 0), two receivers; %d s per throughput run, %d repetitions, medians (range in brackets); library and daemon back to back in each repetition; %s; load average at start %s.\n\n",
-		r.secs, r.reps, machine(), loadavg())
+	r.printf("## rbcastd\n\nBenchmarkReport (cmd/rbcastd): 3 netns hosts on one bridge, one sender (host 0), two receivers; %d s per throughput run, %d repetitions, medians (range in brackets); library and daemon back to back in each repetition, %s; %s; load average at start %s.\n\n",
+		r.secs, r.reps, spin, machine(), loadavg())
 	for _, mtu := range r.mtus {
 		r.mtu(mtu)
 	}
@@ -106,6 +120,7 @@ func BenchmarkReport(b *testing.B) {
 
 type report struct {
 	b                         testing.TB
+	spin                      time.Duration // ring.Config.RxSpin; -1: never
 	out                       io.Writer
 	reps, secs, fileMB, pings int
 	mtus                      []int
@@ -326,7 +341,7 @@ func (r *report) libJoin(topo *netns.Topology, base reliable.Config) ([]*reliabl
 	for i, h := range topo.Hosts {
 		err := h.Do(func() error {
 			var err error
-			links[i], err = ring.Open(h.Iface, ring.Config{})
+			links[i], err = ring.Open(h.Iface, ring.Config{RxSpin: r.spin})
 			return err
 		})
 		if err != nil {
@@ -613,6 +628,12 @@ func (r *report) startDaemons(topo *netns.Topology, order, dir string) *daemons 
 			"-socket", d.socket(i), "-order", order, "-log-level", "warn"}
 		if i == 0 {
 			args = append(args, "-node", "0")
+		}
+		switch {
+		case r.spin < 0:
+			args = append(args, "-spin", "0")
+		case r.spin > 0:
+			args = append(args, "-spin", r.spin.String())
 		}
 		cmd := rbcastdCmd(context.Background(), h, args...)
 		log := &bytes.Buffer{}
