@@ -38,8 +38,10 @@ type conn struct {
 	accepted  uint64
 	batch     bool // the client reads DeliverBatch
 
-	dec localapi.Decoder
-	r   *localapi.PacketReader
+	dec     localapi.Decoder
+	r       *localapi.PacketReader
+	version uint16 // agreed by Hello
+	rings   connRings
 
 	smu  sync.Mutex
 	sub  *subscriber
@@ -128,14 +130,23 @@ func (c *conn) read(buf []byte) (n int, truncated bool, err error) {
 var errEOF = errors.New("connection closed by the client")
 
 func (c *conn) serve() {
+	defer c.unmapRings()
 	defer c.close()
 	buf := make([]byte, readBuf)
 	if !c.hello(buf) {
 		return
 	}
 	for {
+		// Messages in the send ring go first, and before the next
+		// request: a client's Flush follows the messages it published.
+		if !c.drainSendRing(true) {
+			return
+		}
 		n, trunc, err := c.read(buf)
 		if err != nil {
+			return
+		}
+		if !c.drainSendRing(false) {
 			return
 		}
 		if trunc {
@@ -188,10 +199,11 @@ func (c *conn) hello(buf []byte) bool {
 	case !ok:
 		c.fail(localapi.CodeUnexpected, false, "the first message must be Hello, not %v", m.Type())
 		return false
-	case h.Version != localapi.Version:
-		c.fail(localapi.CodeVersion, false, "this daemon speaks local API version %d; the client speaks version %d", localapi.Version, h.Version)
+	case h.Version < localapi.MinVersion || h.Version > localapi.Version:
+		c.fail(localapi.CodeVersion, false, "this daemon speaks local API versions %d to %d; the client speaks version %d", localapi.MinVersion, localapi.Version, h.Version)
 		return false
 	}
+	c.version = h.Version
 	c.batch = h.Flags&localapi.HelloBatch != 0
 	if h.Flags&localapi.HelloWaitReady != 0 {
 		if _, err := c.d.started(c.ctx); err != nil {
@@ -199,11 +211,12 @@ func (c *conn) hello(buf []byte) bool {
 			return false
 		}
 	}
-	return c.write(c.d.welcome()) == nil
+	return c.write(c.d.welcome(c.version)) == nil
 }
 
-func (d *Daemon) welcome() *localapi.Welcome {
-	w := &localapi.Welcome{Version: localapi.Version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
+// welcome is the Welcome of a client of the given version.
+func (d *Daemon) welcome(version uint16) *localapi.Welcome {
+	w := &localapi.Welcome{Version: version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
 		Members: uint16(d.members())}
 	if d.cfg.Group.Order == reliable.Total {
 		w.Order = localapi.OrderTotal
@@ -244,6 +257,11 @@ func (c *conn) handle(m localapi.Message) bool {
 	case *localapi.Hello:
 		c.fail(localapi.CodeUnexpected, false, "Hello is only valid as the first message")
 		return false
+	case *localapi.RingSetup:
+		return c.setupRing(m)
+	case *localapi.Doorbell:
+		c.doorbell(m.Ring)
+		return true
 	}
 	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
 	return false

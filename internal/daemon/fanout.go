@@ -142,6 +142,9 @@ func (c *conn) deliver(b *outBatch, from uint16) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.rings.deliver != nil {
+		return c.deliverRing(b, from)
+	}
 	if b.one != nil {
 		_, err := c.c.Write(b.one)
 		return err

@@ -32,6 +32,9 @@ type Conn struct {
 	dec  Decoder
 	r    *PacketReader
 	rc   syscall.RawConn
+
+	version uint16   // agreed by Hello
+	mems    [][]byte // the rings' mappings, unmapped by Close
 }
 
 // DialError says why the daemon's socket could not be reached.
@@ -71,17 +74,37 @@ func Dial(path string) (*Conn, error) {
 		}
 		return nil, &DialError{Path: path, Err: err}
 	}
-	r, err := NewPacketReader(c, 0)
-	if err != nil {
+	cn := &Conn{path: path, rbuf: make([]byte, 1+MaxStatus+1)}
+	if err := cn.attach(c); err != nil {
 		c.Close()
 		return nil, &DialError{Path: path, Err: err}
 	}
-	rc, _ := c.SyscallConn()
-	return &Conn{c: c, path: path, rbuf: make([]byte, 1+MaxStatus+1), r: r, rc: rc}, nil
+	return cn, nil
+}
+
+// attach makes c the connection's socket.
+func (cn *Conn) attach(c *net.UnixConn) error {
+	r, err := NewPacketReader(c, 0)
+	if err != nil {
+		return err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	cn.c, cn.r, cn.rc = c, r, rc
+	return nil
 }
 
 // Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error {
+	err := c.c.Close()
+	for _, m := range c.mems {
+		UnmapRing(m)
+	}
+	c.mems = nil
+	return err
+}
 
 // CloseWrite shuts the sending half down; the daemon sees the end.
 func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
@@ -271,9 +294,31 @@ func (c *Conn) Pending() bool {
 // Hello says hello with flags (HelloWaitReady: the daemon answers once
 // the group has started; HelloBatch: this client reads DeliverBatch) and
 // returns the daemon's Welcome.
+//
+// It offers this build's Version; a daemon of version 1 refuses it
+// (CodeVersion, and closes the connection), and Hello then connects again
+// and says hello in version 1: Version tells which was agreed (rings need
+// 2).
 func (c *Conn) Hello(flags uint16) (*Welcome, error) {
-	h := &Hello{Version: Version, Flags: flags}
-	if err := c.Write(h); err != nil {
+	w, err := c.hello(Version, flags)
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeVersion {
+		nc, derr := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.path, Net: "unixpacket"})
+		if derr != nil {
+			return nil, err
+		}
+		c.c.Close()
+		if derr := c.attach(nc); derr != nil {
+			nc.Close()
+			return nil, err
+		}
+		w, err = c.hello(MinVersion, flags)
+	}
+	return w, err
+}
+
+func (c *Conn) hello(version, flags uint16) (*Welcome, error) {
+	if err := c.Write(&Hello{Version: version, Flags: flags}); err != nil {
 		return nil, err
 	}
 	m, err := c.Read()
@@ -284,9 +329,232 @@ func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 	if !ok {
 		return nil, fmt.Errorf("rbcastd: the daemon answered Hello with %v", m.Type())
 	}
+	c.version = w.Version
 	cp := *w // the caller's, not the decoder's
 	return &cp, nil
 }
 
+// Version is the local API version Hello agreed on (0 before Hello).
+func (c *Conn) Version() uint16 { return c.version }
+
+// openRing asks the daemon for a ring (RingSetup) and maps the memory
+// that comes with its RingReady.
+func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
+	if c.version < 2 {
+		return nil, fmt.Errorf("rbcastd: the daemon speaks local API version %d; rings need version 2", c.version)
+	}
+	if err := c.Write(&RingSetup{Ring: which, Size: uint32(size)}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1+MaxText+errorMin)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, cm := range cms {
+			if f, err := unix.ParseUnixRights(&cm); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if n == 0 {
+		return nil, ErrDaemonClosed
+	}
+	m, err := Decode(buf[:n])
+	if err != nil {
+		return nil, err
+	}
+	switch m := m.(type) {
+	case *Error:
+		return nil, m
+	case *RingReady:
+		if m.Ring != which || len(fds) != 1 {
+			return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with ring %d and %d file descriptors", m.Ring, len(fds))
+		}
+		mem, err := MapRingMemory(fds[0], int(m.Size))
+		if err != nil {
+			return nil, err
+		}
+		c.mems = append(c.mems, mem)
+		return NewRing(which, mem, int(m.Size)) // the records' bounds are the ring's
+
+	}
+	return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with %v", m.Type())
+}
+
+// RingSender sends messages through a send ring (version 2): the client
+// writes them into memory the daemon reads, with no system call per
+// packet. Messages are sent in order with those of Write; a Flush (or
+// any request) on the connection comes after every message published
+// before it.
+type RingSender struct {
+	c     *Conn
+	r     *Ring
+	slots [][]byte
+}
+
+// SendRing opens a send ring with a data area of size bytes (DefaultRing
+// when 0).
+func (c *Conn) SendRing(size int) (*RingSender, error) {
+	if size == 0 {
+		size = DefaultRing
+	}
+	r, err := c.openRing(RingSend, size)
+	if err != nil {
+		return nil, err
+	}
+	return &RingSender{c: c, r: r}, nil
+}
+
+// Reserve returns room for up to k messages of n bytes each (at least
+// one), waiting for room if the ring is full; fill them and Commit each,
+// in order (every one but the last committed full: Ring.Commit).
+func (s *RingSender) Reserve(n, k int) ([][]byte, error) {
+	for {
+		var err error
+		s.slots, err = s.r.Reserve(s.slots, n, k)
+		if err == nil {
+			return s.slots, nil
+		}
+		if !errors.Is(err, ErrRingFull) {
+			return nil, err
+		}
+		if err := s.Publish(); err != nil {
+			return nil, err
+		}
+		if err := s.waitSpace(n); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Commit adds the next reserved message, its first k bytes.
+func (s *RingSender) Commit(k int) { s.r.Commit(0, k) }
+
+// Add copies d into the ring as a message, waiting for room.
+func (s *RingSender) Add(d []byte) error {
+	for {
+		err := s.r.Add(0, d)
+		if !errors.Is(err, ErrRingFull) {
+			return err
+		}
+		if err := s.Publish(); err != nil {
+			return err
+		}
+		if err := s.waitSpace(len(d)); err != nil {
+			return err
+		}
+	}
+}
+
+// Publish makes the messages added so far visible to the daemon, ringing
+// it if it sleeps.
+func (s *RingSender) Publish() error {
+	if s.r.Publish() {
+		return s.c.Write(&Doorbell{Ring: RingSend})
+	}
+	return nil
+}
+
+// waitSpace sleeps until the daemon has made room for a message of n
+// bytes (its DaemonDoorbell), or says why not (an Error: a message
+// refused, the group stopped).
+func (s *RingSender) waitSpace(n int) error {
+	for {
+		sleep, err := s.r.WaitSpace(n)
+		if err != nil || !sleep {
+			return err
+		}
+		m, err := s.c.Read()
+		if err != nil {
+			return err
+		}
+		if d, ok := m.(*DaemonDoorbell); !ok || d.Ring != RingSend {
+			return fmt.Errorf("rbcastd: the daemon sent %v while the send ring was full", m.Type())
+		}
+	}
+}
+
+// RingReceiver reads the group's deliveries from a deliver ring (version
+// 2) after a Subscribe on the same connection.
+type RingReceiver struct {
+	c     *Conn
+	r     *Ring
+	ended error // the daemon's Error ending the stream, once read
+}
+
+// DeliverRing opens a deliver ring with a data area of size bytes
+// (DefaultRing when 0); Subscribe then fills it.
+func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
+	if size == 0 {
+		size = DefaultRing
+	}
+	r, err := c.openRing(RingDeliver, size)
+	if err != nil {
+		return nil, err
+	}
+	return &RingReceiver{c: c, r: r}, nil
+}
+
+// Next returns the next delivered message; its data is in the ring,
+// valid until Release. With wait false it returns ok false when none
+// waits; with wait true it releases what was read and sleeps until one
+// comes. Once the daemon ends the stream (an Error after its last
+// deliveries), Next returns what is left in the ring, then that Error.
+// Other messages on the connection (Subscribed) are skipped.
+func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err error) {
+	for {
+		from, data, ok, err = rr.r.Next()
+		if err != nil || ok {
+			return from, data, ok, err
+		}
+		if rr.ended != nil {
+			return 0, nil, false, rr.ended
+		}
+		if !wait {
+			return 0, nil, false, nil
+		}
+		if err := rr.Release(); err != nil {
+			return 0, nil, false, err
+		}
+		sleep, err := rr.r.WaitData()
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if !sleep {
+			continue
+		}
+		// A DaemonDoorbell, or Subscribed: look again.
+		if _, err := rr.c.Read(); err != nil {
+			var e *Error
+			if !errors.As(err, &e) && !errors.Is(err, ErrDaemonClosed) {
+				return 0, nil, false, err
+			}
+			rr.ended = err // after the records still in the ring
+		}
+	}
+}
+
+// Release frees the messages Next returned, ringing the daemon if it
+// waits for room.
+func (rr *RingReceiver) Release() error {
+	if rr.r.Release() {
+		return rr.c.Write(&Doorbell{Ring: RingDeliver})
+	}
+	return nil
+}
+
 // SetDeadline bounds the connection's reads and writes (zero: none).
 func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+
+// RingMemories returns the mappings of c's rings (for tests that play a
+// hostile client).
+func RingMemories(c *Conn) [][]byte { return c.mems }

@@ -15,9 +15,15 @@ import (
 	"iter"
 )
 
-// Version is the local API version this build speaks. A Hello with another
-// version is answered with an Error of code CodeVersion.
-const Version = 1
+// Version is the local API version this build speaks; it also answers
+// Hellos of every version from MinVersion (a Welcome of the client's
+// version). A Hello with another version is answered with an Error of
+// code CodeVersion. Version 2 adds the rings (RingSetup, RingReady,
+// Doorbell, DaemonDoorbell; docs/local-api.md, "Rings").
+const (
+	Version    = 2
+	MinVersion = 1
+)
 
 // Type is a message's first byte. Client messages have the high bit clear,
 // daemon messages have it set.
@@ -31,15 +37,19 @@ const (
 	TSubscribe Type = 0x04 // deliver messages (from one member or all) on this connection
 	TStatus    Type = 0x05 // ask for a Status
 	TSendBatch Type = 0x06 // several messages to broadcast, in order
+	TRingSetup Type = 0x07 // ask for a ring (version 2)
+	TDoorbell  Type = 0x08 // look at a ring again (version 2)
 
 	// Daemon to client.
-	TWelcome      Type = 0x81 // answers Hello
-	TFlushed      Type = 0x82 // answers Flush
-	TSubscribed   Type = 0x83 // answers Subscribe
-	TDeliver      Type = 0x84 // one delivered message
-	TStatusJSON   Type = 0x85 // answers Status
-	TDeliverBatch Type = 0x86 // several delivered messages, in order (after Hello with HelloBatch)
-	TError        Type = 0xff // a request failed; the text says why
+	TWelcome        Type = 0x81 // answers Hello
+	TFlushed        Type = 0x82 // answers Flush
+	TSubscribed     Type = 0x83 // answers Subscribe
+	TDeliver        Type = 0x84 // one delivered message
+	TStatusJSON     Type = 0x85 // answers Status
+	TDeliverBatch   Type = 0x86 // several delivered messages, in order (after Hello with HelloBatch)
+	TRingReady      Type = 0x87 // answers RingSetup, with the ring's memory (version 2)
+	TDaemonDoorbell Type = 0x88 // look at a ring again (version 2)
+	TError          Type = 0xff // a request failed; the text says why
 )
 
 func (t Type) String() string {
@@ -58,6 +68,14 @@ func (t Type) String() string {
 		return "SendBatch"
 	case TDeliverBatch:
 		return "DeliverBatch"
+	case TRingSetup:
+		return "RingSetup"
+	case TDoorbell:
+		return "Doorbell"
+	case TRingReady:
+		return "RingReady"
+	case TDaemonDoorbell:
+		return "DaemonDoorbell"
 	case TWelcome:
 		return "Welcome"
 	case TFlushed:
@@ -174,6 +192,33 @@ type Subscribe struct{ From uint16 }
 // Status asks for a StatusJSON.
 type Status struct{}
 
+// RingSetup asks for a ring (RingSend or RingDeliver) with a data area
+// of Size bytes (a power of two, MinRing to MaxRing); the daemon answers
+// RingReady with the ring's memory, or an Error. Version 2.
+type RingSetup struct {
+	Ring uint8
+	Size uint32
+}
+
+// Doorbell tells the daemon to look at a ring again: records were
+// published into the send ring while it slept (wantData), or room was
+// made in the deliver ring while it waited for some (wantSpace).
+// Version 2.
+type Doorbell struct{ Ring uint8 }
+
+// RingReady answers RingSetup: the ring's memory, a memfd of
+// RingHeader+Size bytes sealed against shrinking and growing, comes with
+// the packet (SCM_RIGHTS). Version 2.
+type RingReady struct {
+	Ring uint8
+	Size uint32
+}
+
+// DaemonDoorbell tells the client to look at a ring again: records were
+// published into the deliver ring while it slept, or room was made in the
+// send ring while it waited for some. Version 2.
+type DaemonDoorbell struct{ Ring uint8 }
+
 // Welcome answers Hello.
 type Welcome struct {
 	Version    uint16
@@ -228,6 +273,23 @@ func (*Subscribed) Type() Type   { return TSubscribed }
 func (*Deliver) Type() Type      { return TDeliver }
 func (*StatusJSON) Type() Type   { return TStatusJSON }
 func (*Error) Type() Type        { return TError }
+
+func (*RingSetup) Type() Type      { return TRingSetup }
+func (*Doorbell) Type() Type       { return TDoorbell }
+func (*RingReady) Type() Type      { return TRingReady }
+func (*DaemonDoorbell) Type() Type { return TDaemonDoorbell }
+
+func (m *RingSetup) Append(b []byte) []byte {
+	return be.AppendUint32(append(b, byte(TRingSetup), m.Ring), m.Size)
+}
+
+func (m *Doorbell) Append(b []byte) []byte { return append(b, byte(TDoorbell), m.Ring) }
+
+func (m *RingReady) Append(b []byte) []byte {
+	return be.AppendUint32(append(b, byte(TRingReady), m.Ring), m.Size)
+}
+
+func (m *DaemonDoorbell) Append(b []byte) []byte { return append(b, byte(TDaemonDoorbell), m.Ring) }
 
 var be = binary.BigEndian
 
@@ -309,6 +371,8 @@ func (m *Error) Append(b []byte) []byte {
 // Fixed lengths of the messages without variable data, type byte included.
 const (
 	helloLen      = 5
+	ringSetupLen  = 6
+	doorbellLen   = 2
 	flushLen      = 1
 	subscribeLen  = 3
 	statusLen     = 1
@@ -362,6 +426,10 @@ type Decoder struct {
 	subscribed   Subscribed
 	deliver      Deliver
 	statusJSON   StatusJSON
+	ringSetup    RingSetup
+	doorbell     Doorbell
+	ringReady    RingReady
+	daemonBell   DaemonDoorbell
 }
 
 // Decode decodes one packet into the Decoder's message of its type. Data
@@ -471,6 +539,32 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 		}
 		d.statusJSON.JSON = p[1:]
 		return &d.statusJSON, nil
+	case TRingSetup, TRingReady:
+		if err := exact(ringSetupLen); err != nil {
+			return nil, err
+		}
+		if p[1] > RingDeliver {
+			return nil, decodeErr(t, 1, "ring %d, want 0 (send) or 1 (deliver)", p[1])
+		}
+		if t == TRingSetup {
+			d.ringSetup = RingSetup{Ring: p[1], Size: be.Uint32(p[2:])}
+			return &d.ringSetup, nil
+		}
+		d.ringReady = RingReady{Ring: p[1], Size: be.Uint32(p[2:])}
+		return &d.ringReady, nil
+	case TDoorbell, TDaemonDoorbell:
+		if err := exact(doorbellLen); err != nil {
+			return nil, err
+		}
+		if p[1] > RingDeliver {
+			return nil, decodeErr(t, 1, "ring %d, want 0 (send) or 1 (deliver)", p[1])
+		}
+		if t == TDoorbell {
+			d.doorbell.Ring = p[1]
+			return &d.doorbell, nil
+		}
+		d.daemonBell.Ring = p[1]
+		return &d.daemonBell, nil
 	case TError:
 		if err := atLeast(errorMin); err != nil {
 			return nil, err
