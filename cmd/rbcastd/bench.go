@@ -131,28 +131,45 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 	if size > int(w.MaxMessage) {
 		return nil, fmt.Errorf("-size %d is larger than the daemon accepts (%d bytes per message)", size, w.MaxMessage)
 	}
-	// As many messages per packet as fit (see send's batcher).
+	// As many messages at a time as fit a packet (send's sink: the send
+	// ring, or SendBatch packets from a version 1 daemon), each copied
+	// from the application's buffer as a program's would be.
 	perBatch := max(1, (localapi.MaxBatch-1)/(localapi.BatchEntryLen+size))
 	data := make([]byte, size)
-	batch := &localapi.SendBatch{}
-	for range perBatch {
-		batch.Msgs = append(batch.Msgs, data)
+	out, err := openSink(c, nil)
+	if err != nil {
+		return nil, err
 	}
 	r := &benchResult{Size: size}
 	start := time.Now()
 	for time.Since(start) < dur {
-		if err := c.Write(batch); err != nil {
+		for left := perBatch; left > 0; {
+			slots, err := out.reserve(size, left)
+			if err != nil {
+				return nil, fmt.Errorf("after %d messages: %w", r.Messages, err)
+			}
+			for _, s := range slots {
+				out.commit(copy(s, data))
+			}
+			left -= len(slots)
+			r.Messages += uint64(len(slots))
+		}
+		if err := out.flush(); err != nil {
 			return nil, fmt.Errorf("after %d messages: %w", r.Messages, err)
 		}
-		r.Messages += uint64(perBatch)
 	}
 	last := time.Now()
 	if err := c.Write(&localapi.Flush{}); err != nil {
 		return nil, err
 	}
-	m, err := c.Read()
-	if err != nil {
-		return nil, err
+	var m localapi.Message
+	for {
+		if m, err = c.Read(); err != nil {
+			return nil, err
+		}
+		if _, ok := m.(*localapi.DaemonDoorbell); !ok {
+			break // room in the ring, no longer needed
+		}
 	}
 	if f, ok := m.(*localapi.Flushed); !ok || f.Accepted != r.Messages {
 		return nil, fmt.Errorf("the daemon answered the flush with %v", m)

@@ -133,16 +133,30 @@ func inputSize(in io.Reader) int64 {
 	return fi.Size() - off
 }
 
+// sink takes a client's messages on their way to the daemon: a ring
+// (local API version 2) or SendBatch packets (version 1). Messages are
+// laid out in place: reserve returns room for up to k messages of n bytes
+// (at least one), the input is read straight into it, commit takes each
+// in order (every one but the last full), and flush sends what was
+// committed.
+type sink interface {
+	reserve(n, k int) ([][]byte, error)
+	commit(k int)
+	flush() error
+	sent() (msgs, bytes uint64) // flushed so far
+}
+
 // batcher fills SendBatch packets in place (one packet per message costs
-// a system call each on both sides of the socket): the input is read
-// straight into the packet, after the entry's length.
+// a system call each on both sides of the socket).
 type batcher struct {
-	c     *localapi.Conn
-	p     []byte // the SendBatch: type byte, entries; never grows past its capacity
-	n     int    // messages in p
-	msgs  uint64 // messages written
-	bytes uint64
-	prog  *progress
+	c       *localapi.Conn
+	p       []byte // the SendBatch: type byte, entries; never grows past its capacity
+	n       int    // messages in p
+	slots   [][]byte
+	next    int    // the slot commit takes next
+	msgs    uint64 // messages written
+	written uint64
+	prog    *progress
 }
 
 func newBatcher(c *localapi.Conn, prog *progress) *batcher {
@@ -151,20 +165,22 @@ func newBatcher(c *localapi.Conn, prog *progress) *batcher {
 	return b
 }
 
-// next returns where the next message's bytes go, n bytes at most, first
-// writing the batch out if a message of n bytes would not fit; commit
-// then takes the first k of them as the message.
-func (b *batcher) next(n int) ([]byte, error) {
+func (b *batcher) reserve(n, k int) ([][]byte, error) {
 	if len(b.p)+localapi.BatchEntryLen+n > cap(b.p) {
 		if err := b.flush(); err != nil {
 			return nil, err
 		}
 	}
-	off := len(b.p) + localapi.BatchEntryLen
-	return b.p[off : off+n], nil
+	b.slots = b.slots[:0]
+	for off := len(b.p); off+localapi.BatchEntryLen+n <= cap(b.p) && len(b.slots) < k; off += localapi.BatchEntryLen + n {
+		b.slots = append(b.slots, b.p[off+localapi.BatchEntryLen:off+localapi.BatchEntryLen+n])
+	}
+	if len(b.slots) == 0 {
+		return nil, fmt.Errorf("a message of %d bytes does not fit a packet of %d", n, cap(b.p))
+	}
+	return b.slots, nil
 }
 
-// commit adds the k bytes next returned as a message.
 func (b *batcher) commit(k int) {
 	off := len(b.p)
 	b.p = b.p[:off+localapi.BatchEntryLen+k]
@@ -172,17 +188,6 @@ func (b *batcher) commit(k int) {
 	b.n++
 }
 
-// add copies d into the batch as a message.
-func (b *batcher) add(d []byte) error {
-	buf, err := b.next(len(d))
-	if err != nil {
-		return err
-	}
-	b.commit(copy(buf, d))
-	return nil
-}
-
-// flush writes what is batched.
 func (b *batcher) flush() error {
 	if b.n == 0 {
 		return nil
@@ -192,35 +197,87 @@ func (b *batcher) flush() error {
 	}
 	k := uint64(len(b.p) - 1 - b.n*localapi.BatchEntryLen)
 	b.msgs += uint64(b.n)
-	b.bytes += k
+	b.written += k
 	b.prog.add(int(k))
 	b.p, b.n = b.p[:1], 0
 	return nil
 }
 
+func (b *batcher) sent() (uint64, uint64) { return b.msgs, b.written }
+
+// ringSink writes messages into the connection's send ring.
+type ringSink struct {
+	r             *localapi.RingSender
+	msgs, written uint64
+	pendMsgs      uint64
+	pendBytes     uint64
+	prog          *progress
+}
+
+func (s *ringSink) reserve(n, k int) ([][]byte, error) { return s.r.Reserve(n, k) }
+
+func (s *ringSink) commit(k int) {
+	s.r.Commit(k)
+	s.pendMsgs++
+	s.pendBytes += uint64(k)
+}
+
+func (s *ringSink) flush() error {
+	if err := s.r.Publish(); err != nil {
+		return err
+	}
+	s.msgs += s.pendMsgs
+	s.written += s.pendBytes
+	s.prog.add(int(s.pendBytes))
+	s.pendMsgs, s.pendBytes = 0, 0
+	return nil
+}
+
+func (s *ringSink) sent() (uint64, uint64) { return s.msgs, s.written }
+
+// openSink is the connection's send ring if the daemon speaks version
+// 2, else a batcher.
+func openSink(c *localapi.Conn, prog *progress) (sink, error) {
+	if c.Version() < 2 {
+		return newBatcher(c, prog), nil
+	}
+	r, err := c.SendRing(0)
+	if err != nil {
+		return nil, err
+	}
+	return &ringSink{r: r, prog: prog}, nil
+}
+
 // send streams in through c and flushes; it returns the number of
-// messages and bytes acknowledged. Messages already read go out together
-// in one packet; when the input has nothing more to read at once, what is
-// batched goes out, so a slow input (a pipe, a terminal) is not held
-// back. A regular file is read straight into the packets, in messages of
-// the largest size.
+// messages and bytes acknowledged. Messages already read go out together;
+// when the input has nothing more to read at once, what is batched goes
+// out, so a slow input (a pipe, a terminal) is not held back. A regular
+// file is read straight into the ring or the packets, in messages of the
+// largest size.
 func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64, bytes uint64, err error) {
 	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
 		return 0, 0, err
 	}
 	max := int(w.MaxMessage)
-	b := newBatcher(c, prog)
+	b, err := openSink(c, prog)
+	if err != nil {
+		return 0, 0, err
+	}
 	// fail turns a failed write into the daemon's reason, if it sent one.
 	fail := func(werr error) (uint64, uint64, error) {
+		msgs, bytes := b.sent()
+		var e *localapi.Error
+		if errors.As(werr, &e) {
+			return msgs, bytes, e
+		}
 		c.SetDeadline(time.Now().Add(time.Second))
 		if _, rerr := c.Read(); rerr != nil {
-			var e *localapi.Error
 			if errors.As(rerr, &e) {
-				return b.msgs, b.bytes, e
+				return msgs, bytes, e
 			}
 		}
-		return b.msgs, b.bytes, fmt.Errorf("sending message %d: %w", b.msgs+1, werr)
+		return msgs, bytes, fmt.Errorf("sending message %d: %w", msgs+1, werr)
 	}
 	if lines {
 		err = sendLines(b, in, max)
@@ -230,29 +287,35 @@ func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64,
 	if err != nil {
 		var ie *inputError
 		if errors.As(err, &ie) {
-			return b.msgs, b.bytes, ie.err
+			msgs, bytes := b.sent()
+			return msgs, bytes, ie.err
 		}
 		return fail(err)
 	}
 	if err := b.flush(); err != nil {
 		return fail(err)
 	}
-	n, bytes = b.msgs, b.bytes
+	n, bytes = b.sent()
 	if err := c.Write(&localapi.Flush{}); err != nil {
 		return fail(err)
 	}
-	m, err := c.Read()
-	if err != nil {
-		return n, bytes, err
+	for {
+		m, err := c.Read()
+		if err != nil {
+			return n, bytes, err
+		}
+		if _, ok := m.(*localapi.DaemonDoorbell); ok {
+			continue // room in the ring, no longer needed
+		}
+		f, ok := m.(*localapi.Flushed)
+		if !ok {
+			return n, bytes, fmt.Errorf("the daemon answered Flush with %v", m.Type())
+		}
+		if f.Accepted != n {
+			return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
+		}
+		return n, bytes, nil
 	}
-	f, ok := m.(*localapi.Flushed)
-	if !ok {
-		return n, bytes, fmt.Errorf("the daemon answered Flush with %v", m.Type())
-	}
-	if f.Accepted != n {
-		return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
-	}
-	return n, bytes, nil
 }
 
 // inputError is a failure of the input (not of the daemon's socket).
@@ -260,30 +323,34 @@ type inputError struct{ err error }
 
 func (e *inputError) Error() string { return e.err.Error() }
 
-// sendRaw batches the input in messages of max bytes, read straight into
-// the packet: a regular file with one readv per packet (a system call per
-// message would cost more than the rest of the client), anything else
-// one message per read. A message is shorter where a read gave less: at
-// the end, and from a slow pipe or terminal, whose bytes go out as they
-// come (before a read that would wait, the batch goes out).
-func sendRaw(b *batcher, in io.Reader, max int) error {
+// sendRaw sends the input in messages of max bytes, read straight into
+// the sink: a regular file with one readv per run of messages (a system
+// call per message would cost more than the rest of the client),
+// anything else one message per read. A message is shorter where a read
+// gave less: at the end, and from a slow pipe or terminal, whose bytes go
+// out as they come (before a read that would wait, what was read goes
+// out).
+func sendRaw(b sink, in io.Reader, max int) error {
 	if f, ok := regularFile(in); ok {
 		return sendFile(b, f, max)
 	}
 	ready := readable(in)
+	pending := false
 	for {
-		if b.n > 0 && !ready() {
+		if pending && !ready() {
 			if err := b.flush(); err != nil {
 				return err
 			}
+			pending = false
 		}
-		buf, err := b.next(max)
+		slots, err := b.reserve(max, 1)
 		if err != nil {
 			return err
 		}
-		k, rerr := io.ReadAtLeast(in, buf, 1)
+		k, rerr := io.ReadAtLeast(in, slots[0], 1)
 		if k > 0 {
 			b.commit(k)
+			pending = true
 		}
 		switch {
 		case rerr == io.EOF:
@@ -294,21 +361,17 @@ func sendRaw(b *batcher, in io.Reader, max int) error {
 	}
 }
 
-// sendFile reads a regular file into whole packets of max-byte messages,
-// one readv per packet.
-func sendFile(b *batcher, f *os.File, max int) error {
+// sendFile reads a regular file into runs of max-byte messages, one readv
+// per run (up to a packet, or 64 messages of the ring).
+func sendFile(b sink, f *os.File, max int) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return &inputError{err}
 	}
-	var iov [][]byte
 	for {
-		if _, err := b.next(max); err != nil { // room for one at least
+		iov, err := b.reserve(max, 64)
+		if err != nil {
 			return err
-		}
-		iov = iov[:0]
-		for off := len(b.p); off+localapi.BatchEntryLen+max <= cap(b.p); off += localapi.BatchEntryLen + max {
-			iov = append(iov, b.p[off+localapi.BatchEntryLen:off+localapi.BatchEntryLen+max])
 		}
 		var n int
 		var rerr error
@@ -332,6 +395,9 @@ func sendFile(b *batcher, f *os.File, max int) error {
 			k := min(n, max)
 			b.commit(k)
 			n -= k
+		}
+		if err := b.flush(); err != nil {
+			return err
 		}
 	}
 }
@@ -371,9 +437,9 @@ func readable(in io.Reader) func() bool {
 	}
 }
 
-// sendLines sends one message per line, without its newline; the batch
-// goes out whenever the input has nothing more buffered.
-func sendLines(b *batcher, in io.Reader, max int) error {
+// sendLines sends one message per line, without its newline; what was
+// read goes out whenever the input has nothing more buffered.
+func sendLines(b sink, in io.Reader, max int) error {
 	const maxLine = 1 << 20
 	br := bufio.NewReaderSize(in, maxLine)
 	for line := 1; ; line++ {
@@ -391,9 +457,11 @@ func sendLines(b *batcher, in io.Reader, max int) error {
 		if len(msg) > max {
 			return &inputError{fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)}
 		}
-		if err := b.add(msg); err != nil {
+		slots, err := b.reserve(len(msg), 1)
+		if err != nil {
 			return err
 		}
+		b.commit(copy(slots[0], msg))
 		if rerr == io.EOF {
 			return nil
 		}
@@ -516,6 +584,13 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
+	var rr *localapi.RingReceiver
+	if c.Version() >= 2 {
+		var err error
+		if rr, err = c.DeliverRing(0); err != nil {
+			return err
+		}
+	}
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
 		return err
 	}
@@ -540,17 +615,46 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 		prog.add(len(data))
 		return err
 	}
+	ended := func(err error) error {
+		var e *localapi.Error
+		if errors.As(err, &e) && e.Code == localapi.CodeClosed && maxBytes == 0 && maxCount == 0 {
+			return nil // the daemon left; nothing more was asked for
+		}
+		if maxBytes > 0 || maxCount > 0 {
+			return fmt.Errorf("after %d messages, %d bytes: %w", count, got, err)
+		}
+		return err
+	}
+	if rr != nil {
+		// The deliver ring: the messages are read where the daemon put
+		// them, released every 64 and before sleeping.
+		for n := 1; !done(); n++ {
+			from, data, ok, err := rr.Next(false)
+			if err == nil && !ok {
+				// Nothing waits: out with what is buffered first.
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				from, data, ok, err = rr.Next(true)
+			}
+			if err != nil {
+				return ended(err)
+			}
+			if err := write(&localapi.Deliver{From: from, Data: data}); err != nil {
+				return err
+			}
+			if n%64 == 0 {
+				if err := rr.Release(); err != nil {
+					return err
+				}
+			}
+		}
+		return rr.Release()
+	}
 	for !done() {
 		m, err := c.Read()
 		if err != nil {
-			var e *localapi.Error
-			if errors.As(err, &e) && e.Code == localapi.CodeClosed && maxBytes == 0 && maxCount == 0 {
-				return nil // the daemon left; nothing more was asked for
-			}
-			if maxBytes > 0 || maxCount > 0 {
-				return fmt.Errorf("after %d messages, %d bytes: %w", count, got, err)
-			}
-			return err
+			return ended(err)
 		}
 		switch d := m.(type) {
 		case *localapi.Deliver:
