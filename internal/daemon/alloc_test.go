@@ -136,21 +136,42 @@ func TestSteadyStateAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 100 000 messages")
 	}
-	seg := newMemSeg(2)
-	dir := t.TempDir()
-	var ds []*running
-	for i, l := range seg.links {
-		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Size: 2, Server: i == 0}}
-		ds = append(ds, startDaemon(t, l, dir+"/"+string(rune('a'+i))+".sock", cfg))
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own account")
 	}
-	t.Cleanup(func() {
-		for _, l := range seg.links {
-			l.Close()
+	for _, rings := range []bool{false, true} {
+		name := "packets"
+		if rings {
+			name = "rings"
 		}
-	})
-	sub := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
-	c, _ := dial(t, ds[0].socket, true)
+		t.Run(name, func(t *testing.T) { steadyStateAllocs(t, rings) })
+	}
+}
+
+// steadyStateAllocs streams through SendBatch and DeliverBatch packets
+// (local API version 1) or through the rings (version 2).
+func steadyStateAllocs(t *testing.T, rings bool) {
+	ds := memGroup(t, 2, reliable.FIFO)
 	const size, perBatch = 1000, 40
+	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	var rr *localapi.RingReceiver
+	if rings {
+		var err error
+		if rr, err = sub.DeliverRing(localapi.MinRing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dial(t, ds[0].socket, true)
+	var sr *localapi.RingSender
+	if rings {
+		var err error
+		if sr, err = c.SendRing(localapi.MinRing); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pkt := []byte{byte(localapi.TSendBatch)}
 	for range perBatch {
 		pkt = append(pkt, 0, 0, 3, 232) // 1000
@@ -164,8 +185,23 @@ func TestSteadyStateAllocs(t *testing.T) {
 		for n := range batches {
 			var err error
 			for range n {
-				if err = c.WritePacket(pkt); err != nil {
-					break
+				if !rings {
+					if err = c.WritePacket(pkt); err != nil {
+						break
+					}
+					continue
+				}
+				for left := perBatch; left > 0 && err == nil; {
+					var slots [][]byte
+					if slots, err = sr.Reserve(size, left); err == nil {
+						for range slots {
+							sr.Commit(size)
+						}
+						left -= len(slots)
+					}
+				}
+				if err == nil {
+					err = sr.Publish()
 				}
 			}
 			werr <- err
@@ -175,6 +211,13 @@ func TestSteadyStateAllocs(t *testing.T) {
 	stream := func(n int) {
 		batches <- n
 		for got := 0; got < n*perBatch; {
+			if rings {
+				if _, _, _, err := rr.Next(true); err != nil {
+					t.Fatalf("after %d of %d messages: %v", got, n*perBatch, err)
+				}
+				got++
+				continue
+			}
 			m, err := sub.Read()
 			if err != nil {
 				t.Fatalf("after %d of %d messages: %v", got, n*perBatch, err)
@@ -190,7 +233,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stream(250) // warm up: buffers, pools and queues grow to their size
+	stream(1000) // warm up: buffers, pools and queues grow to their size
 	var before, after runtime.MemStats
 	const n = 2500 // 100 000 messages
 	runtime.ReadMemStats(&before)

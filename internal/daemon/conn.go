@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/localapi"
@@ -42,6 +43,10 @@ type conn struct {
 	r       *localapi.PacketReader
 	version uint16 // agreed by Hello
 	rings   connRings
+	// hasDeliverRing: the fan-out may write into the deliver ring
+	// directly (ringRecv); slot is its reserved record.
+	hasDeliverRing atomic.Bool
+	slot           [][]byte
 
 	smu  sync.Mutex
 	sub  *subscriber

@@ -74,6 +74,21 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	cancel()
 	wait := context.Background()
 	for {
+		// One subscriber with a deliver ring (recv's case): what waits
+		// goes straight into its ring, copied once, from the Group.
+		if s := d.soleRingSubscriber(); s != nil {
+			if b.n > 0 {
+				d.writeOut(b)
+			}
+			n, err := s.c.ringRecv(g, now, s.from, largest)
+			if err != nil {
+				d.endStreams(err)
+				return
+			}
+			if n > 0 {
+				continue
+			}
+		}
 		if !b.fits(largest) {
 			d.writeOut(b)
 		}
@@ -100,6 +115,16 @@ func (d *Daemon) fanout(g *reliable.Group) {
 		}
 		b.n++
 	}
+}
+
+// soleRingSubscriber is the one subscriber when there is exactly one and
+// it reads a deliver ring.
+func (d *Daemon) soleRingSubscriber() *subscriber {
+	subs := d.subscribers()
+	if len(subs) != 1 || !subs[0].c.hasDeliverRing.Load() {
+		return nil
+	}
+	return subs[0]
 }
 
 // writeOut writes the packet to every subscriber and empties it.

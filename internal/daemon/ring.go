@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,6 +77,7 @@ func (c *conn) setupRing(m *localapi.RingSetup) bool {
 		c.rings.send = r
 	} else {
 		c.rings.deliver, c.rings.space = r, make(chan struct{}, 1)
+		c.hasDeliverRing.Store(true)
 	}
 	c.wbuf = (&localapi.RingReady{Ring: m.Ring, Size: m.Size}).Append(c.wbuf[:0])
 	_, _, err = c.c.WriteMsgUnix(c.wbuf, unix.UnixRights(fd), nil)
@@ -150,12 +153,19 @@ func (c *conn) drainSendRing(sleep bool) bool {
 // if it waits for room.
 func (c *conn) releaseSend() bool {
 	if c.rings.send.Release() {
-		return c.write(&localapi.DaemonDoorbell{Ring: localapi.RingSend}) == nil
+		return c.write(sendRingBell) == nil
 	}
 	return true
 }
 
 var errConnClosed = errors.New("connection closed")
+
+// The daemon's doorbells, made once: a message passed as an interface
+// escapes, and these go out often.
+var (
+	sendRingBell    = &localapi.DaemonDoorbell{Ring: localapi.RingSend}
+	deliverRingBell = &localapi.DaemonDoorbell{Ring: localapi.RingDeliver}
+)
 
 // deliverRing copies what the subscriber wants of b into its deliver
 // ring and rings the client if it sleeps. When the ring is full it waits
@@ -216,13 +226,60 @@ func (c *conn) ringAdd(sender uint16, data []byte) error {
 	}
 }
 
+// ringRecv takes what the Group has delivered, without waiting (ctx is
+// done), straight into the deliver ring: each message is received into
+// the ring's next record and committed if the subscriber wants it
+// (from). It stops when nothing waits or the ring is full, publishes,
+// and returns how many messages it took; an error is the Group's (the
+// stream's end), a ring that fails only ends this connection.
+func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	r := c.rings.deliver
+	if r == nil {
+		return 0, nil
+	}
+	n := 0
+	for {
+		var err error
+		c.slot, err = r.Reserve(c.slot, largest, 1)
+		if err != nil {
+			if !errors.Is(err, localapi.ErrRingFull) {
+				c.closeAsync()
+				return n, nil
+			}
+			break
+		}
+		sender, data, err := g.RecvAppend(ctx, c.slot[0][:0])
+		if err != nil {
+			if err == ctx.Err() {
+				break
+			}
+			c.publishDeliver()
+			return n, err
+		}
+		if from == localapi.AllMembers || from == uint16(sender) {
+			r.Commit(uint16(sender), len(data))
+		}
+		n++
+	}
+	if err := c.publishDeliver(); err != nil {
+		c.closeAsync()
+	}
+	return n, nil
+}
+
+// closeAsync closes the connection from the fan-out, which holds c.wmu:
+// the closing (which may need the lock) happens on a goroutine of its own.
+func (c *conn) closeAsync() { go c.close() }
+
 // publishDeliver publishes what was added to the deliver ring and rings
 // the client if it sleeps (c.wmu is held).
 func (c *conn) publishDeliver() error {
 	if !c.rings.deliver.Publish() {
 		return nil
 	}
-	c.wbuf = (&localapi.DaemonDoorbell{Ring: localapi.RingDeliver}).Append(c.wbuf[:0])
+	c.wbuf = deliverRingBell.Append(c.wbuf[:0])
 	_, err := c.c.Write(c.wbuf)
 	return err
 }
@@ -234,6 +291,7 @@ func (c *conn) unmapRings() {
 	c.wmu.Lock()
 	mems := c.rings.mems
 	c.rings = connRings{}
+	c.hasDeliverRing.Store(false)
 	c.wmu.Unlock()
 	for _, m := range mems {
 		if err := localapi.UnmapRing(m); err != nil {

@@ -390,6 +390,13 @@ func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
 	return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with %v", m.Type())
 }
 
+// The clients' doorbells, made once: a message passed as an interface
+// escapes, and these go out often.
+var (
+	sendBell    = &Doorbell{Ring: RingSend}
+	deliverBell = &Doorbell{Ring: RingDeliver}
+)
+
 // RingSender sends messages through a send ring (version 2): the client
 // writes them into memory the daemon reads, with no system call per
 // packet. Messages are sent in order with those of Write; a Flush (or
@@ -459,7 +466,7 @@ func (s *RingSender) Add(d []byte) error {
 // it if it sleeps.
 func (s *RingSender) Publish() error {
 	if s.r.Publish() {
-		return s.c.Write(&Doorbell{Ring: RingSend})
+		return s.c.Write(sendBell)
 	}
 	return nil
 }
@@ -547,7 +554,7 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 // waits for room.
 func (rr *RingReceiver) Release() error {
 	if rr.r.Release() {
-		return rr.c.Write(&Doorbell{Ring: RingDeliver})
+		return rr.c.Write(deliverBell)
 	}
 	return nil
 }
