@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -135,6 +137,8 @@ type row struct {
 	what, unit   string
 	lib, d       []float64
 	libCPU, dCPU []float64 // CPU-ms per MB delivered to each receiver (throughput rows)
+	procs        []float64 // the library with each member a process (throughput rows)
+	procsCPU     []float64
 	target       string
 }
 
@@ -198,11 +202,14 @@ func (r *report) mtu(mtu int) {
 		// The library first, with no daemon on the segment: a daemon's
 		// link receives (and drops) every frame of the EtherType.
 		var goodput, goodputCPU, small, smallCPU, l50, l99, s50, s99, t3 float64
+		var pGoodput, pGoodputCPU, pSmall, pSmallCPU float64
 		if r.parts["goodput"] || r.parts["file"] {
 			goodput, _, goodputCPU = r.libOneToAll(topo, 0)
+			pGoodput, _, pGoodputCPU = r.libProcs(topo, 0)
 		}
 		if r.parts["small"] {
 			_, small, smallCPU = r.libOneToAll(topo, 64)
+			_, pSmall, pSmallCPU = r.libProcs(topo, 64)
 		}
 		if r.parts["latency"] {
 			l50, l99 = r.libPing(topo)
@@ -216,18 +223,21 @@ func (r *report) mtu(mtu int) {
 			if r.parts["goodput"] {
 				x := add("goodput", "goodput, largest messages (bench)", "MB/s", "≥ 0.85 × library")
 				res, cpu := fifo.benchGoodput(0)
+				x.procs, x.procsCPU = append(x.procs, pGoodput), append(x.procsCPU, pGoodputCPU)
 				x.lib, x.libCPU = append(x.lib, goodput), append(x.libCPU, goodputCPU)
 				x.d, x.dCPU = append(x.d, res.MBPerSec), append(x.dCPU, cpu)
 			}
 			if r.parts["file"] {
 				x := add("file", fmt.Sprintf("send FILE (%d MB) → 2 × recv -o FILE, SHA-256 equal; library: goodput", r.fileMB), "MB/s", "≥ 0.75 × library")
 				mbps, cpu := fifo.sendFile(file, r.fileMB<<20)
+				x.procs, x.procsCPU = append(x.procs, pGoodput), append(x.procsCPU, pGoodputCPU)
 				x.lib, x.libCPU = append(x.lib, goodput), append(x.libCPU, goodputCPU)
 				x.d, x.dCPU = append(x.d, mbps), append(x.dCPU, cpu)
 			}
 			if r.parts["small"] {
 				x := add("small", "64-byte messages to 2 receivers", "msg/s", "≥ 1 M msg/s")
 				res, cpu := fifo.benchGoodput(64)
+				x.procs, x.procsCPU = append(x.procs, pSmall), append(x.procsCPU, pSmallCPU)
 				x.lib, x.libCPU = append(x.lib, small), append(x.libCPU, smallCPU)
 				x.d, x.dCPU = append(x.d, res.MsgsPerSec), append(x.dCPU, cpu)
 			}
@@ -253,15 +263,15 @@ func (r *report) mtu(mtu int) {
 			total.stop()
 		}
 	}
-	r.printf("### MTU %d\n\n| measurement | library | rbcastd | rbcastd / library | target | CPU-ms per MB, library / rbcastd |\n|---|---|---|---|---|---|\n", mtu)
+	r.printf("### MTU %d\n\n| measurement | library | rbcastd | rbcastd / library | target | library, a process per member | CPU-ms per MB: library / a process per member / rbcastd |\n|---|---|---|---|---|---|---|\n", mtu)
 	for _, k := range order {
 		x := rows[k]
 		ratio := median(x.d) / median(x.lib)
 		cpu := "—"
 		if len(x.dCPU) > 0 {
-			cpu = fmt.Sprintf("%.1f / %.1f", median(x.libCPU), median(x.dCPU))
+			cpu = fmt.Sprintf("%.1f / %.1f / %.1f", median(x.libCPU), median(x.procsCPU), median(x.dCPU))
 		}
-		r.printf("| %s | %s | %s | %.2f | %s | %s |\n", x.what, cell(x.lib, x.unit), cell(x.d, x.unit), ratio, x.target, cpu)
+		r.printf("| %s | %s | %s | %.2f | %s | %s | %s |\n", x.what, cell(x.lib, x.unit), cell(x.d, x.unit), ratio, x.target, cell(x.procs, x.unit), cpu)
 	}
 	r.printf("\n")
 }
@@ -597,6 +607,187 @@ func (r *report) libTotal3(topo *netns.Topology) float64 {
 func pct(v []time.Duration, q float64) float64 {
 	slices.Sort(v)
 	return float64(v[min(len(v)-1, int(q*float64(len(v))))]) / float64(time.Microsecond)
+}
+
+// --- the library, one process per member ---------------------------
+
+// libMemberSpec is what a library member process runs: a member of a
+// group with static members on a ring link, sending size-byte messages
+// for secs or counting what it receives.
+type libMemberSpec struct {
+	Group   uint32             `json:"group"`
+	Members []frame.MemberInfo `json:"members"`
+	Self    frame.MemberID     `json:"self"`
+	Iface   string             `json:"iface"`
+	Spin    time.Duration      `json:"spin"`
+	Size    int                `json:"size"`
+	Secs    int                `json:"secs"`
+}
+
+func init() {
+	childMain = func() (int, bool) {
+		spec := os.Getenv("RBCASTD_TEST_LIBMEMBER")
+		if spec == "" {
+			return 0, false
+		}
+		if err := libMember(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1, true
+		}
+		return 0, true
+	}
+}
+
+// libMember is a library member process. It says "ready" once joined;
+// the sender then waits for "go", sends for the run's time and says
+// "sent N"; a receiver waits for "expect BYTES" and says "done" once it
+// has them. Both leave at "stop".
+func libMember(specJSON string, in io.Reader, out io.Writer) error {
+	var spec libMemberSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return err
+	}
+	l, err := ring.Open(spec.Iface, ring.Config{RxSpin: spec.Spin})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	g, err := reliable.Join(context.Background(), l, reliable.Config{Group: spec.Group, Members: spec.Members, Self: spec.Self, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		g.Leave(ctx)
+		cancel()
+	}()
+	lines := bufio.NewScanner(in)
+	fmt.Fprintln(out, "ready")
+	if spec.Self == 0 {
+		if !lines.Scan() || lines.Text() != "go" {
+			return errors.New("no go")
+		}
+		msg := make([]byte, spec.Size)
+		var sent uint64
+		d := time.Duration(spec.Secs) * time.Second
+		for start := time.Now(); time.Since(start) < d; sent++ {
+			if err := g.Send(context.Background(), msg); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(out, "sent %d\n", sent)
+	} else {
+		var got atomic.Uint64
+		go func() {
+			buf := make([]byte, 0, 65536)
+			for {
+				_, data, err := g.RecvAppend(context.Background(), buf[:0])
+				if err != nil {
+					return
+				}
+				got.Add(uint64(len(data)))
+			}
+		}()
+		var want uint64
+		if !lines.Scan() {
+			return errors.New("no expect")
+		}
+		fmt.Sscanf(lines.Text(), "expect %d", &want)
+		for deadline := time.Now().Add(10 * time.Second); got.Load() < want && time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		}
+		fmt.Fprintf(out, "done %d\n", got.Load())
+	}
+	for lines.Scan() && lines.Text() != "stop" {
+	}
+	return nil
+}
+
+// libProcs is libOneToAll with every member a process of its own in its
+// host's namespace: the library's cost of being three processes, which
+// the daemons are too.
+func (r *report) libProcs(topo *netns.Topology, size int) (mbps, msgps, cpuPerMB float64) {
+	var members []frame.MemberInfo
+	for i, h := range topo.Hosts {
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(h.MAC), Incarnation: 1})
+	}
+	gid := 3000 + r.libGroups.Add(1)
+	type kid struct {
+		cmd   *exec.Cmd
+		in    io.WriteCloser
+		lines *bufio.Scanner
+	}
+	var kids []*kid
+	defer func() {
+		for _, k := range kids {
+			k.in.Close()
+			k.cmd.Wait()
+		}
+	}()
+	for i, h := range topo.Hosts {
+		spec := libMemberSpec{Group: gid, Members: members, Self: frame.MemberID(i), Iface: h.Iface, Spin: r.spin, Size: size, Secs: r.secs}
+		if size == 0 {
+			spec.Size = memMaxMessage(topo.MTU, len(members))
+		}
+		js, _ := json.Marshal(spec)
+		cmd := h.Command(context.Background(), os.Args[0])
+		cmd.Env = append(os.Environ(), "RBCASTD_TEST_LIBMEMBER="+string(js))
+		cmd.Stderr = os.Stderr
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			r.b.Fatal(err)
+		}
+		k := &kid{cmd: cmd, in: in, lines: bufio.NewScanner(out)}
+		kids = append(kids, k)
+		if !k.lines.Scan() || k.lines.Text() != "ready" {
+			r.b.Fatalf("library member %d did not start", i)
+		}
+	}
+	start := time.Now()
+	fmt.Fprintln(kids[0].in, "go")
+	var sent uint64
+	if !kids[0].lines.Scan() {
+		r.b.Fatal("the library's sender process failed")
+	}
+	fmt.Sscanf(kids[0].lines.Text(), "sent %d", &sent)
+	want := sent * uint64(memMaxMessageOr(size, topo.MTU, len(members)))
+	got := want
+	for _, k := range kids[1:] {
+		fmt.Fprintf(k.in, "expect %d\n", want)
+	}
+	for _, k := range kids[1:] {
+		var n uint64
+		if k.lines.Scan() {
+			fmt.Sscanf(k.lines.Text(), "done %d", &n)
+		}
+		got = min(got, n)
+	}
+	el := time.Since(start).Seconds()
+	var cpu time.Duration
+	var each []string
+	for _, k := range kids {
+		fmt.Fprintln(k.in, "stop")
+		k.in.Close()
+		k.cmd.Wait()
+		c := k.cmd.ProcessState.UserTime() + k.cmd.ProcessState.SystemTime()
+		cpu += c
+		each = append(each, fmt.Sprintf("%.2f", perMB(c, got)))
+	}
+	r.b.Logf("library, a process per member, %d-byte messages: CPU-ms per MB of members 0, 1, 2: %s", size, strings.Join(each, ", "))
+	kids = nil
+	sz := uint64(memMaxMessageOr(size, topo.MTU, len(members)))
+	return float64(got) / el / 1e6, float64(got/sz) / el, perMB(cpu, got)
+}
+
+// memMaxMessage is the largest message of a group of n members at this
+// MTU (reliable.Group.MaxMessage: MTU − 28 − 4 × members).
+func memMaxMessage(mtu, n int) int { return mtu - 28 - 4*n }
+
+func memMaxMessageOr(size, mtu, n int) int {
+	if size > 0 {
+		return size
+	}
+	return memMaxMessage(mtu, n)
 }
 
 // --- through the daemons ---------------------------------------------

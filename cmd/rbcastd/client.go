@@ -562,7 +562,7 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		c.SetDeadline(time.Now()) // unblocks Read
 	}()
 	prog := newProgress(stderr, "received", *nbytes)
-	err = recv(c, sub, bw, *format == "lines", *nbytes, *count, prog)
+	err = recv(c, sub, w, bw, *format == "lines", *nbytes, *count, prog)
 	prog.end()
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = ferr
@@ -580,7 +580,7 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // limits are reached or the stream ends. The daemon gives the connection
 // a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
 // blocks for a moment does not hold its deliveries back.
-func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, maxCount int64, prog *progress) error {
+func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines bool, maxBytes, maxCount int64, prog *progress) error {
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
@@ -627,11 +627,36 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 	}
 	if rr != nil {
 		// The deliver ring: the messages are read where the daemon put
-		// them, released every 64 and before sleeping.
+		// them (raw output to a file goes out from there, 64 messages per
+		// writev), released every 64 and before sleeping.
+		vw := newVecWriter(raw, lines)
+		out := func(d *localapi.Deliver) error {
+			if vw == nil {
+				return write(d)
+			}
+			data := d.Data
+			if maxBytes > 0 && got+int64(len(data)) > maxBytes {
+				data = data[:maxBytes-got]
+			}
+			vw.add(data)
+			got += int64(len(d.Data))
+			count++
+			prog.add(len(data))
+			return nil
+		}
+		release := func() error {
+			if err := vw.flush(); err != nil {
+				return err
+			}
+			return rr.Release()
+		}
 		for n := 1; !done(); n++ {
 			from, data, ok, err := rr.Next(false)
 			if err == nil && !ok {
-				// Nothing waits: out with what is buffered first.
+				// Nothing waits: out with what is read first.
+				if err := vw.flush(); err != nil {
+					return err
+				}
 				if err := w.Flush(); err != nil {
 					return err
 				}
@@ -640,16 +665,16 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 			if err != nil {
 				return ended(err)
 			}
-			if err := write(&localapi.Deliver{From: from, Data: data}); err != nil {
+			if err := out(&localapi.Deliver{From: from, Data: data}); err != nil {
 				return err
 			}
 			if n%64 == 0 {
-				if err := rr.Release(); err != nil {
+				if err := release(); err != nil {
 					return err
 				}
 			}
 		}
-		return rr.Release()
+		return release()
 	}
 	for !done() {
 		m, err := c.Read()
@@ -678,6 +703,66 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 			}
 		}
 	}
+	return nil
+}
+
+// vecWriter writes raw messages to a file with one writev per batch,
+// straight from where they are (the deliver ring): no copy into a buffer.
+type vecWriter struct {
+	rc  syscall.RawConn
+	iov [][]byte // what waits; a slice of buf
+	buf [][]byte
+}
+
+// newVecWriter is a vecWriter for raw output to a file; nil (write
+// through the buffer) for lines or any other writer.
+func newVecWriter(w io.Writer, lines bool) *vecWriter {
+	f, ok := w.(*os.File)
+	if lines || !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &vecWriter{rc: rc}
+}
+
+func (v *vecWriter) add(d []byte) {
+	if len(d) > 0 {
+		v.iov = append(v.iov, d)
+		v.buf = v.iov
+	}
+}
+
+// flush writes what was added (a nil vecWriter has nothing).
+func (v *vecWriter) flush() error {
+	if v == nil {
+		return nil
+	}
+	for len(v.iov) > 0 {
+		var n int
+		var werr error
+		err := v.rc.Write(func(fd uintptr) bool {
+			n, werr = unix.Writev(int(fd), v.iov[:min(len(v.iov), 1024)])
+			return werr != unix.EAGAIN
+		})
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
+			return err
+		}
+		for n > 0 && len(v.iov) > 0 { // a short write: go on from where it stopped
+			k := min(n, len(v.iov[0]))
+			v.iov[0] = v.iov[0][k:]
+			n -= k
+			if len(v.iov[0]) == 0 {
+				v.iov = v.iov[1:]
+			}
+		}
+	}
+	v.iov = v.buf[:0]
 	return nil
 }
 
