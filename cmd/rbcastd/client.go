@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/internal/localapi"
@@ -627,8 +628,9 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 	}
 	if rr != nil {
 		// The deliver ring: the messages are read where the daemon put
-		// them (raw output to a file goes out from there, 64 messages per
-		// writev), released every 64 and before sleeping.
+		// them (raw output to a file goes out from there, up to 1024
+		// messages or 1 MiB per writev), released as they are written
+		// (at least every 1024) and before sleeping.
 		vw := newVecWriter(raw, lines)
 		out := func(d *localapi.Deliver) error {
 			if vw == nil {
@@ -668,7 +670,7 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 			if err := out(&localapi.Deliver{From: from, Data: data}); err != nil {
 				return err
 			}
-			if n%64 == 0 {
+			if n%1024 == 0 || vw.full() {
 				if err := release(); err != nil {
 					return err
 				}
@@ -709,9 +711,11 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 // vecWriter writes raw messages to a file with one writev per batch,
 // straight from where they are (the deliver ring): no copy into a buffer.
 type vecWriter struct {
-	rc  syscall.RawConn
-	iov [][]byte // what waits; a slice of buf
-	buf [][]byte
+	rc    syscall.RawConn
+	iov   [][]byte // what waits; a slice of buf
+	buf   [][]byte
+	bytes int
+	vec   []unix.Iovec // writev's, made once (unix.Writev allocates them per call)
 }
 
 // newVecWriter is a vecWriter for raw output to a file; nil (write
@@ -732,8 +736,13 @@ func (v *vecWriter) add(d []byte) {
 	if len(d) > 0 {
 		v.iov = append(v.iov, d)
 		v.buf = v.iov
+		v.bytes += len(d)
 	}
 }
+
+// full says that enough waits for a writev: 1024 messages (the kernel's
+// limit) or 1 MiB.
+func (v *vecWriter) full() bool { return v != nil && (len(v.iov) >= 1024 || v.bytes >= 1<<20) }
 
 // flush writes what was added (a nil vecWriter has nothing).
 func (v *vecWriter) flush() error {
@@ -741,10 +750,20 @@ func (v *vecWriter) flush() error {
 		return nil
 	}
 	for len(v.iov) > 0 {
+		v.vec = v.vec[:0]
+		for _, d := range v.iov[:min(len(v.iov), 1024)] {
+			iv := unix.Iovec{Base: &d[0]}
+			iv.SetLen(len(d))
+			v.vec = append(v.vec, iv)
+		}
 		var n int
 		var werr error
 		err := v.rc.Write(func(fd uintptr) bool {
-			n, werr = unix.Writev(int(fd), v.iov[:min(len(v.iov), 1024)])
+			r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v.vec[0])), uintptr(len(v.vec)))
+			n, werr = int(r), nil
+			if e != 0 {
+				n, werr = 0, e
+			}
 			return werr != unix.EAGAIN
 		})
 		if err == nil {
@@ -762,7 +781,7 @@ func (v *vecWriter) flush() error {
 			}
 		}
 	}
-	v.iov = v.buf[:0]
+	v.iov, v.bytes = v.buf[:0], 0
 	return nil
 }
 

@@ -196,18 +196,23 @@ func (r *Ring) room(n, k int) (off, fit uint64, err error) {
 	if n < 0 || rec > r.size/2 {
 		return 0, 0, fmt.Errorf("localapi: a record of %d bytes does not fit a ring of %d", n, r.size)
 	}
-	t, err := r.consumed()
-	if err != nil {
-		return 0, 0, err
-	}
 	off = r.pos % r.size
 	pad := uint64(0)
 	if off+rec > r.size {
 		pad = r.size - off
 	}
-	free := r.size - (r.pos - t)
+	// The tail last read is a lower bound of the consumer's: read it
+	// again (an atomic load of a line the consumer writes) only when
+	// that does not leave room enough.
+	free := r.size - (r.pos - r.other)
 	if pad+rec > free {
-		return 0, 0, ErrRingFull
+		t, err := r.consumed()
+		if err != nil {
+			return 0, 0, err
+		}
+		if free = r.size - (r.pos - t); pad+rec > free {
+			return 0, 0, ErrRingFull
+		}
 	}
 	if pad > 0 {
 		r.putHeader(off, uint32(pad-RecordHeader), 0, kindPad)
@@ -301,12 +306,17 @@ func (r *Ring) published() (uint64, error) {
 // valid until Release.
 func (r *Ring) Next() (from uint16, data []byte, ok bool, err error) {
 	for {
-		h, err := r.published()
-		if err != nil {
-			return 0, nil, false, err
-		}
+		// The head last read bounds what may be read; read it again
+		// (an atomic load of a line the producer writes) only once
+		// everything up to it is read.
+		h := r.other
 		if h == r.pos {
-			return 0, nil, false, nil
+			if h, err = r.published(); err != nil {
+				return 0, nil, false, err
+			}
+			if h == r.pos {
+				return 0, nil, false, nil
+			}
 		}
 		off := r.pos % r.size
 		avail := h - r.pos
