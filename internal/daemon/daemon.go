@@ -3,15 +3,16 @@
 // SOCK_SEQPACKET socket speaking the local API (internal/localapi,
 // docs/local-api.md).
 //
-// Data path. A local Send is handed to reliable.Group.Send, which returns
-// once the message is accepted (copied into the protocol's history); a
-// full send window blocks the connection, and so the client, through the
-// socket buffer. Delivered messages are read from the Group by one
+// Data path. A local Send (from a packet, or from the connection's send
+// ring: ring.go) is handed to reliable.Group.Send, which returns once the
+// message is accepted (copied into the protocol's history); a full send
+// window blocks the connection, and so the client, through the socket
+// buffer or its ring. Delivered messages are read from the Group by one
 // fan-out goroutine straight into a DeliverBatch packet, which it writes
-// to every matching subscriber once nothing more waits (fanout.go); a
-// subscriber that does not read blocks the fan-out (it never drops), the
-// Group's receive queue then fills and the group slows down
-// (back-pressure).
+// to every matching subscriber once nothing more waits, or into a sole
+// subscriber's deliver ring (fanout.go); a subscriber that does not read
+// blocks the fan-out (it never drops), the Group's receive queue then
+// fills and the group slows down (back-pressure).
 //
 // The daemon does not open the link: the command does, so that it can
 // drop its privileges after opening it and before serving clients, and
