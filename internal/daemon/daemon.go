@@ -90,6 +90,7 @@ type Daemon struct {
 	closed bool
 
 	accepted atomic.Uint64 // Sends accepted, all clients
+	subsGen  atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
 	rates    rateSampler
 }
 
@@ -309,6 +310,7 @@ func (d *Daemon) addSub(s *subscriber) bool {
 		return false
 	}
 	d.subs = append(append([]*subscriber(nil), d.subs...), s)
+	d.subsGen.Add(1)
 	return true
 }
 
@@ -322,6 +324,7 @@ func (d *Daemon) removeSub(s *subscriber) {
 		}
 	}
 	d.subs = out
+	d.subsGen.Add(1)
 }
 
 func (d *Daemon) subscribers() []*subscriber {

@@ -76,11 +76,11 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	for {
 		// One subscriber with a deliver ring (recv's case): what waits
 		// goes straight into its ring, copied once, from the Group.
-		if s := d.soleRingSubscriber(); s != nil {
+		if s, gen := d.soleRingSubscriber(); s != nil {
 			if b.n > 0 {
 				d.writeOut(b)
 			}
-			n, err := s.c.ringRecv(g, now, s.from, largest)
+			n, err := s.c.ringRecv(g, now, s.from, largest, func() bool { return d.subsGen.Load() == gen })
 			if err != nil {
 				d.endStreams(err)
 				return
@@ -118,13 +118,14 @@ func (d *Daemon) fanout(g *reliable.Group) {
 }
 
 // soleRingSubscriber is the one subscriber when there is exactly one and
-// it reads a deliver ring.
-func (d *Daemon) soleRingSubscriber() *subscriber {
+// it reads a deliver ring, and the generation of the list it was in.
+func (d *Daemon) soleRingSubscriber() (*subscriber, uint64) {
+	gen := d.subsGen.Load()
 	subs := d.subscribers()
 	if len(subs) != 1 || !subs[0].c.hasDeliverRing.Load() {
-		return nil
+		return nil, 0
 	}
-	return subs[0]
+	return subs[0], gen
 }
 
 // writeOut writes the packet to every subscriber and empties it.

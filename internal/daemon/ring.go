@@ -229,10 +229,12 @@ func (c *conn) ringAdd(sender uint16, data []byte) error {
 // ringRecv takes what the Group has delivered, without waiting (ctx is
 // done), straight into the deliver ring: each message is received into
 // the ring's next record and committed if the subscriber wants it
-// (from). It stops when nothing waits or the ring is full, publishes,
-// and returns how many messages it took; an error is the Group's (the
-// stream's end), a ring that fails only ends this connection.
-func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int) (int, error) {
+// (from). It stops when nothing waits, the ring is full or sole says
+// this is no longer the only subscriber (another one, answered
+// Subscribed, wants what comes from then on), publishes, and returns how
+// many messages it took; an error is the Group's (the stream's end), a
+// ring that fails only ends this connection.
+func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int, sole func() bool) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	r := c.rings.deliver
@@ -240,7 +242,7 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 		return 0, nil
 	}
 	n := 0
-	for {
+	for sole() {
 		var err error
 		c.slot, err = r.Reserve(c.slot, largest, 1)
 		if err != nil {

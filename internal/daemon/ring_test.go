@@ -181,3 +181,66 @@ func TestRingSetupErrors(t *testing.T) {
 		}
 	})
 }
+
+// While the fan-out copies a stream straight into one subscriber's ring,
+// a second subscriber that has read Subscribed gets every message sent
+// after that: the straight copy stops as the list of subscribers moves.
+// (The window it guards is open only while the group's queue never runs
+// dry; 20 rounds under a stream reach it now and then, not always.)
+func TestSecondSubscriberDuringRingStream(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	first, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	rr, err := first.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Write(&localapi.Subscribe{From: 0})
+	go func() { // keep the ring drained
+		for {
+			if _, _, _, err := rr.Next(true); err != nil {
+				return
+			}
+			rr.Release()
+		}
+	}()
+	c, _ := dial(t, ds[0].socket, true)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a stream that never ends
+		b := localapi.SendBatch{Msgs: [][]byte{make([]byte, 500), make([]byte, 500), make([]byte, 500)}}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if c.Write(&b) != nil {
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		second := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
+		marker := []byte("marker " + string(rune('a'+i)))
+		m, _ := dial(t, ds[0].socket, true)
+		if err := m.Write(&localapi.Send{Data: marker}); err != nil {
+			t.Fatal(err)
+		}
+		for found := false; !found; {
+			msg, err := second.Read()
+			if err != nil {
+				t.Fatalf("round %d: the second subscriber did not get the message sent after its Subscribed: %v", i, err)
+			}
+			switch d := msg.(type) {
+			case *localapi.Deliver:
+				found = bytes.Equal(d.Data, marker)
+			case *localapi.DeliverBatch:
+				for _, x := range d.Msgs {
+					found = found || bytes.Equal(x.Data, marker)
+				}
+			}
+		}
+		second.Close()
+		m.Close()
+	}
+}
