@@ -745,8 +745,14 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 	if want := `interface "nosuch0": no such network interface`; err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("unknown interface: %v, %q; want %q", err, out, want)
 	}
-	// No server on the segment: -join-timeout ends it with the reason.
+	// Nobody else on the segment: -join-timeout ends it with the reason,
+	// under views (no group admitted it, too few to found one) and under
+	// registration (no server).
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
+	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no view after"; err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "founding waits for Size=2 processes") {
+		t.Errorf("alone, views: %v, %q; want %q and why", err, out, want)
+	}
+	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-membership", "registered", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no Welcome from a server"; err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("no server: %v, %q; want %q", err, out, want)
 	}

@@ -196,7 +196,9 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		case f.members < 0 || f.members > most:
 			return dc, "", fmt.Errorf("-members is %d, want 0..%d (-max-members)", f.members, most)
 		}
-		c.Views, c.MaxMembers = true, f.maxMembers
+		// Without -node the daemon has no wish: a -node 0 elsewhere
+		// gets 0 before it.
+		c.Views, c.MaxMembers, c.RequestID = true, f.maxMembers, frame.NoMember
 		if f.node != "" {
 			id, err := strconv.ParseUint(f.node, 10, 16)
 			if err != nil || id >= uint64(most) {
