@@ -225,7 +225,7 @@ type heldFrame struct {
 
 type sentAt struct {
 	mac [6]byte
-	at clock.Time
+	at  clock.Time
 }
 
 // Stats are the membership layer's own counters.
