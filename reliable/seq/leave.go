@@ -4,8 +4,12 @@ import "github.com/rbcast/rbcast/frame"
 
 // A clean departure. A member that leaves proposes nothing more, waits
 // until every request it proposed was delivered back to it (numbered, so
-// in the sequencer's history), then broadcasts Leave (an empty frame)
-// leaveRepeats times and is finished. A leaving sequencer also stops
+// in the sequencer's history) and is held by every live member (the
+// all-held cursor passed it: NotHeldByAll is 0), then broadcasts Leave
+// (an empty frame) leaveRepeats times and is finished. Delivered back is
+// not enough: under SafeSequencer (or a lowered Quorum) the sequencer
+// and the leaver may be its only holders, and a sequencer crash after the
+// leave lost it, although the leaver was told it was sequenced. A leaving sequencer also stops
 // numbering other members' requests and waits until every live member
 // has delivered everything it numbered (stable reaches the end), so
 // that nothing it numbered is lost with it; its successor numbers what
@@ -49,6 +53,10 @@ func (c *Core) maybeLeave() {
 	switch c.role {
 	case electing, halted:
 		return
+	case follower:
+		if c.stats.MessagesProposed != c.heldMsgs {
+			return // (NotHeldByAll) not yet held by every live member
+		}
 	case sequencer:
 		c.flushAccepts()
 		c.computeStable()
