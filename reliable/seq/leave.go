@@ -117,18 +117,11 @@ func (c *Core) stepLeft(src [6]byte, v frame.View) {
 
 // stepLeave: m left the group. Its Leave's ack entry is its delivered
 // cursor: everything it proposed was delivered back to it, so numbered
-// below that cursor. MemberLeft is reported only once this member has
-// delivered up to there (reportLeft): a Leave often overtakes the
-// leaver's last messages (lost and repaired, or still waiting for a
-// method-2 payload), and a MemberLeft before them would tell the
-// application the member's stream is complete when it is not.
+// below that cursor. A gone sequencer starts an election.
 func (c *Core) stepLeave(m *member, v frame.View) {
 	if m.gone {
 		return
 	}
-	m.gone = true
-	c.holders = c.safeHolders()
-	c.stats.MembersLeft++
 	end := c.next
 	if v.AckCount() >= 1 {
 		end = v.Ack(0)
@@ -136,21 +129,34 @@ func (c *Core) stepLeave(m *member, v frame.View) {
 	if c.role == sequencer && frame.SeqLess(c.nextGlobal, end) {
 		end = c.nextGlobal // nothing beyond what we numbered exists
 	}
+	c.departed(m, end)
+	if c.role == follower && m == c.sequencerMember() {
+		c.startElection()
+	}
+}
+
+// departed: m left; every message it proposed is numbered below end.
+// MemberLeft is reported only once this member has delivered up to there
+// (reportLeft): a Leave often overtakes the leaver's last messages (lost
+// and repaired, or still waiting for a method-2 payload), and a
+// MemberLeft before them would tell the application the member's stream
+// is complete when it is not. A member the stream removed already
+// (MemberFailed: the sequencer missed its Leave) is not reported twice.
+func (c *Core) departed(m *member, end uint32) {
+	m.gone = true
+	c.holders = c.safeHolders()
+	if c.role == sequencer && m.live {
+		m.live = false
+		c.advanceStable()
+	}
+	if m.failed {
+		return
+	}
+	c.stats.MembersLeft++
 	m.leftEnd = end
 	if !m.leftPend {
 		m.leftPend = true
 		c.leftsPend++
-	}
-	switch c.role {
-	case sequencer:
-		if m.live {
-			m.live = false
-			c.advanceStable()
-		}
-	case follower:
-		if m == c.sequencerMember() {
-			c.startElection()
-		}
 	}
 }
 

@@ -122,6 +122,31 @@ func TestRemovedMemberBeyondHistoryHalts(t *testing.T) {
 	}
 }
 
+// The sequencer misses every Leave of member 2 and removes it as silent
+// past FailureTimeout, in the stream; member 1, which got the Leave and
+// reported MemberLeft, delivers the removal without reporting the member
+// a second time.
+func TestLeftMemberNotReportedFailed(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.propose(2, "a")
+	g.run(g.now.Add(2*Millisecond), nil)
+	g.cores[2].Leave(g.now)
+	missLeave := func(from, to int, o out) bool { return from == 2 && to == 0 && o.v.Type() == frame.Leave }
+	g.run(g.now.Add(DefaultFailureTimeout+200*Millisecond), missLeave)
+	if !g.cores[2].Left() {
+		t.Fatal("member 2 did not leave")
+	}
+	if k := kinds(g.evs[0]); k != "failed" {
+		t.Fatalf("sequencer events %v, want member 2 failed", g.evs[0])
+	}
+	if k := kinds(g.evs[1]); k != "left" {
+		t.Fatalf("member 1 events %v, want only member 2 left", g.evs[1])
+	}
+	if g.cores[1].Counters().Next != g.cores[0].Counters().Next {
+		t.Fatalf("member 1 delivered up to %d, the sequencer %d", g.cores[1].Counters().Next, g.cores[0].Counters().Next)
+	}
+}
+
 // A member leaves only once every live member holds its messages (the
 // all-held cursor passed them), not as soon as they are delivered back
 // to it: else a sequencer crash right after could lose them with the

@@ -653,6 +653,12 @@ func (c *Core) deliverChange(en *entry) {
 		m.failed = en.change == frame.MemberRemoved
 		return
 	}
+	if m.gone {
+		// It left, and is reported so (MemberLeft): the sequencer that
+		// removed it had missed its Leave.
+		m.failed = en.change == frame.MemberRemoved
+		return
+	}
 	ev := Event{Kind: MemberReturned, Member: m.id, Epoch: en.epoch, Last: g - 1, At: c.now}
 	if en.change == frame.MemberRemoved {
 		ev.Kind, ev.Reason = MemberFailed, en.reason.String()
