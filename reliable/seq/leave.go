@@ -4,25 +4,40 @@ import "github.com/rbcast/rbcast/frame"
 
 // A clean departure. A member that leaves proposes nothing more, waits
 // until every request it proposed was delivered back to it (numbered, so
-// in the sequencer's history) and is held by every live member (the
-// all-held cursor passed it: NotHeldByAll is 0), then broadcasts Leave
-// (an empty frame) leaveRepeats times and is finished. Delivered back is
-// not enough: under SafeSequencer (or a lowered Quorum) the sequencer
-// and the leaver may be its only holders, and a sequencer crash after the
-// leave lost it, although the leaver was told it was sequenced. A leaving sequencer also stops
+// in the sequencer's history), then broadcasts Leave (an empty frame)
+// leaveRepeats times and is finished. A leaving sequencer also stops
 // numbering other members' requests and waits until every live member
 // has delivered everything it numbered (stable reaches the end), so
-// that nothing it numbered is lost with it; its successor numbers what
-// waited, once the senders resubmit after the election.
+// that nothing it numbered is lost with it.
 //
-// At the sequencer a Leave removes its sender (MemberLeft). At the others
-// the sender is marked gone; a gone sequencer starts an election at once,
+// Then, while another member is live, the sequencer hands off instead of
+// vanishing: it calls an election and votes in it for the lowest live
+// member, never for itself. Its followers, seeing their sequencer call
+// an election, join it at once and count it out as a candidate, while its
+// vote counts as any voter's. It leaves when the successor announces
+// itself (Elected), or when nobody is left to hand off to. Before, the
+// sequencer simply left and the others elected among themselves: its
+// vote was lost to the quorum, so a member that counted a departed or
+// crashed member among the others (it missed a Leave; the stream's
+// removals do not shrink the quorum) could be left short of a majority,
+// and wait in that election for ever. The departing sequencer's vote is
+// the one that every such member still counts.
+//
+// At the sequencer a Leave removes its sender (MemberLeft), and so does
+// the election at the successor for a sequencer that handed off. At the
+// others the sender is marked gone, and a sequencer that handed off once
+// they adopt the successor; a gone sequencer starts an election at once,
 // and a gone member is never a candidate nor waited for.
 //
-// A departed sequencer repeats its Leave (NackTimeout apart) until it has
-// heard every live member vote in a newer epoch, or for FailureTimeout: a
-// member that missed every Leave would count it in the quorum, and in a
-// group of two could never elect itself.
+// A leaving member whose requests are all delivered back leaves in the
+// middle of an election that follows its sequencer's clean departure
+// (handed off or gone): that sequencer waited until every live member
+// delivered everything it numbered, so nothing this member holds is
+// needed by another, and the election's outcome no longer matters to it.
+//
+// A departed sequencer that had nobody to hand off to repeats its Leave
+// (NackTimeout apart) until it has heard every live member vote in a
+// newer epoch, or for FailureTimeout.
 
 // leaveRepeats is how many Leave frames a departing member sends,
 // NackTimeout apart: a lost Leave is otherwise noticed only after
@@ -45,17 +60,22 @@ func (c *Core) Leave(now Time) {
 // Left reports whether this member has sent its Leave.
 func (c *Core) Left() bool { return c.left }
 
-// maybeLeave sends the Leave once nothing of ours is in flight.
+// maybeLeave sends the Leave once nothing of ours is in flight; a
+// sequencer hands off first.
 func (c *Core) maybeLeave() {
 	if !c.leaving || c.left || c.open || c.outstanding() > 0 {
 		return
 	}
 	switch c.role {
-	case electing, halted:
+	case halted:
 		return
 	case follower:
 		if c.stats.MessagesProposed != c.heldMsgs {
 			return // (NotHeldByAll) not yet held by every live member
+		}
+	case electing:
+		if !c.leavesElection() {
+			return
 		}
 	case sequencer:
 		c.flushAccepts()
@@ -64,7 +84,30 @@ func (c *Core) maybeLeave() {
 			c.wantStatus = true // ask for the acknowledgements we wait for
 			return
 		}
+		c.members[c.self].handing = true // never a candidate from now on
+		if _, ok := c.lowestLive(); ok {
+			c.startElection() // hand off
+			return
+		}
 	}
+	c.depart()
+}
+
+// leavesElection reports whether a leaving member, with nothing in
+// flight, need not wait for the election it is in: the election follows
+// its sequencer's clean departure (see above), or, at the sequencer that
+// hands off, nobody is left to hand off to.
+func (c *Core) leavesElection() bool {
+	s := c.sequencerMember()
+	if s.self {
+		_, ok := c.lowestLive()
+		return !ok
+	}
+	return s.gone || s.handing
+}
+
+// depart sends the Leave: this member is finished.
+func (c *Core) depart() {
 	c.left = true
 	c.leaveLeft = leaveRepeats
 	if c.role == sequencer {
@@ -157,6 +200,16 @@ func (c *Core) departed(m *member, end uint32) {
 	if !m.leftPend {
 		m.leftPend = true
 		c.leftsPend++
+	}
+}
+
+// handedOff: the election of a new epoch completed (we adopted it, or
+// took over): a sequencer that handed off to it has left.
+func (c *Core) handedOff(last uint32) {
+	for i := range c.members {
+		if m := &c.members[i]; m.handing && !m.gone && !m.self {
+			c.departed(m, last+1) // it had delivered everything it numbered
+		}
 	}
 }
 

@@ -16,8 +16,10 @@ func kinds(evs []Event) string {
 }
 
 // An ordinary member leaves after its message is delivered back; then the
-// sequencer leaves, and the two left elect member 2 within a few
-// ElectionRetry (not FailureTimeout) and go on.
+// sequencer leaves: it hands off to member 2, which the two left elect
+// within a few ElectionRetry (not FailureTimeout), with the departing
+// sequencer's vote; they go on without it. Nobody reports the sequencer
+// failed.
 func TestLeave(t *testing.T) {
 	g := newGroup(t, 4, nil)
 	g.propose(1, "a")
@@ -42,21 +44,21 @@ func TestLeave(t *testing.T) {
 	g.cores[0].Leave(g.now)
 	start := g.now
 	g.run(g.now.Add(200*Millisecond), nil)
-	if !g.cores[0].Left() {
-		t.Fatal("the sequencer did not leave")
+	if !g.cores[0].Left() || kinds(g.evs[0]) != "left,self left" {
+		t.Fatalf("the sequencer: left %v, events %v", g.cores[0].Left(), g.evs[0])
 	}
 	for _, i := range []int{2, 3} {
 		if got := g.delivered(i); got != "1000:1/1=a 1001:0/1=b" {
 			t.Errorf("member %d delivered %q", i, got)
 		}
-		if k := kinds(g.evs[i]); k != "left,left,sequencer changed" {
-			t.Errorf("member %d: events %v", i, g.evs[i])
+		if k := kinds(g.evs[i]); k != "left,sequencer changed,left" || g.evs[i][2].Member != 0 {
+			t.Errorf("member %d: events %v, want member 1 left, sequencer changed, member 0 left", i, g.evs[i])
 		}
 		if c := g.cores[i]; c.Sequencer() != 2 {
 			t.Errorf("member %d follows %d, want 2", i, c.Sequencer())
 		}
 	}
-	if d := Duration(g.evs[2][2].At - start); d > 10*DefaultElectionRetry {
+	if d := Duration(g.evs[2][1].At - start); d > 10*DefaultElectionRetry {
 		t.Errorf("the election after the sequencer's Leave took %v", d)
 	}
 	g.propose(3, "c")
@@ -65,6 +67,75 @@ func TestLeave(t *testing.T) {
 		if got := g.delivered(i); got != "1000:1/1=a 1001:0/1=b 1002:3/1=c" {
 			t.Errorf("after the handover, member %d delivered %q", i, got)
 		}
+	}
+}
+
+// The bug of issue 22's Orca runs: member 1 leaves and member 2 misses
+// every one of its Leave frames; then the sequencer leaves. Member 2
+// counts members 1 and 2 as the group: a majority is both. When the
+// sequencer simply left, member 2 waited for member 1's vote in an
+// election that could never complete (and its Close never finished).
+// The sequencer now hands off and votes: member 2 has two votes of three,
+// waits FailureTimeout for member 1 as for any silent member, takes over,
+// removes member 1 (it did not vote), and carries on alone.
+func TestLeaveMissedThenSequencerLeaves(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.propose(1, "a")
+	g.cores[1].Leave(g.now)
+	missLeave := func(from, to int, o out) bool { return from == 1 && to == 2 && o.v.Type() == frame.Leave }
+	g.run(g.now.Add(30*Millisecond), missLeave)
+	if !g.cores[1].Left() || kinds(g.evs[0]) != "left" || kinds(g.evs[2]) != "" {
+		t.Fatalf("member 1 left %v; events at the sequencer %v, at member 2 %v", g.cores[1].Left(), g.evs[0], g.evs[2])
+	}
+	g.cores[0].Leave(g.now)
+	// Member 2 votes for member 1 until it suspects it, then for itself,
+	// and waits for it FailureTimeout from then (a candidate's death
+	// starts the wait afresh).
+	g.run(g.now.Add(2*DefaultFailureTimeout+200*Millisecond), nil)
+	if !g.cores[0].Left() {
+		t.Fatal("the sequencer did not leave")
+	}
+	c := g.cores[2]
+	if !c.IsSequencer() || kinds(g.evs[2]) != "sequencer changed,failed,left" {
+		t.Fatalf("member 2: sequencer %v electing %v, events %v; want it elected, member 1 failed, member 0 left", c.IsSequencer(), c.Counters().Electing, g.evs[2])
+	}
+	if ev := g.evs[2][1]; ev.Member != 1 || !strings.Contains(ev.Reason, "did not vote") {
+		t.Fatalf("member 2: %v, want member 1 removed as a non-voter", ev)
+	}
+	g.propose(2, "alone")
+	g.run(g.now.Add(10*Millisecond), nil)
+	if got := g.delivered(2); got != "1000:1/1=a 1002:2/1=alone" {
+		t.Fatalf("member 2 delivered %q", got)
+	}
+}
+
+// A leaving member whose messages are delivered back does not wait for an
+// election that follows its sequencer's clean departure: the sequencer
+// waited until every live member delivered everything it numbered. Here
+// member 2 still waits for the all-held cursor (its announcement lost)
+// when the sequencer hands off to member 1: member 2 leaves at once, and
+// member 1 takes over with the sequencer's vote and its own.
+func TestLeaveDuringHandOff(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.propose(2, "x")
+	noHeld := func(from, to int, o out) bool {
+		return from == 0 && to == 2 && o.v.Type() == frame.SeqStatusRequest
+	}
+	g.run(g.now.Add(DefaultHeartbeatInterval+20*Millisecond), noHeld)
+	if got := g.delivered(2); got != "1000:2/1=x" || g.cores[2].Counters().NotHeldByAll != 1 || g.cores[0].Counters().AllHeld != 1001 {
+		t.Fatalf("member 2 delivered %q, %+v; the sequencer %+v", got, g.cores[2].Counters(), g.cores[0].Counters())
+	}
+	g.cores[2].Leave(g.now)
+	g.cores[0].Leave(g.now)
+	g.run(g.now.Add(10*Millisecond), noHeld)
+	for i, c := range g.cores {
+		if i != 1 && !c.Left() {
+			t.Errorf("member %d did not leave: %+v", i, c.Counters())
+		}
+	}
+	g.run(g.now.Add(100*Millisecond), nil)
+	if c := g.cores[1]; !c.IsSequencer() || kinds(g.evs[1]) != "sequencer changed,left,left" {
+		t.Fatalf("member 1: sequencer %v, events %v", c.IsSequencer(), g.evs[1])
 	}
 }
 

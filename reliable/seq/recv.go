@@ -120,8 +120,8 @@ func (c *Core) Step(now Time, src, _ [6]byte, v frame.View) error {
 // fromOldSequencer reports whether v is a frame of our current epoch from
 // its sequencer, proof that it lives.
 func (c *Core) fromOldSequencer(m *member, v frame.View) bool {
-	if m != c.sequencerMember() || c.agreedSet {
-		return false
+	if m != c.sequencerMember() || c.agreedSet || m.handing {
+		return false // (a late frame of a sequencer that hands off)
 	}
 	switch v.Type() {
 	case frame.SeqData:
