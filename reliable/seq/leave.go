@@ -23,6 +23,9 @@ import "github.com/rbcast/rbcast/frame"
 // and wait in that election for ever. The departing sequencer's vote is
 // the one that every such member still counts.
 //
+// A leaving sequencer with no other live member does not wait for its
+// own delivery of what it numbered (othersLive).
+//
 // At the sequencer a Leave removes its sender (MemberLeft), and so does
 // the election at the successor for a sequencer that handed off. At the
 // others the sender is marked gone, and a sequencer that handed off once
@@ -80,7 +83,7 @@ func (c *Core) maybeLeave() {
 	case sequencer:
 		c.flushAccepts()
 		c.computeStable()
-		if c.stable != c.nextGlobal {
+		if c.stable != c.nextGlobal && c.othersLive() {
 			c.wantStatus = true // ask for the acknowledgements we wait for
 			return
 		}
@@ -91,6 +94,24 @@ func (c *Core) maybeLeave() {
 		}
 	}
 	c.depart()
+}
+
+// othersLive reports whether, at the sequencer, a member other than us is
+// live: one that must deliver what we numbered before we leave. With none
+// (every other member left or was removed), nobody is there to deliver
+// it, and our own delivery of it need not be awaited: our own messages
+// are delivered back already (outstanding is 0); the rest — typically the
+// removals of members whose Leave frames we all missed — waits for a safe
+// point that a sequencer alone under the majority quorum never reaches
+// (computeSafe: we may be on the minority side of a partition), so the
+// wait would never end.
+func (c *Core) othersLive() bool {
+	for i := range c.members {
+		if m := &c.members[i]; m.live && !m.self {
+			return true
+		}
+	}
+	return false
 }
 
 // leavesElection reports whether a leaving member, with nothing in

@@ -280,3 +280,33 @@ func TestMemberLeftAfterItsMessages(t *testing.T) {
 		t.Fatalf("member 2 events %v, want member 1 left with last 1001", g.evs[2])
 	}
 }
+
+// The last two members leave and the sequencer misses all six Leave
+// frames, then leaves too. It removes both as silent after FailureTimeout,
+// in the stream; alone under the majority quorum it cannot deliver those
+// removals (it may be on the minority side of a partition), so it must
+// not wait for its own delivery of them: nobody else is live to deliver
+// what it numbered. It used to ask for status for ever, its Close never
+// returning (seed 11510 of the simulation).
+func TestSequencerLeavesAloneAfterMissedLeaves(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.Resilience = SafeMajority })
+	g.propose(1, "a")
+	g.propose(2, "b")
+	g.run(g.now.Add(20*Millisecond), nil)
+	g.cores[1].Leave(g.now)
+	g.cores[2].Leave(g.now)
+	missLeaves := func(from, to int, o out) bool { return to == 0 && o.v.Type() == frame.Leave }
+	g.run(g.now.Add(20*Millisecond), missLeaves)
+	if !g.cores[1].Left() || !g.cores[2].Left() || kinds(g.evs[0]) != "" {
+		t.Fatalf("members 1 and 2 left %v %v; sequencer events %v", g.cores[1].Left(), g.cores[2].Left(), g.evs[0])
+	}
+	g.cores[0].Leave(g.now)
+	g.run(g.now.Add(DefaultFailureTimeout+100*Millisecond), missLeaves)
+	c := g.cores[0]
+	if !c.Left() || kinds(g.evs[0]) != "self left" || c.Counters().MembersFailed != 0 {
+		t.Fatalf("sequencer: left %v, events %v, %+v", c.Left(), g.evs[0], c.Counters())
+	}
+	if got := g.delivered(0); got != "1000:1/1=a 1001:2/1=b" {
+		t.Fatalf("sequencer delivered %q", got)
+	}
+}
