@@ -327,6 +327,13 @@ func (c *Core) stepElection(m *member, v frame.View) {
 			m.voteNext = v.Ack(0)
 		}
 	}
+	if b.Candidate > m.id {
+		// Only a member that hands off votes for a higher id than its
+		// own (lowestLive counts itself otherwise): even where it is not
+		// known as the sequencer (we missed the epoch it was elected
+		// in), it is never a candidate.
+		m.handing = true
+	}
 	if m == c.sequencerMember() && frame.SeqLess(c.epoch, b.Epoch) && c.role != sequencer {
 		// Our sequencer calls an election: it hands off to leave (a
 		// sequencer never votes otherwise).

@@ -23,8 +23,11 @@ import "github.com/rbcast/rbcast/frame"
 // and wait in that election for ever. The departing sequencer's vote is
 // the one that every such member still counts.
 //
-// A leaving sequencer with no other live member does not wait for its
-// own delivery of what it numbered (othersLive).
+// A member that missed the epoch in which the departing sequencer was
+// elected tells it hands off by its vote: nobody else votes for a higher
+// id than its own (stepElection). A leaving sequencer with no other live
+// member does not wait for its own delivery of what it numbered
+// (othersLive).
 //
 // At the sequencer a Leave removes its sender (MemberLeft), and so does
 // the election at the successor for a sequencer that handed off. At the

@@ -281,6 +281,44 @@ func TestMemberLeftAfterItsMessages(t *testing.T) {
 	}
 }
 
+// A member that missed the epoch in which the departing sequencer was
+// elected still counts it out as a candidate: only a member that hands
+// off votes for a higher id than its own. Member 0 hands off to member 1
+// (epoch 2), but member 3 misses every Elected of epoch 2 and stays in
+// that election, following member 0; then member 1 hands off to member 2
+// (epoch 3). Member 3 took member 1 for a candidate and voted for it in
+// epoch 3 for as long as member 1's election frames came, and member 2
+// waited for member 3's vote for ever.
+func TestHandOffSeenFromAnOlderEpoch(t *testing.T) {
+	g := newGroup(t, 4, nil)
+	noElected2 := func(from, to int, o out) bool {
+		return to == 3 && o.v.Type() == frame.SeqElection && o.v.Election().Phase == frame.ElectionElected && o.v.Election().Epoch == 2
+	}
+	g.cores[0].Leave(g.now)
+	g.run(g.now.Add(20*Millisecond), noElected2)
+	if !g.cores[0].Left() || !g.cores[1].IsSequencer() || g.cores[1].Counters().Epoch != 2 {
+		t.Fatalf("member 0 left %v; member 1 sequencer %v, %+v", g.cores[0].Left(), g.cores[1].IsSequencer(), g.cores[1].Counters())
+	}
+	if c := g.cores[3]; !c.Counters().Electing || c.Sequencer() != 0 {
+		t.Fatalf("member 3: electing %v, follows %d; want it still in the election of epoch 2", c.Counters().Electing, c.Sequencer())
+	}
+	g.cores[1].Leave(g.now)
+	g.run(g.now.Add(200*Millisecond), noElected2)
+	if !g.cores[1].Left() || !g.cores[2].IsSequencer() || g.cores[2].Counters().Epoch != 3 {
+		t.Fatalf("member 1 left %v; member 2 sequencer %v, %+v", g.cores[1].Left(), g.cores[2].IsSequencer(), g.cores[2].Counters())
+	}
+	if c := g.cores[3]; c.Halted() || c.Sequencer() != 2 || kinds(g.evs[3]) != "left,sequencer changed,left" {
+		t.Fatalf("member 3: halted %v, follows %d, events %v", c.Halted(), c.Sequencer(), g.evs[3])
+	}
+	g.propose(3, "x")
+	g.run(g.now.Add(10*Millisecond), nil)
+	for _, i := range []int{2, 3} {
+		if got := g.delivered(i); got != "1000:3/1=x" {
+			t.Errorf("member %d delivered %q", i, got)
+		}
+	}
+}
+
 // The last two members leave and the sequencer misses all six Leave
 // frames, then leaves too. It removes both as silent after FailureTimeout,
 // in the stream; alone under the majority quorum it cannot deliver those
