@@ -90,7 +90,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
-	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -252,7 +252,11 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if socket == "" {
 		socket = localapi.DefaultSocket(uint32(f.group))
 	}
-	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout}, socket, nil
+	var clientSpin time.Duration // the clients' sockets are polled as the ring is
+	if f.linkKind == "ring" {
+		clientSpin = f.spin
+	}
+	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}, socket, nil
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
