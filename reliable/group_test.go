@@ -255,11 +255,13 @@ func TestRecvBackPressure(t *testing.T) {
 	// stepped while it was below its limit delivers (queue.go, pushLocked):
 	// 64 frames (the loop's receive batch), one message each (every
 	// message here fits one frame and is queued as a view or a copy,
-	// one slot each). A queue that grows without bound fails here.
+	// one slot each), and the frames held out of order that one of them
+	// completes: at most a window (rtnet drops when its queues overflow,
+	// as under load). A queue that grows without bound fails here.
 	st := groups[1].Stats()
 	t.Logf("receiver: %d Data frames held, %d queued", st.HeldData, st.Queued)
-	if st.HeldData == 0 || st.Queued < 16 || st.Queued > 16+64 {
-		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0 and 16 to %d queued", st.HeldData, st.Queued, 16+64)
+	if most := 16 + 64 + 16; st.HeldData == 0 || st.Queued < 16 || st.Queued > most {
+		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0 and 16 to %d queued", st.HeldData, st.Queued, most)
 	}
 	recvMessages(ctx, t, groups[1], k, groups[0].MaxMessage())
 	if err := <-sendDone; err != nil {
