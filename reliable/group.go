@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/member"
+	"github.com/rbcast/rbcast/reliable/view"
 )
 
 // ErrClosed is returned by Send and Recv once the group is closed (or this
@@ -60,6 +61,10 @@ type Group struct {
 	self  frame.MemberID
 	max   int // largest message
 	queue *msgQueue
+	// viewed (Config.Views) is closed by the loop when the first view is
+	// installed, after it set self; views is the membership core.
+	viewed chan struct{}
+	views  *view.Core
 
 	mu sync.Mutex // guards n's stepper (and so the core) and the fields below
 	n  *node
@@ -139,7 +144,13 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	self, members := s.Self, s.Members
 	clk := wall.Clock{Epoch: time.Now()}
 	var reg *registration
-	if len(members) == 0 {
+	var views *view.Core
+	if s.Views {
+		if views, err = newViewCore(&s, l); err != nil {
+			return nil, err
+		}
+		self = frame.NoMember
+	} else if len(members) == 0 {
 		reg, err = register(ctx, l, &s)
 		if err != nil {
 			return nil, err
@@ -147,9 +158,11 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		// The registrar keeps running in the loop, on its clock.
 		self, members, clk = reg.self, reg.members, reg.clk
 	}
-	c, err := s.newCore(self, members, mtu)
-	if err != nil {
-		return nil, err
+	var c core.Core = views
+	if views == nil {
+		if c, err = s.newCore(self, members, mtu); err != nil {
+			return nil, err
+		}
 	}
 	if reg != nil {
 		c = member.Attach(reg.r, c)
@@ -181,8 +194,36 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	// events are handed out on the loop's goroutine only, never on the
 	// goroutine calling Join.
 	g.due = true
+	if views != nil {
+		g.views, g.viewed = views, make(chan struct{})
+	}
 	go g.run()
+	if views != nil {
+		return g.awaitView(ctx)
+	}
 	return g, nil
+}
+
+// awaitView waits until the loop installed the first view (Config.Views):
+// the group was found or founded. If the group stops first (refused), or
+// ctx ends, Join fails.
+func (g *Group) awaitView(ctx context.Context) (*Group, error) {
+	select {
+	case <-g.viewed:
+		return g, nil
+	case <-g.done:
+		return nil, g.Err()
+	case <-ctx.Done():
+	}
+	g.abort()
+	<-g.done
+	select {
+	case <-g.viewed:
+		return g, nil // installed just as ctx ended
+	default:
+	}
+	st := g.views.Counters()
+	return nil, fmt.Errorf("reliable: joining group %d: no view after %d Joins (no running group admitted this process; founding waits for Size=%d processes): %w", g.cfg.Group, st.Joins, g.cfg.Size, ctx.Err())
 }
 
 // Self is this member's id.
@@ -211,6 +252,14 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 }
 
 func (g *Group) event(ev Event) {
+	if ev.Kind == ViewInstalled && g.viewed != nil {
+		select {
+		case <-g.viewed:
+		default:
+			g.self = ev.Member // the loop's; Join reads it after viewed
+			close(g.viewed)
+		}
+	}
 	if g.cfg.OnEvent != nil {
 		g.cfg.OnEvent(ev)
 	}
@@ -747,6 +796,9 @@ var ErrRemoved = errors.New("reliable: removed from the group")
 
 // finishErr is why a finished core stopped (g.mu is held).
 func (g *Group) finishErr() error {
+	if g.views != nil && g.views.Err() != nil {
+		return g.viewErr(g.views.Err())
+	}
 	if ev, ok := g.n.st.Removed(); ok {
 		return fmt.Errorf("%w: group %d member %d: %s", ErrRemoved, g.cfg.Group, ev.Member, ev.Reason)
 	}

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -872,6 +873,9 @@ func status(sf *socketFlags, wait time.Duration) (*daemon.Status, error) {
 
 func printStatus(w io.Writer, st *daemon.Status) {
 	ready := "waiting for members to register"
+	if st.Membership == "views" {
+		ready = "joining (or founding) the group"
+	}
 	if st.Ready {
 		ready = "started"
 	}
@@ -879,12 +883,25 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		ready = "failed to start: " + st.JoinErr
 	}
 	who := fmt.Sprintf("member %d of %d", st.Self, st.Size)
-	if st.Self < 0 {
+	switch {
+	case st.View != nil:
+		who = fmt.Sprintf("member %d of %d", st.Self, len(st.View.Members))
+	case st.Self < 0:
 		who = fmt.Sprintf("%d members expected", st.Size)
 	}
 	fmt.Fprintf(w, "group %d, %s, %s, order %s, mode %s, up %s\n", st.Group, who, ready, st.Order, st.Mode, st.Uptime)
 	if st.Sequencer != nil {
 		fmt.Fprintf(w, "sequencer: member %d, epoch %d\n", *st.Sequencer, st.Epoch)
+	}
+	if v := st.View; v != nil {
+		ms := make([]string, len(v.Members))
+		for i, m := range v.Members {
+			ms[i] = fmt.Sprintf("%d (%s, incarnation %d)", m.ID, m.MAC, m.Incarnation)
+		}
+		fmt.Fprintf(w, "view %d: %s\n", v.ID, strings.Join(ms, ", "))
+		for _, c := range v.Changes {
+			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "member\tstate\tdelivered\tbytes\trepairs\trepair p50\trepair p99\tlast heard")

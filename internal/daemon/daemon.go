@@ -189,7 +189,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		wg.Wait()
 	}()
 
-	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server,
+	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server, "membership", membership(d.cfg.Group),
 		"order", d.cfg.Group.Order.String(), "socket", ln.Addr().String())
 	g, err := reliable.Join(ctx, d.watch, d.cfg.Group)
 	if err != nil {

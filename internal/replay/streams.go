@@ -11,11 +11,17 @@ import (
 
 // senderKey names one sequence space: a member id in one incarnation.
 type senderKey struct {
-	ID  frame.MemberID
-	Inc uint32
+	ID   frame.MemberID
+	Inc  uint32
+	View uint32 // a group that changes numbers each view afresh
 }
 
-func (k senderKey) String() string { return fmt.Sprintf("%d.%d", k.ID, k.Inc) }
+func (k senderKey) String() string {
+	if k.View != 0 {
+		return fmt.Sprintf("%d.%d@v%d", k.ID, k.Inc, k.View)
+	}
+	return fmt.Sprintf("%d.%d", k.ID, k.Inc)
+}
 
 // Gap is a sequence number a receiver learned was missing (a later one
 // arrived, or an Ack, Heartbeat, Nack or Leave named a later end), or
@@ -147,7 +153,7 @@ func (a *analysis) isPBP(v frame.View) bool {
 	if !isPBPType(v.Type()) {
 		return false
 	}
-	return v.Type() != frame.Leave || !a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
+	return v.Type() != frame.Leave || !a.seqSenders[senderKey{v.Sender(), v.Incarnation(), v.ViewID()}]
 }
 
 func analyse(c *Capture) *analysis {
@@ -155,7 +161,7 @@ func analyse(c *Capture) *analysis {
 	for i := range c.Records {
 		a.order = append(a.order, &c.Records[i])
 		if v := c.Records[i].View; v != nil && isSeqType(v.Type()) {
-			a.seqSenders[senderKey{v.Sender(), v.Incarnation()}] = true
+			a.seqSenders[senderKey{v.Sender(), v.Incarnation(), v.ViewID()}] = true
 		}
 	}
 	sort.SliceStable(a.order, func(i, j int) bool { return a.order[i].Time.Before(a.order[j].Time) })
@@ -174,7 +180,7 @@ func analyse(c *Capture) *analysis {
 			continue
 		}
 		a.groups[v.Group()]++
-		k := senderKey{v.Sender(), v.Incarnation()}
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		if _, ok := a.macs[k]; !ok {
 			a.macs[k] = r.Src
 		}
@@ -213,7 +219,7 @@ func analyse(c *Capture) *analysis {
 		switch {
 		case r.Dir == DirOut || r.Dir == DirUnknown:
 			a.txs = append(a.txs, r)
-		case r.View != nil && !hasOut[senderKey{r.View.Sender(), r.View.Incarnation()}]:
+		case r.View != nil && !hasOut[senderKey{r.View.Sender(), r.View.Incarnation(), r.View.ViewID()}]:
 			h := sha256.Sum256(r.Data)
 			if !seenTx[h] {
 				seenTx[h] = true
@@ -233,7 +239,7 @@ func analyse(c *Capture) *analysis {
 	}
 	for _, r := range a.order {
 		if r.View != nil && r.Dir == DirOut && c.HasDirection {
-			a.views[r.Iface].self[senderKey{r.View.Sender(), r.View.Incarnation()}] = true
+			a.views[r.Iface].self[senderKey{r.View.Sender(), r.View.Incarnation(), r.View.ViewID()}] = true
 		}
 	}
 	for _, r := range a.order {
@@ -250,7 +256,7 @@ func analyse(c *Capture) *analysis {
 		default:
 			continue
 		}
-		k := senderKey{v.Sender(), v.Incarnation()}
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		if w.self[k] || k.ID == frame.NoMember || !pbpFrame(v) {
 			continue
 		}
