@@ -896,7 +896,11 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	if v := st.View; v != nil {
 		ms := make([]string, len(v.Members))
 		for i, m := range v.Members {
-			ms[i] = fmt.Sprintf("%d (%s, incarnation %d)", m.ID, m.MAC, m.Incarnation)
+			at := m.MAC
+			if m.Addr != "" {
+				at = m.Addr
+			}
+			ms[i] = fmt.Sprintf("%d (%s, incarnation %d)", m.ID, at, m.Incarnation)
 		}
 		fmt.Fprintf(w, "view %d: %s\n", v.ID, strings.Join(ms, ", "))
 		for _, c := range v.Changes {

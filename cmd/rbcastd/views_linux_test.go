@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +109,11 @@ func viewsChurn(t *testing.T, topo *netns.Topology, cr carriage) {
 		for _, m := range st.View.Members {
 			if m.ID == i {
 				incarnations[i] = m.Incarnation
+			}
+			// Over UDP, status names every member's address (multicast
+			// members send from a port of their own).
+			if ip := topo.Hosts[m.ID].IP.String(); cr.udp && !strings.HasPrefix(m.Addr, ip+":") {
+				t.Errorf("host %d's status: member %d at %q, want %s:PORT", i, m.ID, m.Addr, ip)
 			}
 		}
 	}

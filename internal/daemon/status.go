@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -100,7 +102,32 @@ type ViewStatus struct {
 type ViewMember struct {
 	ID          int    `json:"id"`
 	MAC         string `json:"mac"`
+	Addr        string `json:"addr,omitempty"` // over UDP (link/udp): the member's address
 	Incarnation uint32 `json:"incarnation"`
+}
+
+// addrOf is a link that knows its members' addresses beside their MACs
+// (link/udp).
+type addrOf interface {
+	AddrOf(mac [6]byte) (netip.AddrPort, bool)
+}
+
+// memberAddr is the address the link knows for mac, or "".
+func memberAddr(l link.Link, mac [6]byte) string {
+	for l != nil {
+		if a, ok := l.(addrOf); ok {
+			if ap, ok := a.AddrOf(mac); ok {
+				return ap.String()
+			}
+			return ""
+		}
+		w, ok := l.(link.Wrapper)
+		if !ok {
+			return ""
+		}
+		l = w.Unwrap()
+	}
+	return ""
 }
 
 // ViewChange is a view installed here: when, and how many members.
@@ -208,7 +235,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 	if st.View != nil {
 		v := &ViewStatus{ID: st.View.ID, Counts: st.Views}
 		for _, m := range st.View.Members {
-			v.Members = append(v.Members, ViewMember{ID: int(m.ID), MAC: net.HardwareAddr(m.MAC[:]).String(), Incarnation: m.Incarnation})
+			v.Members = append(v.Members, ViewMember{ID: int(m.ID), MAC: net.HardwareAddr(m.MAC[:]).String(), Addr: memberAddr(d.watch.Link, m.MAC), Incarnation: m.Incarnation})
 		}
 		for _, ev := range st.Events {
 			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
