@@ -244,10 +244,20 @@ func openSink(c *localapi.Conn, prog *progress) (sink, error) {
 		return newBatcher(c, prog), nil
 	}
 	r, err := c.SendRing(0)
+	if ringRefused(err) {
+		return newBatcher(c, prog), nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &ringSink{r: r, prog: prog}, nil
+}
+
+// ringRefused reports whether the daemon refused a ring but kept the
+// connection (its clients' rings are at its bound): the socket serves.
+func ringRefused(err error) bool {
+	var e *localapi.Error
+	return errors.As(err, &e) && e.Code == localapi.CodeTooLarge
 }
 
 // send streams in through c and flushes; it returns the number of
@@ -589,7 +599,9 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 	var rr *localapi.RingReceiver
 	if c.Version() >= 2 {
 		var err error
-		if rr, err = c.DeliverRing(0); err != nil {
+		if rr, err = c.DeliverRing(0); ringRefused(err) {
+			rr = nil
+		} else if err != nil {
 			return err
 		}
 	}

@@ -41,6 +41,11 @@ import (
 // everything accepted acknowledged by the live members.
 const DefaultLeaveTimeout = 30 * time.Second
 
+// DefaultMaxRingMemory bounds the clients' rings together when
+// Config.MaxRingMemory is 0: sixteen clients with two rings of
+// at most MaxRing (16 MiB) each.
+const DefaultMaxRingMemory = 512 << 20
+
 // Config configures a Daemon.
 type Config struct {
 	// Group is the group to join (reliable.Config); its Logger defaults
@@ -60,6 +65,10 @@ type Config struct {
 	// rbcastd run's -spin sets it with the ring's): a ping's next message
 	// then need not wait for a thread to be woken. 0: never.
 	ClientSpin time.Duration
+	// MaxRingMemory bounds the memory of all clients' rings together
+	// (local API version 2); 0 means DefaultMaxRingMemory. A RingSetup
+	// beyond it is refused and the client uses its socket instead.
+	MaxRingMemory int64
 	// CheckSelf, when set, vets the id registration gave this member; an
 	// error makes the daemon leave and Run return it.
 	CheckSelf func(self frame.MemberID) error
@@ -89,9 +98,10 @@ type Daemon struct {
 	conns  map[*conn]struct{}
 	closed bool
 
-	accepted atomic.Uint64 // Sends accepted, all clients
-	subsGen  atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
-	rates    rateSampler
+	accepted  atomic.Uint64 // Sends accepted, all clients
+	ringBytes atomic.Int64  // memory of every client's rings
+	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
+	rates     rateSampler
 }
 
 // New returns a Daemon; Run starts it.

@@ -24,6 +24,7 @@ type connRings struct {
 	deliver *localapi.Ring
 	space   chan struct{} // the client made room in the deliver ring (its Doorbell)
 	mems    [][]byte
+	bytes   int64 // the rings' memory, counted in Daemon.ringBytes
 }
 
 // MaxRing bounds the data area of a ring the daemon makes for a client:
@@ -58,14 +59,25 @@ func (c *conn) setupRing(m *localapi.RingSetup) bool {
 			return false
 		}
 	}
+	most := c.d.cfg.MaxRingMemory
+	if most == 0 {
+		most = DefaultMaxRingMemory
+	}
+	if held := c.d.ringBytes.Add(int64(size)); held > most {
+		c.d.ringBytes.Add(-int64(size))
+		c.fail(localapi.CodeTooLarge, true, "RingSetup: the clients' rings hold %d bytes and this one would pass the daemon's bound of %d; use the socket", held-int64(size), most)
+		return true
+	}
 	fd, mem, err := localapi.CreateRingMemory(size)
 	if err != nil {
+		c.d.ringBytes.Add(-int64(size))
 		c.fail(localapi.CodeClosed, true, "RingSetup: %v", err)
 		return true
 	}
 	defer unix.Close(fd)
 	r, err := localapi.NewRing(m.Ring, mem, size)
 	if err != nil {
+		c.d.ringBytes.Add(-int64(size))
 		localapi.UnmapRing(mem)
 		c.fail(localapi.CodeClosed, true, "RingSetup: %v", err)
 		return true
@@ -73,6 +85,7 @@ func (c *conn) setupRing(m *localapi.RingSetup) bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.rings.mems = append(c.rings.mems, mem)
+	c.rings.bytes += int64(size)
 	if m.Ring == localapi.RingSend {
 		c.rings.send = r
 	} else {
@@ -292,6 +305,7 @@ func (c *conn) publishDeliver() error {
 func (c *conn) unmapRings() {
 	c.wmu.Lock()
 	mems := c.rings.mems
+	c.d.ringBytes.Add(-c.rings.bytes)
 	c.rings = connRings{}
 	c.hasDeliverRing.Store(false)
 	c.wmu.Unlock()

@@ -244,3 +244,49 @@ func TestSecondSubscriberDuringRingStream(t *testing.T) {
 		m.Close()
 	}
 }
+
+// The clients' rings together stay within Config.MaxRingMemory: a
+// RingSetup past it is refused with an Error that keeps the connection
+// (the client goes on over its socket), and a closed connection's rings
+// count no more.
+func TestRingMemoryBound(t *testing.T) {
+	seg := newMemSeg(1)
+	t.Cleanup(func() { seg.links[0].Close() })
+	cfg := Config{Logger: quiet, MaxRingMemory: 2 * localapi.MinRing, Group: reliable.Config{Group: 9, Size: 1, Server: true}}
+	d := startDaemon(t, seg.links[0], t.TempDir()+"/a.sock", cfg)
+	a, _ := dial(t, d.socket, true)
+	if _, err := a.SendRing(localapi.MinRing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeliverRing(localapi.MinRing); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := dial(t, d.socket, true)
+	_, err := b.SendRing(localapi.MinRing)
+	var e *localapi.Error
+	if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, "the clients' rings hold 131072 bytes and this one would pass the daemon's bound of 131072; use the socket") {
+		t.Fatalf("third ring: %v; want a refusal naming the bound", err)
+	}
+	// The refused connection still sends over its socket.
+	if err := b.Write(&localapi.Send{Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(&localapi.Flush{}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.Read(); err != nil || m.Type() != localapi.TFlushed {
+		t.Fatalf("Flush after the refusal: %v %v", m, err)
+	}
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := b.SendRing(localapi.MinRing)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the first client closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
