@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views fuzz lint deps clean
 
 all: build
 
@@ -99,6 +99,20 @@ bench-rbcastd:
 	bench/peers/ensure-deps
 	{ echo; echo '### corosync CPG, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -t udpu -r $(REPS); echo '```'; } | tee -a bench-rbcastd.md
+
+# docs/benchmarks.md, "View changes" (issue 19): rbcastd under views on a
+# 4-host netns segment (cmd/rbcastd BenchmarkNetnsViews, prefix rbm: join
+# latency, kill -9 to the new view at -failure-timeout 1s and 300ms, the
+# stable receiver's stall), then corosync's confchg for the same join and
+# kill (bench/peers/run-corosync-views: token 1000 and 300 ms without the
+# per-node coefficient, and corosync's defaults), VIEWS_N of each. Root;
+# about 5 minutes at VIEWS_N=10; writes bench-views.md.
+VIEWS_N ?= 10
+bench-views:
+	{ echo '```'; $(GO) test -run '^$$' -bench '^BenchmarkNetnsViews$$' -benchtime $(VIEWS_N)x -timeout 30m ./cmd/rbcastd; echo '```'; } | tee bench-views.md
+	bench/peers/ensure-deps
+	{ echo; echo '```'; bench/peers/run-corosync-views -r $(VIEWS_N) -T 1000 -C 0; bench/peers/run-corosync-views -r $(VIEWS_N) -T 300 -C 0; \
+	  bench/peers/run-corosync-views -r $(VIEWS_N); echo '```'; } | tee -a bench-views.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
