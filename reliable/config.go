@@ -309,8 +309,8 @@ func (c Config) settings() (settings, error) {
 			return s, configErr("Views and static Members exclude each other: a static list never changes")
 		case c.Server:
 			return s, configErr("Server applies to registration; with Views any member admits joiners")
-		case c.Order != FIFO:
-			return s, configErr("Views is built for Order FIFO so far; Order Total registers (Size, Server)")
+		case c.Order == Total && c.Resilience == SafeSequencer:
+			return s, configErr("Resilience applies to the registered total order; with Views, Order Total is Agreed (one order, the same at every member)")
 		case c.Size < 0:
 			return s, configErr("Size is %d, want >= 0 (with Views: processes to wait for before founding; 0 means 1)", c.Size)
 		case c.MaxMembers < 0 || c.MaxMembers > MaxViewMembers:

@@ -7,6 +7,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // Driver runs a member over a link without goroutines and without waiting:
@@ -41,8 +42,13 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	var c core.Core
 	switch {
 	case s.Views:
-		if c, err = newViewCore(&s, l); err != nil {
+		v, err := newViewCore(&s, l)
+		if err != nil {
 			return nil, err
+		}
+		c = v
+		if s.Order == Total {
+			c = vtotal.New(v) // Agreed: one order over the views
 		}
 	case len(s.Members) == 0:
 		return nil, configErr("a Driver needs static Members or Views (registration runs only under Join)")

@@ -16,6 +16,7 @@ import (
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/member"
 	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // ErrClosed is returned by Send and Recv once the group is closed (or this
@@ -159,6 +160,9 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		self, members, clk = reg.self, reg.members, reg.clk
 	}
 	var c core.Core = views
+	if views != nil && s.Order == Total {
+		c = vtotal.New(views) // Agreed: one order over the views
+	}
 	if views == nil {
 		if c, err = s.newCore(self, members, mtu); err != nil {
 			return nil, err

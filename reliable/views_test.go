@@ -156,7 +156,7 @@ func TestViewsConfigErrors(t *testing.T) {
 		want string
 	}{
 		{Config{Views: true, Server: true}, "Server applies to registration"},
-		{Config{Views: true, Order: Total}, "Views is built for Order FIFO"},
+		{Config{Views: true, Order: Total, Resilience: SafeSequencer}, "Resilience applies to the registered total order"},
 		{Config{Views: true, Members: staticMembers([]*rtnet.Link{l}), Self: 1}, "exclude each other"},
 		{Config{Views: true, MaxMembers: 61}, "MaxMembers is 61, want 0..60"},
 		{Config{Views: true, Size: 20}, "Size is 20, but MaxMembers is 16"},
@@ -205,4 +205,48 @@ func TestViewsRemoveGroup(t *testing.T) {
 			t.Errorf("member %d: Send after removal: %v, want ErrGroupRemoved", g.Self(), err)
 		}
 	}
+}
+
+// Order Total over views (Agreed): three processes found a group under
+// loss, a fourth joins, one crashes; in every phase every member delivers
+// the same sequence, its own messages included.
+func TestViewsAgreed(t *testing.T) {
+	r := rtnet.New(t, 41)
+	imp := testnet.Impairment{Loss: 0.05}
+	agreed := func(size int) Config {
+		c := viewsConfig(size)
+		c.Order = Total
+		return c
+	}
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
+		cfgs = append(cfgs, agreed(3))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	sameLogs(t, exchangeTotal(t, groups, 150))
+
+	late, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{In: imp}), agreed(1))
+	if err != nil {
+		t.Fatalf("late joiner: %v", err)
+	}
+	t.Cleanup(func() { late.abort(); <-late.Done() })
+	groups = append(groups, late)
+	awaitMembers(t, groups, 4)
+	sameLogs(t, exchangeTotal(t, groups, 100))
+
+	groups[1].abort()
+	<-groups[1].Done()
+	rest := []*Group{groups[0], groups[2], groups[3]}
+	awaitMembers(t, rest, 3)
+	sameLogs(t, exchangeTotal(t, rest, 100))
 }

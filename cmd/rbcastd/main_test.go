@@ -97,7 +97,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-node", "16"}, "-node is \"16\", want a member id 0..15 (-max-members 16)"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-max-members", "61"}, "-max-members is 61, want 1..60"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "17"}, "-members is 17, want 0..16"},
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-membership", "views", "-order", "total", "-members", "2"}, "-membership views is built for -order fifo"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-membership", "views", "-order", "total", "-resilience", "sequencer"}, "-resilience sequencer applies to -membership registered"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-membership", "dynamic"}, `-membership is "dynamic", want views or registered`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-membership", "registered", "-max-members", "8"}, "-max-members applies to -membership views only"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-order", "total"}, "-members is 0, want 1..40"},

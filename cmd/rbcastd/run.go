@@ -43,8 +43,11 @@ agreed view, shown by 'rbcastd status'. -node ID asks for that member id
 (the lowest free one otherwise; if ID is taken, the daemon exits with an
 error). -max-members bounds the group.
 
-Under -order total (or -membership registered) the group is fixed when it
-starts: it starts once N members have registered with the registration
+-order total orders every message the same at every member. With
+-membership views it is the Agreed level over the changing membership
+(in each view the lowest id orders; members that move to the next view
+together deliver the same sequence); by default, and with -membership
+registered, the group is fixed when it starts: it starts once N members have registered with the registration
 server; exactly one daemon runs with -node 0 and is that server (member
 0); the others omit -node and are given the lowest free id, or ask for
 one with -node ID.
@@ -90,7 +93,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&f.group, "group", 0, "group `id`, 1..4294967295 (required)")
 	fs.IntVar(&f.members, "members", 0, "`N`: with changing membership, how many daemons (this one included) to wait for before founding the group when none runs (0: 1); registered: the group's fixed size (required)")
 	fs.StringVar(&f.node, "node", "", "member `id` to ask for (absent: the lowest free one); registered: 0 makes this daemon the registration server")
-	fs.StringVar(&f.membership, "membership", "", "views (members join, fail, leave and rejoin; the default under -order fifo) or registered (fixed at start; the only one under -order total)")
+	fs.StringVar(&f.membership, "membership", "", "views (members join, fail, leave and rejoin; the default under -order fifo; under -order total the Agreed level) or registered (fixed at start; the default under -order total)")
 	fs.IntVar(&f.maxMembers, "max-members", 0, "most members of a changing group (0: 16); every data frame has room for their acknowledgements, so messages shrink by 4 bytes per member")
 	fs.StringVar(&f.order, "order", "fifo", "delivery order: fifo (per sender) or total (one order at every member)")
 	fs.StringVar(&f.socket, "socket", "", "local API socket `path` (default "+localapi.SocketDir+"/group-G.sock)")
@@ -175,9 +178,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	switch f.membership {
 	case "":
 	case "views":
-		if f.order != "fifo" {
-			return dc, "", fmt.Errorf("-membership views is built for -order fifo so far; -order %s registers (-membership registered)", f.order)
-		}
+		views = true
 	case "registered":
 		views = false
 	default:
@@ -242,7 +243,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	default:
 		return dc, "", fmt.Errorf("-mode is %q, want pbp2 or pbp1", f.mode)
 	}
-	if c.Order == reliable.Total && c.Mode != reliable.PBP2 {
+	if c.Order == reliable.Total && c.Mode != reliable.PBP2 && !views {
 		return dc, "", errors.New("-mode pbp1 applies to -order fifo only (the sequencer repairs by its own protocol)")
 	}
 	switch f.resilience {
@@ -252,11 +253,14 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		if c.Order != reliable.Total {
 			return dc, "", errors.New("-resilience sequencer applies to -order total only")
 		}
+		if views {
+			return dc, "", errors.New("-resilience sequencer applies to -membership registered (with views, -order total is Agreed)")
+		}
 		c.Resilience = reliable.SafeSequencer
 	default:
 		return dc, "", fmt.Errorf("-resilience is %q, want majority or sequencer", f.resilience)
 	}
-	if c.Order == reliable.Total && f.bundle != 0 {
+	if c.Order == reliable.Total && f.bundle != 0 && !views {
 		return dc, "", errors.New("-bundle-delay applies to -order fifo only (total order bundles what waits at each transmission)")
 	}
 	if f.window < 0 {

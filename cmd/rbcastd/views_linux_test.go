@@ -320,3 +320,155 @@ func whereDiffers(data, out []byte) string {
 	zeros := bytes.Count(out[i:j], []byte{0})
 	return fmt.Sprintf("differs from the stream's tail at byte %d of %d (stream offset %d) for %d bytes (%d zeros), then equal for %d; the bytes there are at stream offset %d; got %x, want %x", i, len(out), len(data)-len(out)+i, j-i, zeros, k-j, at, out[i:min(i+32, len(out))], tail[i:min(i+32, len(out))])
 }
+
+// -order total over views (Agreed) under 5 % loss: three hosts send
+// lines while all four receive every member's; host 3's daemon is killed
+// with SIGKILL midway. The survivors deliver the same sequence, every
+// sender's lines in its order; what host 3 delivered before it died is a
+// prefix of it.
+func TestNetnsViewsAgreed(t *testing.T) {
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 4, Prefix: "rbva"})
+	const (
+		group = 32
+		lines = 400
+	)
+	for _, h := range topo.Hosts {
+		if err := h.SetLoss(netns.In, netns.Loss{Percent: 5, EtherType: frame.EtherType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
+	var daemons []*exec.Cmd
+	for i, h := range topo.Hosts {
+		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "4",
+			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
+		log := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		daemons = append(daemons, cmd)
+		t.Cleanup(func() {
+			select {
+			case <-done:
+			default:
+				cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("daemon on host %d logged:\n%s", i, log)
+			}
+		})
+	}
+	for i := range topo.Hosts {
+		st, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second)
+		if err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+		if st.View == nil || st.Self != i || st.Order != "total" {
+			t.Fatalf("host %d: member %d, order %s, view %+v; want member %d of a view, order total", i, st.Self, st.Order, st.View, i)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	outs := make([]string, 4)
+	var recvs []*exec.Cmd
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range topo.Hosts {
+		outs[i] = filepath.Join(c.dir, fmt.Sprintf("lines%d", i))
+		r := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(3*lines), "-o", outs[i])
+		var o bytes.Buffer
+		r.Stdout, r.Stderr = &o, &o
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		recvs = append(recvs, r)
+		if i < 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.Wait(); err != nil {
+					errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
+				}
+			}()
+		}
+	}
+	waitSubscribers(t, c, 1)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var in bytes.Buffer
+			for n := range lines {
+				fmt.Fprintf(&in, "host %d line %d\n", i, n)
+			}
+			s := c.cli(ctx, i, "send", "-lines")
+			s.Stdin = &in
+			if out, err := s.CombinedOutput(); err != nil {
+				errs <- fmt.Errorf("send at host %d: %w\n%s", i, err, out)
+			}
+		}()
+	}
+	for {
+		b, _ := os.ReadFile(outs[0])
+		if bytes.Count(b, []byte("\n")) >= lines {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("host 0 received %d lines", bytes.Count(b, []byte("\n")))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	daemons[3].Process.Kill()
+	wg.Wait()
+	recvs[3].Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	var seqs [][]string
+	for i := range topo.Hosts {
+		b, err := os.ReadFile(outs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq []string
+		if len(b) > 0 {
+			seq = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		}
+		seqs = append(seqs, seq)
+	}
+	for i := 1; i < 3; i++ {
+		if !slices.Equal(seqs[i], seqs[0]) {
+			t.Fatalf("hosts 0 and %d delivered different sequences (%d and %d lines; first difference %s)", i, len(seqs[0]), len(seqs[i]), firstLineDiff(seqs[0], seqs[i]))
+		}
+	}
+	next := map[string]int{}
+	for _, l := range seqs[0] {
+		from, payload, _ := strings.Cut(l, "\t")
+		if want := fmt.Sprintf("host %s line %d", from, next[from]); payload != want {
+			t.Fatalf("from member %s: %q, want %q (each sender's lines in its order)", from, payload, want)
+		}
+		next[from]++
+	}
+	if k := len(seqs[3]); k > len(seqs[0]) || !slices.Equal(seqs[3], seqs[0][:k]) {
+		t.Fatalf("host 3 (killed) delivered %d lines that are not a prefix of the survivors' (first difference %s)", k, firstLineDiff(seqs[0], seqs[3]))
+	}
+	t.Logf("three survivors delivered the same %d lines; the killed host a prefix of %d", len(seqs[0]), len(seqs[3]))
+}
+
+func firstLineDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("at line %d: %q / %q", i+1, a[i], b[i])
+		}
+	}
+	return "one is a prefix of the other"
+}

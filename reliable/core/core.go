@@ -265,6 +265,10 @@ type Event struct {
 type ViewInfo struct {
 	ID      uint32
 	Members []frame.MemberInfo // by id
+	// OwnBefore is how many of this member's messages went out in the
+	// views before this one (view.Core.OwnOut then): a layer above
+	// learns which of its messages the view before delivered.
+	OwnBefore uint64
 }
 
 func (e Event) String() string {

@@ -62,6 +62,16 @@ func (c *Core) Freeze() [][]byte {
 	return out
 }
 
+// PendingMessages is how many accepted messages are not numbered yet:
+// those Freeze would return.
+func (c *Core) PendingMessages() int {
+	n := 0
+	for i := range c.pending {
+		n += c.history[(c.nextSeq+uint32(i))&c.hmask].count
+	}
+	return n
+}
+
 // Frozen reports whether Freeze was called.
 func (c *Core) Frozen() bool { return c.frozen }
 

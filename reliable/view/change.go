@@ -135,6 +135,8 @@ func (c *Core) freeze() {
 	}
 	c.frozen = true
 	c.unsent = c.inner.Freeze()
+	c.ownOut += c.handed - uint64(len(c.unsent))
+	c.handed = 0
 }
 
 func (c *Core) myFlush() flushInfo {
@@ -653,6 +655,7 @@ func (c *Core) deliverRelayed(from frame.MemberID, seq uint32, data []byte, bund
 // install makes commit's view the current one: a new inner core, the
 // messages held meanwhile handed to it, an event.
 func (c *Core) install(commit frame.ViewCommitBody) {
+	ownBefore := c.ownOut // the old view was frozen: its count is in
 	self := frame.NoMember
 	for _, m := range commit.Members {
 		if m.MAC == c.cfg.MAC && m.Incarnation == c.cfg.Incarnation {
@@ -718,7 +721,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	}
 	c.stats.Views++
 	c.checkHeard()
-	c.event(core.Event{Kind: core.ViewInstalled, Member: self, Epoch: v.ID, View: &core.ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}})
+	c.event(core.Event{Kind: core.ViewInstalled, Member: self, Epoch: v.ID, View: &core.ViewInfo{ID: v.ID, Members: slices.Clone(v.Members), OwnBefore: ownBefore}})
 }
 
 // drainQueue hands the held messages to the inner core while it takes
@@ -728,6 +731,7 @@ func (c *Core) drainQueue() {
 		if err := c.inner.Propose(c.now, c.queue[0]); err != nil {
 			return
 		}
+		c.handed++
 		c.queue[0] = nil
 		c.queue = c.queue[1:]
 	}

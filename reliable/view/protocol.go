@@ -254,13 +254,31 @@ func (c *Core) Propose(now clock.Time, msg []byte) error {
 	case len(msg) > c.cfg.MaxMessage:
 		return &core.TooLargeError{Size: len(msg), Max: c.cfg.MaxMessage}
 	case c.state == member && !c.frozen && len(c.queue) == 0:
-		return c.inner.Propose(now, msg)
+		err := c.inner.Propose(now, msg)
+		if err == nil {
+			c.handed++
+		}
+		return err
 	}
 	if len(c.queue)+len(c.unsent) >= c.cfg.MaxQueue {
 		return core.ErrWindowFull
 	}
 	c.queue = append(c.queue, append([]byte(nil), msg...))
 	return nil
+}
+
+// OwnOut is how many of this member's messages went out, in the order
+// Propose accepted them: numbered by the core of the view they were sent
+// in (a member that stays delivers them there, and so does every member
+// that moves to the next view with it). A message accepted and not yet
+// numbered when a view changes goes out in the next view, and counts
+// once it is numbered there.
+func (c *Core) OwnOut() uint64 {
+	switch {
+	case c.inner == nil, c.frozen:
+		return c.ownOut
+	}
+	return c.ownOut + c.handed - uint64(c.inner.PendingMessages())
 }
 
 // Leave starts a clean departure: the inner core finishes what was sent

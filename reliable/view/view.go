@@ -43,6 +43,9 @@ type Inner interface {
 	Live(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
+	// PendingMessages is how many accepted messages are not numbered
+	// yet (what Freeze would return).
+	PendingMessages() int
 }
 
 // Config is one process's membership settings.
@@ -203,8 +206,11 @@ type Core struct {
 	flushAt    clock.Time
 	frozen     bool
 	unsent     [][]byte // the frozen core's unsent messages
-	queue      [][]byte // proposed while joining or frozen
-	comp       *completion
+	// ownOut counts this member's messages numbered in the views before
+	// the current one; handed the ones the current inner core accepted.
+	ownOut, handed uint64
+	queue          [][]byte // proposed while joining or frozen
+	comp           *completion
 
 	hdr     frame.Header
 	frames  [][]byte
