@@ -289,3 +289,22 @@ func TestChannelsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The same program over Join: real reliable.Groups, one per channel, on a
+// mux over each member's link of a real-time lossy segment.
+func TestJoinChannels(t *testing.T) {
+	nodes := joinAll(t, 4, 3, dsm.Config{Channels: true})
+	runLive(t, nodes, chanProgram(chanSegs, 4))
+	for r, n := range nodes {
+		st := n.Stats()
+		for key, ranks := range chanSegs {
+			_, open := st.Channels[key]
+			if want := len(ranks) > 1 && slices.Contains(ranks, r); open != want {
+				t.Errorf("rank %d: channel of segment %d open: %v, want %v", r, key, open, want)
+			}
+		}
+		if st.BadMessages != 0 {
+			t.Errorf("rank %d: %d bad messages", r, st.BadMessages)
+		}
+	}
+}
