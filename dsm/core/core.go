@@ -85,6 +85,8 @@ const (
 	EvLockAcquire                       // a: Self acquired Lock (TS its request's)
 	EvLockPermit                        // a at a peer: Self let To acquire Lock (request TS)
 	EvLockRelease                       // v: Self released Lock
+	EvMarker                            // (bm, Seq, From) handled on Key's channel (Channels)
+	EvArrival                           // (bar, Seq, From) handled on the global channel
 )
 
 // Event is one event of a member's history. Data is valid only during
@@ -512,6 +514,9 @@ func (c *Core) receiveSegmentChannel(s *Segment, sp *segPeer, msg []byte) error 
 			uerr = c.receiveUpdate(sp.id, &m)
 		}
 		sp.marks, sp.markID = m.Seq, m.ID
+		if c.trace != nil {
+			c.trace(Event{Kind: EvMarker, From: sp.id, Key: s.key, ID: m.ID, Seq: m.Seq})
+		}
 		return uerr
 	}
 	return fmt.Errorf("dsm: message of type %d from member %d on the channel of segment %d", m.Type, sp.id, s.key)
@@ -523,6 +528,9 @@ func (c *Core) receiveBarrier(p *peer, m *Message) error {
 	}
 	p.barriers = m.Seq
 	p.barrierIDs[m.Seq&1] = m.ID
+	if c.trace != nil {
+		c.trace(Event{Kind: EvArrival, From: p.id, ID: m.ID, Seq: m.Seq})
+	}
 	return nil
 }
 
