@@ -358,20 +358,8 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
-	if cfg.Channels {
-		if len(cfg.Group.Members) == 0 {
-			return nil, fmt.Errorf("%w: dsm: Config.Channels needs a static member list (Config.Group.Members): a segment channel's members are named from it", reliable.ErrConfig)
-		}
-		m, err := mux.New(l, mux.Config{})
-		if err != nil {
-			return nil, err
-		}
-		gl, err := m.Open(cfg.Group.Group)
-		if err != nil {
-			return nil, err
-		}
-		e.mux, e.cfg, e.channels = m, cfg, map[core.Channel]*reliable.Group{}
-		l = gl
+	if cfg.Channels && len(cfg.Group.Members) == 0 {
+		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a static member list (Config.Group.Members): a segment channel's members are named from it", reliable.ErrConfig)
 	}
 	// The group may deliver as soon as Join returns, before the core
 	// exists: its event loop hands deliveries and events out without the
@@ -379,7 +367,26 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	// core is installed (or, if building it fails, find none and are
 	// dropped with the node).
 	n.mu.Lock()
-	g, err := reliable.Join(ctx, l, gcfg)
+	var g *reliable.Group
+	var err error
+	if cfg.Channels {
+		// Every group of the node on one link: the global one and, as
+		// barriers fix memberships, one per segment channel.
+		m, merr := mux.New(l, mux.Config{})
+		if merr != nil {
+			n.mu.Unlock()
+			return nil, merr
+		}
+		gl, merr := m.Open(cfg.Group.Group)
+		if merr != nil {
+			n.mu.Unlock()
+			return nil, merr
+		}
+		e.mux, e.cfg, e.channels = m, cfg, map[core.Channel]*reliable.Group{}
+		g, err = reliable.Join(ctx, gl, gcfg)
+	} else {
+		g, err = reliable.Join(ctx, l, gcfg)
+	}
 	if err != nil {
 		n.mu.Unlock()
 		return nil, err

@@ -203,9 +203,10 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	if err != nil {
 		return err
 	}
+	// (A failed Join leaves the view open: the node fails with the
+	// error and its link goes with it.)
 	g, err := reliable.Join(context.Background(), l, gcfg)
 	if err != nil {
-		l.Close()
 		return err
 	}
 	e.channels[ch] = g
