@@ -17,6 +17,11 @@ import (
 // this process (its configuration differs, or the group is full).
 var ErrRefused = errors.New("reliable: admission refused")
 
+// ErrMinority is wrapped (beside ErrRemoved) by the error a Group stops
+// with under Order Total with Views when it could reach no majority of its
+// view: only a primary component goes on.
+var ErrMinority = view.ErrMinority
+
 // ErrGroupRemoved is wrapped by the error a Group stops with when a
 // member removed the group (Group.RemoveGroup).
 var ErrGroupRemoved = errors.New("reliable: the group was removed")
@@ -64,7 +69,7 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 		ConfigHash: hash, MTU: mtu, EtherType: s.EtherType,
 		Found: s.Size, MaxMembers: s.MaxMembers, Window: shared.window,
 		Retry: clock.Duration(s.JoinRetry), FailureTimeout: shared.failureTimeout,
-		MaxMessage: info.MaxMessage, MaxQueue: max(shared.window, 64),
+		MaxMessage: info.MaxMessage, MaxQueue: max(shared.window, 64), Primary: s.Order == Total,
 		Delivers: info.Delivers, InFlight: info.InFlight,
 		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
 			cfg := s.pbpConfig(self, v.Members, mtu)
@@ -85,6 +90,8 @@ func (g *Group) viewErr(err error) error {
 	case errors.Is(err, view.ErrRefused):
 		return fmt.Errorf("%w: group %d: %w", ErrRefused, g.cfg.Group, err)
 	case errors.Is(err, view.ErrRemoved):
+		return fmt.Errorf("%w: group %d member %d: %w", ErrRemoved, g.cfg.Group, g.self, err)
+	case errors.Is(err, view.ErrMinority):
 		return fmt.Errorf("%w: group %d member %d: %w", ErrRemoved, g.cfg.Group, g.self, err)
 	case errors.Is(err, view.ErrGroupRemoved):
 		return fmt.Errorf("%w: group %d: %w", ErrGroupRemoved, g.cfg.Group, err)

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -406,7 +407,7 @@ func (c *Core) Ready() core.Ready {
 		// A change the inner core's events call for starts now; a view
 		// is installed only by Step and Tick (install takes the old
 		// core's output, which this Ready has taken already).
-		if c.state == member && c.comp == nil && c.coordinator() == c.self {
+		if c.state == member && c.comp == nil && c.primary() && c.coordinator() == c.self {
 			if c.prop == nil && c.changeDue() {
 				c.propose()
 			} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
@@ -501,6 +502,9 @@ func (c *Core) progress() {
 			c.complete()
 			return
 		}
+		if !c.primary() {
+			return
+		}
 		if c.prop == nil && c.coordinator() == c.self && c.changeDue() {
 			c.propose()
 		} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
@@ -510,6 +514,44 @@ func (c *Core) progress() {
 			c.propose()
 		}
 	}
+}
+
+// ErrMinority is wrapped by the error of a member that stopped because
+// it could reach no majority of its view (Config.Primary).
+var ErrMinority = errors.New("view: not in a majority of the view")
+
+// primary reports whether this member may go on (Config.Primary): more
+// than half of its view's members (those that left cleanly aside) are
+// reachable, itself included; a member's restart asking to join is
+// reachable. Otherwise it stops with ErrMinority, and false.
+func (c *Core) primary() bool {
+	if !c.cfg.Primary || c.state != member {
+		return true
+	}
+	total, present := 0, 0
+	for _, m := range c.view.Members {
+		if containsID(c.leavers, m.ID) {
+			continue
+		}
+		total++
+		if m.ID == c.self || !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
+			present++
+			continue
+		}
+		for _, j := range c.joiners {
+			if j.mac == m.MAC {
+				present++
+				break
+			}
+		}
+	}
+	if 2*present > total {
+		return true
+	}
+	why := fmt.Sprintf("%d of the %d members of view %d are reachable: under total order only a majority goes on (a primary component)", present, total, c.view.ID)
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
+	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+	return false
 }
 
 // lostStaying reports whether a member that p keeps is now suspected or

@@ -86,6 +86,12 @@ type Config struct {
 	// MaxQueue bounds the messages held while no view runs (joining, or
 	// frozen by a change).
 	MaxQueue int
+	// Primary: only a majority of a view goes on to the next one (a
+	// primary component, for total order): a member that can reach no
+	// more than half of its view's members (those that left cleanly
+	// aside) stops with ErrMinority instead of installing a view of its
+	// own.
+	Primary bool
 	// Delivers says which inner frame types deliver (core.Info.Delivers).
 	Delivers func(frame.Type) bool
 	// InFlight names what the inner core's Stats.InFlight counts.

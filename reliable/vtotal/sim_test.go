@@ -146,7 +146,7 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 		Group: simGroup, MAC: p.mac, Incarnation: inc, Nonce: uint64(inc) * 7919, Requested: frame.NoMember,
 		ConfigHash: 1, MTU: 1500, Found: found, MaxMembers: 16, Window: window,
 		Retry: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond,
-		MaxMessage: 200, MaxQueue: 64, Delivers: func(t frame.Type) bool { return t == frame.Data },
+		MaxMessage: 200, MaxQueue: 64, Primary: true, Delivers: func(t frame.Type) bool { return t == frame.Data },
 		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
 			return pbp.New(pbp.Config{Group: simGroup, Self: self, Members: v.Members, ViewID: v.ID, Retain: true,
 				Window: window, MaxPayload: 200, HeartbeatInterval: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond})
@@ -604,4 +604,61 @@ func idStrings(ids []msgID) []string {
 		out[i] = fmt.Sprintf("%x.%d#%d", id.mac, id.inc, id.n)
 	}
 	return out
+}
+
+// A partition splits five members two from three: under total order only
+// the majority goes on (a primary component). The two stop with an error
+// that says so and deliver nothing of their own side after the split; the
+// three install a view of three and deliver every message of it alike.
+func TestPartitionMinorityStops(t *testing.T) {
+	net, err := testnet.New(7, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 7, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16}
+	var eps []*testnet.Endpoint
+	for i := range 5 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep)
+		r.procs = append(r.procs, r.newProcess(ep, uint32(700+i), 5, 30))
+	}
+	founded := func() bool {
+		for _, p := range r.procs {
+			if p.view != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for !founded() && net.Now().Before(r.start.Add(2*time.Second)) {
+		net.RunFor(10 * time.Millisecond)
+	}
+	if !founded() || len(r.views[eraView{r.era, 1}]) != 5 {
+		t.Fatalf("the five did not found one view")
+	}
+	net.RunFor(100 * time.Millisecond) // some messages in view 1
+	if err := net.Partition(eps[:2], eps[2:]); err != nil {
+		t.Fatal(err)
+	}
+	net.RunFor(4 * time.Second)
+	if r.failed != nil {
+		t.Fatal(r.failed)
+	}
+	for _, p := range r.procs[:2] {
+		if p.err == nil || !strings.Contains(p.err.Error(), "of the 5 members of view 1 are reachable: under total order only a majority goes on (a primary component)") {
+			t.Errorf("minority process %x: err %v, want it stopped for want of a majority", p.mac, p.err)
+		}
+	}
+	for _, p := range r.procs[2:] {
+		if p.err != nil || len(r.views[eraView{r.era, p.view}]) != 3 {
+			t.Errorf("majority process %x: err %v, view %d of %d members; want a view of 3", p.mac, p.err, p.view, len(r.views[eraView{r.era, p.view}]))
+		}
+	}
+	a, b := idStrings(r.procs[2].inView[r.procs[2].view]), idStrings(r.procs[3].inView[r.procs[3].view])
+	if len(a) == 0 || !slices.Equal(a, b) {
+		t.Errorf("the majority's view of 3: %d and %d messages delivered (first difference %s)", len(a), len(b), firstDiff(a, b))
+	}
 }
