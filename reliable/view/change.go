@@ -134,9 +134,49 @@ func (c *Core) freeze() {
 		return
 	}
 	c.frozen = true
+	// What the flush reports as delivered is fixed here: the inner core
+	// goes on delivering, and what it delivers from now on waits in
+	// stash until the commit says how far each sender's messages count
+	// in this view (a flush that reported less than was delivered would
+	// let the cut of a departing sender fall below what this member
+	// handed out).
+	c.frozenAt = c.frozenAt[:0]
+	for _, m := range c.view.Members {
+		d, _ := c.inner.DeliveredFrom(m.ID)
+		c.frozenAt = append(c.frozenAt, frame.Delivered{Member: m.ID, Next: d})
+	}
 	c.unsent = c.inner.Freeze()
 	c.ownOut += c.handed - uint64(len(c.unsent))
 	c.handed = 0
+}
+
+// deliveredAtFreeze is how far member id's messages were delivered when
+// this member froze for the change under way.
+func (c *Core) deliveredAtFreeze(id frame.MemberID) (uint32, bool) {
+	if !c.frozen {
+		return 0, false
+	}
+	for _, f := range c.frozenAt {
+		if f.Member == id {
+			return f.Next, true
+		}
+	}
+	return 0, false
+}
+
+// stashAfterFreeze keeps (copied) what the inner core delivers while
+// frozen beyond what the flush reported, until the commit (see freeze).
+func (c *Core) stashAfterFreeze(ds []core.Delivery) []core.Delivery {
+	out := ds[:0]
+	for _, d := range ds {
+		if at, ok := c.deliveredAtFreeze(d.From); ok && !frame.SeqLess(d.Seq, at) {
+			d.Data = append([]byte(nil), d.Data...)
+			c.stash = append(c.stash, d)
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 func (c *Core) myFlush() flushInfo {
@@ -146,6 +186,9 @@ func (c *Core) myFlush() flushInfo {
 			continue
 		}
 		d, _ := c.inner.DeliveredFrom(m.ID)
+		if at, ok := c.deliveredAtFreeze(m.ID); ok {
+			d = at
+		}
 		f.delivered = append(f.delivered, frame.Delivered{Member: m.ID, Gone: !c.inner.Live(m.ID), Next: d})
 	}
 	return f
@@ -459,6 +502,17 @@ func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 		comp.next[i], _ = c.inner.DeliveredFrom(x.Member)
 	}
 	c.comp = comp
+	// What the inner core delivered since the freeze counts up to the
+	// cuts: a departing sender's beyond its cut is dropped, as filterCut
+	// drops it from now on.
+	for _, d := range c.stash {
+		if i := c.cutIndex(d.From); i >= 0 && comp.departed[i] && !frame.SeqLess(d.Seq, commit.Cuts[i].Cut) {
+			continue
+		}
+		c.deliver = append(c.deliver[:c.stashOut:c.stashOut], append([]core.Delivery{d}, c.deliver[c.stashOut:]...)...)
+		c.stashOut++
+	}
+	c.stash = c.stash[:0]
 	for i, x := range commit.Cuts {
 		if comp.departed[i] && x.Holder == c.self {
 			c.relay(c.inner, c.view.ID, x.Member, x.From, x.Cut)
@@ -679,7 +733,8 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 		if c.comp != nil {
 			ds = c.filterCut(ds)
 		}
-		c.deliver = append(append(c.merged.Deliveries[:0], ds...), c.deliver...)
+		k := c.stashOut
+		c.deliver = append(append(append(c.merged.Deliveries[:0], c.deliver[:k]...), ds...), c.deliver[k:]...)
 		c.merged.Deliveries = nil
 		c.frames = append(c.frames, old.Frames...)
 		c.prevTaken = true

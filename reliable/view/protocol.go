@@ -402,6 +402,8 @@ func (c *Core) Ready() core.Ready {
 		c.observe(rd.Events)
 		if c.comp != nil {
 			rd.Deliveries = c.filterCut(rd.Deliveries)
+		} else if c.frozen {
+			rd.Deliveries = c.stashAfterFreeze(rd.Deliveries)
 		}
 		c.drainQueue()
 		// A change the inner core's events call for starts now; a view
@@ -426,7 +428,10 @@ func (c *Core) Ready() core.Ready {
 		return rd
 	}
 	c.merged.Frames = append(append(append(c.merged.Frames[:0], rd.Frames...), prev...), c.frames...)
-	c.merged.Deliveries = append(append(c.merged.Deliveries[:0], rd.Deliveries...), c.deliver...)
+	// What was held since the freeze (stashOut, first in deliver) comes
+	// before what the inner core delivers now, then the relayed.
+	k := c.stashOut
+	c.merged.Deliveries = append(append(append(c.merged.Deliveries[:0], c.deliver[:k]...), rd.Deliveries...), c.deliver[k:]...)
 	c.merged.Events = append(append(c.merged.Events[:0], rd.Events...), c.events...)
 	return c.merged
 }
@@ -434,6 +439,7 @@ func (c *Core) Ready() core.Ready {
 // Advance: the inner core's and the layer's output was carried out.
 func (c *Core) Advance() {
 	c.installed = false
+	c.stashOut = 0
 	if c.inner != nil {
 		c.inner.Advance()
 	}
@@ -498,11 +504,11 @@ func (c *Core) progress() {
 	case joining:
 		c.maybeFound()
 	case member:
+		if !c.primary() {
+			return // also while completing: a minority cannot complete
+		}
 		if c.comp != nil {
 			c.complete()
-			return
-		}
-		if !c.primary() {
 			return
 		}
 		if c.prop == nil && c.coordinator() == c.self && c.changeDue() {

@@ -211,7 +211,10 @@ type Core struct {
 	promisedAt clock.Time
 	flushAt    clock.Time
 	frozen     bool
-	unsent     [][]byte // the frozen core's unsent messages
+	frozenAt   []frame.Delivered // delivered per member when frozen
+	stash      []core.Delivery   // delivered by the inner core since, held
+	stashOut   int               // deliver's first entries: the stash, out this turn
+	unsent     [][]byte          // the frozen core's unsent messages
 	// ownOut counts this member's messages numbered in the views before
 	// the current one; handed the ones the current inner core accepted.
 	ownOut, handed uint64
