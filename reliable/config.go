@@ -194,6 +194,12 @@ type Config struct {
 	// SafeMajority by default. Groups of one member, and of two with the
 	// default Quorum, behave the same under both.
 	Resilience Resilience
+	// Safe (Order Total with Views): deliver a message only once every
+	// member of the view holds it and its place (the Safe level), so that
+	// what any member delivered, even one that then fails, every member
+	// that completes the view delivers at the same place. Without it,
+	// Order Total with Views is Agreed.
+	Safe bool
 
 	// Protocol timers; zero means the core's defaults (see pbp.Config
 	// and seq.Config). AckDelay and BundleDelay are FIFO's only.
@@ -303,12 +309,17 @@ func (c Config) settings() (settings, error) {
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
+	if c.Safe && !c.Views {
+		return s, configErr("Safe applies to groups with Views; the registered total order has Resilience")
+	}
 	if c.Views {
 		switch {
 		case len(c.Members) > 0:
 			return s, configErr("Views and static Members exclude each other: a static list never changes")
 		case c.Server:
 			return s, configErr("Server applies to registration; with Views any member admits joiners")
+		case c.Safe && c.Order != Total:
+			return s, configErr("Safe applies to Order Total (with Views)")
 		case c.Order == Total && c.Resilience == SafeSequencer:
 			return s, configErr("Resilience applies to the registered total order; with Views, Order Total is Agreed (one order, the same at every member)")
 		case c.Size < 0:

@@ -49,6 +49,9 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 		c = v
 		if s.Order == Total {
 			c = vtotal.New(v) // Agreed: one order over the views
+			if s.Safe {
+				c = vtotal.NewSafe(v)
+			}
 		}
 	case len(s.Members) == 0:
 		return nil, configErr("a Driver needs static Members or Views (registration runs only under Join)")

@@ -162,6 +162,9 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	var c core.Core = views
 	if views != nil && s.Order == Total {
 		c = vtotal.New(views) // Agreed: one order over the views
+		if s.Safe {
+			c = vtotal.NewSafe(views)
+		}
 	}
 	if views == nil {
 		if c, err = s.newCore(self, members, mtu); err != nil {

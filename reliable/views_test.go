@@ -160,6 +160,8 @@ func TestViewsConfigErrors(t *testing.T) {
 		{Config{Views: true, Members: staticMembers([]*rtnet.Link{l}), Self: 1}, "exclude each other"},
 		{Config{Views: true, MaxMembers: 61}, "MaxMembers is 61, want 0..60"},
 		{Config{Views: true, Size: 20}, "Size is 20, but MaxMembers is 16"},
+		{Config{Views: true, Safe: true}, "Safe applies to Order Total (with Views)"},
+		{Config{Size: 2, Order: Total, Safe: true}, "Safe applies to groups with Views"},
 		{Config{Views: true, RequestID: 16}, "RequestID is 16, but a view's ids are 0..15 (MaxMembers 16)"},
 		{Config{Size: 2, MaxMembers: 8}, "applies to Views only"},
 	} {
@@ -211,11 +213,17 @@ func TestViewsRemoveGroup(t *testing.T) {
 // loss, a fourth joins, one crashes; in every phase every member delivers
 // the same sequence, its own messages included.
 func TestViewsAgreed(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "agreed", true: "safe"}[safe], func(t *testing.T) { viewsAgreed(t, safe) })
+	}
+}
+
+func viewsAgreed(t *testing.T, safe bool) {
 	r := rtnet.New(t, 41)
 	imp := testnet.Impairment{Loss: 0.05}
 	agreed := func(size int) Config {
 		c := viewsConfig(size)
-		c.Order = Total
+		c.Order, c.Safe = Total, safe
 		return c
 	}
 	var links []*rtnet.Link

@@ -63,7 +63,7 @@ func TestHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"-h"}, []string{"usage: rbcastd <command>", "run", "send", "recv", "status", "bench"}},
-		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]", "-capture", "-membership", "-max-members", "rejoins", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience"}},
+		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]", "-capture", "-membership", "-max-members", "rejoins", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience", "-level"}},
 		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [FILE|-]", "acknowledged by every live", "-order total", "holds it", "removed", "-lines"}},
 		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o"}},
 		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},
@@ -120,6 +120,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-log-level", "loud"}, `-log-level is "loud"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-level", "safe"}, "-level safe applies to -order total -membership views"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-order", "total", "-membership", "views", "-level", "uniform"}, `-level is "uniform", want agreed or safe`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "total", "-mode", "pbp1"}, "-mode pbp1 applies to -order fifo only"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "total", "-bundle-delay", "1ms"}, "-bundle-delay applies to -order fifo only"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "total", "-resilience", "all"}, `-resilience is "all", want majority or sequencer`},

@@ -81,6 +81,7 @@ type runFlags struct {
 	flightDir                                                                           string
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
 	resilience                                                                          string
+	level                                                                               string
 	kernelFilter                                                                        bool // -kernel-filter
 	udp                                                                                 udpFlags
 	udpSet                                                                              bool // a -udp-* flag was given
@@ -106,6 +107,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
 	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
+	fs.StringVar(&f.level, "level", "agreed", "-order total -membership views: agreed (one order, the same at every member that completes a view) or safe (also: a message is delivered only once every member of the view holds it, so what any member delivered every survivor delivers); all members must agree")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -245,6 +247,16 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	}
 	if c.Order == reliable.Total && c.Mode != reliable.PBP2 && !views {
 		return dc, "", errors.New("-mode pbp1 applies to -order fifo only (the sequencer repairs by its own protocol)")
+	}
+	switch f.level {
+	case "agreed":
+	case "safe":
+		if c.Order != reliable.Total || !views {
+			return dc, "", errors.New("-level safe applies to -order total -membership views")
+		}
+		c.Safe = true
+	default:
+		return dc, "", fmt.Errorf("-level is %q, want agreed or safe", f.level)
 	}
 	switch f.resilience {
 	case "majority":

@@ -327,8 +327,15 @@ func whereDiffers(data, out []byte) string {
 // sender's lines in its order; what host 3 delivered before it died is a
 // prefix of it.
 func TestNetnsViewsAgreed(t *testing.T) {
-	netnstest.RequireRoot(t)
-	topo := netnstest.Up(t, netns.Options{Hosts: 4, Prefix: "rbva"})
+	for _, level := range []string{"agreed", "safe"} {
+		t.Run(level, func(t *testing.T) {
+			netnstest.RequireRoot(t)
+			viewsAgreed(t, netnstest.Up(t, netns.Options{Hosts: 4, Prefix: "rbv" + level[:1]}), level)
+		})
+	}
+}
+
+func viewsAgreed(t *testing.T, topo *netns.Topology, level string) {
 	const (
 		group = 32
 		lines = 400
@@ -342,7 +349,7 @@ func TestNetnsViewsAgreed(t *testing.T) {
 	var daemons []*exec.Cmd
 	for i, h := range topo.Hosts {
 		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "4",
-			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
+			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-level", level, "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
 		log := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
@@ -461,7 +468,7 @@ func TestNetnsViewsAgreed(t *testing.T) {
 	if k := len(seqs[3]); k > len(seqs[0]) || !slices.Equal(seqs[3], seqs[0][:k]) {
 		t.Fatalf("host 3 (killed) delivered %d lines that are not a prefix of the survivors' (first difference %s)", k, firstLineDiff(seqs[0], seqs[3]))
 	}
-	t.Logf("three survivors delivered the same %d lines; the killed host a prefix of %d", len(seqs[0]), len(seqs[3]))
+	t.Logf("%s: three survivors delivered the same %d lines; the killed host a prefix of %d", level, len(seqs[0]), len(seqs[3]))
 }
 
 func firstLineDiff(a, b []string) string {

@@ -87,6 +87,7 @@ type process struct {
 
 	view      uint32             // the view installed here (0: none yet)
 	firstView uint32             // the first view it joined
+	era       int                // the group's life it joined (simRun.era)
 	inView    map[uint32][]msgID // delivered in each view
 	views     []uint32           // views installed, in order
 	sent      uint32             // messages proposed
@@ -129,6 +130,7 @@ type simRun struct {
 	start  time.Time
 	window int
 	batch  time.Duration
+	safe   bool
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -156,6 +158,9 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 		r.t.Fatal(err)
 	}
 	p.core, p.top = c, New(c)
+	if r.safe {
+		p.top = NewSafe(c)
+	}
 	p.st = core.NewStepper(p.top, simGroup, frame.EtherType)
 	p.markerAt = r.start.Add(churnEnd)
 	ep.Bind(p)
@@ -302,7 +307,7 @@ func (p *process) flush(now time.Time, t clock.Time) {
 				p.run.views[key] = slices.Clone(v.Members)
 			}
 			if p.firstView == 0 {
-				p.firstView = v.ID
+				p.firstView, p.era = v.ID, p.run.era
 			}
 			if os.Getenv("VIEW_DEBUG") != "" {
 				fmt.Fprintf(os.Stderr, "t=%v %x.%d installs view %d %v\n", p.run.net.Now().Sub(p.run.start), p.mac[5], p.inc, v.ID, v.Members)
@@ -328,11 +333,12 @@ type scenario struct {
 	dup, reorder      float64
 	msgs              uint32
 	batch             time.Duration // processes read frames at most this often (0: at once)
+	safe              bool          // the Safe level (else Agreed)
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v",
-		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch)
+	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v safe=%v",
+		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.safe)
 }
 
 func newScenario(seed uint64) scenario {
@@ -355,6 +361,7 @@ func newScenario(seed uint64) scenario {
 	if r.IntN(3) == 0 {
 		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
 	}
+	s.safe = r.IntN(2) == 0
 	return s
 }
 
@@ -363,7 +370,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, safe: s.safe}
 	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
 	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
 	var eps []*testnet.Endpoint
@@ -545,6 +552,28 @@ func (r *simRun) verdict(s scenario) error {
 			}
 		}
 	}
+	// Safe: what a process delivered in a view before it crashed or
+	// stopped, every process that completed the view delivered at the
+	// same place.
+	if s.safe {
+		for _, p := range r.procs {
+			if !p.dead && p.err == nil {
+				continue
+			}
+			v := p.view
+			mine := idStrings(p.inView[v])
+			for _, q := range r.procs {
+				if q == p || q.era != p.era || !completed(q, v) {
+					continue
+				}
+				theirs := idStrings(q.inView[v])
+				if len(mine) > len(theirs) || !slices.Equal(mine, theirs[:len(mine)]) {
+					return fmt.Errorf("safe: %x.%d delivered %d messages in view %d before it failed; %x.%d, which completed the view, delivered %d (first difference %s)",
+						p.mac, p.inc, len(mine), v, q.mac, q.inc, len(theirs), firstDiff(mine, theirs))
+				}
+			}
+		}
+	}
 	// The last view: every live process delivered the same sequence in
 	// it (the markers included, so that it is not empty).
 	live := r.live()
@@ -661,4 +690,14 @@ func TestPartitionMinorityStops(t *testing.T) {
 	if len(a) == 0 || !slices.Equal(a, b) {
 		t.Errorf("the majority's view of 3: %d and %d messages delivered (first difference %s)", len(a), len(b), firstDiff(a, b))
 	}
+}
+
+// completed reports whether q went through view v to a next one, or is
+// live in it at the end.
+func completed(q *process, v uint32) bool {
+	i := slices.Index(q.views, v)
+	if i < 0 {
+		return false
+	}
+	return i+1 < len(q.views) || !q.dead && !q.left && q.err == nil
 }

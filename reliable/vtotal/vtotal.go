@@ -49,12 +49,14 @@ type Inner interface {
 const (
 	kindData  = 1 // kind, then the payload
 	kindOrder = 2 // kind, view u32, then entries: member u16, counter u32
+	kindHeld  = 3 // kind, view u32, held u32 (Safe: order entries held)
 )
 
 const (
 	dataHeader  = 1
 	orderHeader = 5
 	orderEntry  = 6
+	heldLen     = 9
 )
 
 // ErrBadMessage wraps what a malformed message from the FIFO group says.
@@ -88,9 +90,10 @@ type Core struct {
 	in   Inner
 	info core.Info
 
-	view uint32
-	self frame.MemberID
-	seqr frame.MemberID // the sequencer: the view's lowest id
+	view    uint32
+	members []frame.MemberID
+	self    frame.MemberID
+	seqr    frame.MemberID // the sequencer: the view's lowest id
 
 	// From others, per sender id in the current view: data delivered by
 	// the FIFO group and not yet by the total order, in the sender's
@@ -114,6 +117,16 @@ type Core struct {
 	// here as the others apply them).
 	toOrder []entry
 
+	// Safe: a message is delivered only once every member of the view
+	// holds it and its place: each member reports, in its FIFO stream,
+	// how many of the view's order entries it holds (data and order
+	// alike, from the first); acks by member id, vdelivered the entries
+	// delivered in this view, ackSent the last count sent.
+	safe       bool
+	acks       []uint32
+	vdelivered uint32
+	ackSent    uint32
+
 	global uint32 // messages delivered in total order
 	out    core.Ready
 	dl     []core.Delivery
@@ -123,12 +136,22 @@ type Core struct {
 	err    error
 }
 
-// New wraps the membership core in.
+// New wraps the membership core in: the Agreed level.
 func New(in Inner) *Core {
 	info := in.Info()
 	info.MaxMessage -= dataHeader
 	info.SelfDelivery = true
 	return &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
+}
+
+// NewSafe wraps the membership core in: the Safe level, Agreed where a
+// message is delivered only once every member of the view holds it, so
+// that what any member delivered, even one that then fails, every member
+// that completes the view delivers, at the same place.
+func NewSafe(in Inner) *Core {
+	c := New(in)
+	c.safe = true
+	return c
 }
 
 // Step hands a frame to the membership core.
@@ -181,6 +204,7 @@ func (c *Core) Ready() core.Ready {
 	c.noteOut(c.in.OwnOut())
 	c.drain()
 	c.sendOrder()
+	c.sendHeld()
 	c.out.Deliveries, c.out.Events = c.dl, c.ev
 	return c.out
 }
@@ -258,9 +282,81 @@ func (c *Core) fromGroup(d core.Delivery) {
 		for b := body[4:]; len(b) > 0; b = b[orderEntry:] {
 			c.order = append(c.order, entry{frame.MemberID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:])})
 		}
+	case kindHeld:
+		if len(d.Data) != heldLen {
+			c.fail(fmt.Errorf("%w: a held message of %d bytes from member %d", ErrBadMessage, len(d.Data), d.From))
+			return
+		}
+		if binary.BigEndian.Uint32(d.Data[1:]) != c.view {
+			return
+		}
+		if int(d.From) >= len(c.acks) {
+			c.acks = append(c.acks, make([]uint32, int(d.From)+1-len(c.acks))...)
+		}
+		c.acks[d.From] = max(c.acks[d.From], binary.BigEndian.Uint32(d.Data[5:]))
 	default:
 		c.fail(fmt.Errorf("%w: kind %d from member %d", ErrBadMessage, d.Data[0], d.From))
 	}
+}
+
+// present reports whether the data e names is here.
+func (c *Core) present(e entry) bool {
+	if e.from == c.self {
+		return c.ownCount > e.n
+	}
+	return int(e.from) < len(c.count) && c.count[e.from] > e.n
+}
+
+// heldHere is how many of the view's order entries this member holds
+// (with their data), from the first.
+func (c *Core) heldHere() uint32 {
+	k := c.vdelivered
+	for _, e := range c.order {
+		if !c.present(e) {
+			break
+		}
+		k++
+	}
+	return k
+}
+
+// stable is how many of the view's order entries every member holds
+// (Safe).
+func (c *Core) stable() uint32 {
+	low := c.heldHere()
+	for _, id := range c.members {
+		if id == c.self {
+			continue
+		}
+		a := uint32(0)
+		if int(id) < len(c.acks) {
+			a = c.acks[id]
+		}
+		low = min(low, a)
+	}
+	return low
+}
+
+// sendHeld reports how many order entries this member holds, when more
+// than it last said (Safe).
+func (c *Core) sendHeld() {
+	if !c.safe || c.view == 0 {
+		return
+	}
+	h := c.heldHere()
+	if h <= c.ackSent {
+		return
+	}
+	b := make([]byte, heldLen)
+	b[0] = kindHeld
+	binary.BigEndian.PutUint32(b[1:], c.view)
+	binary.BigEndian.PutUint32(b[5:], h)
+	if c.in.Propose(c.now, b) != nil {
+		return // window full: the next Ready says it
+	}
+	c.mine = append(c.mine, own{order: true})
+	c.ackSent = h
+	c.kick = true
 }
 
 func (c *Core) fail(err error) {
@@ -294,13 +390,18 @@ func (c *Core) noteOut(n uint64) {
 
 // drain delivers what the order names, while the data is here.
 func (c *Core) drain() {
-	for len(c.order) > 0 {
+	limit := ^uint32(0)
+	if c.safe {
+		limit = c.stable()
+	}
+	for len(c.order) > 0 && c.vdelivered < limit {
 		e := c.order[0]
 		m, ok := c.take(e)
 		if !ok {
 			return
 		}
 		c.order = c.order[1:]
+		c.vdelivered++
 		c.deliver(m)
 	}
 }
@@ -370,7 +471,11 @@ func (c *Core) endView() {
 func (c *Core) startView(self frame.MemberID, v *core.ViewInfo) {
 	c.view, c.self = v.ID, self
 	c.seqr = frame.NoMember
+	c.members = c.members[:0]
+	clear(c.acks)
+	c.vdelivered, c.ackSent = 0, 0
 	for _, m := range v.Members {
+		c.members = append(c.members, m.ID)
 		if c.seqr == frame.NoMember || m.ID < c.seqr {
 			c.seqr = m.ID
 		}
