@@ -5,14 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 // The per-segment channels of thesis §7.2 on the simulator: selective
@@ -306,5 +313,56 @@ func TestJoinChannels(t *testing.T) {
 		if st.BadMessages != 0 {
 			t.Errorf("rank %d: %d bad messages", r, st.BadMessages)
 		}
+	}
+}
+
+// TestJoinChannelsRegistered: channels over a registered global group
+// (no static list): the channels take the member list registration
+// agreed on (reliable.Group.MemberList), as the example programs do on
+// real hosts.
+func TestJoinChannelsRegistered(t *testing.T) {
+	r := rtnet.New(t, 5)
+	const size = 4
+	nodes := make([]*dsm.Node, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
+		t.Cleanup(func() { l.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Size: size, Server: i == 0,
+				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = dsm.Join(ctx, l, c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	runLive(t, nodes, chanProgram(chanSegs, 2))
+	for r, n := range nodes {
+		st := n.Stats()
+		for key, ranks := range chanSegs {
+			if _, open := st.Channels[key]; open != (len(ranks) > 1 && slices.Contains(ranks, r)) {
+				t.Errorf("rank %d: channel of segment %d open: %v", r, key, open)
+			}
+		}
+	}
+}
+
+// Channels over Views are refused: a channel's members are named from a
+// fixed list.
+func TestJoinChannelsViewsRefused(t *testing.T) {
+	r := rtnet.New(t, 1)
+	l := r.Attach(t, testnet.EndpointConfig{})
+	defer l.Close()
+	_, err := dsm.Join(context.Background(), l, dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true}})
+	if err == nil || !strings.Contains(err.Error(), "Config.Channels needs a fixed member list (static Members or registration), not Views") {
+		t.Fatalf("Join with Channels and Views: %v", err)
 	}
 }
