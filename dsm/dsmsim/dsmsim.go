@@ -209,9 +209,9 @@ type simMember struct {
 	// leavingChannels: the parked program waits in Leave for its
 	// segment channels' leaves to be done.
 	leavingChannels bool
-	done    bool
-	aborted bool
-	err     error
+	done            bool
+	aborted         bool
+	err             error
 }
 
 // simChannel is one segment channel of a member.
