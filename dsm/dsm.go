@@ -72,8 +72,9 @@ type Config struct {
 	// kernel filter keeps other segments' frames away), beside the global
 	// group (Group) that carries announcements and barriers; a barrier
 	// puts a marker on each joined segment's channel (thesis §7.2.2–
-	// 7.2.3). It needs a static member list (Group.Members); locks are
-	// refused (ErrLocksChannels; docs/dsm.md says why).
+	// 7.2.3). The global group's members come from a static list
+	// (Group.Members) or registration, not Views; locks are refused
+	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.
@@ -358,8 +359,8 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
-	if cfg.Channels && len(cfg.Group.Members) == 0 {
-		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a static member list (Config.Group.Members): a segment channel's members are named from it", reliable.ErrConfig)
+	if cfg.Channels && cfg.Group.Views {
+		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a fixed member list (static Members or registration), not Views: a segment channel's members are named from it", reliable.ErrConfig)
 	}
 	// The group may deliver as soon as Join returns, before the core
 	// exists: its event loop hands deliveries and events out without the
@@ -401,7 +402,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		g.Close()
 		return nil, err
 	}
-	e.g = g
+	e.g, e.members = g, g.MemberList()
 	n.install(c, g.Self(), outboxLimit(cfg))
 	go e.send()
 	n.mu.Unlock()

@@ -29,6 +29,9 @@ type groupEnv struct {
 	mux      *mux.Mux
 	cfg      Config
 	channels map[core.Channel]*reliable.Group
+	// members is the global group's member list (static or
+	// registered), from which a channel's static list is taken.
+	members []frame.MemberInfo
 
 	// Guarded by n.mu: changedc is closed and replaced when something
 	// changes while waiters > 0.
@@ -189,12 +192,13 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	gcfg := e.cfg.Group
 	gcfg.Group = e.cfg.ChannelGroupID(key)
 	gcfg.Members = nil
-	for _, m := range e.cfg.Group.Members {
+	for _, m := range e.members {
 		if slices.Contains(members, m.ID) {
 			gcfg.Members = append(gcfg.Members, m)
 		}
 	}
-	gcfg.Size, gcfg.Server = 0, false
+	gcfg.Self = e.n.self
+	gcfg.Size, gcfg.Server, gcfg.RequestID, gcfg.Incarnation = 0, false, 0, 0
 	ch := core.SegmentChannel(key)
 	n := e.n
 	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }

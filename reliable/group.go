@@ -67,6 +67,10 @@ type Group struct {
 	viewed chan struct{}
 	views  *view.Core
 
+	// started is the member list the group started with (static or
+	// registered; nil with Views).
+	started []frame.MemberInfo
+
 	mu sync.Mutex // guards n's stepper (and so the core) and the fields below
 	n  *node
 	// due: a Send proposed, or Leave was asked, since the loop's last
@@ -174,7 +178,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if reg != nil {
 		c = member.Attach(reg.r, c)
 	}
-	g := &Group{cfg: s, l: l, self: self, queue: newMsgQueue(s.RecvQueue),
+	g := &Group{cfg: s, l: l, self: self, started: members, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.n = newNode(l, &s, c, clk)
 	g.max = g.n.info.MaxMessage
@@ -235,6 +239,12 @@ func (g *Group) awaitView(ctx context.Context) (*Group, error) {
 
 // Self is this member's id.
 func (g *Group) Self() frame.MemberID { return g.self }
+
+// MemberList is the member list the group started with: Config.Members,
+// or the one registration agreed on (ids, MACs, incarnations), so that a
+// registered group's members can start further groups with a static list
+// (dsm's segment channels). Nil with Views. The caller must not change it.
+func (g *Group) MemberList() []frame.MemberInfo { return g.started }
 
 // MaxMessage is the largest message Send accepts: what one frame carries
 // at the link's MTU (or Config.MaxPayload).

@@ -206,9 +206,12 @@ type simMember struct {
 	// waiting is what the parked program waits for, if blocked.
 	waiting dsm.Wait
 	blocked bool
-	done    bool
-	aborted bool
-	err     error
+	// leavingChannels: the parked program waits in Leave for its
+	// segment channels' leaves to be done.
+	leavingChannels bool
+	done            bool
+	aborted         bool
+	err             error
 }
 
 // simChannel is one segment channel of a member.
@@ -324,10 +327,37 @@ func (m *simMember) Leave() error {
 			return err
 		}
 	}
+	// The channels' leaves must be done (everything sent on them
+	// acknowledged) before the global leave starts, as Join's Leave
+	// closes them first: a member that sees this one leave the global
+	// group stops waiting for its markers, and would otherwise cross a
+	// barrier with this member's last updates still under repair on a
+	// channel.
+	for !m.channelsLeft() {
+		m.leavingChannels, m.blocked = true, true
+		m.sim.yielded <- struct{}{}
+		if !<-m.resume {
+			m.aborted = true
+		}
+		m.leavingChannels = false
+		if m.aborted {
+			return ErrAborted
+		}
+	}
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
 	return m.Wait(context.Background(), dsm.WaitLeave())
+}
+
+// channelsLeft reports whether every segment channel's leave is done.
+func (m *simMember) channelsLeft() bool {
+	for _, c := range m.channels {
+		if !c.drv.Left() {
+			return false
+		}
+	}
+	return true
 }
 
 // ChannelStats are the segment channels' counters (dsm.Stats.Channels).
@@ -373,6 +403,9 @@ func (m *simMember) runnable() bool {
 	}
 	if !m.blocked {
 		return true
+	}
+	if m.leavingChannels {
+		return m.channelsLeft()
 	}
 	ok, _ := m.h.Ready(m.waiting)
 	return ok

@@ -9,8 +9,19 @@
 // barrier every rank tests convergence over the whole vector, so all stop
 // together without a "done" location.
 //
+// Channel mode (-channels; thesis §7.2): A is five-diagonal, so row i
+// needs x[i-2..i+2] only, and a rank needs its neighbours' blocks, not the
+// whole x. Each rank then has a segment of its own (its block, double
+// buffered), which it creates and its neighbours join: a reliable group
+// of two or three ranks, a halo exchange. The rest of x stays zero here,
+// which changes no sum (its coefficients are zero), so the result is the
+// sequential one bit for bit. Convergence needs the whole x, so -eps is
+// refused; at the end every rank writes its block into a segment that
+// all join, and holds the result.
+//
 //	jacobi -n 512 -iters 500                      sequential
 //	jacobi -n 64 -iters 50 -sim -procs 4 -loss 0.05 -verify
+//	jacobi -n 64 -iters 50 -sim -procs 4 -loss 0.05 -channels -verify
 //	jacobi -n 512 -iters 500 -iface eth0 -procs 4 -rank R   one process per host, R = 0..3
 package main
 
@@ -27,6 +38,10 @@ import (
 
 const segX = 0x4a430001
 
+// In channel mode, rank r's block is segment segBlock+r, and the result
+// is gathered in segX.
+const segBlock = 0x4a431000
+
 func main() {
 	harness.Main("jacobi", setup)
 }
@@ -36,6 +51,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	iters := fs.Int("iters", 500, "maximum sweeps")
 	eps := fs.Float64("eps", 0, "stop when no element moves by eps or more (0: run all -iters)")
 	seed := fs.Uint64("seed", 1, "seed of b")
+	o.AllowChannels()
 	var p *suite.Jacobi
 	problem := func() *suite.Jacobi {
 		if p == nil {
@@ -51,6 +67,9 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 		return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}
 	}
 	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
+		if o.Channels {
+			return channels(ctx, node, problem(), *iters, *eps)
+		}
 		return parallel(ctx, node, problem(), *iters, *eps)
 	}
 	return seq, par
@@ -96,5 +115,84 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 		}
 	}
 	x := seg.Float64s()[cur*n : cur*n+n]
+	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}, nil
+}
+
+// channels is the channel mode: each rank's block in a segment of its own,
+// joined by the ranks whose rows reach into it (the block's neighbours).
+func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, eps float64) (harness.Result, error) {
+	n, size, rank := p.N, node.Size(), node.Rank()
+	if eps != 0 {
+		return harness.Result{}, fmt.Errorf("-eps %g: convergence is tested over the whole x, which a rank does not hold with -channels (use -eps 0)", eps)
+	}
+	if n < 2*size {
+		return harness.Result{}, fmt.Errorf("-channels needs at least 2 rows per rank (row i reads x[i-2..i+2] from the neighbours' blocks only): -n %d, -procs %d", n, size)
+	}
+	// blocks[r] is rank r's block segment if this rank holds it: its own,
+	// created here, and its neighbours', joined (creates first, so that
+	// every join finds its announcement coming).
+	blocks := make([]*dsm.Segment, size)
+	lo, hi := suite.Block(n, size, rank)
+	var err error
+	if blocks[rank], err = node.CreateSegment(segBlock+uint32(rank), 2*(hi-lo), 8); err != nil {
+		return harness.Result{}, err
+	}
+	for _, r := range []int{rank - 1, rank + 1} {
+		if r < 0 || r >= size {
+			continue
+		}
+		blo, bhi := suite.Block(n, size, r)
+		if blocks[r], err = node.JoinSegment(ctx, segBlock+uint32(r), 2*(bhi-blo), 8); err != nil {
+			return harness.Result{}, err
+		}
+	}
+	result, err := harness.Attach(ctx, node, segX, n, 8)
+	if err != nil {
+		return harness.Result{}, err
+	}
+	sync := harness.Barriers(ctx, node)
+	if err := sync(); err != nil { // fixes the segments' members
+		return harness.Result{}, err
+	}
+	// x starts as b: buffer 0 of every block.
+	if _, err := blocks[rank].WriteFloat64s(0, p.B[lo:hi]); err != nil {
+		return harness.Result{}, err
+	}
+	if err := sync(); err != nil {
+		return harness.Result{}, err
+	}
+	start := time.Now()
+	ph := harness.NewPhases(rank, "compute", "write", "barrier")
+	defer ph.Report()
+	ph.Start()
+	old, next := make([]float64, n), make([]float64, n)
+	cur, done := 0, 0
+	for done < iters {
+		for r, b := range blocks {
+			if b != nil {
+				blo, bhi := suite.Block(n, size, r)
+				copy(old[blo:bhi], b.Float64s()[cur*(bhi-blo):])
+			}
+		}
+		p.Rows(old, next, lo, hi)
+		ph.Mark(0)
+		if _, err := blocks[rank].WriteFloat64s((1-cur)*(hi-lo), next[lo:hi]); err != nil {
+			return harness.Result{}, err
+		}
+		ph.Mark(1)
+		if err := sync(); err != nil {
+			return harness.Result{}, err
+		}
+		ph.Mark(2)
+		done++
+		cur = 1 - cur
+	}
+	if _, err := result.WriteFloat64s(lo, blocks[rank].Float64s()[cur*(hi-lo):cur*(hi-lo)+hi-lo]); err != nil {
+		return harness.Result{}, err
+	}
+	if err := sync(); err != nil {
+		return harness.Result{}, err
+	}
+	x := result.Float64s()
 	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}, nil
 }

@@ -61,7 +61,13 @@ type Options struct {
 	Timeout time.Duration
 	Spin    time.Duration
 	Pin     bool
-	params  string
+	// Channels runs the program's channel mode: selective join and a
+	// reliable group per segment among the ranks that join it
+	// (dsm.Config.Channels). Only programs that call AllowChannels have
+	// one.
+	Channels      bool
+	channelsKnown bool
+	params        string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
 }
@@ -81,9 +87,15 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
+	fs.BoolVar(&o.Channels, "channels", false, "channel mode: each rank joins only the segments it needs, each segment a reliable group of its own among its ranks (dsm.Config.Channels; thesis §7.2)")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
 	return o
 }
+
+// AllowChannels declares that the program has a channel mode (-channels):
+// it joins only the segments it needs and writes a segment only after the
+// barrier that follows its creation (dsm.Config.Selective's rules).
+func (o *Options) AllowChannels() { o.channelsKnown = true }
 
 // SetParams sets the problem's parameters for the report ("n=512 iters=500").
 func (o *Options) SetParams(format string, args ...any) {
@@ -118,6 +130,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return errors.New("-pin binds a process running one rank: it needs -iface")
 	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
 		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	case o.Channels && !o.channelsKnown:
+		return fmt.Errorf("-channels: %s has no channel mode (jacobi and halo have)", name)
 	}
 	if _, err := envPhases(); err != nil {
 		return err
@@ -137,7 +151,11 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return " verify=ok"
 	}
 	head := func(rank int) string {
-		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, o.params)
+		mode := o.Mode()
+		if o.Channels {
+			mode += "+channels"
+		}
+		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, mode, o.Procs, rank, o.params)
 	}
 	var failed bool
 	report := func(rank int, r Result, st *dsm.Stats, extra string) {
@@ -167,7 +185,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Members: o.Procs,
 			Seed:    o.SimSeed,
 			In:      testnet.Impairment{Loss: o.Loss},
-			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf},
+			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf, Channels: o.Channels},
 		}
 		start := time.Now()
 		sim, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
@@ -223,7 +241,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Window:    o.Window,
 			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
-		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf})
+		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels})
 		if err != nil {
 			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
 		}
@@ -256,16 +274,35 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 // statsText is the report's traffic part: DSM messages and bytes sent
 // (thesis fig. 6.6 counts these), and the repair work under them (fig.
 // 6.9's losses show as gaps repaired and frames retransmitted).
+//
+// Over every group of the node (the global one and each segment channel):
+// frames sent, retransmitted, repair requests, gaps, and rxframes, the
+// frames received; applied is the update messages applied here, and, with
+// channels, foreign the frames of groups this node has not joined that
+// reached it all the same (the link's Filtered, which counts link/mux's
+// frames without a view: 0 when the kernel filter does its work).
 func statsText(s *dsm.Stats) string {
 	p := s.Group.Protocol
-	return fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d",
-		s.Messages, s.Bytes, p.Sent, p.Retransmitted, p.RepairRequests, gaps(s), s.Group.Link.KernelDrops)
+	sent, retrans, nacks, g, rx := p.Sent, p.Retransmitted, p.RepairRequests, gaps(&s.Group), s.Group.Link.FramesReceived
+	for _, c := range s.Channels {
+		sent += c.Protocol.Sent
+		retrans += c.Protocol.Retransmitted
+		nacks += c.Protocol.RepairRequests
+		g += gaps(&c)
+		rx += c.Link.FramesReceived
+	}
+	t := fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d rxframes=%d applied=%d",
+		s.Messages, s.Bytes, sent, retrans, nacks, g, s.Group.Link.KernelDrops, rx, s.AppliedUpdates)
+	if s.Channels != nil {
+		t += fmt.Sprintf(" channels=%d foreign=%d", len(s.Channels), s.Group.Link.Filtered)
+	}
+	return t
 }
 
 // gaps is the number of gaps repaired, over every member.
-func gaps(s *dsm.Stats) uint64 {
+func gaps(s *reliable.Stats) uint64 {
 	var n uint64
-	for _, m := range s.Group.Members {
+	for _, m := range s.Members {
 		n += m.Repairs
 	}
 	return n
@@ -276,13 +313,29 @@ func sumStats(all []dsm.Stats) *dsm.Stats {
 	for _, s := range all {
 		t.Messages += s.Messages
 		t.Bytes += s.Bytes
-		t.Group.Protocol.Sent += s.Group.Protocol.Sent
-		t.Group.Protocol.Retransmitted += s.Group.Protocol.Retransmitted
-		t.Group.Protocol.RepairRequests += s.Group.Protocol.RepairRequests
-		t.Group.Members = append(t.Group.Members, s.Group.Members...)
-		t.Group.Link.KernelDrops += s.Group.Link.KernelDrops
+		t.AppliedUpdates += s.AppliedUpdates
+		addGroup(&t.Group, &s.Group)
+		for key, c := range s.Channels {
+			if t.Channels == nil {
+				t.Channels = map[uint32]reliable.Stats{}
+			}
+			sum := t.Channels[key]
+			addGroup(&sum, &c)
+			t.Channels[key] = sum
+		}
 	}
 	return &t
+}
+
+// addGroup adds the counters of s that statsText shows to t.
+func addGroup(t, s *reliable.Stats) {
+	t.Protocol.Sent += s.Protocol.Sent
+	t.Protocol.Retransmitted += s.Protocol.Retransmitted
+	t.Protocol.RepairRequests += s.Protocol.RepairRequests
+	t.Members = append(t.Members, s.Members...)
+	t.Link.KernelDrops += s.Link.KernelDrops
+	t.Link.FramesReceived += s.Link.FramesReceived
+	t.Link.Filtered += s.Link.Filtered
 }
 
 // Setup registers a program's own flags and returns its two versions; it

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/rbcast/rbcast/dsm/examples/internal/harness"
+)
+
+// The parallel run on the simulated segment, with 5% of frames lost at
+// every receiver, gives exactly the sequential result, for every process
+// count (every rank holds the result).
+func TestVerifyOnLossySimulator(t *testing.T) {
+	for procs := 1; procs <= 4; procs++ {
+		for _, extra := range [][]string{nil, {"-unbuffered"}} {
+			args := append([]string{"-n", "37", "-iters", "20", "-sim", "-procs", fmt.Sprint(procs), "-loss", "0.05", "-simseed", fmt.Sprint(procs), "-verify"}, extra...)
+			ok, out, err := harness.Verified("halo", setup, args...)
+			if err != nil || ok != procs {
+				t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
+			}
+		}
+	}
+}
+
+// The channel mode gives the sequential result too (segments shared by
+// neighbour pairs only: each pair a reliable group of two).
+func TestChannelsVerifyOnLossySimulator(t *testing.T) {
+	for procs := 1; procs <= 4; procs++ {
+		args := []string{"-n", "37", "-iters", "20", "-sim", "-procs", fmt.Sprint(procs), "-loss", "0.05", "-simseed", fmt.Sprint(procs), "-channels", "-verify"}
+		ok, out, err := harness.Verified("halo", setup, args...)
+		if err != nil || ok != procs {
+			t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
+		}
+	}
+}
