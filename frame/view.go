@@ -105,6 +105,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 		return nil
 	case ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove:
 		return checkViewBody(t, body, start)
+	case KeyMismatch:
+		return checkKeyMismatch(body, start)
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -372,6 +374,9 @@ func (v View) Decode() (Header, Body) {
 		return h, &r
 	case GroupRemove:
 		return h, &GroupRemoveBody{View: v.RemovedView()}
+	case KeyMismatch:
+		k := v.KeyMismatch()
+		return h, &k
 	}
 	return h, nil
 }
