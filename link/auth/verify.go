@@ -179,21 +179,22 @@ func (v *Verifier) verify(src [6]byte, f frame.View) reason {
 	if !v.open(aead, f, counter) {
 		return dropBadTag
 	}
-	if sid.sender != frame.NoMember {
-		src := srcID{mac: sid.mac, sender: sid.sender}
-		l, seen := v.latest[src]
-		switch {
-		case !seen || l.inc == sid.inc:
-			if !seen {
-				l = latest{inc: sid.inc, lo: counter, hi: counter}
-			}
-			l.lo, l.hi = min(l.lo, counter), max(l.hi, counter)
-			v.latest[src] = l
-		case counter > l.hi:
-			v.latest[src] = latest{inc: sid.inc, lo: counter, hi: counter}
-		default:
-			return dropEarlier
+	// Joins (sender NoMember) too: a replayed Join of a dead run would
+	// otherwise admit a ghost. Two processes joining one group from one
+	// MAC at once are therefore not supported (docs/auth.md).
+	who := srcID{mac: sid.mac, sender: sid.sender}
+	l, seen := v.latest[who]
+	switch {
+	case !seen || l.inc == sid.inc:
+		if !seen {
+			l = latest{inc: sid.inc, lo: counter, hi: counter}
 		}
+		l.lo, l.hi = min(l.lo, counter), max(l.hi, counter)
+		v.latest[who] = l
+	case counter > l.hi:
+		v.latest[who] = latest{inc: sid.inc, lo: counter, hi: counter}
+	default:
+		return dropEarlier
 	}
 	s.win.mark(counter)
 	s.verified = true
