@@ -42,6 +42,7 @@ commands:
            members' messages as lines)
   status   members and their state, order, rates, repairs, drops
   bench    measure goodput through a running daemon
+  keygen   write a new group key file (run -key-file: authenticated groups)
 
 Run 'rbcastd <command> -h' for a command's flags.
 Exit status: 0 success, 1 failure, 2 usage error.
@@ -64,6 +65,7 @@ var commands = map[string]command{
 	"recv":   {recvCmd},
 	"status": {statusCmd},
 	"bench":  {benchCmd},
+	"keygen": {keygenCmd},
 }
 
 func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
