@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd fuzz lint deps clean
 
 all: build
 
@@ -87,6 +87,18 @@ bench-udp:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-udp.md $(GO) test -run '^$$' -bench '^BenchmarkUDPReport$$' -benchtime 1x -timeout 120m ./reliable
 	bench/peers/ensure-deps
 	bench/peers/run-norm -r $(REPS) | tee -a $(CURDIR)/bench-udp.md
+
+# docs/benchmarks.md, "rbcastd": the daemon against the library it runs, in
+# one run on one 3-host netns segment (cmd/rbcastd BenchmarkReport: goodput,
+# send FILE to two recv -o FILE, 64-byte messages, FIFO and total-order
+# latency, 3 senders in total order; REPS repetitions, MTU 1500 and 9000),
+# then corosync CPG (knet, udpu) on the same shape of segment. Root; about
+# 15 minutes on an idle machine; writes bench-rbcastd.md.
+bench-rbcastd:
+	RBCASTD_REPORT_REPS=$(REPS) RBCASTD_REPORT_OUT=$(CURDIR)/bench-rbcastd.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 90m ./cmd/rbcastd
+	bench/peers/ensure-deps
+	{ echo; echo '### corosync CPG, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages)'; echo; echo '```'; \
+	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -t udpu -r $(REPS); echo '```'; } | tee -a bench-rbcastd.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

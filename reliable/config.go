@@ -159,8 +159,8 @@ type Config struct {
 	// RequestID is the member id a joiner asks the server for
 	// (registration), or the group (Views); it gets it if no other member
 	// has it, else the lowest free one. 0 means no wish under
-	// registration; with Views it asks for 0, which is also what no wish
-	// comes to when 0 is free.
+	// registration. With Views, frame.NoMember is no wish and 0 asks for
+	// 0: a process asking for an id gets it before those without a wish.
 	RequestID frame.MemberID
 
 	// Order is FIFO (the default) or Total.
@@ -332,6 +332,9 @@ func (c Config) settings() (settings, error) {
 		}
 		if c.Size > s.MaxMembers {
 			return s, configErr("Size is %d, but MaxMembers is %d", c.Size, s.MaxMembers)
+		}
+		if c.RequestID != frame.NoMember && int(c.RequestID) >= s.MaxMembers {
+			return s, configErr("RequestID is %d, but a view's ids are 0..%d (MaxMembers %d)", c.RequestID, s.MaxMembers-1, s.MaxMembers)
 		}
 	} else if c.MaxMembers != 0 {
 		return s, configErr("MaxMembers is %d, but it applies to Views only", c.MaxMembers)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ type Group struct {
 	// due: a Send proposed, or Leave was asked, since the loop's last
 	// turn began: the loop turns again at once instead of sleeping.
 	due          bool
-	room         chan struct{} // closed when the send window frees; nil if nobody waits
+	room         windowWaiters // Sends waiting for room in the send window
 	leaving      bool          // Leave was asked
 	leaveStarted bool          // the loop has started the core's Leave
 	ownProposed  uint64        // messages Send handed to the core
@@ -290,10 +291,7 @@ func (g *Group) run() {
 		g.queue.mu.Unlock()
 		g.mu.Lock()
 		err := g.err
-		if g.room != nil {
-			close(g.room)
-			g.room = nil
-		}
+		g.room.release()
 		g.mu.Unlock()
 		if kerr := g.stopKicker(); kerr != nil {
 			// The last frames (the Leave repeats) did not go out: Close
@@ -533,13 +531,46 @@ func (g *Group) wakeLoop() {
 // wakeSenders releases Sends waiting for window room once the core takes
 // messages again (g.mu is held).
 func (g *Group) wakeSenders() {
-	if g.room == nil {
-		return
+	if len(g.room.waiting) > 0 && !g.n.st.Blocked() && !g.ownQueueFull() {
+		g.room.release()
 	}
-	if !g.n.st.Blocked() && !g.ownQueueFull() {
-		close(g.room)
-		g.room = nil
+}
+
+// windowWaiters are the Sends waiting for window room, each on a channel
+// (buffered, one token) that release signals; spare keeps the channels
+// for the next waits, so that a wait allocates nothing. g.mu guards it.
+type windowWaiters struct{ waiting, spare []chan struct{} }
+
+// add returns the channel a new waiter waits on.
+func (w *windowWaiters) add() chan struct{} {
+	var ch chan struct{}
+	if n := len(w.spare); n > 0 {
+		ch, w.spare = w.spare[n-1], w.spare[:n-1]
+	} else {
+		ch = make(chan struct{}, 1)
 	}
+	w.waiting = append(w.waiting, ch)
+	return ch
+}
+
+// done takes a waiter's channel back; woken says it received its token.
+func (w *windowWaiters) done(ch chan struct{}, woken bool) {
+	if !woken {
+		if i := slices.Index(w.waiting, ch); i >= 0 {
+			w.waiting = slices.Delete(w.waiting, i, i+1)
+		} else {
+			<-ch // released meanwhile: take its token
+		}
+	}
+	w.spare = append(w.spare, ch)
+}
+
+// release wakes every waiter.
+func (w *windowWaiters) release() {
+	for _, ch := range w.waiting {
+		ch <- struct{}{}
+	}
+	w.waiting = w.waiting[:0]
 }
 
 // ownQueueFull: where this member's own messages are delivered here too
@@ -621,17 +652,18 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 // waitSendable waits, with g.mu held on entry and released on return,
 // until wakeSenders says a Send may proceed, or ctx ends.
 func (g *Group) waitSendable(ctx context.Context) error {
-	if g.room == nil {
-		g.room = make(chan struct{})
-	}
-	room := g.room
+	room := g.room.add()
 	g.mu.Unlock()
+	var err error
 	select {
 	case <-room:
-		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	g.mu.Lock()
+	g.room.done(room, err == nil)
+	g.mu.Unlock()
+	return err
 }
 
 // Recv returns the next delivered message: in its sender's order (FIFO),

@@ -160,6 +160,7 @@ func TestViewsConfigErrors(t *testing.T) {
 		{Config{Views: true, Members: staticMembers([]*rtnet.Link{l}), Self: 1}, "exclude each other"},
 		{Config{Views: true, MaxMembers: 61}, "MaxMembers is 61, want 0..60"},
 		{Config{Views: true, Size: 20}, "Size is 20, but MaxMembers is 16"},
+		{Config{Views: true, RequestID: 16}, "RequestID is 16, but a view's ids are 0..15 (MaxMembers 16)"},
 		{Config{Size: 2, MaxMembers: 8}, "applies to Views only"},
 	} {
 		tc.cfg.Logger = quiet

@@ -20,6 +20,11 @@ import (
 // TestMain lets tests re-run this binary as rbcastd itself
 // (RBCASTD_TEST_MAIN=1), e.g. under setpriv as an unprivileged user.
 func TestMain(m *testing.M) {
+	if childMain != nil {
+		if code, ok := childMain(); ok {
+			os.Exit(code)
+		}
+	}
 	switch {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
 		os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -41,6 +46,10 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// childMain, when set (by a test file of this platform), runs this
+// binary as a helper process of a test when its environment says so.
+var childMain func() (code int, ok bool)
 
 func runMain(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer

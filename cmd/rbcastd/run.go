@@ -105,7 +105,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
-	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -201,7 +201,9 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		case f.members < 0 || f.members > most:
 			return dc, "", fmt.Errorf("-members is %d, want 0..%d (-max-members)", f.members, most)
 		}
-		c.Views, c.MaxMembers = true, f.maxMembers
+		// Without -node the daemon has no wish: a -node 0 elsewhere
+		// gets 0 before it.
+		c.Views, c.MaxMembers, c.RequestID = true, f.maxMembers, frame.NoMember
 		if f.node != "" {
 			id, err := strconv.ParseUint(f.node, 10, 16)
 			if err != nil || id >= uint64(most) {
@@ -315,7 +317,11 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		}
 		c.Auth = &auth.Config{Key: k, Encrypt: f.encrypt}
 	}
-	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout}, socket, nil
+	var clientSpin time.Duration // the clients' sockets are polled as the ring is
+	if f.linkKind == "ring" {
+		clientSpin = f.spin
+	}
+	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}, socket, nil
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {

@@ -296,8 +296,8 @@ func TestSendRecvUnderLoss(t *testing.T) {
 func TestSlowReaderBackPressure(t *testing.T) {
 	r := rtnet.New(t, 2)
 	ds := startGroup(t, r, 2, nil, func(i int, c *Config) {
-		c.SubscriberQueue = 4
 		c.Group.RecvQueue = 8
+		c.SocketBuffer = 64 << 10
 	})
 	slow := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
 	c, w := dial(t, ds[0].socket, true)
@@ -452,7 +452,7 @@ func TestClientErrors(t *testing.T) {
 		c.Write(&localapi.Hello{Version: 9})
 		_, err = c.Read()
 		var e *localapi.Error
-		if !errors.As(err, &e) || e.Code != localapi.CodeVersion || !strings.Contains(e.Text, "local API version 1; the client speaks version 9") {
+		if !errors.As(err, &e) || e.Code != localapi.CodeVersion || !strings.Contains(e.Text, "local API versions 1 to 2; the client speaks version 9") {
 			t.Fatalf("got %v", err)
 		}
 	})

@@ -31,7 +31,7 @@ func (c *Core) onJoin(src [6]byte, v frame.View) {
 		}
 		for _, m := range c.view.Members {
 			if m.MAC == src && m.Incarnation == inc {
-				c.catchUp(m.ID, inc) // a member that missed its commit
+				c.catchUp(src, m.ID, inc) // a member that missed its commit
 				return
 			}
 		}
@@ -184,7 +184,7 @@ func (c *Core) onPrepare(src [6]byte, v frame.View) {
 	}
 	if base != c.view.ID {
 		if frame.SeqLess(base, c.view.ID) {
-			c.catchUp(coord, v.Incarnation())
+			c.catchUp(src, coord, v.Incarnation())
 		} else if c.frozen {
 			c.sendFlush() // tells the coordinator this member is behind
 		}
@@ -247,7 +247,7 @@ func (c *Core) onFlush(src [6]byte, v frame.View) {
 	}
 	next, base, from := v.ViewNext(), v.ViewBase(), v.Sender()
 	if frame.SeqLess(base, c.view.ID) {
-		c.catchUp(from, v.Incarnation())
+		c.catchUp(src, from, v.Incarnation())
 		c.relayTo(v, base)
 		return
 	}
@@ -419,8 +419,14 @@ func (c *Core) onCommit(src [6]byte, v frame.View) {
 	case !frame.SeqLess(c.view.ID, commit.Next):
 		return // installed already
 	case commit.Base != c.view.ID:
-		if in && frame.SeqLess(c.view.ID, commit.Base) {
+		switch {
+		case in && frame.SeqLess(c.view.ID, commit.Base):
 			c.removed(fmt.Sprintf("view %d was formed from view %d, which this member (in view %d) never installed", commit.Next, commit.Base, c.view.ID))
+		case !in && frame.SeqLess(c.view.ID, commit.Base):
+			// The group went on past this member's view without it (a
+			// member that shows it is behind is sent the commit that
+			// formed the current view).
+			c.removed(fmt.Sprintf("view %d, formed from view %d, leaves this member (in view %d) out", commit.Next, commit.Base, c.view.ID))
 		}
 		return
 	case c.comp != nil && c.comp.commit.Next == commit.Next:
@@ -677,6 +683,9 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	}
 	c.prev, c.prevID, c.prevUntil = c.inner, c.view.ID, c.now.Add(2*c.cfg.FailureTimeout)
 	c.inner = inner
+	c.installed = true
+	clear(c.later) // frames of a view installed before this one's
+	c.later = c.later[:0]
 	c.view, c.self, c.state = v, self, member
 	formed := commit
 	formed.Members, formed.Cuts = slices.Clone(commit.Members), slices.Clone(commit.Cuts)

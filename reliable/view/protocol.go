@@ -59,16 +59,52 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 		}
 		c.stats.Dropped++
 		if frame.SeqLess(w, c.view.ID) {
-			c.catchUp(v.Sender(), v.Incarnation())
+			c.catchUp(src, v.Sender(), v.Incarnation())
 		}
 		return fmt.Errorf("view: %v frame of view %d, this member is in view %d", v.Type(), w, c.view.ID)
 	}
+	if c.installed {
+		c.hold(src, dst, v)
+		return nil
+	}
+	c.stepLater(now)
 	if err := c.inner.Step(now, src, dst, v); err != nil {
 		return err
 	}
 	c.heardIn(v.Sender())
 	c.progress()
 	return nil
+}
+
+// hold keeps a copy of a frame of the view installed this turn for the
+// turn after (see Core.installed).
+func (c *Core) hold(src, dst [6]byte, v frame.View) {
+	i := len(c.later)
+	if i == len(c.laterBufs) {
+		c.laterBufs = append(c.laterBufs, nil)
+	}
+	c.laterBufs[i] = append(c.laterBufs[i][:0], v...)
+	c.later = append(c.later, heldFrame{src: src, dst: dst, v: frame.View(c.laterBufs[i])})
+}
+
+// stepLater steps the frames held in the turn that installed the view,
+// once that turn's Ready is out.
+func (c *Core) stepLater(now clock.Time) {
+	if c.installed || len(c.later) == 0 {
+		return
+	}
+	later := c.later
+	c.later = c.later[:0]
+	for _, h := range later {
+		if c.state != member || h.v.ViewID() != c.view.ID {
+			continue
+		}
+		if c.inner.Step(now, h.src, h.dst, h.v) == nil {
+			c.heardIn(h.v.Sender())
+		}
+	}
+	clear(later)
+	c.progress()
 }
 
 // heardIn notes that member id sent in the current view: it installed it.
@@ -95,23 +131,38 @@ func (c *Core) checkHeard() {
 // catchUp sends the commit that formed the current view to a member of it
 // that still sends in an older view (it missed the commit), at most once
 // per Retry.
-func (c *Core) catchUp(id frame.MemberID, inc uint32) {
-	m, ok := c.memberOf(c.view, id)
-	if !ok || m.Incarnation != inc || c.formed == nil || id == c.self || containsID(c.heard, id) {
-		return // not a member, or heard in this view: its old core's frames
+//
+// A process that sends in a view before and is not in the current one
+// was left out of it (the others went on without it, believing it failed)
+// and gets the same commit: it learns from it that it was removed, instead
+// of completing a change that is over for ever.
+func (c *Core) catchUp(src [6]byte, id frame.MemberID, inc uint32) {
+	if c.formed == nil || src == c.cfg.MAC {
+		return
+	}
+	if m, ok := c.memberOf(c.view, id); ok && m.MAC == src && m.Incarnation == inc {
+		if containsID(c.heard, id) {
+			return // heard in this view: its old core's frames
+		}
+	} else {
+		for _, m := range c.view.Members {
+			if m.MAC == src && m.Incarnation == inc {
+				return // a member under another id: not from a view before
+			}
+		}
 	}
 	for i := range c.sentFormed {
-		if c.sentFormed[i].id == id {
+		if c.sentFormed[i].mac == src {
 			if c.now < c.sentFormed[i].at.Add(c.cfg.Retry) {
 				return
 			}
 			c.sentFormed[i].at = c.now
-			c.emit(m.MAC, c.formed)
+			c.emit(src, c.formed)
 			return
 		}
 	}
-	c.sentFormed = append(c.sentFormed, sentAt{id, c.now})
-	c.emit(m.MAC, c.formed)
+	c.sentFormed = append(c.sentFormed, sentAt{src, c.now})
+	c.emit(src, c.formed)
 }
 
 // Tick runs the timers: Join and Prepare repeats, the change's timeouts,
@@ -122,6 +173,7 @@ func (c *Core) Tick(now clock.Time) {
 	case joining:
 		c.tickJoining()
 	case member:
+		c.stepLater(now)
 		c.inner.Tick(now)
 		if c.prev != nil {
 			if now >= c.prevUntil {
@@ -247,6 +299,9 @@ func (c *Core) Deadline() clock.Time {
 		}
 	case member:
 		early(c.inner.Deadline())
+		if len(c.later) > 0 {
+			early(max(c.now, 1)) // the frames held in the turn of the install
+		}
 		if c.prev != nil {
 			early(c.prev.Deadline())
 			early(c.prevUntil)
@@ -359,6 +414,7 @@ func (c *Core) Ready() core.Ready {
 
 // Advance: the inner core's and the layer's output was carried out.
 func (c *Core) Advance() {
+	c.installed = false
 	if c.inner != nil {
 		c.inner.Advance()
 	}

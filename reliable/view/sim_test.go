@@ -96,6 +96,12 @@ type process struct {
 	left      bool
 	err       error
 
+	// batch: the process reads its frames at most this often, so that
+	// they come in batches, as a runtime that reads the link in bursts
+	// steps them (one Ready for many frames).
+	batch  time.Duration
+	readAt time.Time
+
 	lastNow time.Time // livelock detection: steps within 1 ms
 	spins   int
 	steps   int
@@ -120,6 +126,7 @@ type simRun struct {
 	failed error
 	start  time.Time
 	window int
+	batch  time.Duration
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -129,7 +136,7 @@ func (r *simRun) fail(format string, args ...any) {
 }
 
 func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget uint32) *process {
-	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 32),
+	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch,
 		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, budget: budget, types: map[frame.Type]int{}}
 	p.clk = wall.Clock{Epoch: r.start}
 	window := r.window
@@ -165,6 +172,12 @@ func (p *process) Step(now time.Time) time.Time {
 	} else {
 		p.lastNow, p.spins = now, 0
 	}
+	if p.batch > 0 {
+		if now.Before(p.readAt) {
+			return p.readAt
+		}
+		p.readAt = now.Add(p.batch)
+	}
 	for {
 		n, _ := p.ep.Recv(time.Time{}, p.rx)
 		for _, f := range p.rx[:n] {
@@ -172,7 +185,7 @@ func (p *process) Step(now time.Time) time.Time {
 		}
 		p.st.Tick(t)
 		p.propose(now, t)
-		p.flush()
+		p.flush(now, t)
 		if n == 0 {
 			break
 		}
@@ -226,8 +239,13 @@ func describe(v frame.View) string {
 	return fmt.Sprintf("%+v", b)
 }
 
-func (p *process) flush() {
+func (p *process) flush(now time.Time, t clock.Time) {
 	rd := p.st.Ready()
+	if p.batch > 0 {
+		// As the runtime does: the application sends while a Ready's
+		// output is handed out, before Advance.
+		p.propose(now, t)
+	}
 	if len(rd.Frames) > 0 && !p.ep.Crashed() {
 		p.ep.Send(rd.Frames)
 		if debug {
@@ -307,11 +325,12 @@ type scenario struct {
 	loss              float64
 	dup, reorder      float64
 	msgs              uint32
+	batch             time.Duration // processes read frames at most this often (0: at once)
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d",
-		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs)
+	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v",
+		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch)
 }
 
 func newScenario(seed uint64) scenario {
@@ -331,6 +350,9 @@ func newScenario(seed uint64) scenario {
 	if r.IntN(3) == 0 {
 		s.reorder = 0.02
 	}
+	if r.IntN(3) == 0 {
+		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
+	}
 	return s
 }
 
@@ -339,7 +361,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch}
 	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
 	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
 	var eps []*testnet.Endpoint

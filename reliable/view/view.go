@@ -169,7 +169,16 @@ type Core struct {
 	prev      Inner
 	prevID    uint32
 	prevUntil clock.Time
-	prevTaken bool             // install took prev's Ready this turn
+	prevTaken bool // install took prev's Ready this turn
+	// installed: a view was installed since the last Advance. The new
+	// view's frames are then held (copied, in later) until after it,
+	// so that one Ready never holds the new view's deliveries beside
+	// the old view's last ones and its ViewInstalled event: what the
+	// old core delivered goes out first, then the event, and the new
+	// view's messages only in a later Ready.
+	installed bool
+	later     []heldFrame
+	laterBufs [][]byte
 	heard     []frame.MemberID // members heard in the current view
 	// formed is the commit that formed the current view, sent again to a
 	// member that shows it has not installed it.
@@ -207,9 +216,16 @@ type Core struct {
 	stats   Stats
 }
 
+// heldFrame is a frame of the new view held until after the Ready of
+// the turn that installed it.
+type heldFrame struct {
+	src, dst [6]byte
+	v        frame.View
+}
+
 type sentAt struct {
-	id frame.MemberID
-	at clock.Time
+	mac [6]byte
+	at  clock.Time
 }
 
 // Stats are the membership layer's own counters.
