@@ -265,3 +265,87 @@ func (l *nullLink) MTU() int                                  { return 1500 }
 func (l *nullLink) HardwareAddr() net.HardwareAddr            { return l.mac }
 func (l *nullLink) Stats() (link.Stats, error)                { return link.Stats{}, nil }
 func (l *nullLink) Close() error                              { return nil }
+
+// TestAuthRotationDuringStream rotates the group key while every member
+// streams on a lossy segment, in virtual time: each member installs the
+// new key, then (members at different moments) activates it, then retires
+// the old one. Deliveries equal those of the run without a rotation, no
+// frame is dropped for its key, and every member ends on the new key
+// alone.
+func TestAuthRotationDuringStream(t *testing.T) {
+	const n, k = 3, 1000
+	oldKey, newKey := simKey(t, 1), simKey(t, 3)
+	if oldKey.ID() == newKey.ID() {
+		t.Fatalf("test keys share the id %d", oldKey.ID())
+	}
+	clean := newAuthRun(t, 5, n, oldKey, 1, 0)
+	clean.run(t, k)
+
+	rot := newAuthRun(t, 5, n, oldKey, 1, 0)
+	links := make([]*auth.Link, n)
+	for i, d := range rot.drivers {
+		links[i] = d.l.(*auth.Link)
+	}
+	// Steps at these times after the view is founded, member i's
+	// activation i×7 ms after the previous member's.
+	type step struct {
+		at time.Duration
+		do func() error
+	}
+	var steps []step
+	for i, a := range links {
+		steps = append(steps, step{100 * time.Millisecond, func() error { return a.Install(newKey) }})
+		steps = append(steps, step{200*time.Millisecond + time.Duration(i)*7*time.Millisecond, func() error { return a.Activate(newKey.Fingerprint()) }})
+		steps = append(steps, step{400 * time.Millisecond, func() error { a.Retire(); return nil }})
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	rot.net.RunFor(500 * time.Millisecond)
+	start := rot.net.Now()
+	next := make([]int, n)
+	var deliveredAtRetire int
+	for round := 0; round < 100000; round++ {
+		for len(steps) > 0 && rot.net.Now().Sub(start) >= steps[0].at {
+			if err := steps[0].do(); err != nil {
+				t.Fatal(err)
+			}
+			if steps[0].at == 400*time.Millisecond && deliveredAtRetire == 0 {
+				deliveredAtRetire = len(rot.got[0])
+			}
+			steps = steps[1:]
+		}
+		busy := len(steps) > 0
+		for i, d := range rot.drivers { // one message a millisecond each
+			if next[i] < k && d.Propose(rot.net.Now(), []byte(fmt.Sprintf("m%d-%d", i, next[i]))) == nil {
+				next[i]++
+			}
+			busy = busy || next[i] < k
+		}
+		if !busy {
+			break
+		}
+		rot.net.RunFor(time.Millisecond)
+	}
+	rot.net.RunFor(2 * time.Second)
+	if deliveredAtRetire == 0 || deliveredAtRetire >= len(clean.got[0]) {
+		t.Fatalf("member 0 had delivered %d of %d messages at the retirement: the rotation was not during the stream", deliveredAtRetire, len(clean.got[0]))
+	}
+	for i := range n {
+		c, r := perSender(clean.got[i]), perSender(rot.got[i])
+		for from, msgs := range c {
+			if !slices.Equal(msgs, r[from]) {
+				t.Errorf("member %d: from %s delivered %d messages across the rotation, %d without", i, from, len(r[from]), len(msgs))
+			}
+		}
+		if !slices.Equal(clean.views[i], rot.views[i]) {
+			t.Errorf("member %d installed %v across the rotation, %v without", i, rot.views[i], clean.views[i])
+		}
+		s := links[i].Auth()
+		if s.Active != newKey.Fingerprint() || !slices.Equal(s.Accepted, []uint64{newKey.Fingerprint()}) {
+			t.Errorf("member %d ends with key %016x accepting %x", i, s.Active, s.Accepted)
+		}
+		if s.UnknownKey+s.BadTag != 0 {
+			t.Errorf("member %d dropped frames for their key: %+v", i, s)
+		}
+	}
+	t.Logf("member 0 delivered %d of %d messages before the retirement", deliveredAtRetire, len(clean.got[0]))
+}

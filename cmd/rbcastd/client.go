@@ -917,7 +917,14 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		if len(drops) == 0 {
 			drops = []string{"none"}
 		}
-		fmt.Fprintf(w, "auth: key %s%s (accepting %s), %d frames verified, dropped: %s\n", a.Active, enc, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
+		rot := ""
+		if a.Rotating {
+			rot = ", rotating"
+		}
+		fmt.Fprintf(w, "auth: key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s\n", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
+		for _, c := range a.Changes {
+			fmt.Fprintf(w, "  key %s %s at %s\n", c.Key, c.Step, c.At)
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "member\tstate\tdelivered\tbytes\trepairs\trepair p50\trepair p99\tlast heard")

@@ -174,6 +174,11 @@ func TestKeygenAndKeyFile(t *testing.T) {
 	}{
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-encrypt"}, "-encrypt needs -key-file"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-key-file", dir + "/missing.key"}, "-key-file: auth: bad key file"},
+		{[]string{"rekey"}, "want a step: install FILE, activate FILE|FINGERPRINT or retire"},
+		{[]string{"rekey", "rotate"}, `unknown step "rotate": want install, activate or retire`},
+		{[]string{"rekey", "install"}, "install takes one key FILE"},
+		{[]string{"rekey", "retire", "now"}, "retire takes no argument"},
+		{[]string{"rekey", "-socket", dir + "/none.sock", "retire"}, dir + "/none.sock"},
 	} {
 		errb.Reset()
 		if code := rbcastd(c.args, nil, &out, &errb); code == exitOK || !strings.Contains(errb.String(), c.want) {

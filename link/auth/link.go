@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,13 @@ func (a *Link) Activate(fp uint64) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("auth: no installed key has fingerprint %016x (installed: %v)", fp, a.Auth().Accepted)
+	var have []string
+	for _, k := range r.slot {
+		if k != nil {
+			have = append(have, k.String())
+		}
+	}
+	return fmt.Errorf("auth: no installed key has fingerprint %016x (installed: %s)", fp, strings.Join(have, ", "))
 }
 
 // Retire stops accepting the key not used for sending (the last step of
