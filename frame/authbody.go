@@ -25,6 +25,11 @@ func (r MismatchReason) String() string {
 	return fmt.Sprintf("MismatchReason(%d)", uint8(r))
 }
 
+// AuthEncrypted is the auth section's algorithm id whose body is
+// encrypted (link/auth's AES-256-GCM): ParseSealed checks such a frame up
+// to its body, for the verifier; Parse refuses it until it is decrypted.
+const AuthEncrypted uint8 = 2
+
 const keyMismatchLen = 10
 
 // KeyMismatchBody is the body of a KeyMismatch frame: reason (1) | type

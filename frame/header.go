@@ -143,8 +143,19 @@ type View []byte
 // exactly its Length bytes (trailing Ethernet padding is dropped). It
 // checks, in order: length, version, type, critical flags, the length
 // field, the ack vector, the authentication section, the CRC32C, and the
-// type's body layout.
-func Parse(b []byte) (View, error) {
+// type's body layout. An encrypted body (AuthEncrypted) is checked as any
+// other: as ciphertext it rarely has its type's layout, so such a frame
+// does not parse until a verifier has decrypted it in place (ParseSealed),
+// and no body accessor can read ciphertext as structure.
+func Parse(b []byte) (View, error) { return parse(b, false) }
+
+// ParseSealed is Parse for a verifier (link/auth): it checks an encrypted
+// body's frame up to its body, so that the frame can be verified and
+// decrypted in place; the plaintext frame must then be Parsed. Only the
+// header and the auth section of the View it returns may be read.
+func ParseSealed(b []byte) (View, error) { return parse(b, true) }
+
+func parse(b []byte, sealed bool) (View, error) {
 	if len(b) < Overhead {
 		return nil, decodeErr(ErrShort, "header", 0, "%d bytes, need at least %d", len(b), Overhead)
 	}
@@ -173,6 +184,7 @@ func Parse(b []byte) (View, error) {
 		return nil, decodeErr(ErrAckVector, "ack_base", offAckBase, "members %d..%d exceed the id space", base, base+acks-1)
 	}
 	bodyEnd := n - CRCLen
+	encrypted := false
 	if flags&FlagAuth != 0 {
 		if bodyStart+AuthFixedLen > bodyEnd {
 			return nil, decodeErr(ErrAuth, "auth", bodyStart, "flag set but no room for the auth section's %d fixed bytes", AuthFixedLen)
@@ -181,13 +193,14 @@ func Parse(b []byte) (View, error) {
 		if l < 1 || l > MaxAuthTag || bodyStart+AuthFixedLen+l > bodyEnd {
 			return nil, decodeErr(ErrAuth, "auth.length", bodyStart+1, "tag length %d, room for %d (max %d)", l, bodyEnd-bodyStart-AuthFixedLen, MaxAuthTag)
 		}
+		encrypted = sealed && b[bodyStart] == AuthEncrypted
 		bodyStart += AuthFixedLen + l
 	}
 	sum := binary.BigEndian.Uint32(b[n-CRCLen:])
 	if got := crc32.Checksum(b[:n-CRCLen], castagnoli); got != sum {
 		return nil, decodeErr(ErrChecksum, "crc32c", n-CRCLen, "frame says %08x, bytes give %08x", sum, got)
 	}
-	if err := checkBody(t, flags, b, bodyStart, bodyEnd); err != nil {
+	if err := checkBody(t, flags, b, bodyStart, bodyEnd, encrypted); err != nil {
 		return nil, err
 	}
 	return View(b), nil

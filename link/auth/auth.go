@@ -33,7 +33,7 @@ const (
 	AlgGMAC uint8 = 1
 	// AlgGCM: AES-256-GCM; the body is encrypted, the tag authenticates
 	// the header (up to the body, the tag zeroed) and the body.
-	AlgGCM uint8 = 2
+	AlgGCM = frame.AuthEncrypted
 )
 
 // TagLen is the tag length of both algorithms (GCM's full 128 bits).

@@ -165,6 +165,9 @@ func (a *Link) keep(eth []byte) bool {
 	}
 	src := frame.Ethernet(eth[:frame.EthernetHeaderLen]).Src()
 	if f.Type() == frame.KeyMismatch {
+		if _, err := frame.Parse(f); err != nil {
+			return false // sealed, its body not a KeyMismatch's: nobody's reply
+		}
 		a.v.c.mismatchReceived.Add(1)
 		if !a.v.heardOther && frame.Ethernet(eth[:frame.EthernetHeaderLen]).Dst() == a.v.self {
 			k := f.KeyMismatch()

@@ -132,8 +132,8 @@ func (v *Verifier) check(eth []byte) (frame.View, error) {
 	if err != nil {
 		return nil, nil
 	}
-	f, err := frame.ParseGroup(b, v.cfg.Group)
-	if err != nil {
+	f, err := frame.ParseSealed(b)
+	if err != nil || f.Group() != v.cfg.Group {
 		return nil, nil
 	}
 	if r := v.verify(e.Src(), f); r != 0 {
