@@ -100,6 +100,18 @@ bench-rbcastd:
 	{ echo; echo '### corosync CPG, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -t udpu -r $(REPS); echo '```'; } | tee -a bench-rbcastd.md
 
+# docs/benchmarks.md, "Authenticated groups" (issue 25): PBP2 one-to-all
+# goodput without a key, with the MAC and encrypted, at MTU 1500 and 9000,
+# CPU-seconds per GB, one-way latency p50 (reliable BenchmarkAuthReport;
+# REPS repetitions, medians; writes bench-auth.md), then corosync CPG over
+# knet without crypto and with aes256/sha256 on the same shape of segment
+# (appended). Root; about 10 minutes on an idle machine.
+bench-auth:
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-auth.md $(GO) test -run '^$$' -bench '^BenchmarkAuthReport$$' -benchtime 1x -timeout 60m ./reliable
+	bench/peers/ensure-deps
+	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
+	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md
+
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
