@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth fuzz lint deps clean
 
 all: build
 
@@ -113,6 +113,18 @@ bench-views:
 	bench/peers/ensure-deps
 	{ echo; echo '```'; bench/peers/run-corosync-views -r $(VIEWS_N) -T 1000 -C 0; bench/peers/run-corosync-views -r $(VIEWS_N) -T 300 -C 0; \
 	  bench/peers/run-corosync-views -r $(VIEWS_N); echo '```'; } | tee -a bench-views.md
+
+# docs/benchmarks.md, "Authenticated groups" (issue 25): PBP2 one-to-all
+# goodput without a key, with the MAC and encrypted, at MTU 1500 and 9000,
+# CPU-seconds per GB, one-way latency p50 (reliable BenchmarkAuthReport;
+# REPS repetitions, medians; writes bench-auth.md), then corosync CPG over
+# knet without crypto and with aes256/sha256 on the same shape of segment
+# (appended). Root; about 10 minutes on an idle machine.
+bench-auth:
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-auth.md $(GO) test -run '^$$' -bench '^BenchmarkAuthReport$$' -benchtime 1x -timeout 60m ./reliable
+	bench/peers/ensure-deps
+	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
+	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

@@ -151,7 +151,7 @@ var dissectorFields = []string{
 	"rbcast.version", "rbcast.type", "rbcast.flags", "rbcast.flags.auth", "rbcast.flags.bundle",
 	"rbcast.flags.retransmit", "rbcast.flags.ack_request", "rbcast.length", "rbcast.sender", "rbcast.group",
 	"rbcast.incarnation", "rbcast.seq", "rbcast.ack_base", "rbcast.ack_count", "rbcast.ack", "rbcast.ack.member",
-	"rbcast.auth.algorithm", "rbcast.auth.length", "rbcast.auth.tag",
+	"rbcast.auth.algorithm", "rbcast.auth.length", "rbcast.auth.key", "rbcast.auth.counter", "rbcast.auth.tag",
 	"rbcast.payload", "rbcast.bundle.count", "rbcast.msg.length", "rbcast.msg",
 	"rbcast.nack.target", "rbcast.range_count", "rbcast.range.first", "rbcast.range.last",
 	"rbcast.join.requested", "rbcast.join.window", "rbcast.join.mtu", "rbcast.join.nonce", "rbcast.join.config_hash",
@@ -165,6 +165,7 @@ var dissectorFields = []string{
 	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
 	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
 	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
+	"rbcast.mismatch.reason", "rbcast.mismatch.refused", "rbcast.mismatch.fingerprint",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
 	"frame.interface_name", "frame.interface_description", "frame.packet_flags_direction", "_ws.expert.message",
 }
@@ -219,6 +220,8 @@ func expectFields(v frame.View) map[string]string {
 		m["rbcast.auth.algorithm"] = d(alg)
 		m["rbcast.auth.length"] = d(len(tag))
 		m["rbcast.auth.tag"] = hex.EncodeToString(tag)
+		key, counter := v.AuthKey()
+		m["rbcast.auth.key"], m["rbcast.auth.counter"] = d(key), d(counter)
 	}
 	if p := v.Payload(); len(p) > 0 {
 		m["rbcast.payload"] = hex.EncodeToString(p)
@@ -355,6 +358,10 @@ func expectFields(v frame.View) map[string]string {
 		m["rbcast.refuse.config_hash"] = fmt.Sprintf("0x%016x", r.ConfigHash)
 	case frame.GroupRemove:
 		m["rbcast.remove.view"] = d(v.RemovedView())
+	case frame.KeyMismatch:
+		k := v.KeyMismatch()
+		m["rbcast.mismatch.reason"], m["rbcast.mismatch.refused"] = d(uint8(k.Reason)), d(uint8(k.Refused))
+		m["rbcast.mismatch.fingerprint"] = fmt.Sprintf("0x%016x", k.Fingerprint)
 	}
 	m["rbcast.crc32c"] = fmt.Sprintf("0x%08x", v.CRC())
 	m["rbcast.crc32c.computed"] = m["rbcast.crc32c"]

@@ -36,6 +36,9 @@ const (
 	MinMTU = 576
 	// MaxAuthTag is the longest authentication tag the format carries.
 	MaxAuthTag = 64
+	// AuthFixedLen is the authentication section without its tag:
+	// algorithm (1), tag length (1), key id (1), counter (8).
+	AuthFixedLen = 11
 )
 
 // Field offsets in the fixed header.
@@ -128,6 +131,14 @@ const (
 	ViewRefuse Type = 0x25
 	// GroupRemove removes the group.
 	GroupRemove Type = 0x26
+
+	// Authentication (link/auth, docs/auth.md): 0x38–0x3B.
+
+	// KeyMismatch tells a station whose frame did not authenticate that
+	// the group uses another key, or a key at all, so that a joiner's
+	// error names the cause instead of a timeout. It is itself not
+	// authenticated: it is a diagnosis, never a reason to change state.
+	KeyMismatch Type = 0x38
 )
 
 var typeNames = [...]string{
@@ -138,12 +149,13 @@ var typeNames = [...]string{
 	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
 	ViewJoin: "ViewJoin", ViewPrepare: "ViewPrepare", ViewFlush: "ViewFlush", ViewCommit: "ViewCommit",
 	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove",
+	KeyMismatch: "KeyMismatch",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
-	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove}
+	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, KeyMismatch}
 
 // Valid reports whether t is a frame type this version defines.
 func (t Type) Valid() bool {
@@ -164,8 +176,9 @@ func (t Type) String() string {
 type Flags uint16
 
 const (
-	// FlagAuth: an authentication section (algorithm, length, tag) follows
-	// the body; the tag is a keyed MAC over the frame up to the tag.
+	// FlagAuth: an authentication section (algorithm, tag length, key id,
+	// counter, tag) sits between the ack vector and the body; the tag is
+	// a keyed MAC over the frame up to the CRC, the tag zeroed (link/auth).
 	FlagAuth Flags = 1 << 0
 	// FlagBundle: a Data or SeqData body holds several messages, each
 	// prefixed by its 16-bit length.
@@ -200,7 +213,7 @@ func SeqDiff(a, b uint32) int32 { return int32(a - b) }
 func MaxPayload(mtu, acks, authTag int) int {
 	n := mtu - Overhead - acks*AckEntryLen
 	if authTag > 0 {
-		n -= 2 + authTag
+		n -= AuthFixedLen + authTag
 	}
 	if n > 0xffff-Overhead {
 		n = 0xffff - Overhead

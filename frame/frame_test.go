@@ -18,11 +18,15 @@ var update = flag.Bool("update", false, "rewrite the golden vectors in testdata/
 // fixedAuth is a test Authenticator whose tag is a constant, so golden
 // vectors do not depend on a MAC algorithm the format does not define.
 type fixedAuth struct {
-	alg uint8
-	tag []byte
+	alg     uint8
+	tag     []byte
+	key     uint8
+	counter uint64
 }
 
 func (a fixedAuth) Algorithm() uint8                 { return a.alg }
+func (a fixedAuth) KeyID() uint8                     { return a.key }
+func (a fixedAuth) Counter() uint64                  { return a.counter }
 func (a fixedAuth) Size() int                        { return len(a.tag) }
 func (a fixedAuth) AppendTag(dst, msg []byte) []byte { return append(dst, a.tag...) }
 
@@ -43,7 +47,7 @@ func goldenCases() []struct {
 	hNoAcks := h
 	hNoAcks.Acks = nil
 	hAuth := h
-	hAuth.Auth = fixedAuth{alg: 1, tag: []byte{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00, 0x11}}
+	hAuth.Auth = fixedAuth{alg: 1, tag: []byte{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00, 0x11}, key: 1, counter: 0x0102030405060708}
 	hRetx := h
 	hRetx.Flags = FlagRetransmit
 	hJoin := hNoAcks
@@ -89,6 +93,7 @@ func goldenCases() []struct {
 		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
 		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
+		{"key_mismatch", hJoin, &KeyMismatchBody{Reason: MismatchKey, Refused: ViewJoin, Fingerprint: 0x0123456789abcdef}},
 	}
 }
 
@@ -177,7 +182,8 @@ func assertRoundTrip(t testing.TB, b []byte) {
 		t.Fatalf("Decode returned no body for type %v", v.Type())
 	}
 	if alg, tag, ok := v.Auth(); ok {
-		h.Auth = fixedAuth{alg: alg, tag: append([]byte{}, tag...)}
+		key, counter := v.AuthKey()
+		h.Auth = fixedAuth{alg: alg, tag: append([]byte{}, tag...), key: key, counter: counter}
 	}
 	again, err := Append(nil, &h, body)
 	if err != nil {
@@ -343,7 +349,7 @@ func TestEthernetPaddingIgnored(t *testing.T) {
 
 func TestAuthSection(t *testing.T) {
 	h := baseHeader()
-	a := fixedAuth{alg: 9, tag: []byte{1, 2, 3, 4}}
+	a := fixedAuth{alg: 9, tag: []byte{1, 2, 3, 4}, key: 1, counter: 0x0102030405060708}
 	h.Auth = a
 	b, err := Append(nil, &h, &Payload{T: Data, Data: []byte("payload")})
 	if err != nil {
@@ -361,7 +367,10 @@ func TestAuthSection(t *testing.T) {
 		t.Fatalf("payload = %q", v.Payload())
 	}
 	in := v.AuthInput(nil)
-	if len(in) != len(b)-CRCLen || !bytes.Equal(in[v.authStart()+2:v.bodyStart()], make([]byte, 4)) {
+	if key, ctr := v.AuthKey(); key != 1 || ctr != 0x0102030405060708 {
+		t.Fatalf("auth key %d counter %#x", key, ctr)
+	}
+	if len(in) != len(b)-CRCLen || !bytes.Equal(in[v.authStart()+AuthFixedLen:v.bodyStart()], make([]byte, 4)) {
 		t.Fatalf("auth input must be the frame without CRC, tag zeroed: %x", in)
 	}
 	// The encoder's tag input is the same bytes the verifier gets.
@@ -532,5 +541,40 @@ func BenchmarkParse(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
 		_, _ = ParseGroup(frame, h.Group)
+	}
+}
+
+// TestInsertAuth: a section inserted into a frame a core encoded without
+// one gives the bytes the encoder gives with the same section.
+func TestInsertAuth(t *testing.T) {
+	a := fixedAuth{alg: 1, tag: []byte{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6}, key: 3, counter: 77}
+	for _, body := range []Body{&Payload{T: Data, Data: []byte("payload")}, &Empty{T: Ack}} {
+		h := baseHeader()
+		plain, err := Append(nil, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Auth = a
+		want, err := Append(nil, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Parse(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := InsertAuth(make([]byte, 0, 256), v, a.alg, a.key, a.counter, len(a.tag))
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, n := View(got).AuthTagAt()
+		copy(got[at:at+n], a.tag)
+		SetCRC(got)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("InsertAuth gives\n%x\nthe encoder\n%x", got, want)
+		}
+		if _, err := InsertAuth(nil, View(want), 1, 1, 1, 16); err == nil || !strings.Contains(err.Error(), "already has") {
+			t.Fatalf("inserting a second section: %v", err)
+		}
 	}
 }

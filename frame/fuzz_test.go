@@ -26,9 +26,25 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// ParseSealed accepts what Parse does, and more only for an
+		// encrypted body, whose header and auth section it can read.
+		s, serr := ParseSealed(b)
+		if serr == nil {
+			s.Type()
+			s.Auth()
+			s.AuthKey()
+		}
 		v, err := Parse(b)
 		if err != nil {
+			if serr == nil {
+				if alg, _, _ := s.Auth(); alg != AuthEncrypted {
+					t.Fatalf("ParseSealed accepts a frame Parse refuses (%v) without an encrypted body", err)
+				}
+			}
 			return
+		}
+		if serr != nil {
+			t.Fatalf("Parse accepts a frame ParseSealed refuses: %v", serr)
 		}
 		exercise(v)
 		assertRoundTrip(t, b)

@@ -33,12 +33,15 @@ type Header struct {
 	Auth Authenticator
 }
 
-// Authenticator computes authentication tags (a keyed MAC). The format
-// only reserves the room: algorithm numbers are assigned by the code that
-// implements them.
+// Authenticator computes authentication tags (a keyed MAC) for the
+// encoder. Algorithm numbers are assigned by the code that implements them
+// (link/auth); the authenticated link inserts its sections with InsertAuth
+// instead, into frames a core encoded without one.
 type Authenticator interface {
 	Algorithm() uint8
-	Size() int // tag length, 1..MaxAuthTag
+	KeyID() uint8    // which of the group's keys made the tag
+	Counter() uint64 // the sender's frame counter (replay protection)
+	Size() int       // tag length, 1..MaxAuthTag
 	// AppendTag appends the tag over msg to dst.
 	AppendTag(dst, msg []byte) []byte
 }
@@ -63,7 +66,7 @@ func Len(h *Header, body Body) int {
 func PrefixLen(h *Header) int {
 	n := HeaderLen + len(h.Acks)*AckEntryLen
 	if h.Auth != nil {
-		n += 2 + h.Auth.Size()
+		n += AuthFixedLen + h.Auth.Size()
 	}
 	return n
 }
@@ -109,7 +112,8 @@ func Append(b []byte, h *Header, body Body) ([]byte, error) {
 	tagAt, tagLen := 0, 0
 	if h.Auth != nil {
 		tagLen = h.Auth.Size()
-		b = append(b, h.Auth.Algorithm(), byte(tagLen))
+		b = append(b, h.Auth.Algorithm(), byte(tagLen), h.Auth.KeyID())
+		b = binary.BigEndian.AppendUint64(b, h.Auth.Counter())
 		tagAt = len(b)
 		for range tagLen {
 			b = append(b, 0)
@@ -139,8 +143,19 @@ type View []byte
 // exactly its Length bytes (trailing Ethernet padding is dropped). It
 // checks, in order: length, version, type, critical flags, the length
 // field, the ack vector, the authentication section, the CRC32C, and the
-// type's body layout.
-func Parse(b []byte) (View, error) {
+// type's body layout. An encrypted body (AuthEncrypted) is checked as any
+// other: as ciphertext it rarely has its type's layout, so such a frame
+// does not parse until a verifier has decrypted it in place (ParseSealed),
+// and no body accessor can read ciphertext as structure.
+func Parse(b []byte) (View, error) { return parse(b, false) }
+
+// ParseSealed is Parse for a verifier (link/auth): it checks an encrypted
+// body's frame up to its body, so that the frame can be verified and
+// decrypted in place; the plaintext frame must then be Parsed. Only the
+// header and the auth section of the View it returns may be read.
+func ParseSealed(b []byte) (View, error) { return parse(b, true) }
+
+func parse(b []byte, sealed bool) (View, error) {
 	if len(b) < Overhead {
 		return nil, decodeErr(ErrShort, "header", 0, "%d bytes, need at least %d", len(b), Overhead)
 	}
@@ -169,21 +184,23 @@ func Parse(b []byte) (View, error) {
 		return nil, decodeErr(ErrAckVector, "ack_base", offAckBase, "members %d..%d exceed the id space", base, base+acks-1)
 	}
 	bodyEnd := n - CRCLen
+	encrypted := false
 	if flags&FlagAuth != 0 {
-		if bodyStart+2 > bodyEnd {
-			return nil, decodeErr(ErrAuth, "auth", bodyStart, "flag set but no room for the auth section")
+		if bodyStart+AuthFixedLen > bodyEnd {
+			return nil, decodeErr(ErrAuth, "auth", bodyStart, "flag set but no room for the auth section's %d fixed bytes", AuthFixedLen)
 		}
 		l := int(b[bodyStart+1])
-		if l < 1 || l > MaxAuthTag || bodyStart+2+l > bodyEnd {
-			return nil, decodeErr(ErrAuth, "auth.length", bodyStart+1, "tag length %d, room for %d (max %d)", l, bodyEnd-bodyStart-2, MaxAuthTag)
+		if l < 1 || l > MaxAuthTag || bodyStart+AuthFixedLen+l > bodyEnd {
+			return nil, decodeErr(ErrAuth, "auth.length", bodyStart+1, "tag length %d, room for %d (max %d)", l, bodyEnd-bodyStart-AuthFixedLen, MaxAuthTag)
 		}
-		bodyStart += 2 + l
+		encrypted = sealed && b[bodyStart] == AuthEncrypted
+		bodyStart += AuthFixedLen + l
 	}
 	sum := binary.BigEndian.Uint32(b[n-CRCLen:])
 	if got := crc32.Checksum(b[:n-CRCLen], castagnoli); got != sum {
 		return nil, decodeErr(ErrChecksum, "crc32c", n-CRCLen, "frame says %08x, bytes give %08x", sum, got)
 	}
-	if err := checkBody(t, flags, b, bodyStart, bodyEnd); err != nil {
+	if err := checkBody(t, flags, b, bodyStart, bodyEnd, encrypted); err != nil {
 		return nil, err
 	}
 	return View(b), nil
@@ -218,7 +235,7 @@ func (v View) CRC() uint32         { return binary.BigEndian.Uint32(v[len(v)-CRC
 func (v View) authStart() int      { return HeaderLen + v.AckCount()*AckEntryLen }
 func (v View) bodyStart() int {
 	if v.hasAuth() {
-		return v.authStart() + 2 + int(v[v.authStart()+1])
+		return v.authStart() + AuthFixedLen + int(v[v.authStart()+1])
 	}
 	return v.authStart()
 }
@@ -246,8 +263,31 @@ func (v View) Auth() (alg uint8, tag []byte, ok bool) {
 		return 0, nil, false
 	}
 	at := v.authStart()
-	return v[at], v[at+2 : v.bodyStart()], true
+	return v[at], v[at+AuthFixedLen : v.bodyStart()], true
 }
+
+// AuthKey returns the authentication section's key id and frame counter
+// (zero without one).
+func (v View) AuthKey() (key uint8, counter uint64) {
+	if !v.hasAuth() {
+		return 0, 0
+	}
+	at := v.authStart()
+	return v[at+2], binary.BigEndian.Uint64(v[at+3:])
+}
+
+// AuthTagAt returns where the tag lies in v (0, 0 without one), for a
+// verifier that works in place: the tag is v[at:at+n], the body follows.
+func (v View) AuthTagAt() (at, n int) {
+	if !v.hasAuth() {
+		return 0, 0
+	}
+	at = v.authStart() + AuthFixedLen
+	return at, v.bodyStart() - at
+}
+
+// BodyAt returns the offset of the body in v.
+func (v View) BodyAt() int { return v.bodyStart() }
 
 // AuthInput appends to dst the bytes an authentication tag is computed
 // over: the frame up to the CRC, with the tag zeroed.
@@ -255,9 +295,53 @@ func (v View) AuthInput(dst []byte) []byte {
 	start := len(dst)
 	dst = append(dst, v[:v.crcStart()]...)
 	if v.hasAuth() {
-		clear(dst[start+v.authStart()+2 : start+v.bodyStart()])
+		clear(dst[start+v.authStart()+AuthFixedLen : start+v.bodyStart()])
 	}
 	return dst
+}
+
+// InsertAuth appends to dst a copy of the frame v (which has no
+// authentication section) with one inserted after the ack vector:
+// algorithm alg, key id key, counter, and a zeroed tag of tagLen bytes; the
+// length field and FlagAuth are updated and the CRC is left zero. The
+// caller fills the tag (at AuthTagAt of the result) and then calls SetCRC:
+// this is how an authenticating link (link/auth) adds a section to a frame
+// a core encoded without one. It allocates only if dst lacks capacity.
+func InsertAuth(dst []byte, v View, alg, key uint8, counter uint64, tagLen int) ([]byte, error) {
+	if v.hasAuth() {
+		return dst, errorf(ErrInvalid, "frame already has an authentication section")
+	}
+	if tagLen < 1 || tagLen > MaxAuthTag {
+		return dst, errorf(ErrInvalid, "auth tag of %d bytes (1..%d)", tagLen, MaxAuthTag)
+	}
+	n := len(v) + AuthFixedLen + tagLen
+	if n > 0xffff {
+		return dst, errorf(ErrTooLarge, "frame of %d bytes with its authentication section exceeds the 65535-byte length field", n)
+	}
+	start := len(dst)
+	at := v.authStart()
+	dst = append(dst, v[:at]...)
+	dst = append(dst, alg, byte(tagLen), key)
+	dst = binary.BigEndian.AppendUint64(dst, counter)
+	for range tagLen {
+		dst = append(dst, 0)
+	}
+	dst = append(dst, v[at:]...)
+	f := dst[start:]
+	binary.BigEndian.PutUint16(f[offFlags:], uint16(v.Flags()|FlagAuth))
+	binary.BigEndian.PutUint16(f[offLength:], uint16(n))
+	clear(f[n-CRCLen:])
+	return dst, nil
+}
+
+// SetCRC writes the CRC-32C of the rbcast frame f (exactly its Length
+// bytes) into its last four bytes: after InsertAuth, or after a verifier
+// replaced an encrypted body by its plaintext in place.
+func SetCRC(f []byte) {
+	if len(f) < Overhead {
+		return
+	}
+	binary.BigEndian.PutUint32(f[len(f)-CRCLen:], crc32.Checksum(f[:len(f)-CRCLen], castagnoli))
 }
 
 // Header returns the fixed header and ack vector as a Header value. It

@@ -2,7 +2,9 @@ package frame
 
 // checkBody validates the type-specific layout of body b[start:end] so
 // that the view accessors below never read out of bounds.
-func checkBody(t Type, flags Flags, b []byte, start, end int) error {
+// An encrypted body (AuthEncrypted) is ciphertext: only its flags are
+// checked here, the body once the verifier has decrypted it in place.
+func checkBody(t Type, flags Flags, b []byte, start, end int, encrypted bool) error {
 	body := b[start:end]
 	need := func(field string, n int) error {
 		if len(body) != n {
@@ -18,6 +20,9 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 	}
 	if flags&FlagBundle != 0 && t != Data && t != SeqRequest && t != SeqData {
 		return decodeErr(ErrFlags, "flags", offFlags, "bundle flag on a %s frame", t)
+	}
+	if encrypted {
+		return nil
 	}
 	switch t {
 	case Data, SeqRequest:
@@ -105,6 +110,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 		return nil
 	case ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove:
 		return checkViewBody(t, body, start)
+	case KeyMismatch:
+		return checkKeyMismatch(body, start)
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -372,6 +379,9 @@ func (v View) Decode() (Header, Body) {
 		return h, &r
 	case GroupRemove:
 		return h, &GroupRemoveBody{View: v.RemovedView()}
+	case KeyMismatch:
+		k := v.KeyMismatch()
+		return h, &k
 	}
 	return h, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -117,6 +118,8 @@ type goodputOpts struct {
 	// open opens each member's link (nil: the ring, openOnHost); members
 	// are named by the MAC the link reports.
 	open func(tb testing.TB, h *netns.Host) link.Link
+	// auth: every member's Config.Auth (nil: unauthenticated).
+	auth *auth.Config
 }
 
 type goodputResult struct {
@@ -188,7 +191,7 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 	sending.Store(true)
 	for i, l := range links {
 		cfg := Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: o.mode,
-			Window: o.window, BundleDelay: o.bundleDelay, Logger: quiet}
+			Window: o.window, BundleDelay: o.bundleDelay, Logger: quiet, Auth: o.auth}
 		if o.deliver {
 			last := time.Now()
 			cfg.Deliver = func(_ frame.MemberID, data []byte) {
@@ -558,6 +561,11 @@ func BenchmarkLatency(b *testing.B) {
 // message, 1 sends it back, n times after 100 warm-up round trips. It
 // returns half the round trip's p50 and p99.
 func runLatencyOn(tb testing.TB, topo *netns.Topology, mode Mode, n int) (p50, p99 time.Duration) {
+	return runLatencyAuthOn(tb, topo, mode, n, nil)
+}
+
+// runLatencyAuthOn is runLatencyOn with Config.Auth a (nil: none).
+func runLatencyAuthOn(tb testing.TB, topo *netns.Topology, mode Mode, n int, a *auth.Config) (p50, p99 time.Duration) {
 	links := []link.Link{openOnHost(tb, topo.Hosts[0]), openOnHost(tb, topo.Hosts[1])}
 	defer func() {
 		for _, l := range links {
@@ -568,7 +576,7 @@ func runLatencyOn(tb testing.TB, topo *netns.Topology, mode Mode, n int) (p50, p
 	gid := 1000 + benchGroups.Add(1)
 	var groups []*Group
 	for i, l := range links {
-		g, err := Join(context.Background(), l, Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: mode, Logger: quiet})
+		g, err := Join(context.Background(), l, Config{Group: gid, Members: members, Self: frame.MemberID(i), Mode: mode, Logger: quiet, Auth: a})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/seq"
@@ -237,6 +238,13 @@ type Config struct {
 	// OnEvent, when set, is called on the event loop's goroutine for every
 	// membership (and sequencer) event, under the same rules as Deliver.
 	OnEvent func(Event)
+
+	// Auth, when set, authenticates every frame of the group (and, with
+	// Auth.Encrypt, encrypts its body): Join and NewDriver wrap the link
+	// with link/auth, which drops every frame that does not verify before
+	// the core sees it. Group and EtherType are taken from this Config.
+	// docs/auth.md.
+	Auth *auth.Config
 
 	// Logger receives membership changes and dropped-frame warnings; nil
 	// means slog.Default().

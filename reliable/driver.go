@@ -39,6 +39,9 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l, err = withAuth(l, &s); err != nil {
+		return nil, err
+	}
 	var c core.Core
 	switch {
 	case s.Views:
@@ -146,5 +149,6 @@ func (d *Driver) MaxMessage() int { return d.n.info.MaxMessage }
 func (d *Driver) Stats() Stats {
 	s := d.n.stats(d.order)
 	s.Link, s.LinkErr = d.l.Stats()
+	s.Auth = authStats(d.l)
 	return s
 }

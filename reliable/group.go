@@ -145,6 +145,9 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l, err = withAuth(l, &s); err != nil {
+		return nil, err
+	}
 	mtu := l.MTU()
 	self, members := s.Self, s.Members
 	clk := wall.Clock{Epoch: time.Now()}

@@ -1,11 +1,13 @@
 package reliable
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable/core"
 )
 
@@ -48,6 +50,9 @@ type Stats struct {
 	// Views the membership layer's counters.
 	View  *ViewInfo
 	Views ViewStats
+	// Auth is the authentication's counters and keys (Config.Auth; nil
+	// without): frames dropped by reason, the active key.
+	Auth *auth.Stats
 }
 
 // BadFrames counts received frames dropped before the core saw them, by
@@ -82,6 +87,7 @@ func (g *Group) Stats() Stats {
 	}
 	g.mu.Unlock()
 	s.Link, s.LinkErr = g.l.Stats()
+	s.Auth = authStats(g.l)
 	g.queue.mu.Lock()
 	s.Queued = g.queue.n
 	g.queue.mu.Unlock()
@@ -108,4 +114,34 @@ func (n *node) stats(o Order) Stats {
 			Repairs: p.Repairs, RepairP50: time.Duration(p.RepairP50), RepairP99: time.Duration(p.RepairP99)})
 	}
 	return s
+}
+
+// authStats returns the counters of l's authentication, if it has one.
+func authStats(l link.Link) *auth.Stats {
+	if a, ok := l.(*auth.Link); ok {
+		s := a.Auth()
+		return &s
+	}
+	return nil
+}
+
+// withAuth wraps l with Config.Auth's authentication.
+func withAuth(l link.Link, s *settings) (link.Link, error) {
+	if s.Auth == nil {
+		return l, nil
+	}
+	c := *s.Auth
+	c.Group, c.EtherType = s.Group, s.EtherType
+	a, err := auth.Wrap(l, c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return a, nil
+}
+
+// Auth returns the group's authenticated link (Config.Auth; nil
+// without): its keys rotate with Install, Activate and Retire.
+func (g *Group) Auth() *auth.Link {
+	a, _ := g.l.(*auth.Link)
+	return a
 }

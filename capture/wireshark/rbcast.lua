@@ -27,6 +27,7 @@ local HEADER_LEN = 28
 local CRC_LEN = 4
 local OVERHEAD = HEADER_LEN + CRC_LEN
 local MAX_AUTH_TAG = 64
+local AUTH_FIXED = 11
 local DEFAULT_ETHERTYPE = 0x88b5
 
 local type_names = {
@@ -37,6 +38,7 @@ local type_names = {
 	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
 	[0x20] = "ViewJoin", [0x21] = "ViewPrepare", [0x22] = "ViewFlush", [0x23] = "ViewCommit",
 	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove",
+	[0x38] = "KeyMismatch",
 }
 local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
 local phase_names = { [1] = "call", [2] = "vote", [3] = "elected" }
@@ -69,6 +71,8 @@ local f = {
 	ack_member = ProtoField.uint16("rbcast.ack.member", "Member", base.DEC),
 	auth_algorithm = ProtoField.uint8("rbcast.auth.algorithm", "Algorithm", base.DEC),
 	auth_length = ProtoField.uint8("rbcast.auth.length", "Tag length", base.DEC),
+	auth_key = ProtoField.uint8("rbcast.auth.key", "Key id", base.DEC),
+	auth_counter = ProtoField.uint64("rbcast.auth.counter", "Counter", base.DEC),
 	auth_tag = ProtoField.bytes("rbcast.auth.tag", "Tag"),
 	body = ProtoField.bytes("rbcast.body", "Body"),
 	payload = ProtoField.bytes("rbcast.payload", "Payload"),
@@ -128,6 +132,9 @@ local f = {
 	refuse_reason = ProtoField.uint8("rbcast.refuse.reason", "Reason", base.DEC, refuse_names),
 	refuse_config = ProtoField.uint64("rbcast.refuse.config_hash", "Config hash", base.HEX),
 	removed_view = ProtoField.uint32("rbcast.remove.view", "View", base.DEC),
+	mismatch_reason = ProtoField.uint8("rbcast.mismatch.reason", "Reason", base.DEC, { [1] = "the group uses another key", [2] = "the group requires a key" }),
+	mismatch_refused = ProtoField.uint8("rbcast.mismatch.refused", "Refused frame type", base.DEC),
+	mismatch_fingerprint = ProtoField.uint64("rbcast.mismatch.fingerprint", "Key fingerprint", base.HEX),
 	padding = ProtoField.bytes("rbcast.padding", "Bytes after the frame"),
 	crc = ProtoField.uint32("rbcast.crc32c", "CRC-32C", base.HEX),
 	crc_computed = ProtoField.uint32("rbcast.crc32c.computed", "Computed CRC-32C", base.HEX),
@@ -273,7 +280,7 @@ end
 
 local fixed_body = {
 	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
-	[0x20] = 22, [0x25] = 17, [0x26] = 4,
+	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x38] = 10,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -477,6 +484,10 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.refuse_config, tvb(off + 9, 8))
 	elseif ty == 0x26 then
 		tree:add(f.removed_view, tvb(off, 4))
+	elseif ty == 0x38 then
+		tree:add(f.mismatch_reason, tvb(off, 1))
+		tree:add(f.mismatch_refused, tvb(off + 1, 1))
+		tree:add(f.mismatch_fingerprint, tvb(off + 2, 8))
 	end
 end
 
@@ -578,19 +589,25 @@ function rbcast.dissector(tvb, pinfo, tree)
 
 	local body_end = n - CRC_LEN
 	if band(flags, 0x0001) ~= 0 then
-		if body_start + 2 > body_end then
-			flag(root, e.auth, "flag set but no room for the auth section")
+		-- algorithm (1) | tag length (1) | key id (1) | counter (8) | tag
+		-- (link/auth). The tag is shown, not verified: Wireshark's Lua has
+		-- no AES-GCM, and we write no cryptography by hand; pcap-replay
+		-- -key-file verifies (docs/auth.md).
+		if body_start + AUTH_FIXED > body_end then
+			flag(root, e.auth, string.format("flag set but no room for the auth section's %d fixed bytes", AUTH_FIXED))
 		else
 			local l = tvb(body_start + 1, 1):uint()
-			local at = root:add(rbcast, tvb(body_start, math.min(2 + l, body_end - body_start)), "Authentication")
+			local at = root:add(rbcast, tvb(body_start, math.min(AUTH_FIXED + l, body_end - body_start)), "Authentication")
 			at:add(f.auth_algorithm, tvb(body_start, 1))
 			local ali = at:add(f.auth_length, tvb(body_start + 1, 1))
-			if l < 1 or l > MAX_AUTH_TAG or body_start + 2 + l > body_end then
-				flag(ali, e.auth, string.format("tag length %d, room for %d (max %d)", l, body_end - body_start - 2, MAX_AUTH_TAG))
+			at:add(f.auth_key, tvb(body_start + 2, 1))
+			at:add(f.auth_counter, tvb(body_start + 3, 8))
+			if l < 1 or l > MAX_AUTH_TAG or body_start + AUTH_FIXED + l > body_end then
+				flag(ali, e.auth, string.format("tag length %d, room for %d (max %d)", l, body_end - body_start - AUTH_FIXED, MAX_AUTH_TAG))
 				body_start = body_end
 			else
-				at:add(f.auth_tag, tvb(body_start + 2, l))
-				body_start = body_start + 2 + l
+				at:add(f.auth_tag, tvb(body_start + AUTH_FIXED, l))
+				body_start = body_start + AUTH_FIXED + l
 			end
 		end
 	end

@@ -27,6 +27,7 @@ import (
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -127,6 +128,49 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, c
 		return nil, exitError, false
 	}
 	return fs.Args(), 0, true
+}
+
+// keyFiles is -key-file, given once, or twice across a rotation.
+type keyFiles []string
+
+func (k *keyFiles) String() string { return strings.Join(*k, ",") }
+func (k *keyFiles) Set(v string) error {
+	if len(*k) == 2 {
+		return errors.New("at most two key files (the keys of a rotation)")
+	}
+	*k = append(*k, v)
+	return nil
+}
+
+const keyFileUsage = "verify every frame with the group key in `FILE` (rbcastd keygen; twice: both keys of a rotation) as a member's link does, decrypt encrypted bodies, and leave out what does not verify or verified before (replays), per capture interface (docs/auth.md)"
+
+// authenticate applies -key-file to capt: it prints what was dropped
+// (to w) and reports false if a key file does not load.
+func authenticate(name string, files keyFiles, etherType uint16, capt *replay.Capture, w, stderr io.Writer) bool {
+	if len(files) == 0 {
+		return true
+	}
+	var keys []*auth.Key
+	for _, f := range files {
+		k, err := auth.Load(f)
+		if err != nil {
+			fmt.Fprintf(stderr, "pcap-replay %s: -key-file: %v\n", name, err)
+			return false
+		}
+		keys = append(keys, k)
+	}
+	res, err := replay.Authenticate(capt, replay.AuthOptions{Keys: keys, EtherType: etherType})
+	if err != nil {
+		fmt.Fprintf(stderr, "pcap-replay %s: -key-file: %v\n", name, err)
+		return false
+	}
+	res.Write(w)
+	return true
+}
+
+func (c *common) etherTypeValue() uint16 {
+	et, _ := strconv.ParseUint(c.etherType, 0, 16)
+	return uint16(et)
 }
 
 func (c *common) read(name string, files []string, stderr io.Writer) (*replay.Capture, bool) {
@@ -249,6 +293,8 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
 	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")
+	var keys keyFiles
+	fs.Var(&keys, "key-file", keyFileUsage)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -269,6 +315,9 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 	}
 	capt, ok := c.read("check", files, stderr)
 	if !ok {
+		return exitError
+	}
+	if !authenticate("check", keys, c.etherTypeValue(), capt, stdout, stderr) {
 		return exitError
 	}
 	vs := replay.Check(capt, opts)
@@ -328,6 +377,8 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	resilience := fs.String("resilience", "majority", "seq: when a member delivers, as the live group's Resilience: majority (once enough members hold a message, the default) or sequencer (as soon as it is numbered)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
+	var keys keyFiles
+	fs.Var(&keys, "key-file", keyFileUsage)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -424,6 +475,13 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 	}
 	capt, ok := c.read("simulate", files, stderr)
 	if !ok {
+		return exitError
+	}
+	authOut := stdout
+	if *lines {
+		authOut = stderr // -lines prints only the deliveries
+	}
+	if !authenticate("simulate", keys, c.etherTypeValue(), capt, authOut, stderr) {
 		return exitError
 	}
 	res, err := replay.Simulate(capt, opts)

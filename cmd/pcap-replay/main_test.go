@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 )
 
 func runCmd(args ...string) (code int, stdout, stderr string) {
@@ -182,6 +185,131 @@ func TestCheckHelpListsKinds(t *testing.T) {
 		invariant.KindNackStorm, invariant.KindForeign, invariant.KindVersion, invariant.KindCorrupt, invariant.KindImplausible} {
 		if !strings.Contains(stderr, "  "+k+" ") {
 			t.Errorf("check -h does not list %q:\n%s", k, stderr)
+		}
+	}
+}
+
+// sink keeps what is sent through it (the frames auth.Link seals).
+type sink struct{ sent [][]byte }
+
+func (l *sink) Send(frames [][]byte) (int, error) {
+	for _, f := range frames {
+		l.sent = append(l.sent, bytes.Clone(f))
+	}
+	return len(frames), nil
+}
+func (l *sink) Recv(time.Time, []link.Frame) (int, error) { return 0, nil }
+func (l *sink) MTU() int                                  { return 1500 }
+func (l *sink) HardwareAddr() net.HardwareAddr            { return net.HardwareAddr{2, 0, 0, 0, 0, 1} }
+func (l *sink) Stats() (link.Stats, error)                { return link.Stats{}, nil }
+func (l *sink) Close() error                              { return nil }
+
+// sealedCapture is smallCapture (repaired) with every frame sealed under
+// the key in keyPath, then a replay of its first frame and a Data 3 with
+// another payload under another key: a rogue's.
+func sealedCapture(t *testing.T, keyPath string) string {
+	t.Helper()
+	key, err := auth.Load(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(smallCapture(t, true, "three"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seal := func(k *auth.Key, at int64, frames ...[]byte) [][]byte {
+		l := &sink{}
+		a, err := auth.Wrap(l, auth.Config{Group: 5, Key: k, Now: func() time.Time { return time.Unix(at, 0) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fr := range frames {
+			if _, err := a.Send([][]byte{fr}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return l.sent
+	}
+	var plain [][]byte
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		plain = append(plain, data)
+	}
+	sealed := seal(key, 1700000000, plain...)
+	sealed = append(sealed, sealed[0])
+	secret := make([]byte, auth.KeySize)
+	other, _ := auth.NewKey(secret)
+	forged := frame.AppendEthernet(nil, frame.Broadcast, [6]byte{2, 0, 0, 0, 0, 1}, frame.EtherType)
+	forged, _ = frame.Append(forged, &frame.Header{Group: 5, Sender: 1, Incarnation: 1, Seq: 3, AckBase: 1, Acks: []uint32{4, 0}}, &frame.Payload{T: frame.Data, Data: []byte("THREE, forged")})
+	sealed = append(sealed, seal(other, 1700000002, forged)...) // counters ahead of the group's
+
+	path := filepath.Join(t.TempDir(), "sealed.pcap")
+	var buf bytes.Buffer
+	w := pcapgo.NewWriter(&buf)
+	w.WriteFileHeader(65535, layers.LinkTypeEthernet)
+	for i, d := range sealed {
+		ts := gopacket.CaptureInfo{Timestamp: time.Unix(1700000001, int64(i)*1000), CaptureLength: len(d), Length: len(d)}
+		if err := w.WritePacket(ts, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// check -key-file judges what an authenticated member's cores would see:
+// the rogue's forged frame 3 (a seq-reuse without the key) and its replay
+// are dropped and listed, and the invariants hold.
+func TestCheckKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	keyPath := filepath.Join(dir, "group.key")
+	if _, err := auth.Generate(keyPath, nil); err != nil {
+		t.Fatal(err)
+	}
+	capt := sealedCapture(t, keyPath)
+	if code, out, _ := runCmd("check", capt); code != 1 || !strings.Contains(out, "VIOLATION seq-reuse") {
+		t.Fatalf("check without the key: exit %d, want 1 and a seq-reuse\n%s", code, out)
+	}
+	code, out, errOut := runCmd("check", "-key-file", keyPath, capt)
+	if code != 0 {
+		t.Fatalf("check -key-file: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"auth: 6 frames verified, 2 dropped before any core",
+		"1 dropped: a replay (counter seen before) (frames 7)",
+		"1 dropped: a key id of neither key slot (frames 8)",
+		"all invariants hold",
+	} {
+		if !strings.Contains(out, want) && !(strings.Contains(want, "key id") && strings.Contains(out, "1 dropped: the tag does not verify (frames 8)")) {
+			t.Errorf("check -key-file output lacks %q:\n%s", want, out)
+		}
+	}
+	if code, out, errOut := runCmd("simulate", "-node", "2", "-key-file", keyPath, capt); code != 0 || !strings.Contains(out, "auth: 6 frames verified, 2 dropped") {
+		t.Errorf("simulate -key-file: exit %d\n%s%s", code, out, errOut)
+	}
+	open := filepath.Join(dir, "open.key")
+	os.WriteFile(open, bytes.Repeat([]byte("ab"), 32), 0o644)
+	os.Chmod(open, 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "-key-file", filepath.Join(dir, "none.key"), capt}, "pcap-replay check: -key-file: auth: bad key file"},
+		{[]string{"simulate", "-node", "2", "-key-file", open, capt}, "is readable by others than its owner"},
+		{[]string{"check", "-key-file", keyPath, "-key-file", keyPath, "-key-file", keyPath, capt}, "at most two key files"},
+	} {
+		if code, _, errOut := runCmd(c.args...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want 2 and %q", c.args, code, errOut, c.want)
 		}
 	}
 }

@@ -919,6 +919,29 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
 		}
 	}
+	if a := st.Auth; a != nil {
+		enc := ""
+		if a.Encrypt {
+			enc = ", encrypted"
+		}
+		var drops []string
+		for _, r := range []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"} {
+			if n := a.Dropped[r]; n > 0 {
+				drops = append(drops, fmt.Sprintf("%s %d", r, n))
+			}
+		}
+		if len(drops) == 0 {
+			drops = []string{"none"}
+		}
+		rot := ""
+		if a.Rotating {
+			rot = ", rotating"
+		}
+		fmt.Fprintf(w, "auth: key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s\n", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
+		for _, c := range a.Changes {
+			fmt.Fprintf(w, "  key %s %s at %s\n", c.Key, c.Step, c.At)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "member\tstate\tdelivered\tbytes\trepairs\trepair p50\trepair p99\tlast heard")
 	for _, m := range st.Members {

@@ -82,6 +82,8 @@ commands:
            members' messages as lines)
   status   members and their state, order, rates, repairs, drops
   bench    measure goodput through a running daemon
+  keygen   write a new group key file (run -key-file: authenticated groups)
+  rekey    rotate the group key of a running daemon (install, activate, retire)
 
 Run 'rbcastd <command> -h' for a command's flags.
 Exit status: 0 success, 1 failure, 2 usage error.
@@ -104,6 +106,8 @@ var commands = map[string]command{
 	"recv":   {recvCmd},
 	"status": {statusCmd},
 	"bench":  {benchCmd},
+	"keygen": {keygenCmd},
+	"rekey":  {rekeyCmd},
 }
 
 func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

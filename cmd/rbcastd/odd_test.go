@@ -156,3 +156,33 @@ func TestOddInputs(t *testing.T) {
 		runOdd(t, c)
 	}
 }
+
+func TestKeygenAndKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/group.key"
+	var out, errb bytes.Buffer
+	if code := rbcastd([]string{"keygen", path}, nil, &out, &errb); code != exitOK || !strings.Contains(out.String(), "written to "+path) {
+		t.Fatalf("keygen: %d %q %q", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := rbcastd([]string{"keygen", path}, nil, &out, &errb); code != exitFail || !strings.Contains(errb.String(), "file exists") {
+		t.Fatalf("keygen over a file: %d %q", code, errb.String())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-encrypt"}, "-encrypt needs -key-file"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-key-file", dir + "/missing.key"}, "-key-file: auth: bad key file"},
+		{[]string{"rekey"}, "want a step: install FILE, activate FILE|FINGERPRINT or retire"},
+		{[]string{"rekey", "rotate"}, `unknown step "rotate": want install, activate or retire`},
+		{[]string{"rekey", "install"}, "install takes one key FILE"},
+		{[]string{"rekey", "retire", "now"}, "retire takes no argument"},
+		{[]string{"rekey", "-socket", dir + "/none.sock", "retire"}, dir + "/none.sock"},
+	} {
+		errb.Reset()
+		if code := rbcastd(c.args, nil, &out, &errb); code == exitOK || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: %d %q, want %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/rbcast/rbcast/internal/privs"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/reliable"
@@ -83,6 +84,8 @@ type runFlags struct {
 	resilience                                                                          string
 	level                                                                               string
 	kernelFilter                                                                        bool // -kernel-filter
+	keyFile                                                                             string
+	encrypt                                                                             bool
 	udp                                                                                 udpFlags
 	udpSet                                                                              bool // a -udp-* flag was given
 	udpCfg                                                                              udp.Config
@@ -119,6 +122,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
+	fs.StringVar(&f.keyFile, "key-file", "", "authenticate every frame with the group key in this `file` (rbcastd keygen; docs/auth.md); all members must have it")
+	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt every payload (AES-256-GCM); all members must agree")
 	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; ring and afpacket links, docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
@@ -317,6 +322,16 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	socket := f.socket
 	if socket == "" {
 		socket = localapi.DefaultSocket(uint32(f.group))
+	}
+	if f.encrypt && f.keyFile == "" {
+		return dc, "", errors.New("-encrypt needs -key-file")
+	}
+	if f.keyFile != "" {
+		k, err := auth.Load(f.keyFile)
+		if err != nil {
+			return dc, "", fmt.Errorf("-key-file: %w", err)
+		}
+		c.Auth = &auth.Config{Key: k, Encrypt: f.encrypt}
 	}
 	var clientSpin time.Duration // the clients' sockets are polled as the ring is
 	if f.linkKind == "ring" {

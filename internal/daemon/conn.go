@@ -267,6 +267,8 @@ func (c *conn) handle(m localapi.Message) bool {
 	case *localapi.Doorbell:
 		c.doorbell(m.Ring)
 		return true
+	case *localapi.Rekey:
+		return c.rekey(m)
 	}
 	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
 	return false

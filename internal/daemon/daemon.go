@@ -98,6 +98,11 @@ type Daemon struct {
 	conns  map[*conn]struct{}
 	closed bool
 
+	// rekeyMu orders the steps of key rotations (rbcastd rekey);
+	// keyChanges are the last ones, for Status.
+	rekeyMu    sync.Mutex
+	keyChanges []KeyChange
+
 	accepted  atomic.Uint64 // Sends accepted, all clients
 	ringBytes atomic.Int64  // memory of every client's rings
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)

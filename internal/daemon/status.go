@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sort"
@@ -47,6 +48,10 @@ type Status struct {
 	// A group whose membership changes (-membership views): the view
 	// installed, its members, and the last changes.
 	View *ViewStatus `json:"view,omitempty"`
+
+	// An authenticated group (-key-file): the keys and the frames
+	// dropped, by reason (docs/auth.md).
+	Auth *AuthStatus `json:"auth,omitempty"`
 
 	// Order total only: the sequencer this member follows and its epoch.
 	Sequencer *int   `json:"sequencer,omitempty"`
@@ -232,6 +237,19 @@ func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 	b := st.BadFrames
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
+	if a := st.Auth; a != nil {
+		s.Auth = &AuthStatus{Active: fmt.Sprintf("%016x", a.Active), ActiveID: uint8(a.Active >> 56), Rotating: len(a.Accepted) > 1,
+			Encrypt: a.Encrypt, Sent: a.Sent, Verified: a.Verified,
+			Dropped: map[string]uint64{"unauthenticated": a.Unauthenticated, "algorithm": a.Algorithm, "unknown_key": a.UnknownKey,
+				"bad_tag": a.BadTag, "replay": a.Replay, "too_old": a.TooOld, "earlier_incarnation": a.EarlierIncarnation},
+			MismatchesSent: a.MismatchesSent, MismatchesReceived: a.MismatchesReceived}
+		for _, fp := range a.Accepted {
+			s.Auth.Accepted = append(s.Auth.Accepted, fmt.Sprintf("%016x", fp))
+		}
+		d.rekeyMu.Lock()
+		s.Auth.Changes = append([]KeyChange(nil), d.keyChanges...)
+		d.rekeyMu.Unlock()
+	}
 	if st.View != nil {
 		v := &ViewStatus{ID: st.View.ID, Counts: st.Views}
 		for _, m := range st.View.Members {
@@ -396,4 +414,19 @@ func selfReason(events []reliable.Event) string {
 		}
 	}
 	return "left"
+}
+
+// AuthStatus is an authenticated group's keys and counters.
+type AuthStatus struct {
+	Active             string            `json:"active_key"`    // fingerprint of the key frames are sent with
+	ActiveID           uint8             `json:"active_key_id"` // the key id frames carry (the fingerprint's first byte)
+	Accepted           []string          `json:"accepted_keys"` // fingerprints frames are verified with (two during a rotation)
+	Rotating           bool              `json:"rotating"`      // two keys are accepted: a rotation is under way
+	Changes            []KeyChange       `json:"key_changes"`   // the last steps of rotations (rbcastd rekey), oldest first
+	Encrypt            bool              `json:"encrypt"`
+	Sent               uint64            `json:"sent"`
+	Verified           uint64            `json:"verified"`
+	Dropped            map[string]uint64 `json:"dropped"` // by reason
+	MismatchesSent     uint64            `json:"key_mismatches_sent"`
+	MismatchesReceived uint64            `json:"key_mismatches_received"`
 }

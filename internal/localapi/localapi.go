@@ -39,6 +39,7 @@ const (
 	TSendBatch Type = 0x06 // several messages to broadcast, in order
 	TRingSetup Type = 0x07 // ask for a ring (version 2)
 	TDoorbell  Type = 0x08 // look at a ring again (version 2)
+	TRekey     Type = 0x09 // one step of a key rotation (an authenticated group)
 
 	// Daemon to client.
 	TWelcome        Type = 0x81 // answers Hello
@@ -72,6 +73,8 @@ func (t Type) String() string {
 		return "RingSetup"
 	case TDoorbell:
 		return "Doorbell"
+	case TRekey:
+		return "Rekey"
 	case TRingReady:
 		return "RingReady"
 	case TDaemonDoorbell:
@@ -125,6 +128,7 @@ const (
 	CodeUnexpected Code = 4 // a message not valid here (e.g. before Hello)
 	CodeClosed     Code = 5 // the group stopped or the daemon is leaving
 	CodeSendFailed Code = 6 // the group refused a message
+	CodeRefused    Code = 7 // a Rekey the daemon would not do (the text says why)
 )
 
 // Code is an Error's code.
@@ -144,6 +148,8 @@ func (c Code) String() string {
 		return "closed"
 	case CodeSendFailed:
 		return "send failed"
+	case CodeRefused:
+		return "refused"
 	}
 	return fmt.Sprintf("Code(%d)", uint16(c))
 }
@@ -205,6 +211,29 @@ type RingSetup struct {
 // made in the deliver ring while it waited for some (wantSpace).
 // Version 2.
 type Doorbell struct{ Ring uint8 }
+
+// Rekey steps (docs/auth.md, "Rotation").
+const (
+	// RekeyInstall accepts frames under the key in the file at Path too
+	// (every member installs before any activates).
+	RekeyInstall uint8 = 1
+	// RekeyActivate sends under the installed key with fingerprint
+	// Fingerprint, or, if Path is set, under the key in that file.
+	RekeyActivate uint8 = 2
+	// RekeyRetire stops accepting the key not sent under.
+	RekeyRetire uint8 = 3
+)
+
+// Rekey asks the daemon of an authenticated group to take one step of a
+// key rotation: the daemon reads the key file at Path itself (the key
+// never crosses the socket) and answers StatusJSON once done, or an Error
+// of code CodeRefused. Only a client of the daemon's own user (or root)
+// may ask.
+type Rekey struct {
+	Step        uint8
+	Fingerprint uint64
+	Path        string // an absolute path, at most MaxText bytes
+}
 
 // RingReady answers RingSetup: the ring's memory, a memfd of
 // RingHeader+Size bytes sealed against shrinking and growing, comes with
@@ -274,6 +303,7 @@ func (*Deliver) Type() Type      { return TDeliver }
 func (*StatusJSON) Type() Type   { return TStatusJSON }
 func (*Error) Type() Type        { return TError }
 
+func (*Rekey) Type() Type          { return TRekey }
 func (*RingSetup) Type() Type      { return TRingSetup }
 func (*Doorbell) Type() Type       { return TDoorbell }
 func (*RingReady) Type() Type      { return TRingReady }
@@ -284,6 +314,11 @@ func (m *RingSetup) Append(b []byte) []byte {
 }
 
 func (m *Doorbell) Append(b []byte) []byte { return append(b, byte(TDoorbell), m.Ring) }
+
+func (m *Rekey) Append(b []byte) []byte {
+	b = be.AppendUint64(append(b, byte(TRekey), m.Step), m.Fingerprint)
+	return append(b, m.Path...)
+}
 
 func (m *RingReady) Append(b []byte) []byte {
 	return be.AppendUint32(append(b, byte(TRingReady), m.Ring), m.Size)
@@ -373,6 +408,7 @@ const (
 	helloLen      = 5
 	ringSetupLen  = 6
 	doorbellLen   = 2
+	rekeyMin      = 10
 	flushLen      = 1
 	subscribeLen  = 3
 	statusLen     = 1
@@ -430,10 +466,11 @@ type Decoder struct {
 	doorbell     Doorbell
 	ringReady    RingReady
 	daemonBell   DaemonDoorbell
+	rekey        Rekey
 }
 
 // Decode decodes one packet into the Decoder's message of its type. Data
-// fields alias p; an Error (rare) is allocated.
+// fields alias p; an Error and a Rekey path (rare) are allocated.
 func (d *Decoder) Decode(p []byte) (Message, error) {
 	if len(p) == 0 {
 		return nil, decodeErr(0, 0, "empty packet")
@@ -565,6 +602,23 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 		}
 		d.daemonBell.Ring = p[1]
 		return &d.daemonBell, nil
+	case TRekey:
+		if err := atLeast(rekeyMin); err != nil {
+			return nil, err
+		}
+		m := &d.rekey
+		*m = Rekey{Step: p[1], Fingerprint: be.Uint64(p[2:]), Path: string(p[rekeyMin:])}
+		switch {
+		case m.Step < RekeyInstall || m.Step > RekeyRetire:
+			return nil, decodeErr(t, 1, "step %d, want 1 (install), 2 (activate) or 3 (retire)", m.Step)
+		case len(m.Path) > MaxText:
+			return nil, decodeErr(t, rekeyMin, "a path of %d bytes, at most %d", len(m.Path), MaxText)
+		case m.Step == RekeyInstall && m.Path == "":
+			return nil, decodeErr(t, rekeyMin, "install without a key file path")
+		case m.Step == RekeyActivate && m.Path == "" && m.Fingerprint == 0:
+			return nil, decodeErr(t, 2, "activate without a fingerprint or a key file path")
+		}
+		return m, nil
 	case TError:
 		if err := atLeast(errorMin); err != nil {
 			return nil, err

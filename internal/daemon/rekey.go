@@ -1,0 +1,140 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link/auth"
+)
+
+// KeyChange is one step of a key rotation this daemon took (rbcastd
+// rekey), as Status lists it.
+type KeyChange struct {
+	Step string `json:"step"` // installed, activated, retired
+	Key  string `json:"key"`  // the fingerprint of the key installed, activated or retired
+	At   string `json:"at"`
+}
+
+// maxKeyChanges is how many key changes Status lists.
+const maxKeyChanges = 8
+
+// rekey takes one step of a key rotation (docs/auth.md, "Rotation"):
+// only for a client of the daemon's user or root, and only on an
+// authenticated group. It answers the status after the step.
+func (c *conn) rekey(m *localapi.Rekey) bool {
+	if err := c.mayRekey(); err != nil {
+		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
+		return false
+	}
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		return false
+	}
+	a := g.Auth()
+	if a == nil {
+		c.fail(localapi.CodeRefused, false, "rekey: this daemon's group is not authenticated (it runs without -key-file): there is no key to rotate")
+		return false
+	}
+	change, err := c.d.rekeyStep(a, m)
+	if err != nil {
+		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
+		return false
+	}
+	c.d.log.Info("rbcastd: key rotation", "step", change.Step, "key", change.Key)
+	b, err := json.Marshal(c.d.Status())
+	if err != nil {
+		c.fail(localapi.CodeUnexpected, false, "status: %v", err)
+		return false
+	}
+	return c.write(&localapi.StatusJSON{JSON: b}) == nil
+}
+
+func (d *Daemon) rekeyStep(a *auth.Link, m *localapi.Rekey) (KeyChange, error) {
+	d.rekeyMu.Lock()
+	defer d.rekeyMu.Unlock()
+	load := func() (*auth.Key, error) {
+		if !filepath.IsAbs(m.Path) {
+			return nil, fmt.Errorf("key file path %q is not absolute", m.Path)
+		}
+		return auth.Load(m.Path)
+	}
+	var ch KeyChange
+	switch m.Step {
+	case localapi.RekeyInstall:
+		k, err := load()
+		if err != nil {
+			return ch, err
+		}
+		st := a.Auth()
+		if len(st.Accepted) == 2 && k.Fingerprint() != st.Accepted[0] && k.Fingerprint() != st.Accepted[1] {
+			return ch, fmt.Errorf("two keys are accepted already (%016x, %016x): retire one before installing %s", st.Accepted[0], st.Accepted[1], k)
+		}
+		if err := a.Install(k); err != nil {
+			return ch, err
+		}
+		ch = KeyChange{Step: "installed", Key: k.String()}
+	case localapi.RekeyActivate:
+		fp := m.Fingerprint
+		if m.Path != "" {
+			k, err := load()
+			if err != nil {
+				return ch, err
+			}
+			fp = k.Fingerprint()
+		}
+		if err := a.Activate(fp); err != nil {
+			return ch, err
+		}
+		ch = KeyChange{Step: "activated", Key: fmt.Sprintf("%016x", fp)}
+	case localapi.RekeyRetire:
+		st := a.Auth()
+		if len(st.Accepted) < 2 {
+			return ch, fmt.Errorf("nothing to retire: only key %016x is accepted", st.Active)
+		}
+		old := st.Accepted[0]
+		if old == st.Active {
+			old = st.Accepted[1]
+		}
+		a.Retire()
+		ch = KeyChange{Step: "retired", Key: fmt.Sprintf("%016x", old)}
+	default:
+		return ch, fmt.Errorf("unknown step %d", m.Step)
+	}
+	ch.At = time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	d.keyChanges = append(d.keyChanges, ch)
+	if len(d.keyChanges) > maxKeyChanges {
+		d.keyChanges = d.keyChanges[len(d.keyChanges)-maxKeyChanges:]
+	}
+	return ch, nil
+}
+
+// mayRekey admits a client of the daemon's own user, or root: a key
+// decides who may speak for the group, so the socket's mode (which lets
+// a group of users send) is not enough.
+func (c *conn) mayRekey() error {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("the client's credentials: %w", cerr)
+	}
+	if self := uint32(os.Geteuid()); cred.Uid != 0 && cred.Uid != self {
+		return fmt.Errorf("only root or the daemon's user (uid %d) may rotate keys; the client runs as uid %d", self, cred.Uid)
+	}
+	return nil
+}

@@ -1,0 +1,345 @@
+package auth
+
+import (
+	"crypto/cipher"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+)
+
+// Link authenticates the frames of one group over the link it wraps: every
+// frame sent gets an auth section (a fresh counter, a tag), every frame
+// received is verified (Verifier.Check) and dropped unless it verifies.
+// Its MTU is the wrapped link's less Overhead, so the core above leaves
+// room for the section.
+type Link struct {
+	l link.Link
+	v *Verifier
+	// counter is the last counter sent; it starts at the clock.
+	counter atomic.Uint64
+	// send is the key state of this station's own stream (one at a time:
+	// its id and incarnation change only when it joins).
+	mu   sync.Mutex
+	own  streamID
+	keys [2]derived
+	// Two arenas: Send and Stage run on one goroutine, SendNow on
+	// another (link.NowSender).
+	queued, now arena
+	// pending are KeyMismatch replies, sent with the next frames (a
+	// Link sends only from its sending goroutines).
+	pmu     sync.Mutex
+	pending [][]byte
+	lastMis time.Time
+	// fatal is the key mismatch a joiner's Recv reports.
+	fatal        error
+	unauthOthers int
+	recvMu       sync.Mutex
+}
+
+type arena struct {
+	mu     sync.Mutex
+	buf    []byte
+	frames [][]byte
+	// tag and nonce: scratch the AEAD's interface calls would make escape.
+	tag   [TagLen]byte
+	nonce [12]byte
+}
+
+var (
+	_ link.Wrapper   = (*Link)(nil)
+	_ link.Stager    = (*Link)(nil)
+	_ link.NowSender = (*Link)(nil)
+)
+
+// Wrap returns l with cfg's authentication.
+func Wrap(l link.Link, cfg Config) (*Link, error) {
+	v, err := NewVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if l.MTU()-Overhead < frame.MinMTU {
+		return nil, fmt.Errorf("auth: link MTU %d leaves %d bytes after the %d of authentication, below rbcast's minimum of %d", l.MTU(), l.MTU()-Overhead, Overhead, frame.MinMTU)
+	}
+	copy(v.self[:], l.HardwareAddr())
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	a := &Link{l: l, v: v}
+	a.counter.Store(uint64(now().UnixNano()))
+	return a, nil
+}
+
+func (a *Link) Unwrap() link.Link              { return a.l }
+func (a *Link) MTU() int                       { return a.l.MTU() - Overhead }
+func (a *Link) HardwareAddr() net.HardwareAddr { return a.l.HardwareAddr() }
+func (a *Link) Stats() (link.Stats, error)     { return a.l.Stats() }
+func (a *Link) Close() error                   { return a.l.Close() }
+
+// Auth returns the authentication counters and keys.
+func (a *Link) Auth() Stats {
+	s := a.v.Stats()
+	s.Sent = a.v.c.sent.Load()
+	return s
+}
+
+// Install puts k in the key slot not used for sending: frames under it
+// are accepted from now on, and frames are still sent under the active
+// key (the first step of a rotation; every member installs before any
+// activates).
+func (a *Link) Install(k *Key) error { return a.v.Accept(k) }
+
+// Activate sends under the key with fingerprint fp from now on (it must be
+// installed); the other slot keeps being accepted until Retire.
+func (a *Link) Activate(fp uint64) error {
+	r := *a.v.ring.Load()
+	for i, k := range r.slot {
+		if k != nil && k.fp == fp {
+			r.active = i
+			a.v.ring.Store(&r)
+			return nil
+		}
+	}
+	var have []string
+	for _, k := range r.slot {
+		if k != nil {
+			have = append(have, k.String())
+		}
+	}
+	return fmt.Errorf("auth: no installed key has fingerprint %016x (installed: %s)", fp, strings.Join(have, ", "))
+}
+
+// Retire stops accepting the key not used for sending (the last step of
+// a rotation).
+func (a *Link) Retire() {
+	r := *a.v.ring.Load()
+	r.slot[1-r.active] = nil
+	a.v.ring.Store(&r)
+}
+
+// Recv returns the frames that verified; the others are dropped and
+// counted. A joiner that hears a KeyMismatch before any frame of another
+// station verified gets a *MismatchError instead.
+func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	a.recvMu.Lock()
+	defer a.recvMu.Unlock()
+	for {
+		if a.fatal != nil {
+			return 0, a.fatal
+		}
+		n, err := a.l.Recv(deadline, frames)
+		if n == 0 {
+			return n, err
+		}
+		kept := 0
+		for i := range frames[:n] {
+			if a.keep(frames[i].Data) {
+				frames[kept] = frames[i]
+				kept++
+			}
+		}
+		if kept > 0 || err != nil {
+			return kept, err
+		}
+		if a.fatal != nil {
+			return 0, a.fatal
+		}
+	}
+}
+
+// unauthLimit: this many unauthenticated frames of the group from others,
+// before anything verified, tell a joiner the group runs without a key.
+const unauthLimit = 8
+
+func (a *Link) keep(eth []byte) bool {
+	f, err := a.v.check(eth)
+	if f == nil {
+		return true // not ours to judge: the stepper counts it
+	}
+	src := frame.Ethernet(eth[:frame.EthernetHeaderLen]).Src()
+	if f.Type() == frame.KeyMismatch {
+		if _, err := frame.Parse(f); err != nil {
+			return false // sealed, its body not a KeyMismatch's: nobody's reply
+		}
+		a.v.c.mismatchReceived.Add(1)
+		if !a.v.heardOther && frame.Ethernet(eth[:frame.EthernetHeaderLen]).Dst() == a.v.self {
+			k := f.KeyMismatch()
+			a.fatal = &MismatchError{From: net.HardwareAddr(src[:]), Reason: k.Reason, Theirs: k.Fingerprint, Ours: a.v.cfg.Key.fp}
+		}
+		return false
+	}
+	if err == nil {
+		return true
+	}
+	r := err.(*DropError).reason
+	if r == dropUnauthenticated && src != a.v.self && !a.v.heardOther {
+		if a.unauthOthers++; a.unauthOthers >= unauthLimit {
+			a.fatal = &MismatchError{From: net.HardwareAddr(src[:]), Unheard: true, Ours: a.v.cfg.Key.fp}
+		}
+	}
+	if t := f.Type(); (t == frame.ViewJoin || t == frame.Join) && (r == dropUnauthenticated || r == dropUnknownKey || r == dropBadTag) {
+		a.mismatch(src, f, r)
+	}
+	return false
+}
+
+// mismatch queues a KeyMismatch to a station whose Join did not verify, at
+// most one every 100 ms (it is unauthenticated: never an amplifier).
+func (a *Link) mismatch(to [6]byte, f frame.View, r reason) {
+	now := time.Now()
+	a.pmu.Lock()
+	defer a.pmu.Unlock()
+	if now.Sub(a.lastMis) < 100*time.Millisecond || len(a.pending) >= 4 {
+		return
+	}
+	a.lastMis = now
+	reason := frame.MismatchKey
+	if r == dropUnauthenticated {
+		reason = frame.MismatchUnauthenticated
+	}
+	var src [6]byte
+	copy(src[:], a.v.self[:])
+	b := frame.AppendEthernet(nil, to, src, a.v.cfg.EtherType)
+	a.mu.Lock()
+	h := frame.Header{Group: a.v.cfg.Group, Sender: a.own.sender, Incarnation: a.own.inc}
+	a.mu.Unlock()
+	b, err := frame.Append(b, &h, &frame.KeyMismatchBody{Reason: reason, Refused: f.Type(), Fingerprint: a.v.ring.Load().activeKey().fp})
+	if err == nil {
+		a.pending = append(a.pending, b)
+	}
+}
+
+func (r *keyring) activeKey() *Key { return r.slot[r.active] }
+
+// flushPending sends the queued KeyMismatch frames.
+func (a *Link) flushPending() {
+	a.pmu.Lock()
+	p := a.pending
+	a.pending = nil
+	a.pmu.Unlock()
+	if len(p) > 0 {
+		if n, _ := a.l.Send(p); n > 0 {
+			a.v.c.mismatchSent.Add(uint64(n))
+		}
+	}
+}
+
+func (a *Link) Send(frames [][]byte) (int, error) {
+	a.flushPending()
+	out, err := a.seal(&a.queued, frames)
+	defer a.queued.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return a.l.Send(out)
+}
+
+func (a *Link) Stage(frames [][]byte) (int, error) {
+	a.flushPending()
+	out, err := a.seal(&a.queued, frames)
+	defer a.queued.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return link.Stage(a.l, out)
+}
+
+func (a *Link) Kick() error { return link.Kick(a.l) }
+
+func (a *Link) SendNow(frames [][]byte) (int, error) {
+	out, err := a.seal(&a.now, frames)
+	defer a.now.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return link.SendNow(a.l, out)
+}
+
+// seal authenticates frames into ar (locked on return; the caller unlocks
+// once the wrapped link has copied or sent them).
+func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
+	ar.mu.Lock()
+	need := 0
+	for _, f := range frames {
+		need += len(f) + Overhead + TagLen
+	}
+	if cap(ar.buf) < need {
+		ar.buf = make([]byte, 0, max(need, 2*cap(ar.buf)))
+	}
+	buf := ar.buf[:0]
+	ar.frames = ar.frames[:0]
+	r := a.v.ring.Load()
+	k := r.activeKey()
+	alg := a.v.alg
+	for i, eth := range frames {
+		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
+		var f frame.View
+		if err == nil {
+			f, err = frame.Parse(b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
+		}
+		hl := len(eth) - len(b)
+		start := len(buf)
+		buf = append(buf, eth[:hl]...)
+		counter := a.counter.Add(1)
+		buf, err = frame.InsertAuth(buf, f, alg, k.ID(), counter, TagLen)
+		if err != nil {
+			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
+		}
+		e := frame.Ethernet(eth[:frame.EthernetHeaderLen])
+		aead, err := a.ownKey(k, streamID{mac: e.Src(), sender: f.Sender(), inc: f.Incarnation()})
+		if err != nil {
+			return nil, err
+		}
+		g := frame.View(buf[start+hl:])
+		ar.seal(aead, g, alg, counter)
+		ar.frames = append(ar.frames, buf[start:len(buf):len(buf)])
+	}
+	a.v.c.sent.Add(uint64(len(frames)))
+	return ar.frames, nil
+}
+
+func (a *Link) ownKey(k *Key, s streamID) (cipher.AEAD, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s != a.own {
+		a.own, a.keys = s, [2]derived{}
+	}
+	for _, d := range a.keys {
+		if d.aead != nil && d.fp == k.fp {
+			return d.aead, nil
+		}
+	}
+	aead, err := derive(k, a.v.alg, a.v.cfg.Group, s)
+	if err != nil {
+		return nil, err
+	}
+	a.keys[1], a.keys[0] = a.keys[0], derived{fp: k.fp, aead: aead}
+	return aead, nil
+}
+
+// seal fills g's tag (encrypting its body under AlgGCM) and its CRC.
+// g's buffer has TagLen bytes of room past its end.
+func (ar *arena) seal(aead cipher.AEAD, g frame.View, alg uint8, counter uint64) {
+	at, n := g.AuthTagAt()
+	binary.BigEndian.PutUint64(ar.nonce[:], counter)
+	crcAt := len(g) - frame.CRCLen
+	if alg == AlgGMAC {
+		aead.Seal(ar.tag[:0], ar.nonce[:], nil, g[:crcAt])
+	} else {
+		body := g[g.BodyAt():crcAt]
+		out := aead.Seal(body[:0], ar.nonce[:], body, g[:g.BodyAt()])
+		copy(ar.tag[:], out[len(body):])
+	}
+	copy(g[at:at+n], ar.tag[:])
+	frame.SetCRC(g)
+}

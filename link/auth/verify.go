@@ -1,0 +1,281 @@
+package auth
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// ErrDropped is wrapped by every DropError.
+var ErrDropped = errors.New("auth: frame dropped")
+
+// DropError says why Verifier.Check dropped a frame.
+type DropError struct{ reason reason }
+
+var reasonText = [...]string{
+	dropUnauthenticated: "no authentication section",
+	dropAlgorithm:       "another algorithm (encryption differs)",
+	dropUnknownKey:      "a key id of neither key slot",
+	dropBadTag:          "the tag does not verify",
+	dropReplay:          "a replay (counter seen before)",
+	dropOld:             "a counter behind the replay window",
+	dropEarlier:         "an earlier incarnation of its sender",
+}
+
+func (e *DropError) Error() string { return "auth: frame dropped: " + reasonText[e.reason] }
+func (e *DropError) Unwrap() error { return ErrDropped }
+
+var dropErrs = func() (m [dropEarlier + 1]*DropError) {
+	for r := range m {
+		m[r] = &DropError{reason(r)}
+	}
+	return
+}()
+
+// A Verifier checks received frames: the receive half of a Link, without
+// the link (pcap-replay verifies a capture's frames with it). It keeps
+// each sender's replay window, so it checks one station's receive stream,
+// on one goroutine.
+type Verifier struct {
+	cfg     Config
+	alg     uint8
+	ring    atomic.Pointer[keyring]
+	c       counters
+	streams map[streamID]*stream
+	latest  map[srcID]latest
+	scratch []byte
+	// self is this station's MAC; heardOther is set once a frame of
+	// another station verified (a KeyMismatch is then no longer a reason
+	// to give up joining).
+	self       [6]byte
+	heardOther bool
+	// tag and nonce are scratch space the AEAD's interface calls would
+	// otherwise make escape, one allocation each per frame.
+	tag   [TagLen]byte
+	nonce [12]byte
+}
+
+// NewVerifier returns a Verifier of cfg's group, accepting cfg.Key.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	if cfg.Key == nil {
+		return nil, errors.New("auth: no key")
+	}
+	if cfg.EtherType == 0 {
+		cfg.EtherType = frame.EtherType
+	}
+	v := &Verifier{cfg: cfg, alg: cfg.alg(), streams: make(map[streamID]*stream), latest: make(map[srcID]latest)}
+	v.ring.Store(&keyring{slot: [2]*Key{cfg.Key}})
+	return v, nil
+}
+
+// Accept adds k as a key frames are verified with (a Verifier of a
+// capture across a rotation needs both).
+func (v *Verifier) Accept(k *Key) error {
+	r := *v.ring.Load()
+	if err := r.install(k); err != nil {
+		return err
+	}
+	v.ring.Store(&r)
+	return nil
+}
+
+func (r *keyring) install(k *Key) error {
+	for i, s := range r.slot {
+		if s != nil && s.fp == k.fp {
+			return nil
+		}
+		if s != nil && s.ID() == k.ID() {
+			return fmt.Errorf("auth: key %s has the id %d of key %s in slot %d; generate another", k, k.ID(), s, i)
+		}
+	}
+	other := 1 - r.active
+	r.slot[other] = k
+	return nil
+}
+
+// Stats returns the counters.
+func (v *Verifier) Stats() Stats {
+	r := v.ring.Load()
+	s := Stats{
+		Sent: v.c.sent.Load(), Verified: v.c.verified.Load(),
+		Unauthenticated: v.c.drops[dropUnauthenticated].Load(), Algorithm: v.c.drops[dropAlgorithm].Load(),
+		UnknownKey: v.c.drops[dropUnknownKey].Load(), BadTag: v.c.drops[dropBadTag].Load(),
+		Replay: v.c.drops[dropReplay].Load(), TooOld: v.c.drops[dropOld].Load(),
+		EarlierIncarnation: v.c.drops[dropEarlier].Load(),
+		MismatchesSent:     v.c.mismatchSent.Load(), MismatchesReceived: v.c.mismatchReceived.Load(),
+		Active: r.slot[r.active].fp, Encrypt: v.cfg.Encrypt,
+	}
+	for _, k := range r.slot {
+		if k != nil {
+			s.Accepted = append(s.Accepted, k.fp)
+		}
+	}
+	return s
+}
+
+// Check verifies eth, a whole Ethernet frame, in place: nil if the frame
+// may reach a core (an encrypted body is then decrypted in place and the
+// CRC rewritten over it), else a *DropError, counted. A frame that is not
+// a valid rbcast frame of this group passes unjudged: the core's stepper
+// drops and counts it by its decode error, and it reaches no core.
+func (v *Verifier) Check(eth []byte) error {
+	_, err := v.check(eth)
+	return err
+}
+
+// check is Check that also returns the parsed frame (nil if unjudged).
+func (v *Verifier) check(eth []byte) (frame.View, error) {
+	e, b, err := frame.SplitEthernet(eth, v.cfg.EtherType)
+	if err != nil {
+		return nil, nil
+	}
+	f, err := frame.ParseSealed(b)
+	if err != nil || f.Group() != v.cfg.Group {
+		return nil, nil
+	}
+	if r := v.verify(e.Src(), f); r != 0 {
+		v.c.drops[r].Add(1)
+		return f, dropErrs[r]
+	}
+	v.c.verified.Add(1)
+	if e.Src() != v.self {
+		v.heardOther = true
+	}
+	return f, nil
+}
+
+func (v *Verifier) verify(src [6]byte, f frame.View) reason {
+	alg, tag, ok := f.Auth()
+	if !ok {
+		return dropUnauthenticated
+	}
+	if alg != v.alg || len(tag) != TagLen {
+		return dropAlgorithm
+	}
+	id, counter := f.AuthKey()
+	k := v.ring.Load().find(id)
+	if k == nil {
+		return dropUnknownKey
+	}
+	sid := streamID{mac: src, sender: f.Sender(), inc: f.Incarnation()}
+	s := v.streams[sid]
+	if s != nil {
+		if r := s.win.fresh(counter); r != 0 {
+			return r
+		}
+	}
+	if s == nil {
+		v.bound()
+		s = &stream{}
+		v.streams[sid] = s
+	}
+	aead := s.aead(k, alg, v.cfg.Group, sid)
+	if aead == nil {
+		return dropBadTag
+	}
+	if !v.open(aead, f, counter) {
+		return dropBadTag
+	}
+	// Joins (sender NoMember) too: a replayed Join of a dead run would
+	// otherwise admit a ghost. Two processes joining one group from one
+	// MAC at once are therefore not supported (docs/auth.md).
+	who := srcID{mac: sid.mac, sender: sid.sender}
+	l, seen := v.latest[who]
+	switch {
+	case !seen || l.inc == sid.inc:
+		if !seen {
+			l = latest{inc: sid.inc, lo: counter, hi: counter}
+		}
+		l.lo, l.hi = min(l.lo, counter), max(l.hi, counter)
+		v.latest[who] = l
+	case counter > l.hi:
+		v.latest[who] = latest{inc: sid.inc, lo: counter, hi: counter}
+	default:
+		return dropEarlier
+	}
+	s.win.mark(counter)
+	s.verified = true
+	return 0
+}
+
+// bound forgets streams once there are maxStreams: first those that
+// never verified (a forger's), then any.
+func (v *Verifier) bound() {
+	if len(v.streams) < maxStreams {
+		return
+	}
+	for id, s := range v.streams {
+		if !s.verified {
+			delete(v.streams, id)
+		}
+	}
+	for id := range v.streams {
+		if len(v.streams) < maxStreams/2 {
+			break
+		}
+		delete(v.streams, id)
+	}
+}
+
+func (s *stream) aead(k *Key, alg uint8, group uint32, sid streamID) opener {
+	for i := range s.keys {
+		if s.keys[i].aead != nil && s.keys[i].fp == k.fp {
+			return s.keys[i].aead
+		}
+	}
+	a, err := derive(k, alg, group, sid)
+	if err != nil {
+		return nil
+	}
+	// Keep the newest two: the keys of a rotation.
+	s.keys[1] = s.keys[0]
+	s.keys[0] = derived{fp: k.fp, aead: a}
+	return a
+}
+
+type opener interface {
+	Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error)
+}
+
+// open verifies f's tag (and decrypts its body in place under AlgGCM,
+// rewriting the CRC). The tag is zeroed while the MAC runs over the
+// frame, then put back.
+func (v *Verifier) open(a opener, f frame.View, counter uint64) bool {
+	at, n := f.AuthTagAt()
+	tag := v.tag[:]
+	copy(tag, f[at:at+n])
+	clear(f[at : at+n])
+	ok := v.openZeroed(a, f, counter)
+	copy(f[at:at+n], tag)
+	if alg, _, _ := f.Auth(); ok && alg == AlgGCM {
+		// The encrypted body was replaced by its plaintext: the CRC
+		// follows it.
+		frame.SetCRC(f)
+	}
+	return ok
+}
+
+func (v *Verifier) openZeroed(a opener, f frame.View, counter uint64) bool {
+	binary.BigEndian.PutUint64(v.nonce[:], counter)
+	alg, _, _ := f.Auth()
+	crcAt := len(f) - frame.CRCLen
+	if alg == AlgGMAC {
+		_, err := a.Open(v.scratch[:0], v.nonce[:], v.tag[:], f[:crcAt])
+		return err == nil
+	}
+	// AlgGCM: Open wants ciphertext and tag together.
+	body := f[f.BodyAt():crcAt]
+	if cap(v.scratch) < len(body)+TagLen {
+		v.scratch = make([]byte, 0, max(len(body)+TagLen, 9216))
+	}
+	buf := append(append(v.scratch[:0], body...), v.tag[:]...)
+	pt, err := a.Open(buf[:0], v.nonce[:], buf, f[:f.BodyAt()])
+	if err != nil || len(pt) != len(body) {
+		return false
+	}
+	copy(body, pt)
+	return true
+}

@@ -1,0 +1,127 @@
+package reliable
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/link/auth"
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
+)
+
+// BenchmarkAuthReport produces the table of docs/benchmarks.md,
+// "Authenticated groups" (issue 25): PBP2 one-to-all goodput of the
+// largest messages at the slowest of RBCAST_AUTH_RX receivers (default 3)
+// without a key, with the MAC (AES-256-GMAC) and encrypted (AES-256-GCM),
+// at MTU 1500 and 9000, the three back to back on one topology per MTU,
+// RBCAST_REPORT_REPS times (default 3), medians; the CPU-seconds the
+// whole process (sender and receivers) spent per GB delivered; and the
+// one-way latency p50 and p99 of a 64-byte ping-pong between two hosts,
+// RBCAST_AUTH_LAT_N round trips (default 20000). The table goes to the
+// log and to RBCAST_REPORT_OUT if set. Root; run it on an idle machine
+// (make bench-auth):
+//
+//	go test -run '^$' -bench '^BenchmarkAuthReport$' -benchtime 1x -timeout 60m ./reliable
+//
+// RBCAST_BENCH_SECONDS: sending time per run (default 1).
+func BenchmarkAuthReport(b *testing.B) {
+	netnstest.RequireRoot(b)
+	d := benchDuration()
+	reps, rx, latN := 3, 3, 20000
+	if n := envInt(b, "RBCAST_REPORT_REPS"); n > 0 {
+		reps = n
+	}
+	if n := envInt(b, "RBCAST_AUTH_RX"); n > 0 {
+		rx = n
+	}
+	if n := envInt(b, "RBCAST_AUTH_LAT_N"); n > 0 {
+		latN = n
+	}
+	secret := make([]byte, auth.KeySize)
+	for i := range secret {
+		secret[i] = byte(i * 7)
+	}
+	key, err := auth.NewKey(secret)
+	if err != nil {
+		b.Fatal(err)
+	}
+	modes := []struct {
+		name string
+		auth *auth.Config
+	}{{"off", nil}, {"mac", &auth.Config{Key: key}}, {"encrypt", &auth.Config{Key: key, Encrypt: true}}}
+	type cell struct{ mbps, cpu, p50, p99 []float64 }
+	cells := map[string]*cell{}
+	at := func(mtu int, mode string) *cell {
+		k := fmt.Sprint(mtu, mode)
+		if cells[k] == nil {
+			cells[k] = &cell{}
+		}
+		return cells[k]
+	}
+	mtus := []int{1500, 9000}
+	for _, mtu := range mtus {
+		topo := netnstest.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
+		for range reps {
+			for _, m := range modes {
+				o := goodputOpts{receivers: rx, mtu: mtu, mode: PBP2, auth: m.auth}
+				var r goodputResult
+				mbps, cpu := cpuPerGB(rx, func() (float64, time.Duration) {
+					r = runGoodputOn(b, topo, o, d)
+					return float64(r.bytes) / r.elapsed.Seconds() / 1e6, r.elapsed
+				})
+				if r.short > 0 {
+					b.Logf("mtu %d %s: STALL, a receiver missed %d bytes", mtu, m.name, r.short)
+				}
+				c := at(mtu, m.name)
+				c.mbps, c.cpu = append(c.mbps, mbps), append(c.cpu, cpu)
+				b.Logf("mtu %d %-7s %8.1f MB/s %6.2f cpu-s/GB (load %s)", mtu, m.name, mbps, cpu, loadavg())
+			}
+		}
+	}
+	lat := netnstest.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
+	for range reps {
+		for _, m := range modes {
+			p50, p99 := runLatencyAuthOn(b, lat, PBP2, latN, m.auth)
+			c := at(1500, m.name)
+			c.p50, c.p99 = append(c.p50, us(p50)), append(c.p99, us(p99))
+		}
+	}
+
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "PBP2 one-to-all, largest messages, %d receivers, %d × %v per cell (medians); latency: 64-byte ping-pong, MTU 1500, %d round trips\n\n", rx, reps, d, latN)
+	fmt.Fprintln(&out, "| MTU | auth | goodput MB/s | × off | CPU-s/GB | one-way p50 µs | p50 − off µs | p99 µs |")
+	fmt.Fprintln(&out, "|---|---|---|---|---|---|---|---|")
+	for _, mtu := range mtus {
+		off := at(mtu, "off")
+		for _, m := range modes {
+			c := at(mtu, m.name)
+			lat50, dlat, lat99 := "", "", ""
+			if mtu == 1500 {
+				lat50 = fmt.Sprintf("%.1f", medianF(c.p50))
+				dlat = fmt.Sprintf("%+.1f", medianF(c.p50)-medianF(off.p50))
+				lat99 = fmt.Sprintf("%.1f", medianF(c.p99))
+			}
+			fmt.Fprintf(&out, "| %d | %s | %.1f | %.2f | %.2f | %s | %s | %s |\n", mtu, m.name, medianF(c.mbps), medianF(c.mbps)/medianF(off.mbps), medianF(c.cpu), lat50, dlat, lat99)
+		}
+	}
+	fmt.Fprintf(&out, "\nTargets (issue 25): mac ≥ 0.9 × off at 1500, ≥ 0.95 × at 9000; p50 + ≤ 2 µs; encrypt ≥ 0.75 × off at 9000.\n")
+	b.Logf("\n%s", out.String())
+	if p := os.Getenv("RBCAST_REPORT_OUT"); p != "" {
+		if err := os.WriteFile(p, out.Bytes(), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func medianF(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
