@@ -128,7 +128,9 @@ func authStats(l link.Link) *auth.Stats {
 // withAuth wraps l with Config.Auth's authentication.
 func withAuth(l link.Link, s *settings) (link.Link, error) {
 	if s.Auth == nil {
-		return l, nil
+		// A member without a key learns, instead of timing out, that
+		// the group uses one.
+		return auth.WatchKeyless(l, s.Group, s.EtherType), nil
 	}
 	c := *s.Auth
 	c.Group, c.EtherType = s.Group, s.EtherType

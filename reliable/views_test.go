@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -257,4 +258,25 @@ func viewsAgreed(t *testing.T, safe bool) {
 	rest := []*Group{groups[0], groups[2], groups[3]}
 	awaitMembers(t, rest, 3)
 	sameLogs(t, exchangeTotal(t, rest, 100))
+}
+
+// A process without a key that joins a group whose members have one is
+// told so, instead of waiting for a view that never comes.
+func TestViewsJoinWithoutKey(t *testing.T) {
+	r := rtnet.New(t, 34)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keyed := viewsConfig(1)
+	keyed.Auth = &auth.Config{Key: simKey(t, 1)}
+	g, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{}), keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.abort(); <-g.Done() })
+	start := time.Now()
+	_, err = Join(ctx, r.Attach(t, testnet.EndpointConfig{}), viewsConfig(1))
+	if !errors.Is(err, auth.ErrKeyMismatch) || !strings.Contains(err.Error(), "this member has no key: give it the group's key") {
+		t.Fatalf("Join without the key: %v, want a key mismatch saying this member has none", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }

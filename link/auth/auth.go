@@ -55,10 +55,17 @@ type MismatchError struct {
 	Theirs      uint64 // the fingerprint of their key (0: they have none)
 	Ours        uint64
 	Unheard     bool // inferred: they send unauthenticated frames
+	Keyless     bool // inferred: they authenticate, and this member has no key
 	Unsupported uint8
 }
 
 func (e *MismatchError) Error() string {
+	if e.Keyless {
+		return fmt.Sprintf("auth: key mismatch: the group's members (%s among them) authenticate their frames, and this member has no key: give it the group's key (rbcastd run -key-file, reliable.Config.Auth)", e.From)
+	}
+	if e.Ours == 0 {
+		return fmt.Sprintf("auth: key mismatch: member at %s refused our frames (%s): it uses key %016x, and this member has no key: give it the group's key (rbcastd run -key-file, reliable.Config.Auth)", e.From, e.Reason, e.Theirs)
+	}
 	if e.Unheard {
 		return fmt.Sprintf("auth: key mismatch: the group's members (%s among them) send unauthenticated frames, and this member has key %016x: give them the key, or run this one without", e.From, e.Ours)
 	}
