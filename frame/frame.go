@@ -106,6 +106,19 @@ const (
 	// removed a member, or took one back, and every member learns it at
 	// the same place of the total order.
 	SeqMember Type = 0x17
+
+	// PCODE (Bruck, Dolev, Ho, Orni & Strong; reliable/pcode): 0x30–0x37.
+
+	// PcodeData is a multicast to a target set (the paper's REGULAR
+	// message); Seq is its PersonalCount.
+	PcodeData Type = 0x30
+	// PcodeNack asks for messages: a request's, or a gap's (§5.7).
+	PcodeNack Type = 0x31
+	// PcodeStatus is STATUS with PROGRESS (§4, §5.5); Seq is the last
+	// PersonalCount sent.
+	PcodeStatus Type = 0x32
+	// PcodeAbort stops the program everywhere (one failure stops it).
+	PcodeAbort Type = 0x33
 )
 
 var typeNames = [...]string{
@@ -114,11 +127,13 @@ var typeNames = [...]string{
 	SeqRequest: "SeqRequest", SeqData: "SeqData", SeqAccept: "SeqAccept",
 	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
 	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
+	PcodeData: "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
-	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember}
+	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
+	PcodeData, PcodeNack, PcodeStatus, PcodeAbort}
 
 // Valid reports whether t is a frame type this version defines.
 func (t Type) Valid() bool {

@@ -73,6 +73,12 @@ func goldenCases() []struct {
 		{"seq_retransmit", hNoAcks, &RetransmitBody{Epoch: 3, Ranges: []Range{{90, 95}}}},
 		{"seq_election", hNoAcks, &ElectionBody{Epoch: 4, Phase: ElectionVote, Candidate: 1, LastGlobal: 101}},
 		{"seq_member", h, &SeqMemberBody{Epoch: 3, Safe: 99, Held: 97, Change: MemberRemoved, Reason: ReasonSilent, Member: 2, Incarnation: 0x01020304}},
+		{"pcode_data", h, &PcodeDataBody{Step: 1000, Global: 77, Targets: AppendTargets(nil, 0, 1, 9), Data: []byte("round 1000")}},
+		{"pcode_data_point", h, &PcodeDataBody{Step: 5, Global: 70, Stream: StreamPoint, Targets: AppendTargets(nil, 2), Data: []byte("to 2 only")}},
+		{"pcode_nack", h, &PcodeNackBody{Kind: NackRequest, Target: 1, Last: 12, Step: 1001}},
+		{"pcode_nack_global", h, &PcodeNackBody{Kind: NackGlobal, Target: NoMember, Last: 76}},
+		{"pcode_status", h, &PcodeStatusBody{Global: 77, Echo: 5, PointBase: 0, Point: []uint32{0, 3, 0, 0}}},
+		{"pcode_abort", h, &PcodeAbortBody{Reason: AbortMismatch, Member: 1, Step: 1001, Text: []byte("step 1001 got step 1002")}},
 	}
 }
 

@@ -103,6 +103,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 			return decodeErr(ErrBody, "member.member", start+14, "member id 0x%04x is reserved for 'no member'", uint16(NoMember))
 		}
 		return nil
+	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
+		return checkPcodeBody(t, body, start)
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -344,6 +346,8 @@ func (v View) Decode() (Header, Body) {
 	case SeqMember:
 		m := v.SeqMemberChange()
 		return h, &m
+	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
+		return h, v.decodePcode()
 	}
 	return h, nil
 }
