@@ -125,7 +125,7 @@ type Core struct {
 	ackProgress  Time // when acks of ours last moved
 
 	leaving, left, halted bool
-	lingerUntil           Time // after our Leave: until then, answer with it again
+	lingerUntil           Time   // after our Leave: until then, answer with it again
 	step                  uint64 // the last step executed, for aborts
 
 	frames      [][]byte
