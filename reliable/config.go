@@ -31,6 +31,10 @@ const (
 	// Total delivers one sequence, the same at every member, every
 	// member's own messages included (the sequencer, reliable/seq).
 	Total
+	// PCODE runs an SPMD program's multicasts and requests (reliable/pcode;
+	// its collectives are in package collective): Send takes encoded
+	// program calls, and each request's delivery is its matched message.
+	PCODE
 )
 
 // Method selects how Order Total's sequencer learns of a message; see
@@ -71,6 +75,8 @@ func (o Order) String() string {
 		return "fifo"
 	case Total:
 		return "total"
+	case PCODE:
+		return "pcode"
 	}
 	return fmt.Sprintf("Order(%d)", int(o))
 }
@@ -178,6 +184,9 @@ type Config struct {
 	// SafeMajority by default. Groups of one member, and of two with the
 	// default Quorum, behave the same under both.
 	Resilience Resilience
+
+	// PCODE is Order PCODE's own settings (reliable/pcode.Config).
+	PCODE PCODEConfig
 
 	// Protocol timers; zero means the core's defaults (see pbp.Config
 	// and seq.Config). AckDelay and BundleDelay are FIFO's only.

@@ -201,7 +201,7 @@ func (c *Core) Info() core.Info {
 
 // MaxOp is the largest op Propose accepts: a multicast of MaxMessage
 // bytes to a full target set.
-func (c *Core) MaxOp() int { return opHeadLen + c.cfg.bitmap + c.cfg.maxPayload }
+func (c *Core) MaxOp() int { return OpHeadLen + c.cfg.bitmap + c.cfg.maxPayload }
 
 // MaxMessage is the largest message a multicast carries.
 func (c *Core) MaxMessage() int { return c.cfg.maxPayload }

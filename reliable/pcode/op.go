@@ -25,7 +25,9 @@ const (
 	OpRequest   OpKind = 2
 )
 
-const opHeadLen = 13
+// OpHeadLen is the fixed part of an op; a multicast op also carries its
+// target bitmap.
+const OpHeadLen = 13
 
 // Op is one program call (the paper's Program(p, i), §2.1).
 type Op struct {
@@ -59,21 +61,21 @@ func (e *OpError) Error() string {
 
 // ParseOp decodes an op; Targets and Data alias b.
 func ParseOp(b []byte) (Op, error) {
-	if len(b) < opHeadLen {
-		return Op{}, &OpError{"op", 0, fmt.Sprintf("%d bytes, needs at least %d", len(b), opHeadLen)}
+	if len(b) < OpHeadLen {
+		return Op{}, &OpError{"op", 0, fmt.Sprintf("%d bytes, needs at least %d", len(b), OpHeadLen)}
 	}
 	op := Op{Kind: OpKind(b[0]), Step: binary.BigEndian.Uint64(b[1:]), Peer: frame.MemberID(binary.BigEndian.Uint16(b[9:]))}
 	if op.Kind != OpMulticast && op.Kind != OpRequest {
 		return Op{}, &OpError{"kind", 0, fmt.Sprintf("kind %d (want 1 multicast or 2 request)", b[0])}
 	}
 	n := int(binary.BigEndian.Uint16(b[11:]))
-	if n == 0 || opHeadLen+n > len(b) {
-		return Op{}, &OpError{"targets", 11, fmt.Sprintf("target bitmap of %d bytes, %d left", n, len(b)-opHeadLen)}
+	if n == 0 || OpHeadLen+n > len(b) {
+		return Op{}, &OpError{"targets", 11, fmt.Sprintf("target bitmap of %d bytes, %d left", n, len(b)-OpHeadLen)}
 	}
-	op.Targets = frame.Targets(b[opHeadLen : opHeadLen+n])
-	op.Data = b[opHeadLen+n:]
+	op.Targets = frame.Targets(b[OpHeadLen : OpHeadLen+n])
+	op.Data = b[OpHeadLen+n:]
 	if op.Kind == OpRequest && len(op.Data) != 0 {
-		return Op{}, &OpError{"payload", opHeadLen + n, fmt.Sprintf("a request carries %d bytes of payload, want none", len(op.Data))}
+		return Op{}, &OpError{"payload", OpHeadLen + n, fmt.Sprintf("a request carries %d bytes of payload, want none", len(op.Data))}
 	}
 	return op, nil
 }
