@@ -381,6 +381,7 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		if v.Type() != frame.Leave && v.Type() != frame.PcodeAbort && (p.answered == 0 || now.Sub(p.answered) >= c.halfRTT()) {
 			p.answered = now
 			c.sendLeave(p.mac)
+			c.lingerUntil = max(c.lingerUntil, now.Add(lingerQuiet*c.cfg.MaxTimer))
 		}
 		c.progressAll()
 		return nil
@@ -855,7 +856,7 @@ func (c *Core) timers() {
 		// Leave again: a lost Leave would leave a member waiting for our
 		// acknowledgement or progress until it took us for failed.
 		c.sendLeave(c.cfg.Dst)
-		c.lingerUntil = now.Add(2 * c.cfg.MaxTimer)
+		c.lingerUntil = now.Add(lingerQuiet * c.cfg.MaxTimer)
 		return
 	}
 	for i := range c.peers {
@@ -951,6 +952,11 @@ func (c *Core) sendData(dst [6]byte, count uint32, st frame.PcodeStream, m sent,
 	c.emit(dst, &frame.PcodeDataBody{Step: m.step, Global: m.global, Stream: st, Targets: m.targets, Data: m.data})
 	c.hdr.Flags = 0
 }
+
+// lingerQuiet is how many MaxTimers a departed member lingers after the
+// last frame it answered: a member waiting on it probes at least every
+// MaxTimer, so several lost round trips in a row are needed to miss it.
+const lingerQuiet = 8
 
 // sendLeave announces our departure (frame.Leave, Seq the next count).
 func (c *Core) sendLeave(dst [6]byte) {

@@ -323,6 +323,16 @@ func (s *sim) run(limit time.Duration) error {
 	}
 	for s.failed == nil && !finished() && s.net.Now().Before(end) {
 		s.net.RunFor(5 * time.Millisecond)
+		if s.leave && s.allDone() {
+			// A member done before the last one may be idle: start its
+			// Leave and step it.
+			for _, m := range s.members {
+				if !m.c.leaving && !m.c.halted {
+					m.st.Leave(s.clk.Core(s.net.Now()))
+					m.ep.Bind(m)
+				}
+			}
+		}
 	}
 	if s.failed != nil {
 		return s.failed
