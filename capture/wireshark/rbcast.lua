@@ -1,4 +1,4 @@
--- Wireshark/tshark dissector for rbcast, wire format version 3.
+-- Wireshark/tshark dissector for rbcast, wire format version 3 (with PCODE, 0x30-0x33).
 --
 -- The format is specified in docs/wire-format.md (the authority; this file
 -- follows it field by field) and implemented in frame/. Every field of
@@ -35,7 +35,11 @@ local type_names = {
 	[0x10] = "SeqRequest", [0x11] = "SeqData", [0x12] = "SeqAccept",
 	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
 	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
+	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
 }
+local stream_names = { [0] = "broadcast", [1] = "point-to-point" }
+local nack_kind_names = { [1] = "request", [2] = "personal", [3] = "global" }
+local abort_names = { [1] = "member silent", [2] = "calls do not match (A1)", [3] = "program stopped" }
 local phase_names = { [1] = "call", [2] = "vote", [3] = "elected" }
 local change_names = { [1] = "removed", [2] = "readmitted" }
 local reason_names = {
@@ -104,6 +108,23 @@ local f = {
 	election_reserved = ProtoField.uint8("rbcast.election.reserved", "Reserved", base.DEC),
 	election_candidate = ProtoField.uint16("rbcast.election.candidate", "Candidate", base.DEC),
 	election_last_global = ProtoField.uint32("rbcast.election.last_global", "Last global", base.DEC),
+	pcode_step = ProtoField.uint64("rbcast.pcode.step", "Program step", base.DEC),
+	pcode_global = ProtoField.uint32("rbcast.pcode.global", "GlobalCounter", base.DEC),
+	pcode_stream = ProtoField.uint8("rbcast.pcode.stream", "Stream", base.DEC, stream_names),
+	pcode_reserved = ProtoField.uint8("rbcast.pcode.reserved", "Reserved", base.DEC),
+	pcode_targets_length = ProtoField.uint16("rbcast.pcode.targets_length", "Target bitmap length", base.DEC),
+	pcode_target = ProtoField.uint16("rbcast.pcode.target", "Target", base.DEC),
+	pcode_nack_kind = ProtoField.uint8("rbcast.pcode.nack.kind", "NACK kind", base.DEC, nack_kind_names),
+	pcode_source = ProtoField.uint16("rbcast.pcode.source", "Source", base.DEC),
+	pcode_last = ProtoField.uint32("rbcast.pcode.last", "Last received (LastRcvd)", base.DEC),
+	pcode_echo = ProtoField.uint32("rbcast.pcode.echo", "Probe echo", base.DEC),
+	pcode_point_base = ProtoField.uint16("rbcast.pcode.point_base", "Point-to-point base", base.DEC),
+	pcode_point_count = ProtoField.uint16("rbcast.pcode.point_count", "Point-to-point entries", base.DEC),
+	pcode_point = ProtoField.uint32("rbcast.pcode.point", "Point-to-point received", base.DEC),
+	pcode_abort_reason = ProtoField.uint8("rbcast.pcode.abort.reason", "Reason", base.DEC, abort_names),
+	pcode_member = ProtoField.uint16("rbcast.pcode.member", "Member", base.DEC),
+	pcode_text_length = ProtoField.uint16("rbcast.pcode.text_length", "Text length", base.DEC),
+	pcode_text = ProtoField.string("rbcast.pcode.text", "Text"),
 	padding = ProtoField.bytes("rbcast.padding", "Bytes after the frame"),
 	crc = ProtoField.uint32("rbcast.crc32c", "CRC-32C", base.HEX),
 	crc_computed = ProtoField.uint32("rbcast.crc32c.computed", "Computed CRC-32C", base.HEX),
@@ -159,6 +180,8 @@ else
 	bxor = load("return function(a, b) return (a ~ b) & 0xffffffff end")()
 	rshift = load("return function(a, n) return (a & 0xffffffff) >> n end")()
 end
+
+local bit_value = { 1, 2, 4, 8, 16, 32, 64, 128 }
 
 local crc_table = {}
 for i = 0, 255 do
@@ -248,7 +271,7 @@ local function add_messages(tree, tvb, off, stop, bundled)
 end
 
 local fixed_body = {
-	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
+	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20, [0x31] = 16,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -376,6 +399,69 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 			body_error(mi, "member.member", off + 14, "member id 0xffff is reserved for 'no member'")
 		end
 		tree:add(f.member_incarnation, tvb(off + 16, 4))
+	elseif ty == 0x30 then
+		-- PCODE (docs/wire-format.md, "PCODE"): a multicast to a target bitmap.
+		if not at_least(16, "pcode.data") then return end
+		tree:add(f.pcode_step, tvb(off, 8))
+		tree:add(f.pcode_global, tvb(off + 8, 4))
+		local st = tvb(off + 12, 1):uint()
+		local si = tree:add(f.pcode_stream, tvb(off + 12, 1))
+		if st > 1 then body_error(si, "pcode.data.stream", off + 12, string.format("stream %d (want 0 broadcast or 1 point-to-point)", st)) end
+		local ri = tree:add(f.pcode_reserved, tvb(off + 13, 1))
+		if tvb(off + 13, 1):uint() ~= 0 then body_error(ri, "pcode.data.reserved", off + 13, "reserved byte is not 0") end
+		local n = tvb(off + 14, 2):uint()
+		local ni = tree:add(f.pcode_targets_length, tvb(off + 14, 2))
+		if n == 0 or n > 8192 or 16 + n > len then
+			body_error(ni, "pcode.data.targets", off + 14, string.format("target bitmap of %d bytes (want 1..8192, %d left)", n, len - 16))
+			return
+		end
+		local count = 0
+		for i = 0, n - 1 do
+			local byte = tvb(off + 16 + i, 1):uint()
+			for bit = 0, 7 do
+				if band(byte, bit_value[bit + 1]) ~= 0 then
+					tree:add(f.pcode_target, tvb(off + 16 + i, 1), 8 * i + bit)
+					count = count + 1
+				end
+			end
+		end
+		if count == 0 or (st == 1 and count ~= 1) then
+			body_error(ni, "pcode.data.targets", off + 16, string.format("%d targets on the %s stream", count, stream_names[st] or "?"))
+		end
+		if 16 + n < len then tree:add(f.payload, tvb(off + 16 + n, len - 16 - n)) end
+	elseif ty == 0x31 then
+		local k = tvb(off, 1):uint()
+		local ki = tree:add(f.pcode_nack_kind, tvb(off, 1))
+		if k < 1 or k > 3 then body_error(ki, "pcode.nack.kind", off, string.format("kind %d (want 1 request, 2 personal, 3 global)", k)) end
+		tree:add(f.pcode_stream, tvb(off + 1, 1))
+		tree:add(f.pcode_source, tvb(off + 2, 2))
+		tree:add(f.pcode_last, tvb(off + 4, 4))
+		tree:add(f.pcode_step, tvb(off + 8, 8))
+	elseif ty == 0x32 then
+		if not at_least(12, "pcode.status") then return end
+		tree:add(f.pcode_global, tvb(off, 4))
+		tree:add(f.pcode_echo, tvb(off + 4, 4))
+		tree:add(f.pcode_point_base, tvb(off + 8, 2))
+		local n = tvb(off + 10, 2):uint()
+		local ni = tree:add(f.pcode_point_count, tvb(off + 10, 2))
+		if len ~= 12 + 4 * n then
+			body_error(ni, "pcode.status.point", off + 10, string.format("%d entries need %d bytes, body has %d", n, 12 + 4 * n, len))
+			return
+		end
+		for i = 0, n - 1 do tree:add(f.pcode_point, tvb(off + 12 + 4 * i, 4)) end
+	elseif ty == 0x33 then
+		if not at_least(14, "pcode.abort") then return end
+		tree:add(f.pcode_abort_reason, tvb(off, 1))
+		tree:add(f.pcode_reserved, tvb(off + 1, 1))
+		tree:add(f.pcode_member, tvb(off + 2, 2))
+		tree:add(f.pcode_step, tvb(off + 4, 8))
+		local n = tvb(off + 12, 2):uint()
+		local ni = tree:add(f.pcode_text_length, tvb(off + 12, 2))
+		if len ~= 14 + n then
+			body_error(ni, "pcode.abort.text", off + 12, string.format("text of %d bytes, body has %d after the fixed part", n, len - 14))
+			return
+		end
+		if n > 0 then tree:add(f.pcode_text, tvb(off + 14, n)) end
 	end
 end
 
