@@ -69,72 +69,80 @@ func msg(from frame.MemberID, round, to int) []byte {
 	return []byte(fmt.Sprintf("round %d from %d to %d %s", round, from, to, strings.Repeat("x", (round*7+int(from))%300)))
 }
 
+// everyCollective runs rounds of every collective and of the bare calls
+// on c's members, checking each result byte for byte.
+func everyCollective(c *Comm, rounds int) error {
+	ids := c.Members()
+	n := len(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	me := c.Self()
+	for r := range rounds {
+		root := ids[r%n]
+		got, err := c.Bcast(ctx, root, msg(root, r, -1))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, msg(root, r, -1)) {
+			return fmt.Errorf("round %d: Bcast from %d: got %q", r, root, got)
+		}
+		all, err := c.Allgather(ctx, msg(me, r, -2))
+		if err != nil {
+			return err
+		}
+		for i, q := range c.Members() {
+			if !bytes.Equal(all[i], msg(q, r, -2)) {
+				return fmt.Errorf("round %d: Allgather from %d: got %q", r, q, all[i])
+			}
+		}
+		out := make([][]byte, n)
+		for i, q := range ids {
+			out[i] = msg(me, r, int(q))
+		}
+		in, err := c.Alltoall(ctx, out)
+		if err != nil {
+			return err
+		}
+		for i, q := range c.Members() {
+			if !bytes.Equal(in[i], msg(q, r, int(me))) {
+				return fmt.Errorf("round %d: Alltoall from %d: got %q", r, q, in[i])
+			}
+		}
+		// A multicast to a subset: member r%n sends to the next two;
+		// the rest skip.
+		s := ids[r%n]
+		ts := []frame.MemberID{ids[(r+1)%n], ids[(r+2)%n]}
+		switch {
+		case me == s:
+			err = c.Multicast(ctx, ts, msg(s, r, -3))
+		case me == ts[0] || me == ts[1]:
+			var m []byte
+			m, err = c.Request(ctx, s, ts)
+			if err == nil && !bytes.Equal(m, msg(s, r, -3)) {
+				err = fmt.Errorf("round %d: Request from %d: got %q", r, s, m)
+			}
+		default:
+			err = c.Skip()
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+	}
+	if c.Step() != uint64(5*rounds) {
+		return fmt.Errorf("took %d steps, want %d", c.Step(), 5*rounds)
+	}
+	return nil
+}
+
 // TestCollectives runs every collective and the bare calls on 5 members
 // at 5 % loss and checks each result byte for byte.
 func TestCollectives(t *testing.T) {
 	const n, rounds = 5, 30
 	errs := program(t, n, 0.05, reliable.Config{FailureTimeout: 5 * time.Second}, func(c *Comm, _ []*rtnet.Link) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		me := c.Self()
-		for r := range rounds {
-			root := frame.MemberID(r % n)
-			got, err := c.Bcast(ctx, root, msg(root, r, -1))
-			if err != nil {
-				return err
-			}
-			if !bytes.Equal(got, msg(root, r, -1)) {
-				return fmt.Errorf("round %d: Bcast from %d: got %q", r, root, got)
-			}
-			all, err := c.Allgather(ctx, msg(me, r, -2))
-			if err != nil {
-				return err
-			}
-			for i, q := range c.Members() {
-				if !bytes.Equal(all[i], msg(q, r, -2)) {
-					return fmt.Errorf("round %d: Allgather from %d: got %q", r, q, all[i])
-				}
-			}
-			out := make([][]byte, n)
-			for i, q := range c.Members() {
-				out[i] = msg(me, r, int(q))
-			}
-			in, err := c.Alltoall(ctx, out)
-			if err != nil {
-				return err
-			}
-			for i, q := range c.Members() {
-				if !bytes.Equal(in[i], msg(q, r, int(me))) {
-					return fmt.Errorf("round %d: Alltoall from %d: got %q", r, q, in[i])
-				}
-			}
-			// A multicast to a subset: member r%n sends to the next two;
-			// the rest skip.
-			s := frame.MemberID(r % n)
-			ts := []frame.MemberID{(s + 1) % n, (s + 2) % n}
-			switch {
-			case me == s:
-				err = c.Multicast(ctx, ts, msg(s, r, -3))
-			case me == ts[0] || me == ts[1]:
-				var m []byte
-				m, err = c.Request(ctx, s, ts)
-				if err == nil && !bytes.Equal(m, msg(s, r, -3)) {
-					err = fmt.Errorf("round %d: Request from %d: got %q", r, s, m)
-				}
-			default:
-				err = c.Skip()
-			}
-			if err != nil {
-				return err
-			}
-			if err := c.Barrier(ctx); err != nil {
-				return err
-			}
-		}
-		if c.Step() != 5*rounds {
-			return fmt.Errorf("took %d steps, want %d", c.Step(), 5*rounds)
-		}
-		return nil
+		return everyCollective(c, rounds)
 	})
 	for i, err := range errs {
 		if err != nil {
