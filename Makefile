@@ -60,7 +60,7 @@ bench-net:
 # report that has its table. After a `sudo make bench-net`, copy bench-net.md
 # to docs/data/run-N.md (the next run number) and run this. No root needed.
 BENCH_REPORTS ?= $(shell ls -v docs/data/run-*.md)
-.PHONY: plots
+.PHONY: plots bench-pcode
 plots:
 	$(GO) run ./cmd/benchplot -o docs/img $(BENCH_REPORTS)
 
@@ -87,6 +87,15 @@ bench-udp:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-udp.md $(GO) test -run '^$$' -bench '^BenchmarkUDPReport$$' -benchtime 1x -timeout 120m ./reliable
 	bench/peers/ensure-deps
 	bench/peers/run-norm -r $(REPS) | tee -a $(CURDIR)/bench-udp.md
+
+# PCODE (issue 24; root, builds and removes rbpb… namespaces, OpenMPI
+# needed for the MPI column): all-to-all, 1000 rounds, N = 2, 4, 8, 20 B
+# to 8 KB, loss 0, 1, 5 %: PCODE (both drivers of the paper), a TCP mesh
+# (both), PBP2 with and without Expect, MPI_Allgather; then jacobi and cg
+# with and without Expect in their barriers. Writes bench-pcode.md. Hours
+# with every cell; run it on an otherwise idle machine.
+bench-pcode:
+	bench/alltoall/run | tee $(CURDIR)/bench-pcode.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
