@@ -357,7 +357,7 @@ func (s *sim) run(limit time.Duration) error {
 // exactly its matched message, non-targets deliver nothing, buffers stay
 // within their bounds, and every member leaves cleanly at the end.
 func TestSim(t *testing.T) {
-	simtest.RunSeeds(t, 300, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
+	simtest.RunSeeds(t, 60, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
 		sc := drawScenario(seed)
 		r := rand.New(rand.NewPCG(seed, 1))
 		s := newSim(t, seed, sc.members, sc.link, sc.cfg, func(ids []frame.MemberID, max int) [][]call {
