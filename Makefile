@@ -42,6 +42,7 @@ soak:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+	$(GO) test -run '^$$' -bench SimAlltoall -benchtime 1x ./reliable/pcode
 	$(GO) test -run '^$$' -bench 'Read|WriteLocal' -benchmem ./orca
 	@echo "The thesis's experiments on the netns bridge (PBP2, PBP1, TCP fan-out, raw ring; root, about 35 minutes): sudo make bench-net"
 

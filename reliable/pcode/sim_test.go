@@ -134,6 +134,7 @@ type member struct {
 
 	lastStep    time.Time
 	sameInstant int
+	doneAt      time.Time // when its last call returned
 }
 
 type sim struct {
@@ -245,6 +246,9 @@ func (m *member) issue(t core.Time) {
 		m.next++
 	}
 	if m.next == len(m.calls) && !m.waiting {
+		if !m.done {
+			m.doneAt = m.sim.net.Now()
+		}
 		m.done = true
 		if m.sim.leave && m.sim.allDone() && !m.c.leaving {
 			m.st.Leave(t)
