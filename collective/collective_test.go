@@ -180,6 +180,42 @@ func TestMismatchFailsLoudly(t *testing.T) {
 	}
 }
 
+// TestRequestForNothingFailsLoudly: member 1 requests from member 0 at
+// step 1, but member 0's step 1 multicasts to member 2 alone, and member
+// 0 sends member 1 nothing more. Member 0 answers member 1's NACKs, so
+// it never looks failed: it sees that the request is for a message it
+// will never send, and stops the program.
+func TestRequestForNothingFailsLoudly(t *testing.T) {
+	errs := program(t, 3, 0, reliable.Config{FailureTimeout: 5 * time.Second}, func(c *Comm, _ []*rtnet.Link) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		switch c.Self() {
+		case 0:
+			if err := c.Multicast(ctx, []frame.MemberID{2}, []byte("to 2")); err != nil {
+				return err
+			}
+			if _, err := c.Request(ctx, 2, []frame.MemberID{0}); err != nil {
+				return err
+			}
+			_, err := c.Request(ctx, 1, []frame.MemberID{0})
+			return err
+		case 1:
+			_, err := c.Request(ctx, 0, []frame.MemberID{1, 2})
+			return err
+		}
+		if _, err := c.Request(ctx, 0, []frame.MemberID{2}); err != nil {
+			return err
+		}
+		return c.Multicast(ctx, []frame.MemberID{0}, []byte("to 0"))
+	})
+	want := "A1 violated: member 1 requests from member 0 at step 1 on the broadcast stream, but this member's program is at step"
+	for i, err := range errs[:2] {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("member %d: %v, want an error saying %q", i, err, want)
+		}
+	}
+}
+
 // TestFailureStopsTheProgram: a member crashes; the others' calls end
 // with an error naming it within the failure timeout, not a hang.
 func TestFailureStopsTheProgram(t *testing.T) {

@@ -576,6 +576,22 @@ func (c *Core) handleNack(p *peer, v frame.View) {
 		}
 	}
 	c.stats.Resent += uint64(resent)
+	if resent == 0 && n.Kind == frame.NackRequest && n.Step != 0 && c.step >= n.Step {
+		// The nacker holds all we sent it on this stream, and our program
+		// is past the request's step: no message of ours will ever match
+		// it. A1 is broken; waiting would hang the nacker forever, since
+		// we answer its NACKs and so never look failed.
+		sent := c.pc
+		if n.Stream == frame.StreamPoint {
+			sent = p.pointSent
+		}
+		if !frame.SeqLess(n.Last, sent) {
+			c.stats.Mismatches++
+			c.halt(frame.AbortMismatch, p.id, fmt.Sprintf("A1 violated: member %d requests from member %d at step %d on the %v stream, but this member's program is at step %d and sent it nothing more there",
+				p.id, c.cfg.Self, n.Step, n.Stream, c.step))
+			return
+		}
+	}
 	if resent == 0 && n.Kind != frame.NackGlobal && (p.answered == 0 || c.now.Sub(p.answered) >= c.halfRTT()) {
 		p.answered = c.now
 		c.sendStatus(p.mac, 0, 0)
