@@ -125,8 +125,9 @@ type Core struct {
 	ackProgress  Time // when acks of ours last moved
 
 	leaving, left, halted bool
-	lingerUntil           Time   // after our Leave: until then, answer with it again
-	step                  uint64 // the last step executed, for aborts
+	lingerUntil           Time                 // after our Leave or abort: until then, answer with it again
+	abort                 frame.PcodeAbortBody // why the program stopped (sent or received)
+	step                  uint64               // the last step executed, for aborts
 
 	frames      [][]byte
 	bufs        [][]byte
@@ -351,7 +352,10 @@ func (c *Core) Tick(now Time) {
 // Step handles one received frame.
 func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	c.start(now)
-	if c.halted || c.left {
+	if c.halted {
+		return c.answerHalted(now, src, v)
+	}
+	if c.left {
 		return core.ErrHalted
 	}
 	q := v.Sender()
@@ -400,6 +404,8 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		c.handleStatus(p, v)
 	case frame.PcodeAbort:
 		a := v.PcodeAbort()
+		a.Text = slices.Clone(a.Text)
+		c.abort = a
 		c.halt(0, 0, fmt.Sprintf("member %d stopped the program at its step %d (%v): %s", q, a.Step, a.Reason, a.Text))
 		return nil
 	case frame.Leave:
@@ -955,10 +961,33 @@ func (c *Core) halt(reason frame.AbortReason, about frame.MemberID, text string)
 		c.events = append(c.events, core.Event{Kind: core.MemberFailed, Member: about, At: c.now, Delivered: p.in[0].last + 1, Reason: text})
 	}
 	if reason != 0 {
+		c.abort = frame.PcodeAbortBody{Reason: reason, Member: about, Step: c.step, Text: []byte(text)}
 		c.hdr.Seq = c.pc
-		c.emit(c.cfg.Dst, &frame.PcodeAbortBody{Reason: reason, Member: about, Step: c.step, Text: []byte(text)})
+		c.emit(c.cfg.Dst, &c.abort)
 	}
 	c.events = append(c.events, core.Event{Kind: core.SelfRemoved, Member: c.cfg.Self, At: c.now, Reason: text})
+	// Linger, answering whoever still speaks to us with the abort: a lost
+	// abort would leave a member waiting on us until it took us for
+	// failed, and report the wrong member.
+	c.lingerUntil = c.now.Add(lingerQuiet * c.cfg.MaxTimer)
+}
+
+// answerHalted is Step after the program stopped here: a frame from a
+// member is answered with the abort (the one this member sent, or the
+// one it received), at most once per half round trip per member, while
+// the core lingers.
+func (c *Core) answerHalted(now Time, src [6]byte, v frame.View) error {
+	p := c.peer(v.Sender())
+	if p == nil || src != p.mac || v.Type() == frame.PcodeAbort || now >= c.lingerUntil {
+		return core.ErrHalted
+	}
+	if p.answered == 0 || now.Sub(p.answered) >= c.halfRTT() {
+		p.answered = now
+		c.hdr.Seq = c.pc
+		c.emit(p.mac, &c.abort)
+		c.lingerUntil = max(c.lingerUntil, now.Add(lingerQuiet*c.cfg.MaxTimer))
+	}
+	return nil
 }
 
 // sendData sends message m of a stream to dst.
@@ -1058,6 +1087,9 @@ func (c *Core) Advance() {
 
 // Deadline is when Tick must next run.
 func (c *Core) Deadline() Time {
+	if c.halted && c.now < c.lingerUntil {
+		return c.lingerUntil
+	}
 	if !c.started || c.halted || c.left {
 		return 0
 	}
@@ -1100,7 +1132,9 @@ func (c *Core) Deadline() Time {
 }
 
 // Done reports whether the member left or halted, its last frames out.
-func (c *Core) Done() bool { return (c.halted || c.left) && len(c.frames) == 0 }
+func (c *Core) Done() bool {
+	return (c.left || c.halted && c.now >= c.lingerUntil) && len(c.frames) == 0
+}
 
 // Stats returns the counters.
 func (c *Core) Stats() core.Stats {

@@ -135,6 +135,7 @@ type member struct {
 	lastStep    time.Time
 	sameInstant int
 	doneAt      time.Time // when its last call returned
+	halted      core.Event
 }
 
 type sim struct {
@@ -146,6 +147,9 @@ type sim struct {
 	failed  error
 	trace   []string
 	leave   bool // members leave once every member is done
+	// failures: a member may crash; the others must halt (SelfRemoved)
+	// rather than fail the run.
+	failures bool
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -289,11 +293,13 @@ func (m *member) flush() {
 		m.next++
 	}
 	for _, ev := range rd.Events {
-		switch ev.Kind {
-		case core.SelfLeft, core.MemberLeft:
-			if ev.Kind == core.SelfLeft {
-				m.left = true
-			}
+		switch {
+		case ev.Kind == core.SelfLeft:
+			m.left = true
+		case ev.Kind == core.MemberLeft:
+		case s.failures && ev.Kind == core.SelfRemoved:
+			m.halted = ev
+		case s.failures && ev.Kind == core.MemberFailed:
 		default:
 			s.fail("member %d: event %v", m.id, ev)
 		}
@@ -319,6 +325,9 @@ func (s *sim) run(limit time.Duration) error {
 	end := s.net.Now().Add(limit)
 	finished := func() bool {
 		for _, m := range s.members {
+			if m.ep.Crashed() || m.halted.Kind != 0 {
+				continue
+			}
 			if !m.done || s.leave && !m.left {
 				return false
 			}
@@ -327,7 +336,7 @@ func (s *sim) run(limit time.Duration) error {
 	}
 	for s.failed == nil && !finished() && s.net.Now().Before(end) {
 		s.net.RunFor(5 * time.Millisecond)
-		if s.leave && s.allDone() {
+		if s.leave && s.allDone() && !s.failures {
 			// A member done before the last one may be idle: start its
 			// Leave and step it.
 			for _, m := range s.members {
@@ -382,5 +391,37 @@ func TestSimDeterministic(t *testing.T) {
 		s.net.Trace(trace)
 		s.leave = true
 		return s.run(60 * time.Second)
+	})
+}
+
+// TestSimCrash: one failure stops the program (§1), and never hangs it.
+// A member crashes at a random instant of a random program; every other
+// member either finishes its calls and leaves, or halts with an error
+// naming the silent member or the abort, within the failure timeout.
+func TestSimCrash(t *testing.T) {
+	simtest.RunSeeds(t, 12, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
+		sc := drawScenario(seed)
+		sc.cfg.FailureTimeout = 200 * Millisecond
+		sc.cfg.MaxTimer = 20 * Millisecond
+		r := rand.New(rand.NewPCG(seed, 2))
+		s := newSim(t, seed, sc.members, sc.link, sc.cfg, func(ids []frame.MemberID, max int) [][]call {
+			return newProgram(r, seed, ids, sc.rounds, max).calls
+		})
+		s.leave, s.failures = true, true
+		victim := s.members[r.IntN(len(s.members))]
+		at := time.Duration(r.IntN(20_000)) * time.Microsecond
+		s.net.AfterFunc(at, func() { victim.ep.Crash() })
+		if err := s.run(5 * time.Second); err != nil {
+			return sc, err
+		}
+		for _, m := range s.members {
+			if m == victim || m.halted.Kind == 0 {
+				continue
+			}
+			if !strings.Contains(m.halted.Reason, fmt.Sprintf("member %d silent for", victim.id)) && !strings.Contains(m.halted.Reason, "stopped the program") {
+				return sc, fmt.Errorf("member %d halted: %v; want the failure of member %d", m.id, m.halted, victim.id)
+			}
+		}
+		return sc, nil
 	})
 }
