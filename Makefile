@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views fuzz lint deps clean
 
 all: build
 
@@ -88,6 +88,32 @@ bench-udp:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-udp.md $(GO) test -run '^$$' -bench '^BenchmarkUDPReport$$' -benchtime 1x -timeout 120m ./reliable
 	bench/peers/ensure-deps
 	bench/peers/run-norm -r $(REPS) | tee -a $(CURDIR)/bench-udp.md
+
+# docs/benchmarks.md, "rbcastd": the daemon against the library it runs, in
+# one run on one 3-host netns segment (cmd/rbcastd BenchmarkReport: goodput,
+# send FILE to two recv -o FILE, 64-byte messages, FIFO and total-order
+# latency, 3 senders in total order; REPS repetitions, MTU 1500 and 9000),
+# then corosync CPG (knet, udpu) on the same shape of segment. Root; about
+# 15 minutes on an idle machine; writes bench-rbcastd.md.
+bench-rbcastd:
+	RBCASTD_REPORT_REPS=$(REPS) RBCASTD_REPORT_OUT=$(CURDIR)/bench-rbcastd.md $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 90m ./cmd/rbcastd
+	bench/peers/ensure-deps
+	{ echo; echo '### corosync CPG, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages)'; echo; echo '```'; \
+	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -t udpu -r $(REPS); echo '```'; } | tee -a bench-rbcastd.md
+
+# docs/benchmarks.md, "View changes" (issue 19): rbcastd under views on a
+# 4-host netns segment (cmd/rbcastd BenchmarkNetnsViews, prefix rbm: join
+# latency, kill -9 to the new view at -failure-timeout 1s and 300ms, the
+# stable receiver's stall), then corosync's confchg for the same join and
+# kill (bench/peers/run-corosync-views: token 1000 and 300 ms without the
+# per-node coefficient, and corosync's defaults), VIEWS_N of each. Root;
+# about 5 minutes at VIEWS_N=10; writes bench-views.md.
+VIEWS_N ?= 10
+bench-views:
+	{ echo '```'; $(GO) test -run '^$$' -bench '^BenchmarkNetnsViews$$' -benchtime $(VIEWS_N)x -timeout 30m ./cmd/rbcastd; echo '```'; } | tee bench-views.md
+	bench/peers/ensure-deps
+	{ echo; echo '```'; bench/peers/run-corosync-views -r $(VIEWS_N) -T 1000 -C 0; bench/peers/run-corosync-views -r $(VIEWS_N) -T 300 -C 0; \
+	  bench/peers/run-corosync-views -r $(VIEWS_N); echo '```'; } | tee -a bench-views.md
 
 # PCODE (issue 24; root, builds and removes rbpb… namespaces, OpenMPI
 # needed for the MPI column): all-to-all, 1000 rounds, N = 2, 4, 8, 20 B

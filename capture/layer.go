@@ -50,6 +50,7 @@ type Rbcast struct {
 	Sender      frame.MemberID
 	Group       uint32
 	Incarnation uint32
+	ViewID      uint32 // the view of a group that changes (wire version 4)
 	Seq         uint32
 	// AckBase and Acks are the piggybacked ack vector: Acks[i] is the next
 	// sequence number the sender expects from member AckBase+i.
@@ -98,6 +99,7 @@ func (r *Rbcast) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error 
 	r.Sender = v.Sender()
 	r.Group = v.Group()
 	r.Incarnation = v.Incarnation()
+	r.ViewID = v.ViewID()
 	r.Seq = v.Seq()
 	r.AckBase = v.AckBase()
 	for i := range v.AckCount() {
@@ -135,7 +137,7 @@ func (r *Rbcast) Summary() string {
 	} else {
 		fmt.Fprintf(&b, "%v from %d", r.Type, r.Sender)
 	}
-	fmt.Fprintf(&b, " inc %d seq %d group %d", r.Incarnation, r.Seq, r.Group)
+	fmt.Fprintf(&b, " inc %d view %d seq %d group %d", r.Incarnation, r.ViewID, r.Seq, r.Group)
 	if f := r.flagNames(); f != "" {
 		fmt.Fprintf(&b, " [%s]", f)
 	}

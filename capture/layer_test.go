@@ -180,7 +180,7 @@ func TestLayerCorrupt(t *testing.T) {
 	}{
 		{"crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, frame.ErrChecksum, "CRC32C mismatch at offset"},
 		{"version", func(b []byte) []byte { b[0] = 9; return b }, frame.ErrVersion, fmt.Sprintf("version 9, this build speaks %d", frame.Version)},
-		{"short", func(b []byte) []byte { return b[:20] }, frame.ErrShort, "20 bytes, need at least 28"},
+		{"short", func(b []byte) []byte { return b[:20] }, frame.ErrShort, "20 bytes, need at least 32"},
 		{"type", func(b []byte) []byte { b[1] = 0x7f; return b }, frame.ErrType, "type 0x7f"},
 		{"length", func(b []byte) []byte { b[4], b[5] = 0xff, 0xff; return b }, frame.ErrLength, "length field 65535"},
 	}

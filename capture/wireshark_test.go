@@ -161,6 +161,10 @@ var dissectorFields = []string{
 	"rbcast.accept.count", "rbcast.accept.global", "rbcast.status.sequenced", "rbcast.status.delivered",
 	"rbcast.safe", "rbcast.held", "rbcast.member.change", "rbcast.member.reason",
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
+	"rbcast.view", "rbcast.view.next", "rbcast.view.base", "rbcast.view.members", "rbcast.flush.sent", "rbcast.flush.count",
+	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
+	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
+	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
 	"rbcast.pcode.step", "rbcast.pcode.global", "rbcast.pcode.stream", "rbcast.pcode.reserved",
 	"rbcast.pcode.targets_length", "rbcast.pcode.target", "rbcast.pcode.nack.kind", "rbcast.pcode.source",
 	"rbcast.pcode.last", "rbcast.pcode.echo", "rbcast.pcode.point_base", "rbcast.pcode.point_count", "rbcast.pcode.point",
@@ -198,6 +202,7 @@ func expectFields(v frame.View) map[string]string {
 	m["rbcast.sender"] = d(uint16(v.Sender()))
 	m["rbcast.group"] = d(v.Group())
 	m["rbcast.incarnation"] = d(v.Incarnation())
+	m["rbcast.view"] = d(v.ViewID())
 	m["rbcast.seq"] = d(v.Seq())
 	m["rbcast.ack_base"] = d(uint16(v.AckBase()))
 	m["rbcast.ack_count"] = d(v.AckCount())
@@ -333,6 +338,58 @@ func expectFields(v frame.View) map[string]string {
 		m["rbcast.epoch"], m["rbcast.safe"], m["rbcast.held"] = d(c.Epoch), d(c.Safe), d(c.Held)
 		m["rbcast.member.change"], m["rbcast.member.reason"] = d(uint8(c.Change)), d(uint8(c.Reason))
 		m["rbcast.member.id"], m["rbcast.member.incarnation"] = d(uint16(c.Member)), d(c.Incarnation)
+	case frame.ViewJoin:
+		j := v.ViewJoin()
+		m["rbcast.join.requested"], m["rbcast.join.mtu"] = d(uint16(j.Requested)), d(j.MTU)
+		m["rbcast.join.nonce"], m["rbcast.join.config_hash"] = fmt.Sprintf("0x%016x", j.Nonce), fmt.Sprintf("0x%016x", j.ConfigHash)
+	case frame.ViewPrepare, frame.ViewCommit:
+		ml := v.ViewMembers()
+		var ids, macs, incs joined
+		for i := range ml.Len() {
+			mi := ml.At(i)
+			ids.add("%d", mi.ID)
+			macs.add("%v", net.HardwareAddr(mi.MAC[:]))
+			incs.add("%d", mi.Incarnation)
+		}
+		m["rbcast.view.next"], m["rbcast.view.base"], m["rbcast.view.members"] = d(v.ViewNext()), d(v.ViewBase()), d(ml.Len())
+		m["rbcast.member.id"], m["rbcast.member.mac"], m["rbcast.member.incarnation"] = ids.String(), macs.String(), incs.String()
+		if v.Type() == frame.ViewCommit {
+			cl := v.CommitCuts()
+			var mem, cut, hold, from joined
+			for i := range cl.Len() {
+				x := cl.At(i)
+				mem.add("%d", x.Member)
+				cut.add("%d", x.Cut)
+				hold.add("%d", x.Holder)
+				from.add("%d", x.From)
+			}
+			m["rbcast.cut.count"], m["rbcast.cut.member"], m["rbcast.cut.cut"] = d(cl.Len()), mem.String(), cut.String()
+			m["rbcast.cut.holder"], m["rbcast.cut.from"] = hold.String(), from.String()
+		}
+	case frame.ViewFlush:
+		dl := v.FlushDelivered()
+		var mem, gone, next joined
+		for i := range dl.Len() {
+			mem.add("%d", dl.At(i).Member)
+			g := 0
+			if dl.At(i).Gone {
+				g = 1
+			}
+			gone.add("%d", g)
+			next.add("%d", dl.At(i).Next)
+		}
+		m["rbcast.view.next"], m["rbcast.view.base"], m["rbcast.flush.sent"] = d(v.ViewNext()), d(v.ViewBase()), d(v.FlushSent())
+		m["rbcast.flush.coord"] = d(v.FlushCoord())
+		m["rbcast.flush.count"], m["rbcast.flush.member"], m["rbcast.flush.delivered"] = d(dl.Len()), mem.String(), next.String()
+		m["rbcast.flush.gone"] = gone.String()
+	case frame.ViewRelay:
+		m["rbcast.relay.base"], m["rbcast.relay.frame"] = d(v.RelayBase()), hex.EncodeToString(v.RelayFrame())
+	case frame.ViewRefuse:
+		r := v.ViewRefuse()
+		m["rbcast.refuse.nonce"], m["rbcast.refuse.reason"] = fmt.Sprintf("0x%016x", r.Nonce), d(uint8(r.Reason))
+		m["rbcast.refuse.config_hash"] = fmt.Sprintf("0x%016x", r.ConfigHash)
+	case frame.GroupRemove:
+		m["rbcast.remove.view"] = d(v.RemovedView())
 	}
 	m["rbcast.crc32c"] = fmt.Sprintf("0x%08x", v.CRC())
 	m["rbcast.crc32c.computed"] = m["rbcast.crc32c"]
@@ -392,13 +449,17 @@ func TestDissectorExpertInfo(t *testing.T) {
 		expert string // substring of _ws.expert.message
 		status string // rbcast.crc32c.status, "" when not reached
 	}{
-		{"bad crc", func() []byte { b := clone("data"); b[30] ^= 0xff; return b }(), "Bad CRC-32C: frame says 35c688e9, bytes give 70b2997b", "0"},
-		{"length beyond frame", func() []byte { b := clone("ack"); b[4], b[5] = 0x01, 0x00; return withCRC(b) }(), "Length field disagrees with the frame: length field 256, frame has 44 bytes", "1"},
-		{"short", clone("ack")[:20], "shorter than the 28-byte header", ""},
+		{"bad crc", func() []byte { b := clone("data"); b[34] ^= 0xff; return b }(), "Bad CRC-32C: frame says 799e55df, bytes give ", "0"},
+		{"length beyond frame", func() []byte { b := clone("ack"); b[4], b[5] = 0x01, 0x00; return withCRC(b) }(), "Length field disagrees with the frame: length field 256, frame has 48 bytes", "1"},
+		{"short", clone("ack")[:20], "shorter than the 32-byte header", ""},
 		{"version", func() []byte { b := clone("ack"); b[0] = 1; return withCRC(b) }(), "Unsupported version", ""},
 		{"unknown type", func() []byte { b := clone("ack"); b[1] = 0x7e; return withCRC(b) }(), "Unknown frame type", "1"},
 		{"critical flag", func() []byte { b := clone("ack"); b[3] |= 0x08; return withCRC(b) }(), "Unknown critical flag", "1"},
-		{"welcome no id", func() []byte { b := clone("welcome"); b[24+8], b[24+9] = 0xff, 0xff; return withCRC(b) }(), "reserved for 'no member'", "1"},
+		{"welcome no id", func() []byte {
+			b := clone("welcome")
+			b[frame.HeaderLen+8], b[frame.HeaderLen+9] = 0xff, 0xff
+			return withCRC(b)
+		}(), "reserved for 'no member'", "1"},
 		{"nack range backwards", func() []byte {
 			b := clone("nack")
 			// first range 5..7 becomes 7..5

@@ -294,13 +294,13 @@ func TestAxioms2_4to2_7Barriers(t *testing.T) {
 					}
 				}
 				// Written after i crossed barrier b → seen at j only once
-				// j has reached b. (j may apply it while it waits at b for
-				// a third member: a member runs nothing of its program
-				// while it waits, so no read can see it before b; thesis
-				// §5.2.1, theorem 5.2.)
+				// j has crossed b. Applying it while j waits at b for a
+				// third member would let that member's older writes, still
+				// being repaired, overwrite it: the wait condition (WC,
+				// thesis def. 7.3) holds it until j crosses.
 				if after := passedBefore[i][k]; after > 0 {
-					if enter := enterAt[j][after]; enter > e.index {
-						t.Fatalf("seed %d: rank %d wrote %+v after barrier %d, rank %d saw it before reaching that barrier (axiom 2.7)", seed, i, k, after, j)
+					if pass := passAt[j][after]; pass > e.index {
+						t.Fatalf("seed %d: rank %d wrote %+v after barrier %d, rank %d saw it before crossing that barrier (axiom 2.7)", seed, i, k, after, j)
 					}
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -22,6 +23,9 @@ var (
 	ErrRemoved         = core.ErrRemoved
 	ErrExists          = core.ErrExists
 	ErrBarrierMismatch = core.ErrBarrierMismatch
+	ErrNotFixed        = core.ErrNotFixed
+	ErrJoinClosed      = core.ErrJoinClosed
+	ErrLocksChannels   = core.ErrLocksChannels
 	// ErrClosed: the node has exited (or its group stopped).
 	ErrClosed = errors.New("dsm: node has exited")
 )
@@ -57,6 +61,23 @@ type Config struct {
 	// MaxSegment bounds a segment's memory in bytes, this member's and
 	// those peers announce; 0 means core.DefaultMaxSegment (1 GiB).
 	MaxSegment int
+	// Selective is the selective join of thesis §7.2.1: a member
+	// allocates only the segments it creates or joins; a segment's
+	// membership is fixed when the first barrier after its creation is
+	// crossed, writes to it must come after that barrier (ErrNotFixed)
+	// and a later JoinSegment is refused (ErrJoinClosed).
+	Selective bool
+	// Channels (implies Selective) gives every segment a reliable group
+	// of its own among its members, over the same link (link/mux, whose
+	// kernel filter keeps other segments' frames away), beside the global
+	// group (Group) that carries announcements and barriers; a barrier
+	// puts a marker on each joined segment's channel (thesis §7.2.2–
+	// 7.2.3). It needs a static member list (Group.Members); locks are
+	// refused (ErrLocksChannels; docs/dsm.md says why).
+	Channels bool
+	// ChannelGroup is the group id of segment key's channel; nil means
+	// DefaultChannelGroup.
+	ChannelGroup func(global, key uint32) uint32
 	// Trace, when set, is called with every event of the thesis's model
 	// (writes, updates applied, barriers, lock requests, acquires,
 	// permissions, releases) as it happens at this member, with the
@@ -68,6 +89,19 @@ type Config struct {
 	// only by its sender's ResendTimeout (PBP2), as before issue 24. For
 	// comparisons.
 	NoExpect bool
+}
+
+// DefaultChannelGroup is the group id of segment key's channel when the
+// global group is global: global+1+key (mod 2^32). Keep the ids of other
+// groups on the link out of that range, or set Config.ChannelGroup.
+func DefaultChannelGroup(global, key uint32) uint32 { return global + 1 + key }
+
+// ChannelGroupID is the group id of segment key's channel under cfg.
+func (cfg Config) ChannelGroupID(key uint32) uint32 {
+	if cfg.ChannelGroup != nil {
+		return cfg.ChannelGroup(cfg.Group.Group, key)
+	}
+	return DefaultChannelGroup(cfg.Group.Group, key)
 }
 
 // TraceEvent is one event of a member's history; see core.Event.
@@ -146,6 +180,9 @@ func (n *Node) ready(w Wait) bool {
 		if err != nil {
 			n.barrierErr = err
 		}
+		if ok {
+			n.openChannels()
+		}
 		return ok
 	case waitLock:
 		return n.core.Holding(int32(w.id))
@@ -155,6 +192,16 @@ func (n *Node) ready(w Wait) bool {
 		return n.left
 	}
 	return true
+}
+
+// openChannels opens the segment channels whose membership the barrier
+// just crossed fixed (with n.mu held).
+func (n *Node) openChannels() {
+	for _, o := range n.core.Opens() {
+		if err := n.env.Open(o.Key, o.Members); err != nil {
+			n.fail(fmt.Errorf("dsm: member %d: opening the channel of segment %d: %w", n.self, o.Key, err))
+		}
+	}
 }
 
 func outboxLimit(cfg Config) int {
@@ -180,22 +227,28 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 		max = cfg.MaxMessage
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
-		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc}
+		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
+		Selective: cfg.Selective, Channels: cfg.Channels}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied
 // from data, the received frame, straight into segment memory.
 func (n *Node) deliver(from frame.MemberID, data []byte) {
+	n.deliverOn(core.Global, from, data)
+}
+
+// deliverOn is deliver for channel ch's group.
+func (n *Node) deliverOn(ch core.Channel, from frame.MemberID, data []byte) {
 	n.mu.Lock()
-	n.receiveLocked(from, data)
+	n.receiveLocked(ch, from, data)
 	n.mu.Unlock()
 }
 
-func (n *Node) receiveLocked(from frame.MemberID, data []byte) {
+func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) {
 	if n.core == nil { // Join failed after the group started
 		return
 	}
-	n.core.Receive(from, data) // bad messages are counted and change nothing
+	n.core.ReceiveOn(ch, from, data) // bad messages are counted and change nothing
 	if n.core.Pending() > 0 {
 		n.env.Kick()
 	}
@@ -311,13 +364,35 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
+	if cfg.Channels && len(cfg.Group.Members) == 0 {
+		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a static member list (Config.Group.Members): a segment channel's members are named from it", reliable.ErrConfig)
+	}
 	// The group may deliver as soon as Join returns, before the core
 	// exists: its event loop hands deliveries and events out without the
 	// group's lock, so they wait here for n.mu, in their order, until the
 	// core is installed (or, if building it fails, find none and are
 	// dropped with the node).
 	n.mu.Lock()
-	g, err := reliable.Join(ctx, l, gcfg)
+	var g *reliable.Group
+	var err error
+	if cfg.Channels {
+		// Every group of the node on one link: the global one and, as
+		// barriers fix memberships, one per segment channel.
+		m, merr := mux.New(l, mux.Config{})
+		if merr != nil {
+			n.mu.Unlock()
+			return nil, merr
+		}
+		gl, merr := m.Open(cfg.Group.Group)
+		if merr != nil {
+			n.mu.Unlock()
+			return nil, merr
+		}
+		e.mux, e.cfg, e.channels = m, cfg, map[core.Channel]*reliable.Group{}
+		g, err = reliable.Join(ctx, gl, gcfg)
+	} else {
+		g, err = reliable.Join(ctx, l, gcfg)
+	}
 	if err != nil {
 		n.mu.Unlock()
 		return nil, err
@@ -548,8 +623,15 @@ type Stats struct {
 	// BadMessages counts received messages that failed to decode or named
 	// something that does not exist here (dropped, with no effect).
 	BadMessages uint64
-	// Group is the reliable layer's counters.
-	Group reliable.Stats
+	// Markers counts barrier markers sent on segment channels, Held the
+	// messages the wait condition kept aside until a barrier was
+	// crossed, Ignored the updates of segments not joined here (Selective
+	// over one group).
+	Markers, Held, Ignored uint64
+	// Group is the reliable layer's counters (the global group's with
+	// Channels); Channels each segment channel's, by segment key.
+	Group    reliable.Stats
+	Channels map[uint32]reliable.Stats
 }
 
 // Stats returns the node's counters.
@@ -557,14 +639,21 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	c := n.core.Counters()
 	n.mu.Unlock()
-	return Stats{
+	st := Stats{
 		Writes: c.Writes, Updates: c.Updates, UpdateBytes: c.UpdateBytes,
 		UnreliableWrites: c.UnreliableWrites, UnreliableUpdates: c.UnreliableUpdates,
 		Barriers: c.Barriers, LockRequests: c.LockRequests, LockReplies: c.LockReplies,
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
+		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored,
 		Group: n.env.GroupStats(),
 	}
+	if cs, ok := n.env.(interface {
+		ChannelStats() map[uint32]reliable.Stats
+	}); ok {
+		st.Channels = cs.ChannelStats()
+	}
+	return st
 }
 
 // Segment is one attached segment (the thesis's dsm_id).

@@ -2,10 +2,14 @@ package dsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
+	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -19,6 +23,12 @@ import (
 type groupEnv struct {
 	n *Node
 	g *reliable.Group
+
+	// Channels: the mux over the node's link, the node's Config, and
+	// the segment channels' groups (guarded by n.mu).
+	mux      *mux.Mux
+	cfg      Config
+	channels map[core.Channel]*reliable.Group
 
 	// Guarded by n.mu: changedc is closed and replaced when something
 	// changes while waiters > 0.
@@ -125,12 +135,21 @@ func (e *groupEnv) drain() error {
 	for {
 		n.mu.Lock()
 		msg, ok := n.core.Next()
+		g, ch := e.g, n.core.NextChannel()
+		if ch != core.Global {
+			g = e.channels[ch]
+		}
 		n.mu.Unlock()
 		if !ok {
 			return nil
 		}
-		// The core keeps msg untouched until Sent; Send copies it.
-		err := e.g.Send(context.Background(), msg)
+		var err error
+		if g == nil {
+			err = fmt.Errorf("the channel of segment %d is not open", ch.Key())
+		} else {
+			// The core keeps msg untouched until Sent; Send copies it.
+			err = g.Send(context.Background(), msg)
+		}
 		n.mu.Lock()
 		n.core.Sent()
 		if err != nil {
@@ -151,7 +170,70 @@ func (e *groupEnv) Leave() error {
 	e.left = true
 	close(e.stop)
 	<-e.stopped
-	return e.g.Close()
+	// The segment channels first: a member that sees this one leave the
+	// global group stops waiting for it, by then its last markers and
+	// updates are delivered (Close waits for their acknowledgement).
+	e.n.mu.Lock()
+	chs := make([]*reliable.Group, 0, len(e.channels))
+	for _, g := range e.channels {
+		chs = append(chs, g)
+	}
+	e.n.mu.Unlock()
+	var errs []error
+	for _, g := range chs {
+		errs = append(errs, g.Close())
+	}
+	errs = append(errs, e.g.Close())
+	return errors.Join(errs...)
+}
+
+// Open joins segment key's channel: a reliable group of the segment's
+// members on a view of the node's mux (with n.mu held; reliable.Join with
+// a static member list returns at once).
+func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
+	if e.mux == nil {
+		return errors.New("the node has no channels (Config.Channels)")
+	}
+	gcfg := e.cfg.Group
+	gcfg.Group = e.cfg.ChannelGroupID(key)
+	gcfg.Members = nil
+	for _, m := range e.cfg.Group.Members {
+		if slices.Contains(members, m.ID) {
+			gcfg.Members = append(gcfg.Members, m)
+		}
+	}
+	gcfg.Size, gcfg.Server = 0, false
+	ch := core.SegmentChannel(key)
+	n := e.n
+	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }
+	gcfg.OnEvent = nil
+	l, err := e.mux.Open(gcfg.Group)
+	if err != nil {
+		return err
+	}
+	// (A failed Join leaves the view open: the node fails with the
+	// error and its link goes with it.)
+	g, err := reliable.Join(context.Background(), l, gcfg)
+	if err != nil {
+		return err
+	}
+	e.channels[ch] = g
+	return nil
+}
+
+// ChannelStats are the reliable layer's counters of each segment channel
+// (Stats.Channels).
+func (e *groupEnv) ChannelStats() map[uint32]reliable.Stats {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	if len(e.channels) == 0 {
+		return nil
+	}
+	out := map[uint32]reliable.Stats{}
+	for ch, g := range e.channels {
+		out[ch.Key()] = g.Stats()
+	}
+	return out
 }
 
 func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }

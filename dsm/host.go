@@ -27,6 +27,14 @@ type Env interface {
 	Leave() error
 	// GroupStats are the reliable layer's counters (Stats.Group).
 	GroupStats() reliable.Stats
+	// Open opens the channel of segment key among members (sorted,
+	// this member included; Config.Channels): a reliable group whose
+	// deliveries go to Host.DeliverOn(core.SegmentChannel(key)) and
+	// which carries Next's messages for that channel. Called with the
+	// node's lock held, when a barrier fixed the segment's membership;
+	// it must not call the node. Envs of nodes without Channels may
+	// return an error.
+	Open(key uint32, members []frame.MemberID) error
 }
 
 // Host is the driving side of a node built by NewHosted: what its Env
@@ -65,6 +73,11 @@ func (h *Host) Start(self frame.MemberID, members []frame.MemberID, maxMessage i
 // from data straight into segment memory; data is not kept.
 func (h *Host) Deliver(from frame.MemberID, data []byte) { h.n.deliver(from, data) }
 
+// DeliverOn is Deliver for the group of channel ch (Env.Open).
+func (h *Host) DeliverOn(ch core.Channel) func(from frame.MemberID, data []byte) {
+	return func(from frame.MemberID, data []byte) { h.n.deliverOn(ch, from, data) }
+}
+
 // OnEvent is the reliable layer's Config.OnEvent: a member's leaving or
 // failure releases what waits for it; reliable.SelfLeft completes
 // WaitLeave.
@@ -85,12 +98,14 @@ func (h *Host) Ready(w Wait) (ok bool, err error) {
 	return h.n.ready(w), h.n.err
 }
 
-// Next is the outbox's first message, if there is one. It stays
-// untouched, and first, until Sent.
-func (h *Host) Next() ([]byte, bool) {
+// Next is the outbox's first message, if there is one, and the channel
+// it goes on (core.Global unless Config.Channels). It stays untouched,
+// and first, until Sent.
+func (h *Host) Next() ([]byte, core.Channel, bool) {
 	h.n.mu.Lock()
 	defer h.n.mu.Unlock()
-	return h.n.core.Next()
+	msg, ok := h.n.core.Next()
+	return msg, h.n.core.NextChannel(), ok
 }
 
 // Sent removes Next's message from the outbox once the reliable layer

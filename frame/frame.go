@@ -21,11 +21,11 @@ import "fmt"
 // frames of any other version (ErrVersion): a new version is a new protocol.
 // Changes that old receivers may ignore travel in the non-critical flag bits
 // instead (see Flags).
-const Version = 3
+const Version = 4
 
 // Sizes of the fixed parts of a frame.
 const (
-	HeaderLen   = 24 // fixed header
+	HeaderLen   = 28 // fixed header
 	AckEntryLen = 4  // one ack vector entry
 	CRCLen      = 4  // CRC32C trailer
 	// Overhead is the rbcast bytes of a frame with an empty ack vector,
@@ -47,9 +47,10 @@ const (
 	offSender      = 6
 	offGroup       = 8
 	offIncarnation = 12
-	offSeq         = 16
-	offAckBase     = 20
-	offAckCount    = 22
+	offView        = 16
+	offSeq         = 20
+	offAckBase     = 24
+	offAckCount    = 26
 )
 
 // Type is a frame's type.
@@ -107,6 +108,26 @@ const (
 	// the same place of the total order.
 	SeqMember Type = 0x17
 
+	// The view protocol (version 4, reliable/view): 0x20–0x2F.
+
+	// ViewJoin asks a running group's coordinator for admission, or
+	// announces a process to the others founding a group.
+	ViewJoin Type = 0x20
+	// ViewPrepare proposes the next view.
+	ViewPrepare Type = 0x21
+	// ViewFlush answers a ViewPrepare: the member froze its core of the
+	// base view, and says how far it sent and delivered.
+	ViewFlush Type = 0x22
+	// ViewCommit installs the next view, once each member delivered up to
+	// the cut it names in the base view.
+	ViewCommit Type = 0x23
+	// ViewRelay carries a frame of the base view to members that did not
+	// deliver it.
+	ViewRelay Type = 0x24
+	// ViewRefuse refuses a joiner.
+	ViewRefuse Type = 0x25
+	// GroupRemove removes the group.
+	GroupRemove Type = 0x26
 	// PCODE (Bruck, Dolev, Ho, Orni & Strong; reliable/pcode): 0x30–0x37.
 
 	// PcodeData is a multicast to a target set (the paper's REGULAR
@@ -127,12 +148,15 @@ var typeNames = [...]string{
 	SeqRequest: "SeqRequest", SeqData: "SeqData", SeqAccept: "SeqAccept",
 	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
 	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
+	ViewJoin: "ViewJoin", ViewPrepare: "ViewPrepare", ViewFlush: "ViewFlush", ViewCommit: "ViewCommit",
+	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove",
 	PcodeData: "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
+	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove,
 	PcodeData, PcodeNack, PcodeStatus, PcodeAbort}
 
 // Valid reports whether t is a frame type this version defines.

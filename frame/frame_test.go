@@ -27,7 +27,7 @@ func (a fixedAuth) Size() int                        { return len(a.tag) }
 func (a fixedAuth) AppendTag(dst, msg []byte) []byte { return append(dst, a.tag...) }
 
 func baseHeader() Header {
-	return Header{Group: 0x0000beef, Sender: 3, Incarnation: 7, Seq: 42, AckBase: 0, Acks: []uint32{11, 12, 13, 42}}
+	return Header{Group: 0x0000beef, Sender: 3, Incarnation: 7, ViewID: 5, Seq: 42, AckBase: 0, Acks: []uint32{11, 12, 13, 42}}
 }
 
 var uid = UID{Origin: 2, Incarnation: 5, Seq: 99}
@@ -48,6 +48,15 @@ func goldenCases() []struct {
 	hRetx.Flags = FlagRetransmit
 	hJoin := hNoAcks
 	hJoin.Sender = NoMember
+	hViewJoin := hJoin
+	hViewJoin.ViewID = 0
+	members2 := []MemberInfo{{0, [6]byte{2, 0, 0, 0, 0, 1}, 1}, {1, [6]byte{2, 0, 0, 0, 0, 2}, 9}}
+	hData := h
+	hData.Sender, hData.ViewID = 2, 7
+	relayed, err := Append(nil, &hData, &Payload{T: Data, Data: []byte("from the departed")})
+	if err != nil {
+		panic(err)
+	}
 	return []struct {
 		name string
 		h    Header
@@ -73,6 +82,13 @@ func goldenCases() []struct {
 		{"seq_retransmit", hNoAcks, &RetransmitBody{Epoch: 3, Ranges: []Range{{90, 95}}}},
 		{"seq_election", hNoAcks, &ElectionBody{Epoch: 4, Phase: ElectionVote, Candidate: 1, LastGlobal: 101}},
 		{"seq_member", h, &SeqMemberBody{Epoch: 3, Safe: 99, Held: 97, Change: MemberRemoved, Reason: ReasonSilent, Member: 2, Incarnation: 0x01020304}},
+		{"view_join", hViewJoin, &ViewJoinBody{Requested: 3, Nonce: 0x0102030405060708, ConfigHash: 0xdeadbeefcafef00d, MTU: 1500}},
+		{"view_prepare", hNoAcks, &ViewPrepareBody{Next: 8, Base: 7, Members: members2}},
+		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, false, 17}, {2, true, 5}}}},
+		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}}},
+		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
+		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
+		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
 		{"pcode_data", h, &PcodeDataBody{Step: 1000, Global: 77, Targets: AppendTargets(nil, 0, 1, 9), Data: []byte("round 1000")}},
 		{"pcode_data_point", h, &PcodeDataBody{Step: 5, Global: 70, Stream: StreamPoint, Targets: AppendTargets(nil, 2), Data: []byte("to 2 only")}},
 		{"pcode_nack", h, &PcodeNackBody{Kind: NackRequest, Target: 1, Last: 12, Step: 1001}},
@@ -205,15 +221,15 @@ func TestDecodeErrors(t *testing.T) {
 		field string
 		text  string
 	}{
-		{"short", func(b []byte) []byte { return b[:10] }, ErrShort, "header", "10 bytes, need at least 28"},
-		{"version", func(b []byte) []byte { b[0] = 2; return reseal(b) }, ErrVersion, "version", "version 2, this build speaks 3"},
+		{"short", func(b []byte) []byte { return b[:10] }, ErrShort, "header", "10 bytes, need at least 32"},
+		{"version", func(b []byte) []byte { b[0] = 2; return reseal(b) }, ErrVersion, "version", "version 2, this build speaks 4"},
 		{"type", func(b []byte) []byte { b[1] = 0x7f; return reseal(b) }, ErrType, "type", "type 0x7f"},
 		{"critical flag", func(b []byte) []byte { b[3] |= 0x80; return reseal(b) }, ErrFlags, "flags", "0x0080"},
 		{"bundle flag on nack", func(b []byte) []byte { b[3] |= byte(FlagBundle); return reseal(b) }, ErrFlags, "flags", "bundle flag on a Nack frame"},
 		{"length too long", func(b []byte) []byte { binary.BigEndian.PutUint16(b[4:], uint16(len(b)+1)); return b }, ErrLength, "length", "frame has"},
 		{"length too short", func(b []byte) []byte { binary.BigEndian.PutUint16(b[4:], 3); return b }, ErrLength, "length", "length field 3"},
-		{"ack count", func(b []byte) []byte { binary.BigEndian.PutUint16(b[22:], 500); return reseal(b) }, ErrAckVector, "ack_count", "500 entries"},
-		{"ack base", func(b []byte) []byte { binary.BigEndian.PutUint16(b[20:], 0xfffe); return reseal(b) }, ErrAckVector, "ack_base", "exceed the id space"},
+		{"ack count", func(b []byte) []byte { binary.BigEndian.PutUint16(b[26:], 500); return reseal(b) }, ErrAckVector, "ack_count", "500 entries"},
+		{"ack base", func(b []byte) []byte { binary.BigEndian.PutUint16(b[24:], 0xfffe); return reseal(b) }, ErrAckVector, "ack_base", "exceed the id space"},
 		{"crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, ErrChecksum, "crc32c", "frame says"},
 		{"payload bit flip", func(b []byte) []byte { b[HeaderLen] ^= 0x10; return b }, ErrChecksum, "crc32c", ""},
 		{"nack ranges", func(b []byte) []byte {

@@ -53,7 +53,7 @@ func FuzzBody(f *testing.F) {
 		b = append(b, Version, typ)
 		b = binary.BigEndian.AppendUint16(b, flags)
 		b = binary.BigEndian.AppendUint16(b, uint16(n))
-		b = append(b, 0, 1, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0)
+		b = append(b, 0, 1, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(acks)/AckEntryLen))
 		b = append(b, acks...)
 		b = append(b, body...)
@@ -138,5 +138,30 @@ func exercise(v View) {
 		_ = v.Election()
 	case SeqMember:
 		_ = v.SeqMemberChange()
+	case ViewJoin:
+		_ = v.ViewJoin()
+	case ViewPrepare:
+		_, _ = v.ViewNext(), v.ViewBase()
+		for i, ml := 0, v.ViewMembers(); i < ml.Len(); i++ {
+			_ = ml.At(i)
+		}
+	case ViewFlush:
+		_, _ = v.FlushCoord(), v.FlushSent()
+		for i, dl := 0, v.FlushDelivered(); i < dl.Len(); i++ {
+			_ = dl.At(i)
+		}
+	case ViewCommit:
+		for i, ml := 0, v.ViewMembers(); i < ml.Len(); i++ {
+			_ = ml.At(i)
+		}
+		for i, cl := 0, v.CommitCuts(); i < cl.Len(); i++ {
+			_ = cl.At(i)
+		}
+	case ViewRelay:
+		_, _ = v.RelayBase(), v.RelayFrame().Type()
+	case ViewRefuse:
+		_ = v.ViewRefuse()
+	case GroupRemove:
+		_ = v.RemovedView()
 	}
 }

@@ -15,7 +15,12 @@ type Header struct {
 	Group       uint32
 	Sender      MemberID
 	Incarnation uint32 // the sender's restart epoch; a new one means a new member
-	Seq         uint32
+	// ViewID is the view the frame belongs to (reliable/view): each view
+	// of a group runs a protocol core of its own, and its frames name it.
+	// 0 for a group that never changes (static members) and for a
+	// joiner's frames.
+	ViewID uint32
+	Seq    uint32
 	// AckBase is the member id of Acks[0]: Acks[i] is the sender's
 	// expected[AckBase+i], the next sequence number it expects from that
 	// member (PBP's piggybacked exp_seqno vector, thesis fig. 3.3). A
@@ -94,6 +99,7 @@ func Append(b []byte, h *Header, body Body) ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, uint16(h.Sender))
 	b = binary.BigEndian.AppendUint32(b, h.Group)
 	b = binary.BigEndian.AppendUint32(b, h.Incarnation)
+	b = binary.BigEndian.AppendUint32(b, h.ViewID)
 	b = binary.BigEndian.AppendUint32(b, h.Seq)
 	b = binary.BigEndian.AppendUint16(b, uint16(h.AckBase))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(h.Acks)))
@@ -204,6 +210,7 @@ func (v View) Length() int         { return int(binary.BigEndian.Uint16(v[offLen
 func (v View) Sender() MemberID    { return MemberID(binary.BigEndian.Uint16(v[offSender:])) }
 func (v View) Group() uint32       { return binary.BigEndian.Uint32(v[offGroup:]) }
 func (v View) Incarnation() uint32 { return binary.BigEndian.Uint32(v[offIncarnation:]) }
+func (v View) ViewID() uint32      { return binary.BigEndian.Uint32(v[offView:]) }
 func (v View) Seq() uint32         { return binary.BigEndian.Uint32(v[offSeq:]) }
 func (v View) AckBase() MemberID   { return MemberID(binary.BigEndian.Uint16(v[offAckBase:])) }
 func (v View) AckCount() int       { return int(binary.BigEndian.Uint16(v[offAckCount:])) }
@@ -261,6 +268,7 @@ func (v View) Header() Header {
 		Group:       v.Group(),
 		Sender:      v.Sender(),
 		Incarnation: v.Incarnation(),
+		ViewID:      v.ViewID(),
 		Seq:         v.Seq(),
 		AckBase:     v.AckBase(),
 	}

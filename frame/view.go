@@ -103,6 +103,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int) error {
 			return decodeErr(ErrBody, "member.member", start+14, "member id 0x%04x is reserved for 'no member'", uint16(NoMember))
 		}
 		return nil
+	case ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove:
+		return checkViewBody(t, body, start)
 	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
 		return checkPcodeBody(t, body, start)
 	}
@@ -346,10 +348,44 @@ func (v View) Decode() (Header, Body) {
 	case SeqMember:
 		m := v.SeqMemberChange()
 		return h, &m
+	case ViewJoin:
+		j := v.ViewJoin()
+		return h, &j
+	case ViewPrepare:
+		return h, &ViewPrepareBody{Next: v.ViewNext(), Base: v.ViewBase(), Members: members(v.ViewMembers())}
+	case ViewFlush:
+		dl := v.FlushDelivered()
+		f := &ViewFlushBody{Next: v.ViewNext(), Base: v.ViewBase(), Coord: v.FlushCoord(), Sent: v.FlushSent(), Delivered: make([]Delivered, dl.Len())}
+		for i := range f.Delivered {
+			f.Delivered[i] = dl.At(i)
+		}
+		return h, f
+	case ViewCommit:
+		cl := v.CommitCuts()
+		c := &ViewCommitBody{Next: v.ViewNext(), Base: v.ViewBase(), Members: members(v.ViewMembers()), Cuts: make([]Cut, cl.Len())}
+		for i := range c.Cuts {
+			c.Cuts[i] = cl.At(i)
+		}
+		return h, c
+	case ViewRelay:
+		return h, &ViewRelayBody{Base: v.RelayBase(), Frame: append([]byte{}, v.RelayFrame()...)}
+	case ViewRefuse:
+		r := v.ViewRefuse()
+		return h, &r
+	case GroupRemove:
+		return h, &GroupRemoveBody{View: v.RemovedView()}
 	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
 		return h, v.decodePcode()
 	}
 	return h, nil
+}
+
+func members(ml MemberList) []MemberInfo {
+	ms := make([]MemberInfo, ml.Len())
+	for i := range ms {
+		ms[i] = ml.At(i)
+	}
+	return ms
 }
 
 func ranges(rl RangeList) []Range {

@@ -139,8 +139,22 @@ type Config struct {
 	Members []frame.MemberInfo
 	Self    frame.MemberID
 
-	// Size is the number of members to register (registration only).
+	// Size is the number of members to register (registration only);
+	// with Views, the number of processes (this one included) to wait
+	// for before founding the group when none runs (0 means 1).
 	Size int
+	// Views makes the membership change (docs/membership.md): a process
+	// joins a running group (or founds one with Size processes when none
+	// runs) and Join returns once it is in a view; members leave, fail,
+	// restart and come back, each change an agreed view (ViewInstalled)
+	// with virtual synchrony. Order FIFO only for now; Members and
+	// Server do not apply.
+	Views bool
+	// MaxMembers bounds a view's members (ids 0..MaxMembers-1; Views
+	// only; 0 means DefaultMaxMembers). Every Data frame has room for the
+	// acknowledgement vector of this many members, so MaxMessage shrinks
+	// by 4 bytes for each.
+	MaxMembers int
 	// Server makes this process the registration server, member 0
 	// (registration only). Exactly one member of a group is the server.
 	Server bool
@@ -148,8 +162,10 @@ type Config struct {
 	// (registration only); 0 derives one from the clock.
 	Incarnation uint32
 	// RequestID is the member id a joiner asks the server for
-	// (registration only); it gets it if no other member has it, else the
-	// lowest free one. 0 means no wish.
+	// (registration), or the group (Views); it gets it if no other member
+	// has it, else the lowest free one. 0 means no wish under
+	// registration. With Views, frame.NoMember is no wish and 0 asks for
+	// 0: a process asking for an id gets it before those without a wish.
 	RequestID frame.MemberID
 
 	// Order is FIFO (the default) or Total.
@@ -296,7 +312,34 @@ func (c Config) settings() (settings, error) {
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
-	if len(c.Members) == 0 {
+	if c.Views {
+		switch {
+		case len(c.Members) > 0:
+			return s, configErr("Views and static Members exclude each other: a static list never changes")
+		case c.Server:
+			return s, configErr("Server applies to registration; with Views any member admits joiners")
+		case c.Order == Total && c.Resilience == SafeSequencer:
+			return s, configErr("Resilience applies to the registered total order; with Views, Order Total is Agreed (one order, the same at every member)")
+		case c.Size < 0:
+			return s, configErr("Size is %d, want >= 0 (with Views: processes to wait for before founding; 0 means 1)", c.Size)
+		case c.MaxMembers < 0 || c.MaxMembers > MaxViewMembers:
+			return s, configErr("MaxMembers is %d, want 0..%d (0 means %d)", c.MaxMembers, MaxViewMembers, DefaultMaxMembers)
+		}
+		if s.Size == 0 {
+			s.Size = 1
+		}
+		if s.MaxMembers == 0 {
+			s.MaxMembers = DefaultMaxMembers
+		}
+		if c.Size > s.MaxMembers {
+			return s, configErr("Size is %d, but MaxMembers is %d", c.Size, s.MaxMembers)
+		}
+		if c.RequestID != frame.NoMember && int(c.RequestID) >= s.MaxMembers {
+			return s, configErr("RequestID is %d, but a view's ids are 0..%d (MaxMembers %d)", c.RequestID, s.MaxMembers-1, s.MaxMembers)
+		}
+	} else if c.MaxMembers != 0 {
+		return s, configErr("MaxMembers is %d, but it applies to Views only", c.MaxMembers)
+	} else if len(c.Members) == 0 {
 		if c.Size < 1 || c.Size > maxRegistered {
 			return s, configErr("no static Members, so registration needs Size (members to register) in 1..%d; it is %d", maxRegistered, c.Size)
 		}
@@ -356,6 +399,15 @@ func (c *Config) totalOnly() error {
 	}
 	return nil
 }
+
+// DefaultMaxMembers bounds a view's members when Config.MaxMembers is 0;
+// MaxViewMembers is the most it may be: a ViewCommit lists every member
+// and its cut in one frame, which at a 1500-byte MTU holds 60
+// (frame.MaxViewMembers; Join checks the link's MTU).
+const (
+	DefaultMaxMembers = 16
+	MaxViewMembers    = 60
+)
 
 // maxRegistered bounds registration's group size: a Start frame must fit
 // a 576-byte MTU (12 bytes per member).

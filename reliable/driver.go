@@ -7,6 +7,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // Driver runs a member over a link without goroutines and without waiting:
@@ -17,8 +18,9 @@ import (
 // link holds, and returns the core's next deadline. Deliveries and events
 // go to Config.Deliver and Config.OnEvent, on the goroutine calling Step;
 // they may call Propose or Leave, which then take effect once the turn's
-// deliveries are handed out. Static Config.Members only. Not safe for
-// concurrent use.
+// deliveries are handed out. Static Config.Members, or Config.Views (the
+// member joins on its first Steps; OnEvent reports its ViewInstalled);
+// registration runs only under Join. Not safe for concurrent use.
 type Driver struct {
 	n     *node
 	l     link.Link
@@ -37,12 +39,23 @@ func NewDriver(l link.Link, cfg Config, epoch time.Time) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(s.Members) == 0 {
-		return nil, configErr("a Driver needs static Members (registration runs only under Join)")
-	}
-	c, err := s.newCore(s.Self, s.Members, l.MTU())
-	if err != nil {
-		return nil, err
+	var c core.Core
+	switch {
+	case s.Views:
+		v, err := newViewCore(&s, l)
+		if err != nil {
+			return nil, err
+		}
+		c = v
+		if s.Order == Total {
+			c = vtotal.New(v) // Agreed: one order over the views
+		}
+	case len(s.Members) == 0:
+		return nil, configErr("a Driver needs static Members or Views (registration runs only under Join)")
+	default:
+		if c, err = s.newCore(s.Self, s.Members, l.MTU()); err != nil {
+			return nil, err
+		}
 	}
 	d := &Driver{n: newNode(l, &s, c, wall.Clock{Epoch: epoch}), l: l, rx: make([]link.Frame, 64), order: s.Order}
 	d.n.deliver = s.Deliver

@@ -55,6 +55,11 @@ const (
 	// refused; Reason says who and why (the group is full, or its
 	// configuration differs). Member is not set.
 	JoinRefused = core.JoinRefused
+	// ViewInstalled: a new view of a group that changes is installed:
+	// View says which; Member is this member's id in it.
+	ViewInstalled = core.ViewInstalled
+	// GroupRemoved: Member removed the group; this member stops.
+	GroupRemoved = core.GroupRemoved
 )
 
 // Reasons of a FIFO MemberStalled (Event.Reason).
@@ -86,13 +91,21 @@ type Event struct {
 	// MemberFailed and SelfRemoved, FIFO's MemberStalled (StalledNoAcks
 	// or StalledRemovedUs), JoinRefused.
 	Reason string
+	// View is the view installed (ViewInstalled): its id and members.
+	View *ViewInfo
 }
+
+// ViewInfo is a view of a group that changes: its id and its members,
+// with their MACs and incarnations.
+type ViewInfo = core.ViewInfo
 
 func (e Event) String() string {
 	var s string
 	switch {
 	case e.Kind == JoinRefused:
 		s = e.Kind.String()
+	case e.Kind == ViewInstalled && e.View != nil:
+		s = fmt.Sprintf("view %d installed: %d members, this one %d", e.View.ID, len(e.View.Members), e.Member)
 	case e.Epoch == 0:
 		s = fmt.Sprintf("member %d %v (delivered up to seq %d, %d discarded)", e.Member, e.Kind, e.Delivered, e.Discarded)
 	default:
@@ -107,5 +120,5 @@ func (e Event) String() string {
 // eventOf is a core's event on the wall clock c.
 func eventOf(ev core.Event, c wall.Clock) Event {
 	return Event{Kind: ev.Kind, Member: ev.Member, At: c.Wall(ev.At), Delivered: ev.Delivered, Discarded: ev.Discarded,
-		Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason}
+		Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason, View: ev.View}
 }

@@ -21,8 +21,8 @@ func TestEventKindsNamed(t *testing.T) {
 		seen[k.String()] = k
 		n++
 	}
-	if n != int(JoinRefused) {
-		t.Errorf("%d named kinds, want %d (JoinRefused is the last)", n, JoinRefused)
+	if n != int(GroupRemoved) {
+		t.Errorf("%d named kinds, want %d (GroupRemoved is the last)", n, GroupRemoved)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/member"
+	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // ErrClosed is returned by Send and Recv once the group is closed (or this
@@ -59,13 +62,17 @@ type Group struct {
 	self  frame.MemberID
 	max   int // largest message
 	queue *msgQueue
+	// viewed (Config.Views) is closed by the loop when the first view is
+	// installed, after it set self; views is the membership core.
+	viewed chan struct{}
+	views  *view.Core
 
 	mu sync.Mutex // guards n's stepper (and so the core) and the fields below
 	n  *node
 	// due: a Send proposed, or Leave was asked, since the loop's last
 	// turn began: the loop turns again at once instead of sleeping.
 	due          bool
-	room         chan struct{} // closed when the send window frees; nil if nobody waits
+	room         windowWaiters // Sends waiting for room in the send window
 	leaving      bool          // Leave was asked
 	leaveStarted bool          // the loop has started the core's Leave
 	ownProposed  uint64        // messages Send handed to the core
@@ -138,7 +145,13 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	self, members := s.Self, s.Members
 	clk := wall.Clock{Epoch: time.Now()}
 	var reg *registration
-	if len(members) == 0 {
+	var views *view.Core
+	if s.Views {
+		if views, err = newViewCore(&s, l); err != nil {
+			return nil, err
+		}
+		self = frame.NoMember
+	} else if len(members) == 0 {
 		reg, err = register(ctx, l, &s)
 		if err != nil {
 			return nil, err
@@ -146,9 +159,14 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 		// The registrar keeps running in the loop, on its clock.
 		self, members, clk = reg.self, reg.members, reg.clk
 	}
-	c, err := s.newCore(self, members, mtu)
-	if err != nil {
-		return nil, err
+	var c core.Core = views
+	if views != nil && s.Order == Total {
+		c = vtotal.New(views) // Agreed: one order over the views
+	}
+	if views == nil {
+		if c, err = s.newCore(self, members, mtu); err != nil {
+			return nil, err
+		}
 	}
 	if reg != nil {
 		c = member.Attach(reg.r, c)
@@ -180,8 +198,36 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	// events are handed out on the loop's goroutine only, never on the
 	// goroutine calling Join.
 	g.due = true
+	if views != nil {
+		g.views, g.viewed = views, make(chan struct{})
+	}
 	go g.run()
+	if views != nil {
+		return g.awaitView(ctx)
+	}
 	return g, nil
+}
+
+// awaitView waits until the loop installed the first view (Config.Views):
+// the group was found or founded. If the group stops first (refused), or
+// ctx ends, Join fails.
+func (g *Group) awaitView(ctx context.Context) (*Group, error) {
+	select {
+	case <-g.viewed:
+		return g, nil
+	case <-g.done:
+		return nil, g.Err()
+	case <-ctx.Done():
+	}
+	g.abort()
+	<-g.done
+	select {
+	case <-g.viewed:
+		return g, nil // installed just as ctx ended
+	default:
+	}
+	st := g.views.Counters()
+	return nil, fmt.Errorf("reliable: joining group %d: no view after %d Joins (no running group admitted this process; founding waits for Size=%d processes): %w", g.cfg.Group, st.Joins, g.cfg.Size, ctx.Err())
 }
 
 // Self is this member's id.
@@ -210,6 +256,14 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 }
 
 func (g *Group) event(ev Event) {
+	if ev.Kind == ViewInstalled && g.viewed != nil {
+		select {
+		case <-g.viewed:
+		default:
+			g.self = ev.Member // the loop's; Join reads it after viewed
+			close(g.viewed)
+		}
+	}
 	if g.cfg.OnEvent != nil {
 		g.cfg.OnEvent(ev)
 	}
@@ -238,10 +292,7 @@ func (g *Group) run() {
 		g.queue.mu.Unlock()
 		g.mu.Lock()
 		err := g.err
-		if g.room != nil {
-			close(g.room)
-			g.room = nil
-		}
+		g.room.release()
 		g.mu.Unlock()
 		if kerr := g.stopKicker(); kerr != nil {
 			// The last frames (the Leave repeats) did not go out: Close
@@ -481,13 +532,46 @@ func (g *Group) wakeLoop() {
 // wakeSenders releases Sends waiting for window room once the core takes
 // messages again (g.mu is held).
 func (g *Group) wakeSenders() {
-	if g.room == nil {
-		return
+	if len(g.room.waiting) > 0 && !g.n.st.Blocked() && !g.ownQueueFull() {
+		g.room.release()
 	}
-	if !g.n.st.Blocked() && !g.ownQueueFull() {
-		close(g.room)
-		g.room = nil
+}
+
+// windowWaiters are the Sends waiting for window room, each on a channel
+// (buffered, one token) that release signals; spare keeps the channels
+// for the next waits, so that a wait allocates nothing. g.mu guards it.
+type windowWaiters struct{ waiting, spare []chan struct{} }
+
+// add returns the channel a new waiter waits on.
+func (w *windowWaiters) add() chan struct{} {
+	var ch chan struct{}
+	if n := len(w.spare); n > 0 {
+		ch, w.spare = w.spare[n-1], w.spare[:n-1]
+	} else {
+		ch = make(chan struct{}, 1)
 	}
+	w.waiting = append(w.waiting, ch)
+	return ch
+}
+
+// done takes a waiter's channel back; woken says it received its token.
+func (w *windowWaiters) done(ch chan struct{}, woken bool) {
+	if !woken {
+		if i := slices.Index(w.waiting, ch); i >= 0 {
+			w.waiting = slices.Delete(w.waiting, i, i+1)
+		} else {
+			<-ch // released meanwhile: take its token
+		}
+	}
+	w.spare = append(w.spare, ch)
+}
+
+// release wakes every waiter.
+func (w *windowWaiters) release() {
+	for _, ch := range w.waiting {
+		ch <- struct{}{}
+	}
+	w.waiting = w.waiting[:0]
 }
 
 // ownQueueFull: where this member's own messages are delivered here too
@@ -569,17 +653,18 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 // waitSendable waits, with g.mu held on entry and released on return,
 // until wakeSenders says a Send may proceed, or ctx ends.
 func (g *Group) waitSendable(ctx context.Context) error {
-	if g.room == nil {
-		g.room = make(chan struct{})
-	}
-	room := g.room
+	room := g.room.add()
 	g.mu.Unlock()
+	var err error
 	select {
 	case <-room:
-		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	g.mu.Lock()
+	g.room.done(room, err == nil)
+	g.mu.Unlock()
+	return err
 }
 
 // Recv returns the next delivered message: in its sender's order (FIFO),
@@ -715,6 +800,9 @@ var ErrRemoved = errors.New("reliable: removed from the group")
 
 // finishErr is why a finished core stopped (g.mu is held).
 func (g *Group) finishErr() error {
+	if g.views != nil && g.views.Err() != nil {
+		return g.viewErr(g.views.Err())
+	}
 	if ev, ok := g.n.st.Removed(); ok {
 		return fmt.Errorf("%w: group %d member %d: %s", ErrRemoved, g.cfg.Group, ev.Member, ev.Reason)
 	}

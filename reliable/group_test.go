@@ -189,9 +189,9 @@ func TestSendTooLarge(t *testing.T) {
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
-	// 1500-byte MTU, 2 ack entries: 1500 - 28 - 8.
-	if g.MaxMessage() != 1464 {
-		t.Errorf("MaxMessage is %d at MTU 1500 with two members, want 1464", g.MaxMessage())
+	// 1500-byte MTU, 2 ack entries: 1500 - 32 - 8.
+	if g.MaxMessage() != 1460 {
+		t.Errorf("MaxMessage is %d at MTU 1500 with two members, want 1460", g.MaxMessage())
 	}
 	if err := g.Send(context.Background(), make([]byte, g.MaxMessage())); err != nil {
 		t.Errorf("Send of exactly MaxMessage: %v", err)
@@ -255,11 +255,13 @@ func TestRecvBackPressure(t *testing.T) {
 	// stepped while it was below its limit delivers (queue.go, pushLocked):
 	// 64 frames (the loop's receive batch), one message each (every
 	// message here fits one frame and is queued as a view or a copy,
-	// one slot each). A queue that grows without bound fails here.
+	// one slot each), and the frames held out of order that one of them
+	// completes: at most a window (rtnet drops when its queues overflow,
+	// as under load). A queue that grows without bound fails here.
 	st := groups[1].Stats()
 	t.Logf("receiver: %d Data frames held, %d queued", st.HeldData, st.Queued)
-	if st.HeldData == 0 || st.Queued < 16 || st.Queued > 16+64 {
-		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0 and 16 to %d queued", st.HeldData, st.Queued, 16+64)
+	if most := 16 + 64 + 16; st.HeldData == 0 || st.Queued < 16 || st.Queued > most {
+		t.Errorf("receiver: %d Data frames held, %d queued; want held > 0 and 16 to %d queued", st.HeldData, st.Queued, most)
 	}
 	recvMessages(ctx, t, groups[1], k, groups[0].MaxMessage())
 	if err := <-sendDone; err != nil {

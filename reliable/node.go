@@ -1,7 +1,9 @@
 package reliable
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/rbcast/rbcast/frame"
@@ -72,6 +74,16 @@ func (n *node) logEvent(ev Event) {
 		n.log.Info("rbcast: removed member taken back", "group", n.group, "member", ev.Member, "epoch", ev.Epoch)
 	case JoinRefused:
 		n.log.Warn("rbcast: "+ev.Reason, "group", n.group)
+	case ViewInstalled:
+		if ev.View != nil {
+			ms := make([]string, len(ev.View.Members))
+			for i, m := range ev.View.Members {
+				ms[i] = fmt.Sprintf("%d=%x.%d", m.ID, m.MAC, m.Incarnation)
+			}
+			n.log.Info("rbcast: view installed", "group", n.group, "view", ev.View.ID, "member", ev.Member, "members", strings.Join(ms, " "))
+		}
+	case GroupRemoved:
+		n.log.Warn("rbcast: the group was removed", "group", n.group, "by", ev.Member)
 	default:
 		args := []any{"group", n.group, "member", ev.Member, "reason", ev.Kind.String()}
 		if ev.Epoch != 0 {

@@ -1,6 +1,7 @@
 package reliable
 
 import (
+	"slices"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
@@ -43,6 +44,10 @@ type Stats struct {
 	// the Events channel could not hold.
 	Events     []Event
 	EventsLost uint64
+	// View is the installed view (Config.Views; nil otherwise), and
+	// Views the membership layer's counters.
+	View  *ViewInfo
+	Views ViewStats
 }
 
 // BadFrames counts received frames dropped before the core saw them, by
@@ -69,6 +74,12 @@ func (g *Group) Stats() Stats {
 	g.mu.Lock()
 	s := g.n.stats(g.cfg.Order)
 	s.EventsLost = g.lost
+	if g.views != nil {
+		if v := g.views.View(); v.ID != 0 {
+			s.View = &ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}
+		}
+		s.Views = g.views.Counters()
+	}
 	g.mu.Unlock()
 	s.Link, s.LinkErr = g.l.Stats()
 	g.queue.mu.Lock()
@@ -79,7 +90,8 @@ func (g *Group) Stats() Stats {
 
 func (n *node) stats(o Order) Stats {
 	c := n.st.Counters()
-	s := Stats{Self: n.info.Self, Order: o, Protocol: n.st.Core().Stats(), BadFrames: c.Bad, HeldData: c.Held,
+	info := n.st.Core().Info() // Self: a member's id in its view (Config.Views)
+	s := Stats{Self: info.Self, Order: o, Protocol: n.st.Core().Stats(), BadFrames: c.Bad, HeldData: c.Held,
 		RetransmitsSentNow: n.out.nowSent.Load(), RepairP50: time.Duration(c.RepairP50), RepairP99: time.Duration(c.RepairP99)}
 	for _, ev := range n.st.Events() {
 		s.Events = append(s.Events, eventOf(ev, n.clk))
@@ -89,7 +101,7 @@ func (n *node) stats(o Order) Stats {
 		live[m.ID] = m.Live
 	}
 	for _, p := range c.Peers {
-		if p.ID == n.info.Self && !n.info.SelfDelivery {
+		if p.ID == info.Self && !info.SelfDelivery {
 			continue
 		}
 		s.Members = append(s.Members, MemberStats{ID: p.ID, Live: live[p.ID], Delivered: p.Delivered, DeliveredBytes: p.DeliveredBytes,

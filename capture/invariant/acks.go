@@ -41,7 +41,7 @@ type acks struct {
 	// Baseline of member j's sequence: the lowest Data seq of j seen so
 	// far (any incarnation), or a lower ack for j within maxJump (the
 	// receivers' exp_seqno before their first delivery).
-	dataLow, ackLow map[frame.MemberID]uint32
+	dataLow, ackLow map[streamKey]uint32
 	received        map[recvKey]*received
 	state           map[ackKey]*ackState
 	// seqSenders: members that sent sequencer frames so far; their Leave
@@ -51,14 +51,22 @@ type acks struct {
 
 func (a *acks) init(window int) {
 	a.window = window
-	a.dataLow, a.ackLow = map[frame.MemberID]uint32{}, map[frame.MemberID]uint32{}
+	a.dataLow, a.ackLow = map[streamKey]uint32{}, map[streamKey]uint32{}
 	a.received, a.state = map[recvKey]*received{}, map[ackKey]*ackState{}
 	a.seqSenders = newBounded[senderKey, struct{}](window)
 }
 
+// streamKey is one member's stream of Data in one view (a group that
+// changes runs each view with fresh sequence numbers; 0 for a group that
+// never changes).
+type streamKey struct {
+	id   frame.MemberID
+	view uint32
+}
+
 type recvKey struct {
 	iface  int
-	sender frame.MemberID
+	sender streamKey
 }
 
 // received is what one interface received of one member: the seqs not
@@ -75,6 +83,7 @@ type received struct {
 type ackKey struct {
 	iface int
 	me, j frame.MemberID
+	view  uint32
 }
 
 type ackState struct {
@@ -86,13 +95,13 @@ type ackState struct {
 	hasChk  bool
 }
 
-func lower(m map[frame.MemberID]uint32, id frame.MemberID, q uint32) {
+func lower(m map[streamKey]uint32, id streamKey, q uint32) {
 	if old, ok := m[id]; !ok || frame.SeqLess(q, old) {
 		m[id] = q
 	}
 }
 
-func (a *acks) baseOf(j frame.MemberID) (uint32, bool) {
+func (a *acks) baseOf(j streamKey) (uint32, bool) {
 	b, ok := a.dataLow[j]
 	if !ok {
 		return 0, false
@@ -122,27 +131,27 @@ func (c *Checker) checkAcks(f *Frame, ifc *iface, report reportFunc, doubt func(
 	if !c.isPBP(v) {
 		return
 	}
-	me := v.Sender()
+	me, view := v.Sender(), v.ViewID()
 	if v.Type() == frame.Data {
-		lower(c.dataLow, me, v.Seq())
+		lower(c.dataLow, streamKey{me, view}, v.Seq())
 	}
 	for i := range v.AckCount() {
 		if j := frame.MemberID(int(v.AckBase()) + i); j != me {
-			lower(c.ackLow, j, v.Ack(i))
+			lower(c.ackLow, streamKey{j, view}, v.Ack(i))
 		}
 	}
 	switch f.Dir {
 	case DirIn:
 		if v.Type() == frame.Data && me != ifc.self {
-			c.receive(f.Iface, ifc, me, v.Seq())
+			c.receive(f.Iface, ifc, streamKey{me, view}, v.Seq())
 		}
 		return
 	case DirOut:
 	default:
 		return
 	}
-	if ifc.self == frame.NoMember {
-		ifc.self = me
+	if ifc.self == frame.NoMember || view != 0 && me != ifc.self {
+		ifc.self = me // a group that changes: this process's id in this view
 	}
 	if me != ifc.self {
 		return // judged for the interface's own member only
@@ -153,7 +162,7 @@ func (c *Checker) checkAcks(f *Frame, ifc *iface, report reportFunc, doubt func(
 			continue
 		}
 		ack := v.Ack(i)
-		k := ackKey{f.Iface, me, j}
+		k := ackKey{f.Iface, me, j, view}
 		st := c.state[k]
 		if st == nil {
 			st = &ackState{}
@@ -163,7 +172,7 @@ func (c *Checker) checkAcks(f *Frame, ifc *iface, report reportFunc, doubt func(
 			report(KindOrder, fmt.Sprintf("at %s: member %d's ack for member %d went back from %d to %d", ifc.name, me, j, st.last, ack), st.frame, f.N)
 		}
 		if !st.bad {
-			c.covered(f, ifc, st, j, ack, report, doubt)
+			c.covered(f, ifc, st, streamKey{j, view}, ack, report, doubt)
 		}
 		if !st.has || frame.SeqLess(st.last, ack) {
 			st.last, st.frame, st.has = ack, f.N, true
@@ -171,9 +180,9 @@ func (c *Checker) checkAcks(f *Frame, ifc *iface, report reportFunc, doubt func(
 	}
 }
 
-// receive records that interface i received seq q of member j.
-func (c *Checker) receive(i int, ifc *iface, j frame.MemberID, q uint32) {
-	if st := c.state[ackKey{i, ifc.self, j}]; st != nil && st.hasChk && frame.SeqLess(q, st.checked) {
+// receive records that interface i received seq q of stream j.
+func (c *Checker) receive(i int, ifc *iface, j streamKey, q uint32) {
+	if st := c.state[ackKey{i, ifc.self, j.id, j.view}]; st != nil && st.hasChk && frame.SeqLess(q, st.checked) {
 		return // already judged
 	}
 	k := recvKey{i, j}
@@ -192,7 +201,7 @@ func (c *Checker) receive(i int, ifc *iface, j frame.MemberID, q uint32) {
 }
 
 // covered judges the seqs of j before ack, which the member acknowledges.
-func (c *Checker) covered(f *Frame, ifc *iface, st *ackState, j frame.MemberID, ack uint32, report reportFunc, doubt func(string)) {
+func (c *Checker) covered(f *Frame, ifc *iface, st *ackState, j streamKey, ack uint32, report reportFunc, doubt func(string)) {
 	from, known := c.baseOf(j)
 	if st.hasChk && frame.SeqLess(from, st.checked) {
 		from = st.checked
@@ -223,10 +232,18 @@ func (c *Checker) covered(f *Frame, ifc *iface, st *ackState, j frame.MemberID, 
 	if !has {
 		return
 	}
-	report(KindOrder, fmt.Sprintf("at %s: member %d acknowledges member %d up to seq %d, so it delivered seq %d, which its interface had not received", ifc.name, ifc.self, j, ack-1, missing), f.N)
+	report(KindOrder, fmt.Sprintf("at %s: member %d acknowledges member %d up to seq %d%s, so it delivered seq %d, which its interface had not received", ifc.name, ifc.self, j.id, ack-1, inView(j.view), missing), f.N)
 	if d := ifc.doubt(); d != "" {
 		doubt(d)
 		return
 	}
 	st.bad = true
+}
+
+// inView names a view in a message, for groups that change.
+func inView(v uint32) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" in view %d", v)
 }

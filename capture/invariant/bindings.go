@@ -29,6 +29,7 @@ type dataKey struct {
 	t      frame.Type
 	sender frame.MemberID
 	inc    uint32
+	view   uint32
 	seq    uint32
 }
 
@@ -81,7 +82,7 @@ func (c *Checker) bind(f *Frame, report reportFunc) {
 	v := f.View
 	switch v.Type() {
 	case frame.Data, frame.SeqRequest:
-		k := dataKey{v.Type(), v.Sender(), v.Incarnation(), v.Seq()}
+		k := dataKey{v.Type(), v.Sender(), v.Incarnation(), v.ViewID(), v.Seq()}
 		p := c.hash(v)
 		b, ok := c.data.get(k)
 		if !ok {
@@ -153,7 +154,7 @@ func (c *Checker) bindGlobal(f *Frame, epoch, g uint32, u frame.UID, p payload, 
 	}
 	if has && !b.reported {
 		c.numbered.put(u, k)
-		if r, ok := c.data.get(dataKey{frame.SeqRequest, u.Origin, u.Incarnation, u.Seq}); ok && r.p != p {
+		if r, ok := c.data.get(dataKey{frame.SeqRequest, u.Origin, u.Incarnation, f.View.ViewID(), u.Seq}); ok && r.p != p {
 			b.reported = true
 			c.globals.put(k, b)
 			report(KindGlobalReuse, fmt.Sprintf("epoch %d global %d: frame %d numbers %s with a payload that differs from the request's in frame %d", epoch, g, f.N, boundTo(u), r.frame), r.frame, f.N)

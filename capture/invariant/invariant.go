@@ -173,6 +173,7 @@ type Checker struct {
 	bindings
 	acks
 	storms
+	views
 }
 
 // New returns a Checker.
@@ -190,6 +191,7 @@ func New(opts Options) *Checker {
 	c.bindings.init(opts.Window)
 	c.acks.init(opts.Window)
 	c.storms.init(opts.Window)
+	c.views.init(opts.Window)
 	return c
 }
 
@@ -282,6 +284,7 @@ func (c *Checker) Check(f *Frame) []Violation {
 	c.bind(f, report)
 	c.checkAcks(f, ifc, report, func(d string) { out[len(out)-1].Doubt = d })
 	c.checkStorm(f, report)
+	c.checkViews(f, report)
 	return out
 }
 

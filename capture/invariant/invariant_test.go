@@ -96,14 +96,14 @@ func TestReceivedBounded(t *testing.T) {
 	for q := range uint32(100) {
 		f.data(0, 0, 2, q)
 	}
-	if r := f.c.received[recvKey{0, 2}]; len(r.seqs) > 16 || !r.forgot {
+	if r := f.c.received[recvKey{0, streamKey{2, 0}}]; len(r.seqs) > 16 || !r.forgot {
 		t.Fatalf("%d seqs kept (forgot %v), want at most the window of 16", len(r.seqs), r.forgot)
 	}
 	f.ack(0, 1, 0, 100)
 	if len(f.got) != 0 {
 		t.Fatalf("violations %v about seqs the checker forgot", f.got)
 	}
-	if r := f.c.received[recvKey{0, 2}]; len(r.seqs) != 0 {
+	if r := f.c.received[recvKey{0, streamKey{2, 0}}]; len(r.seqs) != 0 {
 		t.Fatalf("%d seqs kept after the ack covered them all", len(r.seqs))
 	}
 }

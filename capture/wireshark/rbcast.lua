@@ -1,4 +1,4 @@
--- Wireshark/tshark dissector for rbcast, wire format version 3 (with PCODE, 0x30-0x33).
+-- Wireshark/tshark dissector for rbcast, wire format version 4 (with PCODE, 0x30-0x33).
 --
 -- The format is specified in docs/wire-format.md (the authority; this file
 -- follows it field by field) and implemented in frame/. Every field of
@@ -23,7 +23,7 @@
 
 local rbcast = Proto("rbcast", "rbcast reliable broadcast")
 
-local HEADER_LEN = 24
+local HEADER_LEN = 28
 local CRC_LEN = 4
 local OVERHEAD = HEADER_LEN + CRC_LEN
 local MAX_AUTH_TAG = 64
@@ -35,8 +35,11 @@ local type_names = {
 	[0x10] = "SeqRequest", [0x11] = "SeqData", [0x12] = "SeqAccept",
 	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
 	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
+	[0x20] = "ViewJoin", [0x21] = "ViewPrepare", [0x22] = "ViewFlush", [0x23] = "ViewCommit",
+	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove",
 	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
 }
+local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
 local stream_names = { [0] = "broadcast", [1] = "point-to-point" }
 local nack_kind_names = { [1] = "request", [2] = "personal", [3] = "global" }
 local abort_names = { [1] = "member silent", [2] = "calls do not match (A1)", [3] = "program stopped" }
@@ -62,6 +65,7 @@ local f = {
 	sender = ProtoField.uint16("rbcast.sender", "Sender", base.DEC),
 	group = ProtoField.uint32("rbcast.group", "Group", base.DEC),
 	incarnation = ProtoField.uint32("rbcast.incarnation", "Incarnation", base.DEC),
+	view = ProtoField.uint32("rbcast.view", "View", base.DEC),
 	seq = ProtoField.uint32("rbcast.seq", "Seq", base.DEC),
 	ack_base = ProtoField.uint16("rbcast.ack_base", "Ack base", base.DEC),
 	ack_count = ProtoField.uint16("rbcast.ack_count", "Ack count", base.DEC),
@@ -108,6 +112,26 @@ local f = {
 	election_reserved = ProtoField.uint8("rbcast.election.reserved", "Reserved", base.DEC),
 	election_candidate = ProtoField.uint16("rbcast.election.candidate", "Candidate", base.DEC),
 	election_last_global = ProtoField.uint32("rbcast.election.last_global", "Last global", base.DEC),
+	view_next = ProtoField.uint32("rbcast.view.next", "Next view", base.DEC),
+	view_base = ProtoField.uint32("rbcast.view.base", "Base view", base.DEC),
+	view_count = ProtoField.uint16("rbcast.view.members", "Members", base.DEC),
+	flush_coord = ProtoField.uint16("rbcast.flush.coord", "Coordinator", base.DEC),
+	flush_sent = ProtoField.uint32("rbcast.flush.sent", "Sent", base.DEC),
+	flush_count = ProtoField.uint16("rbcast.flush.count", "Senders", base.DEC),
+	flush_member = ProtoField.uint16("rbcast.flush.member", "Sender", base.DEC),
+	flush_gone = ProtoField.uint8("rbcast.flush.gone", "Gone here", base.DEC),
+	flush_delivered = ProtoField.uint32("rbcast.flush.delivered", "Next to deliver", base.DEC),
+	cut_count = ProtoField.uint16("rbcast.cut.count", "Cuts", base.DEC),
+	cut_member = ProtoField.uint16("rbcast.cut.member", "Sender", base.DEC),
+	cut_seq = ProtoField.uint32("rbcast.cut.cut", "Cut", base.DEC),
+	cut_holder = ProtoField.uint16("rbcast.cut.holder", "Holder", base.DEC),
+	cut_from = ProtoField.uint32("rbcast.cut.from", "From", base.DEC),
+	relay_base = ProtoField.uint32("rbcast.relay.base", "Base view", base.DEC),
+	relay_frame = ProtoField.bytes("rbcast.relay.frame", "Relayed frame"),
+	refuse_nonce = ProtoField.uint64("rbcast.refuse.nonce", "Nonce", base.HEX),
+	refuse_reason = ProtoField.uint8("rbcast.refuse.reason", "Reason", base.DEC, refuse_names),
+	refuse_config = ProtoField.uint64("rbcast.refuse.config_hash", "Config hash", base.HEX),
+	removed_view = ProtoField.uint32("rbcast.remove.view", "View", base.DEC),
 	pcode_step = ProtoField.uint64("rbcast.pcode.step", "Program step", base.DEC),
 	pcode_global = ProtoField.uint32("rbcast.pcode.global", "GlobalCounter", base.DEC),
 	pcode_stream = ProtoField.uint8("rbcast.pcode.stream", "Stream", base.DEC, stream_names),
@@ -135,7 +159,7 @@ for _, v in pairs(f) do field_list[#field_list + 1] = v end
 rbcast.fields = field_list
 
 local e = {
-	short = ProtoExpert.new("rbcast.short", "Frame shorter than the 28-byte header and CRC", expert.group.MALFORMED, expert.severity.ERROR),
+	short = ProtoExpert.new("rbcast.short", "Frame shorter than the 32-byte header and CRC", expert.group.MALFORMED, expert.severity.ERROR),
 	version = ProtoExpert.new("rbcast.version.unsupported", "Unsupported version (receivers drop it)", expert.group.PROTOCOL, expert.severity.WARN),
 	type = ProtoExpert.new("rbcast.type.unknown", "Unknown frame type", expert.group.MALFORMED, expert.severity.ERROR),
 	flags = ProtoExpert.new("rbcast.flags.unknown_critical", "Unknown critical flag (receivers drop the frame)", expert.group.PROTOCOL, expert.severity.ERROR),
@@ -151,7 +175,7 @@ rbcast.experts = { e.short, e.version, e.type, e.flags, e.length, e.ack_vector, 
 -- The expert text is the headline (as registered) plus the detail, the way
 -- frame.DecodeError reads: what is wrong, then what was found.
 local headline = {
-	[e.short] = "Frame shorter than the 28-byte header and CRC",
+	[e.short] = "Frame shorter than the 32-byte header and CRC",
 	[e.version] = "Unsupported version",
 	[e.type] = "Unknown frame type",
 	[e.flags] = "Unknown critical flag",
@@ -271,7 +295,8 @@ local function add_messages(tree, tvb, off, stop, bundled)
 end
 
 local fixed_body = {
-	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20, [0x31] = 16,
+	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
+	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x31] = 16,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -399,6 +424,82 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 			body_error(mi, "member.member", off + 14, "member id 0xffff is reserved for 'no member'")
 		end
 		tree:add(f.member_incarnation, tvb(off + 16, 4))
+	elseif ty == 0x20 then
+		local ri = tree:add(f.join_requested, tvb(off, 2))
+		if tvb(off, 2):uint() == 0xffff then ri:append_text(" (any)") end
+		tree:add(f.join_nonce, tvb(off + 2, 8))
+		tree:add(f.join_config, tvb(off + 10, 8))
+		tree:add(f.join_mtu, tvb(off + 18, 4))
+	elseif ty == 0x21 or ty == 0x23 then
+		if not at_least(10, ty == 0x21 and "prepare" or "commit") then return end
+		tree:add(f.view_next, tvb(off, 4))
+		tree:add(f.view_base, tvb(off + 4, 4))
+		local n = tvb(off + 8, 2):uint()
+		tree:add(f.view_count, tvb(off + 8, 2))
+		local p = off + 10
+		for i = 0, n - 1 do
+			if p + 12 > stop then
+				body_error(tree, "members", p, string.format("%d members need %d bytes", n, 12 * n))
+				return
+			end
+			local m = tree:add(rbcast, tvb(p, 12), string.format("Member %d", tvb(p, 2):uint()))
+			m:add(f.member_id, tvb(p, 2))
+			m:add(f.member_mac, tvb(p + 2, 6))
+			m:add(f.member_incarnation, tvb(p + 8, 4))
+			p = p + 12
+		end
+		if ty == 0x23 then
+			if p + 2 > stop then
+				body_error(tree, "commit.cuts", p, "no room for the cut count")
+				return
+			end
+			local k = tvb(p, 2):uint()
+			tree:add(f.cut_count, tvb(p, 2))
+			p = p + 2
+			for i = 0, k - 1 do
+				if p + 12 > stop then
+					body_error(tree, "commit.cuts", p, string.format("%d cuts need %d bytes", k, 12 * k))
+					return
+				end
+				local c = tree:add(rbcast, tvb(p, 12), string.format("Cut of member %d: %u (holder %d, from %u)", tvb(p, 2):uint(), tvb(p + 2, 4):uint(), tvb(p + 6, 2):uint(), tvb(p + 8, 4):uint()))
+				c:add(f.cut_member, tvb(p, 2))
+				c:add(f.cut_seq, tvb(p + 2, 4))
+				c:add(f.cut_holder, tvb(p + 6, 2))
+				c:add(f.cut_from, tvb(p + 8, 4))
+				p = p + 12
+			end
+		end
+	elseif ty == 0x22 then
+		if not at_least(16, "flush") then return end
+		tree:add(f.view_next, tvb(off, 4))
+		tree:add(f.view_base, tvb(off + 4, 4))
+		tree:add(f.flush_coord, tvb(off + 8, 2))
+		tree:add(f.flush_sent, tvb(off + 10, 4))
+		local n = tvb(off + 14, 2):uint()
+		tree:add(f.flush_count, tvb(off + 14, 2))
+		if len ~= 16 + 7 * n then
+			body_error(tree, "flush.delivered", off + 14, string.format("%d entries need %d bytes, body has %d", n, 16 + 7 * n, len))
+			return
+		end
+		for i = 0, n - 1 do
+			local p = off + 16 + 7 * i
+			local gone = ""
+			if band(tvb(p + 2, 1):uint(), 1) ~= 0 then gone = " (gone here)" end
+			local d = tree:add(rbcast, tvb(p, 7), string.format("From member %d: next %u%s", tvb(p, 2):uint(), tvb(p + 3, 4):uint(), gone))
+			d:add(f.flush_member, tvb(p, 2))
+			d:add(f.flush_gone, tvb(p + 2, 1))
+			d:add(f.flush_delivered, tvb(p + 3, 4))
+		end
+	elseif ty == 0x24 then
+		if not at_least(4 + OVERHEAD, "relay") then return end
+		tree:add(f.relay_base, tvb(off, 4))
+		tree:add(f.relay_frame, tvb(off + 4, len - 4))
+	elseif ty == 0x25 then
+		tree:add(f.refuse_nonce, tvb(off, 8))
+		tree:add(f.refuse_reason, tvb(off + 8, 1))
+		tree:add(f.refuse_config, tvb(off + 9, 8))
+	elseif ty == 0x26 then
+		tree:add(f.removed_view, tvb(off, 4))
 	elseif ty == 0x30 then
 		-- PCODE (docs/wire-format.md, "PCODE"): a multicast to a target bitmap.
 		if not at_least(16, "pcode.data") then return end
@@ -495,12 +596,13 @@ function rbcast.dissector(tvb, pinfo, tree)
 	if sender == 0xffff then si:append_text(" (no id yet)") end
 	root:add(f.group, tvb(8, 4))
 	root:add(f.incarnation, tvb(12, 4))
-	local seq = tvb(16, 4):uint()
-	root:add(f.seq, tvb(16, 4))
-	local ack_base = tvb(20, 2):uint()
-	root:add(f.ack_base, tvb(20, 2))
-	local ack_count = tvb(22, 2):uint()
-	local aci = root:add(f.ack_count, tvb(22, 2))
+	root:add(f.view, tvb(16, 4))
+	local seq = tvb(20, 4):uint()
+	root:add(f.seq, tvb(20, 4))
+	local ack_base = tvb(24, 2):uint()
+	root:add(f.ack_base, tvb(24, 2))
+	local ack_count = tvb(26, 2):uint()
+	local aci = root:add(f.ack_count, tvb(26, 2))
 
 	local name = type_names[ty] or string.format("Type(0x%02x)", ty)
 	local info = string.format("%s sender=%s seq=%u", name, sender == 0xffff and "none" or tostring(sender), seq)
@@ -511,8 +613,8 @@ function rbcast.dissector(tvb, pinfo, tree)
 	pinfo.cols.info = info
 	root:append_text(": " .. info)
 
-	if version ~= 3 then
-		flag(vi, e.version, string.format("version %d, this dissector speaks 3", version))
+	if version ~= 4 then
+		flag(vi, e.version, string.format("version %d, this dissector speaks 4", version))
 		return avail
 	end
 	if not type_names[ty] then

@@ -233,7 +233,19 @@ and does not count:
   foreign-group    a frame of another group than -group (default: the most common)
   foreign-version  a frame of another wire-format version
   corrupt-frame    a frame that fails to decode (CRC, length, body, ...)
-  seq-jump         a sequence or global number implausibly far (> 4096) ahead`, stderr)
+  seq-jump         a sequence or global number implausibly far (> 4096) ahead
+groups that change (views, wire v4's view frames):
+  view-agreement   two ViewCommits of one view id with other members, base or
+                   cuts: two views with one id
+  view-member      a frame of a view from a sender (id.incarnation) its
+                   ViewCommit does not list
+  view-order       a process's view frames go back to an older view, or it
+                   sends data frames of a view older than its current one's base
+  view-cut         a member that stays sent Data past its cut in the base view,
+                   or flushed another count than its cut; a departing member's
+                   frame relayed at or past its cut
+A view's streams are owed (unrepaired-gap) only up to the cuts of the commit
+that ends it, and only at the interfaces of the members that move on.`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
 	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,12 +13,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/internal/localapi"
+	"golang.org/x/sys/unix"
 )
 
 // socketFlags are the flags every client shares.
@@ -100,7 +104,9 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	start := time.Now()
-	n, bytes, err := send(c, in, *lines)
+	prog := newProgress(stderr, "sent", inputSize(in))
+	n, bytes, err := send(c, in, *lines, prog)
+	prog.end()
 	if err != nil {
 		return fail(stderr, "send", err)
 	}
@@ -111,152 +117,372 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// batcher packs messages into SendBatch packets (one packet per message
-// costs a system call each on both sides of the socket).
+// inputSize is the size of a regular file's unread rest (0: not a regular
+// file, or unknown).
+func inputSize(in io.Reader) int64 {
+	f, ok := in.(*os.File)
+	if !ok {
+		return 0
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0
+	}
+	return fi.Size() - off
+}
+
+// sink takes a client's messages on their way to the daemon: a ring
+// (local API version 2) or SendBatch packets (version 1). Messages are
+// laid out in place: reserve returns room for up to k messages of n bytes
+// (at least one), the input is read straight into it, commit takes each
+// in order (every one but the last full), and flush sends what was
+// committed.
+type sink interface {
+	reserve(n, k int) ([][]byte, error)
+	commit(k int)
+	flush() error
+	sent() (msgs, bytes uint64) // flushed so far
+}
+
+// batcher fills SendBatch packets in place (one packet per message costs
+// a system call each on both sides of the socket).
 type batcher struct {
-	c     *localapi.Conn
-	arena []byte   // the batch's data; never grows past its capacity
-	msgs  [][]byte // views into arena
-	size  int      // the packet's size so far
-	n     uint64   // messages written
-	bytes uint64
+	c       *localapi.Conn
+	p       []byte // the SendBatch: type byte, entries; never grows past its capacity
+	n       int    // messages in p
+	slots   [][]byte
+	next    int    // the slot commit takes next
+	msgs    uint64 // messages written
+	written uint64
+	prog    *progress
 }
 
-func newBatcher(c *localapi.Conn) *batcher {
-	return &batcher{c: c, arena: make([]byte, 0, localapi.MaxBatch), size: 1}
+func newBatcher(c *localapi.Conn, prog *progress) *batcher {
+	b := &batcher{c: c, p: make([]byte, 1, localapi.MaxBatch), prog: prog}
+	b.p[0] = byte(localapi.TSendBatch)
+	return b
 }
 
-// add copies d into the batch, first writing the batch out if d does not
-// fit.
-func (b *batcher) add(d []byte) error {
-	if b.size+localapi.BatchEntryLen+len(d) > localapi.MaxBatch {
+func (b *batcher) reserve(n, k int) ([][]byte, error) {
+	if len(b.p)+localapi.BatchEntryLen+n > cap(b.p) {
 		if err := b.flush(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	off := len(b.arena)
-	b.arena = append(b.arena, d...)
-	b.msgs = append(b.msgs, b.arena[off:len(b.arena):len(b.arena)])
-	b.size += localapi.BatchEntryLen + len(d)
+	b.slots = b.slots[:0]
+	for off := len(b.p); off+localapi.BatchEntryLen+n <= cap(b.p) && len(b.slots) < k; off += localapi.BatchEntryLen + n {
+		b.slots = append(b.slots, b.p[off+localapi.BatchEntryLen:off+localapi.BatchEntryLen+n])
+	}
+	if len(b.slots) == 0 {
+		return nil, fmt.Errorf("a message of %d bytes does not fit a packet of %d", n, cap(b.p))
+	}
+	return b.slots, nil
+}
+
+func (b *batcher) commit(k int) {
+	off := len(b.p)
+	b.p = b.p[:off+localapi.BatchEntryLen+k]
+	binary.BigEndian.PutUint32(b.p[off:], uint32(k))
+	b.n++
+}
+
+func (b *batcher) flush() error {
+	if b.n == 0 {
+		return nil
+	}
+	if err := b.c.WritePacket(b.p); err != nil {
+		return err
+	}
+	k := uint64(len(b.p) - 1 - b.n*localapi.BatchEntryLen)
+	b.msgs += uint64(b.n)
+	b.written += k
+	b.prog.add(int(k))
+	b.p, b.n = b.p[:1], 0
 	return nil
 }
 
-// flush writes what is batched.
-func (b *batcher) flush() error {
-	var err error
-	switch len(b.msgs) {
-	case 0:
-		return nil
-	case 1:
-		err = b.c.Write(&localapi.Send{Data: b.msgs[0]})
-	default:
-		err = b.c.Write(&localapi.SendBatch{Msgs: b.msgs})
-	}
-	if err != nil {
+func (b *batcher) sent() (uint64, uint64) { return b.msgs, b.written }
+
+// ringSink writes messages into the connection's send ring.
+type ringSink struct {
+	r             *localapi.RingSender
+	msgs, written uint64
+	pendMsgs      uint64
+	pendBytes     uint64
+	prog          *progress
+}
+
+func (s *ringSink) reserve(n, k int) ([][]byte, error) { return s.r.Reserve(n, k) }
+
+func (s *ringSink) commit(k int) {
+	s.r.Commit(k)
+	s.pendMsgs++
+	s.pendBytes += uint64(k)
+}
+
+func (s *ringSink) flush() error {
+	if err := s.r.Publish(); err != nil {
 		return err
 	}
-	b.n += uint64(len(b.msgs))
-	for _, m := range b.msgs {
-		b.bytes += uint64(len(m))
-	}
-	b.arena, b.msgs, b.size = b.arena[:0], b.msgs[:0], 1
+	s.msgs += s.pendMsgs
+	s.written += s.pendBytes
+	s.prog.add(int(s.pendBytes))
+	s.pendMsgs, s.pendBytes = 0, 0
 	return nil
+}
+
+func (s *ringSink) sent() (uint64, uint64) { return s.msgs, s.written }
+
+// openSink is the connection's send ring if the daemon speaks version
+// 2, else a batcher.
+func openSink(c *localapi.Conn, prog *progress) (sink, error) {
+	if c.Version() < 2 {
+		return newBatcher(c, prog), nil
+	}
+	r, err := c.SendRing(0)
+	if ringRefused(err) {
+		return newBatcher(c, prog), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ringSink{r: r, prog: prog}, nil
+}
+
+// ringRefused reports whether the daemon refused a ring but kept the
+// connection (its clients' rings are at its bound): the socket serves.
+func ringRefused(err error) bool {
+	var e *localapi.Error
+	return errors.As(err, &e) && e.Code == localapi.CodeTooLarge
 }
 
 // send streams in through c and flushes; it returns the number of
-// messages and bytes acknowledged. Messages already read go out together
-// in one packet; when the input has nothing more buffered, what is
-// batched goes out at once, so a slow input (a pipe, a terminal) is not
-// held back.
-func send(c *localapi.Conn, in io.Reader, lines bool) (n uint64, bytes uint64, err error) {
+// messages and bytes acknowledged. Messages already read go out together;
+// when the input has nothing more to read at once, what is batched goes
+// out, so a slow input (a pipe, a terminal) is not held back. A regular
+// file is read straight into the ring or the packets, in messages of the
+// largest size.
+func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64, bytes uint64, err error) {
 	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
 		return 0, 0, err
 	}
 	max := int(w.MaxMessage)
-	b := newBatcher(c)
+	b, err := openSink(c, prog)
+	if err != nil {
+		return 0, 0, err
+	}
 	// fail turns a failed write into the daemon's reason, if it sent one.
 	fail := func(werr error) (uint64, uint64, error) {
+		msgs, bytes := b.sent()
+		var e *localapi.Error
+		if errors.As(werr, &e) {
+			return msgs, bytes, e
+		}
 		c.SetDeadline(time.Now().Add(time.Second))
 		if _, rerr := c.Read(); rerr != nil {
-			var e *localapi.Error
 			if errors.As(rerr, &e) {
-				return b.n, b.bytes, e
+				return msgs, bytes, e
 			}
 		}
-		return b.n, b.bytes, fmt.Errorf("sending message %d: %w", b.n+1, werr)
+		return msgs, bytes, fmt.Errorf("sending message %d: %w", msgs+1, werr)
 	}
-	const maxLine = 1 << 20
-	br := bufio.NewReaderSize(in, maxLine)
-	line := uint64(0)
-	chunk := make([]byte, max) // the batcher copies it
-	for {
-		var msg []byte
-		var rerr error
-		if lines {
-			msg, rerr = br.ReadSlice('\n')
-			if errors.Is(rerr, bufio.ErrBufferFull) {
-				return b.n, b.bytes, fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", line+1, max)
-			}
-			msg = trimEOL(msg)
-			if len(msg) == 0 && rerr == io.EOF {
-				break
-			}
-			line++
-			if len(msg) > max {
-				return b.n, b.bytes, fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)
-			}
-		} else {
-			// A message of the largest size, or of what the input had
-			// read into the buffer so far: a slow input's bytes go out as
-			// they come instead of waiting for a whole message's worth. A
-			// Read returns at most what one read of the input gave, so a
-			// message is also cut where the buffer runs dry (once per MiB
-			// of a file; at every write of a pipe written in smaller
-			// pieces than a message).
-			var k int
-			for k == 0 && rerr == nil {
-				k, rerr = br.Read(chunk)
-			}
-			msg = chunk[:k]
-			if k == 0 && rerr == io.EOF {
-				break
-			}
+	if lines {
+		err = sendLines(b, in, max)
+	} else {
+		err = sendRaw(b, in, max)
+	}
+	if err != nil {
+		var ie *inputError
+		if errors.As(err, &ie) {
+			msgs, bytes := b.sent()
+			return msgs, bytes, ie.err
 		}
-		if rerr != nil && rerr != io.EOF {
-			return b.n, b.bytes, fmt.Errorf("reading input: %w", rerr)
-		}
-		if err := b.add(msg); err != nil {
-			return fail(err)
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if br.Buffered() == 0 {
-			if err := b.flush(); err != nil {
-				return fail(err)
-			}
-		}
+		return fail(err)
 	}
 	if err := b.flush(); err != nil {
 		return fail(err)
 	}
-	n, bytes = b.n, b.bytes
+	n, bytes = b.sent()
 	if err := c.Write(&localapi.Flush{}); err != nil {
 		return fail(err)
 	}
-	m, err := c.Read()
+	for {
+		m, err := c.Read()
+		if err != nil {
+			return n, bytes, err
+		}
+		if _, ok := m.(*localapi.DaemonDoorbell); ok {
+			continue // room in the ring, no longer needed
+		}
+		f, ok := m.(*localapi.Flushed)
+		if !ok {
+			return n, bytes, fmt.Errorf("the daemon answered Flush with %v", m.Type())
+		}
+		if f.Accepted != n {
+			return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
+		}
+		return n, bytes, nil
+	}
+}
+
+// inputError is a failure of the input (not of the daemon's socket).
+type inputError struct{ err error }
+
+func (e *inputError) Error() string { return e.err.Error() }
+
+// sendRaw sends the input in messages of max bytes, read straight into
+// the sink: a regular file with one readv per run of messages (a system
+// call per message would cost more than the rest of the client),
+// anything else one message per read. A message is shorter where a read
+// gave less: at the end, and from a slow pipe or terminal, whose bytes go
+// out as they come (before a read that would wait, what was read goes
+// out).
+func sendRaw(b sink, in io.Reader, max int) error {
+	if f, ok := regularFile(in); ok {
+		return sendFile(b, f, max)
+	}
+	ready := readable(in)
+	pending := false
+	for {
+		if pending && !ready() {
+			if err := b.flush(); err != nil {
+				return err
+			}
+			pending = false
+		}
+		slots, err := b.reserve(max, 1)
+		if err != nil {
+			return err
+		}
+		k, rerr := io.ReadAtLeast(in, slots[0], 1)
+		if k > 0 {
+			b.commit(k)
+			pending = true
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr != nil:
+			return &inputError{fmt.Errorf("reading input: %w", rerr)}
+		}
+	}
+}
+
+// sendFile reads a regular file into runs of max-byte messages, one readv
+// per run (up to a packet, or 64 messages of the ring).
+func sendFile(b sink, f *os.File, max int) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
-		return n, bytes, err
+		return &inputError{err}
 	}
-	f, ok := m.(*localapi.Flushed)
+	for {
+		iov, err := b.reserve(max, 64)
+		if err != nil {
+			return err
+		}
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Readv(int(fd), iov)
+				if rerr != unix.EINTR {
+					return true
+				}
+			}
+		}); err != nil {
+			rerr = err
+		}
+		if rerr != nil {
+			return &inputError{fmt.Errorf("reading %s: %w", f.Name(), rerr)}
+		}
+		if n == 0 {
+			return nil
+		}
+		for n > 0 {
+			k := min(n, max)
+			b.commit(k)
+			n -= k
+		}
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// regularFile returns in as a regular file, if it is one.
+func regularFile(in io.Reader) (*os.File, bool) {
+	f, ok := in.(*os.File)
 	if !ok {
-		return n, bytes, fmt.Errorf("the daemon answered Flush with %v", m.Type())
+		return nil, false
 	}
-	if f.Accepted != n {
-		return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
+	fi, err := f.Stat()
+	return f, err == nil && fi.Mode().IsRegular()
+}
+
+// readable returns what says whether a read of in would return without
+// waiting: for a pipe or a terminal, whether it has bytes now (poll); for
+// an io.Pipe (tests), never; for any other reader, always.
+func readable(in io.Reader) func() bool {
+	if _, ok := in.(*io.PipeReader); ok {
+		return func() bool { return false }
 	}
-	return n, bytes, nil
+	f, ok := in.(*os.File)
+	if !ok {
+		return func() bool { return true }
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return func() bool { return true }
+	}
+	return func() bool {
+		n := 0
+		rc.Control(func(fd uintptr) {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ = unix.Poll(p, 0)
+		})
+		return n > 0
+	}
+}
+
+// sendLines sends one message per line, without its newline; what was
+// read goes out whenever the input has nothing more buffered.
+func sendLines(b sink, in io.Reader, max int) error {
+	const maxLine = 1 << 20
+	br := bufio.NewReaderSize(in, maxLine)
+	for line := 1; ; line++ {
+		msg, rerr := br.ReadSlice('\n')
+		if errors.Is(rerr, bufio.ErrBufferFull) {
+			return &inputError{fmt.Errorf("line %d is longer than 1 MiB; the daemon accepts at most %d bytes per message", line, max)}
+		}
+		msg = trimEOL(msg)
+		if len(msg) == 0 && rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil && rerr != io.EOF {
+			return &inputError{fmt.Errorf("reading input: %w", rerr)}
+		}
+		if len(msg) > max {
+			return &inputError{fmt.Errorf("line %d is %d bytes; the daemon accepts at most %d bytes per message", line, len(msg), max)}
+		}
+		slots, err := b.reserve(len(msg), 1)
+		if err != nil {
+			return err
+		}
+		b.commit(copy(slots[0], msg))
+		if rerr == io.EOF {
+			return nil
+		}
+		if br.Buffered() == 0 {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // trimEOL drops a line's "\n" or "\r\n", as bufio.ScanLines does.
@@ -347,7 +573,9 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		c.SetDeadline(time.Now()) // unblocks Read
 	}()
-	err = recv(c, sub, bw, *format == "lines", *nbytes, *count)
+	prog := newProgress(stderr, "received", *nbytes)
+	err = recv(c, sub, w, bw, *format == "lines", *nbytes, *count, prog)
+	prog.end()
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -360,9 +588,22 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, maxCount int64) error {
+// recv subscribes to from's messages and writes them to w until the
+// limits are reached or the stream ends. The daemon gives the connection
+// a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
+// blocks for a moment does not hold its deliveries back.
+func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines bool, maxBytes, maxCount int64, prog *progress) error {
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
+	}
+	var rr *localapi.RingReceiver
+	if c.Version() >= 2 {
+		var err error
+		if rr, err = c.DeliverRing(0); ringRefused(err) {
+			rr = nil
+		} else if err != nil {
+			return err
+		}
 	}
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
 		return err
@@ -385,22 +626,75 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 		}
 		got += int64(len(d.Data))
 		count++
+		prog.add(len(data))
 		return err
 	}
-	for {
-		if done() {
+	ended := func(err error) error {
+		var e *localapi.Error
+		if errors.As(err, &e) && e.Code == localapi.CodeClosed && maxBytes == 0 && maxCount == 0 {
+			return nil // the daemon left; nothing more was asked for
+		}
+		if maxBytes > 0 || maxCount > 0 {
+			return fmt.Errorf("after %d messages, %d bytes: %w", count, got, err)
+		}
+		return err
+	}
+	if rr != nil {
+		// The deliver ring: the messages are read where the daemon put
+		// them (raw output to a file goes out from there, up to 1024
+		// messages or 1 MiB per writev), released as they are written
+		// (at least every 1024) and before sleeping.
+		vw := newVecWriter(raw, lines)
+		out := func(d *localapi.Deliver) error {
+			if vw == nil {
+				return write(d)
+			}
+			data := d.Data
+			if maxBytes > 0 && got+int64(len(data)) > maxBytes {
+				data = data[:maxBytes-got]
+			}
+			vw.add(data)
+			got += int64(len(d.Data))
+			count++
+			prog.add(len(data))
 			return nil
 		}
+		release := func() error {
+			if err := vw.flush(); err != nil {
+				return err
+			}
+			return rr.Release()
+		}
+		for n := 1; !done(); n++ {
+			from, data, ok, err := rr.Next(false)
+			if err == nil && !ok {
+				// Nothing waits: out with what is read first.
+				if err := vw.flush(); err != nil {
+					return err
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				from, data, ok, err = rr.Next(true)
+			}
+			if err != nil {
+				return ended(err)
+			}
+			if err := out(&localapi.Deliver{From: from, Data: data}); err != nil {
+				return err
+			}
+			if n%1024 == 0 || vw.full() {
+				if err := release(); err != nil {
+					return err
+				}
+			}
+		}
+		return release()
+	}
+	for !done() {
 		m, err := c.Read()
 		if err != nil {
-			var e *localapi.Error
-			if errors.As(err, &e) && e.Code == localapi.CodeClosed && maxBytes == 0 && maxCount == 0 {
-				return nil // the daemon left; nothing more was asked for
-			}
-			if maxBytes > 0 || maxCount > 0 {
-				return fmt.Errorf("after %d messages, %d bytes: %w", count, got, err)
-			}
-			return err
+			return ended(err)
 		}
 		switch d := m.(type) {
 		case *localapi.Deliver:
@@ -417,7 +711,91 @@ func recv(c *localapi.Conn, from uint16, w *bufio.Writer, lines bool, maxBytes, 
 				}
 			}
 		}
+		if w.Buffered() > 0 && !c.Pending() {
+			// Nothing more waits: out with it before waiting.
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// vecWriter writes raw messages to a file with one writev per batch,
+// straight from where they are (the deliver ring): no copy into a buffer.
+type vecWriter struct {
+	rc    syscall.RawConn
+	iov   [][]byte // what waits; a slice of buf
+	buf   [][]byte
+	bytes int
+	vec   []unix.Iovec // writev's, made once (unix.Writev allocates them per call)
+}
+
+// newVecWriter is a vecWriter for raw output to a file; nil (write
+// through the buffer) for lines or any other writer.
+func newVecWriter(w io.Writer, lines bool) *vecWriter {
+	f, ok := w.(*os.File)
+	if lines || !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &vecWriter{rc: rc}
+}
+
+func (v *vecWriter) add(d []byte) {
+	if len(d) > 0 {
+		v.iov = append(v.iov, d)
+		v.buf = v.iov
+		v.bytes += len(d)
+	}
+}
+
+// full says that enough waits for a writev: 1024 messages (the kernel's
+// limit) or 1 MiB.
+func (v *vecWriter) full() bool { return v != nil && (len(v.iov) >= 1024 || v.bytes >= 1<<20) }
+
+// flush writes what was added (a nil vecWriter has nothing).
+func (v *vecWriter) flush() error {
+	if v == nil {
+		return nil
+	}
+	for len(v.iov) > 0 {
+		v.vec = v.vec[:0]
+		for _, d := range v.iov[:min(len(v.iov), 1024)] {
+			iv := unix.Iovec{Base: &d[0]}
+			iv.SetLen(len(d))
+			v.vec = append(v.vec, iv)
+		}
+		var n int
+		var werr error
+		err := v.rc.Write(func(fd uintptr) bool {
+			r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v.vec[0])), uintptr(len(v.vec)))
+			n, werr = int(r), nil
+			if e != 0 {
+				n, werr = 0, e
+			}
+			return werr != unix.EAGAIN
+		})
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
+			return err
+		}
+		for n > 0 && len(v.iov) > 0 { // a short write: go on from where it stopped
+			k := min(n, len(v.iov[0]))
+			v.iov[0] = v.iov[0][k:]
+			n -= k
+			if len(v.iov[0]) == 0 {
+				v.iov = v.iov[1:]
+			}
+		}
+	}
+	v.iov, v.bytes = v.buf[:0], 0
+	return nil
 }
 
 const statusText = `Prints the group's members with their state (alive, suspected: silent
@@ -507,6 +885,9 @@ func status(sf *socketFlags, wait time.Duration) (*daemon.Status, error) {
 
 func printStatus(w io.Writer, st *daemon.Status) {
 	ready := "waiting for members to register"
+	if st.Membership == "views" {
+		ready = "joining (or founding) the group"
+	}
 	if st.Ready {
 		ready = "started"
 	}
@@ -514,12 +895,29 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		ready = "failed to start: " + st.JoinErr
 	}
 	who := fmt.Sprintf("member %d of %d", st.Self, st.Size)
-	if st.Self < 0 {
+	switch {
+	case st.View != nil:
+		who = fmt.Sprintf("member %d of %d", st.Self, len(st.View.Members))
+	case st.Self < 0:
 		who = fmt.Sprintf("%d members expected", st.Size)
 	}
 	fmt.Fprintf(w, "group %d, %s, %s, order %s, mode %s, up %s\n", st.Group, who, ready, st.Order, st.Mode, st.Uptime)
 	if st.Sequencer != nil {
 		fmt.Fprintf(w, "sequencer: member %d, epoch %d\n", *st.Sequencer, st.Epoch)
+	}
+	if v := st.View; v != nil {
+		ms := make([]string, len(v.Members))
+		for i, m := range v.Members {
+			at := m.MAC
+			if m.Addr != "" {
+				at = m.Addr
+			}
+			ms[i] = fmt.Sprintf("%d (%s, incarnation %d)", m.ID, at, m.Incarnation)
+		}
+		fmt.Fprintf(w, "view %d: %s\n", v.ID, strings.Join(ms, ", "))
+		for _, c := range v.Changes {
+			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "member\tstate\tdelivered\tbytes\trepairs\trepair p50\trepair p99\tlast heard")

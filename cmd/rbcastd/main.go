@@ -19,12 +19,52 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strings"
 )
 
 func main() {
-	os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
+	code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// profile writes a CPU profile to cpu (RBCASTD_CPUPROFILE, for `go tool
+// pprof`) and an execution trace to exec (RBCASTD_TRACE, for `go tool
+// trace`) until the returned stop; docs/local-api.md, "Measuring the data
+// path". Empty paths profile nothing.
+func profile(cpu, exec string, stderr io.Writer) (stop func()) {
+	var stops []func()
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "rbcastd: RBCASTD_CPUPROFILE: %v\n", err)
+		} else {
+			stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+		}
+	}
+	if exec != "" {
+		f, err := os.Create(exec)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "rbcastd: RBCASTD_TRACE: %v\n", err)
+		} else {
+			stops = append(stops, func() { trace.Stop(); f.Close() })
+		}
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }
 
 const usage = `usage: rbcastd <command> [flags]

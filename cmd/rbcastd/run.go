@@ -32,13 +32,25 @@ import (
 )
 
 const runText = `Joins group G on interface IFACE and serves local programs on a Unix
-SOCK_SEQPACKET socket (docs/local-api.md). The group starts once N members
-have registered with the registration server: exactly one daemon of the
-group runs with -node 0 and is that server (member 0); the others omit
--node and are given the lowest free id. -node ID with ID > 0 asks the
-server for that id; if it is taken, the daemon exits with an error.
-(A daemon without -node may be given an id another asks for later: give
--node to all members or to none but the server.)
+SOCK_SEQPACKET socket (docs/local-api.md).
+
+Under -order fifo the membership changes (docs/membership.md): a daemon
+joins the running group, or, when none runs, founds it together with
+the daemons it hears, once -members N of them (itself included) are
+there. A daemon that crashed and is started again rejoins with a new
+incarnation; members that fail or leave are removed; every change is an
+agreed view, shown by 'rbcastd status'. -node ID asks for that member id
+(the lowest free one otherwise; if ID is taken, the daemon exits with an
+error). -max-members bounds the group.
+
+-order total orders every message the same at every member. With
+-membership views it is the Agreed level over the changing membership
+(in each view the lowest id orders; members that move to the next view
+together deliver the same sequence); by default, and with -membership
+registered, the group is fixed when it starts: it starts once N members have registered with the registration
+server; exactly one daemon runs with -node 0 and is that server (member
+0); the others omit -node and are given the lowest free id, or ask for
+one with -node ID.
 
 Needs CAP_NET_RAW to open the link (grant it with
 'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
@@ -59,7 +71,8 @@ names without the dash, '#' comments); the command line wins.
 type runFlags struct {
 	iface, order, socket, capture, metrics, config, linkKind, mode, logLevel, logFormat string
 	group                                                                               uint64
-	members, window                                                                     int
+	members, window, maxMembers                                                         int
+	membership                                                                          string
 	node                                                                                string
 	socketMode                                                                          string
 	failure, heartbeat, joinTimeout, leaveTimeout, bundle, spin                         time.Duration
@@ -75,11 +88,13 @@ type runFlags struct {
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
-	fs := newFlags("run", "-i IFACE -group G -members N [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-flight-recorder MiB] [-metrics ADDR] [-config FILE]", runText, stderr)
+	fs := newFlags("run", "-i IFACE -group G [-members N] [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-flight-recorder MiB] [-metrics ADDR] [-config FILE]", runText, stderr)
 	fs.StringVar(&f.iface, "i", "", "network `interface` to join the group on (required)")
 	fs.Uint64Var(&f.group, "group", 0, "group `id`, 1..4294967295 (required)")
-	fs.IntVar(&f.members, "members", 0, "number of members N; the group starts when N have registered (required)")
-	fs.StringVar(&f.node, "node", "", "member `id`: 0 makes this daemon the registration server; absent, the server assigns one")
+	fs.IntVar(&f.members, "members", 0, "`N`: with changing membership, how many daemons (this one included) to wait for before founding the group when none runs (0: 1); registered: the group's fixed size (required)")
+	fs.StringVar(&f.node, "node", "", "member `id` to ask for (absent: the lowest free one); registered: 0 makes this daemon the registration server")
+	fs.StringVar(&f.membership, "membership", "", "views (members join, fail, leave and rejoin; the default under -order fifo; under -order total the Agreed level) or registered (fixed at start; the default under -order total)")
+	fs.IntVar(&f.maxMembers, "max-members", 0, "most members of a changing group (0: 16); every data frame has room for their acknowledgements, so messages shrink by 4 bytes per member")
 	fs.StringVar(&f.order, "order", "fifo", "delivery order: fifo (per sender) or total (one order at every member)")
 	fs.StringVar(&f.socket, "socket", "", "local API socket `path` (default "+localapi.SocketDir+"/group-G.sock)")
 	fs.StringVar(&f.socketMode, "socket-mode", "0660", "permissions of the socket file (octal)")
@@ -90,7 +105,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
-	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17)")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
 	fs.IntVar(&f.window, "window", 0, "send window in frames (0: the protocol's default); all members must agree")
@@ -159,22 +174,58 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.group == 0 || f.group > 0xffffffff {
 		return dc, "", fmt.Errorf("-group is %d, want 1..4294967295", f.group)
 	}
-	if f.members < 1 || f.members > 40 {
-		return dc, "", fmt.Errorf("-members is %d, want 1..40 (registration admits at most 40)", f.members)
+	views := f.order == "fifo"
+	switch f.membership {
+	case "":
+	case "views":
+		views = true
+	case "registered":
+		views = false
+	default:
+		return dc, "", fmt.Errorf("-membership is %q, want views or registered", f.membership)
 	}
 	c := reliable.Config{Group: uint32(f.group), Size: f.members, Window: f.window,
 		FailureTimeout: f.failure, HeartbeatInterval: f.heartbeat, BundleDelay: f.bundle}
-	if f.node != "" {
-		id, err := strconv.ParseUint(f.node, 10, 16)
-		if err != nil || id >= uint64(frame.NoMember) {
-			return dc, "", fmt.Errorf("-node is %q, want a member id 0..%d", f.node, frame.NoMember-1)
+	if views {
+		most := f.maxMembers
+		if most == 0 {
+			most = reliable.DefaultMaxMembers
 		}
-		if id == 0 {
-			c.Server = true
-		} else if id >= uint64(f.members) {
-			return dc, "", fmt.Errorf("-node is %d, but a group of %d members has ids 0..%d", id, f.members, f.members-1)
+		switch {
+		case f.maxMembers < 0 || f.maxMembers > reliable.MaxViewMembers:
+			return dc, "", fmt.Errorf("-max-members is %d, want 1..%d (0: %d)", f.maxMembers, reliable.MaxViewMembers, reliable.DefaultMaxMembers)
+		case f.members < 0 || f.members > most:
+			return dc, "", fmt.Errorf("-members is %d, want 0..%d (-max-members)", f.members, most)
 		}
-		c.RequestID = frame.MemberID(id)
+		// Without -node the daemon has no wish: a -node 0 elsewhere
+		// gets 0 before it.
+		c.Views, c.MaxMembers, c.RequestID = true, f.maxMembers, frame.NoMember
+		if f.node != "" {
+			id, err := strconv.ParseUint(f.node, 10, 16)
+			if err != nil || id >= uint64(most) {
+				return dc, "", fmt.Errorf("-node is %q, want a member id 0..%d (-max-members %d)", f.node, most-1, most)
+			}
+			c.RequestID = frame.MemberID(id)
+		}
+	} else {
+		if f.maxMembers != 0 {
+			return dc, "", fmt.Errorf("-max-members applies to -membership views only")
+		}
+		if f.members < 1 || f.members > 40 {
+			return dc, "", fmt.Errorf("-members is %d, want 1..40 (registration admits at most 40)", f.members)
+		}
+		if f.node != "" {
+			id, err := strconv.ParseUint(f.node, 10, 16)
+			if err != nil || id >= uint64(frame.NoMember) {
+				return dc, "", fmt.Errorf("-node is %q, want a member id 0..%d", f.node, frame.NoMember-1)
+			}
+			if id == 0 {
+				c.Server = true
+			} else if id >= uint64(f.members) {
+				return dc, "", fmt.Errorf("-node is %d, but a group of %d members has ids 0..%d", id, f.members, f.members-1)
+			}
+			c.RequestID = frame.MemberID(id)
+		}
 	}
 	switch f.order {
 	case "fifo":
@@ -192,7 +243,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	default:
 		return dc, "", fmt.Errorf("-mode is %q, want pbp2 or pbp1", f.mode)
 	}
-	if c.Order == reliable.Total && c.Mode != reliable.PBP2 {
+	if c.Order == reliable.Total && c.Mode != reliable.PBP2 && !views {
 		return dc, "", errors.New("-mode pbp1 applies to -order fifo only (the sequencer repairs by its own protocol)")
 	}
 	switch f.resilience {
@@ -202,11 +253,14 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		if c.Order != reliable.Total {
 			return dc, "", errors.New("-resilience sequencer applies to -order total only")
 		}
+		if views {
+			return dc, "", errors.New("-resilience sequencer applies to -membership registered (with views, -order total is Agreed)")
+		}
 		c.Resilience = reliable.SafeSequencer
 	default:
 		return dc, "", fmt.Errorf("-resilience is %q, want majority or sequencer", f.resilience)
 	}
-	if c.Order == reliable.Total && f.bundle != 0 {
+	if c.Order == reliable.Total && f.bundle != 0 && !views {
 		return dc, "", errors.New("-bundle-delay applies to -order fifo only (total order bundles what waits at each transmission)")
 	}
 	if f.window < 0 {
@@ -252,7 +306,11 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if socket == "" {
 		socket = localapi.DefaultSocket(uint32(f.group))
 	}
-	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout}, socket, nil
+	var clientSpin time.Duration // the clients' sockets are polled as the ring is
+	if f.linkKind == "ring" {
+		clientSpin = f.spin
+	}
+	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}, socket, nil
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
@@ -431,7 +489,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	dc.CheckSelf = func(self frame.MemberID) error {
 		if want >= 0 && int(self) != want {
-			return fmt.Errorf("the server assigned member id %d, but -node asked for %d (another member holds it)", self, want)
+			return fmt.Errorf("the group assigned member id %d, but -node asked for %d (another member holds it)", self, want)
 		}
 		return nil
 	}

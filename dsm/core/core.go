@@ -30,6 +30,12 @@ type Counters struct {
 	Applied, AppliedUpdates             uint64
 	Messages, Bytes                     uint64
 	BadMessages                         uint64
+	// Markers counts barrier markers sent on segment channels (riding
+	// on an update or a message of their own); Held counts messages
+	// kept aside by the wait condition (WC, def. 7.3) until a barrier
+	// was crossed; Ignored counts updates of segments this member has
+	// not joined (selective join over one group).
+	Markers, Held, Ignored uint64
 }
 
 // Config describes a core.
@@ -53,6 +59,18 @@ type Config struct {
 	// runtime allocates 8-byte aligned memory so that it can offer typed
 	// views.)
 	Alloc func(n int) []byte
+	// Selective is the selective join of thesis §7.2.1: only members
+	// that create or join a segment allocate it; its membership is fixed
+	// when the first barrier after its creation is crossed, writes to it
+	// wait for that (ErrNotFixed) and a later join is refused
+	// (ErrJoinClosed).
+	Selective bool
+	// Channels (implies Selective) sends every segment's updates on a
+	// channel of its own among its members (thesis §7.2.2): the outbox
+	// tags each message with its Channel, a barrier puts a marker on
+	// every joined segment's channel (§7.2.3) and Opens reports the
+	// channels to open. Locks are refused (ErrLocksChannels).
+	Channels bool
 }
 
 // EventKind names an event of the model.
@@ -67,6 +85,8 @@ const (
 	EvLockAcquire                       // a: Self acquired Lock (TS its request's)
 	EvLockPermit                        // a at a peer: Self let To acquire Lock (request TS)
 	EvLockRelease                       // v: Self released Lock
+	EvMarker                            // (bm, Seq, From) handled on Key's channel (Channels)
+	EvArrival                           // (bar, Seq, From) handled on the global channel
 )
 
 // Event is one event of a member's history. Data is valid only during
@@ -106,6 +126,8 @@ type peer struct {
 	barrierIDs [2]int32
 	// replied: it answered this member's current lock request.
 	replied bool
+	// held are its global messages kept aside by the wait condition.
+	held [][]byte
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -128,12 +150,17 @@ type Core struct {
 	peers    []*peer // sorted by id, Self excluded
 	segs     map[uint32]*Segment
 
-	out  [][]byte // outbox: out[head:], oldest first
-	head int
+	out   [][]byte  // outbox: out[head:], oldest first
+	outCh []Channel // the channel of each message of out
+	head  int
 	// taken: Next handed out out[head] and Sent has not come yet.
 	taken bool
 	free  [][]byte
 	keys  []uint32 // the segments' keys in order, for flushing
+
+	selective, channels bool
+	// opens are the segment channels to open (Opens), in order.
+	opens []Open
 
 	// Barrier: barriers entered by Self; waiting while in one.
 	barriers  uint32
@@ -146,6 +173,7 @@ type Core struct {
 	lockID   int32
 	lockTS   uint64
 	abandon  bool // the requester gave up: release when granted
+	leaving  bool // ReleaseAll: Self is exiting
 	deferred []deferred
 
 	c Counters
@@ -160,6 +188,8 @@ func New(cfg Config) (*Core, error) {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
+	c.channels = cfg.Channels
+	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
 	if c.maxSeg <= 0 {
@@ -212,8 +242,11 @@ func (c *Core) buffer() []byte {
 	return make([]byte, 0, c.max)
 }
 
-func (c *Core) queue(b []byte) {
+func (c *Core) queue(b []byte) { c.queueOn(Global, b) }
+
+func (c *Core) queueOn(ch Channel, b []byte) {
 	c.out = append(c.out, b)
+	c.outCh = append(c.outCh, ch)
 	c.c.Messages++
 	c.c.Bytes += uint64(len(b))
 }
@@ -230,6 +263,15 @@ func (c *Core) Next() ([]byte, bool) {
 	return c.out[c.head], true
 }
 
+// NextChannel is the channel Next's message goes on (Global unless
+// Config.Channels).
+func (c *Core) NextChannel() Channel {
+	if c.head == len(c.out) {
+		return Global
+	}
+	return c.outCh[c.head]
+}
+
 // Sent removes the oldest message from the outbox once it has been handed
 // to the reliable layer (which copies it); its buffer is reused.
 func (c *Core) Sent() {
@@ -241,7 +283,7 @@ func (c *Core) Sent() {
 	c.head++
 	c.taken = false
 	if c.head == len(c.out) {
-		c.out, c.head = c.out[:0], 0
+		c.out, c.outCh, c.head = c.out[:0], c.outCh[:0], 0
 	}
 	if cap(b) == c.max && len(c.free) < 64 {
 		c.free = append(c.free, b)
@@ -274,20 +316,28 @@ func (c *Core) addSegment(s *Segment) {
 	c.keys = slices.Insert(c.keys, i, s.key)
 }
 
-// Receive handles one message delivered by the reliable layer from a peer:
-// updates are applied from msg straight into segment memory, barrier and
-// lock messages change the synchronisation state (and may queue replies).
-// A message that does not decode, or does not fit what it names, changes
-// nothing and is counted in BadMessages; the error says why.
+// Receive handles one message delivered by the reliable layer from a peer
+// on the global channel: ReceiveOn(Global, from, msg).
 func (c *Core) Receive(from frame.MemberID, msg []byte) error {
-	err := c.receive(from, msg)
+	return c.ReceiveOn(Global, from, msg)
+}
+
+// ReceiveOn handles one message delivered by the reliable layer from a
+// peer on channel ch: updates are applied from msg straight into segment
+// memory, barrier and lock messages change the synchronisation state (and
+// may queue replies). A message that must wait (WC, below) is copied and
+// handled once the barrier is crossed. A message that does not decode, or
+// does not fit what it names, changes nothing and is counted in
+// BadMessages; the error says why.
+func (c *Core) ReceiveOn(ch Channel, from frame.MemberID, msg []byte) error {
+	err := c.receiveOn(ch, from, msg)
 	if err != nil {
 		c.c.BadMessages++
 	}
 	return err
 }
 
-func (c *Core) receive(from frame.MemberID, msg []byte) error {
+func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	if from == c.self {
 		// A totally ordered group delivers this member's own messages
 		// too; their effect is already here.
@@ -297,13 +347,125 @@ func (c *Core) receive(from frame.MemberID, msg []byte) error {
 	if p == nil {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
+	if ch == Global {
+		if c.mustHold(p.barriers, p.held) {
+			p.held = c.hold(p.held, msg)
+			return nil
+		}
+		return c.receive(p, msg)
+	}
+	key := ch.Key()
+	s := c.segs[key]
+	if s == nil || !s.channel {
+		return fmt.Errorf("dsm: message from member %d on the channel of segment %d, which this member has not joined", from, key)
+	}
+	sp := s.peer(from)
+	if sp == nil {
+		return fmt.Errorf("dsm: message from member %d on the channel of segment %d, of which it is not a member", from, key)
+	}
+	if c.mustHold(sp.marks, sp.held) {
+		sp.held = c.hold(sp.held, msg)
+		return nil
+	}
+	return c.receiveSegmentChannel(s, sp, msg)
+}
+
+// The wait condition (WC, thesis def. 7.3): once a peer's arrival at the
+// barrier this member waits at has been received on a channel (its
+// barrier message on the global channel, its marker on a segment's),
+// nothing more from it on that channel is handled until this member has
+// crossed the barrier. Without it, a peer that crossed first could have
+// its next phase's writes applied here before a third member's writes of
+// the phase before, which are still being repaired, and those would then
+// overwrite the newer values. While this member is not in a barrier, a
+// peer that arrived at the next one is blocked there and sends no
+// writes, so nothing needs holding.
+func (c *Core) mustHold(arrived uint32, held [][]byte) bool {
+	return len(held) > 0 || (c.inBarrier && arrived >= c.barriers)
+}
+
+// hold keeps a copy of msg aside: the reliable layer's message is valid
+// only during its delivery. What is held is bounded by what one peer
+// sends between crossing a barrier and this member's crossing of it.
+func (c *Core) hold(held [][]byte, msg []byte) [][]byte {
+	c.c.Held++
+	var b []byte
+	if len(msg) <= c.max {
+		b = c.buffer()
+	}
+	return append(held, append(b, msg...))
+}
+
+// releaseHeld handles the messages held while Self waited at the barrier
+// it just crossed, in their order.
+func (c *Core) releaseHeld() {
+	for _, p := range c.peers {
+		if len(p.held) == 0 {
+			continue
+		}
+		held := p.held
+		p.held = nil
+		for i, m := range held {
+			if c.mustHold(p.barriers, p.held) {
+				p.held = append(p.held, m)
+				continue
+			}
+			if c.receive(p, m) != nil {
+				c.c.BadMessages++
+			}
+			c.recycle(m)
+			held[i] = nil
+		}
+	}
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if !s.channel {
+			continue
+		}
+		for _, sp := range s.peers {
+			if len(sp.held) == 0 {
+				continue
+			}
+			held := sp.held
+			sp.held = nil
+			for i, m := range held {
+				if c.mustHold(sp.marks, sp.held) {
+					sp.held = append(sp.held, m)
+					continue
+				}
+				if c.receiveSegmentChannel(s, sp, m) != nil {
+					c.c.BadMessages++
+				}
+				c.recycle(m)
+				held[i] = nil
+			}
+		}
+	}
+}
+
+func (c *Core) recycle(b []byte) {
+	if cap(b) == c.max && len(c.free) < 64 {
+		c.free = append(c.free, b)
+	}
+}
+
+func (c *Core) receive(p *peer, msg []byte) error {
+	from := p.id
 	m, err := Decode(msg)
 	if err != nil {
 		return err
 	}
+	if c.channels {
+		switch m.Type {
+		case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
+			return fmt.Errorf("dsm: update from member %d for segment %d on the global channel (updates travel on the segment's channel)", from, m.Key)
+		case TypeLockRequest, TypeLockReply:
+			return fmt.Errorf("dsm: lock message from member %d: %w", from, ErrLocksChannels)
+		}
+	}
 	switch m.Type {
 	case TypeSegment:
-		return c.receiveSegment(from, &m)
+		return c.receiveSegment(p, &m)
 	case TypeUpdate, TypeUnreliable:
 		return c.receiveUpdate(from, &m)
 	case TypeUpdateBarrier:
@@ -329,12 +491,46 @@ func (c *Core) receive(from frame.MemberID, msg []byte) error {
 	return nil
 }
 
+// receiveSegmentChannel handles a message on segment s's channel: an
+// update, or a barrier marker (a Barrier message, or an UpdateBarrier:
+// the marker riding on the channel's last update).
+func (c *Core) receiveSegmentChannel(s *Segment, sp *segPeer, msg []byte) error {
+	m, err := Decode(msg)
+	if err != nil {
+		return err
+	}
+	if m.Type != TypeBarrier && m.Key != s.key {
+		return fmt.Errorf("dsm: update from member %d for segment %d on the channel of segment %d", sp.id, m.Key, s.key)
+	}
+	switch m.Type {
+	case TypeUpdate, TypeUnreliable:
+		return c.receiveUpdate(sp.id, &m)
+	case TypeUpdateBarrier, TypeBarrier:
+		if m.Seq <= sp.marks || m.Seq <= s.fixedAt {
+			return fmt.Errorf("dsm: barrier marker %d from member %d on the channel of segment %d, want one after %d", m.Seq, sp.id, s.key, max(sp.marks, s.fixedAt))
+		}
+		var uerr error
+		if m.Type == TypeUpdateBarrier {
+			uerr = c.receiveUpdate(sp.id, &m)
+		}
+		sp.marks, sp.markID = m.Seq, m.ID
+		if c.trace != nil {
+			c.trace(Event{Kind: EvMarker, From: sp.id, Key: s.key, ID: m.ID, Seq: m.Seq})
+		}
+		return uerr
+	}
+	return fmt.Errorf("dsm: message of type %d from member %d on the channel of segment %d", m.Type, sp.id, s.key)
+}
+
 func (c *Core) receiveBarrier(p *peer, m *Message) error {
 	if m.Seq != p.barriers+1 {
 		return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, p.id, p.barriers+1)
 	}
 	p.barriers = m.Seq
 	p.barrierIDs[m.Seq&1] = m.ID
+	if c.trace != nil {
+		c.trace(Event{Kind: EvArrival, From: p.id, ID: m.ID, Seq: m.Seq})
+	}
 	return nil
 }
 
@@ -377,7 +573,10 @@ func (c *Core) Live() []frame.MemberID {
 // Barriers (thesis fig. 5.2)
 
 // EnterBarrier flushes every buffer and queues Self's arrival at barrier
-// id. BarrierPassed says when it may be crossed.
+// id. BarrierPassed says when it may be crossed. With Channels, a marker
+// goes first on the channel of every segment Self is a member of whose
+// membership was fixed before this barrier (thesis §7.2.3, (bm, b, i)),
+// then the barrier message on the global channel ((bar, b, i)).
 func (c *Core) EnterBarrier(id int32) error {
 	if c.inBarrier {
 		return fmt.Errorf("dsm: barrier %d entered while waiting at barrier %d", id, c.barrierID)
@@ -387,34 +586,60 @@ func (c *Core) EnterBarrier(id int32) error {
 	c.barrierID = id
 	c.inBarrier = true
 	c.c.Barriers++
-	// The arrival rides on the last update just queued when it fits and
-	// nobody is sending that message yet (Next hands it out untouched
-	// until Sent): the updates and the barrier then cost one message.
-	if last := len(c.out) - 1; last >= c.head && (last > c.head || !c.taken) {
-		if b := c.out[last]; Type(b[1]) == TypeUpdate && len(b)+BarrierTrailer <= c.max {
-			c.out[last] = AppendBarrierTrailer(b, id, c.barriers)
-			c.c.Bytes += BarrierTrailer
-			c.c.UpdateBytes += BarrierTrailer
-			if c.trace != nil {
-				c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
+	if c.channels {
+		for _, key := range c.keys {
+			if s := c.segs[key]; s.channel && s.fixedAt < c.barriers {
+				c.c.Markers++
+				if !c.ride(SegmentChannel(key), id) {
+					c.queueOn(SegmentChannel(key), AppendBarrier(c.buffer(), id, c.barriers))
+				}
 			}
-			return nil
 		}
+		c.queue(AppendBarrier(c.buffer(), id, c.barriers))
+	} else if !c.ride(Global, id) {
+		c.queue(AppendBarrier(c.buffer(), id, c.barriers))
 	}
-	c.queue(AppendBarrier(c.buffer(), id, c.barriers))
 	if c.trace != nil {
 		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
 	}
 	return nil
 }
 
+// ride puts the arrival at the current barrier on the last update queued
+// on channel ch when it fits and nobody is sending that message yet (Next
+// hands a message out untouched until Sent): the updates and the barrier
+// (or marker) then cost one message.
+func (c *Core) ride(ch Channel, id int32) bool {
+	for last := len(c.out) - 1; last >= c.head; last-- {
+		if c.outCh[last] != ch {
+			continue
+		}
+		if last == c.head && c.taken {
+			return false
+		}
+		b := c.out[last]
+		if Type(b[1]) != TypeUpdate || len(b)+BarrierTrailer > c.max {
+			return false
+		}
+		c.out[last] = AppendBarrierTrailer(b, id, c.barriers)
+		c.c.Bytes += BarrierTrailer
+		c.c.UpdateBytes += BarrierTrailer
+		return true
+	}
+	return false
+}
+
 // InBarrier reports whether Self waits at a barrier, and which.
 func (c *Core) InBarrier() (int32, bool) { return c.barrierID, c.inBarrier }
 
 // BarrierPassed reports whether every live peer has arrived at the barrier
-// Self waits at; once it returns true (or an error) Self is past it. A peer
-// whose message for this barrier names another id is an error wrapping
-// ErrBarrierMismatch.
+// Self waits at (with Channels: and every other live member of each
+// segment channel has put its marker on it: the barrier condition BC,
+// thesis def. 7.2); once it returns true (or an error) Self is past it:
+// the messages WC held are handled, and segments created in the phase
+// just ended have their membership fixed (their channels appear in
+// Opens). A peer whose message for this barrier names another id is an
+// error wrapping ErrBarrierMismatch.
 func (c *Core) BarrierPassed() (bool, error) {
 	if !c.inBarrier {
 		return true, nil
@@ -427,25 +652,87 @@ func (c *Core) BarrierPassed() (bool, error) {
 			return false, nil
 		}
 		if id := p.barrierIDs[c.barriers&1]; id != c.barrierID {
-			c.inBarrier = false
+			c.cross(false)
 			return true, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
 		}
 	}
-	c.inBarrier = false
-	if c.trace != nil {
-		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers})
+	if c.channels && len(c.markersMissing(nil)) > 0 {
+		return false, nil
 	}
+	c.cross(true)
 	return true, nil
 }
 
+// markersMissing appends the live members whose marker for the current
+// barrier has not come on some segment channel.
+func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if !s.channel || s.fixedAt >= c.barriers {
+			continue
+		}
+		for _, sp := range s.peers {
+			if sp.marks < c.barriers {
+				if p := c.peer(sp.id); p != nil && p.live && !slices.Contains(out, sp.id) {
+					out = append(out, sp.id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// cross takes Self past the barrier it waits at (traced unless the
+// barrier failed).
+func (c *Core) cross(trace bool) {
+	c.inBarrier = false
+	if trace && c.trace != nil {
+		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers})
+	}
+	if c.selective {
+		c.fix()
+	}
+	c.releaseHeld()
+}
+
+// fix fixes the membership of the segments created before the barrier
+// just crossed (the first barrier after a creation is the thesis's
+// consistency point, §7.2.1): every member's join announcement came
+// before its arrival. With Channels, each such segment that Self and
+// another member joined gets its channel (Opens).
+func (c *Core) fix() {
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if s.fixed || s.epoch >= c.barriers {
+			continue
+		}
+		s.fixed, s.fixedAt = true, c.barriers
+		if !c.channels || len(s.members) < 2 || !slices.Contains(s.members, c.self) {
+			continue
+		}
+		s.channel = true
+		for _, id := range s.members {
+			if id != c.self {
+				s.peers = append(s.peers, &segPeer{id: id})
+			}
+		}
+		c.opens = append(c.opens, Open{Key: key, Members: slices.Clone(s.members)})
+	}
+}
+
 // Waiting lists the live peers that have not arrived at Self's current
-// barrier (for error messages).
+// barrier, or whose marker has not come on a segment channel (for error
+// messages).
 func (c *Core) Waiting() []frame.MemberID {
 	var out []frame.MemberID
 	for _, p := range c.peers {
 		if p.live && c.inBarrier && p.barriers < c.barriers {
 			out = append(out, p.id)
 		}
+	}
+	if c.channels && c.inBarrier {
+		out = c.markersMissing(out)
+		slices.Sort(out)
 	}
 	return out
 }
@@ -455,6 +742,9 @@ func (c *Core) Waiting() []frame.MemberID {
 // RequestLock flushes every buffer and queues a request for lock id.
 // Holding says when it is granted.
 func (c *Core) RequestLock(id int32) error {
+	if c.channels {
+		return fmt.Errorf("dsm: acquiring lock %d: %w", id, ErrLocksChannels)
+	}
 	switch c.lock {
 	case lockHeld:
 		return fmt.Errorf("%w: acquiring lock %d while holding lock %d", ErrSecondLock, id, c.lockID)
@@ -516,7 +806,10 @@ func (c *Core) checkGrant() {
 }
 
 // ReleaseAll releases a held lock and gives up a requested one (at exit).
+// Lock requests received afterwards are not answered: the member is
+// leaving the group.
 func (c *Core) ReleaseAll() {
+	c.leaving = true
 	switch c.lock {
 	case lockHeld:
 		c.release()
@@ -552,6 +845,11 @@ func (c *Core) release() {
 // requested it first ((timestamp, id) order); then it defers the answer.
 func (c *Core) receiveLockRequest(from frame.MemberID, m *Message) {
 	c.clock = max(c.clock, m.TS)
+	if c.leaving {
+		// The group is being left: a reply could not be sent, and the
+		// requester stops waiting for this member when it sees it leave.
+		return
+	}
 	contending := c.lock != lockIdle && c.lockID == m.Lock
 	first := c.lock == lockHeld || c.lockTS < m.TS || (c.lockTS == m.TS && c.self < from)
 	if contending && first {
@@ -570,6 +868,44 @@ func (c *Core) reply(to frame.MemberID, lock int32, ts uint64) {
 	}
 }
 
+// Channels (thesis §7.2.2)
+
+// Channel names what a message travels on: the global channel (every
+// member; segment announcements, barriers, locks) or, with
+// Config.Channels, a segment's own channel among its members.
+type Channel uint64
+
+// Global is the channel every member is on.
+const Global Channel = 0
+
+// SegmentChannel is the channel of segment key.
+func SegmentChannel(key uint32) Channel { return Channel(key) + 1 }
+
+// Key is the segment a segment channel belongs to.
+func (ch Channel) Key() uint32 { return uint32(ch - 1) }
+
+func (ch Channel) String() string {
+	if ch == Global {
+		return "global"
+	}
+	return fmt.Sprintf("segment %d", ch.Key())
+}
+
+// Open is a segment channel to open: the segment's members are fixed and
+// Self is one of them, with at least one other.
+type Open struct {
+	Key     uint32
+	Members []frame.MemberID // sorted, Self included
+}
+
+// Opens returns, and forgets, the channels to open since the last call.
+// The runtime must open them before it sends Next's messages on them.
+func (c *Core) Opens() []Open {
+	o := c.opens
+	c.opens = nil
+	return o
+}
+
 // Segments
 
 // Segment is a segment as one member holds it.
@@ -581,6 +917,18 @@ type Segment struct {
 	mem      []byte
 	attached bool // the local program created or joined it
 	removed  bool // the local program removed it: updates are ignored
+
+	// Selective join: members are the creator and the joiners (sorted),
+	// epoch the creator's barrier count when it created the segment;
+	// fixed once the barrier after it (fixedAt) is crossed here.
+	members []frame.MemberID
+	epoch   uint32
+	fixed   bool
+	fixedAt uint32
+	// channel: the segment has a channel of its own here (Channels, Self
+	// and at least one other member joined); peers are the other members.
+	channel bool
+	peers   []*segPeer
 
 	// buf is the update message being collected (nil when empty); last is
 	// the offset of its last record, extended while writes are
@@ -601,8 +949,47 @@ func (s *Segment) Memory() []byte { return s.mem }
 // Attached reports whether the local program holds the segment.
 func (s *Segment) Attached() bool { return s.attached && !s.removed }
 
-func (c *Core) newSegment(key uint32, g Geometry) *Segment {
-	return &Segment{key: key, geo: g, mem: c.alloc(g.Bytes())}
+// segPeer is another member of a segment channel as seen here.
+type segPeer struct {
+	id frame.MemberID
+	// marks is the barrier number of its last marker on the channel,
+	// markID that barrier's id.
+	marks  uint32
+	markID int32
+	// held are its messages kept aside by WC.
+	held [][]byte
+}
+
+func (s *Segment) peer(id frame.MemberID) *segPeer {
+	for _, p := range s.peers {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *Segment) addMember(id frame.MemberID) {
+	if i, found := slices.BinarySearch(s.members, id); !found {
+		s.members = slices.Insert(s.members, i, id)
+	}
+}
+
+// Members are the members that created or joined the segment as far as
+// Self knows (with Selective; final once Fixed).
+func (s *Segment) Members() []frame.MemberID { return s.members }
+
+// Fixed reports whether the segment's membership is fixed (Selective).
+func (s *Segment) Fixed() bool { return s.fixed }
+
+// newSegment records a segment; its memory is allocated at once unless
+// the join is selective (then at the local Create or Join).
+func (c *Core) newSegment(key uint32, g Geometry, local bool) *Segment {
+	s := &Segment{key: key, geo: g}
+	if local || !c.selective {
+		s.mem = c.alloc(g.Bytes())
+	}
+	return s
 }
 
 // checkGeometry validates a geometry the local program asks for.
@@ -634,8 +1021,10 @@ func (c *Core) Create(key uint32, g Geometry) (*Segment, error) {
 			return nil, fmt.Errorf("%w: segment %d was announced by member %d (%v)", ErrExists, key, s.announce, s.geo)
 		}
 	}
-	s := c.newSegment(key, g)
+	s := c.newSegment(key, g, true)
 	s.creator, s.announce, s.attached = c.self, c.self, true
+	s.epoch = c.barriers
+	s.addMember(c.self)
 	c.addSegment(s)
 	c.queue(AppendSegment(c.buffer(), key, g, true))
 	return s, nil
@@ -664,14 +1053,21 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 		}
 		return nil, &GeometryError{Key: key, Creator: by, Have: s.geo, Want: g}
 	}
+	if s.attached && !s.removed {
+		return s, nil
+	}
+	if c.selective && s.fixed {
+		return nil, fmt.Errorf("%w: segment %d: its membership %v was fixed at barrier %d, the first after its creation (a later join would need a snapshot, which is not supported)", ErrJoinClosed, key, s.members, s.fixedAt)
+	}
 	if s.removed {
 		// Attached again after Remove: the copy starts over from zero
 		// (updates that came while it was removed were dropped).
 		s.removed, s.mem = false, c.alloc(g.Bytes())
-	} else if s.attached {
-		return s, nil
+	} else if s.mem == nil {
+		s.mem = c.alloc(g.Bytes())
 	}
 	s.attached = true
+	s.addMember(c.self)
 	c.queue(AppendSegment(c.buffer(), key, g, false))
 	return s, nil
 }
@@ -688,19 +1084,31 @@ func (c *Core) Remove(s *Segment) error {
 	return nil
 }
 
-func (c *Core) receiveSegment(from frame.MemberID, m *Message) error {
+func (c *Core) receiveSegment(p *peer, m *Message) error {
+	from := p.id
 	s := c.segs[m.Key]
 	if s == nil {
 		if m.Geometry.Bytes() > c.maxSeg {
 			return fmt.Errorf("dsm: member %d announced segment %d of %v: %d bytes, more than MaxSegment (%d)", from, m.Key, m.Geometry, m.Geometry.Bytes(), c.maxSeg)
 		}
-		s = c.newSegment(m.Key, m.Geometry)
+		s = c.newSegment(m.Key, m.Geometry, false)
 		s.announce = from
 		if m.Create {
 			s.creator = from
 		}
+		// The creator's barrier count when it created the segment is
+		// the number of its barrier messages before the announcement
+		// (FIFO on the global channel).
+		s.epoch = p.barriers
+		s.addMember(from)
 		c.addSegment(s)
 		return nil
+	}
+	if c.selective {
+		if s.fixed && !slices.Contains(s.members, from) {
+			return fmt.Errorf("%w: member %d joined segment %d after its membership %v was fixed at barrier %d", ErrJoinClosed, from, m.Key, s.members, s.fixedAt)
+		}
+		s.addMember(from)
 	}
 	if s.removed {
 		return nil
@@ -725,6 +1133,10 @@ func (c *Core) receiveUpdate(from frame.MemberID, m *Message) error {
 		return fmt.Errorf("dsm: update from member %d for segment %d, which was never announced", from, m.Key)
 	}
 	if s.removed {
+		return nil
+	}
+	if s.mem == nil { // selective: not joined here
+		c.c.Ignored++
 		return nil
 	}
 	size := s.geo.LocationSize
@@ -762,7 +1174,22 @@ func (c *Core) checkWrite(s *Segment, loc, count int) error {
 	if loc < 0 || count < 0 || loc+count > s.geo.Locations || loc+count < loc {
 		return &RangeError{Key: s.key, Location: loc, Count: count, Locations: s.geo.Locations}
 	}
+	if c.selective && !s.fixed {
+		return fmt.Errorf("%w: segment %d was created in barrier phase %d; write after barrier %d", ErrNotFixed, s.key, s.epoch, s.epoch+1)
+	}
 	return nil
+}
+
+// sends reports whether writes to s go to other members: not under
+// Channels when Self is the segment's only member.
+func (c *Core) sends(s *Segment) bool { return !c.channels || s.channel }
+
+// channelOf is the channel s's updates go on.
+func (c *Core) channelOf(s *Segment) Channel {
+	if c.channels {
+		return SegmentChannel(s.key)
+	}
+	return Global
 }
 
 // Write sets location loc of s to value (len == location size) locally
@@ -780,9 +1207,12 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 	if c.trace != nil {
 		c.trace(Event{Kind: EvWrite, Key: s.key, Location: loc, Data: value})
 	}
+	if !c.sends(s) {
+		return nil
+	}
 	if !c.buffered {
 		b := AppendUpdateHeader(c.buffer(), TypeUpdate, s.key, size)
-		c.queueUpdate(AppendRecord(b, loc, 1, value))
+		c.queueUpdate(c.channelOf(s), AppendRecord(b, loc, 1, value))
 		return nil
 	}
 	if s.buf != nil {
@@ -810,8 +1240,8 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 	return nil
 }
 
-func (c *Core) queueUpdate(b []byte) {
-	c.queue(b)
+func (c *Core) queueUpdate(ch Channel, b []byte) {
+	c.queueOn(ch, b)
 	c.c.Updates++
 	c.c.UpdateBytes += uint64(len(b))
 }
@@ -821,7 +1251,7 @@ func (s *Segment) flush(c *Core) {
 	if s.buf == nil {
 		return
 	}
-	c.queueUpdate(s.buf)
+	c.queueUpdate(c.channelOf(s), s.buf)
 	s.buf = nil
 }
 
@@ -852,16 +1282,19 @@ func (c *Core) WriteBulk(s *Segment, loc int, values []byte, unreliable bool) (i
 		s.flush(c)
 		c.c.Writes += uint64(count)
 	}
+	if !c.sends(s) {
+		return count, nil
+	}
 	per := min((c.max-UpdateOverhead)/size, MaxRecord)
 	for done := 0; done < count; {
 		n := min(per, count-done)
 		b := AppendUpdateHeader(c.buffer(), t, s.key, size)
 		b = AppendRecord(b, loc+done, n, values[done*size:(done+n)*size])
 		if unreliable {
-			c.queue(b)
+			c.queueOn(c.channelOf(s), b)
 			c.c.UnreliableUpdates++
 		} else {
-			c.queueUpdate(b)
+			c.queueUpdate(c.channelOf(s), b)
 		}
 		done += n
 	}

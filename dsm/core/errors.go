@@ -24,6 +24,14 @@ var (
 	// ErrBarrierMismatch: members entered different barriers as their
 	// n-th barrier (the program is not correctly written, thesis §5.2.1).
 	ErrBarrierMismatch = errors.New("dsm: barrier ids differ between members")
+	// ErrNotFixed: writing to a segment whose membership is not fixed yet
+	// (selective join: the first barrier after its creation fixes it).
+	ErrNotFixed = errors.New("dsm: segment membership not fixed yet")
+	// ErrJoinClosed: joining a segment whose membership is fixed.
+	ErrJoinClosed = errors.New("dsm: segment membership is fixed")
+	// ErrLocksChannels: locks are not offered with per-segment channels
+	// (docs/dsm.md, "Channels").
+	ErrLocksChannels = errors.New("dsm: locks are not supported with per-segment channels")
 )
 
 // Geometry is a segment's shape: how many locations, of how many bytes.

@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
 )
@@ -114,7 +117,7 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	for i, ep := range eps {
-		m := &simMember{sim: sim, rank: i, resume: make(chan bool)}
+		m := &simMember{sim: sim, rank: i, resume: make(chan bool), ep: ep, cfg: cfg.Node, members: members}
 		ncfg := cfg.Node
 		if cfg.Trace != nil {
 			rank := i
@@ -131,7 +134,20 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		}
 		gcfg.Deliver = m.h.Deliver
 		gcfg.OnEvent = m.h.OnEvent
-		d, err := reliable.NewDriver(ep, gcfg, net.Now())
+		var l link.Link = ep
+		if cfg.Node.Channels {
+			// Every group of the member on one endpoint, as Join runs
+			// them on one link.
+			if m.mux, err = mux.New(ep, mux.Config{}); err != nil {
+				return Result{}, err
+			}
+			if l, err = m.mux.Open(gcfg.Group); err != nil {
+				return Result{}, err
+			}
+			m.cfg.Group.Group = gcfg.Group
+			m.cfg.Group.Logger = gcfg.Logger
+		}
+		d, err := reliable.NewDriver(l, gcfg, net.Now())
 		if err != nil {
 			return Result{}, err
 		}
@@ -139,7 +155,11 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		if err := m.h.Start(ids[i], ids, d.MaxMessage()); err != nil {
 			return Result{}, err
 		}
-		ep.Bind(d)
+		if cfg.Node.Channels {
+			ep.Bind(testnet.NodeFunc(m.step))
+		} else {
+			ep.Bind(d)
+		}
 		sim.members = append(sim.members, m)
 	}
 	start := net.Now()
@@ -170,18 +190,103 @@ type simulation struct {
 
 // simMember is one member's program goroutine and its node's dsm.Env.
 type simMember struct {
-	sim    *simulation
-	rank   int
-	n      *dsm.Node
-	h      *dsm.Host
-	drv    *reliable.Driver
-	resume chan bool // the baton; false: the run is aborted
+	sim  *simulation
+	rank int
+	n    *dsm.Node
+	h    *dsm.Host
+	drv  *reliable.Driver
+	// Channels: the member's mux over its endpoint and its segment
+	// channels' drivers, in the order opened.
+	ep       *testnet.Endpoint
+	cfg      dsm.Config
+	members  []frame.MemberInfo
+	mux      *mux.Mux
+	channels []simChannel
+	resume   chan bool // the baton; false: the run is aborted
 	// waiting is what the parked program waits for, if blocked.
 	waiting dsm.Wait
 	blocked bool
 	done    bool
 	aborted bool
 	err     error
+}
+
+// simChannel is one segment channel of a member.
+type simChannel struct {
+	ch    core.Channel
+	group uint32
+	drv   *reliable.Driver
+}
+
+// step is the endpoint's node with Channels: every driver of the member
+// reads its view of the mux, until no view holds frames (a driver's read
+// of the endpoint hands the other views theirs).
+func (m *simMember) step(now time.Time) time.Time {
+	var next time.Time
+	for {
+		next = earliest(time.Time{}, m.drv.Step(now))
+		for _, c := range m.channels {
+			next = earliest(next, c.drv.Step(now))
+		}
+		queued := false
+		for _, g := range m.mux.Stats().Groups {
+			queued = queued || g.Queued > 0
+		}
+		if !queued {
+			return next
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// Open starts segment key's channel: a driver of the members on a view
+// of the member's mux.
+func (m *simMember) Open(key uint32, members []frame.MemberID) error {
+	if m.mux == nil {
+		return errors.New("the node has no channels (Config.Channels)")
+	}
+	gcfg := m.cfg.Group
+	gcfg.Group = m.cfg.ChannelGroupID(key)
+	gcfg.Members = nil
+	for _, mi := range m.members {
+		if slices.Contains(members, mi.ID) {
+			gcfg.Members = append(gcfg.Members, mi)
+		}
+	}
+	gcfg.Self, gcfg.Size, gcfg.Server = frame.MemberID(m.rank+1), 0, false
+	ch := core.SegmentChannel(key)
+	gcfg.Deliver = m.h.DeliverOn(ch)
+	gcfg.OnEvent = nil
+	l, err := m.mux.Open(gcfg.Group)
+	if err != nil {
+		return err
+	}
+	d, err := reliable.NewDriver(l, gcfg, m.sim.net.Now())
+	if err != nil {
+		return err
+	}
+	m.channels = append(m.channels, simChannel{ch: ch, group: gcfg.Group, drv: d})
+	m.ep.Bind(testnet.NodeFunc(m.step)) // a step now, with the new driver
+	return nil
+}
+
+// driver is the driver of channel ch.
+func (m *simMember) driver(ch core.Channel) *reliable.Driver {
+	if ch == core.Global {
+		return m.drv
+	}
+	for _, c := range m.channels {
+		if c.ch == ch {
+			return c.drv
+		}
+	}
+	return nil
 }
 
 func (m *simMember) Kick()  {}
@@ -214,10 +319,27 @@ func (m *simMember) Leave() error {
 	if m.drv.Left() || m.aborted {
 		return nil
 	}
+	for _, c := range m.channels {
+		if err := c.drv.Leave(m.sim.net.Now()); err != nil {
+			return err
+		}
+	}
 	if err := m.drv.Leave(m.sim.net.Now()); err != nil {
 		return err
 	}
 	return m.Wait(context.Background(), dsm.WaitLeave())
+}
+
+// ChannelStats are the segment channels' counters (dsm.Stats.Channels).
+func (m *simMember) ChannelStats() map[uint32]reliable.Stats {
+	if len(m.channels) == 0 {
+		return nil
+	}
+	out := map[uint32]reliable.Stats{}
+	for _, c := range m.channels {
+		out[c.ch.Key()] = c.drv.Stats()
+	}
+	return out
 }
 
 func (m *simMember) GroupStats() reliable.Stats { return m.drv.Stats() }
@@ -264,8 +386,13 @@ func (s *simulation) drain() {
 			continue
 		}
 		for {
-			msg, ok := m.h.Next()
+			msg, ch, ok := m.h.Next()
 			if !ok {
+				break
+			}
+			drv := m.driver(ch)
+			if drv == nil {
+				m.h.Sent(fmt.Errorf("the channel of segment %d is not open", ch.Key()))
 				break
 			}
 			if core.Unreliable(msg) && s.loss > 0 && s.rng.Float64() < s.loss {
@@ -275,7 +402,7 @@ func (s *simulation) drain() {
 			// Not under the node's lock: a totally ordered group
 			// delivers the message back to this member inside Propose.
 			// The node keeps msg untouched until Sent.
-			err := m.drv.Propose(s.net.Now(), msg)
+			err := drv.Propose(s.net.Now(), msg)
 			if reliable.IsWindowFull(err) {
 				break
 			}

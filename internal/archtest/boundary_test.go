@@ -52,13 +52,15 @@ func checkCoreImports(pkgs []pkg) []string {
 // tests' harness (it reads a simulated endpoint). dsm and orca are here
 // for Join's parameter only (TestJoinersUseLinkOnlyInJoin).
 var linkUsers = []string{
-	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm", "orca", "collective",
+	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm", "dsm/dsmsim", "orca", "collective",
 	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
 	"orca/examples/internal/harness",
 }
 
 // joiners are the packages above reliable that take a link.Link in their
-// Join and hand it to reliable.Join, doing nothing else with links.
+// Join and hand it to reliable.Join (or to link/mux's New, whose views go
+// to reliable.Join: dsm's per-segment channels), doing nothing else with
+// links.
 var joiners = []string{"dsm", "orca"}
 
 // checkLinkImports returns every package that imports link (or a package
@@ -254,7 +256,7 @@ func linkUses(fset *token.FileSet, path string, files []*ast.File, imp types.Imp
 				params = append(params, n.Params)
 			case *ast.CallExpr:
 				if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
-					if fn, ok := info.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && fn.Pkg().Path() == module+"/reliable" && fn.Name() == "Join" {
+					if fn, ok := info.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && (fn.Pkg().Path() == module+"/reliable" && fn.Name() == "Join" || fn.Pkg().Path() == module+"/link/mux" && fn.Name() == "New") {
 						for _, a := range n.Args {
 							if id, ok := a.(*ast.Ident); ok {
 								handed[id] = true

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
-	"golang.org/x/sys/unix"
 )
 
 // readBuf is the largest packet read from a client: a batch, or a Send of
@@ -19,6 +19,12 @@ import (
 // A longer packet arrives truncated (MSG_TRUNC) and is refused as too
 // large.
 const readBuf = localapi.MaxBatch
+
+// DefaultSocketBuffer is the send buffer (SO_SNDBUF) the daemon asks for
+// on every client connection: up to this much delivered data waits for a
+// reader in the kernel (net.core.wmem_max bounds it; 208 KiB by default,
+// 4 MiB on the benchmark machines).
+const DefaultSocketBuffer = 4 << 20
 
 // conn is one client connection.
 type conn struct {
@@ -32,6 +38,15 @@ type conn struct {
 	closeOnce sync.Once
 	accepted  uint64
 	batch     bool // the client reads DeliverBatch
+
+	dec     localapi.Decoder
+	r       *localapi.PacketReader
+	version uint16 // agreed by Hello
+	rings   connRings
+	// hasDeliverRing: the fan-out may write into the deliver ring
+	// directly (ringRecv); slot is its reserved record.
+	hasDeliverRing atomic.Bool
+	slot           [][]byte
 
 	smu  sync.Mutex
 	sub  *subscriber
@@ -47,8 +62,19 @@ func (d *Daemon) accept() {
 			}
 			return
 		}
+		// A large send buffer: what a subscriber has not read yet
+		// waits in it, so a client whose output blocks for a moment
+		// (a file write) does not hold the fan-out back. The kernel caps
+		// it at net.core.wmem_max.
+		c.SetWriteBuffer(d.cfg.SocketBuffer)
+		r, err := localapi.NewPacketReader(c, 0)
+		if err != nil {
+			d.log.Error("rbcastd: a client's connection could not be read", "err", err)
+			c.Close()
+			continue
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel}
+		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel, r: r}
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -71,7 +97,6 @@ func (c *conn) close() {
 		c.dead = true
 		c.smu.Unlock()
 		if s != nil {
-			close(s.gone)
 			c.d.removeSub(s)
 		}
 		c.d.mu.Lock()
@@ -100,37 +125,56 @@ func (c *conn) fail(code localapi.Code, keep bool, format string, args ...any) {
 
 // read reads one packet; truncated reports a packet longer than buf.
 func (c *conn) read(buf []byte) (n int, truncated bool, err error) {
-	n, _, flags, _, err := c.c.ReadMsgUnix(buf, nil)
+	n, truncated, err = c.r.Read(buf)
 	if err == nil && n == 0 {
 		return 0, false, errEOF // SOCK_SEQPACKET: a zero-length read is the peer's close
 	}
-	return n, flags&unix.MSG_TRUNC != 0, err
+	return n, truncated, err
 }
 
 var errEOF = errors.New("connection closed by the client")
 
 func (c *conn) serve() {
+	defer c.unmapRings()
 	defer c.close()
 	buf := make([]byte, readBuf)
 	if !c.hello(buf) {
 		return
 	}
 	for {
+		// Messages in the send ring go first, and before the next
+		// request: a client's Flush follows the messages it published.
+		if !c.drainSendRing(true) {
+			return
+		}
 		n, trunc, err := c.read(buf)
 		if err != nil {
+			return
+		}
+		if !c.drainSendRing(false) {
 			return
 		}
 		if trunc {
 			c.fail(localapi.CodeTooLarge, true, "message of more than %d bytes; the daemon accepts at most %s", n-1, c.maxText())
 			continue
 		}
-		m, err := localapi.Decode(buf[:n])
+		m, err := c.dec.Decode(buf[:n])
 		if err != nil {
 			c.fail(localapi.CodeBadMessage, false, "%v", err)
 			return
 		}
 		if !c.handle(m) {
 			return
+		}
+		// A client that sends one message at a time (a ping, an
+		// interactive writer) waits for each to go out: its next one is
+		// worth looking for before sleeping. One that sends batches is
+		// bound by its own pace; looking for its next batch only takes
+		// the CPU the group needs.
+		if m.Type() == localapi.TSend {
+			c.r.SetSpin(c.d.cfg.ClientSpin)
+		} else {
+			c.r.SetSpin(0)
 		}
 	}
 }
@@ -150,7 +194,7 @@ func (c *conn) hello(buf []byte) bool {
 	}
 	var m localapi.Message
 	if !trunc {
-		m, err = localapi.Decode(buf[:n])
+		m, err = c.dec.Decode(buf[:n])
 	}
 	h, ok := m.(*localapi.Hello)
 	switch {
@@ -160,10 +204,11 @@ func (c *conn) hello(buf []byte) bool {
 	case !ok:
 		c.fail(localapi.CodeUnexpected, false, "the first message must be Hello, not %v", m.Type())
 		return false
-	case h.Version != localapi.Version:
-		c.fail(localapi.CodeVersion, false, "this daemon speaks local API version %d; the client speaks version %d", localapi.Version, h.Version)
+	case h.Version < localapi.MinVersion || h.Version > localapi.Version:
+		c.fail(localapi.CodeVersion, false, "this daemon speaks local API versions %d to %d; the client speaks version %d", localapi.MinVersion, localapi.Version, h.Version)
 		return false
 	}
+	c.version = h.Version
 	c.batch = h.Flags&localapi.HelloBatch != 0
 	if h.Flags&localapi.HelloWaitReady != 0 {
 		if _, err := c.d.started(c.ctx); err != nil {
@@ -171,11 +216,12 @@ func (c *conn) hello(buf []byte) bool {
 			return false
 		}
 	}
-	return c.write(c.d.welcome()) == nil
+	return c.write(c.d.welcome(c.version)) == nil
 }
 
-func (d *Daemon) welcome() *localapi.Welcome {
-	w := &localapi.Welcome{Version: localapi.Version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
+// welcome is the Welcome of a client of the given version.
+func (d *Daemon) welcome(version uint16) *localapi.Welcome {
+	w := &localapi.Welcome{Version: version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
 		Members: uint16(d.members())}
 	if d.cfg.Group.Order == reliable.Total {
 		w.Order = localapi.OrderTotal
@@ -216,6 +262,11 @@ func (c *conn) handle(m localapi.Message) bool {
 	case *localapi.Hello:
 		c.fail(localapi.CodeUnexpected, false, "Hello is only valid as the first message")
 		return false
+	case *localapi.RingSetup:
+		return c.setupRing(m)
+	case *localapi.Doorbell:
+		c.doorbell(m.Ring)
+		return true
 	}
 	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
 	return false
@@ -236,7 +287,7 @@ func (c *conn) sendBatch(msgs [][]byte) bool {
 		}
 	}
 	for _, d := range msgs {
-		if !c.send(d) {
+		if !c.sendOn(g, d) {
 			return false
 		}
 	}
@@ -253,13 +304,18 @@ func (c *conn) send(data []byte) bool {
 		c.fail(localapi.CodeTooLarge, true, "message of %d bytes; the daemon accepts at most %d bytes per message", len(data), g.MaxMessage())
 		return true
 	}
+	return c.sendOn(g, data)
+}
+
+// sendOn hands one message of the right size to the group.
+func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 	c.d.sendMu.RLock()
 	if c.d.leaving {
 		c.d.sendMu.RUnlock()
 		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted+1)
 		return false
 	}
-	err = g.Send(c.ctx, data)
+	err := g.Send(c.ctx, data)
 	c.d.sendMu.RUnlock()
 	if err != nil {
 		code := localapi.CodeSendFailed
@@ -326,8 +382,7 @@ func waitHeld(ctx context.Context, g *reliable.Group) int {
 }
 
 func (c *conn) subscribe(from uint16) bool {
-	s := &subscriber{c: c, from: from, q: make(chan localapi.Deliver, c.d.cfg.SubscriberQueue),
-		gone: make(chan struct{}), end: make(chan error, 1)}
+	s := &subscriber{c: c, from: from}
 	c.smu.Lock()
 	again, dead := c.sub != nil, c.dead
 	if !again && !dead {
@@ -344,73 +399,15 @@ func (c *conn) subscribe(from uint16) bool {
 	// Registered before Subscribed is answered: from Subscribed on, the
 	// client may have a message sent (another connection) and expects its
 	// delivery; registered after, the fan-out could deliver it before the
-	// subscriber is in the list and skip it. Deliveries wait in s.q until
-	// the stream starts, so Subscribed still goes out first.
+	// subscriber is in the list and skip it. The write lock is held from
+	// before the registration until Subscribed is out, so the fan-out's
+	// first delivery waits for it.
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if !c.d.addSub(s) {
 		return false
 	}
-	if err := c.write(&localapi.Subscribed{From: from}); err != nil {
-		return false
-	}
-	go c.stream(s)
-	return true
-}
-
-// stream writes a subscriber's queue to the connection; a blocked write
-// (the client does not read) fills the queue and so holds the fan-out.
-// For a client that reads DeliverBatch, whatever waits in the queue goes
-// out in one packet.
-func (c *conn) stream(s *subscriber) {
-	var batch localapi.DeliverBatch
-	send := func(m localapi.Deliver) bool {
-		if !c.batch {
-			return c.write(&m) == nil
-		}
-		largest := c.d.g.MaxMessage() // a delivery means the group has started
-		batch.Msgs = append(batch.Msgs[:0], m)
-		size := 1 + localapi.DeliverBatchEntryLen + len(m.Data)
-	more:
-		for {
-			select {
-			case m := <-s.q:
-				batch.Msgs = append(batch.Msgs, m)
-				size += localapi.DeliverBatchEntryLen + len(m.Data)
-				if size+localapi.DeliverBatchEntryLen+largest > localapi.MaxBatch {
-					break more
-				}
-			default:
-				break more
-			}
-		}
-		if len(batch.Msgs) == 1 {
-			return c.write(&batch.Msgs[0]) == nil
-		}
-		return c.write(&batch) == nil
-	}
-	for {
-		select {
-		case m := <-s.q:
-			if !send(m) {
-				c.close()
-				return
-			}
-		case err := <-s.end:
-			for {
-				select {
-				case m := <-s.q:
-					if !send(m) {
-						c.close()
-						return
-					}
-					continue
-				default:
-				}
-				break
-			}
-			c.fail(localapi.CodeClosed, false, "%v", err)
-			return
-		case <-s.gone:
-			return
-		}
-	}
+	c.wbuf = (&localapi.Subscribed{From: from}).Append(c.wbuf[:0])
+	_, err := c.c.Write(c.wbuf)
+	return err == nil
 }

@@ -3,13 +3,16 @@
 // SOCK_SEQPACKET socket speaking the local API (internal/localapi,
 // docs/local-api.md).
 //
-// Data path. A local Send is handed to reliable.Group.Send, which returns
-// once the message is accepted (copied into the protocol's history); a
-// full send window blocks the connection, and so the client, through the
-// socket buffer. Delivered messages are read from the Group by one
-// fan-out goroutine and queued to each matching subscriber; a subscriber
-// whose queue is full blocks the fan-out (it never drops), the Group's
-// receive queue then fills and the group slows down (back-pressure).
+// Data path. A local Send (from a packet, or from the connection's send
+// ring: ring.go) is handed to reliable.Group.Send, which returns once the
+// message is accepted (copied into the protocol's history); a full send
+// window blocks the connection, and so the client, through the socket
+// buffer or its ring. Delivered messages are read from the Group by one
+// fan-out goroutine straight into a DeliverBatch packet, which it writes
+// to every matching subscriber once nothing more waits, or into a sole
+// subscriber's deliver ring (fanout.go); a subscriber that does not read
+// blocks the fan-out (it never drops), the Group's receive queue then
+// fills and the group slows down (back-pressure).
 //
 // The daemon does not open the link: the command does, so that it can
 // drop its privileges after opening it and before serving clients, and
@@ -38,9 +41,10 @@ import (
 // everything accepted acknowledged by the live members.
 const DefaultLeaveTimeout = 30 * time.Second
 
-// DefaultSubscriberQueue is how many delivered messages wait for one
-// subscriber before the fan-out waits for it.
-const DefaultSubscriberQueue = 1024
+// DefaultMaxRingMemory bounds the clients' rings together when
+// Config.MaxRingMemory is 0: sixteen clients with two rings of
+// at most MaxRing (16 MiB) each.
+const DefaultMaxRingMemory = 512 << 20
 
 // Config configures a Daemon.
 type Config struct {
@@ -52,10 +56,19 @@ type Config struct {
 	Logger *slog.Logger
 	// LeaveTimeout bounds the clean leave; 0 means DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
-	// SubscriberQueue is how many delivered messages wait for one local
-	// reader before the fan-out waits for it; 0 means
-	// DefaultSubscriberQueue.
-	SubscriberQueue int
+	// SocketBuffer is the send buffer asked for on every client
+	// connection; 0 means DefaultSocketBuffer.
+	SocketBuffer int
+	// ClientSpin is how long a connection whose client sent a single
+	// Send (not a batch) looks for the client's next packet, yielding the
+	// CPU, before it sleeps until one arrives (localapi.PacketReader;
+	// rbcastd run's -spin sets it with the ring's): a ping's next message
+	// then need not wait for a thread to be woken. 0: never.
+	ClientSpin time.Duration
+	// MaxRingMemory bounds the memory of all clients' rings together
+	// (local API version 2); 0 means DefaultMaxRingMemory. A RingSetup
+	// beyond it is refused and the client uses its socket instead.
+	MaxRingMemory int64
 	// CheckSelf, when set, vets the id registration gave this member; an
 	// error makes the daemon leave and Run return it.
 	CheckSelf func(self frame.MemberID) error
@@ -85,8 +98,10 @@ type Daemon struct {
 	conns  map[*conn]struct{}
 	closed bool
 
-	accepted atomic.Uint64 // Sends accepted, all clients
-	rates    rateSampler
+	accepted  atomic.Uint64 // Sends accepted, all clients
+	ringBytes atomic.Int64  // memory of every client's rings
+	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
+	rates     rateSampler
 }
 
 // New returns a Daemon; Run starts it.
@@ -100,8 +115,8 @@ func New(cfg Config) *Daemon {
 	if cfg.LeaveTimeout == 0 {
 		cfg.LeaveTimeout = DefaultLeaveTimeout
 	}
-	if cfg.SubscriberQueue <= 0 {
-		cfg.SubscriberQueue = DefaultSubscriberQueue
+	if cfg.SocketBuffer <= 0 {
+		cfg.SocketBuffer = DefaultSocketBuffer
 	}
 	return &Daemon{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
 		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger)}
@@ -184,7 +199,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		wg.Wait()
 	}()
 
-	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server,
+	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server, "membership", membership(d.cfg.Group),
 		"order", d.cfg.Group.Order.String(), "socket", ln.Addr().String())
 	g, err := reliable.Join(ctx, d.watch, d.cfg.Group)
 	if err != nil {
@@ -299,28 +314,14 @@ func (d *Daemon) isReady() bool {
 	}
 }
 
-// subscriber is one Subscribe: a queue the fan-out fills and a goroutine
-// writing it to the connection.
-type subscriber struct {
-	c    *conn
-	from uint16
-	q    chan localapi.Deliver
-	gone chan struct{} // closed when the connection is gone
-	end  chan error    // the reason the stream ended, sent once
-}
-
 func (d *Daemon) addSub(s *subscriber) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return false
 	}
-	select {
-	case <-s.gone:
-		return false
-	default:
-	}
 	d.subs = append(append([]*subscriber(nil), d.subs...), s)
+	d.subsGen.Add(1)
 	return true
 }
 
@@ -334,44 +335,13 @@ func (d *Daemon) removeSub(s *subscriber) {
 		}
 	}
 	d.subs = out
+	d.subsGen.Add(1)
 }
 
 func (d *Daemon) subscribers() []*subscriber {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.subs
-}
-
-// fanout hands every delivered message to every matching subscriber,
-// waiting for those whose queue is full: never dropping is what makes a
-// slow reader slow the group.
-func (d *Daemon) fanout(g *reliable.Group) {
-	for {
-		from, data, err := g.RecvAppend(context.Background(), nil)
-		if err != nil {
-			reason := errors.New("the daemon left the group")
-			if !errors.Is(err, reliable.ErrClosed) {
-				reason = fmt.Errorf("the group stopped: %w", err)
-			}
-			for _, s := range d.subscribers() {
-				select {
-				case s.end <- reason:
-				case <-s.gone:
-				}
-			}
-			return
-		}
-		m := localapi.Deliver{From: uint16(from), Data: data}
-		for _, s := range d.subscribers() {
-			if s.from != localapi.AllMembers && s.from != m.From {
-				continue
-			}
-			select {
-			case s.q <- m:
-			case <-s.gone:
-			}
-		}
-	}
 }
 
 // unacked is how much of what this member sent is not yet held by every

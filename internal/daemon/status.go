@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -35,8 +38,15 @@ type Status struct {
 	Size    int    `json:"members_expected"`
 	Uptime  string `json:"uptime"`
 	JoinErr string `json:"join_error,omitempty"`
+	// Membership is static (a fixed member list), registered (fixed
+	// when it started) or views (it changes: View).
+	Membership string `json:"membership"`
 
 	Members []MemberStatus `json:"members"`
+
+	// A group whose membership changes (-membership views): the view
+	// installed, its members, and the last changes.
+	View *ViewStatus `json:"view,omitempty"`
 
 	// Order total only: the sequencer this member follows and its epoch.
 	Sequencer *int   `json:"sequencer,omitempty"`
@@ -79,6 +89,57 @@ type Status struct {
 	Subscribers     int              `json:"subscribers"`
 }
 
+// ViewStatus is the installed view of a group whose membership changes.
+type ViewStatus struct {
+	ID      uint32             `json:"id"`
+	Members []ViewMember       `json:"members"`
+	Changes []ViewChange       `json:"changes"` // the last views installed here, oldest first
+	Counts  reliable.ViewStats `json:"counters"`
+}
+
+// ViewMember is one member of a view: its id, MAC and incarnation (a
+// restarted daemon comes back with a new incarnation).
+type ViewMember struct {
+	ID          int    `json:"id"`
+	MAC         string `json:"mac"`
+	Addr        string `json:"addr,omitempty"` // over UDP (link/udp): the member's address
+	Incarnation uint32 `json:"incarnation"`
+}
+
+// addrOf is a link that knows its members' addresses beside their MACs
+// (link/udp).
+type addrOf interface {
+	AddrOf(mac [6]byte) (netip.AddrPort, bool)
+}
+
+// memberAddr is the address the link knows for mac, or "".
+func memberAddr(l link.Link, mac [6]byte) string {
+	for l != nil {
+		if a, ok := l.(addrOf); ok {
+			if ap, ok := a.AddrOf(mac); ok {
+				return ap.String()
+			}
+			return ""
+		}
+		w, ok := l.(link.Wrapper)
+		if !ok {
+			return ""
+		}
+		l = w.Unwrap()
+	}
+	return ""
+}
+
+// ViewChange is a view installed here: when, and how many members.
+type ViewChange struct {
+	ID      uint32 `json:"id"`
+	At      string `json:"at"`
+	Members int    `json:"members"`
+}
+
+// maxViewChanges is how many view changes Status lists.
+const maxViewChanges = 8
+
 // MemberStatus is one member in Status.
 type MemberStatus struct {
 	ID          int     `json:"id"`
@@ -98,6 +159,16 @@ type MemberStatus struct {
 	RepairP99ms         float64 `json:"repair_p99_ms"`
 }
 
+func membership(c reliable.Config) string {
+	switch {
+	case c.Views:
+		return "views"
+	case len(c.Members) > 0:
+		return "static"
+	}
+	return "registered"
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Status returns the daemon's status now.
@@ -110,7 +181,8 @@ func (d *Daemon) Status() Status {
 // has started).
 func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 	s = Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
-		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load()}
+		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load(),
+		Membership: membership(d.cfg.Group)}
 	if d.watch != nil {
 		s.ForeignVersions = d.watch.foreignVersions()
 	}
@@ -160,6 +232,21 @@ func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 	b := st.BadFrames
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
+	if st.View != nil {
+		v := &ViewStatus{ID: st.View.ID, Counts: st.Views}
+		for _, m := range st.View.Members {
+			v.Members = append(v.Members, ViewMember{ID: int(m.ID), MAC: net.HardwareAddr(m.MAC[:]).String(), Addr: memberAddr(d.watch.Link, m.MAC), Incarnation: m.Incarnation})
+		}
+		for _, ev := range st.Events {
+			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
+				v.Changes = append(v.Changes, ViewChange{ID: ev.View.ID, At: ev.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), Members: len(ev.View.Members)})
+			}
+		}
+		if len(v.Changes) > maxViewChanges {
+			v.Changes = v.Changes[len(v.Changes)-maxViewChanges:]
+		}
+		s.View = v
+	}
 
 	why, died := removals(st.Events)
 	per := map[frame.MemberID]reliable.MemberStats{}

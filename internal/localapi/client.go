@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +29,12 @@ type Conn struct {
 	path string
 	rbuf []byte
 	wbuf []byte
+	dec  Decoder
+	r    *PacketReader
+	rc   syscall.RawConn
+
+	version uint16   // agreed by Hello
+	mems    [][]byte // the rings' mappings, unmapped by Close
 }
 
 // DialError says why the daemon's socket could not be reached.
@@ -66,11 +74,37 @@ func Dial(path string) (*Conn, error) {
 		}
 		return nil, &DialError{Path: path, Err: err}
 	}
-	return &Conn{c: c, path: path, rbuf: make([]byte, 1+MaxStatus+1)}, nil
+	cn := &Conn{path: path, rbuf: make([]byte, 1+MaxStatus+1)}
+	if err := cn.attach(c); err != nil {
+		c.Close()
+		return nil, &DialError{Path: path, Err: err}
+	}
+	return cn, nil
+}
+
+// attach makes c the connection's socket.
+func (cn *Conn) attach(c *net.UnixConn) error {
+	r, err := NewPacketReader(c, 0)
+	if err != nil {
+		return err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	cn.c, cn.r, cn.rc = c, r, rc
+	return nil
 }
 
 // Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error {
+	err := c.c.Close()
+	for _, m := range c.mems {
+		UnmapRing(m)
+	}
+	c.mems = nil
+	return err
+}
 
 // CloseWrite shuts the sending half down; the daemon sees the end.
 func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
@@ -78,34 +112,39 @@ func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
 // Write sends one message.
 func (c *Conn) Write(m Message) error {
 	c.wbuf = m.Append(c.wbuf[:0])
-	_, err := c.c.Write(c.wbuf)
+	return c.WritePacket(c.wbuf)
+}
+
+// WritePacket sends one message encoded already (a SendBatch a client
+// fills in place, for example): p must be a whole message.
+func (c *Conn) WritePacket(p []byte) error {
+	_, err := c.c.Write(p)
 	if errors.Is(err, syscall.EMSGSIZE) {
-		return fmt.Errorf("rbcastd: a %v of %d bytes is larger than the socket carries: %w", m.Type(), len(c.wbuf), err)
+		return fmt.Errorf("rbcastd: a %v of %d bytes is larger than the socket carries: %w", Type(p[0]), len(p), err)
 	}
 	return err
 }
+
+// SetSpin has reads look for a packet this long, yielding the CPU between
+// looks, before they sleep until one arrives: a client waiting for one
+// answer at a time (a ping) then need not be woken, which costs tens of
+// µs in a VM whose idle vCPUs halt (as the ring's Config.RxSpin). Zero,
+// the default, never spins.
+func (c *Conn) SetSpin(d time.Duration) { c.r.spin = d }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
 var ErrDaemonClosed = errors.New("rbcastd: the daemon closed the connection")
 
-// Read returns the next message. Its data fields are valid until the next
-// Read. An Error message is returned as the *Error error.
+// Read returns the next message, valid (with its data fields) until the
+// next Read; in steady state Read does not allocate. An Error message is
+// returned as the *Error error.
 func (c *Conn) Read() (Message, error) {
-	n, _, flags, _, err := c.c.ReadMsgUnix(c.rbuf, nil)
-	if errors.Is(err, io.EOF) {
-		return nil, ErrDaemonClosed
-	}
+	n, err := c.ReadPacket(c.rbuf)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
-		return nil, ErrDaemonClosed
-	}
-	if flags&unix.MSG_TRUNC != 0 {
-		return nil, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(c.rbuf))
-	}
-	m, err := Decode(c.rbuf[:n])
+	m, err := c.dec.Decode(c.rbuf[:n])
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +154,171 @@ func (c *Conn) Read() (Message, error) {
 	return m, nil
 }
 
+// ReadPacket reads the next packet into buf, undecoded (a client that
+// decodes elsewhere, with a Decoder of its own); buf should hold
+// MaxBatch bytes, or 1+MaxStatus to take a StatusJSON.
+func (c *Conn) ReadPacket(buf []byte) (int, error) {
+	n, trunc, err := c.r.Read(buf)
+	if errors.Is(err, io.EOF) {
+		return 0, ErrDaemonClosed
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, ErrDaemonClosed // SOCK_SEQPACKET: the daemon closed
+	}
+	if trunc {
+		return 0, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(buf))
+	}
+	return n, nil
+}
+
+// PacketReader reads the packets of a SOCK_SEQPACKET connection without
+// allocating (net.UnixConn's ReadMsgUnix allocates the peer's address on
+// every read). With a spin it first looks for a packet that long,
+// yielding the CPU between looks, before it sleeps in the poller until one
+// arrives (Conn.SetSpin; the daemon reads its clients the same way). It
+// honours the connection's read deadline. One goroutine at a time may
+// Read.
+type PacketReader struct {
+	rc   syscall.RawConn
+	spin time.Duration
+	try  func(fd uintptr) bool // r.recv, made once
+	// The read in progress.
+	buf   []byte
+	n     int
+	errno syscall.Errno
+	start time.Time
+	spun  bool
+	// Contention: a yield that kept the CPU away for long means other
+	// processes want it; spinning then stops until off, for a pause that
+	// doubles with each contended spin (as the ring's RxSpin does).
+	off   time.Time
+	pause time.Duration
+}
+
+// Back-off of the spin under contention, as link/ring's: a yield longer
+// than spinContended (or the spin, if longer) counts as contention.
+const (
+	spinContended = time.Millisecond
+	spinPauseMin  = 10 * time.Millisecond
+	spinPauseMax  = time.Second
+)
+
+// SetSpin sets how long the next reads look for a packet before they
+// sleep (0: never).
+func (r *PacketReader) SetSpin(d time.Duration) { r.spin = d }
+
+// NewPacketReader returns a reader of c's packets that spins for spin
+// (0: never) before it sleeps.
+func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	r := &PacketReader{rc: rc, spin: spin}
+	r.try = r.recv
+	return r, nil
+}
+
+// Read reads one packet into buf (which must not be empty). truncated
+// says the packet was longer than buf: its first len(buf) bytes are in
+// buf, the rest is lost. A zero n with a nil error is the peer's close.
+func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
+	r.buf, r.n, r.errno, r.start, r.spun = buf, 0, 0, time.Time{}, false
+	if err := r.rc.Read(r.try); err != nil {
+		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
+	}
+	r.buf = nil
+	if r.errno != 0 {
+		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: os.NewSyscallError("recvfrom", r.errno)}
+	}
+	if r.n > len(buf) {
+		return len(buf), true, nil
+	}
+	return r.n, false, nil
+}
+
+// recv is one attempt of Read on the socket: a non-blocking recvfrom
+// without the peer's address (MSG_TRUNC: the packet's whole length), then
+// the spin; false has the poller wait until the socket is readable.
+func (r *PacketReader) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		switch e {
+		case 0:
+			r.n = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			r.errno = e
+			return true
+		}
+		if r.spin <= 0 || r.spun {
+			return false
+		}
+		now := time.Now()
+		if r.start.IsZero() {
+			if now.Before(r.off) {
+				r.spun = true
+				return false
+			}
+			r.start = now
+		} else if now.Sub(r.start) >= r.spin {
+			r.spun = true
+			r.pause /= 2
+			return false
+		}
+		runtime.Gosched()
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if away := time.Since(now); away > max(r.spin, spinContended) {
+			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)
+			r.off = now.Add(away).Add(r.pause)
+			r.spun = true
+		}
+	}
+}
+
+// Pending reports whether a packet waits to be read (SIOCINQ), so that
+// a client may write out what it buffered before a Read that would wait.
+func (c *Conn) Pending() bool {
+	n := 0
+	c.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}
+
 // Hello says hello with flags (HelloWaitReady: the daemon answers once
 // the group has started; HelloBatch: this client reads DeliverBatch) and
 // returns the daemon's Welcome.
+//
+// It offers this build's Version; a daemon of version 1 refuses it
+// (CodeVersion, and closes the connection), and Hello then connects again
+// and says hello in version 1: Version tells which was agreed (rings need
+// 2).
 func (c *Conn) Hello(flags uint16) (*Welcome, error) {
-	h := &Hello{Version: Version, Flags: flags}
-	if err := c.Write(h); err != nil {
+	w, err := c.hello(Version, flags)
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeVersion {
+		nc, derr := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.path, Net: "unixpacket"})
+		if derr != nil {
+			return nil, err
+		}
+		c.c.Close()
+		if derr := c.attach(nc); derr != nil {
+			nc.Close()
+			return nil, err
+		}
+		w, err = c.hello(MinVersion, flags)
+	}
+	return w, err
+}
+
+func (c *Conn) hello(version, flags uint16) (*Welcome, error) {
+	if err := c.Write(&Hello{Version: version, Flags: flags}); err != nil {
 		return nil, err
 	}
 	m, err := c.Read()
@@ -131,8 +329,239 @@ func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 	if !ok {
 		return nil, fmt.Errorf("rbcastd: the daemon answered Hello with %v", m.Type())
 	}
-	return w, nil
+	c.version = w.Version
+	cp := *w // the caller's, not the decoder's
+	return &cp, nil
+}
+
+// Version is the local API version Hello agreed on (0 before Hello).
+func (c *Conn) Version() uint16 { return c.version }
+
+// openRing asks the daemon for a ring (RingSetup) and maps the memory
+// that comes with its RingReady.
+func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
+	if c.version < 2 {
+		return nil, fmt.Errorf("rbcastd: the daemon speaks local API version %d; rings need version 2", c.version)
+	}
+	if err := c.Write(&RingSetup{Ring: which, Size: uint32(size)}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1+MaxText+errorMin)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, cm := range cms {
+			if f, err := unix.ParseUnixRights(&cm); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if n == 0 {
+		return nil, ErrDaemonClosed
+	}
+	m, err := Decode(buf[:n])
+	if err != nil {
+		return nil, err
+	}
+	switch m := m.(type) {
+	case *Error:
+		return nil, m
+	case *RingReady:
+		if m.Ring != which || len(fds) != 1 {
+			return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with ring %d and %d file descriptors", m.Ring, len(fds))
+		}
+		mem, err := MapRingMemory(fds[0], int(m.Size))
+		if err != nil {
+			return nil, err
+		}
+		c.mems = append(c.mems, mem)
+		return NewRing(which, mem, int(m.Size)) // the records' bounds are the ring's
+
+	}
+	return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with %v", m.Type())
+}
+
+// The clients' doorbells, made once: a message passed as an interface
+// escapes, and these go out often.
+var (
+	sendBell    = &Doorbell{Ring: RingSend}
+	deliverBell = &Doorbell{Ring: RingDeliver}
+)
+
+// RingSender sends messages through a send ring (version 2): the client
+// writes them into memory the daemon reads, with no system call per
+// packet. Messages are sent in order with those of Write; a Flush (or
+// any request) on the connection comes after every message published
+// before it.
+type RingSender struct {
+	c     *Conn
+	r     *Ring
+	slots [][]byte
+}
+
+// SendRing opens a send ring with a data area of size bytes (DefaultRing
+// when 0).
+func (c *Conn) SendRing(size int) (*RingSender, error) {
+	if size == 0 {
+		size = DefaultRing
+	}
+	r, err := c.openRing(RingSend, size)
+	if err != nil {
+		return nil, err
+	}
+	return &RingSender{c: c, r: r}, nil
+}
+
+// Reserve returns room for up to k messages of n bytes each (at least
+// one), waiting for room if the ring is full; fill them and Commit each,
+// in order (every one but the last committed full: Ring.Commit).
+func (s *RingSender) Reserve(n, k int) ([][]byte, error) {
+	for {
+		var err error
+		s.slots, err = s.r.Reserve(s.slots, n, k)
+		if err == nil {
+			return s.slots, nil
+		}
+		if !errors.Is(err, ErrRingFull) {
+			return nil, err
+		}
+		if err := s.Publish(); err != nil {
+			return nil, err
+		}
+		if err := s.waitSpace(n); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Commit adds the next reserved message, its first k bytes.
+func (s *RingSender) Commit(k int) { s.r.Commit(0, k) }
+
+// Add copies d into the ring as a message, waiting for room.
+func (s *RingSender) Add(d []byte) error {
+	for {
+		err := s.r.Add(0, d)
+		if !errors.Is(err, ErrRingFull) {
+			return err
+		}
+		if err := s.Publish(); err != nil {
+			return err
+		}
+		if err := s.waitSpace(len(d)); err != nil {
+			return err
+		}
+	}
+}
+
+// Publish makes the messages added so far visible to the daemon, ringing
+// it if it sleeps.
+func (s *RingSender) Publish() error {
+	if s.r.Publish() {
+		return s.c.Write(sendBell)
+	}
+	return nil
+}
+
+// waitSpace sleeps until the daemon has made room for a message of n
+// bytes (its DaemonDoorbell), or says why not (an Error: a message
+// refused, the group stopped).
+func (s *RingSender) waitSpace(n int) error {
+	for {
+		sleep, err := s.r.WaitSpace(n)
+		if err != nil || !sleep {
+			return err
+		}
+		m, err := s.c.Read()
+		if err != nil {
+			return err
+		}
+		if d, ok := m.(*DaemonDoorbell); !ok || d.Ring != RingSend {
+			return fmt.Errorf("rbcastd: the daemon sent %v while the send ring was full", m.Type())
+		}
+	}
+}
+
+// RingReceiver reads the group's deliveries from a deliver ring (version
+// 2) after a Subscribe on the same connection.
+type RingReceiver struct {
+	c     *Conn
+	r     *Ring
+	ended error // the daemon's Error ending the stream, once read
+}
+
+// DeliverRing opens a deliver ring with a data area of size bytes
+// (DefaultRing when 0); Subscribe then fills it.
+func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
+	if size == 0 {
+		size = DefaultRing
+	}
+	r, err := c.openRing(RingDeliver, size)
+	if err != nil {
+		return nil, err
+	}
+	return &RingReceiver{c: c, r: r}, nil
+}
+
+// Next returns the next delivered message; its data is in the ring,
+// valid until Release. With wait false it returns ok false when none
+// waits; with wait true it releases what was read and sleeps until one
+// comes. Once the daemon ends the stream (an Error after its last
+// deliveries), Next returns what is left in the ring, then that Error.
+// Other messages on the connection (Subscribed) are skipped.
+func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err error) {
+	for {
+		from, data, ok, err = rr.r.Next()
+		if err != nil || ok {
+			return from, data, ok, err
+		}
+		if rr.ended != nil {
+			return 0, nil, false, rr.ended
+		}
+		if !wait {
+			return 0, nil, false, nil
+		}
+		if err := rr.Release(); err != nil {
+			return 0, nil, false, err
+		}
+		sleep, err := rr.r.WaitData()
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if !sleep {
+			continue
+		}
+		// A DaemonDoorbell, or Subscribed: look again.
+		if _, err := rr.c.Read(); err != nil {
+			var e *Error
+			if !errors.As(err, &e) && !errors.Is(err, ErrDaemonClosed) {
+				return 0, nil, false, err
+			}
+			rr.ended = err // after the records still in the ring
+		}
+	}
+}
+
+// Release frees the messages Next returned, ringing the daemon if it
+// waits for room.
+func (rr *RingReceiver) Release() error {
+	if rr.r.Release() {
+		return rr.c.Write(deliverBell)
+	}
+	return nil
 }
 
 // SetDeadline bounds the connection's reads and writes (zero: none).
 func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+
+// RingMemories returns the mappings of c's rings (for tests that play a
+// hostile client).
+func RingMemories(c *Conn) [][]byte { return c.mems }

@@ -12,11 +12,18 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 )
 
-// Version is the local API version this build speaks. A Hello with another
-// version is answered with an Error of code CodeVersion.
-const Version = 1
+// Version is the local API version this build speaks; it also answers
+// Hellos of every version from MinVersion (a Welcome of the client's
+// version). A Hello with another version is answered with an Error of
+// code CodeVersion. Version 2 adds the rings (RingSetup, RingReady,
+// Doorbell, DaemonDoorbell; docs/local-api.md, "Rings").
+const (
+	Version    = 2
+	MinVersion = 1
+)
 
 // Type is a message's first byte. Client messages have the high bit clear,
 // daemon messages have it set.
@@ -30,15 +37,19 @@ const (
 	TSubscribe Type = 0x04 // deliver messages (from one member or all) on this connection
 	TStatus    Type = 0x05 // ask for a Status
 	TSendBatch Type = 0x06 // several messages to broadcast, in order
+	TRingSetup Type = 0x07 // ask for a ring (version 2)
+	TDoorbell  Type = 0x08 // look at a ring again (version 2)
 
 	// Daemon to client.
-	TWelcome      Type = 0x81 // answers Hello
-	TFlushed      Type = 0x82 // answers Flush
-	TSubscribed   Type = 0x83 // answers Subscribe
-	TDeliver      Type = 0x84 // one delivered message
-	TStatusJSON   Type = 0x85 // answers Status
-	TDeliverBatch Type = 0x86 // several delivered messages, in order (after Hello with HelloBatch)
-	TError        Type = 0xff // a request failed; the text says why
+	TWelcome        Type = 0x81 // answers Hello
+	TFlushed        Type = 0x82 // answers Flush
+	TSubscribed     Type = 0x83 // answers Subscribe
+	TDeliver        Type = 0x84 // one delivered message
+	TStatusJSON     Type = 0x85 // answers Status
+	TDeliverBatch   Type = 0x86 // several delivered messages, in order (after Hello with HelloBatch)
+	TRingReady      Type = 0x87 // answers RingSetup, with the ring's memory (version 2)
+	TDaemonDoorbell Type = 0x88 // look at a ring again (version 2)
+	TError          Type = 0xff // a request failed; the text says why
 )
 
 func (t Type) String() string {
@@ -57,6 +68,14 @@ func (t Type) String() string {
 		return "SendBatch"
 	case TDeliverBatch:
 		return "DeliverBatch"
+	case TRingSetup:
+		return "RingSetup"
+	case TDoorbell:
+		return "Doorbell"
+	case TRingReady:
+		return "RingReady"
+	case TDaemonDoorbell:
+		return "DaemonDoorbell"
 	case TWelcome:
 		return "Welcome"
 	case TFlushed:
@@ -173,6 +192,33 @@ type Subscribe struct{ From uint16 }
 // Status asks for a StatusJSON.
 type Status struct{}
 
+// RingSetup asks for a ring (RingSend or RingDeliver) with a data area
+// of Size bytes (a power of two, MinRing to MaxRing); the daemon answers
+// RingReady with the ring's memory, or an Error. Version 2.
+type RingSetup struct {
+	Ring uint8
+	Size uint32
+}
+
+// Doorbell tells the daemon to look at a ring again: records were
+// published into the send ring while it slept (wantData), or room was
+// made in the deliver ring while it waited for some (wantSpace).
+// Version 2.
+type Doorbell struct{ Ring uint8 }
+
+// RingReady answers RingSetup: the ring's memory, a memfd of
+// RingHeader+Size bytes sealed against shrinking and growing, comes with
+// the packet (SCM_RIGHTS). Version 2.
+type RingReady struct {
+	Ring uint8
+	Size uint32
+}
+
+// DaemonDoorbell tells the client to look at a ring again: records were
+// published into the deliver ring while it slept, or room was made in the
+// send ring while it waited for some. Version 2.
+type DaemonDoorbell struct{ Ring uint8 }
+
 // Welcome answers Hello.
 type Welcome struct {
 	Version    uint16
@@ -227,6 +273,23 @@ func (*Subscribed) Type() Type   { return TSubscribed }
 func (*Deliver) Type() Type      { return TDeliver }
 func (*StatusJSON) Type() Type   { return TStatusJSON }
 func (*Error) Type() Type        { return TError }
+
+func (*RingSetup) Type() Type      { return TRingSetup }
+func (*Doorbell) Type() Type       { return TDoorbell }
+func (*RingReady) Type() Type      { return TRingReady }
+func (*DaemonDoorbell) Type() Type { return TDaemonDoorbell }
+
+func (m *RingSetup) Append(b []byte) []byte {
+	return be.AppendUint32(append(b, byte(TRingSetup), m.Ring), m.Size)
+}
+
+func (m *Doorbell) Append(b []byte) []byte { return append(b, byte(TDoorbell), m.Ring) }
+
+func (m *RingReady) Append(b []byte) []byte {
+	return be.AppendUint32(append(b, byte(TRingReady), m.Ring), m.Size)
+}
+
+func (m *DaemonDoorbell) Append(b []byte) []byte { return append(b, byte(TDaemonDoorbell), m.Ring) }
 
 var be = binary.BigEndian
 
@@ -308,6 +371,8 @@ func (m *Error) Append(b []byte) []byte {
 // Fixed lengths of the messages without variable data, type byte included.
 const (
 	helloLen      = 5
+	ringSetupLen  = 6
+	doorbellLen   = 2
 	flushLen      = 1
 	subscribeLen  = 3
 	statusLen     = 1
@@ -339,8 +404,37 @@ func decodeErr(t Type, off int, format string, args ...any) error {
 }
 
 // Decode decodes one packet. Data fields (Send, Deliver, StatusJSON) alias
-// p.
+// p. It allocates the message; a Decoder does not.
 func Decode(p []byte) (Message, error) {
+	return new(Decoder).Decode(p)
+}
+
+// Decoder decodes packets into messages it keeps and reuses, so that a
+// stream of packets decodes without allocating (the daemon's and the
+// clients' steady state). A message it returns is valid until its next
+// Decode.
+type Decoder struct {
+	hello        Hello
+	send         Send
+	flush        Flush
+	subscribe    Subscribe
+	status       Status
+	sendBatch    SendBatch
+	deliverBatch DeliverBatch
+	welcome      Welcome
+	flushed      Flushed
+	subscribed   Subscribed
+	deliver      Deliver
+	statusJSON   StatusJSON
+	ringSetup    RingSetup
+	doorbell     Doorbell
+	ringReady    RingReady
+	daemonBell   DaemonDoorbell
+}
+
+// Decode decodes one packet into the Decoder's message of its type. Data
+// fields alias p; an Error (rare) is allocated.
+func (d *Decoder) Decode(p []byte) (Message, error) {
 	if len(p) == 0 {
 		return nil, decodeErr(0, 0, "empty packet")
 	}
@@ -362,45 +456,53 @@ func Decode(p []byte) (Message, error) {
 		if err := exact(helloLen); err != nil {
 			return nil, err
 		}
-		return &Hello{Version: be.Uint16(p[1:]), Flags: be.Uint16(p[3:])}, nil
+		d.hello = Hello{Version: be.Uint16(p[1:]), Flags: be.Uint16(p[3:])}
+		return &d.hello, nil
 	case TSend:
-		return &Send{Data: p[1:]}, nil
+		d.send.Data = p[1:]
+		return &d.send, nil
 	case TFlush:
 		if err := exact(flushLen); err != nil {
 			return nil, err
 		}
-		return &Flush{}, nil
+		return &d.flush, nil
 	case TSubscribe:
 		if err := exact(subscribeLen); err != nil {
 			return nil, err
 		}
-		return &Subscribe{From: be.Uint16(p[1:])}, nil
+		d.subscribe.From = be.Uint16(p[1:])
+		return &d.subscribe, nil
 	case TStatus:
 		if err := exact(statusLen); err != nil {
 			return nil, err
 		}
-		return &Status{}, nil
+		return &d.status, nil
 	case TSendBatch:
-		m := &SendBatch{}
-		err := entries(p, 0, BatchEntryLen, func(_ []byte, d []byte) { m.Msgs = append(m.Msgs, d) })
-		if err != nil {
-			return nil, err
+		m := &d.sendBatch
+		m.Msgs = m.Msgs[:0]
+		for e, err := range Entries(p) {
+			if err != nil {
+				return nil, err
+			}
+			m.Msgs = append(m.Msgs, e.Data)
 		}
 		return m, nil
 	case TDeliverBatch:
-		m := &DeliverBatch{}
-		err := entries(p, 2, DeliverBatchEntryLen, func(h []byte, d []byte) {
-			m.Msgs = append(m.Msgs, Deliver{From: be.Uint16(h), Data: d})
-		})
-		if err != nil {
-			return nil, err
+		m := &d.deliverBatch
+		m.Msgs = m.Msgs[:0]
+		for e, err := range Entries(p) {
+			if err != nil {
+				return nil, err
+			}
+			m.Msgs = append(m.Msgs, e)
 		}
 		return m, nil
 	case TWelcome:
 		if err := exact(welcomeLen); err != nil {
 			return nil, err
 		}
-		m := &Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
+		m := &d.welcome
+		*m = Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
 			Members: be.Uint16(p[9:]), Order: p[11], MaxMessage: be.Uint32(p[13:])}
 		if m.Order > OrderTotal {
 			return nil, decodeErr(t, 11, "order %d, want 0 (fifo) or 1 (total)", m.Order)
@@ -417,22 +519,52 @@ func Decode(p []byte) (Message, error) {
 		if err := exact(flushedLen); err != nil {
 			return nil, err
 		}
-		return &Flushed{Accepted: be.Uint64(p[1:])}, nil
+		d.flushed.Accepted = be.Uint64(p[1:])
+		return &d.flushed, nil
 	case TSubscribed:
 		if err := exact(subscribedLen); err != nil {
 			return nil, err
 		}
-		return &Subscribed{From: be.Uint16(p[1:])}, nil
+		d.subscribed.From = be.Uint16(p[1:])
+		return &d.subscribed, nil
 	case TDeliver:
 		if err := atLeast(deliverMin); err != nil {
 			return nil, err
 		}
-		return &Deliver{From: be.Uint16(p[1:]), Data: p[3:]}, nil
+		d.deliver = Deliver{From: be.Uint16(p[1:]), Data: p[3:]}
+		return &d.deliver, nil
 	case TStatusJSON:
 		if len(p)-1 > MaxStatus {
 			return nil, decodeErr(t, 1, "%d bytes of status, at most %d", len(p)-1, MaxStatus)
 		}
-		return &StatusJSON{JSON: p[1:]}, nil
+		d.statusJSON.JSON = p[1:]
+		return &d.statusJSON, nil
+	case TRingSetup, TRingReady:
+		if err := exact(ringSetupLen); err != nil {
+			return nil, err
+		}
+		if p[1] > RingDeliver {
+			return nil, decodeErr(t, 1, "ring %d, want 0 (send) or 1 (deliver)", p[1])
+		}
+		if t == TRingSetup {
+			d.ringSetup = RingSetup{Ring: p[1], Size: be.Uint32(p[2:])}
+			return &d.ringSetup, nil
+		}
+		d.ringReady = RingReady{Ring: p[1], Size: be.Uint32(p[2:])}
+		return &d.ringReady, nil
+	case TDoorbell, TDaemonDoorbell:
+		if err := exact(doorbellLen); err != nil {
+			return nil, err
+		}
+		if p[1] > RingDeliver {
+			return nil, decodeErr(t, 1, "ring %d, want 0 (send) or 1 (deliver)", p[1])
+		}
+		if t == TDoorbell {
+			d.doorbell.Ring = p[1]
+			return &d.doorbell, nil
+		}
+		d.daemonBell.Ring = p[1]
+		return &d.daemonBell, nil
 	case TError:
 		if err := atLeast(errorMin); err != nil {
 			return nil, err
@@ -445,26 +577,54 @@ func Decode(p []byte) (Message, error) {
 	return nil, decodeErr(t, 0, "unknown message type %#02x", uint8(t))
 }
 
-// entries decodes a batch's entries after the type byte: each a header of
-// hdr bytes whose last four are the datum's length, then the datum.
-func entries(p []byte, pre, hdr int, add func(h, d []byte)) error {
-	t := Type(p[0])
-	if len(p) > MaxBatch {
-		return decodeErr(t, MaxBatch, "%d bytes, at most %d", len(p), MaxBatch)
-	}
-	if len(p) == 1 {
-		return decodeErr(t, 1, "no messages")
-	}
-	for off := 1; off < len(p); {
-		if len(p)-off < hdr {
-			return decodeErr(t, off, "entry header of %d bytes cut short: %d left", hdr, len(p)-off)
+// Entries iterates over the messages of a SendBatch or DeliverBatch
+// packet without allocating (a SendBatch entry's From is 0). It yields a
+// decode error, once and last, where the packet is malformed: so a
+// caller that acts on each entry as it comes and must not act on a
+// malformed packet ranges over it twice.
+func Entries(p []byte) iter.Seq2[Deliver, error] {
+	return func(yield func(Deliver, error) bool) {
+		if len(p) == 0 {
+			yield(Deliver{}, decodeErr(0, 0, "empty packet"))
+			return
 		}
-		n := int(be.Uint32(p[off+pre:]))
-		if n > len(p)-off-hdr {
-			return decodeErr(t, off+pre, "message of %d bytes, only %d left", n, len(p)-off-hdr)
+		t := Type(p[0])
+		pre, hdr := 0, BatchEntryLen
+		switch t {
+		case TSendBatch:
+		case TDeliverBatch:
+			pre, hdr = 2, DeliverBatchEntryLen
+		default:
+			yield(Deliver{}, decodeErr(t, 0, "not a batch"))
+			return
 		}
-		add(p[off:off+pre], p[off+hdr:off+hdr+n])
-		off += hdr + n
+		if len(p) > MaxBatch {
+			yield(Deliver{}, decodeErr(t, MaxBatch, "%d bytes, at most %d", len(p), MaxBatch))
+			return
+		}
+		if len(p) == 1 {
+			yield(Deliver{}, decodeErr(t, 1, "no messages"))
+			return
+		}
+		for off := 1; off < len(p); {
+			if len(p)-off < hdr {
+				yield(Deliver{}, decodeErr(t, off, "entry header of %d bytes cut short: %d left", hdr, len(p)-off))
+				return
+			}
+			n := int(be.Uint32(p[off+pre:]))
+			if n > len(p)-off-hdr {
+				yield(Deliver{}, decodeErr(t, off+pre, "message of %d bytes, only %d left", n, len(p)-off-hdr))
+				return
+			}
+			var e Deliver
+			if pre > 0 {
+				e.From = be.Uint16(p[off:])
+			}
+			e.Data = p[off+hdr : off+hdr+n : off+hdr+n]
+			if !yield(e, nil) {
+				return
+			}
+			off += hdr + n
+		}
 	}
-	return nil
 }

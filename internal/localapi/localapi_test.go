@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden vectors in testdata/golden")
@@ -39,11 +41,17 @@ func goldenCases() []struct {
 		{"deliver", &Deliver{From: 3, Data: []byte("hello, group")}},
 		{"status_json", &StatusJSON{JSON: []byte(`{"group":7,"self":2,"ready":true}`)}},
 		{"error", &Error{Code: CodeTooLarge, Text: "message of 2000 bytes; the daemon accepts at most 1460 bytes per message"}},
+		{"hello_v2", &Hello{Version: 2, Flags: HelloWaitReady | HelloBatch}},
+		{"ring_setup", &RingSetup{Ring: RingSend, Size: 4 << 20}},
+		{"doorbell", &Doorbell{Ring: RingDeliver}},
+		{"ring_ready", &RingReady{Ring: RingDeliver, Size: 4 << 20}},
+		{"daemon_doorbell", &DaemonDoorbell{Ring: RingSend}},
 	}
 }
 
 // allTypes lists every message type, so a new one without a vector fails.
-var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError}
+var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError,
+	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell}
 
 func hexDump(b []byte) string {
 	var s strings.Builder
@@ -123,6 +131,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"batch header cut", []byte{byte(TSendBatch), 0, 0, 0, 1, 'a', 0, 0}, "bad SendBatch message at byte 6: entry header of 4 bytes cut short: 2 left"},
 		{"deliver batch cut", []byte{byte(TDeliverBatch), 0, 1, 0, 0, 0, 9}, "bad DeliverBatch message at byte 3: message of 9 bytes, only 0 left"},
 		{"batch too big", append([]byte{byte(TSendBatch)}, make([]byte, MaxBatch)...), "at most 65536"},
+		{"ring setup short", []byte{byte(TRingSetup), 0, 0, 1}, "bad RingSetup message at byte 4: 4 bytes, want 6"},
+		{"ring setup bad ring", []byte{byte(TRingSetup), 2, 0, 1, 0, 0}, "bad RingSetup message at byte 1: ring 2"},
+		{"doorbell bad ring", []byte{byte(TDaemonDoorbell), 7}, "bad DaemonDoorbell message at byte 1: ring 7"},
 		{"error text too long", append([]byte{byte(TError), 0, 1}, make([]byte, MaxText+1)...), "at most 4096"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -168,4 +179,124 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("%v re-encodes to %x, decoded from %x", m.Type(), got, p)
 		}
 	})
+}
+
+// FuzzDecoder: a Decoder reused across packets decodes each as Decode
+// does (nothing of one packet leaks into the next), and Entries yields a
+// batch's entries, or its error, as Decode does.
+func FuzzDecoder(f *testing.F) {
+	cases := goldenCases()
+	for i, c := range cases {
+		f.Add(c.m.Append(nil), cases[(i+1)%len(cases)].m.Append(nil))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var d Decoder
+		for _, p := range [][]byte{a, b, a} {
+			want, werr := Decode(p)
+			got, err := d.Decode(p)
+			if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+				t.Fatalf("Decoder: %v, Decode: %v", err, werr)
+			}
+			if err == nil && !bytes.Equal(got.Append(nil), want.Append(nil)) {
+				t.Fatalf("Decoder gives %x, Decode %x", got.Append(nil), want.Append(nil))
+			}
+			if len(p) == 0 || Type(p[0]) != TSendBatch && Type(p[0]) != TDeliverBatch {
+				continue
+			}
+			var entries []Deliver
+			var eerr error
+			for e, err := range Entries(p) {
+				if err != nil {
+					eerr = err
+					break
+				}
+				entries = append(entries, e)
+			}
+			if (eerr == nil) != (werr == nil) {
+				t.Fatalf("Entries: %v, Decode: %v", eerr, werr)
+			}
+			if eerr != nil {
+				continue
+			}
+			switch m := want.(type) {
+			case *SendBatch:
+				for i, e := range entries {
+					if !bytes.Equal(e.Data, m.Msgs[i]) || e.From != 0 {
+						t.Fatalf("entry %d: %+v, Decode has %x", i, e, m.Msgs[i])
+					}
+				}
+			case *DeliverBatch:
+				if !reflect.DeepEqual(entries, m.Msgs) {
+					t.Fatalf("Entries %+v, Decode %+v", entries, m.Msgs)
+				}
+			}
+		}
+	})
+}
+
+// A Decoder decodes a stream of packets without allocating.
+func TestDecoderAllocs(t *testing.T) {
+	var packets [][]byte
+	for _, c := range goldenCases() {
+		if c.m.Type() != TError { // an Error's text is a string: allocated, and rare
+			packets = append(packets, c.m.Append(nil))
+		}
+	}
+	var d Decoder
+	for _, p := range packets { // grow the batches' slices
+		d.Decode(p)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, p := range packets {
+			if _, err := d.Decode(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per round of %d packets, want 0", allocs, len(packets))
+	}
+}
+
+// A daemon of version 1 refuses the Hello of version 2 and closes the
+// connection: Hello then connects again in version 1, and rings are
+// refused with the reason.
+func TestHelloFallsBackToVersion1(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "v1.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 100)
+			n, _ := c.Read(buf)
+			m, err := Decode(buf[:n])
+			if h, ok := m.(*Hello); err == nil && ok && h.Version == 1 {
+				c.Write((&Welcome{Version: 1, Self: 0, Group: 1, Members: 1, Ready: true, MaxMessage: 1000}).Append(nil))
+				c.Read(buf) // until the client closes
+			} else {
+				c.Write((&Error{Code: CodeVersion, Text: "this daemon speaks local API version 1"}).Append(nil))
+			}
+			c.Close()
+		}
+	}()
+	c, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	w, err := c.Hello(HelloWaitReady)
+	if err != nil || w.Version != 1 || c.Version() != 1 {
+		t.Fatalf("Hello against a version 1 daemon: %+v, %v (agreed %d)", w, err, c.Version())
+	}
+	if _, err := c.SendRing(0); err == nil || !strings.Contains(err.Error(), "rings need version 2") {
+		t.Fatalf("SendRing on version 1: %v", err)
+	}
 }

@@ -39,7 +39,10 @@ type Violation = invariant.Violation
 // Nack storm; no frame of a foreign group or version; no corrupt frame;
 // for the sequencer protocol no global number of an epoch bound to two
 // messages (nor a SeqData's payload differing from its request's), no
-// request numbered twice in an epoch. Then what only the whole capture
+// request numbered twice in an epoch; for a group that changes (views),
+// no two views with one id, no frame of a view from a non-member, no
+// process going back to an older view, nothing contradicting a commit's
+// cut. Then what only the whole capture
 // shows: every gap repaired by the end (per receiving interface when the
 // capture has direction flags, else over the whole capture); for the
 // sequencer, every global a receiver learned of received by the end
@@ -84,7 +87,7 @@ func Check(c *Capture, opts CheckOptions) []Violation {
 		for _, k := range sortedKeys(vw.streams) {
 			st := vw.streams[k]
 			for _, g := range st.gaps {
-				if g.Repaired.IsZero() {
+				if g.Repaired.IsZero() && a.owed(vw, k, g.Seq) {
 					out = append(out, Violation{Kind: invariant.KindGap, Frames: []int{g.OpenFrame}, Time: g.Opened, Doubt: a.doubt(vw.iface, -1),
 						Detail: fmt.Sprintf("at %s: seq %d of member %s, missing since frame %d, never received by the end of the capture", vw.name, g.Seq, k, g.OpenFrame)})
 				}

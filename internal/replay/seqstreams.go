@@ -27,7 +27,7 @@ func isPBPType(t frame.Type) bool { return invariant.IsPBPType(t) }
 
 // seqLeave reports a Leave of a member of a total-order group.
 func (a *analysis) seqLeave(v frame.View) bool {
-	return v.Type() == frame.Leave && a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
+	return v.Type() == frame.Leave && a.seqSenders[senderKey{v.Sender(), v.Incarnation(), v.ViewID()}]
 }
 
 // seqEpoch is one sequencer's term as the capture shows it.
@@ -387,7 +387,7 @@ func (s *seqAnalysis) transmissions(a *analysis) {
 		if v == nil || !(isSeqType(v.Type()) || a.seqLeave(v)) {
 			continue
 		}
-		k := senderKey{v.Sender(), v.Incarnation()}
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		req := s.requesters[k]
 		if req == nil {
 			req = &seqRequester{}

@@ -11,11 +11,17 @@ import (
 
 // senderKey names one sequence space: a member id in one incarnation.
 type senderKey struct {
-	ID  frame.MemberID
-	Inc uint32
+	ID   frame.MemberID
+	Inc  uint32
+	View uint32 // a group that changes numbers each view afresh
 }
 
-func (k senderKey) String() string { return fmt.Sprintf("%d.%d", k.ID, k.Inc) }
+func (k senderKey) String() string {
+	if k.View != 0 {
+		return fmt.Sprintf("%d.%d@v%d", k.ID, k.Inc, k.View)
+	}
+	return fmt.Sprintf("%d.%d", k.ID, k.Inc)
+}
 
 // Gap is a sequence number a receiver learned was missing (a later one
 // arrived, or an Ack, Heartbeat, Nack or Leave named a later end), or
@@ -137,6 +143,10 @@ type analysis struct {
 	txs    []*Record // frames as transmitted, each once
 	groups map[uint32]int
 	seq    *seqAnalysis
+	// fromBase: the ViewCommits of a group that changes, by the view
+	// they change from (a view's streams are owed up to their cuts, and
+	// only to the members that move on).
+	fromBase map[uint32][]*frame.ViewCommitBody
 	// seqSenders: members (in an incarnation) that sent sequencer frames.
 	seqSenders map[senderKey]bool
 }
@@ -147,7 +157,7 @@ func (a *analysis) isPBP(v frame.View) bool {
 	if !isPBPType(v.Type()) {
 		return false
 	}
-	return v.Type() != frame.Leave || !a.seqSenders[senderKey{v.Sender(), v.Incarnation()}]
+	return v.Type() != frame.Leave || !a.seqSenders[senderKey{v.Sender(), v.Incarnation(), v.ViewID()}]
 }
 
 func analyse(c *Capture) *analysis {
@@ -155,7 +165,7 @@ func analyse(c *Capture) *analysis {
 	for i := range c.Records {
 		a.order = append(a.order, &c.Records[i])
 		if v := c.Records[i].View; v != nil && isSeqType(v.Type()) {
-			a.seqSenders[senderKey{v.Sender(), v.Incarnation()}] = true
+			a.seqSenders[senderKey{v.Sender(), v.Incarnation(), v.ViewID()}] = true
 		}
 	}
 	sort.SliceStable(a.order, func(i, j int) bool { return a.order[i].Time.Before(a.order[j].Time) })
@@ -174,7 +184,7 @@ func analyse(c *Capture) *analysis {
 			continue
 		}
 		a.groups[v.Group()]++
-		k := senderKey{v.Sender(), v.Incarnation()}
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		if _, ok := a.macs[k]; !ok {
 			a.macs[k] = r.Src
 		}
@@ -213,7 +223,7 @@ func analyse(c *Capture) *analysis {
 		switch {
 		case r.Dir == DirOut || r.Dir == DirUnknown:
 			a.txs = append(a.txs, r)
-		case r.View != nil && !hasOut[senderKey{r.View.Sender(), r.View.Incarnation()}]:
+		case r.View != nil && !hasOut[senderKey{r.View.Sender(), r.View.Incarnation(), r.View.ViewID()}]:
 			h := sha256.Sum256(r.Data)
 			if !seenTx[h] {
 				seenTx[h] = true
@@ -233,7 +243,7 @@ func analyse(c *Capture) *analysis {
 	}
 	for _, r := range a.order {
 		if r.View != nil && r.Dir == DirOut && c.HasDirection {
-			a.views[r.Iface].self[senderKey{r.View.Sender(), r.View.Incarnation()}] = true
+			a.views[r.Iface].self[senderKey{r.View.Sender(), r.View.Incarnation(), r.View.ViewID()}] = true
 		}
 	}
 	for _, r := range a.order {
@@ -250,8 +260,8 @@ func analyse(c *Capture) *analysis {
 		default:
 			continue
 		}
-		k := senderKey{v.Sender(), v.Incarnation()}
-		if w.self[k] || k.ID == frame.NoMember || !pbpFrame(v) {
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
+		if w.self[k] || k.ID == frame.NoMember || !pbpFrame(v) && v.Type() != frame.ViewRelay {
 			continue
 		}
 		base, ok := a.base[k]
@@ -267,6 +277,25 @@ func analyse(c *Capture) *analysis {
 			a.base[k] = base
 		}
 		switch v.Type() {
+		case frame.ViewRelay:
+			// A departing member's frame relayed to those that miss it
+			// (reliable/view): as good as the frame.
+			in := v.RelayFrame()
+			if in == nil || in.Type() != frame.Data {
+				continue
+			}
+			ik := senderKey{in.Sender(), in.Incarnation(), in.ViewID()}
+			if w.self[ik] {
+				continue
+			}
+			ib, ok := a.base[ik]
+			if !ok {
+				ib = in.Seq()
+				a.base[ik] = ib
+			}
+			relayed := *r
+			relayed.View = in
+			w.stream(ik, ib).data(&relayed)
 		case frame.Data:
 			w.stream(k, base).data(r)
 		case frame.Ack, frame.Heartbeat, frame.Nack:
@@ -275,8 +304,66 @@ func analyse(c *Capture) *analysis {
 			w.stream(k, base).learn(v.Seq(), r)
 		}
 	}
+	a.fromBase = map[uint32][]*frame.ViewCommitBody{}
+	seenCommit := map[uint32]bool{}
+	for _, r := range a.order {
+		if v := r.View; v != nil && v.Type() == frame.ViewCommit && !seenCommit[v.ViewNext()] {
+			seenCommit[v.ViewNext()] = true
+			_, b := v.Decode()
+			cb := b.(*frame.ViewCommitBody)
+			a.fromBase[cb.Base] = append(a.fromBase[cb.Base], cb)
+		}
+	}
 	a.seq = analyseSeq(c, a)
 	return a
+}
+
+// owed reports whether seq of stream k is owed at receiver view w. In a
+// group that changes, a view's streams are owed only up to each sender's
+// cut in the commit that ends the view, and only to the members that move
+// on with that commit: a member left out of it (crashed, removed, left)
+// owes nothing, nor does a process that was no member of the view (a
+// restarted one, with a new incarnation). Without a commit from the view
+// (the capture's last view) everything is owed, as in a group that never
+// changes; so is everything of view 0.
+func (a *analysis) owed(w *view, k senderKey, seq uint32) bool {
+	commits := a.fromBase[k.View]
+	if k.View == 0 || len(commits) == 0 {
+		return true
+	}
+	var self senderKey
+	if w.iface >= 0 {
+		found := false
+		for s := range w.self {
+			if s.View == k.View && s.ID != frame.NoMember {
+				self, found = s, true
+				break
+			}
+		}
+		if !found {
+			return false // the interface's process was no member of the view
+		}
+	}
+	for _, cb := range commits {
+		if w.iface >= 0 && !listed(cb.Members, self.ID, self.Inc) {
+			continue
+		}
+		for _, x := range cb.Cuts {
+			if x.Member == k.ID && frame.SeqLess(seq, x.Cut) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func listed(ms []frame.MemberInfo, id frame.MemberID, inc uint32) bool {
+	for _, m := range ms {
+		if m.ID == id && m.Incarnation == inc {
+			return true
+		}
+	}
+	return false
 }
 
 // majorityGroup is the most common group of decoded frames.

@@ -71,7 +71,7 @@ func WriteSummary(w io.Writer, c *Capture) error {
 		if v == nil || !a.isPBP(v) {
 			continue
 		}
-		k := senderKey{v.Sender(), v.Incarnation()}
+		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		switch v.Type() {
 		case frame.Data:
 			s := get(k)

@@ -68,6 +68,9 @@ func Details(v frame.View) string {
 	if v.Group() != 0 {
 		fmt.Fprintf(&b, " g%d", v.Group())
 	}
+	if v.ViewID() != 0 {
+		fmt.Fprintf(&b, " v%d", v.ViewID())
+	}
 	if v.Type() == frame.SeqData {
 		u := v.SeqDataUID()
 		fmt.Fprintf(&b, " epoch %d safe %d held %d req %d#%d", v.SeqDataEpoch(), v.SeqDataSafe(), v.SeqDataHeld(), u.Origin, u.Seq)
@@ -150,6 +153,39 @@ func Details(v frame.View) string {
 	case frame.SeqElection:
 		e := v.Election()
 		fmt.Fprintf(&b, " epoch %d %v candidate %d last %d", e.Epoch, e.Phase, e.Candidate, e.LastGlobal)
+	case frame.ViewJoin:
+		j := v.ViewJoin()
+		fmt.Fprintf(&b, " want id %d mtu %d nonce %x hash %x", j.Requested, j.MTU, j.Nonce, j.ConfigHash)
+	case frame.ViewPrepare, frame.ViewCommit:
+		fmt.Fprintf(&b, " view %d from %d members", v.ViewNext(), v.ViewBase())
+		ml := v.ViewMembers()
+		for i := range ml.Len() {
+			m := ml.At(i)
+			fmt.Fprintf(&b, " %d=%v.%d", m.ID, net.HardwareAddr(m.MAC[:]), m.Incarnation)
+		}
+		if v.Type() == frame.ViewCommit {
+			cl := v.CommitCuts()
+			b.WriteString(" cuts")
+			for i := range cl.Len() {
+				x := cl.At(i)
+				fmt.Fprintf(&b, " %d<%d(from %d, holder %d)", x.Member, x.Cut, x.From, x.Holder)
+			}
+		}
+	case frame.ViewFlush:
+		fmt.Fprintf(&b, " view %d from %d to coordinator %d sent %d delivered", v.ViewNext(), v.ViewBase(), v.FlushCoord(), v.FlushSent())
+		dl := v.FlushDelivered()
+		for i := range dl.Len() {
+			d := dl.At(i)
+			fmt.Fprintf(&b, " %d<%d", d.Member, d.Next)
+		}
+	case frame.ViewRelay:
+		f := v.RelayFrame()
+		fmt.Fprintf(&b, " of view %d: %v from %d seq %d %dB", v.RelayBase(), f.Type(), f.Sender(), f.Seq(), len(f.Payload()))
+	case frame.ViewRefuse:
+		r := v.ViewRefuse()
+		fmt.Fprintf(&b, " nonce %x reason %d hash %x", r.Nonce, r.Reason, r.ConfigHash)
+	case frame.GroupRemove:
+		fmt.Fprintf(&b, " view %d", v.RemovedView())
 	}
 	f := v.Flags()
 	for _, fl := range []struct {

@@ -71,7 +71,7 @@ func TestConfigErrors(t *testing.T) {
 	c := small()
 	c.Payload = 9000
 	_, err := Run(c, nil)
-	if err == nil || !strings.Contains(err.Error(), "payload of 9000 bytes does not fit one frame: MTU 1500 with 8 members carries at most 1440") {
+	if err == nil || !strings.Contains(err.Error(), "payload of 9000 bytes does not fit one frame: MTU 1500 with 8 members carries at most 1436") {
 		t.Fatalf("err = %v", err)
 	}
 	c = small()

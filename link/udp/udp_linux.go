@@ -459,3 +459,16 @@ type udpAddr string
 
 func (a udpAddr) Network() string { return "udp" }
 func (a udpAddr) String() string  { return string(a) }
+
+// AddrOf is the UDP address of the member whose MAC (MACOf) is mac, if
+// the link knows it: a peer it was given or learned, or this member. It
+// lets a status show an address instead of the MAC the protocols use.
+func (l *Link) AddrOf(mac [6]byte) (netip.AddrPort, bool) {
+	if mac == l.mac {
+		return l.local, true
+	}
+	if p := l.peers.byMAC(mac); p != nil {
+		return p.addr, true
+	}
+	return netip.AddrPort{}, false
+}

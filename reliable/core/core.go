@@ -180,10 +180,16 @@ const (
 	// everything it lacked was still in the history; it is a member
 	// again.
 	MemberReturned
-	// JoinRefused (at the registration server): a process asked to join
-	// and was refused; Reason says who and why (the group is full, or
-	// its configuration differs).
+	// JoinRefused: a process asked to join and was refused (at the
+	// registration server, or, reported to the joiner, by the view's
+	// coordinator); Reason says who and why (the group is full, or its
+	// configuration differs).
 	JoinRefused
+	// ViewInstalled (reliable/view): a new view is installed; View says
+	// which (Epoch is its id too), Member is this member's id in it.
+	ViewInstalled
+	// GroupRemoved (reliable/view): Member removed the group; it stops.
+	GroupRemoved
 )
 
 // Reasons of MemberStalled (Event.Reason).
@@ -212,6 +218,10 @@ func (k EventKind) String() string {
 		return "returned"
 	case JoinRefused:
 		return "join refused"
+	case ViewInstalled:
+		return "view installed"
+	case GroupRemoved:
+		return "group removed"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -220,7 +230,7 @@ func (k EventKind) String() string {
 // included).
 func (k EventKind) Removal() bool {
 	switch k {
-	case MemberFailed, MemberStalled, MemberLeft, SelfLeft, SelfRemoved:
+	case MemberFailed, MemberStalled, MemberLeft, SelfLeft, SelfRemoved, GroupRemoved:
 		return true
 	}
 	return false
@@ -246,6 +256,19 @@ type Event struct {
 	Last  uint32
 	// Reason says why, where a kind has several causes.
 	Reason string
+	// View is the installed view (ViewInstalled), nil otherwise.
+	View *ViewInfo
+}
+
+// ViewInfo is a view of a group that changes (reliable/view): its id and
+// its members.
+type ViewInfo struct {
+	ID      uint32
+	Members []frame.MemberInfo // by id
+	// OwnBefore is how many of this member's messages went out in the
+	// views before this one (view.Core.OwnOut then): a layer above
+	// learns which of its messages the view before delivered.
+	OwnBefore uint64
 }
 
 func (e Event) String() string {

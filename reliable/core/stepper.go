@@ -69,18 +69,51 @@ func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
 	}
 	s := &Stepper{c: c, info: c.Info(), group: group, etherType: etherType}
 	ms := c.Members()
-	if len(ms) > 0 {
-		lo, hi := ms[0].ID, ms[0].ID
-		for _, m := range ms {
-			lo, hi = min(lo, m.ID), max(hi, m.ID)
-		}
-		s.base = lo
-		s.peers = make([]peerCounters, int(hi-lo)+1)
-		for _, m := range ms {
-			s.peers[m.ID-lo].member = true
+	ids := make([]frame.MemberID, 0, len(ms))
+	for _, m := range ms {
+		if m.ID != frame.NoMember {
+			ids = append(ids, m.ID)
 		}
 	}
+	s.setMembers(ids)
 	return s
+}
+
+// adopt makes a view's members the ones counted (ViewInstalled): the
+// counters of a member id carry over from view to view; an id no longer
+// in the view is not listed.
+func (s *Stepper) adopt(ms []frame.MemberInfo) {
+	ids := make([]frame.MemberID, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	s.setMembers(ids)
+}
+
+func (s *Stepper) setMembers(ids []frame.MemberID) {
+	for i := range s.peers {
+		s.peers[i].member = false
+	}
+	if len(ids) == 0 {
+		return
+	}
+	lo, hi := ids[0], ids[0]
+	for _, id := range ids {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	if len(s.peers) > 0 {
+		lo, hi = min(lo, s.base), max(hi, s.base+frame.MemberID(len(s.peers)-1))
+	}
+	if len(s.peers) == 0 || lo < s.base || int(hi-lo)+1 > len(s.peers) {
+		peers := make([]peerCounters, int(hi-lo)+1)
+		if len(s.peers) > 0 {
+			copy(peers[s.base-lo:], s.peers)
+		}
+		s.base, s.peers = lo, peers
+	}
+	for _, id := range ids {
+		s.peers[id-s.base].member = true
+	}
 }
 
 // Core returns the core the stepper drives.
@@ -195,6 +228,10 @@ func (s *Stepper) Ready() Ready {
 	}
 	if len(rd.Events) > 0 {
 		for _, ev := range rd.Events {
+			if ev.Kind == ViewInstalled && ev.View != nil {
+				s.adopt(ev.View.Members)
+				continue
+			}
 			// A removed member's repair ends unfinished, uncounted.
 			if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
 				p.repairSince = 0

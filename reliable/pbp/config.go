@@ -109,6 +109,15 @@ type Config struct {
 	// Dst is the destination of group frames: zero means broadcast, or a
 	// group multicast address.
 	Dst [6]byte
+	// ViewID is the view this core runs (reliable/view): its frames carry
+	// it, and frames of another view are refused. 0 for a group that never
+	// changes.
+	ViewID uint32
+	// Retain keeps a copy of the last Window frames delivered from each
+	// member, so that a view change can relay what a departing member sent
+	// to the members that did not get it (Retained). It costs one copy of
+	// every delivered message.
+	Retain bool
 
 	// AckDelay: a plain Ack goes out this long after the first receipt not
 	// yet acknowledged, unless a frame of ours carried the ack first.
@@ -207,7 +216,7 @@ func (c Config) withDefaults() Config {
 // Registration hashes it, so a joiner configured otherwise is refused.
 func (c Config) Shared() Config {
 	c = c.withDefaults()
-	c.Self, c.Members, c.BundleDelay = 0, nil, 0
+	c.Self, c.Members, c.BundleDelay, c.ViewID, c.Retain = 0, nil, 0, 0, false
 	return c
 }
 

@@ -24,6 +24,8 @@ var (
 	ErrSourceMAC = errors.New("pbp: frame from a MAC that is not its sender's")
 	// ErrGroup: the frame belongs to another group.
 	ErrGroup = errors.New("pbp: frame of another group")
+	// ErrView: the frame belongs to another view of the group.
+	ErrView = errors.New("pbp: frame of another view")
 	// ErrRemoved: the sender was removed from the group (failed or left).
 	ErrRemoved = errors.New("pbp: frame from a removed member")
 	// ErrFrameType: not a frame type PBP handles.
@@ -93,6 +95,7 @@ type Stats struct {
 	WrongIncarnation uint64
 	WrongMAC         uint64
 	WrongGroup       uint64
+	WrongView        uint64 // frames of another view (reliable/view)
 	FromRemoved      uint64
 	BadAcks          uint64 // acks for sequence numbers not yet sent
 	UnhandledTypes   uint64
@@ -179,6 +182,7 @@ type peer struct {
 
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
+	kept     []kept // Config.Retain: the last frames delivered, indexed seq & mask
 }
 
 // held is a received frame waiting for the frames before it; for a
@@ -258,6 +262,7 @@ type Core struct {
 	left      bool
 	leaveLeft int // Leave frames still to repeat
 	leaveAt   Time
+	frozen    bool // Freeze: no new Data is numbered or accepted
 
 	// Output until Advance.
 	frames     [][]byte
@@ -297,6 +302,7 @@ func New(cfg Config) (*Core, error) {
 		Group:       s.Group,
 		Sender:      s.Self,
 		Incarnation: s.selfInc,
+		ViewID:      s.ViewID,
 		AckBase:     s.ackBase,
 		Acks:        make([]uint32, s.span),
 	}
@@ -312,6 +318,9 @@ func New(cfg Config) (*Core, error) {
 			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
 			ring: make([]held, s.ringSize),
 		})
+		if s.Retain {
+			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
+		}
 	}
 	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
 	c.history = make([]sent, s.histSize)
@@ -380,6 +389,9 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	if c.leaving || c.left {
 		return ErrLeaving
 	}
+	if c.frozen {
+		return ErrFrozen
+	}
 	if len(msg) > c.cfg.maxPayload {
 		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
 	}
@@ -423,7 +435,7 @@ func (c *Core) Propose(now Time, msg []byte) error {
 // ErrWindowFull: Window frames are outstanding and Window more wait for
 // room. While it is false, every message Propose gets (up to the payload
 // limit) is accepted.
-func (c *Core) Blocked() bool { return c.pending >= c.cfg.Window }
+func (c *Core) Blocked() bool { return c.pending >= c.cfg.Window || c.frozen }
 
 func appendMsg(b, msg []byte) []byte {
 	b = append(b, byte(len(msg)>>8), byte(len(msg)))
@@ -446,7 +458,7 @@ func (c *Core) toBundle(b []byte) []byte {
 // messages, goes only when it may not wait: BundleDelay is 0 or over, the
 // member is leaving, or no other message fits.
 func (c *Core) release() {
-	for c.pending > 0 && c.inFlight() < c.cfg.Window {
+	for c.pending > 0 && c.inFlight() < c.cfg.Window && !c.frozen {
 		if c.pending == 1 && c.cfg.BundleDelay > 0 && !c.leaving &&
 			c.now < c.openAt.Add(c.cfg.BundleDelay) && c.openLen+2 <= c.cfg.maxPayload {
 			return

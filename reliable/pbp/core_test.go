@@ -146,7 +146,7 @@ func TestConfigErrors(t *testing.T) {
 		{"reserved id", func(c *Config) { c.Members[2].ID = frame.NoMember }, "reserved"},
 		{"window", func(c *Config) { c.Window = MaxWindow + 1 }, "Window is 32769"},
 		{"mtu", func(c *Config) { c.MTU = 100 }, "MTU is 100, want at least 576"},
-		{"max payload", func(c *Config) { c.MaxPayload = 5000 }, "MaxPayload is 5000, but MTU 1500 with 3 ack entries carries at most 1460"},
+		{"max payload", func(c *Config) { c.MaxPayload = 5000 }, "MaxPayload is 5000, but MTU 1500 with 3 ack entries carries at most 1456"},
 		{"mode", func(c *Config) { c.Mode = 9 }, "Mode is Mode(9)"},
 		{"negative timeout", func(c *Config) { c.NackTimeout = -1 }, "NackTimeout is -1 ns"},
 		{"failure vs heartbeat", func(c *Config) { c.FailureTimeout = Second; c.HeartbeatInterval = 2 * Second }, "FailureTimeout"},
@@ -546,7 +546,7 @@ func TestTooLarge(t *testing.T) {
 	}
 	err := c.Propose(t0, make([]byte, max+1))
 	var tl *TooLargeError
-	if !errors.As(err, &tl) || tl.Size != max+1 || tl.Max != max || !strings.Contains(err.Error(), "1465 bytes exceeds the 1464") {
+	if !errors.As(err, &tl) || tl.Size != max+1 || tl.Max != max || !strings.Contains(err.Error(), "1461 bytes exceeds the 1460") {
 		t.Fatalf("%v", err)
 	}
 }

@@ -25,6 +25,10 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		c.stats.WrongGroup++
 		return fmt.Errorf("%w: group %d, this member is in group %d", ErrGroup, g, c.cfg.Group)
 	}
+	if w := v.ViewID(); w != c.cfg.ViewID {
+		c.stats.WrongView++
+		return fmt.Errorf("%w: view %d, this core runs view %d", ErrView, w, c.cfg.ViewID)
+	}
 	id := v.Sender()
 	p, self := c.peer(id)
 	switch {
@@ -323,6 +327,9 @@ func (c *Core) checkRepaired(p *peer) {
 // deliverView delivers the frame at p.expected straight from the received
 // bytes (receive action 2, fig. 3.4).
 func (c *Core) deliverView(p *peer, v frame.View) {
+	if p.kept != nil {
+		c.keep(p, v.Body(), v.Flags()&frame.FlagBundle != 0)
+	}
 	it := v.Messages()
 	for i := 0; ; i++ {
 		msg, ok := it.Next()
@@ -342,6 +349,9 @@ func (c *Core) drain(p *peer) {
 			break
 		}
 		b := h.data
+		if p.kept != nil {
+			c.keep(p, b, h.bundled)
+		}
 		if !h.bundled {
 			c.deliver(Delivery{From: p.id, Seq: p.expected, Data: b})
 		} else {

@@ -182,6 +182,10 @@ type member struct {
 	// failed: the stream removed it (a SeqMember removal of it was
 	// delivered here, and no readmission after); ourselves too.
 	failed bool
+	// handing: it was our sequencer and called an election to leave (we,
+	// when we do): never a candidate, its vote counts, and it has left
+	// once the election completes.
+	handing bool
 
 	// At the sequencer.
 	live       bool // counted in stable; false once removed

@@ -37,6 +37,9 @@ import (
 //     not yet delivered back. Otherwise it halts (SelfRemoved): it may
 //     hold a binding the new epoch does not have.
 //  5. A sequencer that hears another member number in a newer epoch halts.
+//
+// A sequencer that leaves hands off through the same election, as one
+// more voter that is never a candidate (leave.go).
 
 // suspected reports whether m has been silent for FailureTimeout.
 // A member that left is suspected from its Leave on.
@@ -51,14 +54,17 @@ func (c *Core) excluded(m *member) bool {
 	return m.gone || c.suspected(m) && c.now >= c.waitFrom.Add(c.cfg.FailureTimeout)
 }
 
-// lowestLive is the election's candidate as this member sees it.
-func (c *Core) lowestLive() frame.MemberID {
+// lowestLive is the election's candidate as this member sees it: the
+// lowest id heard within FailureTimeout, a sequencer that hands off
+// excepted (ourselves included). Only a member that hands off can find
+// none.
+func (c *Core) lowestLive() (frame.MemberID, bool) {
 	for i := range c.members {
-		if m := &c.members[i]; !c.suspected(m) {
-			return m.id
+		if m := &c.members[i]; !c.suspected(m) && !m.handing {
+			return m.id, true
 		}
 	}
-	return c.cfg.Self
+	return c.cfg.Self, false
 }
 
 func (c *Core) votedEpoch() uint32 {
@@ -68,10 +74,11 @@ func (c *Core) votedEpoch() uint32 {
 	return c.epoch
 }
 
-// startElection: the sequencer is silent.
+// startElection: the sequencer is silent, left, or hands off (we, when
+// we do).
 func (c *Core) startElection() {
 	old := c.sequencerMember()
-	if !old.gone { // a Leave was reported as MemberLeft
+	if !old.gone && !old.handing { // a departure is reported as MemberLeft
 		c.events = append(c.events, Event{Kind: SequencerFailed, Member: old.id, Epoch: c.epoch, Last: c.next - 1, At: c.now})
 	}
 	c.role = electing
@@ -82,7 +89,8 @@ func (c *Core) startElection() {
 		e = c.seenEpoch
 	}
 	c.waitFrom = c.now
-	c.castVote(e, c.lowestLive(), frame.ElectionCall)
+	cand, _ := c.lowestLive() // (a sequencer hands off only to someone)
+	c.castVote(e, cand, frame.ElectionCall)
 }
 
 // maxVotes bounds the votes remembered: only recent epochs can still
@@ -117,8 +125,10 @@ func (c *Core) electionStep() {
 	if c.role != electing {
 		return
 	}
-	cand := c.lowestLive()
+	cand, ok := c.lowestLive()
 	switch {
+	case !ok:
+		return // we hand off, to nobody now: we leave (maybeLeave)
 	case frame.SeqLess(c.electEpoch, c.seenEpoch):
 		c.castVote(c.seenEpoch, cand, frame.ElectionVote)
 	case cand != c.electCand && !c.agreedSet:
@@ -222,6 +232,7 @@ func (c *Core) tryComplete() {
 func (c *Core) takeover() {
 	last := c.agreed
 	old := c.sequencerMember().id
+	c.handedOff(last)
 	c.role, c.epoch, c.seqr = sequencer, c.electEpoch, c.self
 	c.base = last + 1
 	c.discardBeyond(last)
@@ -316,6 +327,24 @@ func (c *Core) stepElection(m *member, v frame.View) {
 			m.voteNext = v.Ack(0)
 		}
 	}
+	if b.Candidate > m.id {
+		// Only a member that hands off votes for a higher id than its
+		// own (lowestLive counts itself otherwise): even where it is not
+		// known as the sequencer (we missed the epoch it was elected
+		// in), it is never a candidate.
+		m.handing = true
+	}
+	if m == c.sequencerMember() && frame.SeqLess(c.epoch, b.Epoch) && c.role != sequencer {
+		// Our sequencer calls an election: it hands off to leave (a
+		// sequencer never votes otherwise).
+		m.handing = true
+		if frame.SeqLess(c.seenEpoch, b.Epoch) {
+			c.seenEpoch = b.Epoch
+		}
+		if c.role == follower {
+			c.startElection()
+		}
+	}
 	switch c.role {
 	case follower:
 		if !frame.SeqLess(c.epoch, b.Epoch) && c.epoch != c.cfg.InitialEpoch {
@@ -348,6 +377,11 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 		return
 	}
 	switch {
+	case c.members[c.self].handing:
+		// We handed off and the group has a new sequencer: every live
+		// member delivered everything we numbered; we are done.
+		c.depart()
+		return
 	case c.role == sequencer:
 		c.halt(b.Epoch, b.LastGlobal, fmt.Sprintf("member %d was elected sequencer of epoch %d without our vote", b.Candidate, b.Epoch))
 		return
@@ -359,6 +393,7 @@ func (c *Core) stepElected(m *member, b frame.ElectionBody) {
 		return
 	}
 	last := b.LastGlobal
+	c.handedOff(last)
 	c.role, c.epoch, c.seqr, c.base = follower, b.Epoch, c.byID[b.Candidate], last+1
 	c.agreedSet, c.fetchAt, c.fetchFrom = false, 0, nil
 	c.discardBeyond(last)

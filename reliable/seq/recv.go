@@ -120,8 +120,8 @@ func (c *Core) Step(now Time, src, _ [6]byte, v frame.View) error {
 // fromOldSequencer reports whether v is a frame of our current epoch from
 // its sequencer, proof that it lives.
 func (c *Core) fromOldSequencer(m *member, v frame.View) bool {
-	if m != c.sequencerMember() || c.agreedSet {
-		return false
+	if m != c.sequencerMember() || c.agreedSet || m.handing {
+		return false // (a late frame of a sequencer that hands off)
 	}
 	switch v.Type() {
 	case frame.SeqData:
@@ -650,6 +650,12 @@ func (c *Core) deliverChange(en *entry) {
 	if m.self {
 		// Not reported, but remembered: were we elected, we would owe
 		// the group our readmission (announceChanges).
+		m.failed = en.change == frame.MemberRemoved
+		return
+	}
+	if m.gone {
+		// It left, and is reported so (MemberLeft): the sequencer that
+		// removed it had missed its Leave.
 		m.failed = en.change == frame.MemberRemoved
 		return
 	}

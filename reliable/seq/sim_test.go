@@ -3,6 +3,7 @@ package seq
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,9 +15,12 @@ import (
 
 // The deterministic simulation (package simtest): members running the
 // core on testnet's simulated segment with seeded loss, bursts,
-// duplication, reordering, jitter, corruption, queue overflow, and crashes
+// duplication, reordering, jitter, corruption, queue overflow, crashes
 // of ordinary members and of the sequencer (mid-stream, and twice in a
-// row). Every seed is one reproducible scenario.
+// row), and clean leaves: ordinary members, the sequencer, everyone (as
+// programs that Close when done), before, during and after elections,
+// one leaver crashing right after its first Leave frame. Every seed is
+// one reproducible scenario.
 
 type crashKind uint8
 
@@ -50,11 +54,43 @@ type scenario struct {
 	cutMember     int // cut off by a partition, -1 none
 	cutAt, cutFor time.Duration
 	resilience    Resilience
+	leaves        []leave // members that leave cleanly
+	leaveCrash    int     // the member index that crashes right after its first Leave frame, -1 none
+}
+
+// leave is one member's clean departure: it calls Leave once it has
+// proposed its messages and at has passed.
+type leave struct {
+	member int
+	at     time.Duration
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d %v crash=%v member=%d at=%v gap=%v quorum=%d cut=%d at=%v for=%v resilience=%v",
-		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.initialGlobal, s.link, s.crash, s.crashMember, s.crashAt, s.crashGap, s.quorum, s.cutMember, s.cutAt, s.cutFor, s.resilience)
+	return fmt.Sprintf("seed=%d %v threshold=%d members=%d k=%d window=%d history=%d initialGlobal=%d %v crash=%v member=%d at=%v gap=%v quorum=%d cut=%d at=%v for=%v resilience=%v leaves=%v leaveCrash=%d",
+		s.seed, s.method, s.threshold, s.members, s.k, s.window, s.history, s.initialGlobal, s.link, s.crash, s.crashMember, s.crashAt, s.crashGap, s.quorum, s.cutMember, s.cutAt, s.cutFor, s.resilience, s.leaves, s.leaveCrash)
+}
+
+// crashing reports whether member index i crashes in the scenario.
+func (s scenario) crashing(i int) bool {
+	switch s.crash {
+	case memberCrash:
+		return i == s.crashMember
+	case sequencerCrash:
+		return i == 0
+	case sequencerTwice:
+		return i == 0 || i == 1
+	}
+	return false
+}
+
+// leaver reports whether member index i leaves in the scenario.
+func (s scenario) leaver(i int) bool {
+	for _, l := range s.leaves {
+		if l.member == i {
+			return true
+		}
+	}
+	return false
 }
 
 func newScenario(seed uint64) scenario {
@@ -119,7 +155,69 @@ func newScenario(seed uint64) scenario {
 	if r.IntN(4) == 0 {
 		s.resilience = SafeSequencer
 	}
+	drawLeaves(r, &s)
 	return s
+}
+
+// drawLeaves adds clean leaves to a third of the scenarios without a
+// partition (drawn last, so that the rest of each seed's scenario is what
+// it was before leaves were added): everyone that does not crash (as
+// programs that Close when done: the Orca simulation's pattern), the
+// sequencer with some others, or some ordinary members. Each leaves at
+// once, a few milliseconds in, or up to three failure timeouts in (after
+// an election). In a quarter of them one leaver crashes right after its
+// first Leave frame, so that the others may miss its departure.
+func drawLeaves(r *rand.Rand, s *scenario) {
+	s.leaveCrash = -1
+	if s.members < 2 || s.cutMember >= 0 || r.IntN(3) != 0 {
+		return
+	}
+	kind := r.IntN(3)
+	for i := range s.members {
+		if s.crashing(i) {
+			continue
+		}
+		var in bool
+		switch kind {
+		case 0:
+			in = true
+		case 1:
+			in = i == 0 || r.IntN(3) == 0
+		default:
+			in = r.IntN(2) == 0
+		}
+		if !in {
+			continue
+		}
+		var at time.Duration
+		switch r.IntN(3) {
+		case 1:
+			at = time.Duration(r.IntN(8_000)) * time.Microsecond
+		case 2:
+			at = time.Duration(r.IntN(int(3*simFailureTimeout/time.Microsecond))) * time.Microsecond
+		}
+		s.leaves = append(s.leaves, leave{member: i, at: at})
+	}
+	if len(s.leaves) > 0 && r.IntN(4) == 0 {
+		s.leaveCrash = s.leaves[r.IntN(len(s.leaves))].member
+	}
+	// The members that stay (neither crash nor leave) must be a majority
+	// of the group for the majority quorum, or an election after a
+	// departure they missed or a crash may never complete (a minority
+	// cannot tell a crash from a partition). When everyone leaves, the
+	// hand-off and the leavers' not waiting for elections after it get
+	// everyone out under the majority quorum, but after a crash a leaver
+	// whose last requests wait for the crash's election may be in a
+	// minority too.
+	stay := 0
+	for i := range s.members {
+		if !s.crashing(i) && !s.leaver(i) {
+			stay++
+		}
+	}
+	if stay > 0 && stay < s.members/2+1 || stay == 0 && s.crash != noCrash {
+		s.quorum = 1
+	}
 }
 
 // The simulation's timeouts: shorter than the defaults so that crash
@@ -149,6 +247,7 @@ type rec struct {
 // number.
 type order struct {
 	log     []rec
+	started bool // something was delivered
 	lastG   uint32
 	lastIdx int
 }
@@ -180,43 +279,61 @@ func (r *simRun) event(m *simMember, ev Event) {
 		r.sequencer[ev.Epoch] = ev.Member
 	case MemberFailed, MemberReturned:
 		r.checkChange(m, ev)
+	case SelfLeft:
+		if m.Index == r.s.leaveCrash {
+			m.EP.Crash() // its first Leave frame is out, the repeats are not
+		}
 	}
 }
 
 // advanced runs after each Ready was carried out.
 func (r *simRun) advanced(m *simMember) {
 	if !m.Halted() {
-		r.selfChanges(m, m.Core.next)
+		r.silentChanges(m, m.Core.next)
 	}
 	r.checkHeld(m)
 }
 
 // expected is the global number the next delivery must have.
 func (r *simRun) expected(m *simMember) uint32 {
-	if o := &r.order[m.Index]; len(o.log) > 0 {
+	if o := &r.order[m.Index]; o.started {
 		return o.lastG + 1
 	}
 	return r.s.initialGlobal
 }
 
-// selfChanges records the changes of this member itself (removed, taken
-// back) delivered before global to: the core reports none, but they take
-// their place in the sequence the checkers compare.
-func (r *simRun) selfChanges(m *simMember, to uint32) {
+// silentChanges accounts for the changes of the member list delivered
+// before global to that the core does not report: this member's own
+// (removed, taken back), which take their place in the sequences the
+// checkers compare, and the removal of a member whose Leave arrived here
+// (reported as MemberLeft: the sequencer had missed it), which only holds
+// its global number (see leaverChange).
+func (r *simRun) silentChanges(m *simMember, to uint32) {
 	o := &r.order[m.Index]
 	for g := r.expected(m); frame.SeqLess(g, to); g++ {
 		en := &m.Core.log[g&m.Core.lmask]
-		if en.global != g || en.change == 0 || en.uid.Origin != m.ID {
+		if en.global != g || en.change == 0 {
 			return // the check that follows reports the gap
 		}
-		k := MemberReturned
-		if en.change == frame.MemberRemoved {
-			k = MemberFailed
+		switch {
+		case en.uid.Origin == m.ID:
+			k := MemberReturned
+			if en.change == frame.MemberRemoved {
+				k = MemberFailed
+			}
+			o.log = append(o.log, rec{from: m.ID, global: g, epoch: en.epoch, change: k})
+		case r.leaverChange(en.uid.Origin) && m.Core.member(en.uid.Origin).gone:
+		default:
+			return
 		}
-		o.lastG, o.lastIdx = g, 0
-		o.log = append(o.log, rec{from: m.ID, global: g, epoch: en.epoch, change: k})
+		o.started, o.lastG, o.lastIdx = true, g, 0
 	}
 }
+
+// leaverChange reports whether changes of member id are left out of the
+// compared sequences: it leaves, and its removal by a sequencer that
+// missed its Leave is reported only where the Leave was missed too.
+func (r *simRun) leaverChange(id frame.MemberID) bool { return r.s.leaver(r.Index[id]) }
 
 // checkHeld: the sequencer's all-held cursor never exceeds the received
 // cursor of a member it counts as live (read from that member's core).
@@ -244,15 +361,17 @@ func (r *simRun) checkHeld(m *simMember) {
 // the global number after the last delivery's (ev.Last is the one before).
 // (The harness checked that it names another member.)
 func (r *simRun) checkChange(m *simMember, ev Event) {
-	r.selfChanges(m, ev.Last+1)
+	r.silentChanges(m, ev.Last+1)
 	o := &r.order[m.Index]
 	wantG := r.expected(m)
 	if ev.Last+1 != wantG {
 		r.Fail("member %d: %v at global %d, after global %d", m.ID, ev, ev.Last+1, o.lastG)
 		return
 	}
-	o.lastG, o.lastIdx = wantG, 0
-	o.log = append(o.log, rec{from: ev.Member, global: wantG, epoch: ev.Epoch, change: ev.Kind})
+	o.started, o.lastG, o.lastIdx = true, wantG, 0
+	if !r.leaverChange(ev.Member) {
+		o.log = append(o.log, rec{from: ev.Member, global: wantG, epoch: ev.Epoch, change: ev.Kind})
+	}
 }
 
 // delivered checks the total order: positions are consecutive global
@@ -260,11 +379,11 @@ func (r *simRun) checkChange(m *simMember, ev Event) {
 // checked the message itself.)
 func (r *simRun) delivered(m *simMember, d Delivery, idx int) {
 	if d.Index == 0 {
-		r.selfChanges(m, d.Global)
+		r.silentChanges(m, d.Global)
 	}
 	o := &r.order[m.Index]
 	wantG := r.s.initialGlobal
-	if len(o.log) > 0 {
+	if o.started {
 		wantG = o.lastG + 1
 		if d.Index > 0 {
 			wantG = o.lastG
@@ -274,15 +393,21 @@ func (r *simRun) delivered(m *simMember, d Delivery, idx int) {
 		r.Fail("member %d: delivered global %d index %d after global %d index %d", m.ID, d.Global, d.Index, o.lastG, o.lastIdx)
 		return
 	}
-	o.lastG, o.lastIdx = d.Global, d.Index
+	o.started, o.lastG, o.lastIdx = true, d.Global, d.Index
 	o.log = append(o.log, rec{from: d.From, idx: idx, global: d.Global, epoch: d.Epoch})
 }
 
 // survivor: neither crashed, nor halted, nor cut off past the failure
-// timeout (such a member is treated as crashed: removed, it may stall).
+// timeout (such a member is treated as crashed: removed, it may stall),
+// nor leaving.
 func (r *simRun) survivor(m *simMember) bool {
-	return !m.Crashed() && !m.Halted() && !r.crashed[m.ID]
+	return !m.Crashed() && !m.Halted() && !r.crashed[m.ID] && !r.s.leaver(m.Index)
 }
+
+// departed: a member that left cleanly (it may have crashed after its
+// first Leave frame). Its messages were all delivered back to it first:
+// every survivor delivers them too.
+func (r *simRun) departed(m *simMember) bool { return r.s.leaver(m.Index) && m.Left() }
 
 // done reports whether every survivor has everything every survivor sent,
 // all survivors delivered the same number of messages, and each knows
@@ -291,6 +416,11 @@ func (r *simRun) survivor(m *simMember) bool {
 func (r *simRun) done() bool {
 	if r.crashes > 0 {
 		return false
+	}
+	for _, m := range r.Members {
+		if r.s.leaver(m.Index) && !m.Left() && !m.Crashed() && !m.Halted() {
+			return false // its leave is not done (Close has not returned)
+		}
 	}
 	n := -1
 	for _, m := range r.Members {
@@ -305,7 +435,7 @@ func (r *simRun) done() bool {
 			return false // not done before a live sequencer is in place
 		}
 		for j, o := range r.Members {
-			if r.survivor(o) && m.Next[j] < r.s.k {
+			if (r.survivor(o) || r.departed(o)) && m.Next[j] < r.s.k {
 				return false
 			}
 		}
@@ -327,7 +457,7 @@ func (r *simRun) done() bool {
 		return n < 0
 	}
 	for _, m := range r.Members {
-		if m.Crashed() && sq.members[sq.byID[m.ID]].streamLive {
+		if m.Crashed() && !r.departed(m) && sq.members[sq.byID[m.ID]].streamLive {
 			return false
 		}
 		if r.survivor(m) && m.Core.next != sq.nextGlobal {
@@ -387,6 +517,13 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 			net.Heal()
 		})
 	}
+	for _, l := range s.leaves {
+		m := r.Members[l.member]
+		net.AfterFunc(l.at, func() {
+			m.LeaveAfter = true
+			m.EP.Bind(m) // step it now: it leaves once it proposed its messages
+		})
+	}
 	switch s.crash {
 	case memberCrash:
 		net.AfterFunc(s.crashAt, crash(s.crashMember))
@@ -411,14 +548,17 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 const simTimeLimit = 30 * time.Second
 
 // verdict checks the guarantees (docs/protocols.md, "Sequencer"):
-//   - agreement: survivors delivered identical sequences; a crashed
-//     member's sequence is a prefix of theirs, except where the guarantee
-//     does not reach: from a position it got from a sequencer that crashed
-//     and that the survivors got from a later epoch (no survivor held the
-//     message when the election agreed);
+//   - agreement: survivors delivered identical sequences; a crashed or
+//     departed member's sequence is a prefix of theirs (when everyone
+//     left, the departed members' sequences are prefixes of the longest),
+//     except where the guarantee does not reach: from a position it got
+//     from a sequencer that crashed and that the survivors got from a
+//     later epoch (no voter held the message when the election agreed);
 //   - integrity: checked at each delivery (exactly once, bytes equal, only
 //     what was sent, consecutive global numbers);
-//   - validity: every survivor delivered every message of every survivor;
+//   - validity: every survivor delivered every message of every survivor
+//     and of every member that left (checked by done: a run that does not
+//     finish fails, and a leaver that never gets out is one);
 //   - no survivor halted, no survivor was removed by the sequencer.
 func (r *simRun) verdict() error {
 	if err := r.Err(); err != nil {
@@ -434,11 +574,20 @@ func (r *simRun) verdict() error {
 	}); err != nil {
 		return err
 	}
+	// The sequences are compared with a survivor's, or, when everyone
+	// left, with the longest a departed member delivered.
 	var ref *simMember
 	for _, m := range r.Members {
 		if r.survivor(m) {
 			ref = m
 			break
+		}
+	}
+	if ref == nil {
+		for _, m := range r.Members {
+			if r.departed(m) && (ref == nil || len(r.order[m.Index].log) > len(r.order[ref.Index].log)) {
+				ref = m
+			}
 		}
 	}
 	if ref == nil {
@@ -461,7 +610,7 @@ func (r *simRun) verdict() error {
 					return fmt.Errorf("member %d (not a survivor) delivered %d messages, beyond the %d of survivor %d: message %d/%d (global %d) is lost although a majority survives",
 						m.ID, len(log), len(refLog), ref.ID, x.from, x.idx, x.global)
 				}
-				if r.survivor(m) {
+				if r.survivor(m) || r.departed(m) {
 					return fmt.Errorf("member %d delivered %d messages, member %d %d", m.ID, len(log), ref.ID, len(refLog))
 				}
 				break
@@ -470,7 +619,7 @@ func (r *simRun) verdict() error {
 			if x.from == y.from && x.idx == y.idx && x.global == y.global && x.change == y.change {
 				continue
 			}
-			if !strict && !r.survivor(m) && x.epoch != y.epoch && frame.SeqLess(x.epoch, y.epoch) && r.crashed[r.sequencer[x.epoch]] {
+			if !strict && r.lostWithSequencer(m, x, ref, y) {
 				r.outside++
 				break
 			}
@@ -483,7 +632,7 @@ func (r *simRun) verdict() error {
 	// changes, and as many MemberReturned before as it had false
 	// removals.
 	for _, o := range r.Members {
-		if !o.Crashed() {
+		if !o.Crashed() || r.departed(o) || !r.survivor(ref) {
 			continue
 		}
 		var failed, returned int
@@ -515,13 +664,29 @@ func (r *simRun) verdict() error {
 	return nil
 }
 
+// lostWithSequencer reports whether a and b, which delivered x and y at
+// the same position, differ in the one way outside the guarantee (without
+// SafeMajority and the majority quorum): the one with the older epoch's
+// message is not a survivor — it crashed, halted or left —, and that
+// epoch's sequencer crashed, so that no voter of the election after it
+// may have held the message.
+func (r *simRun) lostWithSequencer(a *simMember, x rec, b *simMember, y rec) bool {
+	if x.epoch == y.epoch {
+		return false
+	}
+	if frame.SeqLess(y.epoch, x.epoch) {
+		a, x = b, y
+	}
+	return !r.survivor(a) && r.crashed[r.sequencer[x.epoch]]
+}
+
 // TestSim runs many seeded scenarios. A failing seed prints the command
 // that runs it alone.
 func TestSim(t *testing.T) {
-	var ran, changes, outside, crashes, cuts, halts, retx, removals atomic.Int64
+	var ran, changes, outside, crashes, cuts, halts, retx, removals, leaves, seqLeaves, allLeave atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee, %d removals delivered by survivors",
-			ran.Load(), crashes.Load(), cuts.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load(), removals.Load())
+		t.Logf("%d seeds passed: %d with crashes, %d with a member cut off, %d with clean leaves (%d of the sequencer, %d of every member that did not crash), %d sequencer changes seen, %d cut members halted, %d retransmission answers, %d crashed-member divergences outside the guarantee, %d removals delivered by survivors",
+			ran.Load(), crashes.Load(), cuts.Load(), leaves.Load(), seqLeaves.Load(), allLeave.Load(), changes.Load(), halts.Load(), retx.Load(), outside.Load(), removals.Load())
 	})
 	simtest.RunSeeds(t, 1500, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
 		s := newScenario(seed)
@@ -537,6 +702,15 @@ func TestSim(t *testing.T) {
 			cuts.Add(1)
 			if r.Members[s.cutMember].Halted() {
 				halts.Add(1)
+			}
+		}
+		if len(s.leaves) > 0 {
+			leaves.Add(1)
+			if s.leaver(0) {
+				seqLeaves.Add(1)
+			}
+			if !slices.ContainsFunc(r.Members, r.survivor) {
+				allLeave.Add(1)
 			}
 		}
 		changes.Add(int64(len(r.sequencer) - 1))

@@ -1,0 +1,310 @@
+package dsm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/core"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
+)
+
+// The per-segment channels of thesis §7.2 on the simulator: selective
+// join, a reliable group per segment among its members, barrier markers
+// (def. 7.2 BC) and the wait condition (def. 7.3 WC).
+
+// chanSegs are the segments of the channel tests: key → member ranks
+// (the first creates it). Key 25 has one member: no channel.
+var chanSegs = map[uint32][]int{
+	21: {0, 1},
+	22: {1, 2, 3},
+	23: {0, 1, 2, 3},
+	24: {2, 3},
+	25: {3},
+}
+
+const chanLocs, chanSize = 64, 8
+
+// joinChanSegs creates or joins this member's segments of segs, then
+// crosses barrier 99, which fixes their membership.
+func joinChanSegs(n *dsm.Node, segs map[uint32][]int) (map[uint32]*dsm.Segment, error) {
+	ctx := context.Background()
+	mine := map[uint32]*dsm.Segment{}
+	for _, key := range slices.Sorted(maps.Keys(segs)) {
+		ranks := segs[key]
+		if !slices.Contains(ranks, n.Rank()) {
+			continue
+		}
+		var s *dsm.Segment
+		var err error
+		if ranks[0] == n.Rank() {
+			s, err = n.CreateSegment(key, chanLocs, chanSize)
+		} else {
+			s, err = n.JoinSegment(ctx, key, chanLocs, chanSize)
+		}
+		if err != nil {
+			return nil, err
+		}
+		mine[key] = s
+	}
+	return mine, n.Barrier(ctx, 99)
+}
+
+// chanValue is what owner writes to loc in round.
+func chanValue(owner, round, loc int) []byte { return writeValue(owner, round*1000+loc, chanSize) }
+
+// chanProgram: rounds in which every member writes its lanes (locations
+// loc with loc%size == rank) of each of its segments, a few of them twice
+// and some in bulk, then crosses a barrier and checks every location of
+// its segments against the sequential program: the owner's last value of
+// the round, or zero where the owner is not a member (theorem 2.2), and
+// crosses a second barrier before the next round's writes.
+func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
+		ctx := context.Background()
+		mine, err := joinChanSegs(n, segs)
+		if err != nil {
+			return err
+		}
+		keys := slices.Sorted(maps.Keys(mine))
+		buf := make([]byte, chanSize)
+		for round := range rounds {
+			for _, key := range keys {
+				s := mine[key]
+				for loc := n.Rank(); loc < chanLocs; loc += n.Size() {
+					if loc%3 == 0 { // an older value, overwritten below
+						if err := s.Write(loc, chanValue(n.Rank(), round+50, loc)); err != nil {
+							return err
+						}
+					}
+					if loc%5 == 0 {
+						if _, err := s.WriteBulk(loc, chanValue(n.Rank(), round, loc)); err != nil {
+							return err
+						}
+						continue
+					}
+					if err := s.Write(loc, chanValue(n.Rank(), round, loc)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := n.Barrier(ctx, 100+round); err != nil {
+				return err
+			}
+			for _, key := range keys {
+				for loc := range chanLocs {
+					owner := loc % n.Size()
+					want := make([]byte, chanSize)
+					if slices.Contains(segs[key], owner) {
+						want = chanValue(owner, round, loc)
+					}
+					got, err := mine[key].Read(loc, buf)
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(got, want) {
+						return fmt.Errorf("round %d: segment %d location %d is %x, want %x (rank %d's write)", round, key, loc, got, want, owner)
+					}
+				}
+			}
+			// The next round's writes must not race with these reads.
+			if err := n.Barrier(ctx, 200+round); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Theorem 2.2 with channels at 5 % loss: every read equals the
+// sequential program's; a member opens channels only for its segments
+// with another member, allocates only its segments, and no update of a
+// segment reaches a member outside it.
+func TestChannelsSequentialConsistency(t *testing.T) {
+	for seed := range uint64(axiomSeeds) {
+		res, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: dsm.Config{Channels: true}}, chanProgram(chanSegs, 5))
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		for r, st := range res.Stats {
+			var want []uint32
+			for key, ranks := range chanSegs {
+				if len(ranks) > 1 && slices.Contains(ranks, r) {
+					want = append(want, key)
+				}
+			}
+			slices.Sort(want)
+			if got := slices.Sorted(maps.Keys(st.Channels)); !slices.Equal(got, want) {
+				t.Fatalf("seed %d: rank %d has channels %v, want %v", seed, r, got, want)
+			}
+			if st.BadMessages != 0 || st.Ignored != 0 {
+				t.Fatalf("seed %d: rank %d: %d bad messages, %d ignored updates, want 0", seed, r, st.BadMessages, st.Ignored)
+			}
+			// One marker per channel per barrier after the fixing one.
+			if want := uint64(len(want) * 2 * 5); st.Markers != want {
+				t.Fatalf("seed %d: rank %d sent %d markers, want %d", seed, r, st.Markers, want)
+			}
+		}
+	}
+}
+
+// Axioms 2.2, 2.3, 2.6 and 2.7 with channels at 5 % loss: every write
+// becomes exactly one update at every other member of its segment and at
+// no one else, in the order written; before a barrier → seen before
+// crossing it; after it → seen after crossing it.
+func TestChannelsAxioms(t *testing.T) {
+	for seed := range uint64(axiomSeeds) {
+		h := newHistory(4)
+		_, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: dsm.Config{Channels: true}, Trace: h.record}, chanProgram(chanSegs, 4))
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if err := checkChannelAxioms(h, chanSegs); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+}
+
+func checkChannelAxioms(h *history, segs map[uint32][]int) error {
+	type wr struct {
+		key   writeKey
+		order int    // the writer's write number for its segment
+		enter uint32 // barriers entered before the write
+		pass  uint32 // barriers passed before the write
+	}
+	n := len(h.byRank)
+	writes := make([]map[writeKey]wr, n)
+	passAt := make([]map[uint32]int, n)
+	for r, evs := range h.byRank {
+		writes[r], passAt[r] = map[writeKey]wr{}, map[uint32]int{}
+		var entered, passed uint32
+		count := map[uint32]int{}
+		for _, e := range evs {
+			switch e.Kind {
+			case core.EvBarrierEnter:
+				entered = e.Seq
+			case core.EvBarrierPass:
+				passed = e.Seq
+				passAt[r][e.Seq] = e.index
+			case core.EvWrite:
+				count[e.Key]++
+				writes[r][wkey(e.Event)] = wr{wkey(e.Event), count[e.Key], entered, passed}
+			}
+		}
+	}
+	for j, evs := range h.byRank {
+		seen := map[writeKey]int{}
+		last := map[[2]uint32]int{} // (writer, key) → last order seen
+		for _, e := range evs {
+			if e.Kind != core.EvUpdate {
+				continue
+			}
+			i := int(e.From) - 1
+			w, ok := writes[i][wkey(e.Event)]
+			if !ok {
+				return fmt.Errorf("rank %d applied %+v from rank %d, which never wrote it", j, wkey(e.Event), i)
+			}
+			if !slices.Contains(segs[e.Key], j) {
+				return fmt.Errorf("rank %d, not a member of segment %d, applied an update of it", j, e.Key)
+			}
+			seen[w.key]++
+			lk := [2]uint32{uint32(i), e.Key}
+			if w.order < last[lk] {
+				return fmt.Errorf("rank %d applied rank %d's write %d to segment %d after its write %d (axiom 2.3)", j, i, w.order, e.Key, last[lk])
+			}
+			last[lk] = w.order
+			if pass, ok := passAt[j][w.enter+1]; ok && pass < e.index {
+				return fmt.Errorf("rank %d wrote %+v before barrier %d, rank %d saw it after crossing that barrier (axiom 2.6)", i, w.key, w.enter+1, j)
+			}
+			if w.pass > 0 && passAt[j][w.pass] > e.index {
+				return fmt.Errorf("rank %d wrote %+v after barrier %d, rank %d saw it before crossing that barrier (axiom 2.7)", i, w.key, w.pass, j)
+			}
+		}
+		for i := range n {
+			if i == j {
+				continue
+			}
+			for k, w := range writes[i] {
+				if !slices.Contains(segs[k.key], j) {
+					continue
+				}
+				if seen[k] != 1 {
+					return fmt.Errorf("rank %d saw rank %d's write %+v (number %d) %d times, want once (axiom 2.2)", j, i, k, w.order, seen[k])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Selective join's errors: a join after the fixing barrier, a write
+// before it, a lock with channels; and a member that did not join a
+// segment allocates nothing for it.
+func TestChannelsErrors(t *testing.T) {
+	ctx := context.Background()
+	_, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: 1, Node: dsm.Config{Channels: true}}, func(n *dsm.Node) error {
+		var s *dsm.Segment
+		var err error
+		switch n.Rank() {
+		case 0:
+			s, err = n.CreateSegment(7, 10, 8)
+		case 1:
+			s, err = n.JoinSegment(ctx, 7, 10, 8)
+		}
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			err := s.WriteFloat64(0, 1)
+			if !errors.Is(err, dsm.ErrNotFixed) || !strings.Contains(err.Error(), "segment 7 was created in barrier phase 0; write after barrier 1") {
+				return fmt.Errorf("write before the fixing barrier: %v", err)
+			}
+		}
+		if err := n.Barrier(ctx, 1); err != nil {
+			return err
+		}
+		if n.Rank() == 2 {
+			_, err := n.JoinSegment(ctx, 7, 10, 8)
+			if !errors.Is(err, dsm.ErrJoinClosed) || !strings.Contains(err.Error(), "segment 7: its membership [1 2] was fixed at barrier 1") {
+				return fmt.Errorf("late join: %v", err)
+			}
+		}
+		if err := n.Lock(ctx, 1); !errors.Is(err, dsm.ErrLocksChannels) {
+			return fmt.Errorf("lock: %v", err)
+		}
+		if s != nil {
+			if err := s.WriteFloat64(0, float64(n.Rank()+1)); err != nil {
+				return err
+			}
+		}
+		return n.Barrier(ctx, 2)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same program over Join: real reliable.Groups, one per channel, on a
+// mux over each member's link of a real-time lossy segment.
+func TestJoinChannels(t *testing.T) {
+	nodes := joinAll(t, 4, 3, dsm.Config{Channels: true})
+	runLive(t, nodes, chanProgram(chanSegs, 4))
+	for r, n := range nodes {
+		st := n.Stats()
+		for key, ranks := range chanSegs {
+			_, open := st.Channels[key]
+			if want := len(ranks) > 1 && slices.Contains(ranks, r); open != want {
+				t.Errorf("rank %d: channel of segment %d open: %v, want %v", r, key, open, want)
+			}
+		}
+		if st.BadMessages != 0 {
+			t.Errorf("rank %d: %d bad messages", r, st.BadMessages)
+		}
+	}
+}

@@ -1,0 +1,317 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
+	"golang.org/x/sys/unix"
+)
+
+// connRings are a connection's rings (local API version 2,
+// docs/local-api.md, "Rings"): memory the daemon makes, seals and shares
+// with the client, so that messages and deliveries pass without a system
+// call or a copy through the kernel per packet. The connection's own
+// goroutine reads the send ring; the fan-out writes the deliver ring,
+// under the connection's write lock. The memory is unmapped when the
+// connection's goroutine ends, under that lock, once the connection is
+// closed.
+type connRings struct {
+	send    *localapi.Ring
+	deliver *localapi.Ring
+	space   chan struct{} // the client made room in the deliver ring (its Doorbell)
+	mems    [][]byte
+	bytes   int64 // the rings' memory, counted in Daemon.ringBytes
+}
+
+// MaxRing bounds the data area of a ring the daemon makes for a client:
+// two rings per connection.
+const MaxRing = 16 << 20
+
+// setupRing answers RingSetup: it makes the ring and sends its memory
+// with RingReady. A refusal (an Error) keeps the connection.
+func (c *conn) setupRing(m *localapi.RingSetup) bool {
+	size := int(m.Size)
+	_, serr := localapi.RingSize(size)
+	switch {
+	case c.version < 2:
+		c.fail(localapi.CodeUnexpected, false, "RingSetup needs local API version 2; this connection said hello in version %d", c.version)
+		return false
+	case serr != nil:
+		c.fail(localapi.CodeBadMessage, true, "RingSetup: %v", serr)
+		return true
+	case size > MaxRing:
+		c.fail(localapi.CodeTooLarge, true, "RingSetup: a ring of %d bytes; the daemon makes rings of at most %d", size, MaxRing)
+		return true
+	case m.Ring == localapi.RingSend && c.rings.send != nil, m.Ring == localapi.RingDeliver && c.rings.deliver != nil:
+		c.fail(localapi.CodeUnexpected, false, "this connection has a %s ring already", ringName(m.Ring))
+		return false
+	}
+	if m.Ring == localapi.RingDeliver {
+		c.smu.Lock()
+		subscribed := c.sub != nil
+		c.smu.Unlock()
+		if subscribed {
+			c.fail(localapi.CodeUnexpected, false, "a deliver ring must be set up before Subscribe")
+			return false
+		}
+	}
+	most := c.d.cfg.MaxRingMemory
+	if most == 0 {
+		most = DefaultMaxRingMemory
+	}
+	if held := c.d.ringBytes.Add(int64(size)); held > most {
+		c.d.ringBytes.Add(-int64(size))
+		c.fail(localapi.CodeTooLarge, true, "RingSetup: the clients' rings hold %d bytes and this one would pass the daemon's bound of %d; use the socket", held-int64(size), most)
+		return true
+	}
+	fd, mem, err := localapi.CreateRingMemory(size)
+	if err != nil {
+		c.d.ringBytes.Add(-int64(size))
+		c.fail(localapi.CodeClosed, true, "RingSetup: %v", err)
+		return true
+	}
+	defer unix.Close(fd)
+	r, err := localapi.NewRing(m.Ring, mem, size)
+	if err != nil {
+		c.d.ringBytes.Add(-int64(size))
+		localapi.UnmapRing(mem)
+		c.fail(localapi.CodeClosed, true, "RingSetup: %v", err)
+		return true
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.rings.mems = append(c.rings.mems, mem)
+	c.rings.bytes += int64(size)
+	if m.Ring == localapi.RingSend {
+		c.rings.send = r
+	} else {
+		c.rings.deliver, c.rings.space = r, make(chan struct{}, 1)
+		c.hasDeliverRing.Store(true)
+	}
+	c.wbuf = (&localapi.RingReady{Ring: m.Ring, Size: m.Size}).Append(c.wbuf[:0])
+	_, _, err = c.c.WriteMsgUnix(c.wbuf, unix.UnixRights(fd), nil)
+	return err == nil
+}
+
+func ringName(r uint8) string {
+	if r == localapi.RingSend {
+		return "send"
+	}
+	return "deliver"
+}
+
+// doorbell is the client's Doorbell: the send ring has records (the
+// serve loop drains it before its next read anyway), or the deliver ring
+// has room (wake the fan-out if it waits).
+func (c *conn) doorbell(ring uint8) {
+	if ring == localapi.RingDeliver && c.rings.space != nil {
+		select {
+		case c.rings.space <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drainSendRing sends every message waiting in the send ring, in order,
+// as Sends. With sleep it then prepares to sleep (the ring's wantData)
+// and drains again what came meanwhile, so that the caller's read of the
+// socket is woken by the client's Doorbell. False ends the connection.
+func (c *conn) drainSendRing(sleep bool) bool {
+	r := c.rings.send
+	if r == nil {
+		return true
+	}
+	g := c.d.g // the group started before the ring was made
+	for {
+		for n := 1; ; n++ {
+			_, data, ok, err := r.Next()
+			if err != nil {
+				c.fail(localapi.CodeBadMessage, false, "%v", err)
+				return false
+			}
+			if !ok {
+				break
+			}
+			if len(data) > g.MaxMessage() {
+				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted+1, len(data), g.MaxMessage())
+			} else if !c.sendOn(g, data) {
+				return false
+			}
+			if n%64 == 0 && !c.releaseSend() { // room for the client as we go
+				return false
+			}
+		}
+		if !c.releaseSend() {
+			return false
+		}
+		if !sleep {
+			return true
+		}
+		asleep, err := r.WaitData()
+		if err != nil {
+			c.fail(localapi.CodeBadMessage, false, "%v", err)
+			return false
+		}
+		if asleep {
+			return true
+		}
+	}
+}
+
+// releaseSend frees what was read of the send ring, ringing the client
+// if it waits for room.
+func (c *conn) releaseSend() bool {
+	if c.rings.send.Release() {
+		return c.write(sendRingBell) == nil
+	}
+	return true
+}
+
+var errConnClosed = errors.New("connection closed")
+
+// The daemon's doorbells, made once: a message passed as an interface
+// escapes, and these go out often.
+var (
+	sendRingBell    = &localapi.DaemonDoorbell{Ring: localapi.RingSend}
+	deliverRingBell = &localapi.DaemonDoorbell{Ring: localapi.RingDeliver}
+)
+
+// deliverRing copies what the subscriber wants of b into its deliver
+// ring and rings the client if it sleeps. When the ring is full it waits
+// for the client's Doorbell without the write lock (the connection's
+// goroutine may need it to answer a request meanwhile). c.wmu is held on
+// entry and on return.
+func (c *conn) deliverRing(b *outBatch, from uint16) error {
+	if b.one != nil {
+		if err := c.ringAdd(b.from, b.one[3:]); err != nil {
+			return err
+		}
+		return c.publishDeliver()
+	}
+	for off := 1; off < len(b.p); {
+		sender := binary.BigEndian.Uint16(b.p[off:])
+		n := int(binary.BigEndian.Uint32(b.p[off+2:]))
+		if from == localapi.AllMembers || from == sender {
+			if err := c.ringAdd(sender, b.p[off+entryLen:off+entryLen+n]); err != nil {
+				return err
+			}
+		}
+		off += entryLen + n
+	}
+	return c.publishDeliver()
+}
+
+// ringAdd adds one delivery to the deliver ring, waiting for room.
+func (c *conn) ringAdd(sender uint16, data []byte) error {
+	for {
+		r := c.rings.deliver
+		if r == nil || c.ctx.Err() != nil {
+			return errConnClosed
+		}
+		err := r.Add(sender, data)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, localapi.ErrRingFull) {
+			return err
+		}
+		if err := c.publishDeliver(); err != nil {
+			return err
+		}
+		asleep, err := r.WaitSpace(len(data))
+		if err != nil {
+			return err
+		}
+		if !asleep {
+			continue
+		}
+		space := c.rings.space
+		c.wmu.Unlock()
+		select {
+		case <-space:
+		case <-c.ctx.Done():
+		}
+		c.wmu.Lock()
+	}
+}
+
+// ringRecv takes what the Group has delivered, without waiting (ctx is
+// done), straight into the deliver ring: each message is received into
+// the ring's next record and committed if the subscriber wants it
+// (from). It stops when nothing waits, the ring is full or sole says
+// this is no longer the only subscriber (another one, answered
+// Subscribed, wants what comes from then on), publishes, and returns how
+// many messages it took; an error is the Group's (the stream's end), a
+// ring that fails only ends this connection.
+func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int, sole func() bool) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	r := c.rings.deliver
+	if r == nil {
+		return 0, nil
+	}
+	n := 0
+	for sole() {
+		var err error
+		c.slot, err = r.Reserve(c.slot, largest, 1)
+		if err != nil {
+			if !errors.Is(err, localapi.ErrRingFull) {
+				c.closeAsync()
+				return n, nil
+			}
+			break
+		}
+		sender, data, err := g.RecvAppend(ctx, c.slot[0][:0])
+		if err != nil {
+			if err == ctx.Err() {
+				break
+			}
+			c.publishDeliver()
+			return n, err
+		}
+		if from == localapi.AllMembers || from == uint16(sender) {
+			r.Commit(uint16(sender), len(data))
+		}
+		n++
+	}
+	if err := c.publishDeliver(); err != nil {
+		c.closeAsync()
+	}
+	return n, nil
+}
+
+// closeAsync closes the connection from the fan-out, which holds c.wmu:
+// the closing (which may need the lock) happens on a goroutine of its own.
+func (c *conn) closeAsync() { go c.close() }
+
+// publishDeliver publishes what was added to the deliver ring and rings
+// the client if it sleeps (c.wmu is held).
+func (c *conn) publishDeliver() error {
+	if !c.rings.deliver.Publish() {
+		return nil
+	}
+	c.wbuf = deliverRingBell.Append(c.wbuf[:0])
+	_, err := c.c.Write(c.wbuf)
+	return err
+}
+
+// unmapRings unmaps the connection's rings once its goroutine is done
+// with them and the connection is closed: under the write lock, so that
+// the fan-out is not writing the deliver ring.
+func (c *conn) unmapRings() {
+	c.wmu.Lock()
+	mems := c.rings.mems
+	c.d.ringBytes.Add(-c.rings.bytes)
+	c.rings = connRings{}
+	c.hasDeliverRing.Store(false)
+	c.wmu.Unlock()
+	for _, m := range mems {
+		if err := localapi.UnmapRing(m); err != nil {
+			c.d.log.Error("rbcastd: unmapping a client's ring", "err", fmt.Sprint(err))
+		}
+	}
+}

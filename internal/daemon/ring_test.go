@@ -1,0 +1,292 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// memGroup starts n daemons on an in-memory segment.
+func memGroup(t *testing.T, n int, order reliable.Order) []*running {
+	t.Helper()
+	seg := newMemSeg(n)
+	dir := t.TempDir()
+	var ds []*running
+	for i, l := range seg.links {
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Size: n, Server: i == 0, Order: order}}
+		ds = append(ds, startDaemon(t, l, dir+"/"+string(rune('a'+i))+".sock", cfg))
+	}
+	t.Cleanup(func() {
+		for _, l := range seg.links {
+			l.Close()
+		}
+	})
+	return ds
+}
+
+// A file's worth of messages through a send ring at one daemon and a
+// deliver ring at the other arrives whole, in order; the Flush after
+// them counts them all; two rings of 64 KiB wrap and fill many times.
+func TestRings(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	if sub.Version() != 2 {
+		t.Fatalf("Hello agreed on version %d", sub.Version())
+	}
+	rr, err := sub.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
+		t.Fatal(err)
+	}
+	c, w := dial(t, ds[0].socket, true)
+	sr, err := c.SendRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(7, 3_000_000)
+	max := int(w.MaxMessage)
+	sent := make(chan error, 1)
+	go func() {
+		msgs := 0
+		for off := 0; off < len(data); {
+			slots, err := sr.Reserve(max, 8)
+			if err != nil {
+				sent <- err
+				return
+			}
+			for _, s := range slots {
+				k := copy(s, data[off:])
+				sr.Commit(k)
+				off += k
+				msgs++
+				if off == len(data) {
+					break
+				}
+			}
+			if err := sr.Publish(); err != nil {
+				sent <- err
+				return
+			}
+		}
+		f, err := flushOn(c)
+		if err == nil && f.Accepted != uint64(msgs) {
+			err = errors.New("Flushed does not count every message")
+		}
+		sent <- err
+	}()
+	var got []byte
+	for len(got) < len(data) {
+		from, d, ok, err := rr.Next(true)
+		if err != nil || !ok {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		if from != 0 {
+			t.Fatalf("a message from %d", from)
+		}
+		got = append(got, d...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("%d bytes through the rings differ from the %d sent", len(got), len(data))
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client that corrupts its send ring is told what was wrong and
+// disconnected; the daemon goes on.
+func TestRingCorruptByClient(t *testing.T) {
+	ds := memGroup(t, 1, reliable.FIFO)
+	c, _ := dial(t, ds[0].socket, true)
+	if _, err := c.SendRing(localapi.MinRing); err != nil {
+		t.Fatal(err)
+	}
+	// Publish a head far beyond the ring, then ring.
+	mem := ringMemOf(t, c)
+	*(*uint64)(unsafe.Pointer(&mem[64])) = 1 << 40
+	c.Write(&localapi.Doorbell{Ring: localapi.RingSend})
+	_, err := c.Read()
+	var e *localapi.Error
+	if !errors.As(err, &e) || e.Code != localapi.CodeBadMessage || !strings.Contains(e.Text, "send ring corrupt at position") {
+		t.Fatalf("got %v, want an Error saying the send ring is corrupt", err)
+	}
+	// The daemon still serves others.
+	c2, _ := dial(t, ds[0].socket, true)
+	if f, err := sendAll(t, c2, []byte("after"), 100); err != nil || f.Accepted != 1 {
+		t.Fatalf("another client after the corrupt one: %+v, %v", f, err)
+	}
+}
+
+// ringMemOf is the mapping of the connection's one ring.
+func ringMemOf(t *testing.T, c *localapi.Conn) []byte {
+	t.Helper()
+	mems := localapi.RingMemories(c)
+	if len(mems) != 1 {
+		t.Fatalf("%d rings", len(mems))
+	}
+	return mems[0]
+}
+
+// RingSetup is refused, with its reason, for a version 1 connection, a
+// size that is not a power of two, and after Subscribe.
+func TestRingSetupErrors(t *testing.T) {
+	ds := memGroup(t, 1, reliable.FIFO)
+	for _, tc := range []struct {
+		name   string
+		before []localapi.Message
+		setup  localapi.RingSetup
+		want   string
+	}{
+		{"size", nil, localapi.RingSetup{Ring: localapi.RingSend, Size: 100_000}, "ring size 100000 bytes: want a power of two"},
+		{"too large", nil, localapi.RingSetup{Ring: localapi.RingSend, Size: 64 << 20}, "rings of at most 16777216"},
+		{"after subscribe", []localapi.Message{&localapi.Subscribe{From: 0}}, localapi.RingSetup{Ring: localapi.RingDeliver, Size: localapi.MinRing}, "before Subscribe"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := dial(t, ds[0].socket, true)
+			for _, m := range tc.before {
+				c.Write(m)
+				c.Read()
+			}
+			c.Write(&tc.setup)
+			_, err := c.Read()
+			var e *localapi.Error
+			if !errors.As(err, &e) || !strings.Contains(e.Text, tc.want) {
+				t.Fatalf("got %v, want an Error saying %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("version 1", func(t *testing.T) {
+		c, err := localapi.Dial(ds[0].socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write(&localapi.Hello{Version: 1})
+		if m, err := c.Read(); err != nil || m.(*localapi.Welcome).Version != 1 {
+			t.Fatalf("Hello version 1: %v %v", m, err)
+		}
+		c.Write(&localapi.RingSetup{Ring: localapi.RingSend, Size: localapi.MinRing})
+		_, err = c.Read()
+		if err == nil || !strings.Contains(err.Error(), "RingSetup needs local API version 2") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// While the fan-out copies a stream straight into one subscriber's ring,
+// a second subscriber that has read Subscribed gets every message sent
+// after that: the straight copy stops as the list of subscribers moves.
+// (The window it guards is open only while the group's queue never runs
+// dry; 20 rounds under a stream reach it now and then, not always.)
+func TestSecondSubscriberDuringRingStream(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	first, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	rr, err := first.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Write(&localapi.Subscribe{From: 0})
+	go func() { // keep the ring drained
+		for {
+			if _, _, _, err := rr.Next(true); err != nil {
+				return
+			}
+			rr.Release()
+		}
+	}()
+	c, _ := dial(t, ds[0].socket, true)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a stream that never ends
+		b := localapi.SendBatch{Msgs: [][]byte{make([]byte, 500), make([]byte, 500), make([]byte, 500)}}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if c.Write(&b) != nil {
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		second := subscribeFlags(t, ds[1].socket, 0, localapi.HelloBatch)
+		marker := []byte("marker " + string(rune('a'+i)))
+		m, _ := dial(t, ds[0].socket, true)
+		if err := m.Write(&localapi.Send{Data: marker}); err != nil {
+			t.Fatal(err)
+		}
+		for found := false; !found; {
+			msg, err := second.Read()
+			if err != nil {
+				t.Fatalf("round %d: the second subscriber did not get the message sent after its Subscribed: %v", i, err)
+			}
+			switch d := msg.(type) {
+			case *localapi.Deliver:
+				found = bytes.Equal(d.Data, marker)
+			case *localapi.DeliverBatch:
+				for _, x := range d.Msgs {
+					found = found || bytes.Equal(x.Data, marker)
+				}
+			}
+		}
+		second.Close()
+		m.Close()
+	}
+}
+
+// The clients' rings together stay within Config.MaxRingMemory: a
+// RingSetup past it is refused with an Error that keeps the connection
+// (the client goes on over its socket), and a closed connection's rings
+// count no more.
+func TestRingMemoryBound(t *testing.T) {
+	seg := newMemSeg(1)
+	t.Cleanup(func() { seg.links[0].Close() })
+	cfg := Config{Logger: quiet, MaxRingMemory: 2 * localapi.MinRing, Group: reliable.Config{Group: 9, Size: 1, Server: true}}
+	d := startDaemon(t, seg.links[0], t.TempDir()+"/a.sock", cfg)
+	a, _ := dial(t, d.socket, true)
+	if _, err := a.SendRing(localapi.MinRing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeliverRing(localapi.MinRing); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := dial(t, d.socket, true)
+	_, err := b.SendRing(localapi.MinRing)
+	var e *localapi.Error
+	if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, "the clients' rings hold 131072 bytes and this one would pass the daemon's bound of 131072; use the socket") {
+		t.Fatalf("third ring: %v; want a refusal naming the bound", err)
+	}
+	// The refused connection still sends over its socket.
+	if err := b.Write(&localapi.Send{Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(&localapi.Flush{}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.Read(); err != nil || m.Type() != localapi.TFlushed {
+		t.Fatalf("Flush after the refusal: %v %v", m, err)
+	}
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := b.SendRing(localapi.MinRing)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the first client closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,129 @@
+package pbp
+
+import (
+	"errors"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// The view change's hooks (reliable/view, docs/membership.md): a core
+// runs one view; when the view changes, the membership layer freezes it,
+// reads how far it sent and delivered, has it finish up to the agreed cut
+// and relays what a departing member sent from the frames it retained.
+
+// ErrFrozen: the core was frozen for a view change; messages go to the
+// next view's core.
+var ErrFrozen = errors.New("pbp: frozen for a view change")
+
+// kept is a delivered frame retained for relaying (Config.Retain).
+type kept struct {
+	seq     uint32
+	full    bool
+	bundled bool
+	data    []byte
+}
+
+// keep copies the payload of the frame from p being delivered now
+// (p.expected) into its retention ring. The last Window frames of every
+// sender are enough: a sender numbers frame s+Window only once every
+// member acknowledged s, so whatever one member delivered beyond what
+// another has, the other is less than a window behind.
+func (c *Core) keep(p *peer, body []byte, bundled bool) {
+	k := &p.kept[p.expected&c.mask]
+	k.seq, k.full, k.bundled = p.expected, true, bundled
+	k.data = append(k.data[:0], body...)
+}
+
+// Freeze stops the core from numbering and accepting new messages: it
+// keeps acknowledging, repairing and delivering, so that what was sent
+// reaches everyone, but sends no new Data (Propose returns ErrFrozen). It
+// returns the messages accepted and not yet sent, in order, copied, for
+// the next view's core.
+func (c *Core) Freeze() [][]byte {
+	if c.frozen {
+		return nil
+	}
+	c.frozen = true
+	var out [][]byte
+	for i := range c.pending {
+		h := &c.history[(c.nextSeq+uint32(i))&c.hmask]
+		body := h.buf[c.pre:]
+		if h.count == 1 {
+			out = append(out, append([]byte(nil), body...))
+			continue
+		}
+		for len(body) >= 2 {
+			n := int(body[0])<<8 | int(body[1])
+			out = append(out, append([]byte(nil), body[2:2+n]...))
+			body = body[2+n:]
+		}
+	}
+	c.pending, c.openLen = 0, 0
+	return out
+}
+
+// PendingMessages is how many accepted messages are not numbered yet:
+// those Freeze would return.
+func (c *Core) PendingMessages() int {
+	n := 0
+	for i := range c.pending {
+		n += c.history[(c.nextSeq+uint32(i))&c.hmask].count
+	}
+	return n
+}
+
+// Frozen reports whether Freeze was called.
+func (c *Core) Frozen() bool { return c.frozen }
+
+// Sent is this member's next sequence number: it sent every frame before
+// it.
+func (c *Core) Sent() uint32 { return c.nextSeq }
+
+// DeliveredFrom is the next sequence number to deliver from member id (it
+// delivered every frame before it); false if id is not another member.
+func (c *Core) DeliveredFrom(id frame.MemberID) (uint32, bool) {
+	p, _ := c.peer(id)
+	if p == nil {
+		return 0, false
+	}
+	return p.expected, true
+}
+
+// Live reports whether member id is another member this core has not
+// removed (failed, stalled or left).
+func (c *Core) Live(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.live
+}
+
+// AllSent reports whether every frame this member sent is acknowledged by
+// every live member.
+func (c *Core) AllSent() bool { return c.stable == c.nextSeq }
+
+// Retained returns frame seq of member id as it was delivered here (with
+// Config.Retain): its payload, in bundle form if bundled. False if it is
+// not retained (not delivered yet, or more than a window back).
+func (c *Core) Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool) {
+	p, _ := c.peer(id)
+	if p == nil || p.kept == nil {
+		return nil, false, false
+	}
+	k := &p.kept[seq&c.mask]
+	if !k.full || k.seq != seq || !frame.SeqLess(seq, p.expected) {
+		return nil, false, false
+	}
+	return k.data, k.bundled, true
+}
+
+// Member returns member id's entry in this core's member list.
+func (c *Core) Member(id frame.MemberID) (frame.MemberInfo, bool) {
+	for _, m := range c.cfg.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return frame.MemberInfo{}, false
+}
+
+// ViewID is the view this core runs.
+func (c *Core) ViewID() uint32 { return c.cfg.ViewID }

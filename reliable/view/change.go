@@ -1,0 +1,782 @@
+package view
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// onJoin: while joining, another process announcing itself (founding);
+// as the coordinator of a running group, a process to admit.
+func (c *Core) onJoin(src [6]byte, v frame.View) {
+	j := v.ViewJoin()
+	inc := v.Incarnation()
+	switch c.state {
+	case joining:
+		if src == c.cfg.MAC {
+			return
+		}
+		c.hear(joiner{mac: src, incarnation: inc, nonce: j.Nonce, requested: j.Requested, heardAt: c.now})
+	case member:
+		if c.coordinator() != c.self || c.leaving {
+			return
+		}
+		if j.ConfigHash != c.cfg.ConfigHash {
+			c.emit(src, &frame.ViewRefuseBody{Nonce: j.Nonce, Reason: frame.RefuseConfig, ConfigHash: c.cfg.ConfigHash})
+			c.stats.Refused++
+			return
+		}
+		for _, m := range c.view.Members {
+			if m.MAC == src && m.Incarnation == inc {
+				c.catchUp(src, m.ID, inc) // a member that missed its commit
+				return
+			}
+		}
+		if len(c.view.Members)+len(c.joiners) >= c.cfg.MaxMembers && !c.isJoiner(src) {
+			c.emit(src, &frame.ViewRefuseBody{Nonce: j.Nonce, Reason: frame.RefuseFull, ConfigHash: c.cfg.ConfigHash})
+			c.stats.Refused++
+			return
+		}
+		c.hear(joiner{mac: src, incarnation: inc, nonce: j.Nonce, requested: j.Requested, heardAt: c.now})
+	}
+}
+
+func (c *Core) isJoiner(mac [6]byte) bool {
+	for _, j := range c.joiners {
+		if j.mac == mac {
+			return true
+		}
+	}
+	return false
+}
+
+// hear records a joiner (one per MAC: a newer incarnation replaces).
+func (c *Core) hear(j joiner) {
+	for i := range c.joiners {
+		if c.joiners[i].mac == j.mac {
+			if j.incarnation != c.joiners[i].incarnation || j.nonce != c.joiners[i].nonce {
+				c.joiners[i] = j
+			}
+			c.joiners[i].heardAt = j.heardAt
+			return
+		}
+	}
+	c.joiners = append(c.joiners, j)
+}
+
+// less orders processes for the founding: requested id, then MAC.
+func less(ra frame.MemberID, ma [6]byte, rb frame.MemberID, mb [6]byte) bool {
+	if ra != rb {
+		return ra < rb
+	}
+	return bytes.Compare(ma[:], mb[:]) < 0
+}
+
+// sawGroup reports whether a running group was heard within the failure
+// timeout: then this process waits to be admitted instead of founding.
+func (c *Core) sawGroup() bool {
+	return c.groupAt != 0 && c.now < c.groupAt.Add(c.cfg.FailureTimeout)
+}
+
+// maybeFound founds the first view when no group runs: with Found
+// processes heard (this one included) and this one the lowest of them.
+func (c *Core) maybeFound() {
+	if c.sawGroup() || c.leaving || 1+len(c.joiners) < c.cfg.Found || c.now < c.joinSince.Add(c.cfg.Listen) {
+		return
+	}
+	for _, j := range c.joiners {
+		if less(j.requested, j.mac, c.cfg.Requested, c.cfg.MAC) {
+			return
+		}
+	}
+	all := append([]joiner{{mac: c.cfg.MAC, incarnation: c.cfg.Incarnation, nonce: c.cfg.Nonce, requested: c.cfg.Requested}}, c.joiners...)
+	c.joiners = all
+	members, _ := c.nextMembers()
+	c.joiners = nil
+	commit := frame.ViewCommitBody{Next: c.maxSeen + 1, Base: 0, Members: members}
+	c.maxSeen = commit.Next
+	c.prop = &proposal{next: commit.Next, base: 0, members: members, startedAt: c.now, commit: &commit}
+	c.stats.Changes++
+	c.sendProposal()
+	c.install(commit)
+}
+
+// propose starts a change of the view this member coordinates.
+func (c *Core) propose() {
+	members, staying := c.nextMembers()
+	p := &proposal{next: max(c.maxSeen, c.view.ID) + 1, base: c.view.ID, members: members, staying: staying, startedAt: c.now}
+	c.maxSeen = p.next
+	c.prop = p
+	c.stats.Changes++
+	c.promise, c.promiseBy, c.promisedAt = frame.ViewPrepareBody{Next: p.next, Base: p.base, Members: members}, c.self, c.now
+	c.freeze()
+	c.recordFlush(p, c.myFlush())
+	c.sendProposal()
+	c.maybeCommit()
+}
+
+// sendProposal repeats the change's Prepare, or its Commit once computed.
+func (c *Core) sendProposal() {
+	p := c.prop
+	if p.commit != nil {
+		c.emit(frame.Broadcast, p.commit)
+	} else {
+		c.emit(frame.Broadcast, &frame.ViewPrepareBody{Next: p.next, Base: p.base, Members: p.members})
+	}
+	p.sentAt = c.now
+}
+
+func (c *Core) freeze() {
+	if c.frozen {
+		return
+	}
+	c.frozen = true
+	c.unsent = c.inner.Freeze()
+	c.ownOut += c.handed - uint64(len(c.unsent))
+	c.handed = 0
+}
+
+func (c *Core) myFlush() flushInfo {
+	f := flushInfo{id: c.self, sent: c.inner.Sent()}
+	for _, m := range c.view.Members {
+		if m.ID == c.self {
+			continue
+		}
+		d, _ := c.inner.DeliveredFrom(m.ID)
+		f.delivered = append(f.delivered, frame.Delivered{Member: m.ID, Gone: !c.inner.Live(m.ID), Next: d})
+	}
+	return f
+}
+
+// sendFlush broadcasts this member's state in its view: to the
+// coordinator, and to the members that hold what it still misses.
+func (c *Core) sendFlush() {
+	f := c.myFlush()
+	next := c.promise.Next
+	if c.comp != nil {
+		next = c.comp.commit.Next
+		// While completing, report what was delivered so far (relays
+		// included), so holders send only what is missing.
+		for i := range f.delivered {
+			if k := c.cutIndex(f.delivered[i].Member); k >= 0 && (c.comp.departed[k] || f.delivered[i].Gone) {
+				f.delivered[i].Next = c.comp.next[k]
+			}
+		}
+	}
+	coord := c.promiseBy
+	if c.comp != nil {
+		coord = frame.NoMember // completing a commit: asks holders only
+	}
+	c.emit(frame.Broadcast, &frame.ViewFlushBody{Next: next, Base: c.view.ID, Coord: coord, Sent: f.sent, Delivered: f.delivered})
+	c.flushAt = c.now
+}
+
+// onPrepare: a coordinator proposes the next view.
+func (c *Core) onPrepare(src [6]byte, v frame.View) {
+	next, base, coord := v.ViewNext(), v.ViewBase(), v.Sender()
+	if frame.SeqLess(c.maxSeen, next) {
+		c.maxSeen = next
+	}
+	if c.state == joining {
+		c.groupAt = c.now
+		return
+	}
+	if base != c.view.ID {
+		if frame.SeqLess(base, c.view.ID) {
+			c.catchUp(src, coord, v.Incarnation())
+		} else if c.frozen {
+			c.sendFlush() // tells the coordinator this member is behind
+		}
+		return
+	}
+	if _, ok := c.memberOf(c.view, coord); !ok || c.comp != nil {
+		return
+	}
+	ml := v.ViewMembers()
+	in := false
+	for i := range ml.Len() {
+		m := ml.At(i)
+		if m.MAC == c.cfg.MAC && m.Incarnation == c.cfg.Incarnation {
+			in = true
+		}
+	}
+	switch {
+	case c.frozen && next == c.promise.Next && coord == c.promiseBy:
+		// The Prepare repeats (the Flush was lost, or a member is still
+		// missing): the coordinator is alive.
+		c.promisedAt = c.now
+		c.sendFlush()
+		return
+	case c.frozen && next == c.promise.Next && c.promiseBy != c.self:
+		// Promised the same view id to another coordinator, which may
+		// commit with this Flush: never flush one id to two. The Flush,
+		// tagged with the coordinator it answers, tells this one to
+		// prepare again with a higher id.
+		c.sendFlush()
+		return
+	case c.frozen && next == c.promise.Next && coord > c.self:
+		return // this member's own proposal, for the same id, wins
+	case c.frozen && frame.SeqLess(next, c.promise.Next):
+		return // promised a later proposal
+	case !in:
+		// A Prepare is not a commit: the coordinator may yet give way.
+		// The commit that leaves this member out removes it.
+		return
+	}
+	if c.prop != nil && coord != c.self {
+		c.prop = nil // a lower member coordinates: follow it
+	}
+	c.promise = frame.ViewPrepareBody{Next: next, Base: base}
+	c.promiseBy, c.promisedAt = coord, c.now
+	c.freeze()
+	c.sendFlush()
+}
+
+// removed ends this member: the group went on without it.
+func (c *Core) removed(why string) {
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrRemoved, why)
+	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+}
+
+// onFlush: a member's state; the coordinator collects them, and a member
+// that holds what the flusher misses of a departing member relays it.
+func (c *Core) onFlush(src [6]byte, v frame.View) {
+	if c.state != member {
+		return
+	}
+	next, base, from := v.ViewNext(), v.ViewBase(), v.Sender()
+	if frame.SeqLess(base, c.view.ID) {
+		c.catchUp(src, from, v.Incarnation())
+		c.relayTo(v, base)
+		return
+	}
+	if base != c.view.ID {
+		return
+	}
+	c.relayTo(v, base)
+	p := c.prop
+	if p == nil || p.commit != nil || next != p.next || base != p.base || !containsID(p.staying, from) {
+		return
+	}
+	if to := v.FlushCoord(); to != c.self {
+		if to != frame.NoMember {
+			// The member promised this id to another coordinator:
+			// prepare again with a higher one.
+			c.prop = nil
+			c.propose()
+		}
+		return
+	}
+	f := flushInfo{id: from, sent: v.FlushSent()}
+	dl := v.FlushDelivered()
+	regone := false
+	for i := range dl.Len() {
+		d := dl.At(i)
+		f.delivered = append(f.delivered, d)
+		if d.Gone && d.Member != c.self && containsID(p.staying, d.Member) {
+			// A member's core removed a sender the proposal keeps: it
+			// would never deliver the rest of that sender's view.
+			c.suspects = addID(c.suspects, d.Member)
+			regone = true
+		}
+	}
+	if regone {
+		c.prop = nil
+		c.propose()
+		return
+	}
+	c.recordFlush(p, f)
+	c.maybeCommit()
+}
+
+func (c *Core) recordFlush(p *proposal, f flushInfo) {
+	for i := range p.flushes {
+		if p.flushes[i].id == f.id {
+			p.flushes[i] = f
+			return
+		}
+	}
+	p.flushes = append(p.flushes, f)
+}
+
+func (c *Core) flushed(p *proposal, id frame.MemberID) bool {
+	for _, f := range p.flushes {
+		if f.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Core) flushOf(p *proposal, id frame.MemberID) flushInfo {
+	for _, f := range p.flushes {
+		if f.id == id {
+			return f
+		}
+	}
+	return flushInfo{}
+}
+
+func deliveredIn(f flushInfo, from frame.MemberID) (uint32, bool) {
+	for _, d := range f.delivered {
+		if d.Member == from {
+			return d.Next, true
+		}
+	}
+	return 0, false
+}
+
+// maybeCommit computes the cut once every staying member flushed, and
+// commits. For a sender that stays the cut is what it sent; for one that
+// does not, the most any staying member delivered from it.
+func (c *Core) maybeCommit() {
+	p := c.prop
+	if p == nil || p.commit != nil {
+		return
+	}
+	for _, id := range p.staying {
+		if !c.flushed(p, id) {
+			return
+		}
+	}
+	// This member's own state as of now: it went on delivering while
+	// the others' Flushes came in.
+	c.recordFlush(p, c.myFlush())
+	commit := frame.ViewCommitBody{Next: p.next, Base: p.base, Members: p.members}
+	var laggards []frame.MemberID
+	for _, m := range c.view.Members {
+		x := frame.Cut{Member: m.ID, Holder: m.ID}
+		first := true
+		if containsID(p.staying, m.ID) {
+			x.Cut = c.flushOf(p, m.ID).sent
+		} else {
+			for _, id := range p.staying {
+				d, ok := deliveredIn(c.flushOf(p, id), m.ID)
+				if ok && (first || frame.SeqLess(x.Cut, d)) {
+					x.Cut, x.Holder, first = d, id, false
+				}
+			}
+		}
+		x.From = x.Cut
+		for _, id := range p.staying {
+			if d, ok := deliveredIn(c.flushOf(p, id), m.ID); ok && frame.SeqLess(d, x.From) {
+				x.From = d
+			}
+		}
+		if !containsID(p.staying, m.ID) && int(x.Cut-x.From) > c.cfg.Window {
+			// A departing sender's frames are relayed from what the
+			// holder retains, at most a window (the sender's window
+			// keeps its receivers within one of each other, so this
+			// does not happen; it guards the relay): a member further
+			// behind cannot be brought to the cut.
+			for _, id := range p.staying {
+				if d, ok := deliveredIn(c.flushOf(p, id), m.ID); ok && int(x.Cut-d) > c.cfg.Window && id != c.self {
+					laggards = addID(laggards, id)
+				}
+			}
+		}
+		commit.Cuts = append(commit.Cuts, x)
+	}
+	if len(laggards) > 0 {
+		for _, id := range laggards {
+			c.suspects = addID(c.suspects, id)
+		}
+		c.prop = nil
+		return
+	}
+	p.commit = &commit
+	c.sendProposal()
+	c.startCompletion(commit)
+}
+
+// onCommit: the coordinator's commit of the next view.
+func (c *Core) onCommit(src [6]byte, v frame.View) {
+	_, body := v.Decode()
+	commit := *body.(*frame.ViewCommitBody)
+	if frame.SeqLess(c.maxSeen, commit.Next) {
+		c.maxSeen = commit.Next
+	}
+	in := false
+	for _, m := range commit.Members {
+		if m.MAC == c.cfg.MAC && m.Incarnation == c.cfg.Incarnation {
+			in = true
+		}
+	}
+	switch c.state {
+	case joining:
+		if in {
+			c.install(commit)
+		} else {
+			c.groupAt = c.now
+		}
+		return
+	case member:
+	default:
+		return
+	}
+	switch {
+	case !frame.SeqLess(c.view.ID, commit.Next):
+		return // installed already
+	case commit.Base != c.view.ID:
+		switch {
+		case in && frame.SeqLess(c.view.ID, commit.Base):
+			c.removed(fmt.Sprintf("view %d was formed from view %d, which this member (in view %d) never installed", commit.Next, commit.Base, c.view.ID))
+		case !in && frame.SeqLess(c.view.ID, commit.Base):
+			// The group went on past this member's view without it (a
+			// member that shows it is behind is sent the commit that
+			// formed the current view).
+			c.removed(fmt.Sprintf("view %d, formed from view %d, leaves this member (in view %d) out", commit.Next, commit.Base, c.view.ID))
+		}
+		return
+	case c.comp != nil && c.comp.commit.Next == commit.Next:
+		return
+	case !in:
+		c.removed(fmt.Sprintf("view %d leaves this member out", commit.Next))
+		return
+	}
+	c.startCompletion(commit)
+}
+
+// startCompletion begins delivering up to the commit's cuts.
+func (c *Core) startCompletion(commit frame.ViewCommitBody) {
+	c.freeze()
+	comp := &completion{commit: commit, next: make([]uint32, len(commit.Cuts)), departed: make([]bool, len(commit.Cuts))}
+	for i, x := range commit.Cuts {
+		old, _ := c.memberOf(c.view, x.Member)
+		comp.departed[i] = true
+		for _, m := range commit.Members {
+			if m.ID == x.Member && m.MAC == old.MAC && m.Incarnation == old.Incarnation {
+				comp.departed[i] = false
+			}
+		}
+		if x.Member == c.self {
+			comp.next[i] = x.Cut
+			continue
+		}
+		comp.next[i], _ = c.inner.DeliveredFrom(x.Member)
+	}
+	c.comp = comp
+	for i, x := range commit.Cuts {
+		if comp.departed[i] && x.Holder == c.self {
+			c.relay(c.inner, c.view.ID, x.Member, x.From, x.Cut)
+		}
+	}
+	c.complete()
+}
+
+// relayTo answers a member's Flush with the frames of departing senders
+// it misses and this member holds.
+func (c *Core) relayTo(v frame.View, base uint32) {
+	var commit *frame.ViewCommitBody
+	var inner Inner
+	switch {
+	case c.comp != nil && base == c.view.ID:
+		commit, inner = &c.comp.commit, c.inner
+	case c.formed != nil && base == c.formed.Base && c.prev != nil:
+		commit, inner = c.formed, c.prev
+	default:
+		return
+	}
+	dl := v.FlushDelivered()
+	for i := range dl.Len() {
+		d := dl.At(i)
+		for _, x := range commit.Cuts {
+			if x.Member != d.Member || x.Member == c.self || !frame.SeqLess(d.Next, x.Cut) {
+				continue
+			}
+			switch {
+			case x.Holder == c.self && !c.staysIn(commit, x.Member, base):
+				c.relay(inner, base, x.Member, d.Next, x.Cut)
+			case d.Gone && c.staysIn(commit, x.Member, base):
+				// The flusher's core removed a sender that stays: it
+				// gets the rest relayed by whoever has it.
+				c.relay(inner, base, x.Member, d.Next, x.Cut)
+			}
+		}
+	}
+}
+
+// staysIn reports whether member id of view base is in the commit's new
+// view (same MAC and incarnation).
+func (c *Core) staysIn(commit *frame.ViewCommitBody, id frame.MemberID, base uint32) bool {
+	var old frame.MemberInfo
+	var ok bool
+	switch {
+	case base == c.view.ID:
+		old, ok = c.memberOf(c.view, id)
+	case c.prev != nil:
+		old, ok = c.prevMember(id)
+	}
+	if !ok {
+		return false
+	}
+	for _, m := range commit.Members {
+		if m.ID == id && m.MAC == old.MAC && m.Incarnation == old.Incarnation {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Core) prevMember(id frame.MemberID) (frame.MemberInfo, bool) {
+	if p, ok := c.prev.(interface {
+		Member(frame.MemberID) (frame.MemberInfo, bool)
+	}); ok {
+		return p.Member(id)
+	}
+	return frame.MemberInfo{}, false
+}
+
+// relay broadcasts member from's frames first..cut-1 of view base, as
+// retained by inner.
+func (c *Core) relay(inner Inner, base uint32, from frame.MemberID, first, cut uint32) {
+	var m frame.MemberInfo
+	if pm, ok := inner.(interface {
+		Member(frame.MemberID) (frame.MemberInfo, bool)
+	}); ok {
+		m, _ = pm.Member(from)
+	}
+	for s := first; frame.SeqLess(s, cut); s++ {
+		data, bundled, ok := inner.Retained(from, s)
+		if !ok {
+			continue
+		}
+		h := frame.Header{Group: c.cfg.Group, Sender: from, Incarnation: m.Incarnation, ViewID: base, Seq: s}
+		f, err := frame.Append(nil, &h, &frame.Encoded{T: frame.Data, Data: data, Bundled: bundled})
+		if err != nil {
+			continue
+		}
+		c.emit(frame.Broadcast, &frame.ViewRelayBody{Base: base, Frame: f})
+		c.stats.Relayed++
+	}
+}
+
+// onRelay: a departing sender's frame that a holder relays.
+func (c *Core) onRelay(v frame.View) {
+	if c.comp == nil || v.RelayBase() != c.view.ID {
+		return
+	}
+	f := v.RelayFrame()
+	i := c.cutIndex(f.Sender())
+	if i < 0 || !c.comp.departed[i] && c.inner.Live(f.Sender()) || f.Type() != frame.Data {
+		return
+	}
+	s := f.Seq()
+	if frame.SeqLess(s, c.comp.next[i]) || !frame.SeqLess(s, c.comp.commit.Cuts[i].Cut) {
+		return
+	}
+	for _, r := range c.comp.relays {
+		if r.from == f.Sender() && r.seq == s {
+			return
+		}
+	}
+	c.comp.relays = append(c.comp.relays, relayed{from: f.Sender(), seq: s, bundled: f.Flags()&frame.FlagBundle != 0, data: append([]byte(nil), f.Body()...)})
+}
+
+// complete delivers what it can up to the cuts and installs the next
+// view once every cut is reached.
+func (c *Core) complete() {
+	comp := c.comp
+	all := true
+	for i, x := range comp.commit.Cuts {
+		if x.Member == c.self {
+			continue
+		}
+		if !comp.departed[i] && c.inner.Live(x.Member) {
+			if d, _ := c.inner.DeliveredFrom(x.Member); frame.SeqLess(d, x.Cut) {
+				all = false
+			}
+			continue
+		}
+		if !comp.departed[i] && frame.SeqLess(comp.next[i], c.innerNext(x.Member)) {
+			// A sender that stays but that this member's core removed
+			// during the change: what the core delivered counts, the
+			// rest comes relayed.
+			comp.next[i] = c.innerNext(x.Member)
+		}
+		for frame.SeqLess(comp.next[i], x.Cut) {
+			s := comp.next[i]
+			if data, bundled, ok := c.inner.Retained(x.Member, s); ok {
+				c.deliverRelayed(x.Member, s, data, bundled)
+			} else if k := c.relayIndex(x.Member, s); k >= 0 {
+				r := comp.relays[k]
+				c.deliverRelayed(x.Member, s, r.data, r.bundled)
+				comp.relays = slices.Delete(comp.relays, k, k+1)
+				c.stats.RelayDelivered++
+			} else {
+				break
+			}
+			comp.next[i]++
+		}
+		if frame.SeqLess(comp.next[i], x.Cut) {
+			all = false
+		}
+	}
+	if all {
+		c.install(comp.commit)
+	}
+}
+
+func (c *Core) innerNext(id frame.MemberID) uint32 {
+	d, _ := c.inner.DeliveredFrom(id)
+	return d
+}
+
+func (c *Core) relayIndex(from frame.MemberID, seq uint32) int {
+	for k, r := range c.comp.relays {
+		if r.from == from && r.seq == seq {
+			return k
+		}
+	}
+	return -1
+}
+
+// deliverRelayed delivers the messages of frame seq of a departing
+// sender (copied: the buffer may be the inner core's, reused later).
+func (c *Core) deliverRelayed(from frame.MemberID, seq uint32, data []byte, bundled bool) {
+	data = append([]byte(nil), data...)
+	if !bundled {
+		c.deliver = append(c.deliver, core.Delivery{From: from, Seq: seq, Data: data})
+		return
+	}
+	for i := 0; len(data) >= 2; i++ {
+		n := int(data[0])<<8 | int(data[1])
+		if 2+n > len(data) {
+			return
+		}
+		c.deliver = append(c.deliver, core.Delivery{From: from, Seq: seq, Index: i, Data: data[2 : 2+n]})
+		data = data[2+n:]
+	}
+}
+
+// install makes commit's view the current one: a new inner core, the
+// messages held meanwhile handed to it, an event.
+func (c *Core) install(commit frame.ViewCommitBody) {
+	ownBefore := c.ownOut // the old view was frozen: its count is in
+	self := frame.NoMember
+	for _, m := range commit.Members {
+		if m.MAC == c.cfg.MAC && m.Incarnation == c.cfg.Incarnation {
+			self = m.ID
+		}
+	}
+	v := View{ID: commit.Next, Members: slices.Clone(commit.Members)}
+	inner, err := c.cfg.Start(v, self)
+	if err != nil {
+		c.state, c.err = done, fmt.Errorf("view: starting the core of view %d: %w", v.ID, err)
+		c.event(core.Event{Kind: core.SelfRemoved, Member: self, Epoch: v.ID, Reason: c.err.Error()})
+		return
+	}
+	inner.Tick(c.now)
+	if c.inner != nil {
+		// What the old core has not handed out yet goes first: its
+		// frames, and its deliveries up to the cut (before the relayed
+		// ones of this turn, which follow them in their senders' order).
+		old := c.inner.Ready()
+		ds := old.Deliveries
+		if c.comp != nil {
+			ds = c.filterCut(ds)
+		}
+		c.deliver = append(append(c.merged.Deliveries[:0], ds...), c.deliver...)
+		c.merged.Deliveries = nil
+		c.frames = append(c.frames, old.Frames...)
+		c.prevTaken = true
+	}
+	c.prev, c.prevID, c.prevUntil = c.inner, c.view.ID, c.now.Add(2*c.cfg.FailureTimeout)
+	c.inner = inner
+	c.installed = true
+	clear(c.later) // frames of a view installed before this one's
+	c.later = c.later[:0]
+	c.view, c.self, c.state = v, self, member
+	formed := commit
+	formed.Members, formed.Cuts = slices.Clone(commit.Members), slices.Clone(commit.Cuts)
+	c.formed = &formed
+	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
+	c.frozen, c.comp, c.promise, c.promiseBy = false, nil, frame.ViewPrepareBody{}, frame.NoMember
+	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
+	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {
+		for _, m := range commit.Members {
+			if m.MAC == j.mac {
+				return true
+			}
+		}
+		return false
+	})
+	// The change is over here. A member that missed the commit shows it
+	// by sending in the view before (or, joining, by its Joins) and gets
+	// it again (catchUp).
+	c.prop = nil
+	if frame.SeqLess(c.maxSeen, commit.Next) {
+		c.maxSeen = commit.Next
+	}
+	c.queue = append(c.unsent, c.queue...)
+	c.unsent = nil
+	c.drainQueue()
+	if c.leaving {
+		// Leave was called during the change: leave from the new view,
+		// once what was held meanwhile is out.
+		inner.Leave(c.now)
+	}
+	c.stats.Views++
+	c.checkHeard()
+	c.event(core.Event{Kind: core.ViewInstalled, Member: self, Epoch: v.ID, View: &core.ViewInfo{ID: v.ID, Members: slices.Clone(v.Members), OwnBefore: ownBefore}})
+}
+
+// drainQueue hands the held messages to the inner core while it takes
+// them.
+func (c *Core) drainQueue() {
+	for len(c.queue) > 0 && c.state == member && !c.frozen {
+		if err := c.inner.Propose(c.now, c.queue[0]); err != nil {
+			return
+		}
+		c.handed++
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	}
+}
+
+// onRefuse: the coordinator refused this joiner.
+func (c *Core) onRefuse(v frame.View) {
+	r := v.ViewRefuse()
+	if c.state != joining || r.Nonce != c.cfg.Nonce {
+		return
+	}
+	why := "the group is full"
+	switch r.Reason {
+	case frame.RefuseConfig:
+		why = fmt.Sprintf("the coordinator's configuration hash is %#x, ours %#x: every member must use the same group settings", r.ConfigHash, c.cfg.ConfigHash)
+	case frame.RefuseRemoved:
+		why = "the group was removed"
+	}
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrRefused, why)
+	c.event(core.Event{Kind: core.JoinRefused, Member: v.Sender(), Reason: why})
+}
+
+// onRemove: a member removed the group.
+func (c *Core) onRemove(v frame.View) {
+	if c.state == done {
+		return
+	}
+	if c.state == member {
+		if _, ok := c.memberOf(c.view, v.Sender()); !ok {
+			return
+		}
+	}
+	c.state, c.err = done, ErrGroupRemoved
+	c.event(core.Event{Kind: core.GroupRemoved, Member: v.Sender(), Epoch: v.RemovedView()})
+}
+
+// RemoveGroup removes the group: every member stops (GroupRemoved), and
+// joiners are refused.
+func (c *Core) RemoveGroup() {
+	if c.state != member {
+		return
+	}
+	for range 3 {
+		c.emit(frame.Broadcast, &frame.GroupRemoveBody{View: c.view.ID})
+	}
+	c.state, c.err = done, ErrGroupRemoved
+	c.event(core.Event{Kind: core.GroupRemoved, Member: c.self, Epoch: c.view.ID})
+}

@@ -1,0 +1,633 @@
+package view
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// Step handles one received frame: the view protocol's own, or a frame of
+// the current view's inner core.
+func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
+	c.touch(now)
+	if c.state == done {
+		return c.err
+	}
+	switch v.Type() {
+	case frame.ViewJoin:
+		c.onJoin(src, v)
+	case frame.ViewPrepare:
+		c.onPrepare(src, v)
+	case frame.ViewFlush:
+		c.onFlush(src, v)
+	case frame.ViewCommit:
+		c.onCommit(src, v)
+	case frame.ViewRelay:
+		c.onRelay(v)
+	case frame.ViewRefuse:
+		c.onRefuse(v)
+	case frame.GroupRemove:
+		c.onRemove(v)
+	case frame.Join, frame.Welcome, frame.Start:
+		return fmt.Errorf("view: %v frame: registration is not used by groups that change", v.Type())
+	default:
+		return c.stepInner(now, src, dst, v)
+	}
+	if c.state == member && v.ViewID() == c.view.ID && v.Sender() != frame.NoMember {
+		c.heardIn(v.Sender())
+	}
+	c.progress()
+	return nil
+}
+
+// stepInner hands a data protocol frame to the inner core of its view.
+func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
+	w := v.ViewID()
+	if c.state == joining {
+		if w != 0 {
+			c.groupAt = c.now
+		}
+		return fmt.Errorf("view: %v frame of view %d while joining", v.Type(), w)
+	}
+	if w != c.view.ID {
+		if c.prev != nil && w == c.prevID {
+			// A member still completing the view before: its repairs.
+			return c.prev.Step(now, src, dst, v)
+		}
+		c.stats.Dropped++
+		if frame.SeqLess(w, c.view.ID) {
+			c.catchUp(src, v.Sender(), v.Incarnation())
+		}
+		return fmt.Errorf("view: %v frame of view %d, this member is in view %d", v.Type(), w, c.view.ID)
+	}
+	if c.installed {
+		c.hold(src, dst, v)
+		return nil
+	}
+	c.stepLater(now)
+	if err := c.inner.Step(now, src, dst, v); err != nil {
+		return err
+	}
+	c.heardIn(v.Sender())
+	c.progress()
+	return nil
+}
+
+// hold keeps a copy of a frame of the view installed this turn for the
+// turn after (see Core.installed).
+func (c *Core) hold(src, dst [6]byte, v frame.View) {
+	i := len(c.later)
+	if i == len(c.laterBufs) {
+		c.laterBufs = append(c.laterBufs, nil)
+	}
+	c.laterBufs[i] = append(c.laterBufs[i][:0], v...)
+	c.later = append(c.later, heldFrame{src: src, dst: dst, v: frame.View(c.laterBufs[i])})
+}
+
+// stepLater steps the frames held in the turn that installed the view,
+// once that turn's Ready is out.
+func (c *Core) stepLater(now clock.Time) {
+	if c.installed || len(c.later) == 0 {
+		return
+	}
+	later := c.later
+	c.later = c.later[:0]
+	for _, h := range later {
+		if c.state != member || h.v.ViewID() != c.view.ID {
+			continue
+		}
+		if c.inner.Step(now, h.src, h.dst, h.v) == nil {
+			c.heardIn(h.v.Sender())
+		}
+	}
+	clear(later)
+	c.progress()
+}
+
+// heardIn notes that member id sent in the current view: it installed it.
+// Once every member was heard, the view before's core is dropped.
+func (c *Core) heardIn(id frame.MemberID) {
+	if containsID(c.heard, id) {
+		return
+	}
+	c.heard = append(c.heard, id)
+	c.checkHeard()
+}
+
+// checkHeard drops the view before's core once every member of the
+// current view was heard in it: nobody needs its repairs or relays.
+func (c *Core) checkHeard() {
+	for _, m := range c.view.Members {
+		if m.ID != c.self && !containsID(c.heard, m.ID) {
+			return
+		}
+	}
+	c.prev = nil
+}
+
+// catchUp sends the commit that formed the current view to a member of it
+// that still sends in an older view (it missed the commit), at most once
+// per Retry.
+//
+// A process that sends in a view before and is not in the current one
+// was left out of it (the others went on without it, believing it failed)
+// and gets the same commit: it learns from it that it was removed, instead
+// of completing a change that is over for ever.
+func (c *Core) catchUp(src [6]byte, id frame.MemberID, inc uint32) {
+	if c.formed == nil || src == c.cfg.MAC {
+		return
+	}
+	if m, ok := c.memberOf(c.view, id); ok && m.MAC == src && m.Incarnation == inc {
+		if containsID(c.heard, id) {
+			return // heard in this view: its old core's frames
+		}
+	} else {
+		for _, m := range c.view.Members {
+			if m.MAC == src && m.Incarnation == inc {
+				return // a member under another id: not from a view before
+			}
+		}
+	}
+	for i := range c.sentFormed {
+		if c.sentFormed[i].mac == src {
+			if c.now < c.sentFormed[i].at.Add(c.cfg.Retry) {
+				return
+			}
+			c.sentFormed[i].at = c.now
+			c.emit(src, c.formed)
+			return
+		}
+	}
+	c.sentFormed = append(c.sentFormed, sentAt{src, c.now})
+	c.emit(src, c.formed)
+}
+
+// Tick runs the timers: Join and Prepare repeats, the change's timeouts,
+// the inner core's timers.
+func (c *Core) Tick(now clock.Time) {
+	c.touch(now)
+	switch c.state {
+	case joining:
+		c.tickJoining()
+	case member:
+		c.stepLater(now)
+		c.inner.Tick(now)
+		if c.prev != nil {
+			if now >= c.prevUntil {
+				c.prev = nil
+			} else {
+				c.prev.Tick(now)
+			}
+		}
+		c.tickMember()
+	case done:
+		if c.err == nil && c.inner != nil {
+			c.inner.Tick(now) // a clean leave's last frames
+		}
+	}
+	c.progress()
+}
+
+func (c *Core) tickJoining() {
+	// Founders that fell silent are forgotten.
+	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool { return c.now >= j.heardAt.Add(c.cfg.FailureTimeout) })
+	if c.joinAt == 0 || c.now >= c.joinAt {
+		c.sendJoin()
+	}
+}
+
+func (c *Core) sendJoin() {
+	c.emit(frame.Broadcast, &frame.ViewJoinBody{Requested: c.cfg.Requested, Nonce: c.cfg.Nonce, ConfigHash: c.cfg.ConfigHash, MTU: uint32(c.cfg.MTU)})
+	c.stats.Joins++
+	c.joinAt = c.now.Add(c.cfg.Retry)
+}
+
+func (c *Core) tickMember() {
+	if p := c.prop; p != nil {
+		if c.now >= p.sentAt.Add(c.cfg.Retry) {
+			c.sendProposal()
+		}
+		if p.commit == nil && c.now >= p.startedAt.Add(c.cfg.FailureTimeout) {
+			// Members of base that did not flush in time are left out;
+			// prepare again without them.
+			for _, id := range p.staying {
+				if !c.flushed(p, id) {
+					c.suspects = addID(c.suspects, id)
+				}
+			}
+			c.prop = nil
+		}
+		if p.commit != nil && c.now >= p.startedAt.Add(4*c.cfg.FailureTimeout) {
+			c.prop = nil // every member heard or gone: stop repeating
+		}
+	}
+	if c.frozen && c.comp == nil && c.promiseBy != c.self {
+		if c.now >= c.flushAt.Add(c.cfg.Retry) {
+			c.sendFlush()
+		}
+		if c.now >= c.promisedAt.Add(c.cfg.FailureTimeout) {
+			// The coordinator went silent in the middle of the change.
+			c.suspects = addID(c.suspects, c.promiseBy)
+			c.promisedAt = c.now
+		}
+	}
+	if c.comp != nil && c.now >= c.flushAt.Add(c.cfg.Retry) {
+		c.sendFlush() // asks the holders again for what is still missing
+	}
+}
+
+// Propose hands a message to the current view's inner core, or holds it
+// while no view runs (joining, or frozen by a change).
+func (c *Core) Propose(now clock.Time, msg []byte) error {
+	c.touch(now)
+	switch {
+	case c.state == done:
+		if c.err != nil {
+			return c.err
+		}
+		return core.ErrLeaving
+	case c.leaving:
+		return core.ErrLeaving
+	case len(msg) > c.cfg.MaxMessage:
+		return &core.TooLargeError{Size: len(msg), Max: c.cfg.MaxMessage}
+	case c.state == member && !c.frozen && len(c.queue) == 0:
+		err := c.inner.Propose(now, msg)
+		if err == nil {
+			c.handed++
+		}
+		return err
+	}
+	if len(c.queue)+len(c.unsent) >= c.cfg.MaxQueue {
+		return core.ErrWindowFull
+	}
+	c.queue = append(c.queue, append([]byte(nil), msg...))
+	return nil
+}
+
+// OwnOut is how many of this member's messages went out, in the order
+// Propose accepted them: numbered by the core of the view they were sent
+// in (a member that stays delivers them there, and so does every member
+// that moves to the next view with it). A message accepted and not yet
+// numbered when a view changes goes out in the next view, and counts
+// once it is numbered there.
+func (c *Core) OwnOut() uint64 {
+	switch {
+	case c.inner == nil, c.frozen:
+		return c.ownOut
+	}
+	return c.ownOut + c.handed - uint64(c.inner.PendingMessages())
+}
+
+// Leave starts a clean departure: the inner core finishes what was sent
+// and announces it; the others leave this member out of the next view.
+func (c *Core) Leave(now clock.Time) {
+	c.touch(now)
+	c.leaving = true
+	switch c.state {
+	case joining:
+		c.state = done
+		c.event(core.Event{Kind: core.SelfLeft, Member: c.self})
+	case member:
+		c.inner.Leave(now)
+	}
+}
+
+// Deadline is when Tick must next run.
+func (c *Core) Deadline() clock.Time {
+	if !c.started || c.state == done {
+		if c.state == done && c.err == nil && c.inner != nil {
+			return c.inner.Deadline()
+		}
+		return 0
+	}
+	var d clock.Time
+	early := func(t clock.Time) {
+		if t != 0 && (d == 0 || t < d) {
+			d = t
+		}
+	}
+	switch c.state {
+	case joining:
+		early(c.joinAt)
+		if f := c.joinSince.Add(c.cfg.Listen); c.joinSince != 0 && f > c.now {
+			early(f)
+		}
+	case member:
+		early(c.inner.Deadline())
+		if len(c.later) > 0 {
+			early(max(c.now, 1)) // the frames held in the turn of the install
+		}
+		if c.prev != nil {
+			early(c.prev.Deadline())
+			early(c.prevUntil)
+		}
+		if c.prop != nil {
+			early(c.prop.sentAt.Add(c.cfg.Retry))
+			if c.prop.commit == nil {
+				early(c.prop.startedAt.Add(c.cfg.FailureTimeout))
+			}
+		}
+		if c.frozen && c.comp == nil && c.promiseBy != c.self {
+			early(c.flushAt.Add(c.cfg.Retry))
+			early(c.promisedAt.Add(c.cfg.FailureTimeout))
+		}
+		if c.comp != nil {
+			early(c.flushAt.Add(c.cfg.Retry))
+		}
+	}
+	return d
+}
+
+// Blocked reports whether Propose may refuse for want of room.
+func (c *Core) Blocked() bool {
+	if c.state == member && !c.frozen && len(c.queue) == 0 {
+		return c.inner.Blocked()
+	}
+	return len(c.queue)+len(c.unsent) >= c.cfg.MaxQueue
+}
+
+// Done reports whether this member is finished: it left (and its inner
+// core's last frames are out), was removed, or was refused.
+func (c *Core) Done() bool {
+	if c.state != done {
+		return c.inner != nil && c.inner.Done() && c.leaving
+	}
+	return c.inner == nil || c.inner.Done() || c.err != nil
+}
+
+// Info: the inner cores' largest message and delivering frames.
+func (c *Core) Info() core.Info {
+	return core.Info{Self: c.self, MaxMessage: c.cfg.MaxMessage, Delivers: c.cfg.Delivers, InFlight: c.cfg.InFlight}
+}
+
+// Stats are the inner core's counters (those of the current view), with
+// the view's id as Epoch and the membership layer's Stats in Detail when
+// no view runs.
+func (c *Core) Stats() core.Stats {
+	if c.inner == nil {
+		return core.Stats{Detail: c.Counters()}
+	}
+	s := c.inner.Stats()
+	s.Epoch = c.view.ID
+	return s
+}
+
+// Members returns the current view's members (this one alone while
+// joining).
+func (c *Core) Members() []core.Member {
+	if c.inner != nil {
+		return c.inner.Members()
+	}
+	return []core.Member{{ID: c.self, Self: true, Live: c.state != done}}
+}
+
+// Repair is the inner core's.
+func (c *Core) Repair(from frame.MemberID) (frame.MemberID, bool) {
+	if c.inner == nil {
+		return from, false
+	}
+	return c.inner.Repair(from)
+}
+
+// Ready returns the inner core's output with the membership layer's: its
+// frames, the messages it delivers from relays, its events.
+func (c *Core) Ready() core.Ready {
+	var rd core.Ready
+	if c.inner != nil {
+		rd = c.inner.Ready()
+		c.observe(rd.Events)
+		if c.comp != nil {
+			rd.Deliveries = c.filterCut(rd.Deliveries)
+		}
+		c.drainQueue()
+		// A change the inner core's events call for starts now; a view
+		// is installed only by Step and Tick (install takes the old
+		// core's output, which this Ready has taken already).
+		if c.state == member && c.comp == nil && c.primary() && c.coordinator() == c.self {
+			if c.prop == nil && c.changeDue() {
+				c.propose()
+			} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
+				c.prop = nil
+				c.propose()
+			}
+		}
+	}
+	var prev [][]byte
+	if c.prev != nil && !c.prevTaken {
+		// Only its frames: what it delivered was delivered up to the
+		// cut, and its membership is the view before's.
+		prev = c.prev.Ready().Frames
+	}
+	if len(c.frames) == 0 && len(c.deliver) == 0 && len(c.events) == 0 && len(prev) == 0 {
+		return rd
+	}
+	c.merged.Frames = append(append(append(c.merged.Frames[:0], rd.Frames...), prev...), c.frames...)
+	c.merged.Deliveries = append(append(c.merged.Deliveries[:0], rd.Deliveries...), c.deliver...)
+	c.merged.Events = append(append(c.merged.Events[:0], rd.Events...), c.events...)
+	return c.merged
+}
+
+// Advance: the inner core's and the layer's output was carried out.
+func (c *Core) Advance() {
+	c.installed = false
+	if c.inner != nil {
+		c.inner.Advance()
+	}
+	if c.prev != nil {
+		c.prev.Advance()
+	}
+	c.prevTaken = false
+	c.frames, c.used = c.frames[:0], 0
+	clear(c.deliver)
+	c.deliver = c.deliver[:0]
+	c.events = c.events[:0]
+	clear(c.merged.Frames)
+	clear(c.merged.Deliveries)
+	c.merged.Events = c.merged.Events[:0]
+}
+
+// observe takes note of the inner core's membership events: a member it
+// removed (failed, stalled) is suspected, one that left is a leaver, and
+// this member's own leave or removal ends it.
+func (c *Core) observe(evs []core.Event) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case core.MemberFailed, core.MemberStalled:
+			c.suspects = addID(c.suspects, ev.Member)
+		case core.MemberLeft:
+			c.leavers = addID(c.leavers, ev.Member)
+		case core.SelfLeft:
+			c.state = done
+		case core.SelfRemoved:
+			c.state, c.err = done, ErrRemoved
+		}
+	}
+}
+
+// filterCut drops what the inner core delivers from a departing member
+// beyond the cut (a member the coordinator left out may still be heard
+// here): every member that moves on delivers exactly up to the cut.
+func (c *Core) filterCut(ds []core.Delivery) []core.Delivery {
+	out := ds[:0]
+	for _, d := range ds {
+		if i := c.cutIndex(d.From); i >= 0 && c.comp.departed[i] && !frame.SeqLess(d.Seq, c.comp.commit.Cuts[i].Cut) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (c *Core) cutIndex(id frame.MemberID) int {
+	for i, x := range c.comp.commit.Cuts {
+		if x.Member == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// progress does what the state now calls for: a coordinator starts a
+// change, a founder founds, a member completes a commit.
+func (c *Core) progress() {
+	switch c.state {
+	case joining:
+		c.maybeFound()
+	case member:
+		if c.comp != nil {
+			c.complete()
+			return
+		}
+		if !c.primary() {
+			return
+		}
+		if c.prop == nil && c.coordinator() == c.self && c.changeDue() {
+			c.propose()
+		} else if p := c.prop; p != nil && p.commit == nil && c.lostStaying(p) {
+			// A member the proposal keeps failed or left meanwhile:
+			// prepare again without it.
+			c.prop = nil
+			c.propose()
+		}
+	}
+}
+
+// ErrMinority is wrapped by the error of a member that stopped because
+// it could reach no majority of its view (Config.Primary).
+var ErrMinority = errors.New("view: not in a majority of the view")
+
+// primary reports whether this member may go on (Config.Primary): more
+// than half of its view's members (those that left cleanly aside) are
+// reachable, itself included; a member's restart asking to join is
+// reachable. Otherwise it stops with ErrMinority, and false.
+func (c *Core) primary() bool {
+	if !c.cfg.Primary || c.state != member {
+		return true
+	}
+	total, present := 0, 0
+	for _, m := range c.view.Members {
+		if containsID(c.leavers, m.ID) {
+			continue
+		}
+		total++
+		if m.ID == c.self || !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
+			present++
+			continue
+		}
+		for _, j := range c.joiners {
+			if j.mac == m.MAC {
+				present++
+				break
+			}
+		}
+	}
+	if 2*present > total {
+		return true
+	}
+	why := fmt.Sprintf("%d of the %d members of view %d are reachable: under total order only a majority goes on (a primary component)", present, total, c.view.ID)
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
+	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+	return false
+}
+
+// lostStaying reports whether a member that p keeps is now suspected or
+// gone here.
+func (c *Core) lostStaying(p *proposal) bool {
+	for _, id := range p.staying {
+		if id != c.self && (containsID(c.suspects, id) || containsID(c.leavers, id) || !c.inner.Live(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+// changeDue reports whether the view must change: a member is suspected
+// or left, or a process asks to join.
+func (c *Core) changeDue() bool {
+	for _, m := range c.view.Members {
+		if m.ID != c.self && (containsID(c.suspects, m.ID) || containsID(c.leavers, m.ID)) {
+			return true
+		}
+	}
+	return len(c.joiners) > 0 && !c.leaving
+}
+
+// Members that stay: in the view, not suspected, not leaving; the new
+// members: the joiners, each given its requested id when free or the
+// lowest free one; a joiner whose MAC is a member's is that member
+// restarted, and takes its place.
+func (c *Core) nextMembers() (members []frame.MemberInfo, staying []frame.MemberID) {
+	for _, m := range c.view.Members {
+		if containsID(c.suspects, m.ID) || containsID(c.leavers, m.ID) {
+			continue
+		}
+		restarted := false
+		for _, j := range c.joiners {
+			if j.mac == m.MAC && j.incarnation != m.Incarnation {
+				restarted = true
+			}
+		}
+		if restarted {
+			continue
+		}
+		members = append(members, m)
+		staying = append(staying, m.ID)
+	}
+	taken := func(id frame.MemberID) bool {
+		for _, m := range members {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	// Joiners that ask for a free id get it; then the others, the
+	// lowest free ids, in the order they were heard.
+	var rest []joiner
+	for _, j := range c.joiners {
+		if len(members) >= c.cfg.MaxMembers {
+			break
+		}
+		if id := j.requested; id != frame.NoMember && int(id) < c.cfg.MaxMembers && !taken(id) {
+			members = append(members, frame.MemberInfo{ID: id, MAC: j.mac, Incarnation: j.incarnation})
+			continue
+		}
+		rest = append(rest, j)
+	}
+	for _, j := range rest {
+		if len(members) >= c.cfg.MaxMembers {
+			break
+		}
+		id := frame.MemberID(0)
+		for taken(id) {
+			id++
+		}
+		members = append(members, frame.MemberInfo{ID: id, MAC: j.mac, Incarnation: j.incarnation})
+	}
+	slices.SortFunc(members, func(a, b frame.MemberInfo) int { return int(a.ID) - int(b.ID) })
+	return members, staying
+}

@@ -1,0 +1,387 @@
+// Package view is a group's membership as a sequence of agreed views, a
+// deterministic core on the one core contract (reliable/core). Each view
+// runs a fresh protocol core (the inner core: PBP for FIFO) built for
+// exactly its member list; this core admits joiners, notices members that
+// failed or left, agrees on the next view with a prepare, flush and commit
+// (Liu's thesis §3.1 and §3.2.7: the second-round confirmation and the
+// deletion of failed members; the view-synchronous systems after it), and
+// hands the application every message the members that move on together
+// delivered in the old view — the same set at each of them. The design is
+// docs/membership.md.
+//
+// Like every core it does no I/O and reads no clock.
+package view
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// View is one agreed membership of a group.
+type View struct {
+	ID      uint32
+	Members []frame.MemberInfo // by id
+}
+
+// Inner is a protocol core that runs one view: the data protocol, with
+// the hooks a view change needs. reliable/pbp's Core is one.
+type Inner interface {
+	core.Core
+	// Freeze stops numbering and accepting new messages and returns those
+	// accepted and not yet sent, for the next view.
+	Freeze() [][]byte
+	// Sent is this member's next sequence number in the view.
+	Sent() uint32
+	// DeliveredFrom is the next sequence number to deliver from member id.
+	DeliveredFrom(id frame.MemberID) (uint32, bool)
+	// Live reports whether the core still takes member id's frames (it
+	// did not remove it as failed, stalled or left).
+	Live(id frame.MemberID) bool
+	// Retained is a frame of member id as delivered here, for relaying.
+	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
+	// PendingMessages is how many accepted messages are not numbered
+	// yet (what Freeze would return).
+	PendingMessages() int
+}
+
+// Config is one process's membership settings.
+type Config struct {
+	Group uint32
+	// MAC and Incarnation identify this process; Nonce its Joins.
+	MAC         [6]byte
+	Incarnation uint32
+	Nonce       uint64
+	// Requested is the member id asked for (frame.NoMember: any).
+	Requested frame.MemberID
+	// ConfigHash must match the coordinator's: every setting members must
+	// share, hashed by the runtime.
+	ConfigHash uint64
+	MTU        int
+	EtherType  uint16 // 0 means frame.EtherType
+	// Found is how many processes (this one included) to wait for before
+	// founding the first view when no group runs (>= 1).
+	Found int
+	// Listen is how long a process listens for a running group before
+	// it founds one (0: FailureTimeout/2). A running group's members
+	// send at least every heartbeat interval, well inside it.
+	Listen clock.Duration
+	// MaxMembers bounds a view (ids 0..MaxMembers-1); joiners beyond it
+	// are refused.
+	MaxMembers int
+	// Window is the inner core's window (frames): how far back retained
+	// frames reach.
+	Window int
+	// Retry is how often Joins, Prepares, Flushes and Commits repeat
+	// until answered; FailureTimeout how long a change may wait for a
+	// member before it is left out.
+	Retry, FailureTimeout clock.Duration
+	// Start returns the inner core of view v for member self.
+	Start func(v View, self frame.MemberID) (Inner, error)
+	// MaxMessage is the largest message the inner cores accept.
+	MaxMessage int
+	// MaxQueue bounds the messages held while no view runs (joining, or
+	// frozen by a change).
+	MaxQueue int
+	// Primary: only a majority of a view goes on to the next one (a
+	// primary component, for total order): a member that can reach no
+	// more than half of its view's members (those that left cleanly
+	// aside) stops with ErrMinority instead of installing a view of its
+	// own.
+	Primary bool
+	// Delivers says which inner frame types deliver (core.Info.Delivers).
+	Delivers func(frame.Type) bool
+	// InFlight names what the inner core's Stats.InFlight counts.
+	InFlight string
+}
+
+// Errors.
+var (
+	ErrConfig = errors.New("view: invalid configuration")
+	// ErrRefused: the coordinator refused this process (Err says why).
+	ErrRefused = errors.New("view: admission refused")
+	// ErrRemoved: the group went on without this member.
+	ErrRemoved = errors.New("view: removed from the group")
+	// ErrGroupRemoved: the group was removed.
+	ErrGroupRemoved = errors.New("view: the group was removed")
+)
+
+type state uint8
+
+const (
+	joining state = iota
+	member
+	done
+)
+
+// joiner is a process asking to join (or, before a group runs, one of
+// the founders), as heard.
+type joiner struct {
+	mac         [6]byte
+	incarnation uint32
+	nonce       uint64
+	requested   frame.MemberID
+	heardAt     clock.Time
+}
+
+// flushInfo is a member's ViewFlush for the change in progress.
+type flushInfo struct {
+	id        frame.MemberID
+	sent      uint32
+	delivered []frame.Delivered
+}
+
+// proposal is the change this member coordinates.
+type proposal struct {
+	next, base uint32
+	members    []frame.MemberInfo // the new view
+	staying    []frame.MemberID   // members of base in the new view
+	flushes    []flushInfo
+	startedAt  clock.Time
+	sentAt     clock.Time
+	commit     *frame.ViewCommitBody // once computed
+}
+
+// completion is a commit this member is completing: delivering up to the
+// cuts in its current view before installing the next.
+type completion struct {
+	commit   frame.ViewCommitBody
+	next     []uint32 // per cut: the next sequence number to deliver
+	departed []bool   // per cut: its sender does not stay
+	relays   []relayed
+}
+
+// relayed is a relayed frame that arrived ahead of its turn.
+type relayed struct {
+	from    frame.MemberID
+	seq     uint32
+	bundled bool
+	data    []byte
+}
+
+// Core is one process's membership state machine.
+type Core struct {
+	cfg     Config
+	now     clock.Time
+	started bool
+	state   state
+	err     error
+	self    frame.MemberID
+	view    View
+	inner   Inner
+	// prev is the view before's core, kept running (answering repairs,
+	// relaying) while members still complete it: until every member of
+	// the current view was heard in it, or prevUntil.
+	prev      Inner
+	prevID    uint32
+	prevUntil clock.Time
+	prevTaken bool // install took prev's Ready this turn
+	// installed: a view was installed since the last Advance. The new
+	// view's frames are then held (copied, in later) until after it,
+	// so that one Ready never holds the new view's deliveries beside
+	// the old view's last ones and its ViewInstalled event: what the
+	// old core delivered goes out first, then the event, and the new
+	// view's messages only in a later Ready.
+	installed bool
+	later     []heldFrame
+	laterBufs [][]byte
+	heard     []frame.MemberID // members heard in the current view
+	// formed is the commit that formed the current view, sent again to a
+	// member that shows it has not installed it.
+	formed     *frame.ViewCommitBody
+	sentFormed []sentAt
+
+	joiners   []joiner
+	joinAt    clock.Time
+	joinSince clock.Time // when this process started to join
+	groupAt   clock.Time // frames of a running group were last heard then
+
+	suspects []frame.MemberID
+	leavers  []frame.MemberID
+	leaving  bool
+	maxSeen  uint32 // the highest view id seen proposed or installed
+
+	prop *proposal
+	// promise is the prepare this member answered; promisedAt when.
+	promise    frame.ViewPrepareBody
+	promiseBy  frame.MemberID
+	promisedAt clock.Time
+	flushAt    clock.Time
+	frozen     bool
+	unsent     [][]byte // the frozen core's unsent messages
+	// ownOut counts this member's messages numbered in the views before
+	// the current one; handed the ones the current inner core accepted.
+	ownOut, handed uint64
+	queue          [][]byte // proposed while joining or frozen
+	comp           *completion
+
+	hdr     frame.Header
+	frames  [][]byte
+	bufs    [][]byte
+	used    int
+	deliver []core.Delivery
+	events  []core.Event
+	merged  core.Ready
+	stats   Stats
+}
+
+// heldFrame is a frame of the new view held until after the Ready of
+// the turn that installed it.
+type heldFrame struct {
+	src, dst [6]byte
+	v        frame.View
+}
+
+type sentAt struct {
+	mac [6]byte
+	at  clock.Time
+}
+
+// Stats are the membership layer's own counters.
+type Stats struct {
+	Views          uint64 // views installed
+	Changes        uint64 // changes this member coordinated
+	Joins          uint64 // ViewJoins sent
+	Relayed        uint64 // frames relayed to others
+	RelayDelivered uint64 // messages delivered from relays
+	Refused        uint64 // joiners refused (coordinator)
+	Dropped        uint64 // frames of other views dropped
+	ViewID         uint32
+	Members        int
+}
+
+// New returns the membership core of one process, joining (or founding)
+// its group.
+func New(cfg Config) (*Core, error) {
+	switch {
+	case cfg.Found < 1:
+		return nil, fmt.Errorf("%w: Found is %d, want >= 1", ErrConfig, cfg.Found)
+	case cfg.MaxMembers < 1 || cfg.MaxMembers > 0xfffe:
+		return nil, fmt.Errorf("%w: MaxMembers is %d", ErrConfig, cfg.MaxMembers)
+	case cfg.Retry <= 0 || cfg.FailureTimeout <= cfg.Retry:
+		return nil, fmt.Errorf("%w: Retry %d ns and FailureTimeout %d ns (want 0 < Retry < FailureTimeout)", ErrConfig, int64(cfg.Retry), int64(cfg.FailureTimeout))
+	case cfg.Start == nil:
+		return nil, fmt.Errorf("%w: no Start", ErrConfig)
+	case cfg.MAC[0]&1 != 0 || cfg.MAC == [6]byte{}:
+		return nil, fmt.Errorf("%w: MAC %x is not a unicast address", ErrConfig, cfg.MAC)
+	case cfg.Window < 1:
+		return nil, fmt.Errorf("%w: Window is %d", ErrConfig, cfg.Window)
+	}
+	if cfg.EtherType == 0 {
+		cfg.EtherType = frame.EtherType
+	}
+	if cfg.Listen <= 0 {
+		cfg.Listen = cfg.FailureTimeout / 2
+	}
+	if cfg.MaxQueue < 1 {
+		cfg.MaxQueue = 1
+	}
+	if cfg.Delivers == nil {
+		cfg.Delivers = func(frame.Type) bool { return false }
+	}
+	c := &Core{cfg: cfg, self: frame.NoMember}
+	c.hdr = frame.Header{Group: cfg.Group, Sender: frame.NoMember, Incarnation: cfg.Incarnation}
+	return c, nil
+}
+
+var _ core.Core = (*Core)(nil)
+
+func (c *Core) touch(now clock.Time) {
+	if now > c.now {
+		c.now = now
+	}
+	c.started = true
+	if c.joinSince == 0 {
+		c.joinSince = c.now
+	}
+}
+
+// Err says why the core stopped: refused, removed, the group removed.
+func (c *Core) Err() error { return c.err }
+
+// View returns the installed view (ID 0 while joining).
+func (c *Core) View() View { return c.view }
+
+// Installed reports whether a view is installed.
+func (c *Core) Installed() bool { return c.state == member }
+
+// Inner returns the current view's inner core (nil while joining).
+func (c *Core) Inner() Inner { return c.inner }
+
+// Counters returns the membership layer's own counters.
+func (c *Core) Counters() Stats {
+	s := c.stats
+	s.ViewID, s.Members = c.view.ID, len(c.view.Members)
+	return s
+}
+
+func (c *Core) memberOf(v View, id frame.MemberID) (frame.MemberInfo, bool) {
+	for _, m := range v.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return frame.MemberInfo{}, false
+}
+
+func containsID(ids []frame.MemberID, id frame.MemberID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func addID(ids []frame.MemberID, id frame.MemberID) []frame.MemberID {
+	if containsID(ids, id) {
+		return ids
+	}
+	return append(ids, id)
+}
+
+// coordinator is the lowest member of the view this member does not
+// suspect.
+func (c *Core) coordinator() frame.MemberID {
+	best := frame.NoMember
+	for _, m := range c.view.Members {
+		if containsID(c.suspects, m.ID) || containsID(c.leavers, m.ID) && m.ID != c.self {
+			continue
+		}
+		if best == frame.NoMember || m.ID < best {
+			best = m.ID
+		}
+	}
+	return best
+}
+
+// emit encodes a frame of the membership layer (view id: the installed
+// view's, 0 while joining).
+func (c *Core) emit(dst [6]byte, body frame.Body) {
+	var b []byte
+	if c.used < len(c.bufs) {
+		b = c.bufs[c.used][:0]
+	}
+	b = frame.AppendEthernet(b, dst, c.cfg.MAC, c.cfg.EtherType)
+	h := c.hdr
+	h.Sender, h.ViewID = c.self, c.view.ID
+	b, err := frame.Append(b, &h, body)
+	if err != nil {
+		return // cannot happen: every body here is bounded by MaxMembers
+	}
+	if c.used < len(c.bufs) {
+		c.bufs[c.used] = b
+	} else {
+		c.bufs = append(c.bufs, b)
+	}
+	c.used++
+	c.frames = append(c.frames, b)
+}
+
+func (c *Core) event(ev core.Event) {
+	ev.At = c.now
+	c.events = append(c.events, ev)
+}

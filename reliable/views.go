@@ -1,0 +1,130 @@
+package reliable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/view"
+)
+
+// ErrRefused is wrapped by Join's error when a running group refused
+// this process (its configuration differs, or the group is full).
+var ErrRefused = errors.New("reliable: admission refused")
+
+// ErrMinority is wrapped (beside ErrRemoved) by the error a Group stops
+// with under Order Total with Views when it could reach no majority of its
+// view: only a primary component goes on.
+var ErrMinority = view.ErrMinority
+
+// ErrGroupRemoved is wrapped by the error a Group stops with when a
+// member removed the group (Group.RemoveGroup).
+var ErrGroupRemoved = errors.New("reliable: the group was removed")
+
+// ViewStats are the membership layer's counters (Config.Views): views
+// installed, changes coordinated, frames relayed, joiners refused.
+type ViewStats = view.Stats
+
+// newViewCore returns this process's membership core (Config.Views):
+// every view runs a fresh PBP core built for its members.
+func newViewCore(s *settings, l link.Link) (*view.Core, error) {
+	mac, err := unicastMAC(l)
+	if err != nil {
+		return nil, fmt.Errorf("reliable: group %d: %w", s.Group, err)
+	}
+	mtu := l.MTU()
+	if most := frame.MaxViewMembers(mtu); s.MaxMembers > most {
+		return nil, configErr("MaxMembers is %d, but a view's frames hold at most %d members at the link's MTU of %d bytes", s.MaxMembers, most, mtu)
+	}
+	inc := s.Incarnation
+	for inc == 0 {
+		inc = rand.Uint32()
+	}
+	shared := s.protocol.shared(s, mtu)
+	// The largest message is what a Data frame carries beside the
+	// acknowledgements of MaxMembers members: the same in every view,
+	// so that what Send accepted fits whatever view it goes out in.
+	most := make([]frame.MemberInfo, s.MaxMembers)
+	for i := range most {
+		most[i] = frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte{2, 0, 0, 0, byte(i >> 8), byte(i)}, Incarnation: 1}
+	}
+	t, err := pbp.New(s.pbpConfig(0, most, mtu))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	info := t.Info()
+	// A wish for id 0 and no wish come to the same: the lowest free id.
+	requested := s.RequestID
+	hash := configHash(s.Group, sharedConfig{cfg: struct {
+		PBP        any
+		MaxMembers int
+	}{shared.cfg, s.MaxMembers}})
+	c, err := view.New(view.Config{
+		Group: s.Group, MAC: mac, Incarnation: inc, Nonce: rand.Uint64(), Requested: requested,
+		ConfigHash: hash, MTU: mtu, EtherType: s.EtherType,
+		Found: s.Size, MaxMembers: s.MaxMembers, Window: shared.window,
+		Retry: clock.Duration(s.JoinRetry), FailureTimeout: shared.failureTimeout,
+		MaxMessage: info.MaxMessage, MaxQueue: max(shared.window, 64), Primary: s.Order == Total,
+		Delivers: info.Delivers, InFlight: info.InFlight,
+		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
+			cfg := s.pbpConfig(self, v.Members, mtu)
+			cfg.ViewID, cfg.Retain, cfg.MaxPayload = v.ID, true, info.MaxMessage
+			return pbp.New(cfg)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, nil
+}
+
+// viewErr maps the membership core's reason for stopping to the
+// runtime's errors.
+func (g *Group) viewErr(err error) error {
+	switch {
+	case errors.Is(err, view.ErrRefused):
+		return fmt.Errorf("%w: group %d: %w", ErrRefused, g.cfg.Group, err)
+	case errors.Is(err, view.ErrRemoved):
+		return fmt.Errorf("%w: group %d member %d: %w", ErrRemoved, g.cfg.Group, g.self, err)
+	case errors.Is(err, view.ErrMinority):
+		return fmt.Errorf("%w: group %d member %d: %w", ErrRemoved, g.cfg.Group, g.self, err)
+	case errors.Is(err, view.ErrGroupRemoved):
+		return fmt.Errorf("%w: group %d: %w", ErrGroupRemoved, g.cfg.Group, err)
+	}
+	return fmt.Errorf("reliable: group %d: %w", g.cfg.Group, err)
+}
+
+// RemoveGroup removes the group (Config.Views): every member that hears
+// it stops, its Group ending with an error that wraps ErrGroupRemoved,
+// and so does this one; processes joining at that moment are refused.
+// It returns once this member's loop has ended, or when ctx ends.
+func (g *Group) RemoveGroup(ctx context.Context) error {
+	g.mu.Lock()
+	switch {
+	case g.views == nil:
+		g.mu.Unlock()
+		return fmt.Errorf("reliable: group %d: RemoveGroup needs Config.Views (a static or registered group ends when its members leave)", g.cfg.Group)
+	case g.err != nil:
+		err := g.err
+		g.mu.Unlock()
+		return err
+	}
+	g.views.RemoveGroup()
+	g.due = true
+	g.wakeLoop()
+	g.mu.Unlock()
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		return fmt.Errorf("reliable: group %d: removing: %w", g.cfg.Group, ctx.Err())
+	}
+	if err := g.Err(); !errors.Is(err, ErrGroupRemoved) {
+		return err
+	}
+	return nil
+}

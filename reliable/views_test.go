@@ -1,0 +1,252 @@
+package reliable
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// viewsConfig is a Views group with short timers, for tests.
+func viewsConfig(size int) Config {
+	return Config{Group: 21, Views: true, Size: size, FailureTimeout: 300 * time.Millisecond,
+		HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
+}
+
+// awaitMembers waits until every group's installed view has n members
+// and all are in the same view; it returns that view's id.
+func awaitMembers(t *testing.T, groups []*Group, n int) uint32 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var id uint32
+		same := true
+		for i, g := range groups {
+			v := g.Stats().View
+			if v == nil || len(v.Members) != n || i > 0 && v.ID != id {
+				same = false
+				break
+			}
+			id = v.ID
+		}
+		if same {
+			return id
+		}
+		if time.Now().After(deadline) {
+			for _, g := range groups {
+				st := g.Stats()
+				t.Logf("member %d: view %+v views %+v events %v", g.Self(), st.View, st.Views, st.Events)
+			}
+			t.Fatalf("the groups did not come to one view of %d members", n)
+		}
+		time.Sleep(5 * time.Millisecond) // polls a real-time network's state, asserts nothing by time
+	}
+}
+
+// Three processes found a group, a fourth joins the running group, one
+// crashes and is removed, and comes back with a new incarnation; every
+// view delivers every message of its members to all of them.
+func TestViewsFoundJoinCrashRestart(t *testing.T) {
+	r := rtnet.New(t, 31)
+	imp := testnet.Impairment{Loss: 0.05}
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
+		cfgs = append(cfgs, viewsConfig(3))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	first := awaitMembers(t, groups, 3)
+	exchange(t, groups, 200)
+
+	// A process that starts later joins the running group.
+	late := r.Attach(t, testnet.EndpointConfig{In: imp})
+	g4, err := Join(ctx, late, viewsConfig(1))
+	if err != nil {
+		t.Fatalf("late joiner: %v", err)
+	}
+	t.Cleanup(func() { g4.abort(); <-g4.Done() })
+	groups = append(groups, g4)
+	joined := awaitMembers(t, groups, 4)
+	if joined == first {
+		t.Fatalf("the join installed no new view (still %d)", joined)
+	}
+	if st := g4.Stats(); st.Protocol.Delivered != 0 {
+		t.Errorf("the joiner delivered %d messages sent before its view", st.Protocol.Delivered)
+	}
+	exchange(t, groups, 200)
+
+	// A member crashes: the others go on without it.
+	crashed := groups[1]
+	crashed.abort()
+	<-crashed.Done()
+	rest := []*Group{groups[0], groups[2], groups[3]}
+	awaitMembers(t, rest, 3)
+	exchange(t, rest, 100)
+
+	// It restarts (a new incarnation on the same interface) and rejoins.
+	back, err := Join(ctx, links[1], viewsConfig(1))
+	if err != nil {
+		t.Fatalf("restarted member: %v", err)
+	}
+	t.Cleanup(func() { back.abort(); <-back.Done() })
+	all := append(rest, back)
+	awaitMembers(t, all, 4)
+	exchange(t, all, 100)
+
+	var installed int
+	for _, ev := range groups[0].Stats().Events {
+		if ev.Kind == ViewInstalled {
+			installed++
+		}
+	}
+	if installed < 4 {
+		t.Errorf("the first founder installed %d views, want at least 4 (founding, join, crash, restart)", installed)
+	}
+}
+
+// A process configured differently from the running group is refused,
+// and Join says why.
+func TestViewsJoinRefused(t *testing.T) {
+	r := rtnet.New(t, 32)
+	a := r.Attach(t, testnet.EndpointConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := Join(ctx, a, viewsConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.abort(); <-g.Done() })
+	cfg := viewsConfig(1)
+	cfg.Window = 17
+	_, err = Join(ctx, r.Attach(t, testnet.EndpointConfig{}), cfg)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "configuration hash") {
+		t.Fatalf("Join with another Window: %v, want ErrRefused naming the configuration hashes", err)
+	}
+}
+
+// With no group running and fewer processes than Size, Join waits, and
+// says so when ctx ends.
+func TestViewsJoinTimeout(t *testing.T) {
+	r := rtnet.New(t, 33)
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{}), viewsConfig(2))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "founding waits for Size=2") {
+		t.Fatalf("Join alone with Size 2: %v", err)
+	}
+}
+
+func TestViewsConfigErrors(t *testing.T) {
+	r := rtnet.New(t, 34)
+	l := r.Attach(t, testnet.EndpointConfig{})
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Views: true, Server: true}, "Server applies to registration"},
+		{Config{Views: true, Order: Total, Resilience: SafeSequencer}, "Resilience applies to the registered total order"},
+		{Config{Views: true, Members: staticMembers([]*rtnet.Link{l}), Self: 1}, "exclude each other"},
+		{Config{Views: true, MaxMembers: 61}, "MaxMembers is 61, want 0..60"},
+		{Config{Views: true, Size: 20}, "Size is 20, but MaxMembers is 16"},
+		{Config{Views: true, RequestID: 16}, "RequestID is 16, but a view's ids are 0..15 (MaxMembers 16)"},
+		{Config{Size: 2, MaxMembers: 8}, "applies to Views only"},
+	} {
+		tc.cfg.Logger = quiet
+		_, err := Join(context.Background(), l, tc.cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Join(%+v): %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// RemoveGroup ends every member with ErrGroupRemoved.
+func TestViewsRemoveGroup(t *testing.T) {
+	r := rtnet.New(t, 35)
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		cfgs = append(cfgs, viewsConfig(3))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	if err := groups[0].RemoveGroup(ctx); err != nil {
+		t.Fatalf("RemoveGroup: %v", err)
+	}
+	for _, g := range groups[1:] {
+		select {
+		case <-g.Done():
+		case <-ctx.Done():
+			t.Fatalf("member %d still runs after the group was removed", g.Self())
+		}
+		if err := g.Err(); !errors.Is(err, ErrGroupRemoved) {
+			t.Errorf("member %d stopped with %v, want ErrGroupRemoved", g.Self(), err)
+		}
+		if err := g.Send(ctx, []byte("x")); !errors.Is(err, ErrGroupRemoved) {
+			t.Errorf("member %d: Send after removal: %v, want ErrGroupRemoved", g.Self(), err)
+		}
+	}
+}
+
+// Order Total over views (Agreed): three processes found a group under
+// loss, a fourth joins, one crashes; in every phase every member delivers
+// the same sequence, its own messages included.
+func TestViewsAgreed(t *testing.T) {
+	r := rtnet.New(t, 41)
+	imp := testnet.Impairment{Loss: 0.05}
+	agreed := func(size int) Config {
+		c := viewsConfig(size)
+		c.Order = Total
+		return c
+	}
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
+		cfgs = append(cfgs, agreed(3))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	sameLogs(t, exchangeTotal(t, groups, 150))
+
+	late, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{In: imp}), agreed(1))
+	if err != nil {
+		t.Fatalf("late joiner: %v", err)
+	}
+	t.Cleanup(func() { late.abort(); <-late.Done() })
+	groups = append(groups, late)
+	awaitMembers(t, groups, 4)
+	sameLogs(t, exchangeTotal(t, groups, 100))
+
+	groups[1].abort()
+	<-groups[1].Done()
+	rest := []*Group{groups[0], groups[2], groups[3]}
+	awaitMembers(t, rest, 3)
+	sameLogs(t, exchangeTotal(t, rest, 100))
+}

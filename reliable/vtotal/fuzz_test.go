@@ -1,0 +1,68 @@
+package vtotal
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// fakeInner is enough of a membership core for the layer's decoding.
+type fakeInner struct{ core.Core }
+
+func (fakeInner) Info() core.Info { return core.Info{MaxMessage: 1400} }
+func (fakeInner) OwnOut() uint64  { return 0 }
+
+func newTestCore() *Core {
+	c := New(fakeInner{})
+	c.startView(0, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}, {ID: 2}}})
+	return c
+}
+
+// What a member of the group sends reaches the layer as FIFO deliveries:
+// any bytes must leave it consistent (no panic), and malformed ones are
+// reported with ErrBadMessage.
+func FuzzDeliveries(f *testing.F) {
+	f.Add([]byte{kindData, 'h', 'i'}, []byte{kindOrder, 0, 0, 0, 7, 0, 1, 0, 0, 0, 0})
+	f.Add([]byte{}, []byte{kindOrder, 0, 0, 0, 7, 0, 1})
+	f.Add([]byte{9}, []byte{kindOrder})
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		c := newTestCore()
+		c.fromGroup(core.Delivery{From: 1, Data: a})
+		c.fromGroup(core.Delivery{From: 0, Data: b})
+		c.drain()
+		c.endView()
+		if c.err != nil && !errors.Is(c.err, ErrBadMessage) {
+			t.Fatalf("error %v does not wrap ErrBadMessage", c.err)
+		}
+	})
+}
+
+// The sequencer's order message names member 1's data messages; they are
+// delivered in its order, and once a view ends what it did not name
+// follows by sender id.
+func TestOrderAndViewEnd(t *testing.T) {
+	c := newTestCore()
+	data := func(s string) []byte { return append([]byte{kindData}, s...) }
+	c.fromGroup(core.Delivery{From: 2, Data: data("b0")})
+	c.fromGroup(core.Delivery{From: 1, Data: data("a0")})
+	c.fromGroup(core.Delivery{From: 1, Data: data("a1")})
+	// The sequencer (member 0) orders a1's sender's first, then b0.
+	c.fromGroup(core.Delivery{From: 0, Data: []byte{kindOrder, 0, 0, 0, 7, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}})
+	c.drain()
+	c.endView()
+	var got []string
+	for _, d := range c.dl {
+		got = append(got, string(d.Data))
+	}
+	if want := []string{"b0", "a0", "a1"}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	// A malformed order message says what was wrong.
+	c = newTestCore()
+	c.fromGroup(core.Delivery{From: 0, Data: []byte{kindOrder, 0, 0}})
+	if c.Err() == nil || c.Err().Error() != "vtotal: malformed message: an order message of 3 bytes from member 0" {
+		t.Fatalf("Err %v", c.Err())
+	}
+}

@@ -1,0 +1,403 @@
+// Package vtotal is the Agreed level over a group whose membership
+// changes: one total order, the same at every member, on top of a
+// view-synchronous FIFO group (reliable/view), as Isis ordered ABCAST
+// over view-synchronous CBCAST (Birman, Schiper, Stephenson 1991) and as
+// Liu's atomic multicast orders within a view (thesis §3.1, §4.1).
+//
+// In every view the member with the lowest id is the sequencer. Every
+// member broadcasts its messages through the FIFO group; the sequencer
+// broadcasts, through its own FIFO stream, order messages that name the
+// data messages in the order it delivered them (its own in the order it
+// sent them, once they went out). A member delivers a data message when
+// an order message of its view's sequencer names it.
+//
+// At a view change virtual synchrony does the rest: the members that
+// move from view V to the next delivered the same FIFO messages in V,
+// data and order alike. Each of them first delivers what the order
+// messages of V name and it holds (in their order; a named message that
+// none of them holds, from a sender that failed, is skipped by all), then
+// the data messages of V that no order message named, in one
+// deterministic order (by sender id, then the sender's own order). So
+// they all deliver the same sequence in V, and a message that an order
+// message of V named is delivered in V at its place by everyone that
+// completes V.
+//
+// The layer is a deterministic core on the one core contract: it wraps
+// the membership core and changes only what is delivered and when.
+package vtotal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// Inner is what the layer needs of the membership core (*view.Core).
+type Inner interface {
+	core.Core
+	// OwnOut is how many of this member's messages went out, in the
+	// order Propose accepted them, each in the view whose core numbered
+	// it (view.Core.OwnOut).
+	OwnOut() uint64
+}
+
+// Message kinds, the first byte of every message through the FIFO group.
+const (
+	kindData  = 1 // kind, then the payload
+	kindOrder = 2 // kind, view u32, then entries: member u16, counter u32
+)
+
+const (
+	dataHeader  = 1
+	orderHeader = 5
+	orderEntry  = 6
+)
+
+// ErrBadMessage wraps what a malformed message from the FIFO group says.
+var ErrBadMessage = errors.New("vtotal: malformed message")
+
+// msg is a data message held until the total order delivers it.
+type msg struct {
+	from frame.MemberID
+	n    uint32 // the sender's count of its data messages in this view
+	data []byte
+}
+
+// entry names one data message: its sender's id in the view and the
+// sender's count of its data messages delivered in that view.
+type entry struct {
+	from frame.MemberID
+	n    uint32
+}
+
+// own is one of this member's messages passed to the FIFO group, in
+// order: a data message, or an order message (sequencer).
+type own struct {
+	order   bool
+	data    []byte  // payload of a data message
+	entries []entry // of an order message
+	view    uint32  // the view an order message was made for
+}
+
+// Core is the layer.
+type Core struct {
+	in   Inner
+	info core.Info
+
+	view uint32
+	self frame.MemberID
+	seqr frame.MemberID // the sequencer: the view's lowest id
+
+	// From others, per sender id in the current view: data delivered by
+	// the FIFO group and not yet by the total order, in the sender's
+	// order; count is how many data messages of the sender the FIFO
+	// group delivered in this view (the next one's n).
+	held  [][]msg  // by sender id
+	count []uint32 // by sender id
+	// order is what the sequencer's order messages of this view named
+	// and the total order has not delivered yet.
+	order []entry
+
+	// mine: this member's messages passed to the FIFO group and not yet
+	// known to be out (OwnOut), in order; outMine: those known out in the
+	// current view and not yet delivered here, with their n.
+	mine     []own
+	outSeen  uint64 // OwnOut as last seen
+	outMine  []msg
+	ownCount uint32 // this member's data messages out in this view
+	// Sequencer: entries to name in the next order message, and the
+	// order entries of its own order messages that went out (applied
+	// here as the others apply them).
+	toOrder []entry
+
+	global uint32 // messages delivered in total order
+	out    core.Ready
+	dl     []core.Delivery
+	ev     []core.Event
+	kick   bool // an order message was proposed during Ready
+	now    core.Time
+	err    error
+}
+
+// New wraps the membership core in.
+func New(in Inner) *Core {
+	info := in.Info()
+	info.MaxMessage -= dataHeader
+	info.SelfDelivery = true
+	return &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
+}
+
+// Step hands a frame to the membership core.
+func (c *Core) Step(now core.Time, src, dst [6]byte, v frame.View) error {
+	c.now = max(c.now, now)
+	return c.in.Step(now, src, dst, v)
+}
+
+// Tick runs the membership core's timers.
+func (c *Core) Tick(now core.Time) {
+	c.now = max(c.now, now)
+	c.in.Tick(now)
+}
+
+// Propose sends msg in the total order.
+func (c *Core) Propose(now core.Time, m []byte) error {
+	c.now = max(c.now, now)
+	if len(m) > c.info.MaxMessage {
+		return &core.TooLargeError{Size: len(m), Max: c.info.MaxMessage}
+	}
+	b := make([]byte, dataHeader+len(m))
+	b[0] = kindData
+	copy(b[dataHeader:], m)
+	if err := c.in.Propose(now, b); err != nil {
+		return err
+	}
+	c.mine = append(c.mine, own{data: b[dataHeader:]})
+	return nil
+}
+
+// Leave leaves the group.
+func (c *Core) Leave(now core.Time) { c.in.Leave(now) }
+
+// Ready is the membership core's output with the deliveries put in the
+// total order.
+func (c *Core) Ready() core.Ready {
+	rd := c.in.Ready()
+	c.out.Frames = rd.Frames
+	for _, d := range rd.Deliveries {
+		c.fromGroup(d)
+	}
+	for _, ev := range rd.Events {
+		if ev.Kind == core.ViewInstalled && ev.View != nil {
+			c.noteOut(ev.View.OwnBefore)
+			c.endView()
+			c.startView(ev.Member, ev.View)
+		}
+		c.ev = append(c.ev, ev)
+	}
+	c.noteOut(c.in.OwnOut())
+	c.drain()
+	c.sendOrder()
+	c.out.Deliveries, c.out.Events = c.dl, c.ev
+	return c.out
+}
+
+// Advance: the output was carried out.
+func (c *Core) Advance() {
+	c.in.Advance()
+	clear(c.dl)
+	c.dl = c.dl[:0]
+	c.ev = c.ev[:0]
+	c.out = core.Ready{}
+	c.kick = false
+}
+
+// Deadline is the membership core's, or now when an order message waits
+// to go out.
+func (c *Core) Deadline() core.Time {
+	d := c.in.Deadline()
+	if c.kick && (d == 0 || d > c.now) {
+		return c.now
+	}
+	return d
+}
+
+// Blocked is the membership core's.
+func (c *Core) Blocked() bool { return c.in.Blocked() }
+
+// Done is the membership core's.
+func (c *Core) Done() bool { return c.in.Done() }
+
+// Info is the membership core's, with the layer's header taken from
+// MaxMessage and this member's messages delivered here too.
+func (c *Core) Info() core.Info { return c.info }
+
+// Stats are the membership core's.
+func (c *Core) Stats() core.Stats { return c.in.Stats() }
+
+// Members are the membership core's.
+func (c *Core) Members() []core.Member { return c.in.Members() }
+
+// Repair is the membership core's.
+func (c *Core) Repair(from frame.MemberID) (frame.MemberID, bool) { return c.in.Repair(from) }
+
+// Err is why the layer stopped taking the group's messages (a malformed
+// one), or nil.
+func (c *Core) Err() error { return c.err }
+
+// fromGroup takes one FIFO delivery of the current view.
+func (c *Core) fromGroup(d core.Delivery) {
+	if len(d.Data) == 0 {
+		c.fail(fmt.Errorf("%w: an empty message from member %d", ErrBadMessage, d.From))
+		return
+	}
+	switch d.Data[0] {
+	case kindData:
+		if int(d.From) >= len(c.held) {
+			c.held = append(c.held, make([][]msg, int(d.From)+1-len(c.held))...)
+			c.count = append(c.count, make([]uint32, int(d.From)+1-len(c.count))...)
+		}
+		n := c.count[d.From]
+		c.count[d.From] = n + 1
+		c.held[d.From] = append(c.held[d.From], msg{from: d.From, n: n, data: slices.Clone(d.Data[dataHeader:])})
+		if c.self == c.seqr {
+			c.toOrder = append(c.toOrder, entry{d.From, n})
+		}
+	case kindOrder:
+		body := d.Data[1:]
+		if len(body) < 4 || (len(body)-4)%orderEntry != 0 {
+			c.fail(fmt.Errorf("%w: an order message of %d bytes from member %d", ErrBadMessage, len(d.Data), d.From))
+			return
+		}
+		if binary.BigEndian.Uint32(body) != c.view || d.From != c.seqr {
+			return // made for a view before, sent again in this one
+		}
+		for b := body[4:]; len(b) > 0; b = b[orderEntry:] {
+			c.order = append(c.order, entry{frame.MemberID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:])})
+		}
+	default:
+		c.fail(fmt.Errorf("%w: kind %d from member %d", ErrBadMessage, d.Data[0], d.From))
+	}
+}
+
+func (c *Core) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// noteOut moves this member's messages that went out into the view's
+// order: data to outMine (and, at the sequencer, to the next order
+// message), order messages of this view to the order applied here.
+func (c *Core) noteOut(n uint64) {
+	for ; c.outSeen < n && len(c.mine) > 0; c.outSeen++ {
+		m := c.mine[0]
+		c.mine[0] = own{}
+		c.mine = c.mine[1:]
+		if m.order {
+			if m.view == c.view && c.self == c.seqr {
+				c.order = append(c.order, m.entries...)
+			}
+			continue
+		}
+		k := c.ownCount
+		c.ownCount++
+		c.outMine = append(c.outMine, msg{from: c.self, n: k, data: m.data})
+		if c.self == c.seqr {
+			c.toOrder = append(c.toOrder, entry{c.self, k})
+		}
+	}
+}
+
+// drain delivers what the order names, while the data is here.
+func (c *Core) drain() {
+	for len(c.order) > 0 {
+		e := c.order[0]
+		m, ok := c.take(e)
+		if !ok {
+			return
+		}
+		c.order = c.order[1:]
+		c.deliver(m)
+	}
+}
+
+// take removes the held message e names if it is the next of its
+// sender; false if it has not arrived.
+func (c *Core) take(e entry) (msg, bool) {
+	if e.from == c.self {
+		if len(c.outMine) > 0 && c.outMine[0].n == e.n {
+			m := c.outMine[0]
+			c.outMine = c.outMine[1:]
+			return m, true
+		}
+		return msg{}, false
+	}
+	if int(e.from) >= len(c.held) {
+		return msg{}, false
+	}
+	h := c.held[e.from]
+	if len(h) == 0 || h[0].n != e.n {
+		return msg{}, false
+	}
+	c.held[e.from] = h[1:]
+	return h[0], true
+}
+
+func (c *Core) deliver(m msg) {
+	c.global++
+	c.dl = append(c.dl, core.Delivery{From: m.from, Data: m.data, Seq: m.n, Global: c.global, Epoch: c.view})
+}
+
+// endView completes the view before a new one: what its order named
+// and is held, in order; then what it did not name, by sender id and
+// then the sender's order.
+func (c *Core) endView() {
+	if c.view == 0 {
+		return
+	}
+	for _, e := range c.order {
+		if m, ok := c.take(e); ok {
+			c.deliver(m)
+		}
+	}
+	c.order = c.order[:0]
+	for id := range max(len(c.held), int(c.self)+1) {
+		if frame.MemberID(id) == c.self {
+			for _, m := range c.outMine {
+				c.deliver(m)
+			}
+			c.outMine = c.outMine[:0]
+		}
+		if id < len(c.held) {
+			for _, m := range c.held[id] {
+				c.deliver(m)
+			}
+			c.held[id] = nil
+			c.count[id] = 0
+		}
+	}
+	c.toOrder = c.toOrder[:0]
+	// This member's order messages not out yet were made for this view:
+	// they go out in the next one, where everybody ignores them.
+	c.ownCount = 0
+}
+
+// startView takes the new view's members; its lowest id orders.
+func (c *Core) startView(self frame.MemberID, v *core.ViewInfo) {
+	c.view, c.self = v.ID, self
+	c.seqr = frame.NoMember
+	for _, m := range v.Members {
+		if c.seqr == frame.NoMember || m.ID < c.seqr {
+			c.seqr = m.ID
+		}
+	}
+}
+
+// sendOrder sends the sequencer's order message for what it delivered
+// and sent since the last one.
+func (c *Core) sendOrder() {
+	if c.self != c.seqr || len(c.toOrder) == 0 {
+		return
+	}
+	most := (c.in.Info().MaxMessage - orderHeader) / orderEntry
+	for len(c.toOrder) > 0 {
+		k := min(len(c.toOrder), most)
+		b := make([]byte, orderHeader+k*orderEntry)
+		b[0] = kindOrder
+		binary.BigEndian.PutUint32(b[1:], c.view)
+		for i, e := range c.toOrder[:k] {
+			binary.BigEndian.PutUint16(b[orderHeader+i*orderEntry:], uint16(e.from))
+			binary.BigEndian.PutUint32(b[orderHeader+i*orderEntry+2:], e.n)
+		}
+		if err := c.in.Propose(c.now, b); err != nil {
+			return // window full: the next Ready tries again
+		}
+		c.mine = append(c.mine, own{order: true, entries: slices.Clone(c.toOrder[:k]), view: c.view})
+		c.toOrder = c.toOrder[k:]
+		c.kick = true
+	}
+}
