@@ -42,6 +42,7 @@ soak:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./frame ./testnet ./capture ./reliable/pbp ./reliable/seq
 	$(GO) test -run '^$$' -bench SimGoodput -benchtime 1x ./reliable
+	$(GO) test -run '^$$' -bench SimAlltoall -benchtime 1x ./reliable/pcode
 	$(GO) test -run '^$$' -bench 'Read|WriteLocal' -benchmem ./orca
 	@echo "The thesis's experiments on the netns bridge (PBP2, PBP1, TCP fan-out, raw ring; root, about 35 minutes): sudo make bench-net"
 
@@ -60,7 +61,7 @@ bench-net:
 # report that has its table. After a `sudo make bench-net`, copy bench-net.md
 # to docs/data/run-N.md (the next run number) and run this. No root needed.
 BENCH_REPORTS ?= $(shell ls -v docs/data/run-*.md)
-.PHONY: plots
+.PHONY: plots bench-pcode
 plots:
 	$(GO) run ./cmd/benchplot -o docs/img $(BENCH_REPORTS)
 
@@ -125,6 +126,15 @@ bench-auth:
 	bench/peers/ensure-deps
 	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md
+
+# PCODE (issue 24; root, builds and removes rbpb… namespaces, OpenMPI
+# needed for the MPI column): all-to-all, 1000 rounds, N = 2, 4, 8, 20 B
+# to 8 KB, loss 0, 1, 5 %: PCODE (both drivers of the paper), a TCP mesh
+# (both), PBP2 with and without Expect, MPI_Allgather; then jacobi and cg
+# with and without Expect in their barriers. Writes bench-pcode.md. Hours
+# with every cell; run it on an otherwise idle machine.
+bench-pcode:
+	bench/alltoall/run | tee $(CURDIR)/bench-pcode.md
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

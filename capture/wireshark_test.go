@@ -166,6 +166,10 @@ var dissectorFields = []string{
 	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
 	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
 	"rbcast.mismatch.reason", "rbcast.mismatch.refused", "rbcast.mismatch.fingerprint",
+	"rbcast.pcode.step", "rbcast.pcode.global", "rbcast.pcode.stream", "rbcast.pcode.reserved",
+	"rbcast.pcode.targets_length", "rbcast.pcode.target", "rbcast.pcode.nack.kind", "rbcast.pcode.source",
+	"rbcast.pcode.last", "rbcast.pcode.echo", "rbcast.pcode.point_base", "rbcast.pcode.point_count", "rbcast.pcode.point",
+	"rbcast.pcode.abort.reason", "rbcast.pcode.member", "rbcast.pcode.text_length", "rbcast.pcode.text",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
 	"frame.interface_name", "frame.interface_description", "frame.packet_flags_direction", "_ws.expert.message",
 }
@@ -301,6 +305,37 @@ func expectFields(v frame.View) map[string]string {
 		e := v.Election()
 		m["rbcast.epoch"], m["rbcast.election.phase"], m["rbcast.election.reserved"] = d(e.Epoch), d(uint8(e.Phase)), "0"
 		m["rbcast.election.candidate"], m["rbcast.election.last_global"] = d(uint16(e.Candidate)), d(e.LastGlobal)
+	case frame.PcodeData:
+		p := v.PcodeData()
+		var ts joined
+		for i, b := range p.Targets {
+			for bit := range 8 {
+				if b&(1<<bit) != 0 {
+					ts.add("%d", 8*i+bit)
+				}
+			}
+		}
+		m["rbcast.pcode.step"], m["rbcast.pcode.global"], m["rbcast.pcode.stream"], m["rbcast.pcode.reserved"] = d(p.Step), d(p.Global), d(uint8(p.Stream)), "0"
+		m["rbcast.pcode.targets_length"], m["rbcast.pcode.target"] = d(len(p.Targets)), ts.String()
+		if len(p.Data) > 0 {
+			m["rbcast.payload"] = hex.EncodeToString(p.Data)
+		}
+	case frame.PcodeNack:
+		n := v.PcodeNack()
+		m["rbcast.pcode.nack.kind"], m["rbcast.pcode.stream"], m["rbcast.pcode.source"] = d(uint8(n.Kind)), d(uint8(n.Stream)), d(uint16(n.Target))
+		m["rbcast.pcode.last"], m["rbcast.pcode.step"] = d(n.Last), d(n.Step)
+	case frame.PcodeStatus:
+		pl := v.PcodeStatusPoint()
+		var pts joined
+		for i := range pl.Len() {
+			pts.add("%d", pl.At(i))
+		}
+		m["rbcast.pcode.global"], m["rbcast.pcode.echo"] = d(v.PcodeStatusGlobal()), d(v.PcodeStatusEcho())
+		m["rbcast.pcode.point_base"], m["rbcast.pcode.point_count"], m["rbcast.pcode.point"] = d(uint16(pl.Base())), d(pl.Len()), pts.String()
+	case frame.PcodeAbort:
+		a := v.PcodeAbort()
+		m["rbcast.pcode.abort.reason"], m["rbcast.pcode.reserved"], m["rbcast.pcode.member"], m["rbcast.pcode.step"] = d(uint8(a.Reason)), "0", d(uint16(a.Member)), d(a.Step)
+		m["rbcast.pcode.text_length"], m["rbcast.pcode.text"] = d(len(a.Text)), string(a.Text)
 	case frame.SeqMember:
 		c := v.SeqMemberChange()
 		m["rbcast.epoch"], m["rbcast.safe"], m["rbcast.held"] = d(c.Epoch), d(c.Safe), d(c.Held)

@@ -85,6 +85,11 @@ type Config struct {
 	// node's lock held: it must not call the node. For tests and
 	// debugging.
 	Trace func(TraceEvent)
+	// NoExpect: Barrier does not tell the group which members it waits
+	// for (reliable.Group.Expect), so a lost barrier message is found
+	// only by its sender's ResendTimeout (PBP2), as before issue 24. For
+	// comparisons.
+	NoExpect bool
 }
 
 // DefaultChannelGroup is the group id of segment key's channel when the
@@ -354,7 +359,8 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
 	}
 	n := &Node{}
-	e := &groupEnv{n: n, changedc: make(chan struct{}), kickc: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	e := &groupEnv{n: n, changedc: make(chan struct{}), kickc: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
+		expect: !cfg.NoExpect}
 	n.env = e
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
@@ -496,7 +502,16 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 			return err
 		}
 	}
+	waiting := n.core.Waiting()
 	n.unlockFlush()
+	// Request-driven loss detection (PCODE's request, issue 24): each
+	// member not yet arrived owes this one at least its barrier message,
+	// so a lost one is asked for after a repair timeout.
+	if x, ok := n.env.(expecter); ok {
+		for _, p := range waiting {
+			x.Expect(p, 1)
+		}
+	}
 	err := n.env.Wait(ctx, Wait{kind: waitBarrier, id: int64(id)})
 	if err != nil {
 		n.mu.Lock()
@@ -511,6 +526,11 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 		return err
 	}
 	return n.err
+}
+
+// expecter is an Env that passes a lock-step hint to its group.
+type expecter interface {
+	Expect(from frame.MemberID, n int)
 }
 
 // Lock acquires lock id (dsm_lock_acquire) by Ricart–Agrawala over

@@ -43,6 +43,14 @@ type groupEnv struct {
 	stop    chan struct{} // ends the sender
 	stopped chan struct{} // closed when the sender has ended
 	left    bool
+	expect  bool // Barrier's hints reach the group (Config.NoExpect unset)
+}
+
+// Expect passes Barrier's hint to the group (reliable.Group.Expect).
+func (e *groupEnv) Expect(from frame.MemberID, n int) {
+	if e.expect {
+		e.g.Expect(from, n)
+	}
 }
 
 func (e *groupEnv) Kick() {

@@ -131,6 +131,18 @@ const (
 	ViewRefuse Type = 0x25
 	// GroupRemove removes the group.
 	GroupRemove Type = 0x26
+	// PCODE (Bruck, Dolev, Ho, Orni & Strong; reliable/pcode): 0x30–0x37.
+
+	// PcodeData is a multicast to a target set (the paper's REGULAR
+	// message); Seq is its PersonalCount.
+	PcodeData Type = 0x30
+	// PcodeNack asks for messages: a request's, or a gap's (§5.7).
+	PcodeNack Type = 0x31
+	// PcodeStatus is STATUS with PROGRESS (§4, §5.5); Seq is the last
+	// PersonalCount sent.
+	PcodeStatus Type = 0x32
+	// PcodeAbort stops the program everywhere (one failure stops it).
+	PcodeAbort Type = 0x33
 
 	// Authentication (link/auth, docs/auth.md): 0x38–0x3B.
 
@@ -150,12 +162,14 @@ var typeNames = [...]string{
 	ViewJoin: "ViewJoin", ViewPrepare: "ViewPrepare", ViewFlush: "ViewFlush", ViewCommit: "ViewCommit",
 	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove",
 	KeyMismatch: "KeyMismatch",
+	PcodeData:   "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
-	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, KeyMismatch}
+	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove,
+	PcodeData, PcodeNack, PcodeStatus, PcodeAbort, KeyMismatch}
 
 // Valid reports whether t is a frame type this version defines.
 func (t Type) Valid() bool {

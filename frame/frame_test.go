@@ -94,6 +94,12 @@ func goldenCases() []struct {
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
 		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
 		{"key_mismatch", hJoin, &KeyMismatchBody{Reason: MismatchKey, Refused: ViewJoin, Fingerprint: 0x0123456789abcdef}},
+		{"pcode_data", h, &PcodeDataBody{Step: 1000, Global: 77, Targets: AppendTargets(nil, 0, 1, 9), Data: []byte("round 1000")}},
+		{"pcode_data_point", h, &PcodeDataBody{Step: 5, Global: 70, Stream: StreamPoint, Targets: AppendTargets(nil, 2), Data: []byte("to 2 only")}},
+		{"pcode_nack", h, &PcodeNackBody{Kind: NackRequest, Target: 1, Last: 12, Step: 1001}},
+		{"pcode_nack_global", h, &PcodeNackBody{Kind: NackGlobal, Target: NoMember, Last: 76}},
+		{"pcode_status", h, &PcodeStatusBody{Global: 77, Echo: 5, PointBase: 0, Point: []uint32{0, 3, 0, 0}}},
+		{"pcode_abort", h, &PcodeAbortBody{Reason: AbortMismatch, Member: 1, Step: 1001, Text: []byte("step 1001 got step 1002")}},
 	}
 }
 

@@ -144,6 +144,12 @@ func exercise(v View) {
 		for i, rl := 0, v.RetransmitRanges(); i < rl.Len(); i++ {
 			_ = rl.At(i)
 		}
+	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
+		_ = v.decodePcode()
+		if v.Type() == PcodeData {
+			d := v.PcodeData()
+			_, _ = d.Targets.Count(), d.Targets.Has(9)
+		}
 	case SeqElection:
 		_ = v.Election()
 	case SeqMember:

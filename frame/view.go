@@ -112,6 +112,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int, encrypted bool) er
 		return checkViewBody(t, body, start)
 	case KeyMismatch:
 		return checkKeyMismatch(body, start)
+	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
+		return checkPcodeBody(t, body, start)
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -382,6 +384,8 @@ func (v View) Decode() (Header, Body) {
 	case KeyMismatch:
 		k := v.KeyMismatch()
 		return h, &k
+	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
+		return h, v.decodePcode()
 	}
 	return h, nil
 }

@@ -32,6 +32,10 @@ const (
 	// Total delivers one sequence, the same at every member, every
 	// member's own messages included (the sequencer, reliable/seq).
 	Total
+	// PCODE runs an SPMD program's multicasts and requests (reliable/pcode;
+	// its collectives are in package collective): Send takes encoded
+	// program calls, and each request's delivery is its matched message.
+	PCODE
 )
 
 // Method selects how Order Total's sequencer learns of a message; see
@@ -72,6 +76,8 @@ func (o Order) String() string {
 		return "fifo"
 	case Total:
 		return "total"
+	case PCODE:
+		return "pcode"
 	}
 	return fmt.Sprintf("Order(%d)", int(o))
 }
@@ -201,6 +207,9 @@ type Config struct {
 	// that completes the view delivers at the same place. Without it,
 	// Order Total with Views is Agreed.
 	Safe bool
+
+	// PCODE is Order PCODE's own settings (reliable/pcode.Config).
+	PCODE PCODEConfig
 
 	// Protocol timers; zero means the core's defaults (see pbp.Config
 	// and seq.Config). AckDelay and BundleDelay are FIFO's only.

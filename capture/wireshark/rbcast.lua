@@ -1,4 +1,4 @@
--- Wireshark/tshark dissector for rbcast, wire format version 4.
+-- Wireshark/tshark dissector for rbcast, wire format version 4 (with PCODE, 0x30-0x33).
 --
 -- The format is specified in docs/wire-format.md (the authority; this file
 -- follows it field by field) and implemented in frame/. Every field of
@@ -39,8 +39,12 @@ local type_names = {
 	[0x20] = "ViewJoin", [0x21] = "ViewPrepare", [0x22] = "ViewFlush", [0x23] = "ViewCommit",
 	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove",
 	[0x38] = "KeyMismatch",
+	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
 }
 local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
+local stream_names = { [0] = "broadcast", [1] = "point-to-point" }
+local nack_kind_names = { [1] = "request", [2] = "personal", [3] = "global" }
+local abort_names = { [1] = "member silent", [2] = "calls do not match (A1)", [3] = "program stopped" }
 local phase_names = { [1] = "call", [2] = "vote", [3] = "elected" }
 local change_names = { [1] = "removed", [2] = "readmitted" }
 local reason_names = {
@@ -135,6 +139,23 @@ local f = {
 	mismatch_reason = ProtoField.uint8("rbcast.mismatch.reason", "Reason", base.DEC, { [1] = "the group uses another key", [2] = "the group requires a key" }),
 	mismatch_refused = ProtoField.uint8("rbcast.mismatch.refused", "Refused frame type", base.DEC),
 	mismatch_fingerprint = ProtoField.uint64("rbcast.mismatch.fingerprint", "Key fingerprint", base.HEX),
+	pcode_step = ProtoField.uint64("rbcast.pcode.step", "Program step", base.DEC),
+	pcode_global = ProtoField.uint32("rbcast.pcode.global", "GlobalCounter", base.DEC),
+	pcode_stream = ProtoField.uint8("rbcast.pcode.stream", "Stream", base.DEC, stream_names),
+	pcode_reserved = ProtoField.uint8("rbcast.pcode.reserved", "Reserved", base.DEC),
+	pcode_targets_length = ProtoField.uint16("rbcast.pcode.targets_length", "Target bitmap length", base.DEC),
+	pcode_target = ProtoField.uint16("rbcast.pcode.target", "Target", base.DEC),
+	pcode_nack_kind = ProtoField.uint8("rbcast.pcode.nack.kind", "NACK kind", base.DEC, nack_kind_names),
+	pcode_source = ProtoField.uint16("rbcast.pcode.source", "Source", base.DEC),
+	pcode_last = ProtoField.uint32("rbcast.pcode.last", "Last received (LastRcvd)", base.DEC),
+	pcode_echo = ProtoField.uint32("rbcast.pcode.echo", "Probe echo", base.DEC),
+	pcode_point_base = ProtoField.uint16("rbcast.pcode.point_base", "Point-to-point base", base.DEC),
+	pcode_point_count = ProtoField.uint16("rbcast.pcode.point_count", "Point-to-point entries", base.DEC),
+	pcode_point = ProtoField.uint32("rbcast.pcode.point", "Point-to-point received", base.DEC),
+	pcode_abort_reason = ProtoField.uint8("rbcast.pcode.abort.reason", "Reason", base.DEC, abort_names),
+	pcode_member = ProtoField.uint16("rbcast.pcode.member", "Member", base.DEC),
+	pcode_text_length = ProtoField.uint16("rbcast.pcode.text_length", "Text length", base.DEC),
+	pcode_text = ProtoField.string("rbcast.pcode.text", "Text"),
 	padding = ProtoField.bytes("rbcast.padding", "Bytes after the frame"),
 	crc = ProtoField.uint32("rbcast.crc32c", "CRC-32C", base.HEX),
 	crc_computed = ProtoField.uint32("rbcast.crc32c.computed", "Computed CRC-32C", base.HEX),
@@ -190,6 +211,8 @@ else
 	bxor = load("return function(a, b) return (a ~ b) & 0xffffffff end")()
 	rshift = load("return function(a, n) return (a & 0xffffffff) >> n end")()
 end
+
+local bit_value = { 1, 2, 4, 8, 16, 32, 64, 128 }
 
 local crc_table = {}
 for i = 0, 255 do
@@ -280,7 +303,7 @@ end
 
 local fixed_body = {
 	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
-	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x38] = 10,
+	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x31] = 16, [0x38] = 10,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
 
@@ -488,6 +511,69 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.mismatch_reason, tvb(off, 1))
 		tree:add(f.mismatch_refused, tvb(off + 1, 1))
 		tree:add(f.mismatch_fingerprint, tvb(off + 2, 8))
+	elseif ty == 0x30 then
+		-- PCODE (docs/wire-format.md, "PCODE"): a multicast to a target bitmap.
+		if not at_least(16, "pcode.data") then return end
+		tree:add(f.pcode_step, tvb(off, 8))
+		tree:add(f.pcode_global, tvb(off + 8, 4))
+		local st = tvb(off + 12, 1):uint()
+		local si = tree:add(f.pcode_stream, tvb(off + 12, 1))
+		if st > 1 then body_error(si, "pcode.data.stream", off + 12, string.format("stream %d (want 0 broadcast or 1 point-to-point)", st)) end
+		local ri = tree:add(f.pcode_reserved, tvb(off + 13, 1))
+		if tvb(off + 13, 1):uint() ~= 0 then body_error(ri, "pcode.data.reserved", off + 13, "reserved byte is not 0") end
+		local n = tvb(off + 14, 2):uint()
+		local ni = tree:add(f.pcode_targets_length, tvb(off + 14, 2))
+		if n == 0 or n > 8192 or 16 + n > len then
+			body_error(ni, "pcode.data.targets", off + 14, string.format("target bitmap of %d bytes (want 1..8192, %d left)", n, len - 16))
+			return
+		end
+		local count = 0
+		for i = 0, n - 1 do
+			local byte = tvb(off + 16 + i, 1):uint()
+			for bit = 0, 7 do
+				if band(byte, bit_value[bit + 1]) ~= 0 then
+					tree:add(f.pcode_target, tvb(off + 16 + i, 1), 8 * i + bit)
+					count = count + 1
+				end
+			end
+		end
+		if count == 0 or (st == 1 and count ~= 1) then
+			body_error(ni, "pcode.data.targets", off + 16, string.format("%d targets on the %s stream", count, stream_names[st] or "?"))
+		end
+		if 16 + n < len then tree:add(f.payload, tvb(off + 16 + n, len - 16 - n)) end
+	elseif ty == 0x31 then
+		local k = tvb(off, 1):uint()
+		local ki = tree:add(f.pcode_nack_kind, tvb(off, 1))
+		if k < 1 or k > 3 then body_error(ki, "pcode.nack.kind", off, string.format("kind %d (want 1 request, 2 personal, 3 global)", k)) end
+		tree:add(f.pcode_stream, tvb(off + 1, 1))
+		tree:add(f.pcode_source, tvb(off + 2, 2))
+		tree:add(f.pcode_last, tvb(off + 4, 4))
+		tree:add(f.pcode_step, tvb(off + 8, 8))
+	elseif ty == 0x32 then
+		if not at_least(12, "pcode.status") then return end
+		tree:add(f.pcode_global, tvb(off, 4))
+		tree:add(f.pcode_echo, tvb(off + 4, 4))
+		tree:add(f.pcode_point_base, tvb(off + 8, 2))
+		local n = tvb(off + 10, 2):uint()
+		local ni = tree:add(f.pcode_point_count, tvb(off + 10, 2))
+		if len ~= 12 + 4 * n then
+			body_error(ni, "pcode.status.point", off + 10, string.format("%d entries need %d bytes, body has %d", n, 12 + 4 * n, len))
+			return
+		end
+		for i = 0, n - 1 do tree:add(f.pcode_point, tvb(off + 12 + 4 * i, 4)) end
+	elseif ty == 0x33 then
+		if not at_least(14, "pcode.abort") then return end
+		tree:add(f.pcode_abort_reason, tvb(off, 1))
+		tree:add(f.pcode_reserved, tvb(off + 1, 1))
+		tree:add(f.pcode_member, tvb(off + 2, 2))
+		tree:add(f.pcode_step, tvb(off + 4, 8))
+		local n = tvb(off + 12, 2):uint()
+		local ni = tree:add(f.pcode_text_length, tvb(off + 12, 2))
+		if len ~= 14 + n then
+			body_error(ni, "pcode.abort.text", off + 12, string.format("text of %d bytes, body has %d after the fixed part", n, len - 14))
+			return
+		end
+		if n > 0 then tree:add(f.pcode_text, tvb(off + 14, n)) end
 	end
 end
 

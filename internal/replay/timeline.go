@@ -128,6 +128,28 @@ func Details(v frame.View) string {
 		fmt.Fprintf(&b, " epoch %d sequenced %d safe %d held %d", v.StatusEpoch(), v.StatusDelivered(), v.StatusSafe(), v.StatusHeld())
 	case frame.SeqStatusReply:
 		fmt.Fprintf(&b, " epoch %d delivered %d", v.StatusEpoch(), v.StatusDelivered())
+	case frame.PcodeData:
+		// PCODE (reliable/pcode): the ack vector is the sender's pcv.
+		d := v.PcodeData()
+		fmt.Fprintf(&b, " step %d global %d %v to %s %dB", d.Step, d.Global, d.Stream, pcodeTargets(d.Targets), len(d.Data))
+	case frame.PcodeNack:
+		n := v.PcodeNack()
+		if n.Kind == frame.NackGlobal {
+			fmt.Fprintf(&b, " global nack (global %d)", n.Last)
+		} else {
+			fmt.Fprintf(&b, " %v nack to %d %v after %d", n.Kind, n.Target, n.Stream, n.Last)
+		}
+		if n.Step != 0 {
+			fmt.Fprintf(&b, " step %d", n.Step)
+		}
+	case frame.PcodeStatus:
+		fmt.Fprintf(&b, " global %d", v.PcodeStatusGlobal())
+		if e := v.PcodeStatusEcho(); e != 0 {
+			fmt.Fprintf(&b, " echo %d", e)
+		}
+	case frame.PcodeAbort:
+		a := v.PcodeAbort()
+		fmt.Fprintf(&b, " abort at step %d: %v (member %d): %q", a.Step, a.Reason, a.Member, a.Text)
 	case frame.SeqElection:
 		e := v.Election()
 		fmt.Fprintf(&b, " epoch %d %v candidate %d last %d", e.Epoch, e.Phase, e.Candidate, e.LastGlobal)
@@ -175,6 +197,19 @@ func Details(v frame.View) string {
 		}
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// pcodeTargets lists a PCODE target bitmap's member ids.
+func pcodeTargets(ts frame.Targets) string {
+	var ids []string
+	for i, x := range ts {
+		for bit := range 8 {
+			if x&(1<<bit) != 0 {
+				ids = append(ids, fmt.Sprint(8*i+bit))
+			}
+		}
+	}
+	return "[" + strings.Join(ids, ",") + "]"
 }
 
 func rangeList(rl frame.RangeList) string {

@@ -22,6 +22,11 @@ func TestDetailsSeqV3(t *testing.T) {
 		{&frame.StatusBody{T: frame.SeqStatusRequest, Epoch: 3, Delivered: 60, Safe: 43, Held: 40}, "g7 epoch 3 sequenced 60 safe 43 held 40"},
 		{&frame.StatusBody{T: frame.SeqStatusReply, Epoch: 3, Delivered: 44}, "g7 epoch 3 delivered 44"},
 		{&frame.SeqMemberBody{Epoch: 3, Safe: 61, Held: 59, Change: frame.MemberRemoved, Reason: frame.ReasonSilent, Member: 4, Incarnation: 2}, "g7 epoch 3 safe 61 held 59 member 4.2 removed (silent past the failure timeout)"},
+		{&frame.PcodeDataBody{Step: 12, Global: 30, Targets: frame.AppendTargets(nil, 0, 9), Data: []byte("abc")}, "g7 step 12 global 30 broadcast to [0,9] 3B"},
+		{&frame.PcodeNackBody{Kind: frame.NackRequest, Stream: frame.StreamPoint, Target: 2, Last: 4, Step: 13}, "g7 request nack to 2 point-to-point after 4 step 13"},
+		{&frame.PcodeNackBody{Kind: frame.NackGlobal, Target: frame.NoMember, Last: 29}, "g7 global nack (global 29)"},
+		{&frame.PcodeStatusBody{Global: 31, Echo: 2}, "g7 global 31 echo 2"},
+		{&frame.PcodeAbortBody{Reason: frame.AbortSilent, Member: 3, Step: 14, Text: []byte("member 3 silent")}, "g7 abort at step 14: member silent (member 3): \"member 3 silent\""},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 1, Seq: 60, Acks: []uint32{44, 45}}, tc.body)
 		if err != nil {

@@ -471,6 +471,10 @@ type attached struct {
 	events []core.Event
 }
 
+// Unwrap returns the core registration runs beside, for the runtime's
+// optional capabilities (reliable.Group.Expect).
+func (a *attached) Unwrap() core.Core { return a.Core }
+
 func registration(t frame.Type) bool {
 	return t == frame.Join || t == frame.Welcome || t == frame.Start
 }

@@ -88,6 +88,8 @@ type Stats struct {
 	Duplicates      uint64 // frames already delivered or already buffered
 	BeyondWindow    uint64 // frames more than a window past our acknowledgement (their sender removed us: StalledRemovedUs)
 	GapsRepaired    uint64 // PBP2: repair states entered and left again
+	// Expected counts Expect hints that armed a repair (expect.go).
+	Expected uint64
 
 	NotMember        uint64
 	WrongIncarnation uint64

@@ -48,19 +48,20 @@ type Program func(ctx context.Context, n *dsm.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs   int
-	Sim     bool
-	Loss    float64
-	SimSeed uint64
-	Iface   string
-	Rank    int
-	Group   uint
-	Window  int
-	Unbuf   bool
-	Verify  bool
-	Timeout time.Duration
-	Spin    time.Duration
-	Pin     bool
+	Procs    int
+	Sim      bool
+	Loss     float64
+	SimSeed  uint64
+	Iface    string
+	Rank     int
+	Group    uint
+	Window   int
+	Unbuf    bool
+	NoExpect bool // barriers without Group.Expect hints (dsm.Config.NoExpect)
+	Verify   bool
+	Timeout  time.Duration
+	Spin     time.Duration
+	Pin      bool
 	// Channels runs the program's channel mode: selective join and a
 	// reliable group per segment among the ranks that join it
 	// (dsm.Config.Channels). Only programs that call AllowChannels have
@@ -84,6 +85,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
+	fs.BoolVar(&o.NoExpect, "noexpect", false, "with -iface: barriers do not hint the group which members they wait for (dsm.Config.NoExpect), for comparisons")
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
@@ -241,7 +243,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Window:    o.Window,
 			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
-		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels})
+		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect})
 		if err != nil {
 			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
 		}
