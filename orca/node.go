@@ -171,6 +171,10 @@ type Stats struct {
 	// state to members that joined; StateReceived is the size of the
 	// state this member restored when it joined (Config.Views).
 	StateSent, StateReceived uint64
+	// StateReceiving is the bytes of the state received so far while
+	// this member waits for the rest (0 before the first part and once
+	// restored).
+	StateReceiving int
 	// Group is the reliable layer's counters.
 	Group reliable.Stats
 }
@@ -266,6 +270,7 @@ func (n *Node) Stats() Stats {
 	for _, e := range n.early {
 		s.Early += len(e)
 	}
+	s.StateReceiving = len(n.stateBuf)
 	n.mu.Unlock()
 	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
 	s.Group = n.env.GroupStats()

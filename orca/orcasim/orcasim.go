@@ -68,6 +68,11 @@ type Config struct {
 type Crash struct {
 	Rank int
 	At   time.Duration
+	// When, if set, holds the crash back from At until it reports true
+	// (asked after every network event, with the ranks' nodes so far):
+	// a crash at a state of the run rather than at an instant, e.g.
+	// inside a state transfer (Crashes only).
+	When func(nodes []*orca.Node) bool
 }
 
 // Result is what a simulated run measured.
@@ -159,13 +164,11 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 	}
 	for _, c := range cfg.Crashes {
 		net.AfterFunc(c.At, func() {
-			if c.Rank >= len(sim.members) {
-				sim.setupErr = errors.Join(sim.setupErr, fmt.Errorf("orcasim: rank %d crashes at %v, before it joined", c.Rank, c.At))
+			if c.When != nil {
+				sim.watch = append(sim.watch, c)
 				return
 			}
-			m := sim.members[c.Rank]
-			m.crashed = true
-			m.ep.Crash()
+			sim.crash(c)
 		})
 	}
 	// Ranks after the founders' are made when their time comes, in the
@@ -250,6 +253,37 @@ type simulation struct {
 	// what went wrong making them.
 	pending  int
 	setupErr error
+	// watch are the Crashes with a When, once their At has passed.
+	watch []Crash
+}
+
+// crash crashes c's rank.
+func (s *simulation) crash(c Crash) {
+	if c.Rank >= len(s.members) {
+		s.setupErr = errors.Join(s.setupErr, fmt.Errorf("orcasim: rank %d crashes at %v, before it joined", c.Rank, c.At))
+		return
+	}
+	m := s.members[c.Rank]
+	m.crashed = true
+	m.ep.Crash()
+}
+
+// watchCrashes crashes the ranks whose Crash.When holds now.
+func (s *simulation) watchCrashes() {
+	if len(s.watch) == 0 {
+		return
+	}
+	nodes := make([]*orca.Node, len(s.members))
+	for i, m := range s.members {
+		nodes[i] = m.n
+	}
+	s.watch = slices.DeleteFunc(s.watch, func(c Crash) bool {
+		if c.When(nodes) {
+			s.crash(c)
+			return true
+		}
+		return false
+	})
 }
 
 func (s *simulation) attach() (*testnet.Endpoint, error) {
@@ -470,6 +504,7 @@ func (s *simulation) run(program func(*orca.Node) error, deadline time.Time) err
 		if s.net.Now().After(deadline) || !s.net.Step() {
 			return s.abort(deadline)
 		}
+		s.watchCrashes()
 	}
 }
 
