@@ -228,16 +228,24 @@ func TestJoinDonorCrash(t *testing.T) {
 // endpoint): it rejoins with the state, its request numbers continue
 // after its earlier run's, and every replica ends alike.
 func TestRestartRejoins(t *testing.T) {
-	h := orca.NewHistory()
-	ids := []frame.MemberID{1, 2, 3}
-	res, err := orcasim.Run(orcasim.Config{Members: 3, Seed: 7, In: lossy, Stay: true, Node: viewsNode(h),
-		Crashes:  []orcasim.Crash{{Rank: 2, At: 170 * time.Millisecond}},
-		Restarts: []orcasim.Crash{{Rank: 2, At: 250 * time.Millisecond}}}, joinProgram(3, 30, 300, ids))
-	joinVerdict(t, res, err, h, ids)
-	if len(res.Nodes) != 4 || res.Nodes[3].Self() != 3 || res.Stats[3].StateReceived == 0 {
-		t.Fatalf("the restarted member: %d nodes, id %d, %d bytes of state restored", len(res.Nodes), res.Nodes[3].Self(), res.Stats[3].StateReceived)
+	for seed := uint64(1); seed <= restartSeeds; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := orca.NewHistory()
+			ids := []frame.MemberID{1, 2, 3}
+			res, err := orcasim.Run(orcasim.Config{Members: 3, Seed: seed, In: lossy, Stay: true, Node: viewsNode(h),
+				// Crashed in the middle of its writes, so that its run
+				// never marks itself done (the restart does).
+				Crashes:  []orcasim.Crash{{Rank: 2, When: func(nodes []*orca.Node) bool { return nodes[2].Stats().Writes >= 10 }}},
+				Restarts: []orcasim.Crash{{Rank: 2, At: 250 * time.Millisecond}}}, joinProgram(3, 30, 300, ids))
+			joinVerdict(t, res, err, h, ids)
+			if len(res.Nodes) != 4 || res.Nodes[3].Self() != 3 || res.Stats[3].StateReceived == 0 {
+				t.Fatalf("the restarted member: %d nodes, id %d, %d bytes of state restored", len(res.Nodes), res.Nodes[3].Self(), res.Stats[3].StateReceived)
+			}
+		})
 	}
 }
+
+const restartSeeds = 5
 
 // Joins without Views are refused.
 func TestJoinNeedsViews(t *testing.T) {

@@ -197,6 +197,10 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 			id, inc := frame.MemberID(cfg.Members+i+1), uint32(1)
 			if l.restart >= 0 {
 				old := sim.members[l.restart]
+				if !old.crashed {
+					sim.setupErr = errors.Join(sim.setupErr, fmt.Errorf("orcasim: rank %d restarts at %v but has not crashed", l.restart, l.at))
+					return
+				}
 				ep, id, inc = old.ep, old.id, old.inc+1
 				ep.Restart()
 			} else {
