@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -41,7 +42,7 @@ func (h *History) Record(ev TraceEvent) {
 		}
 	case TraceCall:
 		h.calls[ev.Member] = append(h.calls[ev.Member], ev)
-	case TraceApply:
+	case TraceApply, TraceRestore:
 		h.applied[ev.Member] = append(h.applied[ev.Member], ev)
 	case TraceBad:
 		h.bad = append(h.bad, ev)
@@ -60,7 +61,40 @@ func (h *History) Calls(m frame.MemberID) []TraceEvent {
 func (h *History) Applied(m frame.MemberID) []TraceEvent {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return sortedApplied(h.applied[m])
+	var a []TraceEvent
+	for _, seg := range segments(h.applied[m]) {
+		a = append(a, seg.applied...)
+	}
+	return a
+}
+
+// segment is a part of a replica's log: the writes it applied from the
+// start (restored false), or after it restored a snapshot taken after
+// message after (a member that joined or restarted: Config.Views).
+type segment struct {
+	restored bool
+	after    uint64
+	applied  []TraceEvent
+}
+
+// segments splits a replica's log at its restores, each part in order of
+// position.
+func segments(evs []TraceEvent) []segment {
+	segs := []segment{{}}
+	for _, e := range evs {
+		if e.Kind == TraceRestore {
+			segs = append(segs, segment{restored: true, after: e.Pos.Delivery})
+			continue
+		}
+		segs[len(segs)-1].applied = append(segs[len(segs)-1].applied, e)
+	}
+	for i := range segs {
+		segs[i].applied = sortedApplied(segs[i].applied)
+	}
+	if len(segs) > 1 && len(segs[0].applied) == 0 {
+		segs = segs[1:]
+	}
+	return segs
 }
 
 // Bad returns the messages some replica dropped as malformed.
@@ -89,27 +123,41 @@ func sortedApplied(evs []TraceEvent) []TraceEvent {
 // Agree checks that the replicas of members applied the same writes at
 // the same positions and were left in the same states after each (the
 // digests): every member's log is a prefix of the longest (a member that
-// left or crashed stopped applying). It returns the member with the
-// longest log, the witness for Check.
+// left or crashed stopped applying), and what a member applied after it
+// restored a snapshot (it joined a running group: Config.Views) is a
+// prefix of the longest's writes after the snapshot's place. It returns
+// the member with the longest log from the start, the witness for Check.
 func (h *History) Agree(members []frame.MemberID) (frame.MemberID, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var ref []TraceEvent
 	var refID frame.MemberID
 	for _, m := range members {
-		if a := h.Applied(m); len(a) > len(ref) {
-			ref, refID = a, m
+		segs := segments(h.applied[m])
+		if len(segs) == 1 && !segs[0].restored && len(segs[0].applied) > len(ref) {
+			ref, refID = segs[0].applied, m
 		}
 	}
 	if len(members) > 0 && refID == 0 {
 		refID = members[0]
 	}
 	for _, m := range members {
-		for i, e := range h.Applied(m) {
-			r := ref[i]
-			if e.Pos != r.Pos || e.Object != r.Object || e.Origin != r.Origin || e.Req != r.Req || e.Writes != r.Writes {
-				return refID, fmt.Errorf("write %d: member %d applied %v; member %d %v", i, m, e, refID, r)
+		for _, seg := range segments(h.applied[m]) {
+			start := 0
+			if seg.restored {
+				start = sort.Search(len(ref), func(i int) bool { return ref[i].Pos.Delivery > seg.after })
 			}
-			if e.Digest != r.Digest {
-				return refID, fmt.Errorf("write %d: replicas differ after it: member %d %v; member %d %v", i, m, e, refID, r)
+			for i, e := range seg.applied {
+				if start+i >= len(ref) {
+					return refID, fmt.Errorf("member %d applied %v, beyond the longest log from the start (member %d's, %d writes)", m, e, refID, len(ref))
+				}
+				r := ref[start+i]
+				if e.Pos != r.Pos || e.Object != r.Object || e.Origin != r.Origin || e.Req != r.Req || e.Writes != r.Writes {
+					return refID, fmt.Errorf("write %d: member %d applied %v; member %d %v", start+i, m, e, refID, r)
+				}
+				if e.Digest != r.Digest {
+					return refID, fmt.Errorf("write %d: replicas differ after it: member %d %v; member %d %v", start+i, m, e, refID, r)
+				}
 			}
 		}
 	}
@@ -130,7 +178,10 @@ func (h *History) Agree(members []frame.MemberID) (frame.MemberID, error) {
 func (h *History) Check(witness frame.MemberID, members []frame.MemberID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	order := sortedApplied(h.applied[witness])
+	var order []TraceEvent
+	if segs := segments(h.applied[witness]); len(segs) > 0 {
+		order = segs[0].applied
+	}
 	type state struct {
 		class  *classInfo
 		cur    any

@@ -56,6 +56,9 @@ func checkConfig(cfg Config) error {
 	if cfg.Group.Deliver != nil || cfg.Group.OnEvent != nil {
 		return fmt.Errorf("%w: orca sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
 	}
+	if cfg.Group.Views && !cfg.Views {
+		return fmt.Errorf("%w: Config.Group.Views without orca's Config.Views: set Config.Views, which sets it and transfers the objects' state to members that join", reliable.ErrConfig)
+	}
 	if cfg.MaxWrite < 0 {
 		return fmt.Errorf("orca: Config.MaxWrite is %d, want >= 0 (0 means %d)", cfg.MaxWrite, DefaultMaxWrite)
 	}
@@ -102,13 +105,46 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 
 func (n *Node) event(ev reliable.Event) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	var state [][]byte
+	defer func() {
+		n.mu.Unlock()
+		if len(state) > 0 {
+			n.sendState(state)
+		}
+	}()
 	switch ev.Kind {
+	case reliable.ViewInstalled:
+		state = n.viewInstalled(ev)
 	case reliable.SelfLeft:
 		n.left = true
 	case reliable.SelfRemoved:
 		n.failLocked(fmt.Errorf("%w: %w: %s", ErrClosed, reliable.ErrRemoved, ev.Reason))
 	}
+}
+
+// sendState sends the state parts of a transfer, together (n.send's lock),
+// after the handler of the view that called for them: on a goroutine of
+// its own where the Env's Send may wait for the order (a live group's
+// event loop must not wait for itself), else at once.
+func (n *Node) sendState(msgs [][]byte) {
+	send := func() {
+		n.sendMu.Lock()
+		defer n.sendMu.Unlock()
+		for _, m := range msgs {
+			if err := n.env.Send(context.Background(), m); err != nil {
+				n.mu.Lock()
+				n.failLocked(fmt.Errorf("orca: sending the objects' state: %w", err))
+				n.mu.Unlock()
+				return
+			}
+			n.countSent(1, len(m), 1)
+		}
+	}
+	if a, ok := n.env.(interface{ goSend(func()) }); ok {
+		a.goSend(send)
+		return
+	}
+	send()
 }
 
 // Join joins the reliable group described by cfg.Group over l, in total
@@ -124,6 +160,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	e.n = n
 	gcfg := cfg.Group
 	gcfg.Order = reliable.Total
+	gcfg.Views = cfg.Views
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
 	// The group may deliver as soon as Join returns: deliveries wait for
@@ -144,6 +181,10 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	if err != nil {
 		g.Close()
 		return nil, err
+	}
+	if err := n.WaitState(ctx); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("orca: waiting for the objects' state: %w", err)
 	}
 	return n, nil
 }
@@ -173,6 +214,10 @@ type groupEnv struct {
 }
 
 func (e *groupEnv) Send(ctx context.Context, msg []byte) error { return e.g.Send(ctx, msg) }
+
+// goSend runs a send the event loop calls for (a state transfer) on a
+// goroutine of its own: Group.Send waits for the loop.
+func (e *groupEnv) goSend(send func()) { go send() }
 
 func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
 	for {

@@ -45,6 +45,13 @@ type Config struct {
 	// caller here and every write applied here, with the node's lock
 	// held: it must not call the node. For tests (History) and debugging.
 	Trace func(TraceEvent)
+	// Views runs the node over a group whose membership changes
+	// (reliable's Config.Views, with Order Total: the Agreed level; set
+	// Group.Safe for Safe): processes join the running group, leave,
+	// fail and restart, and one that joins gets the objects' state from
+	// a member that has it (docs/orca.md, "State transfer"). Rank and
+	// Size then follow the view.
+	Views bool
 }
 
 // Node is one member's Orca runtime: its replicas of the shared objects
@@ -75,6 +82,29 @@ type Node struct {
 	delivered uint64
 	calls     map[uint32]*call
 	nextReq   uint32
+	// lastReq is each member's last request number seen in the order: a
+	// member that restarts continues after its earlier run's.
+	lastReq map[frame.MemberID]uint32
+
+	// State transfer (Config.Views; transfer.go). view is the view
+	// installed last, key this member's run in it; hasState: the
+	// replica holds the objects' state (founding view, static group, or
+	// restored); awaiting: it joined and waits for it, holding back the
+	// messages delivered (held) and collecting its state's parts
+	// (stateBuf); firstView the members of the view it joined in.
+	// needState are the members that joined and have no state yet;
+	// snapObjects the restored objects not made here yet (New takes
+	// them). stateWake is closed when hasState or err is set.
+	view        *reliable.ViewInfo
+	key         memberKey
+	hasState    bool
+	awaiting    bool
+	held        []heldMsg
+	stateBuf    []byte
+	firstView   map[memberKey]bool
+	needState   map[memberKey]bool
+	snapObjects map[uint32]*snapObject
+	stateWake   chan struct{}
 
 	closed bool  // Close was called
 	left   bool  // the leave is done (Host.OnEvent)
@@ -137,6 +167,14 @@ type Stats struct {
 	// (Config.Check); DigestsUnchecked those that came after this replica
 	// no longer had its own for that write.
 	DigestsChecked, DigestsUnchecked uint64
+	// StateSent counts the views at which this member sent the objects'
+	// state to members that joined; StateReceived is the size of the
+	// state this member restored when it joined (Config.Views).
+	StateSent, StateReceived uint64
+	// StateReceiving is the bytes of the state received so far while
+	// this member waits for the rest (0 before the first part and once
+	// restored).
+	StateReceiving int
 	// Group is the reliable layer's counters.
 	Group reliable.Stats
 }
@@ -144,7 +182,7 @@ type Stats struct {
 func newNode(env Env, cfg Config) *Node {
 	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
 		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
-		calls: map[uint32]*call{}}
+		calls: map[uint32]*call{}, lastReq: map[frame.MemberID]uint32{}, needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
 	}
@@ -157,25 +195,54 @@ func (n *Node) start(self frame.MemberID, members []frame.MemberID, maxMessage i
 	if maxMessage < opHeaderLen+partOverhead {
 		return fmt.Errorf("orca: the group carries messages of %d bytes, too few for a write's %d-byte header", maxMessage, opHeaderLen)
 	}
-	n.self, n.maxMessage = self, maxMessage
+	if maxMessage < stateHeaderLen+1 {
+		return fmt.Errorf("orca: the group carries messages of %d bytes, too few for a state part's %d-byte header", maxMessage, stateHeaderLen)
+	}
+	n.maxMessage = maxMessage
+	n.started = true
+	if n.cfg.Views {
+		// Self, members and the state come with the first view.
+		return nil
+	}
+	n.self = self
 	n.members = slices.Sorted(slices.Values(members))
 	n.rank = slices.Index(n.members, self)
 	if n.rank < 0 {
+		n.started = false
 		return fmt.Errorf("orca: member %d is not among the members %v", self, n.members)
 	}
-	n.started = true
+	n.haveState()
 	return nil
 }
 
-// Self is this member's id in the group.
-func (n *Node) Self() frame.MemberID { return n.self }
+func (n *Node) Self() frame.MemberID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.self
+}
 
 // Rank is this member's index, 0..Size()-1, in the order of member ids.
-// Rank 0 is the first sequencer.
-func (n *Node) Rank() int { return n.rank }
+// In a static group it never changes (rank 0 is the first sequencer).
+// Under Config.Views it is the index in the view installed last, so it
+// changes when a member with a lower id joins or goes: a program that
+// divides work by rank reads Rank and Size once, after Join, and keeps
+// them (as TSP and ASP do), or divides work through a shared object.
+func (n *Node) Rank() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rank
+}
 
-// Size is the number of members the group started with.
-func (n *Node) Size() int { return len(n.members) }
+// Size is the number of members: those the group started with in a
+// static group, those of the view installed last under Config.Views.
+func (n *Node) Size() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.members)
+}
+
+// Self is this member's id in the group (under Config.Views, in the view
+// installed last).
 
 // MaxMessage is the largest message the group carries in one frame: a
 // write's message longer than it goes in parts.
@@ -203,6 +270,7 @@ func (n *Node) Stats() Stats {
 	for _, e := range n.early {
 		s.Early += len(e)
 	}
+	s.StateReceiving = len(n.stateBuf)
 	n.mu.Unlock()
 	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
 	s.Group = n.env.GroupStats()
@@ -237,6 +305,8 @@ func (n *Node) usable() error {
 		return ErrClosed
 	case !n.started:
 		return errors.New("orca: node not started (Host.Start)")
+	case !n.hasState:
+		return errors.New("orca: the node does not hold the objects' state yet (WaitState)")
 	}
 	return nil
 }
@@ -248,6 +318,10 @@ func (n *Node) failLocked(err error) {
 	}
 	n.err = err
 	n.failed.Store(true)
+	if n.stateWake != nil {
+		close(n.stateWake)
+		n.stateWake = nil
+	}
 	for _, c := range n.calls {
 		c.wakeUp()
 	}
@@ -311,6 +385,15 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 		return nil, fmt.Errorf("orca: objects %q and %q have the same id %#x (FNV-1a of the name): rename one", o.name, name, id)
 	}
 	o := &object{id: id, name: name, class: c, state: state}
+	if so := n.snapObjects[id]; so != nil {
+		// Restored by a state transfer before it was made here.
+		state, pending, err := so.objectOf(o)
+		if err != nil {
+			return nil, err
+		}
+		o.install(so, state, pending)
+		delete(n.snapObjects, id)
+	}
 	n.objects[id] = o
 	if n.trace != nil {
 		n.traceNew(o)

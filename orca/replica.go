@@ -92,6 +92,13 @@ func (n *Node) deliverLocked(from frame.MemberID, data []byte) {
 	if !n.started || n.err != nil {
 		return
 	}
+	if n.awaiting {
+		n.holdLocked(from, data)
+		return
+	}
+	if !n.hasState {
+		return // before the first view: nothing is delivered there
+	}
 	n.delivered++
 	pos := n.delivered
 	if len(data) == 0 {
@@ -117,6 +124,8 @@ func (n *Node) deliverLocked(from frame.MemberID, data []byte) {
 			return
 		}
 		n.handle(from, buf, pos)
+	case msgState:
+		n.statePartLocked(from, data)
 	default:
 		n.handle(from, data, pos)
 	}
@@ -135,6 +144,7 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 			n.bad(from, err.Error())
 			return
 		}
+		n.lastReq[from] = max(n.lastReq[from], m.req)
 		o := n.objects[m.object]
 		if o == nil {
 			n.keepEarly(m.object, from, msg, pos)

@@ -15,7 +15,7 @@ import (
 // encodes it where the order stands now; Restore installs it in a node
 // that has delivered nothing yet. The layout (integers big-endian):
 //
-//	"ORCA" version=1 u8, delivered u64
+//	"ORCA" version=2 u8, delivered u64
 //	objects u32, then per object (by id):
 //	  id u32, name, class, writes u64, state (the class's codec),
 //	  pending u32, then per queued guarded write:
@@ -23,13 +23,16 @@ import (
 //	early u32, then per message for an object not made: id u32, from u16,
 //	  position u64, message
 //	parts u32, then per member with a message half received: from u16, bytes
+//	requests u32, then per member: id u16, its last request number u32
+//	waiting u32, then per member that joined and has no state yet: id u16,
+//	  incarnation u32
 //
 // where a name, a class and every byte string is a u32 length and the
 // bytes.
 
 const (
 	snapshotMagic   = "ORCA"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // ErrSnapshot is wrapped by Restore's errors about a snapshot that cannot
@@ -44,11 +47,24 @@ var ErrSnapshot = errors.New("orca: bad snapshot")
 func (n *Node) Snapshot() ([]byte, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.snapshotLocked()
+}
+
+func (n *Node) snapshotLocked() ([]byte, error) {
 	b := append([]byte(snapshotMagic), snapshotVersion)
 	b = binary.BigEndian.AppendUint64(b, n.delivered)
 	ids := n.objectIDs()
+	for id := range n.snapObjects {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(ids)))
 	for _, id := range ids {
+		if so := n.snapObjects[id]; so != nil {
+			// Restored but not made here yet: as it came.
+			b = so.append(b, id)
+			continue
+		}
 		o := n.objects[id]
 		b = binary.BigEndian.AppendUint32(b, o.id)
 		b = appendString(b, o.name)
@@ -61,12 +77,7 @@ func (n *Node) Snapshot() ([]byte, error) {
 		b = appendBytes(b, state)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(o.pending)))
 		for _, p := range o.pending {
-			b = binary.BigEndian.AppendUint16(b, uint16(p.origin))
-			b = binary.BigEndian.AppendUint32(b, p.req)
-			b = append(b, p.op.index)
-			b = binary.BigEndian.AppendUint64(b, p.pos.Delivery)
-			b = binary.BigEndian.AppendUint32(b, p.pos.Sub)
-			b = appendBytes(b, p.raw)
+			b = appendPending(b, snapPending{origin: p.origin, req: p.req, op: p.op.index, pos: p.pos, raw: p.raw})
 		}
 	}
 	early := slices.Sorted(keys(n.early))
@@ -89,7 +100,41 @@ func (n *Node) Snapshot() ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
 		b = appendBytes(b, n.parts[f])
 	}
+	from = slices.Sorted(keys(n.lastReq))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(from)))
+	for _, f := range from {
+		b = binary.BigEndian.AppendUint16(b, uint16(f))
+		b = binary.BigEndian.AppendUint32(b, n.lastReq[f])
+	}
+	need := slices.SortedFunc(keys(n.needState), memberKey.compare)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(need)))
+	for _, k := range need {
+		b = binary.BigEndian.AppendUint16(b, uint16(k.id))
+		b = binary.BigEndian.AppendUint32(b, k.incarnation)
+	}
 	return b, nil
+}
+
+func (so *snapObject) append(b []byte, id uint32) []byte {
+	b = binary.BigEndian.AppendUint32(b, id)
+	b = appendString(b, so.name)
+	b = appendString(b, so.class)
+	b = binary.BigEndian.AppendUint64(b, so.writes)
+	b = appendBytes(b, so.state)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(so.pending)))
+	for _, p := range so.pending {
+		b = appendPending(b, p)
+	}
+	return b
+}
+
+func appendPending(b []byte, p snapPending) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(p.origin))
+	b = binary.BigEndian.AppendUint32(b, p.req)
+	b = append(b, p.op)
+	b = binary.BigEndian.AppendUint64(b, p.pos.Delivery)
+	b = binary.BigEndian.AppendUint32(b, p.pos.Sub)
+	return appendBytes(b, p.raw)
 }
 
 // Position is the number of messages delivered here: the place in the
@@ -113,96 +158,181 @@ func (n *Node) Restore(snapshot []byte) error {
 	if err := n.usable(); err != nil {
 		return err
 	}
+	return n.restoreLocked(snapshot, true)
+}
+
+// snapObject is an object of a snapshot as encoded: kept so until the
+// object is made here (a member that joined restores before its program
+// makes its objects: New installs it then).
+type snapObject struct {
+	name, class string
+	writes      uint64
+	state       []byte
+	pending     []snapPending
+}
+
+type snapPending struct {
+	origin frame.MemberID
+	req    uint32
+	op     uint8
+	pos    Pos
+	raw    []byte
+}
+
+// snapshotData is a decoded snapshot.
+type snapshotData struct {
+	delivered uint64
+	objects   map[uint32]*snapObject
+	early     []earlyMsg
+	earlyIDs  []uint32
+	parts     map[frame.MemberID][]byte
+	lastReq   map[frame.MemberID]uint32
+	needState []memberKey
+}
+
+func decodeSnapshot(snapshot []byte) (*snapshotData, error) {
+	r := &snapReader{b: snapshot}
+	if string(r.next(len(snapshotMagic))) != snapshotMagic || r.err != nil {
+		return nil, fmt.Errorf("%w: it does not start with %q", ErrSnapshot, snapshotMagic)
+	}
+	if v := r.u8(); v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this node reads %d", ErrSnapshot, v, snapshotVersion)
+	}
+	d := &snapshotData{delivered: r.u64(), objects: map[uint32]*snapObject{}, parts: map[frame.MemberID][]byte{},
+		lastReq: map[frame.MemberID]uint32{}}
+	for range r.count("objects") {
+		id := r.u32()
+		so := &snapObject{name: r.str(), class: r.str(), writes: r.u64(), state: slices.Clone(r.bytes())}
+		for range r.count("queued writes") {
+			p := snapPending{origin: frame.MemberID(r.u16()), req: r.u32(), op: r.u8()}
+			p.pos = Pos{Delivery: r.u64(), Sub: r.u32()}
+			p.raw = slices.Clone(r.bytes())
+			so.pending = append(so.pending, p)
+		}
+		if r.err != nil {
+			break
+		}
+		if _, dup := d.objects[id]; dup {
+			return nil, fmt.Errorf("%w: object id %#x twice", ErrSnapshot, id)
+		}
+		d.objects[id] = so
+	}
+	for range r.count("early messages") {
+		id := r.u32()
+		m := earlyMsg{from: frame.MemberID(r.u16()), pos: r.u64(), msg: slices.Clone(r.bytes())}
+		d.early, d.earlyIDs = append(d.early, m), append(d.earlyIDs, id)
+	}
+	for range r.count("half-received messages") {
+		f := frame.MemberID(r.u16())
+		d.parts[f] = slices.Clone(r.bytes())
+	}
+	for range r.count("request numbers") {
+		f := frame.MemberID(r.u16())
+		d.lastReq[f] = r.u32()
+	}
+	for range r.count("members waiting for the state") {
+		d.needState = append(d.needState, memberKey{id: frame.MemberID(r.u16()), incarnation: r.u32()})
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshot, r.err)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after its end", ErrSnapshot, len(r.b))
+	}
+	return d, nil
+}
+
+// objectOf decodes a snapshot's object for o, made here.
+func (so *snapObject) objectOf(o *object) (state any, pending []*pendingOp, err error) {
+	if o.name != so.name {
+		return nil, nil, fmt.Errorf("%w: object %q (id %#x) is %q here", ErrSnapshot, so.name, o.id, o.name)
+	}
+	if o.class.name != so.class {
+		return nil, nil, fmt.Errorf("%w: object %q is of class %s in the snapshot, %s here", ErrSnapshot, so.name, so.class, o.class.name)
+	}
+	s := o.class.newState()
+	if err := o.class.decodeState(so.state, s); err != nil {
+		return nil, nil, fmt.Errorf("%w: the state of %q does not decode: %w", ErrSnapshot, so.name, err)
+	}
+	for _, sp := range so.pending {
+		if int(sp.op) >= len(o.class.ops) || !o.class.ops[sp.op].write || o.class.ops[sp.op].guard == nil {
+			return nil, nil, fmt.Errorf("%w: a queued write of %q names operation %d, not a guarded write of class %s", ErrSnapshot, so.name, sp.op, so.class)
+		}
+		p := &pendingOp{origin: sp.origin, req: sp.req, op: o.class.ops[sp.op], raw: sp.raw, pos: sp.pos}
+		args, err := p.op.decodeArgs(p.raw)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: a queued %v on %q: the arguments do not decode: %w", ErrSnapshot, p.op, so.name, err)
+		}
+		p.args = args
+		pending = append(pending, p)
+	}
+	return s, pending, nil
+}
+
+// install puts a snapshot's object into o (n.mu held).
+func (o *object) install(so *snapObject, state any, pending []*pendingOp) {
+	o.mu.Lock()
+	o.class.assignState(o.state, state) // typed handles (Object) keep their pointer
+	o.mu.Unlock()
+	o.writes, o.pending, o.digests = so.writes, pending, [digestRing]digestEntry{}
+	o.changedLocked()
+}
+
+// restoreLocked installs a snapshot (n.mu held). strict (Restore) wants
+// every object of the snapshot made here; otherwise (a state transfer)
+// objects not made yet are kept encoded for New.
+func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 	if n.delivered != 0 {
 		return fmt.Errorf("%w: this node has delivered %d messages already; restore before the first", ErrSnapshot, n.delivered)
 	}
-	r := &snapReader{b: snapshot}
-	if string(r.next(len(snapshotMagic))) != snapshotMagic || r.err != nil {
-		return fmt.Errorf("%w: it does not start with %q", ErrSnapshot, snapshotMagic)
+	d, err := decodeSnapshot(snapshot)
+	if err != nil {
+		return err
 	}
-	if v := r.u8(); v != snapshotVersion {
-		return fmt.Errorf("%w: version %d, this node reads %d", ErrSnapshot, v, snapshotVersion)
-	}
-	delivered := r.u64()
 	// Decode everything first, so that a bad snapshot changes nothing.
 	type objState struct {
 		o       *object
-		writes  uint64
+		so      *snapObject
 		state   any
 		pending []*pendingOp
 	}
 	var objs []objState
-	for range r.count("objects") {
-		id, name, class := r.u32(), r.str(), r.str()
-		writes, state := r.u64(), r.bytes()
-		if r.err != nil {
-			break
-		}
+	later := map[uint32]*snapObject{}
+	for _, id := range slices.Sorted(keys(d.objects)) {
+		so := d.objects[id]
 		o := n.objects[id]
-		if o == nil || o.name != name {
-			return fmt.Errorf("%w: object %q (id %#x) is not made here: make every object before Restore", ErrSnapshot, name, id)
-		}
-		if o.class.name != class {
-			return fmt.Errorf("%w: object %q is of class %s in the snapshot, %s here", ErrSnapshot, name, class, o.class.name)
-		}
-		s := o.class.newState()
-		if err := o.class.decodeState(state, s); err != nil {
-			return fmt.Errorf("%w: the state of %q does not decode: %w", ErrSnapshot, name, err)
-		}
-		os := objState{o: o, writes: writes, state: s}
-		for range r.count("queued writes") {
-			p := &pendingOp{origin: frame.MemberID(r.u16()), req: r.u32()}
-			opIndex := r.u8()
-			p.pos = Pos{Delivery: r.u64(), Sub: r.u32()}
-			p.raw = slices.Clone(r.bytes())
-			if r.err != nil {
-				break
+		if o == nil {
+			if strict {
+				return fmt.Errorf("%w: object %q (id %#x) is not made here: make every object before Restore", ErrSnapshot, so.name, id)
 			}
-			if int(opIndex) >= len(o.class.ops) || !o.class.ops[opIndex].write || o.class.ops[opIndex].guard == nil {
-				return fmt.Errorf("%w: a queued write of %q names operation %d, not a guarded write of class %s", ErrSnapshot, name, opIndex, class)
-			}
-			p.op = o.class.ops[opIndex]
-			args, err := p.op.decodeArgs(p.raw)
-			if err != nil {
-				return fmt.Errorf("%w: a queued %v on %q: the arguments do not decode: %w", ErrSnapshot, p.op, name, err)
-			}
-			p.args = args
-			os.pending = append(os.pending, p)
+			later[id] = so
+			continue
 		}
-		objs = append(objs, os)
-	}
-	var early []earlyMsg
-	var earlyIDs []uint32
-	for range r.count("early messages") {
-		id := r.u32()
-		m := earlyMsg{from: frame.MemberID(r.u16()), pos: r.u64(), msg: slices.Clone(r.bytes())}
-		early, earlyIDs = append(early, m), append(earlyIDs, id)
-	}
-	parts := map[frame.MemberID][]byte{}
-	for range r.count("half-received messages") {
-		f := frame.MemberID(r.u16())
-		parts[f] = slices.Clone(r.bytes())
-	}
-	if r.err != nil {
-		return fmt.Errorf("%w: %w", ErrSnapshot, r.err)
-	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d bytes after its end", ErrSnapshot, len(r.b))
+		state, pending, err := so.objectOf(o)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, objState{o, so, state, pending})
 	}
 	for _, os := range objs {
-		os.o.mu.Lock()
-		os.o.class.assignState(os.o.state, os.state) // typed handles (Object) keep their pointer
-		os.o.mu.Unlock()
-		os.o.writes, os.o.pending, os.o.digests = os.writes, os.pending, [digestRing]digestEntry{}
-		os.o.changedLocked()
+		os.o.install(os.so, os.state, os.pending)
 	}
-	n.delivered, n.parts = delivered, parts
-	for i, m := range early {
-		if n.objects[earlyIDs[i]] != nil {
+	n.snapObjects = later
+	n.delivered, n.parts, n.lastReq = d.delivered, d.parts, d.lastReq
+	n.nextReq = max(n.nextReq, d.lastReq[n.self])
+	n.needState = map[memberKey]bool{}
+	for _, k := range d.needState {
+		n.needState[k] = true
+	}
+	for i, m := range d.early {
+		if n.objects[d.earlyIDs[i]] != nil {
 			n.handle(m.from, m.msg, m.pos)
 		} else {
-			n.early[earlyIDs[i]] = append(n.early[earlyIDs[i]], m)
+			n.early[d.earlyIDs[i]] = append(n.early[d.earlyIDs[i]], m)
 		}
+	}
+	if n.trace != nil {
+		n.trace(TraceEvent{Kind: TraceRestore, Member: n.self, Pos: Pos{Delivery: n.delivered}})
 	}
 	return nil
 }

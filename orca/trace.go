@@ -24,6 +24,10 @@ const (
 	// TraceBad: a message from Origin was dropped as malformed (Err says
 	// why).
 	TraceBad
+	// TraceRestore: this replica restored a snapshot taken after Pos's
+	// Delivery messages (a member that joined: Config.Views); it applies
+	// the writes after it.
+	TraceRestore
 )
 
 func (k TraceKind) String() string {
@@ -36,6 +40,8 @@ func (k TraceKind) String() string {
 		return "apply"
 	case TraceBad:
 		return "bad"
+	case TraceRestore:
+		return "restore"
 	}
 	return fmt.Sprintf("TraceKind(%d)", uint8(k))
 }
@@ -82,6 +88,8 @@ func (e TraceEvent) String() string {
 			e.Member, e.Pos, e.Origin, e.Req, e.Object, e.Op, e.Args, e.Result, e.Writes, e.Digest)
 	case TraceBad:
 		return fmt.Sprintf("member %d: %v", e.Member, e.Err)
+	case TraceRestore:
+		return fmt.Sprintf("member %d: restored the state after message %d", e.Member, e.Pos.Delivery)
 	}
 	return e.Kind.String()
 }

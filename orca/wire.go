@@ -18,12 +18,16 @@ import (
 //	        still waits
 //	digest  0x05, object id u32, writes u64, digest u64: the sender's
 //	        state of the object after that many writes (Config.Check)
+//	state   0x06, view u32, to u16, incarnation u32, last u8, bytes of a
+//	        snapshot for member to (that run of it), taken where view was
+//	        installed (Config.Views: transfer.go)
 const (
 	msgOp     = 0x01
 	msgPart   = 0x02
 	msgLast   = 0x03
 	msgCancel = 0x04
 	msgDigest = 0x05
+	msgState  = 0x06
 )
 
 const (

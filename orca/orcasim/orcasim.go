@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,12 +52,27 @@ type Config struct {
 	Stay bool
 	// Timeout bounds the run in virtual time; 0 means 10 minutes.
 	Timeout time.Duration
+	// Joins start processes that join the running group (Node.Views
+	// only), each with a rank after the founders' (Members, Members+1...
+	// in the order of Joins) and the next member id; Restarts bring
+	// crashed members back as new processes that rejoin (a new
+	// incarnation of the member id, on the same endpoint) with the next
+	// ranks after the Joins'. Each runs the program once it holds the
+	// objects' state (orca.Node.WaitState).
+	Joins    []time.Duration
+	Restarts []Crash
 }
 
-// Crash crashes the member of rank Rank At after the start.
+// Crash crashes the member of rank Rank At after the start (in Restarts:
+// restarts it).
 type Crash struct {
 	Rank int
 	At   time.Duration
+	// When, if set, holds the crash back from At until it reports true
+	// (asked after every network event, with the ranks' nodes so far):
+	// a crash at a state of the run rather than at an instant, e.g.
+	// inside a state transfer (Crashes only).
+	When func(nodes []*orca.Node) bool
 }
 
 // Result is what a simulated run measured.
@@ -68,6 +84,9 @@ type Result struct {
 	Stats []orca.Stats
 	// Crashed says which ranks crashed.
 	Crashed []bool
+	// Nodes are the ranks' nodes, for their Snapshot and Position after
+	// the run (with Stay nobody left).
+	Nodes []*orca.Node
 }
 
 // ErrAborted is wrapped by Run's error, and returned by a program's
@@ -98,9 +117,18 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 	if cfg.Members < 1 {
 		return Result{}, fmt.Errorf("orcasim: Config.Members is %d, want at least 1", cfg.Members)
 	}
+	ranks := cfg.Members + len(cfg.Joins) + len(cfg.Restarts)
+	if (len(cfg.Joins) > 0 || len(cfg.Restarts) > 0) && !cfg.Node.Views {
+		return Result{}, errors.New("orcasim: Config.Joins and Restarts need Config.Node.Views (a group whose membership changes)")
+	}
 	for _, c := range cfg.Crashes {
-		if c.Rank < 0 || c.Rank >= cfg.Members {
-			return Result{}, fmt.Errorf("orcasim: Config.Crashes names rank %d, want 0..%d", c.Rank, cfg.Members-1)
+		if c.Rank < 0 || c.Rank >= ranks {
+			return Result{}, fmt.Errorf("orcasim: Config.Crashes names rank %d, want 0..%d", c.Rank, ranks-1)
+		}
+	}
+	for _, r := range cfg.Restarts {
+		if r.Rank < 0 || r.Rank >= cfg.Members+len(cfg.Joins) || !slices.ContainsFunc(cfg.Crashes, func(c Crash) bool { return c.Rank == r.Rank && c.At < r.At }) {
+			return Result{}, fmt.Errorf("orcasim: Config.Restarts names rank %d at %v, which is not a founder's or a joiner's rank that crashed before", r.Rank, r.At)
 		}
 	}
 	timeout := cfg.Timeout
@@ -111,7 +139,8 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	sim := &simulation{net: net, yielded: make(chan struct{}), closeTimeout: cfg.Node.Group.CloseTimeout}
+	sim := &simulation{net: net, yielded: make(chan struct{}), closeTimeout: cfg.Node.Group.CloseTimeout, cfg: cfg,
+		quiet: slog.New(slog.DiscardHandler)}
 	if sim.closeTimeout == 0 {
 		sim.closeTimeout = reliable.DefaultCloseTimeout
 	}
@@ -119,7 +148,7 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 	var members []frame.MemberInfo
 	var ids []frame.MemberID
 	for i := range cfg.Members {
-		ep, err := net.Attach(testnet.EndpointConfig{MTU: cfg.MTU, QueueLen: cfg.QueueLen, In: cfg.In, Out: cfg.Out})
+		ep, err := sim.attach()
 		if err != nil {
 			return Result{}, err
 		}
@@ -128,40 +157,65 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 		members = append(members, frame.MemberInfo{ID: id, MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
 		ids = append(ids, id)
 	}
-	quiet := slog.New(slog.DiscardHandler)
 	for i, ep := range eps {
-		m := &simMember{sim: sim, rank: i, ep: ep, resume: make(chan bool)}
-		m.n, m.h, err = orca.NewHosted(m, cfg.Node)
-		if err != nil {
+		if _, err := sim.addMember(ep, ids[i], 1, members, ids); err != nil {
 			return Result{}, err
 		}
-		gcfg := cfg.Node.Group
-		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, ids[i], 0, false
-		gcfg.Order = reliable.Total
-		if gcfg.Group == 0 {
-			gcfg.Group = 1
-		}
-		if gcfg.Logger == nil {
-			gcfg.Logger = quiet
-		}
-		gcfg.Deliver = m.h.Deliver
-		gcfg.OnEvent = m.h.OnEvent
-		d, err := reliable.NewDriver(ep, gcfg, net.Now())
-		if err != nil {
-			return Result{}, err
-		}
-		m.drv = d
-		if err := m.h.Start(ids[i], ids, d.MaxMessage()); err != nil {
-			return Result{}, err
-		}
-		ep.Bind(d)
-		sim.members = append(sim.members, m)
 	}
 	for _, c := range cfg.Crashes {
-		m := sim.members[c.Rank]
 		net.AfterFunc(c.At, func() {
-			m.crashed = true
-			m.ep.Crash()
+			if c.When != nil {
+				sim.watch = append(sim.watch, c)
+				return
+			}
+			sim.crash(c)
+		})
+	}
+	// Ranks after the founders' are made when their time comes, in the
+	// order of Joins and then Restarts (virtual time orders them only
+	// when their times differ).
+	type later struct {
+		at      time.Duration
+		restart int // rank restarted, or -1
+	}
+	var laters []later
+	for _, at := range cfg.Joins {
+		laters = append(laters, later{at, -1})
+	}
+	for _, r := range cfg.Restarts {
+		laters = append(laters, later{r.At, r.Rank})
+	}
+	sim.pending = len(laters)
+	for i, l := range laters {
+		net.AfterFunc(l.at, func() {
+			sim.pending--
+			if len(sim.members) != cfg.Members+i {
+				sim.setupErr = errors.Join(sim.setupErr, fmt.Errorf("orcasim: Joins and Restarts must come in order of time (rank %d comes before rank %d)", cfg.Members+i, len(sim.members)))
+				return
+			}
+			var ep *testnet.Endpoint
+			id, inc := frame.MemberID(cfg.Members+i+1), uint32(1)
+			if l.restart >= 0 {
+				old := sim.members[l.restart]
+				if !old.crashed {
+					sim.setupErr = errors.Join(sim.setupErr, fmt.Errorf("orcasim: rank %d restarts at %v but has not crashed", l.restart, l.at))
+					return
+				}
+				ep, id, inc = old.ep, old.id, old.inc+1
+				ep.Restart()
+			} else {
+				var err error
+				if ep, err = sim.attach(); err != nil {
+					sim.setupErr = errors.Join(sim.setupErr, err)
+					return
+				}
+			}
+			m, err := sim.addMember(ep, id, inc, nil, nil)
+			if err != nil {
+				sim.setupErr = errors.Join(sim.setupErr, err)
+				return
+			}
+			go m.body(sim.program)
 		})
 	}
 	start := net.Now()
@@ -169,9 +223,13 @@ func Run(cfg Config, program func(n *orca.Node) error) (Result, error) {
 	runErr := sim.run(program, start.Add(timeout))
 	res := Result{Elapsed: net.Now().Sub(start)}
 	var errs []error
+	if sim.setupErr != nil {
+		errs = append(errs, sim.setupErr)
+	}
 	for _, m := range sim.members {
 		res.Stats = append(res.Stats, m.n.Stats())
 		res.Crashed = append(res.Crashed, m.crashed)
+		res.Nodes = append(res.Nodes, m.n)
 		if m.err != nil && !m.crashed {
 			errs = append(errs, fmt.Errorf("rank %d: %w", m.rank, m.err))
 		}
@@ -192,12 +250,96 @@ type simulation struct {
 	// held everywhere (orca.Env.Leave), as Group.Close's.
 	closeTimeout time.Duration
 	stay         bool // Config.Stay
+	cfg          Config
+	quiet        *slog.Logger
+	program      func(*orca.Node) error
+	// pending counts the Joins and Restarts still to come; setupErr is
+	// what went wrong making them.
+	pending  int
+	setupErr error
+	// watch are the Crashes with a When, once their At has passed.
+	watch []Crash
+}
+
+// crash crashes c's rank.
+func (s *simulation) crash(c Crash) {
+	if c.Rank >= len(s.members) {
+		s.setupErr = errors.Join(s.setupErr, fmt.Errorf("orcasim: rank %d crashes at %v, before it joined", c.Rank, c.At))
+		return
+	}
+	m := s.members[c.Rank]
+	m.crashed = true
+	m.ep.Crash()
+}
+
+// watchCrashes crashes the ranks whose Crash.When holds now.
+func (s *simulation) watchCrashes() {
+	if len(s.watch) == 0 {
+		return
+	}
+	nodes := make([]*orca.Node, len(s.members))
+	for i, m := range s.members {
+		nodes[i] = m.n
+	}
+	s.watch = slices.DeleteFunc(s.watch, func(c Crash) bool {
+		if c.When(nodes) {
+			s.crash(c)
+			return true
+		}
+		return false
+	})
+}
+
+func (s *simulation) attach() (*testnet.Endpoint, error) {
+	c := s.cfg
+	return s.net.Attach(testnet.EndpointConfig{MTU: c.MTU, QueueLen: c.QueueLen, In: c.In, Out: c.Out})
+}
+
+// addMember makes the next rank's member on ep: member id of a static
+// group (members, ids), or the process asking for id with incarnation
+// inc under Views.
+func (s *simulation) addMember(ep *testnet.Endpoint, id frame.MemberID, inc uint32, members []frame.MemberInfo, ids []frame.MemberID) (*simMember, error) {
+	m := &simMember{sim: s, rank: len(s.members), ep: ep, id: id, inc: inc, resume: make(chan bool)}
+	var err error
+	m.n, m.h, err = orca.NewHosted(m, s.cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	gcfg := s.cfg.Node.Group
+	gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, id, 0, false
+	if s.cfg.Node.Views {
+		// Every process asks for its id; founders wait for each other.
+		gcfg.Members, gcfg.Self, gcfg.Views = nil, 0, true
+		gcfg.Size, gcfg.RequestID, gcfg.Incarnation = s.cfg.Members, id, inc
+	}
+	gcfg.Order = reliable.Total
+	if gcfg.Group == 0 {
+		gcfg.Group = 1
+	}
+	if gcfg.Logger == nil {
+		gcfg.Logger = s.quiet
+	}
+	gcfg.Deliver = m.h.Deliver
+	gcfg.OnEvent = m.h.OnEvent
+	d, err := reliable.NewDriver(ep, gcfg, s.net.Now())
+	if err != nil {
+		return nil, err
+	}
+	m.drv = d
+	if err := m.h.Start(id, ids, d.MaxMessage()); err != nil {
+		return nil, err
+	}
+	ep.Bind(d)
+	s.members = append(s.members, m)
+	return m, nil
 }
 
 // simMember is one member's program goroutine and its node's orca.Env.
 type simMember struct {
 	sim    *simulation
 	rank   int
+	id     frame.MemberID
+	inc    uint32
 	ep     *testnet.Endpoint
 	n      *orca.Node
 	h      *orca.Host
@@ -292,6 +434,9 @@ func (m *simMember) body(program func(*orca.Node) error) {
 				err = fmt.Errorf("panic: %v", r)
 			}
 		}()
+		if err := m.n.WaitState(context.Background()); err != nil {
+			return fmt.Errorf("before the program: %w", err)
+		}
 		return program(m.n)
 	}()
 	// Close for the program unless it did (or the member stays).
@@ -332,6 +477,7 @@ func (m *simMember) drain() {
 }
 
 func (s *simulation) run(program func(*orca.Node) error, deadline time.Time) error {
+	s.program = program
 	for _, m := range s.members {
 		go m.body(program)
 	}
@@ -349,7 +495,7 @@ func (s *simulation) run(program func(*orca.Node) error, deadline time.Time) err
 			ran = true
 			m.drain()
 		}
-		if done {
+		if done && s.pending == 0 {
 			s.release()
 			return nil
 		}
@@ -362,6 +508,7 @@ func (s *simulation) run(program func(*orca.Node) error, deadline time.Time) err
 		if s.net.Now().After(deadline) || !s.net.Step() {
 			return s.abort(deadline)
 		}
+		s.watchCrashes()
 	}
 }
 
