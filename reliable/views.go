@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -41,9 +42,17 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 	if most := frame.MaxViewMembers(mtu); s.MaxMembers > most {
 		return nil, configErr("MaxMembers is %d, but a view's frames hold at most %d members at the link's MTU of %d bytes", s.MaxMembers, most, mtu)
 	}
-	inc := s.Incarnation
+	inc, nonce := s.Incarnation, uint64(0)
 	for inc == 0 {
 		inc = rand.Uint32()
+	}
+	if s.Incarnation != 0 {
+		// An incarnation given (the simulator gives one) makes the Joins'
+		// nonce a function of the process, so a run repeats exactly.
+		nonce = uint64(binary.BigEndian.Uint32(mac[2:]))<<32 | uint64(inc)
+	}
+	for nonce == 0 {
+		nonce = rand.Uint64()
 	}
 	shared := s.protocol.shared(s, mtu)
 	// The largest message is what a Data frame carries beside the
@@ -65,7 +74,7 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 		MaxMembers int
 	}{shared.cfg, s.MaxMembers}})
 	c, err := view.New(view.Config{
-		Group: s.Group, MAC: mac, Incarnation: inc, Nonce: rand.Uint64(), Requested: requested,
+		Group: s.Group, MAC: mac, Incarnation: inc, Nonce: nonce, Requested: requested,
 		ConfigHash: hash, MTU: mtu, EtherType: s.EtherType,
 		Found: s.Size, MaxMembers: s.MaxMembers, Window: shared.window,
 		Retry: clock.Duration(s.JoinRetry), FailureTimeout: shared.failureTimeout,
