@@ -582,10 +582,12 @@ func (c *Core) handleNack(p *peer, v frame.View) {
 		}
 	}
 	c.stats.Resent += uint64(resent)
-	if resent == 0 && n.Kind == frame.NackRequest && n.Step != 0 && c.step >= n.Step {
+	if resent == 0 && n.Kind == frame.NackRequest && n.Step != 0 && c.step > n.Step {
 		// The nacker holds all we sent it on this stream, and our program
-		// is past the request's step: no message of ours will ever match
-		// it. A1 is broken; waiting would hang the nacker forever, since
+		// is past the request's step (strictly: a step's calls may run
+		// as several ops, and a multicast of the step may still wait for
+		// room behind a request of the same step): no message of ours
+		// will ever match it. A1 is broken; waiting would hang the nacker forever, since
 		// we answer its NACKs and so never look failed.
 		sent := c.pc
 		if n.Stream == frame.StreamPoint {
