@@ -23,6 +23,7 @@ type scenario struct {
 	replicas int
 	loss     float64
 	dup      float64
+	reorder  float64
 	crashes  []simCrash
 	clients  int
 }
@@ -37,12 +38,12 @@ func (s scenario) String() string {
 	for _, c := range s.crashes {
 		cs = append(cs, fmt.Sprintf("r%d@%v→%v", c.replica, c.at, c.restartAt))
 	}
-	return fmt.Sprintf("%d replicas, loss %.2f, dup %.2f, %d clients, crashes %v", s.replicas, s.loss, s.dup, s.clients, cs)
+	return fmt.Sprintf("%d replicas, loss %.2f, dup %.2f, reorder %.2f, %d clients, crashes %v", s.replicas, s.loss, s.dup, s.reorder, s.clients, cs)
 }
 
 func drawScenario(seed uint64, replicas int) scenario {
 	r := rand.New(rand.NewPCG(seed, 0x6b76))
-	s := scenario{replicas: replicas, loss: float64(r.IntN(11)) / 100, dup: float64(r.IntN(3)) / 100, clients: 2 + r.IntN(3)}
+	s := scenario{replicas: replicas, loss: float64(r.IntN(21)) / 100, dup: float64(r.IntN(3)) / 100, reorder: float64(r.IntN(6)) / 100, clients: 2 + r.IntN(3)}
 	f := (replicas - 1) / 2
 	perm := r.Perm(replicas)
 	for _, i := range perm[:1+r.IntN(f)] {
@@ -279,7 +280,7 @@ func runSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	s := &sim{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), sc: sc, start: net.Now(), machine: machine}
 	s.end = s.start.Add(1500 * time.Millisecond)
 	for i := range sc.replicas {
-		im := testnet.Impairment{Loss: sc.loss, Duplicate: sc.dup}
+		im := testnet.Impairment{Loss: sc.loss, Duplicate: sc.dup, Reorder: sc.reorder, ReorderDelay: 300 * time.Microsecond}
 		ep, err := net.Attach(testnet.EndpointConfig{In: im})
 		if err != nil {
 			t.Fatal(err)
@@ -511,7 +512,7 @@ func simSeeds(t *testing.T, def int) int {
 // identical applied sequences, every acknowledged request applied exactly
 // once, linearizable histories.
 func TestSim(t *testing.T) {
-	seeds := simSeeds(t, 6)
+	seeds := simSeeds(t, 40)
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		replicas := 3
 		if seed%2 == 0 {
