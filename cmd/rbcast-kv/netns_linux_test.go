@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,27 +40,41 @@ func kvCmd(t *testing.T, h *netns.Host, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// TestNetnsKill: three replicas on a segment with 5 % loss at one of them,
-// a client on a fourth host putting 600 keys one at a time; one replica
-// is killed with SIGKILL while the puts run and restarted a second later.
-// Every acknowledged put is applied exactly once (the applied logs of the
-// replicas that ran throughout), the restarted replica serves reads of
-// keys written before and after its restart (state transfer), and no put
-// waits much longer than a client timeout plus the failure timeout.
+// TestNetnsKill: replicas on a segment with 5 % loss at one of them,
+// clients on other hosts putting keys one at a time; replicas are killed
+// with SIGKILL while the puts run and restarted a second later. Every
+// acknowledged put is applied exactly once (the applied logs of the
+// replicas that ran throughout), nothing is applied twice anywhere, the
+// restarted replicas serve reads of keys written before and after their
+// restart (state transfer), and no put waits much longer than a client
+// timeout plus the failure timeout.
 func TestNetnsKill(t *testing.T) {
-	topo := netnstest.Up(t, netns.Options{Hosts: 4, Prefix: "rbkv", Addresses: true})
-	if err := topo.Hosts[2].SetLoss(netns.In, netns.Loss{Percent: 5, EtherType: frame.EtherType}); err != nil {
+	netnstest.RequireRoot(t)
+	for _, tc := range []struct {
+		name    string
+		n       int
+		victims []int
+		clients int
+	}{{"3-kill-1", 3, []int{1}, 1}, {"5-kill-2", 5, []int{0, 3}, 2}} {
+		t.Run(tc.name, func(t *testing.T) { netnsKill(t, tc.n, tc.victims, tc.clients) })
+	}
+}
+
+func netnsKill(t *testing.T, n int, victims []int, clients int) {
+	topo := netnstest.Up(t, netns.Options{Hosts: n + clients, Prefix: "rbkv", Addresses: true})
+	if err := topo.Hosts[n-1].SetLoss(netns.In, netns.Loss{Percent: 5, EtherType: frame.EtherType}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	var addrs []string
-	for _, h := range topo.Hosts[:3] {
+	for _, h := range topo.Hosts[:n] {
 		addrs = append(addrs, h.IP.String()+":7723")
 	}
 	servers := strings.Join(addrs, ",")
-	replicas := make([]*exec.Cmd, 3)
+	var mu sync.Mutex
+	replicas := make([]*exec.Cmd, n)
 	start := func(i, run int) {
-		cmd := kvCmd(t, topo.Hosts[i], "serve", "-i", "eth0", "-group", "23", "-members", "3", "-listen", addrs[i],
+		cmd := kvCmd(t, topo.Hosts[i], "serve", "-i", "eth0", "-group", "23", "-members", fmt.Sprint(n), "-listen", addrs[i],
 			"-node", fmt.Sprint(i), "-failure-timeout", "300ms", "-applied", filepath.Join(dir, fmt.Sprintf("applied-%d-%d", i, run)))
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("log-%d-%d", i, run)))
 		if err != nil {
@@ -66,11 +82,16 @@ func TestNetnsKill(t *testing.T) {
 		}
 		cmd.Stderr = f
 		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
+		mu.Lock()
 		replicas[i] = cmd
+		mu.Unlock()
 	}
 	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, c := range replicas {
 			if c != nil {
 				c.Process.Kill()
@@ -88,74 +109,109 @@ func TestNetnsKill(t *testing.T) {
 	for i := range replicas {
 		start(i, 1)
 	}
-	client := topo.Hosts[3]
+	client := topo.Hosts[n]
 	if out, err := kvCmd(t, client, "-servers", servers, "-deadline", "20s", "put", "hello", "world").CombinedOutput(); err != nil {
 		t.Fatalf("the first put: %v: %s", err, out)
 	}
 
 	const puts = 600
-	load := kvCmd(t, client, "-servers", servers, "-timeout", "300ms", "-client", "77", "load", "-n", fmt.Sprint(puts), "-prefix", "w")
-	out, err := load.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	type result struct {
+		acked []string
+		done  string
+		err   error
 	}
-	var loadErr strings.Builder
-	load.Stderr = &loadErr
-	if err := load.Start(); err != nil {
-		t.Fatal(err)
+	results := make(chan result, clients)
+	progress := make(chan int, 1000)
+	for c := range clients {
+		load := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-client", fmt.Sprint(77+c), "load", "-n", fmt.Sprint(puts), "-prefix", fmt.Sprintf("w%d", c))
+		out, err := load.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var loadErr strings.Builder
+		load.Stderr = &loadErr
+		if err := load.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			var r result
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if id, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+					r.acked = append(r.acked, id)
+					if c == 0 {
+						progress <- len(r.acked)
+					}
+				} else {
+					r.done = sc.Text()
+				}
+			}
+			if err := load.Wait(); err != nil {
+				r.err = fmt.Errorf("client %d: %v: %s", c, err, loadErr.String())
+			}
+			results <- r
+		}()
 	}
+	for p := range progress {
+		if p == 150 {
+			break
+		}
+	}
+	for _, v := range victims {
+		mu.Lock()
+		replicas[v].Process.Kill() // SIGKILL
+		replicas[v].Wait()
+		replicas[v] = nil
+		mu.Unlock()
+		time.AfterFunc(time.Second, func() { start(v, 2) })
+	}
+	t.Logf("killed replicas %v after 150 puts of client 0", victims)
+	go func() {
+		for range progress {
+		}
+	}()
 	acked := map[string]bool{}
-	var done string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		if id, ok := strings.CutPrefix(line, "acked "); ok {
+	for range clients {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		for _, id := range r.acked {
 			acked[id] = true
-		} else {
-			done = line
 		}
-		switch len(acked) {
-		case 150:
-			replicas[1].Process.Kill() // SIGKILL
-			replicas[1].Wait()
-			replicas[1] = nil
-			t.Logf("killed replica 1 after %d puts", len(acked))
-			time.AfterFunc(time.Second, func() { start(1, 2) })
-			acked["killed"] = true // once
+		t.Logf("load: %s", r.done)
+		if d := slowest(t, r.done); d > 300*time.Millisecond+300*time.Millisecond+500*time.Millisecond {
+			t.Errorf("a put took %v, more than the client timeout + the failure timeout + 500 ms", d)
 		}
 	}
-	if err := load.Wait(); err != nil {
-		t.Fatalf("load: %v: %s", err, loadErr.String())
-	}
-	delete(acked, "killed")
-	t.Logf("load: %s; %d acknowledged", done, len(acked))
-	if len(acked) != puts {
-		t.Fatalf("%d puts acknowledged, want %d", len(acked), puts)
+	close(progress)
+	if len(acked) != puts*clients {
+		t.Fatalf("%d puts acknowledged, want %d", len(acked), puts*clients)
 	}
 
-	// The restarted replica serves what was written before it came back.
-	for _, k := range []string{"hello", "w-0", "w-149", fmt.Sprintf("w-%d", puts-1)} {
-		var got []byte
-		var err error
-		for try := 0; try < 20; try++ {
-			got, err = kvCmd(t, client, "-servers", addrs[1], "-timeout", "500ms", "-deadline", "3s", "get", k).Output()
-			if err == nil {
-				break
+	// The restarted replicas serve what was written before they came back.
+	for _, v := range victims {
+		for k, want := range map[string]string{"hello": "world", "w0-0": "0", "w0-149": "149", fmt.Sprintf("w0-%d", puts-1): fmt.Sprint(puts - 1)} {
+			var got []byte
+			var err error
+			for try := 0; try < 20; try++ {
+				got, err = kvCmd(t, client, "-servers", addrs[v], "-timeout", "500ms", "-deadline", "3s", "get", k).Output()
+				if err == nil {
+					break
+				}
 			}
-		}
-		want := map[string]string{"hello": "world", "w-0": "0", "w-149": "149"}[k]
-		if want == "" {
-			want = fmt.Sprint(puts - 1)
-		}
-		if err != nil || strings.TrimSpace(string(got)) != want {
-			t.Errorf("get %s from the restarted replica = %q, %v; want %q", k, got, err, want)
+			if err != nil || strings.TrimSpace(string(got)) != want {
+				t.Errorf("get %s from restarted replica %d = %q, %v; want %q", k, v, got, err, want)
+			}
 		}
 	}
 
 	// Every acknowledged put applied exactly once at each replica that ran
 	// throughout, and nothing applied twice at any.
-	for _, name := range []string{"applied-0-1", "applied-2-1", "applied-1-1", "applied-1-2"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
+	names, _ := filepath.Glob(filepath.Join(dir, "applied-*"))
+	for _, path := range names {
+		name := filepath.Base(path)
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +227,9 @@ func TestNetnsKill(t *testing.T) {
 				t.Errorf("%s: request %s applied %d times", name, id, n)
 			}
 		}
-		if strings.HasSuffix(name, "-1") && name != "applied-1-1" {
+		var i, run int
+		fmt.Sscanf(name, "applied-%d-%d", &i, &run)
+		if run == 1 && !slices.Contains(victims, i) {
 			for id := range acked {
 				if fresh[id] != 1 {
 					t.Errorf("%s: acknowledged request %s applied %d times", name, id, fresh[id])
@@ -180,4 +238,15 @@ func TestNetnsKill(t *testing.T) {
 		}
 		t.Logf("%s: %d requests applied", name, len(fresh))
 	}
+}
+
+// slowest reads the slowest put from load's last line ("done N puts in
+// D, slowest D").
+func slowest(t *testing.T, done string) time.Duration {
+	_, s, ok := strings.Cut(done, "slowest ")
+	d, err := time.ParseDuration(s)
+	if !ok || err != nil {
+		t.Fatalf("load's last line %q: no slowest put", done)
+	}
+	return d
 }
