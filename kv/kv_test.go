@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 func TestStoreOps(t *testing.T) {
@@ -149,4 +152,59 @@ func TestSimCatchesPlantedBug(t *testing.T) {
 		return
 	}
 	t.Fatal("the planted bug (stale gets) passed 5 seeds")
+}
+
+// A node answers from its state only once it has some, reads locally
+// only when asked, and names what was wrong with a malformed request.
+func TestNodeRequests(t *testing.T) {
+	n, err := NewNode(NodeConfig{MaxMessage: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replies []Reply
+	reply := func(b []byte) {
+		p, err := ParseReply(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies = append(replies, p)
+	}
+	req := func(q Request) { n.Request(AppendRequest(nil, q), reply) }
+	put := Request{Client: 1, Seq: 1, Op: Op{Kind: OpPut, Key: "a", Value: []byte("1")}}
+	req(put)
+	if len(replies) != 1 || replies[0].Result.Status != StatusUnavailable || len(n.Outbox()) != 0 {
+		t.Fatalf("before a view: %+v, want unavailable and nothing sent", replies)
+	}
+	n.OnEvent(reliable.Event{Kind: reliable.ViewInstalled, Member: 0, View: &reliable.ViewInfo{ID: 1, Members: []frame.MemberInfo{{ID: 0, Incarnation: 1}}}})
+	replies = nil
+	req(put)
+	out := n.Outbox()
+	if len(replies) != 0 || len(out) != 1 {
+		t.Fatalf("a put in view 1: replies %+v, %d messages to send; want none and 1", replies, len(out))
+	}
+	n.Deliver(0, out[0])
+	if len(replies) != 1 || replies[0].Result.Status != StatusOK || replies[0].Seq != 1 {
+		t.Fatalf("the put delivered: %+v", replies)
+	}
+	replies = nil
+	req(put) // a retry: the first result, without ordering it again
+	req(Request{Client: 2, Seq: 1, Local: true, Op: Op{Kind: OpGet, Key: "a"}})
+	n.Request([]byte{1, 2, 3}, reply)
+	if len(n.Outbox()) != 0 || len(replies) != 3 || replies[0].Result.Status != StatusOK ||
+		replies[1].Result.String() != `ok "1"` || replies[2].Result.Status != StatusBadRequest ||
+		!strings.Contains(string(replies[2].Result.Value), "field client at offset 0") {
+		t.Fatalf("retry, local get, bad request: %+v", replies)
+	}
+}
+
+// A run is a function of its seed.
+func TestSimDeterministic(t *testing.T) {
+	sc := drawScenario(4, 5)
+	trace := func() string {
+		s := runSimTrace(t, 4, sc)
+		return s
+	}
+	if a, b := trace(), trace(); a != b {
+		t.Fatalf("two runs of seed 4 differ:\n%.500s\n%.500s", a, b)
+	}
 }

@@ -273,6 +273,17 @@ func (c *simClient) onReply(data []byte) {
 
 // runSim runs one scenario and returns what went wrong (nil: nothing).
 func runSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine) []string {
+	return newSim(t, seed, sc, machine).failed
+}
+
+// runSimTrace runs one scenario and returns its history and the
+// replicas' logs as text.
+func runSimTrace(t testing.TB, seed uint64, sc scenario) string {
+	s := newSim(t, seed, sc, func() StateMachine { return NewStore() })
+	return fmt.Sprint(s.history, s.reps[0].logs, s.reps[0].log, s.reps[1].log)
+}
+
+func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine) *sim {
 	net, err := testnet.New(seed, testnet.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +355,7 @@ func runSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	if testing.Verbose() {
 		t.Logf("%d operations; %s", len(s.history), strings.Join(logs, "; "))
 	}
-	return s.failed
+	return s
 }
 
 // check judges the run: the logs of replicas agree, every answered
