@@ -4,7 +4,7 @@
 //
 //	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered]
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
-//	rbcast-kv -servers ADDR:PORT,... load -n N [-prefix P]
+//	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,7 +115,8 @@ func serve(args []string, stderr io.Writer) error {
 
 const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-deadline D] [-local] get KEY
        rbcast-kv -servers ... put KEY VALUE | del KEY | cas KEY OLD NEW
-       rbcast-kv -servers ... load -n N [-prefix P]   (N puts; prints "acked CLIENT SEQ" for each)
+       rbcast-kv -servers ... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
+                 (N puts; prints "acked CLIENT SEQ" for each, then the rate and latencies)
        rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
 
 func client(args []string, stdout, stderr io.Writer) int {
@@ -182,35 +184,89 @@ func client(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// load runs N puts of PREFIX-i = i, one at a time, printing each
-// acknowledged request's id, so a test can hold them against the
-// replicas' applied logs.
+// load runs N puts of PREFIX-i (values of -size bytes) from -c clients
+// at once, each one request at a time, printing each acknowledged
+// request's id, so a test can hold them against the replicas' applied
+// logs; the last line is the rate and the latency percentiles.
 func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 100, "puts to run")
+	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
 	prefix := fs.String("prefix", "k", "key prefix")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	start := time.Now()
-	var slowest time.Duration
-	for i := range *n {
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		t0 := time.Now()
-		res, err := c.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: []byte(fmt.Sprint(i))}, false)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "rbcast-kv load: put %d: %v\n", i, err)
-			return 2
-		}
-		if res.Status != kv.StatusOK {
-			fmt.Fprintf(stderr, "rbcast-kv load: put %d: %v\n", i, res)
-			return 2
-		}
-		slowest = max(slowest, time.Since(t0))
-		fmt.Fprintf(stdout, "acked %d %d\n", c.ID, c.Seq())
+	if *conc < 1 || *n < 0 || *size < 0 {
+		fmt.Fprintf(stderr, "rbcast-kv load: -n %d -c %d -size %d: want -c at least 1 and no negative counts\n", *n, *conc, *size)
+		return 2
 	}
-	fmt.Fprintf(stdout, "done %d puts in %v, slowest %v\n", *n, time.Since(start).Round(time.Millisecond), slowest.Round(time.Millisecond))
+	var (
+		mu    sync.Mutex
+		lat   []time.Duration
+		fail  error
+		wg    sync.WaitGroup
+		next  int
+		start = time.Now()
+	)
+	for k := range *conc {
+		cl := c
+		if k > 0 {
+			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
+			if c.ID != 0 {
+				cl.ID = c.ID + uint64(k)
+			}
+			defer cl.Close()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= *n || fail != nil {
+					return
+				}
+				value := []byte(fmt.Sprint(i))
+				if *size > 0 {
+					value = []byte(strings.Repeat("v", *size))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				t0 := time.Now()
+				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: value}, false)
+				cancel()
+				d := time.Since(t0)
+				mu.Lock()
+				switch {
+				case err != nil:
+					fail = fmt.Errorf("put %d: %w", i, err)
+				case res.Status != kv.StatusOK:
+					fail = fmt.Errorf("put %d: %v", i, res)
+				default:
+					lat = append(lat, d)
+					fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if fail != nil {
+		fmt.Fprintln(stderr, "rbcast-kv load:", fail)
+		return 2
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Microsecond)
+	}
+	fmt.Fprintf(stdout, "done %d puts in %v, %.0f puts/s, p50 %v p99 %v, slowest %v\n", *n, elapsed.Round(time.Millisecond),
+		float64(*n)/elapsed.Seconds(), pct(0.5), pct(0.99), pct(1))
 	return 0
 }

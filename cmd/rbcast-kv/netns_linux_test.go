@@ -250,3 +250,51 @@ func slowest(t *testing.T, done string) time.Duration {
 	}
 	return d
 }
+
+// TestNetnsThroughput is the put benchmark of docs/kv.md: three replicas,
+// a client host running -c concurrent clients of 128-byte puts, without
+// loss. RBCAST_KV_BENCH_N puts (default 2000: a smoke run);
+// RBCAST_KV_BENCH_C clients (default 32).
+func TestNetnsThroughput(t *testing.T) {
+	topo := netnstest.Up(t, netns.Options{Hosts: 4, Prefix: "rbkvb", Addresses: true})
+	puts, conc := envInt(t, "RBCAST_KV_BENCH_N", 2000), envInt(t, "RBCAST_KV_BENCH_C", 32)
+	var addrs []string
+	var kids []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range kids {
+			c.Process.Kill()
+			c.Wait()
+		}
+	})
+	for i, h := range topo.Hosts[:3] {
+		addrs = append(addrs, h.IP.String()+":7723")
+		cmd := kvCmd(t, h, "serve", "-i", "eth0", "-group", "24", "-members", "3", "-listen", addrs[i], "-node", fmt.Sprint(i))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, cmd)
+	}
+	servers := strings.Join(addrs, ",")
+	client := topo.Hosts[3]
+	if out, err := kvCmd(t, client, "-servers", servers, "-deadline", "20s", "put", "hello", "world").CombinedOutput(); err != nil {
+		t.Fatalf("the first put: %v: %s", err, out)
+	}
+	out, err := kvCmd(t, client, "-servers", servers, "-timeout", "1s", "load", "-n", fmt.Sprint(puts), "-c", fmt.Sprint(conc), "-size", "128").Output()
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("3 replicas, %d clients, 128-byte puts: %s", conc, lines[len(lines)-1])
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
