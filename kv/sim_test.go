@@ -31,12 +31,19 @@ type scenario struct {
 type simCrash struct {
 	replica       int
 	at, restartAt time.Duration // restartAt 0: stays down
+	// fading: for the last 5 ms before the crash 80 % of what the
+	// replica sends is lost, so its last messages reach few peers.
+	fading bool
 }
 
 func (s scenario) String() string {
 	var cs []string
 	for _, c := range s.crashes {
-		cs = append(cs, fmt.Sprintf("r%d@%v→%v", c.replica, c.at, c.restartAt))
+		f := ""
+		if c.fading {
+			f = " fading"
+		}
+		cs = append(cs, fmt.Sprintf("r%d@%v→%v%s", c.replica, c.at, c.restartAt, f))
 	}
 	return fmt.Sprintf("%d replicas, loss %.2f, dup %.2f, reorder %.2f, %d clients, crashes %v", s.replicas, s.loss, s.dup, s.reorder, s.clients, cs)
 }
@@ -47,7 +54,7 @@ func drawScenario(seed uint64, replicas int) scenario {
 	f := (replicas - 1) / 2
 	perm := r.Perm(replicas)
 	for _, i := range perm[:1+r.IntN(f)] {
-		c := simCrash{replica: i, at: time.Duration(400+r.IntN(600)) * time.Millisecond}
+		c := simCrash{replica: i, at: time.Duration(400+r.IntN(600)) * time.Millisecond, fading: r.IntN(2) == 0}
 		if r.IntN(3) > 0 {
 			c.restartAt = c.at + time.Duration(200+r.IntN(400))*time.Millisecond
 		}
@@ -90,6 +97,11 @@ type sim struct {
 	history []porcupine.Operation
 	machine func() StateMachine
 	failed  []string
+	// groupStops counts replicas the group stopped (SelfRemoved: a
+	// minority, or left behind); lostState says the run ended with no
+	// live replica holding state, after such stops.
+	groupStops int
+	lostState  bool
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -125,7 +137,11 @@ func (s *sim) boot(r *simReplica) {
 				s.t.Logf("%v r%d run %d: view %d %v", s.net.Now().Sub(s.start), r.idx, r.runs, ev.View.ID, ev.View.Members)
 			}
 			if ev.Kind == reliable.GroupRemoved || ev.Kind == reliable.SelfRemoved {
+				if debugViews {
+					s.t.Logf("%v r%d run %d: %v", s.net.Now().Sub(s.start), r.idx, r.runs, ev)
+				}
 				node.Stop()
+				s.groupStops++
 				// A supervisor restarts a replica the group went on
 				// without, as a new incarnation that gets a snapshot.
 				drv := r.drv
@@ -312,9 +328,13 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	s.net.AfterFunc(time.Millisecond, tick)
 	for _, c := range sc.crashes {
 		r := s.reps[c.replica]
+		if c.fading {
+			net.AfterFunc(c.at-5*time.Millisecond, func() { r.ep.SetImpairment(testnet.Out, testnet.Impairment{Loss: 0.8}) })
+		}
 		net.AfterFunc(c.at, func() { r.ep.Crash() })
 		if c.restartAt > 0 {
 			net.AfterFunc(c.restartAt, func() {
+				r.ep.SetImpairment(testnet.Out, testnet.Impairment{})
 				r.ep.Restart()
 				s.boot(r)
 			})
@@ -387,12 +407,19 @@ func (s *sim) check() {
 			s.fail("replica %d's state differs from replica %d's at the end", r.idx, ref.idx)
 		}
 	}
-	if ref == nil {
+	switch {
+	case ref == nil && s.groupStops == 0:
 		s.fail("no live replica has state at the end")
 		return
-	}
-	if got := ref.node.Replica().Ordered; got != top {
-		s.fail("replica %d ordered %d requests at the end, but %d were applied somewhere", ref.idx, got, top)
+	case ref == nil:
+		// Every replica with state was stopped by the group (a view of two
+		// that lost one, or a majority not reached under loss) and came
+		// back empty: the service lost its state (docs/kv.md, "Not built
+		// yet"). What was applied before must still be one sequence, and
+		// the history linearizable.
+		s.lostState = true
+	case ref.node.Replica().Ordered != top:
+		s.fail("replica %d ordered %d requests at the end, but %d were applied somewhere", ref.idx, ref.node.Replica().Ordered, top)
 	}
 	var log []applied
 	for pos := uint64(1); pos <= top; pos++ {
@@ -524,6 +551,8 @@ func simSeeds(t *testing.T, def int) int {
 // once, linearizable histories.
 func TestSim(t *testing.T) {
 	seeds := simSeeds(t, 40)
+	lost, ran := 0, 0
+	defer func() { t.Logf("%d of %d seeds run ended with the group stopped and the state lost", lost, ran) }()
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		replicas := 3
 		if seed%2 == 0 {
@@ -531,7 +560,12 @@ func TestSim(t *testing.T) {
 		}
 		sc := drawScenario(seed, replicas)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			if failed := runSim(t, seed, sc, func() StateMachine { return NewStore() }); len(failed) > 0 {
+			s := newSim(t, seed, sc, func() StateMachine { return NewStore() })
+			ran++
+			if s.lostState {
+				lost++
+			}
+			if failed := s.failed; len(failed) > 0 {
 				t.Fatalf("%s\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./kv -run '^TestSim$/^seed=%d$' -v", strings.Join(failed, "\n"), sc, seed, seed)
 			}
 		})
