@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -29,11 +28,16 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
-// Serve runs one replica: it joins the group over l, answers the
+// JoinFunc joins a group: reliable.Join over the replica's link, which
+// the program that owns the link binds (kv itself touches no link:
+// DESIGN.md, only the runtime does).
+type JoinFunc func(ctx context.Context, cfg reliable.Config) (*reliable.Group, error)
+
+// Serve runs one replica: it joins the group with join, answers the
 // clients' requests arriving on conn, and, when the group goes on without
 // it (ErrRemoved, ErrMinority), joins again as a new incarnation that
 // receives a snapshot. It returns when ctx ends (nil) or a join fails.
-func Serve(ctx context.Context, l link.Link, conn net.PacketConn, cfg ServerConfig) error {
+func Serve(ctx context.Context, join JoinFunc, conn net.PacketConn, cfg ServerConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -44,7 +48,7 @@ func Serve(ctx context.Context, l link.Link, conn net.PacketConn, cfg ServerConf
 	go s.read()
 	defer conn.Close()
 	for {
-		err := s.run(ctx, l)
+		err := s.run(ctx, join)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -73,7 +77,7 @@ type server struct {
 }
 
 // run is one membership of the group, from Join until it stops.
-func (s *server) run(ctx context.Context, l link.Link) error {
+func (s *server) run(ctx context.Context, join JoinFunc) error {
 	var node *Node
 	gcfg := s.cfg.Group
 	gcfg.Views, gcfg.Order, gcfg.Safe = true, reliable.Total, true
@@ -96,7 +100,7 @@ func (s *server) run(ctx context.Context, l link.Link) error {
 		return err
 	}
 	node = n
-	g, err := reliable.Join(ctx, l, gcfg)
+	g, err := join(ctx, gcfg)
 	if err != nil {
 		return fmt.Errorf("kv: joining group %d: %w", gcfg.Group, err)
 	}

@@ -110,7 +110,8 @@ func serve(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger.Info("rbcast-kv: serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr())
-	return kv.Serve(ctx, l, conn, cfg)
+	join := func(ctx context.Context, c reliable.Config) (*reliable.Group, error) { return reliable.Join(ctx, l, c) }
+	return kv.Serve(ctx, join, conn, cfg)
 }
 
 const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-deadline D] [-local] get KEY
