@@ -3,6 +3,7 @@ module github.com/rbcast/rbcast
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/gopacket/gopacket v1.7.7
 	github.com/mdlayher/packet v1.2.0
 	github.com/prometheus/client_golang v1.25.0

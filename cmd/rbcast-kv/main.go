@@ -1,0 +1,273 @@
+// Command rbcast-kv is the replicated key-value service of package kv
+// (docs/kv.md): replicas on one Ethernet segment kept identical by
+// rbcast's total order, and clients anywhere that reach them over UDP.
+//
+//	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered]
+//	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
+//	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/kv"
+	"github.com/rbcast/rbcast/link/ring"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes: 0 done; 1 the op's answer was not ok (not found, mismatch);
+// 2 a usage error or no answer.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		if err := serve(args[1:], stderr); err != nil {
+			fmt.Fprintln(stderr, "rbcast-kv serve:", err)
+			return 2
+		}
+		return 0
+	}
+	return client(args, stdout, stderr)
+}
+
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rbcast-kv serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	iface := fs.String("i", "", "the interface of the replicas' segment (required)")
+	group := fs.Uint("group", 0, "the group id (required, 1..2^32-1)")
+	members := fs.Int("members", 0, "replicas to wait for before founding the group when none runs (required)")
+	listen := fs.String("listen", "", "the UDP address clients reach this replica at, ADDR:PORT (required)")
+	node := fs.Int("node", -1, "the member id to ask for (default: no wish)")
+	mode := fs.String("mode", "ordered", "ordered (thesis mode is not built yet)")
+	failure := fs.Duration("failure-timeout", 0, "remove a silent replica after this long (0: the default)")
+	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied to this file (tests)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case *iface == "":
+		return errors.New("-i IFACE is required")
+	case *group == 0 || *group > 1<<32-1:
+		return fmt.Errorf("-group is %d, want 1..%d", *group, uint32(1<<32-1))
+	case *members < 1:
+		return fmt.Errorf("-members is %d, want at least 1", *members)
+	case *listen == "":
+		return errors.New("-listen ADDR:PORT is required")
+	case *mode != "ordered":
+		return fmt.Errorf("-mode %q: only ordered is built (thesis mode: docs/kv.md)", *mode)
+	}
+	conn, err := net.ListenPacket("udp", *listen)
+	if err != nil {
+		return fmt.Errorf("-listen %s: %w", *listen, err)
+	}
+	l, err := ring.Open(*iface, ring.Config{})
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("-i %s: %w", *iface, err)
+	}
+	defer l.Close()
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg := kv.ServerConfig{Logger: logger, Group: reliable.Config{Group: uint32(*group), Size: *members,
+		RequestID: frame.NoMember, FailureTimeout: *failure, Logger: logger}}
+	if *node >= 0 {
+		cfg.Group.RequestID = frame.MemberID(*node)
+	}
+	if *applied != "" {
+		f, err := os.OpenFile(*applied, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("-applied: %w", err)
+		}
+		defer f.Close()
+		var mu sync.Mutex
+		cfg.OnApply = func(q kv.Request, _ []byte, fresh bool) {
+			what := "retry"
+			if fresh {
+				what = "fresh"
+			}
+			mu.Lock()
+			fmt.Fprintf(f, "%d %d %s\n", q.Client, q.Seq, what)
+			mu.Unlock()
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger.Info("rbcast-kv: serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr())
+	join := func(ctx context.Context, c reliable.Config) (*reliable.Group, error) { return reliable.Join(ctx, l, c) }
+	return kv.Serve(ctx, join, conn, cfg)
+}
+
+const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-deadline D] [-local] get KEY
+       rbcast-kv -servers ... put KEY VALUE | del KEY | cas KEY OLD NEW
+       rbcast-kv -servers ... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
+                 (N puts; prints "acked CLIENT SEQ" for each, then the rate and latencies)
+       rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
+
+func client(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rbcast-kv", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, clientUsage); fs.PrintDefaults() }
+	servers := fs.String("servers", "", "the replicas' UDP addresses, comma-separated (required)")
+	timeout := fs.Duration("timeout", 500*time.Millisecond, "wait this long for one replica before trying the next")
+	deadline := fs.Duration("deadline", 10*time.Second, "give up on a request after this long")
+	local := fs.Bool("local", false, "get: read the replica's own state, not through the order (may be stale)")
+	id := fs.Uint64("client", 0, "the client id (0: random)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *servers == "" || fs.NArg() == 0 {
+		fmt.Fprintln(stderr, clientUsage)
+		return 2
+	}
+	c := &kv.Client{ID: *id, Servers: strings.Split(*servers, ","), Timeout: *timeout}
+	defer c.Close()
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "load" {
+		return load(c, rest, *deadline, stdout, stderr)
+	}
+	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3}
+	n, ok := want[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "rbcast-kv: unknown command %q\n%s\n", cmd, clientUsage)
+		return 2
+	}
+	if len(rest) != n {
+		fmt.Fprintf(stderr, "rbcast-kv: %s takes %d arguments, got %d\n%s\n", cmd, n, len(rest), clientUsage)
+		return 2
+	}
+	op := kv.Op{Key: rest[0]}
+	switch cmd {
+	case "get":
+		op.Kind = kv.OpGet
+	case "put":
+		op.Kind, op.Value = kv.OpPut, []byte(rest[1])
+	case "del":
+		op.Kind = kv.OpDelete
+	case "cas":
+		op.Kind, op.Expect, op.Value = kv.OpCAS, []byte(rest[1]), []byte(rest[2])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *deadline)
+	defer cancel()
+	res, err := c.Do(ctx, op, *local)
+	if err != nil {
+		fmt.Fprintln(stderr, "rbcast-kv:", err)
+		return 2
+	}
+	switch {
+	case res.Status == kv.StatusOK && cmd == "get":
+		fmt.Fprintf(stdout, "%s\n", res.Value)
+		return 0
+	case res.Status == kv.StatusOK:
+		fmt.Fprintln(stdout, "ok")
+		return 0
+	case res.Status == kv.StatusNotFound || res.Status == kv.StatusMismatch:
+		fmt.Fprintln(stdout, res)
+		return 1
+	}
+	fmt.Fprintln(stderr, "rbcast-kv:", res)
+	return 2
+}
+
+// load runs N puts of PREFIX-i (values of -size bytes) from -c clients
+// at once, each one request at a time, printing each acknowledged
+// request's id, so a test can hold them against the replicas' applied
+// logs; the last line is the rate and the latency percentiles.
+func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rbcast-kv load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 100, "puts to run")
+	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
+	prefix := fs.String("prefix", "k", "key prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *conc < 1 || *n < 0 || *size < 0 {
+		fmt.Fprintf(stderr, "rbcast-kv load: -n %d -c %d -size %d: want -c at least 1 and no negative counts\n", *n, *conc, *size)
+		return 2
+	}
+	var (
+		mu    sync.Mutex
+		lat   []time.Duration
+		fail  error
+		wg    sync.WaitGroup
+		next  int
+		start = time.Now()
+	)
+	for k := range *conc {
+		cl := c
+		if k > 0 {
+			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
+			if c.ID != 0 {
+				cl.ID = c.ID + uint64(k)
+			}
+			defer cl.Close()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= *n || fail != nil {
+					return
+				}
+				value := []byte(fmt.Sprint(i))
+				if *size > 0 {
+					value = []byte(strings.Repeat("v", *size))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				t0 := time.Now()
+				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: value}, false)
+				cancel()
+				d := time.Since(t0)
+				mu.Lock()
+				switch {
+				case err != nil:
+					fail = fmt.Errorf("put %d: %w", i, err)
+				case res.Status != kv.StatusOK:
+					fail = fmt.Errorf("put %d: %v", i, res)
+				default:
+					lat = append(lat, d)
+					fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if fail != nil {
+		fmt.Fprintln(stderr, "rbcast-kv load:", fail)
+		return 2
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Microsecond)
+	}
+	fmt.Fprintf(stdout, "done %d puts in %v, %.0f puts/s, p50 %v p99 %v, slowest %v\n", *n, elapsed.Round(time.Millisecond),
+		float64(*n)/elapsed.Seconds(), pct(0.5), pct(0.99), pct(1))
+	return 0
+}

@@ -1,0 +1,120 @@
+package kv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Client reaches the replicas over UDP: one request at a time, numbered,
+// retried on a timeout (or an unavailable answer) at the next replica
+// with the same number, so the session table applies it at most once.
+type Client struct {
+	// ID names the client's session; 0 draws a random one.
+	ID uint64
+	// Servers are the replicas' UDP addresses, tried in turn.
+	Servers []string
+	// Timeout is one attempt's wait for an answer; 0 means 500 ms.
+	Timeout time.Duration
+
+	seq    uint64
+	next   int
+	conn   net.PacketConn
+	addrs  []net.Addr
+	buf    []byte
+	Tries  int // attempts of the last Do
+	Served string
+}
+
+// ErrNoAnswer is wrapped by Do's error when ctx ended before any replica
+// answered.
+var ErrNoAnswer = errors.New("kv: no replica answered")
+
+func (c *Client) open() error {
+	if c.conn != nil {
+		return nil
+	}
+	if len(c.Servers) == 0 {
+		return errors.New("kv: Client.Servers is empty")
+	}
+	for _, s := range c.Servers {
+		a, err := net.ResolveUDPAddr("udp", s)
+		if err != nil {
+			return fmt.Errorf("kv: server %q: %w", s, err)
+		}
+		c.addrs = append(c.addrs, a)
+	}
+	if c.ID == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		c.ID = binary.BigEndian.Uint64(b[:]) | 1
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 500 * time.Millisecond
+	}
+	conn, err := net.ListenPacket("udp", ":0")
+	if err != nil {
+		return fmt.Errorf("kv: client socket: %w", err)
+	}
+	c.conn, c.buf = conn, make([]byte, 65536)
+	return nil
+}
+
+// Close releases the client's socket.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Seq is the sequence number of the last request.
+func (c *Client) Seq() uint64 { return c.seq }
+
+// Do runs op until a replica answers it (a result, perhaps StatusNotFound
+// or StatusMismatch), or ctx ends.
+func (c *Client) Do(ctx context.Context, op Op, local bool) (Result, error) {
+	if err := c.open(); err != nil {
+		return Result{}, err
+	}
+	c.seq++
+	req := AppendRequest(nil, Request{Client: c.ID, Seq: c.seq, Local: local, Op: op})
+	c.Tries = 0
+	for ctx.Err() == nil {
+		c.Tries++
+		i := c.next
+		if _, err := c.conn.WriteTo(req, c.addrs[i]); err != nil {
+			c.next = (i + 1) % len(c.addrs)
+			continue
+		}
+		deadline := time.Now().Add(c.Timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		c.conn.SetReadDeadline(deadline)
+		for {
+			n, _, err := c.conn.ReadFrom(c.buf)
+			if err != nil {
+				break // timeout: the next replica
+			}
+			p, err := ParseReply(c.buf[:n])
+			if err != nil || p.Client != c.ID || p.Seq != c.seq {
+				continue // a late answer to an earlier attempt
+			}
+			if p.Result.Status == StatusUnavailable {
+				// Not serving (joining, or no group): the next replica,
+				// after a pause so that a group without any does not spin.
+				time.Sleep(min(c.Timeout/10, 20*time.Millisecond))
+				break
+			}
+			c.Served = c.Servers[i]
+			return p.Result, nil
+		}
+		c.next = (i + 1) % len(c.addrs)
+	}
+	return Result{}, fmt.Errorf("%w to %v after %d tries: %w", ErrNoAnswer, op, c.Tries, ctx.Err())
+}

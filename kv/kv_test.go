@@ -1,0 +1,210 @@
+package kv
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+func TestStoreOps(t *testing.T) {
+	s := NewStore()
+	steps := []struct {
+		op   Op
+		want string
+	}{
+		{Op{Kind: OpGet, Key: "a"}, "not found"},
+		{Op{Kind: OpCAS, Key: "a", Expect: nil, Value: []byte("1")}, "not found"},
+		{Op{Kind: OpPut, Key: "a", Value: []byte("1")}, "ok"},
+		{Op{Kind: OpGet, Key: "a"}, `ok "1"`},
+		{Op{Kind: OpCAS, Key: "a", Expect: []byte("0"), Value: []byte("2")}, `mismatch "1"`},
+		{Op{Kind: OpCAS, Key: "a", Expect: []byte("1"), Value: []byte("2")}, "ok"},
+		{Op{Kind: OpGet, Key: "a"}, `ok "2"`},
+		{Op{Kind: OpDelete, Key: "a"}, "ok"},
+		{Op{Kind: OpDelete, Key: "a"}, "not found"},
+	}
+	for i, st := range steps {
+		res, err := ParseResult(s.Apply(AppendOp(nil, st.op)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.String() != st.want {
+			t.Errorf("step %d %v = %v, want %s", i, st.op, res, st.want)
+		}
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	q := Request{Client: 7, Seq: 9, Local: true, Op: Op{Kind: OpCAS, Key: "k", Value: []byte("v"), Expect: []byte("e")}}
+	got, err := ParseRequest(AppendRequest(nil, q))
+	if err != nil || got.String() != q.String() || !got.Local || !bytes.Equal(got.Op.Expect, q.Op.Expect) {
+		t.Fatalf("request round trip = %v, %v; want %v", got, err, q)
+	}
+	p := Reply{Client: 7, Seq: 9, Result: Result{Status: StatusMismatch, Value: []byte("x")}}
+	gp, err := ParseReply(AppendReply(nil, p))
+	if err != nil || gp.Client != 7 || gp.Seq != 9 || gp.Result.String() != p.Result.String() {
+		t.Fatalf("reply round trip = %+v, %v", gp, err)
+	}
+}
+
+func TestCodecErrors(t *testing.T) {
+	good := AppendRequest(nil, Request{Client: 1, Seq: 2, Op: Op{Kind: OpPut, Key: "k", Value: []byte("v")}})
+	bad := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	cases := []struct {
+		b    []byte
+		want string
+	}{
+		{good[:5], "malformed request: field client at offset 0: 5 bytes left, want 8"},
+		{bad(func(b []byte) []byte { b[16] = 4; return b }), "field flags at offset 16: unknown flags 0x4"},
+		{bad(func(b []byte) []byte { b[17] = 9; return b }), "field op at offset 17: kind 9, want 1..4"},
+		{bad(func(b []byte) []byte { b[21] = 200; return b }), "field key at offset 22: 10 bytes left, want 200"},
+		{append(bytes.Clone(good), 0), "field end at offset 32: 1 trailing bytes"},
+	}
+	for _, c := range cases {
+		_, err := ParseRequest(c.b)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseRequest(%x) = %v, want an error containing %q", c.b, err, c.want)
+		}
+	}
+	if err := NewStore().Restore([]byte{0, 0, 0, 1, 0}); err == nil || !strings.Contains(err.Error(), "store snapshot: field key 0 length") {
+		t.Errorf("Restore of a truncated snapshot = %v", err)
+	}
+}
+
+// A retry is answered with the first result and applied once; an older
+// request is stale; the session table travels in the snapshot.
+func TestReplicaSessions(t *testing.T) {
+	r := NewReplica(NewStore())
+	put := AppendOp(nil, Op{Kind: OpPut, Key: "a", Value: []byte("1")})
+	get := AppendOp(nil, Op{Kind: OpGet, Key: "a"})
+	if _, fresh := r.Execute(1, 1, get); !fresh {
+		t.Fatal("first request not fresh")
+	}
+	first, _ := r.Execute(1, 1, get)
+	r.Execute(2, 1, put)
+	again, fresh := r.Execute(1, 1, get)
+	if fresh || !bytes.Equal(again, first) {
+		t.Fatalf("retry: fresh %v result %x, want the first result %x", fresh, again, first)
+	}
+	r.Execute(1, 2, get)
+	if res, _ := r.Execute(1, 1, get); !strings.Contains(mustResult(t, res).String(), "stale") {
+		t.Fatalf("an older request = %v, want stale", mustResult(t, res))
+	}
+	if r.Applied != 3 || r.Ordered != 6 {
+		t.Fatalf("Applied %d Ordered %d, want 3 and 6", r.Applied, r.Ordered)
+	}
+	c := NewReplica(NewStore())
+	if err := c.Restore(r.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.Snapshot(), r.Snapshot()) {
+		t.Fatal("snapshot round trip differs")
+	}
+	if res, fresh := c.Execute(2, 1, put); fresh || mustResult(t, res).Status != StatusOK {
+		t.Fatalf("a retry after restore: fresh %v %v", fresh, mustResult(t, res))
+	}
+}
+
+func mustResult(t *testing.T, b []byte) Result {
+	t.Helper()
+	r, err := ParseResult(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// laggingStore is a planted bug: a get answers the value before the last
+// put of the key (deterministically, so replicas still agree).
+type laggingStore struct {
+	*Store
+	prev map[string][]byte
+}
+
+func (s *laggingStore) Apply(cmd []byte) []byte {
+	o, err := ParseOp(cmd)
+	if err == nil && o.Kind == OpPut {
+		if v, ok := s.Get(o.Key); ok {
+			s.prev[o.Key] = v
+		}
+	}
+	if err == nil && o.Kind == OpGet {
+		if v, ok := s.prev[o.Key]; ok {
+			return AppendResult(nil, Result{Status: StatusOK, Value: v})
+		}
+	}
+	return s.Store.Apply(cmd)
+}
+
+// The linearizability check catches the planted bug.
+func TestSimCatchesPlantedBug(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		sc := scenario{replicas: 3, clients: 3}
+		failed := runSim(t, seed, sc, func() StateMachine { return &laggingStore{NewStore(), map[string][]byte{}} })
+		if len(failed) == 0 {
+			continue
+		}
+		if msg := strings.Join(failed, "\n"); !strings.Contains(msg, "is not linearizable (porcupine: Illegal)") {
+			t.Fatalf("seed %d: the planted bug failed for another reason:\n%s", seed, msg)
+		}
+		return
+	}
+	t.Fatal("the planted bug (stale gets) passed 5 seeds")
+}
+
+// A node answers from its state only once it has some, reads locally
+// only when asked, and names what was wrong with a malformed request.
+func TestNodeRequests(t *testing.T) {
+	n, err := NewNode(NodeConfig{MaxMessage: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replies []Reply
+	reply := func(b []byte) {
+		p, err := ParseReply(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies = append(replies, p)
+	}
+	req := func(q Request) { n.Request(AppendRequest(nil, q), reply) }
+	put := Request{Client: 1, Seq: 1, Op: Op{Kind: OpPut, Key: "a", Value: []byte("1")}}
+	req(put)
+	if len(replies) != 1 || replies[0].Result.Status != StatusUnavailable || len(n.Outbox()) != 0 {
+		t.Fatalf("before a view: %+v, want unavailable and nothing sent", replies)
+	}
+	n.OnEvent(reliable.Event{Kind: reliable.ViewInstalled, Member: 0, View: &reliable.ViewInfo{ID: 1, Members: []frame.MemberInfo{{ID: 0, Incarnation: 1}}}})
+	replies = nil
+	req(put)
+	out := n.Outbox()
+	if len(replies) != 0 || len(out) != 1 {
+		t.Fatalf("a put in view 1: replies %+v, %d messages to send; want none and 1", replies, len(out))
+	}
+	n.Deliver(0, out[0])
+	if len(replies) != 1 || replies[0].Result.Status != StatusOK || replies[0].Seq != 1 {
+		t.Fatalf("the put delivered: %+v", replies)
+	}
+	replies = nil
+	req(put) // a retry: the first result, without ordering it again
+	req(Request{Client: 2, Seq: 1, Local: true, Op: Op{Kind: OpGet, Key: "a"}})
+	n.Request([]byte{1, 2, 3}, reply)
+	if len(n.Outbox()) != 0 || len(replies) != 3 || replies[0].Result.Status != StatusOK ||
+		replies[1].Result.String() != `ok "1"` || replies[2].Result.Status != StatusBadRequest ||
+		!strings.Contains(string(replies[2].Result.Value), "field client at offset 0") {
+		t.Fatalf("retry, local get, bad request: %+v", replies)
+	}
+}
+
+// A run is a function of its seed.
+func TestSimDeterministic(t *testing.T) {
+	sc := drawScenario(4, 5)
+	trace := func() string {
+		s := runSimTrace(t, 4, sc)
+		return s
+	}
+	if a, b := trace(), trace(); a != b {
+		t.Fatalf("two runs of seed 4 differ:\n%.500s\n%.500s", a, b)
+	}
+}
