@@ -393,6 +393,12 @@ func expectFields(v frame.View) map[string]string {
 		m["rbcast.refuse.config_hash"] = fmt.Sprintf("0x%016x", r.ConfigHash)
 	case frame.GroupRemove:
 		m["rbcast.remove.view"] = d(v.RemovedView())
+	case frame.ViewSuspect:
+		var ids joined
+		for _, id := range v.Suspects() {
+			ids.add("%d", id)
+		}
+		m["rbcast.suspect.count"], m["rbcast.suspect.member"] = d(len(v.Suspects())), ids.String()
 	case frame.KeyMismatch:
 		k := v.KeyMismatch()
 		m["rbcast.mismatch.reason"], m["rbcast.mismatch.refused"] = d(uint8(k.Reason)), d(uint8(k.Refused))

@@ -131,6 +131,10 @@ const (
 	ViewRefuse Type = 0x25
 	// GroupRemove removes the group.
 	GroupRemove Type = 0x26
+	// ViewSuspect reports to the coordinator the members this member's
+	// core removed (silent or stalled), so the view changes even when the
+	// coordinator itself still hears them.
+	ViewSuspect Type = 0x27
 	// PCODE (Bruck, Dolev, Ho, Orni & Strong; reliable/pcode): 0x30–0x37.
 
 	// PcodeData is a multicast to a target set (the paper's REGULAR
@@ -160,7 +164,7 @@ var typeNames = [...]string{
 	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
 	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
 	ViewJoin: "ViewJoin", ViewPrepare: "ViewPrepare", ViewFlush: "ViewFlush", ViewCommit: "ViewCommit",
-	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove",
+	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove", ViewSuspect: "ViewSuspect",
 	KeyMismatch: "KeyMismatch",
 	PcodeData:   "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
 }
@@ -168,7 +172,7 @@ var typeNames = [...]string{
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
-	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove,
+	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, ViewSuspect,
 	PcodeData, PcodeNack, PcodeStatus, PcodeAbort, KeyMismatch}
 
 // Valid reports whether t is a frame type this version defines.

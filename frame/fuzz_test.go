@@ -179,5 +179,7 @@ func exercise(v View) {
 		_ = v.ViewRefuse()
 	case GroupRemove:
 		_ = v.RemovedView()
+	case ViewSuspect:
+		_ = v.Suspects()
 	}
 }

@@ -108,7 +108,7 @@ func checkBody(t Type, flags Flags, b []byte, start, end int, encrypted bool) er
 			return decodeErr(ErrBody, "member.member", start+14, "member id 0x%04x is reserved for 'no member'", uint16(NoMember))
 		}
 		return nil
-	case ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove:
+	case ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, ViewSuspect:
 		return checkViewBody(t, body, start)
 	case KeyMismatch:
 		return checkKeyMismatch(body, start)
@@ -381,6 +381,8 @@ func (v View) Decode() (Header, Body) {
 		return h, &r
 	case GroupRemove:
 		return h, &GroupRemoveBody{View: v.RemovedView()}
+	case ViewSuspect:
+		return h, &ViewSuspectBody{Suspects: v.Suspects()}
 	case KeyMismatch:
 		k := v.KeyMismatch()
 		return h, &k

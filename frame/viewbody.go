@@ -193,6 +193,21 @@ func (g *GroupRemoveBody) Len() int                   { return groupRemoveLen }
 func (g *GroupRemoveBody) AppendBody(b []byte) []byte { return be.AppendUint32(b, g.View) }
 func (g *GroupRemoveBody) flags() Flags               { return 0 }
 
+// ViewSuspectBody names the members of the sender's view that its core
+// removed: the coordinator leaves them out of the next view.
+type ViewSuspectBody struct{ Suspects []MemberID }
+
+func (s *ViewSuspectBody) FrameType() Type { return ViewSuspect }
+func (s *ViewSuspectBody) Len() int        { return listHeaderLen + 2*len(s.Suspects) }
+func (s *ViewSuspectBody) AppendBody(b []byte) []byte {
+	b = be.AppendUint16(b, uint16(len(s.Suspects)))
+	for _, id := range s.Suspects {
+		b = be.AppendUint16(b, uint16(id))
+	}
+	return b
+}
+func (s *ViewSuspectBody) flags() Flags { return 0 }
+
 func appendMembers(b []byte, ms []MemberInfo) []byte {
 	b = be.AppendUint16(b, uint16(len(ms)))
 	for _, m := range ms {
@@ -292,6 +307,20 @@ func checkViewBody(t Type, body []byte, start int) error {
 		return nil
 	case GroupRemove:
 		return need("remove", groupRemoveLen)
+	case ViewSuspect:
+		if err := atLeast("suspect", listHeaderLen); err != nil {
+			return err
+		}
+		n := int(be.Uint16(body))
+		if n == 0 || len(body) != listHeaderLen+2*n {
+			return decodeErr(ErrBody, "suspect.members", start, "%d suspects need %d bytes, body has %d", n, listHeaderLen+2*n, len(body))
+		}
+		for i := range n {
+			if MemberID(be.Uint16(body[listHeaderLen+2*i:])) == NoMember {
+				return decodeErr(ErrBody, "suspect.members", start+listHeaderLen+2*i, "suspect %d has id 0x%04x, reserved for 'no member'", i, uint16(NoMember))
+			}
+		}
+		return nil
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -363,6 +392,16 @@ func (v View) ViewRefuse() ViewRefuseBody {
 
 // RemovedView reads a GroupRemove body.
 func (v View) RemovedView() uint32 { return be.Uint32(v.Body()) }
+
+// Suspects reads a ViewSuspect body.
+func (v View) Suspects() []MemberID {
+	b := v.Body()
+	ids := make([]MemberID, be.Uint16(b))
+	for i := range ids {
+		ids[i] = MemberID(be.Uint16(b[listHeaderLen+2*i:]))
+	}
+	return ids
+}
 
 // MaxViewMembers is the most members a view may have for its frames to
 // fit an MTU of mtu bytes: a ViewCommit lists every member and, for

@@ -134,6 +134,22 @@ func (n *Network) Partition(groups ...[]*Endpoint) error {
 	return nil
 }
 
+// Deafen makes e drop every frame from src (also frames already in
+// flight), or hear it again when deaf is false: a one-way cut between two
+// endpoints that both still hear every other, as a broken cable pair or a
+// receiver starved of CPU for one peer's traffic shows. Heal does not end
+// it. Frames dropped this way count as DropPartition.
+func (e *Endpoint) Deafen(src *Endpoint, deaf bool) {
+	if e.deafTo == nil {
+		e.deafTo = map[int]bool{}
+	}
+	if deaf {
+		e.deafTo[src.index] = true
+	} else {
+		delete(e.deafTo, src.index)
+	}
+}
+
 // Heal ends a partition.
 func (n *Network) Heal() {
 	n.partitioned = false

@@ -69,7 +69,8 @@ type Endpoint struct {
 	lent []*packet
 
 	crashed, closed bool
-	group           int // partition group, see Network.Partition
+	group           int          // partition group, see Network.Partition
+	deafTo          map[int]bool // endpoints whose frames it drops, see Deafen
 
 	txFree   int64 // Switch: when this endpoint's uplink is next idle
 	portFree int64 // Switch: when the switch port towards it is next idle
@@ -382,7 +383,7 @@ func (e *Endpoint) receive(src *Endpoint, pkt *packet, at int64) {
 // e: a partition between them, or e being down.
 func (e *Endpoint) barrier(src *Endpoint) DropReason {
 	switch {
-	case e.n.partitioned && e.group != src.group:
+	case e.n.partitioned && e.group != src.group, e.deafTo[src.index]:
 		return DropPartition
 	case e.crashed || e.closed:
 		return DropCrashed

@@ -557,6 +557,33 @@ func TestPartitionAndHeal(t *testing.T) {
 	}
 }
 
+func TestDeafen(t *testing.T) {
+	n := newNet(t, 1, Config{})
+	a, b, c := attach(t, n, EndpointConfig{}), attach(t, n, EndpointConfig{}), attach(t, n, EndpointConfig{})
+	b.Deafen(a, true)
+	send(t, a, makeFrame(broadcast, a, 1, 64))
+	send(t, b, makeFrame(broadcast, b, 2, 64))
+	n.RunFor(time.Millisecond)
+	got := map[*Endpoint][]uint32{}
+	for _, e := range []*Endpoint{a, b, c} {
+		for _, f := range drain(t, e) {
+			got[e] = append(got[e], seqOf(f))
+		}
+	}
+	if !equalSeqs(got[a], []uint32{2}) || len(got[b]) != 0 || !equalSeqs(got[c], []uint32{1, 2}) {
+		t.Fatalf("b deaf to a: a got %v, b %v, c %v; want [2], [], [1 2]", got[a], got[b], got[c])
+	}
+	if d := b.Counters(In).Partitioned; d != 1 {
+		t.Errorf("b counted %d partition drops, want 1", d)
+	}
+	b.Deafen(a, false)
+	send(t, a, makeFrame(broadcast, a, 3, 64))
+	n.RunFor(time.Millisecond)
+	if f := drain(t, b); len(f) != 1 || seqOf(f[0]) != 3 {
+		t.Fatalf("b heard %d frames after Deafen(a, false), want frame 3", len(f))
+	}
+}
+
 func TestCrashRestart(t *testing.T) {
 	n := newNet(t, 1, Config{})
 	a := attach(t, n, EndpointConfig{})

@@ -17,11 +17,11 @@ import (
 // without direction: one point on the wire, where frames of one sender
 // keep their order).
 
-// IsViewType reports the view protocol's frame types (0x20–0x26).
+// IsViewType reports the view protocol's frame types (0x20–0x27).
 func IsViewType(t frame.Type) bool {
 	switch t {
 	case frame.ViewJoin, frame.ViewPrepare, frame.ViewFlush, frame.ViewCommit,
-		frame.ViewRelay, frame.ViewRefuse, frame.GroupRemove:
+		frame.ViewRelay, frame.ViewRefuse, frame.GroupRemove, frame.ViewSuspect:
 		return true
 	}
 	return false

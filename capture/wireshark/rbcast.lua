@@ -37,7 +37,7 @@ local type_names = {
 	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
 	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
 	[0x20] = "ViewJoin", [0x21] = "ViewPrepare", [0x22] = "ViewFlush", [0x23] = "ViewCommit",
-	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove",
+	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove", [0x27] = "ViewSuspect",
 	[0x38] = "KeyMismatch",
 	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
 }
@@ -136,6 +136,8 @@ local f = {
 	refuse_reason = ProtoField.uint8("rbcast.refuse.reason", "Reason", base.DEC, refuse_names),
 	refuse_config = ProtoField.uint64("rbcast.refuse.config_hash", "Config hash", base.HEX),
 	removed_view = ProtoField.uint32("rbcast.remove.view", "View", base.DEC),
+	suspect_count = ProtoField.uint16("rbcast.suspect.count", "Suspects", base.DEC),
+	suspect_member = ProtoField.uint16("rbcast.suspect.member", "Suspect", base.DEC),
 	mismatch_reason = ProtoField.uint8("rbcast.mismatch.reason", "Reason", base.DEC, { [1] = "the group uses another key", [2] = "the group requires a key" }),
 	mismatch_refused = ProtoField.uint8("rbcast.mismatch.refused", "Refused frame type", base.DEC),
 	mismatch_fingerprint = ProtoField.uint64("rbcast.mismatch.fingerprint", "Key fingerprint", base.HEX),
@@ -507,6 +509,17 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.refuse_config, tvb(off + 9, 8))
 	elseif ty == 0x26 then
 		tree:add(f.removed_view, tvb(off, 4))
+	elseif ty == 0x27 then
+		if not at_least(2, "suspect") then return end
+		local n = tvb(off, 2):uint()
+		tree:add(f.suspect_count, tvb(off, 2))
+		if n == 0 or len ~= 2 + 2 * n then
+			body_error(tree, "suspect.members", off, string.format("%d suspects need %d bytes, body has %d", n, 2 + 2 * n, len))
+			return
+		end
+		for i = 0, n - 1 do
+			tree:add(f.suspect_member, tvb(off + 2 + 2 * i, 2))
+		end
 	elseif ty == 0x38 then
 		tree:add(f.mismatch_reason, tvb(off, 1))
 		tree:add(f.mismatch_refused, tvb(off + 1, 1))

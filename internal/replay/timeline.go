@@ -186,6 +186,8 @@ func Details(v frame.View) string {
 		fmt.Fprintf(&b, " nonce %x reason %d hash %x", r.Nonce, r.Reason, r.ConfigHash)
 	case frame.GroupRemove:
 		fmt.Fprintf(&b, " view %d", v.RemovedView())
+	case frame.ViewSuspect:
+		fmt.Fprintf(&b, " suspects %v", v.Suspects())
 	}
 	f := v.Flags()
 	for _, fl := range []struct {

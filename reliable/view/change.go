@@ -751,6 +751,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy = false, nil, frame.ViewPrepareBody{}, frame.NoMember
 	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
+	c.reportAt, c.foreignSince, c.foreignLast = 0, 0, 0
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {
 		for _, m := range commit.Members {
 			if m.MAC == j.mac {

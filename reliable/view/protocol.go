@@ -1,6 +1,7 @@
 package view
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,6 +33,8 @@ func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 		c.onRefuse(v)
 	case frame.GroupRemove:
 		c.onRemove(v)
+	case frame.ViewSuspect:
+		c.onSuspect(v)
 	case frame.Join, frame.Welcome, frame.Start:
 		return fmt.Errorf("view: %v frame: registration is not used by groups that change", v.Type())
 	default:
@@ -61,8 +64,19 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 		c.stats.Dropped++
 		if frame.SeqLess(w, c.view.ID) {
 			c.catchUp(src, v.Sender(), v.Incarnation())
+		} else if w != 0 && !c.isMember(src, v.Sender()) {
+			c.foreign(src, w)
 		}
 		return fmt.Errorf("view: %v frame of view %d, this member is in view %d", v.Type(), w, c.view.ID)
+	}
+	if !c.isMember(src, v.Sender()) {
+		// Another component of the group that formed a view with the same
+		// id: the one with the lower MAC among its members wins.
+		if src != c.cfg.MAC && bytes.Compare(src[:], c.lowestMAC()) < 0 {
+			c.foreign(src, w)
+		}
+		c.stats.Dropped++
+		return fmt.Errorf("view: %v frame of view %d from %x, not a member of it here", v.Type(), w, src)
 	}
 	if c.installed {
 		c.hold(src, dst, v)
@@ -75,6 +89,49 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 	c.heardIn(v.Sender())
 	c.progress()
 	return nil
+}
+
+// isMember reports whether a frame from MAC src with sender id is from a
+// member of the current view.
+func (c *Core) isMember(src [6]byte, id frame.MemberID) bool {
+	m, ok := c.memberOf(c.view, id)
+	return ok && m.MAC == src
+}
+
+// lowestMAC is the lowest MAC among the current view's members.
+func (c *Core) lowestMAC() []byte {
+	low := c.view.Members[0].MAC
+	for _, m := range c.view.Members[1:] {
+		if bytes.Compare(m.MAC[:], low[:]) < 0 {
+			low = m.MAC
+		}
+	}
+	return low[:]
+}
+
+// foreign takes note of a frame from another component of the group:
+// a process that is not a member of this view sends in a view with a
+// higher id (or the same id, from a lower MAC than any of this view's).
+// Two components form when the members split and each side leaves out
+// the other (a one-way cut, a false suspicion); under FIFO both go on.
+// When they hear each other again, the losing component ends: each of its
+// members, having heard the winner for FailureTimeout with no change of
+// its own under way, stops with ErrRemoved, and its application joins
+// again as a new incarnation, which the winner's coordinator admits. (A
+// member of the winning view that only missed its commit is told within
+// that time: the commit repeats until every new member is heard.)
+func (c *Core) foreign(src [6]byte, w uint32) {
+	if src == c.cfg.MAC || c.frozen || c.comp != nil || c.prop != nil {
+		return
+	}
+	if c.foreignLast == 0 || c.now > c.foreignLast.Add(c.cfg.FailureTimeout) {
+		c.foreignSince = c.now
+	}
+	c.foreignLast = c.now
+	if c.now < c.foreignSince.Add(c.cfg.FailureTimeout) {
+		return
+	}
+	c.removed(fmt.Sprintf("another component of the group runs view %d (heard from %x for %v); this member's component, in view %d, ends so that its members join that one", w, src, c.cfg.FailureTimeout, c.view.ID))
 }
 
 // hold keeps a copy of a frame of the view installed this turn for the
@@ -238,6 +295,65 @@ func (c *Core) tickMember() {
 	if c.comp != nil && c.now >= c.flushAt.Add(c.cfg.Retry) {
 		c.sendFlush() // asks the holders again for what is still missing
 	}
+	if c.reportDue() && c.now >= c.reportAt {
+		c.emit(frame.Broadcast, &frame.ViewSuspectBody{Suspects: c.reported()})
+		c.stats.Reports++
+		c.reportAt = c.now.Add(c.cfg.Retry)
+	}
+}
+
+// reportDue reports whether this member must tell the coordinator of
+// the members its inner core removed: it is not the coordinator, and no
+// change is under way here (a Prepare from the coordinator answers the
+// report; the new view's fresh core ends the suspicion).
+func (c *Core) reportDue() bool {
+	return c.state == member && c.prop == nil && !c.frozen && c.comp == nil &&
+		c.coordinator() != c.self && len(c.reported()) > 0
+}
+
+// reported is the members of the view this member suspects.
+func (c *Core) reported() []frame.MemberID {
+	c.reportBuf = c.reportBuf[:0]
+	for _, m := range c.view.Members {
+		if m.ID != c.self && containsID(c.suspects, m.ID) {
+			c.reportBuf = append(c.reportBuf, m.ID)
+		}
+	}
+	return c.reportBuf
+}
+
+// onSuspect takes a member's report of the members its inner core
+// removed. Once a core removed a member, the two can no longer run one
+// view's core together (the reporter drops the suspect's frames and no
+// longer acknowledges them), so one of them must leave the view, even if
+// the coordinator still hears both: without this a false suspicion at a
+// member other than the coordinator stalled the group until the
+// coordinator's own core happened to suspect someone. The coordinator
+// leaves out the suspects of the first report it takes; a later report by
+// a member it already leaves out is ignored, so mutual suspicion costs one
+// member, not two. A report that suspects the coordinator itself leaves
+// out the reporter: a member that cannot hear the coordinator cannot
+// complete a change it runs.
+func (c *Core) onSuspect(v frame.View) {
+	if c.state != member || v.ViewID() != c.view.ID || c.coordinator() != c.self {
+		return
+	}
+	from := v.Sender()
+	m, ok := c.memberOf(c.view, from)
+	if !ok || m.Incarnation != v.Incarnation() || from == c.self ||
+		containsID(c.suspects, from) || containsID(c.leavers, from) {
+		return
+	}
+	ids := v.Suspects()
+	if slices.Contains(ids, c.self) {
+		c.suspects = addID(c.suspects, from)
+		return
+	}
+	for _, id := range ids {
+		if _, in := c.memberOf(c.view, id); in {
+			c.suspects = addID(c.suspects, id)
+		}
+	}
 }
 
 // Propose hands a message to the current view's inner core, or holds it
@@ -337,6 +453,9 @@ func (c *Core) Deadline() clock.Time {
 		}
 		if c.comp != nil {
 			early(c.flushAt.Add(c.cfg.Retry))
+		}
+		if c.reportDue() {
+			early(max(c.reportAt, c.now, 1))
 		}
 	}
 	return d

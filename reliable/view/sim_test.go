@@ -326,11 +326,16 @@ type scenario struct {
 	dup, reorder      float64
 	msgs              uint32
 	batch             time.Duration // processes read frames at most this often (0: at once)
+	// deaf: for a while one member stops hearing another while both hear
+	// everyone else (a one-way cut): each one's core removes the other,
+	// the coordinator hears both, and only the members' reports
+	// (ViewSuspect) change the view.
+	deaf bool
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v",
-		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch)
+	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v",
+		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf)
 }
 
 func newScenario(seed uint64) scenario {
@@ -353,6 +358,7 @@ func newScenario(seed uint64) scenario {
 	if r.IntN(3) == 0 {
 		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
 	}
+	s.deaf = r.IntN(4) == 0 // drawn last: the draws above keep their seeds
 	return s
 }
 
@@ -425,6 +431,26 @@ func runScenario(t testing.TB, s scenario) *simRun {
 					return
 				}
 			}
+		})
+	}
+	if s.deaf {
+		at := time.Duration(150+rng.IntN(500)) * time.Millisecond
+		span := time.Duration(300+rng.IntN(700)) * time.Millisecond
+		net.AfterFunc(at, func() {
+			var live []*process
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.err == nil && p.core.Installed() {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 3 {
+				return
+			}
+			x := rng.IntN(len(live))
+			y := (x + 1 + rng.IntN(len(live)-1)) % len(live)
+			deaf, from := live[x].ep, live[y].ep
+			deaf.Deafen(from, true)
+			net.AfterFunc(span, func() { deaf.Deafen(from, false) })
 		})
 	}
 	limit := net.Now().Add(20 * time.Second)

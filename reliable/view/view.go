@@ -200,9 +200,16 @@ type Core struct {
 	groupAt   clock.Time // frames of a running group were last heard then
 
 	suspects []frame.MemberID
-	leavers  []frame.MemberID
-	leaving  bool
-	maxSeen  uint32 // the highest view id seen proposed or installed
+	// reportAt is when this member may next report its suspects to the
+	// coordinator (ViewSuspect); reportBuf holds the report.
+	reportAt  clock.Time
+	reportBuf []frame.MemberID
+	// foreignSince is when frames of another component of the group that
+	// wins (see foreign) began to be heard; foreignLast when last.
+	foreignSince, foreignLast clock.Time
+	leavers                   []frame.MemberID
+	leaving                   bool
+	maxSeen                   uint32 // the highest view id seen proposed or installed
 
 	prop *proposal
 	// promise is the prepare this member answered; promisedAt when.
@@ -252,6 +259,7 @@ type Stats struct {
 	RelayDelivered uint64 // messages delivered from relays
 	Refused        uint64 // joiners refused (coordinator)
 	Dropped        uint64 // frames of other views dropped
+	Reports        uint64 // ViewSuspect reports sent
 	ViewID         uint32
 	Members        int
 }
