@@ -334,11 +334,14 @@ type scenario struct {
 	msgs              uint32
 	batch             time.Duration // processes read frames at most this often (0: at once)
 	safe              bool          // the Safe level (else Agreed)
+	// deaf: for a while one member stops hearing another (a one-way cut;
+	// reliable/view's simulation has the same).
+	deaf bool
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v safe=%v",
-		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.safe)
+	return fmt.Sprintf("seed=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v safe=%v deaf=%v",
+		s.seed, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.safe, s.deaf)
 }
 
 func newScenario(seed uint64) scenario {
@@ -362,6 +365,7 @@ func newScenario(seed uint64) scenario {
 		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
 	}
 	s.safe = r.IntN(2) == 0
+	s.deaf = r.IntN(4) == 0 // drawn last: the draws above keep their seeds
 	return s
 }
 
@@ -434,6 +438,26 @@ func runScenario(t testing.TB, s scenario) *simRun {
 					return
 				}
 			}
+		})
+	}
+	if s.deaf {
+		at := time.Duration(150+rng.IntN(500)) * time.Millisecond
+		span := time.Duration(300+rng.IntN(700)) * time.Millisecond
+		net.AfterFunc(at, func() {
+			var live []*process
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.err == nil && p.core.Installed() {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 3 {
+				return
+			}
+			x := rng.IntN(len(live))
+			y := (x + 1 + rng.IntN(len(live)-1)) % len(live)
+			deaf, from := live[x].ep, live[y].ep
+			deaf.Deafen(from, true)
+			net.AfterFunc(span, func() { deaf.Deafen(from, false) })
 		})
 	}
 	limit := net.Now().Add(20 * time.Second)
