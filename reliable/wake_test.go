@@ -229,6 +229,15 @@ func TestRecvReleasesOwnQueueSend(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Under Order Total a Send returns once accepted; the two are in the
+	// receive queue only once ordered. Wait for that, or the third Send
+	// finds room (CI under load, 2026-11-28).
+	for g.Stats().Queued < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("the receive queue holds %d after 20 s, want 2", g.Stats().Queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	sent := make(chan error, 1)
 	go func() { sent <- g.Send(ctx, message(nil, g.Self(), 2, 100)) }()
 	time.Sleep(700 * time.Millisecond) // past the loop's 550 ms pause
