@@ -25,9 +25,10 @@ const (
 	listHeaderLen = 2
 )
 
-// Payload is the body of a Data or SeqRequest frame carrying one message.
+// Payload is the body of a Data, SeqRequest or Datagram frame carrying
+// one message.
 type Payload struct {
-	T    Type // Data or SeqRequest
+	T    Type // Data, SeqRequest or Datagram
 	Data []byte
 }
 

@@ -135,6 +135,11 @@ const (
 	// core removed (silent or stalled), so the view changes even when the
 	// coordinator itself still hears them.
 	ViewSuspect Type = 0x27
+	// Datagram is a message of the Unreliable level: sent once to the
+	// members of the sender's view, never acknowledged or repaired, and
+	// delivered at most once, only by members of that view. Seq numbers
+	// the sender's datagrams, for duplicate suppression.
+	Datagram Type = 0x28
 	// PCODE (Bruck, Dolev, Ho, Orni & Strong; reliable/pcode): 0x30–0x37.
 
 	// PcodeData is a multicast to a target set (the paper's REGULAR
@@ -164,7 +169,7 @@ var typeNames = [...]string{
 	SeqStatusRequest: "SeqStatusRequest", SeqStatusReply: "SeqStatusReply",
 	SeqRetransmit: "SeqRetransmit", SeqElection: "SeqElection", SeqMember: "SeqMember",
 	ViewJoin: "ViewJoin", ViewPrepare: "ViewPrepare", ViewFlush: "ViewFlush", ViewCommit: "ViewCommit",
-	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove", ViewSuspect: "ViewSuspect",
+	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove", ViewSuspect: "ViewSuspect", Datagram: "Datagram",
 	KeyMismatch: "KeyMismatch",
 	PcodeData:   "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
 }
@@ -172,7 +177,7 @@ var typeNames = [...]string{
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
-	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, ViewSuspect,
+	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, ViewSuspect, Datagram,
 	PcodeData, PcodeNack, PcodeStatus, PcodeAbort, KeyMismatch}
 
 // Valid reports whether t is a frame type this version defines.

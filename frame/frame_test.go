@@ -94,6 +94,7 @@ func goldenCases() []struct {
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
 		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
 		{"view_suspect", hNoAcks, &ViewSuspectBody{Suspects: []MemberID{2, 4}}},
+		{"datagram", hNoAcks, &Payload{T: Datagram, Data: []byte("at most once")}},
 		{"key_mismatch", hJoin, &KeyMismatchBody{Reason: MismatchKey, Refused: ViewJoin, Fingerprint: 0x0123456789abcdef}},
 		{"pcode_data", h, &PcodeDataBody{Step: 1000, Global: 77, Targets: AppendTargets(nil, 0, 1, 9), Data: []byte("round 1000")}},
 		{"pcode_data_point", h, &PcodeDataBody{Step: 5, Global: 70, Stream: StreamPoint, Targets: AppendTargets(nil, 2), Data: []byte("to 2 only")}},

@@ -30,6 +30,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int, encrypted bool) er
 			return checkBundle(body, start)
 		}
 		return nil
+	case Datagram:
+		return nil // the message, of any length
 	case Ack, Leave, Heartbeat:
 		return need("body", 0)
 	case Nack:
@@ -185,7 +187,7 @@ func (m *Messages) Next() (msg []byte, ok bool) {
 func (v View) Messages() Messages {
 	var b []byte
 	switch v.Type() {
-	case Data, SeqRequest:
+	case Data, SeqRequest, Datagram:
 		b = v.Body()
 	case SeqData:
 		b = v.Body()[seqDataLen:]
@@ -204,7 +206,7 @@ func (v View) Payload() []byte {
 	switch v.Type() {
 	case SeqData:
 		return v.Body()[seqDataLen:]
-	case Data, SeqRequest:
+	case Data, SeqRequest, Datagram:
 		return v.Body()
 	}
 	return nil
@@ -314,6 +316,8 @@ func (v View) Decode() (Header, Body) {
 			}
 			return h, bu
 		}
+		return h, &Payload{T: t, Data: append([]byte{}, v.Body()...)}
+	case Datagram:
 		return h, &Payload{T: t, Data: append([]byte{}, v.Body()...)}
 	case Ack, Leave, Heartbeat:
 		return h, &Empty{T: t}

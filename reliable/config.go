@@ -114,6 +114,10 @@ type TooLargeError = core.TooLargeError
 // one every core returns).
 var ErrWindowFull = core.ErrWindowFull
 
+// ErrNoUnreliable is SendUnreliable's refusal in a group without views
+// (Config.Views): only the view core has the Unreliable level.
+var ErrNoUnreliable = core.ErrNoUnreliable
+
 // ErrConfig is wrapped by every error about a bad Config.
 var ErrConfig = errors.New("reliable: invalid configuration")
 

@@ -666,6 +666,38 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 	}
 }
 
+// SendUnreliable broadcasts payload at the Unreliable level
+// (docs/membership.md, "Delivery levels"; Liu's weak groups): once, to the
+// members of this member's current view, never acknowledged or repaired.
+// Each of them receives it at most once and uncorrupted, or not at all —
+// a lost frame is lost, and a member that is in another view when it
+// arrives (a change under way) drops it — in no order with the group's
+// other messages (under Order Total too). It is not delivered to this
+// member. It never blocks and takes no window room. Only a group with
+// views has this level (Config.Views; otherwise the error wraps
+// core.ErrNoUnreliable), and only once a view is installed (before,
+// the error says so). A payload larger than MaxMessage is refused with a
+// *TooLargeError.
+func (g *Group) SendUnreliable(payload []byte) error {
+	if len(payload) > g.max {
+		return &TooLargeError{Size: len(payload), Max: g.max}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil || g.leaving {
+		if g.err == nil || errors.Is(g.err, ErrClosed) {
+			return ErrClosed
+		}
+		return g.err
+	}
+	if err := g.n.st.ProposeUnreliable(g.n.clk.Core(time.Now()), payload); err != nil {
+		return g.sendErr(err)
+	}
+	g.due = true
+	g.wakeLoop()
+	return nil
+}
+
 // waitSendable waits, with g.mu held on entry and released on return,
 // until wakeSenders says a Send may proceed, or ctx ends.
 func (g *Group) waitSendable(ctx context.Context) error {

@@ -280,3 +280,60 @@ func TestViewsJoinWithoutKey(t *testing.T) {
 	}
 	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// SendUnreliable: a datagram reaches the other members of the view,
+// bytes equal, under FIFO and under Agreed; a group without views, a
+// payload too large and a closed group are refused with errors that say
+// so.
+func TestSendUnreliable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order Order
+	}{{"fifo", FIFO}, {"agreed", Total}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rtnet.New(t, 41)
+			var links []*rtnet.Link
+			var cfgs []Config
+			for range 3 {
+				links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+				cfg := viewsConfig(3)
+				cfg.Order = tc.order
+				cfgs = append(cfgs, cfg)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			groups, errs := joinRegistered(t, ctx, links, cfgs)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("member %d: Join: %v", i, err)
+				}
+			}
+			awaitMembers(t, groups, 3)
+			msg := []byte("a datagram, at most once")
+			if err := groups[0].SendUnreliable(msg); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range groups[1:] {
+				m, err := g.Recv(ctx)
+				if err != nil || m.From != groups[0].Self() || string(m.Data) != string(msg) {
+					t.Fatalf("member %d: Recv = %q from %d, %v; want %q from %d", g.Self(), m.Data, m.From, err, msg, groups[0].Self())
+				}
+			}
+			var tooLarge *TooLargeError
+			if err := groups[0].SendUnreliable(make([]byte, groups[0].MaxMessage()+1)); !errors.As(err, &tooLarge) {
+				t.Errorf("SendUnreliable of MaxMessage+1 bytes = %v, want a *TooLargeError", err)
+			}
+			groups[1].Close()
+			if err := groups[1].SendUnreliable(msg); !errors.Is(err, ErrClosed) {
+				t.Errorf("SendUnreliable after Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+	t.Run("registered", func(t *testing.T) {
+		g := newGroups(t, rtnet.New(t, 43), 2, testnet.EndpointConfig{}, Config{})[0]
+		err := g.SendUnreliable([]byte("x"))
+		if !errors.Is(err, ErrNoUnreliable) || !strings.Contains(err.Error(), "needs views (reliable.Config.Views)") {
+			t.Errorf("SendUnreliable in a registered group = %v, want ErrNoUnreliable naming Config.Views", err)
+		}
+	})
+}

@@ -17,7 +17,7 @@ import (
 // without direction: one point on the wire, where frames of one sender
 // keep their order).
 
-// IsViewType reports the view protocol's frame types (0x20–0x27).
+// IsViewType reports the view protocol's frame types (0x20–0x27; a Datagram, 0x28, is judged as data).
 func IsViewType(t frame.Type) bool {
 	switch t {
 	case frame.ViewJoin, frame.ViewPrepare, frame.ViewFlush, frame.ViewCommit,

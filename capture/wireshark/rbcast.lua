@@ -37,7 +37,7 @@ local type_names = {
 	[0x13] = "SeqStatusRequest", [0x14] = "SeqStatusReply",
 	[0x15] = "SeqRetransmit", [0x16] = "SeqElection", [0x17] = "SeqMember",
 	[0x20] = "ViewJoin", [0x21] = "ViewPrepare", [0x22] = "ViewFlush", [0x23] = "ViewCommit",
-	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove", [0x27] = "ViewSuspect",
+	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove", [0x27] = "ViewSuspect", [0x28] = "Datagram",
 	[0x38] = "KeyMismatch",
 	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
 }
@@ -330,7 +330,7 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		end
 		return true
 	end
-	if ty == 0x01 or ty == 0x10 then
+	if ty == 0x01 or ty == 0x10 or ty == 0x28 then
 		add_messages(tree, tvb, off, stop, bundled)
 	elseif ty == 0x03 then
 		if not at_least(4, "nack") then return end

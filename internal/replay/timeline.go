@@ -83,7 +83,7 @@ func Details(v frame.View) string {
 		}
 	}
 	switch v.Type() {
-	case frame.Data, frame.SeqRequest, frame.SeqData:
+	case frame.Data, frame.SeqRequest, frame.SeqData, frame.Datagram:
 		msgs := 0
 		for it := v.Messages(); ; msgs++ {
 			if _, ok := it.Next(); !ok {

@@ -45,6 +45,20 @@ type (
 // later Ready), so it may be called at any time, also between Ready and
 // Advance: a runtime hands out a Ready's deliveries without holding the
 // core, and the application may Send meanwhile.
+// UnreliableCore is a core that can also send at the Unreliable level
+// (Liu's weak groups; docs/membership.md, "Delivery levels"): a message
+// sent once to the members of the sender's view, never acknowledged or
+// repaired, delivered at most once and uncorrupted. The view core has it.
+type UnreliableCore interface {
+	// ProposeUnreliable sends msg (copied) at the Unreliable level. It
+	// never waits for window room.
+	ProposeUnreliable(now Time, msg []byte) error
+}
+
+// ErrNoUnreliable is returned by Stepper.ProposeUnreliable for a core
+// without the Unreliable level.
+var ErrNoUnreliable = errors.New("core: this group has no Unreliable level: it needs views (reliable.Config.Views)")
+
 type Core interface {
 	// Step handles one received frame, already validated by frame.Parse.
 	// src and dst are its Ethernet source and destination. An error says
@@ -149,6 +163,11 @@ type Delivery struct {
 	// that numbered it.
 	Global, Epoch uint32
 	Data          []byte
+	// Unreliable marks a message of the Unreliable level (a Datagram
+	// frame; Seq numbers the sender's datagrams): delivered at most once,
+	// in no order with the others. Layers that order messages pass it
+	// through.
+	Unreliable bool
 }
 
 // EventKind says what happened to a member, or to the sequencer.

@@ -196,6 +196,17 @@ func (s *Stepper) Propose(now Time, msg []byte) error {
 	return err
 }
 
+// ProposeUnreliable hands msg to a core with the Unreliable level
+// (UnreliableCore), or returns ErrNoUnreliable.
+func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
+	u, ok := s.c.(UnreliableCore)
+	if !ok {
+		return ErrNoUnreliable
+	}
+	s.now = now
+	return u.ProposeUnreliable(now, msg)
+}
+
 // Leave starts the core's clean departure.
 func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
 

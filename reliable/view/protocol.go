@@ -35,6 +35,8 @@ func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 		c.onRemove(v)
 	case frame.ViewSuspect:
 		c.onSuspect(v)
+	case frame.Datagram:
+		c.onDatagram(src, v)
 	case frame.Join, frame.Welcome, frame.Start:
 		return fmt.Errorf("view: %v frame: registration is not used by groups that change", v.Type())
 	default:
@@ -155,6 +157,10 @@ func (c *Core) stepLater(now clock.Time) {
 	c.later = c.later[:0]
 	for _, h := range later {
 		if c.state != member || h.v.ViewID() != c.view.ID {
+			continue
+		}
+		if h.v.Type() == frame.Datagram {
+			c.onDatagram(h.src, h.v)
 			continue
 		}
 		if c.inner.Step(now, h.src, h.dst, h.v) == nil {
@@ -569,6 +575,7 @@ func (c *Core) Advance() {
 	c.frames, c.used = c.frames[:0], 0
 	clear(c.deliver)
 	c.deliver = c.deliver[:0]
+	c.dgBuf = c.dgBuf[:0]
 	c.events = c.events[:0]
 	clear(c.merged.Frames)
 	clear(c.merged.Deliveries)

@@ -2,6 +2,7 @@ package view
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -95,6 +96,8 @@ type process struct {
 	dead      bool
 	left      bool
 	err       error
+	dgSent    uint32         // datagrams sent
+	dgGot     map[msgID]bool // datagrams delivered here
 
 	// batch: the process reads its frames at most this often, so that
 	// they come in batches, as a runtime that reads the link in bursts
@@ -125,8 +128,12 @@ type simRun struct {
 	era    int
 	failed error
 	start  time.Time
-	window int
-	batch  time.Duration
+	// dgView is the view each datagram was sent in; dgDelivered counts
+	// deliveries of datagrams.
+	dgView      map[msgID]uint32
+	dgDelivered int
+	window      int
+	batch       time.Duration
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -137,7 +144,7 @@ func (r *simRun) fail(format string, args ...any) {
 
 func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget uint32) *process {
 	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch,
-		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, budget: budget, types: map[frame.Type]int{}}
+		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, dgGot: map[msgID]bool{}, budget: budget, types: map[frame.Type]int{}}
 	p.clk = wall.Clock{Epoch: r.start}
 	window := r.window
 	c, err := New(Config{
@@ -224,7 +231,39 @@ func (p *process) propose(now time.Time, t clock.Time) {
 		}
 		p.sent++
 	}
+	if p.rng.IntN(3) == 0 && p.core.Installed() {
+		// A datagram (the Unreliable level), numbered apart.
+		id := msgID{p.mac, p.inc, dgFlag | p.dgSent}
+		if p.st.ProposeUnreliable(t, encodeMsg(id, p.rng.IntN(60))) == nil {
+			p.run.dgView[id] = p.core.View().ID
+			p.dgSent++
+		}
+	}
 	p.nextAt = now.Add(time.Duration(200+p.rng.IntN(800)) * time.Microsecond)
+}
+
+// dgFlag marks a datagram's counter in its msgID.
+const dgFlag = 1 << 31
+
+// datagram checks a datagram delivered here: intact, not its own, in the
+// view it was sent in, at most once.
+func (p *process) datagram(d core.Delivery) {
+	id, ok := decodeMsg(d.Data)
+	if !ok || id.n&dgFlag == 0 {
+		p.run.fail("process %x.%d: delivered a corrupt datagram from %d: %x", p.mac, p.inc, d.From, d.Data)
+		return
+	}
+	if id.mac == p.mac && id.inc == p.inc {
+		p.run.fail("process %x.%d: delivered its own datagram %d", p.mac, p.inc, id.n&^dgFlag)
+	}
+	if w, sent := p.run.dgView[id]; !sent || w != p.view {
+		p.run.fail("process %x.%d in view %d: delivered datagram %d of %x.%d sent in view %d (sent: %v)", p.mac, p.inc, p.view, id.n&^dgFlag, id.mac, id.inc, w, sent)
+	}
+	if p.dgGot[id] {
+		p.run.fail("process %x.%d: delivered datagram %d of %x.%d twice", p.mac, p.inc, id.n&^dgFlag, id.mac, id.inc)
+	}
+	p.dgGot[id] = true
+	p.run.dgDelivered++
 }
 
 func key10(mac [6]byte, inc uint32) [10]byte {
@@ -260,6 +299,10 @@ func (p *process) flush(now time.Time, t clock.Time) {
 		}
 	}
 	for _, d := range rd.Deliveries {
+		if d.Unreliable {
+			p.datagram(d)
+			continue
+		}
 		id, ok := decodeMsg(d.Data)
 		if !ok {
 			p.run.fail("process %x.%d: delivered a corrupt message from %d: %x", p.mac, p.inc, d.From, d.Data)
@@ -367,7 +410,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}}
 	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
 	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
 	var eps []*testnet.Endpoint
@@ -638,5 +681,61 @@ func TestSim(t *testing.T) {
 				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./reliable/view -run '^TestSim$/^seed=%d$' -v", err, s, seed, seed)
 			}
 		})
+	}
+}
+
+// TestDatagrams: on a lossless segment with no churn the members of a
+// view receive the datagrams sent in it (all but those sent before a
+// receiver installed the view: it drops another view's); with loss and
+// duplication, each at most once (the churn simulation checks that,
+// and the view, in every seed).
+func TestDatagrams(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		loss, dup float64
+		least     float64 // the share of the others' datagrams each must get
+	}{{"lossless", 0, 0, 0.95}, {"loss-10-dup-10", 0.1, 0.1, 0.7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runScenario(t, scenario{seed: 7, founders: 3, msgs: 200, loss: tc.loss, dup: tc.dup})
+			if err := r.verdict(scenario{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range r.procs {
+				var want, got int
+				for _, q := range r.procs {
+					if q == p {
+						continue
+					}
+					want += int(q.dgSent)
+					for id := range p.dgGot {
+						if id.mac == q.mac && id.inc == q.inc {
+							got++
+						}
+					}
+				}
+				t.Logf("%x: %d of the others' %d datagrams", p.mac, got, want)
+				if want == 0 || float64(got) < tc.least*float64(want) {
+					t.Errorf("%x got %d of the others' %d datagrams, want at least %.0f %%", p.mac, got, want, 100*tc.least)
+				}
+			}
+		})
+	}
+}
+
+// A process that has no view yet refuses a datagram, saying why.
+func TestDatagramBeforeView(t *testing.T) {
+	net, err := testnet.New(1, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := net.Attach(testnet.EndpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}}
+	p := r.newProcess(ep, 1, 2, 10) // founding waits for a second process
+	net.RunFor(10 * time.Millisecond)
+	if err := p.st.ProposeUnreliable(p.clk.Core(net.Now()), []byte("early")); !errors.Is(err, ErrNoView) || !strings.Contains(err.Error(), "not in a view yet") {
+		t.Fatalf("ProposeUnreliable before any view = %v, want ErrNoView", err)
 	}
 }

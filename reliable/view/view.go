@@ -207,9 +207,14 @@ type Core struct {
 	// foreignSince is when frames of another component of the group that
 	// wins (see foreign) began to be heard; foreignLast when last.
 	foreignSince, foreignLast clock.Time
-	leavers                   []frame.MemberID
-	leaving                   bool
-	maxSeen                   uint32 // the highest view id seen proposed or installed
+	// The Unreliable level (datagram.go): this member's last datagram
+	// number, the numbers seen per sender, and the turn's delivered bytes.
+	dgNext  uint32
+	dgSeen  []dgSeen
+	dgBuf   []byte
+	leavers []frame.MemberID
+	leaving bool
+	maxSeen uint32 // the highest view id seen proposed or installed
 
 	prop *proposal
 	// promise is the prepare this member answered; promisedAt when.
@@ -260,8 +265,11 @@ type Stats struct {
 	Refused        uint64 // joiners refused (coordinator)
 	Dropped        uint64 // frames of other views dropped
 	Reports        uint64 // ViewSuspect reports sent
-	ViewID         uint32
-	Members        int
+	// Datagrams of the Unreliable level: sent, delivered, and dropped
+	// (duplicates, another view's, or a non-member's).
+	DatagramsSent, DatagramsDelivered, DatagramsDropped uint64
+	ViewID                                              uint32
+	Members                                             int
 }
 
 // New returns the membership core of one process, joining (or founding)
@@ -372,14 +380,21 @@ func (c *Core) coordinator() frame.MemberID {
 // emit encodes a frame of the membership layer (view id: the installed
 // view's, 0 while joining).
 func (c *Core) emit(dst [6]byte, body frame.Body) {
+	h := c.hdr
+	h.Sender, h.ViewID = c.self, c.view.ID
+	c.emitTo(dst, &h, body)
+}
+
+// emitHeader broadcasts a frame with header h.
+func (c *Core) emitHeader(h *frame.Header, body frame.Body) { c.emitTo(frame.Broadcast, h, body) }
+
+func (c *Core) emitTo(dst [6]byte, h *frame.Header, body frame.Body) {
 	var b []byte
 	if c.used < len(c.bufs) {
 		b = c.bufs[c.used][:0]
 	}
 	b = frame.AppendEthernet(b, dst, c.cfg.MAC, c.cfg.EtherType)
-	h := c.hdr
-	h.Sender, h.ViewID = c.self, c.view.ID
-	b, err := frame.Append(b, &h, body)
+	b, err := frame.Append(b, h, body)
 	if err != nil {
 		return // cannot happen: every body here is bounded by MaxMembers
 	}

@@ -167,6 +167,20 @@ func (c *Core) Tick(now core.Time) {
 }
 
 // Propose sends msg in the total order.
+// ProposeUnreliable sends m at the Unreliable level, around the order:
+// straight through the membership core (core.UnreliableCore).
+func (c *Core) ProposeUnreliable(now core.Time, m []byte) error {
+	c.now = max(c.now, now)
+	if len(m) > c.info.MaxMessage {
+		return &core.TooLargeError{Size: len(m), Max: c.info.MaxMessage}
+	}
+	u, ok := c.in.(core.UnreliableCore)
+	if !ok {
+		return core.ErrNoUnreliable
+	}
+	return u.ProposeUnreliable(now, m)
+}
+
 func (c *Core) Propose(now core.Time, m []byte) error {
 	c.now = max(c.now, now)
 	if len(m) > c.info.MaxMessage {
@@ -191,6 +205,10 @@ func (c *Core) Ready() core.Ready {
 	rd := c.in.Ready()
 	c.out.Frames = rd.Frames
 	for _, d := range rd.Deliveries {
+		if d.Unreliable {
+			c.dl = append(c.dl, d) // a datagram: in no order
+			continue
+		}
 		c.fromGroup(d)
 	}
 	for _, ev := range rd.Events {

@@ -1,0 +1,117 @@
+package view
+
+import (
+	"errors"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// The Unreliable level (docs/membership.md, "Delivery levels"; Liu's weak
+// groups, thesis §3.1): a message goes out once, as a Datagram frame of the
+// sender's view, and a member of that view delivers it at most once,
+// uncorrupted (the frame's CRC), in no order with the view's other
+// messages; nothing acknowledges or repairs it, and a member in another
+// view (before or after a change) drops it. It runs beside the inner
+// core, not through it, so it costs the reliable levels nothing and needs
+// no window.
+
+// ErrNoView is returned by ProposeUnreliable before this process is in a
+// view: a datagram goes only to the members of its sender's view.
+var ErrNoView = errors.New("view: not in a view yet: a datagram goes only to the members of its sender's view")
+
+// dgWindow is how many datagram numbers behind the highest seen from a
+// sender are remembered, to drop duplicates; older ones are dropped too.
+const dgWindow = 64
+
+// dgSeen is the datagram numbers seen from one sender incarnation.
+type dgSeen struct {
+	id   frame.MemberID
+	inc  uint32
+	top  uint32 // the highest number seen
+	mask uint64 // bit i: top-i was seen
+}
+
+// ProposeUnreliable sends msg as a datagram to the members of the current
+// view (core.UnreliableCore).
+func (c *Core) ProposeUnreliable(now clock.Time, msg []byte) error {
+	c.touch(now)
+	switch {
+	case c.state == done:
+		if c.err != nil {
+			return c.err
+		}
+		return core.ErrLeaving
+	case c.leaving:
+		return core.ErrLeaving
+	case len(msg) > c.cfg.MaxMessage:
+		return &core.TooLargeError{Size: len(msg), Max: c.cfg.MaxMessage}
+	case c.state != member:
+		return ErrNoView
+	}
+	c.dgNext++
+	h := c.hdr
+	h.Sender, h.ViewID, h.Seq = c.self, c.view.ID, c.dgNext
+	c.emitHeader(&h, &frame.Payload{T: frame.Datagram, Data: msg})
+	c.stats.DatagramsSent++
+	return nil
+}
+
+// onDatagram delivers a datagram of the current view's member, once.
+func (c *Core) onDatagram(src [6]byte, v frame.View) {
+	id := v.Sender()
+	if c.state != member || v.ViewID() != c.view.ID || id == c.self {
+		c.stats.DatagramsDropped++
+		return
+	}
+	m, ok := c.memberOf(c.view, id)
+	if !ok || m.MAC != src || m.Incarnation != v.Incarnation() {
+		c.stats.DatagramsDropped++
+		return
+	}
+	if c.installed {
+		c.hold(src, frame.Broadcast, v) // after the Ready of the install
+		return
+	}
+	if !c.dgFresh(id, v.Incarnation(), v.Seq()) {
+		c.stats.DatagramsDropped++
+		return
+	}
+	start := len(c.dgBuf)
+	c.dgBuf = append(c.dgBuf, v.Body()...)
+	c.deliver = append(c.deliver, core.Delivery{From: id, Seq: v.Seq(), Data: c.dgBuf[start:len(c.dgBuf):len(c.dgBuf)], Unreliable: true})
+	c.stats.DatagramsDelivered++
+}
+
+// dgFresh reports whether datagram seq of member id's incarnation inc is
+// new here, and notes it.
+func (c *Core) dgFresh(id frame.MemberID, inc, seq uint32) bool {
+	i := 0
+	for i < len(c.dgSeen) && c.dgSeen[i].id != id {
+		i++
+	}
+	if i == len(c.dgSeen) {
+		c.dgSeen = append(c.dgSeen, dgSeen{id: id})
+	}
+	e := &c.dgSeen[i]
+	if e.inc != inc || e.mask == 0 {
+		*e = dgSeen{id: id, inc: inc, top: seq, mask: 1}
+		return true
+	}
+	if frame.SeqLess(e.top, seq) {
+		if d := seq - e.top; d >= dgWindow {
+			e.mask = 1
+		} else {
+			e.mask = e.mask<<d | 1
+		}
+		e.top = seq
+		return true
+	}
+	back := e.top - seq
+	if back >= dgWindow || e.mask&(1<<back) != 0 {
+		return false
+	}
+	e.mask |= 1 << back
+	return true
+}
