@@ -86,7 +86,7 @@ func under(p, dir string) bool {
 // rather than being one: the runtimes (over a link, or over Drivers on
 // the simulated segment), the runtimes' wall-clock conversion, and the
 // cores' simulation-test harness. Examples are not cores either.
-var notCores = []string{"reliable", "reliable/clock/wall", "reliable/internal/simtest", "dsm", "dsm/dsmsim"}
+var notCores = []string{"reliable", "reliable/clock/wall", "reliable/internal/simtest", "reliable/internal/viewsim", "dsm", "dsm/dsmsim"}
 
 // isCore reports whether p is a protocol core: a package under reliable/
 // or dsm/ other than notCores and the examples. The core contract,

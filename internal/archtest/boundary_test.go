@@ -52,7 +52,7 @@ func checkCoreImports(pkgs []pkg) []string {
 // tests' harness (it reads a simulated endpoint). dsm and orca are here
 // for Join's parameter only (TestJoinersUseLinkOnlyInJoin).
 var linkUsers = []string{
-	"reliable", "reliable/internal/simtest", "capture", "testnet", "testnet/rtnet", "dsm", "dsm/dsmsim", "orca", "collective",
+	"reliable", "reliable/internal/simtest", "reliable/internal/viewsim", "capture", "testnet", "testnet/rtnet", "dsm", "dsm/dsmsim", "orca", "collective",
 	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
 	"orca/examples/internal/harness",
 }

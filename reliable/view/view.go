@@ -330,6 +330,17 @@ func (c *Core) Installed() bool { return c.state == member }
 // Inner returns the current view's inner core (nil while joining).
 func (c *Core) Inner() Inner { return c.inner }
 
+// DebugState describes the change under way here, for test failures and
+// debugging; its format is not stable.
+func (c *Core) DebugState() string {
+	s := fmt.Sprintf("frozen=%v queue=%d unsent=%d prop=%v comp=%v joiners=%d suspects=%v maxSeen=%d promise=%+v by %d",
+		c.frozen, len(c.queue), len(c.unsent), c.prop != nil, c.comp != nil, len(c.joiners), c.suspects, c.maxSeen, c.promise, c.promiseBy)
+	if cp := c.comp; cp != nil {
+		s += fmt.Sprintf("\n    completing %+v next=%v departed=%v relays=%d", cp.commit, cp.next, cp.departed, len(cp.relays))
+	}
+	return s
+}
+
 // Counters returns the membership layer's own counters.
 func (c *Core) Counters() Stats {
 	s := c.stats

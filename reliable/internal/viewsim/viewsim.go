@@ -1,0 +1,821 @@
+// Package viewsim is the churn simulation of groups with views, shared by
+// the membership core's tests (reliable/view: FIFO, virtual synchrony) and
+// the ordering layer's (reliable/vtotal: Agreed and Safe): processes found
+// a group, others join it later, members crash (some restart with a new
+// incarnation), leave, or stop hearing one another for a while, on a
+// segment that loses, duplicates and reorders frames; every member streams
+// messages and datagrams all along, on virtual time (testnet).
+package viewsim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/reliable/vtotal"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// The checkers: view agreement (one member list per view id), FIFO and
+// exactly once per sender incarnation across views, nothing delivered
+// from before a joiner's first view, datagrams intact, in their sender's
+// view and at most once, and at the end every live process in one view
+// with every message of every live sender delivered; then per level:
+// virtual synchrony (FIFO: members that move from a view to the next
+// together delivered the same messages in it), the same order (Agreed:
+// the same sequence, their own included), and uniformity (Safe: what a
+// process delivered before it failed, every process that completed the
+// view delivered at the same place).
+//
+// The simulation (before it moved here from reliable/view): processes found a group, others join it later, members
+// crash (and some restart with a new incarnation), leave, on a segment
+// that loses, duplicates and reorders frames; every member streams
+// messages all along. The checkers: view agreement (one member list per
+// view id), virtual synchrony (members that move from a view to the next
+// together delivered the same messages in it), FIFO and exactly once per
+// sender incarnation across views, nothing delivered from before a
+// joiner's first view, and at the end every live process in one view with
+// every message of every live sender delivered.
+
+const simGroup = 77
+
+var debug = os.Getenv("VIEW_DEBUG") != ""
+
+// churnEnd: joins, crashes, restarts and leaves happen before it; then
+// every live process sends its marker.
+const churnEnd = 1500 * time.Millisecond
+
+// msg is a message's identity, inside its payload: the sender process's
+// MAC and incarnation and its counter.
+type msgID struct {
+	mac [6]byte
+	inc uint32
+	n   uint32
+}
+
+func encodeMsg(id msgID, pad int) []byte {
+	b := make([]byte, 14+pad)
+	copy(b, id.mac[:])
+	binary.BigEndian.PutUint32(b[6:], id.inc)
+	binary.BigEndian.PutUint32(b[10:], id.n)
+	for i := range pad {
+		b[14+i] = byte(id.n) + byte(i)
+	}
+	return b
+}
+
+func decodeMsg(b []byte) (msgID, bool) {
+	if len(b) < 14 {
+		return msgID{}, false
+	}
+	var id msgID
+	copy(id.mac[:], b)
+	id.inc, id.n = binary.BigEndian.Uint32(b[6:]), binary.BigEndian.Uint32(b[10:])
+	for i := range len(b) - 14 {
+		if b[14+i] != byte(id.n)+byte(i) {
+			return msgID{}, false
+		}
+	}
+	return id, true
+}
+
+type process struct {
+	run  *simRun
+	ep   *testnet.Endpoint
+	mac  [6]byte
+	inc  uint32
+	core *view.Core
+	top  core.Core // what the stepper drives: the membership core, or vtotal over it
+	st   *core.Stepper
+	clk  wall.Clock
+	rx   []link.Frame
+	rng  *rand.Rand
+
+	view      uint32             // the view installed here (0: none yet)
+	firstView uint32             // the first view it joined
+	era       int                // the group's life it joined (simRun.era)
+	inView    map[uint32][]msgID // delivered in each view
+	views     []uint32           // views installed, in order
+	sent      uint32             // messages proposed
+	budget    uint32             // messages to send during the churn
+	markerAt  time.Time          // then one more, once the churn is over
+	nextAt    time.Time
+	next      map[[10]byte]uint32 // per sender incarnation: next counter expected
+	dead      bool
+	left      bool
+	err       error
+	dgSent    uint32         // datagrams sent
+	dgGot     map[msgID]bool // datagrams delivered here
+
+	// batch: the process reads its frames at most this often, so that
+	// they come in batches, as a runtime that reads the link in bursts
+	// steps them (one Ready for many frames).
+	batch  time.Duration
+	readAt time.Time
+
+	lastNow time.Time // livelock detection: steps within 1 ms
+	spins   int
+	steps   int
+	types   map[frame.Type]int // sent, for VIEW_DEBUG
+}
+
+type eraView struct {
+	era int
+	id  uint32
+}
+
+type simRun struct {
+	t     testing.TB
+	seed  uint64
+	net   *testnet.Network
+	procs []*process
+	views map[eraView][]frame.MemberInfo // agreed view lists
+	// era counts the group's lives: when every process that had a view
+	// is gone, a process that starts later founds a new group, whose
+	// view ids start again at 1.
+	era    int
+	failed error
+	start  time.Time
+	// dgView is the view each datagram was sent in; dgDelivered counts
+	// deliveries of datagrams.
+	dgView      map[msgID]uint32
+	dgDelivered int
+	window      int
+	batch       time.Duration
+	level       Level
+}
+
+func (r *simRun) fail(format string, args ...any) {
+	if r.failed == nil {
+		r.failed = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget uint32) *process {
+	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch,
+		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, dgGot: map[msgID]bool{}, budget: budget, types: map[frame.Type]int{}}
+	p.clk = wall.Clock{Epoch: r.start}
+	window := r.window
+	c, err := view.New(view.Config{
+		Group: simGroup, MAC: p.mac, Incarnation: inc, Nonce: uint64(inc) * 7919, Requested: frame.NoMember,
+		ConfigHash: 1, MTU: 1500, Found: found, MaxMembers: 16, Window: window,
+		Retry: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond,
+		MaxMessage: 200, MaxQueue: 64, Primary: r.level != FIFO, Delivers: func(t frame.Type) bool { return t == frame.Data },
+		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
+			return pbp.New(pbp.Config{Group: simGroup, Self: self, Members: v.Members, ViewID: v.ID, Retain: true,
+				Window: window, MaxPayload: 200, HeartbeatInterval: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond})
+		},
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	p.core, p.top = c, c
+	switch r.level {
+	case Agreed:
+		p.top = vtotal.New(c)
+	case Safe:
+		p.top = vtotal.NewSafe(c)
+	}
+	p.st = core.NewStepper(p.top, simGroup, frame.EtherType)
+	p.markerAt = r.start.Add(churnEnd)
+	ep.Bind(p)
+	return p
+}
+
+func (p *process) Step(now time.Time) time.Time {
+	t := p.clk.Core(now)
+	p.steps++
+	if now.Sub(p.lastNow) < time.Millisecond {
+		p.spins++
+		if p.spins == 10000 {
+			panic(fmt.Sprintf("livelock: process %x.%d stepped 10000 times within 1 ms at t=%v; deadline %v, core deadline %d, now %d; %s",
+				p.mac, p.inc, now.Sub(p.run.start), p.clk.Wall(p.st.Deadline()).Sub(p.run.start), p.top.Deadline(), t, p.core.DebugState()))
+		}
+	} else {
+		p.lastNow, p.spins = now, 0
+	}
+	if p.batch > 0 {
+		if now.Before(p.readAt) {
+			return p.readAt
+		}
+		p.readAt = now.Add(p.batch)
+	}
+	for {
+		n, _ := p.ep.Recv(time.Time{}, p.rx)
+		for _, f := range p.rx[:n] {
+			p.st.Step(t, f.Data)
+		}
+		p.st.Tick(t)
+		p.propose(now, t)
+		p.flush(now, t)
+		if n == 0 {
+			break
+		}
+	}
+	d := p.clk.Wall(p.st.Deadline())
+	next := p.nextAt
+	if next.Before(now) {
+		next = now
+	}
+	if p.sent == p.budget && next.Before(p.markerAt) {
+		next = p.markerAt
+	}
+	if p.sent <= p.budget && p.view != 0 && !p.left && (d.IsZero() || next.Before(d)) {
+		d = next
+	}
+	return d
+}
+
+func (p *process) propose(now time.Time, t clock.Time) {
+	if p.view == 0 || p.left || now.Before(p.nextAt) {
+		return
+	}
+	limit := p.budget
+	if !now.Before(p.markerAt) && p.run.settled(p) {
+		// The marker: sent in the last view (every live process in it),
+		// so every live process must deliver every other's.
+		limit = p.budget + 1
+	}
+	for burst := 1 + p.rng.IntN(4); burst > 0 && p.sent < limit; burst-- {
+		err := p.st.Propose(t, encodeMsg(msgID{p.mac, p.inc, p.sent}, p.rng.IntN(60)))
+		if err == core.ErrWindowFull || err == pbp.ErrFrozen {
+			break
+		}
+		if err != nil {
+			break // left or removed: the checks look at it
+		}
+		p.sent++
+	}
+	if p.rng.IntN(3) == 0 && p.core.Installed() {
+		// A datagram (the Unreliable level), numbered apart.
+		id := msgID{p.mac, p.inc, dgFlag | p.dgSent}
+		if p.st.ProposeUnreliable(t, encodeMsg(id, p.rng.IntN(60))) == nil {
+			p.run.dgView[id] = p.core.View().ID
+			p.dgSent++
+		}
+	}
+	p.nextAt = now.Add(time.Duration(200+p.rng.IntN(800)) * time.Microsecond)
+}
+
+// dgFlag marks a datagram's counter in its msgID.
+const dgFlag = 1 << 31
+
+// datagram checks a datagram delivered here: intact, not its own, in the
+// view it was sent in, at most once.
+func (p *process) datagram(d core.Delivery) {
+	id, ok := decodeMsg(d.Data)
+	if !ok || id.n&dgFlag == 0 {
+		p.run.fail("process %x.%d: delivered a corrupt datagram from %d: %x", p.mac, p.inc, d.From, d.Data)
+		return
+	}
+	if id.mac == p.mac && id.inc == p.inc {
+		p.run.fail("process %x.%d: delivered its own datagram %d", p.mac, p.inc, id.n&^dgFlag)
+	}
+	if w, sent := p.run.dgView[id]; !sent || w != p.view {
+		p.run.fail("process %x.%d in view %d: delivered datagram %d of %x.%d sent in view %d (sent: %v)", p.mac, p.inc, p.view, id.n&^dgFlag, id.mac, id.inc, w, sent)
+	}
+	if p.dgGot[id] {
+		p.run.fail("process %x.%d: delivered datagram %d of %x.%d twice", p.mac, p.inc, id.n&^dgFlag, id.mac, id.inc)
+	}
+	p.dgGot[id] = true
+	p.run.dgDelivered++
+}
+
+func key10(mac [6]byte, inc uint32) [10]byte {
+	var k [10]byte
+	copy(k[:], mac[:])
+	binary.BigEndian.PutUint32(k[6:], inc)
+	return k
+}
+
+func describe(v frame.View) string {
+	_, b := v.Decode()
+	return fmt.Sprintf("%+v", b)
+}
+
+func (p *process) flush(now time.Time, t clock.Time) {
+	rd := p.st.Ready()
+	if p.batch > 0 {
+		// As the runtime does: the application sends while a Ready's
+		// output is handed out, before Advance.
+		p.propose(now, t)
+	}
+	if len(rd.Frames) > 0 && !p.ep.Crashed() {
+		p.ep.Send(rd.Frames)
+		if debug {
+			for _, f := range rd.Frames {
+				if v, err := frame.Parse(f[14:]); err == nil {
+					p.types[v.Type()]++
+					if v.Type() >= frame.ViewJoin && v.Type() != frame.ViewJoin {
+						fmt.Fprintf(os.Stderr, "t=%v %x.%d sends %v to %x view %d: %s\n", p.run.net.Now().Sub(p.run.start), p.mac[5], p.inc, v.Type(), f[:6], v.ViewID(), describe(v))
+					}
+				}
+			}
+		}
+	}
+	for _, d := range rd.Deliveries {
+		if d.Unreliable {
+			p.datagram(d)
+			continue
+		}
+		id, ok := decodeMsg(d.Data)
+		if !ok {
+			p.run.fail("process %x.%d: delivered a corrupt message from %d: %x", p.mac, p.inc, d.From, d.Data)
+			continue
+		}
+		if p.view == 0 {
+			p.run.fail("process %x.%d: delivered %x.%d#%d before any view", p.mac, p.inc, id.mac, id.inc, id.n)
+			continue
+		}
+		k := key10(id.mac, id.inc)
+		want, seen := p.next[k]
+		if !seen {
+			// The first message of a sender seen here: a sender that
+			// started before this process joined may be anywhere in its
+			// stream, but never before this process's first view's
+			// messages (checked by virtual synchrony against the others).
+			want = id.n
+		}
+		if id.n != want {
+			p.run.fail("process %x.%d in view %d: message %d of %x.%d, expected %d (FIFO, exactly once)", p.mac, p.inc, p.view, id.n, id.mac, id.inc, want)
+		}
+		p.next[k] = id.n + 1
+		p.inView[p.view] = append(p.inView[p.view], id)
+	}
+	for _, ev := range rd.Events {
+		switch ev.Kind {
+		case core.ViewInstalled:
+			v := ev.View
+			if p.view == 0 && !p.run.anyInView() {
+				p.run.era++
+			}
+			key := eraView{p.run.era, v.ID}
+			if agreed, ok := p.run.views[key]; ok {
+				if !slices.Equal(agreed, v.Members) {
+					p.run.fail("view %d: process %x.%d installed %v, another %v", v.ID, p.mac, p.inc, v.Members, agreed)
+				}
+			} else {
+				p.run.views[key] = slices.Clone(v.Members)
+			}
+			if p.firstView == 0 {
+				p.firstView, p.era = v.ID, p.run.era
+			}
+			if os.Getenv("VIEW_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "t=%v %x.%d installs view %d %v\n", p.run.net.Now().Sub(p.run.start), p.mac[5], p.inc, v.ID, v.Members)
+			}
+			p.view = v.ID
+			p.views = append(p.views, v.ID)
+		case core.SelfLeft:
+			p.left = true
+		case core.SelfRemoved:
+			p.err = fmt.Errorf("removed: %s", ev.Reason)
+		}
+	}
+	p.st.Advance()
+}
+
+// scenario is one seed's configuration.
+type scenario struct {
+	seed              uint64
+	founders, joiners int
+	crashes, restarts int
+	leaves            int
+	loss              float64
+	dup, reorder      float64
+	msgs              uint32
+	batch             time.Duration // processes read frames at most this often (0: at once)
+	level             Level         // Agreed or Safe drawn per seed for the ordered levels
+	// deaf: for a while one member stops hearing another while both hear
+	// everyone else (a one-way cut): each one's core removes the other,
+	// the coordinator hears both, and only the members' reports
+	// (ViewSuspect) change the view.
+	deaf bool
+}
+
+func (s scenario) String() string {
+	return fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v",
+		s.seed, s.level, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf)
+}
+
+func newScenario(seed uint64, level Level) scenario {
+	r := rand.New(rand.NewPCG(seed, 0x71e5))
+	s := scenario{seed: seed, founders: 1 + r.IntN(4), joiners: r.IntN(4), msgs: uint32(20 + r.IntN(80))}
+	s.crashes = r.IntN(2)
+	if s.crashes > 0 && r.IntN(2) == 0 {
+		s.restarts = 1
+	}
+	if r.IntN(4) == 0 {
+		s.leaves = 1
+	}
+	s.loss = []float64{0, 0, 0.01, 0.05, 0.1}[r.IntN(5)]
+	if r.IntN(3) == 0 {
+		s.dup = 0.02
+	}
+	if r.IntN(3) == 0 {
+		s.reorder = 0.02
+	}
+	if r.IntN(3) == 0 {
+		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
+	}
+	s.level = level
+	if level == Ordered {
+		s.level = Agreed
+		if r.IntN(2) == 0 {
+			s.level = Safe
+		}
+	}
+	s.deaf = r.IntN(4) == 0 // drawn last: the draws above keep their seeds
+	return s
+}
+
+func runScenario(t testing.TB, s scenario) *simRun {
+	net, err := testnet.New(s.seed, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}, level: s.level}
+	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
+	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
+	var eps []*testnet.Endpoint
+	attach := func() *testnet.Endpoint {
+		ep, err := net.Attach(testnet.EndpointConfig{In: imp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep)
+		return ep
+	}
+	inc := uint32(s.seed%1000)*100 + 1
+	for range s.founders {
+		r.procs = append(r.procs, r.newProcess(attach(), inc, s.founders, s.msgs))
+		inc++
+	}
+	for i := range s.joiners {
+		at := time.Duration(50+rng.IntN(400)) * time.Millisecond
+		ep := attach()
+		ep.Crash() // not yet started
+		myInc := inc
+		inc++
+		net.AfterFunc(at+time.Duration(i)*time.Millisecond, func() {
+			ep.Restart()
+			r.procs = append(r.procs, r.newProcess(ep, myInc, 1, s.msgs))
+		})
+	}
+	for range s.crashes {
+		at := time.Duration(100+rng.IntN(600)) * time.Millisecond
+		restart := s.restarts > 0
+		myInc := inc
+		inc++
+		net.AfterFunc(at, func() {
+			var live []*process
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.view != 0 {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 2 {
+				return
+			}
+			p := live[rng.IntN(len(live))]
+			p.dead = true
+			p.ep.Crash()
+			if restart {
+				net.AfterFunc(300*time.Millisecond, func() {
+					p.ep.Restart()
+					r.procs = append(r.procs, r.newProcess(p.ep, myInc, 1, s.msgs))
+				})
+			}
+		})
+	}
+	for range s.leaves {
+		at := time.Duration(200+rng.IntN(500)) * time.Millisecond
+		net.AfterFunc(at, func() {
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.view != 0 && p.core.Installed() {
+					p.top.Leave(p.clk.Core(net.Now()))
+					p.ep.Bind(p) // step it now
+					return
+				}
+			}
+		})
+	}
+	if s.deaf {
+		at := time.Duration(150+rng.IntN(500)) * time.Millisecond
+		span := time.Duration(300+rng.IntN(700)) * time.Millisecond
+		net.AfterFunc(at, func() {
+			var live []*process
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.err == nil && p.core.Installed() {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 3 {
+				return
+			}
+			x := rng.IntN(len(live))
+			y := (x + 1 + rng.IntN(len(live)-1)) % len(live)
+			deaf, from := live[x].ep, live[y].ep
+			deaf.Deafen(from, true)
+			net.AfterFunc(span, func() { deaf.Deafen(from, false) })
+		})
+	}
+	limit := net.Now().Add(20 * time.Second)
+	for r.failed == nil && net.Now().Before(limit) && !r.done() {
+		if debug {
+			fmt.Fprintf(os.Stderr, "t=%v\n", net.Now().Sub(r.start))
+			for _, p := range r.procs {
+				fmt.Fprintf(os.Stderr, "  %x.%d steps=%d sent=%v\n", p.mac[5], p.inc, p.steps, p.types)
+				p.steps, p.types = 0, map[frame.Type]int{}
+			}
+		}
+		net.RunFor(10 * time.Millisecond)
+	}
+	return r
+}
+
+// settled reports whether every live process is in p's view.
+func (r *simRun) settled(p *process) bool {
+	live := r.live()
+	for _, q := range live {
+		if q.view != p.view {
+			return false
+		}
+	}
+	return len(r.views[eraView{r.era, p.view}]) == len(live)
+}
+
+// anyInView reports whether a live process has a view installed.
+func (r *simRun) anyInView() bool {
+	for _, p := range r.live() {
+		if p.view != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// live are the processes that neither crashed nor left nor were removed.
+func (r *simRun) live() []*process {
+	var out []*process
+	for _, p := range r.procs {
+		if !p.dead && !p.left && p.err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// done: every live process is in one view with all live processes, and
+// has every other live process's marker (its last message).
+func (r *simRun) done() bool {
+	live := r.live()
+	if len(live) == 0 {
+		// Every process left or crashed: the group ended. Joiners and
+		// restarts come before churnEnd.
+		return !r.net.Now().Before(r.start.Add(churnEnd))
+	}
+	v := live[0].view
+	for _, p := range live {
+		if p.view == 0 || p.view != v || p.sent <= p.budget {
+			return false
+		}
+	}
+	if len(r.views[eraView{r.era, v}]) != len(live) {
+		return false
+	}
+	for _, p := range live {
+		for _, q := range live {
+			if (p != q || r.level != FIFO) && p.next[key10(q.mac, q.inc)] != q.budget+1 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (r *simRun) verdict(s scenario) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	if !r.done() {
+		var b strings.Builder
+		for _, p := range r.procs {
+			fmt.Fprintf(&b, "\n  process %x.%d dead=%v left=%v err=%v view=%d views=%v sent=%d/%d installed=%v stats=%+v", p.mac, p.inc, p.dead, p.left, p.err, p.view, p.views, p.sent, p.budget, p.core.Installed(), p.core.Counters())
+			for _, q := range r.live() {
+				if q != p {
+					fmt.Fprintf(&b, " from %x.%d: %d", q.mac[5], q.inc, p.next[key10(q.mac, q.inc)])
+				}
+			}
+			if in, ok := p.core.Inner().(*pbp.Core); ok {
+				fmt.Fprintf(&b, "\n    inner view %d: %+v\n    members %+v", in.ViewID(), in.Counters(), in.MemberStates())
+				fmt.Fprintf(&b, "\n    %s", p.core.DebugState())
+			}
+		}
+		return fmt.Errorf("not finished after 20 s of virtual time:%s", b.String())
+	}
+	switch r.level {
+	case FIFO:
+		return r.virtualSynchrony()
+	default:
+		return r.agreed()
+	}
+}
+
+// virtualSynchrony: processes that installed view v and then the same
+// next view delivered the same messages in v.
+func (r *simRun) virtualSynchrony() error {
+	for _, p := range r.procs {
+		for i := 0; i+1 < len(p.views); i++ {
+			v, next := p.views[i], p.views[i+1]
+			for _, q := range r.procs {
+				if q == p {
+					continue
+				}
+				j := slices.Index(q.views, v)
+				if j < 0 || j+1 >= len(q.views) || q.views[j+1] != next {
+					continue
+				}
+				// FIFO delivers no member its own messages: compare the
+				// others'.
+				a := sortedIDs(without(p.inView[v], p, q))
+				b := sortedIDs(without(q.inView[v], p, q))
+				if !slices.Equal(a, b) {
+					return fmt.Errorf("virtual synchrony: %x.%d and %x.%d moved from view %d to %d together, having delivered %d and %d messages in it (first difference %s)",
+						p.mac, p.inc, q.mac, q.inc, v, next, len(a), len(b), firstDiff(a, b))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// agreed: processes that installed view v and then the same next view
+// delivered the same messages in v, in the same order, their own
+// included; under Safe, what a process delivered in a view before it
+// crashed or stopped, every process that completed the view delivered at
+// the same place; and every live process the same in the last view.
+func (r *simRun) agreed() error {
+	for _, p := range r.procs {
+		for i := 0; i+1 < len(p.views); i++ {
+			v, next := p.views[i], p.views[i+1]
+			for _, q := range r.procs {
+				if q == p {
+					continue
+				}
+				j := slices.Index(q.views, v)
+				if j < 0 || j+1 >= len(q.views) || q.views[j+1] != next {
+					continue
+				}
+				a, b := idStrings(p.inView[v]), idStrings(q.inView[v])
+				if !slices.Equal(a, b) {
+					return fmt.Errorf("agreed order: %x.%d and %x.%d moved from view %d to %d together, having delivered %d and %d messages in it (first difference %s)",
+						p.mac, p.inc, q.mac, q.inc, v, next, len(a), len(b), firstDiff(a, b))
+				}
+			}
+		}
+	}
+	if r.level == Safe {
+		for _, p := range r.procs {
+			if !p.dead && p.err == nil {
+				continue
+			}
+			v := p.view
+			mine := idStrings(p.inView[v])
+			for _, q := range r.procs {
+				if q == p || q.era != p.era || !completed(q, v) {
+					continue
+				}
+				theirs := idStrings(q.inView[v])
+				if len(mine) > len(theirs) || !slices.Equal(mine, theirs[:len(mine)]) {
+					return fmt.Errorf("safe: %x.%d delivered %d messages in view %d before it failed; %x.%d, which completed the view, delivered %d (first difference %s)",
+						p.mac, p.inc, len(mine), v, q.mac, q.inc, len(theirs), firstDiff(mine, theirs))
+				}
+			}
+		}
+	}
+	live := r.live()
+	for _, p := range live {
+		if a, b := idStrings(p.inView[p.view]), idStrings(live[0].inView[p.view]); !slices.Equal(a, b) {
+			return fmt.Errorf("agreed order: %x.%d and %x.%d in the last view %d delivered %d and %d messages (first difference %s)",
+				p.mac, p.inc, live[0].mac, live[0].inc, p.view, len(a), len(b), firstDiff(a, b))
+		}
+	}
+	return nil
+}
+
+// completed reports whether q went through view v to a next one, or is
+// live in it at the end.
+func completed(q *process, v uint32) bool {
+	i := slices.Index(q.views, v)
+	if i < 0 {
+		return false
+	}
+	return i+1 < len(q.views) || !q.dead && !q.left && q.err == nil
+}
+
+func idStrings(ids []msgID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Sprintf("%x.%d#%d", id.mac, id.inc, id.n)
+	}
+	return out
+}
+
+func without(ids []msgID, ps ...*process) []msgID {
+	var out []msgID
+	for _, id := range ids {
+		mine := false
+		for _, p := range ps {
+			mine = mine || id.mac == p.mac && id.inc == p.inc
+		}
+		if !mine {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func sortedIDs(ids []msgID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Sprintf("%x.%d#%08d", id.mac, id.inc, id.n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func firstDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return a[i] + " / " + b[i]
+		}
+	}
+	if len(a) != len(b) {
+		return "one is a prefix of the other"
+	}
+	return "none"
+}
+
+// Level is the delivery level a simulation runs.
+type Level int
+
+const (
+	// FIFO: the membership core alone (reliable/view), checked for
+	// virtual synchrony.
+	FIFO Level = iota
+	// Agreed: vtotal over the membership core, checked for one order.
+	Agreed
+	// Safe: vtotal's Safe level, checked for uniformity too.
+	Safe
+	// Ordered draws Agreed or Safe per seed.
+	Ordered
+)
+
+func (l Level) String() string {
+	return [...]string{"fifo", "agreed", "safe", "ordered"}[l]
+}
+
+// Seeds runs the churn simulation at level for $RBCAST_SEEDS seeds (1000
+// by default, 100 with -short), each a parallel subtest; a failure names
+// the seed, its scenario and the command that re-runs it (pkg is the
+// calling test's package path, test its name).
+func Seeds(t *testing.T, level Level, pkg, test string) {
+	n := seedCount(t)
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			s := newScenario(seed, level)
+			r := runScenario(t, s)
+			if err := r.verdict(s); err != nil {
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
+			}
+		})
+	}
+}
+
+func seedCount(t *testing.T) int {
+	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 100
+	}
+	return 1000
+}

@@ -1,0 +1,130 @@
+package viewsim
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// The churn simulations themselves run from the packages they test:
+// reliable/view (TestSim, FIFO) and reliable/vtotal (TestSim, Agreed and
+// Safe). Here: the harness's own scenarios.
+
+// TestDatagrams: on a lossless segment with no churn the members of a
+// view receive the datagrams sent in it (all but those sent before a
+// receiver installed the view: it drops another view's); with loss and
+// duplication, each at most once (the churn simulation checks that,
+// and the view, in every seed).
+func TestDatagrams(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		loss, dup float64
+		least     float64 // the share of the others' datagrams each must get
+	}{{"lossless", 0, 0, 0.95}, {"loss-10-dup-10", 0.1, 0.1, 0.7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runScenario(t, scenario{seed: 7, founders: 3, msgs: 200, loss: tc.loss, dup: tc.dup})
+			if err := r.verdict(scenario{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range r.procs {
+				var want, got int
+				for _, q := range r.procs {
+					if q == p {
+						continue
+					}
+					want += int(q.dgSent)
+					for id := range p.dgGot {
+						if id.mac == q.mac && id.inc == q.inc {
+							got++
+						}
+					}
+				}
+				t.Logf("%x: %d of the others' %d datagrams", p.mac, got, want)
+				if want == 0 || float64(got) < tc.least*float64(want) {
+					t.Errorf("%x got %d of the others' %d datagrams, want at least %.0f %%", p.mac, got, want, 100*tc.least)
+				}
+			}
+		})
+	}
+}
+
+// A process that has no view yet refuses a datagram, saying why.
+func TestDatagramBeforeView(t *testing.T) {
+	net, err := testnet.New(1, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := net.Attach(testnet.EndpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}}
+	p := r.newProcess(ep, 1, 2, 10) // founding waits for a second process
+	net.RunFor(10 * time.Millisecond)
+	if err := p.st.ProposeUnreliable(p.clk.Core(net.Now()), []byte("early")); !errors.Is(err, view.ErrNoView) || !strings.Contains(err.Error(), "not in a view yet") {
+		t.Fatalf("ProposeUnreliable before any view = %v, want ErrNoView", err)
+	}
+}
+
+// A partition splits five members two from three: under total order only
+// the majority goes on (a primary component). The two stop with an error
+// that says so and deliver nothing of their own side after the split; the
+// three install a view of three and deliver every message of it alike.
+func TestPartitionMinorityStops(t *testing.T) {
+	net, err := testnet.New(7, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 7, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}, level: Agreed}
+	var eps []*testnet.Endpoint
+	for i := range 5 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep)
+		r.procs = append(r.procs, r.newProcess(ep, uint32(700+i), 5, 30))
+	}
+	founded := func() bool {
+		for _, p := range r.procs {
+			if p.view != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for !founded() && net.Now().Before(r.start.Add(2*time.Second)) {
+		net.RunFor(10 * time.Millisecond)
+	}
+	if !founded() || len(r.views[eraView{r.era, 1}]) != 5 {
+		t.Fatalf("the five did not found one view")
+	}
+	net.RunFor(100 * time.Millisecond) // some messages in view 1
+	if err := net.Partition(eps[:2], eps[2:]); err != nil {
+		t.Fatal(err)
+	}
+	net.RunFor(4 * time.Second)
+	if r.failed != nil {
+		t.Fatal(r.failed)
+	}
+	for _, p := range r.procs[:2] {
+		if p.err == nil || !strings.Contains(p.err.Error(), "of the 5 members of view 1 are reachable: under total order only a majority goes on (a primary component)") {
+			t.Errorf("minority process %x: err %v, want it stopped for want of a majority", p.mac, p.err)
+		}
+	}
+	for _, p := range r.procs[2:] {
+		if p.err != nil || len(r.views[eraView{r.era, p.view}]) != 3 {
+			t.Errorf("majority process %x: err %v, view %d of %d members; want a view of 3", p.mac, p.err, p.view, len(r.views[eraView{r.era, p.view}]))
+		}
+	}
+	a, b := idStrings(r.procs[2].inView[r.procs[2].view]), idStrings(r.procs[3].inView[r.procs[3].view])
+	if len(a) == 0 || !slices.Equal(a, b) {
+		t.Errorf("the majority's view of 3: %d and %d messages delivered (first difference %s)", len(a), len(b), firstDiff(a, b))
+	}
+}
