@@ -891,6 +891,9 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	if st.Ready {
 		ready = "started"
 	}
+	if st.Rejoining {
+		ready = "joining the group again"
+	}
 	if st.JoinErr != "" {
 		ready = "failed to start: " + st.JoinErr
 	}
@@ -918,6 +921,14 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		for _, c := range v.Changes {
 			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
 		}
+	}
+	if r := st.LastRejoin; r != nil {
+		back := "joining again"
+		if r.BackAt != "" {
+			back = "a member again at " + r.BackAt
+		}
+		fmt.Fprintf(w, "rejoins: %d; the last: the group went on without this daemon at %s (view %d, %d of its messages not held by every member): %s; %s\n",
+			st.Rejoins, r.At, r.View, r.Unacknowledged, r.Reason, back)
 	}
 	if a := st.Auth; a != nil {
 		enc := ""
