@@ -36,8 +36,8 @@ type conn struct {
 	wmu       sync.Mutex
 	wbuf      []byte
 	closeOnce sync.Once
-	accepted  uint64
-	batch     bool // the client reads DeliverBatch
+	accepted  atomic.Uint64 // Sends accepted on this connection (read by a rejoin too)
+	batch     bool          // the client reads DeliverBatch
 
 	dec     localapi.Decoder
 	r       *localapi.PacketReader
@@ -314,7 +314,7 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 	c.d.sendMu.RLock()
 	if c.d.leaving {
 		c.d.sendMu.RUnlock()
-		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted+1)
+		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted.Load()+1)
 		return false
 	}
 	err := g.Send(c.ctx, data)
@@ -324,10 +324,10 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 		if errors.Is(err, reliable.ErrClosed) {
 			code = localapi.CodeClosed
 		}
-		c.lostGroup(g, code, "message %d not accepted: %v", c.accepted+1, err)
+		c.lostGroup(g, code, "message %d not accepted: %v", c.accepted.Load()+1, err)
 		return false
 	}
-	c.accepted++
+	c.accepted.Add(1)
 	c.d.accepted.Add(1)
 	return true
 }
@@ -349,7 +349,7 @@ func (c *conn) flush() bool {
 	n := waitHeld(c.ctx, g)
 	switch {
 	case n == 0:
-		return c.write(&localapi.Flushed{Accepted: c.accepted}) == nil
+		return c.write(&localapi.Flushed{Accepted: c.accepted.Load()}) == nil
 	case c.ctx.Err() != nil:
 		return false
 	}

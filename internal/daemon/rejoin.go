@@ -116,12 +116,13 @@ func (c *conn) rejoinText(err error, unacknowledged int) string {
 	c.smu.Lock()
 	subscribed := c.sub != nil
 	c.smu.Unlock()
+	accepted := c.accepted.Load()
 	var text string
 	switch {
 	case subscribed:
 		text = why + "; messages the group delivers until it is back are missing here: connect and subscribe again"
-	case c.accepted > 0:
-		text = fmt.Sprintf("%s; %d messages were accepted on this connection: every member that went on delivered each of them or none did (%d of this daemon's were not yet held by every member); connect again", why, c.accepted, unacknowledged)
+	case accepted > 0:
+		text = fmt.Sprintf("%s; %d messages were accepted on this connection: every member that went on delivered each of them or none did (%d of this daemon's were not yet held by every member); connect again", why, accepted, unacknowledged)
 	default:
 		text = why + "; connect again"
 	}

@@ -145,7 +145,7 @@ func (c *conn) drainSendRing(sleep bool) bool {
 				}
 			}
 			if len(data) > g.MaxMessage() {
-				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted+1, len(data), g.MaxMessage())
+				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
 			} else if !c.sendOn(g, data) {
 				return false
 			}
