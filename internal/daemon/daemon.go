@@ -292,24 +292,29 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 	if err != nil && d.rejoinable(err) && ctx.Err() == nil {
 		return nil, err // Run joins again
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err != nil {
+		d.mu.Lock()
 		d.joinErr = err
 		close(d.up)
+		d.mu.Unlock()
 		return nil, err
 	}
 	d.rates.init(g.Stats())
+	d.mu.Lock()
 	d.g.Store(g)
 	d.since = time.Now()
-	if d.rejoining {
+	again, n := d.rejoining, d.rejoins
+	if again {
 		d.rejoining = false
 		d.lastGone.BackAt = stamp(d.since)
-		d.log.Info("rbcastd: a member again", "group", d.cfg.Group.Group, "self", g.Self(), "view", viewID(g.Stats()), "rejoins", d.rejoins)
+	}
+	close(d.up)
+	d.mu.Unlock()
+	if again {
+		d.log.Info("rbcastd: a member again", "group", d.cfg.Group.Group, "self", g.Self(), "view", viewID(g.Stats()), "rejoins", n)
 	} else {
 		d.log.Info("rbcastd: group started", "group", d.cfg.Group.Group, "self", g.Self(), "max_message", g.MaxMessage())
 	}
-	close(d.up)
 	return g, nil
 }
 
