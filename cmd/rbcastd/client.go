@@ -146,6 +146,9 @@ type sink interface {
 	commit(k int)
 	flush() error
 	sent() (msgs, bytes uint64) // flushed so far
+	// heard returns the daemon's Error if it sent one; the input calls it
+	// after a flush before a read that may wait.
+	heard() error
 }
 
 // batcher fills SendBatch packets in place (one packet per message costs
@@ -207,8 +210,13 @@ func (b *batcher) flush() error {
 
 func (b *batcher) sent() (uint64, uint64) { return b.msgs, b.written }
 
+// heard: a batcher's next write fails once the daemon has closed the
+// connection, and the send reads its Error then.
+func (b *batcher) heard() error { return nil }
+
 // ringSink writes messages into the connection's send ring.
 type ringSink struct {
+	c             *localapi.Conn
 	r             *localapi.RingSender
 	msgs, written uint64
 	pendMsgs      uint64
@@ -235,6 +243,24 @@ func (s *ringSink) flush() error {
 	return nil
 }
 
+// heard reads what the daemon sent meanwhile: an Error (it left the
+// group, or joins it again) ends the send. The ring alone would not say
+// so: a daemon that ends the connection while its side is awake (it
+// wants no doorbell) leaves a slow input publishing into a ring nobody
+// reads until the ring fills.
+func (s *ringSink) heard() error {
+	for s.c.Pending() {
+		m, err := s.c.Read()
+		if err != nil {
+			return err
+		}
+		if _, ok := m.(*localapi.DaemonDoorbell); !ok {
+			return fmt.Errorf("the daemon sent %v while messages were sent", m.Type())
+		}
+	}
+	return nil
+}
+
 func (s *ringSink) sent() (uint64, uint64) { return s.msgs, s.written }
 
 // openSink is the connection's send ring if the daemon speaks version
@@ -250,7 +276,7 @@ func openSink(c *localapi.Conn, prog *progress) (sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ringSink{r: r, prog: prog}, nil
+	return &ringSink{c: c, r: r, prog: prog}, nil
 }
 
 // ringRefused reports whether the daemon refused a ring but kept the
@@ -351,6 +377,9 @@ func sendRaw(b sink, in io.Reader, max int) error {
 	for {
 		if pending && !ready() {
 			if err := b.flush(); err != nil {
+				return err
+			}
+			if err := b.heard(); err != nil {
 				return err
 			}
 			pending = false
@@ -479,6 +508,9 @@ func sendLines(b sink, in io.Reader, max int) error {
 		}
 		if br.Buffered() == 0 {
 			if err := b.flush(); err != nil {
+				return err
+			}
+			if err := b.heard(); err != nil {
 				return err
 			}
 		}
@@ -891,6 +923,9 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	if st.Ready {
 		ready = "started"
 	}
+	if st.Rejoining {
+		ready = "joining the group again"
+	}
 	if st.JoinErr != "" {
 		ready = "failed to start: " + st.JoinErr
 	}
@@ -918,6 +953,14 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		for _, c := range v.Changes {
 			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
 		}
+	}
+	if r := st.LastRejoin; r != nil {
+		back := "joining again"
+		if r.BackAt != "" {
+			back = "a member again at " + r.BackAt
+		}
+		fmt.Fprintf(w, "rejoins: %d; the last: the group went on without this daemon at %s (view %d, %d of its messages not held by every member): %s; %s\n",
+			st.Rejoins, r.At, r.View, r.Unacknowledged, r.Reason, back)
 	}
 	if a := st.Auth; a != nil {
 		enc := ""

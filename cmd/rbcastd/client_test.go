@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -346,5 +347,148 @@ func TestPrintStatusLastHeard(t *testing.T) {
 	}
 	if !strings.HasSuffix(row2, "never") {
 		t.Errorf("member 2 row %q, want it to end with %q\n%s", row2, "never", b.String())
+	}
+}
+
+// TestPrintStatusRejoin: status names a rejoin under way, and the last
+// one with its reason once the daemon is back.
+func TestPrintStatusRejoin(t *testing.T) {
+	last := &daemon.RejoinStatus{At: "2026-11-28T05:00:01.000Z", Reason: "reliable: removed from the group: group 9 member 1: view: removed from the group: view 2 leaves this member out",
+		View: 1, Unacknowledged: 3}
+	st := &daemon.Status{Group: 9, Size: 3, Self: -1, Membership: "views", Rejoins: 2, Rejoining: true, LastRejoin: last}
+	var b strings.Builder
+	printStatus(&b, st)
+	for _, want := range []string{"joining the group again",
+		"rejoins: 2; the last: the group went on without this daemon at 2026-11-28T05:00:01.000Z (view 1, 3 of its messages not held by every member): reliable: removed from the group: group 9 member 1: view: removed from the group: view 2 leaves this member out; joining again\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status while rejoining lacks %q:\n%s", want, b.String())
+		}
+	}
+	last.BackAt = "2026-11-28T05:00:01.400Z"
+	st.Rejoining, st.Ready, st.Self = false, true, 1
+	b.Reset()
+	printStatus(&b, st)
+	if want := "view 2 leaves this member out; a member again at 2026-11-28T05:00:01.400Z\n"; !strings.Contains(b.String(), want) || strings.Contains(b.String(), "joining the group again") {
+		t.Errorf("status after the rejoin lacks %q or still says it is joining:\n%s", want, b.String())
+	}
+}
+
+// fakeRingDaemon answers one client as a daemon would up to its send
+// ring, takes the first message from the ring without ever asking for a
+// doorbell (as a daemon busy sending does), then ends the connection
+// with end, closing took once it has.
+func fakeRingDaemon(t *testing.T, end *localapi.Error) (sock string, took <-chan string) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	first := make(chan string, 1)
+	go func() {
+		defer close(first)
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, localapi.MaxBatch)
+		read := func() localapi.Message {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			m, err := localapi.Decode(buf[:n])
+			if err != nil {
+				t.Error(err)
+			}
+			return m
+		}
+		h, ok := read().(*localapi.Hello)
+		if !ok {
+			t.Error("the first message is no Hello")
+			return
+		}
+		c.Write((&localapi.Welcome{Version: h.Version, Group: 3, Members: 1, Ready: true, MaxMessage: 1000}).Append(nil))
+		rs, ok := read().(*localapi.RingSetup)
+		if !ok || rs.Ring != localapi.RingSend {
+			t.Errorf("the client asked for %#v, want a send ring", rs)
+			return
+		}
+		fd, mem, err := localapi.CreateRingMemory(int(rs.Size))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer localapi.UnmapRing(mem)
+		r, err := localapi.NewRing(localapi.RingSend, mem, int(rs.Size))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_, _, err = c.WriteMsgUnix((&localapi.RingReady{Ring: rs.Ring, Size: rs.Size}).Append(nil), syscall.UnixRights(fd), nil)
+		syscall.Close(fd)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			_, data, ok, err := r.Next()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				c.Write(end.Append(nil))
+				first <- string(data)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error("no message in the send ring")
+				return
+			}
+			time.Sleep(time.Millisecond) // polls the ring, as the test's daemon never sleeps
+		}
+	}()
+	return sock, first
+}
+
+// A daemon that ends a sender's connection while it wants no doorbell
+// (it was taking the ring's messages when its group stopped) is heard at
+// the sender's next line: send returns the daemon's Error instead of
+// publishing into a ring nobody reads until the ring fills.
+func TestSendHearsTheDaemonBetweenLines(t *testing.T) {
+	end := &localapi.Error{Code: localapi.CodeRejoining, Text: "the group went on without this daemon"}
+	sock, took := fakeRingDaemon(t, end)
+	c, err := localapi.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in, w := io.Pipe()
+	defer w.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := send(c, in, true, nil)
+		done <- err
+	}()
+	io.WriteString(w, "first\n")
+	if m := <-took; m != "first" {
+		t.Fatalf("the daemon took %q from the ring, want first", m)
+	}
+	io.WriteString(w, "second\n") // the input goes on, slowly
+	select {
+	case err := <-done:
+		var e *localapi.Error
+		if !errors.As(err, &e) || *e != *end {
+			t.Fatalf("send: %v, want the daemon's %v", err, end)
+		}
+	case <-time.After(10 * time.Second):
+		w.Close() // the input ends: send flushes, fails, and stops using c's ring
+		err := <-done
+		t.Fatalf("send did not hear the daemon's Error after the next line (at the end of its input: %v)", err)
 	}
 }

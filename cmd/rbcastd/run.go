@@ -40,9 +40,14 @@ joins the running group, or, when none runs, founds it together with
 the daemons it hears, once -members N of them (itself included) are
 there. A daemon that crashed and is started again rejoins with a new
 incarnation; members that fail or leave are removed; every change is an
-agreed view, shown by 'rbcastd status'. -node ID asks for that member id
-(the lowest free one otherwise; if ID is taken, the daemon exits with an
-error). -max-members bounds the group.
+agreed view, shown by 'rbcastd status'. A daemon the group went on
+without while it ran (a member stopped hearing it, its side of a
+partition lost, or under -order total it was in a minority) joins again
+by itself, as a new incarnation with the same -node; its clients'
+connections end with an error that says so (docs/local-api.md,
+"Rejoining"). -node ID asks for that member id (the lowest free one
+otherwise; if ID is taken, the daemon exits with an error). -max-members
+bounds the group.
 
 -order total orders every message the same at every member. With
 -membership views it is the Agreed level over the changing membership

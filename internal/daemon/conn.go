@@ -36,8 +36,8 @@ type conn struct {
 	wmu       sync.Mutex
 	wbuf      []byte
 	closeOnce sync.Once
-	accepted  uint64
-	batch     bool // the client reads DeliverBatch
+	accepted  atomic.Uint64 // Sends accepted on this connection (read by a rejoin too)
+	batch     bool          // the client reads DeliverBatch
 
 	dec     localapi.Decoder
 	r       *localapi.PacketReader
@@ -180,8 +180,8 @@ func (c *conn) serve() {
 }
 
 func (c *conn) maxText() string {
-	if c.d.isReady() {
-		return fmt.Sprintf("%d bytes per message", c.d.g.MaxMessage())
+	if g := c.d.g.Load(); g != nil {
+		return fmt.Sprintf("%d bytes per message", g.MaxMessage())
 	}
 	return "what one frame carries"
 }
@@ -212,7 +212,7 @@ func (c *conn) hello(buf []byte) bool {
 	c.batch = h.Flags&localapi.HelloBatch != 0
 	if h.Flags&localapi.HelloWaitReady != 0 {
 		if _, err := c.d.started(c.ctx); err != nil {
-			c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+			c.noGroup(err)
 			return false
 		}
 	}
@@ -226,10 +226,10 @@ func (d *Daemon) welcome(version uint16) *localapi.Welcome {
 	if d.cfg.Group.Order == reliable.Total {
 		w.Order = localapi.OrderTotal
 	}
-	if d.isReady() {
+	if g := d.g.Load(); g != nil {
 		w.Ready = true
-		w.Self = uint16(d.g.Self())
-		w.MaxMessage = uint32(d.g.MaxMessage())
+		w.Self = uint16(g.Self())
+		w.MaxMessage = uint32(g.MaxMessage())
 	}
 	return w
 }
@@ -279,7 +279,7 @@ func (c *conn) handle(m localapi.Message) bool {
 func (c *conn) sendBatch(msgs [][]byte) bool {
 	g, err := c.d.started(c.ctx)
 	if err != nil {
-		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		c.noGroup(err)
 		return false
 	}
 	for i, d := range msgs {
@@ -299,7 +299,7 @@ func (c *conn) sendBatch(msgs [][]byte) bool {
 func (c *conn) send(data []byte) bool {
 	g, err := c.d.started(c.ctx)
 	if err != nil {
-		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		c.noGroup(err)
 		return false
 	}
 	if len(data) > g.MaxMessage() {
@@ -314,7 +314,7 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 	c.d.sendMu.RLock()
 	if c.d.leaving {
 		c.d.sendMu.RUnlock()
-		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted+1)
+		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted.Load()+1)
 		return false
 	}
 	err := g.Send(c.ctx, data)
@@ -324,10 +324,10 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 		if errors.Is(err, reliable.ErrClosed) {
 			code = localapi.CodeClosed
 		}
-		c.fail(code, false, "message %d not accepted: %v", c.accepted+1, err)
+		c.lostGroup(g, code, "message %d not accepted: %v", c.accepted.Load()+1, err)
 		return false
 	}
-	c.accepted++
+	c.accepted.Add(1)
 	c.d.accepted.Add(1)
 	return true
 }
@@ -343,13 +343,13 @@ const flushPoll = time.Millisecond
 func (c *conn) flush() bool {
 	g, err := c.d.started(c.ctx)
 	if err != nil {
-		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		c.noGroup(err)
 		return false
 	}
 	n := waitHeld(c.ctx, g)
 	switch {
 	case n == 0:
-		return c.write(&localapi.Flushed{Accepted: c.accepted}) == nil
+		return c.write(&localapi.Flushed{Accepted: c.accepted.Load()}) == nil
 	case c.ctx.Err() != nil:
 		return false
 	}
@@ -357,7 +357,7 @@ func (c *conn) flush() bool {
 	if g.Stats().Order == reliable.Total {
 		what = "messages not held by every live member"
 	}
-	c.fail(localapi.CodeClosed, false, "the group stopped with %d %s: %v", n, what, g.Err())
+	c.lostGroup(g, localapi.CodeClosed, "the group stopped with %d %s: %v", n, what, g.Err())
 	return false
 }
 

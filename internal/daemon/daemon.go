@@ -34,6 +34,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -72,6 +73,12 @@ type Config struct {
 	// CheckSelf, when set, vets the id registration gave this member; an
 	// error makes the daemon leave and Run return it.
 	CheckSelf func(self frame.MemberID) error
+	// RejoinWait bounds how long a request that needs the group (a
+	// Send, a Flush, a Hello that waits for the group) waits while the
+	// daemon joins again (Group.Views: the group went on without it); it
+	// is then refused with localapi.CodeRejoining. 0 means four failure
+	// timeouts.
+	RejoinWait time.Duration
 }
 
 // Daemon is one rbcastd: one group membership, many local clients.
@@ -82,9 +89,20 @@ type Daemon struct {
 	ln    *net.UnixListener
 	start time.Time
 
-	ready   chan struct{} // closed when the group has started or failed to
-	g       *reliable.Group
-	joinErr error
+	// The membership. g is the group this daemon is a member of: nil
+	// before it starts, and while it joins again after the group went on
+	// without it (rejoin.go); it is read without a lock, and set under
+	// mu, which guards the rest. up is closed when g is set or the join
+	// failed (joinErr); a rejoin makes a new one.
+	g         atomic.Pointer[reliable.Group]
+	up        chan struct{}
+	joinErr   error
+	since     time.Time // when g was set
+	rejoining bool
+	rejoins   int
+	lastGone  *RejoinStatus
+	// rejoinHook, set by tests, runs before the daemon joins again.
+	rejoinHook func()
 
 	// sendMu: Sends hold it for reading while in Group.Send; the leave
 	// takes it for writing, so that once leaving is set no Send is in
@@ -98,10 +116,14 @@ type Daemon struct {
 	conns  map[*conn]struct{}
 	closed bool
 
-	// rekeyMu orders the steps of key rotations (rbcastd rekey);
-	// keyChanges are the last ones, for Status.
+	// rekeyMu orders the steps of key rotations (rbcastd rekey) and a
+	// rejoin's look at the keys; keyChanges are the last steps, for
+	// Status; keys are the keys the daemon knows by fingerprint (the one
+	// it started with and every one installed since), from which a
+	// rejoin takes those the group used.
 	rekeyMu    sync.Mutex
 	keyChanges []KeyChange
+	keys       map[uint64]*auth.Key
 
 	accepted  atomic.Uint64 // Sends accepted, all clients
 	ringBytes atomic.Int64  // memory of every client's rings
@@ -123,8 +145,12 @@ func New(cfg Config) *Daemon {
 	if cfg.SocketBuffer <= 0 {
 		cfg.SocketBuffer = DefaultSocketBuffer
 	}
-	return &Daemon{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
-		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger)}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, up: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
+		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger), keys: map[uint64]*auth.Key{}}
+	if a := cfg.Group.Auth; a != nil && a.Key != nil {
+		d.keys[a.Key.Fingerprint()] = a.Key
+	}
+	return d
 }
 
 // SocketError says what is wrong with the local API socket's path.
@@ -188,7 +214,10 @@ func explainPathErr(err error) error {
 
 // Run serves clients on ln and joins the group over l; it returns when ctx
 // ends (after a clean leave: everything accepted is delivered to the live
-// members first) or when the group fails. It closes ln, not l.
+// members first) or when the group fails. Under Group.Views, when the
+// group goes on without this daemon (an error wrapping
+// reliable.ErrRemoved, or reliable.ErrMinority), it joins again as a new
+// incarnation and goes on serving (rejoin.go). It closes ln, not l.
 func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) error {
 	d.ln = ln
 	d.watch.Link = l
@@ -206,30 +235,92 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 
 	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server, "membership", membership(d.cfg.Group),
 		"order", d.cfg.Group.Order.String(), "socket", ln.Addr().String())
-	g, err := reliable.Join(ctx, d.watch, d.cfg.Group)
-	if err != nil {
-		err = d.watch.versionError(err)
-		d.joinErr = err
-		close(d.ready)
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			d.log.Info("rbcastd: stopped before the group started", "err", err)
-			return nil
+	cfg := d.cfg.Group
+	var carried *auth.Key
+	for {
+		g, err := d.join(ctx, cfg, carried)
+		if err != nil && d.rejoinable(err) && ctx.Err() == nil {
+			// Left out as it was admitted (Join saw its first view and
+			// the group's end together): a new incarnation asks again.
+			d.log.Warn("rbcastd: the group went on without this daemon as it was admitted; joining again", "err", err)
+			if cfg.Incarnation != 0 {
+				cfg.Incarnation++
+			}
+			continue
 		}
-		return err
-	}
-	if d.cfg.CheckSelf != nil {
-		if err := d.cfg.CheckSelf(g.Self()); err != nil {
-			g.Close()
-			d.joinErr = err
-			close(d.ready)
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				what := "rbcastd: stopped before the group started"
+				if d.rejoinCount() > 0 {
+					what = "rbcastd: stopped while joining the group again"
+				}
+				d.log.Info(what, "err", err)
+				return nil
+			}
 			return err
 		}
+		err = d.serveGroup(ctx, g)
+		if err == nil || !d.rejoinable(err) || ctx.Err() != nil {
+			return err
+		}
+		cfg, carried = d.rejoin(cfg, g)
+		if d.rejoinHook != nil {
+			d.rejoinHook()
+		}
 	}
-	d.g = g
-	d.rates.init(g.Stats())
-	close(d.ready)
-	d.log.Info("rbcastd: group started", "group", d.cfg.Group.Group, "self", g.Self(), "max_message", g.MaxMessage())
+}
 
+// join joins the group with cfg (and the key carried from the membership
+// before, installed beside cfg's), and makes it the daemon's group.
+func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Key) (*reliable.Group, error) {
+	g, err := reliable.Join(ctx, d.watch, cfg)
+	if err != nil {
+		err = d.watch.versionError(err)
+	} else if d.cfg.CheckSelf != nil {
+		if err = d.cfg.CheckSelf(g.Self()); err != nil {
+			g.Close()
+		}
+	}
+	if err == nil && carried != nil {
+		if a := g.Auth(); a != nil {
+			if err = a.Install(carried); err != nil {
+				g.Close()
+				err = fmt.Errorf("rbcastd: installing key %s again after joining: %w", carried, err)
+			}
+		}
+	}
+	if err != nil && d.rejoinable(err) && ctx.Err() == nil {
+		return nil, err // Run joins again
+	}
+	if err != nil {
+		d.mu.Lock()
+		d.joinErr = err
+		close(d.up)
+		d.mu.Unlock()
+		return nil, err
+	}
+	d.rates.init(g.Stats())
+	d.mu.Lock()
+	d.g.Store(g)
+	d.since = time.Now()
+	again, n := d.rejoining, d.rejoins
+	if again {
+		d.rejoining = false
+		d.lastGone.BackAt = stamp(d.since)
+	}
+	close(d.up)
+	d.mu.Unlock()
+	if again {
+		d.log.Info("rbcastd: a member again", "group", d.cfg.Group.Group, "self", g.Self(), "view", viewID(g.Stats()), "rejoins", n)
+	} else {
+		d.log.Info("rbcastd: group started", "group", d.cfg.Group.Group, "self", g.Self(), "max_message", g.MaxMessage())
+	}
+	return g, nil
+}
+
+// serveGroup hands out g's deliveries until ctx ends (then it leaves
+// cleanly, and returns the leave's error) or the group stops (its error).
+func (d *Daemon) serveGroup(ctx context.Context, g *reliable.Group) error {
 	fanoutDone := make(chan struct{})
 	go func() {
 		defer close(fanoutDone)
@@ -245,7 +336,9 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		case <-g.Done():
 			<-fanoutDone
 			err := g.Err()
-			d.log.Error("rbcastd: the group stopped", "err", err)
+			if !d.rejoinable(err) || ctx.Err() != nil {
+				d.log.Error("rbcastd: the group stopped", "err", err)
+			}
 			return fmt.Errorf("rbcastd: the group stopped: %w", err)
 		case <-ctx.Done():
 		}
@@ -296,28 +389,37 @@ func (d *Daemon) shutdown() {
 	}
 }
 
-// started waits for the group to start (or fail to), or ctx.
+// started waits for the group to start (or fail to), or ctx. While the
+// daemon joins again it waits at most Config.RejoinWait, then returns a
+// *rejoiningError.
 func (d *Daemon) started(ctx context.Context) (*reliable.Group, error) {
-	select {
-	case <-d.ready:
-		if d.joinErr != nil {
-			return nil, d.joinErr
+	var expired <-chan time.Time
+	for {
+		d.mu.Lock()
+		g, up, err, rejoining := d.g.Load(), d.up, d.joinErr, d.rejoining
+		d.mu.Unlock()
+		switch {
+		case g != nil:
+			return g, nil
+		case err != nil:
+			return nil, err
+		case rejoining && expired == nil:
+			t := time.NewTimer(d.rejoinWait())
+			defer t.Stop()
+			expired = t.C
 		}
-		return d.g, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-expired:
+			return nil, d.stillRejoining()
+		}
 	}
 }
 
-// isReady reports whether the group has started.
-func (d *Daemon) isReady() bool {
-	select {
-	case <-d.ready:
-		return d.g != nil
-	default:
-		return false
-	}
-}
+// isReady reports whether the daemon is a member of the group.
+func (d *Daemon) isReady() bool { return d.g.Load() != nil }
 
 func (d *Daemon) addSub(s *subscriber) bool {
 	d.mu.Lock()

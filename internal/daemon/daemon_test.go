@@ -59,12 +59,22 @@ func startGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, adj
 
 func startDaemon(t *testing.T, l link.Link, socket string, cfg Config) *running {
 	t.Helper()
+	return startDaemonWith(t, l, socket, cfg, nil)
+}
+
+// startDaemonWith is startDaemon with prepare called on the daemon before
+// it runs.
+func startDaemonWith(t *testing.T, l link.Link, socket string, cfg Config, prepare func(d *Daemon)) *running {
+	t.Helper()
 	ln, err := Listen(socket, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	x := &running{d: New(cfg), socket: socket, cancel: cancel, done: make(chan error, 1)}
+	if prepare != nil {
+		prepare(x.d)
+	}
 	go func() { x.done <- x.d.Run(ctx, l, ln) }()
 	t.Cleanup(func() {
 		cancel()

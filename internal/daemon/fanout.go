@@ -145,8 +145,15 @@ func (d *Daemon) writeOut(b *outBatch) {
 }
 
 // endStreams tells every subscriber why its stream ended, and closes its
-// connection.
+// connection. When the daemon joins again (rejoin.go), the code says so:
+// what the group delivers meanwhile is missing here.
 func (d *Daemon) endStreams(err error) {
+	if d.rejoinable(err) {
+		for _, s := range d.subscribers() {
+			s.c.fail(localapi.CodeRejoining, false, "%s", s.c.rejoinText(err, 0))
+		}
+		return
+	}
 	reason := errors.New("the daemon left the group")
 	if !errors.Is(err, reliable.ErrClosed) {
 		reason = fmt.Errorf("the group stopped: %w", err)

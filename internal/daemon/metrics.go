@@ -85,6 +85,7 @@ var plainMetrics = []metric{
 	newMetric("rbcastd_link_send_retries_total", "Sends that met back-pressure and were retried.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SendRetries) }),
 	newMetric("rbcastd_retransmissions_sent_now_total", "Retransmissions sent past the link's transmit queue.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.RetransmitsSentNow) }),
 	newMetric("rbcastd_membership_events_lost_total", "Membership events the runtime's event channel could not hold.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.EventsLost) }),
+	newMetric("rbcastd_rejoins_total", "Times the group went on without this daemon (-membership views: removed, a losing component, a minority) and it joined again as a new incarnation.", counter, func(s *Status, _ *reliable.Stats) float64 { return float64(s.Rejoins) }),
 	newMetric("rbcastd_view_changes_total", "Changes of the set of live members: removals (failed, stalled, left) and readmissions. Issue 19's views: one per view installed.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(viewChanges(st.Events)) }),
 }
 
@@ -120,7 +121,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	s, st, ready := c.d.status()
+	s, st, g := c.d.status()
+	ready := g != nil
 	for _, m := range plainMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(&s, &st))
 	}
@@ -177,7 +179,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var lat reliable.Latencies
 	if ready {
-		lat = c.d.g.Latencies()
+		lat = g.Latencies()
 	}
 	for _, p := range lat.Peers {
 		if int(p.ID) == s.Self && st.Order != reliable.Total {

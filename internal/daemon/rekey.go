@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link/auth"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 // KeyChange is one step of a key rotation this daemon took (rbcastd
@@ -34,15 +36,18 @@ func (c *conn) rekey(m *localapi.Rekey) bool {
 	}
 	g, err := c.d.started(c.ctx)
 	if err != nil {
-		c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
+		c.noGroup(err)
 		return false
 	}
-	a := g.Auth()
-	if a == nil {
+	if g.Auth() == nil {
 		c.fail(localapi.CodeRefused, false, "rekey: this daemon's group is not authenticated (it runs without -key-file): there is no key to rotate")
 		return false
 	}
-	change, err := c.d.rekeyStep(a, m)
+	change, err := c.d.rekeyStep(g, m)
+	if errors.Is(err, errRejoined) {
+		c.fail(localapi.CodeRejoining, false, "rekey: %v", err)
+		return false
+	}
 	if err != nil {
 		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
 		return false
@@ -56,9 +61,17 @@ func (c *conn) rekey(m *localapi.Rekey) bool {
 	return c.write(&localapi.StatusJSON{JSON: b}) == nil
 }
 
-func (d *Daemon) rekeyStep(a *auth.Link, m *localapi.Rekey) (KeyChange, error) {
+// errRejoined refuses a rekey step of a membership that ended before the
+// step was taken: the next one starts from the keys of the last.
+var errRejoined = errors.New("the group went on without this daemon before the step was taken, and it is joining again; step not taken, ask again")
+
+func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, error) {
 	d.rekeyMu.Lock()
 	defer d.rekeyMu.Unlock()
+	if d.g.Load() != g {
+		return KeyChange{}, errRejoined
+	}
+	a := g.Auth()
 	load := func() (*auth.Key, error) {
 		if !filepath.IsAbs(m.Path) {
 			return nil, fmt.Errorf("key file path %q is not absolute", m.Path)
@@ -79,6 +92,7 @@ func (d *Daemon) rekeyStep(a *auth.Link, m *localapi.Rekey) (KeyChange, error) {
 		if err := a.Install(k); err != nil {
 			return ch, err
 		}
+		d.keys[k.Fingerprint()] = k
 		ch = KeyChange{Step: "installed", Key: k.String()}
 	case localapi.RekeyActivate:
 		fp := m.Fingerprint

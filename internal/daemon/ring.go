@@ -125,7 +125,7 @@ func (c *conn) drainSendRing(sleep bool) bool {
 	if r == nil {
 		return true
 	}
-	g := c.d.g // the group started before the ring was made
+	var g *reliable.Group
 	for {
 		for n := 1; ; n++ {
 			_, data, ok, err := r.Next()
@@ -136,8 +136,16 @@ func (c *conn) drainSendRing(sleep bool) bool {
 			if !ok {
 				break
 			}
+			if g == nil {
+				// A ring may be set up before the group starts, or while
+				// the daemon joins again: its messages wait for the group.
+				if g, err = c.d.started(c.ctx); err != nil {
+					c.noGroup(err)
+					return false
+				}
+			}
 			if len(data) > g.MaxMessage() {
-				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted+1, len(data), g.MaxMessage())
+				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
 			} else if !c.sendOn(g, data) {
 				return false
 			}

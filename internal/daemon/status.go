@@ -92,6 +92,15 @@ type Status struct {
 	ForeignVersions []ForeignVersion `json:"foreign_versions,omitempty"`
 	Clients         int              `json:"clients"`
 	Subscribers     int              `json:"subscribers"`
+
+	// A group whose membership changes: how many times the group went
+	// on without this daemon and it joined again as a new incarnation,
+	// whether it is joining now (Ready is false then), and the last
+	// time. The group's counters above (sent, delivered, ...) count
+	// from the start of the current membership.
+	Rejoins    int           `json:"rejoins"`
+	Rejoining  bool          `json:"rejoining,omitempty"`
+	LastRejoin *RejoinStatus `json:"last_rejoin,omitempty"`
 }
 
 // ViewStatus is the installed view of a group whose membership changes.
@@ -182,9 +191,9 @@ func (d *Daemon) Status() Status {
 	return s
 }
 
-// status is Status, with the group's Stats it was made of (ok: the group
-// has started).
-func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
+// status is Status, with the group it was made of (nil before the group
+// starts and while the daemon joins again) and its Stats.
+func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 	s = Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
 		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load(),
 		Membership: membership(d.cfg.Group)}
@@ -193,18 +202,20 @@ func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 	}
 	d.mu.Lock()
 	s.Clients, s.Subscribers = len(d.conns), len(d.subs)
+	if d.joinErr != nil {
+		s.JoinErr = d.joinErr.Error()
+	}
+	s.Rejoining, s.Rejoins = d.rejoining, d.rejoins
+	if d.lastGone != nil {
+		last := *d.lastGone
+		s.LastRejoin = &last
+	}
+	g = d.g.Load()
+	since := d.since
 	d.mu.Unlock()
-	select {
-	case <-d.ready:
-		if d.joinErr != nil {
-			s.JoinErr = d.joinErr.Error()
-		}
-	default:
+	if g == nil {
+		return s, st, nil
 	}
-	if !d.isReady() {
-		return s, st, false
-	}
-	g := d.g
 	// Members before Stats: a removal changes the member's liveness and
 	// records its event in the same turn of the event loop, and events
 	// only grow, so every member Members shows dead has its event (reason,
@@ -308,13 +319,13 @@ func (d *Daemon) status() (s Status, st reliable.Stats, ok bool) {
 				}
 			}
 		case !watched:
-		case heard.IsZero() && now.Sub(d.start) > half, !heard.IsZero() && now.Sub(heard) >= half:
+		case heard.IsZero() && now.Sub(since) > half, !heard.IsZero() && now.Sub(heard) >= half:
 			mst.State = StateSuspected
 		}
 		s.Members = append(s.Members, mst)
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
-	return s, st, true
+	return s, st, g
 }
 
 func modeName(c reliable.Config) string {

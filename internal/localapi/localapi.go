@@ -129,6 +129,12 @@ const (
 	CodeClosed     Code = 5 // the group stopped or the daemon is leaving
 	CodeSendFailed Code = 6 // the group refused a message
 	CodeRefused    Code = 7 // a Rekey the daemon would not do (the text says why)
+	// CodeRejoining: the group went on without the daemon (views) and it
+	// is joining again as a new incarnation. A connection of the
+	// membership that ended gets it (a subscriber: after its last
+	// deliveries, so what follows is missing here), and so does a request
+	// that waited for the new membership too long. Connect again.
+	CodeRejoining Code = 8
 )
 
 // Code is an Error's code.
@@ -150,6 +156,8 @@ func (c Code) String() string {
 		return "send failed"
 	case CodeRefused:
 		return "refused"
+	case CodeRejoining:
+		return "rejoining"
 	}
 	return fmt.Sprintf("Code(%d)", uint16(c))
 }

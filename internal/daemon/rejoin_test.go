@@ -1,0 +1,371 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// cutLink is a link that can stop hearing some stations (a one-way cut:
+// testnet.Endpoint.Deafen, for a link in real time) and stop sending
+// (with deafness to all: the station is cut off).
+type cutLink struct {
+	link.Link
+	mu     sync.Mutex
+	deafTo map[[6]byte]bool
+	deaf   bool // to every station
+	mute   bool // its frames go nowhere
+}
+
+var _ link.Wrapper = (*cutLink)(nil)
+
+func (c *cutLink) Unwrap() link.Link { return c.Link }
+
+func (c *cutLink) set(f func(c *cutLink)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(c)
+}
+
+func (c *cutLink) Send(frames [][]byte) (int, error) {
+	c.mu.Lock()
+	mute := c.mute
+	c.mu.Unlock()
+	if mute {
+		return len(frames), nil
+	}
+	return c.Link.Send(frames)
+}
+
+// Recv drops the frames of the stations it is deaf to; it returns what is
+// left, or waits on until the deadline.
+func (c *cutLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	for {
+		n, err := c.Link.Recv(deadline, frames)
+		if n == 0 {
+			return n, err
+		}
+		c.mu.Lock()
+		k := 0
+		for _, f := range frames[:n] {
+			var src [6]byte
+			copy(src[:], f.Data[6:12])
+			if !c.deaf && !c.deafTo[src] {
+				frames[k] = f
+				k++
+			}
+		}
+		c.mu.Unlock()
+		if k > 0 || err != nil {
+			return k, err
+		}
+	}
+}
+
+func mac6(l link.Link) [6]byte {
+	var m [6]byte
+	copy(m[:], l.HardwareAddr())
+	return m
+}
+
+// startViews starts n daemons of a group whose membership changes
+// (-membership views), daemon i asking for member id i with incarnation
+// 10*i+1, each on its cutLink of the simulated segment r (cuts, made by
+// newCuts); rejoin, if set, is daemon i's rejoinHook.
+func startViews(t *testing.T, cuts []*cutLink, adjust func(i int, c *Config), rejoin func(i int) func()) []*running {
+	t.Helper()
+	dir := t.TempDir()
+	out := make([]*running, len(cuts))
+	for i := range cuts {
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Views: true, Size: len(cuts), RequestID: frame.MemberID(i),
+			Incarnation: uint32(10*i + 1), FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond}}
+		if adjust != nil {
+			adjust(i, &cfg)
+		}
+		out[i] = startDaemonWith(t, cuts[i], filepath.Join(dir, fmt.Sprintf("v%d.sock", i)), cfg, func(d *Daemon) {
+			if rejoin != nil {
+				d.rejoinHook = rejoin(i)
+			}
+		})
+	}
+	return out
+}
+
+// newCuts attaches n cutLinks to r.
+func newCuts(t *testing.T, r *rtnet.Net, n int) []*cutLink {
+	cuts := make([]*cutLink, n)
+	for i := range cuts {
+		cuts[i] = &cutLink{Link: r.Attach(t, testnet.EndpointConfig{}), deafTo: map[[6]byte]bool{}}
+	}
+	return cuts
+}
+
+// awaitStatus polls x's status until ok holds, and returns it.
+func awaitStatus(t *testing.T, x *running, what string, ok func(Status) bool) Status {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := x.d.Status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon on %s: not %s after 30s; status: %+v view %+v last rejoin %+v", x.socket, what, st, st.View, st.LastRejoin)
+		}
+		time.Sleep(5 * time.Millisecond) // polls a real-time network's state, asserts nothing by time
+	}
+}
+
+// viewOf is the ids and incarnations of st's view.
+func viewOf(st Status) map[int]uint32 {
+	m := map[int]uint32{}
+	if st.View != nil {
+		for _, v := range st.View.Members {
+			m[v.ID] = v.Incarnation
+		}
+	}
+	return m
+}
+
+// readError reads c until the daemon's Error.
+func readError(c *localapi.Conn) (*localapi.Error, error) {
+	for {
+		_, err := c.Read()
+		var e *localapi.Error
+		if errors.As(err, &e) {
+			return e, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// A daemon the group goes on without joins again by itself. Daemon 2
+// stops hearing daemon 1 (a one-way cut), reports it, and the coordinator
+// leaves daemon 1 out; daemon 1's group stops with ErrRemoved. Its
+// subscriber's stream and its sender's connection end with
+// Error{CodeRejoining} (the sender's naming the messages it had
+// accepted); while it cannot reach anyone, status says it is rejoining, a
+// client is welcomed as not ready and a Send waiting for the group is
+// refused after RejoinWait; once it hears the group again it is a member
+// again, with id 1 and the next incarnation, and a subscriber that
+// attached while it rejoined gets the new membership's messages.
+func TestRejoinAfterRemoval(t *testing.T) {
+	cuts := newCuts(t, rtnet.New(t, 41), 3)
+	// While daemon 1 joins again, nobody hears it and it hears nobody.
+	isolated := make(chan struct{})
+	isolate := func() {
+		for i, c := range cuts {
+			c.set(func(c *cutLink) {
+				if i == 1 {
+					c.deaf, c.mute = true, true
+				}
+				c.deafTo = map[[6]byte]bool{}
+			})
+		}
+		close(isolated)
+	}
+	ds := startViews(t, cuts, func(i int, c *Config) { c.RejoinWait = 200 * time.Millisecond }, func(i int) func() {
+		if i == 1 {
+			return isolate
+		}
+		return nil
+	})
+	for i, x := range ds {
+		awaitStatus(t, x, "in a view of three", func(st Status) bool { return st.Ready && st.Self == i && len(viewOf(st)) == 3 })
+	}
+
+	// The subscriber reads a deliver ring, as rbcastd recv does.
+	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	rr, err := sub.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, ds[1], "serving a subscriber", func(st Status) bool { return st.Subscribers == 1 })
+	sender, w := dial(t, ds[1].socket, true)
+	if !w.Ready || w.Self != 1 {
+		t.Fatalf("Welcome at daemon 1: %+v", w)
+	}
+	if f, err := sendAll(t, sender, []byte("abcdefghij"), 2); err != nil || f.Accepted != 5 {
+		t.Fatalf("sending 5 messages at daemon 1: %+v, %v", f, err)
+	}
+	from0, _ := dial(t, ds[0].socket, true)
+	if _, err := sendAll(t, from0, []byte("0123"), 1); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for len(got) < 4 {
+		_, data, _, err := rr.Next(true)
+		if err != nil {
+			t.Fatalf("daemon 1's subscriber, after %q: %v", got, err)
+		}
+		got = append(got, data...)
+	}
+	if string(got) != "0123" {
+		t.Fatalf("daemon 1's subscriber got %q, want 0123", got)
+	}
+
+	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
+
+	_, data, _, err := rr.Next(true)
+	var e *localapi.Error
+	if !errors.As(err, &e) || e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "removed from the group") || !strings.Contains(e.Text, "subscribe again") {
+		t.Fatalf("daemon 1's subscriber: %q, %v; want Error{rejoining} saying it was removed and to subscribe again", data, err)
+	}
+	e, err = readError(sender)
+	if err != nil || e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "5 messages were accepted on this connection") {
+		t.Fatalf("daemon 1's sender: %v, %v; want Error{rejoining} naming the 5 messages accepted", e, err)
+	}
+	<-isolated
+
+	st := awaitStatus(t, ds[1], "rejoining", func(st Status) bool { return st.Rejoining })
+	if st.Ready || st.Rejoins != 1 || st.LastRejoin == nil || !strings.Contains(st.LastRejoin.Reason, "removed from the group") || st.LastRejoin.BackAt != "" {
+		t.Fatalf("daemon 1 while rejoining: ready %v, rejoins %d, last %+v; want not ready, 1 rejoin, removed, not back", st.Ready, st.Rejoins, st.LastRejoin)
+	}
+	if v, _ := sample(scrape(t, ds[1]), "rbcastd_ready", nil); v != 0 {
+		t.Errorf("rbcastd_ready %v while rejoining, want 0", v)
+	}
+	late, w := dial(t, ds[1].socket, false)
+	if w.Ready || w.Self != localapi.NoMember {
+		t.Fatalf("Welcome while rejoining: %+v, want not ready", w)
+	}
+	if err := late.Write(&localapi.Send{Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = late.Read()
+	if !errors.As(err, &e) || e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "not admitted within 200ms") {
+		t.Fatalf("a Send while rejoining: %v; want Error{rejoining} after RejoinWait", err)
+	}
+	sub2 := subscribe(t, ds[1].socket, 0)
+
+	// It hears the group again, and is a member again.
+	cuts[1].set(func(c *cutLink) { c.deaf, c.mute = false, false })
+	st = awaitStatus(t, ds[1], "a member again", func(st Status) bool { return st.Ready && len(viewOf(st)) == 3 })
+	if st.Self != 1 || viewOf(st)[1] != 12 || st.Rejoins != 1 || st.Rejoining || st.LastRejoin.BackAt == "" {
+		t.Fatalf("daemon 1 back: member %d, view %v, rejoins %d, rejoining %v, last %+v; want member 1, incarnation 12, 1 rejoin, back", st.Self, viewOf(st), st.Rejoins, st.Rejoining, st.LastRejoin)
+	}
+	for _, x := range []*running{ds[0], ds[2]} {
+		awaitStatus(t, x, "in daemon 1's view", func(o Status) bool { return o.View != nil && o.View.ID == st.View.ID && len(viewOf(o)) == 3 })
+	}
+	if _, err := sendAll(t, from0, []byte("back"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := collect(sub2, 4); err != nil || string(got) != "back" {
+		t.Fatalf("daemon 1's subscriber of the rejoin got %q, %v; want back", got, err)
+	}
+	fams := scrape(t, ds[1])
+	if v, ok := sample(fams, "rbcastd_rejoins_total", map[string]string{"group": "9"}); !ok || v != 1 {
+		t.Errorf("rbcastd_rejoins_total %v (%v), want 1", v, ok)
+	}
+	if v, _ := sample(fams, "rbcastd_ready", nil); v != 1 {
+		t.Errorf("rbcastd_ready %v once back, want 1", v)
+	}
+	again, w := dial(t, ds[1].socket, true)
+	if !w.Ready || w.Self != 1 {
+		t.Fatalf("Welcome after the rejoin: %+v", w)
+	}
+	if f, err := sendAll(t, again, []byte("xy"), 1); err != nil || f.Accepted != 2 {
+		t.Fatalf("sending after the rejoin: %+v, %v", f, err)
+	}
+}
+
+// A daemon that joins again in the middle of a key rotation sends under
+// the key active when its group stopped and accepts the other one it
+// accepted then: it is a member again, and stays one once the old key is
+// retired everywhere (a rejoin under the key it started with would be
+// refused then).
+func TestRejoinKeepsRotatedKeys(t *testing.T) {
+	dir := t.TempDir()
+	_, oldKey := keyFile(t, dir, 1)
+	newPath, newKey := keyFile(t, dir, 2)
+	cuts := newCuts(t, rtnet.New(t, 43), 3)
+	heal := func() { cuts[2].set(func(c *cutLink) { clear(c.deafTo) }) }
+	ds := startViews(t, cuts, func(i int, c *Config) { c.Group.Auth = &auth.Config{Key: oldKey} }, func(i int) func() {
+		if i == 1 {
+			return heal
+		}
+		return nil
+	})
+	for i, x := range ds {
+		awaitStatus(t, x, "in a view of three", func(st Status) bool { return st.Ready && st.Self == i && len(viewOf(st)) == 3 })
+	}
+	for _, step := range []localapi.Rekey{
+		{Step: localapi.RekeyInstall, Path: newPath},
+		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
+	} {
+		for i, x := range ds {
+			if _, err := rekeyOn(x.socket, &step); err != nil {
+				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
+			}
+		}
+	}
+	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
+	st := awaitStatus(t, ds[1], "a member again", func(st Status) bool { return st.Rejoins == 1 && st.Ready && len(viewOf(st)) == 3 })
+	want := fmt.Sprintf("%016x", newKey.Fingerprint())
+	if a := st.Auth; a.Active != want || len(a.Accepted) != 2 {
+		t.Fatalf("daemon 1 after the rejoin: keys %+v; want %s active, two accepted", a, want)
+	}
+	for i, x := range ds {
+		if _, err := rekeyOn(x.socket, &localapi.Rekey{Step: localapi.RekeyRetire}); err != nil {
+			t.Fatalf("daemon %d, retire: %v", i, err)
+		}
+	}
+	sub0, sub1 := subscribe(t, ds[0].socket, 1), subscribe(t, ds[1].socket, 0)
+	c0, _ := dial(t, ds[0].socket, true)
+	c1, _ := dial(t, ds[1].socket, true)
+	if _, err := sendAll(t, c1, []byte("from1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sendAll(t, c0, []byte("from0"), 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		sub  *localapi.Conn
+		want string
+	}{{sub0, "from1"}, {sub1, "from0"}} {
+		if got, err := collect(c.sub, len(c.want)); err != nil || string(got) != c.want {
+			t.Errorf("daemon %d's subscriber: %q, %v; want %q", i, got, err, c.want)
+		}
+	}
+	if st := ds[1].d.Status(); st.Rejoins != 1 || st.Auth.Dropped["unknown_key"] != 0 {
+		t.Errorf("daemon 1 at the end: %d rejoins, dropped %v", st.Rejoins, st.Auth.Dropped)
+	}
+}
+
+func TestRejoinable(t *testing.T) {
+	removed := fmt.Errorf("%w: group 9 member 1: view: removed", reliable.ErrRemoved)
+	minority := fmt.Errorf("%w: group 9 member 1: %w", reliable.ErrRemoved, reliable.ErrMinority)
+	for _, c := range []struct {
+		views bool
+		err   error
+		want  bool
+	}{
+		{true, fmt.Errorf("rbcastd: the group stopped: %w", removed), true},
+		{true, minority, true},
+		{false, removed, false}, // registered: left out of an election, it halts
+		{true, reliable.ErrClosed, false},
+		{true, fmt.Errorf("%w: group 9", reliable.ErrGroupRemoved), false},
+		{true, errors.New("link receive failed"), false},
+	} {
+		d := New(Config{Logger: quiet, Group: reliable.Config{Views: c.views}})
+		if got := d.rejoinable(c.err); got != c.want {
+			t.Errorf("views %v, %v: rejoinable %v, want %v", c.views, c.err, got, c.want)
+		}
+	}
+}
