@@ -75,19 +75,27 @@ member (under -order total: once the sequencer reports that every live
 member holds it, which is later than its delivery back to this member;
 a member that crashed stops counting once it is removed, after the
 failure timeout). Non-zero, with the reason, otherwise.
+With -level unreliable (a group run with -membership views) each message
+goes out once at the Unreliable level: to the members of the daemon's
+view, delivered at most once or not at all, in no order with the rest,
+never acknowledged; send then exits 0 once the daemon has sent them all.
 `
 
 func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var sf socketFlags
-	fs := newFlags("send", "[-socket PATH] [-lines] [FILE|-]", sendText, stderr)
+	fs := newFlags("send", "[-socket PATH] [-lines] [-level reliable|unreliable] [FILE|-]", sendText, stderr)
 	sf.add(fs)
 	lines := fs.Bool("lines", false, "one message per input line")
+	level := fs.String("level", "reliable", "reliable (the group's own level) or unreliable (at most once, never acknowledged; needs -membership views)")
 	quiet := fs.Bool("q", false, "do not print the summary line on stderr")
 	if done, code := parse(fs, args, stdout); done {
 		return code
 	}
 	if fs.NArg() > 1 {
 		return usageErr(stderr, "send", "at most one FILE, got %d arguments", fs.NArg())
+	}
+	if *level != "reliable" && *level != "unreliable" {
+		return usageErr(stderr, "send", "-level is %q, want reliable or unreliable", *level)
 	}
 	in := stdin
 	if fs.NArg() == 1 && fs.Arg(0) != "-" {
@@ -104,6 +112,16 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	start := time.Now()
+	if *level == "unreliable" {
+		n, bytes, err := sendUnreliable(c, in, *lines)
+		if err != nil {
+			return fail(stderr, "send", err)
+		}
+		if !*quiet {
+			fmt.Fprintf(stderr, "rbcastd send: %d messages, %d bytes sent unreliably (never acknowledged) in %v\n", n, bytes, time.Since(start).Round(time.Millisecond))
+		}
+		return exitOK
+	}
 	prog := newProgress(stderr, "sent", inputSize(in))
 	n, bytes, err := send(c, in, *lines, prog)
 	prog.end()
@@ -353,6 +371,72 @@ func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64,
 			return n, bytes, fmt.Errorf("the daemon accepted %d of %d messages", f.Accepted, n)
 		}
 		return n, bytes, nil
+	}
+}
+
+// sendUnreliable sends the input as SendUnreliable packets, one message
+// per line or per read of at most MaxMessage bytes, then a Flush as a
+// barrier: the daemon answers requests of a connection in order, so an
+// Error about any of them comes before the Flushed.
+func sendUnreliable(c *localapi.Conn, in io.Reader, lines bool) (n, bytes uint64, err error) {
+	w, err := c.Hello(localapi.HelloWaitReady)
+	if err != nil {
+		return 0, 0, err
+	}
+	max := int(w.MaxMessage)
+	out := func(msg []byte) error {
+		if err := c.Write(&localapi.SendUnreliable{Data: msg}); err != nil {
+			return fmt.Errorf("sending message %d: %w", n+1, err)
+		}
+		n++
+		bytes += uint64(len(msg))
+		return nil
+	}
+	if lines {
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), max+1)
+		for sc.Scan() {
+			if len(sc.Bytes()) > max {
+				return n, bytes, fmt.Errorf("line %d is %d bytes; the group takes at most %d per message", n+1, len(sc.Bytes()), max)
+			}
+			if err := out(sc.Bytes()); err != nil {
+				return n, bytes, err
+			}
+		}
+		if err := sc.Err(); err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return n, bytes, fmt.Errorf("line %d is longer than %d bytes, the most the group takes per message", n+1, max)
+			}
+			return n, bytes, fmt.Errorf("reading the input: %w", err)
+		}
+	} else {
+		buf := make([]byte, max)
+		for {
+			k, rerr := in.Read(buf)
+			if k > 0 {
+				if err := out(buf[:k]); err != nil {
+					return n, bytes, err
+				}
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				return n, bytes, fmt.Errorf("reading the input: %w", rerr)
+			}
+		}
+	}
+	if err := c.Write(&localapi.Flush{}); err != nil {
+		return n, bytes, err
+	}
+	for {
+		m, err := c.Read()
+		if err != nil {
+			return n, bytes, err
+		}
+		if _, ok := m.(*localapi.Flushed); ok {
+			return n, bytes, nil
+		}
 	}
 }
 

@@ -74,6 +74,42 @@ func soloDaemonOrder(t *testing.T, order reliable.Order) string {
 	return sock
 }
 
+// send -level unreliable: against a one-member group with views it sends
+// every line and says they were not acknowledged; a line too long is
+// refused by number; a registered group refuses, naming -membership views.
+func TestSendUnreliableCLI(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "views.sock")
+	ln, err := daemon.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &nullLink{closed: make(chan struct{})}
+	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, l, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		l.Close()
+	})
+	var o, e strings.Builder
+	code := rbcastd([]string{"send", "-socket", sock, "-lines", "-level", "unreliable"}, strings.NewReader("one\ntwo\nthree\n"), &o, &e)
+	if code != exitOK || !strings.Contains(e.String(), "3 messages, 11 bytes sent unreliably (never acknowledged)") {
+		t.Fatalf("send -level unreliable: exit %d %q", code, e.String())
+	}
+	e.Reset()
+	code = rbcastd([]string{"send", "-socket", sock, "-lines", "-level", "unreliable"}, strings.NewReader("ok\n"+strings.Repeat("x", 2000)+"\n"), &o, &e)
+	if code != exitFail || !strings.Contains(e.String(), "line 2 is 2000 bytes; the group takes at most") {
+		t.Fatalf("send -level unreliable of a long line: exit %d %q", code, e.String())
+	}
+	e.Reset()
+	code = rbcastd([]string{"send", "-socket", soloDaemon(t), "-level", "unreliable"}, strings.NewReader("x"), &o, &e)
+	if code != exitFail || !strings.Contains(e.String(), "run the daemons with -membership views") {
+		t.Fatalf("send -level unreliable to a registered group: exit %d %q", code, e.String())
+	}
+}
+
 func TestClientsAgainstSoloDaemon(t *testing.T) {
 	sock := soloDaemon(t)
 	code, out, errOut := runMain("status", "-socket", sock, "-wait-ready", "5s")

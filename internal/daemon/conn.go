@@ -246,6 +246,8 @@ func (c *conn) handle(m localapi.Message) bool {
 	switch m := m.(type) {
 	case *localapi.Send:
 		return c.send(m.Data)
+	case *localapi.SendUnreliable:
+		return c.sendUnreliable(m.Data)
 	case *localapi.SendBatch:
 		return c.sendBatch(m.Msgs)
 	case *localapi.Flush:
@@ -329,6 +331,43 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 	}
 	c.accepted.Add(1)
 	c.d.accepted.Add(1)
+	return true
+}
+
+// sendUnreliable hands one message to the group at the Unreliable level.
+// It is not counted as accepted (nothing acknowledges it, so a Flush does
+// not wait for it); a group that has no such level refuses it, and the
+// connection goes on.
+func (c *conn) sendUnreliable(data []byte) bool {
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.noGroup(err)
+		return false
+	}
+	if len(data) > g.MaxMessage() {
+		c.fail(localapi.CodeTooLarge, true, "message of %d bytes; the daemon accepts at most %d bytes per message", len(data), g.MaxMessage())
+		return true
+	}
+	c.d.sendMu.RLock()
+	if c.d.leaving {
+		c.d.sendMu.RUnlock()
+		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; the unreliable message was not sent")
+		return false
+	}
+	err = g.SendUnreliable(data)
+	c.d.sendMu.RUnlock()
+	switch {
+	case err == nil:
+		c.d.datagrams.Add(1)
+		return true
+	case errors.Is(err, reliable.ErrClosed):
+		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
+		return false
+	case errors.Is(err, reliable.ErrNoUnreliable):
+		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views")
+		return true
+	}
+	c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: %v", err)
 	return true
 }
 

@@ -126,6 +126,7 @@ type Daemon struct {
 	keys       map[uint64]*auth.Key
 
 	accepted  atomic.Uint64 // Sends accepted, all clients
+	datagrams atomic.Uint64 // SendUnreliables handed to the group, all clients
 	ringBytes atomic.Int64  // memory of every client's rings
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
 	rates     rateSampler

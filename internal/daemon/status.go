@@ -62,8 +62,9 @@ type Status struct {
 	DeliveredPerSec      float64 `json:"delivered_msgs_per_sec"`
 	DeliveredBytesPerSec float64 `json:"delivered_bytes_per_sec"`
 
-	Accepted        uint64  `json:"accepted"` // local Sends accepted
-	Sent            uint64  `json:"sent"`     // messages proposed
+	Accepted        uint64  `json:"accepted"`        // local Sends accepted
+	Unreliable      uint64  `json:"unreliable_sent"` // local SendUnreliables handed to the group
+	Sent            uint64  `json:"sent"`            // messages proposed
 	Delivered       uint64  `json:"delivered"`
 	DataFrames      uint64  `json:"data_frames_sent"`
 	Retransmissions uint64  `json:"retransmissions"`
@@ -195,7 +196,7 @@ func (d *Daemon) Status() Status {
 // starts and while the daemon joins again) and its Stats.
 func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 	s = Status{Group: d.cfg.Group.Group, Self: -1, Order: d.cfg.Group.Order.String(), Mode: modeName(d.cfg.Group),
-		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load(),
+		Size: d.members(), Uptime: time.Since(d.start).Round(time.Millisecond).String(), Accepted: d.accepted.Load(), Unreliable: d.datagrams.Load(),
 		Membership: membership(d.cfg.Group)}
 	if d.watch != nil {
 		s.ForeignVersions = d.watch.foreignVersions()

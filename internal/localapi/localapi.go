@@ -40,6 +40,9 @@ const (
 	TRingSetup Type = 0x07 // ask for a ring (version 2)
 	TDoorbell  Type = 0x08 // look at a ring again (version 2)
 	TRekey     Type = 0x09 // one step of a key rotation (an authenticated group)
+	// TSendUnreliable is one message at the Unreliable level (a group with
+	// views): at most once, never acknowledged; Flushed does not count it.
+	TSendUnreliable Type = 0x0a
 
 	// Daemon to client.
 	TWelcome        Type = 0x81 // answers Hello
@@ -75,6 +78,8 @@ func (t Type) String() string {
 		return "Doorbell"
 	case TRekey:
 		return "Rekey"
+	case TSendUnreliable:
+		return "SendUnreliable"
 	case TRingReady:
 		return "RingReady"
 	case TDaemonDoorbell:
@@ -183,6 +188,11 @@ type Hello struct {
 
 // Send carries one message to broadcast. Data aliases the decoded packet.
 type Send struct{ Data []byte }
+
+// SendUnreliable carries one message to send at the Unreliable level
+// (reliable.Group.SendUnreliable): once, to the members of the daemon's
+// view, never acknowledged or repaired. Data aliases the decoded packet.
+type SendUnreliable struct{ Data []byte }
 
 // SendBatch carries several messages to broadcast, in order: one packet
 // instead of one per message. Each datum aliases the decoded packet.
@@ -297,19 +307,20 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("rbcastd: %s (%v)", e.Text, e.Code) }
 
-func (*Hello) Type() Type        { return THello }
-func (*Send) Type() Type         { return TSend }
-func (*Flush) Type() Type        { return TFlush }
-func (*Subscribe) Type() Type    { return TSubscribe }
-func (*Status) Type() Type       { return TStatus }
-func (*SendBatch) Type() Type    { return TSendBatch }
-func (*DeliverBatch) Type() Type { return TDeliverBatch }
-func (*Welcome) Type() Type      { return TWelcome }
-func (*Flushed) Type() Type      { return TFlushed }
-func (*Subscribed) Type() Type   { return TSubscribed }
-func (*Deliver) Type() Type      { return TDeliver }
-func (*StatusJSON) Type() Type   { return TStatusJSON }
-func (*Error) Type() Type        { return TError }
+func (*Hello) Type() Type          { return THello }
+func (*Send) Type() Type           { return TSend }
+func (*SendUnreliable) Type() Type { return TSendUnreliable }
+func (*Flush) Type() Type          { return TFlush }
+func (*Subscribe) Type() Type      { return TSubscribe }
+func (*Status) Type() Type         { return TStatus }
+func (*SendBatch) Type() Type      { return TSendBatch }
+func (*DeliverBatch) Type() Type   { return TDeliverBatch }
+func (*Welcome) Type() Type        { return TWelcome }
+func (*Flushed) Type() Type        { return TFlushed }
+func (*Subscribed) Type() Type     { return TSubscribed }
+func (*Deliver) Type() Type        { return TDeliver }
+func (*StatusJSON) Type() Type     { return TStatusJSON }
+func (*Error) Type() Type          { return TError }
 
 func (*Rekey) Type() Type          { return TRekey }
 func (*RingSetup) Type() Type      { return TRingSetup }
@@ -343,6 +354,10 @@ func (m *Hello) Append(b []byte) []byte {
 }
 
 func (m *Send) Append(b []byte) []byte { return append(append(b, byte(TSend)), m.Data...) }
+
+func (m *SendUnreliable) Append(b []byte) []byte {
+	return append(append(b, byte(TSendUnreliable)), m.Data...)
+}
 
 func (m *Flush) Append(b []byte) []byte { return append(b, byte(TFlush)) }
 
@@ -460,6 +475,7 @@ func Decode(p []byte) (Message, error) {
 type Decoder struct {
 	hello        Hello
 	send         Send
+	sendUnrel    SendUnreliable
 	flush        Flush
 	subscribe    Subscribe
 	status       Status
@@ -506,6 +522,9 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 	case TSend:
 		d.send.Data = p[1:]
 		return &d.send, nil
+	case TSendUnreliable:
+		d.sendUnrel.Data = p[1:]
+		return &d.sendUnrel, nil
 	case TFlush:
 		if err := exact(flushLen); err != nil {
 			return nil, err

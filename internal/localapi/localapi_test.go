@@ -28,6 +28,7 @@ func goldenCases() []struct {
 	}{
 		{"hello", &Hello{Version: 1, Flags: HelloWaitReady}},
 		{"send", &Send{Data: []byte("hello, group")}},
+		{"send_unreliable", &SendUnreliable{Data: []byte("at most once")}},
 		{"flush", &Flush{}},
 		{"subscribe_all", &Subscribe{From: AllMembers}},
 		{"subscribe_one", &Subscribe{From: 3}},
@@ -54,7 +55,7 @@ func goldenCases() []struct {
 
 // allTypes lists every message type, so a new one without a vector fails.
 var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError,
-	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey}
+	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey, TSendUnreliable}
 
 func hexDump(b []byte) string {
 	var s strings.Builder
