@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth bench-liu fuzz lint deps clean
 
 all: build
 
@@ -126,6 +126,12 @@ bench-auth:
 	bench/peers/ensure-deps
 	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md
+
+# docs/benchmarks.md, "Liu's tables": the message-passing measurements of
+# Liu's thesis, Tables 6.4-6.7 (unicast, weak and strong multicast to 1-8
+# children, 900-byte messages). Root; about 2 minutes; bench-liu.md.
+bench-liu:
+	RBCAST_REPORT_OUT=$(CURDIR)/bench-liu.md $(GO) test -run '^$$' -bench '^BenchmarkLiuTables$$' -benchtime 1x -timeout 30m ./reliable
 
 # PCODE (issue 24; root, builds and removes rbpb… namespaces, OpenMPI
 # needed for the MPI column): all-to-all, 1000 rounds, N = 2, 4, 8, 20 B
