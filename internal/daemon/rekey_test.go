@@ -137,8 +137,16 @@ func TestRekeyDuringStream(t *testing.T) {
 		if a.Active != want || len(a.Accepted) != 1 || a.Accepted[0] != want || a.Rotating || a.ActiveID != newKey.ID() {
 			t.Errorf("daemon %d: key status %+v, want %s alone", i, a, want)
 		}
-		if a.Dropped["unknown_key"] != 0 || a.Dropped["bad_tag"] != 0 {
-			t.Errorf("daemon %d dropped frames for their key: %v", i, a.Dropped)
+		// A frame sealed under the old key before the switch and read
+		// after this member retired it (in flight, or waiting in a busy
+		// receiver's queue past the 20 ms between the steps) is dropped
+		// as unknown_key and repaired like a loss: the stream above came
+		// through whole. A bad tag would be a bug.
+		if a.Dropped["bad_tag"] != 0 {
+			t.Errorf("daemon %d dropped frames with a bad tag: %v", i, a.Dropped)
+		}
+		if n := a.Dropped["unknown_key"]; n != 0 {
+			t.Logf("daemon %d dropped %d frames sealed under the retired key (repaired)", i, n)
 		}
 		var steps []string
 		for _, ch := range a.Changes {
