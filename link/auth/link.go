@@ -282,7 +282,7 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			f, err = frame.Parse(b)
+			f, err = frame.ParseSealedNoCRC(b) // our core's frame: its CRC is rewritten below
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
