@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth bench-liu fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth bench-liu bench-levels fuzz lint deps clean
 
 all: build
 
@@ -132,6 +132,12 @@ bench-auth:
 # children, 900-byte messages). Root; about 2 minutes; bench-liu.md.
 bench-liu:
 	RBCAST_REPORT_OUT=$(CURDIR)/bench-liu.md $(GO) test -run '^$$' -bench '^BenchmarkLiuTables$$' -benchtime 1x -timeout 30m ./reliable
+
+# docs/benchmarks.md, "Delivery levels": goodput and one-way latency of a
+# group with views at FIFO, Agreed and Safe beside the registered PBP2
+# group, MTU 1500 and 9000. Root; about 2 minutes; bench-levels.md.
+bench-levels:
+	RBCAST_BENCH_SECONDS=3 RBCAST_REPORT_OUT=$(CURDIR)/bench-levels.md $(GO) test -run '^$$' -bench '^BenchmarkLevels$$' -benchtime 1x -timeout 30m ./reliable
 
 # PCODE (issue 24; root, builds and removes rbpb… namespaces, OpenMPI
 # needed for the MPI column): all-to-all, 1000 rounds, N = 2, 4, 8, 20 B

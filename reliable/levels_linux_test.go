@@ -1,0 +1,211 @@
+package reliable
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet/netns"
+	"github.com/rbcast/rbcast/testnet/netns/netnstest"
+)
+
+// BenchmarkLevels compares the delivery levels of a group with views on
+// one netns segment (issue 19's targets: Safe's goodput >= 0.7 x FIFO's
+// for large messages, Safe's one-way latency <= FIFO's + one round trip),
+// beside the registered PBP2 group (no views) as the reference: per MTU
+// (1500, 9000) and level, the goodput of member 0 sending its largest
+// messages for RBCAST_BENCH_SECONDS (default 2) to 3 receivers, at the
+// slowest receiver until it has everything, and the one-way latency of a
+// 64-byte ping-pong between members 0 and 1 (half the round trip;
+// RBCAST_LEVELS_PINGS, default 5000). Every member is a goroutine of the
+// benchmark process on its host's ring. RBCAST_REPORT_OUT: a file for the
+// markdown table. Root.
+func BenchmarkLevels(b *testing.B) {
+	netnstest.RequireRoot(b)
+	d := 2 * time.Second
+	if s := envInt(b, "RBCAST_BENCH_SECONDS"); s > 0 {
+		d = time.Duration(s) * time.Second
+	}
+	pings := 5000
+	if n := envInt(b, "RBCAST_LEVELS_PINGS"); n > 0 {
+		pings = n
+	}
+	levels := []string{"registered", "fifo", "agreed", "safe"}
+	var out strings.Builder
+	fmt.Fprintf(&out, "Delivery levels: one sender to 3 receivers, %v per goodput run, %d pings (load %s)\n\n", d, pings, loadavg())
+	fmt.Fprintf(&out, "| MTU | level | goodput MB/s | x fifo | one-way p50 µs | p99 µs | p50 - fifo µs |\n|---|---|---|---|---|---|---|\n")
+	for _, mtu := range []int{1500, 9000} {
+		topo := netnstest.Up(b, netns.Options{Hosts: 4, MTU: mtu, Prefix: fmt.Sprintf("rblv%d", mtu/1000)})
+		type res struct {
+			mbps     float64
+			p50, p99 time.Duration
+		}
+		rs := map[string]res{}
+		for _, lvl := range levels {
+			mbps := levelGoodput(b, topo, lvl, d)
+			p50, p99 := levelLatency(b, topo, lvl, pings)
+			rs[lvl] = res{mbps, p50, p99}
+			b.Logf("MTU %d %s: %.1f MB/s, one-way p50 %v p99 %v", mtu, lvl, mbps, p50, p99)
+		}
+		f := rs["fifo"]
+		for _, lvl := range levels {
+			r := rs[lvl]
+			fmt.Fprintf(&out, "| %d | %s | %.1f | %.2f | %.1f | %.1f | %+.1f |\n", mtu, lvl, r.mbps, r.mbps/f.mbps,
+				float64(r.p50.Nanoseconds())/1000, float64(r.p99.Nanoseconds())/1000, float64((r.p50-f.p50).Nanoseconds())/1000)
+		}
+	}
+	b.Log("\n" + out.String())
+	if p := os.Getenv("RBCAST_REPORT_OUT"); p != "" {
+		if err := os.WriteFile(p, []byte(out.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// levelGroups starts a group of level lvl on every host of topo (n
+// members: the first n hosts).
+func levelGroups(tb testing.TB, topo *netns.Topology, n int, lvl string) ([]*Group, func()) {
+	links := make([]link.Link, n)
+	members := make([]frame.MemberInfo, n)
+	for i := range n {
+		links[i] = openOnHost(tb, topo.Hosts[i])
+		members[i] = frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte(links[i].HardwareAddr()), Incarnation: 1}
+	}
+	gid := 3000 + benchGroups.Add(1)
+	groups := make([]*Group, n)
+	errs := make(chan error, n)
+	for i, l := range links {
+		go func() {
+			cfg := Config{Group: gid, Logger: quiet}
+			switch lvl {
+			case "registered":
+				cfg.Members, cfg.Self, cfg.Mode = members, frame.MemberID(i), PBP2
+			default:
+				cfg.Views, cfg.Size, cfg.RequestID = true, n, frame.MemberID(i)
+				if lvl != "fifo" {
+					cfg.Order, cfg.Safe = Total, lvl == "safe"
+				}
+			}
+			g, err := Join(context.Background(), l, cfg)
+			groups[i] = g
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return groups, func() {
+		for _, g := range groups {
+			g.abort()
+			<-g.Done()
+		}
+		for _, l := range links {
+			l.Close()
+		}
+	}
+}
+
+// levelGoodput: member 0 sends its largest messages for d; MB/s at the
+// slowest receiver until it has everything (10 s at most).
+func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Duration) float64 {
+	groups, stop := levelGroups(tb, topo, len(topo.Hosts), lvl)
+	defer stop()
+	size := groups[0].MaxMessage()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make([]atomic.Uint64, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() { // every member reads: under total order member 0 gets its own too
+			defer wg.Done()
+			buf := make([]byte, 0, 65536)
+			for {
+				from, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					return
+				}
+				if from == 0 && i > 0 {
+					got[i].Add(uint64(len(data)))
+				}
+			}
+		}()
+	}
+	msg := make([]byte, size)
+	start := time.Now()
+	var sent uint64
+	for time.Since(start) < d {
+		if err := groups[0].Send(ctx, msg); err != nil {
+			tb.Fatal(err)
+		}
+		sent += uint64(size)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		slowest := sent
+		for i := 1; i < len(groups); i++ {
+			slowest = min(slowest, got[i].Load())
+		}
+		if slowest == sent || time.Now().After(deadline) {
+			el := time.Since(start)
+			cancel()
+			wg.Wait()
+			return float64(slowest) / el.Seconds() / 1e6
+		}
+		time.Sleep(200 * time.Microsecond) // polls the receivers' counts; the result is timed by the clock, not this
+	}
+}
+
+// levelLatency: member 1 sends back every 64-byte message of member 0;
+// half the round trip's p50 and p99 (n round trips after 100 warm-up).
+func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, p99 time.Duration) {
+	groups, stop := levelGroups(tb, topo, 2, lvl)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		buf := make([]byte, 0, 2048)
+		for {
+			from, data, err := groups[1].RecvAppend(ctx, buf[:0])
+			if err != nil {
+				return
+			}
+			if from == 0 && groups[1].Send(ctx, data) != nil {
+				return
+			}
+		}
+	}()
+	msg := make([]byte, 64)
+	buf := make([]byte, 0, 2048)
+	rtts := make([]time.Duration, 0, n)
+	for i := range n + 100 {
+		t0 := time.Now()
+		if err := groups[0].Send(ctx, msg); err != nil {
+			tb.Fatal(err)
+		}
+		for {
+			from, _, err := groups[0].RecvAppend(ctx, buf[:0])
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if from == 1 {
+				break // under total order its own comes back first
+			}
+		}
+		if i >= 100 {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2] / 2, rtts[len(rtts)*99/100] / 2
+}
