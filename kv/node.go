@@ -1,8 +1,10 @@
 package kv
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/rbcast/rbcast/frame"
@@ -110,8 +112,13 @@ func (n *Node) Outbox() [][]byte {
 // clients get StatusUnavailable.
 func (n *Node) Stop() {
 	n.stopped = true
-	for k, ws := range n.waiters {
-		for _, w := range ws {
+	// In the order of the requests, not of the map: a host's reply path
+	// may draw from a seeded source (the simulation's lossy client net).
+	keys := slices.SortedFunc(maps.Keys(n.waiters), func(a, b [2]uint64) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	})
+	for _, k := range keys {
+		for _, w := range n.waiters[k] {
 			w(AppendReply(nil, Reply{Client: k[0], Seq: k[1], Result: Result{Status: StatusUnavailable}}))
 		}
 	}
