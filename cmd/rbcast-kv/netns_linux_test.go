@@ -115,8 +115,11 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 		if d := os.Getenv("RBCAST_KV_LOGS"); d != "" {
 			// Keep the replicas' logs and applied files, to hold a slow put
 			// ("slow put ... from TIME") against the views around it.
-			to := filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_"))
-			if err := os.CopyFS(to, os.DirFS(dir)); err != nil {
+			to, err := os.MkdirTemp(d, strings.ReplaceAll(t.Name(), "/", "_")+"-")
+			if err == nil {
+				err = os.CopyFS(to, os.DirFS(dir))
+			}
+			if err != nil {
 				t.Errorf("RBCAST_KV_LOGS: %v", err)
 			}
 		}
