@@ -176,6 +176,14 @@ func TestNodeRequests(t *testing.T) {
 		t.Fatalf("before a view: %+v, want unavailable and nothing sent", replies)
 	}
 	n.OnEvent(reliable.Event{Kind: reliable.ViewInstalled, Member: 0, View: &reliable.ViewInfo{ID: 1, Members: []frame.MemberInfo{{ID: 0, Incarnation: 1}}}})
+	// Its announcement (no state held) delivered: the only replica
+	// starts the service empty.
+	for _, m := range n.Outbox() {
+		n.Deliver(0, m)
+	}
+	if !n.Ready() {
+		t.Fatal("a founding view of the only replica, its announcement delivered: not ready")
+	}
 	replies = nil
 	req(put)
 	out := n.Outbox()

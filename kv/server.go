@@ -24,6 +24,9 @@ type ServerConfig struct {
 	Machine func() StateMachine
 	// OnApply is NodeConfig.OnApply (called with the server's lock held).
 	OnApply func(q Request, result []byte, fresh bool)
+	// OnRestore is NodeConfig.OnRestore (called with the server's lock
+	// held).
+	OnRestore func(applied, ordered uint64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -36,7 +39,10 @@ type JoinFunc func(ctx context.Context, cfg reliable.Config) (*reliable.Group, e
 // Serve runs one replica: it joins the group with join, answers the
 // clients' requests arriving on conn, and, when the group goes on without
 // it (ErrRemoved, ErrMinority), joins again as a new incarnation that
-// receives a snapshot. It returns when ctx ends (nil) or a join fails.
+// receives a snapshot. The state it held is kept as its candidate
+// (NodeConfig.Candidate): if the whole group stopped, the replicas
+// re-form it from the most advanced candidate. It returns when ctx ends
+// (nil) or a join fails.
 func Serve(ctx context.Context, join JoinFunc, conn net.PacketConn, cfg ServerConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -74,6 +80,9 @@ type server struct {
 	mu   sync.Mutex
 	node *Node // nil between runs
 	kick chan struct{}
+	// candidate is the state the last run held when it stopped (nil:
+	// none), for the next run.
+	candidate []byte
 }
 
 // run is one membership of the group, from Join until it stops.
@@ -95,7 +104,8 @@ func (s *server) run(ctx context.Context, join JoinFunc) error {
 	}
 	// The node exists before Join: deliveries may start before it returns.
 	// Its MaxMessage is fixed below, once the group knows it.
-	n, err := NewNode(NodeConfig{Machine: s.cfg.Machine(), MaxMessage: chunkHeader + 1, OnApply: s.cfg.OnApply})
+	n, err := NewNode(NodeConfig{Machine: s.cfg.Machine(), MaxMessage: max(chunkHeader, announceSize) + 1, Replicas: gcfg.Size,
+		Candidate: s.candidate, OnApply: s.cfg.OnApply, OnRestore: s.cfg.OnRestore})
 	if err != nil {
 		return err
 	}
@@ -123,6 +133,7 @@ func (s *server) run(ctx context.Context, join JoinFunc) error {
 	s.mu.Lock()
 	node.Stop()
 	s.node = nil
+	s.candidate = node.Candidate()
 	s.mu.Unlock()
 	return g.Err()
 }

@@ -5,6 +5,7 @@
 //	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered]
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
 //	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
+//	rbcast-kv -servers ADDR:PORT,... verify -n N [-c CLIENTS] [-prefix P]
 package main
 
 import (
@@ -56,7 +57,7 @@ func serve(args []string, stderr io.Writer) error {
 	node := fs.Int("node", -1, "the member id to ask for (default: no wish)")
 	mode := fs.String("mode", "ordered", "ordered (thesis mode is not built yet)")
 	failure := fs.Duration("failure-timeout", 0, "remove a silent replica after this long (0: the default)")
-	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied to this file (tests)")
+	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied, and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,6 +107,13 @@ func serve(args []string, stderr io.Writer) error {
 			fmt.Fprintf(f, "%d %d %s\n", q.Client, q.Seq, what)
 			mu.Unlock()
 		}
+		// The requests a snapshot brings were applied elsewhere: the log
+		// says so, and a test reads the replica's state with gets instead.
+		cfg.OnRestore = func(applied, ordered uint64) {
+			mu.Lock()
+			fmt.Fprintf(f, "snapshot %d %d\n", applied, ordered)
+			mu.Unlock()
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -117,7 +125,11 @@ func serve(args []string, stderr io.Writer) error {
 const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-deadline D] [-local] get KEY
        rbcast-kv -servers ... put KEY VALUE | del KEY | cas KEY OLD NEW
        rbcast-kv -servers ... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
-                 (N puts; prints "acked CLIENT SEQ" for each, then the rate and latencies)
+                 [-slow D] (N puts; prints "acked CLIENT SEQ" for each, "slow put ..." for
+                 each slower than D, then the rate and latencies)
+       rbcast-kv -servers ... verify -n N [-c CLIENTS] [-prefix P]
+                 (gets PREFIX-i for i < N and checks each holds load's value i;
+                 with -local, reads each replica's own state until it does or -deadline)
        rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
 
 func client(args []string, stdout, stderr io.Writer) int {
@@ -139,8 +151,11 @@ func client(args []string, stdout, stderr io.Writer) int {
 	c := &kv.Client{ID: *id, Servers: strings.Split(*servers, ","), Timeout: *timeout}
 	defer c.Close()
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	if cmd == "load" {
+	switch cmd {
+	case "load":
 		return load(c, rest, *deadline, stdout, stderr)
+	case "verify":
+		return verify(c, rest, *deadline, *local, stdout, stderr)
 	}
 	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3}
 	n, ok := want[cmd]
@@ -196,6 +211,7 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
 	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
 	prefix := fs.String("prefix", "k", "key prefix")
+	slow := fs.Duration("slow", 0, "print a line for every put slower than this (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -249,6 +265,10 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 				default:
 					lat = append(lat, d)
 					fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
+					if *slow > 0 && d > *slow {
+						fmt.Fprintf(stdout, "slow put %d took %v from %s, %d tries, answered by %s\n", i, d.Round(time.Millisecond),
+							t0.UTC().Format("15:04:05.000"), cl.Tries, cl.Served)
+					}
 				}
 				mu.Unlock()
 			}
@@ -269,5 +289,89 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	}
 	fmt.Fprintf(stdout, "done %d puts in %v, %.0f puts/s, p50 %v p99 %v, slowest %v\n", *n, elapsed.Round(time.Millisecond),
 		float64(*n)/elapsed.Seconds(), pct(0.5), pct(0.99), pct(1))
+	return 0
+}
+
+// verify gets PREFIX-i for i < N from -c clients at once and checks
+// that each holds i, the value load gave it (load without -size). With
+// -local the gets read the replica's own state (not through the order)
+// and a key that does not hold its value yet is read again until the
+// deadline: a replica may not have applied the last acknowledged puts
+// yet (Safe tells the one that answers that every replica holds them,
+// not that each applied them). It prints every key that does not hold
+// its value and exits 1, or 2 when a get had no answer; the last line
+// counts the keys verified.
+func verify(c *kv.Client, args []string, deadline time.Duration, local bool, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rbcast-kv verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 100, "keys to get")
+	conc := fs.Int("c", 1, "clients running at once")
+	prefix := fs.String("prefix", "k", "key prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *conc < 1 || *n < 0 {
+		fmt.Fprintf(stderr, "rbcast-kv verify: -n %d -c %d: want -c at least 1 and -n not negative\n", *n, *conc)
+		return 2
+	}
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		next     int
+		wrong    int
+		fail     error
+		verified int
+	)
+	for k := range *conc {
+		cl := c
+		if k > 0 {
+			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
+			defer cl.Close()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := fail != nil
+				mu.Unlock()
+				if i >= *n || stop {
+					return
+				}
+				key, want := fmt.Sprintf("%s-%d", *prefix, i), fmt.Sprint(i)
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local)
+				for local && err == nil && (res.Status != kv.StatusOK || string(res.Value) != want) && ctx.Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+					if r, e := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local); e == nil {
+						res = r
+					}
+				}
+				cancel()
+				mu.Lock()
+				switch {
+				case err != nil:
+					fail = fmt.Errorf("get %s: %w", key, err)
+				case res.Status != kv.StatusOK || string(res.Value) != want:
+					wrong++
+					fmt.Fprintf(stdout, "%s: %v, want ok %q\n", key, res, want)
+				default:
+					verified++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if fail != nil {
+		fmt.Fprintln(stderr, "rbcast-kv verify:", fail)
+		return 2
+	}
+	fmt.Fprintf(stdout, "verified %d of %d keys\n", verified, *n)
+	if wrong > 0 {
+		return 1
+	}
 	return 0
 }

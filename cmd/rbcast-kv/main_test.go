@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/kv"
+)
+
+// fakeReplica answers gets on a loopback UDP socket from values (a
+// missing key: not found) and returns its address.
+func fakeReplica(t *testing.T, values map[string]string) string {
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, addr, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q, err := kv.ParseRequest(buf[:n])
+			if err != nil {
+				continue
+			}
+			res := kv.Result{Status: kv.StatusNotFound}
+			if v, ok := values[q.Op.Key]; ok {
+				res = kv.Result{Status: kv.StatusOK, Value: []byte(v)}
+			}
+			conn.WriteTo(kv.AppendReply(nil, kv.Reply{Client: q.Client, Seq: q.Seq, Result: res}), addr)
+		}
+	}()
+	return conn.LocalAddr().String()
+}
+
+// verify names every key that does not hold load's value, and counts
+// the ones that do.
+func TestVerify(t *testing.T) {
+	addr := fakeReplica(t, map[string]string{"w-0": "0", "w-1": "1", "w-2": "two"})
+	var out, errb bytes.Buffer
+	code := run([]string{"-servers", addr, "-deadline", "1s", "verify", "-n", "4", "-c", "2", "-prefix", "w"}, &out, &errb)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	all := strings.Join(lines, "|")
+	if code != 1 || len(lines) != 3 || !strings.Contains(all, `w-2: ok "two", want ok "2"`) ||
+		!strings.Contains(all, `w-3: not found, want ok "3"`) || lines[2] != "verified 2 of 4 keys" {
+		t.Fatalf("verify = %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"-servers", addr, "-local", "verify", "-n", "2", "-prefix", "w"}, &out, &errb); code != 0 || out.String() != "verified 2 of 2 keys\n" {
+		t.Fatalf("verify -local of good keys = %d, %q", code, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"-servers", addr, "verify", "-c", "0"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "want -c at least 1") {
+		t.Fatalf("verify -c 0 = %d, stderr %q", code, errb.String())
+	}
+}
