@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/core"
@@ -486,7 +487,7 @@ func (c *Core) onCommit(src [6]byte, v frame.View) {
 // startCompletion begins delivering up to the commit's cuts.
 func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 	c.freeze()
-	comp := &completion{commit: commit, next: make([]uint32, len(commit.Cuts)), departed: make([]bool, len(commit.Cuts))}
+	comp := &completion{commit: commit, next: make([]uint32, len(commit.Cuts)), departed: make([]bool, len(commit.Cuts)), progressAt: c.now}
 	for i, x := range commit.Cuts {
 		old, _ := c.memberOf(c.view, x.Member)
 		comp.departed[i] = true
@@ -635,12 +636,15 @@ func (c *Core) onRelay(v frame.View) {
 func (c *Core) complete() {
 	comp := c.comp
 	all := true
+	var sum uint64
 	for i, x := range comp.commit.Cuts {
 		if x.Member == c.self {
 			continue
 		}
 		if !comp.departed[i] && c.inner.Live(x.Member) {
-			if d, _ := c.inner.DeliveredFrom(x.Member); frame.SeqLess(d, x.Cut) {
+			d, _ := c.inner.DeliveredFrom(x.Member)
+			sum += uint64(d)
+			if frame.SeqLess(d, x.Cut) {
 				all = false
 			}
 			continue
@@ -665,13 +669,40 @@ func (c *Core) complete() {
 			}
 			comp.next[i]++
 		}
+		sum += uint64(comp.next[i])
 		if frame.SeqLess(comp.next[i], x.Cut) {
 			all = false
 		}
 	}
 	if all {
 		c.install(comp.commit)
+		return
 	}
+	if sum != comp.sum {
+		comp.sum, comp.progressAt = sum, c.now
+	}
+}
+
+// stuck gives up a completion that has not moved for twice the failure
+// timeout: the messages it waits for are held only by members that are
+// gone (a holder crashed before relaying, every survivor that had them
+// with it). The member cannot install the view without breaking virtual
+// synchrony, nor go on in the old one; it stops with ErrRemoved, and its
+// application joins again (found by kv's simulation: a member completing
+// a commit for ever kept four joiners from founding).
+func (c *Core) stuck() bool {
+	comp := c.comp
+	if comp == nil || c.now < comp.progressAt.Add(2*c.cfg.FailureTimeout) {
+		return false
+	}
+	var missing []string
+	for i, x := range comp.commit.Cuts {
+		if x.Member != c.self && frame.SeqLess(comp.next[i], x.Cut) && (comp.departed[i] || !c.inner.Live(x.Member)) {
+			missing = append(missing, fmt.Sprintf("member %d's %d..%d (holder %d)", x.Member, comp.next[i], x.Cut-1, x.Holder))
+		}
+	}
+	c.removed(fmt.Sprintf("could not complete view %d from view %d in %v: no member relayed %s", comp.commit.Next, comp.commit.Base, 2*c.cfg.FailureTimeout, strings.Join(missing, ", ")))
+	return true
 }
 
 func (c *Core) innerNext(id frame.MemberID) uint32 {

@@ -298,6 +298,9 @@ func (c *Core) tickMember() {
 			c.promisedAt = c.now
 		}
 	}
+	if c.comp != nil && c.stuck() {
+		return
+	}
 	if c.comp != nil && c.now >= c.flushAt.Add(c.cfg.Retry) {
 		c.sendFlush() // asks the holders again for what is still missing
 	}
@@ -459,6 +462,7 @@ func (c *Core) Deadline() clock.Time {
 		}
 		if c.comp != nil {
 			early(c.flushAt.Add(c.cfg.Retry))
+			early(c.comp.progressAt.Add(2 * c.cfg.FailureTimeout))
 		}
 		if c.reportDue() {
 			early(max(c.reportAt, c.now, 1))

@@ -152,6 +152,12 @@ type completion struct {
 	next     []uint32 // per cut: the next sequence number to deliver
 	departed []bool   // per cut: its sender does not stay
 	relays   []relayed
+	// progressAt is when the completion last moved (a message delivered
+	// up to a cut), sum what had been delivered then: a completion that
+	// does not move for twice the failure timeout is given up (its
+	// holders are gone), and the member stops.
+	progressAt clock.Time
+	sum        uint64
 }
 
 // relayed is a relayed frame that arrived ahead of its turn.
