@@ -12,7 +12,7 @@ const (
 	fileOfferHead  = 54 // id, size, block size, stamp, SHA-256, name length
 	fileDataHead   = 4  // id
 	fileEndHead    = 18 // id, blocks, srtt, stamp, count
-	fileStatusHead = 26 // id, state, reason, credit, held, top, echo, delay, count
+	fileStatusHead = 30 // id, incarnation, state, reason, credit, held, top, echo, delay, count
 	fileGoneLen    = 5  // id, reason
 	// FileDataHead is the bytes of a FileData body before the block.
 	FileDataHead = fileDataHead
@@ -179,8 +179,13 @@ func (r FileReason) String() string {
 // accumulated ACK of §III.C in one state report). The header's Seq counts
 // the receiver's reports, so an older one arriving late is ignored.
 type FileStatusBody struct {
-	ID     uint32
-	State  FileState
+	ID uint32
+	// Incarnation is the sender's incarnation of the transfer (the
+	// header's is the receiver's): a restarted sender counts ids from 1
+	// again, and must not take a report on its old run's file for one on
+	// its new run's.
+	Incarnation uint32
+	State       FileState
 	Reason FileReason // with FileFailed only
 	// Credit is how many repair frames the receiver takes until its next
 	// report (§III.C).
@@ -200,6 +205,7 @@ func (s *FileStatusBody) FrameType() Type { return FileStatus }
 func (s *FileStatusBody) Len() int        { return fileStatusHead + rangeLen*len(s.Missing) }
 func (s *FileStatusBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, s.ID)
+	b = be.AppendUint32(b, s.Incarnation)
 	b = append(b, byte(s.State), byte(s.Reason))
 	b = be.AppendUint16(b, s.Credit)
 	b = be.AppendUint32(b, s.Held)
@@ -281,18 +287,18 @@ func checkFileBody(t Type, body []byte, start int) error {
 		if err := atLeast("file.status", fileStatusHead); err != nil {
 			return err
 		}
-		st, r := FileState(body[4]), FileReason(body[5])
+		st, r := FileState(body[8]), FileReason(body[9])
 		if !st.valid() {
-			return decodeErr(ErrBody, "file.status.state", start+4, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
+			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
 		if st == FileFailed && (r == FileReasonNone || r > FileUnknown) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+5, "reason %d with state %v (want 1..5 with failed, 0 otherwise)", r, st)
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..5 with failed, 0 otherwise)", r, st)
 		}
-		n := int(be.Uint16(body[24:]))
+		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {
-			return decodeErr(ErrBody, "file.status.missing", start+24, "%d ranges need %d bytes, body has %d", n, fileStatusHead+n*rangeLen, len(body))
+			return decodeErr(ErrBody, "file.status.missing", start+28, "%d ranges need %d bytes, body has %d", n, fileStatusHead+n*rangeLen, len(body))
 		}
-		top := be.Uint32(body[12:])
+		top := be.Uint32(body[16:])
 		var prev uint32
 		for i := range n {
 			off := fileStatusHead + i*rangeLen
@@ -348,8 +354,8 @@ func (v View) FileAwaited() MemberIDs { return MemberIDs(v.Body()[fileEndHead:])
 // FileMissing reads.
 func (v View) FileStatus() FileStatusBody {
 	b := v.Body()
-	return FileStatusBody{ID: be.Uint32(b), State: FileState(b[4]), Reason: FileReason(b[5]), Credit: be.Uint16(b[6:]),
-		Held: be.Uint32(b[8:]), Top: be.Uint32(b[12:]), Echo: be.Uint32(b[16:]), Delay: be.Uint32(b[20:])}
+	return FileStatusBody{ID: be.Uint32(b), Incarnation: be.Uint32(b[4:]), State: FileState(b[8]), Reason: FileReason(b[9]), Credit: be.Uint16(b[10:]),
+		Held: be.Uint32(b[12:]), Top: be.Uint32(b[16:]), Echo: be.Uint32(b[20:]), Delay: be.Uint32(b[24:])}
 }
 
 // FileMissing returns a FileStatus frame's missing ranges.
