@@ -186,7 +186,7 @@ type FileStatusBody struct {
 	// its new run's.
 	Incarnation uint32
 	State       FileState
-	Reason FileReason // with FileFailed only
+	Reason      FileReason // with FileFailed only
 	// Credit is how many repair frames the receiver takes until its next
 	// report (§III.C).
 	Credit uint16
