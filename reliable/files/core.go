@@ -290,10 +290,10 @@ func (c *Core) sampleRTT(now Time, echo, delay uint32) {
 }
 
 // rto is how long a repair or an offer sent again waits for the report
-// that says it arrived: a round trip with its variance, and the time the
-// pacer takes to send a receiver's credit of frames.
+// that says it arrived: a round trip with its variance (measured with
+// the queues it crosses), and the time the pacer takes to send a burst.
 func (c *Core) rto() Duration {
-	d := c.srtt + 4*c.rttvar + Duration(int64(c.cfg.Credit)*int64(c.frameBytes())*int64(Second)/c.cfg.Rate)
+	d := c.srtt + 4*c.rttvar + Duration(int64(c.cfg.Burst)*int64(c.frameBytes())*int64(Second)/c.cfg.Rate)
 	return c.clamp(d)
 }
 

@@ -122,7 +122,7 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 		}
 		// Answer at once what the sender awaits, and a file not complete
 		// here (a ghost fetches too, §III.D); not faster than MinTimer.
-		if (t.active() || t.named && t.state != declined) && now.Sub(t.reported) >= c.cfg.MinTimer {
+		if (t.active() || t.named && t.state != declined) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
 			c.sendReport(now, t)
 		}
 	case frame.FileGone:

@@ -270,12 +270,13 @@ func (c *Core) tickSender(now Time) {
 			}
 			c.judge(now, f)
 		}
-		if f.ended && now >= f.endAt {
-			c.sendEnd(now, f)
-		}
 		if f.judged && now.Sub(max(f.lastRequest, f.judgedAt)) >= c.cfg.FileTimeout {
 			c.close(f)
 			i--
+			continue
+		}
+		if f.ended && now >= f.endAt {
+			c.sendEnd(now, f)
 		}
 	}
 	c.pump(now)

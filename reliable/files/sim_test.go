@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
@@ -70,6 +71,9 @@ type scenario struct {
 	failRead bool
 	// The core's knobs: zero for the defaults.
 	window, credit, statusEvery, repairPercent, burst int
+	rate                                              int64
+	// inLoss: random loss on arrival at some members (the shape tests).
+	inLoss map[int]float64
 }
 
 func (s *scenario) String() string {
@@ -250,7 +254,7 @@ func (s *simRun) infos(withGhost bool) []frame.MemberInfo {
 
 func (s *simRun) config(n *simNode, withGhost bool) Config {
 	return Config{Group: 7, Self: n.id, Members: s.infos(withGhost), MTU: s.sc.link.MTU, BlockSize: s.sc.block, Sink: n.sink,
-		Rate: 60_000_000, FileTimeout: 5 * Second, Window: s.sc.window, Credit: s.sc.credit, StatusEvery: s.sc.statusEvery,
+		Rate: cmp.Or(s.sc.rate, 60_000_000), FileTimeout: 5 * Second, Window: s.sc.window, Credit: s.sc.credit, StatusEvery: s.sc.statusEvery,
 		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst}
 }
 
@@ -424,6 +428,13 @@ func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, err
 		n.sink = newMemSink(func(format string, args ...any) { s.fail("member %d: sink: %s", n.id, fmt.Sprintf(format, args...)) })
 		if i == sc.refuse {
 			n.sink.refuse = "refused-"
+		}
+		if loss, ok := sc.inLoss[i]; ok {
+			im := sc.link.In
+			im.Loss = loss
+			if err := ep.SetImpairment(testnet.In, im); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s.nodes = append(s.nodes, n)
 	}
