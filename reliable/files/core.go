@@ -32,10 +32,19 @@ type Core struct {
 	rttvar  Duration
 	sampled bool
 	paceAt  Time // when the pacer has room for the work waiting (0: none)
+	// Scratch space of the pacer, so a block sent allocates nothing.
+	scratchTops []uint32
+	scratchTo   []*receiver
+	placed      frame.Placed
+	hdr         frame.Header
 
 	// Receiver (recv.go).
 	in       []*transfer // by key
 	reportNo uint32      // Seq of our next report
+	// incs: each sender's incarnation last heard, so that a frame of a
+	// new one ends the old one's transfers (senderRestarted) without a
+	// scan of every transfer per frame.
+	incs map[frame.MemberID]uint32
 
 	leaving, left bool
 
@@ -67,7 +76,7 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{cfg: s, members: s.Members, nextID: 1, aborted: map[uint32]frame.FileReason{}, gone: map[goneKey]bool{},
+	return &Core{cfg: s, members: s.Members, nextID: 1, aborted: map[uint32]frame.FileReason{}, gone: map[goneKey]bool{}, incs: map[frame.MemberID]uint32{},
 		srtt: s.InitialRTT, rttvar: s.InitialRTT / 2}, nil
 }
 

@@ -137,6 +137,10 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 // sender heard in another: that run is dead, and its partial copies are
 // kept for the new run's offers of the same files.
 func (c *Core) senderRestarted(now Time, sender frame.MemberID, inc uint32) {
+	if last, ok := c.incs[sender]; ok && last == inc {
+		return
+	}
+	c.incs[sender] = inc
 	for _, t := range c.in {
 		if t.key.sender == sender && t.key.inc != inc && t.active() {
 			c.fail(now, t, CauseRestarted, true, false)

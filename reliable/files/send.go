@@ -504,7 +504,8 @@ func (c *Core) pump(now Time) {
 // heard recently (the median, not the slowest: §III.C's credits without
 // tying everyone to the slowest receiver).
 func (c *Core) windowOpen(now Time, f *outFile) bool {
-	var tops []uint32
+	tops := c.scratchTops[:0]
+	defer func() { c.scratchTops = tops[:0] }()
 	for _, r := range f.rcv {
 		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed {
 			continue
@@ -579,7 +580,8 @@ func (c *Core) repairOne(now Time, passing bool) bool {
 			if !ok {
 				continue
 			}
-			to := []*receiver{r}
+			to := append(c.scratchTo[:0], r)
+			defer func() { c.scratchTo = to[:0] }()
 			for _, q := range f.rcv {
 				if q != r && q.wants(now, b, rto) {
 					to = append(to, q)
@@ -682,7 +684,9 @@ func (c *Core) sendBlock(now Time, f *outFile, b uint32, dst [6]byte, flags fram
 		c.abort(now, f, err)
 		return 0
 	}
-	buf, err = frame.Append(buf, &h, &frame.Placed{T: frame.FileData, N: frame.FileDataHead + n})
+	c.placed = frame.Placed{T: frame.FileData, N: frame.FileDataHead + n}
+	c.hdr = h
+	buf, err = frame.Append(buf, &c.hdr, &c.placed)
 	if err != nil {
 		panic("files: encoding a FileData frame: " + err.Error())
 	}
