@@ -50,8 +50,8 @@ func BenchmarkPass(b *testing.B) {
 
 type zeroSource struct{}
 
-func (zeroSource) ReadBlock(_ uint32, p []byte) (int, error) { clear(p); return len(p), nil }
-func (zeroSource) Close() error                              { return nil }
+func (zeroSource) ReadAt(p []byte, _ int64) (int, error) { clear(p); return len(p), nil }
+func (zeroSource) Close() error                          { return nil }
 
 type discardSink struct{}
 

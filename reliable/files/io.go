@@ -33,13 +33,13 @@ func (m Meta) String() string {
 	return fmt.Sprintf("file %d %q of member %d (incarnation %d, %d bytes)", m.ID, m.Name, m.Sender, m.Incarnation, m.Size)
 }
 
-// Source is a file being sent: the driver reads its blocks (over a file
-// live, over memory in the simulator), so the core never holds a file.
+// Source is a file being sent: the core reads its blocks through it (a
+// *os.File live, memory in the simulator), so it never holds a file.
 type Source interface {
-	// ReadBlock reads block b into p (len(p) is the block's length) and
-	// returns the bytes read; fewer than len(p), or an error, abort the
-	// file.
-	ReadBlock(b uint32, p []byte) (int, error)
+	// ReadAt reads len(p) bytes at offset off (io.ReaderAt): one block.
+	// Fewer bytes, or an error other than io.EOF with all of them, abort
+	// the file.
+	ReadAt(p []byte, off int64) (int, error)
 	// Close is called once the file closes at the sender.
 	Close() error
 }

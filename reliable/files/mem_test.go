@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"io"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -16,15 +17,18 @@ type memSource struct {
 	fail   int // ReadBlock of this block fails (-1: none)
 }
 
-func (s *memSource) ReadBlock(b uint32, p []byte) (int, error) {
-	if int(b) == s.fail {
+func (s *memSource) ReadAt(p []byte, off int64) (int, error) {
+	if b := int(off) / s.bs; b == s.fail {
 		return 0, fmt.Errorf("disk error at block %d", b)
 	}
-	off := int(b) * s.bs
-	if off >= len(s.data) && len(p) > 0 {
-		return 0, fmt.Errorf("block %d past the end", b)
+	if int(off) >= len(s.data) && len(p) > 0 {
+		return 0, fmt.Errorf("offset %d past the end", off)
 	}
-	return copy(p, s.data[off:]), nil
+	n := copy(p, s.data[off:])
+	if int(off)+n == len(s.data) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 func (s *memSource) Close() error { s.closed++; return nil }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 
@@ -675,7 +676,10 @@ func (c *Core) sendBlock(now Time, f *outFile, b uint32, dst [6]byte, flags fram
 	n := f.meta.BlockLen(b)
 	body := buf[at : at+frame.FileDataHead+n]
 	binary.BigEndian.PutUint32(body, f.meta.ID)
-	got, err := f.src.ReadBlock(b, body[frame.FileDataHead:])
+	got, err := f.src.ReadAt(body[frame.FileDataHead:], int64(b)*int64(f.meta.BlockSize))
+	if errors.Is(err, io.EOF) && got == n {
+		err = nil
+	}
 	if err == nil && got != n {
 		err = fmt.Errorf("block %d: read %d bytes of %d", b, got, n)
 	}
