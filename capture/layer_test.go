@@ -79,7 +79,7 @@ func checkLayer(t *testing.T, r *Rbcast, b []byte) {
 	if alg, tag, ok := v.Auth(); ok != (r.AuthTag != nil) || alg != r.AuthAlgorithm || !bytes.Equal(tag, r.AuthTag) {
 		t.Fatalf("auth %d %x, want %d %x", r.AuthAlgorithm, r.AuthTag, alg, tag)
 	}
-	if s := r.Summary(); !strings.HasPrefix(s, v.Type().String()+" from ") || !strings.Contains(s, "seq 42 group 48879") {
+	if s := r.Summary(); !strings.HasPrefix(s, v.Type().String()+" from ") || !strings.Contains(s, fmt.Sprintf("seq %d group 48879", v.Seq())) {
 		t.Fatalf("summary %q", s)
 	}
 }

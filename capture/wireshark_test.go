@@ -170,6 +170,10 @@ var dissectorFields = []string{
 	"rbcast.pcode.targets_length", "rbcast.pcode.target", "rbcast.pcode.nack.kind", "rbcast.pcode.source",
 	"rbcast.pcode.last", "rbcast.pcode.echo", "rbcast.pcode.point_base", "rbcast.pcode.point_count", "rbcast.pcode.point",
 	"rbcast.pcode.abort.reason", "rbcast.pcode.member", "rbcast.pcode.text_length", "rbcast.pcode.text",
+	"rbcast.file.id", "rbcast.file.size", "rbcast.file.block_size", "rbcast.file.stamp", "rbcast.file.sha256",
+	"rbcast.file.name_length", "rbcast.file.name", "rbcast.file.blocks", "rbcast.file.srtt", "rbcast.file.awaited_count",
+	"rbcast.file.awaited", "rbcast.file.incarnation", "rbcast.file.state", "rbcast.file.reason", "rbcast.file.credit",
+	"rbcast.file.held", "rbcast.file.top", "rbcast.file.echo", "rbcast.file.delay",
 	"rbcast.crc32c", "rbcast.crc32c.computed", "rbcast.crc32c.status",
 	"frame.interface_name", "frame.interface_description", "frame.packet_flags_direction", "_ws.expert.message",
 }
@@ -336,6 +340,35 @@ func expectFields(v frame.View) map[string]string {
 		a := v.PcodeAbort()
 		m["rbcast.pcode.abort.reason"], m["rbcast.pcode.reserved"], m["rbcast.pcode.member"], m["rbcast.pcode.step"] = d(uint8(a.Reason)), "0", d(uint16(a.Member)), d(a.Step)
 		m["rbcast.pcode.text_length"], m["rbcast.pcode.text"] = d(len(a.Text)), string(a.Text)
+	case frame.FileOffer:
+		o := v.FileOffer()
+		m["rbcast.file.id"], m["rbcast.file.size"], m["rbcast.file.block_size"], m["rbcast.file.stamp"] = d(o.ID), d(o.Size), d(o.BlockSize), d(o.Stamp)
+		m["rbcast.file.sha256"], m["rbcast.file.name_length"], m["rbcast.file.name"] = hex.EncodeToString(o.Hash[:]), d(len(o.Name)), string(o.Name)
+	case frame.FileData:
+		m["rbcast.file.id"], m["rbcast.payload"] = d(v.FileID()), hex.EncodeToString(v.FileBlock())
+	case frame.FileEnd:
+		id, blocks, srtt, st := v.FileEnd()
+		var aw joined
+		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
+			aw.add("%d", ml.At(i))
+		}
+		m["rbcast.file.id"], m["rbcast.file.blocks"], m["rbcast.file.srtt"], m["rbcast.file.stamp"] = d(id), d(blocks), d(srtt), d(st)
+		m["rbcast.file.awaited_count"], m["rbcast.file.awaited"] = d(v.FileAwaited().Len()), aw.String()
+	case frame.FileStatus:
+		st := v.FileStatus()
+		m["rbcast.file.id"], m["rbcast.file.incarnation"], m["rbcast.file.state"], m["rbcast.file.reason"] = d(st.ID), d(st.Incarnation), d(uint8(st.State)), d(uint8(st.Reason))
+		m["rbcast.file.credit"], m["rbcast.file.held"], m["rbcast.file.top"] = d(st.Credit), d(st.Held), d(st.Top)
+		m["rbcast.file.echo"], m["rbcast.file.delay"] = d(st.Echo), d(st.Delay)
+		rl := v.FileMissing()
+		var first, last joined
+		for i := range rl.Len() {
+			first.add("%d", rl.At(i).First)
+			last.add("%d", rl.At(i).Last)
+		}
+		m["rbcast.range_count"], m["rbcast.range.first"], m["rbcast.range.last"] = d(rl.Len()), first.String(), last.String()
+	case frame.FileGone:
+		g := v.FileGone()
+		m["rbcast.file.id"], m["rbcast.file.reason"] = d(g.ID), d(uint8(g.Reason))
 	case frame.SeqMember:
 		c := v.SeqMemberChange()
 		m["rbcast.epoch"], m["rbcast.safe"], m["rbcast.held"] = d(c.Epoch), d(c.Safe), d(c.Held)
@@ -492,6 +525,12 @@ func TestDissectorExpertInfo(t *testing.T) {
 			b[frame.HeaderLen+4*frame.AckEntryLen+13] = 0
 			return withCRC(b)
 		}(), "reason 0 with change removed", "1"},
+		{"file range at top", func() []byte {
+			b := clone("file_status")
+			binary.BigEndian.PutUint32(b[frame.HeaderLen+30+8+4:], 3)
+			return withCRC(b)
+		}(), "range 1 is 2..3 (want first <= last < top 3", "1"},
+		{"file gone reason", func() []byte { b := clone("file_gone"); b[frame.HeaderLen+4] = 1; return withCRC(b) }(), "reason 1 (want 3 closed, 4 aborted, 5 unknown)", "1"},
 		{"truncated bundle", func() []byte {
 			b := clone("data_bundle")
 			// the last message's length (0) claims 200 bytes

@@ -88,7 +88,7 @@ func (p *Encoded) flags() Flags {
 // and the CRC each time it sends the frame (reliable/pbp's history).
 // Append refuses a Placed body whose buffer lacks the capacity.
 type Placed struct {
-	T       Type // Data or SeqRequest
+	T       Type // Data or SeqRequest (or FileData: file id and block in place)
 	N       int
 	Bundled bool
 }

@@ -153,6 +153,22 @@ const (
 	// PcodeAbort stops the program everywhere (one failure stops it).
 	PcodeAbort Type = 0x33
 
+	// Files (Liu & Russell's IBRMP; reliable/files): 0x40–0x4F.
+
+	// FileOffer announces a file before its data (IBRMP's BOF).
+	FileOffer Type = 0x40
+	// FileData is one block of a file; Seq is its block number.
+	FileData Type = 0x41
+	// FileEnd ends a file's multicast pass and names the receivers still
+	// awaited (IBRMP's EOF and its snapshot, §III.D).
+	FileEnd Type = 0x42
+	// FileStatus is a receiver's report on a transfer: BOF_REQUEST,
+	// DATA_REQUEST, TRANSFER_DONE and the credit-bearing ACK in one.
+	FileStatus Type = 0x43
+	// FileGone tells a receiver the file is closed, aborted or unknown
+	// (IBRMP's FILE_TIMEOUT, §III.E).
+	FileGone Type = 0x44
+
 	// Authentication (link/auth, docs/auth.md): 0x38–0x3B.
 
 	// KeyMismatch tells a station whose frame did not authenticate that
@@ -172,13 +188,15 @@ var typeNames = [...]string{
 	ViewRelay: "ViewRelay", ViewRefuse: "ViewRefuse", GroupRemove: "GroupRemove", ViewSuspect: "ViewSuspect", Datagram: "Datagram",
 	KeyMismatch: "KeyMismatch",
 	PcodeData:   "PcodeData", PcodeNack: "PcodeNack", PcodeStatus: "PcodeStatus", PcodeAbort: "PcodeAbort",
+	FileOffer: "FileOffer", FileData: "FileData", FileEnd: "FileEnd", FileStatus: "FileStatus", FileGone: "FileGone",
 }
 
 // Types lists every frame type, in wire order.
 var Types = []Type{Data, Ack, Nack, Join, Welcome, Start, Leave, Heartbeat,
 	SeqRequest, SeqData, SeqAccept, SeqStatusRequest, SeqStatusReply, SeqRetransmit, SeqElection, SeqMember,
 	ViewJoin, ViewPrepare, ViewFlush, ViewCommit, ViewRelay, ViewRefuse, GroupRemove, ViewSuspect, Datagram,
-	PcodeData, PcodeNack, PcodeStatus, PcodeAbort, KeyMismatch}
+	PcodeData, PcodeNack, PcodeStatus, PcodeAbort, KeyMismatch,
+	FileOffer, FileData, FileEnd, FileStatus, FileGone}
 
 // Valid reports whether t is a frame type this version defines.
 func (t Type) Valid() bool {

@@ -150,6 +150,17 @@ func exercise(v View) {
 			d := v.PcodeData()
 			_, _ = d.Targets.Count(), d.Targets.Has(9)
 		}
+	case FileOffer, FileData, FileEnd, FileStatus, FileGone:
+		_ = v.FileID()
+		_ = v.decodeFile()
+		if v.Type() == FileStatus {
+			st := v.FileStatus()
+			for i, rl := 0, v.FileMissing(); i < rl.Len(); i++ {
+				if r := rl.At(i); r.Last >= st.Top {
+					panic("a missing range at or above top passed validation")
+				}
+			}
+		}
 	case SeqElection:
 		_ = v.Election()
 	case SeqMember:

@@ -116,6 +116,8 @@ func checkBody(t Type, flags Flags, b []byte, start, end int, encrypted bool) er
 		return checkKeyMismatch(body, start)
 	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
 		return checkPcodeBody(t, body, start)
+	case FileOffer, FileData, FileEnd, FileStatus, FileGone:
+		return checkFileBody(t, body, start)
 	}
 	return decodeErr(ErrType, "type", offType, "type 0x%02x", uint8(t))
 }
@@ -392,6 +394,8 @@ func (v View) Decode() (Header, Body) {
 		return h, &k
 	case PcodeData, PcodeNack, PcodeStatus, PcodeAbort:
 		return h, v.decodePcode()
+	case FileOffer, FileData, FileEnd, FileStatus, FileGone:
+		return h, v.decodeFile()
 	}
 	return h, nil
 }

@@ -174,6 +174,7 @@ type Checker struct {
 	acks
 	storms
 	views
+	files
 }
 
 // New returns a Checker.
@@ -192,6 +193,7 @@ func New(opts Options) *Checker {
 	c.acks.init(opts.Window)
 	c.storms.init(opts.Window)
 	c.views.init(opts.Window)
+	c.files.init(opts.Window)
 	return c
 }
 
@@ -285,6 +287,7 @@ func (c *Checker) Check(f *Frame) []Violation {
 	c.checkAcks(f, ifc, report, func(d string) { out[len(out)-1].Doubt = d })
 	c.checkStorm(f, report)
 	c.checkViews(f, report)
+	c.checkFiles(f, report)
 	return out
 }
 

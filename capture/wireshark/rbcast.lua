@@ -1,4 +1,5 @@
--- Wireshark/tshark dissector for rbcast, wire format version 4 (with PCODE, 0x30-0x33).
+-- Wireshark/tshark dissector for rbcast, wire format version 4 (with PCODE, 0x30-0x33,
+-- and files after IBRMP, 0x40-0x44).
 --
 -- The format is specified in docs/wire-format.md (the authority; this file
 -- follows it field by field) and implemented in frame/. Every field of
@@ -40,6 +41,12 @@ local type_names = {
 	[0x24] = "ViewRelay", [0x25] = "ViewRefuse", [0x26] = "GroupRemove", [0x27] = "ViewSuspect", [0x28] = "Datagram",
 	[0x38] = "KeyMismatch",
 	[0x30] = "PcodeData", [0x31] = "PcodeNack", [0x32] = "PcodeStatus", [0x33] = "PcodeAbort",
+	[0x40] = "FileOffer", [0x41] = "FileData", [0x42] = "FileEnd", [0x43] = "FileStatus", [0x44] = "FileGone",
+}
+local file_state_names = { [1] = "needs offer", [2] = "receiving", [3] = "done", [4] = "failed" }
+local file_reason_names = {
+	[0] = "none", [1] = "storage failed", [2] = "hash mismatch", [3] = "closed by the sender",
+	[4] = "aborted by the sender", [5] = "unknown to the sender",
 }
 local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
 local stream_names = { [0] = "broadcast", [1] = "point-to-point" }
@@ -158,6 +165,25 @@ local f = {
 	pcode_member = ProtoField.uint16("rbcast.pcode.member", "Member", base.DEC),
 	pcode_text_length = ProtoField.uint16("rbcast.pcode.text_length", "Text length", base.DEC),
 	pcode_text = ProtoField.string("rbcast.pcode.text", "Text"),
+	file_id = ProtoField.uint32("rbcast.file.id", "File id", base.DEC),
+	file_size = ProtoField.uint64("rbcast.file.size", "Size", base.DEC),
+	file_block_size = ProtoField.uint32("rbcast.file.block_size", "Block size", base.DEC),
+	file_stamp = ProtoField.uint32("rbcast.file.stamp", "Stamp (sender's µs)", base.DEC),
+	file_sha256 = ProtoField.bytes("rbcast.file.sha256", "SHA-256"),
+	file_name_length = ProtoField.uint16("rbcast.file.name_length", "Name length", base.DEC),
+	file_name = ProtoField.string("rbcast.file.name", "Name"),
+	file_blocks = ProtoField.uint32("rbcast.file.blocks", "Blocks", base.DEC),
+	file_srtt = ProtoField.uint32("rbcast.file.srtt", "Sender's smoothed RTT (µs)", base.DEC),
+	file_awaited_count = ProtoField.uint16("rbcast.file.awaited_count", "Awaited receivers", base.DEC),
+	file_awaited = ProtoField.uint16("rbcast.file.awaited", "Awaited", base.DEC),
+	file_incarnation = ProtoField.uint32("rbcast.file.incarnation", "Sender's incarnation", base.DEC),
+	file_state = ProtoField.uint8("rbcast.file.state", "State", base.DEC, file_state_names),
+	file_reason = ProtoField.uint8("rbcast.file.reason", "Reason", base.DEC, file_reason_names),
+	file_credit = ProtoField.uint16("rbcast.file.credit", "Credit (repair frames)", base.DEC),
+	file_held = ProtoField.uint32("rbcast.file.held", "Blocks held", base.DEC),
+	file_top = ProtoField.uint32("rbcast.file.top", "Top (one past the highest block seen)", base.DEC),
+	file_echo = ProtoField.uint32("rbcast.file.echo", "Echoed stamp", base.DEC),
+	file_delay = ProtoField.uint32("rbcast.file.delay", "Held the stamp for (µs)", base.DEC),
 	padding = ProtoField.bytes("rbcast.padding", "Bytes after the frame"),
 	crc = ProtoField.uint32("rbcast.crc32c", "CRC-32C", base.HEX),
 	crc_computed = ProtoField.uint32("rbcast.crc32c.computed", "Computed CRC-32C", base.HEX),
@@ -305,9 +331,107 @@ end
 
 local fixed_body = {
 	[0x04] = 24, [0x05] = 20, [0x13] = 16, [0x14] = 8, [0x16] = 12, [0x17] = 20,
-	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x31] = 16, [0x38] = 10,
+	[0x20] = 22, [0x25] = 17, [0x26] = 4, [0x31] = 16, [0x38] = 10, [0x44] = 5,
 	[0x02] = 0, [0x07] = 0, [0x08] = 0,
 }
+
+-- dissect_file decodes the file frames (reliable/files, after IBRMP;
+-- frame/filesbody.go), checking what checkFileBody checks.
+local function dissect_file(ty, name, tree, tvb, off, stop)
+	local len = stop - off
+	local function at_least(n, field)
+		if len < n then
+			body_error(tree, field, off, string.format("%s body is %d bytes, needs at least %d", name, len, n))
+			if len > 0 then tree:add(f.body, tvb(off, len)) end
+			return false
+		end
+		return true
+	end
+	if not at_least(4, "file") then return end
+	local ii = tree:add(f.file_id, tvb(off, 4))
+	if tvb(off, 4):uint() == 0 then body_error(ii, "file.id", off, "file id 0 is reserved") end
+	if ty == 0x40 then
+		if not at_least(54, "file.offer") then return end
+		tree:add(f.file_size, tvb(off + 4, 8))
+		local bi = tree:add(f.file_block_size, tvb(off + 12, 4))
+		local bs = tvb(off + 12, 4):uint()
+		if bs == 0 then
+			body_error(bi, "file.offer.block_size", off + 12, "block size 0")
+		elseif tvb(off + 4, 8):uint64() > UInt64(bs) * UInt64(0xffffffff) then
+			body_error(bi, "file.offer.size", off + 4, "more blocks than 32-bit block numbers count")
+		end
+		tree:add(f.file_stamp, tvb(off + 16, 4))
+		tree:add(f.file_sha256, tvb(off + 20, 32))
+		local n = tvb(off + 52, 2):uint()
+		local ni = tree:add(f.file_name_length, tvb(off + 52, 2))
+		if n == 0 or n > 4096 or len ~= 54 + n then
+			body_error(ni, "file.offer.name", off + 52, string.format("name of %d bytes (want 1..4096), body has %d after the fixed part", n, len - 54))
+			return
+		end
+		tree:add(f.file_name, tvb(off + 54, n))
+	elseif ty == 0x41 then
+		if not at_least(5, "file.data") then return end
+		tree:add(f.payload, tvb(off + 4, len - 4))
+	elseif ty == 0x42 then
+		if not at_least(18, "file.end") then return end
+		tree:add(f.file_blocks, tvb(off + 4, 4))
+		tree:add(f.file_srtt, tvb(off + 8, 4))
+		tree:add(f.file_stamp, tvb(off + 12, 4))
+		local n = tvb(off + 16, 2):uint()
+		local ni = tree:add(f.file_awaited_count, tvb(off + 16, 2))
+		if len ~= 18 + 2 * n then
+			body_error(ni, "file.end.awaited", off + 16, string.format("%d members need %d bytes, body has %d", n, 18 + 2 * n, len))
+			return
+		end
+		for i = 0, n - 1 do
+			local mi = tree:add(f.file_awaited, tvb(off + 18 + 2 * i, 2))
+			if tvb(off + 18 + 2 * i, 2):uint() == 0xffff then
+				body_error(mi, "file.end.awaited", off + 18 + 2 * i, "member id 0xffff is reserved for 'no member'")
+			end
+		end
+	elseif ty == 0x43 then
+		if not at_least(30, "file.status") then return end
+		tree:add(f.file_incarnation, tvb(off + 4, 4))
+		local st, r = tvb(off + 8, 1):uint(), tvb(off + 9, 1):uint()
+		local si = tree:add(f.file_state, tvb(off + 8, 1))
+		local ri = tree:add(f.file_reason, tvb(off + 9, 1))
+		if st < 1 or st > 4 then
+			body_error(si, "file.status.state", off + 8, string.format("state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st))
+		elseif (st == 4 and (r == 0 or r > 5)) or (st ~= 4 and r ~= 0) then
+			body_error(ri, "file.status.reason", off + 9, string.format("reason %d with state %s", r, file_state_names[st]))
+		end
+		tree:add(f.file_credit, tvb(off + 10, 2))
+		tree:add(f.file_held, tvb(off + 12, 4))
+		local top = tvb(off + 16, 4):uint()
+		tree:add(f.file_top, tvb(off + 16, 4))
+		tree:add(f.file_echo, tvb(off + 20, 4))
+		tree:add(f.file_delay, tvb(off + 24, 4))
+		local n = tvb(off + 28, 2):uint()
+		local ni = tree:add(f.range_count, tvb(off + 28, 2))
+		if len ~= 30 + 8 * n then
+			body_error(ni, "file.status.missing", off + 28, string.format("%d ranges need %d bytes, body has %d", n, 30 + 8 * n, len))
+			return
+		end
+		local prev = -1
+		for i = 0, n - 1 do
+			local p = off + 30 + 8 * i
+			local first, last = tvb(p, 4):uint(), tvb(p + 4, 4):uint()
+			local rt = tree:add(rbcast, tvb(p, 8), string.format("Missing %d: blocks %u..%u", i, first, last))
+			rt:add(f.range_first, tvb(p, 4))
+			rt:add(f.range_last, tvb(p + 4, 4))
+			if last < first or last >= top or first <= prev then
+				body_error(rt, "file.status.missing", p, string.format("range %d is %u..%u (want first <= last < top %u, above the range before)", i, first, last, top))
+			end
+			prev = last
+		end
+	elseif ty == 0x44 then
+		local ri = tree:add(f.file_reason, tvb(off + 4, 1))
+		local r = tvb(off + 4, 1):uint()
+		if r < 3 or r > 5 then
+			body_error(ri, "file.gone.reason", off + 4, string.format("reason %d (want 3 closed, 4 aborted, 5 unknown)", r))
+		end
+	end
+end
 
 local function dissect_body(ty, flags, tree, tvb, off, stop)
 	local len = stop - off
@@ -587,6 +711,8 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 			return
 		end
 		if n > 0 then tree:add(f.pcode_text, tvb(off + 14, n)) end
+	elseif ty >= 0x40 and ty <= 0x44 then
+		dissect_file(ty, name, tree, tvb, off, stop)
 	end
 end
 

@@ -22,8 +22,10 @@ import (
 // member's core on a capture's frames (pcap-replay simulate and check).
 // Everything else above reliable — dsm, the daemon, the commands, the
 // simulators — uses package reliable, which re-exports what they need
-// (reliable/export.go).
-var coreDrivers = []string{"internal/replay"}
+// (reliable/export.go). internal/filestore implements the file core's
+// Sink and Source over a directory (reliable/files); it leaves this list
+// once reliable re-exports the file core's types with its runtime.
+var coreDrivers = []string{"internal/replay", "internal/filestore"}
 
 // checkCoreImports returns every package outside reliable/ that imports a
 // package under it other than reliable itself, unless it is one of

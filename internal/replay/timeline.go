@@ -150,6 +150,36 @@ func Details(v frame.View) string {
 	case frame.PcodeAbort:
 		a := v.PcodeAbort()
 		fmt.Fprintf(&b, " abort at step %d: %v (member %d): %q", a.Step, a.Reason, a.Member, a.Text)
+	case frame.FileOffer:
+		// Files (reliable/files, after IBRMP): the seq is the block number
+		// of FileData, the report number of FileStatus.
+		o := v.FileOffer()
+		fmt.Fprintf(&b, " file %d %q %dB in %d blocks of %d sha256 %x", o.ID, o.Name, o.Size, o.Blocks(), o.BlockSize, o.Hash[:8])
+	case frame.FileData:
+		fmt.Fprintf(&b, " file %d block %d %dB", v.FileID(), v.Seq(), len(v.FileBlock()))
+	case frame.FileEnd:
+		id, blocks, srtt, _ := v.FileEnd()
+		fmt.Fprintf(&b, " file %d end: %d blocks, srtt %dµs, awaiting [", id, blocks, srtt)
+		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprint(&b, ml.At(i))
+		}
+		b.WriteString("]")
+	case frame.FileStatus:
+		st := v.FileStatus()
+		fmt.Fprintf(&b, " file %d.%d %v", st.ID, st.Incarnation, st.State)
+		if st.State == frame.FileFailed {
+			fmt.Fprintf(&b, " (%v)", st.Reason)
+		}
+		fmt.Fprintf(&b, " held %d top %d credit %d", st.Held, st.Top, st.Credit)
+		if rl := v.FileMissing(); rl.Len() > 0 {
+			fmt.Fprintf(&b, " missing %s", rangeList(rl))
+		}
+	case frame.FileGone:
+		g := v.FileGone()
+		fmt.Fprintf(&b, " file %d gone: %v", g.ID, g.Reason)
 	case frame.SeqElection:
 		e := v.Election()
 		fmt.Fprintf(&b, " epoch %d %v candidate %d last %d", e.Epoch, e.Phase, e.Candidate, e.LastGlobal)

@@ -1,0 +1,80 @@
+package frame
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestFileBodyErrors(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	cases := []struct {
+		name  string
+		body  Body
+		field string
+		text  string
+	}{
+		{"id 0", &FileGoneBody{ID: 0, Reason: FileClosed}, "file.id", "file id 0 is reserved"},
+		{"block size 0", &FileOfferBody{ID: 1, Size: 10, Name: []byte("a")}, "file.offer.block_size", "block size 0"},
+		{"too many blocks", &FileOfferBody{ID: 1, Size: 1 << 40, BlockSize: 1, Name: []byte("a")}, "file.offer.size", "more than 32-bit block numbers count"},
+		{"no name", &FileOfferBody{ID: 1, Size: 10, BlockSize: 4}, "file.offer.name", "name of 0 bytes (want 1..4096)"},
+		{"NUL in name", &FileOfferBody{ID: 1, Size: 10, BlockSize: 4, Name: []byte("a\x00b")}, "file.offer.name", "NUL byte in the name"},
+		{"empty block", &FileDataBody{ID: 1}, "file.data", "FileData body is 4 bytes, needs at least 5"},
+		{"awaited no member", &FileEndBody{ID: 1, Awaited: []MemberID{2, NoMember}}, "file.end.awaited", "0xffff is reserved"},
+		{"status state", &FileStatusBody{ID: 1, State: 7}, "file.status.state", "state 7 (want 1 needs offer"},
+		{"failed without reason", &FileStatusBody{ID: 1, State: FileFailed}, "file.status.reason", "reason 0 with state failed"},
+		{"reason while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileStorage}, "file.status.reason", "reason 1 with state receiving"},
+		{"range at top", &FileStatusBody{ID: 1, State: FileReceiving, Top: 5, Missing: []Range{{1, 5}}}, "file.status.missing", "range 0 is 1..5 (want first <= last < top 5"},
+		{"range backwards", &FileStatusBody{ID: 1, State: FileReceiving, Top: 9, Missing: []Range{{4, 3}}}, "file.status.missing", "range 0 is 4..3"},
+		{"ranges overlap", &FileStatusBody{ID: 1, State: FileReceiving, Top: 9, Missing: []Range{{1, 3}, {3, 4}}}, "file.status.missing", "range 1 is 3..4"},
+		{"gone reason", &FileGoneBody{ID: 1, Reason: FileStorage}, "file.gone.reason", "reason 1 (want 3 closed, 4 aborted, 5 unknown)"},
+	}
+	for _, c := range cases {
+		b, err := Append(nil, &h, c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Parse(b)
+		var de *DecodeError
+		if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != c.field || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: err = %v, want ErrBody in %s saying %q", c.name, err, c.field, c.text)
+		}
+	}
+}
+
+// TestFileDataPlaced: a sender that reads a block straight into the frame
+// buffer (Placed) sends the bytes FileDataBody encodes.
+func TestFileDataPlaced(t *testing.T) {
+	h := baseHeader()
+	h.Acks, h.Seq = nil, 17
+	block := []byte("the seventeenth block")
+	want, err := Append(nil, &h, &FileDataBody{ID: 3, Data: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 256)
+	at := PrefixLen(&h)
+	copy(buf[at:cap(buf)], append(be.AppendUint32(nil, 3), block...))
+	got, err := Append(buf, &h, &Placed{T: FileData, N: FileDataHead + len(block)})
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Placed gives %x, %v; want %x", got, err, want)
+	}
+	v, err := Parse(got)
+	if err != nil || v.FileID() != 3 || v.Seq() != 17 || !bytes.Equal(v.FileBlock(), block) {
+		t.Fatalf("parsed %v: id %d block %d %q", err, v.FileID(), v.Seq(), v.FileBlock())
+	}
+}
+
+func TestFileBlocks(t *testing.T) {
+	for _, c := range []struct {
+		size uint64
+		bs   uint32
+		want uint64
+	}{{0, 1464, 0}, {1, 1464, 1}, {1464, 1464, 1}, {1465, 1464, 2}, {10, 0, 0}} {
+		if got := FileBlocks(c.size, c.bs); got != c.want {
+			t.Errorf("FileBlocks(%d, %d) = %d, want %d", c.size, c.bs, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package files
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// FuzzCore feeds a receiver and a sender arbitrary file frames — offers,
+// blocks, ends, gones and reports with fuzzed fields, from two senders
+// and two incarnations — at fuzzed instants. Neither may panic or return
+// output between Ready and Advance; a receiver commits only a file whose
+// bytes hash to its offer's hash (memSink checks), and a sender reports
+// at most one verdict per file.
+func FuzzCore(f *testing.F) {
+	seed := []byte{}
+	// An offer of 20 bytes in blocks of 5, its 4 blocks, an end.
+	seed = append(seed, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 5)
+	for b := range 4 {
+		seed = append(seed, 1, 1, 0, 1, 0, 0, 0, byte(b), 0, 0, 0, 0, 0, 0, 0, 0)
+	}
+	seed = append(seed, 2, 1, 0, 1, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0)
+	f.Add(seed)
+	f.Fuzz(runFuzzCore)
+}
+
+func runFuzzCore(t *testing.T, in []byte) {
+	data := []byte("0123456789abcdefghij")
+	h := sha256.Sum256(data)
+	{
+		sink := newMemSink(func(format string, args ...any) { t.Fatalf(format, args...) })
+		r := newCore(t, 2, sink, func(c *Config) { c.MaxBlocks = 1 << 12 })
+		s := newCore(t, 1, nil, nil)
+		src := &memSource{data: data, bs: s.cfg.BlockSize, fail: -1}
+		if _, err := s.Send(2, Outgoing{Name: "x", Size: uint64(len(data)), Hash: h, Source: src}); err != nil {
+			t.Fatal(err)
+		}
+		verdicts := 0
+		now := Time(10)
+		for len(in) >= 16 {
+			op, in2 := in[:16], in[16:]
+			in = in2
+			kind, from, inc := op[0]%5, frame.MemberID(1+op[1]%2), uint32(11+op[2]%2)
+			id := uint32(op[3]%3) + 1
+			a, b := binary.BigEndian.Uint32(op[4:]), binary.BigEndian.Uint32(op[8:])
+			c := binary.BigEndian.Uint32(op[12:])
+			now += Time(op[15]) * Time(Millisecond)
+			var body frame.Body
+			var seq uint32
+			switch kind {
+			case 0:
+				size := uint64(a % 64)
+				bs := max(1, b%16)
+				hash := h
+				if size != 20 {
+					hash = sha256.Sum256(data[:min(int(size), len(data))])
+				}
+				body = &frame.FileOfferBody{ID: id, Size: size, BlockSize: bs, Hash: hash, Name: []byte{'n', byte('0' + id)}}
+			case 1:
+				seq = a % 16
+				n := 1 + int(b%8)
+				blk := make([]byte, n)
+				for i := range blk {
+					blk[i] = data[(int(seq)*n+i)%len(data)]
+				}
+				body = &frame.FileDataBody{ID: id, Data: blk}
+			case 2:
+				body = &frame.FileEndBody{ID: id, Blocks: a % 16, SRTT: b % 10000, Stamp: c, Awaited: []frame.MemberID{2}}
+			case 3:
+				body = &frame.FileGoneBody{ID: id, Reason: frame.FileReason(3 + a%3)}
+			case 4:
+				top := a % 20
+				st := &frame.FileStatusBody{ID: id, Incarnation: inc, State: frame.FileState(1 + b%4), Credit: uint16(c), Held: b % 20, Top: top, Echo: c}
+				if st.State == frame.FileFailed {
+					st.Reason = frame.FileReason(1 + c%5)
+				}
+				if top > 2 {
+					st.Missing = []frame.Range{{First: 0, Last: top / 2}}
+				}
+				body, from = st, frame.MemberID(2+op[1]%2)
+			}
+			v := encode(t, from, inc, seq, 0, body)
+			r.Step(now, macA, macB, v)
+			s.Step(now, macB, macA, v)
+			for _, c := range []*Core{r, s} {
+				c.Tick(now)
+				for _, rep := range c.Reports() {
+					if rep.Kind == Verdict {
+						verdicts++
+					}
+				}
+				sent(t, c)
+				if d := c.Deadline(); d != 0 && d < now {
+					t.Fatalf("deadline %d before now %d", d, now)
+				}
+			}
+		}
+		if verdicts > 1 {
+			t.Fatalf("%d verdicts on one file", verdicts)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package files
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// Meta is a transfer's identity: the sender, its incarnation and the
+// file id make it unique; the rest is what the offer announced.
+type Meta struct {
+	Sender      frame.MemberID
+	Incarnation uint32
+	ID          uint32
+	Name        string
+	Size        uint64
+	BlockSize   uint32
+	Hash        [frame.FileHashLen]byte
+}
+
+// Blocks is the file's number of blocks.
+func (m Meta) Blocks() uint32 { return uint32(frame.FileBlocks(m.Size, m.BlockSize)) }
+
+// BlockLen is the length of block b (the last may be shorter).
+func (m Meta) BlockLen(b uint32) int {
+	off := uint64(b) * uint64(m.BlockSize)
+	return int(min(uint64(m.BlockSize), m.Size-off))
+}
+
+func (m Meta) String() string {
+	return fmt.Sprintf("file %d %q of member %d (incarnation %d, %d bytes)", m.ID, m.Name, m.Sender, m.Incarnation, m.Size)
+}
+
+// Source is a file being sent: the core reads its blocks through it (a
+// *os.File live, memory in the simulator), so it never holds a file.
+type Source interface {
+	// ReadAt reads len(p) bytes at offset off (io.ReaderAt): one block.
+	// Fewer bytes, or an error other than io.EOF with all of them, abort
+	// the file.
+	ReadAt(p []byte, off int64) (int, error)
+	// Close is called once the file closes at the sender.
+	Close() error
+}
+
+// Sink stores received files.
+type Sink interface {
+	// Open opens the partial copy of transfer m, or resumes one it kept
+	// (a sink keys partials by name, size, block size and hash, so the
+	// same file offered again resumes). held lists the blocks it already
+	// has, each verified against the hash the sink stored beside it when
+	// it wrote the block. An error refuses the file (a bad name, no
+	// room); ErrDeclined refuses it silently (not for this member).
+	Open(m Meta) (f SinkFile, held []frame.Range, err error)
+}
+
+// SinkFile is one transfer's partial copy.
+type SinkFile interface {
+	// WriteBlock stores block b.
+	WriteBlock(b uint32, data []byte) error
+	// Sum hashes the whole file (SHA-256) once every block is written.
+	Sum() ([frame.FileHashLen]byte, error)
+	// Commit stores the file under its name (a temporary name, fsynced,
+	// renamed: never a partial file under the real name).
+	Commit() error
+	// Abort gives the copy up; keep leaves the partial for a resume.
+	Abort(keep bool)
+}
+
+// ErrDeclined is what Sink.Open returns for a file this member does not
+// want: the core then ignores the transfer without a report.
+var ErrDeclined = errors.New("files: file declined")
+
+// Outgoing is a file to send.
+type Outgoing struct {
+	Name   string
+	Size   uint64
+	Hash   [frame.FileHashLen]byte
+	Source Source
+	// To is the receivers the sender waits for (the snapshot); nil means
+	// every member of the group but the sender, when the file's pass ends.
+	To []frame.MemberID
+}
+
+// ReportKind says what a Report is.
+type ReportKind uint8
+
+const (
+	// Received: the file is stored under its name, its hash checked.
+	Received ReportKind = iota + 1
+	// Incomplete: this member gave the transfer up; Cause says why.
+	Incomplete
+	// Verdict: the sender's outcome of one file: who holds it and who
+	// does not.
+	Verdict
+)
+
+func (k ReportKind) String() string {
+	switch k {
+	case Received:
+		return "received"
+	case Incomplete:
+		return "incomplete"
+	case Verdict:
+		return "verdict"
+	}
+	return fmt.Sprintf("ReportKind(%d)", uint8(k))
+}
+
+// Cause says why a transfer did not complete at a receiver.
+type Cause uint8
+
+const (
+	// CauseStorage: the sink refused the file or a block.
+	CauseStorage = Cause(frame.FileStorage)
+	// CauseHash: every block arrived twice over and the hash never
+	// matched the offer's.
+	CauseHash = Cause(frame.FileHashMismatch)
+	// CauseClosed, CauseAborted, CauseUnknown: the sender's FileGone.
+	CauseClosed  = Cause(frame.FileClosed)
+	CauseAborted = Cause(frame.FileAborted)
+	CauseUnknown = Cause(frame.FileUnknown)
+	// CauseSilent: the other side was silent past FailureTimeout.
+	CauseSilent Cause = 16
+	// CauseLeft: the sender left before the file's pass began.
+	CauseLeft Cause = 17
+	// CauseRestarted: the sender came back with a new incarnation; the
+	// old run's transfers are dead (its new offer of the same file
+	// resumes from the partial copy).
+	CauseRestarted Cause = 18
+)
+
+func (c Cause) String() string {
+	switch c {
+	case CauseSilent:
+		return "silent past the failure timeout"
+	case CauseLeft:
+		return "the sender left"
+	case CauseRestarted:
+		return "the sender restarted"
+	}
+	return frame.FileReason(c).String()
+}
+
+// Miss is a receiver of the snapshot that does not hold the file.
+type Miss struct {
+	Member frame.MemberID
+	Cause  Cause
+	// Held and Blocks say how far it got, as last reported.
+	Held, Blocks uint32
+}
+
+// Report is the outcome of a transfer at this member.
+type Report struct {
+	Kind ReportKind
+	At   Time
+	Meta Meta
+	// Cause (Incomplete) says why.
+	Cause Cause
+	// Verdict: the members of the snapshot that hold the file, and those
+	// that do not. Err is the source's error of an aborted file.
+	Done    []frame.MemberID
+	Missing []Miss
+	Err     error
+}
+
+func (r Report) String() string {
+	switch r.Kind {
+	case Received:
+		return fmt.Sprintf("received %v, sha256 %x", r.Meta, r.Meta.Hash[:8])
+	case Incomplete:
+		return fmt.Sprintf("incomplete %v: %v", r.Meta, r.Cause)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "sent %v: %d done %v", r.Meta, len(r.Done), r.Done)
+	for _, m := range r.Missing {
+		fmt.Fprintf(&b, "; member %d not done (%v, %d of %d blocks)", m.Member, m.Cause, m.Held, m.Blocks)
+	}
+	if r.Err != nil {
+		fmt.Fprintf(&b, "; %v", r.Err)
+	}
+	return b.String()
+}
+
+// OK reports whether a verdict names no member that lacks the file.
+func (r Report) OK() bool { return r.Kind == Verdict && len(r.Missing) == 0 && r.Err == nil }

@@ -1,0 +1,192 @@
+package files
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// memSource is a file in memory.
+type memSource struct {
+	data   []byte
+	bs     int
+	closed int
+	fail   int // ReadBlock of this block fails (-1: none)
+}
+
+func (s *memSource) ReadAt(p []byte, off int64) (int, error) {
+	if b := int(off) / s.bs; b == s.fail {
+		return 0, fmt.Errorf("disk error at block %d", b)
+	}
+	if int(off) >= len(s.data) && len(p) > 0 {
+		return 0, fmt.Errorf("offset %d past the end", off)
+	}
+	n := copy(p, s.data[off:])
+	if int(off)+n == len(s.data) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (s *memSource) Close() error { s.closed++; return nil }
+
+// memSink is a receiver's disk: partial copies keyed by name, size,
+// block size and hash (so an offer of the same file resumes), each block
+// with the hash stored beside it when written, and the committed files
+// by name. It outlives a crash of its member (a new core opens it
+// again); a crash tears the last block written (its bytes change, its
+// stored hash does not), which Open's verification must catch.
+type memSink struct {
+	fail     func(format string, args ...any)
+	partials map[pkey]*partial
+	stored   map[string][]byte
+	// commits: every file committed, by transfer, with its bytes.
+	commits map[inKey][]byte
+	// refuse: Open fails for a name with this prefix.
+	refuse string
+}
+
+type pkey struct {
+	name string
+	size uint64
+	bs   uint32
+	hash [32]byte
+}
+
+type partial struct {
+	meta   Meta
+	data   []byte
+	hashes map[uint32][32]byte
+	open   bool
+	last   int64 // the last block written (-1: none)
+	// held: the blocks Open reported held; writing one again means a
+	// resumed transfer received a block it had.
+	held map[uint32]bool
+	sink *memSink
+}
+
+func newMemSink(fail func(string, ...any)) *memSink {
+	return &memSink{fail: fail, partials: map[pkey]*partial{}, stored: map[string][]byte{}, commits: map[inKey][]byte{}}
+}
+
+func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
+	if s.refuse != "" && len(m.Name) >= len(s.refuse) && m.Name[:len(s.refuse)] == s.refuse {
+		return nil, nil, fmt.Errorf("no room for %q", m.Name)
+	}
+	k := pkey{m.Name, m.Size, m.BlockSize, m.Hash}
+	if d, ok := s.stored[m.Name]; ok && sha256.Sum256(d) == m.Hash && uint64(len(d)) == m.Size {
+		// Stored already (a member that restarted after committing it):
+		// every block is held.
+		p := &partial{meta: m, data: bytes.Clone(d), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}
+		for b := range m.Blocks() {
+			p.hashes[b] = sha256.Sum256(p.block(b))
+		}
+		var held []frame.Range
+		if n := m.Blocks(); n > 0 {
+			held = []frame.Range{{First: 0, Last: n - 1}}
+		}
+		return p, held, nil
+	}
+	p := s.partials[k]
+	if p != nil && p.open {
+		// Another transfer of the same file is under way: a copy of its
+		// own (never two writers on one partial).
+		return &partial{meta: m, data: make([]byte, m.Size), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}, nil, nil
+	}
+	if p == nil {
+		p = &partial{data: make([]byte, m.Size), hashes: map[uint32][32]byte{}, last: -1, sink: s}
+		s.partials[k] = p
+	}
+	p.meta, p.open, p.held = m, true, map[uint32]bool{}
+	var held []frame.Range
+	for b := range m.Blocks() {
+		h, ok := p.hashes[b]
+		if !ok || sha256.Sum256(p.block(b)) != h {
+			continue
+		}
+		p.held[b] = true
+		if n := len(held); n > 0 && held[n-1].Last+1 == b {
+			held[n-1].Last = b
+		} else {
+			held = append(held, frame.Range{First: b, Last: b})
+		}
+	}
+	return p, held, nil
+}
+
+func (p *partial) block(b uint32) []byte {
+	off := int(b) * int(p.meta.BlockSize)
+	return p.data[off : off+p.meta.BlockLen(b)]
+}
+
+func (p *partial) WriteBlock(b uint32, data []byte) error {
+	if !p.open {
+		p.sink.fail("%v: block %d written to a closed partial", p.meta, b)
+	}
+	if p.held[b] {
+		p.sink.fail("%v: block %d received again after a resume that held it", p.meta, b)
+	}
+	if b >= p.meta.Blocks() || len(data) != p.meta.BlockLen(b) {
+		p.sink.fail("%v: block %d of %d bytes", p.meta, b, len(data))
+		return fmt.Errorf("bad block")
+	}
+	copy(p.block(b), data)
+	p.hashes[b] = sha256.Sum256(data)
+	p.last = int64(b)
+	return nil
+}
+
+func (p *partial) Sum() ([32]byte, error) {
+	for b := range p.meta.Blocks() {
+		if _, ok := p.hashes[b]; !ok {
+			p.sink.fail("%v: Sum with block %d never written", p.meta, b)
+		}
+	}
+	return sha256.Sum256(p.data), nil
+}
+
+func (p *partial) Commit() error {
+	s := p.sink
+	if sha256.Sum256(p.data) != p.meta.Hash {
+		s.fail("%v: committed with a hash that is not its offer's", p.meta)
+	}
+	k := inKey{p.meta.Sender, p.meta.Incarnation, p.meta.ID}
+	if d, ok := s.commits[k]; ok && !bytes.Equal(d, p.data) {
+		s.fail("%v: committed twice, with other bytes", p.meta)
+	}
+	s.commits[k] = bytes.Clone(p.data)
+	s.stored[p.meta.Name] = s.commits[k]
+	p.open = false
+	s.drop(p)
+	return nil
+}
+
+func (p *partial) Abort(keep bool) {
+	p.open = false
+	if !keep {
+		p.sink.drop(p)
+	}
+}
+
+func (s *memSink) drop(p *partial) {
+	k := pkey{p.meta.Name, p.meta.Size, p.meta.BlockSize, p.meta.Hash}
+	if s.partials[k] == p {
+		delete(s.partials, k)
+	}
+}
+
+// crash closes every partial as a dying process leaves it, tearing the
+// last block each wrote.
+func (s *memSink) crash() {
+	for _, p := range s.partials {
+		p.open = false
+		if p.last >= 0 {
+			if blk := p.block(uint32(p.last)); len(blk) > 0 {
+				blk[0] ^= 0xff
+			}
+		}
+	}
+}

@@ -1,0 +1,382 @@
+package files
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// The receiver's side (IBRMP Table I and §III.B.2): a transfer starts at
+// whichever of its frames arrives first, opens the sink when the offer is
+// known, writes blocks, reports its state to the sender, and ends
+// received (hash checked, committed) or incomplete.
+
+type inKey struct {
+	sender frame.MemberID
+	inc    uint32
+	id     uint32
+}
+
+func (a inKey) cmp(b inKey) int {
+	switch {
+	case a.sender != b.sender:
+		return int(a.sender) - int(b.sender)
+	case a.inc != b.inc:
+		return cmpU32(a.inc, b.inc)
+	}
+	return cmpU32(a.id, b.id)
+}
+
+// Receiver states of a transfer.
+type inState uint8
+
+const (
+	needOffer inState = iota + 1 // known by its id only: BOF_REQUEST
+	receiving
+	received
+	failed   // this member gave it up; told the sender if the sender can act on it
+	declined // the sink does not want it: no reports
+)
+
+// transfer is one file this member receives.
+type transfer struct {
+	key     inKey
+	mac     [6]byte // the sender's
+	state   inState
+	cause   Cause
+	meta    Meta
+	set     blockSet
+	file    SinkFile
+	top     uint32 // one past the highest block seen sent (the count once ended)
+	ended   bool
+	retried bool // fetched again after a hash mismatch
+
+	heard, arrived Time // the sender's last frame about it; the last new block
+	echo           uint32
+	echoAt         Time
+	srtt           Duration // the sender's, from FileEnd
+	fresh          int      // blocks since the last report
+	reportAt       Time     // a report due (0: none)
+	reported       Time
+	retry          Duration // the silence after which it reports again
+	named          bool     // the last FileEnd awaits this member
+}
+
+func (c *Core) transfer(k inKey) *transfer {
+	i, ok := slices.BinarySearchFunc(c.in, k, func(t *transfer, k inKey) int { return t.key.cmp(k) })
+	if !ok {
+		return nil
+	}
+	return c.in[i]
+}
+
+func (c *Core) newTransfer(now Time, k inKey, mac [6]byte) *transfer {
+	t := &transfer{key: k, mac: mac, state: needOffer, heard: now, arrived: now, srtt: c.cfg.InitialRTT,
+		meta: Meta{Sender: k.sender, Incarnation: k.inc, ID: k.id}}
+	i, _ := slices.BinarySearchFunc(c.in, k, func(t *transfer, k inKey) int { return t.key.cmp(k) })
+	c.in = slices.Insert(c.in, i, t)
+	return t
+}
+
+func (t *transfer) active() bool { return t.state == needOffer || t.state == receiving }
+
+// stepReceiver takes a sender's frame (Table I).
+func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
+	k := inKey{v.Sender(), v.Incarnation(), v.FileID()}
+	c.senderRestarted(now, k.sender, k.inc)
+	t := c.transfer(k)
+	if t == nil {
+		if c.cfg.Sink == nil || v.Type() == frame.FileGone {
+			return nil
+		}
+		t = c.newTransfer(now, k, src)
+	}
+	t.mac, t.heard = src, now
+	switch v.Type() {
+	case frame.FileOffer:
+		o := v.FileOffer()
+		t.echo, t.echoAt = o.Stamp, now
+		if t.state == needOffer {
+			return c.accept(now, t, &o)
+		}
+	case frame.FileData:
+		return c.block(now, t, v)
+	case frame.FileEnd:
+		_, blocks, srtt, st := v.FileEnd()
+		if t.state != needOffer && t.state != declined && blocks != t.meta.Blocks() {
+			c.stats.BadFrames++
+			return fmt.Errorf("files: FileEnd of %v says %d blocks, its offer %d", t.meta, blocks, t.meta.Blocks())
+		}
+		t.echo, t.echoAt, t.ended = st, now, true
+		if srtt > 0 {
+			t.srtt = Duration(srtt) * Microsecond
+		}
+		t.top = blocks
+		t.named = false
+		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
+			if ml.At(i) == c.cfg.Self {
+				t.named = true
+			}
+		}
+		// Answer at once what the sender awaits, and a file not complete
+		// here (a ghost fetches too, §III.D); not faster than MinTimer.
+		if (t.active() || t.named && t.state != declined) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
+			c.sendReport(now, t)
+		}
+	case frame.FileGone:
+		if t.active() {
+			c.fail(now, t, Cause(v.FileGone().Reason), true, false)
+		}
+	}
+	return nil
+}
+
+// senderRestarted ends the transfers of an earlier incarnation of a
+// sender heard in another: that run is dead, and its partial copies are
+// kept for the new run's offers of the same files.
+func (c *Core) senderRestarted(now Time, sender frame.MemberID, inc uint32) {
+	if last, ok := c.incs[sender]; ok && last == inc {
+		return
+	}
+	c.incs[sender] = inc
+	for _, t := range c.in {
+		if t.key.sender == sender && t.key.inc != inc && t.active() {
+			c.fail(now, t, CauseRestarted, true, false)
+		}
+	}
+}
+
+// accept opens the sink for a transfer whose offer arrived: it resumes
+// from the blocks the sink holds (verified by their hashes).
+func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
+	if o.Size > 0 && uint64(o.BlockSize) > uint64(c.cfg.MTU) {
+		c.stats.BadFrames++
+		t.state = declined
+		return fmt.Errorf("files: offer of file %d with blocks of %d bytes, more than the MTU %d", o.ID, o.BlockSize, c.cfg.MTU)
+	}
+	t.meta = Meta{Sender: t.key.sender, Incarnation: t.key.inc, ID: o.ID, Name: string(o.Name), Size: o.Size, BlockSize: o.BlockSize, Hash: o.Hash}
+	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
+		t.state = declined
+		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d", t.meta, n, c.cfg.MaxBlocks)
+	}
+	if err := c.openSink(now, t); err != nil {
+		return nil
+	}
+	if t.set.complete() {
+		c.finish(now, t)
+		return nil
+	}
+	c.sendReport(now, t)
+	return nil
+}
+
+// openSink opens (or resumes) t's partial copy.
+func (c *Core) openSink(now Time, t *transfer) error {
+	f, held, err := c.cfg.Sink.Open(t.meta)
+	if errors.Is(err, ErrDeclined) {
+		t.state = declined
+		return err
+	}
+	if err != nil {
+		c.fail(now, t, CauseStorage, false, true)
+		return err
+	}
+	t.file, t.state = f, receiving
+	t.set = newBlockSet(t.meta.Blocks())
+	for _, r := range held {
+		for b := r.First; b <= r.Last && b < t.set.n; b++ {
+			t.set.add(b)
+		}
+	}
+	if t.set.held > 0 {
+		c.stats.Resumed++
+	}
+	t.top = min(t.top, t.set.n)
+	if t.ended {
+		t.top = t.set.n
+	}
+	return nil
+}
+
+// block takes one FileData frame.
+func (c *Core) block(now Time, t *transfer, v frame.View) error {
+	b := v.Seq()
+	switch t.state {
+	case needOffer:
+		// The offer was lost (Table I, "Multicast DATA"): ask for it; the
+		// block is repaired later.
+		c.stats.Dropped++
+		t.top = max(t.top, b+1)
+		if t.reportAt == 0 {
+			t.reportAt = now
+		}
+		return nil
+	case receiving:
+	default:
+		c.stats.Duplicates++
+		return nil
+	}
+	data := v.FileBlock()
+	if b >= t.set.n || len(data) != t.meta.BlockLen(b) {
+		c.stats.BadFrames++
+		return fmt.Errorf("files: block %d of %d bytes does not fit %v (%d blocks of %d)", b, len(data), t.meta, t.set.n, t.meta.BlockSize)
+	}
+	if b >= t.top {
+		if b > t.top && t.reportAt == 0 {
+			// A gap: report it once reordering had its chance.
+			t.reportAt = now.Add(c.clamp(t.srtt / 2))
+		}
+		t.top = b + 1
+	}
+	if t.set.has(b) {
+		c.stats.Duplicates++
+		return nil
+	}
+	if err := t.file.WriteBlock(b, data); err != nil {
+		c.fail(now, t, CauseStorage, false, true)
+		return nil
+	}
+	t.set.add(b)
+	c.stats.BlocksReceived++
+	t.arrived, t.retry = now, 0
+	t.fresh++
+	if t.set.complete() {
+		c.finish(now, t)
+	} else if t.fresh >= c.cfg.StatusEvery {
+		c.sendReport(now, t)
+	}
+	return nil
+}
+
+// finish checks a complete file's hash and commits it; a mismatch fetches
+// every block once more, a second one fails the transfer.
+func (c *Core) finish(now Time, t *transfer) {
+	sum, err := t.file.Sum()
+	if err != nil {
+		c.fail(now, t, CauseStorage, false, true)
+		return
+	}
+	if sum != t.meta.Hash {
+		c.stats.HashMismatches++
+		t.file.Abort(false)
+		t.file = nil
+		if t.retried {
+			c.fail(now, t, CauseHash, false, true)
+			return
+		}
+		t.retried = true
+		if c.openSink(now, t) == nil {
+			t.set = newBlockSet(t.meta.Blocks()) // whatever it resumed is suspect
+			if t.set.complete() {
+				c.finish(now, t) // an empty file: nothing to fetch
+				return
+			}
+			c.sendReport(now, t)
+		}
+		return
+	}
+	if err := t.file.Commit(); err != nil {
+		c.fail(now, t, CauseStorage, false, true)
+		return
+	}
+	t.file, t.state = nil, received
+	c.stats.FilesReceived++
+	c.report(Report{Kind: Received, At: now, Meta: t.meta})
+	c.sendReport(now, t)
+}
+
+// fail ends a transfer incomplete; keep leaves the partial copy for a
+// resume; tell reports the failure to the sender (which names this
+// member in its verdict with the cause).
+func (c *Core) fail(now Time, t *transfer, cause Cause, keep, tell bool) {
+	if t.file != nil {
+		t.file.Abort(keep)
+		t.file = nil
+	}
+	t.state, t.cause = failed, cause
+	t.reportAt = 0
+	c.stats.FilesIncomplete++
+	c.report(Report{Kind: Incomplete, At: now, Meta: t.meta, Cause: cause})
+	if tell {
+		c.sendReport(now, t)
+	}
+}
+
+// sendReport sends t's state to its sender (FileStatus).
+func (c *Core) sendReport(now Time, t *transfer) {
+	st := frame.FileStatusBody{ID: t.key.id, Incarnation: t.key.inc, Credit: uint16(c.cfg.Credit)}
+	switch t.state {
+	case needOffer:
+		st.State = frame.FileNeedOffer
+	case receiving:
+		st.State, st.Held, st.Top = frame.FileReceiving, t.set.held, min(t.top, t.set.n)
+		st.Missing = t.set.missing(nil, st.Top, c.cfg.maxRanges)
+	case received:
+		st.State, st.Held, st.Top = frame.FileDone, t.set.n, t.set.n
+	case failed:
+		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
+		if t.cause == CauseSilent || t.cause > CauseUnknown {
+			return
+		}
+		st.Held, st.Top = t.set.held, t.set.n
+	default:
+		return
+	}
+	if t.echo != 0 {
+		st.Echo, st.Delay = t.echo, uint32(now.Sub(t.echoAt)/Microsecond)
+	}
+	c.stats.ReportsSent++
+	c.send(t.mac, c.reportNo, 0, &st)
+	c.reportNo++
+	t.reported, t.reportAt, t.fresh = now, 0, 0
+}
+
+// retryAfter is how long an incomplete transfer waits, with nothing
+// arriving, before it reports again: 4·srtt of its sender, doubling while
+// nothing comes, within [MinTimer, MaxTimer].
+func (c *Core) retryAfter(t *transfer) Duration {
+	if t.retry == 0 {
+		t.retry = c.clamp(4 * t.srtt)
+	}
+	return t.retry
+}
+
+// tickReceiver runs the receivers' timers: a due report, a report after
+// silence, and the end of a transfer whose sender went silent.
+func (c *Core) tickReceiver(now Time) {
+	for i := 0; i < len(c.in); i++ {
+		t := c.in[i]
+		if !t.active() {
+			if now.Sub(t.heard) >= 2*c.cfg.FileTimeout+c.cfg.FailureTimeout {
+				// Its sender closed it long ago and says nothing more.
+				c.in = slices.Delete(c.in, i, i+1)
+				i--
+			}
+			continue
+		}
+		if now.Sub(t.heard) >= c.cfg.FailureTimeout {
+			c.fail(now, t, CauseSilent, true, false)
+			continue
+		}
+		if t.reportAt != 0 && now >= t.reportAt {
+			c.sendReport(now, t)
+		}
+		if now.Sub(max(t.arrived, t.reported)) >= c.retryAfter(t) {
+			c.sendReport(now, t)
+			t.retry = min(2*t.retry, c.cfg.MaxTimer)
+		}
+	}
+}
+
+func (c *Core) receiverDeadlines(at func(Time)) {
+	for _, t := range c.in {
+		if !t.active() {
+			continue
+		}
+		at(t.heard.Add(c.cfg.FailureTimeout))
+		at(t.reportAt)
+		at(max(t.arrived, t.reported).Add(c.retryAfter(t)))
+	}
+}

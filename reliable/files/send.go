@@ -1,0 +1,701 @@
+package files
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// The sender's side: a file is queued, offered and multicast once (its
+// pass), ended with the snapshot of its receivers, repaired to whoever
+// lacks blocks, judged, and closed (docs/protocols.md, "Files (IBRMP)",
+// Sender, per file).
+
+// outFile is a file this member sends.
+type outFile struct {
+	meta   Meta
+	src    Source
+	to     []frame.MemberID
+	blocks uint32
+	next   uint32 // the next block of the pass
+
+	passing bool // offered, pass under way
+	ended   bool // pass over, snapshot taken (§III.D)
+	judged  bool // verdict reported
+
+	rcv []*receiver // by id
+
+	endedAt, judgedAt Time
+	endAt             Time // next FileEnd
+	endEvery          Duration
+	lastRequest       Time
+	// The window probe: since when the pass waits for the median
+	// receiver, and when the last probe went.
+	blockedSince, probeAt Time
+}
+
+// receiver is what a sender knows of one receiver of one file: its last
+// report (a state report, §III.B.2, replacing what was known before), the
+// repairs still to send it, and those in flight.
+type receiver struct {
+	id    frame.MemberID
+	mac   [6]byte
+	inc   uint32 // its incarnation, as of its last report
+	snap  bool   // in the snapshot taken before the first FileEnd
+	heard Time   // its last report (0: never)
+	seq   uint32 // its last report's number
+	state frame.FileState
+	cause Cause // with FileFailed
+
+	held, top uint32
+	todo      []frame.Range // missing blocks from its last report
+	ti        int           // where the repair scan is in todo
+	cur       uint32        // and the block within todo[ti]
+	credit    int           // repair frames it takes until its next report (§III.C)
+	sent      map[uint32]Time
+	offerAt   Time // the offer last sent to it alone
+}
+
+type goneKey struct {
+	member frame.MemberID
+	id     uint32
+}
+
+// Send queues a file; it goes out of later Readys (Send, like Propose,
+// produces no output) and its verdict comes out of Reports. It returns
+// the file's id.
+func (c *Core) Send(now Time, o Outgoing) (uint32, error) {
+	c.start(now)
+	switch {
+	case c.leaving:
+		return 0, fmt.Errorf("files: send %q: %w", o.Name, errLeaving)
+	case o.Source == nil:
+		return 0, fmt.Errorf("files: send %q: no source", o.Name)
+	case o.Name == "" || len(o.Name) > frame.MaxFileName:
+		return 0, fmt.Errorf("files: send: a name of %d bytes (want 1..%d)", len(o.Name), frame.MaxFileName)
+	case frame.FileBlocks(o.Size, uint32(c.cfg.BlockSize)) > 0xffffffff:
+		return 0, fmt.Errorf("files: send %q: %d bytes are more than 2³² blocks of %d", o.Name, o.Size, c.cfg.BlockSize)
+	}
+	for i := range len(o.Name) {
+		if o.Name[i] == 0 {
+			return 0, fmt.Errorf("files: send %q: a NUL byte in the name", o.Name)
+		}
+	}
+	if c.nextID == 0 {
+		return 0, fmt.Errorf("files: send %q: 2³²−1 files sent in this incarnation; restart to send more", o.Name)
+	}
+	m := Meta{Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ID: c.nextID, Name: o.Name, Size: o.Size, BlockSize: uint32(c.cfg.BlockSize), Hash: o.Hash}
+	c.nextID++
+	f := &outFile{meta: m, src: o.Source, to: slices.Clone(o.To), blocks: m.Blocks()}
+	slices.Sort(f.to)
+	f.to = slices.Compact(f.to)
+	c.queue = append(c.queue, f)
+	return m.ID, nil
+}
+
+var errLeaving = errors.New("the member is leaving")
+
+func (c *Core) openFile(id uint32) *outFile {
+	i, ok := slices.BinarySearchFunc(c.open, id, func(f *outFile, id uint32) int { return cmpU32(f.meta.ID, id) })
+	if !ok {
+		return nil
+	}
+	return c.open[i]
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// receiver returns f's record of member id, making one (with mac) if
+// there is none.
+func (f *outFile) receiver(id frame.MemberID, mac [6]byte) *receiver {
+	i, ok := slices.BinarySearchFunc(f.rcv, id, func(r *receiver, id frame.MemberID) int { return int(r.id) - int(id) })
+	if ok {
+		if mac != ([6]byte{}) {
+			f.rcv[i].mac = mac
+		}
+		return f.rcv[i]
+	}
+	r := &receiver{id: id, mac: mac, sent: map[uint32]Time{}}
+	f.rcv = slices.Insert(f.rcv, i, r)
+	return r
+}
+
+// allMissing names every receiver of the snapshot f would take as
+// lacking the file for cause (a file given up before its verdict).
+func (f *outFile) allMissing(c *Core, cause Cause) []Miss {
+	var ms []Miss
+	for _, id := range c.snapshotIDs(f) {
+		ms = append(ms, Miss{Member: id, Cause: cause, Blocks: f.blocks})
+	}
+	return ms
+}
+
+// snapshotIDs is who f waits for (§III.D): its To, or every member but
+// this one.
+func (c *Core) snapshotIDs(f *outFile) []frame.MemberID {
+	if f.to != nil {
+		return slices.DeleteFunc(slices.Clone(f.to), func(id frame.MemberID) bool { return id == c.cfg.Self })
+	}
+	ids := make([]frame.MemberID, 0, len(c.members))
+	for _, m := range c.members {
+		if m.ID != c.cfg.Self {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// stepSender takes a receiver's report (FileStatus, §III.B.2).
+func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
+	st := v.FileStatus()
+	c.stats.ReportsReceived++
+	if st.Incarnation != c.cfg.selfInc {
+		// A report on a file of this member's previous run: that transfer
+		// ends at the receiver when it finds this member silent on it.
+		return nil
+	}
+	f := c.openFile(st.ID)
+	if f == nil {
+		c.answerGone(v.Sender(), src, st.ID)
+		return nil
+	}
+	r := f.receiver(v.Sender(), src)
+	if r.heard != 0 && r.inc == v.Incarnation() && frame.SeqLess(v.Seq(), r.seq) {
+		return nil // an older report, overtaken
+	}
+	if r.inc != v.Incarnation() {
+		r.inc = v.Incarnation()
+		clear(r.sent)
+	}
+	r.seq, r.heard = v.Seq(), now
+	f.lastRequest = now
+	c.sampleRTT(now, st.Echo, st.Delay)
+	if r.state == frame.FileDone || r.state == frame.FileFailed && r.cause != CauseSilent {
+		// A receiver that finished stays finished: a restarted one
+		// reports from its sink, which committed the file.
+		if st.State != frame.FileNeedOffer && st.State != frame.FileReceiving {
+			return nil
+		}
+	}
+	r.state = st.State
+	switch st.State {
+	case frame.FileNeedOffer:
+		// BOF_REQUEST: the offer again, to it alone.
+		if r.offerAt == 0 || now.Sub(r.offerAt) >= c.rto() {
+			r.offerAt = now
+			c.sendOffer(now, f, r.mac, frame.FlagRetransmit)
+		}
+	case frame.FileReceiving:
+		r.held, r.top, r.credit = st.Held, st.Top, int(st.Credit)
+		r.todo = r.todo[:0]
+		for i, rl := 0, v.FileMissing(); i < rl.Len(); i++ {
+			r.todo = append(r.todo, rl.At(i))
+		}
+		if f.ended && st.Top < f.blocks && (len(r.todo) < c.cfg.maxRanges) {
+			// It has not seen the pass end: the tail after its top is
+			// missing too.
+			r.todo = append(r.todo, frame.Range{First: st.Top, Last: f.blocks - 1})
+		}
+		r.ti, r.cur = 0, 0
+		if len(r.todo) > 0 {
+			r.cur = r.todo[0].First
+		}
+		rto := c.rto()
+		maps.DeleteFunc(r.sent, func(_ uint32, t Time) bool { return now.Sub(t) >= rto })
+	case frame.FileDone:
+		r.held, r.top, r.todo = f.blocks, f.blocks, nil
+		clear(r.sent)
+	case frame.FileFailed:
+		r.cause, r.todo = Cause(st.Reason), nil
+		clear(r.sent)
+	}
+	c.judge(now, f)
+	c.pump(now)
+	return nil
+}
+
+// answerGone answers a report on a file that is not open: once per
+// receiver and file (§III.E's selective FILE_TIMEOUT).
+func (c *Core) answerGone(member frame.MemberID, mac [6]byte, id uint32) {
+	k := goneKey{member, id}
+	if c.gone[k] {
+		return
+	}
+	if len(c.gone) >= 4096 {
+		clear(c.gone)
+	}
+	c.gone[k] = true
+	reason, ok := c.aborted[id]
+	switch {
+	case ok:
+	case id < c.nextID && !c.queued(id):
+		reason = frame.FileClosed
+	default:
+		reason = frame.FileUnknown
+	}
+	c.stats.GoneSent++
+	c.send(mac, 0, 0, &frame.FileGoneBody{ID: id, Reason: reason})
+}
+
+func (c *Core) queued(id uint32) bool {
+	for _, f := range c.queue {
+		if f.meta.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// tickSender runs the sender's timers, starts passes and runs the pacer.
+func (c *Core) tickSender(now Time) {
+	for i := 0; i < len(c.open); i++ {
+		f := c.open[i]
+		if f.ended && !f.judged {
+			for _, r := range f.rcv {
+				if r.snap && r.state != frame.FileDone && r.state != frame.FileFailed && now.Sub(max(r.heard, f.endedAt)) >= c.cfg.FailureTimeout {
+					r.state, r.cause = frame.FileFailed, CauseSilent
+				}
+			}
+			c.judge(now, f)
+		}
+		if f.judged && now.Sub(max(f.lastRequest, f.judgedAt)) >= c.cfg.FileTimeout {
+			c.close(f)
+			i--
+			continue
+		}
+		if f.ended && now >= f.endAt {
+			c.sendEnd(now, f)
+		}
+	}
+	c.pump(now)
+	c.maybeLeft(now)
+}
+
+func (c *Core) senderDeadlines(at func(Time)) {
+	for _, f := range c.open {
+		if f.ended {
+			at(f.endAt)
+		}
+		if f.ended && !f.judged {
+			for _, r := range f.rcv {
+				if r.snap && r.state != frame.FileDone && r.state != frame.FileFailed {
+					at(max(r.heard, f.endedAt).Add(c.cfg.FailureTimeout))
+				}
+			}
+		}
+		if f.judged {
+			at(max(f.lastRequest, f.judgedAt).Add(c.cfg.FileTimeout))
+		}
+		if d := f.probeDue(c.rto()); d > c.now {
+			at(d) // one due now waits for the pacer (pump)
+		}
+	}
+	if len(c.queue) > 0 && c.passing() == nil {
+		at(c.now)
+	}
+}
+
+// passing is the file whose pass is under way (one at a time), or nil.
+func (c *Core) passing() *outFile {
+	for _, f := range c.open {
+		if !f.ended {
+			return f
+		}
+	}
+	return nil
+}
+
+// startPass opens the next queued file if no pass is under way and a
+// slot is free (closing the oldest judged file if need be).
+func (c *Core) startPass(now Time) *outFile {
+	if f := c.passing(); f != nil || len(c.queue) == 0 {
+		return f
+	}
+	if len(c.open) >= c.cfg.MaxOpen {
+		i := slices.IndexFunc(c.open, func(f *outFile) bool { return f.judged })
+		if i < 0 {
+			return nil
+		}
+		c.close(c.open[i])
+	}
+	f := c.queue[0]
+	c.queue = c.queue[1:]
+	c.open = append(c.open, f) // ids grow, so open stays sorted
+	f.passing, f.lastRequest = true, now
+	c.sendOffer(now, f, c.cfg.Dst, 0)
+	if f.blocks == 0 {
+		c.endPass(now, f)
+	}
+	return c.passing()
+}
+
+// endPass takes the snapshot (§III.D) and sends the first FileEnd.
+func (c *Core) endPass(now Time, f *outFile) {
+	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
+	for _, id := range c.snapshotIDs(f) {
+		var mac [6]byte
+		if m, ok := c.member(id); ok {
+			mac = m.MAC
+		}
+		f.receiver(id, mac).snap = true
+	}
+	for _, r := range f.rcv {
+		if r.state == frame.FileReceiving && r.top < f.blocks {
+			r.todo = append(r.todo, frame.Range{First: r.top, Last: f.blocks - 1})
+			if len(r.todo) == 1 {
+				r.ti, r.cur = 0, r.top
+			}
+		}
+	}
+	f.endAt, f.endEvery = now, c.clamp(2*c.srtt)
+	c.judge(now, f)
+	c.sendEnd(now, f)
+}
+
+// judge reports f's verdict once every receiver of its snapshot is done
+// or failed.
+func (c *Core) judge(now Time, f *outFile) {
+	if !f.ended || f.judged {
+		return
+	}
+	var done []frame.MemberID
+	var missing []Miss
+	for _, r := range f.rcv {
+		if !r.snap {
+			continue
+		}
+		switch r.state {
+		case frame.FileDone:
+			done = append(done, r.id)
+		case frame.FileFailed:
+			missing = append(missing, Miss{Member: r.id, Cause: r.cause, Held: r.held, Blocks: f.blocks})
+		default:
+			return
+		}
+	}
+	f.judged, f.judgedAt = true, now
+	c.stats.FilesSent++
+	c.report(Report{Kind: Verdict, At: now, Meta: f.meta, Done: done, Missing: missing})
+	c.maybeLeft(now)
+}
+
+// close closes f: its source is released, and a later report on it gets
+// FileGone (§III.E).
+func (c *Core) close(f *outFile) {
+	i := slices.Index(c.open, f)
+	if i < 0 {
+		return
+	}
+	c.open = slices.Delete(c.open, i, i+1)
+	f.src.Close()
+}
+
+// abort gives f up after its source failed: FileGone to the group, and
+// a verdict naming every receiver.
+func (c *Core) abort(now Time, f *outFile, err error) {
+	c.stats.FilesAborted++
+	c.aborted[f.meta.ID] = frame.FileAborted
+	c.send(c.cfg.Dst, 0, 0, &frame.FileGoneBody{ID: f.meta.ID, Reason: frame.FileAborted})
+	if !f.judged {
+		f.judged = true
+		c.report(Report{Kind: Verdict, At: now, Meta: f.meta, Missing: f.allMissing(c, CauseAborted),
+			Err: fmt.Errorf("files: reading %q: %w", f.meta.Name, err)})
+	}
+	c.close(f)
+	c.maybeLeft(now)
+}
+
+func (c *Core) sendOffer(now Time, f *outFile, dst [6]byte, flags frame.Flags) {
+	c.stats.OffersSent++
+	c.send(dst, 0, flags, &frame.FileOfferBody{ID: f.meta.ID, Size: f.meta.Size, BlockSize: f.meta.BlockSize,
+		Stamp: stamp(now), Hash: f.meta.Hash, Name: []byte(f.meta.Name)})
+}
+
+// sendEnd sends f's FileEnd (IBRMP's EOF, sent until the file closes so
+// that a receiver that lost the pass's tail, or joined late, learns it
+// ended) and schedules the next: its interval doubles from 2·srtt up to
+// MaxTimer while members are awaited, up to Announce after the verdict.
+func (c *Core) sendEnd(now Time, f *outFile) {
+	var awaited []frame.MemberID
+	room := (frame.MaxPayload(c.cfg.MTU, 0, 0) - 18) / 2
+	for _, r := range f.rcv {
+		if r.snap && r.state != frame.FileDone && r.state != frame.FileFailed && len(awaited) < room {
+			awaited = append(awaited, r.id)
+		}
+	}
+	c.stats.EndsSent++
+	c.send(c.cfg.Dst, 0, 0, &frame.FileEndBody{ID: f.meta.ID, Blocks: f.blocks, SRTT: uint32(c.srtt / Microsecond), Stamp: stamp(now), Awaited: awaited})
+	limit := c.cfg.MaxTimer
+	if f.judged {
+		limit = c.cfg.Announce
+	}
+	f.endAt = now.Add(f.endEvery)
+	f.endEvery = min(2*f.endEvery, limit)
+}
+
+// pump is the pacer (§III.C, and where this does better than IBRMP: one
+// loop for the pass, the repairs and the probes). It sends while the
+// token bucket holds a frame: repairs first when the pass is blocked or
+// over, or while they are within their share of the pass; else the next
+// block of the pass, while the window allows it.
+func (c *Core) pump(now Time) {
+	c.paceAt = 0
+	cost := int64(c.frameBytes())
+	if elapsed := min(now.Sub(c.refill), Second); elapsed > 0 {
+		// Whole bytes only: the remainder of the time stays for the next
+		// refill, so frequent steps do not starve the bucket.
+		add := int64(elapsed) * c.cfg.Rate / int64(Second)
+		c.tokens += add
+		c.refill = c.refill.Add(Duration(add * int64(Second) / c.cfg.Rate))
+	}
+	if limit := int64(c.cfg.Burst) * cost; c.tokens >= limit {
+		c.tokens, c.refill = limit, now
+	}
+	shareCap := int64(c.cfg.Burst) * cost
+	for {
+		pass := c.startPass(now)
+		open := pass != nil && c.windowOpen(now, pass)
+		if c.tokens < cost {
+			if open || c.repairsWaiting() || pass != nil && pass.probeDue(c.rto()) != 0 && pass.probeDue(c.rto()) <= now {
+				c.paceAt = c.refill.Add(Duration(((cost-c.tokens)*int64(Second) + c.cfg.Rate - 1) / c.cfg.Rate))
+				c.paceAt = max(c.paceAt, now+1)
+			}
+			return
+		}
+		if (!open || c.share > 0 || c.cfg.RepairPercent == 100) && c.repairOne(now, open) {
+			continue
+		}
+		if open {
+			n := c.sendBlock(now, pass, pass.next, c.cfg.Dst, 0)
+			if n == 0 {
+				continue // the file was aborted
+			}
+			pass.next++
+			c.stats.BlocksSent++
+			if p := int64(c.cfg.RepairPercent); p < 100 {
+				c.share = min(c.share+int64(n)*p/(100-p), shareCap)
+			}
+			if pass.next == pass.blocks {
+				c.endPass(now, pass)
+			}
+			continue
+		}
+		if pass != nil {
+			c.probe(now, pass)
+		}
+		return
+	}
+}
+
+// windowOpen reports whether f's pass may send its next block: it may
+// run Window blocks ahead of the ⌈n/2⌉-th most advanced of the receivers
+// heard recently (the median, not the slowest: §III.C's credits without
+// tying everyone to the slowest receiver).
+func (c *Core) windowOpen(now Time, f *outFile) bool {
+	tops := c.scratchTops[:0]
+	defer func() { c.scratchTops = tops[:0] }()
+	for _, r := range f.rcv {
+		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed {
+			continue
+		}
+		top := r.top
+		if r.state == frame.FileDone {
+			top = f.blocks
+		}
+		tops = append(tops, top)
+	}
+	if len(tops) == 0 {
+		f.blockedSince = 0
+		return true
+	}
+	slices.Sort(tops)
+	q := tops[len(tops)-(len(tops)+1)/2]
+	if uint64(f.next) < uint64(q)+uint64(c.cfg.Window) {
+		f.blockedSince = 0
+		return true
+	}
+	if f.blockedSince == 0 {
+		f.blockedSince = now
+		c.stats.WindowStalls++
+	}
+	return false
+}
+
+// probe sends the pass's last block again to the group when the window
+// has been closed for a repair timeout: the receivers that lost the
+// blocks after their reported position learn that they exist (a tail
+// loss probe), report them missing, and the window opens.
+func (c *Core) probe(now Time, f *outFile) {
+	if d := f.probeDue(c.rto()); d == 0 || d > now {
+		return
+	}
+	f.probeAt = now
+	if c.sendBlock(now, f, f.next-1, c.cfg.Dst, frame.FlagRetransmit) > 0 {
+		c.stats.BlocksRepaired++
+	}
+}
+
+// probeDue is when f's next window probe is due (0: none).
+func (f *outFile) probeDue(rto Duration) Time {
+	if f.blockedSince == 0 || f.next == 0 {
+		return 0
+	}
+	return max(f.blockedSince, f.probeAt).Add(rto)
+}
+
+func (c *Core) repairsWaiting() bool {
+	for _, f := range c.open {
+		for _, r := range f.rcv {
+			if r.state == frame.FileReceiving && r.credit > 0 && r.ti < len(r.todo) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// repairOne sends one repair, if any is due: the lowest block the next
+// receiver in turn lacks, not sent to it within a repair timeout, within
+// its credit. A block that other receivers lack too goes to the group
+// once; else to the receiver's MAC alone.
+func (c *Core) repairOne(now Time, passing bool) bool {
+	rto := c.rto()
+	for _, f := range c.open {
+		n := len(f.rcv)
+		for k := range n {
+			r := f.rcv[(c.rotate+k)%n]
+			b, ok := r.nextRepair(now, f, rto)
+			if !ok {
+				continue
+			}
+			to := append(c.scratchTo[:0], r)
+			defer func() { c.scratchTo = to[:0] }()
+			for _, q := range f.rcv {
+				if q != r && q.wants(now, b, rto) {
+					to = append(to, q)
+				}
+			}
+			dst := r.mac
+			if len(to) > 1 || dst == ([6]byte{}) {
+				dst = c.cfg.Dst
+			}
+			sz := c.sendBlock(now, f, b, dst, frame.FlagRetransmit)
+			if sz == 0 {
+				return true // aborted
+			}
+			for _, q := range to {
+				q.sent[b] = now
+				q.credit--
+			}
+			if passing {
+				c.share -= int64(sz)
+			}
+			c.rotate++
+			c.stats.BlocksRepaired++
+			if len(to) > 1 {
+				c.stats.RepairsToGroup++
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// nextRepair is the next block of r's todo to send it, advancing its
+// scan.
+func (r *receiver) nextRepair(now Time, f *outFile, rto Duration) (uint32, bool) {
+	if r.state != frame.FileReceiving || r.credit <= 0 {
+		return 0, false
+	}
+	for r.ti < len(r.todo) {
+		rg := r.todo[r.ti]
+		if r.cur < rg.First {
+			r.cur = rg.First
+		}
+		for ; r.cur <= rg.Last; r.cur++ {
+			b := r.cur
+			if b >= f.blocks || !f.ended && b >= f.next {
+				r.ti = len(r.todo) // not multicast yet: nothing above it is missing
+				return 0, false
+			}
+			if t, ok := r.sent[b]; ok && now.Sub(t) < rto {
+				continue
+			}
+			r.cur++
+			if r.cur > rg.Last {
+				r.ti++
+			}
+			return b, true
+		}
+		r.ti++
+	}
+	return 0, false
+}
+
+// wants reports whether r lacks b, and it is due to r (a group repair
+// serves it too).
+func (r *receiver) wants(now Time, b uint32, rto Duration) bool {
+	if r.state != frame.FileReceiving || r.credit <= 0 {
+		return false
+	}
+	if t, ok := r.sent[b]; ok && now.Sub(t) < rto {
+		return false
+	}
+	_, ok := slices.BinarySearchFunc(r.todo, b, func(rg frame.Range, b uint32) int {
+		switch {
+		case rg.Last < b:
+			return -1
+		case rg.First > b:
+			return 1
+		}
+		return 0
+	})
+	return ok
+}
+
+// sendBlock sends block b of f to dst, read by the source straight into
+// the frame (frame.Placed); it returns the frame's length, or 0 if the
+// source failed and the file was aborted.
+func (c *Core) sendBlock(now Time, f *outFile, b uint32, dst [6]byte, flags frame.Flags) int {
+	h := c.header(b, flags)
+	buf := frame.AppendEthernet(c.buf(), dst, c.cfg.selfMAC, c.cfg.EtherType)
+	at := len(buf) + frame.PrefixLen(&h)
+	n := f.meta.BlockLen(b)
+	body := buf[at : at+frame.FileDataHead+n]
+	binary.BigEndian.PutUint32(body, f.meta.ID)
+	got, err := f.src.ReadAt(body[frame.FileDataHead:], int64(b)*int64(f.meta.BlockSize))
+	if errors.Is(err, io.EOF) && got == n {
+		err = nil
+	}
+	if err == nil && got != n {
+		err = fmt.Errorf("block %d: read %d bytes of %d", b, got, n)
+	}
+	if err != nil {
+		c.free = append(c.free, buf)
+		c.abort(now, f, err)
+		return 0
+	}
+	c.placed = frame.Placed{T: frame.FileData, N: frame.FileDataHead + n}
+	c.hdr = h
+	buf, err = frame.Append(buf, &c.hdr, &c.placed)
+	if err != nil {
+		panic("files: encoding a FileData frame: " + err.Error())
+	}
+	c.frames = append(c.frames, buf)
+	c.tokens -= int64(len(buf))
+	c.stats.BytesSent += uint64(len(buf))
+	return len(buf)
+}

@@ -1,0 +1,655 @@
+package files
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/internal/simtest"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// The simulation (DESIGN.md, "Testing", step 2): members run the file
+// core through core.Stepper and the one wall clock conversion on
+// testnet's segment with seeded loss (random and bursty), duplication,
+// reordering, jitter and corruption, and with receivers that crash and
+// restart (resuming from their sink), start late (after the pass ended),
+// join the group after the snapshot (ghosts), senders that crash (and
+// come back with a new incarnation to send the file again), a source
+// whose disk fails, a sink that refuses a file, and a sender whose file
+// is not what its hash says. The checkers assert, at every report:
+//
+//   - a receiver that reports a file received holds exactly the bytes
+//     sent (hash and bytes), committed once under its name, and nothing
+//     is ever committed with a hash that is not its offer's (memSink);
+//   - a resumed transfer never receives a block its sink verified (memSink);
+//   - a sender's verdict covers exactly its snapshot: the members that
+//     committed the file are done, every other one is missing, and a
+//     member named missing that committed it crashed after it did;
+//
+// and at the end: every sender that stayed up judged every file, every
+// receiver of the snapshot that stayed up from before the pass to the
+// verdict holds every good file, and no transfer is still under way.
+
+type simFile struct {
+	name string
+	data []byte
+	hash [32]byte // what the offer says (wrong for a liar)
+	liar bool
+	to   []frame.MemberID
+	src  *memSource
+	// Filled as the run goes: the transfer's key, the sender's verdict.
+	key     inKey
+	sent    bool
+	verdict *Report
+	endAt   time.Time // when the verdict came
+}
+
+type scenario struct {
+	seed     uint64
+	n        int
+	link     simtest.Link
+	files    [][]*simFile // by sender index
+	senders  int
+	crash    map[int][2]time.Duration // member index → down at, up after (0: stays down)
+	late     map[int]time.Duration    // member index → starts at
+	ghost    int                      // member index not in the group until its start (-1: none)
+	block    int
+	refuse   int // member index whose sink refuses "refused*" (-1: none)
+	resend   bool
+	failRead bool
+	// The core's knobs: zero for the defaults.
+	window, credit, statusEvery, repairPercent, burst int
+	rate                                              int64
+	// inLoss: random loss on arrival at some members (the shape tests).
+	inLoss map[int]float64
+}
+
+func (s *scenario) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d members, block %d, %v", s.seed, s.n, s.block, s.link)
+	for i, fs := range s.files {
+		for _, f := range fs {
+			fmt.Fprintf(&b, "\n  member %d sends %q (%d bytes, liar %v, to %v)", i, f.name, len(f.data), f.liar, f.to)
+		}
+	}
+	for i := range s.n {
+		if c, ok := s.crash[i]; ok {
+			fmt.Fprintf(&b, "\n  member %d crashes at %v, back after %v", i, c[0], c[1])
+		}
+		if l, ok := s.late[i]; ok {
+			fmt.Fprintf(&b, "\n  member %d starts at %v (ghost %v)", i, l, i == s.ghost)
+		}
+	}
+	fmt.Fprintf(&b, "\n  refuse %d, sender resends after a crash %v, a read fails %v", s.refuse, s.resend, s.failRead)
+	fmt.Fprintf(&b, "\n  window %d credit %d statusEvery %d repairPercent %d burst %d", s.window, s.credit, s.statusEvery, s.repairPercent, s.burst)
+	return b.String()
+}
+
+func drawScenario(seed uint64) *scenario {
+	r := rand.New(rand.NewPCG(seed, 0xf11e5))
+	s := &scenario{seed: seed, n: 2 + r.IntN(4), link: simtest.DrawLink(r), crash: map[int][2]time.Duration{}, late: map[int]time.Duration{}, ghost: -1, refuse: -1}
+	s.block = 0
+	if r.IntN(3) == 0 {
+		s.block = 64 + r.IntN(600)
+	}
+	if s.link.MaxPayload > 0 && r.IntN(2) == 0 {
+		s.block = s.link.MaxPayload
+	}
+	s.senders = 1
+	if s.n > 2 && r.IntN(4) == 0 {
+		s.senders = 2
+	}
+	s.files = make([][]*simFile, s.senders)
+	for i := range s.senders {
+		for k := range 1 + r.IntN(3) {
+			size := []int{0, 1, 100 + r.IntN(2000), 10_000 + r.IntN(100_000), 200_000 + r.IntN(300_000)}[r.IntN(5)]
+			f := &simFile{name: fmt.Sprintf("dir/file-%d.bin", k), data: make([]byte, size)}
+			if s.senders == 2 && k == 0 {
+				f.name = "same-name.bin" // two transfers, one name: never mixed
+			}
+			for j := range f.data {
+				f.data[j] = byte(r.Uint32())
+			}
+			f.hash = sha256.Sum256(f.data)
+			if r.IntN(25) == 0 {
+				f.liar = true
+				f.hash[0] ^= 1
+			}
+			if r.IntN(8) == 0 && s.n > 2 {
+				f.to = []frame.MemberID{frame.MemberID((i + 1) % s.n)}
+			}
+			s.files[i] = append(s.files[i], f)
+		}
+	}
+	if r.IntN(4) == 0 && s.n > s.senders {
+		s.refuse = s.n - 1
+		s.files[0][0].name = "refused-" + s.files[0][0].name
+	}
+	receivers := s.n - s.senders
+	switch r.IntN(6) {
+	case 0, 1: // a receiver crashes mid-file and restarts
+		i := s.senders + r.IntN(receivers)
+		s.crash[i] = [2]time.Duration{time.Duration(1+r.IntN(30)) * time.Millisecond, time.Duration(r.IntN(2500)) * time.Millisecond}
+	case 2: // a receiver starts after the pass ended (or during it)
+		i := s.senders + r.IntN(receivers)
+		s.late[i] = time.Duration(r.IntN(3000)) * time.Millisecond
+	case 3: // a ghost: joins the group after the snapshot
+		if receivers > 1 {
+			s.ghost = s.n - 1
+			s.late[s.ghost] = time.Duration(100+r.IntN(1500)) * time.Millisecond
+			if s.refuse == s.ghost {
+				s.refuse = -1
+			}
+		}
+	case 4: // the sender crashes mid-pass
+		s.crash[0] = [2]time.Duration{time.Duration(1+r.IntN(20)) * time.Millisecond, 0}
+		s.resend = r.IntN(2) == 0
+		if s.resend {
+			s.crash[0] = [2]time.Duration{s.crash[0][0], time.Duration(r.IntN(3000)) * time.Millisecond}
+		}
+	}
+	if r.IntN(30) == 0 {
+		s.failRead = true
+	}
+	if r.IntN(3) == 0 {
+		s.window = 4 + r.IntN(100)
+		s.statusEvery = 1 + r.IntN(2*s.window)
+	}
+	if r.IntN(3) == 0 {
+		s.credit = 1 + r.IntN(64)
+	}
+	if r.IntN(4) == 0 {
+		s.repairPercent = []int{1, 50, 100}[r.IntN(3)]
+	}
+	if r.IntN(4) == 0 {
+		s.burst = 1 + r.IntN(8)
+	}
+	return s
+}
+
+type simNode struct {
+	sim     *simRun
+	idx     int
+	id      frame.MemberID
+	ep      *testnet.Endpoint
+	info    frame.MemberInfo
+	core    *Core
+	stepper *core.Stepper
+	sink    *memSink
+	rx      []link.Frame
+	up      bool
+	// crashes: when it went down (a member named missing that committed
+	// a file must have crashed after its commit).
+	crashes  []time.Time
+	upSince  time.Time
+	received map[inKey]*Report
+	spins    int
+	steps    int
+	reports  []Report
+}
+
+// explainDeadline names the timers due at or before now.
+func (c *Core) explainDeadline(now Time) string {
+	var b strings.Builder
+	at := func(what string) func(Time) {
+		return func(t Time) {
+			if t != 0 && t <= now {
+				fmt.Fprintf(&b, " %s@%d", what, t)
+			}
+		}
+	}
+	at("pace")(c.paceAt)
+	c.senderDeadlines(at("sender"))
+	c.receiverDeadlines(at("receiver"))
+	for _, f := range c.open {
+		fmt.Fprintf(&b, "\n open %v next %d ended %v judged %v endAt %d blocked %d probe %d", f.meta, f.next, f.ended, f.judged, f.endAt, f.blockedSince, f.probeAt)
+	}
+	for _, t := range c.in {
+		fmt.Fprintf(&b, "\n in %v state %d heard %d reportAt %d reported %d arrived %d retry %d", t.meta, t.state, t.heard, t.reportAt, t.reported, t.arrived, t.retry)
+	}
+	fmt.Fprintf(&b, "\n tokens %d queue %d", c.tokens, len(c.queue))
+	return b.String()
+}
+
+type simRun struct {
+	t      testing.TB
+	sc     *scenario
+	net    *testnet.Network
+	clock  wall.Clock
+	nodes  []*simNode
+	failed error
+	byKey  map[inKey]*simFile
+	start  time.Time
+	boots  int // late starts, crashes and restarts still to come
+}
+
+func (s *simRun) fail(format string, args ...any) {
+	if s.failed == nil {
+		s.failed = fmt.Errorf("at %v: %s", s.net.Now().Sub(s.start), fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *simRun) infos(withGhost bool) []frame.MemberInfo {
+	var ms []frame.MemberInfo
+	for _, n := range s.nodes {
+		if n.idx == s.sc.ghost && !withGhost {
+			continue
+		}
+		ms = append(ms, n.info)
+	}
+	return ms
+}
+
+func (s *simRun) config(n *simNode, withGhost bool) Config {
+	return Config{Group: 7, Self: n.id, Members: s.infos(withGhost), MTU: s.sc.link.MTU, BlockSize: s.sc.block, Sink: n.sink,
+		Rate: cmp.Or(s.sc.rate, 60_000_000), FileTimeout: 5 * Second, Window: s.sc.window, Credit: s.sc.credit, StatusEvery: s.sc.statusEvery,
+		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst}
+}
+
+// boot starts (or restarts) a member's core: a new incarnation, the same
+// sink.
+func (n *simNode) boot(now time.Time) {
+	s := n.sim
+	n.info.Incarnation++
+	cfg := s.config(n, s.sc.ghost < 0 || n.idx == s.sc.ghost || s.nodes[s.sc.ghost].core != nil)
+	c, err := New(cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n.core, n.up, n.upSince = c, true, now
+	n.stepper = core.NewStepper(c, 7, frame.EtherType)
+	n.stepper.Tick(s.clock.Core(now))
+	if n.idx < len(s.sc.files) && (n.info.Incarnation == 1 || s.sc.resend) {
+		for _, f := range s.sc.files[n.idx] {
+			if f.sent && f.verdict != nil {
+				continue
+			}
+			f.src = &memSource{data: f.data, bs: c.cfg.BlockSize, fail: -1}
+			if s.sc.failRead && n.idx == 0 && f == s.sc.files[0][0] && len(f.data) > 3*c.cfg.BlockSize {
+				f.src.fail = 2
+			}
+			id, err := c.Send(s.clock.Core(now), Outgoing{Name: f.name, Size: uint64(len(f.data)), Hash: f.hash, Source: f.src, To: f.to})
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			f.key, f.sent, f.verdict = inKey{n.id, n.info.Incarnation, id}, true, nil
+			s.byKey[f.key] = f
+		}
+	}
+	n.ep.Bind(n)
+}
+
+func (n *simNode) Step(now time.Time) time.Time {
+	if !n.up {
+		return time.Time{}
+	}
+	t := n.sim.clock.Core(now)
+	n.steps++
+	for {
+		k, _ := n.ep.Recv(time.Time{}, n.rx)
+		for _, f := range n.rx[:k] {
+			_ = n.stepper.Step(t, f.Data)
+		}
+		n.stepper.Tick(t)
+		n.flush(now)
+		if k == 0 {
+			break
+		}
+	}
+	d := n.stepper.Deadline()
+	if d != 0 && d <= t {
+		if n.spins++; n.spins > 10000 {
+			n.sim.fail("member %d: deadline %d not after now %d: %s", n.id, d, t, n.core.explainDeadline(t))
+			n.up = false
+		}
+	} else {
+		n.spins = 0
+	}
+	return n.sim.clock.Wall(d)
+}
+
+func (n *simNode) flush(now time.Time) {
+	rd := n.stepper.Ready()
+	if len(rd.Frames) > 0 {
+		if _, err := n.ep.Send(rd.Frames); err != nil && !n.ep.Crashed() {
+			n.sim.fail("member %d: send: %v", n.id, err)
+		}
+	}
+	for _, r := range n.core.Reports() {
+		n.check(now, r)
+	}
+	n.stepper.Advance()
+}
+
+// check is the checker of one report.
+func (n *simNode) check(now time.Time, r Report) {
+	s := n.sim
+	n.reports = append(n.reports, r)
+	k := inKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}
+	switch r.Kind {
+	case Received:
+		f := s.byKey[k]
+		switch {
+		case f == nil:
+			s.fail("member %d: received %v, which nobody sent", n.id, r.Meta)
+		case f.liar:
+			s.fail("member %d: received %v, whose hash its sender lied about", n.id, r.Meta)
+		case r.Meta.Name != f.name || r.Meta.Size != uint64(len(f.data)) || r.Meta.Hash != f.hash:
+			s.fail("member %d: received %v, sent as %q of %d bytes", n.id, r.Meta, f.name, len(f.data))
+		case !bytes.Equal(n.sink.commits[k], f.data):
+			s.fail("member %d: received %v, but its sink holds %d other bytes", n.id, r.Meta, len(n.sink.commits[k]))
+		case n.received[k] != nil && len(n.crashes) == 0:
+			s.fail("member %d: received %v twice", n.id, r.Meta)
+		}
+		n.received[k] = &r
+	case Incomplete:
+		if _, ok := n.sink.commits[k]; ok {
+			s.fail("member %d: %v reported incomplete, but it was committed", n.id, r.Meta)
+		}
+	case Verdict:
+		f := s.byKey[k]
+		if f == nil || k.sender != n.id {
+			s.fail("member %d: a verdict on %v, which it did not send", n.id, r.Meta)
+			return
+		}
+		if f.verdict != nil {
+			s.fail("member %d: a second verdict on %v", n.id, r.Meta)
+		}
+		f.verdict, f.endAt = &r, now
+		want := f.to
+		if want == nil {
+			for _, m := range n.core.members {
+				if m.ID != n.id {
+					want = append(want, m.ID)
+				}
+			}
+		}
+		var got []frame.MemberID
+		for _, id := range r.Done {
+			got = append(got, id)
+			m := s.nodes[id]
+			if _, ok := m.sink.commits[k]; !ok {
+				s.fail("verdict on %v names member %d done; it did not commit the file", r.Meta, id)
+			}
+		}
+		for _, ms := range r.Missing {
+			got = append(got, ms.Member)
+			m := s.nodes[ms.Member]
+			if _, ok := m.sink.commits[k]; ok && len(m.crashes) == 0 && m.core != nil && m.upSince.Equal(s.start) {
+				s.fail("verdict on %v names member %d missing (%v); it committed the file and was up throughout", r.Meta, ms.Member, ms.Cause)
+			}
+			if f.liar && r.Err == nil && ms.Cause != CauseHash && ms.Cause != CauseSilent && ms.Cause != CauseStorage {
+				s.fail("verdict on %v: member %d missing for %v, want a hash mismatch", r.Meta, ms.Member, ms.Cause)
+			}
+		}
+		slices.Sort(got)
+		noGhost := slices.DeleteFunc(slices.Clone(want), func(id frame.MemberID) bool { return int(id) == s.sc.ghost })
+		if !slices.Equal(got, want) && !slices.Equal(got, noGhost) {
+			s.fail("verdict on %v covers %v, its snapshot is %v: %v", r.Meta, got, want, r)
+		}
+	}
+}
+
+func (n *simNode) crash(now time.Time) {
+	n.up = false
+	n.crashes = append(n.crashes, now)
+	n.ep.Crash()
+	n.sink.crash()
+}
+
+func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, error) {
+	net, err := testnet.New(sc.seed, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trace != nil {
+		net.Trace(trace)
+	}
+	s := &simRun{t: t, sc: sc, net: net, clock: wall.Clock{Epoch: net.Now()}, byKey: map[inKey]*simFile{}, start: net.Now()}
+	for i := range sc.n {
+		ep, err := net.Attach(sc.link.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &simNode{sim: s, idx: i, id: frame.MemberID(i), ep: ep, rx: make([]link.Frame, 32), received: map[inKey]*Report{}}
+		n.info = frame.MemberInfo{ID: n.id, MAC: [6]byte(ep.HardwareAddr())}
+		n.sink = newMemSink(func(format string, args ...any) { s.fail("member %d: sink: %s", n.id, fmt.Sprintf(format, args...)) })
+		if i == sc.refuse {
+			n.sink.refuse = "refused-"
+		}
+		if loss, ok := sc.inLoss[i]; ok {
+			im := sc.link.In
+			im.Loss = loss
+			if err := ep.SetImpairment(testnet.In, im); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.nodes = append(s.nodes, n)
+	}
+	now := net.Now()
+	for _, n := range s.nodes {
+		if at, ok := sc.late[n.idx]; ok {
+			s.boots++
+			net.At(now.Add(at), func() {
+				s.boots--
+				if n.idx == sc.ghost {
+					// The group's view changes: every member learns of it.
+					for _, m := range s.nodes {
+						if m.core != nil {
+							m.core.SetMembers(s.infos(true))
+						}
+					}
+				}
+				n.boot(net.Now())
+			})
+			continue
+		}
+		n.boot(now)
+	}
+	for i, c := range sc.crash {
+		n := s.nodes[i]
+		s.boots++ // the crash, then the restart
+		if c[1] > 0 {
+			s.boots++
+		}
+		net.At(now.Add(c[0]), func() {
+			s.boots--
+			n.crash(net.Now())
+			if c[1] > 0 {
+				net.At(net.Now().Add(c[1]), func() {
+					s.boots--
+					n.ep.Restart()
+					n.boot(net.Now())
+				})
+			}
+		})
+	}
+	limit := now.Add(120 * time.Second)
+	done := func() bool {
+		if s.boots > 0 {
+			return false
+		}
+		for _, n := range s.nodes {
+			// Busy, or a file still open at its sender: a member that
+			// restarted may still fetch it.
+			if n.up && (n.core.Busy() || len(n.core.open) > 0) {
+				return false
+			}
+		}
+		for i, fs := range sc.files {
+			if !s.nodes[i].up {
+				continue
+			}
+			for _, f := range fs {
+				if f.sent && f.verdict == nil {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for s.failed == nil && !done() && net.Now().Before(limit) {
+		net.RunFor(10 * time.Millisecond)
+	}
+	// Let the last reports land before the final checks.
+	net.RunFor(50 * time.Millisecond)
+	if s.failed != nil {
+		return s, s.failed
+	}
+	if !done() {
+		var b strings.Builder
+		for _, n := range s.nodes {
+			if n.core == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "\n  member %d up %v steps %d stats %+v:", n.id, n.up, n.steps, n.core.stats)
+			fmt.Fprintf(&b, "\n    %s", n.core.explainDeadline(s.clock.Core(net.Now())))
+			for _, p := range n.core.Progress() {
+				fmt.Fprintf(&b, "\n    %v sending %v %s %d/%d %+v", p.Meta, p.Sending, p.State, p.Held, p.Blocks, p.Receivers)
+			}
+		}
+		return s, fmt.Errorf("not finished after 120 s of virtual time:%s", b.String())
+	}
+	return s, s.final()
+}
+
+// final checks what must hold at the end of a run.
+func (s *simRun) final() error {
+	sc := s.sc
+	for i, fs := range sc.files {
+		sender := s.nodes[i]
+		for _, f := range fs {
+			if !sender.up || f.verdict == nil {
+				continue
+			}
+			if f.liar || f.verdict.Err != nil {
+				for _, n := range s.nodes {
+					if _, ok := n.sink.commits[f.key]; ok {
+						return fmt.Errorf("member %d committed %q, whose %s", n.id, f.name, map[bool]string{true: "hash its sender lied about", false: "source failed"}[f.liar])
+					}
+				}
+				continue
+			}
+			// Every member up at the end that was up before the verdict
+			// (restarted, late, or a ghost included) fetched the file
+			// while it was open.
+			for _, n := range s.nodes {
+				if n.idx == i || !n.up || n.upSince.After(f.endAt) || len(sender.crashes) > 0 {
+					continue
+				}
+				if n.idx == sc.refuse && strings.HasPrefix(f.name, "refused-") {
+					continue
+				}
+				if got, ok := n.sink.commits[f.key]; !ok || !bytes.Equal(got, f.data) {
+					return fmt.Errorf("member %d, up since %v, does not hold %q at the end (verdict at %v: %v)", n.id, n.upSince.Sub(s.start), f.name, f.endAt.Sub(s.start), f.verdict)
+				}
+			}
+			for _, ms := range f.verdict.Missing {
+				m := s.nodes[ms.Member]
+				steady := len(m.crashes) == 0 && m.core != nil && m.upSince.Sub(s.start) == 0 && ms.Member != frame.MemberID(sc.ghost)
+				if steady && !(ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-")) && len(sender.crashes) == 0 {
+					return fmt.Errorf("verdict on %q names member %d missing (%v, %d of %d blocks), though it was up throughout: %v", f.name, ms.Member, ms.Cause, ms.Held, ms.Blocks, f.verdict)
+				}
+				if ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-") && ms.Cause != CauseStorage && steady {
+					return fmt.Errorf("verdict on %q names member %d missing for %v, want a storage failure", f.name, ms.Member, ms.Cause)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func TestSim(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	seeds := simtest.Seeds(t, 300)
+	t.Cleanup(func() {
+		t.Logf("scenarios seen in %d seeds: %v", seeds, seen)
+		if seeds < 200 || t.Failed() {
+			return
+		}
+		// The impairments the scenarios draw must have happened, with the
+		// outcome each promises, or the checkers above checked nothing.
+		for _, what := range []string{"receiver resumed after a restart", "ghost fetched", "late member fetched after the verdict",
+			"sender crash ended transfers", "restarted sender's offer resumed", "hash mismatch named", "storage refusal named",
+			"read failure aborted", "repair to the group", "window stall", "repair to one receiver"} {
+			if seen[what] == 0 {
+				t.Errorf("no seed showed %q", what)
+			}
+		}
+	})
+	simtest.RunSeeds(t, 300, func(t *testing.T, seed uint64) (fmt.Stringer, error) {
+		sc := drawScenario(seed)
+		s, err := runSim(t, sc, nil)
+		if err == nil {
+			mu.Lock()
+			for k, v := range s.coverage() {
+				seen[k] += v
+			}
+			mu.Unlock()
+		}
+		return sc, err
+	})
+}
+
+// coverage names what happened in a run, for TestSim's check that the
+// scenarios do what they are drawn for.
+func (s *simRun) coverage() map[string]int {
+	seen := map[string]int{}
+	add := func(what string, ok bool) {
+		if ok {
+			seen[what]++
+		}
+	}
+	for _, n := range s.nodes {
+		if n.core == nil {
+			continue
+		}
+		st := n.core.stats
+		sender := n.idx < s.sc.senders
+		add("receiver resumed after a restart", !sender && len(n.crashes) > 0 && st.Resumed > 0 && len(n.received) > 0)
+		add("restarted sender's offer resumed", !sender && s.sc.resend && st.Resumed > 0)
+		add("repair to the group", st.RepairsToGroup > 0)
+		add("repair to one receiver", st.BlocksRepaired > st.RepairsToGroup)
+		add("window stall", st.WindowStalls > 0)
+		if n.idx == s.sc.ghost {
+			add("ghost fetched", len(n.received) > 0)
+		}
+		for _, fs := range s.sc.files {
+			for _, f := range fs {
+				if f.verdict != nil && n.upSince.After(f.endAt) && n.idx != s.sc.ghost {
+					_, ok := n.sink.commits[f.key]
+					add("late member fetched after the verdict", ok)
+				}
+			}
+		}
+		for _, r := range n.reports {
+			add("sender crash ended transfers", r.Kind == Incomplete && (r.Cause == CauseSilent || r.Cause == CauseRestarted) && len(s.nodes[r.Meta.Sender].crashes) > 0)
+			for _, m := range r.Missing {
+				add("hash mismatch named", m.Cause == CauseHash)
+				add("storage refusal named", m.Cause == CauseStorage)
+			}
+			add("read failure aborted", r.Kind == Verdict && r.Err != nil)
+		}
+	}
+	return seen
+}
+
+func TestSimDeterministic(t *testing.T) {
+	simtest.Deterministic(t, 20, func(t testing.TB, seed uint64, trace func(testnet.Event)) error {
+		_, err := runSim(t, drawScenario(seed), trace)
+		return err
+	})
+}
