@@ -603,3 +603,25 @@ func TestInsertAuth(t *testing.T) {
 		}
 	}
 }
+
+// A ViewFlush's gone byte is 0 or 1: any other value would decode as one
+// of them and not encode back to the same bytes (found by FuzzBody).
+func TestViewFlushGoneByte(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	b, err := Append(nil, &h, &ViewFlushBody{Next: 2, Base: 1, Coord: 0, Sent: 3, Delivered: []Delivered{{0, false, 1}, {1, true, 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(b); err != nil {
+		t.Fatal(err)
+	}
+	at := len(b) - CRCLen - deliveredLen + 2 // the second entry's gone byte
+	b[at] = 2
+	b = reseal(b)
+	_, err = Parse(b)
+	var de *DecodeError
+	if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != "flush.delivered.gone" || !strings.Contains(err.Error(), "entry 1: gone is 2, want 0 or 1") {
+		t.Fatalf("a gone byte of 2: err = %v, want ErrBody in flush.delivered.gone", err)
+	}
+}

@@ -272,6 +272,12 @@ func checkViewBody(t Type, body []byte, start int) error {
 		if len(body) != viewHeadLen+flushFixed+listHeaderLen+n*deliveredLen {
 			return decodeErr(ErrBody, "flush.delivered", start+viewHeadLen+flushFixed, "%d entries need %d bytes, body has %d", n, viewHeadLen+flushFixed+listHeaderLen+n*deliveredLen, len(body))
 		}
+		for i := range n {
+			off := viewHeadLen + flushFixed + listHeaderLen + i*deliveredLen + 2
+			if g := body[off]; g > 1 {
+				return decodeErr(ErrBody, "flush.delivered.gone", start+off, "entry %d: gone is %d, want 0 or 1", i, g)
+			}
+		}
 		return nil
 	case ViewCommit:
 		if err := atLeast("commit", viewHeadLen); err != nil {
