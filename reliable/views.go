@@ -72,35 +72,39 @@ type ViewProcess struct {
 	ConfigHash uint64
 }
 
-// NewViewCore returns the core a process of a group with views runs,
-// built as Join and NewDriver build it: the membership core v
-// (reliable/view) with a PBP core per view, and c, which is v under FIFO
-// and the Agreed (Config.Safe: Safe) layer reliable/vtotal above it under
-// Order Total. Incarnation and Nonce must be given: the core is then a
+// NewViewCore returns the membership core (reliable/view) of process p
+// of a group with views, built as Join and NewDriver build it: a PBP core
+// per view, the same settings, the same configuration hash (unless p
+// gives one). Incarnation and Nonce must be given: the core is then a
 // function of cfg and p, so pcap-replay re-runs a captured process
-// exactly.
-func NewViewCore(cfg Config, p ViewProcess) (c core.Core, v *view.Core, err error) {
+// exactly. ViewLevel puts the group's level above it.
+func NewViewCore(cfg Config, p ViewProcess) (*view.Core, error) {
 	if !cfg.Views {
-		return nil, nil, configErr("NewViewCore needs Views")
+		return nil, configErr("NewViewCore needs Views")
 	}
 	if p.Incarnation == 0 || p.Nonce == 0 {
-		return nil, nil, configErr("NewViewCore needs the process's incarnation and Join nonce (they are %d and %d)", p.Incarnation, p.Nonce)
+		return nil, configErr("NewViewCore needs the process's incarnation and Join nonce (they are %d and %d)", p.Incarnation, p.Nonce)
 	}
 	s, err := cfg.settings()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if v, err = s.viewCore(p); err != nil {
-		return nil, nil, err
+	return s.viewCore(p)
+}
+
+// ViewLevel returns the core a process of cfg (Config.Views) runs over
+// its membership core in: in itself under FIFO, and under Order Total
+// the Agreed layer reliable/vtotal above it (Config.Safe: Safe), as Join
+// and NewDriver build it. in is the membership core, or (pcap-replay) a
+// wrapper of it.
+func ViewLevel(cfg Config, in vtotal.Inner) core.Core {
+	switch {
+	case cfg.Order != Total:
+		return in
+	case cfg.Safe:
+		return vtotal.NewSafe(in)
 	}
-	c = v
-	if s.Order == Total {
-		c = vtotal.New(v)
-		if s.Safe {
-			c = vtotal.NewSafe(v)
-		}
-	}
-	return c, v, nil
+	return vtotal.New(in)
 }
 
 // ViewConfigHash is the configuration hash the ViewJoins of cfg's
