@@ -22,11 +22,17 @@ import (
 type Protocol uint8
 
 const (
-	// ProtocolAuto: the sequencer when the member's interface carries
-	// sequencer frames of the group, else PBP.
+	// ProtocolAuto: views when the capture carries a group with views
+	// (of Group, on Iface, when given), else the sequencer when the
+	// member's interface carries sequencer frames of the group, else PBP.
 	ProtocolAuto Protocol = iota
 	ProtocolPBP
 	ProtocolSeq
+	// ProtocolViews: one process of a group with views (reliable/view,
+	// with reliable/vtotal above it for Agreed and Safe); ProtocolAuto
+	// picks it when the capture carries view frames (0x20–0x28) or
+	// frames of a view.
+	ProtocolViews
 )
 
 func (p Protocol) String() string {
@@ -35,6 +41,8 @@ func (p Protocol) String() string {
 		return "PBP"
 	case ProtocolSeq:
 		return "sequencer"
+	case ProtocolViews:
+		return "views"
 	}
 	return "auto"
 }
@@ -93,6 +101,24 @@ type SimOptions struct {
 	// calls, so a re-run may order (or count) those status frames
 	// differently from the capture; deliveries are the same.
 	Resilience seq.Resilience
+
+	// A group with views (ProtocolViews): Node is the member id of the
+	// process to re-run, and Incarnation picks it when that id was held
+	// by several processes in the capture (a restart); 0: the only one.
+	// ViewOrder is the group's level (ViewOrderAuto: from the process's
+	// Join and the frames). Found is how many processes a founder waits
+	// for (rbcastd run -members; 0: from the capture), MaxMembers the
+	// group's bound (0: what the Join's config hash shows, else
+	// reliable.DefaultMaxMembers), JoinRetry the view protocol's
+	// retransmission interval (0: reliable.DefaultJoinRetry). Window,
+	// MaxPayload, Mode, the timers and, under total order, the
+	// sequencer's settings are the group's as above; Members does not
+	// apply.
+	Incarnation uint32
+	ViewOrder   ViewOrder
+	Found       int
+	MaxMembers  int
+	JoinRetry   time.Duration
 }
 
 // SimDelivery is one message the re-run core delivered.
@@ -148,6 +174,9 @@ type SimResult struct {
 	// CapturedOut counts the node's own captured frames by type, to set
 	// beside what the re-run sent.
 	CapturedOut map[frame.Type]int
+	// Views says how a process of a group with views was re-run
+	// (ProtocolViews; nil otherwise).
+	Views *SimViews
 }
 
 // simProto is what Simulate needs to know of a protocol besides its core
@@ -166,8 +195,9 @@ type simProto interface {
 	verify(r *Record, sent []SimSent, before, after core.Stats) string
 }
 
-// Simulate re-drives member opts.Node's protocol core — PBP's or the
-// sequencer's — with exactly the frames its interface received, in
+// Simulate re-drives member opts.Node's protocol core — PBP's, the
+// sequencer's, or for a group with views its process's membership core
+// (simulate_views.go) — with exactly the frames its interface received, in
 // captured order and with captured timestamps, ticking it at its timer
 // deadlines between them, and proposing the messages of its own
 // first-transmission frames (PBP Data; sequencer SeqRequest, or SeqData
@@ -180,6 +210,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	note := func(format string, args ...any) { res.Notes = append(res.Notes, fmt.Sprintf(format, args...)) }
 	if opts.EtherType == 0 {
 		opts.EtherType = frame.EtherType
+	}
+	if opts.Protocol == ProtocolViews || opts.Protocol == ProtocolAuto && hasViews(c, opts) {
+		return simulateViews(c, opts)
 	}
 	members := opts.Members
 	if members == nil {
@@ -370,7 +403,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 	res.Start, res.End = start, end
 	rr := newRerun(st, res, start, opts.MaxIdleTicks)
-	rr.tick(start)
+	rr.tick(rr.clk.Core(start))
 	left := false
 	rr.run(steps, dirOf, func(r *Record, t clock.Time) string { return stepFrame(st, t, r, group, opts.EtherType) }, func(r *Record, t clock.Time) {
 		if r.View == nil {
@@ -423,6 +456,17 @@ type rerun struct {
 	cur   int        // the frame being processed, for deliveries (0: a tick)
 	// maxIdle bounds the ticks between two inputs (SimOptions.MaxIdleTicks).
 	maxIdle int
+	// settle, when set, runs first for each step (its timers not ticked
+	// yet), and before, after the timers due before its instant (core
+	// time t, capture time at).
+	settle func(next *simStep)
+	before func(t clock.Time, at time.Time)
+	// proposes, when set, says whether out proposes the application's
+	// messages of sent frame r: then the timers due at its instant are
+	// left for later (the application's Propose took a turn of its own;
+	// the frames of a timer at that instant before it show in the
+	// capture, and their records ticked it).
+	proposes func(r *Record) bool
 	// view is the view the process is in (groups with views): the
 	// deliveries of a Ready are of the view before the ViewInstalled
 	// event it carries (reliable/view hands out the old view's last
@@ -464,9 +508,9 @@ func (rr *rerun) collectAt(at clock.Time) {
 	rr.st.Advance()
 }
 
-// tick runs the core's timers at instant t and takes its output.
-func (rr *rerun) tick(t time.Time) {
-	now := rr.clk.Core(t)
+// tick runs the core's timers at instant now and takes its output: a
+// turn without input.
+func (rr *rerun) tick(now clock.Time) {
 	rr.cur = 0
 	rr.st.Tick(now)
 	rr.collectAt(now)
@@ -516,9 +560,15 @@ func (rr *rerun) run(steps []simStep, dirOf func(*Record) Dir, stepIn func(r *Re
 	for i := 0; i < len(steps); {
 		r := steps[i].r
 		t := rr.clk.Core(steps[i].at)
+		if rr.settle != nil {
+			rr.settle(&steps[i])
+		}
 		switch dirOf(r) {
 		case DirIn:
 			rr.tickUntil(t, false)
+			if rr.before != nil {
+				rr.before(t, steps[i].at)
+			}
 			j := i
 			for ; j < len(steps) && j-i < batch && steps[j].at.Equal(steps[i].at) && dirOf(steps[j].r) == DirIn; j++ {
 				in := steps[j].r
@@ -532,8 +582,14 @@ func (rr *rerun) run(steps []simStep, dirOf func(*Record) Dir, stepIn func(r *Re
 			rr.collectAt(t)
 			i = j
 		case DirOut:
+			if rr.before != nil {
+				rr.tickUntil(t, false)
+				rr.before(t, steps[i].at)
+			}
 			i++
-			rr.tickUntil(t, true)
+			if rr.proposes == nil || !rr.proposes(r) {
+				rr.tickUntil(t, true)
+			}
 			out(r, t)
 		default:
 			i++
@@ -915,13 +971,17 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 	ew := &errWriter{w: w}
 	cfg := r.Config
 	etherType := etherTypeOf(cfg.EtherType)
-	if r.Protocol == ProtocolSeq {
+	switch {
+	case r.Protocol == ProtocolViews && r.Views != nil:
+		etherType = etherTypeOf(r.Views.Config.EtherType)
+		r.writeViewsHeader(ew, c)
+	case r.Protocol == ProtocolSeq:
 		sc := r.SeqConfig
 		etherType = etherTypeOf(sc.EtherType)
 		ew.printf("# simulate member %d of group %d on interface %d (%s), sequencer, method %v, window %d, history %d, MTU %d, initial global %d, epoch %d\n",
 			sc.Self, sc.Group, r.Iface, c.Interfaces[r.Iface].Label(), sc.Method, orDefault(sc.Window, seq.DefaultWindow),
 			orDefault(sc.History, seq.DefaultHistory), orDefault(sc.MTU, seq.DefaultMTU), sc.InitialGlobal, orDefault(int(sc.InitialEpoch), seq.DefaultInitialEpoch))
-	} else {
+	default:
 		ew.printf("# simulate member %d of group %d on interface %d (%s), mode %v, window %d, MTU %d\n",
 			cfg.Self, cfg.Group, r.Iface, c.Interfaces[r.Iface].Label(), cfg.Mode, windowOf(cfg), mtuOf(cfg))
 	}
@@ -934,15 +994,23 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 		if d.Frame > 0 {
 			src = "frame " + strconv.Itoa(d.Frame)
 		}
-		global := ""
-		if r.Protocol == ProtocolSeq {
+		global, seqs := "", fmt.Sprintf("seq %d[%d]", d.Seq, d.Index)
+		switch {
+		case r.Protocol == ProtocolSeq:
 			global = fmt.Sprintf("global %d epoch %d ", d.Global, d.Epoch)
+		case r.Protocol == ProtocolViews && d.Unreliable:
+			global, seqs = fmt.Sprintf("view %d unreliable ", d.View), fmt.Sprintf("datagram %d", d.Seq)
+		case r.Protocol == ProtocolViews && r.Views != nil && r.Views.Order != ViewFIFO:
+			// vtotal numbers a sender's data messages in the view.
+			global, seqs = fmt.Sprintf("view %d global %d ", d.View, d.Global), fmt.Sprintf("n %d", d.Seq)
+		case r.Protocol == ProtocolViews:
+			global = fmt.Sprintf("view %d ", d.View)
 		}
 		if data {
-			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB %x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), d.Data)
+			ew.printf("deliver %14.9f %-12s %sfrom %d %s %dB %x\n", rel(d.At), src, global, d.From, seqs, len(d.Data), d.Data)
 		} else {
 			sum := sha256.Sum256(d.Data)
-			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB sha256:%x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), sum[:8])
+			ew.printf("deliver %14.9f %-12s %sfrom %d %s %dB sha256:%x\n", rel(d.At), src, global, d.From, seqs, len(d.Data), sum[:8])
 		}
 	}
 	sentBy := map[frame.Type]int{}
