@@ -349,3 +349,75 @@ func TestSimulateViewsManySeeds(t *testing.T) {
 		}
 	}
 }
+
+// A tcpdump capture on one process's host (pcap, no direction flags, no
+// interface description) re-runs it too: frames from its MAC count as
+// sent. The frames its first turn read before its first Join are left
+// out (such a capture holds everything on the wire, and does not say
+// which the process read); a joiner drops those anyway.
+func TestSimulateViewsTcpdump(t *testing.T) {
+	run := runViewsLive(t, filepath.Join(t.TempDir(), "views.pcapng"), 5, 0.05, ViewFIFO)
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range run.procs[2:4] { // member 2, a founder; member 3, the joiner
+		var recs []*Record
+		for i := range c.Records {
+			if r := &c.Records[i]; r.Iface == p.endpoint {
+				recs = append(recs, r)
+			}
+		}
+		pc, err := Parse("tcpdump.pcap", writePcap(t, recs, false), ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Simulate(pc, SimOptions{Node: p.id, Iface: -1, FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("member %d: %v", p.id, err)
+		}
+		var out bytes.Buffer
+		if err := res.Write(&out, pc, false); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) != len(p.got) {
+			t.Fatalf("member %d: re-run delivered %d, live %d\n%s", p.id, len(res.Deliveries), len(p.got), out.String())
+		}
+		for k, d := range res.Deliveries {
+			if d.From != p.got[k].From || !bytes.Equal(d.Data, p.got[k].Data) {
+				t.Fatalf("member %d: delivery %d: re-run %d %q, live %d %q", p.id, k, d.From, d.Data, p.got[k].From, p.got[k].Data)
+			}
+		}
+		if want := "# no direction flags: frames from " + net.HardwareAddr(p.mac[:]).String() + " count as sent"; !strings.Contains(out.String(), want) {
+			t.Errorf("member %d: no %q in\n%s", p.id, want, out.String())
+		}
+		if p.id == 3 && !strings.Contains(out.String(), "frames before the Join (frames 1..") {
+			t.Errorf("member 3: no note of the frames before its Join left out:\n%s", out.String())
+		}
+	}
+}
+
+// A capture that begins after a process joined (a flight-recorder dump)
+// cannot re-run it, and says why; a member id no view lists is refused
+// with the members of the capture's views.
+func TestSimulateViewsErrors(t *testing.T) {
+	run := runViewsLive(t, filepath.Join(t.TempDir(), "views.pcapng"), 5, 0.05, ViewFIFO)
+	c, err := ReadFile(run.path, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := clone(c)
+	half := writeNg(t, c, recs[len(recs)/2:])
+	_, err = Simulate(half, SimOptions{Node: 0, Iface: -1})
+	if err == nil || !strings.Contains(err.Error(), "simulate: member 0 (02:00:00:00:00:01 incarnation 1 (views 3,4)) sent no ViewJoin on interface 0 (n0) of broken.pcapng: the capture begins after it joined") {
+		t.Errorf("a capture from after the joins: %v", err)
+	}
+	_, err = Simulate(c, SimOptions{Node: 1, Iface: -1})
+	if err == nil || !strings.Contains(err.Error(), "simulate: member 1 was 2 processes in "+run.path+": group 7 02:00:00:00:00:02 incarnation 2 (views 1,2); group 7 02:00:00:00:00:02 incarnation 11 (views 4); pick one with -incarnation") {
+		t.Errorf("member 1, two incarnations: %v", err)
+	}
+	_, err = Simulate(c, SimOptions{Node: 9, Iface: -1})
+	if err == nil || !strings.Contains(err.Error(), "simulate: member 9 never joined a view in "+run.path+": no ViewCommit lists it and no frame of a view comes from it; the members of its views are 0=02:00:00:00:00:01 incarnation 1 (views 1,2,3,4), ") {
+		t.Errorf("member 9: %v", err)
+	}
+}
