@@ -326,19 +326,18 @@ func checkViewsReruns(t *testing.T, run *viewsLiveRun, level ViewOrder, verbose 
 
 // The same over more seeds and loss rates (0-10 %): RBCAST_VIEWS_SEEDS=N
 // runs seeds 100..100+N-1 at each level (80 seeds passed: 240 runs, every
-// process byte for byte); without it, seed 103 (10 % loss), and none with
-// -short.
+// process byte for byte, about 3 minutes here); without it the test is
+// skipped (TestSimulateViews runs one seed of each level).
 func TestSimulateViewsManySeeds(t *testing.T) {
-	first, n := uint64(103), 1
-	if s := os.Getenv("RBCAST_VIEWS_SEEDS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil {
-			t.Fatalf("RBCAST_VIEWS_SEEDS=%q: %v", s, err)
-		}
-		first = 100
-	} else if testing.Short() {
-		t.Skip("-short")
+	s := os.Getenv("RBCAST_VIEWS_SEEDS")
+	if s == "" {
+		t.Skip("RBCAST_VIEWS_SEEDS=N runs N seeds of each level")
 	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("RBCAST_VIEWS_SEEDS=%q: %v", s, err)
+	}
+	first := uint64(100)
 	for seed := first; seed < first+uint64(n); seed++ {
 		for _, level := range []ViewOrder{ViewFIFO, ViewAgreed, ViewSafe} {
 			loss := []float64{0, 0.02, 0.05, 0.1}[seed%4]
