@@ -111,15 +111,17 @@ func (s *ownStream) propose(n int, propose func([]byte)) bool {
 	return s.upTo(s.frames[i].end, propose)
 }
 
+// upTo proposes the application's messages before entry end not
+// proposed yet; it reports whether there were any.
 func (s *ownStream) upTo(end int, propose func([]byte)) bool {
-	any := false
+	some := false
 	for ; s.next < end; s.next++ {
 		if e := s.entries[s.next]; e.app {
 			propose(e.msg)
-			any = true
+			some = true
 		}
 	}
-	return any
+	return some
 }
 
 // generated is called as the layer makes its next message: the
@@ -251,11 +253,11 @@ func (h *proposeHook) Propose(now clock.Time, msg []byte) error {
 
 // waiting reports whether a message proposed to the membership core now
 // would wait (ok): a change froze it, or its inner core's window is full.
-// (A frame the layer made in the last Ready waits too, but only for the
-// next turn, which sends what waits with it and nothing proposed after.) The next frame it sends is then seq sent of
-// view (frozen: seq 0 of a view after it). A joining process waits too,
-// but its application proposes nothing before it is in a view (Join
-// returns then).
+// The next frame it sends is then seq sent of view (frozen: seq 0 of a
+// view after it). A frame the layer made in the last Ready waits too, but
+// only for the next turn, which sends it and nothing proposed after it;
+// a joining process waits, but its application proposes nothing before
+// it is in a view (Join returns then).
 func waiting(vc *rview.Core) (view, sent uint32, ok bool) {
 	in := vc.Inner()
 	if in == nil || !vc.Installed() {
