@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // ErrRefused is wrapped by Join's error when a running group refused
@@ -38,10 +41,6 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reliable: group %d: %w", s.Group, err)
 	}
-	mtu := l.MTU()
-	if most := frame.MaxViewMembers(mtu); s.MaxMembers > most {
-		return nil, configErr("MaxMembers is %d, but a view's frames hold at most %d members at the link's MTU of %d bytes", s.MaxMembers, most, mtu)
-	}
 	inc, nonce := s.Incarnation, uint64(0)
 	for inc == 0 {
 		inc = rand.Uint32()
@@ -53,6 +52,88 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 	}
 	for nonce == 0 {
 		nonce = rand.Uint64()
+	}
+	return s.viewCore(ViewProcess{MAC: mac, MTU: l.MTU(), Incarnation: inc, Nonce: nonce})
+}
+
+// ViewProcess is what identifies one process of a group with views
+// beyond its Config: its link's MAC and MTU, its incarnation and the
+// nonce of its ViewJoins (Join draws both at random when
+// Config.Incarnation is 0; a capture holds them in the process's
+// ViewJoin frames).
+type ViewProcess struct {
+	MAC         [6]byte
+	MTU         int
+	Incarnation uint32
+	Nonce       uint64
+	// ConfigHash, when not 0, replaces the hash of the Config
+	// (ViewConfigHash) in the process's Joins and in its comparison with
+	// joiners': pcap-replay gives the captured one.
+	ConfigHash uint64
+}
+
+// NewViewCore returns the membership core (reliable/view) of process p
+// of a group with views, built as Join and NewDriver build it: a PBP core
+// per view, the same settings, the same configuration hash (unless p
+// gives one). Incarnation and Nonce must be given: the core is then a
+// function of cfg and p, so pcap-replay re-runs a captured process
+// exactly. ViewLevel puts the group's level above it.
+func NewViewCore(cfg Config, p ViewProcess) (*view.Core, error) {
+	if !cfg.Views {
+		return nil, configErr("NewViewCore needs Views")
+	}
+	if p.Incarnation == 0 || p.Nonce == 0 {
+		return nil, configErr("NewViewCore needs the process's incarnation and Join nonce (they are %d and %d)", p.Incarnation, p.Nonce)
+	}
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	return s.viewCore(p)
+}
+
+// ViewLevel returns the core a process of cfg (Config.Views) runs over
+// its membership core in: in itself under FIFO, and under Order Total
+// the Agreed layer reliable/vtotal above it (Config.Safe: Safe), as Join
+// and NewDriver build it. in is the membership core, or (pcap-replay) a
+// wrapper of it.
+func ViewLevel(cfg Config, in vtotal.Inner) core.Core {
+	switch {
+	case cfg.Order != Total:
+		return in
+	case cfg.Safe:
+		return vtotal.NewSafe(in)
+	}
+	return vtotal.New(in)
+}
+
+// ViewConfigHash is the configuration hash the ViewJoins of cfg's
+// processes carry at link MTU mtu (Config.Views): the group and every
+// setting members must share, defaults resolved.
+func ViewConfigHash(cfg Config, mtu int) (uint64, error) {
+	if !cfg.Views {
+		return 0, configErr("ViewConfigHash needs Views")
+	}
+	s, err := cfg.settings()
+	if err != nil {
+		return 0, err
+	}
+	return s.viewConfigHash(mtu), nil
+}
+
+func (s *settings) viewConfigHash(mtu int) uint64 {
+	shared := s.protocol.shared(s, mtu)
+	return configHash(s.Group, sharedConfig{cfg: struct {
+		PBP        any
+		MaxMembers int
+	}{shared.cfg, s.MaxMembers}})
+}
+
+// viewCore is the membership core of process p.
+func (s *settings) viewCore(p ViewProcess) (*view.Core, error) {
+	mtu := p.MTU
+	if most := frame.MaxViewMembers(mtu); s.MaxMembers > most {
+		return nil, configErr("MaxMembers is %d, but a view's frames hold at most %d members at the link's MTU of %d bytes", s.MaxMembers, most, mtu)
 	}
 	shared := s.protocol.shared(s, mtu)
 	// The largest message is what a Data frame carries beside the
@@ -69,12 +150,12 @@ func newViewCore(s *settings, l link.Link) (*view.Core, error) {
 	info := t.Info()
 	// A wish for id 0 and no wish come to the same: the lowest free id.
 	requested := s.RequestID
-	hash := configHash(s.Group, sharedConfig{cfg: struct {
-		PBP        any
-		MaxMembers int
-	}{shared.cfg, s.MaxMembers}})
+	hash := p.ConfigHash
+	if hash == 0 {
+		hash = s.viewConfigHash(mtu)
+	}
 	c, err := view.New(view.Config{
-		Group: s.Group, MAC: mac, Incarnation: inc, Nonce: nonce, Requested: requested,
+		Group: s.Group, MAC: p.MAC, Incarnation: p.Incarnation, Nonce: p.Nonce, Requested: requested,
 		ConfigHash: hash, MTU: mtu, EtherType: s.EtherType,
 		Found: s.Size, MaxMembers: s.MaxMembers, Window: shared.window,
 		Retry: clock.Duration(s.JoinRetry), FailureTimeout: shared.failureTimeout,
@@ -136,4 +217,20 @@ func (g *Group) RemoveGroup(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// ProposeUnreliable sends msg at the Unreliable level (Config.Views; see
+// Group.SendUnreliable) and, outside a turn (not from Deliver or
+// OnEvent), transmits it at once.
+func (d *Driver) ProposeUnreliable(now time.Time, msg []byte) error {
+	t := d.n.clk.Core(now)
+	err := d.n.st.ProposeUnreliable(t, msg)
+	if d.inTurn {
+		d.due = true
+		return err
+	}
+	if oerr := d.turn(t, nil, false); oerr != nil {
+		return oerr
+	}
+	return err
 }

@@ -4,7 +4,7 @@
 //	pcap-replay timeline FILE...
 //	pcap-replay summary FILE...
 //	pcap-replay check [-group G] [-storm-count K] [-storm-window T] FILE...
-//	pcap-replay simulate -node ID [-members LIST] [-iface N] ... FILE...
+//	pcap-replay simulate -node ID [-members LIST | -incarnation N] [-iface N] ... FILE...
 //	pcap-replay inject -i IFACE [-speed X | -asap] FILE...
 //
 // The logic lives in internal/replay; see docs/debugging.md.
@@ -52,7 +52,8 @@ commands:
              retransmissions, repair latency, estimated loss per receiver;
              for the sequencer: epochs, globals, requests, global gaps
   check      protocol invariants; exit 1 if any is violated
-  simulate   re-run one member's PBP or sequencer core on what it received
+  simulate   re-run one member's core (PBP, sequencer, or a group with
+             views: the membership core) on what it received
   inject     send the captured frames onto an interface (CAP_NET_RAW)
 
 Run 'pcap-replay <command> -h' for a command's flags.
@@ -333,28 +334,50 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 
 func simulate(args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("simulate", "-node ID [flags] FILE...", `Re-runs member ID's protocol core — PBP (reliable/pbp) for a FIFO group,
-the sequencer (reliable/seq) for a total-order group; -protocol auto picks
-the sequencer when the member's interface carries sequencer frames — on
-exactly the frames its interface received, in captured order with captured
-timestamps, ticking it at its timer deadlines between them, and proposing
-the messages of its own first transmissions (PBP Data; SeqRequest, or the
-SeqData it numbered for itself as the sequencer) at their capture time.
-Prints what it delivers ("deliver"; with the global number for the
-sequencer), what it would have sent ("send"), its events, frames it
-dropped and why, and the frames by type it sent against those captured
-from it. The output is the same on every run.
+the sequencer (reliable/seq) for a total-order group, the membership core
+(reliable/view, with reliable/vtotal above it for Agreed and Safe) for a
+group with views; -protocol auto picks views when the capture carries view
+frames (0x20-0x28) or frames of a view, else the sequencer when the
+member's interface carries sequencer frames — on exactly the frames its
+interface received, in captured order with captured timestamps, ticking it
+at its timer deadlines between them, and proposing the messages of its own
+first transmissions (PBP Data; SeqRequest, or the SeqData it numbered for
+itself as the sequencer; with views, its Data of any view and, at the
+Unreliable level, its Datagrams) at their capture time. Prints what it
+delivers ("deliver"; with the global number for the sequencer, the view
+for a group with views), what it would have sent ("send"), its events
+(with views: every view installed, with its members), frames it dropped
+and why, and the frames by type it sent against those captured from it.
+The output is the same on every run.
 
 The interface is the one whose description names node ID (capture.Wrap),
 or the only one, or -iface. Without direction flags (tcpdump), frames from
 the member's MAC count as sent and the rest as received. The member list
 comes from -members, else a Start frame, else the senders in the capture.
 The protocol settings must match the live node's: the defaults are the
-cores' (the sequencer's first global and epoch: the lowest in the capture).`, stderr)
-	node := fs.Int("node", -1, "member id to re-run (required)")
+cores' (the sequencer's first global and epoch: the lowest in the capture).
+
+A group with views: ID is the member id the process held in its views
+(-incarnation picks one process when a restart held it too); its
+interface is the one with its MAC. Its core is rebuilt as rbcastd builds
+it, from its ViewJoin frames (incarnation, nonce, config hash, requested
+id, MTU) and the settings: the level (-order, -level) and -max-members
+from the Join's config hash when it matches these flags, else from the
+frames; -found from the view it founded, if it did; the timers, -window
+and -join-retry as given (rbcastd's defaults otherwise). The re-run starts
+at its first ViewJoin; a process without one in the capture cannot be
+re-run, nor a member id no view lists.`, stderr)
+	node := fs.Int("node", -1, "member id to re-run (required; with views, the id the process held in its views)")
 	members := fs.String("members", "", "member list id=mac[@incarnation],... (default: from a Start frame, else inferred)")
 	iface := fs.Int("iface", -1, "capture interface index to take the frames from (default: the one naming -node)")
 	group := fs.String("group", "", "group id (default: the group of the member's own frames)")
-	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp or seq")
+	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp, seq or views")
+	incarnation := fs.Uint("incarnation", 0, "views: the process's incarnation, when member ID was held by several (0: the only one)")
+	order := fs.String("order", "", "views: the group's order, fifo or total (default: from the Join's config hash, else the frames)")
+	level := fs.String("level", "", "views, total order: agreed or safe (default: safe if the frames carry held reports)")
+	found := fs.Int("found", 0, "views: processes a founder waited for, rbcastd run -members (0: the members of the view it founded, if it did)")
+	maxMembers := fs.Int("max-members", 0, "views: rbcastd run -max-members (0: the value the Join's config hash shows, else 16)")
+	joinRetry := fs.Duration("join-retry", 0, "views: how often view frames repeat (0: reliable.DefaultJoinRetry, 20ms)")
 	mode := fs.String("mode", "pbp2", "PBP variant: pbp2 or pbp1")
 	window := fs.Int("window", 0, "send window (PBP) or request window (seq) (0: the one the group's Join frames carry, else the core's default)")
 	mtu := fs.Int("mtu", 0, "link MTU (0: the interface description's, else 1500)")
@@ -404,9 +427,47 @@ cores' (the sequencer's first global and epoch: the lowest in the capture).`, st
 		opts.Protocol = replay.ProtocolPBP
 	case "seq":
 		opts.Protocol = replay.ProtocolSeq
+	case "views":
+		opts.Protocol = replay.ProtocolViews
 	default:
-		return fail2("-protocol %q: want auto, pbp or seq", *protocol)
+		return fail2("-protocol %q: want auto, pbp, seq or views", *protocol)
 	}
+	if *incarnation > 0xffffffff {
+		return fail2("-incarnation %d does not fit 32 bits", *incarnation)
+	}
+	opts.Incarnation = uint32(*incarnation)
+	switch strings.ToLower(*order) {
+	case "":
+	case "fifo":
+		opts.ViewOrder = replay.ViewFIFO
+	case "total":
+		opts.ViewOrder = replay.ViewAgreed
+	default:
+		return fail2("-order %q: want fifo or total", *order)
+	}
+	switch strings.ToLower(*level) {
+	case "":
+	case "agreed", "safe":
+		if opts.ViewOrder == replay.ViewFIFO {
+			return fail2("-level %s applies to -order total, not fifo", *level)
+		}
+		opts.ViewOrder = replay.ViewAgreed
+		if strings.EqualFold(*level, "safe") {
+			opts.ViewOrder = replay.ViewSafe
+		}
+	default:
+		return fail2("-level %q: want agreed or safe", *level)
+	}
+	if *found < 0 || *found > reliable.MaxViewMembers {
+		return fail2("-found %d: want 0..%d", *found, reliable.MaxViewMembers)
+	}
+	if *maxMembers < 0 || *maxMembers > reliable.MaxViewMembers {
+		return fail2("-max-members %d: want 0..%d (0: from the capture)", *maxMembers, reliable.MaxViewMembers)
+	}
+	if *joinRetry < 0 {
+		return fail2("-join-retry %v: want > 0 (0: the default)", *joinRetry)
+	}
+	opts.Found, opts.MaxMembers, opts.JoinRetry = *found, *maxMembers, *joinRetry
 	switch strings.ToLower(*method) {
 	case "hybrid":
 		opts.Method = reliable.Hybrid

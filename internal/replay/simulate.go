@@ -22,11 +22,17 @@ import (
 type Protocol uint8
 
 const (
-	// ProtocolAuto: the sequencer when the member's interface carries
-	// sequencer frames of the group, else PBP.
+	// ProtocolAuto: views when the capture carries a group with views
+	// (of Group, on Iface, when given), else the sequencer when the
+	// member's interface carries sequencer frames of the group, else PBP.
 	ProtocolAuto Protocol = iota
 	ProtocolPBP
 	ProtocolSeq
+	// ProtocolViews: one process of a group with views (reliable/view,
+	// with reliable/vtotal above it for Agreed and Safe); ProtocolAuto
+	// picks it when the capture carries view frames (0x20–0x28) or
+	// frames of a view.
+	ProtocolViews
 )
 
 func (p Protocol) String() string {
@@ -35,6 +41,8 @@ func (p Protocol) String() string {
 		return "PBP"
 	case ProtocolSeq:
 		return "sequencer"
+	case ProtocolViews:
+		return "views"
 	}
 	return "auto"
 }
@@ -93,6 +101,24 @@ type SimOptions struct {
 	// calls, so a re-run may order (or count) those status frames
 	// differently from the capture; deliveries are the same.
 	Resilience seq.Resilience
+
+	// A group with views (ProtocolViews): Node is the member id of the
+	// process to re-run, and Incarnation picks it when that id was held
+	// by several processes in the capture (a restart); 0: the only one.
+	// ViewOrder is the group's level (ViewOrderAuto: from the process's
+	// Join and the frames). Found is how many processes a founder waits
+	// for (rbcastd run -members; 0: from the capture), MaxMembers the
+	// group's bound (0: what the Join's config hash shows, else
+	// reliable.DefaultMaxMembers), JoinRetry the view protocol's
+	// retransmission interval (0: reliable.DefaultJoinRetry). Window,
+	// MaxPayload, Mode, the timers and, under total order, the
+	// sequencer's settings are the group's as above; Members does not
+	// apply.
+	Incarnation uint32
+	ViewOrder   ViewOrder
+	Found       int
+	MaxMembers  int
+	JoinRetry   time.Duration
 }
 
 // SimDelivery is one message the re-run core delivered.
@@ -104,7 +130,12 @@ type SimDelivery struct {
 	Index int
 	// Global and Epoch: the sequencer's numbering (zero for PBP).
 	Global, Epoch uint32
-	Data          []byte
+	// View is the view it was delivered in (groups with views; 0 else),
+	// Unreliable whether it came at the Unreliable level (a Datagram;
+	// Seq is then the sender's datagram number).
+	View       uint32
+	Unreliable bool
+	Data       []byte
 }
 
 // SimSent is one frame the re-run core would have sent.
@@ -143,6 +174,9 @@ type SimResult struct {
 	// CapturedOut counts the node's own captured frames by type, to set
 	// beside what the re-run sent.
 	CapturedOut map[frame.Type]int
+	// Views says how a process of a group with views was re-run
+	// (ProtocolViews; nil otherwise).
+	Views *SimViews
 }
 
 // simProto is what Simulate needs to know of a protocol besides its core
@@ -161,8 +195,9 @@ type simProto interface {
 	verify(r *Record, sent []SimSent, before, after core.Stats) string
 }
 
-// Simulate re-drives member opts.Node's protocol core — PBP's or the
-// sequencer's — with exactly the frames its interface received, in
+// Simulate re-drives member opts.Node's protocol core — PBP's, the
+// sequencer's, or for a group with views its process's membership core
+// (simulate_views.go) — with exactly the frames its interface received, in
 // captured order and with captured timestamps, ticking it at its timer
 // deadlines between them, and proposing the messages of its own
 // first-transmission frames (PBP Data; sequencer SeqRequest, or SeqData
@@ -175,6 +210,9 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	note := func(format string, args ...any) { res.Notes = append(res.Notes, fmt.Sprintf(format, args...)) }
 	if opts.EtherType == 0 {
 		opts.EtherType = frame.EtherType
+	}
+	if opts.Protocol == ProtocolViews || opts.Protocol == ProtocolAuto && hasViews(c, opts) {
+		return simulateViews(c, opts)
 	}
 	members := opts.Members
 	if members == nil {
@@ -364,135 +402,199 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 	}
 	res.Start, res.End = start, end
-	// The runtime's clock (reliable/clock/wall), counting from start.
-	clk := wall.Clock{Epoch: start}
-	pt, wallOf := clk.Core, clk.Wall
+	rr := newRerun(st, res, start, opts.MaxIdleTicks)
+	rr.tick(rr.clk.Core(start))
+	left := false
+	rr.run(steps, dirOf, func(r *Record, t clock.Time) string { return stepFrame(st, t, r, group, opts.EtherType) }, func(r *Record, t clock.Time) {
+		if r.View == nil {
+			return
+		}
+		res.CapturedOut[r.View.Type()]++
+		if r.View.Sender() != opts.Node {
+			return
+		}
+		if r.View.Type() == frame.Leave && !left {
+			// Our first Leave: the application closed the group.
+			left = true
+			st.Leave(t)
+			rr.collectAt(t)
+			note("frame %d: our %v: the application left; the re-run leaves here", r.N, r.View.Type())
+			return
+		}
+		msgs := proto.proposals(r)
+		if msgs == nil {
+			return
+		}
+		rr.cur = r.N
+		before := cc.Stats()
+		for _, msg := range msgs {
+			res.Proposed++
+			if err := st.Propose(t, msg); err != nil {
+				note("frame %d: Propose of a message of our %v seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Type(), r.View.Seq(), err)
+			}
+		}
+		sentBefore := len(res.Sent)
+		rr.collectAt(t)
+		if d := proto.verify(r, res.Sent[sentBefore:], before, cc.Stats()); d != "" {
+			note("frame %d: %s", r.N, d)
+		}
+	})
+	rr.tickUntil(rr.clk.Core(end), true)
+	return res, nil
+}
 
-	cur := 0 // frame being processed, for deliveries
-	collect := func(at clock.Time) {
-		rd := st.Ready()
-		for _, f := range rd.Frames {
-			res.Sent = append(res.Sent, SimSent{At: wallOf(at), Data: bytes.Clone(f)})
-		}
-		for _, d := range rd.Deliveries {
-			res.Deliveries = append(res.Deliveries, SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Global: d.Global,
-				Epoch: d.Epoch, At: wallOf(at), Frame: cur, Data: bytes.Clone(d.Data)})
-		}
-		for _, e := range rd.Events {
-			res.Events = append(res.Events, SimEvent{At: wallOf(at), Event: e})
-		}
-		st.Advance()
-	}
-	maxIdle := opts.MaxIdleTicks
+// rerun drives a core through a core.Stepper on a member's captured
+// frames as reliable's Driver does: each batch of frames of one instant
+// stepped, then a Tick, then Ready and Advance; the core's timers ticked
+// at their deadlines in between.
+type rerun struct {
+	st    *core.Stepper
+	res   *SimResult
+	clk   wall.Clock // the runtime's clock (reliable/clock/wall), counting from the start
+	start time.Time
+	last  clock.Time // the latest instant the core was stepped or ticked at
+	cur   int        // the frame being processed, for deliveries (0: a tick)
+	// maxIdle bounds the ticks between two inputs (SimOptions.MaxIdleTicks).
+	maxIdle int
+	// settle, when set, runs first for each step (its timers not ticked
+	// yet), and before, after the timers due before its instant (core
+	// time t, capture time at).
+	settle func(next *simStep)
+	before func(t clock.Time, at time.Time)
+	// proposes, when set, says whether out proposes the application's
+	// messages of sent frame r: then the timers due at its instant are
+	// left for later (the application's Propose took a turn of its own;
+	// the frames of a timer at that instant before it show in the
+	// capture, and their records ticked it).
+	proposes func(r *Record) bool
+	// view is the view the process is in (groups with views): the
+	// deliveries of a Ready are of the view before the ViewInstalled
+	// event it carries (reliable/view hands out the old view's last
+	// messages first).
+	view uint32
+}
+
+func newRerun(st *core.Stepper, res *SimResult, start time.Time, maxIdle int) *rerun {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleTicks
 	}
-	var last clock.Time
-	tickUntil := func(limit clock.Time, inclusive bool) {
-		stuck, ticks := 0, 0
-		for {
-			d := st.Deadline()
-			if d == 0 || d > limit || (!inclusive && d == limit) {
-				return
-			}
-			if ticks++; ticks > maxIdle {
-				// Minutes without input (a capture spanning a pause, or
-				// bogus timestamps): skip the idle heartbeats.
-				note("%d timer ticks without input before %v; skipped to it", maxIdle, wallOf(limit).Sub(start))
-				if limit > last {
-					last = limit
-					st.Tick(limit)
-					collect(limit)
-				}
-				return
-			}
-			if d <= last {
-				if stuck++; stuck > 2 {
-					note("core's deadline stayed at %v; stopped ticking there", wallOf(d).Sub(start))
-					return
-				}
-				d = last
-			}
-			cur = 0
-			st.Tick(d)
-			last = d
-			collect(d)
-		}
-	}
-	now := pt(start)
-	st.Tick(now)
-	last = now
-	collect(now)
+	return &rerun{st: st, res: res, clk: wall.Clock{Epoch: start}, start: start, maxIdle: maxIdle}
+}
 
-	left := false
+func (rr *rerun) note(format string, args ...any) {
+	rr.res.Notes = append(rr.res.Notes, fmt.Sprintf(format, args...))
+}
+
+// collectAt takes the core's output at instant at.
+func (rr *rerun) collectAt(at clock.Time) {
+	rr.last = max(rr.last, at)
+	res, wallOf := rr.res, rr.clk.Wall
+	rd := rr.st.Ready()
+	for _, f := range rd.Frames {
+		res.Sent = append(res.Sent, SimSent{At: wallOf(at), Data: bytes.Clone(f)})
+	}
+	for _, d := range rd.Deliveries {
+		res.Deliveries = append(res.Deliveries, SimDelivery{From: d.From, Seq: d.Seq, Index: d.Index, Global: d.Global,
+			Epoch: d.Epoch, View: rr.view, Unreliable: d.Unreliable, At: wallOf(at), Frame: rr.cur, Data: bytes.Clone(d.Data)})
+	}
+	for _, e := range rd.Events {
+		var ev fmt.Stringer = e
+		if e.Kind == core.ViewInstalled && e.View != nil {
+			rr.view = e.View.ID
+			ev = viewInstalled{e}
+		}
+		res.Events = append(res.Events, SimEvent{At: wallOf(at), Event: ev})
+	}
+	rr.st.Advance()
+}
+
+// tick runs the core's timers at instant now and takes its output: a
+// turn without input.
+func (rr *rerun) tick(now clock.Time) {
+	rr.cur = 0
+	rr.st.Tick(now)
+	rr.collectAt(now)
+}
+
+// tickUntil ticks the core at each of its deadlines up to limit
+// (inclusive: at limit too).
+func (rr *rerun) tickUntil(limit clock.Time, inclusive bool) {
+	stuck, ticks := 0, 0
+	for {
+		d := rr.st.Deadline()
+		if d == 0 || d > limit || (!inclusive && d == limit) {
+			return
+		}
+		if ticks++; ticks > rr.maxIdle {
+			// Minutes without input (a capture spanning a pause, or
+			// bogus timestamps): skip the idle heartbeats.
+			rr.note("%d timer ticks without input before %v; skipped to it", rr.maxIdle, rr.clk.Wall(limit).Sub(rr.start))
+			if limit > rr.last {
+				rr.cur = 0
+				rr.st.Tick(limit)
+				rr.collectAt(limit)
+			}
+			return
+		}
+		if d <= rr.last {
+			if stuck++; stuck > 2 {
+				rr.note("core's deadline stayed at %v; stopped ticking there", rr.clk.Wall(d).Sub(rr.start))
+				return
+			}
+			d = rr.last
+		}
+		rr.cur = 0
+		rr.st.Tick(d)
+		rr.collectAt(d)
+	}
+}
+
+// run takes the steps in order: each batch of received frames of one
+// instant (up to 64, as reliable.Driver reads them) is stepped with
+// stepIn (which says why a frame was dropped, or ""), then the core
+// ticks; each sent frame is handed to out at its instant, after the
+// timers due then (the live core ran at that instant first, so its
+// timers due then fired before frames it received at the same instant).
+func (rr *rerun) run(steps []simStep, dirOf func(*Record) Dir, stepIn func(r *Record, t clock.Time) string, out func(r *Record, t clock.Time)) {
 	const batch = 64 // reliable.Driver reads up to 64 frames per turn
 	for i := 0; i < len(steps); {
 		r := steps[i].r
-		t := pt(steps[i].at)
+		t := rr.clk.Core(steps[i].at)
+		if rr.settle != nil {
+			rr.settle(&steps[i])
+		}
 		switch dirOf(r) {
 		case DirIn:
-			tickUntil(t, false)
+			rr.tickUntil(t, false)
+			if rr.before != nil {
+				rr.before(t, steps[i].at)
+			}
 			j := i
 			for ; j < len(steps) && j-i < batch && steps[j].at.Equal(steps[i].at) && dirOf(steps[j].r) == DirIn; j++ {
 				in := steps[j].r
-				cur = in.N
-				res.Inputs++
-				if reason := stepFrame(st, t, in, group, opts.EtherType); reason != "" {
-					res.Dropped = append(res.Dropped, fmt.Sprintf("frame %d: %s", in.N, reason))
+				rr.cur = in.N
+				rr.res.Inputs++
+				if reason := stepIn(in, t); reason != "" {
+					rr.res.Dropped = append(rr.res.Dropped, fmt.Sprintf("frame %d: %s", in.N, reason))
 				}
 			}
-			st.Tick(t)
-			last = max(last, t)
-			collect(t)
+			rr.st.Tick(t)
+			rr.collectAt(t)
 			i = j
 		case DirOut:
+			if rr.before != nil {
+				rr.tickUntil(t, false)
+				rr.before(t, steps[i].at)
+			}
 			i++
-			// Something we sent at t, before the frames received at t:
-			// the live core ran at t first, so its timers due at t fired
-			// before those frames (reliable's engine ticks after every
-			// batch, so they would have fired by now in any case).
-			tickUntil(t, true)
-			if r.View == nil {
-				continue
+			if rr.proposes == nil || !rr.proposes(r) {
+				rr.tickUntil(t, true)
 			}
-			res.CapturedOut[r.View.Type()]++
-			if r.View.Sender() != opts.Node {
-				continue
-			}
-			if r.View.Type() == frame.Leave && !left {
-				// Our first Leave: the application closed the group.
-				left = true
-				st.Leave(t)
-				last = max(last, t)
-				collect(t)
-				note("frame %d: our %v: the application left; the re-run leaves here", r.N, r.View.Type())
-				continue
-			}
-			msgs := proto.proposals(r)
-			if msgs == nil {
-				continue
-			}
-			tickUntil(t, true)
-			cur = r.N
-			before := cc.Stats()
-			for _, msg := range msgs {
-				res.Proposed++
-				if err := st.Propose(t, msg); err != nil {
-					note("frame %d: Propose of a message of our %v seq %d failed: %v (the re-run diverges from the capture here)", r.N, r.View.Type(), r.View.Seq(), err)
-				}
-			}
-			last = max(last, t)
-			sentBefore := len(res.Sent)
-			collect(t)
-			if d := proto.verify(r, res.Sent[sentBefore:], before, cc.Stats()); d != "" {
-				note("frame %d: %s", r.N, d)
-			}
+			out(r, t)
 		default:
 			i++
 		}
 	}
-	tickUntil(pt(end), true)
-	return res, nil
 }
 
 // simStep is one captured frame of the node's interface and when the
@@ -869,13 +971,17 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 	ew := &errWriter{w: w}
 	cfg := r.Config
 	etherType := etherTypeOf(cfg.EtherType)
-	if r.Protocol == ProtocolSeq {
+	switch {
+	case r.Protocol == ProtocolViews && r.Views != nil:
+		etherType = etherTypeOf(r.Views.Config.EtherType)
+		r.writeViewsHeader(ew, c)
+	case r.Protocol == ProtocolSeq:
 		sc := r.SeqConfig
 		etherType = etherTypeOf(sc.EtherType)
 		ew.printf("# simulate member %d of group %d on interface %d (%s), sequencer, method %v, window %d, history %d, MTU %d, initial global %d, epoch %d\n",
 			sc.Self, sc.Group, r.Iface, c.Interfaces[r.Iface].Label(), sc.Method, orDefault(sc.Window, seq.DefaultWindow),
 			orDefault(sc.History, seq.DefaultHistory), orDefault(sc.MTU, seq.DefaultMTU), sc.InitialGlobal, orDefault(int(sc.InitialEpoch), seq.DefaultInitialEpoch))
-	} else {
+	default:
 		ew.printf("# simulate member %d of group %d on interface %d (%s), mode %v, window %d, MTU %d\n",
 			cfg.Self, cfg.Group, r.Iface, c.Interfaces[r.Iface].Label(), cfg.Mode, windowOf(cfg), mtuOf(cfg))
 	}
@@ -888,15 +994,23 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 		if d.Frame > 0 {
 			src = "frame " + strconv.Itoa(d.Frame)
 		}
-		global := ""
-		if r.Protocol == ProtocolSeq {
+		global, seqs := "", fmt.Sprintf("seq %d[%d]", d.Seq, d.Index)
+		switch {
+		case r.Protocol == ProtocolSeq:
 			global = fmt.Sprintf("global %d epoch %d ", d.Global, d.Epoch)
+		case r.Protocol == ProtocolViews && d.Unreliable:
+			global, seqs = fmt.Sprintf("view %d unreliable ", d.View), fmt.Sprintf("datagram %d", d.Seq)
+		case r.Protocol == ProtocolViews && r.Views != nil && r.Views.Order != ViewFIFO:
+			// vtotal numbers a sender's data messages in the view.
+			global, seqs = fmt.Sprintf("view %d global %d ", d.View, d.Global), fmt.Sprintf("n %d", d.Seq)
+		case r.Protocol == ProtocolViews:
+			global = fmt.Sprintf("view %d ", d.View)
 		}
 		if data {
-			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB %x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), d.Data)
+			ew.printf("deliver %14.9f %-12s %sfrom %d %s %dB %x\n", rel(d.At), src, global, d.From, seqs, len(d.Data), d.Data)
 		} else {
 			sum := sha256.Sum256(d.Data)
-			ew.printf("deliver %14.9f %-12s %sfrom %d seq %d[%d] %dB sha256:%x\n", rel(d.At), src, global, d.From, d.Seq, d.Index, len(d.Data), sum[:8])
+			ew.printf("deliver %14.9f %-12s %sfrom %d %s %dB sha256:%x\n", rel(d.At), src, global, d.From, seqs, len(d.Data), sum[:8])
 		}
 	}
 	sentBy := map[frame.Type]int{}
