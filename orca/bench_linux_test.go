@@ -107,12 +107,6 @@ func orcaNodes(tb testing.TB, topo *netns.Topology, base reliable.Config) ([]*or
 	}
 }
 
-// A sink: write "put" takes size bytes and counts them.
-var (
-	sink    = orca.NewClass[int64]("bench.sink")
-	sinkPut = orca.Write(sink, "put", orca.Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
-)
-
 // rawLatency: with one message in flight, Send to the sender's own
 // delivery (Config.Deliver), n times, at member sender.
 func rawLatency(tb testing.TB, topo *netns.Topology, base reliable.Config, sender, size, n int) []time.Duration {

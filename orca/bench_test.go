@@ -1,6 +1,7 @@
 package orca_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/orca"
@@ -54,5 +55,32 @@ func BenchmarkWriteLocal(b *testing.B) {
 		if _, err := add.Call(bg, c, 1); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkGoLocal: writes of size-byte messages (the header and Bytes
+// arguments, as BenchmarkOrcaThroughput sends) started with Go, 256 in
+// flight, by one member of three on an in-memory order: one op is one
+// write's work at every replica and at its caller, the part of the
+// throughput benchmark's cost that is Orca's.
+func BenchmarkGoLocal(b *testing.B) {
+	for _, size := range []int{64, 1000} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			_, nodes := newLoop(b, 3, 1400, orca.Config{})
+			s := must(b, nodes, "sink", sink, func() int64 { return 0 })[0]
+			args := make([]byte, size-10)
+			ring := make([]*orca.Pending[int64], 256)
+			b.ReportAllocs()
+			k := 0
+			for b.Loop() {
+				if p := ring[k]; p != nil {
+					if _, err := p.Wait(bg); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ring[k] = sinkPut.Go(bg, s, args)
+				k = (k + 1) % len(ring)
+			}
+		})
 	}
 }

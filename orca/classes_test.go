@@ -72,3 +72,9 @@ var (
 		return j
 	})
 )
+
+// A sink for the benchmarks: write "put" takes bytes and counts them.
+var (
+	sink    = orca.NewClass[int64]("bench.sink")
+	sinkPut = orca.Write(sink, "put", orca.Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+)
