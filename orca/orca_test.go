@@ -338,6 +338,38 @@ func TestPanickingOperation(t *testing.T) {
 			t.Errorf("node %d still works", i)
 		}
 	}
+	// So does a guard that panics, when its write arrives and when it is
+	// retried from the queue.
+	g := orca.NewClass[int64]("g")
+	bump := orca.Write(g, "bump", orca.Int64, func(s *int64, d int64) int64 { *s += d; return *s })
+	pick := orca.Write(g, "pick", orca.Int64, func(s *int64, i int64) int64 { return i }).
+		When(func(s *int64, i int64) bool { return []bool{false, true}[*s+i] })
+	for _, tc := range []struct {
+		name    string
+		arg     int64
+		bumpBy  int64
+		wantErr string
+	}{
+		{"on arrival", 5, 0, `the guard of g.pick on "g" (from member 2) panicked`},
+		{"when retried", 0, 7, `the guard of g.pick on "g" (from member 2) panicked`},
+	} {
+		_, nodes := newLoop(t, 2, 1400, orca.Config{})
+		objs := must(t, nodes, "g", g, func() int64 { return 0 })
+		done := make(chan error, 1)
+		go func() { _, err := pick.Call(bg, objs[1], tc.arg); done <- err }()
+		if tc.bumpBy != 0 {
+			waitFor(t, func() bool { return nodes[0].Stats().Pending == 1 })
+			bump.Call(bg, objs[0], tc.bumpBy)
+		}
+		if err := <-done; err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: pick: %v, want an error saying %q", tc.name, err, tc.wantErr)
+		}
+		for i, n := range nodes {
+			if err := n.Err(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: node %d: %v, want %q", tc.name, i, err, tc.wantErr)
+			}
+		}
+	}
 }
 
 // Mistakes in a class's declaration are reported by New, not panics.

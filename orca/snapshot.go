@@ -104,7 +104,7 @@ func (n *Node) snapshotLocked() ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(from)))
 	for _, f := range from {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
-		b = binary.BigEndian.AppendUint32(b, n.lastReq[f])
+		b = binary.BigEndian.AppendUint32(b, *n.lastReq[f])
 	}
 	need := slices.SortedFunc(keys(n.needState), memberKey.compare)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(need)))
@@ -318,7 +318,11 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 		os.o.install(os.so, os.state, os.pending)
 	}
 	n.snapObjects = later
-	n.delivered, n.parts, n.lastReq = d.delivered, d.parts, d.lastReq
+	n.delivered, n.parts = d.delivered, d.parts
+	n.lastReq = map[frame.MemberID]*uint32{}
+	for f, req := range d.lastReq {
+		n.lastReq[f] = &req
+	}
 	n.nextReq = max(n.nextReq, d.lastReq[n.self])
 	n.needState = map[memberKey]bool{}
 	for _, k := range d.needState {
