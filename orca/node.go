@@ -147,11 +147,12 @@ type call struct {
 	writes, digest uint64
 	args, result   any
 	// wake, made when a waiter first asks for it (and kept with the call
-	// when it is reused), receives a value when done is set or the node
-	// fails (woken, n.mu); a waiter whose call is done already gets
-	// closedChan.
-	wake  chan struct{}
-	woken bool
+	// when it is reused), receives a value after done is set or the node
+	// fails; a waiter whose call is done already gets closedChan. The
+	// replica's last touch of a finished call is that send, which may
+	// come after its caller went on: a call reused may find a stale value
+	// there, a spurious wake-up (its waiter checks Ready again).
+	wake chan struct{}
 }
 
 // Stats are a node's counters.
@@ -348,15 +349,12 @@ func (c *call) finish() {
 	c.wakeUp()
 }
 
-// wakeUp wakes c's waiter (n.mu held), once.
+// wakeUp wakes c's waiter, if it waits (n.mu held).
 func (c *call) wakeUp() {
-	if !c.woken {
-		c.woken = true
-		if c.wake != nil {
-			select {
-			case c.wake <- struct{}{}:
-			default:
-			}
+	if c.wake != nil {
+		select {
+		case c.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -371,7 +369,7 @@ func (c *call) reset() {
 		}
 	}
 	c.done.Store(false)
-	c.woken, c.cancelled, c.err = false, false, nil
+	c.cancelled, c.err = false, nil
 	c.args, c.result = nil, nil
 }
 
@@ -393,16 +391,17 @@ func (c *call) Wake() <-chan struct{} {
 	if c.Ready() {
 		return closedChan
 	}
-	// Only the waiter makes c.wake, so it may read it without the lock;
-	// once made, every wakeUp of the call finds it.
+	// Only the waiter makes c.wake (under n.mu, where the replica reads
+	// it), so it may read it without the lock; once made, every wakeUp of
+	// the call finds it.
 	if w := c.wake; w != nil {
 		return w
 	}
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
 	c.wake = make(chan struct{}, 1)
-	if c.woken {
-		c.wake <- struct{}{}
+	if c.Ready() {
+		c.wake <- struct{}{} // it became ready since the check above
 	}
 	return c.wake
 }
