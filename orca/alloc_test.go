@@ -17,7 +17,7 @@ import (
 // applies with the operation's types (no boxing), and the result goes
 // to the caller the same way. What is left is the user's: a Pending for
 // each Go (the caller holds it), and what the argument codec's Decode
-// makes at every replica (Bytes copies).
+// makes at every replica (Bytes copies, BytesView does not).
 func TestWriteAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own account")
@@ -39,7 +39,8 @@ func TestWriteAllocs(t *testing.T) {
 		{"Call", 0, func() error { _, err := add.Call(bg, c, 1000); return err }},
 		{"guarded Call whose guard holds", 0, func() error { _, err := getJob.Call(bg, q, struct{}{}); return err }},
 		{"Go and Wait", 1, func() error { _, err := add.Go(bg, c, 1000).Wait(bg); return err }},
-		{"Call with Bytes, 3 members", 3, func() error { _, err := sinkPut.Call(bg, s, args); return err }},
+		{"Call with BytesView, 3 members", 0, func() error { _, err := sinkPut.Call(bg, s, args); return err }},
+		{"Call with Bytes, 3 members", 3, func() error { _, err := sinkPutCopy.Call(bg, s, args); return err }},
 	} {
 		for range 10 { // fill the pools
 			if err := tc.fn(); err != nil {

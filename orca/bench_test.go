@@ -1,7 +1,6 @@
 package orca_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/orca"
@@ -58,14 +57,21 @@ func BenchmarkWriteLocal(b *testing.B) {
 	}
 }
 
-// BenchmarkGoLocal: writes of size-byte messages (the header and Bytes
-// arguments, as BenchmarkOrcaThroughput sends) started with Go, 256 in
+// BenchmarkGoLocal: writes of size-byte messages (the header and the
+// bytes, as BenchmarkOrcaThroughput sends) started with Go, 256 in
 // flight, by one member of three on an in-memory order: one op is one
 // write's work at every replica and at its caller, the part of the
-// throughput benchmark's cost that is Orca's.
+// throughput benchmark's cost that is Orca's. The arguments go by Bytes
+// (a copy at every replica), or by BytesView as in the throughput
+// benchmark.
 func BenchmarkGoLocal(b *testing.B) {
-	for _, size := range []int{64, 1000} {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+	for _, bench := range []struct {
+		name string
+		size int
+		op   *orca.Op[int64, []byte, int64]
+	}{{"size=64", 64, sinkPutCopy}, {"size=1000", 1000, sinkPutCopy}, {"size=64/BytesView", 64, sinkPut}, {"size=1000/BytesView", 1000, sinkPut}} {
+		size, op := bench.size, bench.op
+		b.Run(bench.name, func(b *testing.B) {
 			_, nodes := newLoop(b, 3, 1400, orca.Config{})
 			s := must(b, nodes, "sink", sink, func() int64 { return 0 })[0]
 			args := make([]byte, size-10)
@@ -78,7 +84,7 @@ func BenchmarkGoLocal(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				ring[k] = sinkPut.Go(bg, s, args)
+				ring[k] = op.Go(bg, s, args)
 				k = (k + 1) % len(ring)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -48,8 +49,10 @@ type opInfo struct {
 	write bool
 	// decodeArgs returns the arguments a write's message carries; guard
 	// (nil: none) and apply take the state (*S) and those arguments.
-	// They serve queued guarded writes, snapshots and the checker.
+	// They serve queued guarded writes, snapshots and the checker, so
+	// decodeArgs copies b first if the codec decodes views (viewArgs).
 	decodeArgs func(b []byte) (any, error)
+	viewArgs   bool
 	guard      func(state, args any) bool
 	apply      func(state, args any) any
 	// run is a write's way through the replica when it arrives: decode,
@@ -97,6 +100,9 @@ func runWrite[S, A, R any](op *Op[S, A, R], o *object, raw []byte, c *call, boxe
 			return runResult{outcome: runGuardPanic, panic: p}
 		}
 		if !ok {
+			if op.info.viewArgs {
+				return runResult{outcome: runBlocked} // a is a view: the queue decodes a copy
+			}
 			return runResult{outcome: runBlocked, args: a}
 		}
 	}
@@ -111,6 +117,9 @@ func runWrite[S, A, R any](op *Op[S, A, R], o *object, raw []byte, c *call, boxe
 	}
 	if boxed {
 		res.args, res.result = a, r
+		if op.info.viewArgs {
+			res.args, _ = op.info.decodeArgs(raw) // a is a view: the trace keeps a copy
+		}
 	}
 	return res
 }
@@ -249,7 +258,13 @@ func declare[S, A, R any](c *Class[S], name string, write bool, args Codec[A], f
 	info.index = uint8(len(c.info.ops))
 	info.apply = func(s, a any) any { return fn(s.(*S), a.(A)) }
 	if write {
-		info.decodeArgs = func(b []byte) (any, error) { return args.Decode(b) }
+		_, info.viewArgs = args.(viewDecoder)
+		info.decodeArgs = func(b []byte) (any, error) {
+			if info.viewArgs {
+				b = slices.Clone(b)
+			}
+			return args.Decode(b)
+		}
 		info.run = func(o *object, raw []byte, c *call, boxed bool) runResult { return runWrite(op, o, raw, c, boxed) }
 		info.setResult = func(c *call, r any) {
 			if out, ok := c.out.(*Pending[R]); ok {

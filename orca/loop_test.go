@@ -12,11 +12,14 @@ import (
 
 // loop is a total order in memory for unit tests: a Send delivers its
 // message to every node at once, in the order Sends take the loop's lock,
-// as a view valid during the delivery (as the reliable layer hands it),
-// without a copy: BenchmarkWriteLocal and TestWriteAllocs measure Orca,
-// not the loop.
+// as a view valid during the delivery, as the reliable layer hands it: a
+// view into a frame buffer of the loop's own, overwritten after every
+// delivery (a replica that kept a view sees garbage), and reused, so
+// that BenchmarkWriteLocal and TestWriteAllocs measure Orca, not the
+// loop.
 type loop struct {
 	mu    sync.Mutex
+	frame []byte
 	hosts []*orca.Host
 	// hold, when set, queues messages instead of delivering them, until
 	// release.
@@ -44,7 +47,11 @@ func (e *loopEnv) Send(ctx context.Context, msg []byte) error {
 		e.l.pending = append(e.l.pending, loopMsg{e.id, append([]byte(nil), msg...)})
 		return nil
 	}
-	e.l.deliver(loopMsg{e.id, msg})
+	e.l.frame = append(e.l.frame[:0], msg...)
+	e.l.deliver(loopMsg{e.id, e.l.frame})
+	for i := range e.l.frame {
+		e.l.frame[i] = 0xee
+	}
 	return nil
 }
 

@@ -227,7 +227,11 @@ func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, ra
 	case runOpPanic:
 		n.failLocked(opPanicked(op, o, from, r.panic))
 	case runBlocked:
-		o.pending = append(o.pending, &pendingOp{origin: from, req: req, op: op, args: r.args, raw: slices.Clone(raw), pos: Pos{Delivery: pos}})
+		args := r.args
+		if op.viewArgs {
+			args, _ = op.decodeArgs(raw) // a copy: the queue keeps it
+		}
+		o.pending = append(o.pending, &pendingOp{origin: from, req: req, op: op, args: args, raw: slices.Clone(raw), pos: Pos{Delivery: pos}})
 	case runApplied:
 		if n.applied(o, from, req, op, r.args, r.result, c, Pos{Delivery: pos}) {
 			n.retry(o, pos)
