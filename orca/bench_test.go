@@ -69,7 +69,7 @@ func BenchmarkGoLocal(b *testing.B) {
 		name string
 		size int
 		op   *orca.Op[int64, []byte, int64]
-	}{{"size=64", 64, sinkPutCopy}, {"size=1000", 1000, sinkPutCopy}, {"size=64/BytesView", 64, sinkPut}, {"size=1000/BytesView", 1000, sinkPut}} {
+	}{{"size=64", 64, sinkPutCopy}, {"size=1000", 1000, sinkPutCopy}, {"BytesView/size=64", 64, sinkPut}, {"BytesView/size=1000", 1000, sinkPut}} {
 		size, op := bench.size, bench.op
 		b.Run(bench.name, func(b *testing.B) {
 			_, nodes := newLoop(b, 3, 1400, orca.Config{})

@@ -55,73 +55,76 @@ type opInfo struct {
 	viewArgs   bool
 	guard      func(state, args any) bool
 	apply      func(state, args any) any
-	// run is a write's way through the replica when it arrives: decode,
-	// guard, apply, with the types known, so that nothing is boxed
-	// (runWrite). setResult hands a result apply computed to the caller's
-	// call.
-	run       func(o *object, raw []byte, c *call, boxed bool) runResult
+	// writer is the write's way through the replica when it arrives
+	// (its *Op): decode, guard and apply with the types known, so that
+	// nothing is boxed. setResult hands a result that apply computed (a
+	// queued write's) to the caller's call.
+	writer    writeRunner
 	setResult func(c *call, r any)
 }
+
+// writeRunner is a write operation with its types (*Op), for the replica.
+type writeRunner interface {
+	// runWrite runs the write whose message's arguments are raw on
+	// replica o (n.mu held): it decodes the arguments, and if the
+	// operation has no guard or its guard holds, applies it under o's
+	// lock, handing the result to c (the caller's call, if the write is
+	// this member's). detail is the decode error (runBadArgs), what
+	// panicked (runGuardPanic, runOpPanic), or the arguments for the
+	// guard's queue (runBlocked; nil from a codec of views: the queue
+	// decodes a copy). tr, when not nil (a trace), gets the arguments and
+	// result of a write applied.
+	runWrite(o *object, raw []byte, c *call, tr *traced) (runOutcome, any)
+}
+
+// traced is a write's arguments and result, for the trace.
+type traced struct{ args, result any }
 
 // runOutcome says how a write's run went.
 type runOutcome uint8
 
 const (
-	runApplied    runOutcome = iota
-	runBlocked               // its guard does not hold: it waits in the queue
-	runBadArgs               // its arguments do not decode (runResult.err)
-	runGuardPanic            // its guard panicked (runResult.panic)
-	runOpPanic               // the operation panicked (runResult.panic)
+	runApplied runOutcome = iota
+	runBlocked
+	runBadArgs
+	runGuardPanic
+	runOpPanic
 )
 
-// runResult is what runWrite did. args (when blocked or boxed) and result
-// (when boxed) are the write's, for the queue and the trace.
-type runResult struct {
-	outcome      runOutcome
-	err          error
-	panic        any
-	args, result any
-}
-
-// runWrite runs write op, whose message's arguments are raw, on replica o
-// (n.mu held): it decodes the arguments, and if the operation has no guard
-// or its guard holds, applies it under o's lock, handing the result to c
-// (the caller's call, if the write is this member's). boxed asks for the
-// arguments and result as values of the trace.
-func runWrite[S, A, R any](op *Op[S, A, R], o *object, raw []byte, c *call, boxed bool) (res runResult) {
+func (op *Op[S, A, R]) runWrite(o *object, raw []byte, c *call, tr *traced) (runOutcome, any) {
 	a, err := op.args.Decode(raw)
 	if err != nil {
-		return runResult{outcome: runBadArgs, err: err}
+		return runBadArgs, err
 	}
 	s := o.state.(*S)
 	if op.guard != nil {
 		ok, p := callGuard(op.guard, s, a)
 		if p != nil {
-			return runResult{outcome: runGuardPanic, panic: p}
+			return runGuardPanic, p
 		}
 		if !ok {
 			if op.info.viewArgs {
-				return runResult{outcome: runBlocked} // a is a view: the queue decodes a copy
+				return runBlocked, nil
 			}
-			return runResult{outcome: runBlocked, args: a}
+			return runBlocked, a
 		}
 	}
 	r, p := callWrite(&o.mu, op.fn, s, a)
 	if p != nil {
-		return runResult{outcome: runOpPanic, panic: p}
+		return runOpPanic, p
 	}
 	if c != nil {
 		if out, ok := c.out.(*Pending[R]); ok {
 			out.result = r
 		}
 	}
-	if boxed {
-		res.args, res.result = a, r
+	if tr != nil {
+		tr.args, tr.result = a, r
 		if op.info.viewArgs {
-			res.args, _ = op.info.decodeArgs(raw) // a is a view: the trace keeps a copy
+			tr.args, _ = op.info.decodeArgs(raw) // a is a view: the trace keeps a copy
 		}
 	}
-	return res
+	return runApplied, nil
 }
 
 // callGuard evaluates a guard, recovering a panic.
@@ -265,7 +268,7 @@ func declare[S, A, R any](c *Class[S], name string, write bool, args Codec[A], f
 			}
 			return args.Decode(b)
 		}
-		info.run = func(o *object, raw []byte, c *call, boxed bool) runResult { return runWrite(op, o, raw, c, boxed) }
+		info.writer = op
 		info.setResult = func(c *call, r any) {
 			if out, ok := c.out.(*Pending[R]); ok {
 				out.result = r.(R)

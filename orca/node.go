@@ -82,10 +82,10 @@ type Node struct {
 	delivered uint64
 	calls     map[uint32]*call
 	nextReq   uint32
-	// lastReq is each member's last request number seen in the order: a
-	// member that restarts continues after its earlier run's. (Pointers:
-	// every write updates one, which is then a lookup, not an insert.)
-	lastReq map[frame.MemberID]*uint32
+	// lastReq is each member's last request number seen in the order, by
+	// member id (0: none yet): a member that restarts continues after its
+	// earlier run's. (A slice: every write updates it.)
+	lastReq []uint32
 
 	// State transfer (Config.Views; transfer.go). view is the view
 	// installed last, key this member's run in it; hasState: the
@@ -194,7 +194,7 @@ type Stats struct {
 func newNode(env Env, cfg Config) *Node {
 	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
 		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
-		calls: map[uint32]*call{}, lastReq: map[frame.MemberID]*uint32{}, needState: map[memberKey]bool{}}
+		calls: map[uint32]*call{}, needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
 	}

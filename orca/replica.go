@@ -144,12 +144,7 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 			n.bad(from, err.Error())
 			return
 		}
-		last := n.lastReq[from]
-		if last == nil {
-			last = new(uint32)
-			n.lastReq[from] = last
-		}
-		*last = max(*last, m.req)
+		n.noteRequest(from, m.req)
 		o := n.objects[m.object]
 		if o == nil {
 			n.keepEarly(m.object, from, msg, pos)
@@ -187,6 +182,14 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 	}
 }
 
+// noteRequest records request req of member from, seen in the order.
+func (n *Node) noteRequest(from frame.MemberID, req uint32) {
+	if int(from) >= len(n.lastReq) {
+		n.lastReq = append(n.lastReq, make([]uint32, int(from)+1-len(n.lastReq))...)
+	}
+	n.lastReq[from] = max(n.lastReq[from], req)
+}
+
 func (n *Node) keepEarly(id uint32, from frame.MemberID, msg []byte, pos uint64) {
 	n.early[id] = append(n.early[id], earlyMsg{from: from, pos: pos, msg: slices.Clone(msg)})
 }
@@ -217,23 +220,32 @@ func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, ra
 	if from == n.self {
 		c = n.calls[req]
 	}
-	r := op.run(o, raw, c, n.trace != nil)
-	switch r.outcome {
+	var tr *traced
+	if n.trace != nil {
+		tr = new(traced)
+	}
+	outcome, detail := op.writer.runWrite(o, raw, c, tr)
+	switch outcome {
 	case runBadArgs:
-		n.bad(from, fmt.Sprintf("%v on %q with arguments that do not decode: %v", op, o.name, r.err))
-		n.failCall(from, req, fmt.Errorf("orca: the arguments do not decode: %w", r.err))
+		err := detail.(error)
+		n.bad(from, fmt.Sprintf("%v on %q with arguments that do not decode: %v", op, o.name, err))
+		n.failCall(from, req, fmt.Errorf("orca: the arguments do not decode: %w", err))
 	case runGuardPanic:
-		n.failLocked(guardPanicked(op, o, from, r.panic))
+		n.failLocked(guardPanicked(op, o, from, detail))
 	case runOpPanic:
-		n.failLocked(opPanicked(op, o, from, r.panic))
+		n.failLocked(opPanicked(op, o, from, detail))
 	case runBlocked:
-		args := r.args
+		args := detail
 		if op.viewArgs {
 			args, _ = op.decodeArgs(raw) // a copy: the queue keeps it
 		}
 		o.pending = append(o.pending, &pendingOp{origin: from, req: req, op: op, args: args, raw: slices.Clone(raw), pos: Pos{Delivery: pos}})
 	case runApplied:
-		if n.applied(o, from, req, op, r.args, r.result, c, Pos{Delivery: pos}) {
+		var args, result any
+		if tr != nil {
+			args, result = tr.args, tr.result
+		}
+		if n.applied(o, from, req, op, args, result, c, Pos{Delivery: pos}) {
 			n.retry(o, pos)
 		}
 	}

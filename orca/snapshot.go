@@ -100,11 +100,16 @@ func (n *Node) snapshotLocked() ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
 		b = appendBytes(b, n.parts[f])
 	}
-	from = slices.Sorted(keys(n.lastReq))
+	from = from[:0]
+	for f, req := range n.lastReq {
+		if req != 0 {
+			from = append(from, frame.MemberID(f))
+		}
+	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(from)))
 	for _, f := range from {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
-		b = binary.BigEndian.AppendUint32(b, *n.lastReq[f])
+		b = binary.BigEndian.AppendUint32(b, n.lastReq[f])
 	}
 	need := slices.SortedFunc(keys(n.needState), memberKey.compare)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(need)))
@@ -319,9 +324,9 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 	}
 	n.snapObjects = later
 	n.delivered, n.parts = d.delivered, d.parts
-	n.lastReq = map[frame.MemberID]*uint32{}
+	n.lastReq = nil
 	for f, req := range d.lastReq {
-		n.lastReq[f] = &req
+		n.noteRequest(f, req)
 	}
 	n.nextReq = max(n.nextReq, d.lastReq[n.self])
 	n.needState = map[memberKey]bool{}
