@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,12 +107,6 @@ func orcaNodes(tb testing.TB, topo *netns.Topology, base reliable.Config) ([]*or
 		}
 	}
 }
-
-// A sink: write "put" takes size bytes and counts them.
-var (
-	sink    = orca.NewClass[int64]("bench.sink")
-	sinkPut = orca.Write(sink, "put", orca.Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
-)
 
 // rawLatency: with one message in flight, Send to the sender's own
 // delivery (Config.Deliver), n times, at member sender.
@@ -253,16 +248,31 @@ func BenchmarkOrcaLatency(b *testing.B) {
 	}
 }
 
+// rate is what a throughput run measured: the slowest member's rate per
+// second (messages delivered, or writes applied) and the process's CPU
+// time per message or write (user and system, for every member: on a
+// shared machine a steadier measure of the cost than the rate).
+type rate struct {
+	perSecond, cpuMicros float64
+}
+
+// cpuSeconds is the CPU time this process used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // rawRate: every member sends size-byte messages as fast as Send takes
 // them for d; the messages every member delivered per second, until the
 // slowest had everything.
-func rawRate(tb testing.TB, topo *netns.Topology, size int, d time.Duration) float64 {
+func rawRate(tb testing.TB, topo *netns.Topology, size int, d time.Duration) rate {
 	counts := make([]atomic.Uint64, orcaBenchHosts)
 	groups, stop := rawGroups(tb, topo, reliable.Config{}, func(i int, _ frame.MemberID, _ []byte) { counts[i].Add(1) })
 	defer stop()
 	msg := make([]byte, size)
 	var sent atomic.Uint64
-	start := time.Now()
+	start, cpu := time.Now(), cpuSeconds()
 	var wg sync.WaitGroup
 	for _, g := range groups {
 		wg.Add(1)
@@ -278,7 +288,9 @@ func rawRate(tb testing.TB, topo *netns.Topology, size int, d time.Duration) flo
 		}()
 	}
 	wg.Wait()
-	return settle(counts, sent.Load(), start)
+	total := sent.Load()
+	r := settle(counts, total, start)
+	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1))}
 }
 
 // settle waits until every member delivered total messages (at most 5 s)
@@ -305,7 +317,7 @@ func settle(counts []atomic.Uint64, total uint64, start time.Time) float64 {
 // fast as their Calls return, or (callers 0) one goroutine keeps inFlight
 // writes started with Go, for d; the writes every member applied per
 // second, until the slowest had them all.
-func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, d time.Duration) float64 {
+func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, d time.Duration) rate {
 	nodes, stop := orcaNodes(tb, topo, reliable.Config{})
 	defer stop()
 	objs := make([]*orca.Object[int64], len(nodes))
@@ -317,7 +329,7 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 	}
 	args := make([]byte, max(size-10, 0))
 	var sent atomic.Uint64
-	start := time.Now()
+	start, cpu := time.Now(), cpuSeconds()
 	var wg sync.WaitGroup
 	for i := range nodes {
 		if callers == 0 {
@@ -369,7 +381,8 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 			break
 		}
 	}
-	return settle(counts, total, start)
+	r := settle(counts, total, start)
+	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1))}
 }
 
 // BenchmarkOrcaThroughput: writes per second applied by every member,
@@ -380,7 +393,9 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 // with Go from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
 // 256, "go"), or calls them from RBCAST_ORCA_CALLERS goroutines (default
 // 64, "callers"). Reported: medians of both rates and of the
-// per-repetition ratio (target: ≥ 0.8).
+// per-repetition ratio (target: ≥ 0.8), and of the process's CPU time per
+// message and per write and their ratio (raw/orca: the rate ratio the
+// CPU alone would allow, steadier than the rates on a shared machine).
 func BenchmarkOrcaThroughput(b *testing.B) {
 	netnstest.RequireRoot(b)
 	topo := netnstest.Up(b, netns.Options{Hosts: orcaBenchHosts, Prefix: "rborate"})
@@ -394,16 +409,21 @@ func BenchmarkOrcaThroughput(b *testing.B) {
 	for _, size := range []int{64, 1000} {
 		for _, w := range []way{{fmt.Sprintf("go=%d", inFlight), 0, inFlight}, {fmt.Sprintf("callers=%d", callers), callers, 0}} {
 			b.Run(fmt.Sprintf("size=%d/%s", size, w.name), func(b *testing.B) {
-				var raw, orc, ratio []float64
+				var raw, orc, ratio, rawCPU, orcaCPU, cpuRatio []float64
 				for range benchReps(b) {
 					r := rawRate(b, topo, size, d)
 					o := orcaRate(b, topo, size, w.callers, w.inFlight, d)
-					raw, orc, ratio = append(raw, r), append(orc, o), append(ratio, o/r)
-					b.Logf("raw %.0f msgs/s, orca %.0f writes/s; load %s", r, o, loadavg())
+					raw, orc, ratio = append(raw, r.perSecond), append(orc, o.perSecond), append(ratio, o.perSecond/r.perSecond)
+					rawCPU, orcaCPU, cpuRatio = append(rawCPU, r.cpuMicros), append(orcaCPU, o.cpuMicros), append(cpuRatio, r.cpuMicros/o.cpuMicros)
+					b.Logf("raw %.0f msgs/s (%.2f µs CPU each), orca %.0f writes/s (%.2f µs CPU each); load %s",
+						r.perSecond, r.cpuMicros, o.perSecond, o.cpuMicros, loadavg())
 				}
 				b.ReportMetric(median(raw), "raw-msgs/s")
 				b.ReportMetric(median(orc), "orca-writes/s")
 				b.ReportMetric(median(ratio), "orca/raw")
+				b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+				b.ReportMetric(median(orcaCPU), "orca-cpu-µs/write")
+				b.ReportMetric(median(cpuRatio), "raw/orca-cpu")
 			})
 		}
 	}

@@ -56,3 +56,37 @@ func BenchmarkWriteLocal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGoLocal: writes of size-byte messages (the header and the
+// bytes, as BenchmarkOrcaThroughput sends) started with Go, 256 in
+// flight, by one member of three on an in-memory order: one op is one
+// write's work at every replica and at its caller, the part of the
+// throughput benchmark's cost that is Orca's. The arguments go by Bytes
+// (a copy at every replica), or by BytesView as in the throughput
+// benchmark.
+func BenchmarkGoLocal(b *testing.B) {
+	for _, bench := range []struct {
+		name string
+		size int
+		op   *orca.Op[int64, []byte, int64]
+	}{{"size=64", 64, sinkPutCopy}, {"size=1000", 1000, sinkPutCopy}, {"BytesView/size=64", 64, sinkPut}, {"BytesView/size=1000", 1000, sinkPut}} {
+		size, op := bench.size, bench.op
+		b.Run(bench.name, func(b *testing.B) {
+			_, nodes := newLoop(b, 3, 1400, orca.Config{})
+			s := must(b, nodes, "sink", sink, func() int64 { return 0 })[0]
+			args := make([]byte, size-10)
+			ring := make([]*orca.Pending[int64], 256)
+			b.ReportAllocs()
+			k := 0
+			for b.Loop() {
+				if p := ring[k]; p != nil {
+					if _, err := p.Wait(bg); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ring[k] = op.Go(bg, s, args)
+				k = (k + 1) % len(ring)
+			}
+		})
+	}
+}

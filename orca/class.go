@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -47,9 +49,97 @@ type opInfo struct {
 	write bool
 	// decodeArgs returns the arguments a write's message carries; guard
 	// (nil: none) and apply take the state (*S) and those arguments.
+	// They serve queued guarded writes, snapshots and the checker, so
+	// decodeArgs copies b first if the codec decodes views (viewArgs).
 	decodeArgs func(b []byte) (any, error)
+	viewArgs   bool
 	guard      func(state, args any) bool
 	apply      func(state, args any) any
+	// writer is the write's way through the replica when it arrives
+	// (its *Op): decode, guard and apply with the types known, so that
+	// nothing is boxed. setResult hands a result that apply computed (a
+	// queued write's) to the caller's call.
+	writer    writeRunner
+	setResult func(c *call, r any)
+}
+
+// writeRunner is a write operation with its types (*Op), for the replica.
+type writeRunner interface {
+	// runWrite runs the write whose message's arguments are raw on
+	// replica o (n.mu held): it decodes the arguments, and if the
+	// operation has no guard or its guard holds, applies it under o's
+	// lock, handing the result to c (the caller's call, if the write is
+	// this member's). detail is the decode error (runBadArgs), what
+	// panicked (runGuardPanic, runOpPanic), or the arguments for the
+	// guard's queue (runBlocked; nil from a codec of views: the queue
+	// decodes a copy). tr, when not nil (a trace), gets the arguments and
+	// result of a write applied.
+	runWrite(o *object, raw []byte, c *call, tr *traced) (runOutcome, any)
+}
+
+// traced is a write's arguments and result, for the trace.
+type traced struct{ args, result any }
+
+// runOutcome says how a write's run went.
+type runOutcome uint8
+
+const (
+	runApplied runOutcome = iota
+	runBlocked
+	runBadArgs
+	runGuardPanic
+	runOpPanic
+)
+
+func (op *Op[S, A, R]) runWrite(o *object, raw []byte, c *call, tr *traced) (runOutcome, any) {
+	a, err := op.args.Decode(raw)
+	if err != nil {
+		return runBadArgs, err
+	}
+	s := o.state.(*S)
+	if op.guard != nil {
+		ok, p := callGuard(op.guard, s, a)
+		if p != nil {
+			return runGuardPanic, p
+		}
+		if !ok {
+			if op.info.viewArgs {
+				return runBlocked, nil
+			}
+			return runBlocked, a
+		}
+	}
+	r, p := callWrite(&o.mu, op.fn, s, a)
+	if p != nil {
+		return runOpPanic, p
+	}
+	if c != nil {
+		if out, ok := c.out.(*Pending[R]); ok {
+			out.result = r
+		}
+	}
+	if tr != nil {
+		tr.args, tr.result = a, r
+		if op.info.viewArgs {
+			tr.args, _ = op.info.decodeArgs(raw) // a is a view: the trace keeps a copy
+		}
+	}
+	return runApplied, nil
+}
+
+// callGuard evaluates a guard, recovering a panic.
+func callGuard[S, A any](guard func(*S, A) bool, s *S, a A) (ok bool, p any) {
+	defer func() { p = recover() }()
+	return guard(s, a), nil
+}
+
+// callWrite applies a write's function under the object's lock (local
+// readers wait), recovering a panic.
+func callWrite[S, A, R any](mu *sync.RWMutex, fn func(*S, A) R, s *S, a A) (r R, p any) {
+	mu.Lock()
+	defer mu.Unlock()
+	defer func() { p = recover() }()
+	return fn(s, a), nil
 }
 
 func (op *opInfo) String() string { return op.class.name + "." + op.name }
@@ -109,9 +199,13 @@ type Op[S, A, R any] struct {
 	c    *Class[S]
 	info *opInfo
 	args Codec[A]
-	// The typed functions, for the read path that allocates nothing.
+	// The typed functions, for the read path and the replica's, which
+	// allocate nothing of their own.
 	guard func(*S, A) bool
 	fn    func(*S, A) R
+	// calls are the Pendings of finished Calls, for the next (a Call's
+	// is its own until it returns).
+	calls sync.Pool
 }
 
 // Read declares a read operation: fn computes a result from the state and
@@ -167,7 +261,19 @@ func declare[S, A, R any](c *Class[S], name string, write bool, args Codec[A], f
 	info.index = uint8(len(c.info.ops))
 	info.apply = func(s, a any) any { return fn(s.(*S), a.(A)) }
 	if write {
-		info.decodeArgs = func(b []byte) (any, error) { return args.Decode(b) }
+		_, info.viewArgs = args.(viewDecoder)
+		info.decodeArgs = func(b []byte) (any, error) {
+			if info.viewArgs {
+				b = slices.Clone(b)
+			}
+			return args.Decode(b)
+		}
+		info.writer = op
+		info.setResult = func(c *call, r any) {
+			if out, ok := c.out.(*Pending[R]); ok {
+				out.result = r.(R)
+			}
+		}
 	}
 	c.info.ops = append(c.info.ops, info)
 	return op
@@ -229,19 +335,52 @@ func (op *Op[S, A, R]) Call(ctx context.Context, o *Object[S], a A) (R, error) {
 	if op.c.info.err != nil {
 		return zero, op.c.info.err
 	}
-	n := o.n
 	if !op.info.write {
 		return op.read(ctx, o, a)
 	}
-	msg, err := op.args.Append(appendOpHeader(make([]byte, 0, opHeaderLen+64), o.obj.id, op.info.index), a)
-	if err != nil {
-		return zero, fmt.Errorf("orca: %v on %q: encoding the arguments: %w", op.info, o.obj.name, err)
+	p, _ := op.calls.Get().(*Pending[R])
+	if p == nil {
+		p = &Pending[R]{}
 	}
-	r, err := n.write(ctx, o.obj, op.info, msg, a)
+	p.start(o.n, o.obj, op.info)
+	if o.n.trace != nil {
+		p.c.args = a // boxed for the trace only
+	}
+	err := op.send(ctx, o, p, a)
+	if err == nil {
+		err = o.n.await(ctx, &p.c)
+	}
+	r := p.result
+	p.reuse()
+	op.calls.Put(p)
 	if err != nil {
 		return zero, err
 	}
-	return r.(R), nil
+	return r, nil
+}
+
+// send encodes a write's message and broadcasts it for p.
+func (op *Op[S, A, R]) send(ctx context.Context, o *Object[S], p *Pending[R], a A) error {
+	buf := msgBufs.Get().(*[]byte)
+	defer putMsgBuf(buf)
+	msg, err := op.args.Append(appendOpHeader((*buf)[:0], o.obj.id, op.info.index), a)
+	*buf = msg[:0]
+	if err != nil {
+		return fmt.Errorf("orca: %v on %q: encoding the arguments: %w", op.info, o.obj.name, err)
+	}
+	return o.n.startWrite(ctx, &p.c, msg)
+}
+
+// msgBufs holds buffers for writes' messages: Env.Send does not keep
+// them.
+var msgBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// putMsgBuf returns a message buffer to msgBufs, unless it grew large (a
+// write in parts) and would hold the memory.
+func putMsgBuf(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		msgBufs.Put(b)
+	}
 }
 
 // Go starts a write and returns once it is broadcast, without waiting for
@@ -265,22 +404,36 @@ func (op *Op[S, A, R]) Go(ctx context.Context, o *Object[S], a A) *Pending[R] {
 	case !op.info.write:
 		return &Pending[R]{err: fmt.Errorf("orca: Go of %v, a read: call reads with Call", op.info)}
 	}
-	msg, err := op.args.Append(appendOpHeader(make([]byte, 0, opHeaderLen+64), o.obj.id, op.info.index), a)
-	if err != nil {
-		return &Pending[R]{err: fmt.Errorf("orca: %v on %q: encoding the arguments: %w", op.info, o.obj.name, err)}
+	p := &Pending[R]{}
+	p.start(o.n, o.obj, op.info)
+	if o.n.trace != nil {
+		p.c.args = a // boxed for the trace only
 	}
-	c, err := o.n.startWrite(ctx, o.obj, op.info, msg, a)
-	return &Pending[R]{n: o.n, c: c, err: err}
+	p.err = op.send(ctx, o, p, a)
+	return p
 }
 
 // Pending is a write started with Go.
 type Pending[R any] struct {
-	n   *Node
-	c   *call
+	// c is the write's call; the replica puts the result in result.
+	c   call
 	err error
-	// The outcome, once Wait has it.
+	// waited: Wait has the outcome (err, result).
 	waited bool
 	result R
+}
+
+// start sets p up for a write of op on obj.
+func (p *Pending[R]) start(n *Node, obj *object, op *opInfo) {
+	p.c.n, p.c.obj, p.c.op, p.c.out = n, obj, op, p
+}
+
+// reuse readies a Call's Pending for the next Call, once nothing refers
+// to its call (await took it off the node's calls).
+func (p *Pending[R]) reuse() {
+	var zero R
+	p.c.reset()
+	p.err, p.waited, p.result = nil, false, zero
 }
 
 // Wait waits until the write is applied here and returns its result (or
@@ -291,10 +444,10 @@ func (p *Pending[R]) Wait(ctx context.Context) (R, error) {
 	if p.err != nil || p.waited {
 		return p.result, p.err
 	}
-	r, err := p.n.await(ctx, p.c)
-	p.waited, p.err = true, err
-	if err == nil {
-		p.result = r.(R)
+	p.waited, p.err = true, p.c.n.await(ctx, &p.c)
+	if p.err != nil {
+		var zero R
+		p.result = zero
 	}
 	return p.result, p.err
 }

@@ -72,3 +72,13 @@ var (
 		return j
 	})
 )
+
+// A sink for the benchmarks: write "put" takes bytes and counts them,
+// as the raw order's Deliver in BenchmarkOrcaThroughput does: its
+// function gets a view of the message (BytesView). "putCopy" is the same
+// with Bytes, which copies the bytes at every replica.
+var (
+	sink        = orca.NewClass[int64]("bench.sink")
+	sinkPut     = orca.Write(sink, "put", orca.BytesView, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+	sinkPutCopy = orca.Write(sink, "putCopy", orca.Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+)

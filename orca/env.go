@@ -195,10 +195,13 @@ type Waiter interface {
 	// Ready reports whether the call may go on (or the node stopped). It
 	// takes the node's locks itself: call it without them.
 	Ready() bool
-	// Wake returns a channel that is closed when Ready may have become
-	// true: take it before calling Ready, and wait on it if Ready said
-	// no. (Each write's caller has a channel of its own; a guarded read's
-	// is its object's, closed on every write to it.)
+	// Wake returns a channel that becomes ready to receive from when
+	// Ready may have become true: take it before calling Ready, wait on
+	// it if Ready said no, and take it again after it fired (it may fire
+	// while Ready is still false: check again). (A write's caller has a
+	// channel of its own, kept for its next write, that receives one
+	// value; a guarded read's is its object's, closed on every write to
+	// it.)
 	Wake() <-chan struct{}
 	// String says what the call waits for, for a deadlock report.
 	String() string

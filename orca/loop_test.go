@@ -12,12 +12,15 @@ import (
 
 // loop is a total order in memory for unit tests: a Send delivers its
 // message to every node at once, in the order Sends take the loop's lock,
-// and records it, so that a node started later (a joiner restoring a
-// snapshot) can be handed what followed.
+// as a view valid during the delivery, as the reliable layer hands it: a
+// view into a frame buffer of the loop's own, overwritten after every
+// delivery (a replica that kept a view sees garbage), and reused, so
+// that BenchmarkWriteLocal and TestWriteAllocs measure Orca, not the
+// loop.
 type loop struct {
 	mu    sync.Mutex
+	frame []byte
 	hosts []*orca.Host
-	log   []loopMsg
 	// hold, when set, queues messages instead of delivering them, until
 	// release.
 	hold    bool
@@ -40,18 +43,20 @@ func (e *loopEnv) Send(ctx context.Context, msg []byte) error {
 	}
 	e.l.mu.Lock()
 	defer e.l.mu.Unlock()
-	m := loopMsg{e.id, append([]byte(nil), msg...)}
 	if e.l.hold {
-		e.l.pending = append(e.l.pending, m)
+		e.l.pending = append(e.l.pending, loopMsg{e.id, append([]byte(nil), msg...)})
 		return nil
 	}
-	e.l.deliver(m)
+	e.l.frame = append(e.l.frame[:0], msg...)
+	e.l.deliver(loopMsg{e.id, e.l.frame})
+	for i := range e.l.frame {
+		e.l.frame[i] = 0xee
+	}
 	return nil
 }
 
 // deliver hands m to every host (l.mu held).
 func (l *loop) deliver(m loopMsg) {
-	l.log = append(l.log, m)
 	for _, h := range l.hosts {
 		h.Deliver(m.from, m.data)
 	}

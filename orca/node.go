@@ -82,9 +82,10 @@ type Node struct {
 	delivered uint64
 	calls     map[uint32]*call
 	nextReq   uint32
-	// lastReq is each member's last request number seen in the order: a
-	// member that restarts continues after its earlier run's.
-	lastReq map[frame.MemberID]uint32
+	// lastReq is each member's last request number seen in the order, by
+	// member id (0: none yet): a member that restarts continues after its
+	// earlier run's. (A slice: every write updates it.)
+	lastReq []uint32
 
 	// State transfer (Config.Views; transfer.go). view is the view
 	// installed last, key this member's run in it; hasState: the
@@ -123,24 +124,35 @@ type Node struct {
 	testDeliver func(from frame.MemberID, data []byte, deliver func(frame.MemberID, []byte))
 }
 
-// call is a write waiting for its application here.
+// call is a write of this member, from its start until its caller has
+// its outcome: in n.calls, by request number, until the replica is done
+// with it. It is part of the caller's Pending (out), where the replica
+// puts the result; a Call's is reused by the next.
 type call struct {
-	n    *Node
-	obj  *object
-	op   *opInfo
-	args any
-	req  uint32
-	// done: applied (result) or cancelled; wake, made when a waiter asks
-	// for it, is closed then, or when the node fails; writes and digest:
-	// the object's write count and state digest after it (Config.Check).
-	wake      chan struct{}
-	woken     bool
-	done      bool
+	n   *Node
+	obj *object
+	op  *opInfo
+	out any // the *Pending[R] holding the call
+	req uint32
+	// done is set, with n.mu held, when the write was applied (its result
+	// in out), failed (err) or cancelled, and the replica took the call
+	// off n.calls: the fields below are the caller's from then on. Ready
+	// reads it without the lock.
+	done      atomic.Bool
 	cancelled bool
-	result    any
 	err       error
-	writes    uint64
-	digest    uint64
+	// writes and digest: the object's write count and state digest after
+	// the write (Config.Check). args and result are boxed for the trace
+	// only (Config.Trace).
+	writes, digest uint64
+	args, result   any
+	// wake, made when a waiter first asks for it (and kept with the call
+	// when it is reused), receives a value after done is set or the node
+	// fails; a waiter whose call is done already gets closedChan. The
+	// replica's last touch of a finished call is that send, which may
+	// come after its caller went on: a call reused may find a stale value
+	// there, a spurious wake-up (its waiter checks Ready again).
+	wake chan struct{}
 }
 
 // Stats are a node's counters.
@@ -182,7 +194,7 @@ type Stats struct {
 func newNode(env Env, cfg Config) *Node {
 	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
 		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
-		calls: map[uint32]*call{}, lastReq: map[frame.MemberID]uint32{}, needState: map[memberKey]bool{}}
+		calls: map[uint32]*call{}, needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
 	}
@@ -330,38 +342,66 @@ func (n *Node) failLocked(err error) {
 	}
 }
 
-// finish completes c (n.mu held).
+// finish completes c (n.mu held): the replica is done with it.
 func (c *call) finish() {
-	c.done = true
+	delete(c.n.calls, c.req)
+	c.done.Store(true)
 	c.wakeUp()
 }
 
+// wakeUp wakes c's waiter, if it waits (n.mu held).
 func (c *call) wakeUp() {
-	if !c.woken {
-		c.woken = true
-		if c.wake != nil {
-			close(c.wake)
+	if c.wake != nil {
+		select {
+		case c.wake <- struct{}{}:
+		default:
 		}
 	}
 }
+
+// reset readies a call for reuse (nothing refers to it: it is off
+// n.calls, and its waiter returned).
+func (c *call) reset() {
+	if c.wake != nil {
+		select {
+		case <-c.wake:
+		default:
+		}
+	}
+	c.done.Store(false)
+	c.cancelled, c.err = false, nil
+	c.args, c.result = nil, nil
+}
+
+// closedChan is the wake of a call that is ready already.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // A call is the Waiter of its caller: it waits for the write's
 // application here.
 
 func (c *call) Ready() bool {
-	c.n.mu.Lock()
-	defer c.n.mu.Unlock()
-	return c.done || c.n.err != nil
+	return c.done.Load() || c.n.failed.Load()
 }
 
 func (c *call) Wake() <-chan struct{} {
+	if c.Ready() {
+		return closedChan
+	}
+	// Only the waiter makes c.wake (under n.mu, where the replica reads
+	// it), so it may read it without the lock; once made, every wakeUp of
+	// the call finds it.
+	if w := c.wake; w != nil {
+		return w
+	}
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
-	if c.wake == nil {
-		c.wake = make(chan struct{})
-		if c.woken {
-			close(c.wake)
-		}
+	c.wake = make(chan struct{}, 1)
+	if c.Ready() {
+		c.wake <- struct{}{} // it became ready since the check above
 	}
 	return c.wake
 }
@@ -407,29 +447,22 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 	return o, nil
 }
 
-// write broadcasts a write and waits for its application here (Op.Call).
-func (n *Node) write(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (any, error) {
-	c, err := n.startWrite(ctx, o, op, msg, args)
-	if err != nil {
-		return nil, err
-	}
-	return n.await(ctx, c)
-}
-
-// startWrite registers a write's call and broadcasts it.
-func (n *Node) startWrite(ctx context.Context, o *object, op *opInfo, msg []byte, args any) (*call, error) {
+// startWrite registers a write's call c (its node, object, operation
+// and Pending set) and broadcasts its message msg.
+func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
+	o, op := c.obj, c.op
 	if len(msg) > n.maxWrite {
-		return nil, fmt.Errorf("orca: %v on %q: the write's message is %d bytes, more than MaxWrite (%d)", op, o.name, len(msg), n.maxWrite)
+		return fmt.Errorf("orca: %v on %q: the write's message is %d bytes, more than MaxWrite (%d)", op, o.name, len(msg), n.maxWrite)
 	}
 	n.mu.Lock()
 	if err := n.usable(); err != nil {
 		n.mu.Unlock()
-		return nil, err
+		return err
 	}
 	n.nextReq++
 	req := n.nextReq
 	setRequest(msg, req)
-	c := &call{n: n, obj: o, op: op, args: args, req: req}
+	c.req = req
 	n.calls[req] = c
 	n.stats.Writes++
 	n.mu.Unlock()
@@ -438,14 +471,14 @@ func (n *Node) startWrite(ctx context.Context, o *object, op *opInfo, msg []byte
 		n.mu.Lock()
 		delete(n.calls, req)
 		n.mu.Unlock()
-		return nil, fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
+		return fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
 	}
-	return c, nil
+	return nil
 }
 
-// await waits for a write started by startWrite to be applied here, and
-// returns its result.
-func (n *Node) await(ctx context.Context, c *call) (any, error) {
+// await waits for a write started by startWrite to be applied here; its
+// result is in the call's Pending then.
+func (n *Node) await(ctx context.Context, c *call) error {
 	o, op, req := c.obj, c.op, c.req
 	err := n.env.Wait(ctx, c)
 	if err != nil && ctx.Err() != nil && n.Err() == nil {
@@ -462,40 +495,43 @@ func (n *Node) await(ctx context.Context, c *call) (any, error) {
 		}
 		err = n.env.Wait(context.Background(), c)
 	}
-	n.mu.Lock()
-	delete(n.calls, req)
-	if !c.done {
-		if n.err != nil {
-			err = n.err
+	if !c.done.Load() {
+		n.mu.Lock()
+		if !c.done.Load() {
+			// The node failed first: the call is still registered.
+			delete(n.calls, req)
+			if n.err != nil {
+				err = n.err
+			}
+			n.mu.Unlock()
+			return fmt.Errorf("orca: %v on %q: %w", op, o.name, err)
 		}
 		n.mu.Unlock()
-		return nil, fmt.Errorf("orca: %v on %q: %w", op, o.name, err)
 	}
 	if c.cancelled {
-		n.mu.Unlock()
-		return nil, fmt.Errorf("orca: %v on %q: %w (%w)", op, o.name, ErrCancelled, ctx.Err())
+		return fmt.Errorf("orca: %v on %q: %w (%w)", op, o.name, ErrCancelled, ctx.Err())
 	}
 	if n.trace != nil {
+		n.mu.Lock()
 		n.trace(TraceEvent{Kind: TraceCall, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: n.self, Req: req,
 			Args: c.args, Result: c.result, Err: c.err})
+		n.mu.Unlock()
 	}
-	n.mu.Unlock()
 	if c.err == nil && n.cfg.Check {
 		// Sent after the write, so every replica has applied it when the
 		// digest arrives.
 		if err := n.send(context.Background(), appendDigest(nil, o.id, c.writes, c.digest)); err != nil {
-			return nil, fmt.Errorf("orca: sending the digest of %q: %w", o.name, err)
+			return fmt.Errorf("orca: sending the digest of %q: %w", o.name, err)
 		}
 	}
-	return c.result, c.err
+	return c.err
 }
 
 // send broadcasts msg, in parts if it is longer than MaxMessage; once
 // the first part is out the others follow whatever ctx does (a peer
-// joins them in the order they come from this member).
+// joins them in the order they come from this member; other messages of
+// this member may come between them, the parts of another may not).
 func (n *Node) send(ctx context.Context, msg []byte) error {
-	n.sendMu.Lock()
-	defer n.sendMu.Unlock()
 	if len(msg) <= n.maxMessage {
 		if err := n.env.Send(ctx, msg); err != nil {
 			return err
@@ -503,6 +539,8 @@ func (n *Node) send(ctx context.Context, msg []byte) error {
 		n.countSent(1, len(msg), 0)
 		return nil
 	}
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
 	chunk := n.maxMessage - partOverhead
 	parts := 0
 	for off := 0; off < len(msg); off += chunk {

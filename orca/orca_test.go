@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/orca"
 )
 
@@ -338,6 +339,38 @@ func TestPanickingOperation(t *testing.T) {
 			t.Errorf("node %d still works", i)
 		}
 	}
+	// So does a guard that panics, when its write arrives and when it is
+	// retried from the queue.
+	g := orca.NewClass[int64]("g")
+	bump := orca.Write(g, "bump", orca.Int64, func(s *int64, d int64) int64 { *s += d; return *s })
+	pick := orca.Write(g, "pick", orca.Int64, func(s *int64, i int64) int64 { return i }).
+		When(func(s *int64, i int64) bool { return []bool{false, true}[*s+i] })
+	for _, tc := range []struct {
+		name    string
+		arg     int64
+		bumpBy  int64
+		wantErr string
+	}{
+		{"on arrival", 5, 0, `the guard of g.pick on "g" (from member 2) panicked`},
+		{"when retried", 0, 7, `the guard of g.pick on "g" (from member 2) panicked`},
+	} {
+		_, nodes := newLoop(t, 2, 1400, orca.Config{})
+		objs := must(t, nodes, "g", g, func() int64 { return 0 })
+		done := make(chan error, 1)
+		go func() { _, err := pick.Call(bg, objs[1], tc.arg); done <- err }()
+		if tc.bumpBy != 0 {
+			waitFor(t, func() bool { return nodes[0].Stats().Pending == 1 })
+			bump.Call(bg, objs[0], tc.bumpBy)
+		}
+		if err := <-done; err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: pick: %v, want an error saying %q", tc.name, err, tc.wantErr)
+		}
+		for i, n := range nodes {
+			if err := n.Err(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: node %d: %v, want %q", tc.name, i, err, tc.wantErr)
+			}
+		}
+	}
 }
 
 // Mistakes in a class's declaration are reported by New, not panics.
@@ -398,6 +431,7 @@ func TestCodecs(t *testing.T) {
 	roundTrip(t, orca.Int32s, []int32{1, -2, 3})
 	roundTrip(t, orca.Float64s, []float64{1.5, -0.25})
 	roundTrip(t, orca.Bytes, []byte("abc"))
+	roundTrip(t, orca.BytesView, []byte("abc"))
 	roundTrip(t, orca.String, "héllo")
 	roundTrip(t, orca.NoArgs, struct{}{})
 	type pair struct {
@@ -421,6 +455,68 @@ func TestCodecs(t *testing.T) {
 	} {
 		if err := tc.decode(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("decode: %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// BytesView hands a write's function a view into the message; a write
+// that waits in its guard's queue, and a traced one, get copies of their
+// own, which later messages (in the same buffers) do not change.
+func TestBytesView(t *testing.T) {
+	type blob struct {
+		Data []byte
+		Open bool
+	}
+	c := orca.NewClass[blob]("blob")
+	store := orca.Write(c, "store", orca.BytesView, func(s *blob, b []byte) int {
+		s.Data = append(s.Data[:0], b...)
+		return len(b)
+	})
+	storeOpen := orca.Write(c, "storeOpen", orca.BytesView, func(s *blob, b []byte) int {
+		s.Data = append(s.Data[:0], b...)
+		return len(b)
+	}).When(func(s *blob, b []byte) bool { return s.Open })
+	open := orca.Write(c, "open", orca.NoArgs, func(s *blob, _ struct{}) bool { s.Open = true; return true })
+	data := orca.Read(c, "data", func(s *blob, _ struct{}) string { return string(s.Data) })
+
+	h := orca.NewHistory()
+	_, nodes := newLoop(t, 2, 1400, orca.Config{Trace: h.Record})
+	objs := must(t, nodes, "b", c, func() blob { return blob{} })
+	queued := storeOpen.Go(bg, objs[0], []byte("the queued write's"))
+	waitFor(t, func() bool { return nodes[1].Stats().Pending == 1 })
+	for _, s := range []string{"other bytes, in the same buffer", "and more"} {
+		if _, err := store.Call(bg, objs[1], []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := open.Call(bg, objs[1], struct{}{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queued.Wait(bg); err != nil || n != 18 {
+		t.Fatalf("the queued write: %d, %v", n, err)
+	}
+	for i, o := range objs {
+		if got, _ := data.Call(bg, o, struct{}{}); got != "the queued write's" {
+			t.Errorf("node %d holds %q", i, got)
+		}
+	}
+	members := []frame.MemberID{1, 2}
+	witness, err := h.Agree(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Check(witness, members); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		var args []string
+		for _, a := range h.Applied(m) {
+			if b, ok := a.Args.([]byte); ok {
+				args = append(args, string(b))
+			}
+		}
+		if want := []string{"other bytes, in the same buffer", "and more", "the queued write's"}; !slices.Equal(args, want) {
+			t.Errorf("member %d traced the arguments %q, want %q", m, args, want)
 		}
 	}
 }

@@ -144,7 +144,7 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 			n.bad(from, err.Error())
 			return
 		}
-		n.lastReq[from] = max(n.lastReq[from], m.req)
+		n.noteRequest(from, m.req)
 		o := n.objects[m.object]
 		if o == nil {
 			n.keepEarly(m.object, from, msg, pos)
@@ -182,6 +182,14 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 	}
 }
 
+// noteRequest records request req of member from, seen in the order.
+func (n *Node) noteRequest(from frame.MemberID, req uint32) {
+	if int(from) >= len(n.lastReq) {
+		n.lastReq = append(n.lastReq, make([]uint32, int(from)+1-len(n.lastReq))...)
+	}
+	n.lastReq[from] = max(n.lastReq[from], req)
+}
+
 func (n *Node) keepEarly(id uint32, from frame.MemberID, msg []byte, pos uint64) {
 	n.early[id] = append(n.early[id], earlyMsg{from: from, pos: pos, msg: slices.Clone(msg)})
 }
@@ -199,7 +207,7 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 	if from != n.self {
 		return
 	}
-	if c := n.calls[req]; c != nil && !c.done {
+	if c := n.calls[req]; c != nil {
 		c.err = err
 		c.finish()
 	}
@@ -208,27 +216,38 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 // invoke runs a write that arrived at pos: at once if its guard holds (or
 // it has none), else queued; then the queued writes its effect enables.
 func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, raw []byte, pos uint64) {
-	args, err := op.decodeArgs(raw)
-	if err != nil {
+	var c *call
+	if from == n.self {
+		c = n.calls[req]
+	}
+	var tr *traced
+	if n.trace != nil {
+		tr = new(traced)
+	}
+	outcome, detail := op.writer.runWrite(o, raw, c, tr)
+	switch outcome {
+	case runBadArgs:
+		err := detail.(error)
 		n.bad(from, fmt.Sprintf("%v on %q with arguments that do not decode: %v", op, o.name, err))
 		n.failCall(from, req, fmt.Errorf("orca: the arguments do not decode: %w", err))
-		return
-	}
-	p := pendingOp{origin: from, req: req, op: op, args: args, pos: Pos{Delivery: pos}}
-	if op.guard != nil {
-		ok, err := n.guardHolds(o, &p)
-		if err != nil {
-			return
+	case runGuardPanic:
+		n.failLocked(guardPanicked(op, o, from, detail))
+	case runOpPanic:
+		n.failLocked(opPanicked(op, o, from, detail))
+	case runBlocked:
+		args := detail
+		if op.viewArgs {
+			args, _ = op.decodeArgs(raw) // a copy: the queue keeps it
 		}
-		if !ok {
-			q := p // p itself stays on the stack: most writes are not queued
-			q.raw = slices.Clone(raw)
-			o.pending = append(o.pending, &q)
-			return
+		o.pending = append(o.pending, &pendingOp{origin: from, req: req, op: op, args: args, raw: slices.Clone(raw), pos: Pos{Delivery: pos}})
+	case runApplied:
+		var args, result any
+		if tr != nil {
+			args, result = tr.args, tr.result
 		}
-	}
-	if n.apply(o, &p, p.pos) {
-		n.retry(o, pos)
+		if n.applied(o, from, req, op, args, result, c, Pos{Delivery: pos}) {
+			n.retry(o, pos)
+		}
 	}
 }
 
@@ -257,27 +276,36 @@ func (n *Node) retry(o *object, pos uint64) {
 	}
 }
 
-// guardHolds evaluates p's guard on o; a guard that panics stops the node.
+func guardPanicked(op *opInfo, o *object, from frame.MemberID, p any) error {
+	return fmt.Errorf("orca: the guard of %v on %q (from member %d) panicked: %v", op, o.name, from, p)
+}
+
+func opPanicked(op *opInfo, o *object, from frame.MemberID, p any) error {
+	return fmt.Errorf("orca: %v on %q (from member %d) panicked: %v", op, o.name, from, p)
+}
+
+// guardHolds evaluates queued write p's guard on o; a guard that panics
+// stops the node.
 func (n *Node) guardHolds(o *object, p *pendingOp) (ok bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("orca: the guard of %v on %q (from member %d) panicked: %v", p.op, o.name, p.origin, r)
+			err = guardPanicked(p.op, o, p.origin, r)
 			n.failLocked(err)
 		}
 	}()
 	return p.op.guard(o.state, p.args), nil
 }
 
-// apply runs write p on o at position at, hands the result to its caller
-// if it is ours, and reports whether the node still works (an operation
-// that panics stops it: the replica may be half changed).
+// apply runs queued write p on o at position at (see applied), and
+// reports whether the node still works (an operation that panics stops
+// it: the replica may be half changed).
 func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 	result, err := func() (r any, err error) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		defer func() {
 			if x := recover(); x != nil {
-				err = fmt.Errorf("orca: %v on %q (from member %d) panicked: %v", p.op, o.name, p.origin, x)
+				err = opPanicked(p.op, o, p.origin, x)
 			}
 		}()
 		return p.op.apply(o.state, p.args), nil
@@ -286,6 +314,20 @@ func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 		n.failLocked(err)
 		return false
 	}
+	var c *call
+	if p.origin == n.self {
+		if c = n.calls[p.req]; c != nil {
+			p.op.setResult(c, result)
+		}
+	}
+	return n.applied(o, p.origin, p.req, p.op, p.args, result, c, at)
+}
+
+// applied accounts for write req of member origin, just applied to o at
+// position at with its result in c (the caller's call, if the write is
+// this member's); args and result are the trace's. It reports whether
+// the node still works.
+func (n *Node) applied(o *object, origin frame.MemberID, req uint32, op *opInfo, args, result any, c *call, at Pos) bool {
 	o.writes++
 	n.stats.Applied++
 	var digest uint64
@@ -298,15 +340,13 @@ func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 		digest = digestOf(b)
 		o.digests[o.writes%digestRing] = digestEntry{writes: o.writes, digest: digest}
 	}
-	if p.origin == n.self {
-		if c := n.calls[p.req]; c != nil {
-			c.result, c.writes, c.digest = result, o.writes, digest
-			c.finish()
-		}
+	if c != nil {
+		c.result, c.writes, c.digest = result, o.writes, digest
+		c.finish()
 	}
 	if n.trace != nil {
-		n.trace(TraceEvent{Kind: TraceApply, Member: n.self, Object: o.name, Op: p.op.name, Write: true, Origin: p.origin, Req: p.req,
-			Args: p.args, Result: result, Pos: at, Writes: o.writes, Digest: digest})
+		n.trace(TraceEvent{Kind: TraceApply, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: origin, Req: req,
+			Args: args, Result: result, Pos: at, Writes: o.writes, Digest: digest})
 	}
 	o.changedLocked()
 	return true
@@ -323,7 +363,7 @@ func (n *Node) cancel(o *object, from frame.MemberID, req uint32) {
 	o.pending = slices.Delete(o.pending, i, i+1)
 	n.stats.Cancelled++
 	if from == n.self {
-		if c := n.calls[req]; c != nil && !c.done {
+		if c := n.calls[req]; c != nil {
 			c.cancelled = true
 			c.finish()
 		}

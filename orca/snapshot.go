@@ -100,7 +100,12 @@ func (n *Node) snapshotLocked() ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
 		b = appendBytes(b, n.parts[f])
 	}
-	from = slices.Sorted(keys(n.lastReq))
+	from = from[:0]
+	for f, req := range n.lastReq {
+		if req != 0 {
+			from = append(from, frame.MemberID(f))
+		}
+	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(from)))
 	for _, f := range from {
 		b = binary.BigEndian.AppendUint16(b, uint16(f))
@@ -318,7 +323,11 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 		os.o.install(os.so, os.state, os.pending)
 	}
 	n.snapObjects = later
-	n.delivered, n.parts, n.lastReq = d.delivered, d.parts, d.lastReq
+	n.delivered, n.parts = d.delivered, d.parts
+	n.lastReq = nil
+	for f, req := range d.lastReq {
+		n.noteRequest(f, req)
+	}
 	n.nextReq = max(n.nextReq, d.lastReq[n.self])
 	n.needState = map[memberKey]bool{}
 	for _, k := range d.needState {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package orca_test
+
+const raceEnabled = false
