@@ -779,9 +779,11 @@ func (r *report) libProcs(topo *netns.Topology, size int) (mbps, msgps, cpuPerMB
 	return float64(got) / el / 1e6, float64(got/sz) / el, perMB(cpu, got)
 }
 
-// memMaxMessage is the largest message of a group of n members at this
-// MTU (reliable.Group.MaxMessage: MTU − 28 − 4 × members).
-func memMaxMessage(mtu, n int) int { return mtu - 28 - 4*n }
+// memMaxMessage is the largest message of a registered group of n members
+// at this MTU (reliable.Group.MaxMessage: what one frame carries with an
+// acknowledgement entry per member). It was MTU − 28 − 4 × members until
+// wire version 4 added the view id to the header.
+func memMaxMessage(mtu, n int) int { return frame.MaxPayload(mtu, n, 0) }
 
 func memMaxMessageOr(size, mtu, n int) int {
 	if size > 0 {
