@@ -128,3 +128,30 @@ func TestPartitionMinorityStops(t *testing.T) {
 		t.Errorf("the majority's view of 3: %d and %d messages delivered (first difference %s)", len(a), len(b), firstDiff(a, b))
 	}
 }
+
+// The one-way cuts of the churn simulation make members report their
+// suspicions (ViewSuspect), and the seeds still finish with every live
+// process in one view: without the reports a cut between two members
+// that are not the coordinator left both in the view for ever.
+func TestOneWayCutsReport(t *testing.T) {
+	var reports uint64
+	deaf := 0
+	for seed := uint64(1); seed <= 400; seed++ {
+		s := newScenario(seed, FIFO)
+		if !s.deaf {
+			continue
+		}
+		deaf++
+		r := runScenario(t, s)
+		if err := r.verdict(s); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		for _, p := range r.procs {
+			reports += p.core.Counters().Reports
+		}
+	}
+	if deaf == 0 || reports == 0 {
+		t.Fatalf("%d seeds with a one-way cut sent %d suspicion reports; want some", deaf, reports)
+	}
+	t.Logf("%d seeds with a one-way cut, %d suspicion reports", deaf, reports)
+}
