@@ -33,8 +33,11 @@ type dgSeen struct {
 	mask uint64 // bit i: top-i was seen
 }
 
-// ProposeUnreliable sends msg as a datagram to the members of the current
-// view (core.UnreliableCore).
+// ProposeUnreliable queues msg (copied) as a datagram to the members of
+// the current view (core.UnreliableCore); the next Ready sends it. Like
+// Propose it produces no output by itself (docs/runtime.md): a runtime may
+// call it between Ready and Advance, and a frame emitted then would be
+// dropped by Advance unsent.
 func (c *Core) ProposeUnreliable(now clock.Time, msg []byte) error {
 	c.touch(now)
 	switch {
@@ -50,12 +53,40 @@ func (c *Core) ProposeUnreliable(now clock.Time, msg []byte) error {
 	case c.state != member:
 		return ErrNoView
 	}
-	c.dgNext++
-	h := c.hdr
-	h.Sender, h.ViewID, h.Seq = c.self, c.view.ID, c.dgNext
-	c.emitHeader(&h, &frame.Payload{T: frame.Datagram, Data: msg})
-	c.stats.DatagramsSent++
+	c.dgQ = append(c.dgQ, msg...)
+	c.dgOut = append(c.dgOut, dgOut{n: len(msg), view: c.view.ID})
 	return nil
+}
+
+// dgOut is a datagram proposed and not sent yet.
+type dgOut struct {
+	n    int    // its length in dgQ
+	view uint32 // the view it was proposed in
+}
+
+// sendDatagrams sends the datagrams queued since the last Ready, each in
+// the view it was proposed in; one whose view this member left meanwhile
+// (a view installed since, a leave) is dropped: it was for that view's
+// members, and at most once allows it.
+func (c *Core) sendDatagrams() {
+	if len(c.dgOut) == 0 {
+		return
+	}
+	off := 0
+	for _, d := range c.dgOut {
+		msg := c.dgQ[off : off+d.n]
+		off += d.n
+		if c.state != member || c.leaving || c.view.ID != d.view {
+			c.stats.DatagramsDropped++
+			continue
+		}
+		c.dgNext++
+		h := c.hdr
+		h.Sender, h.ViewID, h.Seq = c.self, c.view.ID, c.dgNext
+		c.emitHeader(&h, &frame.Payload{T: frame.Datagram, Data: msg})
+		c.stats.DatagramsSent++
+	}
+	c.dgQ, c.dgOut = c.dgQ[:0], c.dgOut[:0]
 }
 
 // onDatagram delivers a datagram of the current view's member, once.
