@@ -223,7 +223,10 @@ func (c *conn) hello(buf []byte) bool {
 func (d *Daemon) welcome(version uint16) *localapi.Welcome {
 	w := &localapi.Welcome{Version: version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
 		Members: uint16(d.members())}
-	if d.cfg.Group.Order == reliable.Total {
+	switch {
+	case d.cfg.Group.Order == reliable.Total && d.cfg.Group.Safe:
+		w.Order = localapi.OrderSafe
+	case d.cfg.Group.Order == reliable.Total:
 		w.Order = localapi.OrderTotal
 	}
 	if g := d.g.Load(); g != nil {
