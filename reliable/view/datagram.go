@@ -21,16 +21,10 @@ import (
 // view: a datagram goes only to the members of its sender's view.
 var ErrNoView = errors.New("view: not in a view yet: a datagram goes only to the members of its sender's view")
 
-// dgWindow is how many datagram numbers behind the highest seen from a
-// sender are remembered, to drop duplicates; older ones are dropped too.
-const dgWindow = 64
-
-// dgSeen is the datagram numbers seen from one sender incarnation.
+// dgSeen is the datagram numbers seen from one sender.
 type dgSeen struct {
-	id   frame.MemberID
-	inc  uint32
-	top  uint32 // the highest number seen
-	mask uint64 // bit i: top-i was seen
+	id frame.MemberID
+	w  core.DatagramWindow
 }
 
 // ProposeUnreliable queues msg (copied) as a datagram to the members of
@@ -125,24 +119,5 @@ func (c *Core) dgFresh(id frame.MemberID, inc, seq uint32) bool {
 	if i == len(c.dgSeen) {
 		c.dgSeen = append(c.dgSeen, dgSeen{id: id})
 	}
-	e := &c.dgSeen[i]
-	if e.inc != inc || e.mask == 0 {
-		*e = dgSeen{id: id, inc: inc, top: seq, mask: 1}
-		return true
-	}
-	if frame.SeqLess(e.top, seq) {
-		if d := seq - e.top; d >= dgWindow {
-			e.mask = 1
-		} else {
-			e.mask = e.mask<<d | 1
-		}
-		e.top = seq
-		return true
-	}
-	back := e.top - seq
-	if back >= dgWindow || e.mask&(1<<back) != 0 {
-		return false
-	}
-	e.mask |= 1 << back
-	return true
+	return c.dgSeen[i].w.Fresh(inc, seq)
 }
