@@ -367,7 +367,7 @@ func (c *conn) sendUnreliable(data []byte) bool {
 		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
 		return false
 	case errors.Is(err, reliable.ErrNoUnreliable):
-		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views")
+		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views, or with -order fifo")
 		return true
 	}
 	c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: %v", err)

@@ -52,6 +52,11 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
 	t := v.Type()
+	if t == frame.Datagram {
+		p.lastHeard = c.now
+		c.onDatagram(p, v)
+		return nil
+	}
 	switch t {
 	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
 	default:

@@ -160,7 +160,8 @@ func (r *simRun) rogue() {
 // runScenario runs one seed to completion or to its virtual time bound.
 func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun {
 	r := &simRun{s: s, Sim: simtest.New[*Core](t, simtest.Config{Seed: s.seed, Group: 0x0bb0 + uint32(s.seed%7),
-		Members: s.members, K: s.k, Link: s.link, SparseIDs: s.seed%5 == 1, Limit: simTimeLimit, Trace: trace})}
+		Members: s.members, K: s.k, Link: s.link, SparseIDs: s.seed%5 == 1, Limit: simTimeLimit, Trace: trace,
+		Datagrams: s.seed%2 == 0})}
 	r.Done = r.done
 	infos := r.Infos()
 	for _, m := range r.Members {
