@@ -150,6 +150,9 @@ type peer struct {
 	ackedAt   Time   // when acked last moved, or we last sent to it caught up
 	lastHeard Time
 	dg        core.DatagramWindow // its datagrams seen (datagram.go)
+	// heard is its row of the acknowledgement matrix (acks.go): its ack
+	// vector as last heard, by slot.
+	heard []uint32
 
 	leaving  bool
 	leaveSeq uint32
@@ -328,8 +331,11 @@ func New(cfg Config) (*Core, error) {
 			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
 			slot: int(m.ID) - int(s.ackBase), live: true,
 			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
-			ring: make([]held, s.ringSize),
+			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
 		})
+		for i := range c.peers[len(c.peers)-1].heard {
+			c.peers[len(c.peers)-1].heard[i] = s.InitialSeq
+		}
 		if s.Retain {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
 		}

@@ -204,6 +204,22 @@ func (r *simRun) verdict() error {
 			return fmt.Errorf("the rogue sent %d forged frames and no member refused one", r.Forged)
 		}
 	}
+	// The acknowledgement matrix never claims a member holds frames its
+	// sender has not sent, and what is stable is held here.
+	for _, m := range r.Members {
+		for _, snd := range r.Members {
+			st, _ := m.Core.StableFrom(snd.ID)
+			own, _ := m.Core.Holds(m.ID, snd.ID)
+			if frame.SeqLess(own, st) {
+				return fmt.Errorf("member %d: StableFrom(%d) = %d, past what it holds itself (%d)", m.ID, snd.ID, st, own)
+			}
+			for _, o := range r.Members {
+				if h, ok := m.Core.Holds(o.ID, snd.ID); !ok || frame.SeqLess(snd.Core.nextSeq, h) {
+					return fmt.Errorf("member %d: Holds(%d, %d) = %d, %v; member %d sent up to %d", m.ID, o.ID, snd.ID, h, ok, snd.ID, snd.Core.nextSeq)
+				}
+			}
+		}
+	}
 	for _, m := range r.Members {
 		for j, k := range m.Removed {
 			o := r.Members[j]
