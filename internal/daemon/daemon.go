@@ -238,6 +238,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		"order", d.cfg.Group.Order.String(), "socket", ln.Addr().String())
 	cfg := d.cfg.Group
 	var carried *auth.Key
+	short := 0 // memberships in a row that ended within rejoinShort
 	for {
 		g, err := d.join(ctx, cfg, carried)
 		if err != nil && d.rejoinable(err) && ctx.Err() == nil {
@@ -264,9 +265,20 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		if err == nil || !d.rejoinable(err) || ctx.Err() != nil {
 			return err
 		}
+		lasted := time.Since(d.memberSince())
 		cfg, carried = d.rejoin(cfg, g)
 		if d.rejoinHook != nil {
 			d.rejoinHook()
+		}
+		short = nextShort(short, lasted)
+		if wait := rejoinDelay(short); wait > 0 {
+			d.log.Warn("rbcastd: left out again soon after joining; waiting before the next join", "member_for", lasted.Round(time.Millisecond), "in_a_row", short, "wait", wait)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				d.log.Info("rbcastd: stopped while waiting to join the group again", "err", ctx.Err())
+				return nil
+			}
 		}
 	}
 }

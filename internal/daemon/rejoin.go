@@ -102,6 +102,49 @@ func (d *Daemon) rejoin(cfg reliable.Config, g *reliable.Group) (reliable.Config
 	return cfg, carried
 }
 
+// A daemon left out again and again soon after each join (a one-way cut
+// that keeps it deaf to one member, a host starved of CPU past the failure
+// timeout) would join in a loop, each join a view change for the whole
+// group. After a membership that lasted less than rejoinShort the daemon
+// waits before joining again, rejoinFirst doubling per such membership in
+// a row up to rejoinMax; one that lasted longer starts the count again.
+const (
+	rejoinShort = 10 * time.Second
+	rejoinFirst = 100 * time.Millisecond
+	rejoinMax   = 10 * time.Second
+)
+
+// nextShort counts the short memberships in a row, the one that just
+// lasted d included (0: it was not short).
+func nextShort(short int, d time.Duration) int {
+	if d >= rejoinShort {
+		return 0
+	}
+	return short + 1
+}
+
+// rejoinDelay is the wait before the next join after n short memberships
+// in a row (n >= 1): the first one joins again at once, as a false
+// suspicion calls for; from the second, rejoinFirst doubling, at most
+// rejoinMax.
+func rejoinDelay(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := rejoinFirst
+	for i := 2; i < n && d < rejoinMax; i++ {
+		d *= 2
+	}
+	return min(d, rejoinMax)
+}
+
+// memberSince is when the daemon last became a member.
+func (d *Daemon) memberSince() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.since
+}
+
 // rejoinCount is how many times the daemon began to join again.
 func (d *Daemon) rejoinCount() int {
 	d.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -367,5 +368,22 @@ func TestRejoinable(t *testing.T) {
 		if got := d.rejoinable(c.err); got != c.want {
 			t.Errorf("views %v, %v: rejoinable %v, want %v", c.views, c.err, got, c.want)
 		}
+	}
+}
+
+// A daemon left out soon after each join waits longer before each next
+// join: at once after the first short membership, then 100 ms doubling
+// to 10 s; a membership of rejoinShort or more starts the count again.
+func TestRejoinBackoff(t *testing.T) {
+	short := 0
+	var waits []time.Duration
+	for _, lasted := range []time.Duration{time.Second, 2 * time.Second, 0, time.Second, 5 * time.Second, time.Second, time.Second, time.Second, time.Second, time.Second, time.Second, time.Second, time.Minute, time.Second} {
+		short = nextShort(short, lasted)
+		waits = append(waits, rejoinDelay(short))
+	}
+	want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+		1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond, 10 * time.Second, 10 * time.Second, 10 * time.Second, 10 * time.Second, 0, 0}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
 	}
 }
