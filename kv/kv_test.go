@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
@@ -214,5 +215,34 @@ func TestSimDeterministic(t *testing.T) {
 	}
 	if a, b := trace(), trace(); a != b {
 		t.Fatalf("two runs of seed 4 differ:\n%.500s\n%.500s", a, b)
+	}
+}
+
+// CheckHistory passes a linearizable history, one whose unanswered put
+// took effect late, and fails a read of an overwritten value.
+func TestCheckHistory(t *testing.T) {
+	put := func(c uint64, call, ret int64, v string) HistoryOp {
+		return HistoryOp{Client: c, Call: call, Return: ret, Answered: ret > 0, Op: Op{Kind: OpPut, Key: "a", Value: []byte(v)}, Result: Result{Status: StatusOK}}
+	}
+	get := func(c uint64, call, ret int64, v string) HistoryOp {
+		res := Result{Status: StatusOK, Value: []byte(v)}
+		if v == "" {
+			res = Result{Status: StatusNotFound}
+		}
+		return HistoryOp{Client: c, Call: call, Return: ret, Answered: true, Op: Op{Kind: OpGet, Key: "a"}, Result: res}
+	}
+	for _, tc := range []struct {
+		name string
+		h    []HistoryOp
+		want string
+	}{
+		{"sequential", []HistoryOp{get(1, 0, 1, ""), put(1, 2, 3, "x"), get(2, 4, 5, "x")}, ""},
+		{"unanswered put applied late", []HistoryOp{put(1, 0, 0, "x"), get(2, 1, 2, ""), get(2, 10, 11, "x")}, ""},
+		{"stale read", []HistoryOp{put(1, 0, 1, "x"), put(1, 2, 3, "y"), get(2, 4, 5, "x")}, "not linearizable (porcupine: Illegal)"},
+	} {
+		err := CheckHistory(tc.h, time.Second)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

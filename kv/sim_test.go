@@ -3,7 +3,6 @@ package kv
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -131,7 +129,7 @@ type sim struct {
 	clients []*simClient
 	start   time.Time
 	end     time.Time // clients start no op after it
-	history []porcupine.Operation
+	history []HistoryOp
 	machine func() StateMachine
 	failed  []string
 	// groupStops counts replicas the group stopped (SelfRemoved: a
@@ -326,8 +324,8 @@ func (c *simClient) onReply(data []byte) {
 	if c.req.Op.Kind == OpGet || p.Result.Status == StatusMismatch {
 		c.seen[c.req.Op.Key] = p.Result.Value
 	}
-	s.history = append(s.history, porcupine.Operation{ClientId: int(c.id - 1), Input: c.req, Call: c.call,
-		Output: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()})
+	s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.req.Op, Call: c.call,
+		Answered: true, Result: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()})
 	s.net.AfterFunc(time.Duration(s.rng.IntN(3000))*time.Microsecond, c.next)
 }
 
@@ -418,8 +416,7 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	net.RunFor(time.Second) // every live replica catches up
 	for _, c := range s.clients {
 		if c.waiting {
-			s.history = append(s.history, porcupine.Operation{ClientId: int(c.id - 1), Input: c.req, Call: c.call,
-				Output: Result{}, Return: math.MaxInt64})
+			s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.req.Op, Call: c.call})
 		}
 	}
 	s.check()
@@ -497,19 +494,18 @@ func (s *sim) check() {
 		}
 	}
 	for _, op := range s.history {
-		if op.Return == math.MaxInt64 {
+		if !op.Answered {
 			continue
 		}
-		q := op.Input.(Request)
-		k := [2]uint64{q.Client, q.Seq}
+		k := [2]uint64{op.Client, op.Seq}
 		if fresh[k] != 1 {
-			s.fail("acknowledged %v applied %d times", q, fresh[k])
-		} else if got := op.Output.(Result).String(); got != results[k] {
-			s.fail("acknowledged %v answered %s, applied as %s", q, got, results[k])
+			s.fail("acknowledged c%d#%d %v applied %d times", op.Client, op.Seq, op.Op, fresh[k])
+		} else if got := op.Result.String(); got != results[k] {
+			s.fail("acknowledged c%d#%d %v answered %s, applied as %s", op.Client, op.Seq, op.Op, got, results[k])
 		}
 	}
-	if res, _ := porcupine.CheckOperationsVerbose(kvModel, s.history, 10*time.Second); res != porcupine.Ok {
-		s.fail("history of %d operations is not linearizable (porcupine: %s)", len(s.history), res)
+	if err := CheckHistory(s.history, 10*time.Second); err != nil {
+		s.fail("%v", err)
 	}
 	if len(s.history) < 10 {
 		s.fail("only %d operations completed", len(s.history))
@@ -523,66 +519,6 @@ func firstDiff(a, b []applied) int {
 		}
 	}
 	return min(len(a), len(b))
-}
-
-// register is one key's value in the model: present or not.
-type register struct {
-	value   string
-	present bool
-}
-
-// kvModel is the sequential key-value store, one register per key. An
-// operation without an answer (Status 0: the client gave up) may have any
-// outcome.
-var kvModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range h {
-			k := op.Input.(Request).Op.Key
-			byKey[k] = append(byKey[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range simKeys {
-			if len(byKey[k]) > 0 {
-				out = append(out, byKey[k])
-			}
-		}
-		return out
-	},
-	Init: func() any { return register{} },
-	Step: func(state, input, output any) (bool, any) {
-		st, op, res := state.(register), input.(Request).Op, output.(Result)
-		unknown := res.Status == 0
-		switch op.Kind {
-		case OpGet:
-			if unknown {
-				return true, st
-			}
-			if !st.present {
-				return res.Status == StatusNotFound, st
-			}
-			return res.Status == StatusOK && string(res.Value) == st.value, st
-		case OpPut:
-			return unknown || res.Status == StatusOK, register{string(op.Value), true}
-		case OpDelete:
-			if !st.present {
-				return unknown || res.Status == StatusNotFound, st
-			}
-			return unknown || res.Status == StatusOK, register{}
-		case OpCAS:
-			switch {
-			case !st.present:
-				return unknown || res.Status == StatusNotFound, st
-			case st.value != string(op.Expect):
-				return unknown || res.Status == StatusMismatch && string(res.Value) == st.value, st
-			}
-			return unknown || res.Status == StatusOK, register{string(op.Value), true}
-		}
-		return false, st
-	},
-	DescribeOperation: func(input, output any) string {
-		return fmt.Sprintf("%v → %v", input.(Request), output.(Result))
-	},
 }
 
 func simSeeds(t *testing.T, def int) int {

@@ -6,15 +6,18 @@
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
 //	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
 //	rbcast-kv -servers ADDR:PORT,... verify -n N [-c CLIENTS] [-prefix P]
+//	rbcast-kv -servers ADDR:PORT,... history -n N [-c CLIENTS] [-keys K] [-prefix P]
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -130,6 +133,9 @@ const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-dead
        rbcast-kv -servers ... verify -n N [-c CLIENTS] [-prefix P]
                  (gets PREFIX-i for i < N and checks each holds load's value i;
                  with -local, reads each replica's own state until it does or -deadline)
+       rbcast-kv -servers ... history -n N [-c CLIENTS] [-keys K] [-prefix P]
+                 (N random gets, puts, dels and cas on K keys; prints each operation as a
+                 JSON line, kv.HistoryOp, for a linearizability check)
        rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
 
 func client(args []string, stdout, stderr io.Writer) int {
@@ -156,6 +162,8 @@ func client(args []string, stdout, stderr io.Writer) int {
 		return load(c, rest, *deadline, stdout, stderr)
 	case "verify":
 		return verify(c, rest, *deadline, *local, stdout, stderr)
+	case "history":
+		return history(c, rest, *deadline, stdout, stderr)
 	}
 	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3}
 	n, ok := want[cmd]
@@ -373,5 +381,91 @@ func verify(c *kv.Client, args []string, deadline time.Duration, local bool, std
 	if wrong > 0 {
 		return 1
 	}
+	return 0
+}
+
+// history runs N operations from -c clients at once, each one at a time:
+// of a random key among -keys, 30 % gets, 40 % puts (of a value no other
+// put writes), 10 % dels and 20 % cas (expecting the value the client
+// last saw there). It prints every operation as a JSON line (a
+// kv.HistoryOp, times in Unix nanoseconds: clients on one machine share
+// the clock), including those no replica answered before -deadline
+// (answered false: they may have been applied), so a test can check the
+// history for linearizability. It exits 2 only on a usage error.
+func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rbcast-kv history", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 100, "operations to run")
+	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	keys := fs.Int("keys", 4, "keys to draw from (PREFIX-0 ...)")
+	prefix := fs.String("prefix", "h", "key prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *conc < 1 || *n < 0 || *keys < 1 {
+		fmt.Fprintf(stderr, "rbcast-kv history: -n %d -c %d -keys %d: want -c and -keys at least 1 and -n not negative\n", *n, *conc, *keys)
+		return 2
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next int
+		enc  = json.NewEncoder(stdout)
+	)
+	for k := range *conc {
+		cl := c
+		if k > 0 {
+			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
+			if c.ID != 0 {
+				cl.ID = c.ID + uint64(k)
+			}
+			defer cl.Close()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := map[string][]byte{}
+			for values := 1; ; values++ {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= *n {
+					return
+				}
+				key := fmt.Sprintf("%s-%d", *prefix, rand.IntN(*keys))
+				op := kv.Op{Key: key}
+				switch d := rand.IntN(10); {
+				case d < 3:
+					op.Kind = kv.OpGet
+				case d < 7:
+					op.Kind = kv.OpPut
+				case d < 8:
+					op.Kind = kv.OpDelete
+				default:
+					op.Kind, op.Expect = kv.OpCAS, seen[key]
+				}
+				if op.Kind == kv.OpPut || op.Kind == kv.OpCAS {
+					op.Value = fmt.Appendf(nil, "c%d-%d", cl.ID, values)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				call := time.Now().UnixNano()
+				res, err := cl.Do(ctx, op, false)
+				ret := time.Now().UnixNano()
+				cancel()
+				h := kv.HistoryOp{Client: cl.ID, Seq: cl.Seq(), Call: call, Op: op}
+				if err == nil {
+					h.Answered, h.Return, h.Result = true, ret, res
+					if op.Kind == kv.OpGet || res.Status == kv.StatusMismatch {
+						seen[key] = res.Value
+					}
+				}
+				mu.Lock()
+				enc.Encode(h)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	return 0
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/kv"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -179,11 +182,30 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 			results <- r
 		}()
 	}
+	// Beside the puts, clients on the same hosts run gets, puts, dels and
+	// cas on four shared keys through the kill, recording every operation
+	// (those without an answer as such): the history is checked for
+	// linearizability at the end.
+	histories := make(chan []kv.HistoryOp, clients)
+	for c := range clients {
+		cmd := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-deadline", "30s", "-client", fmt.Sprint(1000+10*c),
+			"history", "-n", fmt.Sprint(historyOps), "-c", "2", "-keys", "4")
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		go func() {
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("history client %d: %v: %s", c, err, errOut.String())
+			}
+			histories <- parseHistory(t, out)
+		}()
+	}
 	for p := range progress {
 		if p == 150 {
 			break
 		}
 	}
+	faultAt := time.Now() // the kill or the cut
 	for _, v := range victims {
 		mu.Lock()
 		replicas[v].Process.Kill() // SIGKILL
@@ -233,6 +255,11 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 		slowestPut = max(slowestPut, slowest(t, r.done))
 	}
 	close(progress)
+	var hist []kv.HistoryOp
+	for range clients {
+		hist = append(hist, <-histories...)
+	}
+	checkHistory(t, hist, historyOps*clients, faultAt)
 	// A kill costs a put the failure timeout (the group removes the
 	// victims; the client's timeout at a victim runs meanwhile) and a view
 	// change. If the group stopped other replicas too (false suspicions,
@@ -344,6 +371,53 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 				t.Errorf("replica %d did not stop during the cut (log-%d-1 has no \"joining again\")", i, i)
 			}
 		}
+	}
+}
+
+// historyOps is how many operations each client host's history client
+// runs (two clients, one at a time each): about as long as the puts.
+const historyOps = 600
+
+func parseHistory(t *testing.T, out []byte) []kv.HistoryOp {
+	var h []kv.HistoryOp
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var o kv.HistoryOp
+		if err := dec.Decode(&o); err != nil {
+			t.Errorf("history: %v", err)
+			break
+		}
+		h = append(h, o)
+	}
+	return h
+}
+
+// checkHistory checks the clients' history for linearizability, and
+// that it has every operation and their reads, cas and answers.
+func checkHistory(t *testing.T, h []kv.HistoryOp, want int, faultAt time.Time) {
+	kinds := map[kv.OpKind]int{}
+	answered, after := 0, 0
+	for _, o := range h {
+		kinds[o.Op.Kind]++
+		if o.Answered {
+			answered++
+		}
+		if o.Call > faultAt.UnixNano() {
+			after++
+		}
+	}
+	if len(h) != want || kinds[kv.OpGet] == 0 || kinds[kv.OpCAS] == 0 {
+		t.Errorf("history: %d operations (%v), want %d with gets and cas", len(h), kinds, want)
+	}
+	if after == 0 || after == len(h) {
+		t.Errorf("history: %d of %d operations called after the fault, want some before and some after", after, len(h))
+	}
+	start := time.Now()
+	if err := kv.CheckHistory(h, time.Minute); err != nil {
+		t.Errorf("%v", err)
+	} else {
+		t.Logf("history of %d operations (%d answered, %d called after the fault; gets %d, puts %d, dels %d, cas %d) linearizable, checked in %v",
+			len(h), answered, after, kinds[kv.OpGet], kinds[kv.OpPut], kinds[kv.OpDelete], kinds[kv.OpCAS], time.Since(start).Round(time.Millisecond))
 	}
 }
 
