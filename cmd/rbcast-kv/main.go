@@ -60,7 +60,8 @@ func serve(args []string, stderr io.Writer) error {
 	node := fs.Int("node", -1, "the member id to ask for (default: no wish)")
 	mode := fs.String("mode", "ordered", "ordered (thesis mode is not built yet)")
 	failure := fs.Duration("failure-timeout", 0, "remove a silent replica after this long (0: the default)")
-	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied, and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
+	sessions := fs.Int("sessions", kv.DefaultMaxSessions, "the session table's size: opening one more expires the least recently used (the same at every replica)")
+	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied (client 0: a session opened), and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +76,8 @@ func serve(args []string, stderr io.Writer) error {
 		return fmt.Errorf("-members is %d, want at least 1", *members)
 	case *listen == "":
 		return errors.New("-listen ADDR:PORT is required")
+	case *sessions < 1:
+		return fmt.Errorf("-sessions is %d, want at least 1", *sessions)
 	case *mode != "ordered":
 		return fmt.Errorf("-mode %q: only ordered is built (thesis mode: docs/kv.md)", *mode)
 	}
@@ -89,7 +92,7 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	defer l.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := kv.ServerConfig{Logger: logger, Group: reliable.Config{Group: uint32(*group), Size: *members,
+	cfg := kv.ServerConfig{Logger: logger, MaxSessions: *sessions, Group: reliable.Config{Group: uint32(*group), Size: *members,
 		RequestID: frame.NoMember, FailureTimeout: *failure, Logger: logger}}
 	if *node >= 0 {
 		cfg.Group.RequestID = frame.MemberID(*node)
@@ -146,7 +149,6 @@ func client(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 500*time.Millisecond, "wait this long for one replica before trying the next")
 	deadline := fs.Duration("deadline", 10*time.Second, "give up on a request after this long")
 	local := fs.Bool("local", false, "get: read the replica's own state, not through the order (may be stale)")
-	id := fs.Uint64("client", 0, "the client id (0: random)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -154,7 +156,7 @@ func client(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, clientUsage)
 		return 2
 	}
-	c := &kv.Client{ID: *id, Servers: strings.Split(*servers, ","), Timeout: *timeout}
+	c := &kv.Client{Servers: strings.Split(*servers, ","), Timeout: *timeout}
 	defer c.Close()
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
@@ -216,7 +218,7 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	fs := flag.NewFlagSet("rbcast-kv load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 100, "puts to run")
-	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	conc := fs.Int("c", 1, "clients running at once (a session each)")
 	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
 	prefix := fs.String("prefix", "k", "key prefix")
 	slow := fs.Duration("slow", 0, "print a line for every put slower than this (0: none)")
@@ -239,9 +241,6 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 		cl := c
 		if k > 0 {
 			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
-			if c.ID != 0 {
-				cl.ID = c.ID + uint64(k)
-			}
 			defer cl.Close()
 		}
 		wg.Add(1)
@@ -396,7 +395,7 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 	fs := flag.NewFlagSet("rbcast-kv history", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 100, "operations to run")
-	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	conc := fs.Int("c", 1, "clients running at once (a session each)")
 	keys := fs.Int("keys", 4, "keys to draw from (PREFIX-0 ...)")
 	prefix := fs.String("prefix", "h", "key prefix")
 	if err := fs.Parse(args); err != nil {
@@ -411,14 +410,14 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 		wg   sync.WaitGroup
 		next int
 		enc  = json.NewEncoder(stdout)
+		// Values are unique across runs of history: the process's tag,
+		// the client's index, a count.
+		tag = rand.Uint32()
 	)
 	for k := range *conc {
 		cl := c
 		if k > 0 {
 			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
-			if c.ID != 0 {
-				cl.ID = c.ID + uint64(k)
-			}
 			defer cl.Close()
 		}
 		wg.Add(1)
@@ -446,7 +445,7 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 					op.Kind, op.Expect = kv.OpCAS, seen[key]
 				}
 				if op.Kind == kv.OpPut || op.Kind == kv.OpCAS {
-					op.Value = fmt.Appendf(nil, "c%d-%d", cl.ID, values)
+					op.Value = fmt.Appendf(nil, "%08x-%d-%d", tag, k, values)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				call := time.Now().UnixNano()
@@ -454,7 +453,9 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 				ret := time.Now().UnixNano()
 				cancel()
 				h := kv.HistoryOp{Client: cl.ID, Seq: cl.Seq(), Call: call, Op: op}
-				if err == nil {
+				if err != nil {
+					fmt.Fprintf(stderr, "rbcast-kv history: %v\n", err)
+				} else {
 					h.Answered, h.Return, h.Result = true, ret, res
 					if op.Kind == kv.OpGet || res.Status == kv.StatusMismatch {
 						seen[key] = res.Value

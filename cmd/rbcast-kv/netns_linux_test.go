@@ -151,7 +151,7 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 	results := make(chan result, clients)
 	progress := make(chan int, 1000)
 	for c := range clients {
-		load := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-client", fmt.Sprint(77+c), "load", "-n", fmt.Sprint(puts), "-prefix", fmt.Sprintf("w%d", c), "-slow", "500ms")
+		load := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "load", "-n", fmt.Sprint(puts), "-prefix", fmt.Sprintf("w%d", c), "-slow", "500ms")
 		out, err := load.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +188,7 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 	// linearizability at the end.
 	histories := make(chan []kv.HistoryOp, clients)
 	for c := range clients {
-		cmd := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-deadline", "30s", "-client", fmt.Sprint(1000+10*c),
+		cmd := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-deadline", "30s",
 			"history", "-n", fmt.Sprint(historyOps), "-c", "2", "-keys", "4")
 		var errOut strings.Builder
 		cmd.Stderr = &errOut
@@ -334,12 +334,15 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 			t.Fatal(err)
 		}
 		fresh := map[string]int{}
+		opens := 0
 		var snapshots []string
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			f := strings.Fields(line)
 			switch {
 			case len(f) == 3 && f[0] == "snapshot":
 				snapshots = append(snapshots, line)
+			case len(f) == 3 && f[0] == "0":
+				opens++ // a session opened (a retried open opens another)
 			case len(f) == 3 && f[2] == "fresh":
 				fresh[f[0]+" "+f[1]]++
 			}
@@ -359,7 +362,7 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 				}
 			}
 		}
-		t.Logf("%s: %d requests applied, snapshots taken %q", name, len(fresh), snapshots)
+		t.Logf("%s: %d requests applied, %d sessions opened, snapshots taken %q", name, len(fresh), opens, snapshots)
 	}
 	t.Logf("%d replicas ran throughout without a snapshot: their logs hold every acknowledged put", complete)
 	if cut > 0 {
