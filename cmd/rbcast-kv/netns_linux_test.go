@@ -55,7 +55,9 @@ func kvCmd(t *testing.T, h *netns.Host, args ...string) *exec.Cmd {
 // stopped replicas and re-formed, than it takes every replica to be back.
 // 5-halt cuts every replica off the segment for a while instead of
 // killing any: the whole group stops and re-forms from the replicas'
-// candidates.
+// candidates. Beside the puts, history clients run gets, puts, dels and
+// cas on shared keys through the fault; their history must be
+// linearizable.
 func TestNetnsKill(t *testing.T) {
 	netnstest.RequireRoot(t)
 	for _, tc := range []struct {
