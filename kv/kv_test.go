@@ -271,10 +271,11 @@ func TestNodeRequests(t *testing.T) {
 	req(put) // a retry: the first result, without ordering it again
 	req(Request{Client: 2, Seq: 1, Local: true, Op: Op{Kind: OpGet, Key: "a"}})
 	n.Request([]byte{1, 2, 3}, reply)
-	if len(n.Outbox()) != 0 || len(replies) != 3 || replies[0].Result.Status != StatusOK ||
+	req(Request{Client: 0, Seq: 77, Op: Op{Kind: OpGet, Key: "a"}}) // not an open: refused, not ordered
+	if len(n.Outbox()) != 0 || len(replies) != 4 || replies[3].Result.Status != StatusExpired || replies[0].Result.Status != StatusOK ||
 		replies[1].Result.String() != `ok "1"` || replies[2].Result.Status != StatusBadRequest ||
 		!strings.Contains(string(replies[2].Result.Value), "field client at offset 0") {
-		t.Fatalf("retry, local get, bad request: %+v", replies)
+		t.Fatalf("retry, local get, bad request, a request of session 0: %+v", replies)
 	}
 }
 

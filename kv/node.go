@@ -231,6 +231,12 @@ func (n *Node) Request(data []byte, reply func([]byte)) {
 		}
 		return
 	}
+	if q.Client == 0 {
+		// No session has id 0 (ids are places, from 1): refused here, so
+		// that it cannot meet an open's answer, which is keyed (0, nonce).
+		answer(Result{Status: StatusExpired, Value: []byte("session 0 is never opened: open a session first")})
+		return
+	}
 	if res, ok := n.rep.Answered(q.Client, q.Seq); ok {
 		r, _ := ParseResult(res)
 		answer(r)
