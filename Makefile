@@ -5,7 +5,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2s
 
-.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth bench-liu bench-levels fuzz lint deps clean
+.PHONY: all build demo test test-short soak bench bench-net bench-peers bench-udp bench-rbcastd bench-views bench-auth bench-liu bench-levels bench-kv fuzz lint deps clean
 
 all: build
 
@@ -126,6 +126,17 @@ bench-auth:
 	bench/peers/ensure-deps
 	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md
+
+# docs/benchmarks.md, "Replicated key-value service" (issue 23): three
+# rbcast-kv replicas against three etcd members (Debian etcd-server,
+# installed when missing) on the same 4-host netns segment, the same load
+# (KV_N puts of 128-byte values from KV_C clients, one put at a time each),
+# REPS runs each; then REPS failovers (replica 0 killed under one client).
+# Root; about 5 minutes at the defaults; writes bench-kv.md.
+KV_N ?= 20000
+KV_C ?= 32
+bench-kv:
+	bench/kv/run -r $(REPS) -n $(KV_N) -c $(KV_C) | tee bench-kv.md
 
 # docs/benchmarks.md, "Liu's tables": the message-passing measurements of
 # Liu's thesis, Tables 6.4-6.7 (unicast, weak and strong multicast to 1-8

@@ -13,8 +13,11 @@ import (
 // Client reaches the replicas over UDP: one request at a time, numbered,
 // retried on a timeout (or an unavailable answer) at the next replica
 // with the same number, so the session table applies it at most once.
+// Its first request opens a session (through the order; a local get
+// needs none).
 type Client struct {
-	// ID names the client's session; 0 draws a random one.
+	// ID is the client's session, opened by the first Do (0: none yet).
+	// A session that expired is forgotten: the next Do opens another.
 	ID uint64
 	// Servers are the replicas' UDP addresses, tried in turn.
 	Servers []string
@@ -34,6 +37,13 @@ type Client struct {
 // answered.
 var ErrNoAnswer = errors.New("kv: no replica answered")
 
+// ErrSessionExpired is wrapped by Do's error when the client's session
+// expired (the replicas' table is full and it was the least recently
+// used): the request was not executed when it was answered so, but an
+// earlier attempt of it may have been — its outcome is unknown. The
+// client opens a new session at its next Do.
+var ErrSessionExpired = errors.New("kv: session expired")
+
 func (c *Client) open() error {
 	if c.conn != nil {
 		return nil
@@ -47,11 +57,6 @@ func (c *Client) open() error {
 			return fmt.Errorf("kv: server %q: %w", s, err)
 		}
 		c.addrs = append(c.addrs, a)
-	}
-	if c.ID == 0 {
-		var b [8]byte
-		rand.Read(b[:])
-		c.ID = binary.BigEndian.Uint64(b[:]) | 1
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 500 * time.Millisecond
@@ -76,14 +81,51 @@ func (c *Client) Close() error {
 func (c *Client) Seq() uint64 { return c.seq }
 
 // Do runs op until a replica answers it (a result, perhaps StatusNotFound
-// or StatusMismatch), or ctx ends.
+// or StatusMismatch), or ctx ends, opening a session first if the client
+// has none.
 func (c *Client) Do(ctx context.Context, op Op, local bool) (Result, error) {
 	if err := c.open(); err != nil {
 		return Result{}, err
 	}
-	c.seq++
-	req := AppendRequest(nil, Request{Client: c.ID, Seq: c.seq, Local: local, Op: op})
 	c.Tries = 0
+	if c.ID == 0 && !(local && op.Kind == OpGet) {
+		if err := c.openSession(ctx); err != nil {
+			return Result{}, fmt.Errorf("%w (opening a session for %v)", err, op)
+		}
+	}
+	c.seq++
+	res, err := c.exchange(ctx, Request{Client: c.ID, Seq: c.seq, Local: local, Op: op})
+	if err != nil {
+		return Result{}, fmt.Errorf("%w to %v after %d tries: %w", ErrNoAnswer, op, c.Tries, err)
+	}
+	if res.Status == StatusExpired {
+		id := c.ID
+		c.ID, c.seq = 0, 0
+		return res, fmt.Errorf("%w: session %d, request %v: not executed now, but an earlier attempt may have been", ErrSessionExpired, id, op)
+	}
+	return res, nil
+}
+
+// openSession opens a session and makes it the client's.
+func (c *Client) openSession(ctx context.Context) error {
+	var b [8]byte
+	rand.Read(b[:])
+	nonce := binary.BigEndian.Uint64(b[:]) | 1
+	res, err := c.exchange(ctx, Request{Open: true, Seq: nonce})
+	if err != nil {
+		return fmt.Errorf("%w after %d tries: %w", ErrNoAnswer, c.Tries, err)
+	}
+	if res.Status != StatusOK || len(res.Value) != 8 {
+		return fmt.Errorf("kv: opening a session: answered %v, want ok and an 8-byte id", res)
+	}
+	c.ID, c.seq = binary.BigEndian.Uint64(res.Value), 0
+	return nil
+}
+
+// exchange sends q until a replica answers it with anything but
+// StatusUnavailable, or ctx ends (its error).
+func (c *Client) exchange(ctx context.Context, q Request) (Result, error) {
+	req := AppendRequest(nil, q)
 	for ctx.Err() == nil {
 		c.Tries++
 		i := c.next
@@ -102,7 +144,7 @@ func (c *Client) Do(ctx context.Context, op Op, local bool) (Result, error) {
 				break // timeout: the next replica
 			}
 			p, err := ParseReply(c.buf[:n])
-			if err != nil || p.Client != c.ID || p.Seq != c.seq {
+			if err != nil || p.Client != q.Client || p.Seq != q.Seq {
 				continue // a late answer to an earlier attempt
 			}
 			if p.Result.Status == StatusUnavailable {
@@ -116,5 +158,5 @@ func (c *Client) Do(ctx context.Context, op Op, local bool) (Result, error) {
 		}
 		c.next = (i + 1) % len(c.addrs)
 	}
-	return Result{}, fmt.Errorf("%w to %v after %d tries: %w", ErrNoAnswer, op, c.Tries, ctx.Err())
+	return Result{}, ctx.Err()
 }

@@ -39,6 +39,10 @@ type NodeConfig struct {
 	// state re-forms the state only once it holds this many members, so
 	// that every replica's candidate is weighed (0 means 1).
 	Replicas int
+	// MaxSessions is the session table's size (0: DefaultMaxSessions):
+	// it must be the same at every replica of a group founded without a
+	// candidate; a replica that takes a snapshot takes its size too.
+	MaxSessions int
 	// Candidate is the state this replica held when an earlier run of it
 	// stopped (Node.Candidate of that run's node: a Replica snapshot), or
 	// nil. It is not served; it is weighed when a view has no member
@@ -46,7 +50,9 @@ type NodeConfig struct {
 	Candidate []byte
 	// OnApply, when set, is called for every request delivered while
 	// this node has state, in the order applied: fresh says whether it
-	// was executed now (not a retry answered from the session table).
+	// was executed now (not a retry answered from the session table, nor
+	// one of a session not in it). A request that opens a session is
+	// fresh, and its result's value is the session's id.
 	OnApply func(q Request, result []byte, fresh bool)
 	// OnRestore, when set, is called when the node takes a state that is
 	// not the one it held (a snapshot from another member, or a candidate
@@ -134,8 +140,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Replicas < 0 {
 		return nil, fmt.Errorf("kv: NodeConfig.Replicas is %d, want 0 or more", cfg.Replicas)
 	}
+	if cfg.MaxSessions < 0 {
+		return nil, fmt.Errorf("kv: NodeConfig.MaxSessions is %d, want 0 or more", cfg.MaxSessions)
+	}
 	cfg.Replicas = max(cfg.Replicas, 1)
-	n := &Node{cfg: cfg, rep: NewReplica(cfg.Machine), readyOf: map[member]bool{}, waiters: map[[2]uint64][]func([]byte){}}
+	n := &Node{cfg: cfg, rep: NewReplica(cfg.Machine, cfg.MaxSessions), readyOf: map[member]bool{}, waiters: map[[2]uint64][]func([]byte){}}
 	if cfg.Candidate != nil {
 		// The counters lead a Replica snapshot; the rest is checked when
 		// (if) the candidate is restored.
@@ -206,6 +215,13 @@ func (n *Node) Request(data []byte, reply func([]byte)) {
 		answer(Result{Status: StatusUnavailable})
 		return
 	}
+	if q.Open {
+		// Through the order: the session's id is its place there.
+		k := [2]uint64{0, q.Seq}
+		n.waiters[k] = append(n.waiters[k], reply)
+		n.outbox = append(n.outbox, append([]byte{msgRequest}, data...))
+		return
+	}
 	if q.Local && q.Op.Kind == OpGet && n.store != nil {
 		v, ok := n.store.Get(q.Op.Key)
 		if !ok {
@@ -213,6 +229,12 @@ func (n *Node) Request(data []byte, reply func([]byte)) {
 		} else {
 			answer(Result{Status: StatusOK, Value: v})
 		}
+		return
+	}
+	if q.Client == 0 {
+		// No session has id 0 (ids are places, from 1): refused here, so
+		// that it cannot meet an open's answer, which is keyed (0, nonce).
+		answer(Result{Status: StatusExpired, Value: []byte("session 0 is never opened: open a session first")})
 		return
 	}
 	if res, ok := n.rep.Answered(q.Client, q.Seq); ok {
@@ -369,7 +391,13 @@ func (n *Node) apply(data []byte) {
 		if err != nil {
 			return // every replica drops it alike
 		}
-		res, fresh := n.rep.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
+		var res []byte
+		fresh := true
+		if q.Open {
+			res = AppendResult(nil, Result{Status: StatusOK, Value: binary.BigEndian.AppendUint64(nil, n.rep.Open())})
+		} else {
+			res, fresh = n.rep.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
+		}
 		if n.cfg.OnApply != nil {
 			n.cfg.OnApply(q, res, fresh)
 		}

@@ -84,11 +84,12 @@ func (g *orderGroup) state(m frame.MemberID) string {
 }
 
 // candidate is the state of a replica that executed puts of keys
-// (client 9, seq 1, 2, ...).
+// (a session opened, then seq 1, 2, ...).
 func candidate(keys ...string) []byte {
-	r := NewReplica(NewStore())
+	r := NewReplica(NewStore(), 0)
+	c := r.Open()
 	for i, k := range keys {
-		r.Execute(9, uint64(i+1), AppendOp(nil, Op{Kind: OpPut, Key: k, Value: []byte(k)}))
+		r.Execute(c, uint64(i+1), AppendOp(nil, Op{Kind: OpPut, Key: k, Value: []byte(k)}))
 	}
 	return r.Snapshot()
 }
@@ -109,7 +110,7 @@ func TestReformFromMostAdvanced(t *testing.T) {
 	if len(msgs) < 2 || slices.ContainsFunc(from, func(m frame.MemberID) bool { return m != 2 }) {
 		t.Fatalf("after the announcements %v sent %d messages; want member 2's snapshot in chunks", from, len(msgs))
 	}
-	held := AppendRequest([]byte{msgRequest}, Request{Client: 5, Seq: 1, Op: Op{Kind: OpPut, Key: "f", Value: []byte("f")}})
+	held := AppendRequest([]byte{msgRequest}, Request{Client: 1, Seq: 6, Op: Op{Kind: OpPut, Key: "f", Value: []byte("f")}})
 	g.deliver([]frame.MemberID{1}, [][]byte{held})
 	for m := range g.nodes {
 		if g.nodes[m].Ready() {
@@ -117,15 +118,17 @@ func TestReformFromMostAdvanced(t *testing.T) {
 		}
 	}
 	g.deliver(from, msgs)
-	want := NewReplica(NewStore())
+	want := NewReplica(NewStore(), 0)
 	want.Restore(cands[2])
-	want.Execute(5, 1, AppendOp(nil, Op{Kind: OpPut, Key: "f", Value: []byte("f")}))
+	if _, fresh := want.Execute(1, 6, AppendOp(nil, Op{Kind: OpPut, Key: "f", Value: []byte("f")})); !fresh {
+		t.Fatal("the held put (the candidate's session, its next request) is not executed")
+	}
 	for _, m := range []frame.MemberID{0, 1, 2} {
 		if got := g.state(m); got != string(want.Snapshot()) {
 			t.Errorf("member %d's state %q, want %q (candidate of member 2, then the held put)", m, got, want.Snapshot())
 		}
 	}
-	wantRestored := map[frame.MemberID][]string{0: {"applied 5 ordered 5"}, 1: {"applied 5 ordered 5"}}
+	wantRestored := map[frame.MemberID][]string{0: {"applied 5 ordered 6"}, 1: {"applied 5 ordered 6"}}
 	if fmt.Sprint(g.restored) != fmt.Sprint(wantRestored) {
 		t.Errorf("OnRestore calls %v, want %v (none at member 2: its own state)", g.restored, wantRestored)
 	}
@@ -147,7 +150,7 @@ func TestReformEmptyAndTies(t *testing.T) {
 	g := newOrderGroup(t, 2, nil, 4, 7)
 	g.install(1, 4, 7)
 	g.pump()
-	empty := string(NewReplica(NewStore()).Snapshot())
+	empty := string(NewReplica(NewStore(), 0).Snapshot())
 	if g.state(4) != empty || g.state(7) != empty || len(g.restored) != 0 {
 		t.Fatalf("no candidates: states %q %q, restored %v; want both empty, no restore", g.state(4), g.state(7), g.restored)
 	}

@@ -22,6 +22,9 @@ type ServerConfig struct {
 	// Machine returns a fresh state machine for each run of the replica
 	// (nil: NewStore).
 	Machine func() StateMachine
+	// MaxSessions is NodeConfig.MaxSessions: the session table's size
+	// (0: DefaultMaxSessions), the same at every replica.
+	MaxSessions int
 	// OnApply is NodeConfig.OnApply (called with the server's lock held).
 	OnApply func(q Request, result []byte, fresh bool)
 	// OnRestore is NodeConfig.OnRestore (called with the server's lock
@@ -105,7 +108,7 @@ func (s *server) run(ctx context.Context, join JoinFunc) error {
 	// The node exists before Join: deliveries may start before it returns.
 	// Its MaxMessage is fixed below, once the group knows it.
 	n, err := NewNode(NodeConfig{Machine: s.cfg.Machine(), MaxMessage: max(chunkHeader, announceSize) + 1, Replicas: gcfg.Size,
-		Candidate: s.candidate, OnApply: s.cfg.OnApply, OnRestore: s.cfg.OnRestore})
+		MaxSessions: s.cfg.MaxSessions, Candidate: s.candidate, OnApply: s.cfg.OnApply, OnRestore: s.cfg.OnRestore})
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,9 @@
 package kv
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -30,6 +29,9 @@ type scenario struct {
 	// other (0: never), so the whole group stops (each is a minority) and
 	// re-forms when the cut heals, from the replicas' candidates.
 	halt, heal time.Duration
+	// sessions is the session table's size (0: the default); the first
+	// oneShot clients open a session for every op.
+	sessions, oneShot int
 }
 
 type simCrash struct {
@@ -52,6 +54,9 @@ func (s scenario) String() string {
 	h := ""
 	if s.halt > 0 {
 		h = fmt.Sprintf(", halt %v→%v", s.halt, s.heal)
+	}
+	if s.sessions > 0 {
+		h += fmt.Sprintf(", %d sessions, %d one-shot clients", s.sessions, s.oneShot)
 	}
 	return fmt.Sprintf("%d replicas, loss %.2f, dup %.2f, reorder %.2f, %d clients, crashes %v%s", s.replicas, s.loss, s.dup, s.reorder, s.clients, cs, h)
 }
@@ -92,6 +97,12 @@ func drawScenario(seed uint64, replicas int) scenario {
 			}
 		}
 	}
+	// In a third of the seeds (drawn apart from the rest, which stays as
+	// it was) the table holds two sessions and one client opens one per
+	// op: sessions expire all the time, live ones among them.
+	if seed%3 == 0 {
+		s.sessions, s.oneShot = 2, 1
+	}
 	return s
 }
 
@@ -131,7 +142,7 @@ type sim struct {
 	clients []*simClient
 	start   time.Time
 	end     time.Time // clients start no op after it
-	history []porcupine.Operation
+	history []HistoryOp
 	machine func() StateMachine
 	failed  []string
 	// groupStops counts replicas the group stopped (SelfRemoved: a
@@ -139,6 +150,8 @@ type sim struct {
 	// replica was stopped or crashed, so the group had to re-form.
 	groupStops int
 	halted     bool
+	// expired counts the ops answered StatusExpired.
+	expired int
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -155,7 +168,7 @@ func (s *sim) boot(r *simReplica, candidate []byte) {
 	}
 	r.runs++
 	r.log, r.pending = nil, nil
-	node, err := NewNode(NodeConfig{Machine: s.machine(), MaxMessage: 64, Replicas: s.sc.replicas, Candidate: candidate,
+	node, err := NewNode(NodeConfig{Machine: s.machine(), MaxMessage: 64, Replicas: s.sc.replicas, MaxSessions: s.sc.sessions, Candidate: candidate,
 		OnApply: func(q Request, res []byte, fresh bool) {
 			pr, _ := ParseResult(res)
 			r.log = append(r.log, applied{r.node.Replica().Ordered, q.Client, q.Seq, fresh, pr.String()})
@@ -224,15 +237,22 @@ func (r *simReplica) flush() {
 }
 
 // simClient runs one op at a time against one replica, failing over to
-// the next on a timeout or an unavailable answer.
+// the next on a timeout or an unavailable answer. It opens a session
+// first, and again after its session expired; a one-shot client opens
+// one for every op (as the CLI does).
 type simClient struct {
 	s       *sim
-	id      uint64
+	idx     int
+	id      uint64 // the session (0: none)
 	seq     uint64
+	opens   uint64
+	oneShot bool
 	target  int
 	req     Request
+	op      Op // the op req carries, or the one an open is for
 	call    int64
 	waiting bool
+	attempt int
 	timer   *testnet.Timer
 	seen    map[string][]byte // the last value seen per key (cas)
 	values  int
@@ -250,7 +270,6 @@ func (c *simClient) next() {
 	if s.net.Now().After(s.end) {
 		return
 	}
-	c.seq++
 	key := simKeys[s.rng.IntN(len(simKeys))]
 	op := Op{Key: key}
 	switch k := s.rng.IntN(10); {
@@ -258,16 +277,28 @@ func (c *simClient) next() {
 		op.Kind = OpGet
 	case k < 7:
 		c.values++
-		op.Kind, op.Value = OpPut, fmt.Appendf(nil, "c%d-%d", c.id, c.values)
+		op.Kind, op.Value = OpPut, fmt.Appendf(nil, "c%d-%d", c.idx, c.values)
 	case k < 8:
 		op.Kind = OpDelete
 	default:
 		c.values++
-		op.Kind, op.Value, op.Expect = OpCAS, fmt.Appendf(nil, "c%d-%d", c.id, c.values), c.seen[key]
+		op.Kind, op.Value, op.Expect = OpCAS, fmt.Appendf(nil, "c%d-%d", c.idx, c.values), c.seen[key]
 	}
-	c.req = Request{Client: c.id, Seq: c.seq, Op: op}
+	c.op = op
 	c.call = s.net.Now().Sub(s.start).Nanoseconds()
 	c.waiting = true
+	c.request()
+}
+
+// request sends the op, or first opens a session for it.
+func (c *simClient) request() {
+	if c.id == 0 {
+		c.opens++
+		c.req = Request{Open: true, Seq: uint64(c.idx)<<32 | c.opens}
+	} else {
+		c.seq++
+		c.req = Request{Client: c.id, Seq: c.seq, Op: c.op}
+	}
 	c.send()
 }
 
@@ -275,7 +306,8 @@ func (c *simClient) send() {
 	s := c.s
 	data := AppendRequest(nil, c.req)
 	r := s.reps[c.target]
-	seq := c.seq
+	c.attempt++
+	attempt := c.attempt
 	if s.rng.Float64() >= s.sc.loss {
 		s.net.AfterFunc(hop, func() {
 			if r.ep.Crashed() {
@@ -291,7 +323,7 @@ func (c *simClient) send() {
 		})
 	}
 	c.timer = s.net.AfterFunc(clientTimeout, func() {
-		if c.waiting && c.seq == seq {
+		if c.waiting && c.attempt == attempt {
 			c.target = (c.target + 1) % len(s.reps)
 			c.send()
 		}
@@ -302,32 +334,50 @@ func (c *simClient) onReply(data []byte) {
 	s := c.s
 	p, err := ParseReply(data)
 	if err != nil {
-		s.fail("client %d: %v", c.id, err)
+		s.fail("client %d: %v", c.idx, err)
 		return
 	}
-	if !c.waiting || p.Client != c.id || p.Seq != c.seq {
+	if !c.waiting || p.Client != c.req.Client || p.Seq != c.req.Seq {
 		return // a late answer to a retry
 	}
 	c.timer.Stop()
 	switch p.Result.Status {
 	case StatusUnavailable:
 		c.target = (c.target + 1) % len(s.reps)
-		seq := c.seq
+		c.attempt++
+		attempt := c.attempt
 		s.net.AfterFunc(5*time.Millisecond, func() {
-			if c.waiting && c.seq == seq {
+			if c.waiting && c.attempt == attempt {
 				c.send()
 			}
 		})
 		return
 	case StatusStale, StatusBadRequest:
-		s.fail("client %d: %v answered %v", c.id, c.req, p.Result)
+		s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
+	}
+	if c.req.Open {
+		if p.Result.Status != StatusOK || len(p.Result.Value) != 8 {
+			s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
+		}
+		c.id, c.seq = binary.BigEndian.Uint64(p.Result.Value), 0
+		c.request()
+		return
 	}
 	c.waiting = false
-	if c.req.Op.Kind == OpGet || p.Result.Status == StatusMismatch {
-		c.seen[c.req.Op.Key] = p.Result.Value
+	h := HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call, Answered: true, Result: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()}
+	if p.Result.Status == StatusExpired {
+		// The op may have been applied by an earlier attempt: its outcome
+		// is unknown, and the client opens a new session for the next.
+		s.expired++
+		h.Answered, h.Return, h.Result = false, 0, Result{}
+		c.id = 0
+	} else if c.op.Kind == OpGet || p.Result.Status == StatusMismatch {
+		c.seen[c.op.Key] = p.Result.Value
 	}
-	s.history = append(s.history, porcupine.Operation{ClientId: int(c.id - 1), Input: c.req, Call: c.call,
-		Output: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()})
+	if c.oneShot {
+		c.id = 0
+	}
+	s.history = append(s.history, h)
 	s.net.AfterFunc(time.Duration(s.rng.IntN(3000))*time.Microsecond, c.next)
 }
 
@@ -400,7 +450,7 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 		net.AfterFunc(sc.heal, net.Heal)
 	}
 	for i := range sc.clients {
-		c := &simClient{s: s, id: uint64(i + 1), target: i % sc.replicas, seen: map[string][]byte{}}
+		c := &simClient{s: s, idx: i + 1, target: i % sc.replicas, seen: map[string][]byte{}, oneShot: i < sc.oneShot}
 		s.clients = append(s.clients, c)
 		net.AfterFunc(time.Duration(i)*time.Millisecond, c.next)
 	}
@@ -418,8 +468,7 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	net.RunFor(time.Second) // every live replica catches up
 	for _, c := range s.clients {
 		if c.waiting {
-			s.history = append(s.history, porcupine.Operation{ClientId: int(c.id - 1), Input: c.req, Call: c.call,
-				Output: Result{}, Return: math.MaxInt64})
+			s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call})
 		}
 	}
 	s.check()
@@ -432,7 +481,7 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 		logs = append(logs, fmt.Sprintf("r%d run %d view %d ready %v applied %d", r.idx, r.runs, v, r.node.Ready(), len(r.log)))
 	}
 	if testing.Verbose() {
-		t.Logf("%d operations; %s", len(s.history), strings.Join(logs, "; "))
+		t.Logf("%d operations (%d of an expired session); %s", len(s.history), s.expired, strings.Join(logs, "; "))
 	}
 	return s
 }
@@ -472,6 +521,8 @@ func (s *sim) check() {
 		return
 	case ref.node.Replica().Ordered != top:
 		s.fail("replica %d ordered %d requests at the end, but %d were applied somewhere", ref.idx, ref.node.Replica().Ordered, top)
+	case s.sc.sessions > 0 && ref.node.Replica().Sessions() > s.sc.sessions:
+		s.fail("replica %d holds %d sessions, more than %d", ref.idx, ref.node.Replica().Sessions(), s.sc.sessions)
 	}
 	var log []applied
 	for pos := uint64(1); pos <= top; pos++ {
@@ -492,24 +543,23 @@ func (s *sim) check() {
 		}
 	}
 	for k, n := range fresh {
-		if n > 1 {
+		if n > 1 && k[0] != 0 { // client 0: opens; a retried one opens another session
 			s.fail("client %d's request %d applied %d times", k[0], k[1], n)
 		}
 	}
 	for _, op := range s.history {
-		if op.Return == math.MaxInt64 {
+		if !op.Answered {
 			continue
 		}
-		q := op.Input.(Request)
-		k := [2]uint64{q.Client, q.Seq}
+		k := [2]uint64{op.Client, op.Seq}
 		if fresh[k] != 1 {
-			s.fail("acknowledged %v applied %d times", q, fresh[k])
-		} else if got := op.Output.(Result).String(); got != results[k] {
-			s.fail("acknowledged %v answered %s, applied as %s", q, got, results[k])
+			s.fail("acknowledged c%d#%d %v applied %d times", op.Client, op.Seq, op.Op, fresh[k])
+		} else if got := op.Result.String(); got != results[k] {
+			s.fail("acknowledged c%d#%d %v answered %s, applied as %s", op.Client, op.Seq, op.Op, got, results[k])
 		}
 	}
-	if res, _ := porcupine.CheckOperationsVerbose(kvModel, s.history, 10*time.Second); res != porcupine.Ok {
-		s.fail("history of %d operations is not linearizable (porcupine: %s)", len(s.history), res)
+	if err := CheckHistory(s.history, 10*time.Second); err != nil {
+		s.fail("%v", err)
 	}
 	if len(s.history) < 10 {
 		s.fail("only %d operations completed", len(s.history))
@@ -523,66 +573,6 @@ func firstDiff(a, b []applied) int {
 		}
 	}
 	return min(len(a), len(b))
-}
-
-// register is one key's value in the model: present or not.
-type register struct {
-	value   string
-	present bool
-}
-
-// kvModel is the sequential key-value store, one register per key. An
-// operation without an answer (Status 0: the client gave up) may have any
-// outcome.
-var kvModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range h {
-			k := op.Input.(Request).Op.Key
-			byKey[k] = append(byKey[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range simKeys {
-			if len(byKey[k]) > 0 {
-				out = append(out, byKey[k])
-			}
-		}
-		return out
-	},
-	Init: func() any { return register{} },
-	Step: func(state, input, output any) (bool, any) {
-		st, op, res := state.(register), input.(Request).Op, output.(Result)
-		unknown := res.Status == 0
-		switch op.Kind {
-		case OpGet:
-			if unknown {
-				return true, st
-			}
-			if !st.present {
-				return res.Status == StatusNotFound, st
-			}
-			return res.Status == StatusOK && string(res.Value) == st.value, st
-		case OpPut:
-			return unknown || res.Status == StatusOK, register{string(op.Value), true}
-		case OpDelete:
-			if !st.present {
-				return unknown || res.Status == StatusNotFound, st
-			}
-			return unknown || res.Status == StatusOK, register{}
-		case OpCAS:
-			switch {
-			case !st.present:
-				return unknown || res.Status == StatusNotFound, st
-			case st.value != string(op.Expect):
-				return unknown || res.Status == StatusMismatch && string(res.Value) == st.value, st
-			}
-			return unknown || res.Status == StatusOK, register{string(op.Value), true}
-		}
-		return false, st
-	},
-	DescribeOperation: func(input, output any) string {
-		return fmt.Sprintf("%v → %v", input.(Request), output.(Result))
-	},
 }
 
 func simSeeds(t *testing.T, def int) int {
@@ -603,9 +593,10 @@ func simSeeds(t *testing.T, def int) int {
 // once, linearizable histories.
 func TestSim(t *testing.T) {
 	seeds := simSeeds(t, 40)
-	halted, cut, ran := 0, 0, 0
+	halted, cut, ran, expired := 0, 0, 0, 0
 	defer func() {
-		t.Logf("%d of %d seeds run had the whole group stop and re-form (%d of them cut apart by the scenario)", halted, ran, cut)
+		t.Logf("%d of %d seeds run had the whole group stop and re-form (%d of them cut apart by the scenario); %d ops met an expired session",
+			halted, ran, cut, expired)
 	}()
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		replicas := 3
@@ -616,6 +607,7 @@ func TestSim(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			s := newSim(t, seed, sc, func() StateMachine { return NewStore() })
 			ran++
+			expired += s.expired
 			if s.halted {
 				halted++
 				if sc.halt > 0 {

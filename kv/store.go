@@ -69,6 +69,10 @@ const (
 	StatusStale
 	// StatusBadRequest: the request did not decode; Value says why.
 	StatusBadRequest
+	// StatusExpired: the request's session is not in the table (it
+	// expired, or was never opened); the request was not executed now,
+	// but an earlier attempt of it may have been. Value says which.
+	StatusExpired
 )
 
 func (s Status) String() string {
@@ -85,6 +89,8 @@ func (s Status) String() string {
 		return "stale"
 	case StatusBadRequest:
 		return "bad request"
+	case StatusExpired:
+		return "session expired"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }

@@ -6,15 +6,18 @@
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
 //	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
 //	rbcast-kv -servers ADDR:PORT,... verify -n N [-c CLIENTS] [-prefix P]
+//	rbcast-kv -servers ADDR:PORT,... history -n N [-c CLIENTS] [-keys K] [-prefix P]
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -57,7 +60,8 @@ func serve(args []string, stderr io.Writer) error {
 	node := fs.Int("node", -1, "the member id to ask for (default: no wish)")
 	mode := fs.String("mode", "ordered", "ordered (thesis mode is not built yet)")
 	failure := fs.Duration("failure-timeout", 0, "remove a silent replica after this long (0: the default)")
-	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied, and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
+	sessions := fs.Int("sessions", kv.DefaultMaxSessions, "the session table's size: opening one more expires the least recently used (the same at every replica)")
+	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied (client 0: a session opened), and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +76,8 @@ func serve(args []string, stderr io.Writer) error {
 		return fmt.Errorf("-members is %d, want at least 1", *members)
 	case *listen == "":
 		return errors.New("-listen ADDR:PORT is required")
+	case *sessions < 1:
+		return fmt.Errorf("-sessions is %d, want at least 1", *sessions)
 	case *mode != "ordered":
 		return fmt.Errorf("-mode %q: only ordered is built (thesis mode: docs/kv.md)", *mode)
 	}
@@ -86,7 +92,7 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	defer l.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := kv.ServerConfig{Logger: logger, Group: reliable.Config{Group: uint32(*group), Size: *members,
+	cfg := kv.ServerConfig{Logger: logger, MaxSessions: *sessions, Group: reliable.Config{Group: uint32(*group), Size: *members,
 		RequestID: frame.NoMember, FailureTimeout: *failure, Logger: logger}}
 	if *node >= 0 {
 		cfg.Group.RequestID = frame.MemberID(*node)
@@ -130,6 +136,9 @@ const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-dead
        rbcast-kv -servers ... verify -n N [-c CLIENTS] [-prefix P]
                  (gets PREFIX-i for i < N and checks each holds load's value i;
                  with -local, reads each replica's own state until it does or -deadline)
+       rbcast-kv -servers ... history -n N [-c CLIENTS] [-keys K] [-prefix P]
+                 (N random gets, puts, dels and cas on K keys; prints each operation as a
+                 JSON line, kv.HistoryOp, for a linearizability check)
        rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
 
 func client(args []string, stdout, stderr io.Writer) int {
@@ -140,7 +149,6 @@ func client(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 500*time.Millisecond, "wait this long for one replica before trying the next")
 	deadline := fs.Duration("deadline", 10*time.Second, "give up on a request after this long")
 	local := fs.Bool("local", false, "get: read the replica's own state, not through the order (may be stale)")
-	id := fs.Uint64("client", 0, "the client id (0: random)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -148,7 +156,7 @@ func client(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, clientUsage)
 		return 2
 	}
-	c := &kv.Client{ID: *id, Servers: strings.Split(*servers, ","), Timeout: *timeout}
+	c := &kv.Client{Servers: strings.Split(*servers, ","), Timeout: *timeout}
 	defer c.Close()
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
@@ -156,6 +164,8 @@ func client(args []string, stdout, stderr io.Writer) int {
 		return load(c, rest, *deadline, stdout, stderr)
 	case "verify":
 		return verify(c, rest, *deadline, *local, stdout, stderr)
+	case "history":
+		return history(c, rest, *deadline, stdout, stderr)
 	}
 	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3}
 	n, ok := want[cmd]
@@ -208,7 +218,7 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	fs := flag.NewFlagSet("rbcast-kv load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 100, "puts to run")
-	conc := fs.Int("c", 1, "clients running at once (ids -client, -client+1, ...)")
+	conc := fs.Int("c", 1, "clients running at once (a session each)")
 	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
 	prefix := fs.String("prefix", "k", "key prefix")
 	slow := fs.Duration("slow", 0, "print a line for every put slower than this (0: none)")
@@ -231,9 +241,6 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 		cl := c
 		if k > 0 {
 			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
-			if c.ID != 0 {
-				cl.ID = c.ID + uint64(k)
-			}
 			defer cl.Close()
 		}
 		wg.Add(1)
@@ -373,5 +380,93 @@ func verify(c *kv.Client, args []string, deadline time.Duration, local bool, std
 	if wrong > 0 {
 		return 1
 	}
+	return 0
+}
+
+// history runs N operations from -c clients at once, each one at a time:
+// of a random key among -keys, 30 % gets, 40 % puts (of a value no other
+// put writes), 10 % dels and 20 % cas (expecting the value the client
+// last saw there). It prints every operation as a JSON line (a
+// kv.HistoryOp, times in Unix nanoseconds: clients on one machine share
+// the clock), including those no replica answered before -deadline
+// (answered false: they may have been applied), so a test can check the
+// history for linearizability. It exits 2 only on a usage error.
+func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rbcast-kv history", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 100, "operations to run")
+	conc := fs.Int("c", 1, "clients running at once (a session each)")
+	keys := fs.Int("keys", 4, "keys to draw from (PREFIX-0 ...)")
+	prefix := fs.String("prefix", "h", "key prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *conc < 1 || *n < 0 || *keys < 1 {
+		fmt.Fprintf(stderr, "rbcast-kv history: -n %d -c %d -keys %d: want -c and -keys at least 1 and -n not negative\n", *n, *conc, *keys)
+		return 2
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next int
+		enc  = json.NewEncoder(stdout)
+		// Values are unique across runs of history: the process's tag,
+		// the client's index, a count.
+		tag = rand.Uint32()
+	)
+	for k := range *conc {
+		cl := c
+		if k > 0 {
+			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
+			defer cl.Close()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := map[string][]byte{}
+			for values := 1; ; values++ {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= *n {
+					return
+				}
+				key := fmt.Sprintf("%s-%d", *prefix, rand.IntN(*keys))
+				op := kv.Op{Key: key}
+				switch d := rand.IntN(10); {
+				case d < 3:
+					op.Kind = kv.OpGet
+				case d < 7:
+					op.Kind = kv.OpPut
+				case d < 8:
+					op.Kind = kv.OpDelete
+				default:
+					op.Kind, op.Expect = kv.OpCAS, seen[key]
+				}
+				if op.Kind == kv.OpPut || op.Kind == kv.OpCAS {
+					op.Value = fmt.Appendf(nil, "%08x-%d-%d", tag, k, values)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				call := time.Now().UnixNano()
+				res, err := cl.Do(ctx, op, false)
+				ret := time.Now().UnixNano()
+				cancel()
+				h := kv.HistoryOp{Client: cl.ID, Seq: cl.Seq(), Call: call, Op: op}
+				if err != nil {
+					fmt.Fprintf(stderr, "rbcast-kv history: %v\n", err)
+				} else {
+					h.Answered, h.Return, h.Result = true, ret, res
+					if op.Kind == kv.OpGet || res.Status == kv.StatusMismatch {
+						seen[key] = res.Value
+					}
+				}
+				mu.Lock()
+				enc.Encode(h)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	return 0
 }

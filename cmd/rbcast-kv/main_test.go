@@ -10,7 +10,8 @@ import (
 )
 
 // fakeReplica answers gets on a loopback UDP socket from values (a
-// missing key: not found) and returns its address.
+// missing key: not found; the key "gone": the session expired), opens
+// session 42, and returns its address.
 func fakeReplica(t *testing.T, values map[string]string) string {
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -29,7 +30,12 @@ func fakeReplica(t *testing.T, values map[string]string) string {
 				continue
 			}
 			res := kv.Result{Status: kv.StatusNotFound}
-			if v, ok := values[q.Op.Key]; ok {
+			switch v, ok := values[q.Op.Key]; {
+			case q.Open:
+				res = kv.Result{Status: kv.StatusOK, Value: []byte{0, 0, 0, 0, 0, 0, 0, 42}}
+			case q.Op.Key == "gone":
+				res = kv.Result{Status: kv.StatusExpired, Value: []byte("session 42 expired or was never opened")}
+			case ok:
 				res = kv.Result{Status: kv.StatusOK, Value: []byte(v)}
 			}
 			conn.WriteTo(kv.AppendReply(nil, kv.Reply{Client: q.Client, Seq: q.Seq, Result: res}), addr)
@@ -57,5 +63,17 @@ func TestVerify(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"-servers", addr, "verify", "-c", "0"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "want -c at least 1") {
 		t.Fatalf("verify -c 0 = %d, stderr %q", code, errb.String())
+	}
+}
+
+// A request whose session expired fails with a message that says so and
+// that its outcome is unknown.
+func TestSessionExpired(t *testing.T) {
+	addr := fakeReplica(t, nil)
+	var out, errb bytes.Buffer
+	code := run([]string{"-servers", addr, "-deadline", "1s", "put", "gone", "v"}, &out, &errb)
+	want := "rbcast-kv: kv: session expired: session 42, request put(\"gone\", \"v\"): not executed now, but an earlier attempt may have been"
+	if code != 2 || strings.TrimSpace(errb.String()) != want {
+		t.Fatalf("put of an expired session = %d, stdout %q, stderr %q; want 2 and %q", code, out.String(), errb.String(), want)
 	}
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/kv"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -52,7 +55,9 @@ func kvCmd(t *testing.T, h *netns.Host, args ...string) *exec.Cmd {
 // stopped replicas and re-formed, than it takes every replica to be back.
 // 5-halt cuts every replica off the segment for a while instead of
 // killing any: the whole group stops and re-forms from the replicas'
-// candidates.
+// candidates. Beside the puts, history clients run gets, puts, dels and
+// cas on shared keys through the fault; their history must be
+// linearizable.
 func TestNetnsKill(t *testing.T) {
 	netnstest.RequireRoot(t)
 	for _, tc := range []struct {
@@ -148,7 +153,7 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 	results := make(chan result, clients)
 	progress := make(chan int, 1000)
 	for c := range clients {
-		load := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-client", fmt.Sprint(77+c), "load", "-n", fmt.Sprint(puts), "-prefix", fmt.Sprintf("w%d", c), "-slow", "500ms")
+		load := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "load", "-n", fmt.Sprint(puts), "-prefix", fmt.Sprintf("w%d", c), "-slow", "500ms")
 		out, err := load.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -179,11 +184,30 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 			results <- r
 		}()
 	}
+	// Beside the puts, clients on the same hosts run gets, puts, dels and
+	// cas on four shared keys through the kill, recording every operation
+	// (those without an answer as such): the history is checked for
+	// linearizability at the end.
+	histories := make(chan []kv.HistoryOp, clients)
+	for c := range clients {
+		cmd := kvCmd(t, topo.Hosts[n+c], "-servers", servers, "-timeout", "300ms", "-deadline", "30s",
+			"history", "-n", fmt.Sprint(historyOps), "-c", "2", "-keys", "4")
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		go func() {
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("history client %d: %v: %s", c, err, errOut.String())
+			}
+			histories <- parseHistory(t, out)
+		}()
+	}
 	for p := range progress {
 		if p == 150 {
 			break
 		}
 	}
+	faultAt := time.Now() // the kill or the cut
 	for _, v := range victims {
 		mu.Lock()
 		replicas[v].Process.Kill() // SIGKILL
@@ -233,6 +257,11 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 		slowestPut = max(slowestPut, slowest(t, r.done))
 	}
 	close(progress)
+	var hist []kv.HistoryOp
+	for range clients {
+		hist = append(hist, <-histories...)
+	}
+	checkHistory(t, hist, historyOps*clients, faultAt)
 	// A kill costs a put the failure timeout (the group removes the
 	// victims; the client's timeout at a victim runs meanwhile) and a view
 	// change. If the group stopped other replicas too (false suspicions,
@@ -307,12 +336,15 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 			t.Fatal(err)
 		}
 		fresh := map[string]int{}
+		opens := 0
 		var snapshots []string
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			f := strings.Fields(line)
 			switch {
 			case len(f) == 3 && f[0] == "snapshot":
 				snapshots = append(snapshots, line)
+			case len(f) == 3 && f[0] == "0":
+				opens++ // a session opened (a retried open opens another)
 			case len(f) == 3 && f[2] == "fresh":
 				fresh[f[0]+" "+f[1]]++
 			}
@@ -332,7 +364,7 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 				}
 			}
 		}
-		t.Logf("%s: %d requests applied, snapshots taken %q", name, len(fresh), snapshots)
+		t.Logf("%s: %d requests applied, %d sessions opened, snapshots taken %q", name, len(fresh), opens, snapshots)
 	}
 	t.Logf("%d replicas ran throughout without a snapshot: their logs hold every acknowledged put", complete)
 	if cut > 0 {
@@ -344,6 +376,53 @@ func netnsKill(t *testing.T, n int, victims []int, clients int, cut time.Duratio
 				t.Errorf("replica %d did not stop during the cut (log-%d-1 has no \"joining again\")", i, i)
 			}
 		}
+	}
+}
+
+// historyOps is how many operations each client host's history client
+// runs (two clients, one at a time each): about as long as the puts.
+const historyOps = 600
+
+func parseHistory(t *testing.T, out []byte) []kv.HistoryOp {
+	var h []kv.HistoryOp
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var o kv.HistoryOp
+		if err := dec.Decode(&o); err != nil {
+			t.Errorf("history: %v", err)
+			break
+		}
+		h = append(h, o)
+	}
+	return h
+}
+
+// checkHistory checks the clients' history for linearizability, and
+// that it has every operation and their reads, cas and answers.
+func checkHistory(t *testing.T, h []kv.HistoryOp, want int, faultAt time.Time) {
+	kinds := map[kv.OpKind]int{}
+	answered, after := 0, 0
+	for _, o := range h {
+		kinds[o.Op.Kind]++
+		if o.Answered {
+			answered++
+		}
+		if o.Call > faultAt.UnixNano() {
+			after++
+		}
+	}
+	if len(h) != want || kinds[kv.OpGet] == 0 || kinds[kv.OpCAS] == 0 {
+		t.Errorf("history: %d operations (%v), want %d with gets and cas", len(h), kinds, want)
+	}
+	if after == 0 || after == len(h) {
+		t.Errorf("history: %d of %d operations called after the fault, want some before and some after", after, len(h))
+	}
+	start := time.Now()
+	if err := kv.CheckHistory(h, time.Minute); err != nil {
+		t.Errorf("%v", err)
+	} else {
+		t.Logf("history of %d operations (%d answered, %d called after the fault; gets %d, puts %d, dels %d, cas %d) linearizable, checked in %v",
+			len(h), answered, after, kinds[kv.OpGet], kinds[kv.OpPut], kinds[kv.OpDelete], kinds[kv.OpCAS], time.Since(start).Round(time.Millisecond))
 	}
 }
 
