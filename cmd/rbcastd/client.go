@@ -1100,4 +1100,5 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	for _, f := range st.ForeignVersions {
 		fmt.Fprintf(w, "warning: host %s speaks rbcast protocol version %d; its frames are dropped\n", f.Host, f.Version)
 	}
+	printFiles(w, st.Files)
 }
