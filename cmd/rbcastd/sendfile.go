@@ -335,7 +335,7 @@ func receiverLine(member int, state string, bytes, size uint64, bps, eta float64
 	case bytes >= size:
 		left = "complete"
 	case eta >= 0:
-		left = fmt.Sprintf("%s left", (time.Duration(eta*float64(time.Second))).Round(time.Second))
+		left = fmt.Sprintf("%s left", (time.Duration(eta * float64(time.Second))).Round(time.Second))
 	}
 	return fmt.Sprintf("member %d: %s, %s of %s, %.1f MB/s, %s", member, state, mb(int64(bytes)), mb(int64(size)), bps/1e6, left)
 }
