@@ -195,7 +195,7 @@ func TestNetnsFiles(t *testing.T) {
 		}
 	}
 	ds[3].cmd.Process.Kill()
-	<-ds[3].done
+	ds[3].done <- <-ds[3].done // for its Cleanup
 	killedAt := time.Since(began)
 	ds[3] = start(3)
 
