@@ -58,6 +58,13 @@ type FilesConfig struct {
 // no group: such a daemon needs an explicit -files-group.)
 func FilesGroup(g uint32) uint32 { return g ^ 0x80000000 }
 
+// FilesFailureTimeout is the file core's FailureTimeout in the daemon: a
+// receiver silent this long fails a file (and a sender silent this long
+// ends its transfers). Longer than the core's default (2 s): a receiver's
+// loop stalls while it commits a large file (the fsync), and a daemon
+// that shares two cores with others may not run for a while.
+const FilesFailureTimeout = 5 * files.Second
+
 // memberPoll is how often the file service looks at the group's view.
 const memberPoll = 100 * time.Millisecond
 
@@ -145,7 +152,8 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	}
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
-	cfg := files.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s}}
+	cfg := files.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
+		FailureTimeout: FilesFailureTimeout}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
