@@ -30,7 +30,9 @@ import (
 // counted, from its status). Host 4's daemon starts once the multicast
 // pass is 70 % through: it joins the group and must get the whole file.
 //
-// The size is RBCAST_FILES_BYTES, or 1 GB, or 64 MB under -short.
+// The size is RBCAST_FILES_BYTES, or 1 GB, or 128 MB under the race
+// detector or CI (1 GB takes about 70 s here without it), or 64 MB under
+// -short.
 
 // fileDaemon is one rbcastd run of the file test.
 type fileDaemon struct {
@@ -47,8 +49,13 @@ func fileTestSize(t *testing.T) int {
 		}
 		return n
 	}
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		return 64 << 20
+	case raceOn || os.Getenv("CI") != "":
+		// 1 GB takes about 70 s here without the race detector (two
+		// cores shared with the other daemons), several times that with.
+		return 128 << 20
 	}
 	return 1 << 30
 }
