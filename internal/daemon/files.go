@@ -18,7 +18,6 @@ import (
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/files"
 )
 
 // Files (issue 20; docs/protocols.md, "Files (IBRMP)"): the daemon runs
@@ -46,10 +45,10 @@ type FilesConfig struct {
 	// recvfile client is connected; "" declines them then.
 	Inbox string
 	// Rate is the file pacer's rate in bytes/s; 0 means
-	// files.DefaultRate.
+	// the file core's default (125 MB/s).
 	Rate int64
 	// Tune, if set, adjusts the file core's configuration (tests).
-	Tune func(*files.Config)
+	Tune func(*filerun.Config)
 }
 
 // FilesGroup is the group id of the file frames of message group g: g
@@ -63,7 +62,7 @@ func FilesGroup(g uint32) uint32 { return g ^ 0x80000000 }
 // ends its transfers). Longer than the core's default (2 s): a receiver's
 // loop stalls while it commits a large file (the fsync), and a daemon
 // that shares two cores with others may not run for a while.
-const FilesFailureTimeout = 5 * files.Second
+const FilesFailureTimeout = 5 * filerun.Second
 
 // memberPoll is how often the file service looks at the group's view.
 const memberPoll = 100 * time.Millisecond
@@ -152,7 +151,7 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	}
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
-	cfg := files.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
+	cfg := filerun.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
 		FailureTimeout: FilesFailureTimeout}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
@@ -231,7 +230,7 @@ func (s *fileService) runner() *filerun.Runner {
 // directory, else the inbox, else declined.
 type fileSink struct{ s *fileService }
 
-func (k *fileSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
+func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error) {
 	s := k.s
 	s.mu.Lock()
 	dir := s.cfg.Inbox
@@ -240,7 +239,7 @@ func (k *fileSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	}
 	s.mu.Unlock()
 	if dir == "" {
-		return nil, nil, files.ErrDeclined
+		return nil, nil, filerun.ErrDeclined
 	}
 	f, held, err := (&filestore.Dir{Root: dir}).Open(m)
 	if err != nil {
@@ -263,7 +262,7 @@ func (k *fileSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 
 // countingFile counts the bytes written.
 type countingFile struct {
-	files.SinkFile
+	filerun.SinkFile
 	info  *xferInfo
 	total *atomic.Uint64
 }
@@ -297,12 +296,12 @@ type FileEvent struct {
 }
 
 // onReport takes the core's reports, on the runner's loop.
-func (s *fileService) onReport(r files.Report) {
+func (s *fileService) onReport(r filerun.Report) {
 	k := xferKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}
 	ev := FileEvent{At: stamp(time.Now()), Kind: r.Kind.String(), Sender: int(r.Meta.Sender), ID: r.Meta.ID, Name: r.Meta.Name,
 		Size: r.Meta.Size, SHA256: fmt.Sprintf("%x", r.Meta.Hash)}
 	switch r.Kind {
-	case files.Received, files.Incomplete:
+	case filerun.Received, filerun.Incomplete:
 		s.mu.Lock()
 		info := s.stored[k]
 		delete(s.stored, k)
@@ -318,7 +317,7 @@ func (s *fileService) onReport(r files.Report) {
 		s.mu.Unlock()
 		rep := &localapi.FileReport{Kind: localapi.FileReceived, Sender: uint16(r.Meta.Sender), Incarnation: r.Meta.Incarnation,
 			ID: r.Meta.ID, Size: r.Meta.Size, Hash: r.Meta.Hash, Name: r.Meta.Name}
-		if r.Kind == files.Incomplete {
+		if r.Kind == filerun.Incomplete {
 			rep.Kind, rep.Cause = localapi.FileIncomplete, uint8(r.Cause)
 			ev.Detail = r.Cause.String()
 			s.d.log.Warn("rbcastd: file incomplete", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "cause", r.Cause.String())
@@ -333,7 +332,7 @@ func (s *fileService) onReport(r files.Report) {
 				s.d.log.Warn("rbcastd: a recvfile client does not read; a report was dropped", "file", r.Meta.Name)
 			}
 		}
-	case files.Verdict:
+	case filerun.Verdict:
 		ev.Kind = "sent"
 		v := &localapi.FileVerdict{ID: r.Meta.ID}
 		for _, id := range r.Done {

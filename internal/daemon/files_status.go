@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/reliable/files"
+	"github.com/rbcast/rbcast/internal/filerun"
 )
 
 // FilesStatus is the file dissemination in Status (files on).
@@ -81,17 +81,17 @@ type FileCounters struct {
 	SRTTus          int64  `json:"srtt_us"`
 }
 
-func metaKey(m files.Meta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
+func metaKey(m filerun.Meta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
 
 // heldBytes is the bytes of held blocks of m (the last block may be
 // short).
-func heldBytes(m files.Meta, held uint32) uint64 {
+func heldBytes(m filerun.Meta, held uint32) uint64 {
 	return min(uint64(held)*uint64(m.BlockSize), m.Size)
 }
 
 // sample records the progress of every transfer, for rates (once a
 // second).
-func (s *fileService) sample(ps []files.Progress, now time.Time) {
+func (s *fileService) sample(ps []filerun.Progress, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[rateKey]bool{}
@@ -123,7 +123,7 @@ func (s *fileService) sample(ps []files.Progress, now time.Time) {
 
 // rateOf is the bytes/s and seconds left of one receiver of m holding
 // held blocks (-1: unknown).
-func (s *fileService) rateOf(k rateKey, m files.Meta, held uint32) (bps, eta float64) {
+func (s *fileService) rateOf(k rateKey, m filerun.Meta, held uint32) (bps, eta float64) {
 	smp, ok := s.rates[k]
 	if !ok {
 		return 0, -1
@@ -146,7 +146,7 @@ func (s *fileService) status() *FilesStatus {
 	}
 	r := s.runner()
 	fs := &FilesStatus{Group: s.cfg.Group, Inbox: s.cfg.Inbox, Self: -1, Transfers: []FileTransfer{}}
-	var ps []files.Progress
+	var ps []filerun.Progress
 	if r != nil {
 		fs.Running = true
 		ps = r.Progress()
@@ -155,7 +155,7 @@ func (s *fileService) status() *FilesStatus {
 		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
-			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / files.Microsecond)}
+			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond)}
 	}
 	fs.Counters.StoredBytes = s.bytesIn.Load()
 	s.mu.Lock()

@@ -284,3 +284,31 @@ func (r *Runner) Members() []frame.MemberID {
 	}
 	return slices.Clip(ids)
 }
+
+// The file core's types its users need, re-exported so that the daemon
+// imports the runtime only (internal/archtest: only the runtimes import
+// the cores).
+type (
+	Config   = files.Config
+	Report   = files.Report
+	Meta     = files.Meta
+	Progress = files.Progress
+	SinkFile = files.SinkFile
+	Cause    = files.Cause
+)
+
+// Report kinds, and the file core's clock units.
+const (
+	Received    = files.Received
+	Incomplete  = files.Incomplete
+	Verdict     = files.Verdict
+	Microsecond = files.Microsecond
+	Second      = files.Second
+)
+
+// ErrDeclined is what a Sink returns for a file it does not want.
+var ErrDeclined = files.ErrDeclined
+
+// CauseText says why a transfer did not complete, for a cause code of
+// the local API (localapi.FileCause*).
+func CauseText(c uint8) string { return files.Cause(c).String() }
