@@ -703,9 +703,11 @@ func (s *Segment) writeBulk(loc int, values []byte, unreliable bool) (int, error
 // WriteUnreliable is Write with DSM_WRT_UNREL: the update bypasses the
 // segment's buffer and is sent at once in a message of its own, so it can
 // overtake the segment's buffered writes; programs must not count on other
-// members seeing it. (The reliable layer has no unreliable datagram yet, so
-// over Join it is in fact delivered, reliably and in the sender's message
-// order; only dsmsim.Run drops them, see dsmsim.Config.UnreliableLoss.)
+// members seeing it. Over Join it goes at the group's Unreliable level
+// (reliable.Group.SendUnreliable): once, never acknowledged or repaired,
+// in no order with the writer's other messages; over a totally ordered
+// group, which has no such level, it is carried reliably, in the order.
+// dsmsim.Run drops them at the sender (dsmsim.Config.UnreliableLoss).
 func (s *Segment) WriteUnreliable(loc int, value []byte) error {
 	if err := s.n.lockRoom(); err != nil {
 		return err
@@ -716,7 +718,7 @@ func (s *Segment) WriteUnreliable(loc int, value []byte) error {
 
 // WriteBulkUnreliable is WriteBulk with DSM_WRT_UNREL: the range goes at
 // once in messages of its own and the segment's buffer is left alone (not
-// flushed first); over Join they are in fact delivered reliably, as for
+// flushed first); over Join they go at the Unreliable level, as for
 // WriteUnreliable.
 func (s *Segment) WriteBulkUnreliable(loc int, values []byte) (int, error) {
 	return s.writeBulk(loc, values, true)

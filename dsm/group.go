@@ -38,12 +38,15 @@ type groupEnv struct {
 	changedc chan struct{}
 	waiters  int
 
-	sendMu  sync.Mutex    // held by whoever drains the outbox
-	kickc   chan struct{} // the outbox has messages
-	stop    chan struct{} // ends the sender
-	stopped chan struct{} // closed when the sender has ended
-	left    bool
-	expect  bool // Barrier's hints reach the group (Config.NoExpect unset)
+	sendMu sync.Mutex // held by whoever drains the outbox
+	// noUnreliable: the group has no Unreliable level (Order Total);
+	// unreliable writes go reliably (guarded by sendMu).
+	noUnreliable bool
+	kickc        chan struct{} // the outbox has messages
+	stop         chan struct{} // ends the sender
+	stopped      chan struct{} // closed when the sender has ended
+	left         bool
+	expect       bool // Barrier's hints reach the group (Config.NoExpect unset)
 }
 
 // Expect passes Barrier's hint to the group (reliable.Group.Expect).
@@ -151,7 +154,7 @@ func (e *groupEnv) drain() error {
 			err = fmt.Errorf("the channel of segment %d is not open", ch.Key())
 		} else {
 			// The core keeps msg untouched until Sent; Send copies it.
-			err = g.Send(context.Background(), msg)
+			err = e.sendMsg(g, msg)
 		}
 		n.mu.Lock()
 		n.core.Sent()
@@ -164,6 +167,21 @@ func (e *groupEnv) drain() error {
 			return err
 		}
 	}
+}
+
+// sendMsg sends one DSM message: the updates of unreliable writes
+// (DSM_WRT_UNREL) at the group's Unreliable level, once, never
+// acknowledged or repaired (a registered FIFO group has it); the rest, and
+// those too in a group without the level (Order Total), reliably.
+func (e *groupEnv) sendMsg(g *reliable.Group, msg []byte) error {
+	if core.Unreliable(msg) && !e.noUnreliable {
+		err := g.SendUnreliable(msg)
+		if !errors.Is(err, reliable.ErrNoUnreliable) {
+			return err
+		}
+		e.noUnreliable = true
+	}
+	return g.Send(context.Background(), msg)
 }
 
 func (e *groupEnv) Leave() error {

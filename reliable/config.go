@@ -114,8 +114,9 @@ type TooLargeError = core.TooLargeError
 // one every core returns).
 var ErrWindowFull = core.ErrWindowFull
 
-// ErrNoUnreliable is SendUnreliable's refusal in a group without views
-// (Config.Views): only the view core has the Unreliable level.
+// ErrNoUnreliable is SendUnreliable's refusal in a registered group under
+// Order Total: the view core and PBP have the Unreliable level, the
+// sequencer does not.
 var ErrNoUnreliable = core.ErrNoUnreliable
 
 // ErrConfig is wrapped by every error about a bad Config.

@@ -668,16 +668,18 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 
 // SendUnreliable broadcasts payload at the Unreliable level
 // (docs/membership.md, "Delivery levels"; Liu's weak groups): once, to the
-// members of this member's current view, never acknowledged or repaired.
-// Each of them receives it at most once and uncorrupted, or not at all —
-// a lost frame is lost, and a member that is in another view when it
-// arrives (a change under way) drops it — in no order with the group's
-// other messages (under Order Total too). It is not delivered to this
-// member. It never blocks and takes no window room. Only a group with
-// views has this level (Config.Views; otherwise the error wraps
-// core.ErrNoUnreliable), and only once a view is installed (before,
-// the error says so). A payload larger than MaxMessage is refused with a
-// *TooLargeError.
+// members of this member's current view (a registered group: its live
+// members), never acknowledged or repaired. Each of them receives it at
+// most once and uncorrupted, or not at all — a lost frame is lost, a
+// member that is in another view when it arrives (a change under way)
+// drops it, and so does one whose application is not reading (its
+// receive queue full) — in no order with the group's other messages
+// (under Order Total too). It is not delivered to this member. It never
+// blocks and takes no window room. A group with views has this level,
+// once a view is installed (before, the error says so), and so does a
+// registered group under Order FIFO; a registered group under Order
+// Total does not (the error wraps core.ErrNoUnreliable). A payload
+// larger than MaxMessage is refused with a *TooLargeError.
 func (g *Group) SendUnreliable(payload []byte) error {
 	if len(payload) > g.max {
 		return &TooLargeError{Size: len(payload), Max: g.max}

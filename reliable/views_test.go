@@ -329,11 +329,31 @@ func TestSendUnreliable(t *testing.T) {
 			}
 		})
 	}
-	t.Run("registered", func(t *testing.T) {
-		g := newGroups(t, rtnet.New(t, 43), 2, testnet.EndpointConfig{}, Config{})[0]
+	// A registered FIFO group has the level too (PBP's datagrams): the
+	// other member receives the datagram, bytes equal; under Order Total
+	// the sequencer has none, and says what would.
+	t.Run("registered-fifo", func(t *testing.T) {
+		groups := newGroups(t, rtnet.New(t, 43), 2, testnet.EndpointConfig{}, Config{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		msg := []byte("a datagram in a registered group")
+		if err := groups[0].SendUnreliable(msg); err != nil {
+			t.Fatal(err)
+		}
+		m, err := groups[1].Recv(ctx)
+		if err != nil || m.From != groups[0].Self() || string(m.Data) != string(msg) {
+			t.Fatalf("Recv = %q from %d, %v; want %q from %d", m.Data, m.From, err, msg, groups[0].Self())
+		}
+		var tooLarge *TooLargeError
+		if err := groups[0].SendUnreliable(make([]byte, groups[0].MaxMessage()+1)); !errors.As(err, &tooLarge) {
+			t.Errorf("SendUnreliable of MaxMessage+1 bytes = %v, want a *TooLargeError", err)
+		}
+	})
+	t.Run("registered-total", func(t *testing.T) {
+		g := newGroups(t, rtnet.New(t, 44), 2, testnet.EndpointConfig{}, Config{Order: Total})[0]
 		err := g.SendUnreliable([]byte("x"))
-		if !errors.Is(err, ErrNoUnreliable) || !strings.Contains(err.Error(), "needs views (reliable.Config.Views)") {
-			t.Errorf("SendUnreliable in a registered group = %v, want ErrNoUnreliable naming Config.Views", err)
+		if !errors.Is(err, ErrNoUnreliable) || !strings.Contains(err.Error(), "needs views (reliable.Config.Views) or FIFO order") {
+			t.Errorf("SendUnreliable in a registered total-order group = %v, want ErrNoUnreliable naming Config.Views and FIFO", err)
 		}
 	})
 }

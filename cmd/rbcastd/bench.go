@@ -310,7 +310,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 	self := w.Self
 	want := byte('e') // the echo's mark
 	if to == self {
-		if w.Order != localapi.OrderTotal {
+		if w.Order == localapi.OrderFIFO {
 			return nil, fmt.Errorf("-ping %d is this member's own id, and under -order fifo a member's own messages are not delivered back to it: ping another member running 'rbcastd bench -echo'", to)
 		}
 		want = 'p' // self-delivery (Order Total)

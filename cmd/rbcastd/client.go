@@ -75,6 +75,10 @@ member (under -order total: once the sequencer reports that every live
 member holds it, which is later than its delivery back to this member;
 a member that crashed stops counting once it is removed, after the
 failure timeout). Non-zero, with the reason, otherwise.
+-level names the delivery level the messages need: reliable (the
+default) takes the group's own; fifo, agreed or safe must be the level the
+daemon's group runs at (-order fifo; -order total -level agreed or safe),
+or send refuses before sending anything, naming the group's level.
 With -level unreliable (a group run with -membership views) each message
 goes out once at the Unreliable level: to the members of the daemon's
 view, delivered at most once or not at all, in no order with the rest,
@@ -83,10 +87,10 @@ never acknowledged; send then exits 0 once the daemon has sent them all.
 
 func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var sf socketFlags
-	fs := newFlags("send", "[-socket PATH] [-lines] [-level reliable|unreliable] [FILE|-]", sendText, stderr)
+	fs := newFlags("send", "[-socket PATH] [-lines] [-level reliable|unreliable|fifo|agreed|safe] [FILE|-]", sendText, stderr)
 	sf.add(fs)
 	lines := fs.Bool("lines", false, "one message per input line")
-	level := fs.String("level", "reliable", "reliable (the group's own level) or unreliable (at most once, never acknowledged; needs -membership views)")
+	level := fs.String("level", "reliable", "reliable (the group's own level); fifo, agreed or safe (refused unless the group runs at that level); or unreliable (at most once, never acknowledged; needs -membership views)")
 	quiet := fs.Bool("q", false, "do not print the summary line on stderr")
 	if done, code := parse(fs, args, stdout); done {
 		return code
@@ -94,8 +98,10 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if fs.NArg() > 1 {
 		return usageErr(stderr, "send", "at most one FILE, got %d arguments", fs.NArg())
 	}
-	if *level != "reliable" && *level != "unreliable" {
-		return usageErr(stderr, "send", "-level is %q, want reliable or unreliable", *level)
+	switch *level {
+	case "reliable", "unreliable", "fifo", "agreed", "safe":
+	default:
+		return usageErr(stderr, "send", "-level is %q, want reliable, unreliable, fifo, agreed or safe", *level)
 	}
 	in := stdin
 	if fs.NArg() == 1 && fs.Arg(0) != "-" {
@@ -123,7 +129,7 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	prog := newProgress(stderr, "sent", inputSize(in))
-	n, bytes, err := send(c, in, *lines, prog)
+	n, bytes, err := send(c, in, *lines, *level, prog)
 	prog.end()
 	if err != nil {
 		return fail(stderr, "send", err)
@@ -310,9 +316,12 @@ func ringRefused(err error) bool {
 // out, so a slow input (a pipe, a terminal) is not held back. A regular
 // file is read straight into the ring or the packets, in messages of the
 // largest size.
-func send(c *localapi.Conn, in io.Reader, lines bool, prog *progress) (n uint64, bytes uint64, err error) {
+func send(c *localapi.Conn, in io.Reader, lines bool, level string, prog *progress) (n uint64, bytes uint64, err error) {
 	w, err := c.Hello(localapi.HelloWaitReady)
 	if err != nil {
+		return 0, 0, err
+	}
+	if err := levelAllowed(level, w.Order); err != nil {
 		return 0, 0, err
 	}
 	max := int(w.MaxMessage)
@@ -1101,4 +1110,19 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		fmt.Fprintf(w, "warning: host %s speaks rbcast protocol version %d; its frames are dropped\n", f.Host, f.Version)
 	}
 	printFiles(w, st.Files)
+}
+
+// levelNames are the delivery levels of a Welcome's order.
+var levelNames = map[uint8]string{localapi.OrderFIFO: "fifo", localapi.OrderTotal: "agreed", localapi.OrderSafe: "safe"}
+
+// levelAllowed checks send -level against the level the daemon's group
+// runs at: a group has one reliable level, chosen by every member at
+// start (rbcastd run -order and -level), so a message cannot ask for
+// another.
+func levelAllowed(level string, order uint8) error {
+	if level == "reliable" || level == levelNames[order] {
+		return nil
+	}
+	how := map[string]string{"fifo": "-order fifo", "agreed": "-order total (-level agreed)", "safe": "-order total -membership views -level safe"}
+	return fmt.Errorf("-level %s: the daemon's group runs at %s, and a group has one reliable level, chosen when its members start (rbcastd run %s); send without -level, or with -level %s", level, levelNames[order], how[level], levelNames[order])
 }

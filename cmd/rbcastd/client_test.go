@@ -110,6 +110,67 @@ func TestSendUnreliableCLI(t *testing.T) {
 	}
 }
 
+// send -level fifo|agreed|safe: accepted when it is the level the group
+// runs at (the messages are sent and acknowledged), refused before any is
+// sent otherwise, naming the group's level and the run flags for the one
+// asked.
+func TestSendLevelCLI(t *testing.T) {
+	safe := func(t *testing.T) string {
+		sock := filepath.Join(t.TempDir(), "safe.sock")
+		ln, err := daemon.Listen(sock, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &nullLink{closed: make(chan struct{})}
+		d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true, Order: reliable.Total, Safe: true}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx, l, ln) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			l.Close()
+		})
+		return sock
+	}
+	for _, tc := range []struct {
+		name string
+		sock func(*testing.T) string
+		ok   string
+		bad  map[string]string
+	}{
+		{"fifo", soloDaemon, "fifo", map[string]string{
+			"agreed": "-level agreed: the daemon's group runs at fifo, and a group has one reliable level, chosen when its members start (rbcastd run -order total (-level agreed)); send without -level, or with -level fifo",
+			"safe":   "-level safe: the daemon's group runs at fifo",
+		}},
+		{"agreed", func(t *testing.T) string { return soloDaemonOrder(t, reliable.Total) }, "agreed", map[string]string{
+			"fifo": "-level fifo: the daemon's group runs at agreed",
+			"safe": "-level safe: the daemon's group runs at agreed, and a group has one reliable level, chosen when its members start (rbcastd run -order total -membership views -level safe)",
+		}},
+		{"safe", safe, "safe", map[string]string{
+			"agreed": "-level agreed: the daemon's group runs at safe",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := tc.sock(t)
+			for _, level := range []string{tc.ok, "reliable"} {
+				var o, e strings.Builder
+				code := rbcastd([]string{"send", "-socket", sock, "-lines", "-level", level}, strings.NewReader("one\ntwo\n"), &o, &e)
+				if code != exitOK || !strings.Contains(e.String(), "2 messages, 6 bytes acknowledged") {
+					t.Errorf("send -level %s to a %s group: exit %d %q", level, tc.name, code, e.String())
+				}
+			}
+			for level, want := range tc.bad {
+				var o, e strings.Builder
+				code := rbcastd([]string{"send", "-socket", sock, "-lines", "-level", level}, strings.NewReader("one\n"), &o, &e)
+				if code != exitFail || !strings.Contains(e.String(), want) {
+					t.Errorf("send -level %s to a %s group: exit %d %q, want %q", level, tc.name, code, e.String(), want)
+				}
+			}
+		})
+	}
+}
+
 func TestClientsAgainstSoloDaemon(t *testing.T) {
 	sock := soloDaemon(t)
 	code, out, errOut := runMain("status", "-socket", sock, "-wait-ready", "5s")
@@ -508,7 +569,7 @@ func TestSendHearsTheDaemonBetweenLines(t *testing.T) {
 	defer w.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := send(c, in, true, nil)
+		_, _, err := send(c, in, true, "reliable", nil)
 		done <- err
 	}()
 	io.WriteString(w, "first\n")

@@ -64,7 +64,7 @@ func TestHelp(t *testing.T) {
 	}{
 		{[]string{"-h"}, []string{"usage: rbcastd <command>", "run", "send", "recv", "status", "bench"}},
 		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]", "-capture", "-membership", "-max-members", "rejoins", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience", "-level"}},
-		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [-level reliable|unreliable] [FILE|-]", "acknowledged by every live", "-order total", "holds it", "removed", "-lines", "-level unreliable", "at most once"}},
+		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [-level reliable|unreliable|fifo|agreed|safe] [FILE|-]", "-level names the delivery level", "acknowledged by every live", "-order total", "holds it", "removed", "-lines", "-level unreliable", "at most once"}},
 		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o"}},
 		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},
 		{[]string{"bench", "-h"}, []string{"usage: rbcastd bench", "-size", "-duration"}},
@@ -132,7 +132,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"recv", "-all", "-bytes", "1", "-count", "1"}, "-bytes and -count exclude each other"},
 		{[]string{"recv", "-from", "65535"}, `-from is "65535", want a member id 0..65534`},
 		{[]string{"send", "a", "b"}, "at most one FILE, got 2 arguments"},
-		{[]string{"send", "-level", "sometimes"}, `-level is "sometimes", want reliable or unreliable`},
+		{[]string{"send", "-level", "sometimes"}, `-level is "sometimes", want reliable, unreliable, fifo, agreed or safe`},
 		{[]string{"status", "-wait-ready", "-1s"}, "-wait-ready must not be negative"},
 	} {
 		code, _, errOut := runMain(c.args...)

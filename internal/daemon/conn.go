@@ -223,7 +223,10 @@ func (c *conn) hello(buf []byte) bool {
 func (d *Daemon) welcome(version uint16) *localapi.Welcome {
 	w := &localapi.Welcome{Version: version, Self: localapi.NoMember, Group: d.cfg.Group.Group,
 		Members: uint16(d.members())}
-	if d.cfg.Group.Order == reliable.Total {
+	switch {
+	case d.cfg.Group.Order == reliable.Total && d.cfg.Group.Safe:
+		w.Order = localapi.OrderSafe
+	case d.cfg.Group.Order == reliable.Total:
 		w.Order = localapi.OrderTotal
 	}
 	if g := d.g.Load(); g != nil {
@@ -368,7 +371,7 @@ func (c *conn) sendUnreliable(data []byte) bool {
 		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
 		return false
 	case errors.Is(err, reliable.ErrNoUnreliable):
-		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views")
+		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views, or with -order fifo")
 		return true
 	}
 	c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: %v", err)

@@ -125,7 +125,8 @@ const NoMember uint16 = 0xffff
 // Order values in Welcome.
 const (
 	OrderFIFO  uint8 = 0
-	OrderTotal uint8 = 1
+	OrderTotal uint8 = 1 // Agreed: one order at every member
+	OrderSafe  uint8 = 2 // one order, each message delivered once every member of the view holds it
 )
 
 // Error codes.
@@ -275,7 +276,7 @@ type Welcome struct {
 	Self       uint16 // NoMember until the group has started
 	Group      uint32
 	Members    uint16 // the group's size
-	Order      uint8  // OrderFIFO or OrderTotal
+	Order      uint8  // OrderFIFO, OrderTotal or OrderSafe
 	Ready      bool   // the group has started
 	MaxMessage uint32 // the largest Send data accepted; 0 until Ready
 }
@@ -574,8 +575,8 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 		m := &d.welcome
 		*m = Welcome{Version: be.Uint16(p[1:]), Self: be.Uint16(p[3:]), Group: be.Uint32(p[5:]),
 			Members: be.Uint16(p[9:]), Order: p[11], MaxMessage: be.Uint32(p[13:])}
-		if m.Order > OrderTotal {
-			return nil, decodeErr(t, 11, "order %d, want 0 (fifo) or 1 (total)", m.Order)
+		if m.Order > OrderSafe {
+			return nil, decodeErr(t, 11, "order %d, want 0 (fifo), 1 (total: agreed) or 2 (total: safe)", m.Order)
 		}
 		switch p[12] {
 		case 0:

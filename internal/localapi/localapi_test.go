@@ -36,6 +36,7 @@ func goldenCases() []struct {
 		{"send_batch", &SendBatch{Msgs: [][]byte{[]byte("first"), {}, []byte("third message")}}},
 		{"deliver_batch", &DeliverBatch{Msgs: []Deliver{{From: 1, Data: []byte("from one")}, {From: 3, Data: []byte("from three")}}}},
 		{"welcome", &Welcome{Version: 1, Self: 2, Group: 7, Members: 4, Order: OrderTotal, Ready: true, MaxMessage: 1460}},
+		{"welcome_safe", &Welcome{Version: 2, Self: 1, Group: 7, Members: 3, Order: OrderSafe, Ready: true, MaxMessage: 1460}},
 		{"welcome_not_ready", &Welcome{Version: 1, Self: NoMember, Group: 7, Members: 4}},
 		{"flushed", &Flushed{Accepted: 3425}},
 		{"subscribed", &Subscribed{From: 3}},

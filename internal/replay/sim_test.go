@@ -42,6 +42,14 @@ func runLossy(t testing.TB, path string, seed uint64, n, k int, loss float64) *l
 // the capture holds the frames as the wire carries them, sealed.
 func runLossyAuth(t testing.TB, path string, seed uint64, n, k int, loss float64, a *auth.Config) *lossyRun {
 	t.Helper()
+	return runLossyWith(t, path, seed, n, k, loss, a, false)
+}
+
+// runLossyWith is runLossyAuth where, with datagrams, every member also
+// sends a datagram of the Unreliable level each round it proposes, and 20
+// more after its messages.
+func runLossyWith(t testing.TB, path string, seed uint64, n, k int, loss float64, a *auth.Config, datagrams bool) *lossyRun {
+	t.Helper()
 	net, err := testnet.New(seed, testnet.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +99,12 @@ func runLossyAuth(t testing.TB, path string, seed uint64, n, k int, loss float64
 	for round := 0; ; round++ {
 		busy := false
 		for i, d := range drivers {
+			if datagrams && next[i] < k {
+				dg := fmt.Appendf(nil, "datagram of member %d in round %d, seed %d", i+1, round, seed)
+				if err := d.ProposeUnreliable(net.Now(), dg); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for next[i] < k {
 				msg := fmt.Appendf(nil, "message %d from member %d, seed %d", next[i], i+1, seed)
 				if err := d.Propose(net.Now(), msg); err != nil {
@@ -111,6 +125,15 @@ func runLossyAuth(t testing.TB, path string, seed uint64, n, k int, loss float64
 		}
 		net.RunFor(200 * time.Microsecond)
 	}
+	for round := 0; datagrams && round < 20; round++ {
+		for i, d := range drivers {
+			dg := fmt.Appendf(nil, "datagram %d of member %d after the messages, seed %d", round, i+1, seed)
+			if err := d.ProposeUnreliable(net.Now(), dg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		net.RunFor(500 * time.Microsecond)
+	}
 	net.RunFor(300 * time.Millisecond) // repairs finish, acks settle
 	for _, l := range links {
 		l.Close()
@@ -129,8 +152,18 @@ func runLossyAuth(t testing.TB, path string, seed uint64, n, k int, loss float64
 	return run
 }
 
+// The re-run of each member delivers what the live member delivered, in
+// its order, and sends what it sent, byte for byte; with datagrams (a
+// registered group's Unreliable level, PBP's) among the messages too, in
+// their places.
 func TestSimulateReproducesDeliveries(t *testing.T) {
-	run := runLossy(t, filepath.Join(t.TempDir(), "lossy.pcapng"), 3, 4, 300, 0.05)
+	for _, datagrams := range []bool{false, true} {
+		t.Run(fmt.Sprintf("datagrams=%v", datagrams), func(t *testing.T) { testSimulateReproduces(t, datagrams) })
+	}
+}
+
+func testSimulateReproduces(t *testing.T, datagrams bool) {
+	run := runLossyWith(t, filepath.Join(t.TempDir(), "lossy.pcapng"), 3, 4, 300, 0.05, nil, datagrams)
 	c, err := ReadFile(run.path, ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +173,30 @@ func TestSimulateReproducesDeliveries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(run.got[i]) != 3*300 {
-			t.Fatalf("member %d delivered %d messages live, want %d", m.ID, len(run.got[i]), 900)
+		if res.Protocol != ProtocolPBP {
+			t.Fatalf("member %d: simulated as %v, want PBP", m.ID, res.Protocol)
+		}
+		reliable, unreliable := 0, 0
+		for _, d := range run.got[i] {
+			if bytes.HasPrefix(d.Data, []byte("datagram ")) {
+				unreliable++
+			} else {
+				reliable++
+			}
+		}
+		if reliable != 3*300 || datagrams && unreliable == 0 || !datagrams && unreliable != 0 {
+			t.Fatalf("member %d delivered %d messages and %d datagrams live, want %d messages and datagrams %v", m.ID, reliable, unreliable, 900, datagrams)
+		}
+		if datagrams {
+			var got int
+			for _, d := range res.Deliveries {
+				if d.Unreliable {
+					got++
+				}
+			}
+			if got != unreliable {
+				t.Errorf("member %d: the re-run delivered %d datagrams as unreliable, the live node %d datagrams", m.ID, got, unreliable)
+			}
 		}
 		if len(res.Deliveries) != len(run.got[i]) {
 			t.Fatalf("member %d: re-run delivered %d messages, the live node %d (notes %q)", m.ID, len(res.Deliveries), len(run.got[i]), res.Notes)

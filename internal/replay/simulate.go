@@ -421,6 +421,22 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			note("frame %d: our %v: the application left; the re-run leaves here", r.N, r.View.Type())
 			return
 		}
+		if r.View.Type() == frame.Datagram && !r.View.Retransmission() {
+			// Our datagram (the Unreliable level; a registered group's PBP
+			// sends them): the application sent it here.
+			rr.cur = r.N
+			res.Proposed++
+			sentBefore := len(res.Sent)
+			if err := st.ProposeUnreliable(t, r.View.Payload()); err != nil {
+				note("frame %d: our Datagram %d: the re-run refused it: %v (diverges)", r.N, r.View.Seq(), err)
+				return
+			}
+			rr.collectAt(t)
+			if _, ok := sentFrame(res.Sent[sentBefore:], frame.Datagram, r.View.Seq(), opts.EtherType); !ok {
+				note("frame %d: captured our Datagram %d, the re-run numbered it differently (diverges)", r.N, r.View.Seq())
+			}
+			return
+		}
 		msgs := proto.proposals(r)
 		if msgs == nil {
 			return
@@ -1000,6 +1016,8 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 			global = fmt.Sprintf("global %d epoch %d ", d.Global, d.Epoch)
 		case r.Protocol == ProtocolViews && d.Unreliable:
 			global, seqs = fmt.Sprintf("view %d unreliable ", d.View), fmt.Sprintf("datagram %d", d.Seq)
+		case d.Unreliable:
+			global, seqs = "unreliable ", fmt.Sprintf("datagram %d", d.Seq)
 		case r.Protocol == ProtocolViews && r.Views != nil && r.Views.Order != ViewFIFO:
 			// vtotal numbers a sender's data messages in the view.
 			global, seqs = fmt.Sprintf("view %d global %d ", d.View, d.Global), fmt.Sprintf("n %d", d.Seq)

@@ -112,7 +112,9 @@ func hasViews(c *Capture, opts SimOptions) bool {
 		if r.View == nil || opts.Group != nil && r.View.Group() != *opts.Group || opts.Iface >= 0 && r.Iface != opts.Iface {
 			continue
 		}
-		if t := r.View.Type(); invariant.IsViewType(t) || t == frame.Datagram || r.View.ViewID() != 0 {
+		// A Datagram of view 0 is a registered group's (PBP's Unreliable
+		// level): views number theirs from 1.
+		if t := r.View.Type(); invariant.IsViewType(t) || r.View.ViewID() != 0 {
 			return true
 		}
 	}

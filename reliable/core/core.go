@@ -57,7 +57,7 @@ type UnreliableCore interface {
 
 // ErrNoUnreliable is returned by Stepper.ProposeUnreliable for a core
 // without the Unreliable level.
-var ErrNoUnreliable = errors.New("core: this group has no Unreliable level: it needs views (reliable.Config.Views)")
+var ErrNoUnreliable = errors.New("core: this group has no Unreliable level: it needs views (reliable.Config.Views) or FIFO order")
 
 type Core interface {
 	// Step handles one received frame, already validated by frame.Parse.

@@ -20,9 +20,10 @@ type Stepper struct {
 	group     uint32
 	etherType uint16
 
-	// Hold leaves frames that deliver (Info.Delivers) unstepped, as a
-	// runtime whose application is not reading must (see Info.Delivers).
-	// They are counted in Counters.Held.
+	// Hold leaves frames that deliver (Info.Delivers, and datagrams of
+	// the Unreliable level) unstepped, as a runtime whose application is
+	// not reading must (see Info.Delivers). They are counted in
+	// Counters.Held.
 	Hold bool
 
 	bad     BadFrames
@@ -156,7 +157,9 @@ func (s *Stepper) Step(now Time, eth []byte) error {
 // frame.Parse), from src to dst.
 func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	s.now = now
-	if s.Hold && s.info.Delivers(v.Type()) {
+	// A datagram (the Unreliable level) is held back too, and so lost:
+	// nothing repairs it, and the application is not reading.
+	if s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram) {
 		s.held++
 		return ErrHeld
 	}

@@ -101,6 +101,10 @@ type Stats struct {
 	UnhandledTypes   uint64
 	EncodeErrors     uint64 // frames the core failed to build (a bug)
 
+	// Datagrams of the Unreliable level (datagram.go): sent, delivered,
+	// and dropped (duplicates, and those older than core.DatagramSpan).
+	DatagramsSent, DatagramsDelivered, DatagramsDropped uint64
+
 	MembersFailed uint64
 	MembersLeft   uint64
 	Discarded     uint64 // messages of removed members dropped beyond a gap
@@ -145,6 +149,10 @@ type peer struct {
 	acked     uint32 // window_base[j]: the next of ours it expects
 	ackedAt   Time   // when acked last moved, or we last sent to it caught up
 	lastHeard Time
+	dg        core.DatagramWindow // its datagrams seen (datagram.go)
+	// heard is its row of the acknowledgement matrix (acks.go): its ack
+	// vector as last heard, by slot.
+	heard []uint32
 
 	leaving  bool
 	leaveSeq uint32
@@ -235,6 +243,13 @@ type Core struct {
 	started bool
 	now     Time
 
+	// The Unreliable level (datagram.go): this member's last datagram
+	// number, and the datagrams proposed since the last Ready (dgQ, each
+	// dgLens long).
+	dgNext uint32
+	dgQ    []byte
+	dgLens []int
+
 	// Sending side (figs. 3.1, 3.5).
 	nextSeq uint32 // exp_seqno[i]: sequence number of the next frame
 	stable  uint32 // wb: every live member acknowledged all before it
@@ -316,8 +331,11 @@ func New(cfg Config) (*Core, error) {
 			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
 			slot: int(m.ID) - int(s.ackBase), live: true,
 			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
-			ring: make([]held, s.ringSize),
+			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
 		})
+		for i := range c.peers[len(c.peers)-1].heard {
+			c.peers[len(c.peers)-1].heard[i] = s.InitialSeq
+		}
 		if s.Retain {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
 		}
@@ -556,6 +574,7 @@ func (c *Core) flush() {
 	// frame sent before it, so a receiver that loses the new frames
 	// still learns of them from the next frame, not from this one.
 	c.release()
+	c.sendDatagrams()
 	c.maybeLeave()
 }
 

@@ -52,6 +52,11 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
 	t := v.Type()
+	if t == frame.Datagram {
+		p.lastHeard = c.now
+		c.onDatagram(p, v)
+		return nil
+	}
 	switch t {
 	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
 	default:
@@ -63,7 +68,9 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		return nil
 	}
 	// Receive action 1, first step in every state: apply the piggybacked
-	// acknowledgement (window_base[j] = max(...), figs. 3.4, 3.8, 3.10).
+	// acknowledgement (window_base[j] = max(...), figs. 3.4, 3.8, 3.10),
+	// and keep the whole vector (the acknowledgement matrix, acks.go).
+	c.noteAcks(p, v)
 	c.applyAck(p, v)
 	switch t {
 	case frame.Data:

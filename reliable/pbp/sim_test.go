@@ -160,7 +160,8 @@ func (r *simRun) rogue() {
 // runScenario runs one seed to completion or to its virtual time bound.
 func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun {
 	r := &simRun{s: s, Sim: simtest.New[*Core](t, simtest.Config{Seed: s.seed, Group: 0x0bb0 + uint32(s.seed%7),
-		Members: s.members, K: s.k, Link: s.link, SparseIDs: s.seed%5 == 1, Limit: simTimeLimit, Trace: trace})}
+		Members: s.members, K: s.k, Link: s.link, SparseIDs: s.seed%5 == 1, Limit: simTimeLimit, Trace: trace,
+		Datagrams: s.seed%2 == 0})}
 	r.Done = r.done
 	infos := r.Infos()
 	for _, m := range r.Members {
@@ -201,6 +202,22 @@ func (r *simRun) verdict() error {
 		}
 		if refused == 0 {
 			return fmt.Errorf("the rogue sent %d forged frames and no member refused one", r.Forged)
+		}
+	}
+	// The acknowledgement matrix never claims a member holds frames its
+	// sender has not sent, and what is stable is held here.
+	for _, m := range r.Members {
+		for _, snd := range r.Members {
+			st, _ := m.Core.StableFrom(snd.ID)
+			own, _ := m.Core.Holds(m.ID, snd.ID)
+			if frame.SeqLess(own, st) {
+				return fmt.Errorf("member %d: StableFrom(%d) = %d, past what it holds itself (%d)", m.ID, snd.ID, st, own)
+			}
+			for _, o := range r.Members {
+				if h, ok := m.Core.Holds(o.ID, snd.ID); !ok || frame.SeqLess(snd.Core.nextSeq, h) {
+					return fmt.Errorf("member %d: Holds(%d, %d) = %d, %v; member %d sent up to %d", m.ID, o.ID, snd.ID, h, ok, snd.ID, snd.Core.nextSeq)
+				}
+			}
 		}
 	}
 	for _, m := range r.Members {

@@ -21,20 +21,17 @@ import (
 // view: a datagram goes only to the members of its sender's view.
 var ErrNoView = errors.New("view: not in a view yet: a datagram goes only to the members of its sender's view")
 
-// dgWindow is how many datagram numbers behind the highest seen from a
-// sender are remembered, to drop duplicates; older ones are dropped too.
-const dgWindow = 64
-
-// dgSeen is the datagram numbers seen from one sender incarnation.
+// dgSeen is the datagram numbers seen from one sender.
 type dgSeen struct {
-	id   frame.MemberID
-	inc  uint32
-	top  uint32 // the highest number seen
-	mask uint64 // bit i: top-i was seen
+	id frame.MemberID
+	w  core.DatagramWindow
 }
 
-// ProposeUnreliable sends msg as a datagram to the members of the current
-// view (core.UnreliableCore).
+// ProposeUnreliable queues msg (copied) as a datagram to the members of
+// the current view (core.UnreliableCore); the next Ready sends it. Like
+// Propose it produces no output by itself (docs/runtime.md): a runtime may
+// call it between Ready and Advance, and a frame emitted then would be
+// dropped by Advance unsent.
 func (c *Core) ProposeUnreliable(now clock.Time, msg []byte) error {
 	c.touch(now)
 	switch {
@@ -50,12 +47,40 @@ func (c *Core) ProposeUnreliable(now clock.Time, msg []byte) error {
 	case c.state != member:
 		return ErrNoView
 	}
-	c.dgNext++
-	h := c.hdr
-	h.Sender, h.ViewID, h.Seq = c.self, c.view.ID, c.dgNext
-	c.emitHeader(&h, &frame.Payload{T: frame.Datagram, Data: msg})
-	c.stats.DatagramsSent++
+	c.dgQ = append(c.dgQ, msg...)
+	c.dgOut = append(c.dgOut, dgOut{n: len(msg), view: c.view.ID})
 	return nil
+}
+
+// dgOut is a datagram proposed and not sent yet.
+type dgOut struct {
+	n    int    // its length in dgQ
+	view uint32 // the view it was proposed in
+}
+
+// sendDatagrams sends the datagrams queued since the last Ready, each in
+// the view it was proposed in; one whose view this member left meanwhile
+// (a view installed since, a leave) is dropped: it was for that view's
+// members, and at most once allows it.
+func (c *Core) sendDatagrams() {
+	if len(c.dgOut) == 0 {
+		return
+	}
+	off := 0
+	for _, d := range c.dgOut {
+		msg := c.dgQ[off : off+d.n]
+		off += d.n
+		if c.state != member || c.leaving || c.view.ID != d.view {
+			c.stats.DatagramsDropped++
+			continue
+		}
+		c.dgNext++
+		h := c.hdr
+		h.Sender, h.ViewID, h.Seq = c.self, c.view.ID, c.dgNext
+		c.emitHeader(&h, &frame.Payload{T: frame.Datagram, Data: msg})
+		c.stats.DatagramsSent++
+	}
+	c.dgQ, c.dgOut = c.dgQ[:0], c.dgOut[:0]
 }
 
 // onDatagram delivers a datagram of the current view's member, once.
@@ -94,24 +119,5 @@ func (c *Core) dgFresh(id frame.MemberID, inc, seq uint32) bool {
 	if i == len(c.dgSeen) {
 		c.dgSeen = append(c.dgSeen, dgSeen{id: id})
 	}
-	e := &c.dgSeen[i]
-	if e.inc != inc || e.mask == 0 {
-		*e = dgSeen{id: id, inc: inc, top: seq, mask: 1}
-		return true
-	}
-	if frame.SeqLess(e.top, seq) {
-		if d := seq - e.top; d >= dgWindow {
-			e.mask = 1
-		} else {
-			e.mask = e.mask<<d | 1
-		}
-		e.top = seq
-		return true
-	}
-	back := e.top - seq
-	if back >= dgWindow || e.mask&(1<<back) != 0 {
-		return false
-	}
-	e.mask |= 1 << back
-	return true
+	return c.dgSeen[i].w.Fresh(inc, seq)
 }

@@ -214,10 +214,14 @@ type Core struct {
 	// wins (see foreign) began to be heard; foreignLast when last.
 	foreignSince, foreignLast clock.Time
 	// The Unreliable level (datagram.go): this member's last datagram
-	// number, the numbers seen per sender, and the turn's delivered bytes.
+	// number, the numbers seen per sender, the turn's delivered bytes, and
+	// the datagrams proposed since the last Ready (dgQ; each one's length
+	// and the view it was proposed in, dgOut).
 	dgNext  uint32
 	dgSeen  []dgSeen
 	dgBuf   []byte
+	dgQ     []byte
+	dgOut   []dgOut
 	leavers []frame.MemberID
 	leaving bool
 	maxSeen uint32 // the highest view id seen proposed or installed
@@ -272,7 +276,8 @@ type Stats struct {
 	Dropped        uint64 // frames of other views dropped
 	Reports        uint64 // ViewSuspect reports sent
 	// Datagrams of the Unreliable level: sent, delivered, and dropped
-	// (duplicates, another view's, or a non-member's).
+	// (duplicates, another view's, or a non-member's; own ones proposed
+	// in a view this member left before they went out).
 	DatagramsSent, DatagramsDelivered, DatagramsDropped uint64
 	ViewID                                              uint32
 	Members                                             int

@@ -16,6 +16,7 @@ package simtest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -46,6 +47,11 @@ type Config struct {
 	Limit time.Duration
 	// Trace, if set, sees every event of the segment.
 	Trace []func(testnet.Event)
+	// Datagrams: the members also send datagrams of the Unreliable level
+	// (core.UnreliableCore), some while a Ready is handed out, before
+	// Advance, as a runtime lets an application; receivers check each is
+	// a member's, intact, not their own, at most once.
+	Datagrams bool
 }
 
 // Sim is one seeded run: a segment, its members, and the first failure
@@ -106,6 +112,12 @@ type Member[C core.Core] struct {
 	// SelfRemoved); its Kind is 0 while it is in.
 	Out core.Event
 
+	// DgSent counts the datagrams this member's core accepted; DgGot, per
+	// member index, the datagram numbers delivered from it.
+	DgSent   int
+	DgGot    []map[int]bool
+	dgInTurn bool
+
 	rx        []link.Frame
 	rng       *rand.Rand
 	proposeAt time.Time
@@ -135,7 +147,11 @@ func New[C core.Core](t testing.TB, cfg Config) *Sim[C] {
 			id = frame.MemberID(10 + 3*i)
 		}
 		s.Index[id] = i
-		s.Members = append(s.Members, &Member[C]{Sim: s, Index: i, ID: id, EP: ep,
+		got := make([]map[int]bool, cfg.Members)
+		for j := range got {
+			got[j] = map[int]bool{}
+		}
+		s.Members = append(s.Members, &Member[C]{Sim: s, Index: i, ID: id, EP: ep, DgGot: got,
 			Info: frame.MemberInfo{ID: id, MAC: [6]byte(ep.HardwareAddr()), Incarnation: uint32(cfg.Seed) + uint32(i)},
 			Next: make([]int, cfg.Members), Removed: make([]core.EventKind, cfg.Members),
 			rx: make([]link.Frame, 32), rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))})
@@ -287,6 +303,14 @@ func (m *Member[C]) propose(now time.Time) {
 		}
 		m.Proposed++
 	}
+	if m.Sim.Config.Datagrams {
+		switch m.rng.IntN(3) {
+		case 0:
+			m.datagram(t)
+		case 1:
+			m.dgInTurn = true // flush sends it between Ready and Advance
+		}
+	}
 	m.proposeAt = now.Add(time.Duration(m.rng.IntN(400)) * time.Microsecond)
 	if m.Proposed == k && m.LeaveAfter {
 		m.Leaving = true
@@ -304,10 +328,18 @@ func (m *Member[C]) flush() {
 		}
 	}
 	for _, d := range rd.Deliveries {
+		if d.Unreliable {
+			m.deliverDatagram(d)
+			continue
+		}
 		m.deliver(d)
 	}
 	for _, ev := range rd.Events {
 		m.event(ev)
+	}
+	if m.dgInTurn {
+		m.dgInTurn = false
+		m.datagram(m.Sim.Clock.Core(m.Sim.Net.Now())) // between Ready and Advance
 	}
 	m.Stepper.Advance()
 	if m.Sim.OnAdvance != nil {
@@ -372,6 +404,52 @@ func (m *Member[C]) event(ev core.Event) {
 	}
 	if s.OnEvent != nil {
 		s.OnEvent(m, ev)
+	}
+}
+
+// dgMagic starts every datagram of the simulation; the datagram's number
+// follows (4 bytes), then Message's bytes for index dgBase+number.
+const (
+	dgMagic = "dgm:"
+	dgBase  = 1 << 24
+)
+
+// datagram proposes this member's next datagram.
+func (m *Member[C]) datagram(t core.Time) {
+	b := binary.BigEndian.AppendUint32([]byte(dgMagic), uint32(m.DgSent))
+	b = Message(b, m.Sim.Config.Seed, m.ID, dgBase+m.DgSent, m.max-len(b))
+	err := m.Stepper.ProposeUnreliable(t, b)
+	switch {
+	case err == nil:
+		m.DgSent++
+	case errors.Is(err, core.ErrLeaving), errors.Is(err, core.ErrHalted):
+	default:
+		m.Sim.Fail("member %d: ProposeUnreliable datagram %d: %v", m.ID, m.DgSent, err)
+	}
+}
+
+// deliverDatagram checks a datagram: another member's, sent by it, the
+// bytes it sent, delivered here at most once.
+func (m *Member[C]) deliverDatagram(d core.Delivery) {
+	s := m.Sim
+	j, ok := s.Index[d.From]
+	if !ok || d.From == m.ID || len(d.Data) < len(dgMagic)+4 || string(d.Data[:len(dgMagic)]) != dgMagic {
+		s.Fail("member %d: datagram from %d, not another member's, or not a datagram: %.24x", m.ID, d.From, d.Data)
+		return
+	}
+	n := int(binary.BigEndian.Uint32(d.Data[len(dgMagic):]))
+	o := s.Members[j]
+	want := binary.BigEndian.AppendUint32([]byte(dgMagic), uint32(n))
+	want = Message(want, s.Config.Seed, o.ID, dgBase+n, o.max-len(want))
+	switch {
+	case n >= o.DgSent:
+		s.Fail("member %d: datagram %d from member %d, which sent %d", m.ID, n, d.From, o.DgSent)
+	case !bytes.Equal(d.Data, want):
+		s.Fail("member %d: datagram %d from member %d: got %d bytes %.16x…, want %d bytes %.16x…", m.ID, n, d.From, len(d.Data), d.Data, len(want), want)
+	case m.DgGot[j][n]:
+		s.Fail("member %d: datagram %d from member %d delivered twice", m.ID, n, d.From)
+	default:
+		m.DgGot[j][n] = true
 	}
 }
 

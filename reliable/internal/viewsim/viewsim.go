@@ -219,7 +219,9 @@ func (p *process) Step(now time.Time) time.Time {
 			p.st.Step(t, f.Data)
 		}
 		p.st.Tick(t)
-		p.propose(now, t)
+		if p.batch == 0 {
+			p.propose(now, t)
+		} // else flush proposes between Ready and Advance
 		p.flush(now, t)
 		if n == 0 {
 			break
