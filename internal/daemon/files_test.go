@@ -25,6 +25,11 @@ import (
 // interface carries both), with inboxes[i] as daemon i's inbox.
 func startFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string) []*running {
 	t.Helper()
+	return startFileGroupRate(t, r, n, imp, inboxes, 50_000_000)
+}
+
+func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64) []*running {
+	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
 	for i := range n {
@@ -46,7 +51,7 @@ func startFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment,
 		if err != nil {
 			t.Fatal(err)
 		}
-		fc := &FilesConfig{Link: fl, Rate: 50_000_000}
+		fc := &FilesConfig{Link: fl, Rate: rate}
 		if i < len(inboxes) {
 			fc.Inbox = inboxes[i]
 		}
@@ -237,5 +242,50 @@ func TestFilesOff(t *testing.T) {
 	}
 	if st := ds[0].d.Status(); st.Files != nil {
 		t.Fatalf("status has files %+v", st.Files)
+	}
+}
+
+// While a file is under way, both ends' status show it: the receiver's
+// bytes held, rate and time left; the sender's receivers with theirs;
+// and the metrics a receiver's held bytes.
+func TestFileProgressInStatus(t *testing.T) {
+	r := rtnet.New(t, 15)
+	inbox := t.TempDir()
+	ds := startFileGroupRate(t, r, 2, nil, []string{"", inbox}, 1_000_000)
+	src := filepath.Join(t.TempDir(), "slow.bin")
+	writeRandom(t, src, 4_000_000, 5)
+	c, _ := dial(t, ds[0].socket, true)
+	c.Write(&localapi.SendFile{Name: "slow.bin", Path: src})
+	readMsg(t, c)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rs, ss := ds[1].d.Status().Files, ds[0].d.Status().Files
+		var rt, st *FileTransfer
+		for i := range rs.Transfers {
+			if !rs.Transfers[i].Sending {
+				rt = &rs.Transfers[i]
+			}
+		}
+		for i := range ss.Transfers {
+			if ss.Transfers[i].Sending {
+				st = &ss.Transfers[i]
+			}
+		}
+		if rt != nil && st != nil && len(st.Receivers) == 1 && rt.Bytes > 0 && rt.Bytes < 4_000_000 && rt.BytesPerSec > 0 && rt.ETASeconds > 0 &&
+			st.Receivers[0].Bytes > 0 && st.Receivers[0].BytesPerSec > 0 && st.Receivers[0].ETASeconds > 0 && rt.Dir == inbox {
+			if rt.Name != "slow.bin" || rt.Size != 4_000_000 || st.Receivers[0].Member != ds[1].self(t) || !st.Receivers[0].InSnapshot && st.State != "multicasting" {
+				t.Fatalf("receiver's transfer %+v, sender's %+v", rt, st)
+			}
+			rec := httptest.NewRecorder()
+			ds[1].d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), `rbcastd_file_held_bytes{file="1",group="7",receiver="`) {
+				t.Fatalf("metrics lack the file's held bytes:\n%s", body)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress with a rate shown: receiver %+v, sender %+v", rs.Transfers, ss.Transfers)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
