@@ -31,7 +31,7 @@ import (
 // pass is 70 % through: it joins the group and must get the whole file.
 //
 // The size is RBCAST_FILES_BYTES, or 1 GB, or 128 MB under the race
-// detector or CI (1 GB takes about 70 s here without it), or 64 MB under
+// detector or CI (1 GB takes 50–70 s here without it), or 64 MB under
 // -short.
 
 // fileDaemon is one rbcastd run of the file test.
