@@ -70,6 +70,16 @@ plots:
 # CPG agreed order (knet, udpu), JGroups 2.12 SEQUENCER as shipped and
 # without bundling. 5 repeats each, medians; about 8 minutes. See
 # docs/benchmarks.md.
+# Issue 20: one file to every member, rbcastd sendfile against UFTP,
+# udpcast and TCP fan-out on the netns segment (root; installs uftp and
+# udpcast if missing; rbf… namespaces). FILES_ARGS passes bench/files/run's
+# flags (-h lists them); the defaults take about 20 minutes.
+FILES_ARGS ?=
+.PHONY: bench-files
+bench-files:
+	command -v uftp >/dev/null && command -v udp-sender >/dev/null || apt-get install -y uftp udpcast
+	bench/files/run $(FILES_ARGS)
+
 bench-peers:
 	bench/peers/ensure-deps
 	bench/peers/run-corosync

@@ -1109,6 +1109,7 @@ func printStatus(w io.Writer, st *daemon.Status) {
 	for _, f := range st.ForeignVersions {
 		fmt.Fprintf(w, "warning: host %s speaks rbcast protocol version %d; its frames are dropped\n", f.Host, f.Version)
 	}
+	printFiles(w, st.Files)
 }
 
 // levelNames are the delivery levels of a Welcome's order.

@@ -6,6 +6,8 @@
 //	rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N]
 //	        [-format raw|lines] [-o FILE]
 //	rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]
+//	rbcastd sendfile [-socket PATH] [-to IDS] FILE...
+//	rbcastd recvfile [-socket PATH] -dir DIR [-count N]
 //	rbcastd bench [-socket PATH] [-size BYTES] [-duration D | -echo | -ping ID [-count N]] [-json]
 //
 // `run` joins a group on an interface and serves local programs on a Unix
@@ -80,6 +82,9 @@ commands:
            live member
   recv     write what the group delivers (one member's bytes, or all
            members' messages as lines)
+  sendfile send files (and directories) to every member; exit 0 only
+           once every receiver holds every file with the right hash
+  recvfile store the files members send in a directory, printing each
   status   members and their state, order, rates, repairs, drops
   bench    measure goodput through a running daemon
   keygen   write a new group key file (run -key-file: authenticated groups)
@@ -108,6 +113,9 @@ var commands = map[string]command{
 	"bench":  {benchCmd},
 	"keygen": {keygenCmd},
 	"rekey":  {rekeyCmd},
+	// Files (issue 20): sendfile.go, recvfile.go.
+	"sendfile": {sendfileCmd},
+	"recvfile": {recvfileCmd},
 }
 
 func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -89,7 +89,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{nil, "usage: rbcastd <command>"},
-		{[]string{"serve"}, `unknown command "serve" (commands: bench, keygen, recv, rekey, run, send, status)`},
+		{[]string{"serve"}, `unknown command "serve" (commands: bench, keygen, recv, recvfile, rekey, run, send, sendfile, status)`},
 		{[]string{"run", "-group", "1", "-members", "2"}, "-i IFACE is required"},
 		{[]string{"run", "-i", "rbnone0", "-members", "2"}, "-group is 0, want 1..4294967295"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "causal"}, `-order is "causal", want fifo or total`},

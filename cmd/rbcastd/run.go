@@ -94,6 +94,7 @@ type runFlags struct {
 	udp                                                                                 udpFlags
 	udpSet                                                                              bool // a -udp-* flag was given
 	udpCfg                                                                              udp.Config
+	files                                                                               fileFlags
 }
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -129,6 +130,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
 	fs.StringVar(&f.keyFile, "key-file", "", "authenticate every frame with the group key in this `file` (rbcastd keygen; docs/auth.md); all members must have it")
 	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt every payload (AES-256-GCM); all members must agree")
+	f.files.register(fs)
 	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; ring and afpacket links, docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs
 }
@@ -342,7 +344,11 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.linkKind == "ring" {
 		clientSpin = f.spin
 	}
-	return daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}, socket, nil
+	dc = daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}
+	if err := f.files.check(f, &dc); err != nil {
+		return dc, "", err
+	}
+	return dc, socket, nil
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
@@ -442,6 +448,20 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	defer func() { l.Close() }()
 	if err := memberAddress(f.iface, l); err != nil {
 		return fail(stderr, "run", err)
+	}
+	if dc.Files != nil {
+		// The files' link: the same interface, the files' group
+		// (internal/daemon, files.go).
+		var groups []uint32
+		if f.kernelFilter {
+			groups = []uint32{dc.Files.Group}
+		}
+		fl, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+		if err != nil {
+			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
+		}
+		defer fl.Close()
+		dc.Files.Link = fl
 	}
 	var cw *capture.Writer
 	var rec *capture.Recorder

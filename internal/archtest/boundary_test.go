@@ -23,9 +23,11 @@ import (
 // Everything else above reliable — dsm, the daemon, the commands, the
 // simulators — uses package reliable, which re-exports what they need
 // (reliable/export.go). internal/filestore implements the file core's
-// Sink and Source over a directory (reliable/files); it leaves this list
-// once reliable re-exports the file core's types with its runtime.
-var coreDrivers = []string{"internal/replay", "internal/filestore"}
+// Sink and Source over a directory (reliable/files), and internal/filerun
+// is the file core's runtime (rbcastd's files), re-exporting the types
+// the daemon needs; both leave this list once reliable runs the file
+// core and re-exports its types.
+var coreDrivers = []string{"internal/replay", "internal/filestore", "internal/filerun"}
 
 // checkCoreImports returns every package outside reliable/ that imports a
 // package under it other than reliable itself, unless it is one of
@@ -55,7 +57,7 @@ func checkCoreImports(pkgs []pkg) []string {
 // for Join's parameter only (TestJoinersUseLinkOnlyInJoin).
 var linkUsers = []string{
 	"reliable", "reliable/internal/simtest", "reliable/internal/viewsim", "capture", "testnet", "testnet/rtnet", "dsm", "dsm/dsmsim", "orca", "collective",
-	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
+	"internal/daemon", "internal/filerun", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
 	"orca/examples/internal/harness",
 }
 

@@ -274,6 +274,10 @@ func (c *conn) handle(m localapi.Message) bool {
 		return true
 	case *localapi.Rekey:
 		return c.rekey(m)
+	case *localapi.SendFile:
+		return c.sendFile(m)
+	case *localapi.ReceiveFiles:
+		return c.receiveFiles(m)
 	}
 	c.fail(localapi.CodeUnexpected, false, "%v is a daemon message; clients may not send it", m.Type())
 	return false

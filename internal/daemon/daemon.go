@@ -79,6 +79,9 @@ type Config struct {
 	// is then refused with localapi.CodeRejoining. 0 means four failure
 	// timeouts.
 	RejoinWait time.Duration
+	// Files, if set, runs the file dissemination beside the group
+	// (files.go): rbcastd sendfile, recvfile and run -inbox.
+	Files *FilesConfig
 }
 
 // Daemon is one rbcastd: one group membership, many local clients.
@@ -130,6 +133,7 @@ type Daemon struct {
 	ringBytes atomic.Int64  // memory of every client's rings
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
 	rates     rateSampler
+	files     *fileService // nil: files off
 }
 
 // New returns a Daemon; Run starts it.
@@ -150,6 +154,9 @@ func New(cfg Config) *Daemon {
 		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger), keys: map[uint64]*auth.Key{}}
 	if a := cfg.Group.Auth; a != nil && a.Key != nil {
 		d.keys[a.Key.Fingerprint()] = a.Key
+	}
+	if cfg.Files != nil {
+		d.files = newFileService(d, *cfg.Files)
 	}
 	return d
 }
@@ -334,6 +341,7 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 // serveGroup hands out g's deliveries until ctx ends (then it leaves
 // cleanly, and returns the leave's error) or the group stops (its error).
 func (d *Daemon) serveGroup(ctx context.Context, g *reliable.Group) error {
+	defer d.files.start(g)()
 	fanoutDone := make(chan struct{})
 	go func() {
 		defer close(fanoutDone)

@@ -22,6 +22,9 @@ func (d *Daemon) MetricsHandler() http.Handler {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	labels := prometheus.Labels{"group": strconv.FormatUint(uint64(d.cfg.Group.Group), 10)}
 	prometheus.WrapRegistererWith(labels, reg).MustRegister(&collector{d: d})
+	if d.files != nil {
+		prometheus.WrapRegistererWith(labels, reg).MustRegister(filesCollector{d.files})
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 

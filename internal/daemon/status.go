@@ -102,6 +102,10 @@ type Status struct {
 	Rejoins    int           `json:"rejoins"`
 	Rejoining  bool          `json:"rejoining,omitempty"`
 	LastRejoin *RejoinStatus `json:"last_rejoin,omitempty"`
+
+	// Files: the file dissemination (rbcastd sendfile, recvfile, run
+	// -inbox); nil with files off.
+	Files *FilesStatus `json:"files,omitempty"`
 }
 
 // ViewStatus is the installed view of a group whose membership changes.
@@ -189,6 +193,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // Status returns the daemon's status now.
 func (d *Daemon) Status() Status {
 	s, _, _ := d.status()
+	s.Files = d.files.status()
 	return s
 }
 

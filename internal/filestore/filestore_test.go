@@ -230,3 +230,74 @@ func TestCoresOverFiles(t *testing.T) {
 	}
 	t.Logf("the restarted receiver received %d blocks of 201, none of the 100 it held", blocks)
 }
+
+// The prefix hash: blocks written in any order, some again, and a copy
+// resumed halfway, each hash to the file's SHA-256; a copy with a block
+// changed on disk behind its back does not.
+func TestPrefixHash(t *testing.T) {
+	data := randomBytes(10*64+17, 9)
+	m := meta("f", data, 64)
+	n := m.Blocks()
+	block := func(b uint32) []byte { return data[int(b)*64 : int(b)*64+m.BlockLen(b)] }
+	orders := map[string][]uint32{}
+	var seq, rev, odd []uint32
+	for b := range n {
+		seq = append(seq, b)
+		rev = append(rev, n-1-b)
+	}
+	for b := uint32(1); b < n; b += 2 {
+		odd = append(odd, b)
+	}
+	for b := uint32(0); b < n; b += 2 {
+		odd = append(odd, b)
+	}
+	orders["in order"], orders["reversed"], orders["odd then even"] = seq, rev, odd
+	orders["rewritten"] = append(append([]uint32{}, seq...), 3, 0)
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			d := &Dir{Root: t.TempDir()}
+			f, _, err := d.Open(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range order {
+				if err := f.WriteBlock(b, block(b)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if sum, err := f.Sum(); err != nil || sum != m.Hash {
+				t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+			}
+			f.Abort(false)
+		})
+	}
+	d := &Dir{Root: t.TempDir()}
+	f, _, _ := d.Open(m)
+	for b := range n / 2 {
+		f.WriteBlock(b, block(b))
+	}
+	f.(*partial).close() // the process gone
+	f, held, err := d.Open(m)
+	if err != nil || len(held) != 1 || held[0].Last != n/2-1 {
+		t.Fatalf("resumed with %v, %v", held, err)
+	}
+	if p := f.(*partial); p.hashed != n/2 {
+		t.Fatalf("resumed with %d blocks in the prefix hash, want %d", p.hashed, n/2)
+	}
+	for b := n / 2; b < n; b++ {
+		f.WriteBlock(b, block(b))
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("resumed: Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	// Without the prefix hash (a block not known held), Sum reads the
+	// file: a block changed on disk shows.
+	p := f.(*partial)
+	p.data.WriteAt([]byte{^data[0]}, 0)
+	f.WriteBlock(n-1, block(n-1))
+	p.h.Reset()
+	p.hashed = 0
+	if sum, _ := f.Sum(); sum == m.Hash {
+		t.Fatal("a changed block hashed to the file's SHA-256")
+	}
+}

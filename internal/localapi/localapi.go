@@ -97,6 +97,9 @@ func (t Type) String() string {
 	case TError:
 		return "Error"
 	}
+	if isFile(t) {
+		return fileTypeName(t)
+	}
 	return fmt.Sprintf("Type(%#02x)", uint8(t))
 }
 
@@ -501,6 +504,9 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 		return nil, decodeErr(0, 0, "empty packet")
 	}
 	t := Type(p[0])
+	if isFile(t) {
+		return decodeFile(p)
+	}
 	exact := func(n int) error {
 		if len(p) != n {
 			return decodeErr(t, min(len(p), n), "%d bytes, want %d", len(p), n)

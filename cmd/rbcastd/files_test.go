@@ -1,0 +1,112 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/internal/daemon"
+)
+
+func TestFileCommandsHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"sendfile", "recvfile"}},
+		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] FILE...", "recursively", "right hash", "-to", "terminal"}},
+		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", ".rbcast-partial", "-count", "-inbox"}},
+		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files"}},
+	} {
+		code, out, errOut := runMain(c.args...)
+		if code != exitOK || errOut != "" {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errOut)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: help lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+}
+
+func TestFileCommandsUsageErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, []byte("x"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sendfile"}, "no FILE given"},
+		{[]string{"sendfile", "-to", "1,x", "f"}, `-to: "x" is not a member id`},
+		{[]string{"recvfile"}, "-dir DIR is required"},
+		{[]string{"recvfile", "-dir", "/tmp", "-count", "-1"}, "-count is -1, want 0 or more"},
+		{[]string{"recvfile", "-dir", "/tmp", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", "/nonexistent/inbox"}, "-inbox: stat /nonexistent/inbox: no such file or directory"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", file}, "-inbox: " + file + " is not a directory"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox and -files-group need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "1"}, "-files-group 1 is the message group's id"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "x"}, `-files-group is "x"`},
+		{[]string{"run", "-i", "rbnone0", "-group", "2147483648"}, "-group 2147483648 flipped is 0"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-file-rate", "0"}, "-file-rate is 0 MB/s"},
+		{[]string{"run", "-group", "1", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-inbox", "/tmp"}, "need an Ethernet link"},
+	} {
+		code, _, errOut := runMain(c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+func TestFileCommandsFailures(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "none.sock")
+	empty := filepath.Join(dir, "empty")
+	os.Mkdir(empty, 0o755)
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, []byte("x"), 0o644)
+	unreadable := filepath.Join(dir, "secret")
+	os.WriteFile(unreadable, []byte("x"), 0o000)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sendfile", "-socket", sock, filepath.Join(dir, "missing")}, "missing: no such file or directory"},
+		{[]string{"sendfile", "-socket", sock, empty}, "empty: no regular files under the directory"},
+		{[]string{"sendfile", "-socket", sock, file}, "no daemon socket at " + sock},
+		{[]string{"recvfile", "-socket", sock, "-dir", filepath.Join(dir, "nodir")}, "-dir " + filepath.Join(dir, "nodir") + ": no such file or directory"},
+		{[]string{"recvfile", "-socket", sock, "-dir", file}, "not a directory"},
+		{[]string{"recvfile", "-socket", sock, "-dir", dir}, "no daemon socket at " + sock},
+	} {
+		code, _, errOut := runMain(c.args...)
+		if code != exitFail || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	if os.Geteuid() != 0 { // root reads every file
+		code, _, errOut := runMain("sendfile", "-socket", sock, unreadable)
+		if code != exitFail || !strings.Contains(errOut, "secret: permission denied") {
+			t.Errorf("unreadable file: exit %d, stderr %q", code, errOut)
+		}
+	}
+}
+
+func TestPrintFiles(t *testing.T) {
+	var b strings.Builder
+	printFiles(&b, &daemon.FilesStatus{Group: 0x80000007, Running: true, Self: 1, Inbox: "/srv/in",
+		Transfers: []daemon.FileTransfer{
+			{Sender: 1, ID: 2, Name: "disk.img", Size: 100e6, Blocks: 68306, Sending: true, State: "multicasting", Held: 34153,
+				Receivers: []daemon.FileReceiver{{Member: 3, InSnapshot: true, State: "receiving", Bytes: 40e6, BytesPerSec: 80e6, ETASeconds: 0.75}}},
+			{Sender: 2, ID: 1, Name: "b.txt", Size: 10e6, Blocks: 6831, State: "receiving", Bytes: 5e6, BytesPerSec: 1e6, ETASeconds: -1},
+		},
+		Recent: []daemon.FileEvent{{At: "10:00", Kind: "sent", Name: "a", Size: 5, SHA256: "00112233445566778899", Missing: []string{"4: silent past the failure timeout (0 of 1 blocks)"}}}})
+	out := b.String()
+	for _, w := range []string{"stored in /srv/in (-inbox)", "sending disk.img: multicasting, multicast 50.0 MB of 100.0 MB",
+		"member 3: receiving, 40.0 MB of 100.0 MB, 80.0 MB/s, 1s left", "receiving b.txt from member 2: member 1: receiving, 5.0 MB of 10.0 MB, 1.0 MB/s, time left unknown",
+		"sent a (5 bytes, sha256 0011223344556677…); missing 4: silent"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/filerun"
+	"github.com/rbcast/rbcast/internal/filestore"
+	"github.com/rbcast/rbcast/internal/localapi"
+)
+
+const sendfileText = `Sends each FILE to the group's members through the daemon (a directory:
+every regular file under it, recursively, named by its path from the
+directory's parent, so 'sendfile photos' arrives as photos/...). The
+data is multicast once at the segment's rate and repaired to whoever
+lost it (docs/protocols.md, "Files (IBRMP)"); receivers store it with
+'rbcastd recvfile -dir DIR' or run -inbox DIR.
+
+The receivers waited for are -to's members, or else every member of the
+group when each file's multicast ends (a member that joins later still
+fetches the file, but is not waited for). The daemon opens and hashes
+the files itself (SHA-256): run sendfile as the daemon's user or root.
+
+Exits 0 only once every receiver waited for holds every file with the
+right hash; otherwise 1, naming each file and each receiver that does
+not hold it, and why. Prints one line per file sent (its hash and the
+members that hold it). Progress per file and receiver (bytes, rate,
+time left) goes to stderr when it is a terminal.
+`
+
+func sendfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	var sf socketFlags
+	fs := newFlags("sendfile", "[-socket PATH] [-to IDS] FILE...", sendfileText, stderr)
+	sf.add(fs)
+	toFlag := fs.String("to", "", "comma-separated member `ids` to wait for (default: every member but this one)")
+	if done, code := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() == 0 {
+		return usageErr(stderr, "sendfile", "no FILE given")
+	}
+	to, err := parseIDs(*toFlag)
+	if err != nil {
+		return usageErr(stderr, "sendfile", "-to: %v", err)
+	}
+	paths, names, err := walkFiles(fs.Args())
+	if err != nil {
+		return fail(stderr, "sendfile", err)
+	}
+	c, err := dial(&sf)
+	if err != nil {
+		return fail(stderr, "sendfile", err)
+	}
+	defer c.Close()
+	if _, err := c.Hello(localapi.HelloWaitReady); err != nil {
+		return fail(stderr, "sendfile", err)
+	}
+	var prog *fileProgress
+	if isTerminal(stderr) {
+		prog = startFileProgress(&sf, stderr)
+	}
+	ok := sendFiles(c, to, paths, names, stdout, stderr, prog)
+	prog.stop()
+	if !ok {
+		return exitFail
+	}
+	return exitOK
+}
+
+// parseIDs parses -to's comma-separated member ids.
+func parseIDs(s string) ([]uint16, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var ids []uint16
+	for _, f := range strings.Split(s, ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || id == 0xffff {
+			return nil, fmt.Errorf("%q is not a member id (0..65534)", f)
+		}
+		ids = append(ids, uint16(id))
+	}
+	return ids, nil
+}
+
+// walkFiles lists the files to send, as absolute paths and their names.
+func walkFiles(args []string) (paths, names []string, err error) {
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+		}
+		p, n, err := filestore.Walk([]string{a})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+		}
+		if len(p) == 0 && st.IsDir() {
+			return nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
+		}
+		for i := range p {
+			abs, err := filepath.Abs(p[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			f, err := os.Open(abs)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", p[i], unwrapPath(err))
+			}
+			f.Close()
+			paths, names = append(paths, abs), append(names, n[i])
+		}
+	}
+	return paths, names, nil
+}
+
+// unwrapPath is a *PathError's cause (the path is said already).
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// sendFiles sends the files and waits for their verdicts; false if any
+// file was refused or a receiver lacks one.
+func sendFiles(c *localapi.Conn, to []uint16, paths, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
+	ok := true
+	queued := map[uint32]*localapi.FileQueued{}
+	for i := range paths {
+		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i]}); err != nil {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
+			return false
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Minute)) // the daemon hashes the file first
+		m, err := c.Read()
+		c.SetDeadline(time.Time{})
+		var le *localapi.Error
+		switch {
+		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", paths[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			ok = false
+			continue
+		case err != nil:
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", paths[i], err)
+			return false
+		}
+		q, isQ := m.(*localapi.FileQueued)
+		if !isQ {
+			fmt.Fprintf(stderr, "rbcastd sendfile: the daemon answered SendFile with %v\n", m.Type())
+			return false
+		}
+		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
+		prog.add(q.ID)
+	}
+	for len(queued) > 0 {
+		m, err := c.Read()
+		if err != nil {
+			fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
+			for _, q := range queued {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
+			}
+			return false
+		}
+		v, isV := m.(*localapi.FileVerdict)
+		if !isV {
+			continue
+		}
+		q := queued[v.ID]
+		if q == nil {
+			continue
+		}
+		delete(queued, v.ID)
+		prog.done(v.ID)
+		if !verdictOK(q, v, stdout, stderr, prog) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// verdictOK prints a file's verdict and reports whether it is complete.
+func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer, prog *fileProgress) bool {
+	prog.clear()
+	done := make([]string, len(v.Done))
+	for i, id := range v.Done {
+		done[i] = strconv.Itoa(int(id))
+	}
+	held := "held by members " + strings.Join(done, ", ")
+	if len(done) == 0 {
+		held = "held by no member"
+	}
+	fmt.Fprintf(stdout, "%x  %s  %d bytes, %s\n", q.Hash, q.Name, q.Size, held)
+	ok := len(v.Missing) == 0 && v.Text == ""
+	for _, m := range v.Missing {
+		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, filerun.CauseText(m.Cause), m.Held, m.Blocks)
+	}
+	if v.Text != "" {
+		fmt.Fprintf(stderr, "rbcastd sendfile: %s: %s\n", q.Name, v.Text)
+	}
+	return ok
+}
+
+// fileProgress shows, on a terminal, each file's progress at each
+// receiver, from the daemon's status (a connection of its own), redrawn
+// every second.
+type fileProgress struct {
+	sf    *socketFlags
+	w     io.Writer
+	ids   chan [2]int64 // id, 1: add, 0: done
+	quit  chan struct{}
+	ended chan struct{}
+	lines int
+	clr   chan chan struct{}
+}
+
+func startFileProgress(sf *socketFlags, w io.Writer) *fileProgress {
+	p := &fileProgress{sf: sf, w: w, ids: make(chan [2]int64, 1024), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *fileProgress) add(id uint32) {
+	if p != nil {
+		p.ids <- [2]int64{int64(id), 1}
+	}
+}
+
+func (p *fileProgress) done(id uint32) {
+	if p != nil {
+		p.ids <- [2]int64{int64(id), 0}
+	}
+}
+
+// clear erases the lines drawn, so a verdict line is not mixed with them.
+func (p *fileProgress) clear() {
+	if p == nil {
+		return
+	}
+	ch := make(chan struct{})
+	select {
+	case p.clr <- ch:
+		<-ch
+	case <-p.ended:
+	}
+}
+
+func (p *fileProgress) stop() {
+	if p == nil {
+		return
+	}
+	close(p.quit)
+	<-p.ended
+}
+
+func (p *fileProgress) erase() {
+	for ; p.lines > 0; p.lines-- {
+		fmt.Fprint(p.w, "\x1b[1A\x1b[2K")
+	}
+}
+
+func (p *fileProgress) run() {
+	defer close(p.ended)
+	defer p.erase()
+	want := map[uint32]bool{}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.quit:
+			return
+		case x := <-p.ids:
+			if x[1] == 1 {
+				want[uint32(x[0])] = true
+			} else {
+				delete(want, uint32(x[0]))
+			}
+			continue
+		case ch := <-p.clr:
+			p.erase()
+			close(ch)
+			continue
+		case <-t.C:
+		}
+		st, err := status(p.sf, 0)
+		if err != nil || st.Files == nil {
+			continue
+		}
+		var lines []string
+		for _, tr := range st.Files.Transfers {
+			if !tr.Sending || !want[tr.ID] {
+				continue
+			}
+			lines = append(lines, progressLines(tr)...)
+		}
+		p.erase()
+		for _, l := range lines {
+			fmt.Fprintln(p.w, l)
+		}
+		p.lines = len(lines)
+	}
+}
+
+// progressLines describes a file sent and its receivers.
+func progressLines(t daemon.FileTransfer) []string {
+	out := []string{fmt.Sprintf("%s: %s, multicast %s of %s", t.Name, t.State, mb(int64(min(uint64(t.Held)*blockOf(t), t.Size))), mb(int64(t.Size)))}
+	rs := t.Receivers
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Member < rs[j].Member })
+	for _, r := range rs {
+		out = append(out, "  "+receiverLine(r.Member, r.State, r.Bytes, t.Size, r.BytesPerSec, r.ETASeconds))
+	}
+	return out
+}
+
+// blockOf is a transfer's block size, from its size and block count.
+func blockOf(t daemon.FileTransfer) uint64 {
+	if t.Blocks == 0 {
+		return 0
+	}
+	return (t.Size + uint64(t.Blocks) - 1) / uint64(t.Blocks)
+}
+
+func receiverLine(member int, state string, bytes, size uint64, bps, eta float64) string {
+	left := "time left unknown"
+	switch {
+	case bytes >= size:
+		left = "complete"
+	case eta >= 0:
+		left = fmt.Sprintf("%s left", (time.Duration(eta * float64(time.Second))).Round(time.Second))
+	}
+	return fmt.Sprintf("member %d: %s, %s of %s, %.1f MB/s, %s", member, state, mb(int64(bytes)), mb(int64(size)), bps/1e6, left)
+}
+
+// printFiles is the files section of 'rbcastd status'.
+func printFiles(w io.Writer, f *daemon.FilesStatus) {
+	if f == nil {
+		return
+	}
+	where := "declined (no -inbox, no recvfile client)"
+	switch {
+	case len(f.RecvDirs) > 0:
+		where = "stored in " + f.RecvDirs[0] + " (recvfile)"
+	case f.Inbox != "":
+		where = "stored in " + f.Inbox + " (-inbox)"
+	}
+	fmt.Fprintf(w, "files: group %d, arriving files %s\n", f.Group, where)
+	if !f.Running {
+		fmt.Fprintln(w, "  not running (the daemon is not a member)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, t := range f.Transfers {
+		if t.Sending {
+			for _, l := range progressLines(t) {
+				fmt.Fprintf(tw, "  sending %s\n", l)
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "  receiving %s from member %d: %s\n", t.Name, t.Sender, receiverLine(f.Self, t.State, t.Bytes, t.Size, t.BytesPerSec, t.ETASeconds))
+	}
+	tw.Flush()
+	k := f.Counters
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000)
+	for _, e := range f.Recent {
+		fmt.Fprintf(w, "  %s %s %s (%d bytes, sha256 %.16s…)", e.At, e.Kind, e.Name, e.Size, e.SHA256)
+		if len(e.Missing) > 0 {
+			fmt.Fprintf(w, "; missing %s", strings.Join(e.Missing, "; "))
+		}
+		if e.Detail != "" {
+			fmt.Fprintf(w, "; %s", e.Detail)
+		}
+		fmt.Fprintln(w)
+	}
+}

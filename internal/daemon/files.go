@@ -1,0 +1,538 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/filerun"
+	"github.com/rbcast/rbcast/internal/filestore"
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable"
+)
+
+// Files (issue 20; docs/protocols.md, "Files (IBRMP)"): the daemon runs
+// the file core (reliable/files) beside its message group, on a link of
+// its own — the same interface, the group id FilesGroup(G) — so that the
+// message group's data path is untouched. The file core's member list is
+// the message group's (its view, under -membership views), its member id
+// and incarnation the daemon's in that group; when the daemon joins
+// again as a new incarnation, the file core starts again with it.
+//
+// A received file is stored in the directory of the oldest recvfile
+// client connected when its offer arrives, else in the inbox (run
+// -inbox), else declined (the sender's verdict names this member).
+
+// FilesConfig configures the daemon's file dissemination.
+type FilesConfig struct {
+	// Link carries the file frames: a link of its own on the message
+	// group's interface (rbcastd run opens it, with a kernel filter for
+	// Group). The daemon does not close it.
+	Link link.Link
+	// Group is the file frames' group id: FilesGroup of the message
+	// group's, unless set.
+	Group uint32
+	// Inbox is where the daemon stores the files it receives while no
+	// recvfile client is connected; "" declines them then.
+	Inbox string
+	// Rate is the file pacer's rate in bytes/s; 0 means
+	// the file core's default (125 MB/s).
+	Rate int64
+	// Tune, if set, adjusts the file core's configuration (tests).
+	Tune func(*filerun.Config)
+}
+
+// FilesGroup is the group id of the file frames of message group g: g
+// with its top bit flipped, so both are distinct and the kernel filter
+// of each link passes only its own. (Group 0x80000000 maps to 0, which is
+// no group: such a daemon needs an explicit -files-group.)
+func FilesGroup(g uint32) uint32 { return g ^ 0x80000000 }
+
+// FilesFailureTimeout is the file core's FailureTimeout in the daemon: a
+// receiver silent this long fails a file (and a sender silent this long
+// ends its transfers). Longer than the core's default (2 s): a receiver's
+// loop stalls while it commits a large file (the fsync), and a daemon
+// that shares two cores with others may not run for a while.
+const FilesFailureTimeout = 5 * filerun.Second
+
+// memberPoll is how often the file service looks at the group's view.
+const memberPoll = 100 * time.Millisecond
+
+// maxRecent bounds the files listed in status' recent list.
+const maxRecent = 32
+
+// fileService is the daemon's file dissemination.
+type fileService struct {
+	d   *Daemon
+	cfg FilesConfig
+
+	// mu guards what the sink and the status read. It is never held
+	// while calling into the runner (whose loop calls the sink with its
+	// own lock held).
+	mu      sync.Mutex
+	r       *filerun.Runner // nil while the daemon is not a member
+	clients []*fileClient   // recvfile clients, oldest first
+	stored  map[xferKey]*xferInfo
+	recent  []FileEvent
+	rates   map[rateKey]rateSample
+	self    frame.MemberID
+
+	// wmu guards wait: the sendfile connection of each file sent by the
+	// runner now. Held across runner.Send, so a verdict (handed out on
+	// the loop, which takes wmu) never comes before its waiter.
+	wmu  sync.Mutex
+	wait map[uint32]*conn
+
+	bytesIn atomic.Uint64 // block bytes written to storage by this daemon
+	runs    int           // runners started (a rejoin starts another)
+}
+
+// xferKey is one transfer: a sender's incarnation's file id.
+type xferKey struct {
+	sender frame.MemberID
+	inc    uint32
+	id     uint32
+}
+
+// xferInfo is where a received transfer is stored and how many bytes
+// this daemon wrote for it.
+type xferInfo struct {
+	dir   string
+	bytes atomic.Uint64
+}
+
+type rateKey struct {
+	xferKey
+	receiver frame.MemberID
+}
+
+type rateSample struct {
+	at   time.Time
+	held uint32
+	rate float64 // blocks/s over the last interval
+}
+
+// fileClient is one recvfile connection.
+type fileClient struct {
+	c   *conn
+	dir string
+	ch  chan *localapi.FileReport
+}
+
+func newFileService(d *Daemon, cfg FilesConfig) *fileService {
+	if cfg.Group == 0 {
+		cfg.Group = FilesGroup(d.cfg.Group.Group)
+	}
+	return &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*conn{}}
+}
+
+// groupMembers is g's member list: its view's, or the list it started
+// with.
+func groupMembers(g *reliable.Group) (ms []frame.MemberInfo, view uint32) {
+	if st := g.Stats(); st.View != nil {
+		return st.View.Members, st.View.ID
+	}
+	return g.MemberList(), 0
+}
+
+// start runs the file core for membership g until the returned stop.
+func (s *fileService) start(g *reliable.Group) (stop func()) {
+	if s == nil {
+		return func() {}
+	}
+	ms, view := groupMembers(g)
+	ms = s.withOwnMAC(ms, g.Self())
+	cfg := filerun.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
+		FailureTimeout: FilesFailureTimeout}
+	if s.cfg.Tune != nil {
+		s.cfg.Tune(&cfg)
+	}
+	r, err := filerun.Start(s.cfg.Link, cfg, s.d.log)
+	if err != nil {
+		s.d.log.Error("rbcastd: files off: the file core did not start", "err", err)
+		return func() {}
+	}
+	r.Subscribe(s.onReport)
+	s.mu.Lock()
+	s.r, s.self = r, g.Self()
+	s.runs++
+	s.mu.Unlock()
+	s.d.log.Info("rbcastd: files on", "files_group", s.cfg.Group, "self", g.Self(), "inbox", s.cfg.Inbox)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(memberPoll)
+		defer t.Stop()
+		lastSample := time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if ms2, v := groupMembers(g); v != view || len(ms2) != len(ms) {
+				view, ms = v, ms2
+				r.SetMembers(s.withOwnMAC(ms2, g.Self()))
+			}
+			if time.Since(lastSample) >= time.Second {
+				lastSample = time.Now()
+				s.sample(r.Progress(), lastSample)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		s.mu.Lock()
+		s.r = nil
+		s.mu.Unlock()
+		r.Close()
+		s.wmu.Lock()
+		waiting := s.wait
+		s.wait = map[uint32]*conn{}
+		s.wmu.Unlock()
+		for id, c := range waiting {
+			go c.write(&localapi.FileVerdict{ID: id, Text: "the daemon left the group (or joins it again as a new incarnation) before the file's verdict; send it again"})
+		}
+	}
+}
+
+// withOwnMAC is ms with this member's MAC replaced by the file link's
+// (the same interface's, so the same MAC, on a real network).
+func (s *fileService) withOwnMAC(ms []frame.MemberInfo, self frame.MemberID) []frame.MemberInfo {
+	ms = slices.Clone(ms)
+	if hw := s.cfg.Link.HardwareAddr(); len(hw) == 6 {
+		for i := range ms {
+			if ms[i].ID == self {
+				ms[i].MAC = [6]byte(hw)
+			}
+		}
+	}
+	return ms
+}
+
+func (s *fileService) runner() *filerun.Runner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r
+}
+
+// fileSink stores received files: in the oldest recvfile client's
+// directory, else the inbox, else declined.
+type fileSink struct{ s *fileService }
+
+func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error) {
+	s := k.s
+	s.mu.Lock()
+	dir := s.cfg.Inbox
+	if len(s.clients) > 0 {
+		dir = s.clients[0].dir
+	}
+	s.mu.Unlock()
+	if dir == "" {
+		return nil, nil, filerun.ErrDeclined
+	}
+	f, held, err := (&filestore.Dir{Root: dir}).Open(m)
+	if err != nil {
+		s.d.log.Warn("rbcastd: a file could not be stored", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
+		return nil, nil, err
+	}
+	info := &xferInfo{dir: dir}
+	s.mu.Lock()
+	s.stored[xferKey{m.Sender, m.Incarnation, m.ID}] = info
+	s.mu.Unlock()
+	if len(held) > 0 {
+		n := uint32(0)
+		for _, r := range held {
+			n += r.Last - r.First + 1
+		}
+		s.d.log.Info("rbcastd: resuming a file from its partial copy", "file", m.Name, "from", m.Sender, "blocks_held", n, "blocks", m.Blocks())
+	}
+	return &countingFile{SinkFile: f, info: info, total: &s.bytesIn}, held, nil
+}
+
+// countingFile counts the bytes written.
+type countingFile struct {
+	filerun.SinkFile
+	info  *xferInfo
+	total *atomic.Uint64
+}
+
+func (f *countingFile) WriteBlock(b uint32, data []byte) error {
+	err := f.SinkFile.WriteBlock(b, data)
+	if err == nil {
+		f.info.bytes.Add(uint64(len(data)))
+		f.total.Add(uint64(len(data)))
+	}
+	return err
+}
+
+// FileEvent is a file finished here, in status' recent list.
+type FileEvent struct {
+	At     string `json:"at"`
+	Kind   string `json:"kind"` // received, incomplete, sent
+	Sender int    `json:"sender"`
+	ID     uint32 `json:"id"`
+	Name   string `json:"name"`
+	Size   uint64 `json:"size"`
+	SHA256 string `json:"sha256"`
+	Dir    string `json:"dir,omitempty"`
+	// Received bytes this daemon wrote for it (a resume writes fewer than
+	// Size).
+	Received uint64 `json:"received_bytes,omitempty"`
+	// Done and Missing: a verdict's receivers.
+	Done    []int    `json:"done,omitempty"`
+	Missing []string `json:"missing,omitempty"`
+	Detail  string   `json:"detail,omitempty"`
+}
+
+// onReport takes the core's reports, on the runner's loop.
+func (s *fileService) onReport(r filerun.Report) {
+	k := xferKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}
+	ev := FileEvent{At: stamp(time.Now()), Kind: r.Kind.String(), Sender: int(r.Meta.Sender), ID: r.Meta.ID, Name: r.Meta.Name,
+		Size: r.Meta.Size, SHA256: fmt.Sprintf("%x", r.Meta.Hash)}
+	switch r.Kind {
+	case filerun.Received, filerun.Incomplete:
+		s.mu.Lock()
+		info := s.stored[k]
+		delete(s.stored, k)
+		var to []*fileClient
+		if info != nil {
+			ev.Dir, ev.Received = info.dir, info.bytes.Load()
+			for _, c := range s.clients {
+				if c.dir == info.dir {
+					to = append(to, c)
+				}
+			}
+		}
+		s.mu.Unlock()
+		rep := &localapi.FileReport{Kind: localapi.FileReceived, Sender: uint16(r.Meta.Sender), Incarnation: r.Meta.Incarnation,
+			ID: r.Meta.ID, Size: r.Meta.Size, Hash: r.Meta.Hash, Name: r.Meta.Name}
+		if r.Kind == filerun.Incomplete {
+			rep.Kind, rep.Cause = localapi.FileIncomplete, uint8(r.Cause)
+			ev.Detail = r.Cause.String()
+			s.d.log.Warn("rbcastd: file incomplete", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "cause", r.Cause.String())
+		} else {
+			s.d.log.Info("rbcastd: file received", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "size", r.Meta.Size,
+				"sha256", ev.SHA256, "dir", ev.Dir, "received_bytes", ev.Received)
+		}
+		for _, c := range to {
+			select {
+			case c.ch <- rep:
+			default:
+				s.d.log.Warn("rbcastd: a recvfile client does not read; a report was dropped", "file", r.Meta.Name)
+			}
+		}
+	case filerun.Verdict:
+		ev.Kind = "sent"
+		v := &localapi.FileVerdict{ID: r.Meta.ID}
+		for _, id := range r.Done {
+			v.Done = append(v.Done, uint16(id))
+			ev.Done = append(ev.Done, int(id))
+		}
+		for _, m := range r.Missing {
+			v.Missing = append(v.Missing, localapi.FileMiss{Member: uint16(m.Member), Cause: uint8(m.Cause), Held: m.Held, Blocks: m.Blocks})
+			ev.Missing = append(ev.Missing, fmt.Sprintf("%d: %v (%d of %d blocks)", m.Member, m.Cause, m.Held, m.Blocks))
+		}
+		if r.Err != nil {
+			v.Text, ev.Detail = r.Err.Error(), r.Err.Error()
+		}
+		s.d.log.Info("rbcastd: file sent", "file", r.Meta.Name, "id", r.Meta.ID, "done", ev.Done, "missing", ev.Missing, "err", r.Err)
+		s.wmu.Lock()
+		c := s.wait[r.Meta.ID]
+		delete(s.wait, r.Meta.ID)
+		s.wmu.Unlock()
+		if c != nil {
+			go c.write(v)
+		}
+	}
+	s.mu.Lock()
+	s.recent = append(s.recent, ev)
+	if len(s.recent) > maxRecent {
+		s.recent = slices.Delete(s.recent, 0, len(s.recent)-maxRecent)
+	}
+	s.mu.Unlock()
+}
+
+// errNoFiles refuses a file request of a daemon without files.
+var errNoFiles = errors.New("this daemon carries no files (rbcastd run -files=false, or -link udp)")
+
+// mayFiles admits a client of the daemon's own user, or root: the daemon
+// opens the files to send and writes the directories to store into with
+// its own rights.
+func (c *conn) mayFiles() error {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("the client's credentials: %w", cerr)
+	}
+	if self := uint32(os.Geteuid()); cred.Uid != 0 && cred.Uid != self {
+		return fmt.Errorf("only root or the daemon's user (uid %d) may send or receive files through it; the client runs as uid %d", self, cred.Uid)
+	}
+	return nil
+}
+
+// refuse answers a file request with an Error of code CodeRefused; the
+// connection stays open.
+func (c *conn) refuse(format string, args ...any) bool {
+	c.fail(localapi.CodeRefused, true, format, args...)
+	return true
+}
+
+// sendFile serves SendFile.
+func (c *conn) sendFile(m *localapi.SendFile) bool {
+	s := c.d.files
+	if s == nil {
+		return c.refuse("sendfile %s: %v", m.Name, errNoFiles)
+	}
+	if err := c.mayFiles(); err != nil {
+		return c.refuse("sendfile %s: %v", m.Name, err)
+	}
+	if !filepath.IsAbs(m.Path) {
+		return c.refuse("sendfile %s: the path %q is not absolute", m.Name, m.Path)
+	}
+	g, err := c.d.started(c.ctx)
+	if err != nil {
+		c.noGroup(err)
+		return false
+	}
+	r := s.runner()
+	if r == nil {
+		return c.refuse("sendfile %s: the daemon is joining the group again; try again", m.Name)
+	}
+	var to []frame.MemberID
+	if len(m.To) > 0 {
+		ms, _ := groupMembers(g)
+		ids := make([]frame.MemberID, len(ms))
+		for i, x := range ms {
+			ids[i] = x.ID
+		}
+		for _, id := range m.To {
+			switch {
+			case frame.MemberID(id) == g.Self():
+				return c.refuse("sendfile %s: member %d is this daemon itself", m.Name, id)
+			case !slices.Contains(ids, frame.MemberID(id)):
+				return c.refuse("sendfile %s: member %d is not in the group (members %v)", m.Name, id, ids)
+			}
+			to = append(to, frame.MemberID(id))
+		}
+	}
+	src, err := filestore.OpenSource(m.Path, m.Name)
+	if err != nil {
+		return c.refuse("sendfile %s: %v", m.Name, err)
+	}
+	s.wmu.Lock()
+	id, err := r.Send(src.Outgoing(to))
+	if err == nil {
+		s.wait[id] = c
+	}
+	s.wmu.Unlock()
+	if err != nil {
+		src.Close()
+		return c.refuse("sendfile %s: %v", m.Name, err)
+	}
+	c.d.log.Info("rbcastd: sending a file", "file", m.Name, "id", id, "size", src.Size, "to", to)
+	return c.write(&localapi.FileQueued{ID: id, Size: src.Size, Hash: src.Hash, Name: src.Name}) == nil
+}
+
+// receiveFiles serves ReceiveFiles: it stores files under the directory
+// while the client is connected, reporting each, and ends when the
+// client closes the connection.
+func (c *conn) receiveFiles(m *localapi.ReceiveFiles) bool {
+	s := c.d.files
+	if s == nil {
+		c.fail(localapi.CodeRefused, false, "recvfile: %v", errNoFiles)
+		return false
+	}
+	if err := c.mayFiles(); err != nil {
+		c.fail(localapi.CodeRefused, false, "recvfile: %v", err)
+		return false
+	}
+	if err := checkStoreDir(m.Dir); err != nil {
+		c.fail(localapi.CodeRefused, false, "recvfile: %v", err)
+		return false
+	}
+	fc := &fileClient{c: c, dir: m.Dir, ch: make(chan *localapi.FileReport, 1024)}
+	s.mu.Lock()
+	s.clients = append(s.clients, fc)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.clients = slices.DeleteFunc(s.clients, func(x *fileClient) bool { return x == fc })
+		s.mu.Unlock()
+	}()
+	if c.write(&localapi.ReceivingFiles{Dir: m.Dir}) != nil {
+		return false
+	}
+	go func() {
+		for {
+			select {
+			case rep := <-fc.ch:
+				if c.write(rep) != nil {
+					return
+				}
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64)
+	for {
+		if _, _, err := c.read(buf); err != nil {
+			return false
+		}
+	}
+}
+
+// checkStoreDir checks that dir is an absolute path of a directory the
+// daemon can store files in.
+func checkStoreDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("the directory %q is not absolute", dir)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	part := filepath.Join(dir, filestore.PartialDir)
+	if err := os.MkdirAll(part, 0o755); err != nil {
+		return fmt.Errorf("%s cannot hold files: %w", dir, err)
+	}
+	f, err := os.CreateTemp(part, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("%s cannot hold files: %w", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// CheckInbox checks run -inbox's directory.
+func CheckInbox(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	return checkStoreDir(abs)
+}

@@ -1,0 +1,291 @@
+package daemon
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link/mux"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// startFileGroup starts n daemons with files on, each on one simulated
+// link shared by the message group and the file group (link/mux, as one
+// interface carries both), with inboxes[i] as daemon i's inbox.
+func startFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string) []*running {
+	t.Helper()
+	return startFileGroupRate(t, r, n, imp, inboxes, 50_000_000)
+}
+
+func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64) []*running {
+	t.Helper()
+	dir := t.TempDir()
+	out := make([]*running, n)
+	for i := range n {
+		ep := testnet.EndpointConfig{}
+		if i < len(imp) {
+			ep.In = imp[i]
+		}
+		l := r.Attach(t, ep)
+		m, err := mux.New(l, mux.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		ml, err := m.Open(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl, err := m.Open(FilesGroup(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := &FilesConfig{Link: fl, Rate: rate}
+		if i < len(inboxes) {
+			fc.Inbox = inboxes[i]
+		}
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}, Files: fc}
+		out[i] = startDaemon(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
+		out[i].link = l
+	}
+	for _, x := range out {
+		x.self(t)
+	}
+	return out
+}
+
+func writeRandom(t *testing.T, path string, n int, seed uint64) []byte {
+	t.Helper()
+	data := randomBytes(seed, n)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// readErr reads the next message within 30 s, which must be an Error.
+func readErr(t *testing.T, c *localapi.Conn) *localapi.Error {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	m, err := c.Read()
+	e, ok := err.(*localapi.Error)
+	if !ok {
+		t.Fatalf("read %v, %v; want an Error", m, err)
+	}
+	return e
+}
+
+// readMsg reads the next message within 30 s.
+func readMsg(t *testing.T, c *localapi.Conn) localapi.Message {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	m, err := c.Read()
+	if err != nil {
+		t.Fatalf("reading from the daemon: %v", err)
+	}
+	return m
+}
+
+// A file sent through one daemon's local API reaches the others' inboxes
+// under loss, and the sender's client gets the verdict naming both;
+// status shows the file in its recent list.
+func TestSendFileToInboxes(t *testing.T) {
+	r := rtnet.New(t, 11)
+	in1, in2 := t.TempDir(), t.TempDir()
+	ds := startFileGroup(t, r, 3, []testnet.Impairment{{}, {Loss: 0.05}, {Loss: 0.1}}, []string{"", in1, in2})
+	src := filepath.Join(t.TempDir(), "img.bin")
+	data := writeRandom(t, src, 800_000, 3)
+
+	c, _ := dial(t, ds[0].socket, true)
+	if err := c.Write(&localapi.SendFile{Name: "boot/img.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	q, ok := readMsg(t, c).(*localapi.FileQueued)
+	if !ok {
+		t.Fatalf("SendFile answered with %v, want FileQueued", q)
+	}
+	if q.Size != uint64(len(data)) || q.Hash != sha256.Sum256(data) || q.Name != "boot/img.bin" {
+		t.Fatalf("FileQueued %+v does not describe the file", q)
+	}
+	v, ok := readMsg(t, c).(*localapi.FileVerdict)
+	if !ok {
+		t.Fatalf("then %T, want FileVerdict", v)
+	}
+	if v.ID != q.ID || len(v.Done) != 2 || len(v.Missing) != 0 || v.Text != "" {
+		t.Fatalf("verdict %+v, want both receivers done", v)
+	}
+	for _, dir := range []string{in1, in2} {
+		got, err := os.ReadFile(filepath.Join(dir, "boot", "img.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s: the stored file differs from the one sent", dir)
+		}
+	}
+	st := ds[0].d.Status()
+	if st.Files == nil || !st.Files.Running || len(st.Files.Recent) != 1 || st.Files.Recent[0].Kind != "sent" {
+		t.Fatalf("sender's files status %+v, want the file sent in recent", st.Files)
+	}
+	// The receivers' status says how many bytes they stored.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := ds[1].d.Status()
+		if st.Files.Counters.FilesReceived == 1 && st.Files.Counters.StoredBytes == uint64(len(data)) && len(st.Files.Recent) == 1 &&
+			st.Files.Recent[0].Received == uint64(len(data)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(st.Files)
+			t.Fatalf("receiver's files status %s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Metrics have the files' counters.
+	rec := httptest.NewRecorder()
+	ds[1].d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{`rbcastd_files_total{group="7",kind="files_received"} 1`, fmt.Sprintf(`rbcastd_files_stored_bytes_total{group="7"} %d`, len(data))} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// recvfile's request: a client's directory takes the files (before the
+// inbox), and the client gets a FileReport for each.
+func TestReceiveFilesClient(t *testing.T) {
+	r := rtnet.New(t, 12)
+	inbox := t.TempDir()
+	ds := startFileGroup(t, r, 2, nil, []string{"", inbox})
+	dir := t.TempDir()
+	rc, _ := dial(t, ds[1].socket, true)
+	if err := rc.Write(&localapi.ReceiveFiles{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := readMsg(t, rc).(*localapi.ReceivingFiles); !ok || m.Dir != dir {
+		t.Fatalf("ReceiveFiles answered with %+v", m)
+	}
+	src := filepath.Join(t.TempDir(), "a.txt")
+	data := writeRandom(t, src, 5000, 4)
+	c, _ := dial(t, ds[0].socket, true)
+	c.Write(&localapi.SendFile{To: []uint16{uint16(ds[1].self(t))}, Name: "a.txt", Path: src})
+	readMsg(t, c)
+	rep, ok := readMsg(t, rc).(*localapi.FileReport)
+	if !ok || rep.Kind != localapi.FileReceived || rep.Name != "a.txt" || rep.Hash != sha256.Sum256(data) || rep.Size != 5000 {
+		t.Fatalf("report %+v, want a.txt received", rep)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "a.txt")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the client's directory holds %d bytes (%v), want the file", len(got), err)
+	}
+	if _, err := os.Stat(filepath.Join(inbox, "a.txt")); err == nil {
+		t.Fatal("the file was stored in the inbox too")
+	}
+}
+
+// Bad file requests are refused with a reason, and the connection goes on.
+func TestFileRequestErrors(t *testing.T) {
+	r := rtnet.New(t, 13)
+	ds := startFileGroup(t, r, 2, nil, nil)
+	c, _ := dial(t, ds[0].socket, true)
+	self := uint16(ds[0].self(t))
+	file := filepath.Join(t.TempDir(), "f")
+	writeRandom(t, file, 10, 1)
+	for _, x := range []struct {
+		m    localapi.Message
+		want string
+	}{
+		{&localapi.SendFile{Name: "f", Path: "relative/f"}, `the path "relative/f" is not absolute`},
+		{&localapi.SendFile{Name: "f", Path: "/nonexistent/f"}, "no such file or directory"},
+		{&localapi.SendFile{Name: "../f", Path: file}, "is not a local relative path"},
+		{&localapi.SendFile{Name: "f", Path: file, To: []uint16{99}}, "member 99 is not in the group"},
+		{&localapi.SendFile{Name: "f", Path: file, To: []uint16{self}}, "is this daemon itself"},
+		{&localapi.SendFile{Name: "f", Path: filepath.Dir(file)}, "is not a regular file"},
+	} {
+		if err := c.Write(x.m); err != nil {
+			t.Fatal(err)
+		}
+		e := readErr(t, c)
+		if e.Code != localapi.CodeRefused || !strings.Contains(e.Text, x.want) {
+			t.Errorf("%+v answered %+v, want a refusal containing %q", x.m, e, x.want)
+		}
+	}
+	rc, _ := dial(t, ds[0].socket, true)
+	rc.Write(&localapi.ReceiveFiles{Dir: file})
+	if e := readErr(t, rc); !strings.Contains(e.Text, "is not a directory") {
+		t.Errorf("ReceiveFiles of a file answered %+v", e)
+	}
+}
+
+// A daemon without files refuses file requests, saying so.
+func TestFilesOff(t *testing.T) {
+	r := rtnet.New(t, 14)
+	ds := startGroup(t, r, 1, nil, nil)
+	c, _ := dial(t, ds[0].socket, true)
+	c.Write(&localapi.SendFile{Name: "f", Path: "/etc/hostname"})
+	if e := readErr(t, c); !strings.Contains(e.Text, "carries no files") {
+		t.Fatalf("answered %+v", e)
+	}
+	if st := ds[0].d.Status(); st.Files != nil {
+		t.Fatalf("status has files %+v", st.Files)
+	}
+}
+
+// While a file is under way, both ends' status show it: the receiver's
+// bytes held, rate and time left; the sender's receivers with theirs;
+// and the metrics a receiver's held bytes.
+func TestFileProgressInStatus(t *testing.T) {
+	r := rtnet.New(t, 15)
+	inbox := t.TempDir()
+	ds := startFileGroupRate(t, r, 2, nil, []string{"", inbox}, 1_000_000)
+	src := filepath.Join(t.TempDir(), "slow.bin")
+	writeRandom(t, src, 4_000_000, 5)
+	c, _ := dial(t, ds[0].socket, true)
+	c.Write(&localapi.SendFile{Name: "slow.bin", Path: src})
+	readMsg(t, c)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rs, ss := ds[1].d.Status().Files, ds[0].d.Status().Files
+		var rt, st *FileTransfer
+		for i := range rs.Transfers {
+			if !rs.Transfers[i].Sending {
+				rt = &rs.Transfers[i]
+			}
+		}
+		for i := range ss.Transfers {
+			if ss.Transfers[i].Sending {
+				st = &ss.Transfers[i]
+			}
+		}
+		if rt != nil && st != nil && len(st.Receivers) == 1 && rt.Bytes > 0 && rt.Bytes < 4_000_000 && rt.BytesPerSec > 0 && rt.ETASeconds > 0 &&
+			st.Receivers[0].Bytes > 0 && st.Receivers[0].BytesPerSec > 0 && st.Receivers[0].ETASeconds > 0 && rt.Dir == inbox {
+			if rt.Name != "slow.bin" || rt.Size != 4_000_000 || st.Receivers[0].Member != ds[1].self(t) || !st.Receivers[0].InSnapshot && st.State != "multicasting" {
+				t.Fatalf("receiver's transfer %+v, sender's %+v", rt, st)
+			}
+			rec := httptest.NewRecorder()
+			ds[1].d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), `rbcastd_file_held_bytes{file="1",group="7",receiver="`) {
+				t.Fatalf("metrics lack the file's held bytes:\n%s", body)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress with a rate shown: receiver %+v, sender %+v", rs.Transfers, ss.Transfers)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

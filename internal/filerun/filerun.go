@@ -1,0 +1,314 @@
+// Package filerun is the runtime of the file core (reliable/files) over a
+// link: one event loop goroutine on core.Stepper, as every runtime of
+// rbcast has (docs/runtime.md). It waits on the link until the core's
+// next deadline, steps what arrived, ticks, sends the core's frames and
+// hands the core's reports (files received, files given up, the sender's
+// verdicts) to whoever subscribed.
+//
+// The API is goroutine-safe: Send queues a file (the core reads it
+// through its Source while the loop runs), SetMembers gives the core a
+// new member list (a view change of the group the files go to),
+// Progress and Stats read the core under the runner's lock. rbcastd runs
+// one Runner beside its message group (internal/daemon, files.go), on a
+// link of its own (a group id of its own on the same interface), so the
+// message group's data path is untouched.
+package filerun
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/files"
+)
+
+// idleWait bounds a wait on a link that cannot be woken (no link.Waker):
+// a file queued meanwhile starts at most this late.
+const idleWait = 10 * time.Millisecond
+
+// Runner drives one files.Core over a link.
+type Runner struct {
+	l     link.Link
+	clk   wall.Clock
+	log   *slog.Logger
+	waker link.Waker // nil: the loop waits at most idleWait
+	group uint32
+
+	mu   sync.Mutex // guards c and st
+	c    *files.Core
+	st   *core.Stepper
+	stop bool
+
+	smu  sync.Mutex
+	subs map[int]func(files.Report)
+	next int
+
+	done chan struct{}
+	err  error // why the loop ended (nil: Close)
+
+	// Counters of the loop (under mu).
+	sendErrs uint64
+	lastErr  error
+}
+
+// Start starts the runtime of a file core configured by cfg on l (which
+// it does not own: Close leaves it open). cfg.MTU defaults to the
+// link's, cfg.Dst to broadcast.
+func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = l.MTU()
+	}
+	c, err := files.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{l: l, clk: wall.Clock{Epoch: time.Now()}, log: log, c: c, group: cfg.Group,
+		st: core.NewStepper(c, cfg.Group, cfg.EtherType), subs: map[int]func(files.Report){}, done: make(chan struct{})}
+	if w, ok := link.WakerOf(l); ok {
+		r.waker = w
+	}
+	go r.run()
+	return r, nil
+}
+
+// now is the core's time now.
+func (r *Runner) now() core.Time { return r.clk.Core(time.Now()) }
+
+// run is the event loop.
+func (r *Runner) run() {
+	defer close(r.done)
+	frames := make([]link.Frame, 64)
+	var reports []files.Report
+	for {
+		r.mu.Lock()
+		stop := r.stop
+		d := r.st.Deadline()
+		r.mu.Unlock()
+		if stop {
+			return
+		}
+		deadline := time.Now().Add(time.Second)
+		if d != 0 {
+			deadline = r.clk.Wall(d)
+		}
+		if idle := time.Now().Add(idleWait); r.waker == nil && deadline.After(idle) {
+			deadline = idle
+		}
+		n, err := r.l.Recv(deadline, frames)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			r.mu.Lock()
+			stop := r.stop
+			r.mu.Unlock()
+			if !stop && !errors.Is(err, net.ErrClosed) {
+				r.err = fmt.Errorf("filerun: receiving: %w", err)
+				r.log.Error("rbcastd: the file runtime stopped", "err", err)
+			}
+			return
+		}
+		r.mu.Lock()
+		now := r.now()
+		for _, f := range frames[:n] {
+			r.st.Step(now, f.Data) // a bad frame is counted by the stepper or the core
+		}
+		r.st.Tick(now)
+		rd := r.st.Ready()
+		reports = append(reports[:0], r.c.Reports()...)
+		r.mu.Unlock()
+		// The frames are the core's buffers, unchanged until Advance;
+		// Send, SetMembers and the readers only take the lock.
+		if len(rd.Frames) > 0 {
+			if _, err := r.l.Send(rd.Frames); err != nil {
+				r.mu.Lock()
+				r.sendErrs++
+				first := r.lastErr == nil
+				r.lastErr = err
+				r.mu.Unlock()
+				if first {
+					r.log.Error("rbcastd: the file runtime could not send", "err", err)
+				}
+			}
+		}
+		r.mu.Lock()
+		r.st.Advance()
+		r.mu.Unlock()
+		if len(reports) > 0 {
+			r.hand(reports)
+			clear(reports)
+		}
+	}
+}
+
+// hand gives the reports to every subscriber, on the loop.
+func (r *Runner) hand(reports []files.Report) {
+	r.smu.Lock()
+	subs := make([]func(files.Report), 0, len(r.subs))
+	for _, f := range r.subs {
+		subs = append(subs, f)
+	}
+	r.smu.Unlock()
+	for _, rep := range reports {
+		for _, f := range subs {
+			f(rep)
+		}
+	}
+}
+
+// Subscribe calls f with every report from now on (files received or
+// given up here, and the verdicts of files sent here), on the loop: f
+// must not block for long, and must not call the Runner's Close. The
+// returned function ends the subscription.
+func (r *Runner) Subscribe(f func(files.Report)) (cancel func()) {
+	r.smu.Lock()
+	id := r.next
+	r.next++
+	r.subs[id] = f
+	r.smu.Unlock()
+	return func() {
+		r.smu.Lock()
+		delete(r.subs, id)
+		r.smu.Unlock()
+	}
+}
+
+// wake ends the loop's wait, so that what was posted is acted on now.
+func (r *Runner) wake() {
+	if r.waker != nil {
+		r.waker.Wake()
+	}
+}
+
+// Send queues a file (files.Core.Send) and returns its id; the verdict
+// comes to the subscribers. The source is closed by the core once the
+// file closes.
+func (r *Runner) Send(o files.Outgoing) (uint32, error) {
+	r.mu.Lock()
+	if r.stop {
+		r.mu.Unlock()
+		return 0, errors.New("filerun: the file runtime is closed")
+	}
+	id, err := r.c.Send(r.now(), o)
+	r.mu.Unlock()
+	if err == nil {
+		r.wake()
+	}
+	return id, err
+}
+
+// SetMembers gives the core the group's members (a view change).
+func (r *Runner) SetMembers(ms []frame.MemberInfo) {
+	r.mu.Lock()
+	r.c.SetMembers(ms)
+	r.mu.Unlock()
+	r.wake()
+}
+
+// Progress returns every transfer under way or open here.
+func (r *Runner) Progress() []files.Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c.Progress()
+}
+
+// Stats are the runtime's counters.
+type Stats struct {
+	Core      files.Stats
+	Bad       core.BadFrames
+	SendErrs  uint64
+	Busy      bool
+	InFlight  int
+	Open      int
+	SelfID    frame.MemberID
+	LinkStats link.Stats
+}
+
+// Stats returns the core's and the loop's counters.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	cs := r.c.Stats()
+	s := Stats{Bad: r.st.Counters().Bad, SendErrs: r.sendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self}
+	if d, ok := cs.Detail.(files.Stats); ok {
+		s.Core = d
+	}
+	r.mu.Unlock()
+	s.LinkStats, _ = r.l.Stats()
+	return s
+}
+
+// Done is closed once the loop has ended; Err says why.
+func (r *Runner) Done() <-chan struct{} { return r.done }
+
+// Err is why the loop ended: nil after Close.
+func (r *Runner) Err() error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Close stops the loop and waits for it. Files still being sent are
+// given up (their sources closed); partial copies of files being
+// received stay for a resume.
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	r.stop = true
+	r.mu.Unlock()
+	r.wake()
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.Release()
+	return nil
+}
+
+// Members returns the member list the core has now (ids).
+func (r *Runner) Members() []frame.MemberID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []frame.MemberID
+	for _, m := range r.c.Members() {
+		ids = append(ids, m.ID)
+	}
+	return slices.Clip(ids)
+}
+
+// The file core's types its users need, re-exported so that the daemon
+// imports the runtime only (internal/archtest: only the runtimes import
+// the cores).
+type (
+	Config   = files.Config
+	Report   = files.Report
+	Meta     = files.Meta
+	Progress = files.Progress
+	SinkFile = files.SinkFile
+	Cause    = files.Cause
+)
+
+// Report kinds, and the file core's clock units.
+const (
+	Received    = files.Received
+	Incomplete  = files.Incomplete
+	Verdict     = files.Verdict
+	Microsecond = files.Microsecond
+	Second      = files.Second
+)
+
+// ErrDeclined is what a Sink returns for a file it does not want.
+var ErrDeclined = files.ErrDeclined
+
+// CauseText says why a transfer did not complete, for a cause code of
+// the local API (localapi.FileCause*).
+func CauseText(c uint8) string { return files.Cause(c).String() }

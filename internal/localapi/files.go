@@ -1,0 +1,333 @@
+package localapi
+
+// Files (docs/local-api.md, "Files"): rbcastd sendfile and recvfile.
+
+// File message types.
+const (
+	// TSendFile: send one file to the group (rbcastd sendfile).
+	TSendFile Type = 0x0b
+	// TReceiveFiles: store the files the group sends in a directory, and
+	// report each (rbcastd recvfile).
+	TReceiveFiles Type = 0x0c
+
+	// TFileQueued answers SendFile: the file's id, size and hash.
+	TFileQueued Type = 0x89
+	// TFileVerdict: the outcome of a file sent on this connection.
+	TFileVerdict Type = 0x8a
+	// TReceivingFiles answers ReceiveFiles.
+	TReceivingFiles Type = 0x8b
+	// TFileReport: a file received (stored, hash checked) or given up.
+	TFileReport Type = 0x8c
+)
+
+// FileHashLen is the length of a file's hash (SHA-256).
+const FileHashLen = 32
+
+// SendFile asks the daemon to send the regular file at Path (absolute)
+// to the group under Name (a relative path, '/'-separated). To lists the
+// receivers the verdict waits for; empty means every member of the group
+// but the daemon's own when the file's multicast pass ends. The daemon
+// opens and hashes the file itself, so only a client of the daemon's own
+// user (or root) may ask. It answers FileQueued, later FileVerdict, or an
+// Error (code CodeRefused; the connection stays open).
+type SendFile struct {
+	To   []uint16
+	Name string
+	Path string
+}
+
+// FileQueued answers SendFile: the file is queued as ID (unique for the
+// daemon's incarnation), with the size and SHA-256 the daemon read.
+type FileQueued struct {
+	ID   uint32
+	Size uint64
+	Hash [FileHashLen]byte
+	Name string
+}
+
+// Causes in FileMiss and FileReport (reliable/files.Cause).
+const (
+	FileCauseStorage   uint8 = 1  // the receiver could not store it
+	FileCauseHash      uint8 = 2  // its hash never matched
+	FileCauseClosed    uint8 = 3  // the sender closed the file (timed out)
+	FileCauseAborted   uint8 = 4  // the sender gave it up
+	FileCauseUnknown   uint8 = 5  // the sender does not know it
+	FileCauseSilent    uint8 = 16 // silent past the failure timeout
+	FileCauseLeft      uint8 = 17 // the sender left before the file's pass
+	FileCauseRestarted uint8 = 18 // the sender restarted
+)
+
+// FileMiss is a receiver the verdict waited for that does not hold the
+// file: why, and how many of the file's blocks it last said it held.
+type FileMiss struct {
+	Member       uint16
+	Cause        uint8
+	Held, Blocks uint32
+}
+
+// FileVerdict is the outcome of file ID: the receivers that hold it
+// (hash checked), those that do not, and Text (the sender's read error
+// of a file it gave up, or why the daemon abandoned it).
+type FileVerdict struct {
+	ID      uint32
+	Done    []uint16
+	Missing []FileMiss
+	Text    string
+}
+
+// ReceiveFiles asks the daemon to store the files the group sends from
+// now on under Dir (absolute; the daemon writes it, so only a client of
+// the daemon's own user, or root, may ask) while the connection is open,
+// and to report each with FileReport. The daemon answers
+// ReceivingFiles, or an Error; after ReceivingFiles the client only
+// reads.
+type ReceiveFiles struct{ Dir string }
+
+// ReceivingFiles answers ReceiveFiles: files are stored under Dir.
+type ReceivingFiles struct{ Dir string }
+
+// FileReport kinds.
+const (
+	FileReceived   uint8 = 1 // stored under its name, hash checked
+	FileIncomplete uint8 = 2 // given up (Cause says why); nothing under its name
+)
+
+// FileReport reports a file received here, or given up.
+type FileReport struct {
+	Kind        uint8
+	Cause       uint8 // FileIncomplete
+	Sender      uint16
+	Incarnation uint32
+	ID          uint32
+	Size        uint64
+	Hash        [FileHashLen]byte
+	Name        string
+}
+
+func (*SendFile) Type() Type       { return TSendFile }
+func (*FileQueued) Type() Type     { return TFileQueued }
+func (*FileVerdict) Type() Type    { return TFileVerdict }
+func (*ReceiveFiles) Type() Type   { return TReceiveFiles }
+func (*ReceivingFiles) Type() Type { return TReceivingFiles }
+func (*FileReport) Type() Type     { return TFileReport }
+
+// MaxFileName bounds a file's name (frame.MaxFileName's value).
+const MaxFileName = 4096
+
+// Layout:
+//
+//	SendFile:       type, n u16, n × member u16, name length u16, name, path
+//	FileQueued:     type, id u32, size u64, hash [32], name
+//	FileVerdict:    type, id u32, done n u16, n × member u16, missing m u16,
+//	                m × (member u16, cause u8, held u32, blocks u32), text
+//	ReceiveFiles:   type, dir
+//	ReceivingFiles: type, dir
+//	FileReport:     type, kind u8, cause u8, sender u16, incarnation u32,
+//	                id u32, size u64, hash [32], name
+const (
+	sendFileMin    = 5
+	fileQueuedMin  = 45
+	fileVerdictMin = 9
+	fileMissLen    = 11
+	fileReportMin  = 53
+)
+
+func (m *SendFile) Append(b []byte) []byte {
+	b = be.AppendUint16(append(b, byte(TSendFile)), uint16(len(m.To)))
+	for _, id := range m.To {
+		b = be.AppendUint16(b, id)
+	}
+	b = be.AppendUint16(b, uint16(len(m.Name)))
+	return append(append(b, m.Name...), m.Path...)
+}
+
+func (m *FileQueued) Append(b []byte) []byte {
+	b = be.AppendUint32(append(b, byte(TFileQueued)), m.ID)
+	b = be.AppendUint64(b, m.Size)
+	return append(append(b, m.Hash[:]...), m.Name...)
+}
+
+func (m *FileVerdict) Append(b []byte) []byte {
+	b = be.AppendUint32(append(b, byte(TFileVerdict)), m.ID)
+	b = be.AppendUint16(b, uint16(len(m.Done)))
+	for _, id := range m.Done {
+		b = be.AppendUint16(b, id)
+	}
+	b = be.AppendUint16(b, uint16(len(m.Missing)))
+	for _, x := range m.Missing {
+		b = be.AppendUint16(b, x.Member)
+		b = append(b, x.Cause)
+		b = be.AppendUint32(be.AppendUint32(b, x.Held), x.Blocks)
+	}
+	t := m.Text
+	if len(t) > MaxText {
+		t = t[:MaxText]
+	}
+	return append(b, t...)
+}
+
+func (m *ReceiveFiles) Append(b []byte) []byte {
+	return append(append(b, byte(TReceiveFiles)), m.Dir...)
+}
+
+func (m *ReceivingFiles) Append(b []byte) []byte {
+	return append(append(b, byte(TReceivingFiles)), m.Dir...)
+}
+
+func (m *FileReport) Append(b []byte) []byte {
+	b = append(b, byte(TFileReport), m.Kind, m.Cause)
+	b = be.AppendUint16(b, m.Sender)
+	b = be.AppendUint32(b, m.Incarnation)
+	b = be.AppendUint32(b, m.ID)
+	b = be.AppendUint64(b, m.Size)
+	return append(append(b, m.Hash[:]...), m.Name...)
+}
+
+// decodeFile decodes the file messages (allocating: they are rare).
+func decodeFile(p []byte) (Message, error) {
+	t := Type(p[0])
+	atLeast := func(n int) error {
+		if len(p) < n {
+			return decodeErr(t, len(p), "%d bytes, want at least %d", len(p), n)
+		}
+		return nil
+	}
+	checkPath := func(off int, what string) error {
+		switch {
+		case len(p)-off > MaxText:
+			return decodeErr(t, off, "a %s of %d bytes, at most %d", what, len(p)-off, MaxText)
+		case len(p) == off:
+			return decodeErr(t, off, "no %s", what)
+		}
+		return nil
+	}
+	switch t {
+	case TSendFile:
+		if err := atLeast(sendFileMin); err != nil {
+			return nil, err
+		}
+		n := int(be.Uint16(p[1:]))
+		off := 3
+		if len(p)-off < 2*n+2 {
+			return nil, decodeErr(t, off, "%d members need %d bytes and the name's length, only %d left", n, 2*n, len(p)-off)
+		}
+		m := &SendFile{}
+		if n > 0 {
+			m.To = make([]uint16, n)
+		}
+		for i := range n {
+			m.To[i] = be.Uint16(p[off:])
+			off += 2
+		}
+		nl := int(be.Uint16(p[off:]))
+		off += 2
+		switch {
+		case nl == 0:
+			return nil, decodeErr(t, off-2, "an empty name")
+		case nl > MaxFileName:
+			return nil, decodeErr(t, off-2, "a name of %d bytes, at most %d", nl, MaxFileName)
+		case nl > len(p)-off:
+			return nil, decodeErr(t, off-2, "a name of %d bytes, only %d left", nl, len(p)-off)
+		}
+		m.Name = string(p[off : off+nl])
+		off += nl
+		if err := checkPath(off, "path"); err != nil {
+			return nil, err
+		}
+		m.Path = string(p[off:])
+		return m, nil
+	case TFileQueued:
+		if err := atLeast(fileQueuedMin); err != nil {
+			return nil, err
+		}
+		m := &FileQueued{ID: be.Uint32(p[1:]), Size: be.Uint64(p[5:]), Hash: [FileHashLen]byte(p[13:45]), Name: string(p[45:])}
+		if len(m.Name) > MaxFileName {
+			return nil, decodeErr(t, 45, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
+		}
+		return m, nil
+	case TFileVerdict:
+		if err := atLeast(fileVerdictMin); err != nil {
+			return nil, err
+		}
+		m := &FileVerdict{ID: be.Uint32(p[1:])}
+		off := 5
+		n := int(be.Uint16(p[off:]))
+		off += 2
+		if len(p)-off < 2*n+2 {
+			return nil, decodeErr(t, off, "%d members done need %d bytes and the missing count, only %d left", n, 2*n, len(p)-off)
+		}
+		if n > 0 {
+			m.Done = make([]uint16, n)
+		}
+		for i := range n {
+			m.Done[i] = be.Uint16(p[off:])
+			off += 2
+		}
+		k := int(be.Uint16(p[off:]))
+		off += 2
+		if len(p)-off < k*fileMissLen {
+			return nil, decodeErr(t, off, "%d members missing need %d bytes, only %d left", k, k*fileMissLen, len(p)-off)
+		}
+		if k > 0 {
+			m.Missing = make([]FileMiss, k)
+		}
+		for i := range k {
+			m.Missing[i] = FileMiss{Member: be.Uint16(p[off:]), Cause: p[off+2], Held: be.Uint32(p[off+3:]), Blocks: be.Uint32(p[off+7:])}
+			off += fileMissLen
+		}
+		if len(p)-off > MaxText {
+			return nil, decodeErr(t, off, "%d bytes of text, at most %d", len(p)-off, MaxText)
+		}
+		m.Text = string(p[off:])
+		return m, nil
+	case TReceiveFiles, TReceivingFiles:
+		if err := checkPath(1, "directory"); err != nil {
+			return nil, err
+		}
+		if t == TReceiveFiles {
+			return &ReceiveFiles{Dir: string(p[1:])}, nil
+		}
+		return &ReceivingFiles{Dir: string(p[1:])}, nil
+	case TFileReport:
+		if err := atLeast(fileReportMin); err != nil {
+			return nil, err
+		}
+		m := &FileReport{Kind: p[1], Cause: p[2], Sender: be.Uint16(p[3:]), Incarnation: be.Uint32(p[5:]), ID: be.Uint32(p[9:]),
+			Size: be.Uint64(p[13:]), Hash: [FileHashLen]byte(p[21:53]), Name: string(p[53:])}
+		switch {
+		case m.Kind != FileReceived && m.Kind != FileIncomplete:
+			return nil, decodeErr(t, 1, "kind %d, want 1 (received) or 2 (incomplete)", m.Kind)
+		case len(m.Name) > MaxFileName:
+			return nil, decodeErr(t, 53, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
+		}
+		return m, nil
+	}
+	return nil, decodeErr(t, 0, "unknown message type %#02x", uint8(t))
+}
+
+// isFile reports whether t is a file message.
+func isFile(t Type) bool {
+	switch t {
+	case TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport:
+		return true
+	}
+	return false
+}
+
+func fileTypeName(t Type) string {
+	switch t {
+	case TSendFile:
+		return "SendFile"
+	case TReceiveFiles:
+		return "ReceiveFiles"
+	case TFileQueued:
+		return "FileQueued"
+	case TFileVerdict:
+		return "FileVerdict"
+	case TReceivingFiles:
+		return "ReceivingFiles"
+	case TFileReport:
+		return "FileReport"
+	}
+	return ""
+}
