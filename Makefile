@@ -152,7 +152,8 @@ bench-pcode:
 # them (bench/alltoall/targets): all-to-all at N = 2, 4, 8, 1 KB and 20 B,
 # loss 0 and 1 %, 1000 rounds, pcode, tcp1, tcp2, pbp2, pbp2-expect, mpi;
 # jacobi and cg with and without Expect at 0 and 1 %, 3 runs. Root; about
-# TARGETS_MINUTES minutes on an idle machine. Writes bench-pcode-targets.md.
+# 10 minutes (4 of them tcp1's rounds under loss, which wait for TCP's
+# retransmission timeouts). Writes bench-pcode-targets.md.
 bench-pcode-targets:
 	bench/alltoall/targets | tee $(CURDIR)/bench-pcode-targets.md
 
