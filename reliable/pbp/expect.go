@@ -8,7 +8,7 @@ import "github.com/rbcast/rbcast/frame"
 // from the sender's Ack after ResendTimeout (thesis fig. 3.9), so a lost
 // last frame of a round — a barrier message — costs that timeout. With
 // the hint the frames count as known sent: the repair state starts, and
-// if they have not arrived two round trips later (hintTimeout) a Nack
+// if they have not arrived half a round trip later (hintTimeout) a Nack
 // asks for them and repeats as for any gap; a later frame of the sender
 // that arrives first has them asked for at once (learnEnd). A frame not
 // yet sent when asked for costs its sender nothing (a Nack beyond its
@@ -40,14 +40,15 @@ func (c *Core) Expect(now Time, from frame.MemberID, n int) {
 	c.stats.Expected++
 	c.enterRepair(p)
 	// The hinted frame is due now (the program waits for it), not a gap
-	// found late: ask after two round trips of the segment, the shortest
-	// measured of any sender (the path is every sender's), not after this
-	// sender's repair timer, which waits for scheduling noise (a floor of
-	// NackTimeout/16, 250 µs) and, before its first repair, the whole
-	// NackTimeout (4 ms): both longer than a lock-step program's round,
-	// where the sender's next frame finds the loss first. Asking early
-	// costs a Nack the sender drops as stale (the frame not sent yet) or
-	// one retransmission (it is on its way).
+	// found late: ask after half a round trip of the segment, as PCODE's
+	// request does (Bruck et al. §5.7), the shortest measured of any
+	// sender (the path is every sender's), not after this sender's repair
+	// timer, which waits for scheduling noise (a floor of NackTimeout/16,
+	// 250 µs) and, before its first repair, the whole NackTimeout (4 ms):
+	// both longer than a lock-step program's round, where the sender's
+	// next frame finds the loss first. Asking early costs a Nack the
+	// sender drops as stale (the frame not sent yet) or one retransmission
+	// (it is on its way).
 	p.nackAt = now.Add(c.hintTimeout())
 }
 
@@ -56,14 +57,14 @@ func (c *Core) Expect(now Time, from frame.MemberID, n int) {
 const minHintDivisor = 64
 
 // hintTimeout is how long a frame Expect announced is waited for before
-// it is asked for: two round trips of the quickest sender whose repairs
-// were measured, within [NackTimeout/minHintDivisor, NackTimeout], or
-// NackTimeout if none was.
+// it is asked for: half the repair round trip of the quickest sender
+// whose repairs were measured, within [NackTimeout/minHintDivisor,
+// NackTimeout], or NackTimeout if none was.
 func (c *Core) hintTimeout() Duration {
 	d := c.cfg.NackTimeout
 	for i := range c.peers {
 		if q := &c.peers[i]; q.srtt != 0 {
-			d = min(d, max(2*q.srtt, c.cfg.NackTimeout/minHintDivisor))
+			d = min(d, max(q.srtt/2, c.cfg.NackTimeout/minHintDivisor))
 		}
 	}
 	return d
