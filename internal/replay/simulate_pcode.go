@@ -39,21 +39,6 @@ func isPcodeType(t frame.Type) bool {
 	return false
 }
 
-// hasPcode reports whether the capture (opts' group and interface, when
-// given) carries PCODE frames.
-func hasPcode(c *Capture, opts SimOptions) bool {
-	for i := range c.Records {
-		r := &c.Records[i]
-		if r.View == nil || opts.Group != nil && r.View.Group() != *opts.Group || opts.Iface >= 0 && r.Iface != opts.Iface {
-			continue
-		}
-		if isPcodeType(r.View.Type()) {
-			return true
-		}
-	}
-	return false
-}
-
 // pcodeConfig is the PCODE core's configuration from the options.
 func pcodeConfig(opts SimOptions, group uint32, members []frame.MemberInfo, mtu int) pcode.Config {
 	return pcode.Config{
