@@ -297,6 +297,14 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	if mtu == 0 {
 		mtu = intf.MTU
 	}
+	if mtu == 0 {
+		// No description (tcpdump, dumpcap): a registered member's Join
+		// carries its link's MTU.
+		if m, n, ok := mtuFromJoin(c, group, self.MAC); ok {
+			mtu = m
+			note("MTU %d, from the Join frame %d", m, n)
+		}
+	}
 	if opts.Window == 0 {
 		// Members must agree on the window; a registered group's Join
 		// frames carry it (the default changed from 128 to 256 on
@@ -489,8 +497,12 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	if prog != nil {
 		var out []*Record
 		for _, s := range steps {
-			if s.r.View != nil && dirOf(s.r) == DirOut && s.r.View.Group() == group {
-				out = append(out, s.r)
+			if v := s.r.View; v != nil && dirOf(s.r) == DirOut && v.Group() == group {
+				switch v.Type() {
+				case frame.Join, frame.Welcome, frame.Start: // registration's, not the core's
+				default:
+					out = append(out, s.r)
+				}
 			}
 		}
 		prog.finish(out, start)
@@ -1150,6 +1162,18 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// mtuFromJoin returns the MTU the node's own Join frame of group (source
+// MAC mac) carries, and that frame's number; ok is false without one.
+func mtuFromJoin(c *Capture, group uint32, mac [6]byte) (mtu, n int, ok bool) {
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View != nil && r.View.Type() == frame.Join && r.View.Group() == group && r.Src == mac && r.View.Join().MTU != 0 {
+			return int(r.View.Join().MTU), r.N, true
+		}
+	}
+	return 0, 0, false
 }
 
 // windowFromJoins returns the send window a Join frame of group carries
