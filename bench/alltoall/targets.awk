@@ -4,8 +4,10 @@
 
 function trim(s) { gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
 function num(s) { return s ~ /^-?[0-9.]+$/ }
-function median(list,    a, n, i, j, t) {
-	n = split(list, a, " ")
+function median(list,    a, b, n, m, i, j, t) {
+	m = split(list, b, " ")
+	n = 0
+	for (i = 1; i <= m; i++) if (num(b[i])) a[++n] = b[i] # "failed" runs left out
 	for (i = 1; i <= n; i++)
 		for (j = i + 1; j <= n; j++)
 			if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -24,7 +26,7 @@ function verdict(cond) { return cond ? "met" : "NOT met" }
 		k = c[1] SUBSEP c[2] SUBSEP c[3] SUBSEP c[4]
 		if (num(c[5])) { ms[k] = c[5]; p99[k] = c[7] }
 		if (!(c[3] in sizes)) { sizes[c[3]] = 1; order[++nsizes] = c[3] }
-	} else if ((c[1] == "jacobi" || c[1] == "cg") && n == 6) { # program | loss | barriers | seconds
+	} else if ((c[1] == "jacobi" || c[1] == "cg") && n == 6) { # program | loss | barriers | ms per run
 		secs[c[1] SUBSEP c[2] SUBSEP (c[3] == "-noexpect" ? "without" : "with")] = median(c[4])
 	}
 }
@@ -80,7 +82,7 @@ END {
 			if (!((w in secs) && (wo in secs)) || secs[wo] <= 0) { row(name, "missing", goal, ""); continue }
 			g = 1 - secs[w] / secs[wo]
 			ok = l ? verdict(g >= 0.20) : (g >= -0.05 ? "met (within 5 %)" : "NOT met (slower)")
-			row(name, sprintf("%+.2f (%.2f s / %.2f s, medians)", g, secs[w], secs[wo]), goal, ok)
+			row(name, sprintf("%+.2f (%.1f ms / %.1f ms, medians)", g, secs[w], secs[wo]), goal, ok)
 		}
 	}
 }
