@@ -81,7 +81,7 @@ END {
 			goal = l ? "≥ 0.20" : "≈ 0 (no change)"
 			if (!((w in secs) && (wo in secs)) || secs[wo] <= 0) { row(name, "missing", goal, ""); continue }
 			g = 1 - secs[w] / secs[wo]
-			ok = l ? verdict(g >= 0.20) : (g >= -0.05 ? "met (within 5 %)" : "NOT met (slower)")
+			ok = l ? verdict(g >= 0.20) : (g < -0.05 ? "NOT met (slower)" : g > 0.05 ? "faster by more than 5 %" : "met (within 5 %)")
 			row(name, sprintf("%+.2f (%.1f ms / %.1f ms, medians)", g, secs[w], secs[wo]), goal, ok)
 		}
 	}
