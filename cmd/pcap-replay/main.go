@@ -336,9 +336,10 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("simulate", "-node ID [flags] FILE...", `Re-runs member ID's protocol core — PBP (reliable/pbp) for a FIFO group,
 the sequencer (reliable/seq) for a total-order group, the membership core
 (reliable/view, with reliable/vtotal above it for Agreed and Safe) for a
-group with views; -protocol auto picks views when the capture carries view
-frames (0x20-0x28) or frames of a view, else the sequencer when the
-member's interface carries sequencer frames — on exactly the frames its
+group with views, PCODE (reliable/pcode) for an SPMD program; -protocol
+auto picks views when the capture carries view frames (0x20-0x28) or
+frames of a view, else the sequencer or PCODE when the member's interface
+carries sequencer or PCODE frames (0x30-0x33) — on exactly the frames its
 interface received, in captured order with captured timestamps, ticking it
 at its timer deadlines between them, and proposing the messages of its own
 first transmissions (PBP Data; SeqRequest, or the SeqData it numbered for
@@ -366,12 +367,20 @@ from the Join's config hash when it matches these flags, else from the
 frames; -found from the view it founded, if it did; the timers, -window
 and -join-retry as given (rbcastd's defaults otherwise). The re-run starts
 at its first ViewJoin; a process without one in the capture cannot be
-re-run, nor a member id no view lists.`, stderr)
+re-run, nor a member id no view lists.
+
+PCODE: the member's program is rebuilt from the capture (its multicasts
+from its first transmissions, its requests from the messages targeted at
+it) and run without compute time between calls; the re-run's frames are
+compared with the captured ones byte for byte and the first divergence
+is printed ("# first divergence: frame N: ..."). -window is the buffer of
+sent messages; -early-buffer, -flow-window, -status-window and the timers
+as the group's reliable.PCODEConfig.`, stderr)
 	node := fs.Int("node", -1, "member id to re-run (required; with views, the id the process held in its views)")
 	members := fs.String("members", "", "member list id=mac[@incarnation],... (default: from a Start frame, else inferred)")
 	iface := fs.Int("iface", -1, "capture interface index to take the frames from (default: the one naming -node)")
 	group := fs.String("group", "", "group id (default: the group of the member's own frames)")
-	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp, seq or views")
+	protocol := fs.String("protocol", "auto", "core to re-run: auto, pbp, seq, views or pcode")
 	incarnation := fs.Uint("incarnation", 0, "views: the process's incarnation, when member ID was held by several (0: the only one)")
 	order := fs.String("order", "", "views: the group's order, fifo or total (default: from the Join's config hash, else the frames)")
 	level := fs.String("level", "", "views, total order: agreed or safe (default: safe if the frames carry held reports)")
@@ -398,6 +407,12 @@ re-run, nor a member id no view lists.`, stderr)
 	electionRetry := fs.Duration("election-retry", 0, "seq: ElectionRetry (0: default 20ms)")
 	quorum := fs.Int("quorum", 0, "seq: election quorum (0: a majority)")
 	resilience := fs.String("resilience", "majority", "seq: when a member delivers, as the live group's Resilience: majority (once enough members hold a message, the default) or sequencer (as soon as it is numbered)")
+	earlyBuffer := fs.Int("early-buffer", 0, "pcode: EarlyBuffer (0: default 64; -1: none)")
+	flowWindow := fs.Int("flow-window", 0, "pcode: FlowWindow (0: default 64)")
+	statusWindow := fs.Int("status-window", 0, "pcode: StatusWindow (0: FlowWindow/2)")
+	initialRTT := fs.Duration("initial-rtt", 0, "pcode: InitialRTT (0: default 500µs)")
+	minTimer := fs.Duration("min-timer", 0, "pcode: MinTimer (0: default 50µs)")
+	maxTimer := fs.Duration("max-timer", 0, "pcode: MaxTimer (0: default 50ms)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
 	var keys keyFiles
@@ -429,9 +444,13 @@ re-run, nor a member id no view lists.`, stderr)
 		opts.Protocol = replay.ProtocolSeq
 	case "views":
 		opts.Protocol = replay.ProtocolViews
+	case "pcode":
+		opts.Protocol = replay.ProtocolPCODE
 	default:
-		return fail2("-protocol %q: want auto, pbp, seq or views", *protocol)
+		return fail2("-protocol %q: want auto, pbp, seq, views or pcode", *protocol)
 	}
+	opts.EarlyBuffer, opts.FlowWindow, opts.StatusWindow = *earlyBuffer, *flowWindow, *statusWindow
+	opts.InitialRTT, opts.MinTimer, opts.MaxTimer = *initialRTT, *minTimer, *maxTimer
 	if *incarnation > 0xffffffff {
 		return fail2("-incarnation %d does not fit 32 bits", *incarnation)
 	}

@@ -158,6 +158,14 @@ func TestUsageAndErrors(t *testing.T) {
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") || !strings.Contains(out, "not handled by the sequencer") {
 		t.Errorf("simulate -protocol seq on a PBP capture: exit %d\n%s%s", code, out, errOut)
 	}
+	// A PBP capture re-run as a PCODE member: the core refuses every frame;
+	// a bad PCODE setting is an error naming it.
+	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "pcode", good); code != 0 || !strings.Contains(out, "PCODE, send buffer 256, early buffer 64") || !strings.Contains(out, "not a PCODE frame") {
+		t.Errorf("simulate -protocol pcode on a PBP capture: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runCmd("simulate", "-node", "2", "-protocol", "pcode", "-early-buffer", "-3", good); code != 2 || !strings.Contains(errOut, "EarlyBuffer is -3") {
+		t.Errorf("simulate -protocol pcode -early-buffer -3: exit %d %q", code, errOut)
+	}
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", "-resilience", "sequencer", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") {
 		t.Errorf("simulate -resilience sequencer: exit %d\n%s%s", code, out, errOut)
 	}

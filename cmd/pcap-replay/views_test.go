@@ -150,7 +150,7 @@ func TestSimulateViewsCommand(t *testing.T) {
 		{[]string{"-node", "0", "-level", "eventual"}, `-level "eventual": want agreed or safe`},
 		{[]string{"-node", "0", "-max-members", "61"}, "-max-members 61: want 0..60"},
 		{[]string{"-node", "0", "-found", "-1"}, "-found -1: want 0..60"},
-		{[]string{"-node", "0", "-protocol", "paxos"}, `-protocol "paxos": want auto, pbp, seq or views`},
+		{[]string{"-node", "0", "-protocol", "paxos"}, `-protocol "paxos": want auto, pbp, seq, views or pcode`},
 	} {
 		code, out, errOut := runCmd(append([]string{"simulate"}, append(c.args, path)...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {

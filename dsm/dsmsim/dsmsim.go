@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
@@ -66,6 +67,42 @@ type Result struct {
 	Stats []dsm.Stats
 }
 
+// running maps the nodes of the runs under way to their members
+// (Compute).
+var running sync.Map // *dsm.Node -> *simMember
+
+// Compute lets d of virtual time pass for n's program, as a computation
+// of that length between two calls on the node would: the other programs
+// and the network go on meanwhile. n must be the node Run handed the
+// program.
+func Compute(n *dsm.Node, d time.Duration) error {
+	v, ok := running.Load(n)
+	if !ok {
+		return errors.New("dsmsim: Compute: the node is not one of a run under way")
+	}
+	m := v.(*simMember)
+	if d <= 0 {
+		return nil
+	}
+	until := m.sim.net.Now().Add(d)
+	m.sim.net.At(until, func() {}) // the network's time reaches it
+	defer func() { m.computeUntil = time.Time{} }()
+	for m.sim.net.Now().Before(until) {
+		if m.aborted {
+			return ErrAborted
+		}
+		m.computeUntil, m.blocked = until, true
+		m.sim.yielded <- struct{}{}
+		if !<-m.resume {
+			m.aborted = true
+		}
+	}
+	if m.aborted {
+		return ErrAborted
+	}
+	return nil
+}
+
 // ErrAborted is wrapped by Run's error, and returned by a program's
 // blocked call, when Run gives up (deadlock or timeout).
 var ErrAborted = errors.New("dsmsim: simulation aborted")
@@ -83,7 +120,8 @@ var ErrAborted = errors.New("dsmsim: simulation aborted")
 // advances virtual time by one network event only when every program is
 // blocked. So a run is deterministic: the same Config and program give
 // the same result. Computation between two calls on the node takes no
-// virtual time. A program must not block on anything but its node (no
+// virtual time unless the program says how long it takes (Compute). A
+// program must not block on anything but its node and Compute (no
 // channels between programs, no sleeps).
 func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	if cfg.Members < 1 {
@@ -124,6 +162,8 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 			ncfg.Trace = func(ev dsm.TraceEvent) { cfg.Trace(rank, ev) }
 		}
 		m.n, m.h = dsm.NewHosted(m, ncfg)
+		running.Store(m.n, m)
+		defer running.Delete(m.n)
 		gcfg := cfg.Node.Group
 		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, ids[i], 0, false
 		if gcfg.Group == 0 {
@@ -209,9 +249,11 @@ type simMember struct {
 	// leavingChannels: the parked program waits in Leave for its
 	// segment channels' leaves to be done.
 	leavingChannels bool
-	done            bool
-	aborted         bool
-	err             error
+	// computeUntil: the parked program computes until then (Compute).
+	computeUntil time.Time
+	done         bool
+	aborted      bool
+	err          error
 }
 
 // simChannel is one segment channel of a member.
@@ -290,6 +332,21 @@ func (m *simMember) driver(ch core.Channel) *reliable.Driver {
 		}
 	}
 	return nil
+}
+
+// Expect passes Barrier's hint to the member's global group, as Join's
+// node does (reliable.Group.Expect), unless Config.Node.NoExpect; the
+// driver is stepped at once so the network knows its new deadline.
+func (m *simMember) Expect(from frame.MemberID, n int) {
+	if m.cfg.NoExpect || m.drv.Left() {
+		return
+	}
+	m.drv.Expect(m.sim.net.Now(), from, n)
+	if m.mux != nil {
+		m.ep.Bind(testnet.NodeFunc(m.step))
+	} else {
+		m.ep.Bind(m.drv)
+	}
 }
 
 func (m *simMember) Kick()  {}
@@ -407,6 +464,9 @@ func (m *simMember) runnable() bool {
 	if m.leavingChannels {
 		return m.channelsLeft()
 	}
+	if !m.computeUntil.IsZero() {
+		return !m.sim.net.Now().Before(m.computeUntil)
+	}
 	ok, _ := m.h.Ready(m.waiting)
 	return ok
 }
@@ -485,7 +545,11 @@ func (s *simulation) abort(deadline time.Time) error {
 		if m.done {
 			continue
 		}
-		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, m.h.Blocked(m.waiting)))
+		where := m.h.Blocked(m.waiting)
+		if !m.computeUntil.IsZero() {
+			where = fmt.Sprintf("computing until %v", m.computeUntil.Sub(s.net.Now()))
+		}
+		blocked = append(blocked, fmt.Sprintf("rank %d %s", m.rank, where))
 	}
 	why := "deadlock: no event left"
 	if s.net.Now().After(deadline) {

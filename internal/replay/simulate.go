@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/pcode"
 	"github.com/rbcast/rbcast/reliable/seq"
 )
 
@@ -33,6 +34,11 @@ const (
 	// picks it when the capture carries view frames (0x20–0x28) or
 	// frames of a view.
 	ProtocolViews
+	// ProtocolPCODE: a member of an SPMD program under Order PCODE
+	// (reliable/pcode), its program rebuilt from the capture
+	// (simulate_pcode.go); ProtocolAuto picks it when the member's
+	// interface carries PCODE frames (0x30–0x33) of the group.
+	ProtocolPCODE
 )
 
 func (p Protocol) String() string {
@@ -43,6 +49,8 @@ func (p Protocol) String() string {
 		return "sequencer"
 	case ProtocolViews:
 		return "views"
+	case ProtocolPCODE:
+		return "PCODE"
 	}
 	return "auto"
 }
@@ -119,6 +127,12 @@ type SimOptions struct {
 	Found       int
 	MaxMembers  int
 	JoinRetry   time.Duration
+
+	// PCODE's settings, as reliable.PCODEConfig (zero: pcode's defaults);
+	// Window is its buffer of sent messages (pcode.Config.SendBuffer),
+	// and MaxPayload and FailureTimeout apply too.
+	EarlyBuffer, FlowWindow, StatusWindow int
+	InitialRTT, MinTimer, MaxTimer        time.Duration
 }
 
 // SimDelivery is one message the re-run core delivered.
@@ -156,10 +170,11 @@ type SimResult struct {
 	Protocol Protocol
 	// Config is the PBP core's configuration, SeqConfig the sequencer's;
 	// the one of Protocol is set.
-	Config     pbp.Config
-	SeqConfig  seq.Config
-	Iface      int
-	Start, End time.Time
+	Config      pbp.Config
+	SeqConfig   seq.Config
+	PcodeConfig pcode.Config
+	Iface       int
+	Start, End  time.Time
 	// Notes explain how the configuration was reconstructed and where the
 	// re-run diverged from the capture.
 	Notes      []string
@@ -177,6 +192,12 @@ type SimResult struct {
 	// Views says how a process of a group with views was re-run
 	// (ProtocolViews; nil otherwise).
 	Views *SimViews
+	// Divergence is the first place where the frames the re-run sent
+	// differ from those the capture shows the member sent (PCODE; "":
+	// none, or not compared).
+	Divergence string
+	// Calls counts the PCODE program's calls rebuilt from the capture.
+	Calls struct{ Multicasts, Requests, Steps int }
 }
 
 // simProto is what Simulate needs to know of a protocol besides its core
@@ -276,6 +297,14 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	if mtu == 0 {
 		mtu = intf.MTU
 	}
+	if mtu == 0 {
+		// No description (tcpdump, dumpcap): a registered member's Join
+		// carries its link's MTU.
+		if m, n, ok := mtuFromJoin(c, group, self.MAC); ok {
+			mtu = m
+			note("MTU %d, from the Join frame %d", m, n)
+		}
+	}
 	if opts.Window == 0 {
 		// Members must agree on the window; a registered group's Join
 		// frames carry it (the default changed from 128 to 256 on
@@ -294,12 +323,24 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				res.Protocol = ProtocolSeq
 				break
 			}
+			if r.View != nil && r.View.Group() == group && isPcodeType(r.View.Type()) {
+				res.Protocol = ProtocolPCODE
+				break
+			}
 		}
 		note("protocol %v, from the frames of group %d on the interface", res.Protocol, group)
 	}
 	var cc core.Core
 	var proto simProto
-	if res.Protocol == ProtocolSeq {
+	if res.Protocol == ProtocolPCODE {
+		cfg := pcodeConfig(opts, group, members, mtu)
+		res.PcodeConfig = cfg
+		pc, err := pcode.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("simulate: %w", err)
+		}
+		cc = pc
+	} else if res.Protocol == ProtocolSeq {
 		cfg := seq.Config{
 			Group: group, Self: opts.Node, Members: members, Method: opts.Method, Threshold: opts.Threshold,
 			Window: opts.Window, History: opts.History, MTU: mtu, MaxPayload: opts.MaxPayload, InitialEpoch: opts.InitialEpoch,
@@ -403,6 +444,15 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 	}
 	res.Start, res.End = start, end
 	rr := newRerun(st, res, start, opts.MaxIdleTicks)
+	var prog *pcodeProgram
+	if res.Protocol == ProtocolPCODE {
+		prog = newPcodeProgram(rr, recs, opts.Node, group, opts.EtherType, dirOf)
+		res.Calls.Multicasts, res.Calls.Requests = prog.counts()
+		res.Calls.Steps = len(prog.steps)
+		note("program rebuilt from the capture: %d steps, %d multicasts (our first transmissions), %d requests (messages to us)",
+			res.Calls.Steps, res.Calls.Multicasts, res.Calls.Requests)
+		rr.after, rr.proposes = prog.after, prog.proposes
+	}
 	rr.tick(rr.clk.Core(start))
 	left := false
 	rr.run(steps, dirOf, func(r *Record, t clock.Time) string { return stepFrame(st, t, r, group, opts.EtherType) }, func(r *Record, t clock.Time) {
@@ -411,6 +461,10 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 		res.CapturedOut[r.View.Type()]++
 		if r.View.Sender() != opts.Node {
+			return
+		}
+		if prog != nil {
+			prog.out(r, t)
 			return
 		}
 		if r.View.Type() == frame.Leave && !left {
@@ -456,6 +510,19 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 	})
 	rr.tickUntil(rr.clk.Core(end), true)
+	if prog != nil {
+		var out []*Record
+		for _, s := range steps {
+			if v := s.r.View; v != nil && dirOf(s.r) == DirOut && v.Group() == group {
+				switch v.Type() {
+				case frame.Join, frame.Welcome, frame.Start: // registration's, not the core's
+				default:
+					out = append(out, s.r)
+				}
+			}
+		}
+		prog.finish(out, start)
+	}
 	return res, nil
 }
 
@@ -483,6 +550,9 @@ type rerun struct {
 	// the frames of a timer at that instant before it show in the
 	// capture, and their records ticked it).
 	proposes func(r *Record) bool
+	// after, when set, runs after each turn's output is taken, at its
+	// instant (a PCODE program's next calls).
+	after func(t clock.Time)
 	// view is the view the process is in (groups with views): the
 	// deliveries of a Ready are of the view before the ViewInstalled
 	// event it carries (reliable/view hands out the old view's last
@@ -522,6 +592,9 @@ func (rr *rerun) collectAt(at clock.Time) {
 		res.Events = append(res.Events, SimEvent{At: wallOf(at), Event: ev})
 	}
 	rr.st.Advance()
+	if rr.after != nil {
+		rr.after(at)
+	}
 }
 
 // tick runs the core's timers at instant now and takes its output: a
@@ -906,7 +979,7 @@ func MembersFromCapture(c *Capture, etherType uint16) (members []frame.MemberInf
 		if r.View == nil {
 			continue
 		}
-		if t := r.View.Type(); !isPBPType(t) && !isSeqType(t) {
+		if t := r.View.Type(); !isPBPType(t) && !isSeqType(t) && !isPcodeType(t) {
 			continue
 		}
 		id := r.View.Sender()
@@ -991,6 +1064,13 @@ func (r *SimResult) Write(w io.Writer, c *Capture, data bool) error {
 	case r.Protocol == ProtocolViews && r.Views != nil:
 		etherType = etherTypeOf(r.Views.Config.EtherType)
 		r.writeViewsHeader(ew, c)
+	case r.Protocol == ProtocolPCODE:
+		pc := r.PcodeConfig
+		etherType = etherTypeOf(pc.EtherType)
+		shared := pc.Shared()
+		ew.printf("# simulate member %d of group %d on interface %d (%s), PCODE, send buffer %d, early buffer %d, flow window %d, status window %d, MTU %d, timers %v..%v (initial RTT %v), failure timeout %v\n",
+			pc.Self, pc.Group, r.Iface, c.Interfaces[r.Iface].Label(), shared.SendBuffer, shared.EarlyBuffer, shared.FlowWindow, shared.StatusWindow,
+			shared.MTU, time.Duration(shared.MinTimer), time.Duration(shared.MaxTimer), time.Duration(shared.InitialRTT), time.Duration(shared.FailureTimeout))
 	case r.Protocol == ProtocolSeq:
 		sc := r.SeqConfig
 		etherType = etherTypeOf(sc.EtherType)
@@ -1100,6 +1180,18 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// mtuFromJoin returns the MTU the node's own Join frame of group (source
+// MAC mac) carries, and that frame's number; ok is false without one.
+func mtuFromJoin(c *Capture, group uint32, mac [6]byte) (mtu, n int, ok bool) {
+	for i := range c.Records {
+		r := &c.Records[i]
+		if r.View != nil && r.View.Type() == frame.Join && r.View.Group() == group && r.Src == mac && r.View.Join().MTU != 0 {
+			return int(r.View.Join().MTU), r.N, true
+		}
+	}
+	return 0, 0, false
 }
 
 // windowFromJoins returns the send window a Join frame of group carries

@@ -157,6 +157,11 @@ type peer struct {
 	leaving  bool
 	leaveSeq uint32
 
+	// hinting: Expect raised knownEnd past sentEnd, one past the highest
+	// sequence number a frame of the sender proved sent (see learnEnd).
+	hinting bool
+	sentEnd uint32
+
 	nackDue  bool   // a Nack is to go out at the next flush
 	nackFrom uint32 // it asks for what is missing from here on
 	nackAt   Time   // nack timer (thesis fig. 3.9); 0 when not repairing

@@ -10,9 +10,12 @@ import "github.com/rbcast/rbcast/frame"
 // the hint the frames count as known sent: the repair state starts, and
 // if they have not arrived one nack timeout later (srtt + 4·rttvar of
 // this sender's repairs) a Nack asks for them and repeats as for any
-// gap. A frame not yet sent when asked for costs its sender nothing (a
-// Nack beyond its last frame is dropped as stale) and is asked for again
-// until it arrives.
+// gap; a later frame of the sender (or its Ack) that shows them missing
+// first has them asked for at once (learnEnd). A frame not yet sent when
+// asked for costs its sender nothing (a Nack beyond its last frame is
+// dropped as stale) and is asked for again until it arrives. A shorter
+// first timer (half or two round trips of the segment) gained in the
+// simulator and lost on real hosts: docs/pcode.md, "What Expect gains".
 //
 // n counts frames, not messages: a bundle carries several. A barrier
 // waits for one. n is capped at Window; Expect does nothing under PBP1,
@@ -31,6 +34,9 @@ func (c *Core) Expect(now Time, from frame.MemberID, n int) {
 	end := p.expected + uint32(min(n, c.cfg.Window))
 	if !frame.SeqLess(p.knownEnd, end) || p.state == repair {
 		return
+	}
+	if !p.hinting {
+		p.hinting, p.sentEnd = true, p.knownEnd
 	}
 	p.knownEnd = end
 	c.stats.Expected++

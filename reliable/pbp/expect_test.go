@@ -1,6 +1,7 @@
 package pbp
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -60,5 +61,39 @@ func TestExpectIgnored(t *testing.T) {
 	c2.Expect(t0, 1, 1)
 	if c.Counters().Expected+c2.Counters().Expected != 0 {
 		t.Fatal("a hint was taken under PBP1, from a stranger or from self")
+	}
+}
+
+// TestExpectGapNackedAtOnce: a frame Expect announced is lost and the
+// sender's next frame arrives. That frame proves the hinted one sent and
+// missing, so it is asked for at once, as any gap a later frame reveals
+// is (without the hint: the same Nack at the same instant), not when the
+// nack timer Expect armed fires. Before, the hint had already raised the
+// known end, the successor revealed no new gap, and the Nack waited for
+// the timer: jacobi at 1 % loss on dsmsim took 2.5 to 5 times as long with
+// Expect in its barriers as without.
+func TestExpectGapNackedAtOnce(t *testing.T) {
+	for _, expect := range []bool{true, false} {
+		c := newCore(t, testConfig(PBP2, 1, 3))
+		if expect {
+			c.Expect(t0, 0, 1)
+		}
+		ready(t, c)
+		at := t0 + Time(100*Microsecond)
+		if err := step(t, c, at, dataFrom0(101, 0)); err != nil { // 100 lost
+			t.Fatal(err)
+		}
+		c.Tick(at)
+		frames, _, _ := ready(t, c)
+		var nacks []string
+		for _, f := range frames {
+			if f.t == frame.Nack {
+				nb := f.body.(*frame.NackBody)
+				nacks = append(nacks, fmt.Sprintf("to %d %v", nb.Target, nb.Ranges))
+			}
+		}
+		if want := "[to 0 [{100 100}]]"; fmt.Sprint(nacks) != want {
+			t.Errorf("expect %v: Nacks at the successor's arrival %v, want %s", expect, nacks, want)
+		}
 	}
 }

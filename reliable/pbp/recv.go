@@ -290,7 +290,28 @@ func (c *Core) findLost(p *peer, n, round uint32) {
 // the frame end-1 is being accepted now. In PBP2 a gap that appears is
 // asked for at once, all of it in one Nack (flushed at the next Ready, so
 // the gaps one batch of frames reveals share it).
+//
+// Frames Expect assumed sent are known missing only once a later frame
+// (or the sender's Ack) proves them sent: then they are asked for at once,
+// as a gap that appears is, instead of when the nack timer Expect armed
+// fires (up to a NackTimeout later: before, a lost barrier frame whose
+// successor arrived waited for the timer, where without the hint the
+// successor's gap was asked for at once).
 func (c *Core) learnEnd(p *peer, end uint32, arriving bool) {
+	if p.hinting && frame.SeqLess(p.sentEnd, end) {
+		from, last := p.sentEnd, end
+		if frame.SeqLess(from, p.expected) {
+			from = p.expected
+		}
+		if arriving {
+			last--
+		}
+		p.sentEnd = end
+		p.hinting = frame.SeqLess(end, p.knownEnd)
+		if c.cfg.Mode == PBP2 && frame.SeqLess(from, last) && !p.nackDue {
+			p.nackDue, p.nackFrom = true, from
+		}
+	}
 	if !frame.SeqLess(p.knownEnd, end) {
 		return
 	}
@@ -324,6 +345,7 @@ func (c *Core) enterRepair(p *peer) {
 func (c *Core) checkRepaired(p *peer) {
 	if p.state == repair && !frame.SeqLess(p.expected, p.knownEnd) {
 		p.state, p.nackAt, p.nackDue, p.nackSentAt = normal, 0, false, 0
+		p.hinting = false
 		// A nack timer or lost retransmission the Nack never went out
 		// for: the next gap's first Nack is a new request.
 		p.nackRepeat, p.reask, p.timerDue = false, false, false

@@ -85,7 +85,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
-	fs.BoolVar(&o.NoExpect, "noexpect", false, "with -iface: barriers do not hint the group which members they wait for (dsm.Config.NoExpect), for comparisons")
+	fs.BoolVar(&o.NoExpect, "noexpect", false, "barriers do not hint the group which members they wait for (dsm.Config.NoExpect), for comparisons")
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
@@ -187,7 +187,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Members: o.Procs,
 			Seed:    o.SimSeed,
 			In:      testnet.Impairment{Loss: o.Loss},
-			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf, Channels: o.Channels},
+			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect},
 		}
 		start := time.Now()
 		sim, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
