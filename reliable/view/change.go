@@ -856,8 +856,14 @@ func (c *Core) onRemove(v frame.View) {
 }
 
 // RemoveGroup removes the group: every member stops (GroupRemoved), and
-// joiners are refused.
-func (c *Core) RemoveGroup() {
+// joiners are refused. Like a proposal it produces no output by itself
+// (a runtime may call it between Ready and Advance, when output emitted
+// would be dropped unsent): the next Ready sends the GroupRemove frames.
+func (c *Core) RemoveGroup() { c.removeDue = true }
+
+// removeGroup carries out RemoveGroup (from Ready).
+func (c *Core) removeGroup() {
+	c.removeDue = false
 	if c.state != member {
 		return
 	}

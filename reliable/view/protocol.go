@@ -525,6 +525,9 @@ func (c *Core) Repair(from frame.MemberID) (frame.MemberID, bool) {
 // Ready returns the inner core's output with the membership layer's: its
 // frames, the messages it delivers from relays, its events.
 func (c *Core) Ready() core.Ready {
+	if c.removeDue {
+		c.removeGroup()
+	}
 	c.sendDatagrams()
 	var rd core.Ready
 	if c.inner != nil {

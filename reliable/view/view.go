@@ -224,7 +224,9 @@ type Core struct {
 	dgOut   []dgOut
 	leavers []frame.MemberID
 	leaving bool
-	maxSeen uint32 // the highest view id seen proposed or installed
+	// removeDue: RemoveGroup was called; the next Ready removes the group.
+	removeDue bool
+	maxSeen   uint32 // the highest view id seen proposed or installed
 
 	prop *proposal
 	// promise is the prepare this member answered; promisedAt when.

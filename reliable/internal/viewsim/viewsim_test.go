@@ -159,3 +159,45 @@ func TestOneWayCutsReport(t *testing.T) {
 	}
 	t.Logf("%d seeds with a one-way cut, %d suspicion reports", deaf, reports)
 }
+
+// RemoveGroup called while a Ready's output is handed out, before
+// Advance (as reliable.Group.RemoveGroup may be, from another goroutine):
+// the GroupRemove frames go out in the next Ready and every member stops
+// with ErrGroupRemoved. Emitted at once, they were dropped by Advance
+// unsent, and the others ran on (reliable's TestViewsRemoveGroup failed
+// under load for it).
+func TestRemoveGroupDuringTurn(t *testing.T) {
+	net, err := testnet.New(11, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 11, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}}
+	for i := range 3 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.procs = append(r.procs, r.newProcess(ep, uint32(500+i), 3, 10))
+	}
+	for net.Now().Before(r.start.Add(2 * time.Second)) {
+		net.RunFor(10 * time.Millisecond)
+		if r.procs[0].view != 0 && r.procs[1].view == r.procs[0].view && r.procs[2].view == r.procs[0].view {
+			break
+		}
+	}
+	p := r.procs[0]
+	if p.view == 0 {
+		t.Fatal("the three did not found a view")
+	}
+	rd := p.st.Ready()
+	p.ep.Send(rd.Frames)
+	p.core.RemoveGroup() // between Ready and Advance
+	p.st.Advance()
+	p.flush(net.Now(), p.clk.Core(net.Now()))
+	net.RunFor(50 * time.Millisecond)
+	for _, q := range r.procs {
+		if err := q.core.Err(); !errors.Is(err, view.ErrGroupRemoved) {
+			t.Errorf("process %x: err %v, want ErrGroupRemoved", q.mac, err)
+		}
+	}
+}
