@@ -291,6 +291,10 @@ func (m *Member[C]) propose(now time.Time) {
 		return
 	}
 	t := m.Sim.Clock.Core(now)
+	// Datagrams only while the member has messages to send: the member
+	// wakes for its bursts only then, and a datagram after its last would
+	// wake the others, who would send theirs, until the run ends.
+	dg := m.Sim.Config.Datagrams && m.Proposed < k
 	for burst := 1 + m.rng.IntN(8); burst > 0 && m.Proposed < k; burst-- {
 		m.want = Message(m.want[:0], m.Sim.Config.Seed, m.ID, m.Proposed, m.max)
 		err := m.Stepper.Propose(t, m.want)
@@ -303,7 +307,7 @@ func (m *Member[C]) propose(now time.Time) {
 		}
 		m.Proposed++
 	}
-	if m.Sim.Config.Datagrams {
+	if dg {
 		switch m.rng.IntN(3) {
 		case 0:
 			m.datagram(t)
