@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
 )
 
@@ -248,7 +249,10 @@ func benchEcho(sf *socketFlags) error {
 		}
 		// Mark it an echo ('e'), addressed back to the pinger.
 		d.Data[len(pingMagic)] = 'e'
-		return out.Write(&localapi.Send{Data: d.Data})
+		hops.At(hops.EchoSend, 0)
+		err := out.Write(&localapi.Send{Data: d.Data})
+		hops.At(hops.EchoSent, 0)
+		return err
 	}
 	for {
 		m, err := sub.Read()
@@ -324,6 +328,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 	for i := range count {
 		binary.BigEndian.PutUint64(msg[len(pingMagic)+3:], uint64(i))
 		start := time.Now()
+		hops.At(hops.PingSend, uint32(i))
 		if err := out.Write(&localapi.Send{Data: msg}); err != nil {
 			return nil, err
 		}
@@ -335,6 +340,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 			d, ok := m.(*localapi.Deliver)
 			if ok && len(d.Data) >= hdr && bytes.HasPrefix(d.Data, []byte(pingMagic)) && d.Data[len(pingMagic)] == want &&
 				binary.BigEndian.Uint16(d.Data[len(pingMagic)+1:]) == self && binary.BigEndian.Uint64(d.Data[len(pingMagic)+3:]) == uint64(i) {
+				hops.At(hops.PingBack, uint32(i))
 				break
 			}
 		}
