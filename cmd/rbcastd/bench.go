@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
 )
 
@@ -57,14 +58,18 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	echo := fs.Bool("echo", false, "send back every ping delivered, until SIGINT/SIGTERM")
 	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: the self-delivery loopback)")
 	count := fs.Int("count", 1000, "pings to send with -ping")
+	spin := fs.Duration("spin", pingSpin, "with -ping or -echo: look for the next delivery this long, yielding the CPU, before sleeping (0: never; up to 1s)")
 	if done, code := parse(fs, args, stdout); done {
 		return code
 	}
 	if *echo && *ping >= 0 {
 		return usageErr(stderr, "bench", "-echo and -ping exclude each other")
 	}
+	if *spin < 0 || *spin > time.Second {
+		return usageErr(stderr, "bench", "-spin is %v, want 0 (never) up to 1s", *spin)
+	}
 	if *echo {
-		if err := benchEcho(&sf); err != nil {
+		if err := benchEcho(&sf, *spin); err != nil {
 			return fail(stderr, "bench", err)
 		}
 		return exitOK
@@ -73,7 +78,7 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if *ping >= int(localapi.AllMembers) || *count < 1 {
 			return usageErr(stderr, "bench", "-ping wants a member id and -count at least 1")
 		}
-		r, err := benchPing(&sf, uint16(*ping), *count, *size)
+		r, err := benchPing(&sf, uint16(*ping), *count, *size, *spin)
 		if err != nil {
 			return fail(stderr, "bench", err)
 		}
@@ -192,10 +197,13 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 }
 
 // pingSpin is how long -ping and -echo look for the next delivery before
-// they sleep (localapi.Conn.SetSpin): as long as the ring polls its link
-// (ring.DefaultRxSpin), so that the clients, like the daemons, are not
-// woken for every message of a latency measurement.
-const pingSpin = 200 * time.Microsecond
+// they sleep (localapi.Conn.SetSpin), the default of bench -spin. A
+// client that polls its socket is one more process wanting a CPU while
+// the daemons poll their rings and their clients' sockets, and on the
+// 2-vCPU benchmark machine that cost more than the wake-ups it saved:
+// round trip p50 497 µs with 200 µs client polls, 323 µs without
+// (docs/local-api.md, "Latency").
+const pingSpin = 0
 
 // pingMagic starts every ping, so that an echo sends back only pings.
 const pingMagic = "rbcastd-ping"
@@ -215,7 +223,7 @@ type pingResult struct {
 }
 
 // benchEcho sends back every ping delivered to it, until a signal.
-func benchEcho(sf *socketFlags) error {
+func benchEcho(sf *socketFlags, spin time.Duration) error {
 	sub, err := dial(sf)
 	if err != nil {
 		return err
@@ -232,7 +240,7 @@ func benchEcho(sf *socketFlags) error {
 	if _, err := sub.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
-	sub.SetSpin(pingSpin)
+	sub.SetSpin(spin)
 	if err := sub.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
 		return err
 	}
@@ -248,7 +256,10 @@ func benchEcho(sf *socketFlags) error {
 		}
 		// Mark it an echo ('e'), addressed back to the pinger.
 		d.Data[len(pingMagic)] = 'e'
-		return out.Write(&localapi.Send{Data: d.Data})
+		hops.At(hops.EchoSend, 0)
+		err := out.Write(&localapi.Send{Data: d.Data})
+		hops.At(hops.EchoSent, 0)
+		return err
 	}
 	for {
 		m, err := sub.Read()
@@ -277,7 +288,7 @@ func benchEcho(sf *socketFlags) error {
 // benchPing sends count pings to member to, one at a time, and times the
 // round trips. A ping is pingMagic, 'p', the pinger's id (2 bytes), a
 // sequence number (8 bytes), padding to size.
-func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error) {
+func benchPing(sf *socketFlags, to uint16, count, size int, spin time.Duration) (*pingResult, error) {
 	sub, err := dial(sf)
 	if err != nil {
 		return nil, err
@@ -295,7 +306,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 	if _, err := sub.Hello(0); err != nil {
 		return nil, err
 	}
-	sub.SetSpin(pingSpin)
+	sub.SetSpin(spin)
 	if err := sub.Write(&localapi.Subscribe{From: to}); err != nil {
 		return nil, err
 	}
@@ -324,6 +335,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 	for i := range count {
 		binary.BigEndian.PutUint64(msg[len(pingMagic)+3:], uint64(i))
 		start := time.Now()
+		hops.At(hops.PingSend, uint32(i))
 		if err := out.Write(&localapi.Send{Data: msg}); err != nil {
 			return nil, err
 		}
@@ -335,6 +347,7 @@ func benchPing(sf *socketFlags, to uint16, count, size int) (*pingResult, error)
 			d, ok := m.(*localapi.Deliver)
 			if ok && len(d.Data) >= hdr && bytes.HasPrefix(d.Data, []byte(pingMagic)) && d.Data[len(pingMagic)] == want &&
 				binary.BigEndian.Uint16(d.Data[len(pingMagic)+1:]) == self && binary.BigEndian.Uint64(d.Data[len(pingMagic)+3:]) == uint64(i) {
+				hops.At(hops.PingBack, uint32(i))
 				break
 			}
 		}

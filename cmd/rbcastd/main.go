@@ -25,12 +25,15 @@ import (
 	"runtime/trace"
 	"sort"
 	"strings"
+
+	"github.com/rbcast/rbcast/internal/hops"
 )
 
 func main() {
 	stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 	code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	hops.Dump()
 	os.Exit(code)
 }
 

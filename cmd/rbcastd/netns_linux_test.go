@@ -390,7 +390,7 @@ func allToAll(t *testing.T, topo *netns.Topology, cr carriage) {
 		t.Fatal(err)
 	}
 	waitSubscribers(t, c, 1, 1)
-	pr, err := benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0)
+	pr, err := benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0, pingSpin)
 	echo.Process.Signal(syscall.SIGTERM)
 	if werr := echo.Wait(); werr != nil {
 		t.Errorf("bench -echo after SIGTERM: %v\n%s", werr, echoOut.String())

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -151,6 +152,7 @@ func (c *conn) serve() {
 		if err != nil {
 			return
 		}
+		hops.At(hops.ConnRead, uint32(n))
 		if !c.drainSendRing(false) {
 			return
 		}
@@ -166,6 +168,7 @@ func (c *conn) serve() {
 		if !c.handle(m) {
 			return
 		}
+		hops.At(hops.ConnHandled, 0)
 		// A client that sends one message at a time (a ping, an
 		// interactive writer) waits for each to go out: its next one is
 		// worth looking for before sleeping. One that sends batches is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -98,6 +99,9 @@ func (d *Daemon) fanout(g *reliable.Group) {
 			d.writeOut(b)
 			off = len(b.p)
 			from, data, err = g.RecvAppend(wait, b.p[:off+entryLen])
+			hops.At(hops.FanoutRecv, 1)
+		} else {
+			hops.At(hops.FanoutRecv, 0)
 		}
 		if err != nil {
 			d.writeOut(b)
@@ -141,6 +145,7 @@ func (d *Daemon) writeOut(b *outBatch) {
 			s.c.close()
 		}
 	}
+	hops.At(hops.FanoutWrote, uint32(b.n))
 	b.reset()
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,11 +187,12 @@ type PacketReader struct {
 	spin time.Duration
 	try  func(fd uintptr) bool // r.recv, made once
 	// The read in progress.
-	buf   []byte
-	n     int
-	errno syscall.Errno
-	start time.Time
-	spun  bool
+	buf    []byte
+	n      int
+	errno  syscall.Errno
+	start  time.Time
+	spun   bool
+	polled bool // the read has waited in the poller (for hops.SocketRead)
 	// Contention: a yield that kept the CPU away for long means other
 	// processes want it; spinning then stops until off, for a pause that
 	// doubles with each contended spin (as the ring's RxSpin does).
@@ -226,7 +228,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 // says the packet was longer than buf: its first len(buf) bytes are in
 // buf, the rest is lost. A zero n with a nil error is the peer's close.
 func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
-	r.buf, r.n, r.errno, r.start, r.spun = buf, 0, 0, time.Time{}, false
+	r.buf, r.n, r.errno, r.start, r.spun, r.polled = buf, 0, 0, time.Time{}, false, false
 	if err := r.rc.Read(r.try); err != nil {
 		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
 	}
@@ -250,6 +252,14 @@ func (r *PacketReader) recv(fd uintptr) bool {
 		switch e {
 		case 0:
 			r.n = int(n)
+			w := uint32(0)
+			if !r.start.IsZero() {
+				w = 1
+			}
+			if r.polled {
+				w = 2
+			}
+			hops.At(hops.SocketRead, w)
 			return true
 		case unix.EINTR:
 			continue
@@ -259,18 +269,21 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			return true
 		}
 		if r.spin <= 0 || r.spun {
+			r.polled = true
 			return false
 		}
 		now := time.Now()
 		if r.start.IsZero() {
 			if now.Before(r.off) {
 				r.spun = true
+				r.polled = true
 				return false
 			}
 			r.start = now
 		} else if now.Sub(r.start) >= r.spin {
 			r.spun = true
 			r.pause /= 2
+			r.polled = true
 			return false
 		}
 		runtime.Gosched()

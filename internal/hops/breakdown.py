@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Per-hop breakdown of `rbcastd bench -ping` round trips from RBCAST_STAMPS.
+
+Usage: breakdown.py DIR
+
+DIR holds one file per process (internal/hops, Dump): the pinger (bench
+-ping), the echo (bench -echo) and the daemons, all run with
+RBCAST_STAMPS=DIR. The daemon whose -socket the pinger used is A, the
+echo's is B. With internal/hops/runtime-probes.patch applied the runtime's
+and the ring's stages (30-41) are in the chain too; without it those rows
+are skipped. For each ping (the first 5 % are left out) it follows the
+chain, taking at each row the first stamp of that stage in that process
+after the row before, and prints the percentiles of each step.
+"""
+import bisect, glob, os, re, statistics, sys
+
+d = sys.argv[1]
+procs, socks = {}, {}
+for f in glob.glob(os.path.join(d, '*')):
+    lines = open(f).read().split('\n')
+    if not lines or not lines[0].startswith('#'):
+        continue
+    name = lines[0]
+    ev = [tuple(map(int, l.split())) for l in lines[1:] if l]
+    m = re.search(r'-socket (\S+)', name)
+    sock = m.group(1) if m else ''
+    if ' -ping' in name:
+        procs['P'], socks['P'] = ev, sock
+    elif ' -echo' in name:
+        procs['E'], socks['E'] = ev, sock
+    elif ' run ' in name:
+        procs[sock] = ev
+procs['A'] = procs.get(socks.get('P'), [])
+procs['B'] = procs.get(socks.get('E'), [])
+times = {k: [e[0] for e in v] for k, v in procs.items()}
+
+def first(role, stage, after, cond, before):
+    ev, ts = procs[role], times[role]
+    for e in ev[bisect.bisect_right(ts, after):]:
+        if e[0] > before:
+            return None
+        if e[1] == stage and (cond is None or cond(e[2])):
+            return e
+    return None
+
+has_runtime = any(e[1] == 30 for e in procs['A'])
+chain = [
+    ('P', 1, None, 'pinger writes the ping'),
+    ('A', 60, None, 'daemon A reads it [0 at once, 1 polling, 2 woken]'),
+    ('A', 21, None, 'daemon A: Group.Send returned'),
+    ('A', 30, None, 'daemon A: the loop is woken (runtime)'),
+    ('A', 32, lambda a: a > 0, 'daemon A: frame staged (runtime)'),
+    ('A', 34, None, 'daemon A: kicker runs (runtime)'),
+    ('B', 30, lambda a: a > 0, 'daemon B: the loop has the frame (runtime)'),
+    ('B', 33, None, 'daemon B: delivered (runtime)'),
+    ('B', 50, None, 'daemon B: fan-out has it'),
+    ('B', 51, None, 'daemon B: Deliver written'),
+    ('E', 60, None, 'echo reads it [0, 1, 2]'),
+    ('E', 11, None, 'echo wrote the echo'),
+    ('B', 60, None, 'daemon B reads it [0, 1, 2]'),
+    ('B', 21, None, 'daemon B: Group.Send returned'),
+    ('B', 30, None, 'daemon B: the loop is woken (runtime)'),
+    ('B', 32, lambda a: a > 0, 'daemon B: frame staged (runtime)'),
+    ('B', 34, None, 'daemon B: kicker runs (runtime)'),
+    ('A', 30, lambda a: a > 0, 'daemon A: the loop has the frame (runtime)'),
+    ('A', 33, None, 'daemon A: delivered (runtime)'),
+    ('A', 50, None, 'daemon A: fan-out has it'),
+    ('A', 51, None, 'daemon A: Deliver written'),
+    ('P', 60, None, 'pinger reads it [0, 1, 2]'),
+    ('P', 2, None, 'pinger has the echo'),
+]
+if not has_runtime:
+    chain = [c for c in chain if not 30 <= c[1] <= 41]
+pings = [e for e in procs['P'] if e[1] == 1]
+ends = {e[2]: e[0] for e in procs['P'] if e[1] == 2}
+deltas = [[] for _ in chain]
+args = [{} for _ in chain]
+total = []
+for p in pings[len(pings) // 20:]:
+    if p[2] not in ends:
+        continue
+    t, row, hits = p[0], [], []
+    for role, st, cond, _ in chain[1:]:
+        e = first(role, st, t, cond, ends[p[2]] + 1)
+        if e is None:
+            break
+        row.append(e[0] - t)
+        hits.append(e[2])
+        t = e[0]
+    else:
+        for k, v in enumerate(row, 1):
+            deltas[k].append(v)
+            args[k][hits[k - 1]] = args[k].get(hits[k - 1], 0) + 1
+        total.append(ends[p[2]] - p[0])
+if not total:
+    sys.exit('no ping could be followed through the chain')
+total.sort()
+print('%d pings followed; round trip p50 %.1f µs, p90 %.1f µs' % (len(total), total[len(total) // 2] / 1e3, total[len(total) * 9 // 10] / 1e3))
+for k, (role, st, cond, what) in enumerate(chain[1:], 1):
+    v = sorted(deltas[k])
+    a = ' '.join('%d:%d' % kv for kv in sorted(args[k].items())) if st == 60 else ''
+    print('%-52s p50 %6.1f  p90 %6.1f  mean %6.1f µs  %s' % (what, v[len(v) // 2] / 1e3, v[len(v) * 9 // 10] / 1e3, statistics.mean(v) / 1e3, a))
