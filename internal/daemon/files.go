@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/filestore"
@@ -366,30 +364,6 @@ func (s *fileService) onReport(r filerun.Report) {
 // errNoFiles refuses a file request of a daemon without files.
 var errNoFiles = errors.New("this daemon carries no files (rbcastd run -files=false, or -link udp)")
 
-// mayFiles admits a client of the daemon's own user, or root: the daemon
-// opens the files to send and writes the directories to store into with
-// its own rights.
-func (c *conn) mayFiles() error {
-	rc, err := c.c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("the client's credentials: %w", cerr)
-	}
-	if self := uint32(os.Geteuid()); cred.Uid != 0 && cred.Uid != self {
-		return fmt.Errorf("only root or the daemon's user (uid %d) may send or receive files through it; the client runs as uid %d", self, cred.Uid)
-	}
-	return nil
-}
-
 // refuse answers a file request with an Error of code CodeRefused; the
 // connection stays open.
 func (c *conn) refuse(format string, args ...any) bool {
@@ -403,7 +377,7 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	if s == nil {
 		return c.refuse("sendfile %s: %v", m.Name, errNoFiles)
 	}
-	if err := c.mayFiles(); err != nil {
+	if err := c.mayOwner("send or receive files through it"); err != nil {
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
 	if !filepath.IsAbs(m.Path) {
@@ -462,7 +436,7 @@ func (c *conn) receiveFiles(m *localapi.ReceiveFiles) bool {
 		c.fail(localapi.CodeRefused, false, "recvfile: %v", errNoFiles)
 		return false
 	}
-	if err := c.mayFiles(); err != nil {
+	if err := c.mayOwner("send or receive files through it"); err != nil {
 		c.fail(localapi.CodeRefused, false, "recvfile: %v", err)
 		return false
 	}

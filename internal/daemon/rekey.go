@@ -30,7 +30,7 @@ const maxKeyChanges = 8
 // only for a client of the daemon's user or root, and only on an
 // authenticated group. It answers the status after the step.
 func (c *conn) rekey(m *localapi.Rekey) bool {
-	if err := c.mayRekey(); err != nil {
+	if err := c.mayOwner("rotate keys"); err != nil {
 		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
 		return false
 	}
@@ -129,10 +129,12 @@ func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, err
 	return ch, nil
 }
 
-// mayRekey admits a client of the daemon's own user, or root: a key
-// decides who may speak for the group, so the socket's mode (which lets
-// a group of users send) is not enough.
-func (c *conn) mayRekey() error {
+// mayOwner admits a client of the daemon's own user, or root, to do what
+// the socket's mode (which lets a group of users send) is not enough for:
+// rotate keys (a key decides who may speak for the group), or send and
+// receive files (the daemon opens and writes the paths with its own
+// rights). The refusal names what, the daemon's uid and the client's.
+func (c *conn) mayOwner(what string) error {
 	rc, err := c.c.SyscallConn()
 	if err != nil {
 		return err
@@ -148,7 +150,7 @@ func (c *conn) mayRekey() error {
 		return fmt.Errorf("the client's credentials: %w", cerr)
 	}
 	if self := uint32(os.Geteuid()); cred.Uid != 0 && cred.Uid != self {
-		return fmt.Errorf("only root or the daemon's user (uid %d) may rotate keys; the client runs as uid %d", self, cred.Uid)
+		return fmt.Errorf("only root or the daemon's user (uid %d) may %s; the client runs as uid %d", self, what, cred.Uid)
 	}
 	return nil
 }
