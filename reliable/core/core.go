@@ -51,7 +51,8 @@ type (
 // repaired, delivered at most once and uncorrupted. The view core has it.
 type UnreliableCore interface {
 	// ProposeUnreliable sends msg (copied) at the Unreliable level. It
-	// never waits for window room.
+	// never waits for window room and, like Propose, produces no output
+	// by itself: the next Ready sends it.
 	ProposeUnreliable(now Time, msg []byte) error
 }
 
