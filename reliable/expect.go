@@ -14,18 +14,7 @@ type expecter interface {
 }
 
 // expecterOf finds the expecter in c, through wrappers (registration's).
-func expecterOf(c core.Core) (expecter, bool) {
-	for {
-		if e, ok := c.(expecter); ok {
-			return e, true
-		}
-		u, ok := c.(interface{ Unwrap() core.Core })
-		if !ok {
-			return nil, false
-		}
-		c = u.Unwrap()
-	}
-}
+func expecterOf(c core.Core) (expecter, bool) { return core.Find[expecter](c) }
 
 // Expect tells the group that this member waits for the next n frames of
 // member from (a lock-step program: a barrier waits for one message of

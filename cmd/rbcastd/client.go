@@ -79,9 +79,10 @@ failure timeout). Non-zero, with the reason, otherwise.
 default) takes the group's own; fifo, agreed or safe must be the level the
 daemon's group runs at (-order fifo; -order total -level agreed or safe),
 or send refuses before sending anything, naming the group's level.
-With -level unreliable (a group run with -membership views) each message
+With -level unreliable (a group run with -membership views, or -order
+fifo; not a registered -order total group) each message
 goes out once at the Unreliable level: to the members of the daemon's
-view, delivered at most once or not at all, in no order with the rest,
+view (a registered group: its live members), delivered at most once or not at all, in no order with the rest,
 never acknowledged; send then exits 0 once the daemon has sent them all.
 `
 
@@ -90,7 +91,7 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("send", "[-socket PATH] [-lines] [-level reliable|unreliable|fifo|agreed|safe] [FILE|-]", sendText, stderr)
 	sf.add(fs)
 	lines := fs.Bool("lines", false, "one message per input line")
-	level := fs.String("level", "reliable", "reliable (the group's own level); fifo, agreed or safe (refused unless the group runs at that level); or unreliable (at most once, never acknowledged; needs -membership views)")
+	level := fs.String("level", "reliable", "reliable (the group's own level); fifo, agreed or safe (refused unless the group runs at that level); or unreliable (at most once, never acknowledged; -membership views or -order fifo)")
 	quiet := fs.Bool("q", false, "do not print the summary line on stderr")
 	if done, code := parse(fs, args, stdout); done {
 		return code

@@ -76,7 +76,8 @@ func soloDaemonOrder(t *testing.T, order reliable.Order) string {
 
 // send -level unreliable: against a one-member group with views it sends
 // every line and says they were not acknowledged; a line too long is
-// refused by number; a registered group refuses, naming -membership views.
+// refused by number; a registered total-order group refuses, naming what
+// has the level.
 func TestSendUnreliableCLI(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "views.sock")
 	ln, err := daemon.Listen(sock, 0o600)
@@ -104,8 +105,8 @@ func TestSendUnreliableCLI(t *testing.T) {
 		t.Fatalf("send -level unreliable of a long line: exit %d %q", code, e.String())
 	}
 	e.Reset()
-	code = rbcastd([]string{"send", "-socket", soloDaemon(t), "-level", "unreliable"}, strings.NewReader("x"), &o, &e)
-	if code != exitFail || !strings.Contains(e.String(), "run the daemons with -membership views") {
+	code = rbcastd([]string{"send", "-socket", soloDaemonOrder(t, reliable.Total), "-level", "unreliable"}, strings.NewReader("x"), &o, &e)
+	if code != exitFail || !strings.Contains(e.String(), "run the daemons with -membership views, or with -order fifo") {
 		t.Fatalf("send -level unreliable to a registered group: exit %d %q", code, e.String())
 	}
 }

@@ -26,3 +26,29 @@ func TestDatagramWindow(t *testing.T) {
 		}
 	}
 }
+
+// wrapped is a core that embeds another, as registration's attached core
+// does: the embedded core's optional methods are hidden from a type
+// assertion on the wrapper.
+type wrapped struct{ Core }
+
+func (w wrapped) Unwrap() Core { return w.Core }
+
+type unreliableCore struct{ Core }
+
+func (unreliableCore) ProposeUnreliable(Time, []byte) error { return nil }
+
+// Find looks through wrappers for an optional interface, and says when
+// no core in the chain has it.
+func TestFind(t *testing.T) {
+	inner := unreliableCore{}
+	if _, ok := Core(wrapped{inner}).(UnreliableCore); ok {
+		t.Fatal("the wrapper itself has ProposeUnreliable: the test wraps nothing")
+	}
+	if u, ok := Find[UnreliableCore](wrapped{wrapped{inner}}); !ok || u != (unreliableCore{}) {
+		t.Errorf("Find through two wrappers = %v, %v; want the inner core", u, ok)
+	}
+	if _, ok := Find[UnreliableCore](wrapped{}); ok {
+		t.Error("Find in a chain without the interface: ok")
+	}
+}

@@ -200,9 +200,10 @@ func (s *Stepper) Propose(now Time, msg []byte) error {
 }
 
 // ProposeUnreliable hands msg to a core with the Unreliable level
-// (UnreliableCore), or returns ErrNoUnreliable.
+// (UnreliableCore, found through wrappers: Find), or returns
+// ErrNoUnreliable.
 func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
-	u, ok := s.c.(UnreliableCore)
+	u, ok := Find[UnreliableCore](s.c)
 	if !ok {
 		return ErrNoUnreliable
 	}
@@ -387,4 +388,22 @@ func (b *BadFrames) count(err error) {
 func (b BadFrames) Total() uint64 {
 	return b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum +
 		b.AckVector + b.Auth + b.Body + b.Other
+}
+
+// Find returns the first core in c's chain of wrappers (each one's
+// Unwrap, as registration's attached core has) that implements T: a
+// wrapper that embeds a core hides the inner core's optional methods
+// (UnreliableCore, PBP's Expect) from a type assertion on it.
+func Find[T any](c Core) (T, bool) {
+	for {
+		if t, ok := c.(T); ok {
+			return t, true
+		}
+		u, ok := c.(interface{ Unwrap() Core })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		c = u.Unwrap()
+	}
 }
