@@ -84,6 +84,10 @@ type Stats struct {
 	// NoView counts frames of a group without an open view, or too short
 	// to name a group: dropped.
 	NoView uint64
+	// Late counts frames of a group whose view this Mux closed, read
+	// after the close (queued before the kernel filter dropped the
+	// group): dropped, and not counted in NoView or a view's Filtered.
+	Late uint64
 	// Groups are the open views' counters, by group id.
 	Groups map[uint32]GroupStats
 }
@@ -106,16 +110,22 @@ type Mux struct {
 	filter  link.GroupFilter // nil: no kernel filter (or NoKernelFilter)
 	slotLen int
 
-	mu      sync.Mutex
-	views   []*view // open views, by group, sorted
-	reader  *view   // the view whose Recv is reading l; nil: none
-	rx      []link.Frame
-	err     error // l's Recv failed for good (closed)
-	closed  bool
-	noView  uint64
-	sendMu  sync.Mutex // Send and Stage, and SendNow where l has no NowSender
-	nowMu   sync.Mutex // SendNow
-	filterM sync.Mutex // serialises SetGroups calls in filter order
+	mu     sync.Mutex
+	views  []*view // open views, by group, sorted
+	reader *view   // the view whose Recv is reading l; nil: none
+	rx     []link.Frame
+	err    error // l's Recv failed for good (closed)
+	closed bool
+	noView uint64
+	// gone: groups whose view this Mux closed. Their frames read after
+	// the close were queued before the kernel filter dropped the group:
+	// they are not another group's, so they count in lateFrames, not in
+	// noView (Filtered).
+	gone       []uint32
+	lateFrames uint64
+	sendMu     sync.Mutex // Send and Stage, and SendNow where l has no NowSender
+	nowMu      sync.Mutex // SendNow
+	filterM    sync.Mutex // serialises SetGroups calls in filter order
 }
 
 // New returns a Mux over l, which it owns: Close closes it.
@@ -163,6 +173,9 @@ func (m *Mux) Open(group uint32) (link.Link, error) {
 		return nil, fmt.Errorf("%w: group %d", ErrGroupOpen, group)
 	}
 	m.views = slices.Insert(m.views, i, v)
+	if j := slices.Index(m.gone, group); j >= 0 {
+		m.gone = slices.Delete(m.gone, j, j+1)
+	}
 	m.mu.Unlock()
 	if err := m.setFilter(); err != nil {
 		v.Close()
@@ -213,7 +226,7 @@ func (m *Mux) setFilter() error {
 func (m *Mux) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{NoView: m.noView, Groups: make(map[uint32]GroupStats, len(m.views))}
+	s := Stats{NoView: m.noView, Late: m.lateFrames, Groups: make(map[uint32]GroupStats, len(m.views))}
 	for _, v := range m.views {
 		s.Groups[v.group] = v.groupStats()
 	}
@@ -264,7 +277,11 @@ func (m *Mux) dispatch(frames []link.Frame, self *view) {
 			v = m.view(g)
 		}
 		if v == nil {
-			m.noView++
+			if ok && slices.Contains(m.gone, g) {
+				m.lateFrames++
+			} else {
+				m.noView++
+			}
 			continue
 		}
 		if !v.q.push(f) {
@@ -590,6 +607,9 @@ func (v *view) Close() error {
 	v.closed = true
 	if i := slices.Index(m.views, v); i >= 0 {
 		m.views = slices.Delete(m.views, i, i+1)
+	}
+	if !slices.Contains(m.gone, v.group) {
+		m.gone = append(m.gone, v.group)
 	}
 	reading := m.reader == v
 	v.signal()

@@ -237,3 +237,35 @@ func TestRecvAllocs(t *testing.T) {
 		t.Errorf("a round through the view allocates %.1f times, the simulator alone %.1f", allocs, sendAllocs)
 	}
 }
+
+// Frames of a group whose view was closed, read after the close (queued
+// before the kernel filter dropped the group), count in Stats.Late, not
+// in NoView or a view's Filtered: those are frames of groups never
+// joined. Opening the group again makes its frames a view's.
+func TestLateFramesOfClosedGroup(t *testing.T) {
+	net, eps := segment(t, 2)
+	m := newMux(t, eps[1], mux.Config{})
+	v1, v2 := open(t, m, 1), open(t, m, 2)
+	if err := v2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src := eps[0].HardwareAddr()
+	eps[0].Send([][]byte{groupFrame(src, 2, 1, 64), groupFrame(src, 4, 2, 64), groupFrame(src, 1, 3, 64)})
+	for net.Step() {
+	}
+	if n, err := v1.Recv(time.Time{}, make([]link.Frame, 4)); n != 1 || err != nil {
+		t.Fatalf("Recv on group 1 = %d, %v; want its one frame", n, err)
+	}
+	st := m.Stats()
+	s1, _ := v1.Stats()
+	if st.Late != 1 || st.NoView != 1 || s1.Filtered != 1 {
+		t.Errorf("Late %d, NoView %d, group 1's Filtered %d; want 1 (group 2, closed), 1 (group 4, never open), 1", st.Late, st.NoView, s1.Filtered)
+	}
+	v2 = open(t, m, 2)
+	eps[0].Send([][]byte{groupFrame(src, 2, 5, 64)})
+	for net.Step() {
+	}
+	if n, err := v2.Recv(time.Time{}, make([]link.Frame, 4)); n != 1 || err != nil {
+		t.Fatalf("Recv on group 2 opened again = %d, %v; want its frame", n, err)
+	}
+}
