@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -31,6 +34,9 @@ type Client struct {
 	buf    []byte
 	Tries  int // attempts of the last Do
 	Served string
+	// LastTry is how long the last attempt of the last Do took, from its
+	// request sent to the answer (a failover's retry alone).
+	LastTry time.Duration
 }
 
 // ErrNoAnswer is wrapped by Do's error when ctx ended before any replica
@@ -129,6 +135,7 @@ func (c *Client) exchange(ctx context.Context, q Request) (Result, error) {
 	for ctx.Err() == nil {
 		c.Tries++
 		i := c.next
+		sent := time.Now()
 		if _, err := c.conn.WriteTo(req, c.addrs[i]); err != nil {
 			c.next = (i + 1) % len(c.addrs)
 			continue
@@ -137,9 +144,8 @@ func (c *Client) exchange(ctx context.Context, q Request) (Result, error) {
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
 		}
-		c.conn.SetReadDeadline(deadline)
 		for {
-			n, _, err := c.conn.ReadFrom(c.buf)
+			n, err := c.read(deadline)
 			if err != nil {
 				break // timeout: the next replica
 			}
@@ -154,9 +160,57 @@ func (c *Client) exchange(ctx context.Context, q Request) (Result, error) {
 				break
 			}
 			c.Served = c.Servers[i]
+			c.LastTry = time.Since(sent)
 			return p.Result, nil
 		}
 		c.next = (i + 1) % len(c.addrs)
 	}
 	return Result{}, ctx.Err()
+}
+
+// timerSlack is how late Go's runtime may wake a reader blocked until a
+// deadline: the netpoller sleeps in whole milliseconds, so a deadline
+// fires up to about a millisecond after it passed (0.2–0.8 ms measured
+// at 500 ms). Failover waits out a timeout, so read waits that last
+// stretch by polling instead (docs/kv.md, "Failover").
+const timerSlack = time.Millisecond
+
+// read returns the next datagram's length in c.buf, or an error once
+// deadline passed.
+func (c *Client) read(deadline time.Time) (int, error) {
+	if time.Until(deadline) > timerSlack {
+		c.conn.SetReadDeadline(deadline.Add(-timerSlack))
+		n, _, err := c.conn.ReadFrom(c.buf)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, err
+		}
+	}
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		c.conn.SetReadDeadline(deadline)
+		n, _, err := c.conn.ReadFrom(c.buf)
+		return n, err
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	c.conn.SetReadDeadline(time.Time{}) // rc.Read refuses to run past one
+	for time.Now().Before(deadline) {
+		n, rerr := -1, error(nil)
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, rerr = syscall.Recvfrom(int(fd), c.buf, syscall.MSG_DONTWAIT)
+			return true // never wait in the netpoller
+		})
+		switch {
+		case err != nil:
+			return 0, err
+		case rerr == nil:
+			return n, nil
+		case rerr != syscall.EAGAIN && rerr != syscall.EINTR:
+			return 0, rerr
+		}
+		runtime.Gosched()
+	}
+	return 0, os.ErrDeadlineExceeded
 }

@@ -273,8 +273,8 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 					lat = append(lat, d)
 					fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
 					if *slow > 0 && d > *slow {
-						fmt.Fprintf(stdout, "slow put %d took %v from %s, %d tries, answered by %s\n", i, d.Round(time.Millisecond),
-							t0.UTC().Format("15:04:05.000"), cl.Tries, cl.Served)
+						fmt.Fprintf(stdout, "slow put %d took %v from %s, %d tries, answered by %s, last try %v\n", i, d.Round(time.Millisecond),
+							t0.UTC().Format("15:04:05.000"), cl.Tries, cl.Served, cl.LastTry.Round(time.Microsecond))
 					}
 				}
 				mu.Unlock()
