@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/hops"
@@ -120,7 +121,31 @@ func (c *conn) fail(code localapi.Code, keep bool, format string, args ...any) {
 	c.d.log.Debug("rbcastd: client request failed", "code", code.String(), "err", text)
 	c.write(&localapi.Error{Code: code, Text: text})
 	if !keep {
+		c.discardInput()
 		c.close()
+	}
+}
+
+// discardInput reads and drops what the client sent that was not read
+// yet. Linux resets a unix connection closed with unread packets in its
+// receive queue, and the peer's next read then fails with ECONNRESET
+// before the Error queued for it: a client that rang the doorbell of a
+// ring found corrupt before the doorbell was read lost the reason.
+func (c *conn) discardInput() {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return
+	}
+	var buf [512]byte
+	for range 1 << 16 { // bounded: a client writing without pause
+		gone := true
+		if rc.Read(func(fd uintptr) bool {
+			n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_DONTWAIT)
+			gone = rerr != nil || n == 0 // nothing left, or the client's close
+			return true // never wait
+		}) != nil || gone {
+			return
+		}
 	}
 }
 
