@@ -26,8 +26,9 @@ import (
 // slowest receiver until it has everything, and the one-way latency of a
 // 64-byte ping-pong between members 0 and 1 (half the round trip;
 // RBCAST_LEVELS_PINGS, default 5000). Every member is a goroutine of the
-// benchmark process on its host's ring. RBCAST_REPORT_OUT: a file for the
-// markdown table. Root.
+// benchmark process on its host's ring. RBCAST_REPORT_REPS repeats it
+// (default 1), the levels interleaved, and reports medians and ranges.
+// RBCAST_REPORT_OUT: a file for the markdown table. Root.
 func BenchmarkLevels(b *testing.B) {
 	netnstest.RequireRoot(b)
 	d := 2 * time.Second
@@ -38,28 +39,43 @@ func BenchmarkLevels(b *testing.B) {
 	if n := envInt(b, "RBCAST_LEVELS_PINGS"); n > 0 {
 		pings = n
 	}
+	reps := 1
+	if n := envInt(b, "RBCAST_REPORT_REPS"); n > 0 {
+		reps = n
+	}
 	levels := []string{"registered", "fifo", "agreed", "safe"}
 	var out strings.Builder
-	fmt.Fprintf(&out, "Delivery levels: one sender to 3 receivers, %v per goodput run, %d pings (load %s)\n\n", d, pings, loadavg())
+	fmt.Fprintf(&out, "Delivery levels: one sender to 3 receivers, %v per goodput run, %d pings, %d repetitions (levels interleaved; medians, ranges in brackets) (load %s)\n\n", d, pings, reps, loadavg())
 	fmt.Fprintf(&out, "| MTU | level | goodput MB/s | x fifo | one-way p50 µs | p99 µs | p50 - fifo µs |\n|---|---|---|---|---|---|---|\n")
 	for _, mtu := range []int{1500, 9000} {
 		topo := netnstest.Up(b, netns.Options{Hosts: 4, MTU: mtu, Prefix: fmt.Sprintf("rblv%d", mtu/1000)})
-		type res struct {
-			mbps     float64
-			p50, p99 time.Duration
-		}
-		rs := map[string]res{}
+		type res struct{ mbps, p50, p99 []float64 }
+		rs := map[string]*res{}
 		for _, lvl := range levels {
-			mbps := levelGoodput(b, topo, lvl, d)
-			p50, p99 := levelLatency(b, topo, lvl, pings)
-			rs[lvl] = res{mbps, p50, p99}
-			b.Logf("MTU %d %s: %.1f MB/s, one-way p50 %v p99 %v", mtu, lvl, mbps, p50, p99)
+			rs[lvl] = &res{}
+		}
+		for rep := range reps {
+			for _, lvl := range levels {
+				mbps := levelGoodput(b, topo, lvl, d)
+				p50, p99 := levelLatency(b, topo, lvl, pings)
+				r := rs[lvl]
+				r.mbps = append(r.mbps, mbps)
+				r.p50 = append(r.p50, float64(p50.Nanoseconds())/1000)
+				r.p99 = append(r.p99, float64(p99.Nanoseconds())/1000)
+				b.Logf("MTU %d %s, repetition %d: %.1f MB/s, one-way p50 %v p99 %v", mtu, lvl, rep+1, mbps, p50, p99)
+			}
+		}
+		cell := func(v []float64, f string) string {
+			if len(v) < 2 {
+				return fmt.Sprintf(f, median(v))
+			}
+			return fmt.Sprintf(f+" ["+f+"–"+f+"]", median(v), slices.Min(v), slices.Max(v))
 		}
 		f := rs["fifo"]
 		for _, lvl := range levels {
 			r := rs[lvl]
-			fmt.Fprintf(&out, "| %d | %s | %.1f | %.2f | %.1f | %.1f | %+.1f |\n", mtu, lvl, r.mbps, r.mbps/f.mbps,
-				float64(r.p50.Nanoseconds())/1000, float64(r.p99.Nanoseconds())/1000, float64((r.p50-f.p50).Nanoseconds())/1000)
+			fmt.Fprintf(&out, "| %d | %s | %s | %.2f | %s | %s | %+.1f |\n", mtu, lvl, cell(r.mbps, "%.1f"), median(r.mbps)/median(f.mbps),
+				cell(r.p50, "%.1f"), cell(r.p99, "%.1f"), median(r.p50)-median(f.p50))
 		}
 	}
 	b.Log("\n" + out.String())
