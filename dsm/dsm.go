@@ -490,16 +490,46 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 // waited for. If ctx ends first Barrier returns ctx.Err(); calling
 // Barrier again with the same id resumes the wait.
 func (n *Node) Barrier(ctx context.Context, id int) error {
+	_, err := n.barrier(ctx, id, 0)
+	return err
+}
+
+// PartialBarrier is dsm_barrier(id, num_procs): a barrier that this
+// member crosses once procs members, itself included, have arrived at
+// it (or every live one has). procs must be 1..Size(); Size() is the
+// total barrier (Barrier). Every member calls the same barriers in the
+// same order, as with Barrier, each partial where the others' is
+// partial (ErrBarrierMismatch otherwise; the counts may differ). It
+// returns the ranks of the members it counted, itself included: the
+// writes they made before the barrier are visible here now; the others'
+// may come later, and nobody's writes after the barrier are applied
+// here before this member crossed it. A partial barrier fixes no
+// segment membership (Config.Selective): only a total one does. See
+// docs/dsm.md, "Partial barriers".
+func (n *Node) PartialBarrier(ctx context.Context, id, procs int) ([]int, error) {
+	if procs < 1 || procs > n.Size() {
+		return nil, fmt.Errorf("dsm: partial barrier %d: %d members, want 1..%d (the group's members, this one included; %d is a total barrier)", id, procs, n.Size(), n.Size())
+	}
+	return n.barrier(ctx, id, procs)
+}
+
+func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
 	if id != int(int32(id)) {
-		return fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
+		return nil, fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
 	}
 	if err := n.lock(); err != nil {
-		return err
+		return nil, err
 	}
 	if cur, waiting := n.core.InBarrier(); !waiting || cur != int32(id) {
-		if err := n.core.EnterBarrier(int32(id)); err != nil {
+		var err error
+		if procs > 0 {
+			err = n.core.EnterPartialBarrier(int32(id), procs)
+		} else {
+			err = n.core.EnterBarrier(int32(id))
+		}
+		if err != nil {
 			n.unlock()
-			return err
+			return nil, err
 		}
 	}
 	waiting := n.core.Waiting()
@@ -517,15 +547,18 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 		n.mu.Lock()
 		waiting := n.core.Waiting()
 		n.mu.Unlock()
-		return fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
+		return nil, fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.barrierErr; err != nil {
 		n.barrierErr = nil
-		return err
+		return nil, err
 	}
-	return n.err
+	if n.err != nil || procs == 0 {
+		return nil, n.err
+	}
+	return n.core.CountedRanks(), nil
 }
 
 // expecter is an Env that passes a lock-step hint to its group.
