@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -72,8 +73,9 @@ type Config struct {
 	// kernel filter keeps other segments' frames away), beside the global
 	// group (Group) that carries announcements and barriers; a barrier
 	// puts a marker on each joined segment's channel (thesis §7.2.2–
-	// 7.2.3). The global group's members come from a static list
-	// (Group.Members) or registration, not Views; locks are refused
+	// 7.2.3). The channels' members are named from the global group's
+	// static list (Group.Members), the list registration agreed on, or,
+	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
 	// ChannelGroup is the group id of segment key's channel; nil means
@@ -365,8 +367,22 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
+	// With Views the channels' static member lists (ids, MACs,
+	// incarnations) come from the first view: the wrapper takes them
+	// before the node sees the event (it waits for n.mu, which Join
+	// holds until the core is installed).
+	var firstView chan []frame.MemberInfo
 	if cfg.Channels && cfg.Group.Views {
-		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a fixed member list (static Members or registration), not Views: a segment channel's members are named from it", reliable.ErrConfig)
+		firstView = make(chan []frame.MemberInfo, 1)
+		gcfg.OnEvent = func(ev reliable.Event) {
+			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
+				select {
+				case firstView <- slices.Clone(ev.View.Members):
+				default:
+				}
+			}
+			n.event(ev)
+		}
 	}
 	// The group may deliver as soon as Join returns, before the core
 	// exists: its event loop hands deliveries and events out without the
@@ -402,13 +418,29 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	for _, m := range g.Members() {
 		ids = append(ids, m.ID)
 	}
+	members := g.MemberList()
+	if firstView != nil {
+		// Join returns once the first view is installed; its event
+		// reaches the wrapper right after.
+		select {
+		case members = <-firstView:
+		case <-ctx.Done():
+			n.mu.Unlock()
+			g.Close()
+			return nil, fmt.Errorf("dsm: waiting for the group's first view: %w", ctx.Err())
+		}
+		ids = ids[:0]
+		for _, m := range members {
+			ids = append(ids, m.ID)
+		}
+	}
 	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
 	if err != nil {
 		n.mu.Unlock()
 		g.Close()
 		return nil, err
 	}
-	e.g, e.members = g, g.MemberList()
+	e.g, e.members = g, members
 	n.install(c, g.Self(), outboxLimit(cfg))
 	go e.send()
 	n.mu.Unlock()
