@@ -355,16 +355,112 @@ func TestJoinChannelsRegistered(t *testing.T) {
 	}
 }
 
-// Channels over Views are refused: a channel's members are named from a
-// fixed list.
-func TestJoinChannelsViewsRefused(t *testing.T) {
-	r := rtnet.New(t, 1)
-	l := r.Attach(t, testnet.EndpointConfig{})
-	defer l.Close()
-	_, err := dsm.Join(context.Background(), l, dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true}})
-	if err == nil || !strings.Contains(err.Error(), "Config.Channels needs a fixed member list (static Members or registration), not Views") {
-		t.Fatalf("Join with Channels and Views: %v", err)
+// TestJoinChannelsViews: channels over a global group with Views (it
+// is founded by the 4 processes): the channels' static member lists come
+// from the first view.
+func TestJoinChannelsViews(t *testing.T) {
+	r := rtnet.New(t, 6)
+	const size = 4
+	nodes := make([]*dsm.Node, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
+		t.Cleanup(func() { l.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
+				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = dsm.Join(ctx, l, c)
+		}()
 	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	for r, n := range nodes {
+		if n.Rank() != r || n.Size() != size {
+			t.Fatalf("node %d: rank %d of %d", r, n.Rank(), n.Size())
+		}
+	}
+	runLive(t, nodes, chanProgram(chanSegs, 2))
+	for r, n := range nodes {
+		st := n.Stats()
+		for key, ranks := range chanSegs {
+			if _, open := st.Channels[key]; open != (len(ranks) > 1 && slices.Contains(ranks, r)) {
+				t.Errorf("rank %d: channel of segment %d open: %v", r, key, open)
+			}
+		}
+		if st.BadMessages != 0 {
+			t.Errorf("rank %d: %d bad messages", r, st.BadMessages)
+		}
+	}
+}
+
+// TestJoinChannelsViewsLeave: under Views a member that exits is
+// reported gone, and the others stop waiting for it at barriers (its
+// marker on a shared channel included); its last write before the
+// barrier it crossed is seen.
+func TestJoinChannelsViewsLeave(t *testing.T) {
+	r := rtnet.New(t, 7)
+	const size = 3
+	nodes := make([]*dsm.Node, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
+		t.Cleanup(func() { l.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
+				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = dsm.Join(ctx, l, c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	runLive(t, nodes, func(n *dsm.Node) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := attach(n, 5, 4, 8)
+		if err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 1); err != nil {
+			return err
+		}
+		if err := s.Write(n.Rank(), writeValue(n.Rank(), 1, 8)); err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 2); err != nil {
+			return err
+		}
+		if n.Rank() == 2 {
+			return nil // exits: the others go on without it
+		}
+		if err := s.Write(n.Rank(), writeValue(n.Rank(), 2, 8)); err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 3); err != nil {
+			return err
+		}
+		for r, want := range [][]byte{writeValue(0, 2, 8), writeValue(1, 2, 8), writeValue(2, 1, 8)} {
+			if got := s.Location(r); !bytes.Equal(got, want) {
+				return fmt.Errorf("location %d is %x, want %x", r, got, want)
+			}
+		}
+		return nil
+	})
 }
 
 // A member that exits right after the barrier following its last write

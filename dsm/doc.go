@@ -33,7 +33,7 @@
 //	dsm_bulk_write    Segment.WriteBulk, Segment.WriteBulkUnreliable
 //	dsm_read          Segment.Read
 //	dsm_ptr_read      Segment.View, Segment.Location (read-only views)
-//	dsm_barrier       Node.Barrier (total barriers only)
+//	dsm_barrier       Node.Barrier (total), Node.PartialBarrier (num_procs)
 //	dsm_lock_acquire  Node.Lock
 //	dsm_lock_release  Node.Unlock
 //	dsm_remove        Segment.Remove

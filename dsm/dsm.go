@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -72,8 +73,9 @@ type Config struct {
 	// kernel filter keeps other segments' frames away), beside the global
 	// group (Group) that carries announcements and barriers; a barrier
 	// puts a marker on each joined segment's channel (thesis §7.2.2–
-	// 7.2.3). The global group's members come from a static list
-	// (Group.Members) or registration, not Views; locks are refused
+	// 7.2.3). The channels' members are named from the global group's
+	// static list (Group.Members), the list registration agreed on, or,
+	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
 	// ChannelGroup is the group id of segment key's channel; nil means
@@ -365,8 +367,22 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	gcfg := cfg.Group
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
+	// With Views the channels' static member lists (ids, MACs,
+	// incarnations) come from the first view: the wrapper takes them
+	// before the node sees the event (it waits for n.mu, which Join
+	// holds until the core is installed).
+	var firstView chan []frame.MemberInfo
 	if cfg.Channels && cfg.Group.Views {
-		return nil, fmt.Errorf("%w: dsm: Config.Channels needs a fixed member list (static Members or registration), not Views: a segment channel's members are named from it", reliable.ErrConfig)
+		firstView = make(chan []frame.MemberInfo, 1)
+		gcfg.OnEvent = func(ev reliable.Event) {
+			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
+				select {
+				case firstView <- slices.Clone(ev.View.Members):
+				default:
+				}
+			}
+			n.event(ev)
+		}
 	}
 	// The group may deliver as soon as Join returns, before the core
 	// exists: its event loop hands deliveries and events out without the
@@ -402,13 +418,29 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	for _, m := range g.Members() {
 		ids = append(ids, m.ID)
 	}
+	members := g.MemberList()
+	if firstView != nil {
+		// Join returns once the first view is installed; its event
+		// reaches the wrapper right after.
+		select {
+		case members = <-firstView:
+		case <-ctx.Done():
+			n.mu.Unlock()
+			g.Close()
+			return nil, fmt.Errorf("dsm: waiting for the group's first view: %w", ctx.Err())
+		}
+		ids = ids[:0]
+		for _, m := range members {
+			ids = append(ids, m.ID)
+		}
+	}
 	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
 	if err != nil {
 		n.mu.Unlock()
 		g.Close()
 		return nil, err
 	}
-	e.g, e.members = g, g.MemberList()
+	e.g, e.members = g, members
 	n.install(c, g.Self(), outboxLimit(cfg))
 	go e.send()
 	n.mu.Unlock()
@@ -490,16 +522,46 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 // waited for. If ctx ends first Barrier returns ctx.Err(); calling
 // Barrier again with the same id resumes the wait.
 func (n *Node) Barrier(ctx context.Context, id int) error {
+	_, err := n.barrier(ctx, id, 0)
+	return err
+}
+
+// PartialBarrier is dsm_barrier(id, num_procs): a barrier that this
+// member crosses once procs members, itself included, have arrived at
+// it (or every live one has). procs must be 1..Size(); Size() is the
+// total barrier (Barrier). Every member calls the same barriers in the
+// same order, as with Barrier, each partial where the others' is
+// partial (ErrBarrierMismatch otherwise; the counts may differ). It
+// returns the ranks of the members it counted, itself included: the
+// writes they made before the barrier are visible here now; the others'
+// may come later, and nobody's writes after the barrier are applied
+// here before this member crossed it. A partial barrier fixes no
+// segment membership (Config.Selective): only a total one does. See
+// docs/dsm.md, "Partial barriers".
+func (n *Node) PartialBarrier(ctx context.Context, id, procs int) ([]int, error) {
+	if procs < 1 || procs > n.Size() {
+		return nil, fmt.Errorf("dsm: partial barrier %d: %d members, want 1..%d (the group's members, this one included; %d is a total barrier)", id, procs, n.Size(), n.Size())
+	}
+	return n.barrier(ctx, id, procs)
+}
+
+func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
 	if id != int(int32(id)) {
-		return fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
+		return nil, fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
 	}
 	if err := n.lock(); err != nil {
-		return err
+		return nil, err
 	}
 	if cur, waiting := n.core.InBarrier(); !waiting || cur != int32(id) {
-		if err := n.core.EnterBarrier(int32(id)); err != nil {
+		var err error
+		if procs > 0 {
+			err = n.core.EnterPartialBarrier(int32(id), procs)
+		} else {
+			err = n.core.EnterBarrier(int32(id))
+		}
+		if err != nil {
 			n.unlock()
-			return err
+			return nil, err
 		}
 	}
 	waiting := n.core.Waiting()
@@ -517,15 +579,18 @@ func (n *Node) Barrier(ctx context.Context, id int) error {
 		n.mu.Lock()
 		waiting := n.core.Waiting()
 		n.mu.Unlock()
-		return fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
+		return nil, fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.barrierErr; err != nil {
 		n.barrierErr = nil
-		return err
+		return nil, err
 	}
-	return n.err
+	if n.err != nil || procs == 0 {
+		return nil, n.err
+	}
+	return n.core.CountedRanks(), nil
 }
 
 // expecter is an Env that passes a lock-step hint to its group.

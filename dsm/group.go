@@ -225,6 +225,8 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	}
 	gcfg.Self = e.n.self
 	gcfg.Size, gcfg.Server, gcfg.RequestID, gcfg.Incarnation = 0, false, 0, 0
+	// A channel is a static group even when the global one has Views.
+	gcfg.Views, gcfg.MaxMembers = false, 0
 	ch := core.SegmentChannel(key)
 	n := e.n
 	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }

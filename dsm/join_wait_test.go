@@ -41,9 +41,11 @@ func TestJoinDeliveriesWaitForTheCore(t *testing.T) {
 		deliver(2, core.AppendSegment(nil, 9, geo, true))
 		deliver(2, upd(1))
 		deliver(3, upd(3))
-		deliver(2, core.AppendBarrierTrailer(upd(2), 7, 1))
+		deliver(2, upd(2))
+		// Its arrival rides on its last update (what member 2 sends
+		// after it would be held by WC until this member crosses).
+		deliver(2, core.AppendBarrierTrailer(upd(5), 7, 1))
 		n.event(reliable.Event{Kind: reliable.MemberLeft, Member: 3})
-		deliver(2, upd(5))
 	}()
 	c, err := core.New(coreConfig(1, []frame.MemberID{1, 2, 3}, 1400, Config{}))
 	if err != nil {

@@ -100,8 +100,15 @@ type Event struct {
 	Data     []byte
 	ID       int32  // barrier id
 	Seq      uint32 // barrier number
-	Lock     int32
-	TS       uint64
+	// N: EvBarrierEnter, EvBarrierPass of a partial barrier: the number
+	// of members (Self included) it waits for; 0 for a total barrier.
+	N int
+	// Counted: EvBarrierPass: the peers whose arrival (and, with
+	// Channels, markers on the channels shared with Self) had been
+	// handled when Self crossed, in id order.
+	Counted []frame.MemberID
+	Lock    int32
+	TS      uint64
 }
 
 // DefaultMaxSegment is the default bound of a segment's memory: 1 GiB.
@@ -124,6 +131,8 @@ type peer struct {
 	// one barrier ahead of this member: the thesis's alternating bit).
 	barriers   uint32
 	barrierIDs [2]int32
+	// partial: the last two were partial barriers (by seq&1).
+	partial [2]bool
 	// replied: it answered this member's current lock request.
 	replied bool
 	// held are its global messages kept aside by the wait condition.
@@ -162,10 +171,14 @@ type Core struct {
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
-	// Barrier: barriers entered by Self; waiting while in one.
+	// Barrier: barriers entered by Self; waiting while in one; need is
+	// the number of members (Self included) the current one waits for,
+	// 0 for a total barrier.
 	barriers  uint32
 	barrierID int32
 	inBarrier bool
+	need      int
+	counted   []frame.MemberID // Counted
 
 	// Lock: Ricart–Agrawala state of the one lock Self may hold.
 	clock    uint64 // Lamport clock: the highest timestamp seen
@@ -348,7 +361,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		if c.mustHold(p.barriers, p.held) {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) {
 			p.held = c.hold(p.held, msg)
 			return nil
 		}
@@ -379,9 +392,31 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 // the phase before, which are still being repaired, and those would then
 // overwrite the newer values. While this member is not in a barrier, a
 // peer that arrived at the next one is blocked there and sends no
-// writes, so nothing needs holding.
+// writes, unless that was a partial barrier it crossed without this
+// member: its later messages are held too, until this member crosses it.
+// So a peer's handled arrivals are never more than one ahead of the
+// barriers Self crossed (the alternating bit stays enough).
 func (c *Core) mustHold(arrived uint32, held [][]byte) bool {
-	return len(held) > 0 || (c.inBarrier && arrived >= c.barriers)
+	return len(held) > 0 || arrived > c.crossed()
+}
+
+// crossed is the number of barriers Self has crossed.
+func (c *Core) crossed() uint32 {
+	if c.inBarrier {
+		return c.barriers - 1
+	}
+	return c.barriers
+}
+
+// lockMessage reports whether msg is a LockRequest or LockReply: WC
+// does not hold them (they change no memory). A peer a partial barrier
+// ahead answers or requests a lock while this member computes; holding
+// that until this member's next crossing would deadlock Ricart–Agrawala.
+// The price: a lock granted by a peer that is a partial barrier ahead
+// brings its writes up to that barrier, not the ones after it (those
+// wait for this member's crossing, axiom 2.7 over 2.11).
+func lockMessage(msg []byte) bool {
+	return len(msg) > 1 && (Type(msg[1]) == TypeLockRequest || Type(msg[1]) == TypeLockReply)
 }
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
@@ -528,6 +563,7 @@ func (c *Core) receiveBarrier(p *peer, m *Message) error {
 	}
 	p.barriers = m.Seq
 	p.barrierIDs[m.Seq&1] = m.ID
+	p.partial[m.Seq&1] = m.Partial
 	if c.trace != nil {
 		c.trace(Event{Kind: EvArrival, From: p.id, ID: m.ID, Seq: m.Seq})
 	}
@@ -577,30 +613,56 @@ func (c *Core) Live() []frame.MemberID {
 // goes first on the channel of every segment Self is a member of whose
 // membership was fixed before this barrier (thesis §7.2.3, (bm, b, i)),
 // then the barrier message on the global channel ((bar, b, i)).
-func (c *Core) EnterBarrier(id int32) error {
+func (c *Core) EnterBarrier(id int32) error { return c.enterBarrier(id, 0) }
+
+// EnterPartialBarrier is EnterBarrier for a partial barrier (the thesis's
+// dsm_barrier(id, num_procs)): BarrierPassed holds once n members, Self
+// included, have arrived (with Channels: with their markers on every
+// channel they share with Self), or every live one has. n must be
+// 1..Size(); n = Size() is the total barrier. Members enter their k-th
+// barrier alike, partial or total (the seq field's SeqPartial bit says
+// which; a difference is ErrBarrierMismatch), because only a total
+// barrier fixes segment memberships (Selective): a partial one crossed
+// without a member cannot know that member's joins.
+func (c *Core) EnterPartialBarrier(id int32, n int) error {
+	if n < 1 || n > c.size {
+		return fmt.Errorf("dsm: partial barrier %d: %d members, want 1..%d (the group's members, this one included; %d is a total barrier)", id, n, c.size, c.size)
+	}
+	if n == c.size {
+		n = 0
+	}
+	return c.enterBarrier(id, n)
+}
+
+func (c *Core) enterBarrier(id int32, need int) error {
 	if c.inBarrier {
 		return fmt.Errorf("dsm: barrier %d entered while waiting at barrier %d", id, c.barrierID)
+	}
+	if c.barriers+1 >= SeqPartial {
+		return fmt.Errorf("dsm: barrier %d: this member has entered %d barriers, the most a barrier number counts", id, c.barriers)
 	}
 	c.FlushAll()
 	c.barriers++
 	c.barrierID = id
 	c.inBarrier = true
+	c.need = need
 	c.c.Barriers++
+	seq := barrierSeq(c.barriers, need > 0)
 	if c.channels {
 		for _, key := range c.keys {
 			if s := c.segs[key]; s.channel && s.fixedAt < c.barriers {
 				c.c.Markers++
-				if !c.ride(SegmentChannel(key), id) {
-					c.queueOn(SegmentChannel(key), AppendBarrier(c.buffer(), id, c.barriers))
+				if !c.ride(SegmentChannel(key), id, seq) {
+					c.queueOn(SegmentChannel(key), AppendBarrier(c.buffer(), id, seq))
 				}
 			}
 		}
-		c.queue(AppendBarrier(c.buffer(), id, c.barriers))
-	} else if !c.ride(Global, id) {
-		c.queue(AppendBarrier(c.buffer(), id, c.barriers))
+		c.queue(AppendBarrier(c.buffer(), id, seq))
+	} else if !c.ride(Global, id, seq) {
+		c.queue(AppendBarrier(c.buffer(), id, seq))
 	}
 	if c.trace != nil {
-		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers})
+		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers, N: need})
 	}
 	return nil
 }
@@ -609,7 +671,7 @@ func (c *Core) EnterBarrier(id int32) error {
 // on channel ch when it fits and nobody is sending that message yet (Next
 // hands a message out untouched until Sent): the updates and the barrier
 // (or marker) then cost one message.
-func (c *Core) ride(ch Channel, id int32) bool {
+func (c *Core) ride(ch Channel, id int32, seq uint32) bool {
 	for last := len(c.out) - 1; last >= c.head; last-- {
 		if c.outCh[last] != ch {
 			continue
@@ -621,7 +683,7 @@ func (c *Core) ride(ch Channel, id int32) bool {
 		if Type(b[1]) != TypeUpdate || len(b)+BarrierTrailer > c.max {
 			return false
 		}
-		c.out[last] = AppendBarrierTrailer(b, id, c.barriers)
+		c.out[last] = AppendBarrierTrailer(b, id, seq)
 		c.c.Bytes += BarrierTrailer
 		c.c.UpdateBytes += BarrierTrailer
 		return true
@@ -644,23 +706,67 @@ func (c *Core) BarrierPassed() (bool, error) {
 	if !c.inBarrier {
 		return true, nil
 	}
+	arrived, all := 1, true // Self
 	for _, p := range c.peers {
 		if !p.live {
 			continue
 		}
 		if p.barriers < c.barriers {
-			return false, nil
+			all = false
+			continue
 		}
 		if id := p.barrierIDs[c.barriers&1]; id != c.barrierID {
 			c.cross(false)
 			return true, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
 		}
+		if partial := p.partial[c.barriers&1]; partial != (c.need > 0) {
+			c.cross(false)
+			return true, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
+		}
+		if c.channels && c.markerMissing(p.id) {
+			all = false
+			continue
+		}
+		arrived++
 	}
-	if c.channels && len(c.markersMissing(nil)) > 0 {
+	if !all && (c.need == 0 || arrived < c.need) {
 		return false, nil
 	}
 	c.cross(true)
 	return true, nil
+}
+
+func kind(partial bool) string {
+	if partial {
+		return "partial"
+	}
+	return "total"
+}
+
+// arrivedPeers appends the live peers that have arrived at Self's
+// current barrier (with Channels: with every marker).
+func (c *Core) arrivedPeers(out []frame.MemberID) []frame.MemberID {
+	for _, p := range c.peers {
+		if p.live && p.barriers >= c.barriers && !(c.channels && c.markerMissing(p.id)) {
+			out = append(out, p.id)
+		}
+	}
+	return out
+}
+
+// markerMissing reports whether member id's marker for the current
+// barrier has not come on some segment channel Self shares with it.
+func (c *Core) markerMissing(id frame.MemberID) bool {
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if !s.channel || s.fixedAt >= c.barriers {
+			continue
+		}
+		if sp := s.peer(id); sp != nil && sp.marks < c.barriers {
+			return true
+		}
+	}
+	return false
 }
 
 // markersMissing appends the live members whose marker for the current
@@ -685,20 +791,43 @@ func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 // cross takes Self past the barrier it waits at (traced unless the
 // barrier failed).
 func (c *Core) cross(trace bool) {
-	c.inBarrier = false
+	c.counted = c.arrivedPeers(c.counted[:0])
 	if trace && c.trace != nil {
-		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers})
+		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers, N: c.need, Counted: slices.Clone(c.counted)})
 	}
-	if c.selective {
+	c.inBarrier = false
+	if c.selective && c.need == 0 {
 		c.fix()
 	}
 	c.releaseHeld()
 }
 
+// Counted lists the live peers whose arrival (with Channels: and
+// markers) Self had handled when it crossed its last barrier, in id
+// order — for a partial barrier, the members whose writes before the
+// barrier Self is sure to have. The slice is valid until the next
+// crossing.
+func (c *Core) Counted() []frame.MemberID { return c.counted }
+
+// CountedRanks is Counted as ranks, Self's included, in order.
+func (c *Core) CountedRanks() []int {
+	out := []int{c.rank}
+	for _, id := range c.counted {
+		r, _ := slices.BinarySearchFunc(c.peers, id, func(p *peer, id frame.MemberID) int { return int(p.id) - int(id) })
+		if id > c.self {
+			r++
+		}
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // fix fixes the membership of the segments created before the barrier
-// just crossed (the first barrier after a creation is the thesis's
-// consistency point, §7.2.1): every member's join announcement came
-// before its arrival. With Channels, each such segment that Self and
+// just crossed, a total one (the first barrier after a creation is the
+// thesis's consistency point, §7.2.1; a partial barrier fixes nothing,
+// since it may be crossed before some member's arrival): every member's
+// join announcement came before its arrival. With Channels, each such segment that Self and
 // another member joined gets its channel (Opens).
 func (c *Core) fix() {
 	for _, key := range c.keys {
@@ -1175,7 +1304,10 @@ func (c *Core) checkWrite(s *Segment, loc, count int) error {
 		return &RangeError{Key: s.key, Location: loc, Count: count, Locations: s.geo.Locations}
 	}
 	if c.selective && !s.fixed {
-		return fmt.Errorf("%w: segment %d was created in barrier phase %d; write after barrier %d", ErrNotFixed, s.key, s.epoch, s.epoch+1)
+		if c.crossed() > s.epoch {
+			return fmt.Errorf("%w: segment %d was created in barrier phase %d; write after the next total barrier (partial barriers fix no membership)", ErrNotFixed, s.key, s.epoch)
+		}
+		return fmt.Errorf("%w: segment %d was created in barrier phase %d; write after barrier %d (a total one: partial barriers fix no membership)", ErrNotFixed, s.key, s.epoch, s.epoch+1)
 	}
 	return nil
 }

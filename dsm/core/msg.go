@@ -82,6 +82,20 @@ const (
 	MaxRecord = 0xffff
 )
 
+// SeqPartial is the bit of a barrier's seq field that marks a partial
+// barrier (EnterPartialBarrier): members check that they entered their
+// k-th barrier alike, since only total barriers fix segment memberships.
+// Barrier counts stay below it.
+const SeqPartial = 1 << 31
+
+// barrierSeq is the seq field of barrier seq.
+func barrierSeq(seq uint32, partial bool) uint32 {
+	if partial {
+		return seq | SeqPartial
+	}
+	return seq
+}
+
 // SegmentFlagCreate marks a Segment message sent by the segment's creator.
 const SegmentFlagCreate = 1
 
@@ -120,9 +134,11 @@ type Message struct {
 	records []byte
 
 	// Barrier, UpdateBarrier: ID is the program's barrier id, Seq counts
-	// the sender's barriers (1 for its first).
-	ID  int32
-	Seq uint32
+	// the sender's barriers (1 for its first); Partial: the sender entered
+	// it as a partial barrier (bit 31 of the seq field, SeqPartial).
+	ID      int32
+	Seq     uint32
+	Partial bool
 
 	// LockRequest, LockReply
 	Lock int32
@@ -216,6 +232,7 @@ func Decode(b []byte) (Message, error) {
 		if m.Type == TypeUpdateBarrier {
 			m.ID = int32(binary.BigEndian.Uint32(b[end:]))
 			m.Seq = binary.BigEndian.Uint32(b[end+4:])
+			m.Partial, m.Seq = m.Seq&SeqPartial != 0, m.Seq&^SeqPartial
 			if m.Seq == 0 {
 				return m, msgErr("barrier seq", end+4, "0, want at least 1")
 			}
@@ -242,6 +259,7 @@ func Decode(b []byte) (Message, error) {
 	case TypeBarrier:
 		m.ID = int32(binary.BigEndian.Uint32(p))
 		m.Seq = binary.BigEndian.Uint32(p[4:])
+		m.Partial, m.Seq = m.Seq&SeqPartial != 0, m.Seq&^SeqPartial
 		if m.Seq == 0 {
 			return m, msgErr("barrier seq", 6, "0, want at least 1")
 		}
@@ -291,7 +309,8 @@ func AppendRecord(b []byte, loc int, count int, data []byte) []byte {
 	return append(b, data...)
 }
 
-// AppendBarrier appends a Barrier message.
+// AppendBarrier appends a Barrier message (seq's field: SeqPartial set for
+// a partial barrier).
 func AppendBarrier(b []byte, id int32, seq uint32) []byte {
 	b = appendHeader(b, TypeBarrier)
 	b = binary.BigEndian.AppendUint32(b, uint32(id))
@@ -333,9 +352,9 @@ func (m *Message) Append(b []byte) []byte {
 		b = AppendUpdateHeader(b, TypeUpdateBarrier, m.Key, m.Geometry.LocationSize)
 		b = append(b, m.records...)
 		b = binary.BigEndian.AppendUint32(b, uint32(m.ID))
-		return binary.BigEndian.AppendUint32(b, m.Seq)
+		return binary.BigEndian.AppendUint32(b, barrierSeq(m.Seq, m.Partial))
 	case TypeBarrier:
-		return AppendBarrier(b, m.ID, m.Seq)
+		return AppendBarrier(b, m.ID, barrierSeq(m.Seq, m.Partial))
 	case TypeLockRequest:
 		return AppendLockRequest(b, m.Lock, m.TS)
 	case TypeLockReply:

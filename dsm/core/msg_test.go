@@ -40,6 +40,7 @@ func goldenCases() []struct {
 		{"lock_request", AppendLockRequest(nil, 5, 0x0102030405060708)},
 		{"lock_reply", AppendLockReply(nil, 5, 3, 0x0102030405060708)},
 		{"update_barrier", updb},
+		{"barrier_partial", AppendBarrier(nil, 42, 3|SeqPartial)},
 	}
 }
 
@@ -107,6 +108,14 @@ func TestDecodeFields(t *testing.T) {
 	if m.Type != TypeUpdateBarrier || m.Key != 0x01020304 || m.Geometry.LocationSize != 4 || strings.Join(recs, ",") != "a0a1a2a3" || m.ID != 42 || m.Seq != 3 {
 		t.Errorf("update_barrier: %+v records %v", m, recs)
 	}
+	m, _ = Decode(cases[8].b)
+	if m.Type != TypeBarrier || m.ID != 42 || m.Seq != 3 || !m.Partial {
+		t.Errorf("barrier_partial: %+v", m)
+	}
+	m, _ = Decode(AppendBarrierTrailer(bytes.Clone(cases[2].b), 42, 3|SeqPartial))
+	if m.Type != TypeUpdateBarrier || m.Seq != 3 || !m.Partial {
+		t.Errorf("update_barrier partial: %+v", m)
+	}
 }
 
 // Bad input: the error names the field and where it is.
@@ -122,6 +131,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"type", []byte{1, 99}, "type at byte 1: unknown type 99"},
 		{"short barrier", AppendBarrier(nil, 1, 1)[:9], "length at byte 0: Barrier message is 9 bytes, want 10"},
 		{"barrier seq 0", AppendBarrier(nil, 1, 0), "barrier seq at byte 6: 0, want at least 1"},
+		{"partial barrier seq 0", AppendBarrier(nil, 1, SeqPartial), "barrier seq at byte 6: 0, want at least 1"},
 		{"segment no locations", AppendSegment(nil, 1, Geometry{0, 4}, true), "locations at byte 6: 0"},
 		{"segment flags", append(AppendSegment(nil, 1, Geometry{1, 4}, true)[:SegmentLen-1], 0x82), "flags at byte 12: unknown flags 0x82"},
 		{"update no record", upd, "Update message is 8 bytes, want at least 14"},

@@ -52,6 +52,9 @@ var problem = map[string][]string{
 	"matmult": {"-m", "512"},
 	"tsp":     {"-cities", "15"},
 	"asp":     {"-n", "512"},
+	// halo (issue 21; not in the default -progs): the same sizes as
+	// bench-channels.
+	"halo": {"-n", "512", "-iters", "500"},
 }
 
 var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp", "asp"}
