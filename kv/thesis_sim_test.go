@@ -54,7 +54,7 @@ func (s thesisScenario) String() string {
 const (
 	thesisTr            = 40 * time.Millisecond
 	thesisEps           = 4 * time.Millisecond
-	thesisClientTimeout = 400 * time.Millisecond
+	thesisClientTimeout = 250 * time.Millisecond
 )
 
 func drawThesis(seed uint64, replicas int) thesisScenario {
@@ -158,7 +158,7 @@ func newThesisSim(t testing.TB, seed uint64, sc thesisScenario, tc ThesisConfig)
 		t.Fatal(err)
 	}
 	s := &thesisSim{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), sc: sc, start: net.Now()}
-	s.end = s.start.Add(2500 * time.Millisecond)
+	s.end = s.start.Add(3 * time.Second)
 	var members []frame.MemberInfo
 	var ids []frame.MemberID
 	for i := range sc.replicas {
