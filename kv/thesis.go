@@ -452,6 +452,9 @@ func (n *ThesisNode) execute(now time.Time, e qEntry) {
 		res, fresh = n.rep.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
 	}
 	n.Executed++
+	if slot, ok := n.qAt[e.id]; ok && slot < 0 {
+		delete(n.qAt, e.id) // held in memory only (Q was full): nothing to clean
+	}
 	if n.cfg.OnApply != nil {
 		n.cfg.OnApply(q, res, fresh)
 	}
