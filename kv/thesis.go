@@ -51,25 +51,34 @@ type ThesisConfig struct {
 	// (0: 256). A request longer than SlotSize-14 bytes is refused.
 	SlotSize int
 	// Heartbeat is how often the replica writes its clock into its
-	// segment when it writes nothing else (0: Tr/4); SuspectAfter how
+	// segment when it writes nothing else (0: Tr); SuspectAfter how
 	// long another replica may stay silent before its lists no longer
 	// hold up the clean-up of Q and D (0: 4*Tr). Neither matters for
 	// safety: only for how soon entries are freed.
 	Heartbeat, SuspectAfter time.Duration
 	// OnApply is called for every request executed, in order.
 	OnApply func(q Request, result []byte, fresh bool)
+	// OnRefused is told of every copy refused because it came too late
+	// (or at too many hops): under the timing assumptions it never
+	// happens, except for copies from a replica that crashed meanwhile.
+	OnRefused func(what string)
 }
 
-// Delta is the Δ of the stability rule: t_c + (F+1)·t_r + ε, which for
-// F = 1 is the thesis's t_c + 2t_r + ε (printed there as t_r + 2t_r + ε).
+// Delta is the Δ of the stability rule: t_c + (F+1)·(t_r + ε). The
+// thesis's (printed t_r + 2t_r + ε, meant t_c + 2t_r + ε) is, for F = 1,
+// one ε short: a copy is written when its writer's clock allows, and
+// judged by another clock.
 func (c ThesisConfig) Delta() time.Duration {
-	return c.Tc + time.Duration(c.F+1)*c.Tr + c.Eps
+	return c.Tc + time.Duration(c.F+1)*(c.Tr+c.Eps)
 }
 
-// adoptBy is the last time at which a copy written at hop h may be
-// adopted: t_c + (h+1)·t_r + ε after the request's timestamp.
+// adoptBy is the last time, on the reader's clock, at which a copy
+// written at hop h may be adopted: t_c + (h+1)·(t_r + ε) after the
+// request's timestamp. The origin writes at ts on its clock, seen by
+// ts + t_r + ε on any other; a copy adopted by its hop's deadline D is
+// seen by D + t_r + ε on any other clock, the next hop's deadline.
 func (c ThesisConfig) adoptBy(ts int64, hop int) int64 {
-	return ts + int64(c.Tc+time.Duration(hop+1)*c.Tr+c.Eps)
+	return ts + int64(c.Tc+time.Duration(hop+1)*(c.Tr+c.Eps))
 }
 
 // Locations is the number of locations of each replica's segment: Slots
@@ -170,7 +179,7 @@ func NewThesisNode(cfg ThesisConfig) (*ThesisNode, error) {
 		return nil, fmt.Errorf("kv: thesis mode: slot size %d, want at least %d", cfg.SlotSize, slotHeader+17)
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = cfg.Tr / 4
+		cfg.Heartbeat = cfg.Tr
 	}
 	if cfg.SuspectAfter <= 0 {
 		cfg.SuspectAfter = 4 * cfg.Tr
@@ -389,7 +398,7 @@ func (n *ThesisNode) Remote(now time.Time, from, loc int, data []byte) error {
 
 // consider adopts a copy seen in another replica's Q if it is new here
 // and still valid: written at hop F or less and seen before t_c +
-// (hop+1)·t_r + ε after its timestamp. After that no replica that stays
+// (hop+1)·(t_r + ε) after its timestamp. After that no replica that stays
 // up can first see it in time, so adopting it could make this replica
 // execute what another already passed over (fig. 7.3's expiry guard, the
 // right way round: it refuses late copies; it never deletes a request
@@ -403,6 +412,10 @@ func (n *ThesisNode) consider(now time.Time, e qEntry) {
 	}
 	if e.hop > n.cfg.F || now.UnixNano() > n.cfg.adoptBy(e.id.ts, e.hop) {
 		n.Refused++
+		if n.cfg.OnRefused != nil {
+			n.cfg.OnRefused(fmt.Sprintf("replica %d refuses a copy of c%d#%d (stamped by replica %d) at hop %d: %v past its deadline",
+				n.cfg.Self, e.id.client, e.id.seq, e.id.origin, e.hop, time.Duration(now.UnixNano()-n.cfg.adoptBy(e.id.ts, e.hop))))
+		}
 		return
 	}
 	e.hop++

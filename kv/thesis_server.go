@@ -54,13 +54,23 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 	dcfg := cfg.DSM
 	dcfg.Unbuffered = true
 	dcfg.Trace = s.trace
+	if dcfg.OutboxLimit == 0 {
+		// The serving loop must not block in a write while updates wait
+		// for it: their adoption has a deadline.
+		dcfg.OutboxLimit = 1 << 16
+	}
 	dn, err := join(ctx, dcfg)
 	if err != nil {
-		return fmt.Errorf("kv: thesis mode: joining the group: %w", err)
+		return fmt.Errorf("kv: thesis mode: joining the group (a replica cannot rejoin a running group: thesis mode has no state transfer): %w", err)
 	}
 	defer dn.Exit()
 	tc := cfg.Thesis
 	tc.Replicas, tc.Self = dn.Size(), dn.Rank()
+	if tc.OnRefused == nil {
+		tc.OnRefused = func(what string) {
+			cfg.Logger.Warn("kv: thesis mode: a late copy (the timing assumptions do not hold, unless its writer crashed)", "copy", what)
+		}
+	}
 	node, err := NewThesisNode(tc)
 	if err != nil {
 		return err
@@ -99,7 +109,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 		s.mu.Unlock()
 		now := cfg.Clock()
 		for _, u := range ups {
-			if err := node.Remote(now, u.from, u.loc, u.data); err != nil {
+			if err := node.Remote(u.at, u.from, u.loc, u.data); err != nil {
 				cfg.Logger.Warn("kv: thesis mode: a malformed entry", "err", err)
 			}
 		}
@@ -121,6 +131,7 @@ type thesisReq struct {
 type thesisUpdate struct {
 	from, loc int
 	data      []byte
+	at        time.Time // when dsm applied it
 }
 
 type thesisServer struct {
@@ -145,7 +156,7 @@ func (s *thesisServer) trace(ev dsm.TraceEvent) {
 	if s.node == nil && len(ev.Data) > 0 && (ev.Data[0] == slotQ || ev.Data[0] == slotD) {
 		s.sawEntries = true
 	}
-	s.updates = append(s.updates, thesisUpdate{from: int(ev.Key) - 1, loc: ev.Location, data: append([]byte(nil), ev.Data...)})
+	s.updates = append(s.updates, thesisUpdate{from: int(ev.Key) - 1, loc: ev.Location, data: append([]byte(nil), ev.Data...), at: s.cfg.Clock()})
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:

@@ -64,13 +64,13 @@ func open(t *testing.T, n *ThesisNode, now time.Time, nonce uint64) *[]byte {
 }
 
 // A request reaches every replica through the lists and is executed by
-// each once Δ (t_c + 2t_r + ε = 21 ms for three replicas) has passed,
+// each once Δ (t_c + 2(t_r + ε) = 22 ms for three replicas) has passed,
 // in timestamp order; a retry stamped again at another replica is
 // answered with the first result and not executed again.
 func TestThesisOrder(t *testing.T) {
 	tr := newThesisTrio(t)
-	if d := tr.nodes[0].Config().Delta(); d != 21*time.Millisecond {
-		t.Fatalf("Δ = %v, want 21ms (t_c 0 + 2·10ms + 1ms)", d)
+	if d := tr.nodes[0].Config().Delta(); d != 22*time.Millisecond {
+		t.Fatalf("Δ = %v, want 22ms (t_c 0 + 2·(10ms + 1ms))", d)
 	}
 	// Session opens at r1 (t=1) and r0 (t=2): ordered by timestamp.
 	a := open(t, tr.nodes[1], tr.at(1), 7)
@@ -78,11 +78,11 @@ func TestThesisOrder(t *testing.T) {
 	tr.move(3, 0, 1, 2)
 	tr.move(3, 1, 0, 2)
 	tr.move(4, 2, 0, 1) // r2's copies (hop 1)
-	tr.tick(22)         // Δ after t=1 has not passed: executed when more than Δ old
+	tr.tick(23)         // Δ after t=1 has not passed: executed when more than Δ old
 	if len(tr.logs[0]) != 0 || *a != nil {
 		t.Fatalf("executed before Δ: %v", tr.logs[0])
 	}
-	tr.tick(24)
+	tr.tick(25)
 	for i, l := range tr.logs {
 		if strings.Join(l, "|") != `open#7 ok "\x00\x00\x00\x00\x00\x00\x00\x01"|open#8 ok "\x00\x00\x00\x00\x00\x00\x00\x02"` {
 			t.Fatalf("replica %d executed %q", i, l)
@@ -113,7 +113,7 @@ func TestThesisOrder(t *testing.T) {
 	}
 }
 
-// A copy seen after its adoption deadline (t_c + (hop+1)·t_r + ε after
+// A copy seen after its adoption deadline (t_c + (hop+1)·(t_r + ε) after
 // its timestamp) is refused, and one written at hop F+1 too: no replica
 // that stays up could have adopted it in time.
 func TestThesisLateCopy(t *testing.T) {
@@ -133,13 +133,13 @@ func TestThesisLateCopy(t *testing.T) {
 	if tr.nodes[2].Pending() != 1 {
 		t.Fatalf("a copy 11 ms old at hop 0 not adopted")
 	}
-	// r2's copy is at hop 1: valid at r1 until 21 ms.
+	// r2's copy is at hop 1: valid at r1 until 22 ms.
 	c := tr.nodes[2].Writes()
-	if err := tr.nodes[1].Remote(tr.at(21), 2, c[0].Loc, c[0].Data); err != nil {
+	if err := tr.nodes[1].Remote(tr.at(22), 2, c[0].Loc, c[0].Data); err != nil {
 		t.Fatal(err)
 	}
 	if tr.nodes[1].Pending() != 1 {
-		t.Fatalf("a hop-1 copy 21 ms old not adopted")
+		t.Fatalf("a hop-1 copy 22 ms old not adopted")
 	}
 	// r1's copy is at hop 2 = F+1: nobody takes it.
 	c = tr.nodes[1].Writes()

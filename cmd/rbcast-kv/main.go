@@ -89,6 +89,8 @@ func serve(args []string, stderr io.Writer) error {
 		return fmt.Errorf("-tr %v, -eps %v, -tc %v: want -tr > 0, -eps ≥ 0, -tc ≥ 0", *tr, *eps, *tcl)
 	case *mode == "thesis" && *slots < 1:
 		return fmt.Errorf("-slots is %d, want at least 1", *slots)
+	case *mode == "thesis" && *node < 0:
+		return errors.New("-mode thesis needs -node: -node 0 on one replica (the registration server), another id on each other")
 	}
 	conn, err := net.ListenPacket("udp", *listen)
 	if err != nil {
@@ -140,10 +142,6 @@ func serve(args []string, stderr io.Writer) error {
 		tcfg := kv.ThesisServerConfig{Logger: logger,
 			DSM:    dsm.Config{Group: reliable.Config{Group: uint32(*group), Size: *members, Server: *node == 0, FailureTimeout: *failure, Logger: logger}},
 			Thesis: kv.ThesisConfig{Tr: *tr, Eps: *eps, Tc: *tcl, MaxSessions: *sessions, Slots: *slots, OnApply: cfg.OnApply}}
-		if *node < 0 {
-			conn.Close()
-			return errors.New("-mode thesis needs -node: -node 0 on one replica (the registration server), another id on each other")
-		}
 		tcfg.DSM.Group.RequestID = frame.MemberID(*node)
 		join := func(ctx context.Context, c dsm.Config) (*dsm.Node, error) { return dsm.Join(ctx, l, c) }
 		return kv.ServeThesis(ctx, join, conn, tcfg)

@@ -658,6 +658,30 @@ func TestNetnsThesis(t *testing.T) {
 		}
 	}
 	t.Logf("executed sequences: %d, %d (victim), %d requests", len(logs[0]), len(logs[victim]), len(logs[2]))
+
+	// The victim started again: thesis mode has no state transfer.
+	again := kvCmd(t, topo.Hosts[victim], "serve", "-mode", "thesis", "-tr", "50ms", "-eps", "2ms", "-i", "eth0", "-group", "25",
+		"-members", fmt.Sprint(n), "-listen", addrs[victim], "-node", fmt.Sprint(victim), "-failure-timeout", "150ms")
+	var againErr bytes.Buffer
+	again.Stderr = &againErr
+	if err := again.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- again.Wait() }()
+	select {
+	case err := <-exited:
+		const want = "a replica cannot rejoin a running group: thesis mode has no state transfer"
+		if err == nil || !strings.Contains(againErr.String(), want) || !strings.Contains(againErr.String(), "already full") {
+			t.Errorf("the victim started again: %v, want exit 2 saying %q and the group is full:\n%s", err, want, againErr.String())
+		} else {
+			t.Logf("the victim started again is refused: %s", strings.TrimSpace(againErr.String()[strings.LastIndex(againErr.String(), "rbcast-kv serve:"):]))
+		}
+	case <-time.After(10 * time.Second):
+		again.Process.Kill()
+		<-exited
+		t.Errorf("the victim started again still ran after 10 s:\n%s", againErr.String())
+	}
 }
 
 func firstDiffStr(a, b []string) int {
