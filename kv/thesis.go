@@ -2,7 +2,6 @@ package kv
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -544,7 +543,3 @@ func (n *ThesisNode) clean(now time.Time) {
 		}
 	}
 }
-
-// ErrThesisRejoin is returned by ServeThesis when asked to run a replica
-// again after it stopped: thesis mode has no state transfer.
-var ErrThesisRejoin = errors.New("kv: thesis mode: a replica cannot rejoin (no state transfer in thesis mode; docs/kv.md)")

@@ -38,10 +38,10 @@ type DSMJoinFunc func(ctx context.Context, cfg dsm.Config) (*dsm.Node, error)
 // unbuffered), and answers the clients' requests arriving on conn. The
 // group's members are the replicas, all started together; one that
 // stops is not replaced (thesis mode has no state transfer: a replica
-// started after the others began serving cannot catch up, and
-// ServeThesis refuses to start when it finds the others' lists already
-// in use — ErrThesisRejoin). It returns when ctx ends (nil) or the node
-// fails.
+// started again finds the registration group full, and ServeThesis
+// returns the error saying so). Updates that arrive before the replica
+// serves (the others may start first) wait for it. It returns when ctx
+// ends (nil) or the node fails.
 func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg ThesisServerConfig) error {
 	defer conn.Close()
 	if cfg.Logger == nil {
@@ -84,12 +84,8 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 		return fmt.Errorf("kv: thesis mode: creating this replica's segment %d: %w", tc.Self+1, err)
 	}
 	s.mu.Lock()
-	s.node, s.self = node, tc.Self
-	rejoin := s.sawEntries
+	s.node = node
 	s.mu.Unlock()
-	if rejoin {
-		return ErrThesisRejoin
-	}
 	cfg.Logger.Info("kv: thesis replica serving", "rank", tc.Self, "replicas", tc.Replicas, "delta", tc.Delta(), "tr", tc.Tr, "eps", tc.Eps, "tc", tc.Tc)
 	go s.read()
 	timer := time.NewTimer(0)
@@ -135,15 +131,13 @@ type thesisUpdate struct {
 }
 
 type thesisServer struct {
-	cfg        ThesisServerConfig
-	conn       net.PacketConn
-	wake       chan struct{}
-	reqs       chan thesisReq
-	mu         sync.Mutex
-	node       *ThesisNode // set once serving
-	self       int
-	updates    []thesisUpdate
-	sawEntries bool // an entry of another replica arrived before this one served
+	cfg     ThesisServerConfig
+	conn    net.PacketConn
+	wake    chan struct{}
+	reqs    chan thesisReq
+	mu      sync.Mutex
+	node    *ThesisNode // set once serving
+	updates []thesisUpdate
 }
 
 // trace takes the updates dsm applies (with the dsm node's lock held:
@@ -153,9 +147,6 @@ func (s *thesisServer) trace(ev dsm.TraceEvent) {
 		return
 	}
 	s.mu.Lock()
-	if s.node == nil && len(ev.Data) > 0 && (ev.Data[0] == slotQ || ev.Data[0] == slotD) {
-		s.sawEntries = true
-	}
 	s.updates = append(s.updates, thesisUpdate{from: int(ev.Key) - 1, loc: ev.Location, data: append([]byte(nil), ev.Data...), at: s.cfg.Clock()})
 	s.mu.Unlock()
 	select {
