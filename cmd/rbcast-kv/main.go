@@ -1,6 +1,7 @@
 // Command rbcast-kv is the replicated key-value service of package kv
 // (docs/kv.md): replicas on one Ethernet segment kept identical by
-// rbcast's total order, and clients anywhere that reach them over UDP.
+// rbcast's total order (or, with -mode thesis, by request lists in BDSM
+// and synchronised clocks), and clients anywhere that reach them over UDP.
 //
 //	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered|thesis]
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
