@@ -5,7 +5,10 @@
 // table answers a retried request with its first result, so a request is
 // applied at most once however often a client retries or fails over.
 // Reads go through the order too (linearizable); a local read is the
-// explicitly weaker alternative. docs/kv.md has the design.
+// explicitly weaker alternative. Thesis mode (ThesisNode, ServeThesis)
+// is the thesis's own design instead of the total order: request lists
+// in BDSM, execution by real-time clocks under stated timing
+// assumptions. docs/kv.md has the design.
 package kv
 
 // StateMachine is any deterministic state machine that replicas keep

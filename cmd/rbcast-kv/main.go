@@ -1,8 +1,9 @@
 // Command rbcast-kv is the replicated key-value service of package kv
 // (docs/kv.md): replicas on one Ethernet segment kept identical by
-// rbcast's total order, and clients anywhere that reach them over UDP.
+// rbcast's total order (or, with -mode thesis, by request lists in BDSM
+// and synchronised clocks), and clients anywhere that reach them over UDP.
 //
-//	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered]
+//	rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID] [-mode ordered|thesis]
 //	rbcast-kv -servers ADDR:PORT,... get KEY | put KEY VALUE | del KEY | cas KEY OLD NEW
 //	rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
 //	rbcast-kv -servers ADDR:PORT,... verify -n N [-c CLIENTS] [-prefix P]
@@ -27,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/kv"
 	"github.com/rbcast/rbcast/link/ring"
@@ -58,7 +60,11 @@ func serve(args []string, stderr io.Writer) error {
 	members := fs.Int("members", 0, "replicas to wait for before founding the group when none runs (required)")
 	listen := fs.String("listen", "", "the UDP address clients reach this replica at, ADDR:PORT (required)")
 	node := fs.Int("node", -1, "the member id to ask for (default: no wish)")
-	mode := fs.String("mode", "ordered", "ordered (thesis mode is not built yet)")
+	mode := fs.String("mode", "ordered", "ordered (the total order, the default) or thesis (Q and D lists in BDSM, stability by Δ; docs/kv.md)")
+	tr := fs.Duration("tr", 20*time.Millisecond, "thesis mode: t_r, the bound on a write's delay from one replica to every other (repairs included)")
+	eps := fs.Duration("eps", 5*time.Millisecond, "thesis mode: ε, the bound on the difference between any two replicas' clocks")
+	tcl := fs.Duration("tc", 0, "thesis mode: t_c, the bound from a request's timestamp to its arrival (0: replicas stamp requests on arrival)")
+	slots := fs.Int("slots", 256, "thesis mode: the entries of each replica's Q (D has twice as many)")
 	failure := fs.Duration("failure-timeout", 0, "remove a silent replica after this long (0: the default)")
 	sessions := fs.Int("sessions", kv.DefaultMaxSessions, "the session table's size: opening one more expires the least recently used (the same at every replica)")
 	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied (client 0: a session opened), and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
@@ -78,8 +84,14 @@ func serve(args []string, stderr io.Writer) error {
 		return errors.New("-listen ADDR:PORT is required")
 	case *sessions < 1:
 		return fmt.Errorf("-sessions is %d, want at least 1", *sessions)
-	case *mode != "ordered":
-		return fmt.Errorf("-mode %q: only ordered is built (thesis mode: docs/kv.md)", *mode)
+	case *mode != "ordered" && *mode != "thesis":
+		return fmt.Errorf("-mode %q: want ordered or thesis", *mode)
+	case *mode == "thesis" && (*tr <= 0 || *eps < 0 || *tcl < 0):
+		return fmt.Errorf("-tr %v, -eps %v, -tc %v: want -tr > 0, -eps ≥ 0, -tc ≥ 0", *tr, *eps, *tcl)
+	case *mode == "thesis" && *slots < 1:
+		return fmt.Errorf("-slots is %d, want at least 1", *slots)
+	case *mode == "thesis" && *node < 0:
+		return errors.New("-mode thesis needs -node: -node 0 on one replica (the registration server), another id on each other")
 	}
 	conn, err := net.ListenPacket("udp", *listen)
 	if err != nil {
@@ -123,7 +135,18 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger.Info("rbcast-kv: serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr())
+	logger.Info("rbcast-kv: serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr(), "mode", *mode)
+	if *mode == "thesis" {
+		// The replicas form a BDSM group by registration: the one asking
+		// for member id 0 (-node 0) is its server. A replica started
+		// again after a kill cannot rejoin (docs/kv.md, "Thesis mode").
+		tcfg := kv.ThesisServerConfig{Logger: logger,
+			DSM:    dsm.Config{Group: reliable.Config{Group: uint32(*group), Size: *members, Server: *node == 0, FailureTimeout: *failure, Logger: logger}},
+			Thesis: kv.ThesisConfig{Tr: *tr, Eps: *eps, Tc: *tcl, MaxSessions: *sessions, Slots: *slots, OnApply: cfg.OnApply}}
+		tcfg.DSM.Group.RequestID = frame.MemberID(*node)
+		join := func(ctx context.Context, c dsm.Config) (*dsm.Node, error) { return dsm.Join(ctx, l, c) }
+		return kv.ServeThesis(ctx, join, conn, tcfg)
+	}
 	join := func(ctx context.Context, c reliable.Config) (*reliable.Group, error) { return reliable.Join(ctx, l, c) }
 	return kv.Serve(ctx, join, conn, cfg)
 }
@@ -139,7 +162,8 @@ const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-dead
        rbcast-kv -servers ... history -n N [-c CLIENTS] [-keys K] [-prefix P]
                  (N random gets, puts, dels and cas on K keys; prints each operation as a
                  JSON line, kv.HistoryOp, for a linearizability check)
-       rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]`
+       rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]
+                 [-mode ordered|thesis [-tr D] [-eps D] [-tc D] [-slots N]]`
 
 func client(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv", flag.ContinueOnError)

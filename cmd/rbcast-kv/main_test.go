@@ -77,3 +77,23 @@ func TestSessionExpired(t *testing.T) {
 		t.Fatalf("put of an expired session = %d, stdout %q, stderr %q; want 2 and %q", code, out.String(), errb.String(), want)
 	}
 }
+
+// serve's usage errors name the flag; they come before any socket or
+// interface is opened (rbnone0 does not exist).
+func TestServeUsage(t *testing.T) {
+	base := []string{"serve", "-i", "rbnone0", "-group", "1", "-members", "3", "-listen", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-mode", "paxos"}, `-mode "paxos": want ordered or thesis`},
+		{[]string{"-mode", "thesis"}, "-mode thesis needs -node: -node 0 on one replica (the registration server)"},
+		{[]string{"-mode", "thesis", "-node", "1", "-tr", "0s"}, "-tr 0s, -eps 5ms, -tc 0s: want -tr > 0"},
+		{[]string{"-mode", "thesis", "-node", "1", "-slots", "0"}, "-slots is 0, want at least 1"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append(append([]string(nil), base...), tc.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("serve %v = %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}

@@ -510,3 +510,185 @@ func envInt(t *testing.T, name string, def int) int {
 	}
 	return n
 }
+
+// TestNetnsThesis: thesis mode (docs/kv.md): three replicas sharing their
+// Q and D lists through BDSM on one segment, clients on a fourth host —
+// concurrent puts and a history client — and one replica killed with
+// SIGKILL after 100 puts (not restarted: thesis mode has no rejoin).
+// Every put is acknowledged; the two survivors executed the same
+// sequence, the victim a prefix of it; every acknowledged put was
+// executed exactly once at each survivor and is served by both; the
+// history is linearizable.
+func TestNetnsThesis(t *testing.T) {
+	netnstest.RequireRoot(t)
+	const n, victim, puts = 3, 1, 400
+	topo := netnstest.Up(t, netns.Options{Hosts: n + 1, Prefix: "rbkvt", Addresses: true})
+	dir := t.TempDir()
+	var addrs []string
+	for _, h := range topo.Hosts[:n] {
+		addrs = append(addrs, h.IP.String()+":7723")
+	}
+	servers := strings.Join(addrs, ",")
+	replicas := make([]*exec.Cmd, n)
+	t.Cleanup(func() {
+		for _, c := range replicas {
+			if c != nil {
+				c.Process.Kill()
+				c.Wait()
+			}
+		}
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(dir, "log-*"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", filepath.Base(l), b)
+			}
+		}
+	})
+	for i := range n {
+		cmd := kvCmd(t, topo.Hosts[i], "serve", "-mode", "thesis", "-tr", "50ms", "-eps", "2ms", "-i", "eth0", "-group", "25",
+			"-members", fmt.Sprint(n), "-listen", addrs[i], "-node", fmt.Sprint(i), "-failure-timeout", "150ms",
+			"-applied", filepath.Join(dir, fmt.Sprintf("applied-%d", i)))
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("log-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		replicas[i] = cmd
+	}
+	client := topo.Hosts[n]
+	if out, err := kvCmd(t, client, "-servers", servers, "-deadline", "20s", "put", "hello", "world").CombinedOutput(); err != nil {
+		t.Fatalf("the first put: %v: %s", err, out)
+	}
+	load := kvCmd(t, client, "-servers", servers, "-timeout", "300ms", "load", "-n", fmt.Sprint(puts), "-c", "8", "-prefix", "t", "-slow", "500ms")
+	out, err := load.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loadErr strings.Builder
+	load.Stderr = &loadErr
+	if err := load.Start(); err != nil {
+		t.Fatal(err)
+	}
+	histCmd := kvCmd(t, client, "-servers", servers, "-timeout", "300ms", "-deadline", "30s", "history", "-n", "300", "-c", "2", "-keys", "4")
+	var histErr strings.Builder
+	histCmd.Stderr = &histErr
+	histc := make(chan []kv.HistoryOp, 1)
+	go func() {
+		b, err := histCmd.Output()
+		if err != nil {
+			t.Errorf("history: %v: %s", err, histErr.String())
+		}
+		histc <- parseHistory(t, b)
+	}()
+	acked := map[string]bool{}
+	var faultAt time.Time
+	var done string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+			acked[id] = true
+			if len(acked) == 100 && faultAt.IsZero() {
+				faultAt = time.Now()
+				replicas[victim].Process.Kill() // SIGKILL
+				replicas[victim].Wait()
+				replicas[victim] = nil
+				t.Logf("killed replica %d after 100 puts", victim)
+			}
+		} else if strings.HasPrefix(sc.Text(), "slow put ") {
+			t.Logf("%s", sc.Text())
+		} else {
+			done = sc.Text()
+		}
+	}
+	if err := load.Wait(); err != nil {
+		t.Fatalf("load: %v: %s", err, loadErr.String())
+	}
+	t.Logf("load: %s", done)
+	if len(acked) != puts {
+		t.Fatalf("%d puts acknowledged, want %d", len(acked), puts)
+	}
+	checkHistory(t, <-histc, 300, faultAt)
+	for i := range n {
+		if i == victim {
+			continue
+		}
+		if out, err := kvCmd(t, client, "-servers", addrs[i], "-timeout", "1s", "-deadline", "30s", "verify", "-n", fmt.Sprint(puts), "-c", "8", "-prefix", "t").CombinedOutput(); err != nil {
+			t.Errorf("replica %d: verify: %v\n%s", i, err, out)
+		}
+	}
+	// The executed sequences: the survivors' equal, the victim's a prefix.
+	logs := make([][]string, n)
+	for i := range n {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("applied-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	a, b := logs[0], logs[2]
+	// The verify gets of the last replica checked may still be on their
+	// way at the other: compare the common length, which must be nearly all.
+	m := min(len(a), len(b))
+	if !slices.Equal(a[:m], b[:m]) || max(len(a), len(b))-m > 100 {
+		t.Errorf("the survivors' executed sequences differ: %d and %d requests, first difference at %d", len(a), len(b), firstDiffStr(a, b))
+	}
+	if v := logs[victim]; !slices.Equal(v, a[:min(len(v), len(a))]) {
+		t.Errorf("the victim's %d requests are not a prefix of the survivors' sequence (first difference at %d)", len(v), firstDiffStr(v, a))
+	}
+	for _, l := range [][]string{a, b} {
+		fresh := map[string]int{}
+		for _, line := range l {
+			if f := strings.Fields(line); len(f) == 3 && f[2] == "fresh" && f[0] != "0" {
+				fresh[f[0]+" "+f[1]]++
+			}
+		}
+		for id := range acked {
+			if fresh[id] != 1 {
+				t.Errorf("acknowledged put %s executed %d times", id, fresh[id])
+			}
+		}
+		for id, c := range fresh {
+			if c > 1 {
+				t.Errorf("request %s executed %d times", id, c)
+			}
+		}
+	}
+	t.Logf("executed sequences: %d, %d (victim), %d requests", len(logs[0]), len(logs[victim]), len(logs[2]))
+
+	// The victim started again: thesis mode has no state transfer.
+	again := kvCmd(t, topo.Hosts[victim], "serve", "-mode", "thesis", "-tr", "50ms", "-eps", "2ms", "-i", "eth0", "-group", "25",
+		"-members", fmt.Sprint(n), "-listen", addrs[victim], "-node", fmt.Sprint(victim), "-failure-timeout", "150ms")
+	var againErr bytes.Buffer
+	again.Stderr = &againErr
+	if err := again.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- again.Wait() }()
+	select {
+	case err := <-exited:
+		const want = "a replica cannot rejoin a running group: thesis mode has no state transfer"
+		if err == nil || !strings.Contains(againErr.String(), want) || !strings.Contains(againErr.String(), "already full") {
+			t.Errorf("the victim started again: %v, want exit 2 saying %q and the group is full:\n%s", err, want, againErr.String())
+		} else {
+			t.Logf("the victim started again is refused: %s", strings.TrimSpace(againErr.String()[strings.LastIndex(againErr.String(), "rbcast-kv serve:"):]))
+		}
+	case <-time.After(10 * time.Second):
+		again.Process.Kill()
+		<-exited
+		t.Errorf("the victim started again still ran after 10 s:\n%s", againErr.String())
+	}
+}
+
+func firstDiffStr(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
