@@ -451,12 +451,18 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if dc.Files != nil {
 		// The files' link: the same interface, the files' group
-		// (internal/daemon, files.go).
+		// (internal/daemon, files.go); over UDP, the ports + 1
+		// (udpFilesConfig).
 		var groups []uint32
 		if f.kernelFilter {
 			groups = []uint32{dc.Files.Group}
 		}
-		fl, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+		var fl link.Link
+		if f.files.udp != nil {
+			fl, err = openUDP(*f.files.udp, log.With("link", "files"))
+		} else {
+			fl, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
 		}
