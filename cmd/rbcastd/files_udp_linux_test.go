@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/link/udp"
 	"github.com/rbcast/rbcast/testnet/netns"
@@ -150,8 +151,8 @@ func TestFilesUDPLoopback(t *testing.T) {
 // repairs go point to point to the member's files' link (its MAC is
 // learned from its frames), and every receiver stores the file.
 func TestNetnsFilesUDP(t *testing.T) {
-	over(t, []carriage{udpCarriage, {name: "udp-fanout", udp: true, fanout: true}}, 3, "rbf3", func(t *testing.T, topo *netns.Topology, cr carriage) {
-		if err := topo.Hosts[1].SetLoss(netns.In, cr.loss(netns.Loss{Percent: 10})); err != nil {
+	over(t, []carriage{ringCarriage, udpCarriage, {name: "udp-fanout", udp: true, fanout: true}}, 3, "rbf3", func(t *testing.T, topo *netns.Topology, cr carriage) {
+		if err := topo.Hosts[1].SetLoss(netns.In, cr.loss(netns.Loss{Percent: 10, EtherType: frame.EtherType})); err != nil {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
@@ -186,6 +187,11 @@ func TestNetnsFilesUDP(t *testing.T) {
 		if k.BlocksRepaired == 0 || k.RepairsToGroup*2 > k.BlocksRepaired {
 			t.Errorf("sender: %d repairs, %d of them to the group; want repairs, most of them point to point", k.BlocksRepaired, k.RepairsToGroup)
 		}
-		t.Logf("%s: %d MB, 10 %% loss at host 1: %d blocks sent, %d repaired (%d to the group)", cr.name, size>>20, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup)
+		var dups []uint64
+		for i := 1; i < len(topo.Hosts); i++ {
+			dups = append(dups, c.status(i).Files.Counters.Duplicates)
+		}
+		t.Logf("%s: %d MB, 10 %% loss at host 1: %d blocks sent, %d repaired (%d to the group, %d again, %d of them by the timer); duplicates received at hosts 1, 2: %v",
+			cr.name, size>>20, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.RepairsAgain, k.RepairsTimedOut, dups)
 	})
 }
