@@ -1,5 +1,7 @@
 package files
 
+import "maps"
+
 // When a repair is due (docs/protocols.md, "Files (IBRMP)", Repairs).
 //
 // A receiver's report lists the blocks it lacks; between the report and
@@ -99,20 +101,21 @@ func (r *receiver) due(now Time, f *outFile, b uint32, tm repairTimers) bool {
 func (c *Core) delivered(now Time, f *outFile, r *receiver, prevTop, cover uint32) {
 	var latest Time
 	var sample Duration
-	for b, s := range r.sent {
+	// Maxima only: the result does not depend on the map's order.
+	maps.DeleteFunc(r.sent, func(b uint32, s sentAt) bool {
 		if b >= cover || r.lacks(b) {
-			continue
+			return false
 		}
 		// A block sent again tells nothing: the first copy may be the
 		// one that arrived (Karn; RFC 8985 §6.2's spurious check).
-		if !s.again && s.at > r.rack[s.path()] {
-			r.rack[s.path()] = s.at
+		if !s.again {
+			r.rack[s.path()] = max(r.rack[s.path()], s.at)
 			if s.at > latest {
 				latest, sample = s.at, now.Sub(s.at)
 			}
 		}
-		delete(r.sent, b)
-	}
+		return true
+	})
 	if r.top > prevTop && r.top > 0 {
 		if lo, hi, ok := f.passSent(r.top-1, now); ok && lo > r.rack[pathGroup] {
 			r.rack[pathGroup] = lo
