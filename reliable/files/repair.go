@@ -95,12 +95,12 @@ func (r *receiver) due(now Time, f *outFile, b uint32, tm repairTimers) bool {
 }
 
 // delivered takes what a report of r shows held — every block below
-// cover it does not list — to advance r.rack and r.rackRTT, and forgets
+// cover it does not list — to advance r.rack and r.rackRTT per path, and forgets
 // the repairs that arrived. prevTop is its top before this report: the
 // pass blocks up to the new top arrived since.
 func (c *Core) delivered(now Time, f *outFile, r *receiver, prevTop, cover uint32) {
-	var latest Time
-	var sample Duration
+	var latest [2]Time
+	var sample [2]Duration
 	// Maxima only: the result does not depend on the map's order.
 	maps.DeleteFunc(r.sent, func(b uint32, s sentAt) bool {
 		if b >= cover || r.lacks(b) {
@@ -108,24 +108,23 @@ func (c *Core) delivered(now Time, f *outFile, r *receiver, prevTop, cover uint3
 		}
 		// A block sent again tells nothing: the first copy may be the
 		// one that arrived (Karn; RFC 8985 §6.2's spurious check).
-		if !s.again {
-			r.rack[s.path()] = max(r.rack[s.path()], s.at)
-			if s.at > latest {
-				latest, sample = s.at, now.Sub(s.at)
-			}
+		if p := s.path(); !s.again && s.at > latest[p] {
+			latest[p], sample[p] = s.at, now.Sub(s.at)
 		}
 		return true
 	})
 	if r.top > prevTop && r.top > 0 {
-		if lo, hi, ok := f.passSent(r.top-1, now); ok && lo > r.rack[pathGroup] {
-			r.rack[pathGroup] = lo
-			if lo > latest {
-				sample = now.Sub(hi)
-			}
+		if lo, hi, ok := f.passSent(r.top-1, now); ok && lo > latest[pathGroup] {
+			latest[pathGroup], sample[pathGroup] = lo, now.Sub(hi)
 		}
 	}
-	if sample > 0 {
-		r.rackRTT = sample
+	for p := range latest {
+		if latest[p] > r.rack[p] {
+			r.rack[p] = latest[p]
+		}
+		if sample[p] > 0 {
+			r.rackRTT[p] = sample[p]
+		}
 	}
 }
 
@@ -155,12 +154,17 @@ func (c *Core) repairTimers() repairTimers {
 	return repairTimers{rto: c.rto(), reorder: c.srtt / 4, most: 10 * c.cfg.MaxTimer}
 }
 
-// timeout is how long a block sent to r waits, when nothing sent after it
-// has arrived, before it is due again: the round trip of the latest
-// block r's reports showed held (RACK's rack.rtt: the queues as they are
-// now, and the report's delay) with the reordering allowance, at least
-// the rto, at most ten times MaxTimer (a queue may hold more than
+// timeout is how long a block sent to r on a path waits, when nothing
+// sent after it on that path has arrived, before it is due again: the
+// round trip of the latest block r's reports showed held (RACK's
+// rack.rtt: the queues as they are now, and the report's delay), the
+// longer of the two paths' (over link/udp multicast the group's socket
+// may lag the unicast one by a fifth of a second at a busy receiver, and
+// a path not measured yet, or whose blocks all went twice, has no
+// sample of its own), ×5/4 with the reordering allowance; at least the
+// rto, at most ten times MaxTimer (a queue may hold more than
 // MaxTimer's worth).
 func (r *receiver) timeout(tm repairTimers) Duration {
-	return max(tm.rto, min(r.rackRTT+r.rackRTT/4+tm.reorder, tm.most))
+	rtt := max(r.rackRTT[pathGroup], r.rackRTT[pathAlone])
+	return max(tm.rto, min(rtt+rtt/4+tm.reorder, tm.most))
 }

@@ -63,9 +63,9 @@ type receiver struct {
 	// rack is, per path (to the group, to it alone), the latest send
 	// time of a block its reports show held (repair.go): a block sent
 	// on that path before it and still missing was lost. rackRTT is the
-	// round trip, to the report, of the latest of them.
+	// round trip, to the report, of the latest of them, per path.
 	rack    [2]Time
-	rackRTT Duration
+	rackRTT [2]Duration
 }
 
 type goneKey struct {
@@ -184,7 +184,7 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 		return nil // an older report, overtaken
 	}
 	if r.inc != v.Incarnation() {
-		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, 0
+		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, [2]Duration{}
 		clear(r.sent)
 	}
 	r.seq, r.heard = v.Seq(), now
