@@ -13,6 +13,10 @@ import (
 // mix two files in one.
 const KindFileReuse = "file-reuse"
 
+// IsFileType reports a type of the file frames (0x40–0x4F,
+// reliable/files), which rbcastd sends in a group of their own.
+func IsFileType(t frame.Type) bool { return t >= frame.FileOffer && t <= frame.FileOffer+0x0f }
+
 // files finds a transfer or a block of it bound to two different things.
 type files struct {
 	offers bounded[fileKey, fileBinding]

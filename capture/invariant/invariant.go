@@ -142,6 +142,12 @@ type Options struct {
 	// GroupSource says where it came from ("the -group given").
 	Group       *uint32
 	GroupSource string
+	// FilesGroup, when set, is the only group allowed for file frames
+	// (types 0x40–0x4F, reliable/files), which rbcastd sends in a group
+	// of their own beside the message group; FilesGroupSource says where
+	// it came from. Unset, file frames are held to Group like the rest.
+	FilesGroup       *uint32
+	FilesGroupSource string
 	// NackStormCount and NackStormWindow: more than NackStormCount Nacks
 	// naming the same range (target, first, last) within NackStormWindow
 	// is a storm. Zero means DefaultNackStormCount, DefaultNackStormWindow.
@@ -187,6 +193,9 @@ func New(opts Options) *Checker {
 	}
 	if opts.GroupSource == "" {
 		opts.GroupSource = "the group"
+	}
+	if opts.FilesGroupSource == "" {
+		opts.FilesGroupSource = "the files' group"
 	}
 	c := &Checker{opts: opts, seed: maphash.MakeSeed()}
 	c.bindings.init(opts.Window)
@@ -280,8 +289,12 @@ func (c *Checker) Check(f *Frame) []Violation {
 	if v == nil {
 		return nil
 	}
-	if g := c.opts.Group; g != nil && v.Group() != *g {
-		report(KindForeign, fmt.Sprintf("%v from %d.%d on %s is of group %d, %s is %d", v.Type(), v.Sender(), v.Incarnation(), ifc.name, v.Group(), c.opts.GroupSource, *g), f.N)
+	g, src := c.opts.Group, c.opts.GroupSource
+	if IsFileType(v.Type()) && c.opts.FilesGroup != nil {
+		g, src = c.opts.FilesGroup, c.opts.FilesGroupSource
+	}
+	if g != nil && v.Group() != *g {
+		report(KindForeign, fmt.Sprintf("%v from %d.%d on %s is of group %d, %s is %d", v.Type(), v.Sender(), v.Incarnation(), ifc.name, v.Group(), src, *g), f.N)
 	}
 	c.bind(f, report)
 	c.checkAcks(f, ifc, report, func(d string) { out[len(out)-1].Doubt = d })

@@ -3,7 +3,7 @@
 //
 //	pcap-replay timeline FILE...
 //	pcap-replay summary FILE...
-//	pcap-replay check [-group G] [-storm-count K] [-storm-window T] FILE...
+//	pcap-replay check [-group G] [-files-group G] [-storm-count K] [-storm-window T] FILE...
 //	pcap-replay simulate -node ID [-members LIST | -incarnation N] [-iface N] ... FILE...
 //	pcap-replay inject -i IFACE [-speed X | -asap] FILE...
 //
@@ -275,7 +275,9 @@ and does not count:
   delivery-order   a member acknowledges (so has delivered) a seq or global its
                    own interface never received, or its ack goes backwards
   nack-storm       more than -storm-count Nacks for one range within -storm-window
-  foreign-group    a frame of another group than -group (default: the most common)
+  foreign-group    a frame of another group than -group (default: the most common),
+                   or a file frame (rbcastd -files) of another group than
+                   -files-group (default: the file frames' most common)
   foreign-version  a frame of another wire-format version
   corrupt-frame    a frame that fails to decode (CRC, length, body, ...)
   seq-jump         a sequence or global number implausibly far (> 4096) ahead
@@ -292,6 +294,7 @@ groups that change (views, wire v4's view frames):
 A view's streams are owed (unrepaired-gap) only up to the cuts of the commit
 that ends it, and only at the interfaces of the members that move on.`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")
+	filesGroup := fs.String("files-group", "", "the group every file frame (types 0x40–0x4F, rbcastd -files) must belong to (default: the capture's most common group of file frames)")
 	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")
 	var keys keyFiles
@@ -313,6 +316,15 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 		}
 		g32 := uint32(g)
 		opts.Group = &g32
+	}
+	if *filesGroup != "" {
+		g, err := strconv.ParseUint(*filesGroup, 0, 32)
+		if err != nil {
+			fmt.Fprintf(stderr, "pcap-replay check: -files-group %q: want a 32-bit group id\n", *filesGroup)
+			return exitError
+		}
+		g32 := uint32(g)
+		opts.FilesGroup = &g32
 	}
 	capt, ok := c.read("check", files, stderr)
 	if !ok {

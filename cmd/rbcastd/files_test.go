@@ -50,7 +50,8 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "x"}, `-files-group is "x"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "2147483648"}, "-group 2147483648 flipped is 0"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-file-rate", "0"}, "-file-rate is 0 MB/s"},
-		{[]string{"run", "-group", "1", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-inbox", "/tmp"}, "need an Ethernet link"},
+		{[]string{"run", "-group", "1", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:65535"}, "files over -link udp use each port + 1, and the -udp-peers/-udp-seed address 127.0.0.1:65535 has port 65535"},
+		{[]string{"run", "-group", "1", "-link", "udp", "-udp-group", "239.1.1.1:65535", "-i", "rbnone0"}, "-udp-group 239.1.1.1:65535 has port 65535"},
 	} {
 		code, _, errOut := runMain(c.args...)
 		if code != exitUsage || !strings.Contains(errOut, c.want) {

@@ -451,17 +451,23 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if dc.Files != nil {
 		// The files' link: the same interface, the files' group
-		// (internal/daemon, files.go).
+		// (internal/daemon, files.go); over UDP, the ports + 1
+		// (udpFilesConfig).
 		var groups []uint32
 		if f.kernelFilter {
 			groups = []uint32{dc.Files.Group}
 		}
-		fl, err := openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+		var fl link.Link
+		if f.files.udp != nil {
+			fl, err = openUDP(*f.files.udp, log.With("link", "files"))
+		} else {
+			fl, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
 		}
-		defer fl.Close()
 		dc.Files.Link = fl
+		defer func() { dc.Files.Link.Close() }() // the capture's wrapper, once wrapped
 	}
 	var cw *capture.Writer
 	var rec *capture.Recorder
@@ -496,6 +502,21 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return fail(stderr, "run", fmt.Errorf("-capture: %w", err))
 		}
 		l = cl
+		if dc.Files != nil {
+			// The files' link goes into the same file (and flight
+			// recorder) as an interface of its own, "IFACE/files":
+			// one capture holds both groups (docs/capture.md).
+			fopts := opts
+			fopts.Interface = opts.Interface + "/files"
+			fcl, err := capture.Wrap(dc.Files.Link, cw, fopts)
+			if err != nil {
+				if cw != nil {
+					cw.Close()
+				}
+				return fail(stderr, "run", fmt.Errorf("-capture: the files' link: %w", err))
+			}
+			dc.Files.Link = fcl
+		}
 		if cw != nil {
 			defer func() {
 				if err := cw.Close(); err != nil {

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/link/udp"
 )
 
 // fileFlags are run's flags of the file dissemination (issue 20).
@@ -16,10 +18,12 @@ type fileFlags struct {
 	inbox string
 	group string
 	rate  float64
+
+	udp *udp.Config // with -link udp: the files' link's (set by check)
 }
 
 func (f *fileFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.on, "files", true, "carry files (rbcastd sendfile, recvfile): a second socket on -i for the files' group (not with -link udp)")
+	fs.BoolVar(&f.on, "files", true, "carry files (rbcastd sendfile, recvfile): a second socket on -i for the files' group (with -link udp: on each -udp-* address's port + 1)")
 	fs.StringVar(&f.inbox, "inbox", "", "store the files members send in this `directory` while no recvfile client runs (temporary name, fsync, rename)")
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
@@ -35,13 +39,17 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 		}
 		return nil
 	}
-	if rf.linkKind == "udp" {
-		if given {
-			return errors.New("files (-inbox, -files-group) need an Ethernet link (-link ring or afpacket), not -link udp")
-		}
-		return nil // files off over UDP
-	}
 	fc := &daemon.FilesConfig{Group: daemon.FilesGroup(dc.Group.Group)}
+	if rf.linkKind == "udp" {
+		// The files' link: the same addresses, each port + 1
+		// (udpFilesConfig); the MACs link/udp derives are then of
+		// those addresses.
+		uc, err := udpFilesConfig(rf.udpCfg)
+		if err != nil {
+			return err
+		}
+		f.udp, fc.OwnMACs = &uc, true
+	}
 	if f.group != "" {
 		g, err := strconv.ParseUint(f.group, 0, 32)
 		if err != nil || g == 0 {
@@ -70,4 +78,39 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 	}
 	dc.Files = fc
 	return nil
+}
+
+// udpFilesConfig is the configuration of the files' UDP link beside the
+// group's link configured by cfg: the same mode, interface and options,
+// every address (the multicast group, the peers or seeds, this member's
+// own when given) with its port + 1. The kernel then parts the two
+// groups' datagrams by port, as the kernel filter parts them by group id
+// on Ethernet, and the group's data path is untouched.
+func udpFilesConfig(cfg udp.Config) (udp.Config, error) {
+	next := func(a netip.AddrPort, what string) (netip.AddrPort, error) {
+		if !a.IsValid() || a.Port() == 0 {
+			return a, nil // unset, or a free port: the files' link picks its own
+		}
+		if a.Port() == 65535 {
+			return a, fmt.Errorf("files over -link udp use each port + 1, and %s %v has port 65535: pick a lower port, or -files=false", what, a)
+		}
+		return netip.AddrPortFrom(a.Addr(), a.Port()+1), nil
+	}
+	var err error
+	if cfg.Group, err = next(cfg.Group, "-udp-group"); err != nil {
+		return cfg, err
+	}
+	if cfg.Local, err = next(cfg.Local, "-udp-listen"); err != nil {
+		return cfg, err
+	}
+	if len(cfg.Peers) > 0 {
+		peers := make([]netip.AddrPort, len(cfg.Peers))
+		for i, p := range cfg.Peers {
+			if peers[i], err = next(p, "the -udp-peers/-udp-seed address"); err != nil {
+				return cfg, err
+			}
+		}
+		cfg.Peers = peers
+	}
+	return cfg, nil
 }

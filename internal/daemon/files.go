@@ -45,6 +45,13 @@ type FilesConfig struct {
 	// Rate is the file pacer's rate in bytes/s; 0 means
 	// the file core's default (125 MB/s).
 	Rate int64
+	// OwnMACs says the files' link names members by MACs of its own, not
+	// the message group's: link/udp on other ports (rbcastd run -link
+	// udp), where each member's MAC is derived from its address and port.
+	// The file core is then given no other member's MAC from the group's
+	// list (it learns each from its frames' source, and sends to the
+	// group until it has).
+	OwnMACs bool
 	// Tune, if set, adjusts the file core's configuration (tests).
 	Tune func(*filerun.Config)
 }
@@ -205,14 +212,17 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 }
 
 // withOwnMAC is ms with this member's MAC replaced by the file link's
-// (the same interface's, so the same MAC, on a real network).
+// (the same interface's, so the same MAC, on a real network), and with
+// FilesConfig.OwnMACs, every other member's cleared.
 func (s *fileService) withOwnMAC(ms []frame.MemberInfo, self frame.MemberID) []frame.MemberInfo {
 	ms = slices.Clone(ms)
-	if hw := s.cfg.Link.HardwareAddr(); len(hw) == 6 {
-		for i := range ms {
-			if ms[i].ID == self {
-				ms[i].MAC = [6]byte(hw)
-			}
+	hw := s.cfg.Link.HardwareAddr()
+	for i := range ms {
+		switch {
+		case ms[i].ID == self && len(hw) == 6:
+			ms[i].MAC = [6]byte(hw)
+		case ms[i].ID != self && s.cfg.OwnMACs:
+			ms[i].MAC = [6]byte{}
 		}
 	}
 	return ms

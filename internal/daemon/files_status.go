@@ -69,6 +69,11 @@ type FileCounters struct {
 	BlocksSent      uint64 `json:"blocks_sent"`
 	BlocksRepaired  uint64 `json:"blocks_repaired"`
 	RepairsToGroup  uint64 `json:"repairs_to_group"`
+	// RepairsAgain: blocks repaired to a receiver again (it still lacked
+	// them after a block sent later had arrived, or after the timer);
+	// RepairsTimedOut: those of them sent again by the timer.
+	RepairsAgain    uint64 `json:"repairs_again"`
+	RepairsTimedOut uint64 `json:"repairs_timed_out"`
 	BlocksReceived  uint64 `json:"blocks_received"`
 	Duplicates      uint64 `json:"duplicate_blocks"`
 	ReportsSent     uint64 `json:"reports_sent"`
@@ -153,7 +158,7 @@ func (s *fileService) status() *FilesStatus {
 		st := r.Stats()
 		c := st.Core
 		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete,
-			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, BlocksReceived: c.BlocksReceived,
+			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
 			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond)}
 	}
@@ -219,7 +224,7 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 		kind string
 		n    uint64
 	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete},
-		{"blocks_sent", k.BlocksSent}, {"blocks_repaired", k.BlocksRepaired}, {"repairs_to_group", k.RepairsToGroup}, {"blocks_received", k.BlocksReceived},
+		{"blocks_sent", k.BlocksSent}, {"blocks_repaired", k.BlocksRepaired}, {"repairs_to_group", k.RepairsToGroup}, {"repairs_again", k.RepairsAgain}, {"repairs_timed_out", k.RepairsTimedOut}, {"blocks_received", k.BlocksReceived},
 		{"duplicate_blocks", k.Duplicates}, {"reports_sent", k.ReportsSent}, {"reports_received", k.ReportsReceived}, {"hash_mismatches", k.HashMismatches},
 		{"resumed", k.Resumed}, {"window_stalls", k.WindowStalls}} {
 		ch <- prometheus.MustNewConstMetric(descFilesCounter, counter, float64(x.n), x.kind)

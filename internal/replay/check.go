@@ -16,9 +16,15 @@ import (
 
 // CheckOptions configure Check.
 type CheckOptions struct {
-	// Group, when set, is the only group allowed; otherwise frames of any
-	// group but the most common one are reported.
+	// Group, when set, is the only group allowed for frames other than
+	// the file frames; otherwise frames of any group but the most common
+	// one are reported.
 	Group *uint32
+	// FilesGroup, when set, is the only group allowed for file frames
+	// (types 0x40–0x4F); otherwise file frames of any group but their
+	// most common one are reported. (rbcastd sends them in a group of
+	// their own, -files-group.)
+	FilesGroup *uint32
 	// NackStormCount and NackStormWindow: more than NackStormCount Nacks
 	// naming the same range (target, first, last) within NackStormWindow
 	// is a storm. Zero means invariant.DefaultNackStormCount and
@@ -62,6 +68,14 @@ func Check(c *Capture, opts CheckOptions) []Violation {
 	}
 	if opts.Group != nil {
 		co.Group, co.GroupSource = opts.Group, "the -group given"
+	}
+	// File frames (rbcastd -files) have a group of their own beside the
+	// message group's, in the same capture.
+	if group, ok := a.majorityFilesGroup(); ok {
+		co.FilesGroup, co.FilesGroupSource = &group, "the capture's most common group of file frames"
+	}
+	if opts.FilesGroup != nil {
+		co.FilesGroup, co.FilesGroupSource = opts.FilesGroup, "the -files-group given"
 	}
 	ck := invariant.New(co)
 	for i := range c.Interfaces {

@@ -378,3 +378,39 @@ func TestTruncatedCaptures(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFilesGroup: file frames (rbcastd -files) in a group of their
+// own beside the message group are no foreign-group, even when they
+// outnumber the group's frames; -files-group holds them to one group.
+func TestCheckFilesGroup(t *testing.T) {
+	_, c := goodCapture(t)
+	recs := clone(c)
+	last := recs[len(recs)-1]
+	group := recs[0].View.Group()
+	files := group ^ 0x80000000
+	mk := func(g uint32, id uint32) Record {
+		b := frame.AppendEthernet(nil, frame.Broadcast, [6]byte{2, 0, 0, 0, 0, 9}, frame.EtherType)
+		b, err := frame.Append(b, &frame.Header{Group: g, Sender: 9, Incarnation: 1, Seq: id}, &frame.FileDataBody{ID: 1, Data: []byte("block")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Record{Time: last.Time.Add(time.Millisecond), Iface: 0, Dir: DirIn, Data: b}
+	}
+	for i := range 2 * len(c.Records) {
+		recs = append(recs, mk(files, uint32(i)))
+	}
+	bc := writeNg(t, c, recs)
+	if v := kinds(Check(bc, CheckOptions{}))["foreign-group"]; len(v) != 0 {
+		t.Errorf("file frames in a group of their own: foreign-group %v", v)
+	}
+	other := files + 1
+	recs = append(recs, mk(other, 0))
+	odd := len(recs)
+	bc = writeNg(t, c, recs)
+	if v := kinds(Check(bc, CheckOptions{}))["foreign-group"]; len(v) != 1 || !hasFrame(v[0], odd) || !strings.Contains(v[0].Detail, "the capture's most common group of file frames") {
+		t.Errorf("a file frame of a third group: foreign-group %v, want frame %d", v, odd)
+	}
+	if v := kinds(Check(bc, CheckOptions{FilesGroup: &other}))["foreign-group"]; len(v) != 2*len(c.Records) || !strings.Contains(v[0].Detail, "the -files-group given") {
+		t.Errorf("-files-group %d: %d foreign-group findings, want %d", other, len(v), 2*len(c.Records))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -142,7 +143,9 @@ type analysis struct {
 	views  []*view
 	txs    []*Record // frames as transmitted, each once
 	groups map[uint32]int
-	seq    *seqAnalysis
+	// fileGroups counts the file frames (types 0x40–0x4F) by group.
+	fileGroups map[uint32]int
+	seq        *seqAnalysis
 	// fromBase: the ViewCommits of a group that changes, by the view
 	// they change from (a view's streams are owed up to their cuts, and
 	// only to the members that move on).
@@ -161,7 +164,7 @@ func (a *analysis) isPBP(v frame.View) bool {
 }
 
 func analyse(c *Capture) *analysis {
-	a := &analysis{c: c, base: map[senderKey]uint32{}, macs: map[senderKey][6]byte{}, groups: map[uint32]int{}, seqSenders: map[senderKey]bool{}}
+	a := &analysis{c: c, base: map[senderKey]uint32{}, macs: map[senderKey][6]byte{}, groups: map[uint32]int{}, fileGroups: map[uint32]int{}, seqSenders: map[senderKey]bool{}}
 	for i := range c.Records {
 		a.order = append(a.order, &c.Records[i])
 		if v := c.Records[i].View; v != nil && isSeqType(v.Type()) {
@@ -183,7 +186,11 @@ func analyse(c *Capture) *analysis {
 		if v == nil {
 			continue
 		}
-		a.groups[v.Group()]++
+		if invariant.IsFileType(v.Type()) {
+			a.fileGroups[v.Group()]++
+		} else {
+			a.groups[v.Group()]++
+		}
 		k := senderKey{v.Sender(), v.Incarnation(), v.ViewID()}
 		if _, ok := a.macs[k]; !ok {
 			a.macs[k] = r.Src
@@ -366,10 +373,17 @@ func listed(ms []frame.MemberInfo, id frame.MemberID, inc uint32) bool {
 	return false
 }
 
-// majorityGroup is the most common group of decoded frames.
-func (a *analysis) majorityGroup() (uint32, bool) {
+// majorityGroup is the most common group of decoded frames but the file
+// frames.
+func (a *analysis) majorityGroup() (uint32, bool) { return majority(a.groups) }
+
+// majorityFilesGroup is the most common group of the file frames (rbcastd
+// sends them in a group of their own).
+func (a *analysis) majorityFilesGroup() (uint32, bool) { return majority(a.fileGroups) }
+
+func majority(groups map[uint32]int) (uint32, bool) {
 	best, n := uint32(0), 0
-	for g, k := range a.groups {
+	for g, k := range groups {
 		if k > n || (k == n && g < best) {
 			best, n = g, k
 		}

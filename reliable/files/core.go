@@ -61,7 +61,12 @@ type Stats struct {
 	FilesSent, FilesAborted, BlocksSent, BlocksRepaired, RepairsToGroup uint64
 	BytesSent, OffersSent, EndsSent, GoneSent, ReportsReceived          uint64
 	WindowStalls, RTTSamples                                            uint64
-	SRTT                                                                Duration
+	// RepairsAgain counts blocks sent again to a receiver they had been
+	// sent to alone or in a repair, RepairsTimedOut those of them sent
+	// again by the timer, not because a block sent later had arrived
+	// (repair.go).
+	RepairsAgain, RepairsTimedOut uint64
+	SRTT                          Duration
 	// Receiver.
 	FilesReceived, FilesIncomplete, BlocksReceived, Duplicates, Dropped uint64
 	ReportsSent, HashMismatches, Resumed                                uint64

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 
 	"github.com/rbcast/rbcast/frame"
@@ -37,6 +36,8 @@ type outFile struct {
 	// The window probe: since when the pass waits for the median
 	// receiver, and when the last probe went.
 	blockedSince, probeAt Time
+	// marks[k] is when the pass sent block k·markEvery (repair.go).
+	marks []Time
 }
 
 // receiver is what a sender knows of one receiver of one file: its last
@@ -57,8 +58,14 @@ type receiver struct {
 	ti        int           // where the repair scan is in todo
 	cur       uint32        // and the block within todo[ti]
 	credit    int           // repair frames it takes until its next report (§III.C)
-	sent      map[uint32]Time
+	sent      map[uint32]sentAt
 	offerAt   Time // the offer last sent to it alone
+	// rack is, per path (to the group, to it alone), the latest send
+	// time of a block its reports show held (repair.go): a block sent
+	// on that path before it and still missing was lost. rackRTT is the
+	// round trip, to the report, of the latest of them, per path.
+	rack    [2]Time
+	rackRTT [2]Duration
 }
 
 type goneKey struct {
@@ -128,7 +135,7 @@ func (f *outFile) receiver(id frame.MemberID, mac [6]byte) *receiver {
 		}
 		return f.rcv[i]
 	}
-	r := &receiver{id: id, mac: mac, sent: map[uint32]Time{}}
+	r := &receiver{id: id, mac: mac, sent: map[uint32]sentAt{}}
 	f.rcv = slices.Insert(f.rcv, i, r)
 	return r
 }
@@ -177,7 +184,7 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 		return nil // an older report, overtaken
 	}
 	if r.inc != v.Incarnation() {
-		r.inc = v.Incarnation()
+		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, [2]Duration{}
 		clear(r.sent)
 	}
 	r.seq, r.heard = v.Seq(), now
@@ -199,11 +206,20 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 			c.sendOffer(now, f, r.mac, frame.FlagRetransmit)
 		}
 	case frame.FileReceiving:
+		prevTop := r.top
 		r.held, r.top, r.credit = st.Held, st.Top, int(st.Credit)
 		r.todo = r.todo[:0]
-		for i, rl := 0, v.FileMissing(); i < rl.Len(); i++ {
+		rl := v.FileMissing()
+		for i := range rl.Len() {
 			r.todo = append(r.todo, rl.At(i))
 		}
+		// What the report shows held: below its top, up to where its
+		// list of missing ranges ends if the list is full.
+		cover := st.Top
+		if rl.Len() >= c.cfg.maxRanges && rl.Len() > 0 {
+			cover = min(cover, rl.At(rl.Len()-1).Last+1)
+		}
+		c.delivered(now, f, r, prevTop, cover)
 		if f.ended && st.Top < f.blocks && (len(r.todo) < c.cfg.maxRanges) {
 			// It has not seen the pass end: the tail after its top is
 			// missing too.
@@ -213,8 +229,6 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 		if len(r.todo) > 0 {
 			r.cur = r.todo[0].First
 		}
-		rto := c.rto()
-		maps.DeleteFunc(r.sent, func(_ uint32, t Time) bool { return now.Sub(t) >= rto })
 	case frame.FileDone:
 		r.held, r.top, r.todo = f.blocks, f.blocks, nil
 		clear(r.sent)
@@ -483,6 +497,7 @@ func (c *Core) pump(now Time) {
 			if n == 0 {
 				continue // the file was aborted
 			}
+			pass.mark(now)
 			pass.next++
 			c.stats.BlocksSent++
 			if p := int64(c.cfg.RepairPercent); p < 100 {
@@ -572,7 +587,7 @@ func (c *Core) repairsWaiting() bool {
 // its credit. A block that other receivers lack too goes to the group
 // once; else to the receiver's MAC alone.
 func (c *Core) repairOne(now Time, passing bool) bool {
-	rto := c.rto()
+	rto := c.repairTimers()
 	for _, f := range c.open {
 		n := len(f.rcv)
 		for k := range n {
@@ -581,10 +596,16 @@ func (c *Core) repairOne(now Time, passing bool) bool {
 			if !ok {
 				continue
 			}
+			if s, ok := r.sent[b]; ok {
+				c.stats.RepairsAgain++
+				if s.at.Add(rto.reorder) >= r.rack[s.path()] {
+					c.stats.RepairsTimedOut++
+				}
+			}
 			to := append(c.scratchTo[:0], r)
 			defer func() { c.scratchTo = to[:0] }()
 			for _, q := range f.rcv {
-				if q != r && q.wants(now, b, rto) {
+				if q != r && q.wants(now, f, b, rto) {
 					to = append(to, q)
 				}
 			}
@@ -597,7 +618,8 @@ func (c *Core) repairOne(now Time, passing bool) bool {
 				return true // aborted
 			}
 			for _, q := range to {
-				q.sent[b] = now
+				_, again := q.sent[b]
+				q.sent[b] = sentAt{at: now, again: again, alone: dst != c.cfg.Dst}
 				q.credit--
 			}
 			if passing {
@@ -616,7 +638,7 @@ func (c *Core) repairOne(now Time, passing bool) bool {
 
 // nextRepair is the next block of r's todo to send it, advancing its
 // scan.
-func (r *receiver) nextRepair(now Time, f *outFile, rto Duration) (uint32, bool) {
+func (r *receiver) nextRepair(now Time, f *outFile, rto repairTimers) (uint32, bool) {
 	if r.state != frame.FileReceiving || r.credit <= 0 {
 		return 0, false
 	}
@@ -631,7 +653,7 @@ func (r *receiver) nextRepair(now Time, f *outFile, rto Duration) (uint32, bool)
 				r.ti = len(r.todo) // not multicast yet: nothing above it is missing
 				return 0, false
 			}
-			if t, ok := r.sent[b]; ok && now.Sub(t) < rto {
+			if !r.due(now, f, b, rto) {
 				continue
 			}
 			r.cur++
@@ -647,11 +669,8 @@ func (r *receiver) nextRepair(now Time, f *outFile, rto Duration) (uint32, bool)
 
 // wants reports whether r lacks b, and it is due to r (a group repair
 // serves it too).
-func (r *receiver) wants(now Time, b uint32, rto Duration) bool {
+func (r *receiver) wants(now Time, f *outFile, b uint32, rto repairTimers) bool {
 	if r.state != frame.FileReceiving || r.credit <= 0 {
-		return false
-	}
-	if t, ok := r.sent[b]; ok && now.Sub(t) < rto {
 		return false
 	}
 	_, ok := slices.BinarySearchFunc(r.todo, b, func(rg frame.Range, b uint32) int {
@@ -663,7 +682,7 @@ func (r *receiver) wants(now Time, b uint32, rto Duration) bool {
 		}
 		return 0
 	})
-	return ok
+	return ok && r.due(now, f, b, rto)
 }
 
 // sendBlock sends block b of f to dst, read by the source straight into

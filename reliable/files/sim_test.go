@@ -74,6 +74,9 @@ type scenario struct {
 	rate                                              int64
 	// inLoss: random loss on arrival at some members (the shape tests).
 	inLoss map[int]float64
+	// The segment: zero for testnet's defaults (50 µs, 1 Gbit/s).
+	latency   time.Duration
+	bandwidth int64
 }
 
 func (s *scenario) String() string {
@@ -410,7 +413,7 @@ func (n *simNode) crash(now time.Time) {
 }
 
 func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, error) {
-	net, err := testnet.New(sc.seed, testnet.Config{})
+	net, err := testnet.New(sc.seed, testnet.Config{Latency: sc.latency, Bandwidth: sc.bandwidth})
 	if err != nil {
 		t.Fatal(err)
 	}
