@@ -142,7 +142,7 @@ func (c *conn) discardInput() {
 		if rc.Read(func(fd uintptr) bool {
 			n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_DONTWAIT)
 			gone = rerr != nil || n == 0 // nothing left, or the client's close
-			return true // never wait
+			return true                  // never wait
 		}) != nil || gone {
 			return
 		}
