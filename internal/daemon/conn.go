@@ -131,22 +131,23 @@ func (c *conn) fail(code localapi.Code, keep bool, format string, args ...any) {
 // receive queue, and the peer's next read then fails with ECONNRESET
 // before the Error queued for it: a client that rang the doorbell of a
 // ring found corrupt before the doorbell was read lost the reason.
+// fail runs on other goroutines too, while the connection's reader
+// waits in Read and holds its read lock: so the socket is read here
+// through Control (no lock, MSG_DONTWAIT), never through Read.
 func (c *conn) discardInput() {
 	rc, err := c.c.SyscallConn()
 	if err != nil {
 		return
 	}
-	var buf [512]byte
-	for range 1 << 16 { // bounded: a client writing without pause
-		gone := true
-		if rc.Read(func(fd uintptr) bool {
+	rc.Control(func(fd uintptr) {
+		var buf [512]byte
+		for range 1 << 16 { // bounded: a client writing without pause
 			n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_DONTWAIT)
-			gone = rerr != nil || n == 0 // nothing left, or the client's close
-			return true                  // never wait
-		}) != nil || gone {
-			return
+			if rerr != nil || n == 0 { // nothing left, or the client's close
+				return
+			}
 		}
-	}
+	})
 }
 
 // read reads one packet; truncated reports a packet longer than buf.
