@@ -37,6 +37,12 @@ func TestUDPFilesConfig(t *testing.T) {
 	if _, err := udpFilesConfig(udp.Config{Local: ap("10.0.0.1:65535"), Peers: cfg.Peers}); err == nil || !strings.Contains(err.Error(), "-udp-listen 10.0.0.1:65535 has port 65535") {
 		t.Errorf("port 65535: %v", err)
 	}
+	// Two peers on one host at consecutive ports: the first one's files
+	// port is the second one's group port.
+	consecutive := udp.Config{Peers: []netip.AddrPort{ap("127.0.0.1:7000"), ap("127.0.0.1:7001")}}
+	if _, err := udpFilesConfig(consecutive); err == nil || !strings.Contains(err.Error(), "127.0.0.1:7001 is both a peer's files address and a peer in -udp-peers/-udp-seed: space the peers' ports by 2, or -files=false") {
+		t.Errorf("consecutive peers: %v", err)
+	}
 }
 
 // freePorts returns n ports p on 127.0.0.1 with p and p+1 free for UDP

@@ -854,7 +854,7 @@ func TestNetnsRunUDPUnprivileged(t *testing.T) {
 	sock := filepath.Join(dir, "s.sock")
 	cmd := topo.Hosts[0].Command(t.Context(), setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--", bin,
-		"run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7001", "-udp-listen", "127.0.0.1:7000", "-group", "6", "-members", "2", "-node", "0", "-socket", sock)
+		"run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7002", "-udp-listen", "127.0.0.1:7000", "-group", "6", "-members", "2", "-node", "0", "-socket", sock)
 	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
 	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -872,8 +872,8 @@ func TestNetnsRunUDPUnprivileged(t *testing.T) {
 		}
 	}()
 	// The second member, root this time, in the same namespace.
-	second := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7001",
-		"-udp-listen", "127.0.0.1:7001", "-group", "6", "-members", "2", "-socket", filepath.Join(dir, "s2.sock"), "-log-level", "warn")
+	second := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7002",
+		"-udp-listen", "127.0.0.1:7002", "-group", "6", "-members", "2", "-socket", filepath.Join(dir, "s2.sock"), "-log-level", "warn")
 	var log2 syncBuffer
 	second.Stdout, second.Stderr = &log2, &log2
 	if err := second.Start(); err != nil {

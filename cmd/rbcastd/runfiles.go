@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/rbcast/rbcast/internal/daemon"
@@ -108,6 +109,13 @@ func udpFilesConfig(cfg udp.Config) (udp.Config, error) {
 		for i, p := range cfg.Peers {
 			if peers[i], err = next(p, "the -udp-peers/-udp-seed address"); err != nil {
 				return cfg, err
+			}
+		}
+		// Peers on one host at consecutive ports: a peer's files
+		// port would be another peer's group port.
+		for _, p := range peers {
+			if slices.Contains(cfg.Peers, p) {
+				return cfg, fmt.Errorf("files over -link udp use each port + 1, and %v is both a peer's files address and a peer in -udp-peers/-udp-seed: space the peers' ports by 2, or -files=false", p)
 			}
 		}
 		cfg.Peers = peers
