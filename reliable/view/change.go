@@ -112,7 +112,7 @@ func (c *Core) propose() {
 	c.maxSeen = p.next
 	c.prop = p
 	c.stats.Changes++
-	c.promise, c.promiseBy, c.promisedAt = frame.ViewPrepareBody{Next: p.next, Base: p.base, Members: members}, c.self, c.now
+	c.promise, c.promiseBy, c.promisedAt, c.gaveWay = frame.ViewPrepareBody{Next: p.next, Base: p.base, Members: members}, c.self, c.now, false
 	c.freeze()
 	c.recordFlush(p, c.myFlush())
 	c.sendProposal()
@@ -265,6 +265,17 @@ func (c *Core) onPrepare(src [6]byte, v frame.View) {
 		return // this member's own proposal, for the same id, wins
 	case c.frozen && frame.SeqLess(next, c.promise.Next):
 		return // promised a later proposal
+	case c.frozen && c.promiseBy != c.self && coord != c.promiseBy && !c.gaveWay &&
+		!containsID(c.suspects, c.promiseBy) && c.inner.Live(c.promiseBy):
+		// This member's Flush went to another coordinator's proposal on
+		// this base, which may still commit with it: flushing to this
+		// one too could let both commit, each view counting as present
+		// a member that installed the other (a split brain under a
+		// primary component). It stays bound until that coordinator
+		// gives way (its own Flush for another proposal) or is
+		// suspected (silent for FailureTimeout, or failed); this
+		// proposal's repeats find it free then.
+		return
 	case !in:
 		// A Prepare is not a commit: the coordinator may yet give way.
 		// The commit that leaves this member out removes it.
@@ -274,7 +285,7 @@ func (c *Core) onPrepare(src [6]byte, v frame.View) {
 		c.prop = nil // a lower member coordinates: follow it
 	}
 	c.promise = frame.ViewPrepareBody{Next: next, Base: base}
-	c.promiseBy, c.promisedAt = coord, c.now
+	c.promiseBy, c.promisedAt, c.gaveWay = coord, c.now, false
 	c.freeze()
 	c.sendFlush()
 }
@@ -301,6 +312,12 @@ func (c *Core) onFlush(src [6]byte, v frame.View) {
 		return
 	}
 	c.relayTo(v, base)
+	if to := v.FlushCoord(); c.frozen && from == c.promiseBy && from != c.self && to != from && to != frame.NoMember {
+		// The coordinator this member promised flushes for another's
+		// proposal: it dropped its own. (NoMember: it completes a
+		// commit of its own, which binds this member all the more.)
+		c.gaveWay = true
+	}
 	p := c.prop
 	if p == nil || p.commit != nil || next != p.next || base != p.base || !containsID(p.staying, from) {
 		return
@@ -780,7 +797,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	formed.Members, formed.Cuts = slices.Clone(commit.Members), slices.Clone(commit.Cuts)
 	c.formed = &formed
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
-	c.frozen, c.comp, c.promise, c.promiseBy = false, nil, frame.ViewPrepareBody{}, frame.NoMember
+	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false
 	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
 	c.reportAt, c.foreignSince, c.foreignLast = 0, 0, 0
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {

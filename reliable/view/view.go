@@ -233,12 +233,16 @@ type Core struct {
 	promise    frame.ViewPrepareBody
 	promiseBy  frame.MemberID
 	promisedAt clock.Time
-	flushAt    clock.Time
-	frozen     bool
-	frozenAt   []frame.Delivered // delivered per member when frozen
-	stash      []core.Delivery   // delivered by the inner core since, held
-	stashOut   int               // deliver's first entries: the stash, out this turn
-	unsent     [][]byte          // the frozen core's unsent messages
+	// gaveWay: the coordinator promised to was heard flushing for
+	// another one's proposal on this base: its own will never commit,
+	// so this member is free to follow a higher proposal (onPrepare).
+	gaveWay  bool
+	flushAt  clock.Time
+	frozen   bool
+	frozenAt []frame.Delivered // delivered per member when frozen
+	stash    []core.Delivery   // delivered by the inner core since, held
+	stashOut int               // deliver's first entries: the stash, out this turn
+	unsent   [][]byte          // the frozen core's unsent messages
 	// ownOut counts this member's messages numbered in the views before
 	// the current one; handed the ones the current inner core accepted.
 	ownOut, handed uint64

@@ -14,3 +14,13 @@ import (
 // completed the view delivered at the same place. RBCAST_SEEDS sets the
 // number of seeds (1000; 100 with -short).
 func TestSim(t *testing.T) { viewsim.Seeds(t, viewsim.Ordered, "reliable/vtotal", "TestSim") }
+
+// TestSimSplitBrain is seed 12295 of TestSim, beyond the default count:
+// during a deaf period two coordinators proposed successors of one view
+// (4 and 5, base 3), two members flushed to both and each commit went
+// through, so two components each counted as present a member that had
+// installed the other's view, and both went on under Safe (view 6
+// twice). A member's Flush now binds it to the proposal it answered
+// until that coordinator gives way or is suspected (reliable/view,
+// onPrepare).
+func TestSimSplitBrain(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, 12295) }

@@ -808,6 +808,16 @@ func Seeds(t *testing.T, level Level, pkg, test string) {
 	}
 }
 
+// Seed runs one seed of the simulation at level, whatever RBCAST_SEEDS
+// says: a regression seed found beyond the default count.
+func Seed(t *testing.T, level Level, seed uint64) {
+	s := newScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v", err, s)
+	}
+}
+
 func seedCount(t *testing.T) int {
 	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
