@@ -154,8 +154,9 @@ func serve(args []string, stderr io.Writer) error {
 const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-deadline D] [-local] get KEY
        rbcast-kv -servers ... put KEY VALUE | del KEY | cas KEY OLD NEW
        rbcast-kv -servers ... load -n N [-c CLIENTS] [-size BYTES] [-prefix P]
-                 [-slow D] (N puts; prints "acked CLIENT SEQ" for each, "slow put ..." for
-                 each slower than D, then the rate and latencies)
+                 [-slow D] [-pause D] (N puts; prints "acked CLIENT SEQ" for each, "slow
+                 put ..." for each slower than D, then the rate and latencies; -pause: each
+                 client waits D before each put, so every put meets an idle group)
        rbcast-kv -servers ... verify -n N [-c CLIENTS] [-prefix P]
                  (gets PREFIX-i for i < N and checks each holds load's value i;
                  with -local, reads each replica's own state until it does or -deadline)
@@ -246,11 +247,12 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
 	prefix := fs.String("prefix", "k", "key prefix")
 	slow := fs.Duration("slow", 0, "print a line for every put slower than this (0: none)")
+	pause := fs.Duration("pause", 0, "wait this long before each put (a cold put: the group idle meanwhile); 0: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *conc < 1 || *n < 0 || *size < 0 {
-		fmt.Fprintf(stderr, "rbcast-kv load: -n %d -c %d -size %d: want -c at least 1 and no negative counts\n", *n, *conc, *size)
+	if *conc < 1 || *n < 0 || *size < 0 || *pause < 0 {
+		fmt.Fprintf(stderr, "rbcast-kv load: -n %d -c %d -size %d -pause %v: want -c at least 1 and no negative counts or pause\n", *n, *conc, *size, *pause)
 		return 2
 	}
 	var (
@@ -282,6 +284,7 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 				if *size > 0 {
 					value = []byte(strings.Repeat("v", *size))
 				}
+				time.Sleep(*pause)
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				t0 := time.Now()
 				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: value}, false)

@@ -97,3 +97,17 @@ func TestServeUsage(t *testing.T) {
 		}
 	}
 }
+
+// load -pause waits before each put (cold puts); a negative pause is
+// refused.
+func TestLoadPause(t *testing.T) {
+	addr := fakeReplica(t, map[string]string{"p-0": "0", "p-1": "1"})
+	var out, errb bytes.Buffer
+	if code := run([]string{"-servers", addr, "-deadline", "1s", "load", "-n", "2", "-prefix", "p", "-pause", "5ms"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "done 2 puts") {
+		t.Fatalf("load -pause 5ms = %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"-servers", addr, "load", "-pause", "-1s"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "-pause -1s: want -c at least 1 and no negative counts or pause") {
+		t.Fatalf("load -pause -1s = %d, stderr %q", code, errb.String())
+	}
+}
