@@ -157,7 +157,7 @@ bench-liu:
 # docs/benchmarks.md, "Delivery levels": goodput and one-way latency of a
 # group with views at FIFO, Agreed and Safe beside the registered PBP2
 # group, MTU 1500 and 9000, REPS times interleaved (medians). Root; about
-# 2 minutes per repetition; bench-levels.md.
+# 45 s per repetition (REPS=3: 2 min 10 s idle); bench-levels.md.
 bench-levels:
 	RBCAST_BENCH_SECONDS=3 RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-levels.md $(GO) test -run '^$$' -bench '^BenchmarkLevels$$' -benchtime 1x -timeout 30m ./reliable
 
