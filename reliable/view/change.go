@@ -22,6 +22,17 @@ func (c *Core) onJoin(src [6]byte, v frame.View) {
 		}
 		c.hear(joiner{mac: src, incarnation: inc, nonce: j.Nonce, requested: j.Requested, heardAt: c.now})
 	case member:
+		// A member of this view that still sends Joins missed the commit
+		// that admitted it. Any member sends it again, not only the
+		// coordinator: a joiner that took the lowest id is the
+		// coordinator of that view itself, and nobody answered it
+		// (the others removed it as failed a timeout later).
+		for _, m := range c.view.Members {
+			if m.MAC == src && m.Incarnation == inc {
+				c.catchUp(src, m.ID, inc)
+				return
+			}
+		}
 		if c.coordinator() != c.self || c.leaving {
 			return
 		}
@@ -29,12 +40,6 @@ func (c *Core) onJoin(src [6]byte, v frame.View) {
 			c.emit(src, &frame.ViewRefuseBody{Nonce: j.Nonce, Reason: frame.RefuseConfig, ConfigHash: c.cfg.ConfigHash})
 			c.stats.Refused++
 			return
-		}
-		for _, m := range c.view.Members {
-			if m.MAC == src && m.Incarnation == inc {
-				c.catchUp(src, m.ID, inc) // a member that missed its commit
-				return
-			}
 		}
 		if len(c.view.Members)+len(c.joiners) >= c.cfg.MaxMembers && !c.isJoiner(src) {
 			c.emit(src, &frame.ViewRefuseBody{Nonce: j.Nonce, Reason: frame.RefuseFull, ConfigHash: c.cfg.ConfigHash})

@@ -126,6 +126,10 @@ type process struct {
 	batch  time.Duration
 	readAt time.Time
 
+	// drop, when set, discards received frames it returns true for
+	// (targeted loss, for scenarios the random loss reaches rarely).
+	drop func(f []byte) bool
+
 	lastNow time.Time // livelock detection: steps within 1 ms
 	spins   int
 	steps   int
@@ -216,6 +220,9 @@ func (p *process) Step(now time.Time) time.Time {
 	for {
 		n, _ := p.ep.Recv(time.Time{}, p.rx)
 		for _, f := range p.rx[:n] {
+			if p.drop != nil && p.drop(f.Data) {
+				continue
+			}
 			p.st.Step(t, f.Data)
 		}
 		p.st.Tick(t)
