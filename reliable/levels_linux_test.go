@@ -28,7 +28,9 @@ import (
 // RBCAST_LEVELS_PINGS, default 5000). Every member is a goroutine of the
 // benchmark process on its host's ring. RBCAST_REPORT_REPS repeats it
 // (default 1), the levels interleaved, and reports medians and ranges.
-// RBCAST_REPORT_OUT: a file for the markdown table. Root.
+// RBCAST_REPORT_OUT: a file for the markdown table. For profiling one
+// cell, RBCAST_LEVELS_MTU (1500 or 9000) and RBCAST_LEVELS (a comma list
+// of registered, fifo, agreed, safe) narrow the runs. Root.
 func BenchmarkLevels(b *testing.B) {
 	netnstest.RequireRoot(b)
 	d := 2 * time.Second
@@ -44,10 +46,22 @@ func BenchmarkLevels(b *testing.B) {
 		reps = n
 	}
 	levels := []string{"registered", "fifo", "agreed", "safe"}
+	if v := os.Getenv("RBCAST_LEVELS"); v != "" {
+		levels = strings.Split(v, ",")
+		for _, l := range levels {
+			if !slices.Contains([]string{"registered", "fifo", "agreed", "safe"}, l) {
+				b.Fatalf("RBCAST_LEVELS: unknown level %q (registered, fifo, agreed, safe)", l)
+			}
+		}
+	}
+	mtus := []int{1500, 9000}
+	if n := envInt(b, "RBCAST_LEVELS_MTU"); n > 0 {
+		mtus = []int{n}
+	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "Delivery levels: one sender to 3 receivers, %v per goodput run, %d pings, %d repetitions (levels interleaved; medians, ranges in brackets) (load %s)\n\n", d, pings, reps, loadavg())
 	fmt.Fprintf(&out, "| MTU | level | goodput MB/s | x fifo | one-way p50 µs | p99 µs | p50 - fifo µs |\n|---|---|---|---|---|---|---|\n")
-	for _, mtu := range []int{1500, 9000} {
+	for _, mtu := range mtus {
 		topo := netnstest.Up(b, netns.Options{Hosts: 4, MTU: mtu, Prefix: fmt.Sprintf("rblv%d", mtu/1000)})
 		type res struct{ mbps, p50, p99 []float64 }
 		rs := map[string]*res{}
@@ -72,6 +86,9 @@ func BenchmarkLevels(b *testing.B) {
 			return fmt.Sprintf(f+" ["+f+"–"+f+"]", median(v), slices.Min(v), slices.Max(v))
 		}
 		f := rs["fifo"]
+		if f == nil {
+			f = rs[levels[0]]
+		}
 		for _, lvl := range levels {
 			r := rs[lvl]
 			fmt.Fprintf(&out, "| %d | %s | %s | %.2f | %s | %s | %+.1f |\n", mtu, lvl, cell(r.mbps, "%.1f"), median(r.mbps)/median(f.mbps),
