@@ -123,10 +123,22 @@ func ViewConfigHash(cfg Config, mtu int) (uint64, error) {
 
 func (s *settings) viewConfigHash(mtu int) uint64 {
 	shared := s.protocol.shared(s, mtu)
+	// The level, with the revision of its layer's rules: Agreed and Safe
+	// members in one group would wait for each other's held reports for
+	// ever, and vtotal's revision 2 (the sequencer's own data messages in
+	// place, named by no order message) orders differently from 1.
+	level := "fifo"
+	if s.Order == Total {
+		level = "agreed/2"
+		if s.Safe {
+			level = "safe/2"
+		}
+	}
 	return configHash(s.Group, sharedConfig{cfg: struct {
 		PBP        any
 		MaxMembers int
-	}{shared.cfg, s.MaxMembers}})
+		Level      string
+	}{shared.cfg, s.MaxMembers, level}})
 }
 
 // viewCore is the membership core of process p.

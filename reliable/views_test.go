@@ -357,3 +357,19 @@ func TestSendUnreliable(t *testing.T) {
 		}
 	})
 }
+
+// The level is part of the configuration: a Safe process joining an
+// Agreed group would wait for held reports the Agreed members never send.
+func TestViewsHashNamesLevel(t *testing.T) {
+	hash := func(order Order, safe bool) uint64 {
+		h, err := ViewConfigHash(Config{Group: 5, Views: true, Order: order, Safe: safe}, 1500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	fifo, agreed, safe := hash(FIFO, false), hash(Total, false), hash(Total, true)
+	if fifo == agreed || agreed == safe || fifo == safe {
+		t.Fatalf("configuration hashes FIFO %x, Agreed %x, Safe %x: want three different", fifo, agreed, safe)
+	}
+}

@@ -113,7 +113,7 @@ func TestSimulateViewsCommand(t *testing.T) {
 	for _, w := range []string{
 		"# simulate member 0 (02:00:00:00:00:01 incarnation 1) of group 9 on interface 0 (n0), views, level fifo, max-members 16, found 2,",
 		"# the Join frame 1's config hash ",
-		"under order fifo with max-members 16 (read off the hash)",
+		"at level fifo with max-members 16 (read off the hash)",
 		"found 2: the members of the view 1 it founded",
 		"event      1.000000000 view 1 installed, this process member 0: 0=02:00:00:00:00:01@1 1=02:00:00:00:00:02@2",
 		"view 1 unreliable from 1 datagram 1 10B",

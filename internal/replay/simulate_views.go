@@ -345,16 +345,13 @@ func viewConfig(opts SimOptions, group uint32, o ViewOrder, maxMembers, found in
 	return cfg
 }
 
-// matchConfigHash returns the levels (FIFO, or total order: Agreed
-// stands for Agreed and Safe, which hash alike) and MaxMembers whose
-// configuration, with opts' other settings, hashes to hash at MTU mtu.
+// matchConfigHash returns the levels (FIFO, Agreed, Safe: the hash
+// names the level) and MaxMembers whose configuration, with opts' other
+// settings, hashes to hash at MTU mtu.
 func matchConfigHash(opts SimOptions, group uint32, mtu int, hash uint64) (orders []ViewOrder, maxMembers []int) {
-	levels := []ViewOrder{ViewFIFO, ViewAgreed}
-	switch opts.ViewOrder {
-	case ViewFIFO:
-		levels = levels[:1]
-	case ViewAgreed, ViewSafe:
-		levels = levels[1:]
+	levels := []ViewOrder{ViewFIFO, ViewAgreed, ViewSafe}
+	if opts.ViewOrder != ViewOrderAuto {
+		levels = []ViewOrder{opts.ViewOrder}
 	}
 	lo, hi := 1, min(reliable.MaxViewMembers, frame.MaxViewMembers(mtu))
 	if opts.MaxMembers != 0 {
@@ -588,13 +585,13 @@ func (vr *viewsRerun) settings() {
 		if opts.MaxMembers == 0 {
 			how = "read off the hash"
 		}
-		order := "fifo"
-		if hashed != ViewFIFO {
-			order = "total"
-		}
-		vr.note("the Join frame %d's config hash %#x is that of these settings under order %s with max-members %d (%s)", join.N, jb.ConfigHash, order, maxMembers, how)
+		vr.note("the Join frame %d's config hash %#x is that of these settings at level %s with max-members %d (%s)", join.N, jb.ConfigHash, levelName(hashed), maxMembers, how)
 	case len(orders) > 1:
-		vr.note("the Join frame %d's config hash %#x fits both fifo (max-members %d) and total order (max-members %d): give -order", join.N, jb.ConfigHash, mms[0], mms[1])
+		var fits []string
+		for i, o := range orders {
+			fits = append(fits, fmt.Sprintf("%s (max-members %d)", levelName(o), mms[i]))
+		}
+		vr.note("the Join frame %d's config hash %#x fits %s: give -level", join.N, jb.ConfigHash, strings.Join(fits, ", "))
 	default:
 		vr.note("WARNING: the Join frame %d's config hash %#x is not that of these settings under any order and max-members: the live process had other settings (timers, window, mode, max payload, ...); the re-run keeps its hash but may diverge: give the live settings with flags", join.N, jb.ConfigHash)
 	}
@@ -605,12 +602,12 @@ func (vr *viewsRerun) settings() {
 	case level != ViewOrderAuto:
 	case hashed == ViewFIFO:
 		level = ViewFIFO
-	case hashed == ViewAgreed && safe:
+	case hashed == ViewSafe:
 		level = ViewSafe
-		vr.note("level safe: members report the order entries they hold (vtotal's held reports), as only Safe does")
+		vr.note("level safe, read off the config hash")
 	case hashed == ViewAgreed:
 		level = ViewAgreed
-		vr.note("level agreed: no member reports the order entries it holds, as under Safe it would (the two hash alike)")
+		vr.note("level agreed, read off the config hash")
 	case total && safe:
 		level = ViewSafe
 		vr.note("level safe, from the %d messages of the group's Data frames (vtotal's kind bytes, held reports among them)", msgs)
@@ -928,4 +925,17 @@ func durationOr(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// levelName is the -level flag's name of o.
+func levelName(o ViewOrder) string {
+	switch o {
+	case ViewFIFO:
+		return "fifo"
+	case ViewAgreed:
+		return "agreed"
+	case ViewSafe:
+		return "safe"
+	}
+	return "auto"
 }

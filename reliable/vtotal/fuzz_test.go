@@ -2,6 +2,7 @@ package vtotal
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -64,5 +65,42 @@ func TestOrderAndViewEnd(t *testing.T) {
 	c.fromGroup(core.Delivery{From: 0, Data: []byte{kindOrder, 0, 0}})
 	if c.Err() == nil || c.Err().Error() != "vtotal: malformed message: an order message of 3 bytes from member 0" {
 		t.Fatalf("Err %v", c.Err())
+	}
+}
+
+// The sequencer's own data messages are named by nobody: each takes its
+// place in the order where it stands in the sequencer's FIFO stream,
+// among its order messages. A message held past the Ready that brought it
+// is copied (own): the FIFO group's buffer is reused after Advance.
+func TestSequencerDataInPlace(t *testing.T) {
+	c := New(fakeInner{})
+	c.startView(2, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}, {ID: 2}}})
+	data := func(s string) []byte { return append([]byte{kindData}, s...) }
+	a1 := data("a1")
+	c.fromGroup(core.Delivery{From: 1, Data: data("a0")})
+	c.fromGroup(core.Delivery{From: 1, Data: a1})
+	// The sequencer's stream: s0, an order naming member 1's first, s1.
+	c.fromGroup(core.Delivery{From: 0, Data: data("s0")})
+	c.fromGroup(core.Delivery{From: 0, Data: []byte{kindOrder, 0, 0, 0, 7, 0, 1, 0, 0, 0, 0}})
+	c.fromGroup(core.Delivery{From: 0, Data: data("s1")})
+	c.drain()
+	c.own()
+	var got []string
+	for _, d := range c.dl {
+		got = append(got, string(d.Data))
+	}
+	if want := "[s0 a0 s1]"; fmt.Sprint(got) != want {
+		t.Fatalf("delivered %v, want %s", got, want)
+	}
+	if c.borrowed != 0 {
+		t.Fatalf("%d held messages still borrowed after own", c.borrowed)
+	}
+	// a1, held, was copied: the FIFO group reusing its buffer changes
+	// nothing.
+	c.dl = c.dl[:0]
+	copy(a1, "xxx")
+	c.endView()
+	if len(c.dl) != 1 || string(c.dl[0].Data) != "a1" {
+		t.Fatalf("at the view's end delivered %d messages (%v); want a1", len(c.dl), c.dl)
 	}
 }

@@ -7,9 +7,12 @@
 // In every view the member with the lowest id is the sequencer. Every
 // member broadcasts its messages through the FIFO group; the sequencer
 // broadcasts, through its own FIFO stream, order messages that name the
-// data messages in the order it delivered them (its own in the order it
-// sent them, once they went out). A member delivers a data message when
-// an order message of its view's sequencer names it.
+// others' data messages in the order it delivered them. Its own data
+// messages need no naming: each takes its place in the order where it
+// stands in the sequencer's FIFO stream, among its order messages. A
+// member delivers a data message when an order message of its view's
+// sequencer names it, or, the sequencer's own, when its FIFO group
+// delivers it.
 //
 // At a view change virtual synchrony does the rest: the members that
 // move from view V to the next delivered the same FIFO messages in V,
@@ -67,6 +70,9 @@ type msg struct {
 	from frame.MemberID
 	n    uint32 // the sender's count of its data messages in this view
 	data []byte
+	// borrowed: data is the FIFO group's delivery, valid until Advance;
+	// a message still held when Ready returns is copied (own).
+	borrowed bool
 }
 
 // entry names one data message: its sender's id in the view and the
@@ -102,8 +108,12 @@ type Core struct {
 	held  [][]msg  // by sender id
 	count []uint32 // by sender id
 	// order is what the sequencer's order messages of this view named
-	// and the total order has not delivered yet.
+	// (and the sequencer's own data messages, at their place) and the
+	// total order has not delivered yet.
 	order []entry
+	// borrowed counts held messages whose data is still the FIFO
+	// group's (msg.borrowed).
+	borrowed int
 
 	// mine: this member's messages passed to the FIFO group and not yet
 	// known to be out (OwnOut), in order; outMine: those known out in the
@@ -212,20 +222,46 @@ func (c *Core) Ready() core.Ready {
 		}
 		c.fromGroup(d)
 	}
+	installed := false
 	for _, ev := range rd.Events {
 		if ev.Kind == core.ViewInstalled && ev.View != nil {
 			c.noteOut(ev.View.OwnBefore)
 			c.endView()
 			c.startView(ev.Member, ev.View)
+			installed = true
 		}
 		c.ev = append(c.ev, ev)
 	}
 	c.noteOut(c.in.OwnOut())
-	c.drain()
+	if installed {
+		// The deliveries of this Ready are the view before's, handed out
+		// before its ViewInstalled event; the new view's (the
+		// sequencer's own, already in order) wait for the next turn.
+		c.kick = true
+	} else {
+		c.drain()
+	}
+	c.own()
 	c.sendOrder()
 	c.sendHeld()
 	c.out.Deliveries, c.out.Events = c.dl, c.ev
 	return c.out
+}
+
+// own copies the data of the messages still held that are the FIFO
+// group's deliveries (valid only until Advance).
+func (c *Core) own() {
+	if c.borrowed == 0 {
+		return
+	}
+	for id := range c.held {
+		for i := range c.held[id] {
+			if m := &c.held[id][i]; m.borrowed {
+				m.data, m.borrowed = slices.Clone(m.data), false
+			}
+		}
+	}
+	c.borrowed = 0
 }
 
 // Advance: the output was carried out.
@@ -288,8 +324,14 @@ func (c *Core) fromGroup(d core.Delivery) {
 		}
 		n := c.count[d.From]
 		c.count[d.From] = n + 1
-		c.held[d.From] = append(c.held[d.From], msg{from: d.From, n: n, data: slices.Clone(d.Data[dataHeader:])})
-		if c.self == c.seqr {
+		// Not copied yet: delivered in this Ready (the common case for
+		// the sequencer's own messages under Agreed) it never is.
+		c.held[d.From] = append(c.held[d.From], msg{from: d.From, n: n, data: d.Data[dataHeader:], borrowed: true})
+		c.borrowed++
+		switch {
+		case d.From == c.seqr:
+			c.order = append(c.order, entry{d.From, n}) // its place in the sequencer's stream
+		case c.self == c.seqr:
 			c.toOrder = append(c.toOrder, entry{d.From, n})
 		}
 	case kindOrder:
@@ -405,7 +447,9 @@ func (c *Core) noteOut(n uint64) {
 		c.ownCount++
 		c.outMine = append(c.outMine, msg{from: c.self, n: k, data: m.data})
 		if c.self == c.seqr {
-			c.toOrder = append(c.toOrder, entry{c.self, k})
+			// Its place is where it went out in this stream, as every
+			// member sees it.
+			c.order = append(c.order, entry{c.self, k})
 		}
 	}
 }
@@ -447,6 +491,9 @@ func (c *Core) take(e entry) (msg, bool) {
 		return msg{}, false
 	}
 	c.held[e.from] = h[1:]
+	if h[0].borrowed {
+		c.borrowed--
+	}
 	return h[0], true
 }
 
@@ -483,6 +530,7 @@ func (c *Core) endView() {
 			c.count[id] = 0
 		}
 	}
+	c.borrowed = 0 // all delivered
 	c.toOrder = c.toOrder[:0]
 	// This member's order messages not out yet were made for this view:
 	// they go out in the next one, where everybody ignores them.
