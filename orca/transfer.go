@@ -112,8 +112,9 @@ func (n *Node) viewInstalled(ev reliable.Event) [][]byte {
 	}
 	now := keysOf(v)
 	switch {
-	case prev == nil && v.ID == 1:
-		// A founding view: every member starts from the initial states.
+	case prev == nil && reliable.ViewNumber(v.ID) == 1:
+		// A founding view (its id numbers it first, whichever member
+		// founded it): every member starts from the initial states.
 		n.haveState()
 		return nil
 	case prev == nil:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/reliable/pbp"
+	"github.com/rbcast/rbcast/reliable/view"
 )
 
 // What programs above reliable need of the cores, re-exported so that they
@@ -18,3 +19,8 @@ const DefaultFailureTimeout = time.Duration(pbp.DefaultFailureTimeout)
 // back-pressure (ErrWindowFull, the one every core returns): propose again
 // after a later Step.
 func IsWindowFull(err error) bool { return errors.Is(err, ErrWindowFull) }
+
+// ViewNumber is the number part of a view id (reliable/view: an id pairs
+// a number with the member that proposed the view); a group's founding
+// view is number 1.
+func ViewNumber(id uint32) uint32 { return view.Number(id) }

@@ -265,6 +265,14 @@ end
 
 -- body_error adds expert info for a malformed body, naming the field and
 -- its offset in the rbcast frame like frame.DecodeError does.
+-- A view id pairs a number (high 24 bits) with the member id, modulo
+-- 256, of the coordinator that proposed the view (low 8 bits).
+local function view_id(item, v)
+	if v ~= 0 then
+		item:append_text(string.format(" (number %d, proposed by member %d)", math.floor(v / 256), v % 256))
+	end
+end
+
 local function body_error(item, field, off, text)
 	flag(item, e.body, string.format("%s at offset %d: %s", field, off, text))
 end
@@ -565,8 +573,8 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		tree:add(f.join_mtu, tvb(off + 18, 4))
 	elseif ty == 0x21 or ty == 0x23 then
 		if not at_least(10, ty == 0x21 and "prepare" or "commit") then return end
-		tree:add(f.view_next, tvb(off, 4))
-		tree:add(f.view_base, tvb(off + 4, 4))
+		view_id(tree:add(f.view_next, tvb(off, 4)), tvb(off, 4):uint())
+		view_id(tree:add(f.view_base, tvb(off + 4, 4)), tvb(off + 4, 4):uint())
 		local n = tvb(off + 8, 2):uint()
 		tree:add(f.view_count, tvb(off + 8, 2))
 		local p = off + 10
@@ -604,8 +612,8 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		end
 	elseif ty == 0x22 then
 		if not at_least(16, "flush") then return end
-		tree:add(f.view_next, tvb(off, 4))
-		tree:add(f.view_base, tvb(off + 4, 4))
+		view_id(tree:add(f.view_next, tvb(off, 4)), tvb(off, 4):uint())
+		view_id(tree:add(f.view_base, tvb(off + 4, 4)), tvb(off + 4, 4):uint())
 		tree:add(f.flush_coord, tvb(off + 8, 2))
 		tree:add(f.flush_sent, tvb(off + 10, 4))
 		local n = tvb(off + 14, 2):uint()
@@ -746,7 +754,7 @@ function rbcast.dissector(tvb, pinfo, tree)
 	if sender == 0xffff then si:append_text(" (no id yet)") end
 	root:add(f.group, tvb(8, 4))
 	root:add(f.incarnation, tvb(12, 4))
-	root:add(f.view, tvb(16, 4))
+	view_id(root:add(f.view, tvb(16, 4)), tvb(16, 4):uint())
 	local seq = tvb(20, 4):uint()
 	root:add(f.seq, tvb(20, 4))
 	local ack_base = tvb(24, 2):uint()

@@ -102,7 +102,13 @@ func (c *Core) maybeFound() {
 	c.joiners = all
 	members, _ := c.nextMembers()
 	c.joiners = nil
-	commit := frame.ViewCommitBody{Next: c.maxSeen + 1, Base: 0, Members: members}
+	founder := frame.NoMember
+	for _, m := range members {
+		if m.MAC == c.cfg.MAC {
+			founder = m.ID
+		}
+	}
+	commit := frame.ViewCommitBody{Next: nextID(c.maxSeen, founder), Base: 0, Members: members}
 	c.maxSeen = commit.Next
 	c.prop = &proposal{next: commit.Next, base: 0, members: members, startedAt: c.now, commit: &commit}
 	c.stats.Changes++
@@ -113,7 +119,7 @@ func (c *Core) maybeFound() {
 // propose starts a change of the view this member coordinates.
 func (c *Core) propose() {
 	members, staying := c.nextMembers()
-	p := &proposal{next: max(c.maxSeen, c.view.ID) + 1, base: c.view.ID, members: members, staying: staying, startedAt: c.now}
+	p := &proposal{next: nextID(max(number(c.maxSeen), number(c.view.ID)), c.self), base: c.view.ID, members: members, staying: staying, startedAt: c.now}
 	c.maxSeen = p.next
 	c.prop = p
 	c.stats.Changes++
@@ -259,16 +265,16 @@ func (c *Core) onPrepare(src [6]byte, v frame.View) {
 		c.promisedAt = c.now
 		c.sendFlush()
 		return
-	case c.frozen && next == c.promise.Next && c.promiseBy != c.self:
-		// Promised the same view id to another coordinator, which may
-		// commit with this Flush: never flush one id to two. The Flush,
+	case c.frozen && number(next) == number(c.promise.Next) && c.promiseBy != c.self:
+		// Promised this number to another coordinator, which may commit
+		// with this Flush: never flush one number to two. The Flush,
 		// tagged with the coordinator it answers, tells this one to
 		// prepare again with a higher id.
 		c.sendFlush()
 		return
-	case c.frozen && next == c.promise.Next && coord > c.self:
-		return // this member's own proposal, for the same id, wins
-	case c.frozen && frame.SeqLess(next, c.promise.Next):
+	case c.frozen && number(next) == number(c.promise.Next) && coord > c.self:
+		return // this member's own proposal, for the same number, wins
+	case c.frozen && frame.SeqLess(number(next), number(c.promise.Next)):
 		return // promised a later proposal
 	case c.frozen && c.promiseBy != c.self && coord != c.promiseBy && !c.gaveWay &&
 		!containsID(c.suspects, c.promiseBy) && c.inner.Live(c.promiseBy):
@@ -324,12 +330,12 @@ func (c *Core) onFlush(src [6]byte, v frame.View) {
 		c.gaveWay = true
 	}
 	p := c.prop
-	if p == nil || p.commit != nil || next != p.next || base != p.base || !containsID(p.staying, from) {
+	if p == nil || p.commit != nil || number(next) != number(p.next) || base != p.base || !containsID(p.staying, from) {
 		return
 	}
-	if to := v.FlushCoord(); to != c.self {
-		if to != frame.NoMember {
-			// The member promised this id to another coordinator:
+	if to := v.FlushCoord(); to != c.self || next != p.next {
+		if to != frame.NoMember && to != c.self {
+			// The member promised this number to another coordinator:
 			// prepare again with a higher one.
 			c.prop = nil
 			c.propose()

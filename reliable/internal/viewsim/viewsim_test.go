@@ -95,9 +95,10 @@ func TestPartitionMinorityStops(t *testing.T) {
 		eps = append(eps, ep)
 		r.procs = append(r.procs, r.newProcess(ep, uint32(700+i), 5, 30))
 	}
+	const first = 1 << 8 // view number 1, proposed (founded) by member 0
 	founded := func() bool {
 		for _, p := range r.procs {
-			if p.view != 1 {
+			if p.view != first {
 				return false
 			}
 		}
@@ -106,7 +107,7 @@ func TestPartitionMinorityStops(t *testing.T) {
 	for !founded() && net.Now().Before(r.start.Add(2*time.Second)) {
 		net.RunFor(10 * time.Millisecond)
 	}
-	if !founded() || len(r.views[eraView{r.era, 1}]) != 5 {
+	if !founded() || len(r.views[eraView{r.era, first}]) != 5 {
 		t.Fatalf("the five did not found one view")
 	}
 	net.RunFor(100 * time.Millisecond) // some messages in view 1
@@ -118,7 +119,7 @@ func TestPartitionMinorityStops(t *testing.T) {
 		t.Fatal(r.failed)
 	}
 	for _, p := range r.procs[:2] {
-		if p.err == nil || !strings.Contains(p.err.Error(), "of the 5 members of view 1 are reachable: under total order only a majority goes on (a primary component)") {
+		if p.err == nil || !strings.Contains(p.err.Error(), "of the 5 members of view 256 are reachable: under total order only a majority goes on (a primary component)") {
 			t.Errorf("minority process %x: err %v, want it stopped for want of a majority", p.mac, p.err)
 		}
 	}
@@ -225,9 +226,11 @@ func TestJoinerCoordinatorMissesCommit(t *testing.T) {
 		eps = append(eps, ep)
 		r.procs = append(r.procs, r.newProcess(ep, uint32(600+i), 3, 10))
 	}
+	// all: every one of ps is in a view of number v (view ids pair a
+	// number with the proposer: reliable/view, id.go).
 	all := func(v uint32, ps ...*process) bool {
 		for _, p := range ps {
-			if p.view != v || p.err != nil {
+			if view.Number(p.view) != v || p.err != nil {
 				return false
 			}
 		}
@@ -285,14 +288,14 @@ func TestJoinerCoordinatorMissesCommit(t *testing.T) {
 	if dropped != 1 {
 		t.Fatalf("dropped %d commits at the joiner, want 1", dropped)
 	}
-	if joiner.err != nil || joiner.view < 3 || selfID(joiner) != 0 {
-		t.Fatalf("joiner: view %d, member %d, err %v; want member 0 of view 3 or later", joiner.view, selfID(joiner), joiner.err)
+	if joiner.err != nil || view.Number(joiner.view) < 3 || selfID(joiner) != 0 {
+		t.Fatalf("joiner: view %#x, member %d, err %v; want member 0 of view number 3 or later", joiner.view, selfID(joiner), joiner.err)
 	}
-	if !all(joiner.view, append(rest, joiner)...) || len(r.views[eraView{r.era, joiner.view}]) != 3 {
-		t.Fatalf("views: joiner %d, others %d and %d; want one view of three", joiner.view, rest[0].view, rest[1].view)
+	if !all(view.Number(joiner.view), append(rest, joiner)...) || joiner.view != rest[0].view || joiner.view != rest[1].view || len(r.views[eraView{r.era, joiner.view}]) != 3 {
+		t.Fatalf("views: joiner %#x, others %#x and %#x; want one view of three", joiner.view, rest[0].view, rest[1].view)
 	}
-	if joiner.view != 3 {
-		t.Errorf("the joiner is in view %d, want 3 (it was removed and joined again)", joiner.view)
+	if view.Number(joiner.view) != 3 {
+		t.Errorf("the joiner is in view %#x, want number 3 (it was removed and joined again)", joiner.view)
 	}
 	if r.failed != nil {
 		t.Fatal(r.failed)
@@ -307,4 +310,59 @@ func selfID(p *process) frame.MemberID {
 		}
 	}
 	return frame.NoMember
+}
+
+// Under a primary component a group whose last view lost its majority for
+// good cannot go on, and a process that asks to join then is never
+// admitted: the simulation must recognise that and say how, not report a
+// run that did not finish. Three found a view under Agreed, two crash,
+// the third stops for want of a majority, and a process that waits for a
+// second one to found with waits for ever.
+func TestPrimaryLostRecognised(t *testing.T) {
+	net, err := testnet.New(17, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 17, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}, level: Agreed}
+	for i := range 3 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.procs = append(r.procs, r.newProcess(ep, uint32(800+i), 3, 10))
+	}
+	founded := func() bool {
+		for _, p := range r.procs {
+			if view.Number(p.view) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for !founded() && net.Now().Before(r.start.Add(2*time.Second)) {
+		net.RunFor(10 * time.Millisecond)
+	}
+	if !founded() {
+		t.Fatal("the three did not found a view")
+	}
+	for _, p := range r.procs[:2] {
+		p.dead = true
+		p.ep.Crash()
+	}
+	ep, err := net.Attach(testnet.EndpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.procs = append(r.procs, r.newProcess(ep, 900, 2, 10))
+	net.RunFor(3 * time.Second)
+	last := r.procs[2]
+	if last.err == nil || !strings.Contains(last.err.Error(), "1 of the 3 members of view 256 are reachable") {
+		t.Fatalf("the last member: err %v, want it stopped for want of a majority", last.err)
+	}
+	if err := r.verdict(scenario{seed: 17, level: Agreed}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "of the 3 members of view 256 (0 more left it cleanly), 1 installed it and did not crash [2=3.802] (crashed [0=1.800 1=2.801], never installed it []), no majority; every member stopped, and the processes still joining [4.900] cannot be admitted"; r.lost != want {
+		t.Errorf("lost primary: %q\nwant %q", r.lost, want)
+	}
 }
