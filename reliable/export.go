@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/view"
 )
@@ -24,3 +25,6 @@ func IsWindowFull(err error) bool { return errors.Is(err, ErrWindowFull) }
 // a number with the member that proposed the view); a group's founding
 // view is number 1.
 func ViewNumber(id uint32) uint32 { return view.Number(id) }
+
+// ViewProposer is the member that proposed view id (or founded it).
+func ViewProposer(id uint32) frame.MemberID { return view.Proposer(id) }

@@ -1043,9 +1043,9 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			}
 			ms[i] = fmt.Sprintf("%d (%s, incarnation %d)", m.ID, at, m.Incarnation)
 		}
-		fmt.Fprintf(w, "view %d: %s\n", v.ID, strings.Join(ms, ", "))
+		fmt.Fprintf(w, "view %s: %s\n", daemon.ViewName(v.ID), strings.Join(ms, ", "))
 		for _, c := range v.Changes {
-			fmt.Fprintf(w, "  view %d installed at %s, %d members\n", c.ID, c.At, c.Members)
+			fmt.Fprintf(w, "  view %s installed at %s, %d members\n", daemon.ViewName(c.ID), c.At, c.Members)
 		}
 	}
 	if r := st.LastRejoin; r != nil {
@@ -1053,8 +1053,8 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		if r.BackAt != "" {
 			back = "a member again at " + r.BackAt
 		}
-		fmt.Fprintf(w, "rejoins: %d; the last: the group went on without this daemon at %s (view %d, %d of its messages not held by every member): %s; %s\n",
-			st.Rejoins, r.At, r.View, r.Unacknowledged, r.Reason, back)
+		fmt.Fprintf(w, "rejoins: %d; the last: the group went on without this daemon at %s (view %s, %d of its messages not held by every member): %s; %s\n",
+			st.Rejoins, r.At, daemon.ViewName(r.View), r.Unacknowledged, r.Reason, back)
 	}
 	if a := st.Auth; a != nil {
 		enc := ""

@@ -451,13 +451,13 @@ func TestPrintStatusLastHeard(t *testing.T) {
 // TestPrintStatusRejoin: status names a rejoin under way, and the last
 // one with its reason once the daemon is back.
 func TestPrintStatusRejoin(t *testing.T) {
-	last := &daemon.RejoinStatus{At: "2026-11-28T05:00:01.000Z", Reason: "reliable: removed from the group: group 9 member 1: view: removed from the group: view 2 leaves this member out",
-		View: 1, Unacknowledged: 3}
+	last := &daemon.RejoinStatus{At: "2026-11-28T05:00:01.000Z", Reason: "reliable: removed from the group: group 9 member 1: view: removed from the group: view 512 leaves this member out",
+		View: 770, Unacknowledged: 3}
 	st := &daemon.Status{Group: 9, Size: 3, Self: -1, Membership: "views", Rejoins: 2, Rejoining: true, LastRejoin: last}
 	var b strings.Builder
 	printStatus(&b, st)
 	for _, want := range []string{"joining the group again",
-		"rejoins: 2; the last: the group went on without this daemon at 2026-11-28T05:00:01.000Z (view 1, 3 of its messages not held by every member): reliable: removed from the group: group 9 member 1: view: removed from the group: view 2 leaves this member out; joining again\n"} {
+		"rejoins: 2; the last: the group went on without this daemon at 2026-11-28T05:00:01.000Z (view 770 (number 3, by member 2), 3 of its messages not held by every member): reliable: removed from the group: group 9 member 1: view: removed from the group: view 512 leaves this member out; joining again\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status while rejoining lacks %q:\n%s", want, b.String())
 		}
@@ -466,7 +466,7 @@ func TestPrintStatusRejoin(t *testing.T) {
 	st.Rejoining, st.Ready, st.Self = false, true, 1
 	b.Reset()
 	printStatus(&b, st)
-	if want := "view 2 leaves this member out; a member again at 2026-11-28T05:00:01.400Z\n"; !strings.Contains(b.String(), want) || strings.Contains(b.String(), "joining the group again") {
+	if want := "view 512 leaves this member out; a member again at 2026-11-28T05:00:01.400Z\n"; !strings.Contains(b.String(), want) || strings.Contains(b.String(), "joining the group again") {
 		t.Errorf("status after the rejoin lacks %q or still says it is joining:\n%s", want, b.String())
 	}
 }

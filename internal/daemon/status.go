@@ -447,3 +447,9 @@ type AuthStatus struct {
 	MismatchesSent     uint64            `json:"key_mismatches_sent"`
 	MismatchesReceived uint64            `json:"key_mismatches_received"`
 }
+
+// ViewName shows a view id with its parts: the number of the view in the
+// group's sequence and the member that proposed it (reliable/view).
+func ViewName(id uint32) string {
+	return fmt.Sprintf("%d (number %d, by member %d)", id, reliable.ViewNumber(id), reliable.ViewProposer(id))
+}
