@@ -30,6 +30,8 @@ for f in glob.glob(os.path.join(d, '*')):
         procs['E'], socks['E'] = ev, sock
     elif ' run ' in name:
         procs[sock] = ev
+        if '-order total' in name and '-node 0' in name:
+            procs['S'] = ev  # the sequencer (member 0)
 procs['A'] = procs.get(socks.get('P'), [])
 procs['B'] = procs.get(socks.get('E'), [])
 times = {k: [e[0] for e in v] for k, v in procs.items()}
@@ -70,6 +72,27 @@ chain = [
     ('P', 60, None, 'pinger reads it [0, 1, 2]'),
     ('P', 2, None, 'pinger has the echo'),
 ]
+if 'E' not in procs and 'S' in procs:
+    # bench -ping <own id> under -order total at a member that is not the
+    # sequencer: the request goes to the sequencer, which sends the
+    # message in its order back to every member, the pinger's daemon too.
+    chain = [
+        ('P', 1, None, 'pinger writes the ping'),
+        ('A', 60, None, 'daemon A reads it [0 at once, 1 polling, 2 woken]'),
+        ('A', 21, None, 'daemon A: Group.Send returned'),
+        ('A', (30, 36), None, 'daemon A: loop woken [30], or Send sends [36] (runtime)'),
+        ('A', 32, lambda a: a > 0, 'daemon A: request staged (runtime)'),
+        ('A', 34, None, 'daemon A: kicker runs [1: Send kicks] (runtime)'),
+        ('S', 30, lambda a: a > 0, 'sequencer: the loop has the request (runtime)'),
+        ('S', 32, lambda a: a > 0, 'sequencer: its frames staged (runtime)'),
+        ('S', 34, None, 'sequencer: kicker runs (runtime)'),
+        ('A', 30, lambda a: a > 0, 'daemon A: the loop has the ordered frame (runtime)'),
+        ('A', 33, None, 'daemon A: delivered (runtime)'),
+        ('A', 50, None, 'daemon A: fan-out has it'),
+        ('A', 51, None, 'daemon A: Deliver written'),
+        ('P', 60, None, 'pinger reads it [0, 1, 2]'),
+        ('P', 2, None, 'pinger has its message'),
+    ]
 if any(e[1] == 36 for e in procs['A'] + procs['B']):
     # Sends that send their frames themselves stamp 36 before they
     # return (21): the rows from the read to 36 then include the Send.
