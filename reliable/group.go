@@ -39,12 +39,14 @@ type Message struct {
 // core with what arrived, runs its timers, sends its frames in one batch
 // and hands out its deliveries and events. Send and Leave post to it:
 // Send hands its message to the core (Propose only queues and copies it)
-// and wakes the loop, which sends it, so new messages always go out from
-// the loop. Deliveries and events are handed out after the loop has let
-// go of the group's lock, so Config.Deliver and OnEvent may call the
-// Group's methods. With a link that stages (link.Stager), the loop only
-// copies frames into the link's transmit queue; a kicker goroutine has
-// the kernel send them.
+// and wakes the loop, which sends it. A lone Send on a quiet group (the
+// loop waiting on the link, no Send in the last 50 µs) sends its frame
+// itself instead, excluding the loop's turns meanwhile (sendNow, not
+// with Config.Deliver or OnEvent). Deliveries and events are handed out
+// after the loop has let go of the group's lock, so Config.Deliver and
+// OnEvent may call the Group's methods. With a link that stages
+// (link.Stager), the loop only copies frames into the link's transmit
+// queue; a kicker goroutine has the kernel send them.
 //
 // Copies: a message handed to Send is copied once into the core's history
 // (kept until every member acknowledged it). A received in-order frame is
@@ -90,6 +92,14 @@ type Group struct {
 	sleepUntil time.Time
 	waker      link.Waker
 	woken      chan struct{} // wakeLoop's signal to a loop waiting for queue room
+	// A Send on a quiet group sends its frame itself (sendNow) while
+	// the loop waits on the link: inline says such a send is under way
+	// (g.mu is let go while the frame goes out), and the loop waits on
+	// inlineDone before its next turn; lastPropose is when Send last
+	// handed the core a message.
+	inline      bool
+	inlineDone  sync.Cond
+	lastPropose time.Time
 	// lastRead (the loop's own) is when a wait on the link last read
 	// frames. While frames flow the loop waits at most MaxWait (1 ms) at
 	// a time: a wait that ends at its deadline lets the ring's next Recv
@@ -183,6 +193,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	}
 	g := &Group{cfg: s, l: l, self: self, started: members, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
+	g.inlineDone.L = &g.mu
 	g.n = newNode(l, &s, c, clk)
 	g.max = g.n.info.MaxMessage
 	if w, ok := link.WakerOf(l); ok {
@@ -326,7 +337,7 @@ func (g *Group) run() {
 		close(g.done)
 	}()
 	for {
-		g.mu.Lock()
+		g.lockLoop()
 		if g.stop {
 			g.finish(ErrClosed)
 			g.mu.Unlock()
@@ -376,7 +387,7 @@ func (g *Group) run() {
 			g.mu.Unlock()
 			return
 		}
-		g.mu.Lock()
+		g.lockLoop()
 		g.sleepUntil = time.Time{}
 		g.turn(g.rx[:n])
 		stopped := g.err != nil
@@ -384,6 +395,15 @@ func (g *Group) run() {
 		if stopped {
 			return
 		}
+	}
+}
+
+// lockLoop takes g.mu for the loop, once no Send is sending its frame
+// itself (sendNow).
+func (g *Group) lockLoop() {
+	g.mu.Lock()
+	for g.inline {
+		g.inlineDone.Wait()
 	}
 }
 
@@ -401,10 +421,24 @@ func (g *Group) turn(frames []link.Frame) error {
 	}
 	g.n.st.Hold = g.cfg.Deliver == nil && g.queue.full()
 	g.n.input(now, frames)
-	rd := g.n.st.Ready()
+	return g.carryOut(g.n.st.Ready(), false)
+}
+
+// carryOut is the second half of a turn: send rd's frames, hand out its
+// deliveries and events, Advance (g.mu is held, and let go meanwhile).
+// With kickNow the frames staged are kicked here, not by the kicker.
+func (g *Group) carryOut(rd core.Ready, kickNow bool) error {
 	g.mu.Unlock()
 	err := g.n.out.send(rd.Frames)
-	g.kickStaged()
+	if kickNow && g.n.out.staged {
+		g.n.out.staged = false
+		// Kick returns at once if the kicker is kicking: it sends these too.
+		if kerr := g.n.out.stage.Kick(); err == nil {
+			err = kerr
+		}
+	} else {
+		g.kickStaged()
+	}
 	g.n.handOut(rd)
 	// The messages queued as views point into the ring and the core's
 	// buffers: let Recv take them, or copy them, before either is reused.
@@ -651,6 +685,13 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 		}
 		if err == nil {
 			g.ownProposed++
+			now := time.Now()
+			quiet := now.Sub(g.lastPropose) >= quietSend
+			g.lastPropose = now
+			if quiet && g.sendNow() {
+				g.mu.Unlock()
+				return nil
+			}
 			g.due = true
 			g.wakeLoop()
 			g.mu.Unlock()
@@ -664,6 +705,39 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 			return err
 		}
 	}
+}
+
+// quietSend: a Send that comes this long or more after the one before
+// sends its frame itself when it can (sendNow); Sends closer together
+// leave it to the loop, which sends what they proposed in one batch.
+const quietSend = 50 * time.Microsecond
+
+// sendNow sends what Send just proposed on the calling goroutine, when
+// the loop waits on the link with nothing else to do, instead of waking
+// the loop to send it: a lone message then goes out without waiting for
+// the loop's thread to be woken and scheduled, nor the kicker's (12-17
+// and 2-3 µs on a busy 2-vCPU machine, docs/local-api.md, "The data
+// path"). It carries out the core's Ready as a turn would (a core may
+// deliver on Propose: a sequencer its own message), excluding the loop's
+// turns meanwhile, so only where deliveries and events go to the queue
+// and the Events channel: with Config.Deliver or OnEvent they are
+// handed out on the loop alone, and sendNow reports false. Timers stay
+// the loop's: if the core's next deadline is now before the loop's
+// wake-up, the loop is woken once the frames went out. g.mu is held,
+// and let go while the frames go out.
+func (g *Group) sendNow() bool {
+	if g.sleepUntil.IsZero() || g.due || g.inline || g.leaving || g.err != nil ||
+		g.cfg.Deliver != nil || g.cfg.OnEvent != nil {
+		return false
+	}
+	g.inline = true
+	g.carryOut(g.n.st.Ready(), true) // an error stops the group (finish)
+	g.inline = false
+	g.inlineDone.Broadcast()
+	if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(g.sleepUntil) {
+		g.wakeLoop()
+	}
+	return true
 }
 
 // SendUnreliable broadcasts payload at the Unreliable level

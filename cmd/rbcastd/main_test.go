@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -27,7 +28,9 @@ func TestMain(m *testing.M) {
 	}
 	switch {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
-		os.Exit(rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		hops.Dump() // RBCAST_STAMPS, as main does
+		os.Exit(code)
 	case os.Getenv("RBCASTD_TEST_GET") != "":
 		// Fetch a URL (run inside a namespace, for -metrics).
 		resp, err := http.Get(os.Getenv("RBCASTD_TEST_GET"))

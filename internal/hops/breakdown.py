@@ -30,16 +30,19 @@ for f in glob.glob(os.path.join(d, '*')):
         procs['E'], socks['E'] = ev, sock
     elif ' run ' in name:
         procs[sock] = ev
+        if '-order total' in name and '-node 0' in name:
+            procs['S'] = ev  # the sequencer (member 0)
 procs['A'] = procs.get(socks.get('P'), [])
 procs['B'] = procs.get(socks.get('E'), [])
 times = {k: [e[0] for e in v] for k, v in procs.items()}
 
 def first(role, stage, after, cond, before):
     ev, ts = procs[role], times[role]
+    stages = stage if isinstance(stage, tuple) else (stage,)
     for e in ev[bisect.bisect_right(ts, after):]:
         if e[0] > before:
             return None
-        if e[1] == stage and (cond is None or cond(e[2])):
+        if e[1] in stages and (cond is None or cond(e[2])):
             return e
     return None
 
@@ -48,9 +51,9 @@ chain = [
     ('P', 1, None, 'pinger writes the ping'),
     ('A', 60, None, 'daemon A reads it [0 at once, 1 polling, 2 woken]'),
     ('A', 21, None, 'daemon A: Group.Send returned'),
-    ('A', 30, None, 'daemon A: the loop is woken (runtime)'),
+    ('A', (30, 36), None, 'daemon A: loop woken [30], or Send sends [36] (runtime)'),
     ('A', 32, lambda a: a > 0, 'daemon A: frame staged (runtime)'),
-    ('A', 34, None, 'daemon A: kicker runs (runtime)'),
+    ('A', 34, None, 'daemon A: kicker runs [1: Send kicks] (runtime)'),
     ('B', 30, lambda a: a > 0, 'daemon B: the loop has the frame (runtime)'),
     ('B', 33, None, 'daemon B: delivered (runtime)'),
     ('B', 50, None, 'daemon B: fan-out has it'),
@@ -59,9 +62,9 @@ chain = [
     ('E', 11, None, 'echo wrote the echo'),
     ('B', 60, None, 'daemon B reads it [0, 1, 2]'),
     ('B', 21, None, 'daemon B: Group.Send returned'),
-    ('B', 30, None, 'daemon B: the loop is woken (runtime)'),
+    ('B', (30, 36), None, 'daemon B: loop woken [30], or Send sends [36] (runtime)'),
     ('B', 32, lambda a: a > 0, 'daemon B: frame staged (runtime)'),
-    ('B', 34, None, 'daemon B: kicker runs (runtime)'),
+    ('B', 34, None, 'daemon B: kicker runs [1: Send kicks] (runtime)'),
     ('A', 30, lambda a: a > 0, 'daemon A: the loop has the frame (runtime)'),
     ('A', 33, None, 'daemon A: delivered (runtime)'),
     ('A', 50, None, 'daemon A: fan-out has it'),
@@ -69,12 +72,38 @@ chain = [
     ('P', 60, None, 'pinger reads it [0, 1, 2]'),
     ('P', 2, None, 'pinger has the echo'),
 ]
+if 'E' not in procs and 'S' in procs:
+    # bench -ping <own id> under -order total at a member that is not the
+    # sequencer: the request goes to the sequencer, which sends the
+    # message in its order back to every member, the pinger's daemon too.
+    chain = [
+        ('P', 1, None, 'pinger writes the ping'),
+        ('A', 60, None, 'daemon A reads it [0 at once, 1 polling, 2 woken]'),
+        ('A', 21, None, 'daemon A: Group.Send returned'),
+        ('A', (30, 36), None, 'daemon A: loop woken [30], or Send sends [36] (runtime)'),
+        ('A', 32, lambda a: a > 0, 'daemon A: request staged (runtime)'),
+        ('A', 34, None, 'daemon A: kicker runs [1: Send kicks] (runtime)'),
+        ('S', 30, lambda a: a > 0, 'sequencer: the loop has the request (runtime)'),
+        ('S', 32, lambda a: a > 0, 'sequencer: its frames staged (runtime)'),
+        ('S', 34, None, 'sequencer: kicker runs (runtime)'),
+        ('A', 30, lambda a: a > 0, 'daemon A: the loop has the ordered frame (runtime)'),
+        ('A', 33, None, 'daemon A: delivered (runtime)'),
+        ('A', 50, None, 'daemon A: fan-out has it'),
+        ('A', 51, None, 'daemon A: Deliver written'),
+        ('P', 60, None, 'pinger reads it [0, 1, 2]'),
+        ('P', 2, None, 'pinger has its message'),
+    ]
+if any(e[1] == 36 for e in procs['A'] + procs['B']):
+    # Sends that send their frames themselves stamp 36 before they
+    # return (21): the rows from the read to 36 then include the Send.
+    chain = [c for c in chain if c[1] != 21]
 if not has_runtime:
-    chain = [c for c in chain if not 30 <= c[1] <= 41]
+    chain = [c for c in chain if not 30 <= min(c[1] if isinstance(c[1], tuple) else (c[1],)) <= 41]
 pings = [e for e in procs['P'] if e[1] == 1]
 ends = {e[2]: e[0] for e in procs['P'] if e[1] == 2}
 deltas = [[] for _ in chain]
 args = [{} for _ in chain]
+byarg = [{} for _ in chain]  # a socket read's deltas by how it read
 total = []
 for p in pings[len(pings) // 20:]:
     if p[2] not in ends:
@@ -85,12 +114,13 @@ for p in pings[len(pings) // 20:]:
         if e is None:
             break
         row.append(e[0] - t)
-        hits.append(e[2])
+        hits.append(e[1] if isinstance(st, tuple) else e[2])  # which stage, or its arg
         t = e[0]
     else:
         for k, v in enumerate(row, 1):
             deltas[k].append(v)
             args[k][hits[k - 1]] = args[k].get(hits[k - 1], 0) + 1
+            byarg[k].setdefault(hits[k - 1], []).append(v)
         total.append(ends[p[2]] - p[0])
 if not total:
     sys.exit('no ping could be followed through the chain')
@@ -98,5 +128,7 @@ total.sort()
 print('%d pings followed; round trip p50 %.1f µs, p90 %.1f µs' % (len(total), total[len(total) // 2] / 1e3, total[len(total) * 9 // 10] / 1e3))
 for k, (role, st, cond, what) in enumerate(chain[1:], 1):
     v = sorted(deltas[k])
-    a = ' '.join('%d:%d' % kv for kv in sorted(args[k].items())) if st == 60 else ''
+    a = ''
+    if st == 60 or st == 34 or st == (30, 36):
+        a = ' '.join('%d:%d (p50 %.1f)' % (x, c, sorted(byarg[k][x])[c // 2] / 1e3) for x, c in sorted(args[k].items()))
     print('%-52s p50 %6.1f  p90 %6.1f  mean %6.1f µs  %s' % (what, v[len(v) // 2] / 1e3, v[len(v) * 9 // 10] / 1e3, statistics.mean(v) / 1e3, a))

@@ -80,7 +80,10 @@ func Dump() {
 // passes PingSend, ConnRead/ConnHandled at the sender's daemon, the
 // runtime's turn and the link (stages 30-41, recorded by a patch of
 // reliable and link/ring that is not kept: docs/local-api.md,
-// "Latency"), FanoutRecv/FanoutWrote at the receiver's daemon and
+// "Latency"; 30 the loop's Recv returned [frames], 31 wakeLoop, 32
+// frames staged [how many], 33 delivered, 34/35 a Kick began/ended [1:
+// by Send itself], 36 a Send sends its frame itself, 40/41 the ring's
+// spin found a frame / its poll returned), FanoutRecv/FanoutWrote at the receiver's daemon and
 // SocketRead in the receiving client.
 const (
 	PingSend    = 1  // bench -ping writes ping [seq]

@@ -1,0 +1,101 @@
+package reliable
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// heldLink is a stagingLink whose Recv, once held, parks the event loop
+// (entered says it has) until release, deaf to Wake: whatever goes out
+// meanwhile is sent by somebody else than the loop.
+type heldLink struct {
+	stagingLink
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	kicked  [][]byte // every frame Kick sent
+}
+
+func (l *heldLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	if l.hold.Load() {
+		l.entered <- struct{}{}
+		<-l.release
+	}
+	return l.stagingLink.Recv(deadline, frames)
+}
+
+func (l *heldLink) Kick() error {
+	l.mu.Lock()
+	l.kicked = append(l.kicked, l.pending...)
+	l.mu.Unlock()
+	return l.stagingLink.Kick()
+}
+
+// A Send on a quiet group sends its frame before it returns, on its own
+// goroutine, while the loop waits on the link (sendNow): here the loop is
+// parked in Recv and cannot send it. With Config.Deliver set the loop
+// alone hands out (Deliver runs on it), so Send leaves the frame to the
+// loop. Either way the message arrives intact once the loop runs again.
+func TestQuietSendSendsItself(t *testing.T) {
+	for _, withDeliver := range []bool{false, true} {
+		r := rtnet.New(t, 7)
+		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
+		members := staticMembers(raw)
+		hl := &heldLink{stagingLink: stagingLink{Link: raw[0]}, entered: make(chan struct{}), release: make(chan struct{})}
+		hl.hold.Store(true)
+		cfg := Config{Group: 3, Members: members, Self: 1, Logger: quiet}
+		if withDeliver {
+			cfg.Deliver = func(frame.MemberID, []byte) {}
+		}
+		g, err := Join(t.Context(), hl, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-hl.entered // before the loop's first turn, which starts the core
+		hl.release <- struct{}{}
+		<-hl.entered // after it: the loop waits in Recv, and stays there
+		hl.mu.Lock()
+		before := len(hl.kicked)
+		hl.mu.Unlock()
+		msg := []byte("sent by Send itself")
+		if err := g.Send(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+		hl.mu.Lock()
+		sent := hl.kicked[before:]
+		hl.mu.Unlock()
+		found := false
+		for _, f := range sent {
+			if _, body, err := frame.SplitEthernet(f, link.EtherTypeRbcast); err == nil && bytes.Contains(body, msg) {
+				found = true
+			}
+		}
+		if found == withDeliver {
+			t.Fatalf("Deliver set %v: Send returned with the loop parked, %d frames kicked, the message among them: %v, want %v",
+				withDeliver, len(sent), found, !withDeliver)
+		}
+		hl.hold.Store(false)
+		close(hl.release)
+		m, err := peer.Recv(t.Context())
+		if err != nil || m.From != 1 || !bytes.Equal(m.Data, msg) {
+			t.Fatalf("peer received %q from %d (%v), want %q from 1", m.Data, m.From, err, msg)
+		}
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := peer.Close(); err != nil {
+			t.Errorf("peer Close: %v", err)
+		}
+	}
+}
