@@ -438,9 +438,48 @@ func OpenSource(path, name string) (*Source, error) {
 }
 
 // Outgoing is the files.Outgoing of s, to the members to (nil: all).
+// The core reads it through a read-ahead buffer: the multicast pass
+// reads the file in order, a block at a time.
 func (s *Source) Outgoing(to []frame.MemberID) files.Outgoing {
-	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: s.File, To: to}
+	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: &readAhead{f: s.File}, To: to}
 }
+
+// readAheadBytes is what readAhead reads at once.
+const readAheadBytes = 1 << 20
+
+// readAhead is a files.Source over f that reads readAheadBytes at a time
+// while the reads follow each other (the pass: one pread per MiB, not
+// per block) and reads anything else (a repair) straight from f. It is
+// not safe for concurrent use; the core reads on its event loop.
+type readAhead struct {
+	f   *os.File
+	buf []byte
+	off int64 // the file offset of buf[0]
+}
+
+func (r *readAhead) ReadAt(p []byte, off int64) (int, error) {
+	end := r.off + int64(len(r.buf))
+	if off >= r.off && off+int64(len(p)) <= end {
+		return copy(p, r.buf[off-r.off:]), nil
+	}
+	if off != end || len(p) > readAheadBytes {
+		return r.f.ReadAt(p, off) // not the next read of a sequence
+	}
+	if cap(r.buf) == 0 {
+		r.buf = make([]byte, readAheadBytes)
+	}
+	n, err := r.f.ReadAt(r.buf[:cap(r.buf)], off)
+	r.buf, r.off = r.buf[:n], off
+	if n >= len(p) {
+		return copy(p, r.buf), nil
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return copy(p, r.buf), err
+}
+
+func (r *readAhead) Close() error { return r.f.Close() }
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -341,4 +342,42 @@ func BenchmarkWriteBlock(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The sender's read-ahead: the pass's reads in order, repairs behind and
+// ahead of it, and the short last block, each return the file's bytes.
+func TestReadAhead(t *testing.T) {
+	data := randomBytes(3*readAheadBytes+1000, 11)
+	path := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(path, data, 0o644)
+	s, err := OpenSource(path, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Outgoing(nil).Source
+	defer src.Close()
+	const bs = 8964
+	read := func(b int) {
+		t.Helper()
+		off := b * bs
+		if off >= len(data) {
+			return
+		}
+		want := data[off:min(off+bs, len(data))]
+		p := make([]byte, len(want))
+		n, err := src.ReadAt(p, int64(off))
+		if n != len(want) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(p, want) {
+			t.Fatalf("block %d: read %d bytes of %d, %v, equal %v", b, n, len(want), err, bytes.Equal(p[:n], want[:n]))
+		}
+	}
+	blocks := (len(data) + bs - 1) / bs
+	for b := range blocks {
+		read(b)
+		if b%50 == 49 {
+			read(b - 40)  // a repair behind the pass
+			read(b + 200) // and one far ahead (another file's block)
+		}
+	}
+	read(blocks - 1)
+	read(0)
 }
