@@ -378,6 +378,20 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration, groups [
 	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
 }
 
+// openFilesLink opens the files' link: as openLink, but a ring link's
+// receive ring is TPACKET_V3 (docs/protocols.md, "Files (IBRMP)"): a
+// bulk stream is better woken once per ring block than once per frame,
+// and the file core's round trips are worth the block timeout.
+func openFilesLink(kind, iface string, etherType uint16, groups []uint32) (link.Link, error) {
+	if kind == "afpacket" {
+		return openLink(kind, iface, etherType, 0, groups)
+	}
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3})
+}
+
 // memberAddress checks that the link has what registration names a
 // member by, a unicast Ethernet address: loopback (which the links open)
 // has none.
@@ -461,7 +475,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.files.udp != nil {
 			fl, err = openUDP(*f.files.udp, log.With("link", "files"))
 		} else {
-			fl, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, 0, groups)
+			fl, err = openFilesLink(f.linkKind, f.iface, dc.Group.EtherType, groups)
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))

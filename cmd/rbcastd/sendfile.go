@@ -368,8 +368,8 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 	}
 	tw.Flush()
 	k := f.Counters
-	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored\n",
-		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000)
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored, %d kernel drops\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
 		fmt.Fprintf(w, "  %s %s %s (%d bytes, sha256 %.16s…)", e.At, e.Kind, e.Name, e.Size, e.SHA256)
 		if len(e.Missing) > 0 {

@@ -84,6 +84,11 @@ type FileCounters struct {
 	BadFrames       uint64 `json:"bad_frames"`
 	StoredBytes     uint64 `json:"stored_bytes"`
 	SRTTus          int64  `json:"srtt_us"`
+	// KernelDrops: frames of the files' link the kernel dropped because
+	// the file runtime did not read them in time (its receive ring was
+	// full); SendRetries: sends the link retried on back-pressure.
+	KernelDrops uint64 `json:"kernel_drops"`
+	SendRetries uint64 `json:"send_retries"`
 }
 
 func metaKey(m filerun.Meta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
@@ -160,7 +165,8 @@ func (s *fileService) status() *FilesStatus {
 		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
-			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond)}
+			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
+			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries}
 	}
 	fs.Counters.StoredBytes = s.bytesIn.Load()
 	s.mu.Lock()

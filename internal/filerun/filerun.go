@@ -35,6 +35,42 @@ import (
 // a file queued meanwhile starts at most this late.
 const idleWait = 10 * time.Millisecond
 
+// wakeGranularity is how late a wait for the pacer's next frame may end:
+// the Go runtime's poller sleeps a whole millisecond for any shorter
+// timeout (runtime/netpoll_epoll.go), and a loaded machine adds to it.
+// The pacer's bucket holds at least this long's worth of frames
+// (pacing), or every millisecond's wait would send one 32-frame burst:
+// 48 MB/s at MTU 1500 whatever the rate.
+const wakeGranularity = 2 * time.Millisecond
+
+// rxBufferBytes is what a receiver's link buffers by default
+// (link/ring.DefaultRingBytes: its receive ring). The multicast's window
+// is at most half of it (pacing), so that a receiver that keeps up with
+// its reports does not overflow its ring while the sender bursts.
+const rxBufferBytes = 16 << 20
+
+// pacing fills cfg's Burst and Window for this runtime where they are
+// zero: a burst of wakeGranularity at cfg's rate, and a window half a
+// receive buffer of frames (at most files.DefaultWindow).
+func pacing(cfg files.Config) files.Config {
+	rate := cfg.Rate
+	if rate == 0 {
+		rate = files.DefaultRate
+	}
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = files.DefaultMTU
+	}
+	frameBytes := int64(mtu) + 128 // Ethernet header and the ring's slot header
+	if cfg.Burst == 0 {
+		cfg.Burst = int(max(files.DefaultBurst, rate*int64(wakeGranularity)/int64(time.Second)/frameBytes))
+	}
+	if cfg.Window == 0 {
+		cfg.Window = int(min(files.DefaultWindow, rxBufferBytes/2/frameBytes))
+	}
+	return cfg
+}
+
 // Runner drives one files.Core over a link.
 type Runner struct {
 	l     link.Link
@@ -70,7 +106,7 @@ func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = l.MTU()
 	}
-	c, err := files.New(cfg)
+	c, err := files.New(pacing(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -163,3 +163,25 @@ type nopSource struct{}
 
 func (nopSource) ReadAt(p []byte, off int64) (int, error) { return len(p), nil }
 func (nopSource) Close() error                            { return nil }
+
+// The runtime's pacing: a burst that lasts a wake-up at the rate, never
+// less than the core's default, and a window of at most half a receive
+// buffer; what a caller set stays.
+func TestPacing(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		cfg           files.Config
+		burst, window int
+	}{
+		{"1 GB/s at MTU 1500", files.Config{Rate: 1e9, MTU: 1500}, 1228, files.DefaultWindow},
+		{"1 GB/s at MTU 9000", files.Config{Rate: 1e9, MTU: 9000}, 219, 918},
+		{"the defaults", files.Config{}, 153, files.DefaultWindow},
+		{"slow", files.Config{Rate: 1e6, MTU: 1500}, files.DefaultBurst, files.DefaultWindow},
+		{"set by the caller", files.Config{Rate: 1e9, MTU: 9000, Burst: 7, Window: 5000}, 7, 5000},
+	} {
+		got := pacing(tc.cfg)
+		if got.Burst != tc.burst || got.Window != tc.window {
+			t.Errorf("%s: Burst %d, Window %d; want %d, %d", tc.name, got.Burst, got.Window, tc.burst, tc.window)
+		}
+	}
+}

@@ -3,22 +3,24 @@
 // rbcastd recvfile -dir and run -inbox store into, and sendfile reads.
 //
 // A received file is written to a partial copy under DIR/.rbcast-partial,
-// with the SHA-256 of each block stored beside it as the block is
-// written. A restarted receiver resumes from the partial copy: Open
-// re-reads each block and keeps only those whose hash still matches, so
-// a block torn by a crash is fetched again. Once every block is there
+// with the CRC-32C of each block stored beside it as the block is
+// written (blocks are gathered and written a run at a time). A restarted
+// receiver resumes from the partial copy: Open re-reads each block and
+// keeps only those whose checksum still matches, so a block torn by a
+// crash, or never written, is fetched again. Once every block is there
 // the whole file is hashed; only a file whose hash is its offer's is
 // fsynced and renamed to its name (never a partial file under the real
 // name), and the directory fsynced.
 package filestore
 
 import (
-	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -88,7 +90,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	base := filepath.Join(dir, partialKey(m))
-	p := &partial{meta: m, final: final, path: base + ".part", sums: base + ".blocks", h: sha256.New(), held: make([]uint64, (m.Blocks()+63)/64)}
+	p := &partial{meta: m, final: final, path: base + ".part", sums: base + sumsSuffix, h: sha256.New(), held: make([]uint64, (m.Blocks()+63)/64)}
 	var err error
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
@@ -109,6 +111,24 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	return p, held, nil
 }
 
+// sumsSuffix names the file of per-block checksums beside a partial copy:
+// a CRC-32C per block, 4 bytes big-endian, 0 for a block never written.
+// (The per-block SHA-256 it replaced, in ".blocks" files, cost as much
+// CPU as the rest of the receiver: the whole file's SHA-256 is the
+// integrity check, a block's checksum only finds what a crash tore.)
+const sumsSuffix = ".crc32c"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// blockSum is a block's checksum as stored; never 0, which means not
+// written.
+func blockSum(data []byte) uint32 {
+	if s := crc32.Checksum(data, castagnoli); s != 0 {
+		return s
+	}
+	return 1
+}
+
 // partial is one file being received.
 //
 // It hashes the file as it goes (the prefix hash): blocks 0..hashed-1 are
@@ -119,6 +139,13 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 // disk in the background every writeBehind bytes, so that Commit's fsync
 // has little left to write. Both keep the loop from stalling for seconds
 // on a large file (a sender counts a silent receiver as failed).
+//
+// Blocks that arrive in order are gathered in run (up to runBytes) and
+// written with one write for the data and one for their checksums: two
+// small writes per block cost the receiver more than everything else it
+// does (docs/benchmarks.md, "Files to every member"). A block is held
+// once it is in the run; a crash loses the run, and the resume fetches it
+// again.
 type partial struct {
 	meta         files.Meta
 	final        string
@@ -131,6 +158,13 @@ type partial struct {
 	hashed uint32   // blocks in h, from block 0
 	held   []uint64 // blocks written or verified, one bit each
 	dirty  int64    // bytes written since the last write-behind
+
+	// run is blocks runFirst.. not written to the file yet, back to
+	// back; runSums their checksums as stored.
+	run      []byte
+	runSums  []byte
+	runFirst uint32
+	runN     uint32
 }
 
 // catchUp bounds the held blocks read to advance the prefix hash on one
@@ -139,6 +173,10 @@ const (
 	catchUp     = 256
 	writeBehind = 8 << 20
 )
+
+// runBytes is the most a run gathers before it is written (a variable:
+// tests shrink it).
+var runBytes = 1 << 20
 
 func (p *partial) hold(b uint32) { p.held[b/64] |= 1 << (b % 64) }
 
@@ -152,9 +190,9 @@ func (p *partial) advance(n int) error {
 		if cap(p.buf) < int(p.meta.BlockSize) {
 			p.buf = make([]byte, p.meta.BlockSize)
 		}
-		blk := p.buf[:l]
-		if _, err := p.data.ReadAt(blk, int64(p.hashed)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("filestore: reading %s: %w", p.path, err)
+		blk, err := p.readBlock(p.hashed, p.buf[:l])
+		if err != nil {
+			return err
 		}
 		p.h.Write(blk)
 		p.hashed++
@@ -163,29 +201,65 @@ func (p *partial) advance(n int) error {
 	return nil
 }
 
+// readBlock returns block b's bytes: from the run if it is there, else
+// read into blk (its length is the block's).
+func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
+	if b >= p.runFirst && b-p.runFirst < p.runN {
+		off := int(b-p.runFirst) * int(p.meta.BlockSize)
+		return p.run[off : off+len(blk)], nil
+	}
+	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
+	}
+	return blk, nil
+}
+
+// flush writes the run: its data, then its checksums (a crash between
+// the two leaves blocks that no checksum vouches for).
+func (p *partial) flush() error {
+	if p.runN == 0 {
+		return nil
+	}
+	first, n := p.runFirst, p.runN
+	p.runN = 0
+	if _, err := p.data.WriteAt(p.run, int64(first)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if _, err := p.hashes.WriteAt(p.runSums, int64(first)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if p.dirty += int64(len(p.run)); p.dirty >= writeBehind {
+		p.dirty = 0
+		// Start writing what is dirty; do not wait for it.
+		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	p.run, p.runSums = p.run[:0], p.runSums[:0]
+	return nil
+}
+
 var _ files.SinkFile = (*partial)(nil)
 
-// verify returns the blocks whose stored hash matches their bytes.
+// verify returns the blocks whose stored checksum matches their bytes.
 func (p *partial) verify() ([]frame.Range, error) {
 	var held []frame.Range
-	rec := make([]byte, sha256.Size)
+	rec := make([]byte, 4)
 	blk := make([]byte, p.meta.BlockSize)
-	var zero [sha256.Size]byte
 	for b := range p.meta.Blocks() {
-		if _, err := p.hashes.ReadAt(rec, int64(b)*sha256.Size); err != nil {
+		if _, err := p.hashes.ReadAt(rec, int64(b)*4); err != nil {
 			if errors.Is(err, io.EOF) {
 				break // never written past here
 			}
 			return nil, fmt.Errorf("filestore: reading %s: %w", p.sums, err)
 		}
-		if bytes.Equal(rec, zero[:]) {
+		want := binary.BigEndian.Uint32(rec)
+		if want == 0 {
 			continue
 		}
 		n := p.meta.BlockLen(b)
 		if _, err := p.data.ReadAt(blk[:n], int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
 		}
-		if sum := sha256.Sum256(blk[:n]); !bytes.Equal(sum[:], rec) {
+		if blockSum(blk[:n]) != want {
 			continue
 		}
 		p.hold(b)
@@ -202,19 +276,29 @@ func (p *partial) verify() ([]frame.Range, error) {
 	return held, nil
 }
 
-// WriteBlock writes block b and the hash beside it. Neither is fsynced:
-// a crash may tear them, and Open's verification finds it.
+// WriteBlock writes block b and the checksum beside it: into the run if
+// it follows it, else the run is written first and b starts a new one.
+// Neither is fsynced: a crash may tear them, and Open's verification
+// finds it. An error may be a write of earlier blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
-	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
-		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
+	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) || b < p.hashed {
+		if err := p.flush(); err != nil {
+			return err
+		}
 	}
-	sum := sha256.Sum256(data)
-	if _, err := p.hashes.WriteAt(sum[:], int64(b)*sha256.Size); err != nil {
-		return fmt.Errorf("filestore: writing the hash of block %d of %q: %w", b, p.meta.Name, err)
+	if p.runN == 0 {
+		if cap(p.run) == 0 {
+			p.run = make([]byte, 0, max(runBytes, int(p.meta.BlockSize)))
+			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, int(p.meta.BlockSize))+1))
+		}
+		p.runFirst = b
 	}
+	p.run = append(p.run, data...)
+	p.runSums = binary.BigEndian.AppendUint32(p.runSums, blockSum(data))
+	p.runN++
 	if b < p.hashed {
 		// A block written again (the core fetches every block again
 		// after a hash mismatch): the prefix hash starts over.
@@ -226,15 +310,7 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 		p.h.Write(data)
 		p.hashed++
 	}
-	if err := p.advance(catchUp); err != nil {
-		return err
-	}
-	if p.dirty += int64(len(data)); p.dirty >= writeBehind {
-		p.dirty = 0
-		// Start writing what is dirty; do not wait for it.
-		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-	}
-	return nil
+	return p.advance(catchUp)
 }
 
 // Sum hashes the partial copy.
@@ -249,6 +325,9 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return [32]byte(p.h.Sum(nil)), nil
 	}
 	// Not every block is held as far as this copy knows: hash the file.
+	if err := p.flush(); err != nil {
+		return [32]byte{}, err
+	}
 	h := sha256.New()
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(p.data, 0, int64(p.meta.Size)), make([]byte, 1<<20)); err != nil {
 		return [32]byte{}, fmt.Errorf("filestore: hashing %q: %w", p.meta.Name, err)
@@ -261,6 +340,9 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 func (p *partial) Commit() error {
 	if p.stored {
 		return nil
+	}
+	if err := p.flush(); err != nil {
+		return err
 	}
 	if err := p.data.Sync(); err != nil {
 		return fmt.Errorf("filestore: fsync of %q: %w", p.meta.Name, err)
@@ -285,6 +367,9 @@ func (p *partial) Commit() error {
 func (p *partial) Abort(keep bool) {
 	if p.stored {
 		return
+	}
+	if keep {
+		p.flush() // an error: those blocks are fetched again
 	}
 	p.close()
 	if !keep {
@@ -353,9 +438,48 @@ func OpenSource(path, name string) (*Source, error) {
 }
 
 // Outgoing is the files.Outgoing of s, to the members to (nil: all).
+// The core reads it through a read-ahead buffer: the multicast pass
+// reads the file in order, a block at a time.
 func (s *Source) Outgoing(to []frame.MemberID) files.Outgoing {
-	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: s.File, To: to}
+	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: &readAhead{f: s.File}, To: to}
 }
+
+// readAheadBytes is what readAhead reads at once.
+const readAheadBytes = 1 << 20
+
+// readAhead is a files.Source over f that reads readAheadBytes at a time
+// while the reads follow each other (the pass: one pread per MiB, not
+// per block) and reads anything else (a repair) straight from f. It is
+// not safe for concurrent use; the core reads on its event loop.
+type readAhead struct {
+	f   *os.File
+	buf []byte
+	off int64 // the file offset of buf[0]
+}
+
+func (r *readAhead) ReadAt(p []byte, off int64) (int, error) {
+	end := r.off + int64(len(r.buf))
+	if off >= r.off && off+int64(len(p)) <= end {
+		return copy(p, r.buf[off-r.off:]), nil
+	}
+	if off != end || len(p) > readAheadBytes {
+		return r.f.ReadAt(p, off) // not the next read of a sequence
+	}
+	if cap(r.buf) == 0 {
+		r.buf = make([]byte, readAheadBytes)
+	}
+	n, err := r.f.ReadAt(r.buf[:cap(r.buf)], off)
+	r.buf, r.off = r.buf[:n], off
+	if n >= len(p) {
+		return copy(p, r.buf), nil
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return copy(p, r.buf), err
+}
+
+func (r *readAhead) Close() error { return r.f.Close() }
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name
