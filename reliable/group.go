@@ -933,13 +933,21 @@ func (g *Group) finishErr() error {
 	return ErrClosed
 }
 
-// sendErr maps a core's refusal to Send's errors (g.mu is held).
+// sendErr maps a core's refusal to Send's errors (g.mu is held). A
+// membership core that stopped (removed, a minority, the group removed)
+// refuses with its own error before the loop's turn has finished the
+// group: Send returns what the group will end with (ErrRemoved, ...), so
+// that rbcastd tells a rejoin from it (a Send that went inline, sendNow,
+// made that window wider; TestNetnsRejoin met the bare view error).
 func (g *Group) sendErr(err error) error {
 	if errors.Is(err, core.ErrHalted) {
 		if g.err == nil {
 			g.finish(g.finishErr())
 		}
 		return g.err
+	}
+	if g.views != nil && g.views.Err() != nil && g.err == nil {
+		return g.viewErr(g.views.Err())
 	}
 	return err
 }
