@@ -212,6 +212,14 @@ func TestJoinDonorCrash(t *testing.T) {
 			if r.crash.When == nil {
 				return
 			}
+			if res.Stats[0].StateSent == 1 && res.Stats[1].StateSent == 0 {
+				// The joiner held the whole state before the crash took
+				// the donor (the donor is the orderer, whose messages
+				// are delivered as they arrive since vtotal's revision
+				// 2): nothing to start over. Counted by resent's floor.
+				t.Logf("the transfer completed before the donor crashed")
+				return
+			}
 			if res.Stats[0].StateSent != 1 || res.Stats[1].StateSent != 1 {
 				t.Errorf("the donor sent the state at %d views and rank 1 at %d; want 1 each (the transfer started over)",
 					res.Stats[0].StateSent, res.Stats[1].StateSent)
