@@ -585,11 +585,11 @@ func (vr *viewsRerun) settings() {
 		if opts.MaxMembers == 0 {
 			how = "read off the hash"
 		}
-		vr.note("the Join frame %d's config hash %#x is that of these settings at level %s with max-members %d (%s)", join.N, jb.ConfigHash, levelName(hashed), maxMembers, how)
+		vr.note("the Join frame %d's config hash %#x is that of these settings at level %s with max-members %d (%s)", join.N, jb.ConfigHash, hashed, maxMembers, how)
 	case len(orders) > 1:
 		var fits []string
 		for i, o := range orders {
-			fits = append(fits, fmt.Sprintf("%s (max-members %d)", levelName(o), mms[i]))
+			fits = append(fits, fmt.Sprintf("%s (max-members %d)", o, mms[i]))
 		}
 		vr.note("the Join frame %d's config hash %#x fits %s: give -level", join.N, jb.ConfigHash, strings.Join(fits, ", "))
 	default:
@@ -925,17 +925,4 @@ func durationOr(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
-}
-
-// levelName is the -level flag's name of o.
-func levelName(o ViewOrder) string {
-	switch o {
-	case ViewFIFO:
-		return "fifo"
-	case ViewAgreed:
-		return "agreed"
-	case ViewSafe:
-		return "safe"
-	}
-	return "auto"
 }
