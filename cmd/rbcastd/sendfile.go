@@ -141,9 +141,27 @@ func sendFiles(c *localapi.Conn, to []uint16, paths, names []string, stdout, std
 			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
 			return false
 		}
-		c.SetDeadline(time.Now().Add(5 * time.Minute)) // the daemon hashes the file first
-		m, err := c.Read()
-		c.SetDeadline(time.Time{})
+		// The answer is FileQueued (or a refusal); verdicts of files
+		// queued before may come first, once a file passes faster than
+		// the next is hashed (a directory of small files).
+		var m localapi.Message
+		var err error
+		for {
+			c.SetDeadline(time.Now().Add(5 * time.Minute)) // the daemon hashes the file first
+			m, err = c.Read()
+			c.SetDeadline(time.Time{})
+			v, isV := m.(*localapi.FileVerdict)
+			if err != nil || !isV {
+				break
+			}
+			if q := queued[v.ID]; q != nil {
+				delete(queued, v.ID)
+				prog.done(v.ID)
+				if !verdictOK(q, v, stdout, stderr, prog) {
+					ok = false
+				}
+			}
+		}
 		var le *localapi.Error
 		switch {
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
