@@ -23,8 +23,10 @@ type Stepper struct {
 	// Hold leaves frames that deliver (Info.Delivers, and datagrams of
 	// the Unreliable level) unstepped, as a runtime whose application is
 	// not reading must (see Info.Delivers). They are counted in
-	// Counters.Held.
+	// Counters.Held. HoldFrom holds one sender's.
 	Hold bool
+	// holds are the senders held one by one (HoldFrom).
+	holds []senderHold
 
 	bad     BadFrames
 	held    uint64
@@ -159,7 +161,7 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
 	// nothing repairs it, and the application is not reading.
-	if s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram) {
+	if (s.Hold || s.holding(v.Sender())) && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram) {
 		s.held++
 		return ErrHeld
 	}
@@ -289,7 +291,7 @@ func (s *Stepper) DeliveredFrom(id frame.MemberID) uint64 {
 type Counters struct {
 	// Bad are received frames dropped before the core, by decode error.
 	Bad BadFrames
-	// Held counts frames left unstepped under Hold.
+	// Held counts frames left unstepped under Hold or HoldFrom.
 	Held uint64
 	// Peers are per member, by id, this one included.
 	Peers []PeerCounters

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -176,4 +177,58 @@ func TestEventKindRemoval(t *testing.T) {
 			t.Errorf("%v.Removal() = %v", k, k.Removal())
 		}
 	}
+}
+
+func TestStepperHoldFrom(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	data := func(from frame.MemberID) []byte {
+		return ethFrame(t, 7, from, &frame.Payload{T: frame.Data, Data: []byte("x")})
+	}
+	if !s.HoldFrom(2, 100) {
+		t.Fatal("HoldFrom(2) refused by a FIFO core")
+	}
+	if err := s.Step(10, data(2)); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a Data frame of the held sender: %v, want ErrHeld", err)
+	}
+	if err := s.Step(10, data(4)); err != nil {
+		t.Fatalf("a Data frame of another sender: %v, want it stepped", err)
+	}
+	if err := s.Step(10, ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})); err != nil {
+		t.Fatalf("an Ack of the held sender: %v, want it stepped", err)
+	}
+	// A second HoldFrom does not move the bound.
+	s.HoldFrom(2, 1000)
+	if err := s.Step(100, data(2)); err != nil {
+		t.Fatalf("a Data frame of the held sender at the hold's bound: %v, want it stepped", err)
+	}
+	s.ReleaseFrom(2)
+	s.HoldFrom(2, 1000)
+	if err := s.Step(200, data(2)); !errors.Is(err, ErrHeld) {
+		t.Fatalf("held again after ReleaseFrom: %v, want ErrHeld", err)
+	}
+	s.ReleaseFrom(2)
+	if err := s.Step(300, data(2)); err != nil {
+		t.Fatalf("after ReleaseFrom: %v, want it stepped", err)
+	}
+	want := []frame.Type{frame.Data, frame.Ack, frame.Data, frame.Data}
+	if c := s.Counters(); c.Held != 2 || !slices.Equal(f.stepped, want) {
+		t.Fatalf("held %d, stepped %v; want 2 held and %v stepped", c.Held, f.stepped, want)
+	}
+}
+
+func TestStepperHoldFromRefusedUnderTotalOrder(t *testing.T) {
+	s := NewStepper(&totalFake{}, 7, 0)
+	if s.HoldFrom(2, 100) {
+		t.Fatal("HoldFrom accepted by a total-order core: one held frame would stop every later message")
+	}
+}
+
+// totalFake is fake under total order (Info.SelfDelivery).
+type totalFake struct{ fake }
+
+func (f *totalFake) Info() Info {
+	i := f.fake.Info()
+	i.SelfDelivery = true
+	return i
 }
