@@ -36,6 +36,9 @@ type Counters struct {
 	// was crossed; Ignored counts updates of segments this member has
 	// not joined (selective join over one group).
 	Markers, Held, Ignored uint64
+	// HeldBytes is the bytes of the messages WC keeps aside now,
+	// HeldPeak the most it kept at once.
+	HeldBytes, HeldPeak uint64
 }
 
 // Config describes a core.
@@ -408,6 +411,27 @@ func (c *Core) crossed() uint32 {
 	return c.barriers
 }
 
+// Holds reports whether WC holds member from's messages on segment
+// channel ch now: the runtime should stop the channel's reliable layer
+// from delivering more of them (reliable.Group.HoldFrom) until Holds is
+// false again, after a crossing, so that they wait in the sender's
+// window instead of being copied here (what is delivered meanwhile is
+// still held, by copy). Always false on the global channel: a lock
+// message there must overtake the messages WC holds (lockMessage), and
+// the reliable layer cannot hand out one message past another of the
+// same sender.
+func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
+	if ch == Global {
+		return false
+	}
+	s := c.segs[ch.Key()]
+	if s == nil || !s.channel {
+		return false
+	}
+	sp := s.peer(from)
+	return sp != nil && c.mustHold(sp.marks, sp.held)
+}
+
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
 // does not hold them (they change no memory). A peer a partial barrier
 // ahead answers or requests a lock while this member computes; holding
@@ -421,9 +445,13 @@ func lockMessage(msg []byte) bool {
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
 // only during its delivery. What is held is bounded by what one peer
-// sends between crossing a barrier and this member's crossing of it.
+// sends between crossing a barrier and this member's crossing of it; on
+// a segment channel, by what the reliable layer delivered before the
+// runtime stopped its deliveries from that peer (Holds).
 func (c *Core) hold(held [][]byte, msg []byte) [][]byte {
 	c.c.Held++
+	c.c.HeldBytes += uint64(len(msg))
+	c.c.HeldPeak = max(c.c.HeldPeak, c.c.HeldBytes)
 	var b []byte
 	if len(msg) <= c.max {
 		b = c.buffer()
@@ -479,6 +507,7 @@ func (c *Core) releaseHeld() {
 }
 
 func (c *Core) recycle(b []byte) {
+	c.c.HeldBytes -= uint64(len(b))
 	if cap(b) == c.max && len(c.free) < 64 {
 		c.free = append(c.free, b)
 	}

@@ -1,0 +1,134 @@
+package dsm_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/dsmsim"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// WC's messages wait in the reliable layer's window (docs/dsm.md, "How
+// much WC copies"): a fast peer that crossed a partial barrier writes far
+// more than a window on a channel while the slow member computes; the
+// slow member's channel stops taking its frames, so the peer blocks on its
+// window, and the node copies at most what was delivered before the hold
+// took effect — a window's worth — instead of the whole phase.
+
+const (
+	wcLocs   = 4096 // rank 0 writes every location, one message each (Unbuffered)
+	wcWindow = 32
+	wcKey    = 40
+)
+
+func wcValue(round, loc int) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint32(b, uint32(round))
+	binary.BigEndian.PutUint32(b[4:], uint32(loc))
+	return b
+}
+
+// wcProgram: rank 0 crosses partial barrier 1 alone and writes every
+// location of the shared segment; rank 1 computes for compute, then
+// crosses barrier 1, and after the total barrier 2 reads every location:
+// each must be rank 0's value, byte for byte.
+func wcProgram(compute time.Duration) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
+		ctx := context.Background()
+		var s *dsm.Segment
+		var err error
+		if n.Rank() == 0 {
+			s, err = n.CreateSegment(wcKey, wcLocs, 8)
+		} else {
+			s, err = n.JoinSegment(ctx, wcKey, wcLocs, 8)
+		}
+		if err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 99); err != nil {
+			return err
+		}
+		if n.Rank() == 1 {
+			if err := dsmsim.Compute(n, compute); err != nil {
+				return err
+			}
+		}
+		if _, err := n.PartialBarrier(ctx, 1, 1); err != nil {
+			return err
+		}
+		if n.Rank() == 0 {
+			for loc := range wcLocs {
+				if err := s.Write(loc, wcValue(1, loc)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := n.Barrier(ctx, 2); err != nil {
+			return err
+		}
+		if n.Rank() == 1 {
+			buf := make([]byte, 8)
+			for loc := range wcLocs {
+				got, err := s.Read(loc, buf)
+				if err != nil {
+					return err
+				}
+				if want := wcValue(1, loc); string(got) != string(want) {
+					return fmt.Errorf("location %d is %x, want %x", loc, got, want)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func TestChannelsWCHoldsInWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		compute time.Duration
+		in      testnet.Impairment
+		// bounded: the wait is shorter than the hold's bound (a quarter
+		// of the failure timeout, 500 ms), so nothing past a window is
+		// copied. Past the bound the channel delivers again and the node
+		// copies (as it did without the hold): a hold as long as the
+		// failure timeout would have the fast member remove the slow one
+		// for acknowledging nothing.
+		bounded bool
+	}{
+		{"short", 100 * time.Millisecond, testnet.Impairment{}, true},
+		{"short lossy", 100 * time.Millisecond, lossy, true},
+		{"past the bound", 1500 * time.Millisecond, testnet.Impairment{}, false},
+		{"past the failure timeout", 3 * time.Second, lossy, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, Unbuffered: true,
+				Group: reliable.Config{Window: wcWindow}}}
+			res, err := dsmsim.Run(cfg, wcProgram(tc.compute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow, fast := res.Stats[1], res.Stats[0]
+			ch := slow.Channels[wcKey]
+			sent := fast.Channels[wcKey].Protocol
+			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), left %d frames unstepped; rank 0 sent %d frames, retransmitted %d; %v virtual",
+				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, ch.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
+			if ch.HeldData == 0 {
+				t.Errorf("rank 1's channel left no frame unstepped: the hold never took effect")
+			}
+			if !tc.bounded {
+				return
+			}
+			if bound := uint64(wcWindow * testnet.DefaultMTU); slow.HeldPeak > bound {
+				t.Errorf("rank 1 copied up to %d B for WC, want at most a window (%d frames of %d B: %d B)", slow.HeldPeak, wcWindow, testnet.DefaultMTU, bound)
+			}
+			if slow.HeldPeak >= fast.UpdateBytes/4 {
+				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
+			}
+		})
+	}
+}
