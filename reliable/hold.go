@@ -10,10 +10,12 @@ import (
 // HoldFrom stops delivering member from's messages: its Data frames are
 // left unstepped (core.Stepper.HoldFrom), so the core neither delivers
 // nor acknowledges them, and they stay in from's send window, which
-// bounds them and so blocks from once it is full. Everything else goes
-// on: the other members' messages, from's acknowledgements and
-// liveness. ReleaseFrom ends it; the frames held back are then repaired
-// like losses. A hold also ends by itself after a quarter of the
+// bounds them and so blocks from once it is full. The other members'
+// messages go on, and so do from's acknowledgements while this member
+// has frames in flight (while it has none, from's last one is kept and
+// stepped at ReleaseFrom, so that the core does not ask for the held
+// frames again and again meanwhile). ReleaseFrom ends it; the frames
+// held back are then repaired like losses. A hold also ends by itself after a quarter of the
 // failure timeout (500 ms by default), before from would remove this
 // member for acknowledging nothing; messages from from are delivered
 // again from then on, and a HoldFrom before ReleaseFrom does not
@@ -35,6 +37,9 @@ func (g *Group) ReleaseFrom(from frame.MemberID) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.n.st.ReleaseFrom(from)
+	// A frame kept from from is stepped at the next turn: now.
+	g.due = true
+	g.wakeLoop()
 }
 
 // HoldFrom is Group.HoldFrom at now (Deliver may call it).
@@ -42,7 +47,8 @@ func (d *Driver) HoldFrom(now time.Time, from frame.MemberID) bool {
 	return d.n.holdFrom(d.n.clk.Core(now), from)
 }
 
-// ReleaseFrom ends HoldFrom(from).
+// ReleaseFrom ends HoldFrom(from); the next Step steps what was kept
+// from from (Step's deadline is then now).
 func (d *Driver) ReleaseFrom(from frame.MemberID) { d.n.st.ReleaseFrom(from) }
 
 func (n *node) holdFrom(now core.Time, from frame.MemberID) bool {

@@ -7,6 +7,11 @@ import "github.com/rbcast/rbcast/frame"
 type senderHold struct {
 	from  frame.MemberID
 	until Time
+	// quiet is from's last frame that delivers nothing, kept unstepped
+	// (a copy) while this member had nothing in flight; src and dst its
+	// Ethernet addresses.
+	quiet    []byte
+	src, dst [6]byte
 }
 
 // HoldFrom leaves the frames of member from that deliver (as Hold does
@@ -14,11 +19,17 @@ type senderHold struct {
 // stepper's clock reaches until, whichever comes first. The core then
 // neither delivers nor acknowledges them: they stay in the sender's
 // window, which bounds them, and are repaired like losses once stepped
-// again. Every other sender's frames, and from's frames that deliver
-// nothing (acknowledgements, heartbeats: liveness), are stepped as
-// usual. The bound until keeps a hold shorter than the sender's failure
-// timeout for want of acknowledgements (a sender removes a member that
-// acknowledges nothing for that long).
+// again. Every other sender's frames are stepped as usual, and so are
+// from's that deliver nothing (acknowledgements, heartbeats, repair
+// requests) while this member has frames in flight, whose
+// acknowledgements it needs. While it has none, from's last such frame
+// is kept instead (one copy) and stepped at ReleaseFrom: stepped at
+// once, it would show the core the frames held back as a gap, and the
+// core would ask for them again and again while they are held, each
+// time for a window of retransmissions. The bound until keeps a hold
+// shorter than the failure timeouts (a sender removes a member that
+// acknowledges nothing for that long, a receiver one it does not hear
+// from).
 //
 // A hold of from that exists already, expired or not, is left as it is
 // (until is not moved): one hold per sender until ReleaseFrom. It is
@@ -32,31 +43,58 @@ func (s *Stepper) HoldFrom(from frame.MemberID, until Time) bool {
 	if stream, _ := s.c.Repair(from); stream != from {
 		return false
 	}
-	for _, h := range s.holds {
-		if h.from == from {
-			return true
-		}
+	if s.hold(from) == nil {
+		s.holds = append(s.holds, senderHold{from: from, until: until})
 	}
-	s.holds = append(s.holds, senderHold{from: from, until: until})
 	return true
 }
 
-// ReleaseFrom ends HoldFrom(from).
+// ReleaseFrom ends HoldFrom(from). The frame kept from it, if any, is
+// stepped at the next Tick (Deadline says when).
 func (s *Stepper) ReleaseFrom(from frame.MemberID) {
-	for i, h := range s.holds {
-		if h.from == from {
+	for i := range s.holds {
+		if h := &s.holds[i]; h.from == from {
+			if h.quiet != nil {
+				s.replay = append(s.replay, *h)
+			}
 			s.holds = append(s.holds[:i], s.holds[i+1:]...)
 			return
 		}
 	}
 }
 
-// holding reports whether frames of from that deliver are held now.
-func (s *Stepper) holding(from frame.MemberID) bool {
-	for _, h := range s.holds {
-		if h.from == from {
-			return s.now < h.until
+func (s *Stepper) hold(from frame.MemberID) *senderHold {
+	for i := range s.holds {
+		if s.holds[i].from == from {
+			return &s.holds[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// held reports whether v is held back (HoldFrom), keeping it if it is a
+// frame that delivers nothing.
+func (s *Stepper) held(src, dst [6]byte, v frame.View) bool {
+	h := s.hold(v.Sender())
+	if h == nil || s.now >= h.until {
+		return false
+	}
+	if s.info.Delivers(v.Type()) || v.Type() == frame.Datagram {
+		return true
+	}
+	if s.c.Stats().InFlight > 0 {
+		return false
+	}
+	h.quiet, h.src, h.dst = append(h.quiet[:0], v...), src, dst
+	return true
+}
+
+// stepReleased steps the frames kept from the senders released since.
+func (s *Stepper) stepReleased() {
+	for i := range s.replay {
+		h := &s.replay[i]
+		s.c.Step(s.now, h.src, h.dst, frame.View(h.quiet))
+		h.quiet = nil
+	}
+	s.replay = s.replay[:0]
 }

@@ -25,17 +25,18 @@ type Stepper struct {
 	// not reading must (see Info.Delivers). They are counted in
 	// Counters.Held. HoldFrom holds one sender's.
 	Hold bool
-	// holds are the senders held one by one (HoldFrom).
-	holds []senderHold
+	// holds are the senders held one by one (HoldFrom); replay the
+	// frames kept from those released, to step at the next Tick.
+	holds, replay []senderHold
 
-	bad     BadFrames
-	held    uint64
-	base    frame.MemberID
-	peers   []peerCounters // by id - base; nil entries are not members
-	events  []Event        // every event so far
-	readied bool           // Ready was called since the last Advance
-	now     Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
-	self    selfLatency    // Info.SelfDelivery only (latency.go)
+	bad       BadFrames
+	heldCount uint64
+	base      frame.MemberID
+	peers     []peerCounters // by id - base; nil entries are not members
+	events    []Event        // every event so far
+	readied   bool           // Ready was called since the last Advance
+	now       Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
+	self      selfLatency    // Info.SelfDelivery only (latency.go)
 }
 
 // peerCounters is what the stepper measures per member.
@@ -161,8 +162,8 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
 	// nothing repairs it, and the application is not reading.
-	if (s.Hold || s.holding(v.Sender())) && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram) {
-		s.held++
+	if (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.held(src, dst, v)) {
+		s.heldCount++
 		return ErrHeld
 	}
 	if err := s.c.Step(now, src, dst, v); err != nil {
@@ -188,6 +189,9 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 // Tick runs the core's timers.
 func (s *Stepper) Tick(now Time) {
 	s.now = now
+	if len(s.replay) > 0 {
+		s.stepReleased()
+	}
 	s.c.Tick(now)
 }
 
@@ -217,7 +221,12 @@ func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
 func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
 
 // Deadline is when Tick must next run (0: nothing pending).
-func (s *Stepper) Deadline() Time { return s.c.Deadline() }
+func (s *Stepper) Deadline() Time {
+	if len(s.replay) > 0 {
+		return max(s.now, 1) // a frame kept by HoldFrom waits for Tick
+	}
+	return s.c.Deadline()
+}
 
 // Blocked reports whether Propose may refuse for want of window room.
 func (s *Stepper) Blocked() bool { return s.c.Blocked() }
@@ -312,7 +321,7 @@ type PeerCounters struct {
 
 // Counters returns what the stepper measured (it allocates).
 func (s *Stepper) Counters() Counters {
-	c := Counters{Bad: s.bad, Held: s.held}
+	c := Counters{Bad: s.bad, Held: s.heldCount}
 	var all []Duration
 	for i := range s.peers {
 		p := &s.peers[i]
