@@ -43,6 +43,10 @@ type (
 // writes block (back-pressure).
 const DefaultOutboxLimit = 64
 
+// DefaultWCCopies is Config.WCCopies's default: 256 KiB of one peer's
+// messages on a segment channel.
+const DefaultWCCopies = 256 << 10
+
 // Config configures a Node.
 type Config struct {
 	// Group configures the reliable group under the node (Join; dsmsim
@@ -78,6 +82,14 @@ type Config struct {
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
+	// WCCopies (Channels) bounds what the wait condition (WC, def. 7.3)
+	// copies of one peer's messages on a segment channel while this
+	// member has not crossed the barrier the peer crossed: past WCCopies
+	// bytes the channel stops taking the peer's frames, which then wait
+	// in the peer's send window (and block it once it is full) until
+	// the crossing. 0 means DefaultWCCopies; a negative value holds in
+	// the window at once. (docs/dsm.md, "How much WC copies".)
+	WCCopies int
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.
 	ChannelGroup func(global, key uint32) uint32
@@ -237,6 +249,16 @@ func outboxLimit(cfg Config) int {
 	return cfg.OutboxLimit
 }
 
+func wcCopies(cfg Config) int {
+	switch {
+	case cfg.WCCopies == 0:
+		return DefaultWCCopies
+	case cfg.WCCopies < 0:
+		return 0
+	}
+	return cfg.WCCopies
+}
+
 // alignedAlloc returns zeroed 8-byte aligned memory, so that Float64s can
 // view it.
 func alignedAlloc(n int) []byte {
@@ -254,7 +276,7 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels}
+		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg)}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied

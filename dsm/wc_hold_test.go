@@ -15,10 +15,11 @@ import (
 
 // WC's messages wait in the reliable layer's window (docs/dsm.md, "How
 // much WC copies"): a fast peer that crossed a partial barrier writes far
-// more than a window on a channel while the slow member computes; the
-// slow member's channel stops taking its frames, so the peer blocks on its
-// window, and the node copies at most what was delivered before the hold
-// took effect — a window's worth — instead of the whole phase.
+// more than a window on a channel while the slow member computes; once
+// the slow member copied Config.WCCopies bytes, its channel stops taking
+// the peer's frames, so the peer blocks on its window, and the node
+// copies at most WCCopies and what was delivered before the hold took
+// effect — a window's worth — instead of the whole phase.
 
 const (
 	wcLocs   = 4096 // rank 0 writes every location, one message each (Unbuffered)
@@ -99,14 +100,18 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 		// failure timeout would have the fast member remove the slow one
 		// for acknowledging nothing.
 		bounded bool
+		// copies is Config.WCCopies: what is copied before the window
+		// holds (-1: nothing).
+		copies int
 	}{
-		{"short", 100 * time.Millisecond, testnet.Impairment{}, true},
-		{"short lossy", 100 * time.Millisecond, lossy, true},
-		{"past the bound", 1500 * time.Millisecond, testnet.Impairment{}, false},
-		{"past the failure timeout", 3 * time.Second, lossy, false},
+		{"short", 100 * time.Millisecond, testnet.Impairment{}, true, -1},
+		{"short lossy", 100 * time.Millisecond, lossy, true, -1},
+		{"copies first", 100 * time.Millisecond, lossy, true, 16 << 10},
+		{"past the bound", 1500 * time.Millisecond, testnet.Impairment{}, false, -1},
+		{"past the failure timeout", 3 * time.Second, lossy, false, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, Unbuffered: true,
+			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: tc.copies,
 				Group: reliable.Config{Window: wcWindow}}}
 			res, err := dsmsim.Run(cfg, wcProgram(tc.compute))
 			if err != nil {
@@ -123,10 +128,13 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 			if !tc.bounded {
 				return
 			}
-			if bound := uint64(wcWindow * testnet.DefaultMTU); slow.HeldPeak > bound {
-				t.Errorf("rank 1 copied up to %d B for WC, want at most a window (%d frames of %d B: %d B)", slow.HeldPeak, wcWindow, testnet.DefaultMTU, bound)
+			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
+				t.Errorf("rank 1 copied up to %d B for WC, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B", slow.HeldPeak, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)
 			}
-			if slow.HeldPeak >= fast.UpdateBytes/4 {
+			if tc.copies > 0 && slow.HeldPeak < uint64(tc.copies) {
+				t.Errorf("rank 1 copied up to %d B, want at least WCCopies (%d B) before the window holds", slow.HeldPeak, tc.copies)
+			}
+			if tc.copies < 0 && slow.HeldPeak >= fast.UpdateBytes/4 {
 				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
 			}
 		})

@@ -74,6 +74,10 @@ type Config struct {
 	// every joined segment's channel (§7.2.3) and Opens reports the
 	// channels to open. Locks are refused (ErrLocksChannels).
 	Channels bool
+	// WCCopies (Channels) is how many bytes of one peer's messages on a
+	// segment channel WC copies aside before Holds asks the runtime to
+	// hold the rest in the peer's send window; 0 holds at once.
+	WCCopies int
 }
 
 // EventKind names an event of the model.
@@ -171,6 +175,7 @@ type Core struct {
 	keys  []uint32 // the segments' keys in order, for flushing
 
 	selective, channels bool
+	wcCopies            int // Config.WCCopies
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -205,6 +210,7 @@ func New(cfg Config) (*Core, error) {
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
 	c.channels = cfg.Channels
+	c.wcCopies = cfg.WCCopies
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
@@ -381,6 +387,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	}
 	if c.mustHold(sp.marks, sp.held) {
 		sp.held = c.hold(sp.held, msg)
+		sp.heldBytes += len(msg)
 		return nil
 	}
 	return c.receiveSegmentChannel(s, sp, msg)
@@ -412,11 +419,15 @@ func (c *Core) crossed() uint32 {
 }
 
 // Holds reports whether WC holds member from's messages on segment
-// channel ch now: the runtime should stop the channel's reliable layer
-// from delivering more of them (reliable.Group.HoldFrom) until Holds is
+// channel ch now and has copied at least Config.WCCopies bytes of them
+// aside: the runtime should stop the channel's reliable layer from
+// delivering more of them (reliable.Group.HoldFrom) until Holds is
 // false again, after a crossing, so that they wait in the sender's
 // window instead of being copied here (what is delivered meanwhile is
-// still held, by copy). Always false on the global channel: a lock
+// still held, by copy). The copies first: a frame held in the sender's
+// window is sent twice (it is repaired after the release), which costs
+// a repair round trip each time a peer runs a little ahead, as peers
+// do at nearly every barrier. Always false on the global channel: a lock
 // message there must overtake the messages WC holds (lockMessage), and
 // the reliable layer cannot hand out one message past another of the
 // same sender.
@@ -429,7 +440,7 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 		return false
 	}
 	sp := s.peer(from)
-	return sp != nil && c.mustHold(sp.marks, sp.held)
+	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies
 }
 
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
@@ -490,10 +501,11 @@ func (c *Core) releaseHeld() {
 				continue
 			}
 			held := sp.held
-			sp.held = nil
+			sp.held, sp.heldBytes = nil, 0
 			for i, m := range held {
 				if c.mustHold(sp.marks, sp.held) {
 					sp.held = append(sp.held, m)
+					sp.heldBytes += len(m)
 					continue
 				}
 				if c.receiveSegmentChannel(s, sp, m) != nil {
@@ -1114,8 +1126,9 @@ type segPeer struct {
 	// markID that barrier's id.
 	marks  uint32
 	markID int32
-	// held are its messages kept aside by WC.
-	held [][]byte
+	// held are its messages kept aside by WC, heldBytes their size.
+	held      [][]byte
+	heldBytes int
 }
 
 func (s *Segment) peer(id frame.MemberID) *segPeer {
