@@ -196,3 +196,23 @@ func TestChannelsAxiomsHeldInWindow(t *testing.T) {
 		})
 	}
 }
+
+// The channel program over Join with every WC hold in the window
+// (reliable.Group.HoldFrom and ReleaseFrom from the node, live, with
+// the race detector in CI's runs): the reads are the sequential
+// program's.
+func TestJoinChannelsHeldInWindow(t *testing.T) {
+	nodes := joinAll(t, 4, 3, dsm.Config{Channels: true, WCCopies: -1})
+	runLive(t, nodes, chanProgram(chanSegs, 4))
+	var unstepped uint64
+	for r, n := range nodes {
+		st := n.Stats()
+		if st.BadMessages != 0 {
+			t.Errorf("rank %d: %d bad messages", r, st.BadMessages)
+		}
+		for _, c := range st.Channels {
+			unstepped += c.HeldData
+		}
+	}
+	t.Logf("%d frames left unstepped by WC holds", unstepped)
+}
