@@ -72,9 +72,9 @@ func (s *Stepper) hold(from frame.MemberID) *senderHold {
 	return nil
 }
 
-// held reports whether v is held back (HoldFrom), keeping it if it is a
-// frame that delivers nothing.
-func (s *Stepper) held(src, dst [6]byte, v frame.View) bool {
+// holdsBack reports whether v is held back (HoldFrom), keeping it if it
+// is a frame that delivers nothing.
+func (s *Stepper) holdsBack(src, dst [6]byte, v frame.View) bool {
 	h := s.hold(v.Sender())
 	if h == nil || s.now >= h.until {
 		return false

@@ -29,14 +29,14 @@ type Stepper struct {
 	// frames kept from those released, to step at the next Tick.
 	holds, replay []senderHold
 
-	bad       BadFrames
-	heldCount uint64
-	base      frame.MemberID
-	peers     []peerCounters // by id - base; nil entries are not members
-	events    []Event        // every event so far
-	readied   bool           // Ready was called since the last Advance
-	now       Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
-	self      selfLatency    // Info.SelfDelivery only (latency.go)
+	bad     BadFrames
+	held    uint64
+	base    frame.MemberID
+	peers   []peerCounters // by id - base; nil entries are not members
+	events  []Event        // every event so far
+	readied bool           // Ready was called since the last Advance
+	now     Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
+	self    selfLatency    // Info.SelfDelivery only (latency.go)
 }
 
 // peerCounters is what the stepper measures per member.
@@ -162,8 +162,8 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
 	// nothing repairs it, and the application is not reading.
-	if (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.held(src, dst, v)) {
-		s.heldCount++
+	if (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.holdsBack(src, dst, v)) {
+		s.held++
 		return ErrHeld
 	}
 	if err := s.c.Step(now, src, dst, v); err != nil {
@@ -321,7 +321,7 @@ type PeerCounters struct {
 
 // Counters returns what the stepper measured (it allocates).
 func (s *Stepper) Counters() Counters {
-	c := Counters{Bad: s.bad, Held: s.heldCount}
+	c := Counters{Bad: s.bad, Held: s.held}
 	var all []Duration
 	for i := range s.peers {
 		p := &s.peers[i]
