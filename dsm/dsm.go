@@ -43,6 +43,10 @@ type (
 // writes block (back-pressure).
 const DefaultOutboxLimit = 64
 
+// DefaultWCCopies is Config.WCCopies's default: 256 KiB of one peer's
+// messages on a segment channel.
+const DefaultWCCopies = 256 << 10
+
 // Config configures a Node.
 type Config struct {
 	// Group configures the reliable group under the node (Join; dsmsim
@@ -78,6 +82,14 @@ type Config struct {
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
+	// WCCopies (Channels) bounds what the wait condition (WC, def. 7.3)
+	// copies of one peer's messages on a segment channel while this
+	// member has not crossed the barrier the peer crossed: past WCCopies
+	// bytes the channel stops taking the peer's frames, which then wait
+	// in the peer's send window (and block it once it is full) until
+	// the crossing. 0 means DefaultWCCopies; a negative value holds in
+	// the window at once. (docs/dsm.md, "How much WC copies".)
+	WCCopies int
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.
 	ChannelGroup func(global, key uint32) uint32
@@ -127,6 +139,28 @@ type Node struct {
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
+	// holds are the senders whose deliveries on a segment channel the
+	// env holds back for WC (Holder), until a crossing ends it.
+	holds []channelSender
+}
+
+// channelSender is one sender on one channel.
+type channelSender struct {
+	ch   core.Channel
+	from frame.MemberID
+}
+
+// Holder is an Env whose reliable layer can stop delivering one
+// sender's messages on one channel (reliable.Group.HoldFrom,
+// reliable.Driver.HoldFrom). With it, what the wait condition (WC, def.
+// 7.3) must keep from a peer on a segment channel waits in that peer's
+// send window, which bounds it, instead of being copied by the node
+// without bound. Both are called with the node's lock held and must not
+// call the node; HoldFrom reports false where the layer cannot hold
+// (the node then copies, as without a Holder).
+type Holder interface {
+	HoldFrom(ch core.Channel, from frame.MemberID) bool
+	ReleaseFrom(ch core.Channel, from frame.MemberID)
 }
 
 // Wait is what a blocked call of a Node waits for (an outbox below its
@@ -185,6 +219,7 @@ func (n *Node) ready(w Wait) bool {
 		}
 		if ok {
 			n.openChannels()
+			n.releaseHolds()
 		}
 		return ok
 	case waitLock:
@@ -214,6 +249,16 @@ func outboxLimit(cfg Config) int {
 	return cfg.OutboxLimit
 }
 
+func wcCopies(cfg Config) int {
+	switch {
+	case cfg.WCCopies == 0:
+		return DefaultWCCopies
+	case cfg.WCCopies < 0:
+		return 0
+	}
+	return cfg.WCCopies
+}
+
 // alignedAlloc returns zeroed 8-byte aligned memory, so that Float64s can
 // view it.
 func alignedAlloc(n int) []byte {
@@ -231,7 +276,7 @@ func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels}
+		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg)}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied
@@ -252,6 +297,9 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 		return
 	}
 	n.core.ReceiveOn(ch, from, data) // bad messages are counted and change nothing
+	if n.core.Holds(ch, from) {
+		n.holdFrom(ch, from)
+	}
 	if n.core.Pending() > 0 {
 		n.env.Kick()
 	}
@@ -261,6 +309,34 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	if !core.OnlyUpdates(data) {
 		n.changed()
 	}
+}
+
+// holdFrom has the env stop delivering from's messages on ch, which WC
+// holds now (with n.mu held).
+func (n *Node) holdFrom(ch core.Channel, from frame.MemberID) {
+	h, ok := n.env.(Holder)
+	if !ok || slices.Contains(n.holds, channelSender{ch, from}) {
+		return
+	}
+	// Listed even when refused: asked once per sender and crossing.
+	h.HoldFrom(ch, from)
+	n.holds = append(n.holds, channelSender{ch, from})
+}
+
+// releaseHolds ends the holds WC no longer needs, after a crossing
+// (with n.mu held).
+func (n *Node) releaseHolds() {
+	if len(n.holds) == 0 {
+		return
+	}
+	h := n.env.(Holder)
+	n.holds = slices.DeleteFunc(n.holds, func(cs channelSender) bool {
+		if n.core.Holds(cs.ch, cs.from) {
+			return false
+		}
+		h.ReleaseFrom(cs.ch, cs.from)
+		return true
+	})
 }
 
 // event is the reliable layer's Config.OnEvent.
@@ -694,6 +770,10 @@ type Stats struct {
 	// crossed, Ignored the updates of segments not joined here (Selective
 	// over one group).
 	Markers, Held, Ignored uint64
+	// HeldPeak is the most bytes of messages the wait condition kept
+	// aside at once (on a segment channel, what was delivered before its
+	// reliable layer stopped delivering from the peer: Holder).
+	HeldPeak uint64
 	// Group is the reliable layer's counters (the global group's with
 	// Channels); Channels each segment channel's, by segment key.
 	Group    reliable.Stats
@@ -711,7 +791,7 @@ func (n *Node) Stats() Stats {
 		Barriers: c.Barriers, LockRequests: c.LockRequests, LockReplies: c.LockReplies,
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
-		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored,
+		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored, HeldPeak: c.HeldPeak,
 		Group: n.env.GroupStats(),
 	}
 	if cs, ok := n.env.(interface {

@@ -261,3 +261,16 @@ func (e *groupEnv) ChannelStats() map[uint32]reliable.Stats {
 }
 
 func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }
+
+// HoldFrom holds from's deliveries on segment channel ch (Holder).
+func (e *groupEnv) HoldFrom(ch core.Channel, from frame.MemberID) bool {
+	g := e.channels[ch]
+	return g != nil && g.HoldFrom(from)
+}
+
+// ReleaseFrom ends HoldFrom (Holder).
+func (e *groupEnv) ReleaseFrom(ch core.Channel, from frame.MemberID) {
+	if g := e.channels[ch]; g != nil {
+		g.ReleaseFrom(from)
+	}
+}

@@ -27,11 +27,13 @@ type node struct {
 	// call); event every event.
 	deliver func(from frame.MemberID, data []byte)
 	event   func(Event)
+	// holdFor bounds a hold of one sender (holdFrom).
+	holdFor core.Duration
 }
 
 func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
 	st := core.NewStepper(c, s.Group, s.EtherType)
-	n := &node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger}
+	n := &node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger, holdFor: holdLimit(s, l.MTU())}
 	n.out = sender{l: l, etherType: s.EtherType, group: s.Group, log: s.Logger}
 	return n
 }

@@ -36,6 +36,9 @@ type Counters struct {
 	// was crossed; Ignored counts updates of segments this member has
 	// not joined (selective join over one group).
 	Markers, Held, Ignored uint64
+	// HeldBytes is the bytes of the messages WC keeps aside now,
+	// HeldPeak the most it kept at once.
+	HeldBytes, HeldPeak uint64
 }
 
 // Config describes a core.
@@ -71,6 +74,10 @@ type Config struct {
 	// every joined segment's channel (§7.2.3) and Opens reports the
 	// channels to open. Locks are refused (ErrLocksChannels).
 	Channels bool
+	// WCCopies (Channels) is how many bytes of one peer's messages on a
+	// segment channel WC copies aside before Holds asks the runtime to
+	// hold the rest in the peer's send window; 0 holds at once.
+	WCCopies int
 }
 
 // EventKind names an event of the model.
@@ -168,6 +175,7 @@ type Core struct {
 	keys  []uint32 // the segments' keys in order, for flushing
 
 	selective, channels bool
+	wcCopies            int // Config.WCCopies
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -202,6 +210,7 @@ func New(cfg Config) (*Core, error) {
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
 	c.channels = cfg.Channels
+	c.wcCopies = cfg.WCCopies
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
@@ -378,6 +387,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	}
 	if c.mustHold(sp.marks, sp.held) {
 		sp.held = c.hold(sp.held, msg)
+		sp.heldBytes += len(msg)
 		return nil
 	}
 	return c.receiveSegmentChannel(s, sp, msg)
@@ -408,6 +418,31 @@ func (c *Core) crossed() uint32 {
 	return c.barriers
 }
 
+// Holds reports whether WC holds member from's messages on segment
+// channel ch now and has copied at least Config.WCCopies bytes of them
+// aside: the runtime should stop the channel's reliable layer from
+// delivering more of them (reliable.Group.HoldFrom) until Holds is
+// false again, after a crossing, so that they wait in the sender's
+// window instead of being copied here (what is delivered meanwhile is
+// still held, by copy). The copies first: a frame held in the sender's
+// window is sent twice (it is repaired after the release), which costs
+// a repair round trip each time a peer runs a little ahead, as peers
+// do at nearly every barrier. Always false on the global channel: a lock
+// message there must overtake the messages WC holds (lockMessage), and
+// the reliable layer cannot hand out one message past another of the
+// same sender.
+func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
+	if ch == Global {
+		return false
+	}
+	s := c.segs[ch.Key()]
+	if s == nil || !s.channel {
+		return false
+	}
+	sp := s.peer(from)
+	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies
+}
+
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
 // does not hold them (they change no memory). A peer a partial barrier
 // ahead answers or requests a lock while this member computes; holding
@@ -421,9 +456,13 @@ func lockMessage(msg []byte) bool {
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
 // only during its delivery. What is held is bounded by what one peer
-// sends between crossing a barrier and this member's crossing of it.
+// sends between crossing a barrier and this member's crossing of it; on
+// a segment channel, by what the reliable layer delivered before the
+// runtime stopped its deliveries from that peer (Holds).
 func (c *Core) hold(held [][]byte, msg []byte) [][]byte {
 	c.c.Held++
+	c.c.HeldBytes += uint64(len(msg))
+	c.c.HeldPeak = max(c.c.HeldPeak, c.c.HeldBytes)
 	var b []byte
 	if len(msg) <= c.max {
 		b = c.buffer()
@@ -462,10 +501,11 @@ func (c *Core) releaseHeld() {
 				continue
 			}
 			held := sp.held
-			sp.held = nil
+			sp.held, sp.heldBytes = nil, 0
 			for i, m := range held {
 				if c.mustHold(sp.marks, sp.held) {
 					sp.held = append(sp.held, m)
+					sp.heldBytes += len(m)
 					continue
 				}
 				if c.receiveSegmentChannel(s, sp, m) != nil {
@@ -479,6 +519,7 @@ func (c *Core) releaseHeld() {
 }
 
 func (c *Core) recycle(b []byte) {
+	c.c.HeldBytes -= uint64(len(b))
 	if cap(b) == c.max && len(c.free) < 64 {
 		c.free = append(c.free, b)
 	}
@@ -1085,8 +1126,9 @@ type segPeer struct {
 	// markID that barrier's id.
 	marks  uint32
 	markID int32
-	// held are its messages kept aside by WC.
-	held [][]byte
+	// held are its messages kept aside by WC, heldBytes their size.
+	held      [][]byte
+	heldBytes int
 }
 
 func (s *Segment) peer(id frame.MemberID) *segPeer {

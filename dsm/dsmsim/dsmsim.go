@@ -349,6 +349,20 @@ func (m *simMember) Expect(from frame.MemberID, n int) {
 	}
 }
 
+// HoldFrom holds from's deliveries on channel ch (dsm.Holder).
+func (m *simMember) HoldFrom(ch core.Channel, from frame.MemberID) bool {
+	d := m.driver(ch)
+	return d != nil && d.HoldFrom(m.sim.net.Now(), from)
+}
+
+// ReleaseFrom ends HoldFrom (dsm.Holder).
+func (m *simMember) ReleaseFrom(ch core.Channel, from frame.MemberID) {
+	if d := m.driver(ch); d != nil {
+		d.ReleaseFrom(from)
+		m.ep.Bind(testnet.NodeFunc(m.step)) // a step now: it steps what the hold kept
+	}
+}
+
 func (m *simMember) Kick()  {}
 func (m *simMember) Flush() {}
 

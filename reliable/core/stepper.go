@@ -23,8 +23,11 @@ type Stepper struct {
 	// Hold leaves frames that deliver (Info.Delivers, and datagrams of
 	// the Unreliable level) unstepped, as a runtime whose application is
 	// not reading must (see Info.Delivers). They are counted in
-	// Counters.Held.
+	// Counters.Held. HoldFrom holds one sender's.
 	Hold bool
+	// holds are the senders held one by one (HoldFrom); replay the
+	// frames kept from those released, to step at the next Tick.
+	holds, replay []senderHold
 
 	bad     BadFrames
 	held    uint64
@@ -159,7 +162,7 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
 	// nothing repairs it, and the application is not reading.
-	if s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram) {
+	if (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.holdsBack(src, dst, v)) {
 		s.held++
 		return ErrHeld
 	}
@@ -186,6 +189,9 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 // Tick runs the core's timers.
 func (s *Stepper) Tick(now Time) {
 	s.now = now
+	if len(s.replay) > 0 {
+		s.stepReleased()
+	}
 	s.c.Tick(now)
 }
 
@@ -215,7 +221,12 @@ func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
 func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
 
 // Deadline is when Tick must next run (0: nothing pending).
-func (s *Stepper) Deadline() Time { return s.c.Deadline() }
+func (s *Stepper) Deadline() Time {
+	if len(s.replay) > 0 {
+		return max(s.now, 1) // a frame kept by HoldFrom waits for Tick
+	}
+	return s.c.Deadline()
+}
 
 // Blocked reports whether Propose may refuse for want of window room.
 func (s *Stepper) Blocked() bool { return s.c.Blocked() }
@@ -289,7 +300,7 @@ func (s *Stepper) DeliveredFrom(id frame.MemberID) uint64 {
 type Counters struct {
 	// Bad are received frames dropped before the core, by decode error.
 	Bad BadFrames
-	// Held counts frames left unstepped under Hold.
+	// Held counts frames left unstepped under Hold or HoldFrom.
 	Held uint64
 	// Peers are per member, by id, this one included.
 	Peers []PeerCounters

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -14,6 +15,7 @@ type fake struct {
 	repairing map[frame.MemberID]bool
 	ready     Ready
 	advanced  int
+	inFlight  int
 }
 
 func (f *fake) Step(now Time, src, dst [6]byte, v frame.View) error {
@@ -31,7 +33,7 @@ func (f *fake) Advance()                   { f.advanced++; f.ready = Ready{} }
 func (f *fake) Deadline() Time             { return 0 }
 func (f *fake) Blocked() bool              { return false }
 func (f *fake) Done() bool                 { return false }
-func (f *fake) Stats() Stats               { return Stats{} }
+func (f *fake) Stats() Stats               { return Stats{InFlight: f.inFlight} }
 func (f *fake) Info() Info {
 	return Info{Self: 1, Delivers: func(t frame.Type) bool { return t == frame.Data }}
 }
@@ -176,4 +178,91 @@ func TestEventKindRemoval(t *testing.T) {
 			t.Errorf("%v.Removal() = %v", k, k.Removal())
 		}
 	}
+}
+
+func TestStepperHoldFrom(t *testing.T) {
+	f := &fake{inFlight: 1}
+	s := NewStepper(f, 7, 0)
+	data := func(from frame.MemberID) []byte {
+		return ethFrame(t, 7, from, &frame.Payload{T: frame.Data, Data: []byte("x")})
+	}
+	if !s.HoldFrom(2, 100) {
+		t.Fatal("HoldFrom(2) refused by a FIFO core")
+	}
+	if err := s.Step(10, data(2)); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a Data frame of the held sender: %v, want ErrHeld", err)
+	}
+	if err := s.Step(10, data(4)); err != nil {
+		t.Fatalf("a Data frame of another sender: %v, want it stepped", err)
+	}
+	if err := s.Step(10, ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})); err != nil {
+		t.Fatalf("an Ack of the held sender with frames in flight: %v, want it stepped", err)
+	}
+	// A second HoldFrom does not move the bound.
+	s.HoldFrom(2, 1000)
+	if err := s.Step(100, data(2)); err != nil {
+		t.Fatalf("a Data frame of the held sender at the hold's bound: %v, want it stepped", err)
+	}
+	s.ReleaseFrom(2)
+	s.HoldFrom(2, 1000)
+	if err := s.Step(200, data(2)); !errors.Is(err, ErrHeld) {
+		t.Fatalf("held again after ReleaseFrom: %v, want ErrHeld", err)
+	}
+	s.ReleaseFrom(2)
+	if err := s.Step(300, data(2)); err != nil {
+		t.Fatalf("after ReleaseFrom: %v, want it stepped", err)
+	}
+	want := []frame.Type{frame.Data, frame.Ack, frame.Data, frame.Data}
+	if c := s.Counters(); c.Held != 2 || !slices.Equal(f.stepped, want) {
+		t.Fatalf("held %d, stepped %v; want 2 held and %v stepped", c.Held, f.stepped, want)
+	}
+}
+
+// With nothing in flight, the held sender's last frame that delivers
+// nothing is kept, and stepped at the Tick after ReleaseFrom.
+func TestStepperHoldFromKeepsLastQuietFrame(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	s.HoldFrom(2, 1000)
+	ack := ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})
+	hb := ethFrame(t, 7, 2, &frame.Empty{T: frame.Heartbeat})
+	for _, eth := range [][]byte{ack, hb} {
+		if err := s.Step(10, eth); !errors.Is(err, ErrHeld) {
+			t.Fatalf("a control frame of the held sender with nothing in flight: %v, want ErrHeld", err)
+		}
+	}
+	if len(f.stepped) != 0 {
+		t.Fatalf("stepped %v while held", f.stepped)
+	}
+	s.Tick(20)
+	if len(f.stepped) != 0 {
+		t.Fatalf("stepped %v at a Tick before ReleaseFrom", f.stepped)
+	}
+	s.ReleaseFrom(2)
+	if d := s.Deadline(); d != 20 {
+		t.Fatalf("Deadline after ReleaseFrom = %d, want 20 (now): a kept frame waits for Tick", d)
+	}
+	s.Tick(30)
+	if !slices.Equal(f.stepped, []frame.Type{frame.Heartbeat}) {
+		t.Fatalf("stepped %v after ReleaseFrom, want only the last kept frame (Heartbeat)", f.stepped)
+	}
+	if d := s.Deadline(); d != 0 {
+		t.Fatalf("Deadline once replayed = %d, want the core's (0)", d)
+	}
+}
+
+func TestStepperHoldFromRefusedUnderTotalOrder(t *testing.T) {
+	s := NewStepper(&totalFake{}, 7, 0)
+	if s.HoldFrom(2, 100) {
+		t.Fatal("HoldFrom accepted by a total-order core: one held frame would stop every later message")
+	}
+}
+
+// totalFake is fake under total order (Info.SelfDelivery).
+type totalFake struct{ fake }
+
+func (f *totalFake) Info() Info {
+	i := f.fake.Info()
+	i.SelfDelivery = true
+	return i
 }

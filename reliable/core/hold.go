@@ -1,0 +1,100 @@
+package core
+
+import "github.com/rbcast/rbcast/frame"
+
+// senderHold is one sender whose frames that deliver are left unstepped
+// until until (HoldFrom).
+type senderHold struct {
+	from  frame.MemberID
+	until Time
+	// quiet is from's last frame that delivers nothing, kept unstepped
+	// (a copy) while this member had nothing in flight; src and dst its
+	// Ethernet addresses.
+	quiet    []byte
+	src, dst [6]byte
+}
+
+// HoldFrom leaves the frames of member from that deliver (as Hold does
+// for every sender) unstepped until ReleaseFrom(from), or until the
+// stepper's clock reaches until, whichever comes first. The core then
+// neither delivers nor acknowledges them: they stay in the sender's
+// window, which bounds them, and are repaired like losses once stepped
+// again. Every other sender's frames are stepped as usual, and so are
+// from's that deliver nothing (acknowledgements, heartbeats, repair
+// requests) while this member has frames in flight, whose
+// acknowledgements it needs. While it has none, from's last such frame
+// is kept instead (one copy) and stepped at ReleaseFrom: stepped at
+// once, it would show the core the frames held back as a gap, and the
+// core would ask for them again and again while they are held, each
+// time for a window of retransmissions. The bound until keeps a hold
+// shorter than the failure timeouts (a sender removes a member that
+// acknowledges nothing for that long, a receiver one it does not hear
+// from).
+//
+// A hold of from that exists already, expired or not, is left as it is
+// (until is not moved): one hold per sender until ReleaseFrom. It is
+// refused (false) under total order (Info.SelfDelivery: one sender's
+// frame held back would stop every later message) and where from's
+// frames do not form a stream of their own (Core.Repair).
+func (s *Stepper) HoldFrom(from frame.MemberID, until Time) bool {
+	if s.info.SelfDelivery {
+		return false
+	}
+	if stream, _ := s.c.Repair(from); stream != from {
+		return false
+	}
+	if s.hold(from) == nil {
+		s.holds = append(s.holds, senderHold{from: from, until: until})
+	}
+	return true
+}
+
+// ReleaseFrom ends HoldFrom(from). The frame kept from it, if any, is
+// stepped at the next Tick (Deadline says when).
+func (s *Stepper) ReleaseFrom(from frame.MemberID) {
+	for i := range s.holds {
+		if h := &s.holds[i]; h.from == from {
+			if h.quiet != nil {
+				s.replay = append(s.replay, *h)
+			}
+			s.holds = append(s.holds[:i], s.holds[i+1:]...)
+			return
+		}
+	}
+}
+
+func (s *Stepper) hold(from frame.MemberID) *senderHold {
+	for i := range s.holds {
+		if s.holds[i].from == from {
+			return &s.holds[i]
+		}
+	}
+	return nil
+}
+
+// holdsBack reports whether v is held back (HoldFrom), keeping it if it
+// is a frame that delivers nothing.
+func (s *Stepper) holdsBack(src, dst [6]byte, v frame.View) bool {
+	h := s.hold(v.Sender())
+	if h == nil || s.now >= h.until {
+		return false
+	}
+	if s.info.Delivers(v.Type()) || v.Type() == frame.Datagram {
+		return true
+	}
+	if s.c.Stats().InFlight > 0 {
+		return false
+	}
+	h.quiet, h.src, h.dst = append(h.quiet[:0], v...), src, dst
+	return true
+}
+
+// stepReleased steps the frames kept from the senders released since.
+func (s *Stepper) stepReleased() {
+	for i := range s.replay {
+		h := &s.replay[i]
+		s.c.Step(s.now, h.src, h.dst, frame.View(h.quiet))
+		h.quiet = nil
+	}
+	s.replay = s.replay[:0]
+}

@@ -1,0 +1,63 @@
+package reliable
+
+import (
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// HoldFrom stops delivering member from's messages: its Data frames are
+// left unstepped (core.Stepper.HoldFrom), so the core neither delivers
+// nor acknowledges them, and they stay in from's send window, which
+// bounds them and so blocks from once it is full. The other members'
+// messages go on, and so do from's acknowledgements while this member
+// has frames in flight (while it has none, from's last one is kept and
+// stepped at ReleaseFrom, so that the core does not ask for the held
+// frames again and again meanwhile). ReleaseFrom ends it; the frames
+// held back are then repaired like losses. A hold also ends by itself after a quarter of the
+// failure timeout (500 ms by default), before from would remove this
+// member for acknowledging nothing; messages from from are delivered
+// again from then on, and a HoldFrom before ReleaseFrom does not
+// renew it.
+//
+// It reports false, and holds nothing, under total order (one held
+// frame would stop every later message). A caller that must not take a
+// message now (dsm's wait condition) still gets, in the meantime, the
+// messages of the turn that asked for the hold and those after its end,
+// and must keep them itself. Deliver may call it.
+func (g *Group) HoldFrom(from frame.MemberID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n.holdFrom(g.n.clk.Core(time.Now()), from)
+}
+
+// ReleaseFrom ends HoldFrom(from).
+func (g *Group) ReleaseFrom(from frame.MemberID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n.st.ReleaseFrom(from)
+	// A frame kept from from is stepped at the next turn: now.
+	g.due = true
+	g.wakeLoop()
+}
+
+// HoldFrom is Group.HoldFrom at now (Deliver may call it).
+func (d *Driver) HoldFrom(now time.Time, from frame.MemberID) bool {
+	return d.n.holdFrom(d.n.clk.Core(now), from)
+}
+
+// ReleaseFrom ends HoldFrom(from); the next Step steps what was kept
+// from from (Step's deadline is then now).
+func (d *Driver) ReleaseFrom(from frame.MemberID) { d.n.st.ReleaseFrom(from) }
+
+func (n *node) holdFrom(now core.Time, from frame.MemberID) bool {
+	return n.st.HoldFrom(from, now.Add(n.holdFor))
+}
+
+// holdLimit is how long HoldFrom holds at most: a quarter of the failure
+// timeout, for a sender removes a member that acknowledges none of its
+// frames for a failure timeout.
+func holdLimit(s *settings, mtu int) core.Duration {
+	return s.protocol.shared(s, mtu).failureTimeout / 4
+}
