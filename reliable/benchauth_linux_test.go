@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +29,11 @@ import (
 //
 //	go test -run '^$' -bench '^BenchmarkAuthReport$' -benchtime 1x -timeout 60m ./reliable
 //
-// RBCAST_BENCH_SECONDS: sending time per run (default 1).
+// RBCAST_BENCH_SECONDS: sending time per run (default 1). To narrow it
+// (an A/B of one cell): RBCAST_AUTH_MTUS, the MTUs of the goodput rows
+// (default "1500,9000"; "0": none), RBCAST_AUTH_MODES (default
+// "off,mac,encrypt"; the × off and p50 − off columns need off), and
+// RBCAST_AUTH_NOLAT=1 skips the latency.
 func BenchmarkAuthReport(b *testing.B) {
 	netnstest.RequireRoot(b)
 	d := benchDuration()
@@ -49,10 +55,7 @@ func BenchmarkAuthReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	modes := []struct {
-		name string
-		auth *auth.Config
-	}{{"off", nil}, {"mac", &auth.Config{Key: key}}, {"encrypt", &auth.Config{Key: key, Encrypt: true}}}
+	modes := []authMode{{"off", nil}, {"mac", &auth.Config{Key: key}}, {"encrypt", &auth.Config{Key: key, Encrypt: true}}}
 	type cell struct{ mbps, cpu, p50, p99 []float64 }
 	cells := map[string]*cell{}
 	at := func(mtu int, mode string) *cell {
@@ -63,6 +66,30 @@ func BenchmarkAuthReport(b *testing.B) {
 		return cells[k]
 	}
 	mtus := []int{1500, 9000}
+	if v := os.Getenv("RBCAST_AUTH_MTUS"); v != "" {
+		mtus = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				envFail(b, "RBCAST_AUTH_MTUS", v, "comma-separated MTUs like 1500,9000 (0: no goodput rows)")
+			}
+			if n > 0 {
+				mtus = append(mtus, n)
+			}
+		}
+	}
+	if v := os.Getenv("RBCAST_AUTH_MODES"); v != "" {
+		all := modes
+		modes = modes[:0:0]
+		for _, f := range strings.Split(v, ",") {
+			i := slices.IndexFunc(all, func(m authMode) bool { return m.name == strings.TrimSpace(f) })
+			if i < 0 {
+				envFail(b, "RBCAST_AUTH_MODES", v, "comma-separated modes of off, mac, encrypt")
+			}
+			modes = append(modes, all[i])
+		}
+	}
+	wantLat := !envBool(b, "RBCAST_AUTH_NOLAT")
 	for _, mtu := range mtus {
 		topo := netnstest.Up(b, netns.Options{Hosts: rx + 1, MTU: mtu, Prefix: benchPrefix()})
 		for range reps {
@@ -82,12 +109,19 @@ func BenchmarkAuthReport(b *testing.B) {
 			}
 		}
 	}
-	lat := netnstest.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
+	var lat *netns.Topology
+	if wantLat {
+		lat = netnstest.Up(b, netns.Options{Hosts: 2, Prefix: benchPrefix()})
+	}
 	for range reps {
 		for _, m := range modes {
+			if lat == nil {
+				break
+			}
 			p50, p99 := runLatencyAuthOn(b, lat, PBP2, latN, m.auth)
 			c := at(1500, m.name)
 			c.p50, c.p99 = append(c.p50, us(p50)), append(c.p99, us(p99))
+			b.Logf("latency %-7s p50 %5.1f µs p99 %5.1f µs (load %s)", m.name, us(p50), us(p99), loadavg())
 		}
 	}
 
@@ -95,12 +129,16 @@ func BenchmarkAuthReport(b *testing.B) {
 	fmt.Fprintf(&out, "PBP2 one-to-all, largest messages, %d receivers, %d × %v per cell (medians); latency: 64-byte ping-pong, MTU 1500, %d round trips\n\n", rx, reps, d, latN)
 	fmt.Fprintln(&out, "| MTU | auth | goodput MB/s | × off | CPU-s/GB | one-way p50 µs | p50 − off µs | p99 µs |")
 	fmt.Fprintln(&out, "|---|---|---|---|---|---|---|---|")
-	for _, mtu := range mtus {
+	rows := mtus
+	if lat != nil && !slices.Contains(rows, 1500) {
+		rows = append([]int{1500}, rows...)
+	}
+	for _, mtu := range rows {
 		off := at(mtu, "off")
 		for _, m := range modes {
 			c := at(mtu, m.name)
 			lat50, dlat, lat99 := "", "", ""
-			if mtu == 1500 {
+			if mtu == 1500 && lat != nil {
 				lat50 = fmt.Sprintf("%.1f", medianF(c.p50))
 				dlat = fmt.Sprintf("%+.1f", medianF(c.p50)-medianF(off.p50))
 				lat99 = fmt.Sprintf("%.1f", medianF(c.p99))
@@ -115,6 +153,11 @@ func BenchmarkAuthReport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+type authMode struct {
+	name string
+	auth *auth.Config
 }
 
 func medianF(v []float64) float64 {

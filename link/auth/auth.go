@@ -168,6 +168,9 @@ type stream struct {
 	keys     [2]derived
 	win      window
 	verified bool
+	// latest is the record of its (MAC, member id), once a frame of it
+	// verified.
+	latest *latest
 }
 
 // maxStreams bounds the streams a receiver remembers; beyond it, those

@@ -504,3 +504,42 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestEncryptedFailureKeepsFrame: Open decrypts straight into the frame,
+// and a failed Open zeroes what it wrote; the verifier puts the ciphertext
+// back. A forged frame (a bit flipped, the CRC recomputed) is dropped and
+// left as it arrived, and a corrupted one (the CRC not recomputed) passes
+// unjudged, its bytes as they arrived, for the stepper to count by its
+// checksum; the genuine frame then still decrypts.
+func TestEncryptedFailureKeepsFrame(t *testing.T) {
+	w := &wire{}
+	fa := w.attach(1)
+	k := testKey(t, 1)
+	a := wrap(t, fa, k, true)
+	if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, 1, strings.Repeat("secret ", 20))}); err != nil {
+		t.Fatal(err)
+	}
+	genuine := fa.sent[0]
+	v, _ := NewVerifier(Config{Group: 7, Key: k, Encrypt: true})
+	for _, recrc := range []bool{true, false} {
+		bad := append([]byte(nil), genuine...)
+		bad[len(bad)-frame.CRCLen-3] ^= 0x10 // in the body
+		if recrc {
+			frame.SetCRC(bad[frame.EthernetHeaderLen:])
+		}
+		arrived := append([]byte(nil), bad...)
+		err := v.Check(bad)
+		if recrc && !errors.Is(err, ErrDropped) || !recrc && err != nil {
+			t.Fatalf("CRC recomputed %v: Check = %v", recrc, err)
+		}
+		if !bytes.Equal(bad, arrived) {
+			t.Fatalf("CRC recomputed %v: the refused frame changed:\n%x\nwas\n%x", recrc, bad, arrived)
+		}
+	}
+	if err := v.Check(genuine); err != nil {
+		t.Fatalf("genuine frame after the forgeries: %v", err)
+	}
+	if got := payloadOf(t, genuine); got != strings.Repeat("secret ", 20) {
+		t.Fatalf("decrypted payload %q", got)
+	}
+}

@@ -34,9 +34,10 @@ type Link struct {
 	queued, now arena
 	// pending are KeyMismatch replies, sent with the next frames (a
 	// Link sends only from its sending goroutines).
-	pmu     sync.Mutex
-	pending [][]byte
-	lastMis time.Time
+	pmu        sync.Mutex
+	pending    [][]byte
+	hasPending atomic.Bool // pending is not empty (every send looks, without pmu)
+	lastMis    time.Time
 	// fatal is the key mismatch a joiner's Recv reports.
 	fatal        error
 	unauthOthers int
@@ -213,6 +214,7 @@ func (a *Link) mismatch(to [6]byte, f frame.View, r reason) {
 	b, err := frame.Append(b, &h, &frame.KeyMismatchBody{Reason: reason, Refused: f.Type(), Fingerprint: a.v.ring.Load().activeKey().fp})
 	if err == nil {
 		a.pending = append(a.pending, b)
+		a.hasPending.Store(true)
 	}
 }
 
@@ -220,9 +222,13 @@ func (r *keyring) activeKey() *Key { return r.slot[r.active] }
 
 // flushPending sends the queued KeyMismatch frames.
 func (a *Link) flushPending() {
+	if !a.hasPending.Load() {
+		return
+	}
 	a.pmu.Lock()
 	p := a.pending
 	a.pending = nil
+	a.hasPending.Store(false)
 	a.pmu.Unlock()
 	if len(p) > 0 {
 		if n, _ := a.l.Send(p); n > 0 {

@@ -45,7 +45,11 @@ type Verifier struct {
 	ring    atomic.Pointer[keyring]
 	c       counters
 	streams map[streamID]*stream
-	latest  map[srcID]latest
+	latest  map[srcID]*latest
+	// last is the stream of the last frame that verified (most frames
+	// come from the stream of the one before): no map lookups for it.
+	last    *stream
+	lastID  streamID
 	scratch []byte
 	// self is this station's MAC; heardOther is set once a frame of
 	// another station verified (a KeyMismatch is then no longer a reason
@@ -66,7 +70,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.EtherType == 0 {
 		cfg.EtherType = frame.EtherType
 	}
-	v := &Verifier{cfg: cfg, alg: cfg.alg(), streams: make(map[streamID]*stream), latest: make(map[srcID]latest)}
+	v := &Verifier{cfg: cfg, alg: cfg.alg(), streams: make(map[streamID]*stream), latest: make(map[srcID]*latest)}
 	v.ring.Store(&keyring{slot: [2]*Key{cfg.Key}})
 	return v, nil
 }
@@ -167,7 +171,10 @@ func (v *Verifier) verify(src [6]byte, f frame.View) reason {
 		return dropUnknownKey
 	}
 	sid := streamID{mac: src, sender: f.Sender(), inc: f.Incarnation()}
-	s := v.streams[sid]
+	s := v.last
+	if s == nil || v.lastID != sid {
+		s = v.streams[sid]
+	}
 	if s != nil {
 		if r := s.win.fresh(counter); r != 0 {
 			return r
@@ -188,22 +195,26 @@ func (v *Verifier) verify(src [6]byte, f frame.View) reason {
 	// Joins (sender NoMember) too: a replayed Join of a dead run would
 	// otherwise admit a ghost. Two processes joining one group from one
 	// MAC at once are therefore not supported (docs/auth.md).
-	who := srcID{mac: sid.mac, sender: sid.sender}
-	l, seen := v.latest[who]
-	switch {
-	case !seen || l.inc == sid.inc:
-		if !seen {
-			l = latest{inc: sid.inc, lo: counter, hi: counter}
+	l := s.latest
+	if l == nil {
+		who := srcID{mac: sid.mac, sender: sid.sender}
+		if l = v.latest[who]; l == nil {
+			l = &latest{inc: sid.inc, lo: counter, hi: counter}
+			v.latest[who] = l
 		}
+	}
+	switch {
+	case l.inc == sid.inc:
 		l.lo, l.hi = min(l.lo, counter), max(l.hi, counter)
-		v.latest[who] = l
 	case counter > l.hi:
-		v.latest[who] = latest{inc: sid.inc, lo: counter, hi: counter}
+		*l = latest{inc: sid.inc, lo: counter, hi: counter}
 	default:
 		return dropEarlier
 	}
+	s.latest = l
 	s.win.mark(counter)
 	s.verified = true
+	v.last, v.lastID = s, sid
 	return 0
 }
 
@@ -213,6 +224,7 @@ func (v *Verifier) bound() {
 	if len(v.streams) < maxStreams {
 		return
 	}
+	v.last = nil
 	for id, s := range v.streams {
 		if !s.verified {
 			delete(v.streams, id)
@@ -277,11 +289,14 @@ func (v *Verifier) openZeroed(a opener, f frame.View, counter uint64) bool {
 	if cap(v.scratch) < len(body)+TagLen {
 		v.scratch = make([]byte, 0, max(len(body)+TagLen, 9216))
 	}
+	// The tag is not behind the body on the wire, so the ciphertext and
+	// the tag go to scratch, and Open decrypts from there straight back
+	// into the frame (one copy of the body, not two). A failed Open
+	// zeroes what it wrote: the ciphertext is put back.
 	buf := append(append(v.scratch[:0], body...), v.tag[:]...)
-	pt, err := a.Open(buf[:0], v.nonce[:], buf, f[:f.BodyAt()])
-	if err != nil || len(pt) != len(body) {
+	if _, err := a.Open(body[:0], v.nonce[:], buf, f[:f.BodyAt()]); err != nil {
+		copy(body, buf[:len(body)])
 		return false
 	}
-	copy(body, pt)
 	return true
 }
