@@ -43,19 +43,19 @@ func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
 // counts the ones it refuses.
 func (n *node) input(now core.Time, frames []link.Frame) {
 	for i := range frames {
-		n.step(now, &frames[i])
+		stepFrame(n.st, now, &frames[i])
 	}
 	n.st.Tick(now)
 }
 
-// step steps one received frame; one whose tag verified (link/auth) is
-// decoded without its CRC, which the tag makes redundant.
-func (n *node) step(now core.Time, f *link.Frame) {
+// stepFrame steps one received frame; one whose tag verified (link/auth)
+// is decoded without its CRC, which the tag makes redundant (and which
+// no longer matches a body decrypted in place).
+func stepFrame(st *core.Stepper, now core.Time, f *link.Frame) error {
 	if f.Authenticated {
-		n.st.StepVerified(now, f.Data)
-	} else {
-		n.st.Step(now, f.Data)
+		return st.StepVerified(now, f.Data)
 	}
+	return st.Step(now, f.Data)
 }
 
 // handOut gives a Ready's deliveries and events to the application.
