@@ -286,7 +286,35 @@ func TestDecodeErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), c.text) {
 				t.Fatalf("error %q does not say %q", err, c.text)
 			}
+			// ParseNoCRC makes every check but the CRC's, with the
+			// same error.
+			b := c.edit(valid())
+			v, nerr := ParseNoCRC(b)
+			if c.kind == ErrChecksum {
+				if nerr != nil || len(v) != len(b) || v.Type() != Nack {
+					t.Fatalf("ParseNoCRC: %v, %d bytes, want the %d-byte Nack", nerr, len(v), len(b))
+				}
+				return
+			}
+			if nerr == nil || nerr.Error() != err.Error() {
+				t.Fatalf("ParseNoCRC: err = %v, want Parse's %v", nerr, err)
+			}
 		})
+	}
+}
+
+func TestParseGroupNoCRC(t *testing.T) {
+	h := baseHeader()
+	b, _ := Append(nil, &h, &Empty{T: Heartbeat})
+	b[len(b)-1] ^= 1
+	if _, err := ParseGroup(b, h.Group); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("ParseGroup of a bad CRC: err = %v", err)
+	}
+	if v, err := ParseGroupNoCRC(b, h.Group); err != nil || v.Type() != Heartbeat {
+		t.Fatalf("ParseGroupNoCRC: %v", err)
+	}
+	if _, err := ParseGroupNoCRC(b, 7); !errors.Is(err, ErrGroup) || !strings.Contains(err.Error(), "group 48879, this member is in group 7") {
+		t.Fatalf("ParseGroupNoCRC, another group: err = %v", err)
 	}
 }
 

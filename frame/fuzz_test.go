@@ -2,6 +2,7 @@ package frame
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"testing"
 )
@@ -34,7 +35,24 @@ func FuzzParse(f *testing.F) {
 			s.Auth()
 			s.AuthKey()
 		}
+		// ParseNoCRC accepts what Parse does, and more only when the
+		// CRC is wrong: with the CRC rewritten it agrees with Parse.
+		nv, nerr := ParseNoCRC(b)
+		if nerr == nil {
+			exercise(nv)
+			fixed := append([]byte(nil), nv...)
+			SetCRC(fixed)
+			if _, err := Parse(fixed); err != nil {
+				t.Fatalf("ParseNoCRC accepts a frame Parse refuses with its CRC rewritten: %v", err)
+			}
+		}
 		v, err := Parse(b)
+		if err == nil && nerr != nil {
+			t.Fatalf("Parse accepts a frame ParseNoCRC refuses: %v", nerr)
+		}
+		if err != nil && nerr == nil && !errors.Is(err, ErrChecksum) {
+			t.Fatalf("ParseNoCRC accepts a frame Parse refuses for another reason than its CRC: %v", err)
+		}
 		if err != nil {
 			if serr == nil {
 				if alg, _, _ := s.Auth(); alg != AuthEncrypted {

@@ -161,6 +161,23 @@ func ParseSealed(b []byte) (View, error) { return parse(b, true, true) }
 // this process built itself and is about to seal.
 func ParseSealedNoCRC(b []byte) (View, error) { return parse(b, true, false) }
 
+// ParseNoCRC is Parse without the CRC32C: every other check, the body's
+// layout included, stays. It is for a frame whose authentication tag
+// verified (link.Frame.Authenticated): the tag covers every byte the CRC
+// does, so the CRC adds nothing, and after a verifier decrypted a body in
+// place it no longer matches the bytes (docs/auth.md). Anything else must
+// use Parse.
+func ParseNoCRC(b []byte) (View, error) { return parse(b, false, false) }
+
+// ParseGroupNoCRC is ParseNoCRC followed by ParseGroup's group check.
+func ParseGroupNoCRC(b []byte, group uint32) (View, error) {
+	v, err := ParseNoCRC(b)
+	if err != nil {
+		return nil, err
+	}
+	return v.inGroup(group)
+}
+
 func parse(b []byte, sealed, crc bool) (View, error) {
 	if len(b) < Overhead {
 		return nil, decodeErr(ErrShort, "header", 0, "%d bytes, need at least %d", len(b), Overhead)
@@ -219,6 +236,10 @@ func ParseGroup(b []byte, group uint32) (View, error) {
 	if err != nil {
 		return nil, err
 	}
+	return v.inGroup(group)
+}
+
+func (v View) inGroup(group uint32) (View, error) {
 	if g := v.Group(); g != group {
 		return nil, decodeErr(ErrGroup, "group", offGroup, "group %d, this member is in group %d", g, group)
 	}

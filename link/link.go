@@ -80,6 +80,12 @@ type Frame struct {
 	// Outgoing is set when the frame is a copy of one this host sent
 	// (PACKET_OUTGOING); links filter these out unless asked to keep them.
 	Outgoing bool
+	// Authenticated is set by an authenticating decorator (link/auth) on
+	// a frame whose tag verified. The tag covers every byte the frame's
+	// CRC32C does, so a runtime parses such a frame without the CRC
+	// (frame.ParseNoCRC); after decryption in place the CRC no longer
+	// matches the bytes. Every other link leaves it false.
+	Authenticated bool
 }
 
 // Stats are a link's counters. Counters only grow; kernel counters are

@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
 func simKey(t testing.TB, seed byte) *auth.Key {
@@ -382,6 +384,36 @@ func TestAuthEncryptedGroup(t *testing.T) {
 		s := enc.drivers[i].Stats()
 		if !s.Auth.Encrypt || s.Auth.Dropped() != 0 || s.BadFrames.Body != 0 {
 			t.Errorf("member %d: auth %+v, malformed bodies %d", i, *s.Auth, s.BadFrames.Body)
+		}
+	}
+}
+
+// TestAuthEncryptedRegistration: an encrypted group founded by
+// registration (Server, Size) registers and exchanges: registration steps
+// the frames its link verified without their CRC (stepFrame), as the
+// event loop does; a decrypted body no longer matches the wire's CRC, and
+// a Welcome stepped with it would be dropped as corrupt.
+func TestAuthEncryptedRegistration(t *testing.T) {
+	r := rtnet.New(t, 25)
+	key := simKey(t, 3)
+	var links []*rtnet.Link
+	var cfgs []Config
+	for i := range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		cfgs = append(cfgs, Config{Group: 21, Size: 3, Server: i == 0, Logger: quiet, Auth: &auth.Config{Key: key, Encrypt: true}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: Join: %v", i, err)
+		}
+	}
+	exchange(t, groups, 50)
+	for i, g := range groups {
+		if s := g.Stats(); s.Auth == nil || s.Auth.Verified == 0 || s.Auth.Dropped() != 0 || s.BadFrames.Checksum != 0 {
+			t.Errorf("member %d: auth %+v, %d frames dropped by checksum", i, s.Auth, s.BadFrames.Checksum)
 		}
 	}
 }

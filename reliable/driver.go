@@ -96,7 +96,7 @@ func (d *Driver) turn(now core.Time, frames []link.Frame, tick bool) error {
 		d.n.st.Leave(now)
 	}
 	for i := range frames {
-		d.n.st.Step(now, frames[i].Data)
+		stepFrame(d.n.st, now, &frames[i])
 	}
 	if tick {
 		d.n.st.Tick(now)

@@ -106,7 +106,7 @@ func register(ctx context.Context, l link.Link, s *settings) (*registration, err
 		}
 		now := reg.clk.Core(time.Now())
 		for i := range rx[:n] {
-			if st.Step(now, rx[i].Data) != nil {
+			if stepFrame(st, now, &rx[i]) != nil {
 				continue
 			}
 			if _, _, ok := r.Started(); ok {

@@ -114,12 +114,14 @@ func recvAll(t testing.TB, l link.Link) [][]byte {
 	}
 }
 
+// payloadOf is the payload of a frame that verified: parsed without its
+// CRC, as the runtime parses a frame marked Authenticated.
 func payloadOf(t testing.TB, eth []byte) string {
 	_, b, err := frame.SplitEthernet(eth, frame.EtherType)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := frame.Parse(b)
+	v, err := frame.ParseNoCRC(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,12 +183,101 @@ func TestEncryptedStructuredBodies(t *testing.T) {
 		t.Fatalf("received %d frames, want the Nack (stats %+v)", len(got), b.Auth())
 	}
 	_, body, _ := frame.SplitEthernet(got[0], frame.EtherType)
-	v, err := frame.Parse(body)
+	v, err := frame.ParseNoCRC(body)
 	if err != nil {
 		t.Fatalf("the decrypted Nack does not parse: %v", err)
 	}
 	if r := v.NackRanges(); v.NackTarget() != 1 || r.Len() != 2 || r.At(0) != (frame.Range{First: 2, Last: 9}) || r.At(1) != (frame.Range{First: 12, Last: 12}) {
 		t.Fatalf("decrypted Nack to %d, %d ranges", v.NackTarget(), r.Len())
+	}
+}
+
+// TestRecvMarksAuthenticated: Recv marks the frames that verified, and
+// only those, Authenticated; the wire's CRC is left as it was (a MAC's
+// frame keeps a valid one, an encrypted body's plaintext does not, and
+// the runtime reads neither). A bit flipped anywhere in the rbcast frame,
+// the CRC recomputed or not, still never reaches a core: auth drops it,
+// counted by reason, or passes it unmarked (not a frame of its group, or
+// a CRC that does not match: then corruption, not forgery) and
+// frame.ParseGroup, which the runtime uses for an unmarked frame, refuses
+// it. Only a flip in the CRC itself, which the tag does not cover,
+// verifies: the frame's bytes are the sender's, so it is delivered.
+func TestRecvMarksAuthenticated(t *testing.T) {
+	for _, encrypt := range []bool{false, true} {
+		w := &wire{}
+		fa, fb := w.attach(1), w.attach(2)
+		k := testKey(t, 1)
+		a, b := wrap(t, fa, k, encrypt), wrap(t, fb, k, encrypt)
+		if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, 1, "hello")}); err != nil {
+			t.Fatal(err)
+		}
+		sealed := fa.sent[0]
+		fb.queue = nil
+		rx := make([]link.Frame, 4)
+		hl := frame.EthernetHeaderLen
+		crcAt := len(sealed) - frame.CRCLen
+		for i := hl; i < crcAt; i++ {
+			for bit := range 8 {
+				for _, reseal := range []bool{false, true} {
+					f := append([]byte(nil), sealed...)
+					f[i] ^= 1 << bit
+					if reseal {
+						frame.SetCRC(f[hl:])
+					}
+					before := b.Auth().Dropped()
+					fb.queue = append(fb.queue, f)
+					n, _ := b.Recv(time.Time{}, rx)
+					dropped := b.Auth().Dropped() - before
+					switch {
+					case n == 0 && dropped == 1:
+					case n == 1 && dropped == 0 && !rx[0].Authenticated:
+						if _, err := frame.ParseGroup(rx[0].Data[hl:], 7); err == nil {
+							t.Fatalf("encrypt=%v: byte %d bit %d (CRC recomputed %v): passed unmarked and parses", encrypt, i, bit, reseal)
+						}
+					default:
+						t.Fatalf("encrypt=%v: byte %d bit %d (CRC recomputed %v): %d frames passed (authenticated %v), %d dropped", encrypt, i, bit, reseal, n, n > 0 && rx[0].Authenticated, dropped)
+					}
+				}
+			}
+		}
+		if s := b.Auth(); s.Verified != 0 || s.BadTag == 0 {
+			t.Fatalf("encrypt=%v: after the flips, stats %+v", encrypt, s)
+		}
+		// A flip in the CRC: the tag verifies, the frame is marked.
+		f := append([]byte(nil), sealed...)
+		f[len(f)-1] ^= 1
+		fb.queue = append(fb.queue, f)
+		if n, _ := b.Recv(time.Time{}, rx); n != 1 || !rx[0].Authenticated || payloadOf(t, rx[0].Data) != "hello" {
+			t.Fatalf("encrypt=%v: the CRC flipped: %d frames, authenticated %v", encrypt, n, n > 0 && rx[0].Authenticated)
+		}
+		// The genuine frames of the stream are marked; the wire's CRC
+		// stays (valid for the MAC, stale over a decrypted body).
+		if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, 2, "world")}); err != nil {
+			t.Fatal(err)
+		}
+		wireCRC := frame.View(fa.sent[1][hl:]).CRC()
+		n, _ := b.Recv(time.Time{}, rx)
+		if n != 1 || !rx[0].Authenticated || payloadOf(t, rx[0].Data) != "world" {
+			t.Fatalf("encrypt=%v: genuine frame: %d frames, authenticated %v", encrypt, n, n > 0 && rx[0].Authenticated)
+		}
+		v := frame.View(rx[0].Data[hl:])
+		if v.CRC() != wireCRC || v.CRCValid() == encrypt {
+			t.Fatalf("encrypt=%v: received CRC %08x (valid %v), the wire's %08x", encrypt, v.CRC(), v.CRCValid(), wireCRC)
+		}
+		// What pcap-replay calls, Verifier.Check, still rewrites it.
+		if encrypt {
+			if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, 3, "again")}); err != nil {
+				t.Fatal(err)
+			}
+			f := append([]byte(nil), fa.sent[2]...)
+			vf, _ := NewVerifier(Config{Group: 7, Key: k, Encrypt: true})
+			if err := vf.Check(f); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := frame.Parse(f[hl:]); err != nil {
+				t.Fatalf("Check's decrypted frame does not parse with its CRC: %v", err)
+			}
+		}
 	}
 }
 

@@ -125,8 +125,11 @@ func (a *Link) Retire() {
 	a.v.ring.Store(&r)
 }
 
-// Recv returns the frames that verified; the others are dropped and
-// counted. A joiner that hears a KeyMismatch before any frame of another
+// Recv returns the frames that verified, marked Authenticated (an
+// encrypted body decrypted in place; the CRC is the wire's, which the
+// runtime does not check on such a frame), and those it does not judge
+// (not rbcast frames of its group; the stepper counts them); the others
+// are dropped and counted. A joiner that hears a KeyMismatch before any frame of another
 // station verified gets a *MismatchError instead.
 func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	a.recvMu.Lock()
@@ -141,8 +144,9 @@ func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 		}
 		kept := 0
 		for i := range frames[:n] {
-			if a.keep(frames[i].Data) {
+			if keep, verified := a.keep(frames[i].Data); keep {
 				frames[kept] = frames[i]
+				frames[kept].Authenticated = verified
 				kept++
 			}
 		}
@@ -159,25 +163,26 @@ func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 // before anything verified, tell a joiner the group runs without a key.
 const unauthLimit = 8
 
-func (a *Link) keep(eth []byte) bool {
+// keep says whether a frame read goes up, and whether its tag verified.
+func (a *Link) keep(eth []byte) (keep, verified bool) {
 	f, err := a.v.check(eth)
 	if f == nil {
-		return true // not ours to judge: the stepper counts it
+		return true, false // not ours to judge: the stepper counts it
 	}
 	src := frame.Ethernet(eth[:frame.EthernetHeaderLen]).Src()
 	if f.Type() == frame.KeyMismatch {
 		if _, err := frame.Parse(f); err != nil {
-			return false // sealed, its body not a KeyMismatch's: nobody's reply
+			return false, false // sealed, its body not a KeyMismatch's: nobody's reply
 		}
 		a.v.c.mismatchReceived.Add(1)
 		if !a.v.heardOther && frame.Ethernet(eth[:frame.EthernetHeaderLen]).Dst() == a.v.self {
 			k := f.KeyMismatch()
 			a.fatal = &MismatchError{From: net.HardwareAddr(src[:]), Reason: k.Reason, Theirs: k.Fingerprint, Ours: a.v.cfg.Key.fp}
 		}
-		return false
+		return false, false
 	}
 	if err == nil {
-		return true
+		return true, true
 	}
 	r := err.(*DropError).reason
 	if r == dropUnauthenticated && src != a.v.self && !a.v.heardOther {
@@ -188,7 +193,7 @@ func (a *Link) keep(eth []byte) bool {
 	if t := f.Type(); (t == frame.ViewJoin || t == frame.Join) && (r == dropUnauthenticated || r == dropUnknownKey || r == dropBadTag) {
 		a.mismatch(src, f, r)
 	}
-	return false
+	return false, false
 }
 
 // mismatch queues a KeyMismatch to a station whose Join did not verify, at

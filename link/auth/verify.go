@@ -122,15 +122,24 @@ func (v *Verifier) Stats() Stats {
 
 // Check verifies eth, a whole Ethernet frame, in place: nil if the frame
 // may reach a core (an encrypted body is then decrypted in place and the
-// CRC rewritten over it), else a *DropError, counted. A frame that is not
-// a valid rbcast frame of this group passes unjudged: the core's stepper
-// drops and counts it by its decode error, and it reaches no core.
+// CRC rewritten over it, so that frame.Parse reads it as a capture's
+// other frames), else a *DropError, counted. A frame that is not a valid
+// rbcast frame of this group passes unjudged: the core's stepper drops
+// and counts it by its decode error, and it reaches no core.
 func (v *Verifier) Check(eth []byte) error {
-	_, err := v.check(eth)
+	f, err := v.check(eth)
+	if err == nil && f != nil {
+		if alg, _, _ := f.Auth(); alg == AlgGCM {
+			frame.SetCRC(f)
+		}
+	}
 	return err
 }
 
-// check is Check that also returns the parsed frame (nil if unjudged).
+// check is Check without the CRC's rewrite (Link.Recv marks the frame
+// Authenticated instead, and the runtime does not read the CRC); it
+// returns the parsed frame too (nil if unjudged). A frame that verified
+// is the only one returned with a nil error and a non-nil frame.
 func (v *Verifier) check(eth []byte) (frame.View, error) {
 	e, b, err := frame.SplitEthernet(eth, v.cfg.EtherType)
 	if err != nil {
@@ -258,9 +267,9 @@ type opener interface {
 	Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error)
 }
 
-// open verifies f's tag (and decrypts its body in place under AlgGCM,
-// rewriting the CRC). The tag is zeroed while the MAC runs over the
-// frame, then put back.
+// open verifies f's tag (and decrypts its body in place under AlgGCM;
+// the CRC is left as it was on the wire). The tag is zeroed while the
+// MAC runs over the frame, then put back.
 func (v *Verifier) open(a opener, f frame.View, counter uint64) bool {
 	at, n := f.AuthTagAt()
 	tag := v.tag[:]
@@ -268,11 +277,6 @@ func (v *Verifier) open(a opener, f frame.View, counter uint64) bool {
 	clear(f[at : at+n])
 	ok := v.openZeroed(a, f, counter)
 	copy(f[at:at+n], tag)
-	if alg, _, _ := f.Auth(); ok && alg == AlgGCM {
-		// The encrypted body was replaced by its plaintext: the CRC
-		// follows it.
-		frame.SetCRC(f)
-	}
 	return ok
 }
 

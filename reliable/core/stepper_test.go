@@ -84,6 +84,44 @@ func TestStepperCountsBadFrames(t *testing.T) {
 	}
 }
 
+// TestStepperStepVerified: a frame whose tag verified is decoded without
+// its CRC, and with every other check; Step still drops a bad CRC.
+func TestStepperStepVerified(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	good := ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})
+	badCRC := append([]byte(nil), good...)
+	badCRC[len(badCRC)-1] ^= 0xff
+	other := ethFrame(t, 8, 2, &frame.Empty{T: frame.Ack})
+	badType := append([]byte(nil), good...)
+	badType[frame.EthernetHeaderLen+1] = 0x7f
+	for _, tc := range []struct {
+		name string
+		eth  []byte
+		want error
+	}{
+		{"good", good, nil},
+		{"bad CRC", badCRC, nil},
+		{"another group", other, frame.ErrGroup},
+		{"unknown type", badType, frame.ErrType},
+		{"truncated", good[:10], frame.ErrEthernet},
+	} {
+		if err := s.StepVerified(1, tc.eth); !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
+			t.Errorf("%s: StepVerified = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if err := s.Step(1, badCRC); !errors.Is(err, frame.ErrChecksum) {
+		t.Errorf("Step of the bad CRC = %v, want %v", err, frame.ErrChecksum)
+	}
+	c := s.Counters()
+	if c.Bad.Checksum != 1 || c.Bad.Group != 1 || c.Bad.NotRbcast != 1 || c.Bad.Total() != 4 {
+		t.Errorf("bad frames %+v, want 1 checksum (Step's), 1 group, 1 type, 1 not rbcast", c.Bad)
+	}
+	if !slices.Equal(f.stepped, []frame.Type{frame.Ack, frame.Ack}) {
+		t.Errorf("the core was stepped with %v, want the good frame and the bad CRC's", f.stepped)
+	}
+}
+
 func TestStepperHold(t *testing.T) {
 	f := &fake{}
 	s := NewStepper(f, 7, 0)
