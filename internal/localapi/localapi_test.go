@@ -56,6 +56,7 @@ func goldenCases() []struct {
 		{"file_queued", &FileQueued{ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img"}},
 		{"file_verdict", &FileVerdict{ID: 3, Done: []uint16{1, 2}, Missing: []FileMiss{{Member: 4, Cause: FileCauseSilent, Held: 1000, Blocks: 733431}}}},
 		{"file_verdict_ok", &FileVerdict{ID: 4, Done: []uint16{1}}},
+		{"file_sent", &FileVerdict{ID: 5, Done: []uint16{1, 2}, Hash: goldenHash()}},
 		{"receive_files", &ReceiveFiles{Dir: "/srv/inbox"}},
 		{"receiving_files", &ReceivingFiles{Dir: "/srv/inbox"}},
 		{"file_report", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img"}},
