@@ -168,6 +168,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"send file members cut", []byte{byte(TSendFile), 0, 9, 0, 1}, "bad SendFile message at byte 3: 9 members need 18 bytes"},
 		{"send file name cut", []byte{byte(TSendFile), 0, 0, 0, 9, 'a'}, "bad SendFile message at byte 3: a name of 9 bytes, only 1 left"},
 		{"verdict missing cut", []byte{byte(TFileVerdict), 0, 0, 0, 1, 0, 0, 0, 2, 0}, "bad FileVerdict message at byte 9: 2 members missing need 22 bytes, only 1 left"},
+		{"sent zero hash", append(append([]byte{byte(TFileSent), 0, 0, 0, 1}, make([]byte, FileHashLen)...), 0, 0, 0, 0), "bad FileSent message at byte 5: a hash of zeros"},
+		{"sent short", []byte{byte(TFileSent), 0, 0, 0, 1, 0, 0, 0, 0}, "bad FileSent message"},
 		{"receive files no dir", []byte{byte(TReceiveFiles)}, "bad ReceiveFiles message at byte 1: no directory"},
 		{"file report kind", func() []byte { b := (&FileReport{Kind: 1}).Append(nil); b[1] = 3; return b }(), "bad FileReport message at byte 1: kind 3"},
 		{"file queued short", []byte{byte(TFileQueued), 0, 0, 0, 1}, "bad FileQueued message at byte 5: 5 bytes, want at least 45"},
