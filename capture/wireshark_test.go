@@ -354,6 +354,9 @@ func expectFields(v frame.View) map[string]string {
 		}
 		m["rbcast.file.id"], m["rbcast.file.blocks"], m["rbcast.file.srtt"], m["rbcast.file.stamp"] = d(id), d(blocks), d(srtt), d(st)
 		m["rbcast.file.awaited_count"], m["rbcast.file.awaited"] = d(v.FileAwaited().Len()), aw.String()
+		if h, ok := v.FileEndHash(); ok {
+			m["rbcast.file.sha256"] = hex.EncodeToString(h[:])
+		}
 	case frame.FileStatus:
 		st := v.FileStatus()
 		m["rbcast.file.id"], m["rbcast.file.incarnation"], m["rbcast.file.state"], m["rbcast.file.reason"] = d(st.ID), d(st.Incarnation), d(uint8(st.State)), d(uint8(st.Reason))

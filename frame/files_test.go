@@ -23,6 +23,8 @@ func TestFileBodyErrors(t *testing.T) {
 		{"NUL in name", &FileOfferBody{ID: 1, Size: 10, BlockSize: 4, Name: []byte("a\x00b")}, "file.offer.name", "NUL byte in the name"},
 		{"empty block", &FileDataBody{ID: 1}, "file.data", "FileData body is 4 bytes, needs at least 5"},
 		{"awaited no member", &FileEndBody{ID: 1, Awaited: []MemberID{2, NoMember}}, "file.end.awaited", "0xffff is reserved"},
+		{"end hash short", &Payload{T: FileEnd, Data: append(be.AppendUint32(nil, 1), make([]byte, 12+2+31)...)}, "file.end.awaited", "0 members need 18 bytes (50 with the file's hash), body has 49"},
+		{"end hash zero", &Payload{T: FileEnd, Data: append(be.AppendUint32(nil, 1), make([]byte, 12+2+32)...)}, "file.end.hash", "a hash of all zeros"},
 		{"status state", &FileStatusBody{ID: 1, State: 7}, "file.status.state", "state 7 (want 1 needs offer"},
 		{"failed without reason", &FileStatusBody{ID: 1, State: FileFailed}, "file.status.reason", "reason 0 with state failed"},
 		{"reason while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileStorage}, "file.status.reason", "reason 1 with state receiving"},
@@ -40,6 +42,38 @@ func TestFileBodyErrors(t *testing.T) {
 		var de *DecodeError
 		if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != c.field || !strings.Contains(err.Error(), c.text) {
 			t.Errorf("%s: err = %v, want ErrBody in %s saying %q", c.name, err, c.field, c.text)
+		}
+	}
+}
+
+// A FileEnd with the file's hash after its member list decodes both; one
+// without it (what a sender that put the hash in the offer sends, and
+// every capture from before) decodes as before, with no hash.
+func TestFileEndHash(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	var sum [FileHashLen]byte
+	for i := range sum {
+		sum[i] = byte(i + 1)
+	}
+	for _, hash := range [][FileHashLen]byte{sum, {}} {
+		b, err := Append(nil, &h, &FileEndBody{ID: 5, Blocks: 9, Awaited: []MemberID{2, 3}, Hash: hash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := v.FileEndHash()
+		if ok != (hash != [FileHashLen]byte{}) || got != hash {
+			t.Fatalf("FileEndHash = %x, %v; want %x", got, ok, hash)
+		}
+		if ml := v.FileAwaited(); ml.Len() != 2 || ml.At(0) != 2 || ml.At(1) != 3 {
+			t.Fatalf("awaited %v with hash %x", ml, hash)
+		}
+		if _, body := v.Decode(); body.(*FileEndBody).Hash != hash || len(body.(*FileEndBody).Awaited) != 2 {
+			t.Fatalf("Decode = %+v, want hash %x", body, hash)
 		}
 	}
 }

@@ -25,6 +25,8 @@ const (
 // FileOfferBody announces a file before its data (IBRMP's BOF, §III.B.1):
 // its transfer id, size, block size, content hash and name. Stamp is the
 // sender's clock in microseconds, echoed by reports for the round trip.
+// A Hash of all zeros says the hash comes in the file's FileEnd instead
+// (the sender hashes the file while its pass sends it).
 type FileOfferBody struct {
 	ID        uint32
 	Size      uint64
@@ -79,16 +81,25 @@ func (d *FileDataBody) flags() Flags { return 0 }
 // receivers' timers follow it), a stamp as in the offer, and the members
 // of the snapshot taken before the first FileEnd that have not yet
 // reported the file done (§III.D). It is repeated until the file closes.
+// Hash, if not all zeros, is the file's SHA-256, after the member list:
+// the hash of a file whose offer left it out (FileOfferBody); a FileEnd
+// without it ends at the member list, as before.
 type FileEndBody struct {
 	ID      uint32
 	Blocks  uint32
 	SRTT    uint32
 	Stamp   uint32
 	Awaited []MemberID
+	Hash    [FileHashLen]byte
 }
 
 func (e *FileEndBody) FrameType() Type { return FileEnd }
-func (e *FileEndBody) Len() int        { return fileEndHead + 2*len(e.Awaited) }
+func (e *FileEndBody) Len() int {
+	if e.Hash == ([FileHashLen]byte{}) {
+		return fileEndHead + 2*len(e.Awaited)
+	}
+	return fileEndHead + 2*len(e.Awaited) + FileHashLen
+}
 func (e *FileEndBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, e.ID)
 	b = be.AppendUint32(b, e.Blocks)
@@ -97,6 +108,9 @@ func (e *FileEndBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint16(b, uint16(len(e.Awaited)))
 	for _, m := range e.Awaited {
 		b = be.AppendUint16(b, uint16(m))
+	}
+	if e.Hash != ([FileHashLen]byte{}) {
+		b = append(b, e.Hash[:]...)
 	}
 	return b
 }
@@ -274,8 +288,11 @@ func checkFileBody(t Type, body []byte, start int) error {
 			return err
 		}
 		n := int(be.Uint16(body[16:]))
-		if len(body) != fileEndHead+2*n {
-			return decodeErr(ErrBody, "file.end.awaited", start+16, "%d members need %d bytes, body has %d", n, fileEndHead+2*n, len(body))
+		if len(body) != fileEndHead+2*n && len(body) != fileEndHead+2*n+FileHashLen {
+			return decodeErr(ErrBody, "file.end.awaited", start+16, "%d members need %d bytes (%d with the file's hash), body has %d", n, fileEndHead+2*n, fileEndHead+2*n+FileHashLen, len(body))
+		}
+		if len(body) > fileEndHead+2*n && [FileHashLen]byte(body[fileEndHead+2*n:]) == ([FileHashLen]byte{}) {
+			return decodeErr(ErrBody, "file.end.hash", start+fileEndHead+2*n, "a hash of all zeros (leave it out instead)")
 		}
 		for i := range n {
 			if MemberID(be.Uint16(body[fileEndHead+2*i:])) == NoMember {
@@ -348,7 +365,22 @@ type MemberIDs []byte
 
 func (m MemberIDs) Len() int          { return len(m) / 2 }
 func (m MemberIDs) At(i int) MemberID { return MemberID(be.Uint16(m[2*i:])) }
-func (v View) FileAwaited() MemberIDs { return MemberIDs(v.Body()[fileEndHead:]) }
+func (v View) FileAwaited() MemberIDs {
+	b := v.Body()
+	return MemberIDs(b[fileEndHead : fileEndHead+2*int(be.Uint16(b[16:]))])
+}
+
+// FileEndHash returns the file's hash a FileEnd frame carries after its
+// member list, and whether it carries one (a file whose offer's hash was
+// all zeros).
+func (v View) FileEndHash() (h [FileHashLen]byte, ok bool) {
+	b := v.Body()
+	at := fileEndHead + 2*int(be.Uint16(b[16:]))
+	if len(b) < at+FileHashLen {
+		return h, false
+	}
+	return [FileHashLen]byte(b[at:]), true
+}
 
 // FileStatus returns the body of a FileStatus frame but its ranges, which
 // FileMissing reads.
@@ -382,6 +414,7 @@ func (v View) decodeFile() Body {
 		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
 			e.Awaited = append(e.Awaited, ml.At(i))
 		}
+		e.Hash, _ = v.FileEndHash()
 		return e
 	case FileStatus:
 		s := v.FileStatus()

@@ -116,6 +116,7 @@ func goldenCases() []struct {
 		{"file_data", hBlock, &FileDataBody{ID: 9, Data: []byte("block two of three")}},
 		{"file_data_repair", hRepair, &FileDataBody{ID: 9, Data: []byte("again, to one receiver")}},
 		{"file_end", hFile, &FileEndBody{ID: 9, Blocks: 3, SRTT: 250, Stamp: 0x01020305, Awaited: []MemberID{1, 4}}},
+		{"file_end_hash", hFile, &FileEndBody{ID: 9, Blocks: 3, SRTT: 250, Stamp: 0x01020305, Awaited: []MemberID{1, 4}, Hash: fileHash}},
 		{"file_status", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileReceiving, Credit: 256, Held: 1, Top: 3, Echo: 0x01020304, Delay: 120, Missing: []Range{{0, 0}, {2, 2}}}},
 		{"file_status_failed", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashMismatch, Held: 3, Top: 3}},
 		{"file_gone", hFile, &FileGoneBody{ID: 9, Reason: FileClosed}},

@@ -387,14 +387,21 @@ local function dissect_file(ty, name, tree, tvb, off, stop)
 		tree:add(f.file_stamp, tvb(off + 12, 4))
 		local n = tvb(off + 16, 2):uint()
 		local ni = tree:add(f.file_awaited_count, tvb(off + 16, 2))
-		if len ~= 18 + 2 * n then
-			body_error(ni, "file.end.awaited", off + 16, string.format("%d members need %d bytes, body has %d", n, 18 + 2 * n, len))
+		if len ~= 18 + 2 * n and len ~= 18 + 2 * n + 32 then
+			body_error(ni, "file.end.awaited", off + 16, string.format("%d members need %d bytes (%d with the file's hash), body has %d", n, 18 + 2 * n, 18 + 2 * n + 32, len))
 			return
 		end
 		for i = 0, n - 1 do
 			local mi = tree:add(f.file_awaited, tvb(off + 18 + 2 * i, 2))
 			if tvb(off + 18 + 2 * i, 2):uint() == 0xffff then
 				body_error(mi, "file.end.awaited", off + 18 + 2 * i, "member id 0xffff is reserved for 'no member'")
+			end
+		end
+		if len == 18 + 2 * n + 32 then
+			-- the file's hash, when its offer's was all zeros
+			local hi = tree:add(f.file_sha256, tvb(off + 18 + 2 * n, 32))
+			if tvb(off + 18 + 2 * n, 32):bytes():tohex() == string.rep("00", 32) then
+				body_error(hi, "file.end.hash", off + 18 + 2 * n, "a hash of all zeros (leave it out instead)")
 			end
 		end
 	elseif ty == 0x43 then

@@ -217,7 +217,11 @@ func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr i
 	if len(done) == 0 {
 		held = "held by no member"
 	}
-	fmt.Fprintf(stdout, "%x  %s  %d bytes, %s\n", q.Hash, q.Name, q.Size, held)
+	hash := q.Hash
+	if v.Hash != ([localapi.FileHashLen]byte{}) {
+		hash = v.Hash // hashed as it was sent (local API version 3)
+	}
+	fmt.Fprintf(stdout, "%x  %s  %d bytes, %s\n", hash, q.Name, q.Size, held)
 	ok := len(v.Missing) == 0 && v.Text == ""
 	for _, m := range v.Missing {
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, filerun.CauseText(m.Cause), m.Held, m.Blocks)

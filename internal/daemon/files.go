@@ -360,6 +360,9 @@ func (s *fileService) onReport(r filerun.Report) {
 		delete(s.wait, r.Meta.ID)
 		s.wmu.Unlock()
 		if c != nil {
+			if c.version >= 3 {
+				v.Hash = r.Meta.Hash // zeros if it was aborted before its hash
+			}
 			go c.write(v)
 		}
 	}
@@ -419,7 +422,14 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 			to = append(to, frame.MemberID(id))
 		}
 	}
-	src, err := filestore.OpenSource(m.Path, m.Name)
+	// A client of version 3 takes the hash in the verdict: the core
+	// hashes the file as its pass sends it (the first block goes out at
+	// once); to an older one FileQueued carries it, hashed first.
+	open := filestore.OpenSource
+	if c.version >= 3 {
+		open = filestore.OpenSourceHashLater
+	}
+	src, err := open(m.Path, m.Name)
 	if err != nil {
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}

@@ -118,15 +118,17 @@ func TestSendFileToInboxes(t *testing.T) {
 	if !ok {
 		t.Fatalf("SendFile answered with %v, want FileQueued", q)
 	}
-	if q.Size != uint64(len(data)) || q.Hash != sha256.Sum256(data) || q.Name != "boot/img.bin" {
-		t.Fatalf("FileQueued %+v does not describe the file", q)
+	// A client of version 3: the daemon hashes the file as it sends it,
+	// and the verdict (FileSent) has the hash, FileQueued none.
+	if q.Size != uint64(len(data)) || q.Hash != ([32]byte{}) || q.Name != "boot/img.bin" {
+		t.Fatalf("FileQueued %+v does not describe the file (with no hash)", q)
 	}
 	v, ok := readMsg(t, c).(*localapi.FileVerdict)
 	if !ok {
 		t.Fatalf("then %T, want FileVerdict", v)
 	}
-	if v.ID != q.ID || len(v.Done) != 2 || len(v.Missing) != 0 || v.Text != "" {
-		t.Fatalf("verdict %+v, want both receivers done", v)
+	if v.ID != q.ID || len(v.Done) != 2 || len(v.Missing) != 0 || v.Text != "" || v.Hash != sha256.Sum256(data) || v.Type() != localapi.TFileSent {
+		t.Fatalf("verdict %+v, want both receivers done and the file's hash", v)
 	}
 	for _, dir := range []string{in1, in2} {
 		got, err := os.ReadFile(filepath.Join(dir, "boot", "img.bin"))
@@ -287,5 +289,42 @@ func TestFileProgressInStatus(t *testing.T) {
 			t.Fatalf("no progress with a rate shown: receiver %+v, sender %+v", rs.Transfers, ss.Transfers)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A client of local API version 2 gets the file's hash in FileQueued (the
+// daemon hashes it before it sends it, as before version 3) and a
+// FileVerdict without one.
+func TestSendFileVersion2(t *testing.T) {
+	r := rtnet.New(t, 12)
+	in1 := t.TempDir()
+	ds := startFileGroup(t, r, 2, []testnet.Impairment{{}, {}}, []string{"", in1})
+	src := filepath.Join(t.TempDir(), "v2.bin")
+	data := writeRandom(t, src, 100_000, 4)
+	c, err := localapi.Dial(ds[0].socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := c.Write(&localapi.Hello{Version: 2, Flags: localapi.HelloWaitReady}); err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := readMsg(t, c).(*localapi.Welcome); !ok || w.Version != 2 {
+		t.Fatalf("Hello in version 2 answered with %+v", w)
+	}
+	if err := c.Write(&localapi.SendFile{Name: "v2.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	q, ok := readMsg(t, c).(*localapi.FileQueued)
+	if !ok || q.Hash != sha256.Sum256(data) {
+		t.Fatalf("SendFile answered with %+v, want FileQueued with the file's hash", q)
+	}
+	v, ok := readMsg(t, c).(*localapi.FileVerdict)
+	if !ok || v.Type() != localapi.TFileVerdict || len(v.Done) != 1 || v.Hash != ([32]byte{}) {
+		t.Fatalf("then %+v, want a FileVerdict without a hash, member 1 done", v)
+	}
+	if got, err := os.ReadFile(filepath.Join(in1, "v2.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v), want the file", len(got), err)
 	}
 }

@@ -36,7 +36,7 @@ func memGroup(t *testing.T, n int, order reliable.Order) []*running {
 func TestRings(t *testing.T) {
 	ds := memGroup(t, 2, reliable.FIFO)
 	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
-	if sub.Version() != 2 {
+	if sub.Version() != localapi.Version {
 		t.Fatalf("Hello agreed on version %d", sub.Version())
 	}
 	rr, err := sub.DeliverRing(localapi.MinRing)

@@ -60,10 +60,19 @@ func CheckName(name string) error {
 
 // partialKey names a transfer's partial copy by what identifies the file
 // (not the transfer), so a new offer of the same file resumes it.
+//
+// An offer whose hash is zeros (the sender sends it in FileEnd) is keyed
+// by its sender too, so that two senders' files of one name and size at
+// once do not share a copy; another file of the same name and size from
+// the same sender resumes the copy, and the hash check at the end finds
+// it and fetches every block again.
 func partialKey(m files.Meta) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", m.Name, m.Size, m.BlockSize)
 	h.Write(m.Hash[:])
+	if m.Hash == ([frame.FileHashLen]byte{}) {
+		fmt.Fprintf(h, "\x00sender %d", m.Sender)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -76,7 +85,10 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, err
 	}
 	final := filepath.Join(d.Root, filepath.FromSlash(m.Name))
-	if sum, err := hashFile(final, m.Size); err == nil && sum == m.Hash {
+	if m.Hash == ([frame.FileHashLen]byte{}) {
+		// The hash comes in FileEnd: a file stored under the name is not
+		// known to be this one (it is received again, and replaced).
+	} else if sum, err := hashFile(final, m.Size); err == nil && sum == m.Hash {
 		// Stored already (a restart after the commit): every block is
 		// held, and Commit has nothing to rename.
 		var held []frame.Range
@@ -406,7 +418,8 @@ func hashFile(path string, size uint64) ([32]byte, error) {
 }
 
 // Source is a file to send: its name as the receivers will store it, its
-// size and hash, and the open file (a files.Source).
+// size and hash (zeros from OpenSourceHashLater), and the open file (a
+// files.Source).
 type Source struct {
 	Name string
 	Size uint64
@@ -417,6 +430,24 @@ type Source struct {
 // OpenSource opens path to send under name (a local relative path) and
 // hashes it.
 func OpenSource(path, name string) (*Source, error) {
+	s, err := OpenSourceHashLater(path, name)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, s.File); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("filestore: hashing %s: %w", path, err)
+	}
+	s.Hash = [32]byte(h.Sum(nil))
+	return s, nil
+}
+
+// OpenSourceHashLater opens path to send under name without hashing it:
+// its Hash is zeros, so the file core hashes it as its pass reads it and
+// sends the hash in FileEnd (files.Outgoing), and the first block goes
+// out without a whole pass over the file first.
+func OpenSourceHashLater(path, name string) (*Source, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
@@ -429,12 +460,7 @@ func OpenSource(path, name string) (*Source, error) {
 		f.Close()
 		return nil, fmt.Errorf("filestore: %s is not a regular file", path)
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("filestore: hashing %s: %w", path, err)
-	}
-	return &Source{Name: name, Size: uint64(st.Size()), Hash: [32]byte(h.Sum(nil)), File: f}, nil
+	return &Source{Name: name, Size: uint64(st.Size()), File: f}, nil
 }
 
 // Outgoing is the files.Outgoing of s, to the members to (nil: all).

@@ -381,3 +381,133 @@ func TestReadAhead(t *testing.T) {
 	read(blocks - 1)
 	read(0)
 }
+
+// A lossless receiver's verdict needs no read of its copy: blocks that
+// arrive in order are hashed from memory as they are stored, so once the
+// last is written Sum is the prefix hash. The copy is overwritten on
+// disk behind the partial's back after every block is written out; Sum
+// still gives the file's SHA-256, which it could not if it read the copy.
+func TestLosslessSumNoReread(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	runBytes = 4 * 1000 // several runs written out, the last one too
+	data := randomBytes(50*1000+123, 21)
+	m := meta("f", data, 1000)
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	p := f.(*partial)
+	for b := range m.Blocks() {
+		if err := f.WriteBlock(b, data[int(b)*1000:int(b)*1000+m.BlockLen(b)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.hashed != m.Blocks() {
+		t.Fatalf("after the last block, %d of %d blocks are in the prefix hash", p.hashed, m.Blocks())
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.path, make([]byte, len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x (the blocks as written, not the copy read back)", sum, err, m.Hash)
+	}
+}
+
+// A block corrupted on its way to the disk (every time it is written,
+// so the fetch of every block again after the first mismatch fails too;
+// on the wire the frame's CRC-32C would drop it) gives a receiver over a
+// Dir the cause FileHashMismatch, named in the sender's verdict, and
+// nothing is stored under the file's name: with the hash in the offer,
+// and with the hash in FileEnd (the sender hashed the file as it sent it).
+func TestCorruptBlockHashMismatch(t *testing.T) {
+	for name, open := range map[string]func(path, name string) (*Source, error){"hash in the offer": OpenSource, "hash in FileEnd": OpenSourceHashLater} {
+		t.Run(name, func(t *testing.T) {
+			src, dst := t.TempDir(), t.TempDir()
+			data := randomBytes(40*1464+5, 23)
+			os.WriteFile(filepath.Join(src, "img"), data, 0o644)
+			s, err := open(filepath.Join(src, "img"), "img")
+			if err != nil {
+				t.Fatal(err)
+			}
+			members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
+			cfg := func(self frame.MemberID, sink files.Sink) files.Config {
+				return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
+			}
+			sender, _ := files.New(cfg(1, nil))
+			r, _ := files.New(cfg(2, corruptSink{&Dir{Root: dst}}))
+			if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
+				t.Fatal(err)
+			}
+			now := clock.Time(1)
+			var verdict *files.Report
+			var incomplete []files.Report
+			exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
+				for _, f := range from.Ready().Frames {
+					_, body, _ := frame.SplitEthernet(f, frame.EtherType)
+					v, err := frame.ParseGroup(body, 3)
+					if err != nil {
+						t.Fatal(err)
+					}
+					to.Step(now, fromMAC, toMAC, v)
+				}
+				for _, rep := range from.Reports() {
+					switch rep.Kind {
+					case files.Verdict:
+						verdict = &rep
+					case files.Incomplete:
+						incomplete = append(incomplete, rep)
+					}
+				}
+				from.Advance()
+			}
+			for i := 0; verdict == nil && i < 100_000; i++ {
+				now += clock.Time(10 * clock.Microsecond)
+				sender.Tick(now)
+				exchange(sender, r, members[0].MAC, members[1].MAC)
+				r.Tick(now)
+				exchange(r, sender, members[1].MAC, members[0].MAC)
+			}
+			if verdict == nil || len(verdict.Missing) != 1 || verdict.Missing[0].Member != 2 || verdict.Missing[0].Cause != files.CauseHash {
+				t.Fatalf("verdict %v, want member 2 missing with cause %q", verdict, files.CauseHash)
+			}
+			if verdict.Meta.Hash != sha256.Sum256(data) {
+				t.Fatalf("verdict's hash %x, want the file's", verdict.Meta.Hash)
+			}
+			if !strings.Contains(verdict.String(), "hash mismatch") {
+				t.Fatalf("verdict %q does not say %q", verdict, "hash mismatch")
+			}
+			if len(incomplete) != 1 || incomplete[0].Cause != files.CauseHash {
+				t.Fatalf("the receiver reported %v, want one incomplete with cause %q", incomplete, files.CauseHash)
+			}
+			if _, err := os.Stat(filepath.Join(dst, "img")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a file is stored under the name: %v", err)
+			}
+		})
+	}
+}
+
+// corruptSink flips a bit of block 17 of every file it stores.
+type corruptSink struct{ d *Dir }
+
+func (c corruptSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
+	f, held, err := c.d.Open(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return corruptFile{f}, held, nil
+}
+
+type corruptFile struct{ files.SinkFile }
+
+func (c corruptFile) WriteBlock(b uint32, data []byte) error {
+	if b == 17 {
+		data = slices.Clone(data)
+		data[len(data)/2] ^= 1
+	}
+	return c.SinkFile.WriteBlock(b, data)
+}

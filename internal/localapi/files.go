@@ -18,6 +18,9 @@ const (
 	TReceivingFiles Type = 0x8b
 	// TFileReport: a file received (stored, hash checked) or given up.
 	TFileReport Type = 0x8c
+	// TFileSent: FileVerdict with the file's hash (version 3), for a
+	// file whose FileQueued had none: the daemon hashed it as it sent it.
+	TFileSent Type = 0x8d
 )
 
 // FileHashLen is the length of a file's hash (SHA-256).
@@ -37,7 +40,10 @@ type SendFile struct {
 }
 
 // FileQueued answers SendFile: the file is queued as ID (unique for the
-// daemon's incarnation), with the size and SHA-256 the daemon read.
+// daemon's incarnation), with the size and SHA-256 the daemon read. To a
+// client of version 3 the daemon sends a Hash of zeros: it hashes the
+// file as it sends it (not before its first block), and the file's
+// verdict (TFileSent) carries the hash.
 type FileQueued struct {
 	ID   uint32
 	Size uint64
@@ -67,12 +73,15 @@ type FileMiss struct {
 
 // FileVerdict is the outcome of file ID: the receivers that hold it
 // (hash checked), those that do not, and Text (the sender's read error
-// of a file it gave up, or why the daemon abandoned it).
+// of a file it gave up, or why the daemon abandoned it). Hash, if not
+// zeros, is the file's SHA-256, hashed as it was sent; such a verdict is
+// a TFileSent message (version 3), else a TFileVerdict.
 type FileVerdict struct {
 	ID      uint32
 	Done    []uint16
 	Missing []FileMiss
 	Text    string
+	Hash    [FileHashLen]byte
 }
 
 // ReceiveFiles asks the daemon to store the files the group sends from
@@ -104,9 +113,14 @@ type FileReport struct {
 	Name        string
 }
 
-func (*SendFile) Type() Type       { return TSendFile }
-func (*FileQueued) Type() Type     { return TFileQueued }
-func (*FileVerdict) Type() Type    { return TFileVerdict }
+func (*SendFile) Type() Type   { return TSendFile }
+func (*FileQueued) Type() Type { return TFileQueued }
+func (m *FileVerdict) Type() Type {
+	if m.Hash != ([FileHashLen]byte{}) {
+		return TFileSent
+	}
+	return TFileVerdict
+}
 func (*ReceiveFiles) Type() Type   { return TReceiveFiles }
 func (*ReceivingFiles) Type() Type { return TReceivingFiles }
 func (*FileReport) Type() Type     { return TFileReport }
@@ -120,6 +134,7 @@ const MaxFileName = 4096
 //	FileQueued:     type, id u32, size u64, hash [32], name
 //	FileVerdict:    type, id u32, done n u16, n × member u16, missing m u16,
 //	                m × (member u16, cause u8, held u32, blocks u32), text
+//	FileSent:       type, id u32, hash [32], then as FileVerdict
 //	ReceiveFiles:   type, dir
 //	ReceivingFiles: type, dir
 //	FileReport:     type, kind u8, cause u8, sender u16, incarnation u32,
@@ -148,7 +163,10 @@ func (m *FileQueued) Append(b []byte) []byte {
 }
 
 func (m *FileVerdict) Append(b []byte) []byte {
-	b = be.AppendUint32(append(b, byte(TFileVerdict)), m.ID)
+	b = be.AppendUint32(append(b, byte(m.Type())), m.ID)
+	if m.Type() == TFileSent {
+		b = append(b, m.Hash[:]...)
+	}
 	b = be.AppendUint16(b, uint16(len(m.Done)))
 	for _, id := range m.Done {
 		b = be.AppendUint16(b, id)
@@ -245,12 +263,20 @@ func decodeFile(p []byte) (Message, error) {
 			return nil, decodeErr(t, 45, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
 		}
 		return m, nil
-	case TFileVerdict:
-		if err := atLeast(fileVerdictMin); err != nil {
+	case TFileVerdict, TFileSent:
+		least, off := fileVerdictMin, 5
+		if t == TFileSent {
+			least, off = fileVerdictMin+FileHashLen, 5+FileHashLen
+		}
+		if err := atLeast(least); err != nil {
 			return nil, err
 		}
 		m := &FileVerdict{ID: be.Uint32(p[1:])}
-		off := 5
+		if t == TFileSent {
+			if m.Hash = [FileHashLen]byte(p[5:]); m.Hash == ([FileHashLen]byte{}) {
+				return nil, decodeErr(t, 5, "a hash of zeros (a verdict without a hash is a FileVerdict)")
+			}
+		}
 		n := int(be.Uint16(p[off:]))
 		off += 2
 		if len(p)-off < 2*n+2 {
@@ -308,7 +334,7 @@ func decodeFile(p []byte) (Message, error) {
 // isFile reports whether t is a file message.
 func isFile(t Type) bool {
 	switch t {
-	case TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport:
+	case TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport, TFileSent:
 		return true
 	}
 	return false
@@ -328,6 +354,8 @@ func fileTypeName(t Type) string {
 		return "ReceivingFiles"
 	case TFileReport:
 		return "FileReport"
+	case TFileSent:
+		return "FileSent"
 	}
 	return ""
 }

@@ -19,9 +19,11 @@ import (
 // Hellos of every version from MinVersion (a Welcome of the client's
 // version). A Hello with another version is answered with an Error of
 // code CodeVersion. Version 2 adds the rings (RingSetup, RingReady,
-// Doorbell, DaemonDoorbell; docs/local-api.md, "Rings").
+// Doorbell, DaemonDoorbell; docs/local-api.md, "Rings"); version 3 the
+// file's hash in its verdict (FileSent) instead of in FileQueued, so that
+// the daemon hashes a file as it sends it.
 const (
-	Version    = 2
+	Version    = 3
 	MinVersion = 1
 )
 

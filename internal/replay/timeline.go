@@ -154,7 +154,12 @@ func Details(v frame.View) string {
 		// Files (reliable/files, after IBRMP): the seq is the block number
 		// of FileData, the report number of FileStatus.
 		o := v.FileOffer()
-		fmt.Fprintf(&b, " file %d %q %dB in %d blocks of %d sha256 %x", o.ID, o.Name, o.Size, o.Blocks(), o.BlockSize, o.Hash[:8])
+		fmt.Fprintf(&b, " file %d %q %dB in %d blocks of %d", o.ID, o.Name, o.Size, o.Blocks(), o.BlockSize)
+		if o.Hash == ([frame.FileHashLen]byte{}) {
+			b.WriteString(" sha256 in FileEnd")
+		} else {
+			fmt.Fprintf(&b, " sha256 %x", o.Hash[:8])
+		}
 	case frame.FileData:
 		fmt.Fprintf(&b, " file %d block %d %dB", v.FileID(), v.Seq(), len(v.FileBlock()))
 	case frame.FileEnd:
@@ -167,6 +172,9 @@ func Details(v frame.View) string {
 			fmt.Fprint(&b, ml.At(i))
 		}
 		b.WriteString("]")
+		if h, ok := v.FileEndHash(); ok {
+			fmt.Fprintf(&b, " sha256 %x", h[:8])
+		}
 	case frame.FileStatus:
 		st := v.FileStatus()
 		fmt.Fprintf(&b, " file %d.%d %v", st.ID, st.Incarnation, st.State)

@@ -48,7 +48,10 @@ type Source interface {
 type Sink interface {
 	// Open opens the partial copy of transfer m, or resumes one it kept
 	// (a sink keys partials by name, size, block size and hash, so the
-	// same file offered again resumes). held lists the blocks it already
+	// same file offered again resumes). m.Hash is the offer's: all zeros
+	// when the sender sends the hash in FileEnd instead (the core checks
+	// Sum against it, and a partial of another file under the same name
+	// and size is caught by that check and fetched again). held lists the blocks it already
 	// has, each verified against the hash the sink stored beside it when
 	// it wrote the block. An error refuses the file (a bad name, no
 	// room); ErrDeclined refuses it silently (not for this member).
@@ -74,8 +77,12 @@ var ErrDeclined = errors.New("files: file declined")
 
 // Outgoing is a file to send.
 type Outgoing struct {
-	Name   string
-	Size   uint64
+	Name string
+	Size uint64
+	// Hash is the file's SHA-256, announced in its offer; all zeros: the
+	// core hashes the file as its pass reads it, and announces the hash
+	// in FileEnd, so that the first block goes out without a pass over
+	// the file first.
 	Hash   [frame.FileHashLen]byte
 	Source Source
 	// To is the receivers the sender waits for (the snapshot); nil means

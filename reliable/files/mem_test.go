@@ -50,10 +50,19 @@ type memSink struct {
 }
 
 type pkey struct {
-	name string
-	size uint64
-	bs   uint32
-	hash [32]byte
+	name   string
+	size   uint64
+	bs     uint32
+	hash   [32]byte
+	sender frame.MemberID // with a hash of zeros (it comes in FileEnd), as filestore keys it
+}
+
+func keyOf(m Meta) pkey {
+	k := pkey{name: m.Name, size: m.Size, bs: m.BlockSize, hash: m.Hash}
+	if m.Hash == ([32]byte{}) {
+		k.sender = m.Sender
+	}
+	return k
 }
 
 type partial struct {
@@ -76,7 +85,7 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 	if s.refuse != "" && len(m.Name) >= len(s.refuse) && m.Name[:len(s.refuse)] == s.refuse {
 		return nil, nil, fmt.Errorf("no room for %q", m.Name)
 	}
-	k := pkey{m.Name, m.Size, m.BlockSize, m.Hash}
+	k := keyOf(m)
 	if d, ok := s.stored[m.Name]; ok && sha256.Sum256(d) == m.Hash && uint64(len(d)) == m.Size {
 		// Stored already (a member that restarted after committing it):
 		// every block is held.
@@ -150,7 +159,7 @@ func (p *partial) Sum() ([32]byte, error) {
 
 func (p *partial) Commit() error {
 	s := p.sink
-	if sha256.Sum256(p.data) != p.meta.Hash {
+	if p.meta.Hash != ([32]byte{}) && sha256.Sum256(p.data) != p.meta.Hash {
 		s.fail("%v: committed with a hash that is not its offer's", p.meta)
 	}
 	k := inKey{p.meta.Sender, p.meta.Incarnation, p.meta.ID}
@@ -172,7 +181,7 @@ func (p *partial) Abort(keep bool) {
 }
 
 func (s *memSink) drop(p *partial) {
-	k := pkey{p.meta.Name, p.meta.Size, p.meta.BlockSize, p.meta.Hash}
+	k := keyOf(p.meta)
 	if s.partials[k] == p {
 		delete(s.partials, k)
 	}

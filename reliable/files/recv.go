@@ -52,6 +52,11 @@ type transfer struct {
 	top     uint32 // one past the highest block seen sent (the count once ended)
 	ended   bool
 	retried bool // fetched again after a hash mismatch
+	// offerHash is the hash the offer carried (the sink keys partial
+	// copies by it); zeros mean the sender hashes the file as it sends it
+	// and FileEnd carries the hash, kept in endHash until the offer is
+	// here, then in meta.Hash.
+	offerHash, endHash [frame.FileHashLen]byte
 
 	heard, arrived Time // the sender's last frame about it; the last new block
 	echo           uint32
@@ -114,6 +119,15 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 			t.srtt = Duration(srtt) * Microsecond
 		}
 		t.top = blocks
+		if h, ok := v.FileEndHash(); ok {
+			t.endHash = h
+			if t.state == receiving && t.meta.Hash == ([frame.FileHashLen]byte{}) {
+				t.meta.Hash = h
+				if t.set.complete() {
+					c.finish(now, t) // every block was here, the hash was not
+				}
+			}
+		}
 		t.named = false
 		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
 			if ml.At(i) == c.cfg.Self {
@@ -157,6 +171,9 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		return fmt.Errorf("files: offer of file %d with blocks of %d bytes, more than the MTU %d", o.ID, o.BlockSize, c.cfg.MTU)
 	}
 	t.meta = Meta{Sender: t.key.sender, Incarnation: t.key.inc, ID: o.ID, Name: string(o.Name), Size: o.Size, BlockSize: o.BlockSize, Hash: o.Hash}
+	if t.offerHash = o.Hash; o.Hash == ([frame.FileHashLen]byte{}) {
+		t.meta.Hash = t.endHash // zeros until FileEnd brings it
+	}
 	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
 		t.state = declined
 		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d", t.meta, n, c.cfg.MaxBlocks)
@@ -172,9 +189,11 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 	return nil
 }
 
-// openSink opens (or resumes) t's partial copy.
+// openSink opens (or resumes) t's partial copy, under the offer's hash.
 func (c *Core) openSink(now Time, t *transfer) error {
-	f, held, err := c.cfg.Sink.Open(t.meta)
+	m := t.meta
+	m.Hash = t.offerHash
+	f, held, err := c.cfg.Sink.Open(m)
 	if errors.Is(err, ErrDeclined) {
 		t.state = declined
 		return err
@@ -251,8 +270,12 @@ func (c *Core) block(now Time, t *transfer, v frame.View) error {
 }
 
 // finish checks a complete file's hash and commits it; a mismatch fetches
-// every block once more, a second one fails the transfer.
+// every block once more, a second one fails the transfer. A file whose
+// hash comes in FileEnd waits for it (FileEnd calls finish again).
 func (c *Core) finish(now Time, t *transfer) {
+	if t.meta.Hash == ([frame.FileHashLen]byte{}) {
+		return
+	}
 	sum, err := t.file.Sum()
 	if err != nil {
 		c.fail(now, t, CauseStorage, false, true)

@@ -1,9 +1,11 @@
 package files
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"slices"
 
@@ -38,6 +40,14 @@ type outFile struct {
 	blockedSince, probeAt Time
 	// marks[k] is when the pass sent block k·markEvery (repair.go).
 	marks []Time
+
+	// offerHash is the hash the offers carry: Outgoing's, or zeros when
+	// the pass hashes the file (h: blocks 0..hashed-1 are in it, as the
+	// pass reads them) and FileEnd carries meta.Hash, set as the pass
+	// ends.
+	offerHash [frame.FileHashLen]byte
+	h         hash.Hash
+	hashed    uint32
 }
 
 // receiver is what a sender knows of one receiver of one file: its last
@@ -98,7 +108,10 @@ func (c *Core) Send(now Time, o Outgoing) (uint32, error) {
 	}
 	m := Meta{Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ID: c.nextID, Name: o.Name, Size: o.Size, BlockSize: uint32(c.cfg.BlockSize), Hash: o.Hash}
 	c.nextID++
-	f := &outFile{meta: m, src: o.Source, to: slices.Clone(o.To), blocks: m.Blocks()}
+	f := &outFile{meta: m, src: o.Source, to: slices.Clone(o.To), blocks: m.Blocks(), offerHash: o.Hash}
+	if o.Hash == ([frame.FileHashLen]byte{}) {
+		f.h = sha256.New()
+	}
 	slices.Sort(f.to)
 	f.to = slices.Compact(f.to)
 	c.queue = append(c.queue, f)
@@ -358,6 +371,12 @@ func (c *Core) startPass(now Time) *outFile {
 
 // endPass takes the snapshot (§III.D) and sends the first FileEnd.
 func (c *Core) endPass(now Time, f *outFile) {
+	if f.h != nil {
+		if err := c.hashRest(f); err != nil {
+			c.abort(now, f, err)
+			return
+		}
+	}
 	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
 	for _, id := range c.snapshotIDs(f) {
 		var mac [6]byte
@@ -377,6 +396,33 @@ func (c *Core) endPass(now Time, f *outFile) {
 	f.endAt, f.endEvery = now, c.clamp(2*c.srtt)
 	c.judge(now, f)
 	c.sendEnd(now, f)
+}
+
+// hashRest ends the hash of a file whose pass hashed it: the blocks the
+// pass read in order are in it; any other (none, unless the pass skipped
+// one) are read now. meta.Hash is the file's hash from then on.
+func (c *Core) hashRest(f *outFile) error {
+	var buf []byte
+	for ; f.hashed < f.blocks; f.hashed++ {
+		n := f.meta.BlockLen(f.hashed)
+		if buf == nil {
+			buf = make([]byte, f.meta.BlockSize)
+		}
+		got, err := f.src.ReadAt(buf[:n], int64(f.hashed)*int64(f.meta.BlockSize))
+		if errors.Is(err, io.EOF) && got == n {
+			err = nil
+		}
+		if err == nil && got != n {
+			err = fmt.Errorf("block %d: read %d bytes of %d", f.hashed, got, n)
+		}
+		if err != nil {
+			return err
+		}
+		f.h.Write(buf[:n])
+	}
+	f.meta.Hash = [frame.FileHashLen]byte(f.h.Sum(nil))
+	f.h = nil
+	return nil
 }
 
 // judge reports f's verdict once every receiver of its snapshot is done
@@ -435,7 +481,7 @@ func (c *Core) abort(now Time, f *outFile, err error) {
 func (c *Core) sendOffer(now Time, f *outFile, dst [6]byte, flags frame.Flags) {
 	c.stats.OffersSent++
 	c.send(dst, 0, flags, &frame.FileOfferBody{ID: f.meta.ID, Size: f.meta.Size, BlockSize: f.meta.BlockSize,
-		Stamp: stamp(now), Hash: f.meta.Hash, Name: []byte(f.meta.Name)})
+		Stamp: stamp(now), Hash: f.offerHash, Name: []byte(f.meta.Name)})
 }
 
 // sendEnd sends f's FileEnd (IBRMP's EOF, sent until the file closes so
@@ -444,14 +490,18 @@ func (c *Core) sendOffer(now Time, f *outFile, dst [6]byte, flags frame.Flags) {
 // MaxTimer while members are awaited, up to Announce after the verdict.
 func (c *Core) sendEnd(now Time, f *outFile) {
 	var awaited []frame.MemberID
-	room := (frame.MaxPayload(c.cfg.MTU, 0, 0) - 18) / 2
+	room := (frame.MaxPayload(c.cfg.MTU, 0, 0) - 18 - frame.FileHashLen) / 2
 	for _, r := range f.rcv {
 		if r.snap && r.state != frame.FileDone && r.state != frame.FileFailed && len(awaited) < room {
 			awaited = append(awaited, r.id)
 		}
 	}
 	c.stats.EndsSent++
-	c.send(c.cfg.Dst, 0, 0, &frame.FileEndBody{ID: f.meta.ID, Blocks: f.blocks, SRTT: uint32(c.srtt / Microsecond), Stamp: stamp(now), Awaited: awaited})
+	e := &frame.FileEndBody{ID: f.meta.ID, Blocks: f.blocks, SRTT: uint32(c.srtt / Microsecond), Stamp: stamp(now), Awaited: awaited}
+	if f.offerHash == ([frame.FileHashLen]byte{}) {
+		e.Hash = f.meta.Hash // the offer left it out
+	}
+	c.send(c.cfg.Dst, 0, 0, e)
 	limit := c.cfg.MaxTimer
 	if f.judged {
 		limit = c.cfg.Announce
@@ -706,6 +756,11 @@ func (c *Core) sendBlock(now Time, f *outFile, b uint32, dst [6]byte, flags fram
 		c.free = append(c.free, buf)
 		c.abort(now, f, err)
 		return 0
+	}
+	if f.h != nil && b == f.hashed {
+		// The pass reads the file in order: hash it as it goes.
+		f.h.Write(body[frame.FileDataHead:])
+		f.hashed++
 	}
 	c.placed = frame.Placed{T: frame.FileData, N: frame.FileDataHead + n}
 	c.hdr = h

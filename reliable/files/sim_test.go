@@ -47,6 +47,7 @@ type simFile struct {
 	data []byte
 	hash [32]byte // what the offer says (wrong for a liar)
 	liar bool
+	late bool // the offer says zeros: the sender's pass hashes it, FileEnd carries it
 	to   []frame.MemberID
 	src  *memSource
 	// Filled as the run goes: the transfer's key, the sender's verdict.
@@ -84,7 +85,7 @@ func (s *scenario) String() string {
 	fmt.Fprintf(&b, "seed %d: %d members, block %d, %v", s.seed, s.n, s.block, s.link)
 	for i, fs := range s.files {
 		for _, f := range fs {
-			fmt.Fprintf(&b, "\n  member %d sends %q (%d bytes, liar %v, to %v)", i, f.name, len(f.data), f.liar, f.to)
+			fmt.Fprintf(&b, "\n  member %d sends %q (%d bytes, liar %v, hash in FileEnd %v, to %v)", i, f.name, len(f.data), f.liar, f.late, f.to)
 		}
 	}
 	for i := range s.n {
@@ -130,6 +131,9 @@ func drawScenario(seed uint64) *scenario {
 				f.liar = true
 				f.hash[0] ^= 1
 			}
+			// Half the files (by the seed, drawing nothing from r) are
+			// hashed as the pass sends them.
+			f.late = !f.liar && (s.seed>>1+uint64(i+k))&1 == 1
 			if r.IntN(8) == 0 && s.n > 2 {
 				f.to = []frame.MemberID{frame.MemberID((i + 1) % s.n)}
 			}
@@ -283,7 +287,11 @@ func (n *simNode) boot(now time.Time) {
 			if s.sc.failRead && n.idx == 0 && f == s.sc.files[0][0] && len(f.data) > 3*c.cfg.BlockSize {
 				f.src.fail = 2
 			}
-			id, err := c.Send(s.clock.Core(now), Outgoing{Name: f.name, Size: uint64(len(f.data)), Hash: f.hash, Source: f.src, To: f.to})
+			o := Outgoing{Name: f.name, Size: uint64(len(f.data)), Hash: f.hash, Source: f.src, To: f.to}
+			if f.late {
+				o.Hash = [32]byte{}
+			}
+			id, err := c.Send(s.clock.Core(now), o)
 			if err != nil {
 				s.t.Fatal(err)
 			}
