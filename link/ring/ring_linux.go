@@ -36,12 +36,20 @@ type Link struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 
-	rx       socket
-	groups   atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
-	deadline time.Time                // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
-	woken    atomic.Bool              // set by Wake, taken by Recv
-	ready    func(uintptr) bool
-	expired  error // returned on deadline; built once so timeouts do not allocate
+	// rx is the receive socket: a raw file descriptor, not in the Go
+	// runtime's netpoller (see poll).
+	rx     socket
+	groups atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
+	// wakeFd is an eventfd(2) beside rx in Recv's ppoll: Wake writes it
+	// when Recv sleeps (sleeping), Close always; Recv reads it.
+	wakeFd   int
+	woken    atomic.Bool // set by Wake, taken by Recv
+	sleeping atomic.Bool // Recv is in (or about to enter) ppoll
+	// pollFds and pollTs are Recv's ppoll arguments, kept here so that
+	// a sleep allocates nothing.
+	pollFds [2]unix.PollFd
+	pollTs  unix.Timespec
+	expired error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
 	// block, in rx.ring.
 	rxSlot []int
@@ -172,8 +180,8 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		rx:     socket{fd: -1},
 		tx:     socket{fd: -1},
 		now:    socket{fd: -1},
+		wakeFd: -1,
 	}
-	l.ready = l.rxReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
 	if err := l.openRX(ifi.Index); err != nil {
@@ -189,6 +197,9 @@ func Open(ifname string, cfg Config) (*Link, error) {
 
 // abort releases whatever a failed Open had set up.
 func (l *Link) abort() {
+	if l.wakeFd >= 0 {
+		unix.Close(l.wakeFd)
+	}
 	l.rx.close()
 	l.tx.close()
 	l.now.close()
@@ -232,7 +243,7 @@ func (l *Link) mmap(s *socket, g Geometry) error {
 	return nil
 }
 
-// pollable wraps the socket in an *os.File so that waiting goes through Go's
+// pollable wraps a sending socket in an *os.File so that waiting goes through Go's
 // netpoller: poll(2) on a packet socket reports EPOLLIN when the ring holds
 // a frame (V2) or a retired block (V3), and EPOLLOUT when the TX ring has
 // room (packet_poll in net/packet/af_packet.c).
@@ -314,7 +325,17 @@ func (l *Link) openRX(ifindex int) error {
 			return l.sockErr("setsockopt PACKET_ADD_MEMBERSHIP "+g.String(), err)
 		}
 	}
-	return l.pollable(s, "packet-rx:"+l.ifname)
+	// The socket stays a bare file descriptor, out of the netpoller (poll).
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return l.sockErr("eventfd", err)
+	}
+	l.wakeFd = fd
+	l.pollFds = [2]unix.PollFd{
+		{Fd: int32(s.fd), Events: unix.POLLIN},
+		{Fd: int32(fd), Events: unix.POLLIN},
+	}
+	return nil
 }
 
 // openTX opens the sending socket. It is a socket of its own, always
@@ -471,13 +492,7 @@ func (l *Link) SetGroups(groups []uint32) error {
 	} else {
 		l.groups.Store(&[]uint32{})
 	}
-	var serr error
-	if err := l.rx.raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog)
-	}); err != nil {
-		serr = err
-	}
-	if serr != nil {
+	if serr := unix.SetsockoptSockFprog(l.rx.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); serr != nil {
 		return l.sockErr("setsockopt SO_ATTACH_FILTER", serr)
 	}
 	l.groups.Store(&set)
@@ -528,8 +543,8 @@ var errRefusedAhead = errors.New("the kernel stopped at a frame it refused earli
 
 // Recv implements link.Link. It first gives back to the kernel the slots
 // (V2) or blocks (V3) of the frames the previous Recv returned, then
-// returns the frames the ring holds, waiting through the netpoller if it
-// holds none.
+// returns the frames the ring holds, spinning (Config.RxSpin) and then
+// sleeping in ppoll(2) if it holds none (poll).
 func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, errNoFrames
@@ -556,7 +571,6 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// or a ring full of them would never drain.
 		l.release()
 		if l.woken.Swap(false) {
-			l.deadline = wakeDeadline // Wake sets it, now or soon
 			return 0, l.expired
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
@@ -565,28 +579,10 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
-		if !deadline.Equal(l.deadline) {
-			if err := l.rx.file.SetReadDeadline(deadline); err != nil {
-				return 0, l.recvErr(err)
-			}
-			l.deadline = deadline
-		}
-		// A Wake since the check above set its past deadline, and ours
-		// may have overwritten it: its flag is what tells.
-		if l.woken.Swap(false) {
-			l.deadline = wakeDeadline // Wake sets it, now or soon
-			return 0, l.expired
-		}
-		if err := l.rx.raw.Read(l.ready); err != nil {
-			err = l.recvErr(err)
+		if err := l.poll(deadline); err != nil {
 			if err != l.expired {
 				return 0, err
 			}
-			// Our deadline or a Wake's (maybe one that came after we read
-			// the ring and set ours): that Wake is done, and the next Recv
-			// sets its deadline again.
-			l.woken.Store(false)
-			l.deadline = wakeDeadline
 			// A short wait that ended (a caller's near timer, a bundling
 			// delay) says nothing about idleness; an event loop's idle
 			// wait (until a heartbeat, in package reliable) does, and a
@@ -600,14 +596,65 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	}
 }
 
-func (l *Link) recvErr(err error) error {
-	switch {
-	case l.closed.Load() || errors.Is(err, os.ErrClosed):
-		return net.ErrClosed
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return l.expired
+// poll sleeps in ppoll(2) on the receive socket and wakeFd until the
+// ring has a frame (nil: Recv reads it), a Wake or the deadline
+// (l.expired) or Close (net.ErrClosed). A zero deadline never expires.
+//
+// The socket is not in the Go runtime's netpoller, so a frame that lands
+// while nobody sleeps here wakes no thread: in the netpoller every frame
+// made the fd readable and woke the runtime's epoll_wait thread, also
+// while Recv was spinning, and the sender paid for that wake-up inside
+// its sendto (docs/local-api.md, "Latency"). The ppoll is a blocking
+// system call made from Recv's goroutine: the runtime lets another thread
+// take its P meanwhile, and the kernel wakes this thread itself.
+//
+// No wake-up is lost: Recv sets sleeping before it looks at woken, Wake
+// sets woken before it looks at sleeping (sequentially consistent
+// atomics), so either Recv sees the Wake or Wake writes wakeFd, which
+// keeps ppoll from sleeping; a Wake whose write comes after Recv took its
+// flag leaves wakeFd readable, and the next sleep reads it and sleeps
+// again. ppoll tests the ring's readiness (packet_poll: the frame before
+// the kernel's head is ours) after it has queued itself on the socket, so
+// a frame that lands meanwhile wakes it.
+func (l *Link) poll(deadline time.Time) error {
+	l.sleeping.Store(true)
+	defer l.sleeping.Store(false)
+	fds := &l.pollFds
+	for {
+		if l.closed.Load() {
+			return net.ErrClosed
+		}
+		if l.woken.Swap(false) {
+			return l.expired
+		}
+		var ts *unix.Timespec
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return l.expired
+			}
+			l.pollTs = unix.NsecToTimespec(int64(d))
+			ts = &l.pollTs
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		_, err := unix.Ppoll(fds[:], ts, nil)
+		if err != nil && err != unix.EINTR {
+			return &net.OpError{Op: "ppoll", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
+		}
+		if fds[1].Revents&unix.POLLIN != 0 {
+			var b [8]byte
+			unix.RawSyscall(unix.SYS_READ, uintptr(l.wakeFd), uintptr(unsafe.Pointer(&b[0])), 8)
+		}
+		if fds[0].Revents&unix.POLLERR != 0 {
+			// A pending socket error (ENETDOWN when the interface went
+			// down) keeps ppoll from sleeping until it is read; the
+			// netpoller's edge-triggered wait ignored it, and so do we.
+			unix.GetsockoptInt(l.rx.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		}
+		if l.rxReady() {
+			return nil
+		}
 	}
-	return &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 }
 
 // Frame is link.Frame, for brevity.
@@ -626,10 +673,8 @@ func (l *Link) release() {
 }
 
 // rxReady reports whether Recv has something to read: the next V2 slot or
-// V3 block belongs to us. It runs inside RawConn.Read, after the
-// netpoller's readiness was reset, so a frame that lands after this check
-// still wakes the waiter.
-func (l *Link) rxReady(uintptr) bool {
+// V3 block belongs to us.
+func (l *Link) rxReady() bool {
 	if l.blkOpen {
 		return true
 	}
@@ -640,19 +685,34 @@ func (l *Link) rxReady(uintptr) bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
-// Wake implements link.Waker: a Recv sleeping in the netpoller is woken
-// by a read deadline in the past, one spinning sees the flag, and one not
-// yet waiting takes the flag and returns at once. After Close it does
-// nothing.
+// Wake implements link.Waker: a Recv sleeping in ppoll is woken through
+// the eventfd, one spinning sees the flag, and one not yet waiting takes
+// the flag and returns at once (see poll). Only a sleeping Recv costs
+// Wake a system call. After Close it does nothing.
 func (l *Link) Wake() {
 	l.woken.Store(true)
-	// Safe beside Recv and Close: the file's deadline is the poller's,
-	// and on a closed file SetReadDeadline only reports that.
-	_ = l.rx.file.SetReadDeadline(wakeDeadline)
+	if !l.sleeping.Load() {
+		return
+	}
+	// Close closes wakeFd under the write lock.
+	l.mu.RLock()
+	if !l.closed.Load() {
+		l.kickWakeFd()
+	}
+	l.mu.RUnlock()
 }
 
-// wakeDeadline is the read deadline Wake sets: long past.
-var wakeDeadline = time.Unix(1, 0)
+// kickWakeFd adds one to wakeFd's counter. An eventfd write never blocks
+// (the counter cannot reach its limit: Recv reads it back to zero).
+func (l *Link) kickWakeFd() {
+	unix.RawSyscall(unix.SYS_WRITE, uintptr(l.wakeFd), uintptr(unsafe.Pointer(&eventOne[0])), 8)
+}
+
+// eventOne is the 8-byte 1 an eventfd write adds.
+var eventOne = func() (b [8]byte) {
+	nativeEndian.PutUint64(b[:], 1)
+	return b
+}()
 
 // idleSpins: a Recv whose deadline was this many RxSpins or more after it
 // found the ring empty, and that ended at it with nothing read, marks the
@@ -670,7 +730,7 @@ const (
 
 // spin looks at the next slot or block until it is ours (true), for at
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
-// sleeps in the netpoller, which also reports the deadline or Close).
+// sleeps in ppoll, which also reports the deadline or Close).
 // Between looks it lets this process's other goroutines run
 // (runtime.Gosched; not counted against RxSpin: a program that computes
 // meanwhile is not waiting) and gives the CPU to other processes
@@ -696,13 +756,13 @@ func (l *Link) spin(deadline time.Time) bool {
 	}
 	var spent time.Duration
 	for !l.closed.Load() && !l.woken.Load() {
-		if l.rxReady(0) {
+		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
 			return true
 		}
 		runtime.Gosched()
-		if l.rxReady(0) {
+		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
 			return true
@@ -726,7 +786,7 @@ func (l *Link) spin(deadline time.Time) bool {
 		}
 		l.spinPause = min(max(2*l.spinPause, spinPauseMin), spinPauseMax)
 		l.spinOff = t1.Add(l.spinPause)
-		return l.rxReady(0)
+		return l.rxReady()
 	}
 	return false
 }
@@ -1325,32 +1385,28 @@ func (l *Link) Stats() (link.Stats, error) {
 func (l *Link) readKernelStats() error {
 	l.statsMu.Lock()
 	defer l.statsMu.Unlock()
-	var serr error
-	err := l.rx.raw.Control(func(fd uintptr) {
+	fd := l.rx.fd
+	err := func() error {
 		if l.cfg.Version == V3 {
-			st, err := unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+			st, err := unix.GetsockoptTpacketStatsV3(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 			if err != nil {
-				serr = err
-				return
+				return err
 			}
 			// tp_packets counts frames dropped too (packet_getsockopt adds
 			// tp_drops to it).
 			l.kernel.packets += uint64(st.Packets)
 			l.kernel.drops += uint64(st.Drops)
 			l.kernel.freezes += uint64(st.Freeze_q_cnt)
-			return
+			return nil
 		}
-		st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+		st, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 		if err != nil {
-			serr = err
-			return
+			return err
 		}
 		l.kernel.packets += uint64(st.Packets)
 		l.kernel.drops += uint64(st.Drops)
-	})
-	if err == nil {
-		err = serr
-	}
+		return nil
+	}()
 	if err != nil {
 		return &net.OpError{Op: "getsockopt PACKET_STATISTICS", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 	}
@@ -1366,7 +1422,10 @@ func (l *Link) Close() error {
 	}
 	// Keep the last kernel counters for Stats after Close.
 	kerr := l.readKernelStats()
-	err := errors.Join(l.rx.file.Close(), l.tx.file.Close())
+	// A Recv in ppoll wakes and sees closed; the sockets in the
+	// netpoller wake a Send or Kick waiting on them.
+	l.kickWakeFd()
+	err := l.tx.file.Close()
 	if l.now.file != nil {
 		// A SendNow waiting on it is woken with ErrClosed, as a Kick is
 		// by the TX socket's Close.
@@ -1374,7 +1433,7 @@ func (l *Link) Close() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err = errors.Join(err, l.rx.unmap(), l.tx.unmap())
+	err = errors.Join(err, l.rx.close(), unix.Close(l.wakeFd), l.rx.unmap(), l.tx.unmap())
 	if err != nil {
 		return &net.OpError{Op: "close", Net: "packet", Addr: ifaceAddr(l.ifname), Err: errors.Join(err, kerr)}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 )
 
-// TestWake: Wake ends a Recv that sleeps in the netpoller or spins, and
+// TestWake: Wake ends a Recv that sleeps in ppoll or spins, and
 // makes the next Recv return at once if none is waiting; wakes do not add
 // up; frames already in the ring come before a wake; after a wake, Recv
 // waits for its own deadline again (Wake's past deadline does not stick);
@@ -56,7 +56,7 @@ func TestWake(t *testing.T) {
 				}
 
 				// A Recv waiting (spinning for up to a second, then in
-				// the netpoller) with a minute to go ends at a Wake.
+				// ppoll) with a minute to go ends at a Wake.
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
@@ -89,7 +89,7 @@ func TestWake(t *testing.T) {
 				}
 				// Frames cross the bridge asynchronously (and a V3 block
 				// retires on a timer): wait until it is ours to read.
-				for end := time.Now().Add(10 * time.Second); !rx.rxReady(0); time.Sleep(time.Millisecond) {
+				for end := time.Now().Add(10 * time.Second); !rx.rxReady(); time.Sleep(time.Millisecond) {
 					if time.Now().After(end) {
 						t.Fatal("frame 2 was not in the ring 10 s after it was sent")
 					}
