@@ -27,17 +27,19 @@
 // and written with atomic stores (release), pairing with the kernel's
 // barriers in __packet_set_status.
 //
-// Recv waits outside Go's netpoller: the receive socket is a bare file
-// descriptor, and Recv sleeps in ppoll(2) on it and on an eventfd, from its
-// own goroutine (a blocking system call: the runtime hands the goroutine's
-// P to another thread meanwhile), until the socket reports EPOLLIN (a frame
-// in V2, a retired block in V3), the deadline passes, or Wake or Close
-// writes the eventfd (Close: Recv returns net.ErrClosed). In the netpoller
-// every frame woke the runtime's epoll thread, also while Recv was spinning
-// and needed no wake-up, and the sender paid for that wake-up inside its
-// sendto; now a frame wakes a thread only when Recv sleeps, and then the
-// very thread that reads it. Wake writes the eventfd only when Recv sleeps
-// (a spinning Recv sees Wake's flag).
+// Recv waits in Go's netpoller, but not on the receive socket: the socket is
+// a bare file descriptor in an epoll instance of its own, and that instance
+// (non-blocking, wrapped in an *os.File) is what the netpoller watches. The
+// socket is armed there (EPOLLIN) only while Recv sleeps, and disarmed
+// after, so a frame that lands while Recv spins or works wakes no thread;
+// when the socket itself was in the netpoller, every frame woke the
+// runtime's epoll_wait thread, and the sender paid for that wake-up inside
+// its sendto (docs/local-api.md, "Latency"). Recv checks the ring inside
+// RawConn.Read, which sleeps until the instance reports the socket's EPOLLIN
+// (a frame in V2, a retired block in V3). Deadlines are the instance file's
+// read deadline; Wake sets one in the past, and only when Recv is about to
+// sleep or sleeps (a spinning Recv sees Wake's flag); Close wakes a sleeping
+// Recv, which returns net.ErrClosed.
 //
 // Before sleeping Recv first looks at the ring's next status word, calling
 // runtime.Gosched and sched_yield(2) between looks, for up to Config.RxSpin

@@ -36,20 +36,18 @@ type Link struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 
-	// rx is the receive socket: a raw file descriptor, not in the Go
-	// runtime's netpoller (see poll).
-	rx     socket
-	groups atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
-	// wakeFd is an eventfd(2) beside rx in Recv's ppoll: Wake writes it
-	// when Recv sleeps (sleeping), Close always; Recv reads it.
-	wakeFd   int
-	woken    atomic.Bool // set by Wake, taken by Recv
-	sleeping atomic.Bool // Recv is in (or about to enter) ppoll
-	// pollFds and pollTs are Recv's ppoll arguments, kept here so that
-	// a sleep allocates nothing.
-	pollFds [2]unix.PollFd
-	pollTs  unix.Timespec
-	expired error // returned on deadline; built once so timeouts do not allocate
+	// rx is the receive socket: a bare file descriptor, not in the Go
+	// runtime's netpoller; rxEp is an epoll instance that holds it,
+	// armed only while Recv sleeps, and is in the netpoller (sleep).
+	rx       socket
+	rxEp     socket                   // fd: the epoll instance; file, raw: its netpoller side
+	armed    bool                     // rx is armed (EPOLLIN) in rxEp
+	groups   atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
+	deadline time.Time                // the read deadline last set on rxEp.file (wakeDeadline: maybe a Wake's)
+	woken    atomic.Bool              // set by Wake, taken by Recv
+	sleeping atomic.Bool              // Recv is about to sleep, or sleeps, in the netpoller
+	ready    func(uintptr) bool
+	expired  error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
 	// block, in rx.ring.
 	rxSlot []int
@@ -180,8 +178,9 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		rx:     socket{fd: -1},
 		tx:     socket{fd: -1},
 		now:    socket{fd: -1},
-		wakeFd: -1,
+		rxEp:   socket{fd: -1},
 	}
+	l.ready = l.rxArmedReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
 	if err := l.openRX(ifi.Index); err != nil {
@@ -197,9 +196,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 
 // abort releases whatever a failed Open had set up.
 func (l *Link) abort() {
-	if l.wakeFd >= 0 {
-		unix.Close(l.wakeFd)
-	}
+	l.rxEp.close()
 	l.rx.close()
 	l.tx.close()
 	l.now.close()
@@ -325,17 +322,20 @@ func (l *Link) openRX(ifindex int) error {
 			return l.sockErr("setsockopt PACKET_ADD_MEMBERSHIP "+g.String(), err)
 		}
 	}
-	// The socket stays a bare file descriptor, out of the netpoller (poll).
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	// The socket stays a bare file descriptor, out of the netpoller, in
+	// an epoll instance of its own, disarmed (sleep).
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return l.sockErr("eventfd", err)
+		return l.sockErr("epoll_create1", err)
 	}
-	l.wakeFd = fd
-	l.pollFds = [2]unix.PollFd{
-		{Fd: int32(s.fd), Events: unix.POLLIN},
-		{Fd: int32(fd), Events: unix.POLLIN},
+	l.rxEp.fd = ep
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.fd, &unix.EpollEvent{Fd: int32(s.fd)}); err != nil {
+		return l.sockErr("epoll_ctl", err)
 	}
-	return nil
+	if err := unix.SetNonblock(ep, true); err != nil {
+		return l.sockErr("fcntl O_NONBLOCK", err)
+	}
+	return l.pollable(&l.rxEp, "packet-rx-epoll:"+l.ifname)
 }
 
 // openTX opens the sending socket. It is a socket of its own, always
@@ -544,7 +544,7 @@ var errRefusedAhead = errors.New("the kernel stopped at a frame it refused earli
 // Recv implements link.Link. It first gives back to the kernel the slots
 // (V2) or blocks (V3) of the frames the previous Recv returned, then
 // returns the frames the ring holds, spinning (Config.RxSpin) and then
-// sleeping in ppoll(2) if it holds none (poll).
+// sleeping in the netpoller if it holds none (sleep).
 func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, errNoFrames
@@ -571,6 +571,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// or a ring full of them would never drain.
 		l.release()
 		if l.woken.Swap(false) {
+			l.deadline = wakeDeadline // Wake may have set it
 			return 0, l.expired
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
@@ -579,10 +580,33 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
-		if err := l.poll(deadline); err != nil {
+		if !deadline.Equal(l.deadline) {
+			if err := l.rxEp.file.SetReadDeadline(deadline); err != nil {
+				return 0, l.recvErr(err)
+			}
+			l.deadline = deadline
+		}
+		// Wake sets woken before it looks at sleeping, Recv sleeping
+		// before it looks at woken: either this sees the Wake, or the
+		// Wake sets its past deadline after ours and ends the sleep.
+		l.sleeping.Store(true)
+		if l.woken.Swap(false) {
+			l.sleeping.Store(false)
+			l.deadline = wakeDeadline // Wake sets it, maybe
+			return 0, l.expired
+		}
+		err := l.sleep()
+		l.sleeping.Store(false)
+		if err != nil {
+			err = l.recvErr(err)
 			if err != l.expired {
 				return 0, err
 			}
+			// Our deadline or a Wake's (maybe one that came after we read
+			// the ring and set ours): that Wake is done, and the next Recv
+			// sets its deadline again.
+			l.woken.Store(false)
+			l.deadline = wakeDeadline
 			// A short wait that ended (a caller's near timer, a bundling
 			// delay) says nothing about idleness; an event loop's idle
 			// wait (until a heartbeat, in package reliable) does, and a
@@ -596,65 +620,61 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	}
 }
 
-// poll sleeps in ppoll(2) on the receive socket and wakeFd until the
-// ring has a frame (nil: Recv reads it), a Wake or the deadline
-// (l.expired) or Close (net.ErrClosed). A zero deadline never expires.
+// sleep waits in the netpoller until the ring has a frame, the read
+// deadline passes (a Wake sets one in the past) or Close.
 //
-// The socket is not in the Go runtime's netpoller, so a frame that lands
-// while nobody sleeps here wakes no thread: in the netpoller every frame
-// made the fd readable and woke the runtime's epoll_wait thread, also
-// while Recv was spinning, and the sender paid for that wake-up inside
-// its sendto (docs/local-api.md, "Latency"). The ppoll is a blocking
-// system call made from Recv's goroutine: the runtime lets another thread
-// take its P meanwhile, and the kernel wakes this thread itself.
-//
-// No wake-up is lost: Recv sets sleeping before it looks at woken, Wake
-// sets woken before it looks at sleeping (sequentially consistent
-// atomics), so either Recv sees the Wake or Wake writes wakeFd, which
-// keeps ppoll from sleeping; a Wake whose write comes after Recv took its
-// flag leaves wakeFd readable, and the next sleep reads it and sleeps
-// again. ppoll tests the ring's readiness (packet_poll: the frame before
-// the kernel's head is ours) after it has queued itself on the socket, so
-// a frame that lands meanwhile wakes it.
-func (l *Link) poll(deadline time.Time) error {
-	l.sleeping.Store(true)
-	defer l.sleeping.Store(false)
-	fds := &l.pollFds
-	for {
-		if l.closed.Load() {
-			return net.ErrClosed
-		}
-		if l.woken.Swap(false) {
-			return l.expired
-		}
-		var ts *unix.Timespec
-		if !deadline.IsZero() {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return l.expired
-			}
-			l.pollTs = unix.NsecToTimespec(int64(d))
-			ts = &l.pollTs
-		}
-		fds[0].Revents, fds[1].Revents = 0, 0
-		_, err := unix.Ppoll(fds[:], ts, nil)
-		if err != nil && err != unix.EINTR {
-			return &net.OpError{Op: "ppoll", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
-		}
-		if fds[1].Revents&unix.POLLIN != 0 {
-			var b [8]byte
-			unix.RawSyscall(unix.SYS_READ, uintptr(l.wakeFd), uintptr(unsafe.Pointer(&b[0])), 8)
-		}
-		if fds[0].Revents&unix.POLLERR != 0 {
-			// A pending socket error (ENETDOWN when the interface went
-			// down) keeps ppoll from sleeping until it is read; the
-			// netpoller's edge-triggered wait ignored it, and so do we.
-			unix.GetsockoptInt(l.rx.fd, unix.SOL_SOCKET, unix.SO_ERROR)
-		}
-		if l.rxReady() {
-			return nil
+// The receive socket is not in the Go runtime's netpoller: rxEp, an epoll
+// instance that holds it, is. The socket is armed in rxEp (EPOLLIN) only
+// for the sleep, and disarmed (no events) after it, so a frame that
+// lands while Recv spins or works wakes no thread: with the socket in the
+// netpoller every frame made it readable and woke the runtime's
+// epoll_wait thread, also while Recv spun and needed no wake-up, and the
+// sender paid for that wake-up inside its sendto (docs/local-api.md,
+// "Latency"). Arming and disarming cost two epoll_ctl(2) per sleep.
+// Waiting stays the netpoller's, so the goroutine parks as before and its
+// P runs other goroutines.
+func (l *Link) sleep() error {
+	err := l.rxEp.raw.Read(l.ready)
+	if l.armed {
+		l.armed = false
+		if derr := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Fd: int32(l.rx.fd)}); derr != nil && err == nil {
+			err = os.NewSyscallError("epoll_ctl", derr)
 		}
 	}
+	return err
+}
+
+// rxArmedReady is sleep's RawConn.Read callback: whether the ring has a
+// frame, once the socket is armed in rxEp. It runs after the netpoller's
+// readiness was reset; arming (epoll_ctl) queues rxEp's readiness if the
+// socket is readable then, and every frame after it wakes rxEp's
+// watchers, the netpoller among them, so no frame that lands after the
+// check is missed.
+func (l *Link) rxArmedReady(uintptr) bool {
+	if l.rxReady() {
+		return true
+	}
+	if l.armed {
+		return false
+	}
+	l.armed = true
+	if err := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.rx.fd)}); err != nil {
+		// Cannot happen for a valid socket and instance; spin rather
+		// than sleep past frames.
+		l.armed = false
+		return true
+	}
+	return l.rxReady()
+}
+
+func (l *Link) recvErr(err error) error {
+	switch {
+	case l.closed.Load() || errors.Is(err, os.ErrClosed):
+		return net.ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return l.expired
+	}
+	return &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 }
 
 // Frame is link.Frame, for brevity.
@@ -685,34 +705,23 @@ func (l *Link) rxReady() bool {
 	return atomic.LoadUint32(status(l.rx.ring, off))&unix.TP_STATUS_USER != 0
 }
 
-// Wake implements link.Waker: a Recv sleeping in ppoll is woken through
-// the eventfd, one spinning sees the flag, and one not yet waiting takes
-// the flag and returns at once (see poll). Only a sleeping Recv costs
-// Wake a system call. After Close it does nothing.
+// Wake implements link.Waker: a Recv sleeping in the netpoller is woken
+// by a read deadline in the past, one spinning sees the flag, and one not
+// yet waiting takes the flag and returns at once; only a Recv about to
+// sleep, or sleeping, costs Wake the deadline (see Recv). After Close it
+// does nothing.
 func (l *Link) Wake() {
 	l.woken.Store(true)
 	if !l.sleeping.Load() {
 		return
 	}
-	// Close closes wakeFd under the write lock.
-	l.mu.RLock()
-	if !l.closed.Load() {
-		l.kickWakeFd()
-	}
-	l.mu.RUnlock()
+	// Safe beside Recv and Close: the file's deadline is the poller's,
+	// and on a closed file SetReadDeadline only reports that.
+	_ = l.rxEp.file.SetReadDeadline(wakeDeadline)
 }
 
-// kickWakeFd adds one to wakeFd's counter. An eventfd write never blocks
-// (the counter cannot reach its limit: Recv reads it back to zero).
-func (l *Link) kickWakeFd() {
-	unix.RawSyscall(unix.SYS_WRITE, uintptr(l.wakeFd), uintptr(unsafe.Pointer(&eventOne[0])), 8)
-}
-
-// eventOne is the 8-byte 1 an eventfd write adds.
-var eventOne = func() (b [8]byte) {
-	nativeEndian.PutUint64(b[:], 1)
-	return b
-}()
+// wakeDeadline is the read deadline Wake sets: long past.
+var wakeDeadline = time.Unix(1, 0)
 
 // idleSpins: a Recv whose deadline was this many RxSpins or more after it
 // found the ring empty, and that ended at it with nothing read, marks the
@@ -730,7 +739,7 @@ const (
 
 // spin looks at the next slot or block until it is ours (true), for at
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
-// sleeps in ppoll, which also reports the deadline or Close).
+// sleeps in the netpoller, which also reports the deadline or Close).
 // Between looks it lets this process's other goroutines run
 // (runtime.Gosched; not counted against RxSpin: a program that computes
 // meanwhile is not waiting) and gives the CPU to other processes
@@ -1422,10 +1431,8 @@ func (l *Link) Close() error {
 	}
 	// Keep the last kernel counters for Stats after Close.
 	kerr := l.readKernelStats()
-	// A Recv in ppoll wakes and sees closed; the sockets in the
-	// netpoller wake a Send or Kick waiting on them.
-	l.kickWakeFd()
-	err := l.tx.file.Close()
+	// A Recv, Send or Kick waiting in the netpoller wakes.
+	err := errors.Join(l.rxEp.file.Close(), l.tx.file.Close())
 	if l.now.file != nil {
 		// A SendNow waiting on it is woken with ErrClosed, as a Kick is
 		// by the TX socket's Close.
@@ -1433,7 +1440,7 @@ func (l *Link) Close() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err = errors.Join(err, l.rx.close(), unix.Close(l.wakeFd), l.rx.unmap(), l.tx.unmap())
+	err = errors.Join(err, l.rx.close(), l.rx.unmap(), l.tx.unmap())
 	if err != nil {
 		return &net.OpError{Op: "close", Net: "packet", Addr: ifaceAddr(l.ifname), Err: errors.Join(err, kerr)}
 	}

@@ -40,7 +40,7 @@ func TestRxSpin(t *testing.T) {
 				// A frame that lands while Recv spins is read; each Recv
 				// waits for one frame sent after it started. Every other
 				// Recv starts in a back-off (as after a contended spin)
-				// and so waits in ppoll.
+				// and so waits in the netpoller.
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
@@ -79,7 +79,7 @@ func TestRxSpin(t *testing.T) {
 				}
 				// Each spinning Recv waits up to a second of yields for a
 				// frame sent 1 ms after it started, so the spin, not the
-				// sleep in ppoll, finds it, unless a yield met contention (a
+				// netpoller, finds it, unless a yield met contention (a
 				// loaded machine: tests of other packages run beside this
 				// one) and the spin backed off. At least one must.
 				if spun == 0 {
@@ -91,7 +91,7 @@ func TestRxSpin(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and
 				// ended at its deadline with nothing read has the next one
 				// sleep at once: its frame, sent 1 ms after it started, is
-				// found by ppoll, not by a spin. A shorter wait
+				// found by the netpoller, not by a spin. A shorter wait
 				// that ends at its deadline (a caller's near timer) does
 				// not count, however late the timer fired: CI once saw a
 				// 300 µs timer take over 2 ms on a loaded machine. Once

@@ -9,7 +9,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 )
 
-// TestWake: Wake ends a Recv that sleeps in ppoll or spins, and
+// TestWake: Wake ends a Recv that sleeps in the netpoller or spins, and
 // makes the next Recv return at once if none is waiting; wakes do not add
 // up; frames already in the ring come before a wake; after a wake, Recv
 // waits for its own deadline again (Wake's past deadline does not stick);
@@ -56,7 +56,7 @@ func TestWake(t *testing.T) {
 				}
 
 				// A Recv waiting (spinning for up to a second, then in
-				// ppoll) with a minute to go ends at a Wake.
+				// the netpoller) with a minute to go ends at a Wake.
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
