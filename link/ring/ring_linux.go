@@ -121,9 +121,13 @@ var (
 	_ link.GroupFilter = (*Link)(nil)
 )
 
-// socket is one AF_PACKET socket with its ring.
+// socket is one AF_PACKET socket with its ring (or, rxEp, the receive
+// socket's epoll instance). fd is valid until file is closed (use raw for
+// system calls that may race Close); the receive socket has no file, and
+// Close closes its fd under l.mu's write lock, so it is used under the
+// read lock.
 type socket struct {
-	fd   int // valid until file is closed; use raw for syscalls that may race Close
+	fd   int
 	file *os.File
 	raw  syscall.RawConn
 	ring []byte
