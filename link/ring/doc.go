@@ -27,29 +27,38 @@
 // and written with atomic stores (release), pairing with the kernel's
 // barriers in __packet_set_status.
 //
-// Recv waits through Go's netpoller: the socket is non-blocking, wrapped in
-// an *os.File, and Recv checks the ring inside RawConn.Read, which sleeps
-// until poll(2) would report EPOLLIN (a frame in V2, a retired block in V3).
-// Deadlines are the file's read deadline; Close wakes a waiting Recv, which
-// returns net.ErrClosed. Before sleeping it first looks at the ring's next
-// status word, calling runtime.Gosched and sched_yield(2) between looks, for
-// up to Config.RxSpin of yielding (DefaultRxSpin, 200 µs, unless set;
-// negative: never), and sleeps only if nothing came: a stream's receiver is
-// then not put to sleep and woken per batch, which in a VM whose idle vCPUs
-// halt costs tens of µs each time, and a process waiting for one frame at a
-// time is then not put to sleep and woken per frame
-// (docs/benchmarks-history.md, "Polling the ring before sleeping"). A yield
-// that keeps Recv off the CPU for more than a millisecond (or RxSpin, if
-// longer) means other work holds the CPU, where a sleeper is woken sooner
-// than a yielder gets its turn back: spinning then stops for 10 ms, doubling
-// up to a second while that lasts. A Recv whose deadline was at least twice
-// RxSpin away when it found the ring empty, and that ended at it with
-// nothing read, has the next one sleep without spinning, so an idle link
-// spins once per frame that arrives rather than per wait (an idle event loop
-// of package reliable waits until its next timer), while a short wait that
-// ends at a caller's near timer keeps the spin, however late the timer
-// fired. The spin only reads the status word fill reads next, so frames come
-// in ring order either way.
+// Recv waits in Go's netpoller, but not on the receive socket: the socket is
+// a bare file descriptor in an epoll instance of its own, and that instance
+// (non-blocking, wrapped in an *os.File) is what the netpoller watches. The
+// socket is armed there (EPOLLIN) only while Recv sleeps, and disarmed
+// after, so a frame that lands while Recv spins or works wakes no thread;
+// when the socket itself was in the netpoller, every frame woke the
+// runtime's epoll_wait thread, and the sender paid for that wake-up inside
+// its sendto (docs/local-api.md, "Latency"). Recv checks the ring inside
+// RawConn.Read, which sleeps until the instance reports the socket's EPOLLIN
+// (a frame in V2, a retired block in V3). Deadlines are the instance file's
+// read deadline; Wake sets one in the past, and only when Recv is about to
+// sleep or sleeps (a spinning Recv sees Wake's flag); Close wakes a sleeping
+// Recv, which returns net.ErrClosed.
+//
+// Before sleeping Recv first looks at the ring's next status word, calling
+// runtime.Gosched and sched_yield(2) between looks, for up to Config.RxSpin
+// of yielding (DefaultRxSpin, 200 µs, unless set; negative: never), and
+// sleeps only if nothing came: a stream's receiver is then not put to sleep
+// and woken per batch, which in a VM whose idle vCPUs halt costs tens of µs
+// each time, and a process waiting for one frame at a time is then not put
+// to sleep and woken per frame (docs/benchmarks-history.md, "Polling the
+// ring before sleeping"). A yield that keeps Recv off the CPU for more than
+// a millisecond (or RxSpin, if longer) means other work holds the CPU, where
+// a sleeper is woken sooner than a yielder gets its turn back: spinning then
+// stops for 10 ms, doubling up to a second while that lasts. A Recv whose
+// deadline was at least twice RxSpin away when it found the ring empty, and
+// that ended at it with nothing read, has the next one sleep without
+// spinning, so an idle link spins once per frame that arrives rather than
+// per wait (an idle event loop of package reliable waits until its next
+// timer), while a short wait that ends at a caller's near timer keeps the
+// spin, however late the timer fired. The spin only reads the status word
+// fill reads next, so frames come in ring order either way.
 //
 // # Sending
 //

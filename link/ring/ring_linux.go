@@ -36,10 +36,16 @@ type Link struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 
+	// rx is the receive socket: a bare file descriptor, not in the Go
+	// runtime's netpoller; rxEp is an epoll instance that holds it,
+	// armed only while Recv sleeps, and is in the netpoller (sleep).
 	rx       socket
+	rxEp     socket                   // fd: the epoll instance; file, raw: its netpoller side
+	armed    bool                     // rx is armed (EPOLLIN) in rxEp
 	groups   atomic.Pointer[[]uint32] // Config.Groups or SetGroups', sorted; empty: every group
-	deadline time.Time                // the read deadline last set on rx.file (wakeDeadline: maybe a Wake's)
+	deadline time.Time                // the read deadline last set on rxEp.file (wakeDeadline: maybe a Wake's)
 	woken    atomic.Bool              // set by Wake, taken by Recv
+	sleeping atomic.Bool              // Recv is about to sleep, or sleeps, in the netpoller
 	ready    func(uintptr) bool
 	expired  error // returned on deadline; built once so timeouts do not allocate
 	// rxSlot is the byte offset of every V2 frame slot, or of every V3
@@ -115,9 +121,13 @@ var (
 	_ link.GroupFilter = (*Link)(nil)
 )
 
-// socket is one AF_PACKET socket with its ring.
+// socket is one AF_PACKET socket with its ring (or, rxEp, the receive
+// socket's epoll instance). fd is valid until file is closed (use raw for
+// system calls that may race Close); the receive socket has no file, and
+// Close closes its fd under l.mu's write lock, so it is used under the
+// read lock.
 type socket struct {
-	fd   int // valid until file is closed; use raw for syscalls that may race Close
+	fd   int
 	file *os.File
 	raw  syscall.RawConn
 	ring []byte
@@ -172,8 +182,9 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		rx:     socket{fd: -1},
 		tx:     socket{fd: -1},
 		now:    socket{fd: -1},
+		rxEp:   socket{fd: -1},
 	}
-	l.ready = l.rxReady
+	l.ready = l.rxArmedReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
 	if err := l.openRX(ifi.Index); err != nil {
@@ -189,6 +200,7 @@ func Open(ifname string, cfg Config) (*Link, error) {
 
 // abort releases whatever a failed Open had set up.
 func (l *Link) abort() {
+	l.rxEp.close()
 	l.rx.close()
 	l.tx.close()
 	l.now.close()
@@ -232,7 +244,7 @@ func (l *Link) mmap(s *socket, g Geometry) error {
 	return nil
 }
 
-// pollable wraps the socket in an *os.File so that waiting goes through Go's
+// pollable wraps a sending socket in an *os.File so that waiting goes through Go's
 // netpoller: poll(2) on a packet socket reports EPOLLIN when the ring holds
 // a frame (V2) or a retired block (V3), and EPOLLOUT when the TX ring has
 // room (packet_poll in net/packet/af_packet.c).
@@ -314,7 +326,20 @@ func (l *Link) openRX(ifindex int) error {
 			return l.sockErr("setsockopt PACKET_ADD_MEMBERSHIP "+g.String(), err)
 		}
 	}
-	return l.pollable(s, "packet-rx:"+l.ifname)
+	// The socket stays a bare file descriptor, out of the netpoller, in
+	// an epoll instance of its own, disarmed (sleep).
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return l.sockErr("epoll_create1", err)
+	}
+	l.rxEp.fd = ep
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.fd, &unix.EpollEvent{Fd: int32(s.fd)}); err != nil {
+		return l.sockErr("epoll_ctl", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		return l.sockErr("fcntl O_NONBLOCK", err)
+	}
+	return l.pollable(&l.rxEp, "packet-rx-epoll:"+l.ifname)
 }
 
 // openTX opens the sending socket. It is a socket of its own, always
@@ -471,13 +496,7 @@ func (l *Link) SetGroups(groups []uint32) error {
 	} else {
 		l.groups.Store(&[]uint32{})
 	}
-	var serr error
-	if err := l.rx.raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog)
-	}); err != nil {
-		serr = err
-	}
-	if serr != nil {
+	if serr := unix.SetsockoptSockFprog(l.rx.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); serr != nil {
 		return l.sockErr("setsockopt SO_ATTACH_FILTER", serr)
 	}
 	l.groups.Store(&set)
@@ -528,8 +547,8 @@ var errRefusedAhead = errors.New("the kernel stopped at a frame it refused earli
 
 // Recv implements link.Link. It first gives back to the kernel the slots
 // (V2) or blocks (V3) of the frames the previous Recv returned, then
-// returns the frames the ring holds, waiting through the netpoller if it
-// holds none.
+// returns the frames the ring holds, spinning (Config.RxSpin) and then
+// sleeping in the netpoller if it holds none (sleep).
 func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	if len(frames) == 0 {
 		return 0, errNoFrames
@@ -556,7 +575,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		// or a ring full of them would never drain.
 		l.release()
 		if l.woken.Swap(false) {
-			l.deadline = wakeDeadline // Wake sets it, now or soon
+			l.deadline = wakeDeadline // Wake may have set it
 			return 0, l.expired
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
@@ -566,18 +585,23 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			continue
 		}
 		if !deadline.Equal(l.deadline) {
-			if err := l.rx.file.SetReadDeadline(deadline); err != nil {
+			if err := l.rxEp.file.SetReadDeadline(deadline); err != nil {
 				return 0, l.recvErr(err)
 			}
 			l.deadline = deadline
 		}
-		// A Wake since the check above set its past deadline, and ours
-		// may have overwritten it: its flag is what tells.
+		// Wake sets woken before it looks at sleeping, Recv sleeping
+		// before it looks at woken: either this sees the Wake, or the
+		// Wake sets its past deadline after ours and ends the sleep.
+		l.sleeping.Store(true)
 		if l.woken.Swap(false) {
-			l.deadline = wakeDeadline // Wake sets it, now or soon
+			l.sleeping.Store(false)
+			l.deadline = wakeDeadline // Wake sets it, maybe
 			return 0, l.expired
 		}
-		if err := l.rx.raw.Read(l.ready); err != nil {
+		err := l.sleep()
+		l.sleeping.Store(false)
+		if err != nil {
 			err = l.recvErr(err)
 			if err != l.expired {
 				return 0, err
@@ -598,6 +622,53 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// sleep waits in the netpoller until the ring has a frame, the read
+// deadline passes (a Wake sets one in the past) or Close.
+//
+// The receive socket is not in the Go runtime's netpoller: rxEp, an epoll
+// instance that holds it, is. The socket is armed in rxEp (EPOLLIN) only
+// for the sleep, and disarmed (no events) after it, so a frame that
+// lands while Recv spins or works wakes no thread: with the socket in the
+// netpoller every frame made it readable and woke the runtime's
+// epoll_wait thread, also while Recv spun and needed no wake-up, and the
+// sender paid for that wake-up inside its sendto (docs/local-api.md,
+// "Latency"). Arming and disarming cost two epoll_ctl(2) per sleep.
+// Waiting stays the netpoller's, so the goroutine parks as before and its
+// P runs other goroutines.
+func (l *Link) sleep() error {
+	err := l.rxEp.raw.Read(l.ready)
+	if l.armed {
+		l.armed = false
+		if derr := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Fd: int32(l.rx.fd)}); derr != nil && err == nil {
+			err = os.NewSyscallError("epoll_ctl", derr)
+		}
+	}
+	return err
+}
+
+// rxArmedReady is sleep's RawConn.Read callback: whether the ring has a
+// frame, once the socket is armed in rxEp. It runs after the netpoller's
+// readiness was reset; arming (epoll_ctl) queues rxEp's readiness if the
+// socket is readable then, and every frame after it wakes rxEp's
+// watchers, the netpoller among them, so no frame that lands after the
+// check is missed.
+func (l *Link) rxArmedReady(uintptr) bool {
+	if l.rxReady() {
+		return true
+	}
+	if l.armed {
+		return false
+	}
+	l.armed = true
+	if err := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.rx.fd)}); err != nil {
+		// Cannot happen for a valid socket and instance; spin rather
+		// than sleep past frames.
+		l.armed = false
+		return true
+	}
+	return l.rxReady()
 }
 
 func (l *Link) recvErr(err error) error {
@@ -626,10 +697,8 @@ func (l *Link) release() {
 }
 
 // rxReady reports whether Recv has something to read: the next V2 slot or
-// V3 block belongs to us. It runs inside RawConn.Read, after the
-// netpoller's readiness was reset, so a frame that lands after this check
-// still wakes the waiter.
-func (l *Link) rxReady(uintptr) bool {
+// V3 block belongs to us.
+func (l *Link) rxReady() bool {
 	if l.blkOpen {
 		return true
 	}
@@ -642,13 +711,17 @@ func (l *Link) rxReady(uintptr) bool {
 
 // Wake implements link.Waker: a Recv sleeping in the netpoller is woken
 // by a read deadline in the past, one spinning sees the flag, and one not
-// yet waiting takes the flag and returns at once. After Close it does
-// nothing.
+// yet waiting takes the flag and returns at once; only a Recv about to
+// sleep, or sleeping, costs Wake the deadline (see Recv). After Close it
+// does nothing.
 func (l *Link) Wake() {
 	l.woken.Store(true)
+	if !l.sleeping.Load() {
+		return
+	}
 	// Safe beside Recv and Close: the file's deadline is the poller's,
 	// and on a closed file SetReadDeadline only reports that.
-	_ = l.rx.file.SetReadDeadline(wakeDeadline)
+	_ = l.rxEp.file.SetReadDeadline(wakeDeadline)
 }
 
 // wakeDeadline is the read deadline Wake sets: long past.
@@ -696,13 +769,13 @@ func (l *Link) spin(deadline time.Time) bool {
 	}
 	var spent time.Duration
 	for !l.closed.Load() && !l.woken.Load() {
-		if l.rxReady(0) {
+		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
 			return true
 		}
 		runtime.Gosched()
-		if l.rxReady(0) {
+		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
 			return true
@@ -726,7 +799,7 @@ func (l *Link) spin(deadline time.Time) bool {
 		}
 		l.spinPause = min(max(2*l.spinPause, spinPauseMin), spinPauseMax)
 		l.spinOff = t1.Add(l.spinPause)
-		return l.rxReady(0)
+		return l.rxReady()
 	}
 	return false
 }
@@ -1325,32 +1398,28 @@ func (l *Link) Stats() (link.Stats, error) {
 func (l *Link) readKernelStats() error {
 	l.statsMu.Lock()
 	defer l.statsMu.Unlock()
-	var serr error
-	err := l.rx.raw.Control(func(fd uintptr) {
+	fd := l.rx.fd
+	err := func() error {
 		if l.cfg.Version == V3 {
-			st, err := unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+			st, err := unix.GetsockoptTpacketStatsV3(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 			if err != nil {
-				serr = err
-				return
+				return err
 			}
 			// tp_packets counts frames dropped too (packet_getsockopt adds
 			// tp_drops to it).
 			l.kernel.packets += uint64(st.Packets)
 			l.kernel.drops += uint64(st.Drops)
 			l.kernel.freezes += uint64(st.Freeze_q_cnt)
-			return
+			return nil
 		}
-		st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
+		st, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 		if err != nil {
-			serr = err
-			return
+			return err
 		}
 		l.kernel.packets += uint64(st.Packets)
 		l.kernel.drops += uint64(st.Drops)
-	})
-	if err == nil {
-		err = serr
-	}
+		return nil
+	}()
 	if err != nil {
 		return &net.OpError{Op: "getsockopt PACKET_STATISTICS", Net: "packet", Addr: ifaceAddr(l.ifname), Err: err}
 	}
@@ -1366,7 +1435,8 @@ func (l *Link) Close() error {
 	}
 	// Keep the last kernel counters for Stats after Close.
 	kerr := l.readKernelStats()
-	err := errors.Join(l.rx.file.Close(), l.tx.file.Close())
+	// A Recv, Send or Kick waiting in the netpoller wakes.
+	err := errors.Join(l.rxEp.file.Close(), l.tx.file.Close())
 	if l.now.file != nil {
 		// A SendNow waiting on it is woken with ErrClosed, as a Kick is
 		// by the TX socket's Close.
@@ -1374,7 +1444,7 @@ func (l *Link) Close() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err = errors.Join(err, l.rx.unmap(), l.tx.unmap())
+	err = errors.Join(err, l.rx.close(), l.rx.unmap(), l.tx.unmap())
 	if err != nil {
 		return &net.OpError{Op: "close", Net: "packet", Addr: ifaceAddr(l.ifname), Err: errors.Join(err, kerr)}
 	}

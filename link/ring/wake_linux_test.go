@@ -89,7 +89,7 @@ func TestWake(t *testing.T) {
 				}
 				// Frames cross the bridge asynchronously (and a V3 block
 				// retires on a timer): wait until it is ours to read.
-				for end := time.Now().Add(10 * time.Second); !rx.rxReady(0); time.Sleep(time.Millisecond) {
+				for end := time.Now().Add(10 * time.Second); !rx.rxReady(); time.Sleep(time.Millisecond) {
 					if time.Now().After(end) {
 						t.Fatal("frame 2 was not in the ring 10 s after it was sent")
 					}
