@@ -28,7 +28,8 @@ func (c *Core) noteAcks(p *peer, v frame.View) {
 
 // Holds reports how far member m holds sender s's stream: the next
 // sequence number of s's it expects (for m == s, the next s will send), as
-// last heard from m, or this member's own state when m is this member. ok
+// last heard from m, or this member's own state when m is this member (as
+// its acks say it: frozen, what it held when frozen). ok
 // is false when either is not a member of the configuration.
 func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	sp, sSelf := c.peer(s)
@@ -39,6 +40,8 @@ func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	switch {
 	case mSelf && sSelf:
 		return c.nextSeq, true
+	case mSelf && c.frozen:
+		return sp.frozenAt, true // what its acks say (Freeze)
 	case mSelf:
 		return sp.expected, true
 	case mp == nil:
