@@ -12,8 +12,10 @@ import (
 // fakeInner is enough of a membership core for the layer's decoding.
 type fakeInner struct{ core.Core }
 
-func (fakeInner) Info() core.Info { return core.Info{MaxMessage: 1400} }
-func (fakeInner) OwnOut() uint64  { return 0 }
+func (fakeInner) Info() core.Info                         { return core.Info{MaxMessage: 1400} }
+func (fakeInner) OwnOut() uint64                          { return 0 }
+func (fakeInner) SentInView() uint32                      { return 0 }
+func (fakeInner) HeldByAll(frame.MemberID) (uint32, bool) { return 0, false }
 
 func newTestCore() *Core {
 	c := New(fakeInner{})
