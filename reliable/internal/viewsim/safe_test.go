@@ -149,3 +149,36 @@ func TestSafeSendsNoHeldReports(t *testing.T) {
 		})
 	}
 }
+
+// TestSafeLatency: on an idle group a Safe message of the sequencer is
+// delivered everywhere within a round trip of its Agreed delivery: the
+// members acknowledge what they received at once (pbp's AckNow), not
+// after PBP's 1 ms ack timer.
+func TestSafeLatency(t *testing.T) {
+	took := map[Level]time.Duration{}
+	for _, level := range []Level{Agreed, Safe} {
+		r, ps := group(t, 4, level)
+		slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
+		r.net.RunFor(50 * time.Millisecond)
+		m := ps[0].send(t)
+		start := r.net.Now()
+		ps[0].Step(start) // out now, not at its next timer
+		for took[level] == 0 && r.net.Now().Sub(start) < 5*time.Millisecond {
+			r.net.RunFor(10 * time.Microsecond)
+			all := true
+			for _, p := range ps {
+				all = all && p.delivered(m)
+			}
+			if all {
+				took[level] = r.net.Now().Sub(start)
+			}
+		}
+		if took[level] == 0 {
+			t.Fatalf("%v: not delivered everywhere within 5 ms", level)
+		}
+	}
+	t.Logf("delivered everywhere after: agreed %v, safe %v", took[Agreed], took[Safe])
+	if took[Safe] > took[Agreed]+200*time.Microsecond {
+		t.Fatalf("safe took %v, agreed %v: more than a round trip more (the ack timer?)", took[Safe], took[Agreed])
+	}
+}
