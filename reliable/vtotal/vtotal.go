@@ -100,6 +100,9 @@ type msg struct {
 	// borrowed: data is the FIFO group's delivery, valid until Advance;
 	// a message still held when Ready returns is copied (own).
 	borrowed bool
+	// pooled: data is a buffer of the layer's pool (own), back in it
+	// once the delivery that hands it out is carried out (Advance).
+	pooled bool
 }
 
 // entry names one data message: its sender's id in the view and the
@@ -144,6 +147,12 @@ type Core struct {
 	// borrowed counts held messages whose data is still the FIFO
 	// group's (msg.borrowed).
 	borrowed int
+	// free holds buffers for held messages' copies; lent those handed
+	// out in deliveries of the current Ready, free again at Advance.
+	// Under Safe every message is held until every member acknowledged
+	// it, so every one is copied: a fresh allocation each was 13 % of
+	// a Safe receiver's CPU at MTU 9000.
+	free, lent [][]byte
 
 	// mine: this member's messages passed to the FIFO group and not yet
 	// known to be out (OwnOut), in order; outMine: those known out in the
@@ -293,16 +302,40 @@ func (c *Core) own() {
 	for id := range c.held {
 		for i := range c.held[id] {
 			if m := &c.held[id][i]; m.borrowed {
-				m.data, m.borrowed = slices.Clone(m.data), false
+				m.data, m.borrowed, m.pooled = c.copyOf(m.data), false, true
 			}
 		}
 	}
 	c.borrowed = 0
 }
 
+// copyOf copies b into a buffer of the pool.
+func (c *Core) copyOf(b []byte) []byte {
+	if n := len(c.free); n > 0 && cap(c.free[n-1]) >= len(b) {
+		buf := c.free[n-1][:len(b)]
+		c.free[n-1] = nil
+		c.free = c.free[:n-1]
+		copy(buf, b)
+		return buf
+	}
+	buf := make([]byte, len(b), max(len(b), c.info.MaxMessage))
+	copy(buf, b)
+	return buf
+}
+
+// maxFree bounds the buffers the pool keeps.
+const maxFree = 1024
+
 // Advance: the output was carried out.
 func (c *Core) Advance() {
 	c.in.Advance()
+	for i, b := range c.lent {
+		if len(c.free) < maxFree {
+			c.free = append(c.free, b[:0])
+		}
+		c.lent[i] = nil
+	}
+	c.lent = c.lent[:0]
 	clear(c.dl)
 	c.dl = c.dl[:0]
 	c.ev = c.ev[:0]
@@ -485,6 +518,9 @@ func (c *Core) take(e entry) (msg, bool) {
 }
 
 func (c *Core) deliver(m msg) {
+	if m.pooled {
+		c.lent = append(c.lent, m.data)
+	}
 	c.global++
 	c.dl = append(c.dl, core.Delivery{From: m.from, Data: m.data, Seq: m.n, Global: c.global, Epoch: c.view})
 }
