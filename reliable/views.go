@@ -124,14 +124,17 @@ func ViewConfigHash(cfg Config, mtu int) (uint64, error) {
 func (s *settings) viewConfigHash(mtu int) uint64 {
 	shared := s.protocol.shared(s, mtu)
 	// The level, with the revision of its layer's rules: Agreed and Safe
-	// members in one group would wait for each other's held reports for
-	// ever, and vtotal's revision 2 (the sequencer's own data messages in
-	// place, named by no order message) orders differently from 1.
+	// members in one group would deliver at different times, vtotal's
+	// revision 2 (the sequencer's own data messages in place, named by
+	// no order message) orders differently from 1, and Safe's revision 3
+	// reads stability from the acknowledgement matrix where 2 waited for
+	// held reports (a revision-2 member would wait for ever for those of
+	// a revision-3 one).
 	level := "fifo"
 	if s.Order == Total {
 		level = "agreed/2"
 		if s.Safe {
-			level = "safe/2"
+			level = "safe/3"
 		}
 	}
 	return configHash(s.Group, sharedConfig{cfg: struct {

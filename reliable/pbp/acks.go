@@ -28,7 +28,8 @@ func (c *Core) noteAcks(p *peer, v frame.View) {
 
 // Holds reports how far member m holds sender s's stream: the next
 // sequence number of s's it expects (for m == s, the next s will send), as
-// last heard from m, or this member's own state when m is this member. ok
+// last heard from m, or this member's own state when m is this member (as
+// its acks say it: frozen, what it held when frozen). ok
 // is false when either is not a member of the configuration.
 func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	sp, sSelf := c.peer(s)
@@ -39,12 +40,30 @@ func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	switch {
 	case mSelf && sSelf:
 		return c.nextSeq, true
+	case mSelf && c.frozen:
+		return sp.frozenAt, true // what its acks say (Freeze)
 	case mSelf:
 		return sp.expected, true
 	case mp == nil:
 		return 0, false
 	}
 	return mp.heard[int(s)-int(c.cfg.ackBase)], true
+}
+
+// AckNow has the next Ready acknowledge at once what was delivered since
+// this member last sent a frame to the group, instead of after AckDelay
+// (or half a window of receipts), and reports whether such an
+// acknowledgement is due. A layer that waits for every member to hold a
+// message (Safe, from the matrix) asks it: the last frames of a burst
+// are then known held after a round trip, not a round trip and the ack
+// timer. Under a stream it costs at most one Ack per turn, and none when
+// a frame of its own carried the vector.
+func (c *Core) AckNow() bool {
+	if c.ackAt == 0 || c.left {
+		return false
+	}
+	c.ackNow = true
+	return true
 }
 
 // StableFrom reports how far every live member holds sender s's stream

@@ -47,3 +47,84 @@ func TestAckMatrix(t *testing.T) {
 		})
 	}
 }
+
+// A frozen core acknowledges what it had delivered when frozen, no more
+// (what the membership layer's flush reports): it goes on delivering,
+// but its ack vector, and Holds for itself, stay there, so no member
+// reads from the matrix that it holds a frame a view change's cut may
+// leave out. Its stall detector waits meanwhile: the others' acks stop
+// too.
+func TestFrozenAcksStayAtFreeze(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	step(t, c, t0+1, in{sender: 1, seq: 100, body: data("a")})
+	c.Ready()
+	c.Advance()
+	c.Freeze()
+	step(t, c, t0+2, in{sender: 1, seq: 101, body: data("b")})
+	rd := c.Ready()
+	if len(rd.Deliveries) != 1 || string(rd.Deliveries[0].Data) != "b" {
+		t.Fatalf("frozen: delivered %+v, want b", rd.Deliveries)
+	}
+	c.Advance()
+	if d, _ := c.DeliveredFrom(1); d != 102 {
+		t.Fatalf("DeliveredFrom(1) = %d, want 102", d)
+	}
+	if h, _ := c.Holds(0, 1); h != 101 {
+		t.Fatalf("Holds(self, 1) = %d frozen at 101, want 101", h)
+	}
+	c.Tick(t0 + 2 + Time(DefaultAckDelay))
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack {
+		t.Fatalf("after AckDelay: %+v, want one Ack", frames)
+	}
+	if got := frames[0].h.Acks; got[1] != 101 || got[2] != 100 {
+		t.Fatalf("frozen ack vector %v, want member 1's at 101 (frozen), member 2's at 100", got)
+	}
+}
+
+// Frozen, a member whose acks stopped (it froze too, or its acks are
+// capped) is not removed as stalled: a view change is under way, and the
+// membership layer decides who goes on. Heard from, it stays live.
+func TestFrozenNoStall(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 2))
+	if err := c.Propose(t0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, c)
+	c.Freeze()
+	end := t0 + 3*Time(c.cfg.FailureTimeout)
+	for now := t0 + 1; now < end; now += Time(c.cfg.HeartbeatInterval) {
+		step(t, c, now, in{sender: 1, seq: 99, acks: []uint32{100, 100}, body: &frame.Empty{T: frame.Heartbeat}})
+		c.Tick(now)
+		if _, _, evs := ready(t, c); len(evs) > 0 {
+			t.Fatalf("frozen, at %d: events %+v, want none", now-t0, evs)
+		}
+		if d := c.Deadline(); d <= now {
+			t.Fatalf("at %d: deadline %d, not after now (a stall timer that never fires)", now-t0, d-t0)
+		}
+	}
+	if !c.Live(1) {
+		t.Fatal("member 1 was removed while frozen")
+	}
+}
+
+// AckNow sends the pending acknowledgement in the next Ready, not after
+// AckDelay; with none pending it says so and sends nothing.
+func TestAckNow(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	if c.AckNow() {
+		t.Fatal("AckNow with nothing received: true")
+	}
+	step(t, c, t0+1, in{sender: 1, seq: 100, body: data("a")})
+	ready(t, c)
+	if !c.AckNow() {
+		t.Fatal("AckNow after a delivery: false")
+	}
+	frames, _, _ := ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[1] != 101 {
+		t.Fatalf("after AckNow: %+v, want one Ack with member 1's entry at 101", frames)
+	}
+	if c.AckNow() {
+		t.Fatal("AckNow right after the Ack: true")
+	}
+}

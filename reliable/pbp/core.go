@@ -144,7 +144,10 @@ type peer struct {
 	live        bool
 	state       peerState
 
-	expected  uint32 // exp_seqno[j]: next sequence number to deliver
+	expected uint32 // exp_seqno[j]: next sequence number to deliver
+	// frozenAt is expected when the core was frozen: what its Acks say
+	// from then on (Freeze).
+	frozenAt  uint32
 	knownEnd  uint32 // one past the highest sequence number known sent
 	acked     uint32 // window_base[j]: the next of ours it expects
 	ackedAt   Time   // when acked last moved, or we last sent to it caught up
@@ -625,7 +628,7 @@ func (c *Core) Deadline() Time {
 		}
 		early(p.nackAt)
 		early(p.lastHeard.Add(c.cfg.FailureTimeout))
-		if p.acked != c.nextSeq {
+		if p.acked != c.nextSeq && !c.frozen {
 			early(p.ackedAt.Add(c.cfg.FailureTimeout))
 		}
 	}
@@ -649,7 +652,9 @@ func (c *Core) Tick(now Time) {
 		case !p.live:
 		case now >= p.lastHeard.Add(c.cfg.FailureTimeout):
 			c.remove(p, MemberFailed, "")
-		case p.acked != c.nextSeq && now >= p.ackedAt.Add(c.cfg.FailureTimeout):
+		case p.acked != c.nextSeq && now >= p.ackedAt.Add(c.cfg.FailureTimeout) && !c.frozen:
+			// Frozen, the others' acks stop where their flushes put them
+			// (Freeze): a change under way, not a stall.
 			c.remove(p, MemberStalled, StalledNoAcks)
 		}
 	}

@@ -35,15 +35,30 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) {
 }
 
 // Freeze stops the core from numbering and accepting new messages: it
-// keeps acknowledging, repairing and delivering, so that what was sent
-// reaches everyone, but sends no new Data (Propose returns ErrFrozen). It
-// returns the messages accepted and not yet sent, in order, copied, for
-// the next view's core.
+// keeps repairing and delivering, so that what was sent reaches everyone,
+// but sends no new Data (Propose returns ErrFrozen). It returns the
+// messages accepted and not yet sent, in order, copied, for the next
+// view's core.
+//
+// From now on its frames acknowledge what it had delivered when frozen,
+// no more: that is what the membership layer's flush reports (it reads
+// DeliveredFrom just before), so an ack never says this member holds a
+// frame that the view change's cut may leave out. Safe stability is read
+// from the others' acks (the acknowledgement matrix, acks.go): a member
+// that delivered a message because every member acknowledged it must be
+// able to count on every survivor delivering it in the view, also when
+// its sender fails (the cut of a departing sender is the most any
+// survivor's flush reports). Its senders' windows and the stall detector
+// wait meanwhile: acks that stopped moving during a change are not a
+// stall.
 func (c *Core) Freeze() [][]byte {
 	if c.frozen {
 		return nil
 	}
 	c.frozen = true
+	for i := range c.peers {
+		c.peers[i].frozenAt = c.peers[i].expected
+	}
 	var out [][]byte
 	for i := range c.pending {
 		h := &c.history[(c.nextSeq+uint32(i))&c.hmask]

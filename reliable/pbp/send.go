@@ -9,7 +9,11 @@ func (c *Core) header(seq uint32, flags frame.Flags) {
 	c.hdr.Flags = flags
 	acks := c.hdr.Acks
 	for i := range c.peers {
-		acks[c.peers[i].slot] = c.peers[i].expected
+		if c.frozen {
+			acks[c.peers[i].slot] = c.peers[i].frozenAt // Freeze
+		} else {
+			acks[c.peers[i].slot] = c.peers[i].expected
+		}
 	}
 	acks[int(c.cfg.Self)-int(c.cfg.ackBase)] = c.nextSeq
 }

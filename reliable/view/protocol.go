@@ -407,6 +407,52 @@ func (c *Core) OwnOut() uint64 {
 	return c.ownOut + c.handed - uint64(c.inner.PendingMessages())
 }
 
+// HeldByAll reports how far every member of the installed view holds
+// member s's frames in it, as their acknowledgements say (the inner
+// core's acknowledgement matrix, Liu's acknowledgement diffusion): s's
+// frames before next are held by all. A member's acknowledgement never
+// goes past what its flush reports (Inner.Holds), so a view change's cut
+// delivers those frames at every member that completes the view, also
+// when s fails. Every member of the view counts, also one the inner core
+// removed (with the last it acknowledged): until a view leaves it out,
+// it may be a survivor. ok is false while no view runs, or when s is not
+// a member of it.
+func (c *Core) HeldByAll(s frame.MemberID) (next uint32, ok bool) {
+	if c.inner == nil || c.state != member {
+		return 0, false
+	}
+	for i, m := range c.view.Members {
+		h, ok := c.inner.Holds(m.ID, s)
+		if !ok {
+			return 0, false
+		}
+		if i == 0 || frame.SeqLess(h, next) {
+			next = h
+		}
+	}
+	return next, len(c.view.Members) > 0
+}
+
+// AckNow has the installed view's inner core acknowledge at once, in
+// the next Ready, what it delivered since it last acknowledged (pbp's
+// AckNow); false if nothing is due or no view runs.
+func (c *Core) AckNow() bool {
+	if c.inner == nil || c.state != member {
+		return false
+	}
+	return c.inner.AckNow()
+}
+
+// SentInView is the next sequence number of this member's frames in the
+// installed view (0 while none runs): every message OwnOut counts in it
+// went out in a frame before it.
+func (c *Core) SentInView() uint32 {
+	if c.inner == nil {
+		return 0
+	}
+	return c.inner.Sent()
+}
+
 // Leave starts a clean departure: the inner core finishes what was sent
 // and announces it; the others leave this member out of the next view.
 func (c *Core) Leave(now clock.Time) {

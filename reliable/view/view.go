@@ -46,6 +46,14 @@ type Inner interface {
 	// PendingMessages is how many accepted messages are not numbered
 	// yet (what Freeze would return).
 	PendingMessages() int
+	// Holds is how far member m holds sender s's frames as m last
+	// acknowledged them (the acknowledgement matrix): the next sequence
+	// number of s's it expects. A frozen core acknowledges no more than
+	// it had delivered when frozen (what its flush reports).
+	Holds(m, s frame.MemberID) (uint32, bool)
+	// AckNow has the next Ready acknowledge what was delivered since
+	// the last acknowledgement at once; false if none is due.
+	AckNow() bool
 }
 
 // Config is one process's membership settings.

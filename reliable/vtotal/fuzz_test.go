@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/core"
@@ -12,8 +13,11 @@ import (
 // fakeInner is enough of a membership core for the layer's decoding.
 type fakeInner struct{ core.Core }
 
-func (fakeInner) Info() core.Info { return core.Info{MaxMessage: 1400} }
-func (fakeInner) OwnOut() uint64  { return 0 }
+func (fakeInner) Info() core.Info                         { return core.Info{MaxMessage: 1400} }
+func (fakeInner) OwnOut() uint64                          { return 0 }
+func (fakeInner) AckNow() bool                            { return false }
+func (fakeInner) SentInView() uint32                      { return 0 }
+func (fakeInner) HeldByAll(frame.MemberID) (uint32, bool) { return 0, false }
 
 func newTestCore() *Core {
 	c := New(fakeInner{})
@@ -102,5 +106,55 @@ func TestSequencerDataInPlace(t *testing.T) {
 	c.endView()
 	if len(c.dl) != 1 || string(c.dl[0].Data) != "a1" {
 		t.Fatalf("at the view's end delivered %d messages (%v); want a1", len(c.dl), c.dl)
+	}
+}
+
+// scripted is a membership core whose Ready hands out the deliveries
+// queued in it and whose acknowledgement matrix says stable.
+type scripted struct {
+	fakeInner
+	ds     []core.Delivery
+	stable uint32
+}
+
+func (s *scripted) Ready() core.Ready {
+	rd := core.Ready{Deliveries: s.ds}
+	s.ds = nil
+	return rd
+}
+func (s *scripted) Advance()                                {}
+func (s *scripted) Deadline() core.Time                     { return 0 }
+func (s *scripted) HeldByAll(frame.MemberID) (uint32, bool) { return s.stable, true }
+
+// Under Safe a message waits for every member's acks, so it is copied out
+// of the FIFO group's buffer; the copies come from a pool, given back
+// once the delivery that handed one out was carried out (Advance): the
+// second message's copy reuses the first's buffer, and what was handed
+// out stays intact until Advance.
+func TestSafeCopiesFromPool(t *testing.T) {
+	in := &scripted{}
+	c := NewSafe(in)
+	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	var firstBuf *byte
+	for i, text := range []string{"first", "other"} {
+		seq := uint32(100 + i)
+		// The sequencer's own data message: in place, held until stable.
+		in.ds = []core.Delivery{{From: 0, Seq: seq, Data: append([]byte{kindData}, text...)}}
+		if rd := c.Ready(); len(rd.Deliveries) != 0 {
+			t.Fatalf("%s: delivered %d before every member held it", text, len(rd.Deliveries))
+		}
+		c.Advance()
+		in.stable = seq + 1
+		rd := c.Ready()
+		if len(rd.Deliveries) != 1 || string(rd.Deliveries[0].Data) != text {
+			t.Fatalf("%s: delivered %+v once stable", text, rd.Deliveries)
+		}
+		p := unsafe.SliceData(rd.Deliveries[0].Data)
+		if i == 0 {
+			firstBuf = p
+		} else if p != firstBuf {
+			t.Fatal("the second copy did not reuse the first's buffer")
+		}
+		c.Advance()
 	}
 }

@@ -134,6 +134,9 @@ type process struct {
 	spins   int
 	steps   int
 	types   map[frame.Type]int // sent, for VIEW_DEBUG
+	// kinds, when set, counts the FIFO messages of the Data frames it
+	// sends (retransmissions aside) by their first byte: vtotal's kind.
+	kinds map[byte]int
 }
 
 type eraView struct {
@@ -325,6 +328,21 @@ func (p *process) flush(now time.Time, t clock.Time) {
 	}
 	if len(rd.Frames) > 0 && !p.ep.Crashed() {
 		p.ep.Send(rd.Frames)
+		if p.kinds != nil {
+			for _, f := range rd.Frames {
+				if v, err := frame.Parse(f[frame.EthernetHeaderLen:]); err == nil && v.Type() == frame.Data && v.Flags()&frame.FlagRetransmit == 0 {
+					for ms := v.Messages(); ; {
+						m, ok := ms.Next()
+						if !ok {
+							break
+						}
+						if len(m) > 0 {
+							p.kinds[m[0]]++
+						}
+					}
+				}
+			}
+		}
 		if debug {
 			for _, f := range rd.Frames {
 				if v, err := frame.Parse(f[14:]); err == nil {

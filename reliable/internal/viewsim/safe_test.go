@@ -1,0 +1,184 @@
+package viewsim
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// group founds a view of n processes at level on a lossless segment and
+// returns them once every one installed it; the processes send nothing
+// of their own (the tests propose).
+func group(t *testing.T, n int, level Level) (*simRun, []*process) {
+	t.Helper()
+	net, err := testnet.New(1, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}, level: level}
+	var ps []*process
+	for i := range n {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := r.newProcess(ep, uint32(i+1), n, 0)
+		p.markerAt = r.start.Add(time.Hour) // no marker either
+		ps = append(ps, p)
+	}
+	net.RunFor(500 * time.Millisecond)
+	for _, p := range ps {
+		if p.view == 0 || len(p.core.View().Members) != n {
+			t.Fatalf("process %x.%d: view %d of %d members after 500 ms, want all %d in one", p.mac, p.inc, p.view, len(p.core.View().Members), n)
+		}
+	}
+	return r, ps
+}
+
+// id is p's member id in its view.
+func (p *process) id(t *testing.T) frame.MemberID {
+	for _, m := range p.core.View().Members {
+		if m.MAC == p.mac && m.Incarnation == p.inc {
+			return m.ID
+		}
+	}
+	t.Fatalf("process %x.%d is not in its view %v", p.mac, p.inc, p.core.View().Members)
+	return frame.NoMember
+}
+
+// send proposes p's next message.
+func (p *process) send(t *testing.T) msgID {
+	t.Helper()
+	id := msgID{p.mac, p.inc, p.sent}
+	if err := p.st.Propose(p.clk.Core(p.run.net.Now()), encodeMsg(id, 20)); err != nil {
+		t.Fatalf("process %x.%d: Propose: %v", p.mac, p.inc, err)
+	}
+	p.sent++
+	return id
+}
+
+func (p *process) delivered(id msgID) bool { return slices.Contains(p.inView[p.view], id) }
+
+// TestSafeWaitsForEveryMember: a member that does not receive a sender's
+// data frames (dropped at its reception, retransmissions too) holds up
+// the Safe delivery of that sender's message at every member, the sender
+// and the sequencer included, until it repairs; then every member
+// delivers it, at the same place. Safe reads "every member holds it"
+// from the acknowledgement vectors on PBP's frames, with no message of
+// its own. Under Agreed (the control) the others deliver it at once.
+func TestSafeWaitsForEveryMember(t *testing.T) {
+	for _, level := range []Level{Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) {
+			_, ps := group(t, 3, level)
+			// ps sorted by id: the sequencer is the lowest.
+			slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
+			seqr, sender, deaf := ps[0], ps[1], ps[2]
+			from := sender.id(t)
+			deaf.drop = func(f []byte) bool {
+				v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+				return err == nil && v.Type() == frame.Data && v.Sender() == from
+			}
+			m := sender.send(t)
+			net := sender.run.net
+			net.RunFor(150 * time.Millisecond) // well inside the failure timeout (400 ms)
+			if deaf.delivered(m) {
+				t.Fatalf("%v: the member that drops the sender's frames delivered its message", level)
+			}
+			for _, p := range []*process{seqr, sender} {
+				if got, want := p.delivered(m), level == Agreed; got != want {
+					t.Fatalf("%v: member %d delivered the message while member %d lacks it: %v, want %v", level, p.id(t), deaf.id(t), got, want)
+				}
+			}
+			deaf.drop = nil
+			net.RunFor(150 * time.Millisecond)
+			for _, p := range ps {
+				if got := p.inView[p.view]; !slices.Equal(got, []msgID{m}) {
+					t.Fatalf("%v: member %d delivered %v after the repair, want [%v]", level, p.id(t), idStrings(got), idStrings([]msgID{m}))
+				}
+			}
+		})
+	}
+}
+
+// TestSafeSendsNoHeldReports: Safe's FIFO traffic is the data messages
+// and the sequencer's order messages only, as Agreed's (vtotal kinds 1
+// and 2; the held reports of kind 3, one per member and turn, are gone),
+// and every member delivers every message in one order.
+func TestSafeSendsNoHeldReports(t *testing.T) {
+	for _, level := range []Level{Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) {
+			r, ps := group(t, 3, level)
+			for _, p := range ps {
+				p.kinds = map[byte]int{}
+			}
+			const rounds = 40
+			var want []msgID
+			for range rounds {
+				for _, p := range ps {
+					want = append(want, p.send(t))
+				}
+				r.net.RunFor(2 * time.Millisecond)
+			}
+			r.net.RunFor(300 * time.Millisecond)
+			kinds := map[byte]int{}
+			for _, p := range ps {
+				for k, n := range p.kinds {
+					kinds[k] += n
+				}
+			}
+			data, order := kinds[1], kinds[2]
+			t.Logf("%v: %d data messages, %d order messages, %v by kind: %.2f FIFO messages per data message", level, data, order, kinds, float64(data+order)/float64(data))
+			if data != len(want) || len(kinds) > 2 || order == 0 {
+				t.Fatalf("%v: FIFO messages by kind %v, want %d data messages (kind 1) and order messages (kind 2) only", level, kinds, len(want))
+			}
+			if most := 2 * rounds; order > most {
+				t.Fatalf("%v: %d order messages for %d data messages of the others, want at most one per data message", level, order, most)
+			}
+			first := ps[0].inView[ps[0].view]
+			if len(first) != len(want) {
+				t.Fatalf("%v: member %d delivered %d messages, want %d", level, ps[0].id(t), len(first), len(want))
+			}
+			for _, p := range ps[1:] {
+				if got := p.inView[p.view]; !slices.Equal(got, first) {
+					t.Fatalf("%v: members deliver different sequences: first difference %s", level, firstDiff(idStrings(first), idStrings(got)))
+				}
+			}
+		})
+	}
+}
+
+// TestSafeLatency: on an idle group a Safe message of the sequencer is
+// delivered everywhere within a round trip of its Agreed delivery: the
+// members acknowledge what they received at once (pbp's AckNow), not
+// after PBP's 1 ms ack timer.
+func TestSafeLatency(t *testing.T) {
+	took := map[Level]time.Duration{}
+	for _, level := range []Level{Agreed, Safe} {
+		r, ps := group(t, 4, level)
+		slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
+		r.net.RunFor(50 * time.Millisecond)
+		m := ps[0].send(t)
+		start := r.net.Now()
+		ps[0].Step(start) // out now, not at its next timer
+		for took[level] == 0 && r.net.Now().Sub(start) < 5*time.Millisecond {
+			r.net.RunFor(10 * time.Microsecond)
+			all := true
+			for _, p := range ps {
+				all = all && p.delivered(m)
+			}
+			if all {
+				took[level] = r.net.Now().Sub(start)
+			}
+		}
+		if took[level] == 0 {
+			t.Fatalf("%v: not delivered everywhere within 5 ms", level)
+		}
+	}
+	t.Logf("delivered everywhere after: agreed %v, safe %v", took[Agreed], took[Safe])
+	if took[Safe] > took[Agreed]+200*time.Microsecond {
+		t.Fatalf("safe took %v, agreed %v: more than a round trip more (the ack timer?)", took[Safe], took[Agreed])
+	}
+}
