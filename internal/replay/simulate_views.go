@@ -299,7 +299,9 @@ func pickViewInterface(c *Capture, opts SimOptions, p *viewProc) (int, error) {
 // viewLevelFromFrames tells the level of a group with views from its Data
 // frames' messages: under Agreed and Safe every message starts with
 // vtotal's kind byte and the orderer sends order messages; only Safe
-// sends held reports. total is false when no well-formed order message
+// sent held reports, up to its revision 2 (revision 3 reads stability
+// off the acknowledgement vectors and sends none: then the config hash
+// tells). total is false when no well-formed order message
 // is seen or a message does not fit vtotal's kinds; safe says whether a
 // held report is seen.
 func viewLevelFromFrames(c *Capture, group uint32) (total, safe bool, msgs int) {
@@ -613,7 +615,7 @@ func (vr *viewsRerun) settings() {
 		vr.note("level safe, from the %d messages of the group's Data frames (vtotal's kind bytes, held reports among them)", msgs)
 	case total:
 		level = ViewAgreed
-		vr.note("level agreed, from the %d messages of the group's Data frames (vtotal's kind bytes, no held report)", msgs)
+		vr.note("level agreed, from the %d messages of the group's Data frames (vtotal's kind bytes, no held report); Safe since revision 3 sends no held reports either, so a capture of a Safe group whose config hash these settings do not match needs -level safe", msgs)
 	default:
 		level = ViewFIFO
 		vr.note("level fifo: the %d messages of the group's Data frames show no total order", msgs)
