@@ -466,8 +466,7 @@ func (c *Core) noteOut(n uint64) {
 	sent := c.in.SentInView() // each one went out in a frame before it
 	for ; c.outSeen < n && len(c.mine) > 0; c.outSeen++ {
 		m := c.mine[0]
-		c.mine[0] = own{}
-		c.mine = c.mine[1:]
+		c.mine = pop(c.mine)
 		if m.order {
 			if m.view == c.view && c.self == c.seqr {
 				for _, e := range m.entries {
@@ -501,7 +500,7 @@ func (c *Core) drain() {
 			return
 		}
 		c.take(e)
-		c.order = c.order[1:]
+		c.order = pop(c.order)
 		c.deliver(m)
 	}
 }
@@ -533,14 +532,26 @@ func (c *Core) take(e entry) (msg, bool) {
 		return msg{}, false
 	}
 	if e.from == c.self {
-		c.outMine = c.outMine[1:]
+		c.outMine = pop(c.outMine)
 		return m, true
 	}
-	c.held[e.from] = c.held[e.from][1:]
+	c.held[e.from] = pop(c.held[e.from])
 	if m.borrowed {
 		c.borrowed--
 	}
 	return m, true
+}
+
+// pop removes the first element of the queue s, dropping its references;
+// a queue it empties starts over where it stands, so that a queue of one
+// message at a time (a turn sends one, delivers one) never reallocates.
+func pop[T any](s []T) []T {
+	var zero T
+	s[0] = zero
+	if len(s) == 1 {
+		return s[:0]
+	}
+	return s[1:]
 }
 
 func (c *Core) deliver(m msg) {
