@@ -143,11 +143,11 @@ func sendFiles(c *localapi.Conn, to []uint16, paths, names []string, stdout, std
 		}
 		// The answer is FileQueued (or a refusal); verdicts of files
 		// queued before may come first, once a file passes faster than
-		// the next is hashed (a directory of small files).
+		// the next is opened (a directory of small files).
 		var m localapi.Message
 		var err error
 		for {
-			c.SetDeadline(time.Now().Add(5 * time.Minute)) // the daemon hashes the file first
+			c.SetDeadline(time.Now().Add(5 * time.Minute)) // a version 2 daemon hashes the file first
 			m, err = c.Read()
 			c.SetDeadline(time.Time{})
 			v, isV := m.(*localapi.FileVerdict)
