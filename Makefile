@@ -148,9 +148,10 @@ KV_C ?= 32
 bench-kv:
 	bench/kv/run -r $(REPS) -n $(KV_N) -c $(KV_C) | tee bench-kv.md
 
-# docs/benchmarks.md, "Liu's tables": the message-passing measurements of
-# Liu's thesis, Tables 6.4-6.7 (unicast, weak and strong multicast to 1-8
-# children, 900-byte messages). Root; about 2 minutes a repetition (REPS); bench-liu.md.
+# docs/benchmarks.md, "Liu's tables": the measurements of Liu's thesis,
+# chapter 6: the distributed CPU task (Tables 6.1-6.3) and message passing
+# (6.4-6.7), unicast and every delivery level to 1-8 children, 900-byte
+# messages. Root; about 2 minutes a repetition (REPS); bench-liu.md.
 bench-liu:
 	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-liu.md $(GO) test -run '^$$' -bench '^BenchmarkLiuTables$$' -benchtime 1x -timeout 60m ./reliable
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,9 +37,16 @@ import (
 //   - the speedup of Unreliable over unicast (Table 6.6) and the overhead
 //     of each reliable level over Unreliable (Table 6.7) follow.
 //
-// Tables 6.1–6.3 time a CPU-bound task split over the children; on a
-// machine with two cores the children's loops would queue for the CPU and
-// the table would measure that, so they are not re-run.
+// Tables 6.1–6.3 (the distributed CPU-intensive task, §6.2): the parent
+// sends every child the whole task, a loop count, and each child runs the
+// loop of long divides before it replies; the completion time is from
+// the send until every reply is back, with 0 children the loop run by the
+// parent itself. On a machine with fewer cores than children the
+// children's loops queue for the CPU (the completion time grows with the
+// children for every method, as it did not on Liu's workstations), so
+// the tables say what each method adds to the same queueing. The task
+// lasts RBCAST_LIU_TASK on one CPU (default 1ms; 0 leaves the tables out),
+// RBCAST_LIU_TASK_N iterations per cell (default 30).
 //
 // RBCAST_LIU_N sets the iterations per cell (default 300; medians are
 // reported); RBCAST_REPORT_REPS repeats the sweep over 1 to 8 children
@@ -125,6 +133,46 @@ func BenchmarkLiuTables(b *testing.B) {
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d.Microseconds())/1000) }
 	var out strings.Builder
+	task := time.Millisecond
+	if d, ok := envDuration(b, "RBCAST_LIU_TASK"); ok {
+		task = d
+	}
+	var taskRows []map[string]time.Duration
+	var local time.Duration
+	var loops uint32
+	if task > 0 {
+		taskIters := 30
+		if n := envInt(b, "RBCAST_LIU_TASK_N"); n > 0 {
+			taskIters = n
+		}
+		loops, local = liuCalibrate(task)
+		taskRows = make([]map[string]time.Duration, children+1)
+		taskAll := make([]map[string][]time.Duration, children+1)
+		for rep := range reps {
+			for n := 1; n <= children; n++ {
+				if taskAll[n] == nil {
+					taskAll[n] = map[string][]time.Duration{}
+				}
+				for _, lvl := range []string{"fifo", "agreed", "safe"} {
+					for m, d := range liuRunLoops(b, topo, links[:n+1], nets, lvl, taskIters, loops) {
+						taskAll[n][m] = append(taskAll[n][m], d[1])
+					}
+				}
+				var line []string
+				for _, m := range methods {
+					line = append(line, fmt.Sprintf("%s %v", m, taskAll[n][m][rep]))
+				}
+				b.Logf("repetition %d, %d children, task of %d loops (completion): %s", rep+1, n, loops, strings.Join(line, ", "))
+			}
+		}
+		for n := 1; n <= children; n++ {
+			taskRows[n] = map[string]time.Duration{}
+			for m, ds := range taskAll[n] {
+				slices.Sort(ds)
+				taskRows[n][m] = ds[len(ds)/2]
+			}
+		}
+	}
 	fmt.Fprintf(&out, "Liu, Tables 6.4–6.7 re-run: 900-byte messages, medians of %d iterations (of %d repetitions' medians, the median), milliseconds (load %s)\n\n", iters, reps, loadavg())
 	// Send times are a few microseconds: they are given in µs, to the
 	// nanosecond's hundredths, so that issue 19's ±10 % can be judged.
@@ -164,6 +212,23 @@ func BenchmarkLiuTables(b *testing.B) {
 		}
 		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s |\n", n, strings.Join(c, " | "),
 			pct(r["unreliable"].resp, r["tcp"].resp), pct(r["fifo"].resp, r["unreliable"].resp), pct(r["agreed"].resp, r["unreliable"].resp), pct(r["safe"].resp, r["unreliable"].resp))
+	}
+	if taskRows != nil {
+		fmt.Fprintf(&out, "\nCompletion time of the distributed task (Table 6.1), milliseconds: the task (%d loops of 1000 divides) takes %s on one CPU of the parent (the 0-children row); every child runs all of it; the speedup of Unreliable over TCP unicast, (T_tcp − T_unreliable) / T_tcp (6.2), and each level's overhead over Unreliable (6.3)\n\n| children | %s | unreliable vs tcp (6.2) | fifo vs unreliable | agreed vs unreliable | safe vs unreliable |\n|---|---|---|---|---|---|---|---|---|---|\n", loops, ms(local), strings.Join(methods, " | "))
+		fmt.Fprintf(&out, "| 0 | %s | | | | | | | | |\n", ms(local))
+		for n := 1; n <= children; n++ {
+			r := taskRows[n]
+			var c []string
+			for _, m := range methods {
+				c = append(c, ms(r[m]))
+			}
+			pct := func(a, base time.Duration) string {
+				return fmt.Sprintf("%+.1f %%", float64(a-base)/float64(base)*100)
+			}
+			fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s |\n", n, strings.Join(c, " | "),
+				fmt.Sprintf("%.1f %%", float64(r["tcp"]-r["unreliable"])/float64(r["tcp"])*100),
+				pct(r["fifo"], r["unreliable"]), pct(r["agreed"], r["unreliable"]), pct(r["safe"], r["unreliable"]))
+		}
 	}
 	b.Log("\n" + out.String())
 	if p := os.Getenv("RBCAST_REPORT_OUT"); p != "" {
@@ -238,6 +303,7 @@ func liuSockets(b *testing.B, topo *netns.Topology) *liuNets {
 				if _, err := io.ReadFull(acc, buf); err != nil {
 					return
 				}
+				liuWork(binary.BigEndian.Uint32(buf[4:8]))
 				s.child[i].WriteToUDP(buf[:4], s.parentAddr)
 			}
 		}()
@@ -251,6 +317,13 @@ const liuSize = 900
 // (fifo: also TCP unicast and Unreliable, through the same group): per
 // method, the median send and response times.
 func liuRun(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, lvl string, iters int) map[string][2]time.Duration {
+	return liuRunLoops(b, topo, links, s, lvl, iters, 0)
+}
+
+// liuRunLoops is liuRun with a task: every message carries loops (after
+// its id) and every child runs liuWork(loops) before it replies (Tables
+// 6.1–6.3); the response time is then the completion time.
+func liuRunLoops(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, lvl string, iters int, loops uint32) map[string][2]time.Duration {
 	n := len(links) - 1
 	gid := 2000 + benchGroups.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -287,13 +360,15 @@ func liuRun(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, l
 				if err != nil {
 					return
 				}
-				if i > 0 && len(data) >= 4 {
+				if i > 0 && len(data) >= 8 {
+					liuWork(binary.BigEndian.Uint32(data[4:8]))
 					s.child[i].WriteToUDP(data[:4], s.parentAddr)
 				}
 			}
 		}()
 	}
 	msg := make([]byte, liuSize)
+	binary.BigEndian.PutUint32(msg[4:], loops)
 	reply := make([]byte, 64)
 	replies := func(id uint32) (lost bool) {
 		got := 0
@@ -331,7 +406,11 @@ func liuRun(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, l
 	sends, resps := map[string][]time.Duration{}, map[string][]time.Duration{}
 	lost := 0
 	id := binary.BigEndian.Uint32([]byte{byte(gid), 0, 0, 0})
-	for it := range iters + 20 {
+	warm := 20
+	if loops > 0 {
+		warm = 3
+	}
+	for it := range iters + warm {
 		for _, m := range names { // interleaved: every method sees the same machine
 			id++
 			binary.BigEndian.PutUint32(msg, id)
@@ -347,7 +426,7 @@ func liuRun(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, l
 				lost++
 				continue
 			}
-			if it >= 20 {
+			if it >= warm {
 				sends[m] = append(sends[m], t1.Sub(t0))
 				resps[m] = append(resps[m], time.Since(t0))
 			}
@@ -368,4 +447,40 @@ func liuRun(b *testing.B, topo *netns.Topology, links []link.Link, s *liuNets, l
 		out[m] = [2]time.Duration{med(sends[m]), med(resps[m])}
 	}
 	return out
+}
+
+// liuDivisor keeps liuWork's divides real divisions (not a constant the
+// compiler turns into a multiplication).
+var liuDivisor uint64 = 7
+
+// liuSink keeps liuWork's result alive.
+var liuSink atomic.Uint64
+
+// liuWork is the thesis's CPU task (§6.2): loops of a long divide done
+// 1000 times.
+func liuWork(loops uint32) {
+	x := uint64(0x9e3779b97f4a7c15)
+	for range loops {
+		for j := range uint64(1000) {
+			x = x/liuDivisor + j + 0x9e3779b97f4a7c15
+		}
+	}
+	liuSink.Add(x)
+}
+
+// liuCalibrate returns the loops that take about d on one CPU here, and
+// the median time they took in 9 runs.
+func liuCalibrate(d time.Duration) (uint32, time.Duration) {
+	t0 := time.Now()
+	liuWork(100)
+	per := max(time.Since(t0)/100, time.Nanosecond)
+	loops := uint32(max(1, d/per))
+	var ts []time.Duration
+	for range 9 {
+		t0 := time.Now()
+		liuWork(loops)
+		ts = append(ts, time.Since(t0))
+	}
+	slices.Sort(ts)
+	return loops, ts[len(ts)/2]
 }
