@@ -1057,24 +1057,7 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			st.Rejoins, r.At, daemon.ViewName(r.View), r.Unacknowledged, r.Reason, back)
 	}
 	if a := st.Auth; a != nil {
-		enc := ""
-		if a.Encrypt {
-			enc = ", encrypted"
-		}
-		var drops []string
-		for _, r := range []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"} {
-			if n := a.Dropped[r]; n > 0 {
-				drops = append(drops, fmt.Sprintf("%s %d", r, n))
-			}
-		}
-		if len(drops) == 0 {
-			drops = []string{"none"}
-		}
-		rot := ""
-		if a.Rotating {
-			rot = ", rotating"
-		}
-		fmt.Fprintf(w, "auth: key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s\n", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
+		fmt.Fprintf(w, "auth: %s\n", authLine(a))
 		for _, c := range a.Changes {
 			fmt.Fprintf(w, "  key %s %s at %s\n", c.Key, c.Step, c.At)
 		}
@@ -1126,4 +1109,27 @@ func levelAllowed(level string, order uint8) error {
 	}
 	how := map[string]string{"fifo": "-order fifo", "agreed": "-order total (-level agreed)", "safe": "-order total -membership views -level safe"}
 	return fmt.Errorf("-level %s: the daemon's group runs at %s, and a group has one reliable level, chosen when its members start (rbcastd run %s); send without -level, or with -level %s", level, levelNames[order], how[level], levelNames[order])
+}
+
+// authLine is a link's keys and drops, as status shows them (the
+// group's link, and the files').
+func authLine(a *daemon.AuthStatus) string {
+	enc := ""
+	if a.Encrypt {
+		enc = ", encrypted"
+	}
+	var drops []string
+	for _, r := range []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"} {
+		if n := a.Dropped[r]; n > 0 {
+			drops = append(drops, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	if len(drops) == 0 {
+		drops = []string{"none"}
+	}
+	rot := ""
+	if a.Rotating {
+		rot = ", rotating"
+	}
+	return fmt.Sprintf("key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
 }

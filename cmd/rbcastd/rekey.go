@@ -13,7 +13,8 @@ import (
 )
 
 const rekeyText = `Rotates an authenticated group's key without a restart (knet's two key
-slots; docs/auth.md, "Rotation"), one step at a time, on one daemon:
+slots; docs/auth.md, "Rotation"), one step at a time, on one daemon,
+for its group and its files alike:
 
   install FILE              accept frames under the key in FILE too
   activate FILE|FINGERPRINT send under that (installed) key from now on
@@ -59,19 +60,25 @@ func rekeyCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	default:
 		return usageErr(stderr, "rekey", "unknown step %q: want install, activate or retire", step)
 	}
-	a, err := rekey(&sf, &m)
+	st, err := rekey(&sf, &m)
 	if err != nil {
 		return fail(stderr, "rekey", err)
 	}
+	a := st.Auth
 	fmt.Fprintf(stdout, "key %s (id %d) active, accepting %v\n", a.Active, a.ActiveID, a.Accepted)
+	if st.Files != nil && st.Files.Auth != nil {
+		fa := st.Files.Auth
+		fmt.Fprintf(stdout, "files' link: key %s (id %d) active, accepting %v\n", fa.Active, fa.ActiveID, fa.Accepted)
+	}
 	for _, c := range a.Changes {
 		fmt.Fprintf(stdout, "  key %s %s at %s\n", c.Key, c.Step, c.At)
 	}
 	return exitOK
 }
 
-// rekey sends m and returns the daemon's key status after it.
-func rekey(sf *socketFlags, m *localapi.Rekey) (*daemon.AuthStatus, error) {
+// rekey sends m and returns the daemon's status after it (with its
+// Auth).
+func rekey(sf *socketFlags, m *localapi.Rekey) (*daemon.Status, error) {
 	c, err := dial(sf)
 	if err != nil {
 		return nil, err
@@ -99,5 +106,5 @@ func rekey(sf *socketFlags, m *localapi.Rekey) (*daemon.AuthStatus, error) {
 	if st.Auth == nil {
 		return nil, fmt.Errorf("the daemon's status after the step shows no authentication")
 	}
-	return st.Auth, nil
+	return &st, nil
 }

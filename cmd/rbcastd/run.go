@@ -128,8 +128,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaveTimeout, "leave-timeout", daemon.DefaultLeaveTimeout, "bound on the clean leave at SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (log/slog)")
-	fs.StringVar(&f.keyFile, "key-file", "", "authenticate every frame with the group key in this `file` (rbcastd keygen; docs/auth.md); all members must have it")
-	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt every payload (AES-256-GCM); all members must agree")
+	fs.StringVar(&f.keyFile, "key-file", "", "authenticate every frame, the group's and its files', with the group key in this `file` (rbcastd keygen; docs/auth.md); all members must have it")
+	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt every payload, messages and files (AES-256-GCM); all members must agree")
 	f.files.register(fs)
 	fs.BoolVar(&f.kernelFilter, "kernel-filter", true, "have the kernel drop other groups' frames before they reach the daemon (BPF on the group id; ring and afpacket links, docs/groups.md); false: the daemon drops them, as before, for comparison")
 	return fs

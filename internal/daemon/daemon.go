@@ -240,6 +240,9 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		d.shutdown()
 		wg.Wait()
 	}()
+	if d.files != nil && d.files.authErr != nil {
+		return fmt.Errorf("rbcastd: authenticating the files' link (-files=false turns files off): %w", d.files.authErr)
+	}
 
 	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server, "membership", membership(d.cfg.Group),
 		"order", d.cfg.Group.Order.String(), "socket", ln.Addr().String())

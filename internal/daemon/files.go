@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/internal/filestore"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -29,6 +30,12 @@ import (
 // A received file is stored in the directory of the oldest recvfile
 // client connected when its offer arrives, else in the inbox (run
 // -inbox), else declined (the sender's verdict names this member).
+//
+// An authenticated group (Config.Group.Auth: run -key-file, -encrypt)
+// authenticates the files' link too, with the same key and algorithm
+// (filerun.Wrap; docs/auth.md, "Files"): the daemon wraps it once, so
+// that the keys rotate with the group's (rbcastd rekey takes each step
+// on both links) and outlive the file core of each membership.
 
 // FilesConfig configures the daemon's file dissemination.
 type FilesConfig struct {
@@ -79,6 +86,11 @@ const maxRecent = 32
 type fileService struct {
 	d   *Daemon
 	cfg FilesConfig
+	// auth is the files' link's authentication (cfg.Link wraps it), nil
+	// without a key; authErr is why it could not be set up (Run returns
+	// it).
+	auth    *auth.Link
+	authErr error
 
 	// mu guards what the sink and the status read. It is never held
 	// while calling into the runner (whose loop calls the sink with its
@@ -137,7 +149,36 @@ func newFileService(d *Daemon, cfg FilesConfig) *fileService {
 	if cfg.Group == 0 {
 		cfg.Group = FilesGroup(d.cfg.Group.Group)
 	}
-	return &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*conn{}}
+	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*conn{}}
+	if a := d.cfg.Group.Auth; a != nil && cfg.Link != nil {
+		s.auth, s.authErr = filerun.Wrap(cfg.Link, cfg.Group, d.cfg.Group.EtherType, auth.Config{Key: a.Key, Encrypt: a.Encrypt, Now: a.Now})
+		if s.authErr == nil {
+			s.cfg.Link = s.auth
+		}
+	}
+	return s
+}
+
+// rekey takes a step of a key rotation on the files' link, after the
+// message group took it (rekeyStep): k to install, or fp to activate,
+// or neither to retire.
+func (s *fileService) rekey(step uint8, k *auth.Key, fp uint64) error {
+	if s == nil || s.auth == nil {
+		return nil
+	}
+	var err error
+	switch step {
+	case localapi.RekeyInstall:
+		err = s.auth.Install(k)
+	case localapi.RekeyActivate:
+		err = s.auth.Activate(fp)
+	case localapi.RekeyRetire:
+		s.auth.Retire()
+	}
+	if err != nil {
+		return fmt.Errorf("the files' link (the group's took the step): %w", err)
+	}
+	return nil
 }
 
 // groupMembers is g's member list: its view's, or the list it started

@@ -24,6 +24,15 @@ type FilesStatus struct {
 	Transfers []FileTransfer `json:"transfers"`
 	Recent    []FileEvent    `json:"recent,omitempty"`
 	Counters  FileCounters   `json:"counters"`
+	// Auth is the files' link's authentication (an authenticated group):
+	// its keys, which rotate with the group's, and the frames it dropped
+	// by reason — those of the files' link only (the group's are in
+	// Status.Auth).
+	Auth *AuthStatus `json:"auth,omitempty"`
+	// KeyMismatch says that frames of the files' group came under a key
+	// this daemon does not hold, or with a key while it has none
+	// (filerun.Stats.KeyMismatch); a rogue's frames count too.
+	KeyMismatch string `json:"key_mismatch,omitempty"`
 }
 
 // FileTransfer is one file sent or received here, under way or open.
@@ -89,6 +98,9 @@ type FileCounters struct {
 	// full); SendRetries: sends the link retried on back-pressure.
 	KernelDrops uint64 `json:"kernel_drops"`
 	SendRetries uint64 `json:"send_retries"`
+	// KeyedNoKey: frames of the files' group that carried an
+	// authentication tag, dropped because this daemon has no key.
+	KeyedNoKey uint64 `json:"keyed_frames_no_key,omitempty"`
 }
 
 func metaKey(m filerun.Meta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
@@ -166,7 +178,13 @@ func (s *fileService) status() *FilesStatus {
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
 			Resumed: c.Resumed, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
-			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries}
+			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries, KeyedNoKey: st.KeyedNoKey}
+		fs.KeyMismatch = st.KeyMismatch()
+	}
+	if s.auth != nil {
+		// Also while no file core runs: the link and its keys stay.
+		a := s.auth.Auth()
+		fs.Auth = authStatus(&a)
 	}
 	fs.Counters.StoredBytes = s.bytesIn.Load()
 	s.mu.Lock()
@@ -212,13 +230,17 @@ var (
 	descFilesHeld    = prometheus.NewDesc("rbcastd_file_held_bytes", "Bytes of a file under way held by a receiver (sender, file id; receiver: this member for a file received here, each receiver for a file sent here).", []string{"sender", "file", "receiver"}, nil)
 	descFilesSize    = prometheus.NewDesc("rbcastd_file_size_bytes", "Size of a file under way.", []string{"sender", "file"}, nil)
 	descFilesRate    = prometheus.NewDesc("rbcastd_file_receive_rate_bytes", "Bytes per second a receiver of a file under way gained over the last second.", []string{"sender", "file", "receiver"}, nil)
+	// The files' link's authentication, beside the group's
+	// rbcastd_auth_*: the same reasons.
+	descFilesAuthDropped  = prometheus.NewDesc("rbcastd_files_auth_dropped_frames_total", "Frames of the files' link dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation; and no_key: frames with a tag dropped by a daemon without a key.", []string{"reason"}, nil)
+	descFilesAuthVerified = prometheus.NewDesc("rbcastd_files_auth_verified_frames_total", "Frames of the files' link whose authentication tag verified (-key-file).", nil, nil)
 )
 
 // filesCollector exports the file dissemination's metrics.
 type filesCollector struct{ s *fileService }
 
 func (c filesCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFilesCounter, descFilesStored, descFilesHeld, descFilesSize, descFilesRate} {
+	for _, d := range []*prometheus.Desc{descFilesCounter, descFilesStored, descFilesHeld, descFilesSize, descFilesRate, descFilesAuthDropped, descFilesAuthVerified} {
 		ch <- d
 	}
 }
@@ -236,6 +258,14 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFilesCounter, counter, float64(x.n), x.kind)
 	}
 	ch <- prometheus.MustNewConstMetric(descFilesStored, counter, float64(k.StoredBytes))
+	if a := fs.Auth; a != nil {
+		for _, r := range authReasons {
+			ch <- prometheus.MustNewConstMetric(descFilesAuthDropped, counter, float64(a.Dropped[r]), r)
+		}
+		ch <- prometheus.MustNewConstMetric(descFilesAuthVerified, counter, float64(a.Verified))
+	} else {
+		ch <- prometheus.MustNewConstMetric(descFilesAuthDropped, counter, float64(k.KeyedNoKey), "no_key")
+	}
 	for _, t := range fs.Transfers {
 		snd, id := strconv.Itoa(t.Sender), strconv.FormatUint(uint64(t.ID), 10)
 		ch <- prometheus.MustNewConstMetric(descFilesSize, gauge, float64(t.Size), snd, id)

@@ -30,6 +30,13 @@ func startFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment,
 
 func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64) []*running {
 	t.Helper()
+	return startFileGroupWith(t, r, n, imp, inboxes, rate, nil)
+}
+
+// startFileGroupWith is startFileGroupRate with tune, if set, adjusting
+// each daemon's configuration.
+func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config)) []*running {
+	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
 	for i := range n {
@@ -56,6 +63,9 @@ func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 			fc.Inbox = inboxes[i]
 		}
 		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}, Files: fc}
+		if tune != nil {
+			tune(i, &cfg)
+		}
 		out[i] = startDaemon(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
 		out[i].link = l
 	}

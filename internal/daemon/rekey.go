@@ -93,6 +93,9 @@ func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, err
 			return ch, err
 		}
 		d.keys[k.Fingerprint()] = k
+		if err := d.files.rekey(m.Step, k, 0); err != nil {
+			return ch, err
+		}
 		ch = KeyChange{Step: "installed", Key: k.String()}
 	case localapi.RekeyActivate:
 		fp := m.Fingerprint
@@ -106,6 +109,9 @@ func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, err
 		if err := a.Activate(fp); err != nil {
 			return ch, err
 		}
+		if err := d.files.rekey(m.Step, nil, fp); err != nil {
+			return ch, err
+		}
 		ch = KeyChange{Step: "activated", Key: fmt.Sprintf("%016x", fp)}
 	case localapi.RekeyRetire:
 		st := a.Auth()
@@ -117,6 +123,7 @@ func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, err
 			old = st.Accepted[1]
 		}
 		a.Retire()
+		d.files.rekey(m.Step, nil, 0)
 		ch = KeyChange{Step: "retired", Key: fmt.Sprintf("%016x", old)}
 	default:
 		return ch, fmt.Errorf("unknown step %d", m.Step)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable"
 )
 
@@ -255,14 +256,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other
 	s.SentPerSec, s.DeliveredPerSec, s.DeliveredBytesPerSec = d.rates.get()
 	if a := st.Auth; a != nil {
-		s.Auth = &AuthStatus{Active: fmt.Sprintf("%016x", a.Active), ActiveID: uint8(a.Active >> 56), Rotating: len(a.Accepted) > 1,
-			Encrypt: a.Encrypt, Sent: a.Sent, Verified: a.Verified,
-			Dropped: map[string]uint64{"unauthenticated": a.Unauthenticated, "algorithm": a.Algorithm, "unknown_key": a.UnknownKey,
-				"bad_tag": a.BadTag, "replay": a.Replay, "too_old": a.TooOld, "earlier_incarnation": a.EarlierIncarnation},
-			MismatchesSent: a.MismatchesSent, MismatchesReceived: a.MismatchesReceived}
-		for _, fp := range a.Accepted {
-			s.Auth.Accepted = append(s.Auth.Accepted, fmt.Sprintf("%016x", fp))
-		}
+		s.Auth = authStatus(a)
 		d.rekeyMu.Lock()
 		s.Auth.Changes = append([]KeyChange(nil), d.keyChanges...)
 		d.rekeyMu.Unlock()
@@ -431,6 +425,23 @@ func selfReason(events []reliable.Event) string {
 		}
 	}
 	return "left"
+}
+
+// authReasons are the reasons of AuthStatus.Dropped, as status and the
+// metrics list them.
+var authReasons = []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"}
+
+// authStatus is a's keys and counters, without the key changes.
+func authStatus(a *auth.Stats) *AuthStatus {
+	s := &AuthStatus{Active: fmt.Sprintf("%016x", a.Active), ActiveID: uint8(a.Active >> 56), Rotating: len(a.Accepted) > 1,
+		Encrypt: a.Encrypt, Sent: a.Sent, Verified: a.Verified,
+		Dropped: map[string]uint64{"unauthenticated": a.Unauthenticated, "algorithm": a.Algorithm, "unknown_key": a.UnknownKey,
+			"bad_tag": a.BadTag, "replay": a.Replay, "too_old": a.TooOld, "earlier_incarnation": a.EarlierIncarnation},
+		MismatchesSent: a.MismatchesSent, MismatchesReceived: a.MismatchesReceived}
+	for _, fp := range a.Accepted {
+		s.Accepted = append(s.Accepted, fmt.Sprintf("%016x", fp))
+	}
+	return s
 }
 
 // AuthStatus is an authenticated group's keys and counters.

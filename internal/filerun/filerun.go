@@ -12,6 +12,14 @@
 // one Runner beside its message group (internal/daemon, files.go), on a
 // link of its own (a group id of its own on the same interface), so the
 // message group's data path is untouched.
+//
+// With a group key (Wrap: rbcastd run -key-file) the link authenticates
+// every frame, and encrypts its body with -encrypt (link/auth,
+// docs/auth.md): frames that do not verify are dropped and counted by the
+// link (Stats.Auth) before the core sees them, and those that verified
+// are stepped without their CRC (core.Stepper.StepVerified). A runner
+// without a key drops the frames of its group that carry a tag
+// (Stats.KeyedNoKey): their sender has a key this member lacks.
 package filerun
 
 import (
@@ -26,6 +34,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/files"
@@ -73,11 +82,13 @@ func pacing(cfg files.Config) files.Config {
 
 // Runner drives one files.Core over a link.
 type Runner struct {
-	l     link.Link
-	clk   wall.Clock
-	log   *slog.Logger
-	waker link.Waker // nil: the loop waits at most idleWait
-	group uint32
+	l         link.Link
+	clk       wall.Clock
+	log       *slog.Logger
+	waker     link.Waker // nil: the loop waits at most idleWait
+	group     uint32
+	etherType uint16
+	auth      *auth.Link // the link's authentication; nil: no key
 
 	mu   sync.Mutex // guards c and st
 	c    *files.Core
@@ -94,11 +105,35 @@ type Runner struct {
 	// Counters of the loop (under mu).
 	sendErrs uint64
 	lastErr  error
+	// keyedNoKey counts frames of the group that carry a tag, dropped by
+	// a runner without a key.
+	keyedNoKey uint64
+}
+
+// Wrap authenticates the files' link l of group (etherType 0: the
+// default) with a's key and algorithm (auth.Wrap; a's Group, EtherType
+// and Admitted are set here), for Start. The derived keys are the
+// files' group's own (the group id is part of every stream's key), the
+// counter starts at the clock as every authenticated link's does
+// (docs/auth.md, "Nonces"). A caller that runs one runner after another
+// on the link (rbcastd, a runner per membership) wraps it once, so that
+// the keys rotated since (Install, Activate, Retire) and the counter
+// outlive each runner. The link is Admitted: it joins nothing, so a
+// KeyMismatch or unauthenticated frames are only counted.
+func Wrap(l link.Link, group uint32, etherType uint16, a auth.Config) (*auth.Link, error) {
+	a.Group, a.EtherType, a.Admitted = group, etherType, true
+	al, err := auth.Wrap(l, a)
+	if err != nil {
+		return nil, fmt.Errorf("filerun: the files' link: %w", err)
+	}
+	return al, nil
 }
 
 // Start starts the runtime of a file core configured by cfg on l (which
 // it does not own: Close leaves it open). cfg.MTU defaults to the
-// link's, cfg.Dst to broadcast.
+// link's, cfg.Dst to broadcast. An authenticated l (Wrap, or an
+// *auth.Link of cfg.Group under wrappers that unwrap to it) makes the
+// runner a keyed one.
 func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
@@ -110,13 +145,32 @@ func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{l: l, clk: wall.Clock{Epoch: time.Now()}, log: log, c: c, group: cfg.Group,
+	et := cfg.EtherType
+	if et == 0 {
+		et = frame.EtherType
+	}
+	r := &Runner{l: l, clk: wall.Clock{Epoch: time.Now()}, log: log, c: c, group: cfg.Group, etherType: et, auth: authOf(l),
 		st: core.NewStepper(c, cfg.Group, cfg.EtherType), subs: map[int]func(files.Report){}, done: make(chan struct{})}
 	if w, ok := link.WakerOf(l); ok {
 		r.waker = w
 	}
 	go r.run()
 	return r, nil
+}
+
+// authOf is the authentication of l or of a link it wraps.
+func authOf(l link.Link) *auth.Link {
+	for l != nil {
+		if a, ok := l.(*auth.Link); ok {
+			return a
+		}
+		w, ok := l.(link.Wrapper)
+		if !ok {
+			return nil
+		}
+		l = w.Unwrap()
+	}
+	return nil
 }
 
 // now is the core's time now.
@@ -156,7 +210,20 @@ func (r *Runner) run() {
 		r.mu.Lock()
 		now := r.now()
 		for _, f := range frames[:n] {
-			r.st.Step(now, f.Data) // a bad frame is counted by the stepper or the core
+			// A bad frame is counted by the stepper or the core.
+			switch {
+			case f.Authenticated:
+				r.st.StepVerified(now, f.Data)
+			case r.auth == nil && r.sealed(f.Data):
+				r.keyedNoKey++
+				if r.keyedNoKey == 1 {
+					src := frame.Ethernet(f.Data[:frame.EthernetHeaderLen]).Src()
+					r.log.Warn("rbcastd: key mismatch on the files' link: a frame of the files' group carries an authentication tag, and this member has no key (-key-file); such frames are dropped",
+						"from", net.HardwareAddr(src[:]).String(), "files_group", r.group)
+				}
+			default:
+				r.st.Step(now, f.Data)
+			}
 		}
 		r.st.Tick(now)
 		rd := r.st.Ready()
@@ -184,6 +251,18 @@ func (r *Runner) run() {
 			clear(reports)
 		}
 	}
+}
+
+// sealed says whether eth is a frame of the runner's group with an
+// authentication section (a frame a runner without a key must not read:
+// its tag is unchecked, its body maybe ciphertext).
+func (r *Runner) sealed(eth []byte) bool {
+	_, b, err := frame.SplitEthernet(eth, r.etherType)
+	if err != nil || len(b) < frame.HeaderLen {
+		return false
+	}
+	v := frame.View(b)
+	return v.Group() == r.group && v.Flags()&frame.FlagAuth != 0
 }
 
 // hand gives the reports to every subscriber, on the loop.
@@ -267,18 +346,45 @@ type Stats struct {
 	Open      int
 	SelfID    frame.MemberID
 	LinkStats link.Stats
+	// Auth is the link's authentication: keys and the frames dropped by
+	// reason (nil: no key).
+	Auth *auth.Stats
+	// KeyedNoKey counts frames of the group dropped by a runner without a
+	// key because they carry an authentication tag: a key mismatch (their
+	// sender has a key, this member none).
+	KeyedNoKey uint64
+}
+
+// KeyMismatch says, from the counters, whether frames of the files'
+// group came under a key this member does not hold, or with one while it
+// has none ("" if not): what a receiver that gets none of a sender's
+// files sees. A rogue's frames count too.
+func (s Stats) KeyMismatch() string {
+	switch {
+	case s.KeyedNoKey > 0:
+		return fmt.Sprintf("key mismatch: %d frames of the files' group carried an authentication tag, and this member has no key (-key-file)", s.KeyedNoKey)
+	case s.Auth != nil && s.Auth.UnknownKey+s.Auth.Unauthenticated+s.Auth.Algorithm > 0:
+		a := s.Auth
+		return fmt.Sprintf("key mismatch: frames of the files' group dropped: %d under a key id of neither accepted key (unknown_key), %d without a tag (unauthenticated), %d with the other algorithm (-encrypt differs)",
+			a.UnknownKey, a.Unauthenticated, a.Algorithm)
+	}
+	return ""
 }
 
 // Stats returns the core's and the loop's counters.
 func (r *Runner) Stats() Stats {
 	r.mu.Lock()
 	cs := r.c.Stats()
-	s := Stats{Bad: r.st.Counters().Bad, SendErrs: r.sendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self}
+	s := Stats{Bad: r.st.Counters().Bad, SendErrs: r.sendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self, KeyedNoKey: r.keyedNoKey}
 	if d, ok := cs.Detail.(files.Stats); ok {
 		s.Core = d
 	}
 	r.mu.Unlock()
 	s.LinkStats, _ = r.l.Stats()
+	if r.auth != nil {
+		a := r.auth.Auth()
+		s.Auth = &a
+	}
 	return s
 }
 

@@ -87,6 +87,13 @@ type Config struct {
 	// only grow, so that a restart, even with the same incarnation,
 	// never repeats a nonce (docs/auth.md, "Nonces"). nil: time.Now.
 	Now func() time.Time
+	// Admitted: the link of a station that is a member already, which
+	// joins nothing over it (the files' link of rbcastd, started once its
+	// message group admitted it): a KeyMismatch, or unauthenticated frames
+	// of the group, are counted and dropped but never become Recv's
+	// *MismatchError, so that a station on the segment cannot stop the
+	// link with a few forged frames. A joiner's link leaves it false.
+	Admitted bool
 }
 
 // reason is why a received frame was dropped.

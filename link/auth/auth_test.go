@@ -420,6 +420,48 @@ func TestKeyMismatch(t *testing.T) {
 	}
 }
 
+// An Admitted link (rbcastd's files' link) counts what would stop a
+// joiner's — unauthenticated frames of its group, a KeyMismatch sent to
+// it — and goes on: a rogue's few frames cannot end its Recv.
+func TestAdmittedNeverFails(t *testing.T) {
+	for _, admitted := range []bool{false, true} {
+		w := &wire{}
+		fm, rogue, peer := w.attach(1), w.attach(2), w.attach(3)
+		k := testKey(t, 1)
+		m, err := Wrap(fm, Config{Group: 7, Key: k, Now: func() time.Time { return epoch }, Admitted: admitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range unauthLimit {
+			rogue.Send([][]byte{dataFrame(t, rogue.mac, 1, 1, uint32(i), "forged")})
+		}
+		mis := frame.AppendEthernet(nil, fm.mac, rogue.mac, frame.EtherType)
+		h := frame.Header{Group: 7, Sender: 1, Incarnation: 1}
+		mis, _ = frame.Append(mis, &h, &frame.KeyMismatchBody{Reason: frame.MismatchKey, Refused: frame.ViewJoin, Fingerprint: 42})
+		rogue.Send([][]byte{mis})
+		_, err = m.Recv(time.Time{}, make([]link.Frame, 16))
+		if !admitted {
+			if !errors.Is(err, ErrKeyMismatch) {
+				t.Fatalf("a joiner's link: Recv %v, want a key mismatch", err)
+			}
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an admitted link: Recv %v, want only the deadline", err)
+		}
+		p := wrap(t, peer, k, false)
+		p.Send([][]byte{dataFrame(t, peer.mac, 2, 1, 1, "real")})
+		got := recvAll(t, m)
+		if len(got) != 1 || payloadOf(t, got[0]) != "real" {
+			t.Fatalf("an admitted link after the rogue received %d frames, want the peer's one", len(got))
+		}
+		// The KeyMismatch, unauthenticated, counts as one too.
+		if st := m.Auth(); st.Unauthenticated != unauthLimit+1 || st.MismatchesReceived != 1 || st.Verified != 1 {
+			t.Fatalf("an admitted link's counters: %+v", st)
+		}
+	}
+}
+
 // TestGolden: a Data frame sealed with the test key, counter and both
 // algorithms, byte for byte (testdata/*.hex; -update rewrites them).
 func TestGolden(t *testing.T) {

@@ -175,7 +175,7 @@ func (a *Link) keep(eth []byte) (keep, verified bool) {
 			return false, false // sealed, its body not a KeyMismatch's: nobody's reply
 		}
 		a.v.c.mismatchReceived.Add(1)
-		if !a.v.heardOther && frame.Ethernet(eth[:frame.EthernetHeaderLen]).Dst() == a.v.self {
+		if !a.v.heardOther && !a.v.cfg.Admitted && frame.Ethernet(eth[:frame.EthernetHeaderLen]).Dst() == a.v.self {
 			k := f.KeyMismatch()
 			a.fatal = &MismatchError{From: net.HardwareAddr(src[:]), Reason: k.Reason, Theirs: k.Fingerprint, Ours: a.v.cfg.Key.fp}
 		}
@@ -185,7 +185,7 @@ func (a *Link) keep(eth []byte) (keep, verified bool) {
 		return true, true
 	}
 	r := err.(*DropError).reason
-	if r == dropUnauthenticated && src != a.v.self && !a.v.heardOther {
+	if r == dropUnauthenticated && src != a.v.self && !a.v.heardOther && !a.v.cfg.Admitted {
 		if a.unauthOthers++; a.unauthOthers >= unauthLimit {
 			a.fatal = &MismatchError{From: net.HardwareAddr(src[:]), Unheard: true, Ours: a.v.cfg.Key.fp}
 		}

@@ -1,0 +1,118 @@
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link/auth"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// sendFileVia sends path from the daemon on socket and waits for its
+// verdict, which must name every receiver done.
+func sendFileVia(t *testing.T, socket, name, path string, receivers int) {
+	t.Helper()
+	c, _ := dial(t, socket, true)
+	defer c.Close()
+	if err := c.Write(&localapi.SendFile{Name: name, Path: path}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readMsg(t, c).(*localapi.FileQueued); !ok {
+		t.Fatalf("SendFile %s not queued", name)
+	}
+	v, ok := readMsg(t, c).(*localapi.FileVerdict)
+	if !ok || len(v.Done) != receivers || len(v.Missing) != 0 || v.Text != "" {
+		t.Fatalf("verdict of %s: %+v, want %d receivers done", name, v, receivers)
+	}
+}
+
+// An encrypted group's files go over an authenticated files' link, with
+// the group's key, and rbcastd rekey rotates that link's keys with the
+// group's: a file sent before the rotation and one after arrive byte for
+// byte, the status of every daemon shows the files' link under the new
+// key alone with no frame dropped, and the metrics have its counters
+// beside the group's.
+func TestFilesAuthenticatedAndRekeyed(t *testing.T) {
+	dir := t.TempDir()
+	_, oldKey := keyFile(t, dir, 1)
+	newPath, newKey := keyFile(t, dir, 2)
+	if oldKey.ID() == newKey.ID() {
+		t.Fatalf("test keys share the id %d", oldKey.ID())
+	}
+	r := rtnet.New(t, 21)
+	in1, in2 := t.TempDir(), t.TempDir()
+	ds := startFileGroupWith(t, r, 3, []testnet.Impairment{{}, {Loss: 0.03}, {}}, []string{"", in1, in2}, 50_000_000,
+		func(_ int, c *Config) { c.Group.Auth = &auth.Config{Key: oldKey, Encrypt: true} })
+
+	check := func(name string, data []byte, key *auth.Key) {
+		t.Helper()
+		for _, in := range []string{in1, in2} {
+			got, err := os.ReadFile(filepath.Join(in, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s in %s: %d bytes (%v), want the %d sent", name, in, len(got), err, len(data))
+			}
+		}
+		want := fmt.Sprintf("%016x", key.Fingerprint())
+		for i, x := range ds {
+			st := x.d.Status()
+			a := st.Files.Auth
+			if a == nil || a.Active != want || len(a.Accepted) != 1 || a.ActiveID != key.ID() || !a.Encrypt || a.Verified == 0 {
+				t.Fatalf("daemon %d: files' auth status %+v, want %s alone, frames verified", i, a, want)
+			}
+			for r, n := range a.Dropped {
+				if n != 0 {
+					t.Errorf("daemon %d: the files' link dropped %d frames (%s): %v", i, n, r, a.Dropped)
+				}
+			}
+			if st.Auth.Active != want {
+				t.Errorf("daemon %d: the group's key %s, the files' %s", i, st.Auth.Active, a.Active)
+			}
+			if st.Files.KeyMismatch != "" {
+				t.Errorf("daemon %d: %s", i, st.Files.KeyMismatch)
+			}
+		}
+	}
+	src := filepath.Join(t.TempDir(), "before.bin")
+	before := writeRandom(t, src, 400_000, 5)
+	sendFileVia(t, ds[0].socket, "before.bin", src, 2)
+	check("before.bin", before, oldKey)
+
+	for _, step := range []localapi.Rekey{
+		{Step: localapi.RekeyInstall, Path: newPath},
+		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
+		{Step: localapi.RekeyRetire},
+	} {
+		for i, x := range ds {
+			if _, err := rekeyOn(x.socket, &step); err != nil {
+				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
+			}
+			if step.Step == localapi.RekeyInstall {
+				if a := x.d.Status().Files.Auth; !a.Rotating || len(a.Accepted) != 2 {
+					t.Fatalf("daemon %d: after install the files' link accepts %v", i, a.Accepted)
+				}
+			}
+		}
+	}
+	src = filepath.Join(t.TempDir(), "after.bin")
+	after := writeRandom(t, src, 400_000, 6)
+	sendFileVia(t, ds[0].socket, "after.bin", src, 2)
+	check("after.bin", after, newKey)
+
+	rec := httptest.NewRecorder()
+	ds[1].d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{`rbcastd_files_auth_dropped_frames_total{group="7",reason="bad_tag"} 0`, `rbcastd_files_auth_verified_frames_total{group="7"}`,
+		`rbcastd_auth_verified_frames_total{group="7"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
