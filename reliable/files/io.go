@@ -163,7 +163,7 @@ func (c Cause) String() string {
 	case CauseRestarted:
 		return "the sender restarted"
 	case CauseOldReceiver:
-		return "hash mismatch: an rbcastd too old for a file offered without its hash (upgrade it, or send with the hash in the offer)"
+		return "hash mismatch: an rbcastd too old for a file offered without its hash (upgrade it)"
 	}
 	return frame.FileReason(c).String()
 }
