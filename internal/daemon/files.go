@@ -299,7 +299,9 @@ func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error)
 	s.mu.Lock()
 	s.stored[xferKey{m.Sender, m.Incarnation, m.ID}] = info
 	s.mu.Unlock()
-	if len(held) > 0 {
+	if st, ok := f.(interface{ Stored() bool }); ok && st.Stored() {
+		s.d.log.Info("rbcastd: a file of this name and size is stored already; the file's hash decides whether it is this one", "file", m.Name, "from", m.Sender, "dir", dir)
+	} else if len(held) > 0 {
 		n := uint32(0)
 		for _, r := range held {
 			n += r.Last - r.First + 1
@@ -366,13 +368,22 @@ func (s *fileService) onReport(r filerun.Report) {
 		s.mu.Unlock()
 		rep := &localapi.FileReport{Kind: localapi.FileReceived, Sender: uint16(r.Meta.Sender), Incarnation: r.Meta.Incarnation,
 			ID: r.Meta.ID, Size: r.Meta.Size, Hash: r.Meta.Hash, Name: r.Meta.Name}
+		switch {
+		case r.Held:
+			ev.Detail = "held already: stored with this hash, no block received"
+		case r.Replaced:
+			ev.Detail = "replaced another file stored under its name, of its size (FileEnd's hash did not match it)"
+		}
 		if r.Kind == filerun.Incomplete {
 			rep.Kind, rep.Cause = localapi.FileIncomplete, uint8(r.Cause)
-			ev.Detail = r.Cause.String()
-			s.d.log.Warn("rbcastd: file incomplete", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "cause", r.Cause.String())
+			if ev.Detail != "" {
+				ev.Detail = "; " + ev.Detail
+			}
+			ev.Detail = r.Cause.String() + ev.Detail
+			s.d.log.Warn("rbcastd: file incomplete", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "cause", r.Cause.String(), "replaced", r.Replaced)
 		} else {
 			s.d.log.Info("rbcastd: file received", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "size", r.Meta.Size,
-				"sha256", ev.SHA256, "dir", ev.Dir, "received_bytes", ev.Received)
+				"sha256", ev.SHA256, "dir", ev.Dir, "received_bytes", ev.Received, "held", r.Held, "replaced", r.Replaced)
 		}
 		for _, c := range to {
 			select {

@@ -338,3 +338,75 @@ func TestSendFileVersion2(t *testing.T) {
 		t.Fatalf("stored %d bytes (%v), want the file", len(got), err)
 	}
 }
+
+// A receiver restarted between two sends of the same file (the offers
+// without a hash, as to a client of version 3) does not receive it
+// again: it holds it, the stored file untouched; a changed file of the
+// same name and size is received again and replaces it. Each send runs
+// on daemons started anew on the same inbox.
+func TestSendFileAgainAfterRestart(t *testing.T) {
+	inbox := t.TempDir()
+	src := filepath.Join(t.TempDir(), "img.bin")
+	round := func(seed uint64, data []byte) (FileEvent, FileCounters) {
+		t.Helper()
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ds := startFileGroup(t, rtnet.New(t, seed), 2, []testnet.Impairment{{}, {Loss: 0.05}}, []string{"", inbox})
+		defer func() {
+			for _, x := range ds {
+				x.stop(t)
+			}
+		}()
+		c, _ := dial(t, ds[0].socket, true)
+		if err := c.Write(&localapi.SendFile{Name: "img.bin", Path: src}); err != nil {
+			t.Fatal(err)
+		}
+		if q, ok := readMsg(t, c).(*localapi.FileQueued); !ok || q.Hash != ([32]byte{}) {
+			t.Fatalf("SendFile answered with %+v, want FileQueued without a hash", q)
+		}
+		v, ok := readMsg(t, c).(*localapi.FileVerdict)
+		if !ok || len(v.Done) != 1 || len(v.Missing) != 0 || v.Hash != sha256.Sum256(data) {
+			t.Fatalf("verdict %+v, want the receiver done", v)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if st := ds[1].d.Status(); st.Files != nil && len(st.Files.Recent) == 1 {
+				return st.Files.Recent[0], st.Files.Counters
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the receiver's status shows no file received")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	data := randomBytes(21, 600_000)
+	stored := filepath.Join(inbox, "img.bin")
+	check := func(what string, ev FileEvent, k FileCounters, want []byte, received uint64, detail string, held, mismatches uint64) {
+		t.Helper()
+		if ev.Kind != "received" || ev.Received != received || !strings.Contains(ev.Detail, detail) {
+			t.Fatalf("%s: %+v, want received with %d bytes written, %q", what, ev, received, detail)
+		}
+		if k.FilesHeld != held || k.HeldMismatches != mismatches || k.FilesReceived != 1 {
+			t.Fatalf("%s: counters %+v, want %d held, %d held mismatches", what, k, held, mismatches)
+		}
+		if got, err := os.ReadFile(stored); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: the inbox holds %d bytes (%v), not the file sent", what, len(got), err)
+		}
+	}
+	ev, k := round(31, data)
+	check("first send", ev, k, data, uint64(len(data)), "", 0, 0)
+	before, err := os.Stat(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, k = round(32, data)
+	check("the same file again", ev, k, data, 0, "held already", 1, 0)
+	if after, err := os.Stat(stored); err != nil || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatal("the stored file was replaced, though the receiver held it")
+	}
+	changed := bytes.Clone(data)
+	changed[300_000] ^= 0xff
+	ev, k = round(33, changed)
+	check("a changed file of the same name and size", ev, k, changed, uint64(len(changed)), "replaced another file", 0, 1)
+}

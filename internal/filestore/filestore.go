@@ -11,6 +11,12 @@
 // the whole file is hashed; only a file whose hash is its offer's is
 // fsynced and renamed to its name (never a partial file under the real
 // name), and the directory fsynced.
+//
+// A file it stored has a record under DIR/.rbcast-partial/stored: its
+// hash, and its size, inode and change times as stat shows them, so that
+// an offer of a file stored already is matched without reading the file
+// (an offer without a hash is matched at FileEnd against the recorded
+// hash); a file changed since (other times or inode) has no record.
 package filestore
 
 import (
@@ -26,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -85,24 +92,41 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, err
 	}
 	final := filepath.Join(d.Root, filepath.FromSlash(m.Name))
-	if m.Hash == ([frame.FileHashLen]byte{}) {
-		// The hash comes in FileEnd: a file stored under the name is not
-		// known to be this one (it is received again, and replaced).
-	} else if sum, err := hashFile(final, m.Size); err == nil && sum == m.Hash {
-		// Stored already (a restart after the commit): every block is
-		// held, and Commit has nothing to rename.
+	rec := d.recordPath(m.Name)
+	if id, ok := statFile(final, m.Size); ok {
 		var held []frame.Range
 		if n := m.Blocks(); n > 0 {
 			held = []frame.Range{{First: 0, Last: n - 1}}
 		}
-		return &partial{meta: m, final: final, stored: true}, held, nil
+		sum, known := readRecord(rec, m.Name, id)
+		if m.Hash == ([frame.FileHashLen]byte{}) {
+			// The hash comes in FileEnd: the file stored under the name,
+			// of the size, is a candidate; the core checks its Sum (the
+			// recorded hash, else the file read once) against FileEnd's
+			// and opens the transfer again under that hash if they
+			// differ.
+			return &partial{meta: m, final: final, record: rec, stored: true, sum: sum, summed: known}, held, nil
+		}
+		if !known {
+			var err error
+			if sum, err = hashFile(final, m.Size); err == nil {
+				writeRecord(rec, m.Name, final, sum)
+			}
+			known = err == nil
+		}
+		if known && sum == m.Hash {
+			// Stored already (a restart after the commit, or the file
+			// sent again): every block is held, and Commit has nothing
+			// to rename.
+			return &partial{meta: m, final: final, record: rec, stored: true, sum: sum, summed: true}, held, nil
+		}
 	}
 	dir := filepath.Join(d.Root, PartialDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	base := filepath.Join(dir, partialKey(m))
-	p := &partial{meta: m, final: final, path: base + ".part", sums: base + sumsSuffix, h: sha256.New(), held: make([]uint64, (m.Blocks()+63)/64)}
+	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: sha256.New(), held: make([]uint64, (m.Blocks()+63)/64)}
 	var err error
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
@@ -161,10 +185,16 @@ func blockSum(data []byte) uint32 {
 type partial struct {
 	meta         files.Meta
 	final        string
+	record       string // where the record of the stored file goes
 	path, sums   string
 	data, hashes *os.File
-	stored       bool // the final file exists with the right hash
-	buf          []byte
+	// stored: the final file exists, with the offer's hash, or, for an
+	// offer without one, of the offer's size (a candidate).
+	stored bool
+	// sum is the file's hash once known (Sum, or the stored file's).
+	sum    [frame.FileHashLen]byte
+	summed bool
+	buf    []byte
 
 	h      hash.Hash
 	hashed uint32   // blocks in h, from block 0
@@ -296,6 +326,7 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
+	p.summed = false
 	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) || b < p.hashed {
 		if err := p.flush(); err != nil {
 			return err
@@ -325,16 +356,27 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 	return p.advance(catchUp)
 }
 
-// Sum hashes the partial copy.
+// Sum hashes the partial copy. A stored file's is its record's, or the
+// file is read once (and the record written).
 func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
+	if p.summed {
+		return p.sum, nil
+	}
 	if p.stored {
-		return p.meta.Hash, nil
+		sum, err := hashFile(p.final, p.meta.Size)
+		if err != nil {
+			return sum, fmt.Errorf("filestore: hashing the stored %q: %w", p.meta.Name, err)
+		}
+		writeRecord(p.record, p.meta.Name, p.final, sum)
+		p.sum, p.summed = sum, true
+		return sum, nil
 	}
 	if err := p.advance(int(p.meta.Blocks())); err != nil {
 		return [32]byte{}, err
 	}
 	if p.hashed == p.meta.Blocks() {
-		return [32]byte(p.h.Sum(nil)), nil
+		p.sum, p.summed = [32]byte(p.h.Sum(nil)), true
+		return p.sum, nil
 	}
 	// Not every block is held as far as this copy knows: hash the file.
 	if err := p.flush(); err != nil {
@@ -344,7 +386,8 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(p.data, 0, int64(p.meta.Size)), make([]byte, 1<<20)); err != nil {
 		return [32]byte{}, fmt.Errorf("filestore: hashing %q: %w", p.meta.Name, err)
 	}
-	return [32]byte(h.Sum(nil)), nil
+	p.sum, p.summed = [32]byte(h.Sum(nil)), true
+	return p.sum, nil
 }
 
 // Commit fsyncs the copy, renames it to its name and fsyncs the
@@ -372,7 +415,99 @@ func (p *partial) Commit() error {
 	}
 	p.close()
 	os.Remove(p.sums)
+	if p.summed {
+		writeRecord(p.record, p.meta.Name, p.final, p.sum)
+	}
 	return nil
+}
+
+// Stored reports whether the copy is a file stored already under its
+// name (every block held): for an offer without a hash, a candidate
+// that FileEnd's hash confirms or not.
+func (p *partial) Stored() bool { return p.stored }
+
+// recordsDir, under PartialDir, holds the records of the files stored:
+// one per name.
+const recordsDir = "stored"
+
+// fileID is what stat says of a stored file: a record holds for the file
+// only while they are the same (a write changes the times, a
+// replacement the inode).
+type fileID struct {
+	size, dev, ino uint64
+	mtime, ctime   int64 // ns
+}
+
+func (id fileID) String() string {
+	return fmt.Sprintf("%d %d %d %d %d", id.size, id.dev, id.ino, id.mtime, id.ctime)
+}
+
+// statFile returns the identity of the regular file at path if it has
+// size bytes.
+func statFile(path string, size uint64) (fileID, bool) {
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() || uint64(st.Size()) != size {
+		return fileID{}, false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{size: size, dev: uint64(sys.Dev), ino: sys.Ino, mtime: sys.Mtim.Nano(), ctime: sys.Ctim.Nano()}, true
+}
+
+// recordPath is where the record of the file stored as name lives.
+func (d *Dir) recordPath(name string) string {
+	h := sha256.Sum256([]byte(name))
+	return filepath.Join(d.Root, PartialDir, recordsDir, hex.EncodeToString(h[:16]))
+}
+
+// recordMagic begins a record: "rbcast-stored 1", the hash in hex, the
+// file's identity (fileID.String), then the name (the rest of the file).
+const recordMagic = "rbcast-stored 1\n"
+
+// writeRecord records the hash of the file stored at final as name.
+// A record not written costs a read of the file when it is offered
+// again; it is not fsynced (a torn one does not parse).
+func writeRecord(path, name, final string, sum [frame.FileHashLen]byte) {
+	st, err := os.Stat(final)
+	if err != nil {
+		return
+	}
+	id, ok := statFile(final, uint64(st.Size()))
+	if !ok {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return
+	}
+	b := fmt.Appendf(nil, "%s%x\n%v\n%s", recordMagic, sum, id, name)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil || os.Rename(tmp, path) != nil {
+		os.Remove(tmp)
+	}
+}
+
+// readRecord returns the recorded hash of the file stored as name if
+// the record is of that file as it is now (id).
+func readRecord(path, name string, id fileID) (sum [frame.FileHashLen]byte, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return sum, false
+	}
+	rest, found := strings.CutPrefix(string(b), recordMagic)
+	if !found {
+		return sum, false
+	}
+	lines := strings.SplitN(rest, "\n", 3)
+	if len(lines) != 3 || lines[1] != id.String() || lines[2] != name {
+		return sum, false
+	}
+	h, err := hex.DecodeString(lines[0])
+	if err != nil || len(h) != frame.FileHashLen {
+		return sum, false
+	}
+	return [frame.FileHashLen]byte(h), true
 }
 
 // Abort gives the copy up; keep leaves it for a resume.

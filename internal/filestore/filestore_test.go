@@ -114,8 +114,8 @@ func TestResumeCommit(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("stored %d bytes, %v", len(got), err)
 	}
-	if left, _ := os.ReadDir(filepath.Join(root, PartialDir)); len(left) != 0 {
-		t.Fatalf("left in the partial directory: %v", left)
+	if left, _ := os.ReadDir(filepath.Join(root, PartialDir)); len(left) != 1 || left[0].Name() != recordsDir {
+		t.Fatalf("left in the partial directory: %v, want the records of stored files only", left)
 	}
 	_, held, err = d.Open(m)
 	if err != nil || !slices.Equal(held, []frame.Range{{First: 0, Last: 9}}) {
@@ -510,4 +510,165 @@ func (c corruptFile) WriteBlock(b uint32, data []byte) error {
 		data[len(data)/2] ^= 1
 	}
 	return c.SinkFile.WriteBlock(b, data)
+}
+
+// receive stores data as m through d, block by block, and commits it.
+func receive(t *testing.T, d *Dir, m files.Meta, data []byte) {
+	t.Helper()
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range m.Blocks() {
+		if err := f.WriteBlock(b, data[int(b)*int(m.BlockSize):int(b)*int(m.BlockSize)+m.BlockLen(b)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != sha256.Sum256(data) {
+		t.Fatalf("Sum = %x, %v", sum, err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file stored under a name, offered again without a hash (same name,
+// same size), is a candidate with every block held, and its Sum is the
+// hash recorded when it was stored (the file is not read: it is gone
+// before Sum here). Changed behind the store's back, it has no record
+// and Sum reads it. Opened under another hash (FileEnd's, after a
+// mismatch), it is not offered as stored.
+func TestStoredCandidate(t *testing.T) {
+	d := &Dir{Root: t.TempDir()}
+	data := randomBytes(10*100+3, 4)
+	zero := meta("a/f", data, 100)
+	zero.Hash = [32]byte{}
+	receive(t, d, zero, data)
+	final := filepath.Join(d.Root, "a", "f")
+
+	f, held, err := d.Open(zero)
+	if err != nil || !f.(*partial).Stored() || !slices.Equal(held, []frame.Range{{First: 0, Last: 10}}) {
+		t.Fatalf("Open of a stored file for an offer without a hash: %v, held %v", err, held)
+	}
+	saved, _ := os.ReadFile(final)
+	os.Remove(final)
+	if sum, err := f.Sum(); err != nil || sum != sha256.Sum256(data) {
+		t.Fatalf("Sum of the candidate = %x, %v; want the recorded hash", sum, err)
+	}
+	f.Abort(false)
+	os.WriteFile(final, saved, 0o644) // a new file: the record is not of it
+
+	// A hashed offer of it: matched (and recorded again); of another
+	// file: not stored.
+	if f, held, err := d.Open(meta("a/f", data, 100)); err != nil || !f.(*partial).Stored() || len(held) != 1 {
+		t.Fatalf("Open with the file's hash: %v, held %v", err, held)
+	}
+	other := bytes.Clone(data)
+	other[500] ^= 1
+	if f, held, err := d.Open(meta("a/f", other, 100)); err != nil || f.(*partial).Stored() || len(held) != 0 {
+		t.Fatalf("Open with another hash: %v, held %v", err, held)
+	} else {
+		f.Abort(false)
+	}
+
+	// Changed in place, same size: the record no longer holds; Sum reads
+	// the file.
+	if err := os.WriteFile(final, other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err = d.Open(zero)
+	if err != nil || !f.(*partial).Stored() {
+		t.Fatalf("Open after a change: %v", err)
+	}
+	if sum, err := f.Sum(); err != nil || sum != sha256.Sum256(other) {
+		t.Fatalf("Sum after a change = %x, %v; want the new bytes' hash", sum, err)
+	}
+	// Another size is not a candidate.
+	short := zero
+	short.Size--
+	if f, held, err := d.Open(short); err != nil || f.(*partial).Stored() || len(held) != 0 {
+		t.Fatalf("Open of another size: %v, held %v", err, held)
+	} else {
+		f.Abort(false)
+	}
+}
+
+// Over the cores: a file sent twice without a hash in its offer, to a
+// receiver restarted between the sends, is not received the second
+// time (no block written, the stored file untouched); a changed file of
+// the same name and size is received again and replaces it.
+func TestCoresSendAgain(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	data := randomBytes(50*1464+9, 8)
+	path := filepath.Join(src, "img")
+	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
+	cfg := func(self frame.MemberID, sink files.Sink) files.Config {
+		return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
+	}
+	send := func(content []byte) (rep files.Report, blocks int) {
+		t.Helper()
+		os.WriteFile(path, content, 0o644)
+		s, err := OpenSourceHashLater(path, "images/img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both cores new: the receiver restarted, on the same directory.
+		sender, _ := files.New(cfg(1, nil))
+		r, _ := files.New(cfg(2, &Dir{Root: dst}))
+		if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
+			t.Fatal(err)
+		}
+		var verdict *files.Report
+		now := clock.Time(1)
+		exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
+			for _, f := range from.Ready().Frames {
+				_, body, _ := frame.SplitEthernet(f, frame.EtherType)
+				v, err := frame.ParseGroup(body, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				to.Step(now, fromMAC, toMAC, v)
+			}
+			for _, x := range from.Reports() {
+				if x.Kind == files.Verdict {
+					verdict = &x
+				} else {
+					rep = x
+				}
+			}
+			from.Advance()
+		}
+		for i := 0; verdict == nil && i < 100_000; i++ {
+			now += clock.Time(10 * clock.Microsecond)
+			sender.Tick(now)
+			exchange(sender, r, members[0].MAC, members[1].MAC)
+			r.Tick(now)
+			exchange(r, sender, members[1].MAC, members[0].MAC)
+		}
+		if verdict == nil || !verdict.OK() {
+			t.Fatalf("verdict %v", verdict)
+		}
+		st := r.Stats().Detail.(files.Stats)
+		return rep, int(st.BlocksReceived)
+	}
+	stored := filepath.Join(dst, "images", "img")
+	if rep, n := send(data); rep.Kind != files.Received || rep.Held || n != 51 {
+		t.Fatalf("first send: %v, %d blocks received", rep, n)
+	}
+	before, _ := os.Stat(stored)
+	if rep, n := send(data); rep.Kind != files.Received || !rep.Held || rep.Replaced || n != 0 {
+		t.Fatalf("the same file again: %v, %d blocks received; want held, none received", rep, n)
+	}
+	after, _ := os.Stat(stored)
+	if !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatal("the stored file was replaced though it was held")
+	}
+	changed := bytes.Clone(data)
+	changed[1464*20] ^= 0xff
+	if rep, n := send(changed); rep.Kind != files.Received || rep.Held || !rep.Replaced || n != 51 {
+		t.Fatalf("a changed file of the same name and size: %v, %d blocks received; want replaced, 51 received", rep, n)
+	}
+	if got, err := os.ReadFile(stored); err != nil || !bytes.Equal(got, changed) {
+		t.Fatalf("stored %d bytes (%v), want the changed file", len(got), err)
+	}
 }

@@ -61,6 +61,9 @@ const (
 	FileCauseSilent    uint8 = 16 // silent past the failure timeout
 	FileCauseLeft      uint8 = 17 // the sender left before the file's pass
 	FileCauseRestarted uint8 = 18 // the sender restarted
+	// FileCauseOldReceiver (a verdict's): the receiver is an rbcastd from
+	// before offers without a hash (it judged the file against zeros).
+	FileCauseOldReceiver uint8 = 19
 )
 
 // FileMiss is a receiver the verdict waited for that does not hold the

@@ -71,6 +71,12 @@ type Stats struct {
 	FilesReceived, FilesIncomplete, BlocksReceived, Duplicates, Dropped uint64
 	ReportsSent, HashMismatches, Resumed                                uint64
 	BadFrames                                                           uint64
+	// FilesHeld counts the files received with no block received: the
+	// sink held them (stored already); HeldMismatches the files stored
+	// under an offer's name and size that FileEnd's hash showed to be
+	// other files (fetched again). OldReceivers counts the receivers a
+	// verdict names as too old for an offer without a hash (sender).
+	FilesHeld, HeldMismatches, OldReceivers uint64
 }
 
 var _ core.Core = (*Core)(nil)

@@ -55,6 +55,14 @@ type Sink interface {
 	// has, each verified against the hash the sink stored beside it when
 	// it wrote the block. An error refuses the file (a bad name, no
 	// room); ErrDeclined refuses it silently (not for this member).
+	//
+	// A file the sink stores under m.Name already, of m.Size bytes, is
+	// returned with every block held when m.Hash is its hash, or when
+	// m.Hash is zeros (a candidate: its Sum, best from what the sink
+	// recorded when it stored it, is checked against FileEnd's hash;
+	// when they differ, the core opens the transfer again with m.Hash
+	// set to FileEnd's, which a stored file of another hash must not
+	// match).
 	Open(m Meta) (f SinkFile, held []frame.Range, err error)
 }
 
@@ -136,6 +144,14 @@ const (
 	// old run's transfers are dead (its new offer of the same file
 	// resumes from the partial copy).
 	CauseRestarted Cause = 18
+	// CauseOldReceiver (a sender's verdict only): the receiver reported a
+	// hash mismatch on a file offered without its hash before it had
+	// seen the file's FileEnd, which a receiver that knows such offers
+	// never does: it is an rbcastd from before the hash in FileEnd,
+	// which takes the offer's zeros for the file's hash and can never
+	// store the file (docs/protocols.md, "Files (IBRMP)", Receivers of
+	// an older version).
+	CauseOldReceiver Cause = 19
 )
 
 func (c Cause) String() string {
@@ -146,6 +162,8 @@ func (c Cause) String() string {
 		return "the sender left"
 	case CauseRestarted:
 		return "the sender restarted"
+	case CauseOldReceiver:
+		return "hash mismatch: an rbcastd too old for a file offered without its hash (upgrade it)"
 	}
 	return frame.FileReason(c).String()
 }
@@ -170,14 +188,33 @@ type Report struct {
 	Done    []frame.MemberID
 	Missing []Miss
 	Err     error
+	// Received: Held says no block of the file came in this transfer:
+	// the sink held them all (the file stored already, or a partial copy
+	// complete before a restart), checked against the file's hash.
+	// Replaced (Received and Incomplete) says the file the sink held
+	// under the name, of the same size, for an offer without a hash was
+	// another file (FileEnd's hash did not match it): every block was
+	// fetched again, to replace it.
+	Held, Replaced bool
 }
 
 func (r Report) String() string {
 	switch r.Kind {
 	case Received:
-		return fmt.Sprintf("received %v, sha256 %x", r.Meta, r.Meta.Hash[:8])
+		s := fmt.Sprintf("received %v, sha256 %x", r.Meta, r.Meta.Hash[:8])
+		switch {
+		case r.Held:
+			s += ", held already"
+		case r.Replaced:
+			s += ", replacing another file stored under its name"
+		}
+		return s
 	case Incomplete:
-		return fmt.Sprintf("incomplete %v: %v", r.Meta, r.Cause)
+		s := fmt.Sprintf("incomplete %v: %v", r.Meta, r.Cause)
+		if r.Replaced {
+			s += " (the file stored under its name is another)"
+		}
+		return s
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent %v: %d done %v", r.Meta, len(r.Done), r.Done)

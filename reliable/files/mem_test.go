@@ -86,12 +86,15 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 		return nil, nil, fmt.Errorf("no room for %q", m.Name)
 	}
 	k := keyOf(m)
-	if d, ok := s.stored[m.Name]; ok && sha256.Sum256(d) == m.Hash && uint64(len(d)) == m.Size {
-		// Stored already (a member that restarted after committing it):
-		// every block is held.
+	if d, ok := s.stored[m.Name]; ok && uint64(len(d)) == m.Size && (m.Hash == ([32]byte{}) || sha256.Sum256(d) == m.Hash) {
+		// Stored already (a member that restarted after committing it,
+		// or the same file sent again): every block is held. With an
+		// offer without a hash it is a candidate, which FileEnd's hash
+		// confirms or not (Sum: filestore's record of its hash).
 		p := &partial{meta: m, data: bytes.Clone(d), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}
 		for b := range m.Blocks() {
 			p.hashes[b] = sha256.Sum256(p.block(b))
+			p.held[b] = true // never received again
 		}
 		var held []frame.Range
 		if n := m.Blocks(); n > 0 {

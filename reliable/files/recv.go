@@ -52,6 +52,12 @@ type transfer struct {
 	top     uint32 // one past the highest block seen sent (the count once ended)
 	ended   bool
 	retried bool // fetched again after a hash mismatch
+	// fromSink: the sink held every block when the transfer opened (no
+	// block came in it). candidate: so, for an offer without a hash: the
+	// file stored under the name is checked against FileEnd's hash, and
+	// on a mismatch fetched whole without spending the retry; replaced:
+	// that happened.
+	fromSink, candidate, replaced bool
 	// offerHash is the hash the offer carried (the sink keys partial
 	// copies by it); zeros mean the sender hashes the file as it sends it
 	// and FileEnd carries the hash, kept in endHash until the offer is
@@ -178,21 +184,32 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		t.state = declined
 		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d", t.meta, n, c.cfg.MaxBlocks)
 	}
-	if err := c.openSink(now, t); err != nil {
+	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
+	}
+	if t.set.complete() && t.set.n > 0 {
+		t.fromSink = true
+		// An offer without a hash: the sink's copy is a candidate until
+		// FileEnd's hash is checked. It needs no block: the blocks of
+		// the pass that arrive anyway are dropped as duplicates.
+		t.candidate = t.offerHash == ([frame.FileHashLen]byte{})
+		t.top = t.set.n
 	}
 	if t.set.complete() {
 		c.finish(now, t)
-		return nil
+		if t.state != receiving {
+			return nil
+		}
 	}
 	c.sendReport(now, t)
 	return nil
 }
 
-// openSink opens (or resumes) t's partial copy, under the offer's hash.
-func (c *Core) openSink(now Time, t *transfer) error {
+// openSink opens (or resumes) t's partial copy, under hash (the offer's,
+// or FileEnd's once the copy of an offer without one did not match).
+func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) error {
 	m := t.meta
-	m.Hash = t.offerHash
+	m.Hash = hash
 	f, held, err := c.cfg.Sink.Open(m)
 	if errors.Is(err, ErrDeclined) {
 		t.state = declined
@@ -285,15 +302,34 @@ func (c *Core) finish(now Time, t *transfer) {
 		c.stats.HashMismatches++
 		t.file.Abort(false)
 		t.file = nil
-		if t.retried {
+		t.fromSink = false
+		if t.candidate {
+			// The file stored under the name is another: fetch this
+			// one. Not a transfer's fault, so not the retry.
+			t.candidate, t.replaced = false, true
+			c.stats.HeldMismatches++
+		} else if t.retried {
 			c.fail(now, t, CauseHash, false, true)
 			return
+		} else {
+			t.retried = true
 		}
-		t.retried = true
-		if c.openSink(now, t) == nil {
-			t.set = newBlockSet(t.meta.Blocks()) // whatever it resumed is suspect
+		// An offer without a hash opens again under FileEnd's: not the
+		// copy that did not match (that key is the offer's), and a
+		// stored file of another hash does not match it; what that copy
+		// holds was verified under that hash, so it is kept. An offer
+		// with a hash opens the same key again, emptied: whatever it
+		// resumed is suspect.
+		again, keep := t.offerHash, false
+		if again == ([frame.FileHashLen]byte{}) {
+			again, keep = t.meta.Hash, true
+		}
+		if c.openSink(now, t, again) == nil {
+			if !keep {
+				t.set = newBlockSet(t.meta.Blocks())
+			}
 			if t.set.complete() {
-				c.finish(now, t) // an empty file: nothing to fetch
+				c.finish(now, t) // nothing to fetch
 				return
 			}
 			c.sendReport(now, t)
@@ -306,7 +342,10 @@ func (c *Core) finish(now Time, t *transfer) {
 	}
 	t.file, t.state = nil, received
 	c.stats.FilesReceived++
-	c.report(Report{Kind: Received, At: now, Meta: t.meta})
+	if t.fromSink {
+		c.stats.FilesHeld++
+	}
+	c.report(Report{Kind: Received, At: now, Meta: t.meta, Held: t.fromSink, Replaced: t.replaced})
 	c.sendReport(now, t)
 }
 
@@ -321,7 +360,7 @@ func (c *Core) fail(now Time, t *transfer, cause Cause, keep, tell bool) {
 	t.state, t.cause = failed, cause
 	t.reportAt = 0
 	c.stats.FilesIncomplete++
-	c.report(Report{Kind: Incomplete, At: now, Meta: t.meta, Cause: cause})
+	c.report(Report{Kind: Incomplete, At: now, Meta: t.meta, Cause: cause, Replaced: t.replaced})
 	if tell {
 		c.sendReport(now, t)
 	}

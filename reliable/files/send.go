@@ -32,7 +32,8 @@ type outFile struct {
 	rcv []*receiver // by id
 
 	endedAt, judgedAt Time
-	endAt             Time // next FileEnd
+	endStamp          uint32 // the first FileEnd's stamp
+	endAt             Time   // next FileEnd
 	endEvery          Duration
 	lastRequest       Time
 	// The window probe: since when the pass waits for the median
@@ -248,6 +249,17 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	case frame.FileFailed:
 		r.cause, r.todo = Cause(st.Reason), nil
 		clear(r.sent)
+		if r.cause == CauseHash && f.offerHash == ([frame.FileHashLen]byte{}) && (!f.ended || int32(st.Echo-f.endStamp) < 0) {
+			// A receiver that knows offers without a hash judges the
+			// file only with FileEnd's hash, and echoes that FileEnd's
+			// stamp or a later one; one that echoes an earlier stamp
+			// judged it against the offer's zeros: an rbcastd from
+			// before them, which drops FileEnd (its hash makes it
+			// longer than that version decodes) and can never store the
+			// file. The verdict says so instead of "hash mismatch".
+			r.cause = CauseOldReceiver
+			c.stats.OldReceivers++
+		}
 	}
 	c.judge(now, f)
 	c.pump(now)
@@ -378,6 +390,7 @@ func (c *Core) endPass(now Time, f *outFile) {
 		}
 	}
 	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
+	f.endStamp = stamp(now)
 	for _, id := range c.snapshotIDs(f) {
 		var mac [6]byte
 		if m, ok := c.member(id); ok {

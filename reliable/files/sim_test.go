@@ -49,7 +49,14 @@ type simFile struct {
 	liar bool
 	late bool // the offer says zeros: the sender's pass hashes it, FileEnd carries it
 	to   []frame.MemberID
-	src  *memSource
+	// again: sent once more, without a hash, after every first file had
+	// its verdict, under the name and size of first (changed: other
+	// bytes); holders: the members whose sink stored first's bytes under
+	// the name then.
+	again, changed bool
+	first          *simFile
+	holders        map[int]bool
+	src            *memSource
 	// Filled as the run goes: the transfer's key, the sender's verdict.
 	key     inKey
 	sent    bool
@@ -70,6 +77,11 @@ type scenario struct {
 	refuse   int // member index whose sink refuses "refused*" (-1: none)
 	resend   bool
 	failRead bool
+	// again: once sender 0's files all have their verdicts, it sends
+	// them again with no hash in the offer (some with other bytes of the
+	// same size): a member that stored one holds it already, or has
+	// another file under its name.
+	again bool
 	// The core's knobs: zero for the defaults.
 	window, credit, statusEvery, repairPercent, burst int
 	rate                                              int64
@@ -96,7 +108,7 @@ func (s *scenario) String() string {
 			fmt.Fprintf(&b, "\n  member %d starts at %v (ghost %v)", i, l, i == s.ghost)
 		}
 	}
-	fmt.Fprintf(&b, "\n  refuse %d, sender resends after a crash %v, a read fails %v", s.refuse, s.resend, s.failRead)
+	fmt.Fprintf(&b, "\n  refuse %d, sender resends after a crash %v, a read fails %v, sends again %v", s.refuse, s.resend, s.failRead, s.again)
 	fmt.Fprintf(&b, "\n  window %d credit %d statusEvery %d repairPercent %d burst %d", s.window, s.credit, s.statusEvery, s.repairPercent, s.burst)
 	return b.String()
 }
@@ -170,6 +182,9 @@ func drawScenario(seed uint64) *scenario {
 	if r.IntN(30) == 0 {
 		s.failRead = true
 	}
+	// Drawn from a source of its own, so that the other draws of a seed
+	// stay what they were.
+	s.again = rand.New(rand.NewPCG(seed, 0xa9a1)).IntN(4) == 0
 	if r.IntN(3) == 0 {
 		s.window = 4 + r.IntN(100)
 		s.statusEvery = 1 + r.IntN(2*s.window)
@@ -363,6 +378,12 @@ func (n *simNode) check(now time.Time, r Report) {
 			s.fail("member %d: received %v, but its sink holds %d other bytes", n.id, r.Meta, len(n.sink.commits[k]))
 		case n.received[k] != nil && len(n.crashes) == 0:
 			s.fail("member %d: received %v twice", n.id, r.Meta)
+		case f.again && f.holders[n.idx] && s.sc.senders == 1 && len(f.data) > 0 && r.Held == f.changed:
+			// It stored the first copy when this one was sent, and only
+			// one sender sends files of this name.
+			s.fail("member %d: received %v with Held %v Replaced %v; it stored the first copy and this one is changed %v", n.id, r.Meta, r.Held, r.Replaced, f.changed)
+		case f.again && f.holders[n.idx] && s.sc.senders == 1 && r.Replaced != f.changed:
+			s.fail("member %d: received %v with Replaced %v; it stored the first copy and this one is changed %v", n.id, r.Meta, r.Replaced, f.changed)
 		}
 		n.received[k] = &r
 	case Incomplete:
@@ -511,7 +532,10 @@ func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, err
 		}
 		return true
 	}
-	for s.failed == nil && !done() && net.Now().Before(limit) {
+	for s.failed == nil && net.Now().Before(limit) {
+		if done() && !s.sendAgain(net.Now()) {
+			break
+		}
 		net.RunFor(10 * time.Millisecond)
 	}
 	// Let the last reports land before the final checks.
@@ -534,6 +558,50 @@ func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, err
 		return s, fmt.Errorf("not finished after 120 s of virtual time:%s", b.String())
 	}
 	return s, s.final()
+}
+
+// sendAgain sends sender 0's files once more (scenario.again), with no
+// hash in their offers, once they all have their verdicts; every other
+// one with other bytes of the same size. It reports whether it sent.
+func (s *simRun) sendAgain(now time.Time) bool {
+	sc := s.sc
+	n := s.nodes[0]
+	if !sc.again || !n.up || len(sc.files) == 0 {
+		return false
+	}
+	var again []*simFile
+	for i, f := range sc.files[0] {
+		if f.again || f.verdict == nil {
+			return false
+		}
+		g := &simFile{name: f.name, data: bytes.Clone(f.data), late: true, to: f.to, again: true, first: f, holders: map[int]bool{}}
+		if g.changed = i%2 == 0 && len(g.data) > 0; g.changed {
+			g.data[len(g.data)/2] ^= 0x5a
+		}
+		g.hash = sha256.Sum256(g.data)
+		for _, m := range s.nodes {
+			if d, ok := m.sink.stored[f.name]; ok && bytes.Equal(d, f.data) {
+				g.holders[m.idx] = true
+			}
+		}
+		again = append(again, g)
+	}
+	if len(again) == 0 {
+		return false
+	}
+	t := s.clock.Core(now)
+	for _, g := range again {
+		g.src = &memSource{data: g.data, bs: n.core.cfg.BlockSize, fail: -1}
+		id, err := n.core.Send(t, Outgoing{Name: g.name, Size: uint64(len(g.data)), Source: g.src, To: g.to})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		g.key, g.sent = inKey{n.id, n.info.Incarnation, id}, true
+		s.byKey[g.key] = g
+		sc.files[0] = append(sc.files[0], g)
+	}
+	n.ep.Bind(n) // a step now, which sends them
+	return true
 }
 
 // final checks what must hold at the end of a run.
@@ -595,7 +663,8 @@ func TestSim(t *testing.T) {
 		// outcome each promises, or the checkers above checked nothing.
 		for _, what := range []string{"receiver resumed after a restart", "ghost fetched", "late member fetched after the verdict",
 			"sender crash ended transfers", "restarted sender's offer resumed", "hash mismatch named", "storage refusal named",
-			"read failure aborted", "repair to the group", "window stall", "repair to one receiver"} {
+			"read failure aborted", "repair to the group", "window stall", "repair to one receiver",
+			"file sent again held already", "changed file replaced the stored one"} {
 			if seen[what] == 0 {
 				t.Errorf("no seed showed %q", what)
 			}
@@ -647,6 +716,10 @@ func (s *simRun) coverage() map[string]int {
 			}
 		}
 		for _, r := range n.reports {
+			if f := s.byKey[inKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}]; f != nil && f.again && r.Kind == Received {
+				add("file sent again held already", !f.changed && r.Held && len(f.data) > 0)
+				add("changed file replaced the stored one", f.changed && r.Replaced)
+			}
 			add("sender crash ended transfers", r.Kind == Incomplete && (r.Cause == CauseSilent || r.Cause == CauseRestarted) && len(s.nodes[r.Meta.Sender].crashes) > 0)
 			for _, m := range r.Missing {
 				add("hash mismatch named", m.Cause == CauseHash)

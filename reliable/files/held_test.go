@@ -1,0 +1,188 @@
+package files
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// heldSetup is a receiver (member 2) whose sink stores "f" with the bytes
+// stored, and the file data member 1 offers without a hash (id 4, ten
+// blocks of 10 bytes).
+func heldSetup(t *testing.T, stored []byte) (r *Core, sink *memSink, data []byte) {
+	t.Helper()
+	data = make([]byte, 100)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	sink = newMemSink(func(f string, a ...any) { t.Fatalf(f, a...) })
+	sink.stored["f"] = stored
+	return newCore(t, 2, sink, nil), sink, data
+}
+
+func zeroOffer(t *testing.T) frame.View {
+	return encode(t, 1, 11, 0, 0, &frame.FileOfferBody{ID: 4, Size: 100, BlockSize: 10, Stamp: 5, Name: []byte("f")})
+}
+
+func blockFrame(t *testing.T, data []byte, b uint32, flags frame.Flags) frame.View {
+	return encode(t, 1, 11, b, flags, &frame.FileDataBody{ID: 4, Data: data[b*10 : b*10+10]})
+}
+
+func endFrame(t *testing.T, hash [32]byte) frame.View {
+	return encode(t, 1, 11, 0, 0, &frame.FileEndBody{ID: 4, Blocks: 10, Stamp: 9, Awaited: []frame.MemberID{2}, Hash: hash})
+}
+
+// A receiver that stores the file an offer without a hash names (same
+// name, same size) needs none of its blocks: it says it holds them all,
+// drops the pass's blocks, and once FileEnd's hash matches the stored
+// file's it reports the file received and held.
+func TestZeroHashOfferHeld(t *testing.T) {
+	r, sink, data := heldSetup(t, nil)
+	sink.stored["f"] = bytes.Clone(data)
+	r.Step(10, macA, macB, zeroOffer(t))
+	_, vs := sent(t, r)
+	if len(vs) != 1 || vs[0].Type() != frame.FileStatus {
+		t.Fatalf("answered the offer with %v, want one report", frameTypes(vs))
+	}
+	if st := vs[0].FileStatus(); st.State != frame.FileReceiving || st.Held != 10 || st.Top != 10 || vs[0].FileMissing().Len() != 0 {
+		t.Fatalf("report %+v, want receiving with every block held and none missing", st)
+	}
+	for b := range uint32(10) {
+		r.Step(Time(20+b), macA, macB, blockFrame(t, data, b, 0)) // memSink fails a write of a held block
+	}
+	if _, vs := sent(t, r); len(vs) != 0 {
+		t.Fatalf("the pass's blocks made it send %v", frameTypes(vs))
+	}
+	if r.stats.Duplicates != 10 || r.stats.BlocksReceived != 0 {
+		t.Fatalf("stats %+v, want the ten blocks dropped as duplicates", r.stats)
+	}
+	r.Step(40, macA, macB, endFrame(t, sha256.Sum256(data)))
+	rep := r.Reports()
+	if len(rep) != 1 || rep[0].Kind != Received || !rep[0].Held || rep[0].Replaced || rep[0].Meta.Hash != sha256.Sum256(data) {
+		t.Fatalf("reports %v, want received and held", rep)
+	}
+	if !strings.Contains(rep[0].String(), "held already") {
+		t.Fatalf("report says %q", rep[0])
+	}
+	if _, vs := sent(t, r); len(vs) != 1 || vs[0].FileStatus().State != frame.FileDone {
+		t.Fatalf("after FileEnd sent %v, want a done report", frameTypes(vs))
+	}
+	if got := sink.commits[inKey{1, 11, 4}]; !bytes.Equal(got, data) || r.stats.FilesHeld != 1 || r.stats.HashMismatches != 0 {
+		t.Fatalf("committed %d bytes, stats %+v", len(got), r.stats)
+	}
+}
+
+// A stored file of the same name and size that FileEnd's hash shows to
+// be another: the receiver asks for every block, says so in its report,
+// and ends with the sender's bytes; the stored file's mismatch does not
+// spend the retry a corrupted transfer gets.
+func TestZeroHashOfferHeldMismatch(t *testing.T) {
+	other := make([]byte, 100)
+	r, sink, data := heldSetup(t, other)
+	hash := sha256.Sum256(data)
+	r.Step(10, macA, macB, zeroOffer(t))
+	sent(t, r)
+	r.Step(40, macA, macB, endFrame(t, hash))
+	if rep := r.Reports(); len(rep) != 0 {
+		t.Fatalf("reports %v after the mismatch, want none yet", rep)
+	}
+	_, vs := sent(t, r)
+	if len(vs) != 1 {
+		t.Fatalf("sent %v, want one report", frameTypes(vs))
+	}
+	st := vs[0].FileStatus()
+	if st.State != frame.FileReceiving || st.Held != 0 || !slices.Equal(ranges(vs[0].FileMissing()), []frame.Range{{First: 0, Last: 9}}) {
+		t.Fatalf("report %+v missing %v, want every block missing", st, ranges(vs[0].FileMissing()))
+	}
+	if r.stats.HeldMismatches != 1 || r.stats.HashMismatches != 1 {
+		t.Fatalf("stats %+v", r.stats)
+	}
+	// The repairs: block 3 corrupted in flight; the whole-file check
+	// catches it and fetches every block once more (the retry).
+	for b := range uint32(10) {
+		blk := data
+		if b == 3 {
+			blk = bytes.Clone(data)
+			blk[35] ^= 1
+		}
+		r.Step(Time(50+b), macA, macB, blockFrame(t, blk, b, frame.FlagRetransmit))
+	}
+	if rep := r.Reports(); len(rep) != 0 {
+		t.Fatalf("reports %v after a corrupted copy, want a second fetch", rep)
+	}
+	sent(t, r)
+	for b := range uint32(10) {
+		r.Step(Time(70+b), macA, macB, blockFrame(t, data, b, frame.FlagRetransmit))
+	}
+	rep := r.Reports()
+	if len(rep) != 1 || rep[0].Kind != Received || rep[0].Held || !rep[0].Replaced {
+		t.Fatalf("reports %v, want received, replacing the stored file", rep)
+	}
+	if !strings.Contains(rep[0].String(), "replacing another file") {
+		t.Fatalf("report says %q", rep[0])
+	}
+	if got := sink.stored["f"]; !bytes.Equal(got, data) {
+		t.Fatal("the stored file is not the sender's bytes")
+	}
+	if r.stats.HashMismatches != 2 || r.stats.FilesHeld != 0 {
+		t.Fatalf("stats %+v", r.stats)
+	}
+}
+
+// An rbcastd from before offers without a hash drops their FileEnd (its
+// hash makes it longer than that version decodes), takes the offer's
+// zeros for the file's hash, and reports a hash mismatch echoing the
+// offer's stamp: the verdict names it as too old. A receiver of this
+// version reports a mismatch only after FileEnd, echoing its stamp: a
+// hash mismatch.
+func TestOldReceiverNamed(t *testing.T) {
+	for _, old := range []bool{true, false} {
+		// A frame a millisecond: the pass of ten blocks ends 10 ms after
+		// the offer.
+		s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
+		data := make([]byte, 100)
+		id, _ := s.Send(2, Outgoing{Name: "x", Size: 100, Source: &memSource{data: data, bs: 10, fail: -1}})
+		var offerStamp, endStamp uint32
+		now := Time(Millisecond)
+		for ; endStamp == 0; now += Time(Millisecond) {
+			s.Tick(now)
+			_, vs := sent(t, s)
+			for _, v := range vs {
+				switch v.Type() {
+				case frame.FileOffer:
+					if o := v.FileOffer(); o.Hash != ([32]byte{}) {
+						t.Fatalf("offer with hash %x, want zeros", o.Hash[:4])
+					} else {
+						offerStamp = o.Stamp
+					}
+				case frame.FileEnd:
+					_, _, _, endStamp = v.FileEnd()
+				}
+			}
+		}
+		if int32(offerStamp-endStamp) >= 0 {
+			t.Fatalf("offer stamp %d, FileEnd's %d", offerStamp, endStamp)
+		}
+		echo := endStamp
+		if old {
+			echo = offerStamp
+		}
+		s.Step(now, macB, macA, encode(t, 2, 22, 0, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileFailed,
+			Reason: frame.FileHashMismatch, Held: 0, Top: 10, Echo: echo}))
+		rep := s.Reports()
+		want := CauseHash
+		if old {
+			want = CauseOldReceiver
+		}
+		if len(rep) != 1 || rep[0].Kind != Verdict || len(rep[0].Missing) != 1 || rep[0].Missing[0].Cause != want {
+			t.Fatalf("old %v: reports %v, want member 2 missing for %v", old, rep, want)
+		}
+		if old && (!strings.Contains(rep[0].String(), "rbcastd too old") || s.stats.OldReceivers != 1) {
+			t.Fatalf("verdict says %q, stats %+v", rep[0], s.stats)
+		}
+	}
+}
