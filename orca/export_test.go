@@ -1,6 +1,10 @@
 package orca
 
-import "github.com/rbcast/rbcast/frame"
+import (
+	"context"
+
+	"github.com/rbcast/rbcast/frame"
+)
 
 // BreakReplica makes n's replica a deliberately broken one: hook takes
 // every message the order delivers and hands on (with deliver) what the
@@ -9,3 +13,8 @@ import "github.com/rbcast/rbcast/frame"
 func BreakReplica(n *Node, hook func(from frame.MemberID, data []byte, deliver func(frame.MemberID, []byte))) {
 	n.testDeliver = hook
 }
+
+// SendRaw sends msg through n's total order as it is, not as a write: for
+// the latency benchmark, which measures the order's self-delivery on the
+// same group as the writes (a hook set with BreakReplica takes it).
+func SendRaw(ctx context.Context, n *Node, msg []byte) error { return n.env.Send(ctx, msg) }
