@@ -680,12 +680,12 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 			return err
 		}
 		err := ErrWindowFull
+		now := time.Now() // one clock read a message: the core's and the quiet test's
 		if !g.ownQueueFull() {
-			err = g.n.st.Propose(g.n.clk.Core(time.Now()), payload)
+			err = g.n.st.Propose(g.n.clk.Core(now), payload)
 		}
 		if err == nil {
 			g.ownProposed++
-			now := time.Now()
 			quiet := now.Sub(g.lastPropose) >= quietSend
 			g.lastPropose = now
 			if quiet && g.sendNow() {
