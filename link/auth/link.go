@@ -51,6 +51,7 @@ type arena struct {
 	// tag and nonce: scratch the AEAD's interface calls would make escape.
 	tag   [TagLen]byte
 	nonce [12]byte
+	crc   shift
 }
 
 var (
@@ -293,7 +294,7 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			f, err = frame.ParseSealedNoCRC(b) // our core's frame: its CRC is rewritten below
+			f, err = frame.ParseSealedNoCRC(b) // our core's frame (its encoder wrote the CRC)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
@@ -312,7 +313,7 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 			return nil, err
 		}
 		g := frame.View(buf[start+hl:])
-		ar.seal(aead, g, alg, counter)
+		ar.seal(aead, f, g, alg, counter)
 		ar.frames = append(ar.frames, buf[start:len(buf):len(buf)])
 	}
 	a.v.c.sent.Add(uint64(len(frames)))
@@ -338,9 +339,10 @@ func (a *Link) ownKey(k *Key, s streamID) (cipher.AEAD, error) {
 	return aead, nil
 }
 
-// seal fills g's tag (encrypting its body under AlgGCM) and its CRC.
-// g's buffer has TagLen bytes of room past its end.
-func (ar *arena) seal(aead cipher.AEAD, g frame.View, alg uint8, counter uint64) {
+// seal fills g's tag (encrypting its body under AlgGCM) and its CRC; g is
+// orig with the auth section inserted. g's buffer has TagLen bytes of room
+// past its end.
+func (ar *arena) seal(aead cipher.AEAD, orig, g frame.View, alg uint8, counter uint64) {
 	at, n := g.AuthTagAt()
 	binary.BigEndian.PutUint64(ar.nonce[:], counter)
 	crcAt := len(g) - frame.CRCLen
@@ -352,5 +354,9 @@ func (ar *arena) seal(aead cipher.AEAD, g frame.View, alg uint8, counter uint64)
 		copy(ar.tag[:], out[len(body):])
 	}
 	copy(g[at:at+n], ar.tag[:])
+	if alg == AlgGMAC && crcAt-g.BodyAt() >= combineMin {
+		binary.BigEndian.PutUint32(g[crcAt:], ar.crc.sealedCRC(orig, g))
+		return
+	}
 	frame.SetCRC(g)
 }
