@@ -2,8 +2,10 @@ package auth
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/crc32"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -29,17 +31,19 @@ func TestCRCCombine(t *testing.T) {
 	}
 }
 
-// TestSealedFramesUnchanged: the seal computes a MAC-sealed frame's CRC
-// from the core's (sealedCRC) instead of over the whole frame; the frames
-// it sends are byte for byte those of a CRC over the sealed frame
-// (frame.SetCRC, the seal before), for bodies around combineMin and up to
-// a jumbo frame, ack vectors of 0 to 17 entries, both algorithms and
-// several frames in one Send (the cached shift changes length).
+// TestSealedFramesUnchanged: the seal derives a MAC-sealed frame's CRC
+// from the core's (sealedCRC) and encrypts a body straight from the
+// core's frame (InsertAuthNoBody); the frames it sends are byte for byte
+// those of the seal before (oldSeal: the frame copied with InsertAuth,
+// tagged or encrypted in place, a CRC over the whole), for bodies around
+// combineMin and up to a jumbo frame, ack vectors of 0 to 17 entries,
+// both algorithms and several lengths in one Send.
 func TestSealedFramesUnchanged(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	k := testKey(t, 1)
 	for _, encrypt := range []bool{false, true} {
 		s := &collect{fake: fake{mac: [6]byte{2, 0, 0, 0, 0, 1}}}
-		a := wrap(t, s, testKey(t, 1), encrypt)
+		a := wrap(t, s, k, encrypt)
 		for _, size := range []int{0, 1, 100, combineMin - 1, combineMin, combineMin + 1, 1400, 8900} {
 			for _, acks := range []int{0, 1, 17} {
 				var batch [][]byte
@@ -64,19 +68,54 @@ func TestSealedFramesUnchanged(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i, got := range s.frames {
-					want := bytes.Clone(got)
-					frame.SetCRC(want[frame.EthernetHeaderLen:])
+					_, counter := frame.View(got[frame.EthernetHeaderLen:]).AuthKey()
+					want := oldSeal(t, k, encrypt, batch[i], counter)
 					if !bytes.Equal(got, want) {
-						t.Fatalf("encrypt=%v, %d-byte payload, %d acks, frame %d: CRC %x, a CRC over the sealed frame gives %x",
-							encrypt, size+i, acks, i, got[len(got)-4:], want[len(want)-4:])
-					}
-					if _, err := frame.Parse(got[frame.EthernetHeaderLen:]); err != nil && !encrypt {
-						t.Fatalf("%d-byte payload, %d acks, frame %d: %v", size+i, acks, i, err)
+						t.Fatalf("encrypt=%v, %d-byte payload, %d acks, frame %d: sealed\n%x\nthe seal before gives\n%x", encrypt, size+i, acks, i, got, want)
 					}
 				}
 			}
 		}
 	}
+}
+
+// oldSeal seals eth, a core's frame, as the seal did before sealedCRC and
+// InsertAuthNoBody, with counter.
+func oldSeal(t *testing.T, k *Key, encrypt bool, eth []byte, counter uint64) []byte {
+	t.Helper()
+	hl := frame.EthernetHeaderLen
+	f, err := frame.ParseSealedNoCRC(eth[hl:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	alg := AlgGMAC
+	if encrypt {
+		alg = AlgGCM
+	}
+	out, err := frame.InsertAuth(append([]byte(nil), eth[:hl]...), f, alg, k.ID(), counter, TagLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = slices.Grow(out, TagLen) // Seal writes the tag behind the body
+	aead, err := derive(k, alg, 7, streamID{mac: frame.Ethernet(eth[:hl]).Src(), sender: f.Sender(), inc: f.Incarnation()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := frame.View(out[hl:])
+	var nonce [12]byte
+	binary.BigEndian.PutUint64(nonce[:], counter)
+	crcAt := len(g) - frame.CRCLen
+	var tag []byte
+	if alg == AlgGMAC {
+		tag = aead.Seal(nil, nonce[:], nil, g[:crcAt])
+	} else {
+		body := g[g.BodyAt():crcAt]
+		tag = bytes.Clone(aead.Seal(body[:0], nonce[:], body, g[:g.BodyAt()])[len(body):])
+	}
+	at, n := g.AuthTagAt()
+	copy(g[at:at+n], tag)
+	frame.SetCRC(g)
+	return out
 }
 
 // collect keeps a copy of every frame sent.
