@@ -130,9 +130,10 @@ bench-views:
 # CPU-seconds per GB, one-way latency p50 (reliable BenchmarkAuthReport;
 # REPS repetitions, medians; writes bench-auth.md), then corosync CPG over
 # knet without crypto and with aes256/sha256 on the same shape of segment
-# (appended). Root; about 10 minutes on an idle machine.
+# (appended). Root; about 10 minutes on an idle machine. LAT_REPS: the
+# latency rows' repetitions (default REPS).
 bench-auth:
-	RBCAST_REPORT_REPS=$(REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-auth.md $(GO) test -run '^$$' -bench '^BenchmarkAuthReport$$' -benchtime 1x -timeout 60m ./reliable
+	RBCAST_REPORT_REPS=$(REPS) RBCAST_AUTH_LAT_REPS=$(LAT_REPS) RBCAST_REPORT_OUT=$(CURDIR)/bench-auth.md $(GO) test -run '^$$' -bench '^BenchmarkAuthReport$$' -benchtime 1x -timeout 60m ./reliable
 	bench/peers/ensure-deps
 	{ echo; echo '### corosync CPG over knet, same run (bench/peers/run-corosync: 3 hosts, 1000-byte messages; CPU µs per message = CPU-s per GB ordered)'; echo; echo '```'; \
 	  bench/peers/run-corosync -r $(REPS); bench/peers/run-corosync -c aes256:sha256 -r $(REPS); echo '```'; } | tee -a bench-auth.md

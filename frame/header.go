@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -336,6 +337,20 @@ func (v View) AuthInput(dst []byte) []byte {
 // this is how an authenticating link (link/auth) adds a section to a frame
 // a core encoded without one. It allocates only if dst lacks capacity.
 func InsertAuth(dst []byte, v View, alg, key uint8, counter uint64, tagLen int) ([]byte, error) {
+	start := len(dst)
+	dst, err := InsertAuthNoBody(dst, v, alg, key, counter, tagLen)
+	if err != nil {
+		return dst, err
+	}
+	copy(dst[start+v.authStart()+AuthFixedLen+tagLen:], v.Body())
+	return dst, nil
+}
+
+// InsertAuthNoBody is InsertAuth without the body's copy: the result has
+// the body's length, but its body bytes are whatever dst's backing array
+// held there, for a caller that writes them itself (link/auth encrypts v's
+// body straight into them).
+func InsertAuthNoBody(dst []byte, v View, alg, key uint8, counter uint64, tagLen int) ([]byte, error) {
 	if v.hasAuth() {
 		return dst, errorf(ErrInvalid, "frame already has an authentication section")
 	}
@@ -354,7 +369,8 @@ func InsertAuth(dst []byte, v View, alg, key uint8, counter uint64, tagLen int) 
 	for range tagLen {
 		dst = append(dst, 0)
 	}
-	dst = append(dst, v[at:]...)
+	dst = slices.Grow(dst, len(v)-at)
+	dst = dst[:len(dst)+len(v)-at]
 	f := dst[start:]
 	binary.BigEndian.PutUint16(f[offFlags:], uint16(v.Flags()|FlagAuth))
 	binary.BigEndian.PutUint16(f[offLength:], uint16(n))

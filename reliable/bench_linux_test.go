@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,6 +152,9 @@ func runGoodput(tb testing.TB, o goodputOpts, d time.Duration) goodputResult {
 
 var benchGroups atomic.Uint32
 
+// memberLabel is the profiler label of member i's goroutines.
+func memberLabel(i int) pprof.LabelSet { return pprof.Labels("member", strconv.Itoa(i)) }
+
 // runGoodputOn runs a fresh group on every host of topo (whatever loss it
 // has): member 0 (or, with o.allSend, every member) sends o.size-byte
 // messages as fast as Send accepts for d, every member receives with
@@ -205,7 +209,13 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 				}
 			}
 		}
-		g, err := Join(context.Background(), l, cfg)
+		// The group's goroutines inherit the label: a CPU profile
+		// (-cpuprofile; go tool pprof -tagfocus member=0) splits by member.
+		var g *Group
+		var err error
+		pprof.Do(context.Background(), memberLabel(i), func(ctx context.Context) {
+			g, err = Join(ctx, l, cfg)
+		})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -237,6 +247,7 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, memberLabel(i)))
 			buf := make([]byte, 0, 65536)
 			last := time.Now()
 			var gap time.Duration
@@ -263,6 +274,7 @@ func runGoodputOn(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.Dur
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, memberLabel(s)))
 			var inSend time.Duration
 			for time.Since(start) < d {
 				t0 := time.Now()

@@ -51,6 +51,7 @@ type arena struct {
 	// tag and nonce: scratch the AEAD's interface calls would make escape.
 	tag   [TagLen]byte
 	nonce [12]byte
+	crc   shift
 }
 
 var (
@@ -293,7 +294,7 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			f, err = frame.ParseSealedNoCRC(b) // our core's frame: its CRC is rewritten below
+			f, err = frame.ParseSealedNoCRC(b) // our core's frame (its encoder wrote the CRC)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
@@ -302,7 +303,12 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		start := len(buf)
 		buf = append(buf, eth[:hl]...)
 		counter := a.counter.Add(1)
-		buf, err = frame.InsertAuth(buf, f, alg, k.ID(), counter, TagLen)
+		if alg == AlgGCM {
+			// The body is encrypted from the core's frame into buf.
+			buf, err = frame.InsertAuthNoBody(buf, f, alg, k.ID(), counter, TagLen)
+		} else {
+			buf, err = frame.InsertAuth(buf, f, alg, k.ID(), counter, TagLen)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
 		}
@@ -312,7 +318,7 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 			return nil, err
 		}
 		g := frame.View(buf[start+hl:])
-		ar.seal(aead, g, alg, counter)
+		ar.seal(aead, f, g, alg, counter)
 		ar.frames = append(ar.frames, buf[start:len(buf):len(buf)])
 	}
 	a.v.c.sent.Add(uint64(len(frames)))
@@ -338,19 +344,26 @@ func (a *Link) ownKey(k *Key, s streamID) (cipher.AEAD, error) {
 	return aead, nil
 }
 
-// seal fills g's tag (encrypting its body under AlgGCM) and its CRC.
+// seal fills g's tag and CRC; g is orig with the auth section inserted
+// (under AlgGCM without its body, which seal encrypts into it from orig).
 // g's buffer has TagLen bytes of room past its end.
-func (ar *arena) seal(aead cipher.AEAD, g frame.View, alg uint8, counter uint64) {
+func (ar *arena) seal(aead cipher.AEAD, orig, g frame.View, alg uint8, counter uint64) {
 	at, n := g.AuthTagAt()
 	binary.BigEndian.PutUint64(ar.nonce[:], counter)
 	crcAt := len(g) - frame.CRCLen
 	if alg == AlgGMAC {
 		aead.Seal(ar.tag[:0], ar.nonce[:], nil, g[:crcAt])
 	} else {
+		// From the core's frame into g (InsertAuthNoBody left its body
+		// unwritten): one read and one write of the body, no copy first.
 		body := g[g.BodyAt():crcAt]
-		out := aead.Seal(body[:0], ar.nonce[:], body, g[:g.BodyAt()])
+		out := aead.Seal(body[:0], ar.nonce[:], orig.Body(), g[:g.BodyAt()])
 		copy(ar.tag[:], out[len(body):])
 	}
 	copy(g[at:at+n], ar.tag[:])
+	if alg == AlgGMAC && crcAt-g.BodyAt() >= combineMin {
+		binary.BigEndian.PutUint32(g[crcAt:], ar.crc.sealedCRC(orig, g))
+		return
+	}
 	frame.SetCRC(g)
 }
