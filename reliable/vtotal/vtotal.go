@@ -246,7 +246,7 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 	b[0] = kindData
 	copy(b[dataHeader:], m)
 	if err := c.in.Propose(now, b); err != nil {
-		c.free = append(c.free, b[:0]) // never handed out
+		c.release(b) // never handed out
 		return err
 	}
 	c.mine = append(c.mine, own{data: b[dataHeader:], buf: b})
@@ -345,13 +345,30 @@ func (c *Core) buffer(n int) []byte {
 // Advance: a new Step or Tick ends their validity.
 func (c *Core) cool() {
 	for i, b := range c.cooling {
-		if len(c.free) < maxFree {
-			c.free = append(c.free, b[:0])
-		}
+		c.release(b)
 		c.cooling[i] = nil
 	}
 	c.cooling = c.cooling[:0]
 }
+
+// release puts b back in the pool (or drops it, past maxFree).
+func (c *Core) release(b []byte) {
+	if poisonFreed {
+		b = b[:cap(b)]
+		for i := range b {
+			b[i] = 0xEE
+		}
+	}
+	if len(c.free) < maxFree {
+		c.free = append(c.free, b[:0])
+	}
+}
+
+// poisonFreed, set by the package's tests only, fills every buffer that
+// goes back to the pool with 0xEE: a delivery read after its buffer was
+// freed, or a message whose buffer was freed while it was still held,
+// then shows as corrupt.
+var poisonFreed bool
 
 // maxFree bounds the buffers the pool keeps.
 const maxFree = 1024
