@@ -260,7 +260,10 @@ func (n *Node) Deliver(from frame.MemberID, data []byte) {
 	if n.view == nil {
 		return // before the first view: nothing is delivered then
 	}
-	n.kept = append(n.kept, item{data: slices.Clone(data)})
+	// data is the group's buffer, valid only during this call
+	// (reliable.Config.Deliver): what is kept, the chunks too, is a copy.
+	data = slices.Clone(data)
+	n.kept = append(n.kept, item{data: data})
 	if len(data) == 0 {
 		return
 	}

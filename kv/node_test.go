@@ -55,11 +55,19 @@ func (g *orderGroup) outbox() (from []frame.MemberID, msgs [][]byte) {
 	return from, msgs
 }
 
-// deliver delivers msgs to every member of the view, in order.
+// deliver delivers msgs to every member of the view, in order. Each
+// member gets the message in a buffer of its own that is poisoned (filled
+// with 0xEE) once Deliver returns, as a group's buffer is reused then
+// (reliable.Config.Deliver: data is valid only during the call): a node
+// that keeps a delivered message without copying it sees the poison.
 func (g *orderGroup) deliver(from []frame.MemberID, msgs [][]byte) {
 	for i, b := range msgs {
 		for _, m := range g.members {
-			g.nodes[m].Deliver(from[i], b)
+			buf := slices.Clone(b)
+			g.nodes[m].Deliver(from[i], buf)
+			for j := range buf {
+				buf[j] = 0xEE
+			}
 		}
 	}
 }

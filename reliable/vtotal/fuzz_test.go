@@ -1,6 +1,7 @@
 package vtotal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
@@ -123,6 +124,7 @@ func (s *scripted) Ready() core.Ready {
 	return rd
 }
 func (s *scripted) Advance()                                {}
+func (s *scripted) Tick(core.Time)                          {}
 func (s *scripted) Deadline() core.Time                     { return 0 }
 func (s *scripted) HeldByAll(frame.MemberID) (uint32, bool) { return s.stable, true }
 
@@ -138,6 +140,7 @@ func TestSafeCopiesFromPool(t *testing.T) {
 	var firstBuf *byte
 	for i, text := range []string{"first", "other"} {
 		seq := uint32(100 + i)
+		c.Tick(0) // the first's buffer is free once a Tick or Step follows its Advance
 		// The sequencer's own data message: in place, held until stable.
 		in.ds = []core.Delivery{{From: 0, Seq: seq, Data: append([]byte{kindData}, text...)}}
 		if rd := c.Ready(); len(rd.Deliveries) != 0 {
@@ -156,5 +159,120 @@ func TestSafeCopiesFromPool(t *testing.T) {
 			t.Fatal("the second copy did not reuse the first's buffer")
 		}
 		c.Advance()
+	}
+}
+
+// recorder is a membership core in which every proposed message goes out
+// at once; it records each, as the FIFO group frames it.
+type recorder struct {
+	fakeInner
+	sent [][]byte
+}
+
+func (r *recorder) Propose(_ core.Time, m []byte) error {
+	r.sent = append(r.sent, append([]byte(nil), m...))
+	return nil
+}
+func (r *recorder) OwnOut() uint64      { return uint64(len(r.sent)) }
+func (r *recorder) Ready() core.Ready   { return core.Ready{} }
+func (r *recorder) Advance()            {}
+func (r *recorder) Tick(core.Time)      {}
+func (r *recorder) Deadline() core.Time { return 0 }
+
+// A data message goes to the FIFO group as its kind byte and then the
+// payload (the wire format of revision 3, unchanged now that pool buffers
+// frame it), and is delivered here with exactly the payload, whatever the
+// application does with its slice after Propose and whatever the pool
+// buffer held before. A buffer handed out in a delivery stays unchanged
+// until the Step or Tick after Advance, also when Propose is called
+// meanwhile; from then on Propose reuses it instead of allocating.
+func TestDataMessageFraming(t *testing.T) {
+	in := &recorder{}
+	c := New(in)
+	c.startView(0, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	big := func(b byte) []byte { return bytes.Repeat([]byte{b}, c.Info().MaxMessage) }
+	n := 0 // messages proposed
+	propose := func(payload []byte) {
+		t.Helper()
+		m := append([]byte(nil), payload...)
+		if err := c.Propose(0, m); err != nil {
+			t.Fatalf("message %d: Propose: %v", n, err)
+		}
+		if want := append([]byte{kindData}, payload...); !bytes.Equal(in.sent[n], want) {
+			t.Fatalf("message %d: proposed %d bytes % x…, want %d bytes % x…", n,
+				len(in.sent[n]), in.sent[n][:min(8, len(in.sent[n]))], len(want), want[:min(8, len(want))])
+		}
+		n++
+		for j := range m {
+			m[j] = 'z' // the application reuses its slice
+		}
+	}
+	seen := map[*byte]bool{} // the pool's buffers, after the first round
+	for i, payload := range [][]byte{big('a'), []byte("short"), {}, big('b'), []byte("x")} {
+		propose(payload)
+		rd := c.Ready()
+		if len(rd.Deliveries) != 1 || !bytes.Equal(rd.Deliveries[0].Data, payload) {
+			t.Fatalf("round %d: delivered %d messages, want one of its %d bytes", i, len(rd.Deliveries), len(payload))
+		}
+		d := rd.Deliveries[0].Data
+		// Proposed while d is out (before Advance) and after Advance
+		// before a Tick: neither may take d's buffer.
+		q := big('q')
+		propose(q)
+		c.Advance()
+		propose(q)
+		if !bytes.Equal(d, payload) {
+			t.Fatalf("round %d: a Propose before the next Tick overwrote a delivery", i)
+		}
+		c.Tick(0)
+		rd = c.Ready()
+		if len(rd.Deliveries) != 2 || !bytes.Equal(rd.Deliveries[0].Data, q) || !bytes.Equal(rd.Deliveries[1].Data, q) {
+			t.Fatalf("round %d: %d deliveries of the two proposed meanwhile", i, len(rd.Deliveries))
+		}
+		for _, b := range [][]byte{d[:cap(d)], rd.Deliveries[0].Data, rd.Deliveries[1].Data} {
+			p := unsafe.SliceData(b)
+			if i == 0 {
+				seen[p] = true
+			} else if !seen[p] {
+				t.Fatalf("round %d: a message was framed in a new buffer, not one of the pool", i)
+			}
+		}
+		c.Advance()
+		c.Tick(0)
+	}
+}
+
+// counter is a membership core in which every proposed message goes out
+// at once, counted and not kept.
+type counter struct {
+	recorder
+	n uint64
+}
+
+func (c *counter) Propose(core.Time, []byte) error { c.n++; return nil }
+func (c *counter) OwnOut() uint64                  { return c.n }
+
+// In steady state, sending a message and delivering it here allocates
+// nothing: its framing buffer comes from the pool.
+func TestProposeAllocatesNothing(t *testing.T) {
+	in := &counter{}
+	c := New(in)
+	c.startView(0, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	m := bytes.Repeat([]byte{'m'}, c.Info().MaxMessage)
+	turn := func() {
+		if err := c.Propose(0, m); err != nil {
+			t.Fatal(err)
+		}
+		if rd := c.Ready(); len(rd.Deliveries) != 1 || len(rd.Deliveries[0].Data) != len(m) {
+			t.Fatalf("delivered %d messages, want one of %d bytes", len(rd.Deliveries), len(m))
+		}
+		c.Advance()
+		c.Tick(0)
+	}
+	for range 10 {
+		turn() // the pool and the layer's slices grow to their size
+	}
+	if n := testing.AllocsPerRun(1000, turn); n != 0 {
+		t.Fatalf("%.1f allocations per message sent and delivered, want 0", n)
 	}
 }

@@ -5,16 +5,30 @@ import (
 	"testing"
 
 	"github.com/rbcast/rbcast/reliable/internal/viewsim"
+	"github.com/rbcast/rbcast/reliable/vtotal"
 )
+
+// poison has the layer fill every buffer that goes back to its pool with
+// 0xEE for the rest of the test (vtotal.PoisonFreed): the simulation's
+// checkers then see a message whose buffer was freed too early as
+// corrupt, and one handed out and changed before the next Step or Tick.
+func poison(t *testing.T) {
+	vtotal.PoisonFreed(true)
+	t.Cleanup(func() { vtotal.PoisonFreed(false) })
+}
 
 // TestSim is the churn simulation of the Agreed and Safe levels (each
 // seed draws one) over the membership core (reliable/internal/viewsim):
 // members that move from a view to the next together delivered the same
 // sequence in it, every live process the same in the last view, and
 // under Safe what a failed process delivered, every process that
-// completed the view delivered at the same place. RBCAST_SEEDS sets the
-// number of seeds (1000; 100 with -short).
-func TestSim(t *testing.T) { viewsim.Seeds(t, viewsim.Ordered, "reliable/vtotal", "TestSim") }
+// completed the view delivered at the same place. Buffers going back to
+// the layer's pool are poisoned. RBCAST_SEEDS sets the number of seeds
+// (1000; 100 with -short).
+func TestSim(t *testing.T) {
+	poison(t)
+	viewsim.Seeds(t, viewsim.Ordered, "reliable/vtotal", "TestSim")
+}
 
 // TestSimSplitBrain is seed 12295 of TestSim, beyond the default count:
 // during a deaf period two coordinators proposed successors of one view
@@ -24,7 +38,10 @@ func TestSim(t *testing.T) { viewsim.Seeds(t, viewsim.Ordered, "reliable/vtotal"
 // twice). A member's Flush now binds it to the proposal it answered
 // until that coordinator gives way or is suspected (reliable/view,
 // onPrepare).
-func TestSimSplitBrain(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, 12295) }
+func TestSimSplitBrain(t *testing.T) {
+	poison(t)
+	viewsim.Seed(t, viewsim.Ordered, 12295)
+}
 
 // TestSimRefounded is seed 16641 of TestSim: every member of the group
 // left or failed, a process that started later founded it again, and its
@@ -32,7 +49,10 @@ func TestSimSplitBrain(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, 12295) }
 // group's views of the same ids (members that "moved from view 1 to 2
 // together" in two different groups). It now pairs processes of one
 // founding only.
-func TestSimRefounded(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, 16641) }
+func TestSimRefounded(t *testing.T) {
+	poison(t)
+	viewsim.Seed(t, viewsim.Ordered, 16641)
+}
 
 // TestSimFounderMissedCommit are seeds 9117 and 12362 of TestSim: of a
 // founded view of four, one founder never installed it (the commit lost
@@ -43,6 +63,7 @@ func TestSimRefounded(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, 16641) }
 // sends Joins (reliable/view catchUp, c98c953), so the founder installs
 // view 1 and the group goes on.
 func TestSimFounderMissedCommit(t *testing.T) {
+	poison(t)
 	for _, seed := range []uint64{9117, 12362} {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, seed) })
 	}

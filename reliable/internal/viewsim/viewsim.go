@@ -8,6 +8,7 @@
 package viewsim
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -137,6 +138,28 @@ type process struct {
 	// kinds, when set, counts the FIFO messages of the Data frames it
 	// sends (retransmissions aside) by their first byte: vtotal's kind.
 	kinds map[byte]int
+
+	// handed: the deliveries of the last Ready and a copy of each, held
+	// against them until the core's next Step or Tick: a delivery stays
+	// unchanged until then (core.Delivery), whatever the process
+	// proposes meanwhile.
+	handed []handedOut
+}
+
+type handedOut struct{ data, copy []byte }
+
+// checkHanded checks that the last Ready's deliveries are intact; the
+// core's next Step or Tick follows.
+func (p *process) checkHanded() {
+	for _, h := range p.handed {
+		if !bytes.Equal(h.data, h.copy) {
+			p.run.fail("process %x.%d: a message delivered in view %d changed before the next Step or Tick: % x, delivered as % x",
+				p.mac, p.inc, p.view, h.data[:min(16, len(h.data))], h.copy[:min(16, len(h.copy))])
+			break
+		}
+	}
+	clear(p.handed)
+	p.handed = p.handed[:0]
 }
 
 type eraView struct {
@@ -222,6 +245,7 @@ func (p *process) Step(now time.Time) time.Time {
 		p.readAt = now.Add(p.batch)
 	}
 	for {
+		p.checkHanded() // before Recv: a delivery may alias a frame
 		n, _ := p.ep.Recv(time.Time{}, p.rx)
 		for _, f := range p.rx[:n] {
 			if p.drop != nil && p.drop(f.Data) {
@@ -355,6 +379,7 @@ func (p *process) flush(now time.Time, t clock.Time) {
 		}
 	}
 	for _, d := range rd.Deliveries {
+		p.handed = append(p.handed, handedOut{d.Data, slices.Clone(d.Data)})
 		if d.Unreliable {
 			p.datagram(d)
 			continue
