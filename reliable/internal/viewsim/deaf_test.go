@@ -1,0 +1,179 @@
+package viewsim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/view"
+	"github.com/rbcast/rbcast/testnet"
+)
+
+// deafRun is the scripted run of TestDeafCoordinatorLateCommit: five
+// processes found a group under Agreed, member 4 crashes, and the
+// coordinator (member 0) falls asleep (starved of CPU: it is not stepped,
+// what arrives waits in its queue) right after it sends the Prepare of the
+// change that leaves 4 out. Its promisers suspect it after the failure
+// timeout and member 1 prepares a change of the same base without it.
+// Member 2 flushes for member 1's proposal but loses member 1's Commit
+// until the sleeper's has come. Member 1 installs its view; then the
+// sleeper wakes, reads its backlog oldest first — the promisers' Flushes
+// for its own proposal come before everything that says they moved on —
+// and commits.
+type deafRun struct {
+	r                  *simRun
+	byID               map[frame.MemberID]*process
+	lateAt             time.Time // when the sleeper woke
+	lateSeen           bool      // member 2 received the sleeper's commit
+	viewA, viewB       uint32    // the sleeper's view, member 1's
+	membersA           []frame.MemberID
+	membersB           []frame.MemberID
+	deliveredAfter     map[frame.MemberID]int // messages delivered in the current view since the wake
+	installersA        []frame.MemberID       // processes that installed viewA
+	installersB        []frame.MemberID
+	primaryA, primaryB bool // each view's member list is a majority of view 1
+}
+
+func runDeaf(t *testing.T) deafRun {
+	net, err := testnet.New(19, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 19, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}, level: Agreed}
+	for i := range 5 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.procs = append(r.procs, r.newProcess(ep, uint32(1900+i), 5, 100000))
+	}
+	founded := func() bool {
+		for _, p := range r.procs {
+			if view.Number(p.view) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for !founded() && net.Now().Before(r.start.Add(2*time.Second)) {
+		net.RunFor(5 * time.Millisecond)
+	}
+	if !founded() {
+		t.Fatal("the five did not found view 1")
+	}
+	base := r.procs[0].view
+	d := deafRun{r: r, byID: map[frame.MemberID]*process{}, deliveredAfter: map[frame.MemberID]int{}}
+	for _, p := range r.procs {
+		d.byID[selfID(p)] = p
+	}
+	if len(d.byID) != 5 {
+		t.Fatalf("member ids %v, want five", d.byID)
+	}
+	net.RunFor(50 * time.Millisecond) // messages in view 1
+	sleeper, x := d.byID[0], d.byID[2]
+	sleeper.sleepAfter = func(v frame.View) bool { return v.Type() == frame.ViewPrepare }
+	x.drop = func(b []byte) bool {
+		_, f, err := frame.SplitEthernet(b, frame.EtherType)
+		if err != nil {
+			return false
+		}
+		v, err := frame.Parse(f)
+		if err != nil || v.Type() != frame.ViewCommit || v.ViewBase() != base {
+			return false
+		}
+		if v.Sender() == 0 {
+			d.lateSeen = true
+			return false
+		}
+		return !d.lateSeen
+	}
+	victim := d.byID[4]
+	victim.dead = true
+	victim.ep.Crash()
+	for !sleeper.asleep && net.Now().Before(r.start.Add(4*time.Second)) {
+		net.RunFor(time.Millisecond)
+	}
+	if !sleeper.asleep {
+		t.Fatal("the coordinator never prepared the change that leaves member 4 out")
+	}
+	one := d.byID[1]
+	for view.Number(one.view) < 2 && net.Now().Before(r.start.Add(6*time.Second)) {
+		net.RunFor(time.Millisecond)
+	}
+	if one.view == base {
+		t.Fatal("member 1 never installed a view without the sleeping coordinator")
+	}
+	sleeper.wake()
+	d.lateAt = net.Now()
+	net.RunFor(300 * time.Millisecond) // within the failure timeout (400 ms)
+	d.viewA, d.viewB = sleeper.view, one.view
+	for _, p := range r.procs {
+		if p.dead {
+			continue
+		}
+		id := frame.MemberID(0xffff)
+		for k, q := range d.byID {
+			if q == p {
+				id = k
+			}
+		}
+		if slices.Contains(p.views, d.viewA) && d.viewA != base {
+			d.installersA = append(d.installersA, id)
+		}
+		if slices.Contains(p.views, d.viewB) && d.viewB != base {
+			d.installersB = append(d.installersB, id)
+		}
+		if p.view != base {
+			d.deliveredAfter[id] = len(p.inView[p.view]) // all after the split
+		}
+	}
+	slices.Sort(d.installersA)
+	slices.Sort(d.installersB)
+	ids := func(v uint32) []frame.MemberID {
+		var out []frame.MemberID
+		for _, m := range r.views[eraView{r.era, v}] {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	d.membersA, d.membersB = ids(d.viewA), ids(d.viewB)
+	d.primaryA, d.primaryB = 2*len(d.membersA) > 5, 2*len(d.membersB) > 5
+	t.Logf("from view %#x: the sleeper's view %#x members %v installed by %v (delivered since the wake %v); member 1's view %#x members %v installed by %v",
+		base, d.viewA, d.membersA, d.installersA, d.deliveredAfter, d.viewB, d.membersB, d.installersB)
+	return d
+}
+
+func (d deafRun) String() string {
+	return fmt.Sprintf("views %#x %v (installed by %v) and %#x %v (installed by %v), delivered since the wake %v",
+		d.viewA, d.membersA, d.installersA, d.viewB, d.membersB, d.installersB, d.deliveredAfter)
+}
+
+// TestDeafCoordinatorLateCommit: a coordinator starved of CPU while
+// its promisers moved on commits from their earlier Flushes when it wakes
+// (docs/membership.md, "Two coordinators at once"). Today member 2, which
+// flushed for member 1's proposal but had not yet its Commit, installs
+// the sleeper's view instead: two views formed from view 1, each installed
+// by two processes that go on together, each naming a majority of view 1
+// as members — and under Agreed both deliver (a split brain). The
+// pairwise checkers do not see it (no process moves through both views);
+// onePrimary does.
+func TestDeafCoordinatorLateCommit(t *testing.T) {
+	d := runDeaf(t)
+	if d.viewA == d.viewB || view.Number(d.viewA) != 2 || view.Proposer(d.viewA) != 0 {
+		t.Fatalf("%v: want the sleeper in a view of its own proposal, number 2", d)
+	}
+	if !slices.Equal(d.installersA, []frame.MemberID{0, 2}) || !slices.Equal(d.installersB, []frame.MemberID{1, 3}) {
+		t.Fatalf("%v: want the sleeper's view installed by 0 and 2, member 1's by 1 and 3", d)
+	}
+	if !d.primaryA || !d.primaryB || d.deliveredAfter[0] == 0 || d.deliveredAfter[2] == 0 || d.deliveredAfter[1] == 0 || d.deliveredAfter[3] == 0 {
+		t.Fatalf("%v: want both views to name a majority of view 1 and both to deliver", d)
+	}
+	err := d.r.onePrimary()
+	if err == nil || !strings.Contains(err.Error(), "were both formed from view 0x100 and both delivered messages") {
+		t.Fatalf("onePrimary: %v, want the split brain reported", err)
+	}
+	t.Logf("today: %v", err)
+}
