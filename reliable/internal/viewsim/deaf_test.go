@@ -187,3 +187,80 @@ func TestDeafCoordinatorLateCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnacceptedViewFormsNoOther: the second half of acceptance — no
+// view is formed from one that no majority of its own base installed.
+// Five members under Agreed; 3 and 4 crash, the coordinator prepares
+// {0,1,2}, and member 1 crashes once its Flush is out (the coordinator is
+// held asleep meanwhile, so that the Flush is in its queue): the view of
+// {0,1,2} is installed by 0 and 2, two of view 1's five, and is never
+// accepted. Once both lose member 1, the coordinator would form {0,2} —
+// two of its view's three, a majority of the list — and go on as the
+// primary component with two of the five; it stops instead, saying why,
+// and nothing is delivered after view 1.
+func TestUnacceptedViewFormsNoOther(t *testing.T) {
+	net, err := testnet.New(23, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &simRun{t: t, seed: 23, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, dgView: map[msgID]uint32{}, level: Agreed}
+	for i := range 5 {
+		ep, err := net.Attach(testnet.EndpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.procs = append(r.procs, r.newProcess(ep, uint32(2300+i), 5, 100000))
+	}
+	for net.Now().Before(r.start.Add(2 * time.Second)) {
+		net.RunFor(5 * time.Millisecond)
+		if view.Number(r.procs[0].view) == 1 && slices.IndexFunc(r.procs, func(p *process) bool { return p.view != r.procs[0].view }) < 0 {
+			break
+		}
+	}
+	byID := map[frame.MemberID]*process{}
+	for _, p := range r.procs {
+		byID[selfID(p)] = p
+	}
+	if len(byID) != 5 || byID[0] == nil {
+		t.Fatalf("the five did not found one view: %v", byID)
+	}
+	base := byID[0].view
+	net.RunFor(50 * time.Millisecond)
+	coord, one, two := byID[0], byID[1], byID[2]
+	coord.sleepAfter = func(v frame.View) bool {
+		return v.Type() == frame.ViewPrepare && v.ViewBase() == base && v.ViewMembers().Len() == 3
+	}
+	for _, id := range []frame.MemberID{3, 4} {
+		byID[id].dead = true
+		byID[id].ep.Crash()
+	}
+	for !coord.asleep && net.Now().Before(r.start.Add(4*time.Second)) {
+		net.RunFor(time.Millisecond)
+	}
+	if !coord.asleep {
+		t.Fatal("the coordinator never prepared the change that leaves 3 and 4 out")
+	}
+	net.RunFor(5 * time.Millisecond) // the Flushes reach its queue
+	one.dead = true
+	one.ep.Crash()
+	coord.wake()
+	net.RunFor(3 * time.Second)
+	if len(coord.views) < 2 || len(two.views) < 2 || coord.views[1] != two.views[1] || len(r.views[eraView{r.era, coord.views[1]}]) != 3 {
+		t.Fatalf("views: the coordinator %#x, member 2 %#x; want both in the coordinator's view of three", coord.views, two.views)
+	}
+	const why = "was installed by 2 of the 5 members of the view it was formed from: it is not the primary component"
+	if coord.err == nil || !strings.Contains(coord.err.Error(), why) {
+		t.Fatalf("the coordinator: err %v, want it stopped: %q", coord.err, why)
+	}
+	for _, p := range []*process{coord, two} {
+		for _, v := range p.views[1:] {
+			if n := len(p.inView[v]); n != 0 {
+				t.Errorf("%x delivered %d messages in view %#x, want none after view 1", p.mac, n, v)
+			}
+		}
+	}
+	t.Logf("the coordinator: %v; member 2: views %#x, %v", coord.err, two.views, two.err)
+	if err := r.agreed(); err != nil {
+		t.Fatal(err)
+	}
+}
