@@ -66,6 +66,17 @@ func (c *Core) AckNow() bool {
 	return true
 }
 
+// HeartbeatNow has the next Ready send a Heartbeat unless another frame
+// to the group goes first: a membership layer that waits to hear the
+// members of a new view (view.Core under a primary component) has every
+// member say at once that it runs the view, not a heartbeat interval
+// later.
+func (c *Core) HeartbeatNow() {
+	if !c.left {
+		c.heartbeatNow = true
+	}
+}
+
 // StableFrom reports how far every live member holds sender s's stream
 // (this member included; a removed member no longer counts): the lowest
 // Holds(m, s) over them. Frames of s before it are held everywhere. ok is

@@ -275,6 +275,7 @@ type Core struct {
 	ackSRTT, ackRTTVar Duration
 	backoff            uint // resend timeouts in a row without progress
 	lastSent           Time
+	heartbeatNow       bool // HeartbeatNow: the next Ready sends one
 
 	// Acknowledging (the ack timer and the half-window rule).
 	ackAt    Time
@@ -572,7 +573,8 @@ func (c *Core) flush() {
 	if c.ackNow {
 		c.sendAck(0)
 	}
-	if c.now >= c.lastSent.Add(c.cfg.HeartbeatInterval) {
+	if c.heartbeatNow || c.now >= c.lastSent.Add(c.cfg.HeartbeatInterval) {
+		c.heartbeatNow = false
 		c.header(c.nextSeq-1, 0)
 		c.empty.T = frame.Heartbeat
 		c.emit(c.cfg.dst, &c.empty)

@@ -42,7 +42,7 @@ func (c *Core) encode(b []byte, dst [6]byte, body frame.Body) ([]byte, bool) {
 	// failed (a bug, counted), so a failing frame cannot make the core ask
 	// to run again at once forever.
 	if dst == c.cfg.dst {
-		c.lastSent = c.now
+		c.lastSent, c.heartbeatNow = c.now, false
 		c.ackAt, c.ackNow, c.receipts = 0, false, 0
 	}
 	if err != nil {

@@ -414,6 +414,13 @@ func (c *Core) maybeCommit() {
 			return
 		}
 	}
+	if c.unaccepted {
+		// Under a primary component a view is formed only from an
+		// accepted one (accept.go): wait until enough of the base's
+		// members are heard in it (their Flushes count), or give up
+		// (tickMember).
+		return
+	}
 	// This member's own state as of now: it went on delivering while
 	// the others' Flushes came in.
 	c.recordFlush(p, c.myFlush())
@@ -504,6 +511,21 @@ func (c *Core) onCommit(src [6]byte, v frame.View) {
 		}
 		return
 	case c.comp != nil && c.comp.commit.Next == commit.Next:
+		return
+	case c.comp != nil:
+		// Completing another commit of this base (this member's own, or
+		// the one it promised): a second view from one base is never
+		// installed here.
+		return
+	case c.frozen && commit.Next != c.promise.Next && !containsID(c.suspects, c.promiseBy):
+		// The promise binds commits as it binds flushes (Paxos: an
+		// acceptor that promised a proposal acts on no other): this
+		// member flushed for another proposal of this base, whose
+		// coordinator it still hears and which may commit with that
+		// Flush. This commit is of a proposal this member flushed for
+		// before, or never — a coordinator that was deaf (starved) when
+		// its promisers suspected it, committing late from their earlier
+		// Flushes (TestDeafCoordinatorLateCommit).
 		return
 	case !in:
 		c.removed(fmt.Sprintf("view %d leaves this member out", commit.Next))
@@ -769,6 +791,7 @@ func (c *Core) deliverRelayed(from frame.MemberID, seq uint32, data []byte, bund
 // messages held meanwhile handed to it, an event.
 func (c *Core) install(commit frame.ViewCommitBody) {
 	ownBefore := c.ownOut // the old view was frozen: its count is in
+	c.startAcceptance(commit)
 	self := frame.NoMember
 	for _, m := range commit.Members {
 		if m.MAC == c.cfg.MAC && m.Incarnation == c.cfg.Incarnation {
@@ -836,13 +859,17 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	}
 	c.stats.Views++
 	c.checkHeard()
+	if c.unaccepted {
+		c.announce()
+		c.checkAccepted()
+	}
 	c.event(core.Event{Kind: core.ViewInstalled, Member: self, Epoch: v.ID, View: &core.ViewInfo{ID: v.ID, Members: slices.Clone(v.Members), OwnBefore: ownBefore}})
 }
 
 // drainQueue hands the held messages to the inner core while it takes
 // them.
 func (c *Core) drainQueue() {
-	for len(c.queue) > 0 && c.state == member && !c.frozen {
+	for len(c.queue) > 0 && c.state == member && !c.frozen && !c.unaccepted {
 		if err := c.inner.Propose(c.now, c.queue[0]); err != nil {
 			return
 		}

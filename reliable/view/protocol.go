@@ -179,6 +179,9 @@ func (c *Core) heardIn(id frame.MemberID) {
 	}
 	c.heard = append(c.heard, id)
 	c.checkHeard()
+	if c.unaccepted {
+		c.checkAccepted()
+	}
 }
 
 // checkHeard drops the view before's core once every member of the
@@ -273,6 +276,10 @@ func (c *Core) tickMember() {
 	if p := c.prop; p != nil {
 		if c.now >= p.sentAt.Add(c.cfg.Retry) {
 			c.sendProposal()
+		}
+		if p.commit == nil && c.unaccepted && c.now >= p.startedAt.Add(c.cfg.FailureTimeout) && c.allFlushed(p) {
+			c.neverAccepted()
+			return
 		}
 		if p.commit == nil && c.now >= p.startedAt.Add(c.cfg.FailureTimeout) {
 			// Members of base that did not flush in time are left out;
@@ -379,7 +386,7 @@ func (c *Core) Propose(now clock.Time, msg []byte) error {
 		return core.ErrLeaving
 	case len(msg) > c.cfg.MaxMessage:
 		return &core.TooLargeError{Size: len(msg), Max: c.cfg.MaxMessage}
-	case c.state == member && !c.frozen && len(c.queue) == 0:
+	case c.state == member && !c.frozen && !c.unaccepted && len(c.queue) == 0:
 		err := c.inner.Propose(now, msg)
 		if err == nil {
 			c.handed++

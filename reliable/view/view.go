@@ -203,6 +203,15 @@ type Core struct {
 	later     []heldFrame
 	laterBufs [][]byte
 	heard     []frame.MemberID // members heard in the current view
+	// Under Config.Primary a view is acted on only once it is accepted:
+	// a majority of the view it was formed from is known to have
+	// installed it (heard in it). Until then this member hands its core
+	// nothing to send (accept.go). fromBase are the current view's
+	// members that were members of that view (same MAC and incarnation),
+	// baseTotal how many members it had (those that left cleanly aside).
+	unaccepted bool
+	fromBase   []frame.MemberID
+	baseTotal  int
 	// formed is the commit that formed the current view, sent again to a
 	// member that shows it has not installed it.
 	formed     *frame.ViewCommitBody
@@ -287,6 +296,7 @@ type Stats struct {
 	Relayed        uint64 // frames relayed to others
 	RelayDelivered uint64 // messages delivered from relays
 	Refused        uint64 // joiners refused (coordinator)
+	Accepted       uint64 // views acted on only after a majority of their base was heard in them (Primary)
 	Dropped        uint64 // frames of other views dropped
 	Reports        uint64 // ViewSuspect reports sent
 	// Datagrams of the Unreliable level: sent, delivered, and dropped

@@ -130,6 +130,12 @@ type process struct {
 	// drop, when set, discards received frames it returns true for
 	// (targeted loss, for scenarios the random loss reaches rarely).
 	drop func(f []byte) bool
+	// asleep: the process is not stepped (a process starved of CPU): what
+	// arrives waits in its endpoint's queue, and it sends nothing, until
+	// the test wakes it (wake). sleepAfter, when set, puts it to sleep
+	// right after it sends a frame it returns true for.
+	asleep     bool
+	sleepAfter func(v frame.View) bool
 
 	lastNow time.Time // livelock detection: steps within 1 ms
 	spins   int
@@ -227,6 +233,9 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 }
 
 func (p *process) Step(now time.Time) time.Time {
+	if p.asleep {
+		return time.Time{}
+	}
 	t := p.clk.Core(now)
 	p.steps++
 	if now.Sub(p.lastNow) < time.Millisecond {
@@ -258,6 +267,9 @@ func (p *process) Step(now time.Time) time.Time {
 			p.propose(now, t)
 		} // else flush proposes between Ready and Advance
 		p.flush(now, t)
+		if p.asleep {
+			return time.Time{}
+		}
 		if n == 0 {
 			break
 		}
@@ -274,6 +286,13 @@ func (p *process) Step(now time.Time) time.Time {
 		d = next
 	}
 	return d
+}
+
+// wake ends a sleep: the process reads what waited meanwhile, oldest
+// first, and runs its timers.
+func (p *process) wake() {
+	p.asleep = false
+	p.ep.Bind(p) // steps it at once
 }
 
 func (p *process) propose(now time.Time, t clock.Time) {
@@ -352,6 +371,13 @@ func (p *process) flush(now time.Time, t clock.Time) {
 	}
 	if len(rd.Frames) > 0 && !p.ep.Crashed() {
 		p.ep.Send(rd.Frames)
+		if p.sleepAfter != nil {
+			for _, f := range rd.Frames {
+				if v, err := frame.Parse(f[frame.EthernetHeaderLen:]); err == nil && p.sleepAfter(v) {
+					p.asleep = true
+				}
+			}
+		}
 		if p.kinds != nil {
 			for _, f := range rd.Frames {
 				if v, err := frame.Parse(f[frame.EthernetHeaderLen:]); err == nil && v.Type() == frame.Data && v.Flags()&frame.FlagRetransmit == 0 {
@@ -806,6 +832,9 @@ func (r *simRun) agreed() error {
 			}
 		}
 	}
+	if err := r.onePrimary(); err != nil {
+		return err
+	}
 	if r.level == Safe {
 		for _, p := range r.procs {
 			if !p.dead && p.err == nil {
@@ -830,6 +859,34 @@ func (r *simRun) agreed() error {
 		if a, b := idStrings(p.inView[p.view]), idStrings(live[0].inView[p.view]); !slices.Equal(a, b) {
 			return fmt.Errorf("agreed order: %x.%d and %x.%d in the last view %d delivered %d and %d messages (first difference %s)",
 				p.mac, p.inc, live[0].mac, live[0].inc, p.view, len(a), len(b), firstDiff(a, b))
+		}
+	}
+	return nil
+}
+
+// onePrimary: under a primary component (Agreed, Safe) the views in which
+// messages are delivered form one history: of the views formed from one
+// view, at most one delivers anything. (Two that both deliver are a split
+// brain: each side delivers an order the other never sees. The pairwise
+// checks do not see it, as no process moves through both.)
+func (r *simRun) onePrimary() error {
+	type from struct {
+		era  int
+		base uint32
+	}
+	delivering := map[from]uint32{}
+	for _, p := range r.procs {
+		for i := 0; i+1 < len(p.views); i++ {
+			base, next := p.views[i], p.views[i+1]
+			if len(p.inView[next]) == 0 {
+				continue
+			}
+			k := from{p.era, base}
+			if other, ok := delivering[k]; ok && other != next {
+				return fmt.Errorf("primary component: views %#x and %#x were both formed from view %#x and both delivered messages (%x.%d delivered %d in %#x)",
+					other, next, base, p.mac, p.inc, len(p.inView[next]), next)
+			}
+			delivering[k] = next
 		}
 	}
 	return nil
