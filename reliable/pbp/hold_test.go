@@ -271,3 +271,26 @@ func TestHoldFromKeepsAcksAndMembers(t *testing.T) {
 		t.Fatalf("events %v: nobody should be removed", p.events)
 	}
 }
+
+// A held sender's datagrams (the Unreliable level) are dropped, not kept:
+// nothing repairs them, and the application is not taking its messages.
+func TestHoldFromDropsDatagrams(t *testing.T) {
+	p := newHoldPair(t)
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	if err := p.a.ProposeUnreliable(p.now, []byte("dg")); err != nil {
+		t.Fatal(err)
+	}
+	p.turn()
+	if len(p.delivered) != 0 || p.b.Counters().DatagramsDropped != 1 {
+		t.Fatalf("held: delivered %q, %d datagrams dropped; want nothing delivered, 1 dropped", msgs(p.delivered), p.b.Counters().DatagramsDropped)
+	}
+	p.b.ReleaseFrom(0)
+	if err := p.a.ProposeUnreliable(p.now, []byte("dg2")); err != nil {
+		t.Fatal(err)
+	}
+	p.turn()
+	p.turn()
+	if got := msgs(p.delivered); got != "dg2" {
+		t.Fatalf("after the release delivered %q, want dg2", got)
+	}
+}
