@@ -43,12 +43,13 @@ type (
 // writes block (back-pressure).
 const DefaultOutboxLimit = 64
 
-// DefaultWCCopies is Config.WCCopies's default: nothing is copied, WC
-// holds a peer's messages on a segment channel in its window at once
-// (the channel's PBP core keeps them, unacknowledged, and delivers them
-// at the release without a retransmission: docs/dsm.md, "How much WC
-// copies"). It was 256 KiB while a hold cost a window of retransmissions.
-const DefaultWCCopies = 0
+// DefaultWCCopies is Config.WCCopies's default: 16 KiB of one peer's
+// messages on a segment channel, the few rows a peer runs ahead at most
+// barriers; past it the channel's PBP core keeps the peer's frames,
+// unacknowledged, in its window and delivers them at the release
+// without a retransmission (docs/dsm.md, "How much WC copies"). It was
+// 256 KiB while a hold cost a window of retransmissions.
+const DefaultWCCopies = 16 << 10
 
 // Config configures a Node.
 type Config struct {
@@ -91,7 +92,7 @@ type Config struct {
 	// channel stops taking the peer's frames: they then wait,
 	// undelivered and unacknowledged, in this member's reorder window
 	// (and block the peer once its window is full) until the crossing.
-	// 0 (DefaultWCCopies) and negative values hold at once.
+	// 0 means DefaultWCCopies; a negative value holds at once.
 	// (docs/dsm.md, "How much WC copies".)
 	WCCopies int
 	// ChannelGroup is the group id of segment key's channel; nil means
