@@ -43,9 +43,13 @@ type (
 // writes block (back-pressure).
 const DefaultOutboxLimit = 64
 
-// DefaultWCCopies is Config.WCCopies's default: 256 KiB of one peer's
-// messages on a segment channel.
-const DefaultWCCopies = 256 << 10
+// DefaultWCCopies is Config.WCCopies's default: 16 KiB of one peer's
+// messages on a segment channel, the few rows a peer runs ahead at most
+// barriers; past it the channel's PBP core keeps the peer's frames,
+// unacknowledged, in its window and delivers them at the release
+// without a retransmission (docs/dsm.md, "How much WC copies"). It was
+// 256 KiB while a hold cost a window of retransmissions.
+const DefaultWCCopies = 16 << 10
 
 // Config configures a Node.
 type Config struct {
@@ -82,13 +86,14 @@ type Config struct {
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
-	// WCCopies (Channels) bounds what the wait condition (WC, def. 7.3)
-	// copies of one peer's messages on a segment channel while this
-	// member has not crossed the barrier the peer crossed: past WCCopies
-	// bytes the channel stops taking the peer's frames, which then wait
-	// in the peer's send window (and block it once it is full) until
-	// the crossing. 0 means DefaultWCCopies; a negative value holds in
-	// the window at once. (docs/dsm.md, "How much WC copies".)
+	// WCCopies (Channels) is how many bytes of one peer's messages on a
+	// segment channel the wait condition (WC, def. 7.3) copies while this
+	// member has not crossed the barrier the peer crossed, before the
+	// channel stops taking the peer's frames: they then wait,
+	// undelivered and unacknowledged, in this member's reorder window
+	// (and block the peer once its window is full) until the crossing.
+	// 0 means DefaultWCCopies; a negative value holds at once.
+	// (docs/dsm.md, "How much WC copies".)
 	WCCopies int
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.

@@ -7,19 +7,18 @@ import (
 	"github.com/rbcast/rbcast/reliable/core"
 )
 
-// HoldFrom stops delivering member from's messages: its Data frames are
-// left unstepped (core.Stepper.HoldFrom), so the core neither delivers
-// nor acknowledges them, and they stay in from's send window, which
-// bounds them and so blocks from once it is full. The other members'
-// messages go on, and so do from's acknowledgements while this member
-// has frames in flight (while it has none, from's last one is kept and
-// stepped at ReleaseFrom, so that the core does not ask for the held
-// frames again and again meanwhile). ReleaseFrom ends it; the frames
-// held back are then repaired like losses. A hold also ends by itself after a quarter of the
-// failure timeout (500 ms by default), before from would remove this
-// member for acknowledging nothing; messages from from are delivered
-// again from then on, and a HoldFrom before ReleaseFrom does not
-// renew it.
+// HoldFrom stops delivering member from's messages
+// (core.Stepper.HoldFrom). Under PBP (FIFO) the core holds them itself:
+// from's frames are received into its reorder window, bounded by it, but
+// neither delivered nor acknowledged, nor asked for again, so from blocks
+// once its window is full; at ReleaseFrom they are delivered from the
+// window without a retransmission. Where the core cannot, its Data frames
+// are left unstepped and repaired like losses after ReleaseFrom. The
+// other members' messages go on, and from's acknowledgements of ours
+// count. A hold also ends by itself after a quarter of the failure
+// timeout (500 ms by default), before from would remove this member for
+// acknowledging nothing; messages from from are delivered again from
+// then on, and a HoldFrom before ReleaseFrom does not renew it.
 //
 // It reports false, and holds nothing, under total order (one held
 // frame would stop every later message). A caller that must not take a
@@ -47,8 +46,8 @@ func (d *Driver) HoldFrom(now time.Time, from frame.MemberID) bool {
 	return d.n.holdFrom(d.n.clk.Core(now), from)
 }
 
-// ReleaseFrom ends HoldFrom(from); the next Step steps what was kept
-// from from (Step's deadline is then now).
+// ReleaseFrom ends HoldFrom(from); the next Step delivers (or steps)
+// what was kept from from (Step's deadline is then now).
 func (d *Driver) ReleaseFrom(from frame.MemberID) { d.n.st.ReleaseFrom(from) }
 
 func (n *node) holdFrom(now core.Time, from frame.MemberID) bool {

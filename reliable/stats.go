@@ -28,7 +28,8 @@ type Stats struct {
 	// BadFrames are frames dropped before the core, by decode error.
 	BadFrames BadFrames
 	// HeldData counts frames that deliver left unstepped because the
-	// receive queue was full (they are repaired later, like losses).
+	// receive queue was full (they are repaired later, like losses), and
+	// those of a sender held by HoldFrom (core.Stepper.HoldFrom).
 	HeldData uint64
 	// RetransmitsSentNow counts the retransmissions of Protocol's
 	// Retransmitted that went out past the link's transmit queue

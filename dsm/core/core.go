@@ -424,10 +424,7 @@ func (c *Core) crossed() uint32 {
 // delivering more of them (reliable.Group.HoldFrom) until Holds is
 // false again, after a crossing, so that they wait in the sender's
 // window instead of being copied here (what is delivered meanwhile is
-// still held, by copy). The copies first: a frame held in the sender's
-// window is sent twice (it is repaired after the release), which costs
-// a repair round trip each time a peer runs a little ahead, as peers
-// do at nearly every barrier. Always false on the global channel: a lock
+// still held, by copy). Always false on the global channel: a lock
 // message there must overtake the messages WC holds (lockMessage), and
 // the reliable layer cannot hand out one message past another of the
 // same sender.

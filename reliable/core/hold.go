@@ -2,11 +2,31 @@ package core
 
 import "github.com/rbcast/rbcast/frame"
 
+// Holder is a core that can hold one sender's messages itself
+// (pbp.Core): its frames are stepped and kept in the core's reorder
+// window, bounded by it, but neither delivered nor acknowledged, and not
+// asked for again, until ReleaseFrom or until; its acknowledgements of
+// our frames still count. After the release they are delivered from the
+// window, without a retransmission. Stepper.HoldFrom uses it where the
+// core (or a core it wraps: Find) has it.
+type Holder interface {
+	// HoldFrom holds from's messages until ReleaseFrom(from) or until
+	// the core's clock reaches until; a hold of from that exists
+	// already is left as it is. It reports false where the core cannot
+	// hold from (not a live member).
+	HoldFrom(from frame.MemberID, until Time) bool
+	// ReleaseFrom ends the hold. What it kept is delivered at the next
+	// Tick, which Deadline asks for at once; it produces no output by
+	// itself, so it may be called between Ready and Advance.
+	ReleaseFrom(from frame.MemberID)
+}
+
 // senderHold is one sender whose frames that deliver are left unstepped
-// until until (HoldFrom).
+// until until (HoldFrom), or, inCore, held by the core (Holder).
 type senderHold struct {
-	from  frame.MemberID
-	until Time
+	from   frame.MemberID
+	until  Time
+	inCore bool
 	// quiet is from's last frame that delivers nothing, kept unstepped
 	// (a copy) while this member had nothing in flight; src and dst its
 	// Ethernet addresses.
@@ -14,9 +34,15 @@ type senderHold struct {
 	src, dst [6]byte
 }
 
-// HoldFrom leaves the frames of member from that deliver (as Hold does
-// for every sender) unstepped until ReleaseFrom(from), or until the
-// stepper's clock reaches until, whichever comes first. The core then
+// HoldFrom stops delivering member from's messages until
+// ReleaseFrom(from), or until the stepper's clock reaches until,
+// whichever comes first. A core that is a Holder (pbp.Core) holds them
+// itself: from's frames are stepped, kept in the core's window and
+// delivered from it at the release, with no retransmission; they are
+// counted in Counters.Held all the same.
+//
+// Any other core is held by the stepper: it leaves the frames of member
+// from that deliver (as Hold does for every sender) unstepped. The core then
 // neither delivers nor acknowledges them: they stay in the sender's
 // window, which bounds them, and are repaired like losses once stepped
 // again. Every other sender's frames are stepped as usual, and so are
@@ -43,17 +69,31 @@ func (s *Stepper) HoldFrom(from frame.MemberID, until Time) bool {
 	if stream, _ := s.c.Repair(from); stream != from {
 		return false
 	}
-	if s.hold(from) == nil {
-		s.holds = append(s.holds, senderHold{from: from, until: until})
+	if s.hold(from) != nil {
+		return true
 	}
+	h := senderHold{from: from, until: until}
+	if c, ok := Find[Holder](s.c); ok {
+		if !c.HoldFrom(from, until) {
+			return false
+		}
+		h.inCore = true
+	}
+	s.holds = append(s.holds, h)
 	return true
 }
 
-// ReleaseFrom ends HoldFrom(from). The frame kept from it, if any, is
-// stepped at the next Tick (Deadline says when).
+// ReleaseFrom ends HoldFrom(from). What the core kept (Holder), or the
+// frame the stepper kept, is delivered or stepped at the next Tick
+// (Deadline says when).
 func (s *Stepper) ReleaseFrom(from frame.MemberID) {
 	for i := range s.holds {
 		if h := &s.holds[i]; h.from == from {
+			if h.inCore {
+				if c, ok := Find[Holder](s.c); ok {
+					c.ReleaseFrom(from)
+				}
+			}
 			if h.quiet != nil {
 				s.replay = append(s.replay, *h)
 			}
@@ -73,14 +113,22 @@ func (s *Stepper) hold(from frame.MemberID) *senderHold {
 }
 
 // holdsBack reports whether v is held back (HoldFrom), keeping it if it
-// is a frame that delivers nothing.
+// is a frame that delivers nothing. A frame the core holds (Holder) is
+// counted in held and stepped.
 func (s *Stepper) holdsBack(src, dst [6]byte, v frame.View) bool {
 	h := s.hold(v.Sender())
 	if h == nil || s.now >= h.until {
 		return false
 	}
 	if s.info.Delivers(v.Type()) || v.Type() == frame.Datagram {
+		if h.inCore {
+			s.held++
+			return false
+		}
 		return true
+	}
+	if h.inCore {
+		return false
 	}
 	if s.c.Stats().InFlight > 0 {
 		return false

@@ -313,7 +313,8 @@ func (s *Stepper) DeliveredFrom(id frame.MemberID) uint64 {
 type Counters struct {
 	// Bad are received frames dropped before the core, by decode error.
 	Bad BadFrames
-	// Held counts frames left unstepped under Hold or HoldFrom.
+	// Held counts frames left unstepped under Hold or HoldFrom, and the
+	// frames that deliver of a sender a Holder core holds (HoldFrom).
 	Held uint64
 	// Peers are per member, by id, this one included.
 	Peers []PeerCounters

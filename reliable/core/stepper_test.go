@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -303,4 +304,52 @@ func (f *totalFake) Info() Info {
 	i := f.fake.Info()
 	i.SelfDelivery = true
 	return i
+}
+
+// holderFake is fake with the hold inside the core (Holder).
+type holderFake struct {
+	fake
+	calls []string
+}
+
+func (f *holderFake) HoldFrom(from frame.MemberID, until Time) bool {
+	f.calls = append(f.calls, fmt.Sprintf("hold %d until %d", from, until))
+	return from != 4
+}
+
+func (f *holderFake) ReleaseFrom(from frame.MemberID) {
+	f.calls = append(f.calls, fmt.Sprintf("release %d", from))
+}
+
+// A core that holds itself (Holder) gets every frame of the held
+// sender, counted in Held while the hold lasts; the stepper keeps none.
+func TestStepperHoldFromInCore(t *testing.T) {
+	f := &holderFake{}
+	s := NewStepper(f, 7, 0)
+	data := ethFrame(t, 7, 2, &frame.Payload{T: frame.Data, Data: []byte("x")})
+	ack := ethFrame(t, 7, 2, &frame.Empty{T: frame.Ack})
+	if !s.HoldFrom(2, 100) {
+		t.Fatal("HoldFrom(2) refused")
+	}
+	if s.HoldFrom(4, 100) {
+		t.Fatal("HoldFrom(4) accepted although the core refused it")
+	}
+	s.HoldFrom(2, 1000) // left as it is: the core is not asked again
+	for _, eth := range [][]byte{data, ack, data} {
+		if err := s.Step(10, eth); err != nil {
+			t.Fatalf("a frame of a sender the core holds: %v, want it stepped", err)
+		}
+	}
+	if err := s.Step(100, data); err != nil { // past the bound: not counted
+		t.Fatal(err)
+	}
+	s.ReleaseFrom(2)
+	s.Tick(110)
+	want := []frame.Type{frame.Data, frame.Ack, frame.Data, frame.Data}
+	if c := s.Counters(); c.Held != 2 || !slices.Equal(f.stepped, want) {
+		t.Fatalf("held %d, stepped %v; want 2 held and %v stepped", c.Held, f.stepped, want)
+	}
+	if wantCalls := []string{"hold 2 until 100", "hold 4 until 100", "release 2"}; !slices.Equal(f.calls, wantCalls) {
+		t.Fatalf("core was asked %q, want %q", f.calls, wantCalls)
+	}
 }

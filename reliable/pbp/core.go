@@ -196,6 +196,12 @@ type peer struct {
 	timerDue     bool // the nack timer fired: ask again for frames asked long enough ago
 	srtt, rttvar Duration
 
+	// HoldFrom (hold.go): holdSet from HoldFrom to ReleaseFrom; holding
+	// while its frames are kept undelivered (until holdUntil); released:
+	// ReleaseFrom ended the hold, what it kept is delivered at Tick.
+	holdSet, holding, released bool
+	holdUntil                  Time
+
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
 	kept     []kept // Config.Retain: the last frames delivered, indexed seq & mask
@@ -287,6 +293,9 @@ type Core struct {
 	leaveLeft int // Leave frames still to repeat
 	leaveAt   Time
 	frozen    bool // Freeze: no new Data is numbered or accepted
+	// releases counts the peers released (ReleaseFrom) whose held
+	// frames the next Tick delivers.
+	releases int
 
 	// Output until Advance.
 	frames     [][]byte
@@ -566,7 +575,7 @@ func (c *Core) flush() {
 		return
 	}
 	for i := range c.peers {
-		if p := &c.peers[i]; p.nackDue {
+		if p := &c.peers[i]; p.nackDue && !p.holding {
 			c.sendNack(p)
 		}
 	}
@@ -612,6 +621,9 @@ func (c *Core) Deadline() Time {
 	if c.left {
 		return c.leaveAt
 	}
+	if c.releases > 0 {
+		return c.now // a release delivers at Tick (hold.go)
+	}
 	d := c.lastSent.Add(c.cfg.HeartbeatInterval)
 	early := func(t Time) {
 		if t != 0 && t < d {
@@ -628,7 +640,11 @@ func (c *Core) Deadline() Time {
 		if !p.live {
 			continue
 		}
-		early(p.nackAt)
+		if p.holding {
+			early(p.holdUntil) // its nack timer waits for the release
+		} else {
+			early(p.nackAt)
+		}
 		early(p.lastHeard.Add(c.cfg.FailureTimeout))
 		if p.acked != c.nextSeq && !c.frozen {
 			early(p.ackedAt.Add(c.cfg.FailureTimeout))
@@ -648,6 +664,7 @@ func (c *Core) Tick(now Time) {
 		}
 		return
 	}
+	c.expireHolds(now)
 	for i := range c.peers {
 		p := &c.peers[i]
 		switch {
@@ -669,7 +686,7 @@ func (c *Core) Tick(now Time) {
 	// simulator at 5% loss, 7 receivers).
 	for i := range c.peers {
 		p := &c.peers[i]
-		if p.state == repair && now >= p.nackAt {
+		if p.state == repair && now >= p.nackAt && !p.holding {
 			if !p.nackDue {
 				p.nackDue, p.nackFrom = true, p.knownEnd
 			}

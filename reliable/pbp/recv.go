@@ -52,8 +52,16 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		return fmt.Errorf("%w: member %d", ErrRemoved, id)
 	}
 	t := v.Type()
+	if p.holding && c.now >= p.holdUntil {
+		p.holding = false // the hold's bound passed (hold.go)
+		c.unhold(p)
+	}
 	if t == frame.Datagram {
 		p.lastHeard = c.now
+		if p.holding {
+			c.stats.DatagramsDropped++ // not taken while held (hold.go)
+			return nil
+		}
 		c.onDatagram(p, v)
 		return nil
 	}
@@ -244,7 +252,7 @@ func (c *Core) accept(p *peer, v frame.View, toUs bool) {
 		}
 	}
 	c.learnEnd(p, n+1, true)
-	if n == p.expected {
+	if n == p.expected && !p.holding {
 		c.deliverView(p, v)
 		c.drain(p)
 		return
@@ -438,7 +446,7 @@ func (c *Core) checkLeft(p *peer) {
 // dropped, since only it could have filled the gap. reason is the
 // Event's.
 func (c *Core) remove(p *peer, kind EventKind, reason string) {
-	p.live = false
+	p.live, p.holding = false, false
 	discarded := 0
 	for i := range p.ring {
 		h := &p.ring[i]

@@ -30,11 +30,19 @@ type scenario struct {
 	crashAt    time.Duration
 	leaver     int // member index that leaves once it has sent its messages, -1 none
 	rogue      bool
+	holds      []simHold // HoldFrom/ReleaseFrom (hold.go), every fourth seed
+}
+
+// simHold is one member holding another's messages from at, released
+// after dur (never, when dur is 0: the hold's bound ends it).
+type simHold struct {
+	holder, from int // member indexes
+	at, dur      time.Duration
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v",
-		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue)
+	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v holds=%v",
+		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue, s.holds)
 }
 
 func newScenario(seed uint64) scenario {
@@ -70,6 +78,21 @@ func newScenario(seed uint64) scenario {
 		}
 	}
 	s.rogue = r.IntN(3) == 0
+	if seed%4 == 3 {
+		// A stream of its own, so that the other draws stay the seed's.
+		h := rand.New(rand.NewPCG(seed, 0x401d))
+		for range 1 + h.IntN(4) {
+			hd := simHold{holder: h.IntN(s.members), from: h.IntN(s.members - 1),
+				at: time.Duration(h.IntN(30_000)) * time.Microsecond}
+			if hd.from >= hd.holder {
+				hd.from++
+			}
+			if h.IntN(4) != 0 {
+				hd.dur = time.Duration(1+h.IntN(60_000)) * time.Microsecond
+			}
+			s.holds = append(s.holds, hd)
+		}
+	}
 	return s
 }
 
@@ -179,6 +202,19 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	}
 	if s.crash >= 0 {
 		r.Net.AfterFunc(s.crashAt, r.Members[s.crash].EP.Crash)
+	}
+	// Holds, bounded as the runtime bounds them (a quarter of the failure
+	// timeout): nobody may be removed for them, and everything is still
+	// delivered, in order, exactly once.
+	for _, h := range s.holds {
+		m, from := r.Members[h.holder], r.Members[h.from].ID
+		r.Net.AfterFunc(h.at, func() {
+			now := r.Clock.Core(r.Net.Now())
+			m.Stepper.HoldFrom(from, now.Add(DefaultFailureTimeout/4))
+		})
+		if h.dur > 0 {
+			r.Net.AfterFunc(h.at+h.dur, func() { m.Stepper.ReleaseFrom(from) })
+		}
 	}
 	r.Run()
 	return r

@@ -177,6 +177,10 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		fmt.Fprintln(o.Stdout, line+extra+v)
 	}
 
+	wcCopies, err := envWCCopies()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	switch o.Mode() {
 	case "seq":
 		r := sequential()
@@ -187,7 +191,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Members: o.Procs,
 			Seed:    o.SimSeed,
 			In:      testnet.Impairment{Loss: o.Loss},
-			Node:    dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect},
+			Node: dsm.Config{Group: reliable.Config{Window: o.Window}, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect,
+				WCCopies: wcCopies},
 		}
 		start := time.Now()
 		sim, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
@@ -243,7 +248,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Window:    o.Window,
 			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
-		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect})
+		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect,
+			WCCopies: wcCopies})
 		if err != nil {
 			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
 		}
@@ -296,7 +302,11 @@ func statsText(s *dsm.Stats) string {
 	t := fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d rxframes=%d applied=%d",
 		s.Messages, s.Bytes, sent, retrans, nacks, g, s.Group.Link.KernelDrops, rx, s.AppliedUpdates)
 	if s.Channels != nil {
-		t += fmt.Sprintf(" channels=%d foreign=%d", len(s.Channels), s.Group.Link.Filtered)
+		var held uint64 // frames WC held in a peer's window (Config.WCCopies)
+		for _, c := range s.Channels {
+			held += c.HeldData
+		}
+		t += fmt.Sprintf(" channels=%d foreign=%d held=%d", len(s.Channels), s.Group.Link.Filtered, held)
 	}
 	return t
 }
@@ -338,6 +348,7 @@ func addGroup(t, s *reliable.Stats) {
 	t.Link.KernelDrops += s.Link.KernelDrops
 	t.Link.FramesReceived += s.Link.FramesReceived
 	t.Link.Filtered += s.Link.Filtered
+	t.HeldData += s.HeldData
 }
 
 // Setup registers a program's own flags and returns its two versions; it
@@ -366,6 +377,7 @@ Environment:
   DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
   DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
+  DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
 `
 
 // RunArgs parses args with the shared flags and setup's, then runs the
@@ -464,6 +476,21 @@ func Barriers(ctx context.Context, n *dsm.Node) func() error {
 // environment on to the programs).
 func envPin() (bool, error) {
 	return envBool("DSM_PIN", "to pin each rank to a CPU")
+}
+
+// envWCCopies reads DSM_WC_COPIES, dsm.Config.WCCopies from the
+// environment (bench-channels passes it on to every process): unset or
+// empty is 0 (dsm.DefaultWCCopies), -1 holds in the window at once.
+func envWCCopies() (int, error) {
+	v := os.Getenv("DSM_WC_COPIES")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("DSM_WC_COPIES=%q: want a number of bytes (dsm.Config.WCCopies; -1 holds at once)", v)
+	}
+	return n, nil
 }
 
 // envBool reads a boolean setting from the environment: unset or empty is

@@ -91,7 +91,7 @@ func TestHelpAndUsage(t *testing.T) {
 		t.Fatalf("RunArgs(-h) = %v", err)
 	}
 	usage, _ := io.ReadAll(r)
-	for _, want := range []string{"Usage of test:", "-n int", "DSM_PIN=1", "DSM_PHASES=1", "DSM_TRACE=P"} {
+	for _, want := range []string{"Usage of test:", "-n int", "DSM_PIN=1", "DSM_PHASES=1", "DSM_TRACE=P", "DSM_WC_COPIES=N"} {
 		if !strings.Contains(string(usage), want) {
 			t.Errorf("-h output lacks %q:\n%s", want, usage)
 		}
@@ -118,6 +118,25 @@ func TestEnvPin(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), `DSM_PIN="yes"`) {
 			t.Errorf("DSM_PIN=%q: error %q does not name the variable and its value", c.v, err)
+		}
+	}
+}
+
+// DSM_WC_COPIES is dsm.Config.WCCopies: a number, negative allowed; any
+// other value is refused with its name and value.
+func TestEnvWCCopies(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		n    int
+		fail bool
+	}{{"", 0, false}, {"-1", -1, false}, {"65536", 65536, false}, {"64k", 0, true}} {
+		t.Setenv("DSM_WC_COPIES", c.v)
+		n, err := envWCCopies()
+		if n != c.n || (err != nil) != c.fail {
+			t.Errorf("DSM_WC_COPIES=%q: %d, err %v; want %d, failing %v", c.v, n, err, c.n, c.fail)
+		}
+		if err != nil && !strings.Contains(err.Error(), `DSM_WC_COPIES="64k"`) {
+			t.Errorf("DSM_WC_COPIES=%q: error %q does not name the variable and its value", c.v, err)
 		}
 	}
 }

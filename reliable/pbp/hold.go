@@ -1,0 +1,101 @@
+package pbp
+
+import (
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
+)
+
+// Holding one sender inside the core (core.Holder; docs/runtime.md,
+// "Holding one sender"): its Data frames are received into the reorder
+// ring as usual — the frame at expected too, copied once instead of
+// delivered from the received bytes — but nothing of it is delivered, so
+// expected, and with it our acknowledgement of its stream, stays where
+// the hold began. Its window therefore holds it: it cannot send a
+// window past our acknowledgement. No Nack goes to it while it is held
+// (a gap that appears waits, and its nack timer does not run); its
+// acknowledgements, heartbeats, Nacks and Leave are handled as ever, so
+// its acks of our frames count and it is never suspected for being
+// held. At the release (ReleaseFrom, or the hold's bound) the frames in
+// the ring are delivered at the next Tick, without a retransmission, and
+// a gap left is asked for at once. Its datagrams (the Unreliable level)
+// are dropped while it is held: nothing repairs them, and the
+// application is not taking its messages.
+
+var _ core.Holder = (*Core)(nil)
+
+// HoldFrom holds member from's messages (see above) until ReleaseFrom, or
+// until the core's clock reaches until, whichever comes first: a bound
+// below FailureTimeout keeps from from removing this member for
+// acknowledging nothing. A hold that exists already, ended by its bound
+// or not, is left as it is: one hold per sender until ReleaseFrom. It
+// reports false, and holds nothing, for an id that is not a live member
+// other than this one, or once this member left.
+func (c *Core) HoldFrom(from frame.MemberID, until Time) bool {
+	p, _ := c.peer(from)
+	if p == nil || !p.live || c.left {
+		return false
+	}
+	if p.holdSet {
+		return true
+	}
+	p.holdSet, p.holding, p.holdUntil = true, true, until
+	// A repair sample pending would measure the hold.
+	p.nackSentAt = 0
+	return true
+}
+
+// ReleaseFrom ends HoldFrom(from). What the hold kept is delivered at the
+// next Tick (Deadline is then the core's last input time), not now: the
+// runtime may be handing out a Ready.
+func (c *Core) ReleaseFrom(from frame.MemberID) {
+	p, _ := c.peer(from)
+	if p == nil || !p.holdSet {
+		return
+	}
+	p.holdSet = false
+	if p.holding {
+		p.holding, p.released = false, true
+		c.releases++
+	}
+}
+
+// Holding reports whether member id's messages are held now (HoldFrom,
+// before its release or bound).
+func (c *Core) Holding(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.holding
+}
+
+// expireHolds ends the holds whose bound passed (at Tick, and before a
+// frame of the sender is accepted) and delivers what the released ones
+// kept.
+func (c *Core) expireHolds(now Time) {
+	for i := range c.peers {
+		p := &c.peers[i]
+		if p.holding && now >= p.holdUntil {
+			p.holding = false
+			c.unhold(p)
+		}
+		if p.released {
+			p.released = false
+			c.releases--
+			c.unhold(p)
+		}
+	}
+}
+
+// unhold delivers what a hold of p kept and restarts its repair: a gap
+// that appeared while it was held is asked for at once.
+func (c *Core) unhold(p *peer) {
+	if !p.live {
+		return
+	}
+	c.drain(p)
+	if p.state == repair {
+		if !p.nackDue {
+			p.nackDue, p.nackFrom = true, p.expected
+		}
+		p.nackAt = c.now.Add(c.nackTimeout(p))
+		p.nackExpected, p.nackBackoff, p.nackArmed = p.expected, 0, c.now
+	}
+}

@@ -1,0 +1,296 @@
+package pbp
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// holdPair is a sender (member 0) and a receiver (member 1) wired back to
+// back in virtual time; drop says which of the sender's first
+// transmissions are lost on the way.
+type holdPair struct {
+	t         *testing.T
+	a, b      *Core
+	now       Time
+	drop      map[uint32]bool
+	delivered []Delivery // at b, copied
+	bSent     []out      // every frame b sent
+	events    []Event
+}
+
+const holdWindow = 8
+
+func newHoldPair(t *testing.T) *holdPair {
+	cfg := func(self frame.MemberID) Config {
+		c := testConfig(PBP2, self, 2)
+		c.Window = holdWindow
+		return c
+	}
+	return &holdPair{t: t, a: newCore(t, cfg(0)), b: newCore(t, cfg(1)), now: t0, drop: map[uint32]bool{}}
+}
+
+// turn runs one turn of each core at p.now: its timers when due, its
+// Ready's frames into the other core.
+func (p *holdPair) turn() {
+	t := p.t
+	t.Helper()
+	for _, c := range []*Core{p.a, p.b} {
+		if d := c.Deadline(); d != 0 && d <= p.now {
+			c.Tick(p.now)
+		}
+		rd := c.Ready()
+		other := p.b
+		if c == p.b {
+			other = p.a
+			p.bSent = append(p.bSent, decodeFrames(t, rd.Frames)...)
+			for _, d := range rd.Deliveries {
+				d.Data = append([]byte(nil), d.Data...)
+				p.delivered = append(p.delivered, d)
+			}
+		}
+		p.events = append(p.events, rd.Events...)
+		for _, raw := range rd.Frames {
+			eth, rest, err := frame.SplitEthernet(raw, frame.EtherType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := frame.ParseGroup(rest, testGroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c == p.a && v.Type() == frame.Data && !v.Retransmission() && p.drop[v.Seq()] {
+				continue
+			}
+			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil {
+				t.Fatalf("step: %v", err)
+			}
+		}
+		c.Advance()
+	}
+}
+
+// send proposes msg at c and turns: a frame of its own (unless the
+// window is full).
+func (p *holdPair) send(c *Core, msg []byte) {
+	p.t.Helper()
+	if err := c.Propose(p.now, msg); err != nil {
+		p.t.Fatal(err)
+	}
+	p.turn()
+}
+
+// run turns the pair every 50 µs until until.
+func (p *holdPair) run(until Time) {
+	for ; p.now < until; p.now = p.now.Add(50 * Microsecond) {
+		p.turn()
+	}
+}
+
+func (p *holdPair) nacks() int {
+	n := 0
+	for _, f := range p.bSent {
+		if f.t == frame.Nack {
+			n++
+		}
+	}
+	return n
+}
+
+// ackOf0 is the highest acknowledgement of member 0's stream b sent.
+func (p *holdPair) ackOf0() uint32 {
+	a := uint32(100)
+	for _, f := range p.bSent {
+		if len(f.h.Acks) > 0 && frame.SeqLess(a, f.h.Acks[0]) {
+			a = f.h.Acks[0]
+		}
+	}
+	return a
+}
+
+func wantMsgs(n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf("m%d", i)
+	}
+	return strings.Join(s, ",")
+}
+
+// A sender held inside the core: a window of its frames is received and
+// kept, none delivered, acknowledged or asked for again, for longer than
+// many nack and resend timeouts; at the release all are delivered in
+// order from the window, and nothing is retransmitted.
+func TestHoldFromKeepsFramesInWindow(t *testing.T) {
+	p := newHoldPair(t)
+	if !p.b.HoldFrom(0, t0.Add(500*Millisecond)) {
+		t.Fatal("HoldFrom(0) refused")
+	}
+	for i := range holdWindow + 4 { // 4 more than a window: they wait at the sender
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(100 * Millisecond))
+	if len(p.delivered) != 0 || p.nacks() != 0 || p.ackOf0() != 100 {
+		t.Fatalf("while held: %d delivered, %d Nacks, ack of 0's stream %d; want none, none, 100",
+			len(p.delivered), p.nacks(), p.ackOf0())
+	}
+	if s := p.a.Counters(); s.DataFramesSent != holdWindow || s.Retransmitted != 0 || s.InFlight != holdWindow {
+		t.Fatalf("sender while held: sent %d, retransmitted %d, in flight %d; want %d, 0, %d",
+			s.DataFramesSent, s.Retransmitted, s.InFlight, holdWindow, holdWindow)
+	}
+	if s := p.b.Counters(); s.Buffered != holdWindow {
+		t.Fatalf("receiver keeps %d frames, want the window (%d)", s.Buffered, holdWindow)
+	}
+	if !p.b.Holding(0) {
+		t.Fatal("Holding(0) false while held")
+	}
+	p.b.ReleaseFrom(0)
+	if d := p.b.Deadline(); d > p.now {
+		t.Fatalf("Deadline after ReleaseFrom = %d, want now (%d): the release delivers at Tick", d, p.now)
+	}
+	p.turn()
+	if got := len(p.delivered); got != holdWindow {
+		t.Fatalf("the turn after the release delivered %d messages, want the window (%d)", got, holdWindow)
+	}
+	p.run(p.now.Add(50 * Millisecond))
+	if got, want := msgs(p.delivered), wantMsgs(holdWindow+4); got != want {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if s := p.a.Counters(); s.Retransmitted != 0 || s.InFlight != 0 || p.nacks() != 0 {
+		t.Fatalf("after the release: %d retransmitted, %d in flight, %d Nacks; want none", s.Retransmitted, s.InFlight, p.nacks())
+	}
+	if len(p.events) != 0 {
+		t.Fatalf("events %v: nobody should be removed", p.events)
+	}
+}
+
+// A frame lost while its sender is held is not asked for until the
+// release; then it is, once, and everything is delivered in order.
+func TestHoldFromRepairsGapAfterRelease(t *testing.T) {
+	p := newHoldPair(t)
+	p.drop[102] = true // the third frame's first transmission
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	for i := range holdWindow {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(100 * Millisecond))
+	if len(p.delivered) != 0 || p.nacks() != 0 {
+		t.Fatalf("while held: %d delivered, %d Nacks; want none", len(p.delivered), p.nacks())
+	}
+	if !p.b.Repairing(0) {
+		t.Fatal("the gap was not noticed while held")
+	}
+	p.b.ReleaseFrom(0)
+	p.turn()
+	if got := msgs(p.delivered); got != "m0,m1" {
+		t.Fatalf("the turn after the release delivered %q, want the frames before the gap (m0,m1)", got)
+	}
+	p.run(p.now.Add(50 * Millisecond))
+	if got, want := msgs(p.delivered), wantMsgs(holdWindow); got != want {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if s := p.a.Counters(); s.Retransmitted != 1 || p.nacks() != 1 {
+		t.Fatalf("%d retransmitted, %d Nacks; want 1 and 1 (the lost frame)", s.Retransmitted, p.nacks())
+	}
+}
+
+// A hold ends by itself at its bound (Deadline asks for the Tick), and a
+// second HoldFrom before ReleaseFrom does not renew it.
+func TestHoldFromEndsAtBound(t *testing.T) {
+	p := newHoldPair(t)
+	bound := t0.Add(20 * Millisecond)
+	p.b.HoldFrom(0, bound)
+	for i := range 3 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(10 * Millisecond))
+	if len(p.delivered) != 0 {
+		t.Fatalf("delivered %q before the bound", msgs(p.delivered))
+	}
+	if p.b.HoldFrom(0, bound.Add(time1s)) != true {
+		t.Fatal("a second HoldFrom refused")
+	}
+	if d := p.b.Deadline(); d > bound {
+		t.Fatalf("Deadline %d is past the hold's bound %d", d, bound)
+	}
+	p.run(bound.Add(50 * Microsecond))
+	if got := msgs(p.delivered); got != "m0,m1,m2" {
+		t.Fatalf("at the bound delivered %q, want m0,m1,m2", got)
+	}
+	if p.b.Holding(0) {
+		t.Fatal("still holding past the bound")
+	}
+	// Not renewed until ReleaseFrom: new frames are delivered.
+	p.b.HoldFrom(0, bound.Add(time1s))
+	p.send(p.a, []byte("m3"))
+	p.run(p.now.Add(5 * Millisecond))
+	if got := msgs(p.delivered); got != "m0,m1,m2,m3" {
+		t.Fatalf("after the bound delivered %q, want m0,m1,m2,m3", got)
+	}
+	// After ReleaseFrom a hold holds again.
+	p.b.ReleaseFrom(0)
+	if !p.b.HoldFrom(0, p.now.Add(time1s)) || !p.b.Holding(0) {
+		t.Fatal("no new hold after ReleaseFrom")
+	}
+	if p.b.HoldFrom(1, p.now.Add(time1s)) || p.b.HoldFrom(9, p.now.Add(time1s)) {
+		t.Fatal("HoldFrom accepted this member or a non-member")
+	}
+}
+
+const time1s = 1000 * Millisecond
+
+// The held sender's acknowledgements of our frames still count, and a
+// hold as long as its bound (a quarter of the failure timeout) has nobody
+// removed on either side.
+func TestHoldFromKeepsAcksAndMembers(t *testing.T) {
+	p := newHoldPair(t)
+	// b is held by a: b's frames to a are held, a's acks of them do not
+	// move, and b's window of frames to a stalls; a's frames to b go on.
+	bound := t0.Add(DefaultFailureTimeout / 4)
+	p.a.HoldFrom(1, bound)
+	for i := range holdWindow {
+		p.send(p.b, []byte(fmt.Sprintf("b%d", i)))
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(bound.Add(-Millisecond))
+	if got, want := msgs(p.delivered), wantMsgs(holdWindow); got != want {
+		t.Fatalf("b delivered %q, want %q", got, want)
+	}
+	if s := p.a.Counters(); s.InFlight != 0 || s.Retransmitted != 0 {
+		t.Fatalf("a: %d in flight, %d retransmitted; want b's acks to have settled all, none retransmitted", s.InFlight, s.Retransmitted)
+	}
+	if s := p.b.Counters(); s.InFlight != holdWindow || s.Retransmitted != 0 {
+		t.Fatalf("b: %d in flight, %d retransmitted; want its window held, none retransmitted", s.InFlight, s.Retransmitted)
+	}
+	p.run(bound.Add(20 * Millisecond))
+	if s := p.b.Counters(); s.InFlight != 0 || s.Retransmitted != 0 {
+		t.Fatalf("b after the bound: %d in flight, %d retransmitted; want none", s.InFlight, s.Retransmitted)
+	}
+	if len(p.events) != 0 {
+		t.Fatalf("events %v: nobody should be removed", p.events)
+	}
+}
+
+// A held sender's datagrams (the Unreliable level) are dropped, not kept:
+// nothing repairs them, and the application is not taking its messages.
+func TestHoldFromDropsDatagrams(t *testing.T) {
+	p := newHoldPair(t)
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	if err := p.a.ProposeUnreliable(p.now, []byte("dg")); err != nil {
+		t.Fatal(err)
+	}
+	p.turn()
+	if len(p.delivered) != 0 || p.b.Counters().DatagramsDropped != 1 {
+		t.Fatalf("held: delivered %q, %d datagrams dropped; want nothing delivered, 1 dropped", msgs(p.delivered), p.b.Counters().DatagramsDropped)
+	}
+	p.b.ReleaseFrom(0)
+	if err := p.a.ProposeUnreliable(p.now, []byte("dg2")); err != nil {
+		t.Fatal(err)
+	}
+	p.turn()
+	p.turn()
+	if got := msgs(p.delivered); got != "dg2" {
+		t.Fatalf("after the release delivered %q, want dg2", got)
+	}
+}
