@@ -5,16 +5,15 @@ import (
 	"testing"
 
 	"github.com/rbcast/rbcast/reliable/internal/viewsim"
-	"github.com/rbcast/rbcast/reliable/vtotal"
 )
 
 // poison has the layer fill every buffer that goes back to its pool with
-// 0xEE for the rest of the test (vtotal.PoisonFreed): the simulation's
+// 0xEE for the rest of the test (viewsim.PoisonFreed): the simulation's
 // checkers then see a message whose buffer was freed too early as
 // corrupt, and one handed out and changed before the next Step or Tick.
 func poison(t *testing.T) {
-	vtotal.PoisonFreed(true)
-	t.Cleanup(func() { vtotal.PoisonFreed(false) })
+	viewsim.PoisonFreed = true
+	t.Cleanup(func() { viewsim.PoisonFreed = false })
 }
 
 // TestSim is the churn simulation of the Agreed and Safe levels (each

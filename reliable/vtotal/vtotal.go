@@ -132,6 +132,8 @@ type Core struct {
 	in   Inner
 	info core.Info
 
+	poisonFreed bool // PoisonFreed
+
 	view uint32
 	self frame.MemberID
 	seqr frame.MemberID // the sequencer: the view's lowest id
@@ -353,7 +355,7 @@ func (c *Core) cool() {
 
 // release puts b back in the pool (or drops it, past maxFree).
 func (c *Core) release(b []byte) {
-	if poisonFreed {
+	if c.poisonFreed {
 		b = b[:cap(b)]
 		for i := range b {
 			b[i] = 0xEE
@@ -364,11 +366,12 @@ func (c *Core) release(b []byte) {
 	}
 }
 
-// poisonFreed, set by the package's tests only, fills every buffer that
-// goes back to the pool with 0xEE: a delivery read after its buffer was
-// freed, or a message whose buffer was freed while it was still held,
-// then shows as corrupt.
-var poisonFreed bool
+// PoisonFreed sets whether every buffer that goes back to the layer's
+// pool is filled with 0xEE, a debugging aid the simulation tests turn on
+// (reliable/internal/viewsim, PoisonFreed): a delivery read after its
+// buffer was freed, or a message whose buffer was freed while it was
+// still held, then shows as corrupt. Call it before the first Step.
+func (c *Core) PoisonFreed(on bool) { c.poisonFreed = on }
 
 // maxFree bounds the buffers the pool keeps.
 const maxFree = 1024

@@ -55,6 +55,13 @@ const simGroup = 77
 
 var debug = os.Getenv("VIEW_DEBUG") != ""
 
+// PoisonFreed has every vtotal core of the simulations made from now on
+// fill the buffers going back to its pool with 0xEE (vtotal's
+// Core.PoisonFreed), so that the checkers see a message whose buffer was
+// freed too early as corrupt. Set by the tests of package vtotal; not for
+// parallel tests.
+var PoisonFreed bool
+
 // churnEnd: joins, crashes, restarts and leaves happen before it; then
 // every live process sends its marker.
 const churnEnd = 1500 * time.Millisecond
@@ -221,10 +228,13 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 	}
 	p.core, p.top = c, c
 	switch r.level {
-	case Agreed:
-		p.top = vtotal.New(c)
-	case Safe:
-		p.top = vtotal.NewSafe(c)
+	case Agreed, Safe:
+		v := vtotal.New(c)
+		if r.level == Safe {
+			v = vtotal.NewSafe(c)
+		}
+		v.PoisonFreed(PoisonFreed)
+		p.top = v
 	}
 	p.st = core.NewStepper(p.top, simGroup, frame.EtherType)
 	p.markerAt = r.start.Add(churnEnd)
