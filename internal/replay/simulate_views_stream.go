@@ -252,7 +252,8 @@ func (h *proposeHook) Propose(now clock.Time, msg []byte) error {
 }
 
 // waiting reports whether a message proposed to the membership core now
-// would wait (ok): a change froze it, or its inner core's window is full.
+// would wait (ok): a change froze it, the view is not accepted yet, or
+// its inner core's window is full.
 // The next frame it sends is then seq sent of view (frozen: seq 0 of a
 // view after it). A frame the layer made in the last Ready waits too, but
 // only for the next turn, which sends it and nothing proposed after it;
@@ -265,6 +266,12 @@ func waiting(vc *rview.Core) (view, sent uint32, ok bool) {
 	}
 	if f, ok := in.(interface{ Frozen() bool }); ok && f.Frozen() {
 		return vc.View().ID + 1, 0, true
+	}
+	if vc.Unaccepted() {
+		// Under a primary component a new view's messages wait in the
+		// membership core's queue until a majority of its base is heard
+		// in it (reliable/view, accept.go); they go out in that turn.
+		return vc.View().ID, in.Sent(), true
 	}
 	st := in.Stats()
 	return vc.View().ID, in.Sent(), st.Window > 0 && st.InFlight >= st.Window

@@ -28,6 +28,11 @@ import (
 // the view's orderer orders them, and an orderer that was a member of the
 // base waits.
 
+// Unaccepted reports whether the current view waits to be accepted: this
+// member's messages wait in the core's queue until then (pcap-replay's
+// re-run proposes the application's messages by it).
+func (c *Core) Unaccepted() bool { return c.unaccepted }
+
 // startAcceptance sets the acceptance of the view commit installs, before
 // install replaces the current view (the base) with it.
 func (c *Core) startAcceptance(commit frame.ViewCommitBody) {
