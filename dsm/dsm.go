@@ -363,8 +363,33 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		}
 	case reliable.MemberReturned:
 		n.core.MemberBack(ev.Member)
+	case reliable.ViewInstalled:
+		// Under Views a member left out of the new view is gone even
+		// when this member's core never reported it: the view's inner
+		// core is replaced at the install, so a Leave that arrived
+		// here with the leaver's last frames still under repair (the
+		// coordinator had them all and moved on), or a suspicion at
+		// another member, shows here only as the new view. Everything
+		// it sent up to the cut was delivered before the install.
+		if ev.View != nil && n.viewGone(ev.View.Members) && n.core.Pending() > 0 {
+			n.env.Kick()
+		}
 	}
 	n.changed()
+}
+
+// viewGone removes the core's live members missing from a view's
+// members, and reports whether it removed one (with n.mu held).
+func (n *Node) viewGone(members []frame.MemberInfo) bool {
+	gone := false
+	for _, id := range n.core.Live() {
+		if id == n.self || slices.ContainsFunc(members, func(m frame.MemberInfo) bool { return m.ID == id }) {
+			continue
+		}
+		n.core.MemberGone(id)
+		gone = true
+	}
+	return gone
 }
 
 // changed wakes waiters (with n.mu held).
