@@ -20,7 +20,8 @@ import (
 // TestNetnsFilesSendAgain (issue 20): sendfile sends a file (its hash in
 // FileEnd), the daemons are killed and started again on the same inbox,
 // and the same file sent again is held at the receiver — no byte written,
-// the stored file untouched — while a changed file of the same name and
+// the stored file untouched, and the sender's pass stopped once the
+// receiver said it held every block — while a changed file of the same name and
 // size is received again and replaces it (prefix rbfa).
 func TestNetnsFilesSendAgain(t *testing.T) {
 	netnstest.RequireRoot(t)
@@ -36,6 +37,7 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 	src := filepath.Join(dir, "img")
 	stored := filepath.Join(inbox, "img")
 	const size = 4 << 20
+	var k daemon.FileCounters // the sender's, after each send
 	send := func(group int) daemon.FileEvent {
 		t.Helper()
 		c := startCluster(t, topo, ringCarriage, group, func(i int) []string {
@@ -64,6 +66,10 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 			if st := c.status(1); st.Files != nil && len(st.Files.Recent) == 1 {
 				ev := st.Files.Recent[0]
 				t.Logf("group %d: %s %q, %d bytes written: %s", group, ev.Kind, ev.Name, ev.Received, ev.Detail)
+				if s := c.status(0); s.Files != nil {
+					k = s.Files.Counters
+				}
+				t.Logf("group %d: the sender sent %d blocks, skipped %d in %d passes, repaired %d", group, k.BlocksSent, k.BlocksSkipped, k.PassesSkipped, k.BlocksRepaired)
 				return ev
 			}
 			if time.Now().After(deadline) {
@@ -82,6 +88,9 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 	}
 	if ev := send(42); ev.Kind != "received" || ev.Received != 0 || !strings.Contains(ev.Detail, "held already") {
 		t.Fatalf("the same file again, the receiver restarted: %+v, want held, nothing written", ev)
+	}
+	if k.PassesSkipped != 1 || k.BlocksSent > k.BlocksSkipped/3 {
+		t.Fatalf("the same file again: the sender sent %d blocks, skipped %d in %d passes; want the pass stopped early", k.BlocksSent, k.BlocksSkipped, k.PassesSkipped)
 	}
 	after, err := os.Stat(stored)
 	if err != nil || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {

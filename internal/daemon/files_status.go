@@ -97,10 +97,14 @@ type FileCounters struct {
 	FilesHeld      uint64 `json:"files_held"`
 	HeldMismatches uint64 `json:"held_mismatches"`
 	OldReceivers   uint64 `json:"old_receivers"`
-	WindowStalls   uint64 `json:"window_stalls"`
-	BadFrames      uint64 `json:"bad_frames"`
-	StoredBytes    uint64 `json:"stored_bytes"`
-	SRTTus         int64  `json:"srtt_us"`
+	// PassesSkipped: files whose pass stopped sending because every
+	// receiver held them already; BlocksSkipped: the blocks not sent.
+	PassesSkipped uint64 `json:"passes_skipped"`
+	BlocksSkipped uint64 `json:"blocks_skipped"`
+	WindowStalls  uint64 `json:"window_stalls"`
+	BadFrames     uint64 `json:"bad_frames"`
+	StoredBytes   uint64 `json:"stored_bytes"`
+	SRTTus        int64  `json:"srtt_us"`
 	// KernelDrops: frames of the files' link the kernel dropped because
 	// the file runtime did not read them in time (its receive ring was
 	// full); SendRetries: sends the link retried on back-pressure.
@@ -185,7 +189,7 @@ func (s *fileService) status() *FilesStatus {
 		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
-			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
+			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
 			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries, KeyedNoKey: st.KeyedNoKey}
 		fs.KeyMismatch = st.KeyMismatch()
 	}
@@ -262,7 +266,8 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete},
 		{"blocks_sent", k.BlocksSent}, {"blocks_repaired", k.BlocksRepaired}, {"repairs_to_group", k.RepairsToGroup}, {"repairs_again", k.RepairsAgain}, {"repairs_timed_out", k.RepairsTimedOut}, {"blocks_received", k.BlocksReceived},
 		{"duplicate_blocks", k.Duplicates}, {"reports_sent", k.ReportsSent}, {"reports_received", k.ReportsReceived}, {"hash_mismatches", k.HashMismatches},
-		{"resumed", k.Resumed}, {"files_held", k.FilesHeld}, {"held_mismatches", k.HeldMismatches}, {"old_receivers", k.OldReceivers}, {"window_stalls", k.WindowStalls}} {
+		{"resumed", k.Resumed}, {"files_held", k.FilesHeld}, {"held_mismatches", k.HeldMismatches}, {"old_receivers", k.OldReceivers},
+		{"passes_skipped", k.PassesSkipped}, {"blocks_skipped", k.BlocksSkipped}, {"window_stalls", k.WindowStalls}} {
 		ch <- prometheus.MustNewConstMetric(descFilesCounter, counter, float64(x.n), x.kind)
 	}
 	ch <- prometheus.MustNewConstMetric(descFilesStored, counter, float64(k.StoredBytes))

@@ -77,6 +77,10 @@ type Stats struct {
 	// other files (fetched again). OldReceivers counts the receivers a
 	// verdict names as too old for an offer without a hash (sender).
 	FilesHeld, HeldMismatches, OldReceivers uint64
+	// PassesSkipped counts the passes that stopped sending blocks because
+	// every receiver held the file, BlocksSkipped the blocks they did not
+	// send (sender; held.go).
+	PassesSkipped, BlocksSkipped uint64
 }
 
 var _ core.Core = (*Core)(nil)
@@ -98,6 +102,9 @@ func (c *Core) SetMembers(ms []frame.MemberInfo) {
 	ms = slices.Clone(ms)
 	slices.SortFunc(ms, func(a, b frame.MemberInfo) int { return int(a.ID) - int(b.ID) })
 	c.members = ms
+	if f := c.passing(); f != nil {
+		c.checkHold(f) // a member that joined has not said it holds
+	}
 }
 
 func (c *Core) member(id frame.MemberID) (frame.MemberInfo, bool) {
@@ -369,6 +376,8 @@ func (c *Core) Progress() []Progress {
 		switch {
 		case !f.passing && !f.ended:
 			p.State = "queued"
+		case !f.ended && f.allHold:
+			p.State = "hashing (every receiver holds it)"
 		case !f.ended:
 			p.State = "multicasting"
 		case !f.judged:

@@ -49,6 +49,13 @@ type outFile struct {
 	offerHash [frame.FileHashLen]byte
 	h         hash.Hash
 	hashed    uint32
+
+	// allHold: every receiver of the snapshot the pass would take now
+	// has reported every block held, and no other receiver heard from
+	// lacks any (held.go): the pass sends no more blocks, only hashes the
+	// rest. aliveAt is when the offer last went again while it does.
+	allHold bool
+	aliveAt Time
 }
 
 // receiver is what a sender knows of one receiver of one file: its last
@@ -261,6 +268,7 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 			c.stats.OldReceivers++
 		}
 	}
+	c.checkHold(f)
 	c.judge(now, f)
 	c.pump(now)
 	return nil
@@ -415,23 +423,8 @@ func (c *Core) endPass(now Time, f *outFile) {
 // pass read in order are in it; any other (none, unless the pass skipped
 // one) are read now. meta.Hash is the file's hash from then on.
 func (c *Core) hashRest(f *outFile) error {
-	var buf []byte
-	for ; f.hashed < f.blocks; f.hashed++ {
-		n := f.meta.BlockLen(f.hashed)
-		if buf == nil {
-			buf = make([]byte, f.meta.BlockSize)
-		}
-		got, err := f.src.ReadAt(buf[:n], int64(f.hashed)*int64(f.meta.BlockSize))
-		if errors.Is(err, io.EOF) && got == n {
-			err = nil
-		}
-		if err == nil && got != n {
-			err = fmt.Errorf("block %d: read %d bytes of %d", f.hashed, got, n)
-		}
-		if err != nil {
-			return err
-		}
-		f.h.Write(buf[:n])
+	if err := c.hashTo(f, f.blocks); err != nil {
+		return err
 	}
 	f.meta.Hash = [frame.FileHashLen]byte(f.h.Sum(nil))
 	f.h = nil
@@ -542,8 +535,19 @@ func (c *Core) pump(now Time) {
 		c.tokens, c.refill = limit, now
 	}
 	shareCap := int64(c.cfg.Burst) * cost
+	defer c.hashSoon(now)
+	skipped := false
 	for {
 		pass := c.startPass(now)
+		if pass != nil && pass.allHold {
+			if !skipped {
+				skipped = true // one chunk of hashing per step
+				if c.skipPass(now, pass) {
+					continue // the pass ended (or the file was aborted)
+				}
+			}
+			pass = nil // hashing: only repairs of other files meanwhile
+		}
 		open := pass != nil && c.windowOpen(now, pass)
 		if c.tokens < cost {
 			if open || c.repairsWaiting() || pass != nil && pass.probeDue(c.rto()) != 0 && pass.probeDue(c.rto()) <= now {

@@ -664,7 +664,7 @@ func TestSim(t *testing.T) {
 		for _, what := range []string{"receiver resumed after a restart", "ghost fetched", "late member fetched after the verdict",
 			"sender crash ended transfers", "restarted sender's offer resumed", "hash mismatch named", "storage refusal named",
 			"read failure aborted", "repair to the group", "window stall", "repair to one receiver",
-			"file sent again held already", "changed file replaced the stored one"} {
+			"file sent again held already", "changed file replaced the stored one", "pass skipped: every receiver held the file"} {
 			if seen[what] == 0 {
 				t.Errorf("no seed showed %q", what)
 			}
@@ -704,6 +704,7 @@ func (s *simRun) coverage() map[string]int {
 		add("repair to the group", st.RepairsToGroup > 0)
 		add("repair to one receiver", st.BlocksRepaired > st.RepairsToGroup)
 		add("window stall", st.WindowStalls > 0)
+		add("pass skipped: every receiver held the file", st.PassesSkipped > 0)
 		if n.idx == s.sc.ghost {
 			add("ghost fetched", len(n.received) > 0)
 		}
