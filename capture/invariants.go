@@ -1,12 +1,16 @@
 package capture
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link/auth"
 )
 
 // Invariants checks, as frames pass the links wrapped with it, the
@@ -28,6 +32,21 @@ type Invariants struct {
 	c           *invariant.Checker
 	onViolation func(Violation)
 	count       map[string]uint64
+
+	// With keys (SetKeys), every rbcast frame is verified first, as a
+	// member's link verifies it (one auth.Verifier per wrapped link,
+	// group and algorithm), and checked decrypted; what does not verify
+	// is counted in authDropped, not checked.
+	keys        []*auth.Key
+	verifiers   map[verifierKey]*auth.Verifier
+	verified    uint64
+	authDropped map[string]uint64
+}
+
+type verifierKey struct {
+	iface   int
+	group   uint32
+	encrypt bool
 }
 
 // Violation is one broken invariant: the type package invariant and
@@ -65,6 +84,75 @@ func (iv *Invariants) Counts() map[string]uint64 {
 	return out
 }
 
+// SetKeys gives the checker the group key (two across a rotation), for a
+// group that authenticates its frames (link/auth, rbcastd -key-file):
+// every rbcast frame a wrapped link sends or receives is then verified
+// with auth.Verifier.Check on a copy, per link, group and algorithm, as
+// a member's link verifies what it receives, and checked decrypted.
+// Without the key an encrypted group's structured frames (Nack, view
+// frames, FileStatus) do not decode and its retransmissions, sealed
+// anew, carry other ciphertext: corrupt-frame and seq-reuse that are
+// neither. A frame that does not verify (a rogue's, a replay, a key the
+// checker was not given, such as one installed by a later rotation) is
+// not checked but counted by reason (AuthStats), as the member's link
+// drops it. Call it before any frame passes.
+func (iv *Invariants) SetKeys(keys ...*auth.Key) error {
+	if len(keys) == 0 || len(keys) > 2 {
+		return fmt.Errorf("capture: Invariants.SetKeys: %d keys given, want one, or two across a rotation", len(keys))
+	}
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	iv.keys = keys
+	iv.verifiers = map[verifierKey]*auth.Verifier{}
+	iv.authDropped = map[string]uint64{}
+	return nil
+}
+
+// AuthStats returns, with keys (SetKeys), how many frames verified and,
+// per reason (auth.DropError's text), how many did not and were not
+// checked.
+func (iv *Invariants) AuthStats() (verified uint64, dropped map[string]uint64) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	dropped = make(map[string]uint64, len(iv.authDropped))
+	for k, n := range iv.authDropped {
+		dropped[k] = n
+	}
+	return iv.verified, dropped
+}
+
+// authenticate verifies eth (a sealed rbcast frame of f's link) on a
+// copy and returns the copy's rbcast frame, decrypted; ok is false if
+// it did not verify (counted).
+func (iv *Invariants) authenticate(l *Link, eth []byte, sealed frame.View) (body []byte, ok bool, err error) {
+	alg, _, _ := sealed.Auth()
+	k := verifierKey{iface: l.invIface, group: sealed.Group(), encrypt: alg == auth.AlgGCM}
+	v := iv.verifiers[k]
+	if v == nil {
+		if v, err = auth.NewVerifier(auth.Config{Group: k.group, EtherType: l.etherType, Key: iv.keys[0], Encrypt: k.encrypt}); err != nil {
+			return nil, false, err
+		}
+		for _, key := range iv.keys[1:] {
+			if err := v.Accept(key); err != nil {
+				return nil, false, err
+			}
+		}
+		iv.verifiers[k] = v
+	}
+	cp := bytes.Clone(eth)
+	if err := v.Check(cp); err != nil {
+		var de *auth.DropError
+		if !errors.As(err, &de) {
+			return nil, false, err
+		}
+		iv.authDropped[strings.TrimPrefix(err.Error(), "auth: frame dropped: ")]++
+		return nil, false, nil
+	}
+	iv.verified++
+	_, body, err = frame.SplitEthernet(cp, l.etherType)
+	return body, err == nil, err
+}
+
 // addInterface registers a wrapped link under the name violations give
 // it: "n" and the node's id, as pcap-replay names a capture's interface.
 func (iv *Invariants) addInterface(node string) int {
@@ -82,6 +170,21 @@ func (iv *Invariants) observe(l *Link, rec record, ts int64, dir invariant.Dir) 
 	f := invariant.Frame{Time: time.Unix(0, ts), Iface: l.invIface, Dir: dir, Data: rec.data}
 	_, body, err := frame.SplitEthernet(rec.data, l.etherType)
 	switch {
+	case err == nil && iv.keys != nil:
+		sealed, serr := frame.ParseSealed(body)
+		if serr != nil {
+			// Not a frame a verifier judges: it reaches no core
+			// either, and is checked (and reported) as it is.
+			f.View, f.Err = frame.Parse(body)
+			break
+		}
+		plain, ok, aerr := iv.authenticate(l, rec.data, sealed)
+		if aerr != nil || !ok {
+			iv.c.Skip() // dropped by the member's link: counted, not checked
+			iv.mu.Unlock()
+			return
+		}
+		f.View, f.Err = frame.Parse(plain)
 	case err == nil:
 		f.View, f.Err = frame.Parse(body)
 	case foreignEtherType(err):

@@ -503,6 +503,13 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			opts.Invariants = capture.NewInvariants(0, rec.DumpOnViolation(f.flightDir, 0, func(v capture.Violation, path string, err error) {
 				log.Error("rbcastd: protocol invariant violated; flight recorder dumped", "violation", v.String(), "file", path, "err", err)
 			}))
+			if dc.Group.Auth != nil {
+				// The checks read what the members read: each frame
+				// verified, decrypted under -encrypt (docs/auth.md).
+				if err := opts.Invariants.SetKeys(dc.Group.Auth.Key); err != nil {
+					return fail(stderr, "run", fmt.Errorf("-flight-recorder: %w", err))
+				}
+			}
 			stopDump := rec.DumpOnSignal(syscall.SIGUSR1, f.flightDir, func(path string, err error) {
 				log.Info("rbcastd: flight recorder dumped (SIGUSR1)", "file", path, "err", err)
 			})

@@ -104,6 +104,24 @@ func Authenticate(c *Capture, opts AuthOptions) (AuthResult, error) {
 	return res, nil
 }
 
+// Mismatch says why no frame verified, for a result with none verified:
+// when every frame names a key id of neither slot or fails its tag, the
+// key given is not the one the frames were sealed with.
+func (a AuthResult) Mismatch() string {
+	for _, d := range a.Dropped {
+		if d.Reason != reasonUnknownKey && d.Reason != reasonBadTag {
+			return "see the reasons above"
+		}
+	}
+	return "a key mismatch (the frames were sealed with another key than -key-file's)"
+}
+
+// The auth.DropError texts Mismatch looks for (link/auth, verify.go).
+const (
+	reasonUnknownKey = "a key id of neither key slot"
+	reasonBadTag     = "the tag does not verify"
+)
+
 // Write prints a line of counts and, per reason, the first frames
 // dropped for it.
 func (a AuthResult) Write(w io.Writer) error {
