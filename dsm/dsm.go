@@ -43,13 +43,13 @@ type (
 // writes block (back-pressure).
 const DefaultOutboxLimit = 64
 
-// DefaultWCCopies is Config.WCCopies's default: 16 KiB of one peer's
-// messages on a segment channel, the few rows a peer runs ahead at most
-// barriers; past it the channel's PBP core keeps the peer's frames,
-// unacknowledged, in its window and delivers them at the release
-// without a retransmission (docs/dsm.md, "How much WC copies"). It was
-// 256 KiB while a hold cost a window of retransmissions.
-const DefaultWCCopies = 16 << 10
+// DefaultWCCopies is Config.WCCopies's default: 256 KiB of one peer's
+// messages on a segment channel; past it the channel's PBP core keeps
+// the peer's frames, unacknowledged, in its window and delivers them at
+// the release without a retransmission (docs/dsm.md, "How much WC
+// copies"). Idle runs found a smaller budget (16 KiB) or none slower for
+// jacobi, where copying a peer's few rows never holds its window.
+const DefaultWCCopies = 256 << 10
 
 // Config configures a Node.
 type Config struct {
