@@ -113,7 +113,7 @@ func TestSendAgainSkipsPass(t *testing.T) {
 		t.Fatalf("first send: %+v, want the whole pass of %d blocks", first, blocks)
 	}
 	again := send()
-	t.Logf("%d bytes, %d blocks (loaded machine): first send %v, %d blocks sent; again %v, %d blocks sent, %d skipped, %d repaired, %d received, %d held",
+	t.Logf("%d bytes, %d blocks: first send %v, %d blocks sent; again %v, %d blocks sent, %d skipped, %d repaired, %d received, %d held",
 		size, blocks, first.wall.Round(time.Millisecond), first.sent, again.wall.Round(time.Millisecond), again.sent, again.skipped, again.repaired, again.received, again.held)
 	if again.held != 2 || again.received != 0 || again.repaired != 0 || again.sent > 64 || again.sent+again.skipped != blocks {
 		t.Fatalf("sent again: %+v, want both held, at most the first burst sent and the rest skipped", again)
