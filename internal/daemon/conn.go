@@ -39,7 +39,10 @@ type conn struct {
 	wbuf      []byte
 	closeOnce sync.Once
 	accepted  atomic.Uint64 // Sends accepted on this connection (read by a rejoin too)
-	batch     bool          // the client reads DeliverBatch
+	// bound: the connection asked for something of the membership (all
+	// but Hello and Status); a rejoin ends only such connections.
+	bound atomic.Bool
+	batch bool // the client reads DeliverBatch
 
 	dec     localapi.Decoder
 	r       *localapi.PacketReader
@@ -275,6 +278,9 @@ func (d *Daemon) members() int {
 
 // handle serves one request; false ends the connection.
 func (c *conn) handle(m localapi.Message) bool {
+	if m.Type() != localapi.TStatus {
+		c.bound.Store(true)
+	}
 	switch m := m.(type) {
 	case *localapi.Send:
 		return c.send(m.Data)

@@ -19,7 +19,8 @@ import (
 // (docs/membership.md, "Joining, leaving, restarting"), as kv.Serve does.
 //
 // A connection belongs to one membership: the daemon ends every
-// connection open when the group stopped with Error{CodeRejoining}, a
+// connection open when the group stopped with Error{CodeRejoining} (but
+// one that only asked for status, which goes on being answered), a
 // subscriber's after its last deliveries (the messages the group
 // delivers until the daemon is back are missing here, so the stream
 // would have a gap), a sender's saying how many messages it had accepted
@@ -48,7 +49,7 @@ func (d *Daemon) rejoinable(err error) bool {
 
 // rejoin begins the next membership after g went on without this
 // daemon: the daemon has no group until join sets one, every connection
-// open now ends, and the next Join is a new incarnation that sends under
+// open now that asked for more than status ends, and the next Join is a new incarnation that sends under
 // the key active in g and accepts the other one g accepted (carried). It
 // returns the configuration of that Join.
 func (d *Daemon) rejoin(cfg reliable.Config, g *reliable.Group) (reliable.Config, *auth.Key) {
@@ -63,7 +64,9 @@ func (d *Daemon) rejoin(cfg reliable.Config, g *reliable.Group) (reliable.Config
 	n := d.rejoins
 	conns := make([]*conn, 0, len(d.conns))
 	for c := range d.conns {
-		conns = append(conns, c)
+		if c.bound.Load() {
+			conns = append(conns, c)
+		}
 	}
 	d.mu.Unlock()
 	d.log.Warn("rbcastd: the group went on without this daemon; joining again as a new incarnation", "err", err,

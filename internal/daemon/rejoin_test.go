@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -203,6 +204,11 @@ func TestRejoinAfterRemoval(t *testing.T) {
 	if !w.Ready || w.Self != 1 {
 		t.Fatalf("Welcome at daemon 1: %+v", w)
 	}
+	// A monitor that only asks for status outlives the membership.
+	monitor, _ := dial(t, ds[1].socket, false)
+	if st := askStatus(t, monitor); st.Rejoining || st.Self != 1 {
+		t.Fatalf("the monitor's status before the cut: self %d, rejoining %v", st.Self, st.Rejoining)
+	}
 	if f, err := sendAll(t, sender, []byte("abcdefghij"), 2); err != nil || f.Accepted != 5 {
 		t.Fatalf("sending 5 messages at daemon 1: %+v, %v", f, err)
 	}
@@ -238,6 +244,9 @@ func TestRejoinAfterRemoval(t *testing.T) {
 	st := awaitStatus(t, ds[1], "rejoining", func(st Status) bool { return st.Rejoining })
 	if st.Ready || st.Rejoins != 1 || st.LastRejoin == nil || !strings.Contains(st.LastRejoin.Reason, "removed from the group") || st.LastRejoin.BackAt != "" {
 		t.Fatalf("daemon 1 while rejoining: ready %v, rejoins %d, last %+v; want not ready, 1 rejoin, removed, not back", st.Ready, st.Rejoins, st.LastRejoin)
+	}
+	if st := askStatus(t, monitor); !st.Rejoining || st.Rejoins != 1 {
+		t.Fatalf("the monitor's status on its old connection while rejoining: rejoining %v, rejoins %d", st.Rejoining, st.Rejoins)
 	}
 	if v, _ := sample(scrape(t, ds[1]), "rbcastd_ready", nil); v != 0 {
 		t.Errorf("rbcastd_ready %v while rejoining, want 0", v)
@@ -284,6 +293,27 @@ func TestRejoinAfterRemoval(t *testing.T) {
 	if f, err := sendAll(t, again, []byte("xy"), 1); err != nil || f.Accepted != 2 {
 		t.Fatalf("sending after the rejoin: %+v, %v", f, err)
 	}
+}
+
+// askStatus asks for status on c.
+func askStatus(t *testing.T, c *localapi.Conn) Status {
+	t.Helper()
+	if err := c.Write(&localapi.Status{}); err != nil {
+		t.Fatalf("asking for status: %v", err)
+	}
+	m, err := c.Read()
+	if err != nil {
+		t.Fatalf("asking for status: %v", err)
+	}
+	sj, ok := m.(*localapi.StatusJSON)
+	if !ok {
+		t.Fatalf("asking for status: got %v", m.Type())
+	}
+	var st Status
+	if err := json.Unmarshal(sj.JSON, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // A daemon that joins again in the middle of a key rotation sends under
