@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,27 +85,52 @@ func (iv *Invariants) Counts() map[string]uint64 {
 	return out
 }
 
-// SetKeys gives the checker the group key (two across a rotation), for a
-// group that authenticates its frames (link/auth, rbcastd -key-file):
-// every rbcast frame a wrapped link sends or receives is then verified
-// with auth.Verifier.Check on a copy, per link, group and algorithm, as
-// a member's link verifies what it receives, and checked decrypted.
-// Without the key an encrypted group's structured frames (Nack, view
-// frames, FileStatus) do not decode and its retransmissions, sealed
-// anew, carry other ciphertext: corrupt-frame and seq-reuse that are
-// neither. A frame that does not verify (a rogue's, a replay, a key the
-// checker was not given, such as one installed by a later rotation) is
-// not checked but counted by reason (AuthStats), as the member's link
-// drops it. Call it before any frame passes.
+// SetKeys gives the checker the group's keys (one, or two across a
+// rotation), for a group that authenticates its frames (link/auth,
+// rbcastd -key-file): every rbcast frame a wrapped link sends or
+// receives is then verified with auth.Verifier.Check on a copy, per
+// link, group and algorithm, as a member's link verifies what it
+// receives, and checked decrypted. Without the key an encrypted group's
+// structured frames (Nack, view frames, FileStatus) do not decode and
+// its retransmissions, sealed anew, carry other ciphertext: corrupt-frame
+// and seq-reuse that are neither. A frame that does not verify (a
+// rogue's, a replay, a key the checker was not given) is not checked
+// but counted by reason (AuthStats), as the member's link drops it.
+//
+// Call it before any frame passes, and again with the keys the member's
+// links accept after every step of a rotation (rbcastd rekey install,
+// activate, retire; daemon.Config.KeysChanged): the verifiers then
+// accept the new set and keep their replay windows, so frames under a
+// key installed later are verified and checked, frames under a retired
+// key are dropped as the member drops them, and a frame seen before the
+// step is still a replay. The counters go on.
 func (iv *Invariants) SetKeys(keys ...*auth.Key) error {
 	if len(keys) == 0 || len(keys) > 2 {
 		return fmt.Errorf("capture: Invariants.SetKeys: %d keys given, want one, or two across a rotation", len(keys))
 	}
+	for i, k := range keys {
+		if k == nil {
+			return fmt.Errorf("capture: Invariants.SetKeys: key %d is nil", i)
+		}
+	}
+	// Two keys of one id are refused here, before any verifier changes.
+	probe, err := auth.NewVerifier(auth.Config{Key: keys[0]})
+	if err == nil {
+		err = probe.SetKeys(keys...)
+	}
+	if err != nil {
+		return fmt.Errorf("capture: Invariants.SetKeys: %w", err)
+	}
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	iv.keys = keys
-	iv.verifiers = map[verifierKey]*auth.Verifier{}
-	iv.authDropped = map[string]uint64{}
+	for _, v := range iv.verifiers {
+		v.SetKeys(keys...) // cannot fail: the probe took them
+	}
+	iv.keys = slices.Clone(keys)
+	if iv.verifiers == nil {
+		iv.verifiers = map[verifierKey]*auth.Verifier{}
+		iv.authDropped = map[string]uint64{}
+	}
 	return nil
 }
 
@@ -132,10 +158,8 @@ func (iv *Invariants) authenticate(l *Link, eth []byte, sealed frame.View) (body
 		if v, err = auth.NewVerifier(auth.Config{Group: k.group, EtherType: l.etherType, Key: iv.keys[0], Encrypt: k.encrypt}); err != nil {
 			return nil, false, err
 		}
-		for _, key := range iv.keys[1:] {
-			if err := v.Accept(key); err != nil {
-				return nil, false, err
-			}
+		if err := v.SetKeys(iv.keys...); err != nil {
+			return nil, false, err
 		}
 		iv.verifiers[k] = v
 	}

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"reflect"
 	"testing"
@@ -88,4 +89,88 @@ type tap struct {
 func (t *tap) Send(frames [][]byte) (int, error) {
 	t.last = bytes.Clone(frames[len(frames)-1])
 	return t.Link.Send(frames)
+}
+
+// The checker follows a rotation (SetKeys again after each step, as
+// rbcastd's daemon tells it): a frame under a key not yet installed is
+// dropped as the member drops it; once installed, frames under it are
+// verified and checked (a seq-reuse under the new key is found), and a
+// frame verified before the step is still a replay; once the old key is
+// retired, frames under it are dropped again.
+func TestInvariantsSetKeysRotation(t *testing.T) {
+	mkKey := func(seed uint16) *auth.Key {
+		k, err := auth.NewKey(bytes.Repeat([]byte{byte(seed), byte(seed >> 8)}, auth.KeySize/2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	oldKey, newKey := mkKey(1), mkKey(2)
+	iv := NewInvariants(0, nil)
+	if err := iv.SetKeys(oldKey); err != nil {
+		t.Fatal(err)
+	}
+	mem := &memLink{mac: net.HardwareAddr(testSrc[:])}
+	c, err := Wrap(mem, nil, Options{Node: "3", Invariants: iv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(k *auth.Key, seq uint32, payload string) []byte {
+		t.Helper()
+		a, err := auth.Wrap(&tap{Link: c}, auth.Config{Group: 1, Key: k, Encrypt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eth := frame.AppendEthernet(nil, frame.Broadcast, testSrc, frame.EtherType)
+		if eth, err = frame.Append(eth, &frame.Header{Group: 1, Sender: 3, Incarnation: 1, Seq: seq}, &frame.Payload{T: frame.Data, Data: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Send([][]byte{eth}); err != nil {
+			t.Fatal(err)
+		}
+		return a.Unwrap().(*tap).last
+	}
+	expect := func(step string, verified uint64, dropped map[string]uint64, counts map[string]uint64) {
+		t.Helper()
+		v, d := iv.AuthStats()
+		if got := iv.Counts(); v != verified || !reflect.DeepEqual(d, dropped) || !reflect.DeepEqual(got, counts) {
+			t.Fatalf("%s: %d verified, dropped %v, violations %v; want %d, %v, %v", step, v, d, got, verified, dropped, counts)
+		}
+	}
+	const unknown, replay = "a key id of neither key slot", "a replay (counter seen before)"
+	first := send(oldKey, 0, "zero")
+	send(newKey, 1, "one")
+	expect("before install", 1, map[string]uint64{unknown: 1}, map[string]uint64{})
+
+	if err := iv.SetKeys(oldKey, newKey); err != nil { // install
+		t.Fatal(err)
+	}
+	c.Send([][]byte{first})
+	send(newKey, 1, "one")
+	send(newKey, 0, "not zero") // checked: the same seq, another payload
+	expect("after install", 3, map[string]uint64{unknown: 1, replay: 1}, map[string]uint64{invariant.KindSeqReuse: 1})
+
+	if err := iv.SetKeys(newKey); err != nil { // retire
+		t.Fatal(err)
+	}
+	send(oldKey, 2, "two")
+	send(newKey, 2, "two")
+	expect("after retire", 4, map[string]uint64{unknown: 2, replay: 1}, map[string]uint64{invariant.KindSeqReuse: 1})
+
+	// Two keys of one id: refused, the keys before kept.
+	var twin *auth.Key
+	for seed := uint16(3); twin == nil; seed++ {
+		if k := mkKey(seed); k.ID() == newKey.ID() {
+			twin = k
+		}
+	}
+	want := fmt.Sprintf("capture: Invariants.SetKeys: auth: key %s has the id %d of key %s in slot 0; generate another", twin, twin.ID(), newKey)
+	if err := iv.SetKeys(newKey, twin); err == nil || err.Error() != want {
+		t.Fatalf("SetKeys of two keys with one id: %v, want %q", err, want)
+	}
+	send(newKey, 3, "three")
+	expect("after a refused SetKeys", 5, map[string]uint64{unknown: 2, replay: 1}, map[string]uint64{invariant.KindSeqReuse: 1})
+	if err := iv.SetKeys(newKey, nil); err == nil || err.Error() != "capture: Invariants.SetKeys: key 1 is nil" {
+		t.Fatalf("SetKeys with a nil key: %v", err)
+	}
 }

@@ -111,3 +111,18 @@ func TestPrintFiles(t *testing.T) {
 		}
 	}
 }
+
+// status prints the files' key mismatch and unauthenticated frames on
+// lines of their own.
+func TestPrintFilesKeyLines(t *testing.T) {
+	var b strings.Builder
+	printFiles(&b, &daemon.FilesStatus{Group: 0x80000007, Running: true, Self: 1,
+		KeyMismatch:     "key mismatch: frames of the files' group dropped: 3 under a key id of neither accepted key (unknown_key), 0 with the other algorithm (-encrypt differs)",
+		Unauthenticated: "unauthenticated: 5 frames of the files' group carried no authentication tag and were dropped (their sender has no key: a member without -key-file, or a station that is no member)"})
+	out := b.String()
+	for _, w := range []string{"\n  key mismatch: frames of the files' group dropped: 3 under", "\n  unauthenticated: 5 frames of the files' group carried no authentication tag"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+}

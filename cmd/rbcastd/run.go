@@ -509,6 +509,8 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				if err := opts.Invariants.SetKeys(dc.Group.Auth.Key); err != nil {
 					return fail(stderr, "run", fmt.Errorf("-flight-recorder: %w", err))
 				}
+				// And those of every rotation step (rbcastd rekey).
+				dc.KeysChanged = opts.Invariants.SetKeys
 			}
 			stopDump := rec.DumpOnSignal(syscall.SIGUSR1, f.flightDir, func(path string, err error) {
 				log.Info("rbcastd: flight recorder dumped (SIGUSR1)", "file", path, "err", err)

@@ -393,8 +393,10 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 	if f.Auth != nil {
 		fmt.Fprintf(w, "  auth (the files' link): %s\n", authLine(f.Auth))
 	}
-	if f.KeyMismatch != "" {
-		fmt.Fprintf(w, "  %s\n", f.KeyMismatch)
+	for _, m := range []string{f.KeyMismatch, f.Unauthenticated} {
+		if m != "" {
+			fmt.Fprintf(w, "  %s\n", m)
+		}
 	}
 	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored, %d kernel drops\n",
 		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000, k.KernelDrops)

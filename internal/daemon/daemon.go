@@ -82,6 +82,13 @@ type Config struct {
 	// Files, if set, runs the file dissemination beside the group
 	// (files.go): rbcastd sendfile, recvfile and run -inbox.
 	Files *FilesConfig
+	// KeysChanged, if set, is given the keys the daemon's links accept
+	// (the active one first, and the other one during a rotation) after
+	// every step of a rotation (rbcastd rekey install, activate,
+	// retire): rbcastd run -flight-recorder hands them to its invariant
+	// checker (capture.Invariants.SetKeys), which verifies frames as the
+	// links do. An error is logged; the step stands.
+	KeysChanged func(keys ...*auth.Key) error
 }
 
 // Daemon is one rbcastd: one group membership, many local clients.

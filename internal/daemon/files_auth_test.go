@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
@@ -113,6 +116,94 @@ func TestFilesAuthenticatedAndRekeyed(t *testing.T) {
 		`rbcastd_auth_verified_frames_total{group="7"}`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// A station on the segment sends frames of a keyed group's files' group:
+// first without a tag, then under a key of its own. Status and metrics
+// keep the two apart: the untagged ones are "unauthenticated"
+// (files.unauthenticated, reason="unauthenticated"), not a key mismatch;
+// only those under the other key make files.key_mismatch (reason
+// "unknown_key").
+func TestFilesUnauthenticatedIsNoKeyMismatch(t *testing.T) {
+	dir := t.TempDir()
+	_, key := keyFile(t, dir, 1)
+	_, other := keyFile(t, dir, 2)
+	if key.ID() == other.ID() {
+		t.Fatalf("test keys share the id %d", key.ID())
+	}
+	r := rtnet.New(t, 27)
+	ds := startFileGroupWith(t, r, 2, nil, nil, 50_000_000, func(_ int, c *Config) { c.Group.Auth = &auth.Config{Key: key} })
+	rogue := r.Attach(t, testnet.EndpointConfig{})
+	sealed, err := auth.Wrap(rogue, auth.Config{Group: FilesGroup(7), Key: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(l link.Link, n int) {
+		t.Helper()
+		src := [6]byte(rogue.HardwareAddr())
+		for i := range n {
+			f := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
+			f, err := frame.Append(f, &frame.Header{Group: FilesGroup(7), Sender: 1, Incarnation: 1, Seq: uint32(i)}, &frame.FileDataBody{ID: 1, Data: []byte("forged")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Send([][]byte{f}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait := func(reason string, n uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			done := true
+			for _, x := range ds {
+				if a := x.d.Status().Files.Auth; a == nil || a.Dropped[reason] < n {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemons did not count %d frames %s", n, reason)
+			}
+		}
+	}
+	metrics := func(x *running) string {
+		rec := httptest.NewRecorder()
+		x.d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		b, _ := io.ReadAll(rec.Body)
+		return string(b)
+	}
+	const unauth = "unauthenticated: 5 frames of the files' group carried no authentication tag and were dropped (their sender has no key: a member without -key-file, or a station that is no member)"
+
+	send(rogue, 5)
+	wait("unauthenticated", 5)
+	for i, x := range ds {
+		fs := x.d.Status().Files
+		if fs.KeyMismatch != "" || fs.Unauthenticated != unauth {
+			t.Errorf("daemon %d, untagged frames: key_mismatch %q, unauthenticated %q; want none, and %q", i, fs.KeyMismatch, fs.Unauthenticated, unauth)
+		}
+		m := metrics(x)
+		for _, want := range []string{`rbcastd_files_auth_dropped_frames_total{group="7",reason="unauthenticated"} 5`, `rbcastd_files_auth_dropped_frames_total{group="7",reason="unknown_key"} 0`} {
+			if !strings.Contains(m, want) {
+				t.Errorf("daemon %d: metrics lack %q", i, want)
+			}
+		}
+	}
+
+	send(sealed, 3)
+	wait("unknown_key", 3)
+	const mismatch = "key mismatch: frames of the files' group dropped: 3 under a key id of neither accepted key (unknown_key), 0 with the other algorithm (-encrypt differs)"
+	for i, x := range ds {
+		fs := x.d.Status().Files
+		if fs.KeyMismatch != mismatch || fs.Unauthenticated != unauth {
+			t.Errorf("daemon %d, frames under another key: key_mismatch %q, unauthenticated %q; want %q, %q", i, fs.KeyMismatch, fs.Unauthenticated, mismatch, unauth)
+		}
+		if m := metrics(x); !strings.Contains(m, `rbcastd_files_auth_dropped_frames_total{group="7",reason="unknown_key"} 3`) {
+			t.Errorf("daemon %d: metrics lack unknown_key 3", i)
 		}
 	}
 }

@@ -3,12 +3,14 @@ package daemon
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rbcast/rbcast/capture"
+	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/link/mux"
@@ -22,6 +24,14 @@ import (
 // -capture -flight-recorder wraps them: one interface each ("nI" and
 // "nI/files"), every frame into w and checked by iv (either may be nil).
 func startCapturedFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, ac *auth.Config, w *capture.Writer, iv *capture.Invariants) []*running {
+	return startCapturedFileGroupWith(t, r, n, imp, inboxes, ac, w, func(_ int, o *capture.Options) { o.Invariants = iv })
+}
+
+// startCapturedFileGroupWith is startCapturedFileGroup with daemon i's
+// capture options (its invariant checker, its flight recorder) set by
+// opt; a daemon with a checker hands it the keys of every rotation step
+// (Config.KeysChanged), as rbcastd run does.
+func startCapturedFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, ac *auth.Config, w *capture.Writer, opt func(i int, o *capture.Options)) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
@@ -44,7 +54,8 @@ func startCapturedFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Imp
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("n%d", i+1), Invariants: iv}
+		opts := capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("n%d", i+1)}
+		opt(i, &opts)
 		cml, err := capture.Wrap(ml, w, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -59,6 +70,9 @@ func startCapturedFileGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Imp
 			fc.Inbox = inboxes[i]
 		}
 		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second, Auth: ac}, Files: fc}
+		if opts.Invariants != nil {
+			cfg.KeysChanged = opts.Invariants.SetKeys
+		}
 		out[i] = startDaemon(t, cml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
 		out[i].link = l
 	}
@@ -191,5 +205,93 @@ func TestFilesCaptureKeyed(t *testing.T) {
 				t.Fatalf("check of what another key left found %d violations, the first %v", replay.Judged(vs), vs[0])
 			}
 		})
+	}
+}
+
+// Three daemons of an encrypted group, each with a flight recorder and
+// its own invariant checker keyed as rbcastd run -flight-recorder
+// -key-file keys it, rotate their key (rbcastd rekey install, activate,
+// retire at every daemon) between two rounds of messages and files over
+// a lossy segment. Each daemon hands its checker the keys of every step
+// (Config.KeysChanged): the frames after the switch, under the new key,
+// are verified and checked at every daemon (its verified count grows by
+// at least the frames of the second round), none is dropped by the
+// checker, none is reported as corrupt-frame or seq-reuse, and no
+// recorder dumps.
+func TestRekeyFlightRecorderFollows(t *testing.T) {
+	dir := t.TempDir()
+	_, oldKey := keyFile(t, dir, 1)
+	newPath, newKey := keyFile(t, dir, 2)
+	if oldKey.ID() == newKey.ID() {
+		t.Fatalf("test keys share the id %d", oldKey.ID())
+	}
+	dumps := t.TempDir()
+	ivs := make([]*capture.Invariants, 3)
+	recs := make([]*capture.Recorder, 3)
+	for i := range ivs {
+		rec, err := capture.NewRecorder(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = rec
+		ivs[i] = capture.NewInvariants(0, rec.DumpOnViolation(dumps, 0, nil))
+		if err := ivs[i].SetKeys(oldKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rtnet.New(t, 26)
+	in1, in2 := t.TempDir(), t.TempDir()
+	ds := startCapturedFileGroupWith(t, r, 3, []testnet.Impairment{{}, {Loss: 0.03}, {}}, []string{"", in1, in2},
+		&auth.Config{Key: oldKey, Encrypt: true}, nil, func(i int, o *capture.Options) {
+			o.Invariants, o.Recorder = ivs[i], recs[i]
+		})
+	round := func(n int) {
+		t.Helper()
+		mc, wel := dial(t, ds[0].socket, true)
+		if _, err := sendAll(t, mc, randomBytes(uint64(n), 300_000), int(wel.MaxMessage)); err != nil {
+			t.Fatal(err)
+		}
+		mc.Close()
+		src := filepath.Join(t.TempDir(), fmt.Sprintf("f%d.bin", n))
+		writeRandom(t, src, 300_000, uint64(n))
+		sendFileVia(t, ds[0].socket, filepath.Base(src), src, 2)
+	}
+	round(1)
+	for _, step := range []localapi.Rekey{
+		{Step: localapi.RekeyInstall, Path: newPath},
+		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
+		{Step: localapi.RekeyRetire},
+	} {
+		for i, x := range ds {
+			if _, err := rekeyOn(x.socket, &step); err != nil {
+				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	before := make([]uint64, 3)
+	for i, iv := range ivs {
+		before[i], _ = iv.AuthStats()
+	}
+	round(2)
+	// 300 kB of messages and a 300 kB file: each daemon sends or
+	// receives at least 400 frames of the second round.
+	for i, iv := range ivs {
+		verified, dropped := iv.AuthStats()
+		if verified-before[i] < 400 {
+			t.Errorf("daemon %d: its checker verified %d frames after the rotation, want the second round's (≥ 400)", i, verified-before[i])
+		}
+		for reason, n := range dropped {
+			t.Errorf("daemon %d: its checker dropped %d frames: %s", i, n, reason)
+		}
+		if c := iv.Counts(); len(c) != 0 {
+			t.Errorf("daemon %d: violations %v", i, c)
+		}
+		if a := ds[i].d.Status().Auth; a.Active != newKey.String() || len(a.Accepted) != 1 {
+			t.Errorf("daemon %d: keys %+v, want %s alone", i, a, newKey)
+		}
+	}
+	if es, _ := os.ReadDir(dumps); len(es) != 0 {
+		t.Errorf("the flight recorders dumped %d files", len(es))
 	}
 }

@@ -30,9 +30,14 @@ type FilesStatus struct {
 	// Status.Auth).
 	Auth *AuthStatus `json:"auth,omitempty"`
 	// KeyMismatch says that frames of the files' group came under a key
-	// this daemon does not hold, or with a key while it has none
-	// (filerun.Stats.KeyMismatch); a rogue's frames count too.
+	// this daemon does not hold, with the other algorithm, or with a key
+	// while it has none (filerun.Stats.KeyMismatch); a rogue's frames
+	// under a key of its own count too.
 	KeyMismatch string `json:"key_mismatch,omitempty"`
+	// Unauthenticated says that frames of the files' group came without
+	// an authentication tag to this keyed daemon, and were dropped
+	// (filerun.Stats.Unauthenticated): not a key mismatch.
+	Unauthenticated string `json:"unauthenticated,omitempty"`
 }
 
 // FileTransfer is one file sent or received here, under way or open.
@@ -191,7 +196,7 @@ func (s *fileService) status() *FilesStatus {
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
 			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
 			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries, KeyedNoKey: st.KeyedNoKey}
-		fs.KeyMismatch = st.KeyMismatch()
+		fs.KeyMismatch, fs.Unauthenticated = st.KeyMismatch(), st.Unauthenticated()
 	}
 	if s.auth != nil {
 		// Also while no file core runs: the link and its keys stay.

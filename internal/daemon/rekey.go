@@ -128,6 +128,18 @@ func (d *Daemon) rekeyStep(g *reliable.Group, m *localapi.Rekey) (KeyChange, err
 	default:
 		return ch, fmt.Errorf("unknown step %d", m.Step)
 	}
+	if d.cfg.KeysChanged != nil {
+		st := a.Auth()
+		keys := []*auth.Key{d.keys[st.Active]}
+		for _, fp := range st.Accepted {
+			if fp != st.Active {
+				keys = append(keys, d.keys[fp])
+			}
+		}
+		if err := d.cfg.KeysChanged(keys...); err != nil {
+			d.log.Error("rbcastd: the keys after a rotation step were not handed on", "step", ch.Step, "err", err)
+		}
+	}
 	ch.At = time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	d.keyChanges = append(d.keyChanges, ch)
 	if len(d.keyChanges) > maxKeyChanges {

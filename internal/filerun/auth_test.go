@@ -3,6 +3,7 @@ package filerun
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,6 +315,13 @@ func TestAuthForgedFramesDropped(t *testing.T) {
 		if c := k.runners[i].Stats().Core; c.FilesReceived != 1 || c.HashMismatches != 0 {
 			t.Errorf("member %d: core counters %+v", i+1, c)
 		}
+		// The rogue's unsigned frames are unauthenticated, not a key
+		// mismatch.
+		rs := k.runners[i].Stats()
+		want := fmt.Sprintf("unauthenticated: %d frames of the files' group carried no authentication tag", rs.Auth.Unauthenticated)
+		if m, u := rs.KeyMismatch(), rs.Unauthenticated(); m != "" || !strings.HasPrefix(u, want) {
+			t.Errorf("member %d: KeyMismatch %q, Unauthenticated %q; want none, and %q…", i+1, m, u, want)
+		}
 	}
 	t.Logf("member 2: %+v", k.runners[1].Stats().Auth)
 }
@@ -351,4 +359,31 @@ func TestAuthKeyMismatch(t *testing.T) {
 		t.Errorf("member 3 (no key): %d frames with a tag dropped, %q", st.KeyedNoKey, st.KeyMismatch())
 	}
 	t.Logf("sender: %+v; member 2: %s; member 3: %s", k.runners[0].Stats().Auth, k.runners[1].Stats().KeyMismatch(), k.runners[2].Stats().KeyMismatch())
+}
+
+// Frames without a tag are told apart from frames under another key:
+// KeyMismatch names only a key (another one, the other algorithm, a tag
+// while this member has none), Unauthenticated only untagged frames, so
+// a rogue's unsigned frames on a keyed member never read "key mismatch".
+func TestStatsMismatchAndUnauthenticated(t *testing.T) {
+	const (
+		unauth5  = "unauthenticated: 5 frames of the files' group carried no authentication tag and were dropped (their sender has no key: a member without -key-file, or a station that is no member)"
+		unknown2 = "key mismatch: frames of the files' group dropped: 2 under a key id of neither accepted key (unknown_key), 1 with the other algorithm (-encrypt differs)"
+		noKey3   = "key mismatch: 3 frames of the files' group carried an authentication tag, and this member has no key (-key-file)"
+	)
+	for _, c := range []struct {
+		name                string
+		st                  Stats
+		mismatch, unauthent string
+	}{
+		{"nothing dropped", Stats{Auth: &auth.Stats{Replay: 4, BadTag: 1}}, "", ""},
+		{"untagged only", Stats{Auth: &auth.Stats{Unauthenticated: 5}}, "", unauth5},
+		{"another key", Stats{Auth: &auth.Stats{UnknownKey: 2, Algorithm: 1}}, unknown2, ""},
+		{"both", Stats{Auth: &auth.Stats{Unauthenticated: 5, UnknownKey: 2, Algorithm: 1}}, unknown2, unauth5},
+		{"no key here", Stats{KeyedNoKey: 3}, noKey3, ""},
+	} {
+		if m, u := c.st.KeyMismatch(), c.st.Unauthenticated(); m != c.mismatch || u != c.unauthent {
+			t.Errorf("%s: KeyMismatch %q, Unauthenticated %q; want %q, %q", c.name, m, u, c.mismatch, c.unauthent)
+		}
+	}
 }

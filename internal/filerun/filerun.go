@@ -356,19 +356,34 @@ type Stats struct {
 }
 
 // KeyMismatch says, from the counters, whether frames of the files'
-// group came under a key this member does not hold, or with one while it
-// has none ("" if not): what a receiver that gets none of a sender's
-// files sees. A rogue's frames count too.
+// group came under a key this member does not hold, with the other
+// algorithm (-encrypt differs), or with a tag while it has none ("" if
+// not): what a receiver that gets none of a sender's files sees. Frames
+// without a tag are not a key mismatch (a rogue's unsigned frames would
+// read as one): Unauthenticated says so apart.
 func (s Stats) KeyMismatch() string {
 	switch {
 	case s.KeyedNoKey > 0:
 		return fmt.Sprintf("key mismatch: %d frames of the files' group carried an authentication tag, and this member has no key (-key-file)", s.KeyedNoKey)
-	case s.Auth != nil && s.Auth.UnknownKey+s.Auth.Unauthenticated+s.Auth.Algorithm > 0:
+	case s.Auth != nil && s.Auth.UnknownKey+s.Auth.Algorithm > 0:
 		a := s.Auth
-		return fmt.Sprintf("key mismatch: frames of the files' group dropped: %d under a key id of neither accepted key (unknown_key), %d without a tag (unauthenticated), %d with the other algorithm (-encrypt differs)",
-			a.UnknownKey, a.Unauthenticated, a.Algorithm)
+		return fmt.Sprintf("key mismatch: frames of the files' group dropped: %d under a key id of neither accepted key (unknown_key), %d with the other algorithm (-encrypt differs)",
+			a.UnknownKey, a.Algorithm)
 	}
 	return ""
+}
+
+// Unauthenticated says, from the counters of a keyed member, whether
+// frames of the files' group came without an authentication tag ("" if
+// not): sent by a station without the group's key — a member run
+// without -key-file, or a station that is no member at all — and
+// dropped. It is not a key mismatch: nothing shows what key, if any,
+// their sender holds.
+func (s Stats) Unauthenticated() string {
+	if s.Auth == nil || s.Auth.Unauthenticated == 0 {
+		return ""
+	}
+	return fmt.Sprintf("unauthenticated: %d frames of the files' group carried no authentication tag and were dropped (their sender has no key: a member without -key-file, or a station that is no member)", s.Auth.Unauthenticated)
 }
 
 // Stats returns the core's and the loop's counters.

@@ -86,6 +86,31 @@ func (v *Verifier) Accept(k *Key) error {
 	return nil
 }
 
+// SetKeys makes keys (one, or two across a rotation) the keys frames
+// are verified with, in place of those before, keeping every sender's
+// replay window and the counters: a Verifier that follows a member's
+// rotation (capture.Invariants, told each step) accepts what the
+// member's link accepts from then on, and a frame it verified under the
+// old keys is still a replay.
+func (v *Verifier) SetKeys(keys ...*Key) error {
+	if len(keys) == 0 || len(keys) > 2 {
+		return fmt.Errorf("auth: Verifier.SetKeys: %d keys given, want one, or two across a rotation", len(keys))
+	}
+	for i, k := range keys {
+		if k == nil {
+			return fmt.Errorf("auth: Verifier.SetKeys: key %d is nil", i)
+		}
+	}
+	r := keyring{slot: [2]*Key{keys[0]}}
+	if len(keys) == 2 {
+		if err := r.install(keys[1]); err != nil {
+			return err
+		}
+	}
+	v.ring.Store(&r)
+	return nil
+}
+
 func (r *keyring) install(k *Key) error {
 	for i, s := range r.slot {
 		if s != nil && s.fp == k.fp {
