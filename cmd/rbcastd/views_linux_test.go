@@ -150,9 +150,9 @@ func viewsChurn(t *testing.T, topo *netns.Topology, cr carriage) {
 	go func() {
 		for off := 0; off < total; off += chunk {
 			if _, err := in.Write(data[off : off+chunk]); err != nil {
-				sendDone <- fmt.Errorf("writing to send: %w", err)
 				in.Close()
-				send.Wait()
+				send.Wait() // before sendLog is read: Wait ends its copying
+				sendDone <- fmt.Errorf("writing to send: %w", err)
 				return
 			}
 			time.Sleep(pace)
