@@ -17,7 +17,7 @@
 //
 // # Capabilities
 //
-// Beyond Link, a link may offer four optional capabilities, each an
+// Beyond Link, a link may offer five optional capabilities, each an
 // interface declared here:
 //
 //   - Stager: Send in two halves, Stage (fill the transmit queue) and Kick
@@ -29,13 +29,15 @@
 //     link/afpacket, testnet/rtnet).
 //   - GroupFilter: SetGroups, which has the kernel pass only some rbcast
 //     groups' frames (link/ring, link/afpacket; docs/groups.md).
+//   - CRCSealer: SealsCRC, a link that writes every frame's CRC itself
+//     (link/auth encrypting), so that cores need not (frame.Header.SkipCRC).
 //
-// A runtime finds them with StagerOf, NowSenderOf, WakerOf and
-// GroupFilterOf, never by a type assertion of its own, because of
+// A runtime finds them with StagerOf, NowSenderOf, WakerOf,
+// GroupFilterOf and SealsCRC, never by a type assertion of its own, because of
 // decorators. A decorator is a Wrapper: it has Unwrap, returning the link
 // it wraps. The rules are:
 //
-//   - Send-side capabilities (Stager, NowSender) are never passed through
+//   - Send-side capabilities (Stager, NowSender, CRCSealer) are never passed through
 //     Unwrap: the runtime would send past the decorator, which would miss
 //     the frames (capture records every frame sent). A decorator offers them
 //     by having the methods itself: it observes the frames and forwards the
