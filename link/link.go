@@ -76,6 +76,14 @@ type Frame struct {
 	// it is a view into memory shared with the kernel: it is valid only until
 	// the next call to Recv or Close on the same Link (see Link.Recv). Copy it
 	// to keep it.
+	//
+	// Its capacity may reach past the frame, into room of the same receive
+	// buffer (link/ring: the rest of a TPACKET_V2 slot, which keeps 16
+	// bytes behind the largest frame). No other goroutine reads or writes
+	// those bytes until the next Recv, but they may hold the link's own
+	// state or the next frame: a caller may write there for a moment if it
+	// puts them back before it returns from handling the frame (link/auth
+	// puts a tag behind the body while it decrypts).
 	Data []byte
 	// Time is when the kernel (or the simulator) received the frame.
 	Time time.Time
