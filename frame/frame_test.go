@@ -654,3 +654,33 @@ func TestViewFlushGoneByte(t *testing.T) {
 		t.Fatalf("a gone byte of 2: err = %v, want ErrBody in flush.delivered.gone", err)
 	}
 }
+
+// TestSkipCRC: a frame encoded with Header.SkipCRC is the golden vector's
+// bytes with a zero CRC (the link that seals it writes the real one), and
+// parses only without the CRC check.
+func TestSkipCRC(t *testing.T) {
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			h := c.h
+			h.SkipCRC = true
+			got, err := Append(nil, &h, c.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := readHex(t, filepath.Join("testdata", "golden", c.name+".hex"))
+			if len(got) != len(want) || !bytes.Equal(got[:len(got)-CRCLen], want[:len(want)-CRCLen]) {
+				t.Fatalf("SkipCRC changed more than the CRC:\n got %x\nwant %x", got, want)
+			}
+			if crc := View(got).CRC(); crc != 0 {
+				t.Fatalf("CRC = %#08x, want 0", crc)
+			}
+			if _, err := Parse(got); !errors.Is(err, ErrChecksum) {
+				t.Fatalf("Parse = %v, want %v", err, ErrChecksum)
+			}
+			SetCRC(got)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("SetCRC of the SkipCRC frame differs from the vector")
+			}
+		})
+	}
+}

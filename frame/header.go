@@ -32,6 +32,11 @@ type Header struct {
 	// Auth, when set, adds an authentication section whose tag is computed
 	// over the frame up to the tag.
 	Auth Authenticator
+	// SkipCRC leaves the frame's CRC32C zero: for a frame sent on a link
+	// that computes every frame's CRC itself over the bytes it sends and
+	// never reads the encoder's (link.CRCSealer: an encrypting link/auth).
+	// Nothing else may be given such a frame; it is not valid on the wire.
+	SkipCRC bool
 }
 
 // Authenticator computes authentication tags (a keyed MAC) for the
@@ -130,6 +135,9 @@ func Append(b []byte, h *Header, body Body) ([]byte, error) {
 			return b[:start], errorf(ErrInvalid, "authenticator wrote %d bytes, declared %d", len(tag), tagLen)
 		}
 		copy(b[tagAt:], tag)
+	}
+	if h.SkipCRC {
+		return append(b, 0, 0, 0, 0), nil
 	}
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 	return b, nil

@@ -57,6 +57,29 @@ type Waker interface {
 	Wake()
 }
 
+// A CRCSealer is a Link that writes the CRC32C of every frame it sends
+// itself, over the bytes it puts on the wire, and never reads the CRC of
+// the frames it is given (link/auth when it encrypts: the body it sends
+// is new bytes). A runtime that finds one (SealsCRC) has its cores encode
+// frames without a CRC (frame.Header.SkipCRC), which the link replaces.
+// SealsCRC's answer does not change while the link is open.
+type CRCSealer interface {
+	Link
+	SealsCRC() bool
+}
+
+// SealsCRC reports whether l writes every frame's CRC itself (CRCSealer).
+// It is a send-side capability, never passed through Unwrap: it is l's
+// own, for a decorator above a sealing link would see, record or pass on
+// frames without their CRC. A decorator that looks at the frames it sends
+// (capture.Link records them) does not report it, and the cores above it
+// then write the CRC as always; one that passes them on unread and
+// unchanged (auth.Keyless) may report the wrapped link's answer.
+func SealsCRC(l Link) bool {
+	s, ok := l.(CRCSealer)
+	return ok && s.SealsCRC()
+}
+
 // A Wrapper is a decorator: a Link that passes what it is asked to the
 // Link Unwrap returns, observing on the way (capture.Link records frames,
 // the daemon's monitor looks at their headers). See the package doc for

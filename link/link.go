@@ -17,7 +17,7 @@
 //
 // # Capabilities
 //
-// Beyond Link, a link may offer four optional capabilities, each an
+// Beyond Link, a link may offer five optional capabilities, each an
 // interface declared here:
 //
 //   - Stager: Send in two halves, Stage (fill the transmit queue) and Kick
@@ -29,13 +29,15 @@
 //     link/afpacket, testnet/rtnet).
 //   - GroupFilter: SetGroups, which has the kernel pass only some rbcast
 //     groups' frames (link/ring, link/afpacket; docs/groups.md).
+//   - CRCSealer: SealsCRC, a link that writes every frame's CRC itself
+//     (link/auth encrypting), so that cores need not (frame.Header.SkipCRC).
 //
-// A runtime finds them with StagerOf, NowSenderOf, WakerOf and
-// GroupFilterOf, never by a type assertion of its own, because of
+// A runtime finds them with StagerOf, NowSenderOf, WakerOf,
+// GroupFilterOf and SealsCRC, never by a type assertion of its own, because of
 // decorators. A decorator is a Wrapper: it has Unwrap, returning the link
 // it wraps. The rules are:
 //
-//   - Send-side capabilities (Stager, NowSender) are never passed through
+//   - Send-side capabilities (Stager, NowSender, CRCSealer) are never passed through
 //     Unwrap: the runtime would send past the decorator, which would miss
 //     the frames (capture records every frame sent). A decorator offers them
 //     by having the methods itself: it observes the frames and forwards the
@@ -74,6 +76,14 @@ type Frame struct {
 	// it is a view into memory shared with the kernel: it is valid only until
 	// the next call to Recv or Close on the same Link (see Link.Recv). Copy it
 	// to keep it.
+	//
+	// Its capacity may reach past the frame, into room of the same receive
+	// buffer (link/ring: the rest of a TPACKET_V2 slot, which keeps 16
+	// bytes behind the largest frame). No other goroutine reads or writes
+	// those bytes until the next Recv, but they may hold the link's own
+	// state or the next frame: a caller may write there for a moment if it
+	// puts them back before it returns from handling the frame (link/auth
+	// puts a tag behind the body while it decrypts).
 	Data []byte
 	// Time is when the kernel (or the simulator) received the frame.
 	Time time.Time

@@ -33,6 +33,9 @@ type node struct {
 
 func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
 	st := core.NewStepper(c, s.Group, s.EtherType)
+	if link.SealsCRC(l) {
+		st.SkipCRC() // the link replaces every frame's CRC: no core writes one
+	}
 	n := &node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger, holdFor: holdLimit(s, l.MTU())}
 	n.out = sender{l: l, etherType: s.EtherType, group: s.Group, log: s.Logger}
 	return n

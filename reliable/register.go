@@ -55,6 +55,9 @@ func register(ctx context.Context, l link.Link, s *settings) (*registration, err
 	}
 	reg := &registration{r: r, clk: wall.Clock{Epoch: time.Now()}}
 	st := core.NewStepper(r, s.Group, s.EtherType)
+	if link.SealsCRC(l) {
+		st.SkipCRC()
+	}
 	rx := make([]link.Frame, 16)
 	role := "a joiner"
 	if s.Server {

@@ -151,6 +151,9 @@ func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	}
 	r := &Runner{l: l, clk: wall.Clock{Epoch: time.Now()}, log: log, c: c, group: cfg.Group, etherType: et, auth: authOf(l),
 		st: core.NewStepper(c, cfg.Group, cfg.EtherType), subs: map[int]func(files.Report){}, done: make(chan struct{})}
+	if link.SealsCRC(l) {
+		r.st.SkipCRC() // an encrypting l writes every frame's CRC itself
+	}
 	if w, ok := link.WakerOf(l); ok {
 		r.waker = w
 	}

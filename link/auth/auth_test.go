@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -202,7 +203,36 @@ func TestEncryptedStructuredBodies(t *testing.T) {
 // frame.ParseGroup, which the runtime uses for an unmarked frame, refuses
 // it. Only a flip in the CRC itself, which the tag does not cover,
 // verifies: the frame's bytes are the sender's, so it is delivered.
+// Each frame comes with and without room behind it (link.Frame.Data's
+// capacity, where an encrypted body is opened with its tag behind it):
+// the verdicts are the same, and the room is given back as it was.
 func TestRecvMarksAuthenticated(t *testing.T) {
+	for _, room := range []int{0, TagLen} {
+		t.Run(fmt.Sprintf("room=%d", room), func(t *testing.T) { recvMarksAuthenticated(t, room) })
+	}
+}
+
+// lent is a copy of f with room bytes of capacity behind it, filled with
+// a pattern (lentIntact checks it).
+func lent(f []byte, room int) []byte {
+	b := make([]byte, len(f), len(f)+room)
+	copy(b, f)
+	for i := range b[len(f):cap(b)] {
+		b[len(f):cap(b)][i] = byte(0x5a + i)
+	}
+	return b
+}
+
+func lentIntact(t *testing.T, b []byte) {
+	t.Helper()
+	for i, c := range b[len(b):cap(b)] {
+		if c != byte(0x5a+i) {
+			t.Fatalf("byte %d of the room behind the frame was %#02x, not put back", i, c)
+		}
+	}
+}
+
+func recvMarksAuthenticated(t *testing.T, room int) {
 	for _, encrypt := range []bool{false, true} {
 		w := &wire{}
 		fa, fb := w.attach(1), w.attach(2)
@@ -219,15 +249,20 @@ func TestRecvMarksAuthenticated(t *testing.T) {
 		for i := hl; i < crcAt; i++ {
 			for bit := range 8 {
 				for _, reseal := range []bool{false, true} {
-					f := append([]byte(nil), sealed...)
+					f := lent(sealed, room)
 					f[i] ^= 1 << bit
 					if reseal {
 						frame.SetCRC(f[hl:])
 					}
+					sent := bytes.Clone(f)
 					before := b.Auth().Dropped()
 					fb.queue = append(fb.queue, f)
 					n, _ := b.Recv(time.Time{}, rx)
 					dropped := b.Auth().Dropped() - before
+					lentIntact(t, f)
+					if n == 0 && !bytes.Equal(f, sent) {
+						t.Fatalf("encrypt=%v: byte %d bit %d (CRC recomputed %v): dropped, but changed", encrypt, i, bit, reseal)
+					}
 					switch {
 					case n == 0 && dropped == 1:
 					case n == 1 && dropped == 0 && !rx[0].Authenticated:
@@ -244,12 +279,13 @@ func TestRecvMarksAuthenticated(t *testing.T) {
 			t.Fatalf("encrypt=%v: after the flips, stats %+v", encrypt, s)
 		}
 		// A flip in the CRC: the tag verifies, the frame is marked.
-		f := append([]byte(nil), sealed...)
+		f := lent(sealed, room)
 		f[len(f)-1] ^= 1
 		fb.queue = append(fb.queue, f)
 		if n, _ := b.Recv(time.Time{}, rx); n != 1 || !rx[0].Authenticated || payloadOf(t, rx[0].Data) != "hello" {
 			t.Fatalf("encrypt=%v: the CRC flipped: %d frames, authenticated %v", encrypt, n, n > 0 && rx[0].Authenticated)
 		}
+		lentIntact(t, f)
 		// The genuine frames of the stream are marked; the wire's CRC
 		// stays (valid for the MAC, stale over a decrypted body).
 		if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, 2, "world")}); err != nil {

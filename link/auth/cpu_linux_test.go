@@ -39,13 +39,18 @@ func (s *batchSink) Send(frames [][]byte) (int, error) {
 // BenchmarkRecvCPU: a receiver's CPU per frame for a frame of the group,
 // from the wire to a View the core is stepped with: the verify
 // (Link.Recv's check, decrypting in place) and the stepper's parse.
-// "crc" is the path before link.Frame.Authenticated (the CRC rewritten
-// over a decrypted body, then frame.ParseGroup checking it), "nocrc" the
-// one now (neither). Each iteration seals 2 × 500 fresh frames (not
-// timed), then verifies and parses 500 on each path, in alternating
-// order, on one locked thread: an A/B that a shared machine's load and
-// clock changes hit alike. Metrics are the thread's CPU time per frame,
-// the mean and the least round's.
+// Three paths: "crc", the one before link.Frame.Authenticated (the CRC
+// rewritten over a decrypted body, then frame.ParseGroup checking it);
+// "copy", a frame without room behind it (its ciphertext copied to
+// scratch for Open), parsed without the CRC; "room", the same frame with
+// room behind it (link/ring's V2 slots), opened from the frame with its
+// tag behind the body. Each round another locked thread seals 500 fresh
+// frames into the receive buffers (as the kernel writes a ring from the
+// other core: the receiver's first read of them is not from its own
+// cache), then this one verifies and parses them on one path; the paths
+// alternate round by round on one locked thread, an A/B that a shared
+// machine's load and clock changes hit alike. Metrics are the thread's
+// CPU time per frame, the mean and the least round's.
 //
 //	go test -run '^$' -bench RecvCPU -benchtime 45x ./link/auth
 func BenchmarkRecvCPU(b *testing.B) {
@@ -71,22 +76,40 @@ func recvCPU(b *testing.B, encrypt bool, size int) {
 	v, _ := NewVerifier(Config{Group: 7, Key: k, Encrypt: encrypt})
 	out := [][]byte{dataFrame(b, s.mac, 0, 5, 1, strings.Repeat("x", size))}
 	hl := frame.EthernetHeaderLen
-	run := func(crc bool) int64 {
-		b.StopTimer()
-		s.frames = s.frames[:0]
-		for range round {
-			if _, err := a.Send(out); err != nil {
-				b.Fatal(err)
+	// The sender: another locked thread, sealing into the receive buffers.
+	seal, sealed := make(chan struct{}), make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		for range seal {
+			s.frames = s.frames[:0]
+			var err error
+			for range round {
+				if _, err = a.Send(out); err != nil {
+					break
+				}
 			}
+			sealed <- err
+		}
+	}()
+	defer close(seal)
+	modes := []string{"crc", "copy", "room"}
+	run := func(mode string) int64 {
+		b.StopTimer()
+		seal <- struct{}{}
+		if err := <-sealed; err != nil {
+			b.Fatal(err)
 		}
 		b.StartTimer()
 		t0 := threadCPU(b)
 		for _, f := range s.frames {
+			if mode != "room" {
+				f = f[:len(f):len(f)] // nothing behind the frame
+			}
 			g, err := v.check(f)
 			if err != nil || g == nil {
 				b.Fatalf("check: %v (judged %v)", err, g != nil)
 			}
-			if crc {
+			if mode == "crc" {
 				if encrypt {
 					frame.SetCRC(g)
 				}
@@ -100,13 +123,15 @@ func recvCPU(b *testing.B, encrypt bool, size int) {
 		}
 		return threadCPU(b) - t0
 	}
-	var total, least [2]int64
-	least = [2]int64{-1, -1}
+	total, least := make([]int64, len(modes)), make([]int64, len(modes))
+	for i := range least {
+		least[i] = -1
+	}
 	rounds := 0
 	for b.Loop() {
-		for j := range 2 {
-			p := (rounds + j) % 2 // 0 crc, 1 nocrc; the order alternates
-			d := run(p == 0)
+		for j := range modes {
+			p := (rounds + j) % len(modes) // the order rotates
+			d := run(modes[p])
 			total[p] += d
 			if least[p] < 0 || d < least[p] {
 				least[p] = d
@@ -114,16 +139,21 @@ func recvCPU(b *testing.B, encrypt bool, size int) {
 		}
 		rounds++
 	}
-	for p, name := range []string{"crc", "nocrc"} {
+	for p, name := range modes {
 		b.ReportMetric(float64(total[p])/float64(rounds*round), name+"-cpu-ns/frame")
 		b.ReportMetric(float64(least[p])/round, name+"-least-cpu-ns/frame")
 	}
 }
 
 // BenchmarkSendCPU: a sender's CPU per frame: the core's encoding
-// (frame.Append, its CRC included) and the Link's seal (the copy with the
-// auth section inserted, the MAC or encryption, the CRC over the sealed
-// frame), as BenchmarkRecvCPU measures it.
+// (frame.Append) and the Link's seal (the copy with the auth section
+// inserted, the MAC or encryption, the CRC over the sealed frame), as
+// BenchmarkRecvCPU measures it. Encrypted, two encodings alternate round
+// by round on one locked thread: "crc", the core's frame with its CRC,
+// and "skip", without one (frame.Header.SkipCRC, as the runtime encodes
+// for a link that reports link.SealsCRC); with the MAC only "crc" (the
+// seal derives its CRC from the core's). Metrics are the thread's CPU
+// time per frame, the mean and the least round's.
 //
 //	go test -run '^$' -bench SendCPU -benchtime 45x ./link/auth
 func BenchmarkSendCPU(b *testing.B) {
@@ -140,44 +170,61 @@ func BenchmarkSendCPU(b *testing.B) {
 				for i := range bufs {
 					bufs[i] = make([]byte, 0, size+200)
 				}
-				h := frame.Header{Group: 7, Incarnation: 5, Acks: []uint32{1, 2}}
-				var enc, seal, encLeast, sealLeast int64 = 0, 0, -1, -1
+				modes := []string{"crc"}
+				if a.SealsCRC() {
+					modes = append(modes, "skip")
+				}
+				type sums struct{ enc, seal, encLeast, sealLeast, totLeast int64 }
+				res := make([]sums, len(modes))
+				for i := range res {
+					res[i] = sums{encLeast: -1, sealLeast: -1, totLeast: -1}
+				}
+				least := func(p *int64, v int64) {
+					if *p < 0 || v < *p {
+						*p = v
+					}
+				}
 				rounds := 0
 				one := make([][]byte, 1)
 				for b.Loop() {
-					t0 := threadCPU(b)
-					for i := range bufs {
-						h.Seq = uint32(i)
-						f := frame.AppendEthernet(bufs[i][:0], frame.Broadcast, s.mac, frame.EtherType)
-						f, err := frame.Append(f, &h, &frame.Payload{T: frame.Data, Data: payload})
-						if err != nil {
-							b.Fatal(err)
+					for j := range modes {
+						m := (rounds + j) % len(modes) // the order alternates
+						h := frame.Header{Group: 7, Incarnation: 5, Acks: []uint32{1, 2}, SkipCRC: modes[m] == "skip"}
+						t0 := threadCPU(b)
+						for i := range bufs {
+							h.Seq = uint32(i)
+							f := frame.AppendEthernet(bufs[i][:0], frame.Broadcast, s.mac, frame.EtherType)
+							f, err := frame.Append(f, &h, &frame.Payload{T: frame.Data, Data: payload})
+							if err != nil {
+								b.Fatal(err)
+							}
+							bufs[i] = f
 						}
-						bufs[i] = f
-					}
-					t1 := threadCPU(b)
-					for _, f := range bufs {
-						one[0] = f
-						if _, err := a.Send(one); err != nil {
-							b.Fatal(err)
+						t1 := threadCPU(b)
+						for _, f := range bufs {
+							one[0] = f
+							if _, err := a.Send(one); err != nil {
+								b.Fatal(err)
+							}
 						}
-					}
-					t2 := threadCPU(b)
-					e, sl := t1-t0, t2-t1
-					enc, seal = enc+e, seal+sl
-					if encLeast < 0 || e < encLeast {
-						encLeast = e
-					}
-					if sealLeast < 0 || sl < sealLeast {
-						sealLeast = sl
+						t2 := threadCPU(b)
+						r := &res[m]
+						r.enc, r.seal = r.enc+t1-t0, r.seal+t2-t1
+						least(&r.encLeast, t1-t0)
+						least(&r.sealLeast, t2-t1)
+						least(&r.totLeast, t2-t0)
 					}
 					rounds++
 				}
 				n := float64(rounds * round)
-				b.ReportMetric(float64(enc)/n, "encode-cpu-ns/frame")
-				b.ReportMetric(float64(seal)/n, "seal-cpu-ns/frame")
-				b.ReportMetric(float64(encLeast)/round, "least-encode-cpu-ns/frame")
-				b.ReportMetric(float64(sealLeast)/round, "least-seal-cpu-ns/frame")
+				for m, name := range modes {
+					r := res[m]
+					b.ReportMetric(float64(r.enc)/n, name+"-encode-cpu-ns/frame")
+					b.ReportMetric(float64(r.seal)/n, name+"-seal-cpu-ns/frame")
+					b.ReportMetric(float64(r.encLeast)/round, name+"-least-encode-cpu-ns/frame")
+					b.ReportMetric(float64(r.sealLeast)/round, name+"-least-seal-cpu-ns/frame")
+					b.ReportMetric(float64(r.totLeast)/round, name+"-least-total-cpu-ns/frame")
+				}
 			})
 		}
 	}

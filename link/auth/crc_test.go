@@ -37,16 +37,21 @@ func TestCRCCombine(t *testing.T) {
 // those of the seal before (oldSeal: the frame copied with InsertAuth,
 // tagged or encrypted in place, a CRC over the whole), for bodies around
 // combineMin and up to a jumbo frame, ack vectors of 0 to 17 entries,
-// both algorithms and several lengths in one Send.
+// both algorithms and several lengths in one Send. Encrypted, the core's
+// frames are encoded without a CRC (frame.Header.SkipCRC, as a runtime
+// does for a link.CRCSealer), and the wire's bytes are still the same.
 func TestSealedFramesUnchanged(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	k := testKey(t, 1)
 	for _, encrypt := range []bool{false, true} {
 		s := &collect{fake: fake{mac: [6]byte{2, 0, 0, 0, 0, 1}}}
 		a := wrap(t, s, k, encrypt)
+		if a.SealsCRC() != encrypt {
+			t.Fatalf("encrypt=%v: SealsCRC = %v", encrypt, a.SealsCRC())
+		}
 		for _, size := range []int{0, 1, 100, combineMin - 1, combineMin, combineMin + 1, 1400, 8900} {
 			for _, acks := range []int{0, 1, 17} {
-				var batch [][]byte
+				var batch, send [][]byte
 				for seq := range 3 {
 					payload := make([]byte, size+seq) // three lengths in one batch
 					for i := range payload {
@@ -62,9 +67,17 @@ func TestSealedFramesUnchanged(t *testing.T) {
 						t.Fatal(err)
 					}
 					batch = append(batch, f)
+					// What a runtime encodes for this link: without a CRC
+					// when the seal writes its own.
+					h.SkipCRC = a.SealsCRC()
+					f = frame.AppendEthernet(nil, frame.Broadcast, s.mac, frame.EtherType)
+					if f, err = frame.Append(f, &h, &frame.Payload{T: frame.Data, Data: payload}); err != nil {
+						t.Fatal(err)
+					}
+					send = append(send, f)
 				}
 				s.frames = s.frames[:0]
-				if _, err := a.Send(batch); err != nil {
+				if _, err := a.Send(send); err != nil {
 					t.Fatal(err)
 				}
 				for i, got := range s.frames {

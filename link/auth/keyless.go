@@ -54,6 +54,10 @@ func (k *Keyless) Kick() error { return link.Kick(k.Link) }
 // SendNow sends past the queue of the link underneath.
 func (k *Keyless) SendNow(frames [][]byte) (int, error) { return link.SendNow(k.Link, frames) }
 
+// SealsCRC is the link underneath's (link.CRCSealer): Keyless passes the
+// frames it sends on unread and unchanged.
+func (k *Keyless) SealsCRC() bool { return link.SealsCRC(k.Link) }
+
 // Recv passes the link's frames through, or returns a *MismatchError
 // once the group showed it uses a key.
 func (k *Keyless) Recv(deadline time.Time, frames []link.Frame) (int, error) {

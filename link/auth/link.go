@@ -58,6 +58,7 @@ var (
 	_ link.Wrapper   = (*Link)(nil)
 	_ link.Stager    = (*Link)(nil)
 	_ link.NowSender = (*Link)(nil)
+	_ link.CRCSealer = (*Link)(nil)
 )
 
 // Wrap returns l with cfg's authentication.
@@ -84,6 +85,12 @@ func (a *Link) MTU() int                       { return a.l.MTU() - Overhead }
 func (a *Link) HardwareAddr() net.HardwareAddr { return a.l.HardwareAddr() }
 func (a *Link) Stats() (link.Stats, error)     { return a.l.Stats() }
 func (a *Link) Close() error                   { return a.l.Close() }
+
+// SealsCRC reports whether the seal writes every frame's CRC without
+// reading the core's (link.CRCSealer): when it encrypts. Then a core need
+// not write one (frame.Header.SkipCRC). With the MAC the seal derives the
+// sealed frame's CRC from the core's (sealedCRC), which must be there.
+func (a *Link) SealsCRC() bool { return a.v.alg == AlgGCM }
 
 // Auth returns the authentication counters and keys.
 func (a *Link) Auth() Stats {
@@ -294,7 +301,9 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			f, err = frame.ParseSealedNoCRC(b) // our core's frame (its encoder wrote the CRC)
+			// Our core's frame: its encoder wrote the CRC, or left it
+			// zero for an encrypting seal (SealsCRC), which ignores it.
+			f, err = frame.ParseSealedNoCRC(b)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)

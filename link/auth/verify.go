@@ -60,6 +60,9 @@ type Verifier struct {
 	// otherwise make escape, one allocation each per frame.
 	tag   [TagLen]byte
 	nonce [12]byte
+	// behind holds the bytes the tag displaces behind a frame's body
+	// (openZeroed), put back after Open.
+	behind [TagLen]byte
 }
 
 // NewVerifier returns a Verifier of cfg's group, accepting cfg.Key.
@@ -318,10 +321,31 @@ func (v *Verifier) openZeroed(a opener, f frame.View, counter uint64) bool {
 	if cap(v.scratch) < len(body)+TagLen {
 		v.scratch = make([]byte, 0, max(len(body)+TagLen, 9216))
 	}
-	// The tag is not behind the body on the wire, so the ciphertext and
-	// the tag go to scratch, and Open decrypts from there straight back
-	// into the frame (one copy of the body, not two). A failed Open
-	// zeroes what it wrote: the ciphertext is put back.
+	// The tag is not behind the body on the wire. If the frame's buffer
+	// has room for it there (the CRC and what follows the frame up to
+	// cap: link.Frame's room, a ring slot's), the tag goes behind the
+	// body for the moment, and Open reads the ciphertext once, from the
+	// frame, into scratch: the first read of a frame the kernel wrote on
+	// another core overlaps the decryption, instead of a copy's alone.
+	// The plaintext is copied back into the frame (still in the cache),
+	// and what the tag covered put back. A failed Open leaves the frame
+	// as it came: its CRC can still tell corruption from forgery.
+	if end := crcAt + TagLen; end <= cap(f) {
+		behind := f[crcAt:end]
+		copy(v.behind[:], behind)
+		copy(behind, v.tag[:])
+		out, err := a.Open(v.scratch[:0], v.nonce[:], f[f.BodyAt():end], f[:f.BodyAt()])
+		copy(behind, v.behind[:])
+		if err != nil {
+			return false
+		}
+		copy(body, out)
+		return true
+	}
+	// Without room the ciphertext and the tag go to scratch, and Open
+	// decrypts from there straight back into the frame (one copy of the
+	// body, not two). A failed Open zeroes what it wrote: the ciphertext
+	// is put back.
 	buf := append(append(v.scratch[:0], body...), v.tag[:]...)
 	if _, err := a.Open(body[:0], v.nonce[:], buf, f[:f.BodyAt()]); err != nil {
 		copy(body, buf[:len(body)])

@@ -198,10 +198,20 @@ func rxMacOffset(v Version) int {
 	return tpacketAlign(hdrLen(v)+16) - link.EthernetHeaderLen
 }
 
+// rxRoom is what a TPACKET_V2 slot keeps behind a frame of the full MTU,
+// lent with it (link.Frame.Data's capacity): link/auth puts an AES-GCM
+// tag behind the body there, to decrypt from the slot in one pass.
+const rxRoom = 16
+
 // rxFrameSize is the room one received frame of a full MTU needs: header,
-// sockaddr_ll, padding, Ethernet header and payload, aligned.
+// sockaddr_ll, padding, Ethernet header and payload, aligned; under V2,
+// and rxRoom behind it.
 func rxFrameSize(v Version, mtu int) int {
-	return tpacketAlign(rxMacOffset(v) + link.EthernetHeaderLen + mtu)
+	n := rxMacOffset(v) + link.EthernetHeaderLen + mtu
+	if v == V2 {
+		n += rxRoom
+	}
+	return tpacketAlign(n)
 }
 
 // txDataOffset is where the kernel reads a frame to send from a TX slot

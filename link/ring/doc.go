@@ -15,7 +15,9 @@
 //
 // Recv returns frames as views into the ring: link.Frame.Data points into
 // the mapping, and Frame.Time is the kernel's receive timestamp
-// (tp_sec/tp_nsec). This is the ring-reuse rule of link.Link: a slot (V2)
+// (tp_sec/tp_nsec). Under V2 Data's capacity is the rest of its slot,
+// which keeps 16 bytes behind a frame of the full MTU (link.Frame: room
+// lent with the frame; link/auth decrypts with its tag there). This is the ring-reuse rule of link.Link: a slot (V2)
 // or block (V3) handed out by Recv stays ours, untouched by the kernel
 // however many frames arrive meanwhile, until the start of the next Recv
 // (or Close), which gives it back by storing TP_STATUS_KERNEL in its status

@@ -191,6 +191,17 @@ func (r *receiver) run(quiet time.Duration, done func(r *receiver) bool) {
 				r.err = err
 				return
 			}
+			// The room lent behind the frame (link.Frame.Data): at least
+			// rxRoom bytes under V2, none under V3. Scribbled over, it
+			// must spoil no later frame.
+			room := f.Data[len(f.Data):cap(f.Data)]
+			if v := r.l.cfg.Version; v == V2 && len(room) < rxRoom || v == V3 && len(room) != 0 {
+				r.err = fmt.Errorf("%v: frame %d of %d bytes lent with %d bytes of room", v, seq, len(f.Data), len(room))
+				return
+			}
+			for i := range room {
+				room[i] = 0xa5
+			}
 			if seq < r.next {
 				r.err = fmt.Errorf("frame %d arrived after %d: duplicate or reordered", seq, r.next-1)
 				return

@@ -833,7 +833,7 @@ func (l *Link) fillV2(frames []Frame, groups []uint32) (n int, bytes, filtered u
 			continue
 		}
 		frames[n] = Frame{
-			Data:     h[mac : mac+snap : mac+snap],
+			Data:     h[mac : mac+snap : frameSize], // the slot's rest is lent too (link.Frame)
 			Time:     time.Unix(int64(nativeEndian.Uint32(h[v2Sec:])), int64(nativeEndian.Uint32(h[v2Nsec:]))),
 			Outgoing: pkttype == unix.PACKET_OUTGOING,
 		}

@@ -106,6 +106,17 @@ type Core interface {
 	Repair(from frame.MemberID) (stream frame.MemberID, repairing bool)
 }
 
+// A CRCSkipper is a core that can leave its frames' CRC32C to the link
+// they go out on, when that link writes every frame's CRC itself
+// (link.CRCSealer: link/auth encrypting). After SkipCRC every frame it
+// encodes carries a zero CRC (frame.Header.SkipCRC). A core that wraps or
+// starts others passes it on to them, also to those it starts later. A
+// core without it writes the CRC as always; so does any frame a core
+// embeds in another (a ViewRelay's), whose CRC its receivers check.
+type CRCSkipper interface {
+	SkipCRC()
+}
+
 // Info is what a core's runtime needs to know of it and that does not
 // change while it runs.
 type Info struct {

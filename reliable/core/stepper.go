@@ -120,6 +120,17 @@ func (s *Stepper) setMembers(ids []frame.MemberID) {
 	}
 }
 
+// SkipCRC has the core encode its frames without a CRC (CRCSkipper), for
+// a driver whose link writes every frame's CRC itself (link.SealsCRC),
+// and reports whether the core can.
+func (s *Stepper) SkipCRC() bool {
+	c, ok := s.c.(CRCSkipper)
+	if ok {
+		c.SkipCRC()
+	}
+	return ok
+}
+
 // Core returns the core the stepper drives.
 func (s *Stepper) Core() Core { return s.c }
 

@@ -37,6 +37,7 @@ type Core struct {
 	scratchTo   []*receiver
 	placed      frame.Placed
 	hdr         frame.Header
+	skipCRC     bool // the link writes every frame's CRC (SkipCRC)
 
 	// Receiver (recv.go).
 	in       []*transfer // by key
@@ -261,8 +262,11 @@ func (c *Core) buf() []byte {
 	return make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU)
 }
 
+// SkipCRC leaves every frame's CRC to the link (core.CRCSkipper).
+func (c *Core) SkipCRC() { c.skipCRC = true }
+
 func (c *Core) header(seq uint32, flags frame.Flags) frame.Header {
-	return frame.Header{Group: c.cfg.Group, Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ViewID: c.cfg.ViewID, Seq: seq, Flags: flags}
+	return frame.Header{Group: c.cfg.Group, Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ViewID: c.cfg.ViewID, Seq: seq, Flags: flags, SkipCRC: c.skipCRC}
 }
 
 // send encodes body to dst and queues the frame; it returns its length.

@@ -313,3 +313,48 @@ func TestRepairToOneOrGroup(t *testing.T) {
 }
 
 var _ core.Core = (*Core)(nil)
+
+// TestSkipCRC: after SkipCRC (core.CRCSkipper: the link writes every
+// frame's CRC) the core's frames, an offer, its blocks and its end
+// alike, carry a zero CRC and are otherwise those it encodes without it.
+func TestSkipCRC(t *testing.T) {
+	frames := func(skip bool) [][]byte {
+		s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10 })
+		if skip {
+			core.CRCSkipper(s).SkipCRC()
+		}
+		data := []byte("twenty-five bytes of file")
+		src := &memSource{data: data, bs: 10, fail: -1}
+		if _, err := s.Send(2, Outgoing{Name: "x", Size: uint64(len(data)), Hash: sha256.Sum256(data), Source: src}); err != nil {
+			t.Fatal(err)
+		}
+		var out [][]byte
+		for now := Time(Millisecond); now < Time(20*Millisecond); now += Time(Millisecond) {
+			s.Tick(now)
+			for _, f := range s.Ready().Frames {
+				out = append(out, append([]byte(nil), f...))
+			}
+			s.Advance()
+		}
+		return out
+	}
+	with, without := frames(false), frames(true)
+	if len(with) < 4 || len(with) != len(without) {
+		t.Fatalf("%d frames with the CRC, %d without; want the same, at least 4", len(with), len(without))
+	}
+	types := map[frame.Type]bool{}
+	for i, f := range without {
+		v := frame.View(f[frame.EthernetHeaderLen:])
+		types[v.Type()] = true
+		if v.CRC() != 0 {
+			t.Fatalf("frame %d (%v): CRC %#08x after SkipCRC", i, v.Type(), v.CRC())
+		}
+		frame.SetCRC(f[frame.EthernetHeaderLen:])
+		if !slices.Equal(f, with[i]) {
+			t.Fatalf("frame %d (%v) differs beyond its CRC:\n%x\n%x", i, v.Type(), f, with[i])
+		}
+	}
+	if !types[frame.FileOffer] || !types[frame.FileData] {
+		t.Fatalf("types sent %v, want an offer and blocks", types)
+	}
+}

@@ -93,6 +93,7 @@ func (r Refusal) String() string {
 type Registrar struct {
 	cfg       Config
 	etherType uint16
+	skipCRC   bool // the link writes every frame's CRC (SkipCRC)
 
 	// Server side.
 	members []frame.MemberInfo // by admission order; [0] is the server
@@ -377,13 +378,16 @@ func (r *Registrar) Advance() {
 	r.frames = r.frames[:0]
 }
 
+// SkipCRC leaves every frame's CRC to the link (core.CRCSkipper).
+func (r *Registrar) SkipCRC() { r.skipCRC = true }
+
 func (r *Registrar) emit(dst [6]byte, sender frame.MemberID, body frame.Body) {
 	var b []byte
 	if n := len(r.bufs); n > 0 {
 		b, r.bufs = r.bufs[n-1], r.bufs[:n-1]
 	}
 	b = frame.AppendEthernet(b, dst, r.cfg.MAC, r.etherType)
-	h := frame.Header{Group: r.cfg.Group, Sender: sender, Incarnation: r.cfg.Incarnation}
+	h := frame.Header{Group: r.cfg.Group, Sender: sender, Incarnation: r.cfg.Incarnation, SkipCRC: r.skipCRC}
 	b, err := frame.Append(b, &h, body)
 	if err != nil {
 		return // cannot happen: every body here is fixed-size or bounded by MaxSize
@@ -474,6 +478,14 @@ type attached struct {
 // Unwrap returns the core registration runs beside, for the runtime's
 // optional capabilities (reliable.Group.Expect).
 func (a *attached) Unwrap() core.Core { return a.Core }
+
+// SkipCRC passes core.CRCSkipper on to registration and the core.
+func (a *attached) SkipCRC() {
+	a.r.SkipCRC()
+	if s, ok := a.Core.(core.CRCSkipper); ok {
+		s.SkipCRC()
+	}
+}
 
 func registration(t frame.Type) bool {
 	return t == frame.Join || t == frame.Welcome || t == frame.Start

@@ -4,6 +4,9 @@ import "github.com/rbcast/rbcast/frame"
 
 // header prepares c.hdr for a frame with sequence number seq: the full
 // ack vector, exp_seqno[0..n-1] (thesis fig. 3.3), goes on every frame.
+// SkipCRC leaves every frame's CRC to the link (core.CRCSkipper).
+func (c *Core) SkipCRC() { c.hdr.SkipCRC = true }
+
 func (c *Core) header(seq uint32, flags frame.Flags) {
 	c.hdr.Seq = seq
 	c.hdr.Flags = flags

@@ -1048,6 +1048,9 @@ func pointSpan(byMember []uint32, s settings) []uint32 {
 	return out
 }
 
+// SkipCRC leaves every frame's CRC to the link (core.CRCSkipper).
+func (c *Core) SkipCRC() { c.hdr.SkipCRC = true }
+
 // emit encodes c.hdr (with our pcv as the ack vector) and body into a
 // frame for the next Ready.
 func (c *Core) emit(dst [6]byte, body frame.Body) {

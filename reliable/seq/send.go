@@ -8,6 +8,9 @@ import "github.com/rbcast/rbcast/frame"
 // number it expects from the sequencer: every global before it is
 // delivered here. That is the piggybacked acknowledgement the sequencer
 // garbage-collects its history with.
+// SkipCRC leaves every frame's CRC to the link (core.CRCSkipper).
+func (c *Core) SkipCRC() { c.hdr.SkipCRC = true }
+
 func (c *Core) header(seq uint32, flags frame.Flags) {
 	c.hdr.Seq = seq
 	c.hdr.Flags = flags

@@ -181,6 +181,7 @@ type Core struct {
 	cfg     Config
 	now     clock.Time
 	started bool
+	skipCRC bool // the link writes every frame's CRC (SkipCRC)
 	state   state
 	err     error
 	self    frame.MemberID
@@ -434,7 +435,25 @@ func (c *Core) emit(dst [6]byte, body frame.Body) {
 // emitHeader broadcasts a frame with header h.
 func (c *Core) emitHeader(h *frame.Header, body frame.Body) { c.emitTo(frame.Broadcast, h, body) }
 
+// SkipCRC leaves the CRC of this core's frames, and of every view's
+// core's, to the link (core.CRCSkipper). A ViewRelay's relayed frame
+// keeps its CRC: its receivers check it.
+func (c *Core) SkipCRC() {
+	c.skipCRC = true
+	for _, in := range []Inner{c.inner, c.prev} {
+		skipCRC(in)
+	}
+}
+
+// skipCRC passes SkipCRC on to a view's core.
+func skipCRC(in Inner) {
+	if s, ok := in.(core.CRCSkipper); ok {
+		s.SkipCRC()
+	}
+}
+
 func (c *Core) emitTo(dst [6]byte, h *frame.Header, body frame.Body) {
+	h.SkipCRC = c.skipCRC
 	var b []byte
 	if c.used < len(c.bufs) {
 		b = c.bufs[c.used][:0]

@@ -196,6 +196,13 @@ func New(in Inner) *Core {
 	return &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
 }
 
+// SkipCRC passes core.CRCSkipper on to the membership core.
+func (c *Core) SkipCRC() {
+	if s, ok := c.in.(core.CRCSkipper); ok {
+		s.SkipCRC()
+	}
+}
+
 // NewSafe wraps the membership core in: the Safe level, Agreed where a
 // message is delivered only once every member of the view holds it, so
 // that what any member delivered, even one that then fails, every member
