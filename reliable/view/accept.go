@@ -23,10 +23,15 @@ import (
 // from it. So the views that deliver form one history: each accepted view's
 // base was accepted, down to the founding view.
 //
-// A joiner cannot tell the base's members apart from other joiners, and
-// takes its first view as accepted: its messages are delivered only once
-// the view's orderer orders them, and an orderer that was a member of the
-// base waits.
+// A joiner knows the base only from the commit that admits it: the commit
+// carries how many members the base counts and which members of the new
+// view count for them (frame.ViewCommitBody's BaseCount and FromBase, as
+// the coordinator computed them from the base), and the joiner waits for
+// the same majority as a member of the base. (Before, a joiner took its
+// first view as accepted: one that a deaf coordinator's late commit
+// admitted, and that gave it the lowest id, ordered and delivered its own
+// messages there while the base's majority went on in another view;
+// viewsim TestDeafCoordinatorLateJoiner.)
 
 // Unaccepted reports whether the current view waits to be accepted: this
 // member's messages wait in the core's queue until then (pcap-replay's
@@ -34,28 +39,44 @@ import (
 func (c *Core) Unaccepted() bool { return c.unaccepted }
 
 // startAcceptance sets the acceptance of the view commit installs, before
-// install replaces the current view (the base) with it.
+// install replaces the current view (the base) with it: a member of the
+// base counts from the base it holds, a joiner from the commit.
 func (c *Core) startAcceptance(commit frame.ViewCommitBody) {
 	c.unaccepted = false
 	c.fromBase, c.baseTotal = c.fromBase[:0], 0
-	if !c.cfg.Primary || commit.Base == 0 || c.inner == nil || c.view.ID != commit.Base {
+	if !c.cfg.Primary || commit.Base == 0 {
 		return
 	}
-	for _, m := range c.view.Members {
-		if containsID(c.leavers, m.ID) {
+	switch {
+	case c.inner != nil && c.view.ID == commit.Base:
+		c.fromBase, c.baseTotal = acceptors(c.view, c.leavers, commit.Members, c.fromBase)
+	case c.state == joining:
+		c.fromBase, c.baseTotal = append(c.fromBase, commit.FromBase...), int(commit.BaseCount)
+	default:
+		return
+	}
+	c.unaccepted = true
+}
+
+// acceptors are the members of a view formed from base that count toward
+// accepting it (appended to ids), and total how many members base counts:
+// those that did not leave it cleanly.
+func acceptors(base View, leavers []frame.MemberID, members []frame.MemberInfo, ids []frame.MemberID) (_ []frame.MemberID, total int) {
+	for _, m := range base.Members {
+		if containsID(leavers, m.ID) {
 			continue
 		}
-		c.baseTotal++
-		for _, n := range commit.Members {
+		total++
+		for _, n := range members {
 			// The member itself, or its restart (a new incarnation on
 			// the same MAC: the old one is gone and installs nothing
 			// more, as primary counts a restart asking to join).
 			if n.MAC == m.MAC {
-				c.fromBase = append(c.fromBase, n.ID)
+				ids = append(ids, n.ID)
 			}
 		}
 	}
-	c.unaccepted = true
+	return ids, total
 }
 
 // announce has the new view's core send at once (a Heartbeat unless

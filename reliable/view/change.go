@@ -425,6 +425,11 @@ func (c *Core) maybeCommit() {
 	// the others' Flushes came in.
 	c.recordFlush(p, c.myFlush())
 	commit := frame.ViewCommitBody{Next: p.next, Base: p.base, Members: p.members}
+	// What a joiner needs to wait for the view's acceptance as the base's
+	// members do (accept.go).
+	var total int
+	commit.FromBase, total = acceptors(c.view, c.leavers, p.members, nil)
+	commit.BaseCount = uint16(total)
 	var laggards []frame.MemberID
 	for _, m := range c.view.Members {
 		x := frame.Cut{Member: m.ID, Holder: m.ID}
