@@ -833,7 +833,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.later = c.later[:0]
 	c.view, c.self, c.state = v, self, member
 	formed := commit
-	formed.Members, formed.Cuts = slices.Clone(commit.Members), slices.Clone(commit.Cuts)
+	formed.Members, formed.Cuts, formed.FromBase = slices.Clone(commit.Members), slices.Clone(commit.Cuts), slices.Clone(commit.FromBase)
 	c.formed = &formed
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false

@@ -17,15 +17,16 @@ import (
 // join; member 1, the coordinator, prepares the view that admits it (J
 // takes the lowest free id, 0, and so is the sequencer) and falls asleep
 // right after the Prepare. Members 2, 3 and 4 flush for it, suspect it,
-// and member 2 forms a view without it (admitting J too, whose copies of
-// that commit are lost until the sleeper's has come). The sleeper wakes,
-// commits from the earlier Flushes, and J installs the sleeper's view: a
-// view that only 1 of the four members of its base installed. A joiner
-// that took its first view as accepted ordered its own messages there and
-// delivered them, while 2, 3 and 4 delivered in theirs: two views formed
-// from view 2 both delivering, a split brain (onePrimary). Now the joiner
-// too waits for a majority of the base to be heard in its first view, and
-// delivers nothing in the sleeper's.
+// and member 2 forms views without it (0x402 of the three, then 0x502
+// admitting J, whose copies of every commit but the sleeper's are lost
+// until the sleeper's has come). The sleeper wakes, commits 0x301 from
+// the earlier Flushes, and J installs it: a view that only 1 of the four
+// members of its base installed. A joiner that took its first view as
+// accepted ordered its own messages there and delivered 2 of them, while
+// 2, 3 and 4 went on delivering from 0x402: two branches from view 0x201
+// delivering, a split brain (onePrimary). Now the joiner too waits for a
+// majority of the base to be heard in its first view, delivers nothing in
+// the sleeper's, and stops once the group goes on without it.
 func TestDeafCoordinatorLateJoiner(t *testing.T) {
 	net, err := testnet.New(29, testnet.Config{})
 	if err != nil {
@@ -141,6 +142,9 @@ func TestDeafCoordinatorLateJoiner(t *testing.T) {
 	}
 	if err := r.onePrimary(); err != nil {
 		t.Fatal(err)
+	}
+	if j.err == nil || len(two.views) < 3 || len(two.inView[two.view]) == 0 {
+		t.Fatalf("J: err %v; member 2: views %#x, %d delivered in the last; want J stopped and the majority going on", j.err, two.views, len(two.inView[two.view]))
 	}
 	t.Logf("J: views %#x, err %v; the sleeper: %v", j.views, j.err, sleeper.err)
 }
