@@ -119,8 +119,9 @@ type Cut struct {
 // BaseCount members of Base is heard in it (docs/membership.md, "Two
 // coordinators at once"): BaseCount is how many members Base had (those
 // that left it cleanly aside), FromBase the members of Next that count
-// toward it (a member of Base, or its restart: the same MAC). A joiner
-// knows Base only from these. On the wire FromBase is a bitmap over
+// toward it (a member of Base, or its restart: the same MAC), as the
+// coordinator reckoned them; every member of Next counts by these (a
+// joiner knows Base only from them). On the wire FromBase is a bitmap over
 // Members (bit 7 of the first byte is Members[0]); an id not in Members
 // is not sent.
 type ViewCommitBody struct {

@@ -23,38 +23,28 @@ import (
 // from it. So the views that deliver form one history: each accepted view's
 // base was accepted, down to the founding view.
 //
-// A joiner knows the base only from the commit that admits it: the commit
-// carries how many members the base counts and which members of the new
-// view count for them (frame.ViewCommitBody's BaseCount and FromBase, as
-// the coordinator computed them from the base), and the joiner waits for
-// the same majority as a member of the base. (Before, a joiner took its
-// first view as accepted: one that a deaf coordinator's late commit
-// admitted, and that gave it the lowest id, ordered and delivered its own
-// messages there while the base's majority went on in another view;
-// viewsim TestDeafCoordinatorLateJoiner.)
+// Whom the base counts is the coordinator's reckoning, carried in the
+// commit (frame.ViewCommitBody's BaseCount and FromBase), and every member
+// of the new view waits for that same majority: a joiner knows the base
+// only from the commit, and a member of the base may not have heard yet
+// of a member that left it, which the coordinator left out. Any count that
+// leaves out only members that did leave is safe: a member that left
+// installs nothing more.
 
 // Unaccepted reports whether the current view waits to be accepted: this
 // member's messages wait in the core's queue until then (pcap-replay's
 // re-run proposes the application's messages by it).
 func (c *Core) Unaccepted() bool { return c.unaccepted }
 
-// startAcceptance sets the acceptance of the view commit installs, before
-// install replaces the current view (the base) with it: a member of the
-// base counts from the base it holds, a joiner from the commit.
+// startAcceptance sets the acceptance of the view commit installs, from
+// the commit's count of the base.
 func (c *Core) startAcceptance(commit frame.ViewCommitBody) {
 	c.unaccepted = false
 	c.fromBase, c.baseTotal = c.fromBase[:0], 0
 	if !c.cfg.Primary || commit.Base == 0 {
 		return
 	}
-	switch {
-	case c.inner != nil && c.view.ID == commit.Base:
-		c.fromBase, c.baseTotal = acceptors(c.view, c.leavers, commit.Members, c.fromBase)
-	case c.state == joining:
-		c.fromBase, c.baseTotal = append(c.fromBase, commit.FromBase...), int(commit.BaseCount)
-	default:
-		return
-	}
+	c.fromBase, c.baseTotal = append(c.fromBase, commit.FromBase...), int(commit.BaseCount)
 	c.unaccepted = true
 }
 
