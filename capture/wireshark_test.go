@@ -163,7 +163,7 @@ var dissectorFields = []string{
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
 	"rbcast.view", "rbcast.view.next", "rbcast.view.base", "rbcast.view.members", "rbcast.flush.sent", "rbcast.flush.count",
 	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
-	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
+	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.commit.base_count", "rbcast.commit.from_base", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
 	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
 	"rbcast.mismatch.reason", "rbcast.mismatch.refused", "rbcast.mismatch.fingerprint",
 	"rbcast.pcode.step", "rbcast.pcode.global", "rbcast.pcode.stream", "rbcast.pcode.reserved",
@@ -404,6 +404,13 @@ func expectFields(v frame.View) map[string]string {
 			}
 			m["rbcast.cut.count"], m["rbcast.cut.member"], m["rbcast.cut.cut"] = d(cl.Len()), mem.String(), cut.String()
 			m["rbcast.cut.holder"], m["rbcast.cut.from"] = hold.String(), from.String()
+			var fb joined
+			for i := range ml.Len() {
+				if v.CommitFromBase(i) {
+					fb.add("%d", ml.At(i).ID)
+				}
+			}
+			m["rbcast.commit.base_count"], m["rbcast.commit.from_base"] = d(v.CommitBaseCount()), fb.String()
 		}
 	case frame.ViewFlush:
 		dl := v.FlushDelivered()

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -99,7 +100,7 @@ func goldenCases() []struct {
 		{"view_join", hViewJoin, &ViewJoinBody{Requested: 3, Nonce: 0x0102030405060708, ConfigHash: 0xdeadbeefcafef00d, MTU: 1500}},
 		{"view_prepare", hNoAcks, &ViewPrepareBody{Next: 8, Base: 7, Members: members2}},
 		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, false, 17}, {2, true, 5}}}},
-		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}}},
+		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}, BaseCount: 3, FromBase: []MemberID{0, 1}}},
 		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
 		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
@@ -682,5 +683,40 @@ func TestSkipCRC(t *testing.T) {
 				t.Fatalf("SetCRC of the SkipCRC frame differs from the vector")
 			}
 		})
+	}
+}
+
+// A ViewCommit's acceptance part: the base count and a bit per member of
+// the new view, the bits past the last member zero; a view of 60 members
+// still fits a 1500-byte MTU.
+func TestViewCommitAccept(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	var members []MemberInfo
+	for i := range 9 {
+		members = append(members, MemberInfo{ID: MemberID(i), MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}, Incarnation: 1})
+	}
+	body := &ViewCommitBody{Next: 0x301, Base: 0x201, Members: members, Cuts: []Cut{{1, 4, 1, 4}}, BaseCount: 4, FromBase: []MemberID{1, 2, 8, 12}}
+	b, err := Append(nil, &h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got := v.Decode()
+	c := got.(*ViewCommitBody)
+	if c.BaseCount != 4 || !slices.Equal(c.FromBase, []MemberID{1, 2, 8}) {
+		t.Fatalf("decoded base count %d, from base %v; want 4, [1 2 8] (12 is no member)", c.BaseCount, c.FromBase)
+	}
+	b[len(b)-CRCLen-1] |= 0x01 // a bit past member 8
+	_, err = Parse(reseal(b))
+	var de *DecodeError
+	if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != "commit.accept.from_base" || !strings.Contains(err.Error(), "bits set past member 8 of 9: 0x81") {
+		t.Fatalf("a stray bit: err = %v, want ErrBody in commit.accept.from_base", err)
+	}
+	if n := MaxViewMembers(1500); n != 60 {
+		t.Fatalf("MaxViewMembers(1500) = %d, want 60", n)
 	}
 }

@@ -202,6 +202,10 @@ func exercise(v View) {
 		for i, cl := 0, v.CommitCuts(); i < cl.Len(); i++ {
 			_ = cl.At(i)
 		}
+		_ = v.CommitBaseCount()
+		for i, ml := 0, v.ViewMembers(); i < ml.Len(); i++ {
+			_ = v.CommitFromBase(i)
+		}
 	case ViewRelay:
 		_, _ = v.RelayBase(), v.RelayFrame().Type()
 	case ViewRefuse:

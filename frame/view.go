@@ -379,6 +379,12 @@ func (v View) Decode() (Header, Body) {
 		for i := range c.Cuts {
 			c.Cuts[i] = cl.At(i)
 		}
+		c.BaseCount = v.CommitBaseCount()
+		for i, m := range c.Members {
+			if v.CommitFromBase(i) {
+				c.FromBase = append(c.FromBase, m.ID)
+			}
+		}
 		return h, c
 	case ViewRelay:
 		return h, &ViewRelayBody{Base: v.RelayBase(), Frame: append([]byte{}, v.RelayFrame()...)}

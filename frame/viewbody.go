@@ -114,15 +114,27 @@ type Cut struct {
 
 // ViewCommitBody installs view Next, formed from Base, with Members, once
 // each member has delivered up to Cuts in Base.
+//
+// Under a primary component Next is acted on only once a majority of
+// BaseCount members of Base is heard in it (docs/membership.md, "Two
+// coordinators at once"): BaseCount is how many members Base had (those
+// that left it cleanly aside), FromBase the members of Next that count
+// toward it (a member of Base, or its restart: the same MAC), as the
+// coordinator reckoned them; every member of Next counts by these (a
+// joiner knows Base only from them). On the wire FromBase is a bitmap over
+// Members (bit 7 of the first byte is Members[0]); an id not in Members
+// is not sent.
 type ViewCommitBody struct {
 	Next, Base uint32
 	Members    []MemberInfo
 	Cuts       []Cut
+	BaseCount  uint16
+	FromBase   []MemberID
 }
 
 func (c *ViewCommitBody) FrameType() Type { return ViewCommit }
 func (c *ViewCommitBody) Len() int {
-	return viewHeadLen + listHeaderLen + len(c.Members)*memberLen + listHeaderLen + len(c.Cuts)*cutLen
+	return viewHeadLen + listHeaderLen + len(c.Members)*memberLen + listHeaderLen + len(c.Cuts)*cutLen + commitAcceptLen(len(c.Members))
 }
 func (c *ViewCommitBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, c.Next)
@@ -135,9 +147,28 @@ func (c *ViewCommitBody) AppendBody(b []byte) []byte {
 		b = be.AppendUint16(b, uint16(x.Holder))
 		b = be.AppendUint32(b, x.From)
 	}
+	b = be.AppendUint16(b, c.BaseCount)
+	var bits byte
+	for i, m := range c.Members {
+		for _, id := range c.FromBase {
+			if id == m.ID {
+				bits |= 0x80 >> (i % 8)
+				break
+			}
+		}
+		if i%8 == 7 || i == len(c.Members)-1 {
+			b = append(b, bits)
+			bits = 0
+		}
+	}
 	return b
 }
+
 func (c *ViewCommitBody) flags() Flags { return 0 }
+
+// commitAcceptLen is the size of a ViewCommit's acceptance part for a
+// view of n members: the base count and the from-base bitmap.
+func commitAcceptLen(n int) int { return 2 + (n+7)/8 }
 
 // ViewRelayBody carries a frame of view Base verbatim (a departing
 // sender's Data, which the relaying member delivered and others did not).
@@ -291,8 +322,16 @@ func checkViewBody(t Type, body []byte, start int) error {
 			return decodeErr(ErrBody, "commit.cuts", start+end, "no room for the cut count")
 		}
 		n := int(be.Uint16(body[end:]))
-		if len(body) != end+listHeaderLen+n*cutLen {
+		m := int(be.Uint16(body[viewHeadLen:]))
+		if len(body) < end+listHeaderLen+n*cutLen {
 			return decodeErr(ErrBody, "commit.cuts", start+end, "%d cuts need %d bytes, %d left", n, listHeaderLen+n*cutLen, len(body)-end)
+		}
+		end += listHeaderLen + n*cutLen
+		if len(body) != end+commitAcceptLen(m) {
+			return decodeErr(ErrBody, "commit.accept", start+end, "a view of %d members needs %d bytes (base count, from-base bitmap), %d left", m, commitAcceptLen(m), len(body)-end)
+		}
+		if r := m % 8; r != 0 && body[len(body)-1]&(0xff>>r) != 0 {
+			return decodeErr(ErrBody, "commit.accept.from_base", start+len(body)-1, "bits set past member %d of %d: 0x%02x", m-1, m, body[len(body)-1])
 		}
 		return nil
 	case ViewRelay:
@@ -382,6 +421,22 @@ func (c CutList) At(i int) Cut {
 	return Cut{Member: MemberID(be.Uint16(b)), Cut: be.Uint32(b[2:]), Holder: MemberID(be.Uint16(b[6:])), From: be.Uint32(b[8:])}
 }
 
+// CommitBaseCount is how many members of a ViewCommit's base count
+// toward accepting its view (ViewCommitBody.BaseCount).
+func (v View) CommitBaseCount() uint16 {
+	b := v.Body()
+	cl := v.CommitCuts()
+	return be.Uint16(b[len(b)-len(cl)+listHeaderLen+cl.Len()*cutLen:])
+}
+
+// CommitFromBase reports whether member i of a ViewCommit's member list
+// counts toward accepting its view (ViewCommitBody.FromBase).
+func (v View) CommitFromBase(i int) bool {
+	b := v.Body()
+	n := v.ViewMembers().Len()
+	return b[len(b)-(n+7)/8+i/8]&(0x80>>(i%8)) != 0
+}
+
 // RelayBase and RelayFrame read a ViewRelay: the view the relayed frame
 // belongs to, and the frame (validated when the relay was).
 func (v View) RelayBase() uint32 { return be.Uint32(v.Body()) }
@@ -411,8 +466,11 @@ func (v View) Suspects() []MemberID {
 
 // MaxViewMembers is the most members a view may have for its frames to
 // fit an MTU of mtu bytes: a ViewCommit lists every member and, for
-// every member of the view before, its cut.
+// every member of the view before, its cut, and a bit per member.
 func MaxViewMembers(mtu int) int {
-	n := (mtu - Overhead - viewHeadLen - 2*listHeaderLen) / (memberLen + cutLen)
+	n := (mtu - Overhead - viewHeadLen - 2*listHeaderLen - 2) / (memberLen + cutLen)
+	for n > 0 && Overhead+viewHeadLen+2*listHeaderLen+n*(memberLen+cutLen)+commitAcceptLen(n) > mtu {
+		n--
+	}
 	return max(0, min(n, int(NoMember)))
 }

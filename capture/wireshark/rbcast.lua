@@ -137,6 +137,8 @@ local f = {
 	cut_seq = ProtoField.uint32("rbcast.cut.cut", "Cut", base.DEC),
 	cut_holder = ProtoField.uint16("rbcast.cut.holder", "Holder", base.DEC),
 	cut_from = ProtoField.uint32("rbcast.cut.from", "From", base.DEC),
+	commit_base_count = ProtoField.uint16("rbcast.commit.base_count", "Base members counted", base.DEC),
+	commit_from_base = ProtoField.uint16("rbcast.commit.from_base", "Counts for the base", base.DEC),
 	relay_base = ProtoField.uint32("rbcast.relay.base", "Base view", base.DEC),
 	relay_frame = ProtoField.bytes("rbcast.relay.frame", "Relayed frame"),
 	refuse_nonce = ProtoField.uint64("rbcast.refuse.nonce", "Nonce", base.HEX),
@@ -615,6 +617,19 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 				c:add(f.cut_holder, tvb(p + 6, 2))
 				c:add(f.cut_from, tvb(p + 8, 4))
 				p = p + 12
+			end
+			local nb = math.floor((n + 7) / 8)
+			if p + 2 + nb ~= stop then
+				body_error(tree, "commit.accept", p, string.format("a view of %d members needs %d bytes (base count, from-base bitmap), %d left", n, 2 + nb, stop - p))
+				return
+			end
+			local a = tree:add(rbcast, tvb(p, 2 + nb), string.format("Accepted once more than half of %d base members are heard", tvb(p, 2):uint()))
+			a:add(f.commit_base_count, tvb(p, 2))
+			for i = 0, n - 1 do
+				local byte = tvb(p + 2 + math.floor(i / 8), 1):uint()
+				if bit.band(byte, bit.rshift(0x80, i % 8)) ~= 0 then
+					a:add(f.commit_from_base, tvb(p + 2 + math.floor(i / 8), 1), tvb(off + 10 + 12 * i, 2):uint())
+				end
 			end
 		end
 	elseif ty == 0x22 then

@@ -208,6 +208,12 @@ func Details(v frame.View) string {
 				x := cl.At(i)
 				fmt.Fprintf(&b, " %d<%d(from %d, holder %d)", x.Member, x.Cut, x.From, x.Holder)
 			}
+			fmt.Fprintf(&b, " accepted by a majority of %d:", v.CommitBaseCount())
+			for i := range ml.Len() {
+				if v.CommitFromBase(i) {
+					fmt.Fprintf(&b, " %d", ml.At(i).ID)
+				}
+			}
 		}
 	case frame.ViewFlush:
 		fmt.Fprintf(&b, " view %d from %d to coordinator %d sent %d delivered", v.ViewNext(), v.ViewBase(), v.FlushCoord(), v.FlushSent())

@@ -23,39 +23,50 @@ import (
 // from it. So the views that deliver form one history: each accepted view's
 // base was accepted, down to the founding view.
 //
-// A joiner cannot tell the base's members apart from other joiners, and
-// takes its first view as accepted: its messages are delivered only once
-// the view's orderer orders them, and an orderer that was a member of the
-// base waits.
+// Whom the base counts is the coordinator's reckoning, carried in the
+// commit (frame.ViewCommitBody's BaseCount and FromBase), and every member
+// of the new view waits for that same majority: a joiner knows the base
+// only from the commit, and a member of the base may not have heard yet
+// of a member that left it, which the coordinator left out. Any count that
+// leaves out only members that did leave is safe: a member that left
+// installs nothing more.
 
 // Unaccepted reports whether the current view waits to be accepted: this
 // member's messages wait in the core's queue until then (pcap-replay's
 // re-run proposes the application's messages by it).
 func (c *Core) Unaccepted() bool { return c.unaccepted }
 
-// startAcceptance sets the acceptance of the view commit installs, before
-// install replaces the current view (the base) with it.
+// startAcceptance sets the acceptance of the view commit installs, from
+// the commit's count of the base.
 func (c *Core) startAcceptance(commit frame.ViewCommitBody) {
 	c.unaccepted = false
 	c.fromBase, c.baseTotal = c.fromBase[:0], 0
-	if !c.cfg.Primary || commit.Base == 0 || c.inner == nil || c.view.ID != commit.Base {
+	if !c.cfg.Primary || commit.Base == 0 {
 		return
 	}
-	for _, m := range c.view.Members {
-		if containsID(c.leavers, m.ID) {
+	c.fromBase, c.baseTotal = append(c.fromBase, commit.FromBase...), int(commit.BaseCount)
+	c.unaccepted = true
+}
+
+// acceptors are the members of a view formed from base that count toward
+// accepting it (appended to ids), and total how many members base counts:
+// those that did not leave it cleanly.
+func acceptors(base View, leavers []frame.MemberID, members []frame.MemberInfo, ids []frame.MemberID) (_ []frame.MemberID, total int) {
+	for _, m := range base.Members {
+		if containsID(leavers, m.ID) {
 			continue
 		}
-		c.baseTotal++
-		for _, n := range commit.Members {
+		total++
+		for _, n := range members {
 			// The member itself, or its restart (a new incarnation on
 			// the same MAC: the old one is gone and installs nothing
 			// more, as primary counts a restart asking to join).
 			if n.MAC == m.MAC {
-				c.fromBase = append(c.fromBase, n.ID)
+				ids = append(ids, n.ID)
 			}
 		}
 	}
-	c.unaccepted = true
+	return ids, total
 }
 
 // announce has the new view's core send at once (a Heartbeat unless

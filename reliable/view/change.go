@@ -425,6 +425,11 @@ func (c *Core) maybeCommit() {
 	// the others' Flushes came in.
 	c.recordFlush(p, c.myFlush())
 	commit := frame.ViewCommitBody{Next: p.next, Base: p.base, Members: p.members}
+	// What a joiner needs to wait for the view's acceptance as the base's
+	// members do (accept.go).
+	var total int
+	commit.FromBase, total = acceptors(c.view, c.leavers, p.members, nil)
+	commit.BaseCount = uint16(total)
 	var laggards []frame.MemberID
 	for _, m := range c.view.Members {
 		x := frame.Cut{Member: m.ID, Holder: m.ID}
@@ -831,7 +836,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.later = c.later[:0]
 	c.view, c.self, c.state = v, self, member
 	formed := commit
-	formed.Members, formed.Cuts = slices.Clone(commit.Members), slices.Clone(commit.Cuts)
+	formed.Members, formed.Cuts, formed.FromBase = slices.Clone(commit.Members), slices.Clone(commit.Cuts), slices.Clone(commit.FromBase)
 	c.formed = &formed
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false

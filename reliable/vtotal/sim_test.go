@@ -53,6 +53,18 @@ func TestSimRefounded(t *testing.T) {
 	viewsim.Seed(t, viewsim.Ordered, 16641)
 }
 
+// TestSimLeaveUnheard is seed 17862 of TestSim: of view 768's four
+// members one left and one crashed, and the coordinator formed 1026 of the
+// other two, counting the base as the three that did not leave; member 2
+// had not heard of the leave and counted four, so it never heard a
+// majority of them in 1026, and its last message waited for ever. Every
+// member now counts the base as the commit says (ViewCommit's base count,
+// the coordinator's reckoning).
+func TestSimLeaveUnheard(t *testing.T) {
+	poison(t)
+	viewsim.Seed(t, viewsim.Ordered, 17862)
+}
+
 // TestSimFounderMissedCommit are seeds 9117 and 12362 of TestSim: of a
 // founded view of four, one founder never installed it (the commit lost
 // on its way, and nobody but the coordinator resent it), then one member

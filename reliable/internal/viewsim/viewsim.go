@@ -876,27 +876,47 @@ func (r *simRun) agreed() error {
 
 // onePrimary: under a primary component (Agreed, Safe) the views in which
 // messages are delivered form one history: of the views formed from one
-// view, at most one delivers anything. (Two that both deliver are a split
-// brain: each side delivers an order the other never sees. The pairwise
-// checks do not see it, as no process moves through both.)
+// view, at most one delivers anything or leads to a view that does. (Two
+// that both do are a split brain: each side delivers an order the other
+// never sees. The pairwise checks do not see it, as no process moves
+// through both.) A view's base is the view a process moved to it from; a
+// joiner's first view counts too, formed from the view another process
+// moved to it from: a joiner that delivers in a view its base never
+// accepted is one side of a split brain as well.
 func (r *simRun) onePrimary() error {
-	type from struct {
-		era  int
-		base uint32
-	}
-	delivering := map[from]uint32{}
+	baseOf := map[eraView]uint32{}
 	for _, p := range r.procs {
 		for i := 0; i+1 < len(p.views); i++ {
-			base, next := p.views[i], p.views[i+1]
-			if len(p.inView[next]) == 0 {
+			baseOf[eraView{p.era, p.views[i+1]}] = p.views[i]
+		}
+	}
+	// branch: for a view, the view formed from it on the way to one that
+	// delivered, and the process and view that show it.
+	type shown struct {
+		next, delivering uint32
+		p                *process
+	}
+	branch := map[eraView]shown{}
+	for _, p := range r.procs {
+		for _, v := range p.views {
+			if len(p.inView[v]) == 0 {
 				continue
 			}
-			k := from{p.era, base}
-			if other, ok := delivering[k]; ok && other != next {
-				return fmt.Errorf("primary component: views %#x and %#x were both formed from view %#x and both delivered messages (%x.%d delivered %d in %#x)",
-					other, next, base, p.mac, p.inc, len(p.inView[next]), next)
+			for next, seen := v, 0; seen < len(baseOf); seen++ {
+				base, ok := baseOf[eraView{p.era, next}]
+				if !ok {
+					break
+				}
+				k := eraView{p.era, base}
+				if other, ok := branch[k]; ok && other.next != next {
+					return fmt.Errorf("primary component: views %#x and %#x were both formed from view %#x and both delivered messages or led to views that did (%x.%d delivered %d in %#x; %x.%d delivered %d in %#x)",
+						other.next, next, base, other.p.mac, other.p.inc, len(other.p.inView[other.delivering]), other.delivering, p.mac, p.inc, len(p.inView[v]), v)
+				} else if ok {
+					break // the path below was walked already
+				}
+				branch[k] = shown{next: next, delivering: v, p: p}
+				next = base
 			}
-			delivering[k] = next
 		}
 	}
 	return nil
