@@ -137,11 +137,17 @@ func (s *settings) viewConfigHash(mtu int) uint64 {
 			level = "safe/3"
 		}
 	}
+	// The membership's revision: 2 is the ViewCommit that carries its
+	// base's count (the acceptance every member, joiners too, waits
+	// for); a member of revision 1 cannot decode its commits, so it is
+	// refused at its ViewJoin ("configuration differs") rather than left
+	// waiting for a view it can never install.
 	return configHash(s.Group, sharedConfig{cfg: struct {
 		PBP        any
 		MaxMembers int
 		Level      string
-	}{shared.cfg, s.MaxMembers, level}})
+		Membership string
+	}{shared.cfg, s.MaxMembers, level, "views/2"}})
 }
 
 // viewCore is the membership core of process p.
