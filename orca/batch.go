@@ -44,8 +44,9 @@ type outbox struct {
 	entries    int
 	// unacked counts this member's messages sent and not yet delivered
 	// back here; age the other members' messages delivered since the
-	// batch was started.
-	unacked, age int
+	// batch was started; inTransit the batches taken by sendBatchLocked
+	// and not yet handed to the Env.
+	unacked, age, inTransit int
 }
 
 // sent counts k messages of this member sent (k < 0: taken back, the
@@ -56,29 +57,48 @@ func (o *outbox) sent(k int) {
 	o.mu.Unlock()
 }
 
+// How send sends a message (queue).
+const (
+	// queued: it is in the batch.
+	queued = iota
+	// sendNow: alone, at once: nothing of this member waits to be sent
+	// before it (it is counted in flight already).
+	sendNow
+	// sendOrdered: alone, with sendMu, after the batch.
+	sendOrdered
+)
+
 // queue appends msg to the batch if one of this member's messages is in
-// flight (or a batch is being filled) and it fits; false: send it now
-// (with sendMu, after the batch).
-func (n *Node) queue(msg []byte) bool {
-	if n.try == nil || len(msg) > 0xffff {
-		return false
+// flight, and it fits in the batch being filled or could share a new one
+// with another as long; else it says how to send it alone.
+func (n *Node) queue(msg []byte) int {
+	if n.try == nil {
+		return sendNow
 	}
 	o := &n.out
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	fits := len(o.buf)+batchEntryHeader+len(msg) <= n.maxMessage
 	if o.entries == 0 {
-		if o.unacked == 0 {
-			return false
-		}
-		o.buf, o.age = append(o.buf[:0], msgBatch), 0
+		fits = o.unacked > 0 && 1+2*(batchEntryHeader+len(msg)) <= n.maxMessage
 	}
-	if len(o.buf)+batchEntryHeader+len(msg) > n.maxMessage {
-		return false
+	switch {
+	case fits && len(msg) <= 0xffff:
+	case o.entries == 0 && o.inTransit == 0:
+		// No batch of this member is waiting or being sent: nothing
+		// its caller queued before can come after it.
+		o.unacked++
+		return sendNow
+	default:
+		return sendOrdered
+	}
+	if o.entries == 0 {
+		o.buf, o.age = append(o.buf[:0], msgBatch), 0
 	}
 	o.buf = binary.BigEndian.AppendUint16(o.buf, uint16(len(msg)))
 	o.buf = append(o.buf, msg...)
 	o.entries++
-	return true
+	return queued
 }
 
 // batchMsg is the message that carries the batch: the batch, or its one
@@ -104,10 +124,12 @@ func (n *Node) sendBatchLocked() error {
 	msg := o.batchMsg()
 	o.buf, o.spare, o.entries = o.spare[:0], nil, 0
 	o.unacked++
+	o.inTransit++
 	o.mu.Unlock()
 	err := n.env.Send(context.Background(), msg)
 	o.mu.Lock()
 	o.spare = b[:0]
+	o.inTransit--
 	if err != nil {
 		o.unacked = max(o.unacked-1, 0)
 	}

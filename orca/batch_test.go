@@ -1,10 +1,16 @@
 package orca
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/rbcast/rbcast/frame"
 )
+
+var bg = context.Background()
 
 // batchOf makes a batch message of msgs.
 func batchOf(msgs ...[]byte) []byte {
@@ -78,5 +84,84 @@ func TestBadBatches(t *testing.T) {
 	}
 	if n.Err() != nil {
 		t.Error(n.Err())
+	}
+}
+
+var tlarge = Write(tcounter, "large", Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+
+// tryEnv is nullEnv with TrySend: a node on it batches.
+type tryEnv struct {
+	nullEnv
+	tried int
+}
+
+func (e *tryEnv) TrySend(msg []byte) error {
+	e.tried++
+	return e.Send(nil, msg)
+}
+
+func tryNode(t *testing.T) (*Node, *tryEnv, *Object[int64]) {
+	t.Helper()
+	e := &tryEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 100); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, e, o
+}
+
+func kinds(msgs [][]byte) string {
+	var s []string
+	for _, m := range msgs {
+		s = append(s, fmt.Sprintf("%#x/%d", m[0], len(m)))
+	}
+	return strings.Join(s, " ")
+}
+
+// While a message of the member is in flight, small writes wait in the
+// batch and go out together when it comes back; a write that could not
+// share a batch with another as long goes out at once; a write in parts
+// goes after the batch.
+func TestBatchSending(t *testing.T) {
+	n, e, o := tryNode(t)
+	tadd.Go(bg, o, 1) // alone: nothing in flight
+	tadd.Go(bg, o, 2) // queued
+	tadd.Go(bg, o, 3) // queued
+	if got := kinds(e.sent); got != "0x1/18" {
+		t.Fatalf("sent %s, want the first write alone", got)
+	}
+	n.deliver(1, e.sent[0]) // it comes back: the batch goes
+	if got := kinds(e.sent); got != "0x1/18 0x7/41" || e.tried != 1 {
+		t.Fatalf("sent %s (%d from Deliver), want the first write, then a batch of two from Deliver", got, e.tried)
+	}
+	tadd.Go(bg, o, 4)                   // queued: the batch is in flight
+	tlarge.Go(bg, o, make([]byte, 150)) // in parts, after the batch
+	if got := kinds(e.sent); got != "0x1/18 0x7/41 0x1/18 0x2/100 0x3/62" {
+		t.Fatalf("sent %s, want the queued write before the parts", got)
+	}
+	for _, m := range e.sent[1:] {
+		n.deliver(1, m)
+	}
+	if *o.state != 10+150 || n.Stats().Batches != 1 || n.Stats().Batched != 2 {
+		t.Fatalf("state %d, %d batches of %d; want 160, 1, 2", *o.state, n.Stats().Batches, n.Stats().Batched)
+	}
+}
+
+// A write two of which would not fit in a message is not held back for
+// a batch while one is in flight: it goes out at once (without the
+// check it waited in the batch until the next message came back).
+func TestBatchLargeWriteAlone(t *testing.T) {
+	_, e, o := tryNode(t)
+	tadd.Go(bg, o, 1)
+	tlarge.Go(bg, o, make([]byte, 50)) // 60 bytes: two would not fit in 100
+	if got := kinds(e.sent); got != "0x1/18 0x1/60" {
+		t.Fatalf("sent %s, want both writes alone at once", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -454,8 +455,14 @@ func BenchmarkOrcaThroughput(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/%s", size, w.name), func(b *testing.B) {
 				var raw, orc, ratio, rawCPU, orcaCPU, cpuRatio []float64
 				for range benchReps(b) {
-					r := rawRate(b, topo, size, d)
-					o := orcaRate(b, topo, size, w.callers, w.inFlight, d)
+					var r, o rate
+					// Labelled for a CPU profile (-cpuprofile, then
+					// pprof -tagfocus run=orca): the groups' event
+					// loops start inside and inherit the label.
+					pprof.Do(context.Background(), pprof.Labels("run", "raw"), func(context.Context) { r = rawRate(b, topo, size, d) })
+					pprof.Do(context.Background(), pprof.Labels("run", "orca"), func(context.Context) {
+						o = orcaRate(b, topo, size, w.callers, w.inFlight, d)
+					})
 					raw, orc, ratio = append(raw, r.perSecond), append(orc, o.perSecond), append(ratio, o.perSecond/r.perSecond)
 					rawCPU, orcaCPU, cpuRatio = append(rawCPU, r.cpuMicros), append(orcaCPU, o.cpuMicros), append(cpuRatio, r.cpuMicros/o.cpuMicros)
 					b.Logf("raw %.0f msgs/s (%.2f µs CPU each), orca %.0f writes/s (%.2f µs CPU each, %.1f a message); load %s",

@@ -303,8 +303,8 @@ func (n *Node) Stats() Stats {
 	return s
 }
 
-// Close leaves the group once every live member holds what this member
-// sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
+// Close sends this member's batch, if it has one, and leaves the group
+// once every live member holds what this member sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
 // (reliable.Group.Close). Operations called after it, or waiting when the
 // group stops, fail with ErrClosed.
 func (n *Node) Close() error {
@@ -551,18 +551,25 @@ func (n *Node) await(ctx context.Context, c *call) error {
 // batch.go), and is sent with it.
 func (n *Node) send(ctx context.Context, msg []byte) error {
 	if len(msg) <= n.maxMessage {
-		if n.queue(msg) {
+		how := n.queue(msg)
+		if how == queued {
 			return nil
 		}
-		n.sendMu.Lock()
-		defer n.sendMu.Unlock()
-		if err := n.sendBatchLocked(); err != nil {
-			return err
+		if how == sendOrdered {
+			// After the batch, which may hold this caller's earlier
+			// writes.
+			n.sendMu.Lock()
+			defer n.sendMu.Unlock()
+			if err := n.sendBatchLocked(); err != nil {
+				return err
+			}
+			if how = n.queue(msg); how == queued {
+				return nil // it starts the next batch
+			}
+			if how == sendOrdered {
+				n.out.sent(1)
+			}
 		}
-		if n.queue(msg) {
-			return nil // it starts the next batch
-		}
-		n.out.sent(1)
 		if err := n.env.Send(ctx, msg); err != nil {
 			n.out.sent(-1)
 			return err
