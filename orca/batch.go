@@ -17,7 +17,8 @@ import (
 // this member's messages comes back (or, as a safety net, once
 // batchAge other messages came, or an event). A lone write (nothing in
 // flight) goes out at once, as before: batching costs no latency when
-// there is nothing to share a message with. It needs an Env that can
+// there is nothing to share a message with; so does a write two of which
+// would not fit in a message (it would only wait). It needs an Env that can
 // send from Deliver without waiting (TrySender); on others every message
 // goes alone.
 //
@@ -34,8 +35,9 @@ const batchAge = 16
 
 // outbox is a node's batch being filled (mu guards it). sendMu orders
 // the sending of batches and other messages: taking the batch and
-// sending it happen under sendMu, so a message a caller queued goes
-// before any message the same caller sends later.
+// sending it happen under sendMu, and a message is sent without sendMu
+// only while no batch is being filled or sent (queue: sendNow), so a
+// message a caller queued goes before any message it sends later.
 type outbox struct {
 	mu sync.Mutex
 	// buf is the batch (msgBatch, then its entries) while entries > 0;

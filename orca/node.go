@@ -304,9 +304,10 @@ func (n *Node) Stats() Stats {
 }
 
 // Close sends this member's batch, if it has one, and leaves the group
-// once every live member holds what this member sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
-// (reliable.Group.Close). Operations called after it, or waiting when the
-// group stops, fail with ErrClosed.
+// once every live member holds what this member sent (Env.Leave; bounded
+// by the group's CloseTimeout), then cleanly (reliable.Group.Close).
+// Operations called after it, or waiting when the group stops, fail with
+// ErrClosed.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
