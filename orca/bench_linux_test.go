@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -290,6 +291,9 @@ func BenchmarkOrcaLatency(b *testing.B) {
 // shared machine a steadier measure of the cost than the rate).
 type rate struct {
 	perSecond, cpuMicros float64
+	// perMessage is the writes per message of the order that Orca sent
+	// (batches: Stats.Batched); 1 for the raw order.
+	perMessage float64
 }
 
 // cpuSeconds is the CPU time this process used so far.
@@ -418,7 +422,11 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 		}
 	}
 	r := settle(counts, total, start)
-	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1))}
+	var msgs uint64
+	for _, nd := range nodes {
+		msgs += nd.Stats().Messages
+	}
+	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1)), perMessage: float64(total) / float64(max(msgs, 1))}
 }
 
 // BenchmarkOrcaThroughput: writes per second applied by every member,
@@ -447,12 +455,18 @@ func BenchmarkOrcaThroughput(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/%s", size, w.name), func(b *testing.B) {
 				var raw, orc, ratio, rawCPU, orcaCPU, cpuRatio []float64
 				for range benchReps(b) {
-					r := rawRate(b, topo, size, d)
-					o := orcaRate(b, topo, size, w.callers, w.inFlight, d)
+					var r, o rate
+					// Labelled for a CPU profile (-cpuprofile, then
+					// pprof -tagfocus run=orca): the groups' event
+					// loops start inside and inherit the label.
+					pprof.Do(context.Background(), pprof.Labels("run", "raw"), func(context.Context) { r = rawRate(b, topo, size, d) })
+					pprof.Do(context.Background(), pprof.Labels("run", "orca"), func(context.Context) {
+						o = orcaRate(b, topo, size, w.callers, w.inFlight, d)
+					})
 					raw, orc, ratio = append(raw, r.perSecond), append(orc, o.perSecond), append(ratio, o.perSecond/r.perSecond)
 					rawCPU, orcaCPU, cpuRatio = append(rawCPU, r.cpuMicros), append(orcaCPU, o.cpuMicros), append(cpuRatio, r.cpuMicros/o.cpuMicros)
-					b.Logf("raw %.0f msgs/s (%.2f µs CPU each), orca %.0f writes/s (%.2f µs CPU each); load %s",
-						r.perSecond, r.cpuMicros, o.perSecond, o.cpuMicros, loadavg())
+					b.Logf("raw %.0f msgs/s (%.2f µs CPU each), orca %.0f writes/s (%.2f µs CPU each, %.1f a message); load %s",
+						r.perSecond, r.cpuMicros, o.perSecond, o.cpuMicros, o.perMessage, loadavg())
 				}
 				b.ReportMetric(median(raw), "raw-msgs/s")
 				b.ReportMetric(median(orc), "orca-writes/s")

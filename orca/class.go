@@ -383,16 +383,19 @@ func putMsgBuf(b *[]byte) {
 	}
 }
 
-// Go starts a write and returns once it is broadcast, without waiting for
-// its application: as if a new Orca process were forked to call it (the
+// Go starts a write and returns once it is broadcast (or queued in this
+// member's batch while one of its messages is in flight; the node sends
+// the batch by itself: docs/orca.md, "Batches"), without waiting for its
+// application: as if a new Orca process were forked to call it (the
 // language's fork), so that one goroutine can have many writes in flight
 // — the way to fill the total order's window from one caller. Pending.Wait
 // joins it: returns the result once the write is applied here. Until then
 // nothing orders the write before this goroutine's later operations (they
 // are another process's); writes one goroutine starts with Go are applied
 // in the order it started them (the total order keeps each member's
-// order). ctx bounds the broadcast (back-pressure); Wait takes its own
-// for a guard. Go of a read operation fails: call reads with Call.
+// order, and a batch keeps it). ctx bounds the broadcast (back-pressure);
+// Wait takes its own for a guard. Go of a read operation fails: call
+// reads with Call.
 func (op *Op[S, A, R]) Go(ctx context.Context, o *Object[S], a A) *Pending[R] {
 	switch {
 	case o == nil:

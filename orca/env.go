@@ -34,6 +34,16 @@ type Env interface {
 	GroupStats() reliable.Stats
 }
 
+// TrySender is an Env that can also send without waiting, from within
+// Host.Deliver: TrySend takes msg at once or returns an error (a full
+// send window, a stopped group) and does not keep it. A node on such an
+// Env coalesces writes (docs/orca.md, "Batches"): while one of its
+// messages is in flight, the writes its callers start go into one batch
+// message, sent when it is full, or by Deliver once a message arrives.
+type TrySender interface {
+	TrySend(msg []byte) error
+}
+
 // Host is the driving side of a node built by NewHosted: what its Env
 // calls to hand the node the group's deliveries and events.
 type Host struct {
@@ -99,8 +109,15 @@ func (n *Node) deliver(from frame.MemberID, data []byte) {
 
 func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	n.mu.Lock()
+	own := from == n.self && n.try != nil
+	if own {
+		n.out.sent(-1)
+	}
 	n.deliverLocked(from, data)
 	n.mu.Unlock()
+	if n.try != nil {
+		n.flushFromDeliver(own, false)
+	}
 }
 
 func (n *Node) event(ev reliable.Event) {
@@ -110,6 +127,11 @@ func (n *Node) event(ev reliable.Event) {
 		n.mu.Unlock()
 		if len(state) > 0 {
 			n.sendState(state)
+		}
+		if n.try != nil {
+			// A change of the group: what is in flight may come back
+			// otherwise; send the batch rather than wait for it.
+			n.flushFromDeliver(false, true)
 		}
 	}()
 	switch ev.Kind {
@@ -131,6 +153,7 @@ func (n *Node) sendState(msgs [][]byte) {
 		n.sendMu.Lock()
 		defer n.sendMu.Unlock()
 		for _, m := range msgs {
+			n.out.sent(1)
 			if err := n.env.Send(context.Background(), m); err != nil {
 				n.mu.Lock()
 				n.failLocked(fmt.Errorf("orca: sending the objects' state: %w", err))
@@ -217,6 +240,10 @@ type groupEnv struct {
 }
 
 func (e *groupEnv) Send(ctx context.Context, msg []byte) error { return e.g.Send(ctx, msg) }
+
+// TrySend is Group.TrySend: a batch sent from Deliver, on the event loop,
+// which must not wait for its own send window.
+func (e *groupEnv) TrySend(msg []byte) error { return e.g.TrySend(msg) }
 
 // goSend runs a send the event loop calls for (a state transfer) on a
 // goroutine of its own: Group.Send waits for the loop.

@@ -112,11 +112,18 @@ type Node struct {
 	err    error // why the node stopped working, once it has
 	stats  Stats
 
-	sendMu  sync.Mutex // one write's parts go out together
+	// sendMu orders this member's sends: a write's parts go out
+	// together, and a batch before anything sent after it.
+	sendMu  sync.Mutex
 	sendBuf []byte
-	failed  atomic.Bool // err is set (read without mu on the read path)
+	// out coalesces writes while one of this member's messages is in
+	// flight (batch.go), on an Env that can send from Deliver (try, nil
+	// otherwise).
+	out    outbox
+	try    func(msg []byte) error
+	failed atomic.Bool // err is set (read without mu on the read path)
 	// sent counts what send sent (Stats), without mu.
-	sent struct{ messages, bytes, parts atomic.Uint64 }
+	sent struct{ messages, bytes, parts, batches, batched atomic.Uint64 }
 
 	// testDeliver, when set (tests only: export_test.go), takes every
 	// delivery instead of the replica and may drop, delay or reorder it
@@ -170,8 +177,11 @@ type Stats struct {
 	// Early is the messages waiting for an object not made here yet.
 	Early int
 	// Messages and Bytes are what this node sent (parts count singly),
-	// Parts the messages that were parts of a longer one.
+	// Parts the messages that were parts of a longer one. Batches are
+	// the messages that carried several writes (or cancellations and
+	// digests) of this member together, Batched what they carried.
 	Messages, Bytes, Parts uint64
+	Batches, Batched       uint64
 	// BadMessages are messages dropped as malformed, or naming an
 	// operation the class does not have.
 	BadMessages uint64
@@ -197,6 +207,9 @@ func newNode(env Env, cfg Config) *Node {
 		calls: map[uint32]*call{}, needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
+	}
+	if t, ok := env.(TrySender); ok {
+		n.try = t.TrySend
 	}
 	return n
 }
@@ -285,14 +298,16 @@ func (n *Node) Stats() Stats {
 	s.StateReceiving = len(n.stateBuf)
 	n.mu.Unlock()
 	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
+	s.Batches, s.Batched = n.sent.batches.Load(), n.sent.batched.Load()
 	s.Group = n.env.GroupStats()
 	return s
 }
 
-// Close leaves the group once every live member holds what this member
-// sent (Env.Leave; bounded by the group's CloseTimeout), then cleanly
-// (reliable.Group.Close). Operations called after it, or waiting when the
-// group stops, fail with ErrClosed.
+// Close sends this member's batch, if it has one, and leaves the group
+// once every live member holds what this member sent (Env.Leave; bounded
+// by the group's CloseTimeout), then cleanly (reliable.Group.Close).
+// Operations called after it, or waiting when the group stops, fail with
+// ErrClosed.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -301,6 +316,7 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	n.mu.Unlock()
+	n.flushQueued()
 	err := n.env.Leave()
 	n.mu.Lock()
 	n.failLocked(ErrClosed)
@@ -530,10 +546,33 @@ func (n *Node) await(ctx context.Context, c *call) error {
 // send broadcasts msg, in parts if it is longer than MaxMessage; once
 // the first part is out the others follow whatever ctx does (a peer
 // joins them in the order they come from this member; other messages of
-// this member may come between them, the parts of another may not).
+// this member may come between them, the parts of another may not). On
+// an Env that can send from Deliver, a message that fits goes into the
+// member's batch instead while one of its messages is in flight (queue,
+// batch.go), and is sent with it.
 func (n *Node) send(ctx context.Context, msg []byte) error {
 	if len(msg) <= n.maxMessage {
+		how := n.queue(msg)
+		if how == queued {
+			return nil
+		}
+		if how == sendOrdered {
+			// After the batch, which may hold this caller's earlier
+			// writes.
+			n.sendMu.Lock()
+			defer n.sendMu.Unlock()
+			if err := n.sendBatchLocked(); err != nil {
+				return err
+			}
+			if how = n.queue(msg); how == queued {
+				return nil // it starts the next batch
+			}
+			if how == sendOrdered {
+				n.out.sent(1)
+			}
+		}
 		if err := n.env.Send(ctx, msg); err != nil {
+			n.out.sent(-1)
 			return err
 		}
 		n.countSent(1, len(msg), 0)
@@ -541,6 +580,9 @@ func (n *Node) send(ctx context.Context, msg []byte) error {
 	}
 	n.sendMu.Lock()
 	defer n.sendMu.Unlock()
+	if err := n.sendBatchLocked(); err != nil {
+		return err
+	}
 	chunk := n.maxMessage - partOverhead
 	parts := 0
 	for off := 0; off < len(msg); off += chunk {
@@ -553,7 +595,9 @@ func (n *Node) send(ctx context.Context, msg []byte) error {
 		if off > 0 {
 			ctx = context.Background()
 		}
+		n.out.sent(1)
 		if err := n.env.Send(ctx, n.sendBuf); err != nil {
+			n.out.sent(-1)
 			n.countSent(parts, parts*partOverhead+off, parts)
 			return err
 		}

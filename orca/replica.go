@@ -99,6 +99,10 @@ func (n *Node) deliverLocked(from frame.MemberID, data []byte) {
 	if !n.hasState {
 		return // before the first view: nothing is delivered there
 	}
+	if len(data) > 0 && data[0] == msgBatch {
+		n.deliverBatchLocked(from, data)
+		return
+	}
 	n.delivered++
 	pos := n.delivered
 	if len(data) == 0 {

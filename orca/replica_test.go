@@ -121,11 +121,15 @@ func FuzzDeliver(f *testing.F) {
 	f.Add([]byte{msgOp, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add([]byte{msgPart, 1, 2, 3})
 	f.Add([]byte{msgCancel, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{msgBatch, 0, 10, msgOp, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 9, msgCancel, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, o := testNode(t, Config{MaxWrite: 256})
 		// Address the fuzzed bytes to the real object now and then.
 		if len(data) >= 5 && data[0] == msgOp || len(data) >= 5 && data[0] == msgCancel {
 			data[1], data[2], data[3], data[4] = byte(o.obj.id>>24), byte(o.obj.id>>16), byte(o.obj.id>>8), byte(o.obj.id)
+		}
+		if len(data) >= 8 && data[0] == msgBatch && (data[3] == msgOp || data[3] == msgCancel) {
+			data[4], data[5], data[6], data[7] = byte(o.obj.id>>24), byte(o.obj.id>>16), byte(o.obj.id>>8), byte(o.obj.id)
 		}
 		for from := frame.MemberID(1); from <= 3; from++ {
 			n.deliver(from, data)

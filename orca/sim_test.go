@@ -183,7 +183,7 @@ func simProgram(s simScenario) func(n *orca.Node) error {
 		}
 		for i := range s.ops {
 			var err error
-			switch r.IntN(8) {
+			switch r.IntN(9) {
 			case 0:
 				_, err = add.Call(bg, c, int64(r.IntN(10)))
 			case 1:
@@ -209,6 +209,29 @@ func simProgram(s simScenario) func(n *orca.Node) error {
 				}
 			case 7:
 				_, err = queued.Call(bg, q, struct{}{})
+			case 8:
+				// A burst started with Go: batched while earlier ones
+				// are in flight, the long entry after its batch.
+				var ps []*orca.Pending[int64]
+				for k := range 2 + r.IntN(8) {
+					switch r.IntN(3) {
+					case 0:
+						ps = append(ps, add.Go(bg, c, int64(k)))
+					case 1:
+						ps = append(ps, set.Go(bg, reg, int64(1000*n.Rank()+i)))
+					case 2:
+						entry := []int32{int32(1000*n.Rank() + i)}
+						if r.IntN(4) == 0 {
+							entry = slices.Repeat(entry, 40)
+						}
+						ps = append(ps, push.Go(bg, lg, entry))
+					}
+				}
+				for _, p := range ps {
+					if _, err = p.Wait(bg); err != nil {
+						break
+					}
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("operation %d: %w", i, err)
@@ -239,7 +262,7 @@ func simProgram(s simScenario) func(n *orca.Node) error {
 }
 
 type simOutcome struct {
-	crashed, guarded, parts int
+	crashed, guarded, parts, batched int
 }
 
 func runSim(t *testing.T, s simScenario) (simOutcome, error) {
@@ -268,6 +291,7 @@ func runSim(t *testing.T, s simScenario) (simOutcome, error) {
 			survivors = append(survivors, id)
 		}
 		out.parts += int(res.Stats[rank].Parts)
+		out.batched += int(res.Stats[rank].Batched)
 	}
 	if bad := h.Bad(); len(bad) > 0 {
 		return out, fmt.Errorf("%d messages dropped as malformed, the first: %v", len(bad), bad[0])
@@ -356,10 +380,10 @@ func simSeeds(t *testing.T, def int) int {
 // that runs it alone.
 func TestSim(t *testing.T) {
 	n := simSeeds(t, 200)
-	var ran, crashes, guarded, parts atomic.Int64
+	var ran, crashes, guarded, parts, batched atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d seeds passed: %d members crashed, %d guarded gets woke once each, %d messages sent in parts",
-			ran.Load(), crashes.Load(), guarded.Load(), parts.Load())
+		t.Logf("%d seeds passed: %d members crashed, %d guarded gets woke once each, %d messages sent in parts, %d in batches",
+			ran.Load(), crashes.Load(), guarded.Load(), parts.Load(), batched.Load())
 	})
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -377,6 +401,7 @@ func TestSim(t *testing.T) {
 			crashes.Add(int64(out.crashed))
 			guarded.Add(int64(out.guarded))
 			parts.Add(int64(out.parts))
+			batched.Add(int64(out.batched))
 		})
 	}
 }

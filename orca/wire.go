@@ -21,6 +21,9 @@ import (
 //	state   0x06, view u32, to u16, incarnation u32, last u8, bytes of a
 //	        snapshot for member to (that run of it), taken where view was
 //	        installed (Config.Views: transfer.go)
+//	batch   0x07, then entries, each length u16 and an op, cancel or
+//	        digest message; each entry is a message of the order of its
+//	        own (its own position), in this order (batch.go)
 const (
 	msgOp     = 0x01
 	msgPart   = 0x02
@@ -28,12 +31,15 @@ const (
 	msgCancel = 0x04
 	msgDigest = 0x05
 	msgState  = 0x06
+	msgBatch  = 0x07
 )
 
 const (
 	opHeaderLen = 1 + 4 + 1 + 4
 	cancelLen   = 1 + 4 + 4
 	digestLen   = 1 + 4 + 8 + 8
+	// batchEntryHeader is a batch entry's length.
+	batchEntryHeader = 2
 	// partOverhead is a part's kind byte.
 	partOverhead = 1
 )

@@ -367,6 +367,16 @@ func (m *simMember) Send(ctx context.Context, msg []byte) error {
 	return nil
 }
 
+// TrySend is Send from the node's Deliver (orca.TrySender: the node
+// batches its writes): the outbox takes it.
+func (m *simMember) TrySend(msg []byte) error {
+	if m.crashed {
+		return ErrCrashed
+	}
+	m.outbox = append(m.outbox, append([]byte(nil), msg...))
+	return nil
+}
+
 func (m *simMember) Wait(ctx context.Context, w orca.Waiter) error {
 	for {
 		if m.aborted {

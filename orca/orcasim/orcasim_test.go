@@ -3,6 +3,8 @@ package orcasim_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,3 +95,77 @@ func TestAbortAndCrash(t *testing.T) {
 		}
 	}
 }
+
+// Writes a member starts with Go while its earlier ones are in flight go
+// several to a message of the order (docs/orca.md, "Batches"), and are
+// applied in the order each member started them, alike at every replica,
+// on a lossy segment.
+func TestGoWritesBatched(t *testing.T) {
+	const writes = 200
+	logs := make([][]int32, 3)
+	res, err := orcasim.Run(orcasim.Config{Members: 3, Seed: 5, In: testnet.Impairment{Loss: 0.05}}, func(n *orca.Node) error {
+		l, err := orca.New(n, "log", logClass, nil)
+		if err != nil {
+			return err
+		}
+		done, err := orca.New(n, "done", counter, 0)
+		if err != nil {
+			return err
+		}
+		var ps []*orca.Pending[int64]
+		for i := range writes {
+			ps = append(ps, pushEntry.Go(context.Background(), l, int64(n.Rank()*1000+i)))
+		}
+		last := int64(0)
+		for i, p := range ps {
+			r, err := p.Wait(context.Background())
+			if err != nil {
+				return err
+			}
+			if r <= last {
+				return fmt.Errorf("write %d returned length %d after %d: not applied in the order started", i, r, last)
+			}
+			last = r
+		}
+		// Every member's writes come before its add: once all three
+		// added, this replica applied every write.
+		if _, err := add.Call(context.Background(), done, 1); err != nil {
+			return err
+		}
+		if _, err := atLeast.Call(context.Background(), done, 3); err != nil {
+			return err
+		}
+		logs[n.Rank()], err = entries.Call(context.Background(), l, struct{}{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rank, st := range res.Stats {
+		t.Logf("rank %d: %d writes in %d messages, %d of them in %d batches", rank, st.Writes, st.Messages, st.Batched, st.Batches)
+		if st.Writes != writes+1 || st.Messages*4 > st.Writes || st.Batched == 0 {
+			t.Errorf("rank %d: %d writes in %d messages (%d in %d batches); want at least 4 a message", rank, st.Writes, st.Messages, st.Batched, st.Batches)
+		}
+	}
+	if len(logs[0]) != 3*writes {
+		t.Fatalf("rank 0's log has %d entries, want %d", len(logs[0]), 3*writes)
+	}
+	next := make([]int32, 3)
+	for _, v := range logs[0] {
+		if r := v / 1000; v%1000 != next[r] {
+			t.Fatalf("rank 0's log has rank %d's write %d where %d is next: %v", r, v%1000, next[r], logs[0])
+		}
+		next[v/1000]++
+	}
+	for rank := 1; rank < 3; rank++ {
+		if !slices.Equal(logs[rank], logs[0]) {
+			t.Errorf("rank %d's log differs from rank 0's:\n%v\n%v", rank, logs[rank], logs[0])
+		}
+	}
+}
+
+var (
+	logClass  = orca.NewClass[[]int32]("log")
+	pushEntry = orca.Write(logClass, "push", orca.Int64, func(s *[]int32, v int64) int64 { *s = append(*s, int32(v)); return int64(len(*s)) })
+	entries   = orca.Read(logClass, "entries", func(s *[]int32, _ struct{}) []int32 { return slices.Clone(*s) })
+)

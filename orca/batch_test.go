@@ -1,0 +1,167 @@
+package orca
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+var bg = context.Background()
+
+// batchOf makes a batch message of msgs.
+func batchOf(msgs ...[]byte) []byte {
+	b := []byte{msgBatch}
+	for _, m := range msgs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m)))
+		b = append(b, m...)
+	}
+	return b
+}
+
+// A batch's messages are applied in their order, each at a position of
+// its own, as if sent one after the other: positions count on after it.
+func TestBatchDelivered(t *testing.T) {
+	n, o := testNode(t, Config{})
+	h := NewHistory()
+	n.trace = h.Record
+	id := o.obj.id
+	n.deliver(3, opMessage(t, id, tadd.info.index, 1, 1))
+	n.deliver(2, batchOf(
+		opMessage(t, id, tawait.info.index, 1, 10), // queued: 1 < 10
+		opMessage(t, id, tadd.info.index, 2, 20),   // 21: the take runs after it
+		opMessage(t, id, tadd.info.index, 3, 100),
+	))
+	n.deliver(3, opMessage(t, id, tadd.info.index, 2, 1000))
+	if *o.state != 1+20-10+100+1000 {
+		t.Fatalf("state %d, want %d", *o.state, 1+20-10+100+1000)
+	}
+	var got []string
+	for _, w := range h.Applied(1) {
+		got = append(got, w.Op+"@"+w.Pos.String())
+	}
+	want := "add@1.0 add@3.0 take@3.1 add@4.0 add@5.0"
+	if strings.Join(got, " ") != want {
+		t.Errorf("applied %v, want %s", got, want)
+	}
+	if n.Position() != 5 {
+		t.Errorf("position %d, want 5", n.Position())
+	}
+}
+
+// A malformed batch: the entries before the fault are applied, the fault
+// is counted once with what is wrong, and nothing panics.
+func TestBadBatches(t *testing.T) {
+	n, o := testNode(t, Config{})
+	h := NewHistory()
+	n.trace = h.Record
+	id := o.obj.id
+	op := opMessage(t, id, tadd.info.index, 1, 1)
+	for _, tc := range []struct {
+		msg     []byte
+		applied int64
+		want    string
+	}{
+		{[]byte{msgBatch}, 0, "an empty batch"},
+		{append(batchOf(op), 0), 1, "last 1 bytes are too few for an entry's 2-byte length"},
+		{append(batchOf(op), 0, 50, msgOp), 1, "a batch entry of 50 bytes, longer than the 1 bytes left"},
+		{batchOf(op, []byte{msgPart, 1}, op), 2, "a message of kind 0x2 in a batch"},
+		{batchOf(op, batchOf(op)), 1, "a message of kind 0x7 in a batch"},
+		{batchOf(op, []byte{}, op), 2, "an empty message in a batch"},
+	} {
+		before, state := n.Stats().BadMessages, *o.state
+		n.deliver(2, tc.msg)
+		bad := h.Bad()
+		if n.Stats().BadMessages != before+1 || len(bad) == 0 || !strings.Contains(bad[len(bad)-1].Err.Error(), tc.want) {
+			t.Errorf("batch %x: bad %d → %d, last %v; want %q", tc.msg, before, n.Stats().BadMessages, bad, tc.want)
+		}
+		if *o.state-state != tc.applied {
+			t.Errorf("batch %x: %d writes applied, want %d", tc.msg, *o.state-state, tc.applied)
+		}
+	}
+	if n.Err() != nil {
+		t.Error(n.Err())
+	}
+}
+
+var tlarge = Write(tcounter, "large", Bytes, func(s *int64, b []byte) int64 { *s += int64(len(b)); return *s })
+
+// tryEnv is nullEnv with TrySend: a node on it batches.
+type tryEnv struct {
+	nullEnv
+	tried int
+}
+
+func (e *tryEnv) TrySend(msg []byte) error {
+	e.tried++
+	return e.Send(nil, msg)
+}
+
+func tryNode(t *testing.T) (*Node, *tryEnv, *Object[int64]) {
+	t.Helper()
+	e := &tryEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 100); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, e, o
+}
+
+func kinds(msgs [][]byte) string {
+	var s []string
+	for _, m := range msgs {
+		s = append(s, fmt.Sprintf("%#x/%d", m[0], len(m)))
+	}
+	return strings.Join(s, " ")
+}
+
+// While a message of the member is in flight, small writes wait in the
+// batch and go out together when it comes back; a write that could not
+// share a batch with another as long goes out at once; a write in parts
+// goes after the batch.
+func TestBatchSending(t *testing.T) {
+	n, e, o := tryNode(t)
+	tadd.Go(bg, o, 1) // alone: nothing in flight
+	tadd.Go(bg, o, 2) // queued
+	tadd.Go(bg, o, 3) // queued
+	if got := kinds(e.sent); got != "0x1/18" {
+		t.Fatalf("sent %s, want the first write alone", got)
+	}
+	n.deliver(1, e.sent[0]) // it comes back: the batch goes
+	if got := kinds(e.sent); got != "0x1/18 0x7/41" || e.tried != 1 {
+		t.Fatalf("sent %s (%d from Deliver), want the first write, then a batch of two from Deliver", got, e.tried)
+	}
+	tadd.Go(bg, o, 4)                   // queued: the batch is in flight
+	tlarge.Go(bg, o, make([]byte, 150)) // in parts, after the batch
+	if got := kinds(e.sent); got != "0x1/18 0x7/41 0x1/18 0x2/100 0x3/62" {
+		t.Fatalf("sent %s, want the queued write before the parts", got)
+	}
+	for _, m := range e.sent[1:] {
+		n.deliver(1, m)
+	}
+	if *o.state != 10+150 || n.Stats().Batches != 1 || n.Stats().Batched != 2 {
+		t.Fatalf("state %d, %d batches of %d; want 160, 1, 2", *o.state, n.Stats().Batches, n.Stats().Batched)
+	}
+}
+
+// A write two of which would not fit in a message is not held back for
+// a batch while one is in flight: it goes out at once (without the
+// check it waited in the batch until the next message came back).
+func TestBatchLargeWriteAlone(t *testing.T) {
+	_, e, o := tryNode(t)
+	tadd.Go(bg, o, 1)
+	tlarge.Go(bg, o, make([]byte, 50)) // 60 bytes: two would not fit in 100
+	if got := kinds(e.sent); got != "0x1/18 0x1/60" {
+		t.Fatalf("sent %s, want both writes alone at once", got)
+	}
+}
