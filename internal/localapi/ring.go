@@ -363,6 +363,14 @@ func (r *Ring) Release() (ring bool) {
 	return r.wantSpace.Load() != 0 && r.wantSpace.CompareAndSwap(1, 0)
 }
 
+// Waiting reports whether a record may wait to be read (the consumer,
+// polling: one atomic load of the producer's index, which Next checks).
+// It leaves wantData alone, so that a producer that publishes meanwhile
+// sends no Doorbell.
+func (r *Ring) Waiting() bool {
+	return r.other != r.pos || r.head.Load() != r.pos
+}
+
 // WaitData prepares the consumer to sleep: it sets wantData and looks
 // again. False means a record waits now (wantData is cleared again);
 // true, that the consumer may sleep until a Doorbell.
