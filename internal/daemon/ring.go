@@ -147,12 +147,16 @@ func (c *conn) drainSendRing() (n int, ok bool) {
 			}
 		}
 		if n == 1 {
+			hops.At(hops.SocketRead, hops.RingPolled)
 			hops.At(hops.ConnRead, uint32(len(data)))
 		}
 		if len(data) > g.MaxMessage() {
 			c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
 		} else if !c.sendOn(g, data) {
 			return n, false
+		}
+		if n == 1 {
+			hops.At(hops.ConnHandled, 0)
 		}
 		if n%64 == 0 && !c.releaseSend() { // room for the client as we go
 			return n, false

@@ -583,9 +583,13 @@ func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
 // deliveries), Next returns what is left in the ring, then that Error.
 // Other messages on the connection (Subscribed) are skipped.
 func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err error) {
+	w := uint32(hops.RingPolled)
 	for {
 		from, data, ok, err = rr.r.Next()
 		if err != nil || ok {
+			if ok && wait {
+				hops.At(hops.SocketRead, w)
+			}
 			return from, data, ok, err
 		}
 		if rr.ended != nil {
@@ -609,6 +613,7 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 		}
 		// A DaemonDoorbell, or Subscribed: look again.
 		rr.waits++
+		w = hops.RingWoken
 		if _, err := rr.c.Read(); err != nil {
 			var e *Error
 			if !errors.As(err, &e) && !errors.Is(err, ErrDaemonClosed) {
