@@ -210,11 +210,12 @@ func (c *conn) serve() {
 }
 
 // spinAfter sets how long the next read polls the client's socket (and
-// send ring) before it sleeps, from what came last: k messages of the
-// send ring, then a packet of type t (0: none). A client that sends one
-// message at a time (a ping, an interactive writer: a single Send, or a
-// single record of its ring) waits for each to go out: its next one is
-// worth looking for before sleeping. One that sends batches is bound by
+// send ring) before it sleeps, from what came last: a burst of k
+// messages of the send ring (drainSendRing), then a packet of type t (0:
+// none). A client that sends one message at a time (a ping, an
+// interactive writer: a single Send, or a single record published
+// alone) waits for each to go out: its next one is worth looking for
+// before sleeping. One that sends batches is bound by
 // its own pace; looking for its next batch only takes the CPU the group
 // needs. A Doorbell, or nothing, leaves it as the ring's messages say.
 func (c *conn) spinAfter(k int, t localapi.Type) {

@@ -119,31 +119,41 @@ func (c *conn) doorbell(ring uint8) {
 }
 
 // drainSendRing sends every message waiting in the send ring, in order,
-// as Sends, and returns how many it took; ok false ends the connection.
-// The connection's read then looks at the ring while it polls the socket,
-// and prepares it to sleep (sendRingReady).
-func (c *conn) drainSendRing() (n int, ok bool) {
+// as Sends; burst is how many of them were published when it first
+// looked (a client that sends one message at a time: 1, however many
+// of its messages the drain then meets, each published after the one
+// before was delivered). ok false ends the connection. The connection's
+// read then looks at the ring while it polls the socket, and prepares
+// it to sleep (sendRingReady).
+func (c *conn) drainSendRing() (burst int, ok bool) {
 	r := c.rings.send
 	if r == nil {
 		return 0, true
 	}
 	var g *reliable.Group
+	n, first := 0, true
 	for {
+		if n > 0 && !r.Unread() {
+			first = false // Next looks at the producer's index again
+		}
 		_, data, ok, err := r.Next()
 		if err != nil {
 			c.fail(localapi.CodeBadMessage, false, "%v", err)
-			return n, false
+			return burst, false
 		}
 		if !ok {
 			break
 		}
 		n++
+		if first {
+			burst++
+		}
 		if g == nil {
 			// A ring may be set up before the group starts, or while
 			// the daemon joins again: its messages wait for the group.
 			if g, err = c.d.started(c.ctx); err != nil {
 				c.noGroup(err)
-				return n, false
+				return burst, false
 			}
 		}
 		if n == 1 {
@@ -153,16 +163,16 @@ func (c *conn) drainSendRing() (n int, ok bool) {
 		if len(data) > g.MaxMessage() {
 			c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
 		} else if !c.sendOn(g, data) {
-			return n, false
+			return burst, false
 		}
 		if n == 1 {
 			hops.At(hops.ConnHandled, 0)
 		}
 		if n%64 == 0 && !c.releaseSend() { // room for the client as we go
-			return n, false
+			return burst, false
 		}
 	}
-	return n, c.releaseSend()
+	return burst, c.releaseSend()
 }
 
 // sendRingReady is the connection's read's look at the send ring

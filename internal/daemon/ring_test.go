@@ -299,6 +299,17 @@ func TestRingMemoryBound(t *testing.T) {
 // receiving daemon finds wantData clear while its client polls. Each
 // message arrives whole, in order.
 func TestRingsPolledNoDoorbells(t *testing.T) {
+	for _, poll := range []bool{true, false} {
+		t.Run(map[bool]string{true: "client polls", false: "client sleeps"}[poll], func(t *testing.T) {
+			testRingsPolled(t, poll)
+		})
+	}
+}
+
+// testRingsPolled: with poll false the client sleeps for each delivery
+// as clients did before they could poll, and gets a doorbell for each,
+// whatever the daemons do.
+func testRingsPolled(t *testing.T, poll bool) {
 	seg := newMemSeg(2)
 	dir := t.TempDir()
 	var ds []*running
@@ -319,7 +330,9 @@ func TestRingsPolledNoDoorbells(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr.SetSpin(time.Second)
+	if poll {
+		rr.SetSpin(time.Second)
+	}
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +363,12 @@ func TestRingsPolledNoDoorbells(t *testing.T) {
 	// The first message found the sending daemon asleep; none after it.
 	if b := sr.Doorbells(); b != 1 {
 		t.Errorf("the sender wrote %d doorbells for %d messages sent one at a time; want 1 (the first)", b, n)
+	}
+	if !poll {
+		if s := rr.Sleeps(); s < n {
+			t.Errorf("the receiver slept %d times for %d messages; want %d or more (a doorbell for each, and spare ones)", s, n, n)
+		}
+		return
 	}
 	if s := rr.Sleeps(); s != 0 {
 		t.Errorf("the receiver slept %d times for %d messages; want 0 (it polls)", s, n)

@@ -371,6 +371,11 @@ func (r *Ring) Waiting() bool {
 	return r.other != r.pos || r.head.Load() != r.pos
 }
 
+// Unread reports whether the consumer knows of published bytes it has
+// not read yet (without looking at the producer's index again): false
+// means the next Next reads the index anew.
+func (r *Ring) Unread() bool { return r.other != r.pos }
+
 // WaitData prepares the consumer to sleep: it sets wantData and looks
 // again. False means a record waits now (wantData is cleared again);
 // true, that the consumer may sleep until a Doorbell.
