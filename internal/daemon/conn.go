@@ -215,9 +215,9 @@ func (c *conn) serve() {
 // none). A client that sends one message at a time (a ping, an
 // interactive writer: a single Send, or a single record published
 // alone) waits for each to go out: its next one is worth looking for
-// before sleeping. One that sends batches is bound by
-// its own pace; looking for its next batch only takes the CPU the group
-// needs. A Doorbell, or nothing, leaves it as the ring's messages say.
+// before sleeping. One that sends batches is bound by its own pace;
+// looking for its next batch only takes the CPU the group needs. A
+// Doorbell, or nothing, leaves it as the ring's messages say.
 func (c *conn) spinAfter(k int, t localapi.Type) {
 	switch {
 	case t == localapi.TSend || (k == 1 && (t == 0 || t == localapi.TDoorbell)):

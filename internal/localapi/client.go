@@ -558,9 +558,9 @@ func (rr *RingReceiver) Sleeps() uint64 { return rr.waits }
 // between looks, before it sleeps until a DaemonDoorbell (0, the
 // default: never). While it polls, the ring's wantData stays clear, so
 // the daemon publishes without writing a doorbell and the client is not
-// woken: a client waiting for one message at a time (a ping) saves a
-// crossing of the kernel each way. The poll backs off when the CPU is
-// contended, as Conn.SetSpin's.
+// woken: a client waiting for one message at a time (a ping) saves the
+// doorbell's write and its own wake-up. The poll backs off when the CPU
+// is contended, as Conn.SetSpin's.
 func (rr *RingReceiver) SetSpin(d time.Duration) { rr.spin.d = d }
 
 // DeliverRing opens a deliver ring with a data area of size bytes

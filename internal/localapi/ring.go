@@ -38,9 +38,11 @@ import (
 // Sleeping and waking: a consumer that finds the ring empty sets
 // wantData, looks again, and only then waits for a Doorbell on the socket;
 // a producer that publishes and finds wantData set clears it and sends
-// the Doorbell. Space is the same the other way round (wantSpace). The
-// flags and indices are read and written with sequentially consistent
-// atomics, so one of the two always sees the other's store.
+// the Doorbell. A consumer that polls (Waiting) leaves wantData clear,
+// so the producer publishes without one. Space is the same the other way
+// round (wantSpace). The flags and indices are read and written with
+// sequentially consistent atomics, so one of the two always sees the
+// other's store.
 
 // Ring header offsets and sizes.
 const (
