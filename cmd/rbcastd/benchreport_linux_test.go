@@ -68,6 +68,7 @@ import (
 // (default 200). RBCASTD_REPORT_PINGS: pings per latency run (default
 // 5000). RBCASTD_REPORT_PARTS: a subset of goodput,file,small,latency,total.
 // RBCASTD_REPORT_OUT: also write the report to this file.
+// RBCASTD_REPORT_PINGARGS: more flags for bench -ping and -echo.
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
 // RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
 // the library's and the daemons' (-spin) alike (default: the ring's,
@@ -1030,7 +1031,7 @@ func fileHash(tb testing.TB, path string) [32]byte {
 // ping: bench -echo at host 1, bench -ping <host 1> at host 0; half the
 // round trip's p50 and p99 in µs.
 func (d *daemons) ping() (p50, p99 float64) {
-	echo := d.start(1, "bench", "-echo")
+	echo := d.start(1, append([]string{"bench", "-echo"}, pingArgs()...)...)
 	d.waitSubs(1, 1)
 	r := d.pingRun(0, d.ids[1])
 	echo.end()
@@ -1044,8 +1045,12 @@ func (d *daemons) selfPing() (p50, p99 float64) {
 	return r.P50us, r.P99us
 }
 
+// pingArgs are RBCASTD_REPORT_PINGARGS, more flags for bench -ping and
+// -echo (say "-rings -spin 200us").
+func pingArgs() []string { return strings.Fields(os.Getenv("RBCASTD_REPORT_PINGARGS")) }
+
 func (d *daemons) pingRun(i, to int) pingResult {
-	out, _ := d.output(i, "bench", "-json", "-ping", fmt.Sprint(to), "-count", fmt.Sprint(d.r.pings))
+	out, _ := d.output(i, append([]string{"bench", "-json", "-ping", fmt.Sprint(to), "-count", fmt.Sprint(d.r.pings)}, pingArgs()...)...)
 	var r pingResult
 	if err := json.Unmarshal(out, &r); err != nil {
 		d.r.b.Fatalf("bench -ping -json: %v: %s", err, out)

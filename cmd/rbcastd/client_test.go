@@ -54,13 +54,19 @@ func soloDaemon(t *testing.T) string { return soloDaemonOrder(t, reliable.FIFO) 
 // member delivers its own messages, so recv has something to write.
 func soloDaemonOrder(t *testing.T, order reliable.Order) string {
 	t.Helper()
+	return soloDaemonConfig(t, daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true, Order: order}})
+}
+
+// soloDaemonConfig is soloDaemon with a configuration.
+func soloDaemonConfig(t *testing.T, cfg daemon.Config) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "solo.sock")
 	ln, err := daemon.Listen(sock, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := &nullLink{closed: make(chan struct{})}
-	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true, Order: order}})
+	d := daemon.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, l, ln) }()
@@ -403,6 +409,25 @@ func TestBenchPingSelf(t *testing.T) {
 	code, _, errOut = runMain("bench", "-socket", sock, "-echo", "-ping", "1")
 	if code != exitUsage || !strings.Contains(errOut, "-echo and -ping exclude each other") {
 		t.Fatalf("exit %d %q", code, errOut)
+	}
+	// Through the socket, through rings polled and not, and through the
+	// socket again where the daemon refuses rings (its bound is reached).
+	tight := soloDaemonConfig(t, daemon.Config{Logger: quiet, MaxRingMemory: 1, Group: reliable.Config{Group: 3, Size: 1, Server: true, Order: reliable.Total}})
+	for _, c := range []struct {
+		sock string
+		args []string
+	}{
+		{sock, []string{"-rings=false"}},
+		{sock, []string{"-rings", "-spin", "0"}},
+		{sock, []string{"-rings", "-spin", "1ms"}},
+		{tight, nil},
+	} {
+		args := append([]string{"bench", "-socket", c.sock, "-ping", "0", "-count", "20", "-json"}, c.args...)
+		code, out, errOut := runMain(args...)
+		var r pingResult
+		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Count != 20 || r.P50us <= 0 {
+			t.Errorf("%v: exit %d %q %q", args, code, out, errOut)
+		}
 	}
 }
 

@@ -174,15 +174,22 @@ func (c *conn) serve() {
 	for {
 		// Messages in the send ring go first, and before the next
 		// request: a client's Flush follows the messages it published.
-		if !c.drainSendRing(true) {
+		// The read looks at the ring while it polls, and sets its
+		// wantData before it sleeps (sendRingReady).
+		k, ok := c.drainSendRing()
+		if !ok {
 			return
 		}
+		c.spinAfter(k, 0)
 		n, trunc, err := c.read(buf)
+		if errors.Is(err, localapi.ErrReady) {
+			continue
+		}
 		if err != nil {
 			return
 		}
 		hops.At(hops.ConnRead, uint32(n))
-		if !c.drainSendRing(false) {
+		if k, ok = c.drainSendRing(); !ok {
 			return
 		}
 		if trunc {
@@ -198,16 +205,25 @@ func (c *conn) serve() {
 			return
 		}
 		hops.At(hops.ConnHandled, 0)
-		// A client that sends one message at a time (a ping, an
-		// interactive writer) waits for each to go out: its next one is
-		// worth looking for before sleeping. One that sends batches is
-		// bound by its own pace; looking for its next batch only takes
-		// the CPU the group needs.
-		if m.Type() == localapi.TSend {
-			c.r.SetSpin(c.d.cfg.ClientSpin)
-		} else {
-			c.r.SetSpin(0)
-		}
+		c.spinAfter(k, m.Type())
+	}
+}
+
+// spinAfter sets how long the next read polls the client's socket (and
+// send ring) before it sleeps, from what came last: a burst of k
+// messages of the send ring (drainSendRing), then a packet of type t (0:
+// none). A client that sends one message at a time (a ping, an
+// interactive writer: a single Send, or a single record published
+// alone) waits for each to go out: its next one is worth looking for
+// before sleeping. One that sends batches is bound by its own pace;
+// looking for its next batch only takes the CPU the group needs. A
+// Doorbell, or nothing, leaves it as the ring's messages say.
+func (c *conn) spinAfter(k int, t localapi.Type) {
+	switch {
+	case t == localapi.TSend || (k == 1 && (t == 0 || t == localapi.TDoorbell)):
+		c.r.SetSpin(c.d.cfg.ClientSpin)
+	case k > 1 || (t != 0 && t != localapi.TDoorbell):
+		c.r.SetSpin(0)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
 	"golang.org/x/sys/unix"
@@ -88,6 +89,7 @@ func (c *conn) setupRing(m *localapi.RingSetup) bool {
 	c.rings.bytes += int64(size)
 	if m.Ring == localapi.RingSend {
 		c.rings.send = r
+		c.r.SetReady(c.sendRingReady)
 	} else {
 		c.rings.deliver, c.rings.space = r, make(chan struct{}, 1)
 		c.hasDeliverRing.Store(true)
@@ -117,57 +119,76 @@ func (c *conn) doorbell(ring uint8) {
 }
 
 // drainSendRing sends every message waiting in the send ring, in order,
-// as Sends. With sleep it then prepares to sleep (the ring's wantData)
-// and drains again what came meanwhile, so that the caller's read of the
-// socket is woken by the client's Doorbell. False ends the connection.
-func (c *conn) drainSendRing(sleep bool) bool {
+// as Sends; burst is how many of them were published when it first
+// looked (a client that sends one message at a time: 1, however many
+// of its messages the drain then meets, each published after the one
+// before was delivered). ok false ends the connection. The connection's
+// read then looks at the ring while it polls the socket, and prepares
+// it to sleep (sendRingReady).
+func (c *conn) drainSendRing() (burst int, ok bool) {
 	r := c.rings.send
 	if r == nil {
-		return true
+		return 0, true
 	}
 	var g *reliable.Group
+	n, first := 0, true
 	for {
-		for n := 1; ; n++ {
-			_, data, ok, err := r.Next()
-			if err != nil {
-				c.fail(localapi.CodeBadMessage, false, "%v", err)
-				return false
-			}
-			if !ok {
-				break
-			}
-			if g == nil {
-				// A ring may be set up before the group starts, or while
-				// the daemon joins again: its messages wait for the group.
-				if g, err = c.d.started(c.ctx); err != nil {
-					c.noGroup(err)
-					return false
-				}
-			}
-			if len(data) > g.MaxMessage() {
-				c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
-			} else if !c.sendOn(g, data) {
-				return false
-			}
-			if n%64 == 0 && !c.releaseSend() { // room for the client as we go
-				return false
-			}
+		if n > 0 && !r.Unread() {
+			first = false // Next looks at the producer's index again
 		}
-		if !c.releaseSend() {
-			return false
-		}
-		if !sleep {
-			return true
-		}
-		asleep, err := r.WaitData()
+		_, data, ok, err := r.Next()
 		if err != nil {
 			c.fail(localapi.CodeBadMessage, false, "%v", err)
-			return false
+			return burst, false
 		}
-		if asleep {
-			return true
+		if !ok {
+			break
+		}
+		n++
+		if first {
+			burst++
+		}
+		if g == nil {
+			// A ring may be set up before the group starts, or while
+			// the daemon joins again: its messages wait for the group.
+			if g, err = c.d.started(c.ctx); err != nil {
+				c.noGroup(err)
+				return burst, false
+			}
+		}
+		if n == 1 {
+			hops.At(hops.SocketRead, hops.RingPolled)
+			hops.At(hops.ConnRead, uint32(len(data)))
+		}
+		if len(data) > g.MaxMessage() {
+			c.fail(localapi.CodeTooLarge, true, "message %d (of the send ring) is %d bytes; the daemon accepts at most %d bytes per message", c.accepted.Load()+1, len(data), g.MaxMessage())
+		} else if !c.sendOn(g, data) {
+			return burst, false
+		}
+		if n == 1 {
+			hops.At(hops.ConnHandled, 0)
+		}
+		if n%64 == 0 && !c.releaseSend() { // room for the client as we go
+			return burst, false
 		}
 	}
+	return burst, c.releaseSend()
+}
+
+// sendRingReady is the connection's read's look at the send ring
+// (PacketReader.SetReady): while the read polls the socket (sleep
+// false), whether records wait, leaving wantData clear so that the
+// client publishes without a Doorbell; before it sleeps, it sets
+// wantData and looks again, so that the client's next publish rings.
+// A ring that is corrupt reports true: the drain then says what is
+// wrong.
+func (c *conn) sendRingReady(sleep bool) bool {
+	r := c.rings.send
+	if !sleep {
+		return r.Waiting()
+	}
+	asleep, err := r.WaitData()
+	return err != nil || !asleep
 }
 
 // releaseSend frees what was read of the send ring, ringing the client

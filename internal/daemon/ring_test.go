@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +289,91 @@ func TestRingMemoryBound(t *testing.T) {
 			t.Fatalf("5 s after the first client closed: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A client that sends one message at a time through its send ring, and
+// one that polls its deliver ring, cross to and from the daemons without
+// a doorbell: the sending daemon polls the send ring while it polls the
+// client's socket (ClientSpin), with the ring's wantData clear, and the
+// receiving daemon finds wantData clear while its client polls. Each
+// message arrives whole, in order.
+func TestRingsPolledNoDoorbells(t *testing.T) {
+	for _, poll := range []bool{true, false} {
+		t.Run(map[bool]string{true: "client polls", false: "client sleeps"}[poll], func(t *testing.T) {
+			testRingsPolled(t, poll)
+		})
+	}
+}
+
+// testRingsPolled: with poll false the client sleeps for each delivery
+// as clients did before they could poll, and gets a doorbell for each,
+// whatever the daemons do.
+func testRingsPolled(t *testing.T, poll bool) {
+	seg := newMemSeg(2)
+	dir := t.TempDir()
+	var ds []*running
+	for i, l := range seg.links {
+		// A spin far longer than a message's trip: the polls never run
+		// out between two messages (they stop early only when a yield
+		// keeps the CPU away longer than the spin).
+		cfg := Config{Logger: quiet, ClientSpin: time.Second, Group: reliable.Config{Group: 9, Size: 2, Server: i == 0}}
+		ds = append(ds, startDaemon(t, l, dir+"/"+string(rune('a'+i))+".sock", cfg))
+	}
+	t.Cleanup(func() {
+		for _, l := range seg.links {
+			l.Close()
+		}
+	})
+	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	rr, err := sub.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if poll {
+		rr.SetSpin(time.Second)
+	}
+	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.Read(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*localapi.Subscribed); !ok {
+		t.Fatalf("Subscribe answered with %v", m.Type())
+	}
+	c, _ := dial(t, ds[0].socket, true)
+	sr, err := c.SendRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		msg := []byte(fmt.Sprintf("message %d", i))
+		if err := sr.Add(msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := sr.Publish(); err != nil {
+			t.Fatal(err)
+		}
+		_, got, ok, err := rr.Next(true)
+		if err != nil || !ok || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d: got %q, %v, %v; want %q", i, got, ok, err, msg)
+		}
+	}
+	// The first message found the sending daemon asleep; none after it.
+	if b := sr.Doorbells(); b != 1 {
+		t.Errorf("the sender wrote %d doorbells for %d messages sent one at a time; want 1 (the first)", b, n)
+	}
+	if !poll {
+		if s := rr.Sleeps(); s < n {
+			t.Errorf("the receiver slept %d times for %d messages; want %d or more (a doorbell for each, and spare ones)", s, n, n)
+		}
+		return
+	}
+	if s := rr.Sleeps(); s != 0 {
+		t.Errorf("the receiver slept %d times for %d messages; want 0 (it polls)", s, n)
+	}
+	if sub.Pending() {
+		t.Errorf("a packet waits on the receiver's socket: the daemon rang a client that polls")
 	}
 }

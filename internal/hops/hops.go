@@ -94,5 +94,13 @@ const (
 	ConnHandled = 21 // a daemon handled it (a Send: accepted by the Group)
 	FanoutRecv  = 50 // the fan-out took a delivery [1: it had waited for it]
 	FanoutWrote = 51 // the fan-out wrote its packet to the subscribers [messages]
-	SocketRead  = 60 // a PacketReader read a packet [0: at once, 1: while polling, 2: after sleeping]
+	SocketRead  = 60 // a PacketReader read a packet [0: at once, 1: while polling, 2: after sleeping], or a ring's record was taken [RingPolled, RingWoken]
+)
+
+// The args of SocketRead for a record taken from a ring: found without
+// sleeping (polling, or waiting already), or after a doorbell woke the
+// consumer.
+const (
+	RingPolled = 3
+	RingWoken  = 4
 )

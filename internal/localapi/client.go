@@ -198,7 +198,23 @@ type PacketReader struct {
 	// doubles with each contended spin (as the ring's RxSpin does).
 	off   time.Time
 	pause time.Duration
+	// ready, if set, is looked at between the looks of a spin (sleep
+	// false) and before the read sleeps in the poller (sleep true); true
+	// ends the read with ErrReady (the daemon polls a client's send ring
+	// so).
+	ready    func(sleep bool) bool
+	wasReady bool
 }
+
+// ErrReady is returned by PacketReader.Read when its ready function said
+// so before a packet came.
+var ErrReady = errors.New("localapi: ready before a packet came")
+
+// SetReady has Read look at ready between the looks of a spin (sleep
+// false) and before it sleeps (sleep true, which should prepare the
+// other end to wake it: a ring's WaitData); Read returns ErrReady when
+// it reports true. nil: no such look.
+func (r *PacketReader) SetReady(ready func(sleep bool) bool) { r.ready = ready }
 
 // Back-off of the spin under contention, as link/ring's: a yield longer
 // than spinContended (or the spin, if longer) counts as contention.
@@ -228,11 +244,14 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 // says the packet was longer than buf: its first len(buf) bytes are in
 // buf, the rest is lost. A zero n with a nil error is the peer's close.
 func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
-	r.buf, r.n, r.errno, r.start, r.spun, r.polled = buf, 0, 0, time.Time{}, false, false
+	r.buf, r.n, r.errno, r.start, r.spun, r.polled, r.wasReady = buf, 0, 0, time.Time{}, false, false, false
 	if err := r.rc.Read(r.try); err != nil {
 		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
 	}
 	r.buf = nil
+	if r.wasReady {
+		return 0, false, ErrReady
+	}
 	if r.errno != 0 {
 		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: os.NewSyscallError("recvfrom", r.errno)}
 	}
@@ -269,22 +288,23 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			return true
 		}
 		if r.spin <= 0 || r.spun {
-			r.polled = true
-			return false
+			return r.sleep()
 		}
 		now := time.Now()
 		if r.start.IsZero() {
 			if now.Before(r.off) {
 				r.spun = true
-				r.polled = true
-				return false
+				return r.sleep()
 			}
 			r.start = now
 		} else if now.Sub(r.start) >= r.spin {
 			r.spun = true
 			r.pause /= 2
-			r.polled = true
-			return false
+			return r.sleep()
+		}
+		if r.ready != nil && r.ready(false) {
+			r.wasReady = true
+			return true
 		}
 		runtime.Gosched()
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
@@ -294,6 +314,17 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			r.spun = true
 		}
 	}
+}
+
+// sleep is recv's end when no packet came: Read ends with ErrReady if
+// ready says so, else it waits in the poller (false).
+func (r *PacketReader) sleep() bool {
+	if r.ready != nil && r.ready(true) {
+		r.wasReady = true
+		return true
+	}
+	r.polled = true
+	return false
 }
 
 // Pending reports whether a packet waits to be read (SIOCINQ), so that
@@ -419,7 +450,12 @@ type RingSender struct {
 	c     *Conn
 	r     *Ring
 	slots [][]byte
+	bells uint64
 }
+
+// Doorbells is how many Doorbells Publish has written: the daemon slept
+// (its wantData set) when they were published, rather than polling.
+func (s *RingSender) Doorbells() uint64 { return s.bells }
 
 // SendRing opens a send ring with a data area of size bytes (DefaultRing
 // when 0).
@@ -479,6 +515,7 @@ func (s *RingSender) Add(d []byte) error {
 // it if it sleeps.
 func (s *RingSender) Publish() error {
 	if s.r.Publish() {
+		s.bells++
 		return s.c.Write(sendBell)
 	}
 	return nil
@@ -509,7 +546,22 @@ type RingReceiver struct {
 	c     *Conn
 	r     *Ring
 	ended error // the daemon's Error ending the stream, once read
+	spin  spinner
+	waits uint64
 }
+
+// Sleeps is how many times Next has slept until a packet came (a
+// DaemonDoorbell, mostly): the deliveries its polls did not find.
+func (rr *RingReceiver) Sleeps() uint64 { return rr.waits }
+
+// SetSpin has Next(true) poll the ring this long, yielding the CPU
+// between looks, before it sleeps until a DaemonDoorbell (0, the
+// default: never). While it polls, the ring's wantData stays clear, so
+// the daemon publishes without writing a doorbell and the client is not
+// woken: a client waiting for one message at a time (a ping) saves the
+// doorbell's write and its own wake-up. The poll backs off when the CPU
+// is contended, as Conn.SetSpin's.
+func (rr *RingReceiver) SetSpin(d time.Duration) { rr.spin.d = d }
 
 // DeliverRing opens a deliver ring with a data area of size bytes
 // (DefaultRing when 0); Subscribe then fills it.
@@ -531,9 +583,13 @@ func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
 // deliveries), Next returns what is left in the ring, then that Error.
 // Other messages on the connection (Subscribed) are skipped.
 func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err error) {
+	w := uint32(hops.RingPolled)
 	for {
 		from, data, ok, err = rr.r.Next()
 		if err != nil || ok {
+			if ok && wait {
+				hops.At(hops.SocketRead, w)
+			}
 			return from, data, ok, err
 		}
 		if rr.ended != nil {
@@ -545,6 +601,9 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 		if err := rr.Release(); err != nil {
 			return 0, nil, false, err
 		}
+		if rr.spin.d > 0 && rr.poll() {
+			continue
+		}
 		sleep, err := rr.r.WaitData()
 		if err != nil {
 			return 0, nil, false, err
@@ -553,12 +612,30 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 			continue
 		}
 		// A DaemonDoorbell, or Subscribed: look again.
+		rr.waits++
+		w = hops.RingWoken
 		if _, err := rr.c.Read(); err != nil {
 			var e *Error
 			if !errors.As(err, &e) && !errors.Is(err, ErrDaemonClosed) {
 				return 0, nil, false, err
 			}
 			rr.ended = err // after the records still in the ring
+		}
+	}
+}
+
+// poll looks at the ring until a record may wait (true) or the spin is
+// over (false), without a system call per look.
+func (rr *RingReceiver) poll() bool {
+	if !rr.spin.begin() {
+		return false
+	}
+	for {
+		if rr.r.Waiting() {
+			return true
+		}
+		if !rr.spin.yield() {
+			return rr.r.Waiting()
 		}
 	}
 }

@@ -38,9 +38,11 @@ import (
 // Sleeping and waking: a consumer that finds the ring empty sets
 // wantData, looks again, and only then waits for a Doorbell on the socket;
 // a producer that publishes and finds wantData set clears it and sends
-// the Doorbell. Space is the same the other way round (wantSpace). The
-// flags and indices are read and written with sequentially consistent
-// atomics, so one of the two always sees the other's store.
+// the Doorbell. A consumer that polls (Waiting) leaves wantData clear,
+// so the producer publishes without one. Space is the same the other way
+// round (wantSpace). The flags and indices are read and written with
+// sequentially consistent atomics, so one of the two always sees the
+// other's store.
 
 // Ring header offsets and sizes.
 const (
@@ -362,6 +364,19 @@ func (r *Ring) Release() (ring bool) {
 	r.tail.Store(r.pos)
 	return r.wantSpace.Load() != 0 && r.wantSpace.CompareAndSwap(1, 0)
 }
+
+// Waiting reports whether a record may wait to be read (the consumer,
+// polling: one atomic load of the producer's index, which Next checks).
+// It leaves wantData alone, so that a producer that publishes meanwhile
+// sends no Doorbell.
+func (r *Ring) Waiting() bool {
+	return r.other != r.pos || r.head.Load() != r.pos
+}
+
+// Unread reports whether the consumer knows of published bytes it has
+// not read yet (without looking at the producer's index again): false
+// means the next Next reads the index anew.
+func (r *Ring) Unread() bool { return r.other != r.pos }
 
 // WaitData prepares the consumer to sleep: it sets wantData and looks
 // again. False means a record waits now (wantData is cleared again);
