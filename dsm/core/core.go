@@ -382,7 +382,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !refuseMessage(msg) {
 			p.held = c.hold(p.held, msg)
 			return nil
 		}
@@ -461,6 +461,15 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 // wait for this member's crossing, axiom 2.7 over 2.11).
 func lockMessage(msg []byte) bool {
 	return len(msg) > 1 && (Type(msg[1]) == TypeLockRequest || Type(msg[1]) == TypeLockReply)
+}
+
+// refuseMessage reports whether msg is a Refuse: WC does not hold it
+// either (it changes no memory). A process admitted before a barrier may
+// have a member's arrival at it before the member's Refuse; held, the
+// Refuse would wait for a crossing that a process waiting for an
+// announcement made before it joined never reaches.
+func refuseMessage(msg []byte) bool {
+	return len(msg) > 1 && Type(msg[1]) == TypeRefuse
 }
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid

@@ -515,3 +515,25 @@ func TestOutsiderRefused(t *testing.T) {
 		t.Fatalf("error:\n got %s\nwant %s", got, want)
 	}
 }
+
+// A member's arrival at barrier 1 can reach a process admitted before
+// that barrier ahead of the member's Refuse (its sender goroutine sends
+// in the new view before its event loop handles the view). WC would
+// then hold the Refuse until the process crossed barrier 1, or forever
+// if it waits for an announcement made before it joined: a Refuse, like
+// a lock message, changes no memory and is not held.
+func TestRefuseNotHeld(t *testing.T) {
+	late, err := New(Config{Self: 4, Members: []frame.MemberID{1, 2, 3, 4}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Receive(1, AppendBarrier(nil, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Receive(1, AppendRefuse(nil, 4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(late.Refused(), ErrLateJoin) {
+		t.Fatalf("refused: %v, want ErrLateJoin (held %d)", late.Refused(), late.Counters().Held)
+	}
+}
