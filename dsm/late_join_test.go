@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -153,5 +154,50 @@ func testJoinLateRefused(t *testing.T, at int, channels bool) {
 	}
 	if lateStats.BadMessages != 0 {
 		t.Errorf("late process: %d bad messages", lateStats.BadMessages)
+	}
+}
+
+// The node's side of TestJoinLateRefused, stepped by hand: a view with a
+// process the node's members do not hold queues one Refuse for it and
+// drops its messages; the process refused stops at its next call.
+func TestHostLateRefused(t *testing.T) {
+	env := &stepEnv{}
+	n, h := dsm.NewHosted(env, dsm.Config{})
+	env.h = h
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	h.OnEvent(viewOf(1, 2, 3, 4))
+	h.OnEvent(viewOf(1, 2, 3, 4)) // refused once
+	var refusals [][]byte
+	for {
+		b, _, ok := h.Next()
+		if !ok {
+			break
+		}
+		refusals = append(refusals, bytes.Clone(b))
+		h.Sent(nil)
+	}
+	if want := core.AppendRefuse(nil, 4, 0); len(refusals) != 1 || !bytes.Equal(refusals[0], want) {
+		t.Fatalf("queued %x, want one Refuse %x", refusals, want)
+	}
+	h.Deliver(4, core.AppendSegment(nil, 9, core.Geometry{Locations: 1, LocationSize: 1}, true))
+	if st := n.Stats(); st.Outsiders != 1 || st.BadMessages != 0 {
+		t.Fatalf("outsiders %d, bad messages %d; want 1, 0", st.Outsiders, st.BadMessages)
+	}
+
+	lenv := &stepEnv{}
+	late, lh := dsm.NewHosted(lenv, dsm.Config{})
+	lenv.h = lh
+	if err := lh.Start(4, []frame.MemberID{1, 2, 3, 4}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	lh.Deliver(1, refusals[0])
+	err := late.Barrier(context.Background(), 1)
+	if !errors.Is(err, dsm.ErrLateJoin) || !strings.Contains(err.Error(), "(member 1) has not crossed its first barrier yet") {
+		t.Fatalf("late Barrier: %v, want ErrLateJoin", err)
+	}
+	if _, err := late.CreateSegment(9, 1, 1); !errors.Is(err, dsm.ErrLateJoin) {
+		t.Fatalf("late CreateSegment: %v, want ErrLateJoin", err)
 	}
 }
