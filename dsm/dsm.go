@@ -490,7 +490,11 @@ func (n *Node) lockRoom() error {
 // Join joins the reliable group described by cfg.Group over l (the
 // thesis's dsm_init; registration when cfg.Group.Members is empty, with
 // exactly one member having cfg.Group.Server) and returns the member's
-// node once the group has started.
+// node once the group has started. With cfg.Group.Views the computation's
+// members are the group's first view: a process the running group admits
+// later is refused by the members, and its calls return a
+// *LateJoinError (ErrLateJoin; docs/dsm.md, "A process that starts
+// late").
 func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	if cfg.Group.Deliver != nil || cfg.Group.OnEvent != nil {
 		return nil, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
