@@ -27,6 +27,7 @@ var (
 	ErrNotFixed        = core.ErrNotFixed
 	ErrJoinClosed      = core.ErrJoinClosed
 	ErrLocksChannels   = core.ErrLocksChannels
+	ErrLateJoin        = core.ErrLateJoin
 	// ErrClosed: the node has exited (or its group stopped).
 	ErrClosed = errors.New("dsm: node has exited")
 )
@@ -37,6 +38,7 @@ type (
 	GeometryError = core.GeometryError
 	RangeError    = core.RangeError
 	SizeError     = core.SizeError
+	LateJoinError = core.LateJoinError
 )
 
 // DefaultOutboxLimit is how many DSM messages may wait to be sent before
@@ -141,6 +143,10 @@ type Node struct {
 	err    error // why the node stopped working, once it has
 	// barrierErr is the error of the barrier just crossed (ids differ).
 	barrierErr error
+	// maybeLate: this process's first view (Views) was not the group's
+	// founding one, so it may itself be an outsider: it drops outsiders'
+	// messages but leaves refusing them to the members that know.
+	maybeLate bool
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
@@ -302,6 +308,9 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 		return
 	}
 	n.core.ReceiveOn(ch, from, data) // bad messages are counted and change nothing
+	if err := n.core.Refused(); err != nil && n.err == nil {
+		n.fail(err)
+	}
 	if n.core.Holds(ch, from) {
 		n.holdFrom(ch, from)
 	}
@@ -374,6 +383,9 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		if ev.View != nil && n.viewGone(ev.View.Members) && n.core.Pending() > 0 {
 			n.env.Kick()
 		}
+		if ev.View != nil && n.outsiders(ev.View.Members) {
+			n.env.Kick()
+		}
 	}
 	n.changed()
 }
@@ -390,6 +402,23 @@ func (n *Node) viewGone(members []frame.MemberInfo) bool {
 		gone = true
 	}
 	return gone
+}
+
+// outsiders records the view's members that are not the core's: the
+// computation's members are fixed at start (the group's first view), so
+// a process the group admitted later is refused, with a Refuse message
+// saying how far the computation is, unless this node may be such a
+// process itself or has failed. It reports whether a refusal was queued
+// (with n.mu held).
+func (n *Node) outsiders(members []frame.MemberInfo) bool {
+	refuse := !n.maybeLate && n.err == nil
+	queued := false
+	for _, m := range members {
+		if n.core.Outsider(m.ID, refuse) && refuse {
+			queued = true
+		}
+	}
+	return queued
 }
 
 // changed wakes waiters (with n.mu held).
@@ -461,7 +490,11 @@ func (n *Node) lockRoom() error {
 // Join joins the reliable group described by cfg.Group over l (the
 // thesis's dsm_init; registration when cfg.Group.Members is empty, with
 // exactly one member having cfg.Group.Server) and returns the member's
-// node once the group has started.
+// node once the group has started. With cfg.Group.Views the computation's
+// members are the group's first view: a process the running group admits
+// later is refused by the members, and its calls return a
+// *LateJoinError (ErrLateJoin; docs/dsm.md, "A process that starts
+// late").
 func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	if cfg.Group.Deliver != nil || cfg.Group.OnEvent != nil {
 		return nil, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
@@ -477,13 +510,17 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	// incarnations) come from the first view: the wrapper takes them
 	// before the node sees the event (it waits for n.mu, which Join
 	// holds until the core is installed).
-	var firstView chan []frame.MemberInfo
-	if cfg.Channels && cfg.Group.Views {
-		firstView = make(chan []frame.MemberInfo, 1)
+	// The first view's id also says whether the group was founded with
+	// this process (view number 1) or admitted it while running.
+	var firstView chan reliable.ViewInfo
+	if cfg.Group.Views {
+		firstView = make(chan reliable.ViewInfo, 1)
 		gcfg.OnEvent = func(ev reliable.Event) {
 			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
+				v := *ev.View
+				v.Members = slices.Clone(v.Members)
 				select {
-				case firstView <- slices.Clone(ev.View.Members):
+				case firstView <- v:
 				default:
 				}
 			}
@@ -525,11 +562,14 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		ids = append(ids, m.ID)
 	}
 	members := g.MemberList()
+	maybeLate := false
 	if firstView != nil {
 		// Join returns once the first view is installed; its event
 		// reaches the wrapper right after.
 		select {
-		case members = <-firstView:
+		case v := <-firstView:
+			members = v.Members
+			maybeLate = v.ID>>8 != 1
 		case <-ctx.Done():
 			n.mu.Unlock()
 			g.Close()
@@ -548,6 +588,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	}
 	e.g, e.members = g, members
 	n.install(c, g.Self(), outboxLimit(cfg))
+	n.maybeLate = maybeLate
 	go e.send()
 	n.mu.Unlock()
 	return n, nil
@@ -804,6 +845,10 @@ type Stats struct {
 	// aside at once (on a segment channel, what was delivered before its
 	// reliable layer stopped delivering from the peer: Holder).
 	HeldPeak uint64
+	// Outsiders counts messages dropped from processes the group (Views)
+	// admitted after the computation began: they are no members
+	// (ErrLateJoin at them).
+	Outsiders uint64
 	// Group is the reliable layer's counters (the global group's with
 	// Channels); Channels each segment channel's, by segment key.
 	Group    reliable.Stats
@@ -822,7 +867,8 @@ func (n *Node) Stats() Stats {
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
 		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored, HeldPeak: c.HeldPeak,
-		Group: n.env.GroupStats(),
+		Outsiders: c.Outsiders,
+		Group:     n.env.GroupStats(),
 	}
 	if cs, ok := n.env.(interface {
 		ChannelStats() map[uint32]reliable.Stats

@@ -36,6 +36,9 @@ type Counters struct {
 	// was crossed; Ignored counts updates of segments this member has
 	// not joined (selective join over one group).
 	Markers, Held, Ignored uint64
+	// Outsiders counts messages from processes admitted into the group
+	// after the computation began (Outsider), dropped.
+	Outsiders uint64
 	// HeldBytes is the bytes of the messages WC keeps aside now,
 	// HeldPeak the most it kept at once.
 	HeldBytes, HeldPeak uint64
@@ -196,6 +199,11 @@ type Core struct {
 	abandon  bool // the requester gave up: release when granted
 	leaving  bool // ReleaseAll: Self is exiting
 	deferred []deferred
+
+	// outsiders: processes admitted into the running group that are not
+	// members (Outsider); refused: this process is one (Refused).
+	outsiders []frame.MemberID
+	refused   *LateJoinError
 
 	c Counters
 }
@@ -367,10 +375,14 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	}
 	p := c.peer(from)
 	if p == nil {
+		if slices.Contains(c.outsiders, from) {
+			c.c.Outsiders++
+			return nil
+		}
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !refuseMessage(msg) {
 			p.held = c.hold(p.held, msg)
 			return nil
 		}
@@ -449,6 +461,15 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 // wait for this member's crossing, axiom 2.7 over 2.11).
 func lockMessage(msg []byte) bool {
 	return len(msg) > 1 && (Type(msg[1]) == TypeLockRequest || Type(msg[1]) == TypeLockReply)
+}
+
+// refuseMessage reports whether msg is a Refuse: WC does not hold it
+// either (it changes no memory). A process admitted before a barrier may
+// have a member's arrival at it before the member's Refuse; held, the
+// Refuse would wait for a crossing that a process waiting for an
+// announcement made before it joined never reaches.
+func refuseMessage(msg []byte) bool {
+	return len(msg) > 1 && Type(msg[1]) == TypeRefuse
 }
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
@@ -553,6 +574,10 @@ func (c *Core) receive(p *peer, msg []byte) error {
 		return uerr
 	case TypeBarrier:
 		return c.receiveBarrier(p, &m)
+	case TypeRefuse:
+		if m.To == c.self && c.refused == nil {
+			c.refused = &LateJoinError{Self: c.self, By: from, Crossed: m.Crossed}
+		}
 	case TypeLockRequest:
 		c.receiveLockRequest(from, &m)
 	case TypeLockReply:
@@ -630,6 +655,32 @@ func (c *Core) MemberBack(id frame.MemberID) {
 	if p := c.peer(id); p != nil {
 		p.live = true
 	}
+}
+
+// Outsider records id, a process the reliable layer admitted into the
+// running group (Views) that is not among the core's members, which are
+// fixed at start: its messages are dropped (counted in Outsiders, not
+// BadMessages), and, with refuse, a Refuse message on the global channel
+// tells it so and how many barriers Self has crossed. It reports whether
+// id was new. Members and Self are no outsiders.
+func (c *Core) Outsider(id frame.MemberID, refuse bool) bool {
+	if id == c.self || c.peer(id) != nil || slices.Contains(c.outsiders, id) {
+		return false
+	}
+	c.outsiders = append(c.outsiders, id)
+	if refuse {
+		c.queue(AppendRefuse(c.buffer(), id, c.crossed()))
+	}
+	return true
+}
+
+// Refused is a *LateJoinError once a member refused Self (its Refuse
+// message): this process joined the running group too late; nil before.
+func (c *Core) Refused() error {
+	if c.refused == nil {
+		return nil
+	}
+	return c.refused
 }
 
 // Live lists the members still in the group, Self included.

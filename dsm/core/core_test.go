@@ -451,3 +451,89 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+// Issue 21: a process admitted into the running group is an outsider:
+// one Refuse tells it how far Self is, its messages are dropped without
+// counting as bad, and the process refused takes the first Refuse naming
+// it as its *LateJoinError.
+func TestOutsiderRefused(t *testing.T) {
+	c := newCore(t, 1, 1400, false)
+	if err := c.EnterBarrier(7); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	for _, p := range []frame.MemberID{2, 3} {
+		if err := c.Receive(p, AppendBarrier(nil, 7, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := c.BarrierPassed(); !ok || err != nil {
+		t.Fatalf("barrier 7: %v, %v", ok, err)
+	}
+	if c.Outsider(2, true) || c.Outsider(1, true) {
+		t.Fatal("a member (or Self) taken as an outsider")
+	}
+	if !c.Outsider(4, true) || c.Outsider(4, true) {
+		t.Fatal("outsider 4: want new once")
+	}
+	out := drain(t, c)
+	if len(out) != 1 || out[0].Type != TypeRefuse || out[0].To != 4 || out[0].Crossed != 1 {
+		t.Fatalf("queued %+v, want one Refuse of member 4 after 1 barrier", out)
+	}
+	if !c.Outsider(5, false) || len(drain(t, c)) != 0 {
+		t.Fatal("outsider 5 without refuse: want recorded, nothing queued")
+	}
+	for _, from := range []frame.MemberID{4, 5} {
+		if err := c.Receive(from, AppendSegment(nil, 9, Geometry{Locations: 1, LocationSize: 1}, true)); err != nil {
+			t.Fatalf("from outsider %d: %v", from, err)
+		}
+	}
+	if err := c.Receive(6, AppendBarrier(nil, 7, 1)); err == nil || !strings.Contains(err.Error(), "member 6, which is not in the group") {
+		t.Fatalf("from member 6: %v", err)
+	}
+	if got := c.Counters(); got.Outsiders != 2 || got.BadMessages != 1 || c.Known(9) {
+		t.Fatalf("outsiders %d, bad %d, segment 9 known %v; want 2, 1, false", got.Outsiders, got.BadMessages, c.Known(9))
+	}
+
+	late, err := New(Config{Self: 4, Members: []frame.MemberID{1, 2, 3, 4}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Receive(2, AppendRefuse(nil, 5, 3)); err != nil || late.Refused() != nil {
+		t.Fatalf("a Refuse of member 5: %v, refused %v", err, late.Refused())
+	}
+	if err := late.Receive(1, out[0].Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	late.Receive(2, AppendRefuse(nil, 4, 3)) // the first one stands
+	var lj *LateJoinError
+	if err := late.Refused(); !errors.As(err, &lj) || !errors.Is(err, ErrLateJoin) || *lj != (LateJoinError{Self: 4, By: 1, Crossed: 1}) {
+		t.Fatalf("refused: %#v", err)
+	}
+	want := "dsm: member 4 joined the running group after the computation began: the computation (member 1) has passed barrier 1 and its members are the group's first view; joining later needs a snapshot of the segments, which is not supported (docs/dsm.md, issue 21)"
+	if got := late.Refused().Error(); got != want {
+		t.Fatalf("error:\n got %s\nwant %s", got, want)
+	}
+}
+
+// A member's arrival at barrier 1 can reach a process admitted before
+// that barrier ahead of the member's Refuse (its sender goroutine sends
+// in the new view before its event loop handles the view). WC would
+// then hold the Refuse until the process crossed barrier 1, or forever
+// if it waits for an announcement made before it joined: a Refuse, like
+// a lock message, changes no memory and is not held.
+func TestRefuseNotHeld(t *testing.T) {
+	late, err := New(Config{Self: 4, Members: []frame.MemberID{1, 2, 3, 4}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Receive(1, AppendBarrier(nil, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Receive(1, AppendRefuse(nil, 4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(late.Refused(), ErrLateJoin) {
+		t.Fatalf("refused: %v, want ErrLateJoin (held %d)", late.Refused(), late.Counters().Held)
+	}
+}

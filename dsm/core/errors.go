@@ -32,7 +32,32 @@ var (
 	// ErrLocksChannels: locks are not offered with per-segment channels
 	// (docs/dsm.md, "Channels").
 	ErrLocksChannels = errors.New("dsm: locks are not supported with per-segment channels")
+	// ErrLateJoin: this process was admitted into the running group
+	// (Views) after the computation began; it is not one of its members
+	// (*LateJoinError says how far the computation was).
+	ErrLateJoin = errors.New("dsm: joined the running computation too late")
 )
+
+// LateJoinError: a member of the running computation refused this
+// process, which the reliable layer admitted into the group after the
+// computation's members were fixed (the group's first view).
+type LateJoinError struct {
+	Self    frame.MemberID // the process refused
+	By      frame.MemberID // the member that refused it
+	Crossed uint32         // the barriers By had crossed when it saw Self join
+}
+
+func (e *LateJoinError) Error() string {
+	passed := "has not crossed its first barrier yet"
+	if e.Crossed > 0 {
+		passed = fmt.Sprintf("has passed barrier %d", e.Crossed)
+	}
+	return fmt.Sprintf("dsm: member %d joined the running group after the computation began: the computation "+
+		"(member %d) %s and its members are the group's first view; joining later needs a snapshot of the "+
+		"segments, which is not supported (docs/dsm.md, issue 21)", e.Self, e.By, passed)
+}
+
+func (e *LateJoinError) Unwrap() error { return ErrLateJoin }
 
 // Geometry is a segment's shape: how many locations, of how many bytes.
 type Geometry struct {

@@ -40,6 +40,10 @@ const (
 	// arrival to its last buffered update when it fits, so that the
 	// barrier costs no message (and no frame) of its own.
 	TypeUpdateBarrier
+	// TypeRefuse tells a process the reliable layer admitted into the
+	// running group (Views) after the computation began that it is not a
+	// member: the core's members are fixed at start (Refuse).
+	TypeRefuse
 )
 
 func (t Type) String() string {
@@ -58,6 +62,8 @@ func (t Type) String() string {
 		return "LockReply"
 	case TypeUpdateBarrier:
 		return "UpdateBarrier"
+	case TypeRefuse:
+		return "Refuse"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
@@ -71,6 +77,7 @@ const (
 	BarrierLen     = headerLen + 4 + 4
 	LockRequestLen = headerLen + 4 + 8
 	LockReplyLen   = headerLen + 4 + 2 + 8
+	RefuseLen      = headerLen + 2 + 4
 	// BarrierTrailer is what a barrier arrival adds to an update message
 	// (TypeUpdateBarrier): barrier id, seq.
 	BarrierTrailer = 4 + 4
@@ -143,7 +150,10 @@ type Message struct {
 	// LockRequest, LockReply
 	Lock int32
 	TS   uint64         // the request's Lamport timestamp
-	To   frame.MemberID // LockReply: the requester answered
+	To   frame.MemberID // LockReply: the requester answered; Refuse: the process refused
+
+	// Refuse: the barriers its sender had crossed (Seq above is unused).
+	Crossed uint32
 }
 
 // Record is one run of consecutive locations in an update.
@@ -191,6 +201,8 @@ func Decode(b []byte) (Message, error) {
 		want = LockRequestLen
 	case TypeLockReply:
 		want = LockReplyLen
+	case TypeRefuse:
+		want = RefuseLen
 	default:
 		return m, msgErr("type", 1, "unknown type %d", b[1])
 	}
@@ -270,6 +282,9 @@ func Decode(b []byte) (Message, error) {
 		m.Lock = int32(binary.BigEndian.Uint32(p))
 		m.To = frame.MemberID(binary.BigEndian.Uint16(p[4:]))
 		m.TS = binary.BigEndian.Uint64(p[6:])
+	case TypeRefuse:
+		m.To = frame.MemberID(binary.BigEndian.Uint16(p))
+		m.Crossed = binary.BigEndian.Uint32(p[2:])
 	}
 	return m, nil
 }
@@ -340,6 +355,15 @@ func AppendLockReply(b []byte, lock int32, to frame.MemberID, ts uint64) []byte 
 	return binary.BigEndian.AppendUint64(b, ts)
 }
 
+// AppendRefuse appends a Refuse message telling process to that it is
+// not a member of the computation, whose sender has crossed crossed
+// barriers.
+func AppendRefuse(b []byte, to frame.MemberID, crossed uint32) []byte {
+	b = appendHeader(b, TypeRefuse)
+	b = binary.BigEndian.AppendUint16(b, uint16(to))
+	return binary.BigEndian.AppendUint32(b, crossed)
+}
+
 // Append re-encodes a decoded message (the inverse of Decode).
 func (m *Message) Append(b []byte) []byte {
 	switch m.Type {
@@ -359,6 +383,8 @@ func (m *Message) Append(b []byte) []byte {
 		return AppendLockRequest(b, m.Lock, m.TS)
 	case TypeLockReply:
 		return AppendLockReply(b, m.Lock, m.To, m.TS)
+	case TypeRefuse:
+		return AppendRefuse(b, m.To, m.Crossed)
 	}
 	return b
 }
