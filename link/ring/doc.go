@@ -57,8 +57,19 @@
 // spinning, so an idle link spins once per frame that arrives rather than
 // per wait (an idle event loop of package reliable waits until its next
 // timer), while a short wait that ends at a caller's near timer keeps the
-// spin, however late the timer fired. The spin only reads the status word
-// fill reads next, so frames come in ring order either way.
+// spin, however late the timer fired. Nor does Recv spin while the link
+// receives frames in bursts: each time it finds the ring empty it counts the
+// frames read since the last time (at most 64), and it spins only while the
+// moving average of these bursts (the latest weighs 1/8) is 8 frames or
+// fewer. A request/response exchange (a ping, a BDSM barrier) brings a frame
+// or a few per wait and is waited for, so the spin is its latency; a
+// stream's receiver reads tens of frames per wait, where a wake-up per burst
+// costs little and spinning takes CPU a CPU-bound sender on the same cores
+// needs (at MTU 9000 with a group key, about a tenth of the goodput on 2
+// vCPUs; docs/benchmarks.md, "Authenticated groups"). After a stream,
+// single frames open the spin again within about 16 waits. The spin only
+// reads the status word fill reads next, so frames come in ring order
+// either way.
 //
 // # Sending
 //

@@ -73,6 +73,9 @@ type Link struct {
 	// rather than spinning: a link with no traffic spins once after each
 	// frame that arrives, not per wait.
 	rxIdle bool
+	// rxGate: whether Recv spins, from the bursts of frames between waits
+	// (the receiving goroutine's own).
+	rxGate spinGate
 
 	tx     socket
 	txSlot []int // byte offset of every TX slot in tx.ring
@@ -560,6 +563,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	}
 	l.release()
 	var waitFrom time.Time // when Recv first found the ring empty
+	var spinOK bool        // rxGate's answer then
 	for {
 		n, bytes, filtered := l.fill(frames)
 		if filtered > 0 {
@@ -569,6 +573,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			l.framesReceived.Add(uint64(n))
 			l.bytesReceived.Add(bytes)
 			l.rxIdle = false
+			l.rxGate.received(n)
 			return n, nil
 		}
 		// Only discarded frames were read: hand them back before sleeping,
@@ -580,8 +585,9 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
 			waitFrom = time.Now()
+			spinOK = l.rxGate.wait()
 		}
-		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
+		if l.cfg.RxSpin > 0 && spinOK && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
 		if !deadline.Equal(l.deadline) {
