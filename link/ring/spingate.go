@@ -1,5 +1,7 @@
 package ring
 
+import "time"
+
 // spinGate decides, each time Recv finds the receive ring empty, whether
 // it spins (Config.RxSpin) before it sleeps, from how many frames the link
 // received since the previous time it found the ring empty: a burst.
@@ -53,4 +55,40 @@ func (g *spinGate) wait() bool {
 	g.avg += (int32(g.since)*spinBurstOne - g.avg) >> spinBurstShift
 	g.since = 0
 	return g.avg < spinBurst*spinBurstOne
+}
+
+// spinLimit is how long the next spin may yield, between max/spinLimitMin
+// and max (Config.RxSpin), as Linux's haltpoll governor sizes its poll: a
+// spin that yielded its whole limit and found nothing halves it, a spin
+// that found its frame doubles it. A ping, whose reply comes within the
+// spin, keeps all of it; a wait that is often longer than the spin (a
+// sender waiting on acknowledgements its receivers send after a
+// wake-up) spins about as long as its waits usually take, and a spin that
+// misses wastes an eighth of what it did.
+type spinLimit struct {
+	// cur is the current limit; 0 means max.
+	cur time.Duration
+}
+
+// spinLimitMin: the limit falls to max/spinLimitMin at the least.
+const spinLimitMin = 8
+
+func (s *spinLimit) get(max time.Duration) time.Duration {
+	if s.cur <= 0 || s.cur > max {
+		return max
+	}
+	return s.cur
+}
+
+// missed records a spin that yielded its whole limit and found nothing.
+func (s *spinLimit) missed(max time.Duration) {
+	s.cur = s.get(max) / 2
+	if lo := max / spinLimitMin; s.cur < lo {
+		s.cur = lo
+	}
+}
+
+// found records a spin that found a frame.
+func (s *spinLimit) found(max time.Duration) {
+	s.cur = min(2*s.get(max), max)
 }

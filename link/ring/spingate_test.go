@@ -1,6 +1,9 @@
 package ring
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestSpinGate drives the spin's gate with the frames a receiver reads
 // between waits, as Recv does, and checks when it lets Recv spin: a ping
@@ -97,5 +100,51 @@ func TestSpinGate(t *testing.T) {
 	neg.received(-5)
 	if !neg.wait() || neg.avg != 0 {
 		t.Errorf("received(-5) left the gate %+v, want it open at 0", neg)
+	}
+}
+
+// TestSpinLimit: a spin that finds its frame keeps the whole RxSpin (a
+// ping); misses halve the limit down to RxSpin/8, never below; hits
+// double it back, never above RxSpin; a limit left over from a larger
+// RxSpin is read as RxSpin.
+func TestSpinLimit(t *testing.T) {
+	const max = 200 * time.Microsecond
+	var s spinLimit
+	if got := s.get(max); got != max {
+		t.Fatalf("a new limit is %v, want RxSpin (%v)", got, max)
+	}
+	for range 1000 {
+		s.found(max)
+	}
+	if got := s.get(max); got != max {
+		t.Errorf("after 1000 spins that found their frame the limit is %v, want %v", got, max)
+	}
+	want := []time.Duration{100 * time.Microsecond, 50 * time.Microsecond, 25 * time.Microsecond, 25 * time.Microsecond, 25 * time.Microsecond}
+	for i, w := range want {
+		s.missed(max)
+		if got := s.get(max); got != w {
+			t.Errorf("after %d misses the limit is %v, want %v", i+1, got, w)
+		}
+	}
+	for i, w := range []time.Duration{50 * time.Microsecond, 100 * time.Microsecond, 200 * time.Microsecond, 200 * time.Microsecond} {
+		s.found(max)
+		if got := s.get(max); got != w {
+			t.Errorf("after %d hits following the misses the limit is %v, want %v", i+1, got, w)
+		}
+	}
+	// Alternating misses and hits hold it between half and all of RxSpin.
+	for i := range 100 {
+		if i%2 == 0 {
+			s.missed(max)
+		} else {
+			s.found(max)
+		}
+		if got := s.get(max); got < max/2 || got > max {
+			t.Fatalf("alternating, step %d: limit %v, want within [%v, %v]", i, got, max/2, max)
+		}
+	}
+	big := spinLimit{cur: time.Second}
+	if got := big.get(max); got != max {
+		t.Errorf("a limit of 1s read with RxSpin %v gives %v, want %v", max, got, max)
 	}
 }
