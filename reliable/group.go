@@ -344,13 +344,11 @@ func (g *Group) run() {
 			return
 		}
 		now := time.Now()
-		wait := now.Add(g.cfg.maxWait)
+		longest := g.cfg.maxWait
 		if g.waker != nil && now.Sub(g.lastRead) >= quietAfter {
-			wait = now.Add(g.cfg.quietWait)
+			longest = g.cfg.quietWait
 		}
-		if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(wait) {
-			wait = d
-		}
+		wait := g.n.waitUntil(now, longest)
 		if g.due {
 			wait = now // what a Send or Leave posted goes out at once
 		}
