@@ -106,6 +106,48 @@ func StartCoreLoop(l link.Link, c core.Core, cfg CoreConfig) *CoreLoop {
 // Now is the core's time now.
 func (cl *CoreLoop) Now() core.Time { return cl.n.clk.Core(time.Now()) }
 
+// loopHost is what a live runtime (Group, CoreLoop) adds to the loop
+// every live core runs on (runLoop): the loop's lock, when a wait on the
+// link ends, what it waits on, what a failed receive means and its turn.
+type loopHost interface {
+	// lock and unlock take and let go of the host's lock (which guards
+	// its core's stepper).
+	lock()
+	unlock()
+	// plan runs under the lock before each wait: whether the loop ends
+	// now, and the latest the wait ends.
+	plan(now time.Time) (wait time.Time, stop bool)
+	// receive waits, without the lock, until frames arrive or until
+	// wait (os.ErrDeadlineExceeded is no failure).
+	receive(wait time.Time, rx []link.Frame) (int, error)
+	// failed is told of a receive that failed; the loop then ends.
+	failed(err error)
+	// turn takes one turn with the frames received (it takes the lock
+	// itself) and says whether the loop ends.
+	turn(frames []link.Frame) (stop bool)
+}
+
+// runLoop is the live runtime loop: wait on the link until the host's
+// next wake-up, take a turn with what arrived, until the host stops.
+func runLoop(h loopHost, rx []link.Frame) {
+	for {
+		h.lock()
+		wait, stop := h.plan(time.Now())
+		h.unlock()
+		if stop {
+			return
+		}
+		n, err := h.receive(wait, rx)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			h.failed(err)
+			return
+		}
+		if h.turn(rx[:n]) {
+			return
+		}
+	}
+}
+
 // run is the event loop.
 func (cl *CoreLoop) run() {
 	defer func() {
@@ -116,36 +158,40 @@ func (cl *CoreLoop) run() {
 		cl.mu.Unlock()
 		close(cl.done)
 	}()
-	for {
-		cl.mu.Lock()
-		stop := cl.stop
-		longest := coreLongestWait
-		if cl.waker == nil {
-			longest = cl.cfg.IdleWait
-		}
-		wait := cl.n.waitUntil(time.Now(), longest)
-		cl.mu.Unlock()
-		if stop {
-			return
-		}
-		n, err := cl.l.Recv(wait, cl.rx)
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			cl.mu.Lock()
-			stop := cl.stop
-			cl.mu.Unlock()
-			if !stop && !errors.Is(err, net.ErrClosed) {
-				cl.err = fmt.Errorf("reliable: the runtime of group %d: receiving: %w", cl.cfg.Group, err)
-				cl.cfg.Logger.Error("rbcast: a core's runtime stopped", "group", cl.cfg.Group, "err", err)
-			}
-			return
-		}
-		cl.turn(cl.rx[:n])
+	runLoop(cl, cl.rx)
+}
+
+func (cl *CoreLoop) lock()   { cl.mu.Lock() }
+func (cl *CoreLoop) unlock() { cl.mu.Unlock() }
+
+// plan: the core's deadline, at most a second away (IdleWait without a
+// link.Waker).
+func (cl *CoreLoop) plan(now time.Time) (time.Time, bool) {
+	longest := coreLongestWait
+	if cl.waker == nil {
+		longest = cl.cfg.IdleWait
+	}
+	return cl.n.waitUntil(now, longest), cl.stop
+}
+
+func (cl *CoreLoop) receive(wait time.Time, rx []link.Frame) (int, error) {
+	return cl.l.Recv(wait, rx)
+}
+
+// failed: a link closed under the loop, or after Close, ends it quietly.
+func (cl *CoreLoop) failed(err error) {
+	cl.mu.Lock()
+	stop := cl.stop
+	cl.mu.Unlock()
+	if !stop && !errors.Is(err, net.ErrClosed) {
+		cl.err = fmt.Errorf("reliable: the runtime of group %d: receiving: %w", cl.cfg.Group, err)
+		cl.cfg.Logger.Error("rbcast: a core's runtime stopped", "group", cl.cfg.Group, "err", err)
 	}
 }
 
 // turn is one turn: step frames, tick, send Ready's frames, Advance,
 // hand out.
-func (cl *CoreLoop) turn(frames []link.Frame) {
+func (cl *CoreLoop) turn(frames []link.Frame) bool {
 	cl.mu.Lock()
 	cl.n.input(cl.Now(), frames)
 	rd := cl.n.st.Ready()
@@ -172,6 +218,7 @@ func (cl *CoreLoop) turn(frames []link.Frame) {
 	if cl.cfg.Hand != nil {
 		cl.cfg.Hand()
 	}
+	return false
 }
 
 // ErrLoopClosed is what Do returns once the loop is closed.
