@@ -130,7 +130,6 @@ type Group struct {
 	// has been full, and the timer bounding a wait for room in it.
 	fullSince time.Time
 	roomTimer *time.Timer
-	pause     bool // the loop's plan: leave the link unread for this wait (pauseReading)
 }
 
 // Join joins the group described by cfg over l and returns once the group
@@ -336,20 +335,24 @@ func (g *Group) run() {
 		close(g.events)
 		close(g.done)
 	}()
-	runLoop(groupLoop{g}, g.rx)
+	runLoop(&groupLoop{g: g}, g.rx)
 }
 
-// groupLoop is the Group as the host of the live loop (runLoop).
-type groupLoop struct{ g *Group }
+// groupLoop is the Group as the host of the live loop (runLoop); pause
+// is its plan for the wait (pauseReading: leave the link unread).
+type groupLoop struct {
+	g     *Group
+	pause bool
+}
 
-func (h groupLoop) lock()   { h.g.lockLoop() }
-func (h groupLoop) unlock() { h.g.mu.Unlock() }
+func (h *groupLoop) lock()   { h.g.lockLoop() }
+func (h *groupLoop) unlock() { h.g.mu.Unlock() }
 
 // plan: a Group that was closed stops; otherwise the wait ends at the
 // core's next deadline, MaxWait away at most while frames flow (the
 // quiet wait once none came for quietAfter, with a link.Waker), at once
 // if a Send or Leave posted, or when a pause in reading ends.
-func (h groupLoop) plan(now time.Time) (time.Time, bool) {
+func (h *groupLoop) plan(now time.Time) (time.Time, bool) {
 	g := h.g
 	if g.stop {
 		g.finish(ErrClosed)
@@ -363,8 +366,8 @@ func (h groupLoop) plan(now time.Time) (time.Time, bool) {
 	if g.due {
 		wait = now // what a Send or Leave posted goes out at once
 	}
-	g.pause = g.pauseReading(now)
-	if g.pause {
+	h.pause = g.pauseReading(now)
+	if h.pause {
 		if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
 			wait = end
 		}
@@ -375,14 +378,14 @@ func (h groupLoop) plan(now time.Time) (time.Time, bool) {
 
 // receive: the frames registration read after the group started come
 // first; while reading pauses, it waits for room in the receive queue.
-func (h groupLoop) receive(wait time.Time, rx []link.Frame) (int, error) {
+func (h *groupLoop) receive(wait time.Time, rx []link.Frame) (int, error) {
 	g := h.g
 	switch {
 	case len(g.first) > 0:
 		var n int
 		n, g.first = copy(rx, g.first), nil
 		return n, nil
-	case g.pause:
+	case h.pause:
 		g.waitRoom(wait)
 		return 0, nil
 	}
@@ -393,7 +396,7 @@ func (h groupLoop) receive(wait time.Time, rx []link.Frame) (int, error) {
 	return n, err
 }
 
-func (h groupLoop) failed(err error) {
+func (h *groupLoop) failed(err error) {
 	g := h.g
 	g.mu.Lock()
 	if errors.Is(err, net.ErrClosed) {
@@ -405,7 +408,7 @@ func (h groupLoop) failed(err error) {
 	g.mu.Unlock()
 }
 
-func (h groupLoop) turn(frames []link.Frame) bool {
+func (h *groupLoop) turn(frames []link.Frame) bool {
 	g := h.g
 	g.lockLoop()
 	g.sleepUntil = time.Time{}
