@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -336,66 +335,87 @@ func (g *Group) run() {
 		close(g.events)
 		close(g.done)
 	}()
-	for {
-		g.lockLoop()
-		if g.stop {
-			g.finish(ErrClosed)
-			g.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		wait := now.Add(g.cfg.maxWait)
-		if g.waker != nil && now.Sub(g.lastRead) >= quietAfter {
-			wait = now.Add(g.cfg.quietWait)
-		}
-		if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(wait) {
-			wait = d
-		}
-		if g.due {
-			wait = now // what a Send or Leave posted goes out at once
-		}
-		pause := g.pauseReading(now)
-		if pause {
-			if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
-				wait = end
-			}
-		}
-		g.sleepUntil = wait
-		g.mu.Unlock()
+	runLoop(&groupLoop{g: g}, g.rx)
+}
 
-		var n int
-		var err error
-		switch {
-		case len(g.first) > 0:
-			n, g.first = copy(g.rx, g.first), nil
-		case pause:
-			g.waitRoom(wait)
-		default:
-			n, err = g.l.Recv(wait, g.rx)
-			if n > 0 {
-				g.lastRead = time.Now()
-			}
-		}
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			g.mu.Lock()
-			if errors.Is(err, net.ErrClosed) {
-				err = fmt.Errorf("%w: the link was closed under it (%v)", ErrClosed, err)
-			} else {
-				err = fmt.Errorf("reliable: group %d member %d: link receive failed: %w", g.cfg.Group, g.self, err)
-			}
-			g.finish(err)
-			g.mu.Unlock()
-			return
-		}
-		g.lockLoop()
-		g.sleepUntil = time.Time{}
-		g.turn(g.rx[:n])
-		stopped := g.err != nil
-		g.mu.Unlock()
-		if stopped {
-			return
+// groupLoop is the Group as the host of the live loop (runLoop); pause
+// is its plan for the wait (pauseReading: leave the link unread).
+type groupLoop struct {
+	g     *Group
+	pause bool
+}
+
+func (h *groupLoop) lock()   { h.g.lockLoop() }
+func (h *groupLoop) unlock() { h.g.mu.Unlock() }
+
+// plan: a Group that was closed stops; otherwise the wait ends at the
+// core's next deadline, MaxWait away at most while frames flow (the
+// quiet wait once none came for quietAfter, with a link.Waker), at once
+// if a Send or Leave posted, or when a pause in reading ends.
+func (h *groupLoop) plan(now time.Time) (time.Time, bool) {
+	g := h.g
+	if g.stop {
+		g.finish(ErrClosed)
+		return time.Time{}, true
+	}
+	longest := g.cfg.maxWait
+	if g.waker != nil && now.Sub(g.lastRead) >= quietAfter {
+		longest = g.cfg.quietWait
+	}
+	wait := g.n.waitUntil(now, longest)
+	if g.due {
+		wait = now // what a Send or Leave posted goes out at once
+	}
+	h.pause = g.pauseReading(now)
+	if h.pause {
+		if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
+			wait = end
 		}
 	}
+	g.sleepUntil = wait
+	return wait, false
+}
+
+// receive: the frames registration read after the group started come
+// first; while reading pauses, it waits for room in the receive queue.
+func (h *groupLoop) receive(wait time.Time, rx []link.Frame) (int, error) {
+	g := h.g
+	switch {
+	case len(g.first) > 0:
+		var n int
+		n, g.first = copy(rx, g.first), nil
+		return n, nil
+	case h.pause:
+		g.waitRoom(wait)
+		return 0, nil
+	}
+	n, err := g.l.Recv(wait, rx)
+	if n > 0 {
+		g.lastRead = time.Now()
+	}
+	return n, err
+}
+
+func (h *groupLoop) failed(err error) {
+	g := h.g
+	g.mu.Lock()
+	if errors.Is(err, net.ErrClosed) {
+		err = fmt.Errorf("%w: the link was closed under it (%v)", ErrClosed, err)
+	} else {
+		err = fmt.Errorf("reliable: group %d member %d: link receive failed: %w", g.cfg.Group, g.self, err)
+	}
+	g.finish(err)
+	g.mu.Unlock()
+}
+
+func (h *groupLoop) turn(frames []link.Frame) bool {
+	g := h.g
+	g.lockLoop()
+	g.sleepUntil = time.Time{}
+	g.turn(frames)
+	stopped := g.err != nil
+	g.mu.Unlock()
+	return stopped
 }
 
 // lockLoop takes g.mu for the loop, once no Send is sending its frame

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
@@ -29,15 +30,26 @@ type node struct {
 	event   func(Event)
 	// holdFor bounds a hold of one sender (holdFrom).
 	holdFor core.Duration
+	// admit, if set, says whether a received frame is stepped (a core
+	// run by a CoreLoop drops some before its stepper: CoreConfig.Admit).
+	admit func(now core.Time, f *link.Frame) bool
 }
 
 func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
-	st := core.NewStepper(c, s.Group, s.EtherType)
+	n := newCoreNode(l, s.Group, s.EtherType, s.Logger, c, clk)
+	n.holdFor = holdLimit(s, l.MTU())
+	return n
+}
+
+// newCoreNode is the node of c over l, without a group's settings (a
+// CoreLoop's: no hold of a sender).
+func newCoreNode(l link.Link, group uint32, etherType uint16, log *slog.Logger, c core.Core, clk wall.Clock) *node {
+	st := core.NewStepper(c, group, etherType)
 	if link.SealsCRC(l) {
 		st.SkipCRC() // the link replaces every frame's CRC: no core writes one
 	}
-	n := &node{st: st, info: st.Info(), clk: clk, group: s.Group, log: s.Logger, holdFor: holdLimit(s, l.MTU())}
-	n.out = sender{l: l, etherType: s.EtherType, group: s.Group, log: s.Logger}
+	n := &node{st: st, info: st.Info(), clk: clk, group: group, log: log}
+	n.out = sender{l: l, etherType: etherType, group: group, log: log}
 	return n
 }
 
@@ -46,9 +58,21 @@ func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
 // counts the ones it refuses.
 func (n *node) input(now core.Time, frames []link.Frame) {
 	for i := range frames {
-		stepFrame(n.st, now, &frames[i])
+		if n.admit == nil || n.admit(now, &frames[i]) {
+			stepFrame(n.st, now, &frames[i])
+		}
 	}
 	n.st.Tick(now)
+}
+
+// waitUntil is when a wait on the link that starts at now ends at the
+// latest: at the core's next deadline, at most longest after now.
+func (n *node) waitUntil(now time.Time, longest time.Duration) time.Time {
+	wait := now.Add(longest)
+	if d := n.clk.Wall(n.st.Deadline()); !d.IsZero() && d.Before(wait) {
+		wait = d
+	}
+	return wait
 }
 
 // stepFrame steps one received frame; one whose tag verified (link/auth)
@@ -126,6 +150,10 @@ type sender struct {
 	stage  link.Stager    // nil: Send
 	now    link.NowSender // nil: retransmissions queue with the rest
 	staged bool           // frames were staged since the last kick
+	// retry: a failed send is returned and not kept, and the next send
+	// tries again (a CoreLoop counts the failures and goes on); without
+	// it the first failure stops the group.
+	retry bool
 
 	retx, rest [][]byte      // sendRetransmissions' scratch
 	nowSent    atomic.Uint64 // retransmissions SendNow sent (read by Stats, which runs while the loop sends)
@@ -152,7 +180,7 @@ func (s *sender) send(frames [][]byte) error {
 	} else {
 		_, err = s.l.Send(frames)
 	}
-	if err != nil {
+	if err != nil && !s.retry {
 		s.err = err
 		s.log.Error("rbcast: link send failed; the group stops", "group", s.group, "err", err)
 	}

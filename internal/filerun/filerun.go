@@ -1,14 +1,16 @@
 // Package filerun is the runtime of the file core (reliable/files) over a
-// link: one event loop goroutine on core.Stepper, as every runtime of
-// rbcast has (docs/runtime.md). It waits on the link until the core's
-// next deadline, steps what arrived, ticks, sends the core's frames and
-// hands the core's reports (files received, files given up, the sender's
-// verdicts) to whoever subscribed.
+// link: package reliable's CoreLoop runs it on the node a Group runs on
+// (docs/runtime.md, "Cores beside a group"). The loop waits on the link
+// until the core's next deadline, steps what arrived, ticks and sends
+// the core's frames; this package adds the file core's own: its pacing,
+// the keyed frames a runner without a key drops, and handing the core's
+// reports (files received, files given up, the sender's verdicts) to
+// whoever subscribed.
 //
 // The API is goroutine-safe: Send queues a file (the core reads it
 // through its Source while the loop runs), SetMembers gives the core a
 // new member list (a view change of the group the files go to),
-// Progress and Stats read the core under the runner's lock. rbcastd runs
+// Progress and Stats read the core under the loop's lock. rbcastd runs
 // one Runner beside its message group (internal/daemon, files.go), on a
 // link of its own (a group id of its own on the same interface), so the
 // message group's data path is untouched.
@@ -27,7 +29,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -35,7 +36,7 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
-	"github.com/rbcast/rbcast/reliable/clock/wall"
+	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/files"
 )
@@ -80,33 +81,27 @@ func pacing(cfg files.Config) files.Config {
 	return cfg
 }
 
-// Runner drives one files.Core over a link.
+// Runner drives one files.Core over a link, on package reliable's
+// CoreLoop: the runner adds only what is the file core's own — its
+// pacing, the frames a runner without a key drops, its reports.
 type Runner struct {
 	l         link.Link
-	clk       wall.Clock
 	log       *slog.Logger
-	waker     link.Waker // nil: the loop waits at most idleWait
 	group     uint32
 	etherType uint16
 	auth      *auth.Link // the link's authentication; nil: no key
 
-	mu   sync.Mutex // guards c and st
-	c    *files.Core
-	st   *core.Stepper
-	stop bool
+	c    *files.Core // under the loop's lock (loop.Do, loop.Read)
+	loop *reliable.CoreLoop
 
 	smu  sync.Mutex
 	subs map[int]func(files.Report)
 	next int
 
-	done chan struct{}
-	err  error // why the loop ended (nil: Close)
-
-	// Counters of the loop (under mu).
-	sendErrs uint64
-	lastErr  error
-	// keyedNoKey counts frames of the group that carry a tag, dropped by
-	// a runner without a key.
+	// reports are the turn's (the loop's own: Collect, then Hand).
+	reports []files.Report
+	// keyedNoKey (under the loop's lock) counts frames of the group that
+	// carry a tag, dropped by a runner without a key.
 	keyedNoKey uint64
 }
 
@@ -149,15 +144,11 @@ func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	if et == 0 {
 		et = frame.EtherType
 	}
-	r := &Runner{l: l, clk: wall.Clock{Epoch: time.Now()}, log: log, c: c, group: cfg.Group, etherType: et, auth: authOf(l),
-		st: core.NewStepper(c, cfg.Group, cfg.EtherType), subs: map[int]func(files.Report){}, done: make(chan struct{})}
-	if link.SealsCRC(l) {
-		r.st.SkipCRC() // an encrypting l writes every frame's CRC itself
-	}
-	if w, ok := link.WakerOf(l); ok {
-		r.waker = w
-	}
-	go r.run()
+	r := &Runner{l: l, log: log, c: c, group: cfg.Group, etherType: et, auth: authOf(l), subs: map[int]func(files.Report){}}
+	r.loop = reliable.StartCoreLoop(l, c, reliable.CoreConfig{
+		Group: cfg.Group, EtherType: cfg.EtherType, Logger: log, IdleWait: idleWait,
+		Admit: r.admit, Collect: r.collect, Hand: r.handTurn,
+	})
 	return r, nil
 }
 
@@ -176,83 +167,32 @@ func authOf(l link.Link) *auth.Link {
 	return nil
 }
 
-// now is the core's time now.
-func (r *Runner) now() core.Time { return r.clk.Core(time.Now()) }
+// admit drops, in a runner without a key, a frame of the group that
+// carries a tag (counted in keyedNoKey); the loop steps every other
+// frame (one that verified without its CRC), and the stepper or the
+// core counts a bad one.
+func (r *Runner) admit(_ core.Time, f *link.Frame) bool {
+	if f.Authenticated || r.auth != nil || !r.sealed(f.Data) {
+		return true
+	}
+	r.keyedNoKey++
+	if r.keyedNoKey == 1 {
+		src := frame.Ethernet(f.Data[:frame.EthernetHeaderLen]).Src()
+		r.log.Warn("rbcastd: key mismatch on the files' link: a frame of the files' group carries an authentication tag, and this member has no key (-key-file); such frames are dropped",
+			"from", net.HardwareAddr(src[:]).String(), "files_group", r.group)
+	}
+	return false
+}
 
-// run is the event loop.
-func (r *Runner) run() {
-	defer close(r.done)
-	frames := make([]link.Frame, 64)
-	var reports []files.Report
-	for {
-		r.mu.Lock()
-		stop := r.stop
-		d := r.st.Deadline()
-		r.mu.Unlock()
-		if stop {
-			return
-		}
-		deadline := time.Now().Add(time.Second)
-		if d != 0 {
-			deadline = r.clk.Wall(d)
-		}
-		if idle := time.Now().Add(idleWait); r.waker == nil && deadline.After(idle) {
-			deadline = idle
-		}
-		n, err := r.l.Recv(deadline, frames)
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			r.mu.Lock()
-			stop := r.stop
-			r.mu.Unlock()
-			if !stop && !errors.Is(err, net.ErrClosed) {
-				r.err = fmt.Errorf("filerun: receiving: %w", err)
-				r.log.Error("rbcastd: the file runtime stopped", "err", err)
-			}
-			return
-		}
-		r.mu.Lock()
-		now := r.now()
-		for _, f := range frames[:n] {
-			// A bad frame is counted by the stepper or the core.
-			switch {
-			case f.Authenticated:
-				r.st.StepVerified(now, f.Data)
-			case r.auth == nil && r.sealed(f.Data):
-				r.keyedNoKey++
-				if r.keyedNoKey == 1 {
-					src := frame.Ethernet(f.Data[:frame.EthernetHeaderLen]).Src()
-					r.log.Warn("rbcastd: key mismatch on the files' link: a frame of the files' group carries an authentication tag, and this member has no key (-key-file); such frames are dropped",
-						"from", net.HardwareAddr(src[:]).String(), "files_group", r.group)
-				}
-			default:
-				r.st.Step(now, f.Data)
-			}
-		}
-		r.st.Tick(now)
-		rd := r.st.Ready()
-		reports = append(reports[:0], r.c.Reports()...)
-		r.mu.Unlock()
-		// The frames are the core's buffers, unchanged until Advance;
-		// Send, SetMembers and the readers only take the lock.
-		if len(rd.Frames) > 0 {
-			if _, err := r.l.Send(rd.Frames); err != nil {
-				r.mu.Lock()
-				r.sendErrs++
-				first := r.lastErr == nil
-				r.lastErr = err
-				r.mu.Unlock()
-				if first {
-					r.log.Error("rbcastd: the file runtime could not send", "err", err)
-				}
-			}
-		}
-		r.mu.Lock()
-		r.st.Advance()
-		r.mu.Unlock()
-		if len(reports) > 0 {
-			r.hand(reports)
-			clear(reports)
-		}
+// collect takes the turn's reports (under the loop's lock).
+func (r *Runner) collect() { r.reports = append(r.reports[:0], r.c.Reports()...) }
+
+// handTurn hands the turn's reports out (on the loop, without its lock).
+func (r *Runner) handTurn() {
+	if len(r.reports) > 0 {
+		r.hand(r.reports)
+		clear(r.reports)
+		r.reports = r.reports[:0]
 	}
 }
 
@@ -300,43 +240,33 @@ func (r *Runner) Subscribe(f func(files.Report)) (cancel func()) {
 	}
 }
 
-// wake ends the loop's wait, so that what was posted is acted on now.
-func (r *Runner) wake() {
-	if r.waker != nil {
-		r.waker.Wake()
-	}
-}
-
 // Send queues a file (files.Core.Send) and returns its id; the verdict
 // comes to the subscribers. The source is closed by the core once the
 // file closes.
 func (r *Runner) Send(o files.Outgoing) (uint32, error) {
-	r.mu.Lock()
-	if r.stop {
-		r.mu.Unlock()
+	var id uint32
+	err := r.loop.Do(func(now core.Time) (err error) {
+		id, err = r.c.Send(now, o)
+		return err
+	})
+	if errors.Is(err, reliable.ErrLoopClosed) {
 		return 0, errors.New("filerun: the file runtime is closed")
-	}
-	id, err := r.c.Send(r.now(), o)
-	r.mu.Unlock()
-	if err == nil {
-		r.wake()
 	}
 	return id, err
 }
 
 // SetMembers gives the core the group's members (a view change).
 func (r *Runner) SetMembers(ms []frame.MemberInfo) {
-	r.mu.Lock()
-	r.c.SetMembers(ms)
-	r.mu.Unlock()
-	r.wake()
+	r.loop.Do(func(core.Time) error {
+		r.c.SetMembers(ms)
+		return nil
+	})
 }
 
 // Progress returns every transfer under way or open here.
-func (r *Runner) Progress() []files.Progress {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.c.Progress()
+func (r *Runner) Progress() (p []files.Progress) {
+	r.loop.Read(func() { p = r.c.Progress() })
+	return p
 }
 
 // Stats are the runtime's counters.
@@ -391,13 +321,15 @@ func (s Stats) Unauthenticated() string {
 
 // Stats returns the core's and the loop's counters.
 func (r *Runner) Stats() Stats {
-	r.mu.Lock()
-	cs := r.c.Stats()
-	s := Stats{Bad: r.st.Counters().Bad, SendErrs: r.sendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self, KeyedNoKey: r.keyedNoKey}
-	if d, ok := cs.Detail.(files.Stats); ok {
-		s.Core = d
-	}
-	r.mu.Unlock()
+	var s Stats
+	r.loop.Read(func() {
+		cs := r.c.Stats()
+		lc := r.loop.CountersLocked()
+		s = Stats{Bad: lc.Bad, SendErrs: lc.SendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self, KeyedNoKey: r.keyedNoKey}
+		if d, ok := cs.Detail.(files.Stats); ok {
+			s.Core = d
+		}
+	})
 	s.LinkStats, _ = r.l.Stats()
 	if r.auth != nil {
 		a := r.auth.Auth()
@@ -407,41 +339,28 @@ func (r *Runner) Stats() Stats {
 }
 
 // Done is closed once the loop has ended; Err says why.
-func (r *Runner) Done() <-chan struct{} { return r.done }
+func (r *Runner) Done() <-chan struct{} { return r.loop.Done() }
 
 // Err is why the loop ended: nil after Close.
-func (r *Runner) Err() error {
-	select {
-	case <-r.done:
-		return r.err
-	default:
-		return nil
-	}
-}
+func (r *Runner) Err() error { return r.loop.Err() }
 
 // Close stops the loop and waits for it. Files still being sent are
 // given up (their sources closed); partial copies of files being
 // received stay for a resume.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	r.stop = true
-	r.mu.Unlock()
-	r.wake()
-	<-r.done
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.c.Release()
+	r.loop.Close()
+	r.loop.Read(r.c.Release)
 	return nil
 }
 
 // Members returns the member list the core has now (ids).
 func (r *Runner) Members() []frame.MemberID {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var ids []frame.MemberID
-	for _, m := range r.c.Members() {
-		ids = append(ids, m.ID)
-	}
+	r.loop.Read(func() {
+		for _, m := range r.c.Members() {
+			ids = append(ids, m.ID)
+		}
+	})
 	return slices.Clip(ids)
 }
 
