@@ -101,14 +101,8 @@ type Config struct {
 	// for 10 ms to 1 s, and a Recv that asked to wait twice RxSpin or
 	// longer and ended at its deadline with nothing read has the next one
 	// sleep at once, so an idle link spins once per frame that arrives, not per
-	// wait. Nor does Recv spin while frames come in bursts, more than 8
-	// between waits on a moving average (a stream's receiver): a wake-up
-	// per burst costs little, and the spin's CPU is what a CPU-bound
-	// sender lacks; a frame or a few per wait (a ping, a barrier) keep it.
-	// A spin that yields its whole time and finds nothing halves the next
-	// one's, down to RxSpin/8; one that finds its frame doubles it back
-	// (package documentation). 0 means DefaultRxSpin; a negative RxSpin
-	// never spins. At most a second.
+	// wait (package documentation). 0 means
+	// DefaultRxSpin; a negative RxSpin never spins. At most a second.
 	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means

@@ -46,9 +46,10 @@
 // Before sleeping Recv first looks at the ring's next status word, calling
 // runtime.Gosched and sched_yield(2) between looks, for up to Config.RxSpin
 // of yielding (DefaultRxSpin, 200 µs, unless set; negative: never), and
-// sleeps only if nothing came: a process waiting for one frame at a time is
-// then not put to sleep and woken per frame, which in a VM whose idle vCPUs
-// halt costs tens of µs each time (docs/benchmarks-history.md, "Polling the
+// sleeps only if nothing came: a stream's receiver is then not put to sleep
+// and woken per batch, which in a VM whose idle vCPUs halt costs tens of µs
+// each time, and a process waiting for one frame at a time is then not put
+// to sleep and woken per frame (docs/benchmarks-history.md, "Polling the
 // ring before sleeping"). A yield that keeps Recv off the CPU for more than
 // a millisecond (or RxSpin, if longer) means other work holds the CPU, where
 // a sleeper is woken sooner than a yielder gets its turn back: spinning then
@@ -58,24 +59,8 @@
 // spinning, so an idle link spins once per frame that arrives rather than
 // per wait (an idle event loop of package reliable waits until its next
 // timer), while a short wait that ends at a caller's near timer keeps the
-// spin, however late the timer fired. Nor does Recv spin while the link
-// receives frames in bursts: each time it finds the ring empty it counts the
-// frames read since the last time (at most 64), and it spins only while the
-// moving average of these bursts (the latest weighs 1/8) is 8 frames or
-// fewer. A request/response exchange (a ping, a BDSM barrier) brings a frame
-// or a few per wait and is waited for, so the spin is its latency; a
-// stream's receiver reads tens of frames per wait, where a wake-up per burst
-// costs little and spinning takes CPU a CPU-bound sender on the same cores
-// needs (at MTU 9000 with a group key, about a tenth of the goodput on 2
-// vCPUs; docs/benchmarks.md, "Authenticated groups"). After a stream,
-// single frames open the spin again within about 16 waits. And a spin
-// that yields its whole time without finding a frame halves the next one's
-// (down to RxSpin/8), one that finds its frame doubles it back, as Linux's
-// haltpoll governor sizes its poll: a ping keeps all of it, while a wait
-// that is often longer (a stream's sender waiting on acknowledgements from
-// receivers that now sleep) spins about as long as such waits usually
-// take. The spin only reads the status word fill reads next, so frames come
-// in ring order either way.
+// spin, however late the timer fired. The spin only reads the status word
+// fill reads next, so frames come in ring order either way.
 //
 // # Sending
 //

@@ -73,12 +73,6 @@ type Link struct {
 	// rather than spinning: a link with no traffic spins once after each
 	// frame that arrives, not per wait.
 	rxIdle bool
-	// rxGate: whether Recv spins, from the bursts of frames between waits
-	// (the receiving goroutine's own).
-	rxGate spinGate
-	// rxLimit: how long the next spin may yield (the receiving
-	// goroutine's own).
-	rxLimit spinLimit
 
 	tx     socket
 	txSlot []int // byte offset of every TX slot in tx.ring
@@ -566,7 +560,6 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 	}
 	l.release()
 	var waitFrom time.Time // when Recv first found the ring empty
-	var spinOK bool        // rxGate's answer then
 	for {
 		n, bytes, filtered := l.fill(frames)
 		if filtered > 0 {
@@ -576,7 +569,6 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			l.framesReceived.Add(uint64(n))
 			l.bytesReceived.Add(bytes)
 			l.rxIdle = false
-			l.rxGate.received(n)
 			return n, nil
 		}
 		// Only discarded frames were read: hand them back before sleeping,
@@ -588,9 +580,8 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
 			waitFrom = time.Now()
-			spinOK = l.rxGate.wait()
 		}
-		if l.cfg.RxSpin > 0 && spinOK && !l.rxIdle && l.spin(deadline) {
+		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
 			continue
 		}
 		if !deadline.Equal(l.deadline) {
@@ -751,8 +742,7 @@ const (
 )
 
 // spin looks at the next slot or block until it is ours (true), for at
-// most rxLimit of yielding (Config.RxSpin, shortened by spins that found
-// nothing: spinLimit) and never past deadline (false: Recv then
+// most Config.RxSpin of yielding and never past deadline (false: Recv then
 // sleeps in the netpoller, which also reports the deadline or Close).
 // Between looks it lets this process's other goroutines run
 // (runtime.Gosched; not counted against RxSpin: a program that computes
@@ -778,28 +768,20 @@ func (l *Link) spin(deadline time.Time) bool {
 		return false
 	}
 	var spent time.Duration
-	limit := l.rxLimit.get(l.cfg.RxSpin)
 	for !l.closed.Load() && !l.woken.Load() {
 		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
-			l.rxLimit.found(l.cfg.RxSpin)
 			return true
 		}
 		runtime.Gosched()
 		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
-			l.rxLimit.found(l.cfg.RxSpin)
 			return true
 		}
 		t0 := time.Now()
-		if spent >= limit {
-			l.spinPause /= 2
-			l.rxLimit.missed(l.cfg.RxSpin)
-			return false
-		}
-		if !deadline.IsZero() && !t0.Before(deadline) {
+		if spent >= l.cfg.RxSpin || (!deadline.IsZero() && !t0.Before(deadline)) {
 			l.spinPause /= 2
 			return false
 		}

@@ -3,7 +3,6 @@ package ring
 import (
 	"errors"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -87,96 +86,6 @@ func TestRxSpin(t *testing.T) {
 					t.Errorf("none of 10 spinning Recvs found its frame while spinning")
 				}
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
-			})
-			t.Run("stream", func(t *testing.T) {
-				// After bursts of frames between waits (a stream's
-				// receiver), the next Recv sleeps without spinning: its
-				// frame, sent 1 ms after it started, is found by the
-				// netpoller although RxSpin is a second, and so for the
-				// next few. One frame per wait (pings) opens the spin
-				// again.
-				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: time.Second, BlockTimeout: time.Millisecond})
-				tx := openOn(t, topo.Hosts[0], Config{Version: v})
-				frames := make([]Frame, 256)
-				seq := uint64(0)
-				send := func(n int) error {
-					batch := make([][]byte, n)
-					for i := range batch {
-						size := frameLen(seq, tx.MTU())
-						batch[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)
-						seq++
-					}
-					_, err := tx.Send(batch)
-					return err
-				}
-				want := uint64(0)
-				recv := func(n int) {
-					t.Helper()
-					for got := 0; got < n; {
-						k, err := rx.Recv(time.Now().Add(10*time.Second), frames)
-						if err != nil {
-							t.Fatalf("Recv after %d of %d frames: %v", got, n, err)
-						}
-						for _, f := range frames[:k] {
-							if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != want {
-								t.Fatalf("received frame %d (%v), want %d", s, err, want)
-							}
-							want++
-						}
-						got += k
-					}
-				}
-				// Each burst lands whole before it is read, as a stream's
-				// bursts do when the receiver is busy: the kernel's count
-				// of frames it queued, not the clock, says when.
-				for b := range 3 {
-					if err := send(100); err != nil {
-						t.Fatal(err)
-					}
-					for start := time.Now(); ; runtime.Gosched() {
-						st, err := rx.Stats()
-						if err != nil {
-							t.Fatal(err)
-						}
-						if st.KernelPackets >= uint64(100*(b+1)) {
-							break
-						}
-						if time.Since(start) > 10*time.Second {
-							t.Fatalf("burst %d: the kernel queued %d of %d frames in 10 s", b, st.KernelPackets, 100*(b+1))
-						}
-					}
-					recv(100)
-					// The receiver then finds the ring empty: a wait, which
-					// ends the burst (a deadline already past: no spin).
-					if n, err := rx.Recv(time.Now(), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-						t.Fatalf("Recv on an empty ring after burst %d = %d, %v; want 0 and a deadline error", b, n, err)
-					}
-				}
-				spun := 0
-				for i := range 30 {
-					found := rx.spinFound
-					sent := make(chan error, 1)
-					go func() {
-						time.Sleep(time.Millisecond)
-						sent <- send(1)
-					}()
-					recv(1)
-					if err := <-sent; err != nil {
-						t.Fatal(err)
-					}
-					// The bursts' average (1/8 the latest) stays over
-					// spinBurst for the first 5 pings.
-					if i < 5 && rx.spinFound != found {
-						t.Fatalf("Recv %d after 3 bursts of 100 frames spun (and found its frame spinning)", i)
-					}
-					if rx.spinFound != found {
-						spun++
-					}
-				}
-				if !rx.rxGate.wait() {
-					t.Errorf("after 30 pings the gate (%+v) still keeps Recv from spinning", rx.rxGate)
-				}
-				t.Logf("%d of the 30 pings after the stream found their frame spinning", spun)
 			})
 			t.Run("idle", func(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and
