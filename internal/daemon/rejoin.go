@@ -216,10 +216,16 @@ func (c *conn) noGroup(err error) {
 	c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
 }
 
-// lostGroup refuses a request whose group stopped under it (err): a
-// rejoin's end of the connection, or the group's end.
-func (c *conn) lostGroup(g *reliable.Group, code localapi.Code, format string, args ...any) {
+// lostGroup refuses a request that failed with reqErr because its group
+// stopped under it: a rejoin's end of the connection, or the group's end.
+// The group's core can refuse a request (reqErr: removed from the group)
+// a moment before the group's loop records why it stopped (g.Err), so
+// reqErr decides while g.Err is still nil.
+func (c *conn) lostGroup(g *reliable.Group, reqErr error, code localapi.Code, format string, args ...any) {
 	err := g.Err()
+	if err == nil {
+		err = reqErr
+	}
 	if c.d.rejoinable(err) {
 		c.fail(localapi.CodeRejoining, false, "%s", c.rejoinText(err, unacked(g.Stats())))
 		return

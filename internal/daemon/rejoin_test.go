@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -415,5 +419,49 @@ func TestRejoinBackoff(t *testing.T) {
 		1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond, 10 * time.Second, 10 * time.Second, 10 * time.Second, 10 * time.Second, 0, 0}
 	if !slices.Equal(waits, want) {
 		t.Errorf("waits %v, want %v", waits, want)
+	}
+}
+
+// A request the group's core refused because the group went on without
+// this daemon (a Send's error wrapping reliable.ErrRemoved) is answered
+// as a rejoin even before the group's loop records why it stopped
+// (g.Err still nil): CI met a sender told "message 46 not accepted: …
+// removed from the group (send failed)" instead of the rejoin's text
+// (TestNetnsRejoin).
+func TestLostGroupBeforeErr(t *testing.T) {
+	cuts := newCuts(t, rtnet.New(t, 43), 3)
+	ds := startViews(t, cuts, nil, nil)
+	for i, x := range ds {
+		awaitStatus(t, x, "in a view of three", func(st Status) bool { return st.Ready && st.Self == i && len(viewOf(st)) == 3 })
+	}
+	g := ds[1].d.g.Load()
+	if g == nil || g.Err() != nil {
+		t.Fatalf("daemon 1's group: %v", g)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := net.FileConn(os.NewFile(uintptr(fds[0]), "daemon end"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := os.NewFile(uintptr(fds[1]), "client end")
+	defer peer.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{d: ds[1].d, c: mine.(*net.UnixConn), ctx: ctx, cancel: cancel}
+	c.accepted.Store(3)
+	reqErr := fmt.Errorf("reliable: removed from the group: group 9 member 1: %w", reliable.ErrRemoved)
+	c.lostGroup(g, reqErr, localapi.CodeSendFailed, "message %d not accepted: %v", 4, reqErr)
+	buf := make([]byte, 4096)
+	n, err := peer.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dec localapi.Decoder
+	m, err := dec.Decode(buf[:n])
+	e, ok := m.(*localapi.Error)
+	if err != nil || !ok || e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "the group went on without this daemon") || !strings.Contains(e.Text, "3 messages were accepted on this connection") {
+		t.Fatalf("the refused Send's answer: %v, %v; want Error{rejoining} naming the 3 messages accepted", m, err)
 	}
 }
