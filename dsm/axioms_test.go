@@ -357,16 +357,9 @@ func lockProgram(sections int, reads *[][]uint64) func(*dsm.Node) error {
 // Axiom 2.11: updates a member wrote before permitting an acquire are
 // seen by the acquirer before it acquires.
 func TestAxioms2_8to2_11Locks(t *testing.T) {
+	const n = 4
 	for seed := range uint64(axiomSeeds) {
-		checkLockAxioms(t, seed, runSim(t, 4, seed, dsm.Config{}, lockProgram(25, nil)), 4, 25)
-	}
-}
-
-// checkLockAxioms checks axioms 2.8–2.11 on a history of lockProgram(sections)
-// on n members.
-func checkLockAxioms(t *testing.T, seed uint64, h *history, n, sections int) {
-	t.Helper()
-	{
+		h := runSim(t, n, seed, dsm.Config{}, lockProgram(25, nil))
 		type req struct {
 			rank int
 			lock int32
@@ -398,8 +391,8 @@ func checkLockAxioms(t *testing.T, seed uint64, h *history, n, sections int) {
 				t.Fatalf("seed %d: rank %d never released lock %d (axiom 2.9)", seed, r, held.lock)
 			}
 		}
-		if len(acquired) != n*sections {
-			t.Fatalf("seed %d: %d acquires, want %d", seed, len(acquired), n*sections)
+		if len(acquired) != n*25 {
+			t.Fatalf("seed %d: %d acquires, want %d", seed, len(acquired), n*25)
 		}
 		for q, at := range acquired {
 			rel, ok := released[q]

@@ -88,17 +88,14 @@ type Config struct {
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
-	// WCCopies is how many bytes of one peer's messages on a channel (a
-	// segment's, or the global one, which over one group carries the
-	// updates) the wait condition (WC, def. 7.3) copies while this
+	// WCCopies (Channels) is how many bytes of one peer's messages on a
+	// segment channel the wait condition (WC, def. 7.3) copies while this
 	// member has not crossed the barrier the peer crossed, before the
 	// channel stops taking the peer's frames: they then wait,
 	// undelivered and unacknowledged, in this member's reorder window
-	// (and block the peer once its window is full) until the crossing,
-	// or on the global channel until lock traffic needs them (a lock
-	// requested here, or a peer's request seen). 0 means
-	// DefaultWCCopies; a negative value holds at once. (docs/dsm.md,
-	// "How much WC copies".)
+	// (and block the peer once its window is full) until the crossing.
+	// 0 means DefaultWCCopies; a negative value holds at once.
+	// (docs/dsm.md, "How much WC copies".)
 	WCCopies int
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.
@@ -153,8 +150,8 @@ type Node struct {
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
-	// holds are the senders whose deliveries on a channel the env holds
-	// back for WC (Holder), until a crossing or lock traffic ends it.
+	// holds are the senders whose deliveries on a segment channel the
+	// env holds back for WC (Holder), until a crossing ends it.
 	holds []channelSender
 }
 
@@ -167,7 +164,7 @@ type channelSender struct {
 // Holder is an Env whose reliable layer can stop delivering one
 // sender's messages on one channel (reliable.Group.HoldFrom,
 // reliable.Driver.HoldFrom). With it, what the wait condition (WC, def.
-// 7.3) must keep from a peer on a channel waits in that peer's
+// 7.3) must keep from a peer on a segment channel waits in that peer's
 // send window, which bounds it, instead of being copied by the node
 // without bound. Both are called with the node's lock held and must not
 // call the node; HoldFrom reports false where the layer cannot hold
@@ -317,10 +314,6 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	if n.core.Holds(ch, from) {
 		n.holdFrom(ch, from)
 	}
-	if len(n.holds) > 0 && !core.OnlyUpdates(data) {
-		// A lock request may end the global channel's holds.
-		n.releaseHolds()
-	}
 	if n.core.Pending() > 0 {
 		n.env.Kick()
 	}
@@ -344,8 +337,8 @@ func (n *Node) holdFrom(ch core.Channel, from frame.MemberID) {
 	n.holds = append(n.holds, channelSender{ch, from})
 }
 
-// releaseHolds ends the holds WC no longer needs, after a crossing or
-// when lock traffic starts (with n.mu held).
+// releaseHolds ends the holds WC no longer needs, after a crossing
+// (with n.mu held).
 func (n *Node) releaseHolds() {
 	if len(n.holds) == 0 {
 		return
@@ -767,9 +760,6 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 		return err
 	}
 	err := n.core.RequestLock(int32(id))
-	// The peers' replies may wait behind what WC holds in their windows
-	// on the global channel (core.Holds).
-	n.releaseHolds()
 	n.unlockFlush()
 	if err != nil {
 		return err
@@ -852,8 +842,8 @@ type Stats struct {
 	// over one group).
 	Markers, Held, Ignored uint64
 	// HeldPeak is the most bytes of messages the wait condition kept
-	// aside at once (what was delivered before the channel's reliable
-	// layer stopped delivering from the peer: Holder).
+	// aside at once (on a segment channel, what was delivered before its
+	// reliable layer stopped delivering from the peer: Holder).
 	HeldPeak uint64
 	// Outsiders counts messages dropped from processes the group (Views)
 	// admitted after the computation began: they are no members

@@ -262,24 +262,15 @@ func (e *groupEnv) ChannelStats() map[uint32]reliable.Stats {
 
 func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }
 
-// group is channel ch's group: the global one, or a segment channel's
-// (nil when not open).
-func (e *groupEnv) group(ch core.Channel) *reliable.Group {
-	if ch == core.Global {
-		return e.g
-	}
-	return e.channels[ch]
-}
-
-// HoldFrom holds from's deliveries on channel ch (Holder).
+// HoldFrom holds from's deliveries on segment channel ch (Holder).
 func (e *groupEnv) HoldFrom(ch core.Channel, from frame.MemberID) bool {
-	g := e.group(ch)
+	g := e.channels[ch]
 	return g != nil && g.HoldFrom(from)
 }
 
 // ReleaseFrom ends HoldFrom (Holder).
 func (e *groupEnv) ReleaseFrom(ch core.Channel, from frame.MemberID) {
-	if g := e.group(ch); g != nil {
+	if g := e.channels[ch]; g != nil {
 		g.ReleaseFrom(from)
 	}
 }

@@ -136,14 +136,12 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 			// Held frames wait in rank 1's window (pbp's hold) and are
 			// delivered from it at the release: none is sent twice, and
 			// under loss only lost frames are (before the hold inside the
-			// core: a window after the release, 32 and 73). Loss alone
-			// costs 1–22 over 60 seeds of this run (two outliers, 45 and
-			// 65), 7 to 17 for seed 1 as the simulator's draws shift.
+			// core: a window after the release, 32 and 73).
 			if tc.in == (testnet.Impairment{}) && sent.Retransmitted != 0 {
 				t.Errorf("rank 0 retransmitted %d frames, want none: held frames are delivered from the receiver's window", sent.Retransmitted)
 			}
-			if tc.in != (testnet.Impairment{}) && sent.Retransmitted >= wcWindow {
-				t.Errorf("rank 0 retransmitted %d frames under 5 %% loss, want fewer than a window (%d): only lost frames", sent.Retransmitted, wcWindow)
+			if tc.in != (testnet.Impairment{}) && sent.Retransmitted >= wcWindow/2 {
+				t.Errorf("rank 0 retransmitted %d frames under 5 %% loss, want fewer than half a window (%d): only lost frames", sent.Retransmitted, wcWindow/2)
 			}
 			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
 				t.Errorf("rank 1 copied up to %d B for WC, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B", slow.HeldPeak, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)

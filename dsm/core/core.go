@@ -77,10 +77,9 @@ type Config struct {
 	// every joined segment's channel (§7.2.3) and Opens reports the
 	// channels to open. Locks are refused (ErrLocksChannels).
 	Channels bool
-	// WCCopies is how many bytes of one peer's messages on a channel
-	// (a segment's or the global one) WC copies aside before Holds asks
-	// the runtime to hold the rest in the peer's send window; 0 holds at
-	// once.
+	// WCCopies (Channels) is how many bytes of one peer's messages on a
+	// segment channel WC copies aside before Holds asks the runtime to
+	// hold the rest in the peer's send window; 0 holds at once.
 	WCCopies int
 }
 
@@ -146,14 +145,8 @@ type peer struct {
 	partial [2]bool
 	// replied: it answered this member's current lock request.
 	replied bool
-	// held are its global messages kept aside by the wait condition,
-	// heldBytes their size.
-	held      [][]byte
-	heldBytes int
-	// lockWait: its last message on the global channel was a lock
-	// request, or a lock message after one: it may be blocked in
-	// dsm_lock_acquire, waiting for replies (Holds).
-	lockWait bool
+	// held are its global messages kept aside by the wait condition.
+	held [][]byte
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -389,18 +382,8 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		lock, refuse := lockMessage(msg), refuseMessage(msg)
-		switch {
-		case lock:
-			p.lockWait = p.lockWait || Type(msg[1]) == TypeLockRequest
-		case !refuse:
-			// It sends nothing else while blocked in dsm_lock_acquire
-			// (a Refuse goes out from its node's loop, whatever it does).
-			p.lockWait = false
-		}
-		if c.mustHold(p.barriers, p.held) && !lock && !refuse {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !refuseMessage(msg) {
 			p.held = c.hold(p.held, msg)
-			p.heldBytes += len(msg)
 			return nil
 		}
 		return c.receive(p, msg)
@@ -447,22 +430,19 @@ func (c *Core) crossed() uint32 {
 	return c.barriers
 }
 
-// Holds reports whether WC holds member from's messages on channel ch
-// now and has copied at least Config.WCCopies bytes of them aside: the
-// runtime should stop the channel's reliable layer from delivering more
-// of them (reliable.Group.HoldFrom) until Holds is false again, so that
-// they wait in the sender's window instead of being copied here (what
-// is delivered meanwhile is still held, by copy). It turns false at the
-// crossing that ends WC and, on the global channel, whenever a lock
-// message of the held peer could be needed before that crossing: while
-// Self requests a lock or a peer may be blocked requesting one
-// (lockTraffic). The runtime asks again after every message that is not
-// only updates and after RequestLock, and releases the holds it no
-// longer needs.
+// Holds reports whether WC holds member from's messages on segment
+// channel ch now and has copied at least Config.WCCopies bytes of them
+// aside: the runtime should stop the channel's reliable layer from
+// delivering more of them (reliable.Group.HoldFrom) until Holds is
+// false again, after a crossing, so that they wait in the sender's
+// window instead of being copied here (what is delivered meanwhile is
+// still held, by copy). Always false on the global channel: a lock
+// message there must overtake the messages WC holds (lockMessage), and
+// the reliable layer cannot hand out one message past another of the
+// same sender.
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	if ch == Global {
-		p := c.peer(from)
-		return p != nil && !c.lockTraffic() && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
+		return false
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {
@@ -470,28 +450,6 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	}
 	sp := s.peer(from)
 	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies
-}
-
-// lockTraffic reports whether a lock message held in a peer's window
-// behind WC's messages could be needed before Self's next crossing (the
-// reliable layer hands out a sender's messages in order, so it would
-// wait for them): Self requests a lock (it needs every live peer's
-// reply), or a live peer may be blocked in dsm_lock_acquire (its last
-// message here was a lock request), whose grant may need a reply or a
-// release from the held peer, and whose arrival Self's crossing may
-// wait for. A requester blocked in dsm_lock_acquire sends nothing but
-// lock replies until granted, so its next other message ends lockWait.
-// (docs/dsm.md, "How much WC copies", has the argument.)
-func (c *Core) lockTraffic() bool {
-	if c.lock == lockRequesting {
-		return true
-	}
-	for _, p := range c.peers {
-		if p.live && p.lockWait {
-			return true
-		}
-	}
-	return false
 }
 
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
@@ -516,9 +474,9 @@ func refuseMessage(msg []byte) bool {
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
 // only during its delivery. What is held is bounded by what one peer
-// sends between crossing a barrier and this member's crossing of it, and
-// further by what the reliable layer delivered before the runtime
-// stopped its deliveries from that peer (Holds).
+// sends between crossing a barrier and this member's crossing of it; on
+// a segment channel, by what the reliable layer delivered before the
+// runtime stopped its deliveries from that peer (Holds).
 func (c *Core) hold(held [][]byte, msg []byte) [][]byte {
 	c.c.Held++
 	c.c.HeldBytes += uint64(len(msg))
@@ -538,11 +496,10 @@ func (c *Core) releaseHeld() {
 			continue
 		}
 		held := p.held
-		p.held, p.heldBytes = nil, 0
+		p.held = nil
 		for i, m := range held {
 			if c.mustHold(p.barriers, p.held) {
 				p.held = append(p.held, m)
-				p.heldBytes += len(m)
 				continue
 			}
 			if c.receive(p, m) != nil {

@@ -359,12 +359,7 @@ func (m *simMember) HoldFrom(ch core.Channel, from frame.MemberID) bool {
 func (m *simMember) ReleaseFrom(ch core.Channel, from frame.MemberID) {
 	if d := m.driver(ch); d != nil {
 		d.ReleaseFrom(from)
-		// A step now: it steps what the hold kept.
-		if m.mux != nil {
-			m.ep.Bind(testnet.NodeFunc(m.step))
-		} else {
-			m.ep.Bind(m.drv)
-		}
+		m.ep.Bind(testnet.NodeFunc(m.step)) // a step now: it steps what the hold kept
 	}
 }
 

@@ -377,7 +377,7 @@ Environment:
   DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
   DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
-  DSM_WC_COPIES=N  dsm.Config.WCCopies: bytes WC copies of a peer before holding it in its window (-1: none)
+  DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
 `
 
 // RunArgs parses args with the shared flags and setup's, then runs the
