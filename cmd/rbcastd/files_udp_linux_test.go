@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -195,17 +194,16 @@ func TestNetnsFilesUDP(t *testing.T) {
 			t.Errorf("sender: %d repairs, %d of them to the group; want repairs, most of them point to point", k.BlocksRepaired, k.RepairsToGroup)
 		}
 		var dups []uint64
-		// On a machine whose CPUs are all busy (CI runs two packages at
-		// once), a starved receiver's sockets queue more than the repair
-		// timer allows for, and a starved receiver is repaired what it
-		// holds unread: up to 18 % of the blocks twice in CI. The
-		// mechanism is pinned in virtual time by reliable/files
-		// TestRepairsOncePerLoss; here the 5 % bound holds on a machine
-		// with a CPU to spare, and a loose one catches a gross failure.
-		limit, bound := k.BlocksSent/20, "5 %"
-		if load, cpus := loadAverage(), runtime.NumCPU(); load >= float64(cpus) {
-			limit, bound = k.BlocksSent*7/20, fmt.Sprintf("35 %% (load average %.1f on %d CPUs)", load, cpus)
-		}
+		// A receiver whose CPU is taken from it (CI runs two packages at
+		// once on two CPUs) queues more in its sockets than the repair
+		// timer allows for, and is repaired what it holds unread: up to
+		// 18 % of the blocks twice in CI, and 8 % once with a one-minute
+		// load average still under the CPU count, so no load gate here
+		// can tell a starved host from a broken one. The mechanism (one
+		// repair per loss) is pinned in virtual time by reliable/files
+		// TestRepairsOncePerLoss; this test bounds a gross failure only
+		// and logs the rate.
+		limit, bound := k.BlocksSent*7/20, "35 %"
 		for i := 1; i < len(topo.Hosts); i++ {
 			d := c.status(i).Files.Counters.Duplicates
 			dups = append(dups, d)
@@ -221,15 +219,4 @@ func TestNetnsFilesUDP(t *testing.T) {
 		t.Logf("%s: %d MB, 10 %% loss at host 1: %d blocks sent, %d repaired (%d to the group, %d again, %d of them by the timer); duplicates received at hosts 1, 2: %v",
 			cr.name, size>>20, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.RepairsAgain, k.RepairsTimedOut, dups)
 	})
-}
-
-// loadAverage is the one-minute load average (0 if unreadable).
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	var l float64
-	fmt.Sscan(string(b), &l)
-	return l
 }
