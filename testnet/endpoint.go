@@ -420,7 +420,9 @@ func (e *Endpoint) arrive(pkt *packet, src *Endpoint) {
 // deadline: on a simulated link time is virtual and only the simulator
 // advances it, so with nothing queued Recv returns 0 and an error matching
 // os.ErrDeadlineExceeded at once. Returned frames stay valid until the next
-// Recv, Crash or Close of this endpoint.
+// Recv or Close of this endpoint: a Crash keeps them, since under rtnet
+// the crashed member's goroutine may still be reading them when another
+// goroutine crashes its host.
 func (e *Endpoint) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	e.releaseLent()
 	switch {
@@ -470,7 +472,6 @@ func (e *Endpoint) dropQueue(reason DropReason) {
 		e.n.trace(EventDrop, reason, In, e, e, q.pkt.buf)
 		e.n.pool.release(q.pkt)
 	}
-	e.releaseLent()
 }
 
 // Crash takes the endpoint down as if its host died: queued frames are
@@ -507,6 +508,7 @@ func (e *Endpoint) Close() error {
 		return e.opError("close", net.ErrClosed)
 	}
 	e.dropQueue(DropCrashed)
+	e.releaseLent()
 	e.closed = true
 	e.cancelSteps()
 	e.node = nil

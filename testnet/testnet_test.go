@@ -631,6 +631,35 @@ func TestCrashRestart(t *testing.T) {
 	}
 }
 
+// TestCrashKeepsLentFrames: frames a Recv returned stay valid across a
+// Crash of the endpoint, until its next Recv. Under rtnet another
+// goroutine crashes a host while its member still steps the frames its
+// last Recv returned; a Crash that put them back in the pool had the next
+// Send overwrite them (a data race CI's -race run caught in
+// reliable.TestMemberFailureReported).
+func TestCrashKeepsLentFrames(t *testing.T) {
+	n := newNet(t, 1, Config{})
+	a := attach(t, n, EndpointConfig{})
+	b := attach(t, n, EndpointConfig{})
+	want := makeFrame(broadcast, a, 1, 64)
+	send(t, a, want)
+	n.RunFor(time.Millisecond)
+	frames := make([]link.Frame, 1)
+	if k, err := b.Recv(time.Time{}, frames); k != 1 {
+		t.Fatalf("Recv: %d frames, %v", k, err)
+	}
+	b.Crash()
+	// Same size class: from the pool, a recycled packet would be b's.
+	send(t, a, makeFrame(broadcast, a, 2, 64), makeFrame(broadcast, a, 3, 64))
+	if !bytes.Equal(frames[0].Data, want) {
+		t.Fatalf("the frame Recv returned changed after Crash: seq %d, want 1", seqOf(frames[0].Data))
+	}
+	b.Restart()
+	if _, err := b.Recv(time.Time{}, frames); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Recv after Restart: %v, want nothing queued", err)
+	}
+}
+
 // TestStreamsPerEndpoint checks that attaching another endpoint leaves the
 // random choices of the existing ones alone.
 func TestStreamsPerEndpoint(t *testing.T) {
