@@ -216,6 +216,30 @@ func TestHoldFromRepairsGapWhileHeld(t *testing.T) {
 	}
 }
 
+// A held sender removed while still held (a hold bound past the failure
+// timeout: dsm's never is) has what the hold kept in order delivered
+// before the removal, as without the hold: a removal drops only what
+// lies beyond a gap.
+func TestHoldFromRemovedDeliversKept(t *testing.T) {
+	p := newHoldPair(t)
+	p.drop[105] = true
+	p.b.HoldFrom(0, t0.Add(100*Second))
+	for i := range 7 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.aDown = true // crashes before it answers the Nack for m5
+	p.run(t0.Add(3 * Second))
+	if len(p.events) != 1 || p.events[0].Kind != MemberFailed {
+		t.Fatalf("events %v, want member 0 failed", p.events)
+	}
+	if got := msgs(p.delivered); got != "m0,m1,m2,m3,m4" {
+		t.Fatalf("delivered %q, want the frames before the gap (m0..m4)", got)
+	}
+	if ev := p.events[0]; ev.Delivered != 105 || ev.Discarded != 1 {
+		t.Fatalf("removal event: delivered up to %d, %d discarded; want 105 and 1 (m6)", ev.Delivered, ev.Discarded)
+	}
+}
+
 // With nothing missing (the lost frame repaired while held), a held
 // sender's nack timer waits for the release: the core is not woken for
 // it, only for its heartbeat, acks or the hold's bound.
