@@ -103,6 +103,29 @@ func Compute(n *dsm.Node, d time.Duration) error {
 	return nil
 }
 
+// ErrCrashed is what Crash returns. A program that returns it (or an
+// error wrapping it) ends without an error of its rank: its member
+// crashed as the test asked.
+var ErrCrashed = errors.New("dsmsim: member crashed")
+
+// Crash takes n's host down now, as a crash (kill -9, a power cut) would:
+// its endpoint stops sending and receiving (testnet.Endpoint.Crash: what
+// is on the wire still arrives), its node is neither stepped nor exited,
+// and nothing it has not sent leaves, its outbox included. The other
+// members see it fail after their failure timeout. The program must
+// return at once, with Crash's error (ErrCrashed); n must be the node Run
+// handed it.
+func Crash(n *dsm.Node) error {
+	v, ok := running.Load(n)
+	if !ok {
+		return errors.New("dsmsim: Crash: the node is not one of a run under way")
+	}
+	m := v.(*simMember)
+	m.crashed = true
+	m.ep.Crash()
+	return ErrCrashed
+}
+
 // ErrAborted is wrapped by Run's error, and returned by a program's
 // blocked call, when Run gives up (deadlock or timeout).
 var ErrAborted = errors.New("dsmsim: simulation aborted")
@@ -253,7 +276,9 @@ type simMember struct {
 	computeUntil time.Time
 	done         bool
 	aborted      bool
-	err          error
+	// crashed: the program called Crash; its node is left as it was.
+	crashed bool
+	err     error
 }
 
 // simChannel is one segment channel of a member.
@@ -460,6 +485,15 @@ func (m *simMember) body(program func(*dsm.Node) error) {
 		}()
 		return program(m.n)
 	}()
+	if m.crashed {
+		if errors.Is(err, ErrCrashed) {
+			err = nil
+		} else if err == nil {
+			err = errors.New("the program crashed its member (Crash) and returned no ErrCrashed")
+		}
+		m.done, m.err = true, err
+		return
+	}
 	// Exit for the program unless it did (then Exit says ErrClosed).
 	if xerr := m.n.Exit(); xerr != nil && err == nil && !errors.Is(xerr, dsm.ErrClosed) {
 		err = fmt.Errorf("exit: %w", xerr)
@@ -489,7 +523,7 @@ func (m *simMember) runnable() bool {
 // windows take it.
 func (s *simulation) drain() {
 	for _, m := range s.members {
-		if m.drv.Left() {
+		if m.drv.Left() || m.crashed {
 			continue
 		}
 		for {

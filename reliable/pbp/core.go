@@ -575,7 +575,7 @@ func (c *Core) flush() {
 		return
 	}
 	for i := range c.peers {
-		if p := &c.peers[i]; p.nackDue && !p.holding {
+		if p := &c.peers[i]; p.nackDue {
 			c.sendNack(p)
 		}
 	}
@@ -641,9 +641,10 @@ func (c *Core) Deadline() Time {
 			continue
 		}
 		if p.holding {
-			early(p.holdUntil) // its nack timer waits for the release
-		} else {
-			early(p.nackAt)
+			early(p.holdUntil)
+		}
+		if !p.holding || p.missing() {
+			early(p.nackAt) // held, only while a frame is missing (hold.go)
 		}
 		early(p.lastHeard.Add(c.cfg.FailureTimeout))
 		if p.acked != c.nextSeq && !c.frozen {
@@ -686,7 +687,7 @@ func (c *Core) Tick(now Time) {
 	// simulator at 5% loss, 7 receivers).
 	for i := range c.peers {
 		p := &c.peers[i]
-		if p.state == repair && now >= p.nackAt && !p.holding {
+		if p.state == repair && now >= p.nackAt && (!p.holding || p.missing()) {
 			if !p.nackDue {
 				p.nackDue, p.nackFrom = true, p.knownEnd
 			}

@@ -11,13 +11,18 @@ import (
 // delivered from the received bytes — but nothing of it is delivered, so
 // expected, and with it our acknowledgement of its stream, stays where
 // the hold began. Its window therefore holds it: it cannot send a
-// window past our acknowledgement. No Nack goes to it while it is held
-// (a gap that appears waits, and its nack timer does not run); its
-// acknowledgements, heartbeats, Nacks and Leave are handled as ever, so
-// its acks of our frames count and it is never suspected for being
-// held. At the release (ReleaseFrom, or the hold's bound) the frames in
-// the ring are delivered at the next Tick, without a retransmission, and
-// a gap left is asked for at once. Its datagrams (the Unreliable level)
+// window past our acknowledgement. A frame of it that is lost is still
+// asked for at once, and its nack timer runs while a frame is missing,
+// so that the ring holds all it sent: a sender that dies while held has
+// its frames delivered at the release as if it had not been held (no
+// hold at a member that lost a frame left a gap only the dead sender
+// could fill, while another member delivered past it: docs/dsm.md,
+// "When a held sender dies"). With nothing missing, its nack timer waits
+// for the release. Its acknowledgements, heartbeats, Nacks and Leave are
+// handled as ever, so its acks of our frames count and it is never
+// suspected for being held. At the release (ReleaseFrom, or the hold's
+// bound) the frames in the ring are delivered at the next Tick, without
+// a retransmission. Its datagrams (the Unreliable level)
 // are dropped while it is held: nothing repairs them, and the
 // application is not taking its messages.
 
@@ -82,6 +87,13 @@ func (c *Core) expireHolds(now Time) {
 			c.unhold(p)
 		}
 	}
+}
+
+// missing reports whether a frame p is known to have sent is neither
+// delivered nor in the ring: the ring holds only frames in [expected,
+// knownEnd), buffered of them.
+func (p *peer) missing() bool {
+	return int(p.knownEnd-p.expected) > p.buffered
 }
 
 // unhold delivers what a hold of p kept and restarts its repair: a gap

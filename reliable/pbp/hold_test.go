@@ -19,6 +19,10 @@ type holdPair struct {
 	delivered []Delivery // at b, copied
 	bSent     []out      // every frame b sent
 	events    []Event
+	// dropNacks: b's next dropNacks Nacks are lost; aDown: a crashed
+	// (it neither runs nor receives).
+	dropNacks int
+	aDown     bool
 }
 
 const holdWindow = 8
@@ -38,6 +42,9 @@ func (p *holdPair) turn() {
 	t := p.t
 	t.Helper()
 	for _, c := range []*Core{p.a, p.b} {
+		if c == p.a && p.aDown {
+			continue
+		}
 		if d := c.Deadline(); d != 0 && d <= p.now {
 			c.Tick(p.now)
 		}
@@ -62,6 +69,12 @@ func (p *holdPair) turn() {
 				t.Fatal(err)
 			}
 			if c == p.a && v.Type() == frame.Data && !v.Retransmission() && p.drop[v.Seq()] {
+				continue
+			}
+			if c == p.b && (p.aDown || v.Type() == frame.Nack && p.dropNacks > 0) {
+				if !p.aDown {
+					p.dropNacks--
+				}
 				continue
 			}
 			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil {
@@ -165,33 +178,86 @@ func TestHoldFromKeepsFramesInWindow(t *testing.T) {
 	}
 }
 
-// A frame lost while its sender is held is not asked for until the
-// release; then it is, once, and everything is delivered in order.
-func TestHoldFromRepairsGapAfterRelease(t *testing.T) {
+// A frame lost while its sender is held is asked for at once, and again
+// by the nack timer when the Nack is lost, so that the ring holds all the
+// sender sent: when the sender then crashes, the release delivers all of
+// it in order. (Before, nothing was asked for until the release, and a
+// sender that died meanwhile left the gap, and everything behind it,
+// undelivered here while a member that did not hold it had it all:
+// docs/dsm.md, "When a held sender dies".) Nothing is delivered or
+// acknowledged while held.
+func TestHoldFromRepairsGapWhileHeld(t *testing.T) {
+	for _, lostNacks := range []int{0, 1, 2} {
+		t.Run(fmt.Sprintf("%d Nacks lost", lostNacks), func(t *testing.T) {
+			p := newHoldPair(t)
+			p.drop[102] = true // the third frame's first transmission
+			p.dropNacks = lostNacks
+			p.b.HoldFrom(0, t0.Add(500*Millisecond))
+			for i := range holdWindow {
+				p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+			}
+			p.run(t0.Add(100 * Millisecond))
+			if len(p.delivered) != 0 {
+				t.Fatalf("while held: %d delivered; want none", len(p.delivered))
+			}
+			if a := p.ackOf0(); a != 100 {
+				t.Fatalf("while held b acknowledged member 0's stream up to %d, want 100 (the hold point)", a)
+			}
+			if s := p.a.Counters(); s.Retransmitted != 1 || p.nacks() != 1+lostNacks {
+				t.Fatalf("while held: %d retransmitted, %d Nacks; want 1 and %d (the lost frame, asked for again after each lost Nack)", s.Retransmitted, p.nacks(), 1+lostNacks)
+			}
+			p.aDown = true // the sender crashes; the release delivers what it sent
+			p.b.ReleaseFrom(0)
+			p.turn()
+			if got, want := msgs(p.delivered), wantMsgs(holdWindow); got != want {
+				t.Fatalf("the turn after the release delivered %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// A held sender removed while still held (a hold bound past the failure
+// timeout: dsm's never is) has what the hold kept in order delivered
+// before the removal, as without the hold: a removal drops only what
+// lies beyond a gap.
+func TestHoldFromRemovedDeliversKept(t *testing.T) {
 	p := newHoldPair(t)
-	p.drop[102] = true // the third frame's first transmission
-	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	p.drop[105] = true
+	p.b.HoldFrom(0, t0.Add(100*Second))
+	for i := range 7 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.aDown = true // crashes before it answers the Nack for m5
+	p.run(t0.Add(3 * Second))
+	if len(p.events) != 1 || p.events[0].Kind != MemberFailed {
+		t.Fatalf("events %v, want member 0 failed", p.events)
+	}
+	if got := msgs(p.delivered); got != "m0,m1,m2,m3,m4" {
+		t.Fatalf("delivered %q, want the frames before the gap (m0..m4)", got)
+	}
+	if ev := p.events[0]; ev.Delivered != 105 || ev.Discarded != 1 {
+		t.Fatalf("removal event: delivered up to %d, %d discarded; want 105 and 1 (m6)", ev.Delivered, ev.Discarded)
+	}
+}
+
+// With nothing missing (the lost frame repaired while held), a held
+// sender's nack timer waits for the release: the core is not woken for
+// it, only for its heartbeat, acks or the hold's bound.
+func TestHoldFromNoTimerWithoutGap(t *testing.T) {
+	p := newHoldPair(t)
+	p.drop[102] = true
+	bound := t0.Add(500 * Millisecond)
+	p.b.HoldFrom(0, bound)
 	for i := range holdWindow {
 		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
 	}
-	p.run(t0.Add(100 * Millisecond))
-	if len(p.delivered) != 0 || p.nacks() != 0 {
-		t.Fatalf("while held: %d delivered, %d Nacks; want none", len(p.delivered), p.nacks())
+	p.run(t0.Add(10 * Millisecond))
+	if s := p.a.Counters(); s.Retransmitted != 1 {
+		t.Fatalf("%d retransmitted, want 1 (the lost frame, while held)", s.Retransmitted)
 	}
-	if !p.b.Repairing(0) {
-		t.Fatal("the gap was not noticed while held")
-	}
-	p.b.ReleaseFrom(0)
-	p.turn()
-	if got := msgs(p.delivered); got != "m0,m1" {
-		t.Fatalf("the turn after the release delivered %q, want the frames before the gap (m0,m1)", got)
-	}
-	p.run(p.now.Add(50 * Millisecond))
-	if got, want := msgs(p.delivered), wantMsgs(holdWindow); got != want {
-		t.Fatalf("delivered %q, want %q", got, want)
-	}
-	if s := p.a.Counters(); s.Retransmitted != 1 || p.nacks() != 1 {
-		t.Fatalf("%d retransmitted, %d Nacks; want 1 and 1 (the lost frame)", s.Retransmitted, p.nacks())
+	p.aDown = true
+	if d := p.b.Deadline(); d.Sub(p.now) <= p.b.nackCeiling() {
+		t.Fatalf("b's deadline is %v from now: a nack timer with nothing missing", d.Sub(p.now))
 	}
 }
 

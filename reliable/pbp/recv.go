@@ -446,7 +446,14 @@ func (c *Core) checkLeft(p *peer) {
 // dropped, since only it could have filled the gap. reason is the
 // Event's.
 func (c *Core) remove(p *peer, kind EventKind, reason string) {
-	p.live, p.holding = false, false
+	p.live = false
+	if p.holding {
+		// What a hold kept in order is delivered, as it would have been
+		// without the hold (hold.go; not live, so drain cannot remove p
+		// again).
+		p.holding = false
+		c.drain(p)
+	}
 	discarded := 0
 	for i := range p.ring {
 		h := &p.ring[i]
