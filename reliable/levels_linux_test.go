@@ -30,7 +30,9 @@ import (
 // (default 1), the levels interleaved, and reports medians and ranges.
 // RBCAST_REPORT_OUT: a file for the markdown table. For profiling one
 // cell, RBCAST_LEVELS_MTU (1500 or 9000) and RBCAST_LEVELS (a comma list
-// of registered, fifo, agreed, safe) narrow the runs. Root.
+// of registered, fifo, agreed, safe) narrow the runs; RBCAST_LEVELS_STATS=1
+// logs every member's protocol and link counters after each goodput run
+// (frames sent by kind: Acks per Data frame). Root.
 func BenchmarkLevels(b *testing.B) {
 	netnstest.RequireRoot(b)
 	d := 2 * time.Second
@@ -191,6 +193,12 @@ func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Durati
 		}
 		if slowest == sent || time.Now().After(deadline) {
 			el := time.Since(start)
+			if os.Getenv("RBCAST_LEVELS_STATS") != "" {
+				for i, g := range groups {
+					s := g.Stats()
+					tb.Logf("%s member %d: %+v link %+v held %d", lvl, i, s.Protocol.Detail, s.Link, s.HeldData)
+				}
+			}
 			cancel()
 			wg.Wait()
 			return float64(slowest) / el.Seconds() / 1e6
