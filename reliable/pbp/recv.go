@@ -89,11 +89,14 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		case repair:
 			c.stepRepair(p, v, toUs)
 		}
+		if c.cfg.PromptAcks && v.Flags()&frame.FlagAckRequest != 0 {
+			c.ackNow = true
+		}
 	case frame.Ack, frame.Heartbeat:
 		// Seq is the last frame the sender sent: a lost tail shows here.
 		c.learnEnd(p, v.Seq()+1, false)
 		if v.Flags()&frame.FlagAckRequest != 0 {
-			c.requestAck()
+			c.askedAck()
 		}
 	case frame.Nack:
 		c.learnEnd(p, v.Seq()+1, false)

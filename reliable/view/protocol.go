@@ -440,16 +440,6 @@ func (c *Core) HeldByAll(s frame.MemberID) (next uint32, ok bool) {
 	return next, len(c.view.Members) > 0
 }
 
-// AckNow has the installed view's inner core acknowledge at once, in
-// the next Ready, what it delivered since it last acknowledged (pbp's
-// AckNow); false if nothing is due or no view runs.
-func (c *Core) AckNow() bool {
-	if c.inner == nil || c.state != member {
-		return false
-	}
-	return c.inner.AckNow()
-}
-
 // SentInView is the next sequence number of this member's frames in the
 // installed view (0 while none runs): every message OwnOut counts in it
 // went out in a frame before it.

@@ -51,9 +51,6 @@ type Inner interface {
 	// number of s's it expects. A frozen core acknowledges no more than
 	// it had delivered when frozen (what its flush reports).
 	Holds(m, s frame.MemberID) (uint32, bool)
-	// AckNow has the next Ready acknowledge what was delivered since
-	// the last acknowledgement at once; false if none is due.
-	AckNow() bool
 }
 
 // Config is one process's membership settings.

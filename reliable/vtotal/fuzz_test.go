@@ -16,7 +16,6 @@ type fakeInner struct{ core.Core }
 
 func (fakeInner) Info() core.Info                         { return core.Info{MaxMessage: 1400} }
 func (fakeInner) OwnOut() uint64                          { return 0 }
-func (fakeInner) AckNow() bool                            { return false }
 func (fakeInner) SentInView() uint32                      { return 0 }
 func (fakeInner) HeldByAll(frame.MemberID) (uint32, bool) { return 0, false }
 

@@ -64,10 +64,6 @@ type Inner interface {
 	// SentInView is the next sequence number of this member's frames in
 	// the installed view (view.Core.SentInView).
 	SentInView() uint32
-	// AckNow has the membership core acknowledge at once, in the next
-	// Ready, what it delivered since it last did (view.Core.AckNow);
-	// false if nothing is due.
-	AckNow() bool
 }
 
 // Message kinds, the first byte of every message through the FIFO group.
@@ -271,14 +267,12 @@ func (c *Core) Ready() core.Ready {
 	c.kick = false // what was proposed during the last Ready is in rd
 	rd := c.in.Ready()
 	c.out.Frames = rd.Frames
-	got := false
 	for _, d := range rd.Deliveries {
 		if d.Unreliable {
 			c.dl = append(c.dl, d) // a datagram: in no order
 			continue
 		}
 		c.fromGroup(d)
-		got = true
 	}
 	installed := false
 	for _, ev := range rd.Events {
@@ -301,15 +295,6 @@ func (c *Core) Ready() core.Ready {
 	}
 	c.own()
 	c.sendOrder()
-	if c.safe && got && c.in.AckNow() {
-		// Every member waits for every other to hold what the FIFO
-		// group delivered here (data, or an order message): say at once
-		// that this member does, in the next turn, rather than after
-		// PBP's ack timer (Safe's one-way latency was 0.7 ms, the 1 ms
-		// AckDelay, without). Under a stream, one Ack per turn at most,
-		// and none when a frame of its own carried the vector.
-		c.kick = true
-	}
 	c.out.Deliveries, c.out.Events = c.dl, c.ev
 	return c.out
 }
