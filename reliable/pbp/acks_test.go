@@ -1,9 +1,11 @@
 package pbp
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/internal/simtest"
@@ -230,5 +232,59 @@ func TestPromptAcksReceiver(t *testing.T) {
 	step(t, c, t0+2, in{sender: 0, seq: 100, body: data("b"), flags: frame.FlagAckRequest})
 	if frames, _, _ := ready(t, c); len(frames) != 0 {
 		t.Fatalf("without PromptAcks, a frame that asks: frames %+v, want none before AckDelay", frames)
+	}
+}
+
+// With Retain a frame's messages are delivered from its retained copy,
+// which a layer may Pin: a pinned copy stays unchanged when a later frame
+// takes its slot (that frame gets a new buffer), Retained goes on
+// returning the slot's frame, and Pin refuses bytes that are not in the
+// retained copy of the frame it names. Unpinned, the slot's buffer is
+// reused.
+func TestPinRetained(t *testing.T) {
+	cfg := testConfig(PBP2, 2, 3)
+	cfg.Retain, cfg.Window = true, 4
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("first")})
+	rd := c.Ready()
+	if len(rd.Deliveries) != 1 {
+		t.Fatalf("%d deliveries, want 1", len(rd.Deliveries))
+	}
+	first := rd.Deliveries[0].Data
+	if kept, _, ok := c.Retained(0, 100); !ok || unsafe.SliceData(kept) != unsafe.SliceData(first) {
+		t.Fatal("the delivery is not the frame's retained copy")
+	}
+	if c.Pin(0, 100, []byte("first")) || c.Pin(0, 101, first) || c.Pin(1, 100, first) {
+		t.Fatal("Pin took bytes outside the named frame's retained copy")
+	}
+	if !c.Pin(0, 100, first) {
+		t.Fatal("Pin of a delivered message refused")
+	}
+	c.Advance()
+	// Frames 101..104: 104 takes the slot of 100 (a window of 4).
+	for s := uint32(101); s <= 104; s++ {
+		step(t, c, t0+2, in{sender: 0, seq: s, body: data(fmt.Sprintf("frame%d", s))})
+	}
+	c.Ready()
+	c.Advance()
+	if string(first) != "first" {
+		t.Fatalf("the pinned message reads %q after its slot was reused, want first", first)
+	}
+	if kept, _, ok := c.Retained(0, 104); !ok || string(kept) != "frame104" {
+		t.Fatalf("Retained(104) = %q, %v; want frame104", kept, ok)
+	}
+	// Unpinned, the slot's buffer is reused: 108 lands where 104 is.
+	at104, _, _ := c.Retained(0, 104)
+	if !c.Pin(0, 104, at104) {
+		t.Fatal("Pin of 104 refused")
+	}
+	c.Unpin(0, 104)
+	for s := uint32(105); s <= 108; s++ {
+		step(t, c, t0+3, in{sender: 0, seq: s, body: data(fmt.Sprintf("frame%d", s))})
+	}
+	c.Ready()
+	c.Advance()
+	if at108, _, _ := c.Retained(0, 108); unsafe.SliceData(at108) != unsafe.SliceData(at104) {
+		t.Fatal("an unpinned slot's buffer was not reused")
 	}
 }

@@ -43,6 +43,11 @@ type Inner interface {
 	Live(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
+	// Pin keeps data, delivered from frame seq of member id, unchanged
+	// until Unpin; false if it cannot (pbp.Core.Pin).
+	Pin(id frame.MemberID, seq uint32, data []byte) bool
+	// Unpin ends a Pin.
+	Unpin(id frame.MemberID, seq uint32)
 	// PendingMessages is how many accepted messages are not numbered
 	// yet (what Freeze would return).
 	PendingMessages() int
