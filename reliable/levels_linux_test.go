@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,10 @@ import (
 // (default 1), the levels interleaved, and reports medians and ranges.
 // RBCAST_REPORT_OUT: a file for the markdown table. For profiling one
 // cell, RBCAST_LEVELS_MTU (1500 or 9000) and RBCAST_LEVELS (a comma list
-// of registered, fifo, agreed, safe) narrow the runs. Root.
+// of registered, fifo, agreed, safe) narrow the runs; RBCAST_LEVELS_STATS=1
+// logs every member's protocol and link counters after each goodput run
+// (frames sent by kind: Acks per Data frame) and the process's CPU time
+// per MB delivered. Root.
 func BenchmarkLevels(b *testing.B) {
 	netnstest.RequireRoot(b)
 	d := 2 * time.Second
@@ -175,6 +179,7 @@ func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Durati
 		}()
 	}
 	msg := make([]byte, size)
+	cpu0 := processCPU()
 	start := time.Now()
 	var sent uint64
 	for time.Since(start) < d {
@@ -191,12 +196,29 @@ func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Durati
 		}
 		if slowest == sent || time.Now().After(deadline) {
 			el := time.Since(start)
+			if os.Getenv("RBCAST_LEVELS_STATS") != "" {
+				tb.Logf("%s: %.0f µs of the process's CPU per MB delivered (user and system, all members; %.1f MB/s)", lvl,
+					float64((processCPU()-cpu0).Microseconds())/(float64(slowest)/1e6), float64(slowest)/el.Seconds()/1e6)
+				for i, g := range groups {
+					s := g.Stats()
+					tb.Logf("%s member %d: %+v link %+v held %d", lvl, i, s.Protocol.Detail, s.Link, s.HeldData)
+				}
+			}
 			cancel()
 			wg.Wait()
 			return float64(slowest) / el.Seconds() / 1e6
 		}
 		time.Sleep(200 * time.Microsecond) // polls the receivers' counts; the result is timed by the clock, not this
 	}
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // levelLatency: member 1 sends back every 64-byte message of member 0;

@@ -185,6 +185,9 @@ func (s *settings) viewCore(p ViewProcess) (*view.Core, error) {
 		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
 			cfg := s.pbpConfig(self, v.Members, mtu)
 			cfg.ViewID, cfg.Retain, cfg.MaxPayload = v.ID, true, info.MaxMessage
+			// Safe delivers a frame once every member holds it: the
+			// members acknowledge at once what the sender asks for.
+			cfg.PromptAcks = s.Safe
 			return pbp.New(cfg)
 		},
 	})

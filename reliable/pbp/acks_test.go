@@ -1,8 +1,11 @@
 package pbp
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/internal/simtest"
@@ -126,5 +129,162 @@ func TestAckNow(t *testing.T) {
 	}
 	if c.AckNow() {
 		t.Fatal("AckNow right after the Ack: true")
+	}
+}
+
+// PromptAcks, the sender: a lone Data frame asks for a prompt
+// acknowledgement (FlagAckRequest); in a stream every 16th frame does;
+// once the sender stops with frames after the last that asked, an Ack
+// asking for acks goes out promptTail after its last frame (a probe),
+// and none when every frame is acknowledged already. Retransmissions ask
+// too. Without PromptAcks no Data frame asks.
+func TestPromptAcksSender(t *testing.T) {
+	asks := func(fs []out) (data, asking []uint32) {
+		for _, f := range fs {
+			if f.t == frame.Data {
+				data = append(data, f.h.Seq)
+				if f.h.Flags&frame.FlagAckRequest != 0 {
+					asking = append(asking, f.h.Seq)
+				}
+			}
+		}
+		return data, asking
+	}
+	cfg := testConfig(PBP2, 0, 3)
+	cfg.PromptAcks = true
+	c := newCore(t, cfg)
+	now := t0 + 1
+	if err := c.Propose(now, []byte("lone")); err != nil {
+		t.Fatal(err)
+	}
+	frames, _, _ := ready(t, c)
+	if _, asking := asks(frames); len(asking) != 1 || asking[0] != 100 {
+		t.Fatalf("a lone frame: %+v, want Data 100 asking for acks", frames)
+	}
+	// Acknowledged by both: nothing in flight, no probe due.
+	for _, m := range []frame.MemberID{1, 2} {
+		step(t, c, now+1, in{sender: m, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	}
+	// A stream of 40 frames, one per turn, none acknowledged meanwhile.
+	var asking []uint32
+	for i := range 40 {
+		now = t0 + 10 + Time(i)*Time(5*Microsecond)
+		if err := c.Propose(now, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		c.Tick(now)
+		frames, _, _ = ready(t, c)
+		_, a := asks(frames)
+		asking = append(asking, a...)
+	}
+	if want := []uint32{101, 117, 133}; !slices.Equal(asking, want) {
+		t.Fatalf("a stream of frames 101..140: %v asked for acks, want %v (the first, lone, then every 16th)", asking, want)
+	}
+	// The stream stops: the probe asks for 134..140 promptTail after 140.
+	if d := c.Deadline(); d != now+Time(promptTail) {
+		t.Fatalf("deadline %d after the stream, want the probe's %d", d-t0, now+Time(promptTail)-t0)
+	}
+	c.Tick(now + Time(promptTail))
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Flags&frame.FlagAckRequest == 0 || frames[0].h.Seq != 140 {
+		t.Fatalf("the probe: %+v, want an Ack of Seq 140 asking for acks", frames)
+	}
+	// A retransmission asks for acks.
+	step(t, c, now+Time(promptTail)+1, in{sender: 1, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 120, Last: 120}}}})
+	frames, _, _ = ready(t, c)
+	if data, a := asks(frames); len(data) != 1 || data[0] != 120 || len(a) != 1 {
+		t.Fatalf("the answer to a Nack: %+v, want Data 120 asking for acks", frames)
+	}
+
+	// Without PromptAcks, nothing asks.
+	c = newCore(t, testConfig(PBP2, 0, 3))
+	if err := c.Propose(t0+1, []byte("lone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, a := asks(decodeFrames(t, c.Ready().Frames)); len(a) != 0 {
+		t.Fatalf("without PromptAcks, frames %v asked for acks", a)
+	}
+}
+
+// PromptAcks, a receiver: a Data frame that asks is acknowledged in the
+// same Ready; one that does not waits for the ack timer (AckDelay). An
+// Ack that asks is answered at once; without PromptAcks it starts the
+// ack timer (PBP2's resend probe).
+func TestPromptAcksReceiver(t *testing.T) {
+	cfg := testConfig(PBP2, 2, 3)
+	cfg.PromptAcks = true
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("a")})
+	if frames, ds, _ := ready(t, c); len(ds) != 1 || len(frames) != 0 {
+		t.Fatalf("a frame that does not ask: %d deliveries, frames %+v; want 1, none", len(ds), frames)
+	}
+	step(t, c, t0+2, in{sender: 0, seq: 101, body: data("b"), flags: frame.FlagAckRequest})
+	frames, ds, _ := ready(t, c)
+	if len(ds) != 1 || len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[0] != 102 {
+		t.Fatalf("a frame that asks: %d deliveries, frames %+v; want 1 and an Ack with member 0's entry at 102", len(ds), frames)
+	}
+	step(t, c, t0+3, in{sender: 0, seq: 101, flags: frame.FlagAckRequest, body: &frame.Empty{T: frame.Ack}})
+	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Ack {
+		t.Fatalf("an Ack that asks: frames %+v, want an Ack", frames)
+	}
+
+	c = newCore(t, testConfig(PBP2, 2, 3))
+	step(t, c, t0+2, in{sender: 0, seq: 100, body: data("b"), flags: frame.FlagAckRequest})
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("without PromptAcks, a frame that asks: frames %+v, want none before AckDelay", frames)
+	}
+}
+
+// With Retain a frame's messages are delivered from its retained copy,
+// which a layer may Pin: a pinned copy stays unchanged when a later frame
+// takes its slot (that frame gets a new buffer), Retained goes on
+// returning the slot's frame, and Pin refuses bytes that are not in the
+// retained copy of the frame it names. Unpinned, the slot's buffer is
+// reused.
+func TestPinRetained(t *testing.T) {
+	cfg := testConfig(PBP2, 2, 3)
+	cfg.Retain, cfg.Window = true, 4
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("first")})
+	rd := c.Ready()
+	if len(rd.Deliveries) != 1 {
+		t.Fatalf("%d deliveries, want 1", len(rd.Deliveries))
+	}
+	first := rd.Deliveries[0].Data
+	if kept, _, ok := c.Retained(0, 100); !ok || unsafe.SliceData(kept) != unsafe.SliceData(first) {
+		t.Fatal("the delivery is not the frame's retained copy")
+	}
+	if c.Pin(0, 100, []byte("first")) || c.Pin(0, 101, first) || c.Pin(1, 100, first) {
+		t.Fatal("Pin took bytes outside the named frame's retained copy")
+	}
+	if !c.Pin(0, 100, first) {
+		t.Fatal("Pin of a delivered message refused")
+	}
+	c.Advance()
+	// Frames 101..104: 104 takes the slot of 100 (a window of 4).
+	for s := uint32(101); s <= 104; s++ {
+		step(t, c, t0+2, in{sender: 0, seq: s, body: data(fmt.Sprintf("frame%d", s))})
+	}
+	c.Ready()
+	c.Advance()
+	if string(first) != "first" {
+		t.Fatalf("the pinned message reads %q after its slot was reused, want first", first)
+	}
+	if kept, _, ok := c.Retained(0, 104); !ok || string(kept) != "frame104" {
+		t.Fatalf("Retained(104) = %q, %v; want frame104", kept, ok)
+	}
+	// Unpinned, the slot's buffer is reused: 108 lands where 104 is.
+	at104, _, _ := c.Retained(0, 104)
+	if !c.Pin(0, 104, at104) {
+		t.Fatal("Pin of 104 refused")
+	}
+	c.Unpin(0, 104)
+	for s := uint32(105); s <= 108; s++ {
+		step(t, c, t0+3, in{sender: 0, seq: s, body: data(fmt.Sprintf("frame%d", s))})
+	}
+	c.Ready()
+	c.Advance()
+	if at108, _, _ := c.Retained(0, 108); unsafe.SliceData(at108) != unsafe.SliceData(at104) {
+		t.Fatal("an unpinned slot's buffer was not reused")
 	}
 }

@@ -118,6 +118,16 @@ type Config struct {
 	// to the members that did not get it (Retained). It costs one copy of
 	// every delivered message.
 	Retain bool
+	// PromptAcks: a layer above waits for every member to hold each
+	// frame (Safe, from the acknowledgement matrix), so the members
+	// acknowledge at once what this member asks for (FlagAckRequest),
+	// and it asks for it where a wait would show: on a Data frame sent
+	// with nothing else in flight (a lone message), on every 16th
+	// frame of a stream, on its retransmissions, and with a
+	// probe (an Ack asking for acks) once it stops sending with frames
+	// after the last one it asked for (acks.go, promptTail). Every
+	// member of a group sets it alike.
+	PromptAcks bool
 
 	// AckDelay: a plain Ack goes out this long after the first receipt not
 	// yet acknowledged, unless a frame of ours carried the ack first.

@@ -287,6 +287,11 @@ type Core struct {
 	ackAt    Time
 	ackNow   bool
 	receipts int
+	// Config.PromptAcks (acks.go): asked is one past the last frame of
+	// ours that a frame asked to be acknowledged at once; tailAt is when
+	// a probe asks for the frames after it, if nothing goes out before.
+	asked  uint32
+	tailAt Time
 
 	leaving   bool
 	left      bool
@@ -358,7 +363,7 @@ func New(cfg Config) (*Core, error) {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
 		}
 	}
-	c.nextSeq, c.stable = s.InitialSeq, s.InitialSeq
+	c.nextSeq, c.stable, c.asked = s.InitialSeq, s.InitialSeq, s.InitialSeq
 	c.history = make([]sent, s.histSize)
 	c.encoded.T, c.placed.T = frame.Data, frame.Data
 	// Fixed for the core's life: the ack vector always has span entries
@@ -506,14 +511,16 @@ func (c *Core) release() {
 				p.ackedAt = c.now // it was caught up: its ack clock starts now
 			}
 		}
+		flags := c.askFor(seq)
 		c.nextSeq++
-		c.sendData(seq, 0)
+		c.sendData(seq, flags)
 		c.history[seq&c.hmask].sentAt = c.now
 		c.stats.DataFramesSent++
 		if c.resendAt == 0 {
 			c.resendAt = c.now.Add(c.resendTimeoutBase())
 		}
 		c.advanceStable() // with no live member left, nothing waits for acks
+		c.armTail()
 	}
 }
 
@@ -632,6 +639,7 @@ func (c *Core) Deadline() Time {
 	}
 	early(c.ackAt)
 	early(c.resendAt)
+	early(c.tailAt)
 	if c.pending == 1 && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
 		early(c.openAt.Add(c.cfg.BundleDelay)) // else an ack must come first
 	}
@@ -707,6 +715,9 @@ func (c *Core) Tick(now Time) {
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendTimeout()
+	}
+	if c.tailAt != 0 && now >= c.tailAt {
+		c.probeTail()
 	}
 	if c.ackAt != 0 && now >= c.ackAt {
 		c.ackNow = true

@@ -20,18 +20,66 @@ type kept struct {
 	seq     uint32
 	full    bool
 	bundled bool
-	data    []byte
+	// pins counts the layers' holds on data (Pin): a frame kept in
+	// this slot later gets a new buffer, leaving data to them.
+	pins int
+	data []byte
 }
 
 // keep copies the payload of the frame from p being delivered now
-// (p.expected) into its retention ring. The last Window frames of every
+// (p.expected) into its retention ring and returns the copy, which the
+// frame's messages are delivered from. The last Window frames of every
 // sender are enough: a sender numbers frame s+Window only once every
 // member acknowledged s, so whatever one member delivered beyond what
 // another has, the other is less than a window behind.
-func (c *Core) keep(p *peer, body []byte, bundled bool) {
+func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 	k := &p.kept[p.expected&c.mask]
+	if k.pins > 0 {
+		k.data, k.pins = nil, 0 // the pinned buffer is the layer's now
+	}
 	k.seq, k.full, k.bundled = p.expected, true, bundled
 	k.data = append(k.data[:0], body...)
+	return k.data
+}
+
+// Pin keeps data, a message this core delivered from frame seq of
+// member id (with Config.Retain its deliveries lie in the frame's
+// retained copy), unchanged until Unpin: a layer that holds a message
+// beyond the turn (the total order's) keeps it there instead of copying
+// it. The copy stays the core's for relaying (Retained); a frame that
+// comes to its slot while it is pinned gets a new buffer. False if data
+// is not in the retained copy of that frame (not retained, or delivered
+// from elsewhere: the membership layer's relays): the layer copies it.
+func (c *Core) Pin(id frame.MemberID, seq uint32, data []byte) bool {
+	p, _ := c.peer(id)
+	if p == nil || p.kept == nil {
+		return false
+	}
+	k := &p.kept[seq&c.mask]
+	if !k.full || k.seq != seq || !sameArray(k.data, data) {
+		return false
+	}
+	k.pins++
+	return true
+}
+
+// Unpin ends one Pin of frame seq of member id (nothing if its slot
+// holds another frame by now).
+func (c *Core) Unpin(id frame.MemberID, seq uint32) {
+	p, _ := c.peer(id)
+	if p == nil || p.kept == nil {
+		return
+	}
+	if k := &p.kept[seq&c.mask]; k.full && k.seq == seq && k.pins > 0 {
+		k.pins--
+	}
+}
+
+// sameArray reports whether a and b are slices of one array: their
+// capacities end at the same element (b a slice of a, without a limit
+// on its capacity).
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
 // Freeze stops the core from numbering and accepting new messages: it

@@ -89,11 +89,14 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		case repair:
 			c.stepRepair(p, v, toUs)
 		}
+		if c.cfg.PromptAcks && v.Flags()&frame.FlagAckRequest != 0 {
+			c.ackNow = true
+		}
 	case frame.Ack, frame.Heartbeat:
 		// Seq is the last frame the sender sent: a lost tail shows here.
 		c.learnEnd(p, v.Seq()+1, false)
 		if v.Flags()&frame.FlagAckRequest != 0 {
-			c.requestAck()
+			c.askedAck()
 		}
 	case frame.Nack:
 		c.learnEnd(p, v.Seq()+1, false)
@@ -365,7 +368,10 @@ func (c *Core) checkRepaired(p *peer) {
 // bytes (receive action 2, fig. 3.4).
 func (c *Core) deliverView(p *peer, v frame.View) {
 	if p.kept != nil {
-		c.keep(p, v.Body(), v.Flags()&frame.FlagBundle != 0)
+		// From the retained copy: a layer may hold its messages (Pin).
+		c.deliverBody(p, c.keep(p, v.Body(), v.Flags()&frame.FlagBundle != 0), v.Flags()&frame.FlagBundle != 0)
+		c.delivered(p)
+		return
 	}
 	it := v.Messages()
 	for i := 0; ; i++ {
@@ -378,6 +384,20 @@ func (c *Core) deliverView(p *peer, v frame.View) {
 	c.delivered(p)
 }
 
+// deliverBody delivers the messages of p's frame at p.expected from b,
+// its body.
+func (c *Core) deliverBody(p *peer, b []byte, bundled bool) {
+	if !bundled {
+		c.deliver(Delivery{From: p.id, Seq: p.expected, Data: b})
+		return
+	}
+	for i := 0; len(b) >= 2; i++ {
+		n := int(b[0])<<8 | int(b[1])
+		c.deliver(Delivery{From: p.id, Seq: p.expected, Index: i, Data: b[2 : 2+n]})
+		b = b[2+n:]
+	}
+}
+
 // drain delivers held frames that are now in order (receive action 2).
 func (c *Core) drain(p *peer) {
 	for {
@@ -387,17 +407,9 @@ func (c *Core) drain(p *peer) {
 		}
 		b := h.data
 		if p.kept != nil {
-			c.keep(p, b, h.bundled)
+			b = c.keep(p, b, h.bundled)
 		}
-		if !h.bundled {
-			c.deliver(Delivery{From: p.id, Seq: p.expected, Data: b})
-		} else {
-			for i := 0; len(b) >= 2; i++ {
-				n := int(b[0])<<8 | int(b[1])
-				c.deliver(Delivery{From: p.id, Seq: p.expected, Index: i, Data: b[2 : 2+n]})
-				b = b[2+n:]
-			}
-		}
+		c.deliverBody(p, b, h.bundled)
 		c.lent = append(c.lent, h.data)
 		*h = held{}
 		p.buffered--

@@ -440,14 +440,24 @@ func (c *Core) HeldByAll(s frame.MemberID) (next uint32, ok bool) {
 	return next, len(c.view.Members) > 0
 }
 
-// AckNow has the installed view's inner core acknowledge at once, in
-// the next Ready, what it delivered since it last acknowledged (pbp's
-// AckNow); false if nothing is due or no view runs.
-func (c *Core) AckNow() bool {
-	if c.inner == nil || c.state != member {
+// Pin keeps data, a message the installed view's core delivered from
+// frame seq of member id in view, unchanged until Unpin (pbp.Core.Pin):
+// a layer holds it there instead of copying it. False if it cannot
+// (another view, or data not in the core's retained copy of the frame:
+// a message this layer relayed or stashed).
+func (c *Core) Pin(view uint32, id frame.MemberID, seq uint32, data []byte) bool {
+	if c.inner == nil || c.state != member || c.view.ID != view {
 		return false
 	}
-	return c.inner.AckNow()
+	return c.inner.Pin(id, seq, data)
+}
+
+// Unpin ends a Pin (nothing once the view changed: the old core's
+// buffers are left to the layer).
+func (c *Core) Unpin(view uint32, id frame.MemberID, seq uint32) {
+	if c.inner != nil && c.state == member && c.view.ID == view {
+		c.inner.Unpin(id, seq)
+	}
 }
 
 // SentInView is the next sequence number of this member's frames in the

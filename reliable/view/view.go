@@ -43,6 +43,11 @@ type Inner interface {
 	Live(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
+	// Pin keeps data, delivered from frame seq of member id, unchanged
+	// until Unpin; false if it cannot (pbp.Core.Pin).
+	Pin(id frame.MemberID, seq uint32, data []byte) bool
+	// Unpin ends a Pin.
+	Unpin(id frame.MemberID, seq uint32)
 	// PendingMessages is how many accepted messages are not numbered
 	// yet (what Freeze would return).
 	PendingMessages() int
@@ -51,9 +56,6 @@ type Inner interface {
 	// number of s's it expects. A frozen core acknowledges no more than
 	// it had delivered when frozen (what its flush reports).
 	Holds(m, s frame.MemberID) (uint32, bool)
-	// AckNow has the next Ready acknowledge what was delivered since
-	// the last acknowledgement at once; false if none is due.
-	AckNow() bool
 }
 
 // Config is one process's membership settings.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -16,7 +17,6 @@ type fakeInner struct{ core.Core }
 
 func (fakeInner) Info() core.Info                         { return core.Info{MaxMessage: 1400} }
 func (fakeInner) OwnOut() uint64                          { return 0 }
-func (fakeInner) AckNow() bool                            { return false }
 func (fakeInner) SentInView() uint32                      { return 0 }
 func (fakeInner) HeldByAll(frame.MemberID) (uint32, bool) { return 0, false }
 
@@ -274,5 +274,56 @@ func TestProposeAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, turn); n != 0 {
 		t.Fatalf("%.1f allocations per message sent and delivered, want 0", n)
+	}
+}
+
+// pinning is a scripted membership core that lets its deliveries be
+// pinned (view.Core.Pin) and records the pins.
+type pinning struct {
+	scripted
+	pins, unpins []pin
+}
+
+func (p *pinning) Pin(view uint32, id frame.MemberID, seq uint32, data []byte) bool {
+	p.pins = append(p.pins, pin{view, id, seq})
+	return true
+}
+func (p *pinning) Unpin(view uint32, id frame.MemberID, seq uint32) {
+	p.unpins = append(p.unpins, pin{view, id, seq})
+}
+
+// Under Safe a message held beyond its turn stays where the FIFO group
+// delivered it (its retained copy of the frame), pinned, instead of
+// being copied: the delivery hands out the same bytes, and the frame is
+// unpinned at the Step or Tick after the delivery was carried out, not
+// before. A membership core that cannot pin gets a copy
+// (TestSafeCopiesFromPool).
+func TestSafePinsHeldMessages(t *testing.T) {
+	in := &pinning{}
+	c := NewSafe(in)
+	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	c.Tick(0)
+	fifo := append([]byte{kindData}, "held"...)
+	in.ds = []core.Delivery{{From: 0, Seq: 100, Data: fifo}}
+	if rd := c.Ready(); len(rd.Deliveries) != 0 {
+		t.Fatalf("delivered %d before every member held it", len(rd.Deliveries))
+	}
+	if want := []pin{{7, 0, 100}}; !slices.Equal(in.pins, want) {
+		t.Fatalf("pins %v, want %v", in.pins, want)
+	}
+	c.Advance()
+	c.Tick(1)
+	in.stable = 101
+	rd := c.Ready()
+	if len(rd.Deliveries) != 1 || unsafe.SliceData(rd.Deliveries[0].Data) != &fifo[dataHeader] {
+		t.Fatalf("delivered %+v, want the FIFO group's own bytes of the message", rd.Deliveries)
+	}
+	c.Advance()
+	if len(in.unpins) != 0 {
+		t.Fatalf("unpinned %v before the Step or Tick after the delivery", in.unpins)
+	}
+	c.Tick(2)
+	if want := []pin{{7, 0, 100}}; !slices.Equal(in.unpins, want) {
+		t.Fatalf("unpins %v after the delivery, want %v", in.unpins, want)
 	}
 }

@@ -64,10 +64,21 @@ type Inner interface {
 	// SentInView is the next sequence number of this member's frames in
 	// the installed view (view.Core.SentInView).
 	SentInView() uint32
-	// AckNow has the membership core acknowledge at once, in the next
-	// Ready, what it delivered since it last did (view.Core.AckNow);
-	// false if nothing is due.
-	AckNow() bool
+}
+
+// pinner is what the layer uses of the membership core, where it has
+// it (view.Core): a message held beyond the turn stays in the FIFO
+// group's retained copy of its frame, pinned, instead of being copied.
+type pinner interface {
+	Pin(view uint32, id frame.MemberID, seq uint32, data []byte) bool
+	Unpin(view uint32, id frame.MemberID, seq uint32)
+}
+
+// pin names a pinned frame: view, sender, sequence number.
+type pin struct {
+	view uint32
+	from frame.MemberID
+	seq  uint32
 }
 
 // Message kinds, the first byte of every message through the FIFO group.
@@ -98,8 +109,11 @@ type msg struct {
 	next uint32
 	data []byte
 	// borrowed: data is the FIFO group's delivery, valid until Advance;
-	// a message still held when Ready returns is copied (own).
+	// a message still held when Ready returns is pinned where it lies
+	// (the membership core's retained copy of its frame) or, if it
+	// cannot be, copied (own).
 	borrowed bool
+	pinned   bool
 	// buf is the buffer of the layer's pool that data lies in (a held
 	// copy, or this member's own framed message), back in the pool once
 	// the delivery that hands it out is carried out; nil if none.
@@ -156,10 +170,15 @@ type Core struct {
 	// buffer); lent those handed out in deliveries of the current Ready,
 	// cooling those carried out at Advance, which stay unchanged until
 	// the next Step or Tick (core.Delivery) and are free from then on.
-	// Under Safe every message is held until every member acknowledged
-	// it, so every one is copied: a fresh allocation each was 13 % of
-	// a Safe receiver's CPU at MTU 9000.
+	// A held message is copied only where the membership core cannot
+	// pin it (pinner).
 	free, lent, cooling [][]byte
+	// pinner is the membership core's pinning (nil without); unpin the
+	// frames of the messages handed out in the current Ready, unpinned
+	// at the next Step or Tick (their deliveries are valid until then),
+	// and cooled those of the Ready before, unpinned now.
+	pinner          pinner
+	unpin, unpinNow []pin
 
 	// mine: this member's messages passed to the FIFO group and not yet
 	// known to be out (OwnOut), in order; outMine: those known out in the
@@ -193,7 +212,9 @@ func New(in Inner) *Core {
 	info := in.Info()
 	info.MaxMessage -= dataHeader
 	info.SelfDelivery = true
-	return &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
+	c := &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
+	c.pinner, _ = in.(pinner)
+	return c
 }
 
 // SkipCRC passes core.CRCSkipper on to the membership core.
@@ -271,14 +292,12 @@ func (c *Core) Ready() core.Ready {
 	c.kick = false // what was proposed during the last Ready is in rd
 	rd := c.in.Ready()
 	c.out.Frames = rd.Frames
-	got := false
 	for _, d := range rd.Deliveries {
 		if d.Unreliable {
 			c.dl = append(c.dl, d) // a datagram: in no order
 			continue
 		}
 		c.fromGroup(d)
-		got = true
 	}
 	installed := false
 	for _, ev := range rd.Events {
@@ -301,15 +320,6 @@ func (c *Core) Ready() core.Ready {
 	}
 	c.own()
 	c.sendOrder()
-	if c.safe && got && c.in.AckNow() {
-		// Every member waits for every other to hold what the FIFO
-		// group delivered here (data, or an order message): say at once
-		// that this member does, in the next turn, rather than after
-		// PBP's ack timer (Safe's one-way latency was 0.7 ms, the 1 ms
-		// AckDelay, without). Under a stream, one Ack per turn at most,
-		// and none when a frame of its own carried the vector.
-		c.kick = true
-	}
 	c.out.Deliveries, c.out.Events = c.dl, c.ev
 	return c.out
 }
@@ -320,15 +330,29 @@ func (c *Core) own() {
 	if c.borrowed == 0 {
 		return
 	}
+	// The borrowed are what this Ready appended: the tail of each
+	// sender's queue (under Safe tens of messages wait for acks, and
+	// walking them all each turn cost more than the rest of the turn's
+	// bookkeeping).
 	for id := range c.held {
-		for i := range c.held[id] {
-			if m := &c.held[id][i]; m.borrowed {
-				m.data, m.borrowed = c.copyOf(m.data), false
-				m.buf = m.data
+		for i := len(c.held[id]) - 1; i >= 0 && c.borrowed > 0; i-- {
+			m := &c.held[id][i]
+			if !m.borrowed {
+				break
 			}
+			c.borrowed--
+			m.borrowed = false
+			// Under Safe every message waits for acks beyond its turn,
+			// and PBP's retained copy of its frame (kept for the view
+			// change's relays) already holds it: no second copy.
+			if c.pinner != nil && c.pinner.Pin(c.view, m.from, m.next-1, m.data) {
+				m.pinned = true
+				continue
+			}
+			m.data = c.copyOf(m.data)
+			m.buf = m.data
 		}
 	}
-	c.borrowed = 0
 }
 
 // copyOf copies b into a buffer of the pool.
@@ -358,6 +382,10 @@ func (c *Core) cool() {
 		c.cooling[i] = nil
 	}
 	c.cooling = c.cooling[:0]
+	for _, p := range c.unpinNow {
+		c.pinner.Unpin(p.view, p.from, p.seq)
+	}
+	c.unpinNow = c.unpinNow[:0]
 }
 
 // release puts b back in the pool (or drops it, past maxFree).
@@ -389,6 +417,8 @@ func (c *Core) Advance() {
 	c.cooling = append(c.cooling, c.lent...)
 	clear(c.lent)
 	c.lent = c.lent[:0]
+	c.unpinNow = append(c.unpinNow, c.unpin...)
+	c.unpin = c.unpin[:0]
 	clear(c.dl)
 	c.dl = c.dl[:0]
 	c.ev = c.ev[:0]
@@ -473,11 +503,30 @@ func (c *Core) fromGroup(d core.Delivery) {
 	}
 }
 
-// stableTo reports whether every member of the view holds sender s's
-// frames before next (Safe).
-func (c *Core) stableTo(s frame.MemberID, next uint32) bool {
-	h, ok := c.in.HeldByAll(s)
-	return ok && !frame.SeqLess(h, next)
+// stability is HeldByAll of the last two senders asked, for one drain
+// (the acknowledgement matrix does not change meanwhile): one sender
+// and the sequencer cost a walk of the view's members each, not two
+// per message.
+type stability struct {
+	n    int
+	from [2]frame.MemberID
+	held [2]uint32
+	ok   [2]bool
+}
+
+// to reports whether every member of the view holds sender s's frames
+// before next (Safe).
+func (st *stability) to(c *Core, s frame.MemberID, next uint32) bool {
+	i := 0
+	for ; i < st.n && st.from[i] != s; i++ {
+	}
+	if i == st.n {
+		i = min(st.n, 1)
+		st.from[i] = s
+		st.held[i], st.ok[i] = c.in.HeldByAll(s)
+		st.n = max(st.n, i+1)
+	}
+	return st.ok[i] && !frame.SeqLess(st.held[i], next)
 }
 
 func (c *Core) fail(err error) {
@@ -517,13 +566,14 @@ func (c *Core) noteOut(n uint64) {
 // drain delivers what the order names, while the data is here (Safe:
 // and every member of the view holds it and its place).
 func (c *Core) drain() {
+	var st stability
 	for len(c.order) > 0 {
 		e := c.order[0]
 		m, ok := c.peek(e)
 		if !ok {
 			return
 		}
-		if c.safe && !(c.stableTo(c.seqr, e.next) && c.stableTo(m.from, m.next)) {
+		if c.safe && !(st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
 			return
 		}
 		c.take(e)
@@ -584,6 +634,9 @@ func pop[T any](s []T) []T {
 func (c *Core) deliver(m msg) {
 	if m.buf != nil {
 		c.lent = append(c.lent, m.buf)
+	}
+	if m.pinned {
+		c.unpin = append(c.unpin, pin{c.view, m.from, m.next - 1})
 	}
 	c.global++
 	c.dl = append(c.dl, core.Delivery{From: m.from, Data: m.data, Seq: m.n, Global: c.global, Epoch: c.view})

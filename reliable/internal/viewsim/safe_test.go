@@ -152,7 +152,7 @@ func TestSafeSendsNoHeldReports(t *testing.T) {
 
 // TestSafeLatency: on an idle group a Safe message of the sequencer is
 // delivered everywhere within a round trip of its Agreed delivery: the
-// members acknowledge what they received at once (pbp's AckNow), not
+// members acknowledge at once what the sender asks for (pbp.Config.PromptAcks), not
 // after PBP's 1 ms ack timer.
 func TestSafeLatency(t *testing.T) {
 	took := map[Level]time.Duration{}
@@ -180,5 +180,72 @@ func TestSafeLatency(t *testing.T) {
 	t.Logf("delivered everywhere after: agreed %v, safe %v", took[Agreed], took[Safe])
 	if took[Safe] > took[Agreed]+200*time.Microsecond {
 		t.Fatalf("safe took %v, agreed %v: more than a round trip more (the ack timer?)", took[Safe], took[Agreed])
+	}
+}
+
+// TestSafeStreamAcks: a Safe stream costs the members a few Acks, not
+// one each per Data frame. Every member waits for every other's acks, so
+// the members acknowledge at once, but only what the sender asks for
+// (pbp.Config.PromptAcks): a lone frame, every few frames of a stream,
+// and, once it stops, its last frames (a probe). Each Ack goes to every
+// member: acknowledging every frame at once cost a stream of one sender
+// to three receivers three Acks per Data frame, each taken by the other
+// three members. The last message of the stream is still delivered
+// everywhere within a few round trips of going out.
+func TestSafeStreamAcks(t *testing.T) {
+	r, ps := group(t, 4, Safe)
+	slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
+	r.net.RunFor(50 * time.Millisecond)
+	var data, acks int
+	r.net.Trace(func(ev testnet.Event) {
+		if ev.Kind != testnet.EventSend {
+			return
+		}
+		v, err := frame.Parse(ev.Frame[frame.EthernetHeaderLen:])
+		if err != nil {
+			return
+		}
+		switch v.Type() {
+		case frame.Data:
+			data++
+		case frame.Ack:
+			acks++
+		}
+	})
+	snd := ps[0]
+	var last msgID
+	for range 100 { // 400 messages, 4 every 10 µs: about the wire's pace
+		for range 4 {
+			last = snd.send(t)
+		}
+		snd.Step(r.net.Now())
+		r.net.RunFor(10 * time.Microsecond)
+	}
+	sentAt := r.net.Now()
+	var took time.Duration
+	for took == 0 && r.net.Now().Sub(sentAt) < 5*time.Millisecond {
+		r.net.RunFor(10 * time.Microsecond)
+		all := true
+		for _, p := range ps {
+			all = all && p.delivered(last)
+		}
+		if all {
+			took = r.net.Now().Sub(sentAt)
+		}
+	}
+	r.net.RunFor(100 * time.Millisecond)
+	for _, p := range ps {
+		if n := len(p.inView[p.view]); n != 400 {
+			t.Fatalf("member %d delivered %d messages, want 400", p.id(t), n)
+		}
+	}
+	t.Logf("%d Data frames, %d Acks (%.2f per Data frame); the last message everywhere %v after the stream's end", data, acks, float64(acks)/float64(data), took)
+	// The window is 16 here: the sender asks on every 4th frame, three
+	// Acks each (acknowledging every frame: 3 per Data frame).
+	if acks > data {
+		t.Errorf("%d Acks for %d Data frames: the members acknowledge more than what the sender asks for", acks, data)
+	}
+	if took == 0 || took > 500*time.Microsecond {
+		t.Errorf("the last message of the stream was delivered everywhere after %v, want within 500 µs (a probe and a round trip)", took)
 	}
 }

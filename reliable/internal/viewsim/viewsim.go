@@ -219,7 +219,7 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 		Retry: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond,
 		MaxMessage: 200, MaxQueue: 64, Primary: r.level != FIFO, Delivers: func(t frame.Type) bool { return t == frame.Data },
 		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
-			return pbp.New(pbp.Config{Group: simGroup, Self: self, Members: v.Members, ViewID: v.ID, Retain: true,
+			return pbp.New(pbp.Config{Group: simGroup, Self: self, Members: v.Members, ViewID: v.ID, Retain: true, PromptAcks: r.level == Safe,
 				Window: window, MaxPayload: 200, HeartbeatInterval: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond})
 		},
 	})
