@@ -24,6 +24,7 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/rbcast/rbcast/internal/hops"
@@ -40,8 +41,12 @@ func main() {
 // profile writes a CPU profile to cpu (RBCASTD_CPUPROFILE, for `go tool
 // pprof`) and an execution trace to exec (RBCASTD_TRACE, for `go tool
 // trace`) until the returned stop; docs/local-api.md, "Measuring the data
-// path". Empty paths profile nothing.
+// path". Empty paths profile nothing. A "%p" in a path is the process's
+// id, so that the daemons and clients of one run, started with the same
+// environment, each write their own.
 func profile(cpu, exec string, stderr io.Writer) (stop func()) {
+	pid := strconv.Itoa(os.Getpid())
+	cpu, exec = strings.ReplaceAll(cpu, "%p", pid), strings.ReplaceAll(exec, "%p", pid)
 	var stops []func()
 	if cpu != "" {
 		f, err := os.Create(cpu)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,11 @@ func TestMain(m *testing.M) {
 	}
 	switch {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
+		// The profiles main writes (RBCASTD_CPUPROFILE, RBCASTD_TRACE),
+		// so that BenchmarkReport's daemons and clients can be profiled.
+		stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 		code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
 		hops.Dump() // RBCAST_STAMPS, as main does
 		os.Exit(code)
 	case os.Getenv("RBCASTD_TEST_GET") != "":
@@ -348,4 +353,27 @@ func TestMain_flagsParse(t *testing.T) {
 			t.Errorf("-%s has no usage text", fl.Name)
 		}
 	})
+}
+
+// TestProfilePID: a "%p" in RBCASTD_CPUPROFILE's and RBCASTD_TRACE's
+// paths is the process id, so that processes started with one
+// environment write profiles of their own.
+func TestProfilePID(t *testing.T) {
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	stop := profile(filepath.Join(dir, "cpu-%p.prof"), filepath.Join(dir, "trace-%p.out"), &stderr)
+	stop()
+	if stderr.Len() > 0 {
+		t.Fatalf("profile wrote %q", stderr.String())
+	}
+	pid := strconv.Itoa(os.Getpid())
+	for _, name := range []string{"cpu-" + pid + ".prof", "trace-" + pid + ".out"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() == 0 {
+			t.Errorf("%s is empty", name)
+		}
+	}
 }
