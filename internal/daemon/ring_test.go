@@ -360,9 +360,11 @@ func testRingsPolled(t *testing.T, poll bool) {
 			t.Fatalf("message %d: got %q, %v, %v; want %q", i, got, ok, err, msg)
 		}
 	}
-	// The first message found the sending daemon asleep; none after it.
-	if b := sr.Doorbells(); b != 1 {
-		t.Errorf("the sender wrote %d doorbells for %d messages sent one at a time; want 1 (the first)", b, n)
+	// The first message may find the sending daemon asleep (or, on a
+	// loaded machine, still polling since the ring was set up: ci61 saw
+	// 0); none after it.
+	if b := sr.Doorbells(); b > 1 {
+		t.Errorf("the sender wrote %d doorbells for %d messages sent one at a time; want at most 1 (the first)", b, n)
 	}
 	if !poll {
 		if s := rr.Sleeps(); s < n {
