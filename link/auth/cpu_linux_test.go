@@ -39,7 +39,9 @@ func (s *batchSink) Send(frames [][]byte) (int, error) {
 // BenchmarkRecvCPU: a receiver's CPU per frame for a frame of the group,
 // from the wire to a View the core is stepped with: the verify
 // (Link.Recv's check, decrypting in place) and the stepper's parse.
-// Three paths: "crc", the one before link.Frame.Authenticated (the CRC
+// "off" is a member without a key: the stepper's parse of the core's
+// frame, its CRC checked (what the key's cost is counted from). Three
+// keyed paths: "crc", the one before link.Frame.Authenticated (the CRC
 // rewritten over a decrypted body, then frame.ParseGroup checking it);
 // "copy", a frame without room behind it (its ciphertext copied to
 // scratch for Open), parsed without the CRC; "room", the same frame with
@@ -77,14 +79,19 @@ func recvCPU(b *testing.B, encrypt bool, size int) {
 	out := [][]byte{dataFrame(b, s.mac, 0, 5, 1, strings.Repeat("x", size))}
 	hl := frame.EthernetHeaderLen
 	// The sender: another locked thread, sealing into the receive buffers.
-	seal, sealed := make(chan struct{}), make(chan error)
+	seal, sealed := make(chan string), make(chan error)
 	go func() {
 		runtime.LockOSThread()
-		for range seal {
+		for mode := range seal {
 			s.frames = s.frames[:0]
 			var err error
 			for range round {
-				if _, err = a.Send(out); err != nil {
+				if mode == "off" {
+					_, err = s.Send(out) // the core's frame, as a keyless group sends it
+				} else {
+					_, err = a.Send(out)
+				}
+				if err != nil {
 					break
 				}
 			}
@@ -92,16 +99,22 @@ func recvCPU(b *testing.B, encrypt bool, size int) {
 		}
 	}()
 	defer close(seal)
-	modes := []string{"crc", "copy", "room"}
+	modes := []string{"off", "crc", "copy", "room"}
 	run := func(mode string) int64 {
 		b.StopTimer()
-		seal <- struct{}{}
+		seal <- mode
 		if err := <-sealed; err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 		t0 := threadCPU(b)
 		for _, f := range s.frames {
+			if mode == "off" {
+				if _, err := frame.ParseGroup(f[hl:], 7); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
 			if mode != "room" {
 				f = f[:len(f):len(f)] // nothing behind the frame
 			}
