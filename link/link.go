@@ -79,7 +79,8 @@ type Frame struct {
 	//
 	// Its capacity may reach past the frame, into room of the same receive
 	// buffer (link/ring: the rest of a TPACKET_V2 slot, which keeps 16
-	// bytes behind the largest frame). No other goroutine reads or writes
+	// bytes behind the largest frame; under TPACKET_V3, the alignment and
+	// the next frame's header once read, or the rest of the block). No other goroutine reads or writes
 	// those bytes until the next Recv, but they may hold the link's own
 	// state or the next frame: a caller may write there for a moment if it
 	// puts them back before it returns from handling the frame (link/auth

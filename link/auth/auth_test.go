@@ -712,3 +712,60 @@ func TestEncryptedFailureKeepsFrame(t *testing.T) {
 		t.Fatalf("decrypted payload %q", got)
 	}
 }
+
+// TestSealFollowsStreamAndKey: the seal keeps the last stream's derived
+// key (not looked up per frame), and must change it with the stream (a
+// new incarnation, another member id) and with the key (a rotation's
+// Activate), on both of its send paths (Send and SendNow).
+func TestSealFollowsStreamAndKey(t *testing.T) {
+	old, next := testKey(t, 1), testKey(t, 2)
+	if old.ID() == next.ID() {
+		t.Skip("test keys share an id")
+	}
+	for _, encrypt := range []bool{false, true} {
+		for _, path := range []string{"Send", "SendNow"} {
+			s := &sink{fake: fake{mac: [6]byte{2, 0, 0, 0, 0, 1}}}
+			a := wrap(t, s, old, encrypt)
+			send := func(sender frame.MemberID, inc, seq uint32) []byte {
+				t.Helper()
+				f := [][]byte{dataFrame(t, s.mac, sender, inc, seq, "payload")}
+				var err error
+				if path == "Send" {
+					_, err = a.Send(f)
+				} else {
+					_, err = a.SendNow(f)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return append([]byte(nil), s.last...)
+			}
+			// A fresh verifier per frame: each frame is checked against
+			// its own stream's key, never a window's memory.
+			verify := func(what string, eth []byte, k *Key) {
+				t.Helper()
+				v, err := NewVerifier(Config{Group: 7, Key: k, Encrypt: encrypt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := v.Check(eth); err != nil {
+					t.Errorf("encrypt=%v %s: %s: %v", encrypt, path, what, err)
+				}
+			}
+			verify("first frame", send(0, 5, 1), old)
+			verify("a new incarnation", send(0, 6, 1), old)
+			verify("another member id", send(3, 6, 1), old)
+			if err := a.Install(next); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Activate(next.Fingerprint()); err != nil {
+				t.Fatal(err)
+			}
+			verify("after Activate", send(3, 6, 2), next)
+			if err := a.Activate(old.Fingerprint()); err != nil {
+				t.Fatal(err)
+			}
+			verify("back to the old key", send(3, 6, 3), old)
+		}
+	}
+}

@@ -143,3 +143,27 @@ func (c *collect) Send(frames [][]byte) (int, error) {
 	}
 	return len(frames), nil
 }
+
+// TestShift: the shift past n bytes, from pow8 or xPow8n, through the
+// tables (a length seen twice in a row) or multModP (a new length),
+// equals multModP(xPow8n(n), d).
+func TestShift(t *testing.T) {
+	for n := range powMax + 1 {
+		if pow8[n] != xPow8n(n) {
+			t.Fatalf("pow8[%d] = %08x, xPow8n %08x", n, pow8[n], xPow8n(n))
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var s shift
+	for _, n := range []int{0, 1, 63, 1024, 1400, 1401, 1400, 1400, powMax, powMax + 1, 0xffff, 0xffff, 1400} {
+		for range 50 {
+			d := rng.Uint32()
+			if got, want := s.mul(n, d), multModP(xPow8n(n), d); got != want {
+				t.Fatalf("%d bytes, %08x: %08x, want %08x (tables built: %v)", n, d, got, want, s.built)
+			}
+		}
+		if !s.built {
+			t.Fatalf("%d bytes 50 times: tables never built", n)
+		}
+	}
+}

@@ -52,6 +52,12 @@ type arena struct {
 	tag   [TagLen]byte
 	nonce [12]byte
 	crc   shift
+	// The AEAD of the last frame's stream and key (Link.ownKey's, kept
+	// under the arena's lock: a core's frames are of one stream, and
+	// ownKey's lock is not taken per frame).
+	sid  streamID
+	fp   uint64
+	aead cipher.AEAD
 }
 
 var (
@@ -322,12 +328,15 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 			return nil, fmt.Errorf("auth: frame %d of %d to send: %w", i+1, len(frames), err)
 		}
 		e := frame.Ethernet(eth[:frame.EthernetHeaderLen])
-		aead, err := a.ownKey(k, streamID{mac: e.Src(), sender: f.Sender(), inc: f.Incarnation()})
-		if err != nil {
-			return nil, err
+		if sid := (streamID{mac: e.Src(), sender: f.Sender(), inc: f.Incarnation()}); ar.aead == nil || sid != ar.sid || k.fp != ar.fp {
+			aead, err := a.ownKey(k, sid)
+			if err != nil {
+				return nil, err
+			}
+			ar.sid, ar.fp, ar.aead = sid, k.fp, aead
 		}
 		g := frame.View(buf[start+hl:])
-		ar.seal(aead, f, g, alg, counter)
+		ar.seal(ar.aead, f, g, alg, counter)
 		ar.frames = append(ar.frames, buf[start:len(buf):len(buf)])
 	}
 	a.v.c.sent.Add(uint64(len(frames)))

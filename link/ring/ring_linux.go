@@ -917,7 +917,7 @@ func (l *Link) fillV3(frames []Frame, groups []uint32) (n int, bytes, filtered u
 			continue
 		}
 		frames[n] = Frame{
-			Data:     h[mac : mac+snap : mac+snap],
+			Data:     h[mac : mac+snap : v3Lent(mac+snap, next, hdrLen, len(h), l.blkLeft == 0, n+1 < len(frames))],
 			Time:     time.Unix(int64(nativeEndian.Uint32(h[v3Sec:])), int64(nativeEndian.Uint32(h[v3Nsec:]))),
 			Outgoing: pkttype == unix.PACKET_OUTGOING,
 		}
@@ -925,6 +925,27 @@ func (l *Link) fillV3(frames []Frame, groups []uint32) (n int, bytes, filtered u
 		bytes += uint64(snap)
 	}
 	return n, bytes, filtered
+}
+
+// v3Lent is the capacity a TPACKET_V3 frame is lent with (link.Frame.Data),
+// as an index into its header's slice h (len hLen), the frame ending at
+// frameEnd: behind a block's last frame, the rest of the block; behind
+// another, the padding up to the next frame's header, and that header
+// (hdrLen bytes) too when this Recv reads it before it returns (another
+// frame follows in the batch: fillV3 reads each header as it fills the
+// frame). A caller that writes there, even for good, spoils nothing the
+// ring still reads; link/auth puts a GCM tag behind the body there.
+func v3Lent(frameEnd, next, hdrLen, hLen int, blockLast, batchGoesOn bool) int {
+	end := frameEnd
+	switch {
+	case blockLast:
+		end = hLen
+	case next > 0 && batchGoesOn:
+		end = next + hdrLen
+	case next > 0:
+		end = next
+	}
+	return max(frameEnd, min(end, hLen))
 }
 
 // Send implements link.Link. Each frame is copied into the next free TX

@@ -72,7 +72,7 @@ func testBroadcast(t *testing.T, from hostT, to []hostT, cfg Config, count int) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("h%d: received %d, gaps %d, %+v", i+1, r.received, r.gaps, st)
+		t.Logf("h%d: received %d (%d with room lent), gaps %d, %+v", i+1, r.received, r.roomy, r.gaps, st)
 		if st.FramesReceived != r.received {
 			t.Errorf("h%d: Stats.FramesReceived = %d, counted %d", i+1, st.FramesReceived, r.received)
 		}
@@ -83,6 +83,30 @@ func testBroadcast(t *testing.T, from hostT, to []hostT, cfg Config, count int) 
 		}
 		if missing != st.KernelDrops {
 			t.Errorf("h%d: %d frames missing but the kernel counted %d drops", i+1, missing, st.KernelDrops)
+		}
+	}
+}
+
+// TestV3Lent: the room a TPACKET_V3 frame is lent with. A frame of 100
+// bytes at 80 in its header's slice of 4 096 (the rest of the block), the
+// next header at 192 (48 bytes).
+func TestV3Lent(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		next              int
+		blockLast, goesOn bool
+		want              int
+	}{
+		{"the block's last frame: the rest of the block", 0, true, false, 4096},
+		{"the block's last, more in the batch", 0, true, true, 4096},
+		{"another frame in the batch: padding and its header", 192, false, true, 240},
+		{"the batch's last: the padding only", 192, false, false, 192},
+		{"a next offset past the block: up to its end", 8192, false, true, 4096},
+		{"a corrupt next offset: nothing", 0, false, true, 180},
+		{"a next offset inside the frame: nothing", 100, false, true, 180},
+	} {
+		if got := v3Lent(180, c.next, 48, 4096, c.blockLast, c.goesOn); got != c.want {
+			t.Errorf("%s: lent up to %d, want %d", c.name, got, c.want)
 		}
 	}
 }
