@@ -1,6 +1,9 @@
 package core
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // DatagramWindow: new numbers pass once, in any order within the span;
 // duplicates, and numbers older than the span, are dropped; a new
@@ -50,5 +53,84 @@ func TestFind(t *testing.T) {
 	}
 	if _, ok := Find[UnreliableCore](wrapped{}); ok {
 		t.Error("Find in a chain without the interface: ok")
+	}
+}
+
+// unreliableFake is fake with the Unreliable level: it keeps what it is
+// handed, as the view core copies a datagram into its queue.
+type unreliableFake struct {
+	fake
+	q []byte
+	n int
+}
+
+func (f *unreliableFake) ProposeUnreliable(_ Time, msg []byte) error {
+	f.q = append(f.q[:0], msg...)
+	f.n++
+	return nil
+}
+
+// unwrapCounting is a wrapper (as registration's attached core) that
+// counts the times the chain is looked through.
+type unwrapCounting struct {
+	Core
+	unwraps *int
+}
+
+func (w unwrapCounting) Unwrap() Core { *w.unwraps++; return w.Core }
+
+// The Stepper finds a core's Unreliable level through its wrappers once,
+// when it is made, not at every ProposeUnreliable: Find's type assertion
+// on a type parameter looks the itab up in the runtime's table each time,
+// a cost the caller of Group.SendUnreliable paid per datagram. A stepper
+// of a core without the level refuses with ErrNoUnreliable, and keeps
+// refusing.
+func TestStepperFindsUnreliableOnce(t *testing.T) {
+	inner := &unreliableFake{}
+	unwraps := 0
+	s := NewStepper(unwrapCounting{unwrapCounting{inner, &unwraps}, &unwraps}, 7, 0)
+	after := unwraps
+	msg := []byte("datagram")
+	for i := range 100 {
+		if err := s.ProposeUnreliable(Time(i+1), msg); err != nil {
+			t.Fatalf("ProposeUnreliable %d: %v", i, err)
+		}
+	}
+	if inner.n != 100 || string(inner.q) != "datagram" {
+		t.Errorf("the inner core got %d datagrams, the last %q; want 100, %q", inner.n, inner.q, msg)
+	}
+	if unwraps != after {
+		t.Errorf("100 ProposeUnreliable looked through the wrappers %d more times, want 0", unwraps-after)
+	}
+	if after != 2 {
+		t.Errorf("NewStepper looked through %d wrappers, want 2", after)
+	}
+	none := NewStepper(unwrapCounting{&fake{}, &unwraps}, 7, 0)
+	for range 2 {
+		if err := none.ProposeUnreliable(1, msg); !errors.Is(err, ErrNoUnreliable) {
+			t.Errorf("ProposeUnreliable on a core without the level = %v, want ErrNoUnreliable", err)
+		}
+	}
+}
+
+// BenchmarkProposeUnreliable: a 900-byte datagram handed to a core behind
+// registration's wrapper, as the Stepper did before (Find at every call,
+// "find") and does now ("stepper"). Compare the two in one run.
+func BenchmarkProposeUnreliable(b *testing.B) {
+	msg := make([]byte, 900)
+	for _, how := range []string{"find", "stepper"} {
+		b.Run(how, func(b *testing.B) {
+			inner := &unreliableFake{}
+			var c Core = wrapped{inner}
+			s := NewStepper(c, 7, 0)
+			for b.Loop() {
+				if how == "find" {
+					u, _ := Find[UnreliableCore](c)
+					u.ProposeUnreliable(1, msg)
+				} else {
+					s.ProposeUnreliable(1, msg)
+				}
+			}
+		})
 	}
 }

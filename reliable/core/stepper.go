@@ -16,6 +16,7 @@ import (
 // for concurrent use.
 type Stepper struct {
 	c         Core
+	unrel     UnreliableCore // c's Unreliable level (Find), nil without one
 	info      Info
 	group     uint32
 	etherType uint16
@@ -72,6 +73,10 @@ func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
 		etherType = frame.EtherType
 	}
 	s := &Stepper{c: c, info: c.Info(), group: group, etherType: etherType}
+	// A core's chain of wrappers is fixed: found once here, not at every
+	// ProposeUnreliable (Find's assertion on a type parameter looks the
+	// itab up in the runtime's table each time).
+	s.unrel, _ = Find[UnreliableCore](c)
 	ms := c.Members()
 	ids := make([]frame.MemberID, 0, len(ms))
 	for _, m := range ms {
@@ -233,12 +238,11 @@ func (s *Stepper) Propose(now Time, msg []byte) error {
 // (UnreliableCore, found through wrappers: Find), or returns
 // ErrNoUnreliable.
 func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
-	u, ok := Find[UnreliableCore](s.c)
-	if !ok {
+	if s.unrel == nil {
 		return ErrNoUnreliable
 	}
 	s.now = now
-	return u.ProposeUnreliable(now, msg)
+	return s.unrel.ProposeUnreliable(now, msg)
 }
 
 // Leave starts the core's clean departure.
@@ -427,7 +431,8 @@ func (b BadFrames) Total() uint64 {
 }
 
 // Find returns the first core in c's chain of wrappers (each one's
-// Unwrap, as registration's attached core has) that implements T: a
+// Unwrap, as registration's attached core has; a wrapper's Unwrap always
+// returns the same core, so a chain found once stays) that implements T: a
 // wrapper that embeds a core hides the inner core's optional methods
 // (UnreliableCore, PBP's Expect) from a type assertion on it.
 func Find[T any](c Core) (T, bool) {
