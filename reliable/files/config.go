@@ -34,6 +34,9 @@ const (
 	// DefaultWindow is how many blocks the multicast may run ahead of the
 	// median receiver's reported position (§III.C, credits).
 	DefaultWindow = 4096
+	// DefaultSlowPercent bounds how long the pass waits for the receivers
+	// behind the median: at most this share of the pass's own time.
+	DefaultSlowPercent = 20
 	// DefaultCredit is how many repair frames a receiver takes per report.
 	DefaultCredit = 256
 	// DefaultRepairPercent is the repairs' share of the bytes sent while
@@ -85,6 +88,12 @@ type Config struct {
 	Rate                                 int64
 	Burst, Window, Credit, RepairPercent int
 	StatusEvery, MaxOpen                 int
+	// SlowPercent: the pass runs at most Window blocks ahead of the
+	// slowest receiver heard from too, as long as waiting for the
+	// receivers behind the median has taken at most SlowPercent of the
+	// pass's time besides (docs/protocols.md, "Files (IBRMP)": credits);
+	// 0 means DefaultSlowPercent.
+	SlowPercent int
 	// MaxBlocks bounds the blocks of a file this member accepts: an offer
 	// of more is declined before the sink is asked (a receiver keeps a
 	// bit per block).
@@ -126,7 +135,7 @@ func (c Config) withDefaults() Config {
 		def int
 	}{
 		{&c.Burst, DefaultBurst}, {&c.Window, DefaultWindow}, {&c.Credit, DefaultCredit},
-		{&c.RepairPercent, DefaultRepairPercent}, {&c.StatusEvery, DefaultStatusEvery}, {&c.MaxOpen, DefaultMaxOpen},
+		{&c.RepairPercent, DefaultRepairPercent}, {&c.SlowPercent, DefaultSlowPercent}, {&c.StatusEvery, DefaultStatusEvery}, {&c.MaxOpen, DefaultMaxOpen},
 		{&c.MaxBlocks, DefaultMaxBlocks},
 	} {
 		if *d.v == 0 {
@@ -198,6 +207,8 @@ func (c Config) validate() (settings, error) {
 		return s, configErr("Credit is %d, want 1..65535 (0 means %d)", c.Credit, DefaultCredit)
 	case c.RepairPercent < 1 || c.RepairPercent > 100:
 		return s, configErr("RepairPercent is %d, want 1..100 (0 means %d)", c.RepairPercent, DefaultRepairPercent)
+	case c.SlowPercent < 1 || c.SlowPercent > 1000:
+		return s, configErr("SlowPercent is %d, want 1..1000 (0 means %d)", c.SlowPercent, DefaultSlowPercent)
 	case c.InitialRTT < 0 || c.MinTimer < 0 || c.MaxTimer < 0 || c.FailureTimeout < 0 || c.FileTimeout < 0 || c.Announce < 0:
 		return s, configErr("a negative duration (InitialRTT %v, MinTimer %v, MaxTimer %v, FailureTimeout %v, FileTimeout %v, Announce %v)",
 			c.InitialRTT, c.MinTimer, c.MaxTimer, c.FailureTimeout, c.FileTimeout, c.Announce)

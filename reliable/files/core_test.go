@@ -79,6 +79,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Rate = 10 }, "Rate is 10 bytes/s"},
 		{func(c *Config) { c.Credit = 70000 }, "Credit is 70000, want 1..65535"},
 		{func(c *Config) { c.RepairPercent = 101 }, "RepairPercent is 101, want 1..100"},
+		{func(c *Config) { c.SlowPercent = -1 }, "SlowPercent is -1, want 1..1000"},
 		{func(c *Config) { c.MinTimer, c.MaxTimer = 2*Millisecond, Millisecond }, "MinTimer 2000000 exceeds MaxTimer 1000000"},
 		{func(c *Config) { c.FailureTimeout = 100 * Millisecond }, "FailureTimeout 100000000 must exceed 4 × MaxTimer"},
 	} {
@@ -356,5 +357,53 @@ func TestSkipCRC(t *testing.T) {
 	}
 	if !types[frame.FileOffer] || !types[frame.FileData] {
 		t.Fatalf("types sent %v, want an offer and blocks", types)
+	}
+}
+
+// TestWindowWaitsForSlowReceiver: the pass runs at most Window blocks
+// ahead of a receiver behind the median too (one that takes the frames
+// slower than the others: its ring would overflow and every block it
+// lost be repaired), but it waits so for SlowPercent of its own time
+// plus a MaxTimer at most: a receiver that stays slow holds the others
+// back that long, then catches up by repair.
+func TestWindowWaitsForSlowReceiver(t *testing.T) {
+	s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 4; c.Rate = 1e9; c.Window = 10 })
+	data := make([]byte, 10_000)
+	id, _ := s.Send(1, Outgoing{Name: "x", Size: uint64(len(data)), Hash: sha256.Sum256(data), Source: &memSource{data: data, bs: 10, fail: -1}})
+	var seq uint32
+	report := func(now Time, from frame.MemberID, inc uint32, mac [6]byte, top uint32) {
+		seq++
+		s.Step(now, mac, macA, encode(t, from, inc, seq, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileReceiving,
+			Credit: 10, Held: top, Top: top}))
+	}
+	const slowTop = 5
+	var heldFrom, heldUntil Time
+	for now := Time(Millisecond); now <= Time(300*Millisecond); now += Time(Millisecond) {
+		s.Tick(now)
+		sent(t, s)
+		f := s.passing()
+		if f == nil {
+			t.Fatalf("the pass ended at %v", now)
+		}
+		// Receiver 2 keeps up, receiver 3 stays at block 5.
+		report(now, 2, 22, macB, f.next)
+		report(now, 3, 33, macC, slowTop)
+		switch {
+		case heldFrom == 0 && f.next == slowTop+10:
+			heldFrom = now
+		case heldUntil == 0 && f.next > slowTop+10:
+			heldUntil = now
+			if heldFrom == 0 || now <= Time(100*Millisecond) {
+				t.Fatalf("at %v the pass sent block %d, more than Window 10 past the slow receiver's %d", now, f.next-1, slowTop)
+			}
+		}
+		if d := s.Deadline(); heldUntil == 0 && f.next == slowTop+10 && (d == 0 || d > heldFrom.Add(102*Millisecond)) {
+			t.Fatalf("at %v, waiting for the slow receiver since %v, the deadline is %v: not when the wait's share runs out", now, heldFrom, d)
+		}
+	}
+	// MaxTimer (100 ms) and 20 % of the pass's own time before the wait
+	// (a few ms), then a tick.
+	if heldUntil == 0 || heldUntil.Sub(heldFrom) < 100*Millisecond || heldUntil.Sub(heldFrom) > 102*Millisecond {
+		t.Fatalf("the pass waited for the slow receiver from %v until %v, want 100..102 ms", heldFrom, heldUntil)
 	}
 }

@@ -39,6 +39,11 @@ type outFile struct {
 	// The window probe: since when the pass waits for the median
 	// receiver, and when the last probe went.
 	blockedSince, probeAt Time
+	// passAt is when the pass began; slowSince, since when the pass
+	// waits for a receiver behind the median (0: it does not), and
+	// slowHeld how long it waited so before (windowOpen).
+	passAt, slowSince Time
+	slowHeld          Duration
 	// marks[k] is when the pass sent block k·markEvery (repair.go).
 	marks []Time
 
@@ -349,6 +354,9 @@ func (c *Core) senderDeadlines(at func(Time)) {
 		if d := f.probeDue(c.rto()); d > c.now {
 			at(d) // one due now waits for the pacer (pump)
 		}
+		if d := c.slowWaitEnds(f); d != 0 {
+			at(max(d, c.now))
+		}
 	}
 	if len(c.queue) > 0 && c.passing() == nil {
 		at(c.now)
@@ -381,7 +389,7 @@ func (c *Core) startPass(now Time) *outFile {
 	f := c.queue[0]
 	c.queue = c.queue[1:]
 	c.open = append(c.open, f) // ids grow, so open stays sorted
-	f.passing, f.lastRequest = true, now
+	f.passing, f.lastRequest, f.passAt = true, now, now
 	c.sendOffer(now, f, c.cfg.Dst, 0)
 	if f.blocks == 0 {
 		c.endPass(now, f)
@@ -398,6 +406,7 @@ func (c *Core) endPass(now Time, f *outFile) {
 		}
 	}
 	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
+	f.endSlowWait(now)
 	f.endStamp = stamp(now)
 	for _, id := range c.snapshotIDs(f) {
 		var mac [6]byte
@@ -585,7 +594,14 @@ func (c *Core) pump(now Time) {
 // windowOpen reports whether f's pass may send its next block: it may
 // run Window blocks ahead of the ⌈n/2⌉-th most advanced of the receivers
 // heard recently (the median, not the slowest: §III.C's credits without
-// tying everyone to the slowest receiver).
+// tying everyone to the slowest receiver), and Window blocks ahead of the
+// slowest of them while the pass has waited for receivers behind the
+// median for at most SlowPercent of its time besides (slowWaitLeft). A
+// receiver that processes frames slower than the others (a busy CPU, a
+// slow disk) then takes the pass from its ring as the others do, instead
+// of overflowing its ring and having every block it lost repaired; one
+// that stays slow holds the others back by SlowPercent at most, and then
+// catches up by repair.
 func (c *Core) windowOpen(now Time, f *outFile) bool {
 	tops := c.scratchTops[:0]
 	defer func() { c.scratchTops = tops[:0] }()
@@ -601,11 +617,21 @@ func (c *Core) windowOpen(now Time, f *outFile) bool {
 	}
 	if len(tops) == 0 {
 		f.blockedSince = 0
+		f.endSlowWait(now)
 		return true
 	}
 	slices.Sort(tops)
 	q := tops[len(tops)-(len(tops)+1)/2]
-	if uint64(f.next) < uint64(q)+uint64(c.cfg.Window) {
+	next, window := uint64(f.next), uint64(c.cfg.Window)
+	switch {
+	case next >= uint64(q)+window:
+		f.endSlowWait(now) // the median holds the pass: no slow wait
+	case next >= uint64(tops[0])+window && c.slowWaitLeft(now, f) > 0:
+		if f.slowSince == 0 {
+			f.slowSince = now
+		}
+	default:
+		f.endSlowWait(now)
 		f.blockedSince = 0
 		return true
 	}
@@ -614,6 +640,36 @@ func (c *Core) windowOpen(now Time, f *outFile) bool {
 		c.stats.WindowStalls++
 	}
 	return false
+}
+
+// slowWaitLeft is how much longer f's pass may wait for receivers behind
+// the median: SlowPercent of the pass's time not spent so, plus a
+// MaxTimer, less the time spent so.
+func (c *Core) slowWaitLeft(now Time, f *outFile) Duration {
+	held := f.slowHeld
+	if f.slowSince != 0 {
+		held += now.Sub(f.slowSince)
+	}
+	own := now.Sub(f.passAt) - held
+	return Duration(int64(own)*int64(c.cfg.SlowPercent)/100) + c.cfg.MaxTimer - held
+}
+
+// slowWaitEnds is when f's wait for a receiver behind the median runs out
+// of its share (0: it does not wait): the pass's own time does not grow
+// while it waits, so the share is fixed.
+func (c *Core) slowWaitEnds(f *outFile) Time {
+	if f.slowSince == 0 {
+		return 0
+	}
+	return f.slowSince.Add(c.slowWaitLeft(f.slowSince, f))
+}
+
+// endSlowWait ends f's wait for a receiver behind the median, if any.
+func (f *outFile) endSlowWait(now Time) {
+	if f.slowSince != 0 {
+		f.slowHeld += now.Sub(f.slowSince)
+		f.slowSince = 0
+	}
 }
 
 // probe sends the pass's last block again to the group when the window
