@@ -50,22 +50,6 @@ func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	return mp.heard[int(s)-int(c.cfg.ackBase)], true
 }
 
-// AckNow has the next Ready acknowledge at once what was delivered since
-// this member last sent a frame to the group, instead of after AckDelay
-// (or half a window of receipts), and reports whether such an
-// acknowledgement is due. A layer that waits for every member to hold a
-// message (Safe, from the matrix) asks it: the last frames of a burst
-// are then known held after a round trip, not a round trip and the ack
-// timer. Under a stream it costs at most one Ack per turn, and none when
-// a frame of its own carried the vector.
-func (c *Core) AckNow() bool {
-	if c.ackAt == 0 || c.left {
-		return false
-	}
-	c.ackNow = true
-	return true
-}
-
 // HeartbeatNow has the next Ready send a Heartbeat unless another frame
 // to the group goes first: a membership layer that waits to hear the
 // members of a new view (view.Core under a primary component) has every

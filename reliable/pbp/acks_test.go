@@ -111,27 +111,6 @@ func TestFrozenNoStall(t *testing.T) {
 	}
 }
 
-// AckNow sends the pending acknowledgement in the next Ready, not after
-// AckDelay; with none pending it says so and sends nothing.
-func TestAckNow(t *testing.T) {
-	c := newCore(t, testConfig(PBP2, 0, 3))
-	if c.AckNow() {
-		t.Fatal("AckNow with nothing received: true")
-	}
-	step(t, c, t0+1, in{sender: 1, seq: 100, body: data("a")})
-	ready(t, c)
-	if !c.AckNow() {
-		t.Fatal("AckNow after a delivery: false")
-	}
-	frames, _, _ := ready(t, c)
-	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[1] != 101 {
-		t.Fatalf("after AckNow: %+v, want one Ack with member 1's entry at 101", frames)
-	}
-	if c.AckNow() {
-		t.Fatal("AckNow right after the Ack: true")
-	}
-}
-
 // PromptAcks, the sender: a lone Data frame asks for a prompt
 // acknowledgement (FlagAckRequest); in a stream every 16th frame does;
 // once the sender stops with frames after the last that asked, an Ack
