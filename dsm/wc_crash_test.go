@@ -30,17 +30,8 @@ const (
 func crashProgram(crashAfter time.Duration, mem [][]byte) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
-		var s *dsm.Segment
-		var err error
-		if n.Rank() == 0 {
-			s, err = n.CreateSegment(crashKey, crashLocs, 8)
-		} else {
-			s, err = n.JoinSegment(ctx, crashKey, crashLocs, 8)
-		}
+		s, err := sharedSegment(ctx, n, crashKey, crashLocs)
 		if err != nil {
-			return err
-		}
-		if err := n.Barrier(ctx, 99); err != nil {
 			return err
 		}
 		if n.Rank() != 0 {

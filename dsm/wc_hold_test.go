@@ -35,6 +35,22 @@ func wcValue(round, loc int) []byte {
 	return b
 }
 
+// sharedSegment has rank 0 create a segment of locs 8-byte locations
+// under key and every other rank join it, all before barrier 99.
+func sharedSegment(ctx context.Context, n *dsm.Node, key uint32, locs int) (*dsm.Segment, error) {
+	var s *dsm.Segment
+	var err error
+	if n.Rank() == 0 {
+		s, err = n.CreateSegment(key, locs, 8)
+	} else {
+		s, err = n.JoinSegment(ctx, key, locs, 8)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, n.Barrier(ctx, 99)
+}
+
 // wcProgram: rank 0 crosses partial barrier 1 alone and writes every
 // location of the shared segment; rank 1 computes for compute, then
 // crosses barrier 1, and after the total barrier 2 reads every location:
@@ -42,17 +58,8 @@ func wcValue(round, loc int) []byte {
 func wcProgram(compute time.Duration) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
-		var s *dsm.Segment
-		var err error
-		if n.Rank() == 0 {
-			s, err = n.CreateSegment(wcKey, wcLocs, 8)
-		} else {
-			s, err = n.JoinSegment(ctx, wcKey, wcLocs, 8)
-		}
+		s, err := sharedSegment(ctx, n, wcKey, wcLocs)
 		if err != nil {
-			return err
-		}
-		if err := n.Barrier(ctx, 99); err != nil {
 			return err
 		}
 		if n.Rank() == 1 {

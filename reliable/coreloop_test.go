@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -199,19 +200,7 @@ func TestCoreLoopAdmitCollectHand(t *testing.T) {
 	}
 	var stepped []frame.MemberID
 	cl.Read(func() { stepped = append(stepped, c.stepped...) })
-	if want := []frame.MemberID{2, 4}; !equalIDs(got, want) || !equalIDs(stepped, want) {
+	if want := []frame.MemberID{2, 4}; !slices.Equal(got, want) || !slices.Equal(stepped, want) {
 		t.Fatalf("handed out %v, stepped %v; want %v (3 not admitted)", got, stepped, want)
 	}
-}
-
-func equalIDs(a, b []frame.MemberID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
