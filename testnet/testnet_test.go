@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,7 +270,7 @@ func TestAddressing(t *testing.T) {
 		for _, f := range drain(t, e) {
 			got = append(got, seqOf(f))
 		}
-		if !equalSeqs(got, want[i]) {
+		if !slices.Equal(got, want[i]) {
 			t.Errorf("endpoint %d got %v, want %v", i, got, want[i])
 		}
 	}
@@ -284,18 +285,6 @@ func TestAddressing(t *testing.T) {
 	if got := len(drain(t, es[3])); got != 0 {
 		t.Errorf("endpoint that left the group got %d frames", got)
 	}
-}
-
-func equalSeqs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestQueueOverflow(t *testing.T) {
@@ -526,7 +515,7 @@ func TestPartitionAndHeal(t *testing.T) {
 		for _, f := range drain(t, e) {
 			got = append(got, seqOf(f))
 		}
-		if !equalSeqs(got, want[e]) {
+		if !slices.Equal(got, want[e]) {
 			t.Errorf("partitioned: endpoint %d got %v, want %v", e.index, got, want[e])
 		}
 	}
@@ -570,7 +559,7 @@ func TestDeafen(t *testing.T) {
 			got[e] = append(got[e], seqOf(f))
 		}
 	}
-	if !equalSeqs(got[a], []uint32{2}) || len(got[b]) != 0 || !equalSeqs(got[c], []uint32{1, 2}) {
+	if !slices.Equal(got[a], []uint32{2}) || len(got[b]) != 0 || !slices.Equal(got[c], []uint32{1, 2}) {
 		t.Fatalf("b deaf to a: a got %v, b %v, c %v; want [2], [], [1 2]", got[a], got[b], got[c])
 	}
 	if d := b.Counters(In).Partitioned; d != 1 {
@@ -681,7 +670,7 @@ func TestStreamsPerEndpoint(t *testing.T) {
 		}
 		return s
 	}
-	if !equalSeqs(fixed(false), fixed(true)) {
+	if !slices.Equal(fixed(false), fixed(true)) {
 		t.Fatal("attaching a third endpoint changed which frames the second one lost")
 	}
 }
@@ -699,29 +688,17 @@ func TestTimers(t *testing.T) {
 		t.Fatal("Stop should report true once, then false")
 	}
 	n.RunUntil(t0.Add(time.Millisecond))
-	if !equalInts(order, []int{0, 1, 2}) || !n.Now().Equal(t0.Add(time.Millisecond)) {
+	if !slices.Equal(order, []int{0, 1, 2}) || !n.Now().Equal(t0.Add(time.Millisecond)) {
 		t.Fatalf("order %v at %v", order, n.Now().Sub(t0))
 	}
 	for n.Step() {
 	}
-	if !equalInts(order, []int{0, 1, 2, 3}) || !n.Now().Equal(t0.Add(2*time.Millisecond)) {
+	if !slices.Equal(order, []int{0, 1, 2, 3}) || !n.Now().Equal(t0.Add(2*time.Millisecond)) {
 		t.Fatalf("order %v at %v", order, n.Now().Sub(t0))
 	}
 	if !n.Now().Equal(DefaultStart.Add(2 * time.Millisecond)) {
 		t.Fatalf("virtual epoch %v, want %v", t0, DefaultStart)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestBindStepsOnArrivalAndDeadline(t *testing.T) {
