@@ -143,10 +143,14 @@ type Node struct {
 	err    error // why the node stopped working, once it has
 	// barrierErr is the error of the barrier just crossed (ids differ).
 	barrierErr error
-	// maybeLate: this process's first view (Views) was not the group's
-	// founding one, so it may itself be an outsider: it drops outsiders'
-	// messages but leaves refusing them to the members that know.
-	maybeLate bool
+	// firstView is the id of the view the node started from (Views; 0
+	// if it started from a static member list), lastView the last one
+	// whose event it handled. A node whose first view was not the
+	// group's founding one starts unconfirmed (core.Config.Unconfirmed):
+	// it may itself be an outsider, so until a member confirms it, it
+	// crosses no barrier, refuses nobody and confirms nobody (it still
+	// drops outsiders' messages).
+	firstView, lastView uint32
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
@@ -281,13 +285,19 @@ func alignedAlloc(n int) []byte {
 }
 
 func coreConfig(self frame.MemberID, members []frame.MemberID, groupMax int, cfg Config) core.Config {
+	return coreConfigView(self, members, groupMax, cfg, false)
+}
+
+// coreConfigView is coreConfig for a node that starts from its first
+// view: unconfirmed unless that view is the group's founding one.
+func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int, cfg Config, unconfirmed bool) core.Config {
 	max := groupMax
 	if cfg.MaxMessage > 0 && cfg.MaxMessage < max {
 		max = cfg.MaxMessage
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg)}
+		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied
@@ -386,6 +396,9 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		if ev.View != nil && n.outsiders(ev.View.Members) {
 			n.env.Kick()
 		}
+		if ev.View != nil && n.confirm(ev.View) {
+			n.env.Kick()
+		}
 	}
 	n.changed()
 }
@@ -411,10 +424,36 @@ func (n *Node) viewGone(members []frame.MemberInfo) bool {
 // process itself or has failed. It reports whether a refusal was queued
 // (with n.mu held).
 func (n *Node) outsiders(members []frame.MemberInfo) bool {
-	refuse := !n.maybeLate && n.err == nil
+	refuse := n.core.Confirmed() && n.err == nil
 	queued := false
 	for _, m := range members {
 		if n.core.Outsider(m.ID, refuse) && refuse {
+			queued = true
+		}
+	}
+	return queued
+}
+
+// confirm queues a Confirm for every live member of a view installed
+// after the node's first, once per view, unless the node may be an
+// outsider itself or has failed. A member whose first view was not the
+// founding one (it missed that view's commit, and the group moved on)
+// waits for one before crossing its first barrier; a process admitted
+// later gets a Refuse instead (outsiders), so a member's arrival at a
+// barrier sent ahead of that Refuse — taken from the outbox before the
+// view that admitted it — cannot take it across. It reports whether a
+// Confirm was queued (with n.mu held).
+func (n *Node) confirm(v *reliable.ViewInfo) bool {
+	if v.ID == n.lastView {
+		return false
+	}
+	n.lastView = v.ID
+	if v.ID == n.firstView || !n.core.Confirmed() || n.err != nil {
+		return false
+	}
+	queued := false
+	for _, m := range v.Members {
+		if n.core.Confirm(m.ID) {
 			queued = true
 		}
 	}
@@ -562,14 +601,13 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		ids = append(ids, m.ID)
 	}
 	members := g.MemberList()
-	maybeLate := false
+	var first uint32
 	if firstView != nil {
 		// Join returns once the first view is installed; its event
 		// reaches the wrapper right after.
 		select {
 		case v := <-firstView:
-			members = v.Members
-			maybeLate = v.ID>>8 != 1
+			members, first = v.Members, v.ID
 		case <-ctx.Done():
 			n.mu.Unlock()
 			g.Close()
@@ -580,7 +618,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 			ids = append(ids, m.ID)
 		}
 	}
-	c, err := core.New(coreConfig(g.Self(), ids, g.MaxMessage(), cfg))
+	c, err := core.New(coreConfigView(g.Self(), ids, g.MaxMessage(), cfg, first != 0 && !FoundingView(first)))
 	if err != nil {
 		n.mu.Unlock()
 		g.Close()
@@ -588,11 +626,16 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	}
 	e.g, e.members = g, members
 	n.install(c, g.Self(), outboxLimit(cfg))
-	n.maybeLate = maybeLate
+	n.firstView = first
 	go e.send()
 	n.mu.Unlock()
 	return n, nil
 }
+
+// FoundingView reports whether view id is a group's founding view (view
+// number 1; reliable.ViewInfo.ID): the computation's members are that
+// view's (Config.Group.Views).
+func FoundingView(id uint32) bool { return id>>8 == 1 }
 
 // install sets the node's core (with n.mu held): deliveries and events
 // that arrived meanwhile wait for n.mu, so they come after, in order.
@@ -724,8 +767,14 @@ func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
 	err := n.env.Wait(ctx, Wait{kind: waitBarrier, id: int64(id)})
 	if err != nil {
 		n.mu.Lock()
-		waiting := n.core.Waiting()
+		waiting, confirmed := n.core.Waiting(), n.core.Confirmed()
 		n.mu.Unlock()
+		if !confirmed && errors.Is(err, ErrLateJoin) {
+			return nil, fmt.Errorf("dsm: barrier %d: %w", id, err)
+		}
+		if !confirmed {
+			return nil, fmt.Errorf("dsm: barrier %d: still waiting for a member to confirm this process as one of the computation's (its first view was not the group's founding one): %w", id, err)
+		}
 		return nil, fmt.Errorf("dsm: barrier %d: still waiting for members %v: %w", id, waiting, err)
 	}
 	n.mu.Lock()

@@ -69,6 +69,29 @@ func (h *Host) Start(self frame.MemberID, members []frame.MemberID, maxMessage i
 	return nil
 }
 
+// StartView is Start for a group with views (reliable.Config.Views): the
+// node starts from v, the first view its group installed (the driver's
+// first ViewInstalled, handed to OnEvent after StartView), as Join's node
+// does: the computation's members are v's. A view that is not the group's
+// founding one (FoundingView) may have admitted this process after the
+// computation began: the node then crosses no barrier until a member
+// confirms it, and fails with a *LateJoinError if a member refuses it.
+func (h *Host) StartView(self frame.MemberID, v reliable.ViewInfo, maxMessage int) error {
+	ids := make([]frame.MemberID, 0, len(v.Members))
+	for _, m := range v.Members {
+		ids = append(ids, m.ID)
+	}
+	c, err := core.New(coreConfigView(self, ids, maxMessage, h.cfg, !FoundingView(v.ID)))
+	if err != nil {
+		return err
+	}
+	h.n.mu.Lock()
+	h.n.install(c, self, outboxLimit(h.cfg))
+	h.n.firstView = v.ID
+	h.n.mu.Unlock()
+	return nil
+}
+
 // Deliver is the reliable layer's Config.Deliver: updates are applied
 // from data straight into segment memory; data is not kept.
 func (h *Host) Deliver(from frame.MemberID, data []byte) { h.n.deliver(from, data) }
@@ -128,6 +151,9 @@ func (h *Host) Blocked(w Wait) string {
 	defer h.n.mu.Unlock()
 	if h.n.core != nil {
 		if id, in := h.n.core.InBarrier(); in {
+			if !h.n.core.Confirmed() {
+				return fmt.Sprintf("at barrier %d waiting for a member to confirm it (its first view was not the group's founding one)", id)
+			}
 			return fmt.Sprintf("at barrier %d waiting for members %v", id, h.n.core.Waiting())
 		}
 	}

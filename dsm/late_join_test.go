@@ -168,18 +168,11 @@ func TestHostLateRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.OnEvent(viewOf(1, 2, 3, 4))
-	h.OnEvent(viewOf(1, 2, 3, 4)) // refused once
-	var refusals [][]byte
-	for {
-		b, _, ok := h.Next()
-		if !ok {
-			break
-		}
-		refusals = append(refusals, bytes.Clone(b))
-		h.Sent(nil)
-	}
-	if want := core.AppendRefuse(nil, 4, 0); len(refusals) != 1 || !bytes.Equal(refusals[0], want) {
-		t.Fatalf("queued %x, want one Refuse %x", refusals, want)
+	h.OnEvent(viewOf(1, 2, 3, 4)) // refused and confirmed once
+	refusals := drain(h)
+	want := [][]byte{core.AppendRefuse(nil, 4, 0), core.AppendConfirm(nil, 2), core.AppendConfirm(nil, 3)}
+	if !slices.EqualFunc(refusals, want, bytes.Equal) {
+		t.Fatalf("queued %x, want one Refuse of 4 and a Confirm of 2 and of 3: %x", refusals, want)
 	}
 	h.Deliver(4, core.AppendSegment(nil, 9, core.Geometry{Locations: 1, LocationSize: 1}, true))
 	if st := n.Stats(); st.Outsiders != 1 || st.BadMessages != 0 {
@@ -199,5 +192,89 @@ func TestHostLateRefused(t *testing.T) {
 	}
 	if _, err := late.CreateSegment(9, 1, 1); !errors.Is(err, dsm.ErrLateJoin) {
 		t.Fatalf("late CreateSegment: %v, want ErrLateJoin", err)
+	}
+}
+
+// drain takes every message out of h's outbox.
+func drain(h *dsm.Host) [][]byte {
+	var out [][]byte
+	for {
+		b, _, ok := h.Next()
+		if !ok {
+			return out
+		}
+		out = append(out, bytes.Clone(b))
+		h.Sent(nil)
+	}
+}
+
+// Issue 21, the positive signal: a node whose first view is not the
+// group's founding one may be a member that missed the founding commit
+// or a process admitted later, and its members' arrivals at a barrier
+// can come before a Refuse (TestSimLateRefusedBeforeBarrier). It crosses
+// its first barrier only once a member's Confirm names it; a Refuse
+// fails it instead. Once confirmed it confirms the members of the views
+// it installs later, as a founder does.
+func TestHostUnconfirmedWaits(t *testing.T) {
+	ctx := context.Background()
+	later := reliable.ViewInfo{ID: 0x0200}
+	for _, id := range []frame.MemberID{1, 2, 3} {
+		later.Members = append(later.Members, frame.MemberInfo{ID: id, Incarnation: 1})
+	}
+
+	// A member that missed view 1: confirmed, it crosses.
+	env := &stepEnv{}
+	n, h := dsm.NewHosted(env, dsm.Config{})
+	env.h = h
+	if err := h.StartView(3, later, 1400); err != nil {
+		t.Fatal(err)
+	}
+	h.OnEvent(reliable.Event{Kind: reliable.ViewInstalled, Member: 3, View: &later})
+	if out := drain(h); len(out) != 0 {
+		t.Fatalf("an unconfirmed node queued %x at its first view, want nothing", out)
+	}
+	h.Deliver(1, core.AppendBarrier(nil, 1, 1))
+	h.Deliver(2, core.AppendBarrier(nil, 1, 1))
+	err := n.Barrier(ctx, 1)
+	if !errors.Is(err, errNotYet) || !strings.Contains(err.Error(), "still waiting for a member to confirm this process as one of the computation's") {
+		t.Fatalf("Barrier with every arrival but no Confirm: %v, want it waiting for a Confirm", err)
+	}
+	h.Deliver(2, core.AppendConfirm(nil, 1)) // another's
+	if err := n.Barrier(ctx, 1); !errors.Is(err, errNotYet) {
+		t.Fatalf("Barrier after a Confirm of member 1: %v, want it still waiting", err)
+	}
+	h.Deliver(2, core.AppendConfirm(nil, 3))
+	if err := n.Barrier(ctx, 1); err != nil {
+		t.Fatalf("Barrier after its Confirm: %v", err)
+	}
+	drain(h)
+	next := reliable.ViewInfo{ID: 0x0300, Members: later.Members}
+	h.OnEvent(reliable.Event{Kind: reliable.ViewInstalled, Member: 3, View: &next})
+	want := [][]byte{core.AppendConfirm(nil, 1), core.AppendConfirm(nil, 2)}
+	if out := drain(h); !slices.EqualFunc(out, want, bytes.Equal) {
+		t.Fatalf("confirmed, it queued %x at the next view, want %x", out, want)
+	}
+
+	// A process admitted later: every member's arrival came ahead of
+	// the Refuse; it does not cross, and fails with the Refuse.
+	lenv := &stepEnv{}
+	late, lh := dsm.NewHosted(lenv, dsm.Config{})
+	lenv.h = lh
+	admitted := reliable.ViewInfo{ID: 0x0200, Members: append(slices.Clone(later.Members), frame.MemberInfo{ID: 4, Incarnation: 1})}
+	if err := lh.StartView(4, admitted, 1400); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []frame.MemberID{1, 2, 3} {
+		lh.Deliver(id, core.AppendBarrier(nil, 1, 1))
+	}
+	if err := late.Barrier(ctx, 1); !errors.Is(err, errNotYet) {
+		t.Fatalf("late Barrier with every arrival before the Refuse: %v, want it waiting", err)
+	}
+	lh.Deliver(2, core.AppendRefuse(nil, 4, 0))
+	if err := late.Barrier(ctx, 1); !errors.Is(err, dsm.ErrLateJoin) || !strings.Contains(err.Error(), "(member 2) has not crossed its first barrier yet") {
+		t.Fatalf("late Barrier after the Refuse: %v, want ErrLateJoin", err)
+	}
+	if st := late.Stats(); st.BadMessages != 0 {
+		t.Fatalf("late process: %d bad messages", st.BadMessages)
 	}
 }

@@ -81,6 +81,14 @@ type Config struct {
 	// segment channel WC copies aside before Holds asks the runtime to
 	// hold the rest in the peer's send window; 0 holds at once.
 	WCCopies int
+	// Unconfirmed: Self's first view (Views) was not the group's
+	// founding one, so it may be a process the running group admitted
+	// after the computation began rather than a member that missed the
+	// founding view: it crosses no barrier until a member's Confirm
+	// names it (Confirmed). A process that is no member gets a Refuse
+	// instead, and a member's arrival at a barrier sent ahead of that
+	// Refuse can no longer take it across.
+	Unconfirmed bool
 }
 
 // EventKind names an event of the model.
@@ -204,6 +212,8 @@ type Core struct {
 	// members (Outsider); refused: this process is one (Refused).
 	outsiders []frame.MemberID
 	refused   *LateJoinError
+	// unconfirmed: Config.Unconfirmed until a Confirm names Self.
+	unconfirmed bool
 
 	c Counters
 }
@@ -218,6 +228,7 @@ func New(cfg Config) (*Core, error) {
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
 	c.channels = cfg.Channels
+	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
@@ -382,7 +393,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !refuseMessage(msg) {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !admissionMessage(msg) {
 			p.held = c.hold(p.held, msg)
 			return nil
 		}
@@ -463,13 +474,14 @@ func lockMessage(msg []byte) bool {
 	return len(msg) > 1 && (Type(msg[1]) == TypeLockRequest || Type(msg[1]) == TypeLockReply)
 }
 
-// refuseMessage reports whether msg is a Refuse: WC does not hold it
-// either (it changes no memory). A process admitted before a barrier may
-// have a member's arrival at it before the member's Refuse; held, the
-// Refuse would wait for a crossing that a process waiting for an
-// announcement made before it joined never reaches.
-func refuseMessage(msg []byte) bool {
-	return len(msg) > 1 && Type(msg[1]) == TypeRefuse
+// admissionMessage reports whether msg is a Refuse or a Confirm: WC
+// does not hold them either (they change no memory). A process admitted
+// before a barrier may have a member's arrival at it before the member's
+// Refuse or Confirm; held, the message would wait for a crossing that
+// the process cannot make without it (an unconfirmed one), or never
+// makes (one waiting for an announcement made before it joined).
+func admissionMessage(msg []byte) bool {
+	return len(msg) > 1 && (Type(msg[1]) == TypeRefuse || Type(msg[1]) == TypeConfirm)
 }
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
@@ -578,6 +590,10 @@ func (c *Core) receive(p *peer, msg []byte) error {
 		if m.To == c.self && c.refused == nil {
 			c.refused = &LateJoinError{Self: c.self, By: from, Crossed: m.Crossed}
 		}
+	case TypeConfirm:
+		if m.To == c.self {
+			c.unconfirmed = false
+		}
 	case TypeLockRequest:
 		c.receiveLockRequest(from, &m)
 	case TypeLockReply:
@@ -673,6 +689,25 @@ func (c *Core) Outsider(id frame.MemberID, refuse bool) bool {
 	}
 	return true
 }
+
+// Confirm queues a Confirm message on the global channel telling member
+// id, one of the core's live peers, that it is a member of the
+// computation; it reports whether it queued one. The runtime confirms
+// the members of every view it installs after its first (an unconfirmed
+// core confirms nobody: it may be no member itself).
+func (c *Core) Confirm(id frame.MemberID) bool {
+	p := c.peer(id)
+	if c.unconfirmed || p == nil || !p.live {
+		return false
+	}
+	c.queue(AppendConfirm(c.buffer(), id))
+	return true
+}
+
+// Confirmed reports whether Self is known to be a member of the
+// computation: always, unless Config.Unconfirmed and no Confirm naming
+// Self has come yet.
+func (c *Core) Confirmed() bool { return !c.unconfirmed }
 
 // Refused is a *LateJoinError once a member refused Self (its Refuse
 // message): this process joined the running group too late; nil before.
@@ -794,6 +829,11 @@ func (c *Core) InBarrier() (int32, bool) { return c.barrierID, c.inBarrier }
 func (c *Core) BarrierPassed() (bool, error) {
 	if !c.inBarrier {
 		return true, nil
+	}
+	if c.unconfirmed {
+		// Every peer's arrival may be here, sent ahead of the Refuse
+		// that says Self is no member: only a Confirm lets Self cross.
+		return false, nil
 	}
 	arrived, all := 1, true // Self
 	for _, p := range c.peers {

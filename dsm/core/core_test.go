@@ -537,3 +537,52 @@ func TestRefuseNotHeld(t *testing.T) {
 		t.Fatalf("refused: %v, want ErrLateJoin (held %d)", late.Refused(), late.Counters().Held)
 	}
 }
+
+// Issue 21: a core whose first view was not the founding one
+// (Unconfirmed) crosses no barrier until a Confirm names it, though
+// every peer's arrival is in — they may have come ahead of a Refuse. WC
+// does not hold the Confirm behind a peer's arrival. An unconfirmed core
+// confirms nobody; a confirmed one confirms its live peers only.
+func TestUnconfirmedCrossesOnlyConfirmed(t *testing.T) {
+	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Unconfirmed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Confirmed() || c.Confirm(1) {
+		t.Fatal("unconfirmed: want Confirmed false and no Confirm queued")
+	}
+	if err := c.EnterBarrier(1); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	for _, p := range []frame.MemberID{1, 2} {
+		if err := c.Receive(p, AppendBarrier(nil, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := c.BarrierPassed(); ok || err != nil {
+		t.Fatalf("every arrival, no Confirm: passed %v, %v; want waiting", ok, err)
+	}
+	if err := c.Receive(1, AppendConfirm(nil, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := c.BarrierPassed(); ok {
+		t.Fatal("passed on a Confirm of member 2")
+	}
+	if err := c.Receive(1, AppendConfirm(nil, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Counters(); got.Held != 0 || got.BadMessages != 0 {
+		t.Fatalf("held %d, bad %d; want the Confirm handled at once", got.Held, got.BadMessages)
+	}
+	if ok, err := c.BarrierPassed(); !ok || err != nil || !c.Confirmed() {
+		t.Fatalf("confirmed: passed %v, %v, Confirmed %v", ok, err, c.Confirmed())
+	}
+	c.MemberGone(2)
+	if !c.Confirm(1) || c.Confirm(2) || c.Confirm(3) || c.Confirm(9) {
+		t.Fatal("confirmed: want a Confirm of live peer 1 only (not gone 2, Self or stranger 9)")
+	}
+	if out := drain(t, c); len(out) != 1 || out[0].Type != TypeConfirm || out[0].To != 1 {
+		t.Fatalf("queued %+v, want one Confirm of member 1", out)
+	}
+}

@@ -44,6 +44,10 @@ const (
 	// running group (Views) after the computation began that it is not a
 	// member: the core's members are fixed at start (Refuse).
 	TypeRefuse
+	// TypeConfirm tells a process whose first view was not the group's
+	// founding one that it is a member of the computation: until one
+	// comes, it crosses no barrier (Config.Unconfirmed, Confirm).
+	TypeConfirm
 )
 
 func (t Type) String() string {
@@ -64,6 +68,8 @@ func (t Type) String() string {
 		return "UpdateBarrier"
 	case TypeRefuse:
 		return "Refuse"
+	case TypeConfirm:
+		return "Confirm"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
@@ -78,6 +84,7 @@ const (
 	LockRequestLen = headerLen + 4 + 8
 	LockReplyLen   = headerLen + 4 + 2 + 8
 	RefuseLen      = headerLen + 2 + 4
+	ConfirmLen     = headerLen + 2
 	// BarrierTrailer is what a barrier arrival adds to an update message
 	// (TypeUpdateBarrier): barrier id, seq.
 	BarrierTrailer = 4 + 4
@@ -150,7 +157,7 @@ type Message struct {
 	// LockRequest, LockReply
 	Lock int32
 	TS   uint64         // the request's Lamport timestamp
-	To   frame.MemberID // LockReply: the requester answered; Refuse: the process refused
+	To   frame.MemberID // LockReply: the requester answered; Refuse, Confirm: the process refused, confirmed
 
 	// Refuse: the barriers its sender had crossed (Seq above is unused).
 	Crossed uint32
@@ -203,6 +210,8 @@ func Decode(b []byte) (Message, error) {
 		want = LockReplyLen
 	case TypeRefuse:
 		want = RefuseLen
+	case TypeConfirm:
+		want = ConfirmLen
 	default:
 		return m, msgErr("type", 1, "unknown type %d", b[1])
 	}
@@ -285,6 +294,8 @@ func Decode(b []byte) (Message, error) {
 	case TypeRefuse:
 		m.To = frame.MemberID(binary.BigEndian.Uint16(p))
 		m.Crossed = binary.BigEndian.Uint32(p[2:])
+	case TypeConfirm:
+		m.To = frame.MemberID(binary.BigEndian.Uint16(p))
 	}
 	return m, nil
 }
@@ -364,6 +375,13 @@ func AppendRefuse(b []byte, to frame.MemberID, crossed uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, crossed)
 }
 
+// AppendConfirm appends a Confirm message telling process to that it is
+// a member of the computation.
+func AppendConfirm(b []byte, to frame.MemberID) []byte {
+	b = appendHeader(b, TypeConfirm)
+	return binary.BigEndian.AppendUint16(b, uint16(to))
+}
+
 // Append re-encodes a decoded message (the inverse of Decode).
 func (m *Message) Append(b []byte) []byte {
 	switch m.Type {
@@ -385,6 +403,8 @@ func (m *Message) Append(b []byte) []byte {
 		return AppendLockReply(b, m.Lock, m.To, m.TS)
 	case TypeRefuse:
 		return AppendRefuse(b, m.To, m.Crossed)
+	case TypeConfirm:
+		return AppendConfirm(b, m.To)
 	}
 	return b
 }

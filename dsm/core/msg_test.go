@@ -42,10 +42,11 @@ func goldenCases() []struct {
 		{"update_barrier", updb},
 		{"barrier_partial", AppendBarrier(nil, 42, 3|SeqPartial)},
 		{"refuse", AppendRefuse(nil, 4, 0x01020304)},
+		{"confirm", AppendConfirm(nil, 0x0102)},
 	}
 }
 
-var allTypes = []Type{TypeSegment, TypeUpdate, TypeUnreliable, TypeBarrier, TypeLockRequest, TypeLockReply, TypeUpdateBarrier, TypeRefuse}
+var allTypes = []Type{TypeSegment, TypeUpdate, TypeUnreliable, TypeBarrier, TypeLockRequest, TypeLockReply, TypeUpdateBarrier, TypeRefuse, TypeConfirm}
 
 func TestGoldenVectors(t *testing.T) {
 	seen := map[Type]bool{}
@@ -117,6 +118,10 @@ func TestDecodeFields(t *testing.T) {
 	if m.Type != TypeRefuse || m.To != 4 || m.Crossed != 0x01020304 {
 		t.Errorf("refuse: %+v", m)
 	}
+	m, _ = Decode(cases[10].b)
+	if m.Type != TypeConfirm || m.To != 0x0102 {
+		t.Errorf("confirm: %+v", m)
+	}
 	m, _ = Decode(AppendBarrierTrailer(bytes.Clone(cases[2].b), 42, 3|SeqPartial))
 	if m.Type != TypeUpdateBarrier || m.Seq != 3 || !m.Partial {
 		t.Errorf("update_barrier partial: %+v", m)
@@ -136,6 +141,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"type", []byte{1, 99}, "type at byte 1: unknown type 99"},
 		{"short barrier", AppendBarrier(nil, 1, 1)[:9], "length at byte 0: Barrier message is 9 bytes, want 10"},
 		{"long refuse", append(AppendRefuse(nil, 4, 2), 0), "length at byte 0: Refuse message is 9 bytes, want 8"},
+		{"short confirm", AppendConfirm(nil, 4)[:3], "length at byte 0: Confirm message is 3 bytes, want 4"},
 		{"barrier seq 0", AppendBarrier(nil, 1, 0), "barrier seq at byte 6: 0, want at least 1"},
 		{"partial barrier seq 0", AppendBarrier(nil, 1, SeqPartial), "barrier seq at byte 6: 0, want at least 1"},
 		{"segment no locations", AppendSegment(nil, 1, Geometry{0, 4}, true), "locations at byte 6: 0"},

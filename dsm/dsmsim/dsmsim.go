@@ -56,6 +56,19 @@ type Config struct {
 	Trace func(rank int, ev dsm.TraceEvent)
 	// Timeout bounds the run in virtual time; 0 means 10 minutes.
 	Timeout time.Duration
+	// Views founds the group with views (reliable.Config.Views): the
+	// Members processes found it together, each asking for id rank+1,
+	// and each node starts from the first view its driver installs
+	// (dsm.Host.StartView), as Join's node does; a program starts once
+	// its node has. Node.Group's membership fields are set by Run.
+	Views bool
+	// LateProgram (Views) runs on one more process, rank Members (its
+	// Result.Stats last), whose driver starts LateAt after every member's
+	// node has started (from the founding view) and joins the running
+	// group: a process that starts after the computation began
+	// (docs/dsm.md, "A process that starts late").
+	LateProgram func(n *dsm.Node) error
+	LateAt      time.Duration
 }
 
 // Result is what a simulated run measured.
@@ -153,6 +166,13 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	if cfg.Node.Group.Deliver != nil || cfg.Node.Group.OnEvent != nil {
 		return Result{}, fmt.Errorf("%w: dsm sets Config.Group.Deliver and OnEvent itself; leave them nil", reliable.ErrConfig)
 	}
+	if cfg.LateProgram != nil && !cfg.Views {
+		return Result{}, errors.New("dsmsim: Config.LateProgram needs Config.Views (a static group admits nobody later)")
+	}
+	procs := cfg.Members
+	if cfg.LateProgram != nil {
+		procs++
+	}
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Minute
@@ -166,7 +186,7 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	var eps []*testnet.Endpoint
 	var members []frame.MemberInfo
 	var ids []frame.MemberID
-	for i := range cfg.Members {
+	for i := range procs {
 		ep, err := net.Attach(testnet.EndpointConfig{MTU: cfg.MTU, In: cfg.In})
 		if err != nil {
 			return Result{}, err
@@ -178,7 +198,8 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	for i, ep := range eps {
-		m := &simMember{sim: sim, rank: i, resume: make(chan bool), ep: ep, cfg: cfg.Node, members: members}
+		m := &simMember{sim: sim, rank: i, resume: make(chan bool), ep: ep, cfg: cfg.Node, members: members,
+			self: ids[i], started: !cfg.Views, late: i == cfg.Members}
 		ncfg := cfg.Node
 		if cfg.Trace != nil {
 			rank := i
@@ -188,7 +209,11 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		running.Store(m.n, m)
 		defer running.Delete(m.n)
 		gcfg := cfg.Node.Group
-		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members, ids[i], 0, false
+		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members[:cfg.Members], ids[i], 0, false
+		if cfg.Views {
+			gcfg.Members, gcfg.Self, gcfg.Views, gcfg.Size = nil, 0, true, cfg.Members
+			gcfg.RequestID, gcfg.Incarnation = ids[i], 1
+		}
 		if gcfg.Group == 0 {
 			gcfg.Group = 1
 		}
@@ -197,40 +222,30 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		}
 		gcfg.Deliver = m.h.Deliver
 		gcfg.OnEvent = m.h.OnEvent
-		var l link.Link = ep
-		if cfg.Node.Channels {
-			// Every group of the member on one endpoint, as Join runs
-			// them on one link.
-			if m.mux, err = mux.New(ep, mux.Config{}); err != nil {
-				return Result{}, err
-			}
-			if l, err = m.mux.Open(gcfg.Group); err != nil {
-				return Result{}, err
-			}
-			m.cfg.Group.Group = gcfg.Group
-			m.cfg.Group.Logger = gcfg.Logger
+		if cfg.Views {
+			gcfg.OnEvent = m.onEvent
 		}
-		d, err := reliable.NewDriver(l, gcfg, net.Now())
-		if err != nil {
+		if m.late {
+			m.gcfg = gcfg
+			sim.late, sim.lateAt = m, cfg.LateAt
+			sim.members = append(sim.members, m)
+			continue
+		}
+		if err := m.attach(gcfg); err != nil {
 			return Result{}, err
-		}
-		m.drv = d
-		if err := m.h.Start(ids[i], ids, d.MaxMessage()); err != nil {
-			return Result{}, err
-		}
-		if cfg.Node.Channels {
-			ep.Bind(testnet.NodeFunc(m.step))
-		} else {
-			ep.Bind(d)
 		}
 		sim.members = append(sim.members, m)
 	}
 	start := net.Now()
-	runErr := sim.run(program, start.Add(timeout))
+	runErr := sim.run(program, cfg.LateProgram, start.Add(timeout))
 	res := Result{Elapsed: net.Now().Sub(start)}
 	var errs []error
 	for _, m := range sim.members {
-		res.Stats = append(res.Stats, m.n.Stats())
+		if m.started {
+			res.Stats = append(res.Stats, m.n.Stats())
+		} else {
+			res.Stats = append(res.Stats, dsm.Stats{})
+		}
 		if m.err != nil {
 			errs = append(errs, fmt.Errorf("rank %d: %w", m.rank, m.err))
 		}
@@ -241,6 +256,71 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	return res, errors.Join(errs...)
 }
 
+// start starts the late process's driver (Config.LateProgram).
+func (m *simMember) start() {
+	if err := m.attach(m.gcfg); err != nil {
+		m.startErr = err
+	}
+}
+
+// onEvent is the driver's OnEvent under Views: the node starts from the
+// first view installed, before it sees that view's event.
+func (m *simMember) onEvent(ev reliable.Event) {
+	if !m.started && ev.Kind == reliable.ViewInstalled && ev.View != nil {
+		m.self, m.members = ev.Member, slices.Clone(ev.View.Members)
+		if err := m.h.StartView(ev.Member, *ev.View, m.drv.MaxMessage()); err != nil {
+			m.startErr = err
+			return
+		}
+		m.started = true
+		if s := m.sim; !m.late && s.late != nil {
+			if s.founders++; s.founders == len(s.members)-1 {
+				s.net.At(s.net.Now().Add(s.lateAt), s.late.start)
+			}
+		}
+	}
+	m.h.OnEvent(ev)
+}
+
+// attach builds the member's driver (and mux) on its endpoint.
+func (m *simMember) attach(gcfg reliable.Config) error {
+	ep, cfg := m.ep, m.cfg
+	var l link.Link = ep
+	var err error
+	if cfg.Channels {
+		// Every group of the member on one endpoint, as Join runs
+		// them on one link.
+		if m.mux, err = mux.New(ep, mux.Config{}); err != nil {
+			return err
+		}
+		if l, err = m.mux.Open(gcfg.Group); err != nil {
+			return err
+		}
+		m.cfg.Group.Group = gcfg.Group
+		m.cfg.Group.Logger = gcfg.Logger
+	}
+	d, err := reliable.NewDriver(l, gcfg, m.sim.net.Now())
+	if err != nil {
+		return err
+	}
+	m.drv = d
+	if m.started {
+		ids := make([]frame.MemberID, 0, len(gcfg.Members))
+		for _, mi := range gcfg.Members {
+			ids = append(ids, mi.ID)
+		}
+		if err := m.h.Start(m.self, ids, d.MaxMessage()); err != nil {
+			return err
+		}
+	}
+	if cfg.Channels {
+		ep.Bind(testnet.NodeFunc(m.step))
+	} else {
+		ep.Bind(d)
+	}
+	return nil
+}
+
 // simulation is Run's scheduler: it and the member goroutines pass
 // one baton, so exactly one of them runs at any time.
 type simulation struct {
@@ -249,6 +329,11 @@ type simulation struct {
 	yielded chan struct{} // a member hands the baton back
 	loss    float64
 	rng     *rand.Rand
+	// late is the process of Config.LateProgram, started lateAt after
+	// the last of the others' nodes started (founders counts them).
+	late     *simMember
+	lateAt   time.Duration
+	founders int
 }
 
 // simMember is one member's program goroutine and its node's dsm.Env.
@@ -263,6 +348,7 @@ type simMember struct {
 	ep       *testnet.Endpoint
 	cfg      dsm.Config
 	members  []frame.MemberInfo
+	self     frame.MemberID
 	mux      *mux.Mux
 	channels []simChannel
 	resume   chan bool // the baton; false: the run is aborted
@@ -279,6 +365,13 @@ type simMember struct {
 	// crashed: the program called Crash; its node is left as it was.
 	crashed bool
 	err     error
+	// started: the node has its core (Views: from its first view);
+	// late: the process runs Config.LateProgram, its driver started by
+	// start (gcfg) at Config.LateAt; startErr: why it could not start.
+	started  bool
+	late     bool
+	gcfg     reliable.Config
+	startErr error
 }
 
 // simChannel is one segment channel of a member.
@@ -329,7 +422,7 @@ func (m *simMember) Open(key uint32, members []frame.MemberID) error {
 			gcfg.Members = append(gcfg.Members, mi)
 		}
 	}
-	gcfg.Self, gcfg.Size, gcfg.Server = frame.MemberID(m.rank+1), 0, false
+	gcfg.Self, gcfg.Size, gcfg.Server, gcfg.Views, gcfg.RequestID = m.self, 0, false, false, 0
 	ch := core.SegmentChannel(key)
 	gcfg.Deliver = m.h.DeliverOn(ch)
 	gcfg.OnEvent = nil
@@ -477,6 +570,10 @@ func (m *simMember) body(program func(*dsm.Node) error) {
 		m.done, m.err = true, ErrAborted
 		return
 	}
+	if m.startErr != nil {
+		m.done, m.err = true, fmt.Errorf("starting: %w", m.startErr)
+		return
+	}
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -506,6 +603,12 @@ func (m *simMember) runnable() bool {
 	if m.done {
 		return false
 	}
+	if m.startErr != nil {
+		return true // its program returns the error at once
+	}
+	if !m.started {
+		return false
+	}
 	if !m.blocked {
 		return true
 	}
@@ -523,7 +626,7 @@ func (m *simMember) runnable() bool {
 // windows take it.
 func (s *simulation) drain() {
 	for _, m := range s.members {
-		if m.drv.Left() || m.crashed {
+		if !m.started || m.drv.Left() || m.crashed {
 			continue
 		}
 		for {
@@ -555,9 +658,13 @@ func (s *simulation) drain() {
 	}
 }
 
-func (s *simulation) run(program func(*dsm.Node) error, deadline time.Time) error {
+func (s *simulation) run(program, late func(*dsm.Node) error, deadline time.Time) error {
 	for _, m := range s.members {
-		go m.body(program)
+		if m.late {
+			go m.body(late)
+		} else {
+			go m.body(program)
+		}
 	}
 	for {
 		ran, done := false, true
@@ -576,6 +683,13 @@ func (s *simulation) run(program func(*dsm.Node) error, deadline time.Time) erro
 		if done {
 			return nil
 		}
+		if l := s.late; l != nil && !l.started && !l.done && s.othersDone() {
+			// The group ended before it admitted the late process.
+			l.resume <- false
+			<-s.yielded
+			l.err = errors.New("never admitted: every other member had finished before it installed a view")
+			continue
+		}
 		if ran {
 			continue
 		}
@@ -586,6 +700,17 @@ func (s *simulation) run(program func(*dsm.Node) error, deadline time.Time) erro
 	}
 }
 
+// othersDone reports whether every program but the late process's has
+// returned.
+func (s *simulation) othersDone() bool {
+	for _, m := range s.members {
+		if !m.late && !m.done {
+			return false
+		}
+	}
+	return true
+}
+
 // abort ends every blocked program and says where each was.
 func (s *simulation) abort(deadline time.Time) error {
 	var blocked []string
@@ -594,6 +719,9 @@ func (s *simulation) abort(deadline time.Time) error {
 			continue
 		}
 		where := m.h.Blocked(m.waiting)
+		if !m.started {
+			where = "not started: no view installed"
+		}
 		if !m.computeUntil.IsZero() {
 			where = fmt.Sprintf("computing until %v", m.computeUntil.Sub(s.net.Now()))
 		}
