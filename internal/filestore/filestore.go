@@ -732,6 +732,11 @@ func (r *readAhead) ReadAt(p []byte, off int64) (int, error) {
 
 func (r *readAhead) Close() error { return r.f.Close() }
 
+// NewHash is the hash the core computes of a file offered without its
+// hash (files.SourceHasher): a SHA-256 over goroutines of its own, so
+// that the sender's loop only copies the blocks it sends.
+func (r *readAhead) NewHash() hash.Hash { return newAsyncSHA() }
+
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name
 // and their path within it (what sendfile FILE… sends).

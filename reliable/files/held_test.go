@@ -3,6 +3,7 @@ package files
 import (
 	"bytes"
 	"crypto/sha256"
+	"hash"
 	"slices"
 	"strings"
 	"testing"
@@ -184,5 +185,48 @@ func TestOldReceiverNamed(t *testing.T) {
 		if old && (!strings.Contains(rep[0].String(), "rbcastd too old") || s.stats.OldReceivers != 1) {
 			t.Fatalf("verdict says %q, stats %+v", rep[0], s.stats)
 		}
+	}
+}
+
+// hasherSource is a memSource that supplies the core's hash
+// (SourceHasher): it counts the bytes written to it and its Sums.
+type hasherSource struct {
+	memSource
+	written, sums int
+}
+
+type countingHash struct {
+	hash.Hash
+	s *hasherSource
+}
+
+func (h countingHash) Write(p []byte) (int, error) { h.s.written += len(p); return h.Hash.Write(p) }
+func (h countingHash) Sum(b []byte) []byte         { h.s.sums++; return h.Hash.Sum(b) }
+
+func (s *hasherSource) NewHash() hash.Hash { return countingHash{sha256.New(), s} }
+
+// A file offered without its hash from a SourceHasher is hashed by the
+// hash the source supplies: every byte written to it once, one Sum, and
+// FileEnd carries the file's SHA-256.
+func TestSourceHasher(t *testing.T) {
+	s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
+	data := []byte(strings.Repeat("0123456789abcdef", 6) + "tail")
+	src := &hasherSource{memSource: memSource{data: data, bs: 10, fail: -1}}
+	s.Send(2, Outgoing{Name: "x", Size: uint64(len(data)), Source: src})
+	var end [32]byte
+	for now := Time(Millisecond); end == ([32]byte{}); now += Time(Millisecond) {
+		if now > Time(Second) {
+			t.Fatal("no FileEnd within a second")
+		}
+		s.Tick(now)
+		_, vs := sent(t, s)
+		for _, v := range vs {
+			if v.Type() == frame.FileEnd {
+				end, _ = v.FileEndHash()
+			}
+		}
+	}
+	if want := sha256.Sum256(data); end != want || src.written != len(data) || src.sums != 1 {
+		t.Fatalf("FileEnd's hash %x (want %x); the source's hash got %d bytes of %d and %d Sums (want 1)", end[:8], want[:8], src.written, len(data), src.sums)
 	}
 }

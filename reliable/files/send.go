@@ -123,7 +123,11 @@ func (c *Core) Send(now Time, o Outgoing) (uint32, error) {
 	c.nextID++
 	f := &outFile{meta: m, src: o.Source, to: slices.Clone(o.To), blocks: m.Blocks(), offerHash: o.Hash}
 	if o.Hash == ([frame.FileHashLen]byte{}) {
-		f.h = sha256.New()
+		if hs, ok := o.Source.(SourceHasher); ok {
+			f.h = hs.NewHash()
+		} else {
+			f.h = sha256.New()
+		}
 	}
 	slices.Sort(f.to)
 	f.to = slices.Compact(f.to)

@@ -1,0 +1,47 @@
+package filestore
+
+import (
+	"crypto/sha256"
+	"testing"
+
+	"github.com/rbcast/rbcast/reliable/files"
+)
+
+// asyncSHA gives crypto/sha256's sum whatever the writes' sizes (within
+// a chunk, across chunks, more chunks than in flight), after a Reset,
+// and for writes after a Sum.
+func TestAsyncSHA(t *testing.T) {
+	data := randomBytes(5*hashChunkBytes+12345, 3)
+	for _, step := range []int{1, 8964, hashChunkBytes - 1, hashChunkBytes, 3 * hashChunkBytes} {
+		a := newAsyncSHA()
+		write := func(b []byte) {
+			for len(b) > 0 {
+				k := min(step, len(b))
+				if n, err := a.Write(b[:k]); n != k || err != nil {
+					t.Fatalf("Write(%d bytes) = %d, %v", k, n, err)
+				}
+				b = b[k:]
+			}
+		}
+		write(data)
+		if got, want := a.Sum(nil), sha256.Sum256(data); string(got) != string(want[:]) {
+			t.Fatalf("step %d: Sum %x, want %x", step, got[:8], want[:8])
+		}
+		write([]byte("more"))
+		if got, want := a.Sum(nil), sha256.Sum256(append(data[:len(data):len(data)], "more"...)); string(got) != string(want[:]) {
+			t.Fatalf("step %d: Sum after a Sum and a write %x, want %x", step, got[:8], want[:8])
+		}
+		a.Reset()
+		write(data[:hashChunkBytes+7])
+		if got, want := a.Sum(nil), sha256.Sum256(data[:hashChunkBytes+7]); string(got) != string(want[:]) {
+			t.Fatalf("step %d: Sum after Reset %x, want %x", step, got[:8], want[:8])
+		}
+	}
+	var src files.Source = (&Source{}).Outgoing(nil).Source
+	if _, ok := src.(files.SourceHasher); !ok {
+		t.Fatalf("a Source's files.Source %T supplies no hash (files.SourceHasher)", src)
+	}
+	if a := newAsyncSHA(); a.Size() != sha256.Size || a.BlockSize() != sha256.BlockSize {
+		t.Fatalf("Size %d, BlockSize %d", a.Size(), a.BlockSize())
+	}
+}
