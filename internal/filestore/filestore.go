@@ -179,7 +179,8 @@ func blockSum(data []byte) uint32 {
 // for the runs in flight. Written data is pushed to the disk in the
 // background every writeBehind bytes, so that Commit's fsync has little
 // left to write. At most maxRuns runs are in flight: a loop that outruns
-// the disk waits in WriteBlock. A block is held once it is in the run; a
+// the disk waits in WriteBlock. A run's buffer goes back to a pool once
+// written. A block is held once it is in the run; a
 // crash loses the runs not written, and the resume fetches them again.
 // (Hashing and writing on the loop cost the receiver's loop about three
 // quarters of its CPU at MTU 9000: docs/benchmarks.md, "Files to every
@@ -216,12 +217,12 @@ type partial struct {
 }
 
 // writer is a partial's writer goroutine: jobs are the runs to write, in
-// order; free returns their buffers.
+// order; slots holds a token per run queued or being written, so that at
+// most maxRuns-1 are (the loop fills one more).
 type writer struct {
-	jobs chan job
-	free chan []byte
-	done chan struct{}
-	bufs int // buffers made (at most maxRuns)
+	jobs  chan job
+	slots chan struct{}
+	done  chan struct{}
 
 	mu  sync.Mutex
 	err error // the first error; the runs after it are dropped
@@ -321,7 +322,8 @@ func (w *writer) run(p *partial) {
 				w.mu.Unlock()
 			}
 		}
-		w.free <- j.data[:0]
+		putBuf(j.data)
+		<-w.slots
 	}
 }
 
@@ -331,43 +333,37 @@ func (w *writer) failed() error {
 	return w.err
 }
 
-// flush hands the run to the writer (started if none runs) and takes
-// a buffer for the next, waiting for one while maxRuns are in flight. It
-// returns the writer's error, if a run failed.
+// flush hands the run to the writer (started if none runs), waiting while
+// maxRuns-1 runs are queued or being written. It returns the writer's
+// error, if a run failed.
 func (p *partial) flush() error {
 	if p.w == nil {
-		p.w = &writer{jobs: make(chan job, maxRuns), free: make(chan []byte, maxRuns), done: make(chan struct{})}
+		p.w = &writer{jobs: make(chan job, maxRuns), slots: make(chan struct{}, maxRuns-1), done: make(chan struct{})}
 		go p.w.run(p)
 	}
 	w := p.w
 	if p.runN > 0 {
+		w.slots <- struct{}{}
 		w.jobs <- job{first: p.runFirst, n: p.runN, data: p.run}
 		p.run, p.runN = nil, 0
 	}
-	if err := w.failed(); err != nil {
-		return err
-	}
-	return nil
+	return w.failed()
 }
 
-// newRun returns an empty run buffer: one the writer is done with, a new
-// one while fewer than maxRuns exist, else the next the writer frees.
-func (p *partial) newRun() []byte {
-	w := p.w
-	if w == nil {
-		return make([]byte, 0, p.runCap())
+// bufPool holds the buffers of runs written and of chunks hashed
+// (asyncSHA), so that a file being received holds one only while it
+// fills or writes it, as a file being sent while it hashes.
+var bufPool sync.Pool
+
+// getBuf returns an empty buffer of at least n bytes' capacity.
+func getBuf(n int) []byte {
+	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
 	}
-	select {
-	case b := <-w.free:
-		return b
-	default:
-	}
-	if w.bufs < maxRuns-1 { // the writer's first run was made by the loop
-		w.bufs++
-		return make([]byte, 0, p.runCap())
-	}
-	return <-w.free
+	return make([]byte, 0, n)
 }
+
+func putBuf(b []byte) { bufPool.Put(&b) }
 
 // drain writes the run, waits for the writer to write every run and
 // stops it, and returns its error: the writer's fields are the loop's
@@ -439,7 +435,7 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 	}
 	if p.runN == 0 {
 		if p.run == nil {
-			p.run = p.newRun()
+			p.run = getBuf(p.runCap())
 		}
 		p.runFirst = b
 	}

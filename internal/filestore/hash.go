@@ -10,17 +10,16 @@ import (
 // chunk is hashed by a goroutine that waits for the previous chunk's, so
 // that the chunks enter the hash in order; Sum waits for the last. The
 // caller's goroutine (the file core's loop, a sender's pass) only copies.
-// At most hashInFlight chunks exist; Write waits for the oldest when the
-// hashing is behind. No goroutine outlives its chunk, so a hash dropped
+// At most hashInFlight chunks are being hashed; Write waits for the
+// oldest when the hashing is behind. No goroutine outlives its chunk, so a hash dropped
 // unfinished (an aborted file) leaves none behind. It is not safe for
 // concurrent use, as no hash.Hash is.
 type asyncSHA struct {
 	h   hash.Hash // the hash of the chunks done (read after their wait)
 	cur []byte
-	// flights are the chunks handed to goroutines, oldest first; spare
-	// the buffers done with.
+	// flights are the chunks handed to goroutines, oldest first (a
+	// chunk's buffer goes back to the pool once hashed).
 	flights []flight
-	spare   [][]byte
 	n       int64 // bytes written
 }
 
@@ -52,21 +51,14 @@ func (a *asyncSHA) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// buffer returns an empty chunk: a spare, a new one while fewer than
-// hashInFlight+1 exist, else the oldest flight's once it is hashed.
+// buffer returns an empty chunk, once fewer than hashInFlight are being
+// hashed.
 func (a *asyncSHA) buffer() []byte {
-	if k := len(a.spare); k > 0 {
-		b := a.spare[k-1]
-		a.spare = a.spare[:k-1]
-		return b[:0]
+	if len(a.flights) >= hashInFlight {
+		<-a.flights[0].done
+		a.flights = a.flights[1:]
 	}
-	if len(a.flights) < hashInFlight {
-		return make([]byte, 0, hashChunkBytes)
-	}
-	f := a.flights[0]
-	<-f.done
-	a.flights = a.flights[1:]
-	return f.buf[:0]
+	return getBuf(hashChunkBytes)
 }
 
 // launch hands the current chunk to a goroutine that hashes it after the
@@ -84,6 +76,7 @@ func (a *asyncSHA) launch() {
 			<-prev
 		}
 		h.Write(f.buf)
+		putBuf(f.buf)
 		close(f.done)
 	}(a.h)
 }
@@ -95,7 +88,6 @@ func (a *asyncSHA) wait() {
 	}
 	for _, f := range a.flights {
 		<-f.done
-		a.spare = append(a.spare, f.buf)
 	}
 	a.flights = a.flights[:0]
 }
