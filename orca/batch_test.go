@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,5 +164,112 @@ func TestBatchLargeWriteAlone(t *testing.T) {
 	tlarge.Go(bg, o, make([]byte, 50)) // 60 bytes: two would not fit in 100
 	if got := kinds(e.sent); got != "0x1/18 0x1/60" {
 		t.Fatalf("sent %s, want both writes alone at once", got)
+	}
+}
+
+// lockSeen records, for each write of tlocked, whether its object's lock
+// was held while it ran (the replica must hold it: local readers wait).
+var (
+	lockSeen []bool
+	lockObjs = map[int64]*object{}
+	tlocked  = NewClass[int64]("tlocked")
+	tlockAdd = Write(tlocked, "add", Int64, func(s *int64, d int64) int64 {
+		if d < 0 {
+			panic("a negative add")
+		}
+		o := lockObjs[d]
+		held := !o.mu.TryRLock()
+		if !held {
+			o.mu.RUnlock()
+		}
+		lockSeen = append(lockSeen, held)
+		*s += d
+		return *s
+	})
+	tlockTake = Write(tlocked, "take", Int64, func(s *int64, d int64) int64 { *s -= d; return *s }).
+			When(func(s *int64, d int64) bool { return *s >= d })
+)
+
+// The replica applies a batch's writes to an object under one hold of
+// its lock, switching when the batch switches objects, and lets go of it
+// when the delivery ends (also after a write that panicked, and after
+// Restore and New, which apply early writes): a reader that comes after
+// takes it.
+func TestBatchObjectLock(t *testing.T) {
+	n, h, err := NewHosted(&nullEnv{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(n, "a", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(n, "b", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockObjs[1], lockObjs[2] = a.obj, b.obj
+	free := func(what string) {
+		t.Helper()
+		for _, o := range []*object{a.obj, b.obj} {
+			if !o.mu.TryLock() {
+				t.Fatalf("%s: the lock of %q is still held", what, o.name)
+			}
+			o.mu.Unlock()
+		}
+	}
+	msg := func(o *Object[int64], op uint8, req uint32, d int64) []byte {
+		return opMessage(t, o.obj.id, op, req, d)
+	}
+	add, take := tlockAdd.info.index, tlockTake.info.index
+	n.deliver(2, batchOf(
+		msg(a, take, 1, 3), // queued: 0 < 3
+		msg(a, add, 2, 1),
+		msg(b, add, 3, 2),
+		msg(a, add, 4, 1),
+		msg(a, add, 5, 1), // the take runs after it
+		msg(b, add, 6, 2),
+	))
+	free("after a batch")
+	if *a.state != 0 || *b.state != 4 || !slices.Equal(lockSeen, []bool{true, true, true, true, true}) {
+		t.Fatalf("states %d and %d, lock held in the writes %v; want 0, 4, held in all 5", *a.state, *b.state, lockSeen)
+	}
+	if v, err := tvalue.Call(bg, a, struct{}{}); err != nil || v != 0 {
+		t.Fatalf("read %d, %v; want 0", v, err)
+	}
+	n.deliver(2, batchOf(msg(a, add, 7, 1), msg(a, add, 8, -1), msg(b, add, 9, 2)))
+	free("after a write that panicked")
+	if n.Err() == nil || !strings.Contains(n.Err().Error(), "a negative add") {
+		t.Fatalf("node error %v, want the panic", n.Err())
+	}
+}
+
+var tvalue = Read(tlocked, "value", func(s *int64, _ struct{}) int64 { return *s })
+
+// Writes that came before their object was made are applied by New,
+// which lets go of the object's lock.
+func TestEarlyWritesObjectLock(t *testing.T) {
+	n, h, err := NewHosted(&nullEnv{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	id := objectID("early")
+	n.deliver(2, batchOf(opMessage(t, id, tlockTake.info.index, 1, 1), opMessage(t, id, tlockTake.info.index, 2, 0)))
+	o, err := New(n, "early", tlocked, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.obj.mu.TryLock() {
+		t.Fatal("the object's lock is still held after New applied its early writes")
+	}
+	o.obj.mu.Unlock()
+	if *o.state != 4 {
+		t.Fatalf("state %d, want 4", *o.state)
 	}
 }

@@ -114,6 +114,7 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 		n.out.sent(-1)
 	}
 	n.deliverLocked(from, data)
+	n.unlockObject()
 	n.mu.Unlock()
 	if n.try != nil {
 		n.flushFromDeliver(own, false)

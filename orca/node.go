@@ -72,6 +72,9 @@ type Node struct {
 	started    bool
 
 	objects map[uint32]*object
+	// locked is the object whose lock the replica holds while it applies
+	// a delivery's writes (lockObject), nil between deliveries.
+	locked *object
 	// early holds messages for objects not made here yet, by object id,
 	// in their order.
 	early map[uint32][]earlyMsg
@@ -460,6 +463,7 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 	for _, m := range early {
 		n.handle(m.from, m.msg, m.pos)
 	}
+	n.unlockObject()
 	return o, nil
 }
 

@@ -86,6 +86,29 @@ func (p Pos) Less(q Pos) bool {
 
 func (p Pos) String() string { return fmt.Sprintf("%d.%d", p.Delivery, p.Sub) }
 
+// lockObject makes the replica hold o's lock, under which it changes o's
+// state (n.mu held): local readers wait. The replica keeps it for the
+// writes to o that follow in the same delivery (a batch's), and lets it
+// go when it needs another object's, or at the delivery's end
+// (unlockObject): one lock a batch, not one a write.
+func (n *Node) lockObject(o *object) {
+	if n.locked == o {
+		return
+	}
+	n.unlockObject()
+	o.mu.Lock()
+	n.locked = o
+}
+
+// unlockObject lets go of the object lock the replica holds, if any (n.mu
+// held).
+func (n *Node) unlockObject() {
+	if o := n.locked; o != nil {
+		n.locked = nil
+		o.mu.Unlock()
+	}
+}
+
 // deliver takes one message of the total order (data is valid only
 // during the call).
 func (n *Node) deliverLocked(from frame.MemberID, data []byte) {
@@ -228,6 +251,7 @@ func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, ra
 	if n.trace != nil {
 		tr = new(traced)
 	}
+	n.lockObject(o)
 	outcome, detail := op.writer.runWrite(o, raw, c, tr)
 	switch outcome {
 	case runBadArgs:
@@ -304,9 +328,8 @@ func (n *Node) guardHolds(o *object, p *pendingOp) (ok bool, err error) {
 // reports whether the node still works (an operation that panics stops
 // it: the replica may be half changed).
 func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
+	n.lockObject(o)
 	result, err := func() (r any, err error) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
 		defer func() {
 			if x := recover(); x != nil {
 				err = opPanicked(p.op, o, p.origin, x)
