@@ -83,7 +83,7 @@ type Node struct {
 	// delivered counts the messages delivered here: a message's position
 	// in the order.
 	delivered uint64
-	calls     map[uint32]*call
+	calls     callTable
 	nextReq   uint32
 	// lastReq is each member's last request number seen in the order, by
 	// member id (0: none yet): a member that restarts continues after its
@@ -207,7 +207,7 @@ type Stats struct {
 func newNode(env Env, cfg Config) *Node {
 	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
 		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
-		calls: map[uint32]*call{}, needState: map[memberKey]bool{}}
+		needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
 	}
@@ -353,9 +353,7 @@ func (n *Node) failLocked(err error) {
 		close(n.stateWake)
 		n.stateWake = nil
 	}
-	for _, c := range n.calls {
-		c.wakeUp()
-	}
+	n.calls.all((*call).wakeUp)
 	for _, o := range n.objects {
 		o.changedLocked()
 	}
@@ -363,7 +361,7 @@ func (n *Node) failLocked(err error) {
 
 // finish completes c (n.mu held): the replica is done with it.
 func (c *call) finish() {
-	delete(c.n.calls, c.req)
+	c.n.calls.remove(c.req)
 	c.done.Store(true)
 	c.wakeUp()
 }
@@ -483,13 +481,13 @@ func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
 	req := n.nextReq
 	setRequest(msg, req)
 	c.req = req
-	n.calls[req] = c
+	n.calls.put(c)
 	n.stats.Writes++
 	n.mu.Unlock()
 
 	if err := n.send(ctx, msg); err != nil {
 		n.mu.Lock()
-		delete(n.calls, req)
+		n.calls.remove(req)
 		n.mu.Unlock()
 		return fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
 	}
@@ -519,7 +517,7 @@ func (n *Node) await(ctx context.Context, c *call) error {
 		n.mu.Lock()
 		if !c.done.Load() {
 			// The node failed first: the call is still registered.
-			delete(n.calls, req)
+			n.calls.remove(req)
 			if n.err != nil {
 				err = n.err
 			}

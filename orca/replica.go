@@ -234,7 +234,7 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 	if from != n.self {
 		return
 	}
-	if c := n.calls[req]; c != nil {
+	if c := n.calls.get(req); c != nil {
 		c.err = err
 		c.finish()
 	}
@@ -245,7 +245,7 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, raw []byte, pos uint64) {
 	var c *call
 	if from == n.self {
-		c = n.calls[req]
+		c = n.calls.get(req)
 	}
 	var tr *traced
 	if n.trace != nil {
@@ -343,7 +343,7 @@ func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 	}
 	var c *call
 	if p.origin == n.self {
-		if c = n.calls[p.req]; c != nil {
+		if c = n.calls.get(p.req); c != nil {
 			p.op.setResult(c, result)
 		}
 	}
@@ -390,7 +390,7 @@ func (n *Node) cancel(o *object, from frame.MemberID, req uint32) {
 	o.pending = slices.Delete(o.pending, i, i+1)
 	n.stats.Cancelled++
 	if from == n.self {
-		if c := n.calls[req]; c != nil {
+		if c := n.calls.get(req); c != nil {
 			c.cancelled = true
 			c.finish()
 		}
