@@ -183,6 +183,9 @@ var (
 			o.mu.RUnlock()
 		}
 		lockSeen = append(lockSeen, held)
+		if lockHook != nil {
+			lockHook()
+		}
 		*s += d
 		return *s
 	})
@@ -244,6 +247,40 @@ func TestBatchObjectLock(t *testing.T) {
 	free("after a write that panicked")
 	if n.Err() == nil || !strings.Contains(n.Err().Error(), "a negative add") {
 		t.Fatalf("node error %v, want the panic", n.Err())
+	}
+}
+
+// lockHook, when set, runs in every tlockAdd.
+var lockHook func()
+
+// A waiting caller is woken once the delivery that applied its write is
+// done and the replica let go of its locks (which the caller's next
+// operation takes), not in the middle of it.
+func TestWakeAfterDelivery(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(n, "a", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockObjs[1] = a.obj
+	p := tlockAdd.Go(bg, a, 1)
+	wake := p.c.Wake() // the caller waits
+	var during []int
+	lockHook = func() { during = append(during, len(wake)) }
+	defer func() { lockHook = nil }()
+	n.deliver(1, batchOf(e.sent[0], opMessage(t, a.obj.id, tlockAdd.info.index, 99, 1)))
+	if !slices.Equal(during, []int{0, 0}) || len(wake) != 1 || !p.Applied() {
+		t.Fatalf("wake-ups queued while the batch was applied %v, after %d (applied %v); want [0 0], 1, true", during, len(wake), p.Applied())
+	}
+	if v, err := p.Wait(bg); v != 2-1 || err != nil {
+		t.Fatalf("result %d, %v; want 1", v, err)
 	}
 }
 

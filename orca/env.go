@@ -113,11 +113,28 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	if own {
 		n.out.sent(-1)
 	}
+	n.delivering = true
 	n.deliverLocked(from, data)
+	n.delivering = false
 	n.unlockObject()
+	wake := n.wakes
+	n.wakes = nil
 	n.mu.Unlock()
 	if n.try != nil {
 		n.flushFromDeliver(own, false)
+	}
+	// The callers of the writes just applied, once the replica let go of
+	// the locks they would take next.
+	for i, w := range wake {
+		wakeChan(w)
+		wake[i] = nil
+	}
+	if len(wake) > 0 {
+		n.mu.Lock()
+		if n.wakes == nil {
+			n.wakes = wake[:0] // for the next delivery
+		}
+		n.mu.Unlock()
 	}
 }
 

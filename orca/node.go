@@ -72,6 +72,11 @@ type Node struct {
 	started    bool
 
 	objects map[uint32]*object
+	// delivering is set while deliverNow applies a delivery: finish
+	// then queues the wake-ups of waiting callers in wakes, which
+	// deliverNow sends once it let go of n.mu and the object's lock.
+	delivering bool
+	wakes      []chan struct{}
 	// locked is the object whose lock the replica holds while it applies
 	// a delivery's writes (lockObject), nil between deliveries.
 	locked *object
@@ -359,20 +364,32 @@ func (n *Node) failLocked(err error) {
 	}
 }
 
-// finish completes c (n.mu held): the replica is done with it.
+// finish completes c (n.mu held): the replica is done with it. Its
+// waiter, if it waits, is woken at once, or after the delivery being
+// applied (deliverNow).
 func (c *call) finish() {
-	c.n.calls.remove(c.req)
+	n := c.n
+	n.calls.remove(c.req)
 	c.done.Store(true)
+	if c.wake != nil && n.delivering {
+		n.wakes = append(n.wakes, c.wake)
+		return
+	}
 	c.wakeUp()
 }
 
 // wakeUp wakes c's waiter, if it waits (n.mu held).
 func (c *call) wakeUp() {
 	if c.wake != nil {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		wakeChan(c.wake)
+	}
+}
+
+// wakeChan puts a wake-up in a waiter's channel, unless one is there.
+func wakeChan(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
 	}
 }
 
