@@ -72,6 +72,9 @@ type Node struct {
 	started    bool
 
 	objects map[uint32]*object
+	// last is the object the last write went to: a batch's writes
+	// mostly go to one.
+	last *object
 	// delivering is set while deliverNow applies a delivery: finish
 	// then queues the wake-ups of waiting callers in wakes, which
 	// deliverNow sends once it let go of n.mu and the object's lock.

@@ -172,7 +172,13 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 			return
 		}
 		n.noteRequest(from, m.req)
-		o := n.objects[m.object]
+		o := n.last
+		if o == nil || o.id != m.object {
+			o = n.objects[m.object]
+			if o != nil {
+				n.last = o
+			}
+		}
 		if o == nil {
 			n.keepEarly(m.object, from, msg, pos)
 			return
