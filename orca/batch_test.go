@@ -250,6 +250,9 @@ func TestBatchObjectLock(t *testing.T) {
 	}
 }
 
+var tlockAtLeast = Read(tlocked, "atLeast", func(s *int64, d int64) bool { return true }).
+	When(func(s *int64, d int64) bool { return *s >= d })
+
 // lockHook, when set, runs in every tlockAdd.
 var lockHook func()
 
@@ -272,12 +275,26 @@ func TestWakeAfterDelivery(t *testing.T) {
 	lockObjs[1] = a.obj
 	p := tlockAdd.Go(bg, a, 1)
 	wake := p.c.Wake() // the caller waits
+	// And a guarded read of a waits: its channel closes on a's next write.
+	changed := (&guardWaiter[int64, int64, bool]{op: tlockAtLeast, o: a, a: 100}).Wake()
+	closed := func() bool {
+		select {
+		case <-changed:
+			return true
+		default:
+			return false
+		}
+	}
 	var during []int
-	lockHook = func() { during = append(during, len(wake)) }
+	var closedDuring []bool
+	lockHook = func() { during, closedDuring = append(during, len(wake)), append(closedDuring, closed()) }
 	defer func() { lockHook = nil }()
 	n.deliver(1, batchOf(e.sent[0], opMessage(t, a.obj.id, tlockAdd.info.index, 99, 1)))
 	if !slices.Equal(during, []int{0, 0}) || len(wake) != 1 || !p.Applied() {
 		t.Fatalf("wake-ups queued while the batch was applied %v, after %d (applied %v); want [0 0], 1, true", during, len(wake), p.Applied())
+	}
+	if !slices.Equal(closedDuring, []bool{false, false}) || !closed() {
+		t.Fatalf("the guarded read's channel closed while the batch was applied %v, after %v; want [false false], true", closedDuring, closed())
 	}
 	if v, err := p.Wait(bg); v != 2-1 || err != nil {
 		t.Fatalf("result %d, %v; want 1", v, err)

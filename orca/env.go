@@ -123,11 +123,16 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	if n.try != nil {
 		n.flushFromDeliver(own, false)
 	}
-	// The callers of the writes just applied, once the replica let go of
-	// the locks they would take next.
+	// The callers of the writes just applied and the guarded reads of
+	// the objects they changed, once the replica let go of the locks
+	// they take next.
 	for i, w := range wake {
-		wakeChan(w)
-		wake[i] = nil
+		if w.close {
+			close(w.ch)
+		} else {
+			wakeChan(w.ch)
+		}
+		wake[i] = wakeUp{}
 	}
 	if len(wake) > 0 {
 		n.mu.Lock()

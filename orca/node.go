@@ -76,10 +76,11 @@ type Node struct {
 	// mostly go to one.
 	last *object
 	// delivering is set while deliverNow applies a delivery: finish
-	// then queues the wake-ups of waiting callers in wakes, which
-	// deliverNow sends once it let go of n.mu and the object's lock.
+	// and applied then queue the wake-ups of waiting callers and guarded
+	// reads in wakes, which deliverNow sends once it let go of n.mu and
+	// the object's lock.
 	delivering bool
-	wakes      []chan struct{}
+	wakes      []wakeUp
 	// locked is the object whose lock the replica holds while it applies
 	// a delivery's writes (lockObject), nil between deliveries.
 	locked *object
@@ -375,7 +376,7 @@ func (c *call) finish() {
 	n.calls.remove(c.req)
 	c.done.Store(true)
 	if c.wake != nil && n.delivering {
-		n.wakes = append(n.wakes, c.wake)
+		n.wakes = append(n.wakes, wakeUp{ch: c.wake})
 		return
 	}
 	c.wakeUp()
@@ -386,6 +387,13 @@ func (c *call) wakeUp() {
 	if c.wake != nil {
 		wakeChan(c.wake)
 	}
+}
+
+// wakeUp is a wake-up deferred to a delivery's end: a value into a
+// call's channel, or (close) an object's changed channel closed.
+type wakeUp struct {
+	ch    chan struct{}
+	close bool
 }
 
 // wakeChan puts a wake-up in a waiter's channel, unless one is there.

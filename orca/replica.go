@@ -381,7 +381,16 @@ func (n *Node) applied(o *object, origin frame.MemberID, req uint32, op *opInfo,
 		n.trace(TraceEvent{Kind: TraceApply, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: origin, Req: req,
 			Args: args, Result: result, Pos: at, Writes: o.writes, Digest: digest})
 	}
-	o.changedLocked()
+	if o.changed != nil {
+		if n.delivering {
+			// After the delivery, with the object's lock free for
+			// the reads that wake.
+			n.wakes = append(n.wakes, wakeUp{o.changed, true})
+			o.changed = nil
+		} else {
+			o.changedLocked()
+		}
+	}
 	return true
 }
 
