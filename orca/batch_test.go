@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,5 +164,166 @@ func TestBatchLargeWriteAlone(t *testing.T) {
 	tlarge.Go(bg, o, make([]byte, 50)) // 60 bytes: two would not fit in 100
 	if got := kinds(e.sent); got != "0x1/18 0x1/60" {
 		t.Fatalf("sent %s, want both writes alone at once", got)
+	}
+}
+
+// lockSeen records, for each write of tlocked, whether its object's lock
+// was held while it ran (the replica must hold it: local readers wait).
+var (
+	lockSeen []bool
+	lockObjs = map[int64]*object{}
+	tlocked  = NewClass[int64]("tlocked")
+	tlockAdd = Write(tlocked, "add", Int64, func(s *int64, d int64) int64 {
+		if d < 0 {
+			panic("a negative add")
+		}
+		o := lockObjs[d]
+		held := !o.mu.TryRLock()
+		if !held {
+			o.mu.RUnlock()
+		}
+		lockSeen = append(lockSeen, held)
+		if lockHook != nil {
+			lockHook()
+		}
+		*s += d
+		return *s
+	})
+	tlockTake = Write(tlocked, "take", Int64, func(s *int64, d int64) int64 { *s -= d; return *s }).
+			When(func(s *int64, d int64) bool { return *s >= d })
+)
+
+// The replica applies a batch's writes to an object under one hold of
+// its lock, switching when the batch switches objects, and lets go of it
+// when the delivery ends (also after a write that panicked, and after
+// Restore and New, which apply early writes): a reader that comes after
+// takes it.
+func TestBatchObjectLock(t *testing.T) {
+	n, h, err := NewHosted(&nullEnv{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(n, "a", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(n, "b", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockObjs[1], lockObjs[2] = a.obj, b.obj
+	free := func(what string) {
+		t.Helper()
+		for _, o := range []*object{a.obj, b.obj} {
+			if !o.mu.TryLock() {
+				t.Fatalf("%s: the lock of %q is still held", what, o.name)
+			}
+			o.mu.Unlock()
+		}
+	}
+	msg := func(o *Object[int64], op uint8, req uint32, d int64) []byte {
+		return opMessage(t, o.obj.id, op, req, d)
+	}
+	add, take := tlockAdd.info.index, tlockTake.info.index
+	n.deliver(2, batchOf(
+		msg(a, take, 1, 3), // queued: 0 < 3
+		msg(a, add, 2, 1),
+		msg(b, add, 3, 2),
+		msg(a, add, 4, 1),
+		msg(a, add, 5, 1), // the take runs after it
+		msg(b, add, 6, 2),
+	))
+	free("after a batch")
+	if *a.state != 0 || *b.state != 4 || !slices.Equal(lockSeen, []bool{true, true, true, true, true}) {
+		t.Fatalf("states %d and %d, lock held in the writes %v; want 0, 4, held in all 5", *a.state, *b.state, lockSeen)
+	}
+	if v, err := tvalue.Call(bg, a, struct{}{}); err != nil || v != 0 {
+		t.Fatalf("read %d, %v; want 0", v, err)
+	}
+	n.deliver(2, batchOf(msg(a, add, 7, 1), msg(a, add, 8, -1), msg(b, add, 9, 2)))
+	free("after a write that panicked")
+	if n.Err() == nil || !strings.Contains(n.Err().Error(), "a negative add") {
+		t.Fatalf("node error %v, want the panic", n.Err())
+	}
+}
+
+var tlockAtLeast = Read(tlocked, "atLeast", func(s *int64, d int64) bool { return true }).
+	When(func(s *int64, d int64) bool { return *s >= d })
+
+// lockHook, when set, runs in every tlockAdd.
+var lockHook func()
+
+// A waiting caller is woken once the delivery that applied its write is
+// done and the replica let go of its locks (which the caller's next
+// operation takes), not in the middle of it.
+func TestWakeAfterDelivery(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(n, "a", tlocked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockObjs[1] = a.obj
+	p := tlockAdd.Go(bg, a, 1)
+	wake := p.c.Wake() // the caller waits
+	// And a guarded read of a waits: its channel closes on a's next write.
+	changed := (&guardWaiter[int64, int64, bool]{op: tlockAtLeast, o: a, a: 100}).Wake()
+	closed := func() bool {
+		select {
+		case <-changed:
+			return true
+		default:
+			return false
+		}
+	}
+	var during []int
+	var closedDuring []bool
+	lockHook = func() { during, closedDuring = append(during, len(wake)), append(closedDuring, closed()) }
+	defer func() { lockHook = nil }()
+	n.deliver(1, batchOf(e.sent[0], opMessage(t, a.obj.id, tlockAdd.info.index, 99, 1)))
+	if !slices.Equal(during, []int{0, 0}) || len(wake) != 1 || !p.Applied() {
+		t.Fatalf("wake-ups queued while the batch was applied %v, after %d (applied %v); want [0 0], 1, true", during, len(wake), p.Applied())
+	}
+	if !slices.Equal(closedDuring, []bool{false, false}) || !closed() {
+		t.Fatalf("the guarded read's channel closed while the batch was applied %v, after %v; want [false false], true", closedDuring, closed())
+	}
+	if v, err := p.Wait(bg); v != 2-1 || err != nil {
+		t.Fatalf("result %d, %v; want 1", v, err)
+	}
+}
+
+var tvalue = Read(tlocked, "value", func(s *int64, _ struct{}) int64 { return *s })
+
+// Writes that came before their object was made are applied by New,
+// which lets go of the object's lock.
+func TestEarlyWritesObjectLock(t *testing.T) {
+	n, h, err := NewHosted(&nullEnv{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	id := objectID("early")
+	n.deliver(2, batchOf(opMessage(t, id, tlockTake.info.index, 1, 1), opMessage(t, id, tlockTake.info.index, 2, 0)))
+	o, err := New(n, "early", tlocked, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.obj.mu.TryLock() {
+		t.Fatal("the object's lock is still held after New applied its early writes")
+	}
+	o.obj.mu.Unlock()
+	if *o.state != 4 {
+		t.Fatalf("state %d, want 4", *o.state)
 	}
 }

@@ -66,9 +66,9 @@ type opInfo struct {
 // writeRunner is a write operation with its types (*Op), for the replica.
 type writeRunner interface {
 	// runWrite runs the write whose message's arguments are raw on
-	// replica o (n.mu held): it decodes the arguments, and if the
-	// operation has no guard or its guard holds, applies it under o's
-	// lock, handing the result to c (the caller's call, if the write is
+	// replica o (n.mu held, and o's lock: lockObject): it decodes the
+	// arguments, and if the operation has no guard or its guard holds,
+	// applies it, handing the result to c (the caller's call, if the write is
 	// this member's). detail is the decode error (runBadArgs), what
 	// panicked (runGuardPanic, runOpPanic), or the arguments for the
 	// guard's queue (runBlocked; nil from a codec of views: the queue
@@ -109,7 +109,7 @@ func (op *Op[S, A, R]) runWrite(o *object, raw []byte, c *call, tr *traced) (run
 			return runBlocked, a
 		}
 	}
-	r, p := callWrite(&o.mu, op.fn, s, a)
+	r, p := callWrite(op.fn, s, a)
 	if p != nil {
 		return runOpPanic, p
 	}
@@ -133,11 +133,9 @@ func callGuard[S, A any](guard func(*S, A) bool, s *S, a A) (ok bool, p any) {
 	return guard(s, a), nil
 }
 
-// callWrite applies a write's function under the object's lock (local
-// readers wait), recovering a panic.
-func callWrite[S, A, R any](mu *sync.RWMutex, fn func(*S, A) R, s *S, a A) (r R, p any) {
-	mu.Lock()
-	defer mu.Unlock()
+// callWrite applies a write's function (the replica holds the object's
+// lock: lockObject), recovering a panic.
+func callWrite[S, A, R any](fn func(*S, A) R, s *S, a A) (r R, p any) {
 	defer func() { p = recover() }()
 	return fn(s, a), nil
 }

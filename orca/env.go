@@ -113,10 +113,33 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	if own {
 		n.out.sent(-1)
 	}
+	n.delivering = true
 	n.deliverLocked(from, data)
+	n.delivering = false
+	n.unlockObject()
+	wake := n.wakes
+	n.wakes = nil
 	n.mu.Unlock()
 	if n.try != nil {
 		n.flushFromDeliver(own, false)
+	}
+	// The callers of the writes just applied and the guarded reads of
+	// the objects they changed, once the replica let go of the locks
+	// they take next.
+	for i, w := range wake {
+		if w.close {
+			close(w.ch)
+		} else {
+			wakeChan(w.ch)
+		}
+		wake[i] = wakeUp{}
+	}
+	if len(wake) > 0 {
+		n.mu.Lock()
+		if n.wakes == nil {
+			n.wakes = wake[:0] // for the next delivery
+		}
+		n.mu.Unlock()
 	}
 }
 

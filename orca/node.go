@@ -72,6 +72,18 @@ type Node struct {
 	started    bool
 
 	objects map[uint32]*object
+	// last is the object the last write went to: a batch's writes
+	// mostly go to one.
+	last *object
+	// delivering is set while deliverNow applies a delivery: finish
+	// and applied then queue the wake-ups of waiting callers and guarded
+	// reads in wakes, which deliverNow sends once it let go of n.mu and
+	// the object's lock.
+	delivering bool
+	wakes      []wakeUp
+	// locked is the object whose lock the replica holds while it applies
+	// a delivery's writes (lockObject), nil between deliveries.
+	locked *object
 	// early holds messages for objects not made here yet, by object id,
 	// in their order.
 	early map[uint32][]earlyMsg
@@ -80,7 +92,7 @@ type Node struct {
 	// delivered counts the messages delivered here: a message's position
 	// in the order.
 	delivered uint64
-	calls     map[uint32]*call
+	calls     callTable
 	nextReq   uint32
 	// lastReq is each member's last request number seen in the order, by
 	// member id (0: none yet): a member that restarts continues after its
@@ -204,7 +216,7 @@ type Stats struct {
 func newNode(env Env, cfg Config) *Node {
 	n := &Node{env: env, cfg: cfg, trace: cfg.Trace, maxWrite: cfg.MaxWrite,
 		objects: map[uint32]*object{}, early: map[uint32][]earlyMsg{}, parts: map[frame.MemberID][]byte{},
-		calls: map[uint32]*call{}, needState: map[memberKey]bool{}}
+		needState: map[memberKey]bool{}}
 	if n.maxWrite <= 0 {
 		n.maxWrite = DefaultMaxWrite
 	}
@@ -350,28 +362,45 @@ func (n *Node) failLocked(err error) {
 		close(n.stateWake)
 		n.stateWake = nil
 	}
-	for _, c := range n.calls {
-		c.wakeUp()
-	}
+	n.calls.all((*call).wakeUp)
 	for _, o := range n.objects {
 		o.changedLocked()
 	}
 }
 
-// finish completes c (n.mu held): the replica is done with it.
+// finish completes c (n.mu held): the replica is done with it. Its
+// waiter, if it waits, is woken at once, or after the delivery being
+// applied (deliverNow).
 func (c *call) finish() {
-	delete(c.n.calls, c.req)
+	n := c.n
+	n.calls.remove(c.req)
 	c.done.Store(true)
+	if c.wake != nil && n.delivering {
+		n.wakes = append(n.wakes, wakeUp{ch: c.wake})
+		return
+	}
 	c.wakeUp()
 }
 
 // wakeUp wakes c's waiter, if it waits (n.mu held).
 func (c *call) wakeUp() {
 	if c.wake != nil {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		wakeChan(c.wake)
+	}
+}
+
+// wakeUp is a wake-up deferred to a delivery's end: a value into a
+// call's channel, or (close) an object's changed channel closed.
+type wakeUp struct {
+	ch    chan struct{}
+	close bool
+}
+
+// wakeChan puts a wake-up in a waiter's channel, unless one is there.
+func wakeChan(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
 	}
 }
 
@@ -460,6 +489,7 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 	for _, m := range early {
 		n.handle(m.from, m.msg, m.pos)
 	}
+	n.unlockObject()
 	return o, nil
 }
 
@@ -479,13 +509,13 @@ func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
 	req := n.nextReq
 	setRequest(msg, req)
 	c.req = req
-	n.calls[req] = c
+	n.calls.put(c)
 	n.stats.Writes++
 	n.mu.Unlock()
 
 	if err := n.send(ctx, msg); err != nil {
 		n.mu.Lock()
-		delete(n.calls, req)
+		n.calls.remove(req)
 		n.mu.Unlock()
 		return fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
 	}
@@ -515,7 +545,7 @@ func (n *Node) await(ctx context.Context, c *call) error {
 		n.mu.Lock()
 		if !c.done.Load() {
 			// The node failed first: the call is still registered.
-			delete(n.calls, req)
+			n.calls.remove(req)
 			if n.err != nil {
 				err = n.err
 			}

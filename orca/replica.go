@@ -86,6 +86,29 @@ func (p Pos) Less(q Pos) bool {
 
 func (p Pos) String() string { return fmt.Sprintf("%d.%d", p.Delivery, p.Sub) }
 
+// lockObject makes the replica hold o's lock, under which it changes o's
+// state (n.mu held): local readers wait. The replica keeps it for the
+// writes to o that follow in the same delivery (a batch's), and lets it
+// go when it needs another object's, or at the delivery's end
+// (unlockObject): one lock a batch, not one a write.
+func (n *Node) lockObject(o *object) {
+	if n.locked == o {
+		return
+	}
+	n.unlockObject()
+	o.mu.Lock()
+	n.locked = o
+}
+
+// unlockObject lets go of the object lock the replica holds, if any (n.mu
+// held).
+func (n *Node) unlockObject() {
+	if o := n.locked; o != nil {
+		n.locked = nil
+		o.mu.Unlock()
+	}
+}
+
 // deliver takes one message of the total order (data is valid only
 // during the call).
 func (n *Node) deliverLocked(from frame.MemberID, data []byte) {
@@ -149,7 +172,13 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 			return
 		}
 		n.noteRequest(from, m.req)
-		o := n.objects[m.object]
+		o := n.last
+		if o == nil || o.id != m.object {
+			o = n.objects[m.object]
+			if o != nil {
+				n.last = o
+			}
+		}
 		if o == nil {
 			n.keepEarly(m.object, from, msg, pos)
 			return
@@ -211,7 +240,7 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 	if from != n.self {
 		return
 	}
-	if c := n.calls[req]; c != nil {
+	if c := n.calls.get(req); c != nil {
 		c.err = err
 		c.finish()
 	}
@@ -222,12 +251,13 @@ func (n *Node) failCall(from frame.MemberID, req uint32, err error) {
 func (n *Node) invoke(o *object, from frame.MemberID, req uint32, op *opInfo, raw []byte, pos uint64) {
 	var c *call
 	if from == n.self {
-		c = n.calls[req]
+		c = n.calls.get(req)
 	}
 	var tr *traced
 	if n.trace != nil {
 		tr = new(traced)
 	}
+	n.lockObject(o)
 	outcome, detail := op.writer.runWrite(o, raw, c, tr)
 	switch outcome {
 	case runBadArgs:
@@ -304,9 +334,8 @@ func (n *Node) guardHolds(o *object, p *pendingOp) (ok bool, err error) {
 // reports whether the node still works (an operation that panics stops
 // it: the replica may be half changed).
 func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
+	n.lockObject(o)
 	result, err := func() (r any, err error) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
 		defer func() {
 			if x := recover(); x != nil {
 				err = opPanicked(p.op, o, p.origin, x)
@@ -320,7 +349,7 @@ func (n *Node) apply(o *object, p *pendingOp, at Pos) bool {
 	}
 	var c *call
 	if p.origin == n.self {
-		if c = n.calls[p.req]; c != nil {
+		if c = n.calls.get(p.req); c != nil {
 			p.op.setResult(c, result)
 		}
 	}
@@ -352,7 +381,16 @@ func (n *Node) applied(o *object, origin frame.MemberID, req uint32, op *opInfo,
 		n.trace(TraceEvent{Kind: TraceApply, Member: n.self, Object: o.name, Op: op.name, Write: true, Origin: origin, Req: req,
 			Args: args, Result: result, Pos: at, Writes: o.writes, Digest: digest})
 	}
-	o.changedLocked()
+	if o.changed != nil {
+		if n.delivering {
+			// After the delivery, with the object's lock free for
+			// the reads that wake.
+			n.wakes = append(n.wakes, wakeUp{o.changed, true})
+			o.changed = nil
+		} else {
+			o.changedLocked()
+		}
+	}
 	return true
 }
 
@@ -367,7 +405,7 @@ func (n *Node) cancel(o *object, from frame.MemberID, req uint32) {
 	o.pending = slices.Delete(o.pending, i, i+1)
 	n.stats.Cancelled++
 	if from == n.self {
-		if c := n.calls[req]; c != nil {
+		if c := n.calls.get(req); c != nil {
 			c.cancelled = true
 			c.finish()
 		}

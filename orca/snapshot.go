@@ -163,6 +163,7 @@ func (n *Node) Restore(snapshot []byte) error {
 	if err := n.usable(); err != nil {
 		return err
 	}
+	defer n.unlockObject() // the early messages applied
 	return n.restoreLocked(snapshot, true)
 }
 
@@ -319,6 +320,7 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 		}
 		objs = append(objs, objState{o, so, state, pending})
 	}
+	n.unlockObject() // install takes the objects' locks
 	for _, os := range objs {
 		os.o.install(os.so, os.state, os.pending)
 	}
