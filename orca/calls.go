@@ -4,9 +4,8 @@ package orca
 // Requests are numbered in sequence and mostly finish in that order, so a
 // call sits in a ring slot chosen by its number (req modulo the ring's
 // length, a power of two): putting, finding and removing one is an index
-// and a compare, where a map (what it was) hashed, and, with hundreds of
-// writes in flight coming and going, spent 15 % of a write's in-memory
-// cost on it (BenchmarkGoBatched). A call whose slot a later request
+// and a compare, where a map hashes (docs/orca.md, "A replica's work per
+// delivery", has the measurement). A call whose slot a later request
 // needs while it still waits (a guarded write that waits long) moves to
 // the overflow map, more; so does one that a grown ring has no slot for.
 // The ring doubles when a request finds its slot taken while at least
