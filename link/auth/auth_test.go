@@ -769,3 +769,63 @@ func TestSealFollowsStreamAndKey(t *testing.T) {
 		}
 	}
 }
+
+// TestRecvKeepsBatchOrder: one Recv of a batch that mixes frames that
+// verify, frames dropped (a forgery, a replay) and frames passed
+// unjudged (another group's) returns the kept ones in their order, each
+// marked Authenticated exactly when it verified, and the buffers of the
+// frames returned are those the link read (Recv moves frames up behind
+// a dropped one, and leaves the others where they are).
+func TestRecvKeepsBatchOrder(t *testing.T) {
+	for _, encrypt := range []bool{false, true} {
+		w := &wire{}
+		fa, fb := w.attach(1), w.attach(2)
+		k := testKey(t, 1)
+		a, b := wrap(t, fa, k, encrypt), wrap(t, fb, k, encrypt)
+		var sealed [][]byte
+		for i, p := range []string{"one", "two", "three", "four"} {
+			if _, err := a.Send([][]byte{dataFrame(t, fa.mac, 0, 5, uint32(i+1), p)}); err != nil {
+				t.Fatal(err)
+			}
+			sealed = append(sealed, fb.queue[len(fb.queue)-1])
+		}
+		fb.queue = nil
+		forged := append([]byte(nil), sealed[1]...)
+		forged[len(forged)-frame.CRCLen-1] ^= 1
+		frame.SetCRC(forged[frame.EthernetHeaderLen:])
+		other := frame.AppendEthernet(nil, [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, fa.mac, frame.EtherType)
+		h := frame.Header{Group: 8, Sender: 0, Incarnation: 5, Seq: 1}
+		other, err := frame.Append(other, &h, &frame.Payload{T: frame.Data, Data: []byte("other group")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// one, forged two, other group, three, one again, four.
+		batch := [][]byte{sealed[0], forged, other, sealed[2], append([]byte(nil), sealed[0]...), sealed[3]}
+		fb.queue = append(fb.queue, batch...)
+		rx := make([]link.Frame, 16)
+		n, err := b.Recv(time.Time{}, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			buf  []byte
+			auth bool
+		}{{sealed[0], true}, {other, false}, {sealed[2], true}, {sealed[3], true}}
+		if n != len(want) {
+			t.Fatalf("encrypt=%v: Recv kept %d frames of %d, want %d", encrypt, n, len(batch), len(want))
+		}
+		for i, w := range want {
+			if &rx[i].Data[0] != &w.buf[0] || rx[i].Authenticated != w.auth {
+				t.Errorf("encrypt=%v: frame %d: buffer %p authenticated %v, want %p, %v", encrypt, i, &rx[i].Data[0], rx[i].Authenticated, &w.buf[0], w.auth)
+			}
+		}
+		for i, p := range map[int]string{0: "one", 2: "three", 3: "four"} {
+			if got := payloadOf(t, rx[i].Data); got != p {
+				t.Errorf("encrypt=%v: frame %d carries %q, want %q", encrypt, i, got, p)
+			}
+		}
+		if s := b.Auth(); s.Verified != 3 || s.BadTag != 1 || s.Replay != 1 {
+			t.Errorf("encrypt=%v: verified %d, bad tag %d, replays %d; want 3, 1, 1", encrypt, s.Verified, s.BadTag, s.Replay)
+		}
+	}
+}
