@@ -15,6 +15,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Errors; see dsm/core for their meaning.
@@ -140,6 +141,20 @@ func (cfg Config) GlobalConfig() reliable.Config {
 		g.Relay = true
 	}
 	return g
+}
+
+// UpdateMessage is the largest message the node cuts its updates to,
+// given its global group's largest, groupMax. In channel mode with Views
+// it is smaller by pbp.RelayOverhead: a channel's frames carry the ack
+// vector of its own members only, but its members relay (ChannelConfig),
+// so its largest message can be that much smaller than the view's (which
+// leaves room for MaxMembers acks); without Views the global group relays
+// too and is never larger than a channel.
+func (cfg Config) UpdateMessage(groupMax int) int {
+	if cfg.Channels && cfg.Group.Views {
+		return groupMax - pbp.RelayOverhead
+	}
+	return groupMax
 }
 
 // ChannelConfig is the reliable group configuration of segment key's
@@ -659,7 +674,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 			ids = append(ids, m.ID)
 		}
 	}
-	c, err := core.New(coreConfigView(g.Self(), ids, g.MaxMessage(), cfg, first != 0 && !FoundingView(first)))
+	c, err := core.New(coreConfigView(g.Self(), ids, cfg.UpdateMessage(g.MaxMessage()), cfg, first != 0 && !FoundingView(first)))
 	if err != nil {
 		n.mu.Unlock()
 		g.Close()

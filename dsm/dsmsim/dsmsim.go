@@ -272,7 +272,7 @@ func (m *simMember) start() {
 func (m *simMember) onEvent(ev reliable.Event) {
 	if !m.started && ev.Kind == reliable.ViewInstalled && ev.View != nil {
 		m.self, m.members = ev.Member, slices.Clone(ev.View.Members)
-		if err := m.h.StartView(ev.Member, *ev.View, m.drv.MaxMessage()); err != nil {
+		if err := m.h.StartView(ev.Member, *ev.View, m.cfg.UpdateMessage(m.drv.MaxMessage())); err != nil {
 			m.startErr = err
 			return
 		}
@@ -313,7 +313,7 @@ func (m *simMember) attach(gcfg reliable.Config) error {
 		for _, mi := range gcfg.Members {
 			ids = append(ids, mi.ID)
 		}
-		if err := m.h.Start(m.self, ids, d.MaxMessage()); err != nil {
+		if err := m.h.Start(m.self, ids, cfg.UpdateMessage(d.MaxMessage())); err != nil {
 			return err
 		}
 	}

@@ -299,7 +299,7 @@ func (c Config) validate() (settings, error) {
 		}
 		// A relay carries a whole frame of the sender's: its base (4),
 		// header without acks and CRC around the payload.
-		s.maxPayload = s.linkMax - relayWrap
+		s.maxPayload = s.linkMax - RelayOverhead
 		if c.MaxPayload > s.maxPayload {
 			return s, configErr("MaxPayload is %d, but with Relay MTU %d with %d ack entries carries at most %d", c.MaxPayload, s.MTU, s.span, s.maxPayload)
 		}

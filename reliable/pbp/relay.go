@@ -29,10 +29,11 @@ import (
 // detector removes the sender, half a failure timeout later. Frames that
 // no survivor received are lost to all of them alike.
 
-// relayWrap is what a relay adds around the relayed frame's payload: the
-// base view (4) and the relayed frame's header, without an ack vector,
-// and CRC.
-const relayWrap = 4 + frame.Overhead
+// RelayOverhead is what a relay adds around the relayed frame's
+// payload: the base view (4) and the relayed frame's header, without an
+// ack vector, and CRC. With Relay the largest message is this much
+// smaller than the MTU and the ack vector allow.
+const RelayOverhead = 4 + frame.Overhead
 
 // relaySuspect reports whether p's frames are due to be relayed now: p was
 // silent for half the failure timeout, not yet for two, and it did not

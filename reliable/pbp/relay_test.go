@@ -243,7 +243,7 @@ func TestRelayConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := newCore(t, testConfig(PBP2, 0, 3))
-	if got, want := c.Info().MaxMessage, plain.Info().MaxMessage-relayWrap; got != want {
+	if got, want := c.Info().MaxMessage, plain.Info().MaxMessage-RelayOverhead; got != want {
 		t.Errorf("MaxMessage with Relay %d, want %d", got, want)
 	}
 	cfg.MaxPayload = plain.Info().MaxMessage
