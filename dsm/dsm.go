@@ -15,7 +15,6 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Errors; see dsm/core for their meaning.
@@ -145,14 +144,14 @@ func (cfg Config) GlobalConfig() reliable.Config {
 
 // UpdateMessage is the largest message the node cuts its updates to,
 // given its global group's largest, groupMax. In channel mode with Views
-// it is smaller by pbp.RelayOverhead: a channel's frames carry the ack
+// it is smaller by reliable.RelayOverhead: a channel's frames carry the ack
 // vector of its own members only, but its members relay (ChannelConfig),
 // so its largest message can be that much smaller than the view's (which
 // leaves room for MaxMembers acks); without Views the global group relays
 // too and is never larger than a channel.
 func (cfg Config) UpdateMessage(groupMax int) int {
 	if cfg.Channels && cfg.Group.Views {
-		return groupMax - pbp.RelayOverhead
+		return groupMax - reliable.RelayOverhead
 	}
 	return groupMax
 }
