@@ -502,3 +502,66 @@ func TestChannelsLastWriteBeforeExit(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinChannelsViewsWideIDs: channels over a global group with Views
+// whose members' ids span the view's MaxMembers (0 and 15): the channel's
+// frames carry 16 acks and leave room for a relay (pbp.Config.Relay), so
+// its largest message is 36 bytes below the view's (1368 against 1404
+// bytes). The node cuts its updates to the smaller (Config.UpdateMessage):
+// before, full update buffers exceeded what the channel carries.
+func TestJoinChannelsViewsWideIDs(t *testing.T) {
+	r := rtnet.New(t, 8)
+	const size, locs = 2, 2000
+	nodes := make([]*dsm.Node, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		l := r.Attach(t, testnet.EndpointConfig{})
+		t.Cleanup(func() { l.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
+				RequestID: frame.MemberID(15 * i), Logger: slog.New(slog.DiscardHandler)}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = dsm.Join(ctx, l, c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	runLive(t, nodes, func(n *dsm.Node) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := attach(n, 5, locs, 8)
+		if err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 1); err != nil {
+			return err
+		}
+		if n.Rank() == 0 {
+			for loc := range locs {
+				if err := s.Write(loc, writeValue(0, loc, 8)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := n.Barrier(ctx, 2); err != nil {
+			return err
+		}
+		for loc := range locs {
+			if got, want := s.Location(loc), writeValue(0, loc, 8); !bytes.Equal(got, want) {
+				return fmt.Errorf("location %d is %x, want %x", loc, got, want)
+			}
+		}
+		return nil
+	})
+	if st := nodes[1].Stats(); st.Channels[5].Protocol.Delivered == 0 {
+		t.Error("rank 1's channel of segment 5 delivered nothing")
+	}
+	t.Logf("largest update message %d bytes", nodes[0].MaxMessage())
+}

@@ -126,6 +126,61 @@ func (cfg Config) ChannelGroupID(key uint32) uint32 {
 	return DefaultChannelGroup(cfg.Group.Group, key)
 }
 
+// GlobalConfig is the reliable group configuration of the global group
+// under cfg: cfg.Group, with Relay set in channel mode where it applies
+// (Order FIFO without Views). The global group then carries only
+// announcements and barrier messages, and a member that died with one of
+// them on the wire has it reach every survivor or none (a survivor that
+// missed its announcement opened a channel a failure timeout late,
+// removed by the others meanwhile); and its largest message, which the
+// node's updates are cut to, is no larger than a channel's.
+func (cfg Config) GlobalConfig() reliable.Config {
+	g := cfg.Group
+	if cfg.Channels && !g.Views && g.Order == reliable.FIFO {
+		g.Relay = true
+	}
+	return g
+}
+
+// UpdateMessage is the largest message the node cuts its updates to,
+// given its global group's largest, groupMax. In channel mode with Views
+// it is smaller by reliable.RelayOverhead: a channel's frames carry the ack
+// vector of its own members only, but its members relay (ChannelConfig),
+// so its largest message can be that much smaller than the view's (which
+// leaves room for MaxMembers acks); without Views the global group relays
+// too and is never larger than a channel.
+func (cfg Config) UpdateMessage(groupMax int) int {
+	if cfg.Channels && cfg.Group.Views {
+		return groupMax - reliable.RelayOverhead
+	}
+	return groupMax
+}
+
+// ChannelConfig is the reliable group configuration of segment key's
+// channel, whose members are those of all (the global group's list) with
+// the ids in ids, for member self: a static group, even when the global
+// one has Views, with the global group's settings otherwise. Its members
+// relay a dead member's frames to those that lack them before removing it
+// (reliable.Config.Relay), so the survivors agree on what it sent: a
+// channel has no view change (docs/dsm.md, "When a member dies with
+// frames on the wire"). Deliver and OnEvent are left to the caller.
+func (cfg Config) ChannelConfig(key uint32, all []frame.MemberInfo, ids []frame.MemberID, self frame.MemberID) reliable.Config {
+	g := cfg.Group
+	g.Group = cfg.ChannelGroupID(key)
+	g.Members = nil
+	for _, m := range all {
+		if slices.Contains(ids, m.ID) {
+			g.Members = append(g.Members, m)
+		}
+	}
+	g.Self = self
+	g.Size, g.Server, g.RequestID, g.Incarnation = 0, false, 0, 0
+	g.Views, g.MaxMembers = false, 0
+	g.Relay = g.Order == reliable.FIFO
+	g.Deliver, g.OnEvent = nil, nil
+	return g
+}
+
 // TraceEvent is one event of a member's history; see core.Event.
 type TraceEvent = core.Event
 
@@ -542,7 +597,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 	e := &groupEnv{n: n, changedc: make(chan struct{}), kickc: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
 		expect: !cfg.NoExpect}
 	n.env = e
-	gcfg := cfg.Group
+	gcfg := cfg.GlobalConfig()
 	gcfg.Deliver = n.deliver
 	gcfg.OnEvent = n.event
 	// With Views the channels' static member lists (ids, MACs,
@@ -618,7 +673,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 			ids = append(ids, m.ID)
 		}
 	}
-	c, err := core.New(coreConfigView(g.Self(), ids, g.MaxMessage(), cfg, first != 0 && !FoundingView(first)))
+	c, err := core.New(coreConfigView(g.Self(), ids, cfg.UpdateMessage(g.MaxMessage()), cfg, first != 0 && !FoundingView(first)))
 	if err != nil {
 		n.mu.Unlock()
 		g.Close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/rbcast/rbcast/dsm/core"
@@ -215,22 +214,10 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	if e.mux == nil {
 		return errors.New("the node has no channels (Config.Channels)")
 	}
-	gcfg := e.cfg.Group
-	gcfg.Group = e.cfg.ChannelGroupID(key)
-	gcfg.Members = nil
-	for _, m := range e.members {
-		if slices.Contains(members, m.ID) {
-			gcfg.Members = append(gcfg.Members, m)
-		}
-	}
-	gcfg.Self = e.n.self
-	gcfg.Size, gcfg.Server, gcfg.RequestID, gcfg.Incarnation = 0, false, 0, 0
-	// A channel is a static group even when the global one has Views.
-	gcfg.Views, gcfg.MaxMembers = false, 0
+	gcfg := e.cfg.ChannelConfig(key, e.members, members, e.n.self)
 	ch := core.SegmentChannel(key)
 	n := e.n
 	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }
-	gcfg.OnEvent = nil
 	l, err := e.mux.Open(gcfg.Group)
 	if err != nil {
 		return err

@@ -72,6 +72,17 @@ func goldenCases() []struct {
 	if err != nil {
 		panic(err)
 	}
+	// A static group's relay (pbp.Config.Relay): base 0, the relaying
+	// member's header as an Ack's (view 0, its ack vector, its last
+	// sequence number), the silent member's frame without acks.
+	hStatic := h
+	hStatic.ViewID = 0
+	hDead := hNoAcks
+	hDead.Sender, hDead.ViewID, hDead.Seq = 2, 0, 12
+	relayedStatic, err := Append(nil, &hDead, &Payload{T: Data, Data: []byte("from the dead")})
+	if err != nil {
+		panic(err)
+	}
 	return []struct {
 		name string
 		h    Header
@@ -102,6 +113,7 @@ func goldenCases() []struct {
 		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, false, 17}, {2, true, 5}}}},
 		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}, BaseCount: 3, FromBase: []MemberID{0, 1}}},
 		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
+		{"view_relay_static", hStatic, &ViewRelayBody{Base: 0, Frame: relayedStatic}},
 		{"view_refuse", hNoAcks, &ViewRefuseBody{Nonce: 0x0102030405060708, Reason: RefuseConfig, ConfigHash: 0xdeadbeefcafef00d}},
 		{"group_remove", hNoAcks, &GroupRemoveBody{View: 7}},
 		{"view_suspect", hNoAcks, &ViewSuspectBody{Suspects: []MemberID{2, 4}}},

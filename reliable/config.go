@@ -212,6 +212,14 @@ type Config struct {
 	// that completes the view delivers at the same place. Without it,
 	// Order Total with Views is Agreed.
 	Safe bool
+	// Relay (Order FIFO without Views: a static or registered group):
+	// a member silent for half FailureTimeout has the frames it sent
+	// relayed by the members that delivered them to those that lack
+	// them, before they remove it (pbp.Config.Relay), so that every
+	// survivor delivers what any survivor delivered of a member that dies
+	// with frames on the wire. It costs a copy of every delivered message
+	// and a slightly smaller largest message. Every member sets it alike.
+	Relay bool
 
 	// PCODE is Order PCODE's own settings (reliable/pcode.Config).
 	PCODE PCODEConfig
@@ -333,6 +341,9 @@ func (c Config) settings() (settings, error) {
 	}
 	if c.Safe && !c.Views {
 		return s, configErr("Safe applies to groups with Views; the registered total order has Resilience")
+	}
+	if c.Relay && (c.Views || c.Order != FIFO) {
+		return s, configErr("Relay applies to Order FIFO without Views (a view change relays by itself)")
 	}
 	if c.Views {
 		switch {

@@ -28,3 +28,8 @@ func ViewNumber(id uint32) uint32 { return view.Number(id) }
 
 // ViewProposer is the member that proposed view id (or founded it).
 func ViewProposer(id uint32) frame.MemberID { return view.Proposer(id) }
+
+// RelayOverhead is how much smaller Config.Relay makes the largest
+// message than the MTU and the ack vector allow: room for the relay's
+// wrapping of a frame (pbp.RelayOverhead).
+const RelayOverhead = pbp.RelayOverhead

@@ -165,6 +165,8 @@ func TestViewsConfigErrors(t *testing.T) {
 		{Config{Size: 2, Order: Total, Safe: true}, "Safe applies to groups with Views"},
 		{Config{Views: true, RequestID: 16}, "RequestID is 16, but a view's ids are 0..15 (MaxMembers 16)"},
 		{Config{Size: 2, MaxMembers: 8}, "applies to Views only"},
+		{Config{Views: true, Relay: true}, "Relay applies to Order FIFO without Views"},
+		{Config{Size: 2, Order: Total, Relay: true}, "Relay applies to Order FIFO without Views"},
 	} {
 		tc.cfg.Logger = quiet
 		_, err := Join(context.Background(), l, tc.cfg)

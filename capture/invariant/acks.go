@@ -128,6 +128,15 @@ func (c *Checker) checkAcks(f *Frame, ifc *iface, report reportFunc, doubt func(
 		c.seqSenders.put(senderKey{v.Sender(), v.Incarnation()}, struct{}{})
 		return
 	}
+	if v.Type() == frame.ViewRelay && f.Dir == DirIn {
+		// A relayed Data frame (a view change's, or a static group's
+		// relay of a silent member's: pbp.Config.Relay) is received as
+		// its sender's would be.
+		if in := v.RelayFrame(); len(in) > 0 && in.Type() == frame.Data && in.Sender() != ifc.self {
+			c.receive(f.Iface, ifc, streamKey{in.Sender(), in.ViewID()}, in.Seq())
+		}
+		return
+	}
 	if !c.isPBP(v) {
 		return
 	}

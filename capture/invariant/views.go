@@ -27,6 +27,13 @@ func IsViewType(t frame.Type) bool {
 	return false
 }
 
+// IsViewFrame reports whether v belongs to the view protocol: a frame of
+// a view type, except a ViewRelay of view 0, which a static group's
+// members send to relay a silent member's frames (pbp.Config.Relay).
+func IsViewFrame(v frame.View) bool {
+	return IsViewType(v.Type()) && !(v.Type() == frame.ViewRelay && v.ViewID() == 0)
+}
+
 // views finds view-agreement, view-member, view-order and view-cut.
 type views struct {
 	// commits: the first ViewCommit of each view id; byBase: the ids
@@ -157,7 +164,7 @@ func memberList(ms []frame.MemberInfo) string {
 func (c *Checker) checkViews(f *Frame, report reportFunc) {
 	v := f.View
 	t, w := v.Type(), v.ViewID()
-	if w == 0 && !IsViewType(t) {
+	if w == 0 && !IsViewFrame(v) {
 		return // a group that never changes
 	}
 	c.checkOrder(f, report)

@@ -169,6 +169,10 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 	if cfg.LateProgram != nil && !cfg.Views {
 		return Result{}, errors.New("dsmsim: Config.LateProgram needs Config.Views (a static group admits nobody later)")
 	}
+	// The node's configuration says Views as Join's would: the global
+	// group's and the channels' settings follow from it
+	// (dsm.Config.GlobalConfig, ChannelConfig, UpdateMessage).
+	cfg.Node.Group.Views = cfg.Node.Group.Views || cfg.Views
 	procs := cfg.Members
 	if cfg.LateProgram != nil {
 		procs++
@@ -208,7 +212,7 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		m.n, m.h = dsm.NewHosted(m, ncfg)
 		running.Store(m.n, m)
 		defer running.Delete(m.n)
-		gcfg := cfg.Node.Group
+		gcfg := cfg.Node.GlobalConfig()
 		gcfg.Members, gcfg.Self, gcfg.Size, gcfg.Server = members[:cfg.Members], ids[i], 0, false
 		if cfg.Views {
 			gcfg.Members, gcfg.Self, gcfg.Views, gcfg.Size = nil, 0, true, cfg.Members
@@ -268,7 +272,7 @@ func (m *simMember) start() {
 func (m *simMember) onEvent(ev reliable.Event) {
 	if !m.started && ev.Kind == reliable.ViewInstalled && ev.View != nil {
 		m.self, m.members = ev.Member, slices.Clone(ev.View.Members)
-		if err := m.h.StartView(ev.Member, *ev.View, m.drv.MaxMessage()); err != nil {
+		if err := m.h.StartView(ev.Member, *ev.View, m.cfg.UpdateMessage(m.drv.MaxMessage())); err != nil {
 			m.startErr = err
 			return
 		}
@@ -309,7 +313,7 @@ func (m *simMember) attach(gcfg reliable.Config) error {
 		for _, mi := range gcfg.Members {
 			ids = append(ids, mi.ID)
 		}
-		if err := m.h.Start(m.self, ids, d.MaxMessage()); err != nil {
+		if err := m.h.Start(m.self, ids, cfg.UpdateMessage(d.MaxMessage())); err != nil {
 			return err
 		}
 	}
@@ -414,18 +418,9 @@ func (m *simMember) Open(key uint32, members []frame.MemberID) error {
 	if m.mux == nil {
 		return errors.New("the node has no channels (Config.Channels)")
 	}
-	gcfg := m.cfg.Group
-	gcfg.Group = m.cfg.ChannelGroupID(key)
-	gcfg.Members = nil
-	for _, mi := range m.members {
-		if slices.Contains(members, mi.ID) {
-			gcfg.Members = append(gcfg.Members, mi)
-		}
-	}
-	gcfg.Self, gcfg.Size, gcfg.Server, gcfg.Views, gcfg.RequestID = m.self, 0, false, false, 0
+	gcfg := m.cfg.ChannelConfig(key, m.members, members, m.self)
 	ch := core.SegmentChannel(key)
 	gcfg.Deliver = m.h.DeliverOn(ch)
-	gcfg.OnEvent = nil
 	l, err := m.mux.Open(gcfg.Group)
 	if err != nil {
 		return err

@@ -378,6 +378,15 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 			HeartbeatInterval: pbp.Duration(opts.HeartbeatInterval), FailureTimeout: pbp.Duration(opts.FailureTimeout),
 			BundleDelay: pbp.Duration(opts.BundleDelay),
 		}
+		// A static group whose members relay a silent member's frames
+		// (pbp.Config.Relay) shows it by its relays: view 0's.
+		for _, r := range recs {
+			if v := r.View; v != nil && v.Type() == frame.ViewRelay && v.Group() == group && v.ViewID() == 0 {
+				cfg.Relay = true
+				note("relays of a silent member's frames (Relay), from frame %d", r.N)
+				break
+			}
+		}
 		res.Config = cfg
 		pc, err := pbp.New(cfg)
 		if err != nil {

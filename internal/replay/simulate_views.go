@@ -113,8 +113,9 @@ func hasViews(c *Capture, opts SimOptions) bool {
 			continue
 		}
 		// A Datagram of view 0 is a registered group's (PBP's Unreliable
-		// level): views number theirs from 1.
-		if t := r.View.Type(); invariant.IsViewType(t) || r.View.ViewID() != 0 {
+		// level): views number theirs from 1; a ViewRelay of view 0 a
+		// static group's relay (pbp.Config.Relay).
+		if invariant.IsViewFrame(r.View) || r.View.ViewID() != 0 {
 			return true
 		}
 	}

@@ -62,3 +62,49 @@ func BenchmarkGroup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRelayCost is BenchmarkGroup's PBP2 run at 3 members with and
+// without Relay, side by side: the copy of every delivered message that
+// Relay keeps (nothing is relayed on a lossless segment).
+func BenchmarkRelayCost(b *testing.B) {
+	for _, size := range []int{64, 1400} {
+		for _, relay := range []bool{false, true} {
+			b.Run(fmt.Sprintf("size=%d/relay=%v", size, relay), func(b *testing.B) {
+				const n = 3
+				ms := testMembers(n)
+				var cores []*Core
+				var macs [][6]byte
+				for i := range n {
+					c, err := New(Config{Group: testGroup, Self: frame.MemberID(i), Members: ms, Relay: relay})
+					if err != nil {
+						b.Fatal(err)
+					}
+					cores = append(cores, c)
+					macs = append(macs, ms[i].MAC)
+				}
+				g := memseg.New(testGroup, cores, macs, t0)
+				msg := make([]byte, size)
+				sent := 0
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for g.Delivered[n-1] < b.N {
+					for sent < b.N {
+						if err := g.Cores[0].Propose(g.Now, msg); errors.Is(err, ErrWindowFull) {
+							break
+						} else if err != nil {
+							b.Fatal(err)
+						}
+						sent++
+					}
+					g.Round(b)
+				}
+				b.StopTimer()
+				if g.Delivered[1] != b.N {
+					b.Fatalf("member 1 delivered %d of %d", g.Delivered[1], b.N)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
+}

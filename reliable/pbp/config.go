@@ -118,6 +118,15 @@ type Config struct {
 	// to the members that did not get it (Retained). It costs one copy of
 	// every delivered message.
 	Retain bool
+	// Relay (a group of fixed membership, ViewID 0): a member silent for
+	// half the failure timeout has the frames it sent relayed by the
+	// members that delivered them to those that lack them, before they
+	// remove it (relay.go), so that every survivor delivers what any
+	// survivor delivered of a member that dies with frames on the wire.
+	// It keeps copies as Retain does, and the largest message leaves room
+	// for the relay's wrapping (4 bytes and a frame header without an ack
+	// vector). Every member of a group sets it alike.
+	Relay bool
 	// PromptAcks: a layer above waits for every member to hold each
 	// frame (Safe, from the acknowledgement matrix), so the members
 	// acknowledge at once what this member asks for (FlagAckRequest),
@@ -226,7 +235,7 @@ func (c Config) withDefaults() Config {
 // Registration hashes it, so a joiner configured otherwise is refused.
 func (c Config) Shared() Config {
 	c = c.withDefaults()
-	c.Self, c.Members, c.BundleDelay, c.ViewID, c.Retain = 0, nil, 0, 0, false
+	c.Self, c.Members, c.BundleDelay, c.ViewID, c.Retain, c.Relay = 0, nil, 0, 0, false, false
 	return c
 }
 
@@ -283,6 +292,17 @@ func (c Config) validate() (settings, error) {
 	s.maxPayload = s.linkMax
 	if c.MaxPayload < 0 || c.MaxPayload > s.linkMax {
 		return s, configErr("MaxPayload is %d, but MTU %d with %d ack entries carries at most %d", c.MaxPayload, s.MTU, s.span, s.linkMax)
+	}
+	if c.Relay {
+		if c.ViewID != 0 {
+			return s, configErr("Relay is for a group of fixed membership, not view %d (the view change relays)", c.ViewID)
+		}
+		// A relay carries a whole frame of the sender's: its base (4),
+		// header without acks and CRC around the payload.
+		s.maxPayload = s.linkMax - RelayOverhead
+		if c.MaxPayload > s.maxPayload {
+			return s, configErr("MaxPayload is %d, but with Relay MTU %d with %d ack entries carries at most %d", c.MaxPayload, s.MTU, s.span, s.maxPayload)
+		}
 	}
 	if c.MaxPayload > 0 {
 		s.maxPayload = c.MaxPayload

@@ -105,6 +105,11 @@ type Stats struct {
 	// and dropped (duplicates, and those older than core.DatagramSpan).
 	DatagramsSent, DatagramsDelivered, DatagramsDropped uint64
 
+	// Config.Relay (relay.go): frames of a silent member relayed to the
+	// group, relayed frames taken, and relays refused (not a Data frame
+	// of this group, of a non-member, or a window or more ahead).
+	Relayed, RelaysReceived, RelaysRefused uint64
+
 	MembersFailed uint64
 	MembersLeft   uint64
 	Discarded     uint64 // messages of removed members dropped beyond a gap
@@ -205,6 +210,7 @@ type peer struct {
 	ring     []held // reorder buffer (in_buffers[j]), indexed seq & mask
 	buffered int
 	kept     []kept // Config.Retain: the last frames delivered, indexed seq & mask
+	relayAt  Time   // Config.Relay: its frames are not relayed again before then
 }
 
 // held is a received frame waiting for the frames before it; for a
@@ -359,7 +365,7 @@ func New(cfg Config) (*Core, error) {
 		for i := range c.peers[len(c.peers)-1].heard {
 			c.peers[len(c.peers)-1].heard[i] = s.InitialSeq
 		}
-		if s.Retain {
+		if s.Retain || s.Relay {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
 		}
 	}
@@ -645,6 +651,7 @@ func (c *Core) Deadline() Time {
 	}
 	for i := range c.peers {
 		p := &c.peers[i]
+		early(c.relayDeadline(p)) // removed or not (relay.go)
 		if !p.live {
 			continue
 		}
@@ -712,6 +719,9 @@ func (c *Core) Tick(now Time) {
 			p.nackExpected, p.nackArmed = p.expected, now
 			p.nackAt = now.Add(c.nackTimeout(p) << p.nackBackoff)
 		}
+	}
+	for i := range c.peers {
+		c.relay(&c.peers[i], now)
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendTimeout()

@@ -67,6 +67,11 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	}
 	switch t {
 	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
+	case frame.ViewRelay:
+		if !c.cfg.Relay {
+			c.stats.UnhandledTypes++
+			return fmt.Errorf("%w: %v from member %d (Relay is not set)", ErrFrameType, t, id)
+		}
 	default:
 		c.stats.UnhandledTypes++
 		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
@@ -103,6 +108,10 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		if v.NackTarget() == c.cfg.Self {
 			c.answerNack(p, v.NackRanges())
 		}
+	case frame.ViewRelay:
+		// Seq is the last frame the relaying member sent, as an Ack's.
+		c.learnEnd(p, v.Seq()+1, false)
+		return c.onRelay(v)
 	case frame.Leave:
 		// Seq is the next sequence number the sender would have used.
 		c.learnEnd(p, v.Seq(), false)

@@ -31,6 +31,9 @@ type scenario struct {
 	leaver     int // member index that leaves once it has sent its messages, -1 none
 	rogue      bool
 	holds      []simHold // HoldFrom/ReleaseFrom (hold.go), every fourth seed
+	// relay: Config.Relay (relay.go), in every odd seed with a crash; the
+	// survivors must then agree on what the crashed member sent.
+	relay bool
 }
 
 // simHold is one member holding another's messages from at, released
@@ -41,8 +44,8 @@ type simHold struct {
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v holds=%v",
-		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue, s.holds)
+	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v holds=%v relay=%v",
+		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue, s.holds, s.relay)
 }
 
 func newScenario(seed uint64) scenario {
@@ -93,6 +96,7 @@ func newScenario(seed uint64) scenario {
 			s.holds = append(s.holds, hd)
 		}
 	}
+	s.relay = s.crash >= 0 && seed%2 == 1
 	return s
 }
 
@@ -190,6 +194,14 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	for _, m := range r.Members {
 		cfg := Config{Group: r.Config.Group, Self: m.ID, Members: infos, Mode: s.mode, Window: s.window,
 			MTU: s.link.MTU, MaxPayload: s.link.MaxPayload, InitialSeq: s.initialSeq}
+		if s.relay {
+			plain, err := New(cfg)
+			if err != nil {
+				t.Fatalf("%v: New: %v", s, err)
+			}
+			cfg.Relay = true
+			cfg.MaxPayload = min(cfg.MaxPayload, plain.cfg.linkMax-RelayOverhead)
+		}
 		var err error
 		if m.Core, err = New(cfg); err != nil {
 			t.Fatalf("%v: New: %v", s, err)
@@ -238,6 +250,23 @@ func (r *simRun) verdict() error {
 		}
 		if refused == 0 {
 			return fmt.Errorf("the rogue sent %d forged frames and no member refused one", r.Forged)
+		}
+	}
+	// With Relay the survivors delivered the same messages of the
+	// crashed member: what any of them delivered reached all.
+	if r.s.relay {
+		c := r.s.crash
+		first := -1
+		for _, m := range r.Members {
+			if m.Index == c || m.Crashed() || m.Left() {
+				continue
+			}
+			if first < 0 {
+				first = m.Index
+			} else if m.Next[c] != r.Members[first].Next[c] {
+				return fmt.Errorf("with Relay the survivors disagree on crashed member %d: member %d delivered %d of its messages, member %d %d",
+					r.Members[c].ID, r.Members[first].ID, r.Members[first].Next[c], m.ID, m.Next[c])
+			}
 		}
 	}
 	// The acknowledgement matrix never claims a member holds frames its
