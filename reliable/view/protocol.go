@@ -481,8 +481,9 @@ func (c *Core) Leave(now clock.Time) {
 	case joining:
 		c.state = done
 		c.event(core.Event{Kind: core.SelfLeft, Member: c.self})
+	case member:
+		c.leaveInner()
 	}
-	c.progress()
 }
 
 // leaveInner has the inner core of the installed view leave, once
@@ -508,8 +509,8 @@ func (c *Core) Leave(now clock.Time) {
 //     formed another view without it, its last frames cut off, and
 //     reported it failed (issue 19).
 //
-// It runs from Step and Tick (progress), never from Ready: a view a
-// coordinator alone installs there would lose its core's SelfLeft to
+// It runs from Leave, Step and Tick (progress), never from Ready: a view
+// a coordinator alone installs there would lose its core's SelfLeft to
 // the Advance that follows.
 func (c *Core) leaveInner() {
 	if !c.leaveDue() {
