@@ -476,10 +476,12 @@ func (n *Node) viewGone(members []frame.MemberInfo) bool {
 // computation's members are fixed at start (the group's first view), so
 // a process the group admitted later is refused, with a Refuse message
 // saying how far the computation is, unless this node may be such a
-// process itself or has failed. It reports whether a refusal was queued
+// process itself, has failed or exits (a member that leaves stays in
+// the group until every member installed its last view, and sends
+// nothing more). It reports whether a refusal was queued
 // (with n.mu held).
 func (n *Node) outsiders(members []frame.MemberInfo) bool {
-	refuse := n.core.Confirmed() && n.err == nil
+	refuse := n.core.Confirmed() && n.err == nil && !n.closed
 	queued := false
 	for _, m := range members {
 		if n.core.Outsider(m.ID, refuse) && refuse {
@@ -491,7 +493,7 @@ func (n *Node) outsiders(members []frame.MemberInfo) bool {
 
 // confirm queues a Confirm for every live member of a view installed
 // after the node's first, once per view, unless the node may be an
-// outsider itself or has failed. A member whose first view was not the
+// outsider itself, has failed or exits. A member whose first view was not the
 // founding one (it missed that view's commit, and the group moved on)
 // waits for one before crossing its first barrier; a process admitted
 // later gets a Refuse instead (outsiders), so a member's arrival at a
@@ -503,7 +505,7 @@ func (n *Node) confirm(v *reliable.ViewInfo) bool {
 		return false
 	}
 	n.lastView = v.ID
-	if v.ID == n.firstView || !n.core.Confirmed() || n.err != nil {
+	if v.ID == n.firstView || !n.core.Confirmed() || n.err != nil || n.closed {
 		return false
 	}
 	queued := false

@@ -552,7 +552,10 @@ func (c *Core) Left() bool { return c.left }
 const leaveRepeats = 3
 
 func (c *Core) maybeLeave() {
-	if !c.leaving || c.left || c.pending > 0 || c.stable != c.nextSeq {
+	// A core frozen for a view change does not announce its end: the
+	// change decides where this member's messages end (the membership
+	// layer leaves from the next view's core).
+	if !c.leaving || c.left || c.pending > 0 || c.stable != c.nextSeq || c.frozen {
 		return
 	}
 	c.left = true

@@ -860,17 +860,16 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.queue = append(c.unsent, c.queue...)
 	c.unsent = nil
 	c.drainQueue()
-	if c.leaving {
-		// Leave was called during the change: leave from the new view,
-		// once what was held meanwhile is out.
-		inner.Leave(c.now)
-	}
+	c.innerLeaving = false
 	c.stats.Views++
 	c.checkHeard()
 	if c.unaccepted {
 		c.announce()
 		c.checkAccepted()
 	}
+	// Leave was called before: the member leaves from the new view, with
+	// what was held meanwhile, once every member installed it
+	// (leaveInner, from the next Step or Tick).
 	c.event(core.Event{Kind: core.ViewInstalled, Member: self, Epoch: v.ID, View: &core.ViewInfo{ID: v.ID, Members: slices.Clone(v.Members), OwnBefore: ownBefore}})
 }
 

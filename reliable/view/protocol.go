@@ -472,6 +472,8 @@ func (c *Core) SentInView() uint32 {
 
 // Leave starts a clean departure: the inner core finishes what was sent
 // and announces it; the others leave this member out of the next view.
+// The inner core is told once this layer holds nothing more to send and
+// every member of the view installed it (leaveInner).
 func (c *Core) Leave(now clock.Time) {
 	c.touch(now)
 	c.leaving = true
@@ -480,8 +482,47 @@ func (c *Core) Leave(now clock.Time) {
 		c.state = done
 		c.event(core.Event{Kind: core.SelfLeft, Member: c.self})
 	case member:
-		c.inner.Leave(now)
+		c.leaveInner()
 	}
+}
+
+// leaveInner has the inner core of the installed view leave, once
+// nothing of this member waits outside it and the view before is over:
+//
+//   - no change is under way (frozen: the frozen core's unsent messages
+//     and those proposed since go out in the next view) and the view is
+//     accepted, with no message waiting in the queue: the inner core's
+//     Leave completes only once what it was handed is acknowledged by
+//     every live member, and what it was not handed would be lost;
+//   - the inner core numbered every message it was handed: a change
+//     that starts after its Leave takes the unnumbered ones out (Freeze)
+//     for the next view, while the inner core, left with nothing
+//     pending, announced its end to the others, who took the member for
+//     gone with those messages still to come;
+//   - every member of the view was heard in it (or the view before's
+//     core was dropped after its time, see checkHeard): a member that
+//     has not installed the view may still need this member's frames of
+//     the view before (the cut of the commit, which it completes by
+//     Nacks and relays), or the commit itself (catchUp). A member that
+//     stopped at once, as the inner core of a new view with nothing to
+//     send does, answered neither: a member that missed the commit
+//     formed another view without it, its last frames cut off, and
+//     reported it failed (issue 19).
+//
+// It runs from Leave, Step and Tick (progress), never from Ready: a view
+// a coordinator alone installs there would lose its core's SelfLeft to
+// the Advance that follows.
+func (c *Core) leaveInner() {
+	if !c.leaveDue() {
+		return
+	}
+	c.innerLeaving = true
+	c.inner.Leave(c.now)
+}
+
+func (c *Core) leaveDue() bool {
+	return c.leaving && c.state == member && !c.innerLeaving && !c.frozen && !c.unaccepted &&
+		len(c.queue) == 0 && len(c.unsent) == 0 && c.prev == nil && c.inner.PendingMessages() == 0
 }
 
 // Deadline is when Tick must next run.
@@ -530,6 +571,9 @@ func (c *Core) Deadline() clock.Time {
 		if c.reportDue() {
 			early(max(c.reportAt, c.now, 1))
 		}
+		if c.leaveDue() {
+			early(max(c.now, 1))
+		}
 	}
 	return d
 }
@@ -546,7 +590,7 @@ func (c *Core) Blocked() bool {
 // core's last frames are out), was removed, or was refused.
 func (c *Core) Done() bool {
 	if c.state != done {
-		return c.inner != nil && c.inner.Done() && c.leaving
+		return c.inner != nil && c.inner.Done() && c.leaving && c.innerLeaving
 	}
 	return c.inner == nil || c.inner.Done() || c.err != nil
 }
@@ -664,6 +708,9 @@ func (c *Core) observe(evs []core.Event) {
 		case core.MemberLeft:
 			c.leavers = addID(c.leavers, ev.Member)
 		case core.SelfLeft:
+			// The inner core was told to leave with nothing pending
+			// (leaveInner) and, frozen, does not leave: nothing of this
+			// member waits here.
 			c.state = done
 		case core.SelfRemoved:
 			c.state, c.err = done, ErrRemoved
@@ -704,6 +751,7 @@ func (c *Core) progress() {
 		if !c.primary() {
 			return // also while completing: a minority cannot complete
 		}
+		c.leaveInner()
 		if c.comp != nil {
 			c.complete()
 			return

@@ -244,6 +244,9 @@ type Core struct {
 	dgOut   []dgOut
 	leavers []frame.MemberID
 	leaving bool
+	// innerLeaving: the installed view's inner core was told to leave
+	// (leaveInner).
+	innerLeaving bool
 	// removeDue: RemoveGroup was called; the next Ready removes the group.
 	removeDue bool
 	maxSeen   uint32 // the highest view id seen proposed or installed

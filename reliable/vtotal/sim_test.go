@@ -79,3 +79,11 @@ func TestSimFounderMissedCommit(t *testing.T) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { viewsim.Seed(t, viewsim.Ordered, seed) })
 	}
 }
+
+// TestSimExit is issue 19 under Agreed and Safe (reliable/view's
+// TestSimExit): every process leaves, a few milliseconds apart, at 5 %
+// loss, and each leaver's messages reach every process that goes on
+// without it.
+func TestSimExit(t *testing.T) {
+	viewsim.ExitSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimExit")
+}
