@@ -88,6 +88,13 @@ type Config struct {
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
+	// AllMemberChannels (Channels) gives a channel also to a segment
+	// that every member of the group joined. By default such a segment
+	// has none: its updates go on the global group, ordered with the
+	// barrier messages, so a barrier costs no marker for it; WC then
+	// copies what a peer ahead writes to it, without WCCopies' bound, as
+	// without Channels. (docs/dsm.md, "A segment every member joined".)
+	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
 	// segment channel the wait condition (WC, def. 7.3) copies while this
 	// member has not crossed the barrier the peer crossed, before the
@@ -352,7 +359,7 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
+		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied

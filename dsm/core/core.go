@@ -77,6 +77,10 @@ type Config struct {
 	// every joined segment's channel (§7.2.3) and Opens reports the
 	// channels to open. Locks are refused (ErrLocksChannels).
 	Channels bool
+	// AllMemberChannels (Channels): a segment every member joined gets a
+	// channel too. Without it such a segment's updates go on the global
+	// channel and its barriers need no marker.
+	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
 	// segment channel WC copies aside before Holds asks the runtime to
 	// hold the rest in the peer's send window; 0 holds at once.
@@ -186,7 +190,8 @@ type Core struct {
 	keys  []uint32 // the segments' keys in order, for flushing
 
 	selective, channels bool
-	wcCopies            int // Config.WCCopies
+	allMemberChannels   bool // Config.AllMemberChannels
+	wcCopies            int  // Config.WCCopies
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -228,6 +233,7 @@ func New(cfg Config) (*Core, error) {
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
 	c.channels = cfg.Channels
+	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
 	c.selective = cfg.Selective || cfg.Channels
@@ -564,7 +570,9 @@ func (c *Core) receive(p *peer, msg []byte) error {
 	if c.channels {
 		switch m.Type {
 		case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
-			return fmt.Errorf("dsm: update from member %d for segment %d on the global channel (updates travel on the segment's channel)", from, m.Key)
+			if s := c.segs[m.Key]; s == nil || !s.global {
+				return fmt.Errorf("dsm: update from member %d for segment %d on the global channel (updates travel on the segment's channel unless every member joined it)", from, m.Key)
+			}
 		case TypeLockRequest, TypeLockReply:
 			return fmt.Errorf("dsm: lock message from member %d: %w", from, ErrLocksChannels)
 		}
@@ -781,8 +789,8 @@ func (c *Core) enterBarrier(id int32, need int) error {
 				}
 			}
 		}
-		c.queue(AppendBarrier(c.buffer(), id, seq))
-	} else if !c.ride(Global, id, seq) {
+	}
+	if !c.ride(Global, id, seq) {
 		c.queue(AppendBarrier(c.buffer(), id, seq))
 	}
 	if c.trace != nil {
@@ -966,6 +974,16 @@ func (c *Core) fix() {
 		}
 		s.fixed, s.fixedAt = true, c.barriers
 		if !c.channels || len(s.members) < 2 || !slices.Contains(s.members, c.self) {
+			continue
+		}
+		if len(s.members) == c.size && !c.allMemberChannels {
+			// Every member joined: a channel would reach the global
+			// channel's members, and cost each of them a marker per
+			// barrier besides. The segment's updates go on the global
+			// channel, ordered with the barrier messages, as without
+			// Channels (its members are the group's at start, which
+			// every member knows alike).
+			s.global = true
 			continue
 		}
 		s.channel = true
@@ -1187,6 +1205,9 @@ type Segment struct {
 	// and at least one other member joined); peers are the other members.
 	channel bool
 	peers   []*segPeer
+	// global: every member of the group joined (Channels): the segment
+	// has no channel, its updates go on the global channel.
+	global bool
 
 	// buf is the update message being collected (nil when empty); last is
 	// the offset of its last record, extended while writes are
@@ -1444,11 +1465,11 @@ func (c *Core) checkWrite(s *Segment, loc, count int) error {
 
 // sends reports whether writes to s go to other members: not under
 // Channels when Self is the segment's only member.
-func (c *Core) sends(s *Segment) bool { return !c.channels || s.channel }
+func (c *Core) sends(s *Segment) bool { return !c.channels || s.channel || s.global }
 
 // channelOf is the channel s's updates go on.
 func (c *Core) channelOf(s *Segment) Channel {
-	if c.channels {
+	if c.channels && !s.global {
 		return SegmentChannel(s.key)
 	}
 	return Global
