@@ -41,6 +41,12 @@ const chanLocs, chanSize = 64, 8
 // joinChanSegs creates or joins this member's segments of segs, then
 // crosses barrier 99, which fixes their membership.
 func joinChanSegs(n *dsm.Node, segs map[uint32][]int) (map[uint32]*dsm.Segment, error) {
+	return joinChanSegsReaders(n, segs, nil)
+}
+
+// joinChanSegsReaders is joinChanSegs where the ranks of readers[key]
+// join segment key read-only.
+func joinChanSegsReaders(n *dsm.Node, segs, readers map[uint32][]int) (map[uint32]*dsm.Segment, error) {
 	ctx := context.Background()
 	mine := map[uint32]*dsm.Segment{}
 	for _, key := range slices.Sorted(maps.Keys(segs)) {
@@ -50,9 +56,12 @@ func joinChanSegs(n *dsm.Node, segs map[uint32][]int) (map[uint32]*dsm.Segment, 
 		}
 		var s *dsm.Segment
 		var err error
-		if ranks[0] == n.Rank() {
+		switch {
+		case ranks[0] == n.Rank():
 			s, err = n.CreateSegment(key, chanLocs, chanSize)
-		} else {
+		case slices.Contains(readers[key], n.Rank()):
+			s, err = n.JoinSegmentReadOnly(ctx, key, chanLocs, chanSize)
+		default:
 			s, err = n.JoinSegment(ctx, key, chanLocs, chanSize)
 		}
 		if err != nil {
@@ -73,9 +82,15 @@ func chanValue(owner, round, loc int) []byte { return writeValue(owner, round*10
 // the round, or zero where the owner is not a member (theorem 2.2), and
 // crosses a second barrier before the next round's writes.
 func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
+	return chanProgramReaders(segs, nil, rounds)
+}
+
+// chanProgramReaders is chanProgram where the ranks of readers[key] join
+// segment key read-only and write nothing to it: their lanes stay zero.
+func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
-		mine, err := joinChanSegs(n, segs)
+		mine, err := joinChanSegsReaders(n, segs, readers)
 		if err != nil {
 			return err
 		}
@@ -84,6 +99,9 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 		for round := range rounds {
 			for _, key := range keys {
 				s := mine[key]
+				if slices.Contains(readers[key], n.Rank()) {
+					continue
+				}
 				for loc := n.Rank(); loc < chanLocs; loc += n.Size() {
 					if loc%3 == 0 { // an older value, overwritten below
 						if err := s.Write(loc, chanValue(n.Rank(), round+50, loc)); err != nil {
@@ -108,7 +126,7 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 				for loc := range chanLocs {
 					owner := loc % n.Size()
 					want := make([]byte, chanSize)
-					if slices.Contains(segs[key], owner) {
+					if slices.Contains(segs[key], owner) && !slices.Contains(readers[key], owner) {
 						want = chanValue(owner, round, loc)
 					}
 					got, err := mine[key].Read(loc, buf)

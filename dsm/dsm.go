@@ -25,6 +25,7 @@ var (
 	ErrExists          = core.ErrExists
 	ErrBarrierMismatch = core.ErrBarrierMismatch
 	ErrNotFixed        = core.ErrNotFixed
+	ErrReadOnly        = core.ErrReadOnly
 	ErrJoinClosed      = core.ErrJoinClosed
 	ErrLocksChannels   = core.ErrLocksChannels
 	ErrLateJoin        = core.ErrLateJoin
@@ -745,6 +746,10 @@ func (n *Node) CreateSegment(key uint32, locations, locationSize int) (*Segment,
 // *GeometryError showing both. The segment holds every update already
 // received for it.
 func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationSize int) (*Segment, error) {
+	return n.joinSegment(ctx, key, locations, locationSize, false)
+}
+
+func (n *Node) joinSegment(ctx context.Context, key uint32, locations, locationSize int, readOnly bool) (*Segment, error) {
 	if err := n.lock(); err != nil {
 		return nil, err
 	}
@@ -760,11 +765,24 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 		return nil, err
 	}
 	defer n.unlock()
-	s, err := n.core.Join(key, Geometry{Locations: locations, LocationSize: locationSize})
+	join := n.core.Join
+	if readOnly {
+		join = n.core.JoinReadOnly
+	}
+	s, err := join(key, Geometry{Locations: locations, LocationSize: locationSize})
 	if err != nil {
 		return nil, err
 	}
 	return &Segment{n: n, s: s}, nil
+}
+
+// JoinSegmentReadOnly is JoinSegment for a member that will only read the
+// segment: its writes to it are refused (ErrReadOnly), and under
+// Channels it puts no barrier marker on the segment's channel and no
+// member waits for one from it there (a marker orders a member's updates
+// before its barrier; it has none). See docs/dsm.md, "Read-only joins".
+func (n *Node) JoinSegmentReadOnly(ctx context.Context, key uint32, locations, locationSize int) (*Segment, error) {
+	return n.joinSegment(ctx, key, locations, locationSize, true)
 }
 
 // Barrier flushes every segment's buffered writes, broadcasts this
