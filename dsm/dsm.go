@@ -84,7 +84,8 @@ type Config struct {
 	// kernel filter keeps other segments' frames away), beside the global
 	// group (Group) that carries announcements and barriers; a barrier
 	// puts a marker on each joined segment's channel (thesis §7.2.2–
-	// 7.2.3). The channels' members are named from the global group's
+	// 7.2.3), but for segments joined read-only (JoinSegmentReadOnly).
+	// A segment every member joined has no channel (AllMemberChannels). The channels' members are named from the global group's
 	// static list (Group.Members), the list registration agreed on, or,
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
