@@ -41,6 +41,12 @@ const chanLocs, chanSize = 64, 8
 // joinChanSegs creates or joins this member's segments of segs, then
 // crosses barrier 99, which fixes their membership.
 func joinChanSegs(n *dsm.Node, segs map[uint32][]int) (map[uint32]*dsm.Segment, error) {
+	return joinChanSegsReaders(n, segs, nil)
+}
+
+// joinChanSegsReaders is joinChanSegs where the ranks of readers[key]
+// join segment key read-only.
+func joinChanSegsReaders(n *dsm.Node, segs, readers map[uint32][]int) (map[uint32]*dsm.Segment, error) {
 	ctx := context.Background()
 	mine := map[uint32]*dsm.Segment{}
 	for _, key := range slices.Sorted(maps.Keys(segs)) {
@@ -50,9 +56,12 @@ func joinChanSegs(n *dsm.Node, segs map[uint32][]int) (map[uint32]*dsm.Segment, 
 		}
 		var s *dsm.Segment
 		var err error
-		if ranks[0] == n.Rank() {
+		switch {
+		case ranks[0] == n.Rank():
 			s, err = n.CreateSegment(key, chanLocs, chanSize)
-		} else {
+		case slices.Contains(readers[key], n.Rank()):
+			s, err = n.JoinSegmentReadOnly(ctx, key, chanLocs, chanSize)
+		default:
 			s, err = n.JoinSegment(ctx, key, chanLocs, chanSize)
 		}
 		if err != nil {
@@ -73,9 +82,15 @@ func chanValue(owner, round, loc int) []byte { return writeValue(owner, round*10
 // the round, or zero where the owner is not a member (theorem 2.2), and
 // crosses a second barrier before the next round's writes.
 func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
+	return chanProgramReaders(segs, nil, rounds)
+}
+
+// chanProgramReaders is chanProgram where the ranks of readers[key] join
+// segment key read-only and write nothing to it: their lanes stay zero.
+func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
-		mine, err := joinChanSegs(n, segs)
+		mine, err := joinChanSegsReaders(n, segs, readers)
 		if err != nil {
 			return err
 		}
@@ -84,6 +99,9 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 		for round := range rounds {
 			for _, key := range keys {
 				s := mine[key]
+				if slices.Contains(readers[key], n.Rank()) {
+					continue
+				}
 				for loc := n.Rank(); loc < chanLocs; loc += n.Size() {
 					if loc%3 == 0 { // an older value, overwritten below
 						if err := s.Write(loc, chanValue(n.Rank(), round+50, loc)); err != nil {
@@ -108,7 +126,7 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 				for loc := range chanLocs {
 					owner := loc % n.Size()
 					want := make([]byte, chanSize)
-					if slices.Contains(segs[key], owner) {
+					if slices.Contains(segs[key], owner) && !slices.Contains(readers[key], owner) {
 						want = chanValue(owner, round, loc)
 					}
 					got, err := mine[key].Read(loc, buf)
@@ -133,32 +151,45 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 // sequential program's; a member opens channels only for its segments
 // with another member, allocates only its segments, and no update of a
 // segment reaches a member outside it.
+//
+// Segment 23, which every member joined, has no channel by default (its
+// updates go on the global channel and need no marker), one with
+// AllMemberChannels.
 func TestChannelsSequentialConsistency(t *testing.T) {
-	for seed := range uint64(axiomSeeds) {
-		res, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: dsm.Config{Channels: true}}, chanProgram(chanSegs, 5))
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
-		for r, st := range res.Stats {
-			var want []uint32
-			for key, ranks := range chanSegs {
-				if len(ranks) > 1 && slices.Contains(ranks, r) {
-					want = append(want, key)
+	for _, all := range []bool{false, true} {
+		for seed := range uint64(axiomSeeds) {
+			res, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: dsm.Config{Channels: true, AllMemberChannels: all}}, chanProgram(chanSegs, 5))
+			if err != nil {
+				t.Fatalf("AllMemberChannels %v, seed %d: %v", all, seed, err)
+			}
+			for r, st := range res.Stats {
+				var want []uint32
+				for key, ranks := range chanSegs {
+					if wantChannel(ranks, r, 4, all) {
+						want = append(want, key)
+					}
 				}
-			}
-			slices.Sort(want)
-			if got := slices.Sorted(maps.Keys(st.Channels)); !slices.Equal(got, want) {
-				t.Fatalf("seed %d: rank %d has channels %v, want %v", seed, r, got, want)
-			}
-			if st.BadMessages != 0 || st.Ignored != 0 {
-				t.Fatalf("seed %d: rank %d: %d bad messages, %d ignored updates, want 0", seed, r, st.BadMessages, st.Ignored)
-			}
-			// One marker per channel per barrier after the fixing one.
-			if want := uint64(len(want) * 2 * 5); st.Markers != want {
-				t.Fatalf("seed %d: rank %d sent %d markers, want %d", seed, r, st.Markers, want)
+				slices.Sort(want)
+				if got := slices.Sorted(maps.Keys(st.Channels)); !slices.Equal(got, want) {
+					t.Fatalf("AllMemberChannels %v, seed %d: rank %d has channels %v, want %v", all, seed, r, got, want)
+				}
+				if st.BadMessages != 0 || st.Ignored != 0 {
+					t.Fatalf("AllMemberChannels %v, seed %d: rank %d: %d bad messages, %d ignored updates, want 0", all, seed, r, st.BadMessages, st.Ignored)
+				}
+				// One marker per channel per barrier after the fixing one.
+				if want := uint64(len(want) * 2 * 5); st.Markers != want {
+					t.Fatalf("AllMemberChannels %v, seed %d: rank %d sent %d markers, want %d", all, seed, r, st.Markers, want)
+				}
 			}
 		}
 	}
+}
+
+// wantChannel reports whether rank r of a group of size members opens a
+// channel for a segment joined by ranks: when it is one of at least two
+// of them, and not every member (unless all: AllMemberChannels).
+func wantChannel(ranks []int, r, size int, all bool) bool {
+	return len(ranks) > 1 && slices.Contains(ranks, r) && (all || len(ranks) < size)
 }
 
 // Axioms 2.2, 2.3, 2.6 and 2.7 with channels at 5 % loss: every write
@@ -306,7 +337,7 @@ func TestJoinChannels(t *testing.T) {
 		st := n.Stats()
 		for key, ranks := range chanSegs {
 			_, open := st.Channels[key]
-			if want := len(ranks) > 1 && slices.Contains(ranks, r); open != want {
+			if want := wantChannel(ranks, r, 4, false); open != want {
 				t.Errorf("rank %d: channel of segment %d open: %v, want %v", r, key, open, want)
 			}
 		}
@@ -348,7 +379,7 @@ func TestJoinChannelsRegistered(t *testing.T) {
 	for r, n := range nodes {
 		st := n.Stats()
 		for key, ranks := range chanSegs {
-			if _, open := st.Channels[key]; open != (len(ranks) > 1 && slices.Contains(ranks, r)) {
+			if _, open := st.Channels[key]; open != wantChannel(ranks, r, size, false) {
 				t.Errorf("rank %d: channel of segment %d open: %v", r, key, open)
 			}
 		}
@@ -391,7 +422,7 @@ func TestJoinChannelsViews(t *testing.T) {
 	for r, n := range nodes {
 		st := n.Stats()
 		for key, ranks := range chanSegs {
-			if _, open := st.Channels[key]; open != (len(ranks) > 1 && slices.Contains(ranks, r)) {
+			if _, open := st.Channels[key]; open != wantChannel(ranks, r, size, false) {
 				t.Errorf("rank %d: channel of segment %d open: %v", r, key, open)
 			}
 		}
@@ -521,7 +552,9 @@ func TestJoinChannelsViewsWideIDs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
+			// AllMemberChannels: segment 5 has both members, and the
+			// test is about its channel.
+			c := dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
 				RequestID: frame.MemberID(15 * i), Logger: slog.New(slog.DiscardHandler)}}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -25,6 +25,7 @@ var (
 	ErrExists          = core.ErrExists
 	ErrBarrierMismatch = core.ErrBarrierMismatch
 	ErrNotFixed        = core.ErrNotFixed
+	ErrReadOnly        = core.ErrReadOnly
 	ErrJoinClosed      = core.ErrJoinClosed
 	ErrLocksChannels   = core.ErrLocksChannels
 	ErrLateJoin        = core.ErrLateJoin
@@ -83,11 +84,19 @@ type Config struct {
 	// kernel filter keeps other segments' frames away), beside the global
 	// group (Group) that carries announcements and barriers; a barrier
 	// puts a marker on each joined segment's channel (thesis §7.2.2–
-	// 7.2.3). The channels' members are named from the global group's
+	// 7.2.3), but for segments joined read-only (JoinSegmentReadOnly).
+	// A segment every member joined has no channel (AllMemberChannels). The channels' members are named from the global group's
 	// static list (Group.Members), the list registration agreed on, or,
 	// with Views, the group's first view; locks are refused
 	// (ErrLocksChannels; docs/dsm.md says why).
 	Channels bool
+	// AllMemberChannels (Channels) gives a channel also to a segment
+	// that every member of the group joined. By default such a segment
+	// has none: its updates go on the global group, ordered with the
+	// barrier messages, so a barrier costs no marker for it; WC then
+	// copies what a peer ahead writes to it, without WCCopies' bound, as
+	// without Channels. (docs/dsm.md, "A segment every member joined".)
+	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
 	// segment channel the wait condition (WC, def. 7.3) copies while this
 	// member has not crossed the barrier the peer crossed, before the
@@ -352,7 +361,7 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
+		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied
@@ -738,6 +747,10 @@ func (n *Node) CreateSegment(key uint32, locations, locationSize int) (*Segment,
 // *GeometryError showing both. The segment holds every update already
 // received for it.
 func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationSize int) (*Segment, error) {
+	return n.joinSegment(ctx, key, locations, locationSize, false)
+}
+
+func (n *Node) joinSegment(ctx context.Context, key uint32, locations, locationSize int, readOnly bool) (*Segment, error) {
 	if err := n.lock(); err != nil {
 		return nil, err
 	}
@@ -753,11 +766,24 @@ func (n *Node) JoinSegment(ctx context.Context, key uint32, locations, locationS
 		return nil, err
 	}
 	defer n.unlock()
-	s, err := n.core.Join(key, Geometry{Locations: locations, LocationSize: locationSize})
+	join := n.core.Join
+	if readOnly {
+		join = n.core.JoinReadOnly
+	}
+	s, err := join(key, Geometry{Locations: locations, LocationSize: locationSize})
 	if err != nil {
 		return nil, err
 	}
 	return &Segment{n: n, s: s}, nil
+}
+
+// JoinSegmentReadOnly is JoinSegment for a member that will only read the
+// segment: its writes to it are refused (ErrReadOnly), and under
+// Channels it puts no barrier marker on the segment's channel and no
+// member waits for one from it there (a marker orders a member's updates
+// before its barrier; it has none). See docs/dsm.md, "Read-only joins".
+func (n *Node) JoinSegmentReadOnly(ctx context.Context, key uint32, locations, locationSize int) (*Segment, error) {
+	return n.joinSegment(ctx, key, locations, locationSize, true)
 }
 
 // Barrier flushes every segment's buffered writes, broadcasts this

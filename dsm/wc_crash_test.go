@@ -91,7 +91,7 @@ func runCrash(t *testing.T, seed uint64, copies int, crashAfter time.Duration) (
 	t.Helper()
 	mem := make([][]byte, crashMembers)
 	cfg := dsmsim.Config{Members: crashMembers, Seed: seed, In: lossy, Timeout: time.Minute,
-		Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: copies, Group: reliable.Config{Window: wcWindow}}}
+		Node: dsm.Config{Channels: true, AllMemberChannels: true, Unbuffered: true, WCCopies: copies, Group: reliable.Config{Window: wcWindow}}}
 	res, err := dsmsim.Run(cfg, crashProgram(crashAfter, mem))
 	if err != nil {
 		t.Fatalf("seed %d: the survivors did not get past the crash: %v", seed, err)

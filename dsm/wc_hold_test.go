@@ -119,7 +119,7 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 		{"past the failure timeout", 3 * time.Second, lossy, false, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: tc.copies,
+			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, AllMemberChannels: true, Unbuffered: true, WCCopies: tc.copies,
 				Group: reliable.Config{Window: wcWindow}}}
 			res, err := dsmsim.Run(cfg, wcProgram(tc.compute))
 			if err != nil {

@@ -77,6 +77,10 @@ type Config struct {
 	// every joined segment's channel (§7.2.3) and Opens reports the
 	// channels to open. Locks are refused (ErrLocksChannels).
 	Channels bool
+	// AllMemberChannels (Channels): a segment every member joined gets a
+	// channel too. Without it such a segment's updates go on the global
+	// channel and its barriers need no marker.
+	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
 	// segment channel WC copies aside before Holds asks the runtime to
 	// hold the rest in the peer's send window; 0 holds at once.
@@ -186,7 +190,8 @@ type Core struct {
 	keys  []uint32 // the segments' keys in order, for flushing
 
 	selective, channels bool
-	wcCopies            int // Config.WCCopies
+	allMemberChannels   bool // Config.AllMemberChannels
+	wcCopies            int  // Config.WCCopies
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -228,6 +233,7 @@ func New(cfg Config) (*Core, error) {
 	ids = slices.Compact(ids)
 	c := &Core{self: cfg.Self, max: cfg.MaxMessage, buffered: !cfg.Unbuffered, alloc: cfg.Alloc, segs: map[uint32]*Segment{}, rank: -1, size: len(ids)}
 	c.channels = cfg.Channels
+	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
 	c.selective = cfg.Selective || cfg.Channels
@@ -564,7 +570,9 @@ func (c *Core) receive(p *peer, msg []byte) error {
 	if c.channels {
 		switch m.Type {
 		case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
-			return fmt.Errorf("dsm: update from member %d for segment %d on the global channel (updates travel on the segment's channel)", from, m.Key)
+			if s := c.segs[m.Key]; s == nil || !s.global {
+				return fmt.Errorf("dsm: update from member %d for segment %d on the global channel (updates travel on the segment's channel unless every member joined it)", from, m.Key)
+			}
 		case TypeLockRequest, TypeLockReply:
 			return fmt.Errorf("dsm: lock message from member %d: %w", from, ErrLocksChannels)
 		}
@@ -774,15 +782,15 @@ func (c *Core) enterBarrier(id int32, need int) error {
 	seq := barrierSeq(c.barriers, need > 0)
 	if c.channels {
 		for _, key := range c.keys {
-			if s := c.segs[key]; s.channel && s.fixedAt < c.barriers {
+			if s := c.segs[key]; s.channel && s.fixedAt < c.barriers && !s.readOnly {
 				c.c.Markers++
 				if !c.ride(SegmentChannel(key), id, seq) {
 					c.queueOn(SegmentChannel(key), AppendBarrier(c.buffer(), id, seq))
 				}
 			}
 		}
-		c.queue(AppendBarrier(c.buffer(), id, seq))
-	} else if !c.ride(Global, id, seq) {
+	}
+	if !c.ride(Global, id, seq) {
 		c.queue(AppendBarrier(c.buffer(), id, seq))
 	}
 	if c.trace != nil {
@@ -891,7 +899,7 @@ func (c *Core) markerMissing(id frame.MemberID) bool {
 		if !s.channel || s.fixedAt >= c.barriers {
 			continue
 		}
-		if sp := s.peer(id); sp != nil && sp.marks < c.barriers {
+		if sp := s.peer(id); sp != nil && !sp.reader && sp.marks < c.barriers {
 			return true
 		}
 	}
@@ -907,7 +915,7 @@ func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 			continue
 		}
 		for _, sp := range s.peers {
-			if sp.marks < c.barriers {
+			if !sp.reader && sp.marks < c.barriers {
 				if p := c.peer(sp.id); p != nil && p.live && !slices.Contains(out, sp.id) {
 					out = append(out, sp.id)
 				}
@@ -968,10 +976,20 @@ func (c *Core) fix() {
 		if !c.channels || len(s.members) < 2 || !slices.Contains(s.members, c.self) {
 			continue
 		}
+		if len(s.members) == c.size && !c.allMemberChannels {
+			// Every member joined: a channel would reach the global
+			// channel's members, and cost each of them a marker per
+			// barrier besides. The segment's updates go on the global
+			// channel, ordered with the barrier messages, as without
+			// Channels (its members are the group's at start, which
+			// every member knows alike).
+			s.global = true
+			continue
+		}
 		s.channel = true
 		for _, id := range s.members {
 			if id != c.self {
-				s.peers = append(s.peers, &segPeer{id: id})
+				s.peers = append(s.peers, &segPeer{id: id, reader: slices.Contains(s.readers, id)})
 			}
 		}
 		c.opens = append(c.opens, Open{Key: key, Members: slices.Clone(s.members)})
@@ -1187,6 +1205,14 @@ type Segment struct {
 	// and at least one other member joined); peers are the other members.
 	channel bool
 	peers   []*segPeer
+	// global: every member of the group joined (Channels): the segment
+	// has no channel, its updates go on the global channel.
+	global bool
+	// readers are the members that joined read-only (JoinReadOnly;
+	// Self's own such join is readOnly): they write nothing, so under
+	// Channels they put no marker on the channel.
+	readers  []frame.MemberID
+	readOnly bool
 
 	// buf is the update message being collected (nil when empty); last is
 	// the offset of its last record, extended while writes are
@@ -1214,6 +1240,9 @@ type segPeer struct {
 	// markID that barrier's id.
 	marks  uint32
 	markID int32
+	// reader: it joined read-only; it sends nothing on the channel, and
+	// no marker.
+	reader bool
 	// held are its messages kept aside by WC, heldBytes their size.
 	held      [][]byte
 	heldBytes int
@@ -1226,6 +1255,13 @@ func (s *Segment) peer(id frame.MemberID) *segPeer {
 		}
 	}
 	return nil
+}
+
+// addReader records that member id joined s read-only.
+func (s *Segment) addReader(id frame.MemberID) {
+	if !slices.Contains(s.readers, id) {
+		s.readers = append(s.readers, id)
+	}
 }
 
 func (s *Segment) addMember(id frame.MemberID) {
@@ -1298,6 +1334,21 @@ func (c *Core) Known(key uint32) bool { return c.segs[key] != nil }
 // join (peers that see this member's updates before the creator's
 // announcement learn the geometry from it).
 func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
+	return c.join(key, g, false)
+}
+
+// JoinReadOnly is Join by a member that will never write the segment:
+// its writes are refused (ErrReadOnly), and its announcement says so
+// (SegmentFlagReadOnly), so that under Channels it puts no marker on the
+// segment's channel and its peers wait for none from it there — a
+// marker orders a member's updates on a channel before its barrier,
+// and it has none. Joining again read-write after a read-only join is
+// refused.
+func (c *Core) JoinReadOnly(key uint32, g Geometry) (*Segment, error) {
+	return c.join(key, g, true)
+}
+
+func (c *Core) join(key uint32, g Geometry, readOnly bool) (*Segment, error) {
 	if err := c.checkGeometry(g); err != nil {
 		return nil, err
 	}
@@ -1313,6 +1364,9 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 		return nil, &GeometryError{Key: key, Creator: by, Have: s.geo, Want: g}
 	}
 	if s.attached && !s.removed {
+		if s.readOnly && !readOnly {
+			return nil, fmt.Errorf("%w: segment %d: joined read-write after a read-only join", ErrReadOnly, key)
+		}
 		return s, nil
 	}
 	if c.selective && s.fixed {
@@ -1327,7 +1381,13 @@ func (c *Core) Join(key uint32, g Geometry) (*Segment, error) {
 	}
 	s.attached = true
 	s.addMember(c.self)
-	c.queue(AppendSegment(c.buffer(), key, g, false))
+	if readOnly {
+		s.readOnly = true
+		s.addReader(c.self)
+		c.queue(AppendSegmentReadOnly(c.buffer(), key, g))
+	} else {
+		c.queue(AppendSegment(c.buffer(), key, g, false))
+	}
 	return s, nil
 }
 
@@ -1360,6 +1420,9 @@ func (c *Core) receiveSegment(p *peer, m *Message) error {
 		// (FIFO on the global channel).
 		s.epoch = p.barriers
 		s.addMember(from)
+		if m.ReadOnly {
+			s.addReader(from)
+		}
 		c.addSegment(s)
 		return nil
 	}
@@ -1368,6 +1431,9 @@ func (c *Core) receiveSegment(p *peer, m *Message) error {
 			return fmt.Errorf("%w: member %d joined segment %d after its membership %v was fixed at barrier %d", ErrJoinClosed, from, m.Key, s.members, s.fixedAt)
 		}
 		s.addMember(from)
+		if m.ReadOnly && !s.fixed {
+			s.addReader(from)
+		}
 	}
 	if s.removed {
 		return nil
@@ -1397,6 +1463,9 @@ func (c *Core) receiveUpdate(from frame.MemberID, m *Message) error {
 	if s.mem == nil { // selective: not joined here
 		c.c.Ignored++
 		return nil
+	}
+	if slices.Contains(s.readers, from) {
+		return fmt.Errorf("dsm: update from member %d for segment %d, which it joined read-only", from, m.Key)
 	}
 	size := s.geo.LocationSize
 	if m.Geometry.LocationSize != size {
@@ -1430,6 +1499,9 @@ func (c *Core) checkWrite(s *Segment, loc, count int) error {
 	if s.removed || !s.attached {
 		return fmt.Errorf("%w: segment %d", ErrRemoved, s.key)
 	}
+	if s.readOnly {
+		return fmt.Errorf("%w: segment %d", ErrReadOnly, s.key)
+	}
 	if loc < 0 || count < 0 || loc+count > s.geo.Locations || loc+count < loc {
 		return &RangeError{Key: s.key, Location: loc, Count: count, Locations: s.geo.Locations}
 	}
@@ -1444,11 +1516,11 @@ func (c *Core) checkWrite(s *Segment, loc, count int) error {
 
 // sends reports whether writes to s go to other members: not under
 // Channels when Self is the segment's only member.
-func (c *Core) sends(s *Segment) bool { return !c.channels || s.channel }
+func (c *Core) sends(s *Segment) bool { return !c.channels || s.channel || s.global }
 
 // channelOf is the channel s's updates go on.
 func (c *Core) channelOf(s *Segment) Channel {
-	if c.channels {
+	if c.channels && !s.global {
 		return SegmentChannel(s.key)
 	}
 	return Global

@@ -27,6 +27,9 @@ var (
 	// ErrNotFixed: writing to a segment whose membership is not fixed yet
 	// (selective join: the first barrier after its creation fixes it).
 	ErrNotFixed = errors.New("dsm: segment membership not fixed yet")
+	// ErrReadOnly: writing to a segment this member joined read-only
+	// (JoinReadOnly).
+	ErrReadOnly = errors.New("dsm: segment joined read-only")
 	// ErrJoinClosed: joining a segment whose membership is fixed.
 	ErrJoinClosed = errors.New("dsm: segment membership is fixed")
 	// ErrLocksChannels: locks are not offered with per-segment channels

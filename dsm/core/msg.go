@@ -113,6 +113,11 @@ func barrierSeq(seq uint32, partial bool) uint32 {
 // SegmentFlagCreate marks a Segment message sent by the segment's creator.
 const SegmentFlagCreate = 1
 
+// SegmentFlagReadOnly marks a Segment message of a join that will never
+// write the segment (Core.JoinReadOnly): under Channels its sender puts
+// no marker on the segment's channel, and nobody waits for one.
+const SegmentFlagReadOnly = 2
+
 // ErrMessage is wrapped by every decoding error.
 var ErrMessage = errors.New("dsm: malformed message")
 
@@ -143,6 +148,7 @@ type Message struct {
 	// Segment
 	Geometry Geometry
 	Create   bool
+	ReadOnly bool // a join that never writes (SegmentFlagReadOnly)
 	// Update, Unreliable, UpdateBarrier: LocationSize is Geometry.LocationSize, records
 	// is the validated record area (see Records).
 	records []byte
@@ -231,10 +237,13 @@ func Decode(b []byte) (Message, error) {
 		if m.Geometry.LocationSize == 0 {
 			return m, msgErr("location size", 10, "0, want at least 1")
 		}
-		if flags&^SegmentFlagCreate != 0 {
-			return m, msgErr("flags", 12, "unknown flags 0x%02x", flags&^SegmentFlagCreate)
+		if unknown := flags &^ (SegmentFlagCreate | SegmentFlagReadOnly); unknown != 0 {
+			return m, msgErr("flags", 12, "unknown flags 0x%02x", unknown)
 		}
-		m.Create = flags&SegmentFlagCreate != 0
+		m.Create, m.ReadOnly = flags&SegmentFlagCreate != 0, flags&SegmentFlagReadOnly != 0
+		if m.Create && m.ReadOnly {
+			return m, msgErr("flags", 12, "0x%02x: a creator's announcement cannot be read-only", flags)
+		}
 	case TypeUpdate, TypeUnreliable, TypeUpdateBarrier:
 		end, minLen := len(b), UpdateHeader+RecordHeader
 		if m.Type == TypeUpdateBarrier {
@@ -308,14 +317,23 @@ func appendHeader(b []byte, t Type) []byte { return append(b, Version, byte(t)) 
 
 // AppendSegment appends a Segment message.
 func AppendSegment(b []byte, key uint32, g Geometry, create bool) []byte {
-	b = appendHeader(b, TypeSegment)
-	b = binary.BigEndian.AppendUint32(b, key)
-	b = binary.BigEndian.AppendUint32(b, uint32(g.Locations))
-	b = binary.BigEndian.AppendUint16(b, uint16(g.LocationSize))
 	var flags byte
 	if create {
 		flags |= SegmentFlagCreate
 	}
+	return appendSegment(b, key, g, flags)
+}
+
+// AppendSegmentReadOnly appends the Segment message of a read-only join.
+func AppendSegmentReadOnly(b []byte, key uint32, g Geometry) []byte {
+	return appendSegment(b, key, g, SegmentFlagReadOnly)
+}
+
+func appendSegment(b []byte, key uint32, g Geometry, flags byte) []byte {
+	b = appendHeader(b, TypeSegment)
+	b = binary.BigEndian.AppendUint32(b, key)
+	b = binary.BigEndian.AppendUint32(b, uint32(g.Locations))
+	b = binary.BigEndian.AppendUint16(b, uint16(g.LocationSize))
 	return append(b, flags)
 }
 
@@ -386,6 +404,9 @@ func AppendConfirm(b []byte, to frame.MemberID) []byte {
 func (m *Message) Append(b []byte) []byte {
 	switch m.Type {
 	case TypeSegment:
+		if m.ReadOnly {
+			return AppendSegmentReadOnly(b, m.Key, m.Geometry)
+		}
 		return AppendSegment(b, m.Key, m.Geometry, m.Create)
 	case TypeUpdate, TypeUnreliable:
 		b = AppendUpdateHeader(b, m.Type, m.Key, m.Geometry.LocationSize)

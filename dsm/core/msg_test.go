@@ -43,6 +43,7 @@ func goldenCases() []struct {
 		{"barrier_partial", AppendBarrier(nil, 42, 3|SeqPartial)},
 		{"refuse", AppendRefuse(nil, 4, 0x01020304)},
 		{"confirm", AppendConfirm(nil, 0x0102)},
+		{"segment_join_readonly", AppendSegmentReadOnly(nil, 7, Geometry{Locations: 1000, LocationSize: 8})},
 	}
 }
 
@@ -122,6 +123,13 @@ func TestDecodeFields(t *testing.T) {
 	if m.Type != TypeConfirm || m.To != 0x0102 {
 		t.Errorf("confirm: %+v", m)
 	}
+	m, _ = Decode(cases[11].b)
+	if m.Type != TypeSegment || m.Key != 7 || m.Geometry != (Geometry{1000, 8}) || m.Create || !m.ReadOnly {
+		t.Errorf("segment_join_readonly: %+v", m)
+	}
+	if m, _ = Decode(cases[1].b); m.ReadOnly {
+		t.Errorf("segment_join: %+v", m)
+	}
 	m, _ = Decode(AppendBarrierTrailer(bytes.Clone(cases[2].b), 42, 3|SeqPartial))
 	if m.Type != TypeUpdateBarrier || m.Seq != 3 || !m.Partial {
 		t.Errorf("update_barrier partial: %+v", m)
@@ -145,7 +153,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"barrier seq 0", AppendBarrier(nil, 1, 0), "barrier seq at byte 6: 0, want at least 1"},
 		{"partial barrier seq 0", AppendBarrier(nil, 1, SeqPartial), "barrier seq at byte 6: 0, want at least 1"},
 		{"segment no locations", AppendSegment(nil, 1, Geometry{0, 4}, true), "locations at byte 6: 0"},
-		{"segment flags", append(AppendSegment(nil, 1, Geometry{1, 4}, true)[:SegmentLen-1], 0x82), "flags at byte 12: unknown flags 0x82"},
+		{"segment flags", append(AppendSegment(nil, 1, Geometry{1, 4}, true)[:SegmentLen-1], 0x82), "flags at byte 12: unknown flags 0x80"},
+		{"segment created read-only", append(AppendSegment(nil, 1, Geometry{1, 4}, true)[:SegmentLen-1], 0x03), "flags at byte 12: 0x03: a creator's announcement cannot be read-only"},
 		{"update no record", upd, "Update message is 8 bytes, want at least 14"},
 		{"update short data", AppendRecord(bytes.Clone(upd), 0, 2, []byte{1, 2, 3, 4, 5}), "record data at byte 14: 2 locations of 4 bytes need 8 bytes, 5 left"},
 		{"update count 0", AppendRecord(bytes.Clone(upd), 0, 0, nil), "record count at byte 12: 0"},

@@ -12,8 +12,9 @@
 // Channel mode (-channels; thesis §7.2): A is five-diagonal, so row i
 // needs x[i-2..i+2] only, and a rank needs its neighbours' blocks, not the
 // whole x. Each rank then has a segment of its own (its block, double
-// buffered), which it creates and its neighbours join: a reliable group
-// of two or three ranks, a halo exchange. The rest of x stays zero here,
+// buffered), which it creates and its neighbours join read-only: a
+// reliable group of two or three ranks, a halo exchange, on which only
+// the owner puts a barrier marker. The rest of x stays zero here,
 // which changes no sum (its coefficients are zero), so the result is the
 // sequential one bit for bit. Convergence needs the whole x, so -eps is
 // refused; at the end every rank writes its block into a segment that
@@ -142,7 +143,8 @@ func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 			continue
 		}
 		blo, bhi := suite.Block(n, size, r)
-		if blocks[r], err = node.JoinSegment(ctx, segBlock+uint32(r), 2*(bhi-blo), 8); err != nil {
+		// Read-only: no barrier marker on a neighbour's channel.
+		if blocks[r], err = node.JoinSegmentReadOnly(ctx, segBlock+uint32(r), 2*(bhi-blo), 8); err != nil {
 			return harness.Result{}, err
 		}
 	}

@@ -181,6 +181,15 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	prof := -1 // the simulator's one process: one profile of every rank
+	if o.Mode() == "host" {
+		prof = o.Rank
+	}
+	stopProfile, err := startCPUProfile(prof)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer stopProfile()
 	switch o.Mode() {
 	case "seq":
 		r := sequential()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"runtime/trace"
 	"slices"
 	"time"
@@ -94,6 +95,32 @@ func startTrace(rank int) (stop func(), err error) {
 	}
 	return func() {
 		trace.Stop()
+		f.Close()
+	}, nil
+}
+
+// startCPUProfile starts Go's CPU profiler (runtime/pprof) into
+// $DSM_CPUPROFILE.<rank> when DSM_CPUPROFILE is set (rank -1: into
+// $DSM_CPUPROFILE itself, the simulator's one process running every rank);
+// stop ends it.
+func startCPUProfile(rank int) (stop func(), err error) {
+	path := os.Getenv("DSM_CPUPROFILE")
+	if path == "" {
+		return func() {}, nil
+	}
+	if rank >= 0 {
+		path = fmt.Sprintf("%s.%d", path, rank)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("DSM_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("DSM_CPUPROFILE: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
 }

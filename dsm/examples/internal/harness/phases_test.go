@@ -82,3 +82,28 @@ func TestStartTrace(t *testing.T) {
 	}
 	stop()
 }
+
+// DSM_CPUPROFILE writes a CPU profile to $DSM_CPUPROFILE.<rank> (to the
+// path itself for rank -1, the simulator); a path that cannot be created
+// is an error naming the variable.
+func TestStartCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DSM_CPUPROFILE", filepath.Join(dir, "cpu"))
+	for _, c := range []struct {
+		rank int
+		file string
+	}{{2, "cpu.2"}, {-1, "cpu"}} {
+		stop, err := startCPUProfile(c.rank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if fi, err := os.Stat(filepath.Join(dir, c.file)); err != nil || fi.Size() == 0 {
+			t.Errorf("rank %d: profile file: %v, %v; want a non-empty %s", c.rank, fi, err, c.file)
+		}
+	}
+	t.Setenv("DSM_CPUPROFILE", filepath.Join(dir, "missing", "cpu"))
+	if _, err := startCPUProfile(0); err == nil || !strings.HasPrefix(err.Error(), "DSM_CPUPROFILE: ") {
+		t.Errorf("uncreatable path: error %v, want one starting DSM_CPUPROFILE:", err)
+	}
+}
