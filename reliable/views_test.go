@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,5 +380,71 @@ func TestViewsHashNamesLevel(t *testing.T) {
 	fifo, agreed, safe := hash(FIFO, false), hash(Total, false), hash(Total, true)
 	if fifo == agreed || agreed == safe || fifo == safe {
 		t.Fatalf("configuration hashes FIFO %x, Agreed %x, Safe %x: want three different", fifo, agreed, safe)
+	}
+}
+
+// A Send refused because the group stopped (here removed by another
+// member) reports the same error Err does: the group is finished by the
+// refusal, not a moment later when the loop's turn ends. OnEvent runs
+// inside that turn, after the view core stopped and before the turn
+// finished the group, so it sees the window deterministically.
+func TestViewsSendErrSetsErr(t *testing.T) {
+	r := rtnet.New(t, 36)
+	var links []*rtnet.Link
+	var cfgs []Config
+	type seen struct{ send, err error }
+	var mu sync.Mutex
+	got := map[int]seen{}
+	var groups []*Group
+	var ready atomic.Bool
+	for i := range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		cfg := viewsConfig(3)
+		cfg.OnEvent = func(ev Event) {
+			if ev.Kind != GroupRemoved || !ready.Load() {
+				return
+			}
+			g := groups[i]
+			send := g.TrySend([]byte("x"))
+			err := g.Err()
+			mu.Lock()
+			got[i] = seen{send, err}
+			mu.Unlock()
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	ready.Store(true)
+	if err := groups[0].RemoveGroup(ctx); err != nil {
+		t.Fatalf("RemoveGroup: %v", err)
+	}
+	for _, g := range groups[1:] {
+		select {
+		case <-g.Done():
+		case <-ctx.Done():
+			t.Fatalf("member %d still runs after the group was removed", g.Self())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < 3; i++ {
+		s, ok := got[i]
+		if !ok {
+			t.Fatalf("member %d: no GroupRemoved event", i)
+		}
+		if !errors.Is(s.send, ErrGroupRemoved) {
+			t.Errorf("member %d: TrySend in the removing turn: %v, want ErrGroupRemoved", i, s.send)
+		}
+		if s.err == nil || s.err.Error() != s.send.Error() {
+			t.Errorf("member %d: Err after that TrySend: %v, want %v", i, s.err, s.send)
+		}
 	}
 }
