@@ -956,18 +956,17 @@ func (g *Group) finishErr() error {
 // sendErr maps a core's refusal to Send's errors (g.mu is held). A
 // membership core that stopped (removed, a minority, the group removed)
 // refuses with its own error before the loop's turn has finished the
-// group: Send returns what the group will end with (ErrRemoved, ...), so
-// that rbcastd tells a rejoin from it (a Send that went inline, sendNow,
-// made that window wider; TestNetnsRejoin met the bare view error).
+// group: the refusal finishes it, so that Send returns what the group
+// ends with (ErrRemoved, ...) and Err reports the same from then on
+// (rbcastd tells a rejoin from either; a Send that went inline, sendNow,
+// made that window wider; TestNetnsRejoin met the bare view error, and
+// then an Err still nil after Send's ErrRemoved). The loop's turn under
+// way still hands out its deliveries and events, and Recv drains the
+// queue, as when the turn finishes the group itself.
 func (g *Group) sendErr(err error) error {
-	if errors.Is(err, core.ErrHalted) {
-		if g.err == nil {
-			g.finish(g.finishErr())
-		}
+	if errors.Is(err, core.ErrHalted) || g.views != nil && g.views.Err() != nil {
+		g.finish(g.finishErr())
 		return g.err
-	}
-	if g.views != nil && g.views.Err() != nil && g.err == nil {
-		return g.viewErr(g.views.Err())
 	}
 	return err
 }

@@ -20,13 +20,13 @@ type levelSimResult struct {
 
 // levelSim has member 0 of a group with views at level lvl (fifo,
 // agreed, safe; or registered, no views) send its largest messages
-// for d of virtual time to 3 receivers over a lossless segment of MTU
+// for d of virtual time to rx receivers over a lossless segment of MTU
 // mtu (10 Gbit/s ports), as BenchmarkLevels does on a netns segment,
 // and counts the frames every member sent. The cores run on the
 // caller's goroutine, so the wall time it takes is their CPU (and the
 // simulator's).
-func levelSim(tb testing.TB, lvl string, mtu int, d time.Duration) levelSimResult {
-	const n = 4
+func levelSim(tb testing.TB, lvl string, rx, mtu int, d time.Duration) levelSimResult {
+	n := rx + 1
 	net, err := testnet.New(1, testnet.Config{Bandwidth: 10e9 / 8})
 	if err != nil {
 		tb.Fatal(err)
@@ -137,26 +137,29 @@ func levelSim(tb testing.TB, lvl string, mtu int, d time.Duration) levelSimResul
 // BenchmarkLevelsSim is BenchmarkLevels's goodput run in the simulator:
 // the cores' own cost per megabyte delivered (ns/op is per run of
 // 50 ms of virtual sending) and the frames per Data frame of the
-// sender, per level, side by side. No root, no netns: for profiling
-// the cores (-cpuprofile) while the kernel's share is left out.
+// sender, per level, side by side, at 1 and 3 receivers. No root, no
+// netns: for profiling the cores (-cpuprofile) while the kernel's share
+// is left out.
 func BenchmarkLevelsSim(b *testing.B) {
-	for _, mtu := range []int{1500, 9000} {
-		for _, lvl := range []string{"registered", "fifo", "agreed", "safe"} {
-			b.Run(fmt.Sprintf("mtu=%d/%s", mtu, lvl), func(b *testing.B) {
-				var r levelSimResult
-				var mb float64
-				var cpu time.Duration
-				for b.Loop() {
-					r = levelSim(b, lvl, mtu, 50*time.Millisecond)
-					mb += float64(r.bytes) / 1e6
-					cpu += r.cpu
-				}
-				b.ReportMetric(float64(cpu.Microseconds())/mb, "µs/MB")
-				for t, k := range r.frames {
-					b.ReportMetric(float64(k)/float64(r.data), t+"/data")
-				}
-				b.ReportMetric(float64(r.turns)/float64(r.data), "turns/data")
-			})
+	for _, rx := range []int{1, 3} {
+		for _, mtu := range []int{1500, 9000} {
+			for _, lvl := range []string{"registered", "fifo", "agreed", "safe"} {
+				b.Run(fmt.Sprintf("rx=%d/mtu=%d/%s", rx, mtu, lvl), func(b *testing.B) {
+					var r levelSimResult
+					var mb float64
+					var cpu time.Duration
+					for b.Loop() {
+						r = levelSim(b, lvl, rx, mtu, 50*time.Millisecond)
+						mb += float64(r.bytes) / 1e6
+						cpu += r.cpu
+					}
+					b.ReportMetric(float64(cpu.Microseconds())/mb, "µs/MB")
+					for t, k := range r.frames {
+						b.ReportMetric(float64(k)/float64(r.data), t+"/data")
+					}
+					b.ReportMetric(float64(r.turns)/float64(r.data), "turns/data")
+				})
+			}
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package reliable
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,4 +384,132 @@ func TestViewsHashNamesLevel(t *testing.T) {
 	if fifo == agreed || agreed == safe || fifo == safe {
 		t.Fatalf("configuration hashes FIFO %x, Agreed %x, Safe %x: want three different", fifo, agreed, safe)
 	}
+}
+
+// A Send refused because the group stopped (here removed by another
+// member) reports the same error Err does: the group is finished by the
+// refusal, not a moment later when the loop's turn ends. OnEvent runs
+// inside that turn, after the view core stopped and before the turn
+// finished the group, so it sees the window deterministically.
+func TestViewsSendErrSetsErr(t *testing.T) {
+	r := rtnet.New(t, 36)
+	var links []*rtnet.Link
+	var cfgs []Config
+	type seen struct{ send, err error }
+	var mu sync.Mutex
+	got := map[int]seen{}
+	var groups []*Group
+	var ready atomic.Bool
+	for i := range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		cfg := viewsConfig(3)
+		cfg.OnEvent = func(ev Event) {
+			if ev.Kind != GroupRemoved || !ready.Load() {
+				return
+			}
+			g := groups[i]
+			send := g.TrySend([]byte("x"))
+			err := g.Err()
+			mu.Lock()
+			got[i] = seen{send, err}
+			mu.Unlock()
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	ready.Store(true)
+	if err := groups[0].RemoveGroup(ctx); err != nil {
+		t.Fatalf("RemoveGroup: %v", err)
+	}
+	for _, g := range groups[1:] {
+		select {
+		case <-g.Done():
+		case <-ctx.Done():
+			t.Fatalf("member %d still runs after the group was removed", g.Self())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < 3; i++ {
+		s, ok := got[i]
+		if !ok {
+			t.Fatalf("member %d: no GroupRemoved event", i)
+		}
+		if !errors.Is(s.send, ErrGroupRemoved) {
+			t.Errorf("member %d: TrySend in the removing turn: %v, want ErrGroupRemoved", i, s.send)
+		}
+		if s.err == nil || s.err.Error() != s.send.Error() {
+			t.Errorf("member %d: Err after that TrySend: %v, want %v", i, s.err, s.send)
+		}
+	}
+}
+
+// With views, large messages are delivered from the core's retained
+// copies, queued as views into them: each receiver gets every message,
+// in order, with its bytes, while the sender sends several windows'
+// worth (retention slots are reused).
+func TestViewsLargeMessages(t *testing.T) {
+	r := rtnet.New(t, 37)
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 3 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		cfgs = append(cfgs, viewsConfig(3))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	awaitMembers(t, groups, 3)
+	const n = 1500
+	size := groups[0].MaxMessage()
+	msg := func(i int) []byte {
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		b[0], b[1] = byte(i>>8), byte(i)
+		return b
+	}
+	sender := groups[0]
+	go func() {
+		for i := range n {
+			if err := sender.Send(ctx, msg(i)); err != nil {
+				t.Errorf("Send %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, g := range groups[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, size)
+			for i := range n {
+				from, data, err := g.RecvAppend(ctx, buf[:0])
+				if err != nil {
+					t.Errorf("member %d: Recv %d: %v", g.Self(), i, err)
+					return
+				}
+				if from != sender.Self() || !bytes.Equal(data, msg(i)) {
+					t.Errorf("member %d: message %d from %d differs from what was sent", g.Self(), i, from)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -267,3 +267,58 @@ func TestPinRetained(t *testing.T) {
 		t.Fatal("an unpinned slot's buffer was not reused")
 	}
 }
+
+// With Retain, a frame every other member holds already (their ack
+// vectors say so) is not copied: it is delivered from the received bytes
+// and Retained does not return it, since no view change relays it. With
+// two members that is every frame; with three, those the third
+// acknowledged before they arrived here. Frozen for a change, the core
+// keeps every frame again.
+func TestRetainSkipsHeldFrames(t *testing.T) {
+	cfg := testConfig(PBP2, 1, 2)
+	cfg.Retain = true
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("two")})
+	if _, ds, _ := ready(t, c); len(ds) != 1 || string(ds[0].Data) != "two" {
+		t.Fatalf("two members: deliveries %+v, want one of %q", ds, "two")
+	}
+	if kept, _, ok := c.Retained(0, 100); ok {
+		t.Fatalf("two members: frame 100 retained (%q); only the sender and this member hold it", kept)
+	}
+	if st := c.Counters(); st.Kept != 0 || st.KeepSkipped != 1 {
+		t.Fatalf("two members: Kept %d, KeepSkipped %d; want 0, 1", st.Kept, st.KeepSkipped)
+	}
+
+	cfg = testConfig(PBP2, 2, 3)
+	cfg.Retain = true
+	c = newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("m100")})
+	ready(t, c)
+	if kept, _, ok := c.Retained(0, 100); !ok || string(kept) != "m100" {
+		t.Fatalf("three members, member 1 not heard: Retained(100) = %q, %v; want m100", kept, ok)
+	}
+	// Member 1 holds member 0's frames up to 101.
+	step(t, c, t0+2, in{sender: 1, seq: 100, acks: []uint32{102, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	step(t, c, t0+2, in{sender: 0, seq: 101, body: data("m101")})
+	step(t, c, t0+2, in{sender: 0, seq: 102, body: data("m102")})
+	if _, ds, _ := ready(t, c); len(ds) != 2 || string(ds[0].Data) != "m101" || string(ds[1].Data) != "m102" {
+		t.Fatalf("deliveries %+v, want m101, m102", ds)
+	}
+	if kept, _, ok := c.Retained(0, 101); ok {
+		t.Fatalf("Retained(101) = %q; member 1 acknowledged it, want it not kept", kept)
+	}
+	if kept, _, ok := c.Retained(0, 102); !ok || string(kept) != "m102" {
+		t.Fatalf("Retained(102) = %q, %v; member 1 has not acknowledged it, want m102", kept, ok)
+	}
+	if kept, _, ok := c.Retained(0, 100); !ok || string(kept) != "m100" {
+		t.Fatalf("Retained(100) = %q, %v after later frames; want m100", kept, ok)
+	}
+	// Frozen: kept although member 1 holds it.
+	step(t, c, t0+3, in{sender: 1, seq: 100, acks: []uint32{110, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	c.Freeze()
+	step(t, c, t0+3, in{sender: 0, seq: 103, body: data("m103")})
+	ready(t, c)
+	if kept, _, ok := c.Retained(0, 103); !ok || string(kept) != "m103" {
+		t.Fatalf("frozen: Retained(103) = %q, %v; want m103", kept, ok)
+	}
+}

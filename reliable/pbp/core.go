@@ -88,6 +88,9 @@ type Stats struct {
 	Duplicates      uint64 // frames already delivered or already buffered
 	BeyondWindow    uint64 // frames more than a window past our acknowledgement (their sender removed us: StalledRemovedUs)
 	GapsRepaired    uint64 // PBP2: repair states entered and left again
+	// Config.Retain: frames copied for a view change, and frames not
+	// copied because every other member held them already (needKeep).
+	Kept, KeepSkipped uint64
 	// Expected counts Expect hints that armed a repair (expect.go).
 	Expected uint64
 

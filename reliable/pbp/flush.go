@@ -32,14 +32,49 @@ type kept struct {
 // sender are enough: a sender numbers frame s+Window only once every
 // member acknowledged s, so whatever one member delivered beyond what
 // another has, the other is less than a window behind.
+//
+// A frame every other member holds already is not copied (needKeep):
+// keep marks its slot empty and returns body itself, so its messages are
+// delivered from where the frame lies, as without Retain.
 func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 	k := &p.kept[p.expected&c.mask]
 	if k.pins > 0 {
 		k.data, k.pins = nil, 0 // the pinned buffer is the layer's now
 	}
+	if !c.needKeep(p) {
+		k.full = false
+		c.stats.KeepSkipped++
+		return body
+	}
+	c.stats.Kept++
 	k.seq, k.full, k.bundled = p.expected, true, bundled
 	k.data = append(k.data[:0], body...)
 	return k.data
+}
+
+// needKeep reports whether the frame of p's being delivered now
+// (p.expected) must be retained for a view change: the core is frozen
+// (a change is under way: what it delivers now may be relayed, and the
+// membership layer may deliver it again from here), or some member other
+// than p and this one may lack it, as far as its last ack vector heard
+// says. A view change relays a departing sender's frames only to members
+// whose flush reports them missing, and a member's flush reports at least
+// what it acknowledged, so a frame every other member acknowledged before
+// the freeze is never relayed by this one: with two members no frame is
+// kept. (A layer that holds a message past the turn, vtotal, pins it in
+// the retained copy; a frame not kept is copied there instead.)
+func (c *Core) needKeep(p *peer) bool {
+	if c.frozen {
+		return true
+	}
+	col := int(p.id) - int(c.cfg.ackBase)
+	for i := range c.peers {
+		q := &c.peers[i]
+		if q != p && !frame.SeqLess(p.expected, q.heard[col]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pin keeps data, a message this core delivered from frame seq of
