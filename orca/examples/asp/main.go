@@ -4,15 +4,19 @@
 // rows (suite.Block). Iteration k needs row k everywhere: its owner adds
 // it to a shared row object (one write, broadcast through the total
 // order: the point of the sidebar — with multicast the pivot row costs a
-// few messages, not one per processor), and every rank waits for it with
-// a guarded read. The owner of row k+1 relaxes that row first in
-// iteration k and starts its write at once (Op.Go: as a forked Orca
-// process would), then relaxes its other rows while the row travels, so
-// that the next iteration seldom waits (-lookahead=false: write each
-// pivot row when its iteration comes, and wait for it). At the end every
-// rank writes its block to a result object, which rank 0 waits to be
-// complete and checksums. With one process rank 0 relaxes every row
-// itself, without objects.
+// few messages, not one per processor) and goes on with its own copy, as
+// the paper's owner does; every other rank waits for it with a guarded
+// read. The owner's writes are forked (Op.Go: as a forked Orca process
+// would) and joined at the end, so the owner never waits for a round
+// trip through the order during its block: its rows stream to the
+// others. The owner of row k+1 relaxes that row first in iteration k and
+// starts its write at once, then relaxes its other rows while the row
+// travels (-lookahead=false: write each pivot row when its iteration
+// comes). At the end every rank writes its block to a result object,
+// which rank 0 waits to be complete and checksums. With one process rank
+// 0 relaxes every row itself, without objects. With ORCA_TRACE set (the
+// harness) each wait for a row is a region "asp.row" of the rank's
+// execution trace.
 //
 //	asp -n 300
 //	asp -n 64 -sim -procs 4 -loss 0.05 -verify
@@ -24,6 +28,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"runtime/trace"
 	"slices"
 	"time"
 
@@ -149,32 +154,45 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	send := func(k int) *orca.Pending[bool] {
 		return addRow.Go(ctx, rows, rowArgs{First: int32(k), Cells: d[k*n : (k+1)*n]})
 	}
-	var sent *orca.Pending[bool] // the pivot row this rank sent last
+	// The rows this rank sent: joined at the end (an error of one is
+	// known then), not one by one as they go.
+	var sent []*orca.Pending[bool]
 	if lookahead && mine(0) {
-		sent = send(0)
+		sent = append(sent, send(0))
 	}
 	for k := range n {
-		if !lookahead && mine(k) {
-			sent = send(k)
-		}
-		pivot, err := row.Call(ctx, rows, k)
-		if err != nil {
-			return harness.Result{}, err
-		}
-		if sent != nil && mine(k) {
-			// Applied here already (row k is): any error is known.
-			if _, err := sent.Wait(ctx); err != nil {
+		var pivot []int32
+		if mine(k) {
+			if !lookahead {
+				sent = append(sent, send(k))
+			}
+			// Row k is this rank's, final since iteration k-1 (iteration
+			// k leaves it as it is: d[k][k] is 0), and what it sent: use
+			// it here, as the paper's owner does, rather than wait for
+			// its write's round trip through the order.
+			pivot = d[k*n : (k+1)*n]
+		} else {
+			var err error
+			r := trace.StartRegion(ctx, "asp.row")
+			pivot, err = row.Call(ctx, rows, k)
+			r.End()
+			if err != nil {
 				return harness.Result{}, err
 			}
 		}
 		if next := k + 1; lookahead && next < n && mine(next) {
 			a.Relax(d, next, next+1, k, pivot)
-			sent = send(next)
+			sent = append(sent, send(next))
 			a.Relax(d, lo, next, k, pivot)
 			a.Relax(d, next+1, hi, k, pivot)
 			continue
 		}
 		a.Relax(d, lo, hi, k, pivot)
+	}
+	for _, p := range sent {
+		if _, err := p.Wait(ctx); err != nil {
+			return harness.Result{}, err
+		}
 	}
 	if _, err := addBlock.Call(ctx, res, rowArgs{First: int32(lo), Cells: d[lo*n : hi*n]}); err != nil {
 		return harness.Result{}, err

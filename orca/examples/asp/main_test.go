@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/rbcast/rbcast/internal/suite"
+	"github.com/rbcast/rbcast/orca"
 	"github.com/rbcast/rbcast/orca/examples/internal/harness"
+	"github.com/rbcast/rbcast/orca/orcasim"
+	"github.com/rbcast/rbcast/testnet"
 )
 
 // The parallel run on the simulated segment, with 5% of frames lost at
@@ -18,4 +24,68 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 			t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
 		}
 	}
+}
+
+// A rank reads through the row object only the rows it does not own: the
+// owner goes on with its own copy of each of its rows (as the paper's
+// owner does) rather than wait for its write's round trip through the
+// order, and the result is still the sequential one. Each rank writes
+// each of its rows once.
+func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
+	const n, procs = 40, 4
+	want := suite.ChecksumInt32(suite.NewASP(n, 1).Sequential())
+	for _, lookahead := range []bool{true, false} {
+		var mu sync.Mutex
+		reads := make([]map[int]int, procs)    // by rank: row read -> times
+		writes := make([]map[int32]int, procs) // by rank: row written -> times
+		cfg := orcasim.Config{Members: procs, Seed: 3, In: testnet.Impairment{Loss: 0.05}, Stay: true}
+		cfg.Node.Trace = func(ev orca.TraceEvent) {
+			if ev.Kind != orca.TraceCall || ev.Object != "rows" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			r := int(ev.Member) - 1 // member ids 1..procs follow ranks
+			if reads[r] == nil {
+				reads[r], writes[r] = map[int]int{}, map[int32]int{}
+			}
+			switch ev.Op {
+			case "row":
+				reads[r][ev.Args.(int)]++
+			case "add":
+				writes[r][ev.Args.(rowArgs).First]++
+			}
+		}
+		sums := make([]uint64, procs)
+		_, err := orcasim.Run(cfg, func(node *orca.Node) error {
+			r, err := parallel(context.Background(), node, suite.NewASP(n, 1), lookahead)
+			sums[node.Rank()] = r.Checksum
+			return err
+		})
+		if err != nil {
+			t.Fatalf("lookahead %v: %v", lookahead, err)
+		}
+		if sums[0] != want {
+			t.Errorf("lookahead %v: rank 0's checksum %016x, want the sequential %016x", lookahead, sums[0], want)
+		}
+		for rank := range procs {
+			lo, hi := suite.Block(n, procs, rank)
+			for k := range n {
+				mine := k >= lo && k < hi
+				if got, want := reads[rank][k], b2i(!mine); got != want {
+					t.Errorf("lookahead %v: rank %d (rows %d..%d) read row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+				}
+				if got, want := writes[rank][int32(k)], b2i(mine); got != want {
+					t.Errorf("lookahead %v: rank %d (rows %d..%d) wrote row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+				}
+			}
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -229,7 +230,13 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			n.Close()
 			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
 		}
+		stopTrace, err := startTrace(n.Rank())
+		if err != nil {
+			n.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		r, err := completed(ctx, n, parallel)
+		stopTrace()
 		if err != nil {
 			n.Close()
 			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
@@ -294,7 +301,7 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n")
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -369,6 +376,27 @@ func (b *Barrier) Wait(ctx context.Context) error {
 	}
 	_, err := reached.Call(ctx, b.obj, b.round*int64(b.n.Size()))
 	return err
+}
+
+// startTrace starts Go's execution tracer (runtime/trace) into
+// $ORCA_TRACE.<rank> when ORCA_TRACE is set; stop ends it.
+func startTrace(rank int) (stop func(), err error) {
+	path := os.Getenv("ORCA_TRACE")
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, rank))
+	if err != nil {
+		return nil, fmt.Errorf("ORCA_TRACE: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ORCA_TRACE: %w", err)
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}, nil
 }
 
 // envPin reads DSM_PIN, which asks for -pin from the environment (set
