@@ -29,10 +29,12 @@ static void relax(int32_t *d, int n, int lo, int hi, int k, const int32_t *pivot
 	for (int i = lo; i < hi; i++) {
 		int32_t *row = d + (size_t)i * n;
 		int32_t dik = row[k];
+		/* an unconditional store of the minimum, as the Go version's
+		 * min: the compiler may vectorize it (a conditional store it
+		 * may not) */
 		for (int j = 0; j < n; j++) {
 			int32_t v = dik + pivot[j];
-			if (v < row[j])
-				row[j] = v;
+			row[j] = v < row[j] ? v : row[j];
 		}
 	}
 }

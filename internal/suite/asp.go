@@ -37,10 +37,11 @@ func (a *ASP) Relax(d []int32, lo, hi, k int, pivot []int32) {
 	for i := lo; i < hi; i++ {
 		row := d[i*n : (i+1)*n]
 		dik := row[k]
-		for j, pkj := range pivot[:n] {
-			if v := dik + pkj; v < row[j] {
-				row[j] = v
-			}
+		// pivot resliced to row's length drops the bounds check on row,
+		// and the built-in min compiles to a conditional move: no branch
+		// to mispredict.
+		for j, pkj := range pivot[:len(row)] {
+			row[j] = min(row[j], dik+pkj)
 		}
 	}
 }

@@ -326,3 +326,17 @@ func TestASP(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkASPRelax is one Floyd–Warshall solve of 512 nodes on one
+// goroutine: the relaxation every ASP program (Orca, BDSM, sequential)
+// runs.
+func BenchmarkASPRelax(b *testing.B) {
+	a := NewASP(512, 1)
+	d := make([]int32, len(a.Dist))
+	for b.Loop() {
+		copy(d, a.Dist)
+		for k := range a.N {
+			a.Relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
+		}
+	}
+}
