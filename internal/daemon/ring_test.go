@@ -379,3 +379,90 @@ func testRingsPolled(t *testing.T, poll bool) {
 		t.Errorf("a packet waits on the receiver's socket: the daemon rang a client that polls")
 	}
 }
+
+// A client that sends one message and waits for its delivery on the same
+// connection (a ping: its own message, in total order) has its daemon's poll of the send ring stop while
+// it waits (park), and start again when the delivery is published: every
+// message arrives, in order, the client writes no doorbell for its next
+// message, and the daemon parked for most of them. A message sent while
+// the poll is parked still arrives (the client then rings).
+func TestRingsParkWhileClientAwaitsDelivery(t *testing.T) {
+	seg := newMemSeg(2)
+	dir := t.TempDir()
+	var ds []*running
+	for i, l := range seg.links {
+		cfg := Config{Logger: quiet, ClientSpin: time.Second, Group: reliable.Config{Group: 9, Size: 2, Server: i == 0, Order: reliable.Total}}
+		ds = append(ds, startDaemon(t, l, dir+"/"+string(rune('a'+i))+".sock", cfg))
+	}
+	t.Cleanup(func() {
+		for _, l := range seg.links {
+			l.Close()
+		}
+	})
+	c, _ := dialFlags(t, ds[0].socket, localapi.HelloBatch|localapi.HelloWaitReady)
+	rr, err := c.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr.SetSpin(time.Second)
+	if err := c.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Read(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*localapi.Subscribed); !ok {
+		t.Fatalf("Subscribe answered with %v", m.Type())
+	}
+	sr, err := c.SendRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		msg := []byte(fmt.Sprintf("ping %d", i))
+		if err := sr.Add(msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := sr.Publish(); err != nil {
+			t.Fatal(err)
+		}
+		_, got, ok, err := rr.Next(true)
+		if err != nil || !ok || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d: got %q, %v, %v; want %q", i, got, ok, err, msg)
+		}
+	}
+	if p := ds[0].d.parks.Load(); p < n/2 {
+		t.Errorf("the daemon's poll parked %d times for %d messages sent one at a time, each awaited; want %d or more", p, n, n/2)
+	}
+	t.Logf("%d messages: the daemon parked %d times, the client rang %d times", n, ds[0].d.parks.Load(), sr.Doorbells())
+	// The first message may find the daemon asleep; a few more may come
+	// between the delivery's publish and the unpark's clearing of
+	// wantData on a loaded machine.
+	if b := sr.Doorbells(); b > n/20 {
+		t.Errorf("the client wrote %d doorbells for %d messages; want at most %d", b, n, n/20)
+	}
+	// Parked, with the client polling for a delivery: a message
+	// published now rings the daemon, and comes back.
+	before := ds[0].d.parks.Load()
+	done := make(chan error, 1)
+	go func() {
+		for end := time.Now().Add(5 * time.Second); ds[0].d.parks.Load() == before; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				done <- errors.New("the daemon did not park in 5 s while the client polled for a delivery")
+				break
+			}
+		}
+		err := sr.Add([]byte("while parked"))
+		if err == nil {
+			err = sr.Publish()
+		}
+		done <- err
+	}()
+	_, got, ok, err := rr.Next(true)
+	if perr := <-done; perr != nil {
+		t.Error(perr)
+	}
+	if err != nil || !ok || string(got) != "while parked" {
+		t.Fatalf("the message sent while the daemon was parked: got %q, %v, %v", got, ok, err)
+	}
+}
