@@ -59,7 +59,8 @@ type conn struct {
 	// has the poll go on (unpark).
 	subscribed atomic.Bool
 	parked     atomic.Bool
-	wasParked  bool // the read in progress was parked (the connection's goroutine's)
+	wasParked  bool   // the read in progress was parked (the connection's goroutine's)
+	parkHead   uint64 // the deliver ring's head when the read last parked (its too)
 
 	smu  sync.Mutex
 	sub  *subscriber

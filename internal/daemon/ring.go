@@ -205,15 +205,29 @@ func (c *conn) sendRingReady(sleep bool) bool {
 		}
 		return false
 	}
+	if c.wasParked && !c.parked.Load() {
+		return true // unparked on its way to sleep: poll on, wantData clear
+	}
 	asleep, err := r.WaitData()
+	if asleep && err == nil && c.wasParked && !c.parked.Load() {
+		r.Unwait() // unparked meanwhile, its Unwait perhaps before this WaitData
+		return true
+	}
 	return err != nil || !asleep
 }
 
 // awaitsDelivery: the client polls its deliver ring, empty of anything
-// not read, for the next delivery of its subscription.
+// not read, for the next delivery of its subscription, and something
+// was delivered since the read last parked (an unpark comes before the
+// publish it is for: the read does not park again until the client had
+// it).
 func (c *conn) awaitsDelivery() bool {
 	d := c.rings.deliver
-	return d != nil && c.subscribed.Load() && d.ConsumerPolls()
+	if d == nil || !c.subscribed.Load() {
+		return false
+	}
+	h, polls := d.ConsumerPolls()
+	return polls && h != c.parkHead
 }
 
 // park ends the read's poll: it sleeps until a packet, or until the
@@ -222,13 +236,27 @@ func (c *conn) awaitsDelivery() bool {
 // so a delivery that comes meanwhile is seen by one of the two.
 func (c *conn) park() {
 	c.parked.Store(true)
-	if !c.rings.deliver.ConsumerPolls() {
+	h, polls := c.rings.deliver.ConsumerPolls()
+	if !polls {
 		c.parked.Store(false) // a delivery came: poll on (a pending unpark only wakes the read once more)
 		return
 	}
+	c.parkHead = h
 	c.r.SetSpin(0)
 	c.wasParked = true
 	c.d.parks.Add(1)
+}
+
+// unparkEarly unparks before the deliveries are copied and published,
+// so that the read's goroutine wakes meanwhile and polls when the
+// client answers (c.wmu held).
+func (c *conn) unparkEarly() {
+	if c.parked.Load() && c.parked.CompareAndSwap(true, false) {
+		if c.rings.send != nil {
+			c.rings.send.Unwait()
+		}
+		c.unpark()
+	}
 }
 
 // unpark wakes a parked read from the fan-out (c.wmu held), which has
@@ -280,6 +308,7 @@ var (
 // goroutine may need it to answer a request meanwhile). c.wmu is held on
 // entry and on return.
 func (c *conn) deliverRing(b *outBatch, from uint16) error {
+	c.unparkEarly()
 	if b.one != nil {
 		if err := c.ringAdd(b.from, b.one[3:]); err != nil {
 			return err

@@ -266,11 +266,11 @@ func (r *Ring) Publish() (ring bool) {
 // ConsumerPolls reports, at the producer, whether the consumer has
 // released every record published and looks for more without sleeping
 // (wantData clear): a client that waits for its next delivery and polls.
-// Only a hint (the consumer's index is the other side's to write), read
-// with atomics: any goroutine may ask.
-func (r *Ring) ConsumerPolls() bool {
+// head is what was published then. Only a hint (the consumer's index is
+// the other side's to write), read with atomics: any goroutine may ask.
+func (r *Ring) ConsumerPolls() (head uint64, polls bool) {
 	h := r.head.Load()
-	return r.wantData.Load() == 0 && r.tail.Load() == h
+	return h, r.wantData.Load() == 0 && r.tail.Load() == h
 }
 
 // Published is how much the producer has published, ever (its own index).
