@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,14 +52,6 @@ type conn struct {
 	// directly (ringRecv); slot is its reserved record.
 	hasDeliverRing atomic.Bool
 	slot           [][]byte
-	// subscribed: Subscribe was answered (the deliver ring will fill).
-	// parked: the read stopped polling because the client waits for a
-	// delivery (park); the fan-out's next publish into its deliver ring
-	// has the poll go on (unpark).
-	subscribed atomic.Bool
-	parked     atomic.Bool
-	wasParked  bool   // the read in progress was parked (the connection's goroutine's)
-	parkHead   uint64 // the deliver ring's head when the read last parked (its too)
 
 	smu  sync.Mutex
 	sub  *subscriber
@@ -191,9 +182,8 @@ func (c *conn) serve() {
 		}
 		c.spinAfter(k, 0)
 		n, trunc, err := c.read(buf)
-		c.unparked(err)
-		if errors.Is(err, localapi.ErrReady) || errors.Is(err, os.ErrDeadlineExceeded) {
-			continue // the send ring has records, or the fan-out's unpark
+		if errors.Is(err, localapi.ErrReady) {
+			continue
 		}
 		if err != nil {
 			return
@@ -518,6 +508,5 @@ func (c *conn) subscribe(from uint16) bool {
 	}
 	c.wbuf = (&localapi.Subscribed{From: from}).Append(c.wbuf[:0])
 	_, err := c.c.Write(c.wbuf)
-	c.subscribed.Store(true)
 	return err == nil
 }

@@ -138,7 +138,6 @@ type Daemon struct {
 	accepted  atomic.Uint64 // Sends accepted, all clients
 	datagrams atomic.Uint64 // SendUnreliables handed to the group, all clients
 	ringBytes atomic.Int64  // memory of every client's rings
-	parks     atomic.Uint64 // client polls stopped while the client awaited a delivery (conn.park)
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
 	rates     rateSampler
 	files     *fileService // nil: files off

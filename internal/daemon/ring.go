@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"time"
 
 	"github.com/rbcast/rbcast/internal/hops"
 	"github.com/rbcast/rbcast/internal/localapi"
@@ -184,104 +182,13 @@ func (c *conn) drainSendRing() (burst int, ok bool) {
 // wantData and looks again, so that the client's next publish rings.
 // A ring that is corrupt reports true: the drain then says what is
 // wrong.
-//
-// While it polls, a client that waits for a delivery (it released all
-// of its deliver ring and polls it: a ping waiting for its answer, an
-// echo for the next ping) has the poll stop (park): the client sends
-// nothing more until a delivery comes, and the poll would only take a
-// CPU from the threads that carry the message there (the group's loops,
-// the client's own poll). The fan-out's next publish into that ring
-// wakes the read and has the poll go on (unpark, resume) before the
-// client has read it; until then the send ring's wantData is set, so a
-// client that sends anyway rings.
 func (c *conn) sendRingReady(sleep bool) bool {
 	r := c.rings.send
 	if !sleep {
-		if r.Waiting() {
-			return true
-		}
-		if c.awaitsDelivery() {
-			c.park()
-		}
-		return false
-	}
-	if c.wasParked && !c.parked.Load() {
-		return true // unparked on its way to sleep: poll on, wantData clear
+		return r.Waiting()
 	}
 	asleep, err := r.WaitData()
-	if asleep && err == nil && c.wasParked && !c.parked.Load() {
-		r.Unwait() // unparked meanwhile, its Unwait perhaps before this WaitData
-		return true
-	}
 	return err != nil || !asleep
-}
-
-// awaitsDelivery: the client polls its deliver ring, empty of anything
-// not read, for the next delivery of its subscription, and something
-// was delivered since the read last parked (an unpark comes before the
-// publish it is for: the read does not park again until the client had
-// it).
-func (c *conn) awaitsDelivery() bool {
-	d := c.rings.deliver
-	if d == nil || !c.subscribed.Load() {
-		return false
-	}
-	h, polls := d.ConsumerPolls()
-	return polls && h != c.parkHead
-}
-
-// park ends the read's poll: it sleeps until a packet, or until the
-// fan-out publishes (unpark). Parked is set before the deliver ring is
-// looked at again, and the fan-out publishes before it looks at parked,
-// so a delivery that comes meanwhile is seen by one of the two.
-func (c *conn) park() {
-	c.parked.Store(true)
-	h, polls := c.rings.deliver.ConsumerPolls()
-	if !polls {
-		c.parked.Store(false) // a delivery came: poll on (a pending unpark only wakes the read once more)
-		return
-	}
-	c.parkHead = h
-	c.r.SetSpin(0)
-	c.wasParked = true
-	c.d.parks.Add(1)
-}
-
-// unparkEarly unparks before the deliveries are copied and published,
-// so that the read's goroutine wakes meanwhile and polls when the
-// client answers (c.wmu held).
-func (c *conn) unparkEarly() {
-	if c.parked.Load() && c.parked.CompareAndSwap(true, false) {
-		if c.rings.send != nil {
-			c.rings.send.Unwait()
-		}
-		c.unpark()
-	}
-}
-
-// unpark wakes a parked read from the fan-out (c.wmu held), which has
-// cleared the send ring's wantData before it published: a past read
-// deadline ends the read's sleep. A send ring whose wantData is clear
-// while its reader sleeps is safe so: that reader is woken.
-func (c *conn) unpark() { c.c.SetReadDeadline(aLongTimeAgo) }
-
-var aLongTimeAgo = time.Unix(1, 0)
-
-// unparked follows every read: a parked one ended (by unpark, a packet
-// or the ring's records) and the poll goes on; an unpark's past read
-// deadline is taken back (one that comes later only ends a read early).
-func (c *conn) unparked(err error) {
-	c.parked.Store(false)
-	if c.wasParked {
-		c.wasParked = false
-		c.r.SetSpin(c.d.cfg.ClientSpin)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		c.c.SetReadDeadline(time.Time{})
-		if c.rings.send != nil {
-			c.rings.send.Unwait()
-		}
-	}
 }
 
 // releaseSend frees what was read of the send ring, ringing the client
@@ -308,7 +215,6 @@ var (
 // goroutine may need it to answer a request meanwhile). c.wmu is held on
 // entry and on return.
 func (c *conn) deliverRing(b *outBatch, from uint16) error {
-	c.unparkEarly()
 	if b.one != nil {
 		if err := c.ringAdd(b.from, b.one[3:]); err != nil {
 			return err
@@ -414,17 +320,7 @@ func (c *conn) closeAsync() { go c.close() }
 // publishDeliver publishes what was added to the deliver ring and rings
 // the client if it sleeps (c.wmu is held).
 func (c *conn) publishDeliver() error {
-	parked := c.parked.Load()
-	if parked && c.rings.send != nil {
-		// Before the client can see the delivery: its answer then
-		// finds wantData clear and needs no doorbell.
-		c.rings.send.Unwait()
-	}
-	ring := c.rings.deliver.Publish()
-	if parked && c.parked.CompareAndSwap(true, false) {
-		c.unpark()
-	}
-	if !ring {
+	if !c.rings.deliver.Publish() {
 		return nil
 	}
 	c.wbuf = deliverRingBell.Append(c.wbuf[:0])

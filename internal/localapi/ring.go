@@ -263,16 +263,6 @@ func (r *Ring) Publish() (ring bool) {
 	return r.wantData.Load() != 0 && r.wantData.CompareAndSwap(1, 0)
 }
 
-// ConsumerPolls reports, at the producer, whether the consumer has
-// released every record published and looks for more without sleeping
-// (wantData clear): a client that waits for its next delivery and polls.
-// head is what was published then. Only a hint (the consumer's index is
-// the other side's to write), read with atomics: any goroutine may ask.
-func (r *Ring) ConsumerPolls() (head uint64, polls bool) {
-	h := r.head.Load()
-	return h, r.wantData.Load() == 0 && r.tail.Load() == h
-}
-
 // Published is how much the producer has published, ever (its own index).
 func (r *Ring) Published() uint64 { return r.pos }
 
@@ -387,12 +377,6 @@ func (r *Ring) Waiting() bool {
 // not read yet (without looking at the producer's index again): false
 // means the next Next reads the index anew.
 func (r *Ring) Unread() bool { return r.other != r.pos }
-
-// Unwait undoes a WaitData whose sleep is over without a Doorbell (the
-// consumer polls again): the producer then publishes without ringing. A
-// Doorbell already on its way is harmless. An atomic: any goroutine may
-// call it.
-func (r *Ring) Unwait() { r.wantData.CompareAndSwap(1, 0) }
 
 // WaitData prepares the consumer to sleep: it sets wantData and looks
 // again. False means a record waits now (wantData is cleared again);

@@ -160,45 +160,6 @@ func TestRingDoorbells(t *testing.T) {
 	}
 }
 
-// The producer sees whether its consumer waits for more and polls
-// (released everything, wantData clear), and Unwait takes a WaitData
-// back, so that the next Publish does not ring.
-func TestRingConsumerPolls(t *testing.T) {
-	p, c := ringPair(t, MinRing, 1000)
-	if h, polls := p.ConsumerPolls(); !polls || h != 0 {
-		t.Fatalf("ConsumerPolls on an empty ring whose consumer never slept: %d, %v; want 0, true", h, polls)
-	}
-	p.Add(1, []byte("x"))
-	p.Publish()
-	if _, polls := p.ConsumerPolls(); polls {
-		t.Fatal("ConsumerPolls true with a record published and not released")
-	}
-	if _, d, ok, err := c.Next(); err != nil || !ok || string(d) != "x" {
-		t.Fatalf("Next: %q, %v, %v", d, ok, err)
-	}
-	if _, polls := p.ConsumerPolls(); polls {
-		t.Fatal("ConsumerPolls true with a record read and not released")
-	}
-	c.Release()
-	if h, polls := p.ConsumerPolls(); !polls || h != p.Published() {
-		t.Fatalf("ConsumerPolls once the consumer released everything: %d, %v; want %d, true", h, polls, p.Published())
-	}
-	if sleep, err := c.WaitData(); err != nil || !sleep {
-		t.Fatalf("WaitData on an empty ring: %v, %v; want to sleep", sleep, err)
-	}
-	if _, polls := p.ConsumerPolls(); polls {
-		t.Fatal("ConsumerPolls true with the consumer asleep (wantData set)")
-	}
-	c.Unwait()
-	if _, polls := p.ConsumerPolls(); !polls {
-		t.Fatal("ConsumerPolls false after Unwait")
-	}
-	p.Add(1, []byte("y"))
-	if p.Publish() {
-		t.Fatal("Publish says to ring a consumer whose WaitData was undone")
-	}
-}
-
 // A hostile other end changes the shared state: every fault is an error
 // that names it, never a panic nor data outside the ring.
 func TestRingFaults(t *testing.T) {
