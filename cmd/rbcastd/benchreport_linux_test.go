@@ -72,7 +72,8 @@ import (
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
 // RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
 // the library's and the daemons' (-spin) alike (default: the ring's,
-// 200 µs; 0: never).
+// 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
+// rbcastd run processes only, space-separated (say "GOMAXPROCS=1").
 func BenchmarkReport(b *testing.B) {
 	netnstest.RequireRoot(b)
 	r := &report{b: b, reps: 3, secs: 3, fileMB: 200, pings: 5000, mtus: []int{1500, 9000},
@@ -830,6 +831,7 @@ func (r *report) startDaemons(topo *netns.Topology, order, dir string) *daemons 
 			args = append(args, "-spin", r.spin.String())
 		}
 		cmd := rbcastdCmd(context.Background(), h, args...)
+		cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("RBCASTD_REPORT_DAEMON_ENV"))...)
 		log := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {

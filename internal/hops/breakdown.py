@@ -76,19 +76,33 @@ chain = [
 ]
 if 'E' not in procs and 'S' in procs:
     # bench -ping <own id> under -order total at a member that is not the
-    # sequencer: the request goes to the sequencer, which sends the
-    # message in its order back to every member, the pinger's daemon too.
+    # sequencer: the request crosses to the sequencer, its SeqData back;
+    # with the default majority quorum the sequencer delivers, and
+    # announces, only what another member acknowledged as held, so the
+    # member's status crosses to it and the safe point back: four
+    # crossings (docs/protocols.md, "Told is never lost while a majority
+    # survives"). Without the runtime probes only the daemons' and
+    # clients' rows remain.
     chain = [
         ('P', 1, None, 'pinger writes the ping'),
         ('A', 60, None, 'daemon A reads it [0 at once, 1 polling, 2 woken]'),
         ('A', 21, None, 'daemon A: Group.Send returned'),
         ('A', (30, 36), None, 'daemon A: loop woken [30], or Send sends [36] (runtime)'),
         ('A', 32, lambda a: a > 0, 'daemon A: request staged (runtime)'),
-        ('A', 34, None, 'daemon A: kicker runs [1: Send kicks] (runtime)'),
+        ('A', 35, None, 'daemon A: request kicked (the sendto returned)'),
         ('S', 30, lambda a: a > 0, 'sequencer: the loop has the request (runtime)'),
-        ('S', 32, lambda a: a > 0, 'sequencer: its frames staged (runtime)'),
+        ('S', 32, lambda a: a > 0, 'sequencer: SeqData staged (runtime)'),
         ('S', 34, None, 'sequencer: kicker runs (runtime)'),
-        ('A', 30, lambda a: a > 0, 'daemon A: the loop has the ordered frame (runtime)'),
+        ('S', 35, None, 'sequencer: SeqData kicked (runtime)'),
+        ('A', 30, lambda a: a > 0, 'daemon A: the loop has the SeqData (runtime)'),
+        ('A', 32, lambda a: a > 0, 'daemon A: its status staged (runtime)'),
+        ('A', 34, None, 'daemon A: kicker runs (runtime)'),
+        ('A', 35, None, 'daemon A: status kicked (runtime)'),
+        ('S', 30, lambda a: a > 0, 'sequencer: the loop has the status (runtime)'),
+        ('S', 32, lambda a: a > 0, 'sequencer: safe point staged (runtime)'),
+        ('S', 34, None, 'sequencer: kicker runs (runtime)'),
+        ('S', 35, None, 'sequencer: safe point kicked (runtime)'),
+        ('A', 30, lambda a: a > 0, 'daemon A: the loop has the safe point (runtime)'),
         ('A', 33, None, 'daemon A: delivered (runtime)'),
         ('A', 50, None, 'daemon A: fan-out has it'),
         ('A', 51, None, 'daemon A: Deliver written'),
