@@ -542,7 +542,8 @@ func (c *Core) onCommit(src [6]byte, v frame.View) {
 // startCompletion begins delivering up to the commit's cuts.
 func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 	c.freeze()
-	comp := &completion{commit: commit, next: make([]uint32, len(commit.Cuts)), departed: make([]bool, len(commit.Cuts)), progressAt: c.now}
+	n := len(commit.Cuts)
+	comp := &completion{commit: commit, next: make([]uint32, n), departed: make([]bool, n), at: make([]uint32, n), progressAt: c.now}
 	for i, x := range commit.Cuts {
 		old, _ := c.memberOf(c.view, x.Member)
 		comp.departed[i] = true
@@ -556,6 +557,7 @@ func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 			continue
 		}
 		comp.next[i], _ = c.inner.DeliveredFrom(x.Member)
+		comp.at[i] = comp.next[i]
 	}
 	c.comp = comp
 	// What the inner core delivered since the freeze counts up to the
@@ -711,16 +713,25 @@ func (c *Core) complete() {
 			comp.next[i] = c.innerNext(x.Member)
 		}
 		for frame.SeqLess(comp.next[i], x.Cut) {
+			// A departing sender's frame that the inner core delivered
+			// since the commit (repaired by its sender, which this
+			// member may still hear) lies in its retained copy: it is
+			// handed out from there, the inner core's own delivery
+			// dropped (filterCut), so that it comes once and in order
+			// with the relayed ones.
 			s := comp.next[i]
+			k := c.relayIndex(x.Member, s)
 			if data, bundled, ok := c.inner.Retained(x.Member, s); ok {
 				c.deliverRelayed(x.Member, s, data, bundled)
-			} else if k := c.relayIndex(x.Member, s); k >= 0 {
+			} else if k >= 0 {
 				r := comp.relays[k]
 				c.deliverRelayed(x.Member, s, r.data, r.bundled)
-				comp.relays = slices.Delete(comp.relays, k, k+1)
 				c.stats.RelayDelivered++
 			} else {
 				break
+			}
+			if k >= 0 {
+				comp.relays = slices.Delete(comp.relays, k, k+1)
 			}
 			comp.next[i]++
 		}

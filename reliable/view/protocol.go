@@ -719,12 +719,16 @@ func (c *Core) observe(evs []core.Event) {
 }
 
 // filterCut drops what the inner core delivers from a departing member
-// beyond the cut (a member the coordinator left out may still be heard
-// here): every member that moves on delivers exactly up to the cut.
+// after the commit (a member the coordinator left out may still be
+// heard here, its frames repaired late): beyond the cut, every member
+// that moves on delivers exactly up to it; below, complete delivers
+// them, from the inner core's retained copy or a relay, in order with
+// the relays (issue 19: the inner core's delivery and complete's were
+// both handed out, the frame twice).
 func (c *Core) filterCut(ds []core.Delivery) []core.Delivery {
 	out := ds[:0]
 	for _, d := range ds {
-		if i := c.cutIndex(d.From); i >= 0 && c.comp.departed[i] && !frame.SeqLess(d.Seq, c.comp.commit.Cuts[i].Cut) {
+		if i := c.cutIndex(d.From); i >= 0 && c.comp.departed[i] && !frame.SeqLess(d.Seq, c.comp.at[i]) {
 			continue
 		}
 		out = append(out, d)

@@ -161,7 +161,13 @@ type completion struct {
 	commit   frame.ViewCommitBody
 	next     []uint32 // per cut: the next sequence number to deliver
 	departed []bool   // per cut: its sender does not stay
-	relays   []relayed
+	// at is, per cut, how far the inner core had delivered the sender's
+	// frames at the commit. A departing sender's frames from there on
+	// are delivered by complete alone (filterCut drops the inner core's
+	// own deliveries of them), from the inner core's retained copy or a
+	// holder's relay, whichever comes first, in order, once each.
+	at     []uint32
+	relays []relayed
 	// progressAt is when the completion last moved (a message delivered
 	// up to a cut), sum what had been delivered then: a completion that
 	// does not move for twice the failure timeout is given up (its
