@@ -57,20 +57,9 @@ func awaitMembers(t *testing.T, groups []*Group, n int) uint32 {
 func TestViewsFoundJoinCrashRestart(t *testing.T) {
 	r := rtnet.New(t, 31)
 	imp := testnet.Impairment{Loss: 0.05}
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 3 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
-		cfgs = append(cfgs, viewsConfig(3))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups, links := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3)
 	first := awaitMembers(t, groups, 3)
 	exchange(t, groups, 200)
 
@@ -182,20 +171,9 @@ func TestViewsConfigErrors(t *testing.T) {
 // RemoveGroup ends every member with ErrGroupRemoved.
 func TestViewsRemoveGroup(t *testing.T) {
 	r := rtnet.New(t, 35)
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 3 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-		cfgs = append(cfgs, viewsConfig(3))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3)
 	awaitMembers(t, groups, 3)
 	if err := groups[0].RemoveGroup(ctx); err != nil {
 		t.Fatalf("RemoveGroup: %v", err)
@@ -458,20 +436,9 @@ func TestViewsSendErrSetsErr(t *testing.T) {
 // worth (retention slots are reused).
 func TestViewsLargeMessages(t *testing.T) {
 	r := rtnet.New(t, 37)
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 3 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-		cfgs = append(cfgs, viewsConfig(3))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3)
 	awaitMembers(t, groups, 3)
 	const n = 1500
 	size := groups[0].MaxMessage()
@@ -512,4 +479,24 @@ func TestViewsLargeMessages(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// foundViews starts n founders of a group with views, each on a link of
+// r with ec, and fails the test if one cannot join: the groups and their
+// links, in order.
+func foundViews(t *testing.T, ctx context.Context, r *rtnet.Net, ec testnet.EndpointConfig, n int) ([]*Group, []*rtnet.Link) {
+	t.Helper()
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range n {
+		links = append(links, r.Attach(t, ec))
+		cfgs = append(cfgs, viewsConfig(n))
+	}
+	groups, errs := joinRegistered(t, ctx, links, cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("founder %d: Join: %v", i, err)
+		}
+	}
+	return groups, links
 }
