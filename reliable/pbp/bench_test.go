@@ -17,11 +17,18 @@ func newMemGroup(tb testing.TB, mode Mode, n, window int) *memseg.Segment[*Core]
 // newMemGroupRetain is newMemGroup with Config.Retain set as retain (a
 // group with views runs its cores so).
 func newMemGroupRetain(tb testing.TB, mode Mode, n, window int, retain bool) *memseg.Segment[*Core] {
+	return newMemGroupConfig(tb, n, Config{Mode: mode, Window: window, Retain: retain})
+}
+
+// newMemGroupConfig puts n PBP cores configured as cfg (its Group, Self
+// and Members set per member) on a lossless in-memory segment.
+func newMemGroupConfig(tb testing.TB, n int, cfg Config) *memseg.Segment[*Core] {
 	ms := testMembers(n)
 	var cores []*Core
 	var macs [][6]byte
 	for i := range n {
-		c, err := New(Config{Group: testGroup, Self: frame.MemberID(i), Members: ms, Mode: mode, Window: window, Retain: retain})
+		cfg.Group, cfg.Self, cfg.Members = testGroup, frame.MemberID(i), ms
+		c, err := New(cfg)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -31,38 +38,47 @@ func newMemGroupRetain(tb testing.TB, mode Mode, n, window int, retain bool) *me
 	return memseg.New(testGroup, cores, macs, t0)
 }
 
+// stream has member 0 of g's n send b.N messages of size bytes, as fast
+// as its window lets it, until every other member delivered them all,
+// and reports msgs/s (messages delivered at one receiver per second) and
+// cpu-ns/op (the process's CPU time per message, cpuTime: steadier than
+// ns/op on a loaded machine).
+func stream(b *testing.B, g *memseg.Segment[*Core], n, size int) {
+	msg := make([]byte, size)
+	sent := 0
+	b.ReportAllocs()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for g.Delivered[n-1] < b.N {
+		for sent < b.N {
+			if err := g.Cores[0].Propose(g.Now, msg); errors.Is(err, ErrWindowFull) {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+			sent++
+		}
+		g.Round(b)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	for i := 1; i < n; i++ {
+		if g.Delivered[i] != b.N {
+			b.Fatalf("member %d delivered %d of %d", i, g.Delivered[i], b.N)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // BenchmarkGroup measures messages per second through the cores alone:
-// member 0 sends, every other member delivers. msgs/s counts messages
-// delivered at one receiver per second of CPU.
+// member 0 sends, every other member delivers.
 func BenchmarkGroup(b *testing.B) {
 	for _, mode := range []Mode{PBP2, PBP1} {
 		for _, n := range []int{2, 8} {
 			for _, size := range []int{64, 1400} {
 				b.Run(fmt.Sprintf("%v/members=%d/size=%d", mode, n, size), func(b *testing.B) {
-					g := newMemGroup(b, mode, n, 0)
-					msg := make([]byte, size)
-					sent := 0
-					b.ReportAllocs()
-					b.SetBytes(int64(size))
-					b.ResetTimer()
-					for g.Delivered[n-1] < b.N {
-						for sent < b.N {
-							if err := g.Cores[0].Propose(g.Now, msg); errors.Is(err, ErrWindowFull) {
-								break
-							} else if err != nil {
-								b.Fatal(err)
-							}
-							sent++
-						}
-						g.Round(b)
-					}
-					b.StopTimer()
-					for i := 1; i < n; i++ {
-						if g.Delivered[i] != b.N {
-							b.Fatalf("member %d delivered %d of %d", i, g.Delivered[i], b.N)
-						}
-					}
-					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+					stream(b, newMemGroup(b, mode, n, 0), n, size)
 				})
 			}
 		}
@@ -76,40 +92,7 @@ func BenchmarkRelayCost(b *testing.B) {
 	for _, size := range []int{64, 1400} {
 		for _, relay := range []bool{false, true} {
 			b.Run(fmt.Sprintf("size=%d/relay=%v", size, relay), func(b *testing.B) {
-				const n = 3
-				ms := testMembers(n)
-				var cores []*Core
-				var macs [][6]byte
-				for i := range n {
-					c, err := New(Config{Group: testGroup, Self: frame.MemberID(i), Members: ms, Relay: relay})
-					if err != nil {
-						b.Fatal(err)
-					}
-					cores = append(cores, c)
-					macs = append(macs, ms[i].MAC)
-				}
-				g := memseg.New(testGroup, cores, macs, t0)
-				msg := make([]byte, size)
-				sent := 0
-				b.ReportAllocs()
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for g.Delivered[n-1] < b.N {
-					for sent < b.N {
-						if err := g.Cores[0].Propose(g.Now, msg); errors.Is(err, ErrWindowFull) {
-							break
-						} else if err != nil {
-							b.Fatal(err)
-						}
-						sent++
-					}
-					g.Round(b)
-				}
-				b.StopTimer()
-				if g.Delivered[1] != b.N {
-					b.Fatalf("member 1 delivered %d of %d", g.Delivered[1], b.N)
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+				stream(b, newMemGroupConfig(b, 3, Config{Relay: relay}), 3, size)
 			})
 		}
 	}
@@ -117,39 +100,12 @@ func BenchmarkRelayCost(b *testing.B) {
 
 // BenchmarkRetain is BenchmarkGroup's PBP2 run of full frames without and
 // with Config.Retain (the copy kept for view changes), side by side: the
-// receivers' cost of retaining at 2, 3 and 8 members. cpu-ns/op is the
-// process's CPU time per message (cpuTime), steadier than ns/op on a
-// loaded machine.
+// receivers' cost of retaining at 2, 3 and 8 members.
 func BenchmarkRetain(b *testing.B) {
 	for _, n := range []int{2, 3, 8} {
 		for _, retain := range []bool{false, true} {
 			b.Run(fmt.Sprintf("members=%d/retain=%v", n, retain), func(b *testing.B) {
-				const size = 1400
-				g := newMemGroupRetain(b, PBP2, n, 0, retain)
-				msg := make([]byte, size)
-				sent := 0
-				b.ReportAllocs()
-				b.SetBytes(size)
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for g.Delivered[n-1] < b.N {
-					for sent < b.N {
-						if err := g.Cores[0].Propose(g.Now, msg); errors.Is(err, ErrWindowFull) {
-							break
-						} else if err != nil {
-							b.Fatal(err)
-						}
-						sent++
-					}
-					g.Round(b)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-				for i := 1; i < n; i++ {
-					if g.Delivered[i] != b.N {
-						b.Fatalf("member %d delivered %d of %d", i, g.Delivered[i], b.N)
-					}
-				}
+				stream(b, newMemGroupRetain(b, PBP2, n, 0, retain), n, 1400)
 			})
 		}
 	}
