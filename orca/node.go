@@ -374,12 +374,19 @@ func (n *Node) failLocked(err error) {
 func (c *call) finish() {
 	n := c.n
 	n.calls.remove(c.req)
+	// Read before done is set: from then on the waiter may return and
+	// reuse c (its Pending comes from the Op's pool, which every node of
+	// the process shares) and make c.wake under another node's lock.
+	w := c.wake
 	c.done.Store(true)
-	if c.wake != nil && n.delivering {
-		n.wakes = append(n.wakes, wakeUp{ch: c.wake})
+	if w == nil {
 		return
 	}
-	c.wakeUp()
+	if n.delivering {
+		n.wakes = append(n.wakes, wakeUp{ch: w})
+		return
+	}
+	wakeChan(w)
 }
 
 // wakeUp wakes c's waiter, if it waits (n.mu held).
