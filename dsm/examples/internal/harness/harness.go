@@ -386,6 +386,7 @@ Environment:
   DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
   DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
+  DSM_CPUPROFILE=P  write a CPU profile of each rank to P.<rank> (-sim: of the one process to P)
   DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
 `
 
