@@ -32,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -168,23 +167,21 @@ func blockSum(data []byte) uint32 {
 
 // partial is one file being received.
 //
-// Blocks that arrive in order are gathered in run (up to runBytes) on the
-// caller's goroutine (the core's event loop), which only copies them:
-// each full run goes to the partial's writer goroutine, which computes
-// the blocks' checksums, writes the run with one write for the data and
-// one for the checksums, and hashes the file as it goes (the prefix hash:
-// blocks 0..hashed-1 are in h; each run written advances it over the
-// blocks held after it, read back from the file if they came earlier),
-// so that Sum, which the core calls once every block is there, only waits
-// for the runs in flight. Written data is pushed to the disk in the
-// background every writeBehind bytes, so that Commit's fsync has little
-// left to write. At most maxRuns runs are in flight: a loop that outruns
-// the disk waits in WriteBlock. A run's buffer goes back to a pool once
-// written. A block is held once it is in the run; a
-// crash loses the runs not written, and the resume fetches them again.
-// (Hashing and writing on the loop cost the receiver's loop about three
-// quarters of its CPU at MTU 9000: docs/benchmarks.md, "Files to every
-// member".)
+// It hashes the file as it goes (the prefix hash): blocks 0..hashed-1 are
+// in h, and each block written at the end of that prefix advances it,
+// reading the blocks already held after it (a bounded number per write),
+// so that Sum, which the core calls on its event loop once every block is
+// there, hashes only what is left. Written blocks' data is pushed to the
+// disk in the background every writeBehind bytes, so that Commit's fsync
+// has little left to write. Both keep the loop from stalling for seconds
+// on a large file (a sender counts a silent receiver as failed).
+//
+// Blocks that arrive in order are gathered in run (up to runBytes) and
+// written with one write for the data and one for their checksums: two
+// small writes per block cost the receiver more than everything else it
+// does (docs/benchmarks.md, "Files to every member"). A block is held
+// once it is in the run; a crash loses the run, and the resume fetches it
+// again.
 type partial struct {
 	meta         files.Meta
 	final        string
@@ -197,48 +194,26 @@ type partial struct {
 	// sum is the file's hash once known (Sum, or the stored file's).
 	sum    [frame.FileHashLen]byte
 	summed bool
+	buf    []byte
 
-	// run is blocks runFirst.. not handed to the writer yet, back to
-	// back (the loop's).
+	h      hash.Hash
+	hashed uint32   // blocks in h, from block 0
+	held   []uint64 // blocks written or verified, one bit each
+	dirty  int64    // bytes written since the last write-behind
+
+	// run is blocks runFirst.. not written to the file yet, back to
+	// back; runSums their checksums as stored.
 	run      []byte
+	runSums  []byte
 	runFirst uint32
 	runN     uint32
-	// w is the writer goroutine while it runs (nil: none, and the loop
-	// may touch the writer's fields below).
-	w *writer
-
-	// The writer's: h, hashed, held, dirty, buf, sumsBuf.
-	h       hash.Hash
-	hashed  uint32   // blocks in h, from block 0
-	held    []uint64 // blocks written or verified, one bit each
-	dirty   int64    // bytes written since the last write-behind
-	buf     []byte
-	sumsBuf []byte
 }
 
-// writer is a partial's writer goroutine: jobs are the runs to write, in
-// order; slots holds a token per run queued or being written, so that at
-// most maxRuns-1 are (the loop fills one more).
-type writer struct {
-	jobs  chan job
-	slots chan struct{}
-	done  chan struct{}
-
-	mu  sync.Mutex
-	err error // the first error; the runs after it are dropped
-}
-
-// job is one run: blocks first..first+n-1 back to back in data.
-type job struct {
-	first, n uint32
-	data     []byte
-}
-
-// writeBehind is the bytes written between two write-behinds; maxRuns
-// the runs in flight (being filled, queued, being written).
+// catchUp bounds the held blocks read to advance the prefix hash on one
+// write; writeBehind is the bytes written between two write-behinds.
 const (
+	catchUp     = 256
 	writeBehind = 8 << 20
-	maxRuns     = 3
 )
 
 // runBytes is the most a run gathers before it is written (a variable:
@@ -249,135 +224,59 @@ func (p *partial) hold(b uint32) { p.held[b/64] |= 1 << (b % 64) }
 
 func (p *partial) holds(b uint32) bool { return p.held[b/64]&(1<<(b%64)) != 0 }
 
-// runCap is a run buffer's size: runBytes, or the file if smaller, and at
-// least a block.
-func (p *partial) runCap() int {
-	return max(min(runBytes, int(p.meta.Size)), int(p.meta.BlockSize))
-}
-
-// advance extends the prefix hash over held blocks; j's are taken from
-// its data, the others read from the file (written already).
-func (p *partial) advance(j job) error {
-	for p.hashed < p.meta.Blocks() && p.holds(p.hashed) {
+// advance extends the prefix hash over held blocks, at most n reads of
+// the file (a block passed in data is not read).
+func (p *partial) advance(n int) error {
+	for p.hashed < p.meta.Blocks() && p.holds(p.hashed) && n > 0 {
 		l := p.meta.BlockLen(p.hashed)
-		var blk []byte
-		if p.hashed >= j.first && p.hashed-j.first < j.n {
-			off := int(p.hashed-j.first) * int(p.meta.BlockSize)
-			blk = j.data[off : off+l]
-		} else {
-			if cap(p.buf) < int(p.meta.BlockSize) {
-				p.buf = make([]byte, p.meta.BlockSize)
-			}
-			blk = p.buf[:l]
-			if _, err := p.data.ReadAt(blk, int64(p.hashed)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
-				return fmt.Errorf("filestore: reading %s: %w", p.path, err)
-			}
+		if cap(p.buf) < int(p.meta.BlockSize) {
+			p.buf = make([]byte, p.meta.BlockSize)
+		}
+		blk, err := p.readBlock(p.hashed, p.buf[:l])
+		if err != nil {
+			return err
 		}
 		p.h.Write(blk)
 		p.hashed++
+		n--
 	}
 	return nil
 }
 
-// write writes run j: its data, then its blocks' checksums (a crash
-// between the two leaves blocks that no checksum vouches for), and
-// advances the prefix hash over it. The writer's.
-func (p *partial) write(j job) error {
-	bs := int(p.meta.BlockSize)
-	p.sumsBuf = p.sumsBuf[:0]
-	for i := range int(j.n) {
-		p.sumsBuf = binary.BigEndian.AppendUint32(p.sumsBuf, blockSum(j.data[i*bs:min((i+1)*bs, len(j.data))]))
+// readBlock returns block b's bytes: from the run if it is there, else
+// read into blk (its length is the block's).
+func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
+	if b >= p.runFirst && b-p.runFirst < p.runN {
+		off := int(b-p.runFirst) * int(p.meta.BlockSize)
+		return p.run[off : off+len(blk)], nil
 	}
-	last := j.first + j.n - 1
-	if _, err := p.data.WriteAt(j.data, int64(j.first)*int64(bs)); err != nil {
-		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", j.first, last, p.meta.Name, err)
+	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
 	}
-	if _, err := p.hashes.WriteAt(p.sumsBuf, int64(j.first)*4); err != nil {
-		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", j.first, last, p.meta.Name, err)
+	return blk, nil
+}
+
+// flush writes the run: its data, then its checksums (a crash between
+// the two leaves blocks that no checksum vouches for).
+func (p *partial) flush() error {
+	if p.runN == 0 {
+		return nil
 	}
-	if p.dirty += int64(len(j.data)); p.dirty >= writeBehind {
+	first, n := p.runFirst, p.runN
+	p.runN = 0
+	if _, err := p.data.WriteAt(p.run, int64(first)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if _, err := p.hashes.WriteAt(p.runSums, int64(first)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if p.dirty += int64(len(p.run)); p.dirty >= writeBehind {
 		p.dirty = 0
 		// Start writing what is dirty; do not wait for it.
 		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	}
-	if j.first < p.hashed {
-		// A block written again (the core fetches every block again
-		// after a hash mismatch): the prefix hash starts over.
-		p.h.Reset()
-		p.hashed = 0
-	}
-	for b := j.first; b <= last; b++ {
-		p.hold(b)
-	}
-	return p.advance(j)
-}
-
-func (w *writer) run(p *partial) {
-	defer close(w.done)
-	for j := range w.jobs {
-		if w.failed() == nil {
-			if err := p.write(j); err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
-			}
-		}
-		putBuf(j.data)
-		<-w.slots
-	}
-}
-
-func (w *writer) failed() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-// flush hands the run to the writer (started if none runs), waiting while
-// maxRuns-1 runs are queued or being written. It returns the writer's
-// error, if a run failed.
-func (p *partial) flush() error {
-	if p.w == nil {
-		p.w = &writer{jobs: make(chan job, maxRuns), slots: make(chan struct{}, maxRuns-1), done: make(chan struct{})}
-		go p.w.run(p)
-	}
-	w := p.w
-	if p.runN > 0 {
-		w.slots <- struct{}{}
-		w.jobs <- job{first: p.runFirst, n: p.runN, data: p.run}
-		p.run, p.runN = nil, 0
-	}
-	return w.failed()
-}
-
-// bufPool holds the buffers of runs written and of chunks hashed
-// (asyncSHA), so that a file being received holds one only while it
-// fills or writes it, as a file being sent while it hashes.
-var bufPool sync.Pool
-
-// getBuf returns an empty buffer of at least n bytes' capacity.
-func getBuf(n int) []byte {
-	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, n)
-}
-
-func putBuf(b []byte) { bufPool.Put(&b) }
-
-// drain writes the run, waits for the writer to write every run and
-// stops it, and returns its error: the writer's fields are the loop's
-// again.
-func (p *partial) drain() error {
-	if p.runN == 0 && p.w == nil {
-		return nil
-	}
-	p.flush()
-	w := p.w
-	close(w.jobs)
-	<-w.done
-	p.w = nil
-	return w.err
+	p.run, p.runSums = p.run[:0], p.runSums[:0]
+	return nil
 }
 
 var _ files.SinkFile = (*partial)(nil)
@@ -419,29 +318,42 @@ func (p *partial) verify() ([]frame.Range, error) {
 	return held, nil
 }
 
-// WriteBlock copies block b into the run if it follows it, else the run
-// goes to the writer first and b starts a new one; the writer writes it
-// and its checksum. Neither is fsynced: a crash may tear them, and Open's
-// verification finds it. An error may be a write of earlier blocks.
+// WriteBlock writes block b and the checksum beside it: into the run if
+// it follows it, else the run is written first and b starts a new one.
+// Neither is fsynced: a crash may tear them, and Open's verification
+// finds it. An error may be a write of earlier blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
 	p.summed = false
-	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) {
+	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) || b < p.hashed {
 		if err := p.flush(); err != nil {
 			return err
 		}
 	}
 	if p.runN == 0 {
-		if p.run == nil {
-			p.run = getBuf(p.runCap())
+		if cap(p.run) == 0 {
+			p.run = make([]byte, 0, max(runBytes, int(p.meta.BlockSize)))
+			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, int(p.meta.BlockSize))+1))
 		}
 		p.runFirst = b
 	}
 	p.run = append(p.run, data...)
+	p.runSums = binary.BigEndian.AppendUint32(p.runSums, blockSum(data))
 	p.runN++
-	return nil
+	if b < p.hashed {
+		// A block written again (the core fetches every block again
+		// after a hash mismatch): the prefix hash starts over.
+		p.h.Reset()
+		p.hashed = 0
+	}
+	p.hold(b)
+	if b == p.hashed {
+		p.h.Write(data)
+		p.hashed++
+	}
+	return p.advance(catchUp)
 }
 
 // Sum hashes the partial copy. A stored file's is its record's, or the
@@ -459,7 +371,7 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		p.sum, p.summed = sum, true
 		return sum, nil
 	}
-	if err := p.drain(); err != nil {
+	if err := p.advance(int(p.meta.Blocks())); err != nil {
 		return [32]byte{}, err
 	}
 	if p.hashed == p.meta.Blocks() {
@@ -467,6 +379,9 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return p.sum, nil
 	}
 	// Not every block is held as far as this copy knows: hash the file.
+	if err := p.flush(); err != nil {
+		return [32]byte{}, err
+	}
 	h := sha256.New()
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(p.data, 0, int64(p.meta.Size)), make([]byte, 1<<20)); err != nil {
 		return [32]byte{}, fmt.Errorf("filestore: hashing %q: %w", p.meta.Name, err)
@@ -481,7 +396,7 @@ func (p *partial) Commit() error {
 	if p.stored {
 		return nil
 	}
-	if err := p.drain(); err != nil {
+	if err := p.flush(); err != nil {
 		return err
 	}
 	if err := p.data.Sync(); err != nil {
@@ -600,10 +515,9 @@ func (p *partial) Abort(keep bool) {
 	if p.stored {
 		return
 	}
-	if !keep {
-		p.runN = 0
+	if keep {
+		p.flush() // an error: those blocks are fetched again
 	}
-	p.drain() // an error: those blocks are fetched again
 	p.close()
 	if !keep {
 		os.Remove(p.path)
@@ -727,11 +641,6 @@ func (r *readAhead) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (r *readAhead) Close() error { return r.f.Close() }
-
-// NewHash is the hash the core computes of a file offered without its
-// hash (files.SourceHasher): a SHA-256 over goroutines of its own, so
-// that the sender's loop only copies the blocks it sends.
-func (r *readAhead) NewHash() hash.Hash { return newAsyncSHA() }
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name

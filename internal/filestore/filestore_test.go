@@ -9,12 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/clock"
@@ -75,7 +72,7 @@ func TestResumeCommit(t *testing.T) {
 		if b == 6 {
 			// Blocks 0..5 written out; 6 and 7 stay in the run, and the
 			// crash loses them.
-			if err := f.(*partial).drain(); err != nil {
+			if err := f.(*partial).flush(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -293,7 +290,7 @@ func TestPrefixHash(t *testing.T) {
 	for b := range n / 2 {
 		f.WriteBlock(b, block(b))
 	}
-	f.(*partial).drain()
+	f.(*partial).flush()
 	f.(*partial).close() // the process gone
 	f, held, err := d.Open(m)
 	if err != nil || len(held) != 1 || held[0].Last != n/2-1 {
@@ -321,16 +318,12 @@ func TestPrefixHash(t *testing.T) {
 }
 
 // BenchmarkWriteBlock is the receiver's storage cost per block of a file
-// arriving in order, at a full frame's block of MTU 1500 and 9000, from
-// the first WriteBlock to Sum's hash (every block written, checksummed and
-// hashed): ns/op is the wall time per block, loop-cpu-ns/block the CPU
-// the caller's thread (the core's event loop) spends in WriteBlock and
-// Sum, waits not counted (docs/benchmarks.md, "Files to every member").
+// arriving in order, at a full frame's block of MTU 1500 and 9000: the
+// write, the block's checksum and the prefix hash (docs/benchmarks.md,
+// "Files to every member").
 func BenchmarkWriteBlock(b *testing.B) {
 	for _, bs := range []uint32{1464, 8964} {
 		b.Run(fmt.Sprintf("block=%d", bs), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			data := randomBytes(int(bs)*1024, 5)
 			m := files.Meta{Sender: 1, Incarnation: 1, ID: 1, Name: "f", Size: uint64(bs) * uint64(b.N), BlockSize: bs}
 			f, _, err := (&Dir{Root: b.TempDir()}).Open(m)
@@ -341,28 +334,14 @@ func BenchmarkWriteBlock(b *testing.B) {
 			b.SetBytes(int64(bs))
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := threadCPU(b)
 			for i := range uint32(b.N) {
 				off := int(i%1024) * int(bs)
 				if err := f.WriteBlock(i, data[off:off+int(bs)]); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if _, err := f.Sum(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(threadCPU(b)-cpu0)/float64(b.N), "loop-cpu-ns/block")
 		})
 	}
-}
-
-// threadCPU is the CPU time of the calling thread, in ns.
-func threadCPU(b *testing.B) int64 {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // The sender's read-ahead: the pass's reads in order, repairs behind and
@@ -425,11 +404,11 @@ func TestLosslessSumNoReread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := p.drain(); err != nil {
-		t.Fatal(err)
-	}
 	if p.hashed != m.Blocks() {
 		t.Fatalf("after the last block, %d of %d blocks are in the prefix hash", p.hashed, m.Blocks())
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(p.path, make([]byte, len(data)), 0o644); err != nil {
 		t.Fatal(err)

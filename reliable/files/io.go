@@ -3,7 +3,6 @@ package files
 import (
 	"errors"
 	"fmt"
-	"hash"
 	"strings"
 
 	"github.com/rbcast/rbcast/frame"
@@ -43,17 +42,6 @@ type Source interface {
 	ReadAt(p []byte, off int64) (int, error)
 	// Close is called once the file closes at the sender.
 	Close() error
-}
-
-// SourceHasher is a Source that supplies the SHA-256 the core computes of
-// a file offered without its hash (Outgoing.Hash zeros): NewHash returns
-// a hash.Hash the core writes the file's bytes to, in order, as its pass
-// reads them, and whose Sum it takes once, when the pass ends. A runtime
-// may hash on another goroutine (the core is deterministic: Sum's value
-// is the same), so that the core's loop only hands the bytes over.
-type SourceHasher interface {
-	Source
-	NewHash() hash.Hash
 }
 
 // Sink stores received files.
@@ -157,9 +145,9 @@ const (
 	// resumes from the partial copy).
 	CauseRestarted Cause = 18
 	// CauseOldReceiver (a sender's verdict only): the receiver reported a
-	// hash mismatch on a file offered without its hash, or emptied its
-	// copy (no block held after some), before it had seen the file's
-	// FileEnd, which a receiver that knows such offers never does: it is an rbcastd from before the hash in FileEnd,
+	// hash mismatch on a file offered without its hash before it had
+	// seen the file's FileEnd, which a receiver that knows such offers
+	// never does: it is an rbcastd from before the hash in FileEnd,
 	// which takes the offer's zeros for the file's hash and can never
 	// store the file (docs/protocols.md, "Files (IBRMP)", Receivers of
 	// an older version).
