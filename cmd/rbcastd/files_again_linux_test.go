@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,8 +112,13 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 // TestNetnsFilesOldReceiver (issue 20): an rbcastd from before offers
 // without a hash (RBCAST_OLD_RBCASTD: built from the first parent of the
 // merge that brought them, 71ac68b^1) receives a file offered without
-// one twice over and fails it with a hash mismatch; the sender's verdict
-// names it as too old, and nothing is stored (prefix rbfo).
+// one, judges it against the offer's zeros and empties its copy; the
+// sender's verdict names it as too old at that first mismatch and sends
+// it no block again (the file once, not twice), its FileGone ends the
+// old receiver's transfer, and nothing is stored (prefix rbfo). That
+// binary no longer joins a group of this version (the configuration hash
+// differs since the membership's revision 2): the test needs an older
+// binary that still does.
 func TestNetnsFilesOldReceiver(t *testing.T) {
 	old := os.Getenv("RBCAST_OLD_RBCASTD")
 	if old == "" {
@@ -166,10 +172,24 @@ func TestNetnsFilesOldReceiver(t *testing.T) {
 	if err == nil || !strings.Contains(out.String(), "does not hold it: hash mismatch: an rbcastd too old for a file offered without its hash") {
 		t.Fatalf("sendfile: %v, %q; want exit 1 naming the receiver as too old", err, out.String())
 	}
+	m := regexp.MustCompile(`\((\d+) of (\d+) blocks\)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("sendfile's verdict %q names no block count", out.String())
+	}
+	blocks, _ := strconv.Atoi(m[2])
+	st, err := status(&socketFlags{socket: sock(0)}, 30*time.Second)
+	if err != nil || st.Files == nil {
+		t.Fatalf("the sender's status: %v", err)
+	}
+	k := st.Files.Counters
+	t.Logf("the sender sent %d blocks and repaired %d, of a file of %d", k.BlocksSent, k.BlocksRepaired, blocks)
+	if sent := k.BlocksSent + k.BlocksRepaired; sent >= uint64(blocks)*3/2 {
+		t.Fatalf("the sender sent %d blocks and repaired %d of a file of %d: the file again after the old receiver's mismatch", k.BlocksSent, k.BlocksRepaired, blocks)
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs[1].String(), "hash mismatch") {
+	for !strings.Contains(logs[1].String(), "file incomplete") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the old receiver's log does not say hash mismatch:\n%s", logs[1].String())
+			t.Fatalf("the old receiver's log does not say file incomplete:\n%s", logs[1].String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -186,3 +186,75 @@ func TestOldReceiverNamed(t *testing.T) {
 		}
 	}
 }
+
+// An rbcastd from before offers without a hash empties its copy at its
+// first hash mismatch (against the offer's zeros, before FileEnd) and
+// asks for every block again: the sender names it an old receiver at
+// that report, and sends it no block again, instead of the whole file a
+// second time for a second mismatch. A receiver of this version whose
+// held blocks drop after FileEnd (its mismatch against FileEnd's hash),
+// or one restarted (another incarnation), is served as before.
+func TestOldReceiverStoppedAtFirstMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		endEcho bool   // the report after the drop echoes FileEnd's stamp
+		inc     uint32 // the incarnation of that report
+		old     bool
+	}{{"old", false, 22, true}, {"this version", true, 22, false}, {"restarted", false, 23, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
+			id, _ := s.Send(2, Outgoing{Name: "x", Size: 100, Source: &memSource{data: make([]byte, 100), bs: 10, fail: -1}})
+			var offerStamp, endStamp uint32
+			now := Time(Millisecond)
+			for ; endStamp == 0; now += Time(Millisecond) {
+				s.Tick(now)
+				_, vs := sent(t, s)
+				for _, v := range vs {
+					switch v.Type() {
+					case frame.FileOffer:
+						offerStamp = v.FileOffer().Stamp
+					case frame.FileEnd:
+						_, _, _, endStamp = v.FileEnd()
+					}
+				}
+			}
+			s.Step(now, macB, macA, encode(t, 2, 22, 1, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileReceiving,
+				Held: 10, Top: 10, Credit: 64, Echo: offerStamp}))
+			echo := offerStamp
+			if tc.endEcho {
+				echo = endStamp
+			}
+			s.Step(now, macB, macA, encode(t, 2, tc.inc, 2, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileReceiving,
+				Held: 0, Top: 0, Credit: 64, Echo: echo}))
+			rep := s.Reports()
+			blocks := 0
+			for end := now + Time(200*Millisecond); now < end; now += Time(Millisecond) {
+				s.Tick(now)
+				_, vs := sent(t, s)
+				for _, v := range vs {
+					if v.Type() == frame.FileData {
+						blocks++
+					}
+				}
+				if now == end-Time(100*Millisecond) {
+					// It asks again: still not served.
+					s.Step(now, macB, macA, encode(t, 2, tc.inc, 3, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileReceiving,
+						Held: 0, Top: 0, Credit: 64, Echo: echo}))
+				}
+			}
+			rep = append(rep, s.Reports()...)
+			if tc.old {
+				if len(rep) != 1 || rep[0].Kind != Verdict || len(rep[0].Missing) != 1 || rep[0].Missing[0].Cause != CauseOldReceiver ||
+					s.stats.OldReceivers != 1 || blocks != 0 {
+					t.Fatalf("reports %v, old receivers %d, %d blocks sent after its mismatch; want a verdict naming member 2 too old, none sent",
+						rep, s.stats.OldReceivers, blocks)
+				}
+				return
+			}
+			if len(rep) != 0 || s.stats.OldReceivers != 0 || blocks < 10 {
+				t.Fatalf("reports %v, old receivers %d, %d blocks sent after its report; want no verdict, every block again",
+					rep, s.stats.OldReceivers, blocks)
+			}
+		})
+	}
+}

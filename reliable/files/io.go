@@ -145,10 +145,11 @@ const (
 	// resumes from the partial copy).
 	CauseRestarted Cause = 18
 	// CauseOldReceiver (a sender's verdict only): the receiver reported a
-	// hash mismatch on a file offered without its hash before it had
-	// seen the file's FileEnd, which a receiver that knows such offers
-	// never does: it is an rbcastd from before the hash in FileEnd,
-	// which takes the offer's zeros for the file's hash and can never
+	// hash mismatch on a file offered without its hash, or emptied its
+	// copy (no block held after some), before it had seen the file's
+	// FileEnd, which a receiver that knows such offers never does: it is
+	// an rbcastd from before the hash in FileEnd, which takes the
+	// offer's zeros for the file's hash and can never
 	// store the file (docs/protocols.md, "Files (IBRMP)", Receivers of
 	// an older version).
 	CauseOldReceiver Cause = 19

@@ -209,6 +209,7 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	if r.heard != 0 && r.inc == v.Incarnation() && frame.SeqLess(v.Seq(), r.seq) {
 		return nil // an older report, overtaken
 	}
+	sameRun := r.heard != 0 && r.inc == v.Incarnation()
 	if r.inc != v.Incarnation() {
 		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, [2]Duration{}
 		clear(r.sent)
@@ -216,6 +217,29 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	r.seq, r.heard = v.Seq(), now
 	f.lastRequest = now
 	c.sampleRTT(now, st.Echo, st.Delay)
+	if sameRun && r.state == frame.FileFailed && r.cause == CauseOldReceiver {
+		// Named too old: its fetch of every block again is not served
+		// (it would fail again); the file's FileGone ends it.
+		return nil
+	}
+	if sameRun && st.State == frame.FileReceiving && st.Held == 0 && r.held > 0 && f.offerHash == ([frame.FileHashLen]byte{}) &&
+		st.Echo != 0 && (!f.ended || int32(st.Echo-f.endStamp) < 0) {
+		// No block held after it reported some, and a stamp older than
+		// FileEnd's: it emptied its copy after a hash mismatch it judged
+		// before FileEnd, against the offer's zeros, which only an
+		// rbcastd from before offers without a hash does (this version
+		// judges only with FileEnd's hash, and echoes its stamp). It
+		// would fetch every block again and fail again: it is named an
+		// old receiver now, at its first mismatch, not after a second
+		// copy of the file.
+		r.state, r.cause, r.todo = frame.FileFailed, CauseOldReceiver, nil
+		clear(r.sent)
+		c.stats.OldReceivers++
+		c.checkHold(f)
+		c.judge(now, f)
+		c.pump(now)
+		return nil
+	}
 	if r.state == frame.FileDone || r.state == frame.FileFailed && r.cause != CauseSilent {
 		// A receiver that finished stays finished: a restarted one
 		// reports from its sink, which committed the file.
