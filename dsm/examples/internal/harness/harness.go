@@ -23,6 +23,7 @@ import (
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/cpupin"
+	"github.com/rbcast/rbcast/internal/envprof"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -185,7 +186,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if o.Mode() == "host" {
 		prof = o.Rank
 	}
-	stopProfile, err := startCPUProfile(prof)
+	stopProfile, err := envprof.CPU("DSM_CPUPROFILE", prof)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -430,7 +431,7 @@ func completed(ctx context.Context, n *dsm.Node, program Program) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	stop, err := startTrace(n.Rank())
+	stop, err := envprof.Trace("DSM_TRACE", n.Rank())
 	if err != nil {
 		return Result{}, err
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
-	"runtime/trace"
 	"slices"
 	"time"
 )
@@ -76,51 +74,4 @@ func (p *Phases) Report() {
 			s[len(s)/2].Microseconds(), s[len(s)*9/10].Microseconds(), s[len(s)-1].Microseconds(), sum.Milliseconds())
 	}
 	fmt.Fprintln(p.out, line)
-}
-
-// startTrace starts Go's execution tracer (runtime/trace) into
-// $DSM_TRACE.<rank> when DSM_TRACE is set; stop ends it.
-func startTrace(rank int) (stop func(), err error) {
-	path := os.Getenv("DSM_TRACE")
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(fmt.Sprintf("%s.%d", path, rank))
-	if err != nil {
-		return nil, fmt.Errorf("DSM_TRACE: %w", err)
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("DSM_TRACE: %w", err)
-	}
-	return func() {
-		trace.Stop()
-		f.Close()
-	}, nil
-}
-
-// startCPUProfile starts Go's CPU profiler (runtime/pprof) into
-// $DSM_CPUPROFILE.<rank> when DSM_CPUPROFILE is set (rank -1: into
-// $DSM_CPUPROFILE itself, the simulator's one process running every rank);
-// stop ends it.
-func startCPUProfile(rank int) (stop func(), err error) {
-	path := os.Getenv("DSM_CPUPROFILE")
-	if path == "" {
-		return func() {}, nil
-	}
-	if rank >= 0 {
-		path = fmt.Sprintf("%s.%d", path, rank)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("DSM_CPUPROFILE: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("DSM_CPUPROFILE: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }

@@ -2,8 +2,6 @@ package harness
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,55 +53,5 @@ func TestPhasesReport(t *testing.T) {
 	want := "phases rank=3 compute: n=10 med=6000us p90=10000us max=10000us sum=55ms write: n=10 med=100us p90=100us max=100us sum=1ms\n"
 	if got := out.String(); got != want {
 		t.Errorf("report\n%q\nwant\n%q", got, want)
-	}
-}
-
-// DSM_TRACE writes Go's execution trace to $DSM_TRACE.<rank>; a path that
-// cannot be created is an error naming the variable.
-func TestStartTrace(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("DSM_TRACE", filepath.Join(dir, "tr"))
-	stop, err := startTrace(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	if fi, err := os.Stat(filepath.Join(dir, "tr.2")); err != nil || fi.Size() == 0 {
-		t.Errorf("trace file: %v, %v; want a non-empty tr.2", fi, err)
-	}
-	t.Setenv("DSM_TRACE", filepath.Join(dir, "missing", "tr"))
-	if _, err := startTrace(0); err == nil || !strings.HasPrefix(err.Error(), "DSM_TRACE: ") {
-		t.Errorf("uncreatable path: error %v, want one starting DSM_TRACE:", err)
-	}
-	t.Setenv("DSM_TRACE", "")
-	stop, err = startTrace(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-}
-
-// DSM_CPUPROFILE writes a CPU profile to $DSM_CPUPROFILE.<rank> (to the
-// path itself for rank -1, the simulator); a path that cannot be created
-// is an error naming the variable.
-func TestStartCPUProfile(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("DSM_CPUPROFILE", filepath.Join(dir, "cpu"))
-	for _, c := range []struct {
-		rank int
-		file string
-	}{{2, "cpu.2"}, {-1, "cpu"}} {
-		stop, err := startCPUProfile(c.rank)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop()
-		if fi, err := os.Stat(filepath.Join(dir, c.file)); err != nil || fi.Size() == 0 {
-			t.Errorf("rank %d: profile file: %v, %v; want a non-empty %s", c.rank, fi, err, c.file)
-		}
-	}
-	t.Setenv("DSM_CPUPROFILE", filepath.Join(dir, "missing", "cpu"))
-	if _, err := startCPUProfile(0); err == nil || !strings.HasPrefix(err.Error(), "DSM_CPUPROFILE: ") {
-		t.Errorf("uncreatable path: error %v, want one starting DSM_CPUPROFILE:", err)
 	}
 }

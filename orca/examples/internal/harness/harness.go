@@ -17,13 +17,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/cpupin"
+	"github.com/rbcast/rbcast/internal/envprof"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/orca"
 	"github.com/rbcast/rbcast/orca/orcasim"
@@ -230,7 +230,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			n.Close()
 			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
 		}
-		stopTrace, err := startTrace(n.Rank())
+		stopTrace, err := envprof.Trace("ORCA_TRACE", n.Rank())
 		if err != nil {
 			n.Close()
 			return fmt.Errorf("%s: %w", name, err)
@@ -376,27 +376,6 @@ func (b *Barrier) Wait(ctx context.Context) error {
 	}
 	_, err := reached.Call(ctx, b.obj, b.round*int64(b.n.Size()))
 	return err
-}
-
-// startTrace starts Go's execution tracer (runtime/trace) into
-// $ORCA_TRACE.<rank> when ORCA_TRACE is set; stop ends it.
-func startTrace(rank int) (stop func(), err error) {
-	path := os.Getenv("ORCA_TRACE")
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(fmt.Sprintf("%s.%d", path, rank))
-	if err != nil {
-		return nil, fmt.Errorf("ORCA_TRACE: %w", err)
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ORCA_TRACE: %w", err)
-	}
-	return func() {
-		trace.Stop()
-		f.Close()
-	}, nil
 }
 
 // envPin reads DSM_PIN, which asks for -pin from the environment (set

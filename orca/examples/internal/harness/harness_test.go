@@ -3,8 +3,6 @@ package harness
 import (
 	"context"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -66,33 +64,5 @@ func TestOptionErrors(t *testing.T) {
 	}
 	if err := RunArgs("sum", sumSetup, []string{"-nosuchflag"}, &strings.Builder{}); err != errUsage {
 		t.Errorf("an unknown flag: %v", err)
-	}
-}
-
-// ORCA_TRACE writes Go's execution trace to $ORCA_TRACE.<rank>; a path
-// that cannot be created is an error naming the variable; unset, nothing.
-func TestStartTrace(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("ORCA_TRACE", filepath.Join(dir, "tr"))
-	stop, err := startTrace(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	if fi, err := os.Stat(filepath.Join(dir, "tr.2")); err != nil || fi.Size() == 0 {
-		t.Errorf("trace file: %v, %v; want a non-empty tr.2", fi, err)
-	}
-	t.Setenv("ORCA_TRACE", filepath.Join(dir, "missing", "tr"))
-	if _, err := startTrace(0); err == nil || !strings.HasPrefix(err.Error(), "ORCA_TRACE: ") {
-		t.Errorf("uncreatable path: error %v, want one starting ORCA_TRACE:", err)
-	}
-	t.Setenv("ORCA_TRACE", "")
-	stop, err = startTrace(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("unset: %d files in the directory, want only tr.2", len(entries))
 	}
 }
