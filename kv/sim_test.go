@@ -3,11 +3,10 @@ package kv
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -575,17 +574,9 @@ func firstDiff(a, b []applied) int {
 	return min(len(a), len(b))
 }
 
-func simSeeds(t *testing.T, def int) int {
-	v := os.Getenv("RBCAST_SEEDS")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-	}
-	return n
-}
+// simSeeds is how many seeds to run: RBCAST_SEEDS if set, else def, also
+// under -short (internal/seeds).
+func simSeeds(t *testing.T, def int) int { return seeds.Count(t, def, def) }
 
 // TestSim: 3 and 5 replicas under loss and duplication, up to f of them
 // crashed (some restarted, receiving a snapshot), clients failing over:

@@ -2,6 +2,7 @@ package orca_test
 
 import (
 	"fmt"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -361,20 +362,8 @@ func simLeave() bool {
 }
 
 // simSeeds is how many seeds to run: RBCAST_SEEDS if set, else 20 under
-// -short, else def (as the cores' simulations).
-func simSeeds(t *testing.T, def int) int {
-	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 20
-	}
-	return def
-}
+// -short, else def (internal/seeds).
+func simSeeds(t *testing.T, def int) int { return seeds.Count(t, def, 20) }
 
 // TestSim runs many seeded scenarios. A failing seed prints the command
 // that runs it alone.

@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -474,19 +473,7 @@ func (r *totalRun) verdict() error {
 	return nil
 }
 
-func totalSeeds(t *testing.T) int {
-	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 100
-	}
-	return 300
-}
+func totalSeeds(t *testing.T) int { return seeds.Count(t, 300, 100) }
 
 // TestTotalSim runs many seeded scenarios through the runtime with Order
 // Total. A failing seed prints the command that runs it alone.

@@ -5,9 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,20 +16,8 @@ import (
 )
 
 // simSeeds is how many seeds to run: RBCAST_SEEDS if set, else 20 under
-// -short, else def.
-func simSeeds(t *testing.T, def int) int {
-	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 20
-	}
-	return def
-}
+// -short, else def (internal/seeds).
+func simSeeds(t *testing.T, def int) int { return seeds.Count(t, def, 20) }
 
 // Issue 21: a process the running group admits (Views) after the
 // computation began is refused by every member, but a member's arrival

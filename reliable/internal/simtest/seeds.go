@@ -2,9 +2,9 @@ package simtest
 
 import (
 	"fmt"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,28 +15,8 @@ import (
 const ShortSeeds = 200
 
 // Seeds returns how many seeds to run: RBCAST_SEEDS if set, else
-// ShortSeeds under -short, else def.
-func Seeds(t testing.TB, def int) int {
-	n, err := seedCount(os.Getenv("RBCAST_SEEDS"), testing.Short(), def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func seedCount(env string, short bool, def int) (int, error) {
-	if env != "" {
-		n, err := strconv.Atoi(env)
-		if err != nil || n < 1 {
-			return 0, fmt.Errorf("RBCAST_SEEDS=%q: want a positive number", env)
-		}
-		return n, nil
-	}
-	if short {
-		return ShortSeeds, nil
-	}
-	return def, nil
-}
+// ShortSeeds under -short, else def (internal/seeds).
+func Seeds(t testing.TB, def int) int { return seeds.Count(t, def, ShortSeeds) }
 
 // RunSeeds runs seeds 1 to Seeds(t, def) as parallel subtests named
 // seed=N. run plays one seed and returns its scenario (printed on

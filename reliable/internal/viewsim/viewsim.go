@@ -11,10 +11,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/rbcast/rbcast/internal/seeds"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1153,16 +1153,4 @@ func Seed(t *testing.T, level Level, seed uint64) {
 	}
 }
 
-func seedCount(t *testing.T) int {
-	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RBCAST_SEEDS=%q: want a positive number", v)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 100
-	}
-	return 1000
-}
+func seedCount(t *testing.T) int { return seeds.Count(t, 1000, 100) }

@@ -1,8 +1,8 @@
-package simtest
+package seeds
 
 import "testing"
 
-func TestSeedCount(t *testing.T) {
+func TestCount(t *testing.T) {
 	for _, tc := range []struct {
 		env   string
 		short bool
@@ -10,17 +10,17 @@ func TestSeedCount(t *testing.T) {
 		err   string
 	}{
 		{"", false, 3000, ""},
-		{"", true, ShortSeeds, ""},
+		{"", true, 200, ""},
 		{"6000", true, 6000, ""},
 		{"0", false, 0, `RBCAST_SEEDS="0": want a positive number`},
 		{"many", false, 0, `RBCAST_SEEDS="many": want a positive number`},
 	} {
-		n, err := seedCount(tc.env, tc.short, 3000)
+		n, err := count(tc.env, tc.short, 3000, 200)
 		switch {
 		case tc.err != "" && (err == nil || err.Error() != tc.err):
-			t.Errorf("seedCount(%q): error %v, want %q", tc.env, err, tc.err)
+			t.Errorf("count(%q): error %v, want %q", tc.env, err, tc.err)
 		case tc.err == "" && (err != nil || n != tc.want):
-			t.Errorf("seedCount(%q, short=%v) = %d, %v; want %d", tc.env, tc.short, n, err, tc.want)
+			t.Errorf("count(%q, short=%v) = %d, %v; want %d", tc.env, tc.short, n, err, tc.want)
 		}
 	}
 }
