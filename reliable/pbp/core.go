@@ -167,6 +167,7 @@ type peer struct {
 
 	leaving  bool
 	leaveSeq uint32
+	left     bool // removed as MemberLeft (its Leave, everything before it delivered)
 
 	// hinting: Expect raised knownEnd past sentEnd, one past the highest
 	// sequence number a frame of the sender proved sent (see learnEnd).

@@ -194,6 +194,15 @@ func (c *Core) Live(id frame.MemberID) bool {
 	return p != nil && p.live
 }
 
+// HasLeft reports whether this core removed member id because it left
+// cleanly (MemberLeft: its Leave arrived and everything it sent before was
+// delivered), as soon as it did: a layer above learns it in the Step that
+// removed it, not only from the Ready's event.
+func (c *Core) HasLeft(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.left
+}
+
 // AllSent reports whether every frame this member sent is acknowledged by
 // every live member.
 func (c *Core) AllSent() bool { return c.stable == c.nextSeq }

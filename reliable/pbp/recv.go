@@ -488,6 +488,7 @@ func (c *Core) remove(p *peer, kind EventKind, reason string) {
 	p.state, p.nackDue, p.nackAt = normal, false, 0
 	c.stats.Discarded += uint64(discarded)
 	if kind == MemberLeft {
+		p.left = true
 		c.stats.MembersLeft++
 	} else {
 		c.stats.MembersFailed++

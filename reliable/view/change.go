@@ -428,7 +428,7 @@ func (c *Core) maybeCommit() {
 	// What a joiner needs to wait for the view's acceptance as the base's
 	// members do (accept.go).
 	var total int
-	commit.FromBase, total = acceptors(c.view, c.leavers, p.members, nil)
+	commit.FromBase, total = acceptors(c.view, c.hasLeft, p.members, nil)
 	commit.BaseCount = uint16(total)
 	var laggards []frame.MemberID
 	for _, m := range c.view.Members {

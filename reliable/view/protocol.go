@@ -785,7 +785,7 @@ func (c *Core) primary() bool {
 	}
 	total, present := 0, 0
 	for _, m := range c.view.Members {
-		if containsID(c.leavers, m.ID) {
+		if c.hasLeft(m.ID) {
 			continue
 		}
 		total++
@@ -807,6 +807,16 @@ func (c *Core) primary() bool {
 	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
 	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
 	return false
+}
+
+// hasLeft reports whether member id left the view cleanly: the inner
+// core took its Leave, in an earlier turn (leavers) or in this one (its
+// MemberLeft event not out yet: a member that judged its majority between
+// the Step that took the last other member's Leave and the Ready that
+// reports it counted that member as unreachable, and the last member of a
+// view of two stopped with ErrMinority when the other left).
+func (c *Core) hasLeft(id frame.MemberID) bool {
+	return containsID(c.leavers, id) || id != c.self && c.inner != nil && c.inner.HasLeft(id)
 }
 
 // lostStaying reports whether a member that p keeps is now suspected or

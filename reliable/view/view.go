@@ -41,6 +41,10 @@ type Inner interface {
 	// Live reports whether the core still takes member id's frames (it
 	// did not remove it as failed, stalled or left).
 	Live(id frame.MemberID) bool
+	// HasLeft reports whether the core removed member id because it
+	// left cleanly, from the Step that removed it on (its MemberLeft
+	// event comes with the next Ready).
+	HasLeft(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
 	// Pin keeps data, delivered from frame seq of member id, unchanged

@@ -10,6 +10,7 @@ package viewsim
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/rbcast/rbcast/internal/seeds"
 	"math/rand/v2"
@@ -484,6 +485,9 @@ func (p *process) flush(now time.Time, t clock.Time) {
 		p.inView[p.view] = append(p.inView[p.view], id)
 	}
 	for _, ev := range rd.Events {
+		if debug {
+			fmt.Fprintf(os.Stderr, "t=%v %x.%d event %v\n", p.run.net.Now().Sub(p.run.start), p.mac[5], p.inc, ev)
+		}
 		switch ev.Kind {
 		case core.ViewInstalled:
 			v := ev.View
@@ -510,6 +514,9 @@ func (p *process) flush(now time.Time, t clock.Time) {
 			p.left = true
 		case core.SelfRemoved:
 			p.err = fmt.Errorf("removed: %s", ev.Reason)
+			if err := p.core.Err(); errors.Is(err, view.ErrMinority) {
+				p.err = fmt.Errorf("removed: %w", err) // its text says why
+			}
 		}
 	}
 	p.st.Advance()
@@ -538,8 +545,9 @@ type scenario struct {
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
+	str := fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
 		s.seed, s.level, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
+	return str
 }
 
 func newScenario(seed uint64, level Level) scenario {
@@ -807,6 +815,9 @@ func (r *simRun) verdict(s scenario) error {
 	if err := r.leaversDelivered(); err != nil {
 		return err
 	}
+	if err := r.leaversHeldNothing(s); err != nil {
+		return err
+	}
 	if !r.done() {
 		if why, lost := r.primaryLost(); lost {
 			// Not a failure: under a primary component no view may
@@ -859,6 +870,20 @@ func (r *simRun) leaversDelivered() error {
 				return fmt.Errorf("leave: %x.%d left cleanly after sending %d messages; %x.%d, which went on without it (views %v), delivered %d of them",
 					l.mac, l.inc, l.sent, q.mac, q.inc, q.views, got)
 			}
+		}
+	}
+	return nil
+}
+
+// leaversHeldNothing: a clean leave never stops another process: in a
+// program whose processes only exit (no crash, no cut) nobody stops.
+func (r *simRun) leaversHeldNothing(s scenario) error {
+	for _, p := range r.procs {
+		if p.err == nil || p.dead {
+			continue
+		}
+		if s.exit {
+			return fmt.Errorf("leave: %x.%d stopped in a program whose processes only leave: %v", p.mac, p.inc, p.err)
 		}
 	}
 	return nil
@@ -1127,6 +1152,15 @@ func ExitSeeds(t *testing.T, level Level, pkg, test string) {
 				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
 			}
 		})
+	}
+}
+
+// ExitSeed runs one seed of ExitSeeds, whatever RBCAST_SEEDS says.
+func ExitSeed(t *testing.T, level Level, seed uint64) {
+	s := exitScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v", err, s)
 	}
 }
 
