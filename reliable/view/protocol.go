@@ -15,7 +15,7 @@ import (
 // the current view's inner core.
 func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 	c.touch(now)
-	if c.state == done {
+	if c.state == done || c.innerLeft() {
 		return c.err
 	}
 	switch v.Type() {
@@ -249,7 +249,9 @@ func (c *Core) Tick(now clock.Time) {
 				c.prev.Tick(now)
 			}
 		}
-		c.tickMember()
+		if !c.innerLeft() {
+			c.tickMember()
+		}
 	case done:
 		if c.err == nil && c.inner != nil {
 			c.inner.Tick(now) // a clean leave's last frames
@@ -520,6 +522,20 @@ func (c *Core) leaveInner() {
 	c.inner.Leave(c.now)
 }
 
+// innerLeft reports whether the installed view's inner core sent its
+// Leave: from then on this member takes part in nothing of the view —
+// it answers no Prepare and no Commit, proposes no change, judges no
+// majority — until the Ready of the turn ends it (SelfLeft). A Flush sent
+// after the Leave, in the turn the Leave went out, made it a member the
+// change keeps: a coordinator that took the Flush before the Leave
+// committed a view with it, and if it held a departing member's frames
+// that the others lacked, named it their holder, and every other member,
+// waiting for relays a finished process never sent, stopped with
+// ErrRemoved (issue 19).
+func (c *Core) innerLeft() bool {
+	return c.state == member && c.innerLeaving && c.inner.Left()
+}
+
 func (c *Core) leaveDue() bool {
 	return c.leaving && c.state == member && !c.innerLeaving && !c.frozen && !c.unaccepted &&
 		len(c.queue) == 0 && len(c.unsent) == 0 && c.prev == nil && c.inner.PendingMessages() == 0
@@ -752,6 +768,9 @@ func (c *Core) progress() {
 	case joining:
 		c.maybeFound()
 	case member:
+		if c.innerLeft() {
+			return // the Ready that reports SelfLeft ends it
+		}
 		if !c.primary() {
 			return // also while completing: a minority cannot complete
 		}

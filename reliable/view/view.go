@@ -41,6 +41,9 @@ type Inner interface {
 	// Live reports whether the core still takes member id's frames (it
 	// did not remove it as failed, stalled or left).
 	Live(id frame.MemberID) bool
+	// Left reports whether this member sent its Leave (SelfLeft is in
+	// the next Ready).
+	Left() bool
 	// HasLeft reports whether the core removed member id because it
 	// left cleanly, from the Step that removed it on (its MemberLeft
 	// event comes with the next Ready).
