@@ -840,6 +840,9 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 		c.frames = append(c.frames, old.Frames...)
 		c.prevTaken = true
 	}
+	if c.inner != nil {
+		c.replaced = append(c.replaced, replacedCore{c.view.ID, c.inner})
+	}
 	c.prev, c.prevID, c.prevUntil = c.inner, c.view.ID, c.now.Add(2*c.cfg.FailureTimeout)
 	c.inner = inner
 	c.installed = true

@@ -402,6 +402,51 @@ func (c *Core) Propose(now clock.Time, msg []byte) error {
 	return nil
 }
 
+// framer is what ProposeFramed and Own use of an inner core (pbp.Core).
+type framer interface {
+	ProposeFramed(now clock.Time, head, msg []byte) error
+	Own(seq uint32) (body []byte, bundled, ok bool)
+}
+
+// ProposeFramed is Propose of head followed by msg as one message: the
+// inner core writes both into its frame (pbp.Core.ProposeFramed), so that
+// a layer that puts a header before every message need not join them
+// first. Held (joining, frozen, unaccepted) they are joined.
+func (c *Core) ProposeFramed(now clock.Time, head, msg []byte) error {
+	f, ok := c.inner.(framer)
+	if !ok || c.state != member || c.leaving || c.frozen || c.unaccepted || len(c.queue) > 0 ||
+		len(head)+len(msg) > c.cfg.MaxMessage {
+		return c.Propose(now, append(append(make([]byte, 0, len(head)+len(msg)), head...), msg...))
+	}
+	c.touch(now)
+	err := f.ProposeFramed(now, head, msg)
+	if err == nil {
+		c.handed++
+	}
+	return err
+}
+
+// Own is the body of this member's frame seq of view as its core sent it
+// (pbp.Core.Own): of the installed view, or of a view this turn replaced
+// (until Advance). A layer that delivers its own messages reads them
+// there, pinned (Pin), instead of keeping a copy.
+func (c *Core) Own(view, seq uint32) (body []byte, bundled, ok bool) {
+	if c.inner != nil && c.view.ID == view {
+		if f, is := c.inner.(framer); is {
+			return f.Own(seq)
+		}
+		return nil, false, false
+	}
+	for _, r := range c.replaced {
+		if r.id == view {
+			if f, is := r.in.(framer); is {
+				return f.Own(seq)
+			}
+		}
+	}
+	return nil, false, false
+}
+
 // OwnOut is how many of this member's messages went out, in the order
 // Propose accepted them: numbered by the core of the view they were sent
 // in (a member that stays delivers them there, and so does every member
@@ -703,6 +748,8 @@ func (c *Core) Advance() {
 		c.prev.Advance()
 	}
 	c.prevTaken = false
+	clear(c.replaced)
+	c.replaced = c.replaced[:0]
 	c.frames, c.used = c.frames[:0], 0
 	clear(c.deliver)
 	c.deliver = c.deliver[:0]

@@ -209,6 +209,10 @@ type Core struct {
 	prevID    uint32
 	prevUntil clock.Time
 	prevTaken bool // install took prev's Ready this turn
+	// replaced are the cores of the views installs replaced this turn,
+	// until Advance: Own reads their frames for the layer above, which
+	// learns of the messages they sent in this turn's Ready.
+	replaced []replacedCore
 	// installed: a view was installed since the last Advance. The new
 	// view's frames are then held (copied, in later) until after it,
 	// so that one Ready never holds the new view's deliveries beside
@@ -293,6 +297,11 @@ type Core struct {
 	events  []core.Event
 	merged  core.Ready
 	stats   Stats
+}
+
+type replacedCore struct {
+	id uint32
+	in Inner
 }
 
 // heldFrame is a frame of the new view held until after the Ready of
