@@ -384,7 +384,7 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 		if errors.Is(err, reliable.ErrClosed) {
 			code = localapi.CodeClosed
 		}
-		c.lostGroup(g, err, code, "message %d not accepted: %v", c.accepted.Load()+1, err)
+		c.lostGroup(g, code, "message %d not accepted: %v", c.accepted.Load()+1, err)
 		return false
 	}
 	c.accepted.Add(1)
@@ -419,7 +419,7 @@ func (c *conn) sendUnreliable(data []byte) bool {
 		c.d.datagrams.Add(1)
 		return true
 	case errors.Is(err, reliable.ErrClosed):
-		c.lostGroup(g, err, localapi.CodeClosed, "unreliable message not sent: %v", err)
+		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
 		return false
 	case errors.Is(err, reliable.ErrNoUnreliable):
 		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views, or with -order fifo")
@@ -454,7 +454,7 @@ func (c *conn) flush() bool {
 	if g.Stats().Order == reliable.Total {
 		what = "messages not held by every live member"
 	}
-	c.lostGroup(g, g.Err(), localapi.CodeClosed, "the group stopped with %d %s: %v", n, what, g.Err())
+	c.lostGroup(g, localapi.CodeClosed, "the group stopped with %d %s: %v", n, what, g.Err())
 	return false
 }
 

@@ -216,17 +216,14 @@ func (c *conn) noGroup(err error) {
 	c.fail(localapi.CodeClosed, false, "the group did not start: %v", err)
 }
 
-// lostGroup refuses a request that failed with reqErr because its group
-// stopped under it: a rejoin's end of the connection, or the group's end.
-// The group's core can refuse a request (reqErr: removed from the group)
-// a moment before the group's loop records why it stopped (g.Err), so
-// reqErr decides while g.Err is still nil.
-func (c *conn) lostGroup(g *reliable.Group, reqErr error, code localapi.Code, format string, args ...any) {
-	err := g.Err()
-	if err == nil {
-		err = reqErr
-	}
-	if c.d.rejoinable(err) {
+// lostGroup refuses a request that failed because its group stopped
+// under it: a rejoin's end of the connection, or the group's end. g.Err
+// says which: a Group that refuses a request because its core stopped
+// (removed, a minority) finishes with that error itself, so Err reports
+// it from the refusal on (reliable's TestViewsSendErrSetsErr,
+// TestLostGroupFromErr here).
+func (c *conn) lostGroup(g *reliable.Group, code localapi.Code, format string, args ...any) {
+	if err := g.Err(); err != nil && c.d.rejoinable(err) {
 		c.fail(localapi.CodeRejoining, false, "%s", c.rejoinText(err, unacked(g.Stats())))
 		return
 	}

@@ -422,21 +422,47 @@ func TestRejoinBackoff(t *testing.T) {
 	}
 }
 
-// A request the group's core refused because the group went on without
-// this daemon (a Send's error wrapping reliable.ErrRemoved) is answered
-// as a rejoin even before the group's loop records why it stopped
-// (g.Err still nil): CI met a sender told "message 46 not accepted: …
-// removed from the group (send failed)" instead of the rejoin's text
-// (TestNetnsRejoin).
-func TestLostGroupBeforeErr(t *testing.T) {
+// A request refused because the group went on without this daemon is
+// answered as a rejoin from g.Err alone: the Group's refusal (Send's,
+// SendUnreliable's) is the error Err reports. lostGroup took the refusal's
+// error too while Err could still be nil a moment after it (CI met a
+// sender told "message 46 not accepted: … removed from the group (send
+// failed)" instead of the rejoin's text in TestNetnsRejoin); a refusal
+// now finishes the group with it (reliable's TestViewsSendErrSetsErr
+// pins the moment in the turn that stops the core).
+func TestLostGroupFromErr(t *testing.T) {
 	cuts := newCuts(t, rtnet.New(t, 43), 3)
-	ds := startViews(t, cuts, nil, nil)
+	release := make(chan struct{})
+	ds := startViews(t, cuts, nil, func(i int) func() {
+		if i != 1 {
+			return nil
+		}
+		return func() { <-release } // no rejoin until the checks are done
+	})
+	t.Cleanup(func() { close(release) })
 	for i, x := range ds {
 		awaitStatus(t, x, "in a view of three", func(st Status) bool { return st.Ready && st.Self == i && len(viewOf(st)) == 3 })
 	}
 	g := ds[1].d.g.Load()
 	if g == nil || g.Err() != nil {
 		t.Fatalf("daemon 1's group: %v", g)
+	}
+	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
+	select {
+	case <-g.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon 1 was not left out within 10 s")
+	}
+	if err := g.Err(); !errors.Is(err, reliable.ErrRemoved) {
+		t.Fatalf("daemon 1's group stopped with %v, want ErrRemoved", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Send(ctx, []byte("x")); err != g.Err() {
+		t.Fatalf("Send on the stopped group: %v; Err: %v; want the same error", err, g.Err())
+	}
+	if err := g.SendUnreliable([]byte("x")); err != g.Err() {
+		t.Fatalf("SendUnreliable on the stopped group: %v; Err: %v; want the same error", err, g.Err())
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
 	if err != nil {
@@ -448,11 +474,13 @@ func TestLostGroupBeforeErr(t *testing.T) {
 	}
 	peer := os.NewFile(uintptr(fds[1]), "client end")
 	defer peer.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{d: ds[1].d, c: mine.(*net.UnixConn), ctx: ctx, cancel: cancel}
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel()
+	c := &conn{d: ds[1].d, c: mine.(*net.UnixConn), ctx: cctx, cancel: ccancel}
 	c.accepted.Store(3)
-	reqErr := fmt.Errorf("reliable: removed from the group: group 9 member 1: %w", reliable.ErrRemoved)
-	c.lostGroup(g, reqErr, localapi.CodeSendFailed, "message %d not accepted: %v", 4, reqErr)
+	if c.sendOn(g, []byte("x")) {
+		t.Fatal("sendOn accepted a message on a stopped group")
+	}
 	buf := make([]byte, 4096)
 	n, err := peer.Read(buf)
 	if err != nil {

@@ -167,6 +167,7 @@ type peer struct {
 
 	leaving  bool
 	leaveSeq uint32
+	left     bool // removed as MemberLeft (its Leave, everything before it delivered)
 
 	// hinting: Expect raised knownEnd past sentEnd, one past the highest
 	// sequence number a frame of the sender proved sent (see learnEnd).
@@ -250,6 +251,9 @@ type sent struct {
 	// second member asking within the hold gets a broadcast.
 	unicast bool
 	sentAt  Time // first transmission
+	// pins counts a layer's holds on the body (Pin of this member's own
+	// frame): a frame that comes to this slot meanwhile gets a new buffer.
+	pins int
 }
 
 // Core is one member's PBP protocol state machine. It does no I/O and
@@ -434,7 +438,15 @@ func (c *Core) inFlight() int { return int(c.nextSeq - c.stable) }
 // at once. Messages proposed before the next Ready share frames when they
 // fit (bundling). ErrWindowFull is back-pressure: the caller retries after
 // a later Step or Tick.
-func (c *Core) Propose(now Time, msg []byte) error {
+func (c *Core) Propose(now Time, msg []byte) error { return c.propose(now, nil, msg) }
+
+// ProposeFramed is Propose of the message head followed by msg, which the
+// core writes into its frame as one message: a layer that puts a header
+// before every message (vtotal's kind byte) need not join them first.
+// The message is head's length plus msg's.
+func (c *Core) ProposeFramed(now Time, head, msg []byte) error { return c.propose(now, head, msg) }
+
+func (c *Core) propose(now Time, head, msg []byte) error {
 	c.touch(now)
 	if c.leaving || c.left {
 		return ErrLeaving
@@ -442,17 +454,18 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	if c.frozen {
 		return ErrFrozen
 	}
-	if len(msg) > c.cfg.maxPayload {
-		return &TooLargeError{Size: len(msg), Max: c.cfg.maxPayload}
+	n := len(head) + len(msg)
+	if n > c.cfg.maxPayload {
+		return &TooLargeError{Size: n, Max: c.cfg.maxPayload}
 	}
-	if c.pending > 0 && c.openLen+2+len(msg) <= c.cfg.maxPayload {
+	if c.pending > 0 && c.openLen+2+n <= c.cfg.maxPayload {
 		h := &c.history[(c.nextSeq+uint32(c.pending)-1)&c.hmask]
 		if h.count == 1 {
 			h.buf = c.toBundle(h.buf)
 		}
-		h.buf = appendMsg(h.buf, msg)
+		h.buf = append(append(append(h.buf, byte(n>>8), byte(n)), head...), msg...)
 		h.count++
-		c.openLen += 2 + len(msg)
+		c.openLen += 2 + n
 		c.stats.MessagesProposed++
 		return nil
 	}
@@ -470,13 +483,15 @@ func (c *Core) Propose(now Time, msg []byte) error {
 	// A slot whose frame this Ready handed out (it was retransmitted,
 	// then became stable, in this turn) is the runtime's until Advance: a
 	// Propose before Advance gives the new frame a buffer of its own.
-	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU || h.emitted == c.batch {
-		h.buf, h.emitted = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0
+	// A slot pinned by a layer (PinOwn: it delivers this member's message
+	// from the frame) leaves its buffer to the layer as well.
+	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU || h.emitted == c.batch || h.pins > 0 {
+		h.buf, h.emitted, h.pins = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0, 0
 	}
-	h.buf = append(h.buf[:c.pre], msg...)
+	h.buf = append(append(h.buf[:c.pre], head...), msg...)
 	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false
 	c.pending++
-	c.openLen, c.openAt = 2+len(msg), c.now
+	c.openLen, c.openAt = 2+n, c.now
 	c.stats.MessagesProposed++
 	return nil
 }
@@ -486,11 +501,6 @@ func (c *Core) Propose(now Time, msg []byte) error {
 // room. While it is false, every message Propose gets (up to the payload
 // limit) is accepted.
 func (c *Core) Blocked() bool { return c.pending >= c.cfg.Window || c.frozen }
-
-func appendMsg(b, msg []byte) []byte {
-	b = append(b, byte(len(msg)>>8), byte(len(msg)))
-	return append(b, msg...)
-}
 
 // toBundle turns the body of a history frame holding one message (as it
 // travels alone: no length prefix) into a bundle of that message, to

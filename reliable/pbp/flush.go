@@ -85,7 +85,19 @@ func (c *Core) needKeep(p *peer) bool {
 // comes to its slot while it is pinned gets a new buffer. False if data
 // is not in the retained copy of that frame (not retained, or delivered
 // from elsewhere: the membership layer's relays): the layer copies it.
+//
+// Of this member's own frames (id Self), data must lie in the body of
+// frame seq as Own returns it: a layer that delivers its own messages
+// (the total order) reads them there instead of keeping a copy.
 func (c *Core) Pin(id frame.MemberID, seq uint32, data []byte) bool {
+	if id == c.cfg.Self {
+		h, ok := c.ownSlot(seq)
+		if !ok || !sameArray(h.buf, data) {
+			return false
+		}
+		h.pins++
+		return true
+	}
 	p, _ := c.peer(id)
 	if p == nil || p.kept == nil {
 		return false
@@ -101,6 +113,12 @@ func (c *Core) Pin(id frame.MemberID, seq uint32, data []byte) bool {
 // Unpin ends one Pin of frame seq of member id (nothing if its slot
 // holds another frame by now).
 func (c *Core) Unpin(id frame.MemberID, seq uint32) {
+	if id == c.cfg.Self {
+		if h, ok := c.ownSlot(seq); ok && h.pins > 0 {
+			h.pins--
+		}
+		return
+	}
 	p, _ := c.peer(id)
 	if p == nil || p.kept == nil {
 		return
@@ -108,6 +126,28 @@ func (c *Core) Unpin(id frame.MemberID, seq uint32) {
 	if k := &p.kept[seq&c.mask]; k.full && k.seq == seq && k.pins > 0 {
 		k.pins--
 	}
+}
+
+// Own is the body of this member's frame seq as sent (bundled: each
+// message after its 2-byte length), while the core holds it: numbered,
+// and its slot not yet taken by a later frame. It stays unchanged while
+// the core runs until a later frame takes its slot, Window frames or more
+// on, or, pinned (Pin), until Unpin.
+func (c *Core) Own(seq uint32) (body []byte, bundled, ok bool) {
+	h, ok := c.ownSlot(seq)
+	if !ok {
+		return nil, false, false
+	}
+	return h.buf[c.pre:], h.count > 1, true
+}
+
+// ownSlot is the history slot of this member's numbered frame seq, if it
+// holds it still.
+func (c *Core) ownSlot(seq uint32) (*sent, bool) {
+	if !frame.SeqLess(seq, c.nextSeq) || int(c.nextSeq+uint32(c.pending)-seq) > len(c.history) {
+		return nil, false
+	}
+	return &c.history[seq&c.hmask], true
 }
 
 // sameArray reports whether a and b are slices of one array: their
@@ -192,6 +232,15 @@ func (c *Core) DeliveredFrom(id frame.MemberID) (uint32, bool) {
 func (c *Core) Live(id frame.MemberID) bool {
 	p, _ := c.peer(id)
 	return p != nil && p.live
+}
+
+// HasLeft reports whether this core removed member id because it left
+// cleanly (MemberLeft: its Leave arrived and everything it sent before was
+// delivered), as soon as it did: a layer above learns it in the Step that
+// removed it, not only from the Ready's event.
+func (c *Core) HasLeft(id frame.MemberID) bool {
+	p, _ := c.peer(id)
+	return p != nil && p.left
 }
 
 // AllSent reports whether every frame this member sent is acknowledged by

@@ -191,7 +191,8 @@ func (c *Core) advanceStable() {
 	}
 	for s := c.stable; s != m; s++ {
 		h := &c.history[s&c.hmask]
-		h.buf, h.count, h.retxAt, h.served, h.sentAt, h.unicast = h.buf[:0], 0, 0, 0, 0, false
+		// The body stays until a later frame takes the slot (Own).
+		h.retxAt, h.served, h.sentAt, h.unicast = 0, 0, 0, false
 	}
 	c.stable = m
 	c.resendAt, c.backoff = 0, 0
@@ -488,6 +489,7 @@ func (c *Core) remove(p *peer, kind EventKind, reason string) {
 	p.state, p.nackDue, p.nackAt = normal, false, 0
 	c.stats.Discarded += uint64(discarded)
 	if kind == MemberLeft {
+		p.left = true
 		c.stats.MembersLeft++
 	} else {
 		c.stats.MembersFailed++

@@ -51,9 +51,9 @@ func (c *Core) startAcceptance(commit frame.ViewCommitBody) {
 // acceptors are the members of a view formed from base that count toward
 // accepting it (appended to ids), and total how many members base counts:
 // those that did not leave it cleanly.
-func acceptors(base View, leavers []frame.MemberID, members []frame.MemberInfo, ids []frame.MemberID) (_ []frame.MemberID, total int) {
+func acceptors(base View, left func(frame.MemberID) bool, members []frame.MemberInfo, ids []frame.MemberID) (_ []frame.MemberID, total int) {
 	for _, m := range base.Members {
-		if containsID(leavers, m.ID) {
+		if left(m.ID) {
 			continue
 		}
 		total++

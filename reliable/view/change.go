@@ -428,7 +428,7 @@ func (c *Core) maybeCommit() {
 	// What a joiner needs to wait for the view's acceptance as the base's
 	// members do (accept.go).
 	var total int
-	commit.FromBase, total = acceptors(c.view, c.leavers, p.members, nil)
+	commit.FromBase, total = acceptors(c.view, c.hasLeft, p.members, nil)
 	commit.BaseCount = uint16(total)
 	var laggards []frame.MemberID
 	for _, m := range c.view.Members {
@@ -839,6 +839,9 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 		c.merged.Deliveries = nil
 		c.frames = append(c.frames, old.Frames...)
 		c.prevTaken = true
+	}
+	if c.inner != nil {
+		c.replaced = append(c.replaced, replacedCore{c.view.ID, c.inner})
 	}
 	c.prev, c.prevID, c.prevUntil = c.inner, c.view.ID, c.now.Add(2*c.cfg.FailureTimeout)
 	c.inner = inner

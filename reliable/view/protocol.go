@@ -15,7 +15,7 @@ import (
 // the current view's inner core.
 func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 	c.touch(now)
-	if c.state == done {
+	if c.state == done || c.innerLeft() {
 		return c.err
 	}
 	switch v.Type() {
@@ -249,7 +249,9 @@ func (c *Core) Tick(now clock.Time) {
 				c.prev.Tick(now)
 			}
 		}
-		c.tickMember()
+		if !c.innerLeft() {
+			c.tickMember()
+		}
 	case done:
 		if c.err == nil && c.inner != nil {
 			c.inner.Tick(now) // a clean leave's last frames
@@ -400,6 +402,51 @@ func (c *Core) Propose(now clock.Time, msg []byte) error {
 	return nil
 }
 
+// framer is what ProposeFramed and Own use of an inner core (pbp.Core).
+type framer interface {
+	ProposeFramed(now clock.Time, head, msg []byte) error
+	Own(seq uint32) (body []byte, bundled, ok bool)
+}
+
+// ProposeFramed is Propose of head followed by msg as one message: the
+// inner core writes both into its frame (pbp.Core.ProposeFramed), so that
+// a layer that puts a header before every message need not join them
+// first. Held (joining, frozen, unaccepted) they are joined.
+func (c *Core) ProposeFramed(now clock.Time, head, msg []byte) error {
+	f, ok := c.inner.(framer)
+	if !ok || c.state != member || c.leaving || c.frozen || c.unaccepted || len(c.queue) > 0 ||
+		len(head)+len(msg) > c.cfg.MaxMessage {
+		return c.Propose(now, append(append(make([]byte, 0, len(head)+len(msg)), head...), msg...))
+	}
+	c.touch(now)
+	err := f.ProposeFramed(now, head, msg)
+	if err == nil {
+		c.handed++
+	}
+	return err
+}
+
+// Own is the body of this member's frame seq of view as its core sent it
+// (pbp.Core.Own): of the installed view, or of a view this turn replaced
+// (until Advance). A layer that delivers its own messages reads them
+// there, pinned (Pin), instead of keeping a copy.
+func (c *Core) Own(view, seq uint32) (body []byte, bundled, ok bool) {
+	if c.inner != nil && c.view.ID == view {
+		if f, is := c.inner.(framer); is {
+			return f.Own(seq)
+		}
+		return nil, false, false
+	}
+	for _, r := range c.replaced {
+		if r.id == view {
+			if f, is := r.in.(framer); is {
+				return f.Own(seq)
+			}
+		}
+	}
+	return nil, false, false
+}
+
 // OwnOut is how many of this member's messages went out, in the order
 // Propose accepted them: numbered by the core of the view they were sent
 // in (a member that stays delivers them there, and so does every member
@@ -518,6 +565,20 @@ func (c *Core) leaveInner() {
 	}
 	c.innerLeaving = true
 	c.inner.Leave(c.now)
+}
+
+// innerLeft reports whether the installed view's inner core sent its
+// Leave: from then on this member takes part in nothing of the view —
+// it answers no Prepare and no Commit, proposes no change, judges no
+// majority — until the Ready of the turn ends it (SelfLeft). A Flush sent
+// after the Leave, in the turn the Leave went out, made it a member the
+// change keeps: a coordinator that took the Flush before the Leave
+// committed a view with it, and if it held a departing member's frames
+// that the others lacked, named it their holder, and every other member,
+// waiting for relays a finished process never sent, stopped with
+// ErrRemoved (issue 19).
+func (c *Core) innerLeft() bool {
+	return c.state == member && c.innerLeaving && c.inner.Left()
 }
 
 func (c *Core) leaveDue() bool {
@@ -687,6 +748,8 @@ func (c *Core) Advance() {
 		c.prev.Advance()
 	}
 	c.prevTaken = false
+	clear(c.replaced)
+	c.replaced = c.replaced[:0]
 	c.frames, c.used = c.frames[:0], 0
 	clear(c.deliver)
 	c.deliver = c.deliver[:0]
@@ -752,6 +815,9 @@ func (c *Core) progress() {
 	case joining:
 		c.maybeFound()
 	case member:
+		if c.innerLeft() {
+			return // the Ready that reports SelfLeft ends it
+		}
 		if !c.primary() {
 			return // also while completing: a minority cannot complete
 		}
@@ -785,7 +851,7 @@ func (c *Core) primary() bool {
 	}
 	total, present := 0, 0
 	for _, m := range c.view.Members {
-		if containsID(c.leavers, m.ID) {
+		if c.hasLeft(m.ID) {
 			continue
 		}
 		total++
@@ -807,6 +873,16 @@ func (c *Core) primary() bool {
 	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
 	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
 	return false
+}
+
+// hasLeft reports whether member id left the view cleanly: the inner
+// core took its Leave, in an earlier turn (leavers) or in this one (its
+// MemberLeft event not out yet: a member that judged its majority between
+// the Step that took the last other member's Leave and the Ready that
+// reports it counted that member as unreachable, and the last member of a
+// view of two stopped with ErrMinority when the other left).
+func (c *Core) hasLeft(id frame.MemberID) bool {
+	return containsID(c.leavers, id) || id != c.self && c.inner != nil && c.inner.HasLeft(id)
 }
 
 // lostStaying reports whether a member that p keeps is now suspected or

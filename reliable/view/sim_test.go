@@ -32,3 +32,10 @@ func TestSimComponents(t *testing.T) {
 // never installed and reported SelfLeft at once; they removed it as
 // failed a timeout later without its last messages.
 func TestSimExit(t *testing.T) { viewsim.ExitSeeds(t, viewsim.FIFO, "reliable/view", "TestSimExit") }
+
+// TestSimLeaveAtChange is issue 19's leaver mid-change: one member
+// crashes and another leaves about when the change for the crash starts,
+// at 5 or 10 % loss; nobody else may stop (viewsim.LeaveAtChangeSeeds).
+func TestSimLeaveAtChange(t *testing.T) {
+	viewsim.LeaveAtChangeSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaveAtChange")
+}

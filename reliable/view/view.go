@@ -41,6 +41,13 @@ type Inner interface {
 	// Live reports whether the core still takes member id's frames (it
 	// did not remove it as failed, stalled or left).
 	Live(id frame.MemberID) bool
+	// Left reports whether this member sent its Leave (SelfLeft is in
+	// the next Ready).
+	Left() bool
+	// HasLeft reports whether the core removed member id because it
+	// left cleanly, from the Step that removed it on (its MemberLeft
+	// event comes with the next Ready).
+	HasLeft(id frame.MemberID) bool
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
 	// Pin keeps data, delivered from frame seq of member id, unchanged
@@ -202,6 +209,10 @@ type Core struct {
 	prevID    uint32
 	prevUntil clock.Time
 	prevTaken bool // install took prev's Ready this turn
+	// replaced are the cores of the views installs replaced this turn,
+	// until Advance: Own reads their frames for the layer above, which
+	// learns of the messages they sent in this turn's Ready.
+	replaced []replacedCore
 	// installed: a view was installed since the last Advance. The new
 	// view's frames are then held (copied, in later) until after it,
 	// so that one Ready never holds the new view's deliveries beside
@@ -286,6 +297,11 @@ type Core struct {
 	events  []core.Event
 	merged  core.Ready
 	stats   Stats
+}
+
+type replacedCore struct {
+	id uint32
+	in Inner
 }
 
 // heldFrame is a frame of the new view held until after the Ready of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/view"
 )
 
 // fakeInner is enough of a membership core for the layer's decoding.
@@ -327,3 +328,9 @@ func TestSafePinsHeldMessages(t *testing.T) {
 		t.Fatalf("unpins %v after the delivery, want %v", in.unpins, want)
 	}
 }
+
+// The membership core frames this member's messages for the layer.
+var (
+	_ framer = (*view.Core)(nil)
+	_ pinner = (*view.Core)(nil)
+)

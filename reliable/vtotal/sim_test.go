@@ -87,3 +87,24 @@ func TestSimFounderMissedCommit(t *testing.T) {
 func TestSimExit(t *testing.T) {
 	viewsim.ExitSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimExit")
 }
+
+// TestSimLeaveAtChange is issue 19's leaver mid-change under Agreed and
+// Safe (reliable/view's TestSimLeaveAtChange).
+func TestSimLeaveAtChange(t *testing.T) {
+	poison(t)
+	viewsim.LeaveAtChangeSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLeaveAtChange")
+}
+
+// TestSimExitLastLeaver is seed 1763 of TestSimExit, beyond the default
+// count: of view 512's three members, member 3 left, and every Leave
+// frame of member 0 was lost on its way to member 2, which was leaving
+// too. Its core, waiting for member 0's acknowledgements, failed member
+// 0 after the failure timeout and in the same Tick sent its own Leave;
+// its membership layer, judging its majority before the Ready that ended
+// it, counted 1 of 2 and stopped with ErrMinority instead of leaving. A
+// member whose core sent its Leave now takes part in nothing more of the
+// view (reliable/view innerLeft).
+func TestSimExitLastLeaver(t *testing.T) {
+	poison(t)
+	viewsim.ExitSeed(t, viewsim.Ordered, 1763)
+}

@@ -74,6 +74,15 @@ type pinner interface {
 	Unpin(view uint32, id frame.MemberID, seq uint32)
 }
 
+// framer is what the layer uses of the membership core, where it has it
+// (view.Core over PBP): this member's messages are written into their
+// frame with the kind byte before them, and delivered here from that
+// frame, pinned, instead of from a copy of their own.
+type framer interface {
+	ProposeFramed(now core.Time, head, msg []byte) error
+	Own(view, seq uint32) (body []byte, bundled, ok bool)
+}
+
 // pin names a pinned frame: view, sender, sequence number.
 type pin struct {
 	view uint32
@@ -88,6 +97,9 @@ const (
 	kindData  = 1 // kind, then the payload
 	kindOrder = 2 // kind, view u32, then entries: member u16, counter u32
 )
+
+// kindDataHead is a data message's header (ProposeFramed).
+var kindDataHead = []byte{kindData}
 
 const (
 	dataHeader  = 1
@@ -114,6 +126,9 @@ type msg struct {
 	// cannot be, copied (own).
 	borrowed bool
 	pinned   bool
+	// ownSeq is the frame of this member's own message, pinned (pinned
+	// names that frame instead of next-1).
+	ownSeq uint32
 	// buf is the buffer of the layer's pool that data lies in (a held
 	// copy, or this member's own framed message), back in the pool once
 	// the delivery that hands it out is carried out; nil if none.
@@ -135,6 +150,7 @@ type entry struct {
 // order: a data message, or an order message (sequencer).
 type own struct {
 	order   bool
+	framed  bool    // a data message in its frame only (framer)
 	data    []byte  // payload of a data message
 	buf     []byte  // the pool buffer data lies in, after the kind byte
 	entries []entry // of an order message
@@ -179,6 +195,14 @@ type Core struct {
 	// and cooled those of the Ready before, unpinned now.
 	pinner          pinner
 	unpin, unpinNow []pin
+	// framer is the membership core's framing (nil without); cur is
+	// where this member's next message out lies in its frames of the
+	// view: frame seq, and the offset in a bundled frame's body.
+	framer framer
+	cur    struct {
+		seq uint32
+		off int
+	}
 
 	// mine: this member's messages passed to the FIFO group and not yet
 	// known to be out (OwnOut), in order; outMine: those known out in the
@@ -214,6 +238,9 @@ func New(in Inner) *Core {
 	info.SelfDelivery = true
 	c := &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
 	c.pinner, _ = in.(pinner)
+	if c.pinner != nil {
+		c.framer, _ = in.(framer)
+	}
 	return c
 }
 
@@ -267,6 +294,15 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 	c.now = max(c.now, now)
 	if len(m) > c.info.MaxMessage {
 		return &core.TooLargeError{Size: len(m), Max: c.info.MaxMessage}
+	}
+	if c.framer != nil {
+		// The FIFO group writes the kind byte and m into its frame, and
+		// this member delivers m from there (noteOut).
+		if err := c.framer.ProposeFramed(now, kindDataHead, m); err != nil {
+			return err
+		}
+		c.mine = append(c.mine, own{framed: true})
+		return nil
 	}
 	// The inner core copies b into its frame; this member delivers its
 	// message from b, a pool buffer rather than a fresh allocation each
@@ -543,6 +579,17 @@ func (c *Core) noteOut(n uint64) {
 	for ; c.outSeen < n && len(c.mine) > 0; c.outSeen++ {
 		m := c.mine[0]
 		c.mine = pop(c.mine)
+		var data []byte
+		var seq uint32
+		if c.framer != nil {
+			// Every message of this member went out in its frames of the
+			// view, in order: this one is the next there.
+			var ok bool
+			if data, seq, ok = c.nextOwn(); !ok {
+				c.fail(fmt.Errorf("%w: this member's message %d of view %d is not in its frame %d", ErrBadMessage, c.outSeen, c.view, c.cur.seq))
+				continue
+			}
+		}
 		if m.order {
 			if m.view == c.view && c.self == c.seqr {
 				for _, e := range m.entries {
@@ -554,13 +601,47 @@ func (c *Core) noteOut(n uint64) {
 		}
 		k := c.ownCount
 		c.ownCount++
-		c.outMine = append(c.outMine, msg{from: c.self, n: k, next: sent, data: m.data, buf: m.buf})
+		mm := msg{from: c.self, n: k, next: sent, data: m.data, buf: m.buf}
+		if m.framed {
+			mm.data, mm.ownSeq = data[dataHeader:], seq
+			if c.pinner.Pin(c.view, c.self, seq, mm.data) {
+				mm.pinned = true
+			} else {
+				mm.data = c.copyOf(mm.data) // the view before's frame
+				mm.buf = mm.data
+			}
+		}
+		c.outMine = append(c.outMine, mm)
 		if c.self == c.seqr {
 			// Its place is where it went out in this stream, as every
 			// member sees it.
 			c.order = append(c.order, entry{c.self, k, sent})
 		}
 	}
+}
+
+// nextOwn returns this member's next message out in its frames of the
+// view, kind byte included, and the frame's sequence number.
+func (c *Core) nextOwn() ([]byte, uint32, bool) {
+	seq := c.cur.seq
+	body, bundled, ok := c.framer.Own(c.view, seq)
+	if !ok {
+		return nil, 0, false
+	}
+	if !bundled {
+		c.cur.seq, c.cur.off = seq+1, 0
+		return body, seq, true
+	}
+	b := body[c.cur.off:]
+	if len(b) < 2 || 2+(int(b[0])<<8|int(b[1])) > len(b) {
+		return nil, 0, false
+	}
+	n := int(b[0])<<8 | int(b[1])
+	c.cur.off += 2 + n
+	if c.cur.off >= len(body) {
+		c.cur.seq, c.cur.off = seq+1, 0
+	}
+	return b[2 : 2+n], seq, true
 }
 
 // drain delivers what the order names, while the data is here (Safe:
@@ -636,7 +717,11 @@ func (c *Core) deliver(m msg) {
 		c.lent = append(c.lent, m.buf)
 	}
 	if m.pinned {
-		c.unpin = append(c.unpin, pin{c.view, m.from, m.next - 1})
+		seq := m.next - 1
+		if m.from == c.self {
+			seq = m.ownSeq
+		}
+		c.unpin = append(c.unpin, pin{c.view, m.from, seq})
 	}
 	c.global++
 	c.dl = append(c.dl, core.Delivery{From: m.from, Data: m.data, Seq: m.n, Global: c.global, Epoch: c.view})
@@ -680,6 +765,7 @@ func (c *Core) endView() {
 // startView takes the new view's members; its lowest id orders.
 func (c *Core) startView(self frame.MemberID, v *core.ViewInfo) {
 	c.view, c.self = v.ID, self
+	c.cur.seq, c.cur.off = 0, 0
 	c.seqr = frame.NoMember
 	for _, m := range v.Members {
 		if c.seqr == frame.NoMember || m.ID < c.seqr {

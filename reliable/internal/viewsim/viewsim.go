@@ -10,11 +10,14 @@ package viewsim
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/rbcast/rbcast/internal/seeds"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -484,6 +487,9 @@ func (p *process) flush(now time.Time, t clock.Time) {
 		p.inView[p.view] = append(p.inView[p.view], id)
 	}
 	for _, ev := range rd.Events {
+		if debug {
+			fmt.Fprintf(os.Stderr, "t=%v %x.%d event %v\n", p.run.net.Now().Sub(p.run.start), p.mac[5], p.inc, ev)
+		}
 		switch ev.Kind {
 		case core.ViewInstalled:
 			v := ev.View
@@ -510,6 +516,9 @@ func (p *process) flush(now time.Time, t clock.Time) {
 			p.left = true
 		case core.SelfRemoved:
 			p.err = fmt.Errorf("removed: %s", ev.Reason)
+			if err := p.core.Err(); errors.Is(err, view.ErrMinority) {
+				p.err = fmt.Errorf("removed: %w", err) // its text says why
+			}
 		}
 	}
 	p.st.Advance()
@@ -535,11 +544,22 @@ type scenario struct {
 	// after the start (a program whose processes all exit once done).
 	exit   bool
 	exitAt time.Duration
+	// leaveAtChange: one member crashes at crashAt and another leaves
+	// about when the others' cores fail it (the failure timeout later,
+	// give or take a few milliseconds): its Leave and the change's
+	// Prepare cross (issue 19). Nobody else may stop.
+	leaveAtChange bool
+	crashAt       time.Duration
+	leaveAfter    time.Duration
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
+	str := fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
 		s.seed, s.level, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
+	if s.leaveAtChange {
+		str += fmt.Sprintf(" crash=%v leave-after=%v", s.crashAt, s.leaveAfter)
+	}
+	return str
 }
 
 func newScenario(seed uint64, level Level) scenario {
@@ -642,6 +662,31 @@ func runScenario(t testing.TB, s scenario) *simRun {
 					return
 				}
 			}
+		})
+	}
+	if s.leaveAtChange {
+		net.AfterFunc(s.crashAt, func() {
+			var live []*process
+			for _, p := range r.procs {
+				if !p.dead && !p.left && p.err == nil && p.core.Installed() {
+					live = append(live, p)
+				}
+			}
+			if len(live) < 2 {
+				return
+			}
+			x := rng.IntN(len(live))
+			crashed := live[x]
+			crashed.dead = true
+			crashed.ep.Crash()
+			leaver := live[(x+1+rng.IntN(len(live)-1))%len(live)]
+			net.AfterFunc(s.leaveAfter, func() {
+				if !leaver.dead && !leaver.left && leaver.err == nil && leaver.core.Installed() {
+					leaver.leaving = true
+					leaver.top.Leave(leaver.clk.Core(net.Now()))
+					leaver.ep.Bind(leaver) // step it now
+				}
+			})
 		})
 	}
 	if s.exit {
@@ -807,6 +852,9 @@ func (r *simRun) verdict(s scenario) error {
 	if err := r.leaversDelivered(); err != nil {
 		return err
 	}
+	if err := r.leaversHeldNothing(s); err != nil {
+		return err
+	}
 	if !r.done() {
 		if why, lost := r.primaryLost(); lost {
 			// Not a failure: under a primary component no view may
@@ -862,6 +910,86 @@ func (r *simRun) leaversDelivered() error {
 		}
 	}
 	return nil
+}
+
+// completeHolder finds the holders a removal names: "could not complete
+// view N from view B ...: no member relayed member m's a..b (holder h)".
+var completeHolder = regexp.MustCompile(`could not complete view \d+ from view (\d+) .*`)
+var holderOf = regexp.MustCompile(`\(holder (\d+)\)`)
+
+// leaversHeldNothing: a clean leave never stops another process. In a
+// program whose processes only exit (no crash, no cut) nobody is removed;
+// in the churn, a member removed because a completion could not finish
+// never names as the holder of what it missed a process that left
+// cleanly (a leaver's last view change is one the others complete
+// without it: its Leave out, it takes part in no change of that view).
+func (r *simRun) leaversHeldNothing(s scenario) error {
+	// Every Leave frame of a leaver lost on its way to a member (three,
+	// a millisecond apart): that member cannot tell the leave from a
+	// crash, and with the crash it may count no majority; then the
+	// others may lose theirs with it. Not the leave's doing.
+	unheard := false
+	for _, p := range r.procs {
+		if l, ok := r.leaveUnheard(p); ok && !p.dead {
+			r.t.Logf("seed %d: %x.%d never received %x.%d's Leave", s.seed, p.mac, p.inc, l.mac, l.inc)
+			unheard = true
+		}
+	}
+	for _, p := range r.procs {
+		if p.err == nil || p.dead {
+			continue
+		}
+		if s.exit {
+			return fmt.Errorf("leave: %x.%d stopped in a program whose processes only leave: %v", p.mac, p.inc, p.err)
+		}
+		if s.leaveAtChange {
+			if unheard && errors.Is(p.err, view.ErrMinority) {
+				r.t.Logf("seed %d: %x.%d stopped: %v", s.seed, p.mac, p.inc, p.err)
+				continue
+			}
+			return fmt.Errorf("leave: %x.%d stopped, where one member crashed and another left: %v", p.mac, p.inc, p.err)
+		}
+		m := completeHolder.FindStringSubmatch(p.err.Error())
+		if m == nil {
+			continue
+		}
+		base, _ := strconv.ParseUint(m[1], 10, 32)
+		for _, h := range holderOf.FindAllStringSubmatch(p.err.Error(), -1) {
+			id, _ := strconv.ParseUint(h[1], 10, 16)
+			for _, mi := range r.views[eraView{p.era, uint32(base)}] {
+				if uint64(mi.ID) != id {
+					continue
+				}
+				for _, l := range r.procs {
+					if l.mac == mi.MAC && l.inc == mi.Incarnation && l.left && !l.dead {
+						return fmt.Errorf("leave: %x.%d stopped, %x.%d's clean leave the cause: %v", p.mac, p.inc, l.mac, l.inc, p.err)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// leaveUnheard reports whether p stopped for want of a majority while a
+// process that left cleanly, a member of p's view, never reached p's
+// core with its Leave (it took it for failed).
+func (r *simRun) leaveUnheard(p *process) (*process, bool) {
+	if !errors.Is(p.err, view.ErrMinority) {
+		return nil, false
+	}
+	in, ok := p.core.Inner().(*pbp.Core)
+	if !ok {
+		return nil, false
+	}
+	for _, m := range p.core.View().Members {
+		for _, l := range r.procs {
+			if l.mac == m.MAC && l.inc == m.Incarnation && l.left && !l.dead && !in.HasLeft(m.ID) {
+				return l, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // wentOnWithout reports whether q installed l's first view and, after a
@@ -1127,6 +1255,64 @@ func ExitSeeds(t *testing.T, level Level, pkg, test string) {
 				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
 			}
 		})
+	}
+}
+
+// LeaveAtChangeSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with
+// -short) of issue 19's leaver mid-change: of four or five founders
+// streaming at 5 or 10 % loss, one crashes and another leaves about when
+// the others' cores fail the crashed one, so that its Leave crosses the
+// change's Prepare. Besides the churn simulation's checkers, nobody else
+// may stop (four or five keep a majority with one crashed and one left).
+func LeaveAtChangeSeeds(t *testing.T, level Level, pkg, test string) {
+	n := seedCount(t)
+	if os.Getenv("RBCAST_SEEDS") == "" {
+		n = 300
+		if testing.Short() {
+			n = 50
+		}
+	}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			LeaveAtChangeSeed(t, level, seed, fmt.Sprintf("re-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", seed, pkg, test, seed))
+		})
+	}
+}
+
+// LeaveAtChangeSeed runs one seed of LeaveAtChangeSeeds; rerun (if any)
+// says how to run it again.
+func LeaveAtChangeSeed(t *testing.T, level Level, seed uint64, rerun string) {
+	s := leaveAtChangeScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v\n%s", err, s, rerun)
+	}
+}
+
+func leaveAtChangeScenario(seed uint64, level Level) scenario {
+	r := rand.New(rand.NewPCG(seed, 0x1eaf))
+	s := scenario{seed: seed, founders: 4 + r.IntN(2), msgs: uint32(20 + r.IntN(60)), loss: []float64{0.05, 0.1}[r.IntN(2)], leaveAtChange: true, level: level}
+	if r.IntN(2) == 0 {
+		s.batch = time.Duration(1+r.IntN(4)) * time.Millisecond
+	}
+	s.crashAt = time.Duration(250+r.IntN(300)) * time.Millisecond
+	s.leaveAfter = 400*time.Millisecond + time.Duration(r.IntN(8000)-4000)*time.Microsecond
+	if level == Ordered {
+		s.level = Agreed
+		if r.IntN(2) == 0 {
+			s.level = Safe
+		}
+	}
+	return s
+}
+
+// ExitSeed runs one seed of ExitSeeds, whatever RBCAST_SEEDS says.
+func ExitSeed(t *testing.T, level Level, seed uint64) {
+	s := exitScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v", err, s)
 	}
 }
 

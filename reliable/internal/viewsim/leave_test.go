@@ -1,0 +1,169 @@
+package viewsim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/pbp"
+)
+
+// TestLeaveOfTwo: of a view of two, one member leaves cleanly; the other
+// goes on alone. Under Agreed and Safe it judged its majority in the Step
+// that took the leaver's Leave, before the Ready that reports the leave
+// (MemberLeft), counted the leaver as unreachable, and stopped with
+// ErrMinority ("1 of the 2 members ... are reachable"): a clean leave
+// stopped the group (found by TestSimExit's check that nobody stops in a
+// program whose processes only leave).
+func TestLeaveOfTwo(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) {
+			r, ps := group(t, 2, level)
+			stay, leaver := ps[0], ps[1]
+			msg := leaver.send(t)
+			r.net.RunFor(50 * time.Millisecond)
+			leaver.top.Leave(leaver.clk.Core(r.net.Now()))
+			leaver.ep.Bind(leaver) // step it now
+			r.net.RunFor(time.Second)
+			if r.failed != nil {
+				t.Fatal(r.failed)
+			}
+			if !leaver.left || leaver.err != nil {
+				t.Fatalf("leaver: left %v, err %v; want a clean leave", leaver.left, leaver.err)
+			}
+			if stay.err != nil {
+				t.Fatalf("the member that stays stopped: %v", stay.err)
+			}
+			if m := stay.core.View().Members; len(m) != 1 || m[0].MAC != stay.mac {
+				t.Fatalf("the member that stays is in view %#x of %v (views %v); want a view of itself alone", stay.view, m, stay.views)
+			}
+			if !slices.ContainsFunc(stay.views, func(v uint32) bool { return slices.Contains(stay.inView[v], msg) }) {
+				t.Fatalf("the member that stays never delivered the leaver's message")
+			}
+			// It goes on: its own message is delivered in its view of one
+			// (FIFO delivers nobody its own).
+			if level != FIFO {
+				own := stay.send(t)
+				r.net.RunFor(100 * time.Millisecond)
+				if !stay.delivered(own) {
+					t.Fatalf("the member that stays did not deliver its own message in view %#x", stay.view)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaveInTurnOfPrepare is issue 19's leaver mid-change. Of four
+// members (a the coordinator, b, l, d), d's last two messages reach l
+// alone (a and b drop d's Data frames), and d crashes. When a's core
+// fails d, a prepares a view without it; l calls Leave in the turn that
+// brings the Prepare, its PBP core sends its Leave at once (everything it
+// sent is acknowledged) and, before this fix, its membership layer then
+// froze for the Prepare and flushed: l reported d's two messages
+// delivered. a lost l's first Leave frame and took the Flush first, so
+// it committed a view that kept l, with d's cut past both messages and l
+// their holder. l had finished (SelfLeft) and relayed nothing: a and b
+// waited for the relays and stopped with ErrRemoved ("could not complete
+// view ...: no member relayed member 3's 0..1 (holder 2)"). A member whose
+// core sent its Leave now takes part in no change of the view: the
+// change goes on without l once its next Leave frame arrives.
+func TestLeaveInTurnOfPrepare(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) { leaveInTurnOfPrepare(t, level) })
+	}
+}
+
+func leaveInTurnOfPrepare(t *testing.T, level Level) {
+	r, ps := group(t, 4, level)
+	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
+	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	base := a.view
+	dropD := func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		return err == nil && v.Type() == frame.Data && [6]byte(f[6:12]) == d.mac
+	}
+	b.drop = dropD
+	leaveDropped := false
+	a.drop = func(f []byte) bool {
+		if dropD(f) {
+			return true
+		}
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		if err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac && !leaveDropped {
+			leaveDropped = true // lost on the way
+			return true
+		}
+		return false
+	}
+	var prepare []byte // a's Prepare, held back from l until it leaves
+	l.drop = func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		if err == nil && v.Type() == frame.ViewPrepare && v.ViewBase() == base && prepare == nil {
+			prepare = slices.Clone(f)
+			return true
+		}
+		return false
+	}
+	d.send(t)
+	r.net.RunFor(2 * time.Millisecond)
+	d.send(t)
+	r.net.RunFor(20 * time.Millisecond)
+	// l's core delivered both (under Agreed and Safe the layer above
+	// holds them for the orderer, a, which lacks them), a's and b's none.
+	did := d.id(t)
+	for _, p := range []*process{a, b, l} {
+		want := uint32(0)
+		if p == l {
+			want = 2
+		}
+		if got, _ := p.core.Inner().(*pbp.Core).DeliveredFrom(did); got != want {
+			t.Fatalf("before the crash: %x.%d's core delivered %d of d's frames, want %d", p.mac, p.inc, got, want)
+		}
+	}
+	d.dead = true
+	d.ep.Crash()
+	for i := 0; prepare == nil; i++ {
+		if i == 20000 {
+			t.Fatalf("no Prepare of a view after %#x reached l in 2 s", base)
+		}
+		r.net.RunFor(100 * time.Microsecond)
+	}
+	// The Prepare arrives in the turn l leaves: its core's Leave goes out
+	// at once (l sent nothing), and the Prepare is stepped after it.
+	now := r.net.Now()
+	ct := l.clk.Core(now)
+	l.checkHanded()
+	l.leaving = true
+	l.top.Leave(ct)
+	l.st.Step(ct, prepare)
+	l.st.Tick(ct)
+	l.flush(now, ct)
+	r.net.RunFor(3 * time.Second)
+	if r.failed != nil {
+		t.Fatal(r.failed)
+	}
+	if !l.left || l.err != nil {
+		t.Fatalf("l: left %v, err %v; want a clean leave", l.left, l.err)
+	}
+	if !leaveDropped {
+		t.Fatal("l's Leave never reached a: the case was not driven")
+	}
+	for _, p := range []*process{a, b} {
+		if p.err != nil {
+			t.Fatalf("%x.%d stopped: %v", p.mac, p.inc, p.err)
+		}
+		ids := slices.Collect(func(yield func(string) bool) {
+			for _, m := range p.core.View().Members {
+				if !yield(fmt.Sprint(m.ID)) {
+					return
+				}
+			}
+		})
+		if p.view == base || strings.Join(ids, ",") != fmt.Sprintf("%d,%d", a.id(t), b.id(t)) {
+			t.Fatalf("%x.%d is in view %#x of members %v; want a view after %#x of a and b", p.mac, p.inc, p.view, ids, base)
+		}
+	}
+}
