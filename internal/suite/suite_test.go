@@ -327,16 +327,64 @@ func TestASP(t *testing.T) {
 	}
 }
 
+// relaxSimple is Relax's loop one cell a step, as it was before the
+// unrolling: the reference of TestASPRelaxRow and the other side of
+// BenchmarkASPRelax.
+func relaxSimple(d []int32, n, lo, hi, k int, pivot []int32) {
+	for i := lo; i < hi; i++ {
+		row := d[i*n : (i+1)*n]
+		dik := row[k]
+		for j, pkj := range pivot[:len(row)] {
+			row[j] = min(row[j], dik+pkj)
+		}
+	}
+}
+
+// The unrolled row loop gives what one cell a step gives, at every length
+// (whole steps of eight, a tail, no whole step) and with negative and
+// large values.
+func TestASPRelaxRow(t *testing.T) {
+	r := NewRand(7)
+	for n := 0; n <= 41; n++ {
+		row := make([]int32, n)
+		pivot := make([]int32, n)
+		for j := range n {
+			row[j] = int32(r.Intn(2000)) - 1000
+			pivot[j] = int32(r.Intn(2000)) - 1000
+		}
+		dik := int32(r.Intn(2000)) - 1000
+		want := slices.Clone(row)
+		for j := range want {
+			want[j] = min(want[j], dik+pivot[j])
+		}
+		relaxRow(row, pivot, dik)
+		if !slices.Equal(row, want) {
+			t.Fatalf("n=%d: relaxRow gives %v, want %v", n, row, want)
+		}
+	}
+}
+
 // BenchmarkASPRelax is one Floyd–Warshall solve of 512 nodes on one
 // goroutine: the relaxation every ASP program (Orca, BDSM, sequential)
-// runs.
+// runs, with Relax ("unrolled") and with the loop one cell a step
+// ("simple"), side by side.
 func BenchmarkASPRelax(b *testing.B) {
 	a := NewASP(512, 1)
 	d := make([]int32, len(a.Dist))
-	for b.Loop() {
-		copy(d, a.Dist)
-		for k := range a.N {
-			a.Relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
-		}
+	for _, c := range []struct {
+		name  string
+		relax func(d []int32, lo, hi, k int, pivot []int32)
+	}{
+		{"simple", func(d []int32, lo, hi, k int, pivot []int32) { relaxSimple(d, a.N, lo, hi, k, pivot) }},
+		{"unrolled", a.Relax},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				copy(d, a.Dist)
+				for k := range a.N {
+					c.relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
+				}
+			}
+		})
 	}
 }
