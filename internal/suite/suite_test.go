@@ -1,6 +1,8 @@
 package suite
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"math"
 	"slices"
 	"testing"
@@ -384,6 +386,56 @@ func BenchmarkASPRelax(b *testing.B) {
 				for k := range a.N {
 					c.relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
 				}
+			}
+		})
+	}
+}
+
+// ChecksumInt32 is FNV-1a 64 over the little-endian bytes, four at a time
+// or a kilobyte at a time alike, and a slice split into parts sums as the
+// whole.
+func TestChecksumInt32(t *testing.T) {
+	r := NewRand(3)
+	v := make([]int32, 1000)
+	for i := range v {
+		v[i] = int32(r.Intn(1<<31)) - 1<<30
+	}
+	want := checksumInt32Simple(v)
+	if got := ChecksumInt32(v); got != want {
+		t.Fatalf("ChecksumInt32 = %016x, want FNV-1a %016x", got, want)
+	}
+	if got := ChecksumInt32(v[:1], v[1:300], nil, v[300:]); got != want {
+		t.Fatalf("in parts: %016x, want %016x", got, want)
+	}
+	if got, empty := ChecksumInt32(nil), fnv.New64a().Sum64(); got != empty {
+		t.Fatalf("empty: %016x, want %016x", got, empty)
+	}
+}
+
+// checksumInt32Simple is ChecksumInt32 four bytes a Write, as it was: the
+// other side of BenchmarkChecksumInt32.
+func checksumInt32Simple(v []int32) uint64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, x := range v {
+		binary.LittleEndian.PutUint32(b[:], uint32(x))
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// BenchmarkChecksumInt32 sums a 512-node distance matrix (1 MiB) four
+// bytes a Write ("simple") and a kilobyte a Write, side by side.
+func BenchmarkChecksumInt32(b *testing.B) {
+	v := NewASP(512, 1).Dist
+	for _, c := range []struct {
+		name string
+		sum  func([]int32) uint64
+	}{{"simple", checksumInt32Simple}, {"chunked", func(v []int32) uint64 { return ChecksumInt32(v) }}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(4 * len(v)))
+			for b.Loop() {
+				c.sum(v)
 			}
 		})
 	}
