@@ -29,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"runtime/trace"
-	"slices"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/suite"
@@ -62,10 +61,17 @@ var rowCodec = orca.CodecFuncs(
 	})
 
 // The row object: the pivot rows sent so far, nil until added. add
-// ignores a row number out of range (every replica alike); row waits for
-// row k and returns a copy.
+// ignores a row number out of range or a row sent before (every replica
+// alike); row waits for row k and copies it into the caller's buffer
+// (the caller reuses one, so a wait allocates nothing).
 type pivots struct {
 	Rows [][]int32
+}
+
+// rowInto asks for row K, copied into Dst (as long as a row).
+type rowInto struct {
+	K   int
+	Dst []int32
 }
 
 var (
@@ -77,31 +83,54 @@ var (
 		p.Rows[r.First] = r.Cells
 		return true
 	})
-	row = orca.Read(rowTable, "row", func(p *pivots, k int) []int32 { return slices.Clone(p.Rows[k]) }).
-		When(func(p *pivots, k int) bool { return k >= 0 && k < len(p.Rows) && p.Rows[k] != nil })
+	row = orca.Read(rowTable, "row", func(p *pivots, r rowInto) []int32 { return r.Dst[:copy(r.Dst, p.Rows[r.K])] }).
+		When(func(p *pivots, r rowInto) bool { return r.K >= 0 && r.K < len(p.Rows) && p.Rows[r.K] != nil })
 )
 
-// The result object: the distance matrix, filled block by block; Have
-// counts the rows in. checksum waits for all of them.
+// The result object: the distance matrix as the blocks of rows the ranks
+// add, each kept as it arrived (Blocks[i] is the block whose first row is
+// i): no copy into one matrix at every replica. block ignores a block
+// that is not whole rows, out of range, or over rows already in (every
+// replica alike). whole waits until the blocks cover the matrix;
+// checksum sums them in row order, as suite.ChecksumInt32 the whole.
 type matrix struct {
-	N    int32
-	D    []int32
-	Have int32
+	N      int32
+	Blocks [][]int32
+	Have   int32 // rows in
+}
+
+// free reports whether no block holds a row of [first, first+rows).
+func (m *matrix) free(first, rows int32) bool {
+	for i, b := range m.Blocks {
+		if b != nil && int32(i) < first+rows && int32(i)+int32(len(b))/m.N > first {
+			return false
+		}
+	}
+	return true
 }
 
 var (
 	result   = orca.NewClass[matrix]("asp.result")
 	addBlock = orca.Write(result, "block", rowCodec, func(m *matrix, r rowArgs) bool {
 		rows := int32(len(r.Cells)) / m.N
-		if r.First < 0 || r.First+rows > m.N || int32(len(r.Cells))%m.N != 0 {
+		if rows == 0 || r.First < 0 || r.First+rows > m.N || int32(len(r.Cells))%m.N != 0 || !m.free(r.First, rows) {
 			return false
 		}
-		copy(m.D[r.First*m.N:], r.Cells)
+		m.Blocks[r.First] = r.Cells
 		m.Have += rows
 		return true
 	})
-	checksum = orca.Read(result, "checksum", func(m *matrix, _ struct{}) uint64 { return suite.ChecksumInt32(m.D) }).
-			When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
+	whole = orca.Read(result, "whole", func(*matrix, struct{}) struct{} { return struct{}{} }).
+		When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
+	checksum = orca.Read(result, "checksum", func(m *matrix, _ struct{}) uint64 {
+		var parts [][]int32
+		for _, b := range m.Blocks {
+			if b != nil {
+				parts = append(parts, b)
+			}
+		}
+		return suite.ChecksumInt32(nil, parts...)
+	}).When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
 )
 
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
@@ -116,7 +145,8 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 		a := problem()
 		start := time.Now()
 		d := a.Sequential()
-		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(start)}
+		solve := time.Since(start)
+		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}
 	}
 	par := func(ctx context.Context, n *orca.Node) (harness.Result, error) {
 		return parallel(ctx, n, problem(), *lookahead)
@@ -130,7 +160,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	if err != nil {
 		return harness.Result{}, err
 	}
-	res, err := orca.New(node, "result", result, matrix{N: int32(n), D: make([]int32, n*n)})
+	res, err := orca.New(node, "result", result, matrix{N: int32(n), Blocks: make([][]int32, n)})
 	if err != nil {
 		return harness.Result{}, err
 	}
@@ -148,7 +178,8 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 		for k := range n {
 			a.Relax(d, 0, n, k, d[k*n:(k+1)*n])
 		}
-		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: time.Since(began)}, nil
+		solve := time.Since(began)
+		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}, nil
 	}
 	mine := func(k int) bool { return k >= lo && k < hi }
 	send := func(k int) *orca.Pending[bool] {
@@ -157,6 +188,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	// The rows this rank sent: joined at the end (an error of one is
 	// known then), not one by one as they go.
 	var sent []*orca.Pending[bool]
+	buf := make([]int32, n) // the pivot rows of the others, in turn
 	if lookahead && mine(0) {
 		sent = append(sent, send(0))
 	}
@@ -174,7 +206,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 		} else {
 			var err error
 			r := trace.StartRegion(ctx, "asp.row")
-			pivot, err = row.Call(ctx, rows, k)
+			pivot, err = row.Call(ctx, rows, rowInto{K: k, Dst: buf})
 			r.End()
 			if err != nil {
 				return harness.Result{}, err
@@ -189,6 +221,8 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 		}
 		a.Relax(d, lo, hi, k, pivot)
 	}
+	gather := trace.StartRegion(ctx, "asp.gather")
+	defer gather.End()
 	for _, p := range sent {
 		if _, err := p.Wait(ctx); err != nil {
 			return harness.Result{}, err
@@ -200,9 +234,15 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	if rank != 0 {
 		return harness.Result{Solve: time.Since(began)}, nil
 	}
+	// The solve ends when rank 0 holds the matrix, as the MPI peer's ends
+	// when its gather returns: the checksum is not part of it there.
+	if _, err := whole.Call(ctx, res, struct{}{}); err != nil {
+		return harness.Result{}, err
+	}
+	solve := time.Since(began)
 	sum, err := checksum.Call(ctx, res, struct{}{})
 	if err != nil {
 		return harness.Result{}, err
 	}
-	return harness.Result{Valid: true, Checksum: sum, Solve: time.Since(began)}, nil
+	return harness.Result{Valid: true, Checksum: sum, Solve: solve}, nil
 }

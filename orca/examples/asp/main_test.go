@@ -51,7 +51,7 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			}
 			switch ev.Op {
 			case "row":
-				reads[r][ev.Args.(int)]++
+				reads[r][ev.Args.(rowInto).K]++
 			case "add":
 				writes[r][ev.Args.(rowArgs).First]++
 			}
@@ -88,4 +88,63 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// The result object keeps each block as it came: a block over rows
+// already in, out of range, or not whole rows is refused at every replica
+// alike; whole waits for the matrix, and the checksum of the blocks is the
+// matrix's.
+func TestResultBlocks(t *testing.T) {
+	const n = 4
+	m := make([]int32, n*n)
+	for i := range m {
+		m[i] = int32(i * 7)
+	}
+	_, err := orcasim.Run(orcasim.Config{Members: 2, Seed: 1, Stay: true}, func(node *orca.Node) error {
+		ctx := context.Background()
+		res, err := orca.New(node, "result", result, matrix{N: n, Blocks: make([][]int32, n)})
+		if err != nil {
+			return err
+		}
+		if node.Rank() != 0 {
+			_, err := whole.Call(ctx, res, struct{}{})
+			return err
+		}
+		for _, c := range []struct {
+			first int32
+			cells []int32
+			want  bool
+		}{
+			{2, m[2*n:], true},
+			{2, m[2*n:], false},            // again
+			{1, m[n : 3*n], false},         // over row 2
+			{3, make([]int32, 2*n), false}, // past the end
+			{0, m[:n-1], false},            // not a whole row
+			{0, nil, false},                // empty
+			{-1, m[:n], false},             // before the start
+			{0, m[:2*n], true},
+		} {
+			got, err := addBlock.Call(ctx, res, rowArgs{First: c.first, Cells: c.cells})
+			if err != nil {
+				return err
+			}
+			if got != c.want {
+				return fmt.Errorf("block of %d cells from row %d: %v, want %v", len(c.cells), c.first, got, c.want)
+			}
+		}
+		if _, err := whole.Call(ctx, res, struct{}{}); err != nil {
+			return err
+		}
+		sum, err := checksum.Call(ctx, res, struct{}{})
+		if err != nil {
+			return err
+		}
+		if want := suite.ChecksumInt32(m); sum != want {
+			return fmt.Errorf("checksum of the blocks %016x, of the matrix %016x", sum, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
