@@ -87,12 +87,15 @@ var (
 		When(func(p *pivots, r rowInto) bool { return r.K >= 0 && r.K < len(p.Rows) && p.Rows[r.K] != nil })
 )
 
-// The result object: the distance matrix as the blocks of rows the ranks
-// add, each kept as it arrived (Blocks[i] is the block whose first row is
-// i): no copy into one matrix at every replica. block ignores a block
-// that is not whole rows, out of range, or over rows already in (every
-// replica alike). whole waits until the blocks cover the matrix;
-// checksum sums them in row order, as suite.ChecksumInt32 the whole.
+// The result object: the blocks of rows the ranks other than 0 add, each
+// kept as it arrived (Blocks[i] is the block whose first row is i): no
+// copy into one matrix at every replica. Rank 0 keeps its own block, as
+// the MPI peer's root gathers in place, so it does not send it through
+// the order. block ignores a block that is not whole rows, out of range,
+// or over rows already in (every replica alike). whole waits until the
+// blocks hold the rows asked for; checksum sums the block given (rank
+// 0's, the matrix's first rows) and then the object's in row order, as
+// suite.ChecksumInt32 the whole matrix.
 type matrix struct {
 	N      int32
 	Blocks [][]int32
@@ -120,17 +123,17 @@ var (
 		m.Have += rows
 		return true
 	})
-	whole = orca.Read(result, "whole", func(*matrix, struct{}) struct{} { return struct{}{} }).
-		When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
-	checksum = orca.Read(result, "checksum", func(m *matrix, _ struct{}) uint64 {
+	whole = orca.Read(result, "whole", func(*matrix, int32) struct{} { return struct{}{} }).
+		When(func(m *matrix, rows int32) bool { return m.Have >= rows })
+	checksum = orca.Read(result, "checksum", func(m *matrix, first []int32) uint64 {
 		var parts [][]int32
 		for _, b := range m.Blocks {
 			if b != nil {
 				parts = append(parts, b)
 			}
 		}
-		return suite.ChecksumInt32(nil, parts...)
-	}).When(func(m *matrix, _ struct{}) bool { return m.Have >= m.N })
+		return suite.ChecksumInt32(first, parts...)
+	})
 )
 
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
@@ -228,19 +231,19 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 			return harness.Result{}, err
 		}
 	}
-	if _, err := addBlock.Call(ctx, res, rowArgs{First: int32(lo), Cells: d[lo*n : hi*n]}); err != nil {
-		return harness.Result{}, err
-	}
 	if rank != 0 {
+		if _, err := addBlock.Call(ctx, res, rowArgs{First: int32(lo), Cells: d[lo*n : hi*n]}); err != nil {
+			return harness.Result{}, err
+		}
 		return harness.Result{Solve: time.Since(began)}, nil
 	}
 	// The solve ends when rank 0 holds the matrix, as the MPI peer's ends
 	// when its gather returns: the checksum is not part of it there.
-	if _, err := whole.Call(ctx, res, struct{}{}); err != nil {
+	if _, err := whole.Call(ctx, res, int32(n-hi)); err != nil {
 		return harness.Result{}, err
 	}
 	solve := time.Since(began)
-	sum, err := checksum.Call(ctx, res, struct{}{})
+	sum, err := checksum.Call(ctx, res, d[lo*n:hi*n])
 	if err != nil {
 		return harness.Result{}, err
 	}
