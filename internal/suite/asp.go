@@ -36,13 +36,32 @@ func (a *ASP) Relax(d []int32, lo, hi, k int, pivot []int32) {
 	n := a.N
 	for i := lo; i < hi; i++ {
 		row := d[i*n : (i+1)*n]
-		dik := row[k]
-		// pivot resliced to row's length drops the bounds check on row,
-		// and the built-in min compiles to a conditional move: no branch
-		// to mispredict.
-		for j, pkj := range pivot[:len(row)] {
-			row[j] = min(row[j], dik+pkj)
-		}
+		relaxRow(row, pivot[:len(row)], row[k])
+	}
+}
+
+// relaxRow sets row[j] = min(row[j], dik+pivot[j]), pivot as long as row.
+// The loop is unrolled by hand, eight cells a step: Go's compiler does not
+// unroll, and with one cell a step it reloads a bound from the stack in
+// every iteration; eight a step take about 0.7 of the time
+// (BenchmarkASPRelax). The built-in min compiles to a conditional move: no
+// branch to mispredict. bench/mpi/asp.c runs the same loop.
+func relaxRow(row, pivot []int32, dik int32) {
+	pivot = pivot[:len(row)]
+	j := 0
+	for ; j+8 <= len(row); j += 8 {
+		r, p := row[j:j+8:j+8], pivot[j:j+8:j+8]
+		r[0] = min(r[0], dik+p[0])
+		r[1] = min(r[1], dik+p[1])
+		r[2] = min(r[2], dik+p[2])
+		r[3] = min(r[3], dik+p[3])
+		r[4] = min(r[4], dik+p[4])
+		r[5] = min(r[5], dik+p[5])
+		r[6] = min(r[6], dik+p[6])
+		r[7] = min(r[7], dik+p[7])
+	}
+	for ; j < len(row); j++ {
+		row[j] = min(row[j], dik+pivot[j])
 	}
 }
 

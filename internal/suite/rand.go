@@ -41,13 +41,22 @@ func Checksum(v []float64) uint64 {
 	return h.Sum64()
 }
 
-// ChecksumInt32 is FNV-1a 64 over the little-endian bytes of v.
-func ChecksumInt32(v []int32) uint64 {
+// ChecksumInt32 is FNV-1a 64 over the little-endian bytes of v, then of
+// each of more in turn: a matrix held in parts (row blocks, in order)
+// sums as the whole would. The bytes go to the hash a kilobyte at a
+// time, not four at a time through its interface.
+func ChecksumInt32(v []int32, more ...[]int32) uint64 {
 	h := fnv.New64a()
-	var b [4]byte
-	for _, x := range v {
-		binary.LittleEndian.PutUint32(b[:], uint32(x))
-		h.Write(b[:])
+	var b [1024]byte
+	for _, part := range append([][]int32{v}, more...) {
+		for len(part) > 0 {
+			c := min(len(part), len(b)/4)
+			for i, x := range part[:c] {
+				binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+			}
+			h.Write(b[:4*c])
+			part = part[c:]
+		}
 	}
 	return h.Sum64()
 }

@@ -1,6 +1,8 @@
 package suite
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"math"
 	"slices"
 	"testing"
@@ -327,16 +329,114 @@ func TestASP(t *testing.T) {
 	}
 }
 
+// relaxSimple is Relax's loop one cell a step, as it was before the
+// unrolling: the reference of TestASPRelaxRow and the other side of
+// BenchmarkASPRelax.
+func relaxSimple(d []int32, n, lo, hi, k int, pivot []int32) {
+	for i := lo; i < hi; i++ {
+		row := d[i*n : (i+1)*n]
+		dik := row[k]
+		for j, pkj := range pivot[:len(row)] {
+			row[j] = min(row[j], dik+pkj)
+		}
+	}
+}
+
+// The unrolled row loop gives what one cell a step gives, at every length
+// (whole steps of eight, a tail, no whole step) and with negative and
+// large values.
+func TestASPRelaxRow(t *testing.T) {
+	r := NewRand(7)
+	for n := 0; n <= 41; n++ {
+		row := make([]int32, n)
+		pivot := make([]int32, n)
+		for j := range n {
+			row[j] = int32(r.Intn(2000)) - 1000
+			pivot[j] = int32(r.Intn(2000)) - 1000
+		}
+		dik := int32(r.Intn(2000)) - 1000
+		want := slices.Clone(row)
+		for j := range want {
+			want[j] = min(want[j], dik+pivot[j])
+		}
+		relaxRow(row, pivot, dik)
+		if !slices.Equal(row, want) {
+			t.Fatalf("n=%d: relaxRow gives %v, want %v", n, row, want)
+		}
+	}
+}
+
 // BenchmarkASPRelax is one Floyd–Warshall solve of 512 nodes on one
 // goroutine: the relaxation every ASP program (Orca, BDSM, sequential)
-// runs.
+// runs, with Relax ("unrolled") and with the loop one cell a step
+// ("simple"), side by side.
 func BenchmarkASPRelax(b *testing.B) {
 	a := NewASP(512, 1)
 	d := make([]int32, len(a.Dist))
-	for b.Loop() {
-		copy(d, a.Dist)
-		for k := range a.N {
-			a.Relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
-		}
+	for _, c := range []struct {
+		name  string
+		relax func(d []int32, lo, hi, k int, pivot []int32)
+	}{
+		{"simple", func(d []int32, lo, hi, k int, pivot []int32) { relaxSimple(d, a.N, lo, hi, k, pivot) }},
+		{"unrolled", a.Relax},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				copy(d, a.Dist)
+				for k := range a.N {
+					c.relax(d, 0, a.N, k, d[k*a.N:(k+1)*a.N])
+				}
+			}
+		})
+	}
+}
+
+// ChecksumInt32 is FNV-1a 64 over the little-endian bytes, four at a time
+// or a kilobyte at a time alike, and a slice split into parts sums as the
+// whole.
+func TestChecksumInt32(t *testing.T) {
+	r := NewRand(3)
+	v := make([]int32, 1000)
+	for i := range v {
+		v[i] = int32(r.Intn(1<<31)) - 1<<30
+	}
+	want := checksumInt32Simple(v)
+	if got := ChecksumInt32(v); got != want {
+		t.Fatalf("ChecksumInt32 = %016x, want FNV-1a %016x", got, want)
+	}
+	if got := ChecksumInt32(v[:1], v[1:300], nil, v[300:]); got != want {
+		t.Fatalf("in parts: %016x, want %016x", got, want)
+	}
+	if got, empty := ChecksumInt32(nil), fnv.New64a().Sum64(); got != empty {
+		t.Fatalf("empty: %016x, want %016x", got, empty)
+	}
+}
+
+// checksumInt32Simple is ChecksumInt32 four bytes a Write, as it was: the
+// other side of BenchmarkChecksumInt32.
+func checksumInt32Simple(v []int32) uint64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, x := range v {
+		binary.LittleEndian.PutUint32(b[:], uint32(x))
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// BenchmarkChecksumInt32 sums a 512-node distance matrix (1 MiB) four
+// bytes a Write ("simple") and a kilobyte a Write, side by side.
+func BenchmarkChecksumInt32(b *testing.B) {
+	v := NewASP(512, 1).Dist
+	for _, c := range []struct {
+		name string
+		sum  func([]int32) uint64
+	}{{"simple", checksumInt32Simple}, {"chunked", func(v []int32) uint64 { return ChecksumInt32(v) }}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(4 * len(v)))
+			for b.Loop() {
+				c.sum(v)
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			}
 			switch ev.Op {
 			case "row":
-				reads[r][ev.Args.(int)]++
+				reads[r][ev.Args.(rowInto).K]++
 			case "add":
 				writes[r][ev.Args.(rowArgs).First]++
 			}
@@ -88,4 +88,75 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// The result object keeps each block as it came: a block over rows
+// already in, out of range, or not whole rows is refused at every replica
+// alike; whole waits for the rows asked for, and the checksum of the
+// blocks is the matrix's.
+func TestResultBlocks(t *testing.T) {
+	const n = 4
+	m := make([]int32, n*n)
+	for i := range m {
+		m[i] = int32(i * 7)
+	}
+	_, err := orcasim.Run(orcasim.Config{Members: 2, Seed: 1, Stay: true}, func(node *orca.Node) error {
+		ctx := context.Background()
+		res, err := orca.New(node, "result", result, matrix{N: n, Blocks: make([][]int32, n)})
+		if err != nil {
+			return err
+		}
+		// Rank 0's own first rows, given to checksum, and the others'
+		// blocks in the object after them.
+		rest, err := orca.New(node, "rest", result, matrix{N: n, Blocks: make([][]int32, n)})
+		if err != nil {
+			return err
+		}
+		if node.Rank() != 0 {
+			if _, err := addBlock.Call(ctx, rest, rowArgs{First: 1, Cells: m[n:]}); err != nil {
+				return err
+			}
+			_, err := whole.Call(ctx, res, n)
+			return err
+		}
+		if _, err := whole.Call(ctx, rest, n-1); err != nil {
+			return err
+		}
+		if sum, err := checksum.Call(ctx, rest, m[:n]); err != nil || sum != suite.ChecksumInt32(m) {
+			return fmt.Errorf("checksum of row 0 given and rows 1..3 in the object %016x (error %v), of the matrix %016x", sum, err, suite.ChecksumInt32(m))
+		}
+		for _, c := range []struct {
+			first int32
+			cells []int32
+			want  bool
+		}{
+			{2, m[2*n:], true},
+			{2, m[2*n:], false},            // again
+			{1, m[n : 3*n], false},         // over row 2
+			{3, make([]int32, 2*n), false}, // past the end
+			{0, m[:n-1], false},            // not a whole row
+			{0, nil, false},                // empty
+			{-1, m[:n], false},             // before the start
+			{0, m[:2*n], true},
+		} {
+			got, err := addBlock.Call(ctx, res, rowArgs{First: c.first, Cells: c.cells})
+			if err != nil {
+				return err
+			}
+			if got != c.want {
+				return fmt.Errorf("block of %d cells from row %d: %v, want %v", len(c.cells), c.first, got, c.want)
+			}
+		}
+		if _, err := whole.Call(ctx, res, n); err != nil {
+			return err
+		}
+		want := suite.ChecksumInt32(m)
+		if sum, err := checksum.Call(ctx, res, nil); err != nil || sum != want {
+			return fmt.Errorf("checksum of the blocks %016x (error %v), of the matrix %016x", sum, err, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -235,7 +235,14 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			n.Close()
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		stopProfile, err := envprof.CPU("ORCA_CPUPROFILE", n.Rank())
+		if err != nil {
+			stopTrace()
+			n.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		r, err := completed(ctx, n, parallel)
+		stopProfile()
 		stopTrace()
 		if err != nil {
 			n.Close()
@@ -301,7 +308,7 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n")
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n  ORCA_CPUPROFILE=P  with -iface: write a CPU profile of the rank's program to P.<rank>\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
