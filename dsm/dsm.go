@@ -467,6 +467,28 @@ func (n *Node) eventLocked(ev reliable.Event) {
 	n.changed()
 }
 
+// channelEvent is segment channel ch's Config.OnEvent: a member the
+// channel removed (failed, stalled or left) is gone from it, with
+// everything of it that the channel's members delivered delivered here;
+// a barrier waits for that before counting a member gone
+// (core.ChannelGone).
+func (n *Node) channelEvent(ch core.Channel, ev reliable.Event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.core == nil {
+		return
+	}
+	switch ev.Kind {
+	case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
+		n.core.ChannelGone(ch, ev.Member)
+	case reliable.MemberReturned:
+		n.core.ChannelBack(ch, ev.Member)
+	default:
+		return
+	}
+	n.changed()
+}
+
 // viewGone removes the core's live members missing from a view's
 // members, and reports whether it removed one (with n.mu held).
 func (n *Node) viewGone(members []frame.MemberInfo) bool {

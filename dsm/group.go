@@ -218,6 +218,7 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	ch := core.SegmentChannel(key)
 	n := e.n
 	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }
+	gcfg.OnEvent = func(ev reliable.Event) { n.channelEvent(ch, ev) }
 	l, err := e.mux.Open(gcfg.Group)
 	if err != nil {
 		return err

@@ -658,8 +658,9 @@ func (c *Core) receiveBarrier(p *peer, m *Message) error {
 }
 
 // MemberGone removes a member that left or failed: barriers and locks no
-// longer wait for it (the reliable layer has delivered everything it
-// sent before it went). Replies deferred to it are kept (sent at the
+// longer wait for it (the global group has delivered everything it sent
+// before it went; with Channels a barrier still waits for each segment
+// channel's removal of it, ChannelGone). Replies deferred to it are kept (sent at the
 // release, one message each): under reliable.Total a member removed as
 // failed can come back (MemberBack) still waiting for them.
 func (c *Core) MemberGone(id frame.MemberID) {
@@ -669,6 +670,39 @@ func (c *Core) MemberGone(id frame.MemberID) {
 	}
 	p.live = false
 	c.checkGrant()
+}
+
+// ChannelGone records that segment channel ch removed member id (it
+// failed or left): its reliable layer has delivered every message of id
+// that a member of the channel delivered (its relay, reliable.Config.Relay)
+// and will deliver no more. MemberGone is the global group's report; a
+// barrier counts a member gone only once every channel it shares with
+// Self, where its marker has not come, has removed it too: a write of it
+// from before the barrier still under relay is then applied before the
+// crossing (axiom 2.7), not after.
+func (c *Core) ChannelGone(ch Channel, id frame.MemberID) {
+	if sp := c.channelPeer(ch, id); sp != nil {
+		sp.gone = true
+	}
+}
+
+// ChannelBack undoes ChannelGone: the channel took member id back
+// (reliable's MemberReturned).
+func (c *Core) ChannelBack(ch Channel, id frame.MemberID) {
+	if sp := c.channelPeer(ch, id); sp != nil {
+		sp.gone = false
+	}
+}
+
+func (c *Core) channelPeer(ch Channel, id frame.MemberID) *segPeer {
+	if ch == Global {
+		return nil
+	}
+	s := c.segs[ch.Key()]
+	if s == nil || !s.channel {
+		return nil
+	}
+	return s.peer(id)
 }
 
 // MemberBack takes back a member MemberGone removed (reliable's
@@ -827,9 +861,10 @@ func (c *Core) ride(ch Channel, id int32, seq uint32) bool {
 func (c *Core) InBarrier() (int32, bool) { return c.barrierID, c.inBarrier }
 
 // BarrierPassed reports whether every live peer has arrived at the barrier
-// Self waits at (with Channels: and every other live member of each
-// segment channel has put its marker on it: the barrier condition BC,
-// thesis def. 7.2); once it returns true (or an error) Self is past it:
+// Self waits at (with Channels: and every other member of each segment
+// channel has put its marker on it or been removed by the channel, a
+// member the global group reported gone included: the barrier condition
+// BC, thesis def. 7.2, with ChannelGone); once it returns true (or an error) Self is past it:
 // the messages WC held are handled, and segments created in the phase
 // just ended have their membership fixed (their channels appear in
 // Opens). A peer whose message for this barrier names another id is an
@@ -846,6 +881,12 @@ func (c *Core) BarrierPassed() (bool, error) {
 	arrived, all := 1, true // Self
 	for _, p := range c.peers {
 		if !p.live {
+			// Gone from the global group, but maybe not yet from a
+			// channel, whose relay may still bring a write of it
+			// from before this barrier (ChannelGone).
+			if c.channels && c.markerMissing(p.id) {
+				all = false
+			}
 			continue
 		}
 		if p.barriers < c.barriers {
@@ -892,22 +933,24 @@ func (c *Core) arrivedPeers(out []frame.MemberID) []frame.MemberID {
 }
 
 // markerMissing reports whether member id's marker for the current
-// barrier has not come on some segment channel Self shares with it.
+// barrier has not come on some segment channel Self shares with it that
+// has not removed it.
 func (c *Core) markerMissing(id frame.MemberID) bool {
 	for _, key := range c.keys {
 		s := c.segs[key]
 		if !s.channel || s.fixedAt >= c.barriers {
 			continue
 		}
-		if sp := s.peer(id); sp != nil && !sp.reader && sp.marks < c.barriers {
+		if sp := s.peer(id); sp != nil && !sp.reader && !sp.gone && sp.marks < c.barriers {
 			return true
 		}
 	}
 	return false
 }
 
-// markersMissing appends the live members whose marker for the current
-// barrier has not come on some segment channel.
+// markersMissing appends the members whose marker for the current
+// barrier has not come on some segment channel that has not removed
+// them.
 func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 	for _, key := range c.keys {
 		s := c.segs[key]
@@ -915,8 +958,8 @@ func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 			continue
 		}
 		for _, sp := range s.peers {
-			if !sp.reader && sp.marks < c.barriers {
-				if p := c.peer(sp.id); p != nil && p.live && !slices.Contains(out, sp.id) {
+			if !sp.reader && !sp.gone && sp.marks < c.barriers {
+				if p := c.peer(sp.id); p != nil && !slices.Contains(out, sp.id) {
 					out = append(out, sp.id)
 				}
 			}
@@ -1243,6 +1286,9 @@ type segPeer struct {
 	// reader: it joined read-only; it sends nothing on the channel, and
 	// no marker.
 	reader bool
+	// gone: the channel removed it (ChannelGone): everything of it that
+	// any member of the channel delivered was delivered here.
+	gone bool
 	// held are its messages kept aside by WC, heldBytes their size.
 	held      [][]byte
 	heldBytes int
