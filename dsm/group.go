@@ -250,15 +250,23 @@ func (e *groupEnv) ChannelStats() map[uint32]reliable.Stats {
 
 func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }
 
-// HoldFrom holds from's deliveries on segment channel ch (Holder).
+// group is the group of channel ch (with n.mu held), nil if not open.
+func (e *groupEnv) group(ch core.Channel) *reliable.Group {
+	if ch == core.Global {
+		return e.g
+	}
+	return e.channels[ch]
+}
+
+// HoldFrom holds from's deliveries on channel ch (Holder).
 func (e *groupEnv) HoldFrom(ch core.Channel, from frame.MemberID) bool {
-	g := e.channels[ch]
+	g := e.group(ch)
 	return g != nil && g.HoldFrom(from)
 }
 
 // ReleaseFrom ends HoldFrom (Holder).
 func (e *groupEnv) ReleaseFrom(ch core.Channel, from frame.MemberID) {
-	if g := e.channels[ch]; g != nil {
+	if g := e.group(ch); g != nil {
 		g.ReleaseFrom(from)
 	}
 }

@@ -85,6 +85,14 @@ type Config struct {
 	// segment channel WC copies aside before Holds asks the runtime to
 	// hold the rest in the peer's send window; 0 holds at once.
 	WCCopies int
+	// HoldGlobal (Channels): Holds applies WCCopies on the global channel
+	// too, where the updates of segments every member joined travel. For
+	// a global group without Views: there every message is a segment's
+	// announcement, an update or a barrier message (locks are refused),
+	// none of which must overtake what WC holds; with Views a member's
+	// Confirm or Refuse must (admissionMessage), and the reliable layer
+	// cannot hand out one message of a sender past another.
+	HoldGlobal bool
 	// Unconfirmed: Self's first view (Views) was not the group's
 	// founding one, so it may be a process the running group admitted
 	// after the computation began rather than a member that missed the
@@ -157,8 +165,10 @@ type peer struct {
 	partial [2]bool
 	// replied: it answered this member's current lock request.
 	replied bool
-	// held are its global messages kept aside by the wait condition.
-	held [][]byte
+	// held are its global messages kept aside by the wait condition,
+	// heldBytes their size.
+	held      [][]byte
+	heldBytes int
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -192,6 +202,7 @@ type Core struct {
 	selective, channels bool
 	allMemberChannels   bool // Config.AllMemberChannels
 	wcCopies            int  // Config.WCCopies
+	holdGlobal          bool // Config.HoldGlobal
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -236,6 +247,7 @@ func New(cfg Config) (*Core, error) {
 	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
+	c.holdGlobal = cfg.HoldGlobal && cfg.Channels
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
@@ -401,6 +413,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	if ch == Global {
 		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !admissionMessage(msg) {
 			p.held = c.hold(p.held, msg)
+			p.heldBytes += len(msg)
 			return nil
 		}
 		return c.receive(p, msg)
@@ -447,19 +460,20 @@ func (c *Core) crossed() uint32 {
 	return c.barriers
 }
 
-// Holds reports whether WC holds member from's messages on segment
-// channel ch now and has copied at least Config.WCCopies bytes of them
-// aside: the runtime should stop the channel's reliable layer from
-// delivering more of them (reliable.Group.HoldFrom) until Holds is
-// false again, after a crossing, so that they wait in the sender's
-// window instead of being copied here (what is delivered meanwhile is
-// still held, by copy). Always false on the global channel: a lock
-// message there must overtake the messages WC holds (lockMessage), and
-// the reliable layer cannot hand out one message past another of the
-// same sender.
+// Holds reports whether WC holds member from's messages on channel ch
+// now and has copied at least Config.WCCopies bytes of them aside: the
+// runtime should stop the channel's reliable layer from delivering more
+// of them (reliable.Group.HoldFrom) until Holds is false again, after a
+// crossing, so that they wait in the sender's window instead of being
+// copied here (what is delivered meanwhile is still held, by copy).
+// False on the global channel unless Config.HoldGlobal: a lock message
+// there must overtake the messages WC holds (lockMessage), and so must
+// an admission message (admissionMessage), and the reliable layer
+// cannot hand out one message past another of the same sender.
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	if ch == Global {
-		return false
+		p := c.peer(from)
+		return c.holdGlobal && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {
@@ -514,10 +528,11 @@ func (c *Core) releaseHeld() {
 			continue
 		}
 		held := p.held
-		p.held = nil
+		p.held, p.heldBytes = nil, 0
 		for i, m := range held {
 			if c.mustHold(p.barriers, p.held) {
 				p.held = append(p.held, m)
+				p.heldBytes += len(m)
 				continue
 			}
 			if c.receive(p, m) != nil {
