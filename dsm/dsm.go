@@ -224,6 +224,8 @@ type Node struct {
 	// holds are the senders whose deliveries on a segment channel the
 	// env holds back for WC (Holder), until a crossing ends it.
 	holds []channelSender
+	// wakeups: Stats.Wakeups.
+	wakeups uint64
 }
 
 // channelSender is one sender on one channel.
@@ -398,9 +400,25 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	// An update changes nothing a blocked call waits for (outbox room, an
 	// announcement, a barrier, a lock, the leave): waking the program for
 	// it would cost a goroutine switch per frame, for a check that fails.
-	if !core.OnlyUpdates(data) {
+	// Nor does a barrier message or marker that leaves the barrier
+	// condition unmet (barrierWaits).
+	if !core.OnlyUpdates(data) && !n.barrierWaits() {
 		n.changed()
 	}
+}
+
+// barrierWaiter is an Env that can tell whether every call it has
+// blocked waits at a barrier.
+type barrierWaiter interface{ onlyBarrier() bool }
+
+// barrierWaits reports whether every blocked call waits at the barrier
+// and the barrier cannot be crossed yet: a message that leaves it so
+// need not wake them (with n.mu held). A barrier message of one peer
+// among P wakes the program once instead of P-1 times (in channel mode,
+// once instead of once per peer and channel).
+func (n *Node) barrierWaits() bool {
+	w, ok := n.env.(barrierWaiter)
+	return ok && n.err == nil && w.onlyBarrier() && !n.core.BarrierReady()
 }
 
 // holdFrom has the env stop delivering from's messages on ch, which WC
@@ -1007,6 +1025,10 @@ type Stats struct {
 	// admitted after the computation began: they are no members
 	// (ErrLateJoin at them).
 	Outsiders uint64
+	// Wakeups counts the times a blocked call (a barrier, room in the
+	// outbox...) was woken to check whether it may go on (Join's node;
+	// 0 on the simulator, whose scheduler checks instead).
+	Wakeups uint64
 	// Group is the reliable layer's counters (the global group's with
 	// Channels); Channels each segment channel's, by segment key.
 	Group    reliable.Stats
@@ -1016,7 +1038,7 @@ type Stats struct {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	c := n.core.Counters()
+	c, wakeups := n.core.Counters(), n.wakeups
 	n.mu.Unlock()
 	st := Stats{
 		Writes: c.Writes, Updates: c.Updates, UpdateBytes: c.UpdateBytes,
@@ -1025,8 +1047,8 @@ func (n *Node) Stats() Stats {
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
 		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored, HeldPeak: c.HeldPeak,
-		Outsiders: c.Outsiders,
-		Group:     n.env.GroupStats(),
+		Outsiders: c.Outsiders, Wakeups: wakeups,
+		Group: n.env.GroupStats(),
 	}
 	if cs, ok := n.env.(interface {
 		ChannelStats() map[uint32]reliable.Stats

@@ -888,6 +888,32 @@ func (c *Core) BarrierPassed() (bool, error) {
 	if !c.inBarrier {
 		return true, nil
 	}
+	ok, err := c.barrierCheck()
+	switch {
+	case err != nil:
+		c.cross(false)
+		return true, err
+	case !ok:
+		return false, nil
+	}
+	c.cross(true)
+	return true, nil
+}
+
+// BarrierReady reports whether BarrierPassed would return true now (the
+// barrier condition holds, or the barrier fails), without crossing: the
+// runtime wakes a program waiting at a barrier only then.
+func (c *Core) BarrierReady() bool {
+	if !c.inBarrier {
+		return true
+	}
+	ok, err := c.barrierCheck()
+	return ok || err != nil
+}
+
+// barrierCheck is BarrierPassed's condition while Self waits at a
+// barrier, with no effect: whether it holds, or why the barrier fails.
+func (c *Core) barrierCheck() (bool, error) {
 	if c.unconfirmed {
 		// Every peer's arrival may be here, sent ahead of the Refuse
 		// that says Self is no member: only a Confirm lets Self cross.
@@ -909,12 +935,10 @@ func (c *Core) BarrierPassed() (bool, error) {
 			continue
 		}
 		if id := p.barrierIDs[c.barriers&1]; id != c.barrierID {
-			c.cross(false)
-			return true, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
+			return false, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
 		}
 		if partial := p.partial[c.barriers&1]; partial != (c.need > 0) {
-			c.cross(false)
-			return true, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
+			return false, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
 		}
 		if c.channels && c.markerMissing(p.id) {
 			all = false
@@ -922,11 +946,7 @@ func (c *Core) BarrierPassed() (bool, error) {
 		}
 		arrived++
 	}
-	if !all && (c.need == 0 || arrived < c.need) {
-		return false, nil
-	}
-	c.cross(true)
-	return true, nil
+	return all || (c.need > 0 && arrived >= c.need), nil
 }
 
 func kind(partial bool) string {
