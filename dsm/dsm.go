@@ -93,14 +93,17 @@ type Config struct {
 	// AllMemberChannels (Channels) gives a channel also to a segment
 	// that every member of the group joined. By default such a segment
 	// has none: its updates go on the global group, ordered with the
-	// barrier messages, so a barrier costs no marker for it; WC then
-	// copies what a peer ahead writes to it, without WCCopies' bound, as
-	// without Channels. (docs/dsm.md, "A segment every member joined".)
+	// barrier messages, so a barrier costs no marker for it; WC holds
+	// what a peer ahead writes to it in the global group's window past
+	// WCCopies, as on a channel, unless Group.Views (then it copies it
+	// without bound, as without Channels). (docs/dsm.md, "A segment every
+	// member joined".)
 	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
-	// segment channel the wait condition (WC, def. 7.3) copies while this
-	// member has not crossed the barrier the peer crossed, before the
-	// channel stops taking the peer's frames: they then wait,
+	// segment channel (or the global one, without Group.Views) the wait
+	// condition (WC, def. 7.3) copies while this member has not crossed
+	// the barrier the peer crossed, before the channel stops taking the
+	// peer's frames: they then wait,
 	// undelivered and unacknowledged, in this member's reorder window
 	// (and block the peer once its window is full) until the crossing.
 	// 0 means DefaultWCCopies; a negative value holds at once.
@@ -221,6 +224,8 @@ type Node struct {
 	// holds are the senders whose deliveries on a segment channel the
 	// env holds back for WC (Holder), until a crossing ends it.
 	holds []channelSender
+	// wakeups: Stats.Wakeups.
+	wakeups uint64
 }
 
 // channelSender is one sender on one channel.
@@ -361,7 +366,8 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	}
 	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
-		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg), Unconfirmed: unconfirmed}
+		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg),
+		HoldGlobal: !cfg.Group.Views, Unconfirmed: unconfirmed}
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied
@@ -394,9 +400,25 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	// An update changes nothing a blocked call waits for (outbox room, an
 	// announcement, a barrier, a lock, the leave): waking the program for
 	// it would cost a goroutine switch per frame, for a check that fails.
-	if !core.OnlyUpdates(data) {
+	// Nor does a barrier message or marker that leaves the barrier
+	// condition unmet (barrierWaits).
+	if !core.OnlyUpdates(data) && !n.barrierWaits() {
 		n.changed()
 	}
+}
+
+// barrierWaiter is an Env that can tell whether every call it has
+// blocked waits at a barrier.
+type barrierWaiter interface{ onlyBarrier() bool }
+
+// barrierWaits reports whether every blocked call waits at the barrier
+// and the barrier cannot be crossed yet: a message that leaves it so
+// need not wake them (with n.mu held). A barrier message of one peer
+// among P wakes the program once instead of P-1 times (in channel mode,
+// once instead of once per peer and channel).
+func (n *Node) barrierWaits() bool {
+	w, ok := n.env.(barrierWaiter)
+	return ok && n.err == nil && w.onlyBarrier() && !n.core.BarrierReady()
 }
 
 // holdFrom has the env stop delivering from's messages on ch, which WC
@@ -463,6 +485,28 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		if ev.View != nil && n.confirm(ev.View) {
 			n.env.Kick()
 		}
+	}
+	n.changed()
+}
+
+// channelEvent is segment channel ch's Config.OnEvent: a member the
+// channel removed (failed, stalled or left) is gone from it, with
+// everything of it that the channel's members delivered delivered here;
+// a barrier waits for that before counting a member gone
+// (core.ChannelGone).
+func (n *Node) channelEvent(ch core.Channel, ev reliable.Event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.core == nil {
+		return
+	}
+	switch ev.Kind {
+	case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
+		n.core.ChannelGone(ch, ev.Member)
+	case reliable.MemberReturned:
+		n.core.ChannelBack(ch, ev.Member)
+	default:
+		return
 	}
 	n.changed()
 }
@@ -981,6 +1025,10 @@ type Stats struct {
 	// admitted after the computation began: they are no members
 	// (ErrLateJoin at them).
 	Outsiders uint64
+	// Wakeups counts the times a blocked call (a barrier, room in the
+	// outbox...) was woken to check whether it may go on (Join's node;
+	// 0 on the simulator, whose scheduler checks instead).
+	Wakeups uint64
 	// Group is the reliable layer's counters (the global group's with
 	// Channels); Channels each segment channel's, by segment key.
 	Group    reliable.Stats
@@ -990,7 +1038,7 @@ type Stats struct {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	c := n.core.Counters()
+	c, wakeups := n.core.Counters(), n.wakeups
 	n.mu.Unlock()
 	st := Stats{
 		Writes: c.Writes, Updates: c.Updates, UpdateBytes: c.UpdateBytes,
@@ -999,8 +1047,8 @@ func (n *Node) Stats() Stats {
 		Applied: c.Applied, AppliedUpdates: c.AppliedUpdates,
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
 		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored, HeldPeak: c.HeldPeak,
-		Outsiders: c.Outsiders,
-		Group:     n.env.GroupStats(),
+		Outsiders: c.Outsiders, Wakeups: wakeups,
+		Group: n.env.GroupStats(),
 	}
 	if cs, ok := n.env.(interface {
 		ChannelStats() map[uint32]reliable.Stats

@@ -33,9 +33,12 @@ type groupEnv struct {
 	members []frame.MemberInfo
 
 	// Guarded by n.mu: changedc is closed and replaced when something
-	// changes while waiters > 0.
-	changedc chan struct{}
-	waiters  int
+	// changes while waiters > 0: the blocked calls parked on it, of which
+	// barrierWaiters wait at a barrier (a signal wakes them all and
+	// resets both).
+	changedc       chan struct{}
+	waiters        int
+	barrierWaiters int
 
 	sendMu sync.Mutex // held by whoever drains the outbox
 	// noUnreliable: the group has no Unreliable level (Order Total);
@@ -62,8 +65,16 @@ func (e *groupEnv) Kick() {
 	}
 }
 
+// onlyBarrier reports whether there are waiters and every one waits at
+// a barrier (with n.mu held).
+func (e *groupEnv) onlyBarrier() bool {
+	return e.waiters > 0 && e.waiters == e.barrierWaiters
+}
+
 func (e *groupEnv) signal() {
 	if e.waiters > 0 {
+		e.n.wakeups++
+		e.waiters, e.barrierWaiters = 0, 0
 		close(e.changedc)
 		e.changedc = make(chan struct{})
 	}
@@ -79,6 +90,9 @@ func (e *groupEnv) Wait(ctx context.Context, w Wait) error {
 		}
 		ch := e.changedc
 		e.waiters++
+		if w.kind == waitBarrier {
+			e.barrierWaiters++
+		}
 		n.mu.Unlock()
 		var err error
 		select {
@@ -92,7 +106,12 @@ func (e *groupEnv) Wait(ctx context.Context, w Wait) error {
 			}
 		}
 		n.mu.Lock()
-		e.waiters--
+		if ch == e.changedc { // not signalled: ctx or the group ended
+			e.waiters--
+			if w.kind == waitBarrier {
+				e.barrierWaiters--
+			}
+		}
 		if err != nil {
 			if n.ready(w) {
 				return nil
@@ -160,7 +179,11 @@ func (e *groupEnv) drain() error {
 		if err != nil {
 			n.fail(fmt.Errorf("dsm: member %d: sending: %w", n.self, err))
 		}
-		n.changed()
+		// Room in the outbox, or the outbox drained, is what a
+		// blocked Write or Exit waits for; a barrier waits for none.
+		if !n.barrierWaits() {
+			n.changed()
+		}
 		n.mu.Unlock()
 		if err != nil {
 			return err
@@ -218,6 +241,7 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	ch := core.SegmentChannel(key)
 	n := e.n
 	gcfg.Deliver = func(from frame.MemberID, data []byte) { n.deliverOn(ch, from, data) }
+	gcfg.OnEvent = func(ev reliable.Event) { n.channelEvent(ch, ev) }
 	l, err := e.mux.Open(gcfg.Group)
 	if err != nil {
 		return err
@@ -249,15 +273,23 @@ func (e *groupEnv) ChannelStats() map[uint32]reliable.Stats {
 
 func (e *groupEnv) GroupStats() reliable.Stats { return e.g.Stats() }
 
-// HoldFrom holds from's deliveries on segment channel ch (Holder).
+// group is the group of channel ch (with n.mu held), nil if not open.
+func (e *groupEnv) group(ch core.Channel) *reliable.Group {
+	if ch == core.Global {
+		return e.g
+	}
+	return e.channels[ch]
+}
+
+// HoldFrom holds from's deliveries on channel ch (Holder).
 func (e *groupEnv) HoldFrom(ch core.Channel, from frame.MemberID) bool {
-	g := e.channels[ch]
+	g := e.group(ch)
 	return g != nil && g.HoldFrom(from)
 }
 
 // ReleaseFrom ends HoldFrom (Holder).
 func (e *groupEnv) ReleaseFrom(ch core.Channel, from frame.MemberID) {
-	if g := e.channels[ch]; g != nil {
+	if g := e.group(ch); g != nil {
 		g.ReleaseFrom(from)
 	}
 }

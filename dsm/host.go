@@ -30,6 +30,8 @@ type Env interface {
 	// Open opens the channel of segment key among members (sorted,
 	// this member included; Config.Channels): a reliable group whose
 	// deliveries go to Host.DeliverOn(core.SegmentChannel(key)) and
+	// events to Host.OnEventOn(core.SegmentChannel(key)) (a barrier
+	// counts a member gone only once the channel removed it), and
 	// which carries Next's messages for that channel. Called with the
 	// node's lock held, when a barrier fixed the segment's membership;
 	// it must not call the node. Envs of nodes without Channels may
@@ -99,6 +101,13 @@ func (h *Host) Deliver(from frame.MemberID, data []byte) { h.n.deliver(from, dat
 // DeliverOn is Deliver for the group of channel ch (Env.Open).
 func (h *Host) DeliverOn(ch core.Channel) func(from frame.MemberID, data []byte) {
 	return func(from frame.MemberID, data []byte) { h.n.deliverOn(ch, from, data) }
+}
+
+// OnEventOn is OnEvent for the group of channel ch (Env.Open): a member
+// that the channel removes is gone from it, which a barrier waits for
+// (core.ChannelGone).
+func (h *Host) OnEventOn(ch core.Channel) func(reliable.Event) {
+	return func(ev reliable.Event) { h.n.channelEvent(ch, ev) }
 }
 
 // OnEvent is the reliable layer's Config.OnEvent: a member's leaving or

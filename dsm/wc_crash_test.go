@@ -89,9 +89,16 @@ func seenPrefix(mem []byte) (int, error) {
 
 func runCrash(t *testing.T, seed uint64, copies int, crashAfter time.Duration) (dsmsim.Result, [][]byte) {
 	t.Helper()
+	return runCrashOn(t, seed, copies, crashAfter, true)
+}
+
+// runCrashOn is runCrash with the segment on a channel of its own
+// (channel) or on the global channel (every member joined it).
+func runCrashOn(t *testing.T, seed uint64, copies int, crashAfter time.Duration, channel bool) (dsmsim.Result, [][]byte) {
+	t.Helper()
 	mem := make([][]byte, crashMembers)
 	cfg := dsmsim.Config{Members: crashMembers, Seed: seed, In: lossy, Timeout: time.Minute,
-		Node: dsm.Config{Channels: true, AllMemberChannels: true, Unbuffered: true, WCCopies: copies, Group: reliable.Config{Window: wcWindow}}}
+		Node: dsm.Config{Channels: true, AllMemberChannels: channel, Unbuffered: true, WCCopies: copies, Group: reliable.Config{Window: wcWindow}}}
 	res, err := dsmsim.Run(cfg, crashProgram(crashAfter, mem))
 	if err != nil {
 		t.Fatalf("seed %d: the survivors did not get past the crash: %v", seed, err)
@@ -149,6 +156,46 @@ func TestChannelsHeldSenderCrashes(t *testing.T) {
 		t.Fatal("no survivor held a frame: WC never held in the window")
 	}
 	t.Logf("%d frames held by WC holds over %d seeds", held, seeds)
+}
+
+// TestChannelsHeldSenderCrashes with the segment on the global channel
+// (no AllMemberChannels: every member joined it), where WC now holds in
+// the window too (core.Config.HoldGlobal): the survivors' global groups
+// deliver every frame rank 0 sent and they read the same memory, a
+// prefix of its writes.
+func TestChannelsHeldSenderCrashesGlobal(t *testing.T) {
+	seeds := uint64(axiomSeeds * 4)
+	var held uint64
+	for seed := range seeds {
+		res, mem := runCrashOn(t, seed, -1, 50*time.Millisecond, false)
+		sent := res.Stats[0].Group.Protocol.Sent
+		for r := 1; r < crashMembers; r++ {
+			held += res.Stats[r].Group.HeldData
+			if _, err := seenPrefix(mem[r]); err != nil {
+				t.Fatalf("seed %d: rank %d: %v", seed, r, err)
+			}
+			var failed bool
+			for _, ev := range res.Stats[r].Group.Events {
+				if ev.Kind == reliable.MemberFailed && ev.Member == 1 {
+					failed = true
+					if uint64(ev.Delivered) != sent || ev.Discarded != 0 {
+						t.Errorf("seed %d: rank %d delivered rank 0's frames up to %d, discarding %d messages; rank 0 sent %d frames: want all delivered",
+							seed, r, ev.Delivered, ev.Discarded, sent)
+					}
+				}
+			}
+			if !failed {
+				t.Errorf("seed %d: rank %d's global group never removed rank 0", seed, r)
+			}
+		}
+		if string(mem[1]) != string(mem[2]) {
+			t.Errorf("seed %d: the survivors' memories differ", seed)
+		}
+	}
+	if held == 0 {
+		t.Fatal("no survivor held a frame: WC never held in the global window")
+	}
+	t.Logf("%d frames held by WC holds on the global channel over %d seeds", held, seeds)
 }
 
 // A crash with frames on the wire, held (WCCopies -1) or copied (the

@@ -171,6 +171,71 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 	}
 }
 
+// WC's hold on the global channel (core.Config.HoldGlobal): a segment
+// every member joined has no channel of its own (AllMemberChannels
+// unset), its updates travel on the global channel, and WC holds a peer
+// ahead there in the window as on a segment channel, past WCCopies. The
+// wcProgram of TestChannelsWCHoldsInWindow on such a segment: rank 0
+// writes 4096 messages while rank 1 computes 100 ms. Before, rank 1
+// copied all of them (peak 90 KB, with WCCopies -1 or 16 KiB alike).
+// With Views the global group still copies, unbounded: a Confirm or
+// Refuse must overtake what WC holds there.
+func TestChannelsWCHoldsGlobalInWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		in     testnet.Impairment
+		copies int
+		views  bool
+	}{
+		{"short", testnet.Impairment{}, -1, false},
+		{"short lossy", lossy, -1, false},
+		{"copies first", lossy, 16 << 10, false},
+		{"views copy", testnet.Impairment{}, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const compute = 100 * time.Millisecond
+			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Views: tc.views, Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: tc.copies,
+				Group: reliable.Config{Window: wcWindow}}}
+			res, err := dsmsim.Run(cfg, wcProgram(compute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow, fast := res.Stats[1], res.Stats[0]
+			if len(slow.Channels) != 0 {
+				t.Fatalf("rank 1 has channels %v: the segment every member joined should travel on the global channel", slow.Channels)
+			}
+			g, sent := slow.Group, fast.Group.Protocol
+			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), held %d frames; rank 0 sent %d frames, retransmitted %d; %v virtual",
+				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, g.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
+			if tc.views {
+				if g.HeldData != 0 || slow.HeldPeak < fast.UpdateBytes*9/10 {
+					t.Errorf("with Views rank 1 held %d frames and copied up to %d B of %d: want no hold, every message copied", g.HeldData, slow.HeldPeak, fast.UpdateBytes)
+				}
+				return
+			}
+			if g.HeldData == 0 {
+				t.Errorf("rank 1's global group held no frame: the hold never took effect")
+			}
+			limit := compute + 20*time.Millisecond
+			if tc.in.Loss > 0 {
+				limit = compute + 50*time.Millisecond
+			}
+			if res.Elapsed > limit {
+				t.Errorf("the run took %v, want at most %v: the hold was not released at the crossing", res.Elapsed, limit)
+			}
+			if tc.in == (testnet.Impairment{}) && sent.Retransmitted != 0 {
+				t.Errorf("rank 0 retransmitted %d frames, want none: held frames are delivered from the receiver's window", sent.Retransmitted)
+			}
+			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
+				t.Errorf("rank 1 copied up to %d B for WC, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B", slow.HeldPeak, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)
+			}
+			if tc.copies < 0 && slow.HeldPeak >= fast.UpdateBytes/4 {
+				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
+			}
+		})
+	}
+}
+
 // The channel programs with every WC hold in the reliable window
 // (WCCopies -1), at 5 % loss: a held peer's own marker waits behind its
 // held frames, while the markers and updates of the others, on the same

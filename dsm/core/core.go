@@ -85,6 +85,14 @@ type Config struct {
 	// segment channel WC copies aside before Holds asks the runtime to
 	// hold the rest in the peer's send window; 0 holds at once.
 	WCCopies int
+	// HoldGlobal (Channels): Holds applies WCCopies on the global channel
+	// too, where the updates of segments every member joined travel. For
+	// a global group without Views: there every message is a segment's
+	// announcement, an update or a barrier message (locks are refused),
+	// none of which must overtake what WC holds; with Views a member's
+	// Confirm or Refuse must (admissionMessage), and the reliable layer
+	// cannot hand out one message of a sender past another.
+	HoldGlobal bool
 	// Unconfirmed: Self's first view (Views) was not the group's
 	// founding one, so it may be a process the running group admitted
 	// after the computation began rather than a member that missed the
@@ -157,8 +165,10 @@ type peer struct {
 	partial [2]bool
 	// replied: it answered this member's current lock request.
 	replied bool
-	// held are its global messages kept aside by the wait condition.
-	held [][]byte
+	// held are its global messages kept aside by the wait condition,
+	// heldBytes their size.
+	held      [][]byte
+	heldBytes int
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -192,6 +202,7 @@ type Core struct {
 	selective, channels bool
 	allMemberChannels   bool // Config.AllMemberChannels
 	wcCopies            int  // Config.WCCopies
+	holdGlobal          bool // Config.HoldGlobal
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -236,6 +247,7 @@ func New(cfg Config) (*Core, error) {
 	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
+	c.holdGlobal = cfg.HoldGlobal && cfg.Channels
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
@@ -401,6 +413,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	if ch == Global {
 		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !admissionMessage(msg) {
 			p.held = c.hold(p.held, msg)
+			p.heldBytes += len(msg)
 			return nil
 		}
 		return c.receive(p, msg)
@@ -447,19 +460,20 @@ func (c *Core) crossed() uint32 {
 	return c.barriers
 }
 
-// Holds reports whether WC holds member from's messages on segment
-// channel ch now and has copied at least Config.WCCopies bytes of them
-// aside: the runtime should stop the channel's reliable layer from
-// delivering more of them (reliable.Group.HoldFrom) until Holds is
-// false again, after a crossing, so that they wait in the sender's
-// window instead of being copied here (what is delivered meanwhile is
-// still held, by copy). Always false on the global channel: a lock
-// message there must overtake the messages WC holds (lockMessage), and
-// the reliable layer cannot hand out one message past another of the
-// same sender.
+// Holds reports whether WC holds member from's messages on channel ch
+// now and has copied at least Config.WCCopies bytes of them aside: the
+// runtime should stop the channel's reliable layer from delivering more
+// of them (reliable.Group.HoldFrom) until Holds is false again, after a
+// crossing, so that they wait in the sender's window instead of being
+// copied here (what is delivered meanwhile is still held, by copy).
+// False on the global channel unless Config.HoldGlobal: a lock message
+// there must overtake the messages WC holds (lockMessage), and so must
+// an admission message (admissionMessage), and the reliable layer
+// cannot hand out one message past another of the same sender.
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	if ch == Global {
-		return false
+		p := c.peer(from)
+		return c.holdGlobal && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {
@@ -514,10 +528,11 @@ func (c *Core) releaseHeld() {
 			continue
 		}
 		held := p.held
-		p.held = nil
+		p.held, p.heldBytes = nil, 0
 		for i, m := range held {
 			if c.mustHold(p.barriers, p.held) {
 				p.held = append(p.held, m)
+				p.heldBytes += len(m)
 				continue
 			}
 			if c.receive(p, m) != nil {
@@ -658,8 +673,9 @@ func (c *Core) receiveBarrier(p *peer, m *Message) error {
 }
 
 // MemberGone removes a member that left or failed: barriers and locks no
-// longer wait for it (the reliable layer has delivered everything it
-// sent before it went). Replies deferred to it are kept (sent at the
+// longer wait for it (the global group has delivered everything it sent
+// before it went; with Channels a barrier still waits for each segment
+// channel's removal of it, ChannelGone). Replies deferred to it are kept (sent at the
 // release, one message each): under reliable.Total a member removed as
 // failed can come back (MemberBack) still waiting for them.
 func (c *Core) MemberGone(id frame.MemberID) {
@@ -669,6 +685,39 @@ func (c *Core) MemberGone(id frame.MemberID) {
 	}
 	p.live = false
 	c.checkGrant()
+}
+
+// ChannelGone records that segment channel ch removed member id (it
+// failed or left): its reliable layer has delivered every message of id
+// that a member of the channel delivered (its relay, reliable.Config.Relay)
+// and will deliver no more. MemberGone is the global group's report; a
+// barrier counts a member gone only once every channel it shares with
+// Self, where its marker has not come, has removed it too: a write of it
+// from before the barrier still under relay is then applied before the
+// crossing (axiom 2.7), not after.
+func (c *Core) ChannelGone(ch Channel, id frame.MemberID) {
+	if sp := c.channelPeer(ch, id); sp != nil {
+		sp.gone = true
+	}
+}
+
+// ChannelBack undoes ChannelGone: the channel took member id back
+// (reliable's MemberReturned).
+func (c *Core) ChannelBack(ch Channel, id frame.MemberID) {
+	if sp := c.channelPeer(ch, id); sp != nil {
+		sp.gone = false
+	}
+}
+
+func (c *Core) channelPeer(ch Channel, id frame.MemberID) *segPeer {
+	if ch == Global {
+		return nil
+	}
+	s := c.segs[ch.Key()]
+	if s == nil || !s.channel {
+		return nil
+	}
+	return s.peer(id)
 }
 
 // MemberBack takes back a member MemberGone removed (reliable's
@@ -827,9 +876,10 @@ func (c *Core) ride(ch Channel, id int32, seq uint32) bool {
 func (c *Core) InBarrier() (int32, bool) { return c.barrierID, c.inBarrier }
 
 // BarrierPassed reports whether every live peer has arrived at the barrier
-// Self waits at (with Channels: and every other live member of each
-// segment channel has put its marker on it: the barrier condition BC,
-// thesis def. 7.2); once it returns true (or an error) Self is past it:
+// Self waits at (with Channels: and every other member of each segment
+// channel has put its marker on it or been removed by the channel, a
+// member the global group reported gone included: the barrier condition
+// BC, thesis def. 7.2, with ChannelGone); once it returns true (or an error) Self is past it:
 // the messages WC held are handled, and segments created in the phase
 // just ended have their membership fixed (their channels appear in
 // Opens). A peer whose message for this barrier names another id is an
@@ -838,6 +888,32 @@ func (c *Core) BarrierPassed() (bool, error) {
 	if !c.inBarrier {
 		return true, nil
 	}
+	ok, err := c.barrierCheck()
+	switch {
+	case err != nil:
+		c.cross(false)
+		return true, err
+	case !ok:
+		return false, nil
+	}
+	c.cross(true)
+	return true, nil
+}
+
+// BarrierReady reports whether BarrierPassed would return true now (the
+// barrier condition holds, or the barrier fails), without crossing: the
+// runtime wakes a program waiting at a barrier only then.
+func (c *Core) BarrierReady() bool {
+	if !c.inBarrier {
+		return true
+	}
+	ok, err := c.barrierCheck()
+	return ok || err != nil
+}
+
+// barrierCheck is BarrierPassed's condition while Self waits at a
+// barrier, with no effect: whether it holds, or why the barrier fails.
+func (c *Core) barrierCheck() (bool, error) {
 	if c.unconfirmed {
 		// Every peer's arrival may be here, sent ahead of the Refuse
 		// that says Self is no member: only a Confirm lets Self cross.
@@ -846,6 +922,12 @@ func (c *Core) BarrierPassed() (bool, error) {
 	arrived, all := 1, true // Self
 	for _, p := range c.peers {
 		if !p.live {
+			// Gone from the global group, but maybe not yet from a
+			// channel, whose relay may still bring a write of it
+			// from before this barrier (ChannelGone).
+			if c.channels && c.markerMissing(p.id) {
+				all = false
+			}
 			continue
 		}
 		if p.barriers < c.barriers {
@@ -853,12 +935,10 @@ func (c *Core) BarrierPassed() (bool, error) {
 			continue
 		}
 		if id := p.barrierIDs[c.barriers&1]; id != c.barrierID {
-			c.cross(false)
-			return true, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
+			return false, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
 		}
 		if partial := p.partial[c.barriers&1]; partial != (c.need > 0) {
-			c.cross(false)
-			return true, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
+			return false, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
 		}
 		if c.channels && c.markerMissing(p.id) {
 			all = false
@@ -866,11 +946,7 @@ func (c *Core) BarrierPassed() (bool, error) {
 		}
 		arrived++
 	}
-	if !all && (c.need == 0 || arrived < c.need) {
-		return false, nil
-	}
-	c.cross(true)
-	return true, nil
+	return all || (c.need > 0 && arrived >= c.need), nil
 }
 
 func kind(partial bool) string {
@@ -892,22 +968,24 @@ func (c *Core) arrivedPeers(out []frame.MemberID) []frame.MemberID {
 }
 
 // markerMissing reports whether member id's marker for the current
-// barrier has not come on some segment channel Self shares with it.
+// barrier has not come on some segment channel Self shares with it that
+// has not removed it.
 func (c *Core) markerMissing(id frame.MemberID) bool {
 	for _, key := range c.keys {
 		s := c.segs[key]
 		if !s.channel || s.fixedAt >= c.barriers {
 			continue
 		}
-		if sp := s.peer(id); sp != nil && !sp.reader && sp.marks < c.barriers {
+		if sp := s.peer(id); sp != nil && !sp.reader && !sp.gone && sp.marks < c.barriers {
 			return true
 		}
 	}
 	return false
 }
 
-// markersMissing appends the live members whose marker for the current
-// barrier has not come on some segment channel.
+// markersMissing appends the members whose marker for the current
+// barrier has not come on some segment channel that has not removed
+// them.
 func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 	for _, key := range c.keys {
 		s := c.segs[key]
@@ -915,8 +993,8 @@ func (c *Core) markersMissing(out []frame.MemberID) []frame.MemberID {
 			continue
 		}
 		for _, sp := range s.peers {
-			if !sp.reader && sp.marks < c.barriers {
-				if p := c.peer(sp.id); p != nil && p.live && !slices.Contains(out, sp.id) {
+			if !sp.reader && !sp.gone && sp.marks < c.barriers {
+				if p := c.peer(sp.id); p != nil && !slices.Contains(out, sp.id) {
 					out = append(out, sp.id)
 				}
 			}
@@ -1243,6 +1321,9 @@ type segPeer struct {
 	// reader: it joined read-only; it sends nothing on the channel, and
 	// no marker.
 	reader bool
+	// gone: the channel removed it (ChannelGone): everything of it that
+	// any member of the channel delivered was delivered here.
+	gone bool
 	// held are its messages kept aside by WC, heldBytes their size.
 	held      [][]byte
 	heldBytes int

@@ -586,3 +586,59 @@ func TestUnconfirmedCrossesOnlyConfirmed(t *testing.T) {
 		t.Fatalf("queued %+v, want one Confirm of member 1", out)
 	}
 }
+
+// BarrierReady says what BarrierPassed would, without crossing: false
+// until every peer arrived, true once they have (or a peer's barrier
+// names another id), and the barrier is still the one waited at until
+// BarrierPassed crosses it.
+func TestBarrierReadyDoesNotCross(t *testing.T) {
+	c := newCore(t, 1, 1400, false)
+	if !c.BarrierReady() {
+		t.Fatal("outside a barrier: BarrierReady false, want true (nothing to wait for)")
+	}
+	if err := c.EnterBarrier(7); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	if err := c.Receive(2, AppendBarrier(nil, 7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if c.BarrierReady() {
+		t.Fatal("member 3 has not arrived: BarrierReady true")
+	}
+	if err := c.Receive(3, AppendBarrier(nil, 7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if !c.BarrierReady() {
+			t.Fatal("every member arrived: BarrierReady false")
+		}
+		if id, in := c.InBarrier(); !in || id != 7 {
+			t.Fatalf("BarrierReady crossed: in barrier %v (id %d), want still at 7", in, id)
+		}
+	}
+	if ok, err := c.BarrierPassed(); !ok || err != nil {
+		t.Fatalf("barrier 7: %v, %v", ok, err)
+	}
+	if _, in := c.InBarrier(); in {
+		t.Fatal("BarrierPassed did not cross")
+	}
+
+	// A mismatch is ready too: the waiter must wake to see the error.
+	if err := c.EnterBarrier(8); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	if err := c.Receive(2, AppendBarrier(nil, 9, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.BarrierReady() {
+		t.Fatal("member 2 arrived at barrier 9 as this member's barrier 8: BarrierReady false, want true (the barrier fails)")
+	}
+	if _, in := c.InBarrier(); !in {
+		t.Fatal("BarrierReady crossed a failing barrier")
+	}
+	if _, err := c.BarrierPassed(); !errors.Is(err, ErrBarrierMismatch) {
+		t.Fatalf("BarrierPassed: %v, want ErrBarrierMismatch", err)
+	}
+}

@@ -139,6 +139,26 @@ func Crash(n *dsm.Node) error {
 	return ErrCrashed
 }
 
+// Deafen has rank to's host drop every frame from rank from's host from
+// now on (deaf), also frames already on the wire, or hear it again: a
+// one-way cut between two hosts that both still hear every other
+// (testnet.Endpoint.Deafen), on every group of to's, its channels
+// included. n is any node of the run under way (the caller's).
+func Deafen(n *dsm.Node, to, from int, deaf bool) error {
+	v, ok := running.Load(n)
+	if !ok {
+		return errors.New("dsmsim: Deafen: the node is not one of a run under way")
+	}
+	ms := v.(*simMember).sim.members
+	for _, r := range []int{to, from} {
+		if r < 0 || r >= len(ms) {
+			return fmt.Errorf("dsmsim: Deafen: rank %d is not one of the run's ranks 0..%d", r, len(ms)-1)
+		}
+	}
+	ms[to].ep.Deafen(ms[from].ep, deaf)
+	return nil
+}
+
 // ErrAborted is wrapped by Run's error, and returned by a program's
 // blocked call, when Run gives up (deadlock or timeout).
 var ErrAborted = errors.New("dsmsim: simulation aborted")
@@ -421,6 +441,7 @@ func (m *simMember) Open(key uint32, members []frame.MemberID) error {
 	gcfg := m.cfg.ChannelConfig(key, m.members, members, m.self)
 	ch := core.SegmentChannel(key)
 	gcfg.Deliver = m.h.DeliverOn(ch)
+	gcfg.OnEvent = m.h.OnEventOn(ch)
 	l, err := m.mux.Open(gcfg.Group)
 	if err != nil {
 		return err

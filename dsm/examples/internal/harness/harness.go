@@ -309,8 +309,8 @@ func statsText(s *dsm.Stats) string {
 		g += gaps(&c)
 		rx += c.Link.FramesReceived
 	}
-	t := fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d rxframes=%d applied=%d",
-		s.Messages, s.Bytes, sent, retrans, nacks, g, s.Group.Link.KernelDrops, rx, s.AppliedUpdates)
+	t := fmt.Sprintf("msgs=%d bytes=%d frames=%d retrans=%d nacks=%d gaps=%d kdrops=%d rxframes=%d applied=%d wakeups=%d",
+		s.Messages, s.Bytes, sent, retrans, nacks, g, s.Group.Link.KernelDrops, rx, s.AppliedUpdates, s.Wakeups)
 	if s.Channels != nil {
 		var held uint64 // frames WC held in a peer's window (Config.WCCopies)
 		for _, c := range s.Channels {
