@@ -14,10 +14,12 @@ import (
 // one copy, from the page cache into the frame, and one system call per
 // run), a repair's block alone.
 
-// runBytes is what the pass reads at once, at most: about a MiB of
-// blocks (716 at MTU 1500, 116 at MTU 9000; Linux takes at most 1024
-// buffers per preadv).
-const runBytes = 1 << 20
+// runBytes is what the pass reads at once, at most: 512 KiB of blocks
+// (358 at MTU 1500, 58 at MTU 9000; Linux takes at most 1024 buffers per
+// preadv). Runs that stay in the cache until their frames are copied
+// into the link's ring cost less than a MiB's (BenchmarkPassRead in
+// internal/filestore).
+const runBytes = 512 << 10
 
 // readRun reads the blocks from first on into ps, one each (ps[i] is as
 // long as block first+i): with one call to a RunSource, else a ReadAt
