@@ -118,7 +118,7 @@ func (c *Core) hashTo(f *outFile, end uint32) error {
 	for f.hashed < end {
 		k := min(end-f.hashed, per)
 		if buf == nil {
-			buf = make([]byte, int(min(k, per))*int(bs))
+			buf = make([]byte, int(k)*int(bs)) // the first run is the longest
 		}
 		c.scratchPs = c.scratchPs[:0]
 		at := 0
