@@ -60,7 +60,8 @@ bench-net:
 # reports under docs/data/, oldest first: each figure comes from the newest
 # report that has its table. After a `sudo make bench-net`, copy bench-net.md
 # to docs/data/run-N.md (the next run number) and run this. No root needed.
-BENCH_REPORTS ?= $(shell ls -v docs/data/run-*.md)
+# bench/files/run -o REPORT writes the files' fig. 5a: copy it to docs/data/files-N.md.
+BENCH_REPORTS ?= $(shell ls -v docs/data/run-*.md docs/data/files-*.md 2>/dev/null)
 .PHONY: plots bench-pcode bench-pcode-targets
 plots:
 	$(GO) run ./cmd/benchplot -o docs/img $(BENCH_REPORTS)

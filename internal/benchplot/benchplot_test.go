@@ -82,6 +82,36 @@ func TestParseReport(t *testing.T) {
 	}
 }
 
+// testdata/files-5a.md is what bench/files/run -o writes (a made-up run
+// of 1 to 3 receivers at both MTUs, lossless and at 5 %).
+func TestParseFilesReport(t *testing.T) {
+	r := parseFile(t, "testdata/files-5a.md")
+	if len(r.Tables) != 1 || r.Tables[0].Kind != Files || !strings.HasPrefix(r.Machine, "Intel(R) Xeon(R) Processor, 2 CPUs") {
+		t.Fatalf("%d tables, the first a %v; machine %q", len(r.Tables), r.Tables[0].Kind, r.Machine)
+	}
+	tb := r.Table(Files)
+	rows, err := tb.where(cond{colMTU, 9000}, cond{colRx, 2}, cond{colLoss, 5})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("MTU 9000, 2 receivers, 5 %%: rows %v, %v", rows, err)
+	}
+	if v, ok, err := tb.Num(rows[0], "uftp"); err != nil || !ok || v != (Value{0.41, 0.4, 0.42}) {
+		t.Errorf("uftp = %+v %v %v, want 0.410 (0.400–0.420)", v, ok, err)
+	}
+	figs, _, err := Figures([]*Report{r})
+	if err != nil || len(figs) != 1 || figs[0].Name != "files-receivers" {
+		t.Fatalf("figures %v, %v; want files-receivers alone", figs, err)
+	}
+	// A row per loss, a panel per MTU; the run with no rbcast time ("–")
+	// is left out of its line.
+	f := figs[0]
+	if len(f.panels) != 2 || len(f.panels[0]) != 2 || !slices.Equal(f.names, []string{"rbcast", "uftp"}) {
+		t.Fatalf("%d rows of %d panels, legend %v; want 2 of 2, rbcast and uftp", len(f.panels), len(f.panels[0]), f.names)
+	}
+	if got := f.panels[1][0].Title.Text; got != "MTU 1500, 5 % loss" {
+		t.Errorf("second row's first panel %q", got)
+	}
+}
+
 func TestParseCell(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -165,7 +195,7 @@ func TestLatestWins(t *testing.T) {
 // format asked for; SVGs have a white background and a caption names the
 // run.
 func TestWriteAll(t *testing.T) {
-	reports := []*Report{parseFile(t, "testdata/run-28.md"), parseFile(t, "testdata/run-29.md")}
+	reports := []*Report{parseFile(t, "testdata/run-28.md"), parseFile(t, "testdata/run-29.md"), parseFile(t, "testdata/files-5a.md")}
 	for _, format := range Formats {
 		dir := t.TempDir()
 		files, missing, err := WriteAll(reports, dir, format)
@@ -195,12 +225,12 @@ func TestWriteAll(t *testing.T) {
 				if !bytes.HasPrefix(b, []byte("<?xml")) || !bytes.Contains(b, []byte("<svg")) || len(b) < 5000 {
 					t.Errorf("%s: not an SVG drawing (%d bytes)", f, len(b))
 				}
-				if !bytes.Contains(b, []byte("drawn by cmd/benchplot from testdata/run-2")) {
+				if !bytes.Contains(b, []byte("drawn by cmd/benchplot from testdata/run-2")) && !bytes.Contains(b, []byte("drawn by cmd/benchplot from testdata/files-5a.md")) {
 					t.Errorf("%s: no footer naming the report", f)
 				}
 			}
 		}
-		want := []string{"one-to-all", "one-to-all-loss", "one-to-all-cpu", "small-messages", "window", "all-to-all", "latency"}
+		want := []string{"one-to-all", "one-to-all-loss", "one-to-all-cpu", "small-messages", "window", "all-to-all", "latency", "files-receivers"}
 		for i := range want {
 			want[i] += "." + format
 		}
@@ -214,8 +244,11 @@ func TestWriteAll(t *testing.T) {
 	}
 	for _, f := range figs {
 		wantRun := "(run 29)"
-		if f.Kind == OneToAll || f.Kind == OneToAllCPU {
+		switch f.Kind {
+		case OneToAll, OneToAllCPU:
 			wantRun = "(run 28)"
+		case Files:
+			wantRun = "(files 5a)"
 		}
 		if !strings.HasSuffix(f.Caption, wantRun) {
 			t.Errorf("%s: caption %q, want it to end %q", f.Name, f.Caption, wantRun)
@@ -254,6 +287,11 @@ func TestCommittedReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	files, err := filepath.Glob("../../docs/data/files-*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = append(names, files...)
 	if len(names) == 0 {
 		t.Fatal("no docs/data/run-*.md")
 	}

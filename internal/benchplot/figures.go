@@ -552,3 +552,63 @@ func (e offsetErrorBars) Plot(c draw.Canvas, p *plot.Plot) {
 	c.Rectangle.Max.X += e.off
 	e.YErrorBars.Plot(c, p)
 }
+
+// filesSeries are bench/files/run's tools, as its report names its
+// columns.
+var filesSeries = []series{
+	{"rbcast", "rbcast"},
+	{"rbcastmac", "rbcast, key"},
+	{"rbcastenc", "rbcast, encrypted"},
+	{"uftp", "uftp"},
+	{"udpcast", "udpcast"},
+	{"tcp", "TCP"},
+}
+
+// filesReceivers: IBRMP's fig. 5a, the time to send one file to every
+// receiver against the receivers; a row per loss (none and the highest),
+// a column per MTU.
+func filesReceivers(f *Figure, t *Table) error {
+	if err := t.need(colRx, colLoss); err != nil {
+		return err
+	}
+	f.Caption = "One file to every member (IBRMP fig. 5a): seconds until every receiver holds it against receivers"
+	mtus, err := t.keys(colMTU, t.headingMTU())
+	if err != nil {
+		return err
+	}
+	losses, err := t.keys(colLoss, 0)
+	if err != nil {
+		return err
+	}
+	for _, loss := range lossRows(losses) {
+		var row []*plot.Plot
+		for _, mtu := range mtus {
+			rows, err := t.where(cond{colMTU, mtu}, cond{colLoss, loss})
+			if err != nil {
+				return err
+			}
+			var lines []*line
+			var cols []string
+			for _, s := range filesSeries {
+				if t.Col(s.col) >= 0 {
+					lines, cols = append(lines, newLine(s)), append(cols, s.col)
+				}
+			}
+			if len(lines) == 0 {
+				return fmt.Errorf("%s: the files table (%q) has no tool's column; want one of rbcast, uftp, udpcast, tcp", t.src, t.Heading)
+			}
+			if err := t.fill(rows, colRx, lines, cols); err != nil {
+				return err
+			}
+			p, err := panel(panelOpts{title: fmt.Sprintf("%s, %s", mtuTitle(mtu), lossTitle(loss)), xLabel: "receivers", yLabel: "seconds"}, lines)
+			if err != nil {
+				return err
+			}
+			p.Y.Min = 0
+			f.addLegend(lines)
+			row = append(row, p)
+		}
+		f.panels = append(f.panels, row)
+	}
+	return nil
+}

@@ -53,6 +53,7 @@ var builders = []struct {
 	{"window", Window, window},
 	{"all-to-all", AllToAll, allToAll},
 	{"latency", Latency, latency},
+	{"files-receivers", Files, filesReceivers},
 }
 
 // Figures draws every figure whose table one of the reports has, each
@@ -199,6 +200,12 @@ var styles = map[string]style{
 	"PBP2 bundling": {green, nil, draw.TriangleGlyph{}},
 	"PBP1":          {orange, dashed, draw.PyramidGlyph{}},
 	"TCP":           {vermilion, nil, draw.CrossGlyph{}},
+	// bench/files/run's tools.
+	"rbcast":            {blue, nil, draw.CircleGlyph{}},
+	"rbcast, key":       {skyBlue, nil, draw.RingGlyph{}},
+	"rbcast, encrypted": {green, nil, draw.TriangleGlyph{}},
+	"uftp":              {orange, dashed, draw.PyramidGlyph{}},
+	"udpcast":           {purple, dashed, draw.BoxGlyph{}},
 }
 
 // rxColors tell receiver counts apart in the window figure.

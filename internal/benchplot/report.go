@@ -1,6 +1,7 @@
 // Package benchplot reads the markdown report that reliable's
-// BenchmarkReport writes (make bench-net, RBCAST_REPORT_OUT) and draws its
-// tables as the plots of docs/benchmarks.md (cmd/benchplot, make plots).
+// BenchmarkReport writes (make bench-net, RBCAST_REPORT_OUT), and the one
+// bench/files/run -o writes, and draws their tables as the plots of
+// docs/benchmarks.md (cmd/benchplot, make plots).
 //
 // A report is markdown: a "BenchmarkReport:" line, then one section per
 // part, each a heading ("### One-to-all, largest messages ...") followed
@@ -30,9 +31,10 @@ const (
 	Window           // MB/s against the window (thesis fig. 4.3)
 	AllToAll         // every member sends: MB/s at the slowest member
 	Latency          // one message in flight: one-way µs
+	Files            // one file to every member: seconds against receivers (bench/files/run -o)
 )
 
-var kindNames = [...]string{"unknown", "one-to-all", "one-to-all CPU", "64-byte messages", "window", "all-to-all", "latency"}
+var kindNames = [...]string{"unknown", "one-to-all", "one-to-all CPU", "64-byte messages", "window", "all-to-all", "latency", "files"}
 
 func (k Kind) String() string {
 	if k < 0 || int(k) >= len(kindNames) {
@@ -52,6 +54,7 @@ var headingKinds = []struct {
 	{"Window size", Window},
 	{"All-to-all", AllToAll},
 	{"Latency", Latency},
+	{"Files to every member, time against receivers", Files},
 }
 
 // cpuIntro starts the paragraph that introduces the CPU table inside the

@@ -599,48 +599,61 @@ func OpenSourceHashLater(path, name string) (*Source, error) {
 }
 
 // Outgoing is the files.Outgoing of s, to the members to (nil: all).
-// The core reads it through a read-ahead buffer: the multicast pass
-// reads the file in order, a block at a time.
+// Its Source is a files.RunSource: the core reads the pass's blocks a run
+// at a time, each straight into the frame it goes out in.
 func (s *Source) Outgoing(to []frame.MemberID) files.Outgoing {
-	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: &readAhead{f: s.File}, To: to}
+	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: runSource{s.File}, To: to}
 }
 
-// readAheadBytes is what readAhead reads at once.
-const readAheadBytes = 1 << 20
+// iovMax is what one preadv takes at most (Linux's IOV_MAX).
+const iovMax = 1024
 
-// readAhead is a files.Source over f that reads readAheadBytes at a time
-// while the reads follow each other (the pass: one pread per MiB, not
-// per block) and reads anything else (a repair) straight from f. It is
-// not safe for concurrent use; the core reads on its event loop.
-type readAhead struct {
-	f   *os.File
-	buf []byte
-	off int64 // the file offset of buf[0]
+// runSource is the files.RunSource of a file: ReadRunAt is a preadv of
+// the run into its buffers (the page cache copied once, into the
+// frames), ReadAt a pread.
+type runSource struct{ f *os.File }
+
+func (r runSource) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+
+func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("filestore: reading %s: %w", r.f.Name(), err)
+	}
+	total := 0
+	for len(ps) > 0 {
+		var n int
+		var rerr error
+		iov := ps[:min(len(ps), iovMax)]
+		if err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Preadv(int(fd), iov, off)
+				if rerr != unix.EINTR {
+					return true
+				}
+			}
+		}); err != nil {
+			return total, fmt.Errorf("filestore: reading %s: %w", r.f.Name(), err)
+		}
+		if rerr != nil {
+			return total, fmt.Errorf("filestore: reading %s at %d: preadv: %w", r.f.Name(), off, rerr)
+		}
+		if n == 0 {
+			return total, io.EOF
+		}
+		total, off = total+n, off+int64(n)
+		for len(ps) > 0 && n >= len(ps[0]) { // drop the buffers filled
+			n -= len(ps[0])
+			ps = ps[1:]
+		}
+		if n > 0 { // a buffer filled in part: go on after its bytes
+			ps = append([][]byte{ps[0][n:]}, ps[1:]...)
+		}
+	}
+	return total, nil
 }
 
-func (r *readAhead) ReadAt(p []byte, off int64) (int, error) {
-	end := r.off + int64(len(r.buf))
-	if off >= r.off && off+int64(len(p)) <= end {
-		return copy(p, r.buf[off-r.off:]), nil
-	}
-	if off != end || len(p) > readAheadBytes {
-		return r.f.ReadAt(p, off) // not the next read of a sequence
-	}
-	if cap(r.buf) == 0 {
-		r.buf = make([]byte, readAheadBytes)
-	}
-	n, err := r.f.ReadAt(r.buf[:cap(r.buf)], off)
-	r.buf, r.off = r.buf[:n], off
-	if n >= len(p) {
-		return copy(p, r.buf), nil
-	}
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	return copy(p, r.buf), err
-}
-
-func (r *readAhead) Close() error { return r.f.Close() }
+func (r runSource) Close() error { return r.f.Close() }
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name

@@ -35,6 +35,7 @@ type Core struct {
 	// Scratch space of the pacer, so a block sent allocates nothing.
 	scratchTops []uint32
 	scratchTo   []*receiver
+	scratchPs   [][]byte // a run's block buffers (read.go)
 	placed      frame.Placed
 	hdr         frame.Header
 	skipCRC     bool // the link writes every frame's CRC (SkipCRC)

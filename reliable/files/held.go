@@ -1,10 +1,6 @@
 package files
 
 import (
-	"errors"
-	"fmt"
-	"io"
-
 	"github.com/rbcast/rbcast/frame"
 )
 
@@ -114,25 +110,34 @@ func (c *Core) hashSoon(now Time) {
 }
 
 // hashTo hashes f's blocks from f.hashed up to end (exclusive), read
-// from its source.
+// from its source a run of up to runBytes at a time (readRun).
 func (c *Core) hashTo(f *outFile, end uint32) error {
+	bs := f.meta.BlockSize
+	per := max(uint32(runBytes)/bs, 1)
 	var buf []byte
-	for ; f.hashed < end; f.hashed++ {
-		n := f.meta.BlockLen(f.hashed)
+	for f.hashed < end {
+		k := min(end-f.hashed, per)
 		if buf == nil {
-			buf = make([]byte, f.meta.BlockSize)
+			buf = make([]byte, int(k)*int(bs)) // the first run is the longest
 		}
-		got, err := f.src.ReadAt(buf[:n], int64(f.hashed)*int64(f.meta.BlockSize))
-		if errors.Is(err, io.EOF) && got == n {
-			err = nil
+		c.scratchPs = c.scratchPs[:0]
+		at := 0
+		for i := range k {
+			n := f.meta.BlockLen(f.hashed + i)
+			c.scratchPs = append(c.scratchPs, buf[at:at+n])
+			at += n
 		}
-		if err == nil && got != n {
-			err = fmt.Errorf("block %d: read %d bytes of %d", f.hashed, got, n)
+		full, err := readRun(f.src, c.scratchPs, f.hashed, bs)
+		clear(c.scratchPs)
+		at = 0
+		for i := range uint32(full) {
+			at += f.meta.BlockLen(f.hashed + i)
 		}
+		f.h.Write(buf[:at])
+		f.hashed += uint32(full)
 		if err != nil {
 			return err
 		}
-		f.h.Write(buf[:n])
 	}
 	return nil
 }

@@ -44,6 +44,22 @@ type Source interface {
 	Close() error
 }
 
+// A RunSource is a Source that reads a run of blocks that follow each
+// other in the file with one call, each into a buffer of its own: the
+// core reads the pass's next blocks straight into the frames they go out
+// in (preadv: one copy, from the page cache into the frame, and one
+// system call per run). The core reads a Source that is not one a block
+// per ReadAt, into the frame as well.
+type RunSource interface {
+	Source
+	// ReadRunAt reads into ps in turn from offset off, as ReadAt would
+	// read into their concatenation: n counts the bytes read into all
+	// of them; fewer than they hold come with an error (io.EOF at the
+	// file's end). The core keeps the whole blocks of a short read and
+	// reads the rest again, a block at a time when it comes to them.
+	ReadRunAt(ps [][]byte, off int64) (n int, err error)
+}
+
 // Sink stores received files.
 type Sink interface {
 	// Open opens the partial copy of transfer m, or resumes one it kept

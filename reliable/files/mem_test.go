@@ -9,15 +9,50 @@ import (
 	"github.com/rbcast/rbcast/frame"
 )
 
-// memSource is a file in memory.
+// memSource is a file in memory, a RunSource (blockSource hides that).
 type memSource struct {
 	data   []byte
 	bs     int
 	closed int
-	fail   int // ReadBlock of this block fails (-1: none)
+	fail   int // a read of this block fails (-1: none)
+	// reads counts ReadAt's calls; runs is every ReadRunAt's first
+	// block and number of blocks; shortRun > 0 ends each run short,
+	// without an error, within its shortRun+1-th block.
+	reads    int
+	runs     [][2]int
+	shortRun int
 }
 
 func (s *memSource) ReadAt(p []byte, off int64) (int, error) {
+	s.reads++
+	return s.readAt(p, off)
+}
+
+// ReadRunAt reads as ReadAt would block after block, and fails at the
+// failing block with the bytes before it read.
+func (s *memSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
+	s.runs = append(s.runs, [2]int{int(off) / s.bs, len(ps)})
+	n := 0
+	for i, p := range ps {
+		if s.shortRun > 0 && i == s.shortRun {
+			return n + copy(p[:len(p)/2], s.data[int(off)+n:]), nil
+		}
+		got, err := s.readAt(p, off+int64(n))
+		n += got
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// blockSource is a Source that reads a block per call only.
+type blockSource struct{ m *memSource }
+
+func (s blockSource) ReadAt(p []byte, off int64) (int, error) { return s.m.ReadAt(p, off) }
+func (s blockSource) Close() error                            { return s.m.Close() }
+
+func (s *memSource) readAt(p []byte, off int64) (int, error) {
 	if b := int(off) / s.bs; b == s.fail {
 		return 0, fmt.Errorf("disk error at block %d", b)
 	}

@@ -2,11 +2,9 @@ package files
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"slices"
 
 	"github.com/rbcast/rbcast/frame"
@@ -54,6 +52,14 @@ type outFile struct {
 	offerHash [frame.FileHashLen]byte
 	h         hash.Hash
 	hashed    uint32
+
+	// ahead[ai:] are the frames of the pass's blocks from aheadFirst on,
+	// read as a run (read.go): each block's body at aheadAt, the rest of
+	// the frame written when it goes.
+	ahead      [][]byte
+	ai         int
+	aheadFirst uint32
+	aheadAt    int
 
 	// allHold: every receiver of the snapshot the pass would take now
 	// has reported every block held, and no other receiver heard from
@@ -429,6 +435,7 @@ func (c *Core) endPass(now Time, f *outFile) {
 			return
 		}
 	}
+	c.freeAhead(f)
 	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
 	f.endSlowWait(now)
 	f.endStamp = stamp(now)
@@ -499,6 +506,7 @@ func (c *Core) close(f *outFile) {
 		return
 	}
 	c.open = slices.Delete(c.open, i, i+1)
+	c.freeAhead(f)
 	f.src.Close()
 }
 
@@ -833,30 +841,20 @@ func (r *receiver) wants(now Time, f *outFile, b uint32, rto repairTimers) bool 
 }
 
 // sendBlock sends block b of f to dst, read by the source straight into
-// the frame (frame.Placed); it returns the frame's length, or 0 if the
-// source failed and the file was aborted.
+// the frame (frame.Placed; blockFrame); it returns the frame's length,
+// or 0 if the source failed and the file was aborted.
 func (c *Core) sendBlock(now Time, f *outFile, b uint32, dst [6]byte, flags frame.Flags) int {
 	h := c.header(b, flags)
-	buf := frame.AppendEthernet(c.buf(), dst, c.cfg.selfMAC, c.cfg.EtherType)
-	at := len(buf) + frame.PrefixLen(&h)
-	n := f.meta.BlockLen(b)
-	body := buf[at : at+frame.FileDataHead+n]
-	binary.BigEndian.PutUint32(body, f.meta.ID)
-	got, err := f.src.ReadAt(body[frame.FileDataHead:], int64(b)*int64(f.meta.BlockSize))
-	if errors.Is(err, io.EOF) && got == n {
-		err = nil
-	}
-	if err == nil && got != n {
-		err = fmt.Errorf("block %d: read %d bytes of %d", b, got, n)
-	}
+	buf, err := c.blockFrame(f, b, dst, &h, f.passing && flags == 0 && dst == c.cfg.Dst && b == f.next)
 	if err != nil {
-		c.free = append(c.free, buf)
 		c.abort(now, f, err)
 		return 0
 	}
+	n := f.meta.BlockLen(b)
+	at := len(buf) + frame.PrefixLen(&h)
 	if f.h != nil && b == f.hashed {
 		// The pass reads the file in order: hash it as it goes.
-		f.h.Write(body[frame.FileDataHead:])
+		f.h.Write(buf[at+frame.FileDataHead : at+frame.FileDataHead+n])
 		f.hashed++
 	}
 	c.placed = frame.Placed{T: frame.FileData, N: frame.FileDataHead + n}
