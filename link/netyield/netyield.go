@@ -12,57 +12,36 @@
 // until the poll ends. With more than one P an idle P's thread sleeps in
 // the poller and takes such a goroutine at once, so Gosched is enough.
 //
-// YieldPoller parks the caller on an eventfd it has just made readable: the scheduler runs whatever is runnable, then finds no
+// Yield, with one P, parks the caller on an eventfd it has just made
+// readable: the scheduler runs whatever is runnable, then finds no
 // goroutine and asks the poller, which returns the caller (its eventfd)
 // with every goroutine whose descriptor is ready. It costs three system
 // calls (write, epoll_wait, read) where Gosched costs none, which a poll
 // that waits can spend. No runtime API offers "poll the network now";
-// this is the smallest thing that has the scheduler do it. Yield, with
-// one P, does it at most once every PollEvery and Goscheds between.
+// this is the smallest thing that has the scheduler do it.
 package netyield
 
 import (
 	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// Yield lets every runnable goroutine run before it returns, and with
-// one P those the network poller has ready too: with more than one P it
-// is runtime.Gosched; with one, a look at the poller (YieldPoller) when
-// none was taken in the last PollEvery, else runtime.Gosched. A poll
-// that calls it between looks so keeps most looks cheap (Gosched, 0.3
-// µs) and a goroutine woken by its socket waits at most about PollEvery
-// (plus what runs before it). It never blocks for longer than the
-// goroutines it lets run take.
+// Yield lets every runnable goroutine run, those the network poller has
+// ready included, before it returns. With more than one P it is
+// runtime.Gosched. It never blocks for longer than the goroutines it
+// lets run take (the eventfd it waits on is readable before it waits).
 func Yield() {
 	if runtime.GOMAXPROCS(0) > 1 {
 		runtime.Gosched()
 		return
 	}
-	now := int64(time.Since(epoch))
-	if now-lastPoll.Load() < int64(PollEvery) {
-		runtime.Gosched()
-		return
-	}
-	lastPoll.Store(now)
 	YieldPoller()
 }
-
-// PollEvery is how often, at most, Yield has the scheduler look at the
-// network poller, across the process's goroutines.
-const PollEvery = 10 * time.Microsecond
-
-var (
-	epoch    = time.Now()
-	lastPoll atomic.Int64 // time.Since(epoch) of Yield's last YieldPoller
-)
 
 // YieldPoller is Yield whatever GOMAXPROCS is (with several Ps it may
 // move the caller to another thread: the one asleep in the poller).

@@ -48,14 +48,13 @@ func pollerWoken(t *testing.T, yield func(), looks int) int {
 	return looks
 }
 
-// With one P, a goroutine the poller has ready runs while a goroutine
-// polls with Yield (at the first YieldPoller); with runtime.Gosched it
-// waits for the poll to end (sysmon's look, 10 ms later, at best): 200
-// Goscheds take about 60 µs, several PollEvery.
+// With one P, a goroutine the poller has ready runs at the first Yield
+// of a polling goroutine; with runtime.Gosched it waits for the poll to
+// end (sysmon's look, 10 ms later, at best).
 func TestYieldRunsPollerReadyGoroutine(t *testing.T) {
 	const looks = 200
-	if n := pollerWoken(t, Yield, looks); n == looks {
-		t.Fatalf("with GOMAXPROCS=1 the poller's goroutine did not run during %d Yields", looks)
+	if n := pollerWoken(t, Yield, looks); n > 2 {
+		t.Fatalf("with GOMAXPROCS=1 the poller's goroutine ran after %d Yields, want at most 2", n)
 	}
 	if n := pollerWoken(t, YieldPoller, looks); n > 2 {
 		t.Fatalf("with GOMAXPROCS=1 the poller's goroutine ran after %d YieldPollers, want at most 2", n)
@@ -102,11 +101,6 @@ func BenchmarkYield(b *testing.B) {
 			}
 		})
 	}
-	b.Run("YieldPoller", func(b *testing.B) {
-		for b.Loop() {
-			YieldPoller()
-		}
-	})
 	b.Run("Gosched", func(b *testing.B) {
 		for b.Loop() {
 			runtime.Gosched()
