@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
 		// The profiles main writes (RBCASTD_CPUPROFILE, RBCASTD_TRACE),
 		// so that BenchmarkReport's daemons and clients can be profiled.
+		clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))
 		stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 		code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
@@ -268,6 +269,30 @@ func TestProcsFlag(t *testing.T) {
 	runtime.GOMAXPROCS(2)
 	if n, env := setProcs(1, "2"); n != 2 || !env || runtime.GOMAXPROCS(0) != 2 {
 		t.Errorf("setProcs(1, \"2\") = %d, %v, GOMAXPROCS %d; want the environment's 2 kept", n, env, runtime.GOMAXPROCS(0))
+	}
+}
+
+// bench, send and recv run on one P unless GOMAXPROCS is set; the other
+// commands keep Go's default (run has -procs).
+func TestClientProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{[]string{"bench", "-ping", "1"}, "", true},
+		{[]string{"send", "FILE"}, "", true},
+		{[]string{"recv", "-all"}, "", true},
+		{[]string{"recv", "-all"}, "2", false},
+		{[]string{"run", "-i", "eth0"}, "", false},
+		{[]string{"status"}, "", false},
+		{nil, "", false},
+	} {
+		runtime.GOMAXPROCS(2)
+		if got := clientProcs(c.args, c.env); got != c.want || (runtime.GOMAXPROCS(0) == 1) != c.want {
+			t.Errorf("clientProcs(%q, GOMAXPROCS=%q) = %v, GOMAXPROCS %d; want %v", c.args, c.env, got, runtime.GOMAXPROCS(0), c.want)
+		}
 	}
 }
 
