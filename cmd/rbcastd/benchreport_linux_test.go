@@ -74,6 +74,9 @@ import (
 // the library's and the daemons' (-spin) alike (default: the ring's,
 // 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
 // rbcastd run processes only, space-separated (say "GOMAXPROCS=1").
+// RBCASTD_REPORT_CLIENT_ENV: the same for the daemons' clients (bench,
+// send, recv). RBCASTD_REPORT_LIBPROC_ENV: the same for the processes of
+// the column "library, a process per member".
 func BenchmarkReport(b *testing.B) {
 	netnstest.RequireRoot(b)
 	r := &report{b: b, reps: 3, secs: 3, fileMB: 200, pings: 5000, mtus: []int{1500, 9000},
@@ -733,6 +736,7 @@ func (r *report) libProcs(topo *netns.Topology, size int) (mbps, msgps, cpuPerMB
 		js, _ := json.Marshal(spec)
 		cmd := h.Command(context.Background(), os.Args[0])
 		cmd.Env = append(os.Environ(), "RBCASTD_TEST_LIBMEMBER="+string(js))
+		cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("RBCASTD_REPORT_LIBPROC_ENV"))...)
 		cmd.Stderr = os.Stderr
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
@@ -871,7 +875,9 @@ func (d *daemons) stop() {
 
 // cli is an rbcastd client command at host i.
 func (d *daemons) cli(ctx context.Context, i int, args ...string) *exec.Cmd {
-	return rbcastdCmd(ctx, d.topo.Hosts[i], append([]string{args[0], "-socket", d.socket(i)}, args[1:]...)...)
+	cmd := rbcastdCmd(ctx, d.topo.Hosts[i], append([]string{args[0], "-socket", d.socket(i)}, args[1:]...)...)
+	cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("RBCASTD_REPORT_CLIENT_ENV"))...)
+	return cmd
 }
 
 // started is a client process running in the background.

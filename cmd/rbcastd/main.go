@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"sort"
@@ -31,11 +32,30 @@ import (
 )
 
 func main() {
+	clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))
 	stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 	code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	hops.Dump()
 	os.Exit(code)
+}
+
+// onePClients are the clients that run on one Go P: their connection's
+// reads and their own loop hand off to each other as the daemon's
+// goroutines do, and one P took the FIFO ping from 38 to 27 µs and total
+// order's from 63 to 45 µs (docs/local-api.md, "One P per daemon, the
+// default").
+var onePClients = map[string]bool{"bench": true, "send": true, "recv": true}
+
+// clientProcs sets one P for the commands of onePClients unless the
+// environment has GOMAXPROCS, and reports whether it did. (run has
+// -procs.)
+func clientProcs(args []string, env string) bool {
+	if env != "" || len(args) == 0 || !onePClients[args[0]] {
+		return false
+	}
+	runtime.GOMAXPROCS(1)
+	return true
 }
 
 // profile writes a CPU profile to cpu (RBCASTD_CPUPROFILE, for `go tool
@@ -99,6 +119,8 @@ commands:
   rekey    rotate the group key of a running daemon (install, activate, retire)
 
 Run 'rbcastd <command> -h' for a command's flags.
+run takes one Go P by default (-procs), and bench, send and recv run on
+one; GOMAXPROCS in the environment wins.
 Exit status: 0 success, 1 failure, 2 usage error.
 `
 

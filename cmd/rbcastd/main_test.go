@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
 		// The profiles main writes (RBCASTD_CPUPROFILE, RBCASTD_TRACE),
 		// so that BenchmarkReport's daemons and clients can be profiled.
+		clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))
 		stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 		code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
@@ -125,6 +127,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-spin", "2s"}, "-spin is 2s, want 0 (never) up to 1s"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-spin", "-1us"}, "-spin is -1µs, want 0 (never) up to 1s"},
 		{[]string{"run", "-i", "rbr13none0", "-group", "1", "-members", "2", "-link", "afpacket", "-spin", "200us"}, "-spin polls the mmap ring: it needs -link ring"}, // an interface that does not exist: were -spin let through, run fails at once instead of serving on eth0 (as root)
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-procs", "-1"}, "-procs is -1, want 1 or more (0: one per CPU)"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-procs", "x"}, `invalid value "x" for flag -procs`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-log-level", "loud"}, `-log-level is "loud"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-bogus"}, "flag provided but not defined: -bogus"},
@@ -240,6 +244,55 @@ func TestSpinFlagRun(t *testing.T) {
 	code, _, errOut = runMain(append(base, "-link", "afpacket")...)
 	if code != exitFail || strings.Contains(errOut, "spin") || !strings.Contains(errOut, "rbr13none0") {
 		t.Errorf("-link afpacket without -spin: exit %d, stderr %q; want exit 1 and an error opening rbr13none0", code, errOut)
+	}
+}
+
+// -procs defaults to one P and sets GOMAXPROCS; 0 leaves Go's default;
+// GOMAXPROCS in the environment wins over it.
+func TestProcsFlag(t *testing.T) {
+	var f runFlags
+	fs := runFlagSet(&f, io.Discard)
+	if err := fs.Parse([]string{"-i", "eth0", "-group", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.procs != 1 {
+		t.Errorf("-procs defaults to %d, want 1", f.procs)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(2)
+	if n, env := setProcs(1, ""); n != 1 || env || runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("setProcs(1, \"\") = %d, %v, GOMAXPROCS %d; want 1, false, 1", n, env, runtime.GOMAXPROCS(0))
+	}
+	if n, env := setProcs(0, ""); n != 1 || env {
+		t.Errorf("setProcs(0, \"\") = %d, %v; want the Ps as they were (1), false", n, env)
+	}
+	runtime.GOMAXPROCS(2)
+	if n, env := setProcs(1, "2"); n != 2 || !env || runtime.GOMAXPROCS(0) != 2 {
+		t.Errorf("setProcs(1, \"2\") = %d, %v, GOMAXPROCS %d; want the environment's 2 kept", n, env, runtime.GOMAXPROCS(0))
+	}
+}
+
+// bench, send and recv run on one P unless GOMAXPROCS is set; the other
+// commands keep Go's default (run has -procs).
+func TestClientProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{[]string{"bench", "-ping", "1"}, "", true},
+		{[]string{"send", "FILE"}, "", true},
+		{[]string{"recv", "-all"}, "", true},
+		{[]string{"recv", "-all"}, "2", false},
+		{[]string{"run", "-i", "eth0"}, "", false},
+		{[]string{"status"}, "", false},
+		{nil, "", false},
+	} {
+		runtime.GOMAXPROCS(2)
+		if got := clientProcs(c.args, c.env); got != c.want || (runtime.GOMAXPROCS(0) == 1) != c.want {
+			t.Errorf("clientProcs(%q, GOMAXPROCS=%q) = %v, GOMAXPROCS %d; want %v", c.args, c.env, got, runtime.GOMAXPROCS(0), c.want)
+		}
 	}
 }
 

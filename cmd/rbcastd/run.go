@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,7 +78,7 @@ names without the dash, '#' comments); the command line wins.
 type runFlags struct {
 	iface, order, socket, capture, metrics, config, linkKind, mode, logLevel, logFormat string
 	group                                                                               uint64
-	members, window, maxMembers                                                         int
+	members, window, maxMembers, procs                                                  int
 	membership                                                                          string
 	node                                                                                string
 	socketMode                                                                          string
@@ -116,6 +117,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
 	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
+	fs.IntVar(&f.procs, "procs", defaultProcs, "Go `Ps` (GOMAXPROCS) the daemon runs on: 1 has its protocol loop, fan-out and client connections take turns on one thread, with no thread woken for a hand-off (docs/local-api.md, \"One P per daemon\"); 0: one per CPU, Go's default; GOMAXPROCS in the environment wins")
 	fs.StringVar(&f.level, "level", "agreed", "-order total -membership views: agreed (one order, the same at every member that completes a view) or safe (also: a message is delivered only once every member of the view holds it, so what any member delivered every survivor delivers); all members must agree")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
 	fs.StringVar(&f.mode, "mode", "pbp2", "repair protocol: pbp2 (negative acks) or pbp1 (positive acks); all members must agree")
@@ -187,6 +189,9 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	}
 	if f.group == 0 || f.group > 0xffffffff {
 		return dc, "", fmt.Errorf("-group is %d, want 1..4294967295", f.group)
+	}
+	if f.procs < 0 {
+		return dc, "", fmt.Errorf("-procs is %d, want 1 or more (0: one per CPU)", f.procs)
 	}
 	views := f.order == "fifo"
 	switch f.membership {
@@ -406,6 +411,23 @@ func memberAddress(iface string, l link.Link) error {
 	return nil
 }
 
+// defaultProcs is -procs's default. One P measured best on every row
+// of the benchmark report's rbcastd section (docs/benchmarks.md), with
+// the polls yielding to the network poller (link/netyield).
+const defaultProcs = 1
+
+// setProcs applies -procs unless the environment has GOMAXPROCS (env
+// true: the runtime took it at start), and returns the Ps in use.
+func setProcs(procs int, env string) (n int, fromEnv bool) {
+	if env != "" {
+		return runtime.GOMAXPROCS(0), true
+	}
+	if procs > 0 {
+		runtime.GOMAXPROCS(procs)
+	}
+	return runtime.GOMAXPROCS(0), false
+}
+
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
 // ring's 0 is its default.
 func ringSpin(spin time.Duration) time.Duration {
@@ -440,6 +462,8 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "%v", err)
 	}
 	dc.Logger = log
+	procs, procsEnv := setProcs(f.procs, os.Getenv("GOMAXPROCS"))
+	log.Debug("Go Ps", "GOMAXPROCS", procs, "from the environment", procsEnv)
 	mode, _ := strconv.ParseUint(f.socketMode, 8, 32)
 
 	// Order: the link (needs CAP_NET_RAW), the capture file, the socket

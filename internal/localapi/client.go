@@ -7,12 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/rbcast/rbcast/internal/hops"
+	"github.com/rbcast/rbcast/link/netyield"
 	"golang.org/x/sys/unix"
 )
 
@@ -306,7 +306,7 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			r.wasReady = true
 			return true
 		}
-		runtime.Gosched()
+		netyield.Yield()
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		if away := time.Since(now); away > max(r.spin, spinContended) {
 			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)

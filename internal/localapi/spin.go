@@ -1,10 +1,11 @@
 package localapi
 
 import (
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/link/netyield"
 )
 
 // spinner bounds a poll of shared memory: it lasts at most d, yields the
@@ -37,7 +38,7 @@ func (s *spinner) yield() bool {
 		s.pause /= 2
 		return false
 	}
-	runtime.Gosched()
+	netyield.Yield()
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	if away := time.Since(now); away > max(s.d, spinContended) {
 		s.pause = min(max(2*s.pause, spinPauseMin), spinPauseMax)

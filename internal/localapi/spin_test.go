@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,5 +102,88 @@ func TestPacketReaderReady(t *testing.T) {
 	})
 	if n, _, err := r.Read(buf); err != nil || string(buf[:n]) != "late" || len(looks) != 1 {
 		t.Fatalf("Read that slept: %q, %v, looks %v", buf[:n], err, looks)
+	}
+}
+
+// pollerWakes parks a goroutine in the network poller (a pipe's read),
+// makes the pipe readable and runs poll with GOMAXPROCS=1: woken, the
+// goroutine runs wake. The sleep before the write also has the scheduler
+// look at the poller, so that sysmon (which looks after 10 ms without a
+// look) does not while poll runs.
+func pollerWakes(t *testing.T, wake func(), poll func()) {
+	t.Helper()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		if _, err := pr.Read(b[:]); err == nil {
+			wake()
+		}
+	}()
+	time.Sleep(time.Millisecond)
+	if _, err := pw.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	<-done
+}
+
+// With one P, a goroutine the network poller woke (a client's doorbell,
+// in the daemon) runs while a PacketReader spins: its packet is found by
+// the spin. With runtime.Gosched between looks it ran only after the spin
+// (5 ms, shorter than sysmon's look) and the read slept in the poller.
+// A contended yield ends a spin early, and a garbage collection looks at
+// the poller when it restarts the world: most of five tries must do it.
+func TestPacketReaderSpinOneP(t *testing.T) {
+	spun := 0
+	for range 5 {
+		a, b := seqpacketPair(t)
+		r, err := NewPacketReader(a, 5*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		pollerWakes(t, func() { b.Write([]byte("bell")) }, func() {
+			n, _, err := r.Read(buf)
+			if err != nil || string(buf[:n]) != "bell" {
+				t.Fatalf("Read = %q, %v; want the packet", buf[:n], err)
+			}
+		})
+		if !r.polled {
+			spun++
+		}
+	}
+	if spun < 3 {
+		t.Errorf("with GOMAXPROCS=1 %d of 5 spinning Reads let the poller's goroutine write the packet they found; want most", spun)
+	}
+}
+
+// The same for a RingReceiver's poll (spinner): the flag a poller-woken
+// goroutine sets is seen before the 5 ms poll ends.
+func TestSpinnerOneP(t *testing.T) {
+	seen := 0
+	for range 5 {
+		var flag atomic.Bool
+		s := spinner{d: 5 * time.Millisecond}
+		pollerWakes(t, func() { flag.Store(true) }, func() {
+			if !s.begin() {
+				return
+			}
+			for !flag.Load() && s.yield() {
+			}
+			if flag.Load() {
+				seen++
+			}
+		})
+	}
+	if seen < 3 {
+		t.Errorf("with GOMAXPROCS=1 %d of 5 polls let the poller's goroutine run; want most", seen)
 	}
 }

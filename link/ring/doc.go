@@ -44,7 +44,8 @@
 // Recv, which returns net.ErrClosed.
 //
 // Before sleeping Recv first looks at the ring's next status word, calling
-// runtime.Gosched and sched_yield(2) between looks, for up to Config.RxSpin
+// runtime.Gosched (with GOMAXPROCS=1 also a look at the network poller:
+// link/netyield) and sched_yield(2) between looks, for up to Config.RxSpin
 // of yielding (DefaultRxSpin, 200 µs, unless set; negative: never), and
 // sleeps only if nothing came: a stream's receiver is then not put to sleep
 // and woken per batch, which in a VM whose idle vCPUs halt costs tens of µs

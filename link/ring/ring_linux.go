@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/internal/mmsg"
+	"github.com/rbcast/rbcast/link/netyield"
 )
 
 // Link is an AF_PACKET link with an mmap'ed receive ring (TPACKET_V2 or V3)
@@ -745,8 +745,10 @@ const (
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
 // sleeps in the netpoller, which also reports the deadline or Close).
 // Between looks it lets this process's other goroutines run
-// (runtime.Gosched; not counted against RxSpin: a program that computes
-// meanwhile is not waiting) and gives the CPU to other processes
+// (link/netyield.Yield: runtime.Gosched, and with one P a look at the
+// network poller too, so that a goroutine woken by a socket runs while
+// we spin; not counted against RxSpin: a program that computes meanwhile
+// is not waiting) and gives the CPU to other processes
 // (sched_yield), so that processes sharing a core take turns instead of
 // burning it. It only reads the status word fill reads next, so frames are
 // taken in ring order as without it.
@@ -774,7 +776,7 @@ func (l *Link) spin(deadline time.Time) bool {
 			l.spinFound++
 			return true
 		}
-		runtime.Gosched()
+		netyield.Yield()
 		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++

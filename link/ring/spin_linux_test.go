@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -86,6 +87,70 @@ func TestRxSpin(t *testing.T) {
 					t.Errorf("none of 10 spinning Recvs found its frame while spinning")
 				}
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
+			})
+			t.Run("one P", func(t *testing.T) {
+				// With GOMAXPROCS=1 a goroutine woken by the network
+				// poller (here a pipe's read; in rbcastd a client's
+				// doorbell) runs while Recv spins: it sends the frame the
+				// spin then finds. With runtime.Gosched between looks it
+				// ran only once the spin had ended and Recv slept (or
+				// after sysmon's look at the poller, 10 ms: the spin is
+				// shorter), and the frame was found by the poller.
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: 5 * time.Millisecond, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				frames := make([]Frame, 4)
+				spun := 0
+				const tries = 10
+				for try := uint64(0); try < tries; try++ {
+					pr, pw, err := os.Pipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					sent := make(chan error, 1)
+					go func() {
+						var b [1]byte
+						if _, err := pr.Read(b[:]); err != nil {
+							sent <- err
+							return
+						}
+						size := frameLen(try, tx.MTU())
+						_, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, try, size)})
+						sent <- err
+					}()
+					// The sender parks in the poller; the sleep also has
+					// the scheduler look at the poller, so sysmon does not
+					// during the spin.
+					time.Sleep(time.Millisecond)
+					if _, err := pw.Write([]byte{1}); err != nil {
+						t.Fatal(err)
+					}
+					found := rx.spinFound
+					rx.spinOff = time.Time{}
+					n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
+					if err != nil || n != 1 {
+						t.Fatalf("Recv of frame %d = %d, %v", try, n, err)
+					}
+					if err := <-sent; err != nil {
+						t.Fatal(err)
+					}
+					pr.Close()
+					pw.Close()
+					if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != try {
+						t.Fatalf("received frame %d (%v), want %d", got, err, try)
+					}
+					if rx.spinFound != found {
+						spun++
+					}
+				}
+				// A yield that met contention (a loaded machine) ends a
+				// spin early, and a garbage collection during a spin
+				// looks at the poller when it restarts the world (with
+				// Gosched 0 or 1 of 5 found theirs so): most must.
+				if 2*spun <= tries {
+					t.Errorf("with GOMAXPROCS=1 %d of %d spinning Recvs let the poller's goroutine send the frame they found; want most", spun, tries)
+				}
+				t.Logf("%d of %d spinning Recvs found their frame while spinning", spun, tries)
 			})
 			t.Run("idle", func(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and

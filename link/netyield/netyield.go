@@ -1,0 +1,139 @@
+//go:build linux
+
+// Package netyield lets a goroutine that polls memory (a ring's status
+// word, a socket without blocking) give way to goroutines the network
+// poller has ready, also when the process has a single P.
+//
+// runtime.Gosched puts the caller on the run queue, and the scheduler
+// looks at the network poller only when no goroutine is runnable (or
+// sysmon does, after 10 ms without a look). With GOMAXPROCS=1 a polling
+// goroutine that yields with Gosched is therefore always runnable, and a
+// goroutine whose socket became readable (a client's doorbell) waits
+// until the poll ends. With more than one P an idle P's thread sleeps in
+// the poller and takes such a goroutine at once, so Gosched is enough.
+//
+// Yield, with one P, parks the caller on an eventfd it has just made
+// readable: the scheduler runs whatever is runnable, then finds no
+// goroutine and asks the poller, which returns the caller (its eventfd)
+// with every goroutine whose descriptor is ready. It costs three system
+// calls (write, epoll_wait, read) where Gosched costs none, which a poll
+// that waits can spend. No runtime API offers "poll the network now";
+// this is the smallest thing that has the scheduler do it.
+package netyield
+
+import (
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Yield lets every runnable goroutine run, those the network poller has
+// ready included, before it returns. With more than one P it is
+// runtime.Gosched. It never blocks for longer than the goroutines it
+// lets run take (the eventfd it waits on is readable before it waits).
+func Yield() {
+	if runtime.GOMAXPROCS(0) > 1 {
+		runtime.Gosched()
+		return
+	}
+	YieldPoller()
+}
+
+// YieldPoller is Yield whatever GOMAXPROCS is (with several Ps it may
+// move the caller to another thread: the one asleep in the poller).
+func YieldPoller() {
+	y := get()
+	if y == nil {
+		runtime.Gosched()
+		return
+	}
+	y.rung = false
+	if err := y.rc.Read(y.try); err != nil {
+		y.f.Close()
+		runtime.Gosched()
+		return
+	}
+	put(y)
+}
+
+// yielder is one eventfd in the runtime's poller. A yielder is used by
+// one goroutine at a time; free ones wait in the pool.
+type yielder struct {
+	f    *os.File
+	rc   syscall.RawConn
+	rung bool
+	try  func(fd uintptr) bool
+}
+
+var pool struct {
+	sync.Mutex
+	free   []*yielder
+	failed bool // eventfd or the poller refused once: Gosched from then on
+}
+
+func get() *yielder {
+	pool.Lock()
+	if n := len(pool.free); n > 0 {
+		y := pool.free[n-1]
+		pool.free = pool.free[:n-1]
+		pool.Unlock()
+		return y
+	}
+	failed := pool.failed
+	pool.Unlock()
+	if failed {
+		return nil
+	}
+	y, err := newYielder()
+	if err != nil {
+		pool.Lock()
+		pool.failed = true
+		pool.Unlock()
+		return nil
+	}
+	return y
+}
+
+func put(y *yielder) {
+	pool.Lock()
+	pool.free = append(pool.free, y)
+	pool.Unlock()
+}
+
+func newYielder() (*yielder, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	// A non-blocking descriptor: os.NewFile adds it to the poller.
+	f := os.NewFile(uintptr(fd), "netyield")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	y := &yielder{f: f, rc: rc}
+	y.try = y.tryRead
+	return y, nil
+}
+
+// tryRead is the RawConn.Read callback. The first call makes the eventfd
+// readable and waits (false): RawConn.Read has reset the descriptor's
+// readiness before it, so the write's edge cannot be lost. Then it
+// drains the counter.
+func (y *yielder) tryRead(fd uintptr) bool {
+	var v uint64
+	if !y.rung {
+		y.rung = true
+		v = 1
+		// Neither blocks: the counter is drained after each yield.
+		unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&v)), 8)
+		return false
+	}
+	_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&v)), 8)
+	return e != unix.EAGAIN
+}

@@ -1,0 +1,109 @@
+//go:build linux
+
+package netyield
+
+import (
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pollerWoken has a goroutine wait in the network poller (a pipe's
+// read), makes the pipe readable and then polls with yield up to
+// looks times: it returns how many looks passed before the reader ran
+// (looks when it never did).
+func pollerWoken(t *testing.T, yield func(), looks int) int {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var ran atomic.Bool
+	parked := make(chan struct{})
+	go func() {
+		close(parked)
+		var b [1]byte
+		if _, err := r.Read(b[:]); err == nil {
+			ran.Store(true)
+		}
+	}()
+	<-parked
+	// The reader now waits in the poller; this sleep also has the
+	// scheduler look at the poller, so that sysmon (which looks after
+	// 10 ms without a look) does not during the loop below.
+	time.Sleep(time.Millisecond)
+	if _, err := w.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range looks {
+		if ran.Load() {
+			return i
+		}
+		yield()
+	}
+	return looks
+}
+
+// With one P, a goroutine the poller has ready runs at the first Yield
+// of a polling goroutine; with runtime.Gosched it waits for the poll to
+// end (sysmon's look, 10 ms later, at best).
+func TestYieldRunsPollerReadyGoroutine(t *testing.T) {
+	const looks = 200
+	if n := pollerWoken(t, Yield, looks); n > 2 {
+		t.Fatalf("with GOMAXPROCS=1 the poller's goroutine ran after %d Yields, want at most 2", n)
+	}
+	if n := pollerWoken(t, YieldPoller, looks); n > 2 {
+		t.Fatalf("with GOMAXPROCS=1 the poller's goroutine ran after %d YieldPollers, want at most 2", n)
+	}
+}
+
+// TestGoschedStarvesPoller documents why Yield exists: the same loop
+// with runtime.Gosched does not let the poller's goroutine run.
+func TestGoschedStarvesPoller(t *testing.T) {
+	if n := pollerWoken(t, runtime.Gosched, 200); n < 200 {
+		t.Skipf("the poller's goroutine ran after %d Goscheds (sysmon looked at the poller): nothing to show", n)
+	}
+}
+
+// Yield with several Ps, and concurrently from several goroutines,
+// returns (each goroutine its own eventfd).
+func TestYieldConcurrent(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			done := make(chan struct{})
+			for range 4 {
+				go func() {
+					for range 1000 {
+						YieldPoller()
+						Yield()
+					}
+					done <- struct{}{}
+				}()
+			}
+			for range 4 {
+				<-done
+			}
+		}()
+	}
+}
+
+func BenchmarkYield(b *testing.B) {
+	for _, procs := range []int{1, 2} {
+		b.Run(map[int]string{1: "procs=1", 2: "procs=2"}[procs], func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			for b.Loop() {
+				Yield()
+			}
+		})
+	}
+	b.Run("Gosched", func(b *testing.B) {
+		for b.Loop() {
+			runtime.Gosched()
+		}
+	})
+}
