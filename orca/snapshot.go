@@ -330,7 +330,12 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 	for f, req := range d.lastReq {
 		n.noteRequest(f, req)
 	}
-	n.nextReq = max(n.nextReq, d.lastReq[n.self])
+	for last := d.lastReq[n.self]; ; {
+		req := n.nextReq.Load()
+		if req >= last || n.nextReq.CompareAndSwap(req, last) {
+			break
+		}
+	}
 	n.needState = map[memberKey]bool{}
 	for _, k := range d.needState {
 		n.needState[k] = true

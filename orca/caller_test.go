@@ -1,0 +1,107 @@
+package orca
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// chanEnv is an Env whose Send hands each message to a channel.
+type chanEnv struct {
+	nullEnv
+	sent chan []byte
+}
+
+func (e *chanEnv) Send(_ context.Context, msg []byte) error {
+	e.sent <- append([]byte(nil), msg...)
+	return nil
+}
+
+// A write's caller does not take the node's lock, which the replica holds
+// while it applies a delivery: a Go while it is held is sent without
+// waiting for it.
+func TestWriteWithoutNodeLock(t *testing.T) {
+	e := &chanEnv{sent: make(chan []byte, 1)}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan *Pending[int64], 1)
+	n.mu.Lock() // as the replica does, applying a delivery
+	go func() { started <- tadd.Go(bg, o, 5) }()
+	var msg []byte
+	select {
+	case msg = <-e.sent:
+	case <-time.After(time.Minute): // a hang guard, not a timing: without the change Go never gets here
+		n.mu.Unlock()
+		t.Fatal("Go did not send its write while the node's lock was held")
+	}
+	n.mu.Unlock()
+	p := <-started
+	h.Deliver(1, msg)
+	if v, err := p.Wait(bg); v != 5 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 5", v, err)
+	}
+	if s := n.Stats(); s.Writes != 1 || s.Applied != 1 {
+		t.Fatalf("Writes %d, Applied %d; want 1, 1", s.Writes, s.Applied)
+	}
+}
+
+// More writes in flight than the call ring has slots, behind a guarded
+// write that waits the whole time in the first slot: the calls that find
+// their slot taken go to the overflow map, and every write gets its own
+// result.
+func TestCallsBeyondTheRing(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := tawait.Go(bg, o, 1<<40) // waits in its guard's queue
+	const writes = 3*callRing + 5
+	ps := make([]*Pending[int64], writes)
+	for i := range ps {
+		ps[i] = tadd.Go(bg, o, int64(i+1))
+	}
+	if n.calls.size() != writes+1 {
+		t.Fatalf("%d calls in flight, want %d", n.calls.size(), writes+1)
+	}
+	if len(n.calls.more) == 0 {
+		t.Fatal("no call in the overflow map")
+	}
+	for _, m := range e.sent {
+		h.Deliver(1, m)
+	}
+	sum := int64(0)
+	for i, p := range ps {
+		sum += int64(i + 1)
+		if v, err := p.Wait(bg); v != sum || err != nil {
+			t.Fatalf("write %d: %d, %v; want %d", i, v, err, sum)
+		}
+	}
+	if take.Applied() {
+		t.Fatal("the guarded write ran")
+	}
+	if n.calls.size() != 1 || len(n.calls.more) != 0 {
+		t.Fatalf("%d calls in flight (%d in the overflow map), want the guarded write's alone", n.calls.size(), len(n.calls.more))
+	}
+	if s := n.Stats(); s.Writes != writes+1 {
+		t.Fatalf("Writes %d, want %d", s.Writes, writes+1)
+	}
+}
