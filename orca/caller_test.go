@@ -2,6 +2,7 @@ package orca
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,68 @@ func TestCallsBeyondTheRing(t *testing.T) {
 	}
 	if s := n.Stats(); s.Writes != writes+1 {
 		t.Fatalf("Writes %d, want %d", s.Writes, writes+1)
+	}
+}
+
+// GoReuse starts a write in a Pending that was waited for; one whose
+// write is in flight is refused, and it is left alone.
+func TestGoReuse(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		for _, m := range e.sent {
+			h.Deliver(1, m)
+		}
+		e.sent = e.sent[:0]
+	}
+	p := tadd.GoReuse(bg, nil, o, 1) // nil: a new one
+	bad := tadd.GoReuse(bg, p, o, 2)
+	if _, err := bad.Wait(bg); err == nil || !strings.Contains(err.Error(), "GoReuse of tcounter.add given a Pending whose write was not waited for") {
+		t.Fatalf("GoReuse of a Pending in flight: %v", err)
+	}
+	if bad == p || len(e.sent) != 1 {
+		t.Fatalf("GoReuse of a Pending in flight sent %d writes (want 1) or returned it", len(e.sent))
+	}
+	deliver()
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("the first write: %d, %v; want 1", v, err)
+	}
+	for i := range 5 {
+		if q := tadd.GoReuse(bg, p, o, 10); q != p {
+			t.Fatal("GoReuse returned another Pending")
+		}
+		if p.Applied() {
+			t.Fatalf("reuse %d: applied before its delivery", i)
+		}
+		deliver()
+		if v, err := p.Wait(bg); v != int64(11+10*i) || err != nil {
+			t.Fatalf("reuse %d: %d, %v; want %d", i, v, err, 11+10*i)
+		}
+		if v, err := p.Wait(bg); v != int64(11+10*i) || err != nil {
+			t.Fatalf("reuse %d, waited again: %d, %v", i, v, err)
+		}
+	}
+	if q := tadd.GoReuse(bg, p, nil, 1); q != p {
+		t.Fatal("GoReuse on a nil object returned another Pending")
+	}
+	if _, err := p.Wait(bg); err == nil || !strings.Contains(err.Error(), "started on a nil object") {
+		t.Fatalf("GoReuse on a nil object: %v", err)
+	}
+	if q := tadd.GoReuse(bg, p, o, 1); q != p { // after a failure
+		t.Fatal("GoReuse after a failure returned another Pending")
+	}
+	deliver()
+	if v, err := p.Wait(bg); v != 52 || err != nil {
+		t.Fatalf("after a failure: %d, %v; want 52", v, err)
 	}
 }
