@@ -169,3 +169,56 @@ func TestGoReuse(t *testing.T) {
 		t.Fatalf("after a failure: %d, %v; want 52", v, err)
 	}
 }
+
+// The replica wakes a finished call's waiter only if it waits: a
+// Pending reused after it once waited keeps its wake channel, and a
+// write of it whose caller is not waiting gets no wake-up sent (a
+// channel operation at the replica and another at the reuse's drain).
+func TestWakeOnlyWaiting(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		for _, m := range e.sent {
+			h.Deliver(1, m)
+		}
+		e.sent = e.sent[:0]
+	}
+	p := tadd.Go(bg, o, 1)
+	wake := p.c.Wake() // its caller waits
+	deliver()
+	if len(wake) != 1 {
+		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
+	}
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 1", v, err)
+	}
+	tadd.GoReuse(bg, p, o, 2) // nobody waits for this one
+	if len(wake) != 0 {
+		t.Fatal("the wake was not drained for the reuse")
+	}
+	deliver()
+	if len(wake) != 0 || !p.Applied() {
+		t.Fatalf("a write nobody waited for: %d wake-ups sent (want 0), applied %v", len(wake), p.Applied())
+	}
+	if v, err := p.Wait(bg); v != 3 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 3", v, err)
+	}
+	tadd.GoReuse(bg, p, o, 4)
+	if p.c.Wake() != wake { // waits again: the same channel
+		t.Fatal("the reused call made a new wake channel")
+	}
+	deliver()
+	if len(wake) != 1 {
+		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
+	}
+}

@@ -180,6 +180,11 @@ type call struct {
 	// come after its caller went on: a call reused may find a stale value
 	// there, a spurious wake-up (its waiter checks Ready again).
 	wake chan struct{}
+	// waiting is set by Wake, before its waiter looks at done, and
+	// cleared by reset: the replica sends into wake only when it finds
+	// it set after setting done (a call kept for reuse has a wake
+	// whether or not its waiter waits for this write).
+	waiting atomic.Bool
 }
 
 // Stats are a node's counters.
@@ -395,7 +400,11 @@ func (c *call) finish() {
 	// the process shares) and make c.wake under another node's lock.
 	w := c.wake
 	c.done.Store(true)
-	if w == nil {
+	// Loaded after done is stored, as Wake stores waiting before its
+	// waiter loads done: one of the two sees the other's. A waiting set
+	// for the call's next write (reused meanwhile) gives that write a
+	// spurious wake-up, which its waiter tolerates.
+	if w == nil || !c.waiting.Load() {
 		return
 	}
 	if n.delivering {
@@ -437,6 +446,7 @@ func (c *call) reset() {
 		}
 	}
 	c.done.Store(false)
+	c.waiting.Store(false)
 	c.cancelled, c.err = false, nil
 	c.args, c.result = nil, nil
 }
@@ -463,10 +473,12 @@ func (c *call) Wake() <-chan struct{} {
 	// it), so it may read it without the lock; once made, every wakeUp of
 	// the call finds it.
 	if w := c.wake; w != nil {
+		c.waiting.Store(true)
 		return w
 	}
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
+	c.waiting.Store(true)
 	c.wake = make(chan struct{}, 1)
 	if c.Ready() {
 		c.wake <- struct{}{} // it became ready since the check above
