@@ -135,13 +135,14 @@ type Node struct {
 	failed atomic.Bool // err is set (read without mu on the read path)
 	// writable: usable would say nil (the write path's check without mu).
 	writable atomic.Bool
-	// The caller's side of a write, without mu: the last request number
-	// taken, and the writes called here (Stats.Writes); on cache lines
-	// of their own, away from what the event loop writes.
-	_       [64]byte
-	nextReq atomic.Uint32
-	writes  atomic.Uint64
-	_       [64]byte
+	// nextReq counts the request numbers taken, without mu (on a cache
+	// line of its own, away from what the event loop writes): a write's
+	// is its low 32 bits. Every write called here takes one; Restore may
+	// skip some (reqSkipped, mu), so Stats.Writes is their difference.
+	_          [64]byte
+	nextReq    atomic.Uint64
+	_          [64]byte
+	reqSkipped uint64
 	// sent counts what send sent (Stats), without mu.
 	sent struct{ messages, bytes, parts, batches, batched atomic.Uint64 }
 
@@ -161,11 +162,16 @@ type call struct {
 	op  *opInfo
 	out any // the *Pending[R] holding the call
 	req uint32
-	// done is set, with n.mu held, when the write was applied (its result
-	// in out), failed (err) or cancelled, and the replica took the call
-	// off n.calls: the fields below are the caller's from then on. Ready
-	// reads it without the lock.
-	done      atomic.Bool
+	// state holds callDone, set with n.mu held when the write was applied
+	// (its result in out), failed (err) or cancelled, and the replica
+	// took the call off n.calls: the fields below are the caller's from
+	// then on (Ready reads it without the lock); and callWaiting, set by
+	// Wake before its waiter looks at callDone: the replica sends into
+	// wake only when it finds callWaiting set as it sets callDone (a call
+	// kept for reuse has a wake whether or not its waiter waits for this
+	// write). One word, so that each side's read of the other's bit is
+	// the same atomic operation as its own write. reset clears both.
+	state     atomic.Uint32
 	cancelled bool
 	err       error
 	// writes and digest: the object's write count and state digest after
@@ -180,12 +186,16 @@ type call struct {
 	// come after its caller went on: a call reused may find a stale value
 	// there, a spurious wake-up (its waiter checks Ready again).
 	wake chan struct{}
-	// waiting is set by Wake, before its waiter looks at done, and
-	// cleared by reset: the replica sends into wake only when it finds
-	// it set after setting done (a call kept for reuse has a wake
-	// whether or not its waiter waits for this write).
-	waiting atomic.Bool
 }
+
+// The bits of call.state.
+const (
+	callDone = 1 << iota
+	callWaiting
+)
+
+// isDone reports whether the replica is done with c.
+func (c *call) isDone() bool { return c.state.Load()&callDone != 0 }
 
 // Stats are a node's counters.
 type Stats struct {
@@ -322,8 +332,8 @@ func (n *Node) Stats() Stats {
 		s.Early += len(e)
 	}
 	s.StateReceiving = len(n.stateBuf)
+	s.Writes = n.nextReq.Load() - n.reqSkipped
 	n.mu.Unlock()
-	s.Writes = n.writes.Load()
 	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
 	s.Batches, s.Batched = n.sent.batches.Load(), n.sent.batched.Load()
 	s.Group = n.env.GroupStats()
@@ -395,16 +405,11 @@ func (n *Node) failLocked(err error) {
 func (c *call) finish() {
 	n := c.n
 	n.calls.remove(c)
-	// Read before done is set: from then on the waiter may return and
+	// Read before callDone is set: from then on the waiter may return and
 	// reuse c (its Pending comes from the Op's pool, which every node of
 	// the process shares) and make c.wake under another node's lock.
 	w := c.wake
-	c.done.Store(true)
-	// Loaded after done is stored, as Wake stores waiting before its
-	// waiter loads done: one of the two sees the other's. A waiting set
-	// for the call's next write (reused meanwhile) gives that write a
-	// spurious wake-up, which its waiter tolerates.
-	if w == nil || !c.waiting.Load() {
+	if c.state.Or(callDone)&callWaiting == 0 || w == nil {
 		return
 	}
 	if n.delivering {
@@ -445,8 +450,7 @@ func (c *call) reset() {
 		default:
 		}
 	}
-	c.done.Store(false)
-	c.waiting.Store(false)
+	c.state.Store(0)
 	c.cancelled, c.err = false, nil
 	c.args, c.result = nil, nil
 }
@@ -462,7 +466,7 @@ var closedChan = func() chan struct{} {
 // application here.
 
 func (c *call) Ready() bool {
-	return c.done.Load() || c.n.failed.Load()
+	return c.isDone() || c.n.failed.Load()
 }
 
 func (c *call) Wake() <-chan struct{} {
@@ -473,12 +477,14 @@ func (c *call) Wake() <-chan struct{} {
 	// it), so it may read it without the lock; once made, every wakeUp of
 	// the call finds it.
 	if w := c.wake; w != nil {
-		c.waiting.Store(true)
+		if c.state.Or(callWaiting)&callDone != 0 {
+			return closedChan // done since the check above
+		}
 		return w
 	}
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
-	c.waiting.Store(true)
+	c.state.Or(callWaiting)
 	c.wake = make(chan struct{}, 1)
 	if c.Ready() {
 		c.wake <- struct{}{} // it became ready since the check above
@@ -547,7 +553,7 @@ func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
 	}
 	// A node that fails from here on wakes its calls without this one
 	// (failLocked), which then finds the node failed when it waits.
-	req := n.nextReq.Add(1)
+	req := uint32(n.nextReq.Add(1))
 	setRequest(msg, req)
 	c.req = req
 	if !n.calls.tryPut(c) {
@@ -555,7 +561,6 @@ func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
 		n.calls.putLocked(c)
 		n.mu.Unlock()
 	}
-	n.writes.Add(1)
 
 	if err := n.send(ctx, msg); err != nil {
 		if !n.calls.tryRemove(c) {
@@ -587,9 +592,9 @@ func (n *Node) await(ctx context.Context, c *call) error {
 		}
 		err = n.env.Wait(context.Background(), c)
 	}
-	if !c.done.Load() {
+	if !c.isDone() {
 		n.mu.Lock()
-		if !c.done.Load() {
+		if !c.isDone() {
 			// The node failed first: the call is still registered.
 			n.calls.remove(c)
 			if n.err != nil {

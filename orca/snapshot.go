@@ -330,9 +330,13 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 	for f, req := range d.lastReq {
 		n.noteRequest(f, req)
 	}
-	for last := d.lastReq[n.self]; ; {
-		req := n.nextReq.Load()
-		if req >= last || n.nextReq.CompareAndSwap(req, last) {
+	for last := uint64(d.lastReq[n.self]); ; {
+		next := n.nextReq.Load()
+		if next >= last {
+			break
+		}
+		if n.nextReq.CompareAndSwap(next, last) {
+			n.reqSkipped += last - next
 			break
 		}
 	}
