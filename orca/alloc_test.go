@@ -16,8 +16,9 @@ import (
 // bookkeeping is reused by the next, the replica decodes, guards and
 // applies with the operation's types (no boxing), and the result goes
 // to the caller the same way. What is left is the user's: a Pending for
-// each Go (the caller holds it), and what the argument codec's Decode
-// makes at every replica (Bytes copies, BytesView does not).
+// each Go (the caller holds it; GoReuse reuses one waited for), and what
+// the argument codec's Decode makes at every replica (Bytes copies,
+// BytesView does not).
 func TestWriteAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own account")
@@ -31,6 +32,10 @@ func TestWriteAllocs(t *testing.T) {
 	_, three := newLoop(t, 3, 1400, orca.Config{})
 	s := must(t, three, "sink", sink, func() int64 { return 0 })[0]
 	args := make([]byte, 54)
+	reused := add.Go(bg, c, 0)
+	if _, err := reused.Wait(bg); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		want float64
@@ -39,6 +44,7 @@ func TestWriteAllocs(t *testing.T) {
 		{"Call", 0, func() error { _, err := add.Call(bg, c, 1000); return err }},
 		{"guarded Call whose guard holds", 0, func() error { _, err := getJob.Call(bg, q, struct{}{}); return err }},
 		{"Go and Wait", 1, func() error { _, err := add.Go(bg, c, 1000).Wait(bg); return err }},
+		{"GoReuse and Wait", 0, func() error { _, err := add.GoReuse(bg, reused, c, 1000).Wait(bg); return err }},
 		{"Call with BytesView, 3 members", 0, func() error { _, err := sinkPut.Call(bg, s, args); return err }},
 		{"Call with Bytes, 3 members", 3, func() error { _, err := sinkPutCopy.Call(bg, s, args); return err }},
 	} {

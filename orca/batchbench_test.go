@@ -71,8 +71,19 @@ func (e *sinkEnv) flush() {
 // oldest write must be waited for: the writes share batches as on a live
 // group (BenchmarkOrcaThroughput), and one op is a write's whole work at
 // its caller and at the three replicas, the part of the throughput
-// benchmark's cost that is Orca's.
+// benchmark's cost that is Orca's. Go allocates a Pending a write;
+// GoReuse reuses the one waited for in its place.
 func BenchmarkGoBatched(b *testing.B) {
+	for _, reuse := range []bool{false, true} {
+		name := "Go"
+		if reuse {
+			name = "GoReuse"
+		}
+		b.Run(name, func(b *testing.B) { goBatched(b, reuse) })
+	}
+}
+
+func goBatched(b *testing.B, reuse bool) {
 	e := &sinkEnv{}
 	var objs []*Object[int64]
 	for i := range 3 {
@@ -98,7 +109,8 @@ func BenchmarkGoBatched(b *testing.B) {
 	b.ReportAllocs()
 	k := 0
 	for b.Loop() {
-		if p := ring[k]; p != nil {
+		p := ring[k]
+		if p != nil {
 			if !p.Applied() {
 				e.flush()
 			}
@@ -106,7 +118,11 @@ func BenchmarkGoBatched(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		ring[k] = tsinkPut.Go(bg, objs[0], args)
+		if reuse {
+			ring[k] = tsinkPut.GoReuse(bg, p, objs[0], args)
+		} else {
+			ring[k] = tsinkPut.Go(bg, objs[0], args)
+		}
 		k = (k + 1) % len(ring)
 	}
 	b.StopTimer()

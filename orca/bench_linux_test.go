@@ -355,7 +355,8 @@ func settle(counts []atomic.Uint64, total uint64, start time.Time) float64 {
 
 // orcaRate: at every member, callers goroutines write to one object as
 // fast as their Calls return, or (callers 0) one goroutine keeps inFlight
-// writes started with Go, for d; the writes every member applied per
+// writes started with GoReuse (each in the Pending of the write waited
+// for in its place), for d; the writes every member applied per
 // second, until the slowest had them all.
 func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, d time.Duration) rate {
 	nodes, stop := orcaNodes(tb, topo, reliable.Config{})
@@ -378,13 +379,14 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 				defer wg.Done()
 				ring := make([]*orca.Pending[int64], inFlight)
 				for k := 0; time.Since(start) < d; k = (k + 1) % inFlight {
-					if p := ring[k]; p != nil {
+					p := ring[k]
+					if p != nil {
 						if _, err := p.Wait(context.Background()); err != nil {
 							tb.Error(err)
 							return
 						}
 					}
-					ring[k] = sinkPut.Go(context.Background(), objs[i], args)
+					ring[k] = sinkPut.GoReuse(context.Background(), p, objs[i], args)
 					sent.Add(1)
 				}
 				for _, p := range ring {
@@ -434,7 +436,7 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 // rate with every member sending messages as long (Send as fast as it
 // takes them). A write's Call waits for its own application, so one
 // caller has one write in flight: each member either starts its writes
-// with Go from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
+// with GoReuse from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
 // 256, "go"), or calls them from RBCAST_ORCA_CALLERS goroutines (default
 // 64, "callers"). Reported: medians of both rates and of the
 // per-repetition ratio (target: ≥ 0.8), and of the process's CPU time per

@@ -58,7 +58,7 @@ func BenchmarkWriteLocal(b *testing.B) {
 }
 
 // BenchmarkGoLocal: writes of size-byte messages (the header and the
-// bytes, as BenchmarkOrcaThroughput sends) started with Go, 256 in
+// bytes, as BenchmarkOrcaThroughput sends) started with GoReuse, 256 in
 // flight, by one member of three on an in-memory order: one op is one
 // write's work at every replica and at its caller, the part of the
 // throughput benchmark's cost that is Orca's. The arguments go by Bytes
@@ -79,12 +79,13 @@ func BenchmarkGoLocal(b *testing.B) {
 			b.ReportAllocs()
 			k := 0
 			for b.Loop() {
-				if p := ring[k]; p != nil {
+				p := ring[k]
+				if p != nil {
 					if _, err := p.Wait(bg); err != nil {
 						b.Fatal(err)
 					}
 				}
-				ring[k] = op.Go(bg, s, args)
+				ring[k] = op.GoReuse(bg, p, s, args)
 				k = (k + 1) % len(ring)
 			}
 		})

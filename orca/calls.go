@@ -1,58 +1,39 @@
 package orca
 
-// callTable is a node's calls in flight, by request number (n.mu held).
-// Requests are numbered in sequence and mostly finish in that order, so a
-// call sits in a ring slot chosen by its number (req modulo the ring's
-// length, a power of two): putting, finding and removing one is an index
-// and a compare, where a map hashes (docs/orca.md, "A replica's work per
-// delivery", has the measurement). A call whose slot a later request
-// needs while it still waits (a guarded write that waits long) moves to
-// the overflow map, more; so does one that a grown ring has no slot for.
-// The ring doubles when a request finds its slot taken while at least
-// half the ring is in use: it has at most four slots a call in flight at
-// the busiest (at least minCallRing), and never shrinks.
+import "sync/atomic"
+
+// callTable is a node's calls in flight, by request number. Requests are
+// numbered in sequence and mostly finish in that order, so a call sits in
+// a ring slot chosen by its number (req modulo callRing): putting,
+// finding and removing one is an index and a compare, where a map hashes
+// (docs/orca.md, "A replica's work per delivery", has the measurement).
+//
+// The slots are atomic so that a caller registers its call without the
+// node's lock, which the replica holds while it applies a delivery
+// (docs/orca.md, "The caller's work"): a compare-and-swap into a free
+// slot. A call whose slot is taken (by a guarded write that waits long,
+// or with more than callRing calls in flight) goes to the overflow map,
+// more, under the node's lock. Everything but tryPut and tryRemove runs
+// with n.mu held.
 type callTable struct {
-	ring  []*call
-	more  map[uint32]*call
-	count int // calls in ring and more
+	ring [callRing]atomic.Pointer[call]
+	more map[uint32]*call // n.mu
 }
 
-// minCallRing is a ring's first length.
-const minCallRing = 64
+// callRing is the ring's length, a power of two: four times the
+// throughput benchmark's 256 writes in flight.
+const callRing = 1024
 
-func (t *callTable) slot(req uint32) *(*call) { return &t.ring[req&uint32(len(t.ring)-1)] }
+func (t *callTable) slot(req uint32) *atomic.Pointer[call] { return &t.ring[req&(callRing-1)] }
 
-// put adds c, by c.req (not in the table yet).
-func (t *callTable) put(c *call) {
-	if t.ring == nil {
-		t.ring = make([]*call, minCallRing)
-	}
-	s := t.slot(c.req)
-	if *s != nil && t.count >= len(t.ring)/2 {
-		t.grow()
-		s = t.slot(c.req)
-	}
-	if old := *s; old != nil {
-		t.overflow(old)
-	}
-	*s = c
-	t.count++
-}
+// tryPut adds c, by c.req (not in the table yet), if its ring slot is
+// free: without n.mu. Else putLocked adds it, with n.mu.
+func (t *callTable) tryPut(c *call) bool { return t.slot(c.req).CompareAndSwap(nil, c) }
 
-// grow doubles the ring.
-func (t *callTable) grow() {
-	old := t.ring
-	t.ring = make([]*call, 2*len(old))
-	for _, c := range old {
-		if c == nil {
-			continue
-		}
-		s := t.slot(c.req)
-		if *s != nil {
-			t.overflow(c)
-			continue
-		}
-		*s = c
+// putLocked adds c (n.mu held).
+func (t *callTable) putLocked(c *call) {
+	if !t.tryPut(c) {
+		t.overflow(c)
 	}
 }
 
@@ -63,12 +44,10 @@ func (t *callTable) overflow(c *call) {
 	t.more[c.req] = c
 }
 
-// get returns the call of request req, or nil.
+// get returns the call of request req, or nil (n.mu held).
 func (t *callTable) get(req uint32) *call {
-	if t.ring != nil {
-		if c := *t.slot(req); c != nil && c.req == req {
-			return c
-		}
+	if c := t.slot(req).Load(); c != nil && c.req == req {
+		return c
 	}
 	if t.more != nil {
 		return t.more[req]
@@ -76,29 +55,37 @@ func (t *callTable) get(req uint32) *call {
 	return nil
 }
 
-// remove takes the call of request req out, if it is there.
-func (t *callTable) remove(req uint32) {
-	if t.ring != nil {
-		if s := t.slot(req); *s != nil && (*s).req == req {
-			*s = nil
-			t.count--
-			return
-		}
-	}
-	if _, ok := t.more[req]; ok {
-		delete(t.more, req)
-		t.count--
+// tryRemove takes c out if it is in its ring slot: without n.mu. Else
+// remove takes it out, with n.mu.
+func (t *callTable) tryRemove(c *call) bool { return t.slot(c.req).CompareAndSwap(c, nil) }
+
+// remove takes c out, if it is there (n.mu held).
+func (t *callTable) remove(c *call) {
+	if !t.tryRemove(c) && t.more[c.req] == c {
+		delete(t.more, c.req)
 	}
 }
 
-// all calls f with every call in the table.
+// all calls f with every call in the table (n.mu held). A call put
+// during it, without n.mu, may or may not be among them.
 func (t *callTable) all(f func(*call)) {
-	for _, c := range t.ring {
-		if c != nil {
+	for i := range t.ring {
+		if c := t.ring[i].Load(); c != nil {
 			f(c)
 		}
 	}
 	for _, c := range t.more {
 		f(c)
 	}
+}
+
+// size counts the calls in the table (n.mu held; tests).
+func (t *callTable) size() int {
+	k := len(t.more)
+	for i := range t.ring {
+		if t.ring[i].Load() != nil {
+			k++
+		}
+	}
+	return k
 }

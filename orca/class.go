@@ -395,17 +395,29 @@ func putMsgBuf(b *[]byte) {
 // Wait takes its own for a guard. Go of a read operation fails: call
 // reads with Call.
 func (op *Op[S, A, R]) Go(ctx context.Context, o *Object[S], a A) *Pending[R] {
+	if err := op.goable(o); err != nil {
+		return &Pending[R]{err: err}
+	}
+	return op.goIn(ctx, &Pending[R]{}, o, a)
+}
+
+// goable says why op cannot be started with Go on o, if it cannot.
+func (op *Op[S, A, R]) goable(o *Object[S]) error {
 	switch {
 	case o == nil:
-		return &Pending[R]{err: fmt.Errorf("orca: %v started on a nil object", op.info)}
+		return fmt.Errorf("orca: %v started on a nil object", op.info)
 	case o.c != op.c:
-		return &Pending[R]{err: fmt.Errorf("orca: %v started on object %q of another class (%s)", op.info, o.obj.name, o.c.info.name)}
+		return fmt.Errorf("orca: %v started on object %q of another class (%s)", op.info, o.obj.name, o.c.info.name)
 	case op.c.info.err != nil:
-		return &Pending[R]{err: op.c.info.err}
+		return op.c.info.err
 	case !op.info.write:
-		return &Pending[R]{err: fmt.Errorf("orca: Go of %v, a read: call reads with Call", op.info)}
+		return fmt.Errorf("orca: Go of %v, a read: call reads with Call", op.info)
 	}
-	p := &Pending[R]{}
+	return nil
+}
+
+// goIn starts the write in p, new or reset.
+func (op *Op[S, A, R]) goIn(ctx context.Context, p *Pending[R], o *Object[S], a A) *Pending[R] {
 	p.start(o.n, o.obj, op.info)
 	if o.n.trace != nil {
 		p.c.args = a // boxed for the trace only
@@ -414,7 +426,33 @@ func (op *Op[S, A, R]) Go(ctx context.Context, o *Object[S], a A) *Pending[R] {
 	return p
 }
 
-// Pending is a write started with Go.
+// GoReuse is Go with p's memory: it starts the write in p, whose earlier
+// write's outcome its caller has taken (Wait returned), and returns p
+// (a nil p: a new Pending, as Go). A caller that keeps many writes in
+// flight (a ring of Pendings, each waited for before the next write in
+// its place) so allocates nothing per write; Go allocates a Pending for
+// each. The rule is the caller's: p is the new write's from here on, and
+// nothing may use it for the earlier one (its result is taken, and Wait
+// and Applied speak of the new write): hand GoReuse only a Pending that
+// no other goroutine holds. A p whose write is still in flight, not
+// waited for, is left alone: GoReuse then returns a new Pending that
+// failed, saying so.
+func (op *Op[S, A, R]) GoReuse(ctx context.Context, p *Pending[R], o *Object[S], a A) *Pending[R] {
+	if p == nil {
+		return op.Go(ctx, o, a)
+	}
+	if p.err == nil && !p.waited {
+		return &Pending[R]{err: fmt.Errorf("orca: GoReuse of %v given a Pending whose write was not waited for (Wait it first)", op.info)}
+	}
+	p.reuse()
+	if err := op.goable(o); err != nil {
+		p.err = err
+		return p
+	}
+	return op.goIn(ctx, p, o, a)
+}
+
+// Pending is a write started with Go (or GoReuse).
 type Pending[R any] struct {
 	// c is the write's call; the replica puts the result in result.
 	c   call
@@ -429,8 +467,9 @@ func (p *Pending[R]) start(n *Node, obj *object, op *opInfo) {
 	p.c.n, p.c.obj, p.c.op, p.c.out = n, obj, op, p
 }
 
-// reuse readies a Call's Pending for the next Call, once nothing refers
-// to its call (await took it off the node's calls).
+// reuse readies a Pending for the next write (a Call's pooled one, or
+// one given to GoReuse), once nothing refers to its call (it is off the
+// node's calls: the replica finished it, or it was never sent).
 func (p *Pending[R]) reuse() {
 	var zero R
 	p.c.reset()

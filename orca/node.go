@@ -93,7 +93,6 @@ type Node struct {
 	// in the order.
 	delivered uint64
 	calls     callTable
-	nextReq   uint32
 	// lastReq is each member's last request number seen in the order, by
 	// member id (0: none yet): a member that restarts continues after its
 	// earlier run's. (A slice: every write updates it.)
@@ -134,6 +133,16 @@ type Node struct {
 	out    outbox
 	try    func(msg []byte) error
 	failed atomic.Bool // err is set (read without mu on the read path)
+	// writable: usable would say nil (the write path's check without mu).
+	writable atomic.Bool
+	// nextReq counts the request numbers taken, without mu (on a cache
+	// line of its own, away from what the event loop writes): a write's
+	// is its low 32 bits. Every write called here takes one; Restore may
+	// skip some (reqSkipped, mu), so Stats.Writes is their difference.
+	_          [64]byte
+	nextReq    atomic.Uint64
+	_          [64]byte
+	reqSkipped uint64
 	// sent counts what send sent (Stats), without mu.
 	sent struct{ messages, bytes, parts, batches, batched atomic.Uint64 }
 
@@ -153,11 +162,16 @@ type call struct {
 	op  *opInfo
 	out any // the *Pending[R] holding the call
 	req uint32
-	// done is set, with n.mu held, when the write was applied (its result
-	// in out), failed (err) or cancelled, and the replica took the call
-	// off n.calls: the fields below are the caller's from then on. Ready
-	// reads it without the lock.
-	done      atomic.Bool
+	// state holds callDone, set with n.mu held when the write was applied
+	// (its result in out), failed (err) or cancelled, and the replica
+	// took the call off n.calls: the fields below are the caller's from
+	// then on (Ready reads it without the lock); and callWaiting, set by
+	// Wake before its waiter looks at callDone: the replica sends into
+	// wake only when it finds callWaiting set as it sets callDone (a call
+	// kept for reuse has a wake whether or not its waiter waits for this
+	// write). One word, so that each side's read of the other's bit is
+	// the same atomic operation as its own write. reset clears both.
+	state     atomic.Uint32
 	cancelled bool
 	err       error
 	// writes and digest: the object's write count and state digest after
@@ -173,6 +187,15 @@ type call struct {
 	// there, a spurious wake-up (its waiter checks Ready again).
 	wake chan struct{}
 }
+
+// The bits of call.state.
+const (
+	callDone = 1 << iota
+	callWaiting
+)
+
+// isDone reports whether the replica is done with c.
+func (c *call) isDone() bool { return c.state.Load()&callDone != 0 }
 
 // Stats are a node's counters.
 type Stats struct {
@@ -237,6 +260,7 @@ func (n *Node) start(self frame.MemberID, members []frame.MemberID, maxMessage i
 	}
 	n.maxMessage = maxMessage
 	n.started = true
+	defer n.updateWritable()
 	if n.cfg.Views {
 		// Self, members and the state come with the first view.
 		return nil
@@ -308,6 +332,7 @@ func (n *Node) Stats() Stats {
 		s.Early += len(e)
 	}
 	s.StateReceiving = len(n.stateBuf)
+	s.Writes = n.nextReq.Load() - n.reqSkipped
 	n.mu.Unlock()
 	s.Messages, s.Bytes, s.Parts = n.sent.messages.Load(), n.sent.bytes.Load(), n.sent.parts.Load()
 	s.Batches, s.Batched = n.sent.batches.Load(), n.sent.batched.Load()
@@ -327,6 +352,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.updateWritable()
 	n.mu.Unlock()
 	n.flushQueued()
 	err := n.env.Leave()
@@ -351,6 +377,10 @@ func (n *Node) usable() error {
 	return nil
 }
 
+// updateWritable sets writable after a field usable reads changed (n.mu
+// held).
+func (n *Node) updateWritable() { n.writable.Store(n.usable() == nil) }
+
 // failLocked stops the node with err (n.mu held); waiting calls return.
 func (n *Node) failLocked(err error) {
 	if n.err != nil {
@@ -358,6 +388,7 @@ func (n *Node) failLocked(err error) {
 	}
 	n.err = err
 	n.failed.Store(true)
+	n.writable.Store(false)
 	if n.stateWake != nil {
 		close(n.stateWake)
 		n.stateWake = nil
@@ -373,13 +404,12 @@ func (n *Node) failLocked(err error) {
 // applied (deliverNow).
 func (c *call) finish() {
 	n := c.n
-	n.calls.remove(c.req)
-	// Read before done is set: from then on the waiter may return and
+	n.calls.remove(c)
+	// Read before callDone is set: from then on the waiter may return and
 	// reuse c (its Pending comes from the Op's pool, which every node of
 	// the process shares) and make c.wake under another node's lock.
 	w := c.wake
-	c.done.Store(true)
-	if w == nil {
+	if c.state.Or(callDone)&callWaiting == 0 || w == nil {
 		return
 	}
 	if n.delivering {
@@ -420,7 +450,7 @@ func (c *call) reset() {
 		default:
 		}
 	}
-	c.done.Store(false)
+	c.state.Store(0)
 	c.cancelled, c.err = false, nil
 	c.args, c.result = nil, nil
 }
@@ -436,7 +466,7 @@ var closedChan = func() chan struct{} {
 // application here.
 
 func (c *call) Ready() bool {
-	return c.done.Load() || c.n.failed.Load()
+	return c.isDone() || c.n.failed.Load()
 }
 
 func (c *call) Wake() <-chan struct{} {
@@ -447,10 +477,14 @@ func (c *call) Wake() <-chan struct{} {
 	// it), so it may read it without the lock; once made, every wakeUp of
 	// the call finds it.
 	if w := c.wake; w != nil {
+		if c.state.Or(callWaiting)&callDone != 0 {
+			return closedChan // done since the check above
+		}
 		return w
 	}
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
+	c.state.Or(callWaiting)
 	c.wake = make(chan struct{}, 1)
 	if c.Ready() {
 		c.wake <- struct{}{} // it became ready since the check above
@@ -501,29 +535,39 @@ func (n *Node) newObject(name string, c *classInfo, state any) (*object, error) 
 }
 
 // startWrite registers a write's call c (its node, object, operation
-// and Pending set) and broadcasts its message msg.
+// and Pending set) and broadcasts its message msg. It takes the node's
+// lock only when the node is not usable or c's slot in the calls is
+// taken: the replica holds it while it applies a delivery.
 func (n *Node) startWrite(ctx context.Context, c *call, msg []byte) error {
 	o, op := c.obj, c.op
 	if len(msg) > n.maxWrite {
 		return fmt.Errorf("orca: %v on %q: the write's message is %d bytes, more than MaxWrite (%d)", op, o.name, len(msg), n.maxWrite)
 	}
-	n.mu.Lock()
-	if err := n.usable(); err != nil {
+	if !n.writable.Load() {
+		n.mu.Lock()
+		err := n.usable()
 		n.mu.Unlock()
-		return err
+		if err != nil {
+			return err
+		}
 	}
-	n.nextReq++
-	req := n.nextReq
+	// A node that fails from here on wakes its calls without this one
+	// (failLocked), which then finds the node failed when it waits.
+	req := uint32(n.nextReq.Add(1))
 	setRequest(msg, req)
 	c.req = req
-	n.calls.put(c)
-	n.stats.Writes++
-	n.mu.Unlock()
+	if !n.calls.tryPut(c) {
+		n.mu.Lock()
+		n.calls.putLocked(c)
+		n.mu.Unlock()
+	}
 
 	if err := n.send(ctx, msg); err != nil {
-		n.mu.Lock()
-		n.calls.remove(req)
-		n.mu.Unlock()
+		if !n.calls.tryRemove(c) {
+			n.mu.Lock()
+			n.calls.remove(c)
+			n.mu.Unlock()
+		}
 		return fmt.Errorf("orca: %v on %q: sending: %w", op, o.name, err)
 	}
 	return nil
@@ -548,11 +592,11 @@ func (n *Node) await(ctx context.Context, c *call) error {
 		}
 		err = n.env.Wait(context.Background(), c)
 	}
-	if !c.done.Load() {
+	if !c.isDone() {
 		n.mu.Lock()
-		if !c.done.Load() {
+		if !c.isDone() {
 			// The node failed first: the call is still registered.
-			n.calls.remove(req)
+			n.calls.remove(c)
 			if n.err != nil {
 				err = n.err
 			}

@@ -330,7 +330,16 @@ func (n *Node) restoreLocked(snapshot []byte, strict bool) error {
 	for f, req := range d.lastReq {
 		n.noteRequest(f, req)
 	}
-	n.nextReq = max(n.nextReq, d.lastReq[n.self])
+	for last := uint64(d.lastReq[n.self]); ; {
+		next := n.nextReq.Load()
+		if next >= last {
+			break
+		}
+		if n.nextReq.CompareAndSwap(next, last) {
+			n.reqSkipped += last - next
+			break
+		}
+	}
 	n.needState = map[memberKey]bool{}
 	for _, k := range d.needState {
 		n.needState[k] = true

@@ -175,6 +175,7 @@ func (n *Node) viewInstalled(ev reliable.Event) [][]byte {
 func (n *Node) haveState() {
 	n.awaiting = false
 	n.hasState = true
+	n.updateWritable()
 	if n.stateWake != nil {
 		close(n.stateWake)
 		n.stateWake = nil

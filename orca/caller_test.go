@@ -1,0 +1,224 @@
+package orca
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// chanEnv is an Env whose Send hands each message to a channel.
+type chanEnv struct {
+	nullEnv
+	sent chan []byte
+}
+
+func (e *chanEnv) Send(_ context.Context, msg []byte) error {
+	e.sent <- append([]byte(nil), msg...)
+	return nil
+}
+
+// A write's caller does not take the node's lock, which the replica holds
+// while it applies a delivery: a Go while it is held is sent without
+// waiting for it.
+func TestWriteWithoutNodeLock(t *testing.T) {
+	e := &chanEnv{sent: make(chan []byte, 1)}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan *Pending[int64], 1)
+	n.mu.Lock() // as the replica does, applying a delivery
+	go func() { started <- tadd.Go(bg, o, 5) }()
+	var msg []byte
+	select {
+	case msg = <-e.sent:
+	case <-time.After(time.Minute): // a hang guard, not a timing: without the change Go never gets here
+		n.mu.Unlock()
+		t.Fatal("Go did not send its write while the node's lock was held")
+	}
+	n.mu.Unlock()
+	p := <-started
+	h.Deliver(1, msg)
+	if v, err := p.Wait(bg); v != 5 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 5", v, err)
+	}
+	if s := n.Stats(); s.Writes != 1 || s.Applied != 1 {
+		t.Fatalf("Writes %d, Applied %d; want 1, 1", s.Writes, s.Applied)
+	}
+}
+
+// More writes in flight than the call ring has slots, behind a guarded
+// write that waits the whole time in the first slot: the calls that find
+// their slot taken go to the overflow map, and every write gets its own
+// result.
+func TestCallsBeyondTheRing(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := tawait.Go(bg, o, 1<<40) // waits in its guard's queue
+	const writes = 3*callRing + 5
+	ps := make([]*Pending[int64], writes)
+	for i := range ps {
+		ps[i] = tadd.Go(bg, o, int64(i+1))
+	}
+	if n.calls.size() != writes+1 {
+		t.Fatalf("%d calls in flight, want %d", n.calls.size(), writes+1)
+	}
+	if len(n.calls.more) == 0 {
+		t.Fatal("no call in the overflow map")
+	}
+	for _, m := range e.sent {
+		h.Deliver(1, m)
+	}
+	sum := int64(0)
+	for i, p := range ps {
+		sum += int64(i + 1)
+		if v, err := p.Wait(bg); v != sum || err != nil {
+			t.Fatalf("write %d: %d, %v; want %d", i, v, err, sum)
+		}
+	}
+	if take.Applied() {
+		t.Fatal("the guarded write ran")
+	}
+	if n.calls.size() != 1 || len(n.calls.more) != 0 {
+		t.Fatalf("%d calls in flight (%d in the overflow map), want the guarded write's alone", n.calls.size(), len(n.calls.more))
+	}
+	if s := n.Stats(); s.Writes != writes+1 {
+		t.Fatalf("Writes %d, want %d", s.Writes, writes+1)
+	}
+}
+
+// GoReuse starts a write in a Pending that was waited for; one whose
+// write is in flight is refused, and it is left alone.
+func TestGoReuse(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		for _, m := range e.sent {
+			h.Deliver(1, m)
+		}
+		e.sent = e.sent[:0]
+	}
+	p := tadd.GoReuse(bg, nil, o, 1) // nil: a new one
+	bad := tadd.GoReuse(bg, p, o, 2)
+	if _, err := bad.Wait(bg); err == nil || !strings.Contains(err.Error(), "GoReuse of tcounter.add given a Pending whose write was not waited for") {
+		t.Fatalf("GoReuse of a Pending in flight: %v", err)
+	}
+	if bad == p || len(e.sent) != 1 {
+		t.Fatalf("GoReuse of a Pending in flight sent %d writes (want 1) or returned it", len(e.sent))
+	}
+	deliver()
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("the first write: %d, %v; want 1", v, err)
+	}
+	for i := range 5 {
+		if q := tadd.GoReuse(bg, p, o, 10); q != p {
+			t.Fatal("GoReuse returned another Pending")
+		}
+		if p.Applied() {
+			t.Fatalf("reuse %d: applied before its delivery", i)
+		}
+		deliver()
+		if v, err := p.Wait(bg); v != int64(11+10*i) || err != nil {
+			t.Fatalf("reuse %d: %d, %v; want %d", i, v, err, 11+10*i)
+		}
+		if v, err := p.Wait(bg); v != int64(11+10*i) || err != nil {
+			t.Fatalf("reuse %d, waited again: %d, %v", i, v, err)
+		}
+	}
+	if q := tadd.GoReuse(bg, p, nil, 1); q != p {
+		t.Fatal("GoReuse on a nil object returned another Pending")
+	}
+	if _, err := p.Wait(bg); err == nil || !strings.Contains(err.Error(), "started on a nil object") {
+		t.Fatalf("GoReuse on a nil object: %v", err)
+	}
+	if q := tadd.GoReuse(bg, p, o, 1); q != p { // after a failure
+		t.Fatal("GoReuse after a failure returned another Pending")
+	}
+	deliver()
+	if v, err := p.Wait(bg); v != 52 || err != nil {
+		t.Fatalf("after a failure: %d, %v; want 52", v, err)
+	}
+}
+
+// The replica wakes a finished call's waiter only if it waits: a
+// Pending reused after it once waited keeps its wake channel, and a
+// write of it whose caller is not waiting gets no wake-up sent (a
+// channel operation at the replica and another at the reuse's drain).
+func TestWakeOnlyWaiting(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		for _, m := range e.sent {
+			h.Deliver(1, m)
+		}
+		e.sent = e.sent[:0]
+	}
+	p := tadd.Go(bg, o, 1)
+	wake := p.c.Wake() // its caller waits
+	deliver()
+	if len(wake) != 1 {
+		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
+	}
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 1", v, err)
+	}
+	tadd.GoReuse(bg, p, o, 2) // nobody waits for this one
+	if len(wake) != 0 {
+		t.Fatal("the wake was not drained for the reuse")
+	}
+	deliver()
+	if len(wake) != 0 || !p.Applied() {
+		t.Fatalf("a write nobody waited for: %d wake-ups sent (want 0), applied %v", len(wake), p.Applied())
+	}
+	if v, err := p.Wait(bg); v != 3 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 3", v, err)
+	}
+	tadd.GoReuse(bg, p, o, 4)
+	if p.c.Wake() != wake { // waits again: the same channel
+		t.Fatal("the reused call made a new wake channel")
+	}
+	deliver()
+	if len(wake) != 1 {
+		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
+	}
+}
