@@ -402,6 +402,11 @@ func (c *conn) sendUnreliable(data []byte) bool {
 		c.noGroup(err)
 		return false
 	}
+	return c.unreliableOn(g, data)
+}
+
+// unreliableOn is sendUnreliable on group g.
+func (c *conn) unreliableOn(g *reliable.Group, data []byte) bool {
 	if len(data) > g.MaxMessage() {
 		c.fail(localapi.CodeTooLarge, true, "message of %d bytes; the daemon accepts at most %d bytes per message", len(data), g.MaxMessage())
 		return true
@@ -412,18 +417,20 @@ func (c *conn) sendUnreliable(data []byte) bool {
 		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; the unreliable message was not sent")
 		return false
 	}
-	err = g.SendUnreliable(data)
+	err := g.SendUnreliable(data)
 	c.d.sendMu.RUnlock()
 	switch {
 	case err == nil:
 		c.d.datagrams.Add(1)
 		return true
-	case errors.Is(err, reliable.ErrClosed):
-		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
-		return false
 	case errors.Is(err, reliable.ErrNoUnreliable):
 		c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: this group has no Unreliable level: run the daemons with -membership views, or with -order fifo")
 		return true
+	case errors.Is(err, reliable.ErrClosed) || g.Err() != nil:
+		// A stopped group (closed, or removed: ErrRemoved) is lost for
+		// this connection as for a reliable Send: a rejoin when one comes.
+		c.lostGroup(g, localapi.CodeClosed, "unreliable message not sent: %v", err)
+		return false
 	}
 	c.fail(localapi.CodeSendFailed, true, "unreliable message not sent: %v", err)
 	return true

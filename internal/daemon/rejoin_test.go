@@ -464,6 +464,29 @@ func TestLostGroupFromErr(t *testing.T) {
 	if err := g.SendUnreliable([]byte("x")); err != g.Err() {
 		t.Fatalf("SendUnreliable on the stopped group: %v; Err: %v; want the same error", err, g.Err())
 	}
+	c, answer := testConn(t, ds[1].d)
+	c.accepted.Store(3)
+	if c.sendOn(g, []byte("x")) {
+		t.Fatal("sendOn accepted a message on a stopped group")
+	}
+	if e := answer(); e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "the group went on without this daemon") || !strings.Contains(e.Text, "3 messages were accepted on this connection") {
+		t.Fatalf("the refused Send's answer: %+v; want Error{rejoining} naming the 3 messages accepted", e)
+	}
+	// The Unreliable level's refusal is the same loss of the group, not a
+	// failed send on a connection that goes on.
+	c, answer = testConn(t, ds[1].d)
+	if c.unreliableOn(g, []byte("x")) {
+		t.Fatal("unreliableOn went on after a send on a stopped group")
+	}
+	if e := answer(); e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "the group went on without this daemon") {
+		t.Fatalf("the refused SendUnreliable's answer: %+v; want Error{rejoining}", e)
+	}
+}
+
+// testConn is a connection of daemon d whose client end answer reads:
+// the one Error the daemon wrote to it.
+func testConn(t *testing.T, d *Daemon) (*conn, func() *localapi.Error) {
+	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -473,23 +496,23 @@ func TestLostGroupFromErr(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer := os.NewFile(uintptr(fds[1]), "client end")
-	defer peer.Close()
+	t.Cleanup(func() { peer.Close(); mine.Close() })
 	cctx, ccancel := context.WithCancel(context.Background())
-	defer ccancel()
-	c := &conn{d: ds[1].d, c: mine.(*net.UnixConn), ctx: cctx, cancel: ccancel}
-	c.accepted.Store(3)
-	if c.sendOn(g, []byte("x")) {
-		t.Fatal("sendOn accepted a message on a stopped group")
-	}
-	buf := make([]byte, 4096)
-	n, err := peer.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dec localapi.Decoder
-	m, err := dec.Decode(buf[:n])
-	e, ok := m.(*localapi.Error)
-	if err != nil || !ok || e.Code != localapi.CodeRejoining || !strings.Contains(e.Text, "the group went on without this daemon") || !strings.Contains(e.Text, "3 messages were accepted on this connection") {
-		t.Fatalf("the refused Send's answer: %v, %v; want Error{rejoining} naming the 3 messages accepted", m, err)
+	t.Cleanup(ccancel)
+	c := &conn{d: d, c: mine.(*net.UnixConn), ctx: cctx, cancel: ccancel}
+	return c, func() *localapi.Error {
+		t.Helper()
+		buf := make([]byte, 4096)
+		n, err := peer.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dec localapi.Decoder
+		m, err := dec.Decode(buf[:n])
+		e, ok := m.(*localapi.Error)
+		if err != nil || !ok {
+			t.Fatalf("the daemon's answer: %v, %v; want an Error", m, err)
+		}
+		return e
 	}
 }
