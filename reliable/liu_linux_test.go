@@ -73,7 +73,9 @@ import (
 // Unreliable send time does not depend on the children, and its ±10 %
 // target judges the spread across counts); RBCAST_REPORT_OUT a file for
 // the markdown table. Root. Every member's ring does not poll
-// (RBCAST_BENCH_SPIN overrides).
+// (RBCAST_BENCH_SPIN overrides). RBCAST_LIU_PIN=0 leaves the CPUs, the
+// idle states, the steering and GOMAXPROCS as they are: the children are
+// processes still, and share every CPU with the parent.
 func BenchmarkLiuTables(b *testing.B) {
 	netnstest.RequireRoot(b)
 	iters := 300
@@ -98,21 +100,26 @@ func BenchmarkLiuTables(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	if err := liuSteer(topo); err != nil {
-		b.Fatal(err)
+	pin := os.Getenv("RBCAST_LIU_PIN") != "0"
+	if pin {
+		if err := liuSteer(topo); err != nil {
+			b.Fatal(err)
+		}
 	}
-	nets := liuSockets(b, topo, spin)
+	nets := liuSockets(b, topo, spin, pin)
 	defer nets.close(b)
-	restore, err := liuPinParent()
-	if err != nil {
-		b.Fatal(err)
+	if pin {
+		restore, err := liuPinParent()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer restore()
+		shallow, err := liuShallowIdle()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer shallow.Close()
 	}
-	defer restore()
-	shallow, err := liuShallowIdle()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer shallow.Close()
 	methods := []string{"tcp", "unreliable", "fifo", "agreed", "safe"}
 	reps := 1
 	if r := envInt(b, "RBCAST_REPORT_REPS"); r > 0 {
@@ -290,7 +297,7 @@ func (s *liuNets) close(b *testing.B) {
 
 // liuSockets opens the parent's UDP socket on host 0, starts a child
 // process on every other host and connects to it by TCP.
-func liuSockets(b *testing.B, topo *netns.Topology, spin time.Duration) *liuNets {
+func liuSockets(b *testing.B, topo *netns.Topology, spin time.Duration, pin bool) *liuNets {
 	h0 := topo.Hosts[0]
 	s := &liuNets{kids: make([]*liuKid, len(topo.Hosts)), tcp: make([]net.Conn, len(topo.Hosts))}
 	if err := h0.Do(func() (err error) {
@@ -308,7 +315,7 @@ func liuSockets(b *testing.B, topo *netns.Topology, spin time.Duration) *liuNets
 	for i := 1; i < len(topo.Hosts); i++ {
 		h := topo.Hosts[i]
 		k, err := startLiuKid(h, liuChildSpec{Self: i, IP: h.IP, Parent: net.JoinHostPort(h0.IP.String(), "7400"),
-			Spin: spin, CPU: liuChildCPU(i)})
+			Spin: spin, CPU: liuChildCPU(i), Pin: pin})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -46,6 +46,7 @@ type liuChildSpec struct {
 	Parent string        // the parent's UDP address, host:port
 	Spin   time.Duration // the ring's RxSpin (-1: no polling)
 	CPU    int           // cpupin rank: the CPU it is bound to among those allowed
+	Pin    bool          // bind it to CPU (and GOMAXPROCS 1); false: neither
 }
 
 // liuChild runs a child until its input ends; the exit code says how.
@@ -59,8 +60,10 @@ func liuChild(specJSON string, cmds io.Reader, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "liu child %d: %v\n", spec.Self, err)
 		return 1
 	}
-	if _, err := cpupin.Pin(spec.CPU); err != nil {
-		return fail(err)
+	if spec.Pin {
+		if _, err := cpupin.Pin(spec.CPU); err != nil {
+			return fail(err)
+		}
 	}
 	l, err := linkbench.OpenRing("ring-v2", "eth0", spec.Spin)
 	if err != nil {
@@ -207,8 +210,10 @@ func startLiuKid(h *netns.Host, spec liuChildSpec) (*liuKid, error) {
 		return nil, err
 	}
 	cmd := h.Command(context.Background(), exe, "-test.run=^$")
-	// One CPU: one P, as the runtime would size itself on a host of one.
-	cmd.Env = append(os.Environ(), liuChildEnv+"="+string(b), "GOMAXPROCS=1")
+	cmd.Env = append(os.Environ(), liuChildEnv+"="+string(b))
+	if spec.Pin { // one CPU: one P, as the runtime would size itself on a host of one
+		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
+	}
 	in, out, err := linkbench.StartReady(cmd, fmt.Sprintf("Liu child %d on %s", spec.Self, h.Namespace))
 	if err != nil {
 		return nil, err
