@@ -198,7 +198,7 @@ type liuKid struct {
 	out  *bufio.Reader
 }
 
-// startLiuKid starts the child for host index self and waits for its
+// startLiuKid starts the child spec describes on host h and waits for its
 // "ready".
 func startLiuKid(h *netns.Host, spec liuChildSpec) (*liuKid, error) {
 	b, err := json.Marshal(spec)
