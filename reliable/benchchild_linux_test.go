@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(benchChildEnv); spec != "" {
 		os.Exit(benchChild(spec, os.Stdin, os.Stdout))
 	}
+	if spec := os.Getenv(liuChildEnv); spec != "" {
+		os.Exit(liuChild(spec, os.Stdin, os.Stdout))
+	}
 	os.Exit(m.Run())
 }
 
