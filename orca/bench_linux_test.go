@@ -437,8 +437,9 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 // takes them). A write's Call waits for its own application, so one
 // caller has one write in flight: each member either starts its writes
 // with GoReuse from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
-// 256, "go"), or calls them from RBCAST_ORCA_CALLERS goroutines (default
-// 64, "callers"). Reported: medians of both rates and of the
+// 1024, "go": the raw sender's depth, its window of 64 requests of about
+// 20 bundled 64-byte messages each, and the call ring's size), or calls
+// them from RBCAST_ORCA_CALLERS goroutines (default 64, "callers"). Reported: medians of both rates and of the
 // per-repetition ratio (target: ≥ 0.8), and of the process's CPU time per
 // message and per write and their ratio (raw/orca: the rate ratio the
 // CPU alone would allow, steadier than the rates on a shared machine).
@@ -447,7 +448,7 @@ func BenchmarkOrcaThroughput(b *testing.B) {
 	topo := netnstest.Up(b, netns.Options{Hosts: orcaBenchHosts, Prefix: "rborate"})
 	d := benchSeconds(b)
 	callers := envPositive(b, "RBCAST_ORCA_CALLERS", 64)
-	inFlight := envPositive(b, "RBCAST_ORCA_INFLIGHT", 256)
+	inFlight := envPositive(b, "RBCAST_ORCA_INFLIGHT", 1024)
 	type way struct {
 		name              string
 		callers, inFlight int
