@@ -153,16 +153,10 @@ type benchKid struct {
 // startBenchChild starts a receiver process for member self on host h and
 // waits for its "ready".
 func startBenchChild(h *netns.Host, spec benchChildSpec) (*benchKid, error) {
-	b, err := json.Marshal(spec)
+	cmd, err := childCommand(h, benchChildEnv, spec)
 	if err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := h.Command(context.Background(), exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchChildEnv+"="+string(b))
 	in, out, err := linkbench.StartReady(cmd, "bench child on "+h.Namespace)
 	if err != nil {
 		return nil, err
@@ -264,4 +258,21 @@ func runGoodputProcs(tb testing.TB, topo *netns.Topology, o goodputOpts, d time.
 	res.elapsed = time.Unix(0, doneAt).Sub(start)
 	res.msgs = res.bytes / uint64(max(size, 1))
 	return res
+}
+
+// childCommand is this test binary run again on host h as a child
+// process: running no test, it finds spec, as JSON, in the environment
+// variable env (TestMain hands it to the child's code).
+func childCommand(h *netns.Host, env string, spec any) (*exec.Cmd, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := h.Command(context.Background(), exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(b))
+	return cmd, nil
 }

@@ -201,16 +201,10 @@ type liuKid struct {
 // startLiuKid starts the child spec describes on host h and waits for its
 // "ready".
 func startLiuKid(h *netns.Host, spec liuChildSpec) (*liuKid, error) {
-	b, err := json.Marshal(spec)
+	cmd, err := childCommand(h, liuChildEnv, spec)
 	if err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := h.Command(context.Background(), exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), liuChildEnv+"="+string(b))
 	if spec.Pin { // one CPU: one P, as the runtime would size itself on a host of one
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
 	}

@@ -583,12 +583,7 @@ func newScenario(seed uint64, level Level) scenario {
 		s.batch = time.Duration(1+r.IntN(5)) * time.Millisecond
 	}
 	s.level = level
-	if level == Ordered {
-		s.level = Agreed
-		if r.IntN(2) == 0 {
-			s.level = Safe
-		}
-	}
+	s.level = drawOrdered(r, level)
 	s.deaf = r.IntN(4) == 0 // drawn last: the draws above keep their seeds
 	return s
 }
@@ -1298,12 +1293,7 @@ func leaveAtChangeScenario(seed uint64, level Level) scenario {
 	}
 	s.crashAt = time.Duration(250+r.IntN(300)) * time.Millisecond
 	s.leaveAfter = 400*time.Millisecond + time.Duration(r.IntN(8000)-4000)*time.Microsecond
-	if level == Ordered {
-		s.level = Agreed
-		if r.IntN(2) == 0 {
-			s.level = Safe
-		}
-	}
+	s.level = drawOrdered(r, level)
 	return s
 }
 
@@ -1320,12 +1310,7 @@ func exitScenario(seed uint64, level Level) scenario {
 	r := rand.New(rand.NewPCG(seed, 0xe417))
 	s := scenario{seed: seed, founders: 2 + r.IntN(3), msgs: uint32(5 + r.IntN(40)), loss: 0.05, exit: true, level: level}
 	s.exitAt = time.Duration(220+r.IntN(200)) * time.Millisecond
-	if level == Ordered {
-		s.level = Agreed
-		if r.IntN(2) == 0 {
-			s.level = Safe
-		}
-	}
+	s.level = drawOrdered(r, level)
 	return s
 }
 
@@ -1340,3 +1325,15 @@ func Seed(t *testing.T, level Level, seed uint64) {
 }
 
 func seedCount(t *testing.T) int { return seeds.Count(t, 1000, 100) }
+
+// drawOrdered is level, or for Ordered one of Agreed and Safe drawn from
+// r (one draw, so that the draws after it keep their seeds).
+func drawOrdered(r *rand.Rand, level Level) Level {
+	if level != Ordered {
+		return level
+	}
+	if r.IntN(2) == 0 {
+		return Safe
+	}
+	return Agreed
+}
