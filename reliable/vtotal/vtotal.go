@@ -98,9 +98,6 @@ const (
 	kindOrder = 2 // kind, view u32, then entries: member u16, counter u32
 )
 
-// kindDataHead is a data message's header (ProposeFramed).
-var kindDataHead = []byte{kindData}
-
 const (
 	dataHeader  = 1
 	orderHeader = 5
@@ -199,7 +196,9 @@ type Core struct {
 	// where this member's next message out lies in its frames of the
 	// view: frame seq, and the offset in a bundled frame's body.
 	framer framer
-	cur    struct {
+	// dataHead is a data message's header, kindData (ProposeFramed).
+	dataHead [1]byte
+	cur      struct {
 		seq uint32
 		off int
 	}
@@ -240,6 +239,7 @@ func New(in Inner) *Core {
 	c.pinner, _ = in.(pinner)
 	if c.pinner != nil {
 		c.framer, _ = in.(framer)
+		c.dataHead[0] = kindData
 	}
 	return c
 }
@@ -298,7 +298,7 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 	if c.framer != nil {
 		// The FIFO group writes the kind byte and m into its frame, and
 		// this member delivers m from there (noteOut).
-		if err := c.framer.ProposeFramed(now, kindDataHead, m); err != nil {
+		if err := c.framer.ProposeFramed(now, c.dataHead[:], m); err != nil {
 			return err
 		}
 		c.mine = append(c.mine, own{framed: true})
