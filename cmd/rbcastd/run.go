@@ -437,6 +437,12 @@ func ringSpin(spin time.Duration) time.Duration {
 	return spin
 }
 
+// filesLinkHook, when set, wraps the files' link as soon as it is open
+// (before a capture does), given the frames' EtherType. rbcastd leaves it
+// nil; the test binary, run as rbcastd, sets it to receive files as an
+// rbcastd from before offers without a hash did (oldreceiver_test.go).
+var filesLinkHook func(l link.Link, etherType uint16) link.Link
+
 func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var f runFlags
 	fs := runFlagSet(&f, stderr)
@@ -503,6 +509,9 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
+		}
+		if filesLinkHook != nil {
+			fl = filesLinkHook(fl, cmp.Or(dc.Group.EtherType, frame.EtherType))
 		}
 		dc.Files.Link = fl
 		defer func() { dc.Files.Link.Close() }() // the capture's wrapper, once wrapped
