@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/netyield"
 )
 
 // TestRxSpin: with Config.RxSpin a receiver that polls the ring before
@@ -151,6 +152,60 @@ func TestRxSpin(t *testing.T) {
 					t.Errorf("with GOMAXPROCS=1 %d of %d spinning Recvs let the poller's goroutine send the frame they found; want most", spun, tries)
 				}
 				t.Logf("%d of %d spinning Recvs found their frame while spinning", spun, tries)
+			})
+			t.Run("one P beside another poll", func(t *testing.T) {
+				// With GOMAXPROCS=1 and another goroutine polling (as a
+				// daemon's poll of a client does), the spin leaves the
+				// sched_yield to that poll (netyield.GiveCPU) and still
+				// ends after RxSpin: a frame sent 200 ms after Recv began,
+				// long after a 2 ms spin, is found by the netpoller.
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: 2 * time.Millisecond, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				stop, polled := make(chan struct{}), make(chan int)
+				go func() {
+					n := 0
+					for {
+						select {
+						case <-stop:
+							polled <- n
+							return
+						default:
+						}
+						m := netyield.Mark()
+						netyield.Yield()
+						netyield.GiveCPU(m)
+						n++
+					}
+				}()
+				sent := make(chan error, 1)
+				go func() {
+					time.Sleep(200 * time.Millisecond)
+					size := frameLen(7, tx.MTU())
+					_, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, 7, size)})
+					sent <- err
+				}()
+				found := rx.spinFound
+				rx.spinOff = time.Time{}
+				frames := make([]Frame, 4)
+				n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
+				close(stop)
+				looks := <-polled
+				if err != nil || n != 1 {
+					t.Fatalf("Recv = %d, %v", n, err)
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+				if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != 7 {
+					t.Fatalf("received frame %d (%v), want 7", got, err)
+				}
+				if rx.spinFound != found {
+					t.Errorf("a 2 ms spin beside another poll found a frame sent after 200 ms: it did not end")
+				}
+				if looks == 0 {
+					t.Errorf("the other poll never ran while Recv spun and slept")
+				}
 			})
 			t.Run("idle", func(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and
