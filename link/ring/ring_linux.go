@@ -764,6 +764,9 @@ const (
 // hands the core to another process's turn, which is worth waiting for
 // rather than sleeping; backing off at RxSpin lost most of the spin's gain
 // (docs/benchmarks-history.md, "Polling the ring before sleeping").
+// giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
+var giveCPU = netyield.GiveCPU
+
 func (l *Link) spin(deadline time.Time) bool {
 	now := time.Now()
 	if now.Before(l.spinOff) {
@@ -796,7 +799,7 @@ func (l *Link) spin(deadline time.Time) bool {
 		// "Where a 4-process jacobi iteration goes"). Not when another
 		// poll of this process at one P gave the CPU away during the
 		// Yield: that time away was then ours too.
-		if !netyield.GiveCPU(mark) {
+		if !giveCPU(mark) {
 			spent += t0.Sub(ty)
 			continue
 		}
