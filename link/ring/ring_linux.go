@@ -741,6 +741,9 @@ const (
 	spinPauseMax  = time.Second
 )
 
+// giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
+var giveCPU = netyield.GiveCPU
+
 // spin looks at the next slot or block until it is ours (true), for at
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
 // sleeps in the netpoller, which also reports the deadline or Close).
@@ -764,9 +767,6 @@ const (
 // hands the core to another process's turn, which is worth waiting for
 // rather than sleeping; backing off at RxSpin lost most of the spin's gain
 // (docs/benchmarks-history.md, "Polling the ring before sleeping").
-// giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
-var giveCPU = netyield.GiveCPU
-
 func (l *Link) spin(deadline time.Time) bool {
 	now := time.Now()
 	if now.Before(l.spinOff) {
