@@ -306,8 +306,9 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			r.wasReady = true
 			return true
 		}
+		mark := netyield.Mark()
 		netyield.Yield()
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		netyield.GiveCPU(mark)
 		if away := time.Since(now); away > max(r.spin, spinContended) {
 			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)
 			r.off = now.Add(away).Add(r.pause)

@@ -3,8 +3,6 @@ package localapi
 import (
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rbcast/rbcast/link/netyield"
 )
 
@@ -38,8 +36,9 @@ func (s *spinner) yield() bool {
 		s.pause /= 2
 		return false
 	}
+	mark := netyield.Mark()
 	netyield.Yield()
-	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	netyield.GiveCPU(mark)
 	if away := time.Since(now); away > max(s.d, spinContended) {
 		s.pause = min(max(2*s.pause, spinPauseMin), spinPauseMax)
 		s.off = now.Add(away).Add(s.pause)

@@ -25,6 +25,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -58,6 +59,29 @@ func YieldPoller() {
 		return
 	}
 	put(y)
+}
+
+// gave counts the sched_yields GiveCPU made in this process.
+var gave atomic.Uint64
+
+// Mark is taken before a Yield that GiveCPU follows.
+func Mark() uint64 { return gave.Load() }
+
+// GiveCPU gives the CPU to other processes (sched_yield), unless the
+// process has one P and another of its goroutines gave it away since
+// mark (during the Yield after Mark). Two polls of one process at one P
+// (a ring's spin and a client's) then give the CPU away once a round of
+// their looks, not once a look each: every process switch costs the
+// pollers of the other processes a turn. It reports whether it yielded.
+// With more Ps the goroutines run on threads of their own, and each
+// yields.
+func GiveCPU(mark uint64) bool {
+	if gave.Load() != mark && runtime.GOMAXPROCS(0) == 1 {
+		return false
+	}
+	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	gave.Add(1)
+	return true
 }
 
 // yielder is one eventfd in the runtime's poller. A yielder is used by

@@ -107,3 +107,51 @@ func BenchmarkYield(b *testing.B) {
 		}
 	})
 }
+
+// gives has goroutines polls poll at once, each looks times with Mark,
+// Yield and GiveCPU between looks, and returns how many of the
+// GiveCPUs gave the CPU away.
+func gives(polls, looks int) int {
+	var n atomic.Int64
+	done := make(chan struct{})
+	for range polls {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range looks {
+				m := Mark()
+				Yield()
+				if GiveCPU(m) {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	for range polls {
+		<-done
+	}
+	return int(n.Load())
+}
+
+// With one P, two polls of one process that take turns give the CPU to
+// other processes about once a round of their looks, not once a look
+// each; a poll alone, and polls with several Ps, give it every look.
+func TestGiveCPUOnceARound(t *testing.T) {
+	const looks = 400
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		if n := gives(1, looks); n != looks {
+			t.Errorf("one poll at GOMAXPROCS=1 gave the CPU away %d times in %d looks, want every look", n, looks)
+		}
+		// Most rounds are one look of each poll; a garbage collection
+		// or a timer may run one poll twice in a row.
+		if n := gives(2, looks); n > looks*5/4 || n < looks/2 {
+			t.Errorf("two polls at GOMAXPROCS=1 gave the CPU away %d times in 2 × %d looks, want about %d (one a round)", n, looks, looks)
+		}
+	}()
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+		if n := gives(2, looks); n != 2*looks {
+			t.Errorf("two polls at GOMAXPROCS=2 gave the CPU away %d times in 2 × %d looks, want every look", n, looks)
+		}
+	}()
+}

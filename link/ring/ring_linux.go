@@ -741,6 +741,9 @@ const (
 	spinPauseMax  = time.Second
 )
 
+// giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
+var giveCPU = netyield.GiveCPU
+
 // spin looks at the next slot or block until it is ours (true), for at
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
 // sleeps in the netpoller, which also reports the deadline or Close).
@@ -776,6 +779,7 @@ func (l *Link) spin(deadline time.Time) bool {
 			l.spinFound++
 			return true
 		}
+		mark, ty := netyield.Mark(), time.Now()
 		netyield.Yield()
 		if l.rxReady() {
 			l.spinPause /= 2
@@ -787,13 +791,18 @@ func (l *Link) spin(deadline time.Time) bool {
 			l.spinPause /= 2
 			return false
 		}
-		// RawSyscall, not Syscall: sched_yield never blocks, and Syscall's
-		// entersyscall lets sysmon take this thread's P when the other
-		// process on the core keeps the CPU past 20 µs, start another
+		// sched_yield, by RawSyscall, not Syscall: it never blocks, and
+		// Syscall's entersyscall lets sysmon take this thread's P when the
+		// other process on the core keeps the CPU past 20 µs, start another
 		// thread (which then sleeps in epoll and is woken by every frame)
 		// and move the loop between threads (docs/benchmarks-history.md,
-		// "Where a 4-process jacobi iteration goes").
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		// "Where a 4-process jacobi iteration goes"). Not when another
+		// poll of this process at one P gave the CPU away during the
+		// Yield: that time away was then ours too.
+		if !giveCPU(mark) {
+			spent += t0.Sub(ty)
+			continue
+		}
 		t1 := time.Now()
 		if away := t1.Sub(t0); away <= max(l.cfg.RxSpin, spinContended) {
 			spent += away

@@ -152,6 +152,42 @@ func TestRxSpin(t *testing.T) {
 				}
 				t.Logf("%d of %d spinning Recvs found their frame while spinning", spun, tries)
 			})
+			t.Run("CPU given by another poll", func(t *testing.T) {
+				// At one P another poll of the process (a daemon's read
+				// of a client) may give the CPU away during each of the
+				// spin's Yields; the spin then gives it no more
+				// (netyield.GiveCPU) and still ends after RxSpin, the
+				// Yields' time counted: a frame sent 200 ms after Recv
+				// began, long after a 2 ms spin, is found by the
+				// netpoller, not by the spin.
+				defer func(g func(uint64) bool) { giveCPU = g }(giveCPU)
+				giveCPU = func(uint64) bool { return false }
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: 2 * time.Millisecond, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				sent := make(chan error, 1)
+				go func() {
+					time.Sleep(200 * time.Millisecond)
+					size := frameLen(7, tx.MTU())
+					_, err := tx.Send([][]byte{buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, 7, size)})
+					sent <- err
+				}()
+				found := rx.spinFound
+				rx.spinOff = time.Time{}
+				frames := make([]Frame, 4)
+				n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
+				if err != nil || n != 1 {
+					t.Fatalf("Recv = %d, %v", n, err)
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+				if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != 7 {
+					t.Fatalf("received frame %d (%v), want 7", got, err)
+				}
+				if rx.spinFound != found {
+					t.Errorf("a 2 ms spin that never yielded the CPU itself found a frame sent after 200 ms: it did not end")
+				}
+			})
 			t.Run("idle", func(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and
 				// ended at its deadline with nothing read has the next one
