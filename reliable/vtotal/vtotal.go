@@ -295,9 +295,12 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 	if len(m) > c.info.MaxMessage {
 		return &core.TooLargeError{Size: len(m), Max: c.info.MaxMessage}
 	}
-	if c.framer != nil {
+	if c.framer != nil && !c.safe {
 		// The FIFO group writes the kind byte and m into its frame, and
-		// this member delivers m from there (noteOut).
+		// this member delivers m from there (noteOut). Not under Safe:
+		// there a message is delivered only once every member holds it,
+		// after its frame became stable, so PBP would often have to give
+		// the frame's history slot a new buffer while the pin lasts.
 		if err := c.framer.ProposeFramed(now, c.dataHead[:], m); err != nil {
 			return err
 		}
