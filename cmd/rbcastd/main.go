@@ -42,9 +42,8 @@ func main() {
 
 // onePClients are the clients that run on one Go P: their connection's
 // reads and their own loop hand off to each other as the daemon's
-// goroutines do, and one P took the FIFO ping from 38 to 27 µs and total
-// order's from 63 to 45 µs (docs/local-api.md, "One P per daemon, the
-// default").
+// goroutines do (docs/local-api.md, "One P per daemon, the default", has
+// the measurements).
 var onePClients = map[string]bool{"bench": true, "send": true, "recv": true}
 
 // clientProcs sets one P for the commands of onePClients unless the
