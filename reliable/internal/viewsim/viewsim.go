@@ -1215,11 +1215,17 @@ func (l Level) String() string {
 // the seed, its scenario and the command that re-runs it (pkg is the
 // calling test's package path, test its name).
 func Seeds(t *testing.T, level Level, pkg, test string) {
-	n := seedCount(t)
+	runSeeds(t, seedCount(t), pkg, test, func(seed uint64) scenario { return newScenario(seed, level) })
+}
+
+// runSeeds runs the scenarios of seeds 1 to n, each a parallel subtest
+// checked by the churn simulation's checkers; a failure names the seed,
+// its scenario and the command that re-runs it.
+func runSeeds(t *testing.T, n int, pkg, test string, scenarioOf func(seed uint64) scenario) {
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			s := newScenario(seed, level)
+			s := scenarioOf(seed)
 			r := runScenario(t, s)
 			if err := r.verdict(s); err != nil {
 				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
@@ -1234,23 +1240,7 @@ func Seeds(t *testing.T, level Level, pkg, test string) {
 // others, at a time drawn per seed. The checkers are the churn
 // simulation's (leaversDelivered among them).
 func ExitSeeds(t *testing.T, level Level, pkg, test string) {
-	n := seedCount(t)
-	if os.Getenv("RBCAST_SEEDS") == "" {
-		n = 300
-		if testing.Short() {
-			n = 50
-		}
-	}
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			s := exitScenario(seed, level)
-			r := runScenario(t, s)
-			if err := r.verdict(s); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
-			}
-		})
-	}
+	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return exitScenario(seed, level) })
 }
 
 // LeaveAtChangeSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with
@@ -1260,13 +1250,7 @@ func ExitSeeds(t *testing.T, level Level, pkg, test string) {
 // change's Prepare. Besides the churn simulation's checkers, nobody else
 // may stop (four or five keep a majority with one crashed and one left).
 func LeaveAtChangeSeeds(t *testing.T, level Level, pkg, test string) {
-	n := seedCount(t)
-	if os.Getenv("RBCAST_SEEDS") == "" {
-		n = 300
-		if testing.Short() {
-			n = 50
-		}
-	}
+	n := seeds.Count(t, 300, 50)
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
