@@ -307,3 +307,18 @@ func TestCommittedReports(t *testing.T) {
 		t.Errorf("%d figures, missing %v", len(figs), missing)
 	}
 }
+
+// A files table with no tool's column is refused by name, not drawn as
+// empty panels.
+func TestFilesReportWithoutTools(t *testing.T) {
+	in := "### Files to every member, time against receivers (IBRMP fig. 5a): one file of 50 MB\n\n" +
+		"| MTU | rx | loss | ftp |\n|---|---|---|---|\n| 1500 | 1 | 0 | 0.5 |\n| 1500 | 2 | 0 | 0.6 |\n"
+	r, err := Parse(strings.NewReader(in), "nofiles.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Figures([]*Report{r})
+	if err == nil || !strings.Contains(err.Error(), "nofiles.md: the files table") || !strings.Contains(err.Error(), "has no tool's column; want one of rbcast, uftp, udpcast, tcp") {
+		t.Fatalf("Figures: %v; want the files table refused for having no tool's column", err)
+	}
+}

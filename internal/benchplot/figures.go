@@ -296,6 +296,15 @@ func small(f *Figure, t *Table) error {
 		return err
 	}
 	f.Caption = "One sender, 64-byte messages: messages/s at the slowest receiver against receivers (log scale; TCP is its byte rate ÷ 64)"
+	ss := []series{{"PBP2", "PBP2"}, {"PBP2 BundleDelay 100µs", "PBP2 bundling"}, {"PBP1", "PBP1"}, {"TCP fan-out (bytes ÷ 64)", "TCP"}}
+	return mtuLossGrid(f, t, colRx, ss, panelOpts{xLabel: "receivers", yLabel: "messages/s", logY: true}, nil)
+}
+
+// mtuLossGrid draws a panel per MTU (columns) and per loss lossRows shows
+// (rows), each with the series of ss the table has against xCol; then
+// finish, if not nil, sees each panel and its lines (an error ends the
+// figure).
+func mtuLossGrid(f *Figure, t *Table, xCol string, ss []series, opts panelOpts, finish func(p *plot.Plot, lines []*line) error) error {
 	mtus, err := t.keys(colMTU, t.headingMTU())
 	if err != nil {
 		return err
@@ -304,7 +313,6 @@ func small(f *Figure, t *Table) error {
 	if err != nil {
 		return err
 	}
-	ss := []series{{"PBP2", "PBP2"}, {"PBP2 BundleDelay 100µs", "PBP2 bundling"}, {"PBP1", "PBP1"}, {"TCP fan-out (bytes ÷ 64)", "TCP"}}
 	for _, loss := range lossRows(losses) {
 		var row []*plot.Plot
 		for _, mtu := range mtus {
@@ -319,12 +327,19 @@ func small(f *Figure, t *Table) error {
 					lines, cols = append(lines, newLine(s)), append(cols, s.col)
 				}
 			}
-			if err := t.fill(rows, colRx, lines, cols); err != nil {
+			if err := t.fill(rows, xCol, lines, cols); err != nil {
 				return err
 			}
-			p, err := panel(panelOpts{title: fmt.Sprintf("%s, %s", mtuTitle(mtu), lossTitle(loss)), xLabel: "receivers", yLabel: "messages/s", logY: true}, lines)
+			o := opts
+			o.title = fmt.Sprintf("%s, %s", mtuTitle(mtu), lossTitle(loss))
+			p, err := panel(o, lines)
 			if err != nil {
 				return err
+			}
+			if finish != nil {
+				if err := finish(p, lines); err != nil {
+					return err
+				}
 			}
 			f.addLegend(lines)
 			row = append(row, p)
@@ -434,42 +449,8 @@ func allToAll(f *Figure, t *Table) error {
 		return err
 	}
 	f.Caption = "All-to-all, largest messages: MB/s received by the slowest member from all others against members (log scale; raw ring is the members' mean)"
-	mtus, err := t.keys(colMTU, t.headingMTU())
-	if err != nil {
-		return err
-	}
-	losses, err := t.keys(colLoss, 0)
-	if err != nil {
-		return err
-	}
 	ss := []series{{colRaw, "raw ring"}, {"PBP2", "PBP2"}, {"PBP1", "PBP1"}, {"TCP mesh", "TCP"}}
-	for _, loss := range lossRows(losses) {
-		var row []*plot.Plot
-		for _, mtu := range mtus {
-			rows, err := t.where(cond{colMTU, mtu}, cond{colLoss, loss})
-			if err != nil {
-				return err
-			}
-			var lines []*line
-			var cols []string
-			for _, s := range ss {
-				if t.Col(s.col) >= 0 {
-					lines, cols = append(lines, newLine(s)), append(cols, s.col)
-				}
-			}
-			if err := t.fill(rows, colN, lines, cols); err != nil {
-				return err
-			}
-			p, err := panel(panelOpts{title: fmt.Sprintf("%s, %s", mtuTitle(mtu), lossTitle(loss)), xLabel: "members", yLabel: "MB/s", logY: true}, lines)
-			if err != nil {
-				return err
-			}
-			f.addLegend(lines)
-			row = append(row, p)
-		}
-		f.panels = append(f.panels, row)
-	}
-	return nil
+	return mtuLossGrid(f, t, colN, ss, panelOpts{xLabel: "members", yLabel: "MB/s", logY: true}, nil)
 }
 
 // latency: p50 and p99 bars per system, with the range over repetitions.
@@ -572,43 +553,11 @@ func filesReceivers(f *Figure, t *Table) error {
 		return err
 	}
 	f.Caption = "One file to every member (IBRMP fig. 5a): seconds until every receiver holds it against receivers"
-	mtus, err := t.keys(colMTU, t.headingMTU())
-	if err != nil {
-		return err
-	}
-	losses, err := t.keys(colLoss, 0)
-	if err != nil {
-		return err
-	}
-	for _, loss := range lossRows(losses) {
-		var row []*plot.Plot
-		for _, mtu := range mtus {
-			rows, err := t.where(cond{colMTU, mtu}, cond{colLoss, loss})
-			if err != nil {
-				return err
-			}
-			var lines []*line
-			var cols []string
-			for _, s := range filesSeries {
-				if t.Col(s.col) >= 0 {
-					lines, cols = append(lines, newLine(s)), append(cols, s.col)
-				}
-			}
-			if len(lines) == 0 {
-				return fmt.Errorf("%s: the files table (%q) has no tool's column; want one of rbcast, uftp, udpcast, tcp", t.src, t.Heading)
-			}
-			if err := t.fill(rows, colRx, lines, cols); err != nil {
-				return err
-			}
-			p, err := panel(panelOpts{title: fmt.Sprintf("%s, %s", mtuTitle(mtu), lossTitle(loss)), xLabel: "receivers", yLabel: "seconds"}, lines)
-			if err != nil {
-				return err
-			}
-			p.Y.Min = 0
-			f.addLegend(lines)
-			row = append(row, p)
+	return mtuLossGrid(f, t, colRx, filesSeries, panelOpts{xLabel: "receivers", yLabel: "seconds"}, func(p *plot.Plot, lines []*line) error {
+		if len(lines) == 0 {
+			return fmt.Errorf("%s: the files table (%q) has no tool's column; want one of rbcast, uftp, udpcast, tcp", t.src, t.Heading)
 		}
-		f.panels = append(f.panels, row)
-	}
-	return nil
+		p.Y.Min = 0
+		return nil
+	})
 }
