@@ -46,6 +46,9 @@ func main() {
 // the measurements).
 var onePClients = map[string]bool{"bench": true, "send": true, "recv": true}
 
+// onePNote ends the help of onePClients' commands.
+const onePNote = "\nRuns on one Go P (GOMAXPROCS=1), as the daemon does by default, unless\nGOMAXPROCS is set in the environment.\n"
+
 // clientProcs sets one P for the commands of onePClients unless the
 // environment has GOMAXPROCS, and reports whether it did. (run has
 // -procs.)
@@ -174,6 +177,9 @@ func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rbcastd "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if onePClients[name] {
+		text += onePNote
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: rbcastd %s %s\n\n%s\nflags:\n", name, synopsis, text)
 		fs.PrintDefaults()
