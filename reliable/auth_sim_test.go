@@ -224,13 +224,14 @@ func TestAuthRogueStation(t *testing.T) {
 		total.UnknownKey += s.UnknownKey
 		total.EarlierIncarnation += s.EarlierIncarnation
 		total.TooOld += s.TooOld
+		total.Own += s.Own
 	}
 	// Every attack frame reaches every member (no loss on the rogue's
 	// way out, 3% in): each is dropped unless lost.
 	if min := uint64(float64(len(attack)*n) * 0.9); dropped < min {
 		t.Errorf("members dropped %d frames of %d×%d attacking (%+v)", dropped, len(attack), n, total)
 	}
-	if total.Replay+total.TooOld == 0 || total.BadTag == 0 || total.UnknownKey+total.BadTag == 0 || total.EarlierIncarnation+total.Replay == 0 {
+	if total.Replay+total.TooOld == 0 || total.BadTag == 0 || total.UnknownKey+total.BadTag == 0 || total.EarlierIncarnation+total.Replay == 0 || total.Own == 0 {
 		t.Errorf("a kind of attack went uncounted: %+v", total)
 	}
 	t.Logf("attack frames %d, dropped %d: %+v", len(attack), dropped, total)

@@ -1119,7 +1119,7 @@ func authLine(a *daemon.AuthStatus) string {
 		enc = ", encrypted"
 	}
 	var drops []string
-	for _, r := range []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"} {
+	for _, r := range daemon.AuthReasons {
 		if n := a.Dropped[r]; n > 0 {
 			drops = append(drops, fmt.Sprintf("%s %d", r, n))
 		}

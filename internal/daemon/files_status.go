@@ -249,7 +249,7 @@ var (
 	descFilesRate    = prometheus.NewDesc("rbcastd_file_receive_rate_bytes", "Bytes per second a receiver of a file under way gained over the last second.", []string{"sender", "file", "receiver"}, nil)
 	// The files' link's authentication, beside the group's
 	// rbcastd_auth_*: the same reasons.
-	descFilesAuthDropped  = prometheus.NewDesc("rbcastd_files_auth_dropped_frames_total", "Frames of the files' link dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation; and no_key: frames with a tag dropped by a daemon without a key.", []string{"reason"}, nil)
+	descFilesAuthDropped  = prometheus.NewDesc("rbcastd_files_auth_dropped_frames_total", "Frames of the files' link dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation, own; and no_key: frames with a tag dropped by a daemon without a key.", []string{"reason"}, nil)
 	descFilesAuthVerified = prometheus.NewDesc("rbcastd_files_auth_verified_frames_total", "Frames of the files' link whose authentication tag verified (-key-file).", nil, nil)
 )
 
@@ -277,7 +277,7 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descFilesStored, counter, float64(k.StoredBytes))
 	if a := fs.Auth; a != nil {
-		for _, r := range authReasons {
+		for _, r := range AuthReasons {
 			ch <- prometheus.MustNewConstMetric(descFilesAuthDropped, counter, float64(a.Dropped[r]), r)
 		}
 		ch <- prometheus.MustNewConstMetric(descFilesAuthVerified, counter, float64(a.Verified))

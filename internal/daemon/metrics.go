@@ -104,7 +104,7 @@ var (
 	descSelfDelivery  = prometheus.NewDesc("rbcastd_self_delivery_latency_seconds", "Delivery latency of this member's own messages under -order total: from the group accepting one to its delivery back here, in its place of the total order.", nil, nil)
 	descPairNacks     = prometheus.NewDesc("rbcastd_pair_nacks_total", "Repair requests (NACKs; under -order total, retransmission requests to the sequencer) from receiver to sender, as this member sent or received them.", []string{"sender", "receiver"}, nil)
 	descPairRetx      = prometheus.NewDesc("rbcastd_pair_retransmitted_frames_total", "Frames retransmitted from sender to receiver (receiver \"all\": to the whole group), as this member sent or received them.", []string{"sender", "receiver"}, nil)
-	descAuthDropped   = prometheus.NewDesc("rbcastd_auth_dropped_frames_total", "Frames dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation.", []string{"reason"}, nil)
+	descAuthDropped   = prometheus.NewDesc("rbcastd_auth_dropped_frames_total", "Frames dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation, own.", []string{"reason"}, nil)
 	descAuthVerified  = prometheus.NewDesc("rbcastd_auth_verified_frames_total", "Frames whose authentication tag verified (-key-file).", nil, nil)
 	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused).", []string{"kind"}, nil)
 	descDropped       = prometheus.NewDesc("rbcastd_dropped_frames_total", "Received frames dropped before the protocol, by reason.", []string{"reason"}, nil)
@@ -164,12 +164,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDropped, counter, float64(r.n), r.reason)
 	}
 	if a := st.Auth; a != nil {
-		for _, r := range []struct {
-			reason string
-			n      uint64
-		}{{"unauthenticated", a.Unauthenticated}, {"algorithm", a.Algorithm}, {"unknown_key", a.UnknownKey}, {"bad_tag", a.BadTag},
-			{"replay", a.Replay}, {"too_old", a.TooOld}, {"earlier_incarnation", a.EarlierIncarnation}} {
-			ch <- prometheus.MustNewConstMetric(descAuthDropped, counter, float64(r.n), r.reason)
+		dropped := authStatus(a).Dropped
+		for _, r := range AuthReasons {
+			ch <- prometheus.MustNewConstMetric(descAuthDropped, counter, float64(dropped[r]), r)
 		}
 		ch <- prometheus.MustNewConstMetric(descAuthVerified, counter, float64(a.Verified))
 	}

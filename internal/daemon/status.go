@@ -427,16 +427,16 @@ func selfReason(events []reliable.Event) string {
 	return "left"
 }
 
-// authReasons are the reasons of AuthStatus.Dropped, as status and the
+// AuthReasons are the reasons of AuthStatus.Dropped, as status and the
 // metrics list them.
-var authReasons = []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation"}
+var AuthReasons = []string{"unauthenticated", "algorithm", "unknown_key", "bad_tag", "replay", "too_old", "earlier_incarnation", "own"}
 
 // authStatus is a's keys and counters, without the key changes.
 func authStatus(a *auth.Stats) *AuthStatus {
 	s := &AuthStatus{Active: fmt.Sprintf("%016x", a.Active), ActiveID: uint8(a.Active >> 56), Rotating: len(a.Accepted) > 1,
 		Encrypt: a.Encrypt, Sent: a.Sent, Verified: a.Verified,
 		Dropped: map[string]uint64{"unauthenticated": a.Unauthenticated, "algorithm": a.Algorithm, "unknown_key": a.UnknownKey,
-			"bad_tag": a.BadTag, "replay": a.Replay, "too_old": a.TooOld, "earlier_incarnation": a.EarlierIncarnation},
+			"bad_tag": a.BadTag, "replay": a.Replay, "too_old": a.TooOld, "earlier_incarnation": a.EarlierIncarnation, "own": a.Own},
 		MismatchesSent: a.MismatchesSent, MismatchesReceived: a.MismatchesReceived}
 	for _, fp := range a.Accepted {
 		s.Accepted = append(s.Accepted, fmt.Sprintf("%016x", fp))

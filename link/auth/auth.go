@@ -107,6 +107,8 @@ const (
 	dropReplay
 	dropOld
 	dropEarlier
+	dropOwn
+	numReasons
 )
 
 // Stats are a Link's counters.
@@ -119,8 +121,11 @@ type Stats struct {
 	// bit with its CRC recomputed, another key with the same id); a
 	// counter seen before (a replay); a counter behind the window; a
 	// frame of an incarnation of its sender that is older than one heard
-	// since.
-	Unauthenticated, Algorithm, UnknownKey, BadTag, Replay, TooOld, EarlierIncarnation uint64
+	// since; a frame of this station's own member id from its own MAC (no
+	// link hands a station its own frames back, so it was sent again by
+	// someone else: a replay its window could not catch, as a station
+	// keeps no window of its own stream).
+	Unauthenticated, Algorithm, UnknownKey, BadTag, Replay, TooOld, EarlierIncarnation, Own uint64
 	// MismatchesSent and MismatchesReceived count KeyMismatch frames.
 	MismatchesSent, MismatchesReceived uint64
 	// Active is the fingerprint of the key frames are sent with;
@@ -133,12 +138,12 @@ type Stats struct {
 
 // Dropped sums the drops.
 func (s Stats) Dropped() uint64 {
-	return s.Unauthenticated + s.Algorithm + s.UnknownKey + s.BadTag + s.Replay + s.TooOld + s.EarlierIncarnation
+	return s.Unauthenticated + s.Algorithm + s.UnknownKey + s.BadTag + s.Replay + s.TooOld + s.EarlierIncarnation + s.Own
 }
 
 type counters struct {
 	sent, verified                 atomic.Uint64
-	drops                          [dropEarlier + 1]atomic.Uint64
+	drops                          [numReasons]atomic.Uint64
 	mismatchSent, mismatchReceived atomic.Uint64
 }
 

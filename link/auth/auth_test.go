@@ -28,6 +28,8 @@ type fake struct {
 	queue [][]byte
 	sent  [][]byte
 	rxbuf [][]byte
+	// outgoing marks every frame Recv returns link.Frame.Outgoing.
+	outgoing bool
 }
 
 func (w *wire) attach(mac byte) *fake {
@@ -51,7 +53,7 @@ func (f *fake) Send(frames [][]byte) (int, error) {
 func (f *fake) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	n := 0
 	for n < len(frames) && len(f.queue) > 0 {
-		frames[n] = link.Frame{Data: f.queue[0]}
+		frames[n] = link.Frame{Data: f.queue[0], Outgoing: f.outgoing}
 		f.queue = f.queue[1:]
 		n++
 	}
@@ -413,6 +415,48 @@ func TestEarlierIncarnation(t *testing.T) {
 		t.Fatalf("%d passed, stats %+v", len(got), b.Auth())
 	}
 	_ = a
+}
+
+// TestOwnReplayed: a station's own frames sent back to it by another
+// (replayed) are dropped and counted, though it keeps no replay window of
+// its own stream; an outgoing copy (link.Frame.Outgoing) and the frames
+// of another member on the same MAC still verify.
+func TestOwnReplayed(t *testing.T) {
+	w := &wire{}
+	fa, fb := w.attach(1), w.attach(2)
+	k := testKey(t, 1)
+	a, b := wrap(t, fa, k, false), wrap(t, fb, k, false)
+	for i := range 3 {
+		a.Send([][]byte{dataFrame(t, fa.mac, 4, 5, uint32(1+i), "mine")})
+	}
+	recvAll(t, b)
+	fa.queue = append(fa.queue, fa.sent[0], fa.sent[1])
+	if got := recvAll(t, a); len(got) != 0 {
+		t.Fatalf("own frames replayed: %d passed, stats %+v", len(got), a.Auth())
+	}
+	if s := a.Auth(); s.Own != 2 || s.Dropped() != 2 || s.Verified != 0 {
+		t.Fatalf("own frames replayed: stats %+v, want Own 2", s)
+	}
+	var de *DropError
+	if _, err := a.v.check(fa.sent[0], false); !errors.As(err, &de) || !strings.Contains(err.Error(), "own member id from its own MAC") {
+		t.Fatalf("check(own) = %v", err)
+	}
+
+	fa.outgoing = true
+	fa.queue = append(fa.queue, fa.sent[2])
+	if got := recvAll(t, a); len(got) != 1 || payloadOf(t, got[0]) != "mine" {
+		t.Fatalf("outgoing copy: %d passed, stats %+v", len(got), a.Auth())
+	}
+	fa.outgoing = false
+
+	c := wrap(t, w.attach(1), k, false) // another member behind the same MAC
+	c.Send([][]byte{dataFrame(t, fa.mac, 9, 5, 1, "theirs")})
+	if got := recvAll(t, a); len(got) != 1 || payloadOf(t, got[0]) != "theirs" {
+		t.Fatalf("another member on this MAC: %d passed, stats %+v", len(got), a.Auth())
+	}
+	if got := recvAll(t, b); len(got) != 1 {
+		t.Fatalf("b: %d frames of member 9", len(got))
+	}
 }
 
 // TestKeyMismatch: a joiner with another key is told so, and its Recv

@@ -158,7 +158,7 @@ func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 		}
 		kept := 0
 		for i := range frames[:n] {
-			keep, verified := a.keep(frames[i].Data)
+			keep, verified := a.keep(frames[i].Data, frames[i].Outgoing)
 			if !keep {
 				continue
 			}
@@ -186,8 +186,8 @@ func (a *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 const unauthLimit = 8
 
 // keep says whether a frame read goes up, and whether its tag verified.
-func (a *Link) keep(eth []byte) (keep, verified bool) {
-	f, err := a.v.check(eth)
+func (a *Link) keep(eth []byte, outgoing bool) (keep, verified bool) {
+	f, err := a.v.check(eth, outgoing)
 	if f == nil {
 		return true, false // not ours to judge: the stepper counts it
 	}
@@ -356,6 +356,9 @@ func (a *Link) ownKey(k *Key, s streamID) (cipher.AEAD, error) {
 	defer a.mu.Unlock()
 	if s != a.own {
 		a.own, a.keys = s, [2]derived{}
+		if s.mac == a.v.self {
+			a.v.own.Store(uint32(s.sender) + 1)
+		}
 	}
 	for _, d := range a.keys {
 		if d.aead != nil && d.fp == k.fp {

@@ -23,12 +23,13 @@ var reasonText = [...]string{
 	dropReplay:          "a replay (counter seen before)",
 	dropOld:             "a counter behind the replay window",
 	dropEarlier:         "an earlier incarnation of its sender",
+	dropOwn:             "this station's own member id from its own MAC (a replay)",
 }
 
 func (e *DropError) Error() string { return "auth: frame dropped: " + reasonText[e.reason] }
 func (e *DropError) Unwrap() error { return ErrDropped }
 
-var dropErrs = func() (m [dropEarlier + 1]*DropError) {
+var dropErrs = func() (m [numReasons]*DropError) {
 	for r := range m {
 		m[r] = &DropError{reason(r)}
 	}
@@ -56,6 +57,10 @@ type Verifier struct {
 	// to give up joining).
 	self       [6]byte
 	heardOther bool
+	// own is 1 + the member id of this station's own stream (0: it has
+	// sent nothing), set by its Link: a frame from self with that id was
+	// sent by this station, and heard back it is a replay (dropOwn).
+	own atomic.Uint32
 	// tag and nonce are scratch space the AEAD's interface calls would
 	// otherwise make escape, one allocation each per frame.
 	tag   [TagLen]byte
@@ -136,8 +141,8 @@ func (v *Verifier) Stats() Stats {
 		Unauthenticated: v.c.drops[dropUnauthenticated].Load(), Algorithm: v.c.drops[dropAlgorithm].Load(),
 		UnknownKey: v.c.drops[dropUnknownKey].Load(), BadTag: v.c.drops[dropBadTag].Load(),
 		Replay: v.c.drops[dropReplay].Load(), TooOld: v.c.drops[dropOld].Load(),
-		EarlierIncarnation: v.c.drops[dropEarlier].Load(),
-		MismatchesSent:     v.c.mismatchSent.Load(), MismatchesReceived: v.c.mismatchReceived.Load(),
+		EarlierIncarnation: v.c.drops[dropEarlier].Load(), Own: v.c.drops[dropOwn].Load(),
+		MismatchesSent: v.c.mismatchSent.Load(), MismatchesReceived: v.c.mismatchReceived.Load(),
 		Active: r.slot[r.active].fp, Encrypt: v.cfg.Encrypt,
 	}
 	for _, k := range r.slot {
@@ -155,7 +160,7 @@ func (v *Verifier) Stats() Stats {
 // rbcast frame of this group passes unjudged: the core's stepper drops
 // and counts it by its decode error, and it reaches no core.
 func (v *Verifier) Check(eth []byte) error {
-	f, err := v.check(eth)
+	f, err := v.check(eth, false)
 	if err == nil && f != nil {
 		if alg, _, _ := f.Auth(); alg == AlgGCM {
 			frame.SetCRC(f)
@@ -167,8 +172,10 @@ func (v *Verifier) Check(eth []byte) error {
 // check is Check without the CRC's rewrite (Link.Recv marks the frame
 // Authenticated instead, and the runtime does not read the CRC); it
 // returns the parsed frame too (nil if unjudged). A frame that verified
-// is the only one returned with a nil error and a non-nil frame.
-func (v *Verifier) check(eth []byte) (frame.View, error) {
+// is the only one returned with a nil error and a non-nil frame. An
+// outgoing frame (a copy of one this host sent, link.Frame.Outgoing) may
+// be of this station's own stream.
+func (v *Verifier) check(eth []byte, outgoing bool) (frame.View, error) {
 	e, b, err := frame.SplitEthernet(eth, v.cfg.EtherType)
 	if err != nil {
 		return nil, nil
@@ -180,7 +187,14 @@ func (v *Verifier) check(eth []byte) (frame.View, error) {
 	if err != nil || f.Group() != v.cfg.Group {
 		return nil, nil
 	}
-	if r := v.verify(e.Src(), f); r != 0 {
+	src := e.Src()
+	if src == v.self && !outgoing && uint32(f.Sender())+1 == v.own.Load() {
+		// Checked before the MAC: no replay window is kept of the
+		// station's own stream, so the tag would verify.
+		v.c.drops[dropOwn].Add(1)
+		return f, dropErrs[dropOwn]
+	}
+	if r := v.verify(src, f); r != 0 {
 		if r == dropBadTag && !f.CRCValid() {
 			return nil, nil
 		}
@@ -188,7 +202,7 @@ func (v *Verifier) check(eth []byte) (frame.View, error) {
 		return f, dropErrs[r]
 	}
 	v.c.verified.Add(1)
-	if e.Src() != v.self {
+	if src != v.self {
 		v.heardOther = true
 	}
 	return f, nil
