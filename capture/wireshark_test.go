@@ -162,7 +162,7 @@ var dissectorFields = []string{
 	"rbcast.safe", "rbcast.held", "rbcast.member.change", "rbcast.member.reason",
 	"rbcast.election.phase", "rbcast.election.reserved", "rbcast.election.candidate", "rbcast.election.last_global",
 	"rbcast.view", "rbcast.view.next", "rbcast.view.base", "rbcast.view.members", "rbcast.flush.sent", "rbcast.flush.count",
-	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
+	"rbcast.flush.coord", "rbcast.flush.member", "rbcast.flush.gone", "rbcast.flush.left", "rbcast.flush.delivered", "rbcast.cut.count", "rbcast.cut.member", "rbcast.cut.cut",
 	"rbcast.cut.holder", "rbcast.cut.from", "rbcast.commit.base_count", "rbcast.commit.from_base", "rbcast.relay.base", "rbcast.relay.frame", "rbcast.refuse.nonce",
 	"rbcast.refuse.reason", "rbcast.refuse.config_hash", "rbcast.remove.view",
 	"rbcast.mismatch.reason", "rbcast.mismatch.refused", "rbcast.mismatch.fingerprint",
@@ -414,20 +414,23 @@ func expectFields(v frame.View) map[string]string {
 		}
 	case frame.ViewFlush:
 		dl := v.FlushDelivered()
-		var mem, gone, next joined
+		var mem, gone, left, next joined
+		bit := func(b bool) int {
+			if b {
+				return 1
+			}
+			return 0
+		}
 		for i := range dl.Len() {
 			mem.add("%d", dl.At(i).Member)
-			g := 0
-			if dl.At(i).Gone {
-				g = 1
-			}
-			gone.add("%d", g)
+			gone.add("%d", bit(dl.At(i).Gone))
+			left.add("%d", bit(dl.At(i).Left))
 			next.add("%d", dl.At(i).Next)
 		}
 		m["rbcast.view.next"], m["rbcast.view.base"], m["rbcast.flush.sent"] = d(v.ViewNext()), d(v.ViewBase()), d(v.FlushSent())
 		m["rbcast.flush.coord"] = d(v.FlushCoord())
 		m["rbcast.flush.count"], m["rbcast.flush.member"], m["rbcast.flush.delivered"] = d(dl.Len()), mem.String(), next.String()
-		m["rbcast.flush.gone"] = gone.String()
+		m["rbcast.flush.gone"], m["rbcast.flush.left"] = gone.String(), left.String()
 	case frame.ViewRelay:
 		m["rbcast.relay.base"], m["rbcast.relay.frame"] = d(v.RelayBase()), hex.EncodeToString(v.RelayFrame())
 	case frame.ViewRefuse:
@@ -540,6 +543,12 @@ func TestDissectorExpertInfo(t *testing.T) {
 			binary.BigEndian.PutUint32(b[frame.HeaderLen+30+8+4:], 3)
 			return withCRC(b)
 		}(), "range 1 is 2..3 (want first <= last < top 3", "1"},
+		{"flush flags", func() []byte {
+			b := clone("view_flush_left")
+			// the last entry's flags byte: left without gone
+			b[len(b)-frame.CRCLen-5] = 2
+			return withCRC(b)
+		}(), "flush.delivered.flags", "1"},
 		{"file gone reason", func() []byte { b := clone("file_gone"); b[frame.HeaderLen+4] = 1; return withCRC(b) }(), "reason 1 (want 3 closed, 4 aborted, 5 unknown)", "1"},
 		{"truncated bundle", func() []byte {
 			b := clone("data_bundle")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
@@ -110,7 +111,8 @@ func goldenCases() []struct {
 		{"seq_member", h, &SeqMemberBody{Epoch: 3, Safe: 99, Held: 97, Change: MemberRemoved, Reason: ReasonSilent, Member: 2, Incarnation: 0x01020304}},
 		{"view_join", hViewJoin, &ViewJoinBody{Requested: 3, Nonce: 0x0102030405060708, ConfigHash: 0xdeadbeefcafef00d, MTU: 1500}},
 		{"view_prepare", hNoAcks, &ViewPrepareBody{Next: 8, Base: 7, Members: members2}},
-		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{0, false, 17}, {2, true, 5}}}},
+		{"view_flush", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{Member: 0, Next: 17}, {Member: 2, Gone: true, Next: 5}}}},
+		{"view_flush_left", hNoAcks, &ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []Delivered{{Member: 0, Next: 17}, {Member: 2, Gone: true, Next: 5}, {Member: 3, Gone: true, Left: true, Next: 9}}}},
 		{"view_commit", hNoAcks, &ViewCommitBody{Next: 8, Base: 7, Members: members2, Cuts: []Cut{{0, 17, 0, 17}, {1, 42, 1, 40}, {2, 6, 0, 5}}, BaseCount: 3, FromBase: []MemberID{0, 1}}},
 		{"view_relay", hNoAcks, &ViewRelayBody{Base: 7, Frame: relayed}},
 		{"view_relay_static", hStatic, &ViewRelayBody{Base: 0, Frame: relayedStatic}},
@@ -646,25 +648,56 @@ func TestInsertAuth(t *testing.T) {
 	}
 }
 
-// A ViewFlush's gone byte is 0 or 1: any other value would decode as one
-// of them and not encode back to the same bytes (found by FuzzBody).
-func TestViewFlushGoneByte(t *testing.T) {
+// A ViewFlush entry's flags byte is 0 (live), 1 (gone) or 3 (gone, left):
+// any other value would decode as one of them and not encode back to the
+// same bytes (found by FuzzBody for the gone byte before Left), and a
+// sender left but not gone says two contradicting things. A Flush from
+// before Left (bytes 0 and 1 only) decodes as it did.
+func TestViewFlushFlagsByte(t *testing.T) {
 	h := baseHeader()
 	h.Acks = nil
-	b, err := Append(nil, &h, &ViewFlushBody{Next: 2, Base: 1, Coord: 0, Sent: 3, Delivered: []Delivered{{0, false, 1}, {1, true, 2}}})
+	b, err := Append(nil, &h, &ViewFlushBody{Next: 2, Base: 1, Coord: 0, Sent: 3, Delivered: []Delivered{{Member: 0, Next: 1}, {Member: 1, Gone: true, Next: 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Parse(b); err != nil {
+	at := len(b) - CRCLen - deliveredLen + 2 // the second entry's flags byte
+	for flags, want := range map[byte]Delivered{0: {Member: 1, Next: 2}, 1: {Member: 1, Gone: true, Next: 2}, 3: {Member: 1, Gone: true, Left: true, Next: 2}} {
+		b[at] = flags
+		v, err := Parse(reseal(b))
+		if err != nil {
+			t.Fatalf("flags %d: %v", flags, err)
+		}
+		if got := v.FlushDelivered().At(1); got != want {
+			t.Fatalf("flags %d decode as %+v, want %+v", flags, got, want)
+		}
+		assertRoundTrip(t, v)
+	}
+	for _, flags := range []byte{2, 4, 0x81} {
+		b[at] = flags
+		_, err = Parse(reseal(b))
+		var de *DecodeError
+		if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != "flush.delivered.flags" ||
+			!strings.Contains(err.Error(), fmt.Sprintf("entry 1: flags are %#02x, want 0 (live), 1 (gone) or 3 (gone, left)", flags)) {
+			t.Fatalf("a flags byte of %#02x: err = %v, want ErrBody in flush.delivered.flags", flags, err)
+		}
+	}
+}
+
+// Left implies Gone: an entry that says Left alone is encoded as gone and
+// left (the flags byte 3), never as the refused 2.
+func TestViewFlushLeftImpliesGone(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	b, err := Append(nil, &h, &ViewFlushBody{Next: 2, Base: 1, Delivered: []Delivered{{Member: 1, Left: true, Next: 2}}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	at := len(b) - CRCLen - deliveredLen + 2 // the second entry's gone byte
-	b[at] = 2
-	b = reseal(b)
-	_, err = Parse(b)
-	var de *DecodeError
-	if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != "flush.delivered.gone" || !strings.Contains(err.Error(), "entry 1: gone is 2, want 0 or 1") {
-		t.Fatalf("a gone byte of 2: err = %v, want ErrBody in flush.delivered.gone", err)
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.FlushDelivered().At(0), (Delivered{Member: 1, Gone: true, Left: true, Next: 2}); got != want {
+		t.Fatalf("decoded %+v, want %+v", got, want)
 	}
 }
 

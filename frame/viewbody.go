@@ -10,7 +10,7 @@ const (
 	viewHeadLen    = 8  // next (4), base (4)
 	viewRefuseLen  = 17 // nonce (8), reason (1), config hash (8)
 	cutLen         = 12 // member (2), cut (4), holder (2), from (4)
-	deliveredLen   = 7  // member (2), gone (1), delivered (4)
+	deliveredLen   = 7  // member (2), flags (1), delivered (4)
 	groupRemoveLen = 4
 )
 
@@ -54,12 +54,26 @@ func (p *ViewPrepareBody) flags() Flags { return 0 }
 // next sequence number of that sender's stream it would deliver (under
 // total order, the sequencer's global stream, named by the sequencer).
 // Gone says the member's core removed that sender (failed, stalled or
-// left): it delivers nothing more of it, so it must not stay.
+// left): it delivers nothing more of it, so it must not stay. Left says
+// more: the sender left cleanly (its core took the sender's Leave, with
+// everything it sent before), so the coordinator and any member judging
+// a majority count it as left, not as failed; Left implies Gone.
+//
+// On the wire Gone is bit 0 and Left bit 1 of the entry's flags byte, so
+// the byte is 0, 1 or 3 (a Flush from before Left, whose byte is 0 or 1,
+// decodes as it did).
 type Delivered struct {
 	Member MemberID
 	Gone   bool
+	Left   bool
 	Next   uint32
 }
+
+// The bits of a Delivered entry's flags byte.
+const (
+	deliveredGone = 1 << 0
+	deliveredLeft = 1 << 1
+)
 
 // ViewFlushBody is a member's answer to the ViewPrepare of coordinator
 // Coord: it froze its core of view Base, sent Sent messages of its own
@@ -89,11 +103,14 @@ func (f *ViewFlushBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint16(b, uint16(len(f.Delivered)))
 	for _, d := range f.Delivered {
 		b = be.AppendUint16(b, uint16(d.Member))
-		var gone byte
-		if d.Gone {
-			gone = 1
+		var flags byte
+		if d.Gone || d.Left {
+			flags |= deliveredGone
 		}
-		b = append(b, gone)
+		if d.Left {
+			flags |= deliveredLeft
+		}
+		b = append(b, flags)
 		b = be.AppendUint32(b, d.Next)
 	}
 	return b
@@ -305,8 +322,8 @@ func checkViewBody(t Type, body []byte, start int) error {
 		}
 		for i := range n {
 			off := viewHeadLen + flushFixed + listHeaderLen + i*deliveredLen + 2
-			if g := body[off]; g > 1 {
-				return decodeErr(ErrBody, "flush.delivered.gone", start+off, "entry %d: gone is %d, want 0 or 1", i, g)
+			if g := body[off]; g != 0 && g != deliveredGone && g != deliveredGone|deliveredLeft {
+				return decodeErr(ErrBody, "flush.delivered.flags", start+off, "entry %d: flags are %#02x, want 0 (live), 1 (gone) or 3 (gone, left)", i, g)
 			}
 		}
 		return nil
@@ -403,7 +420,7 @@ type DeliveredList []byte
 func (d DeliveredList) Len() int { return int(be.Uint16(d)) }
 func (d DeliveredList) At(i int) Delivered {
 	b := d[listHeaderLen+i*deliveredLen:]
-	return Delivered{Member: MemberID(be.Uint16(b)), Gone: b[2]&1 != 0, Next: be.Uint32(b[3:])}
+	return Delivered{Member: MemberID(be.Uint16(b)), Gone: b[2]&deliveredGone != 0, Left: b[2]&deliveredLeft != 0, Next: be.Uint32(b[3:])}
 }
 
 // CommitCuts is a ViewCommit's cut list.

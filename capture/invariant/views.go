@@ -52,6 +52,9 @@ type views struct {
 	// procs: what one process (MAC, incarnation) sent, as its own
 	// interface saw it.
 	procs bounded[procKey, procState]
+	// left: per base view and member id, the ViewFlushes that say the
+	// member left the base cleanly (one per reporting sender).
+	left bounded[leftKey, []leftReport]
 }
 
 func (w *views) init(window int) {
@@ -62,6 +65,7 @@ func (w *views) init(window int) {
 	w.relayed = newBounded[viewSender, seqSeen](window)
 	w.flushed = newBounded[viewSender, seqSeen](window)
 	w.procs = newBounded[procKey, procState](window)
+	w.left = newBounded[leftKey, []leftReport](window)
 }
 
 // Violation kinds of the view protocol.
@@ -83,7 +87,27 @@ const (
 	// another count of sent messages than its cut; a relayed frame of a
 	// departing member at or past its cut.
 	KindViewCut = "view-cut"
+	// KindViewLeft: a ViewFlush says a member left the base cleanly (its
+	// Leave taken, with everything it sent before), and a commit from
+	// that base keeps the member, or cuts its messages below what the
+	// Flush's sender, which stays, delivered of them.
+	KindViewLeft = "view-left"
 )
+
+type leftKey struct {
+	view uint32
+	id   frame.MemberID
+}
+
+// leftReport: a ViewFlush (frame) of sender id.inc saying a member left,
+// delivered up to next; reported: a violation was reported for it.
+type leftReport struct {
+	id       frame.MemberID
+	inc      uint32
+	next     uint32
+	frame    int
+	reported bool
+}
 
 type commitRec struct {
 	frame    int
@@ -260,6 +284,7 @@ func (c *Checker) commit(f *Frame, report reportFunc) {
 			}
 		}
 	}
+	c.judgeLeft(body.Base, body.Next, &r, report)
 	// Relayed frames of a sender that departs: of any incarnation the
 	// commit does not keep.
 	var gone []viewSender
@@ -370,6 +395,7 @@ func (c *Checker) judgeBase(kind streamKind, k viewSender, report reportFunc) {
 func (c *Checker) checkFlush(f *Frame, report reportFunc) {
 	v := f.View
 	k := viewSender{v.ViewBase(), v.Sender(), v.Incarnation()}
+	c.recordLeft(f, report)
 	sent := v.FlushSent()
 	s, ok := c.flushed.get(k)
 	if !ok {
@@ -382,6 +408,80 @@ func (c *Checker) checkFlush(f *Frame, report reportFunc) {
 		c.flushed.put(k, s)
 		report(KindViewCut, fmt.Sprintf("member %d.%d flushed view %d twice with different counts of sent messages: %d in frame %d, %d in frame %d (it sends nothing after it froze)",
 			k.id, k.inc, k.view, s.seq, s.frame, sent, f.N), s.frame, f.N)
+	}
+}
+
+// recordLeft records the entries of a ViewFlush that say a member left
+// the base cleanly, and judges them against the commits from the base.
+func (c *Checker) recordLeft(f *Frame, report reportFunc) {
+	v := f.View
+	base, from, inc := v.ViewBase(), v.Sender(), v.Incarnation()
+	dl := v.FlushDelivered()
+	for i := range dl.Len() {
+		d := dl.At(i)
+		if !d.Left {
+			continue
+		}
+		k := leftKey{base, d.Member}
+		rs, _ := c.left.get(k)
+		if slices.ContainsFunc(rs, func(r leftReport) bool { return r.id == from && r.inc == inc }) {
+			continue // a repeat (a member that froze reports the same)
+		}
+		c.left.put(k, append(rs, leftReport{id: from, inc: inc, next: d.Next, frame: f.N}))
+		nexts, _ := c.byBase.get(base)
+		for _, next := range nexts {
+			if r, ok := c.commits.get(next); ok {
+				c.judgeLeft(base, next, &r, report)
+			}
+		}
+	}
+}
+
+// judgeLeft judges commit r of view next, from base, against the
+// ViewFlushes that say a member left base cleanly. A member that sent its
+// Leave takes part in nothing more of the base (it flushes no more, so no
+// commit from the base can keep it), and a clean leave's messages reach
+// every member that goes on: the cut is at least what any member that
+// took the Leave and stays delivered of them.
+func (c *Checker) judgeLeft(base, next uint32, r *commitRec, report reportFunc) {
+	b, haveBase := c.commits.get(base)
+	for _, x := range r.cuts {
+		k := leftKey{base, x.Member}
+		rs, ok := c.left.get(k)
+		if !ok {
+			continue
+		}
+		// The leaver's incarnation: the base's commit lists it; without
+		// it, a member of the new view with this id may be its restart.
+		var inc uint32
+		known := false
+		if haveBase {
+			for _, m := range b.members {
+				if m.ID == x.Member {
+					inc, known = m.Incarnation, true
+				}
+			}
+		}
+		kept := known && r.member(x.Member, inc)
+		departs := known && !kept || !slices.ContainsFunc(r.members, func(m frame.MemberInfo) bool { return m.ID == x.Member })
+		for i := range rs {
+			l := &rs[i]
+			if l.reported {
+				continue
+			}
+			switch {
+			case kept:
+				report(KindViewLeft, fmt.Sprintf("member %d.%d left view %d cleanly, as the ViewFlush of member %d.%d (frame %d) says, but the commit of view %d from it (frame %d) keeps it",
+					x.Member, inc, base, l.id, l.inc, l.frame, next, r.frame), l.frame, r.frame)
+			case departs && r.member(l.id, l.inc) && frame.SeqLess(x.Cut, l.next):
+				report(KindViewLeft, fmt.Sprintf("member %d left view %d cleanly, as the ViewFlush of member %d.%d (frame %d) says, having delivered its messages up to %d; member %d.%d stays in view %d, whose commit (frame %d) cuts them at %d",
+					x.Member, base, l.id, l.inc, l.frame, l.next, l.id, l.inc, next, r.frame, x.Cut), l.frame, r.frame)
+			default:
+				continue
+			}
+			l.reported = true
+		}
+		c.left.put(k, rs)
 	}
 }
 

@@ -177,6 +177,56 @@ func TestViewCut(t *testing.T) {
 	f.want(KindViewCut, "1,2", "frame 1 relays its Data seq 3")
 }
 
+// A ViewFlush that says a member left the base cleanly: no commit from
+// the base keeps that member, and one that leaves it out cuts its
+// messages no lower than the Flush's sender, which stays, delivered them.
+// Judged in either order; a restart of the leaver (a new incarnation with
+// its id) is another member.
+func TestViewLeft(t *testing.T) {
+	base := []frame.MemberInfo{mi(0, 1), mi(1, 1), mi(2, 1)}
+	stay := []frame.MemberInfo{mi(0, 1), mi(1, 1)}
+	cuts := func(left uint32) []frame.Cut {
+		return []frame.Cut{{Member: 0, Cut: 4, Holder: 0, From: 4}, {Member: 1, Cut: 10, Holder: 1, From: 10}, {Member: 2, Cut: left, Holder: 1, From: 5}}
+	}
+	flush := func(f *feed) {
+		f.vframe(0, DirIn, 1, 1, 4, frame.Header{}, &frame.ViewFlushBody{Next: 5, Base: 4, Coord: 0, Sent: 10,
+			Delivered: []frame.Delivered{{Member: 0, Next: 4}, {Member: 2, Gone: true, Left: true, Next: 6}}})
+	}
+
+	f := newFeed(t, Options{}, "n1")
+	f.commit(0, 4, 3, base)
+	flush(f)
+	f.commit(0, 5, 4, stay, cuts(6)...)
+	f.none()
+	flush(f) // a repeat
+	f.none()
+
+	f = newFeed(t, Options{}, "n1")
+	f.commit(0, 4, 3, base)
+	flush(f)
+	f.commit(0, 5, 4, base, cuts(6)...)
+	f.want(KindViewLeft, "2,3", "member 2.1 left view 4 cleanly, as the ViewFlush of member 1.1 (frame 2) says, but the commit of view 5 from it (frame 3) keeps it")
+
+	f = newFeed(t, Options{}, "n1")
+	f.commit(0, 5, 4, stay, cuts(5)...)
+	flush(f)
+	f.want(KindViewLeft, "1,2", "member 2 left view 4 cleanly, as the ViewFlush of member 1.1 (frame 2) says, having delivered its messages up to 6; member 1.1 stays in view 5, whose commit (frame 1) cuts them at 5")
+
+	// Member 2 restarted (incarnation 7) and admitted under its id: the
+	// leaver, 2.1, departs; its cut is judged, not its id's presence.
+	f = newFeed(t, Options{}, "n1")
+	f.commit(0, 4, 3, base)
+	flush(f)
+	f.commit(0, 5, 4, append(stay, mi(2, 7)), cuts(6)...)
+	f.none()
+	// Without the base's commit the restart cannot be told from the
+	// leaver: nothing is judged of it.
+	f = newFeed(t, Options{}, "n1")
+	flush(f)
+	f.commit(0, 5, 4, append(stay, mi(2, 1)), cuts(5)...)
+	f.none()
+}
+
 // A change as reliable/view makes it, frame by frame: a founding, a join,
 // a crash with a relay, the old core repairing after the install. Nothing
 // is reported.

@@ -130,7 +130,8 @@ local f = {
 	flush_sent = ProtoField.uint32("rbcast.flush.sent", "Sent", base.DEC),
 	flush_count = ProtoField.uint16("rbcast.flush.count", "Senders", base.DEC),
 	flush_member = ProtoField.uint16("rbcast.flush.member", "Sender", base.DEC),
-	flush_gone = ProtoField.uint8("rbcast.flush.gone", "Gone here", base.DEC),
+	flush_gone = ProtoField.uint8("rbcast.flush.gone", "Gone here", base.DEC, nil, 0x01),
+	flush_left = ProtoField.uint8("rbcast.flush.left", "Left cleanly", base.DEC, nil, 0x02),
 	flush_delivered = ProtoField.uint32("rbcast.flush.delivered", "Next to deliver", base.DEC),
 	cut_count = ProtoField.uint16("rbcast.cut.count", "Cuts", base.DEC),
 	cut_member = ProtoField.uint16("rbcast.cut.member", "Sender", base.DEC),
@@ -646,11 +647,16 @@ local function dissect_body(ty, flags, tree, tvb, off, stop)
 		end
 		for i = 0, n - 1 do
 			local p = off + 16 + 7 * i
+			local fl = tvb(p + 2, 1):uint()
 			local gone = ""
-			if band(tvb(p + 2, 1):uint(), 1) ~= 0 then gone = " (gone here)" end
+			if fl == 3 then gone = " (left)" elseif band(fl, 1) ~= 0 then gone = " (gone here)" end
 			local d = tree:add(rbcast, tvb(p, 7), string.format("From member %d: next %u%s", tvb(p, 2):uint(), tvb(p + 3, 4):uint(), gone))
 			d:add(f.flush_member, tvb(p, 2))
-			d:add(f.flush_gone, tvb(p + 2, 1))
+			local gi = d:add(f.flush_gone, tvb(p + 2, 1))
+			d:add(f.flush_left, tvb(p + 2, 1))
+			if fl ~= 0 and fl ~= 1 and fl ~= 3 then
+				body_error(gi, "flush.delivered.flags", p + 2, string.format("entry %d: flags are 0x%02x, want 0 (live), 1 (gone) or 3 (gone, left)", i, fl))
+			end
 			d:add(f.flush_delivered, tvb(p + 3, 4))
 		end
 	elseif ty == 0x24 then

@@ -307,6 +307,9 @@ groups that change (views, wire v4's view frames):
   view-cut         a member that stays sent Data past its cut in the base view,
                    or flushed another count than its cut; a departing member's
                    frame relayed at or past its cut
+  view-left        a ViewFlush says a member left the base cleanly, and a commit
+                   from the base keeps it, or cuts its messages below what that
+                   Flush's sender, which stays, delivered of them
 A view's streams are owed (unrepaired-gap) only up to the cuts of the commit
 that ends it, and only at the interfaces of the members that move on.`, stderr)
 	group := fs.String("group", "", "the group every frame must belong to (default: the capture's most common group)")

@@ -221,6 +221,12 @@ func Details(v frame.View) string {
 		for i := range dl.Len() {
 			d := dl.At(i)
 			fmt.Fprintf(&b, " %d<%d", d.Member, d.Next)
+			switch {
+			case d.Left:
+				b.WriteString(" left")
+			case d.Gone:
+				b.WriteString(" gone")
+			}
 		}
 	case frame.ViewRelay:
 		f := v.RelayFrame()

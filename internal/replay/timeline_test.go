@@ -10,7 +10,7 @@ import (
 // v2 and v3 added to sequencer bodies: the safe and all-held cursors of
 // SeqData, SeqAccept and SeqStatusRequest, and a status request's second
 // field as the highest global sequenced (a status reply's is the member's
-// delivered cursor).
+// delivered cursor); and a ViewFlush entry's gone and left bits.
 func TestDetailsSeqV3(t *testing.T) {
 	uid := frame.UID{Origin: 2, Incarnation: 9, Seq: 5}
 	for _, tc := range []struct {
@@ -26,6 +26,8 @@ func TestDetailsSeqV3(t *testing.T) {
 		{&frame.PcodeNackBody{Kind: frame.NackRequest, Stream: frame.StreamPoint, Target: 2, Last: 4, Step: 13}, "g7 request nack to 2 point-to-point after 4 step 13"},
 		{&frame.PcodeNackBody{Kind: frame.NackGlobal, Target: frame.NoMember, Last: 29}, "g7 global nack (global 29)"},
 		{&frame.PcodeStatusBody{Global: 31, Echo: 2}, "g7 global 31 echo 2"},
+		{&frame.ViewFlushBody{Next: 8, Base: 7, Coord: 1, Sent: 42, Delivered: []frame.Delivered{{Member: 0, Next: 17}, {Member: 2, Gone: true, Next: 5}, {Member: 3, Gone: true, Left: true, Next: 9}}},
+			"g7 view 8 from 7 to coordinator 1 sent 42 delivered 0<17 2<5 gone 3<9 left"},
 		{&frame.PcodeAbortBody{Reason: frame.AbortSilent, Member: 3, Step: 14, Text: []byte("member 3 silent")}, "g7 abort at step 14: member silent (member 3): \"member 3 silent\""},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 1, Seq: 60, Acks: []uint32{44, 45}}, tc.body)

@@ -167,3 +167,81 @@ func leaveInTurnOfPrepare(t *testing.T, level Level) {
 		}
 	}
 }
+
+// TestLeaveUnheardAtChange is seed 2019 of TestSimLeaveAtChange under
+// Agreed and Safe, scripted. Of four members (a the coordinator, b, l,
+// d), d crashes; a prepares a view without it, and l leaves before the
+// Prepare reaches it. Every Leave frame of l is lost on its way to a, so
+// a's core takes l for failed, as it would a crash; b's core takes the
+// Leave. Before the Flush could say "left", b's Flush said only that l
+// was gone there: a suspected l, counted 2 of its view's 4 reachable and
+// stopped with ErrMinority, and b, alone with a gone, stopped too. b's
+// Flush now says l left (frame.Delivered's Left), and a counts l as left:
+// 2 of 3, a majority. l's message, sent before it left, reaches both.
+func TestLeaveUnheardAtChange(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) { leaveUnheardAtChange(t, level) })
+	}
+}
+
+func leaveUnheardAtChange(t *testing.T, level Level) {
+	r, ps := group(t, 4, level)
+	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
+	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	base := a.view
+	isLeave := func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		return err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac
+	}
+	leaves := 0
+	a.drop = func(f []byte) bool {
+		if isLeave(f) {
+			leaves++
+			return true // every one lost on the way
+		}
+		return false
+	}
+	var prepare []byte // a's Prepare, held back from l until it leaves
+	l.drop = func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		if err == nil && v.Type() == frame.ViewPrepare && v.ViewBase() == base && prepare == nil {
+			prepare = slices.Clone(f)
+			return true
+		}
+		return false
+	}
+	msg := l.send(t)
+	r.net.RunFor(50 * time.Millisecond)
+	d.dead = true
+	d.ep.Crash()
+	for i := 0; prepare == nil; i++ {
+		if i == 20000 {
+			t.Fatalf("no Prepare of a view after %#x reached l in 2 s", base)
+		}
+		r.net.RunFor(100 * time.Microsecond)
+	}
+	l.leaving = true
+	l.top.Leave(l.clk.Core(r.net.Now()))
+	l.ep.Bind(l) // step it now
+	r.net.RunFor(3 * time.Second)
+	if r.failed != nil {
+		t.Fatal(r.failed)
+	}
+	if !l.left || l.err != nil {
+		t.Fatalf("l: left %v, err %v; want a clean leave", l.left, l.err)
+	}
+	if leaves == 0 {
+		t.Fatal("l sent no Leave to a: the case was not driven")
+	}
+	for _, p := range []*process{a, b} {
+		if p.err != nil {
+			t.Fatalf("%x.%d stopped: %v", p.mac, p.inc, p.err)
+		}
+		if m := p.core.View().Members; p.view == base || len(m) != 2 || m[0].MAC != a.mac || m[1].MAC != b.mac {
+			t.Fatalf("%x.%d is in view %#x of %v; want a view after %#x of a and b", p.mac, p.inc, p.view, m, base)
+		}
+		if !slices.ContainsFunc(p.views, func(v uint32) bool { return slices.Contains(p.inView[v], msg) }) {
+			t.Fatalf("%x.%d never delivered l's message", p.mac, p.inc)
+		}
+	}
+}
