@@ -218,6 +218,7 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	e.g = g
+	go e.watch()
 	var ids []frame.MemberID
 	for _, m := range g.Members() {
 		ids = append(ids, m.ID)
@@ -272,33 +273,46 @@ func (e *groupEnv) TrySend(msg []byte) error { return e.g.TrySend(msg) }
 // goroutine of its own: Group.Send waits for the loop.
 func (e *groupEnv) goSend(send func()) { go send() }
 
+// Wait needs no case for the group's end: watch fails the node then,
+// which wakes every waiter. A waiter whose ctx cannot end (a Call with
+// context.Background, the common case) so blocks in a receive from its
+// own channel: a select over it and the group's Done channel, which every
+// waiter of the node shares, locked both channels at every wait.
 func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
+	done := ctx.Done()
 	for {
 		// Taken before Ready: a change from here on closes it.
 		wake := w.Wake()
 		if w.Ready() {
 			return nil
 		}
-		var err error
+		if done == nil {
+			<-wake
+			continue
+		}
 		select {
 		case <-wake:
 			continue
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-e.g.Done():
-			err = ErrClosed
-			if gerr := e.g.Err(); gerr != nil && !errors.Is(gerr, reliable.ErrClosed) {
-				err = fmt.Errorf("%w: %w", ErrClosed, gerr)
-			}
-			e.n.mu.Lock()
-			e.n.failLocked(err)
-			e.n.mu.Unlock()
+		case <-done:
 		}
 		if w.Ready() {
 			return nil
 		}
-		return err
+		return ctx.Err()
 	}
+}
+
+// watch fails the node when the group stops (Close, or the group's
+// failure), so that its waiters return (failLocked wakes them all).
+func (e *groupEnv) watch() {
+	<-e.g.Done()
+	err := ErrClosed
+	if gerr := e.g.Err(); gerr != nil && !errors.Is(gerr, reliable.ErrClosed) {
+		err = fmt.Errorf("%w: %w", ErrClosed, gerr)
+	}
+	e.n.mu.Lock()
+	e.n.failLocked(err)
+	e.n.mu.Unlock()
 }
 
 func (e *groupEnv) Leave() error {

@@ -18,3 +18,7 @@ func BreakReplica(n *Node, hook func(from frame.MemberID, data []byte, deliver f
 // the latency benchmark, which measures the order's self-delivery on the
 // same group as the writes (a hook set with BreakReplica takes it).
 func SendRaw(ctx context.Context, n *Node, msg []byte) error { return n.env.Send(ctx, msg) }
+
+// StopGroup closes the group under n (a live node: Join) as if it had
+// stopped by itself, without Node.Close.
+func StopGroup(n *Node) error { return n.env.(*groupEnv).g.Close() }

@@ -3,6 +3,7 @@ package orca_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -107,5 +108,48 @@ func TestJoinViewsLive(t *testing.T) {
 	}
 	if st := late.Stats(); st.StateReceived == 0 {
 		t.Errorf("the joiner restored no state")
+	}
+}
+
+// A live node whose group stops by itself (not by Node.Close) fails, and
+// every waiter returns with ErrClosed: a guarded read that waits with a
+// context that cannot end (Wait blocks on its own channel, not on the
+// group's end: groupEnv.watch fails the node and wakes it), and the node's
+// Err without any waiter.
+func TestGroupStopWakesWaiters(t *testing.T) {
+	r := rtnet.New(t, 43)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	n, err := orca.Join(ctx, r.Attach(t, testnet.EndpointConfig{}), orca.Config{Views: true, Group: reliable.Config{Group: 23, Size: 1,
+		Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c, err := orca.New(n, "c", counter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := add.Call(bg, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := atLeast.Call(bg, c, 2) // never true
+		got <- err
+	}()
+	if err := orca.StopGroup(n); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, orca.ErrClosed) {
+			t.Errorf("the waiting read returned %v, want an error wrapping ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting read did not return after the group stopped")
+	}
+	if err := n.Err(); !errors.Is(err, orca.ErrClosed) {
+		t.Errorf("Err() = %v, want an error wrapping ErrClosed", err)
 	}
 }

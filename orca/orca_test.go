@@ -3,6 +3,7 @@ package orca_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -429,6 +430,8 @@ func TestClassDeclarationErrors(t *testing.T) {
 func TestCodecs(t *testing.T) {
 	roundTrip(t, orca.Int64, -5)
 	roundTrip(t, orca.Int32s, []int32{1, -2, 3})
+	roundTrip(t, orca.Varint32s, []int32{0, 1, -1, 63, -64, 64, 8191, -8192, 8192, math.MaxInt32, math.MinInt32})
+	roundTrip(t, orca.Varint32s, []int32{})
 	roundTrip(t, orca.Float64s, []float64{1.5, -0.25})
 	roundTrip(t, orca.Bytes, []byte("abc"))
 	roundTrip(t, orca.BytesView, []byte("abc"))
@@ -450,6 +453,8 @@ func TestCodecs(t *testing.T) {
 		{func() error { _, err := orca.Int64.Decode([]byte{1, 2}); return err }, "an int64 is 8 bytes, got 2"},
 		{func() error { _, err := orca.Int32s.Decode([]byte{1, 2, 3}); return err }, "3 bytes is not a whole number of int32s"},
 		{func() error { _, err := orca.NoArgs.Decode([]byte{1}); return err }, "1 bytes of arguments for an operation that takes none"},
+		{func() error { _, err := orca.Varint32s.Decode([]byte{2, 0x80, 0x80}); return err }, "a Varint32s of 3 bytes ends in 2 bytes of an unfinished varint"},
+		{func() error { _, err := orca.Varint32s.Decode([]byte{2, 0x80, 0x80, 0x80, 0x80, 0x80, 1}); return err }, "element 1 of a Varint32s, at byte 1 of 7, is not an int32's varint"},
 		{func() error { _, err := orca.Fixed[pair]().Decode([]byte{1}); return err }, "is 8 bytes, got 1"},
 		{func() error { _, err := orca.Gob[Queue]().Decode([]byte{1, 2, 3}); return err }, "(gob)"},
 	} {

@@ -51,13 +51,13 @@ type rowArgs struct {
 var rowCodec = orca.CodecFuncs(
 	func(b []byte, r rowArgs) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint32(b, uint32(r.First))
-		return orca.Int32s.Append(b, r.Cells)
+		return orca.Varint32s.Append(b, r.Cells)
 	},
 	func(b []byte) (rowArgs, error) {
 		if len(b) < 4 {
 			return rowArgs{}, fmt.Errorf("%d bytes, shorter than a row number", len(b))
 		}
-		cells, err := orca.Int32s.Decode(b[4:])
+		cells, err := orca.Varint32s.Decode(b[4:])
 		return rowArgs{First: int32(binary.LittleEndian.Uint32(b)), Cells: cells}, err
 	})
 
