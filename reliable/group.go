@@ -216,7 +216,10 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 	if lp != nil {
 		// The Loop's wait is on the shared link: a wake of the group's
 		// loop must end that wait.
-		g.waker, g.woken = lp.waker, make(chan struct{}, 1)
+		g.waker, g.woken = nil, make(chan struct{}, 1)
+		if lp.waker != nil {
+			g.waker = groupWake{lp}
+		}
 	}
 	if st, ok := link.StagerOf(l); ok {
 		g.n.out.stage = st

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbcast/rbcast/link"
@@ -37,6 +38,10 @@ type Loop struct {
 
 	done chan struct{}
 	err  error // the source's receive failed (the Loop's own; read after done)
+	// waiting: the loop plans a wait on its source or waits; the first
+	// hosted group's wake of that wait wakes the source, the others (a
+	// barrier's Sends on a channel and on the global group) need not.
+	waiting atomic.Bool
 
 	// The loop's own.
 	rx   []link.Frame
@@ -184,6 +189,15 @@ func (lp *Loop) wake() {
 	}
 }
 
+// groupWake is how a hosted group wakes the Loop: once per wait.
+type groupWake struct{ lp *Loop }
+
+func (w groupWake) Wake() {
+	if w.lp.waiting.Swap(false) {
+		w.lp.waker.Wake()
+	}
+}
+
 // Close ends the Loop once its groups have ended (each by its Close or
 // Leave): a group that joins it afterwards is refused. It returns at
 // once if no group ever joined.
@@ -223,6 +237,11 @@ func (lp *Loop) run() {
 		close(lp.done)
 	}()
 	for {
+		// From here a hosted group's wake ends the coming wait: one
+		// posted after its plan read the group finds waiting set (the
+		// source keeps a wake until its next Recv); one before, the plan
+		// sees (due).
+		lp.waiting.Store(true)
 		now := time.Now()
 		lp.mu.Lock()
 		live := append(lp.live[:0], lp.hosts...)
@@ -258,6 +277,7 @@ func (lp *Loop) run() {
 			return
 		}
 		n, err := lp.src.Recv(wait, lp.rx)
+		lp.waiting.Store(false)
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			for _, h := range live {
 				h.h.failed(err)

@@ -286,3 +286,77 @@ func TestLoopOneKickPerRound(t *testing.T) {
 	}
 	t.Fatalf("groups 8 and 9's Data frames went out in different Kicks: Data frames per Kick by group %v", st.kicks)
 }
+
+// gateWaker counts Wakes and holds them back until open.
+type gateWaker struct {
+	mu    sync.Mutex
+	w     Waker
+	n     int
+	shut  bool
+	owing int
+}
+
+func (g *gateWaker) Wake() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	if g.shut {
+		g.owing++
+		return
+	}
+	g.w.Wake()
+}
+
+func (g *gateWaker) set(shut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = shut
+	if !shut && g.owing > 0 {
+		g.owing = 0
+		g.w.Wake()
+	}
+}
+
+// Two hosted groups that post while the Loop waits wake its source
+// once (the barrier's two Sends in dsm's channel mode): the first wake
+// ends the wait, the second finds it ended.
+func TestLoopWakesOnce(t *testing.T) {
+	r := rtnet.New(t, 24)
+	l := r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l})
+	gate := &gateWaker{w: l}
+	lp := NewLoop(LoopSourceFunc(l.Recv), gate)
+	var gs []*Group
+	for _, id := range []uint32{7, 8} {
+		g, err := JoinLoop(context.Background(), lp, l, Config{Group: id, Members: members, Self: 1, Logger: quiet,
+			Deliver: func(frame.MemberID, []byte) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	defer func() {
+		gate.set(false)
+		for _, g := range gs {
+			g.abort()
+			<-g.Done()
+		}
+		lp.Close()
+	}()
+	time.Sleep(50 * time.Millisecond) // the Loop's first turns are taken; it waits
+	gate.set(true)
+	gate.mu.Lock()
+	before := gate.n
+	gate.mu.Unlock()
+	for _, g := range gs {
+		if err := g.Send(context.Background(), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.mu.Lock()
+	n := gate.n - before
+	gate.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("two Sends on two hosted groups woke the Loop's source %d times, want 1", n)
+	}
+}
