@@ -698,7 +698,18 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Node, error) {
 			return nil, merr
 		}
 		e.mux, e.cfg, e.channels = m, cfg, map[core.Channel]*reliable.Group{}
-		g, err = reliable.Join(ctx, gl, gcfg)
+		if gcfg.Auth == nil {
+			// One event loop for all of them (a Loop cannot check
+			// tags: with Auth each group runs its own).
+			var w reliable.Waker
+			if m.CanWake() {
+				w = m
+			}
+			e.loop = reliable.NewLoop(reliable.LoopSourceFunc(m.RecvAll), w)
+			g, err = reliable.JoinLoop(ctx, e.loop, gl, gcfg)
+		} else {
+			g, err = reliable.Join(ctx, gl, gcfg)
+		}
 	} else {
 		g, err = reliable.Join(ctx, l, gcfg)
 	}

@@ -28,6 +28,9 @@ type groupEnv struct {
 	mux      *mux.Mux
 	cfg      Config
 	channels map[core.Channel]*reliable.Group
+	// loop takes the turns of every group of the node (nil: each group
+	// runs its own loop; without channels, or with Auth).
+	loop *reliable.Loop
 	// members is the global group's member list (static or
 	// registered), from which a channel's static list is taken.
 	members []frame.MemberInfo
@@ -227,6 +230,9 @@ func (e *groupEnv) Leave() error {
 		errs = append(errs, g.Close())
 	}
 	errs = append(errs, e.g.Close())
+	if e.loop != nil {
+		e.loop.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -248,7 +254,12 @@ func (e *groupEnv) Open(key uint32, members []frame.MemberID) error {
 	}
 	// (A failed Join leaves the view open: the node fails with the
 	// error and its link goes with it.)
-	g, err := reliable.Join(context.Background(), l, gcfg)
+	var g *reliable.Group
+	if e.loop != nil {
+		g, err = reliable.JoinLoop(context.Background(), e.loop, l, gcfg)
+	} else {
+		g, err = reliable.Join(context.Background(), l, gcfg)
+	}
 	if err != nil {
 		return err
 	}

@@ -89,8 +89,10 @@ type Group struct {
 	// whoever changes what it must do (Send, Leave, a stop) wakes it
 	// (wakeLoop); with any other link it polls every MaxWait.
 	sleepUntil time.Time
-	waker      link.Waker
+	waker      Waker
 	woken      chan struct{} // wakeLoop's signal to a loop waiting for queue room
+	hosted     bool          // a Loop takes the group's turns (JoinLoop)
+	loop       *Loop         // that Loop: its kicker kicks what the group staged
 	// A Send on a quiet group sends its frame itself (sendNow) while
 	// the loop waits on the link: inline says such a send is under way
 	// (g.mu is let go while the frame goes out), and the loop waits on
@@ -150,9 +152,20 @@ type Group struct {
 //
 // The Group does not own l: close l after Close has returned.
 func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
+	return join(ctx, l, cfg, nil)
+}
+
+// join is Join; with a Loop, the group's turns are taken by the Loop's
+// event loop instead of one of its own.
+func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error) {
 	s, err := cfg.settings()
 	if err != nil {
 		return nil, err
+	}
+	if lp != nil {
+		if err := lp.admit(&s); err != nil {
+			return nil, err
+		}
 	}
 	if l, err = withAuth(l, &s); err != nil {
 		return nil, err
@@ -198,13 +211,25 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if w, ok := link.WakerOf(l); ok {
 		g.waker, g.woken = w, make(chan struct{}, 1)
 	}
+	g.hosted = lp != nil
+	g.loop = lp
+	if lp != nil {
+		// The Loop's wait is on the shared link: a wake of the group's
+		// loop must end that wait.
+		g.waker, g.woken = nil, make(chan struct{}, 1)
+		if lp.waker != nil {
+			g.waker = groupWake{lp}
+		}
+	}
 	if st, ok := link.StagerOf(l); ok {
 		g.n.out.stage = st
 		if ns, ok := link.NowSenderOf(l); ok {
 			g.n.out.now = ns
 		}
-		g.kick, g.kickStop, g.kicked = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-		go g.kicker(st)
+		if lp == nil {
+			g.kick, g.kickStop, g.kicked = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+			go g.kicker(st)
+		}
 	}
 	g.n.deliver = g.enqueue
 	if s.Deliver != nil {
@@ -221,7 +246,14 @@ func Join(ctx context.Context, l link.Link, cfg Config) (*Group, error) {
 	if views != nil {
 		g.views, g.viewed = views, make(chan struct{})
 	}
-	go g.run()
+	if lp != nil {
+		if err := lp.add(g); err != nil {
+			g.end()
+			return nil, err
+		}
+	} else {
+		go g.run()
+	}
 	if views != nil {
 		return g.awaitView(ctx)
 	}
@@ -312,7 +344,14 @@ func (g *Group) Events() <-chan Event { return g.events }
 
 // run is the event loop.
 func (g *Group) run() {
-	defer func() {
+	defer g.end()
+	runLoop(&groupLoop{g: g}, g.rx)
+}
+
+// end is what the group's event loop does once it has ended: release
+// the waiters, stop the kicker, close the queue, Events and Done.
+func (g *Group) end() {
+	{
 		g.queue.mu.Lock()
 		g.queue.detachLocked() // the link may be closed once we are done
 		g.queue.mu.Unlock()
@@ -334,8 +373,7 @@ func (g *Group) run() {
 		g.queue.close(err)
 		close(g.events)
 		close(g.done)
-	}()
-	runLoop(&groupLoop{g: g}, g.rx)
+	}
 }
 
 // groupLoop is the Group as the host of the live loop (runLoop); pause
@@ -530,6 +568,10 @@ func (g *Group) kickStaged() {
 		return
 	}
 	g.n.out.staged = false
+	if g.loop != nil {
+		g.loop.kickAfter(g.n.out.stage) // once the round's turns are taken
+		return
+	}
 	select {
 	case g.kick <- struct{}{}:
 	default: // a wake-up is pending already; its Kick sends these too
@@ -568,6 +610,11 @@ func (g *Group) kicker(st link.Stager) {
 // stopKicker ends the kicker after a last Kick, waits for it and returns
 // that Kick's error.
 func (g *Group) stopKicker() error {
+	if g.loop != nil && g.n.out.stage != nil {
+		// Hosted: the Loop's kicker may not run again; what the last
+		// turn staged (the Leave repeats) goes out now.
+		return g.n.out.stage.Kick()
+	}
 	if g.kickStop == nil {
 		return nil
 	}
@@ -588,6 +635,11 @@ func (g *Group) finish(err error) {
 // wake per wait, it clears sleepUntil. Without a link.Waker the loop
 // polls every MaxWait instead.
 func (g *Group) wakeLoop() {
+	if g.hosted {
+		// A Loop takes this group's turn only when it is due: every
+		// wake is a turn, as for a loop of its own.
+		g.due = true
+	}
 	if g.waker == nil || g.sleepUntil.IsZero() {
 		return
 	}

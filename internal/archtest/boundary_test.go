@@ -63,8 +63,8 @@ var linkUsers = []string{
 
 // joiners are the packages above reliable that take a link.Link in their
 // Join and hand it to reliable.Join (or to link/mux's New, whose views go
-// to reliable.Join: dsm's per-segment channels), doing nothing else with
-// links.
+// to reliable.Join or JoinLoop: dsm's per-segment channels, on one event
+// loop), doing nothing else with links.
 var joiners = []string{"dsm", "orca"}
 
 // checkLinkImports returns every package that imports link (or a package
@@ -255,14 +255,14 @@ func linkUses(fset *token.FileSet, path string, files []*ast.File, imp types.Imp
 	var bad []string
 	for _, f := range files {
 		var params []*ast.FieldList
-		handed := map[*ast.Ident]bool{} // arguments of reliable.Join
+		handed := map[*ast.Ident]bool{} // arguments of reliable.Join (JoinLoop)
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.FuncType:
 				params = append(params, n.Params)
 			case *ast.CallExpr:
 				if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
-					if fn, ok := info.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && (fn.Pkg().Path() == module+"/reliable" && fn.Name() == "Join" || fn.Pkg().Path() == module+"/link/mux" && fn.Name() == "New") {
+					if fn, ok := info.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && (fn.Pkg().Path() == module+"/reliable" && (fn.Name() == "Join" || fn.Name() == "JoinLoop") || fn.Pkg().Path() == module+"/link/mux" && fn.Name() == "New") {
 						for _, a := range n.Args {
 							if id, ok := a.(*ast.Ident); ok {
 								handed[id] = true

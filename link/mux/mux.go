@@ -629,3 +629,73 @@ type viewAddr string
 
 func (a viewAddr) Network() string { return "rbcast" }
 func (a viewAddr) String() string  { return string(a) }
+
+// ErrViewReading is RecvAll's error while a view's Recv reads the
+// shared link.
+var ErrViewReading = errors.New("mux: a view's Recv is reading the shared link")
+
+// RecvAll reads the shared link once for every open view, for a caller
+// that takes every group's frames itself (one event loop for all of a
+// process's groups: reliable.Loop): it returns, in place in frames, the
+// frames of groups with an open view, uncopied (the shared link's own
+// buffers, valid until the next RecvAll, as link.Link's Recv), and
+// counts them in their views' Stats (FramesReceived, BytesReceived) as
+// a view's Recv would; the others are dropped and counted as a view's
+// Recv counts them (Stats.NoView and every view's Filtered, or Late).
+// Nothing is queued, so it must not be mixed with the views' own Recv:
+// it fails with ErrViewReading while one reads. It waits until frames
+// arrive, deadline passes (os.ErrDeadlineExceeded) or Wake is called.
+func (m *Mux) RecvAll(deadline time.Time, frames []link.Frame) (int, error) {
+	m.mu.Lock()
+	switch {
+	case m.reader != nil:
+		m.mu.Unlock()
+		return 0, ErrViewReading
+	case m.closed || m.err != nil:
+		m.mu.Unlock()
+		return 0, &net.OpError{Op: "recv", Net: "rbcast", Err: net.ErrClosed}
+	}
+	m.mu.Unlock()
+	n, err := m.l.Recv(deadline, frames)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		m.err = net.ErrClosed
+	}
+	k := 0
+	for i := range frames[:n] {
+		f := &frames[i]
+		g, ok := link.FrameGroup(f.Data)
+		var v *view
+		if ok {
+			v = m.view(g)
+		}
+		if v == nil {
+			if ok && slices.Contains(m.gone, g) {
+				m.lateFrames++
+			} else {
+				m.noView++
+			}
+			continue
+		}
+		v.q.framesIn++
+		v.q.bytesIn += uint64(len(f.Data))
+		frames[k] = *f
+		k++
+	}
+	clear(frames[k:n])
+	return k, err
+}
+
+// Wake ends a RecvAll's wait (os.ErrDeadlineExceeded), or has the next
+// one return at once, where the shared link can be woken (link.Waker);
+// otherwise it does nothing.
+func (m *Mux) Wake() {
+	if m.waker != nil {
+		m.waker.Wake()
+	}
+}
+
+// CanWake says whether Wake ends a RecvAll's wait (the shared link is a
+// link.Waker).
+func (m *Mux) CanWake() bool { return m.waker != nil }

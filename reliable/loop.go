@@ -1,0 +1,354 @@
+package reliable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// Loop is one event loop for several groups of a process that share one
+// link (dsm's global group and its segment channels over link/mux): one
+// goroutine reads the shared link, hands each frame to its group's
+// stepper and takes every group's turn — the same turn (groupLoop) a
+// Group's own loop takes, so a hosted group behaves as one of its own,
+// with the same Group API. What it saves is the hand-off: with a loop
+// per group, the loop that read a frame of another group woke that
+// group's loop for it (link/mux), and a Send on each group woke its own.
+//
+// A group joins a Loop with JoinLoop over its own link (a mux view: it
+// sends on it, and the kernel filter passes its frames), while the Loop
+// receives for all of them from the source it was made with. Each group
+// keeps its lock, timers and kicker; the Loop takes a group's turn when
+// frames of it arrived, when it posted work (a Send, Leave, a release),
+// or when its next deadline has come.
+type Loop struct {
+	src   LoopSource
+	waker Waker // nil: the source cannot be woken; a wait lasts MaxWait at most
+
+	mu      sync.Mutex // guards hosts, closed and adding
+	hosts   []*hosted
+	closed  bool
+	started bool
+
+	done chan struct{}
+	err  error // the source's receive failed (the Loop's own; read after done)
+	// waiting: the loop plans a wait on its source or waits; the first
+	// hosted group's wake of that wait wakes the source, the others (a
+	// barrier's Sends on a channel and on the global group) need not.
+	waiting atomic.Bool
+
+	// The loop's own.
+	rx   []link.Frame
+	live []*hosted
+	// toKick is a link the round's turns staged frames on (every hosted
+	// group's stages on the same shared link): the kicker kicks it once,
+	// after the round, for all of them.
+	toKick link.Stager
+
+	// The kicker: kick hands it a link to Kick; kickStop ends it.
+	kick     chan link.Stager
+	kickStop chan struct{}
+	kicked   chan struct{}
+}
+
+// LoopSource is what a Loop receives from: every hosted group's frames
+// (link/mux's Mux.RecvAll). Its Recv follows link.Link's (frames are
+// valid until the next Recv; os.ErrDeadlineExceeded at the deadline or
+// when woken).
+type LoopSource interface {
+	Recv(deadline time.Time, frames []link.Frame) (int, error)
+}
+
+// LoopSourceFunc is a function as a LoopSource.
+type LoopSourceFunc func(deadline time.Time, frames []link.Frame) (int, error)
+
+// Recv calls f.
+func (f LoopSourceFunc) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	return f(deadline, frames)
+}
+
+// hosted is one group on a Loop: its turn (the groupLoop its own loop
+// would run), its frames of this round, and the wait its plan asked for.
+type hosted struct {
+	h      groupLoop
+	group  uint32
+	frames []link.Frame
+	wait   time.Time
+}
+
+// NewLoop returns a Loop receiving from src; waker, if not nil, ends a
+// wait on src (a hosted group's Send or Leave wakes it). Its goroutine
+// starts with the first group.
+func NewLoop(src LoopSource, waker Waker) *Loop {
+	return &Loop{src: src, waker: waker, done: make(chan struct{}), rx: make([]link.Frame, 64),
+		kick: make(chan link.Stager, 1), kickStop: make(chan struct{}), kicked: make(chan struct{})}
+}
+
+// kickAfter asks for a Kick of st once the round's turns are taken (the
+// loop's goroutine only).
+func (lp *Loop) kickAfter(st link.Stager) { lp.toKick = st }
+
+// kickRound has the kicker Kick what the round's turns staged.
+func (lp *Loop) kickRound() {
+	if lp.toKick == nil {
+		return
+	}
+	select {
+	case lp.kick <- lp.toKick:
+	default: // a Kick is pending already: it sends these too
+	}
+	lp.toKick = nil
+}
+
+// kicker has the kernel send what the hosted groups staged (Kick), on a
+// goroutine of its own as a Group's kicker does, one Kick for all of a
+// round's groups. A link that cannot send stops every hosted group.
+func (lp *Loop) kicker() {
+	defer close(lp.kicked)
+	for {
+		var st link.Stager
+		select {
+		case st = <-lp.kick:
+		case <-lp.kickStop:
+			return
+		}
+		if err := st.Kick(); err != nil {
+			lp.mu.Lock()
+			hosts := append([]*hosted(nil), lp.hosts...)
+			lp.mu.Unlock()
+			for _, h := range hosts {
+				g := h.h.g
+				g.mu.Lock()
+				g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
+				g.mu.Unlock()
+			}
+		}
+	}
+}
+
+// ErrLoopConfig is wrapped by JoinLoop's refusal of a group a Loop
+// cannot host.
+var ErrLoopConfig = errors.New("reliable: a group a Loop cannot host")
+
+// JoinLoop is Join for a group whose turns lp takes: it sends on l, and
+// receives what lp's source reads of its group. A hosted group must hand
+// its messages to Config.Deliver (a Loop cannot leave the shared link
+// unread for one group whose receive queue is full) and have no
+// Config.Auth (the Loop receives past the group's link, where its tags
+// would be checked).
+func JoinLoop(ctx context.Context, lp *Loop, l link.Link, cfg Config) (*Group, error) {
+	return join(ctx, l, cfg, lp)
+}
+
+// admit says why lp cannot host a group of settings s, if it cannot.
+func (lp *Loop) admit(s *settings) error {
+	switch {
+	case s.Deliver == nil:
+		return fmt.Errorf("%w: group %d has no Config.Deliver", ErrLoopConfig, s.Group)
+	case s.Auth != nil:
+		return fmt.Errorf("%w: group %d has Config.Auth", ErrLoopConfig, s.Group)
+	}
+	return nil
+}
+
+// add hosts g: the loop takes its turns from now on.
+func (lp *Loop) add(g *Group) error {
+	lp.mu.Lock()
+	if lp.closed {
+		lp.mu.Unlock()
+		return fmt.Errorf("reliable: group %d: %w", g.cfg.Group, ErrLoopClosed)
+	}
+	for _, h := range lp.hosts {
+		if h.group == g.cfg.Group {
+			lp.mu.Unlock()
+			return fmt.Errorf("%w: group %d is on the Loop already", ErrLoopConfig, g.cfg.Group)
+		}
+	}
+	lp.hosts = append(lp.hosts, &hosted{h: groupLoop{g: g}, group: g.cfg.Group})
+	start := !lp.started
+	lp.started = true
+	lp.mu.Unlock()
+	if start {
+		go lp.kicker()
+		go lp.run()
+	} else {
+		lp.wake()
+	}
+	return nil
+}
+
+func (lp *Loop) wake() {
+	if lp.waker != nil {
+		lp.waker.Wake()
+	}
+}
+
+// groupWake is how a hosted group wakes the Loop: once per wait.
+type groupWake struct{ lp *Loop }
+
+func (w groupWake) Wake() {
+	if w.lp.waiting.Swap(false) {
+		w.lp.waker.Wake()
+	}
+}
+
+// Close ends the Loop once its groups have ended (each by its Close or
+// Leave): a group that joins it afterwards is refused. It returns at
+// once if no group ever joined.
+func (lp *Loop) Close() {
+	lp.mu.Lock()
+	lp.closed = true
+	started := lp.started
+	lp.mu.Unlock()
+	if !started {
+		return
+	}
+	lp.wake()
+	<-lp.done
+}
+
+// Err is why the Loop's receive failed, once it has ended (nil: it
+// ended after Close, or it still runs).
+func (lp *Loop) Err() error {
+	select {
+	case <-lp.done:
+		return lp.err
+	default:
+		return nil
+	}
+}
+
+// loopIdleWait bounds the Loop's wait when it hosts no group.
+const loopIdleWait = 10 * time.Millisecond
+
+// run is the event loop: plan every hosted group's wait, read the
+// source until the earliest, hand each group its frames and take the
+// turns that are due.
+func (lp *Loop) run() {
+	defer func() {
+		close(lp.kickStop)
+		<-lp.kicked
+		close(lp.done)
+	}()
+	for {
+		// From here a hosted group's wake ends the coming wait: one
+		// posted after its plan read the group finds waiting set (the
+		// source keeps a wake until its next Recv); one before, the plan
+		// sees (due).
+		lp.waiting.Store(true)
+		now := time.Now()
+		lp.mu.Lock()
+		live := append(lp.live[:0], lp.hosts...)
+		closed := lp.closed
+		lp.mu.Unlock()
+		wait := now.Add(loopIdleWait)
+		if lp.waker != nil {
+			wait = now.Add(quietMaxWait)
+		}
+		k := 0
+		for _, h := range live {
+			g := h.h.g
+			g.lockLoop()
+			w, stop := h.h.plan(now)
+			g.mu.Unlock()
+			if stop {
+				lp.remove(h)
+				continue
+			}
+			if len(g.first) > 0 {
+				w = now // registration's leftover frames: a turn now
+			}
+			h.wait = w
+			if w.Before(wait) {
+				wait = w
+			}
+			live[k] = h
+			k++
+		}
+		live = live[:k]
+		lp.live = live
+		if closed && len(live) == 0 {
+			return
+		}
+		n, err := lp.src.Recv(wait, lp.rx)
+		lp.waiting.Store(false)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			for _, h := range live {
+				h.h.failed(err)
+				lp.remove(h)
+			}
+			lp.err = fmt.Errorf("reliable: the Loop's receive failed: %w", err)
+			lp.mu.Lock()
+			lp.closed = true
+			lp.mu.Unlock()
+			return
+		}
+		lp.dispatch(live, lp.rx[:n])
+		now = time.Now()
+		for _, h := range live {
+			g := h.h.g
+			if len(g.first) > 0 {
+				first := g.first
+				g.first = nil
+				if h.h.turn(first) {
+					lp.remove(h)
+					continue
+				}
+			}
+			if len(h.frames) == 0 && now.Before(h.wait) {
+				continue // not due: no frames, no post, no deadline
+			}
+			if len(h.frames) > 0 {
+				g.lastRead = now
+			}
+			stop := h.h.turn(h.frames)
+			clear(h.frames)
+			h.frames = h.frames[:0]
+			if stop {
+				lp.remove(h)
+			}
+		}
+		lp.kickRound()
+		clear(lp.rx[:n])
+	}
+}
+
+// dispatch hands each frame to its hosted group; frames of no hosted
+// group are dropped (the source passes the frames of its open groups).
+func (lp *Loop) dispatch(live []*hosted, frames []link.Frame) {
+	for i := range frames {
+		grp, ok := link.FrameGroup(frames[i].Data)
+		if !ok {
+			continue
+		}
+		for _, h := range live {
+			if h.group == grp {
+				h.frames = append(h.frames, frames[i])
+				break
+			}
+		}
+	}
+}
+
+// remove ends hosted group h's loop: it is dropped from the Loop, and
+// what its own loop does once it ends is done (Group.end).
+func (lp *Loop) remove(h *hosted) {
+	lp.mu.Lock()
+	for i, x := range lp.hosts {
+		if x == h {
+			lp.hosts = append(lp.hosts[:i], lp.hosts[i+1:]...)
+			break
+		}
+	}
+	lp.mu.Unlock()
+	h.h.g.end()
+}
+
+// Waker ends a wait on a Loop's source (link/mux's Mux, a link.Waker).
+type Waker interface{ Wake() }

@@ -1,0 +1,362 @@
+package reliable
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/mux"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// loopMember is one process of the Loop tests: a mux over its link, a
+// Loop reading the mux, and its groups on the Loop, each delivering into
+// got[group][sender].
+type loopMember struct {
+	m      *mux.Mux
+	lp     *Loop
+	groups map[uint32]*Group
+
+	mu  sync.Mutex
+	got map[uint32]map[frame.MemberID][][]byte
+	// onDeliver, if set, runs on the Loop for every delivery.
+	onDeliver func(group uint32, from frame.MemberID, data []byte)
+}
+
+// loopMembers joins groups ids on a Loop at each of links (static
+// members 1..n).
+func loopMembers(t *testing.T, links []link.Link, members []frame.MemberInfo, ids []uint32) []*loopMember {
+	t.Helper()
+	ms := make([]*loopMember, len(links))
+	for i, l := range links {
+		m, err := mux.New(l, mux.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w Waker
+		if m.CanWake() {
+			w = m
+		}
+		lm := &loopMember{m: m, lp: NewLoop(LoopSourceFunc(m.RecvAll), w), groups: map[uint32]*Group{},
+			got: map[uint32]map[frame.MemberID][][]byte{}}
+		ms[i] = lm
+		for _, id := range ids {
+			v, err := m.Open(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lm.got[id] = map[frame.MemberID][][]byte{}
+			cfg := Config{Group: id, Members: members, Self: frame.MemberID(i + 1), Logger: quiet,
+				Deliver: func(from frame.MemberID, data []byte) {
+					if lm.onDeliver != nil {
+						lm.onDeliver(id, from, data)
+					}
+					lm.mu.Lock()
+					lm.got[id][from] = append(lm.got[id][from], bytes.Clone(data))
+					lm.mu.Unlock()
+				}}
+			g, err := JoinLoop(context.Background(), lm.lp, v, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lm.groups[id] = g
+		}
+	}
+	t.Cleanup(func() {
+		for _, lm := range ms {
+			for _, g := range lm.groups {
+				g.abort()
+				<-g.Done()
+			}
+			lm.lp.Close()
+			lm.m.Close()
+		}
+	})
+	return ms
+}
+
+// received is how many messages lm has from every sender of group id.
+func (lm *loopMember) received(id uint32) int {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	n := 0
+	for _, ms := range lm.got[id] {
+		n += len(ms)
+	}
+	return n
+}
+
+// Three members, two groups each on one Loop over a lossy, reordering
+// segment: every member receives every other's messages of each group,
+// in its order, byte-exact, only on that group; the mux counts each
+// group's frames; Close of every group, then of the Loop, ends the
+// Loop's goroutine.
+func TestLoopHostsGroups(t *testing.T) {
+	r := rtnet.New(t, 21)
+	var links []link.Link
+	var rl []*rtnet.Link
+	for range 3 {
+		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.05, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}})
+		links, rl = append(links, l), append(rl, l)
+	}
+	members := staticMembers(rl)
+	ids := []uint32{7, 8}
+	ms := loopMembers(t, links, members, ids)
+	const k = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for _, lm := range ms {
+		for _, id := range ids {
+			g := lm.groups[id]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var b []byte
+				for i := range k {
+					b = message(b[:0], g.Self()+frame.MemberID(id)*16, i, g.MaxMessage())
+					if err := g.Send(ctx, b); err != nil {
+						errs <- fmt.Errorf("member %d group %d: Send %d: %w", g.Self(), id, i, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, lm := range ms {
+		for _, id := range ids {
+			for lm.received(id) < 2*k {
+				if ctx.Err() != nil {
+					t.Fatalf("group %d at member %d: %d of %d messages", id, lm.groups[id].Self(), lm.received(id), 2*k)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for _, lm := range ms {
+		for _, id := range ids {
+			for from, msgs := range lm.got[id] {
+				for i, got := range msgs {
+					if want := message(nil, from+frame.MemberID(id)*16, i, lm.groups[id].MaxMessage()); !bytes.Equal(got, want) {
+						t.Fatalf("member %d group %d: message %d from %d: %d bytes, want %d (wrong content or order)", lm.groups[id].Self(), id, i, from, len(got), len(want))
+					}
+				}
+			}
+		}
+		st := lm.m.Stats()
+		for _, id := range ids {
+			if st.Groups[id].FramesReceived == 0 {
+				t.Errorf("member %d: mux counted no frame of group %d", lm.groups[id].Self(), id)
+			}
+		}
+	}
+	for _, lm := range ms {
+		for _, id := range ids {
+			if err := lm.groups[id].Close(); err != nil {
+				t.Errorf("group %d: Close: %v", id, err)
+			}
+		}
+		lm.lp.Close()
+		select {
+		case <-lm.lp.done:
+		default:
+			t.Error("the Loop's goroutine still runs after Close")
+		}
+		if err := lm.lp.Err(); err != nil {
+			t.Errorf("Loop.Err after Close = %v, want nil", err)
+		}
+	}
+}
+
+// JoinLoop refuses what a Loop cannot host, naming the group and why.
+func TestJoinLoopRefuses(t *testing.T) {
+	r := rtnet.New(t, 22)
+	l := r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l})
+	lp := NewLoop(LoopSourceFunc(l.Recv), l)
+	defer lp.Close()
+	_, err := JoinLoop(context.Background(), lp, l, Config{Group: 5, Members: members, Self: 1, Logger: quiet})
+	if err == nil || err.Error() != "reliable: a group a Loop cannot host: group 5 has no Config.Deliver" {
+		t.Fatalf("JoinLoop without Deliver: %v", err)
+	}
+}
+
+// kickCounter is a link that stages (link.Stager): Stage keeps copies,
+// Kick sends them in one Send and records, per Kick, the group ids of
+// the Data frames it sent.
+type kickCounter struct {
+	link.Link
+	mu      sync.Mutex
+	pending [][]byte
+	kicks   [][]uint32 // per Kick, the groups of the Data frames it sent
+}
+
+func (s *kickCounter) Stage(frames [][]byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range frames {
+		s.pending = append(s.pending, bytes.Clone(f))
+	}
+	return len(frames), nil
+}
+
+func (s *kickCounter) Kick() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil
+	}
+	var data []uint32
+	for _, f := range s.pending {
+		if _, body, err := frame.SplitEthernet(f, frame.EtherType); err == nil && frame.View(body).Type() == frame.Data {
+			g, _ := link.FrameGroup(f)
+			data = append(data, g)
+		}
+	}
+	s.kicks = append(s.kicks, data)
+	_, err := s.Link.Send(s.pending)
+	s.pending = s.pending[:0]
+	return err
+}
+
+func (s *kickCounter) Wake() { s.Link.(link.Waker).Wake() }
+
+// What a Loop's round staged for several groups goes out in one Kick:
+// member 1's Loop is held in a delivery of group 7 while its groups 8
+// and 9 each Send; once let go, the round takes both groups' turns and
+// their two Data frames leave in the same Kick (a Group's own loop
+// kicks per group).
+func TestLoopOneKickPerRound(t *testing.T) {
+	r := rtnet.New(t, 23)
+	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l1, l2})
+	st := &kickCounter{Link: l1}
+	ms := loopMembers(t, []link.Link{st, l2}, members, []uint32{7, 8, 9})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ms[0].onDeliver = func(group uint32, from frame.MemberID, data []byte) {
+		if group == 7 && string(data) == "hold" {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("member 1 never delivered group 7's message")
+	}
+	for _, id := range []uint32{8, 9} {
+		if err := ms[0].groups[id].Send(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	for ms[1].received(8) < 1 || ms[1].received(9) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("member 2 did not receive groups 8 and 9's messages")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, k := range st.kicks {
+		if slices.Contains(k, 8) && slices.Contains(k, 9) {
+			return
+		}
+	}
+	t.Fatalf("groups 8 and 9's Data frames went out in different Kicks: Data frames per Kick by group %v", st.kicks)
+}
+
+// gateWaker counts Wakes and holds them back until open.
+type gateWaker struct {
+	mu    sync.Mutex
+	w     Waker
+	n     int
+	shut  bool
+	owing int
+}
+
+func (g *gateWaker) Wake() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	if g.shut {
+		g.owing++
+		return
+	}
+	g.w.Wake()
+}
+
+func (g *gateWaker) set(shut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = shut
+	if !shut && g.owing > 0 {
+		g.owing = 0
+		g.w.Wake()
+	}
+}
+
+// Two hosted groups that post while the Loop waits wake its source
+// once (the barrier's two Sends in dsm's channel mode): the first wake
+// ends the wait, the second finds it ended.
+func TestLoopWakesOnce(t *testing.T) {
+	r := rtnet.New(t, 24)
+	l := r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l})
+	gate := &gateWaker{w: l}
+	lp := NewLoop(LoopSourceFunc(l.Recv), gate)
+	var gs []*Group
+	for _, id := range []uint32{7, 8} {
+		g, err := JoinLoop(context.Background(), lp, l, Config{Group: id, Members: members, Self: 1, Logger: quiet,
+			Deliver: func(frame.MemberID, []byte) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	defer func() {
+		gate.set(false)
+		for _, g := range gs {
+			g.abort()
+			<-g.Done()
+		}
+		lp.Close()
+	}()
+	time.Sleep(50 * time.Millisecond) // the Loop's first turns are taken; it waits
+	gate.set(true)
+	gate.mu.Lock()
+	before := gate.n
+	gate.mu.Unlock()
+	for _, g := range gs {
+		if err := g.Send(context.Background(), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.mu.Lock()
+	n := gate.n - before
+	gate.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("two Sends on two hosted groups woke the Loop's source %d times, want 1", n)
+	}
+}
