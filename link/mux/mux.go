@@ -266,22 +266,30 @@ func (m *Mux) view(group uint32) *view {
 	return m.views[i]
 }
 
+// viewOf is the open view of f's group, or nil: f is then counted as
+// late (its group's view closed) or of no view; m.mu is held.
+func (m *Mux) viewOf(f *link.Frame) *view {
+	g, ok := link.FrameGroup(f.Data)
+	if ok {
+		if v := m.view(g); v != nil {
+			return v
+		}
+	}
+	if ok && slices.Contains(m.gone, g) {
+		m.lateFrames++
+	} else {
+		m.noView++
+	}
+	return nil
+}
+
 // dispatch copies frames into their views' queues and signals the views
 // that got some, but self; m.mu is held.
 func (m *Mux) dispatch(frames []link.Frame, self *view) {
 	for i := range frames {
 		f := &frames[i]
-		g, ok := link.FrameGroup(f.Data)
-		var v *view
-		if ok {
-			v = m.view(g)
-		}
+		v := m.viewOf(f)
 		if v == nil {
-			if ok && slices.Contains(m.gone, g) {
-				m.lateFrames++
-			} else {
-				m.noView++
-			}
 			continue
 		}
 		if !v.q.push(f) {
@@ -665,17 +673,8 @@ func (m *Mux) RecvAll(deadline time.Time, frames []link.Frame) (int, error) {
 	k := 0
 	for i := range frames[:n] {
 		f := &frames[i]
-		g, ok := link.FrameGroup(f.Data)
-		var v *view
-		if ok {
-			v = m.view(g)
-		}
+		v := m.viewOf(f)
 		if v == nil {
-			if ok && slices.Contains(m.gone, g) {
-				m.lateFrames++
-			} else {
-				m.noView++
-			}
 			continue
 		}
 		v.q.framesIn++
