@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
@@ -127,6 +128,10 @@ type Group struct {
 	// written by the kicker before it closes kicked.
 	kick, kickStop, kicked chan struct{}
 	lastKick               error
+	// datagram: SendUnreliable proposed a datagram while the loop slept
+	// and left it to the kicker, which sends it as a quiet Send does
+	// (sendNow) instead of the loop being woken for it.
+	datagram atomic.Bool
 
 	// The event loop's own state (no lock): since when the receive queue
 	// has been full, and the timer bounding a wait for room in it.
@@ -594,6 +599,14 @@ func (g *Group) kicker(st link.Stager) {
 			g.lastKick = st.Kick() // what the last turn staged (the Leave repeats)
 			return
 		}
+		if g.datagram.Swap(false) {
+			g.mu.Lock()
+			if !g.sendNow(true) {
+				g.due = true
+				g.wakeLoop()
+			}
+			g.mu.Unlock()
+		}
 		if err := st.Kick(); err != nil {
 			// If the loop has just finished (g.err is ErrClosed), these
 			// were the last frames: run's ending reports it.
@@ -760,7 +773,7 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 			g.ownProposed++
 			quiet := now.Sub(g.lastPropose) >= quietSend
 			g.lastPropose = now
-			if quiet && g.sendNow() {
+			if quiet && g.sendNow(true) {
 				g.mu.Unlock()
 				return nil
 			}
@@ -795,21 +808,29 @@ const quietSend = 50 * time.Microsecond
 // and the Events channel: with Config.Deliver or OnEvent they are
 // handed out on the loop alone, and sendNow reports false. Timers stay
 // the loop's: if the core's next deadline is now before the loop's
-// wake-up, the loop is woken once the frames went out. g.mu is held,
-// and let go while the frames go out.
-func (g *Group) sendNow() bool {
-	if g.sleepUntil.IsZero() || g.due || g.inline || g.leaving || g.err != nil ||
-		g.cfg.Deliver != nil || g.cfg.OnEvent != nil {
+// wake-up, the loop is woken once the frames went out. With kickNow the
+// frames staged are kicked here too. g.mu is held, and let go while the
+// frames go out.
+func (g *Group) sendNow(kickNow bool) bool {
+	if !g.canSendNow() {
 		return false
 	}
 	g.inline = true
-	g.carryOut(g.n.st.Ready(), true) // an error stops the group (finish)
+	g.carryOut(g.n.st.Ready(), kickNow) // an error stops the group (finish)
 	g.inline = false
 	g.inlineDone.Broadcast()
 	if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(g.sleepUntil) {
 		g.wakeLoop()
 	}
 	return true
+}
+
+// canSendNow says whether sendNow may carry out the core's Ready off the
+// loop: the loop waits on the link with nothing due, no other sendNow is
+// under way, and the loop alone does not hand out (g.mu is held).
+func (g *Group) canSendNow() bool {
+	return !g.sleepUntil.IsZero() && !g.due && !g.inline && !g.leaving && g.err == nil &&
+		g.cfg.Deliver == nil && g.cfg.OnEvent == nil
 }
 
 // SendUnreliable broadcasts payload at the Unreliable level
@@ -840,6 +861,18 @@ func (g *Group) SendUnreliable(payload []byte) error {
 	}
 	if err := g.n.st.ProposeUnreliable(g.n.clk.Core(time.Now()), payload); err != nil {
 		return g.sendErr(err)
+	}
+	// While the loop sleeps, the kicker sends the datagram (sendNow): its
+	// wake is a channel's, where the loop's is a deadline set in the
+	// link's poller, which cost this call more than the rest of it and
+	// varied most (docs/benchmarks.md, "Liu's tables").
+	if g.kick != nil && g.canSendNow() {
+		g.datagram.Store(true)
+		select {
+		case g.kick <- struct{}{}:
+		default: // a wake-up is pending already; the kicker looks at datagram after it
+		}
+		return nil
 	}
 	g.due = true
 	g.wakeLoop()

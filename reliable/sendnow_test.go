@@ -2,6 +2,7 @@ package reliable
 
 import (
 	"bytes"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,6 +91,88 @@ func TestQuietSendSendsItself(t *testing.T) {
 		m, err := peer.Recv(t.Context())
 		if err != nil || m.From != 1 || !bytes.Equal(m.Data, msg) {
 			t.Fatalf("peer received %q from %d (%v), want %q from 1", m.Data, m.From, err, msg)
+		}
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := peer.Close(); err != nil {
+			t.Errorf("peer Close: %v", err)
+		}
+	}
+}
+
+// SendUnreliable while the loop waits on the link leaves its datagram to
+// the kicker, which stages and kicks it (sendNow), instead of waking the
+// loop (a deadline set in a ring's poller): here the loop is parked in
+// Recv, deaf to Wake, and the datagram goes out all the same, once. With
+// Config.Deliver set the loop alone carries out the core's Ready, and the
+// datagram waits for it. Either way the peer receives it, bytes equal,
+// and the sender sent it once.
+func TestQuietSendUnreliableLeftToKicker(t *testing.T) {
+	for _, withDeliver := range []bool{false, true} {
+		r := rtnet.New(t, 8)
+		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
+		members := staticMembers(raw)
+		hl := &heldLink{stagingLink: stagingLink{Link: raw[0]}, entered: make(chan struct{}), release: make(chan struct{})}
+		hl.hold.Store(true)
+		cfg := Config{Group: 3, Members: members, Self: 1, Logger: quiet}
+		if withDeliver {
+			cfg.Deliver = func(frame.MemberID, []byte) {}
+		}
+		g, err := Join(t.Context(), hl, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-hl.entered // before the loop's first turn
+		hl.release <- struct{}{}
+		<-hl.entered // after it: the loop waits in Recv, and stays there
+		msg := []byte("a datagram the kicker sends")
+		kicked := func() int { // frames kicked that carry msg
+			hl.mu.Lock()
+			defer hl.mu.Unlock()
+			k := 0
+			for _, f := range hl.kicked {
+				if _, body, err := frame.SplitEthernet(f, link.EtherTypeRbcast); err == nil && bytes.Contains(body, msg) {
+					k++
+				}
+			}
+			return k
+		}
+		if err := g.SendUnreliable(msg); err != nil {
+			t.Fatal(err)
+		}
+		if withDeliver {
+			if k := kicked(); k != 0 {
+				t.Fatalf("Deliver set: the datagram was kicked %d times with the loop parked, want 0 (the loop sends it)", k)
+			}
+		} else {
+			// The kicker runs on its own goroutine: give it 10 s.
+			for end := time.Now().Add(10 * time.Second); kicked() == 0; runtime.Gosched() {
+				if time.Now().After(end) {
+					t.Fatal("the datagram was not kicked within 10 s while the loop was parked")
+				}
+			}
+		}
+		hl.hold.Store(false)
+		close(hl.release)
+		m, err := peer.Recv(t.Context())
+		if err != nil || m.From != 1 || !bytes.Equal(m.Data, msg) {
+			t.Fatalf("peer received %q from %d (%v), want %q from 1", m.Data, m.From, err, msg)
+		}
+		// A reliable message after it, received: the loop has taken
+		// turns since, and has not sent the datagram again.
+		if err := g.Send(t.Context(), []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := peer.Recv(t.Context()); err != nil || string(m.Data) != "after" {
+			t.Fatalf("peer received %q (%v), want %q", m.Data, err, "after")
+		}
+		if k := kicked(); k != 1 {
+			t.Errorf("Deliver set %v: the datagram went out in %d frames, want 1", withDeliver, k)
 		}
 		if err := g.Close(); err != nil {
 			t.Errorf("Close: %v", err)

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbcast/rbcast/link"
 )
@@ -177,4 +182,136 @@ func benchRecvRate(b *testing.B, from hostT, to []hostT, cfg Config) {
 	b.ReportMetric(float64(b.N)/sendTime.Seconds(), "sent/s")
 	st, _ := tx.Stats()
 	b.ReportMetric(float64(st.SendRetries)/float64(b.N), "retries/frame")
+}
+
+// BenchmarkWake measures waking a goroutine that sleeps in the
+// netpoller, medians: ns/wake is how long the waking call takes, ns/return
+// until the woken goroutine runs again; at GOMAXPROCS 1 (a process pinned
+// to one CPU, as BenchmarkLiuTables' parent) and 2. Each round waits
+// until the sleeper has parked. The candidates, side by side:
+//
+//   - ring: Link.Wake of a Recv (RxSpin off, nothing arriving, a deadline a
+//     minute away): a read deadline in the past on the ring's epoll
+//     instance;
+//
+//   - eventfd: an 8-byte write to an eventfd held in an epoll instance
+//     that the netpoller watches, as the ring's socket is (the sleeper
+//     drains it);
+//
+//   - chan: a non-blocking send on a buffered channel a goroutine waits
+//     on (reliable's kicker).
+//
+//     go test -run '^$' -bench Wake -benchtime 2000x ./link/ring
+func BenchmarkWake(b *testing.B) {
+	topo := up(b, "wk", 1, 1500)
+	for _, procs := range []int{1, 2} {
+		b.Run(fmt.Sprintf("ring/procs%d", procs), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			l := openOn(b, topo.Hosts[0], Config{RxSpin: -1})
+			frames := make([]Frame, 4)
+			benchWake(b, l.sleeping.Load, l.Wake, func() bool {
+				_, err := l.Recv(time.Now().Add(time.Minute), frames)
+				return errors.Is(err, os.ErrDeadlineExceeded)
+			})
+			l.Close()
+		})
+		b.Run(fmt.Sprintf("eventfd/procs%d", procs), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.SetNonblock(ep, true); err != nil {
+				b.Fatal(err)
+			}
+			efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer unix.Close(efd)
+			if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}); err != nil {
+				b.Fatal(err)
+			}
+			f := os.NewFile(uintptr(ep), "epoll")
+			defer f.Close()
+			raw, err := f.SyscallConn()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sleeping, woken atomic.Bool
+			one, buf := []byte{1, 0, 0, 0, 0, 0, 0, 0}, make([]byte, 8)
+			benchWake(b, sleeping.Load, func() {
+				woken.Store(true)
+				unix.Write(efd, one)
+			}, func() bool {
+				sleeping.Store(true)
+				err := raw.Read(func(uintptr) bool { return woken.Load() })
+				sleeping.Store(false)
+				woken.Store(false)
+				unix.Read(efd, buf)
+				return err == nil
+			})
+		})
+		b.Run(fmt.Sprintf("chan/procs%d", procs), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			ch := make(chan struct{}, 1)
+			var sleeping atomic.Bool
+			benchWake(b, sleeping.Load, func() {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}, func() bool {
+				sleeping.Store(true)
+				<-ch
+				sleeping.Store(false)
+				return true
+			})
+		})
+	}
+}
+
+// benchWake is a round of BenchmarkWake b.N times: sleep runs in a
+// goroutine of its own until it reports false (or b.N wakes), asleep
+// says it is about to park, wake ends its sleep.
+func benchWake(b *testing.B, asleep func() bool, wake func(), sleep func() bool) {
+	var rounds atomic.Uint64
+	var returned atomic.Int64
+	done := make(chan bool, 1)
+	n := uint64(b.N)
+	go func() {
+		for {
+			ok := sleep()
+			returned.Store(time.Now().UnixNano())
+			if rounds.Add(1) == n || !ok {
+				done <- ok
+				return
+			}
+		}
+	}()
+	calls := make([]time.Duration, 0, b.N)
+	rets := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		for rounds.Load() != uint64(i) || !asleep() {
+			runtime.Gosched()
+		}
+		time.Sleep(20 * time.Microsecond) // parked, not about to be
+		t0 := time.Now()
+		wake()
+		t1 := time.Now()
+		for rounds.Load() != uint64(i+1) {
+			runtime.Gosched()
+		}
+		calls = append(calls, t1.Sub(t0))
+		rets = append(rets, time.Duration(returned.Load()-t0.UnixNano()))
+	}
+	b.StopTimer()
+	if !<-done {
+		b.Fatal("the sleeper did not return as woken")
+	}
+	slices.Sort(calls)
+	slices.Sort(rets)
+	b.ReportMetric(float64(calls[len(calls)/2].Nanoseconds()), "ns/wake")
+	b.ReportMetric(float64(rets[len(rets)/2].Nanoseconds()), "ns/return")
 }
