@@ -945,8 +945,10 @@ func (d *daemons) benchGoodput(size int) (benchResult, float64) {
 		d.waitSubs(i, 1)
 	}
 	cpu0 := d.cpu(recvs)
+	each0 := d.each(recvs)
 	out, benchCPU := d.output(0, "bench", "-json", "-size", fmt.Sprint(size), "-duration", fmt.Sprintf("%ds", d.r.secs))
 	cpu := d.cpu(recvs) - cpu0 + benchCPU
+	each := d.each(recvs)
 	for _, s := range recvs {
 		s.end()
 	}
@@ -954,8 +956,43 @@ func (d *daemons) benchGoodput(size int) (benchResult, float64) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		d.r.b.Fatalf("bench -json: %v: %s", err, out)
 	}
+	d.logEach(fmt.Sprintf("bench -size %d (bench %.2f ms per MB)", size, perMB(benchCPU, res.Bytes)), each0, each, res.Bytes)
 	return res, perMB(cpu, res.Bytes)
 }
+
+// procUse is a process's CPU time so far.
+type procUse struct {
+	cpu time.Duration
+}
+
+// each is procUse of every daemon, then of every client in clients.
+func (d *daemons) each(clients []*started) []procUse {
+	var u []procUse
+	for _, c := range d.cmds {
+		u = append(u, procUseOf(c.Process.Pid))
+	}
+	for _, c := range clients {
+		u = append(u, procUseOf(c.cmd.Process.Pid))
+	}
+	return u
+}
+
+// logEach logs, per process (the daemons, then the clients), the CPU-ms
+// per MB between a and b.
+func (d *daemons) logEach(what string, a, b []procUse, bytes uint64) {
+	var each []string
+	for i := range b {
+		name := fmt.Sprintf("daemon %d", i)
+		if i >= len(d.cmds) {
+			name = fmt.Sprintf("client %d", i-len(d.cmds)+1)
+		}
+		each = append(each, fmt.Sprintf("%s %.2f ms", name, perMB(b[i].cpu-a[i].cpu, bytes)))
+	}
+	d.r.b.Logf("rbcastd, %s: per MB: %s", what, strings.Join(each, "; "))
+}
+
+// procUseOf reads /proc/PID/stat (zero if gone).
+func procUseOf(pid int) procUse { return procUse{cpu: procCPU(pid)} }
 
 // cpu is the CPU time so far of the daemons and the running clients.
 func (d *daemons) cpu(clients []*started) time.Duration {

@@ -139,6 +139,7 @@ type Daemon struct {
 	datagrams atomic.Uint64 // SendUnreliables handed to the group, all clients
 	ringBytes atomic.Int64  // memory of every client's rings
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
+	packets   atomic.Uint64 // packets the fan-out built and wrote out (fanout.go: writeOut)
 	rates     rateSampler
 	files     *fileService // nil: files off
 }

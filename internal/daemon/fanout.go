@@ -74,6 +74,7 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
 	wait := context.Background()
+	waited := uint32(0) // the next delivery taken is one the fan-out waited for (hops)
 	for {
 		// One subscriber with a deliver ring (recv's case): what waits
 		// goes straight into its ring, copied once, from the Group.
@@ -81,12 +82,24 @@ func (d *Daemon) fanout(g *reliable.Group) {
 			if b.n > 0 {
 				d.writeOut(b)
 			}
-			n, err := s.c.ringRecv(g, now, s.from, largest, func() bool { return d.subsGen.Load() == gen })
+			n, empty, err := s.c.ringRecv(g, now, s.from, largest, func() bool { return d.subsGen.Load() == gen })
 			if err != nil {
 				d.endStreams(err)
 				return
 			}
 			if n > 0 {
+				continue
+			}
+			if empty {
+				// Nothing waits: wait for the next delivery without
+				// taking it, so that it too goes straight into the ring
+				// with whatever follows it, not through the packet (a
+				// second copy, and a publish and doorbell of its own).
+				if err := g.WaitRecv(wait); err != nil {
+					d.endStreams(err)
+					return
+				}
+				hops.At(hops.FanoutRecv, 1)
 				continue
 			}
 		}
@@ -97,12 +110,17 @@ func (d *Daemon) fanout(g *reliable.Group) {
 		from, data, err := g.RecvAppend(now, b.p[:off+entryLen])
 		if err != nil && err == now.Err() {
 			d.writeOut(b)
-			off = len(b.p)
-			from, data, err = g.RecvAppend(wait, b.p[:off+entryLen])
-			hops.At(hops.FanoutRecv, 1)
-		} else {
-			hops.At(hops.FanoutRecv, 0)
+			// Wait without taking the next delivery: the subscribers may
+			// be one with a ring by then.
+			if err := g.WaitRecv(wait); err != nil {
+				d.endStreams(err)
+				return
+			}
+			waited = 1
+			continue
 		}
+		hops.At(hops.FanoutRecv, waited)
+		waited = 0
 		if err != nil {
 			d.writeOut(b)
 			d.endStreams(err)
@@ -137,6 +155,7 @@ func (d *Daemon) writeOut(b *outBatch) {
 	if b.n == 0 {
 		return
 	}
+	d.packets.Add(1)
 	if b.n == 1 {
 		b.single()
 	}

@@ -168,7 +168,7 @@ func (c *conn) drainSendRing() (burst int, ok bool) {
 		if n == 1 {
 			hops.At(hops.ConnHandled, 0)
 		}
-		if n%64 == 0 && !c.releaseSend() { // room for the client as we go
+		if n%64 == 0 && !c.releaseSendFree() { // room for the client as we go
 			return burst, false
 		}
 	}
@@ -195,6 +195,19 @@ func (c *conn) sendRingReady(sleep bool) bool {
 // if it waits for room.
 func (c *conn) releaseSend() bool {
 	if c.rings.send.Release() {
+		return c.write(sendRingBell) == nil
+	}
+	return true
+}
+
+// releaseSendFree frees what was read of the send ring as the drain goes
+// on, ringing a client that waits for room only once a quarter of the
+// ring is free: a client that fills the ring faster than the group takes
+// it (bench, send FILE) is woken once per quarter ring, not once per 64
+// messages. The drain's end (releaseSend) rings it whatever the room.
+func (c *conn) releaseSendFree() bool {
+	r := c.rings.send
+	if r.ReleaseFree(r.Size() / 4) {
 		return c.write(sendRingBell) == nil
 	}
 	return true
@@ -271,36 +284,35 @@ func (c *conn) ringAdd(sender uint16, data []byte) error {
 // ringRecv takes what the Group has delivered, without waiting (ctx is
 // done), straight into the deliver ring: each message is received into
 // the ring's next record and committed if the subscriber wants it
-// (from). It stops when nothing waits, the ring is full or sole says
-// this is no longer the only subscriber (another one, answered
+// (from). It stops when nothing waits (empty), the ring is full or sole
+// says this is no longer the only subscriber (another one, answered
 // Subscribed, wants what comes from then on), publishes, and returns how
 // many messages it took; an error is the Group's (the stream's end), a
 // ring that fails only ends this connection.
-func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int, sole func() bool) (int, error) {
+func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, largest int, sole func() bool) (n int, empty bool, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	r := c.rings.deliver
 	if r == nil {
-		return 0, nil
+		return 0, false, nil
 	}
-	n := 0
 	for sole() {
-		var err error
 		c.slot, err = r.Reserve(c.slot, largest, 1)
 		if err != nil {
 			if !errors.Is(err, localapi.ErrRingFull) {
 				c.closeAsync()
-				return n, nil
+				return n, false, nil
 			}
 			break
 		}
 		sender, data, err := g.RecvAppend(ctx, c.slot[0][:0])
 		if err != nil {
 			if err == ctx.Err() {
+				empty = true
 				break
 			}
 			c.publishDeliver()
-			return n, err
+			return n, false, err
 		}
 		if from == localapi.AllMembers || from == uint16(sender) {
 			r.Commit(uint16(sender), len(data))
@@ -309,8 +321,9 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 	}
 	if err := c.publishDeliver(); err != nil {
 		c.closeAsync()
+		return n, false, nil
 	}
-	return n, nil
+	return n, empty, nil
 }
 
 // closeAsync closes the connection from the fan-out, which holds c.wmu:

@@ -379,3 +379,41 @@ func testRingsPolled(t *testing.T, poll bool) {
 		t.Errorf("a packet waits on the receiver's socket: the daemon rang a client that polls")
 	}
 }
+
+// A sole subscriber with a deliver ring gets every message straight into
+// its ring, also the first after the fan-out found nothing waiting and
+// waited: no packet is built for it (which copied that message a second
+// time and published it alone, with a doorbell of its own). Messages
+// sent one at a time, each after the one before arrived, have the
+// fan-out wait before each.
+func TestRingSubscriberAfterWaitNoPacket(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
+	rr, err := sub.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.Read(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*localapi.Subscribed); !ok {
+		t.Fatalf("Subscribe answered with %v", m.Type())
+	}
+	c, _ := dial(t, ds[0].socket, true)
+	const n = 100
+	for i := range n {
+		msg := []byte(fmt.Sprintf("message %d", i))
+		if err := c.Write(&localapi.Send{Data: msg}); err != nil {
+			t.Fatal(err)
+		}
+		_, got, ok, err := rr.Next(true)
+		if err != nil || !ok || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d: got %q, %v, %v; want %q", i, got, ok, err, msg)
+		}
+	}
+	if p := ds[1].d.packets.Load(); p != 0 {
+		t.Errorf("the fan-out built %d packets for %d messages to its one ring subscriber; want 0", p, n)
+	}
+}

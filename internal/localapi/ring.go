@@ -365,6 +365,24 @@ func (r *Ring) Release() (ring bool) {
 	return r.wantSpace.Load() != 0 && r.wantSpace.CompareAndSwap(1, 0)
 }
 
+// ReleaseFree is Release for a consumer that goes on reading: it frees
+// what was read, and rings only a producer that sleeps for room once
+// room of at least free bytes waits for it (by the producer's index,
+// read anew when the producer sleeps), not for every record it frees. A
+// producer asleep on a full ring is then woken once per that much room,
+// not once per release. A consumer that stops reading must Release,
+// which rings whatever room there is.
+func (r *Ring) ReleaseFree(free int) (ring bool) {
+	r.tail.Store(r.pos)
+	if r.wantSpace.Load() == 0 {
+		return false
+	}
+	if h, err := r.published(); err == nil && r.size-(h-r.pos) < uint64(free) {
+		return false
+	}
+	return r.wantSpace.CompareAndSwap(1, 0)
+}
+
 // Waiting reports whether a record may wait to be read (the consumer,
 // polling: one atomic load of the producer's index, which Next checks).
 // It leaves wantData alone, so that a producer that publishes meanwhile

@@ -160,6 +160,55 @@ func TestRingDoorbells(t *testing.T) {
 	}
 }
 
+// ReleaseFree rings a producer asleep on a full ring only once the room
+// it frees reaches the amount asked for, and then once; Release rings
+// whatever the room.
+func TestRingReleaseFree(t *testing.T) {
+	p, c := ringPair(t, MinRing, 1000)
+	for p.Add(1, make([]byte, 1000)) == nil {
+	}
+	p.Publish()
+	if sleep, err := p.WaitSpace(1000); err != nil || !sleep {
+		t.Fatalf("WaitSpace on a full ring: %v, %v; want to sleep", sleep, err)
+	}
+	quarter := MinRing / 4
+	freed := 0
+	for freed < quarter-1008 {
+		if _, d, ok, err := c.Next(); err != nil || !ok {
+			t.Fatalf("after %d bytes: %v, %v", freed, ok, err)
+		} else {
+			freed += int(align8(RecordHeader + uint64(len(d))))
+		}
+		if freed < quarter && c.ReleaseFree(quarter) {
+			t.Fatalf("ReleaseFree(%d) rang with %d bytes freed", quarter, freed)
+		}
+	}
+	for freed < quarter {
+		_, d, _, _ := c.Next()
+		freed += int(align8(RecordHeader + uint64(len(d))))
+	}
+	if !c.ReleaseFree(quarter) {
+		t.Fatalf("ReleaseFree(%d) with %d bytes freed did not ring the sleeping producer", quarter, freed)
+	}
+	if c.ReleaseFree(quarter) || c.Release() {
+		t.Fatal("the producer was rung twice for one sleep")
+	}
+	if sleep, _ := p.WaitSpace(1000); sleep {
+		t.Fatal("WaitSpace with room says to sleep")
+	}
+	for p.Add(1, make([]byte, 1000)) == nil {
+	}
+	p.Publish()
+	p.WaitSpace(1000)
+	c.Next()
+	if c.ReleaseFree(quarter) {
+		t.Fatal("ReleaseFree rang after one record")
+	}
+	if !c.Release() {
+		t.Fatal("Release with the producer asleep did not say to ring")
+	}
+}
+
 // A hostile other end changes the shared state: every fault is an error
 // that names it, never a panic nor data outside the ring.
 func TestRingFaults(t *testing.T) {

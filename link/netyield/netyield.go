@@ -15,9 +15,9 @@
 // Yield, with one P, parks the caller on an eventfd it has just made
 // readable: the scheduler runs whatever is runnable, then finds no
 // goroutine and asks the poller, which returns the caller (its eventfd)
-// with every goroutine whose descriptor is ready. It costs three system
-// calls (write, epoll_wait, read) where Gosched costs none, which a poll
-// that waits can spend. No runtime API offers "poll the network now";
+// with every goroutine whose descriptor is ready. It costs two system
+// calls (the eventfd's write, epoll_wait) where Gosched costs none, which
+// a poll that waits can spend. No runtime API offers "poll the network now";
 // this is the smallest thing that has the scheduler do it.
 package netyield
 
@@ -147,17 +147,23 @@ func newYielder() (*yielder, error) {
 
 // tryRead is the RawConn.Read callback. The first call makes the eventfd
 // readable and waits (false): RawConn.Read has reset the descriptor's
-// readiness before it, so the write's edge cannot be lost. Then it
-// drains the counter.
+// readiness before it, so the write's edge cannot be lost. The second
+// call, once the poller has returned the eventfd, ends the wait without
+// reading the counter: the runtime's poller is edge-triggered, and an
+// eventfd reports an edge on every write, readable or not, so the next
+// yield's write wakes it again. The counter grows by one a yield, and
+// would take centuries to reach its limit (2^64 - 2): should it, the
+// write fails with EAGAIN, and the counter is drained then.
 func (y *yielder) tryRead(fd uintptr) bool {
-	var v uint64
-	if !y.rung {
-		y.rung = true
-		v = 1
-		// Neither blocks: the counter is drained after each yield.
-		unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&v)), 8)
-		return false
+	if y.rung {
+		return true
 	}
-	_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&v)), 8)
-	return e != unix.EAGAIN
+	y.rung = true
+	v := uint64(1)
+	// Never blocks: a full counter is EAGAIN, not a wait.
+	if _, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&v)), 8); e == unix.EAGAIN {
+		unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&v)), 8)
+		unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&v)), 8)
+	}
+	return false
 }
