@@ -9,6 +9,7 @@ import (
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
+	"github.com/rbcast/rbcast/internal/seeds"
 )
 
 // Channel barriers (Node.ChannelBarrier): markers on the segment
@@ -41,9 +42,10 @@ func channelThenTotal(ctx context.Context, n *dsm.Node, id int) error {
 // sequential program's, every write is one update at every other member
 // of its segment, before a barrier → seen before crossing it, after it →
 // after; and a channel barrier puts no arrival on the global channel.
+// RBCAST_SEEDS sets the number of seeds (4 by default).
 func TestChannelBarrierAxioms(t *testing.T) {
 	readers := map[uint32][]int{22: {1}}
-	for seed := range uint64(axiomSeeds) {
+	for seed := range uint64(seeds.Count(t, axiomSeeds, axiomSeeds)) {
 		h := newHistory(4)
 		res, err := dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: dsm.Config{Channels: true}, Trace: h.record},
 			chanProgramWith(chanSegsNoGlobal, readers, 6, channelThenTotal))
