@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rbcast/rbcast/dsm"
@@ -134,5 +135,33 @@ func TestChannelBarrierErrors(t *testing.T) {
 	})
 	if !errors.Is(err, dsm.ErrBarrierMismatch) || !strings.Contains(err.Error(), "member 2 entered barrier 2 (its barrier number 2) as a barrier with a global message, this member as a channel barrier") {
 		t.Fatalf("kinds differ: %v", err)
+	}
+	// The member that entered the total barrier learns it from the
+	// marker, without waiting for a global message that will not come.
+	var mu sync.Mutex
+	errs := map[int]error{}
+	dsmsim.Run(dsmsim.Config{Members: 3, Seed: 1, Node: dsm.Config{Channels: true}}, func(n *dsm.Node) error {
+		var err error
+		switch n.Rank() {
+		case 0:
+			_, err = n.CreateSegment(9, 4, 8)
+		case 1:
+			_, err = n.JoinSegment(ctx, 9, 4, 8)
+		}
+		if err == nil {
+			err = n.Barrier(ctx, 1)
+		}
+		if err == nil && n.Rank() == 0 {
+			err = n.Barrier(ctx, 2)
+		} else if err == nil {
+			err = n.ChannelBarrier(ctx, 2)
+		}
+		mu.Lock()
+		errs[n.Rank()] = err
+		mu.Unlock()
+		return err
+	})
+	if err := errs[0]; !errors.Is(err, dsm.ErrBarrierMismatch) || !strings.Contains(err.Error(), "member 2 entered barrier 2 (its barrier number 2) as a channel barrier, this member as a barrier with a global message") {
+		t.Fatalf("total against channel: %v", err)
 	}
 }

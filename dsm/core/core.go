@@ -993,6 +993,13 @@ func (c *Core) barrierCheck() (bool, error) {
 			}
 			continue
 		}
+		if c.channels {
+			// A marker of the other kind tells it before a global
+			// message that will not come.
+			if err := c.markerKind(p.id); err != nil {
+				return false, err
+			}
+		}
 		if p.barriers < c.barriers {
 			all = false
 			continue
@@ -1013,9 +1020,6 @@ func (c *Core) barrierCheck() (bool, error) {
 		if c.channels && c.markerMissing(p.id) {
 			all = false
 			continue
-		}
-		if err := c.markerKind(p.id); err != nil {
-			return false, err
 		}
 		arrived++
 	}
