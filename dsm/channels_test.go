@@ -88,6 +88,12 @@ func chanProgram(segs map[uint32][]int, rounds int) func(*dsm.Node) error {
 // chanProgramReaders is chanProgram where the ranks of readers[key] join
 // segment key read-only and write nothing to it: their lanes stay zero.
 func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.Node) error {
+	return chanProgramWith(segs, readers, rounds, func(ctx context.Context, n *dsm.Node, id int) error { return n.Barrier(ctx, id) })
+}
+
+// chanProgramWith is chanProgramReaders crossing the rounds' barriers
+// with barrier (the fixing barrier is n.Barrier).
+func chanProgramWith(segs, readers map[uint32][]int, rounds int, barrier func(context.Context, *dsm.Node, int) error) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
 		mine, err := joinChanSegsReaders(n, segs, readers)
@@ -119,7 +125,7 @@ func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.No
 					}
 				}
 			}
-			if err := n.Barrier(ctx, 100+round); err != nil {
+			if err := barrier(ctx, n, 100+round); err != nil {
 				return err
 			}
 			for _, key := range keys {
@@ -139,7 +145,7 @@ func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.No
 				}
 			}
 			// The next round's writes must not race with these reads.
-			if err := n.Barrier(ctx, 200+round); err != nil {
+			if err := barrier(ctx, n, 200+round); err != nil {
 				return err
 			}
 		}

@@ -850,7 +850,28 @@ func (n *Node) JoinSegmentReadOnly(ctx context.Context, key uint32, locations, l
 // waited for. If ctx ends first Barrier returns ctx.Err(); calling
 // Barrier again with the same id resumes the wait.
 func (n *Node) Barrier(ctx context.Context, id int) error {
-	_, err := n.barrier(ctx, id, 0)
+	_, err := n.barrier(ctx, id, 0, false)
+	return err
+}
+
+// ChannelBarrier (Config.Channels) is a barrier of the segment channels
+// alone: this member puts its marker on the channel of each segment it
+// writes, sends nothing on the global channel, and crosses once every
+// other writer of every segment it joined has put its marker on that
+// segment's channel. The writes those members made before the barrier
+// are then visible here, and none they make after it is applied here
+// before this member crossed (axioms 2.6 and 2.7 for every two members
+// that share a segment, which under channels are the only ones whose
+// writes reach each other). Members that share no segment with this one
+// are not waited for: it is not the global synchronisation of Barrier,
+// and saves the barrier's frame on the global group (docs/dsm.md,
+// "Channel barriers"). It fixes no segment membership, is refused
+// after this member wrote a segment every member joined since its last
+// Barrier (those writes travel on the global channel), and members call
+// it where the others call it (ErrBarrierMismatch, reported by the
+// members that share a channel).
+func (n *Node) ChannelBarrier(ctx context.Context, id int) error {
+	_, err := n.barrier(ctx, id, 0, true)
 	return err
 }
 
@@ -870,10 +891,10 @@ func (n *Node) PartialBarrier(ctx context.Context, id, procs int) ([]int, error)
 	if procs < 1 || procs > n.Size() {
 		return nil, fmt.Errorf("dsm: partial barrier %d: %d members, want 1..%d (the group's members, this one included; %d is a total barrier)", id, procs, n.Size(), n.Size())
 	}
-	return n.barrier(ctx, id, procs)
+	return n.barrier(ctx, id, procs, false)
 }
 
-func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
+func (n *Node) barrier(ctx context.Context, id, procs int, channel bool) ([]int, error) {
 	if id != int(int32(id)) {
 		return nil, fmt.Errorf("dsm: barrier id %d does not fit in 32 bits", id)
 	}
@@ -882,9 +903,12 @@ func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
 	}
 	if cur, waiting := n.core.InBarrier(); !waiting || cur != int32(id) {
 		var err error
-		if procs > 0 {
+		switch {
+		case channel:
+			err = n.core.EnterChannelBarrier(int32(id))
+		case procs > 0:
 			err = n.core.EnterPartialBarrier(int32(id), procs)
-		} else {
+		default:
 			err = n.core.EnterBarrier(int32(id))
 		}
 		if err != nil {
@@ -897,7 +921,7 @@ func (n *Node) barrier(ctx context.Context, id, procs int) ([]int, error) {
 	// Request-driven loss detection (PCODE's request, issue 24): each
 	// member not yet arrived owes this one at least its barrier message,
 	// so a lost one is asked for after a repair timeout.
-	if x, ok := n.env.(expecter); ok {
+	if x, ok := n.env.(expecter); ok && !channel {
 		for _, p := range waiting {
 			x.Expect(p, 1)
 		}

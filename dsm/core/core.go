@@ -161,6 +161,10 @@ type peer struct {
 	// one barrier ahead of this member: the thesis's alternating bit).
 	barriers   uint32
 	barrierIDs [2]int32
+	// barrierSeqs are the numbers of the arrivals in barrierIDs: with
+	// channel barriers (which send no global message) a peer's global
+	// arrivals skip numbers, so a slot is found by its number.
+	barrierSeqs [2]uint32
 	// partial: the last two were partial barriers (by seq&1).
 	partial [2]bool
 	// replied: it answered this member's current lock request.
@@ -214,6 +218,10 @@ type Core struct {
 	inBarrier bool
 	need      int
 	counted   []frame.MemberID // Counted
+	// chanBarrier: the current barrier is a channel barrier
+	// (EnterChannelBarrier). globalDirty: Self queued an update on the
+	// global channel since its last global barrier message.
+	chanBarrier, globalDirty bool
 
 	// Lock: Ricart–Agrawala state of the one lock Self may hold.
 	clock    uint64 // Lamport clock: the highest timestamp seen
@@ -601,8 +609,8 @@ func (c *Core) receive(p *peer, msg []byte) error {
 		// The updates, then the arrival, which counts even when the
 		// updates are refused (they would have been a message of their
 		// own).
-		if m.Seq != p.barriers+1 {
-			return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, from, p.barriers+1)
+		if err := c.checkArrival(p, &m); err != nil {
+			return err
 		}
 		uerr := c.receiveUpdate(from, &m)
 		c.receiveBarrier(p, &m)
@@ -650,7 +658,7 @@ func (c *Core) receiveSegmentChannel(s *Segment, sp *segPeer, msg []byte) error 
 		if m.Type == TypeUpdateBarrier {
 			uerr = c.receiveUpdate(sp.id, &m)
 		}
-		sp.marks, sp.markID = m.Seq, m.ID
+		sp.marks, sp.markID, sp.markChannel = m.Seq, m.ID, m.ChannelBarrier
 		if c.trace != nil {
 			c.trace(Event{Kind: EvMarker, From: sp.id, Key: s.key, ID: m.ID, Seq: m.Seq})
 		}
@@ -659,13 +667,36 @@ func (c *Core) receiveSegmentChannel(s *Segment, sp *segPeer, msg []byte) error 
 	return fmt.Errorf("dsm: message of type %d from member %d on the channel of segment %d", m.Type, sp.id, s.key)
 }
 
+// checkArrival refuses a global barrier message out of order: the next
+// number, or with Channels any later one (channel barriers send no
+// global message), never a channel barrier's.
+func (c *Core) checkArrival(p *peer, m *Message) error {
+	switch {
+	case m.ChannelBarrier:
+		return fmt.Errorf("dsm: barrier message %d from member %d on the global channel is marked as a channel barrier's, which sends none there", m.Seq, p.id)
+	case m.Seq == p.barriers+1, c.channels && m.Seq > p.barriers:
+		return nil
+	case c.channels:
+		return fmt.Errorf("dsm: barrier message %d from member %d, want one after %d (its messages arrive in order)", m.Seq, p.id, p.barriers)
+	}
+	return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, p.id, p.barriers+1)
+}
+
 func (c *Core) receiveBarrier(p *peer, m *Message) error {
-	if m.Seq != p.barriers+1 {
-		return fmt.Errorf("dsm: barrier message %d from member %d, want %d (its messages arrive in order)", m.Seq, p.id, p.barriers+1)
+	if err := c.checkArrival(p, m); err != nil {
+		return err
+	}
+	// A peer's handled arrivals are at most one global barrier ahead of
+	// Self's crossings (WC), so the slot of its arrival before the
+	// previous one is free; the slot of the previous one is kept.
+	slot := m.Seq & 1
+	if p.barriers > 0 && p.barrierSeqs[slot] == p.barriers {
+		slot ^= 1
 	}
 	p.barriers = m.Seq
-	p.barrierIDs[m.Seq&1] = m.ID
-	p.partial[m.Seq&1] = m.Partial
+	p.barrierIDs[slot] = m.ID
+	p.barrierSeqs[slot] = m.Seq
+	p.partial[slot] = m.Partial
 	if c.trace != nil {
 		c.trace(Event{Kind: EvArrival, From: p.id, ID: m.ID, Seq: m.Seq})
 	}
@@ -794,7 +825,29 @@ func (c *Core) Live() []frame.MemberID {
 // goes first on the channel of every segment Self is a member of whose
 // membership was fixed before this barrier (thesis §7.2.3, (bm, b, i)),
 // then the barrier message on the global channel ((bar, b, i)).
-func (c *Core) EnterBarrier(id int32) error { return c.enterBarrier(id, 0) }
+func (c *Core) EnterBarrier(id int32) error { return c.enterBarrier(id, 0, false) }
+
+// EnterChannelBarrier (Channels) is a barrier of the segment channels
+// alone: it puts a marker on the channel of every joined, fixed segment
+// Self writes, as EnterBarrier does, and sends nothing on the global
+// channel; BarrierPassed holds once every other writer of every channel
+// Self is on has put its marker there (or been removed by it). So Self
+// waits only for the members it shares a segment with, and WC and the
+// markers keep axioms 2.6 and 2.7 between every two of them — the only
+// members between which updates travel. It is not the thesis's global
+// synchronisation: members that share no segment do not wait for each
+// other (docs/dsm.md, "Channel barriers"). It fixes no membership (like
+// a partial barrier), and it is refused after Self queued an update of
+// a segment every member joined since its last total barrier (those
+// travel on the global channel, whose barrier message is their marker).
+// Members enter their k-th barrier alike (the marker's SeqChannel bit
+// shows it to the members Self shares a channel with).
+func (c *Core) EnterChannelBarrier(id int32) error {
+	if !c.channels {
+		return fmt.Errorf("dsm: channel barrier %d: the node does not run Channels", id)
+	}
+	return c.enterBarrier(id, 0, true)
+}
 
 // EnterPartialBarrier is EnterBarrier for a partial barrier (the thesis's
 // dsm_barrier(id, num_procs)): BarrierPassed holds once n members, Self
@@ -812,23 +865,27 @@ func (c *Core) EnterPartialBarrier(id int32, n int) error {
 	if n == c.size {
 		n = 0
 	}
-	return c.enterBarrier(id, n)
+	return c.enterBarrier(id, n, false)
 }
 
-func (c *Core) enterBarrier(id int32, need int) error {
+func (c *Core) enterBarrier(id int32, need int, channel bool) error {
 	if c.inBarrier {
 		return fmt.Errorf("dsm: barrier %d entered while waiting at barrier %d", id, c.barrierID)
 	}
-	if c.barriers+1 >= SeqPartial {
+	if c.barriers+1 >= SeqChannel {
 		return fmt.Errorf("dsm: barrier %d: this member has entered %d barriers, the most a barrier number counts", id, c.barriers)
 	}
 	c.FlushAll()
+	if channel && c.globalDirty {
+		return fmt.Errorf("dsm: channel barrier %d: this member wrote a segment every member joined since its last total barrier; those updates travel on the global channel, which only a barrier with a global message (Barrier, PartialBarrier) marks", id)
+	}
 	c.barriers++
 	c.barrierID = id
 	c.inBarrier = true
 	c.need = need
+	c.chanBarrier = channel
 	c.c.Barriers++
-	seq := barrierSeq(c.barriers, need > 0)
+	seq := barrierSeq(c.barriers, need > 0, channel)
 	if c.channels {
 		for _, key := range c.keys {
 			if s := c.segs[key]; s.channel && s.fixedAt < c.barriers && !s.readOnly {
@@ -839,8 +896,11 @@ func (c *Core) enterBarrier(id int32, need int) error {
 			}
 		}
 	}
-	if !c.ride(Global, id, seq) {
-		c.queue(AppendBarrier(c.buffer(), id, seq))
+	if !channel {
+		if !c.ride(Global, id, seq) {
+			c.queue(AppendBarrier(c.buffer(), id, seq))
+		}
+		c.globalDirty = false
 	}
 	if c.trace != nil {
 		c.trace(Event{Kind: EvBarrierEnter, ID: id, Seq: c.barriers, N: need})
@@ -919,6 +979,9 @@ func (c *Core) barrierCheck() (bool, error) {
 		// that says Self is no member: only a Confirm lets Self cross.
 		return false, nil
 	}
+	if c.chanBarrier {
+		return c.channelBarrierCheck()
+	}
 	arrived, all := 1, true // Self
 	for _, p := range c.peers {
 		if !p.live {
@@ -930,14 +993,28 @@ func (c *Core) barrierCheck() (bool, error) {
 			}
 			continue
 		}
+		if c.channels {
+			// A marker of the other kind tells it before a global
+			// message that will not come.
+			if err := c.markerKind(p.id); err != nil {
+				return false, err
+			}
+		}
 		if p.barriers < c.barriers {
 			all = false
 			continue
 		}
-		if id := p.barrierIDs[c.barriers&1]; id != c.barrierID {
+		slot := c.barriers & 1
+		if p.barrierSeqs[slot] != c.barriers {
+			slot ^= 1
+		}
+		if p.barrierSeqs[slot] != c.barriers {
+			return false, fmt.Errorf("%w: member %d sent no global barrier message for its barrier number %d (it entered it as a channel barrier), this member entered barrier %d as a %s one", ErrBarrierMismatch, p.id, c.barriers, c.barrierID, kind(c.need > 0))
+		}
+		if id := p.barrierIDs[slot]; id != c.barrierID {
 			return false, fmt.Errorf("%w: member %d arrived at barrier %d as its barrier number %d, this member at barrier %d", ErrBarrierMismatch, p.id, id, c.barriers, c.barrierID)
 		}
-		if partial := p.partial[c.barriers&1]; partial != (c.need > 0) {
+		if partial := p.partial[slot]; partial != (c.need > 0) {
 			return false, fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s barrier, this member as a %s one", ErrBarrierMismatch, p.id, c.barrierID, c.barriers, kind(partial), kind(c.need > 0))
 		}
 		if c.channels && c.markerMissing(p.id) {
@@ -947,6 +1024,46 @@ func (c *Core) barrierCheck() (bool, error) {
 		arrived++
 	}
 	return all || (c.need > 0 && arrived >= c.need), nil
+}
+
+// channelBarrierCheck is barrierCheck for a channel barrier: every other
+// writer of every channel Self is on has put its marker for it there, as
+// a channel barrier's, or been removed by the channel.
+func (c *Core) channelBarrierCheck() (bool, error) {
+	all := true
+	for _, p := range c.peers {
+		if c.markerMissing(p.id) {
+			all = false
+			continue
+		}
+		if err := c.markerKind(p.id); err != nil {
+			return false, err
+		}
+	}
+	return all, nil
+}
+
+// markerKind is an ErrBarrierMismatch if member id's marker for the
+// current barrier on a channel shared with Self is of another kind
+// (channel barrier or not) than Self's barrier.
+func (c *Core) markerKind(id frame.MemberID) error {
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if !s.channel || s.fixedAt >= c.barriers {
+			continue
+		}
+		if sp := s.peer(id); sp != nil && !sp.reader && !sp.gone && sp.marks == c.barriers && sp.markChannel != c.chanBarrier {
+			return fmt.Errorf("%w: member %d entered barrier %d (its barrier number %d) as a %s, this member as a %s", ErrBarrierMismatch, id, sp.markID, c.barriers, channelKind(sp.markChannel), channelKind(c.chanBarrier))
+		}
+	}
+	return nil
+}
+
+func channelKind(channel bool) string {
+	if channel {
+		return "channel barrier"
+	}
+	return "barrier with a global message"
 }
 
 func kind(partial bool) string {
@@ -960,6 +1077,14 @@ func kind(partial bool) string {
 // current barrier (with Channels: with every marker).
 func (c *Core) arrivedPeers(out []frame.MemberID) []frame.MemberID {
 	for _, p := range c.peers {
+		if c.chanBarrier {
+			// A channel barrier counts the writers Self shares a
+			// channel with.
+			if p.live && c.writerOnChannel(p.id) && !c.markerMissing(p.id) {
+				out = append(out, p.id)
+			}
+			continue
+		}
 		if p.live && p.barriers >= c.barriers && !(c.channels && c.markerMissing(p.id)) {
 			out = append(out, p.id)
 		}
@@ -977,6 +1102,21 @@ func (c *Core) markerMissing(id frame.MemberID) bool {
 			continue
 		}
 		if sp := s.peer(id); sp != nil && !sp.reader && !sp.gone && sp.marks < c.barriers {
+			return true
+		}
+	}
+	return false
+}
+
+// writerOnChannel reports whether member id writes on a segment channel
+// Self is on, fixed before the current barrier.
+func (c *Core) writerOnChannel(id frame.MemberID) bool {
+	for _, key := range c.keys {
+		s := c.segs[key]
+		if !s.channel || s.fixedAt >= c.barriers {
+			continue
+		}
+		if sp := s.peer(id); sp != nil && !sp.reader {
 			return true
 		}
 	}
@@ -1011,7 +1151,7 @@ func (c *Core) cross(trace bool) {
 		c.trace(Event{Kind: EvBarrierPass, ID: c.barrierID, Seq: c.barriers, N: c.need, Counted: slices.Clone(c.counted)})
 	}
 	c.inBarrier = false
-	if c.selective && c.need == 0 {
+	if c.selective && c.need == 0 && !c.chanBarrier {
 		c.fix()
 	}
 	c.releaseHeld()
@@ -1080,7 +1220,7 @@ func (c *Core) fix() {
 func (c *Core) Waiting() []frame.MemberID {
 	var out []frame.MemberID
 	for _, p := range c.peers {
-		if p.live && c.inBarrier && p.barriers < c.barriers {
+		if p.live && c.inBarrier && !c.chanBarrier && p.barriers < c.barriers {
 			out = append(out, p.id)
 		}
 	}
@@ -1318,6 +1458,8 @@ type segPeer struct {
 	// markID that barrier's id.
 	marks  uint32
 	markID int32
+	// markChannel: that marker was a channel barrier's (SeqChannel).
+	markChannel bool
 	// reader: it joined read-only; it sends nothing on the channel, and
 	// no marker.
 	reader bool
@@ -1656,6 +1798,9 @@ func (c *Core) Write(s *Segment, loc int, value []byte) error {
 }
 
 func (c *Core) queueUpdate(ch Channel, b []byte) {
+	if ch == Global && c.channels {
+		c.globalDirty = true
+	}
 	c.queueOn(ch, b)
 	c.c.Updates++
 	c.c.UpdateBytes += uint64(len(b))

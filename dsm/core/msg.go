@@ -102,10 +102,19 @@ const (
 // Barrier counts stay below it.
 const SeqPartial = 1 << 31
 
+// SeqChannel is the bit of a marker's seq field that marks a channel
+// barrier (EnterChannelBarrier), which sends no message on the global
+// channel: a member that entered its k-th barrier as another kind
+// learns it from the marker. Barrier counts stay below it.
+const SeqChannel = 1 << 30
+
 // barrierSeq is the seq field of barrier seq.
-func barrierSeq(seq uint32, partial bool) uint32 {
+func barrierSeq(seq uint32, partial, channel bool) uint32 {
 	if partial {
-		return seq | SeqPartial
+		seq |= SeqPartial
+	}
+	if channel {
+		seq |= SeqChannel
 	}
 	return seq
 }
@@ -155,10 +164,12 @@ type Message struct {
 
 	// Barrier, UpdateBarrier: ID is the program's barrier id, Seq counts
 	// the sender's barriers (1 for its first); Partial: the sender entered
-	// it as a partial barrier (bit 31 of the seq field, SeqPartial).
-	ID      int32
-	Seq     uint32
-	Partial bool
+	// it as a partial barrier (bit 31 of the seq field, SeqPartial);
+	// ChannelBarrier: a marker of a channel barrier (bit 30, SeqChannel).
+	ID             int32
+	Seq            uint32
+	Partial        bool
+	ChannelBarrier bool
 
 	// LockRequest, LockReply
 	Lock int32
@@ -262,7 +273,7 @@ func Decode(b []byte) (Message, error) {
 		if m.Type == TypeUpdateBarrier {
 			m.ID = int32(binary.BigEndian.Uint32(b[end:]))
 			m.Seq = binary.BigEndian.Uint32(b[end+4:])
-			m.Partial, m.Seq = m.Seq&SeqPartial != 0, m.Seq&^SeqPartial
+			m.Partial, m.ChannelBarrier, m.Seq = m.Seq&SeqPartial != 0, m.Seq&SeqChannel != 0, m.Seq&^(SeqPartial|SeqChannel)
 			if m.Seq == 0 {
 				return m, msgErr("barrier seq", end+4, "0, want at least 1")
 			}
@@ -289,7 +300,7 @@ func Decode(b []byte) (Message, error) {
 	case TypeBarrier:
 		m.ID = int32(binary.BigEndian.Uint32(p))
 		m.Seq = binary.BigEndian.Uint32(p[4:])
-		m.Partial, m.Seq = m.Seq&SeqPartial != 0, m.Seq&^SeqPartial
+		m.Partial, m.ChannelBarrier, m.Seq = m.Seq&SeqPartial != 0, m.Seq&SeqChannel != 0, m.Seq&^(SeqPartial|SeqChannel)
 		if m.Seq == 0 {
 			return m, msgErr("barrier seq", 6, "0, want at least 1")
 		}
@@ -415,9 +426,9 @@ func (m *Message) Append(b []byte) []byte {
 		b = AppendUpdateHeader(b, TypeUpdateBarrier, m.Key, m.Geometry.LocationSize)
 		b = append(b, m.records...)
 		b = binary.BigEndian.AppendUint32(b, uint32(m.ID))
-		return binary.BigEndian.AppendUint32(b, barrierSeq(m.Seq, m.Partial))
+		return binary.BigEndian.AppendUint32(b, barrierSeq(m.Seq, m.Partial, m.ChannelBarrier))
 	case TypeBarrier:
-		return AppendBarrier(b, m.ID, barrierSeq(m.Seq, m.Partial))
+		return AppendBarrier(b, m.ID, barrierSeq(m.Seq, m.Partial, m.ChannelBarrier))
 	case TypeLockRequest:
 		return AppendLockRequest(b, m.Lock, m.TS)
 	case TypeLockReply:

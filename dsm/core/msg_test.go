@@ -44,6 +44,7 @@ func goldenCases() []struct {
 		{"refuse", AppendRefuse(nil, 4, 0x01020304)},
 		{"confirm", AppendConfirm(nil, 0x0102)},
 		{"segment_join_readonly", AppendSegmentReadOnly(nil, 7, Geometry{Locations: 1000, LocationSize: 8})},
+		{"barrier_channel", AppendBarrier(nil, 42, 3|SeqChannel)},
 	}
 }
 
@@ -133,6 +134,14 @@ func TestDecodeFields(t *testing.T) {
 	m, _ = Decode(AppendBarrierTrailer(bytes.Clone(cases[2].b), 42, 3|SeqPartial))
 	if m.Type != TypeUpdateBarrier || m.Seq != 3 || !m.Partial {
 		t.Errorf("update_barrier partial: %+v", m)
+	}
+	m, _ = Decode(cases[12].b)
+	if m.Type != TypeBarrier || m.Seq != 3 || m.Partial || !m.ChannelBarrier {
+		t.Errorf("barrier_channel: %+v", m)
+	}
+	m, _ = Decode(AppendBarrierTrailer(bytes.Clone(cases[2].b), 42, 3|SeqChannel))
+	if m.Type != TypeUpdateBarrier || m.Seq != 3 || m.Partial || !m.ChannelBarrier {
+		t.Errorf("update_barrier channel: %+v", m)
 	}
 }
 

@@ -54,7 +54,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	}
 	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
 		params()
-		return parallel(ctx, node, *n, *iters, *seed)
+		return parallel(ctx, node, *n, *iters, *seed, o.ChannelBarriers)
 	}
 	return seq, par
 }
@@ -98,7 +98,7 @@ func sequential(u []float64, n, iters int) []float64 {
 // parallel is one rank's program. The rank keeps its rows and the two
 // ghost rows around them in a grid of its own (rows outside stay zero and
 // are never read).
-func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64) (harness.Result, error) {
+func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, channelBarriers bool) (harness.Result, error) {
 	size, rank := node.Size(), node.Rank()
 	if n < size || n < 3 {
 		return harness.Result{}, fmt.Errorf("halo needs at least one row per rank and n >= 3: -n %d, -procs %d", n, size)
@@ -123,7 +123,10 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64) (h
 	if err != nil {
 		return harness.Result{}, err
 	}
-	sync := harness.Barriers(ctx, node)
+	// Channel barriers only where no pair is every rank (3 ranks or
+	// more): a segment every rank joined travels on the global group,
+	// which only a total barrier marks.
+	sync, loop := harness.BarrierPair(ctx, node, channelBarriers && node.Size() >= 3)
 	if err := sync(); err != nil { // fixes the segments' members
 		return harness.Result{}, err
 	}
@@ -163,7 +166,7 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64) (h
 		if err := publish(u, cur); err != nil {
 			return harness.Result{}, err
 		}
-		if err := sync(); err != nil {
+		if err := loop(); err != nil {
 			return harness.Result{}, err
 		}
 	}

@@ -69,7 +69,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	}
 	par := func(ctx context.Context, node *dsm.Node) (harness.Result, error) {
 		if o.Channels {
-			return channels(ctx, node, problem(), *iters, *eps)
+			return channels(ctx, node, problem(), *iters, *eps, o.ChannelBarriers)
 		}
 		return parallel(ctx, node, problem(), *iters, *eps)
 	}
@@ -121,7 +121,7 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 
 // channels is the channel mode: each rank's block in a segment of its own,
 // joined by the ranks whose rows reach into it (the block's neighbours).
-func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, eps float64) (harness.Result, error) {
+func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, eps float64, channelBarriers bool) (harness.Result, error) {
 	n, size, rank := p.N, node.Size(), node.Rank()
 	if eps != 0 {
 		return harness.Result{}, fmt.Errorf("-eps %g: convergence is tested over the whole x, which a rank does not hold with -channels (use -eps 0)", eps)
@@ -152,7 +152,10 @@ func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 	if err != nil {
 		return harness.Result{}, err
 	}
-	sync := harness.Barriers(ctx, node)
+	// Channel barriers only where no block is every rank's (4 ranks or
+	// more): a block every rank joined travels on the global group,
+	// which only a total barrier marks.
+	sync, loop := harness.BarrierPair(ctx, node, channelBarriers && size >= 4)
 	if err := sync(); err != nil { // fixes the segments' members
 		return harness.Result{}, err
 	}
@@ -182,7 +185,7 @@ func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 			return harness.Result{}, err
 		}
 		ph.Mark(1)
-		if err := sync(); err != nil {
+		if err := loop(); err != nil {
 			return harness.Result{}, err
 		}
 		ph.Mark(2)

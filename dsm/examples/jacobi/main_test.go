@@ -27,11 +27,18 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 // neighbours) gives the sequential result too, and refuses what it
 // cannot do.
 func TestChannelsVerifyOnLossySimulator(t *testing.T) {
-	for procs := 1; procs <= 4; procs++ {
-		args := []string{"-n", "41", "-iters", "30", "-sim", "-procs", fmt.Sprint(procs), "-loss", "0.05", "-simseed", fmt.Sprint(procs), "-channels", "-verify"}
-		ok, out, err := harness.Verified("jacobi", setup, args...)
-		if err != nil || ok != procs || !strings.Contains(out, "mode=sim+channels") {
-			t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
+	for procs := 1; procs <= 5; procs++ {
+		for _, cb := range []bool{false, true} {
+			args := []string{"-n", "41", "-iters", "30", "-sim", "-procs", fmt.Sprint(procs), "-loss", "0.05", "-simseed", fmt.Sprint(procs), "-channels", "-verify"}
+			if cb {
+				// Channel barriers in the loop (total ones below 4
+				// ranks for jacobi, 3 for halo).
+				args = append(args, "-channel-barriers")
+			}
+			ok, out, err := harness.Verified("jacobi", setup, args...)
+			if err != nil || ok != procs || !strings.Contains(out, "mode=sim+channels") {
+				t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
+			}
 		}
 	}
 	for _, c := range []struct {

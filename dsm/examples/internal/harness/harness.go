@@ -67,9 +67,13 @@ type Options struct {
 	// reliable group per segment among the ranks that join it
 	// (dsm.Config.Channels). Only programs that call AllowChannels have
 	// one.
-	Channels      bool
-	channelsKnown bool
-	params        string
+	Channels bool
+	// ChannelBarriers (with Channels): the program's loop crosses
+	// channel barriers (dsm.Node.ChannelBarrier), which wait only for
+	// the ranks sharing a segment and send nothing on the global group.
+	ChannelBarriers bool
+	channelsKnown   bool
+	params          string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
 }
@@ -90,6 +94,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
 	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
+	fs.BoolVar(&o.ChannelBarriers, "channel-barriers", false, "with -channels: the loop's barriers are channel barriers, which wait only for the ranks sharing a segment and send no frame on the global group (dsm.Node.ChannelBarrier)")
 	fs.BoolVar(&o.Channels, "channels", false, "channel mode: each rank joins only the segments it needs, each segment a reliable group of its own among its ranks (dsm.Config.Channels; thesis §7.2)")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
 	return o
@@ -133,6 +138,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return errors.New("-pin binds a process running one rank: it needs -iface")
 	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
 		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	case o.ChannelBarriers && !o.Channels:
+		return errors.New("-channel-barriers needs -channels (channel barriers are barriers of the segment channels)")
 	case o.Channels && !o.channelsKnown:
 		return fmt.Errorf("-channels: %s has no channel mode (jacobi and halo have)", name)
 	}
@@ -480,6 +487,25 @@ func Barriers(ctx context.Context, n *dsm.Node) func() error {
 		id++
 		return n.Barrier(ctx, id)
 	}
+}
+
+// BarrierPair is Barriers and a second function sharing its numbering for
+// the barriers of the program's loop: channel barriers with channel
+// (Options.ChannelBarriers), total ones otherwise.
+func BarrierPair(ctx context.Context, n *dsm.Node, channel bool) (sync, loop func() error) {
+	id := 0
+	sync = func() error {
+		id++
+		return n.Barrier(ctx, id)
+	}
+	loop = sync
+	if channel {
+		loop = func() error {
+			id++
+			return n.ChannelBarrier(ctx, id)
+		}
+	}
+	return sync, loop
 }
 
 // envPin reads DSM_PIN, which asks for -pin from the environment (set
