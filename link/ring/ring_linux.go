@@ -786,6 +786,12 @@ func (l *Link) spin(deadline time.Time) bool {
 			l.spinFound++
 			return true
 		}
+		// A Wake during the Yield (a Send that left its frame to the
+		// loop) ends the spin now: giving the CPU away first would make
+		// the loop's turn, and the frame, wait for the other processes.
+		if l.woken.Load() || l.closed.Load() {
+			return false
+		}
 		t0 := time.Now()
 		if spent >= l.cfg.RxSpin || (!deadline.IsZero() && !t0.Before(deadline)) {
 			l.spinPause /= 2
