@@ -716,6 +716,10 @@ func (l *Link) rxReady() bool {
 // does nothing.
 func (l *Link) Wake() {
 	l.woken.Store(true)
+	// The waker's own poll (a daemon's read of its client, after a Send
+	// that left its frame to the loop) would otherwise give the CPU to
+	// other processes before the loop has taken its turn.
+	netyield.Hold()
 	if !l.sleeping.Load() {
 		return
 	}

@@ -180,6 +180,12 @@ func TestRxSpin(t *testing.T) {
 				if gaveWoken > 0 {
 					t.Errorf("the spin gave the CPU away %d times after a Wake during its Yield; want it to end first", gaveWoken)
 				}
+				// Nor does the waker's own poll, in the round of the Wake.
+				mark := netyield.Mark()
+				rx.Wake()
+				if netyield.GiveCPU(mark) {
+					t.Error("a poll that took its mark before a Wake gave the CPU away after it; want the loop's turn first")
+				}
 			})
 			t.Run("CPU given by another poll", func(t *testing.T) {
 				// At one P another poll of the process (a daemon's read
