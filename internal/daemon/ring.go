@@ -323,6 +323,9 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 		c.closeAsync()
 		return n, false, nil
 	}
+	if n > 0 {
+		hops.At(hops.FanoutWrote, uint32(n)) // published, as writeOut's packet
+	}
 	return n, empty, nil
 }
 

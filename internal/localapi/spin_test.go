@@ -187,3 +187,28 @@ func TestSpinnerOneP(t *testing.T) {
 		t.Errorf("with GOMAXPROCS=1 %d of 5 polls let the poller's goroutine run; want most", seen)
 	}
 }
+
+// A spinner lets the network poller run (netyield.Yield, two system
+// calls at one P) at most once per spinPoller, not at every look: the
+// looks between are runtime.Gosched.
+func TestSpinnerPollerEvery(t *testing.T) {
+	calls := 0
+	defer func(f func()) { pollerYield = f }(pollerYield)
+	pollerYield = func() { calls++ }
+	s := spinner{d: time.Second}
+	if !s.begin() {
+		t.Fatal("begin refused a poll")
+	}
+	start := time.Now()
+	looks := 0
+	for looks < 1000 && s.yield() {
+		looks++
+	}
+	limit := 1 + int(time.Since(start)/spinPoller)
+	if looks < 1000 {
+		t.Fatalf("the poll ended after %d looks, want 1000", looks)
+	}
+	if calls == 0 || calls > limit {
+		t.Fatalf("%d looks in %v let the poller run %d times, want 1 to %d (once per %v)", looks, time.Since(start), calls, limit, spinPoller)
+	}
+}

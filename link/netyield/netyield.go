@@ -67,6 +67,13 @@ var gave atomic.Uint64
 // Mark is taken before a Yield that GiveCPU follows.
 func Mark() uint64 { return gave.Load() }
 
+// Hold has the process's polls that took their Mark before it keep the
+// CPU at their next GiveCPU, at one P: a goroutine that has just handed
+// another one work (a Send waking its group's loop) calls it, so that the
+// poll it then yields to does not give the CPU to other processes before
+// that work has run. With more Ps it does nothing (each poll yields).
+func Hold() { gave.Add(1) }
+
 // GiveCPU gives the CPU to other processes (sched_yield), unless the
 // process has one P and another of its goroutines gave it away since
 // mark (during the Yield after Mark). Two polls of one process at one P

@@ -193,3 +193,28 @@ func TestYieldPollerReadsNothing(t *testing.T) {
 		t.Fatalf("%d yields made %d read system calls, want none of their own (at most %d from the rest of the process)", n, got, n/10)
 	}
 }
+
+// Hold, at one P, has a poll that took its Mark before it keep the CPU at
+// its next GiveCPU (a goroutine it handed work to runs first); the round
+// after gives it away again. With more Ps it changes nothing.
+func TestHold(t *testing.T) {
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		mark := Mark()
+		Hold()
+		if GiveCPU(mark) {
+			t.Error("GiveCPU after a Hold at GOMAXPROCS=1 gave the CPU away")
+		}
+		if !GiveCPU(Mark()) {
+			t.Error("GiveCPU in the round after a Hold kept the CPU")
+		}
+	}()
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+		mark := Mark()
+		Hold()
+		if !GiveCPU(mark) {
+			t.Error("GiveCPU after a Hold at GOMAXPROCS=2 kept the CPU")
+		}
+	}()
+}

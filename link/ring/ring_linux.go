@@ -716,6 +716,10 @@ func (l *Link) rxReady() bool {
 // does nothing.
 func (l *Link) Wake() {
 	l.woken.Store(true)
+	// The waker's own poll (a daemon's read of its client, after a Send
+	// that left its frame to the loop) would otherwise give the CPU to
+	// other processes before the loop has taken its turn.
+	netyield.Hold()
 	if !l.sleeping.Load() {
 		return
 	}
@@ -785,6 +789,12 @@ func (l *Link) spin(deadline time.Time) bool {
 			l.spinPause /= 2
 			l.spinFound++
 			return true
+		}
+		// A Wake during the Yield (a Send that left its frame to the
+		// loop) ends the spin now: giving the CPU away first would make
+		// the loop's turn, and the frame, wait for the other processes.
+		if l.woken.Load() || l.closed.Load() {
+			return false
 		}
 		t0 := time.Now()
 		if spent >= l.cfg.RxSpin || (!deadline.IsZero() && !t0.Before(deadline)) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/link/netyield"
 )
 
 // TestRxSpin: with Config.RxSpin a receiver that polls the ring before
@@ -151,6 +152,40 @@ func TestRxSpin(t *testing.T) {
 					t.Errorf("with GOMAXPROCS=1 %d of %d spinning Recvs let the poller's goroutine send the frame they found; want most", spun, tries)
 				}
 				t.Logf("%d of %d spinning Recvs found their frame while spinning", spun, tries)
+			})
+			t.Run("woken during a yield", func(t *testing.T) {
+				// At one P a Wake from another goroutine of the process
+				// (a Send that left its frame to the loop) comes during
+				// the spin's Yield: the spin ends then, before it gives
+				// the CPU to other processes (the loop's turn would wait
+				// for them), and Recv returns for the Wake.
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: 50 * time.Millisecond, BlockTimeout: time.Millisecond})
+				gaveWoken := 0
+				defer func(g func(uint64) bool) { giveCPU = g }(giveCPU)
+				giveCPU = func(m uint64) bool {
+					if rx.woken.Load() {
+						gaveWoken++
+					}
+					return netyield.GiveCPU(m)
+				}
+				for range 5 {
+					rx.spinOff = time.Time{}
+					go rx.Wake() // runs at the spin's first Yield
+					n, err := rx.Recv(time.Now().Add(10*time.Second), make([]Frame, 4))
+					if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Fatalf("Recv woken while spinning = %d, %v; want 0 and the Wake's deadline error", n, err)
+					}
+				}
+				if gaveWoken > 0 {
+					t.Errorf("the spin gave the CPU away %d times after a Wake during its Yield; want it to end first", gaveWoken)
+				}
+				// Nor does the waker's own poll, in the round of the Wake.
+				mark := netyield.Mark()
+				rx.Wake()
+				if netyield.GiveCPU(mark) {
+					t.Error("a poll that took its mark before a Wake gave the CPU away after it; want the loop's turn first")
+				}
 			})
 			t.Run("CPU given by another poll", func(t *testing.T) {
 				// At one P another poll of the process (a daemon's read
