@@ -446,6 +446,11 @@ func (c *Core) maybeCommit() {
 			return
 		}
 	}
+	if !c.majority() {
+		// Asking whether members taken for failed left (askLeft): no
+		// view is formed until those known left leave a majority.
+		return
+	}
 	if c.unaccepted {
 		// Under a primary component a view is formed only from an
 		// accepted one (accept.go): wait until enough of the base's
@@ -887,6 +892,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false
 	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
+	c.askingSince = 0
 	c.reportAt, c.foreignSince, c.foreignLast = 0, 0, 0
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {
 		for _, m := range commit.Members {
