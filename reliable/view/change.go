@@ -391,6 +391,10 @@ func (c *Core) leftIn(src [6]byte, v frame.View) {
 		if d.Left && d.Member != c.self {
 			if _, ok := c.memberOf(c.view, d.Member); ok {
 				c.leavers = addID(c.leavers, d.Member)
+				// It left from this view's core: it installed this view,
+				// which counts toward its acceptance (accept.go) as a
+				// frame heard from it would.
+				c.heardIn(d.Member)
 			}
 		}
 	}
