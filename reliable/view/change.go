@@ -391,6 +391,10 @@ func (c *Core) leftIn(src [6]byte, v frame.View) {
 		if d.Left && d.Member != c.self {
 			if _, ok := c.memberOf(c.view, d.Member); ok {
 				c.leavers = addID(c.leavers, d.Member)
+				// It left from this view's core: it installed this view,
+				// which counts toward its acceptance (accept.go) as a
+				// frame heard from it would.
+				c.heardIn(d.Member)
 			}
 		}
 	}
@@ -445,6 +449,11 @@ func (c *Core) maybeCommit() {
 		if !c.flushed(p, id) {
 			return
 		}
+	}
+	if !c.majority() {
+		// Asking whether members taken for failed left (askLeft): no
+		// view is formed until those known left leave a majority.
+		return
 	}
 	if c.unaccepted {
 		// Under a primary component a view is formed only from an
@@ -887,6 +896,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false
 	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
+	c.askingSince = 0
 	c.reportAt, c.foreignSince, c.foreignLast = 0, 0, 0
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {
 		for _, m := range commit.Members {

@@ -849,7 +849,68 @@ func (c *Core) primary() bool {
 	if !c.cfg.Primary || c.state != member {
 		return true
 	}
-	total, present := 0, 0
+	present, total := c.reachable()
+	if 2*present > total {
+		return true
+	}
+	if c.askLeft(present) {
+		return false // not stopped: asking
+	}
+	why := fmt.Sprintf("%d of the %d members of view %d are reachable: under total order only a majority goes on (a primary component)", present, total, c.view.ID)
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
+	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+	return false
+}
+
+// askLeft reports whether this member, counting no majority, asks before
+// it stops: whether a member it took for failed left cleanly, which only
+// another member's Flush can tell it (its Leave frames all lost on their
+// way here; issue 19, a leave within about a round trip of a crash: this
+// member's core failed both before any Flush came). The coordinator, with
+// another member still reachable and no commit made, prepares the next
+// view and waits, frozen, a failure timeout for the Flushes, which carry
+// the left bit (leftIn); maybeCommit commits only once the count is a
+// majority. Frozen, it hands out nothing past what its Flush reports, and
+// it installs nothing unless the members known left, counted out, leave
+// it a majority: a member that left installs nothing more, so no two
+// components both count one (docs/membership.md).
+func (c *Core) askLeft(present int) bool {
+	if present < 2 || c.comp != nil || c.leaving {
+		return false
+	}
+	for _, m := range c.view.Members {
+		// The coordinator: the lowest member reachable here (the inner
+		// core's failures of this turn are not among the suspects yet).
+		if m.ID < c.self && !c.hasLeft(m.ID) && !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
+			return false
+		}
+	}
+	if c.askingSince == 0 {
+		c.askingSince = c.now
+	} else if c.now >= c.askingSince.Add(c.cfg.FailureTimeout) {
+		return false
+	}
+	if p := c.prop; p == nil || p.commit == nil && c.lostStaying(p) {
+		c.prop = nil
+		c.propose()
+	}
+	return true
+}
+
+// majority reports whether more than half of the view's members, those
+// that left cleanly aside, are reachable (always, without Primary).
+func (c *Core) majority() bool {
+	if !c.cfg.Primary {
+		return true
+	}
+	present, total := c.reachable()
+	return 2*present > total
+}
+
+// reachable counts the view's members that did not leave cleanly (total)
+// and of them those reachable (present): itself, members neither
+// suspected nor failed, and members whose restart asks to join.
+func (c *Core) reachable() (present, total int) {
 	for _, m := range c.view.Members {
 		if c.hasLeft(m.ID) {
 			continue
@@ -866,13 +927,7 @@ func (c *Core) primary() bool {
 			}
 		}
 	}
-	if 2*present > total {
-		return true
-	}
-	why := fmt.Sprintf("%d of the %d members of view %d are reachable: under total order only a majority goes on (a primary component)", present, total, c.view.ID)
-	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
-	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
-	return false
+	return present, total
 }
 
 // hasLeft reports whether member id left the view cleanly: the inner

@@ -39,3 +39,10 @@ func TestSimExit(t *testing.T) { viewsim.ExitSeeds(t, viewsim.FIFO, "reliable/vi
 func TestSimLeaveAtChange(t *testing.T) {
 	viewsim.LeaveAtChangeSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaveAtChange")
 }
+
+// TestSimLeaveAtCrash is issue 19's leave that meets a crash: the leave
+// within 4 ms of the crash, every Leave frame lost on its way to the
+// coordinator; nobody else may stop (viewsim.LeaveAtCrashSeeds).
+func TestSimLeaveAtCrash(t *testing.T) {
+	viewsim.LeaveAtCrashSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaveAtCrash")
+}

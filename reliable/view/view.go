@@ -243,6 +243,10 @@ type Core struct {
 	groupAt   clock.Time // frames of a running group were last heard then
 
 	suspects []frame.MemberID
+	// askingSince: when this member, the coordinator, counted no
+	// majority of its view and began to ask the others, frozen, whether
+	// the members it took for failed left (primary, askLeft); 0 when not.
+	askingSince clock.Time
 	// reportAt is when this member may next report its suspects to the
 	// coordinator (ViewSuspect); reportBuf holds the report.
 	reportAt  clock.Time

@@ -95,6 +95,15 @@ func TestSimLeaveAtChange(t *testing.T) {
 	viewsim.LeaveAtChangeSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLeaveAtChange")
 }
 
+// TestSimLeaveAtCrash is issue 19's leave that meets a crash under
+// Agreed and Safe (reliable/view's TestSimLeaveAtCrash): before the
+// coordinator asked for the Flushes, it stopped with ErrMinority when its
+// core failed the crashed member and the leaver before any Flush came.
+func TestSimLeaveAtCrash(t *testing.T) {
+	poison(t)
+	viewsim.LeaveAtCrashSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLeaveAtCrash")
+}
+
 // TestSimExitLastLeaver is seed 1763 of TestSimExit, beyond the default
 // count: of view 512's three members, member 3 left, and every Leave
 // frame of member 0 was lost on its way to member 2, which was leaving

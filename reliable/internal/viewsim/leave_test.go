@@ -245,3 +245,64 @@ func leaveUnheardAtChange(t *testing.T, level Level) {
 		}
 	}
 }
+
+// TestLeaveUnheardAtCrash is what TestLeaveUnheardAtChange left open: of
+// four members (a the coordinator, b, l, d), d crashes and l leaves in the
+// same millisecond; every Leave frame of l is lost on its way to a, and
+// b's core takes the Leave. a's core fails d and l within a round trip of
+// each other, before b's Flush (which says l left) can reach a. Before
+// the coordinator asked, a counted 2 of 4 reachable as soon as its core
+// failed both and stopped with ErrMinority, and b after it (Agreed, Safe;
+// FIFO has no primary component). A coordinator that counts no majority
+// now prepares the next view, frozen, and waits a failure timeout for the
+// Flushes: b's says l left, and a counts 2 of 3.
+func TestLeaveUnheardAtCrash(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) { leaveUnheardAtCrash(t, level) })
+	}
+}
+
+func leaveUnheardAtCrash(t *testing.T, level Level) {
+	r, ps := group(t, 4, level)
+	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
+	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	base := a.view
+	leaves := 0
+	a.drop = func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		if err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac {
+			leaves++
+			return true // every one lost on the way
+		}
+		return false
+	}
+	msg := l.send(t)
+	r.net.RunFor(50 * time.Millisecond)
+	d.dead = true
+	d.ep.Crash()
+	r.net.RunFor(time.Millisecond)
+	l.leaving = true
+	l.top.Leave(l.clk.Core(r.net.Now()))
+	l.ep.Bind(l) // step it now
+	r.net.RunFor(3 * time.Second)
+	if r.failed != nil {
+		t.Fatal(r.failed)
+	}
+	if !l.left || l.err != nil {
+		t.Fatalf("l: left %v, err %v; want a clean leave", l.left, l.err)
+	}
+	if leaves == 0 {
+		t.Fatal("l sent no Leave to a: the case was not driven")
+	}
+	for _, p := range []*process{a, b} {
+		if p.err != nil {
+			t.Fatalf("%x.%d stopped: %v", p.mac, p.inc, p.err)
+		}
+		if m := p.core.View().Members; p.view == base || len(m) != 2 || m[0].MAC != a.mac || m[1].MAC != b.mac {
+			t.Fatalf("%x.%d is in view %#x of %v; want a view after %#x of a and b", p.mac, p.inc, p.view, m, base)
+		}
+		if !slices.ContainsFunc(p.views, func(v uint32) bool { return slices.Contains(p.inView[v], msg) }) {
+			t.Fatalf("%x.%d never delivered l's message", p.mac, p.inc)
+		}
+	}
+}
