@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
@@ -36,6 +38,13 @@ func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 // startFileGroupWith is startFileGroupRate with tune, if set, adjusting
 // each daemon's configuration.
 func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config)) []*running {
+	t.Helper()
+	return startFileGroupPrepared(t, r, n, imp, inboxes, rate, tune, nil)
+}
+
+// startFileGroupPrepared is startFileGroupWith with prepare, if set,
+// called on daemon i before it runs (startDaemonWith).
+func startFileGroupPrepared(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config), prepare func(i int, d *Daemon)) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
@@ -66,7 +75,11 @@ func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 		if tune != nil {
 			tune(i, &cfg)
 		}
-		out[i] = startDaemon(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
+		var prep func(d *Daemon)
+		if prepare != nil {
+			prep = func(d *Daemon) { prepare(i, d) }
+		}
+		out[i] = startDaemonWith(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg, prep)
 		out[i].link = l
 	}
 	for _, x := range out {
@@ -409,4 +422,51 @@ func TestSendFileAgainAfterRestart(t *testing.T) {
 	changed[300_000] ^= 0xff
 	ev, k = round(33, changed)
 	check("a changed file of the same name and size", ev, k, changed, uint64(len(changed)), "replaced another file", 0, 1)
+}
+
+// A client the daemon told it is ready (Welcome after HelloWaitReady) can
+// send a file at once: the daemon starts its file core on a membership
+// before it makes the membership its group. It started it after, and a
+// SendFile in between was refused as if the daemon were joining the group
+// again (seen on a loaded machine). Daemon 0's file core, as it starts,
+// waits for the client's answer if the daemon already says it is ready:
+// with the old order the client's SendFile always came in between.
+func TestSendFileAsSoonAsReady(t *testing.T) {
+	inbox := t.TempDir()
+	src := filepath.Join(t.TempDir(), "first.bin")
+	data := writeRandom(t, src, 20_000, 61)
+	answered := make(chan struct{})
+	var d0 *Daemon // set by prepare, before daemon 0 runs
+	ds := startFileGroupPrepared(t, rtnet.New(t, 61), 2, nil, []string{"", inbox}, 50_000_000, func(i int, c *Config) {
+		if i != 0 {
+			return
+		}
+		c.Files.Tune = func(*filerun.Config) {
+			if d0.isReady() {
+				<-answered
+			}
+		}
+	}, func(i int, d *Daemon) {
+		if i == 0 {
+			d0 = d
+		}
+	})
+	var once sync.Once
+	answer := func() { once.Do(func() { close(answered) }) }
+	t.Cleanup(answer) // before the daemons stop (cleanups run last first)
+	c, _ := dial(t, ds[0].socket, true)
+	if err := c.Write(&localapi.SendFile{Name: "first.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Read()
+	answer()
+	if _, ok := m.(*localapi.FileQueued); !ok || err != nil {
+		t.Fatalf("SendFile right after the Welcome answered %v, %v; want FileQueued", m, err)
+	}
+	if v, ok := readMsg(t, c).(*localapi.FileVerdict); !ok || len(v.Done) != 1 || len(v.Missing) != 0 || v.Text != "" {
+		t.Fatalf("verdict %+v, want the receiver done", v)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "first.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the inbox holds %d bytes (%v), not the file sent", len(got), err)
+	}
 }
