@@ -196,7 +196,9 @@ func TestSecondSubscriberDuringRingStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Write(&localapi.Subscribe{From: 0})
+	drained := make(chan struct{})
 	go func() { // keep the ring drained
+		defer close(drained)
 		for {
 			if _, _, _, err := rr.Next(true); err != nil {
 				return
@@ -204,6 +206,13 @@ func TestSecondSubscriberDuringRingStream(t *testing.T) {
 			rr.Release()
 		}
 	}()
+	// first's Close (its cleanup, which runs after this one) unmaps the
+	// ring: the drain must have stopped by then, or it reads unmapped
+	// memory. A deadline in the past ends its wait for a doorbell.
+	t.Cleanup(func() {
+		first.SetDeadline(time.Now())
+		<-drained
+	})
 	c, _ := dial(t, ds[0].socket, true)
 	stop := make(chan struct{})
 	defer close(stop)
