@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -467,6 +469,58 @@ func TestSendFileAsSoonAsReady(t *testing.T) {
 		t.Fatalf("verdict %+v, want the receiver done", v)
 	}
 	if got, err := os.ReadFile(filepath.Join(inbox, "first.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the inbox holds %d bytes (%v), not the file sent", len(got), err)
+	}
+}
+
+// A file's verdict can be ready before the SendFile that sent it has its
+// FileQueued answer (a small file; on a loaded machine a file every
+// receiver held already): the client still gets FileQueued first, as it
+// learns the file's id from it. The verdict was written from a goroutine
+// of its own as soon as it was ready, and came first now and then
+// ("SendFile answered with <nil>" in TestSendFileAgainAfterRestart). Here
+// daemon 0 holds the FileQueued back until the verdict is out (in its
+// recent files) and the client has a packet waiting, or a while longer:
+// with the old order the client read the verdict first.
+func TestSendFileQueuedBeforeVerdict(t *testing.T) {
+	inbox := t.TempDir()
+	src := filepath.Join(t.TempDir(), "small.bin")
+	data := writeRandom(t, src, 5_000, 62)
+	var c *localapi.Conn
+	ready := make(chan struct{})
+	ds := startFileGroupPrepared(t, rtnet.New(t, 62), 2, nil, []string{"", inbox}, 50_000_000, nil, func(i int, d *Daemon) {
+		if i != 0 {
+			return
+		}
+		s := d.files
+		s.queuedHook = func() {
+			<-ready
+			sent := func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return slices.ContainsFunc(s.recent, func(e FileEvent) bool { return e.Kind == "sent" })
+			}
+			for !sent() {
+				runtime.Gosched()
+			}
+			for k := 0; k < 10_000 && !c.Pending(); k++ {
+				runtime.Gosched()
+			}
+		}
+	})
+	c, _ = dial(t, ds[0].socket, true)
+	close(ready)
+	if err := c.Write(&localapi.SendFile{Name: "small.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	q, ok := readMsg(t, c).(*localapi.FileQueued)
+	if !ok {
+		t.Fatalf("SendFile answered with %+v, want FileQueued before the verdict", q)
+	}
+	if v, ok := readMsg(t, c).(*localapi.FileVerdict); !ok || v.ID != q.ID || len(v.Done) != 1 || v.Text != "" {
+		t.Fatalf("then %+v, want the verdict of file %d, the receiver done", v, q.ID)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "small.bin")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the inbox holds %d bytes (%v), not the file sent", len(got), err)
 	}
 }
