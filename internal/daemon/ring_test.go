@@ -47,6 +47,7 @@ func TestRings(t *testing.T) {
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
+	awaitSubscribed(t, sub, 0) // before the stream: it counts every byte
 	c, w := dial(t, ds[0].socket, true)
 	sr, err := c.SendRing(localapi.MinRing)
 	if err != nil {
