@@ -164,6 +164,7 @@ func steadyStateAllocs(t *testing.T, rings bool) {
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
+	awaitSubscribed(t, sub, 0) // before the stream: it counts every message
 	c, _ := dial(t, ds[0].socket, true)
 	var sr *localapi.RingSender
 	if rings {

@@ -258,7 +258,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 	var carried *auth.Key
 	short := 0 // memberships in a row that ended within rejoinShort
 	for {
-		g, err := d.join(ctx, cfg, carried)
+		g, stopFiles, err := d.join(ctx, cfg, carried)
 		if err != nil && d.rejoinable(err) && ctx.Err() == nil {
 			// Left out as it was admitted (Join saw its first view and
 			// the group's end together): a new incarnation asks again.
@@ -279,7 +279,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 			}
 			return err
 		}
-		err = d.serveGroup(ctx, g)
+		err = d.serveGroup(ctx, g, stopFiles)
 		if err == nil || !d.rejoinable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -302,9 +302,11 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 }
 
 // join joins the group with cfg (and the key carried from the membership
-// before, installed beside cfg's), and makes it the daemon's group.
-func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Key) (*reliable.Group, error) {
-	g, err := reliable.Join(ctx, d.watch, cfg)
+// before, installed beside cfg's), starts the file core on it, and then
+// makes it the daemon's group: a client told the daemon is ready finds
+// files on too. stopFiles stops that file core.
+func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Key) (g *reliable.Group, stopFiles func(), err error) {
+	g, err = reliable.Join(ctx, d.watch, cfg)
 	if err != nil {
 		err = d.watch.versionError(err)
 	} else if d.cfg.CheckSelf != nil {
@@ -321,15 +323,16 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 		}
 	}
 	if err != nil && d.rejoinable(err) && ctx.Err() == nil {
-		return nil, err // Run joins again
+		return nil, nil, err // Run joins again
 	}
 	if err != nil {
 		d.mu.Lock()
 		d.joinErr = err
 		close(d.up)
 		d.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
+	stopFiles = d.files.start(g)
 	d.rates.init(g.Stats())
 	d.mu.Lock()
 	d.g.Store(g)
@@ -346,13 +349,14 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 	} else {
 		d.log.Info("rbcastd: group started", "group", d.cfg.Group.Group, "self", g.Self(), "max_message", g.MaxMessage())
 	}
-	return g, nil
+	return g, stopFiles, nil
 }
 
 // serveGroup hands out g's deliveries until ctx ends (then it leaves
-// cleanly, and returns the leave's error) or the group stops (its error).
-func (d *Daemon) serveGroup(ctx context.Context, g *reliable.Group) error {
-	defer d.files.start(g)()
+// cleanly, and returns the leave's error) or the group stops (its error);
+// stopFiles, last, stops the file core join started on g.
+func (d *Daemon) serveGroup(ctx context.Context, g *reliable.Group, stopFiles func()) error {
+	defer stopFiles()
 	fanoutDone := make(chan struct{})
 	go func() {
 		defer close(fanoutDone)

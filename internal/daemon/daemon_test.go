@@ -152,6 +152,16 @@ func subscribeFlags(t *testing.T, socket string, from uint16, flags uint16) *loc
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {
 		t.Fatal(err)
 	}
+	awaitSubscribed(t, c, from)
+	return c
+}
+
+// awaitSubscribed reads Subscribe's answer on c, which must be
+// Subscribed (for from): the daemon hands the subscriber every message
+// delivered after it, none delivered before (TestSubscribedMeansRegistered),
+// so a test that counts messages sends only once it is subscribed.
+func awaitSubscribed(t *testing.T, c *localapi.Conn, from uint16) {
+	t.Helper()
 	m, err := c.Read()
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +169,6 @@ func subscribeFlags(t *testing.T, socket string, from uint16, flags uint16) *loc
 	if s, ok := m.(*localapi.Subscribed); !ok || s.From != from {
 		t.Fatalf("Subscribe answered with %#v", m)
 	}
-	return c
 }
 
 // collect reads Delivers from c until want bytes arrived.

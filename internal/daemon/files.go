@@ -107,7 +107,10 @@ type fileService struct {
 	// runner now. Held across runner.Send, so a verdict (handed out on
 	// the loop, which takes wmu) never comes before its waiter.
 	wmu  sync.Mutex
-	wait map[uint32]*conn
+	wait map[uint32]*fileWaiter
+	// queuedHook, if set, runs in SendFile between the runner taking
+	// the file and the FileQueued answer (tests).
+	queuedHook func()
 
 	bytesIn atomic.Uint64 // block bytes written to storage by this daemon
 	runs    int           // runners started (a rejoin starts another)
@@ -149,7 +152,7 @@ func newFileService(d *Daemon, cfg FilesConfig) *fileService {
 	if cfg.Group == 0 {
 		cfg.Group = FilesGroup(d.cfg.Group.Group)
 	}
-	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*conn{}}
+	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*fileWaiter{}}
 	if a := d.cfg.Group.Auth; a != nil && cfg.Link != nil {
 		s.auth, s.authErr = filerun.Wrap(cfg.Link, cfg.Group, d.cfg.Group.EtherType, auth.Config{Key: a.Key, Encrypt: a.Encrypt, Now: a.Now})
 		if s.authErr == nil {
@@ -244,10 +247,10 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 		r.Close()
 		s.wmu.Lock()
 		waiting := s.wait
-		s.wait = map[uint32]*conn{}
+		s.wait = map[uint32]*fileWaiter{}
 		s.wmu.Unlock()
-		for id, c := range waiting {
-			go c.write(&localapi.FileVerdict{ID: id, Text: "the daemon left the group (or joins it again as a new incarnation) before the file's verdict; send it again"})
+		for id, w := range waiting {
+			w.tell(&localapi.FileVerdict{ID: id, Text: "the daemon left the group (or joins it again as a new incarnation) before the file's verdict; send it again"})
 		}
 	}
 }
@@ -408,14 +411,14 @@ func (s *fileService) onReport(r filerun.Report) {
 		}
 		s.d.log.Info("rbcastd: file sent", "file", r.Meta.Name, "id", r.Meta.ID, "done", ev.Done, "missing", ev.Missing, "err", r.Err)
 		s.wmu.Lock()
-		c := s.wait[r.Meta.ID]
+		w := s.wait[r.Meta.ID]
 		delete(s.wait, r.Meta.ID)
 		s.wmu.Unlock()
-		if c != nil {
-			if c.version >= 3 {
+		if w != nil {
+			if w.c.version >= 3 {
 				v.Hash = r.Meta.Hash // zeros if it was aborted before its hash
 			}
-			go c.write(v)
+			w.tell(v)
 		}
 	}
 	s.mu.Lock()
@@ -485,10 +488,11 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	if err != nil {
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
+	w := &fileWaiter{c: c, queued: make(chan struct{})}
 	s.wmu.Lock()
 	id, err := r.Send(src.Outgoing(to))
 	if err == nil {
-		s.wait[id] = c
+		s.wait[id] = w
 	}
 	s.wmu.Unlock()
 	if err != nil {
@@ -496,7 +500,30 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
 	c.d.log.Info("rbcastd: sending a file", "file", m.Name, "id", id, "size", src.Size, "to", to)
-	return c.write(&localapi.FileQueued{ID: id, Size: src.Size, Hash: src.Hash, Name: src.Name}) == nil
+	if s.queuedHook != nil {
+		s.queuedHook()
+	}
+	err = c.write(&localapi.FileQueued{ID: id, Size: src.Size, Hash: src.Hash, Name: src.Name})
+	close(w.queued)
+	return err == nil
+}
+
+// fileWaiter is the sendfile connection waiting for a file's verdict.
+// The verdict may be ready before the connection has its FileQueued (a
+// small file, or one every receiver holds already): tell holds it until
+// then, as the client learns the file's id from FileQueued.
+type fileWaiter struct {
+	c      *conn
+	queued chan struct{} // closed once FileQueued was written (or failed)
+}
+
+// tell writes the verdict m to w's connection once it has FileQueued,
+// without holding up the caller.
+func (w *fileWaiter) tell(m localapi.Message) {
+	go func() {
+		<-w.queued
+		w.c.write(m)
+	}()
 }
 
 // receiveFiles serves ReceiveFiles: it stores files under the directory

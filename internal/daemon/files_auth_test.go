@@ -103,6 +103,23 @@ func TestFilesAuthenticatedAndRekeyed(t *testing.T) {
 				}
 			}
 		}
+		if step.Step == localapi.RekeyActivate {
+			// A frame sealed under the old key and read only after the
+			// retire is dropped (unknown_key; docs/auth.md): wait until
+			// none is left. A file sent now goes out after every
+			// daemon's switch, and its verdict comes back after the
+			// receivers read all of it; the segment keeps each
+			// sender's order, so every daemon has read every frame sent
+			// before the switch by then.
+			src := filepath.Join(t.TempDir(), "switched.bin")
+			switched := writeRandom(t, src, 50_000, 7)
+			sendFileVia(t, ds[0].socket, "switched.bin", src, 2)
+			for _, in := range []string{in1, in2} {
+				if got, err := os.ReadFile(filepath.Join(in, "switched.bin")); err != nil || !bytes.Equal(got, switched) {
+					t.Fatalf("switched.bin in %s: %d bytes (%v), want the %d sent", in, len(got), err, len(switched))
+				}
+			}
+		}
 	}
 	src = filepath.Join(t.TempDir(), "after.bin")
 	after := writeRandom(t, src, 400_000, 6)

@@ -9,10 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
@@ -36,6 +40,13 @@ func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 // startFileGroupWith is startFileGroupRate with tune, if set, adjusting
 // each daemon's configuration.
 func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config)) []*running {
+	t.Helper()
+	return startFileGroupPrepared(t, r, n, imp, inboxes, rate, tune, nil)
+}
+
+// startFileGroupPrepared is startFileGroupWith with prepare, if set,
+// called on daemon i before it runs (startDaemonWith).
+func startFileGroupPrepared(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config), prepare func(i int, d *Daemon)) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, n)
@@ -66,7 +77,11 @@ func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 		if tune != nil {
 			tune(i, &cfg)
 		}
-		out[i] = startDaemon(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg)
+		var prep func(d *Daemon)
+		if prepare != nil {
+			prep = func(d *Daemon) { prepare(i, d) }
+		}
+		out[i] = startDaemonWith(t, ml, filepath.Join(dir, fmt.Sprintf("d%d.sock", i)), cfg, prep)
 		out[i].link = l
 	}
 	for _, x := range out {
@@ -409,4 +424,103 @@ func TestSendFileAgainAfterRestart(t *testing.T) {
 	changed[300_000] ^= 0xff
 	ev, k = round(33, changed)
 	check("a changed file of the same name and size", ev, k, changed, uint64(len(changed)), "replaced another file", 0, 1)
+}
+
+// A client the daemon told it is ready (Welcome after HelloWaitReady) can
+// send a file at once: the daemon starts its file core on a membership
+// before it makes the membership its group. It started it after, and a
+// SendFile in between was refused as if the daemon were joining the group
+// again (seen on a loaded machine). Daemon 0's file core, as it starts,
+// waits for the client's answer if the daemon already says it is ready:
+// with the old order the client's SendFile always came in between.
+func TestSendFileAsSoonAsReady(t *testing.T) {
+	inbox := t.TempDir()
+	src := filepath.Join(t.TempDir(), "first.bin")
+	data := writeRandom(t, src, 20_000, 61)
+	answered := make(chan struct{})
+	var d0 *Daemon // set by prepare, before daemon 0 runs
+	ds := startFileGroupPrepared(t, rtnet.New(t, 61), 2, nil, []string{"", inbox}, 50_000_000, func(i int, c *Config) {
+		if i != 0 {
+			return
+		}
+		c.Files.Tune = func(*filerun.Config) {
+			if d0.isReady() {
+				<-answered
+			}
+		}
+	}, func(i int, d *Daemon) {
+		if i == 0 {
+			d0 = d
+		}
+	})
+	var once sync.Once
+	answer := func() { once.Do(func() { close(answered) }) }
+	t.Cleanup(answer) // before the daemons stop (cleanups run last first)
+	c, _ := dial(t, ds[0].socket, true)
+	if err := c.Write(&localapi.SendFile{Name: "first.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Read()
+	answer()
+	if _, ok := m.(*localapi.FileQueued); !ok || err != nil {
+		t.Fatalf("SendFile right after the Welcome answered %v, %v; want FileQueued", m, err)
+	}
+	if v, ok := readMsg(t, c).(*localapi.FileVerdict); !ok || len(v.Done) != 1 || len(v.Missing) != 0 || v.Text != "" {
+		t.Fatalf("verdict %+v, want the receiver done", v)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "first.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the inbox holds %d bytes (%v), not the file sent", len(got), err)
+	}
+}
+
+// A file's verdict can be ready before the SendFile that sent it has its
+// FileQueued answer (a small file; on a loaded machine a file every
+// receiver held already): the client still gets FileQueued first, as it
+// learns the file's id from it. The verdict was written from a goroutine
+// of its own as soon as it was ready, and came first now and then
+// ("SendFile answered with <nil>" in TestSendFileAgainAfterRestart). Here
+// daemon 0 holds the FileQueued back until the verdict is out (in its
+// recent files) and the client has a packet waiting, or a while longer:
+// with the old order the client read the verdict first.
+func TestSendFileQueuedBeforeVerdict(t *testing.T) {
+	inbox := t.TempDir()
+	src := filepath.Join(t.TempDir(), "small.bin")
+	data := writeRandom(t, src, 5_000, 62)
+	var c *localapi.Conn
+	ready := make(chan struct{})
+	ds := startFileGroupPrepared(t, rtnet.New(t, 62), 2, nil, []string{"", inbox}, 50_000_000, nil, func(i int, d *Daemon) {
+		if i != 0 {
+			return
+		}
+		s := d.files
+		s.queuedHook = func() {
+			<-ready
+			sent := func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return slices.ContainsFunc(s.recent, func(e FileEvent) bool { return e.Kind == "sent" })
+			}
+			for !sent() {
+				runtime.Gosched()
+			}
+			for k := 0; k < 10_000 && !c.Pending(); k++ {
+				runtime.Gosched()
+			}
+		}
+	})
+	c, _ = dial(t, ds[0].socket, true)
+	close(ready)
+	if err := c.Write(&localapi.SendFile{Name: "small.bin", Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	q, ok := readMsg(t, c).(*localapi.FileQueued)
+	if !ok {
+		t.Fatalf("SendFile answered with %+v, want FileQueued before the verdict", q)
+	}
+	if v, ok := readMsg(t, c).(*localapi.FileVerdict); !ok || v.ID != q.ID || len(v.Done) != 1 || v.Text != "" {
+		t.Fatalf("then %+v, want the verdict of file %d, the receiver done", v, q.ID)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "small.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the inbox holds %d bytes (%v), not the file sent", len(got), err)
+	}
 }
