@@ -40,7 +40,7 @@ type Message struct {
 // and hands out its deliveries and events. Send and Leave post to it:
 // Send hands its message to the core (Propose only queues and copies it)
 // and wakes the loop, which sends it. A lone Send on a quiet group (the
-// loop waiting on the link, no Send in the last 50 µs) sends its frame
+// loop waiting on the link, no Send in the last 20 µs) sends its frame
 // itself instead, excluding the loop's turns meanwhile (sendNow, not
 // with Config.Deliver or OnEvent). Deliveries and events are handed out
 // after the loop has let go of the group's lock, so Config.Deliver and
@@ -794,8 +794,11 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 
 // quietSend: a Send that comes this long or more after the one before
 // sends its frame itself when it can (sendNow); Sends closer together
-// leave it to the loop, which sends what they proposed in one batch.
-const quietSend = 50 * time.Microsecond
+// leave it to the loop, which sends what they proposed in one batch. A
+// stream's Sends come a few µs apart and batch; a request and its reply
+// (a ping-pong through two daemons: 40–50 µs) are quiet (docs/local-api.md,
+// "The Send's hand-off").
+const quietSend = 20 * time.Microsecond
 
 // sendNow sends what Send just proposed on the calling goroutine, when
 // the loop waits on the link with nothing else to do, instead of waking
