@@ -47,22 +47,7 @@ func (l *heldLink) Kick() error {
 func TestQuietSendSendsItself(t *testing.T) {
 	for _, withDeliver := range []bool{false, true} {
 		r := rtnet.New(t, 7)
-		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
-		members := staticMembers(raw)
-		hl := &heldLink{stagingLink: stagingLink{Link: raw[0]}, entered: make(chan struct{}), release: make(chan struct{})}
-		hl.hold.Store(true)
-		cfg := Config{Group: 3, Members: members, Self: 1, Logger: quiet}
-		if withDeliver {
-			cfg.Deliver = func(frame.MemberID, []byte) {}
-		}
-		g, err := Join(t.Context(), hl, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer, err := Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, peer, hl := heldPair(t, r, withDeliver)
 		<-hl.entered // before the loop's first turn, which starts the core
 		hl.release <- struct{}{}
 		<-hl.entered // after it: the loop waits in Recv, and stays there
@@ -111,22 +96,7 @@ func TestQuietSendSendsItself(t *testing.T) {
 func TestQuietSendUnreliableLeftToKicker(t *testing.T) {
 	for _, withDeliver := range []bool{false, true} {
 		r := rtnet.New(t, 8)
-		raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
-		members := staticMembers(raw)
-		hl := &heldLink{stagingLink: stagingLink{Link: raw[0]}, entered: make(chan struct{}), release: make(chan struct{})}
-		hl.hold.Store(true)
-		cfg := Config{Group: 3, Members: members, Self: 1, Logger: quiet}
-		if withDeliver {
-			cfg.Deliver = func(frame.MemberID, []byte) {}
-		}
-		g, err := Join(t.Context(), hl, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer, err := Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, peer, hl := heldPair(t, r, withDeliver)
 		<-hl.entered // before the loop's first turn
 		hl.release <- struct{}{}
 		<-hl.entered // after it: the loop waits in Recv, and stays there
@@ -181,4 +151,29 @@ func TestQuietSendUnreliableLeftToKicker(t *testing.T) {
 			t.Errorf("peer Close: %v", err)
 		}
 	}
+}
+
+// heldPair joins two members of group 3 on r: g over a heldLink whose
+// loop parks in Recv until released (with Config.Deliver if
+// withDeliver), and peer.
+func heldPair(t *testing.T, r *rtnet.Net, withDeliver bool) (g, peer *Group, hl *heldLink) {
+	t.Helper()
+	raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
+	members := staticMembers(raw)
+	hl = &heldLink{stagingLink: stagingLink{Link: raw[0]}, entered: make(chan struct{}), release: make(chan struct{})}
+	hl.hold.Store(true)
+	var err error
+	cfg := Config{Group: 3, Members: members, Self: 1, Logger: quiet}
+	if withDeliver {
+		cfg.Deliver = func(frame.MemberID, []byte) {}
+	}
+	g, err = Join(t.Context(), hl, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err = Join(t.Context(), raw[1], Config{Group: 3, Members: members, Self: 2, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, peer, hl
 }
