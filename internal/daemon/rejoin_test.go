@@ -89,14 +89,17 @@ func mac6(l link.Link) [6]byte {
 // startViews starts n daemons of a group whose membership changes
 // (-membership views), daemon i asking for member id i with incarnation
 // 10*i+1, each on its cutLink of the simulated segment r (cuts, made by
-// newCuts); rejoin, if set, is daemon i's rejoinHook.
+// newCuts); rejoin, if set, is daemon i's rejoinHook. The failure
+// timeout is 1 s: these tests want a member left out only when they cut
+// it off, and three daemons in one loaded process (-race, 2 CPUs) can
+// miss 300 ms of heartbeats (a removal before the cut, CI).
 func startViews(t *testing.T, cuts []*cutLink, adjust func(i int, c *Config), rejoin func(i int) func()) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, len(cuts))
 	for i := range cuts {
 		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Views: true, Size: len(cuts), RequestID: frame.MemberID(i),
-			Incarnation: uint32(10*i + 1), FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond}}
+			Incarnation: uint32(10*i + 1), FailureTimeout: time.Second, HeartbeatInterval: 20 * time.Millisecond}}
 		if adjust != nil {
 			adjust(i, &cfg)
 		}
