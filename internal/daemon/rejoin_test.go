@@ -89,14 +89,17 @@ func mac6(l link.Link) [6]byte {
 // startViews starts n daemons of a group whose membership changes
 // (-membership views), daemon i asking for member id i with incarnation
 // 10*i+1, each on its cutLink of the simulated segment r (cuts, made by
-// newCuts); rejoin, if set, is daemon i's rejoinHook.
+// newCuts); rejoin, if set, is daemon i's rejoinHook. The failure
+// timeout is 1 s: these tests want a member left out only when they cut
+// it off, and three daemons in one loaded process (-race, 2 CPUs) can
+// miss 300 ms of heartbeats (a removal before the cut, CI).
 func startViews(t *testing.T, cuts []*cutLink, adjust func(i int, c *Config), rejoin func(i int) func()) []*running {
 	t.Helper()
 	dir := t.TempDir()
 	out := make([]*running, len(cuts))
 	for i := range cuts {
 		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Views: true, Size: len(cuts), RequestID: frame.MemberID(i),
-			Incarnation: uint32(10*i + 1), FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond}}
+			Incarnation: uint32(10*i + 1), FailureTimeout: time.Second, HeartbeatInterval: 20 * time.Millisecond}}
 		if adjust != nil {
 			adjust(i, &cfg)
 		}
@@ -351,7 +354,14 @@ func TestRejoinKeepsRotatedKeys(t *testing.T) {
 		}
 	}
 	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
-	st := awaitStatus(t, ds[1], "a member again", func(st Status) bool { return st.Rejoins == 1 && st.Ready && len(viewOf(st)) == 3 })
+	// One rejoin, or more: under load the rejoin can meet a split (a
+	// component in one view, a member in another), which the view layer
+	// heals by ending one component, whose members join again. The keys
+	// carried are what this test is about, and every rejoin carries them.
+	st := awaitStatus(t, ds[1], "a member again", func(st Status) bool { return st.Rejoins >= 1 && st.Ready && len(viewOf(st)) == 3 })
+	if st.Rejoins > 1 {
+		t.Logf("daemon 1 joined again %d times; the last: %+v", st.Rejoins, st.LastRejoin)
+	}
 	want := fmt.Sprintf("%016x", newKey.Fingerprint())
 	if a := st.Auth; a.Active != want || len(a.Accepted) != 2 {
 		t.Fatalf("daemon 1 after the rejoin: keys %+v; want %s active, two accepted", a, want)
@@ -378,8 +388,10 @@ func TestRejoinKeepsRotatedKeys(t *testing.T) {
 			t.Errorf("daemon %d's subscriber: %q, %v; want %q", i, got, err, c.want)
 		}
 	}
-	if st := ds[1].d.Status(); st.Rejoins != 1 || st.Auth.Dropped["unknown_key"] != 0 {
-		t.Errorf("daemon 1 at the end: %d rejoins, dropped %v", st.Rejoins, st.Auth.Dropped)
+	// Both messages above passed under the new key alone, so daemon 1 is
+	// a member after the retire; it dropped no frame for its key.
+	if st := ds[1].d.Status(); !st.Ready || st.Auth.Dropped["unknown_key"] != 0 {
+		t.Errorf("daemon 1 at the end: ready %v, %d rejoins, dropped %v", st.Ready, st.Rejoins, st.Auth.Dropped)
 	}
 }
 
