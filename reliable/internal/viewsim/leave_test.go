@@ -77,22 +77,16 @@ func TestLeaveInTurnOfPrepare(t *testing.T) {
 }
 
 func leaveInTurnOfPrepare(t *testing.T, level Level) {
-	r, ps := group(t, 4, level)
-	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
-	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	r, a, b, l, d := fourByID(t, level)
 	base := a.view
-	dropD := func(f []byte) bool {
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		return err == nil && v.Type() == frame.Data && [6]byte(f[6:12]) == d.mac
-	}
+	dropD := func(f []byte) bool { return sentBy(f, frame.Data, d) }
 	b.drop = dropD
 	leaveDropped := false
 	a.drop = func(f []byte) bool {
 		if dropD(f) {
 			return true
 		}
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		if err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac && !leaveDropped {
+		if sentBy(f, frame.Leave, l) && !leaveDropped {
 			leaveDropped = true // lost on the way
 			return true
 		}
@@ -185,17 +179,11 @@ func TestLeaveUnheardAtChange(t *testing.T) {
 }
 
 func leaveUnheardAtChange(t *testing.T, level Level) {
-	r, ps := group(t, 4, level)
-	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
-	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	r, a, b, l, d := fourByID(t, level)
 	base := a.view
-	isLeave := func(f []byte) bool {
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		return err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac
-	}
 	leaves := 0
 	a.drop = func(f []byte) bool {
-		if isLeave(f) {
+		if sentBy(f, frame.Leave, l) {
 			leaves++
 			return true // every one lost on the way
 		}
@@ -244,14 +232,11 @@ func TestLeaveUnheardAtCrash(t *testing.T) {
 }
 
 func leaveUnheardAtCrash(t *testing.T, level Level) {
-	r, ps := group(t, 4, level)
-	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
-	a, b, l, d := ps[0], ps[1], ps[2], ps[3]
+	r, a, b, l, d := fourByID(t, level)
 	base := a.view
 	leaves := 0
 	a.drop = func(f []byte) bool {
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		if err == nil && v.Type() == frame.Leave && [6]byte(f[6:12]) == l.mac {
+		if sentBy(f, frame.Leave, l) {
 			leaves++
 			return true // every one lost on the way
 		}
@@ -295,4 +280,20 @@ func checkLeftUnheard(t *testing.T, r *simRun, a, b, l *process, base uint32, le
 			t.Fatalf("%x.%d never delivered l's message", p.mac, p.inc)
 		}
 	}
+}
+
+// fourByID makes a group of four at level and names its members by id:
+// a, the lowest (the coordinator), b, l and d.
+func fourByID(t *testing.T, level Level) (r *simRun, a, b, l, d *process) {
+	t.Helper()
+	r, ps := group(t, 4, level)
+	slices.SortFunc(ps, func(x, y *process) int { return int(x.id(t)) - int(y.id(t)) })
+	return r, ps[0], ps[1], ps[2], ps[3]
+}
+
+// sentBy reports whether f, an Ethernet frame, is a frame of type typ
+// from p's MAC.
+func sentBy(f []byte, typ frame.Type, p *process) bool {
+	v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+	return err == nil && v.Type() == typ && [6]byte(f[6:12]) == p.mac
 }
