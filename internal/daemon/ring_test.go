@@ -346,11 +346,7 @@ func testRingsPolled(t *testing.T, poll bool) {
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := sub.Read(); err != nil {
-		t.Fatal(err)
-	} else if _, ok := m.(*localapi.Subscribed); !ok {
-		t.Fatalf("Subscribe answered with %v", m.Type())
-	}
+	awaitSubscribed(t, sub, 0)
 	c, _ := dial(t, ds[0].socket, true)
 	sr, err := c.SendRing(localapi.MinRing)
 	if err != nil {
@@ -411,11 +407,7 @@ func TestRingSubscriberAfterWaitNoPacket(t *testing.T) {
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := sub.Read(); err != nil {
-		t.Fatal(err)
-	} else if _, ok := m.(*localapi.Subscribed); !ok {
-		t.Fatalf("Subscribe answered with %v", m.Type())
-	}
+	awaitSubscribed(t, sub, 0)
 	c, _ := dial(t, ds[0].socket, true)
 	const n = 100
 	for i := range n {
