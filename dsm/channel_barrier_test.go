@@ -3,6 +3,7 @@ package dsm_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +20,11 @@ import (
 // chanSegsNoGlobal are chanSegs without segment 23, which every member
 // joined: its updates travel on the global channel, which a channel
 // barrier does not mark.
-var chanSegsNoGlobal = map[uint32][]int{
-	21: {0, 1},
-	22: {1, 2, 3},
-	24: {2, 3},
-	25: {3},
-}
+var chanSegsNoGlobal = func() map[uint32][]int {
+	m := maps.Clone(chanSegs)
+	delete(m, 23)
+	return m
+}()
 
 // channelThenTotal crosses the rounds' barriers as channel barriers, but
 // for every other round's second one (an odd round's 200+round), a total
