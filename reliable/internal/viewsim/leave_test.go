@@ -92,15 +92,7 @@ func leaveInTurnOfPrepare(t *testing.T, level Level) {
 		}
 		return false
 	}
-	var prepare []byte // a's Prepare, held back from l until it leaves
-	l.drop = func(f []byte) bool {
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		if err == nil && v.Type() == frame.ViewPrepare && v.ViewBase() == base && prepare == nil {
-			prepare = slices.Clone(f)
-			return true
-		}
-		return false
-	}
+	prepare := holdPrepare(l, base) // a's Prepare, held back from l until it leaves
 	d.send(t)
 	r.net.RunFor(2 * time.Millisecond)
 	d.send(t)
@@ -119,7 +111,7 @@ func leaveInTurnOfPrepare(t *testing.T, level Level) {
 	}
 	d.dead = true
 	d.ep.Crash()
-	for i := 0; prepare == nil; i++ {
+	for i := 0; *prepare == nil; i++ {
 		if i == 20000 {
 			t.Fatalf("no Prepare of a view after %#x reached l in 2 s", base)
 		}
@@ -132,7 +124,7 @@ func leaveInTurnOfPrepare(t *testing.T, level Level) {
 	l.checkHanded()
 	l.leaving = true
 	l.top.Leave(ct)
-	l.st.Step(ct, prepare)
+	l.st.Step(ct, *prepare)
 	l.st.Tick(ct)
 	l.flush(now, ct)
 	r.net.RunFor(3 * time.Second)
@@ -181,28 +173,13 @@ func TestLeaveUnheardAtChange(t *testing.T) {
 func leaveUnheardAtChange(t *testing.T, level Level) {
 	r, a, b, l, d := fourByID(t, level)
 	base := a.view
-	leaves := 0
-	a.drop = func(f []byte) bool {
-		if sentBy(f, frame.Leave, l) {
-			leaves++
-			return true // every one lost on the way
-		}
-		return false
-	}
-	var prepare []byte // a's Prepare, held back from l until it leaves
-	l.drop = func(f []byte) bool {
-		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
-		if err == nil && v.Type() == frame.ViewPrepare && v.ViewBase() == base && prepare == nil {
-			prepare = slices.Clone(f)
-			return true
-		}
-		return false
-	}
+	leaves := loseLeaves(a, l)
+	prepare := holdPrepare(l, base) // a's Prepare, held back from l until it leaves
 	msg := l.send(t)
 	r.net.RunFor(50 * time.Millisecond)
 	d.dead = true
 	d.ep.Crash()
-	for i := 0; prepare == nil; i++ {
+	for i := 0; *prepare == nil; i++ {
 		if i == 20000 {
 			t.Fatalf("no Prepare of a view after %#x reached l in 2 s", base)
 		}
@@ -212,7 +189,7 @@ func leaveUnheardAtChange(t *testing.T, level Level) {
 	l.top.Leave(l.clk.Core(r.net.Now()))
 	l.ep.Bind(l) // step it now
 	r.net.RunFor(3 * time.Second)
-	checkLeftUnheard(t, r, a, b, l, base, leaves, msg)
+	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
 }
 
 // TestLeaveUnheardAtCrash is what TestLeaveUnheardAtChange left open: of
@@ -234,14 +211,7 @@ func TestLeaveUnheardAtCrash(t *testing.T) {
 func leaveUnheardAtCrash(t *testing.T, level Level) {
 	r, a, b, l, d := fourByID(t, level)
 	base := a.view
-	leaves := 0
-	a.drop = func(f []byte) bool {
-		if sentBy(f, frame.Leave, l) {
-			leaves++
-			return true // every one lost on the way
-		}
-		return false
-	}
+	leaves := loseLeaves(a, l)
 	msg := l.send(t)
 	r.net.RunFor(50 * time.Millisecond)
 	d.dead = true
@@ -251,7 +221,7 @@ func leaveUnheardAtCrash(t *testing.T, level Level) {
 	l.top.Leave(l.clk.Core(r.net.Now()))
 	l.ep.Bind(l) // step it now
 	r.net.RunFor(3 * time.Second)
-	checkLeftUnheard(t, r, a, b, l, base, leaves, msg)
+	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
 }
 
 // checkLeftUnheard is the outcome of both unheard-leave cases: l left
@@ -296,4 +266,33 @@ func fourByID(t *testing.T, level Level) (r *simRun, a, b, l, d *process) {
 func sentBy(f []byte, typ frame.Type, p *process) bool {
 	v, err := frame.Parse(f[frame.EthernetHeaderLen:])
 	return err == nil && v.Type() == typ && [6]byte(f[6:12]) == p.mac
+}
+
+// loseLeaves drops every Leave frame of l on its way to a, and counts
+// them.
+func loseLeaves(a, l *process) *int {
+	leaves := new(int)
+	a.drop = func(f []byte) bool {
+		if sentBy(f, frame.Leave, l) {
+			*leaves++
+			return true
+		}
+		return false
+	}
+	return leaves
+}
+
+// holdPrepare keeps the first Prepare of a view after base from l: the
+// frame is in *prepare once it came.
+func holdPrepare(l *process, base uint32) *[]byte {
+	prepare := new([]byte)
+	l.drop = func(f []byte) bool {
+		v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+		if err == nil && v.Type() == frame.ViewPrepare && v.ViewBase() == base && *prepare == nil {
+			*prepare = slices.Clone(f)
+			return true
+		}
+		return false
+	}
+	return prepare
 }
