@@ -33,7 +33,10 @@
 //	dsm_bulk_write    Segment.WriteBulk, Segment.WriteBulkUnreliable
 //	dsm_read          Segment.Read
 //	dsm_ptr_read      Segment.View, Segment.Location (read-only views)
-//	dsm_barrier       Node.Barrier (total), Node.PartialBarrier (num_procs)
+//	dsm_barrier       Node.Barrier (total), Node.PartialBarrier (num_procs);
+//	                  with Config.Channels also Node.ChannelBarrier (§7.2.3's
+//	                  markers alone: waits only for the writers of this
+//	                  member's segment channels, not a global synchronisation)
 //	dsm_lock_acquire  Node.Lock
 //	dsm_lock_release  Node.Unlock
 //	dsm_remove        Segment.Remove
