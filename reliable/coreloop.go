@@ -15,7 +15,7 @@ import (
 )
 
 // CoreLoop is the live runtime of a core that is not a message group of
-// its own — the file core beside rbcastd's group (internal/filerun) —
+// its own — the file core beside rbcastd's group (Files) —
 // on the node a Group and a Driver run on: the same stepper (frames
 // whose tag verified stepped without their CRC, no CRC written where
 // the link seals every frame), the same link sender and the same wall

@@ -62,6 +62,15 @@
 // members deterministically in virtual time; IsWindowFull tells a
 // Propose's back-pressure from a failure.
 //
+// # Files
+//
+// StartFiles runs the file core (reliable/files: files to every member,
+// after IBRMP) over a link of its own beside a group, on a CoreLoop:
+// Files.Send queues a file, Subscribe hands out the files received and
+// the sender's verdicts. rbcastd's files (sendfile, recvfile, run
+// -inbox) run on it; the core's types are re-exported here (FilesConfig,
+// FileReport, ...).
+//
 // # What the link must do
 //
 // Any link.Link serves: it moves whole Ethernet II frames of at most

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/files"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/reliable/view"
 )
@@ -33,3 +34,34 @@ func ViewProposer(id uint32) frame.MemberID { return view.Proposer(id) }
 // message than the MTU and the ack vector allow: room for the relay's
 // wrapping of a frame (pbp.RelayOverhead).
 const RelayOverhead = pbp.RelayOverhead
+
+// The file core's types the users of Files need (rbcastd's files).
+type (
+	FilesConfig  = files.Config
+	FileReport   = files.Report
+	FileMeta     = files.Meta
+	FileProgress = files.Progress
+	FileSinkFile = files.SinkFile
+	FileCause    = files.Cause
+)
+
+// FileReport's kinds.
+const (
+	FileReceived   = files.Received
+	FileIncomplete = files.Incomplete
+	FileVerdict    = files.Verdict
+)
+
+// The file core's clock units (FilesConfig's durations, FilesStats.Core's
+// SRTT).
+const (
+	FileMicrosecond = files.Microsecond
+	FileSecond      = files.Second
+)
+
+// ErrFileDeclined is what a file Sink returns for a file it does not want.
+var ErrFileDeclined = files.ErrDeclined
+
+// FileCauseText says why a transfer did not complete, for a cause code of
+// the local API (localapi.FileCause*).
+func FileCauseText(c uint8) string { return files.Cause(c).String() }

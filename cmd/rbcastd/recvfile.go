@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 const recvfileText = `Stores the files members send (rbcastd sendfile) under DIR while it
@@ -91,7 +91,7 @@ func recvfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		if r.Kind == localapi.FileIncomplete {
 			fmt.Fprintf(stderr, "rbcastd recvfile: %s from member %d (file %d, %d bytes) given up: %v; nothing stored under its name\n",
-				r.Name, r.Sender, r.ID, r.Size, filerun.CauseText(r.Cause))
+				r.Name, r.Sender, r.ID, r.Size, reliable.FileCauseText(r.Cause))
 			continue
 		}
 		fmt.Fprintf(stdout, "%x  %s\n", r.Hash, r.Name)

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/internal/daemon"
-	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/filestore"
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 const sendfileText = `Sends each FILE to the group's members through the daemon (a directory:
@@ -224,7 +224,7 @@ func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr i
 	fmt.Fprintf(stdout, "%x  %s  %d bytes, %s\n", hash, q.Name, q.Size, held)
 	ok := len(v.Missing) == 0 && v.Text == ""
 	for _, m := range v.Missing {
-		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, filerun.CauseText(m.Cause), m.Held, m.Blocks)
+		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, reliable.FileCauseText(m.Cause), m.Held, m.Blocks)
 	}
 	if v.Text != "" {
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: %s\n", q.Name, v.Text)

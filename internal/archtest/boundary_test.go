@@ -22,12 +22,11 @@ import (
 // member's core on a capture's frames (pcap-replay simulate and check).
 // Everything else above reliable — dsm, the daemon, the commands, the
 // simulators — uses package reliable, which re-exports what they need
-// (reliable/export.go). internal/filestore implements the file core's
-// Sink and Source over a directory (reliable/files), and internal/filerun
-// is the file core's runtime (rbcastd's files), re-exporting the types
-// the daemon needs; both leave this list once reliable runs the file
-// core and re-exports its types.
-var coreDrivers = []string{"internal/replay", "internal/filestore", "internal/filerun"}
+// (reliable/export.go; reliable.Files runs the file core). internal/filestore
+// implements the file core's Sink and Source over a directory
+// (reliable/files): it builds the core's own types (ranges, hashes,
+// sources) and is no runtime.
+var coreDrivers = []string{"internal/replay", "internal/filestore"}
 
 // checkCoreImports returns every package outside reliable/ that imports a
 // package under it other than reliable itself, unless it is one of
@@ -57,7 +56,7 @@ func checkCoreImports(pkgs []pkg) []string {
 // for Join's parameter only (TestJoinersUseLinkOnlyInJoin).
 var linkUsers = []string{
 	"reliable", "reliable/internal/simtest", "reliable/internal/viewsim", "capture", "testnet", "testnet/rtnet", "dsm", "dsm/dsmsim", "orca", "collective",
-	"internal/daemon", "internal/filerun", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
+	"internal/daemon", "internal/linkbench", "internal/replay", "internal/simdemo", "dsm/examples/internal/harness",
 	"orca/examples/internal/harness",
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/filestore"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link"
@@ -33,7 +32,7 @@ import (
 //
 // An authenticated group (Config.Group.Auth: run -key-file, -encrypt)
 // authenticates the files' link too, with the same key and algorithm
-// (filerun.Wrap; docs/auth.md, "Files"): the daemon wraps it once, so
+// (reliable.WrapFiles; docs/auth.md, "Files"): the daemon wraps it once, so
 // that the keys rotate with the group's (rbcastd rekey takes each step
 // on both links) and outlive the file core of each membership.
 
@@ -60,7 +59,7 @@ type FilesConfig struct {
 	// group until it has).
 	OwnMACs bool
 	// Tune, if set, adjusts the file core's configuration (tests).
-	Tune func(*filerun.Config)
+	Tune func(*reliable.FilesConfig)
 }
 
 // FilesGroup is the group id of the file frames of message group g: g
@@ -74,7 +73,7 @@ func FilesGroup(g uint32) uint32 { return g ^ 0x80000000 }
 // ends its transfers). Longer than the core's default (2 s): a receiver's
 // loop stalls while it commits a large file (the fsync), and a daemon
 // that shares two cores with others may not run for a while.
-const FilesFailureTimeout = 5 * filerun.Second
+const FilesFailureTimeout = 5 * reliable.FileSecond
 
 // memberPoll is how often the file service looks at the group's view.
 const memberPoll = 100 * time.Millisecond
@@ -96,7 +95,7 @@ type fileService struct {
 	// while calling into the runner (whose loop calls the sink with its
 	// own lock held).
 	mu      sync.Mutex
-	r       *filerun.Runner // nil while the daemon is not a member
+	r       *reliable.Files // nil while the daemon is not a member
 	clients []*fileClient   // recvfile clients, oldest first
 	stored  map[xferKey]*xferInfo
 	recent  []FileEvent
@@ -154,7 +153,7 @@ func newFileService(d *Daemon, cfg FilesConfig) *fileService {
 	}
 	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*fileWaiter{}}
 	if a := d.cfg.Group.Auth; a != nil && cfg.Link != nil {
-		s.auth, s.authErr = filerun.Wrap(cfg.Link, cfg.Group, d.cfg.Group.EtherType, auth.Config{Key: a.Key, Encrypt: a.Encrypt, Now: a.Now})
+		s.auth, s.authErr = reliable.WrapFiles(cfg.Link, cfg.Group, d.cfg.Group.EtherType, auth.Config{Key: a.Key, Encrypt: a.Encrypt, Now: a.Now})
 		if s.authErr == nil {
 			s.cfg.Link = s.auth
 		}
@@ -200,12 +199,12 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	}
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
-	cfg := filerun.Config{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
+	cfg := reliable.FilesConfig{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
 		FailureTimeout: FilesFailureTimeout}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
-	r, err := filerun.Start(s.cfg.Link, cfg, s.d.log)
+	r, err := reliable.StartFiles(s.cfg.Link, cfg, s.d.log)
 	if err != nil {
 		s.d.log.Error("rbcastd: files off: the file core did not start", "err", err)
 		return func() {}
@@ -272,7 +271,7 @@ func (s *fileService) withOwnMAC(ms []frame.MemberInfo, self frame.MemberID) []f
 	return ms
 }
 
-func (s *fileService) runner() *filerun.Runner {
+func (s *fileService) runner() *reliable.Files {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.r
@@ -282,7 +281,7 @@ func (s *fileService) runner() *filerun.Runner {
 // directory, else the inbox, else declined.
 type fileSink struct{ s *fileService }
 
-func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error) {
+func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Range, error) {
 	s := k.s
 	s.mu.Lock()
 	dir := s.cfg.Inbox
@@ -291,7 +290,7 @@ func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error)
 	}
 	s.mu.Unlock()
 	if dir == "" {
-		return nil, nil, filerun.ErrDeclined
+		return nil, nil, reliable.ErrFileDeclined
 	}
 	f, held, err := (&filestore.Dir{Root: dir}).Open(m)
 	if err != nil {
@@ -311,18 +310,18 @@ func (k *fileSink) Open(m filerun.Meta) (filerun.SinkFile, []frame.Range, error)
 		}
 		s.d.log.Info("rbcastd: resuming a file from its partial copy", "file", m.Name, "from", m.Sender, "blocks_held", n, "blocks", m.Blocks())
 	}
-	return &countingFile{SinkFile: f, info: info, total: &s.bytesIn}, held, nil
+	return &countingFile{FileSinkFile: f, info: info, total: &s.bytesIn}, held, nil
 }
 
 // countingFile counts the bytes written.
 type countingFile struct {
-	filerun.SinkFile
+	reliable.FileSinkFile
 	info  *xferInfo
 	total *atomic.Uint64
 }
 
 func (f *countingFile) WriteBlock(b uint32, data []byte) error {
-	err := f.SinkFile.WriteBlock(b, data)
+	err := f.FileSinkFile.WriteBlock(b, data)
 	if err == nil {
 		f.info.bytes.Add(uint64(len(data)))
 		f.total.Add(uint64(len(data)))
@@ -350,12 +349,12 @@ type FileEvent struct {
 }
 
 // onReport takes the core's reports, on the runner's loop.
-func (s *fileService) onReport(r filerun.Report) {
+func (s *fileService) onReport(r reliable.FileReport) {
 	k := xferKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}
 	ev := FileEvent{At: stamp(time.Now()), Kind: r.Kind.String(), Sender: int(r.Meta.Sender), ID: r.Meta.ID, Name: r.Meta.Name,
 		Size: r.Meta.Size, SHA256: fmt.Sprintf("%x", r.Meta.Hash)}
 	switch r.Kind {
-	case filerun.Received, filerun.Incomplete:
+	case reliable.FileReceived, reliable.FileIncomplete:
 		s.mu.Lock()
 		info := s.stored[k]
 		delete(s.stored, k)
@@ -377,7 +376,7 @@ func (s *fileService) onReport(r filerun.Report) {
 		case r.Replaced:
 			ev.Detail = "replaced another file stored under its name, of its size (FileEnd's hash did not match it)"
 		}
-		if r.Kind == filerun.Incomplete {
+		if r.Kind == reliable.FileIncomplete {
 			rep.Kind, rep.Cause = localapi.FileIncomplete, uint8(r.Cause)
 			if ev.Detail != "" {
 				ev.Detail = "; " + ev.Detail
@@ -395,7 +394,7 @@ func (s *fileService) onReport(r filerun.Report) {
 				s.d.log.Warn("rbcastd: a recvfile client does not read; a report was dropped", "file", r.Meta.Name)
 			}
 		}
-	case filerun.Verdict:
+	case reliable.FileVerdict:
 		ev.Kind = "sent"
 		v := &localapi.FileVerdict{ID: r.Meta.ID}
 		for _, id := range r.Done {

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/internal/filerun"
+	"github.com/rbcast/rbcast/reliable"
 )
 
 // FilesStatus is the file dissemination in Status (files on).
@@ -31,12 +31,12 @@ type FilesStatus struct {
 	Auth *AuthStatus `json:"auth,omitempty"`
 	// KeyMismatch says that frames of the files' group came under a key
 	// this daemon does not hold, with the other algorithm, or with a key
-	// while it has none (filerun.Stats.KeyMismatch); a rogue's frames
+	// while it has none (reliable.FilesStats.KeyMismatch); a rogue's frames
 	// under a key of its own count too.
 	KeyMismatch string `json:"key_mismatch,omitempty"`
 	// Unauthenticated says that frames of the files' group came without
 	// an authentication tag to this keyed daemon, and were dropped
-	// (filerun.Stats.Unauthenticated): not a key mismatch.
+	// (reliable.FilesStats.Unauthenticated): not a key mismatch.
 	Unauthenticated string `json:"unauthenticated,omitempty"`
 }
 
@@ -120,17 +120,17 @@ type FileCounters struct {
 	KeyedNoKey uint64 `json:"keyed_frames_no_key,omitempty"`
 }
 
-func metaKey(m filerun.Meta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
+func metaKey(m reliable.FileMeta) xferKey { return xferKey{m.Sender, m.Incarnation, m.ID} }
 
 // heldBytes is the bytes of held blocks of m (the last block may be
 // short).
-func heldBytes(m filerun.Meta, held uint32) uint64 {
+func heldBytes(m reliable.FileMeta, held uint32) uint64 {
 	return min(uint64(held)*uint64(m.BlockSize), m.Size)
 }
 
 // sample records the progress of every transfer, for rates (once a
 // second).
-func (s *fileService) sample(ps []filerun.Progress, now time.Time) {
+func (s *fileService) sample(ps []reliable.FileProgress, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[rateKey]bool{}
@@ -162,7 +162,7 @@ func (s *fileService) sample(ps []filerun.Progress, now time.Time) {
 
 // rateOf is the bytes/s and seconds left of one receiver of m holding
 // held blocks (-1: unknown).
-func (s *fileService) rateOf(k rateKey, m filerun.Meta, held uint32) (bps, eta float64) {
+func (s *fileService) rateOf(k rateKey, m reliable.FileMeta, held uint32) (bps, eta float64) {
 	smp, ok := s.rates[k]
 	if !ok {
 		return 0, -1
@@ -185,7 +185,7 @@ func (s *fileService) status() *FilesStatus {
 	}
 	r := s.runner()
 	fs := &FilesStatus{Group: s.cfg.Group, Inbox: s.cfg.Inbox, Self: -1, Transfers: []FileTransfer{}}
-	var ps []filerun.Progress
+	var ps []reliable.FileProgress
 	if r != nil {
 		fs.Running = true
 		ps = r.Progress()
@@ -194,7 +194,7 @@ func (s *fileService) status() *FilesStatus {
 		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
-			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / filerun.Microsecond),
+			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / reliable.FileMicrosecond),
 			KernelDrops: st.LinkStats.KernelDrops, SendRetries: st.LinkStats.SendRetries, KeyedNoKey: st.KeyedNoKey}
 		fs.KeyMismatch, fs.Unauthenticated = st.KeyMismatch(), st.Unauthenticated()
 	}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbcast/rbcast/internal/filerun"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
@@ -443,7 +442,7 @@ func TestSendFileAsSoonAsReady(t *testing.T) {
 		if i != 0 {
 			return
 		}
-		c.Files.Tune = func(*filerun.Config) {
+		c.Files.Tune = func(*reliable.FilesConfig) {
 			if d0.isReady() {
 				<-answered
 			}

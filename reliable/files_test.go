@@ -1,4 +1,4 @@
-package filerun
+package reliable
 
 import (
 	"bytes"
@@ -16,16 +16,16 @@ import (
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
-// collect gathers a runner's reports.
-type collect struct {
+// fileReports gathers a runner's reports.
+type fileReports struct {
 	mu   sync.Mutex
 	reps []files.Report
 	got  chan struct{}
 }
 
-func newCollect() *collect { return &collect{got: make(chan struct{}, 64)} }
+func newFileReports() *fileReports { return &fileReports{got: make(chan struct{}, 64)} }
 
-func (c *collect) add(r files.Report) {
+func (c *fileReports) add(r files.Report) {
 	c.mu.Lock()
 	r.Done, r.Missing = append([]frame.MemberID(nil), r.Done...), append([]files.Miss(nil), r.Missing...)
 	c.reps = append(c.reps, r)
@@ -37,7 +37,7 @@ func (c *collect) add(r files.Report) {
 }
 
 // wait waits until pred holds of the reports, or fails the test.
-func (c *collect) wait(t *testing.T, what string, pred func([]files.Report) bool) []files.Report {
+func (c *fileReports) wait(t *testing.T, what string, pred func([]files.Report) bool) []files.Report {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
@@ -59,7 +59,7 @@ func (c *collect) wait(t *testing.T, what string, pred func([]files.Report) bool
 // A file sent by one runner reaches two others over a lossy simulated
 // segment in real time: stored under its name with its bytes, and the
 // sender's verdict names both receivers done.
-func TestRunnerSendsFileOverLossyLink(t *testing.T) {
+func TestFilesSendsFileOverLossyLink(t *testing.T) {
 	n := rtnet.New(t, 7)
 	const members = 3
 	var ms []frame.MemberInfo
@@ -79,17 +79,17 @@ func TestRunnerSendsFileOverLossyLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs := make([]string, members)
-	cols := make([]*collect, members)
-	runners := make([]*Runner, members)
+	cols := make([]*fileReports, members)
+	runners := make([]*Files, members)
 	for i := range runners {
 		dirs[i] = t.TempDir()
 		cfg := files.Config{Group: 99, Self: ms[i].ID, Members: ms, Rate: 20_000_000, Sink: &filestore.Dir{Root: dirs[i]}}
-		r, err := Start(links[i], cfg, nil)
+		r, err := StartFiles(links[i], cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { r.Close() })
-		cols[i] = newCollect()
+		cols[i] = newFileReports()
 		r.Subscribe(cols[i].add)
 		runners[i] = r
 	}
@@ -133,16 +133,16 @@ func TestRunnerSendsFileOverLossyLink(t *testing.T) {
 }
 
 // Close stops the loop, and a Send after it is refused.
-func TestRunnerClose(t *testing.T) {
+func TestFilesClose(t *testing.T) {
 	n := rtnet.New(t, 1)
 	l := n.Attach(t, testnet.EndpointConfig{})
 	ms := []frame.MemberInfo{{ID: 1, MAC: [6]byte(l.HardwareAddr()), Incarnation: 1}}
-	r, err := Start(l, files.Config{Group: 1, Self: 1, Members: ms}, nil)
+	r, err := StartFiles(l, files.Config{Group: 1, Self: 1, Members: ms}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	if _, err := r.Send(files.Outgoing{Name: "x", Source: nopSource{}}); err == nil {
+	if _, err := r.Send(files.Outgoing{Name: "x", Source: nopFileSource{}}); err == nil {
 		t.Fatal("Send after Close succeeded")
 	}
 	if r.Err() != nil {
@@ -150,24 +150,24 @@ func TestRunnerClose(t *testing.T) {
 	}
 }
 
-func TestRunnerBadConfig(t *testing.T) {
+func TestFilesBadConfig(t *testing.T) {
 	n := rtnet.New(t, 1)
 	l := n.Attach(t, testnet.EndpointConfig{})
-	_, err := Start(l, files.Config{Group: 1, Self: 5}, nil)
+	_, err := StartFiles(l, files.Config{Group: 1, Self: 5}, nil)
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("Self 5 is not among the 0 Members")) {
 		t.Fatalf("error %v, want one naming Self", err)
 	}
 }
 
-type nopSource struct{}
+type nopFileSource struct{}
 
-func (nopSource) ReadAt(p []byte, off int64) (int, error) { return len(p), nil }
-func (nopSource) Close() error                            { return nil }
+func (nopFileSource) ReadAt(p []byte, off int64) (int, error) { return len(p), nil }
+func (nopFileSource) Close() error                            { return nil }
 
 // The runtime's pacing: a burst that lasts a wake-up at the rate, never
 // less than the core's default, and a window of at most half a receive
 // buffer; what a caller set stays.
-func TestPacing(t *testing.T) {
+func TestFilesPacing(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		cfg           files.Config
@@ -179,7 +179,7 @@ func TestPacing(t *testing.T) {
 		{"slow", files.Config{Rate: 1e6, MTU: 1500}, files.DefaultBurst, files.DefaultWindow},
 		{"set by the caller", files.Config{Rate: 1e9, MTU: 9000, Burst: 7, Window: 5000}, 7, 5000},
 	} {
-		got := pacing(tc.cfg)
+		got := filesPacing(tc.cfg)
 		if got.Burst != tc.burst || got.Window != tc.window {
 			t.Errorf("%s: Burst %d, Window %d; want %d, %d", tc.name, got.Burst, got.Window, tc.burst, tc.window)
 		}

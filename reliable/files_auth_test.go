@@ -1,4 +1,4 @@
-package filerun
+package reliable
 
 import (
 	"bytes"
@@ -24,9 +24,9 @@ import (
 // below run runners on a real-time simulated segment, each on a link
 // wrapped by Wrap, and look at the wire under the authentication.
 
-const authGroup = 99
+const filesAuthGroup = 99
 
-func testKey(t testing.TB, seed byte) *auth.Key {
+func filesTestKey(t testing.TB, seed byte) *auth.Key {
 	t.Helper()
 	secret := make([]byte, auth.KeySize)
 	for i := range secret {
@@ -39,9 +39,9 @@ func testKey(t testing.TB, seed byte) *auth.Key {
 	return k
 }
 
-// tap records what a link sends and lets a test change what it
+// filesTap records what a link sends and lets a test change what it
 // receives, underneath the authentication (on the wire).
-type tap struct {
+type filesTap struct {
 	link.Link
 	mu     sync.Mutex
 	sent   [][]byte
@@ -50,15 +50,15 @@ type tap struct {
 }
 
 // set sets the tap's hooks (the runner's loop reads them).
-func (t *tap) set(tamper func([]byte), after func([][]byte)) {
+func (t *filesTap) set(tamper func([]byte), after func([][]byte)) {
 	t.mu.Lock()
 	t.tamper, t.after = tamper, after
 	t.mu.Unlock()
 }
 
-func (t *tap) Unwrap() link.Link { return t.Link }
+func (t *filesTap) Unwrap() link.Link { return t.Link }
 
-func (t *tap) Send(frames [][]byte) (int, error) {
+func (t *filesTap) Send(frames [][]byte) (int, error) {
 	t.mu.Lock()
 	for _, f := range frames {
 		t.sent = append(t.sent, bytes.Clone(f))
@@ -72,7 +72,7 @@ func (t *tap) Send(frames [][]byte) (int, error) {
 	return n, err
 }
 
-func (t *tap) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+func (t *filesTap) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	n, err := t.Link.Recv(deadline, frames)
 	t.mu.Lock()
 	tamper := t.tamper
@@ -85,7 +85,7 @@ func (t *tap) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	return n, err
 }
 
-func (t *tap) frames() [][]byte {
+func (t *filesTap) frames() [][]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([][]byte(nil), t.sent...)
@@ -94,9 +94,9 @@ func (t *tap) frames() [][]byte {
 // keyedRun is a segment of runners, member i+1 on taps[i].
 type keyedRun struct {
 	net     *rtnet.Net
-	taps    []*tap
-	runners []*Runner
-	cols    []*collect
+	taps    []*filesTap
+	runners []*Files
+	cols    []*fileReports
 	dirs    []string
 }
 
@@ -108,47 +108,47 @@ func startKeyed(t *testing.T, seed uint64, keys []*auth.Config, tune func(i int,
 	k := &keyedRun{net: rtnet.New(t, seed)}
 	var ms []frame.MemberInfo
 	for i := range keys {
-		tp := &tap{Link: k.net.Attach(t, testnet.EndpointConfig{})}
+		tp := &filesTap{Link: k.net.Attach(t, testnet.EndpointConfig{})}
 		k.taps = append(k.taps, tp)
 		ms = append(ms, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(tp.HardwareAddr()), Incarnation: 1})
 	}
 	for i, a := range keys {
 		var l link.Link = k.taps[i]
 		if a != nil {
-			al, err := Wrap(l, authGroup, 0, *a)
+			al, err := WrapFiles(l, filesAuthGroup, 0, *a)
 			if err != nil {
 				t.Fatal(err)
 			}
 			l = al
 		}
 		dir := t.TempDir()
-		cfg := files.Config{Group: authGroup, Self: ms[i].ID, Members: ms, Rate: 20_000_000, Sink: &filestore.Dir{Root: dir}}
+		cfg := files.Config{Group: filesAuthGroup, Self: ms[i].ID, Members: ms, Rate: 20_000_000, Sink: &filestore.Dir{Root: dir}}
 		if tune != nil {
 			tune(i, &cfg)
 		}
-		r, err := Start(l, cfg, nil)
+		r, err := StartFiles(l, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { r.Close() })
-		c := newCollect()
+		c := newFileReports()
 		r.Subscribe(c.add)
 		k.runners, k.cols, k.dirs = append(k.runners, r), append(k.cols, c), append(k.dirs, dir)
 	}
 	return k
 }
 
-// pattern is 32 bytes the tests plant in a file and look for on the wire.
-var pattern = []byte("rbcast issue 25: secret block!!!")
+// filesPattern is 32 bytes the tests plant in a file and look for on the wire.
+var filesPattern = []byte("rbcast issue 25: secret block!!!")
 
-// plantedFile writes a file of random bytes with pattern at the start
+// plantedFile writes a file of random bytes with filesPattern at the start
 // of every 1000 bytes, and returns its bytes and path.
 func plantedFile(t *testing.T, size int) ([]byte, string) {
 	t.Helper()
 	data := make([]byte, size)
 	rand.Read(data)
-	for off := 0; off+len(pattern) <= size; off += 1000 {
-		copy(data[off:], pattern)
+	for off := 0; off+len(filesPattern) <= size; off += 1000 {
+		copy(data[off:], filesPattern)
 	}
 	path := filepath.Join(t.TempDir(), "data.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -198,10 +198,10 @@ func (k *keyedRun) received(t *testing.T, i int, data []byte) {
 // on the wire carries a tag; with Encrypt no frame holds the file's
 // plaintext (a 32-byte pattern planted in it), without it they do (the
 // search finds what is there).
-func TestAuthFileArrives(t *testing.T) {
+func TestFilesAuthFileArrives(t *testing.T) {
 	for _, encrypt := range []bool{false, true} {
 		t.Run(map[bool]string{false: "mac", true: "encrypt"}[encrypt], func(t *testing.T) {
-			key := testKey(t, 1)
+			key := filesTestKey(t, 1)
 			a := &auth.Config{Key: key, Encrypt: encrypt}
 			k := startKeyed(t, 3, []*auth.Config{a, a, a}, nil)
 			data, path := plantedFile(t, 300_000)
@@ -226,7 +226,7 @@ func TestAuthFileArrives(t *testing.T) {
 				if err != nil || v.Flags()&frame.FlagAuth == 0 {
 					t.Fatalf("a frame on the wire without an auth section (%v): %x", err, eth)
 				}
-				if bytes.Contains(eth, pattern) {
+				if bytes.Contains(eth, filesPattern) {
 					planted++
 				}
 			}
@@ -250,8 +250,8 @@ func TestAuthFileArrives(t *testing.T) {
 // changed on its way in (a bit of the body flipped, the CRC
 // recomputed); a rogue station replays the sender's frames and sends
 // FileData and FileEnd frames of its own in the sender's name.
-func TestAuthForgedFramesDropped(t *testing.T) {
-	key := testKey(t, 1)
+func TestFilesAuthForgedFramesDropped(t *testing.T) {
+	key := filesTestKey(t, 1)
 	a := &auth.Config{Key: key, Encrypt: true}
 	k := startKeyed(t, 5, []*auth.Config{a, a, a}, nil)
 	rogue := k.net.Attach(t, testnet.EndpointConfig{})
@@ -284,7 +284,7 @@ func TestAuthForgedFramesDropped(t *testing.T) {
 			// Frames in the sender's name without a tag: a block of
 			// other bytes, and a FileEnd.
 			src := [6]byte(rogue.HardwareAddr())
-			h := frame.Header{Group: authGroup, Sender: v.Sender(), Incarnation: v.Incarnation()}
+			h := frame.Header{Group: filesAuthGroup, Sender: v.Sender(), Incarnation: v.Incarnation()}
 			f := frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType)
 			f, err = frame.Append(f, &h, &frame.FileDataBody{ID: 1, Data: bytes.Repeat([]byte("forged"), 100)})
 			if err != nil {
@@ -329,8 +329,8 @@ func TestAuthForgedFramesDropped(t *testing.T) {
 // A receiver under another key, and one without a key, take nothing of
 // a keyed sender's file: no block reaches their cores, the sender's
 // verdict names both missing, and their counters say key mismatch.
-func TestAuthKeyMismatch(t *testing.T) {
-	ka, kb := testKey(t, 1), testKey(t, 7)
+func TestFilesAuthKeyMismatch(t *testing.T) {
+	ka, kb := filesTestKey(t, 1), filesTestKey(t, 7)
 	if ka.ID() == kb.ID() {
 		t.Fatalf("test keys share the id %d", ka.ID())
 	}
@@ -365,7 +365,7 @@ func TestAuthKeyMismatch(t *testing.T) {
 // KeyMismatch names only a key (another one, the other algorithm, a tag
 // while this member has none), Unauthenticated only untagged frames, so
 // a rogue's unsigned frames on a keyed member never read "key mismatch".
-func TestStatsMismatchAndUnauthenticated(t *testing.T) {
+func TestFilesStatsMismatchAndUnauthenticated(t *testing.T) {
 	const (
 		unauth5  = "unauthenticated: 5 frames of the files' group carried no authentication tag and were dropped (their sender has no key: a member without -key-file, or a station that is no member)"
 		unknown2 = "key mismatch: frames of the files' group dropped: 2 under a key id of neither accepted key (unknown_key), 1 with the other algorithm (-encrypt differs)"
@@ -373,14 +373,14 @@ func TestStatsMismatchAndUnauthenticated(t *testing.T) {
 	)
 	for _, c := range []struct {
 		name                string
-		st                  Stats
+		st                  FilesStats
 		mismatch, unauthent string
 	}{
-		{"nothing dropped", Stats{Auth: &auth.Stats{Replay: 4, BadTag: 1}}, "", ""},
-		{"untagged only", Stats{Auth: &auth.Stats{Unauthenticated: 5}}, "", unauth5},
-		{"another key", Stats{Auth: &auth.Stats{UnknownKey: 2, Algorithm: 1}}, unknown2, ""},
-		{"both", Stats{Auth: &auth.Stats{Unauthenticated: 5, UnknownKey: 2, Algorithm: 1}}, unknown2, unauth5},
-		{"no key here", Stats{KeyedNoKey: 3}, noKey3, ""},
+		{"nothing dropped", FilesStats{Auth: &auth.Stats{Replay: 4, BadTag: 1}}, "", ""},
+		{"untagged only", FilesStats{Auth: &auth.Stats{Unauthenticated: 5}}, "", unauth5},
+		{"another key", FilesStats{Auth: &auth.Stats{UnknownKey: 2, Algorithm: 1}}, unknown2, ""},
+		{"both", FilesStats{Auth: &auth.Stats{Unauthenticated: 5, UnknownKey: 2, Algorithm: 1}}, unknown2, unauth5},
+		{"no key here", FilesStats{KeyedNoKey: 3}, noKey3, ""},
 	} {
 		if m, u := c.st.KeyMismatch(), c.st.Unauthenticated(); m != c.mismatch || u != c.unauthent {
 			t.Errorf("%s: KeyMismatch %q, Unauthenticated %q; want %q, %q", c.name, m, u, c.mismatch, c.unauthent)

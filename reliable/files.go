@@ -1,28 +1,4 @@
-// Package filerun is the runtime of the file core (reliable/files) over a
-// link: package reliable's CoreLoop runs it on the node a Group runs on
-// (docs/runtime.md, "Cores beside a group"). The loop waits on the link
-// until the core's next deadline, steps what arrived, ticks and sends
-// the core's frames; this package adds the file core's own: its pacing,
-// the keyed frames a runner without a key drops, and handing the core's
-// reports (files received, files given up, the sender's verdicts) to
-// whoever subscribed.
-//
-// The API is goroutine-safe: Send queues a file (the core reads it
-// through its Source while the loop runs), SetMembers gives the core a
-// new member list (a view change of the group the files go to),
-// Progress and Stats read the core under the loop's lock. rbcastd runs
-// one Runner beside its message group (internal/daemon, files.go), on a
-// link of its own (a group id of its own on the same interface), so the
-// message group's data path is untouched.
-//
-// With a group key (Wrap: rbcastd run -key-file) the link authenticates
-// every frame, and encrypts its body with -encrypt (link/auth,
-// docs/auth.md): frames that do not verify are dropped and counted by the
-// link (Stats.Auth) before the core sees them, and those that verified
-// are stepped without their CRC (core.Stepper.StepVerified). A runner
-// without a key drops the frames of its group that carry a tag
-// (Stats.KeyedNoKey): their sender has a key this member lacks.
-package filerun
+package reliable
 
 import (
 	"errors"
@@ -36,33 +12,32 @@ import (
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
-	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/files"
 )
 
-// idleWait bounds a wait on a link that cannot be woken (no link.Waker):
+// filesIdleWait bounds a wait on a link that cannot be woken (no link.Waker):
 // a file queued meanwhile starts at most this late.
-const idleWait = 10 * time.Millisecond
+const filesIdleWait = 10 * time.Millisecond
 
-// wakeGranularity is how late a wait for the pacer's next frame may end:
+// filesWakeGranularity is how late a wait for the pacer's next frame may end:
 // the Go runtime's poller sleeps a whole millisecond for any shorter
 // timeout (runtime/netpoll_epoll.go), and a loaded machine adds to it.
 // The pacer's bucket holds at least this long's worth of frames
-// (pacing), or every millisecond's wait would send one 32-frame burst:
+// (filesPacing), or every millisecond's wait would send one 32-frame burst:
 // 48 MB/s at MTU 1500 whatever the rate.
-const wakeGranularity = 2 * time.Millisecond
+const filesWakeGranularity = 2 * time.Millisecond
 
-// rxBufferBytes is what a receiver's link buffers by default
+// filesRxBufferBytes is what a receiver's link buffers by default
 // (link/ring.DefaultRingBytes: its receive ring). The multicast's window
-// is at most half of it (pacing), so that a receiver that keeps up with
+// is at most half of it (filesPacing), so that a receiver that keeps up with
 // its reports does not overflow its ring while the sender bursts.
-const rxBufferBytes = 16 << 20
+const filesRxBufferBytes = 16 << 20
 
-// pacing fills cfg's Burst and Window for this runtime where they are
-// zero: a burst of wakeGranularity at cfg's rate, and a window half a
+// filesPacing fills cfg's Burst and Window for this runtime where they are
+// zero: a burst of filesWakeGranularity at cfg's rate, and a window half a
 // receive buffer of frames (at most files.DefaultWindow).
-func pacing(cfg files.Config) files.Config {
+func filesPacing(cfg files.Config) files.Config {
 	rate := cfg.Rate
 	if rate == 0 {
 		rate = files.DefaultRate
@@ -73,18 +48,40 @@ func pacing(cfg files.Config) files.Config {
 	}
 	frameBytes := int64(mtu) + 128 // Ethernet header and the ring's slot header
 	if cfg.Burst == 0 {
-		cfg.Burst = int(max(files.DefaultBurst, rate*int64(wakeGranularity)/int64(time.Second)/frameBytes))
+		cfg.Burst = int(max(files.DefaultBurst, rate*int64(filesWakeGranularity)/int64(time.Second)/frameBytes))
 	}
 	if cfg.Window == 0 {
-		cfg.Window = int(min(files.DefaultWindow, rxBufferBytes/2/frameBytes))
+		cfg.Window = int(min(files.DefaultWindow, filesRxBufferBytes/2/frameBytes))
 	}
 	return cfg
 }
 
-// Runner drives one files.Core over a link, on package reliable's
-// CoreLoop: the runner adds only what is the file core's own — its
-// pacing, the frames a runner without a key drops, its reports.
-type Runner struct {
+// Files is the runtime of the file core (reliable/files) over a link:
+// it runs one files.Core on a CoreLoop, on the node a Group runs on
+// (docs/runtime.md, "Cores beside a group"). The loop waits on the link
+// until the core's next deadline, steps what arrived, ticks and sends
+// the core's frames; Files adds only what is the file core's own: its
+// pacing, the keyed frames a runner without a key drops, and handing
+// the core's reports (files received, files given up, the sender's
+// verdicts) to whoever subscribed.
+//
+// Its methods are goroutine-safe: Send queues a file (the core reads it
+// through its Source while the loop runs), SetMembers gives the core a
+// new member list (a view change of the group the files go to),
+// Progress and Stats read the core under the loop's lock. rbcastd runs
+// one beside its message group (internal/daemon, files.go), on a link
+// of its own (a group id of its own on the same interface), so the
+// message group's data path is untouched.
+//
+// With a group key (WrapFiles: rbcastd run -key-file) the link
+// authenticates every frame, and encrypts its body with -encrypt
+// (link/auth, docs/auth.md): frames that do not verify are dropped and
+// counted by the link (FilesStats.Auth) before the core sees them, and
+// those that verified are stepped without their CRC
+// (core.Stepper.StepVerified). A runner without a key drops the frames
+// of its group that carry a tag (FilesStats.KeyedNoKey): their sender
+// has a key this member lacks.
+type Files struct {
 	l         link.Link
 	log       *slog.Logger
 	group     uint32
@@ -92,7 +89,7 @@ type Runner struct {
 	auth      *auth.Link // the link's authentication; nil: no key
 
 	c    *files.Core // under the loop's lock (loop.Do, loop.Read)
-	loop *reliable.CoreLoop
+	loop *CoreLoop
 
 	smu  sync.Mutex
 	subs map[int]func(files.Report)
@@ -105,9 +102,9 @@ type Runner struct {
 	keyedNoKey uint64
 }
 
-// Wrap authenticates the files' link l of group (etherType 0: the
+// WrapFiles authenticates the files' link l of group (etherType 0: the
 // default) with a's key and algorithm (auth.Wrap; a's Group, EtherType
-// and Admitted are set here), for Start. The derived keys are the
+// and Admitted are set here), for StartFiles. The derived keys are the
 // files' group's own (the group id is part of every stream's key), the
 // counter starts at the clock as every authenticated link's does
 // (docs/auth.md, "Nonces"). A caller that runs one runner after another
@@ -115,28 +112,28 @@ type Runner struct {
 // the keys rotated since (Install, Activate, Retire) and the counter
 // outlive each runner. The link is Admitted: it joins nothing, so a
 // KeyMismatch or unauthenticated frames are only counted.
-func Wrap(l link.Link, group uint32, etherType uint16, a auth.Config) (*auth.Link, error) {
+func WrapFiles(l link.Link, group uint32, etherType uint16, a auth.Config) (*auth.Link, error) {
 	a.Group, a.EtherType, a.Admitted = group, etherType, true
 	al, err := auth.Wrap(l, a)
 	if err != nil {
-		return nil, fmt.Errorf("filerun: the files' link: %w", err)
+		return nil, fmt.Errorf("reliable: the files' link: %w", err)
 	}
 	return al, nil
 }
 
-// Start starts the runtime of a file core configured by cfg on l (which
-// it does not own: Close leaves it open). cfg.MTU defaults to the
-// link's, cfg.Dst to broadcast. An authenticated l (Wrap, or an
+// StartFiles starts the runtime of a file core configured by cfg on l
+// (which it does not own: Close leaves it open). cfg.MTU defaults to the
+// link's, cfg.Dst to broadcast. An authenticated l (WrapFiles, or an
 // *auth.Link of cfg.Group under wrappers that unwrap to it) makes the
 // runner a keyed one.
-func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
+func StartFiles(l link.Link, cfg FilesConfig, log *slog.Logger) (*Files, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = l.MTU()
 	}
-	c, err := files.New(pacing(cfg))
+	c, err := files.New(filesPacing(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -144,16 +141,16 @@ func Start(l link.Link, cfg files.Config, log *slog.Logger) (*Runner, error) {
 	if et == 0 {
 		et = frame.EtherType
 	}
-	r := &Runner{l: l, log: log, c: c, group: cfg.Group, etherType: et, auth: authOf(l), subs: map[int]func(files.Report){}}
-	r.loop = reliable.StartCoreLoop(l, c, reliable.CoreConfig{
-		Group: cfg.Group, EtherType: cfg.EtherType, Logger: log, IdleWait: idleWait,
+	r := &Files{l: l, log: log, c: c, group: cfg.Group, etherType: et, auth: filesAuthOf(l), subs: map[int]func(files.Report){}}
+	r.loop = StartCoreLoop(l, c, CoreConfig{
+		Group: cfg.Group, EtherType: cfg.EtherType, Logger: log, IdleWait: filesIdleWait,
 		Admit: r.admit, Collect: r.collect, Hand: r.handTurn,
 	})
 	return r, nil
 }
 
-// authOf is the authentication of l or of a link it wraps.
-func authOf(l link.Link) *auth.Link {
+// filesAuthOf is the authentication of l or of a link it wraps.
+func filesAuthOf(l link.Link) *auth.Link {
 	for l != nil {
 		if a, ok := l.(*auth.Link); ok {
 			return a
@@ -171,7 +168,7 @@ func authOf(l link.Link) *auth.Link {
 // carries a tag (counted in keyedNoKey); the loop steps every other
 // frame (one that verified without its CRC), and the stepper or the
 // core counts a bad one.
-func (r *Runner) admit(_ core.Time, f *link.Frame) bool {
+func (r *Files) admit(_ core.Time, f *link.Frame) bool {
 	if f.Authenticated || r.auth != nil || !r.sealed(f.Data) {
 		return true
 	}
@@ -185,10 +182,10 @@ func (r *Runner) admit(_ core.Time, f *link.Frame) bool {
 }
 
 // collect takes the turn's reports (under the loop's lock).
-func (r *Runner) collect() { r.reports = append(r.reports[:0], r.c.Reports()...) }
+func (r *Files) collect() { r.reports = append(r.reports[:0], r.c.Reports()...) }
 
 // handTurn hands the turn's reports out (on the loop, without its lock).
-func (r *Runner) handTurn() {
+func (r *Files) handTurn() {
 	if len(r.reports) > 0 {
 		r.hand(r.reports)
 		clear(r.reports)
@@ -199,7 +196,7 @@ func (r *Runner) handTurn() {
 // sealed says whether eth is a frame of the runner's group with an
 // authentication section (a frame a runner without a key must not read:
 // its tag is unchecked, its body maybe ciphertext).
-func (r *Runner) sealed(eth []byte) bool {
+func (r *Files) sealed(eth []byte) bool {
 	_, b, err := frame.SplitEthernet(eth, r.etherType)
 	if err != nil || len(b) < frame.HeaderLen {
 		return false
@@ -209,7 +206,7 @@ func (r *Runner) sealed(eth []byte) bool {
 }
 
 // hand gives the reports to every subscriber, on the loop.
-func (r *Runner) hand(reports []files.Report) {
+func (r *Files) hand(reports []files.Report) {
 	r.smu.Lock()
 	subs := make([]func(files.Report), 0, len(r.subs))
 	for _, f := range r.subs {
@@ -225,9 +222,9 @@ func (r *Runner) hand(reports []files.Report) {
 
 // Subscribe calls f with every report from now on (files received or
 // given up here, and the verdicts of files sent here), on the loop: f
-// must not block for long, and must not call the Runner's Close. The
+// must not block for long, and must not call Files.Close. The
 // returned function ends the subscription.
-func (r *Runner) Subscribe(f func(files.Report)) (cancel func()) {
+func (r *Files) Subscribe(f func(FileReport)) (cancel func()) {
 	r.smu.Lock()
 	id := r.next
 	r.next++
@@ -243,20 +240,20 @@ func (r *Runner) Subscribe(f func(files.Report)) (cancel func()) {
 // Send queues a file (files.Core.Send) and returns its id; the verdict
 // comes to the subscribers. The source is closed by the core once the
 // file closes.
-func (r *Runner) Send(o files.Outgoing) (uint32, error) {
+func (r *Files) Send(o files.Outgoing) (uint32, error) {
 	var id uint32
 	err := r.loop.Do(func(now core.Time) (err error) {
 		id, err = r.c.Send(now, o)
 		return err
 	})
-	if errors.Is(err, reliable.ErrLoopClosed) {
-		return 0, errors.New("filerun: the file runtime is closed")
+	if errors.Is(err, ErrLoopClosed) {
+		return 0, errors.New("reliable: the file runtime is closed")
 	}
 	return id, err
 }
 
 // SetMembers gives the core the group's members (a view change).
-func (r *Runner) SetMembers(ms []frame.MemberInfo) {
+func (r *Files) SetMembers(ms []frame.MemberInfo) {
 	r.loop.Do(func(core.Time) error {
 		r.c.SetMembers(ms)
 		return nil
@@ -264,13 +261,13 @@ func (r *Runner) SetMembers(ms []frame.MemberInfo) {
 }
 
 // Progress returns every transfer under way or open here.
-func (r *Runner) Progress() (p []files.Progress) {
+func (r *Files) Progress() (p []FileProgress) {
 	r.loop.Read(func() { p = r.c.Progress() })
 	return p
 }
 
-// Stats are the runtime's counters.
-type Stats struct {
+// FilesStats are the runtime's counters.
+type FilesStats struct {
 	Core      files.Stats
 	Bad       core.BadFrames
 	SendErrs  uint64
@@ -294,7 +291,7 @@ type Stats struct {
 // not): what a receiver that gets none of a sender's files sees. Frames
 // without a tag are not a key mismatch (a rogue's unsigned frames would
 // read as one): Unauthenticated says so apart.
-func (s Stats) KeyMismatch() string {
+func (s FilesStats) KeyMismatch() string {
 	switch {
 	case s.KeyedNoKey > 0:
 		return fmt.Sprintf("key mismatch: %d frames of the files' group carried an authentication tag, and this member has no key (-key-file)", s.KeyedNoKey)
@@ -312,7 +309,7 @@ func (s Stats) KeyMismatch() string {
 // without -key-file, or a station that is no member at all — and
 // dropped. It is not a key mismatch: nothing shows what key, if any,
 // their sender holds.
-func (s Stats) Unauthenticated() string {
+func (s FilesStats) Unauthenticated() string {
 	if s.Auth == nil || s.Auth.Unauthenticated == 0 {
 		return ""
 	}
@@ -320,12 +317,12 @@ func (s Stats) Unauthenticated() string {
 }
 
 // Stats returns the core's and the loop's counters.
-func (r *Runner) Stats() Stats {
-	var s Stats
+func (r *Files) Stats() FilesStats {
+	var s FilesStats
 	r.loop.Read(func() {
 		cs := r.c.Stats()
 		lc := r.loop.CountersLocked()
-		s = Stats{Bad: lc.Bad, SendErrs: lc.SendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self, KeyedNoKey: r.keyedNoKey}
+		s = FilesStats{Bad: lc.Bad, SendErrs: lc.SendErrs, Busy: r.c.Busy(), InFlight: cs.InFlight, SelfID: r.c.Info().Self, KeyedNoKey: r.keyedNoKey}
 		if d, ok := cs.Detail.(files.Stats); ok {
 			s.Core = d
 		}
@@ -339,22 +336,22 @@ func (r *Runner) Stats() Stats {
 }
 
 // Done is closed once the loop has ended; Err says why.
-func (r *Runner) Done() <-chan struct{} { return r.loop.Done() }
+func (r *Files) Done() <-chan struct{} { return r.loop.Done() }
 
 // Err is why the loop ended: nil after Close.
-func (r *Runner) Err() error { return r.loop.Err() }
+func (r *Files) Err() error { return r.loop.Err() }
 
 // Close stops the loop and waits for it. Files still being sent are
 // given up (their sources closed); partial copies of files being
 // received stay for a resume.
-func (r *Runner) Close() error {
+func (r *Files) Close() error {
 	r.loop.Close()
 	r.loop.Read(r.c.Release)
 	return nil
 }
 
 // Members returns the member list the core has now (ids).
-func (r *Runner) Members() []frame.MemberID {
+func (r *Files) Members() []frame.MemberID {
 	var ids []frame.MemberID
 	r.loop.Read(func() {
 		for _, m := range r.c.Members() {
@@ -363,31 +360,3 @@ func (r *Runner) Members() []frame.MemberID {
 	})
 	return slices.Clip(ids)
 }
-
-// The file core's types its users need, re-exported so that the daemon
-// imports the runtime only (internal/archtest: only the runtimes import
-// the cores).
-type (
-	Config   = files.Config
-	Report   = files.Report
-	Meta     = files.Meta
-	Progress = files.Progress
-	SinkFile = files.SinkFile
-	Cause    = files.Cause
-)
-
-// Report kinds, and the file core's clock units.
-const (
-	Received    = files.Received
-	Incomplete  = files.Incomplete
-	Verdict     = files.Verdict
-	Microsecond = files.Microsecond
-	Second      = files.Second
-)
-
-// ErrDeclined is what a Sink returns for a file it does not want.
-var ErrDeclined = files.ErrDeclined
-
-// CauseText says why a transfer did not complete, for a cause code of
-// the local API (localapi.FileCause*).
-func CauseText(c uint8) string { return files.Cause(c).String() }
