@@ -297,7 +297,7 @@ func (c *Core) tickMember() {
 			c.prop = nil // every member heard or gone: stop repeating
 		}
 	}
-	if c.frozen && c.comp == nil && c.promiseBy != c.self {
+	if c.frozen && c.comp == nil && c.promiseBy != c.self && c.promiseBy != frame.NoMember {
 		if c.now >= c.flushAt.Add(c.cfg.Retry) {
 			c.sendFlush()
 		}
@@ -621,9 +621,12 @@ func (c *Core) Deadline() clock.Time {
 				early(c.prop.startedAt.Add(c.cfg.FailureTimeout))
 			}
 		}
-		if c.frozen && c.comp == nil && c.promiseBy != c.self {
+		if c.frozen && c.comp == nil && c.promiseBy != c.self && c.promiseBy != frame.NoMember {
 			early(c.flushAt.Add(c.cfg.Retry))
 			early(c.promisedAt.Add(c.cfg.FailureTimeout))
+		}
+		if t := c.askingSince.Add(c.cfg.FailureTimeout); c.askingSince != 0 && t > c.now {
+			early(t) // the end of the asking (askLeft)
 		}
 		if c.comp != nil {
 			early(c.flushAt.Add(c.cfg.Retry))
@@ -819,7 +822,12 @@ func (c *Core) progress() {
 			return // the Ready that reports SelfLeft ends it
 		}
 		if !c.primary() {
-			return // also while completing: a minority cannot complete
+			if c.comp != nil && c.state == member {
+				// Asking (askLeft), a member other than the coordinator
+				// completes the commit it flushed for.
+				c.complete()
+			}
+			return // a minority that does not ask stopped
 		}
 		c.leaveInner()
 		if c.comp != nil {
@@ -866,29 +874,47 @@ func (c *Core) primary() bool {
 // it stops: whether a member it took for failed left cleanly, which only
 // another member's Flush can tell it (its Leave frames all lost on their
 // way here; issue 19, a leave within about a round trip of a crash: this
-// member's core failed both before any Flush came). The coordinator, with
-// another member still reachable and no commit made, prepares the next
-// view and waits, frozen, a failure timeout for the Flushes, which carry
+// member's core failed both before any Flush came). It asks for a failure
+// timeout at most, with another member still reachable, and frozen: it
+// hands out nothing past what its Flush reports.
+//
+// The coordinator (the lowest member reachable here), with no commit
+// made, prepares the next view and waits for the Flushes, which carry
 // the left bit (leftIn); maybeCommit commits only once the count is a
-// majority. Frozen, it hands out nothing past what its Flush reports, and
-// it installs nothing unless the members known left, counted out, leave
-// it a majority: a member that left installs nothing more, so no two
-// components both count one (docs/membership.md).
+// majority. A member that reaches a lower one waits for that one's
+// Prepare, the Flushes or its commit: the coordinator may know better
+// (its core took the Leave this member lost). Before, it stopped at once,
+// and the coordinator, left alone, after it (TestLeaveUnheardAtMember).
+// It answers a Prepare as any member, and completes and installs a commit
+// it flushed for: one made by a coordinator that counted a majority, of a
+// proposal that keeps this member (every member a proposal keeps flushed
+// before the commit), so it is in that component; and the view installed
+// waits for its acceptance as any other (accept.go). A member that left
+// installs nothing more, so no two components both count one
+// (docs/membership.md).
 func (c *Core) askLeft(present int) bool {
-	if present < 2 || c.comp != nil || c.leaving {
+	if present < 2 || c.leaving {
 		return false
 	}
+	lower := false
 	for _, m := range c.view.Members {
 		// The coordinator: the lowest member reachable here (the inner
 		// core's failures of this turn are not among the suspects yet).
 		if m.ID < c.self && !c.hasLeft(m.ID) && !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
-			return false
+			lower = true
 		}
+	}
+	if !lower && c.comp != nil {
+		return false
 	}
 	if c.askingSince == 0 {
 		c.askingSince = c.now
 	} else if c.now >= c.askingSince.Add(c.cfg.FailureTimeout) {
 		return false
+	}
+	if lower {
+		c.freeze()
+		return true
 	}
 	if p := c.prop; p == nil || p.commit == nil && c.lostStaying(p) {
 		c.prop = nil

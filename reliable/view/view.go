@@ -243,9 +243,11 @@ type Core struct {
 	groupAt   clock.Time // frames of a running group were last heard then
 
 	suspects []frame.MemberID
-	// askingSince: when this member, the coordinator, counted no
-	// majority of its view and began to ask the others, frozen, whether
-	// the members it took for failed left (primary, askLeft); 0 when not.
+	// askingSince: when this member counted no majority of its view and
+	// began to ask, frozen, whether the members it took for failed left
+	// (primary, askLeft): as the coordinator, by preparing the next view;
+	// otherwise by waiting for the coordinator's Prepare, the Flushes or
+	// the commit. 0 when not.
 	askingSince clock.Time
 	// reportAt is when this member may next report its suspects to the
 	// coordinator (ViewSuspect); reportBuf holds the report.
@@ -274,6 +276,8 @@ type Core struct {
 
 	prop *proposal
 	// promise is the prepare this member answered; promisedAt when.
+	// Frozen with promiseBy NoMember: frozen while asking (askLeft), no
+	// Prepare answered yet.
 	promise    frame.ViewPrepareBody
 	promiseBy  frame.MemberID
 	promisedAt clock.Time

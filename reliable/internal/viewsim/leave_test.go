@@ -224,8 +224,75 @@ func leaveUnheardAtCrash(t *testing.T, level Level) {
 	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
 }
 
-// checkLeftUnheard is the outcome of both unheard-leave cases: l left
-// cleanly (its Leave reached a leaves times, every one dropped), and a
+// TestLeaveUnheardAtMember is the other side of TestLeaveUnheardAtCrash:
+// of four members (a the coordinator, b, l, d), d crashes and l leaves in
+// the same millisecond, and every Leave frame of l is lost on its way to
+// b, not to a. a's core takes the Leave, and a prepares a view without l
+// at once; b's core fails d and l a failure timeout later. Before, b
+// counted 2 of 4 reachable and stopped with ErrMinority at once (only the
+// coordinator asked, and its own Flush, which says l left, is not sent),
+// and a, alone then, stopped after it (Agreed, Safe). b, which reaches a,
+// now waits for a's commit (a counts 2 of 3) before it stops.
+func TestLeaveUnheardAtMember(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) { leaveUnheardAtMember(t, level, false) })
+	}
+}
+
+// TestLeaveUnheardAtMemberRelayed is TestLeaveUnheardAtMember with d's
+// last two messages lost on their way to b: a's commit cuts d's messages
+// after them, with a their holder, and b, waiting (it counts 2 of 4),
+// must complete that commit from a's relays, which arrive in later turns.
+// A waiting member completes the commit it flushed for; one that did not
+// (only a commit complete on arrival was installed) waited for the end
+// of the asking and stopped with ErrMinority (under Safe here).
+func TestLeaveUnheardAtMemberRelayed(t *testing.T) {
+	for _, level := range []Level{FIFO, Agreed, Safe} {
+		t.Run(level.String(), func(t *testing.T) { leaveUnheardAtMember(t, level, true) })
+	}
+}
+
+func leaveUnheardAtMember(t *testing.T, level Level, relayed bool) {
+	r, a, b, l, d := fourByID(t, level)
+	base := a.view
+	leaves := loseLeaves(b, l)
+	msg := l.send(t)
+	r.net.RunFor(50 * time.Millisecond)
+	var dm []msgID // d's messages b completes from relays
+	if relayed {
+		lose := b.drop
+		b.drop = func(f []byte) bool { return lose(f) || sentBy(f, frame.Data, d) }
+		dm = append(dm, d.send(t))
+		r.net.RunFor(2 * time.Millisecond)
+		dm = append(dm, d.send(t))
+		r.net.RunFor(20 * time.Millisecond)
+		// a's core delivered them (in one frame or two), b's nothing.
+		did := d.id(t)
+		atA, _ := a.core.Inner().(*pbp.Core).DeliveredFrom(did)
+		atB, _ := b.core.Inner().(*pbp.Core).DeliveredFrom(did)
+		if atA == 0 || atB != 0 {
+			t.Fatalf("before the crash: a's core delivered %d of d's frames, b's %d; want some and none", atA, atB)
+		}
+	}
+	d.dead = true
+	d.ep.Crash()
+	r.net.RunFor(time.Millisecond)
+	l.leaving = true
+	l.top.Leave(l.clk.Core(r.net.Now()))
+	l.ep.Bind(l) // step it now
+	r.net.RunFor(3 * time.Second)
+	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
+	for _, m := range dm {
+		for _, p := range []*process{a, b} {
+			if !slices.ContainsFunc(p.views, func(v uint32) bool { return v == base && slices.Contains(p.inView[v], m) }) {
+				t.Fatalf("%x.%d did not deliver d's message %v in view %#x", p.mac, p.inc, m, base)
+			}
+		}
+	}
+}
+
+// checkLeftUnheard is the outcome of the unheard-leave cases: l left
+// cleanly (its Leave reached a or b leaves times, every one dropped), and a
 // and b, neither stopped, are in a view after base of the two of them,
 // having delivered l's message msg.
 func checkLeftUnheard(t *testing.T, r *simRun, a, b, l *process, base uint32, leaves int, msg msgID) {
@@ -237,7 +304,7 @@ func checkLeftUnheard(t *testing.T, r *simRun, a, b, l *process, base uint32, le
 		t.Fatalf("l: left %v, err %v; want a clean leave", l.left, l.err)
 	}
 	if leaves == 0 {
-		t.Fatal("l sent no Leave to a: the case was not driven")
+		t.Fatal("l's Leave was never dropped: the case was not driven")
 	}
 	for _, p := range []*process{a, b} {
 		if p.err != nil {
@@ -268,11 +335,11 @@ func sentBy(f []byte, typ frame.Type, p *process) bool {
 	return err == nil && v.Type() == typ && [6]byte(f[6:12]) == p.mac
 }
 
-// loseLeaves drops every Leave frame of l on its way to a, and counts
+// loseLeaves drops every Leave frame of l on its way to p, and counts
 // them.
-func loseLeaves(a, l *process) *int {
+func loseLeaves(p, l *process) *int {
 	leaves := new(int)
-	a.drop = func(f []byte) bool {
+	p.drop = func(f []byte) bool {
 		if sentBy(f, frame.Leave, l) {
 			*leaves++
 			return true

@@ -566,8 +566,10 @@ type scenario struct {
 	leaveAfter    time.Duration
 	// leaveUnheard (with leaveAtChange): every Leave frame of the leaver
 	// is lost on its way to the member that coordinates the change (the
-	// lowest id of the others that live).
-	leaveUnheard bool
+	// lowest id of the others that live), or, with unheardAtMember, on
+	// its way to the lowest of the others but that one instead.
+	leaveUnheard    bool
+	unheardAtMember bool
 }
 
 func (s scenario) String() string {
@@ -575,6 +577,9 @@ func (s scenario) String() string {
 		s.seed, s.level, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
 	if s.leaveAtChange {
 		str += fmt.Sprintf(" crash=%v leave-after=%v leave-unheard=%v", s.crashAt, s.leaveAfter, s.leaveUnheard)
+		if s.leaveUnheard {
+			str += fmt.Sprintf(" unheard-at-member=%v", s.unheardAtMember)
+		}
 	}
 	return str
 }
@@ -693,11 +698,20 @@ func runScenario(t testing.TB, s scenario) *simRun {
 			crashed.ep.Crash()
 			leaver := live[(x+1+rng.IntN(len(live)-1))%len(live)]
 			if s.leaveUnheard {
-				var coord *process
+				var coord, member *process
 				for _, p := range live {
 					if p != crashed && p != leaver && (coord == nil || p.memberID() < coord.memberID()) {
 						coord = p
 					}
+				}
+				for _, p := range live {
+					if p != crashed && p != leaver && p != coord && (member == nil || p.memberID() < member.memberID()) {
+						member = p
+					}
+				}
+				deaf := coord // the one that loses the Leave frames
+				if s.unheardAtMember && member != nil {
+					deaf = member
 				}
 				isLeave := func(f []byte) bool {
 					v, err := frame.Parse(f[frame.EthernetHeaderLen:])
@@ -705,7 +719,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 				}
 				for _, p := range live {
 					switch {
-					case p == coord:
+					case p == deaf:
 						p.drop = isLeave
 					case p != crashed && p != leaver:
 						p.drop = func(f []byte) bool {
@@ -1297,8 +1311,11 @@ func leaveAtChangeScenario(seed uint64, level Level) scenario {
 // -short) of issue 19's leave that meets a crash: as LeaveAtChangeSeeds,
 // but the leave comes within 4 ms of the crash, and every Leave frame of
 // the leaver is lost on its way to the member that coordinates the
-// change. Nobody else may stop: a Flush tells the coordinator the leaver
-// left, and it asks for the Flushes before it judges its majority.
+// change or, in half the seeds, to another member. Nobody else may stop:
+// a Flush tells the coordinator the leaver left, and it asks for the
+// Flushes before it judges its majority; the coordinator's own Flush
+// tells the other member, which waits for it, or for the commit, before
+// it stops.
 func LeaveAtCrashSeeds(t *testing.T, level Level, pkg, test string) {
 	n := seeds.Count(t, 300, 50)
 	for seed := uint64(1); seed <= uint64(n); seed++ {
@@ -1322,6 +1339,7 @@ func leaveAtCrashScenario(seed uint64, level Level) scenario {
 	s.crashAt = time.Duration(250+r.IntN(300)) * time.Millisecond
 	s.leaveAfter = time.Duration(r.IntN(4000)) * time.Microsecond
 	s.level = drawOrdered(r, level)
+	s.unheardAtMember = r.IntN(2) == 0 // drawn last: the draws above keep their seeds
 	return s
 }
 
