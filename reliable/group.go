@@ -98,10 +98,12 @@ type Group struct {
 	// the loop waits on the link: inline says such a send is under way
 	// (g.mu is let go while the frame goes out), and the loop waits on
 	// inlineDone before its next turn; lastPropose is when Send last
-	// handed the core a message.
+	// handed the core a message, read from now (time.Now; a test sets
+	// its own to place Sends around quietSend).
 	inline      bool
 	inlineDone  sync.Cond
 	lastPropose time.Time
+	now         func() time.Time
 	// lastRead (the loop's own) is when a wait on the link last read
 	// frames. While frames flow the loop waits at most MaxWait (1 ms) at
 	// a time: a wait that ends at its deadline lets the ring's next Recv
@@ -211,6 +213,7 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 	g := &Group{cfg: s, l: l, self: self, started: members, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.inlineDone.L = &g.mu
+	g.now = time.Now
 	g.n = newNode(l, &s, c, clk)
 	g.max = g.n.info.MaxMessage
 	if w, ok := link.WakerOf(l); ok {
@@ -765,7 +768,7 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 			return err
 		}
 		err := ErrWindowFull
-		now := time.Now() // one clock read a message: the core's and the quiet test's
+		now := g.now() // one clock read a message: the core's and the quiet test's
 		if !g.ownQueueFull() {
 			err = g.n.st.Propose(g.n.clk.Core(now), payload)
 		}
