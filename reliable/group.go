@@ -137,8 +137,11 @@ type Group struct {
 
 	// The event loop's own state (no lock): since when the receive queue
 	// has been full, and the timer bounding a wait for room in it.
+	// pauseFor is how long the loop stops reading while it is full
+	// (pauseReading), fixed at Join.
 	fullSince time.Time
 	roomTimer *time.Timer
+	pauseFor  time.Duration
 }
 
 // Join joins the group described by cfg over l and returns once the group
@@ -216,6 +219,7 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 	g.now = time.Now
 	g.n = newNode(l, &s, c, clk)
 	g.max = g.n.info.MaxMessage
+	g.pauseFor = pauseLimit(&s, mtu)
 	if w, ok := link.WakerOf(l); ok {
 		g.waker, g.woken = w, make(chan struct{}, 1)
 	}
@@ -414,7 +418,7 @@ func (h *groupLoop) plan(now time.Time) (time.Time, bool) {
 	}
 	h.pause = g.pauseReading(now)
 	if h.pause {
-		if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
+		if end := g.fullSince.Add(g.pauseFor); end.Before(wait) {
 			wait = end
 		}
 	}
@@ -539,13 +543,16 @@ func (g *Group) pauseReading(now time.Time) bool {
 	if g.fullSince.IsZero() {
 		g.fullSince = now
 	}
-	return now.Sub(g.fullSince) < g.pauseLimit()
+	return now.Sub(g.fullSince) < g.pauseFor
 }
 
-func (g *Group) pauseLimit() time.Duration {
-	ft := g.cfg.FailureTimeout
+// pauseLimit is FailureTimeout/20, the protocol's default timeout when
+// s has none: worked out once, at Join, as the protocol's shared
+// configuration is built anew (and boxed) on every call.
+func pauseLimit(s *settings, mtu int) time.Duration {
+	ft := s.FailureTimeout
 	if ft == 0 {
-		ft = time.Duration(g.cfg.protocol.shared(&g.cfg, g.l.MTU()).failureTimeout)
+		ft = time.Duration(s.protocol.shared(s, mtu).failureTimeout)
 	}
 	return ft / 20
 }
