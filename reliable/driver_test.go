@@ -209,6 +209,43 @@ func TestQueueZeroAllocs(t *testing.T) {
 	}
 }
 
+// A queue that grew past its limit (a batch delivered more than the room
+// left) allocates nothing once its messages flow again, whatever slot of
+// the grown ring they land in: a popped message's buffer serves the next
+// push. (Each slot kept its own buffer: the grown ring's slots that no
+// message had had allocated one each as the ring came round to them, 64
+// here, 4096 at DefaultRecvQueue: rbcastd's TestSteadyStateAllocs counted
+// 4098 in a stream after a subscriber's lag.)
+func TestQueueGrownZeroAllocs(t *testing.T) {
+	q := newMsgQueue(64)
+	msg := make([]byte, 1000)
+	buf := make([]byte, 0, 2000)
+	push := func(n int) {
+		q.mu.Lock()
+		for range n {
+			q.pushLocked(3, msg)
+		}
+		q.mu.Unlock()
+	}
+	pop := func(n int) {
+		for range n {
+			if _, data, ok, _ := q.pop(buf[:0]); !ok || !bytes.Equal(data, msg) {
+				t.Fatal("queue lost a message")
+			}
+		}
+	}
+	push(70) // past the limit: the ring grows to 128 slots
+	if len(q.slots) != 128 {
+		t.Fatalf("%d slots after 70 messages in a queue of 64, want 128", len(q.slots))
+	}
+	pop(70)
+	// Slots 70 to 98 (AllocsPerRun's warm-up), then 99 to 127: slots no
+	// message had before.
+	if allocs := testing.AllocsPerRun(1, func() { push(29); pop(29) }); allocs != 0 {
+		t.Errorf("%v allocations for 29 messages through the grown receive queue's last slots, want 0", allocs)
+	}
+}
+
 // Messages queued as views: Recv copies them straight from the view; the
 // ones left when the loop settles are copied into the queue first, so a
 // view's source may be reused after settle. Neither allocates.

@@ -98,10 +98,12 @@ type Group struct {
 	// the loop waits on the link: inline says such a send is under way
 	// (g.mu is let go while the frame goes out), and the loop waits on
 	// inlineDone before its next turn; lastPropose is when Send last
-	// handed the core a message.
+	// handed the core a message, read from now (time.Now; a test sets
+	// its own to place Sends around quietSend).
 	inline      bool
 	inlineDone  sync.Cond
 	lastPropose time.Time
+	now         func() time.Time
 	// lastRead (the loop's own) is when a wait on the link last read
 	// frames. While frames flow the loop waits at most MaxWait (1 ms) at
 	// a time: a wait that ends at its deadline lets the ring's next Recv
@@ -135,8 +137,11 @@ type Group struct {
 
 	// The event loop's own state (no lock): since when the receive queue
 	// has been full, and the timer bounding a wait for room in it.
+	// pauseFor is how long the loop stops reading while it is full
+	// (pauseReading), fixed at Join.
 	fullSince time.Time
 	roomTimer *time.Timer
+	pauseFor  time.Duration
 }
 
 // Join joins the group described by cfg over l and returns once the group
@@ -211,8 +216,10 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 	g := &Group{cfg: s, l: l, self: self, started: members, queue: newMsgQueue(s.RecvQueue),
 		events: make(chan Event, 64), done: make(chan struct{}), rx: make([]link.Frame, 64)}
 	g.inlineDone.L = &g.mu
+	g.now = time.Now
 	g.n = newNode(l, &s, c, clk)
 	g.max = g.n.info.MaxMessage
+	g.pauseFor = pauseLimit(&s, mtu)
 	if w, ok := link.WakerOf(l); ok {
 		g.waker, g.woken = w, make(chan struct{}, 1)
 	}
@@ -411,7 +418,7 @@ func (h *groupLoop) plan(now time.Time) (time.Time, bool) {
 	}
 	h.pause = g.pauseReading(now)
 	if h.pause {
-		if end := g.fullSince.Add(g.pauseLimit()); end.Before(wait) {
+		if end := g.fullSince.Add(g.pauseFor); end.Before(wait) {
 			wait = end
 		}
 	}
@@ -536,13 +543,16 @@ func (g *Group) pauseReading(now time.Time) bool {
 	if g.fullSince.IsZero() {
 		g.fullSince = now
 	}
-	return now.Sub(g.fullSince) < g.pauseLimit()
+	return now.Sub(g.fullSince) < g.pauseFor
 }
 
-func (g *Group) pauseLimit() time.Duration {
-	ft := g.cfg.FailureTimeout
+// pauseLimit is FailureTimeout/20, the protocol's default timeout when
+// s has none: worked out once, at Join, as the protocol's shared
+// configuration is built anew (and boxed) on every call.
+func pauseLimit(s *settings, mtu int) time.Duration {
+	ft := s.FailureTimeout
 	if ft == 0 {
-		ft = time.Duration(g.cfg.protocol.shared(&g.cfg, g.l.MTU()).failureTimeout)
+		ft = time.Duration(s.protocol.shared(s, mtu).failureTimeout)
 	}
 	return ft / 20
 }
@@ -765,7 +775,7 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 			return err
 		}
 		err := ErrWindowFull
-		now := time.Now() // one clock read a message: the core's and the quiet test's
+		now := g.now() // one clock read a message: the core's and the quiet test's
 		if !g.ownQueueFull() {
 			err = g.n.st.Propose(g.n.clk.Core(now), payload)
 		}

@@ -381,10 +381,41 @@ func TestRecvShortPauseNoRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st := groups[1].Stats(); st.HeldData != 0 {
-		t.Errorf("receiver dropped %d Data frames unstepped during pauses shorter than %v", st.HeldData, groups[1].pauseLimit())
+		t.Errorf("receiver dropped %d Data frames unstepped during pauses shorter than %v", st.HeldData, groups[1].pauseFor)
 	}
 	if st := groups[0].Stats(); st.Protocol.Retransmitted != 0 {
 		t.Errorf("sender retransmitted %d frames on a lossless segment", st.Protocol.Retransmitted)
+	}
+}
+
+// The loop's check whether to stop reading while the receive queue is
+// full (pauseReading, at every wait on the link then) allocates nothing
+// with the protocol's default FailureTimeout: its bound was worked out
+// anew at each call, boxing the protocol's shared configuration, one
+// allocation a wait (~400 in a stream of rbcastd's TestSteadyStateAllocs
+// whose subscriber lagged). The loop is parked in Recv meanwhile.
+func TestPauseReadingAllocs(t *testing.T) {
+	g, peer, hl := heldPair(t, rtnet.New(t, 10), false)
+	<-hl.entered // the loop parks before its first turn
+	g.queue.mu.Lock()
+	for range g.queue.limit {
+		g.queue.pushLocked(2, []byte("m"))
+	}
+	g.queue.mu.Unlock()
+	now := time.Now()
+	if !g.pauseReading(now) {
+		t.Fatal("pauseReading with the queue full: false, want true")
+	}
+	if n := testing.AllocsPerRun(100, func() { g.pauseReading(now) }); n != 0 {
+		t.Errorf("pauseReading with the queue full: %v allocations, want 0", n)
+	}
+	hl.hold.Store(false)
+	close(hl.release)
+	if err := g.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := peer.Close(); err != nil {
+		t.Errorf("peer Close: %v", err)
 	}
 }
 

@@ -7,9 +7,13 @@ import (
 	"github.com/rbcast/rbcast/frame"
 )
 
-// msgQueue holds delivered messages until Recv takes them. Each slot keeps
-// its buffer across uses, so in steady state pushing copies but does not
-// allocate. The event loop pushes, Recv callers pop.
+// msgQueue holds delivered messages until Recv takes them. A popped
+// message's buffer goes to spare and the next push copies into it, so
+// the queue allocates a buffer only when more messages are queued than
+// ever before (not per slot: a ring that grew past its limit has slots
+// no message ever had, and the ring reaches each of them in turn), and in
+// steady state pushing copies but does not allocate. The event loop
+// pushes, Recv callers pop.
 //
 // A large message may instead be queued as a view (pushViewLocked): the
 // bytes stay where the engine delivered them from (the link's ring, or
@@ -21,6 +25,7 @@ import (
 type msgQueue struct {
 	mu     sync.Mutex
 	slots  []queued
+	spare  [][]byte // buffers of popped messages, for the next pushes
 	head   int
 	n      int
 	limit  int
@@ -57,7 +62,7 @@ const viewMin = 1024
 var settleWait = time.Millisecond
 
 func newMsgQueue(limit int) *msgQueue {
-	return &msgQueue{slots: make([]queued, limit), limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
+	return &msgQueue{slots: make([]queued, limit), spare: make([][]byte, 0, limit), limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		drained: make(chan struct{}, 1)}
 }
 
@@ -87,6 +92,9 @@ func (q *msgQueue) pushLocked(from frame.MemberID, data []byte) {
 	}
 	s := &q.slots[(q.head+q.n)%len(q.slots)]
 	s.from = from
+	if k := len(q.spare) - 1; s.data == nil && k >= 0 {
+		s.data, q.spare = q.spare[k], q.spare[:k]
+	}
 	s.data = append(s.data[:0], data...)
 	q.n++
 }
@@ -183,6 +191,9 @@ func (q *msgQueue) popFreed(dst []byte) (from frame.MemberID, data []byte, ok, f
 		}
 	} else {
 		from, data = s.from, append(dst, s.data...)
+	}
+	if s.data != nil {
+		q.spare, s.data = append(q.spare, s.data[:0]), nil
 	}
 	q.popped = true
 	q.head = (q.head + 1) % len(q.slots)

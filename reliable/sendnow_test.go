@@ -177,3 +177,80 @@ func heldPair(t *testing.T, r *rtnet.Net, withDeliver bool) (g, peer *Group, hl 
 	}
 	return g, peer, hl
 }
+
+// A Send quietSend or more after the one before sends its frame itself
+// (sendNow); one sooner leaves it to the loop (docs/local-api.md, "The
+// Send's hand-off": 20 µs). On the Group's clock, set by the test, Sends
+// at 0, 20 µs and 40 µs − 1 ns, each with the loop parked in Recv
+// (it takes one turn between them): the first two are kicked before
+// they return, the third is not; it goes out once the loop runs again,
+// and the peer receives all three in order.
+func TestQuietSendThreshold(t *testing.T) {
+	r := rtnet.New(t, 9)
+	g, peer, hl := heldPair(t, r, false)
+	<-hl.entered // before the loop's first turn, which starts the core
+	hl.release <- struct{}{}
+	<-hl.entered // after it: the loop waits in Recv, and stays there
+	base := time.Now()
+	var at time.Duration
+	g.mu.Lock()
+	g.now = func() time.Time { return base.Add(at) }
+	g.mu.Unlock()
+	// turn lets the loop take one turn and wait in Recv again, once the
+	// wall clock it reads is past the Group's (the core's time goes on).
+	turn := func() {
+		for time.Since(base) <= at {
+			runtime.Gosched()
+		}
+		hl.release <- struct{}{}
+		<-hl.entered
+	}
+	kicked := func(msg []byte) bool {
+		hl.mu.Lock()
+		defer hl.mu.Unlock()
+		for _, f := range hl.kicked {
+			if _, body, err := frame.SplitEthernet(f, link.EtherTypeRbcast); err == nil && bytes.Contains(body, msg) {
+				return true
+			}
+		}
+		return false
+	}
+	sends := []struct {
+		at     time.Duration
+		msg    string
+		itself bool
+	}{
+		{0, "first, after none", true},
+		{20 * time.Microsecond, "second, 20 µs after", true},
+		{40*time.Microsecond - time.Nanosecond, "third, 1 ns short of 20 µs after", false},
+	}
+	for i, s := range sends {
+		if i > 0 {
+			turn()
+		}
+		at = s.at
+		if err := g.Send(t.Context(), []byte(s.msg)); err != nil {
+			t.Fatal(err)
+		}
+		if got := kicked([]byte(s.msg)); got != s.itself {
+			t.Fatalf("%q at %v: sent by Send itself %v, want %v (quietSend is %v)", s.msg, s.at, got, s.itself, quietSend)
+		}
+	}
+	for time.Since(base) <= at {
+		runtime.Gosched()
+	}
+	hl.hold.Store(false)
+	close(hl.release)
+	for _, s := range sends {
+		m, err := peer.Recv(t.Context())
+		if err != nil || m.From != 1 || string(m.Data) != s.msg {
+			t.Fatalf("peer received %q from %d (%v), want %q from 1", m.Data, m.From, err, s.msg)
+		}
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := peer.Close(); err != nil {
+		t.Errorf("peer Close: %v", err)
+	}
+}
