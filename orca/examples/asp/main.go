@@ -12,11 +12,14 @@
 // others. The owner of row k+1 relaxes that row first in iteration k and
 // starts its write at once, then relaxes its other rows while the row
 // travels (-lookahead=false: write each pivot row when its iteration
-// comes). At the end every rank writes its block to a result object,
-// which rank 0 waits to be complete and checksums. With one process rank
-// 0 relaxes every row itself, without objects. With ORCA_TRACE set (the
-// harness) each wait for a row is a region "asp.row" of the rank's
-// execution trace.
+// comes). Every replica decodes the rows into memory the row object
+// made before the solve. At the end every rank writes its block to a
+// result object, which keeps the blocks encoded; rank 0 waits for them
+// and decodes them into its own matrix, the only replica that does (as
+// the MPI peer's root gathers into its own), and checksums. With one
+// process rank 0 relaxes every row itself, without objects. With
+// ORCA_TRACE set (the harness) each wait for a row is a region "asp.row"
+// of the rank's execution trace.
 //
 //	asp -n 300
 //	asp -n 64 -sim -procs 4 -loss 0.05 -verify
@@ -26,10 +29,12 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"runtime/debug"
 	"runtime/trace"
+	"slices"
 	"time"
 
 	"github.com/rbcast/rbcast/internal/suite"
@@ -41,32 +46,55 @@ func main() {
 	harness.Main("asp", setup)
 }
 
-// rowArgs is a row and where it goes: the pivot row k, or a block of
-// rows from row First on.
-type rowArgs struct {
-	First int32
-	Cells []int32
+// A row's or a block's message (BytesView): the number of its first row,
+// 4 bytes little-endian, then its cells as Varint32s (the distances are
+// below 1000 and shrink, so a 512-cell row is at most 1 kB, one message of
+// the order). The write functions decode it into memory the objects own,
+// allocated before the solve, or keep it encoded: a replica allocates
+// nothing per row, and decodes a block only where it is used.
+func rowMessage(first int, cells []int32) []byte {
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+2*len(cells)), uint32(first))
+	b, _ = orca.Varint32s.Append(b, cells) // never fails
+	return b
 }
 
-var rowCodec = orca.CodecFuncs(
-	func(b []byte, r rowArgs) ([]byte, error) {
-		b = binary.LittleEndian.AppendUint32(b, uint32(r.First))
-		return orca.Varint32s.Append(b, r.Cells)
-	},
-	func(b []byte) (rowArgs, error) {
-		if len(b) < 4 {
-			return rowArgs{}, fmt.Errorf("%d bytes, shorter than a row number", len(b))
-		}
-		cells, err := orca.Varint32s.Decode(b[4:])
-		return rowArgs{First: int32(binary.LittleEndian.Uint32(b)), Cells: cells}, err
-	})
+// splitRow returns a row or block message's first row and cells.
+func splitRow(b []byte) (first int32, cells []byte, ok bool) {
+	if len(b) < 4 {
+		return 0, nil, false
+	}
+	return int32(binary.LittleEndian.Uint32(b)), b[4:], true
+}
 
-// The row object: the pivot rows sent so far, nil until added. add
-// ignores a row number out of range or a row sent before (every replica
-// alike); row waits for row k and copies it into the caller's buffer
-// (the caller reuses one, so a wait allocates nothing).
+// The row object: the pivot rows sent so far, nil until added, each in
+// its place in Slab (n×n, made with the object). add ignores a row number
+// out of range, a row sent before, or a row that does not decode to n
+// cells (every replica alike); row waits for row k and copies it into the
+// caller's buffer (the caller reuses one, so a wait allocates nothing).
 type pivots struct {
+	N    int32
 	Rows [][]int32
+	Slab []int32
+}
+
+func newPivots(n int) pivots {
+	return pivots{N: int32(n), Rows: make([][]int32, n), Slab: make([]int32, n*n)}
+}
+
+// addRowTo is add's function.
+func addRowTo(p *pivots, b []byte) bool {
+	k, enc, ok := splitRow(b)
+	if !ok || k < 0 || k >= p.N || p.Rows[k] != nil {
+		return false
+	}
+	n := int(p.N)
+	at := int(k) * n
+	row, err := orca.DecodeVarint32s(p.Slab[at:at:at+n], enc)
+	if err != nil || len(row) != n {
+		return false
+	}
+	p.Rows[k] = row
+	return true
 }
 
 // rowInto asks for row K, copied into Dst (as long as a row).
@@ -77,64 +105,87 @@ type rowInto struct {
 
 var (
 	rowTable = orca.NewClass[pivots]("asp.rows")
-	addRow   = orca.Write(rowTable, "add", rowCodec, func(p *pivots, r rowArgs) bool {
-		if r.First < 0 || int(r.First) >= len(p.Rows) || p.Rows[r.First] != nil {
-			return false
-		}
-		p.Rows[r.First] = r.Cells
-		return true
-	})
-	row = orca.Read(rowTable, "row", func(p *pivots, r rowInto) []int32 { return r.Dst[:copy(r.Dst, p.Rows[r.K])] }).
-		When(func(p *pivots, r rowInto) bool { return r.K >= 0 && r.K < len(p.Rows) && p.Rows[r.K] != nil })
+	addRow   = orca.Write(rowTable, "add", orca.BytesView, addRowTo)
+	row      = orca.Read(rowTable, "row", func(p *pivots, r rowInto) []int32 { return r.Dst[:copy(r.Dst, p.Rows[r.K])] }).
+			When(func(p *pivots, r rowInto) bool { return r.K >= 0 && r.K < len(p.Rows) && p.Rows[r.K] != nil })
 )
 
 // The result object: the blocks of rows the ranks other than 0 add, each
-// kept as it arrived (Blocks[i] is the block whose first row is i): no
-// copy into one matrix at every replica. Rank 0 keeps its own block, as
-// the MPI peer's root gathers in place, so it does not send it through
-// the order. block ignores a block that is not whole rows, out of range,
-// or over rows already in (every replica alike). whole waits until the
-// blocks hold the rows asked for; checksum sums the block given (rank
-// 0's, the matrix's first rows) and then the object's in row order, as
-// suite.ChecksumInt32 the whole matrix.
+// kept as it arrived, encoded (Enc[i] is the block whose first row is i,
+// Rows[i] its rows): no replica decodes them but rank 0, which reads them
+// into its own matrix (into), as the MPI peer's root gathers into its
+// own. Rank 0 keeps its own block. block ignores a block that is not
+// whole rows, out of range, or over rows already in (every replica
+// alike); whole waits until the blocks hold the rows asked for.
 type matrix struct {
-	N      int32
-	Blocks [][]int32
-	Have   int32 // rows in
+	N    int32
+	Enc  [][]byte
+	Rows []int32
+	Have int32 // rows in
+}
+
+func newMatrix(n int) matrix {
+	return matrix{N: int32(n), Enc: make([][]byte, n), Rows: make([]int32, n)}
 }
 
 // free reports whether no block holds a row of [first, first+rows).
 func (m *matrix) free(first, rows int32) bool {
-	for i, b := range m.Blocks {
-		if b != nil && int32(i) < first+rows && int32(i)+int32(len(b))/m.N > first {
+	for i, r := range m.Rows {
+		if r > 0 && int32(i) < first+rows && int32(i)+r > first {
 			return false
 		}
 	}
 	return true
 }
 
+// addBlockTo is block's function: it counts the block's cells (each
+// varint's last byte is below 0x80) without decoding them.
+func addBlockTo(m *matrix, b []byte) bool {
+	first, enc, ok := splitRow(b)
+	if !ok {
+		return false
+	}
+	cells := int32(0)
+	for _, c := range enc {
+		if c < 0x80 {
+			cells++
+		}
+	}
+	rows := cells / m.N
+	if rows == 0 || cells%m.N != 0 || first < 0 || first+rows > m.N || !m.free(first, rows) {
+		return false
+	}
+	m.Enc[first] = slices.Clone(enc)
+	m.Rows[first] = rows
+	m.Have += rows
+	return true
+}
+
+// intoMatrix is into's function: it decodes every block into its rows of
+// dst (n×n), or says which block does not decode.
+func intoMatrix(m *matrix, dst []int32) error {
+	n := int(m.N)
+	if len(dst) != n*n {
+		return fmt.Errorf("a matrix of %d cells, want %d×%d", len(dst), n, n)
+	}
+	for i, e := range m.Enc {
+		if e == nil {
+			continue
+		}
+		at, end := i*n, (i+int(m.Rows[i]))*n
+		if _, err := orca.DecodeVarint32s(dst[at:at:end], e); err != nil {
+			return fmt.Errorf("the block of rows %d..%d: %w", i, i+int(m.Rows[i])-1, err)
+		}
+	}
+	return nil
+}
+
 var (
 	result   = orca.NewClass[matrix]("asp.result")
-	addBlock = orca.Write(result, "block", rowCodec, func(m *matrix, r rowArgs) bool {
-		rows := int32(len(r.Cells)) / m.N
-		if rows == 0 || r.First < 0 || r.First+rows > m.N || int32(len(r.Cells))%m.N != 0 || !m.free(r.First, rows) {
-			return false
-		}
-		m.Blocks[r.First] = r.Cells
-		m.Have += rows
-		return true
-	})
-	whole = orca.Read(result, "whole", func(*matrix, int32) struct{} { return struct{}{} }).
-		When(func(m *matrix, rows int32) bool { return m.Have >= rows })
-	checksum = orca.Read(result, "checksum", func(m *matrix, first []int32) uint64 {
-		var parts [][]int32
-		for _, b := range m.Blocks {
-			if b != nil {
-				parts = append(parts, b)
-			}
-		}
-		return suite.ChecksumInt32(first, parts...)
-	})
+	addBlock = orca.Write(result, "block", orca.BytesView, addBlockTo)
+	whole    = orca.Read(result, "whole", func(*matrix, int32) struct{} { return struct{}{} }).
+			When(func(m *matrix, rows int32) bool { return m.Have >= rows })
+	into = orca.Read(result, "into", intoMatrix)
 )
 
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
@@ -163,11 +214,11 @@ const gcPercent = 400
 
 func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool) (harness.Result, error) {
 	n, procs, rank := a.N, node.Size(), node.Rank()
-	rows, err := orca.New(node, "rows", rowTable, pivots{Rows: make([][]int32, n)})
+	rows, err := orca.New(node, "rows", rowTable, newPivots(n))
 	if err != nil {
 		return harness.Result{}, err
 	}
-	res, err := orca.New(node, "result", result, matrix{N: int32(n), Blocks: make([][]int32, n)})
+	res, err := orca.New(node, "result", result, newMatrix(n))
 	if err != nil {
 		return harness.Result{}, err
 	}
@@ -197,7 +248,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	}
 	mine := func(k int) bool { return k >= lo && k < hi }
 	send := func(k int) *orca.Pending[bool] {
-		return addRow.Go(ctx, rows, rowArgs{First: int32(k), Cells: d[k*n : (k+1)*n]})
+		return addRow.Go(ctx, rows, rowMessage(k, d[k*n:(k+1)*n]))
 	}
 	// The rows this rank sent: joined at the end (an error of one is
 	// known then), not one by one as they go.
@@ -243,7 +294,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 		}
 	}
 	if rank != 0 {
-		if _, err := addBlock.Call(ctx, res, rowArgs{First: int32(lo), Cells: d[lo*n : hi*n]}); err != nil {
+		if _, err := addBlock.Call(ctx, res, rowMessage(lo, d[lo*n:hi*n])); err != nil {
 			return harness.Result{}, err
 		}
 		return harness.Result{Solve: time.Since(began)}, nil
@@ -253,10 +304,9 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	if _, err := whole.Call(ctx, res, int32(n-hi)); err != nil {
 		return harness.Result{}, err
 	}
-	solve := time.Since(began)
-	sum, err := checksum.Call(ctx, res, d[lo*n:hi*n])
-	if err != nil {
-		return harness.Result{}, err
+	if bad, err := into.Call(ctx, res, d); err != nil || bad != nil {
+		return harness.Result{}, errors.Join(err, bad)
 	}
-	return harness.Result{Valid: true, Checksum: sum, Solve: solve}, nil
+	solve := time.Since(began)
+	return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}, nil
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -53,7 +56,8 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			case "row":
 				reads[r][ev.Args.(rowInto).K]++
 			case "add":
-				writes[r][ev.Args.(rowArgs).First]++
+				first, _, _ := splitRow(ev.Args.([]byte))
+				writes[r][first]++
 			}
 		}
 		sums := make([]uint64, procs)
@@ -90,10 +94,13 @@ func b2i(b bool) int {
 	return 0
 }
 
-// The result object keeps each block as it came: a block over rows
-// already in, out of range, or not whole rows is refused at every replica
-// alike; whole waits for the rows asked for, and the checksum of the
-// blocks is the matrix's.
+// The result object keeps each block as it came, encoded: a block over
+// rows already in, out of range, or not whole rows is refused at every
+// replica alike; whole waits for the rows asked for, and into decodes the
+// blocks into the rows of rank 0's matrix, leaving its own first rows
+// alone. A block with the right number of cells that does not decode is
+// taken (the replicas count its cells, they do not decode it) and into
+// names it.
 func TestResultBlocks(t *testing.T) {
 	const n = 4
 	m := make([]int32, n*n)
@@ -102,18 +109,22 @@ func TestResultBlocks(t *testing.T) {
 	}
 	_, err := orcasim.Run(orcasim.Config{Members: 2, Seed: 1, Stay: true}, func(node *orca.Node) error {
 		ctx := context.Background()
-		res, err := orca.New(node, "result", result, matrix{N: n, Blocks: make([][]int32, n)})
+		res, err := orca.New(node, "result", result, newMatrix(n))
 		if err != nil {
 			return err
 		}
-		// Rank 0's own first rows, given to checksum, and the others'
-		// blocks in the object after them.
-		rest, err := orca.New(node, "rest", result, matrix{N: n, Blocks: make([][]int32, n)})
+		// Rank 0's own first row in its matrix, the other's rows 1..3
+		// in the object.
+		rest, err := orca.New(node, "rest", result, newMatrix(n))
+		if err != nil {
+			return err
+		}
+		bad, err := orca.New(node, "bad", result, newMatrix(n))
 		if err != nil {
 			return err
 		}
 		if node.Rank() != 0 {
-			if _, err := addBlock.Call(ctx, rest, rowArgs{First: 1, Cells: m[n:]}); err != nil {
+			if _, err := addBlock.Call(ctx, rest, rowMessage(1, m[n:])); err != nil {
 				return err
 			}
 			_, err := whole.Call(ctx, res, n)
@@ -122,11 +133,12 @@ func TestResultBlocks(t *testing.T) {
 		if _, err := whole.Call(ctx, rest, n-1); err != nil {
 			return err
 		}
-		if sum, err := checksum.Call(ctx, rest, m[:n]); err != nil || sum != suite.ChecksumInt32(m) {
-			return fmt.Errorf("checksum of row 0 given and rows 1..3 in the object %016x (error %v), of the matrix %016x", sum, err, suite.ChecksumInt32(m))
+		got := append(slices.Clone(m[:n]), make([]int32, n*n-n)...)
+		if e, err := into.Call(ctx, rest, got); err != nil || e != nil || !slices.Equal(got, m) {
+			return fmt.Errorf("row 0 kept and rows 1..3 read into the matrix: %v (%v, %v), want %v", got, e, err, m)
 		}
 		for _, c := range []struct {
-			first int32
+			first int
 			cells []int32
 			want  bool
 		}{
@@ -139,7 +151,7 @@ func TestResultBlocks(t *testing.T) {
 			{-1, m[:n], false},             // before the start
 			{0, m[:2*n], true},
 		} {
-			got, err := addBlock.Call(ctx, res, rowArgs{First: c.first, Cells: c.cells})
+			got, err := addBlock.Call(ctx, res, rowMessage(c.first, c.cells))
 			if err != nil {
 				return err
 			}
@@ -147,16 +159,86 @@ func TestResultBlocks(t *testing.T) {
 				return fmt.Errorf("block of %d cells from row %d: %v, want %v", len(c.cells), c.first, got, c.want)
 			}
 		}
+		if ok, err := addBlock.Call(ctx, res, []byte{1, 2}); err != nil || ok {
+			return fmt.Errorf("a 2-byte block: %v, %v; want refused", ok, err)
+		}
 		if _, err := whole.Call(ctx, res, n); err != nil {
 			return err
 		}
-		want := suite.ChecksumInt32(m)
-		if sum, err := checksum.Call(ctx, res, nil); err != nil || sum != want {
-			return fmt.Errorf("checksum of the blocks %016x (error %v), of the matrix %016x", sum, err, want)
+		got = make([]int32, n*n)
+		if e, err := into.Call(ctx, res, got); err != nil || e != nil || !slices.Equal(got, m) {
+			return fmt.Errorf("the blocks read into a matrix: %v (%v, %v), want %v", got, e, err, m)
+		}
+		if e, _ := into.Call(ctx, res, got[:n]); e == nil || !strings.Contains(e.Error(), "a matrix of 4 cells, want 4×4") {
+			return fmt.Errorf("into a short matrix: %v", e)
+		}
+		// Row 1 of 4 cells, the third an int32's varint too long (six
+		// bytes): four cells by the count.
+		enc := append(binary.LittleEndian.AppendUint32(nil, 1), 2, 4, 0x80, 0x80, 0x80, 0x80, 0x80, 1, 6)
+		if ok, err := addBlock.Call(ctx, bad, enc); err != nil || !ok {
+			return fmt.Errorf("a block of 4 cells by the count: %v, %v; want taken", ok, err)
+		}
+		want := "the block of rows 1..1: orca: element 2 of a Varint32s, at byte 2 of 9, is not an int32's varint"
+		if e, _ := into.Call(ctx, bad, make([]int32, n*n)); e == nil || e.Error() != want {
+			return fmt.Errorf("into with a block that does not decode: %v, want %q", e, want)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pivot row is decoded into its place in the row object's slab, made
+// with the object: adding one allocates nothing at a replica. A row out of
+// range, sent before, of another length or that does not decode is
+// ignored, and its place stays empty.
+func TestRowsIntoSlab(t *testing.T) {
+	const n = 8
+	p := newPivots(n)
+	cells := func(k int) []int32 {
+		r := make([]int32, n)
+		for j := range r {
+			r[j] = int32(100*k + 37*j)
+		}
+		return r
+	}
+	msgs := make([][]byte, n)
+	for k := range msgs {
+		msgs[k] = rowMessage(k, cells(k))
+	}
+	k := 0
+	allocs := testing.AllocsPerRun(n-1, func() {
+		if !addRowTo(&p, msgs[k]) {
+			t.Fatalf("row %d refused", k)
+		}
+		k++
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a row, want 0", allocs)
+	}
+	for k := range n {
+		if !slices.Equal(p.Rows[k], cells(k)) || &p.Rows[k][0] != &p.Slab[k*n] {
+			t.Fatalf("row %d: %v, want %v in its place of the slab", k, p.Rows[k], cells(k))
+		}
+	}
+	q := newPivots(n)
+	for _, c := range []struct {
+		name string
+		msg  []byte
+	}{
+		{"short", rowMessage(1, cells(1)[:n-1])},
+		{"long", rowMessage(1, append(cells(1), 5))},
+		{"past the end", rowMessage(n, cells(1))},
+		{"before the start", rowMessage(-1, cells(1))},
+		{"no row number", []byte{1, 0}},
+		{"a varint too long", append(rowMessage(1, cells(1)[:n-1]), 0x80, 0x80, 0x80, 0x80, 0x80, 1)},
+	} {
+		if addRowTo(&q, c.msg) || q.Rows[1] != nil {
+			t.Errorf("%s row: taken", c.name)
+		}
+	}
+	if !addRowTo(&q, msgs[1]) || addRowTo(&q, rowMessage(1, cells(2))) || !slices.Equal(q.Rows[1], cells(1)) {
+		t.Errorf("row 1 after a second add: %v, want the first, %v", q.Rows[1], cells(1))
 	}
 }
