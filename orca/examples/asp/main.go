@@ -9,11 +9,13 @@
 // read. The owner's writes are forked (Op.Go: as a forked Orca process
 // would) and joined at the end, so the owner never waits for a round
 // trip through the order during its block: its rows stream to the
-// others. The owner of row k+1 relaxes that row first in iteration k and
-// starts its write at once, then relaxes its other rows while the row
-// travels (-lookahead=false: write each pivot row when its iteration
-// comes). Every replica decodes the rows into memory the row object
-// made before the solve. At the end every rank writes its block to a
+// others. An owner sends its whole block at the iteration before its
+// first row (-ahead block): row j relaxed with that iteration's pivot and
+// then with its own rows before it, which it has, so each row goes as
+// soon as it is what its iteration needs (-ahead row: row k+1 relaxed
+// first in iteration k and sent while the other rows are relaxed; none:
+// row k when its iteration comes). Every replica decodes the rows into
+// memory the row object made before the solve. At the end every rank writes its block to a
 // result object, which keeps the blocks encoded; rank 0 waits for them
 // and decodes them into its own matrix, the only replica that does (as
 // the MPI peer's root gathers into its own), and checksums. With one
@@ -191,7 +193,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	nodes := fs.Int("n", 300, "number of nodes")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
-	lookahead := fs.Bool("lookahead", true, "send pivot row k+1 as soon as it is relaxed in iteration k (Op.Go), while relaxing the other rows")
+	aheadFlag := fs.String("ahead", "block", "when an owner sends its rows (Op.Go): block (all of them at the iteration before its first, each relaxed with the rows before it), row (row k+1 as soon as it is relaxed in iteration k, then the other rows) or none (row k in iteration k)")
 	problem := func() *suite.ASP {
 		o.SetParams("n=%d seed=%d", *nodes, *seed)
 		return suite.NewASP(*nodes, *seed)
@@ -204,7 +206,11 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}
 	}
 	par := func(ctx context.Context, n *orca.Node) (harness.Result, error) {
-		return parallel(ctx, n, problem(), *lookahead)
+		mode, ok := aheadModes[*aheadFlag]
+		if !ok {
+			return harness.Result{}, fmt.Errorf("-ahead is %q, want block, row or none", *aheadFlag)
+		}
+		return parallel(ctx, n, problem(), mode)
 	}
 	return seq, par
 }
@@ -212,7 +218,22 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 // gcPercent is the collector's setting while a rank solves (parallel).
 const gcPercent = 400
 
-func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool) (harness.Result, error) {
+// ahead is when an owner sends its rows (-ahead).
+type ahead int
+
+const (
+	aheadNone ahead = iota
+	aheadRow
+	aheadBlock
+)
+
+var aheadModes = map[string]ahead{"none": aheadNone, "row": aheadRow, "block": aheadBlock}
+
+// observe, when set (tests), is told of each row a rank sends and each
+// pivot it relaxes its rows with, in the rank's order.
+var observe func(rank int, what string, k int)
+
+func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (harness.Result, error) {
 	n, procs, rank := a.N, node.Size(), node.Rank()
 	rows, err := orca.New(node, "rows", rowTable, newPivots(n))
 	if err != nil {
@@ -248,19 +269,43 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 	}
 	mine := func(k int) bool { return k >= lo && k < hi }
 	send := func(k int) *orca.Pending[bool] {
+		if observe != nil {
+			observe(rank, "send", k)
+		}
 		return addRow.Go(ctx, rows, rowMessage(k, d[k*n:(k+1)*n]))
 	}
 	// The rows this rank sent: joined at the end (an error of one is
 	// known then), not one by one as they go.
 	var sent []*orca.Pending[bool]
 	buf := make([]int32, n) // the pivot rows of the others, in turn
-	if lookahead && mine(0) {
+	// sendBlock sends this rank's rows at iteration lo-1 (ahead=block),
+	// each as soon as it is what its own iteration needs: row j relaxed
+	// with pivot k = lo-1 (none when lo is 0) and then with this rank's
+	// rows lo..j-1, already sent. Each row still takes the pivots in
+	// order, so the rows are the sequential run's; the other ranks have
+	// the block's rows long before they need them, and an owner kept off
+	// the CPU by another rank no longer holds them up row by row.
+	sendBlock := func(k int, pivot []int32) {
+		for j := lo; j < hi; j++ {
+			if pivot != nil {
+				a.Relax(d, j, j+1, k, pivot)
+			}
+			for m := lo; m < j; m++ {
+				a.Relax(d, j, j+1, m, d[m*n:(m+1)*n])
+			}
+			sent = append(sent, send(j))
+		}
+	}
+	switch {
+	case mode == aheadBlock && lo == 0:
+		sendBlock(-1, nil)
+	case mode == aheadRow && mine(0):
 		sent = append(sent, send(0))
 	}
 	for k := range n {
 		var pivot []int32
 		if mine(k) {
-			if !lookahead {
+			if mode == aheadNone {
 				sent = append(sent, send(k))
 			}
 			// Row k is this rank's, final since iteration k-1 (iteration
@@ -277,14 +322,23 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, lookahead bool
 				return harness.Result{}, err
 			}
 		}
-		if next := k + 1; lookahead && next < n && mine(next) {
+		if observe != nil {
+			observe(rank, "pivot", k)
+		}
+		next := k + 1
+		switch {
+		case mode == aheadBlock && next == lo && lo < hi:
+			sendBlock(k, pivot) // every row of the block takes pivot k there
+		case mode == aheadBlock && mine(k):
+			a.Relax(d, lo, next, k, pivot) // the rows after k took it in sendBlock
+		case mode == aheadRow && next < n && mine(next):
 			a.Relax(d, next, next+1, k, pivot)
 			sent = append(sent, send(next))
 			a.Relax(d, lo, next, k, pivot)
 			a.Relax(d, next+1, hi, k, pivot)
-			continue
+		default:
+			a.Relax(d, lo, hi, k, pivot)
 		}
-		a.Relax(d, lo, hi, k, pivot)
 	}
 	gather := trace.StartRegion(ctx, "asp.gather")
 	defer gather.End()

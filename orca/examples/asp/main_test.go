@@ -37,7 +37,7 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 	const n, procs = 40, 4
 	want := suite.ChecksumInt32(suite.NewASP(n, 1).Sequential())
-	for _, lookahead := range []bool{true, false} {
+	for name, lookahead := range aheadModes {
 		var mu sync.Mutex
 		reads := make([]map[int]int, procs)    // by rank: row read -> times
 		writes := make([]map[int32]int, procs) // by rank: row written -> times
@@ -67,20 +67,20 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			return err
 		})
 		if err != nil {
-			t.Fatalf("lookahead %v: %v", lookahead, err)
+			t.Fatalf("ahead %s: %v", name, err)
 		}
 		if sums[0] != want {
-			t.Errorf("lookahead %v: rank 0's checksum %016x, want the sequential %016x", lookahead, sums[0], want)
+			t.Errorf("ahead %s: rank 0's checksum %016x, want the sequential %016x", name, sums[0], want)
 		}
 		for rank := range procs {
 			lo, hi := suite.Block(n, procs, rank)
 			for k := range n {
 				mine := k >= lo && k < hi
 				if got, want := reads[rank][k], b2i(!mine); got != want {
-					t.Errorf("lookahead %v: rank %d (rows %d..%d) read row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+					t.Errorf("ahead %s: rank %d (rows %d..%d) read row %d %d times, want %d", name, rank, lo, hi-1, k, got, want)
 				}
 				if got, want := writes[rank][int32(k)], b2i(mine); got != want {
-					t.Errorf("lookahead %v: rank %d (rows %d..%d) wrote row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+					t.Errorf("ahead %s: rank %d (rows %d..%d) wrote row %d %d times, want %d", name, rank, lo, hi-1, k, got, want)
 				}
 			}
 		}
@@ -240,5 +240,63 @@ func TestRowsIntoSlab(t *testing.T) {
 	}
 	if !addRowTo(&q, msgs[1]) || addRowTo(&q, rowMessage(1, cells(2))) || !slices.Equal(q.Rows[1], cells(1)) {
 		t.Errorf("row 1 after a second add: %v, want the first, %v", q.Rows[1], cells(1))
+	}
+}
+
+// With -ahead block an owner sends every row of its block before it
+// relaxes its rows with the first of them (at the iteration before it),
+// where -ahead row sends row k+1 in iteration k; with none, in iteration
+// k. The result is the sequential one in each mode (above).
+func TestBlockSentAhead(t *testing.T) {
+	const n, procs = 24, 3
+	for name, mode := range aheadModes {
+		var mu sync.Mutex
+		events := make([][]string, procs)
+		observe = func(rank int, what string, k int) {
+			mu.Lock()
+			defer mu.Unlock()
+			events[rank] = append(events[rank], fmt.Sprintf("%s %d", what, k))
+		}
+		_, err := orcasim.Run(orcasim.Config{Members: procs, Seed: 1, Stay: true}, func(node *orca.Node) error {
+			_, err := parallel(context.Background(), node, suite.NewASP(n, 1), mode)
+			return err
+		})
+		observe = nil
+		if err != nil {
+			t.Fatalf("ahead %s: %v", name, err)
+		}
+		for rank := range procs {
+			lo, hi := suite.Block(n, procs, rank)
+			// Where each event falls in the rank's sequence.
+			at := map[string]int{}
+			for i, e := range events[rank] {
+				at[e] = i
+			}
+			for k := lo; k < hi; k++ {
+				send, ok := at[fmt.Sprintf("send %d", k)]
+				if !ok {
+					t.Fatalf("ahead %s: rank %d never sent row %d", name, rank, k)
+				}
+				// The pivot the row must be sent before: with block
+				// the block's first, lo (or right away for rank 0);
+				// with row, k itself; with none, the one after it.
+				before := map[ahead]int{aheadBlock: lo, aheadRow: k, aheadNone: k + 1}[mode]
+				pivot, ok := at[fmt.Sprintf("pivot %d", before)]
+				if before == n {
+					pivot, ok = len(events[rank]), true
+				}
+				if !ok || send > pivot {
+					t.Errorf("ahead %s: rank %d (rows %d..%d) sent row %d at step %d, after pivot %d (step %d)", name, rank, lo, hi-1, k, send, before, pivot)
+				}
+				if mode != aheadBlock || k == lo {
+					continue
+				}
+				// Not earlier than needed either: after the pivot
+				// before its block.
+				if lo > 0 && send < at[fmt.Sprintf("pivot %d", lo-1)] {
+					t.Errorf("ahead block: rank %d sent row %d before it had pivot %d", rank, k, lo-1)
+				}
+			}
+		}
 	}
 }
