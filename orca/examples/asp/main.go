@@ -110,6 +110,15 @@ var (
 	addRow   = orca.Write(rowTable, "add", orca.BytesView, addRowTo)
 	row      = orca.Read(rowTable, "row", func(p *pivots, r rowInto) []int32 { return r.Dst[:copy(r.Dst, p.Rows[r.K])] }).
 			When(func(p *pivots, r rowInto) bool { return r.K >= 0 && r.K < len(p.Rows) && p.Rows[r.K] != nil })
+	// allFrom reports whether rows k..n-1 are all in, without waiting.
+	allFrom = orca.Read(rowTable, "allFrom", func(p *pivots, k int) bool {
+		for _, r := range p.Rows[max(k, 0):] {
+			if r == nil {
+				return false
+			}
+		}
+		return true
+	})
 )
 
 // The result object: the blocks of rows the ranks other than 0 add, each
@@ -218,6 +227,77 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 // gcPercent is the collector's setting while a rank solves (parallel).
 const gcPercent = 400
 
+// lastBlock returns the first row of the last rank's block that has rows.
+func lastBlock(n, procs int) int {
+	for r := procs - 1; r > 0; r-- {
+		if lo, hi := suite.Block(n, procs, r); lo < hi {
+			return lo
+		}
+	}
+	return 0
+}
+
+// streamRows runs iterations last..n-1 of a rank other than 0 (-ahead
+// block), which by then has taken pivots 0..last-1 (the last block's
+// owner: each of its rows j the pivots before j, sendBlock), sending
+// each row of its block to the result as it becomes final. The owner of
+// the last block has every pivot left: it finishes its rows in turn, row
+// i with pivots i+1..n-1 (rows still as their iterations need them: a
+// row is changed only after the rows before it are final). Another rank
+// takes the pivots as they come, each on all its rows, until all the
+// rest are in; then it copies them (tail) and finishes its rows in turn.
+// Every row takes every pivot in order: the result is the sequential
+// one.
+func streamRows(ctx context.Context, a *suite.ASP, d []int32, rank, lo, hi, last int, rows *orca.Object[pivots], res *orca.Object[matrix], sent *[]*orca.Pending[bool], buf []int32, owner bool) error {
+	n := a.N
+	if observe != nil {
+		observe(rank, "pivot", last)
+	}
+	put := func(i int) {
+		if observe != nil {
+			observe(rank, "put", i)
+		}
+		*sent = append(*sent, addBlock.Go(ctx, res, rowMessage(i, d[i*n:(i+1)*n])))
+	}
+	if owner {
+		for i := lo; i < hi; i++ {
+			for m := i + 1; m < n; m++ {
+				a.Relax(d, i, i+1, m, d[m*n:(m+1)*n])
+			}
+			put(i)
+		}
+		return nil
+	}
+	k := last
+	for ; k < n; k++ {
+		if in, err := allFrom.Call(ctx, rows, k); err != nil {
+			return err
+		} else if in {
+			break
+		}
+		r := trace.StartRegion(ctx, "asp.row")
+		pivot, err := row.Call(ctx, rows, rowInto{K: k, Dst: buf})
+		r.End()
+		if err != nil {
+			return err
+		}
+		a.Relax(d, lo, hi, k, pivot)
+	}
+	tail := make([]int32, (n-k)*n)
+	for m := k; m < n; m++ {
+		if _, err := row.Call(ctx, rows, rowInto{K: m, Dst: tail[(m-k)*n : (m-k+1)*n]}); err != nil {
+			return err
+		}
+	}
+	for i := lo; i < hi; i++ {
+		for m := k; m < n; m++ {
+			a.Relax(d, i, i+1, m, tail[(m-k)*n:(m-k+1)*n])
+		}
+		put(i)
+	}
+	return nil
+}
+
 // ahead is when an owner sends its rows (-ahead).
 type ahead int
 
@@ -251,11 +331,12 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		return harness.Result{}, err
 	}
 	// A rank's live data is its matrices (the distances, the row object's
-	// rows, the result's blocks: about 4 MB at n = 512), most of it made
-	// during the solve. At Go's default (GOGC=100, from a 4 MB heap) the
-	// collector runs three times a solve over data that is all live, each
-	// time stopping the rank's threads, which on a shared CPU waits for
-	// them to be scheduled; at 400 it runs about once.
+	// slab: about 3 MB at n = 512), made before the solve; during it a
+	// rank allocates its rows' messages and the blocks its replica keeps.
+	// Each collection stops the rank's threads, which on a shared CPU
+	// waits for them to be scheduled: at 400 % the collector, which ran
+	// three times a solve at Go's default when every replica decoded rows
+	// and blocks into new slices, no longer runs during one (traces).
 	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
 	began := time.Now()
 	d := append([]int32(nil), a.Dist...) // this rank's rows are current
@@ -302,7 +383,19 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 	case mode == aheadRow && mine(0):
 		sent = append(sent, send(0))
 	}
+	// With -ahead block the ranks but 0 send their rows to the result as
+	// each is final, during the last block's iterations (streamRows),
+	// rather than their blocks after them: the gather then overlaps the
+	// end of the solve.
+	last := lastBlock(n, procs)
+	stream := mode == aheadBlock && rank != 0
 	for k := range n {
+		if stream && k == last {
+			if err := streamRows(ctx, a, d, rank, lo, hi, last, rows, res, &sent, buf, mine(last)); err != nil {
+				return harness.Result{}, err
+			}
+			break
+		}
 		var pivot []int32
 		if mine(k) {
 			if mode == aheadNone {
@@ -348,8 +441,10 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		}
 	}
 	if rank != 0 {
-		if _, err := addBlock.Call(ctx, res, rowMessage(lo, d[lo*n:hi*n])); err != nil {
-			return harness.Result{}, err
+		if !stream && lo < hi {
+			if _, err := addBlock.Call(ctx, res, rowMessage(lo, d[lo*n:hi*n])); err != nil {
+				return harness.Result{}, err
+			}
 		}
 		return harness.Result{Solve: time.Since(began)}, nil
 	}

@@ -246,7 +246,9 @@ func TestRowsIntoSlab(t *testing.T) {
 // With -ahead block an owner sends every row of its block before it
 // relaxes its rows with the first of them (at the iteration before it),
 // where -ahead row sends row k+1 in iteration k; with none, in iteration
-// k. The result is the sequential one in each mode (above).
+// k; and the ranks other than 0 put their rows to the result one by one
+// as they become final. The result is the sequential one in each mode
+// (above).
 func TestBlockSentAhead(t *testing.T) {
 	const n, procs = 24, 3
 	for name, mode := range aheadModes {
@@ -269,8 +271,24 @@ func TestBlockSentAhead(t *testing.T) {
 			lo, hi := suite.Block(n, procs, rank)
 			// Where each event falls in the rank's sequence.
 			at := map[string]int{}
+			var puts []string
 			for i, e := range events[rank] {
 				at[e] = i
+				if strings.HasPrefix(e, "put ") {
+					puts = append(puts, e)
+				}
+			}
+			// With block the ranks but 0 put their rows to the result
+			// one by one, in order, during the last block's
+			// iterations; otherwise the block goes after them.
+			var want []string
+			if mode == aheadBlock && rank != 0 {
+				for k := lo; k < hi; k++ {
+					want = append(want, fmt.Sprintf("put %d", k))
+				}
+			}
+			if !slices.Equal(puts, want) {
+				t.Errorf("ahead %s: rank %d put %v, want %v", name, rank, puts, want)
 			}
 			for k := lo; k < hi; k++ {
 				send, ok := at[fmt.Sprintf("send %d", k)]
