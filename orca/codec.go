@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Codec turns a value into bytes and back: an operation's arguments
@@ -107,25 +108,52 @@ func (varint32sCodec) Append(b []byte, v []int32) ([]byte, error) {
 }
 
 func (varint32sCodec) Decode(b []byte) ([]int32, error) {
+	v, err := DecodeVarint32s(nil, b)
+	if err == nil && v == nil {
+		v = []int32{} // as for Int32s: empty, not nil
+	}
+	return v, err
+}
+
+// DecodeVarint32s appends the elements that b encodes (Varint32s'
+// encoding) to dst and returns the extended slice, or dst as it was and
+// an error naming the element and the byte that are wrong. With room for
+// them in dst it allocates nothing: a write function that keeps a
+// []int32 decodes into memory its state owns (an argument of BytesView,
+// decoded here), not into a new slice per write at every replica.
+func DecodeVarint32s(dst []int32, b []byte) ([]int32, error) {
 	k := 0 // an element's last byte is the one below 0x80
 	for _, c := range b {
 		if c < 0x80 {
 			k++
 		}
 	}
-	v := make([]int32, k)
+	out := slices.Grow(dst, k)[:len(dst)+k]
+	v := out[len(dst):]
 	off := 0
 	for i := range v {
-		x, l := binary.Varint(b[off:])
-		if l <= 0 || x < math.MinInt32 || x > math.MaxInt32 {
-			return nil, fmt.Errorf("orca: element %d of a Varint32s, at byte %d of %d, is not an int32's varint", i, off, len(b))
+		// Zigzag (binary.AppendVarint): the value is ux>>1, complemented
+		// when ux is odd. Elements of one and two bytes (-8192..8191) are
+		// decoded here; longer ones by encoding/binary.
+		var ux uint64
+		if c := b[off]; c < 0x80 {
+			ux, off = uint64(c), off+1
+		} else if off+1 < len(b) && b[off+1] < 0x80 {
+			ux, off = uint64(c&0x7f)|uint64(b[off+1])<<7, off+2
+		} else {
+			x, l := binary.Varint(b[off:])
+			if l <= 0 || x < math.MinInt32 || x > math.MaxInt32 {
+				return dst, fmt.Errorf("orca: element %d of a Varint32s, at byte %d of %d, is not an int32's varint", i, off, len(b))
+			}
+			v[i], off = int32(x), off+l
+			continue
 		}
-		v[i], off = int32(x), off+l
+		v[i] = int32(ux>>1) ^ -int32(ux&1)
 	}
 	if off != len(b) {
-		return nil, fmt.Errorf("orca: a Varint32s of %d bytes ends in %d bytes of an unfinished varint", len(b), len(b)-off)
+		return dst, fmt.Errorf("orca: a Varint32s of %d bytes ends in %d bytes of an unfinished varint", len(b), len(b)-off)
 	}
-	return v, nil
+	return out, nil
 }
 
 // Float64s encodes a []float64 as the IEEE bits of its elements, 8 bytes

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -34,7 +37,7 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 	const n, procs = 40, 4
 	want := suite.ChecksumInt32(suite.NewASP(n, 1).Sequential())
-	for _, lookahead := range []bool{true, false} {
+	for name, lookahead := range aheadModes {
 		var mu sync.Mutex
 		reads := make([]map[int]int, procs)    // by rank: row read -> times
 		writes := make([]map[int32]int, procs) // by rank: row written -> times
@@ -53,7 +56,8 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			case "row":
 				reads[r][ev.Args.(rowInto).K]++
 			case "add":
-				writes[r][ev.Args.(rowArgs).First]++
+				first, _, _ := splitRow(ev.Args.([]byte))
+				writes[r][first]++
 			}
 		}
 		sums := make([]uint64, procs)
@@ -63,20 +67,20 @@ func TestOwnerDoesNotWaitForItsRows(t *testing.T) {
 			return err
 		})
 		if err != nil {
-			t.Fatalf("lookahead %v: %v", lookahead, err)
+			t.Fatalf("ahead %s: %v", name, err)
 		}
 		if sums[0] != want {
-			t.Errorf("lookahead %v: rank 0's checksum %016x, want the sequential %016x", lookahead, sums[0], want)
+			t.Errorf("ahead %s: rank 0's checksum %016x, want the sequential %016x", name, sums[0], want)
 		}
 		for rank := range procs {
 			lo, hi := suite.Block(n, procs, rank)
 			for k := range n {
 				mine := k >= lo && k < hi
 				if got, want := reads[rank][k], b2i(!mine); got != want {
-					t.Errorf("lookahead %v: rank %d (rows %d..%d) read row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+					t.Errorf("ahead %s: rank %d (rows %d..%d) read row %d %d times, want %d", name, rank, lo, hi-1, k, got, want)
 				}
 				if got, want := writes[rank][int32(k)], b2i(mine); got != want {
-					t.Errorf("lookahead %v: rank %d (rows %d..%d) wrote row %d %d times, want %d", lookahead, rank, lo, hi-1, k, got, want)
+					t.Errorf("ahead %s: rank %d (rows %d..%d) wrote row %d %d times, want %d", name, rank, lo, hi-1, k, got, want)
 				}
 			}
 		}
@@ -90,10 +94,13 @@ func b2i(b bool) int {
 	return 0
 }
 
-// The result object keeps each block as it came: a block over rows
-// already in, out of range, or not whole rows is refused at every replica
-// alike; whole waits for the rows asked for, and the checksum of the
-// blocks is the matrix's.
+// The result object keeps each block as it came, encoded: a block over
+// rows already in, out of range, or not whole rows is refused at every
+// replica alike; whole waits for the rows asked for, and into decodes the
+// blocks into the rows of rank 0's matrix, leaving its own first rows
+// alone. A block with the right number of cells that does not decode is
+// taken (the replicas count its cells, they do not decode it) and into
+// names it.
 func TestResultBlocks(t *testing.T) {
 	const n = 4
 	m := make([]int32, n*n)
@@ -102,18 +109,22 @@ func TestResultBlocks(t *testing.T) {
 	}
 	_, err := orcasim.Run(orcasim.Config{Members: 2, Seed: 1, Stay: true}, func(node *orca.Node) error {
 		ctx := context.Background()
-		res, err := orca.New(node, "result", result, matrix{N: n, Blocks: make([][]int32, n)})
+		res, err := orca.New(node, "result", result, newMatrix(n))
 		if err != nil {
 			return err
 		}
-		// Rank 0's own first rows, given to checksum, and the others'
-		// blocks in the object after them.
-		rest, err := orca.New(node, "rest", result, matrix{N: n, Blocks: make([][]int32, n)})
+		// Rank 0's own first row in its matrix, the other's rows 1..3
+		// in the object.
+		rest, err := orca.New(node, "rest", result, newMatrix(n))
+		if err != nil {
+			return err
+		}
+		bad, err := orca.New(node, "bad", result, newMatrix(n))
 		if err != nil {
 			return err
 		}
 		if node.Rank() != 0 {
-			if _, err := addBlock.Call(ctx, rest, rowArgs{First: 1, Cells: m[n:]}); err != nil {
+			if _, err := addBlock.Call(ctx, rest, rowMessage(1, m[n:])); err != nil {
 				return err
 			}
 			_, err := whole.Call(ctx, res, n)
@@ -122,11 +133,12 @@ func TestResultBlocks(t *testing.T) {
 		if _, err := whole.Call(ctx, rest, n-1); err != nil {
 			return err
 		}
-		if sum, err := checksum.Call(ctx, rest, m[:n]); err != nil || sum != suite.ChecksumInt32(m) {
-			return fmt.Errorf("checksum of row 0 given and rows 1..3 in the object %016x (error %v), of the matrix %016x", sum, err, suite.ChecksumInt32(m))
+		got := append(slices.Clone(m[:n]), make([]int32, n*n-n)...)
+		if e, err := into.Call(ctx, rest, got); err != nil || e != nil || !slices.Equal(got, m) {
+			return fmt.Errorf("row 0 kept and rows 1..3 read into the matrix: %v (%v, %v), want %v", got, e, err, m)
 		}
 		for _, c := range []struct {
-			first int32
+			first int
 			cells []int32
 			want  bool
 		}{
@@ -139,7 +151,7 @@ func TestResultBlocks(t *testing.T) {
 			{-1, m[:n], false},             // before the start
 			{0, m[:2*n], true},
 		} {
-			got, err := addBlock.Call(ctx, res, rowArgs{First: c.first, Cells: c.cells})
+			got, err := addBlock.Call(ctx, res, rowMessage(c.first, c.cells))
 			if err != nil {
 				return err
 			}
@@ -147,16 +159,162 @@ func TestResultBlocks(t *testing.T) {
 				return fmt.Errorf("block of %d cells from row %d: %v, want %v", len(c.cells), c.first, got, c.want)
 			}
 		}
+		if ok, err := addBlock.Call(ctx, res, []byte{1, 2}); err != nil || ok {
+			return fmt.Errorf("a 2-byte block: %v, %v; want refused", ok, err)
+		}
 		if _, err := whole.Call(ctx, res, n); err != nil {
 			return err
 		}
-		want := suite.ChecksumInt32(m)
-		if sum, err := checksum.Call(ctx, res, nil); err != nil || sum != want {
-			return fmt.Errorf("checksum of the blocks %016x (error %v), of the matrix %016x", sum, err, want)
+		got = make([]int32, n*n)
+		if e, err := into.Call(ctx, res, got); err != nil || e != nil || !slices.Equal(got, m) {
+			return fmt.Errorf("the blocks read into a matrix: %v (%v, %v), want %v", got, e, err, m)
+		}
+		if e, _ := into.Call(ctx, res, got[:n]); e == nil || !strings.Contains(e.Error(), "a matrix of 4 cells, want 4×4") {
+			return fmt.Errorf("into a short matrix: %v", e)
+		}
+		// Row 1 of 4 cells, the third an int32's varint too long (six
+		// bytes): four cells by the count.
+		enc := append(binary.LittleEndian.AppendUint32(nil, 1), 2, 4, 0x80, 0x80, 0x80, 0x80, 0x80, 1, 6)
+		if ok, err := addBlock.Call(ctx, bad, enc); err != nil || !ok {
+			return fmt.Errorf("a block of 4 cells by the count: %v, %v; want taken", ok, err)
+		}
+		want := "the block of rows 1..1: orca: element 2 of a Varint32s, at byte 2 of 9, is not an int32's varint"
+		if e, _ := into.Call(ctx, bad, make([]int32, n*n)); e == nil || e.Error() != want {
+			return fmt.Errorf("into with a block that does not decode: %v, want %q", e, want)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pivot row is decoded into its place in the row object's slab, made
+// with the object: adding one allocates nothing at a replica. A row out of
+// range, sent before, of another length or that does not decode is
+// ignored, and its place stays empty.
+func TestRowsIntoSlab(t *testing.T) {
+	const n = 8
+	p := newPivots(n)
+	cells := func(k int) []int32 {
+		r := make([]int32, n)
+		for j := range r {
+			r[j] = int32(100*k + 37*j)
+		}
+		return r
+	}
+	msgs := make([][]byte, n)
+	for k := range msgs {
+		msgs[k] = rowMessage(k, cells(k))
+	}
+	k := 0
+	allocs := testing.AllocsPerRun(n-1, func() {
+		if !addRowTo(&p, msgs[k]) {
+			t.Fatalf("row %d refused", k)
+		}
+		k++
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a row, want 0", allocs)
+	}
+	for k := range n {
+		if !slices.Equal(p.Rows[k], cells(k)) || &p.Rows[k][0] != &p.Slab[k*n] {
+			t.Fatalf("row %d: %v, want %v in its place of the slab", k, p.Rows[k], cells(k))
+		}
+	}
+	q := newPivots(n)
+	for _, c := range []struct {
+		name string
+		msg  []byte
+	}{
+		{"short", rowMessage(1, cells(1)[:n-1])},
+		{"long", rowMessage(1, append(cells(1), 5))},
+		{"past the end", rowMessage(n, cells(1))},
+		{"before the start", rowMessage(-1, cells(1))},
+		{"no row number", []byte{1, 0}},
+		{"a varint too long", append(rowMessage(1, cells(1)[:n-1]), 0x80, 0x80, 0x80, 0x80, 0x80, 1)},
+	} {
+		if addRowTo(&q, c.msg) || q.Rows[1] != nil {
+			t.Errorf("%s row: taken", c.name)
+		}
+	}
+	if !addRowTo(&q, msgs[1]) || addRowTo(&q, rowMessage(1, cells(2))) || !slices.Equal(q.Rows[1], cells(1)) {
+		t.Errorf("row 1 after a second add: %v, want the first, %v", q.Rows[1], cells(1))
+	}
+}
+
+// With -ahead block an owner sends every row of its block before it
+// relaxes its rows with the first of them (at the iteration before it),
+// where -ahead row sends row k+1 in iteration k; with none, in iteration
+// k; and the ranks other than 0 put their rows to the result one by one
+// as they become final. The result is the sequential one in each mode
+// (above).
+func TestBlockSentAhead(t *testing.T) {
+	const n, procs = 24, 3
+	for name, mode := range aheadModes {
+		var mu sync.Mutex
+		events := make([][]string, procs)
+		observe = func(rank int, what string, k int) {
+			mu.Lock()
+			defer mu.Unlock()
+			events[rank] = append(events[rank], fmt.Sprintf("%s %d", what, k))
+		}
+		_, err := orcasim.Run(orcasim.Config{Members: procs, Seed: 1, Stay: true}, func(node *orca.Node) error {
+			_, err := parallel(context.Background(), node, suite.NewASP(n, 1), mode)
+			return err
+		})
+		observe = nil
+		if err != nil {
+			t.Fatalf("ahead %s: %v", name, err)
+		}
+		for rank := range procs {
+			lo, hi := suite.Block(n, procs, rank)
+			// Where each event falls in the rank's sequence.
+			at := map[string]int{}
+			var puts []string
+			for i, e := range events[rank] {
+				at[e] = i
+				if strings.HasPrefix(e, "put ") {
+					puts = append(puts, e)
+				}
+			}
+			// With block the ranks but 0 put their rows to the result
+			// one by one, in order, during the last block's
+			// iterations; otherwise the block goes after them.
+			var want []string
+			if mode == aheadBlock && rank != 0 {
+				for k := lo; k < hi; k++ {
+					want = append(want, fmt.Sprintf("put %d", k))
+				}
+			}
+			if !slices.Equal(puts, want) {
+				t.Errorf("ahead %s: rank %d put %v, want %v", name, rank, puts, want)
+			}
+			for k := lo; k < hi; k++ {
+				send, ok := at[fmt.Sprintf("send %d", k)]
+				if !ok {
+					t.Fatalf("ahead %s: rank %d never sent row %d", name, rank, k)
+				}
+				// The pivot the row must be sent before: with block
+				// the block's first, lo (or right away for rank 0);
+				// with row, k itself; with none, the one after it.
+				before := map[ahead]int{aheadBlock: lo, aheadRow: k, aheadNone: k + 1}[mode]
+				pivot, ok := at[fmt.Sprintf("pivot %d", before)]
+				if before == n {
+					pivot, ok = len(events[rank]), true
+				}
+				if !ok || send > pivot {
+					t.Errorf("ahead %s: rank %d (rows %d..%d) sent row %d at step %d, after pivot %d (step %d)", name, rank, lo, hi-1, k, send, before, pivot)
+				}
+				if mode != aheadBlock || k == lo {
+					continue
+				}
+				// Not earlier than needed either: after the pivot
+				// before its block.
+				if lo > 0 && send < at[fmt.Sprintf("pivot %d", lo-1)] {
+					t.Errorf("ahead block: rank %d sent row %d before it had pivot %d", rank, k, lo-1)
+				}
+			}
+		}
 	}
 }
