@@ -7,7 +7,16 @@
  * (MPI_Gatherv) and checksums the matrix. With one process rank 0 relaxes
  * every row itself.
  *
- *   mpirun -n P ./asp -n 300 [-seed 1]
+ * -ahead block (the default, as the Orca version's): an owner finishes its
+ * whole block at the iteration before its first row — row j relaxed with
+ * that iteration's pivot and then with the block's rows before it, which
+ * it has — and broadcasts the block once (MPI_Ibcast, posted by every rank
+ * at that iteration and waited for at the block's first row), so there is
+ * one collective per rank instead of one per row. Every row still takes
+ * the pivots in order: the result is the sequential run's. -ahead none:
+ * the pivot row by MPI_Bcast in its own iteration.
+ *
+ *   mpirun -n P ./asp -n 300 [-seed 1] [-ahead block|none]
  */
 #include "common.h"
 
@@ -52,6 +61,11 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int n = flag_int(argc, argv, "-n", 300);
 	uint64_t seed = flag_int(argc, argv, "-seed", 1);
+	const char *ahead = flag_str(argc, argv, "-ahead", "block");
+	if (strcmp(ahead, "block") != 0 && strcmp(ahead, "none") != 0) {
+		fprintf(stderr, "-ahead is '%s', want block or none\n", ahead);
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	}
 	if (n < 1) {
 		fprintf(stderr, "-n %d: want at least 1\n", n);
 		MPI_Abort(MPI_COMM_WORLD, 2);
@@ -72,7 +86,7 @@ int main(int argc, char **argv)
 	if (procs == 1) {
 		for (int k = 0; k < n; k++)
 			relax(d, n, 0, n, k, d + (size_t)k * n);
-	} else {
+	} else if (strcmp(ahead, "none") == 0) {
 		for (int k = 0; k < n; k++) {
 			int root = owner(n, procs, k);
 			if (rank == root)
@@ -80,6 +94,64 @@ int main(int argc, char **argv)
 			MPI_Bcast(pivot, n, MPI_INT32_T, root, MPI_COMM_WORLD);
 			relax(d, n, lo, hi, k, pivot);
 		}
+	} else {
+		/* Two block buffers: the block whose rows are the pivots now
+		 * (cur, first row curlo) and the one being broadcast (next). */
+		int most = 0;
+		for (int r = 0; r < procs; r++) {
+			int l, h;
+			block(n, procs, r, &l, &h);
+			if (h - l > most)
+				most = h - l;
+		}
+		int32_t *bufs[2] = {xmalloc((size_t)most * n * sizeof(int32_t)), xmalloc((size_t)most * n * sizeof(int32_t))};
+		int32_t *cur = NULL, *next = bufs[0];
+		int curlo = 0, nextlo = 0, pending = -1;
+		MPI_Request req = MPI_REQUEST_NULL;
+		/* post: owner b finishes its block with pivot k (none before
+		 * row 0) and every rank posts its broadcast. */
+		#define POST(b, k, pv) do { \
+			int l_, h_; \
+			block(n, procs, (b), &l_, &h_); \
+			if (rank == (b)) { \
+				for (int j = l_; j < h_; j++) { \
+					if ((pv) != NULL) \
+						relax(d, n, j, j + 1, (k), (pv)); \
+					for (int m = l_; m < j; m++) \
+						relax(d, n, j, j + 1, m, d + (size_t)m * n); \
+				} \
+				memcpy(next, d + (size_t)l_ * n, (size_t)(h_ - l_) * n * sizeof(int32_t)); \
+			} \
+			MPI_Ibcast(next, (h_ - l_) * n, MPI_INT32_T, (b), MPI_COMM_WORLD, &req); \
+			pending = (b); \
+			nextlo = l_; \
+		} while (0)
+		POST(owner(n, procs, 0), -1, (const int32_t *)NULL);
+		for (int k = 0; k < n; k++) {
+			int r = owner(n, procs, k);
+			if (r == pending) {
+				MPI_Wait(&req, MPI_STATUS_IGNORE);
+				pending = -1;
+				cur = next;
+				curlo = nextlo;
+				next = cur == bufs[0] ? bufs[1] : bufs[0];
+			}
+			const int32_t *pv = rank == r ? d + (size_t)k * n : cur + (size_t)(k - curlo) * n;
+			int nb = k + 1 < n ? owner(n, procs, k + 1) : r;
+			if (nb != r)
+				POST(nb, k, pv); /* nb's rows took pivot k there */
+			if (rank == nb && nb != r)
+				continue;
+			if (rank == r)
+				relax(d, n, lo, k + 1, k, pv); /* the rows after k took it */
+			else
+				relax(d, n, lo, hi, k, pv);
+		}
+		#undef POST
+		free(bufs[0]);
+		free(bufs[1]);
+	}
+	if (procs > 1) {
 		if (rank == 0)
 			MPI_Gatherv(MPI_IN_PLACE, 0, MPI_INT32_T, d, counts, displs, MPI_INT32_T, 0, MPI_COMM_WORLD);
 		else
