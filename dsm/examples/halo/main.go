@@ -152,6 +152,9 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 		return harness.Result{}, err
 	}
 	start := time.Now()
+	ph := harness.NewPhases(rank, "compute", "write", "barrier")
+	defer ph.Report()
+	ph.Start()
 	cur := 0
 	for range iters {
 		if below != nil {
@@ -163,12 +166,15 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 		sweep(u, next, n, lo, hi)
 		u, next = next, u
 		cur = 1 - cur
+		ph.Mark(0)
 		if err := publish(u, cur); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(1)
 		if err := loop(); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(2)
 	}
 	if _, err := grid.WriteFloat64s(lo*n, u[lo*n:hi*n]); err != nil {
 		return harness.Result{}, err

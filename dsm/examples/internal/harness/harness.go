@@ -392,7 +392,8 @@ var errUsage = errors.New("usage")
 const envHelp = `
 Environment:
   DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
-  DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
+  DSM_PHASES=1  time each iteration's phases (jacobi, cg, halo) and print their median, p90, max, sum and the CPU per iteration to stderr
+  DSM_PHASES_LOG=P  with DSM_PHASES=1: write each iteration's phase end times (Unix ns) to P.<rank>
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
   DSM_CPUPROFILE=P  write a CPU profile of each rank to P.<rank> (-sim: of the one process to P)
   DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
