@@ -43,6 +43,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	iters := fs.Int("iters", 200, "sweeps")
 	seed := fs.Uint64("seed", 1, "seed of the initial grid")
 	o.AllowChannels()
+	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	params := func() {
 		o.SetParams("n=%d iters=%d seed=%d", *n, *iters, *seed)
 	}
