@@ -100,7 +100,7 @@ func main() {
 	withOrca := flag.Bool("orca", false, "also run the Orca version of the programs that have one ("+strings.Join(orcaPrograms, ", ")+")")
 	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
 	raw := flag.String("raw", "", "append every report line here")
-	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: Go's default, the number of CPUs)")
+	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: each program's -gomaxprocs default: 1 for jacobi and halo, Go's, one per CPU, for the others)")
 	from := flag.Bool("from", false, "run nothing: report on the -raw files named as arguments")
 	flag.Parse()
 	if *from {

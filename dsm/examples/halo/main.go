@@ -43,6 +43,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	iters := fs.Int("iters", 200, "sweeps")
 	seed := fs.Uint64("seed", 1, "seed of the initial grid")
 	o.AllowChannels()
+	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	params := func() {
 		o.SetParams("n=%d iters=%d seed=%d", *n, *iters, *seed)
 	}
@@ -152,6 +153,9 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 		return harness.Result{}, err
 	}
 	start := time.Now()
+	ph := harness.NewPhases(rank, "compute", "write", "barrier")
+	defer ph.Report()
+	ph.Start()
 	cur := 0
 	for range iters {
 		if below != nil {
@@ -163,12 +167,15 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 		sweep(u, next, n, lo, hi)
 		u, next = next, u
 		cur = 1 - cur
+		ph.Mark(0)
 		if err := publish(u, cur); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(1)
 		if err := loop(); err != nil {
 			return harness.Result{}, err
 		}
+		ph.Mark(2)
 	}
 	if _, err := grid.WriteFloat64s(lo*n, u[lo*n:hi*n]); err != nil {
 		return harness.Result{}, err

@@ -53,6 +53,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	eps := fs.Float64("eps", 0, "stop when no element moves by eps or more (0: run all -iters)")
 	seed := fs.Uint64("seed", 1, "seed of b")
 	o.AllowChannels()
+	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	var p *suite.Jacobi
 	problem := func() *suite.Jacobi {
 		if p == nil {

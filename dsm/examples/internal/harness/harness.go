@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,13 @@ type Options struct {
 	Timeout  time.Duration
 	Spin     time.Duration
 	Pin      bool
+	// GOMAXPROCS (with -iface) is the process's GOMAXPROCS, 0 for Go's
+	// default; $GOMAXPROCS wins unless -gomaxprocs is given. A program
+	// whose rank computes for microseconds between node calls sets 1 as
+	// its default (SetDefaultGOMAXPROCS).
+	GOMAXPROCS    int
+	gomaxprocsSet bool // -gomaxprocs was on the command line
+	fs            *flag.FlagSet
 	// Channels runs the program's channel mode: selective join and a
 	// reliable group per segment among the ranks that join it
 	// (dsm.Config.Channels). Only programs that call AllowChannels have
@@ -80,7 +88,7 @@ type Options struct {
 
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
-	o := &Options{Stdout: os.Stdout}
+	o := &Options{Stdout: os.Stdout, fs: fs}
 	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
 	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
 	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
@@ -96,6 +104,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.ChannelBarriers, "channel-barriers", false, "with -channels: the loop's barriers are channel barriers, which wait only for the ranks sharing a segment and send no frame on the global group (dsm.Node.ChannelBarrier)")
 	fs.BoolVar(&o.Channels, "channels", false, "channel mode: each rank joins only the segments it needs, each segment a reliable group of its own among its ranks (dsm.Config.Channels; thesis §7.2)")
+	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "with -iface: the process's GOMAXPROCS (0: Go's default, one per CPU); $GOMAXPROCS wins unless this flag is given")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
 	return o
 }
@@ -104,6 +113,36 @@ func Flags(fs *flag.FlagSet) *Options {
 // it joins only the segments it needs and writes a segment only after the
 // barrier that follows its creation (dsm.Config.Selective's rules).
 func (o *Options) AllowChannels() { o.channelsKnown = true }
+
+// SetDefaultGOMAXPROCS makes n the default of -gomaxprocs. A rank that
+// computes for microseconds between node calls wants 1: its program's
+// goroutine and its groups' loop then hand over on one thread, where with
+// a P per CPU each hand-over wakes another thread (futex) that spins for
+// work before it sleeps again — CPU that ranks sharing cores take from
+// each other (docs/dsm.md, "Waiting for frames"). A rank that computes for
+// milliseconds does not: its loop would run only when the computation is
+// preempted (every 10 ms), and its peers' requests wait that long.
+func (o *Options) SetDefaultGOMAXPROCS(n int) {
+	o.GOMAXPROCS = n
+	if f := o.fs.Lookup("gomaxprocs"); f != nil {
+		f.DefValue = strconv.Itoa(n)
+	}
+}
+
+// parsed notes which flags the command line set (after o.fs.Parse).
+func (o *Options) parsed() {
+	o.fs.Visit(func(f *flag.Flag) { o.gomaxprocsSet = o.gomaxprocsSet || f.Name == "gomaxprocs" })
+}
+
+// gomaxprocs is the GOMAXPROCS Run sets for a rank over -iface, 0 for
+// none: -gomaxprocs if given, else its default unless the environment
+// sets GOMAXPROCS.
+func (o *Options) gomaxprocs() int {
+	if o.gomaxprocsSet || os.Getenv("GOMAXPROCS") == "" {
+		return o.GOMAXPROCS
+	}
+	return 0
+}
 
 // SetParams sets the problem's parameters for the report ("n=512 iters=500").
 func (o *Options) SetParams(format string, args ...any) {
@@ -134,6 +173,8 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
 	case !o.Sim && o.Iface == "" && o.Procs != 1:
 		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
+	case o.GOMAXPROCS < 0:
+		return fmt.Errorf("-gomaxprocs is %d, want 0 (Go's default) or more", o.GOMAXPROCS)
 	case o.Pin && o.Iface == "":
 		return errors.New("-pin binds a process running one rank: it needs -iface")
 	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
@@ -240,6 +281,9 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		pin, err := envPin()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
+		}
+		if p := o.gomaxprocs(); p > 0 {
+			runtime.GOMAXPROCS(p)
 		}
 		if o.Pin || pin {
 			if _, err := cpupin.Pin(o.Rank); err != nil {
@@ -392,7 +436,8 @@ var errUsage = errors.New("usage")
 const envHelp = `
 Environment:
   DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)
-  DSM_PHASES=1  time each iteration's phases (jacobi, cg) and print their median, p90, max and sum to stderr
+  DSM_PHASES=1  time each iteration's phases (jacobi, cg, halo) and print their median, p90, max, sum and the CPU per iteration to stderr
+  DSM_PHASES_LOG=P  with DSM_PHASES=1: write each iteration's phase end times (Unix ns) to P.<rank>
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
   DSM_CPUPROFILE=P  write a CPU profile of each rank to P.<rank> (-sim: of the one process to P)
   DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
@@ -420,6 +465,7 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
 		return errUsage
 	}
+	o.parsed()
 	return o.Run(name, seq, par)
 }
 

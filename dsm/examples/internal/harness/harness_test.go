@@ -140,3 +140,42 @@ func TestEnvWCCopies(t *testing.T) {
 		}
 	}
 }
+
+// A program's -gomaxprocs default (SetDefaultGOMAXPROCS) is what a rank
+// over -iface runs at, unless GOMAXPROCS is in the environment; the flag
+// given on the command line wins over both. A negative value is refused.
+func TestGOMAXPROCS(t *testing.T) {
+	for _, c := range []struct {
+		def  int
+		env  string
+		args []string
+		want int
+	}{
+		{def: 1, want: 1},
+		{def: 1, env: "2", want: 0},
+		{def: 1, env: "2", args: []string{"-gomaxprocs", "3"}, want: 3},
+		{def: 0, want: 0},
+		{def: 0, args: []string{"-gomaxprocs", "2"}, want: 2},
+	} {
+		t.Setenv("GOMAXPROCS", c.env)
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o := Flags(fs)
+		if c.def != 0 {
+			o.SetDefaultGOMAXPROCS(c.def)
+		}
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		o.parsed()
+		if got := o.gomaxprocs(); got != c.want {
+			t.Errorf("default %d, GOMAXPROCS=%q, %q: sets %d, want %d (0: leaves it)", c.def, c.env, c.args, got, c.want)
+		}
+		if f := fs.Lookup("gomaxprocs"); c.def != 0 && f.DefValue != "1" {
+			t.Errorf("default %d: -h shows default %q", c.def, f.DefValue)
+		}
+	}
+	o, _ := options(t, "-gomaxprocs", "-1")
+	if err := o.Run("test", func() Result { return Result{} }, nil); err == nil || !strings.Contains(err.Error(), "-gomaxprocs is -1") {
+		t.Errorf("-gomaxprocs -1: Run = %v, want an error naming it", err)
+	}
+}

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +33,20 @@ func TestPhasesEnv(t *testing.T) {
 
 // With DSM_PHASES=1 each Mark adds the time since the previous one to its
 // phase, and Report prints every phase's count, median, 90th percentile,
-// maximum and sum.
+// maximum and sum, and the CPU time from Start to Report per iteration;
+// with DSM_PHASES_LOG=P it writes every Mark's time to P.<rank>.
 func TestPhasesReport(t *testing.T) {
 	t.Setenv("DSM_PHASES", "1")
+	log := filepath.Join(t.TempDir(), "ph")
+	t.Setenv("DSM_PHASES_LOG", log)
 	p := NewPhases(3, "compute", "write", "idle")
 	if p == nil {
 		t.Fatal("DSM_PHASES=1: no timers")
 	}
 	clock := time.Unix(0, 0)
 	p.now = func() time.Time { return clock }
+	cpu := 7 * time.Second
+	p.cpu = func() time.Duration { return cpu }
 	var out bytes.Buffer
 	p.out = &out
 	p.Start()
@@ -48,10 +55,19 @@ func TestPhasesReport(t *testing.T) {
 		p.Mark(0)
 		clock = clock.Add(100 * time.Microsecond) // write: 100 µs each
 		p.Mark(1)
+		cpu += 250 * time.Microsecond
 	}
 	p.Report()
-	want := "phases rank=3 compute: n=10 med=6000us p90=10000us max=10000us sum=55ms write: n=10 med=100us p90=100us max=100us sum=1ms\n"
+	want := "phases rank=3 compute: n=10 med=6000us p90=10000us max=10000us sum=55ms write: n=10 med=100us p90=100us max=100us sum=1ms cpu=250us/iter\n"
 	if got := out.String(); got != want {
 		t.Errorf("report\n%q\nwant\n%q", got, want)
+	}
+	b, err := os.ReadFile(log + ".3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 10 || lines[0] != "1000000 1100000 0" || lines[9] != "55900000 56000000 0" {
+		t.Errorf("DSM_PHASES_LOG: %d lines, first %q, last %q; want 10, \"1000000 1100000 0\", \"55900000 56000000 0\" (idle never marked)", len(lines), lines[0], lines[len(lines)-1])
 	}
 }
