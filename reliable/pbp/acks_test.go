@@ -112,7 +112,8 @@ func TestFrozenNoStall(t *testing.T) {
 }
 
 // PromptAcks, the sender: a lone Data frame asks for a prompt
-// acknowledgement (FlagAckRequest); in a stream every 16th frame does;
+// acknowledgement (FlagAckRequest); in a stream every frame half a
+// window (128) after the last that asked does;
 // once the sender stops with frames after the last that asked, an Ack
 // asking for acks goes out promptTail after its last frame (a probe),
 // and none when every frame is acknowledged already. Retransmissions ask
@@ -144,9 +145,9 @@ func TestPromptAcksSender(t *testing.T) {
 	for _, m := range []frame.MemberID{1, 2} {
 		step(t, c, now+1, in{sender: m, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.Empty{T: frame.Ack}})
 	}
-	// A stream of 40 frames, one per turn, none acknowledged meanwhile.
+	// A stream of 140 frames, one per turn, none acknowledged meanwhile.
 	var asking []uint32
-	for i := range 40 {
+	for i := range 140 {
 		now = t0 + 10 + Time(i)*Time(5*Microsecond)
 		if err := c.Propose(now, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -156,17 +157,17 @@ func TestPromptAcksSender(t *testing.T) {
 		_, a := asks(frames)
 		asking = append(asking, a...)
 	}
-	if want := []uint32{101, 117, 133}; !slices.Equal(asking, want) {
-		t.Fatalf("a stream of frames 101..140: %v asked for acks, want %v (the first, lone, then every 16th)", asking, want)
+	if want := []uint32{101, 229}; !slices.Equal(asking, want) {
+		t.Fatalf("a stream of frames 101..240: %v asked for acks, want %v (the first, lone, then every 128th: half the window)", asking, want)
 	}
-	// The stream stops: the probe asks for 134..140 promptTail after 140.
+	// The stream stops: the probe asks for 230..240 promptTail after 240.
 	if d := c.Deadline(); d != now+Time(promptTail) {
 		t.Fatalf("deadline %d after the stream, want the probe's %d", d-t0, now+Time(promptTail)-t0)
 	}
 	c.Tick(now + Time(promptTail))
 	frames, _, _ = ready(t, c)
-	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Flags&frame.FlagAckRequest == 0 || frames[0].h.Seq != 140 {
-		t.Fatalf("the probe: %+v, want an Ack of Seq 140 asking for acks", frames)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Flags&frame.FlagAckRequest == 0 || frames[0].h.Seq != 240 {
+		t.Fatalf("the probe: %+v, want an Ack of Seq 240 asking for acks", frames)
 	}
 	// A retransmission asks for acks.
 	step(t, c, now+Time(promptTail)+1, in{sender: 1, seq: 99, acks: []uint32{101, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 120, Last: 120}}}})

@@ -131,8 +131,8 @@ type Config struct {
 	// frame (Safe, from the acknowledgement matrix), so the members
 	// acknowledge at once what this member asks for (FlagAckRequest),
 	// and it asks for it where a wait would show: on a Data frame sent
-	// with nothing else in flight (a lone message), on every 16th
-	// frame of a stream, on its retransmissions, and with a
+	// with nothing else in flight (a lone message), every half window
+	// of a stream, on its retransmissions, and with a
 	// probe (an Ack asking for acks) once it stops sending with frames
 	// after the last one it asked for (acks.go, promptTail). Every
 	// member of a group sets it alike.

@@ -169,12 +169,12 @@ type Core struct {
 	// the FIFO group and not yet by the total order, in the sender's
 	// order; count is how many data messages of the sender the FIFO
 	// group delivered in this view (the next one's n).
-	held  [][]msg  // by sender id
-	count []uint32 // by sender id
+	held  []queue[msg] // by sender id
+	count []uint32     // by sender id
 	// order is what the sequencer's order messages of this view named
 	// (and the sequencer's own data messages, at their place) and the
 	// total order has not delivered yet.
-	order []entry
+	order queue[entry]
 	// borrowed counts held messages whose data is still the FIFO
 	// group's (msg.borrowed).
 	borrowed int
@@ -206,9 +206,9 @@ type Core struct {
 	// mine: this member's messages passed to the FIFO group and not yet
 	// known to be out (OwnOut), in order; outMine: those known out in the
 	// current view and not yet delivered here, with their n.
-	mine     []own
+	mine     queue[own]
 	outSeen  uint64 // OwnOut as last seen
-	outMine  []msg
+	outMine  queue[msg]
 	ownCount uint32 // this member's data messages out in this view
 	// Sequencer: entries to name in the next order message, and the
 	// order entries of its own order messages that went out (applied
@@ -304,7 +304,7 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 		if err := c.framer.ProposeFramed(now, c.dataHead[:], m); err != nil {
 			return err
 		}
-		c.mine = append(c.mine, own{framed: true})
+		c.mine.push(own{framed: true})
 		return nil
 	}
 	// The inner core copies b into its frame; this member delivers its
@@ -318,7 +318,7 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 		c.release(b) // never handed out
 		return err
 	}
-	c.mine = append(c.mine, own{data: b[dataHeader:], buf: b})
+	c.mine.push(own{data: b[dataHeader:], buf: b})
 	return nil
 }
 
@@ -374,8 +374,9 @@ func (c *Core) own() {
 	// walking them all each turn cost more than the rest of the turn's
 	// bookkeeping).
 	for id := range c.held {
-		for i := len(c.held[id]) - 1; i >= 0 && c.borrowed > 0; i-- {
-			m := &c.held[id][i]
+		h := c.held[id].items()
+		for i := len(h) - 1; i >= 0 && c.borrowed > 0; i-- {
+			m := &h[i]
 			if !m.borrowed {
 				break
 			}
@@ -510,18 +511,18 @@ func (c *Core) fromGroup(d core.Delivery) {
 	switch d.Data[0] {
 	case kindData:
 		if int(d.From) >= len(c.held) {
-			c.held = append(c.held, make([][]msg, int(d.From)+1-len(c.held))...)
+			c.held = append(c.held, make([]queue[msg], int(d.From)+1-len(c.held))...)
 			c.count = append(c.count, make([]uint32, int(d.From)+1-len(c.count))...)
 		}
 		n := c.count[d.From]
 		c.count[d.From] = n + 1
 		// Not copied yet: delivered in this Ready (the common case for
 		// the sequencer's own messages under Agreed) it never is.
-		c.held[d.From] = append(c.held[d.From], msg{from: d.From, n: n, next: d.Seq + 1, data: d.Data[dataHeader:], borrowed: true})
+		c.held[d.From].push(msg{from: d.From, n: n, next: d.Seq + 1, data: d.Data[dataHeader:], borrowed: true})
 		c.borrowed++
 		switch {
 		case d.From == c.seqr:
-			c.order = append(c.order, entry{d.From, n, d.Seq + 1}) // its place in the sequencer's stream
+			c.order.push(entry{d.From, n, d.Seq + 1}) // its place in the sequencer's stream
 		case c.self == c.seqr:
 			c.toOrder = append(c.toOrder, entry{from: d.From, n: n})
 		}
@@ -535,7 +536,7 @@ func (c *Core) fromGroup(d core.Delivery) {
 			return // made for a view before, sent again in this one
 		}
 		for b := body[4:]; len(b) > 0; b = b[orderEntry:] {
-			c.order = append(c.order, entry{frame.MemberID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:]), d.Seq + 1})
+			c.order.push(entry{frame.MemberID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:]), d.Seq + 1})
 		}
 	default:
 		c.fail(fmt.Errorf("%w: kind %d from member %d", ErrBadMessage, d.Data[0], d.From))
@@ -579,9 +580,9 @@ func (c *Core) fail(err error) {
 // message), order messages of this view to the order applied here.
 func (c *Core) noteOut(n uint64) {
 	sent := c.in.SentInView() // each one went out in a frame before it
-	for ; c.outSeen < n && len(c.mine) > 0; c.outSeen++ {
-		m := c.mine[0]
-		c.mine = pop(c.mine)
+	for ; c.outSeen < n && c.mine.len() > 0; c.outSeen++ {
+		m := c.mine.items()[0]
+		c.mine.pop()
 		var data []byte
 		var seq uint32
 		if c.framer != nil {
@@ -597,7 +598,7 @@ func (c *Core) noteOut(n uint64) {
 			if m.view == c.view && c.self == c.seqr {
 				for _, e := range m.entries {
 					e.next = sent
-					c.order = append(c.order, e)
+					c.order.push(e)
 				}
 			}
 			continue
@@ -614,11 +615,11 @@ func (c *Core) noteOut(n uint64) {
 				mm.buf = mm.data
 			}
 		}
-		c.outMine = append(c.outMine, mm)
+		c.outMine.push(mm)
 		if c.self == c.seqr {
 			// Its place is where it went out in this stream, as every
 			// member sees it.
-			c.order = append(c.order, entry{c.self, k, sent})
+			c.order.push(entry{c.self, k, sent})
 		}
 	}
 }
@@ -651,8 +652,8 @@ func (c *Core) nextOwn() ([]byte, uint32, bool) {
 // and every member of the view holds it and its place).
 func (c *Core) drain() {
 	var st stability
-	for len(c.order) > 0 {
-		e := c.order[0]
+	for c.order.len() > 0 {
+		e := c.order.items()[0]
 		m, ok := c.peek(e)
 		if !ok {
 			return
@@ -661,7 +662,7 @@ func (c *Core) drain() {
 			return
 		}
 		c.take(e)
-		c.order = pop(c.order)
+		c.order.pop()
 		c.deliver(m)
 	}
 }
@@ -670,15 +671,15 @@ func (c *Core) drain() {
 // sender; false if it has not arrived.
 func (c *Core) peek(e entry) (msg, bool) {
 	if e.from == c.self {
-		if len(c.outMine) > 0 && c.outMine[0].n == e.n {
-			return c.outMine[0], true
+		if c.outMine.len() > 0 && c.outMine.items()[0].n == e.n {
+			return c.outMine.items()[0], true
 		}
 		return msg{}, false
 	}
 	if int(e.from) >= len(c.held) {
 		return msg{}, false
 	}
-	h := c.held[e.from]
+	h := c.held[e.from].items()
 	if len(h) == 0 || h[0].n != e.n {
 		return msg{}, false
 	}
@@ -693,26 +694,14 @@ func (c *Core) take(e entry) (msg, bool) {
 		return msg{}, false
 	}
 	if e.from == c.self {
-		c.outMine = pop(c.outMine)
+		c.outMine.pop()
 		return m, true
 	}
-	c.held[e.from] = pop(c.held[e.from])
+	c.held[e.from].pop()
 	if m.borrowed {
 		c.borrowed--
 	}
 	return m, true
-}
-
-// pop removes the first element of the queue s, dropping its references;
-// a queue it empties starts over where it stands, so that a queue of one
-// message at a time (a turn sends one, delivers one) never reallocates.
-func pop[T any](s []T) []T {
-	var zero T
-	s[0] = zero
-	if len(s) == 1 {
-		return s[:0]
-	}
-	return s[1:]
 }
 
 func (c *Core) deliver(m msg) {
@@ -737,24 +726,24 @@ func (c *Core) endView() {
 	if c.view == 0 {
 		return
 	}
-	for _, e := range c.order {
+	for _, e := range c.order.items() {
 		if m, ok := c.take(e); ok {
 			c.deliver(m)
 		}
 	}
-	c.order = c.order[:0]
+	c.order.reset()
 	for id := range max(len(c.held), int(c.self)+1) {
 		if frame.MemberID(id) == c.self {
-			for _, m := range c.outMine {
+			for _, m := range c.outMine.items() {
 				c.deliver(m)
 			}
-			c.outMine = c.outMine[:0]
+			c.outMine.reset()
 		}
 		if id < len(c.held) {
-			for _, m := range c.held[id] {
+			for _, m := range c.held[id].items() {
 				c.deliver(m)
 			}
-			c.held[id] = nil
+			c.held[id].reset()
 			c.count[id] = 0
 		}
 	}
@@ -796,8 +785,8 @@ func (c *Core) sendOrder() {
 		if err := c.in.Propose(c.now, b); err != nil {
 			return // window full: the next Ready tries again
 		}
-		c.mine = append(c.mine, own{order: true, entries: slices.Clone(c.toOrder[:k]), view: c.view})
-		c.toOrder = c.toOrder[k:]
+		c.mine.push(own{order: true, entries: slices.Clone(c.toOrder[:k]), view: c.view})
+		c.toOrder = c.toOrder[:copy(c.toOrder, c.toOrder[k:])] // kept at the array's front
 		c.kick = true
 	}
 }
