@@ -96,9 +96,12 @@ func TestSimLeaveAtChange(t *testing.T) {
 }
 
 // TestSimLeaveAtCrash is issue 19's leave that meets a crash under
-// Agreed and Safe (reliable/view's TestSimLeaveAtCrash): before the
-// coordinator asked for the Flushes, it stopped with ErrMinority when its
-// core failed the crashed member and the leaver before any Flush came.
+// Agreed and Safe (reliable/view's TestSimLeaveAtCrash), every Leave frame
+// lost at the coordinator or, in half the seeds, at another member: before
+// the coordinator asked for the Flushes, it stopped with ErrMinority when
+// its core failed the crashed member and the leaver before any Flush came;
+// before a member that reaches the coordinator waited for it, that member
+// stopped so at once, and the coordinator after it.
 func TestSimLeaveAtCrash(t *testing.T) {
 	poison(t)
 	viewsim.LeaveAtCrashSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLeaveAtCrash")
