@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-hop breakdown of `rbcastd bench -ping` round trips from RBCAST_STAMPS.
 
-Usage: breakdown.py DIR
+Usage: breakdown.py DIR [SLOW_US]
 
 DIR holds one file per process (internal/hops, Dump): the pinger (bench
 -ping), the echo (bench -echo) and the daemons, all run with
@@ -10,7 +10,10 @@ echo's is B. With internal/hops/runtime-probes.patch applied the runtime's
 and the ring's stages (30-41) are in the chain too; without it those rows
 are skipped. For each ping (the first 5 % are left out) it follows the
 chain, taking at each row the first stamp of that stage in that process
-after the row before, and prints the percentiles of each step.
+after the row before, and prints the percentiles of each step. With SLOW_US it then takes the
+pings whose round trip is at least SLOW_US µs and says, for each step,
+how often it was the slowest one and by how much it exceeded its own
+median (where the tail's time went).
 """
 import bisect, glob, os, re, statistics, sys
 
@@ -121,6 +124,7 @@ deltas = [[] for _ in chain]
 args = [{} for _ in chain]
 byarg = [{} for _ in chain]  # a socket read's deltas by how it read
 total = []
+rows = []  # per followed ping: (round trip, [step deltas])
 for p in pings[len(pings) // 20:]:
     if p[2] not in ends:
         continue
@@ -138,6 +142,7 @@ for p in pings[len(pings) // 20:]:
             args[k][hits[k - 1]] = args[k].get(hits[k - 1], 0) + 1
             byarg[k].setdefault(hits[k - 1], []).append(v)
         total.append(ends[p[2]] - p[0])
+        rows.append((ends[p[2]] - p[0], row, hits, p[0]))
 if not total:
     sys.exit('no ping could be followed through the chain')
 total.sort()
@@ -148,3 +153,25 @@ for k, (role, st, cond, what) in enumerate(chain[1:], 1):
     if st == 60 or st == 34 or st == (30, 36):
         a = ' '.join('%d:%d (p50 %.1f)' % (x, c, sorted(byarg[k][x])[c // 2] / 1e3) for x, c in sorted(args[k].items()))
     print('%-52s p50 %6.1f  p90 %6.1f  mean %6.1f µs  %s' % (what, v[len(v) // 2] / 1e3, v[len(v) * 9 // 10] / 1e3, statistics.mean(v) / 1e3, a))
+
+if len(sys.argv) > 2:
+    slow = float(sys.argv[2]) * 1e3
+    med = [0] + [sorted(deltas[k])[len(deltas[k]) // 2] for k in range(1, len(chain))]
+    tail = [r for r in rows if r[0] >= slow]
+    print('\n%d of %d pings took >= %.0f µs; the slowest step of each, and each step over its median:' % (len(tail), len(rows), slow / 1e3))
+    worst = {}
+    over = [[] for _ in chain]
+    for tt, row, hits, _ in tail:
+        ex = [row[k - 1] - med[k] for k in range(1, len(chain))]
+        k = max(range(len(ex)), key=lambda i: ex[i]) + 1
+        worst[k] = worst.get(k, 0) + 1
+        for j in range(1, len(chain)):
+            over[j].append(ex[j - 1])
+    for k in range(1, len(chain)):
+        v = sorted(over[k])
+        if not v:
+            continue
+        print('%-52s slowest in %4d  excess p50 %7.1f  max %7.1f µs' % (chain[k][3], worst.get(k, 0), v[len(v) // 2] / 1e3, v[-1] / 1e3))
+    print('the slowest, each step in µs (the ping written at CLOCK_MONOTONIC ns):')
+    for tt, row, hits, t0 in sorted(tail)[-15:]:
+        print('%7.1f µs at %d: %s' % (tt / 1e3, t0, ' '.join('%.0f' % (x / 1e3) for x in row)))
