@@ -7,16 +7,19 @@
  * (MPI_Gatherv) and checksums the matrix. With one process rank 0 relaxes
  * every row itself.
  *
- * -ahead block (the default, as the Orca version's): an owner finishes its
+ * -ahead block (the Orca version's default schedule): an owner finishes its
  * whole block at the iteration before its first row — row j relaxed with
  * that iteration's pivot and then with the block's rows before it, which
- * it has — and broadcasts the block once (MPI_Ibcast, posted by every rank
- * at that iteration and waited for at the block's first row), so there is
- * one collective per rank instead of one per row. Every row still takes
- * the pivots in order: the result is the sequential run's. -ahead none:
- * the pivot row by MPI_Bcast in its own iteration.
+ * it has — broadcasting each row as soon as it is final (MPI_Ibcast, a row
+ * at a time, posted by every rank at that iteration and waited for in the
+ * row's own), so the others have a block's rows before they need them.
+ * Every row still takes the pivots in order: the result is the sequential
+ * run's. -ahead none (the default): the pivot row by MPI_Bcast in its own
+ * iteration, faster here: OpenMPI progresses a nonblocking collective only
+ * inside MPI calls, so a row posted ahead moves when the ranks next call
+ * one (docs/orca.md, "Programs").
  *
- *   mpirun -n P ./asp -n 300 [-seed 1] [-ahead block|none]
+ *   mpirun -n P ./asp -n 300 [-seed 1] [-ahead none|block]
  */
 #include "common.h"
 
@@ -61,7 +64,7 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int n = flag_int(argc, argv, "-n", 300);
 	uint64_t seed = flag_int(argc, argv, "-seed", 1);
-	const char *ahead = flag_str(argc, argv, "-ahead", "block");
+	const char *ahead = flag_str(argc, argv, "-ahead", "none");
 	if (strcmp(ahead, "block") != 0 && strcmp(ahead, "none") != 0) {
 		fprintf(stderr, "-ahead is '%s', want block or none\n", ahead);
 		MPI_Abort(MPI_COMM_WORLD, 2);
@@ -96,7 +99,8 @@ int main(int argc, char **argv)
 		}
 	} else {
 		/* Two block buffers: the block whose rows are the pivots now
-		 * (cur, first row curlo) and the one being broadcast (next). */
+		 * (cur, first row curlo) and the one being broadcast (next),
+		 * a request per row of it (reqs). */
 		int most = 0;
 		for (int r = 0; r < procs; r++) {
 			int l, h;
@@ -105,49 +109,53 @@ int main(int argc, char **argv)
 				most = h - l;
 		}
 		int32_t *bufs[2] = {xmalloc((size_t)most * n * sizeof(int32_t)), xmalloc((size_t)most * n * sizeof(int32_t))};
+		MPI_Request *reqs = xmalloc((size_t)most * sizeof *reqs);
 		int32_t *cur = NULL, *next = bufs[0];
-		int curlo = 0, nextlo = 0, pending = -1;
-		MPI_Request req = MPI_REQUEST_NULL;
-		/* post: owner b finishes its block with pivot k (none before
-		 * row 0) and every rank posts its broadcast. */
+		int curlo = 0;
+		/* post: every rank posts the broadcast of each row of block b,
+		 * in order; its owner finishes each row first (pivot k, none
+		 * before row 0, then the block's rows before it), so a row goes
+		 * as soon as it is what its iteration needs. */
 		#define POST(b, k, pv) do { \
 			int l_, h_; \
 			block(n, procs, (b), &l_, &h_); \
-			if (rank == (b)) { \
-				for (int j = l_; j < h_; j++) { \
+			for (int j = l_; j < h_; j++) { \
+				int32_t *row_ = next + (size_t)(j - l_) * n; \
+				if (rank == (b)) { \
 					if ((pv) != NULL) \
 						relax(d, n, j, j + 1, (k), (pv)); \
 					for (int m = l_; m < j; m++) \
 						relax(d, n, j, j + 1, m, d + (size_t)m * n); \
+					memcpy(row_, d + (size_t)j * n, (size_t)n * sizeof(int32_t)); \
 				} \
-				memcpy(next, d + (size_t)l_ * n, (size_t)(h_ - l_) * n * sizeof(int32_t)); \
+				MPI_Ibcast(row_, n, MPI_INT32_T, (b), MPI_COMM_WORLD, &reqs[j - l_]); \
 			} \
-			MPI_Ibcast(next, (h_ - l_) * n, MPI_INT32_T, (b), MPI_COMM_WORLD, &req); \
-			pending = (b); \
-			nextlo = l_; \
+			cur = next; \
+			curlo = l_; \
+			next = cur == bufs[0] ? bufs[1] : bufs[0]; \
 		} while (0)
 		POST(owner(n, procs, 0), -1, (const int32_t *)NULL);
+		const int32_t *pv = NULL;
 		for (int k = 0; k < n; k++) {
 			int r = owner(n, procs, k);
-			if (r == pending) {
-				MPI_Wait(&req, MPI_STATUS_IGNORE);
-				pending = -1;
-				cur = next;
-				curlo = nextlo;
-				next = cur == bufs[0] ? bufs[1] : bufs[0];
-			}
-			const int32_t *pv = rank == r ? d + (size_t)k * n : cur + (size_t)(k - curlo) * n;
+			/* Row k's broadcast (this rank's own send of it, if its). */
+			MPI_Wait(&reqs[k - curlo], MPI_STATUS_IGNORE);
+			pv = rank == r ? d + (size_t)k * n : cur + (size_t)(k - curlo) * n;
 			int nb = k + 1 < n ? owner(n, procs, k + 1) : r;
-			if (nb != r)
+			if (nb != r) {
+				/* cur becomes the next block's: row k, the last of
+				 * this one, stays readable in the other buffer. */
 				POST(nb, k, pv); /* nb's rows took pivot k there */
-			if (rank == nb && nb != r)
-				continue;
+				if (rank == nb)
+					continue;
+			}
 			if (rank == r)
 				relax(d, n, lo, k + 1, k, pv); /* the rows after k took it */
 			else
 				relax(d, n, lo, hi, k, pv);
 		}
 		#undef POST
+		free(reqs);
 		free(bufs[0]);
 		free(bufs[1]);
 	}
