@@ -214,13 +214,7 @@ func leaveUnheardAtCrash(t *testing.T, level Level) {
 	leaves := loseLeaves(a, l)
 	msg := l.send(t)
 	r.net.RunFor(50 * time.Millisecond)
-	d.dead = true
-	d.ep.Crash()
-	r.net.RunFor(time.Millisecond)
-	l.leaving = true
-	l.top.Leave(l.clk.Core(r.net.Now()))
-	l.ep.Bind(l) // step it now
-	r.net.RunFor(3 * time.Second)
+	crashThenLeave(r, d, l)
 	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
 }
 
@@ -252,6 +246,18 @@ func TestLeaveUnheardAtMemberRelayed(t *testing.T) {
 	}
 }
 
+// crashThenLeave crashes d, has l leave a millisecond later, and runs the
+// segment for 3 s: the crash and the leave of the LeaveUnheard scripts.
+func crashThenLeave(r *simRun, d, l *process) {
+	d.dead = true
+	d.ep.Crash()
+	r.net.RunFor(time.Millisecond)
+	l.leaving = true
+	l.top.Leave(l.clk.Core(r.net.Now()))
+	l.ep.Bind(l) // step it now
+	r.net.RunFor(3 * time.Second)
+}
+
 func leaveUnheardAtMember(t *testing.T, level Level, relayed bool) {
 	r, a, b, l, d := fourByID(t, level)
 	base := a.view
@@ -274,13 +280,7 @@ func leaveUnheardAtMember(t *testing.T, level Level, relayed bool) {
 			t.Fatalf("before the crash: a's core delivered %d of d's frames, b's %d; want some and none", atA, atB)
 		}
 	}
-	d.dead = true
-	d.ep.Crash()
-	r.net.RunFor(time.Millisecond)
-	l.leaving = true
-	l.top.Leave(l.clk.Core(r.net.Now()))
-	l.ep.Bind(l) // step it now
-	r.net.RunFor(3 * time.Second)
+	crashThenLeave(r, d, l)
 	checkLeftUnheard(t, r, a, b, l, base, *leaves, msg)
 	for _, m := range dm {
 		for _, p := range []*process{a, b} {
