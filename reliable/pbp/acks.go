@@ -100,7 +100,11 @@ func (c *Core) StableFrom(s frame.MemberID) (next uint32, ok bool) {
 //   - once the sender stops with frames sent after the last it asked
 //     for, an Ack asking for acks (a probe), promptTail after its last
 //     frame: the last frames of a burst are stable promptTail and a round
-//     trip after they went out.
+//     trip after they went out. None while messages wait for window
+//     room: the frame that asked half a window back brings the acks that
+//     open the window, and the stream goes on, asking again; the probe
+//     comes after its last frame. Under load a stream stalled on its
+//     window often; each stall's probe cost an Ack of every receiver.
 
 // promptTail is how long after its last Data frame a member that asked
 // for prompt acks probes for the frames it sent since it last asked: a
@@ -137,10 +141,11 @@ func (c *Core) armTail() {
 	}
 }
 
-// probeTail: the probe's time came with frames not asked for in flight.
+// probeTail: the probe's time came with frames not asked for in flight
+// and none waiting for window room (the stream has not ended).
 func (c *Core) probeTail() {
 	c.tailAt = 0
-	if c.asked == c.nextSeq || c.inFlight() == 0 || c.frozen {
+	if c.asked == c.nextSeq || c.inFlight() == 0 || c.frozen || c.pending > 0 {
 		return
 	}
 	c.asked = c.nextSeq

@@ -1,6 +1,7 @@
 package pbp
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"testing"
@@ -321,5 +322,61 @@ func TestRetainSkipsHeldFrames(t *testing.T) {
 	ready(t, c)
 	if kept, _, ok := c.Retained(0, 103); !ok || string(kept) != "m103" {
 		t.Fatalf("frozen: Retained(103) = %q, %v; want m103", kept, ok)
+	}
+}
+
+// PromptAcks, a sender whose stream waits on the window: no probe goes
+// out while messages wait for window room. The frame that asked half a
+// window back brings the acks that open the window, and the stream goes
+// on (and asks again); a probe then cost an Ack of the sender and one of
+// every receiver per stall. Once nothing waits, the tail is probed.
+func TestPromptAcksNoProbeWhileBlocked(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 3)
+	cfg.PromptAcks, cfg.Window = true, 8
+	c := newCore(t, cfg)
+	now := t0 + 1
+	var frames []out
+	for i := range 12 {
+		if err := c.Propose(now, bytes.Repeat([]byte{byte(i)}, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 7 {
+			frames, _, _ = ready(t, c)
+		}
+	}
+	if fs, _, _ := ready(t, c); len(fs) != 0 {
+		t.Fatalf("the window full: %+v sent, want none", fs)
+	}
+	if len(frames) != 8 || c.Stats().Pending != 4 {
+		t.Fatalf("12 messages, window 8: %d frames sent, %d pending; want 8 and 4", len(frames), c.Stats().Pending)
+	}
+	// The stream waits on the window past promptTail: no probe.
+	for _, at := range []Time{now + Time(promptTail), now + 4*Time(promptTail)} {
+		c.Tick(at)
+		if frames, _, _ = ready(t, c); len(frames) != 0 {
+			t.Fatalf("%d after the window filled, with 4 messages waiting: %+v, want no frame (no probe)", at-now, frames)
+		}
+	}
+	// Both acknowledge 100..104 (104 asked): the 4 waiting go out, 108
+	// asking (half the window after 104).
+	now += 5 * Time(promptTail)
+	for _, m := range []frame.MemberID{1, 2} {
+		step(t, c, now, in{sender: m, seq: 99, acks: []uint32{105, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	}
+	frames, _, _ = ready(t, c)
+	var asking []uint32
+	for _, f := range frames {
+		if f.h.Flags&frame.FlagAckRequest != 0 {
+			asking = append(asking, f.h.Seq)
+		}
+	}
+	if len(frames) != 4 || c.Stats().Pending != 0 || !slices.Equal(asking, []uint32{108}) {
+		t.Fatalf("the window opened by 4: %d frames sent (%v asking), %d pending; want 4 (108 asking) and 0", len(frames), asking, c.Stats().Pending)
+	}
+	// Nothing waits now: the probe asks for the tail.
+	c.Tick(c.Deadline())
+	frames, _, _ = ready(t, c)
+	if len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Flags&frame.FlagAckRequest == 0 || frames[0].h.Seq != 111 {
+		t.Fatalf("the probe: %+v, want an Ack of Seq 111 asking for acks", frames)
 	}
 }

@@ -134,7 +134,8 @@ type Config struct {
 	// with nothing else in flight (a lone message), every half window
 	// of a stream, on its retransmissions, and with a
 	// probe (an Ack asking for acks) once it stops sending with frames
-	// after the last one it asked for (acks.go, promptTail). Every
+	// after the last one it asked for and none waiting for window room
+	// (acks.go, promptTail). Every
 	// member of a group sets it alike.
 	PromptAcks bool
 
