@@ -319,6 +319,32 @@ func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.C
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Namespace, name}, args...)...)
 }
 
+// KillAll sends SIGKILL to every process in the host's namespace (`ip
+// netns pids`) and returns how many it signalled. A job that a runner
+// kills by its process group can leave processes that are in no group of
+// the runner's: GNU timeout puts itself and its command in a group of its
+// own, and OpenMPI's orted daemons detach into sessions of their own; in
+// the namespace they all stay (bench/mpi/compare ends a try that way).
+func (h *Host) KillAll() (int, error) {
+	out, err := exec.Command("ip", "netns", "pids", h.Namespace).Output()
+	if err != nil {
+		return 0, fmt.Errorf("netns: pids of %s: %w", h.Namespace, err)
+	}
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 1 {
+			return n, fmt.Errorf("netns: pids of %s: %q is not a process id", h.Namespace, f)
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err == nil {
+			n++
+		} else if !errors.Is(err, unix.ESRCH) {
+			return n, fmt.Errorf("netns: kill %d in %s: %w", pid, h.Namespace, err)
+		}
+	}
+	return n, nil
+}
+
 // PanicError is what Do panics with, in the caller's goroutine, when fn
 // panicked: the original value and the stack where it happened.
 type PanicError struct {

@@ -279,3 +279,35 @@ func assertGone(t *testing.T, prefix string) {
 func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
+
+// TestKillAll: a process started in a host's namespace in a session of its
+// own (as OpenMPI's orted daemonizes, out of every process group of the
+// runner's) is ended by KillAll, and a second KillAll finds nothing.
+func TestKillAll(t *testing.T) {
+	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rbnkill"})
+	h := topo.Hosts[0]
+	cmd := h.Command(t.Context(), "setsid", "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	n, err := h.KillAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("KillAll signalled %d processes in %s, want 1 (sleep)", n, h.Namespace)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("sleep ended with %v, want killed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sleep still runs 10 s after KillAll")
+	}
+	if n, err := h.KillAll(); err != nil || n != 0 {
+		t.Fatalf("second KillAll: %d, %v; want 0, nil", n, err)
+	}
+}

@@ -231,6 +231,11 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 	// exec1 runs one measurement, at most three tries: an OpenMPI job
 	// now and then never starts one of its daemons on this loaded machine
 	// (mpirun then waits forever), so every try has a deadline.
+	// hosts are the current topology's: a failed try's processes are
+	// ended there too (KillAll), as the group kill below misses what GNU
+	// timeout in netns-mpirun and OpenMPI's daemonized orteds put in
+	// groups and sessions of their own (they outlived the try, ppid 1).
+	var hosts []*netns.Host
 	exec1 := func(r run, name string, args ...string) error {
 		var last error
 		for try := 0; try < 3; try++ {
@@ -254,6 +259,13 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 				failures++
 				last = fmt.Errorf("%s %s procs=%d: %v\n%s%s", r.system, r.prog, r.procs, err, out, stderr.String())
 				fmt.Fprintf(os.Stderr, "try %d failed: %v\n", try+1, last)
+				for _, h := range hosts {
+					if n, err := h.KillAll(); err != nil {
+						fmt.Fprintf(os.Stderr, "after try %d: %v\n", try+1, err)
+					} else if n > 0 {
+						fmt.Fprintf(os.Stderr, "after try %d: ended %d processes left in %s\n", try+1, n, h.Namespace)
+					}
+				}
 				continue
 			}
 			r.fields = nil
@@ -279,6 +291,7 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 		if err != nil {
 			return err
 		}
+		hosts = topo.Hosts
 		err = func() error {
 			defer topo.Close()
 			if loss != "" {
