@@ -269,6 +269,9 @@ type Core struct {
 
 	started bool
 	now     Time
+	// removals counts the members removed (remove): Live and HasLeft
+	// change only when it grows.
+	removals uint64
 
 	// The Unreliable level (datagram.go): this member's last datagram
 	// number, and the datagrams proposed since the last Ready (dgQ, each

@@ -1483,3 +1483,32 @@ func TestProposeBetweenReadyAndAdvance(t *testing.T) {
 		t.Fatalf("after Advance: %+v, want Data 104 msg-104", frames)
 	}
 }
+
+// Removals grows in the Step or Tick that changes Live or HasLeft, and
+// only then: the membership layer keeps its count of reachable members
+// until it grows (reliable/view). Member 1 leaves, member 2 fails.
+func TestRemovalsTrackLiveness(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	check := func(when string, want uint64, live1, left1, live2 bool) {
+		t.Helper()
+		if got := c.Removals(); got != want || c.Live(1) != live1 || c.HasLeft(1) != left1 || c.Live(2) != live2 {
+			t.Fatalf("%s: Removals %d, Live(1) %v, HasLeft(1) %v, Live(2) %v; want %d, %v, %v, %v",
+				when, got, c.Live(1), c.HasLeft(1), c.Live(2), want, live1, left1, live2)
+		}
+	}
+	check("at start", 0, true, false, true)
+	step(t, c, t0+1, in{sender: 2, seq: 100, body: data("y")})
+	step(t, c, t0+1, in{sender: 1, seq: 101, body: data("b")})
+	step(t, c, t0+1, in{sender: 1, seq: 102, body: &frame.Empty{T: frame.Leave}})
+	check("Leave ahead of a gap", 0, true, false, true)
+	step(t, c, t0+2, in{sender: 1, seq: 100, body: data("a")})
+	check("member 1's gap filled", 1, false, true, true)
+	ready(t, c)
+	c.Tick(t0 + 2)
+	check("a Tick before member 2's timeout", 1, false, true, true)
+	c.Tick(t0 + 1 + Time(DefaultFailureTimeout))
+	check("member 2 silent for the failure timeout", 2, false, true, false)
+	ready(t, c)
+	c.Tick(t0 + 2*Time(DefaultFailureTimeout))
+	check("later", 2, false, true, false)
+}

@@ -243,6 +243,11 @@ func (c *Core) HasLeft(id frame.MemberID) bool {
 	return p != nil && p.left
 }
 
+// Removals counts the members this core removed (failed, stalled or
+// left): Live and HasLeft change only when it grows, so a layer above may
+// keep what it computed from them until it does.
+func (c *Core) Removals() uint64 { return c.removals }
+
 // AllSent reports whether every frame this member sent is acknowledged by
 // every live member.
 func (c *Core) AllSent() bool { return c.stable == c.nextSeq }

@@ -469,6 +469,7 @@ func (c *Core) checkLeft(p *peer) {
 // Event's.
 func (c *Core) remove(p *peer, kind EventKind, reason string) {
 	p.live = false
+	c.removals++
 	if p.holding {
 		// What a hold kept in order is delivered, as it would have been
 		// without the hold (hold.go; not live, so drain cannot remove p

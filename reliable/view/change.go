@@ -61,6 +61,7 @@ func (c *Core) isJoiner(mac [6]byte) bool {
 
 // hear records a joiner (one per MAC: a newer incarnation replaces).
 func (c *Core) hear(j joiner) {
+	c.gen++
 	for i := range c.joiners {
 		if c.joiners[i].mac == j.mac {
 			if j.incarnation != c.joiners[i].incarnation || j.nonce != c.joiners[i].nonce {
@@ -102,6 +103,7 @@ func (c *Core) maybeFound() {
 	c.joiners = all
 	members, _ := c.nextMembers()
 	c.joiners = nil
+	c.gen++
 	founder := frame.NoMember
 	for _, m := range members {
 		if m.MAC == c.cfg.MAC {
@@ -355,7 +357,7 @@ func (c *Core) onFlush(src [6]byte, v frame.View) {
 			// would never deliver the rest of that sender's view. One
 			// that left is a leaver already (leftIn), not a suspect.
 			if !d.Left {
-				c.suspects = addID(c.suspects, d.Member)
+				c.suspect(d.Member)
 			}
 			regone = true
 		}
@@ -390,7 +392,7 @@ func (c *Core) leftIn(src [6]byte, v frame.View) {
 		d := dl.At(i)
 		if d.Left && d.Member != c.self {
 			if _, ok := c.memberOf(c.view, d.Member); ok {
-				c.leavers = addID(c.leavers, d.Member)
+				c.addLeaver(d.Member)
 				// It left from this view's core: it installed this view,
 				// which counts toward its acceptance (accept.go) as a
 				// frame heard from it would.
@@ -507,7 +509,7 @@ func (c *Core) maybeCommit() {
 	}
 	if len(laggards) > 0 {
 		for _, id := range laggards {
-			c.suspects = addID(c.suspects, id)
+			c.suspect(id)
 		}
 		c.prop = nil
 		return
@@ -896,6 +898,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.sentFormed, c.heard = c.sentFormed[:0], c.heard[:0]
 	c.frozen, c.comp, c.promise, c.promiseBy, c.gaveWay = false, nil, frame.ViewPrepareBody{}, frame.NoMember, false
 	c.suspects, c.leavers = c.suspects[:0], c.leavers[:0]
+	c.gen++ // the view, self, suspects, leavers and joiners
 	c.askingSince = 0
 	c.reportAt, c.foreignSince, c.foreignLast = 0, 0, 0
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool {

@@ -263,6 +263,7 @@ func (c *Core) Tick(now clock.Time) {
 func (c *Core) tickJoining() {
 	// Founders that fell silent are forgotten.
 	c.joiners = slices.DeleteFunc(c.joiners, func(j joiner) bool { return c.now >= j.heardAt.Add(c.cfg.FailureTimeout) })
+	c.gen++
 	if c.joinAt == 0 || c.now >= c.joinAt {
 		c.sendJoin()
 	}
@@ -288,7 +289,7 @@ func (c *Core) tickMember() {
 			// prepare again without them.
 			for _, id := range p.staying {
 				if !c.flushed(p, id) {
-					c.suspects = addID(c.suspects, id)
+					c.suspect(id)
 				}
 			}
 			c.prop = nil
@@ -303,7 +304,7 @@ func (c *Core) tickMember() {
 		}
 		if c.now >= c.promisedAt.Add(c.cfg.FailureTimeout) {
 			// The coordinator went silent in the middle of the change.
-			c.suspects = addID(c.suspects, c.promiseBy)
+			c.suspect(c.promiseBy)
 			c.promisedAt = c.now
 		}
 	}
@@ -364,12 +365,12 @@ func (c *Core) onSuspect(v frame.View) {
 	}
 	ids := v.Suspects()
 	if slices.Contains(ids, c.self) {
-		c.suspects = addID(c.suspects, from)
+		c.suspect(from)
 		return
 	}
 	for _, id := range ids {
 		if _, in := c.memberOf(c.view, id); in {
-			c.suspects = addID(c.suspects, id)
+			c.suspect(id)
 		}
 	}
 }
@@ -770,9 +771,9 @@ func (c *Core) observe(evs []core.Event) {
 	for _, ev := range evs {
 		switch ev.Kind {
 		case core.MemberFailed, core.MemberStalled:
-			c.suspects = addID(c.suspects, ev.Member)
+			c.suspect(ev.Member)
 		case core.MemberLeft:
-			c.leavers = addID(c.leavers, ev.Member)
+			c.addLeaver(ev.Member)
 		case core.SelfLeft:
 			// The inner core was told to leave with nothing pending
 			// (leaveInner) and, frozen, does not leave: nothing of this
@@ -935,8 +936,63 @@ func (c *Core) majority() bool {
 
 // reachable counts the view's members that did not leave cleanly (total)
 // and of them those reachable (present): itself, members neither
-// suspected nor failed, and members whose restart asks to join.
+// suspected nor failed, and members whose restart asks to join. The
+// counts are computed again only once this layer's inputs (gen: install
+// moves it, so a new inner core too) or the inner core's (Removals)
+// moved: under Agreed and Safe primary asks on every Step and Ready.
 func (c *Core) reachable() (present, total int) {
+	r := &c.reach
+	var removals uint64
+	if c.inner != nil {
+		removals = c.inner.Removals()
+	}
+	if !r.reachOK || r.reachGen != c.gen || r.removals != removals {
+		r.present, r.total = c.countReachable()
+		r.reachOK, r.reachGen, r.removals = true, c.gen, removals
+	} else if r.check {
+		if p, t := c.countReachable(); (p != r.present || t != r.total) && r.err == nil {
+			r.err = fmt.Errorf("view %d, member %d: cached reachable %d of %d, computed %d of %d (suspects %v, leavers %v, joiners %d)",
+				c.view.ID, c.self, r.present, r.total, p, t, c.suspects, c.leavers, len(c.joiners))
+		}
+	}
+	return r.present, r.total
+}
+
+// reachCache holds reachable's and coordinator's last answers and what
+// they were computed from.
+type reachCache struct {
+	reachOK            bool
+	reachGen, removals uint64
+	present, total     int
+	coordOK            bool
+	coordGen           uint64
+	coord              frame.MemberID
+	// check: every use computes the answer afresh too (CheckCache); err
+	// is the first difference.
+	check bool
+	err   error
+}
+
+// CheckCache has every use of the cached counts of reachable members and
+// of the coordinator compute them afresh as well, for simulations (it
+// costs what the cache saves); CacheErr reports the first difference.
+func (c *Core) CheckCache() { c.reach.check = true }
+
+// CacheErr is the first difference CheckCache found, nil if none.
+func (c *Core) CacheErr() error { return c.reach.err }
+
+// suspect adds id to the suspects; addLeaver to the leavers.
+func (c *Core) suspect(id frame.MemberID) {
+	c.suspects = addID(c.suspects, id)
+	c.gen++
+}
+
+func (c *Core) addLeaver(id frame.MemberID) {
+	c.leavers = addID(c.leavers, id)
+	c.gen++
+}
+
+func (c *Core) countReachable() (present, total int) {
 	for _, m := range c.view.Members {
 		if c.hasLeft(m.ID) {
 			continue

@@ -48,6 +48,9 @@ type Inner interface {
 	// left cleanly, from the Step that removed it on (its MemberLeft
 	// event comes with the next Ready).
 	HasLeft(id frame.MemberID) bool
+	// Removals counts the members the core removed: Live and HasLeft
+	// change only when it grows.
+	Removals() uint64
 	// Retained is a frame of member id as delivered here, for relaying.
 	Retained(id frame.MemberID, seq uint32) (data []byte, bundled, ok bool)
 	// Pin keeps data, delivered from frame seq of member id, unchanged
@@ -243,6 +246,12 @@ type Core struct {
 	groupAt   clock.Time // frames of a running group were last heard then
 
 	suspects []frame.MemberID
+	// gen counts the changes of what reachable and coordinator read in
+	// this layer: the view and self, the suspects, the leavers and the
+	// joiners (each changes through suspect, addLeaver, setJoiners or
+	// install); reach holds their last counts.
+	gen   uint64
+	reach reachCache
 	// askingSince: when this member counted no majority of its view and
 	// began to ask, frozen, whether the members it took for failed left
 	// (primary, askLeft): as the coordinator, by preparing the next view;
@@ -445,8 +454,20 @@ func addID(ids []frame.MemberID, id frame.MemberID) []frame.MemberID {
 }
 
 // coordinator is the lowest member of the view this member does not
-// suspect.
+// suspect. It is computed again only once gen moved.
 func (c *Core) coordinator() frame.MemberID {
+	r := &c.reach
+	if !r.coordOK || r.coordGen != c.gen {
+		r.coord, r.coordOK, r.coordGen = c.lowestUnsuspected(), true, c.gen
+	} else if r.check {
+		if want := c.lowestUnsuspected(); want != r.coord && r.err == nil {
+			r.err = fmt.Errorf("view %d, member %d: cached coordinator %d, computed %d (suspects %v, leavers %v)", c.view.ID, c.self, r.coord, want, c.suspects, c.leavers)
+		}
+	}
+	return r.coord
+}
+
+func (c *Core) lowestUnsuspected() frame.MemberID {
 	best := frame.NoMember
 	for _, m := range c.view.Members {
 		if containsID(c.suspects, m.ID) || containsID(c.leavers, m.ID) && m.ID != c.self {

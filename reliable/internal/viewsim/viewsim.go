@@ -246,6 +246,7 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	c.CheckCache()
 	p.core, p.top = c, c
 	switch r.level {
 	case Agreed, Safe:
@@ -297,6 +298,9 @@ func (p *process) Step(now time.Time) time.Time {
 			p.propose(now, t)
 		} // else flush proposes between Ready and Advance
 		p.flush(now, t)
+		if err := p.core.CacheErr(); err != nil {
+			p.run.fail("process %x.%d: %v", p.mac, p.inc, err)
+		}
 		if p.asleep {
 			return time.Time{}
 		}
