@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // pollerWoken has a goroutine wait in the network poller (a pipe's
@@ -106,6 +109,44 @@ func BenchmarkYield(b *testing.B) {
 	b.Run("Gosched", func(b *testing.B) {
 		for b.Loop() {
 			runtime.Gosched()
+		}
+	})
+}
+
+// BenchmarkGiveWay is what each way a poll could give the CPU away costs
+// the poller: sched_yield (GiveCPU's), a raw nanosleep on a locked thread
+// with the default timer slack (50 µs) and with 1 µs
+// (PR_SET_TIMERSLACK), and time.Sleep, which waits on the runtime's
+// timers. ns/op is the time until the poller looks again.
+func BenchmarkGiveWay(b *testing.B) {
+	nanosleep := func(d time.Duration, slack uintptr) func(*testing.B) {
+		return func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			old, _, _ := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_GET_TIMERSLACK, 0, 0)
+			defer unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, old, 0)
+			if slack > 0 {
+				if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, slack, 0); e != 0 {
+					b.Fatalf("prctl(PR_SET_TIMERSLACK, %d): %v", slack, e)
+				}
+			}
+			ts := unix.NsecToTimespec(int64(d))
+			for b.Loop() {
+				unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+			}
+		}
+	}
+	b.Run("sched_yield", func(b *testing.B) {
+		for b.Loop() {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	})
+	b.Run("nanosleep=0/slack=1us", nanosleep(0, 1000))
+	b.Run("nanosleep=5us/slack=1us", nanosleep(5*time.Microsecond, 1000))
+	b.Run("nanosleep=5us/slack=default", nanosleep(5*time.Microsecond, 0))
+	b.Run("time.Sleep=5us", func(b *testing.B) {
+		for b.Loop() {
+			time.Sleep(5 * time.Microsecond)
 		}
 	})
 }

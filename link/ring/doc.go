@@ -60,7 +60,10 @@
 // and woken per batch, which in a VM whose idle vCPUs halt costs tens of µs
 // each time, and a process waiting for one frame at a time is then not put
 // to sleep and woken per frame (docs/benchmarks-history.md, "Polling the
-// ring before sleeping"). A yield that keeps Recv off the CPU for more than
+// ring before sleeping"). A short sleep in place of the sched_yield, to
+// give the CPU away for certain, keeps the poller away 26 µs or more in
+// such a VM whatever it asks for, and was slower in every row measured
+// (docs/local-api.md, "A poll that sleeps to give way"). A yield that keeps Recv off the CPU for more than
 // a millisecond (or RxSpin, if longer) means other work holds the CPU, where
 // a sleeper is woken sooner than a yielder gets its turn back: spinning then
 // stops for 10 ms, doubling up to a second while that lasts. A Recv whose
