@@ -339,6 +339,17 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 	// and blocks into new slices, no longer runs during one (traces).
 	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
 	began := time.Now()
+	// The solve and, inside it, the gather are regions of the rank's
+	// execution trace (ORCA_TRACE): endRegions ends the open ones, once.
+	var regions []*trace.Region
+	endRegions := func() {
+		for i := len(regions) - 1; i >= 0; i-- {
+			regions[i].End()
+		}
+		regions = nil
+	}
+	defer func() { endRegions() }()
+	regions = append(regions, trace.StartRegion(ctx, "asp.solve"))
 	d := append([]int32(nil), a.Dist...) // this rank's rows are current
 	lo, hi := suite.Block(n, procs, rank)
 	if procs == 1 {
@@ -433,8 +444,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 			a.Relax(d, lo, hi, k, pivot)
 		}
 	}
-	gather := trace.StartRegion(ctx, "asp.gather")
-	defer gather.End()
+	regions = append(regions, trace.StartRegion(ctx, "asp.gather"))
 	for _, p := range sent {
 		if _, err := p.Wait(ctx); err != nil {
 			return harness.Result{}, err
@@ -457,5 +467,6 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		return harness.Result{}, errors.Join(err, bad)
 	}
 	solve := time.Since(began)
+	endRegions()
 	return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}, nil
 }
