@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/bits"
 	"runtime/debug"
 	"runtime/trace"
 	"slices"
@@ -48,24 +49,94 @@ func main() {
 	harness.Main("asp", setup)
 }
 
-// A row's or a block's message (BytesView): the number of its first row,
-// 4 bytes little-endian, then its cells as Varint32s (the distances are
-// below 1000 and shrink, so a 512-cell row is at most 1 kB, one message of
-// the order). The write functions decode it into memory the objects own,
-// allocated before the solve, or keep it encoded: a replica allocates
-// nothing per row, and decodes a block only where it is used.
+// A row's or a block's message (BytesView): the number of its first row
+// and the number of its cells, 4 bytes little-endian each, then the cells
+// packed: a byte w, the bits of the largest cell, and each cell's w low
+// bits, little-endian, in ceil(cells·w/8) bytes (a negative cell takes
+// 32). The distances are below 1000 and shrink: a row that has taken a
+// block's pivots is below 128, 457 bytes at n = 512, so two or three rows
+// share a message of the order (Orca's batches), where as Varint32s
+// (zigzag: a bit for the sign) most took one each. The write functions
+// unpack a row into memory the objects own, allocated before the solve,
+// or keep a block packed: a replica allocates nothing per row, and
+// unpacks a block only where it is used. Packing at a row's own width is
+// a few lines; no package at hand does it.
 func rowMessage(first int, cells []int32) []byte {
-	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+2*len(cells)), uint32(first))
-	b, _ = orca.Varint32s.Append(b, cells) // never fails
+	return appendRow(nil, first, cells)
+}
+
+// appendRow appends a row's or a block's message to b.
+func appendRow(b []byte, first int, cells []int32) []byte {
+	var or uint32
+	for _, c := range cells {
+		or |= uint32(c)
+	}
+	w := bits.Len32(or)
+	b = slices.Grow(b, rowHeader+(len(cells)*w+7)/8)
+	b = binary.LittleEndian.AppendUint32(b, uint32(first))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(cells)))
+	b = append(b, byte(w))
+	var acc uint64 // below 8 bits pending, then a cell's w more
+	have := 0
+	for _, c := range cells {
+		acc |= uint64(uint32(c)) << have
+		for have += w; have >= 8; have -= 8 {
+			b = append(b, byte(acc))
+			acc >>= 8
+		}
+	}
+	if have > 0 {
+		b = append(b, byte(acc))
+	}
 	return b
 }
 
-// splitRow returns a row or block message's first row and cells.
-func splitRow(b []byte) (first int32, cells []byte, ok bool) {
-	if len(b) < 4 {
-		return 0, nil, false
+// rowHeader is a message's bytes before its packed cells.
+const rowHeader = 9
+
+// packedRow is a row's or a block's message, split (splitRow).
+type packedRow struct {
+	first  int32
+	cells  int
+	width  int
+	packed []byte
+}
+
+// splitRow splits a row's or a block's message, or reports that it is
+// not one: too short, a width over 32, or packed bytes other than its
+// cells take.
+func splitRow(b []byte) (packedRow, bool) {
+	if len(b) < rowHeader {
+		return packedRow{}, false
 	}
-	return int32(binary.LittleEndian.Uint32(b)), b[4:], true
+	r := packedRow{
+		first:  int32(binary.LittleEndian.Uint32(b)),
+		cells:  int(binary.LittleEndian.Uint32(b[4:])),
+		width:  int(b[8]),
+		packed: b[rowHeader:],
+	}
+	if r.width > 32 || uint64(len(r.packed)) != (uint64(r.cells)*uint64(r.width)+7)/8 {
+		return packedRow{}, false
+	}
+	return r, true
+}
+
+// unpack appends r's cells to dst.
+func (r packedRow) unpack(dst []int32) []int32 {
+	out := slices.Grow(dst, r.cells)[:len(dst)+r.cells]
+	w, mask := r.width, uint64(1)<<r.width-1
+	var acc uint64
+	have, i := 0, 0
+	for j := range out[len(dst):] {
+		for ; have < w; have += 8 {
+			acc |= uint64(r.packed[i]) << have
+			i++
+		}
+		out[len(dst)+j] = int32(uint32(acc & mask))
+		acc >>= w
+		have -= w
+	}
+	return out
 }
 
 // The row object: the pivot rows sent so far, nil until added, each in
@@ -90,17 +161,13 @@ func newPivots(n int) pivots {
 
 // addRowTo is add's function.
 func addRowTo(p *pivots, b []byte) bool {
-	k, enc, ok := splitRow(b)
-	if !ok || k < 0 || k >= p.N || p.Rows[k] != nil {
+	r, ok := splitRow(b)
+	k, n := r.first, int(p.N)
+	if !ok || k < 0 || k >= p.N || p.Rows[k] != nil || r.cells != n {
 		return false
 	}
-	n := int(p.N)
 	at := int(k) * n
-	row, err := orca.DecodeVarint32s(p.Slab[at:at:at+n], enc)
-	if err != nil || len(row) != n {
-		return false
-	}
-	p.Rows[k] = row
+	p.Rows[k] = r.unpack(p.Slab[at : at : at+n])
 	return true
 }
 
@@ -154,31 +221,24 @@ func (m *matrix) free(first, rows int32) bool {
 	return true
 }
 
-// addBlockTo is block's function: it counts the block's cells (each
-// varint's last byte is below 0x80) without decoding them.
+// addBlockTo is block's function: it keeps the block's message, packed.
 func addBlockTo(m *matrix, b []byte) bool {
-	first, enc, ok := splitRow(b)
-	if !ok {
+	r, ok := splitRow(b)
+	if !ok || r.cells%int(m.N) != 0 || r.cells/int(m.N) > int(m.N) {
 		return false
 	}
-	cells := int32(0)
-	for _, c := range enc {
-		if c < 0x80 {
-			cells++
-		}
-	}
-	rows := cells / m.N
-	if rows == 0 || cells%m.N != 0 || first < 0 || first+rows > m.N || !m.free(first, rows) {
+	first, rows := r.first, int32(r.cells)/m.N
+	if rows == 0 || first < 0 || first+rows > m.N || !m.free(first, rows) {
 		return false
 	}
-	m.Enc[first] = slices.Clone(enc)
+	m.Enc[first] = slices.Clone(b)
 	m.Rows[first] = rows
 	m.Have += rows
 	return true
 }
 
-// intoMatrix is into's function: it decodes every block into its rows of
-// dst (n×n), or says which block does not decode.
+// intoMatrix is into's function: it unpacks every block into its rows of
+// dst (n×n), or says which block does not fit them.
 func intoMatrix(m *matrix, dst []int32) error {
 	n := int(m.N)
 	if len(dst) != n*n {
@@ -189,9 +249,11 @@ func intoMatrix(m *matrix, dst []int32) error {
 			continue
 		}
 		at, end := i*n, (i+int(m.Rows[i]))*n
-		if _, err := orca.DecodeVarint32s(dst[at:at:end], e); err != nil {
-			return fmt.Errorf("the block of rows %d..%d: %w", i, i+int(m.Rows[i])-1, err)
+		r, ok := splitRow(e)
+		if !ok || r.cells != end-at {
+			return fmt.Errorf("the block of rows %d..%d: not %d cells", i, i+int(m.Rows[i])-1, end-at)
 		}
+		r.unpack(dst[at:at:end])
 	}
 	return nil
 }
