@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/bits"
 	"runtime/debug"
 	"runtime/trace"
 	"slices"
@@ -48,24 +49,94 @@ func main() {
 	harness.Main("asp", setup)
 }
 
-// A row's or a block's message (BytesView): the number of its first row,
-// 4 bytes little-endian, then its cells as Varint32s (the distances are
-// below 1000 and shrink, so a 512-cell row is at most 1 kB, one message of
-// the order). The write functions decode it into memory the objects own,
-// allocated before the solve, or keep it encoded: a replica allocates
-// nothing per row, and decodes a block only where it is used.
+// A row's or a block's message (BytesView): the number of its first row
+// and the number of its cells, 4 bytes little-endian each, then the cells
+// packed: a byte w, the bits of the largest cell, and each cell's w low
+// bits, little-endian, in ceil(cells·w/8) bytes (a negative cell takes
+// 32). The distances are below 1000 and shrink: a row that has taken a
+// block's pivots is below 128, 457 bytes at n = 512, so two or three rows
+// share a message of the order (Orca's batches), where as Varint32s
+// (zigzag: a bit for the sign) most took one each. The write functions
+// unpack a row into memory the objects own, allocated before the solve,
+// or keep a block packed: a replica allocates nothing per row, and
+// unpacks a block only where it is used. Packing at a row's own width is
+// a few lines; no package at hand does it.
 func rowMessage(first int, cells []int32) []byte {
-	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+2*len(cells)), uint32(first))
-	b, _ = orca.Varint32s.Append(b, cells) // never fails
+	return appendRow(nil, first, cells)
+}
+
+// appendRow appends a row's or a block's message to b.
+func appendRow(b []byte, first int, cells []int32) []byte {
+	var or uint32
+	for _, c := range cells {
+		or |= uint32(c)
+	}
+	w := bits.Len32(or)
+	b = slices.Grow(b, rowHeader+(len(cells)*w+7)/8)
+	b = binary.LittleEndian.AppendUint32(b, uint32(first))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(cells)))
+	b = append(b, byte(w))
+	var acc uint64 // below 8 bits pending, then a cell's w more
+	have := 0
+	for _, c := range cells {
+		acc |= uint64(uint32(c)) << have
+		for have += w; have >= 8; have -= 8 {
+			b = append(b, byte(acc))
+			acc >>= 8
+		}
+	}
+	if have > 0 {
+		b = append(b, byte(acc))
+	}
 	return b
 }
 
-// splitRow returns a row or block message's first row and cells.
-func splitRow(b []byte) (first int32, cells []byte, ok bool) {
-	if len(b) < 4 {
-		return 0, nil, false
+// rowHeader is a message's bytes before its packed cells.
+const rowHeader = 9
+
+// packedRow is a row's or a block's message, split (splitRow).
+type packedRow struct {
+	first  int32
+	cells  int
+	width  int
+	packed []byte
+}
+
+// splitRow splits a row's or a block's message, or reports that it is
+// not one: too short, a width over 32, or packed bytes other than its
+// cells take.
+func splitRow(b []byte) (packedRow, bool) {
+	if len(b) < rowHeader {
+		return packedRow{}, false
 	}
-	return int32(binary.LittleEndian.Uint32(b)), b[4:], true
+	r := packedRow{
+		first:  int32(binary.LittleEndian.Uint32(b)),
+		cells:  int(binary.LittleEndian.Uint32(b[4:])),
+		width:  int(b[8]),
+		packed: b[rowHeader:],
+	}
+	if r.width > 32 || uint64(len(r.packed)) != (uint64(r.cells)*uint64(r.width)+7)/8 {
+		return packedRow{}, false
+	}
+	return r, true
+}
+
+// unpack appends r's cells to dst.
+func (r packedRow) unpack(dst []int32) []int32 {
+	out := slices.Grow(dst, r.cells)[:len(dst)+r.cells]
+	w, mask := r.width, uint64(1)<<r.width-1
+	var acc uint64
+	have, i := 0, 0
+	for j := range out[len(dst):] {
+		for ; have < w; have += 8 {
+			acc |= uint64(r.packed[i]) << have
+			i++
+		}
+		out[len(dst)+j] = int32(uint32(acc & mask))
+		acc >>= w
+		have -= w
+	}
+	return out
 }
 
 // The row object: the pivot rows sent so far, nil until added, each in
@@ -80,22 +151,23 @@ type pivots struct {
 }
 
 func newPivots(n int) pivots {
-	return pivots{N: int32(n), Rows: make([][]int32, n), Slab: make([]int32, n*n)}
+	p := pivots{N: int32(n), Rows: make([][]int32, n), Slab: make([]int32, n*n)}
+	// Written once here, before the solve: a fresh allocation this large
+	// is pages the kernel maps (and zeroes) at their first write, which
+	// would otherwise come as the rows are decoded into it, in the solve.
+	clear(p.Slab)
+	return p
 }
 
 // addRowTo is add's function.
 func addRowTo(p *pivots, b []byte) bool {
-	k, enc, ok := splitRow(b)
-	if !ok || k < 0 || k >= p.N || p.Rows[k] != nil {
+	r, ok := splitRow(b)
+	k, n := r.first, int(p.N)
+	if !ok || k < 0 || k >= p.N || p.Rows[k] != nil || r.cells != n {
 		return false
 	}
-	n := int(p.N)
 	at := int(k) * n
-	row, err := orca.DecodeVarint32s(p.Slab[at:at:at+n], enc)
-	if err != nil || len(row) != n {
-		return false
-	}
-	p.Rows[k] = row
+	p.Rows[k] = r.unpack(p.Slab[at : at : at+n])
 	return true
 }
 
@@ -149,31 +221,24 @@ func (m *matrix) free(first, rows int32) bool {
 	return true
 }
 
-// addBlockTo is block's function: it counts the block's cells (each
-// varint's last byte is below 0x80) without decoding them.
+// addBlockTo is block's function: it keeps the block's message, packed.
 func addBlockTo(m *matrix, b []byte) bool {
-	first, enc, ok := splitRow(b)
-	if !ok {
+	r, ok := splitRow(b)
+	if !ok || r.cells%int(m.N) != 0 || r.cells/int(m.N) > int(m.N) {
 		return false
 	}
-	cells := int32(0)
-	for _, c := range enc {
-		if c < 0x80 {
-			cells++
-		}
-	}
-	rows := cells / m.N
-	if rows == 0 || cells%m.N != 0 || first < 0 || first+rows > m.N || !m.free(first, rows) {
+	first, rows := r.first, int32(r.cells)/m.N
+	if rows == 0 || first < 0 || first+rows > m.N || !m.free(first, rows) {
 		return false
 	}
-	m.Enc[first] = slices.Clone(enc)
+	m.Enc[first] = slices.Clone(b)
 	m.Rows[first] = rows
 	m.Have += rows
 	return true
 }
 
-// intoMatrix is into's function: it decodes every block into its rows of
-// dst (n×n), or says which block does not decode.
+// intoMatrix is into's function: it unpacks every block into its rows of
+// dst (n×n), or says which block does not fit them.
 func intoMatrix(m *matrix, dst []int32) error {
 	n := int(m.N)
 	if len(dst) != n*n {
@@ -184,9 +249,11 @@ func intoMatrix(m *matrix, dst []int32) error {
 			continue
 		}
 		at, end := i*n, (i+int(m.Rows[i]))*n
-		if _, err := orca.DecodeVarint32s(dst[at:at:end], e); err != nil {
-			return fmt.Errorf("the block of rows %d..%d: %w", i, i+int(m.Rows[i])-1, err)
+		r, ok := splitRow(e)
+		if !ok || r.cells != end-at {
+			return fmt.Errorf("the block of rows %d..%d: not %d cells", i, i+int(m.Rows[i])-1, end-at)
 		}
+		r.unpack(dst[at:at:end])
 	}
 	return nil
 }
@@ -309,7 +376,8 @@ const (
 
 var aheadModes = map[string]ahead{"none": aheadNone, "row": aheadRow, "block": aheadBlock}
 
-// observe, when set (tests), is told of each row a rank sends and each
+// observe, when set (tests), is told where a rank's solve begins and where
+// rank 0's ends ("solve", "solved"), of each row a rank sends and each
 // pivot it relaxes its rows with, in the rank's order.
 var observe func(rank int, what string, k int)
 
@@ -323,6 +391,10 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 	if err != nil {
 		return harness.Result{}, err
 	}
+	// This rank's copy of the distances, made before the start barrier
+	// as the MPI peer's matrix is: a fresh 1 MB (n = 512) whose pages the
+	// kernel maps and zeroes as it is written, not part of the solve.
+	d := append([]int32(nil), a.Dist...)
 	start, err := harness.NewBarrier(node, "start")
 	if err != nil {
 		return harness.Result{}, err
@@ -338,14 +410,30 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 	// three times a solve at Go's default when every replica decoded rows
 	// and blocks into new slices, no longer runs during one (traces).
 	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
+	if observe != nil {
+		observe(rank, "solve", 0)
+	}
 	began := time.Now()
-	d := append([]int32(nil), a.Dist...) // this rank's rows are current
+	// The solve and, inside it, the gather are regions of the rank's
+	// execution trace (ORCA_TRACE): endRegions ends the open ones, once.
+	var regions []*trace.Region
+	endRegions := func() {
+		for i := len(regions) - 1; i >= 0; i-- {
+			regions[i].End()
+		}
+		regions = nil
+	}
+	defer func() { endRegions() }()
+	regions = append(regions, trace.StartRegion(ctx, "asp.solve"))
 	lo, hi := suite.Block(n, procs, rank)
 	if procs == 1 {
 		for k := range n {
 			a.Relax(d, 0, n, k, d[k*n:(k+1)*n])
 		}
 		solve := time.Since(began)
+		if observe != nil {
+			observe(rank, "solved", 0)
+		}
 		return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}, nil
 	}
 	mine := func(k int) bool { return k >= lo && k < hi }
@@ -433,8 +521,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 			a.Relax(d, lo, hi, k, pivot)
 		}
 	}
-	gather := trace.StartRegion(ctx, "asp.gather")
-	defer gather.End()
+	regions = append(regions, trace.StartRegion(ctx, "asp.gather"))
 	for _, p := range sent {
 		if _, err := p.Wait(ctx); err != nil {
 			return harness.Result{}, err
@@ -457,5 +544,9 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		return harness.Result{}, errors.Join(err, bad)
 	}
 	solve := time.Since(began)
+	endRegions()
+	if observe != nil {
+		observe(rank, "solved", 0)
+	}
 	return harness.Result{Valid: true, Checksum: suite.ChecksumInt32(d), Solve: solve}, nil
 }
