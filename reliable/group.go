@@ -103,6 +103,7 @@ type Group struct {
 	inline      bool
 	inlineDone  sync.Cond
 	turning     bool // the loop takes a turn (g.mu is let go within it)
+	turned      bool // the loop has taken the first turn (the core's clocks run)
 	lastPropose time.Time
 	now         func() time.Time
 	// lastRead (the loop's own) is when a wait on the link last read
@@ -465,7 +466,7 @@ func (h *groupLoop) turn(frames []link.Frame) bool {
 	g.sleepUntil = time.Time{}
 	g.turning = true
 	g.turn(frames)
-	g.turning = false
+	g.turning, g.turned = false, true
 	stopped := g.err != nil
 	g.mu.Unlock()
 	return stopped

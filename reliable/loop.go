@@ -146,7 +146,8 @@ func (lp *Loop) kickFailed(err error) {
 // is over at once (its peers' messages have come) would compute its
 // next step first, and its frames would wait for that. A group is sent
 // for only where its core has nothing but frames to carry out (its
-// deliveries and events are handed out on the Loop alone), and while it
+// deliveries and events are handed out on the Loop alone) and that has
+// had its first turn (which starts the core's clocks), and while it
 // does, the Loop's turns of that group wait (as for a lone Send's
 // sendNow); what is left, and each group's timers, stay the Loop's, which
 // the Sends woke. A link that cannot send stops every hosted group.
@@ -159,7 +160,7 @@ func (lp *Loop) SendNow() {
 	for _, h := range hosts {
 		g := h.h.g
 		g.mu.Lock()
-		if g.due && !g.turning && !g.inline && !g.leaving && !g.stop && g.err == nil && len(g.first) == 0 {
+		if g.due && g.turned && !g.turning && !g.inline && !g.leaving && !g.stop && g.err == nil && len(g.first) == 0 {
 			// Ready again before Advance returns the same: what is not
 			// frames alone is left to the Loop's turn.
 			if rd := g.n.st.Ready(); len(rd.Frames) > 0 && len(rd.Deliveries) == 0 && len(rd.Events) == 0 {
