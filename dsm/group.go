@@ -145,7 +145,10 @@ func (e *groupEnv) send() {
 
 // flush sends the outbox on the caller's goroutine unless the sender
 // goroutine is at it: a barrier or lock message then leaves without a
-// goroutine hand-off (called without n.mu).
+// goroutine hand-off (called without n.mu). On a Loop (channels) the
+// caller sends the frames too (Loop.SendNow): with one P the Loop's
+// goroutine would send them only once the program blocks, after its next
+// step's computation if the barrier is crossed at once.
 func (e *groupEnv) Flush() {
 	if !e.sendMu.TryLock() {
 		e.Kick()
@@ -153,6 +156,9 @@ func (e *groupEnv) Flush() {
 	}
 	e.drain()
 	e.sendMu.Unlock()
+	if e.loop != nil {
+		e.loop.SendNow()
+	}
 }
 
 // drain moves the outbox into Group.Send in order (with sendMu held, so

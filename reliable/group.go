@@ -102,6 +102,8 @@ type Group struct {
 	// its own to place Sends around quietSend).
 	inline      bool
 	inlineDone  sync.Cond
+	turning     bool // the loop takes a turn (g.mu is let go within it)
+	turned      bool // the loop has taken the first turn (the core's clocks run)
 	lastPropose time.Time
 	now         func() time.Time
 	// lastRead (the loop's own) is when a wait on the link last read
@@ -462,7 +464,9 @@ func (h *groupLoop) turn(frames []link.Frame) bool {
 	g := h.g
 	g.lockLoop()
 	g.sleepUntil = time.Time{}
+	g.turning = true
 	g.turn(frames)
+	g.turning, g.turned = false, true
 	stopped := g.err != nil
 	g.mu.Unlock()
 	return stopped
@@ -491,22 +495,33 @@ func (g *Group) turn(frames []link.Frame) error {
 	}
 	g.n.st.Hold = g.cfg.Deliver == nil && g.queue.full()
 	g.n.input(now, frames)
-	return g.carryOut(g.n.st.Ready(), false)
+	return g.carryOut(g.n.st.Ready(), kickLater)
 }
+
+// kickBy says who has the kernel send what a carry-out staged.
+type kickBy uint8
+
+const (
+	kickLater  kickBy = iota // the group's kicker, or its Loop after the round
+	kickHere                 // carryOut, at once
+	kickCaller               // carryOut's caller, which takes n.out.staged (Loop.SendNow)
+)
 
 // carryOut is the second half of a turn: send rd's frames, hand out its
 // deliveries and events, Advance (g.mu is held, and let go meanwhile).
-// With kickNow the frames staged are kicked here, not by the kicker.
-func (g *Group) carryOut(rd core.Ready, kickNow bool) error {
+// kick says who kicks the frames staged.
+func (g *Group) carryOut(rd core.Ready, kick kickBy) error {
 	g.mu.Unlock()
 	err := g.n.out.send(rd.Frames)
-	if kickNow && g.n.out.staged {
+	switch {
+	case kick == kickHere && g.n.out.staged:
 		g.n.out.staged = false
 		// Kick returns at once if the kicker is kicking: it sends these too.
 		if kerr := g.n.out.stage.Kick(); err == nil {
 			err = kerr
 		}
-	} else {
+	case kick == kickCaller:
+	default:
 		g.kickStaged()
 	}
 	g.n.handOut(rd)
@@ -828,8 +843,12 @@ func (g *Group) sendNow(kickNow bool) bool {
 	if !g.canSendNow() {
 		return false
 	}
+	kick := kickLater
+	if kickNow {
+		kick = kickHere
+	}
 	g.inline = true
-	g.carryOut(g.n.st.Ready(), kickNow) // an error stops the group (finish)
+	g.carryOut(g.n.st.Ready(), kick) // an error stops the group (finish)
 	g.inline = false
 	g.inlineDone.Broadcast()
 	if d := g.n.clk.Wall(g.n.st.Deadline()); !d.IsZero() && d.Before(g.sleepUntil) {

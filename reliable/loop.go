@@ -119,15 +119,66 @@ func (lp *Loop) kicker() {
 			return
 		}
 		if err := st.Kick(); err != nil {
-			lp.mu.Lock()
-			hosts := append([]*hosted(nil), lp.hosts...)
-			lp.mu.Unlock()
-			for _, h := range hosts {
-				g := h.h.g
-				g.mu.Lock()
-				g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
-				g.mu.Unlock()
+			lp.kickFailed(err)
+		}
+	}
+}
+
+// kickFailed stops every hosted group: the shared link cannot send.
+func (lp *Loop) kickFailed(err error) {
+	lp.mu.Lock()
+	hosts := append([]*hosted(nil), lp.hosts...)
+	lp.mu.Unlock()
+	for _, h := range hosts {
+		g := h.h.g
+		g.mu.Lock()
+		g.finish(fmt.Errorf("reliable: group %d member %d: link send failed: %w", g.cfg.Group, g.self, err))
+		g.mu.Unlock()
+	}
+}
+
+// SendNow sends, on the calling goroutine, what Sends on the hosted
+// groups proposed since the Loop last took their turns: each such
+// group's frames are staged, then kicked once for all of them, before it
+// returns. It is for a caller about to wait for the answer (dsm's
+// barrier): with one P (GOMAXPROCS=1) the Loop's goroutine, which the
+// Sends woke, runs only once the caller blocks, so a caller whose wait
+// is over at once (its peers' messages have come) would compute its
+// next step first, and its frames would wait for that. A group is sent
+// for only where its core has nothing but frames to carry out (its
+// deliveries and events are handed out on the Loop alone) and that has
+// had its first turn (which starts the core's clocks), and while it
+// does, the Loop's turns of that group wait (as for a lone Send's
+// sendNow); what is left, and each group's timers, stay the Loop's, which
+// the Sends woke. A link that cannot send stops every hosted group.
+func (lp *Loop) SendNow() {
+	var buf [8]*hosted
+	lp.mu.Lock()
+	hosts := append(buf[:0], lp.hosts...)
+	lp.mu.Unlock()
+	var st link.Stager
+	for _, h := range hosts {
+		g := h.h.g
+		g.mu.Lock()
+		if g.due && g.turned && !g.turning && !g.inline && !g.leaving && !g.stop && g.err == nil && len(g.first) == 0 {
+			// Ready again before Advance returns the same: what is not
+			// frames alone is left to the Loop's turn.
+			if rd := g.n.st.Ready(); len(rd.Frames) > 0 && len(rd.Deliveries) == 0 && len(rd.Events) == 0 {
+				g.inline = true
+				g.carryOut(rd, kickCaller) // an error stops the group (finish)
+				g.inline = false
+				g.inlineDone.Broadcast()
+				if g.n.out.staged {
+					g.n.out.staged = false
+					st = g.n.out.stage
+				}
 			}
+		}
+		g.mu.Unlock()
+	}
+	if st != nil {
+		if err := st.Kick(); err != nil {
+			lp.kickFailed(err)
 		}
 	}
 }

@@ -360,3 +360,67 @@ func TestLoopWakesOnce(t *testing.T) {
 		t.Fatalf("two Sends on two hosted groups woke the Loop's source %d times, want 1", n)
 	}
 }
+
+// SendNow sends what the hosted groups' Sends proposed on the calling
+// goroutine, in one Kick for all of them, while the Loop's goroutine is
+// busy (dsm's barrier at one P: the program crosses at once and would
+// compute before the Loop ran): member 1's Loop is held in a delivery of
+// group 7 while its groups 8 and 9 each Send; SendNow kicks both Data
+// frames at once, and member 2 delivers both before member 1's Loop is
+// let go. Group 7's delivery, held on the Loop, is not carried out off
+// it.
+func TestLoopSendNow(t *testing.T) {
+	r := rtnet.New(t, 25)
+	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l1, l2})
+	st := &kickCounter{Link: l1}
+	ms := loopMembers(t, []link.Link{st, l2}, members, []uint32{7, 8, 9})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ms[0].onDeliver = func(group uint32, from frame.MemberID, data []byte) {
+		if group == 7 && string(data) == "hold" {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("member 1 never delivered group 7's message")
+	}
+	st.mu.Lock()
+	before := len(st.kicks)
+	st.mu.Unlock()
+	for _, id := range []uint32{8, 9} {
+		if err := ms[0].groups[id].Send(ctx, []byte(fmt.Sprint("to ", id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms[0].lp.SendNow()
+	st.mu.Lock()
+	kicks := slices.Clone(st.kicks[before:])
+	st.mu.Unlock()
+	if len(kicks) != 1 || !slices.Equal(kicks[0], []uint32{8, 9}) {
+		t.Fatalf("SendNow with the Loop busy: Data frames per Kick by group %v, want one Kick of groups 8 and 9", kicks)
+	}
+	for ms[1].received(8) < 1 || ms[1].received(9) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("member 2 did not receive groups 8 and 9's messages while member 1's Loop was held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ms[1].mu.Lock()
+	got8, got9 := ms[1].got[8][1], ms[1].got[9][1]
+	ms[1].mu.Unlock()
+	if len(got8) != 1 || string(got8[0]) != "to 8" || len(got9) != 1 || string(got9[0]) != "to 9" {
+		t.Fatalf("member 2 got %q on group 8 and %q on group 9, want [\"to 8\"] and [\"to 9\"]", got8, got9)
+	}
+}
