@@ -240,31 +240,7 @@ func (s *kickCounter) Wake() { s.Link.(link.Waker).Wake() }
 // their two Data frames leave in the same Kick (a Group's own loop
 // kicks per group).
 func TestLoopOneKickPerRound(t *testing.T) {
-	r := rtnet.New(t, 23)
-	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
-	members := staticMembers([]*rtnet.Link{l1, l2})
-	st := &kickCounter{Link: l1}
-	ms := loopMembers(t, []link.Link{st, l2}, members, []uint32{7, 8, 9})
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	ms[0].onDeliver = func(group uint32, from frame.MemberID, data []byte) {
-		if group == 7 && string(data) == "hold" {
-			once.Do(func() {
-				close(entered)
-				<-release
-			})
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("member 1 never delivered group 7's message")
-	}
+	ms, st, ctx, release := heldLoop(t, 23)
 	for _, id := range []uint32{8, 9} {
 		if err := ms[0].groups[id].Send(ctx, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -285,6 +261,40 @@ func TestLoopOneKickPerRound(t *testing.T) {
 		}
 	}
 	t.Fatalf("groups 8 and 9's Data frames went out in different Kicks: Data frames per Kick by group %v", st.kicks)
+}
+
+// heldLoop starts two members hosting groups 7, 8 and 9 on Loops (member
+// 1's link counting its Kicks) and holds member 1's Loop inside the
+// delivery of a message of group 7 until release is closed.
+func heldLoop(t *testing.T, seed uint64) (ms []*loopMember, st *kickCounter, ctx context.Context, release chan struct{}) {
+	t.Helper()
+	r := rtnet.New(t, seed)
+	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l1, l2})
+	st = &kickCounter{Link: l1}
+	ms = loopMembers(t, []link.Link{st, l2}, members, []uint32{7, 8, 9})
+	entered := make(chan struct{})
+	release = make(chan struct{})
+	var once sync.Once
+	ms[0].onDeliver = func(group uint32, from frame.MemberID, data []byte) {
+		if group == 7 && string(data) == "hold" {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("member 1 never delivered group 7's message")
+	}
+	return ms, st, ctx, release
 }
 
 // gateWaker counts Wakes and holds them back until open.
@@ -370,32 +380,8 @@ func TestLoopWakesOnce(t *testing.T) {
 // let go. Group 7's delivery, held on the Loop, is not carried out off
 // it.
 func TestLoopSendNow(t *testing.T) {
-	r := rtnet.New(t, 25)
-	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
-	members := staticMembers([]*rtnet.Link{l1, l2})
-	st := &kickCounter{Link: l1}
-	ms := loopMembers(t, []link.Link{st, l2}, members, []uint32{7, 8, 9})
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	ms[0].onDeliver = func(group uint32, from frame.MemberID, data []byte) {
-		if group == 7 && string(data) == "hold" {
-			once.Do(func() {
-				close(entered)
-				<-release
-			})
-		}
-	}
+	ms, st, ctx, release := heldLoop(t, 25)
 	defer close(release)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("member 1 never delivered group 7's message")
-	}
 	st.mu.Lock()
 	before := len(st.kicks)
 	st.mu.Unlock()
