@@ -720,17 +720,17 @@ func (c *Core) drain() {
 	c.drains++
 	var st stability
 	for c.order.len() > 0 {
-		e := c.order.items()[0]
-		m, ok := c.peek(e)
-		if !ok {
+		e := &c.order.items()[0]
+		m, q := c.peek(*e)
+		if m == nil {
 			return
 		}
 		if c.safe && !(st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
 			return
 		}
-		c.take(e)
-		c.order.pop()
 		c.deliver(m)
+		c.pop(q)
+		c.order.pop()
 	}
 }
 
@@ -742,8 +742,8 @@ func (c *Core) verifySkip() {
 		return
 	}
 	e := c.order.items()[0]
-	m, ok := c.peek(e)
-	if !ok {
+	m, _ := c.peek(e)
+	if m == nil {
 		c.fail(fmt.Errorf("%w: the order's head %d:%d not held (view %d)", ErrWrongSkip, e.from, e.n, c.view))
 		return
 	}
@@ -755,44 +755,33 @@ func (c *Core) verifySkip() {
 	c.wait = w
 }
 
-// peek returns the held message e names if it is the next of its
-// sender; false if it has not arrived.
-func (c *Core) peek(e entry) (msg, bool) {
-	if e.from == c.self {
-		if c.outMine.len() > 0 && c.outMine.items()[0].n == e.n {
-			return c.outMine.items()[0], true
+// peek returns the held message e names, in place at the head of its
+// queue (valid until that queue changes), and the queue, if it is the
+// next of its sender; nil if it has not arrived.
+func (c *Core) peek(e entry) (*msg, *queue[msg]) {
+	q := &c.outMine
+	if e.from != c.self {
+		if int(e.from) >= len(c.held) {
+			return nil, nil
 		}
-		return msg{}, false
+		q = &c.held[e.from]
 	}
-	if int(e.from) >= len(c.held) {
-		return msg{}, false
+	if q.len() == 0 || q.items()[0].n != e.n {
+		return nil, nil
 	}
-	h := c.held[e.from].items()
-	if len(h) == 0 || h[0].n != e.n {
-		return msg{}, false
-	}
-	return h[0], true
+	return &q.items()[0], q
 }
 
-// take removes the held message e names if it is the next of its
-// sender; false if it has not arrived.
-func (c *Core) take(e entry) (msg, bool) {
-	m, ok := c.peek(e)
-	if !ok {
-		return msg{}, false
+// pop removes the message at q's head, which peek returned and deliver
+// handed out.
+func (c *Core) pop(q *queue[msg]) {
+	if q.items()[0].borrowed {
+		c.borrowed-- // only held messages are
 	}
-	if e.from == c.self {
-		c.outMine.pop()
-		return m, true
-	}
-	c.held[e.from].pop()
-	if m.borrowed {
-		c.borrowed--
-	}
-	return m, true
+	q.pop()
 }
 
-func (c *Core) deliver(m msg) {
+func (c *Core) deliver(m *msg) {
 	if m.buf != nil {
 		c.lent = append(c.lent, m.buf)
 	}
@@ -816,21 +805,22 @@ func (c *Core) endView() {
 		return
 	}
 	for _, e := range c.order.items() {
-		if m, ok := c.take(e); ok {
+		if m, q := c.peek(e); m != nil {
 			c.deliver(m)
+			c.pop(q)
 		}
 	}
 	c.order.reset()
 	for id := range max(len(c.held), int(c.self)+1) {
 		if frame.MemberID(id) == c.self {
-			for _, m := range c.outMine.items() {
-				c.deliver(m)
+			for i := range c.outMine.items() {
+				c.deliver(&c.outMine.items()[i])
 			}
 			c.outMine.reset()
 		}
 		if id < len(c.held) {
-			for _, m := range c.held[id].items() {
-				c.deliver(m)
+			for i := range c.held[id].items() {
+				c.deliver(&c.held[id].items()[i])
 			}
 			c.held[id].reset()
 			c.count[id] = 0
