@@ -288,10 +288,13 @@ type Core struct {
 	// numbered: they wait for window room (at most Window of them). The
 	// last one collects messages (bundling); openLen is its body length
 	// in bundle form, openAt when it opened.
-	pending  int
-	openLen  int
-	openAt   Time
-	resendAt Time // resend timer; 0 when nothing is outstanding
+	pending int
+	// pendingMsgs is how many messages the pending frames hold
+	// (PendingMessages, asked every turn by the layers over view).
+	pendingMsgs int
+	openLen     int
+	openAt      Time
+	resendAt    Time // resend timer; 0 when nothing is outstanding
 	// Acknowledgement round trip (first transmission to stable, frames
 	// never retransmitted), for PBP2's resend timer.
 	ackSRTT, ackRTTVar Duration
@@ -468,6 +471,7 @@ func (c *Core) propose(now Time, head, msg []byte) error {
 		}
 		h.buf = append(append(append(h.buf, byte(n>>8), byte(n)), head...), msg...)
 		h.count++
+		c.pendingMsgs++
 		c.openLen += 2 + n
 		c.stats.MessagesProposed++
 		return nil
@@ -494,6 +498,7 @@ func (c *Core) propose(now Time, head, msg []byte) error {
 	h.buf = append(append(h.buf[:c.pre], head...), msg...)
 	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false
 	c.pending++
+	c.pendingMsgs++
 	c.openLen, c.openAt = 2+n, c.now
 	c.stats.MessagesProposed++
 	return nil
@@ -528,6 +533,7 @@ func (c *Core) release() {
 		}
 		c.pending--
 		seq := c.nextSeq
+		c.pendingMsgs -= c.history[seq&c.hmask].count
 		for i := range c.peers {
 			if p := &c.peers[i]; p.acked == seq {
 				p.ackedAt = c.now // it was caught up: its ack clock starts now

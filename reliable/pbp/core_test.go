@@ -1512,3 +1512,64 @@ func TestRemovalsTrackLiveness(t *testing.T) {
 	c.Tick(t0 + 2*Time(DefaultFailureTimeout))
 	check("later", 2, false, true, false)
 }
+
+// PendingMessages is counted as messages are accepted, bundled, numbered
+// and frozen (asked every turn by the layers over the membership core, it
+// walked the pending frames each time): it matches a count of the
+// pending frames' messages at every step, and Freeze returns that many.
+func TestPendingMessagesCounted(t *testing.T) {
+	cfg := testConfig(PBP2, 0, 2)
+	cfg.Window = 2
+	c := newCore(t, cfg)
+	check := func(when string) {
+		t.Helper()
+		n := 0
+		for i := range c.pending {
+			n += c.history[(c.nextSeq+uint32(i))&c.hmask].count
+		}
+		if got := c.PendingMessages(); got != n {
+			t.Fatalf("%s: PendingMessages %d, the pending frames hold %d", when, got, n)
+		}
+	}
+	big := make([]byte, c.cfg.maxPayload-4) // alone in its frame
+	now := t0
+	propose := func(ms ...[]byte) {
+		t.Helper()
+		for i, m := range ms {
+			now++
+			if err := c.Propose(now, m); err != nil {
+				t.Fatalf("message %d of %d: %v", i, len(ms), err)
+			}
+			check(fmt.Sprintf("message %d of %d proposed", i, len(ms)))
+		}
+		c.Ready()
+		c.Advance()
+		check("after Ready")
+	}
+	small := []byte("small")
+	// Two frames go (the window), a bundle of three and one waits.
+	propose(big)
+	propose(small)
+	propose(small, small, small, big)
+	if c.pending != 2 {
+		t.Fatalf("%d frames pending; want 2", c.pending)
+	}
+	// Member 1 acknowledges: both go.
+	step(t, c, now, in{sender: 1, seq: 99, acks: []uint32{c.nextSeq, 100}, body: &frame.Empty{T: frame.Ack}})
+	check("acknowledged")
+	c.Ready()
+	c.Advance()
+	check("acknowledged, after Ready")
+	propose(small, small, big)
+	want := c.PendingMessages()
+	if want != 3 || c.pending != 2 {
+		t.Fatalf("%d messages in %d pending frames; want 3 in 2", want, c.pending)
+	}
+	if got := len(c.Freeze()); got != want {
+		t.Fatalf("Freeze returned %d messages; PendingMessages said %d", got, want)
+	}
+	check("frozen")
+	if c.PendingMessages() != 0 {
+		t.Fatalf("frozen: PendingMessages %d, want 0", c.PendingMessages())
+	}
+}

@@ -196,19 +196,13 @@ func (c *Core) Freeze() [][]byte {
 			body = body[2+n:]
 		}
 	}
-	c.pending, c.openLen = 0, 0
+	c.pending, c.pendingMsgs, c.openLen = 0, 0, 0
 	return out
 }
 
 // PendingMessages is how many accepted messages are not numbered yet:
 // those Freeze would return.
-func (c *Core) PendingMessages() int {
-	n := 0
-	for i := range c.pending {
-		n += c.history[(c.nextSeq+uint32(i))&c.hmask].count
-	}
-	return n
-}
+func (c *Core) PendingMessages() int { return c.pendingMsgs }
 
 // Frozen reports whether Freeze was called.
 func (c *Core) Frozen() bool { return c.frozen }

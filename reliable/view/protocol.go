@@ -473,19 +473,40 @@ func (c *Core) OwnOut() uint64 {
 // it may be a survivor. ok is false while no view runs, or when s is not
 // a member of it.
 func (c *Core) HeldByAll(s frame.MemberID) (next uint32, ok bool) {
+	next, _, ok = c.HeldByAllLow(s)
+	return next, ok
+}
+
+// HeldByAllLow is HeldByAll with the member of the view whose
+// acknowledgement sets it (the first of the lowest): until HeldBy(low, s)
+// moves past a sequence number, HeldByAll(s) does not either, and a
+// layer waiting for it need ask only that one member.
+func (c *Core) HeldByAllLow(s frame.MemberID) (next uint32, low frame.MemberID, ok bool) {
 	if c.inner == nil || c.state != member {
-		return 0, false
+		return 0, frame.NoMember, false
 	}
+	low = frame.NoMember
 	for i, m := range c.view.Members {
 		h, ok := c.inner.Holds(m.ID, s)
 		if !ok {
-			return 0, false
+			return 0, frame.NoMember, false
 		}
 		if i == 0 || frame.SeqLess(h, next) {
-			next = h
+			next, low = h, m.ID
 		}
 	}
-	return next, len(c.view.Members) > 0
+	return next, low, len(c.view.Members) > 0
+}
+
+// HeldBy reports how far member m holds member s's frames in the
+// installed view, as its acknowledgements say (what HeldByAll takes the
+// lowest of). ok is false while no view runs, or when either is not a
+// member of the inner core's configuration.
+func (c *Core) HeldBy(m, s frame.MemberID) (next uint32, ok bool) {
+	if c.inner == nil || c.state != member {
+		return 0, false
+	}
+	return c.inner.Holds(m, s)
 }
 
 // Pin keeps data, a message the installed view's core delivered from

@@ -334,3 +334,88 @@ var (
 	_ framer = (*view.Core)(nil)
 	_ pinner = (*view.Core)(nil)
 )
+
+// watched is scripted with each member's acknowledgement of sender 0
+// (holds, members 0 and 1) and the membership core's stability calls
+// counted: walks of the view's members (HeldByAll, HeldByAllLow) and
+// single reads (HeldBy).
+type watched struct {
+	scripted
+	holds        [2]uint32
+	walks, reads int
+}
+
+func (w *watched) HeldByAll(s frame.MemberID) (uint32, bool) {
+	next, _, ok := w.HeldByAllLow(s)
+	return next, ok
+}
+
+func (w *watched) HeldByAllLow(s frame.MemberID) (uint32, frame.MemberID, bool) {
+	w.walks++
+	if s != 0 {
+		return 0, frame.NoMember, false
+	}
+	low := frame.MemberID(0)
+	if frame.SeqLess(w.holds[1], w.holds[0]) {
+		low = 1
+	}
+	return w.holds[low], low, true
+}
+
+func (w *watched) HeldBy(m, s frame.MemberID) (uint32, bool) {
+	w.reads++
+	if s != 0 || m > 1 {
+		return 0, false
+	}
+	return w.holds[m], true
+}
+
+// Under Safe the order's head waits for the member whose acks hold
+// stability back; turns in which that member's ack did not move past it
+// skip the drain (one read of that member's ack, no walk of the view),
+// also when another member's ack moves; the turn in which it does
+// delivers, and the next wait is on the member then lowest.
+func TestSafeDrainWaitsForLowMember(t *testing.T) {
+	in := &watched{holds: [2]uint32{101, 100}}
+	c := NewSafe(in)
+	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	in.ds = []core.Delivery{
+		{From: 0, Seq: 100, Data: []byte{kindData, 'a'}},
+		{From: 0, Seq: 101, Data: []byte{kindData, 'b'}},
+	}
+	ready := func() string {
+		rd := c.Ready()
+		s := ""
+		for _, d := range rd.Deliveries {
+			s += string(d.Data)
+		}
+		c.Advance()
+		return s
+	}
+	if got := ready(); got != "" {
+		t.Fatalf("delivered %q before member 1 held it", got)
+	}
+	for i := range 10 {
+		in.holds[0] = 102 + uint32(i) // not the member waited for
+		if got := ready(); got != "" {
+			t.Fatalf("turn %d: delivered %q before member 1 held it", i, got)
+		}
+	}
+	if in.walks != 1 || c.drains != 1 || in.reads != 10 {
+		t.Fatalf("waiting turns: %d walks, %d drains, %d reads; want 1, 1, 10", in.walks, c.drains, in.reads)
+	}
+	in.holds = [2]uint32{101, 101} // member 1 holds a, member 0 fell back
+	if got := ready(); got != "a" {
+		t.Fatalf("delivered %q once member 1 held a; want a", got)
+	}
+	if c.wait.m != 0 || c.wait.next != 102 {
+		t.Fatalf("waiting for member %d to hold %d; want member 0 to hold 102", c.wait.m, c.wait.next)
+	}
+	in.holds = [2]uint32{102, 102}
+	if got := ready(); got != "b" {
+		t.Fatalf("delivered %q once all held b; want b", got)
+	}
+	if c.drains != 3 {
+		t.Fatalf("%d drains; want 3", c.drains)
+	}
+}

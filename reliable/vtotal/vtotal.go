@@ -83,6 +83,15 @@ type framer interface {
 	Own(view, seq uint32) (body []byte, bundled, ok bool)
 }
 
+// watcher is what Safe uses of the membership core, where it has it
+// (view.Core): which member's acknowledgement holds stability back
+// (view.Core.HeldByAllLow), and that member's alone (view.Core.HeldBy),
+// so that a turn in which it did not move skips the drain.
+type watcher interface {
+	HeldByAllLow(s frame.MemberID) (next uint32, low frame.MemberID, ok bool)
+	HeldBy(m, s frame.MemberID) (next uint32, ok bool)
+}
+
 // pin names a pinned frame: view, sender, sequence number.
 type pin struct {
 	view uint32
@@ -106,6 +115,9 @@ const (
 
 // ErrBadMessage wraps what a malformed message from the FIFO group says.
 var ErrBadMessage = errors.New("vtotal: malformed message")
+
+// ErrWrongSkip is a drain skipped that would have delivered (VerifySkips).
+var ErrWrongSkip = errors.New("vtotal: a drain skipped wrongly")
 
 // msg is a data message held until the total order delivers it.
 type msg struct {
@@ -220,6 +232,20 @@ type Core struct {
 	// sequencer's frame that placed it, as the acknowledgement matrix
 	// says (Inner.HeldByAll). No message of its own is sent for it.
 	safe bool
+	// watch is the membership core's (nil without). wait: Safe's last
+	// drain stopped at the order's head because member wait.m holds
+	// sender wait.s's frames only before wait.next; while it still does,
+	// nothing the head waits for moved (only drain and a view's end take
+	// the head) and the next drain is skipped. drains counts the drains
+	// run, skipped ones not.
+	watch watcher
+	wait  struct {
+		on   bool
+		m, s frame.MemberID
+		next uint32
+	}
+	drains uint64
+	verify bool // VerifySkips
 
 	global uint32 // messages delivered in total order
 	out    core.Ready
@@ -237,6 +263,7 @@ func New(in Inner) *Core {
 	info.SelfDelivery = true
 	c := &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
 	c.pinner, _ = in.(pinner)
+	c.watch, _ = in.(watcher)
 	if c.pinner != nil {
 		c.framer, _ = in.(framer)
 		c.dataHead[0] = kindData
@@ -441,6 +468,13 @@ func (c *Core) release(b []byte) {
 	}
 }
 
+// VerifySkips sets whether every drain Safe skips while the member its
+// order's head waits for holds no more (wait) is checked by a full one;
+// a skip that one would not make is an error (Err, ErrWrongSkip). A
+// debugging aid the simulation tests turn on (reliable/internal/viewsim).
+// Call it before the first Step.
+func (c *Core) VerifySkips(on bool) { c.verify = on }
+
 // PoisonFreed sets whether every buffer that goes back to the layer's
 // pool is filled with 0xEE, a debugging aid the simulation tests turn on
 // (reliable/internal/viewsim, PoisonFreed): a delivery read after its
@@ -551,11 +585,13 @@ type stability struct {
 	n    int
 	from [2]frame.MemberID
 	held [2]uint32
+	low  [2]frame.MemberID // the member that sets held (watcher), or NoMember
 	ok   [2]bool
 }
 
 // to reports whether every member of the view holds sender s's frames
-// before next (Safe).
+// before next (Safe). If not, and the membership core names the member
+// that holds them least, c.wait is set to wait for that member.
 func (st *stability) to(c *Core, s frame.MemberID, next uint32) bool {
 	i := 0
 	for ; i < st.n && st.from[i] != s; i++ {
@@ -563,10 +599,34 @@ func (st *stability) to(c *Core, s frame.MemberID, next uint32) bool {
 	if i == st.n {
 		i = min(st.n, 1)
 		st.from[i] = s
-		st.held[i], st.ok[i] = c.in.HeldByAll(s)
+		if c.watch != nil {
+			st.held[i], st.low[i], st.ok[i] = c.watch.HeldByAllLow(s)
+		} else {
+			st.held[i], st.ok[i] = c.in.HeldByAll(s)
+			st.low[i] = frame.NoMember
+		}
 		st.n = max(st.n, i+1)
 	}
-	return st.ok[i] && !frame.SeqLess(st.held[i], next)
+	if st.ok[i] && !frame.SeqLess(st.held[i], next) {
+		return true
+	}
+	if st.ok[i] && st.low[i] != frame.NoMember {
+		c.wait.on, c.wait.m, c.wait.s, c.wait.next = true, st.low[i], s, next
+	}
+	return false
+}
+
+// waiting reports whether the order's head still waits for the member
+// c.wait names (so a drain would stop at once); it ends the wait if not.
+func (c *Core) waiting() bool {
+	if !c.wait.on {
+		return false
+	}
+	if h, ok := c.watch.HeldBy(c.wait.m, c.wait.s); ok && frame.SeqLess(h, c.wait.next) {
+		return true
+	}
+	c.wait.on = false
+	return false
 }
 
 func (c *Core) fail(err error) {
@@ -651,60 +711,77 @@ func (c *Core) nextOwn() ([]byte, uint32, bool) {
 // drain delivers what the order names, while the data is here (Safe:
 // and every member of the view holds it and its place).
 func (c *Core) drain() {
+	if c.waiting() {
+		if c.verify {
+			c.verifySkip()
+		}
+		return
+	}
+	c.drains++
 	var st stability
 	for c.order.len() > 0 {
-		e := c.order.items()[0]
-		m, ok := c.peek(e)
-		if !ok {
+		e := &c.order.items()[0]
+		m, q := c.peek(*e)
+		if m == nil {
 			return
 		}
 		if c.safe && !(st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
 			return
 		}
-		c.take(e)
-		c.order.pop()
 		c.deliver(m)
+		c.pop(q)
+		c.order.pop()
 	}
 }
 
-// peek returns the held message e names if it is the next of its
-// sender; false if it has not arrived.
-func (c *Core) peek(e entry) (msg, bool) {
-	if e.from == c.self {
-		if c.outMine.len() > 0 && c.outMine.items()[0].n == e.n {
-			return c.outMine.items()[0], true
+// verifySkip checks a skipped drain (VerifySkips): the order's head,
+// which c.wait says waits, must be held and not yet stable.
+func (c *Core) verifySkip() {
+	if c.order.len() == 0 {
+		c.fail(fmt.Errorf("%w: with the order empty (view %d)", ErrWrongSkip, c.view))
+		return
+	}
+	e := c.order.items()[0]
+	m, _ := c.peek(e)
+	if m == nil {
+		c.fail(fmt.Errorf("%w: the order's head %d:%d not held (view %d)", ErrWrongSkip, e.from, e.n, c.view))
+		return
+	}
+	var st stability
+	w := c.wait
+	if st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next) {
+		c.fail(fmt.Errorf("%w: it would deliver %d:%d (view %d, waiting for member %d to hold %d of %d)", ErrWrongSkip, e.from, e.n, c.view, w.m, w.next, w.s))
+	}
+	c.wait = w
+}
+
+// peek returns the held message e names, in place at the head of its
+// queue (valid until that queue changes), and the queue, if it is the
+// next of its sender; nil if it has not arrived.
+func (c *Core) peek(e entry) (*msg, *queue[msg]) {
+	q := &c.outMine
+	if e.from != c.self {
+		if int(e.from) >= len(c.held) {
+			return nil, nil
 		}
-		return msg{}, false
+		q = &c.held[e.from]
 	}
-	if int(e.from) >= len(c.held) {
-		return msg{}, false
+	if q.len() == 0 || q.items()[0].n != e.n {
+		return nil, nil
 	}
-	h := c.held[e.from].items()
-	if len(h) == 0 || h[0].n != e.n {
-		return msg{}, false
-	}
-	return h[0], true
+	return &q.items()[0], q
 }
 
-// take removes the held message e names if it is the next of its
-// sender; false if it has not arrived.
-func (c *Core) take(e entry) (msg, bool) {
-	m, ok := c.peek(e)
-	if !ok {
-		return msg{}, false
+// pop removes the message at q's head, which peek returned and deliver
+// handed out.
+func (c *Core) pop(q *queue[msg]) {
+	if q.items()[0].borrowed {
+		c.borrowed-- // only held messages are
 	}
-	if e.from == c.self {
-		c.outMine.pop()
-		return m, true
-	}
-	c.held[e.from].pop()
-	if m.borrowed {
-		c.borrowed--
-	}
-	return m, true
+	q.pop()
 }
 
-func (c *Core) deliver(m msg) {
+func (c *Core) deliver(m *msg) {
 	if m.buf != nil {
 		c.lent = append(c.lent, m.buf)
 	}
@@ -723,25 +800,27 @@ func (c *Core) deliver(m msg) {
 // and is held, in order; then what it did not name, by sender id and
 // then the sender's order.
 func (c *Core) endView() {
+	c.wait.on = false
 	if c.view == 0 {
 		return
 	}
 	for _, e := range c.order.items() {
-		if m, ok := c.take(e); ok {
+		if m, q := c.peek(e); m != nil {
 			c.deliver(m)
+			c.pop(q)
 		}
 	}
 	c.order.reset()
 	for id := range max(len(c.held), int(c.self)+1) {
 		if frame.MemberID(id) == c.self {
-			for _, m := range c.outMine.items() {
-				c.deliver(m)
+			for i := range c.outMine.items() {
+				c.deliver(&c.outMine.items()[i])
 			}
 			c.outMine.reset()
 		}
 		if id < len(c.held) {
-			for _, m := range c.held[id].items() {
-				c.deliver(m)
+			for i := range c.held[id].items() {
+				c.deliver(&c.held[id].items()[i])
 			}
 			c.held[id].reset()
 			c.count[id] = 0

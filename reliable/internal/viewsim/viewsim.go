@@ -109,7 +109,8 @@ type process struct {
 	mac  [6]byte
 	inc  uint32
 	core *view.Core
-	top  core.Core // what the stepper drives: the membership core, or vtotal over it
+	top  core.Core    // what the stepper drives: the membership core, or vtotal over it
+	vt   *vtotal.Core // top, under Agreed and Safe; nil under FIFO
 	st   *core.Stepper
 	clk  wall.Clock
 	rx   []link.Frame
@@ -255,7 +256,8 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 			v = vtotal.NewSafe(c)
 		}
 		v.PoisonFreed(PoisonFreed)
-		p.top = v
+		v.VerifySkips(true)
+		p.top, p.vt = v, v
 	}
 	p.st = core.NewStepper(p.top, simGroup, frame.EtherType)
 	p.markerAt = r.start.Add(churnEnd)
@@ -300,6 +302,9 @@ func (p *process) Step(now time.Time) time.Time {
 		p.flush(now, t)
 		if err := p.core.CacheErr(); err != nil {
 			p.run.fail("process %x.%d: %v", p.mac, p.inc, err)
+		}
+		if p.vt != nil && p.vt.Err() != nil {
+			p.run.fail("process %x.%d: %v", p.mac, p.inc, p.vt.Err())
 		}
 		if p.asleep {
 			return time.Time{}
