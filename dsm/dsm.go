@@ -175,7 +175,9 @@ func (cfg Config) UpdateMessage(groupMax int) int {
 // relay a dead member's frames to those that lack them before removing it
 // (reliable.Config.Relay), so the survivors agree on what it sent: a
 // channel has no view change (docs/dsm.md, "When a member dies with
-// frames on the wire"). Deliver and OnEvent are left to the caller.
+// frames on the wire"). A channel of exactly two members (Order FIFO)
+// sends to the other's MAC (reliable.Config.Unicast). Deliver and OnEvent
+// are left to the caller.
 func (cfg Config) ChannelConfig(key uint32, all []frame.MemberInfo, ids []frame.MemberID, self frame.MemberID) reliable.Config {
 	g := cfg.Group
 	g.Group = cfg.ChannelGroupID(key)
@@ -189,6 +191,9 @@ func (cfg Config) ChannelConfig(key uint32, all []frame.MemberInfo, ids []frame.
 	g.Size, g.Server, g.RequestID, g.Incarnation = 0, false, 0, 0
 	g.Views, g.MaxMembers = false, 0
 	g.Relay = g.Order == reliable.FIFO
+	// A channel of two (halo's neighbour pairs) sends to the peer's MAC:
+	// a switch forwards its frames to one port instead of flooding all.
+	g.Unicast = g.Order == reliable.FIFO && len(g.Members) == 2
 	g.Deliver, g.OnEvent = nil, nil
 	return g
 }

@@ -220,6 +220,12 @@ type Config struct {
 	// with frames on the wire. It costs a copy of every delivered message
 	// and a slightly smaller largest message. Every member sets it alike.
 	Relay bool
+	// Unicast (Order FIFO): a group, or a view, of exactly two members
+	// sends its frames to the other member's MAC instead of broadcast
+	// (pbp.Config.Unicast), so a switch or bridge forwards each frame to
+	// one port instead of flooding every port. A view of more members
+	// broadcasts. Every member sets it alike (registration compares it).
+	Unicast bool
 
 	// PCODE is Order PCODE's own settings (reliable/pcode.Config).
 	PCODE PCODEConfig
@@ -415,6 +421,8 @@ func (c *Config) totalOnly() error {
 		return configErr("AckDelay is %v, but it applies to Order FIFO only: Order Total acknowledges in every frame and in status replies", c.AckDelay)
 	case c.BundleDelay != 0:
 		return configErr("BundleDelay is %v, but it applies to Order FIFO only: Order Total bundles what is proposed before each transmission", c.BundleDelay)
+	case c.Unicast:
+		return configErr("Unicast applies to Order FIFO only: Order Total's sequencer and members broadcast")
 	case c.Method > Method2:
 		return configErr("Method is %v, want Hybrid, Method1 or Method2", c.Method)
 	case c.Threshold < 0:

@@ -46,6 +46,8 @@ func (c *Config) pcodeOnly() error {
 		return configErr("Method, Threshold, History, Quorum, ElectionRetry and Resilience apply to Order Total only (Order is PCODE)")
 	case c.AckDelay != 0 || c.BundleDelay != 0 || c.ResendTimeout != 0 || c.NackTimeout != 0 || c.HeartbeatInterval != 0:
 		return configErr("AckDelay, BundleDelay, ResendTimeout, NackTimeout and HeartbeatInterval do not apply to Order PCODE: its timers follow the measured round trip (PCODE.InitialRTT, MinTimer, MaxTimer)")
+	case c.Unicast:
+		return configErr("Unicast applies to Order FIFO only (Order is PCODE)")
 	case c.Window < 0 || c.Window > pcode.MaxBuffer:
 		return configErr("Window is %d, want 0..%d under Order PCODE (0 means %d)", c.Window, pcode.MaxBuffer, pcode.DefaultSendBuffer)
 	case c.PCODE.InitialRTT < 0 || c.PCODE.MinTimer < 0 || c.PCODE.MaxTimer < 0:

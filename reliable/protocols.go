@@ -68,7 +68,7 @@ func (s *settings) pbpConfig(self frame.MemberID, members []frame.MemberInfo, mt
 		AckDelay: pbp.Duration(s.AckDelay), ResendTimeout: pbp.Duration(s.ResendTimeout),
 		NackTimeout: pbp.Duration(s.NackTimeout), HeartbeatInterval: pbp.Duration(s.HeartbeatInterval),
 		FailureTimeout: pbp.Duration(s.FailureTimeout), BundleDelay: pbp.Duration(s.BundleDelay),
-		Relay: s.Relay,
+		Relay: s.Relay, Unicast: s.Unicast,
 	}
 }
 

@@ -221,6 +221,8 @@ func TestTotalConfigErrors(t *testing.T) {
 		{Config{Size: 2, Order: Total, Mode: PBP1}, "Mode is PBP1, but Order Total has no PBP mode"},
 		{Config{Size: 2, Order: Total, AckDelay: time.Millisecond}, "AckDelay is 1ms, but it applies to Order FIFO only"},
 		{Config{Size: 2, Order: Total, BundleDelay: time.Millisecond}, "BundleDelay is 1ms, but it applies to Order FIFO only"},
+		{Config{Size: 2, Order: Total, Unicast: true}, "Unicast applies to Order FIFO only"},
+		{Config{Size: 2, Order: PCODE, Unicast: true}, "Unicast applies to Order FIFO only (Order is PCODE)"},
 		{Config{Size: 2, Order: Total, Method: 9}, "Method is Method(9), want Hybrid, Method1 or Method2"},
 		{Config{Size: 2, Order: Total, Threshold: -1}, "Threshold is -1 bytes"},
 		{Config{Size: 2, Order: Total, Window: seq.MaxWindow + 1}, "Window is 4097, want 0..4096 under Order Total"},

@@ -109,6 +109,14 @@ type Config struct {
 	// Dst is the destination of group frames: zero means broadcast, or a
 	// group multicast address.
 	Dst [6]byte
+	// Unicast: in a group of exactly two members, the group's frames
+	// (Data, Ack, Heartbeat, Leave, Datagram, ViewRelay) go to the other
+	// member's MAC instead of Dst, so a switch forwards each to one port
+	// instead of flooding it. With one member or more than two it does
+	// nothing (Dst is used): a view of three members under the same
+	// setting broadcasts again. Receivers take a frame either way (the
+	// destination tells no frame from a repair; recv.go, accept).
+	Unicast bool
 	// ViewID is the view this core runs (reliable/view): its frames carry
 	// it, and frames of another view are refused. 0 for a group that never
 	// changes.
@@ -189,7 +197,7 @@ type settings struct {
 	histSize   uint32 // history: a power of two >= 2*Window: Window frames
 	// outstanding and Window more waiting for room
 	etherType uint16
-	dst       [6]byte
+	dst       [6]byte // where group frames go: Dst, or the peer's MAC (Unicast)
 	selfMAC   [6]byte
 	selfInc   uint32
 }
@@ -311,7 +319,10 @@ func (c Config) validate() (settings, error) {
 
 	s.etherType, s.dst = s.EtherType, s.Dst
 	if s.dst[0]&1 == 0 {
-		return s, configErr("Dst %x is a unicast address; group frames go to broadcast or a multicast group", c.Dst)
+		return s, configErr("Dst %x is a unicast address; group frames go to broadcast or a multicast group (Unicast sends a group of two to the peer's MAC)", c.Dst)
+	}
+	if c.Unicast && len(c.Members) == 2 {
+		s.dst = c.Members[1-self].MAC
 	}
 
 	def := Config{Mode: c.Mode}.withDefaults()

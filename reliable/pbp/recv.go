@@ -10,7 +10,8 @@ import (
 // group is checked again here). src and dst are its Ethernet addresses: a
 // retransmission addressed to our own MAC answers one of our Nacks, and
 // the frames we asked for before it and still miss are then known lost
-// (findLost). A frame that is dropped changes no protocol state; the
+// (findLost). An ordinary Data frame to our MAC (a pair's, Config.Unicast)
+// is no repair: the Retransmit flag tells them apart. A frame that is dropped changes no protocol state; the
 // returned error says why (errors.Is with the Err* values) and the drop
 // is counted. Duplicates are normal, counted, and return nil.
 //
@@ -87,12 +88,15 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	c.applyAck(p, v)
 	switch t {
 	case frame.Data:
-		toUs := dst == c.cfg.selfMAC
+		// A repair for us is a retransmission (its flag: what the frame
+		// carries) addressed to our MAC. The address alone tells nothing:
+		// in a pair (Config.Unicast) every frame comes to our MAC.
+		repairToUs := v.Retransmission() && dst == c.cfg.selfMAC
 		switch p.state {
 		case normal:
-			c.stepNormal(p, v, toUs)
+			c.stepNormal(p, v, repairToUs)
 		case repair:
-			c.stepRepair(p, v, toUs)
+			c.stepRepair(p, v, repairToUs)
 		}
 		if c.cfg.PromptAcks && v.Flags()&frame.FlagAckRequest != 0 {
 			c.ackNow = true
@@ -222,8 +226,8 @@ func (c *Core) sampleAck(r Duration) {
 // duplicate to acknowledge again, the expected one is delivered with what
 // it unblocks (action 2), a later one is held, and in PBP2 the gap before
 // it is asked for at once and the sender enters the repair state.
-func (c *Core) stepNormal(p *peer, v frame.View, toUs bool) {
-	c.accept(p, v, toUs) // a gap moves p to repair, in learnEnd
+func (c *Core) stepNormal(p *peer, v frame.View, repairToUs bool) {
+	c.accept(p, v, repairToUs) // a gap moves p to repair, in learnEnd
 }
 
 // stepRepair is receive action 6, PBP2's need_resend state (thesis fig.
@@ -232,14 +236,16 @@ func (c *Core) stepNormal(p *peer, v frame.View, toUs bool) {
 // acks and Nacks of every member are handled, and other senders have
 // repair states of their own. A new gap beyond what was asked for is asked
 // for at once; the state ends when nothing from this sender is missing.
-func (c *Core) stepRepair(p *peer, v frame.View, toUs bool) {
-	c.accept(p, v, toUs)
+func (c *Core) stepRepair(p *peer, v frame.View, repairToUs bool) {
+	c.accept(p, v, repairToUs)
 	c.checkRepaired(p)
 }
 
 // accept is the part of receive actions 1 and 2 common to all states;
-// toUs: the frame was addressed to our MAC (a retransmission for us).
-func (c *Core) accept(p *peer, v frame.View, toUs bool) {
+// repairToUs: the frame is a retransmission addressed to our MAC (the
+// answer to one of our Nacks: a sender answers the first Nack for a frame
+// at the asker's MAC, and in a pair every retransmission answers ours).
+func (c *Core) accept(p *peer, v frame.View, repairToUs bool) {
 	n := v.Seq()
 	switch {
 	case frame.SeqLess(n, p.expected):
@@ -260,7 +266,7 @@ func (c *Core) accept(p *peer, v frame.View, toUs bool) {
 			p.sampleRepair(min(c.now.Sub(p.nackSentAt), c.nackCeiling()))
 			p.nackSentAt = 0
 		}
-		if toUs {
+		if repairToUs {
 			c.findLost(p, n, h.asked)
 		}
 	}

@@ -34,6 +34,9 @@ type scenario struct {
 	// relay: Config.Relay (relay.go), in every odd seed with a crash; the
 	// survivors must then agree on what the crashed member sent.
 	relay bool
+	// unicast: Config.Unicast, every fifth seed (a group of two sends to
+	// the peer's MAC; larger groups broadcast as before).
+	unicast bool
 }
 
 // simHold is one member holding another's messages from at, released
@@ -44,8 +47,8 @@ type simHold struct {
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v holds=%v relay=%v",
-		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue, s.holds, s.relay)
+	return fmt.Sprintf("seed=%d %v members=%d k=%d window=%d initialSeq=%d %v crash=%d@%v leaver=%d rogue=%v holds=%v relay=%v unicast=%v",
+		s.seed, s.mode, s.members, s.k, s.window, s.initialSeq, s.link, s.crash, s.crashAt, s.leaver, s.rogue, s.holds, s.relay, s.unicast)
 }
 
 func newScenario(seed uint64) scenario {
@@ -97,6 +100,7 @@ func newScenario(seed uint64) scenario {
 		}
 	}
 	s.relay = s.crash >= 0 && seed%2 == 1
+	s.unicast = seed%5 == 4
 	return s
 }
 
@@ -193,7 +197,7 @@ func runScenario(t testing.TB, s scenario, trace ...func(testnet.Event)) *simRun
 	infos := r.Infos()
 	for _, m := range r.Members {
 		cfg := Config{Group: r.Config.Group, Self: m.ID, Members: infos, Mode: s.mode, Window: s.window,
-			MTU: s.link.MTU, MaxPayload: s.link.MaxPayload, InitialSeq: s.initialSeq}
+			MTU: s.link.MTU, MaxPayload: s.link.MaxPayload, InitialSeq: s.initialSeq, Unicast: s.unicast}
 		if s.relay {
 			plain, err := New(cfg)
 			if err != nil {

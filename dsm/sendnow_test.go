@@ -1,0 +1,165 @@
+package dsm_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/link"
+	"github.com/rbcast/rbcast/reliable"
+	"github.com/rbcast/rbcast/testnet"
+	"github.com/rbcast/rbcast/testnet/rtnet"
+)
+
+// parkLink is a link whose Recv, once held, parks the node's Loop
+// (entered says it has) until release, deaf to Wake, and which records
+// the group of every frame sent: what goes out meanwhile is sent by
+// somebody else than the Loop.
+type parkLink struct {
+	*rtnet.Link
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	groups  []uint32 // of every frame sent, in order
+}
+
+func (l *parkLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	if l.hold.Load() {
+		l.entered <- struct{}{}
+		<-l.release
+	}
+	return l.Link.Recv(deadline, frames)
+}
+
+func (l *parkLink) Send(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	for _, f := range frames {
+		if v, err := frame.Parse(f[frame.EthernetHeaderLen:]); err == nil {
+			l.groups = append(l.groups, v.Group())
+		}
+	}
+	l.mu.Unlock()
+	return l.Link.Send(frames)
+}
+
+func (l *parkLink) sent() []uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.groups)
+}
+
+// In channel mode the barrier's flush sends its frames on the program's
+// goroutine (reliable.Loop.SendNow, dsm/group.go Flush): with the node's
+// Loop parked in its link's Recv, a write to a segment channel and a
+// barrier leave, the channel's update with its marker and the global
+// group's barrier message, before Barrier returns (at once: its context
+// is cancelled, so it does not wait for the peer, if the peer's arrival
+// has not come before the park). Without the
+// call they would wait for the Loop's next turn, after the program's
+// next step when the barrier is crossed at once. The barrier is then
+// crossed with the Loop running, and the peer reads the write.
+func TestBarrierFlushSendsNow(t *testing.T) {
+	r := rtnet.New(t, 11)
+	raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
+	var members []frame.MemberInfo
+	for i, l := range raw {
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
+	}
+	pl := &parkLink{Link: raw[0], entered: make(chan struct{}), release: make(chan struct{})}
+	links := []link.Link{pl, raw[1]}
+	cfg := dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 40, Members: members, Logger: slog.New(slog.DiscardHandler)}}
+	nodes := make([]*dsm.Node, 2)
+	for i, l := range links {
+		c := cfg
+		c.Group.Self = frame.MemberID(i + 1)
+		n, err := dsm.Join(t.Context(), l, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+	}
+	t.Cleanup(func() {
+		for _, l := range raw {
+			l.Close()
+		}
+	})
+	const key, value = 7, "written before the barrier"
+	channel := cfg.ChannelGroupID(key)
+	var wg sync.WaitGroup
+	var peerErr error
+	var got []byte
+	wg.Add(1)
+	go func() { // the peer: join, fix, wait at barrier 3, read
+		defer wg.Done()
+		n := nodes[1]
+		s, err := n.JoinSegment(context.Background(), key, 1, 64)
+		if err == nil {
+			err = n.Barrier(context.Background(), 1)
+		}
+		if err == nil {
+			err = n.Barrier(context.Background(), 2)
+		}
+		if err == nil {
+			err = n.Barrier(context.Background(), 3)
+		}
+		if err == nil {
+			got, err = s.Read(0, make([]byte, 64))
+		}
+		peerErr = err
+	}()
+	n := nodes[0]
+	s, err := n.CreateSegment(key, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Barrier 1 fixes the memberships and opens the channel; by the end
+	// of barrier 2 the Loop has taken the channel's first turn.
+	for id := 1; id <= 2; id++ {
+		if err := n.Barrier(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pl.hold.Store(true)
+	<-pl.entered // the Loop is parked, and stays there
+	before := len(pl.sent())
+	if err := s.Write(0, append([]byte(value), make([]byte, 64-len(value))...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := pl.sent()[before:]; len(got) != 0 {
+		t.Fatalf("a buffered write sent frames of groups %v before the barrier", got)
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	// Crossed at once if the peer's arrival came before the park.
+	crossed := n.Barrier(cancelled, 3) == nil
+	sent := pl.sent()[before:]
+	if !slices.Contains(sent, channel) || !slices.Contains(sent, uint32(40)) {
+		t.Errorf("with the Loop parked, the barrier sent frames of groups %v; want the channel's (%d: update and marker) and the global group's (40: the barrier message)", sent, channel)
+	}
+	pl.hold.Store(false)
+	pl.release <- struct{}{}
+	if !crossed {
+		if err := n.Barrier(t.Context(), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if peerErr != nil {
+		t.Fatal(peerErr)
+	}
+	if string(got[:len(value)]) != value {
+		t.Errorf("the peer read %q, want %q", got, value)
+	}
+	for _, n := range nodes {
+		if err := n.Exit(); err != nil {
+			t.Error(err)
+		}
+	}
+}
