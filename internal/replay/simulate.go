@@ -387,6 +387,14 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 				break
 			}
 		}
+		// A pair whose members send to each other's MAC (pbp.Config.Unicast)
+		// shows it by its ordinary frames' destination.
+		if len(members) == 2 {
+			if n := unicastFrame(recs, group); n != 0 {
+				cfg.Unicast = true
+				note("frames to a member's own MAC that answer no Nack (Unicast, a pair's), from frame %d", n)
+			}
+		}
 		res.Config = cfg
 		pc, err := pbp.New(cfg)
 		if err != nil {
@@ -1226,4 +1234,28 @@ func windowFromJoins(c *Capture, group uint32, mac [6]byte) (window, n int, ok b
 		}
 	}
 	return window, n, ok
+}
+
+// unicastFrame returns the number of the first frame of group that a pair
+// under pbp.Config.Unicast sends and no other group does: Data that is no
+// retransmission, an Ack or a Heartbeat, addressed to a unicast MAC (in
+// any group Nacks and the repairs that answer them go to one member's
+// MAC; these go to the group's address unless the group is such a
+// pair). 0 when there is none.
+func unicastFrame(recs []*Record, group uint32) int {
+	for _, r := range recs {
+		v := r.View
+		if v == nil || v.Group() != group || r.Dst[0]&1 != 0 {
+			continue
+		}
+		switch v.Type() {
+		case frame.Data:
+			if !v.Retransmission() {
+				return r.N
+			}
+		case frame.Ack, frame.Heartbeat:
+			return r.N
+		}
+	}
+	return 0
 }

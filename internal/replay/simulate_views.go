@@ -332,7 +332,7 @@ func viewLevelFromFrames(c *Capture, group uint32) (total, safe bool, msgs int) 
 
 // viewConfig is the reliable.Config of a process of group at level o
 // with opts' settings.
-func viewConfig(opts SimOptions, group uint32, o ViewOrder, maxMembers, found int, requested frame.MemberID) reliable.Config {
+func viewConfig(opts SimOptions, group uint32, o ViewOrder, maxMembers, found int, requested frame.MemberID, unicast bool) reliable.Config {
 	cfg := reliable.Config{
 		Group: group, Views: true, Size: found, MaxMembers: maxMembers, RequestID: requested,
 		Window: opts.Window, MaxPayload: opts.MaxPayload, EtherType: opts.EtherType,
@@ -340,7 +340,7 @@ func viewConfig(opts SimOptions, group uint32, o ViewOrder, maxMembers, found in
 		FailureTimeout: opts.FailureTimeout, JoinRetry: opts.JoinRetry,
 	}
 	if o == ViewFIFO {
-		cfg.Mode, cfg.AckDelay, cfg.BundleDelay = opts.Mode, opts.AckDelay, opts.BundleDelay
+		cfg.Mode, cfg.AckDelay, cfg.BundleDelay, cfg.Unicast = opts.Mode, opts.AckDelay, opts.BundleDelay, unicast
 		return cfg
 	}
 	cfg.Order, cfg.Safe = reliable.Total, o == ViewSafe
@@ -349,9 +349,9 @@ func viewConfig(opts SimOptions, group uint32, o ViewOrder, maxMembers, found in
 }
 
 // matchConfigHash returns the levels (FIFO, Agreed, Safe: the hash
-// names the level) and MaxMembers whose configuration, with opts' other
-// settings, hashes to hash at MTU mtu.
-func matchConfigHash(opts SimOptions, group uint32, mtu int, hash uint64) (orders []ViewOrder, maxMembers []int) {
+// names the level), MaxMembers and, under FIFO, the Unicast setting whose
+// configuration, with opts' other settings, hashes to hash at MTU mtu.
+func matchConfigHash(opts SimOptions, group uint32, mtu int, hash uint64) (orders []ViewOrder, maxMembers []int, unicast []bool) {
 	levels := []ViewOrder{ViewFIFO, ViewAgreed, ViewSafe}
 	if opts.ViewOrder != ViewOrderAuto {
 		levels = []ViewOrder{opts.ViewOrder}
@@ -361,14 +361,20 @@ func matchConfigHash(opts SimOptions, group uint32, mtu int, hash uint64) (order
 		lo, hi = opts.MaxMembers, opts.MaxMembers
 	}
 	for _, o := range levels {
-		for mm := lo; mm <= hi; mm++ {
-			h, err := reliable.ViewConfigHash(viewConfig(opts, group, o, mm, 0, frame.NoMember), mtu)
-			if err == nil && h == hash {
-				orders, maxMembers = append(orders, o), append(maxMembers, mm)
+		unis := []bool{false}
+		if o == ViewFIFO {
+			unis = append(unis, true)
+		}
+		for _, uni := range unis {
+			for mm := lo; mm <= hi; mm++ {
+				h, err := reliable.ViewConfigHash(viewConfig(opts, group, o, mm, 0, frame.NoMember, uni), mtu)
+				if err == nil && h == hash {
+					orders, maxMembers, unicast = append(orders, o), append(maxMembers, mm), append(unicast, uni)
+				}
 			}
 		}
 	}
-	return orders, maxMembers
+	return orders, maxMembers, unicast
 }
 
 // simulateViews re-runs one process of a group with views (Simulate's
@@ -580,19 +586,28 @@ func (vr *viewsRerun) settings() {
 	}
 	level, maxMembers := opts.ViewOrder, opts.MaxMembers
 	hashed := ViewOrderAuto // the order the Join's config hash shows
-	orders, mms := matchConfigHash(opts, group, vr.mtu, jb.ConfigHash)
+	unicast, hashedUnicast := false, false
+	orders, mms, unis := matchConfigHash(opts, group, vr.mtu, jb.ConfigHash)
 	switch {
 	case len(orders) == 1:
-		hashed, maxMembers = orders[0], mms[0]
+		hashed, maxMembers, unicast, hashedUnicast = orders[0], mms[0], unis[0], true
 		how := "as given"
 		if opts.MaxMembers == 0 {
 			how = "read off the hash"
 		}
-		vr.note("the Join frame %d's config hash %#x is that of these settings at level %s with max-members %d (%s)", join.N, jb.ConfigHash, hashed, maxMembers, how)
+		uni := ""
+		if unicast {
+			uni = ", Unicast (a pair sends to the peer's MAC)"
+		}
+		vr.note("the Join frame %d's config hash %#x is that of these settings at level %s with max-members %d%s (%s)", join.N, jb.ConfigHash, hashed, maxMembers, uni, how)
 	case len(orders) > 1:
 		var fits []string
 		for i, o := range orders {
-			fits = append(fits, fmt.Sprintf("%s (max-members %d)", o, mms[i]))
+			u := ""
+			if unis[i] {
+				u = ", Unicast"
+			}
+			fits = append(fits, fmt.Sprintf("%s (max-members %d%s)", o, mms[i], u))
 		}
 		vr.note("the Join frame %d's config hash %#x fits %s: give -level", join.N, jb.ConfigHash, strings.Join(fits, ", "))
 	default:
@@ -643,8 +658,15 @@ func (vr *viewsRerun) settings() {
 		}
 		vr.note("found %d: %s", found, how)
 	}
+	if level == ViewFIFO && !hashedUnicast {
+		// Unicast (pbp.Config.Unicast) shows in a view of two's frames.
+		if n := unicastFrame(vr.recs, group); n != 0 {
+			unicast = true
+			vr.note("Unicast: frame %d goes to a member's own MAC and answers no Nack (a pair's)", n)
+		}
+	}
 	vr.level = level
-	vr.cfg = viewConfig(opts, group, level, maxMembers, found, jb.Requested)
+	vr.cfg = viewConfig(opts, group, level, maxMembers, found, jb.Requested, unicast && level == ViewFIFO)
 }
 
 // build makes the core, as the runtime does (reliable.NewViewCore,

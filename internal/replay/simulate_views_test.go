@@ -45,6 +45,14 @@ type viewsLiveRun struct {
 // process delivered and the views it installed.
 func runViewsLive(t *testing.T, path string, seed uint64, loss float64, level ViewOrder) *viewsLiveRun {
 	t.Helper()
+	return runViewsLiveWith(t, path, seed, loss, level, false)
+}
+
+// runViewsLiveWith is runViewsLive; with unicast (FIFO, Config.Unicast)
+// the group goes through views of two: two found it, a third joins, one
+// of the first crashes and restarts.
+func runViewsLiveWith(t *testing.T, path string, seed uint64, loss float64, level ViewOrder, unicast bool) *viewsLiveRun {
+	t.Helper()
 	net, err := testnet.New(seed, testnet.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +84,7 @@ func runViewsLive(t *testing.T, path string, seed uint64, loss float64, level Vi
 		p := &viewProcRun{endpoint: i, mac: [6]byte(eps[i].HardwareAddr()), inc: inc, id: frame.NoMember}
 		run.procs = append(run.procs, p)
 		current[i] = p
-		cfg := reliable.Config{Group: 7, Views: true, Size: size, Incarnation: inc,
+		cfg := reliable.Config{Group: 7, Views: true, Size: size, Incarnation: inc, Unicast: unicast,
 			FailureTimeout: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond, Logger: quietLogger(),
 			Deliver: func(from frame.MemberID, data []byte) { p.got = append(p.got, delivered{from, bytes.Clone(data)}) },
 			OnEvent: func(ev reliable.Event) {
@@ -145,17 +153,30 @@ func runViewsLive(t *testing.T, path string, seed uint64, loss float64, level Vi
 		}
 		t.Fatalf("%s: no common view of %d members", what, len(live))
 	}
-	for i := range 3 {
-		start(i, 3, uint32(i+1))
+	if unicast {
+		start(0, 2, 1)
+		start(1, 2, 2)
+		until("founding", 0, 1)
+		start(2, 1, 3)
+		until("join", 0, 1, 2)
+		eps[1].Crash()
+		until("crash", 0, 2)
+		eps[1].Restart()
+		start(1, 1, 11)
+		until("restart", 0, 1, 2)
+	} else {
+		for i := range 3 {
+			start(i, 3, uint32(i+1))
+		}
+		until("founding", 0, 1, 2)
+		start(3, 1, 4)
+		until("join", 0, 1, 2, 3)
+		eps[1].Crash()
+		until("crash", 0, 2, 3)
+		eps[1].Restart()
+		start(1, 1, 11)
+		until("restart", 0, 1, 2, 3)
 	}
-	until("founding", 0, 1, 2)
-	start(3, 1, 4)
-	until("join", 0, 1, 2, 3)
-	eps[1].Crash()
-	until("crash", 0, 2, 3)
-	eps[1].Restart()
-	start(1, 1, 11)
-	until("restart", 0, 1, 2, 3)
 	net.RunFor(time.Second)
 	for _, l := range links {
 		l.Close()
