@@ -631,12 +631,15 @@ bytes back to back (with -from ID: exactly the bytes member ID sent with
 '<sender-id><TAB><payload>', in delivery order. Subscribes at once, before
 the group starts: a receiver started before the senders misses nothing.
 Stops after -bytes N payload bytes or -count N messages (exit 1 if the
-daemon leaves first), or on SIGINT/SIGTERM (exit 0).
+daemon leaves first), or on SIGINT/SIGTERM (exit 0). In a stream (a
+burst read since the deliver ring was last empty), recv sleeps -nap
+between looks at the ring instead of being woken by the daemon for each
+publish: fewer wake-ups, and a message of a stream may wait up to -nap.
 `
 
 func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var sf socketFlags
-	fs := newFlags("recv", "[-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", recvText, stderr)
+	fs := newFlags("recv", "[-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE] [-nap D]", recvText, stderr)
 	sf.add(fs)
 	from := fs.String("from", "", "deliver only member `ID`'s messages")
 	all := fs.Bool("all", false, "deliver every member's messages")
@@ -644,11 +647,15 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	count := fs.Int64("count", 0, "stop after N messages")
 	format := fs.String("format", "", "raw or lines (default: raw with -from, lines with -all)")
 	out := fs.String("o", "", "write to `FILE` instead of stdout")
+	nap := fs.Duration("nap", defaultRecvNap, "in a stream, sleep this long between looks at the deliver ring instead of waiting for the daemon's doorbell (0: never)")
 	if done, code := parse(fs, args, stdout); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "recv", "unexpected argument %q", fs.Arg(0))
+	}
+	if *nap < 0 || *nap > maxRecvNap {
+		return usageErr(stderr, "recv", "-nap is %v, want 0 to %v", *nap, maxRecvNap)
 	}
 	sub := localapi.AllMembers
 	switch {
@@ -700,7 +707,7 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		c.SetDeadline(time.Now()) // unblocks Read
 	}()
 	prog := newProgress(stderr, "received", *nbytes)
-	err = recv(c, sub, w, bw, *format == "lines", *nbytes, *count, prog)
+	err = recv(c, sub, w, bw, *format == "lines", *nbytes, *count, *nap, prog)
 	prog.end()
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = ferr
@@ -718,7 +725,15 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // limits are reached or the stream ends. The daemon gives the connection
 // a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
 // blocks for a moment does not hold its deliveries back.
-func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines bool, maxBytes, maxCount int64, prog *progress) error {
+// defaultRecvNap is recv's -nap: the doorbells' wake-ups were about half
+// of a recv's CPU in a stream (docs/local-api.md, "Napping in a stream").
+const defaultRecvNap = 500 * time.Microsecond
+
+// maxRecvNap bounds -nap: longer, a stream at the daemon's rate fills
+// the deliver ring while the reader sleeps.
+const maxRecvNap = 10 * time.Millisecond
+
+func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines bool, maxBytes, maxCount int64, nap time.Duration, prog *progress) error {
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err
 	}
@@ -729,6 +744,9 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 			rr = nil
 		} else if err != nil {
 			return err
+		}
+		if rr != nil {
+			rr.SetNap(nap)
 		}
 	}
 	if err := c.Write(&localapi.Subscribe{From: from}); err != nil {

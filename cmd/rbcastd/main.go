@@ -4,7 +4,7 @@
 //	        [-socket PATH] [-capture FILE] [-metrics ADDR] [-config FILE]
 //	rbcastd send [-socket PATH] [-lines] [FILE|-]
 //	rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N]
-//	        [-format raw|lines] [-o FILE]
+//	        [-format raw|lines] [-o FILE] [-nap D]
 //	rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]
 //	rbcastd sendfile [-socket PATH] [-to IDS] FILE...
 //	rbcastd recvfile [-socket PATH] -dir DIR [-count N]

@@ -140,6 +140,8 @@ func TestOddInputs(t *testing.T) {
 		{[]string{"recv", "-socket", missing, "-from", "x"}, exitUsage, `-from is "x"`, ""},
 		{[]string{"recv", "-socket", missing, "-all", "-o", filepath.Join(dir, "nodir", "out")}, exitFail, "", ""},
 		{[]string{"recv", "-socket", missing, "-all", "extra"}, exitUsage, "", ""},
+		{[]string{"recv", "-socket", missing, "-all", "-nap", "-1ms"}, exitUsage, "-nap is -1ms, want 0 to 10ms", ""},
+		{[]string{"recv", "-socket", missing, "-all", "-nap", "1s"}, exitUsage, "-nap is 1s, want 0 to 10ms", ""},
 		{[]string{"status", "-socket", missing}, exitFail, "no daemon socket at " + missing, ""},
 		{[]string{"status", "-socket", dir}, exitFail, dir, ""},
 		{[]string{"status", "-socket", longSock}, exitFail, longSock, ""},

@@ -549,7 +549,22 @@ type RingReceiver struct {
 	ended error // the daemon's Error ending the stream, once read
 	spin  spinner
 	waits uint64
+	nap   napper
 }
+
+// napper has a reader of a stream sleep on a timer between looks
+// instead of asking for a doorbell (RingReceiver.SetNap).
+type napper struct {
+	d     time.Duration
+	got   int                 // bytes read since the ring was last found empty
+	naps  uint64              // naps taken
+	found uint64              // naps after which a record waited
+	sleep func(time.Duration) // time.Sleep (a test's fake)
+}
+
+// NapBurst is how much a reader must have read since it last found its
+// ring empty for its next empty ring to be a stream's (RingReceiver.SetNap).
+const NapBurst = 32 << 10
 
 // Sleeps is how many times Next has slept until a packet came (a
 // DaemonDoorbell, mostly): the deliveries its polls did not find.
@@ -563,6 +578,45 @@ func (rr *RingReceiver) Sleeps() uint64 { return rr.waits }
 // doorbell's write and its own wake-up. The poll backs off when the CPU
 // is contended, as Conn.SetSpin's.
 func (rr *RingReceiver) SetSpin(d time.Duration) { rr.spin.d = d }
+
+// SetNap has Next(true), finding the ring empty after a burst (at least
+// NapBurst bytes read since it last found it empty: a stream, not single
+// messages), sleep d on a timer and look again, instead of setting
+// wantData and sleeping until a DaemonDoorbell. While it naps wantData
+// stays clear, so the daemon publishes without writing a doorbell and
+// the client wakes once per nap, whatever the daemon published
+// meanwhile, not once per publish. What the nap found starts the next
+// burst; a nap that finds nothing, or too short a burst, goes back to
+// the doorbell. The cost is latency in a stream only: a message
+// published just after the reader lay down waits up to d. 0, the
+// default: never. A ring of size bytes holds what d lets pile up only
+// while d × rate stays below it.
+func (rr *RingReceiver) SetNap(d time.Duration) { rr.nap.d = d }
+
+// Naps is how many naps Next took, and after how many of them a record
+// waited (SetNap).
+func (rr *RingReceiver) Naps() (naps, found uint64) { return rr.nap.naps, rr.nap.found }
+
+// napped naps once when the reader read a burst since the ring was last
+// empty, and reports whether a record waits after it.
+func (rr *RingReceiver) napped() bool {
+	burst := rr.nap.got
+	rr.nap.got = 0
+	if rr.nap.d <= 0 || burst < NapBurst {
+		return false
+	}
+	sleep := rr.nap.sleep
+	if sleep == nil {
+		sleep = time.Sleep
+	}
+	rr.nap.naps++
+	sleep(rr.nap.d)
+	if rr.r.Waiting() {
+		rr.nap.found++
+		return true
+	}
+	return false
+}
 
 // DeliverRing opens a deliver ring with a data area of size bytes
 // (DefaultRing when 0); Subscribe then fills it.
@@ -588,6 +642,7 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 	for {
 		from, data, ok, err = rr.r.Next()
 		if err != nil || ok {
+			rr.nap.got += len(data)
 			if ok && wait {
 				hops.At(hops.SocketRead, w)
 			}
@@ -601,6 +656,9 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 		}
 		if err := rr.Release(); err != nil {
 			return 0, nil, false, err
+		}
+		if rr.napped() {
+			continue
 		}
 		if rr.spin.d > 0 && rr.poll() {
 			continue

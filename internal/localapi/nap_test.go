@@ -1,0 +1,162 @@
+package localapi
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// napReceiver is a RingReceiver on one end of a deliver ring, its
+// connection on a socket pair whose other end (the daemon's) is
+// returned, with SetNap(d) and a sleep that calls onNap instead of
+// sleeping (virtual time).
+func napReceiver(t *testing.T, d time.Duration, onNap func(time.Duration)) (rr *RingReceiver, p *Ring, daemon int) {
+	t.Helper()
+	mem := ringMem(t, MinRing)
+	p, err := NewRing(RingDeliver, mem, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewRing(RingDeliver, mem, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := seqpacketPair(t)
+	cn := &Conn{rbuf: make([]byte, 1+MaxStatus+1)}
+	if err := cn.attach(a); err != nil {
+		t.Fatal(err)
+	}
+	rr = &RingReceiver{c: cn, r: c}
+	rr.SetNap(d)
+	rr.nap.sleep = onNap
+	return rr, p, int(b.Fd())
+}
+
+// napMsg is message i of a stream, 1000 bytes.
+func napMsg(i int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("%07d,", i)), 125)
+}
+
+// add publishes messages [from, to) and reports whether the producer
+// had to ring.
+func napAdd(t *testing.T, p *Ring, from, to int) (rang bool) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := p.Add(7, napMsg(i)); err != nil {
+			t.Fatalf("Add %d: %v", i, err)
+		}
+	}
+	return p.Publish()
+}
+
+func napNext(t *testing.T, rr *RingReceiver, i int) {
+	t.Helper()
+	from, d, ok, err := rr.Next(true)
+	if err != nil || !ok || from != 7 || !bytes.Equal(d, napMsg(i)) {
+		t.Fatalf("message %d: from %d, %d bytes %.16q, ok %v, err %v", i, from, len(d), d, ok, err)
+	}
+}
+
+// A reader of a stream that finds its ring empty after a burst naps
+// instead of asking for a doorbell: the daemon publishes meanwhile
+// without ringing, and what the nap found comes out whole and in order;
+// a nap that finds nothing goes back to the doorbell, which then wakes
+// the reader for the next message.
+func TestRingNapStream(t *testing.T) {
+	const burst = 40 // 40 000 bytes, past NapBurst
+	var p *Ring
+	var naps []time.Duration
+	rangInNap := false
+	onNap := func(d time.Duration) {
+		naps = append(naps, d)
+		if len(naps) == 1 { // the daemon publishes the next burst meanwhile
+			rangInNap = napAdd(t, p, burst, 2*burst)
+		}
+	}
+	rr, p0, daemon := napReceiver(t, 300*time.Microsecond, onNap)
+	p = p0
+	if napAdd(t, p, 0, burst) {
+		t.Fatal("the first publish rang a reader that was not asleep")
+	}
+	// A reader that did not nap would wait for a doorbell that never
+	// comes: the deadline turns that into a failure.
+	rr.c.SetDeadline(time.Now().Add(5 * time.Second))
+	for i := range 2 * burst {
+		napNext(t, rr, i) // the second burst after a nap
+	}
+	rr.c.SetDeadline(time.Time{})
+	if len(naps) != 1 || naps[0] != 300*time.Microsecond || rangInNap {
+		t.Fatalf("after the first burst: naps %v, the daemon rang during the nap: %v", naps, rangInNap)
+	}
+	if n, found := rr.Naps(); n != 1 || found != 1 || rr.Sleeps() != 0 {
+		t.Fatalf("Naps %d, %d found, Sleeps %d; want 1, 1, 0", n, found, rr.Sleeps())
+	}
+	// The stream pauses: the second nap finds nothing, and the reader
+	// asks for a doorbell (wantData) and sleeps on the socket.
+	type res struct {
+		from uint16
+		d    []byte
+		err  error
+	}
+	got := make(chan res, 1)
+	go func() {
+		from, d, _, err := rr.Next(true)
+		got <- res{from, bytes.Clone(d), err}
+	}()
+	for p.wantData.Load() == 0 {
+		runtime.Gosched()
+	}
+	if !napAdd(t, p, 2*burst, 2*burst+1) {
+		t.Fatal("a publish after the reader asked for a doorbell did not ring")
+	}
+	if _, err := unix.Write(daemon, (&DaemonDoorbell{Ring: RingDeliver}).Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.from != 7 || !bytes.Equal(r.d, napMsg(2*burst)) {
+		t.Fatalf("after the doorbell: from %d, %d bytes, err %v", r.from, len(r.d), r.err)
+	}
+	if n, found := rr.Naps(); n != 2 || found != 1 || rr.Sleeps() != 1 {
+		t.Fatalf("Naps %d, %d found, Sleeps %d; want 2, 1, 1", n, found, rr.Sleeps())
+	}
+}
+
+// Single messages (less than NapBurst read since the ring was last
+// empty) are never napped on: the reader asks for a doorbell at once,
+// so a ping waits for no timer.
+func TestRingNapNotForSingleMessages(t *testing.T) {
+	rr, p, daemon := napReceiver(t, time.Millisecond, func(time.Duration) {
+		t.Error("napped after a single message")
+	})
+	napAdd(t, p, 0, 1)
+	napNext(t, rr, 0)
+	for i := 1; i < 4; i++ {
+		errs := make(chan error, 1)
+		go func() {
+			from, d, _, err := rr.Next(true)
+			if err == nil && (from != 7 || !bytes.Equal(d, napMsg(i))) {
+				err = fmt.Errorf("message %d: from %d, %d bytes", i, from, len(d))
+			}
+			errs <- err
+		}()
+		for p.wantData.Load() == 0 { // the reader asked for a doorbell
+			runtime.Gosched()
+		}
+		if !napAdd(t, p, i, i+1) {
+			t.Fatalf("message %d: the publish did not ring", i)
+		}
+		if _, err := unix.Write(daemon, (&DaemonDoorbell{Ring: RingDeliver}).Append(nil)); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := rr.Naps(); n != 0 || rr.Sleeps() != 3 {
+		t.Fatalf("Naps %d, Sleeps %d; want 0, 3", n, rr.Sleeps())
+	}
+}
