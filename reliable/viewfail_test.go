@@ -1,8 +1,8 @@
 package reliable
 
 import (
-	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,10 +13,11 @@ import (
 // viewFailure is one run of failureSim: what the members that stay did
 // in the step that installed the view without the crashed member.
 type viewFailure struct {
-	late       time.Duration // the last install after crash + FailureTimeout
-	deliveries []int         // per member that stays: messages handed out in that step
-	mallocs    []uint64      // per member that stays: heap allocations in that step
-	bytes      []uint64      // per member that stays: bytes allocated in that step
+	late       time.Duration   // the last install after crash + FailureTimeout
+	deliveries []int           // per member that stays: messages handed out in that step
+	mallocs    []uint64        // per member that stays: heap allocations in that step
+	bytes      []uint64        // per member that stays: bytes allocated in that step
+	cpu        []time.Duration // per member that stays: the wall time of that step
 }
 
 // failureSim is BenchmarkNetnsViews's failure on the simulator: members
@@ -29,7 +30,7 @@ type viewFailure struct {
 // commit. Each Step is counted (runtime.MemStats: the simulation runs
 // on this goroutine alone) and the step that installs the view of three
 // at each member is reported.
-func failureSim(t *testing.T, ft time.Duration) viewFailure {
+func failureSim(t testing.TB, ft time.Duration) viewFailure {
 	net, err := testnet.New(19, testnet.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +39,7 @@ func failureSim(t *testing.T, ft time.Duration) viewFailure {
 	var eps []*testnet.Endpoint
 	drivers := make([]*Driver, 4)
 	var res viewFailure
-	res.deliveries, res.mallocs, res.bytes = make([]int, 3), make([]uint64, 3), make([]uint64, 3)
+	res.deliveries, res.mallocs, res.bytes, res.cpu = make([]int, 3), make([]uint64, 3), make([]uint64, 3), make([]time.Duration, 3)
 	members := make([]int, 4) // the last view installed at each
 	installedAt := make([]time.Time, 3)
 	delivered := make([]int, 4) // messages handed out at each
@@ -74,11 +75,13 @@ func failureSim(t *testing.T, ft time.Duration) viewFailure {
 			}
 			runtime.ReadMemStats(&ms)
 			m0, b0, d0 := ms.Mallocs, ms.TotalAlloc, delivered[i]
+			w := time.Now()
 			next := drv.Step(now)
+			cpu := time.Since(w)
 			runtime.ReadMemStats(&ms)
 			if members[i] == 3 {
 				res.mallocs[i], res.bytes[i] = ms.Mallocs-m0, ms.TotalAlloc-b0
-				res.deliveries[i], installedAt[i] = delivered[i]-d0, now
+				res.deliveries[i], res.cpu[i], installedAt[i] = delivered[i]-d0, cpu, now
 			}
 			return next
 		}))
@@ -159,5 +162,22 @@ func TestViewFailureCommitAllocs(t *testing.T) {
 				i, res.deliveries[i], res.mallocs[i], res.bytes[i])
 		}
 	}
-	t.Log(fmt.Sprintf("deliveries %v, allocations %v, bytes %v in the installing steps", res.deliveries, res.mallocs, res.bytes))
+	t.Logf("deliveries %v, allocations %v, bytes %v in the installing steps", res.deliveries, res.mallocs, res.bytes)
+}
+
+// BenchmarkViewFailureInstall is failureSim's steps that install the
+// view of three, at 1 s: the wall time of the slowest member's (that
+// step's CPU: the simulation runs on this goroutine) and the bytes it
+// allocates, means over the runs.
+func BenchmarkViewFailureInstall(b *testing.B) {
+	var cpu time.Duration
+	var bytes uint64
+	for range b.N {
+		res := failureSim(b, time.Second)
+		cpu += slices.Max(res.cpu)
+		bytes += slices.Max(res.bytes)
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "install-us")
+	b.ReportMetric(float64(bytes)/float64(b.N), "install-B")
+	b.ReportMetric(0, "ns/op")
 }
