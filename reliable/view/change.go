@@ -605,14 +605,21 @@ func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 	c.comp = comp
 	// What the inner core delivered since the freeze counts up to the
 	// cuts: a departing sender's beyond its cut is dropped, as filterCut
-	// drops it from now on.
+	// drops it from now on. The rest goes out first, inserted at once:
+	// inserted one by one, each copied all that followed it into a new
+	// array, quadratic in the stash, which holds every message a sender's
+	// window let go in a burst as the change began (a failure's backlog:
+	// TestViewFailureCommitAllocs).
+	kept := c.stash[:0]
 	for _, d := range c.stash {
 		if i := c.cutIndex(d.From); i >= 0 && comp.departed[i] && !frame.SeqLess(d.Seq, commit.Cuts[i].Cut) {
 			continue
 		}
-		c.deliver = append(c.deliver[:c.stashOut:c.stashOut], append([]core.Delivery{d}, c.deliver[c.stashOut:]...)...)
-		c.stashOut++
+		kept = append(kept, d)
 	}
+	c.deliver = slices.Insert(c.deliver, c.stashOut, kept...)
+	c.stashOut += len(kept)
+	clear(c.stash)
 	c.stash = c.stash[:0]
 	for i, x := range commit.Cuts {
 		if comp.departed[i] && x.Holder == c.self {
