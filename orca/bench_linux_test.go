@@ -294,6 +294,10 @@ type rate struct {
 	// perMessage is the writes per message of the order that Orca sent
 	// (batches: Stats.Batched); 1 for the raw order.
 	perMessage float64
+	// depth is the raw run's pipeline: the median, over members and
+	// samples taken every millisecond, of the messages a member had sent
+	// and not yet delivered back to itself.
+	depth int
 }
 
 // cpuSeconds is the CPU time this process used so far.
@@ -303,39 +307,70 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
+// lineCount is a count that one goroutine updates, on a cache line of its
+// own: the members' counters side by side in one line would make every
+// member's update move the line between the CPUs (a cost the run adds
+// to the order's, not the order's own).
+type lineCount struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
 // rawRate: every member sends size-byte messages as fast as Send takes
 // them for d; the messages every member delivered per second, until the
 // slowest had everything.
 func rawRate(tb testing.TB, topo *netns.Topology, size int, d time.Duration) rate {
-	counts := make([]atomic.Uint64, orcaBenchHosts)
-	groups, stop := rawGroups(tb, topo, reliable.Config{}, func(i int, _ frame.MemberID, _ []byte) { counts[i].Add(1) })
+	counts := make([]lineCount, orcaBenchHosts)
+	own := make([]lineCount, orcaBenchHosts)   // a member's own messages delivered back
+	sends := make([]lineCount, orcaBenchHosts) // a member's messages sent
+	groups, stop := rawGroups(tb, topo, reliable.Config{}, func(i int, from frame.MemberID, _ []byte) {
+		counts[i].Add(1)
+		if from == frame.MemberID(i+1) {
+			own[i].Add(1)
+		}
+	})
 	defer stop()
 	msg := make([]byte, size)
-	var sent atomic.Uint64
 	start, cpu := time.Now(), cpuSeconds()
 	var wg sync.WaitGroup
-	for _, g := range groups {
+	for i, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var k uint64
+			// Published every 16 messages (the depth's samples
+			// read it), not by an atomic operation each.
+			defer func() { sends[i].Store(k) }()
 			for time.Since(start) < d {
 				if err := g.Send(context.Background(), msg); err != nil {
 					tb.Error(err)
 					return
 				}
-				sent.Add(1)
+				if k++; k%16 == 0 {
+					sends[i].Store(k)
+				}
 			}
 		}()
 	}
+	var depths []float64
+	for time.Since(start) < d {
+		time.Sleep(time.Millisecond)
+		for i := range groups {
+			depths = append(depths, float64(int64(sends[i].Load()-own[i].Load())))
+		}
+	}
 	wg.Wait()
-	total := sent.Load()
+	var total uint64
+	for i := range sends {
+		total += sends[i].Load()
+	}
 	r := settle(counts, total, start)
-	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1))}
+	return rate{perSecond: r, cpuMicros: (cpuSeconds() - cpu) * 1e6 / float64(max(total, 1)), depth: int(median(depths))}
 }
 
 // settle waits until every member delivered total messages (at most 5 s)
 // and returns the slowest member's rate from start.
-func settle(counts []atomic.Uint64, total uint64, start time.Time) float64 {
+func settle(counts []lineCount, total uint64, start time.Time) float64 {
 	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
 		done := true
 		for i := range counts {
@@ -369,7 +404,7 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 		}
 	}
 	args := make([]byte, max(size-10, 0))
-	var sent atomic.Uint64
+	var sent atomic.Uint64 // added to once by each goroutine, at its end
 	start, cpu := time.Now(), cpuSeconds()
 	var wg sync.WaitGroup
 	for i := range nodes {
@@ -377,17 +412,19 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				var k uint64
+				defer func() { sent.Add(k) }()
 				ring := make([]*orca.Pending[int64], inFlight)
-				for k := 0; time.Since(start) < d; k = (k + 1) % inFlight {
-					p := ring[k]
+				for at := 0; time.Since(start) < d; at = (at + 1) % inFlight {
+					p := ring[at]
 					if p != nil {
 						if _, err := p.Wait(context.Background()); err != nil {
 							tb.Error(err)
 							return
 						}
 					}
-					ring[k] = sinkPut.GoReuse(context.Background(), p, objs[i], args)
-					sent.Add(1)
+					ring[at] = sinkPut.GoReuse(context.Background(), p, objs[i], args)
+					k++
 				}
 				for _, p := range ring {
 					if p != nil {
@@ -400,18 +437,20 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				var k uint64
+				defer func() { sent.Add(k) }()
 				for time.Since(start) < d {
 					if _, err := sinkPut.Call(context.Background(), objs[i], args); err != nil {
 						tb.Error(err)
 						return
 					}
-					sent.Add(1)
+					k++
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	counts := make([]atomic.Uint64, len(nodes))
+	counts := make([]lineCount, len(nodes))
 	total := sent.Load()
 	for wait := time.Now(); time.Since(wait) < 5*time.Second; time.Sleep(100 * time.Microsecond) {
 		done := true
@@ -436,40 +475,58 @@ func orcaRate(tb testing.TB, topo *netns.Topology, size, callers, inFlight int, 
 // rate with every member sending messages as long (Send as fast as it
 // takes them). A write's Call waits for its own application, so one
 // caller has one write in flight: each member either starts its writes
-// with GoReuse from one goroutine, RBCAST_ORCA_INFLIGHT in flight (default
-// 1024, "go": the raw sender's depth, its window of 64 requests of about
-// 20 bundled 64-byte messages each, and the call ring's size), or calls
-// them from RBCAST_ORCA_CALLERS goroutines (default 64, "callers"). Reported: medians of both rates and of the
-// per-repetition ratio (target: ≥ 0.8), and of the process's CPU time per
-// message and per write and their ratio (raw/orca: the rate ratio the
-// CPU alone would allow, steadier than the rates on a shared machine).
+// with GoReuse from one goroutine ("go"), or calls them from
+// RBCAST_ORCA_CALLERS goroutines (default 64, "callers"). With GoReuse
+// it keeps as many writes in flight as the raw run just before had
+// messages in flight at a member ("go=raw": the raw sender's pipeline,
+// its send window of 64 requests to the sequencer, each of as many
+// 64-byte messages as a frame holds, and one request being filled: about
+// 1365 at 64 bytes, 65 at 1000), or RBCAST_ORCA_INFLIGHT ("go=N").
+// Reported: medians of both rates and of the per-repetition ratio
+// (target: ≥ 0.8), of the process's CPU time per message and per write
+// and their ratio (raw/orca: the rate ratio the CPU alone would allow,
+// steadier than the rates on a shared machine), and of the raw run's
+// depth (raw-inflight).
 func BenchmarkOrcaThroughput(b *testing.B) {
 	netnstest.RequireRoot(b)
 	topo := netnstest.Up(b, netns.Options{Hosts: orcaBenchHosts, Prefix: "rborate"})
 	d := benchSeconds(b)
 	callers := envPositive(b, "RBCAST_ORCA_CALLERS", 64)
-	inFlight := envPositive(b, "RBCAST_ORCA_INFLIGHT", 1024)
+	inFlight, goName := 0, "go=raw" // 0: the raw run's depth
+	if os.Getenv("RBCAST_ORCA_INFLIGHT") != "" {
+		inFlight = envPositive(b, "RBCAST_ORCA_INFLIGHT", 0)
+		goName = fmt.Sprintf("go=%d", inFlight)
+	}
 	type way struct {
 		name              string
 		callers, inFlight int
 	}
 	for _, size := range []int{64, 1000} {
-		for _, w := range []way{{fmt.Sprintf("go=%d", inFlight), 0, inFlight}, {fmt.Sprintf("callers=%d", callers), callers, 0}} {
+		for _, w := range []way{{goName, 0, inFlight}, {fmt.Sprintf("callers=%d", callers), callers, 0}} {
 			b.Run(fmt.Sprintf("size=%d/%s", size, w.name), func(b *testing.B) {
-				var raw, orc, ratio, rawCPU, orcaCPU, cpuRatio []float64
+				var raw, orc, ratio, rawCPU, orcaCPU, cpuRatio, depth []float64
 				for range benchReps(b) {
 					var r, o rate
 					// Labelled for a CPU profile (-cpuprofile, then
 					// pprof -tagfocus run=orca): the groups' event
 					// loops start inside and inherit the label.
 					pprof.Do(context.Background(), pprof.Labels("run", "raw"), func(context.Context) { r = rawRate(b, topo, size, d) })
+					deep := w.inFlight
+					if w.callers == 0 && deep == 0 {
+						deep = max(r.depth, 1)
+					}
 					pprof.Do(context.Background(), pprof.Labels("run", "orca"), func(context.Context) {
-						o = orcaRate(b, topo, size, w.callers, w.inFlight, d)
+						o = orcaRate(b, topo, size, w.callers, deep, d)
 					})
 					raw, orc, ratio = append(raw, r.perSecond), append(orc, o.perSecond), append(ratio, o.perSecond/r.perSecond)
 					rawCPU, orcaCPU, cpuRatio = append(rawCPU, r.cpuMicros), append(orcaCPU, o.cpuMicros), append(cpuRatio, r.cpuMicros/o.cpuMicros)
-					b.Logf("raw %.0f msgs/s (%.2f µs CPU each), orca %.0f writes/s (%.2f µs CPU each, %.1f a message); load %s",
-						r.perSecond, r.cpuMicros, o.perSecond, o.cpuMicros, o.perMessage, loadavg())
+					depth = append(depth, float64(r.depth))
+					how := fmt.Sprintf("%d callers a member", w.callers)
+					if w.callers == 0 {
+						how = fmt.Sprintf("%d in flight a member", deep)
+					}
+					b.Logf("raw %.0f msgs/s (%.2f µs CPU each, %d in flight a member), orca %.0f writes/s (%.2f µs CPU each, %.1f a message, %s); load %s",
+						r.perSecond, r.cpuMicros, r.depth, o.perSecond, o.cpuMicros, o.perMessage, how, loadavg())
 				}
 				b.ReportMetric(median(raw), "raw-msgs/s")
 				b.ReportMetric(median(orc), "orca-writes/s")
@@ -477,6 +534,7 @@ func BenchmarkOrcaThroughput(b *testing.B) {
 				b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
 				b.ReportMetric(median(orcaCPU), "orca-cpu-µs/write")
 				b.ReportMetric(median(cpuRatio), "raw/orca-cpu")
+				b.ReportMetric(median(depth), "raw-inflight")
 			})
 		}
 	}

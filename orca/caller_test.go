@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/seq"
 )
 
 // chanEnv is an Env whose Send hands each message to a channel.
@@ -104,6 +105,61 @@ func TestCallsBeyondTheRing(t *testing.T) {
 	}
 	if s := n.Stats(); s.Writes != writes+1 {
 		t.Fatalf("Writes %d, want %d", s.Writes, writes+1)
+	}
+}
+
+// A member that fills the total order's default send window with 64-byte
+// writes (seq.DefaultWindow batches in flight and one being filled, as
+// many writes each as a frame holds: the depth the raw sender keeps in
+// flight, BenchmarkOrcaThroughput) keeps every call in its ring slot, not
+// in the overflow map under the node's lock.
+func TestWindowOfWritesInTheRing(t *testing.T) {
+	const maxMessage = 1438
+	e := &sinkEnv{}
+	var objs []*Object[int64]
+	for i := range 3 {
+		var env Env = e
+		if i > 0 {
+			env = &nullEnv{}
+		}
+		n, h, err := NewHosted(env, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(frame.MemberID(i+1), []frame.MemberID{1, 2, 3}, maxMessage); err != nil {
+			t.Fatal(err)
+		}
+		o, err := New(n, "sink", tsink, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.hosts, objs = append(e.hosts, h), append(objs, o)
+	}
+	args := make([]byte, 64-opHeaderLen)
+	perBatch := (maxMessage - 1) / (batchEntryHeader + 64)
+	depth := (seq.DefaultWindow + 1) * perBatch
+	n := objs[0].n
+	first := tsinkPut.Go(bg, objs[0], args) // alone: nothing in flight
+	ps := make([]*Pending[int64], depth)
+	for i := range ps {
+		ps[i] = tsinkPut.Go(bg, objs[0], args)
+	}
+	n.mu.Lock()
+	inRing, more := n.calls.size(), len(n.calls.more)
+	n.mu.Unlock()
+	if inRing != depth+1 || more != 0 {
+		t.Fatalf("%d calls in flight, %d of them in the overflow map; want %d, none (a ring of %d)", inRing, more, depth+1, callRing)
+	}
+	e.flush()
+	sum := int64(len(args))
+	if v, err := first.Wait(bg); v != sum || err != nil {
+		t.Fatalf("the first write: %d, %v; want %d", v, err, sum)
+	}
+	for i, p := range ps {
+		sum += int64(len(args))
+		if v, err := p.Wait(bg); v != sum || err != nil {
+			t.Fatalf("write %d: %d, %v; want %d", i, v, err, sum)
+		}
 	}
 }
 

@@ -20,9 +20,13 @@ type callTable struct {
 	more map[uint32]*call // n.mu
 }
 
-// callRing is the ring's length, a power of two: four times the
-// throughput benchmark's 256 writes in flight.
-const callRing = 1024
+// callRing is the ring's length, a power of two: three times the
+// writes a member has in flight when 64-byte writes fill the total
+// order's default send window (65 batches of 21: 1365), which a caller
+// that wants the order's message rate keeps in flight (docs/orca.md,
+// "Batches"); deeper pipelines, and guarded writes that wait long, use
+// the overflow map.
+const callRing = 4096
 
 func (t *callTable) slot(req uint32) *atomic.Pointer[call] { return &t.ring[req&(callRing-1)] }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // MaxOps is the most operations a class may declare (one byte of the
@@ -584,7 +585,7 @@ func New[S any](n *Node, name string, c *Class[S], initial S) (*Object[S], error
 		return nil, c.info.err
 	}
 	c.info.used.Store(true)
-	state := new(S)
+	state := newPadded[S]()
 	*state = initial
 	obj, err := n.newObject(name, c.info, state)
 	if err != nil {
@@ -592,3 +593,29 @@ func New[S any](n *Node, name string, c *Class[S], initial S) (*Object[S], error
 	}
 	return &Object[S]{n: n, c: c, obj: obj, state: state}, nil
 }
+
+// newPadded allocates a zero S with cache lines of its own: a small state
+// (a counter, a bound) would otherwise share its line with whatever the
+// allocator put beside it, and the replica's writes to it and another
+// goroutine's writes to its neighbour would move the line between the
+// CPUs at every write. A line of padding on either side keeps other
+// objects off the lines S touches, wherever the allocator places it.
+func newPadded[S any]() *S {
+	var zero S
+	if unsafe.Sizeof(zero) >= padUpTo {
+		return new(S)
+	}
+	p := new(struct {
+		_ [cacheLine]byte
+		s S
+		_ [cacheLine]byte
+	})
+	return &p.s
+}
+
+const (
+	cacheLine = 64
+	// padUpTo: larger states are not padded (their first and last lines
+	// are a small part of them).
+	padUpTo = 1024
+)

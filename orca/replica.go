@@ -166,29 +166,29 @@ func (n *Node) handle(from frame.MemberID, msg []byte, pos uint64) {
 	}
 	switch msg[0] {
 	case msgOp:
-		m, err := parseOp(msg)
+		id, op, req, args, err := parseOp(msg)
 		if err != nil {
 			n.bad(from, err.Error())
 			return
 		}
-		n.noteRequest(from, m.req)
+		n.noteRequest(from, req)
 		o := n.last
-		if o == nil || o.id != m.object {
-			o = n.objects[m.object]
+		if o == nil || o.id != id {
+			o = n.objects[id]
 			if o != nil {
 				n.last = o
 			}
 		}
 		if o == nil {
-			n.keepEarly(m.object, from, msg, pos)
+			n.keepEarly(id, from, msg, pos)
 			return
 		}
-		if int(m.op) >= len(o.class.ops) || !o.class.ops[m.op].write {
-			n.bad(from, fmt.Sprintf("operation %d of object %q, which is not a write of class %s (do all members declare the same classes?)", m.op, o.name, o.class.name))
-			n.failCall(from, m.req, fmt.Errorf("orca: operation %d of class %s is not a write here", m.op, o.class.name))
+		if int(op) >= len(o.class.ops) || !o.class.ops[op].write {
+			n.bad(from, fmt.Sprintf("operation %d of object %q, which is not a write of class %s (do all members declare the same classes?)", op, o.name, o.class.name))
+			n.failCall(from, req, fmt.Errorf("orca: operation %d of class %s is not a write here", op, o.class.name))
 			return
 		}
-		n.invoke(o, from, m.req, o.class.ops[m.op], m.args, pos)
+		n.invoke(o, from, req, o.class.ops[op], args, pos)
 	case msgCancel:
 		id, req, err := parseCancel(msg)
 		if err != nil {

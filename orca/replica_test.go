@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
@@ -141,4 +142,26 @@ func FuzzDeliver(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// tinySink keeps TestStateLineOfItsOwn's small allocations alive.
+var tinySink []*int64
+
+// A small state shares no cache line with other allocations: the
+// replica writes it at every write, and a neighbour another goroutine
+// writes (the allocator packs small objects together: a counter and a
+// caller's counter of its own) would move the line between the CPUs each
+// time.
+func TestStateLineOfItsOwn(t *testing.T) {
+	_, o := testNode(t, Config{})
+	first := uintptr(unsafe.Pointer(o.state)) / 64
+	last := (uintptr(unsafe.Pointer(o.state)) + unsafe.Sizeof(*o.state) - 1) / 64
+	for range 64 {
+		p := new(int64)
+		tinySink = append(tinySink, p)
+		if l := uintptr(unsafe.Pointer(p)) / 64; l >= first && l <= last {
+			t.Fatalf("an int64 allocated after the object's state is at %p, on the state's line (the state at %p)", p, o.state)
+		}
+	}
+	tinySink = nil
 }

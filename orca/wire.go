@@ -55,19 +55,16 @@ func appendOpHeader(b []byte, object uint32, op uint8) []byte {
 
 func setRequest(msg []byte, req uint32) { binary.BigEndian.PutUint32(msg[6:], req) }
 
-// opMsg is a parsed op message; args is a view into it.
-type opMsg struct {
-	object uint32
-	op     uint8
-	req    uint32
-	args   []byte
-}
-
-func parseOp(b []byte) (opMsg, error) {
+// parseOp parses an op message; args is a view into it. Its results
+// come back in registers: as one struct they were stored to the stack
+// field by field and copied on with wider loads, which wait for the
+// narrower stores (a store-forwarding stall at every write a replica
+// applies).
+func parseOp(b []byte) (object uint32, op uint8, req uint32, args []byte, err error) {
 	if len(b) < opHeaderLen {
-		return opMsg{}, fmt.Errorf("orca: op message of %d bytes, shorter than its %d-byte header", len(b), opHeaderLen)
+		return 0, 0, 0, nil, fmt.Errorf("orca: op message of %d bytes, shorter than its %d-byte header", len(b), opHeaderLen)
 	}
-	return opMsg{object: binary.BigEndian.Uint32(b[1:]), op: b[5], req: binary.BigEndian.Uint32(b[6:]), args: b[opHeaderLen:]}, nil
+	return binary.BigEndian.Uint32(b[1:]), b[5], binary.BigEndian.Uint32(b[6:]), b[opHeaderLen:], nil
 }
 
 func appendCancel(b []byte, object, req uint32) []byte {
