@@ -207,6 +207,14 @@ type partial struct {
 	runSums  []byte
 	runFirst uint32
 	runN     uint32
+
+	// ahead keeps the blocks written past a gap in the prefix hash, so
+	// that advance hashes them from memory once the gap is repaired
+	// instead of reading each back from the file: block b, if within
+	// aheadBytes of the prefix, is in slot b mod len(aheadTag) when
+	// aheadTag of that slot is b (made at the first such block).
+	ahead    []byte
+	aheadTag []uint32
 }
 
 // catchUp bounds the held blocks read to advance the prefix hash on one
@@ -219,6 +227,43 @@ const (
 // runBytes is the most a run gathers before it is written (a variable:
 // tests shrink it).
 var runBytes = 1 << 20
+
+// aheadBytes bounds the blocks past a gap in the prefix hash that a
+// partial keeps in memory (partial.ahead; at most the file's size): at
+// 5 % loss the gap at the prefix is repaired a round trip or a few
+// later, when a few MB have arrived after it. A variable: tests shrink
+// it.
+var aheadBytes = 16 << 20
+
+// noBlock tags an empty slot of partial.ahead.
+const noBlock = ^uint32(0)
+
+// keepAhead keeps block b, written past the prefix hash, in memory if it
+// fits ahead's span; else it makes sure no older copy of b is there.
+func (p *partial) keepAhead(b uint32, data []byte) {
+	bs := uint64(p.meta.BlockSize)
+	if p.aheadTag == nil {
+		slots := (min(uint64(aheadBytes), max(p.meta.Size, bs)) + bs - 1) / bs
+		if slots == 0 || uint64(b-p.hashed) >= slots {
+			return
+		}
+		p.ahead = make([]byte, slots*bs)
+		p.aheadTag = make([]uint32, slots)
+		for i := range p.aheadTag {
+			p.aheadTag[i] = noBlock
+		}
+	}
+	slots := uint32(len(p.aheadTag))
+	i := b % slots
+	if b-p.hashed >= slots {
+		if p.aheadTag[i] == b {
+			p.aheadTag[i] = noBlock
+		}
+		return
+	}
+	copy(p.ahead[uint64(i)*bs:], data)
+	p.aheadTag[i] = b
+}
 
 func (p *partial) hold(b uint32) { p.held[b/64] |= 1 << (b % 64) }
 
@@ -249,6 +294,10 @@ func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
 	if b >= p.runFirst && b-p.runFirst < p.runN {
 		off := int(b-p.runFirst) * int(p.meta.BlockSize)
 		return p.run[off : off+len(blk)], nil
+	}
+	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
+		off := uint64(b%n) * uint64(p.meta.BlockSize)
+		return p.ahead[off : off+uint64(len(blk))], nil
 	}
 	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
@@ -347,11 +396,16 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 		// after a hash mismatch): the prefix hash starts over.
 		p.h.Reset()
 		p.hashed = 0
+		for i := range p.aheadTag {
+			p.aheadTag[i] = noBlock
+		}
 	}
 	p.hold(b)
 	if b == p.hashed {
 		p.h.Write(data)
 		p.hashed++
+	} else {
+		p.keepAhead(b, data)
 	}
 	return p.advance(catchUp)
 }
@@ -526,6 +580,7 @@ func (p *partial) Abort(keep bool) {
 }
 
 func (p *partial) close() {
+	p.ahead, p.aheadTag = nil, nil
 	if p.data != nil {
 		p.data.Close()
 	}

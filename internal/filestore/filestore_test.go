@@ -539,6 +539,97 @@ func TestLosslessSumNoReread(t *testing.T) {
 	}
 }
 
+// A lossy receiver's prefix hash reads nothing back either: the blocks
+// written past a gap are kept in memory (up to aheadBytes) and hashed
+// from there once the gap is repaired. The copy is overwritten on disk
+// behind the partial's back before the repairs come; the hash is still
+// the file's. With less room than the blocks past the gap, those beyond
+// it are read back: the copy left alone, the hash is the file's too.
+func TestLossySumNoReread(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	runBytes = 4 * 1000
+	data := randomBytes(50*1000+123, 22)
+	m := meta("f", data, 1000)
+	block := func(b uint32) []byte { return data[int(b)*1000 : int(b)*1000+m.BlockLen(b)] }
+	lost := func(b uint32) bool { return b%7 == 3 || b == 0 || b == 20 }
+	for _, tc := range []struct {
+		name      string
+		ahead     int
+		overwrite bool
+	}{{"all kept", 1 << 20, true}, {"some kept", 9 * 1000, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			aheadBytes = tc.ahead
+			f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Abort(false)
+			p := f.(*partial)
+			for b := range m.Blocks() {
+				if !lost(b) {
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if p.hashed != 0 {
+				t.Fatalf("block 0 lost, yet %d blocks are in the prefix hash", p.hashed)
+			}
+			if err := p.flush(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.overwrite {
+				if err := os.WriteFile(p.path, make([]byte, len(data)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for b := range m.Blocks() { // the repairs
+				if lost(b) {
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if sum, err := f.Sum(); err != nil || sum != m.Hash {
+				t.Fatalf("Sum = %x, %v; want %x (the blocks as written, not the copy read back)", sum, err, m.Hash)
+			}
+		})
+	}
+}
+
+// Blocks kept in memory past the gap and written again with other bytes
+// (the fetch of every block again after a mismatch) are hashed as last
+// written, whether the room kept holds the new copy or not.
+func TestAheadRewritten(t *testing.T) {
+	defer func(a int) { aheadBytes = a }(aheadBytes)
+	aheadBytes = 8 * 100
+	data := randomBytes(40*100, 23)
+	m := meta("f", data, 100)
+	block := func(b uint32) []byte { return data[int(b)*100 : int(b)*100+100] }
+	f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	// Blocks 5..9 kept in memory, with other bytes than the file's.
+	for b := uint32(5); b < 10; b++ {
+		f.WriteBlock(b, make([]byte, 100))
+	}
+	for _, b := range []uint32{1, 2, 3, 4} {
+		f.WriteBlock(b, block(b))
+	}
+	for b := uint32(10); b < 40; b++ {
+		f.WriteBlock(b, block(b))
+	}
+	for b := uint32(5); b < 10; b++ {
+		f.WriteBlock(b, block(b))
+	}
+	f.WriteBlock(0, block(0))
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+}
+
 // A block corrupted on its way to the disk (every time it is written,
 // so the fetch of every block again after the first mismatch fails too;
 // on the wire the frame's CRC-32C would drop it) gives a receiver over a
