@@ -31,6 +31,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -200,9 +201,11 @@ type partial struct {
 	hashed uint32   // blocks in h, from block 0
 	held   []uint64 // blocks written or verified, one bit each
 	dirty  int64    // bytes written since the last write-behind
+	writes int      // writes to the file and its checksums (tests)
 
-	// run is blocks runFirst.. not written to the file yet, back to
-	// back; runSums their checksums as stored.
+	// run is blocks runFirst..runFirst+runN-1 not written to the file
+	// yet, back to back (holes among them zeros); runSums their
+	// checksums as stored (a hole's zero).
 	run      []byte
 	runSums  []byte
 	runFirst uint32
@@ -313,6 +316,7 @@ func (p *partial) flush() error {
 	}
 	first, n := p.runFirst, p.runN
 	p.runN = 0
+	p.writes += 2
 	if _, err := p.data.WriteAt(p.run, int64(first)*int64(p.meta.BlockSize)); err != nil {
 		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
@@ -368,29 +372,93 @@ func (p *partial) verify() ([]frame.Range, error) {
 }
 
 // WriteBlock writes block b and the checksum beside it: into the run if
-// it follows it, else the run is written first and b starts a new one.
-// Neither is fsynced: a crash may tear them, and Open's verification
-// finds it. An error may be a write of earlier blocks of the run.
+// it falls within the run's room, else the run is written first and b
+// starts a new one. Blocks skipped on the way (lost, repaired later) are
+// holes of the run: zeros with a zero checksum (Open's verification
+// counts them missing), filled in place if they come while the run is
+// in memory. A block behind the run (a repair that came after its run
+// was written) is written alone, and the run goes on: a repair does not
+// cut the pass's run short. Neither is fsynced: a crash may tear them,
+// and Open's verification finds it. An error may be a write of earlier
+// blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
 	p.summed = false
-	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) || b < p.hashed {
+	bs := int(p.meta.BlockSize)
+	switch {
+	case b < p.hashed:
+		if err := p.flush(); err != nil {
+			return err
+		}
+	case p.runN > 0 && b >= p.runFirst && b < p.runFirst+p.runN:
+		// A hole of the run, or a block again: in place.
+		i := int(b - p.runFirst)
+		copy(p.run[i*bs:i*bs+len(data)], data)
+		binary.BigEndian.PutUint32(p.runSums[4*i:], blockSum(data))
+		return p.stored1(b, data)
+	case p.runN > 0 && b < p.runFirst:
+		if err := p.writeAlone(b, data); err != nil {
+			return err
+		}
+		return p.stored1(b, data)
+	case p.runN > 0 && (int(b-p.runFirst)*bs+len(data) > runBytes || p.heldIn(p.runFirst+p.runN, b)):
 		if err := p.flush(); err != nil {
 			return err
 		}
 	}
 	if p.runN == 0 {
 		if cap(p.run) == 0 {
-			p.run = make([]byte, 0, max(runBytes, int(p.meta.BlockSize)))
-			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, int(p.meta.BlockSize))+1))
+			p.run = make([]byte, 0, max(runBytes, bs))
+			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, bs)+1))
 		}
 		p.runFirst = b
+	}
+	if holes := int(b - (p.runFirst + p.runN)); holes > 0 {
+		n := len(p.run)
+		p.run = slices.Grow(p.run, holes*bs)[:n+holes*bs]
+		clear(p.run[n:])
+		m := len(p.runSums)
+		p.runSums = slices.Grow(p.runSums, 4*holes)[:m+4*holes]
+		clear(p.runSums[m:])
+		p.runN += uint32(holes)
 	}
 	p.run = append(p.run, data...)
 	p.runSums = binary.BigEndian.AppendUint32(p.runSums, blockSum(data))
 	p.runN++
+	return p.stored1(b, data)
+}
+
+// heldIn reports whether a block of [from, to) is held: the run may not
+// skip it as a hole (its zeros would overwrite it).
+func (p *partial) heldIn(from, to uint32) bool {
+	for x := from; x < to; x++ {
+		if p.holds(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeAlone writes block b and its checksum now, outside the run.
+func (p *partial) writeAlone(b uint32, data []byte) error {
+	p.writes += 2
+	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
+	}
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], blockSum(data))
+	if _, err := p.hashes.WriteAt(sum[:], int64(b)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksum of block %d of %q: %w", b, p.meta.Name, err)
+	}
+	p.dirty += int64(len(data))
+	return nil
+}
+
+// stored1 records block b, written (or in the run), in the prefix hash
+// and the held blocks.
+func (p *partial) stored1(b uint32, data []byte) error {
 	if b < p.hashed {
 		// A block written again (the core fetches every block again
 		// after a hash mismatch): the prefix hash starts over.

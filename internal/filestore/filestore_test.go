@@ -597,6 +597,100 @@ func TestLossySumNoReread(t *testing.T) {
 	}
 }
 
+// At 5 % loss a receiver's writes stay runs: a lost block is a hole of
+// its run (filled in place if its repair comes before the run is
+// written), and a repair behind the run is written alone without
+// cutting the run short. Before, every gap and every repair ended the
+// run: a write of a few blocks each time. A copy written so and
+// abandoned before the repairs resumes with exactly the blocks that
+// came (a hole is not taken for a block); with the repairs, the hash is
+// the file's.
+func TestLossyRuns(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	const bs, n, perRun = 100, 2000, 100
+	runBytes = perRun * bs
+	data := randomBytes(n*bs, 24)
+	m := meta("f", data, bs)
+	block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+bs] }
+	lost := func(b uint32) bool { return b%20 == 7 }
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.(*partial)
+	losses := 0
+	for b := range uint32(n) {
+		if lost(b) {
+			losses++
+		} else if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+		if b >= 30 && lost(b-30) { // its repair, 30 blocks later
+			if err := f.WriteBlock(b-30, block(b-30)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for b := uint32(n - 30); b < n; b++ {
+		if lost(b) {
+			if err := f.WriteBlock(b, block(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Two writes a run, two a repair written alone.
+	if most := 2*(n/perRun+1) + 2*losses; p.writes > most {
+		t.Errorf("%d writes for %d blocks in runs of %d with %d lost and repaired: want at most %d", p.writes, n, perRun, losses, most)
+	}
+	t.Logf("%d writes", p.writes)
+	p.close()
+
+	// Abandoned with its holes: the resume holds every block but them.
+	f, _, err = d.Open(meta("g", data, bs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range uint32(n) {
+		if !lost(b) {
+			f.WriteBlock(b, block(b))
+		}
+	}
+	f.(*partial).flush()
+	f.(*partial).close()
+	f, held, err := d.Open(meta("g", data, bs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	want := 0
+	for _, r := range held {
+		for b := r.First; b <= r.Last; b++ {
+			if lost(b) {
+				t.Fatalf("resumed holding block %d, a hole never written", b)
+			}
+			want++
+		}
+	}
+	if want != n-losses {
+		t.Fatalf("resumed holding %d blocks, want %d", want, n-losses)
+	}
+	for b := range uint32(n) {
+		if lost(b) {
+			f.WriteBlock(b, block(b))
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("resumed: Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+}
+
 // Blocks kept in memory past the gap and written again with other bytes
 // (the fetch of every block again after a mismatch) are hashed as last
 // written, whether the room kept holds the new copy or not.
