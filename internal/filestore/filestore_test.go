@@ -978,3 +978,103 @@ func TestCoresSendAgain(t *testing.T) {
 		t.Fatalf("stored %d bytes (%v), want the changed file", len(got), err)
 	}
 }
+
+// Lossy writes, crashes and resumes, drawn per seed (RBCAST_SEEDS, 100
+// by default): blocks come as a pass with loss, their repairs later and
+// some twice; at a drawn point the process dies (its run lost) or gives
+// the copy up to resume it (its run written). A resume holds only blocks
+// whose bytes are the file's, and with the rest written in a drawn order
+// the hash is the file's and the file committed is its bytes: whatever
+// the holes, the in-place fills, the repairs written alone and the
+// memory kept past a gap did.
+func TestLossyResumeSeeds(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	seeds := 100
+	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
+		fmt.Sscan(v, &seeds)
+	}
+	for seed := range uint64(seeds) {
+		r := rand.New(rand.NewPCG(seed, 0x10557))
+		bs := 16 + r.IntN(200)
+		data := randomBytes(r.IntN(300*bs)+1, seed)
+		m := meta("f", data, uint32(bs))
+		n := m.Blocks()
+		runBytes = bs * (1 + r.IntN(40))
+		aheadBytes = bs * r.IntN(60)
+		loss := []float64{0, 0.05, 0.2, 0.5}[r.IntN(4)]
+		block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+m.BlockLen(b)] }
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d (RBCAST_SEEDS=%d; block %d, %d blocks, run %d, ahead %d, loss %v): %s",
+				seed, seed+1, bs, n, runBytes, aheadBytes, loss, fmt.Sprintf(format, args...))
+		}
+		// The pass with loss, each lost block repaired 1..60 blocks later
+		// (or at the end), one in ten blocks twice.
+		var order []uint32
+		later := map[uint32][]uint32{}
+		for b := range n {
+			if r.Float64() < loss {
+				at := b + 1 + uint32(r.IntN(60))
+				later[at] = append(later[at], b)
+			} else {
+				order = append(order, b)
+				if r.IntN(10) == 0 {
+					order = append(order, b)
+				}
+			}
+			order = append(order, later[b]...)
+			delete(later, b)
+		}
+		for b := n; len(later) > 0; b++ {
+			order = append(order, later[b]...)
+			delete(later, b)
+		}
+		d := &Dir{Root: t.TempDir()}
+		f, _, err := d.Open(m)
+		if err != nil {
+			fail("%v", err)
+		}
+		stop := r.IntN(len(order) + 1)
+		for _, b := range order[:stop] {
+			if err := f.WriteBlock(b, block(b)); err != nil {
+				fail("%v", err)
+			}
+		}
+		if r.IntN(2) == 0 {
+			f.(*partial).close() // killed: the run is lost
+		} else {
+			f.Abort(true)
+		}
+		f, held, err := d.Open(m)
+		if err != nil {
+			fail("resume: %v", err)
+		}
+		p := f.(*partial)
+		for _, rg := range held {
+			for b := rg.First; b <= rg.Last; b++ {
+				got := make([]byte, m.BlockLen(b))
+				p.data.ReadAt(got, int64(b)*int64(bs))
+				if !bytes.Equal(got, block(b)) {
+					fail("resumed holding block %d, whose bytes on disk are not the file's", b)
+				}
+			}
+		}
+		rest := r.Perm(int(n))
+		for _, i := range rest {
+			if b := uint32(i); !p.holds(b) {
+				if err := f.WriteBlock(b, block(b)); err != nil {
+					fail("%v", err)
+				}
+			}
+		}
+		if sum, err := f.Sum(); err != nil || sum != m.Hash {
+			fail("Sum = %x, %v; want %x", sum, err, m.Hash)
+		}
+		if err := f.Commit(); err != nil {
+			fail("commit: %v", err)
+		}
+		if got, err := os.ReadFile(filepath.Join(d.Root, "f")); err != nil || !bytes.Equal(got, data) {
+			fail("the stored file differs from the file sent (%d bytes, %v)", len(got), err)
+		}
+	}
+}
