@@ -31,6 +31,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -200,13 +201,23 @@ type partial struct {
 	hashed uint32   // blocks in h, from block 0
 	held   []uint64 // blocks written or verified, one bit each
 	dirty  int64    // bytes written since the last write-behind
+	writes int      // writes to the file and its checksums (tests)
 
-	// run is blocks runFirst.. not written to the file yet, back to
-	// back; runSums their checksums as stored.
+	// run is blocks runFirst..runFirst+runN-1 not written to the file
+	// yet, back to back (holes among them zeros); runSums their
+	// checksums as stored (a hole's zero).
 	run      []byte
 	runSums  []byte
 	runFirst uint32
 	runN     uint32
+
+	// ahead keeps the blocks written past a gap in the prefix hash, so
+	// that advance hashes them from memory once the gap is repaired
+	// instead of reading each back from the file: block b, if within
+	// aheadBytes of the prefix, is in slot b mod len(aheadTag) when
+	// aheadTag of that slot is b (made at the first such block).
+	ahead    []byte
+	aheadTag []uint32
 }
 
 // catchUp bounds the held blocks read to advance the prefix hash on one
@@ -219,6 +230,43 @@ const (
 // runBytes is the most a run gathers before it is written (a variable:
 // tests shrink it).
 var runBytes = 1 << 20
+
+// aheadBytes bounds the blocks past a gap in the prefix hash that a
+// partial keeps in memory (partial.ahead; at most the file's size): at
+// 5 % loss the gap at the prefix is repaired a round trip or a few
+// later, when a few MB have arrived after it. A variable: tests shrink
+// it.
+var aheadBytes = 16 << 20
+
+// noBlock tags an empty slot of partial.ahead.
+const noBlock = ^uint32(0)
+
+// keepAhead keeps block b, written past the prefix hash, in memory if it
+// fits ahead's span; else it makes sure no older copy of b is there.
+func (p *partial) keepAhead(b uint32, data []byte) {
+	bs := uint64(p.meta.BlockSize)
+	if p.aheadTag == nil {
+		slots := (min(uint64(aheadBytes), max(p.meta.Size, bs)) + bs - 1) / bs
+		if slots == 0 || uint64(b-p.hashed) >= slots {
+			return
+		}
+		p.ahead = make([]byte, slots*bs)
+		p.aheadTag = make([]uint32, slots)
+		for i := range p.aheadTag {
+			p.aheadTag[i] = noBlock
+		}
+	}
+	slots := uint32(len(p.aheadTag))
+	i := b % slots
+	if b-p.hashed >= slots {
+		if p.aheadTag[i] == b {
+			p.aheadTag[i] = noBlock
+		}
+		return
+	}
+	copy(p.ahead[uint64(i)*bs:], data)
+	p.aheadTag[i] = b
+}
 
 func (p *partial) hold(b uint32) { p.held[b/64] |= 1 << (b % 64) }
 
@@ -250,6 +298,10 @@ func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
 		off := int(b-p.runFirst) * int(p.meta.BlockSize)
 		return p.run[off : off+len(blk)], nil
 	}
+	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
+		off := uint64(b%n) * uint64(p.meta.BlockSize)
+		return p.ahead[off : off+uint64(len(blk))], nil
+	}
 	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
 	}
@@ -264,6 +316,7 @@ func (p *partial) flush() error {
 	}
 	first, n := p.runFirst, p.runN
 	p.runN = 0
+	p.writes += 2
 	if _, err := p.data.WriteAt(p.run, int64(first)*int64(p.meta.BlockSize)); err != nil {
 		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
@@ -319,39 +372,108 @@ func (p *partial) verify() ([]frame.Range, error) {
 }
 
 // WriteBlock writes block b and the checksum beside it: into the run if
-// it follows it, else the run is written first and b starts a new one.
-// Neither is fsynced: a crash may tear them, and Open's verification
-// finds it. An error may be a write of earlier blocks of the run.
+// it falls within the run's room, else the run is written first and b
+// starts a new one. Blocks skipped on the way (lost, repaired later) are
+// holes of the run: zeros with a zero checksum (Open's verification
+// counts them missing), filled in place if they come while the run is
+// in memory. A block behind the run (a repair that came after its run
+// was written) is written alone, and the run goes on: a repair does not
+// cut the pass's run short. Neither is fsynced: a crash may tear them,
+// and Open's verification finds it. An error may be a write of earlier
+// blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
 	p.summed = false
-	if p.runN > 0 && (b != p.runFirst+p.runN || len(p.run)+len(data) > runBytes) || b < p.hashed {
+	bs := int(p.meta.BlockSize)
+	switch {
+	case b < p.hashed:
+		if err := p.flush(); err != nil {
+			return err
+		}
+	case p.runN > 0 && b >= p.runFirst && b < p.runFirst+p.runN:
+		// A hole of the run, or a block again: in place.
+		i := int(b - p.runFirst)
+		copy(p.run[i*bs:i*bs+len(data)], data)
+		binary.BigEndian.PutUint32(p.runSums[4*i:], blockSum(data))
+		return p.stored1(b, data)
+	case p.runN > 0 && b < p.runFirst:
+		if err := p.writeAlone(b, data); err != nil {
+			return err
+		}
+		return p.stored1(b, data)
+	case p.runN > 0 && (int(b-p.runFirst)*bs+len(data) > runBytes || p.heldIn(p.runFirst+p.runN, b)):
 		if err := p.flush(); err != nil {
 			return err
 		}
 	}
 	if p.runN == 0 {
 		if cap(p.run) == 0 {
-			p.run = make([]byte, 0, max(runBytes, int(p.meta.BlockSize)))
-			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, int(p.meta.BlockSize))+1))
+			p.run = make([]byte, 0, max(runBytes, bs))
+			p.runSums = make([]byte, 0, 4*(cap(p.run)/max(1, bs)+1))
 		}
 		p.runFirst = b
+	}
+	if holes := int(b - (p.runFirst + p.runN)); holes > 0 {
+		n := len(p.run)
+		p.run = slices.Grow(p.run, holes*bs)[:n+holes*bs]
+		clear(p.run[n:])
+		m := len(p.runSums)
+		p.runSums = slices.Grow(p.runSums, 4*holes)[:m+4*holes]
+		clear(p.runSums[m:])
+		p.runN += uint32(holes)
 	}
 	p.run = append(p.run, data...)
 	p.runSums = binary.BigEndian.AppendUint32(p.runSums, blockSum(data))
 	p.runN++
+	return p.stored1(b, data)
+}
+
+// heldIn reports whether a block of [from, to) is held: the run may not
+// skip it as a hole (its zeros would overwrite it).
+func (p *partial) heldIn(from, to uint32) bool {
+	for x := from; x < to; x++ {
+		if p.holds(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeAlone writes block b and its checksum now, outside the run.
+func (p *partial) writeAlone(b uint32, data []byte) error {
+	p.writes += 2
+	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
+	}
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], blockSum(data))
+	if _, err := p.hashes.WriteAt(sum[:], int64(b)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksum of block %d of %q: %w", b, p.meta.Name, err)
+	}
+	p.dirty += int64(len(data))
+	return nil
+}
+
+// stored1 records block b, written (or in the run), in the prefix hash
+// and the held blocks.
+func (p *partial) stored1(b uint32, data []byte) error {
 	if b < p.hashed {
 		// A block written again (the core fetches every block again
 		// after a hash mismatch): the prefix hash starts over.
 		p.h.Reset()
 		p.hashed = 0
+		for i := range p.aheadTag {
+			p.aheadTag[i] = noBlock
+		}
 	}
 	p.hold(b)
 	if b == p.hashed {
 		p.h.Write(data)
 		p.hashed++
+	} else {
+		p.keepAhead(b, data)
 	}
 	return p.advance(catchUp)
 }
@@ -526,6 +648,7 @@ func (p *partial) Abort(keep bool) {
 }
 
 func (p *partial) close() {
+	p.ahead, p.aheadTag = nil, nil
 	if p.data != nil {
 		p.data.Close()
 	}

@@ -539,6 +539,191 @@ func TestLosslessSumNoReread(t *testing.T) {
 	}
 }
 
+// A lossy receiver's prefix hash reads nothing back either: the blocks
+// written past a gap are kept in memory (up to aheadBytes) and hashed
+// from there once the gap is repaired. The copy is overwritten on disk
+// behind the partial's back before the repairs come; the hash is still
+// the file's. With less room than the blocks past the gap, those beyond
+// it are read back: the copy left alone, the hash is the file's too.
+func TestLossySumNoReread(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	runBytes = 4 * 1000
+	data := randomBytes(50*1000+123, 22)
+	m := meta("f", data, 1000)
+	block := func(b uint32) []byte { return data[int(b)*1000 : int(b)*1000+m.BlockLen(b)] }
+	lost := func(b uint32) bool { return b%7 == 3 || b == 0 || b == 20 }
+	for _, tc := range []struct {
+		name      string
+		ahead     int
+		overwrite bool
+	}{{"all kept", 1 << 20, true}, {"some kept", 9 * 1000, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			aheadBytes = tc.ahead
+			f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Abort(false)
+			p := f.(*partial)
+			for b := range m.Blocks() {
+				if !lost(b) {
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if p.hashed != 0 {
+				t.Fatalf("block 0 lost, yet %d blocks are in the prefix hash", p.hashed)
+			}
+			if err := p.flush(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.overwrite {
+				if err := os.WriteFile(p.path, make([]byte, len(data)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for b := range m.Blocks() { // the repairs
+				if lost(b) {
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if sum, err := f.Sum(); err != nil || sum != m.Hash {
+				t.Fatalf("Sum = %x, %v; want %x (the blocks as written, not the copy read back)", sum, err, m.Hash)
+			}
+		})
+	}
+}
+
+// At 5 % loss a receiver's writes stay runs: a lost block is a hole of
+// its run (filled in place if its repair comes before the run is
+// written), and a repair behind the run is written alone without
+// cutting the run short. Before, every gap and every repair ended the
+// run: a write of a few blocks each time. A copy written so and
+// abandoned before the repairs resumes with exactly the blocks that
+// came (a hole is not taken for a block); with the repairs, the hash is
+// the file's.
+func TestLossyRuns(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	const bs, n, perRun = 100, 2000, 100
+	runBytes = perRun * bs
+	data := randomBytes(n*bs, 24)
+	m := meta("f", data, bs)
+	block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+bs] }
+	lost := func(b uint32) bool { return b%20 == 7 }
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.(*partial)
+	losses := 0
+	for b := range uint32(n) {
+		if lost(b) {
+			losses++
+		} else if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+		if b >= 30 && lost(b-30) { // its repair, 30 blocks later
+			if err := f.WriteBlock(b-30, block(b-30)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for b := uint32(n - 30); b < n; b++ {
+		if lost(b) {
+			if err := f.WriteBlock(b, block(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Two writes a run, two a repair written alone.
+	if most := 2*(n/perRun+1) + 2*losses; p.writes > most {
+		t.Errorf("%d writes for %d blocks in runs of %d with %d lost and repaired: want at most %d", p.writes, n, perRun, losses, most)
+	}
+	t.Logf("%d writes", p.writes)
+	p.close()
+
+	// Abandoned with its holes: the resume holds every block but them.
+	f, _, err = d.Open(meta("g", data, bs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range uint32(n) {
+		if !lost(b) {
+			f.WriteBlock(b, block(b))
+		}
+	}
+	f.(*partial).flush()
+	f.(*partial).close()
+	f, held, err := d.Open(meta("g", data, bs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	want := 0
+	for _, r := range held {
+		for b := r.First; b <= r.Last; b++ {
+			if lost(b) {
+				t.Fatalf("resumed holding block %d, a hole never written", b)
+			}
+			want++
+		}
+	}
+	if want != n-losses {
+		t.Fatalf("resumed holding %d blocks, want %d", want, n-losses)
+	}
+	for b := range uint32(n) {
+		if lost(b) {
+			f.WriteBlock(b, block(b))
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("resumed: Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+}
+
+// Blocks kept in memory past the gap and written again with other bytes
+// (the fetch of every block again after a mismatch) are hashed as last
+// written, whether the room kept holds the new copy or not.
+func TestAheadRewritten(t *testing.T) {
+	defer func(a int) { aheadBytes = a }(aheadBytes)
+	aheadBytes = 8 * 100
+	data := randomBytes(40*100, 23)
+	m := meta("f", data, 100)
+	block := func(b uint32) []byte { return data[int(b)*100 : int(b)*100+100] }
+	f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	// Blocks 5..9 kept in memory, with other bytes than the file's.
+	for b := uint32(5); b < 10; b++ {
+		f.WriteBlock(b, make([]byte, 100))
+	}
+	for _, b := range []uint32{1, 2, 3, 4} {
+		f.WriteBlock(b, block(b))
+	}
+	for b := uint32(10); b < 40; b++ {
+		f.WriteBlock(b, block(b))
+	}
+	for b := uint32(5); b < 10; b++ {
+		f.WriteBlock(b, block(b))
+	}
+	f.WriteBlock(0, block(0))
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+}
+
 // A block corrupted on its way to the disk (every time it is written,
 // so the fetch of every block again after the first mismatch fails too;
 // on the wire the frame's CRC-32C would drop it) gives a receiver over a
@@ -791,5 +976,105 @@ func TestCoresSendAgain(t *testing.T) {
 	}
 	if got, err := os.ReadFile(stored); err != nil || !bytes.Equal(got, changed) {
 		t.Fatalf("stored %d bytes (%v), want the changed file", len(got), err)
+	}
+}
+
+// Lossy writes, crashes and resumes, drawn per seed (RBCAST_SEEDS, 100
+// by default): blocks come as a pass with loss, their repairs later and
+// some twice; at a drawn point the process dies (its run lost) or gives
+// the copy up to resume it (its run written). A resume holds only blocks
+// whose bytes are the file's, and with the rest written in a drawn order
+// the hash is the file's and the file committed is its bytes: whatever
+// the holes, the in-place fills, the repairs written alone and the
+// memory kept past a gap did.
+func TestLossyResumeSeeds(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	seeds := 100
+	if v := os.Getenv("RBCAST_SEEDS"); v != "" {
+		fmt.Sscan(v, &seeds)
+	}
+	for seed := range uint64(seeds) {
+		r := rand.New(rand.NewPCG(seed, 0x10557))
+		bs := 16 + r.IntN(200)
+		data := randomBytes(r.IntN(300*bs)+1, seed)
+		m := meta("f", data, uint32(bs))
+		n := m.Blocks()
+		runBytes = bs * (1 + r.IntN(40))
+		aheadBytes = bs * r.IntN(60)
+		loss := []float64{0, 0.05, 0.2, 0.5}[r.IntN(4)]
+		block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+m.BlockLen(b)] }
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d (RBCAST_SEEDS=%d; block %d, %d blocks, run %d, ahead %d, loss %v): %s",
+				seed, seed+1, bs, n, runBytes, aheadBytes, loss, fmt.Sprintf(format, args...))
+		}
+		// The pass with loss, each lost block repaired 1..60 blocks later
+		// (or at the end), one in ten blocks twice.
+		var order []uint32
+		later := map[uint32][]uint32{}
+		for b := range n {
+			if r.Float64() < loss {
+				at := b + 1 + uint32(r.IntN(60))
+				later[at] = append(later[at], b)
+			} else {
+				order = append(order, b)
+				if r.IntN(10) == 0 {
+					order = append(order, b)
+				}
+			}
+			order = append(order, later[b]...)
+			delete(later, b)
+		}
+		for b := n; len(later) > 0; b++ {
+			order = append(order, later[b]...)
+			delete(later, b)
+		}
+		d := &Dir{Root: t.TempDir()}
+		f, _, err := d.Open(m)
+		if err != nil {
+			fail("%v", err)
+		}
+		stop := r.IntN(len(order) + 1)
+		for _, b := range order[:stop] {
+			if err := f.WriteBlock(b, block(b)); err != nil {
+				fail("%v", err)
+			}
+		}
+		if r.IntN(2) == 0 {
+			f.(*partial).close() // killed: the run is lost
+		} else {
+			f.Abort(true)
+		}
+		f, held, err := d.Open(m)
+		if err != nil {
+			fail("resume: %v", err)
+		}
+		p := f.(*partial)
+		for _, rg := range held {
+			for b := rg.First; b <= rg.Last; b++ {
+				got := make([]byte, m.BlockLen(b))
+				p.data.ReadAt(got, int64(b)*int64(bs))
+				if !bytes.Equal(got, block(b)) {
+					fail("resumed holding block %d, whose bytes on disk are not the file's", b)
+				}
+			}
+		}
+		rest := r.Perm(int(n))
+		for _, i := range rest {
+			if b := uint32(i); !p.holds(b) {
+				if err := f.WriteBlock(b, block(b)); err != nil {
+					fail("%v", err)
+				}
+			}
+		}
+		if sum, err := f.Sum(); err != nil || sum != m.Hash {
+			fail("Sum = %x, %v; want %x", sum, err, m.Hash)
+		}
+		if err := f.Commit(); err != nil {
+			fail("commit: %v", err)
+		}
+		if got, err := os.ReadFile(filepath.Join(d.Root, "f")); err != nil || !bytes.Equal(got, data) {
+			fail("the stored file differs from the file sent (%d bytes, %v)", len(got), err)
+		}
 	}
 }

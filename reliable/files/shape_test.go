@@ -100,7 +100,8 @@ func TestShapeManyFiles(t *testing.T) {
 
 // Fig. 5c: with one receiver losing 0–50 % of what arrives, the lossless
 // receivers finish within 20 % of the lossless run; with every receiver
-// losing, the time is reported.
+// losing, the time is reported, and up to 5 % within 25 % of the
+// lossless run.
 func TestShapeLoss(t *testing.T) {
 	files := shapeFiles(rand.New(rand.NewPCG(1, 3)), 1, 4<<20)
 	base := maxOf(shapeRun(t, 3, files, nil))
@@ -111,7 +112,14 @@ func TestShapeLoss(t *testing.T) {
 		if lossless > base*12/10 {
 			t.Errorf("loss %.0f %% at one receiver: the lossless receivers take %v, more than 1.2 × %v", 100*loss, lossless, base)
 		}
-		all := shapeRun(t, 3, files, map[int]float64{1: loss, 2: loss, 3: loss})
-		t.Logf("loss %2.0f %% at every receiver: %v", 100*loss, maxOf(all))
+		all := maxOf(shapeRun(t, 3, files, map[int]float64{1: loss, 2: loss, 3: loss}))
+		t.Logf("loss %2.0f %% at every receiver: %v (%.2f × the lossless run)", 100*loss, all, all.Seconds()/base.Seconds())
+		// Up to 5 % at every receiver the repairs (about loss × 2 of the
+		// bytes, point to point) cost time, the window and the timers
+		// almost none: the netns runs' halving at 5 % is CPU, not the
+		// protocol (docs/benchmarks.md, files).
+		if loss <= 0.05 && all > base*125/100 {
+			t.Errorf("loss %.0f %% at every receiver: %v, more than 1.25 × the lossless %v", 100*loss, all, base)
+		}
 	}
 }
