@@ -210,47 +210,57 @@ func TestLateLinkSwitchKeepsFrames(t *testing.T) {
 	}
 }
 
-// TestFilesLinkLate: rbcastd's files' link (a ring link) maps no ring
-// before its first use; the first Recv sets them up. Before the files'
-// rings were set up late, openFilesLink mapped them at once, on the join's
-// path (docs/benchmarks.md, "Where a join's 100 ms goes").
-func TestFilesLinkLate(t *testing.T) {
+// TestLinksLate: rbcastd's links (ring links), the group's and the
+// files', map no ring before their first use; the first Recv sets them
+// up. Before, openFilesLink and openLink mapped them at once, on the
+// join's path (docs/benchmarks.md, "Where a join's 100 ms goes").
+func TestLinksLate(t *testing.T) {
 	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rblf"})
 	h := topo.Hosts[0]
-	var l link.Link
-	if err := h.Do(func() (err error) {
-		l, err = openFilesLink("ring", h.Iface, 0, []uint32{7}, quietLog)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ll, ok := l.(*lateLink)
-	if !ok {
-		t.Fatalf("openFilesLink gave a %T, want a *lateLink: the rings are set up on the join's path", l)
-	}
-	if ll.MTU() != 1500 || ll.HardwareAddr().String() != h.MAC.String() {
-		t.Errorf("MTU %d, address %s; want 1500, %s", ll.MTU(), ll.HardwareAddr(), h.MAC)
-	}
-	if _, err := ll.Stats(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ll.setupDone:
-		t.Fatal("the rings were set up before the link's first use")
-	default:
-	}
-	if !ll.started.IsZero() {
-		t.Fatal("MTU, HardwareAddr or Stats started the setup")
-	}
-	ll.Recv(time.Now().Add(time.Millisecond), make([]link.Frame, 1))
-	<-ll.setupDone
-	if ll.ringLink() == nil {
-		t.Fatal("the first Recv did not set the rings up")
-	}
-	if r, ok := ll.ringLink().(*ring.Link); !ok {
-		t.Fatalf("the ring link is a %T", ll.ringLink())
-	} else if _, err := r.Stats(); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		open func() (link.Link, error)
+	}{
+		{"group", func() (link.Link, error) { return openGroupLink("ring", h.Iface, 0, 0, []uint32{7}, quietLog) }},
+		{"files", func() (link.Link, error) { return openFilesLink("ring", h.Iface, 0, []uint32{7}, quietLog) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var l link.Link
+			if err := h.Do(func() (err error) {
+				l, err = c.open()
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ll, ok := l.(*lateLink)
+			if !ok {
+				t.Fatalf("the %s link is a %T, want a *lateLink: its rings are set up on the join's path", c.name, l)
+			}
+			if ll.MTU() != 1500 || ll.HardwareAddr().String() != h.MAC.String() {
+				t.Errorf("MTU %d, address %s; want 1500, %s", ll.MTU(), ll.HardwareAddr(), h.MAC)
+			}
+			if _, err := ll.Stats(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ll.setupDone:
+				t.Fatal("the rings were set up before the link's first use")
+			default:
+			}
+			if !ll.started.IsZero() {
+				t.Fatal("MTU, HardwareAddr or Stats started the setup")
+			}
+			ll.Recv(time.Now().Add(time.Millisecond), make([]link.Frame, 1))
+			<-ll.setupDone
+			if ll.ringLink() == nil {
+				t.Fatal("the first Recv did not set the rings up")
+			}
+			if r, ok := ll.ringLink().(*ring.Link); !ok {
+				t.Fatalf("the ring link is a %T", ll.ringLink())
+			} else if _, err := r.Stats(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

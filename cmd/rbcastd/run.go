@@ -383,6 +383,25 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration, groups [
 	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
 }
 
+// openGroupLink opens the group's link as openLink does, but a ring
+// link's rings are set up late (lateLink): on a goroutine of their own
+// from the join's first frame on, while a plain socket carries the
+// join (the kernel's ring setup waits for an RCU grace period per ring,
+// some 25 ms, and the view protocol takes a few ms).
+func openGroupLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32, log *slog.Logger) (link.Link, error) {
+	if kind == "afpacket" {
+		return openLink(kind, iface, etherType, spin, groups)
+	}
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups}, "group", log)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // openFilesLink opens the files' link: as openLink, but a ring link's
 // receive ring is TPACKET_V3 (docs/protocols.md, "Files (IBRMP)"): a
 // bulk stream is better woken once per ring block than once per frame,
@@ -493,7 +512,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.kernelFilter {
 			groups = []uint32{dc.Group.Group}
 		}
-		l, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
+		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups, log)
 	}
 	if err != nil {
 		return fail(stderr, "run", err)
