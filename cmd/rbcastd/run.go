@@ -383,18 +383,46 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration, groups [
 	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
 }
 
+// openGroupLink opens the group's link as openLink does, but a ring
+// link's rings are set up late (lateLink): on a goroutine of their own
+// from the join's first frame on, while a plain socket carries the
+// join (the kernel's ring setup waits for an RCU grace period per ring,
+// some 25 ms, and the view protocol takes a few ms).
+func openGroupLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32, log *slog.Logger) (link.Link, error) {
+	if kind == "afpacket" {
+		return openLink(kind, iface, etherType, spin, groups)
+	}
+	if etherType == 0 {
+		etherType = frame.EtherType
+	}
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups}, "group", log)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // openFilesLink opens the files' link: as openLink, but a ring link's
 // receive ring is TPACKET_V3 (docs/protocols.md, "Files (IBRMP)"): a
 // bulk stream is better woken once per ring block than once per frame,
 // and the file core's round trips are worth the block timeout.
-func openFilesLink(kind, iface string, etherType uint16, groups []uint32) (link.Link, error) {
+//
+// The rings are set up late (lateLink): when the file core first uses
+// the link, after the join, on a goroutine of their own. Until they are,
+// a plain socket open since the start receives and sends the files'
+// frames, so none is lost.
+func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *slog.Logger) (link.Link, error) {
 	if kind == "afpacket" {
 		return openLink(kind, iface, etherType, 0, groups)
 	}
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3})
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3}, "files", log)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // memberAddress checks that the link has what registration names a
@@ -484,7 +512,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.kernelFilter {
 			groups = []uint32{dc.Group.Group}
 		}
-		l, err = openLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups)
+		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups, log)
 	}
 	if err != nil {
 		return fail(stderr, "run", err)
@@ -505,7 +533,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.files.udp != nil {
 			fl, err = openUDP(*f.files.udp, log.With("link", "files"))
 		} else {
-			fl, err = openFilesLink(f.linkKind, f.iface, dc.Group.EtherType, groups)
+			fl, err = openFilesLink(f.linkKind, f.iface, dc.Group.EtherType, groups, log)
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))

@@ -160,6 +160,32 @@ func (s *socket) unmap() error {
 // match link.ErrNoInterface, link.ErrInterfaceDown, link.ErrMTUTooSmall or
 // link.ErrPermission with errors.Is.
 func Open(ifname string, cfg Config) (*Link, error) {
+	s, err := OpenSockets(ifname, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s.Setup()
+}
+
+// Sockets is a ring link in two steps: OpenSockets creates its packet
+// sockets, the only step that needs CAP_NET_RAW and a fast one; Setup
+// maps the rings and binds the sockets, which needs no privilege (Linux
+// checks the capability when a packet socket is created, not when its
+// ring is configured) and takes the kernel tens of milliseconds for the
+// default rings (it allocates and zeroes their memory). A daemon opens
+// the sockets before it drops its privileges and sets the rings up
+// later, off its start's path. The sockets receive nothing before
+// Setup: until bind, a packet socket is hooked into no receive path.
+type Sockets struct {
+	l       *Link
+	ifindex int
+	mu      sync.Mutex
+	done    bool // Setup or Close ran
+}
+
+// OpenSockets checks the interface and cfg as Open does and creates the
+// link's sockets; Setup makes them a Link, or Close releases them.
+func OpenSockets(ifname string, cfg Config) (*Sockets, error) {
 	ifi, err := link.LookupInterface(ifname)
 	if err != nil {
 		return nil, err
@@ -187,15 +213,58 @@ func Open(ifname string, cfg Config) (*Link, error) {
 	l.ready = l.rxArmedReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
-	if err := l.openRX(ifi.Index); err != nil {
+	socks := []*socket{&l.rx, &l.tx}
+	if r.TxMode == TxRing {
+		socks = append(socks, &l.now)
+	}
+	for _, s := range socks {
+		if err := l.newSocket(s); err != nil {
+			l.abort()
+			return nil, err
+		}
+	}
+	return &Sockets{l: l, ifindex: ifi.Index}, nil
+}
+
+// MTU is the MTU of the Link Setup returns.
+func (s *Sockets) MTU() int { return s.l.mtu }
+
+// HardwareAddr is the interface's MAC address, the Link's.
+func (s *Sockets) HardwareAddr() net.HardwareAddr { return s.l.mac }
+
+// Setup maps the rings, attaches the filter and binds the sockets, and
+// returns the link; from then on it receives. It may run on any
+// goroutine, once; after Close (or a second time) it fails with
+// net.ErrClosed. On failure the sockets are closed.
+func (s *Sockets) Setup() (*Link, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return nil, link.SocketError("setup", s.l.ifname, net.ErrClosed)
+	}
+	s.done = true
+	l := s.l
+	if err := l.openRX(s.ifindex); err != nil {
 		l.abort()
 		return nil, err
 	}
-	if err := l.openTX(ifi.Index); err != nil {
+	if err := l.openTX(s.ifindex); err != nil {
 		l.abort()
 		return nil, err
 	}
 	return l, nil
+}
+
+// Close closes the sockets if Setup has not made them a Link (then the
+// Link's Close does); it waits for a Setup running on another goroutine.
+func (s *Sockets) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		s.done = true
+		s.l.abort()
+	}
+	return nil
 }
 
 // abort releases whatever a failed Open had set up.
@@ -217,19 +286,24 @@ func (l *Link) sockErr(op string, err error) error {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// newPacketSocket makes a non-blocking SOCK_RAW packet socket that receives
+// newSocket makes a non-blocking SOCK_RAW packet socket that receives
 // nothing yet: with protocol 0 the kernel hooks it into no receive path
 // until bind gives it one, so no frame of another interface slips into the
-// ring between socket and bind (packet(7)).
-func (l *Link) newPacketSocket(s *socket, version int) error {
+// ring between socket and bind (packet(7)). It is the step that needs
+// CAP_NET_RAW.
+func (l *Link) newSocket(s *socket) error {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return l.sockErr("socket", err)
 	}
 	s.fd = fd
-	// The version must be set before the ring is requested (packet_mmap.rst,
-	// "AF_PACKET TPACKET_V3 example").
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, version); err != nil {
+	return nil
+}
+
+// setVersion sets the ring layout of s, which must come before the ring
+// is requested (packet_mmap.rst, "AF_PACKET TPACKET_V3 example").
+func (l *Link) setVersion(s *socket, version int) error {
+	if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_VERSION, version); err != nil {
 		return l.sockErr("setsockopt PACKET_VERSION", err)
 	}
 	return nil
@@ -264,7 +338,7 @@ func (l *Link) openRX(ifindex int) error {
 	if l.cfg.Version == V3 {
 		version = unix.TPACKET_V3
 	}
-	if err := l.newPacketSocket(s, version); err != nil {
+	if err := l.setVersion(s, version); err != nil {
 		return err
 	}
 	var err error
@@ -348,7 +422,7 @@ func (l *Link) openRX(ifindex int) error {
 // not need, and one TX code path serves both receive layouts.
 func (l *Link) openTX(ifindex int) error {
 	s, g := &l.tx, l.cfg.tx
-	if err := l.newPacketSocket(s, unix.TPACKET_V2); err != nil {
+	if err := l.setVersion(s, unix.TPACKET_V2); err != nil {
 		return err
 	}
 	if l.cfg.QdiscBypass {
@@ -388,16 +462,12 @@ func (l *Link) openTX(ifindex int) error {
 	return l.openNow(ifindex)
 }
 
-// openNow opens SendNow's socket: like the TX socket in TxSendmmsg mode
+// openNow sets up SendNow's socket: like the TX socket in TxSendmmsg mode
 // (protocol 0, so it receives nothing; bound to the interface), without a
 // ring.
 func (l *Link) openNow(ifindex int) error {
 	s := &l.now
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return l.sockErr("socket", err)
-	}
-	s.fd = fd
+	fd := s.fd
 	if l.cfg.QdiscBypass {
 		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
 			return l.sockErr("setsockopt PACKET_QDISC_BYPASS", err)

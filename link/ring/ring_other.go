@@ -38,3 +38,14 @@ func (l *Link) SetGroups(groups []uint32) error                           { retu
 
 // Wake does nothing: no Recv waits off Linux.
 func (l *Link) Wake() {}
+
+// Sockets is a ring link in two steps; it exists only on Linux.
+type Sockets struct{}
+
+// OpenSockets fails: AF_PACKET rings exist only on Linux.
+func OpenSockets(ifname string, cfg Config) (*Sockets, error) { return nil, errNotLinux }
+
+func (s *Sockets) MTU() int                       { return 0 }
+func (s *Sockets) HardwareAddr() net.HardwareAddr { return nil }
+func (s *Sockets) Setup() (*Link, error)          { return nil, errNotLinux }
+func (s *Sockets) Close() error                   { return nil }
