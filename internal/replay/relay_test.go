@@ -23,44 +23,9 @@ func TestSimulateRelays(t *testing.T) {
 	total := 0
 	for seed := uint64(0); seed < 4; seed++ {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("relay%d.pcapng", seed))
-		net, err := testnet.New(seed, testnet.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
 		inv := capture.NewInvariants(0, nil)
-		var eps []*testnet.Endpoint
-		var members []frame.MemberInfo
-		for range n {
-			ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.05}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eps = append(eps, ep)
-			members = append(members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-		}
-		got := make([][]delivered, n)
-		var drivers []*reliable.Driver
-		var links []*capture.Link
-		for i, ep := range eps {
-			l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
-			if err != nil {
-				t.Fatal(err)
-			}
-			links = append(links, l)
-			d, err := reliable.NewDriver(l, reliable.Config{Group: 7, Members: members, Self: frame.MemberID(i + 1), Relay: true,
-				Window: 16, Logger: quietLogger(),
-				Deliver: func(from frame.MemberID, data []byte) { got[i] = append(got[i], delivered{from, bytes.Clone(data)}) },
-			}, net.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			drivers = append(drivers, d)
-			ep.Bind(d)
-		}
+		g := newStaticCaptured(t, path, seed, n, 0.05, inv, reliable.Config{Group: 7, Relay: true, Window: 16})
+		net, eps, members, got, drivers := g.net, g.eps, g.members, g.got, g.drivers
 		for m := range k {
 			if err := drivers[0].Propose(net.Now(), fmt.Appendf(nil, "message %d, seed %d", m, seed)); err != nil {
 				t.Fatal(err)
@@ -69,12 +34,7 @@ func TestSimulateRelays(t *testing.T) {
 		}
 		eps[0].Crash()
 		net.RunFor(3 * time.Second) // past the failure timeout
-		for _, l := range links {
-			l.Close()
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
+		g.close(t)
 		if c := inv.Counts(); len(c) != 0 {
 			t.Errorf("seed %d: the online invariant checks found %v", seed, c)
 		}
@@ -122,4 +82,69 @@ func flatten(ds []delivered) []byte {
 		b = fmt.Appendf(b, "%d:%s\n", d.From, d.Data)
 	}
 	return b
+}
+
+// staticCaptured is a static group of n members on a simulated segment
+// (seed; loss at every receiver) with every member's frames captured to
+// one file: each member a reliable.Driver of cfg (Members, Self, Logger
+// and Deliver set here) over a capture.Link, its deliveries in got.
+type staticCaptured struct {
+	net     *testnet.Network
+	w       *capture.Writer
+	eps     []*testnet.Endpoint
+	links   []*capture.Link
+	drivers []*reliable.Driver
+	members []frame.MemberInfo
+	got     [][]delivered
+}
+
+func newStaticCaptured(t *testing.T, path string, seed uint64, n int, loss float64, inv *capture.Invariants, cfg reliable.Config) *staticCaptured {
+	t.Helper()
+	net, err := testnet.New(seed, testnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &staticCaptured{net: net, w: w, got: make([][]delivered, n)}
+	for range n {
+		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.eps = append(g.eps, ep)
+		g.members = append(g.members, frame.MemberInfo{ID: frame.MemberID(len(g.eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
+	}
+	for i, ep := range g.eps {
+		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.links = append(g.links, l)
+		c := cfg
+		c.Members, c.Self, c.Logger = g.members, frame.MemberID(i+1), quietLogger()
+		c.Deliver = func(from frame.MemberID, data []byte) {
+			g.got[i] = append(g.got[i], delivered{from, bytes.Clone(data)})
+		}
+		d, err := reliable.NewDriver(l, c, net.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.drivers = append(g.drivers, d)
+		ep.Bind(d)
+	}
+	return g
+}
+
+// close ends the capture: every link, then the file.
+func (g *staticCaptured) close(t *testing.T) {
+	t.Helper()
+	for _, l := range g.links {
+		l.Close()
+	}
+	if err := g.w.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // A static pair under reliable.Config.Unicast (each member sends to the
@@ -21,43 +19,8 @@ func TestSimulateUnicastPair(t *testing.T) {
 	const k = 60
 	for seed := uint64(0); seed < 3; seed++ {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("pair%d.pcapng", seed))
-		net, err := testnet.New(seed, testnet.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eps []*testnet.Endpoint
-		var members []frame.MemberInfo
-		for range 2 {
-			ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.05}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eps = append(eps, ep)
-			members = append(members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-		}
-		got := make([][]delivered, 2)
-		var drivers []*reliable.Driver
-		var links []*capture.Link
-		for i, ep := range eps {
-			l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			links = append(links, l)
-			d, err := reliable.NewDriver(l, reliable.Config{Group: 7, Members: members, Self: frame.MemberID(i + 1), Unicast: true,
-				Window: 16, Logger: quietLogger(),
-				Deliver: func(from frame.MemberID, data []byte) { got[i] = append(got[i], delivered{from, bytes.Clone(data)}) },
-			}, net.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			drivers = append(drivers, d)
-			ep.Bind(d)
-		}
+		g := newStaticCaptured(t, path, seed, 2, 0.05, nil, reliable.Config{Group: 7, Unicast: true, Window: 16})
+		net, eps, members, got, drivers := g.net, g.eps, g.members, g.got, g.drivers
 		for m := range k {
 			for i, d := range drivers {
 				if err := d.Propose(net.Now(), fmt.Appendf(nil, "message %d of %d, seed %d", m, i+1, seed)); err != nil {
@@ -68,12 +31,7 @@ func TestSimulateUnicastPair(t *testing.T) {
 			net.RunFor(50 * time.Microsecond)
 		}
 		net.RunFor(time.Second)
-		for _, l := range links {
-			l.Close()
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
+		g.close(t)
 		c, err := ReadFile(path, ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
