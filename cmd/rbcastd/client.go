@@ -785,19 +785,19 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 	}
 	if rr != nil {
 		// The deliver ring: the messages are read where the daemon put
-		// them (raw output to a file goes out from there, up to 1024
-		// messages or 1 MiB per writev), released as they are written
-		// (at least every 1024) and before sleeping.
+		// them (output to a file goes out from there, raw or as lines,
+		// up to 1024 pieces or 1 MiB per writev), released as they are
+		// written (at least every 1024) and before sleeping.
 		vw := newVecWriter(raw, lines)
 		out := func(d *localapi.Deliver) error {
 			if vw == nil {
 				return write(d)
 			}
 			data := d.Data
-			if maxBytes > 0 && got+int64(len(data)) > maxBytes {
+			if maxBytes > 0 && got+int64(len(data)) > maxBytes && !lines {
 				data = data[:maxBytes-got]
 			}
-			vw.add(data)
+			vw.add(d.From, data)
 			got += int64(len(d.Data))
 			count++
 			prog.add(len(data))
@@ -865,39 +865,63 @@ func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines b
 	return nil
 }
 
-// vecWriter writes raw messages to a file with one writev per batch,
+// vecWriter writes messages to a file with one writev per batch,
 // straight from where they are (the deliver ring): no copy into a buffer.
+// As lines, each message is three pieces: its sender and a tab (from a
+// small buffer of its own), the message, a newline.
 type vecWriter struct {
 	rc    syscall.RawConn
+	lines bool
 	iov   [][]byte // what waits; a slice of buf
 	buf   [][]byte
+	pre   []byte // the lines' "from\t" pieces that iov points into
 	bytes int
 	vec   []unix.Iovec // writev's, made once (unix.Writev allocates them per call)
 }
 
-// newVecWriter is a vecWriter for raw output to a file; nil (write
-// through the buffer) for lines or any other writer.
 func newVecWriter(w io.Writer, lines bool) *vecWriter {
 	f, ok := w.(*os.File)
-	if lines || !ok {
+	if !ok {
 		return nil
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	return &vecWriter{rc: rc}
+	v := &vecWriter{rc: rc, lines: lines}
+	if lines {
+		v.pre = make([]byte, 0, 4096)
+	}
+	return v
 }
 
-func (v *vecWriter) add(d []byte) {
+var newline = []byte{'\n'}
+
+// add queues one message from from (the sender shows only as lines).
+func (v *vecWriter) add(from uint16, d []byte) {
+	if v.lines {
+		// A full pre is replaced, not grown in place: what iov holds of
+		// the old one stays as it was.
+		if cap(v.pre)-len(v.pre) < 6 {
+			v.pre = make([]byte, 0, 2*cap(v.pre))
+		}
+		start := len(v.pre)
+		v.pre = strconv.AppendUint(v.pre, uint64(from), 10)
+		v.pre = append(v.pre, '\t')
+		v.iov = append(v.iov, v.pre[start:len(v.pre):len(v.pre)])
+		v.bytes += len(v.pre) - start + 1
+	}
 	if len(d) > 0 {
 		v.iov = append(v.iov, d)
-		v.buf = v.iov
 		v.bytes += len(d)
 	}
+	if v.lines {
+		v.iov = append(v.iov, newline)
+	}
+	v.buf = v.iov
 }
 
-// full says that enough waits for a writev: 1024 messages (the kernel's
+// full says that enough waits for a writev: 1024 pieces (the kernel's
 // limit) or 1 MiB.
 func (v *vecWriter) full() bool { return v != nil && (len(v.iov) >= 1024 || v.bytes >= 1<<20) }
 
@@ -938,7 +962,7 @@ func (v *vecWriter) flush() error {
 			}
 		}
 	}
-	v.iov, v.bytes = v.buf[:0], 0
+	v.iov, v.bytes, v.pre = v.buf[:0], 0, v.pre[:0]
 	return nil
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -614,4 +616,54 @@ func TestSendHearsTheDaemonBetweenLines(t *testing.T) {
 		err := <-done
 		t.Fatalf("send did not hear the daemon's Error after the next line (at the end of its input: %v)", err)
 	}
+}
+
+// TestVecWriterLines: recv's lines (-all's default) go out from the
+// deliver ring by writev like raw output, byte for byte what the
+// buffered path writes: the sender, a tab, the message, a newline, with
+// empty messages, the largest sender, more pieces than one writev takes
+// and more senders than the prefix buffer first holds.
+func TestVecWriterLines(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	vw := newVecWriter(f, true)
+	if vw == nil {
+		t.Fatal("newVecWriter(file, lines) is nil: lines would be copied through a buffer")
+	}
+	var want bytes.Buffer
+	add := func(from uint16, d []byte) {
+		vw.add(from, d)
+		fmt.Fprintf(&want, "%d\t%s\n", from, d)
+	}
+	for i := range 2000 {
+		add(uint16(i*37), bytes.Repeat([]byte{byte('a' + i%26)}, i%50))
+	}
+	add(65535, nil)
+	add(0, []byte("last"))
+	if err := vw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	add(7, []byte("after a flush"))
+	if err := vw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("wrote %d bytes, want %d; first difference at %d", len(got), want.Len(), firstDiff(got, want.Bytes()))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
