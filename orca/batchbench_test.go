@@ -84,26 +84,7 @@ func BenchmarkGoBatched(b *testing.B) {
 }
 
 func goBatched(b *testing.B, reuse bool) {
-	e := &sinkEnv{}
-	var objs []*Object[int64]
-	for i := range 3 {
-		var env Env = e
-		if i > 0 {
-			env = &nullEnv{}
-		}
-		n, h, err := NewHosted(env, Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := h.Start(frame.MemberID(i+1), []frame.MemberID{1, 2, 3}, 1438); err != nil {
-			b.Fatal(err)
-		}
-		o, err := New(n, "sink", tsink, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		e.hosts, objs = append(e.hosts, h), append(objs, o)
-	}
+	e, objs := sinkMembers(b, 1438)
 	args := make([]byte, 54)
 	ring := make([]*Pending[int64], 256)
 	b.ReportAllocs()
@@ -129,4 +110,33 @@ func goBatched(b *testing.B, reuse bool) {
 	e.flush()
 	st := objs[0].n.Stats()
 	b.ReportMetric(float64(st.Writes)/float64(st.Messages), "writes/msg")
+}
+
+// sinkMembers starts three hosted members of one group with messages of
+// at most maxMessage bytes, each with a "sink" object: member 1's
+// messages go to e, which delivers them to all three when flushed; the
+// others' go nowhere.
+func sinkMembers(tb testing.TB, maxMessage int) (*sinkEnv, []*Object[int64]) {
+	tb.Helper()
+	e := &sinkEnv{}
+	var objs []*Object[int64]
+	for i := range 3 {
+		var env Env = e
+		if i > 0 {
+			env = &nullEnv{}
+		}
+		n, h, err := NewHosted(env, Config{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := h.Start(frame.MemberID(i+1), []frame.MemberID{1, 2, 3}, maxMessage); err != nil {
+			tb.Fatal(err)
+		}
+		o, err := New(n, "sink", tsink, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		e.hosts, objs = append(e.hosts, h), append(objs, o)
+	}
+	return e, objs
 }

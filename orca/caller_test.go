@@ -115,26 +115,7 @@ func TestCallsBeyondTheRing(t *testing.T) {
 // in the overflow map under the node's lock.
 func TestWindowOfWritesInTheRing(t *testing.T) {
 	const maxMessage = 1438
-	e := &sinkEnv{}
-	var objs []*Object[int64]
-	for i := range 3 {
-		var env Env = e
-		if i > 0 {
-			env = &nullEnv{}
-		}
-		n, h, err := NewHosted(env, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Start(frame.MemberID(i+1), []frame.MemberID{1, 2, 3}, maxMessage); err != nil {
-			t.Fatal(err)
-		}
-		o, err := New(n, "sink", tsink, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.hosts, objs = append(e.hosts, h), append(objs, o)
-	}
+	e, objs := sinkMembers(t, maxMessage)
 	args := make([]byte, 64-opHeaderLen)
 	perBatch := (maxMessage - 1) / (batchEntryHeader + 64)
 	depth := (seq.DefaultWindow + 1) * perBatch
