@@ -265,11 +265,15 @@ func (l *lateLink) Send(frames [][]byte) (int, error) {
 
 // Stage stages on the ring link; before it, early sends at once (and Kick
 // has nothing to do).
-func (l *lateLink) Stage(frames [][]byte) (int, error) {
+func (l *lateLink) Stage(frames [][]byte) (int, error) { return l.sendVia(link.Stage, frames) }
+
+// sendVia sends frames through the ring link with how (link.Stage,
+// link.SendNow), or through early at once before it is set up.
+func (l *lateLink) sendVia(how func(link.Link, [][]byte) (int, error), frames [][]byte) (int, error) {
 	s, isRing, done := l.sender()
 	defer done()
 	if isRing {
-		return link.Stage(s, frames)
+		return how(s, frames)
 	}
 	return s.Send(frames)
 }
@@ -287,14 +291,7 @@ func (l *lateLink) Kick() error {
 	return nil
 }
 
-func (l *lateLink) SendNow(frames [][]byte) (int, error) {
-	s, isRing, done := l.sender()
-	defer done()
-	if isRing {
-		return link.SendNow(s, frames)
-	}
-	return s.Send(frames)
-}
+func (l *lateLink) SendNow(frames [][]byte) (int, error) { return l.sendVia(link.SendNow, frames) }
 
 // Wake ends the Recv waiting on the ring link, or on early before it.
 func (l *lateLink) Wake() {
