@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
@@ -144,8 +146,62 @@ func unicastMAC(l link.Link) ([6]byte, error) {
 // share, defaults resolved (the core's Shared configuration), so that a
 // joiner configured differently is refused at once rather than failing
 // later in obscure ways.
+//
+// The settings are written by appendSetting, which leaves out every
+// field at its zero value: a field added to a core's Config whose zero
+// value keeps the old behaviour (as pbp.Config.Unicast did) leaves the
+// hash of a group that does not set it as it was, so daemons built
+// before and after the field was added still admit each other.
 func configHash(group uint32, shared sharedConfig) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "group %d: %T %+v", group, shared.cfg, shared.cfg)
+	b := fmt.Appendf(nil, "group %d: ", group)
+	h.Write(appendSetting(b, reflect.ValueOf(shared.cfg)))
 	return h.Sum64()
+}
+
+// appendSetting appends a canonical text of v: a struct as its type's
+// name (none for an unnamed one) and its non-zero fields by name, numbers
+// in decimal, and never a String method's text, so renaming a constant
+// changes no hash.
+func appendSetting(b []byte, v reflect.Value) []byte {
+	switch v.Kind() {
+	case reflect.Interface, reflect.Pointer:
+		if v.IsNil() {
+			return append(b, "nil"...)
+		}
+		return appendSetting(b, v.Elem())
+	case reflect.Struct:
+		t := v.Type()
+		if t.Name() != "" {
+			b = append(b, t.PkgPath()+"."+t.Name()...)
+		}
+		b = append(b, '{')
+		for i := range v.NumField() {
+			if f := v.Field(i); !f.IsZero() {
+				b = append(b, t.Field(i).Name+":"...)
+				b = appendSetting(b, f)
+				b = append(b, ' ')
+			}
+		}
+		return append(b, '}')
+	case reflect.Array, reflect.Slice:
+		b = append(b, '[')
+		for i := range v.Len() {
+			b = appendSetting(b, v.Index(i))
+			b = append(b, ' ')
+		}
+		return append(b, ']')
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.AppendUint(b, v.Uint(), 10)
+	case reflect.String:
+		return strconv.AppendQuote(b, v.String())
+	default:
+		// Floats and maps (fmt sorts a map's keys); no core's Config has
+		// one today.
+		return fmt.Appendf(b, "%v", v)
+	}
 }

@@ -500,3 +500,38 @@ func foundViews(t *testing.T, ctx context.Context, r *rtnet.Net, ec testnet.Endp
 	}
 	return groups, links
 }
+
+// A field added to a core's Config leaves the hash of a group that keeps
+// it at zero as it was (daemons built before and after still admit each
+// other), and any setting that differs still changes it.
+func TestConfigHashIgnoresZeroFields(t *testing.T) {
+	hash := func(cfg any) uint64 { return configHash(7, sharedConfig{cfg: struct{ PBP any }{cfg}}) }
+	// Two versions of one type: Config before and after Unicast.
+	old := func() uint64 {
+		type Config struct {
+			Window int
+			Dst    [2]byte
+		}
+		return hash(Config{Window: 256, Dst: [2]byte{1, 2}})
+	}()
+	type Config struct {
+		Window  int
+		Dst     [2]byte
+		Unicast bool
+	}
+	if got := hash(Config{Window: 256, Dst: [2]byte{1, 2}}); got != old {
+		t.Errorf("hash with an added zero field = %x, want the old %x", got, old)
+	}
+	for name, cfg := range map[string]Config{
+		"the added field set": {Window: 256, Dst: [2]byte{1, 2}, Unicast: true},
+		"another window":      {Window: 128, Dst: [2]byte{1, 2}},
+		"another address":     {Window: 256, Dst: [2]byte{1, 3}},
+	} {
+		if got := hash(cfg); got == old {
+			t.Errorf("%s: hash %x equals the default's", name, got)
+		}
+	}
+	if configHash(7, sharedConfig{cfg: Config{Window: 256}}) == configHash(8, sharedConfig{cfg: Config{Window: 256}}) {
+		t.Error("groups 7 and 8 hash alike")
+	}
+}
