@@ -78,7 +78,7 @@ func TestHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"-h"}, []string{"usage: rbcastd <command>", "run", "send", "recv", "status", "bench"}},
-		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]", "-capture", "-membership", "-max-members", "rejoins", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience", "-level"}},
+		{[]string{"run", "-h"}, []string{"usage: rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]", "-capture", "-membership", "-max-members", "rejoins", "-metrics", "-config", "CAP_NET_RAW", "SIGTERM", "-node 0", "-resilience", "-level", "while a plain socket carries the join"}},
 		{[]string{"send", "--help"}, []string{"usage: rbcastd send [-socket PATH] [-lines] [-level reliable|unreliable|fifo|agreed|safe] [FILE|-]", "-level names the delivery level", "acknowledged by every live", "-order total", "holds it", "removed", "-lines", "-level unreliable", "at most once", "one Go P"}},
 		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o", "one Go P"}},
 		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},

@@ -114,7 +114,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.flightDir, "flight-dir", os.TempDir(), "`directory` of flight recorder dumps")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this `address` (host:port), path /metrics")
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
-	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap ring), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
+	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap rings, set up while a plain socket carries the join), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
 	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
 	fs.IntVar(&f.procs, "procs", defaultProcs, "Go `Ps` (GOMAXPROCS) the daemon runs on: 1 has its protocol loop, fan-out and client connections take turns on one thread, with no thread woken for a hand-off (docs/local-api.md, \"One P per daemon\"); 0: one per CPU, Go's default; GOMAXPROCS in the environment wins")
