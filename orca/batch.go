@@ -150,6 +150,21 @@ func (n *Node) flushQueued() {
 	n.sendBatchLocked()
 }
 
+// Flush sends this member's batch now, if it holds writes (or
+// cancellations, digests), rather than when one of the member's messages
+// in flight comes back: for a program that has started the last writes
+// of a phase and whose peers wait for them, so that they go out without
+// waiting for the round trip of what went before them (docs/orca.md,
+// "Batches"). It waits for the send window as a Send does, and not for
+// the writes to be applied. Without a batch (nothing queued, or an Env
+// that is not a TrySender) it does nothing. Flushing after every write
+// gives up batching: each write then costs a message of the order.
+func (n *Node) Flush() error {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	return n.sendBatchLocked()
+}
+
 // flushFromDeliver sends the batch from Deliver or OnEvent, without
 // waiting: when a message of this member came back (own), none is in
 // flight, the batch waited batchAge deliveries, or force. If another

@@ -155,6 +155,38 @@ func TestBatchSending(t *testing.T) {
 	}
 }
 
+// Flush sends the writes started during a round trip of the member's
+// message at once, without waiting for that message to come back (and
+// not from Deliver); with nothing queued it sends nothing. The writes
+// are applied in the order they were started.
+func TestFlush(t *testing.T) {
+	n, e, o := tryNode(t)
+	tadd.Go(bg, o, 1) // alone: nothing in flight
+	p2 := tadd.Go(bg, o, 2)
+	p3 := tadd.Go(bg, o, 3)
+	if err := n.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(e.sent); got != "0x1/18 0x7/41" || e.tried != 0 {
+		t.Fatalf("sent %s (%d from Deliver) before the first write came back, want it and a batch of two, not from Deliver", got, e.tried)
+	}
+	if err := n.Flush(); err != nil || len(e.sent) != 2 {
+		t.Fatalf("a second Flush: %v, %d messages sent; want nothing more", err, len(e.sent))
+	}
+	for _, m := range e.sent {
+		n.deliver(1, m)
+	}
+	if v, err := p3.Wait(bg); v != 6 || err != nil {
+		t.Fatalf("the third write's result %d, %v; want 6", v, err)
+	}
+	if v, err := p2.Wait(bg); v != 3 || err != nil {
+		t.Fatalf("the second write's result %d, %v; want 3", v, err)
+	}
+	if s := n.Stats(); s.Messages != 2 || s.Batches != 1 || s.Batched != 2 {
+		t.Fatalf("%d messages, %d batches of %d; want 2, 1, 2", s.Messages, s.Batches, s.Batched)
+	}
+}
+
 // A write two of which would not fit in a message is not held back for
 // a batch while one is in flight: it goes out at once (without the
 // check it waited in the batch until the next message came back).

@@ -19,6 +19,7 @@
 //	go run ./bench/mpi/compare -procs 4 -progs jacobi,cg -loss 1 -nompi
 //	go run ./bench/mpi/compare -procs 2,4 -progs jacobi,cg -gomaxprocs 1 -spins 0,200us
 //	go run ./bench/mpi/compare -procs 2,4 -progs tsp,asp -orca
+//	go run ./bench/mpi/compare -procs 4 -reps 3 -progs asp -orca -orcaargs -flush
 package main
 
 import (
@@ -62,6 +63,9 @@ var order = []string{"matmult", "nbody", "jacobi", "cg", "tsp", "asp"}
 // orcaPrograms have an Orca version in orca/examples (-orca).
 var orcaPrograms = []string{"tsp", "asp"}
 
+// orcaArgs are more arguments of every Orca program run (-orcaargs).
+var orcaArgs []string
+
 type run struct {
 	prog, system  string // system: "seq", "mpi", "bdsm", "orca"
 	procs, window int
@@ -98,6 +102,10 @@ func main() {
 	loss := flag.String("loss", "", "inject this percent of random loss on every frame arriving at every host (nftables; both systems)")
 	noMPI := flag.Bool("nompi", false, "BDSM only")
 	withOrca := flag.Bool("orca", false, "also run the Orca version of the programs that have one ("+strings.Join(orcaPrograms, ", ")+")")
+	flag.Func("orcaargs", "more arguments of every Orca program run, space-separated (e.g. \"-flush\" for asp)", func(v string) error {
+		orcaArgs = strings.Fields(v)
+		return nil
+	})
 	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
 	raw := flag.String("raw", "", "append every report line here")
 	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: each program's -gomaxprocs default: 1 for jacobi and halo, Go's, one per CPU, for the others)")
@@ -330,7 +338,7 @@ func compare(procsFlag string, reps int, progsFlag, windowsFlag string, spin tim
 					if withOrca && slices.Contains(orcaPrograms, p) {
 						steps = append(steps, func() error {
 							args := append([]string{"-p", prefix, "-n", strconv.Itoa(n), "-t", "150", filepath.Join(orcaBin, p), "-timeout", "100s"}, problem[p]...)
-							args = append(args, "-spin", spin.String())
+							args = append(append(args, "-spin", spin.String()), orcaArgs...)
 							return exec1(run{prog: p, system: "orca", procs: n, spin: spin, loss: loss, rep: id}, filepath.Join(mpiDir, "netns-bdsm"), args...)
 						})
 					}

@@ -269,6 +269,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	nodes := fs.Int("n", 300, "number of nodes")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	fs.BoolVar(&flushBlocks, "flush", false, "flush the node's batch of writes once a block's last row is sent (orca.Node.Flush), rather than leave it for the round trip of the message before it")
 	aheadFlag := fs.String("ahead", "block", "when an owner sends its rows (Op.Go): block (all of them at the iteration before its first, each relaxed with the rows before it), row (row k+1 as soon as it is relaxed in iteration k, then the other rows) or none (row k in iteration k)")
 	problem := func() *suite.ASP {
 		o.SetParams("n=%d seed=%d", *nodes, *seed)
@@ -376,6 +377,13 @@ const (
 
 var aheadModes = map[string]ahead{"none": aheadNone, "row": aheadRow, "block": aheadBlock}
 
+// flushBlocks (-flush): a rank flushes its node's batch (orca.Node.Flush)
+// once it has sent the last row of its block to the row object, and the
+// last of its rows to the result, so those rows do not wait in the batch
+// for the round trip of the message before them. Off by default: it
+// gained nothing measurable (docs/orca.md, "Programs").
+var flushBlocks bool
+
 // observe, when set (tests), is told where a rank's solve begins and where
 // rank 0's ends ("solve", "solved"), of each row a rank sends and each
 // pivot it relaxes its rows with, in the rank's order.
@@ -443,6 +451,15 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		}
 		return addRow.Go(ctx, rows, rowMessage(k, d[k*n:(k+1)*n]))
 	}
+	// flush sends the rows still in the node's batch (Orca's batches:
+	// they would wait for the round trip of the message before them),
+	// once a block's last row is out: the others wait for them.
+	var flushErr error
+	flush := func() {
+		if flushBlocks && flushErr == nil {
+			flushErr = node.Flush()
+		}
+	}
 	// The rows this rank sent: joined at the end (an error of one is
 	// known then), not one by one as they go.
 	var sent []*orca.Pending[bool]
@@ -464,6 +481,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 			}
 			sent = append(sent, send(j))
 		}
+		flush()
 	}
 	switch {
 	case mode == aheadBlock && lo == 0:
@@ -482,6 +500,7 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 			if err := streamRows(ctx, a, d, rank, lo, hi, last, rows, res, &sent, buf, mine(last)); err != nil {
 				return harness.Result{}, err
 			}
+			flush()
 			break
 		}
 		var pivot []int32
@@ -522,6 +541,9 @@ func parallel(ctx context.Context, node *orca.Node, a *suite.ASP, mode ahead) (h
 		}
 	}
 	regions = append(regions, trace.StartRegion(ctx, "asp.gather"))
+	if flushErr != nil {
+		return harness.Result{}, flushErr
+	}
 	for _, p := range sent {
 		if _, err := p.Wait(ctx); err != nil {
 			return harness.Result{}, err
