@@ -51,7 +51,6 @@ type arena struct {
 	// tag and nonce: scratch the AEAD's interface calls would make escape.
 	tag   [TagLen]byte
 	nonce [12]byte
-	crc   shift
 	// The AEAD of the last frame's stream and key (Link.ownKey's, kept
 	// under the arena's lock: a core's frames are of one stream, and
 	// ownKey's lock is not taken per frame).
@@ -92,11 +91,10 @@ func (a *Link) HardwareAddr() net.HardwareAddr { return a.l.HardwareAddr() }
 func (a *Link) Stats() (link.Stats, error)     { return a.l.Stats() }
 func (a *Link) Close() error                   { return a.l.Close() }
 
-// SealsCRC reports whether the seal writes every frame's CRC without
-// reading the core's (link.CRCSealer): when it encrypts. Then a core need
-// not write one (frame.Header.SkipCRC). With the MAC the seal derives the
-// sealed frame's CRC from the core's (sealedCRC), which must be there.
-func (a *Link) SealsCRC() bool { return a.v.alg == AlgGCM }
+// SealsCRC reports that the seal writes every frame's CRC, over the
+// sealed frame, without reading the core's (link.CRCSealer), under both
+// algorithms: a core need not write one (frame.Header.SkipCRC).
+func (a *Link) SealsCRC() bool { return true }
 
 // Auth returns the authentication counters and keys.
 func (a *Link) Auth() Stats {
@@ -390,9 +388,5 @@ func (ar *arena) seal(aead cipher.AEAD, orig, g frame.View, alg uint8, counter u
 		copy(ar.tag[:], out[len(body):])
 	}
 	copy(g[at:at+n], ar.tag[:])
-	if alg == AlgGMAC && crcAt-g.BodyAt() >= combineMin {
-		binary.BigEndian.PutUint32(g[crcAt:], ar.crc.sealedCRC(orig, g))
-		return
-	}
 	frame.SetCRC(g)
 }
