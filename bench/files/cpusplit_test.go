@@ -1,0 +1,127 @@
+package files_test
+
+import (
+	"crypto/sha256"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cpuTime is this process's CPU time so far.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpusplit runs ./cpusplit with args and returns its output and exit code.
+func cpusplit(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("cpusplit needs go tool pprof")
+	}
+	out, err := exec.Command("./cpusplit", args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("cpusplit %v: %v", args, err)
+	}
+	return string(out), code
+}
+
+// TestCPUSplit profiles a process that hashes with SHA-256 and checks
+// that cpusplit puts its time in the sha256 column, the columns adding
+// up to the total.
+func TestCPUSplit(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu0.pprof")
+	f, err := os.Create(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	h := sha256.New()
+	// Half a CPU-second of hashing: about 50 samples at pprof's 100 Hz,
+	// however busy the machine is.
+	for start := cpuTime(t); cpuTime(t)-start < 500*time.Millisecond; {
+		for range 16 {
+			h.Write(buf)
+		}
+	}
+	pprof.StopCPUProfile()
+	f.Close()
+
+	out, code := cpusplit(t, "100", prof)
+	if code != 0 {
+		t.Fatalf("cpusplit exit %d:\n%s", code, out)
+	}
+	var row []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "cpu0.pprof ") {
+			row = strings.Fields(line)
+		}
+	}
+	if len(row) < 9 {
+		t.Fatalf("no row for cpu0.pprof in:\n%s", out)
+	}
+	var v [8]float64 // total sha256 crc read write send sched rest
+	for i := range v {
+		if v[i], err = strconv.ParseFloat(row[i+1], 64); err != nil {
+			t.Fatalf("column %d of %q: %v", i+1, row, err)
+		}
+	}
+	if v[0] < 1 {
+		t.Errorf("total %.2f CPU-ms per MB, want at least 1 (500 CPU-ms over 100 MB is 5):\n%s", v[0], out)
+	}
+	if v[1] < 0.8*v[0] {
+		t.Errorf("sha256 %.2f of total %.2f CPU-ms per MB, want most of it:\n%s", v[1], v[0], out)
+	}
+	for i, name := range []string{"read", "write", "send"} {
+		if v[3+i] != 0 {
+			t.Errorf("%s %.2f, want 0 (the process neither reads nor writes files nor sends):\n%s", name, v[3+i], out)
+		}
+	}
+	sum := 0.0
+	for _, x := range v[1:] {
+		sum += x
+	}
+	if d := sum - v[0]; d > 0.05 || d < -0.05 {
+		t.Errorf("parts add up to %.2f, total %.2f:\n%s", sum, v[0], out)
+	}
+}
+
+func TestCPUSplitBadInput(t *testing.T) {
+	notProf := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(notProf, []byte("not a profile\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"x", notProf}, 2, `cpusplit: MBYTES must be a positive number, not "x"`},
+		{[]string{"0", notProf}, 2, `cpusplit: MBYTES must be a positive number, not "0"`},
+		{[]string{"10"}, 2, "usage: cpusplit MBYTES PROFILE..."},
+		{[]string{"10", "/nonexistent/cpu0.pprof"}, 1, "cpusplit: /nonexistent/cpu0.pprof: no such file"},
+		{[]string{"10", notProf}, 1, "notes.txt: not a CPU profile pprof reads"},
+	} {
+		out, code := cpusplit(t, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("cpusplit %q: exit %d, output:\n%s\nwant exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+}
