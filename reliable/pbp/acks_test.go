@@ -325,6 +325,49 @@ func TestRetainSkipsHeldFrames(t *testing.T) {
 	}
 }
 
+// With Retain, a frame that waited in the reorder ring (it came after a
+// gap) is retained in the ring's buffer it waited in, not copied: its
+// messages are delivered from there, Retained returns those bytes, and
+// the buffer is not recycled for the frames that wait next, so the
+// retained frame reads the same after them (a view change may relay
+// it). Its predecessor, delivered from the received bytes, is copied.
+func TestRetainKeepsHeldBuffer(t *testing.T) {
+	cfg := testConfig(PBP2, 2, 3)
+	cfg.Retain = true
+	c := newCore(t, cfg)
+	step(t, c, t0+1, in{sender: 0, seq: 101, body: data("m101")}) // waits for 100
+	c.Ready()
+	c.Advance()
+	step(t, c, t0+2, in{sender: 0, seq: 100, body: data("m100")})
+	rd := c.Ready()
+	if len(rd.Deliveries) != 2 || string(rd.Deliveries[1].Data) != "m101" {
+		t.Fatalf("deliveries %+v, want m100, m101", rd.Deliveries)
+	}
+	at101 := rd.Deliveries[1].Data
+	if kept, _, ok := c.Retained(0, 101); !ok || unsafe.SliceData(kept) != unsafe.SliceData(at101) {
+		t.Fatalf("Retained(101) = %q, %v; want the bytes it was delivered from", kept, ok)
+	}
+	if st := c.Counters(); st.Kept != 2 || st.KeptHeld != 1 {
+		t.Fatalf("Kept %d, KeptHeld %d; want 2 (m100 copied, m101 in its buffer), 1", st.Kept, st.KeptHeld)
+	}
+	c.Advance()
+	// 103 and 104 wait for 102 in buffers from the pool, which would be
+	// 101's had it gone back there.
+	step(t, c, t0+3, in{sender: 0, seq: 103, body: data("m103")})
+	step(t, c, t0+3, in{sender: 0, seq: 104, body: data("m104")})
+	c.Ready()
+	c.Advance()
+	step(t, c, t0+4, in{sender: 0, seq: 102, body: data("m102")})
+	if _, ds, _ := ready(t, c); len(ds) != 3 || string(ds[2].Data) != "m104" {
+		t.Fatalf("deliveries %+v, want m102, m103, m104", ds)
+	}
+	for s, want := range map[uint32]string{100: "m100", 101: "m101", 102: "m102", 103: "m103", 104: "m104"} {
+		if kept, _, ok := c.Retained(0, s); !ok || string(kept) != want {
+			t.Errorf("Retained(%d) = %q, %v; want %s", s, kept, ok, want)
+		}
+	}
+}
+
 // PromptAcks, a sender whose stream waits on the window: no probe goes
 // out while messages wait for window room. The frame that asked half a
 // window back brings the acks that open the window, and the stream goes

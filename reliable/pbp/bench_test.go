@@ -102,7 +102,7 @@ func BenchmarkRelayCost(b *testing.B) {
 // with Config.Retain (the copy kept for view changes), side by side: the
 // receivers' cost of retaining at 2, 3 and 8 members.
 func BenchmarkRetain(b *testing.B) {
-	for _, n := range []int{2, 3, 8} {
+	for _, n := range []int{2, 3, 4, 8} {
 		for _, retain := range []bool{false, true} {
 			b.Run(fmt.Sprintf("members=%d/retain=%v", n, retain), func(b *testing.B) {
 				stream(b, newMemGroupRetain(b, PBP2, n, 0, retain), n, 1400)

@@ -88,9 +88,12 @@ type Stats struct {
 	Duplicates      uint64 // frames already delivered or already buffered
 	BeyondWindow    uint64 // frames more than a window past our acknowledgement (their sender removed us: StalledRemovedUs)
 	GapsRepaired    uint64 // PBP2: repair states entered and left again
-	// Config.Retain: frames copied for a view change, and frames not
-	// copied because every other member held them already (needKeep).
-	Kept, KeepSkipped uint64
+	// Config.Retain: frames retained for a view change, and frames not
+	// because every other member held them already (needKeep). Kept
+	// counts KeptHeld, those retained in the reorder ring's buffer they
+	// waited in (no copy: keepHeld); the others were copied out of the
+	// received bytes.
+	Kept, KeepSkipped, KeptHeld uint64
 	// Expected counts Expect hints that armed a repair (expect.go).
 	Expected uint64
 

@@ -27,20 +27,19 @@ type kept struct {
 }
 
 // keep copies the payload of the frame from p being delivered now
-// (p.expected) into its retention ring and returns the copy, which the
-// frame's messages are delivered from. The last Window frames of every
-// sender are enough: a sender numbers frame s+Window only once every
-// member acknowledged s, so whatever one member delivered beyond what
-// another has, the other is less than a window behind.
+// (p.expected), which lies in the received bytes (valid only until
+// Advance: on a ring link, the kernel's receive ring), into its
+// retention ring and returns the copy, which the frame's messages are
+// delivered from. The last Window frames of every sender are enough: a
+// sender numbers frame s+Window only once every member acknowledged s,
+// so whatever one member delivered beyond what another has, the other is
+// less than a window behind.
 //
 // A frame every other member holds already is not copied (needKeep):
 // keep marks its slot empty and returns body itself, so its messages are
 // delivered from where the frame lies, as without Retain.
 func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
-	k := &p.kept[p.expected&c.mask]
-	if k.pins > 0 {
-		k.data, k.pins = nil, 0 // the pinned buffer is the layer's now
-	}
+	k := c.keepSlot(p)
 	if !c.needKeep(p) {
 		k.full = false
 		c.stats.KeepSkipped++
@@ -50,6 +49,40 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 	k.seq, k.full, k.bundled = p.expected, true, bundled
 	k.data = append(k.data[:0], body...)
 	return k.data
+}
+
+// keepHeld retains the frame from p being delivered now (p.expected)
+// that waited in the reorder ring, in buf, the ring's buffer of its own:
+// the retention slot takes buf itself instead of a copy (Stats.KeptHeld),
+// and the caller must not recycle it. The slot's previous buffer goes
+// back to the pool of frame buffers at Advance (this Ready's deliveries
+// may lie in it), if it is one of theirs (a copy keep sized to its
+// frame is left to the collector). False if the frame need not be
+// retained (needKeep): the caller recycles buf.
+func (c *Core) keepHeld(p *peer, buf []byte, bundled bool) bool {
+	k := c.keepSlot(p)
+	if !c.needKeep(p) {
+		k.full = false
+		c.stats.KeepSkipped++
+		return false
+	}
+	c.stats.Kept++
+	c.stats.KeptHeld++
+	if k.data != nil && cap(k.data) >= c.cfg.linkMax {
+		c.lent = append(c.lent, k.data)
+	}
+	k.seq, k.full, k.bundled, k.data = p.expected, true, bundled, buf
+	return true
+}
+
+// keepSlot is the retention slot of p's frame being delivered now; a
+// buffer a layer still pins there is left to the layer.
+func (c *Core) keepSlot(p *peer) *kept {
+	k := &p.kept[p.expected&c.mask]
+	if k.pins > 0 {
+		k.data, k.pins = nil, 0 // the pinned buffer is the layer's now
+	}
+	return k
 }
 
 // needKeep reports whether the frame of p's being delivered now

@@ -421,12 +421,11 @@ func (c *Core) drain(p *peer) {
 		if !h.full || h.seq != p.expected {
 			break
 		}
-		b := h.data
-		if p.kept != nil {
-			b = c.keep(p, b, h.bundled)
+		// Retained, the frame stays in the buffer it waited in.
+		if p.kept == nil || !c.keepHeld(p, h.data, h.bundled) {
+			c.lent = append(c.lent, h.data)
 		}
-		c.deliverBody(p, b, h.bundled)
-		c.lent = append(c.lent, h.data)
+		c.deliverBody(p, h.data, h.bundled)
 		*h = held{}
 		p.buffered--
 		c.delivered(p)
