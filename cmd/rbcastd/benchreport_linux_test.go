@@ -1017,8 +1017,11 @@ func (d *daemons) sendFile(file string, n int) (mbps, cpuPerMB float64) {
 		d.waitSubs(i, 1)
 	}
 	cpu0 := d.cpu(nil)
+	each0 := d.each(recvs)
 	start := time.Now()
-	_, cpu := d.output(0, "send", "-q", file)
+	_, sendCPU := d.output(0, "send", "-q", file)
+	sent := time.Since(start)
+	cpu := sendCPU
 	for i, s := range recvs {
 		select {
 		case err := <-s.done:
@@ -1032,9 +1035,13 @@ func (d *daemons) sendFile(file string, n int) (mbps, cpuPerMB float64) {
 	}
 	el := time.Since(start)
 	cpu += d.cpu(nil) - cpu0
-	for _, s := range recvs {
-		cpu += s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+	each := d.each(nil)
+	for i, s := range recvs {
+		t := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+		cpu += t
+		each = append(each, procUse{cpu: each0[len(d.cmds)+i].cpu + t})
 	}
+	d.logEach(fmt.Sprintf("send FILE (send %.2f ms per MB, its exit after %v of %v)", perMB(sendCPU, uint64(n)), sent.Round(time.Millisecond), el.Round(time.Millisecond)), each0, each, uint64(n))
 	want := fileHash(d.r.b, file)
 	for i := 1; i < 3; i++ {
 		out := filepath.Join(d.dir, fmt.Sprintf("out%d", i))
