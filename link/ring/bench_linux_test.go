@@ -88,8 +88,12 @@ func BenchmarkLatency(b *testing.B) {
 // BenchmarkRecvRate sends full-MTU frames from h0 to the broadcast address
 // as fast as Send goes, in batches of 64, and counts what each of the other
 // hosts receives. It reports per receiver the delivered frames/s and MB/s
-// and the share lost (dropped by the kernel because the ring was full).
-// Everything, sender and receivers, shares the machine's cores.
+// and the share lost (dropped by the kernel because the ring was full),
+// and the process's CPU time (user and system, getrusage) per frame sent:
+// everything, sender and receivers, is this process and shares the
+// machine's cores, and the kernel's delivery into the receivers' rings
+// runs inside the sender's sendto, so on a loaded machine this is the
+// figure to compare.
 //
 //	go test -run '^$' -bench RecvRate -benchtime 200000x ./link/ring
 func BenchmarkRecvRate(b *testing.B) {
@@ -150,6 +154,7 @@ func benchRecvRate(b *testing.B, from hostT, to []hostT, cfg Config) {
 	}
 	b.SetBytes(int64(size))
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	start := time.Now()
 	for sent := 0; sent < b.N; {
 		n := min(batch, b.N-sent)
@@ -163,6 +168,7 @@ func benchRecvRate(b *testing.B, from hostT, to []hostT, cfg Config) {
 	}
 	sendTime := time.Since(start)
 	wg.Wait()
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	var frames, bytes uint64
 	var elapsed time.Duration
@@ -180,8 +186,18 @@ func benchRecvRate(b *testing.B, from hostT, to []hostT, cfg Config) {
 	b.ReportMetric(float64(bytes)/n/elapsed.Seconds()/1e6, "MB/s/rcv")
 	b.ReportMetric(100*(1-float64(frames)/n/float64(count)), "%lost")
 	b.ReportMetric(float64(b.N)/sendTime.Seconds(), "sent/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/frame")
 	st, _ := tx.Stats()
 	b.ReportMetric(float64(st.SendRetries)/float64(b.N), "retries/frame")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWake measures waking a goroutine that sleeps in the

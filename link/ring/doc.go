@@ -32,11 +32,14 @@
 // Recv waits in Go's netpoller, but not on the receive socket: the socket is
 // a bare file descriptor in an epoll instance of its own, and that instance
 // (non-blocking, wrapped in an *os.File) is what the netpoller watches. The
-// socket is armed there (EPOLLIN) only while Recv sleeps, and disarmed
+// socket is in that instance (EPOLLIN) only while Recv sleeps, and removed
 // after, so a frame that lands while Recv spins or works wakes no thread;
 // when the socket itself was in the netpoller, every frame woke the
 // runtime's epoll_wait thread, and the sender paid for that wake-up inside
-// its sendto (docs/local-api.md, "Latency"). Recv checks the ring inside
+// its sendto (docs/local-api.md, "Latency"). Removed, not disarmed: a
+// disarmed socket still had the instance on its wait queue, and every
+// frame's delivery (in the sender's sendto) took that queue's lock and ran
+// epoll's callback with interrupts off. Recv checks the ring inside
 // RawConn.Read, which sleeps until the instance reports the socket's EPOLLIN
 // (a frame in V2, a retired block in V3). Deadlines are the instance file's
 // read deadline; Wake sets one in the past, and only when Recv is about to

@@ -17,9 +17,8 @@ import (
 // Every frame arrives, byte for byte and in order, and no Recv waits for
 // its deadline with a frame in the ring (a lost wake-up): each waits 10 s,
 // and a round trip takes microseconds. The receivers alternate between
-// spinning and sleeping at once (a spin back-off), so the socket is armed
-// and disarmed in every order (a sleep leaves it armed until the next
-// spin), and without RxSpin it stays armed.
+// spinning and sleeping at once (a spin back-off), so the socket joins
+// and leaves the epoll instance in every order.
 func TestPingPongWake(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, AF_PACKET)")

@@ -400,16 +400,13 @@ func (l *Link) openRX(ifindex int) error {
 			return l.sockErr("setsockopt PACKET_ADD_MEMBERSHIP "+g.String(), err)
 		}
 	}
-	// The socket stays a bare file descriptor, out of the netpoller, in
-	// an epoll instance of its own, disarmed (sleep).
+	// The socket stays a bare file descriptor, out of the netpoller; an
+	// epoll instance of its own holds it while Recv sleeps (sleep).
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return l.sockErr("epoll_create1", err)
 	}
 	l.rxEp.fd = ep
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.fd, &unix.EpollEvent{Fd: int32(s.fd)}); err != nil {
-		return l.sockErr("epoll_ctl", err)
-	}
 	if err := unix.SetNonblock(ep, true); err != nil {
 		return l.sockErr("fcntl O_NONBLOCK", err)
 	}
@@ -698,20 +695,24 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 // deadline passes (a Wake sets one in the past) or Close.
 //
 // The receive socket is not in the Go runtime's netpoller: rxEp, an epoll
-// instance that holds it, is. The socket is armed in rxEp (EPOLLIN) only
-// for the sleep, and disarmed (no events) after it, so a frame that
-// lands while Recv spins or works wakes no thread: with the socket in the
-// netpoller every frame made it readable and woke the runtime's
-// epoll_wait thread, also while Recv spun and needed no wake-up, and the
-// sender paid for that wake-up inside its sendto (docs/local-api.md,
-// "Latency"). Arming and disarming cost two epoll_ctl(2) per sleep.
-// Waiting stays the netpoller's, so the goroutine parks as before and its
-// P runs other goroutines.
+// instance, is. The socket is added to rxEp (EPOLLIN) only for the sleep,
+// and removed after it, so a frame that lands while Recv spins or works
+// wakes no thread: with the socket in the netpoller every frame made it
+// readable and woke the runtime's epoll_wait thread, also while Recv spun
+// and needed no wake-up, and the sender paid for that wake-up inside its
+// sendto (docs/local-api.md, "Latency"). Removed, not merely disarmed
+// (no events): an epoll instance that holds the socket, armed or not, has
+// an entry on its wait queue, and for every frame the sender's sendto
+// took that queue's lock and ran epoll's callback, with interrupts off,
+// only to find it disarmed; without a sleeper the kernel skips both
+// (sock_def_readable). Adding and removing cost two epoll_ctl(2) per
+// sleep. Waiting stays the netpoller's, so the goroutine parks as before
+// and its P runs other goroutines.
 func (l *Link) sleep() error {
 	err := l.rxEp.raw.Read(l.ready)
 	if l.armed {
 		l.armed = false
-		if derr := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Fd: int32(l.rx.fd)}); derr != nil && err == nil {
+		if derr := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_DEL, l.rx.fd, nil); derr != nil && err == nil {
 			err = os.NewSyscallError("epoll_ctl", derr)
 		}
 	}
@@ -720,10 +721,10 @@ func (l *Link) sleep() error {
 
 // rxArmedReady is sleep's RawConn.Read callback: whether the ring has a
 // frame, once the socket is armed in rxEp. It runs after the netpoller's
-// readiness was reset; arming (epoll_ctl) queues rxEp's readiness if the
-// socket is readable then, and every frame after it wakes rxEp's
-// watchers, the netpoller among them, so no frame that lands after the
-// check is missed.
+// readiness was reset; arming (epoll_ctl, adding the socket) queues
+// rxEp's readiness if the socket is readable then, and every frame after
+// it wakes rxEp's watchers, the netpoller among them, so no frame that
+// lands after the check is missed.
 func (l *Link) rxArmedReady(uintptr) bool {
 	if l.rxReady() {
 		return true
@@ -732,7 +733,13 @@ func (l *Link) rxArmedReady(uintptr) bool {
 		return false
 	}
 	l.armed = true
-	if err := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.rx.fd)}); err != nil {
+	ev := &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.rx.fd)}
+	err := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_ADD, l.rx.fd, ev)
+	if err == unix.EEXIST {
+		// A removal that failed (sleep reported it) left it there.
+		err = unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, ev)
+	}
+	if err != nil {
 		// Cannot happen for a valid socket and instance; spin rather
 		// than sleep past frames.
 		l.armed = false
