@@ -259,3 +259,36 @@ func TestWakeOnlyWaiting(t *testing.T) {
 		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
 	}
 }
+
+// countWaiter is a Waiter whose Ready turns true at its second look, and
+// that counts the Wakes it was asked for.
+type countWaiter struct {
+	looks, wakes int
+	ch           chan struct{}
+}
+
+func (w *countWaiter) Ready() bool { w.looks++; return w.looks > 1 }
+func (w *countWaiter) Wake() <-chan struct{} {
+	w.wakes++
+	w.ch <- struct{}{} // ready to receive from: the wake-up has come
+	return w.ch
+}
+func (w *countWaiter) String() string { return "countWaiter" }
+
+// A waiter woken with its call done returns without asking for its Wake
+// again (for a write's caller an atomic read-modify-write of the call's
+// state, after the wake-up, on its latency), with a context that cannot
+// end and with one that can.
+func TestWaitWokenOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	for _, c := range []context.Context{bg, ctx} {
+		w := &countWaiter{ch: make(chan struct{}, 1)}
+		if err := (&groupEnv{}).Wait(c, w); err != nil {
+			t.Fatal(err)
+		}
+		if w.wakes != 1 || w.looks != 2 {
+			t.Errorf("context %v: %d Wakes and %d looks at Ready; want 1 and 2", c, w.wakes, w.looks)
+		}
+	}
+}

@@ -288,10 +288,19 @@ func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
 		}
 		if done == nil {
 			<-wake
+			if w.Ready() {
+				// Woken for good: no second Wake, whose
+				// bookkeeping a write's caller would pay
+				// after its wake-up.
+				return nil
+			}
 			continue
 		}
 		select {
 		case <-wake:
+			if w.Ready() {
+				return nil
+			}
 			continue
 		case <-done:
 		}
