@@ -292,3 +292,43 @@ func TestWaitWokenOnce(t *testing.T) {
 		}
 	}
 }
+
+// The delivery of a lone write whose caller waits sends the caller its
+// wake-up and keeps no slice of wake-ups to give back to the node (which
+// took the node's lock again, after the wake-up, while the caller was
+// readied behind the delivering goroutine); a batch's several wake-ups
+// still go through the slice, kept for the next.
+func TestLoneWakeUp(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tadd.Go(bg, o, 1)
+	wake := p.c.Wake()
+	h.Deliver(1, e.sent[0])
+	if len(wake) != 1 || n.wakes != nil || n.wake1 != (wakeUp{}) {
+		t.Fatalf("after a lone write: %d wake-ups sent (want 1), the node's slice %v (want nil), first %v (want none)", len(wake), n.wakes, n.wake1)
+	}
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 1", v, err)
+	}
+	q := tadd.Go(bg, o, 2)
+	qwake := q.c.Wake()
+	tadd.GoReuse(bg, p, o, 3)
+	wake = p.c.Wake()
+	h.Deliver(1, batchOf(e.sent[1], e.sent[2]))
+	if len(wake) != 1 || len(qwake) != 1 || cap(n.wakes) == 0 || len(n.wakes) != 0 {
+		t.Fatalf("after a batch of two: wake-ups %d and %d (want 1 and 1), the node's slice len %d cap %d (want 0 and more)", len(qwake), len(wake), len(n.wakes), cap(n.wakes))
+	}
+	if v, err := p.Wait(bg); v != 6 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 6", v, err)
+	}
+}
