@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -44,6 +45,9 @@ type outbox struct {
 	// spare is a buffer for the next (buf's is in Send meanwhile).
 	buf, spare []byte
 	entries    int
+	// filling is entries > 0, read without mu: flushFromDeliver's
+	// check whether there is a batch to send, on every delivery.
+	filling atomic.Bool
 	// unacked counts this member's messages sent and not yet delivered
 	// back here; age the other members' messages delivered since the
 	// batch was started; inTransit the batches taken by sendBatchLocked
@@ -96,6 +100,7 @@ func (n *Node) queue(msg []byte) int {
 	}
 	if o.entries == 0 {
 		o.buf, o.age = append(o.buf[:0], msgBatch), 0
+		o.filling.Store(true)
 	}
 	o.buf = binary.BigEndian.AppendUint16(o.buf, uint16(len(msg)))
 	o.buf = append(o.buf, msg...)
@@ -125,6 +130,7 @@ func (n *Node) sendBatchLocked() error {
 	b, k := o.buf, o.entries
 	msg := o.batchMsg()
 	o.buf, o.spare, o.entries = o.spare[:0], nil, 0
+	o.filling.Store(false)
 	o.unacked++
 	o.inTransit++
 	o.mu.Unlock()
@@ -170,8 +176,18 @@ func (n *Node) Flush() error {
 // flight, the batch waited batchAge deliveries, or force. If another
 // goroutine is sending (sendMu), or the window is full, it stays for the
 // next delivery (one of this member's messages is in flight then).
+//
+// With no batch being filled it takes no lock, an atomic load only: the
+// delivery of a lone write (nothing else of this member in flight, so
+// nothing queued) goes on to its caller's wake-up at once. A write that
+// starts a batch after the load was queued because a message of this
+// member was in flight then (queue's unacked, which an own delivery
+// took down under out.mu before), and that message's delivery sends it.
 func (n *Node) flushFromDeliver(own, force bool) {
 	o := &n.out
+	if !o.filling.Load() {
+		return
+	}
 	if !n.sendMu.TryLock() {
 		return
 	}
@@ -192,6 +208,7 @@ func (n *Node) flushFromDeliver(own, force bool) {
 	o.unacked++
 	n.countBatch(o.entries, len(msg))
 	o.buf, o.entries = o.buf[:0], 0
+	o.filling.Store(false)
 }
 
 func (n *Node) countBatch(entries, bytes int) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -359,3 +360,29 @@ func TestEarlyWritesObjectLock(t *testing.T) {
 		t.Fatalf("state %d, want 4", *o.state)
 	}
 }
+
+// A delivery while no batch is being filled takes no lock of the outbox
+// (an atomic load says there is nothing to send): another member's
+// message delivered while out.mu is held is applied and returns.
+func TestDeliverWithoutBatchTakesNoOutboxLock(t *testing.T) {
+	n, _, o := tryNode(t)
+	done := make(chan struct{})
+	n.out.mu.Lock()
+	go func() {
+		n.deliver(2, opMessage(t, o.obj.id, tadd.info.index, 1, 5))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a hang guard, not a timing: without the check deliver waits here
+		n.out.mu.Unlock()
+		<-done
+		t.Fatal("the delivery waited for the outbox's lock with no batch being filled")
+	}
+	n.out.mu.Unlock()
+	if v, _ := tvalueC.Call(bg, o, struct{}{}); v != 5 {
+		t.Fatalf("value %d, want 5", v)
+	}
+}
+
+var tvalueC = Read(tcounter, "value", func(s *int64, _ struct{}) int64 { return *s })

@@ -259,3 +259,76 @@ func TestWakeOnlyWaiting(t *testing.T) {
 		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
 	}
 }
+
+// countWaiter is a Waiter whose Ready turns true at its second look, and
+// that counts the Wakes it was asked for.
+type countWaiter struct {
+	looks, wakes int
+	ch           chan struct{}
+}
+
+func (w *countWaiter) Ready() bool { w.looks++; return w.looks > 1 }
+func (w *countWaiter) Wake() <-chan struct{} {
+	w.wakes++
+	w.ch <- struct{}{} // ready to receive from: the wake-up has come
+	return w.ch
+}
+func (w *countWaiter) String() string { return "countWaiter" }
+
+// A waiter woken with its call done returns without asking for its Wake
+// again (for a write's caller an atomic read-modify-write of the call's
+// state, after the wake-up, on its latency), with a context that cannot
+// end and with one that can.
+func TestWaitWokenOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	for _, c := range []context.Context{bg, ctx} {
+		w := &countWaiter{ch: make(chan struct{}, 1)}
+		if err := (&groupEnv{}).Wait(c, w); err != nil {
+			t.Fatal(err)
+		}
+		if w.wakes != 1 || w.looks != 2 {
+			t.Errorf("context %v: %d Wakes and %d looks at Ready; want 1 and 2", c, w.wakes, w.looks)
+		}
+	}
+}
+
+// The delivery of a lone write whose caller waits sends the caller its
+// wake-up and keeps no slice of wake-ups to give back to the node (which
+// took the node's lock again, after the wake-up, while the caller was
+// readied behind the delivering goroutine); a batch's several wake-ups
+// still go through the slice, kept for the next.
+func TestLoneWakeUp(t *testing.T) {
+	e := &nullEnv{}
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tadd.Go(bg, o, 1)
+	wake := p.c.Wake()
+	h.Deliver(1, e.sent[0])
+	if len(wake) != 1 || n.wakes != nil || n.wake1 != (wakeUp{}) {
+		t.Fatalf("after a lone write: %d wake-ups sent (want 1), the node's slice %v (want nil), first %v (want none)", len(wake), n.wakes, n.wake1)
+	}
+	if v, err := p.Wait(bg); v != 1 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 1", v, err)
+	}
+	q := tadd.Go(bg, o, 2)
+	qwake := q.c.Wake()
+	tadd.GoReuse(bg, p, o, 3)
+	wake = p.c.Wake()
+	h.Deliver(1, batchOf(e.sent[1], e.sent[2]))
+	if len(wake) != 1 || len(qwake) != 1 || cap(n.wakes) == 0 || len(n.wakes) != 0 {
+		t.Fatalf("after a batch of two: wake-ups %d and %d (want 1 and 1), the node's slice len %d cap %d (want 0 and more)", len(qwake), len(wake), len(n.wakes), cap(n.wakes))
+	}
+	if v, err := p.Wait(bg); v != 6 || err != nil {
+		t.Fatalf("Wait: %d, %v; want 6", v, err)
+	}
+}

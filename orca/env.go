@@ -117,8 +117,11 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	n.deliverLocked(from, data)
 	n.delivering = false
 	n.unlockObject()
-	wake := n.wakes
-	n.wakes = nil
+	wake1, wake := n.wake1, n.wakes
+	n.wake1 = wakeUp{}
+	if len(wake) > 0 {
+		n.wakes = nil
+	}
 	n.mu.Unlock()
 	if n.try != nil {
 		n.flushFromDeliver(own, false)
@@ -126,12 +129,12 @@ func (n *Node) deliverNow(from frame.MemberID, data []byte) {
 	// The callers of the writes just applied and the guarded reads of
 	// the objects they changed, once the replica let go of the locks
 	// they take next.
+	if wake1.ch == nil {
+		return
+	}
+	wake1.send()
 	for i, w := range wake {
-		if w.close {
-			close(w.ch)
-		} else {
-			wakeChan(w.ch)
-		}
+		w.send()
 		wake[i] = wakeUp{}
 	}
 	if len(wake) > 0 {
@@ -288,10 +291,19 @@ func (e *groupEnv) Wait(ctx context.Context, w Waiter) error {
 		}
 		if done == nil {
 			<-wake
+			if w.Ready() {
+				// Woken for good: no second Wake, whose
+				// bookkeeping a write's caller would pay
+				// after its wake-up.
+				return nil
+			}
 			continue
 		}
 		select {
 		case <-wake:
+			if w.Ready() {
+				return nil
+			}
 			continue
 		case <-done:
 		}

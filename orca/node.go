@@ -77,9 +77,13 @@ type Node struct {
 	last *object
 	// delivering is set while deliverNow applies a delivery: finish
 	// and applied then queue the wake-ups of waiting callers and guarded
-	// reads in wakes, which deliverNow sends once it let go of n.mu and
-	// the object's lock.
+	// reads (queueWake), which deliverNow sends once it let go of n.mu
+	// and the object's lock. The first goes in wake1 and the others in
+	// wakes, a slice kept for the next delivery: a delivery with one
+	// wake-up (a lone write) sends it and is done, without taking n.mu
+	// again to give the slice back.
 	delivering bool
+	wake1      wakeUp
 	wakes      []wakeUp
 	// locked is the object whose lock the replica holds while it applies
 	// a delivery's writes (lockObject), nil between deliveries.
@@ -413,10 +417,28 @@ func (c *call) finish() {
 		return
 	}
 	if n.delivering {
-		n.wakes = append(n.wakes, wakeUp{ch: w})
+		n.queueWake(wakeUp{ch: w})
 		return
 	}
 	wakeChan(w)
+}
+
+// queueWake queues a wake-up for the end of the delivery (n.mu held).
+func (n *Node) queueWake(w wakeUp) {
+	if n.wake1.ch == nil {
+		n.wake1 = w
+		return
+	}
+	n.wakes = append(n.wakes, w)
+}
+
+// send sends the wake-up.
+func (w wakeUp) send() {
+	if w.close {
+		close(w.ch)
+	} else {
+		wakeChan(w.ch)
+	}
 }
 
 // wakeUp wakes c's waiter, if it waits (n.mu held).

@@ -385,7 +385,7 @@ func (n *Node) applied(o *object, origin frame.MemberID, req uint32, op *opInfo,
 		if n.delivering {
 			// After the delivery, with the object's lock free for
 			// the reads that wake.
-			n.wakes = append(n.wakes, wakeUp{o.changed, true})
+			n.queueWake(wakeUp{o.changed, true})
 			o.changed = nil
 		} else {
 			o.changedLocked()
