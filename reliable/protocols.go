@@ -27,7 +27,7 @@ type protocol struct {
 
 // sharedConfig is a protocol's Shared configuration.
 type sharedConfig struct {
-	cfg            any // hashed with %+v: every field counts
+	cfg            any // hashed by configHash: every field not at zero counts
 	window         int
 	failureTimeout core.Duration
 }

@@ -160,12 +160,26 @@ func configHash(group uint32, shared sharedConfig) uint64 {
 }
 
 // appendSetting appends a canonical text of v: a struct as its type's
-// name (none for an unnamed one) and its non-zero fields by name, numbers
-// in decimal, and never a String method's text, so renaming a constant
+// name (none for an unnamed one) and its non-zero fields by name, what
+// an interface holds with its type (but a named struct), numbers in
+// decimal, and never a String method's text, so renaming a constant
 // changes no hash.
 func appendSetting(b []byte, v reflect.Value) []byte {
 	switch v.Kind() {
-	case reflect.Interface, reflect.Pointer:
+	case reflect.Interface:
+		if v.IsNil() {
+			return append(b, "nil"...)
+		}
+		// What an interface holds is written with its type unless that
+		// is a named struct (whose name is written): otherwise a Mode
+		// and an int of one value, a slice and an array of the same
+		// elements, or nil pointers of two types would write alike.
+		e := v.Elem()
+		if e.Kind() != reflect.Struct || e.Type().Name() == "" {
+			b = append(append(append(b, '('), e.Type().String()...), ')')
+		}
+		return appendSetting(b, e)
+	case reflect.Pointer:
 		if v.IsNil() {
 			return append(b, "nil"...)
 		}

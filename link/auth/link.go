@@ -313,8 +313,8 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			// Our core's frame: its encoder wrote the CRC, or left it
-			// zero for an encrypting seal (SealsCRC), which ignores it.
+			// Our core's frame: its encoder left the CRC zero (SealsCRC)
+			// or wrote one; the seal ignores it and writes its own.
 			f, err = frame.ParseSealedNoCRC(b)
 		}
 		if err != nil {
