@@ -165,6 +165,11 @@ func (n *Node) flushQueued() {
 // the writes to be applied. Without a batch (nothing queued, or an Env
 // that is not a TrySender) it does nothing. Flushing after every write
 // gives up batching: each write then costs a message of the order.
+//
+// Flush takes no context: the batch holds other callers' writes, so it
+// is not given up. Call it from a program's goroutine, as Call, never
+// from an operation's body or guard: with the window full it waits for
+// deliveries, which cannot run while an operation does.
 func (n *Node) Flush() error {
 	n.sendMu.Lock()
 	defer n.sendMu.Unlock()
