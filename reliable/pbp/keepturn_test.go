@@ -29,6 +29,14 @@ import (
 // delivered message at the moment the Ready is read, and after Advance
 // that the last window is retained: with a ring one slot smaller, or
 // with a delivered buffer recycled before Advance, they fail.
+//
+// A sender that no longer counts us (it removed us: we were stalled past
+// its FailureTimeout) is bounded by nothing: removedUs judges a frame
+// against expected as it moves, so frames that arrive in order pass it
+// however far they go, and a turn that read more than a window of them
+// wrapped the ring. keep then copied a later frame into a buffer the same
+// turn had handed out; it now gives that slot a new buffer
+// (TestRetainTurnBeyondWindow).
 
 // turnMsgs is what member 0 sends in frame seq: one message (a lone
 // Data frame) or a bundle of two or three, of sizes that vary. From 100
@@ -371,5 +379,44 @@ func TestRetainTurnRandom(t *testing.T) {
 	}
 	if full == 0 {
 		t.Fatal("no turn delivered a full window")
+	}
+}
+
+// A sender that no longer counts this member (it removed us) streams
+// past the window, and a turn reads more than a window of its frames in
+// order; they pass removedUs, each within a window of expected as it
+// moves. The retention slot of frame s is then the slot of s+Window in
+// the same turn: a frame copied there overwrote the buffer frame s was
+// delivered from, before the turn's Ready was read. Also when frame s
+// waited in the reorder ring (its buffer became the slot's, and goes back
+// to the pool only at Advance).
+func TestRetainTurnBeyondWindow(t *testing.T) {
+	for _, mode := range []Mode{PBP1, PBP2} {
+		for _, w := range []int{4, 16} {
+			t.Run(fmt.Sprintf("%v/window %d/in order", mode, w), func(t *testing.T) {
+				r := newTurnRig(t, mode, w)
+				r.frames(span(100, 0, 3*w+1, false), false)
+				if n := r.end("three windows in one turn", 0); n != 3*w+1 {
+					t.Fatalf("delivered %d frames, want %d", n, 3*w+1)
+				}
+				r.frames(span(r.next, 0, 2*w, false), false)
+				r.end("two more windows", 0)
+			})
+			t.Run(fmt.Sprintf("%v/window %d/held first", mode, w), func(t *testing.T) {
+				r := newTurnRig(t, mode, w)
+				r.frames(offsets(100, 1), false)
+				r.end("101 waits", 0)
+				r.frames(offsets(100, 0), true)
+				r.frames(span(100, 2, 2*w+2, false), false)
+				// And one that waits for a gap, in a buffer from the
+				// pool: not the one 101 was delivered from.
+				r.frames(offsets(100, 2*w+3), false)
+				if n := r.end("gap filled, two windows behind it", 0); n != 2*w+2 {
+					t.Fatalf("delivered %d frames, want %d", n, 2*w+2)
+				}
+				r.frames(offsets(100, 2*w+2), true)
+				r.end("the next gap filled", 0)
+			})
+		}
 	}
 }
