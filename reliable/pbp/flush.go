@@ -23,6 +23,9 @@ type kept struct {
 	// pins counts the layers' holds on data (Pin): a frame kept in
 	// this slot later gets a new buffer, leaving data to them.
 	pins int
+	// turn is the Ready (Core.batch) whose deliveries data was handed
+	// out in: until its Advance, a frame kept here gets a new buffer.
+	turn uint64
 	data []byte
 }
 
@@ -33,7 +36,10 @@ type kept struct {
 // delivered from. The last Window frames of every sender are enough: a
 // sender numbers frame s+Window only once every member acknowledged s,
 // so whatever one member delivered beyond what another has, the other is
-// less than a window behind.
+// less than a window behind. For the same reason one turn (Ready to
+// Advance) delivers at most a window of a sender's frames, none sharing a
+// slot; one that no longer counts us is not bounded so, and a slot whose
+// buffer this turn handed out already gets a new one.
 //
 // A frame every other member holds already is not copied (needKeep):
 // keep marks its slot empty and returns body itself, so its messages are
@@ -46,7 +52,14 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 		return body
 	}
 	c.stats.Kept++
-	k.seq, k.full, k.bundled = p.expected, true, bundled
+	if k.turn == c.batch {
+		// This turn delivered from data already: a sender that no
+		// longer counts us (removedUs lets its frames in order pass)
+		// sent more than a window of frames to the turn.
+		c.lendKept(k)
+		k.data = nil
+	}
+	k.seq, k.full, k.bundled, k.turn = p.expected, true, bundled, c.batch
 	k.data = append(k.data[:0], body...)
 	return k.data
 }
@@ -55,10 +68,8 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 // that waited in the reorder ring, in buf, the ring's buffer of its own:
 // the retention slot takes buf itself instead of a copy (Stats.KeptHeld),
 // and the caller must not recycle it. The slot's previous buffer goes
-// back to the pool of frame buffers at Advance (this Ready's deliveries
-// may lie in it), if it is one of theirs (a copy keep sized to its
-// frame is left to the collector). False if the frame need not be
-// retained (needKeep): the caller recycles buf.
+// back to the pool of frame buffers at Advance (lendKept). False if the
+// frame need not be retained (needKeep): the caller recycles buf.
 func (c *Core) keepHeld(p *peer, buf []byte, bundled bool) bool {
 	k := c.keepSlot(p)
 	if !c.needKeep(p) {
@@ -68,11 +79,19 @@ func (c *Core) keepHeld(p *peer, buf []byte, bundled bool) bool {
 	}
 	c.stats.Kept++
 	c.stats.KeptHeld++
+	c.lendKept(k)
+	k.seq, k.full, k.bundled, k.data, k.turn = p.expected, true, bundled, buf, c.batch
+	return true
+}
+
+// lendKept gives k's buffer, which is leaving the slot, back to the pool
+// of frame buffers at Advance (this Ready's deliveries may lie in it), if
+// it is one of theirs (a copy keep sized to its frame is left to the
+// collector).
+func (c *Core) lendKept(k *kept) {
 	if k.data != nil && cap(k.data) >= c.cfg.linkMax {
 		c.lent = append(c.lent, k.data)
 	}
-	k.seq, k.full, k.bundled, k.data = p.expected, true, bundled, buf
-	return true
 }
 
 // keepSlot is the retention slot of p's frame being delivered now; a
