@@ -34,7 +34,7 @@ type Header struct {
 	Auth Authenticator
 	// SkipCRC leaves the frame's CRC32C zero: for a frame sent on a link
 	// that computes every frame's CRC itself over the bytes it sends and
-	// never reads the encoder's (link.CRCSealer: link/auth, either algorithm).
+	// never reads the encoder's (link.CRCSealer: an encrypting link/auth).
 	// Nothing else may be given such a frame; it is not valid on the wire.
 	SkipCRC bool
 }

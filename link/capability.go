@@ -59,8 +59,8 @@ type Waker interface {
 
 // A CRCSealer is a Link that writes the CRC32C of every frame it sends
 // itself, over the bytes it puts on the wire, and never reads the CRC of
-// the frames it is given (link/auth: it computes the CRC over the sealed
-// frame, whose body is new bytes when it encrypts). A runtime that finds one (SealsCRC) has its cores encode
+// the frames it is given (link/auth when it encrypts: the body it sends
+// is new bytes). A runtime that finds one (SealsCRC) has its cores encode
 // frames without a CRC (frame.Header.SkipCRC), which the link replaces.
 // SealsCRC's answer does not change while the link is open.
 type CRCSealer interface {

@@ -30,7 +30,7 @@
 //   - GroupFilter: SetGroups, which has the kernel pass only some rbcast
 //     groups' frames (link/ring, link/afpacket; docs/groups.md).
 //   - CRCSealer: SealsCRC, a link that writes every frame's CRC itself
-//     (link/auth), so that cores need not (frame.Header.SkipCRC).
+//     (link/auth encrypting), so that cores need not (frame.Header.SkipCRC).
 //
 // A runtime finds them with StagerOf, NowSenderOf, WakerOf,
 // GroupFilterOf and SealsCRC, never by a type assertion of its own, because of

@@ -51,6 +51,7 @@ type arena struct {
 	// tag and nonce: scratch the AEAD's interface calls would make escape.
 	tag   [TagLen]byte
 	nonce [12]byte
+	crc   shift
 	// The AEAD of the last frame's stream and key (Link.ownKey's, kept
 	// under the arena's lock: a core's frames are of one stream, and
 	// ownKey's lock is not taken per frame).
@@ -91,10 +92,11 @@ func (a *Link) HardwareAddr() net.HardwareAddr { return a.l.HardwareAddr() }
 func (a *Link) Stats() (link.Stats, error)     { return a.l.Stats() }
 func (a *Link) Close() error                   { return a.l.Close() }
 
-// SealsCRC reports that the seal writes every frame's CRC, over the
-// sealed frame, without reading the core's (link.CRCSealer), under both
-// algorithms: a core need not write one (frame.Header.SkipCRC).
-func (a *Link) SealsCRC() bool { return true }
+// SealsCRC reports whether the seal writes every frame's CRC without
+// reading the core's (link.CRCSealer): when it encrypts. Then a core need
+// not write one (frame.Header.SkipCRC). With the MAC the seal derives the
+// sealed frame's CRC from the core's (sealedCRC), which must be there.
+func (a *Link) SealsCRC() bool { return a.v.alg == AlgGCM }
 
 // Auth returns the authentication counters and keys.
 func (a *Link) Auth() Stats {
@@ -313,8 +315,8 @@ func (a *Link) seal(ar *arena, frames [][]byte) ([][]byte, error) {
 		_, b, err := frame.SplitEthernet(eth, a.v.cfg.EtherType)
 		var f frame.View
 		if err == nil {
-			// Our core's frame: its encoder left the CRC zero (SealsCRC)
-			// or wrote one; the seal ignores it and writes its own.
+			// Our core's frame: its encoder wrote the CRC, or left it
+			// zero for an encrypting seal (SealsCRC), which ignores it.
 			f, err = frame.ParseSealedNoCRC(b)
 		}
 		if err != nil {
@@ -388,5 +390,9 @@ func (ar *arena) seal(aead cipher.AEAD, orig, g frame.View, alg uint8, counter u
 		copy(ar.tag[:], out[len(body):])
 	}
 	copy(g[at:at+n], ar.tag[:])
+	if alg == AlgGMAC && crcAt-g.BodyAt() >= combineMin {
+		binary.BigEndian.PutUint32(g[crcAt:], ar.crc.sealedCRC(orig, g))
+		return
+	}
 	frame.SetCRC(g)
 }

@@ -108,7 +108,7 @@ type Core interface {
 
 // A CRCSkipper is a core that can leave its frames' CRC32C to the link
 // they go out on, when that link writes every frame's CRC itself
-// (link.CRCSealer: link/auth, MAC or encrypting). After SkipCRC every frame it
+// (link.CRCSealer: link/auth encrypting). After SkipCRC every frame it
 // encodes carries a zero CRC (frame.Header.SkipCRC). A core that wraps or
 // starts others passes it on to them, also to those it starts later. A
 // core without it writes the CRC as always; so does any frame a core
