@@ -21,7 +21,7 @@ import (
 // every receiver, gives exactly the sequential result, for every process
 // count (rank 0 holds the result), with -flush too.
 func TestVerifyOnLossySimulator(t *testing.T) {
-	defer func() { flushBlocks = false }()
+	defer func() { flushBlocks = true }()
 	for _, flush := range []string{"-flush=false", "-flush"} {
 		for procs := 1; procs <= 4; procs++ {
 			args := []string{"-n", "40", "-sim", "-procs", fmt.Sprint(procs), "-loss", "0.05", "-simseed", fmt.Sprint(procs), "-verify", flush}
