@@ -286,6 +286,26 @@ func heldLoop(t *testing.T, seed uint64) (ms []*loopMember, st *kickCounter, ctx
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
+	// Every group of member 1 has had its first turn before its Loop is
+	// held: SendNow sends only for groups that have (their cores' clocks
+	// run). A "hold" delivered in the Loop's first pass, before groups 8
+	// and 9 had theirs, left SendNow nothing to send (about one run in
+	// 300 failed so).
+	for _, id := range []uint32{7, 8, 9} {
+		g := ms[0].groups[id]
+		for {
+			g.mu.Lock()
+			turned := g.turned
+			g.mu.Unlock()
+			if turned {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("member 1's group %d never had its first turn", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if err := ms[1].groups[7].Send(ctx, []byte("hold")); err != nil {
 		t.Fatal(err)
 	}
