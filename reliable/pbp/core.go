@@ -156,6 +156,10 @@ type peer struct {
 	state       peerState
 
 	expected uint32 // exp_seqno[j]: next sequence number to deliver
+	// turnExp is expected when this turn began (the last Advance): the
+	// most any acknowledgement of ours that has left says, since frames
+	// leave only in a Ready (removedUs).
+	turnExp uint32
 	// frozenAt is expected when the core was frozen: what its Acks say
 	// from then on (Freeze).
 	frozenAt  uint32
@@ -375,7 +379,7 @@ func New(cfg Config) (*Core, error) {
 		c.peers = append(c.peers, peer{
 			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
 			slot: int(m.ID) - int(s.ackBase), live: true,
-			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
+			expected: s.InitialSeq, turnExp: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
 			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
 		})
 		for i := range c.peers[len(c.peers)-1].heard {
@@ -651,6 +655,9 @@ func (c *Core) Advance() {
 		c.lent[i] = nil
 	}
 	c.lent = c.lent[:0]
+	for i := range c.peers {
+		c.peers[i].turnExp = c.peers[i].expected
+	}
 }
 
 // Deadline is when Tick must next run; 0 before the first input and after

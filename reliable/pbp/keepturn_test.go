@@ -2,6 +2,7 @@ package pbp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -31,11 +32,15 @@ import (
 // with a delivered buffer recycled before Advance, they fail.
 //
 // A sender that no longer counts us (it removed us: we were stalled past
-// its FailureTimeout) is bounded by nothing: removedUs judges a frame
-// against expected as it moves, so frames that arrive in order pass it
-// however far they go, and a turn that read more than a window of them
-// wrapped the ring. keep then copied a later frame into a buffer the same
-// turn had handed out; it now gives that slot a new buffer
+// its FailureTimeout) was bounded by nothing: removedUs judged a frame
+// against expected as it moved, so frames that arrived in order passed
+// it however far they went, and a turn that read more than a window of
+// them wrapped the ring. keep then copied a later frame into a buffer
+// the same turn had handed out; it now gives that slot a new buffer.
+// removedUs now judges against E and removes such a sender at E+Window
+// (TestRemovedUsWithinOneTurn), but frames another member relays
+// (Config.Relay) are judged against expected as it moves, so more than
+// a window of them in one turn still reaches keep
 // (TestRetainTurnBeyondWindow).
 
 // turnMsgs is what member 0 sends in frame seq: one message (a lone
@@ -84,6 +89,7 @@ type turnRig struct {
 	// allKept: every frame is retained (member 1 acknowledges none), so
 	// the last window delivered must be (for a view change's relays).
 	allKept bool
+	relay   bool // member 0's frames come relayed by member 1
 }
 
 type turnPin struct {
@@ -110,7 +116,11 @@ func (r *turnRig) ack(a uint32) {
 func (r *turnRig) frames(seqs []uint32, retx bool) {
 	r.t.Helper()
 	for _, s := range seqs {
-		if err := step(r.t, r.c, r.now, turnFrame(s, retx)); err != nil {
+		f := turnFrame(s, retx)
+		if r.relay {
+			f = relayedBy1(r.t, f)
+		}
+		if err := step(r.t, r.c, r.now, f); err != nil {
 			r.t.Fatalf("frame %d: %v", s, err)
 		}
 	}
@@ -382,19 +392,24 @@ func TestRetainTurnRandom(t *testing.T) {
 	}
 }
 
-// A sender that no longer counts this member (it removed us) streams
-// past the window, and a turn reads more than a window of its frames in
-// order; they pass removedUs, each within a window of expected as it
-// moves. The retention slot of frame s is then the slot of s+Window in
-// the same turn: a frame copied there overwrote the buffer frame s was
-// delivered from, before the turn's Ready was read. Also when frame s
-// waited in the reorder ring (its buffer became the slot's, and goes back
-// to the pool only at Advance).
+// More than a window of a sender's frames in one turn, in order: since
+// removedUs judges against the acknowledgement last sent, only frames
+// relayed by another member (onRelay judges them against expected as it
+// moves) come so. The retention slot of frame s is then the slot of
+// s+Window in the same turn: a frame copied there overwrote the buffer
+// frame s was delivered from, before the turn's Ready was read. Also
+// when frame s waited in the reorder ring (its buffer became the slot's,
+// and goes back to the pool only at Advance).
 func TestRetainTurnBeyondWindow(t *testing.T) {
+	rig := func(t *testing.T, mode Mode, w int) *turnRig {
+		cfg := testConfig(mode, 2, 3)
+		cfg.Retain, cfg.Relay, cfg.Window = true, true, w
+		return &turnRig{t: t, c: newCore(t, cfg), now: t0, next: 100, relay: true}
+	}
 	for _, mode := range []Mode{PBP1, PBP2} {
 		for _, w := range []int{4, 16} {
 			t.Run(fmt.Sprintf("%v/window %d/in order", mode, w), func(t *testing.T) {
-				r := newTurnRig(t, mode, w)
+				r := rig(t, mode, w)
 				r.frames(span(100, 0, 3*w+1, false), false)
 				if n := r.end("three windows in one turn", 0); n != 3*w+1 {
 					t.Fatalf("delivered %d frames, want %d", n, 3*w+1)
@@ -403,7 +418,7 @@ func TestRetainTurnBeyondWindow(t *testing.T) {
 				r.end("two more windows", 0)
 			})
 			t.Run(fmt.Sprintf("%v/window %d/held first", mode, w), func(t *testing.T) {
-				r := newTurnRig(t, mode, w)
+				r := rig(t, mode, w)
 				r.frames(offsets(100, 1), false)
 				r.end("101 waits", 0)
 				r.frames(offsets(100, 0), true)
@@ -417,6 +432,86 @@ func TestRetainTurnBeyondWindow(t *testing.T) {
 				r.frames(offsets(100, 2*w+2), true)
 				r.end("the next gap filled", 0)
 			})
+		}
+	}
+}
+
+// relayedBy1 is f, a frame of member 0's, as member 1 relays it
+// (Config.Relay).
+func relayedBy1(t *testing.T, f in) in {
+	t.Helper()
+	h := frame.Header{Flags: f.flags, Group: testGroup, Sender: f.sender, Incarnation: 7, Seq: f.seq, Acks: f.acks}
+	b, err := frame.Append(nil, &h, f.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in{sender: 1, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.ViewRelayBody{Frame: b}}
+}
+
+// A sender that removed us sends two windows in one turn, in order: the
+// first frame at or past E+Window (E: the next due when the turn began,
+// the most our acknowledgements that have left say) removes it, in that
+// turn, as StalledRemovedUs; the window before it is delivered. Judged
+// against expected as it moved, every frame passed and no turn removed
+// it. Its Ack naming such a frame removes it too; an honest sender, a
+// window per turn as our acknowledgement lets it, is never removed.
+func TestRemovedUsWithinOneTurn(t *testing.T) {
+	for _, mode := range []Mode{PBP1, PBP2} {
+		for _, w := range []int{4, 16} {
+			for _, last := range []string{"Data", "Ack"} {
+				t.Run(fmt.Sprintf("%v/window %d/%s", mode, w, last), func(t *testing.T) {
+					cfg := testConfig(mode, 2, 3)
+					cfg.Window = w
+					c := newCore(t, cfg)
+					now := t0
+					// Honest turns first: a window each, up to E+Window-1.
+					e := uint32(100)
+					for turn := range 3 {
+						now += Time(Millisecond)
+						for s := e; s != e+uint32(w); s++ {
+							if err := step(t, c, now, dataFrom0(s, 0)); err != nil {
+								t.Fatalf("honest turn %d, frame %d: %v", turn, s, err)
+							}
+						}
+						if _, ds, evs := ready(t, c); len(ds) != w || len(evs) != 0 {
+							t.Fatalf("honest turn %d: %d delivered, events %v; want %d, none", turn, len(ds), evs, w)
+						}
+						e += uint32(w)
+					}
+					now += Time(Millisecond)
+					n := 2 * w
+					if last == "Ack" {
+						n = w
+					}
+					var errs []error
+					for s := e; s != e+uint32(n); s++ {
+						errs = append(errs, step(t, c, now, dataFrom0(s, 0)))
+					}
+					if last == "Ack" {
+						// Its Ack names frame E+Window as the last it sent.
+						errs = append(errs, step(t, c, now, in{sender: 0, seq: e + uint32(w), acks: []uint32{100, 100, 100}, body: &frame.Empty{T: frame.Ack}}))
+					}
+					for i, err := range errs {
+						if i < w && err != nil {
+							t.Fatalf("frame %d: %v", e+uint32(i), err)
+						}
+						if i > w && !errors.Is(err, ErrRemoved) {
+							t.Fatalf("frame %d after the removal: %v, want %v", e+uint32(i), err, ErrRemoved)
+						}
+					}
+					_, ds, evs := ready(t, c)
+					want := Event{Kind: MemberStalled, Member: 0, At: now, Delivered: e + uint32(w), Reason: StalledRemovedUs}
+					if len(evs) != 1 || evs[0] != want {
+						t.Fatalf("events %v, want %v", evs, want)
+					}
+					if len(ds) != w || ds[0].Seq != e || ds[w-1].Seq != e+uint32(w)-1 {
+						t.Fatalf("delivered %d frames (%v), want %d..%d", len(ds), ds, e, e+uint32(w)-1)
+					}
+					if st := c.Counters(); st.BeyondWindow != 1 || st.MembersFailed != 1 {
+						t.Fatalf("BeyondWindow %d, MembersFailed %d; want 1, 1", st.BeyondWindow, st.MembersFailed)
+					}
+				})
+			}
 		}
 	}
 }

@@ -126,19 +126,24 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 }
 
 // removedUs removes p if its frame of type t with sequence number seq
-// shows it more than a window past our acknowledgement. A sender that
-// counts us waits for us: its window starts at most at what it knows we
-// acknowledged, which is at most p.expected, so it never sends a frame at
-// p.expected+Window or later, nor names one in an Ack, Heartbeat, Nack or
-// Leave. One that does has removed us (we started late, or were silent or
-// stalled past its FailureTimeout) and ignores us from now on: what we
-// miss from it can never be repaired, and nothing we send reaches it. So
-// it is removed here too, at once, as MemberStalled with
+// shows it more than a window past the acknowledgement we last sent it.
+// A sender that counts us waits for us: its window starts at most at
+// what it knows we acknowledged, which is at most p.turnExp (our frames
+// leave only in a Ready, so nothing acknowledging more than we had
+// delivered when this turn began has left), so it never sends a frame at
+// p.turnExp+Window or later, nor names one in an Ack, Heartbeat, Nack or
+// Leave. One that does has removed us (we started late, or were silent
+// or stalled past its FailureTimeout) and ignores us from now on: what
+// we miss from it can never be repaired, and nothing we send reaches it.
+// So it is removed here too, at once, as MemberStalled with
 // StalledRemovedUs, instead of being asked for lost frames forever. (A
 // member configured with a larger Window than ours looks the same; every
-// member must use the same.) This also keeps every sequence number
-// handled after it within a window of p.expected, as the reorder ring
-// needs.
+// member must use the same.) Judged against expected as it moves, frames
+// that arrive in order passed however far they went: a turn that read
+// two windows of them delivered both (TestRemovedUsWithinOneTurn). This
+// also keeps every sequence number handled after it within a window of
+// p.expected (which is at least p.turnExp), as the reorder ring needs,
+// and one turn's deliveries from p within a window.
 //
 // An old frame passes: one that does not end after p.knownEnd, which
 // learnEnd ignores and accept takes for a duplicate. Old is judged
@@ -153,7 +158,7 @@ func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	if t == frame.Leave {
 		end = seq // the next it would have sent
 	}
-	if end-p.expected <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
+	if end-p.turnExp <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
 		return false
 	}
 	c.stats.BeyondWindow++
