@@ -94,8 +94,10 @@ type Stats struct {
 	// waited in (no copy: keepHeld); the others were copied out of the
 	// received bytes.
 	Kept, KeepSkipped, KeptHeld uint64
-	// Expected counts Expect hints that armed a repair (expect.go).
-	Expected uint64
+	// Expected counts Expect hints that armed a repair (expect.go);
+	// ExpectsWithdrawn, those dropped unanswered after expectAsks Nacks
+	// (the sender had not sent the frames: it was still computing).
+	Expected, ExpectsWithdrawn uint64
 
 	NotMember        uint64
 	WrongIncarnation uint64
@@ -180,6 +182,9 @@ type peer struct {
 	// sequence number a frame of the sender proved sent (see learnEnd).
 	hinting bool
 	sentEnd uint32
+	// hintAsks counts the nack timer's Nacks for the hinted frames alone
+	// (nothing proven missing) since Expect: expectAsks at most.
+	hintAsks int
 
 	nackDue  bool   // a Nack is to go out at the next flush
 	nackFrom uint32 // it asks for what is missing from here on
@@ -738,6 +743,9 @@ func (c *Core) Tick(now Time) {
 	for i := range c.peers {
 		p := &c.peers[i]
 		if p.state == repair && now >= p.nackAt && (!p.holding || p.missing()) {
+			if c.hintSpent(p) {
+				continue
+			}
 			if !p.nackDue {
 				p.nackDue, p.nackFrom = true, p.knownEnd
 			}
