@@ -90,8 +90,12 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 	if ev := send(42); ev.Kind != "received" || ev.Received != 0 || !strings.Contains(ev.Detail, "held already") {
 		t.Fatalf("the same file again, the receiver restarted: %+v, want held, nothing written", ev)
 	}
-	if k.PassesSkipped != 1 || k.BlocksSent > k.BlocksSkipped/3 {
-		t.Fatalf("the same file again: the sender sent %d blocks, skipped %d in %d passes; want the pass stopped early", k.BlocksSent, k.BlocksSkipped, k.PassesSkipped)
+	// Stopped early: in the first half of the pass. Where in it depends
+	// on when the receiver's report of the blocks it holds gets through
+	// its 5 % loss and the two CPUs' load: 305-602 of 2865 blocks in ten
+	// idle runs, 723 once in CI (a bound of a quarter failed it).
+	if k.PassesSkipped != 1 || k.BlocksSent >= k.BlocksSkipped {
+		t.Fatalf("the same file again: the sender sent %d blocks, skipped %d in %d passes; want the pass stopped in its first half", k.BlocksSent, k.BlocksSkipped, k.PassesSkipped)
 	}
 	after, err := os.Stat(stored)
 	if err != nil || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
