@@ -294,13 +294,7 @@ var lockHook func()
 // operation takes), not in the middle of it.
 func TestWakeAfterDelivery(t *testing.T) {
 	e := &nullEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startedNode(t, e)
 	a, err := New(n, "a", tlocked, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -26,13 +26,7 @@ func (e *chanEnv) Send(_ context.Context, msg []byte) error {
 // waiting for it.
 func TestWriteWithoutNodeLock(t *testing.T) {
 	e := &chanEnv{sent: make(chan []byte, 1)}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, h := startedNode(t, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +58,7 @@ func TestWriteWithoutNodeLock(t *testing.T) {
 // result.
 func TestCallsBeyondTheRing(t *testing.T) {
 	e := &nullEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, h := startedNode(t, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +136,7 @@ func TestWindowOfWritesInTheRing(t *testing.T) {
 // write is in flight is refused, and it is left alone.
 func TestGoReuse(t *testing.T) {
 	e := &nullEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, h := startedNode(t, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -213,13 +195,7 @@ func TestGoReuse(t *testing.T) {
 // channel operation at the replica and another at the reuse's drain).
 func TestWakeOnlyWaiting(t *testing.T) {
 	e := &nullEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, h := startedNode(t, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -300,13 +276,7 @@ func TestWaitWokenOnce(t *testing.T) {
 // still go through the slice, kept for the next.
 func TestLoneWakeUp(t *testing.T) {
 	e := &nullEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, h := startedNode(t, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -331,4 +301,18 @@ func TestLoneWakeUp(t *testing.T) {
 	if v, err := p.Wait(bg); v != 6 || err != nil {
 		t.Fatalf("Wait: %d, %v; want 6", v, err)
 	}
+}
+
+// startedNode is a node on e started as member 1 of {1, 2, 3} at MTU
+// 1400, for the tests that drive a node's Env by hand.
+func startedNode(tb testing.TB, e Env) (*Node, *Host) {
+	tb.Helper()
+	n, h, err := NewHosted(e, Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		tb.Fatal(err)
+	}
+	return n, h
 }

@@ -3,8 +3,6 @@ package orca
 import (
 	"context"
 	"testing"
-
-	"github.com/rbcast/rbcast/frame"
 )
 
 // lastEnv is an Env that keeps the last message sent (in a buffer of its
@@ -33,13 +31,7 @@ func (e *lastEnv) Wait(ctx context.Context, w Waiter) error {
 // adds as the raw order's do.
 func BenchmarkLoneWrite(b *testing.B) {
 	e := &lastEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		b.Fatal(err)
-	}
+	n, h := startedNode(b, e)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		b.Fatal(err)
