@@ -46,12 +46,9 @@ type kept struct {
 // delivered from where the frame lies, as without Retain.
 func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 	k := c.keepSlot(p)
-	if !c.needKeep(p) {
-		k.full = false
-		c.stats.KeepSkipped++
+	if k == nil {
 		return body
 	}
-	c.stats.Kept++
 	if k.turn == c.batch {
 		// This turn delivered from data already: a sender that no
 		// longer counts us (removedUs lets its frames in order pass)
@@ -72,12 +69,9 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 // frame need not be retained (needKeep): the caller recycles buf.
 func (c *Core) keepHeld(p *peer, buf []byte, bundled bool) bool {
 	k := c.keepSlot(p)
-	if !c.needKeep(p) {
-		k.full = false
-		c.stats.KeepSkipped++
+	if k == nil {
 		return false
 	}
-	c.stats.Kept++
 	c.stats.KeptHeld++
 	c.lendKept(k)
 	k.seq, k.full, k.bundled, k.data, k.turn = p.expected, true, bundled, buf, c.batch
@@ -94,13 +88,21 @@ func (c *Core) lendKept(k *kept) {
 	}
 }
 
-// keepSlot is the retention slot of p's frame being delivered now; a
-// buffer a layer still pins there is left to the layer.
+// keepSlot is the retention slot of p's frame being delivered now, and
+// counts it (Stats.Kept); a buffer a layer still pins there is left to
+// the layer. Nil, the slot marked empty (Stats.KeepSkipped), if the
+// frame need not be retained (needKeep).
 func (c *Core) keepSlot(p *peer) *kept {
 	k := &p.kept[p.expected&c.mask]
 	if k.pins > 0 {
 		k.data, k.pins = nil, 0 // the pinned buffer is the layer's now
 	}
+	if !c.needKeep(p) {
+		k.full = false
+		c.stats.KeepSkipped++
+		return nil
+	}
+	c.stats.Kept++
 	return k
 }
 
