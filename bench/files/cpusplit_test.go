@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -121,5 +122,48 @@ func TestCPUSplitBadInput(t *testing.T) {
 		if code != c.code || !strings.Contains(out, c.want) {
 			t.Errorf("cpusplit %q: exit %d, output:\n%s\nwant exit %d and %q", c.args, code, out, c.code, c.want)
 		}
+	}
+}
+
+// TestCPUSplitUnits feeds cpusplit a listing in every time unit pprof
+// prints (ns, us, ms, s, hrs) through a stand-in for `go tool pprof`,
+// so a total of hours is read as hours, not seconds.
+func TestCPUSplitUnits(t *testing.T) {
+	dir := t.TempDir()
+	listing := `Duration: 1.20hrs, Total samples = 1.50hrs (125.00%)
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      1.20hrs 80.00%  crypto/internal/fips140/sha256.block
+         0     0%     0%      360s 6.67%  hash/crc32.update
+         0     0%     0%      1800ms  0.03%  syscall.pwrite
+         0     0%     0%      900000us  0.02%  syscall.pread
+         0     0%     0%      600000000ns  0.01%  runtime.schedule
+`
+	if err := os.WriteFile(filepath.Join(dir, "listing.txt"), []byte(listing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\ncat " + filepath.Join(dir, "listing.txt") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prof := filepath.Join(dir, "cpu1.pprof")
+	if err := os.WriteFile(prof, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, code := cpusplit(t, "1000", prof)
+	if code != 0 {
+		t.Fatalf("cpusplit exit %d:\n%s", code, out)
+	}
+	var row []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "cpu1.pprof ") {
+			row = strings.Fields(line)
+		}
+	}
+	// CPU-ms per MB over 1000 MB: total 5400 s, sha256 4320 s, crc 360 s,
+	// read 0.9 s, write 1.8 s, sched 0.6 s.
+	want := []string{"5400.00", "4320.00", "360.00", "0.90", "1.80", "0.00", "0.60", "716.70"}
+	if len(row) < 1+len(want) || !slices.Equal(row[1:1+len(want)], want) {
+		t.Fatalf("row %q, want cpu1.pprof %q:\n%s", row, want, out)
 	}
 }
