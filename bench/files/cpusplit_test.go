@@ -2,6 +2,7 @@ package files_test
 
 import (
 	"crypto/sha256"
+	"hash"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zeebo/blake3"
 )
 
 // cpuTime is this process's CPU time so far.
@@ -39,10 +42,16 @@ func cpusplit(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-// TestCPUSplit profiles a process that hashes with SHA-256 and checks
-// that cpusplit puts its time in the sha256 column, the columns adding
-// up to the total.
+// TestCPUSplit profiles a process that hashes with SHA-256, then one
+// that hashes with BLAKE3, and checks that cpusplit puts their time in
+// the hash column, the columns adding up to the total.
 func TestCPUSplit(t *testing.T) {
+	for name, h := range map[string]hash.Hash{"sha256": sha256.New(), "blake3": blake3.New()} {
+		t.Run(name, func(t *testing.T) { cpuSplitOf(t, h) })
+	}
+}
+
+func cpuSplitOf(t *testing.T, h hash.Hash) {
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "cpu0.pprof")
 	f, err := os.Create(prof)
@@ -53,7 +62,6 @@ func TestCPUSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20)
-	h := sha256.New()
 	// Half a CPU-second of hashing: about 50 samples at pprof's 100 Hz,
 	// however busy the machine is.
 	for start := cpuTime(t); cpuTime(t)-start < 500*time.Millisecond; {
@@ -77,7 +85,7 @@ func TestCPUSplit(t *testing.T) {
 	if len(row) < 9 {
 		t.Fatalf("no row for cpu0.pprof in:\n%s", out)
 	}
-	var v [8]float64 // total sha256 crc read write send sched rest
+	var v [8]float64 // total hash crc read write send sched rest
 	for i := range v {
 		if v[i], err = strconv.ParseFloat(row[i+1], 64); err != nil {
 			t.Fatalf("column %d of %q: %v", i+1, row, err)
@@ -87,7 +95,7 @@ func TestCPUSplit(t *testing.T) {
 		t.Errorf("total %.2f CPU-ms per MB, want at least 1 (500 CPU-ms over 100 MB is 5):\n%s", v[0], out)
 	}
 	if v[1] < 0.8*v[0] {
-		t.Errorf("sha256 %.2f of total %.2f CPU-ms per MB, want most of it:\n%s", v[1], v[0], out)
+		t.Errorf("hash %.2f of total %.2f CPU-ms per MB, want most of it:\n%s", v[1], v[0], out)
 	}
 	for i, name := range []string{"read", "write", "send"} {
 		if v[3+i] != 0 {
