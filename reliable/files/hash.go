@@ -10,13 +10,14 @@ import (
 	"github.com/rbcast/rbcast/frame"
 )
 
-// NewHash returns a new hash of the algorithm a: SHA-256 (crypto/sha256),
+// NewHash returns a new hash of the algorithm a (0 is SHA-256, as in
+// Outgoing and Meta): SHA-256 (crypto/sha256),
 // or BLAKE3 with its 32-byte output (github.com/zeebo/blake3: its vector
 // code is as fast on one frame's block as on a megabyte, and the file
 // core writes a block at a time; docs/protocols.md, "Files (IBRMP)").
 func NewHash(a frame.FileHashAlg) (hash.Hash, error) {
 	switch a {
-	case frame.FileHashSHA256:
+	case 0, frame.FileHashSHA256:
 		return sha256.New(), nil
 	case frame.FileHashBLAKE3:
 		return blake3.New(), nil

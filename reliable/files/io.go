@@ -18,7 +18,7 @@ type Meta struct {
 	Size        uint64
 	BlockSize   uint32
 	Hash        [frame.FileHashLen]byte
-	// HashAlg is Hash's algorithm (the offer's; never 0).
+	// HashAlg is Hash's algorithm (the offer's; 0 is SHA-256).
 	HashAlg frame.FileHashAlg
 }
 
