@@ -17,7 +17,7 @@ import (
 )
 
 // cpuTime is this process's CPU time so far.
-func cpuTime(t *testing.T) time.Duration {
+func cpuTime(t testing.TB) time.Duration {
 	t.Helper()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -46,12 +46,17 @@ func cpusplit(t *testing.T, args ...string) (string, int) {
 // that hashes with BLAKE3, and checks that cpusplit puts their time in
 // the hash column, the columns adding up to the total.
 func TestCPUSplit(t *testing.T) {
-	for name, h := range map[string]hash.Hash{"sha256": sha256.New(), "blake3": blake3.New()} {
-		t.Run(name, func(t *testing.T) { cpuSplitOf(t, h) })
+	// The share of the hash column in the total: BLAKE3's Go code runs
+	// the race detector's checks, which -race profiles put elsewhere.
+	for name, c := range map[string]struct {
+		h    hash.Hash
+		most float64
+	}{"sha256": {sha256.New(), 0.8}, "blake3": {blake3.New(), 0.6}} {
+		t.Run(name, func(t *testing.T) { cpuSplitOf(t, c.h, c.most) })
 	}
 }
 
-func cpuSplitOf(t *testing.T, h hash.Hash) {
+func cpuSplitOf(t *testing.T, h hash.Hash, most float64) {
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "cpu0.pprof")
 	f, err := os.Create(prof)
@@ -94,7 +99,7 @@ func cpuSplitOf(t *testing.T, h hash.Hash) {
 	if v[0] < 1 {
 		t.Errorf("total %.2f CPU-ms per MB, want at least 1 (500 CPU-ms over 100 MB is 5):\n%s", v[0], out)
 	}
-	if v[1] < 0.8*v[0] {
+	if v[1] < most*v[0] {
 		t.Errorf("hash %.2f of total %.2f CPU-ms per MB, want most of it:\n%s", v[1], v[0], out)
 	}
 	for i, name := range []string{"read", "write", "send"} {
