@@ -136,6 +136,85 @@ func (o *oldReceiverLink) keep(eth []byte) bool {
 	return true
 }
 
+// oldHashAlgLink makes the daemon whose files' link it wraps receive
+// files as an rbcastd from before the offer's hash algorithm byte did
+// (main before 2026-11-30's h-hash20), for TestNetnsFilesOldHashAlg. On
+// the wire that receiver differs from this version's in two places, and
+// the link plays both:
+//
+//   - Its decoder wants an offer's body to end at the name: one with the
+//     algorithm byte after it is dropped (bad_frames). The link drops it,
+//     so the core asks for the offer when the blocks come (Table I).
+//   - Its reports do not carry FlagHashAlg. The link clears the flag on
+//     every FileStatus it sends (and sets the CRC again).
+//
+// Everything else passes untouched, frames of a keyed group too.
+type oldHashAlgLink struct {
+	link.Link
+	etherType uint16
+	log       io.Writer
+
+	offers atomic.Uint64 // dropped
+}
+
+// oldHashAlgHook is filesLinkHook for RBCASTD_TEST_OLD_RECEIVER=2.
+func oldHashAlgHook(l link.Link, etherType uint16) link.Link {
+	return &oldHashAlgLink{Link: l, etherType: etherType, log: os.Stderr}
+}
+
+func (o *oldHashAlgLink) Unwrap() link.Link { return o.Link }
+
+// view parses a file frame of an unkeyed group.
+func (o *oldHashAlgLink) view(eth []byte) (frame.View, bool) {
+	_, b, err := frame.SplitEthernet(eth, o.etherType)
+	if err != nil {
+		return nil, false
+	}
+	v, err := frame.Parse(b)
+	if err != nil || v.Flags()&frame.FlagAuth != 0 {
+		return nil, false
+	}
+	return v, true
+}
+
+// Recv returns what the wrapped link received but the offers with an
+// algorithm byte.
+func (o *oldHashAlgLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	for {
+		n, err := o.Link.Recv(deadline, frames)
+		if n == 0 {
+			return n, err
+		}
+		kept := 0
+		for i := range frames[:n] {
+			if v, ok := o.view(frames[i].Data); ok && v.Type() == frame.FileOffer && v.FileOffer().Alg != frame.FileHashSHA256 {
+				if o.offers.Add(1) == 1 {
+					fmt.Fprintf(o.log, "rbcastd test: as a receiver from before hash algorithms: dropped an offer of a %v file (file %d from member %d)\n", v.FileOffer().Alg, v.FileID(), v.Sender())
+				}
+				continue
+			}
+			if kept != i {
+				frames[kept] = frames[i]
+			}
+			kept++
+		}
+		if kept > 0 || err != nil {
+			return kept, err
+		}
+	}
+}
+
+// Send clears FlagHashAlg on the reports.
+func (o *oldHashAlgLink) Send(frames [][]byte) (int, error) {
+	for _, f := range frames {
+		if v, ok := o.view(f); ok && v.Type() == frame.FileStatus && v.Flags()&frame.FlagHashAlg != 0 {
+			binary.BigEndian.PutUint16(v[2:], uint16(v.Flags()&^frame.FlagHashAlg))
+			frame.SetCRC(v)
+		}
+	}
+	return o.Link.Send(frames)
+}
+
 // queueLink is a Link that returns the frames queued, a batch a Recv.
 type queueLink struct {
 	link.Link // nil: only Recv is called
