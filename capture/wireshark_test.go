@@ -149,7 +149,7 @@ func runTsharkWith(t *testing.T, file string, fields, extra []string) []map[stri
 // content; expectFields says what each must hold for a frame.
 var dissectorFields = []string{
 	"rbcast.version", "rbcast.type", "rbcast.flags", "rbcast.flags.auth", "rbcast.flags.bundle",
-	"rbcast.flags.retransmit", "rbcast.flags.ack_request", "rbcast.length", "rbcast.sender", "rbcast.group",
+	"rbcast.flags.retransmit", "rbcast.flags.ack_request", "rbcast.flags.hash_alg", "rbcast.length", "rbcast.sender", "rbcast.group",
 	"rbcast.incarnation", "rbcast.seq", "rbcast.ack_base", "rbcast.ack_count", "rbcast.ack", "rbcast.ack.member",
 	"rbcast.auth.algorithm", "rbcast.auth.length", "rbcast.auth.key", "rbcast.auth.counter", "rbcast.auth.tag",
 	"rbcast.payload", "rbcast.bundle.count", "rbcast.msg.length", "rbcast.msg",
@@ -170,7 +170,7 @@ var dissectorFields = []string{
 	"rbcast.pcode.targets_length", "rbcast.pcode.target", "rbcast.pcode.nack.kind", "rbcast.pcode.source",
 	"rbcast.pcode.last", "rbcast.pcode.echo", "rbcast.pcode.point_base", "rbcast.pcode.point_count", "rbcast.pcode.point",
 	"rbcast.pcode.abort.reason", "rbcast.pcode.member", "rbcast.pcode.text_length", "rbcast.pcode.text",
-	"rbcast.file.id", "rbcast.file.size", "rbcast.file.block_size", "rbcast.file.stamp", "rbcast.file.sha256",
+	"rbcast.file.id", "rbcast.file.size", "rbcast.file.block_size", "rbcast.file.stamp", "rbcast.file.hash", "rbcast.file.hash_alg",
 	"rbcast.file.name_length", "rbcast.file.name", "rbcast.file.blocks", "rbcast.file.srtt", "rbcast.file.awaited_count",
 	"rbcast.file.awaited", "rbcast.file.incarnation", "rbcast.file.state", "rbcast.file.reason", "rbcast.file.credit",
 	"rbcast.file.held", "rbcast.file.top", "rbcast.file.echo", "rbcast.file.delay",
@@ -203,6 +203,7 @@ func expectFields(v frame.View) map[string]string {
 	m["rbcast.flags.bundle"] = bit(frame.FlagBundle)
 	m["rbcast.flags.retransmit"] = bit(frame.FlagRetransmit)
 	m["rbcast.flags.ack_request"] = bit(frame.FlagAckRequest)
+	m["rbcast.flags.hash_alg"] = bit(frame.FlagHashAlg)
 	m["rbcast.length"] = d(v.Length())
 	m["rbcast.sender"] = d(uint16(v.Sender()))
 	m["rbcast.group"] = d(v.Group())
@@ -343,7 +344,10 @@ func expectFields(v frame.View) map[string]string {
 	case frame.FileOffer:
 		o := v.FileOffer()
 		m["rbcast.file.id"], m["rbcast.file.size"], m["rbcast.file.block_size"], m["rbcast.file.stamp"] = d(o.ID), d(o.Size), d(o.BlockSize), d(o.Stamp)
-		m["rbcast.file.sha256"], m["rbcast.file.name_length"], m["rbcast.file.name"] = hex.EncodeToString(o.Hash[:]), d(len(o.Name)), string(o.Name)
+		m["rbcast.file.hash"], m["rbcast.file.name_length"], m["rbcast.file.name"] = hex.EncodeToString(o.Hash[:]), d(len(o.Name)), string(o.Name)
+		if o.Alg != frame.FileHashSHA256 {
+			m["rbcast.file.hash_alg"] = d(uint8(o.Alg))
+		}
 	case frame.FileData:
 		m["rbcast.file.id"], m["rbcast.payload"] = d(v.FileID()), hex.EncodeToString(v.FileBlock())
 	case frame.FileEnd:
@@ -355,7 +359,7 @@ func expectFields(v frame.View) map[string]string {
 		m["rbcast.file.id"], m["rbcast.file.blocks"], m["rbcast.file.srtt"], m["rbcast.file.stamp"] = d(id), d(blocks), d(srtt), d(st)
 		m["rbcast.file.awaited_count"], m["rbcast.file.awaited"] = d(v.FileAwaited().Len()), aw.String()
 		if h, ok := v.FileEndHash(); ok {
-			m["rbcast.file.sha256"] = hex.EncodeToString(h[:])
+			m["rbcast.file.hash"] = hex.EncodeToString(h[:])
 		}
 	case frame.FileStatus:
 		st := v.FileStatus()
@@ -550,6 +554,7 @@ func TestDissectorExpertInfo(t *testing.T) {
 			return withCRC(b)
 		}(), "flush.delivered.flags", "1"},
 		{"file gone reason", func() []byte { b := clone("file_gone"); b[frame.HeaderLen+4] = 1; return withCRC(b) }(), "reason 1 (want 3 closed, 4 aborted, 5 unknown)", "1"},
+		{"file offer hash alg 1", func() []byte { b := clone("file_offer_blake3"); b[len(b)-frame.CRCLen-1] = 1; return withCRC(b) }(), "hash algorithm 1 (SHA-256 is an offer without the byte", "1"},
 		{"truncated bundle", func() []byte {
 			b := clone("data_bundle")
 			// the last message's length (0) claims 200 bytes

@@ -32,6 +32,10 @@ func TestFileBodyErrors(t *testing.T) {
 		{"range backwards", &FileStatusBody{ID: 1, State: FileReceiving, Top: 9, Missing: []Range{{4, 3}}}, "file.status.missing", "range 0 is 4..3"},
 		{"ranges overlap", &FileStatusBody{ID: 1, State: FileReceiving, Top: 9, Missing: []Range{{1, 3}, {3, 4}}}, "file.status.missing", "range 1 is 3..4"},
 		{"gone reason", &FileGoneBody{ID: 1, Reason: FileStorage}, "file.gone.reason", "reason 1 (want 3 closed, 4 aborted, 5 unknown)"},
+		{"offer sha256 byte", &Payload{T: FileOffer, Data: offerWithAlgByte(1)}, "file.offer.hash_alg", "hash algorithm 1 (SHA-256 is an offer without the byte"},
+		{"offer alg 0", &Payload{T: FileOffer, Data: offerWithAlgByte(0)}, "file.offer.hash_alg", "hash algorithm 0"},
+		{"offer two bytes", &Payload{T: FileOffer, Data: append(offerWithAlgByte(2), 2)}, "file.offer.name", "name of 1 bytes (want 1..4096), body has 3 after the fixed part"},
+		{"status reason 7", &FileStatusBody{ID: 1, State: FileFailed, Reason: 7}, "file.status.reason", "reason 7 with state failed (want 1..6"},
 	}
 	for _, c := range cases {
 		b, err := Append(nil, &h, c.body)
@@ -43,6 +47,53 @@ func TestFileBodyErrors(t *testing.T) {
 		if !errors.Is(err, ErrBody) || !errors.As(err, &de) || de.Field != c.field || !strings.Contains(err.Error(), c.text) {
 			t.Errorf("%s: err = %v, want ErrBody in %s saying %q", c.name, err, c.field, c.text)
 		}
+	}
+}
+
+// offerWithAlgByte is an offer's body of a one-byte name with the
+// algorithm byte a after it.
+func offerWithAlgByte(a byte) []byte {
+	b := (&FileOfferBody{ID: 1, Size: 10, BlockSize: 4, Name: []byte("a")}).AppendBody(nil)
+	return append(b, a)
+}
+
+// An offer of a SHA-256 file is what it was before the algorithm byte
+// (no byte; it decodes as SHA-256), one of a BLAKE3 file carries the
+// byte after its name, and an id this build does not know decodes (the
+// core refuses the file, and says why) with the name intact.
+func TestFileOfferHashAlg(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	for _, c := range []struct {
+		alg, want FileHashAlg
+		extra     int
+	}{{0, FileHashSHA256, 0}, {FileHashSHA256, FileHashSHA256, 0}, {FileHashBLAKE3, FileHashBLAKE3, 1}, {77, 77, 1}} {
+		o := &FileOfferBody{ID: 3, Size: 100, BlockSize: 10, Name: []byte("dir/f"), Alg: c.alg}
+		b, err := Append(nil, &h, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Parse(b)
+		if err != nil {
+			t.Fatalf("alg %d: %v", c.alg, err)
+		}
+		if got := len(v.Body()) - fileOfferHead - len(o.Name); got != c.extra {
+			t.Errorf("alg %d: %d bytes after the name, want %d", c.alg, got, c.extra)
+		}
+		if got := v.FileOffer(); got.Alg != c.want || string(got.Name) != "dir/f" {
+			t.Errorf("alg %d: decoded alg %v name %q, want %v %q", c.alg, got.Alg, got.Name, c.want, "dir/f")
+		}
+	}
+	if FileHashBLAKE3.String() != "blake3" || FileHashSHA256.String() != "sha256" || FileHashAlg(9).String() != "hash(9)" {
+		t.Errorf("names: %v %v %v", FileHashSHA256, FileHashBLAKE3, FileHashAlg(9))
+	}
+	for _, a := range []FileHashAlg{FileHashSHA256, FileHashBLAKE3} {
+		if got, ok := ParseFileHashAlg(a.String()); !ok || got != a {
+			t.Errorf("ParseFileHashAlg(%q) = %v, %v", a, got, ok)
+		}
+	}
+	if _, ok := ParseFileHashAlg("md5"); ok {
+		t.Error("ParseFileHashAlg took md5")
 	}
 }
 

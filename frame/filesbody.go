@@ -9,7 +9,7 @@ package frame
 
 // Body sizes of the file frames' fixed parts.
 const (
-	fileOfferHead  = 54 // id, size, block size, stamp, SHA-256, name length
+	fileOfferHead  = 54 // id, size, block size, stamp, hash, name length
 	fileDataHead   = 4  // id
 	fileEndHead    = 18 // id, blocks, srtt, stamp, count
 	fileStatusHead = 30 // id, incarnation, state, reason, credit, held, top, echo, delay, count
@@ -18,15 +18,58 @@ const (
 	FileDataHead = fileDataHead
 	// MaxFileName bounds a file's name (a relative path) in an offer.
 	MaxFileName = 4096
-	// FileHashLen is the length of a file's content hash (SHA-256).
+	// FileHashLen is the length of a file's content hash (SHA-256, or
+	// BLAKE3's default 32-byte output).
 	FileHashLen = 32
 )
+
+// FileHashAlg names the algorithm of a file's content hash: a FileOffer
+// carries it in a byte after the name, present only when it is not
+// SHA-256 (so an offer of a SHA-256 file is what it was before the byte,
+// and a receiver from before the byte drops an offer that has it).
+type FileHashAlg uint8
+
+const (
+	// FileHashSHA256 is SHA-256 (FIPS 180-4): the offer has no
+	// algorithm byte.
+	FileHashSHA256 FileHashAlg = 1
+	// FileHashBLAKE3 is BLAKE3 with its default 32-byte output (what
+	// b3sum prints).
+	FileHashBLAKE3 FileHashAlg = 2
+)
+
+// Known reports whether a is an algorithm this build hashes with.
+func (a FileHashAlg) Known() bool { return a == FileHashSHA256 || a == FileHashBLAKE3 }
+
+// String is the algorithm's name as its command-line tool spells it
+// ("sha256", "blake3"), or "hash(N)" for an id this build does not know.
+func (a FileHashAlg) String() string {
+	switch a {
+	case FileHashSHA256:
+		return "sha256"
+	case FileHashBLAKE3:
+		return "blake3"
+	}
+	return "hash(" + itoa(int(a)) + ")"
+}
+
+// ParseFileHashAlg returns the algorithm String names.
+func ParseFileHashAlg(s string) (FileHashAlg, bool) {
+	for _, a := range []FileHashAlg{FileHashSHA256, FileHashBLAKE3} {
+		if s == a.String() {
+			return a, true
+		}
+	}
+	return 0, false
+}
 
 // FileOfferBody announces a file before its data (IBRMP's BOF, §III.B.1):
 // its transfer id, size, block size, content hash and name. Stamp is the
 // sender's clock in microseconds, echoed by reports for the round trip.
 // A Hash of all zeros says the hash comes in the file's FileEnd instead
-// (the sender hashes the file while its pass sends it).
+// (the sender hashes the file while its pass sends it). Alg is the
+// hash's algorithm, for both; 0 encodes as SHA-256 (no algorithm byte),
+// and decodes as FileHashSHA256.
 type FileOfferBody struct {
 	ID        uint32
 	Size      uint64
@@ -34,7 +77,11 @@ type FileOfferBody struct {
 	Stamp     uint32
 	Hash      [FileHashLen]byte
 	Name      []byte
+	Alg       FileHashAlg
 }
+
+// algByte reports whether the offer carries its algorithm in a byte.
+func (o *FileOfferBody) algByte() bool { return o.Alg != 0 && o.Alg != FileHashSHA256 }
 
 // Blocks is the file's number of blocks.
 func (o *FileOfferBody) Blocks() uint64 { return FileBlocks(o.Size, o.BlockSize) }
@@ -49,7 +96,12 @@ func FileBlocks(size uint64, blockSize uint32) uint64 {
 }
 
 func (o *FileOfferBody) FrameType() Type { return FileOffer }
-func (o *FileOfferBody) Len() int        { return fileOfferHead + len(o.Name) }
+func (o *FileOfferBody) Len() int {
+	if o.algByte() {
+		return fileOfferHead + len(o.Name) + 1
+	}
+	return fileOfferHead + len(o.Name)
+}
 func (o *FileOfferBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, o.ID)
 	b = be.AppendUint64(b, o.Size)
@@ -57,7 +109,11 @@ func (o *FileOfferBody) AppendBody(b []byte) []byte {
 	b = be.AppendUint32(b, o.Stamp)
 	b = append(b, o.Hash[:]...)
 	b = be.AppendUint16(b, uint16(len(o.Name)))
-	return append(b, o.Name...)
+	b = append(b, o.Name...)
+	if o.algByte() {
+		b = append(b, byte(o.Alg))
+	}
+	return b
 }
 func (o *FileOfferBody) flags() Flags { return 0 }
 
@@ -168,6 +224,9 @@ const (
 	// FileUnknown: the sender never sent a file of that id in this
 	// incarnation.
 	FileUnknown FileReason = 5
+	// FileHashUnknown: the offer names a hash algorithm the receiver
+	// does not know (FileHashAlg); it stores nothing it cannot verify.
+	FileHashUnknown FileReason = 6
 )
 
 func (r FileReason) String() string {
@@ -184,6 +243,8 @@ func (r FileReason) String() string {
 		return "aborted by the sender"
 	case FileUnknown:
 		return "unknown to the sender"
+	case FileHashUnknown:
+		return "hash algorithm unknown to the receiver"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }
@@ -272,10 +333,17 @@ func checkFileBody(t Type, body []byte, start int) error {
 			return decodeErr(ErrBody, "file.offer.size", start+4, "%d bytes in blocks of %d are %d blocks, more than 32-bit block numbers count", size, bs, n)
 		}
 		n := int(be.Uint16(body[52:]))
-		if n == 0 || n > MaxFileName || len(body) != fileOfferHead+n {
-			return decodeErr(ErrBody, "file.offer.name", start+52, "name of %d bytes (want 1..%d), body has %d after the fixed part", n, MaxFileName, len(body)-fileOfferHead)
+		if n == 0 || n > MaxFileName || len(body) != fileOfferHead+n && len(body) != fileOfferHead+n+1 {
+			return decodeErr(ErrBody, "file.offer.name", start+52, "name of %d bytes (want 1..%d), body has %d after the fixed part (the name, and the hash algorithm's byte if not SHA-256)", n, MaxFileName, len(body)-fileOfferHead)
 		}
-		for i, c := range body[fileOfferHead:] {
+		if len(body) > fileOfferHead+n {
+			// Any other id decodes: the receiver's core refuses the
+			// file, and says so to the sender (FileHashUnknown).
+			if a := FileHashAlg(body[fileOfferHead+n]); a == 0 || a == FileHashSHA256 {
+				return decodeErr(ErrBody, "file.offer.hash_alg", start+fileOfferHead+n, "hash algorithm %d (SHA-256 is an offer without the byte; 0 is reserved)", a)
+			}
+		}
+		for i, c := range body[fileOfferHead : fileOfferHead+n] {
 			if c == 0 {
 				return decodeErr(ErrBody, "file.offer.name", start+fileOfferHead+i, "NUL byte in the name")
 			}
@@ -308,8 +376,8 @@ func checkFileBody(t Type, body []byte, start int) error {
 		if !st.valid() {
 			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
-		if st == FileFailed && (r == FileReasonNone || r > FileUnknown) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..5 with failed, 0 otherwise)", r, st)
+		if st == FileFailed && (r == FileReasonNone || r > FileHashUnknown) || st != FileFailed && r != FileReasonNone {
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..6 with failed, 0 otherwise)", r, st)
 		}
 		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {
@@ -344,7 +412,11 @@ func (v View) FileID() uint32 { return be.Uint32(v.Body()) }
 // FileOffer returns the body of a FileOffer frame; Name aliases it.
 func (v View) FileOffer() FileOfferBody {
 	b := v.Body()
-	o := FileOfferBody{ID: be.Uint32(b), Size: be.Uint64(b[4:]), BlockSize: be.Uint32(b[12:]), Stamp: be.Uint32(b[16:]), Name: b[fileOfferHead:]}
+	n := fileOfferHead + int(be.Uint16(b[52:]))
+	o := FileOfferBody{ID: be.Uint32(b), Size: be.Uint64(b[4:]), BlockSize: be.Uint32(b[12:]), Stamp: be.Uint32(b[16:]), Name: b[fileOfferHead:n], Alg: FileHashSHA256}
+	if len(b) > n {
+		o.Alg = FileHashAlg(b[n])
+	}
 	copy(o.Hash[:], b[20:52])
 	return o
 }

@@ -228,6 +228,12 @@ const (
 	FlagRetransmit Flags = 1 << 8
 	// FlagAckRequest: the sender asks for a prompt acknowledgement.
 	FlagAckRequest Flags = 1 << 9
+	// FlagHashAlg, on a FileStatus: the receiver reads the algorithm
+	// byte of a FileOffer (FileHashAlg). A receiver from before it
+	// drops such an offer and asks for it again without the flag, so a
+	// sender of a file hashed with another algorithm than SHA-256 names
+	// it too old at its first report instead of waiting on it.
+	FlagHashAlg Flags = 1 << 10
 
 	criticalMask  Flags = 0x00ff
 	knownCritical       = FlagAuth | FlagBundle

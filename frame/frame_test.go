@@ -63,6 +63,8 @@ func goldenCases() []struct {
 	hBlock.Seq = 2
 	hRepair := hBlock
 	hRepair.Flags = FlagRetransmit
+	hFileAlg := hFile
+	hFileAlg.Flags = FlagHashAlg
 	var fileHash [FileHashLen]byte
 	for i := range fileHash {
 		fileHash[i] = byte(0xa0 + i)
@@ -128,12 +130,14 @@ func goldenCases() []struct {
 		{"pcode_status", h, &PcodeStatusBody{Global: 77, Echo: 5, PointBase: 0, Point: []uint32{0, 3, 0, 0}}},
 		{"pcode_abort", h, &PcodeAbortBody{Reason: AbortMismatch, Member: 1, Step: 1001, Text: []byte("step 1001 got step 1002")}},
 		{"file_offer", hFile, &FileOfferBody{ID: 9, Size: 3000, BlockSize: 1464, Stamp: 0x01020304, Hash: fileHash, Name: []byte("images/disk.img")}},
+		{"file_offer_blake3", hFile, &FileOfferBody{ID: 9, Size: 3000, BlockSize: 1464, Stamp: 0x01020304, Name: []byte("images/disk.img"), Alg: FileHashBLAKE3}},
 		{"file_data", hBlock, &FileDataBody{ID: 9, Data: []byte("block two of three")}},
 		{"file_data_repair", hRepair, &FileDataBody{ID: 9, Data: []byte("again, to one receiver")}},
 		{"file_end", hFile, &FileEndBody{ID: 9, Blocks: 3, SRTT: 250, Stamp: 0x01020305, Awaited: []MemberID{1, 4}}},
 		{"file_end_hash", hFile, &FileEndBody{ID: 9, Blocks: 3, SRTT: 250, Stamp: 0x01020305, Awaited: []MemberID{1, 4}, Hash: fileHash}},
 		{"file_status", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileReceiving, Credit: 256, Held: 1, Top: 3, Echo: 0x01020304, Delay: 120, Missing: []Range{{0, 0}, {2, 2}}}},
 		{"file_status_failed", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashMismatch, Held: 3, Top: 3}},
+		{"file_status_hash_alg", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashUnknown}},
 		{"file_gone", hFile, &FileGoneBody{ID: 9, Reason: FileClosed}},
 	}
 }

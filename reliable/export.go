@@ -65,3 +65,8 @@ var ErrFileDeclined = files.ErrDeclined
 // FileCauseText says why a transfer did not complete, for a cause code of
 // the local API (localapi.FileCause*).
 func FileCauseText(c uint8) string { return files.Cause(c).String() }
+
+// FormatFileHash spells a file's hash as "alg:hex" (blake3:…, sha256:…).
+func FormatFileHash(a frame.FileHashAlg, sum [frame.FileHashLen]byte) string {
+	return files.FormatHash(a, sum)
+}

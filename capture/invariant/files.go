@@ -8,7 +8,7 @@ import (
 )
 
 // KindFileReuse: one transfer (sender, incarnation, file id) offered with
-// two identities (name, size, block size or hash), or one of its blocks
+// two identities (name, size, block size, hash or its algorithm), or one of its blocks
 // carried with two different contents (reliable/files): a receiver could
 // mix two files in one.
 const KindFileReuse = "file-reuse"
@@ -50,7 +50,7 @@ func (c *Checker) checkFiles(f *Frame, report reportFunc) {
 	v := f.View
 	switch v.Type() {
 	case frame.FileOffer:
-		// The identity: size, block size, hash and name (the body but
+		// The identity: size, block size, hash, name and the hash's algorithm (the body but
 		// its id and stamp).
 		body := v.Body()
 		var h maphash.Hash

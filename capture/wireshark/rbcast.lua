@@ -46,8 +46,9 @@ local type_names = {
 local file_state_names = { [1] = "needs offer", [2] = "receiving", [3] = "done", [4] = "failed" }
 local file_reason_names = {
 	[0] = "none", [1] = "storage failed", [2] = "hash mismatch", [3] = "closed by the sender",
-	[4] = "aborted by the sender", [5] = "unknown to the sender",
+	[4] = "aborted by the sender", [5] = "unknown to the sender", [6] = "hash algorithm unknown to the receiver",
 }
+local file_hash_alg_names = { [1] = "sha256", [2] = "blake3" }
 local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
 local stream_names = { [0] = "broadcast", [1] = "point-to-point" }
 local nack_kind_names = { [1] = "request", [2] = "personal", [3] = "global" }
@@ -69,7 +70,8 @@ local f = {
 	flag_crit_reserved = ProtoField.uint16("rbcast.flags.critical_reserved", "Reserved critical bits", base.HEX, nil, 0x00fc),
 	flag_retransmit = ProtoField.bool("rbcast.flags.retransmit", "RETRANSMIT", 16, nil, 0x0100),
 	flag_ack_request = ProtoField.bool("rbcast.flags.ack_request", "ACK_REQUEST", 16, nil, 0x0200),
-	flag_adv_reserved = ProtoField.uint16("rbcast.flags.advisory_reserved", "Reserved advisory bits", base.HEX, nil, 0xfc00),
+	flag_hash_alg = ProtoField.bool("rbcast.flags.hash_alg", "HASH_ALG (a FileStatus: reads the offer's hash algorithm)", 16, nil, 0x0400),
+	flag_adv_reserved = ProtoField.uint16("rbcast.flags.advisory_reserved", "Reserved advisory bits", base.HEX, nil, 0xf800),
 	length = ProtoField.uint16("rbcast.length", "Length", base.DEC),
 	sender = ProtoField.uint16("rbcast.sender", "Sender", base.DEC),
 	group = ProtoField.uint32("rbcast.group", "Group", base.DEC),
@@ -172,7 +174,8 @@ local f = {
 	file_size = ProtoField.uint64("rbcast.file.size", "Size", base.DEC),
 	file_block_size = ProtoField.uint32("rbcast.file.block_size", "Block size", base.DEC),
 	file_stamp = ProtoField.uint32("rbcast.file.stamp", "Stamp (sender's µs)", base.DEC),
-	file_sha256 = ProtoField.bytes("rbcast.file.sha256", "SHA-256"),
+	file_hash = ProtoField.bytes("rbcast.file.hash", "Hash (the offer's algorithm)"),
+	file_hash_alg = ProtoField.uint8("rbcast.file.hash_alg", "Hash algorithm", base.DEC, file_hash_alg_names),
 	file_name_length = ProtoField.uint16("rbcast.file.name_length", "Name length", base.DEC),
 	file_name = ProtoField.string("rbcast.file.name", "Name"),
 	file_blocks = ProtoField.uint32("rbcast.file.blocks", "Blocks", base.DEC),
@@ -372,14 +375,22 @@ local function dissect_file(ty, name, tree, tvb, off, stop)
 			body_error(bi, "file.offer.size", off + 4, "more blocks than 32-bit block numbers count")
 		end
 		tree:add(f.file_stamp, tvb(off + 16, 4))
-		tree:add(f.file_sha256, tvb(off + 20, 32))
+		tree:add(f.file_hash, tvb(off + 20, 32))
 		local n = tvb(off + 52, 2):uint()
 		local ni = tree:add(f.file_name_length, tvb(off + 52, 2))
-		if n == 0 or n > 4096 or len ~= 54 + n then
-			body_error(ni, "file.offer.name", off + 52, string.format("name of %d bytes (want 1..4096), body has %d after the fixed part", n, len - 54))
+		if n == 0 or n > 4096 or (len ~= 54 + n and len ~= 55 + n) then
+			body_error(ni, "file.offer.name", off + 52, string.format("name of %d bytes (want 1..4096), body has %d after the fixed part (the name, and the hash algorithm's byte if not SHA-256)", n, len - 54))
 			return
 		end
 		tree:add(f.file_name, tvb(off + 54, n))
+		if len == 55 + n then
+			-- the hash's algorithm, when it is not SHA-256
+			local a = tvb(off + 54 + n, 1):uint()
+			local ai = tree:add(f.file_hash_alg, tvb(off + 54 + n, 1))
+			if a == 0 or a == 1 then
+				body_error(ai, "file.offer.hash_alg", off + 54 + n, string.format("hash algorithm %d (SHA-256 is an offer without the byte; 0 is reserved)", a))
+			end
+		end
 	elseif ty == 0x41 then
 		if not at_least(5, "file.data") then return end
 		tree:add(f.payload, tvb(off + 4, len - 4))
@@ -402,7 +413,7 @@ local function dissect_file(ty, name, tree, tvb, off, stop)
 		end
 		if len == 18 + 2 * n + 32 then
 			-- the file's hash, when its offer's was all zeros
-			local hi = tree:add(f.file_sha256, tvb(off + 18 + 2 * n, 32))
+			local hi = tree:add(f.file_hash, tvb(off + 18 + 2 * n, 32))
 			if tvb(off + 18 + 2 * n, 32):bytes():tohex() == string.rep("00", 32) then
 				body_error(hi, "file.end.hash", off + 18 + 2 * n, "a hash of all zeros (leave it out instead)")
 			end
@@ -415,7 +426,7 @@ local function dissect_file(ty, name, tree, tvb, off, stop)
 		local ri = tree:add(f.file_reason, tvb(off + 9, 1))
 		if st < 1 or st > 4 then
 			body_error(si, "file.status.state", off + 8, string.format("state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st))
-		elseif (st == 4 and (r == 0 or r > 5)) or (st ~= 4 and r ~= 0) then
+		elseif (st == 4 and (r == 0 or r > 6)) or (st ~= 4 and r ~= 0) then
 			body_error(ri, "file.status.reason", off + 9, string.format("reason %d with state %s", r, file_state_names[st]))
 		end
 		tree:add(f.file_credit, tvb(off + 10, 2))
@@ -774,6 +785,7 @@ function rbcast.dissector(tvb, pinfo, tree)
 	fi:add(f.flag_crit_reserved, tvb(2, 2))
 	fi:add(f.flag_retransmit, tvb(2, 2))
 	fi:add(f.flag_ack_request, tvb(2, 2))
+	fi:add(f.flag_hash_alg, tvb(2, 2))
 	fi:add(f.flag_adv_reserved, tvb(2, 2))
 	local length = tvb(4, 2):uint()
 	local li = root:add(f.length, tvb(4, 2))

@@ -102,7 +102,7 @@ func TestFilesKeyFile(t *testing.T) {
 				`g2147483653 file 1 "secret.bin" 3000B in 3 blocks of 1464 sha256 ab00000000000000`,
 				"g2147483653 file 1 block 2 72B",
 				"g2147483653 file 1.1 receiving held 2 top 3 credit 256 missing 1",
-				"g2147483653 file 1 end: 3 blocks, srtt 100µs, awaiting [2] sha256 ab00000000000000",
+				"g2147483653 file 1 end: 3 blocks, srtt 100µs, awaiting [2] hash ab00000000000000",
 			} {
 				if !strings.Contains(out, want) {
 					t.Errorf("timeline -key-file lacks %q:\n%s", want, out)

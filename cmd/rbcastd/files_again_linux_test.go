@@ -167,7 +167,9 @@ func TestNetnsFilesOldReceiver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := rbcastdCmd(ctx, topo.Hosts[0], "sendfile", "-socket", sock(0), src)
+	// SHA-256: a receiver from before offers without a hash is from
+	// before BLAKE3 too, and would be named for that first.
+	cmd := rbcastdCmd(ctx, topo.Hosts[0], "sendfile", "-socket", sock(0), "-hash", "sha256", src)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	t.Logf("sendfile: %v\n%s", err, out.String())
@@ -207,5 +209,96 @@ func TestNetnsFilesOldReceiver(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(inbox, "img")); err == nil {
 		t.Fatal("the old receiver stored the file")
+	}
+}
+
+// TestNetnsFilesOldHashAlg: an rbcastd from before the offer's hash
+// algorithm byte cannot receive a file hashed with BLAKE3 (sendfile's
+// default): it drops the offer and asks for it without FlagHashAlg. The
+// sender names it too old at that report, its FileGone ends the old
+// receiver's transfer, nothing is stored there, and the receiver of this
+// version holds the file; the same file sent with -hash sha256 reaches
+// both (prefix rbfh). Host 1 runs this test binary as rbcastd with
+// RBCASTD_TEST_OLD_RECEIVER=2: its files' link plays that receiver
+// (oldHashAlgLink).
+func TestNetnsFilesOldHashAlg(t *testing.T) {
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbfh"})
+	dir := t.TempDir()
+	inbox := func(i int) string { return filepath.Join(dir, fmt.Sprintf("inbox%d", i)) }
+	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.sock", i)) }
+	var logs [3]*syncBuffer
+	for i, h := range topo.Hosts {
+		args := []string{"run", "-i", h.Iface, "-group", "45", "-members", "3", "-node", strconv.Itoa(i),
+			"-socket", sock(i), "-failure-timeout", "1s", "-log-level", "info"}
+		if i > 0 {
+			if err := os.Mkdir(inbox(i), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "-inbox", inbox(i))
+		}
+		cmd := rbcastdCmd(context.Background(), h, args...)
+		if i == 1 {
+			cmd.Env = append(cmd.Env, "RBCASTD_TEST_OLD_RECEIVER=2")
+		}
+		logs[i] = &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs[i], logs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-done
+			if t.Failed() {
+				t.Logf("daemon on host %d logged:\n%s", i, logs[i].String())
+			}
+		})
+	}
+	for i := range topo.Hosts {
+		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+	}
+	src := filepath.Join(dir, "img")
+	sum := bigRandomFile(t, src, 45, 1<<20)
+	send := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		cmd := rbcastdCmd(ctx, topo.Hosts[0], append([]string{"sendfile", "-socket", sock(0)}, append(args, src)...)...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		t.Logf("sendfile %v: %v\n%s", args, err, out.String())
+		return out.String(), err
+	}
+	out, err := send()
+	if err == nil || !strings.Contains(out, "member 1 does not hold it: an rbcastd too old for a file not hashed with SHA-256") ||
+		!strings.HasPrefix(out, fmt.Sprintf("blake3:%x  img", blake3Of(t, src))) || !strings.Contains(out, "held by members 2") {
+		t.Fatalf("sendfile: %v, %q; want exit 1 naming member 1 too old, member 2 holding the file", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs[1].String(), "file incomplete") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old receiver's log does not say file incomplete:\n%s", logs[1].String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs[1].String(), "as a receiver from before hash algorithms: dropped an offer of a blake3 file") {
+		t.Fatalf("the old receiver's log: the emulation did not run:\n%s", logs[1].String())
+	}
+	if _, err := os.Stat(filepath.Join(inbox(1), "img")); err == nil {
+		t.Fatal("the old receiver stored the file")
+	}
+	if got, err := hashOf(t, filepath.Join(inbox(2), "img")); err != nil || got != sum {
+		t.Fatalf("host 2's copy: %x, %v", got, err)
+	}
+	out, err = send("-hash", "sha256")
+	if err != nil || !strings.HasPrefix(out, fmt.Sprintf("sha256:%x  img", sum)) || !strings.Contains(out, "held by members 1, 2") {
+		t.Fatalf("sendfile -hash sha256: %v, %q; want both members holding the file", err, out)
+	}
+	if got, err := hashOf(t, filepath.Join(inbox(1), "img")); err != nil || got != sum {
+		t.Fatalf("the old receiver's copy of the SHA-256 file: %x, %v", got, err)
 	}
 }

@@ -77,7 +77,7 @@ func TestNetnsFilesKeyed(t *testing.T) {
 		t.Fatalf("sendfile: %v\n%s", err, out.String())
 	}
 	took := time.Since(began)
-	if want := fmt.Sprintf("%x  keyed.img", sum); !strings.HasPrefix(out.String(), want) || !strings.Contains(out.String(), "held by members 1, 2") {
+	if want := fmt.Sprintf("blake3:%x  keyed.img", blake3Of(t, src)); !strings.HasPrefix(out.String(), want) || !strings.Contains(out.String(), "held by members 1, 2") {
 		t.Fatalf("sendfile printed %q, want %q held by members 1, 2", out.String(), want)
 	}
 	for i := 1; i < 3; i++ {

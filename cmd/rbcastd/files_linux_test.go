@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeebo/blake3"
+
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/testnet/netns"
@@ -73,6 +75,22 @@ func bigRandomFile(t *testing.T, path string, seed byte, n int) [32]byte {
 	key[0] = seed
 	h := sha256.New()
 	if _, err := io.CopyN(io.MultiWriter(f, h), rand.NewChaCha8(key), int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	return [32]byte(h.Sum(nil))
+}
+
+// blake3Of is the BLAKE3 of the file at path (what sendfile prints by
+// default).
+func blake3Of(t *testing.T, path string) [32]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := blake3.New()
+	if _, err := io.Copy(h, f); err != nil {
 		t.Fatal(err)
 	}
 	return [32]byte(h.Sum(nil))
@@ -227,7 +245,7 @@ func TestNetnsFiles(t *testing.T) {
 		t.Fatalf("sendfile: %v\n%s%s", err, sendOut.String(), sendErr.String())
 	}
 	took := time.Since(began)
-	want := fmt.Sprintf("%x  disk.img", sum)
+	want := fmt.Sprintf("blake3:%x  disk.img", blake3Of(t, src))
 	// Host 4 is waited for if it was in the view when the pass ended;
 	// else it fetches the file as a ghost (§III.D).
 	ghost := !strings.Contains(sendOut.String(), "held by members 1, 2, 3, 4")

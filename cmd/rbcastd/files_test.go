@@ -15,8 +15,8 @@ func TestFileCommandsHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"-h"}, []string{"sendfile", "recvfile"}},
-		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] FILE...", "recursively", "right hash", "-to", "terminal"}},
-		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", ".rbcast-partial", "-count", "-inbox"}},
+		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...", "recursively", "right hash", "-to", "-hash", "b3sum", "terminal"}},
+		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", "b3sum -c", "blake3:", ".rbcast-partial", "-count", "-inbox"}},
 		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files"}},
 	} {
 		code, out, errOut := runMain(c.args...)
@@ -40,6 +40,7 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 	}{
 		{[]string{"sendfile"}, "no FILE given"},
 		{[]string{"sendfile", "-to", "1,x", "f"}, `-to: "x" is not a member id`},
+		{[]string{"sendfile", "-hash", "md5", "f"}, `-hash "md5": want blake3 or sha256`},
 		{[]string{"recvfile"}, "-dir DIR is required"},
 		{[]string{"recvfile", "-dir", "/tmp", "-count", "-1"}, "-count is -1, want 0 or more"},
 		{[]string{"recvfile", "-dir", "/tmp", "extra"}, `unexpected argument "extra"`},
@@ -101,11 +102,12 @@ func TestPrintFiles(t *testing.T) {
 				Receivers: []daemon.FileReceiver{{Member: 3, InSnapshot: true, State: "receiving", Bytes: 40e6, BytesPerSec: 80e6, ETASeconds: 0.75}}},
 			{Sender: 2, ID: 1, Name: "b.txt", Size: 10e6, Blocks: 6831, State: "receiving", Bytes: 5e6, BytesPerSec: 1e6, ETASeconds: -1},
 		},
-		Recent: []daemon.FileEvent{{At: "10:00", Kind: "sent", Name: "a", Size: 5, SHA256: "00112233445566778899", Missing: []string{"4: silent past the failure timeout (0 of 1 blocks)"}}}})
+		Recent: []daemon.FileEvent{{At: "10:00", Kind: "sent", Name: "a", Size: 5, SHA256: "00112233445566778899", Missing: []string{"4: silent past the failure timeout (0 of 1 blocks)"}},
+			{At: "10:01", Kind: "received", Name: "b", Size: 6, Hash: "blake3:8899aabbccddeeff00112233"}}})
 	out := b.String()
 	for _, w := range []string{"stored in /srv/in (-inbox)", "sending disk.img: multicasting, multicast 50.0 MB of 100.0 MB",
 		"member 3: receiving, 40.0 MB of 100.0 MB, 80.0 MB/s, 1s left", "receiving b.txt from member 2: member 1: receiving, 5.0 MB of 10.0 MB, 1.0 MB/s, time left unknown",
-		"sent a (5 bytes, sha256 0011223344556677…); missing 4: silent"} {
+		"sent a (5 bytes, sha256:0011223344556677…); missing 4: silent", "received b (6 bytes, blake3:8899aabbccddeeff…)"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status lacks %q:\n%s", w, out)
 		}

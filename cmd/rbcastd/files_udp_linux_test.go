@@ -125,14 +125,14 @@ func TestFilesUDPLoopback(t *testing.T) {
 	sum := bigRandomFile(t, src, 41, size)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	send := exec.CommandContext(ctx, os.Args[0], "sendfile", "-socket", sock(0), src)
+	send := exec.CommandContext(ctx, os.Args[0], "sendfile", "-socket", sock(0), "-hash", "sha256", src)
 	send.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
 	var out bytes.Buffer
 	send.Stdout, send.Stderr = &out, &out
 	if err := send.Run(); err != nil {
 		t.Fatalf("sendfile: %v\n%s", err, out.String())
 	}
-	if want := fmt.Sprintf("%x  blob", sum); !strings.HasPrefix(out.String(), want) {
+	if want := fmt.Sprintf("sha256:%x  blob", sum); !strings.HasPrefix(out.String(), want) {
 		t.Errorf("sendfile printed %q, want %q", out.String(), want)
 	}
 	if got, err := hashOf(t, filepath.Join(inbox, "blob")); err != nil || got != sum {

@@ -23,7 +23,8 @@ import (
 // TestMain lets tests re-run this binary as rbcastd itself
 // (RBCASTD_TEST_MAIN=1), e.g. under setpriv as an unprivileged user;
 // with RBCASTD_TEST_OLD_RECEIVER=1 too, that rbcastd receives files as
-// one from before offers without a hash did (oldReceiverLink).
+// one from before offers without a hash did, and with =2 as one from
+// before the offer's hash algorithm byte (oldReceiverLink, oldHashAlgLink).
 func TestMain(m *testing.M) {
 	if childMain != nil {
 		if code, ok := childMain(); ok {
@@ -35,8 +36,11 @@ func TestMain(m *testing.M) {
 		// The profiles main writes (RBCASTD_CPUPROFILE, RBCASTD_TRACE),
 		// so that BenchmarkReport's daemons and clients can be profiled.
 		clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))
-		if os.Getenv("RBCASTD_TEST_OLD_RECEIVER") == "1" {
+		switch os.Getenv("RBCASTD_TEST_OLD_RECEIVER") {
+		case "1":
 			filesLinkHook = oldReceiverHook
+		case "2":
+			filesLinkHook = oldHashAlgHook
 		}
 		stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 		code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

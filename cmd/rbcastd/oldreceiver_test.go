@@ -136,6 +136,85 @@ func (o *oldReceiverLink) keep(eth []byte) bool {
 	return true
 }
 
+// oldHashAlgLink makes the daemon whose files' link it wraps receive
+// files as an rbcastd from before the offer's hash algorithm byte did
+// (main before 2026-11-30's h-hash20), for TestNetnsFilesOldHashAlg. On
+// the wire that receiver differs from this version's in two places, and
+// the link plays both:
+//
+//   - Its decoder wants an offer's body to end at the name: one with the
+//     algorithm byte after it is dropped (bad_frames). The link drops it,
+//     so the core asks for the offer when the blocks come (Table I).
+//   - Its reports do not carry FlagHashAlg. The link clears the flag on
+//     every FileStatus it sends (and sets the CRC again).
+//
+// Everything else passes untouched, frames of a keyed group too.
+type oldHashAlgLink struct {
+	link.Link
+	etherType uint16
+	log       io.Writer
+
+	offers atomic.Uint64 // dropped
+}
+
+// oldHashAlgHook is filesLinkHook for RBCASTD_TEST_OLD_RECEIVER=2.
+func oldHashAlgHook(l link.Link, etherType uint16) link.Link {
+	return &oldHashAlgLink{Link: l, etherType: etherType, log: os.Stderr}
+}
+
+func (o *oldHashAlgLink) Unwrap() link.Link { return o.Link }
+
+// view parses a file frame of an unkeyed group.
+func (o *oldHashAlgLink) view(eth []byte) (frame.View, bool) {
+	_, b, err := frame.SplitEthernet(eth, o.etherType)
+	if err != nil {
+		return nil, false
+	}
+	v, err := frame.Parse(b)
+	if err != nil || v.Flags()&frame.FlagAuth != 0 {
+		return nil, false
+	}
+	return v, true
+}
+
+// Recv returns what the wrapped link received but the offers with an
+// algorithm byte.
+func (o *oldHashAlgLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
+	for {
+		n, err := o.Link.Recv(deadline, frames)
+		if n == 0 {
+			return n, err
+		}
+		kept := 0
+		for i := range frames[:n] {
+			if v, ok := o.view(frames[i].Data); ok && v.Type() == frame.FileOffer && v.FileOffer().Alg != frame.FileHashSHA256 {
+				if o.offers.Add(1) == 1 {
+					fmt.Fprintf(o.log, "rbcastd test: as a receiver from before hash algorithms: dropped an offer of a %v file (file %d from member %d)\n", v.FileOffer().Alg, v.FileID(), v.Sender())
+				}
+				continue
+			}
+			if kept != i {
+				frames[kept] = frames[i]
+			}
+			kept++
+		}
+		if kept > 0 || err != nil {
+			return kept, err
+		}
+	}
+}
+
+// Send clears FlagHashAlg on the reports.
+func (o *oldHashAlgLink) Send(frames [][]byte) (int, error) {
+	for _, f := range frames {
+		if v, ok := o.view(f); ok && v.Type() == frame.FileStatus && v.Flags()&frame.FlagHashAlg != 0 {
+			binary.BigEndian.PutUint16(v[2:], uint16(v.Flags()&^frame.FlagHashAlg))
+			frame.SetCRC(v)
+		}
+	}
+	return o.Link.Send(frames)
+}
+
 // queueLink is a Link that returns the frames queued, a batch a Recv.
 type queueLink struct {
 	link.Link // nil: only Recv is called
@@ -171,8 +250,8 @@ func TestOldReceiverLink(t *testing.T) {
 		return b
 	}
 	sum := sha256.Sum256([]byte("x"))
-	noHash := &frame.FileOfferBody{ID: 4, Size: 100, BlockSize: 10, Stamp: 77, Name: []byte("img")}
-	withHash := &frame.FileOfferBody{ID: 5, Size: 100, BlockSize: 10, Stamp: 78, Hash: sum, Name: []byte("img2")}
+	noHash := &frame.FileOfferBody{ID: 4, Size: 100, BlockSize: 10, Stamp: 77, Name: []byte("img"), Alg: frame.FileHashSHA256}
+	withHash := &frame.FileOfferBody{ID: 5, Size: 100, BlockSize: 10, Stamp: 78, Hash: sum, Name: []byte("img2"), Alg: frame.FileHashSHA256}
 	endHash := &frame.FileEndBody{ID: 4, Blocks: 10, Stamp: 90, Awaited: []frame.MemberID{1}, Hash: sum}
 	endPlain := &frame.FileEndBody{ID: 5, Blocks: 10, Stamp: 91, Awaited: []frame.MemberID{1}}
 	data := &frame.FileDataBody{ID: 4, Data: make([]byte, 10)}
@@ -214,5 +293,68 @@ func TestOldReceiverLink(t *testing.T) {
 	}
 	if n, err := o.Recv(time.Time{}, fs); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Recv with nothing queued: %d, %v", n, err)
+	}
+}
+
+// sentLink records what is sent through it.
+type sentLink struct {
+	link.Link // nil: only Send is called
+	sent      [][]byte
+}
+
+func (s *sentLink) Send(frames [][]byte) (int, error) {
+	for _, f := range frames {
+		s.sent = append(s.sent, bytes.Clone(f))
+	}
+	return len(frames), nil
+}
+
+// The link of a receiver from before the algorithm byte drops an offer
+// with the byte and passes one without it (a SHA-256 file) and the
+// blocks; it clears FlagHashAlg on the reports it sends (a valid CRC),
+// and leaves the other frames alone.
+func TestOldHashAlgLink(t *testing.T) {
+	eth := func(flags frame.Flags, body frame.Body) []byte {
+		t.Helper()
+		h := frame.Header{Group: 7, Sender: 3, Incarnation: 5, Seq: 1, Flags: flags}
+		b := append(make([]byte, 12, 64), 0, 0)
+		binary.BigEndian.PutUint16(b[12:], frame.EtherType)
+		b, err := frame.Append(b, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	blake := &frame.FileOfferBody{ID: 4, Size: 100, BlockSize: 10, Stamp: 77, Name: []byte("img"), Alg: frame.FileHashBLAKE3}
+	sha := &frame.FileOfferBody{ID: 5, Size: 100, BlockSize: 10, Stamp: 78, Name: []byte("img2"), Alg: frame.FileHashSHA256}
+	data := &frame.FileDataBody{ID: 4, Data: make([]byte, 10)}
+	q := &queueLink{batches: [][][]byte{{eth(0, blake)}, {eth(0, blake), eth(0, sha), eth(0, data)}}}
+	var log bytes.Buffer
+	o := &oldHashAlgLink{Link: q, etherType: frame.EtherType, log: &log}
+	fs := make([]link.Frame, 8)
+	n, err := o.Recv(time.Time{}, fs)
+	if err != nil || n != 2 {
+		t.Fatalf("Recv: %d frames, %v; want 2 (the BLAKE3 offers dropped)", n, err)
+	}
+	for i, want := range []frame.Type{frame.FileOffer, frame.FileData} {
+		v, err := frame.Parse(fs[i].Data[frame.EthernetHeaderLen:])
+		if err != nil || v.Type() != want || want == frame.FileOffer && v.FileOffer().Alg != frame.FileHashSHA256 {
+			t.Fatalf("frame %d passed: %v, %v; want %v", i, v.Type(), err, want)
+		}
+	}
+	if o.offers.Load() != 2 || !strings.Contains(log.String(), "dropped an offer of a blake3 file (file 4 from member 3)") {
+		t.Fatalf("%d offers dropped, log %q", o.offers.Load(), log.String())
+	}
+	sl := &sentLink{}
+	o.Link = sl
+	report := &frame.FileStatusBody{ID: 4, Incarnation: 5, State: frame.FileNeedOffer}
+	if _, err := o.Send([][]byte{eth(frame.FlagHashAlg, report), eth(frame.FlagRetransmit, data)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []frame.Flags{0, frame.FlagRetransmit} {
+		v, err := frame.Parse(sl.sent[i][frame.EthernetHeaderLen:])
+		if err != nil || v.Flags() != want {
+			t.Fatalf("frame %d sent with flags %#x (%v), want %#x", i, v.Flags(), err, want)
+		}
 	}
 }

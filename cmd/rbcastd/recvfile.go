@@ -7,13 +7,16 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/reliable"
 )
 
 const recvfileText = `Stores the files members send (rbcastd sendfile) under DIR while it
-runs, and prints each one as it completes: its SHA-256 and its name, as
-sha256sum prints them (so 'cd DIR && sha256sum -c' checks them).
+runs, and prints each one as it completes: its hash as ALG:HEX (the
+sender's -hash: blake3:... or sha256:...) and its name. Without the
+prefix the line is what b3sum (or sha256sum) prints, so the lines saved
+in FILE are checked by 'sed -n s/^blake3://p FILE | (cd DIR && b3sum -c)'.
 
 A file is written to a partial copy under DIR/.rbcast-partial, with a
 hash of each block beside it, and stored under its name only once its
@@ -94,7 +97,11 @@ func recvfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				r.Name, r.Sender, r.ID, r.Size, reliable.FileCauseText(r.Cause))
 			continue
 		}
-		fmt.Fprintf(stdout, "%x  %s\n", r.Hash, r.Name)
+		alg := frame.FileHashSHA256
+		if r.HashAlg != 0 {
+			alg = frame.FileHashAlg(r.HashAlg)
+		}
+		fmt.Fprintf(stdout, "%s  %s\n", reliable.FormatFileHash(alg, r.Hash), r.Name)
 		stored++
 	}
 	return exitOK

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/internal/filestore"
 	"github.com/rbcast/rbcast/internal/localapi"
@@ -28,25 +29,35 @@ lost it (docs/protocols.md, "Files (IBRMP)"); receivers store it with
 The receivers waited for are -to's members, or else every member of the
 group when each file's multicast ends (a member that joins later still
 fetches the file, but is not waited for). The daemon opens and hashes
-the files itself (SHA-256): run sendfile as the daemon's user or root.
+the files itself, as it sends them: run sendfile as the daemon's user
+or root. -hash names the algorithm: blake3 (the default; what b3sum
+prints) or sha256 (what sha256sum prints). A receiver running an
+rbcastd from before hash algorithms had names cannot receive a file
+hashed with blake3: it is named so, and -hash sha256 reaches it.
 
 Exits 0 only once every receiver waited for holds every file with the
 right hash; otherwise 1, naming each file and each receiver that does
-not hold it, and why. Prints one line per file sent (its hash and the
-members that hold it). Progress per file and receiver (bytes, rate,
-time left) goes to stderr when it is a terminal.
+not hold it, and why. Prints one line per file sent: its hash as
+ALG:HEX (blake3:..., sha256:...), its name, and the members that hold
+it. Progress per file and receiver (bytes, rate, time left) goes to
+stderr when it is a terminal.
 `
 
 func sendfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var sf socketFlags
-	fs := newFlags("sendfile", "[-socket PATH] [-to IDS] FILE...", sendfileText, stderr)
+	fs := newFlags("sendfile", "[-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...", sendfileText, stderr)
 	sf.add(fs)
 	toFlag := fs.String("to", "", "comma-separated member `ids` to wait for (default: every member but this one)")
+	hashFlag := fs.String("hash", "blake3", "the files' hash `algorithm`: blake3 or sha256")
 	if done, code := parse(fs, args, stdout); done {
 		return code
 	}
 	if fs.NArg() == 0 {
 		return usageErr(stderr, "sendfile", "no FILE given")
+	}
+	alg, ok := frame.ParseFileHashAlg(*hashFlag)
+	if !ok {
+		return usageErr(stderr, "sendfile", "-hash %q: want blake3 or sha256", *hashFlag)
 	}
 	to, err := parseIDs(*toFlag)
 	if err != nil {
@@ -64,11 +75,14 @@ func sendfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if _, err := c.Hello(localapi.HelloWaitReady); err != nil {
 		return fail(stderr, "sendfile", err)
 	}
+	if alg != frame.FileHashSHA256 && c.Version() < 4 {
+		return fail(stderr, "sendfile", fmt.Errorf("-hash %v: the daemon speaks local API version %d, which hashes with sha256 only (upgrade it, or -hash sha256)", alg, c.Version()))
+	}
 	var prog *fileProgress
 	if isTerminal(stderr) {
 		prog = startFileProgress(&sf, stderr)
 	}
-	ok := sendFiles(c, to, paths, names, stdout, stderr, prog)
+	ok = sendFiles(c, to, uint8(alg), paths, names, stdout, stderr, prog)
 	prog.stop()
 	if !ok {
 		return exitFail
@@ -133,11 +147,11 @@ func unwrapPath(err error) error {
 
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
-func sendFiles(c *localapi.Conn, to []uint16, paths, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
+func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
 	ok := true
 	queued := map[uint32]*localapi.FileQueued{}
 	for i := range paths {
-		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i]}); err != nil {
+		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
 			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
 			return false
 		}
@@ -217,11 +231,14 @@ func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr i
 	if len(done) == 0 {
 		held = "held by no member"
 	}
-	hash := q.Hash
+	hash, alg := q.Hash, frame.FileHashSHA256
 	if v.Hash != ([localapi.FileHashLen]byte{}) {
 		hash = v.Hash // hashed as it was sent (local API version 3)
+		if v.HashAlg != 0 {
+			alg = frame.FileHashAlg(v.HashAlg) // version 4
+		}
 	}
-	fmt.Fprintf(stdout, "%x  %s  %d bytes, %s\n", hash, q.Name, q.Size, held)
+	fmt.Fprintf(stdout, "%s  %s  %d bytes, %s\n", reliable.FormatFileHash(alg, hash), q.Name, q.Size, held)
 	ok := len(v.Missing) == 0 && v.Text == ""
 	for _, m := range v.Missing {
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, reliable.FileCauseText(m.Cause), m.Held, m.Blocks)
@@ -401,7 +418,14 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored, %d kernel drops\n",
 		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
-		fmt.Fprintf(w, "  %s %s %s (%d bytes, sha256 %.16s…)", e.At, e.Kind, e.Name, e.Size, e.SHA256)
+		h := e.Hash
+		if h == "" && e.SHA256 != "" { // a daemon from before hashes had names
+			h = "sha256:" + e.SHA256
+		}
+		if alg, hx, ok := strings.Cut(h, ":"); ok && len(hx) > 16 {
+			h = alg + ":" + hx[:16] + "…"
+		}
+		fmt.Fprintf(w, "  %s %s %s (%d bytes, %s)", e.At, e.Kind, e.Name, e.Size, h)
 		if len(e.Missing) > 0 {
 			fmt.Fprintf(w, "; missing %s", strings.Join(e.Missing, "; "))
 		}

@@ -337,7 +337,10 @@ type FileEvent struct {
 	ID     uint32 `json:"id"`
 	Name   string `json:"name"`
 	Size   uint64 `json:"size"`
-	SHA256 string `json:"sha256"`
+	// Hash is the file's hash as "alg:hex" (blake3:…, sha256:…); SHA256
+	// its hex when the algorithm is SHA-256.
+	Hash   string `json:"hash"`
+	SHA256 string `json:"sha256,omitempty"`
 	Dir    string `json:"dir,omitempty"`
 	// Received bytes this daemon wrote for it (a resume writes fewer than
 	// Size).
@@ -351,8 +354,15 @@ type FileEvent struct {
 // onReport takes the core's reports, on the runner's loop.
 func (s *fileService) onReport(r reliable.FileReport) {
 	k := xferKey{r.Meta.Sender, r.Meta.Incarnation, r.Meta.ID}
+	alg := r.Meta.HashAlg
+	if alg == 0 {
+		alg = frame.FileHashSHA256
+	}
 	ev := FileEvent{At: stamp(time.Now()), Kind: r.Kind.String(), Sender: int(r.Meta.Sender), ID: r.Meta.ID, Name: r.Meta.Name,
-		Size: r.Meta.Size, SHA256: fmt.Sprintf("%x", r.Meta.Hash)}
+		Size: r.Meta.Size, Hash: reliable.FormatFileHash(alg, r.Meta.Hash)}
+	if alg == frame.FileHashSHA256 {
+		ev.SHA256 = fmt.Sprintf("%x", r.Meta.Hash)
+	}
 	switch r.Kind {
 	case reliable.FileReceived, reliable.FileIncomplete:
 		s.mu.Lock()
@@ -369,7 +379,7 @@ func (s *fileService) onReport(r reliable.FileReport) {
 		}
 		s.mu.Unlock()
 		rep := &localapi.FileReport{Kind: localapi.FileReceived, Sender: uint16(r.Meta.Sender), Incarnation: r.Meta.Incarnation,
-			ID: r.Meta.ID, Size: r.Meta.Size, Hash: r.Meta.Hash, Name: r.Meta.Name}
+			ID: r.Meta.ID, Size: r.Meta.Size, Hash: r.Meta.Hash, Name: r.Meta.Name, HashAlg: uint8(alg)}
 		switch {
 		case r.Held:
 			ev.Detail = "held already: stored with this hash, no block received"
@@ -385,9 +395,15 @@ func (s *fileService) onReport(r reliable.FileReport) {
 			s.d.log.Warn("rbcastd: file incomplete", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "cause", r.Cause.String(), "replaced", r.Replaced)
 		} else {
 			s.d.log.Info("rbcastd: file received", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "size", r.Meta.Size,
-				"sha256", ev.SHA256, "dir", ev.Dir, "received_bytes", ev.Received, "held", r.Held, "replaced", r.Replaced)
+				"hash", ev.Hash, "dir", ev.Dir, "received_bytes", ev.Received, "held", r.Held, "replaced", r.Replaced)
 		}
 		for _, c := range to {
+			rep := rep
+			if c.c.version < 4 && alg != frame.FileHashSHA256 {
+				// Its FileReport says SHA-256: zeros, not another
+				// algorithm's hash under that name.
+				rep = &localapi.FileReport{Kind: rep.Kind, Cause: rep.Cause, Sender: rep.Sender, Incarnation: rep.Incarnation, ID: rep.ID, Size: rep.Size, Name: rep.Name}
+			}
 			select {
 			case c.ch <- rep:
 			default:
@@ -416,6 +432,7 @@ func (s *fileService) onReport(r reliable.FileReport) {
 		if w != nil {
 			if w.c.version >= 3 {
 				v.Hash = r.Meta.Hash // zeros if it was aborted before its hash
+				v.HashAlg = uint8(alg)
 			}
 			w.tell(v)
 		}
@@ -478,7 +495,16 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	}
 	// A client of version 3 takes the hash in the verdict: the core
 	// hashes the file as its pass sends it (the first block goes out at
-	// once); to an older one FileQueued carries it, hashed first.
+	// once); to an older one FileQueued carries it, hashed first. A
+	// client of version 4 may name another algorithm than SHA-256
+	// (SendFileAlg); the others' is SHA-256.
+	alg := frame.FileHashAlg(m.HashAlg)
+	switch {
+	case alg == 0:
+		alg = frame.FileHashSHA256
+	case !alg.Known():
+		return c.refuse("sendfile %s: hash algorithm %v is unknown to this daemon (it hashes with %v or %v)", m.Name, alg, frame.FileHashSHA256, frame.FileHashBLAKE3)
+	}
 	open := filestore.OpenSource
 	if c.version >= 3 {
 		open = filestore.OpenSourceHashLater
@@ -487,6 +513,7 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	if err != nil {
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
+	src.HashAlg = alg
 	w := &fileWaiter{c: c, queued: make(chan struct{})}
 	s.wmu.Lock()
 	id, err := r.Send(src.Outgoing(to))
@@ -498,7 +525,7 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 		src.Close()
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
-	c.d.log.Info("rbcastd: sending a file", "file", m.Name, "id", id, "size", src.Size, "to", to)
+	c.d.log.Info("rbcastd: sending a file", "file", m.Name, "id", id, "size", src.Size, "to", to, "hash", alg)
 	if s.queuedHook != nil {
 		s.queuedHook()
 	}

@@ -98,7 +98,7 @@ type FileCounters struct {
 	// HeldMismatches: files stored under an offer's name and size that
 	// FileEnd's hash showed to be other files (received again);
 	// OldReceivers: receivers a verdict named too old for an offer
-	// without a hash.
+	// without a hash, or for a file not hashed with SHA-256.
 	FilesHeld      uint64 `json:"files_held"`
 	HeldMismatches uint64 `json:"held_mismatches"`
 	OldReceivers   uint64 `json:"old_receivers"`

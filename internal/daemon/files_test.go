@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeebo/blake3"
+
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
@@ -220,6 +222,48 @@ func TestReceiveFilesClient(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(inbox, "a.txt")); err == nil {
 		t.Fatal("the file was stored in the inbox too")
+	}
+}
+
+// A file sent with BLAKE3 (SendFileAlg, local API version 4) is hashed
+// so: the sender's verdict (FileSentAlg) and the receiving client's
+// report (FileReportAlg) carry its BLAKE3, the library's Sum256 of the
+// bytes, and name the algorithm; status shows it as blake3:hex.
+func TestSendFileBLAKE3(t *testing.T) {
+	r := rtnet.New(t, 14)
+	ds := startFileGroup(t, r, 2, []testnet.Impairment{{}, {Loss: 0.05}}, nil)
+	dir := t.TempDir()
+	rc, _ := dial(t, ds[1].socket, true)
+	if err := rc.Write(&localapi.ReceiveFiles{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	readMsg(t, rc)
+	src := filepath.Join(t.TempDir(), "b.bin")
+	data := writeRandom(t, src, 300_000, 5)
+	c, _ := dial(t, ds[0].socket, true)
+	c.Write(&localapi.SendFile{Name: "b.bin", Path: src, HashAlg: localapi.FileHashBLAKE3})
+	if q, ok := readMsg(t, c).(*localapi.FileQueued); !ok || q.Hash != ([32]byte{}) {
+		t.Fatalf("SendFile answered %+v, want FileQueued without a hash", q)
+	}
+	want := blake3.Sum256(data)
+	v, ok := readMsg(t, c).(*localapi.FileVerdict)
+	if !ok || len(v.Done) != 1 || v.Hash != want || v.HashAlg != localapi.FileHashBLAKE3 || v.Type() != localapi.TFileSentAlg {
+		t.Fatalf("verdict %+v, want the receiver done and the file's BLAKE3", v)
+	}
+	rep, ok := readMsg(t, rc).(*localapi.FileReport)
+	if !ok || rep.Kind != localapi.FileReceived || rep.Hash != want || rep.HashAlg != localapi.FileHashBLAKE3 {
+		t.Fatalf("report %+v, want b.bin received with its BLAKE3", rep)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "b.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the client's directory holds %d bytes (%v), want the file", len(got), err)
+	}
+	if ev := ds[0].d.Status().Files.Recent; len(ev) != 1 || ev[0].Hash != fmt.Sprintf("blake3:%x", want) || ev[0].SHA256 != "" {
+		t.Fatalf("sender's recent files %+v, want the file as blake3:hex", ev)
+	}
+	// An algorithm the daemon does not know is refused.
+	c.Write(&localapi.SendFile{Name: "b.bin", Path: src, HashAlg: 9})
+	if e := readErr(t, c); e.Code != localapi.CodeRefused || !strings.Contains(e.Text, "hash algorithm hash(9) is unknown to this daemon") {
+		t.Fatalf("SendFile with algorithm 9 answered %+v", e)
 	}
 }
 

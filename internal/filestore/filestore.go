@@ -13,7 +13,8 @@
 // name), and the directory fsynced.
 //
 // A file it stored has a record under DIR/.rbcast-partial/stored: its
-// hash, and its size, inode and change times as stat shows them, so that
+// hash and the hash's algorithm, and its size, inode and change times as
+// stat shows them, so that
 // an offer of a file stored already is matched without reading the file
 // (an offer without a hash is matched at FileEnd against the recorded
 // hash); a file changed since (other times or inode) has no record.
@@ -74,6 +75,9 @@ func CheckName(name string) error {
 // once do not share a copy; another file of the same name and size from
 // the same sender resumes the copy, and the hash check at the end finds
 // it and fetches every block again.
+//
+// A file hashed with another algorithm than SHA-256 is keyed by it too
+// (a SHA-256 file's key is what it was before algorithms had names).
 func partialKey(m files.Meta) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", m.Name, m.Size, m.BlockSize)
@@ -81,7 +85,18 @@ func partialKey(m files.Meta) string {
 	if m.Hash == ([frame.FileHashLen]byte{}) {
 		fmt.Fprintf(h, "\x00sender %d", m.Sender)
 	}
+	if alg := hashAlg(m.HashAlg); alg != frame.FileHashSHA256 {
+		fmt.Fprintf(h, "\x00%v", alg)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// hashAlg is a, 0 being SHA-256 (files.Meta).
+func hashAlg(a frame.FileHashAlg) frame.FileHashAlg {
+	if a == 0 {
+		return frame.FileHashSHA256
+	}
+	return a
 }
 
 // Open opens or resumes the partial copy of m (files.Sink).
@@ -92,6 +107,11 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := CheckName(m.Name); err != nil {
 		return nil, nil, err
 	}
+	m.HashAlg = hashAlg(m.HashAlg)
+	h, err := files.NewHash(m.HashAlg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("filestore: %w", err)
+	}
 	final := filepath.Join(d.Root, filepath.FromSlash(m.Name))
 	rec := d.recordPath(m.Name)
 	if id, ok := statFile(final, m.Size); ok {
@@ -99,7 +119,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		if n := m.Blocks(); n > 0 {
 			held = []frame.Range{{First: 0, Last: n - 1}}
 		}
-		sum, known := readRecord(rec, m.Name, id)
+		sum, known := readRecord(rec, m.Name, id, m.HashAlg)
 		if m.Hash == ([frame.FileHashLen]byte{}) {
 			// The hash comes in FileEnd: the file stored under the name,
 			// of the size, is a candidate; the core checks its Sum (the
@@ -110,8 +130,8 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		}
 		if !known {
 			var err error
-			if sum, err = hashFile(final, m.Size); err == nil {
-				writeRecord(rec, m.Name, final, sum)
+			if sum, err = hashFile(final, m.Size, m.HashAlg); err == nil {
+				writeRecord(rec, m.Name, final, m.HashAlg, sum)
 			}
 			known = err == nil
 		}
@@ -127,8 +147,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	base := filepath.Join(dir, partialKey(m))
-	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: sha256.New(), held: make([]uint64, (m.Blocks()+63)/64)}
-	var err error
+	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
@@ -485,11 +504,11 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return p.sum, nil
 	}
 	if p.stored {
-		sum, err := hashFile(p.final, p.meta.Size)
+		sum, err := hashFile(p.final, p.meta.Size, p.meta.HashAlg)
 		if err != nil {
 			return sum, fmt.Errorf("filestore: hashing the stored %q: %w", p.meta.Name, err)
 		}
-		writeRecord(p.record, p.meta.Name, p.final, sum)
+		writeRecord(p.record, p.meta.Name, p.final, p.meta.HashAlg, sum)
 		p.sum, p.summed = sum, true
 		return sum, nil
 	}
@@ -504,7 +523,10 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 	if err := p.flush(); err != nil {
 		return [32]byte{}, err
 	}
-	h := sha256.New()
+	h, err := files.NewHash(p.meta.HashAlg)
+	if err != nil {
+		return [32]byte{}, err
+	}
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(p.data, 0, int64(p.meta.Size)), make([]byte, 1<<20)); err != nil {
 		return [32]byte{}, fmt.Errorf("filestore: hashing %q: %w", p.meta.Name, err)
 	}
@@ -538,7 +560,7 @@ func (p *partial) Commit() error {
 	p.close()
 	os.Remove(p.sums)
 	if p.summed {
-		writeRecord(p.record, p.meta.Name, p.final, p.sum)
+		writeRecord(p.record, p.meta.Name, p.final, p.meta.HashAlg, p.sum)
 	}
 	return nil
 }
@@ -584,14 +606,21 @@ func (d *Dir) recordPath(name string) string {
 	return filepath.Join(d.Root, PartialDir, recordsDir, hex.EncodeToString(h[:16]))
 }
 
-// recordMagic begins a record: "rbcast-stored 1", the hash in hex, the
-// file's identity (fileID.String), then the name (the rest of the file).
-const recordMagic = "rbcast-stored 1\n"
+// recordMagic begins a record: "rbcast-stored 2", the hash as
+// "alg:hex" (files.FormatHash), the file's identity (fileID.String),
+// then the name (the rest of the file). A record of version 1 (before
+// algorithms had names) has the SHA-256 in hex.
+const (
+	recordMagic   = "rbcast-stored 2\n"
+	recordMagicV1 = "rbcast-stored 1\n"
+)
 
-// writeRecord records the hash of the file stored at final as name.
-// A record not written costs a read of the file when it is offered
-// again; it is not fsynced (a torn one does not parse).
-func writeRecord(path, name, final string, sum [frame.FileHashLen]byte) {
+// writeRecord records the hash (under alg) of the file stored at final
+// as name. A record not written costs a read of the file when it is
+// offered again; it is not fsynced (a torn one does not parse). A record
+// holds one hash: a file offered under another algorithm is read once,
+// and its record rewritten with that one.
+func writeRecord(path, name, final string, alg frame.FileHashAlg, sum [frame.FileHashLen]byte) {
 	st, err := os.Stat(final)
 	if err != nil {
 		return
@@ -603,26 +632,38 @@ func writeRecord(path, name, final string, sum [frame.FileHashLen]byte) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return
 	}
-	b := fmt.Appendf(nil, "%s%x\n%v\n%s", recordMagic, sum, id, name)
+	b := fmt.Appendf(nil, "%s%s\n%v\n%s", recordMagic, files.FormatHash(alg, sum), id, name)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil || os.Rename(tmp, path) != nil {
 		os.Remove(tmp)
 	}
 }
 
-// readRecord returns the recorded hash of the file stored as name if
-// the record is of that file as it is now (id).
-func readRecord(path, name string, id fileID) (sum [frame.FileHashLen]byte, ok bool) {
+// readRecord returns the recorded hash under alg of the file stored as
+// name if the record is of that file as it is now (id), and of alg.
+func readRecord(path, name string, id fileID, alg frame.FileHashAlg) (sum [frame.FileHashLen]byte, ok bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return sum, false
 	}
+	recAlg := frame.FileHashSHA256
 	rest, found := strings.CutPrefix(string(b), recordMagic)
 	if !found {
-		return sum, false
+		if rest, found = strings.CutPrefix(string(b), recordMagicV1); !found {
+			return sum, false
+		}
 	}
 	lines := strings.SplitN(rest, "\n", 3)
 	if len(lines) != 3 || lines[1] != id.String() || lines[2] != name {
+		return sum, false
+	}
+	if a, hx, ok := strings.Cut(lines[0], ":"); ok {
+		if recAlg, ok = frame.ParseFileHashAlg(a); !ok {
+			return sum, false
+		}
+		lines[0] = hx
+	}
+	if recAlg != alg {
 		return sum, false
 	}
 	h, err := hex.DecodeString(lines[0])
@@ -657,8 +698,9 @@ func (p *partial) close() {
 	}
 }
 
-// hashFile returns the SHA-256 of the file at path if it has size bytes.
-func hashFile(path string, size uint64) ([32]byte, error) {
+// hashFile returns the hash under alg of the file at path if it has size
+// bytes.
+func hashFile(path string, size uint64, alg frame.FileHashAlg) ([32]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return [32]byte{}, err
@@ -668,7 +710,10 @@ func hashFile(path string, size uint64) ([32]byte, error) {
 	if err != nil || !st.Mode().IsRegular() || uint64(st.Size()) != size {
 		return [32]byte{}, fs.ErrNotExist
 	}
-	h := sha256.New()
+	h, err := files.NewHash(alg)
+	if err != nil {
+		return [32]byte{}, err
+	}
 	if _, err := io.Copy(h, f); err != nil {
 		return [32]byte{}, err
 	}
@@ -676,17 +721,19 @@ func hashFile(path string, size uint64) ([32]byte, error) {
 }
 
 // Source is a file to send: its name as the receivers will store it, its
-// size and hash (zeros from OpenSourceHashLater), and the open file (a
-// files.Source).
+// size and hash (zeros from OpenSourceHashLater), the hash's algorithm
+// (0: SHA-256; the caller may set another for a Source from
+// OpenSourceHashLater), and the open file (a files.Source).
 type Source struct {
-	Name string
-	Size uint64
-	Hash [frame.FileHashLen]byte
+	Name    string
+	Size    uint64
+	Hash    [frame.FileHashLen]byte
+	HashAlg frame.FileHashAlg
 	*os.File
 }
 
 // OpenSource opens path to send under name (a local relative path) and
-// hashes it.
+// hashes it (SHA-256).
 func OpenSource(path, name string) (*Source, error) {
 	s, err := OpenSourceHashLater(path, name)
 	if err != nil {
@@ -725,7 +772,7 @@ func OpenSourceHashLater(path, name string) (*Source, error) {
 // Its Source is a files.RunSource: the core reads the pass's blocks a run
 // at a time, each straight into the frame it goes out in.
 func (s *Source) Outgoing(to []frame.MemberID) files.Outgoing {
-	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, Source: runSource{s.File}, To: to}
+	return files.Outgoing{Name: s.Name, Size: s.Size, Hash: s.Hash, HashAlg: s.HashAlg, Source: runSource{s.File}, To: to}
 }
 
 // iovMax is what one preadv takes at most (Linux's IOV_MAX).

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zeebo/blake3"
+
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/clock"
 	"github.com/rbcast/rbcast/reliable/files"
@@ -731,69 +733,85 @@ func TestAheadRewritten(t *testing.T) {
 // nothing is stored under the file's name: with the hash in the offer,
 // and with the hash in FileEnd (the sender hashed the file as it sent it).
 func TestCorruptBlockHashMismatch(t *testing.T) {
-	for name, open := range map[string]func(path, name string) (*Source, error){"hash in the offer": OpenSource, "hash in FileEnd": OpenSourceHashLater} {
-		t.Run(name, func(t *testing.T) {
-			src, dst := t.TempDir(), t.TempDir()
-			data := randomBytes(40*1464+5, 23)
-			os.WriteFile(filepath.Join(src, "img"), data, 0o644)
-			s, err := open(filepath.Join(src, "img"), "img")
+	for _, alg := range []frame.FileHashAlg{frame.FileHashSHA256, frame.FileHashBLAKE3} {
+		for _, first := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%v/hash in the offer %v", alg, first), func(t *testing.T) { corruptBlockHashMismatch(t, alg, first) })
+		}
+	}
+}
+
+// librarySum is data's hash as the algorithm's own library computes it.
+func librarySum(a frame.FileHashAlg, data []byte) [32]byte {
+	if a == frame.FileHashBLAKE3 {
+		return blake3.Sum256(data)
+	}
+	return sha256.Sum256(data)
+}
+
+func corruptBlockHashMismatch(t *testing.T, alg frame.FileHashAlg, first bool) {
+	src, dst := t.TempDir(), t.TempDir()
+	data := randomBytes(40*1464+5, 23)
+	os.WriteFile(filepath.Join(src, "img"), data, 0o644)
+	s, err := OpenSourceHashLater(filepath.Join(src, "img"), "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.HashAlg = alg
+	if first {
+		s.Hash = librarySum(alg, data)
+	}
+	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
+	cfg := func(self frame.MemberID, sink files.Sink) files.Config {
+		return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
+	}
+	sender, _ := files.New(cfg(1, nil))
+	r, _ := files.New(cfg(2, corruptSink{&Dir{Root: dst}}))
+	if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Time(1)
+	var verdict *files.Report
+	var incomplete []files.Report
+	exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
+		for _, f := range from.Ready().Frames {
+			_, body, _ := frame.SplitEthernet(f, frame.EtherType)
+			v, err := frame.ParseGroup(body, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
-			members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
-			cfg := func(self frame.MemberID, sink files.Sink) files.Config {
-				return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
+			to.Step(now, fromMAC, toMAC, v)
+		}
+		for _, rep := range from.Reports() {
+			switch rep.Kind {
+			case files.Verdict:
+				verdict = &rep
+			case files.Incomplete:
+				incomplete = append(incomplete, rep)
 			}
-			sender, _ := files.New(cfg(1, nil))
-			r, _ := files.New(cfg(2, corruptSink{&Dir{Root: dst}}))
-			if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
-				t.Fatal(err)
-			}
-			now := clock.Time(1)
-			var verdict *files.Report
-			var incomplete []files.Report
-			exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
-				for _, f := range from.Ready().Frames {
-					_, body, _ := frame.SplitEthernet(f, frame.EtherType)
-					v, err := frame.ParseGroup(body, 3)
-					if err != nil {
-						t.Fatal(err)
-					}
-					to.Step(now, fromMAC, toMAC, v)
-				}
-				for _, rep := range from.Reports() {
-					switch rep.Kind {
-					case files.Verdict:
-						verdict = &rep
-					case files.Incomplete:
-						incomplete = append(incomplete, rep)
-					}
-				}
-				from.Advance()
-			}
-			for i := 0; verdict == nil && i < 100_000; i++ {
-				now += clock.Time(10 * clock.Microsecond)
-				sender.Tick(now)
-				exchange(sender, r, members[0].MAC, members[1].MAC)
-				r.Tick(now)
-				exchange(r, sender, members[1].MAC, members[0].MAC)
-			}
-			if verdict == nil || len(verdict.Missing) != 1 || verdict.Missing[0].Member != 2 || verdict.Missing[0].Cause != files.CauseHash {
-				t.Fatalf("verdict %v, want member 2 missing with cause %q", verdict, files.CauseHash)
-			}
-			if verdict.Meta.Hash != sha256.Sum256(data) {
-				t.Fatalf("verdict's hash %x, want the file's", verdict.Meta.Hash)
-			}
-			if !strings.Contains(verdict.String(), "hash mismatch") {
-				t.Fatalf("verdict %q does not say %q", verdict, "hash mismatch")
-			}
-			if len(incomplete) != 1 || incomplete[0].Cause != files.CauseHash {
-				t.Fatalf("the receiver reported %v, want one incomplete with cause %q", incomplete, files.CauseHash)
-			}
-			if _, err := os.Stat(filepath.Join(dst, "img")); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("a file is stored under the name: %v", err)
-			}
-		})
+		}
+		from.Advance()
+	}
+	for i := 0; verdict == nil && i < 100_000; i++ {
+		now += clock.Time(10 * clock.Microsecond)
+		sender.Tick(now)
+		exchange(sender, r, members[0].MAC, members[1].MAC)
+		r.Tick(now)
+		exchange(r, sender, members[1].MAC, members[0].MAC)
+	}
+	if verdict == nil || len(verdict.Missing) != 1 || verdict.Missing[0].Member != 2 || verdict.Missing[0].Cause != files.CauseHash {
+		t.Fatalf("verdict %v, want member 2 missing with cause %q", verdict, files.CauseHash)
+	}
+	if verdict.Meta.Hash != librarySum(alg, data) || verdict.Meta.HashAlg != alg {
+		t.Fatalf("verdict's hash %v %x, want the file's", verdict.Meta.HashAlg, verdict.Meta.Hash)
+	}
+	if !strings.Contains(verdict.String(), "hash mismatch") {
+		t.Fatalf("verdict %q does not say %q", verdict, "hash mismatch")
+	}
+	if len(incomplete) != 1 || incomplete[0].Cause != files.CauseHash {
+		t.Fatalf("the receiver reported %v, want one incomplete with cause %q", incomplete, files.CauseHash)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "img")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file is stored under the name: %v", err)
 	}
 }
 
@@ -830,11 +848,61 @@ func receive(t *testing.T, d *Dir, m files.Meta, data []byte) {
 			t.Fatal(err)
 		}
 	}
-	if sum, err := f.Sum(); err != nil || sum != sha256.Sum256(data) {
+	if sum, err := f.Sum(); err != nil || sum != librarySum(hashAlg(m.HashAlg), data) {
 		t.Fatalf("Sum = %x, %v", sum, err)
 	}
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A file received under BLAKE3 is hashed so (its Sum is the library's),
+// recorded so, and matched from the record when offered under BLAKE3
+// again (the file is not read: it is gone before Sum here). Offered
+// under SHA-256, the record does not hold: the file is read once, and
+// recorded under SHA-256. A record from before algorithms had names
+// ("rbcast-stored 1", the hash in hex) is a SHA-256 record.
+func TestStoredRecordAlg(t *testing.T) {
+	d := &Dir{Root: t.TempDir()}
+	data := randomBytes(10*100+3, 5)
+	b3 := meta("f", data, 100)
+	b3.Hash, b3.HashAlg = [32]byte{}, frame.FileHashBLAKE3
+	receive(t, d, b3, data)
+	final := filepath.Join(d.Root, "f")
+	rec, _ := os.ReadFile(d.recordPath("f"))
+	if want := fmt.Sprintf("rbcast-stored 2\nblake3:%x\n", blake3.Sum256(data)); !strings.HasPrefix(string(rec), want) {
+		t.Fatalf("record %q, want it to begin %q", rec, want)
+	}
+	saved, _ := os.ReadFile(final)
+	f, _, err := d.Open(b3)
+	if err != nil || !f.(*partial).Stored() {
+		t.Fatalf("Open of the stored file under blake3: %v", err)
+	}
+	os.Remove(final)
+	if sum, err := f.Sum(); err != nil || sum != blake3.Sum256(data) {
+		t.Fatalf("Sum of the candidate = %x, %v; want the recorded blake3", sum, err)
+	}
+	f.Abort(false)
+	os.WriteFile(final, saved, 0o644)
+	id, _ := statFile(final, uint64(len(data)))
+	writeRecord(d.recordPath("f"), "f", final, frame.FileHashBLAKE3, blake3.Sum256(data))
+	if _, ok := readRecord(d.recordPath("f"), "f", id, frame.FileHashSHA256); ok {
+		t.Fatal("a blake3 record read as a sha256 one")
+	}
+	s2 := meta("f", data, 100)
+	s2.HashAlg = frame.FileHashSHA256
+	if f, held, err := d.Open(s2); err != nil || !f.(*partial).Stored() || len(held) != 1 {
+		t.Fatalf("Open with the file's sha256: %v, held %v", err, held)
+	}
+	if sum, ok := readRecord(d.recordPath("f"), "f", id, frame.FileHashSHA256); !ok || sum != sha256.Sum256(data) {
+		t.Fatalf("record after a sha256 offer: %x %v", sum, ok)
+	}
+	os.WriteFile(d.recordPath("f"), fmt.Appendf(nil, "rbcast-stored 1\n%x\n%v\nf", sha256.Sum256(data), id), 0o644)
+	if sum, ok := readRecord(d.recordPath("f"), "f", id, frame.FileHashSHA256); !ok || sum != sha256.Sum256(data) {
+		t.Fatalf("a version 1 record: %x %v", sum, ok)
+	}
+	if _, ok := readRecord(d.recordPath("f"), "f", id, frame.FileHashBLAKE3); ok {
+		t.Fatal("a version 1 record read as blake3")
 	}
 }
 

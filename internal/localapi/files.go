@@ -9,6 +9,8 @@ const (
 	// TReceiveFiles: store the files the group sends in a directory, and
 	// report each (rbcastd recvfile).
 	TReceiveFiles Type = 0x0c
+	// TSendFileAlg: SendFile naming the hash's algorithm (version 4).
+	TSendFileAlg Type = 0x0d
 
 	// TFileQueued answers SendFile: the file's id, size and hash.
 	TFileQueued Type = 0x89
@@ -21,10 +23,26 @@ const (
 	// TFileSent: FileVerdict with the file's hash (version 3), for a
 	// file whose FileQueued had none: the daemon hashed it as it sent it.
 	TFileSent Type = 0x8d
+	// TFileSentAlg: FileSent of a file hashed with another algorithm
+	// than SHA-256, which it names (version 4).
+	TFileSentAlg Type = 0x8e
+	// TFileReportAlg: FileReport of such a file (version 4).
+	TFileReportAlg Type = 0x8f
 )
 
-// FileHashLen is the length of a file's hash (SHA-256).
+// FileHashLen is the length of a file's hash (SHA-256 or BLAKE3).
 const FileHashLen = 32
+
+// Hash algorithms (frame.FileHashAlg's values): 0 in a message means
+// SHA-256, the only one before version 4.
+const (
+	FileHashSHA256 uint8 = 1
+	FileHashBLAKE3 uint8 = 2
+)
+
+// hashAlgByte reports whether alg goes in a message of its own type
+// (SendFileAlg, FileSentAlg, FileReportAlg): any but SHA-256.
+func hashAlgByte(alg uint8) bool { return alg != 0 && alg != FileHashSHA256 }
 
 // SendFile asks the daemon to send the regular file at Path (absolute)
 // to the group under Name (a relative path, '/'-separated). To lists the
@@ -32,11 +50,14 @@ const FileHashLen = 32
 // but the daemon's own when the file's multicast pass ends. The daemon
 // opens and hashes the file itself, so only a client of the daemon's own
 // user (or root) may ask. It answers FileQueued, later FileVerdict, or an
-// Error (code CodeRefused; the connection stays open).
+// Error (code CodeRefused; the connection stays open). HashAlg names the
+// algorithm the daemon hashes the file with (version 4: SendFileAlg);
+// 0 (a plain SendFile) is SHA-256.
 type SendFile struct {
-	To   []uint16
-	Name string
-	Path string
+	To      []uint16
+	Name    string
+	Path    string
+	HashAlg uint8
 }
 
 // FileQueued answers SendFile: the file is queued as ID (unique for the
@@ -64,6 +85,13 @@ const (
 	// FileCauseOldReceiver (a verdict's): the receiver is an rbcastd from
 	// before offers without a hash (it judged the file against zeros).
 	FileCauseOldReceiver uint8 = 19
+	// FileCauseHashUnknown: the receiver does not know the file's hash
+	// algorithm (it stored nothing it could not verify).
+	FileCauseHashUnknown uint8 = 6
+	// FileCauseOldHashAlg (a verdict's): the receiver is an rbcastd from
+	// before hash algorithms had names, which cannot read the offer of a
+	// file not hashed with SHA-256.
+	FileCauseOldHashAlg uint8 = 20
 )
 
 // FileMiss is a receiver the verdict waited for that does not hold the
@@ -77,14 +105,17 @@ type FileMiss struct {
 // FileVerdict is the outcome of file ID: the receivers that hold it
 // (hash checked), those that do not, and Text (the sender's read error
 // of a file it gave up, or why the daemon abandoned it). Hash, if not
-// zeros, is the file's SHA-256, hashed as it was sent; such a verdict is
-// a TFileSent message (version 3), else a TFileVerdict.
+// zeros, is the file's hash, hashed as it was sent, under HashAlg (0:
+// SHA-256); such a verdict is a TFileSent message (version 3), or for
+// another algorithm than SHA-256 a TFileSentAlg (version 4), else a
+// TFileVerdict.
 type FileVerdict struct {
 	ID      uint32
 	Done    []uint16
 	Missing []FileMiss
 	Text    string
 	Hash    [FileHashLen]byte
+	HashAlg uint8
 }
 
 // ReceiveFiles asks the daemon to store the files the group sends from
@@ -104,7 +135,9 @@ const (
 	FileIncomplete uint8 = 2 // given up (Cause says why); nothing under its name
 )
 
-// FileReport reports a file received here, or given up.
+// FileReport reports a file received here, or given up. HashAlg is
+// Hash's algorithm (0: SHA-256); another than SHA-256 makes it a
+// TFileReportAlg (version 4).
 type FileReport struct {
 	Kind        uint8
 	Cause       uint8 // FileIncomplete
@@ -114,19 +147,33 @@ type FileReport struct {
 	Size        uint64
 	Hash        [FileHashLen]byte
 	Name        string
+	HashAlg     uint8
 }
 
-func (*SendFile) Type() Type   { return TSendFile }
+func (m *SendFile) Type() Type {
+	if hashAlgByte(m.HashAlg) {
+		return TSendFileAlg
+	}
+	return TSendFile
+}
 func (*FileQueued) Type() Type { return TFileQueued }
 func (m *FileVerdict) Type() Type {
-	if m.Hash != ([FileHashLen]byte{}) {
-		return TFileSent
+	switch {
+	case m.Hash == ([FileHashLen]byte{}):
+		return TFileVerdict
+	case hashAlgByte(m.HashAlg):
+		return TFileSentAlg
 	}
-	return TFileVerdict
+	return TFileSent
 }
 func (*ReceiveFiles) Type() Type   { return TReceiveFiles }
 func (*ReceivingFiles) Type() Type { return TReceivingFiles }
-func (*FileReport) Type() Type     { return TFileReport }
+func (m *FileReport) Type() Type {
+	if hashAlgByte(m.HashAlg) {
+		return TFileReportAlg
+	}
+	return TFileReport
+}
 
 // MaxFileName bounds a file's name (frame.MaxFileName's value).
 const MaxFileName = 4096
@@ -134,24 +181,31 @@ const MaxFileName = 4096
 // Layout:
 //
 //	SendFile:       type, n u16, n × member u16, name length u16, name, path
+//	SendFileAlg:    type, alg u8, then as SendFile
 //	FileQueued:     type, id u32, size u64, hash [32], name
 //	FileVerdict:    type, id u32, done n u16, n × member u16, missing m u16,
 //	                m × (member u16, cause u8, held u32, blocks u32), text
 //	FileSent:       type, id u32, hash [32], then as FileVerdict
+//	FileSentAlg:    type, id u32, alg u8, hash [32], then as FileVerdict
 //	ReceiveFiles:   type, dir
 //	ReceivingFiles: type, dir
 //	FileReport:     type, kind u8, cause u8, sender u16, incarnation u32,
 //	                id u32, size u64, hash [32], name
+//	FileReportAlg:  as FileReport, alg u8 before the hash
 const (
 	sendFileMin    = 5
 	fileQueuedMin  = 45
 	fileVerdictMin = 9
 	fileMissLen    = 11
-	fileReportMin  = 53
+	fileReportMin  = 53 // TFileReport; TFileReportAlg one more
 )
 
 func (m *SendFile) Append(b []byte) []byte {
-	b = be.AppendUint16(append(b, byte(TSendFile)), uint16(len(m.To)))
+	b = append(b, byte(m.Type()))
+	if m.Type() == TSendFileAlg {
+		b = append(b, m.HashAlg)
+	}
+	b = be.AppendUint16(b, uint16(len(m.To)))
 	for _, id := range m.To {
 		b = be.AppendUint16(b, id)
 	}
@@ -167,7 +221,10 @@ func (m *FileQueued) Append(b []byte) []byte {
 
 func (m *FileVerdict) Append(b []byte) []byte {
 	b = be.AppendUint32(append(b, byte(m.Type())), m.ID)
-	if m.Type() == TFileSent {
+	switch m.Type() {
+	case TFileSentAlg:
+		b = append(append(b, m.HashAlg), m.Hash[:]...)
+	case TFileSent:
 		b = append(b, m.Hash[:]...)
 	}
 	b = be.AppendUint16(b, uint16(len(m.Done)))
@@ -196,11 +253,14 @@ func (m *ReceivingFiles) Append(b []byte) []byte {
 }
 
 func (m *FileReport) Append(b []byte) []byte {
-	b = append(b, byte(TFileReport), m.Kind, m.Cause)
+	b = append(b, byte(m.Type()), m.Kind, m.Cause)
 	b = be.AppendUint16(b, m.Sender)
 	b = be.AppendUint32(b, m.Incarnation)
 	b = be.AppendUint32(b, m.ID)
 	b = be.AppendUint64(b, m.Size)
+	if m.Type() == TFileReportAlg {
+		b = append(b, m.HashAlg)
+	}
 	return append(append(b, m.Hash[:]...), m.Name...)
 }
 
@@ -222,17 +282,35 @@ func decodeFile(p []byte) (Message, error) {
 		}
 		return nil
 	}
+	// checkAlg refuses an algorithm byte that a plain message says
+	// (SHA-256) or that is reserved (0).
+	checkAlg := func(off int) error {
+		if !hashAlgByte(p[off]) {
+			return decodeErr(t, off, "hash algorithm %d (SHA-256 goes in the message without the byte; 0 is reserved)", p[off])
+		}
+		return nil
+	}
 	switch t {
-	case TSendFile:
-		if err := atLeast(sendFileMin); err != nil {
+	case TSendFile, TSendFileAlg:
+		m := &SendFile{}
+		off := 1
+		if t == TSendFileAlg {
+			if err := atLeast(sendFileMin + 1); err != nil {
+				return nil, err
+			}
+			if err := checkAlg(1); err != nil {
+				return nil, err
+			}
+			m.HashAlg, off = p[1], 2
+		}
+		if err := atLeast(off - 1 + sendFileMin); err != nil {
 			return nil, err
 		}
-		n := int(be.Uint16(p[1:]))
-		off := 3
+		n := int(be.Uint16(p[off:]))
+		off += 2
 		if len(p)-off < 2*n+2 {
 			return nil, decodeErr(t, off, "%d members need %d bytes and the name's length, only %d left", n, 2*n, len(p)-off)
 		}
-		m := &SendFile{}
 		if n > 0 {
 			m.To = make([]uint16, n)
 		}
@@ -266,18 +344,27 @@ func decodeFile(p []byte) (Message, error) {
 			return nil, decodeErr(t, 45, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
 		}
 		return m, nil
-	case TFileVerdict, TFileSent:
-		least, off := fileVerdictMin, 5
-		if t == TFileSent {
+	case TFileVerdict, TFileSent, TFileSentAlg:
+		least, off, at := fileVerdictMin, 5, 5
+		switch t {
+		case TFileSent:
 			least, off = fileVerdictMin+FileHashLen, 5+FileHashLen
+		case TFileSentAlg:
+			least, off, at = fileVerdictMin+1+FileHashLen, 6+FileHashLen, 6
 		}
 		if err := atLeast(least); err != nil {
 			return nil, err
 		}
 		m := &FileVerdict{ID: be.Uint32(p[1:])}
-		if t == TFileSent {
-			if m.Hash = [FileHashLen]byte(p[5:]); m.Hash == ([FileHashLen]byte{}) {
-				return nil, decodeErr(t, 5, "a hash of zeros (a verdict without a hash is a FileVerdict)")
+		if t == TFileSentAlg {
+			if err := checkAlg(5); err != nil {
+				return nil, err
+			}
+			m.HashAlg = p[5]
+		}
+		if t != TFileVerdict {
+			if m.Hash = [FileHashLen]byte(p[at:]); m.Hash == ([FileHashLen]byte{}) {
+				return nil, decodeErr(t, at, "a hash of zeros (a verdict without a hash is a FileVerdict)")
 			}
 		}
 		n := int(be.Uint16(p[off:]))
@@ -317,17 +404,27 @@ func decodeFile(p []byte) (Message, error) {
 			return &ReceiveFiles{Dir: string(p[1:])}, nil
 		}
 		return &ReceivingFiles{Dir: string(p[1:])}, nil
-	case TFileReport:
-		if err := atLeast(fileReportMin); err != nil {
+	case TFileReport, TFileReportAlg:
+		at := 21
+		if t == TFileReportAlg {
+			at = 22
+		}
+		if err := atLeast(at + FileHashLen); err != nil {
 			return nil, err
 		}
 		m := &FileReport{Kind: p[1], Cause: p[2], Sender: be.Uint16(p[3:]), Incarnation: be.Uint32(p[5:]), ID: be.Uint32(p[9:]),
-			Size: be.Uint64(p[13:]), Hash: [FileHashLen]byte(p[21:53]), Name: string(p[53:])}
+			Size: be.Uint64(p[13:]), Hash: [FileHashLen]byte(p[at : at+FileHashLen]), Name: string(p[at+FileHashLen:])}
+		if t == TFileReportAlg {
+			if err := checkAlg(21); err != nil {
+				return nil, err
+			}
+			m.HashAlg = p[21]
+		}
 		switch {
 		case m.Kind != FileReceived && m.Kind != FileIncomplete:
 			return nil, decodeErr(t, 1, "kind %d, want 1 (received) or 2 (incomplete)", m.Kind)
 		case len(m.Name) > MaxFileName:
-			return nil, decodeErr(t, 53, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
+			return nil, decodeErr(t, at+FileHashLen, "a name of %d bytes, at most %d", len(m.Name), MaxFileName)
 		}
 		return m, nil
 	}
@@ -337,7 +434,7 @@ func decodeFile(p []byte) (Message, error) {
 // isFile reports whether t is a file message.
 func isFile(t Type) bool {
 	switch t {
-	case TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport, TFileSent:
+	case TSendFile, TSendFileAlg, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport, TFileSent, TFileSentAlg, TFileReportAlg:
 		return true
 	}
 	return false
@@ -359,6 +456,12 @@ func fileTypeName(t Type) string {
 		return "FileReport"
 	case TFileSent:
 		return "FileSent"
+	case TSendFileAlg:
+		return "SendFileAlg"
+	case TFileSentAlg:
+		return "FileSentAlg"
+	case TFileReportAlg:
+		return "FileReportAlg"
 	}
 	return ""
 }

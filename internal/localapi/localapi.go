@@ -21,9 +21,10 @@ import (
 // code CodeVersion. Version 2 adds the rings (RingSetup, RingReady,
 // Doorbell, DaemonDoorbell; docs/local-api.md, "Rings"); version 3 the
 // file's hash in its verdict (FileSent) instead of in FileQueued, so that
-// the daemon hashes a file as it sends it.
+// the daemon hashes a file as it sends it; version 4 the hash's algorithm
+// (SendFileAlg, FileSentAlg, FileReportAlg: BLAKE3 as well as SHA-256).
 const (
-	Version    = 3
+	Version    = 4
 	MinVersion = 1
 )
 

@@ -57,17 +57,23 @@ func goldenCases() []struct {
 		{"file_verdict", &FileVerdict{ID: 3, Done: []uint16{1, 2}, Missing: []FileMiss{{Member: 4, Cause: FileCauseSilent, Held: 1000, Blocks: 733431}}}},
 		{"file_verdict_ok", &FileVerdict{ID: 4, Done: []uint16{1}}},
 		{"file_sent", &FileVerdict{ID: 5, Done: []uint16{1, 2}, Hash: goldenHash()}},
+		{"file_sent_blake3", &FileVerdict{ID: 5, Done: []uint16{1}, Missing: []FileMiss{{Member: 2, Cause: FileCauseOldHashAlg, Blocks: 23}}, Hash: goldenHash(), HashAlg: FileHashBLAKE3}},
+		{"send_file_blake3", &SendFile{To: []uint16{2}, Name: "images/disk.img", Path: "/srv/images/disk.img", HashAlg: FileHashBLAKE3}},
 		{"receive_files", &ReceiveFiles{Dir: "/srv/inbox"}},
 		{"receiving_files", &ReceivingFiles{Dir: "/srv/inbox"}},
 		{"file_report", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img"}},
 		{"file_report_incomplete", &FileReport{Kind: FileIncomplete, Cause: FileCauseRestarted, Sender: 1, Incarnation: 7, ID: 4, Size: 12, Hash: goldenHash(), Name: "notes.txt"}},
+		{"file_report_blake3", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img", HashAlg: FileHashBLAKE3}},
 	}
 }
 
 // allTypes lists every message type, so a new one without a vector fails.
 var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError,
 	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey, TSendUnreliable,
-	TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport}
+	TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport,
+	TSendFileAlg, TFileSentAlg, TFileReportAlg}
+
+func goldenHashBytes() []byte { h := goldenHash(); return h[:] }
 
 // goldenHash is a file hash for the vectors: bytes 0, 1, ..., 31.
 func goldenHash() (h [FileHashLen]byte) {
@@ -170,6 +176,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"verdict missing cut", []byte{byte(TFileVerdict), 0, 0, 0, 1, 0, 0, 0, 2, 0}, "bad FileVerdict message at byte 9: 2 members missing need 22 bytes, only 1 left"},
 		{"sent zero hash", append(append([]byte{byte(TFileSent), 0, 0, 0, 1}, make([]byte, FileHashLen)...), 0, 0, 0, 0), "bad FileSent message at byte 5: a hash of zeros"},
 		{"sent short", []byte{byte(TFileSent), 0, 0, 0, 1, 0, 0, 0, 0}, "bad FileSent message"},
+		{"sent alg sha256", append(append([]byte{byte(TFileSentAlg), 0, 0, 0, 1, 1}, goldenHashBytes()...), 0, 0, 0, 0), "hash algorithm 1 (SHA-256 goes in the message without the byte"},
+		{"sent alg zero hash", append(append([]byte{byte(TFileSentAlg), 0, 0, 0, 1, 2}, make([]byte, FileHashLen)...), 0, 0, 0, 0), "at byte 6: a hash of zeros"},
+		{"send file alg 0", append([]byte{byte(TSendFileAlg), 0}, (&SendFile{Name: "a", Path: "/a"}).Append(nil)[1:]...), "at byte 1: hash algorithm 0"},
+		{"file report alg 1", func() []byte { b := (&FileReport{Kind: 1, HashAlg: 2}).Append(nil); b[21] = 1; return b }(), "at byte 21: hash algorithm 1"},
 		{"receive files no dir", []byte{byte(TReceiveFiles)}, "bad ReceiveFiles message at byte 1: no directory"},
 		{"file report kind", func() []byte { b := (&FileReport{Kind: 1}).Append(nil); b[1] = 3; return b }(), "bad FileReport message at byte 1: kind 3"},
 		{"file queued short", []byte{byte(TFileQueued), 0, 0, 0, 1}, "bad FileQueued message at byte 5: 5 bytes, want at least 45"},

@@ -156,9 +156,9 @@ func Details(v frame.View) string {
 		o := v.FileOffer()
 		fmt.Fprintf(&b, " file %d %q %dB in %d blocks of %d", o.ID, o.Name, o.Size, o.Blocks(), o.BlockSize)
 		if o.Hash == ([frame.FileHashLen]byte{}) {
-			b.WriteString(" sha256 in FileEnd")
+			fmt.Fprintf(&b, " %v in FileEnd", o.Alg)
 		} else {
-			fmt.Fprintf(&b, " sha256 %x", o.Hash[:8])
+			fmt.Fprintf(&b, " %v %x", o.Alg, o.Hash[:8])
 		}
 	case frame.FileData:
 		fmt.Fprintf(&b, " file %d block %d %dB", v.FileID(), v.Seq(), len(v.FileBlock()))
@@ -173,7 +173,7 @@ func Details(v frame.View) string {
 		}
 		b.WriteString("]")
 		if h, ok := v.FileEndHash(); ok {
-			fmt.Fprintf(&b, " sha256 %x", h[:8])
+			fmt.Fprintf(&b, " hash %x", h[:8]) // under the offer's algorithm
 		}
 	case frame.FileStatus:
 		st := v.FileStatus()

@@ -77,7 +77,8 @@ type Stats struct {
 	// sink held them (stored already); HeldMismatches the files stored
 	// under an offer's name and size that FileEnd's hash showed to be
 	// other files (fetched again). OldReceivers counts the receivers a
-	// verdict names as too old for an offer without a hash (sender).
+	// verdict names as too old for an offer without a hash, or for a
+	// file not hashed with SHA-256 (sender).
 	FilesHeld, HeldMismatches, OldReceivers uint64
 	// PassesSkipped counts the passes that stopped sending blocks because
 	// every receiver held the file, BlocksSkipped the blocks they did not

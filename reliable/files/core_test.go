@@ -187,7 +187,7 @@ func TestResumeReportsHeld(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i)
 	}
-	m := Meta{Sender: 1, Incarnation: 11, ID: 4, Name: "f", Size: 100, BlockSize: 10, Hash: sha256.Sum256(data)}
+	m := Meta{Sender: 1, Incarnation: 11, ID: 4, Name: "f", Size: 100, BlockSize: 10, Hash: sha256.Sum256(data), HashAlg: frame.FileHashSHA256}
 	sink := newMemSink(func(f string, a ...any) { t.Fatalf(f, a...) })
 	p, _, _ := sink.Open(m)
 	for b := range uint32(6) {

@@ -34,7 +34,11 @@ func runFuzzCore(t *testing.T, in []byte) {
 		r := newCore(t, 2, sink, func(c *Config) { c.MaxBlocks = 1 << 12 })
 		s := newCore(t, 1, nil, nil)
 		src := &memSource{data: data, bs: s.cfg.BlockSize, fail: -1}
-		if _, err := s.Send(2, Outgoing{Name: "x", Size: uint64(len(data)), Hash: h, Source: src}); err != nil {
+		o := Outgoing{Name: "x", Size: uint64(len(data)), Hash: h, Source: src}
+		if len(in)%32 >= 16 { // an odd number of operations: the file is a BLAKE3 one
+			o.Hash, o.HashAlg = mustSum(frame.FileHashBLAKE3, data), frame.FileHashBLAKE3
+		}
+		if _, err := s.Send(2, o); err != nil {
 			t.Fatal(err)
 		}
 		verdicts := 0
@@ -53,11 +57,16 @@ func runFuzzCore(t *testing.T, in []byte) {
 			case 0:
 				size := uint64(a % 64)
 				bs := max(1, b%16)
+				// SHA-256, BLAKE3, or an algorithm no build knows.
+				alg := []frame.FileHashAlg{frame.FileHashSHA256, frame.FileHashBLAKE3, 77}[c%3]
 				hash := h
-				if size != 20 {
+				if size != 20 || alg != frame.FileHashSHA256 {
 					hash = sha256.Sum256(data[:min(int(size), len(data))])
+					if alg.Known() {
+						hash = mustSum(alg, data[:min(int(size), len(data))])
+					}
 				}
-				body = &frame.FileOfferBody{ID: id, Size: size, BlockSize: bs, Hash: hash, Name: []byte{'n', byte('0' + id)}}
+				body = &frame.FileOfferBody{ID: id, Size: size, BlockSize: bs, Hash: hash, Name: []byte{'n', byte('0' + id)}, Alg: alg}
 			case 1:
 				seq = a % 16
 				n := 1 + int(b%8)
@@ -74,14 +83,18 @@ func runFuzzCore(t *testing.T, in []byte) {
 				top := a % 20
 				st := &frame.FileStatusBody{ID: id, Incarnation: inc, State: frame.FileState(1 + b%4), Credit: uint16(c), Held: b % 20, Top: top, Echo: c}
 				if st.State == frame.FileFailed {
-					st.Reason = frame.FileReason(1 + c%5)
+					st.Reason = frame.FileReason(1 + c%6)
 				}
 				if top > 2 {
 					st.Missing = []frame.Range{{First: 0, Last: top / 2}}
 				}
 				body, from = st, frame.MemberID(2+op[1]%2)
 			}
-			v := encode(t, from, inc, seq, 0, body)
+			var flags frame.Flags
+			if kind == 4 && op[2]&2 != 0 {
+				flags = frame.FlagHashAlg // a receiver of this version; without: one from before
+			}
+			v := encode(t, from, inc, seq, flags, body)
 			r.Step(now, macA, macB, v)
 			s.Step(now, macB, macA, v)
 			for _, c := range []*Core{r, s} {

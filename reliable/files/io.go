@@ -18,6 +18,8 @@ type Meta struct {
 	Size        uint64
 	BlockSize   uint32
 	Hash        [frame.FileHashLen]byte
+	// HashAlg is Hash's algorithm (the offer's; 0 is SHA-256).
+	HashAlg frame.FileHashAlg
 }
 
 // Blocks is the file's number of blocks.
@@ -86,7 +88,8 @@ type Sink interface {
 type SinkFile interface {
 	// WriteBlock stores block b.
 	WriteBlock(b uint32, data []byte) error
-	// Sum hashes the whole file (SHA-256) once every block is written.
+	// Sum hashes the whole file (with the Meta's HashAlg) once every
+	// block is written.
 	Sum() ([frame.FileHashLen]byte, error)
 	// Commit stores the file under its name (a temporary name, fsynced,
 	// renamed: never a partial file under the real name).
@@ -103,12 +106,15 @@ var ErrDeclined = errors.New("files: file declined")
 type Outgoing struct {
 	Name string
 	Size uint64
-	// Hash is the file's SHA-256, announced in its offer; all zeros: the
+	// Hash is the file's hash, announced in its offer; all zeros: the
 	// core hashes the file as its pass reads it, and announces the hash
 	// in FileEnd, so that the first block goes out without a pass over
-	// the file first.
-	Hash   [frame.FileHashLen]byte
-	Source Source
+	// the file first. HashAlg is its algorithm (0: SHA-256); a receiver
+	// from before the algorithm byte cannot receive a file of another
+	// (CauseOldHashAlg).
+	Hash    [frame.FileHashLen]byte
+	HashAlg frame.FileHashAlg
+	Source  Source
 	// To is the receivers the sender waits for (the snapshot); nil means
 	// every member of the group but the sender, when the file's pass ends.
 	To []frame.MemberID
@@ -152,6 +158,9 @@ const (
 	CauseClosed  = Cause(frame.FileClosed)
 	CauseAborted = Cause(frame.FileAborted)
 	CauseUnknown = Cause(frame.FileUnknown)
+	// CauseHashUnknown: the offer names a hash algorithm this member
+	// does not know; it stores nothing it cannot verify.
+	CauseHashUnknown = Cause(frame.FileHashUnknown)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.
@@ -169,6 +178,13 @@ const (
 	// store the file (docs/protocols.md, "Files (IBRMP)", Receivers of
 	// an older version).
 	CauseOldReceiver Cause = 19
+	// CauseOldHashAlg (a sender's verdict only): the receiver asked for
+	// the offer of a file hashed with another algorithm than SHA-256
+	// without the flag that says it reads the offer's algorithm byte:
+	// an rbcastd from before that byte, which drops such an offer and
+	// can never receive the file (it is sent no block, and one
+	// FileGone).
+	CauseOldHashAlg Cause = 20
 )
 
 func (c Cause) String() string {
@@ -181,6 +197,8 @@ func (c Cause) String() string {
 		return "the sender restarted"
 	case CauseOldReceiver:
 		return "hash mismatch: an rbcastd too old for a file offered without its hash (upgrade it)"
+	case CauseOldHashAlg:
+		return "an rbcastd too old for a file not hashed with SHA-256 (upgrade it, or send the file with SHA-256)"
 	}
 	return frame.FileReason(c).String()
 }
@@ -218,7 +236,7 @@ type Report struct {
 func (r Report) String() string {
 	switch r.Kind {
 	case Received:
-		s := fmt.Sprintf("received %v, sha256 %x", r.Meta, r.Meta.Hash[:8])
+		s := fmt.Sprintf("received %v, %v %x", r.Meta, r.Meta.HashAlg, r.Meta.Hash[:8])
 		switch {
 		case r.Held:
 			s += ", held already"

@@ -84,16 +84,26 @@ type memSink struct {
 	refuse string
 }
 
+// mustSum is data's hash under a known algorithm.
+func mustSum(a frame.FileHashAlg, data []byte) [32]byte {
+	h, err := Sum(a, data)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
 type pkey struct {
 	name   string
 	size   uint64
 	bs     uint32
+	alg    frame.FileHashAlg
 	hash   [32]byte
 	sender frame.MemberID // with a hash of zeros (it comes in FileEnd), as filestore keys it
 }
 
 func keyOf(m Meta) pkey {
-	k := pkey{name: m.Name, size: m.Size, bs: m.BlockSize, hash: m.Hash}
+	k := pkey{name: m.Name, size: m.Size, bs: m.BlockSize, alg: m.HashAlg, hash: m.Hash}
 	if m.Hash == ([32]byte{}) {
 		k.sender = m.Sender
 	}
@@ -121,7 +131,7 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 		return nil, nil, fmt.Errorf("no room for %q", m.Name)
 	}
 	k := keyOf(m)
-	if d, ok := s.stored[m.Name]; ok && uint64(len(d)) == m.Size && (m.Hash == ([32]byte{}) || sha256.Sum256(d) == m.Hash) {
+	if d, ok := s.stored[m.Name]; ok && uint64(len(d)) == m.Size && (m.Hash == ([32]byte{}) || mustSum(m.HashAlg, d) == m.Hash) {
 		// Stored already (a member that restarted after committing it,
 		// or the same file sent again): every block is held. With an
 		// offer without a hash it is a candidate, which FileEnd's hash
@@ -192,12 +202,12 @@ func (p *partial) Sum() ([32]byte, error) {
 			p.sink.fail("%v: Sum with block %d never written", p.meta, b)
 		}
 	}
-	return sha256.Sum256(p.data), nil
+	return mustSum(p.meta.HashAlg, p.data), nil
 }
 
 func (p *partial) Commit() error {
 	s := p.sink
-	if p.meta.Hash != ([32]byte{}) && sha256.Sum256(p.data) != p.meta.Hash {
+	if p.meta.Hash != ([32]byte{}) && mustSum(p.meta.HashAlg, p.data) != p.meta.Hash {
 		s.fail("%v: committed with a hash that is not its offer's", p.meta)
 	}
 	k := inKey{p.meta.Sender, p.meta.Incarnation, p.meta.ID}

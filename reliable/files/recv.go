@@ -176,9 +176,15 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		t.state = declined
 		return fmt.Errorf("files: offer of file %d with blocks of %d bytes, more than the MTU %d", o.ID, o.BlockSize, c.cfg.MTU)
 	}
-	t.meta = Meta{Sender: t.key.sender, Incarnation: t.key.inc, ID: o.ID, Name: string(o.Name), Size: o.Size, BlockSize: o.BlockSize, Hash: o.Hash}
+	t.meta = Meta{Sender: t.key.sender, Incarnation: t.key.inc, ID: o.ID, Name: string(o.Name), Size: o.Size, BlockSize: o.BlockSize, Hash: o.Hash, HashAlg: o.Alg}
 	if t.offerHash = o.Hash; o.Hash == ([frame.FileHashLen]byte{}) {
 		t.meta.Hash = t.endHash // zeros until FileEnd brings it
+	}
+	if !o.Alg.Known() {
+		// A file it could not verify is never stored: refused, and the
+		// sender told why.
+		c.fail(now, t, CauseHashUnknown, false, true)
+		return fmt.Errorf("files: %v is hashed with %v, an algorithm this build does not know (upgrade it)", t.meta, o.Alg)
 	}
 	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
 		t.state = declined
@@ -379,7 +385,7 @@ func (c *Core) sendReport(now Time, t *transfer) {
 		st.State, st.Held, st.Top = frame.FileDone, t.set.n, t.set.n
 	case failed:
 		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
-		if t.cause == CauseSilent || t.cause > CauseUnknown {
+		if t.cause == CauseSilent || t.cause > CauseHashUnknown {
 			return
 		}
 		st.Held, st.Top = t.set.held, t.set.n
@@ -390,7 +396,7 @@ func (c *Core) sendReport(now Time, t *transfer) {
 		st.Echo, st.Delay = t.echo, uint32(now.Sub(t.echoAt)/Microsecond)
 	}
 	c.stats.ReportsSent++
-	c.send(t.mac, c.reportNo, 0, &st)
+	c.send(t.mac, c.reportNo, frame.FlagHashAlg, &st)
 	c.reportNo++
 	t.reported, t.reportAt, t.fresh = now, 0, 0
 }

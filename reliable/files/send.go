@@ -1,7 +1,6 @@
 package files
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash"
@@ -125,11 +124,18 @@ func (c *Core) Send(now Time, o Outgoing) (uint32, error) {
 	if c.nextID == 0 {
 		return 0, fmt.Errorf("files: send %q: 2³²−1 files sent in this incarnation; restart to send more", o.Name)
 	}
-	m := Meta{Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ID: c.nextID, Name: o.Name, Size: o.Size, BlockSize: uint32(c.cfg.BlockSize), Hash: o.Hash}
+	if o.HashAlg == 0 {
+		o.HashAlg = frame.FileHashSHA256
+	}
+	h, err := NewHash(o.HashAlg)
+	if err != nil {
+		return 0, fmt.Errorf("files: send %q: %w", o.Name, err)
+	}
+	m := Meta{Sender: c.cfg.Self, Incarnation: c.cfg.selfInc, ID: c.nextID, Name: o.Name, Size: o.Size, BlockSize: uint32(c.cfg.BlockSize), Hash: o.Hash, HashAlg: o.HashAlg}
 	c.nextID++
 	f := &outFile{meta: m, src: o.Source, to: slices.Clone(o.To), blocks: m.Blocks(), offerHash: o.Hash}
 	if o.Hash == ([frame.FileHashLen]byte{}) {
-		f.h = sha256.New()
+		f.h = h
 	}
 	slices.Sort(f.to)
 	f.to = slices.Compact(f.to)
@@ -223,9 +229,28 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	r.seq, r.heard = v.Seq(), now
 	f.lastRequest = now
 	c.sampleRTT(now, st.Echo, st.Delay)
+	if r.state == frame.FileFailed && r.cause == CauseOldHashAlg && v.Flags()&frame.FlagHashAlg == 0 {
+		return nil // named too old (below): it was sent a FileGone
+	}
 	if sameRun && r.state == frame.FileFailed && r.cause == CauseOldReceiver {
 		// Named too old: its fetch of every block again is not served
 		// (it would fail again); the file's FileGone ends it.
+		return nil
+	}
+	if f.meta.HashAlg != frame.FileHashSHA256 && v.Flags()&frame.FlagHashAlg == 0 {
+		// Every receiver that reads the offer's algorithm byte flags
+		// its reports so; one that does not is an rbcastd from before
+		// the byte, which drops the offer (too long for it) and asks
+		// for it for as long as the file is open. It is named at its
+		// first report, and its transfer ended with a FileGone.
+		r.state, r.cause, r.todo = frame.FileFailed, CauseOldHashAlg, nil
+		clear(r.sent)
+		c.stats.OldReceivers++
+		c.stats.GoneSent++
+		c.send(r.mac, 0, 0, &frame.FileGoneBody{ID: f.meta.ID, Reason: frame.FileAborted})
+		c.checkHold(f)
+		c.judge(now, f)
+		c.pump(now)
 		return nil
 	}
 	if sameRun && st.State == frame.FileReceiving && st.Held == 0 && r.held > 0 && f.offerHash == ([frame.FileHashLen]byte{}) &&
@@ -528,7 +553,7 @@ func (c *Core) abort(now Time, f *outFile, err error) {
 func (c *Core) sendOffer(now Time, f *outFile, dst [6]byte, flags frame.Flags) {
 	c.stats.OffersSent++
 	c.send(dst, 0, flags, &frame.FileOfferBody{ID: f.meta.ID, Size: f.meta.Size, BlockSize: f.meta.BlockSize,
-		Stamp: stamp(now), Hash: f.offerHash, Name: []byte(f.meta.Name)})
+		Stamp: stamp(now), Hash: f.offerHash, Name: []byte(f.meta.Name), Alg: f.meta.HashAlg})
 }
 
 // sendEnd sends f's FileEnd (IBRMP's EOF, sent until the file closes so

@@ -3,7 +3,6 @@ package files
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -46,6 +45,7 @@ type simFile struct {
 	name string
 	data []byte
 	hash [32]byte // what the offer says (wrong for a liar)
+	alg  frame.FileHashAlg
 	liar bool
 	late bool // the offer says zeros: the sender's pass hashes it, FileEnd carries it
 	to   []frame.MemberID
@@ -138,7 +138,13 @@ func drawScenario(seed uint64) *scenario {
 			for j := range f.data {
 				f.data[j] = byte(r.Uint32())
 			}
-			f.hash = sha256.Sum256(f.data)
+			// Half the files (by the seed, drawing nothing from r) are
+			// hashed with BLAKE3.
+			f.alg = frame.FileHashSHA256
+			if (s.seed>>2+uint64(i+k))&1 == 1 {
+				f.alg = frame.FileHashBLAKE3
+			}
+			f.hash = mustSum(f.alg, f.data)
 			if r.IntN(25) == 0 {
 				f.liar = true
 				f.hash[0] ^= 1
@@ -302,7 +308,7 @@ func (n *simNode) boot(now time.Time) {
 			if s.sc.failRead && n.idx == 0 && f == s.sc.files[0][0] && len(f.data) > 3*c.cfg.BlockSize {
 				f.src.fail = 2
 			}
-			o := Outgoing{Name: f.name, Size: uint64(len(f.data)), Hash: f.hash, Source: f.src, To: f.to}
+			o := Outgoing{Name: f.name, Size: uint64(len(f.data)), Hash: f.hash, HashAlg: f.alg, Source: f.src, To: f.to}
 			if f.late {
 				o.Hash = [32]byte{}
 			}
@@ -574,11 +580,16 @@ func (s *simRun) sendAgain(now time.Time) bool {
 		if f.again || f.verdict == nil {
 			return false
 		}
-		g := &simFile{name: f.name, data: bytes.Clone(f.data), late: true, to: f.to, again: true, first: f, holders: map[int]bool{}}
+		g := &simFile{name: f.name, data: bytes.Clone(f.data), late: true, to: f.to, again: true, first: f, holders: map[int]bool{}, alg: f.alg}
 		if g.changed = i%2 == 0 && len(g.data) > 0; g.changed {
 			g.data[len(g.data)/2] ^= 0x5a
 		}
-		g.hash = sha256.Sum256(g.data)
+		if (s.sc.seed>>3)&1 == 1 {
+			// Sent again under the other algorithm: the file stored
+			// is held all the same (its hash under this one matches).
+			g.alg = frame.FileHashSHA256 + frame.FileHashBLAKE3 - f.alg
+		}
+		g.hash = mustSum(g.alg, g.data)
 		for _, m := range s.nodes {
 			if d, ok := m.sink.stored[f.name]; ok && bytes.Equal(d, f.data) {
 				g.holders[m.idx] = true
@@ -592,7 +603,7 @@ func (s *simRun) sendAgain(now time.Time) bool {
 	t := s.clock.Core(now)
 	for _, g := range again {
 		g.src = &memSource{data: g.data, bs: n.core.cfg.BlockSize, fail: -1}
-		id, err := n.core.Send(t, Outgoing{Name: g.name, Size: uint64(len(g.data)), Source: g.src, To: g.to})
+		id, err := n.core.Send(t, Outgoing{Name: g.name, Size: uint64(len(g.data)), HashAlg: g.alg, Source: g.src, To: g.to})
 		if err != nil {
 			s.t.Fatal(err)
 		}
