@@ -217,3 +217,35 @@ func LenderOf(l Link) (Lender, bool) {
 	}
 	return s, true
 }
+
+// LoanFrom, Lend, Return and Due are how a decorator forwards Lender to
+// the link it wraps: l's own methods if LenderOf(l) reports it, else no
+// loan (and nothing to lend, return or call back).
+func LoanFrom(l Link, data []byte) (Loan, bool) {
+	if s, ok := LenderOf(l); ok {
+		return s.Loan(data)
+	}
+	return 0, false
+}
+
+// Lend forwards Lender.Lend (see LoanFrom).
+func Lend(l Link, loans []Loan) {
+	if s, ok := LenderOf(l); ok {
+		s.Lend(loans)
+	}
+}
+
+// Return forwards Lender.Return (see LoanFrom).
+func Return(l Link, loans []Loan) {
+	if s, ok := LenderOf(l); ok {
+		s.Return(loans)
+	}
+}
+
+// Due forwards Lender.Due (see LoanFrom).
+func Due(l Link) (Loan, bool) {
+	if s, ok := LenderOf(l); ok {
+		return s.Due()
+	}
+	return 0, false
+}
