@@ -220,6 +220,12 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 	return s.stepView(now, src, dst, v, NoLoan)
 }
 
+// StepViewLent is StepView for a frame whose bytes the link lends under
+// loan (StepLent).
+func (s *Stepper) StepViewLent(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
+	return s.stepView(now, src, dst, v, loan)
+}
+
 func (s *Stepper) stepView(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
