@@ -11,6 +11,12 @@ import (
 // on loan since), which is then the Loan (its sequence number, plus one).
 // Bytes anywhere else (a decorator's copy) are not lent.
 func (l *Link) Loan(data []byte) (link.Loan, bool) {
+	// Close unmaps the ring under the write lock.
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return 0, false
+	}
 	ring := l.rx.ring
 	if len(data) == 0 || len(ring) == 0 || len(l.rxSlot) == 0 {
 		return 0, false
