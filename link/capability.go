@@ -190,7 +190,8 @@ type Loan uint64
 // stop it receiving. Due reports, after Lend, the loans it needs back
 // before the next Recv: every loan before before. The holder copies what
 // it keeps of them elsewhere and returns them (the copies counted in the
-// link's Stats.LoansCalled).
+// link's Stats.LoansCalled). Close ends every loan: lent bytes are
+// invalid after it, as the last Recv's frames are.
 type Lender interface {
 	Link
 	Loan(data []byte) (Loan, bool)

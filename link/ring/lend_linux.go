@@ -90,6 +90,9 @@ func (l *Link) Return(loans []link.Loan) {
 // those before the last loanBound read are asked back, and counted in
 // Stats.LoansCalled.
 func (l *Link) Due() (link.Loan, bool) {
+	if l.closed.Load() {
+		return 0, false // nothing to copy from any more
+	}
 	n := uint64(len(l.rxSlot))
 	bound := loanBound(len(l.rxSlot))
 	if l.rxNext < bound {
