@@ -35,4 +35,8 @@ type Borrower interface {
 	// drops (a core that will not run again). Loans reports them.
 	// It is called outside a turn (not between Ready and Advance).
 	Reclaim(before Loan, forget bool)
+	// Borrows reports whether the core keeps received bytes past the
+	// turn at all (PBP: Config.Retain); it does not change while the
+	// core runs. A runtime steps frames as lent only if it does.
+	Borrows() bool
 }

@@ -17,7 +17,7 @@ import (
 type Stepper struct {
 	c         Core
 	unrel     UnreliableCore // c's Unreliable level (Find), nil without one
-	borrow    Borrower       // c as a Borrower (Find), nil if it is not one
+	borrow    Borrower       // c as a Borrower (Find), nil if it is not one or does not borrow
 	info      Info
 	group     uint32
 	etherType uint16
@@ -78,7 +78,9 @@ func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
 	// ProposeUnreliable (Find's assertion on a type parameter looks the
 	// itab up in the runtime's table each time).
 	s.unrel, _ = Find[UnreliableCore](c)
-	s.borrow, _ = Find[Borrower](c)
+	if b, ok := Find[Borrower](c); ok && b.Borrows() {
+		s.borrow = b
+	}
 	ms := c.Members()
 	ids := make([]frame.MemberID, 0, len(ms))
 	for _, m := range ms {

@@ -98,6 +98,10 @@ func (c *Core) StepLent(now Time, src, dst [6]byte, v frame.View, loan core.Loan
 	return err
 }
 
+// Borrows implements core.Borrower: only a core that retains
+// (Config.Retain) keeps received bytes past the turn.
+func (c *Core) Borrows() bool { return c.cfg.Retain }
+
 // Loans implements core.Borrower.
 func (c *Core) Loans(taken, returned []core.Loan) ([]core.Loan, []core.Loan) {
 	taken, returned = append(taken, c.taken...), append(returned, c.returned...)

@@ -54,6 +54,10 @@ func (c *Core) Loans(taken, returned []core.Loan) ([]core.Loan, []core.Loan) {
 	return taken, returned
 }
 
+// Borrows implements core.Borrower: every view's core retains what it
+// delivers (docs/membership.md).
+func (c *Core) Borrows() bool { return true }
+
 // Reclaim implements core.Borrower, for every inner core that may keep
 // lent bytes.
 func (c *Core) Reclaim(before core.Loan, forget bool) {

@@ -891,6 +891,12 @@ func (c *Core) Loans(taken, returned []core.Loan) ([]core.Loan, []core.Loan) {
 	return taken, returned
 }
 
+// Borrows implements core.Borrower, the membership core's.
+func (c *Core) Borrows() bool {
+	b, ok := c.in.(core.Borrower)
+	return ok && b.Borrows()
+}
+
 // Reclaim implements core.Borrower, the membership core's.
 func (c *Core) Reclaim(before core.Loan, forget bool) {
 	if b, ok := c.in.(core.Borrower); ok {
