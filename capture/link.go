@@ -19,6 +19,7 @@ var (
 	_ link.Wrapper   = (*Link)(nil)
 	_ link.Stager    = (*Link)(nil)
 	_ link.NowSender = (*Link)(nil)
+	_ link.Lender    = (*Link)(nil)
 )
 
 // Options describe one wrapped link.
@@ -203,6 +204,14 @@ func (c *Link) sent(ts int64, frames [][]byte) {
 // Recv records the frames the inner link returned as inbound, at their
 // receive time. Copies of our own frames (Frame.Outgoing, on links that
 // keep them) are recorded as outbound.
+// Loan, Lend, Return and Due forward to the wrapped link's (link.LenderOf
+// reports c when it has them): Recv hands the frames up unchanged, and
+// what it records it copies.
+func (c *Link) Loan(data []byte) (link.Loan, bool) { return link.LoanFrom(c.l, data) }
+func (c *Link) Lend(loans []link.Loan)             { link.Lend(c.l, loans) }
+func (c *Link) Return(loans []link.Loan)           { link.Return(c.l, loans) }
+func (c *Link) Due() (link.Loan, bool)             { return link.Due(c.l) }
+
 func (c *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	n, err := c.l.Recv(deadline, frames)
 	var now int64

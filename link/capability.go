@@ -166,3 +166,87 @@ func SendNow(l Link, frames [][]byte) (int, error) {
 	}
 	return l.Send(frames)
 }
+
+// A Loan names received bytes a Lender lends past Recv: on link/ring,
+// the receive ring's slot (TPACKET_V2) or block (TPACKET_V3) they lie in,
+// by its sequence number. Loans only grow: a later slot or block has a
+// greater one. The zero Loan is none.
+type Loan uint64
+
+// A Lender is a Link whose received frames can be kept past the next Recv
+// without a copy, and handed back later: link/ring keeps the slot or
+// block a lent frame lies in from the kernel until every loan of it came
+// back. Its methods belong to the receiving goroutine, like Recv.
+//
+// Loan reports whether data, bytes of a frame the last Recv returned (or
+// a part of them), can be lent, and under which Loan. It changes nothing:
+// bytes copied elsewhere (a decorator's scratch buffer) are not the
+// link's and are refused. Lend then takes the loans a caller decided to
+// keep, once per holder, before the next Recv; a loan not taken is
+// released by that Recv as always. Return ends holds, each once.
+//
+// The link holds at most a bounded part of its buffer on loan, so that a
+// holder that never returns (a member that never acknowledges) cannot
+// stop it receiving. Due reports, after Lend, the loans it needs back
+// before the next Recv: every loan before before. The holder copies what
+// it keeps of them elsewhere and returns them (the copies counted in the
+// link's Stats.LoansCalled). Close ends every loan: lent bytes are
+// invalid after it, as the last Recv's frames are.
+type Lender interface {
+	Link
+	Loan(data []byte) (Loan, bool)
+	Lend(loans []Loan)
+	Return(loans []Loan)
+	Due() (before Loan, ok bool)
+}
+
+// LenderOf returns l as a Lender if it can lend received frames: l has
+// the methods, and if l is a Wrapper, LenderOf(l.Unwrap()) holds too.
+// Unlike the other receive-side capabilities it does not pass through
+// Unwrap by itself: a decorator whose frames are not the wrapped link's
+// last Recv's (link/mux queues them per group) must not be lent through,
+// so a decorator offers it only by forwarding the methods.
+func LenderOf(l Link) (Lender, bool) {
+	s, ok := l.(Lender)
+	if !ok {
+		return nil, false
+	}
+	if w, ok := l.(Wrapper); ok {
+		if _, ok := LenderOf(w.Unwrap()); !ok {
+			return nil, false
+		}
+	}
+	return s, true
+}
+
+// LoanFrom, Lend, Return and Due are how a decorator forwards Lender to
+// the link it wraps: l's own methods if LenderOf(l) reports it, else no
+// loan (and nothing to lend, return or call back).
+func LoanFrom(l Link, data []byte) (Loan, bool) {
+	if s, ok := LenderOf(l); ok {
+		return s.Loan(data)
+	}
+	return 0, false
+}
+
+// Lend forwards Lender.Lend (see LoanFrom).
+func Lend(l Link, loans []Loan) {
+	if s, ok := LenderOf(l); ok {
+		s.Lend(loans)
+	}
+}
+
+// Return forwards Lender.Return (see LoanFrom).
+func Return(l Link, loans []Loan) {
+	if s, ok := LenderOf(l); ok {
+		s.Return(loans)
+	}
+}
+
+// Due forwards Lender.Due (see LoanFrom).
+func Due(l Link) (Loan, bool) {
+	if s, ok := LenderOf(l); ok {
+		return s.Due()
+	}
+	return 0, false
+}

@@ -17,7 +17,7 @@
 //
 // # Capabilities
 //
-// Beyond Link, a link may offer five optional capabilities, each an
+// Beyond Link, a link may offer six optional capabilities, each an
 // interface declared here:
 //
 //   - Stager: Send in two halves, Stage (fill the transmit queue) and Kick
@@ -31,9 +31,12 @@
 //     groups' frames (link/ring, link/afpacket; docs/groups.md).
 //   - CRCSealer: SealsCRC, a link that writes every frame's CRC itself
 //     (link/auth encrypting), so that cores need not (frame.Header.SkipCRC).
+//   - Lender: Loan, Lend, Return and Due, a link whose received frames can
+//     be kept past the next Recv without a copy, within a bound (link/ring;
+//     reliable's retention of delivered frames for view changes).
 //
 // A runtime finds them with StagerOf, NowSenderOf, WakerOf,
-// GroupFilterOf and SealsCRC, never by a type assertion of its own, because of
+// GroupFilterOf, LenderOf and SealsCRC, never by a type assertion of its own, because of
 // decorators. A decorator is a Wrapper: it has Unwrap, returning the link
 // it wraps. The rules are:
 //
@@ -51,6 +54,10 @@
 //     a decorator's Recv calls the wrapped link's, so waking that one ends
 //     both, and what that one's filter drops never reaches the decorator.
 //     WakerOf and GroupFilterOf return the first on the Unwrap chain.
+//   - Lender is received-side but follows the send-side rule: a decorator
+//     offers it only by having the methods (LenderOf), since one whose
+//     frames are not its wrapped link's last Recv's (link/mux) must not
+//     lend that link's memory.
 //
 // A link that provides a send-side capability itself, rather than
 // forwarding it, is not a Wrapper (it has no Unwrap). link/linktest holds
@@ -123,6 +130,13 @@ type Stats struct {
 	// an Ethernet header). Frames the kernel's filter drops are counted
 	// nowhere: they never reach the socket (docs/groups.md).
 	Filtered uint64
+	// Lent counts the loans of received frames taken (link.Lender.Lend);
+	// LoansCalled those Due asked back before their holder returned
+	// them, which the holder then copied (a holder slower than the bound
+	// allows); LoanHeld is how many receive slots (TPACKET_V2) or blocks
+	// (V3) are kept from the kernel for loans now, read and not yet
+	// given back because of a loan at or before them.
+	Lent, LoansCalled, LoanHeld uint64
 }
 
 // Link is a batch-oriented raw Ethernet link. Implementations are safe for

@@ -227,6 +227,9 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 	}
 	g.hosted = lp != nil
 	g.loop = lp
+	if lp == nil {
+		g.n.lendFrames(l) // its own loop is the link's only reader
+	}
 	if lp != nil {
 		// The Loop's wait is on the shared link: a wake of the group's
 		// loop must end that wait.
@@ -372,6 +375,8 @@ func (g *Group) end() {
 		g.mu.Lock()
 		err := g.err
 		g.room.release()
+		// The core runs no more: the link gets its lent frames back.
+		g.n.settleLoans(true)
 		g.mu.Unlock()
 		if kerr := g.stopKicker(); kerr != nil {
 			// The last frames (the Leave repeats) did not go out: Close
@@ -495,7 +500,9 @@ func (g *Group) turn(frames []link.Frame) error {
 	}
 	g.n.st.Hold = g.cfg.Deliver == nil && g.queue.full()
 	g.n.input(now, frames)
-	return g.carryOut(g.n.st.Ready(), kickLater)
+	err := g.carryOut(g.n.st.Ready(), kickLater)
+	g.n.settleLoans(false)
+	return err
 }
 
 // kickBy says who has the kernel send what a carry-out staged.

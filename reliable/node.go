@@ -33,6 +33,13 @@ type node struct {
 	// admit, if set, says whether a received frame is stepped (a core
 	// run by a CoreLoop drops some before its stepper: CoreConfig.Admit).
 	admit func(now core.Time, f *link.Frame) bool
+	// lender is the link when it lends received frames and the core
+	// borrows them (lendFrames): frames are stepped as lent, and the
+	// loans settled after each turn (settleLoans). taken, returned and
+	// loans are settleLoans' scratch.
+	lender          link.Lender
+	taken, returned []core.Loan
+	loans           []link.Loan
 }
 
 func newNode(l link.Link, s *settings, c core.Core, clk wall.Clock) *node {
@@ -59,10 +66,62 @@ func newCoreNode(l link.Link, group uint32, etherType uint16, log *slog.Logger, 
 func (n *node) input(now core.Time, frames []link.Frame) {
 	for i := range frames {
 		if n.admit == nil || n.admit(now, &frames[i]) {
-			stepFrame(n.st, now, &frames[i])
+			f := &frames[i]
+			if n.lender != nil {
+				if loan, ok := n.lender.Loan(f.Data); ok {
+					n.st.StepLent(now, f.Data, f.Authenticated, core.Loan(loan))
+					continue
+				}
+			}
+			stepFrame(n.st, now, f)
 		}
 	}
 	n.st.Tick(now)
+}
+
+// lendFrames has the node step l's received frames as lent when l lends
+// them (link.LenderOf) and the core borrows (core.Borrower): a frame the
+// core retains past the turn is kept in the link's memory instead of
+// copied. Only a runtime whose loop is the only reader of l may: the
+// loans are settled before its next Recv.
+func (n *node) lendFrames(l link.Link) {
+	if lender, ok := link.LenderOf(l); ok && n.st.Borrows() {
+		n.lender = lender
+	}
+}
+
+// settleLoans, after a turn and before the link's next Recv, lends the
+// link what the core took and returns what it gave back; if the link
+// then wants loans back (its bound), the core copies what it keeps under
+// them (or, with forget, drops it: the core runs no more) and they are
+// returned too.
+func (n *node) settleLoans(forget bool) {
+	if n.lender == nil {
+		return
+	}
+	n.taken, n.returned = n.st.Loans(n.taken[:0], n.returned[:0])
+	n.lender.Lend(n.linkLoans(n.taken))
+	n.lender.Return(n.linkLoans(n.returned))
+	before, due := core.AllLoans, forget
+	if !forget {
+		var l link.Loan
+		l, due = n.lender.Due()
+		before = core.Loan(l)
+	}
+	if due {
+		n.st.Reclaim(before, forget)
+		n.taken, n.returned = n.st.Loans(n.taken[:0], n.returned[:0])
+		n.lender.Return(n.linkLoans(n.returned))
+	}
+}
+
+// linkLoans is ls as the link's loans, in n's scratch.
+func (n *node) linkLoans(ls []core.Loan) []link.Loan {
+	n.loans = n.loans[:0]
+	for _, l := range ls {
+		n.loans = append(n.loans, link.Loan(l))
+	}
+	return n.loans
 }
 
 // waitUntil is when a wait on the link that starts at now ends at the

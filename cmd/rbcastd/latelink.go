@@ -95,6 +95,7 @@ var (
 	_ link.Stager    = (*lateLink)(nil)
 	_ link.NowSender = (*lateLink)(nil)
 	_ link.Waker     = (*lateLink)(nil)
+	_ link.Lender    = (*lateLink)(nil)
 )
 
 // openLateRing opens a lateLink for a ring link of cfg on iface: the ring
@@ -361,4 +362,36 @@ func (l *lateLink) Close() error {
 	}
 	// A setup under way closes its link when it ends.
 	return err
+}
+
+// Loan, Lend, Return and Due are the ring link's (link.Lender) once it
+// is set up: the frames early returned lie outside its ring, and it
+// refuses them.
+func (l *lateLink) Loan(data []byte) (link.Loan, bool) {
+	if r := l.ringLink(); r != nil {
+		return link.LoanFrom(r, data)
+	}
+	return 0, false
+}
+
+// Lend passes to the ring link (see Loan).
+func (l *lateLink) Lend(loans []link.Loan) {
+	if r := l.ringLink(); r != nil {
+		link.Lend(r, loans)
+	}
+}
+
+// Return passes to the ring link (see Loan).
+func (l *lateLink) Return(loans []link.Loan) {
+	if r := l.ringLink(); r != nil {
+		link.Return(r, loans)
+	}
+}
+
+// Due is the ring link's (see Loan).
+func (l *lateLink) Due() (link.Loan, bool) {
+	if r := l.ringLink(); r != nil {
+		return link.Due(r)
+	}
+	return 0, false
 }

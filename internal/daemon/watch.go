@@ -46,6 +46,7 @@ var (
 	_ link.Wrapper   = (*watchLink)(nil)
 	_ link.Stager    = (*watchLink)(nil)
 	_ link.NowSender = (*watchLink)(nil)
+	_ link.Lender    = (*watchLink)(nil)
 )
 
 func newWatch(l link.Link, etherType uint16, log *slog.Logger) *watchLink {
@@ -83,6 +84,14 @@ func (w *watchLink) SendNow(frames [][]byte) (int, error) {
 	w.wire.sent(frames[:max(n, 0)])
 	return n, err
 }
+
+// Loan, Lend, Return and Due forward to the watched link's (link.LenderOf
+// reports the watchLink when it has them): Recv hands its frames up
+// unchanged, and look reads them only during Recv.
+func (w *watchLink) Loan(data []byte) (link.Loan, bool) { return link.LoanFrom(w.Link, data) }
+func (w *watchLink) Lend(loans []link.Loan)             { link.Lend(w.Link, loans) }
+func (w *watchLink) Return(loans []link.Loan)           { link.Return(w.Link, loans) }
+func (w *watchLink) Due() (link.Loan, bool)             { return link.Due(w.Link) }
 
 func (w *watchLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	n, err := w.Link.Recv(deadline, frames)

@@ -75,6 +75,9 @@ func TestDaemonStagesOnRing(t *testing.T) {
 		t.Fatalf("the daemon's link (monitor over capture over ring): StagerOf %T %v, NowSenderOf %T %v, WakerOf %v; want the monitor, the monitor, true",
 			st, sok, now, nok, wok)
 	}
+	if ln, ok := link.LenderOf(w); !ok || ln != link.Lender(w) {
+		t.Fatalf("the daemon's link: LenderOf %T %v; want the monitor (its group keeps delivered frames in the ring)", ln, ok)
+	}
 
 	from0 := subscribe(t, ds[1].socket, 0)
 	c, welcome := dial(t, ds[0].socket, true)

@@ -103,3 +103,17 @@ func (k *Keyless) look(eth []byte) {
 		}
 	}
 }
+
+// Loan, Lend, Return and Due pass through when the link underneath lends
+// (link.LenderOf looks through this Wrapper): Recv hands its frames up
+// unchanged.
+func (k *Keyless) Loan(data []byte) (link.Loan, bool) { return link.LoanFrom(k.Link, data) }
+
+// Lend passes through (see Loan).
+func (k *Keyless) Lend(loans []link.Loan) { link.Lend(k.Link, loans) }
+
+// Return passes through (see Loan).
+func (k *Keyless) Return(loans []link.Loan) { link.Return(k.Link, loans) }
+
+// Due passes through (see Loan).
+func (k *Keyless) Due() (link.Loan, bool) { return link.Due(k.Link) }

@@ -396,3 +396,18 @@ func (ar *arena) seal(aead cipher.AEAD, orig, g frame.View, alg uint8, counter u
 	}
 	frame.SetCRC(g)
 }
+
+// Loan, Lend, Return and Due pass through when the link underneath lends
+// (link.LenderOf looks through this Wrapper). A frame verified or
+// decrypted in place lies in the link's bytes and may be lent; one
+// decrypted into a buffer of ours does not, and the link refuses it.
+func (a *Link) Loan(data []byte) (link.Loan, bool) { return link.LoanFrom(a.l, data) }
+
+// Lend passes through (see Loan).
+func (a *Link) Lend(loans []link.Loan) { link.Lend(a.l, loans) }
+
+// Return passes through (see Loan).
+func (a *Link) Return(loans []link.Loan) { link.Return(a.l, loans) }
+
+// Due passes through (see Loan).
+func (a *Link) Due() (link.Loan, bool) { return link.Due(a.l) }

@@ -25,7 +25,12 @@
 // frames fills up halfway through a block, the rest of it comes with the
 // next Recv. While we hold slots the kernel has less room: when the ring is
 // full it drops (Stats.KernelDrops) and, with V3, freezes the queue
-// (Stats.KernelFreezes). Status words are read with atomic loads (acquire)
+// (Stats.KernelFreezes). A caller may keep frames longer by borrowing
+// them (link.Lender: Loan, Lend, Return): Recv then gives slots or blocks
+// back only up to the first one on loan, since the kernel fills them in
+// ring order, and Due asks back the loans older than the last quarter of
+// the ring, so that holding never takes the kernel more than a quarter of
+// it (Stats.Lent, LoansCalled, LoanHeld). Status words are read with atomic loads (acquire)
 // and written with atomic stores (release), pairing with the kernel's
 // barriers in __packet_set_status.
 //

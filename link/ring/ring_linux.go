@@ -55,6 +55,10 @@ type Link struct {
 	// its index in rxSlot is rxNext % len(rxSlot). Slots or blocks
 	// [rxHeld, rxNext) have been read but not yet given back to the kernel.
 	rxNext, rxHeld uint64
+	// loans counts the loans (link.Lender) taken of every V2 slot or V3
+	// block, by its index in rxSlot: release gives back [rxHeld, rxNext)
+	// only up to the first slot or block on loan.
+	loans []int32
 	// V3 only: the block rxNext is open with blkLeft frames left, the next
 	// of them at offset blkOff.
 	blkOpen bool
@@ -109,6 +113,8 @@ type Link struct {
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
 	sendRetries, filtered      atomic.Uint64
+	lent, loansCalled          atomic.Uint64
+	loanHeld                   atomic.Uint64
 
 	statsMu sync.Mutex
 	kernel  struct{ packets, drops, freezes uint64 }
@@ -119,6 +125,7 @@ var (
 	_ link.Stager      = (*Link)(nil)
 	_ link.NowSender   = (*Link)(nil)
 	_ link.GroupFilter = (*Link)(nil)
+	_ link.Lender      = (*Link)(nil)
 )
 
 // socket is one AF_PACKET socket with its ring (or, rxEp, the receive
@@ -372,6 +379,7 @@ func (l *Link) openRX(ifindex int) error {
 	} else {
 		l.rxSlot = slotOffsets(g)
 	}
+	l.loans = make([]int32, len(l.rxSlot))
 
 	groups := groupSet(l.cfg.Groups)
 	prog, err := socketFilter(l.cfg.EtherType, groups)
@@ -761,16 +769,19 @@ func (l *Link) recvErr(err error) error {
 // Frame is link.Frame, for brevity.
 type Frame = link.Frame
 
-// release gives the slots or blocks [rxHeld, rxNext) back to the kernel.
+// release gives the slots or blocks [rxHeld, rxNext) back to the kernel,
+// up to the first on loan (Lend): the kernel fills them in ring order, so
+// those after it would be of no use to it before it anyway.
 func (l *Link) release() {
 	n := uint64(len(l.rxSlot))
-	for ; l.rxHeld < l.rxNext; l.rxHeld++ {
+	for ; l.rxHeld < l.rxNext && l.loans[l.rxHeld%n] == 0; l.rxHeld++ {
 		off := l.rxSlot[l.rxHeld%n]
 		if l.cfg.Version == V3 {
 			off += blkStatus
 		}
 		atomic.StoreUint32(status(l.rx.ring, off), unix.TP_STATUS_KERNEL)
 	}
+	l.loanHeld.Store(l.rxNext - l.rxHeld)
 }
 
 // rxReady reports whether Recv has something to read: the next V2 slot or
@@ -1511,6 +1522,7 @@ func (l *Link) Stats() (link.Stats, error) {
 	s.BytesReceived = l.bytesReceived.Load()
 	s.SendRetries = l.sendRetries.Load()
 	s.Filtered = l.filtered.Load()
+	s.Lent, s.LoansCalled, s.LoanHeld = l.lent.Load(), l.loansCalled.Load(), l.loanHeld.Load()
 	return s, err
 }
 

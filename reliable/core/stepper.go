@@ -17,6 +17,7 @@ import (
 type Stepper struct {
 	c         Core
 	unrel     UnreliableCore // c's Unreliable level (Find), nil without one
+	borrow    Borrower       // c as a Borrower (Find), nil if it is not one or does not borrow
 	info      Info
 	group     uint32
 	etherType uint16
@@ -77,6 +78,9 @@ func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
 	// ProposeUnreliable (Find's assertion on a type parameter looks the
 	// itab up in the runtime's table each time).
 	s.unrel, _ = Find[UnreliableCore](c)
+	if b, ok := Find[Borrower](c); ok && b.Borrows() {
+		s.borrow = b
+	}
 	ms := c.Members()
 	ids := make([]frame.MemberID, 0, len(ms))
 	for _, m := range ms {
@@ -158,15 +162,42 @@ var ErrHeld = errors.New("frame held back: the application is not reading")
 // checksum, ...) is counted in Counters.Bad and its error returned; so is
 // the core's refusal, which the core counts itself. Deliveries may alias
 // eth: keep its bytes unchanged until Advance.
-func (s *Stepper) Step(now Time, eth []byte) error { return s.step(now, eth, true) }
+func (s *Stepper) Step(now Time, eth []byte) error { return s.step(now, eth, true, NoLoan) }
 
 // StepVerified is Step for a frame whose authentication tag verified
 // (link.Frame.Authenticated): it is decoded without its CRC32C
 // (frame.ParseNoCRC), which the tag makes redundant and which no longer
 // matches a body decrypted in place. Every other check stays.
-func (s *Stepper) StepVerified(now Time, eth []byte) error { return s.step(now, eth, false) }
+func (s *Stepper) StepVerified(now Time, eth []byte) error { return s.step(now, eth, false, NoLoan) }
 
-func (s *Stepper) step(now Time, eth []byte, crc bool) error {
+// StepLent is Step (verified: StepVerified) for a frame whose bytes the
+// link lends under loan (link.Lender): a core that borrows (Borrower)
+// may keep them past Advance instead of copying them. Loans and Reclaim
+// say what it took and gave back.
+func (s *Stepper) StepLent(now Time, eth []byte, verified bool, loan Loan) error {
+	return s.step(now, eth, !verified, loan)
+}
+
+// Borrows reports whether the core can keep lent bytes (Borrower): a
+// driver whose link lends (link.Lender) then steps with StepLent.
+func (s *Stepper) Borrows() bool { return s.borrow != nil }
+
+// Loans is the core's Borrower.Loans (nothing if it does not borrow).
+func (s *Stepper) Loans(taken, returned []Loan) ([]Loan, []Loan) {
+	if s.borrow == nil {
+		return taken, returned
+	}
+	return s.borrow.Loans(taken, returned)
+}
+
+// Reclaim is the core's Borrower.Reclaim (nothing if it does not borrow).
+func (s *Stepper) Reclaim(before Loan, forget bool) {
+	if s.borrow != nil {
+		s.borrow.Reclaim(before, forget)
+	}
+}
+
+func (s *Stepper) step(now Time, eth []byte, crc bool, loan Loan) error {
 	e, body, err := frame.SplitEthernet(eth, s.etherType)
 	if err != nil {
 		s.bad.count(err)
@@ -182,12 +213,22 @@ func (s *Stepper) step(now Time, eth []byte, crc bool) error {
 		s.bad.count(err)
 		return err
 	}
-	return s.StepView(now, e.Src(), e.Dst(), v)
+	return s.stepView(now, e.Src(), e.Dst(), v, loan)
 }
 
 // StepView steps the core with a frame decoded already (v validated by
 // frame.Parse), from src to dst.
 func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
+	return s.stepView(now, src, dst, v, NoLoan)
+}
+
+// StepViewLent is StepView for a frame whose bytes the link lends under
+// loan (StepLent).
+func (s *Stepper) StepViewLent(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
+	return s.stepView(now, src, dst, v, loan)
+}
+
+func (s *Stepper) stepView(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
 	s.now = now
 	// A datagram (the Unreliable level) is held back too, and so lost:
 	// nothing repairs it, and the application is not reading.
@@ -195,7 +236,13 @@ func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
 		s.held++
 		return ErrHeld
 	}
-	if err := s.c.Step(now, src, dst, v); err != nil {
+	var err error
+	if loan != NoLoan && s.borrow != nil {
+		err = s.borrow.StepLent(now, src, dst, v, loan)
+	} else {
+		err = s.c.Step(now, src, dst, v)
+	}
+	if err != nil {
 		return err
 	}
 	// Repair latency: from the Step that revealed a gap to the one that

@@ -110,3 +110,18 @@ func BenchmarkRetain(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRetainLent is a group with views' receive path at MTU 9000,
+// four members, member 0 streaming full frames: without retention (the
+// registered group), retaining a copy of every frame delivered, and
+// retaining it where the link lent it (StepLent: memseg.Segment.Lend
+// recycles a frame's buffer only once its loan came back).
+func BenchmarkRetainLent(b *testing.B) {
+	for _, mode := range []string{"none", "copy", "lent"} {
+		b.Run("retain="+mode, func(b *testing.B) {
+			g := newMemGroupConfig(b, 4, Config{Mode: PBP2, MTU: 9000, Retain: mode != "none"})
+			g.Lend = mode == "lent"
+			stream(b, g, 4, g.Cores[0].Info().MaxMessage)
+		})
+	}
+}

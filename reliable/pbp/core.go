@@ -94,6 +94,10 @@ type Stats struct {
 	// waited in (no copy: keepHeld); the others were copied out of the
 	// received bytes.
 	Kept, KeepSkipped, KeptHeld uint64
+	// KeptLent counts the frames Kept in the received bytes, lent by the
+	// link (StepLent: no copy); LoansReclaimed those copied out of them
+	// later because the link wanted its bytes back (Reclaim).
+	KeptLent, LoansReclaimed uint64
 	// Expected counts Expect hints that armed a repair (expect.go);
 	// ExpectsWithdrawn, those dropped unanswered after expectAsks Nacks
 	// (the sender had not sent the frames: it was still computing).
@@ -341,6 +345,12 @@ type Core struct {
 	events     []Event
 	lent       [][]byte // held buffers delivered from, recycled at Advance
 	free       [][]byte
+
+	// StepLent: the loan of the frame being stepped and its bytes, and
+	// the loans taken and given back since Loans.
+	loan            core.Loan
+	loanView        frame.View
+	taken, returned []core.Loan
 
 	hdr     frame.Header
 	encoded frame.Encoded

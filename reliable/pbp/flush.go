@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/core"
 )
 
 // The view change's hooks (reliable/view, docs/membership.md): a core
@@ -27,6 +28,10 @@ type kept struct {
 	// out in: until its Advance, a frame kept here gets a new buffer.
 	turn uint64
 	data []byte
+	// loan is the link's loan data lies in (StepLent), or none: data is
+	// then a view of the received frame, kept from the kernel until the
+	// loan goes back (giveBack).
+	loan core.Loan
 }
 
 // keep copies the payload of the frame from p being delivered now
@@ -57,8 +62,76 @@ func (c *Core) keep(p *peer, body []byte, bundled bool) []byte {
 		k.data = nil
 	}
 	k.seq, k.full, k.bundled, k.turn = p.expected, true, bundled, c.batch
+	if c.loan != core.NoLoan && sameArray(body, c.loanView) {
+		// The link lends the frame's bytes (StepLent): kept where they
+		// lie, no copy. Bytes of another frame (a relay's copy) are not
+		// under the loan: sameArray.
+		c.lendKept(k)
+		k.data, k.loan = body, c.loan
+		c.taken = append(c.taken, c.loan)
+		c.stats.KeptLent++
+		return k.data
+	}
+	if k.loan != core.NoLoan {
+		c.giveBack(k)
+		k.data = c.buffer()
+	}
 	k.data = append(k.data[:0], body...)
 	return k.data
+}
+
+// giveBack returns k's loan (Loans reports it): its bytes are the
+// link's again from its next Recv on, after this turn's deliveries from
+// them were handed out.
+func (c *Core) giveBack(k *kept) {
+	c.returned = append(c.returned, k.loan)
+	k.data, k.loan = nil, core.NoLoan
+}
+
+// StepLent implements core.Borrower: Step, and a frame retained from v
+// (Config.Retain) is kept in v's bytes, lent under loan, instead of
+// copied (Stats.KeptLent).
+func (c *Core) StepLent(now Time, src, dst [6]byte, v frame.View, loan core.Loan) error {
+	c.loan, c.loanView = loan, v
+	err := c.Step(now, src, dst, v)
+	c.loan, c.loanView = core.NoLoan, nil
+	return err
+}
+
+// Borrows implements core.Borrower: only a core that retains
+// (Config.Retain) keeps received bytes past the turn.
+func (c *Core) Borrows() bool { return c.cfg.Retain }
+
+// Loans implements core.Borrower.
+func (c *Core) Loans(taken, returned []core.Loan) ([]core.Loan, []core.Loan) {
+	taken, returned = append(taken, c.taken...), append(returned, c.returned...)
+	c.taken, c.returned = c.taken[:0], c.returned[:0]
+	return taken, returned
+}
+
+// Reclaim implements core.Borrower: every retained frame under a loan
+// before before is copied into a frame buffer of the core's (or, with
+// forget, dropped from retention) and its loan given back
+// (Stats.LoansReclaimed).
+func (c *Core) Reclaim(before core.Loan, forget bool) {
+	for i := range c.peers {
+		for j := range c.peers[i].kept {
+			k := &c.peers[i].kept[j]
+			if k.loan == core.NoLoan || k.loan >= before {
+				continue
+			}
+			data := k.data
+			c.giveBack(k)
+			if forget {
+				k.full = false
+				continue
+			}
+			// A new buffer, not one of the pool: those may hold the
+			// last turn's deliveries until the next Step.
+			k.data = append(make([]byte, 0, c.cfg.linkMax), data...)
+			c.stats.LoansReclaimed++
+		}
+	}
 }
 
 // keepHeld retains the frame from p being delivered now (p.expected)
@@ -83,6 +156,10 @@ func (c *Core) keepHeld(p *peer, buf []byte, bundled bool) bool {
 // it is one of theirs (a copy keep sized to its frame is left to the
 // collector).
 func (c *Core) lendKept(k *kept) {
+	if k.loan != core.NoLoan {
+		c.giveBack(k)
+		return
+	}
 	if k.data != nil && cap(k.data) >= c.cfg.linkMax {
 		c.lent = append(c.lent, k.data)
 	}
@@ -99,6 +176,9 @@ func (c *Core) keepSlot(p *peer) *kept {
 	}
 	if !c.needKeep(p) {
 		k.full = false
+		if k.loan != core.NoLoan {
+			c.giveBack(k)
+		}
 		c.stats.KeepSkipped++
 		return nil
 	}
@@ -157,7 +237,9 @@ func (c *Core) Pin(id frame.MemberID, seq uint32, data []byte) bool {
 		return false
 	}
 	k := &p.kept[seq&c.mask]
-	if !k.full || k.seq != seq || !sameArray(k.data, data) {
+	if !k.full || k.seq != seq || k.loan != core.NoLoan || !sameArray(k.data, data) {
+		// Lent bytes go back to the link when the core says: a layer
+		// cannot hold them past that.
 		return false
 	}
 	k.pins++

@@ -61,7 +61,7 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 	if w != c.view.ID {
 		if c.prev != nil && w == c.prevID {
 			// A member still completing the view before: its repairs.
-			return c.prev.Step(now, src, dst, v)
+			return c.stepCore(c.prev, now, src, dst, v)
 		}
 		c.stats.Dropped++
 		if frame.SeqLess(w, c.view.ID) {
@@ -85,7 +85,7 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 		return nil
 	}
 	c.stepLater(now)
-	if err := c.inner.Step(now, src, dst, v); err != nil {
+	if err := c.stepCore(c.inner, now, src, dst, v); err != nil {
 		return err
 	}
 	c.heardIn(v.Sender())

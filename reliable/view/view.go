@@ -314,6 +314,11 @@ type Core struct {
 	events  []core.Event
 	merged  core.Ready
 	stats   Stats
+
+	// loan is the link's loan of the frame StepLent steps; borrowers the
+	// inner cores stepped with one, which may keep lent bytes (loan.go).
+	loan      core.Loan
+	borrowers []Inner
 }
 
 type replacedCore struct {

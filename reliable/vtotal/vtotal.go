@@ -869,3 +869,37 @@ func (c *Core) sendOrder() {
 		c.kick = true
 	}
 }
+
+// StepLent implements core.Borrower, through to the membership core (a
+// message held past the turn is not pinned in lent bytes: pbp.Core.Pin
+// refuses, and the layer copies it).
+func (c *Core) StepLent(now core.Time, src, dst [6]byte, v frame.View, loan core.Loan) error {
+	b, ok := c.in.(core.Borrower)
+	if !ok {
+		return c.Step(now, src, dst, v)
+	}
+	c.now = max(c.now, now)
+	c.cool()
+	return b.StepLent(now, src, dst, v, loan)
+}
+
+// Loans implements core.Borrower, the membership core's.
+func (c *Core) Loans(taken, returned []core.Loan) ([]core.Loan, []core.Loan) {
+	if b, ok := c.in.(core.Borrower); ok {
+		return b.Loans(taken, returned)
+	}
+	return taken, returned
+}
+
+// Borrows implements core.Borrower, the membership core's.
+func (c *Core) Borrows() bool {
+	b, ok := c.in.(core.Borrower)
+	return ok && b.Borrows()
+}
+
+// Reclaim implements core.Borrower, the membership core's.
+func (c *Core) Reclaim(before core.Loan, forget bool) {
+	if b, ok := c.in.(core.Borrower); ok {
+		b.Reclaim(before, forget)
+	}
+}

@@ -31,10 +31,26 @@ type Segment[C core.Core] struct {
 	// Tick is how far each Round moves the clock; 0 means a microsecond.
 	Tick clock.Duration
 
+	// Lend steps every frame as lent (core.Stepper.StepViewLent), from a
+	// buffer of its own that goes back to be reused, as a ring slot, only
+	// once no core holds its loan and every loan before it came back.
+	Lend bool
+
 	macs  [][6]byte
 	group uint32
 	queue [][]byte // frames sent this round
 	bufs  [][]byte
+	// Lend: the buffers of loans heldBase on, how many holds each has,
+	// the buffers free, and Loans' scratch.
+	held            []lentBuf
+	heldBase        core.Loan
+	free            [][]byte
+	taken, returned []core.Loan
+}
+
+type lentBuf struct {
+	buf   []byte
+	holds int
 }
 
 // New puts cores (ticked once at now) on a segment. macs[i] is core i's
@@ -66,6 +82,16 @@ func (g *Segment[C]) Round(tb testing.TB) {
 		}
 		g.Frames += len(rd.Frames)
 		for _, f := range rd.Frames {
+			if g.Lend {
+				var b []byte
+				if n := len(g.free); n > 0 {
+					b, g.free = g.free[n-1], g.free[:n-1]
+				}
+				b = append(b[:0], f...)
+				g.queue = append(g.queue, b)
+				g.held = append(g.held, lentBuf{buf: b})
+				continue
+			}
 			k := len(g.queue)
 			if k == len(g.bufs) {
 				g.bufs = append(g.bufs, make([]byte, 0, 1600))
@@ -76,7 +102,13 @@ func (g *Segment[C]) Round(tb testing.TB) {
 		g.Delivered[i] += len(rd.Deliveries)
 		st.Advance()
 	}
-	for _, f := range g.queue {
+	if g.Lend {
+		// The last round's frames were handed out (Advance): those no
+		// loan holds go back, not this round's.
+		g.settle(tb, len(g.held)-len(g.queue))
+	}
+	first := g.heldBase + core.Loan(len(g.held)-len(g.queue))
+	for k, f := range g.queue {
 		eth, rest, err := frame.SplitEthernet(f, frame.EtherType)
 		if err != nil {
 			tb.Fatal(err)
@@ -90,7 +122,13 @@ func (g *Segment[C]) Round(tb testing.TB) {
 			if g.macs[j] == src || (dst != frame.Broadcast && dst != g.macs[j]) {
 				continue
 			}
-			if err := st.StepView(g.Now, src, dst, v); err != nil {
+			var err error
+			if g.Lend {
+				err = st.StepViewLent(g.Now, src, dst, v, first+core.Loan(k))
+			} else {
+				err = st.StepView(g.Now, src, dst, v)
+			}
+			if err != nil {
 				if g.StepErr == nil {
 					tb.Fatal(err)
 				}
@@ -106,4 +144,28 @@ func (g *Segment[C]) Round(tb testing.TB) {
 	for _, st := range g.Steppers {
 		st.Tick(g.Now)
 	}
+}
+
+// settle takes the loans the cores took and gave back since the last
+// round and frees, in loan order, the buffers no loan holds among the
+// first upto (Lend).
+func (g *Segment[C]) settle(tb testing.TB, upto int) {
+	for _, st := range g.Steppers {
+		g.taken, g.returned = st.Loans(g.taken[:0], g.returned[:0])
+		for _, l := range g.taken {
+			g.held[l-g.heldBase].holds++
+		}
+		for _, l := range g.returned {
+			if g.held[l-g.heldBase].holds--; g.held[l-g.heldBase].holds < 0 {
+				tb.Fatalf("loan %d given back more often than taken", l)
+			}
+		}
+	}
+	k := 0
+	for k < upto && g.held[k].holds == 0 {
+		g.free = append(g.free, g.held[k].buf)
+		k++
+	}
+	g.held = append(g.held[:0], g.held[k:]...)
+	g.heldBase += core.Loan(k)
 }

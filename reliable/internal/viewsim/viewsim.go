@@ -112,6 +112,7 @@ type process struct {
 	top  core.Core    // what the stepper drives: the membership core, or vtotal over it
 	vt   *vtotal.Core // top, under Agreed and Safe; nil under FIFO
 	st   *core.Stepper
+	lend simLender // the link's loans of received frames
 	clk  wall.Clock
 	rx   []link.Frame
 	rng  *rand.Rand
@@ -260,6 +261,9 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 		p.top, p.vt = v, v
 	}
 	p.st = core.NewStepper(p.top, simGroup, frame.EtherType)
+	// Lent frames asked back soon, later, or never: the copy on
+	// pressure, and bytes kept for as long as the cores like.
+	p.lend = simLender{bound: []uint64{8, 64, 1 << 40}[r.seed%3], held: map[core.Loan]*simLoan{}}
 	p.markerAt = r.start.Add(churnEnd)
 	ep.Bind(p)
 	return p
@@ -289,17 +293,20 @@ func (p *process) Step(now time.Time) time.Time {
 	for {
 		p.checkHanded() // before Recv: a delivery may alias a frame
 		n, _ := p.ep.Recv(time.Time{}, p.rx)
+		p.lend.release()
 		for _, f := range p.rx[:n] {
 			if p.drop != nil && p.drop(f.Data) {
 				continue
 			}
-			p.st.Step(t, f.Data)
+			b, loan := p.lend.lend(f.Data)
+			p.st.StepLent(t, b, false, loan)
 		}
 		p.st.Tick(t)
 		if p.batch == 0 {
 			p.propose(now, t)
 		} // else flush proposes between Ready and Advance
 		p.flush(now, t)
+		p.lend.settle(p.run, p.st)
 		if err := p.core.CacheErr(); err != nil {
 			p.run.fail("process %x.%d: %v", p.mac, p.inc, err)
 		}
