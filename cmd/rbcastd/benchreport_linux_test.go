@@ -69,6 +69,10 @@ import (
 // 5000). RBCASTD_REPORT_PARTS: a subset of goodput,file,small,latency,total.
 // RBCASTD_REPORT_OUT: also write the report to this file.
 // RBCASTD_REPORT_PINGARGS: more flags for bench -ping and -echo.
+// RBCASTD_REPORT_RECVARGS: more flags for the file row's recv -o FILE
+// (say "-write buffered"). RBCASTD_REPORT_FILE_DIR: where the file row's
+// receivers write their copies (default: the run's temporary directory;
+// say /dev/shm for tmpfs).
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
 // RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
 // the library's and the daemons' (-spin) alike (default: the ring's,
@@ -1011,9 +1015,15 @@ func (d *daemons) cpu(clients []*started) time.Duration {
 // receivers exited, with both copies' SHA-256 equal to the file's.
 func (d *daemons) sendFile(file string, n int) (mbps, cpuPerMB float64) {
 	var recvs []*started
+	outDir := d.dir
+	if v := os.Getenv("RBCASTD_REPORT_FILE_DIR"); v != "" {
+		outDir = v
+	}
+	recvArgs := strings.Fields(os.Getenv("RBCASTD_REPORT_RECVARGS"))
 	for i := 1; i < 3; i++ {
-		out := filepath.Join(d.dir, fmt.Sprintf("out%d", i))
-		recvs = append(recvs, d.start(i, "recv", "-from", fmt.Sprint(d.ids[0]), "-bytes", fmt.Sprint(n), "-o", out))
+		out := filepath.Join(outDir, fmt.Sprintf("rbrep-out%d", i))
+		args := append([]string{"recv", "-from", fmt.Sprint(d.ids[0]), "-bytes", fmt.Sprint(n), "-o", out}, recvArgs...)
+		recvs = append(recvs, d.start(i, args...))
 		d.waitSubs(i, 1)
 	}
 	cpu0 := d.cpu(nil)
@@ -1044,7 +1054,7 @@ func (d *daemons) sendFile(file string, n int) (mbps, cpuPerMB float64) {
 	d.logEach(fmt.Sprintf("send FILE (send %.2f ms per MB, its exit after %v of %v)", perMB(sendCPU, uint64(n)), sent.Round(time.Millisecond), el.Round(time.Millisecond)), each0, each, uint64(n))
 	want := fileHash(d.r.b, file)
 	for i := 1; i < 3; i++ {
-		out := filepath.Join(d.dir, fmt.Sprintf("out%d", i))
+		out := filepath.Join(outDir, fmt.Sprintf("rbrep-out%d", i))
 		if got := fileHash(d.r.b, out); got != want {
 			d.r.b.Fatalf("host %d's copy of the file: SHA-256 %x, the file's %x", i, got, want)
 		}
