@@ -164,8 +164,14 @@ func TestConcurrentViews(t *testing.T) {
 				if errs[i] != nil {
 					t.Fatal(errs[i])
 				}
-				if uint64(got[i].Load())+st.KernelDrops != perGroup {
-					t.Errorf("view %d: %d frames received, %d counted dropped, of %d", i+1, got[i].Load(), st.KernelDrops, perGroup)
+				// A view's KernelDrops is its queue's drops plus all the
+				// shared ring's, whose group the kernel does not say: with
+				// the ring dropping (a loaded machine), received and
+				// dropped add up to between perGroup and perGroup plus
+				// the ring's drops.
+				ring, _ := shared.Stats()
+				if sum := uint64(got[i].Load()) + st.KernelDrops; sum < perGroup || sum > perGroup+ring.KernelDrops {
+					t.Errorf("view %d: %d frames received, %d counted dropped (%d of them the shared ring's), of %d", i+1, got[i].Load(), st.KernelDrops, ring.KernelDrops, perGroup)
 				}
 			}
 			ls, _ := shared.Stats()
