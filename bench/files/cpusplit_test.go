@@ -27,6 +27,23 @@ func cpuTime(t testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// cpusplitRow runs ./cpusplit on one profile, which must succeed, and
+// returns its output and the profile's row split into fields (nil if
+// it printed none).
+func cpusplitRow(t *testing.T, mb, prof string) (string, []string) {
+	t.Helper()
+	out, code := cpusplit(t, mb, prof)
+	if code != 0 {
+		t.Fatalf("cpusplit exit %d:\n%s", code, out)
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, filepath.Base(prof)+" ") {
+			return out, strings.Fields(line)
+		}
+	}
+	return out, nil
+}
+
 // cpusplit runs ./cpusplit with args and returns its output and exit code.
 func cpusplit(t *testing.T, args ...string) (string, int) {
 	t.Helper()
@@ -78,16 +95,7 @@ func cpuSplitOf(t *testing.T, h hash.Hash, most float64) {
 	pprof.StopCPUProfile()
 	f.Close()
 
-	out, code := cpusplit(t, "100", prof)
-	if code != 0 {
-		t.Fatalf("cpusplit exit %d:\n%s", code, out)
-	}
-	var row []string
-	for line := range strings.SplitSeq(out, "\n") {
-		if strings.HasPrefix(line, "cpu0.pprof ") {
-			row = strings.Fields(line)
-		}
-	}
+	out, row := cpusplitRow(t, "100", prof)
 	if len(row) < 9 {
 		t.Fatalf("no row for cpu0.pprof in:\n%s", out)
 	}
@@ -163,16 +171,7 @@ func TestCPUSplitUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, code := cpusplit(t, "1000", prof)
-	if code != 0 {
-		t.Fatalf("cpusplit exit %d:\n%s", code, out)
-	}
-	var row []string
-	for line := range strings.SplitSeq(out, "\n") {
-		if strings.HasPrefix(line, "cpu1.pprof ") {
-			row = strings.Fields(line)
-		}
-	}
+	out, row := cpusplitRow(t, "1000", prof)
 	// CPU-ms per MB over 1000 MB: total 5400 s, sha256 4320 s, crc 360 s,
 	// read 0.9 s, write 1.8 s, sched 0.6 s.
 	want := []string{"5400.00", "4320.00", "360.00", "0.90", "1.80", "0.00", "0.60", "716.70"}

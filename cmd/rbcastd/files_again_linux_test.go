@@ -138,30 +138,13 @@ func TestNetnsFilesOldReceiver(t *testing.T) {
 		if i == 1 {
 			args = append(args, "-inbox", inbox)
 		}
-		cmd := rbcastdCmd(context.Background(), h, args...)
+		var env []string
 		if i == 1 {
-			cmd.Env = append(cmd.Env, "RBCASTD_TEST_OLD_RECEIVER=1")
+			env = []string{"RBCASTD_TEST_OLD_RECEIVER=1"}
 		}
-		logs[i] = &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs[i], logs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, logs[i].String())
-			}
-		})
+		logs[i] = startLoggedDaemon(t, h, i, args, env)
 	}
-	for i := range topo.Hosts {
-		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
-			t.Fatalf("host %d: %v", i, err)
-		}
-	}
+	awaitStatus(t, len(topo.Hosts), sock)
 	src := filepath.Join(dir, "img")
 	bigRandomFile(t, src, 44, 1<<20)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -237,30 +220,13 @@ func TestNetnsFilesOldHashAlg(t *testing.T) {
 			}
 			args = append(args, "-inbox", inbox(i))
 		}
-		cmd := rbcastdCmd(context.Background(), h, args...)
+		var env []string
 		if i == 1 {
-			cmd.Env = append(cmd.Env, "RBCASTD_TEST_OLD_RECEIVER=2")
+			env = []string{"RBCASTD_TEST_OLD_RECEIVER=2"}
 		}
-		logs[i] = &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs[i], logs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, logs[i].String())
-			}
-		})
+		logs[i] = startLoggedDaemon(t, h, i, args, env)
 	}
-	for i := range topo.Hosts {
-		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
-			t.Fatalf("host %d: %v", i, err)
-		}
-	}
+	awaitStatus(t, len(topo.Hosts), sock)
 	src := filepath.Join(dir, "img")
 	sum := bigRandomFile(t, src, 45, 1<<20)
 	send := func(args ...string) (string, error) {
@@ -300,5 +266,39 @@ func TestNetnsFilesOldHashAlg(t *testing.T) {
 	}
 	if got, err := hashOf(t, filepath.Join(inbox(1), "img")); err != nil || got != sum {
 		t.Fatalf("the old receiver's copy of the SHA-256 file: %x, %v", got, err)
+	}
+}
+
+// startLoggedDaemon starts rbcastd with args on h (host i), with env
+// added to its environment, and ends it when the test does; its output
+// is logged if the test failed, and returned.
+func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *syncBuffer {
+	t.Helper()
+	cmd := rbcastdCmd(context.Background(), h, args...)
+	cmd.Env = append(cmd.Env, env...)
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("daemon on host %d logged:\n%s", i, log.String())
+		}
+	})
+	return log
+}
+
+// awaitStatus waits until the daemons of hosts 0..n-1 answer status.
+func awaitStatus(t *testing.T, n int, sock func(int) string) {
+	t.Helper()
+	for i := range n {
+		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
 	}
 }
