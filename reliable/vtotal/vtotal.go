@@ -290,9 +290,7 @@ func NewSafe(in Inner) *Core {
 
 // Step hands a frame to the membership core.
 func (c *Core) Step(now core.Time, src, dst [6]byte, v frame.View) error {
-	c.now = max(c.now, now)
-	c.cool()
-	return c.in.Step(now, src, dst, v)
+	return c.StepLent(now, src, dst, v, core.NoLoan)
 }
 
 // Tick runs the membership core's timers.
@@ -874,13 +872,12 @@ func (c *Core) sendOrder() {
 // message held past the turn is not pinned in lent bytes: pbp.Core.Pin
 // refuses, and the layer copies it).
 func (c *Core) StepLent(now core.Time, src, dst [6]byte, v frame.View, loan core.Loan) error {
-	b, ok := c.in.(core.Borrower)
-	if !ok {
-		return c.Step(now, src, dst, v)
-	}
 	c.now = max(c.now, now)
 	c.cool()
-	return b.StepLent(now, src, dst, v, loan)
+	if b, ok := c.in.(core.Borrower); ok && loan != core.NoLoan {
+		return b.StepLent(now, src, dst, v, loan)
+	}
+	return c.in.Step(now, src, dst, v)
 }
 
 // Loans implements core.Borrower, the membership core's.
