@@ -15,7 +15,6 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/testnet/netns"
-	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
 
 // Real network: four namespaces on a bridge, a ring link on each host's
@@ -73,9 +72,12 @@ func joinAll(t *testing.T, ctx context.Context, topo *netns.Topology, links []li
 	for i, l := range links {
 		cfg := base
 		cfg.Logger = quiet
-		if static {
+		switch {
+		case static:
 			cfg.Members, cfg.Self = members, frame.MemberID(i)
-		} else {
+		case base.Views:
+			cfg.Size, cfg.RequestID = len(links), frame.MemberID(i)
+		default:
 			cfg.Size, cfg.Server = len(links), i == 0
 		}
 		wg.Add(1)
@@ -188,17 +190,7 @@ func allToAll(t *testing.T, ctx context.Context, groups []*Group, perSender int)
 }
 
 func testNetns(t *testing.T, base Config, static bool) {
-	// A random prefix (netns.Options): two test processes at once must
-	// not collide on fixed names.
-	topo := netnstest.Up(t, netns.Options{Hosts: 4})
-	for i, l := range lossFor {
-		if l.Percent > 0 {
-			if err := topo.Hosts[i].SetLoss(netns.In, l); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	links := openRings(t, topo)
+	topo, links := lossyRings(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	groups := joinAll(t, ctx, topo, links, base, static)

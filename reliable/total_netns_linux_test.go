@@ -126,7 +126,11 @@ func checkTotalLogs(t *testing.T, groups []*Group, logs []*totalLog, sent map[fr
 	}
 }
 
-func netnsTotalTopology(t *testing.T) (*netns.Topology, []link.Link) {
+// lossyRings makes the 4-host segment of the netns tests, with lossFor's
+// loss into each host, and a ring link on every host. Its namespaces
+// take a random prefix (netns.Options), so two test processes at once
+// do not collide on fixed names.
+func lossyRings(t *testing.T) (*netns.Topology, []link.Link) {
 	topo := netnstest.Up(t, netns.Options{Hosts: 4})
 	for i, l := range lossFor {
 		if l.Percent > 0 {
@@ -141,7 +145,7 @@ func netnsTotalTopology(t *testing.T) (*netns.Topology, []link.Link) {
 // Registered group (host 0 the server and so the sequencer), the hybrid
 // method, everyone sending 1 MB at once.
 func TestNetnsTotal(t *testing.T) {
-	topo, links := netnsTotalTopology(t)
+	topo, links := lossyRings(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	groups := joinAll(t, ctx, topo, links, Config{Group: 17, Order: Total}, false)
@@ -223,7 +227,7 @@ func (l *crashLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 // sequencer's order ends, and finish; their logs are identical byte for
 // byte and hold every byte each of them sent.
 func TestNetnsTotalSequencerCrash(t *testing.T) {
-	topo, links := netnsTotalTopology(t)
+	topo, links := lossyRings(t)
 	crash := &crashLink{Link: links[0]}
 	links[0] = crash
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
