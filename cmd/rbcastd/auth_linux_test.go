@@ -46,27 +46,8 @@ func TestNetnsWrongKey(t *testing.T) {
 		return []string{"run", "-i", topo.Hosts[i].Iface, "-group", fmt.Sprint(group), "-members", "2", "-node", fmt.Sprint(i),
 			"-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn", "-key-file", key}
 	}
-	start := func(i int, key string) (*exec.Cmd, *syncBuffer, chan error) {
-		cmd := rbcastdCmd(context.Background(), topo.Hosts[i], args(i, key)...)
-		log := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			select {
-			case <-done:
-			default:
-				cmd.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, log)
-			}
-		})
-		return cmd, log, done
+	start := func(i int, key string) *loggedDaemon {
+		return startLogged(t, rbcastdCmd(context.Background(), topo.Hosts[i], args(i, key)...), fmt.Sprintf("daemon on host %d", i))
 	}
 	start(0, keyA)
 	start(1, keyA)
@@ -76,11 +57,11 @@ func TestNetnsWrongKey(t *testing.T) {
 		}
 	}
 
-	_, log, done := start(2, keyB)
+	d := start(2, keyB)
+	log := d.log
 	select {
-	case err := <-done:
-		done <- err // for the cleanup
-		if err == nil {
+	case <-d.done:
+		if d.err == nil {
 			t.Fatalf("the daemon with another key ran and exited 0:\n%s", log)
 		}
 	case <-time.After(20 * time.Second):
@@ -127,13 +108,13 @@ func TestNetnsWrongKey(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), fmt.Sprintf("auth: key %s (id %d)", kb, kb.ID())) || !strings.Contains(string(out), fmt.Sprintf("key %s retired at", ka)) {
 		t.Errorf("status after the rotation (%v):\n%s", err, out)
 	}
-	_, log2, done2 := start(2, keyB)
+	d2 := start(2, keyB)
 	if st, err := status(&socketFlags{socket: c.socket(2)}, 20*time.Second); err != nil || st.View == nil || len(st.View.Members) != 3 {
-		t.Fatalf("host 2 with the group's new key: %v, %+v\n%s", err, st, log2)
+		t.Fatalf("host 2 with the group's new key: %v, %+v\n%s", err, st, d2.log)
 	}
 	select {
-	case err := <-done2:
-		t.Fatalf("host 2 exited: %v\n%s", err, log2)
+	case <-d2.done:
+		t.Fatalf("host 2 exited: %v\n%s", d2.err, d2.log)
 	default:
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -276,21 +277,40 @@ func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *
 	t.Helper()
 	cmd := rbcastdCmd(context.Background(), h, args...)
 	cmd.Env = append(cmd.Env, env...)
-	log := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
+	return startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i)).log
+}
+
+// loggedDaemon is a started process whose output is kept, printed if the
+// test fails, and which the test's cleanup ends unless it has exited.
+type loggedDaemon struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{} // closed once the process has exited; err is then set
+	err  error
+}
+
+// startLogged starts cmd with its output in a loggedDaemon named name in
+// the failed test's log.
+func startLogged(t *testing.T, cmd *exec.Cmd, name string) *loggedDaemon {
+	t.Helper()
+	d := &loggedDaemon{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = d.log, d.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { d.err = cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
+		select {
+		case <-d.done:
+		default:
+			cmd.Process.Kill()
+			<-d.done
+		}
 		if t.Failed() {
-			t.Logf("daemon on host %d logged:\n%s", i, log.String())
+			t.Logf("%s logged:\n%s", name, d.log)
 		}
 	})
-	return log
+	return d
 }
 
 // awaitStatus waits until the daemons of hosts 0..n-1 answer status.

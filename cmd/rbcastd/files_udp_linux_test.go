@@ -100,20 +100,7 @@ func TestFilesUDPLoopback(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
-		log := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				t.Logf("daemon %d logged:\n%s", i, log.String())
-			}
-		})
+		startLogged(t, cmd, fmt.Sprintf("daemon %d", i))
 	}
 	for i := range ports {
 		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {

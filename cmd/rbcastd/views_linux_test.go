@@ -350,25 +350,8 @@ func viewsAgreed(t *testing.T, topo *netns.Topology, level string) {
 	for i, h := range topo.Hosts {
 		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "4",
 			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-level", level, "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
-		log := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i))
 		daemons = append(daemons, cmd)
-		t.Cleanup(func() {
-			select {
-			case <-done:
-			default:
-				cmd.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, log)
-			}
-		})
 	}
 	for i := range topo.Hosts {
 		st, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second)
