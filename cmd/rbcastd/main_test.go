@@ -26,6 +26,7 @@ import (
 // one from before offers without a hash did, and with =2 as one from
 // before the offer's hash algorithm byte (oldReceiverLink, oldHashAlgLink).
 func TestMain(m *testing.M) {
+	mainAt = time.Now()
 	if childMain != nil {
 		if code, ok := childMain(); ok {
 			os.Exit(code)

@@ -496,6 +496,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "%v", err)
 	}
 	dc.Logger = log
+	log.Info("rbcastd: started", "main", mainAt, "before_main_ms", float64(sinceStart(mainAt))/1e6)
 	procs, procsEnv := setProcs(f.procs, os.Getenv("GOMAXPROCS"))
 	log.Debug("Go Ps", "GOMAXPROCS", procs, "from the environment", procsEnv)
 	mode, _ := strconv.ParseUint(f.socketMode, 8, 32)
