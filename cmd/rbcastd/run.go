@@ -425,6 +425,36 @@ func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *s
 	return l, nil
 }
 
+// boundDelay is the longest run waits for its group to start before it
+// empties the bounding set anyway.
+const boundDelay = 5 * time.Second
+
+// dropBound empties the capability bounding set and drops the
+// CAP_SETPCAP privs.Drop kept for it (when it did), once started is
+// closed or after at most wait: a join's first view does not wait for
+// its 41 all-thread calls (docs/membership.md, "Joining fast"). With
+// no_new_privs set and no other capability held, no execve can gain a
+// capability meanwhile. A failure is logged: the process holds at most
+// CAP_SETPCAP then.
+func dropBound(dropped privs.Dropped, started <-chan struct{}, wait time.Duration, log *slog.Logger) {
+	if !dropped.Kept {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-started:
+	case <-t.C:
+	}
+	t0 := time.Now()
+	bound, err := dropped.DropBound()
+	if err != nil {
+		log.Error("rbcastd: emptying the capability bounding set", "err", err, "now", privs.Current())
+		return
+	}
+	log.Info("rbcastd: capability bounding set emptied", "emptied", bound, "now", privs.Current(), "took", time.Since(t0).Round(time.Microsecond))
+}
+
 // memberAddress checks that the link has what registration names a
 // member by, a unicast Ethernet address: loopback (which the links open)
 // has none.
@@ -637,7 +667,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(stderr, "run", fmt.Errorf("dropping privileges: %w", err))
 	}
-	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_emptied", dropped.Bound,
+	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_later", dropped.Kept,
 		"uid", os.Getuid())
 
 	want := -1
@@ -652,6 +682,12 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return nil
 	}
 	d := daemon.New(dc)
+	boundDone := make(chan struct{})
+	go func() {
+		defer close(boundDone)
+		dropBound(dropped, d.Started(), boundDelay, log)
+	}()
+	defer func() { <-boundDone }()
 	if metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", d.MetricsHandler())
