@@ -430,21 +430,29 @@ func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *s
 const boundDelay = 5 * time.Second
 
 // dropBound empties the capability bounding set and drops the
-// CAP_SETPCAP privs.Drop kept for it (when it did), once started is
-// closed or after at most wait: a join's first view does not wait for
-// its 41 all-thread calls (docs/membership.md, "Joining fast"). With
-// no_new_privs set and no other capability held, no execve can gain a
-// capability meanwhile. A failure is logged: the process holds at most
-// CAP_SETPCAP then.
-func dropBound(dropped privs.Dropped, started <-chan struct{}, wait time.Duration, log *slog.Logger) {
+// CAP_SETPCAP privs.Drop kept for it (when it did), once every channel
+// of quiet is closed or after at most wait: a join's first view does not
+// wait for its 41 all-thread calls (docs/membership.md, "Joining fast").
+// quiet holds the daemon's start and the late links' Settled: each psx
+// call holds every thread in its signal handler until all have run it,
+// so one thread in a socket call that waits for an RCU grace period (a
+// ring's setup, a packet socket's close) stops the whole process that
+// long, 41 times over. With no_new_privs set and no other capability
+// held, no execve can gain a capability meanwhile. A failure is logged:
+// the process holds at most CAP_SETPCAP then.
+func dropBound(dropped privs.Dropped, quiet []<-chan struct{}, wait time.Duration, log *slog.Logger) {
 	if !dropped.Kept {
 		return
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-started:
-	case <-t.C:
+wait:
+	for _, c := range quiet {
+		select {
+		case <-c:
+		case <-t.C:
+			break wait
+		}
 	}
 	t0 := time.Now()
 	bound, err := dropped.DropBound()
@@ -549,6 +557,10 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", err)
 	}
 	defer func() { l.Close() }()
+	var lates []*lateLink // whose switch dropBound waits for
+	if ll, ok := l.(*lateLink); ok {
+		lates = append(lates, ll)
+	}
 	if err := memberAddress(f.iface, l); err != nil {
 		return fail(stderr, "run", err)
 	}
@@ -568,6 +580,9 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
+		}
+		if ll, ok := fl.(*lateLink); ok {
+			lates = append(lates, ll)
 		}
 		if filesLinkHook != nil {
 			fl = filesLinkHook(fl, cmp.Or(dc.Group.EtherType, frame.EtherType))
@@ -682,10 +697,14 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return nil
 	}
 	d := daemon.New(dc)
+	quiet := []<-chan struct{}{d.Started()}
+	for _, ll := range lates {
+		quiet = append(quiet, ll.Settled())
+	}
 	boundDone := make(chan struct{})
 	go func() {
 		defer close(boundDone)
-		dropBound(dropped, d.Started(), boundDelay, log)
+		dropBound(dropped, quiet, boundDelay, log)
 	}()
 	defer func() { <-boundDone }()
 	if metricsLn != nil {
