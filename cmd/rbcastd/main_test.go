@@ -440,3 +440,20 @@ func TestProfilePID(t *testing.T) {
 		}
 	}
 }
+
+// sinceStart reads how long the process had run from a time's monotonic
+// reading: positive and below the test binary's whole run for mainAt,
+// growing with later times, 0 for a time without a reading.
+func TestSinceStart(t *testing.T) {
+	at := sinceStart(mainAt)
+	if at <= 0 || at > time.Hour {
+		t.Fatalf("sinceStart(mainAt) = %v, want a positive duration (the process ran before main)", at)
+	}
+	later := time.Now()
+	if d := sinceStart(later); d < at || d-at > time.Since(mainAt)+time.Millisecond {
+		t.Errorf("sinceStart(now) = %v, want %v plus the %v since main", d, at, time.Since(mainAt))
+	}
+	if d := sinceStart(later.Round(0)); d != 0 {
+		t.Errorf("sinceStart of a time without a monotonic reading = %v, want 0", d)
+	}
+}
