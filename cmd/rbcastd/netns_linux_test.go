@@ -808,9 +808,15 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 	// Nobody else on the segment: -join-timeout ends it with the reason,
 	// under views (no group admitted it, too few to found one) and under
 	// registration (no server).
+	t0 := time.Now()
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no view after"; err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "founding waits for Size=2 processes") {
 		t.Errorf("alone, views: %v, %q; want %q and why", err, out, want)
+	}
+	// Its exit does not wait for the bounding set's turn (boundDelay),
+	// which never came: the files' link never switched.
+	if took := time.Since(t0); took > boundDelay/2 {
+		t.Errorf("alone, views: exited %v after its start, want well within boundDelay %v", took, boundDelay)
 	}
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-membership", "registered", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no Welcome from a server"; err == nil || !strings.Contains(string(out), want) {

@@ -431,7 +431,7 @@ const boundDelay = 5 * time.Second
 
 // dropBound empties the capability bounding set and drops the
 // CAP_SETPCAP privs.Drop kept for it (when it did), once every channel
-// of quiet is closed or after at most wait: a join's first view does not
+// of quiet is closed or after at most wait, unless run is exiting first: a join's first view does not
 // wait for its 41 all-thread calls (docs/membership.md, "Joining fast").
 // quiet holds the daemon's start and the late links' Settled: each psx
 // call holds every thread in its signal handler until all have run it,
@@ -440,7 +440,7 @@ const boundDelay = 5 * time.Second
 // long, 41 times over. With no_new_privs set and no other capability
 // held, no execve can gain a capability meanwhile. A failure is logged:
 // the process holds at most CAP_SETPCAP then.
-func dropBound(dropped privs.Dropped, quiet []<-chan struct{}, wait time.Duration, log *slog.Logger) {
+func dropBound(dropped privs.Dropped, quiet []<-chan struct{}, exiting <-chan struct{}, wait time.Duration, log *slog.Logger) {
 	if !dropped.Kept {
 		return
 	}
@@ -452,6 +452,8 @@ wait:
 		case <-c:
 		case <-t.C:
 			break wait
+		case <-exiting:
+			return
 		}
 	}
 	t0 := time.Now()
@@ -701,12 +703,15 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for _, ll := range lates {
 		quiet = append(quiet, ll.Settled())
 	}
-	boundDone := make(chan struct{})
+	exiting, boundDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(boundDone)
-		dropBound(dropped, quiet, boundDelay, log)
+		dropBound(dropped, quiet, exiting, boundDelay, log)
 	}()
-	defer func() { <-boundDone }()
+	defer func() {
+		close(exiting)
+		<-boundDone
+	}()
 	if metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", d.MetricsHandler())
