@@ -72,8 +72,11 @@ type lateLink struct {
 	mu     sync.Mutex
 	closed bool
 	ring   atomic.Pointer[link.Link] // set once set up
-	// setupDone is closed when the setup has ended, well or not.
-	setupDone chan struct{}
+	// setupDone is closed when the setup has ended, well or not;
+	// settled once the switch is over (Settled).
+	setupDone  chan struct{}
+	settled    chan struct{}
+	settleOnce sync.Once
 
 	// earlyMu is held shared by every use of early, exclusively to close
 	// it; earlyOff says it is closed.
@@ -115,8 +118,17 @@ func openLateRing(iface string, cfg ring.Config, name string, log *slog.Logger) 
 }
 
 func newLateLink(early link.Link, pending pendingLink, mtu int, mac net.HardwareAddr, name string, log *slog.Logger) *lateLink {
-	return &lateLink{early: early, pending: pending, mtu: mtu, mac: mac, name: name, log: log, setupDone: make(chan struct{})}
+	return &lateLink{early: early, pending: pending, mtu: mtu, mac: mac, name: name, log: log, setupDone: make(chan struct{}), settled: make(chan struct{})}
 }
+
+// Settled is closed once the link makes no more of the switch's socket
+// calls that wait for the kernel (the rings' setup and early's close
+// each wait for an RCU grace period, tens of ms on a busy guest): early
+// is closed with the ring link serving, or the setup failed and early
+// serves on, or the link is closed.
+func (l *lateLink) Settled() <-chan struct{} { return l.settled }
+
+func (l *lateLink) settle() { l.settleOnce.Do(func() { close(l.settled) }) }
 
 // Start sets the rings up on a goroutine of its own, if that has not
 // started yet.
@@ -136,6 +148,7 @@ func (l *lateLink) setup() {
 		if !l.closed {
 			l.log.Warn("rbcastd: the rings could not be set up; a plain socket serves the link", "link", l.name, "err", err)
 		}
+		l.settle()
 		return
 	}
 	if l.closed {
@@ -236,6 +249,7 @@ func (l *lateLink) closeEarly() {
 		l.earlyOff = true
 		l.early.Close()
 	}
+	l.settle()
 }
 
 // sender is the link to send through now, with done to call after: the

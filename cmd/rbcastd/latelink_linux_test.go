@@ -168,6 +168,11 @@ func TestLateLinkSwitchKeepsFrames(t *testing.T) {
 			if rx.ringLink() == nil {
 				t.Fatal("the rings were not set up")
 			}
+			select {
+			case <-rx.Settled():
+				t.Fatal("Settled before early was closed")
+			default:
+			}
 			// Both bound now: these may come twice.
 			send(10)
 			recv(seen(30))
@@ -178,6 +183,11 @@ func TestLateLinkSwitchKeepsFrames(t *testing.T) {
 			}
 			if !rx.drained {
 				t.Fatal("early was not drained and closed")
+			}
+			select {
+			case <-rx.Settled():
+			default:
+				t.Fatal("not Settled once early was closed")
 			}
 			// Only the ring now.
 			send(10)

@@ -27,17 +27,41 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rbcast/rbcast/internal/hops"
 )
 
 func main() {
+	mainAt = time.Now()
 	clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))
 	stop := profile(os.Getenv("RBCASTD_CPUPROFILE"), os.Getenv("RBCASTD_TRACE"), os.Stderr)
 	code := rbcastd(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	hops.Dump()
 	os.Exit(code)
+}
+
+// mainAt is when main began; run logs it, with the time the process
+// spent before it, so that a join's latency can be read from the
+// process's start (docs/membership.md, "Joining fast").
+var mainAt time.Time
+
+// sinceStart is how long the process had run at t, read from t's
+// monotonic clock reading: Go counts it from when its time package
+// initialised, early in the runtime's start after exec (Time.String's
+// "m=+"), so it leaves out only the runtime's first steps. It is 0 when
+// t carries no reading.
+func sinceStart(t time.Time) time.Duration {
+	_, m, ok := strings.Cut(t.String(), " m=+")
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(m + "s")
+	if err != nil {
+		return 0
+	}
+	return d
 }
 
 // onePClients are the clients that run on one Go P: their connection's

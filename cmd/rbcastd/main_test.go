@@ -26,6 +26,7 @@ import (
 // one from before offers without a hash did, and with =2 as one from
 // before the offer's hash algorithm byte (oldReceiverLink, oldHashAlgLink).
 func TestMain(m *testing.M) {
+	mainAt = time.Now()
 	if childMain != nil {
 		if code, ok := childMain(); ok {
 			os.Exit(code)
@@ -437,5 +438,22 @@ func TestProfilePID(t *testing.T) {
 		if fi.Size() == 0 {
 			t.Errorf("%s is empty", name)
 		}
+	}
+}
+
+// sinceStart reads how long the process had run from a time's monotonic
+// reading: positive and below the test binary's whole run for mainAt,
+// growing with later times, 0 for a time without a reading.
+func TestSinceStart(t *testing.T) {
+	at := sinceStart(mainAt)
+	if at <= 0 || at > time.Hour {
+		t.Fatalf("sinceStart(mainAt) = %v, want a positive duration (the process ran before main)", at)
+	}
+	later := time.Now()
+	if d := sinceStart(later); d < at || d-at > time.Since(mainAt)+time.Millisecond {
+		t.Errorf("sinceStart(now) = %v, want %v plus the %v since main", d, at, time.Since(mainAt))
+	}
+	if d := sinceStart(later.Round(0)); d != 0 {
+		t.Errorf("sinceStart of a time without a monotonic reading = %v, want 0", d)
 	}
 }

@@ -496,20 +496,67 @@ func waitSubscribers(t *testing.T, c *cluster, k int, hosts ...int) {
 // capEff is a process's effective capability set (/proc/PID/status).
 func capEff(t *testing.T, pid int) uint64 {
 	t.Helper()
+	return capSet(t, pid, "CapEff")
+}
+
+// capSet is the capability set name (CapEff, CapPrm, CapBnd...) of
+// process pid.
+func capSet(t *testing.T, pid int, name string) uint64 {
+	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The daemon is ip-netns-exec's child: exec replaces it, same pid.
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			var eff uint64
-			fmt.Sscanf(strings.TrimSpace(v), "%x", &eff)
-			return eff
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			var set uint64
+			fmt.Sscanf(strings.TrimSpace(v), "%x", &set)
+			return set
 		}
 	}
-	t.Fatalf("no CapEff in /proc/%d/status", pid)
+	t.Fatalf("no %s in /proc/%d/status", name, pid)
 	return 0
+}
+
+// Run as root, the daemon keeps only CAP_SETPCAP once its link is open,
+// and empties the bounding set (then drops CAP_SETPCAP too) only after
+// its first view: the view does not wait for the bounding set's 41
+// all-thread calls (docs/membership.md, "Joining fast"). In the end no
+// capability is left and the bounding set is empty.
+func TestNetnsRunAsRootBoundingSet(t *testing.T) {
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 1})
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	cmd := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-i", "eth0", "-group", "7", "-members", "1", "-node", "0",
+		"-socket", sock, "-failure-timeout", "200ms")
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	const emptied = `msg="rbcastd: capability bounding set emptied" emptied=true now="="`
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), emptied) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q after 10 s:\n%s", emptied, log.String())
+		}
+		time.Sleep(10 * time.Millisecond) // waits for the daemon's log; measures nothing
+	}
+	for _, set := range []string{"CapBnd", "CapEff", "CapPrm", "CapInh", "CapAmb"} {
+		if got := capSet(t, cmd.Process.Pid, set); got != 0 {
+			t.Errorf("%s %#x at the end, want 0", set, got)
+		}
+	}
+	out := log.String()
+	dropped := strings.Index(out, `now="cap_setpcap=ep" bounding_set_later=true`)
+	view := strings.Index(out, `msg="rbcast: view installed"`)
+	bound := strings.Index(out, emptied)
+	if dropped < 0 || view < dropped || bound < view {
+		t.Errorf("want the privileges dropped but CAP_SETPCAP (at %d), then the first view (at %d), then the bounding set emptied (at %d):\n%s",
+			dropped, view, bound, out)
+	}
 }
 
 // -order total -format lines: every member's log of every message, its
@@ -761,9 +808,15 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 	// Nobody else on the segment: -join-timeout ends it with the reason,
 	// under views (no group admitted it, too few to found one) and under
 	// registration (no server).
+	t0 := time.Now()
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no view after"; err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "founding waits for Size=2 processes") {
 		t.Errorf("alone, views: %v, %q; want %q and why", err, out, want)
+	}
+	// Its exit does not wait for the bounding set's turn (boundDelay),
+	// which never came: the files' link never switched.
+	if took := time.Since(t0); took > boundDelay/2 {
+		t.Errorf("alone, views: exited %v after its start, want well within boundDelay %v", took, boundDelay)
 	}
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-membership", "registered", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no Welcome from a server"; err == nil || !strings.Contains(string(out), want) {

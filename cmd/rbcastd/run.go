@@ -425,6 +425,46 @@ func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *s
 	return l, nil
 }
 
+// boundDelay is the longest run waits for its group to start before it
+// empties the bounding set anyway.
+const boundDelay = 5 * time.Second
+
+// dropBound empties the capability bounding set and drops the
+// CAP_SETPCAP privs.Drop kept for it (when it did), once every channel
+// of quiet is closed or after at most wait, unless run is exiting first: a join's first view does not
+// wait for its 41 all-thread calls (docs/membership.md, "Joining fast").
+// quiet holds the daemon's start and the late links' Settled: each psx
+// call holds every thread in its signal handler until all have run it,
+// so one thread in a socket call that waits for an RCU grace period (a
+// ring's setup, a packet socket's close) stops the whole process that
+// long, 41 times over. With no_new_privs set and no other capability
+// held, no execve can gain a capability meanwhile. A failure is logged:
+// the process holds at most CAP_SETPCAP then.
+func dropBound(dropped privs.Dropped, quiet []<-chan struct{}, exiting <-chan struct{}, wait time.Duration, log *slog.Logger) {
+	if !dropped.Kept {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+wait:
+	for _, c := range quiet {
+		select {
+		case <-c:
+		case <-t.C:
+			break wait
+		case <-exiting:
+			return
+		}
+	}
+	t0 := time.Now()
+	bound, err := dropped.DropBound()
+	if err != nil {
+		log.Error("rbcastd: emptying the capability bounding set", "err", err, "now", privs.Current())
+		return
+	}
+	log.Info("rbcastd: capability bounding set emptied", "emptied", bound, "now", privs.Current(), "took", time.Since(t0).Round(time.Microsecond))
+}
+
 // memberAddress checks that the link has what registration names a
 // member by, a unicast Ethernet address: loopback (which the links open)
 // has none.
@@ -496,6 +536,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "%v", err)
 	}
 	dc.Logger = log
+	log.Info("rbcastd: started", "main", mainAt, "before_main_ms", float64(sinceStart(mainAt))/1e6)
 	procs, procsEnv := setProcs(f.procs, os.Getenv("GOMAXPROCS"))
 	log.Debug("Go Ps", "GOMAXPROCS", procs, "from the environment", procsEnv)
 	mode, _ := strconv.ParseUint(f.socketMode, 8, 32)
@@ -518,6 +559,10 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", err)
 	}
 	defer func() { l.Close() }()
+	var lates []*lateLink // whose switch dropBound waits for
+	if ll, ok := l.(*lateLink); ok {
+		lates = append(lates, ll)
+	}
 	if err := memberAddress(f.iface, l); err != nil {
 		return fail(stderr, "run", err)
 	}
@@ -537,6 +582,9 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))
+		}
+		if ll, ok := fl.(*lateLink); ok {
+			lates = append(lates, ll)
 		}
 		if filesLinkHook != nil {
 			fl = filesLinkHook(fl, cmp.Or(dc.Group.EtherType, frame.EtherType))
@@ -636,7 +684,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(stderr, "run", fmt.Errorf("dropping privileges: %w", err))
 	}
-	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_emptied", dropped.Bound,
+	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_later", dropped.Kept,
 		"uid", os.Getuid())
 
 	want := -1
@@ -651,6 +699,19 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return nil
 	}
 	d := daemon.New(dc)
+	quiet := []<-chan struct{}{d.Started()}
+	for _, ll := range lates {
+		quiet = append(quiet, ll.Settled())
+	}
+	exiting, boundDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(boundDone)
+		dropBound(dropped, quiet, exiting, boundDelay, log)
+	}()
+	defer func() {
+		close(exiting)
+		<-boundDone
+	}()
 	if metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", d.MetricsHandler())

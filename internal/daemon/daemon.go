@@ -103,9 +103,11 @@ type Daemon struct {
 	// before it starts, and while it joins again after the group went on
 	// without it (rejoin.go); it is read without a lock, and set under
 	// mu, which guards the rest. up is closed when g is set or the join
-	// failed (joinErr); a rejoin makes a new one.
+	// failed (joinErr); a rejoin makes a new one. first is closed
+	// with the first up.
 	g         atomic.Pointer[reliable.Group]
 	up        chan struct{}
+	first     chan struct{}
 	joinErr   error
 	since     time.Time // when g was set
 	rejoining bool
@@ -158,7 +160,7 @@ func New(cfg Config) *Daemon {
 	if cfg.SocketBuffer <= 0 {
 		cfg.SocketBuffer = DefaultSocketBuffer
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, up: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
+	d := &Daemon{cfg: cfg, log: cfg.Logger, up: make(chan struct{}), first: make(chan struct{}), conns: map[*conn]struct{}{}, start: time.Now(),
 		watch: newWatch(nil, cfg.Group.EtherType, cfg.Logger), keys: map[uint64]*auth.Key{}}
 	if a := cfg.Group.Auth; a != nil && a.Key != nil {
 		d.keys[a.Key.Fingerprint()] = a.Key
@@ -328,7 +330,7 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 	if err != nil {
 		d.mu.Lock()
 		d.joinErr = err
-		close(d.up)
+		d.closeUp()
 		d.mu.Unlock()
 		return nil, nil, err
 	}
@@ -342,7 +344,7 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 		d.rejoining = false
 		d.lastGone.BackAt = stamp(d.since)
 	}
-	close(d.up)
+	d.closeUp()
 	d.mu.Unlock()
 	if again {
 		d.log.Info("rbcastd: a member again", "group", d.cfg.Group.Group, "self", g.Self(), "view", viewID(g.Stats()), "rejoins", n)
@@ -351,6 +353,20 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 	}
 	return g, stopFiles, nil
 }
+
+// closeUp closes up, and first the first time; d.mu is held.
+func (d *Daemon) closeUp() {
+	close(d.up)
+	select {
+	case <-d.first:
+	default:
+		close(d.first)
+	}
+}
+
+// Started is closed once the daemon first is a member of its group (its
+// first view, or a registered group's start) or its first join failed.
+func (d *Daemon) Started() <-chan struct{} { return d.first }
 
 // serveGroup hands out g's deliveries until ctx ends (then it leaves
 // cleanly, and returns the leave's error) or the group stops (its error);

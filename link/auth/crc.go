@@ -3,6 +3,7 @@ package auth
 import (
 	"hash/crc32"
 	"math/bits"
+	"sync"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -66,11 +67,14 @@ func xPow8n(n int) uint32 {
 // frame's; longer ones are computed by xPow8n).
 const powMax = 9216
 
-// pow8[n] is x^(8n) mod the polynomial: built once, a multiplication by
-// x per bit (about 74 000 shifts), so that a frame of a length not seen
-// last costs one lookup here instead of xPow8n's multiplications (about
-// a microsecond: more than the whole CRC of the body).
-var pow8 = func() (t [powMax + 1]uint32) {
+// pow8()[n] is x^(8n) mod the polynomial: built once, a multiplication
+// by x per bit (about 74 000 shifts), so that a frame of a length not
+// seen last costs one lookup here instead of xPow8n's multiplications
+// (about a microsecond: more than the whole CRC of the body). It is built
+// on first use, not at the program's start: its 36 KiB are some ten page
+// faults, which every rbcastd would pay at start, authenticated or not.
+var pow8 = sync.OnceValue(func() *[powMax + 1]uint32 {
+	t := new([powMax + 1]uint32)
 	p := uint32(1) << 31 // x^0
 	for n := range t {
 		t[n] = p
@@ -79,11 +83,11 @@ var pow8 = func() (t [powMax + 1]uint32) {
 		}
 	}
 	return t
-}()
+})
 
 func pow8n(n int) uint32 {
 	if n <= powMax {
-		return pow8[n]
+		return pow8()[n]
 	}
 	return xPow8n(n)
 }

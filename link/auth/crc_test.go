@@ -149,8 +149,8 @@ func (c *collect) Send(frames [][]byte) (int, error) {
 // equals multModP(xPow8n(n), d).
 func TestShift(t *testing.T) {
 	for n := range powMax + 1 {
-		if pow8[n] != xPow8n(n) {
-			t.Fatalf("pow8[%d] = %08x, xPow8n %08x", n, pow8[n], xPow8n(n))
+		if pow8()[n] != xPow8n(n) {
+			t.Fatalf("pow8()[%d] = %08x, xPow8n %08x", n, pow8()[n], xPow8n(n))
 		}
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
