@@ -496,6 +496,18 @@ func setProcs(procs int, env string) (n int, fromEnv bool) {
 	return runtime.GOMAXPROCS(0), false
 }
 
+// firstGC runs the process's first garbage collection now, before the
+// daemon joins its group, so that the files and messages that follow do
+// not pay for it. The first collection reads every global that holds
+// pointers for the first time, and rbcastd links gopacket/layers (pcapgo,
+// for -capture), whose two 2.5 MB tables (EthernetTypeMetadata,
+// PPPTypeMetadata) are such globals: about 1300 page faults, 1 to 5 k
+// with the collector's own first use of its structures, 40 µs each on
+// machine D, a PVM guest (docs/protocols.md, "Files (IBRMP)", "Where a
+// file's CPU goes"). In a fresh daemon they came during the first file
+// it moved, when its heap first reached the collector's goal.
+func firstGC() { runtime.GC() }
+
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
 // ring's 0 is its default.
 func ringSpin(spin time.Duration) time.Duration {
@@ -698,6 +710,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return nil
 	}
+	firstGC()
 	d := daemon.New(dc)
 	quiet := []<-chan struct{}{d.Started()}
 	for _, ll := range lates {

@@ -1146,3 +1146,22 @@ func TestLossyResumeSeeds(t *testing.T) {
 		}
 	}
 }
+
+// A receiver's second file reuses the run buffer of its first (freeRuns):
+// it allocates less than a run. A new 1 MiB run per file cost 256 page
+// faults once the runtime had given the last one's pages back.
+func TestRunReused(t *testing.T) {
+	d := &Dir{Root: t.TempDir()}
+	data := randomBytes(4<<20, 31)
+	receive(t, d, meta("first", data, 8964), data)
+	m := meta("second", data, 8964)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	receive(t, d, m, data)
+	runtime.ReadMemStats(&after)
+	n := after.TotalAlloc - before.TotalAlloc
+	t.Logf("the second file of 4 MiB allocated %d bytes", n)
+	if n >= uint64(runBytes) {
+		t.Errorf("the second file allocated %d bytes, want less than a run (%d): its run is the first's", n, runBytes)
+	}
+}
