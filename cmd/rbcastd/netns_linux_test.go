@@ -813,10 +813,10 @@ func TestNetnsInterfaceErrors(t *testing.T) {
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no view after"; err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "founding waits for Size=2 processes") {
 		t.Errorf("alone, views: %v, %q; want %q and why", err, out, want)
 	}
-	// Its exit does not wait for the bounding set's turn (boundDelay),
+	// Its exit does not wait for afterJoin's turn (settleDelay),
 	// which never came: the files' link never switched.
-	if took := time.Since(t0); took > boundDelay/2 {
-		t.Errorf("alone, views: exited %v after its start, want well within boundDelay %v", took, boundDelay)
+	if took := time.Since(t0); took > settleDelay/2 {
+		t.Errorf("alone, views: exited %v after its start, want well within settleDelay %v", took, settleDelay)
 	}
 	out, err = rbcastdCmd(t.Context(), h, "run", "-i", "eth0", "-group", "1", "-members", "2", "-membership", "registered", "-socket", sock, "-join-timeout", "300ms").CombinedOutput()
 	if want := "the group did not start within -join-timeout 300ms: reliable: joining group 1: no Welcome from a server"; err == nil || !strings.Contains(string(out), want) {

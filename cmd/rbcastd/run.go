@@ -425,25 +425,16 @@ func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *s
 	return l, nil
 }
 
-// boundDelay is the longest run waits for its group to start before it
-// empties the bounding set anyway.
-const boundDelay = 5 * time.Second
+// settleDelay is the longest run waits for its group to start before it
+// does what it keeps off a join's path anyway (afterJoin).
+const settleDelay = 5 * time.Second
 
-// dropBound empties the capability bounding set and drops the
-// CAP_SETPCAP privs.Drop kept for it (when it did), once every channel
-// of quiet is closed or after at most wait, unless run is exiting first: a join's first view does not
-// wait for its 41 all-thread calls (docs/membership.md, "Joining fast").
-// quiet holds the daemon's start and the late links' Settled: each psx
-// call holds every thread in its signal handler until all have run it,
-// so one thread in a socket call that waits for an RCU grace period (a
-// ring's setup, a packet socket's close) stops the whole process that
-// long, 41 times over. With no_new_privs set and no other capability
-// held, no execve can gain a capability meanwhile. A failure is logged:
-// the process holds at most CAP_SETPCAP then.
-func dropBound(dropped privs.Dropped, quiet []<-chan struct{}, exiting <-chan struct{}, wait time.Duration, log *slog.Logger) {
-	if !dropped.Kept {
-		return
-	}
+// afterJoin waits until every channel of quiet is closed or at most wait
+// has passed, unless run is exiting first, and then does what a join's
+// first view should not wait for: the process's first garbage collection
+// (firstGC) and emptying the capability bounding set (dropBound). quiet
+// holds the daemon's start and the late links' Settled.
+func afterJoin(dropped privs.Dropped, quiet []<-chan struct{}, exiting <-chan struct{}, wait time.Duration, log *slog.Logger) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 wait:
@@ -455,6 +446,25 @@ wait:
 		case <-exiting:
 			return
 		}
+	}
+	firstGC()
+	dropBound(dropped, log)
+}
+
+// dropBound empties the capability bounding set and drops the
+// CAP_SETPCAP privs.Drop kept for it (when it did). afterJoin calls it
+// once the group has started and the links have settled, so that a
+// join's first view does not wait for its 41 all-thread calls
+// (docs/membership.md, "Joining fast"): each psx call holds every thread
+// in its signal handler until all have run it, so one thread in a socket
+// call that waits for an RCU grace period (a ring's setup, a packet
+// socket's close) stops the whole process that long, 41 times over. With
+// no_new_privs set and no other capability held, no execve can gain a
+// capability meanwhile. A failure is logged: the process holds at most
+// CAP_SETPCAP then.
+func dropBound(dropped privs.Dropped, log *slog.Logger) {
+	if !dropped.Kept {
+		return
 	}
 	t0 := time.Now()
 	bound, err := dropped.DropBound()
@@ -496,16 +506,17 @@ func setProcs(procs int, env string) (n int, fromEnv bool) {
 	return runtime.GOMAXPROCS(0), false
 }
 
-// firstGC runs the process's first garbage collection now, before the
-// daemon joins its group, so that the files and messages that follow do
-// not pay for it. The first collection reads every global that holds
-// pointers for the first time, and rbcastd links gopacket/layers (pcapgo,
-// for -capture), whose two 2.5 MB tables (EthernetTypeMetadata,
-// PPPTypeMetadata) are such globals: about 1300 page faults, 1 to 5 k
-// with the collector's own first use of its structures, 40 µs each on
-// machine D, a PVM guest (docs/protocols.md, "Files (IBRMP)", "Where a
-// file's CPU goes"). In a fresh daemon they came during the first file
-// it moved, when its heap first reached the collector's goal.
+// firstGC runs the process's first garbage collection once the daemon
+// has joined its group (afterJoin), so that neither the join nor the
+// files and messages that follow pay for it. The first collection reads
+// every global that holds pointers for the first time, and rbcastd links
+// gopacket/layers (pcapgo, for -capture), whose two 2.5 MB tables
+// (EthernetTypeMetadata, PPPTypeMetadata) are such globals: about 1300
+// page faults, 1 to 5 k with the collector's own first use of its
+// structures, 40 µs each on machine D, a PVM guest (docs/protocols.md,
+// "Files (IBRMP)", "Where a file's CPU goes"). In a fresh daemon they
+// came during the first file it moved, when its heap first reached the
+// collector's goal; before the join they would be the join's.
 func firstGC() { runtime.GC() }
 
 // ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
@@ -710,7 +721,6 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return nil
 	}
-	firstGC()
 	d := daemon.New(dc)
 	quiet := []<-chan struct{}{d.Started()}
 	for _, ll := range lates {
@@ -719,7 +729,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	exiting, boundDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(boundDone)
-		dropBound(dropped, quiet, exiting, boundDelay, log)
+		afterJoin(dropped, quiet, exiting, settleDelay, log)
 	}()
 	defer func() {
 		close(exiting)
