@@ -720,7 +720,7 @@ func (l *Link) sleep() error {
 	err := l.rxEp.raw.Read(l.ready)
 	if l.armed {
 		l.armed = false
-		if derr := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_DEL, l.rx.fd, nil); derr != nil && err == nil {
+		if derr := epollCtl(l.rxEp.fd, unix.EPOLL_CTL_DEL, l.rx.fd, nil); derr != nil && err == nil {
 			err = os.NewSyscallError("epoll_ctl", derr)
 		}
 	}
@@ -742,10 +742,10 @@ func (l *Link) rxArmedReady(uintptr) bool {
 	}
 	l.armed = true
 	ev := &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.rx.fd)}
-	err := unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_ADD, l.rx.fd, ev)
+	err := epollCtl(l.rxEp.fd, unix.EPOLL_CTL_ADD, l.rx.fd, ev)
 	if err == unix.EEXIST {
 		// A removal that failed (sleep reported it) left it there.
-		err = unix.EpollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, ev)
+		err = epollCtl(l.rxEp.fd, unix.EPOLL_CTL_MOD, l.rx.fd, ev)
 	}
 	if err != nil {
 		// Cannot happen for a valid socket and instance; spin rather
@@ -754,6 +754,17 @@ func (l *Link) rxArmedReady(uintptr) bool {
 		return true
 	}
 	return l.rxReady()
+}
+
+// epollCtl is epoll_ctl(2) by RawSyscall: it never blocks, and by
+// Syscall (unix.EpollCtl) each of a sleep's two calls could wake the
+// runtime's sysmon thread (see shortKick).
+func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) error {
+	_, _, e := rawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 func (l *Link) recvErr(err error) error {
@@ -835,6 +846,13 @@ const (
 
 // giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
 var giveCPU = netyield.GiveCPU
+
+// syscall6 and rawSyscall6 make a kick's sendto and a sleep's epoll_ctl
+// (a test counts which).
+var (
+	syscall6    = unix.Syscall6
+	rawSyscall6 = unix.RawSyscall6
+)
 
 // spin looks at the next slot or block until it is ours (true), for at
 // most Config.RxSpin of yielding and never past deadline (false: Recv then
@@ -1420,7 +1438,11 @@ func (l *Link) txProgress(fd uintptr) bool {
 	ring, slots := l.tx.ring, uint64(len(l.txSlot))
 	newest := func() *uint32 { return status(ring, l.txSlot[(l.txPub.Load()-1)%slots]) }
 	for last := newest(); atomic.LoadUint32(last) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load(); last = newest() {
-		sent, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		sendto := syscall6
+		if l.shortKick() {
+			sendto = rawSyscall6
+		}
+		sent, _, e := sendto(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		if e == 0 {
 			l.txBackoff = 0
 			if sent == 0 && atomic.LoadUint32(last) == unix.TP_STATUS_SEND_REQUEST {
@@ -1459,6 +1481,36 @@ func (l *Link) txProgress(fd uintptr) bool {
 		return st == unix.TP_STATUS_AVAILABLE || l.closed.Load()
 	}
 	return st != unix.TP_STATUS_SEND_REQUEST || l.closed.Load()
+}
+
+// rawKickMax is the most frames a kick's sendto(2) sends by a raw system
+// call (shortKick).
+const rawKickMax = 8
+
+// shortKick reports whether at most rawKickMax frames wait for the
+// kernel (l.kickMu is held). Their sendto is made by RawSyscall: with
+// MSG_DONTWAIT it never blocks, and a few frames take microseconds. By
+// Syscall, its entersyscall woke the runtime's sysmon thread whenever it
+// slept (a futex wake-up: every kick of a process that had been waiting
+// for frames), and sysmon, finding the call still in the kernel 20 µs
+// later (the receivers' wake-ups are made inside it, and a receiver woken
+// on our CPU can preempt us there), took the P and started another thread
+// for it; with one P per rank each such kick cost a thread wake-up or two
+// and the next hand-over back (docs/dsm.md, "Sysmon's wake-ups"). A larger
+// kick (a stream's batch, up to a ring of frames) keeps Syscall, so that
+// the process's other goroutines get the P meanwhile.
+func (l *Link) shortKick() bool {
+	ring, slots := l.tx.ring, uint64(len(l.txSlot))
+	pub := l.txPub.Load()
+	for waiting := uint64(0); waiting < min(pub, slots); waiting++ {
+		if atomic.LoadUint32(status(ring, l.txSlot[(pub-1-waiting)%slots])) != unix.TP_STATUS_SEND_REQUEST {
+			break
+		}
+		if waiting == rawKickMax {
+			return false
+		}
+	}
+	return true
 }
 
 // sendErr turns an error met while frames [first, txNext) were in the

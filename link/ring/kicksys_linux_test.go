@@ -1,0 +1,92 @@
+package ring
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/link"
+)
+
+// TestShortKickRaw: a kick of a few frames makes its sendto by a raw
+// system call, a kick of more by Syscall (the process's other goroutines
+// get the P meanwhile), and a Recv that sleeps adds and removes its
+// socket by raw epoll_ctl calls: a rank that sends a row and waits for
+// its neighbours' wakes neither the runtime's sysmon thread nor another
+// thread to take its P (shortKick). Every frame still arrives.
+func TestShortKickRaw(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, AF_PACKET)")
+	}
+	topo := up(t, "q", 2, 1500)
+	for _, v := range versions {
+		t.Run(v.String(), func(t *testing.T) {
+			tx := openOn(t, topo.Hosts[0], Config{Version: v})
+			rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: -1, BlockTimeout: time.Millisecond})
+			raw, sys := map[uintptr]int{}, map[uintptr]int{}
+			defer func(s, r func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno)) {
+				syscall6, rawSyscall6 = s, r
+			}(syscall6, rawSyscall6)
+			syscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+				sys[trap]++
+				return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
+			}
+			rawSyscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+				raw[trap]++
+				return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+			}
+			seq := uint64(0)
+			kick := func(n int) {
+				t.Helper()
+				frames := make([][]byte, n)
+				for i := range frames {
+					size := frameLen(seq, tx.MTU())
+					frames[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)
+					seq++
+				}
+				if staged, err := tx.Stage(frames); staged != n || err != nil {
+					t.Fatalf("Stage of %d frames = %d, %v", n, staged, err)
+				}
+				clear(raw)
+				clear(sys)
+				if err := tx.Kick(); err != nil {
+					t.Fatalf("Kick: %v", err)
+				}
+			}
+			for _, n := range []int{1, rawKickMax} {
+				kick(n)
+				if raw[unix.SYS_SENDTO] == 0 || sys[unix.SYS_SENDTO] != 0 {
+					t.Errorf("a kick of %d frames: sendto %d raw, %d by Syscall; want raw only", n, raw[unix.SYS_SENDTO], sys[unix.SYS_SENDTO])
+				}
+			}
+			kick(3 * rawKickMax)
+			if sys[unix.SYS_SENDTO] == 0 || raw[unix.SYS_SENDTO] != 0 {
+				t.Errorf("a kick of %d frames: sendto %d raw, %d by Syscall; want Syscall only", 3*rawKickMax, raw[unix.SYS_SENDTO], sys[unix.SYS_SENDTO])
+			}
+			frames := make([]Frame, 64)
+			for got := uint64(0); got < seq; {
+				n, err := rx.Recv(time.Now().Add(5*time.Second), frames)
+				if err != nil {
+					t.Fatalf("Recv after %d of %d frames: %v", got, seq, err)
+				}
+				for _, f := range frames[:n] {
+					if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != got {
+						t.Fatalf("received frame %d (%v), want %d", s, err, got)
+					}
+					got++
+				}
+			}
+			clear(raw)
+			clear(sys)
+			if n, err := rx.Recv(time.Now().Add(20*time.Millisecond), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("Recv on an idle link = %d, %v; want 0 and a deadline error", n, err)
+			}
+			if raw[unix.SYS_EPOLL_CTL] != 2 || sys[unix.SYS_EPOLL_CTL] != 0 {
+				t.Errorf("a Recv that slept: epoll_ctl %d raw, %d by Syscall; want 2 raw (add, remove)", raw[unix.SYS_EPOLL_CTL], sys[unix.SYS_EPOLL_CTL])
+			}
+		})
+	}
+}
