@@ -32,6 +32,7 @@ const DefaultSocketBuffer = 4 << 20
 type conn struct {
 	d   *Daemon
 	c   *net.UnixConn
+	rc  syscall.RawConn // c's, for the doorbells (localapi.WriteBell)
 	ctx context.Context // ends when the connection is closed
 
 	cancel    context.CancelFunc
@@ -73,13 +74,17 @@ func (d *Daemon) accept() {
 		// it at net.core.wmem_max.
 		c.SetWriteBuffer(d.cfg.SocketBuffer)
 		r, err := localapi.NewPacketReader(c, 0)
+		var rc syscall.RawConn
+		if err == nil {
+			rc, err = c.SyscallConn()
+		}
 		if err != nil {
 			d.log.Error("rbcastd: a client's connection could not be read", "err", err)
 			c.Close()
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cn := &conn{d: d, c: c, ctx: ctx, cancel: cancel, r: r}
+		cn := &conn{d: d, c: c, rc: rc, ctx: ctx, cancel: cancel, r: r}
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -116,6 +121,14 @@ func (c *conn) write(m localapi.Message) error {
 	c.wbuf = m.Append(c.wbuf[:0])
 	_, err := c.c.Write(c.wbuf)
 	return err
+}
+
+// bell writes a DaemonDoorbell (localapi.WriteBell).
+func (c *conn) bell(m *localapi.DaemonDoorbell) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = m.Append(c.wbuf[:0])
+	return localapi.WriteBell(c.rc, c.wbuf)
 }
 
 // fail answers with an Error and, unless keep, closes the connection.

@@ -589,7 +589,12 @@ func testConn(t *testing.T, d *Daemon) (*conn, func() *localapi.Error) {
 	t.Cleanup(func() { peer.Close(); mine.Close() })
 	cctx, ccancel := context.WithCancel(context.Background())
 	t.Cleanup(ccancel)
-	c := &conn{d: d, c: mine.(*net.UnixConn), ctx: cctx, cancel: ccancel}
+	uc := mine.(*net.UnixConn)
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{d: d, c: uc, rc: rc, ctx: cctx, cancel: ccancel}
 	return c, func() *localapi.Error {
 		t.Helper()
 		buf := make([]byte, 4096)

@@ -116,6 +116,12 @@ func (c *Conn) Write(m Message) error {
 	return c.WritePacket(c.wbuf)
 }
 
+// writeBell writes a Doorbell (WriteBell).
+func (c *Conn) writeBell(m *Doorbell) error {
+	c.wbuf = m.Append(c.wbuf[:0])
+	return WriteBell(c.rc, c.wbuf)
+}
+
 // WritePacket sends one message encoded already (a SendBatch a client
 // fills in place, for example): p must be a whole message.
 func (c *Conn) WritePacket(p []byte) error {
@@ -517,7 +523,7 @@ func (s *RingSender) Add(d []byte) error {
 func (s *RingSender) Publish() error {
 	if s.r.Publish() {
 		s.bells++
-		return s.c.Write(sendBell)
+		return s.c.writeBell(sendBell)
 	}
 	return nil
 }
@@ -703,7 +709,7 @@ func (rr *RingReceiver) poll() bool {
 // waits for room.
 func (rr *RingReceiver) Release() error {
 	if rr.r.Release() {
-		return rr.c.Write(deliverBell)
+		return rr.c.writeBell(deliverBell)
 	}
 	return nil
 }
