@@ -559,7 +559,6 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return usageErr(stderr, "run", "%v", err)
 	}
 	dc.Logger = log
-	log.Info("rbcastd: started", "main", mainAt, "before_main_ms", float64(sinceStart(mainAt))/1e6)
 	procs, procsEnv := setProcs(f.procs, os.Getenv("GOMAXPROCS"))
 	log.Debug("Go Ps", "GOMAXPROCS", procs, "from the environment", procsEnv)
 	mode, _ := strconv.ParseUint(f.socketMode, 8, 32)
@@ -707,6 +706,9 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(stderr, "run", fmt.Errorf("dropping privileges: %w", err))
 	}
+	// Logged here, not first: a flag or interface error must be the
+	// first thing run prints (TestOddInputs).
+	log.Info("rbcastd: started", "main", mainAt, "before_main_ms", float64(sinceStart(mainAt))/1e6)
 	log.Info("rbcastd: privileges dropped", "before", dropped.Before, "now", privs.Current(), "bounding_set_later", dropped.Kept,
 		"uid", os.Getuid())
 
