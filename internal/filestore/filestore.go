@@ -251,43 +251,69 @@ const (
 // tests shrink it).
 var runBytes = 1 << 20
 
-// freeRuns keeps the run buffers of closed partial copies (at most
-// keptRuns) for the next ones. A fresh 1 MiB buffer per file cost a
-// receiver 256 page faults once the Go runtime had given the last one's
-// pages back to the kernel, about 10 ms a file on machine D (a PVM
-// guest: 40 µs a fault).
-var freeRuns struct {
+// bufPool keeps up to max buffers of closed partial copies for the next
+// ones. A fresh buffer costs a page fault per 4 KiB page on first touch
+// once the Go runtime has given a freed one's pages back to the kernel:
+// a 1 MiB run 256 faults a file, about 10 ms on machine D (a PVM guest:
+// 40 µs a fault), a 16 MiB ahead up to 4096 a lossy file.
+type bufPool struct {
 	mu   sync.Mutex
+	max  int
 	bufs [][]byte
 }
 
-// keptRuns bounds freeRuns: the files a daemon receives at once.
-const keptRuns = 4
+// take returns a kept buffer of capacity n or more, emptied, or nil.
+func (bp *bufPool) take(n int) []byte {
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	for i := len(bp.bufs) - 1; i >= 0; i-- {
+		if b := bp.bufs[i]; cap(b) >= n {
+			bp.bufs = slices.Delete(bp.bufs, i, i+1)
+			return b[:0]
+		}
+	}
+	return nil
+}
+
+// give keeps b, a closed partial copy's buffer, for take: in a free
+// place, or in the place of the smallest kept buffer if b is larger (a
+// small file's buffer does not stand in a large one's way).
+func (bp *bufPool) give(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	if len(bp.bufs) < bp.max {
+		bp.bufs = append(bp.bufs, b[:0])
+		return
+	}
+	small := -1
+	for i, k := range bp.bufs {
+		if cap(k) < cap(b) && (small < 0 || cap(k) < cap(bp.bufs[small])) {
+			small = i
+		}
+	}
+	if small >= 0 {
+		bp.bufs[small] = b[:0]
+	}
+}
+
+// freeRuns keeps run buffers (partial.run) for as many files as a daemon
+// receives at once; freeAheads one buffer of blocks past a gap
+// (partial.ahead, up to aheadBytes), which only a lossy file makes.
+var (
+	freeRuns   = bufPool{max: 4}
+	freeAheads = bufPool{max: 1}
+)
 
 // takeRun returns an empty run buffer of capacity n or more: a kept one,
 // or a new one.
 func takeRun(n int) []byte {
-	freeRuns.mu.Lock()
-	defer freeRuns.mu.Unlock()
-	for i := len(freeRuns.bufs) - 1; i >= 0; i-- {
-		if b := freeRuns.bufs[i]; cap(b) >= n {
-			freeRuns.bufs = slices.Delete(freeRuns.bufs, i, i+1)
-			return b[:0]
-		}
+	if b := freeRuns.take(n); b != nil {
+		return b
 	}
 	return make([]byte, 0, n)
-}
-
-// giveRun keeps b, a closed partial copy's run buffer, for takeRun.
-func giveRun(b []byte) {
-	if cap(b) == 0 {
-		return
-	}
-	freeRuns.mu.Lock()
-	defer freeRuns.mu.Unlock()
-	if len(freeRuns.bufs) < keptRuns {
-		freeRuns.bufs = append(freeRuns.bufs, b[:0])
-	}
 }
 
 // aheadBytes bounds the blocks past a gap in the prefix hash that a
@@ -309,7 +335,10 @@ func (p *partial) keepAhead(b uint32, data []byte) {
 		if slots == 0 || uint64(b-p.hashed) >= slots {
 			return
 		}
-		p.ahead = make([]byte, slots*bs)
+		if p.ahead = freeAheads.take(int(slots * bs)); p.ahead == nil {
+			p.ahead = make([]byte, slots*bs)
+		}
+		p.ahead = p.ahead[:slots*bs]
 		p.aheadTag = make([]uint32, slots)
 		for i := range p.aheadTag {
 			p.aheadTag[i] = noBlock
@@ -729,7 +758,8 @@ func (p *partial) Abort(keep bool) {
 }
 
 func (p *partial) close() {
-	giveRun(p.run)
+	freeRuns.give(p.run)
+	freeAheads.give(p.ahead)
 	p.run, p.runSums = nil, nil
 	p.ahead, p.aheadTag = nil, nil
 	if p.data != nil {

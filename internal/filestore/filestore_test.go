@@ -1165,3 +1165,48 @@ func TestRunReused(t *testing.T) {
 		t.Errorf("the second file allocated %d bytes, want less than a run (%d): its run is the first's", n, runBytes)
 	}
 }
+
+// A receiver's second lossy file reuses the buffer of blocks past a gap
+// of its first (freeAheads): the second allocates less than the buffer.
+// A smaller buffer kept before (a small file's) gives way to the larger.
+func TestAheadReused(t *testing.T) {
+	defer func(a int) { aheadBytes = a }(aheadBytes)
+	freeAheads.give(make([]byte, 1000))
+	aheadBytes = 4 << 20
+	data := randomBytes(8<<20, 32)
+	lossy := func(name string) {
+		m := meta(name, data, 8964)
+		f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := func(b uint32) []byte {
+			return data[int(b)*int(m.BlockSize) : int(b)*int(m.BlockSize)+m.BlockLen(b)]
+		}
+		for _, repair := range []bool{false, true} {
+			for b := range m.Blocks() {
+				if (b == 0 || b%5 == 2) == repair {
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if sum, err := f.Sum(); err != nil || sum != m.Hash {
+			t.Fatalf("%s: Sum = %x, %v; want %x", name, sum, err, m.Hash)
+		}
+		if err := f.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lossy("first")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	lossy("second")
+	runtime.ReadMemStats(&after)
+	n := after.TotalAlloc - before.TotalAlloc
+	t.Logf("the second lossy file of 8 MiB allocated %d bytes", n)
+	if n >= uint64(aheadBytes) {
+		t.Errorf("the second lossy file allocated %d bytes, want less than its blocks past the gap (%d): they are the first's", n, aheadBytes)
+	}
+}
