@@ -19,6 +19,8 @@ func TestCountArgs(t *testing.T) {
 		{[]string{"-m", "100"}, 2, "bad -m '100'"},
 		{[]string{"-s", "x"}, 2, "bad -s 'x'"},
 		{[]string{"-r", "0"}, 2, "bad -r '0'"},
+		{[]string{"-l", "100"}, 2, "bad -l '100'"},
+		{[]string{"-l", "five"}, 2, "bad -l 'five'"},
 		{[]string{"-t", "tcp"}, 2, "bad tool 'tcp'"},
 		{[]string{"-b", "/nonexistent/rbcastd"}, 2, "not an executable"},
 		{[]string{"-p", "xyz"}, 2, "bad -p 'xyz'"},
