@@ -93,14 +93,20 @@ type Wrapper interface {
 // and if l is a Wrapper, StagerOf(l.Unwrap()) holds too (a decorator
 // forwards staging, it cannot provide it). The Stager returned is l
 // itself, so frames staged through it pass every decorator.
-func StagerOf(l Link) (Stager, bool) {
-	s, ok := l.(Stager)
+func StagerOf(l Link) (Stager, bool) { return forwarded[Stager](l) }
+
+// forwarded returns l as a T if l is one and, if l is a Wrapper, the
+// link it wraps is one too by the same rule: the capabilities a decorator
+// can only forward (StagerOf, NowSenderOf, LenderOf).
+func forwarded[T Link](l Link) (T, bool) {
+	var none T
+	s, ok := l.(T)
 	if !ok {
-		return nil, false
+		return none, false
 	}
 	if w, ok := l.(Wrapper); ok {
-		if _, ok := StagerOf(w.Unwrap()); !ok {
-			return nil, false
+		if _, ok := forwarded[T](w.Unwrap()); !ok {
+			return none, false
 		}
 	}
 	return s, true
@@ -108,18 +114,7 @@ func StagerOf(l Link) (Stager, bool) {
 
 // NowSenderOf returns l as a NowSender if it can send past its queue, by
 // the rule of StagerOf.
-func NowSenderOf(l Link) (NowSender, bool) {
-	s, ok := l.(NowSender)
-	if !ok {
-		return nil, false
-	}
-	if w, ok := l.(Wrapper); ok {
-		if _, ok := NowSenderOf(w.Unwrap()); !ok {
-			return nil, false
-		}
-	}
-	return s, true
-}
+func NowSenderOf(l Link) (NowSender, bool) { return forwarded[NowSender](l) }
 
 // WakerOf returns the Waker that ends l's Recv: l itself, or the first
 // link on the way down that decorators (Wrappers) receive through. ok is
@@ -206,18 +201,7 @@ type Lender interface {
 // Unwrap by itself: a decorator whose frames are not the wrapped link's
 // last Recv's (link/mux queues them per group) must not be lent through,
 // so a decorator offers it only by forwarding the methods.
-func LenderOf(l Link) (Lender, bool) {
-	s, ok := l.(Lender)
-	if !ok {
-		return nil, false
-	}
-	if w, ok := l.(Wrapper); ok {
-		if _, ok := LenderOf(w.Unwrap()); !ok {
-			return nil, false
-		}
-	}
-	return s, true
-}
+func LenderOf(l Link) (Lender, bool) { return forwarded[Lender](l) }
 
 // LoanFrom, Lend, Return and Due are how a decorator forwards Lender to
 // the link it wraps: l's own methods if LenderOf(l) reports it, else no
