@@ -85,11 +85,12 @@ func gcFaults() int64 {
 	return after.Minflt - before.Minflt
 }
 
-// TestFirstGCFaults: rbcastd run collects once before it joins (firstGC),
-// so that a daemon's first collection, which faults in the pointer
-// tables rbcastd links (gopacket/layers: 5 MB), comes before its first
-// file, not during it. A collection after firstGC faults in a few pages;
-// the process's first, for comparison, about 1300.
+// TestFirstGCFaults: why rbcastd run collects once right after it joins
+// (firstGC; afterJoin's test says when): a process's first collection
+// faults in the pointer tables rbcastd links (gopacket/layers: 5 MB),
+// about 1300 pages, and one after firstGC a few. It checks that the
+// binary's first collection takes those faults, so that firstGC moves
+// them out of the first file; it does not check where run calls it.
 func TestFirstGCFaults(t *testing.T) {
 	faults := func(mode string) int64 {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
