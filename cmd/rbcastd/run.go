@@ -61,8 +61,10 @@ one with -node ID.
 
 Needs CAP_NET_RAW to open the link (grant it with
 'setcap cap_net_raw+ep rbcastd', or run from the systemd unit in dist/);
-every capability is dropped once the link is open. -link udp carries the
-same frames in UDP datagrams, across routers, and needs no capability:
+every capability is dropped once the link is open (run as root, it keeps
+CAP_SETPCAP alone until it has joined, then empties the bounding set and
+drops that too). -link udp carries the same frames in UDP datagrams,
+across routers, and needs no capability:
 -udp-group ADDR:PORT (IP multicast, joined on -i) or -udp-peers
 ADDR:PORT,... (unicast fan-out; -i not needed); see docs/udp.md.
 
