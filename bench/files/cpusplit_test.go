@@ -64,12 +64,18 @@ func cpusplit(t *testing.T, args ...string) (string, int) {
 // that hashes with BLAKE3, and checks that cpusplit puts their time in
 // the hash column, the columns adding up to the total.
 func TestCPUSplit(t *testing.T) {
-	// The share of the hash column in the total: BLAKE3's Go code runs
-	// the race detector's checks, which -race profiles put elsewhere.
+	// The share of the hash column in the total: all of it without the
+	// race detector. With it, BLAKE3's Go code runs the detector's checks,
+	// which the profile puts elsewhere: 0.59-0.71 of the total on machine
+	// D (SHA-256's assembly has none).
+	b3 := 0.8
+	if raceOn {
+		b3 = 0.4
+	}
 	for name, c := range map[string]struct {
 		h    hash.Hash
 		most float64
-	}{"sha256": {sha256.New(), 0.8}, "blake3": {blake3.New(), 0.6}} {
+	}{"sha256": {sha256.New(), 0.8}, "blake3": {blake3.New(), b3}} {
 		t.Run(name, func(t *testing.T) { cpuSplitOf(t, c.h, c.most) })
 	}
 }

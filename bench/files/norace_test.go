@@ -1,0 +1,5 @@
+//go:build !race
+
+package files_test
+
+const raceOn = false
