@@ -100,40 +100,20 @@ type staticCaptured struct {
 
 func newStaticCaptured(t *testing.T, path string, seed uint64, n int, loss float64, inv *capture.Invariants, cfg reliable.Config) *staticCaptured {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &staticCaptured{net: net, w: w, got: make([][]delivered, n)}
-	for range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.eps = append(g.eps, ep)
-		g.members = append(g.members, frame.MemberInfo{ID: frame.MemberID(len(g.eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-	}
-	for i, ep := range g.eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.links = append(g.links, l)
+	seg := newSimSegment(t, path, seed, n, loss, inv, 1)
+	g := &staticCaptured{net: seg.net, w: seg.w, eps: seg.eps, links: seg.links, members: seg.members, got: make([][]delivered, n)}
+	for i, l := range g.links {
 		c := cfg
 		c.Members, c.Self, c.Logger = g.members, frame.MemberID(i+1), quietLogger()
 		c.Deliver = func(from frame.MemberID, data []byte) {
 			g.got[i] = append(g.got[i], delivered{from, bytes.Clone(data)})
 		}
-		d, err := reliable.NewDriver(l, c, net.Now())
+		d, err := reliable.NewDriver(l, c, g.net.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		g.drivers = append(g.drivers, d)
-		ep.Bind(d)
+		g.eps[i].Bind(d)
 	}
 	return g
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/rbcast/rbcast/reliable/clock/wall"
 	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/reliable/seq"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // seqDelivered is one message as a live (simulated) sequencer member
@@ -91,10 +90,6 @@ type seqRun struct {
 // that the sequencer removes it within the run.
 func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, crash ...int) *seqRun {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &seqRun{path: path, got: make([][]seqDelivered, n),
 		// SafeSequencer: a re-run reproduces every frame (under
 		// SafeMajority, safe-point announcements depend on how the live
@@ -106,27 +101,12 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, cras
 		run.cfg.HeartbeatInterval, run.cfg.FailureTimeout = 20*seq.Millisecond, 200*seq.Millisecond
 	}
 	inv := capture.NewInvariants(0, nil)
-	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []*testnet.Endpoint
-	for range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps = append(eps, ep)
-		run.members = append(run.members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-	}
+	seg := newSimSegment(t, path, seed, n, loss, inv, 1)
+	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	run.members = seg.members
 	var nodes []*seqNode
-	var links []*capture.Link
-	for i, ep := range eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		links = append(links, l)
+	for i, l := range links {
+		ep := eps[i]
 		cfg := run.cfg
 		cfg.Self, cfg.Members = frame.MemberID(i+1), run.members
 		c, err := seq.New(cfg)

@@ -14,7 +14,6 @@ import (
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/reliable/pbp"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // delivered is one message as the live (simulated) node delivered it.
@@ -50,33 +49,14 @@ func runLossyAuth(t testing.TB, path string, seed uint64, n, k int, loss float64
 // more after its messages.
 func runLossyWith(t testing.TB, path string, seed uint64, n, k int, loss float64, a *auth.Config, datagrams bool) *lossyRun {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &lossyRun{path: path, got: make([][]delivered, n)}
 	inv := capture.NewInvariants(0, nil)
-	w, err := capture.CreateFile(run.path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []*testnet.Endpoint
-	for range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps = append(eps, ep)
-		run.members = append(run.members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-	}
+	seg := newSimSegment(t, run.path, seed, n, loss, inv, 1)
+	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	run.members = seg.members
 	var drivers []*reliable.Driver
-	var links []*capture.Link
-	for i, ep := range eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now, Invariants: inv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		links = append(links, l)
+	for i, l := range links {
+		ep := eps[i]
 		var ac *auth.Config
 		if a != nil {
 			c := *a

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -163,36 +162,18 @@ type pcodeRun struct {
 // on the virtual clock.
 func runPcode(t testing.TB, path string, seed uint64, n, rounds int, loss float64) *pcodeRun {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &pcodeRun{path: path, rounds: rounds}
-	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []*testnet.Endpoint
-	for range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps = append(eps, ep)
-		run.members = append(run.members, frame.MemberInfo{ID: frame.MemberID(len(eps)), MAC: [6]byte(ep.HardwareAddr()), Incarnation: 1})
-	}
+	seg := newSimSegment(t, path, seed, n, loss, nil, 1)
+	net, w, eps := seg.net, seg.w, seg.eps
+	run.members = seg.members
 	ids := make([]frame.MemberID, n)
 	for i, m := range run.members {
 		ids[i] = m.ID
 	}
 	prog := pcodeTestProgram(ids, rounds)
-	var links []*capture.Link
-	for i, ep := range eps {
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("sim%d", i+1), Clock: net.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		links = append(links, l)
+	links := seg.links
+	for i, l := range links {
+		ep := eps[i]
 		r := &pcodeRunner{net: net, steps: prog[i]}
 		d, err := reliable.NewDriver(l, reliable.Config{Group: 7, Members: run.members, Self: frame.MemberID(i + 1), Order: reliable.PCODE,
 			Logger: quietLogger(), Deliver: r.deliver}, net.Now())

@@ -17,7 +17,6 @@ import (
 	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // viewProcRun is one process (one incarnation) of a simulated group with
@@ -53,31 +52,12 @@ func runViewsLive(t *testing.T, path string, seed uint64, loss float64, level Vi
 // of the first crashes and restarts.
 func runViewsLiveWith(t *testing.T, path string, seed uint64, loss float64, level ViewOrder, unicast bool) *viewsLiveRun {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &viewsLiveRun{path: path}
 	var violations []string
 	inv := capture.NewInvariants(0, func(v capture.Violation) { violations = append(violations, v.String()) })
-	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 4
-	var eps []*testnet.Endpoint
-	var links []*capture.Link
-	for i := range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i), Interface: fmt.Sprintf("sim%d", i), Clock: net.Now, Invariants: inv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps, links = append(eps, ep), append(links, l)
-	}
+	seg := newSimSegment(t, path, seed, n, loss, inv, 0)
+	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
 	drivers := make([]*reliable.Driver, n)
 	current := make([]*viewProcRun, n) // by endpoint
 	start := func(i, size int, inc uint32) {

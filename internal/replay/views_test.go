@@ -13,7 +13,6 @@ import (
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // viewsRun is a group that changes (reliable.Config.Views) on the
@@ -29,31 +28,12 @@ type viewsRun struct {
 // find nothing.
 func runViews(t *testing.T, path string, seed uint64, loss float64) *viewsRun {
 	t.Helper()
-	net, err := testnet.New(seed, testnet.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &viewsRun{path: path}
 	var onlineViolations []string
 	inv := capture.NewInvariants(0, func(v capture.Violation) { onlineViolations = append(onlineViolations, v.String()) })
-	w, err := capture.CreateFile(path, capture.WriterOptions{QueueBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 4
-	var eps []*testnet.Endpoint
-	var links []*capture.Link
-	for i := range n {
-		ep, err := net.Attach(testnet.EndpointConfig{In: testnet.Impairment{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := capture.Wrap(ep, w, capture.Options{Node: fmt.Sprint(i), Interface: fmt.Sprintf("sim%d", i), Clock: net.Now, Invariants: inv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps, links = append(eps, ep), append(links, l)
-	}
+	seg := newSimSegment(t, path, seed, n, loss, inv, 0)
+	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
 	drivers := make([]*reliable.Driver, n)
 	views := make([]*reliable.ViewInfo, n)
 	start := func(i, size int, inc uint32) {
