@@ -83,7 +83,7 @@ message, and every message after it in the order, is delivered once
 every member of the view holds it). Otherwise fifo, agreed or safe must
 be the level the daemon's group runs at (-order fifo; -order total), or
 send refuses before sending anything, naming the group's level; so does
-a daemon too old for a level per message (local API version 5). fifo is
+a daemon older than local API version 5, which has no level per message. fifo is
 never offered per message in a total order.
 With -level unreliable (a group run with -membership views, or -order
 fifo; not a registered -order total group) each message
