@@ -36,6 +36,12 @@
 // delivers the message at the same place: what any member delivered,
 // every member that completes the view delivers.
 //
+// The level is each message's (ProposeLevel; the group's, New or
+// NewSafe, is Propose's), named by its kind byte: one order holds both,
+// the order's head is delivered once it is here and, if it is Safe,
+// stable, so a Safe message holds every message after it and an Agreed
+// one waits for stability only behind a Safe one.
+//
 // The layer is a deterministic core on the one core contract: it wraps
 // the membership core and changes only what is delivered and when.
 package vtotal
@@ -124,8 +130,8 @@ var ErrWrongSkip = errors.New("vtotal: a drain skipped wrongly")
 type msg struct {
 	from frame.MemberID
 	n    uint32 // the sender's count of its data messages in this view
-	// safe: sent at the Safe level (kindSafe, or kindData in a Safe
-	// group), delivered only once every member holds it and its place.
+	// safe: sent at the Safe level (kindSafe), delivered only once every
+	// member holds it and its place.
 	safe bool
 	// next is one past the sequence number of the frame that carried it
 	// in its sender's stream (this member's own: a bound, the next frame
