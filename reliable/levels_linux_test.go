@@ -279,7 +279,7 @@ func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, 
 	}
 	if len(safe) > 0 {
 		slices.Sort(safe)
-		tb.Logf("mixed: the Safe pings' one-way p50 %v p99 %v (%d; the Agreed ones' in the table)", safe[len(safe)/2]/2, safe[len(safe)*99/100]/2, len(safe))
+		tb.Logf("mixed: the Safe pings' one-way p50 %v p99 %v (%d pings; the Agreed ones' in the table)", safe[len(safe)/2]/2, safe[len(safe)*99/100]/2, len(safe))
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2] / 2, rtts[len(rtts)*99/100] / 2
