@@ -771,18 +771,39 @@ func (g *Group) ownQueueFull() bool {
 // Send from Config.Deliver or OnEvent (which run on that loop) that finds
 // the window full waits until ctx ends: use TrySend there.
 func (g *Group) Send(ctx context.Context, payload []byte) error {
-	return g.send(ctx, payload)
+	return g.send(ctx, payload, LevelGroup)
+}
+
+// SendLevel is Send at a reliable level of the message's own
+// (docs/membership.md, "Delivery levels"): LevelGroup, or the group's
+// own level, is Send; in a group with Views under Order Total,
+// LevelAgreed and LevelSafe send the message at that level whatever the
+// group's (Config.Safe), both in the group's one total order. A Safe
+// message is delivered only once every member of the view holds it and
+// its place, and every message after it in the order, of either level,
+// waits for it; an Agreed message waits for nothing but the order and
+// the Safe messages before it. Any other level is refused with a
+// *LevelError (errors.Is ErrLevel) before anything is sent.
+func (g *Group) SendLevel(ctx context.Context, level Level, payload []byte) error {
+	if level != LevelGroup && level == g.level() {
+		level = LevelGroup
+	}
+	if err := g.levelAllowed(level); err != nil {
+		return err
+	}
+	return g.send(ctx, payload, level)
 }
 
 // TrySend is Send without the wait: when the send window is full (or,
 // under Order Total, the receive queue) it returns ErrWindowFull at once.
 // It is the Send for Config.Deliver and OnEvent.
 func (g *Group) TrySend(payload []byte) error {
-	return g.send(nil, payload)
+	return g.send(nil, payload, LevelGroup)
 }
 
-// send is Send, or with a nil ctx TrySend.
-func (g *Group) send(ctx context.Context, payload []byte) error {
+// send is Send, or with a nil ctx TrySend, at the level (LevelGroup, or
+// one levelAllowed let through).
+func (g *Group) send(ctx context.Context, payload []byte, level Level) error {
 	if len(payload) > g.max {
 		return &TooLargeError{Size: len(payload), Max: g.max}
 	}
@@ -799,7 +820,11 @@ func (g *Group) send(ctx context.Context, payload []byte) error {
 		err := ErrWindowFull
 		now := g.now() // one clock read a message: the core's and the quiet test's
 		if !g.ownQueueFull() {
-			err = g.n.st.Propose(g.n.clk.Core(now), payload)
+			if level == LevelGroup {
+				err = g.n.st.Propose(g.n.clk.Core(now), payload)
+			} else {
+				err = g.n.st.ProposeLevel(g.n.clk.Core(now), payload, level == LevelSafe)
+			}
 		}
 		if err == nil {
 			g.ownProposed++

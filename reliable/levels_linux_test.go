@@ -31,7 +31,9 @@ import (
 // (default 1), the levels interleaved, and reports medians and ranges.
 // RBCAST_REPORT_OUT: a file for the markdown table. For profiling one
 // cell, RBCAST_LEVELS_MTU (1500 or 9000) and RBCAST_LEVELS (a comma list
-// of registered, fifo, agreed, safe) narrow the runs; RBCAST_LEVELS_STATS=1
+// of registered, fifo, agreed, safe, and mixed: an Agreed group whose
+// member 0 sends every other message Safe, SendLevel; its latency row is
+// the Agreed pings', the Safe pings' logged) narrow the runs; RBCAST_LEVELS_STATS=1
 // logs every member's protocol and link counters after each goodput run
 // (frames sent by kind: Acks per Data frame) and the process's CPU time
 // per MB delivered. Root.
@@ -53,8 +55,8 @@ func BenchmarkLevels(b *testing.B) {
 	if v := os.Getenv("RBCAST_LEVELS"); v != "" {
 		levels = strings.Split(v, ",")
 		for _, l := range levels {
-			if !slices.Contains([]string{"registered", "fifo", "agreed", "safe"}, l) {
-				b.Fatalf("RBCAST_LEVELS: unknown level %q (registered, fifo, agreed, safe)", l)
+			if !slices.Contains([]string{"registered", "fifo", "agreed", "safe", "mixed"}, l) {
+				b.Fatalf("RBCAST_LEVELS: unknown level %q (registered, fifo, agreed, safe, mixed)", l)
 			}
 		}
 	}
@@ -128,7 +130,7 @@ func levelGroups(tb testing.TB, topo *netns.Topology, n int, lvl string) ([]*Gro
 			default:
 				cfg.Views, cfg.Size, cfg.RequestID = true, n, frame.MemberID(i)
 				if lvl != "fifo" {
-					cfg.Order, cfg.Safe = Total, lvl == "safe"
+					cfg.Order, cfg.Safe = Total, lvl == "safe" // mixed: Agreed
 				}
 			}
 			g, err := Join(context.Background(), l, cfg)
@@ -182,8 +184,8 @@ func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Durati
 	cpu0 := processCPU()
 	start := time.Now()
 	var sent uint64
-	for time.Since(start) < d {
-		if err := groups[0].Send(ctx, msg); err != nil {
+	for k := 0; time.Since(start) < d; k++ {
+		if err := groups[0].SendLevel(ctx, mixedLevel(lvl, k), msg); err != nil {
 			tb.Fatal(err)
 		}
 		sent += uint64(size)
@@ -210,6 +212,15 @@ func levelGoodput(tb testing.TB, topo *netns.Topology, lvl string, d time.Durati
 		}
 		time.Sleep(200 * time.Microsecond) // polls the receivers' counts; the result is timed by the clock, not this
 	}
+}
+
+// mixedLevel is message k's level: under mixed every other one Safe,
+// else the group's.
+func mixedLevel(lvl string, k int) Level {
+	if lvl == "mixed" && k%2 == 1 {
+		return LevelSafe
+	}
+	return LevelGroup
 }
 
 // processCPU is the CPU time (user and system) this process used so far.
@@ -243,9 +254,10 @@ func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, 
 	msg := make([]byte, 64)
 	buf := make([]byte, 0, 2048)
 	rtts := make([]time.Duration, 0, n)
+	var safe []time.Duration // under mixed: the Safe pings' (rtts: the Agreed ones')
 	for i := range n + 100 {
 		t0 := time.Now()
-		if err := groups[0].Send(ctx, msg); err != nil {
+		if err := groups[0].SendLevel(ctx, mixedLevel(lvl, i), msg); err != nil {
 			tb.Fatal(err)
 		}
 		for {
@@ -257,9 +269,17 @@ func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, 
 				break // under total order its own comes back first
 			}
 		}
-		if i >= 100 {
+		switch {
+		case i < 100:
+		case mixedLevel(lvl, i) == LevelSafe:
+			safe = append(safe, time.Since(t0))
+		default:
 			rtts = append(rtts, time.Since(t0))
 		}
+	}
+	if len(safe) > 0 {
+		slices.Sort(safe)
+		tb.Logf("mixed: the Safe pings' one-way p50 %v p99 %v (%d pings; the Agreed ones' in the table)", safe[len(safe)/2]/2, safe[len(safe)*99/100]/2, len(safe))
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2] / 2, rtts[len(rtts)*99/100] / 2

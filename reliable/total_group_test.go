@@ -24,6 +24,13 @@ import (
 // id prefixed), having checked content and per-sender order.
 func exchangeTotal(t *testing.T, groups []*Group, k int) [][][]byte {
 	t.Helper()
+	return exchangeLevels(t, groups, k, nil)
+}
+
+// exchangeLevels is exchangeTotal with message i of each sender sent at
+// level(i) (SendLevel; nil: Send).
+func exchangeLevels(t *testing.T, groups []*Group, k int, level func(i int) Level) [][][]byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -36,7 +43,11 @@ func exchangeTotal(t *testing.T, groups []*Group, k int) [][][]byte {
 			var b []byte
 			for i := range k {
 				b = message(b[:0], g.Self(), i, g.MaxMessage())
-				if err := g.Send(ctx, b); err != nil {
+				send := g.Send
+				if level != nil {
+					send = func(ctx context.Context, b []byte) error { return g.SendLevel(ctx, level(i), b) }
+				}
+				if err := send(ctx, b); err != nil {
 					errs <- fmt.Errorf("member %d: Send %d: %w", g.Self(), i, err)
 					return
 				}

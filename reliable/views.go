@@ -129,12 +129,14 @@ func (s *settings) viewConfigHash(mtu int) uint64 {
 	// no order message) orders differently from 1, and Safe's revision 3
 	// reads stability from the acknowledgement matrix where 2 waited for
 	// held reports (a revision-2 member would wait for ever for those of
-	// a revision-3 one).
+	// a revision-3 one). Revision 4 of both names each data message's
+	// level in its kind byte (Safe's are kind 4, which revision 3 cannot
+	// decode), so that a message may go at either in a group of either.
 	level := "fifo"
 	if s.Order == Total {
-		level = "agreed/2"
+		level = "agreed/4"
 		if s.Safe {
-			level = "safe/3"
+			level = "safe/4"
 		}
 	}
 	// The membership's revision: 2 is the ViewCommit that carries its

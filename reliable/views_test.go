@@ -250,6 +250,60 @@ func viewsAgreed(t *testing.T, safe bool) {
 	sameLogs(t, exchangeTotal(t, rest, 100))
 }
 
+// A group with views under Order Total sends each message Agreed or
+// Safe (SendLevel), whatever its own level, in one total order: every
+// member delivers the same sequence, under loss. FIFO per message is
+// refused there, and Agreed or Safe per message in a FIFO group, with
+// ErrLevel, before anything is sent.
+func TestSendLevel(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "agreed", true: "safe"}[safe], func(t *testing.T) {
+			r := rtnet.New(t, 43)
+			imp := testnet.Impairment{Loss: 0.05}
+			var links []*rtnet.Link
+			var cfgs []Config
+			for range 3 {
+				links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
+				c := viewsConfig(3)
+				c.Order, c.Safe, c.FailureTimeout = Total, safe, time.Second
+				cfgs = append(cfgs, c)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			groups, errs := joinRegistered(t, ctx, links, cfgs)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("founder %d: Join: %v", i, err)
+				}
+			}
+			awaitMembers(t, groups, 3)
+			// Runs of each level, and single messages of one among the other.
+			level := func(i int) Level { return []Level{LevelSafe, LevelAgreed, LevelGroup}[i/7%3] }
+			sameLogs(t, exchangeLevels(t, groups, 150, level))
+			if err := groups[0].SendLevel(ctx, LevelFIFO, []byte("x")); !errors.Is(err, ErrLevel) {
+				t.Fatalf("SendLevel(FIFO) in a total order: %v, want ErrLevel", err)
+			}
+		})
+	}
+	t.Run("fifo", func(t *testing.T) {
+		r := rtnet.New(t, 44)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{}), viewsConfig(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		var le *LevelError
+		if err := g.SendLevel(ctx, LevelSafe, []byte("x")); !errors.As(err, &le) || le.Group != LevelFIFO || le.Asked != LevelSafe {
+			t.Fatalf("SendLevel(Safe) in a FIFO group: %v, want a *LevelError", err)
+		}
+		if err := g.SendLevel(ctx, LevelFIFO, []byte("x")); err != nil {
+			t.Fatalf("SendLevel(FIFO) in a FIFO group: %v", err)
+		}
+	})
+}
+
 // A process without a key that joins a group whose members have one is
 // told so, instead of waiting for a view that never comes.
 func TestViewsJoinWithoutKey(t *testing.T) {

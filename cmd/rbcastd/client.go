@@ -76,9 +76,15 @@ member holds it, which is later than its delivery back to this member;
 a member that crashed stops counting once it is removed, after the
 failure timeout). Non-zero, with the reason, otherwise.
 -level names the delivery level the messages need: reliable (the
-default) takes the group's own; fifo, agreed or safe must be the level the
-daemon's group runs at (-order fifo; -order total -level agreed or safe),
-or send refuses before sending anything, naming the group's level.
+default) takes the group's own. In a group run with -order total
+-membership views, agreed and safe send the messages at that level
+whatever the group's own -level (one total order holds both; a safe
+message, and every message after it in the order, is delivered once
+every member of the view holds it). Otherwise fifo, agreed or safe must
+be the level the daemon's group runs at (-order fifo; -order total), or
+send refuses before sending anything, naming the group's level; so does
+a daemon older than local API version 5, which has no level per message. fifo is
+never offered per message in a total order.
 With -level unreliable (a group run with -membership views, or -order
 fifo; not a registered -order total group) each message
 goes out once at the Unreliable level: to the members of the daemon's
@@ -91,7 +97,7 @@ func sendCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("send", "[-socket PATH] [-lines] [-level reliable|unreliable|fifo|agreed|safe] [FILE|-]", sendText, stderr)
 	sf.add(fs)
 	lines := fs.Bool("lines", false, "one message per input line")
-	level := fs.String("level", "reliable", "reliable (the group's own level); fifo, agreed or safe (refused unless the group runs at that level); or unreliable (at most once, never acknowledged; -membership views or -order fifo)")
+	level := fs.String("level", "reliable", "reliable (the group's own level); agreed or safe (per message in a group run with -order total -membership views; elsewhere refused unless the group runs at that level); fifo (refused unless the group runs at it); or unreliable (at most once, never acknowledged; -membership views or -order fifo)")
 	quiet := fs.Bool("q", false, "do not print the summary line on stderr")
 	if done, code := parse(fs, args, stdout); done {
 		return code
@@ -322,26 +328,29 @@ func send(c *localapi.Conn, in io.Reader, lines bool, level string, prog *progre
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := levelAllowed(level, w.Order); err != nil {
+	set, err := levelAllowed(level, w.Order, c.Version())
+	if err != nil {
 		return 0, 0, err
+	}
+	if set {
+		// The daemon refuses a level its group cannot give (a registered
+		// total order has Agreed alone) and closes the connection: nothing
+		// after it is sent, and the Flush below reports why.
+		if err := c.Write(&localapi.SendLevel{Level: levelOrders[level]}); err != nil {
+			return 0, 0, err
+		}
 	}
 	max := int(w.MaxMessage)
 	b, err := openSink(c, prog)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, daemonReason(c, err) // a refused SendLevel closes the connection
 	}
 	// fail turns a failed write into the daemon's reason, if it sent one.
 	fail := func(werr error) (uint64, uint64, error) {
 		msgs, bytes := b.sent()
 		var e *localapi.Error
-		if errors.As(werr, &e) {
+		if errors.As(daemonReason(c, werr), &e) {
 			return msgs, bytes, e
-		}
-		c.SetDeadline(time.Now().Add(time.Second))
-		if _, rerr := c.Read(); rerr != nil {
-			if errors.As(rerr, &e) {
-				return msgs, bytes, e
-			}
 		}
 		return msgs, bytes, fmt.Errorf("sending message %d: %w", msgs+1, werr)
 	}
@@ -1184,16 +1193,47 @@ func printStatus(w io.Writer, st *daemon.Status) {
 // levelNames are the delivery levels of a Welcome's order.
 var levelNames = map[uint8]string{localapi.OrderFIFO: "fifo", localapi.OrderTotal: "agreed", localapi.OrderSafe: "safe"}
 
-// levelAllowed checks send -level against the level the daemon's group
-// runs at: a group has one reliable level, chosen by every member at
-// start (rbcastd run -order and -level), so a message cannot ask for
-// another.
-func levelAllowed(level string, order uint8) error {
-	if level == "reliable" || level == levelNames[order] {
-		return nil
+// daemonReason is the daemon's Error behind err, a failed write or read
+// on c, if the daemon sent one before it closed the connection; else err.
+func daemonReason(c *localapi.Conn, err error) error {
+	var e *localapi.Error
+	if errors.As(err, &e) {
+		return e
 	}
-	how := map[string]string{"fifo": "-order fifo", "agreed": "-order total (-level agreed)", "safe": "-order total -membership views -level safe"}
-	return fmt.Errorf("-level %s: the daemon's group runs at %s, and a group has one reliable level, chosen when its members start (rbcastd run %s); send without -level, or with -level %s", level, levelNames[order], how[level], levelNames[order])
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, rerr := c.Read(); errors.As(rerr, &e) {
+		return e
+	}
+	return err
+}
+
+// levelOrders are a SendLevel's levels, by send -level.
+var levelOrders = map[string]uint8{"fifo": localapi.OrderFIFO, "agreed": localapi.OrderTotal, "safe": localapi.OrderSafe}
+
+// levelAllowed checks send -level against the level the daemon's group
+// runs at (its Welcome's order) and the local API version it speaks: a
+// total order over views sends each message Agreed or Safe (set: send a
+// SendLevel first; the daemon refuses it in a registered total order,
+// which has Agreed alone); any other group has one reliable level,
+// chosen by every member at start (rbcastd run -order and -level), and
+// FIFO is never offered per message in a total order.
+func levelAllowed(level string, order uint8, version uint16) (set bool, err error) {
+	if level == "reliable" || level == levelNames[order] {
+		return false, nil
+	}
+	perMessage := order != localapi.OrderFIFO && level != "fifo"
+	if perMessage && version >= 5 {
+		return true, nil
+	}
+	why := "a group has one reliable level, chosen when its members start"
+	switch {
+	case perMessage:
+		why = fmt.Sprintf("the daemon speaks local API version %d, which has no level per message (version 5 sends agreed or safe in a group run with -order total -membership views)", version)
+	case level == "fifo":
+		why = "FIFO per message is not offered in a total order (a FIFO message would wait for its sender's earlier messages to be ordered, as late as an Agreed one)"
+	}
+	how := map[string]string{"fifo": "-order fifo", "agreed": "-order total", "safe": "-order total -membership views"}
+	return false, fmt.Errorf("-level %s: the daemon's group runs at %s, and %s (rbcastd run %s); send without -level, or with -level %s", level, levelNames[order], why, how[level], levelNames[order])
 }
 
 // authLine is a link's keys and drops, as status shows them (the

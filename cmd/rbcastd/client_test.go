@@ -124,45 +124,53 @@ func TestSendUnreliableCLI(t *testing.T) {
 // sent otherwise, naming the group's level and the run flags for the one
 // asked.
 func TestSendLevelCLI(t *testing.T) {
-	safe := func(t *testing.T) string {
-		sock := filepath.Join(t.TempDir(), "safe.sock")
-		ln, err := daemon.Listen(sock, 0o600)
-		if err != nil {
-			t.Fatal(err)
+	views := func(safe bool) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			sock := filepath.Join(t.TempDir(), "views.sock")
+			ln, err := daemon.Listen(sock, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &nullLink{closed: make(chan struct{})}
+			d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true, Order: reliable.Total, Safe: safe}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx, l, ln) }()
+			t.Cleanup(func() {
+				cancel()
+				<-done
+				l.Close()
+			})
+			return sock
 		}
-		l := &nullLink{closed: make(chan struct{})}
-		d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true, Order: reliable.Total, Safe: true}})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx, l, ln) }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-			l.Close()
-		})
-		return sock
 	}
 	for _, tc := range []struct {
 		name string
 		sock func(*testing.T) string
-		ok   string
+		ok   []string
 		bad  map[string]string
 	}{
-		{"fifo", soloDaemon, "fifo", map[string]string{
-			"agreed": "-level agreed: the daemon's group runs at fifo, and a group has one reliable level, chosen when its members start (rbcastd run -order total (-level agreed)); send without -level, or with -level fifo",
+		{"fifo", soloDaemon, []string{"fifo"}, map[string]string{
+			"agreed": "-level agreed: the daemon's group runs at fifo, and a group has one reliable level, chosen when its members start (rbcastd run -order total); send without -level, or with -level fifo",
 			"safe":   "-level safe: the daemon's group runs at fifo",
 		}},
-		{"agreed", func(t *testing.T) string { return soloDaemonOrder(t, reliable.Total) }, "agreed", map[string]string{
-			"fifo": "-level fifo: the daemon's group runs at agreed",
-			"safe": "-level safe: the daemon's group runs at agreed, and a group has one reliable level, chosen when its members start (rbcastd run -order total -membership views -level safe)",
+		// The registered total order (the sequencer) has Agreed alone:
+		// its daemon refuses the SendLevel.
+		{"agreed", func(t *testing.T) string { return soloDaemonOrder(t, reliable.Total) }, []string{"agreed"}, map[string]string{
+			"fifo": "-level fifo: the daemon's group runs at agreed, and FIFO per message is not offered in a total order",
+			"safe": "-level safe: the daemon's group runs at agreed, which has that level alone; a message may go agreed or safe, whatever the group's level, only in a group run with -order total -membership views",
 		}},
-		{"safe", safe, "safe", map[string]string{
-			"agreed": "-level agreed: the daemon's group runs at safe",
+		// A total order over views sends each message Agreed or Safe.
+		{"agreed-views", views(false), []string{"agreed", "safe"}, map[string]string{
+			"fifo": "-level fifo: the daemon's group runs at agreed, and FIFO per message is not offered in a total order",
+		}},
+		{"safe-views", views(true), []string{"safe", "agreed"}, map[string]string{
+			"fifo": "-level fifo: the daemon's group runs at safe, and FIFO per message is not offered in a total order",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := tc.sock(t)
-			for _, level := range []string{tc.ok, "reliable"} {
+			for _, level := range append(tc.ok, "reliable") {
 				var o, e strings.Builder
 				code := rbcastd([]string{"send", "-socket", sock, "-lines", "-level", level}, strings.NewReader("one\ntwo\n"), &o, &e)
 				if code != exitOK || !strings.Contains(e.String(), "2 messages, 6 bytes acknowledged") {
@@ -666,4 +674,20 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// A daemon of local API version 4 has no level per message: send -level
+// safe to its Agreed group is refused before anything is sent, naming
+// the group's level and the version; version 5 sends a SendLevel.
+func TestSendLevelOldDaemon(t *testing.T) {
+	set, err := levelAllowed("safe", localapi.OrderTotal, 4)
+	if set || err == nil || !strings.Contains(err.Error(), "-level safe: the daemon's group runs at agreed, and the daemon speaks local API version 4, which has no level per message") {
+		t.Fatalf("version 4: set %v, %v", set, err)
+	}
+	if set, err := levelAllowed("safe", localapi.OrderTotal, 5); !set || err != nil {
+		t.Fatalf("version 5: set %v, %v", set, err)
+	}
+	if set, err := levelAllowed("agreed", localapi.OrderTotal, 5); set || err != nil {
+		t.Fatalf("the group's own level: set %v, %v", set, err)
+	}
 }

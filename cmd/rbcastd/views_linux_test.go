@@ -462,3 +462,105 @@ func firstLineDiff(a, b []string) string {
 	}
 	return "one is a prefix of the other"
 }
+
+// TestNetnsSendLevel: in an Agreed group over views (5 % loss), one
+// host sends with -level safe, one with -level agreed and one with the
+// group's own level, all at once: every member delivers the same
+// sequence, each sender's lines in its order. -level fifo is refused
+// there, naming the group's level, before anything is sent.
+func TestNetnsSendLevel(t *testing.T) {
+	netnstest.RequireRoot(t)
+	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbsl"})
+	const (
+		group = 33
+		lines = 300
+	)
+	for _, h := range topo.Hosts {
+		if err := h.SetLoss(netns.In, netns.Loss{Percent: 5, EtherType: frame.EtherType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
+	for i, h := range topo.Hosts {
+		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "3",
+			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-level", "agreed", "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
+		startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i))
+	}
+	for i := range topo.Hosts {
+		if _, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second); err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if out, err := c.cli(ctx, 0, "send", "-lines", "-level", "fifo").CombinedOutput(); err == nil || !strings.Contains(string(out), "-level fifo: the daemon's group runs at agreed, and FIFO per message is not offered in a total order") {
+		t.Fatalf("send -level fifo into an Agreed group: %v %s", err, out)
+	}
+	outs := make([]string, 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range topo.Hosts {
+		outs[i] = filepath.Join(c.dir, fmt.Sprintf("lines%d", i))
+		r := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(3*lines), "-o", outs[i])
+		var o bytes.Buffer
+		r.Stdout, r.Stderr = &o, &o
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Wait(); err != nil {
+				errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
+			}
+		}()
+	}
+	waitSubscribers(t, c, 1)
+	for i, level := range []string{"safe", "agreed", "reliable"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var in bytes.Buffer
+			for n := range lines {
+				fmt.Fprintf(&in, "host %d line %d\n", i, n)
+			}
+			s := c.cli(ctx, i, "send", "-lines", "-level", level)
+			s.Stdin = &in
+			if out, err := s.CombinedOutput(); err != nil {
+				errs <- fmt.Errorf("send -level %s at host %d: %w\n%s", level, i, err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	var seqs [][]string
+	for i := range topo.Hosts {
+		b, err := os.ReadFile(outs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n"))
+	}
+	for i := 1; i < 3; i++ {
+		if !slices.Equal(seqs[i], seqs[0]) {
+			t.Fatalf("hosts 0 and %d delivered different sequences (%d and %d lines; first difference %s)", i, len(seqs[0]), len(seqs[i]), firstLineDiff(seqs[0], seqs[i]))
+		}
+	}
+	next := map[string]int{}
+	for _, l := range seqs[0] {
+		from, payload, _ := strings.Cut(l, "\t")
+		if want := fmt.Sprintf("host %s line %d", from, next[from]); payload != want {
+			t.Fatalf("from member %s: %q, want %q (each sender's lines in its order)", from, payload, want)
+		}
+		next[from]++
+	}
+	if len(seqs[0]) != 3*lines {
+		t.Fatalf("delivered %d lines, want %d", len(seqs[0]), 3*lines)
+	}
+}

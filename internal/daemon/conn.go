@@ -48,7 +48,11 @@ type conn struct {
 	dec     localapi.Decoder
 	r       *localapi.PacketReader
 	version uint16 // agreed by Hello
-	rings   connRings
+	// level is the reliable level of this connection's sends (SendLevel;
+	// serve's goroutine alone): the group's own, or Agreed or Safe in a
+	// total order over views.
+	level reliable.Level
+	rings connRings
 	// hasDeliverRing: the fan-out may write into the deliver ring
 	// directly (ringRecv); slot is its reserved record.
 	hasDeliverRing atomic.Bool
@@ -315,6 +319,8 @@ func (c *conn) handle(m localapi.Message) bool {
 		return c.send(m.Data)
 	case *localapi.SendUnreliable:
 		return c.sendUnreliable(m.Data)
+	case *localapi.SendLevel:
+		return c.setLevel(m.Level)
 	case *localapi.SendBatch:
 		return c.sendBatch(m.Msgs)
 	case *localapi.Flush:
@@ -390,7 +396,7 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 		c.fail(localapi.CodeClosed, false, "the daemon is leaving the group; message %d not accepted", c.accepted.Load()+1)
 		return false
 	}
-	err := g.Send(c.ctx, data)
+	err := g.SendLevel(c.ctx, c.level, data)
 	c.d.sendMu.RUnlock()
 	if err != nil {
 		code := localapi.CodeSendFailed
@@ -402,6 +408,30 @@ func (c *conn) sendOn(g *reliable.Group, data []byte) bool {
 	}
 	c.accepted.Add(1)
 	c.d.accepted.Add(1)
+	return true
+}
+
+// levels are the reliable levels of a SendLevel, by its Welcome order.
+var levels = [...]reliable.Level{localapi.OrderFIFO: reliable.LevelFIFO, localapi.OrderTotal: reliable.LevelAgreed, localapi.OrderSafe: reliable.LevelSafe}
+
+// levelNames name them as rbcastd's -level does.
+var levelNames = [...]string{localapi.OrderFIFO: "fifo", localapi.OrderTotal: "agreed", localapi.OrderSafe: "safe"}
+
+// setLevel sets the level of the connection's sends from now on: the
+// group's own, or in a total order over views Agreed or Safe; another
+// is refused (the connection goes on at the level it had).
+func (c *conn) setLevel(level uint8) bool {
+	own := c.d.welcome(c.version).Order
+	switch {
+	case level == own:
+		c.level = reliable.LevelGroup
+	case c.d.cfg.Group.Views && c.d.cfg.Group.Order == reliable.Total && level != localapi.OrderFIFO:
+		c.level = levels[level]
+	case own != localapi.OrderFIFO && level == localapi.OrderFIFO:
+		c.fail(localapi.CodeSendFailed, false, "-level fifo: the daemon's group runs at %s, and FIFO per message is not offered in a total order (a FIFO message would wait for its sender's earlier messages to be ordered, as late as an Agreed one); send with -level agreed", levelNames[own])
+	default:
+		c.fail(localapi.CodeSendFailed, false, "-level %s: the daemon's group runs at %s, which has that level alone; a message may go agreed or safe, whatever the group's level, only in a group run with -order total -membership views", levelNames[level], levelNames[own])
+	}
 	return true
 }
 

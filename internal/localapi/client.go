@@ -346,10 +346,11 @@ func (c *Conn) Pending() bool {
 // the group has started; HelloBatch: this client reads DeliverBatch) and
 // returns the daemon's Welcome.
 //
-// It offers this build's Version; a daemon of version 1 refuses it
+// It offers this build's Version; an earlier daemon refuses it
 // (CodeVersion, and closes the connection), and Hello then connects again
-// and says hello in version 1: Version tells which was agreed (rings need
-// 2).
+// and says hello in the latest version the daemon's refusal names (a
+// daemon of version 1 names none: version 1): Version tells which was
+// agreed (rings need 2, SendLevel 5).
 func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 	w, err := c.hello(Version, flags)
 	var e *Error
@@ -363,9 +364,20 @@ func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 			nc.Close()
 			return nil, err
 		}
-		w, err = c.hello(MinVersion, flags)
+		w, err = c.hello(daemonVersion(e.Text), flags)
 	}
 	return w, err
+}
+
+// daemonVersion is the latest version a daemon's refusal of a Hello
+// names ("this daemon speaks local API versions 1 to 4; ..."), below
+// this build's, or MinVersion.
+func daemonVersion(refusal string) uint16 {
+	var lo, hi uint16
+	if _, err := fmt.Sscanf(refusal, "this daemon speaks local API versions %d to %d", &lo, &hi); err != nil || hi < MinVersion || hi >= Version {
+		return MinVersion
+	}
+	return hi
 }
 
 func (c *Conn) hello(version, flags uint16) (*Welcome, error) {

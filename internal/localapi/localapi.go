@@ -22,9 +22,10 @@ import (
 // Doorbell, DaemonDoorbell; docs/local-api.md, "Rings"); version 3 the
 // file's hash in its verdict (FileSent) instead of in FileQueued, so that
 // the daemon hashes a file as it sends it; version 4 the hash's algorithm
-// (SendFileAlg, FileSentAlg, FileReportAlg: BLAKE3 as well as SHA-256).
+// (SendFileAlg, FileSentAlg, FileReportAlg: BLAKE3 as well as SHA-256);
+// version 5 a reliable level per message (SendLevel).
 const (
-	Version    = 4
+	Version    = 5
 	MinVersion = 1
 )
 
@@ -46,6 +47,9 @@ const (
 	// TSendUnreliable is one message at the Unreliable level (a group with
 	// views): at most once, never acknowledged; Flushed does not count it.
 	TSendUnreliable Type = 0x0a
+	// TSendLevel sets the reliable level of the connection's sends from
+	// then on (version 5).
+	TSendLevel Type = 0x0e
 
 	// Daemon to client.
 	TWelcome        Type = 0x81 // answers Hello
@@ -83,6 +87,8 @@ func (t Type) String() string {
 		return "Rekey"
 	case TSendUnreliable:
 		return "SendUnreliable"
+	case TSendLevel:
+		return "SendLevel"
 	case TRingReady:
 		return "RingReady"
 	case TDaemonDoorbell:
@@ -201,6 +207,16 @@ type Send struct{ Data []byte }
 // view, never acknowledged or repaired. Data aliases the decoded packet.
 type SendUnreliable struct{ Data []byte }
 
+// SendLevel sets the reliable level of every Send, SendBatch and send
+// ring message of the connection from then on: Level is a Welcome Order
+// (OrderFIFO, OrderTotal for Agreed, OrderSafe), the group's own by
+// default. A daemon whose group is a total order over views sends at
+// Agreed or Safe whatever the group's level (reliable.Group.SendLevel);
+// any other level than the group's own it refuses (CodeSendFailed,
+// naming the group's level), and the connection goes on at the level it
+// had. Version 5.
+type SendLevel struct{ Level uint8 }
+
 // SendBatch carries several messages to broadcast, in order: one packet
 // instead of one per message. Each datum aliases the decoded packet.
 type SendBatch struct{ Msgs [][]byte }
@@ -317,6 +333,7 @@ func (e *Error) Error() string { return fmt.Sprintf("rbcastd: %s (%v)", e.Text, 
 func (*Hello) Type() Type          { return THello }
 func (*Send) Type() Type           { return TSend }
 func (*SendUnreliable) Type() Type { return TSendUnreliable }
+func (*SendLevel) Type() Type      { return TSendLevel }
 func (*Flush) Type() Type          { return TFlush }
 func (*Subscribe) Type() Type      { return TSubscribe }
 func (*Status) Type() Type         { return TStatus }
@@ -365,6 +382,8 @@ func (m *Send) Append(b []byte) []byte { return append(append(b, byte(TSend)), m
 func (m *SendUnreliable) Append(b []byte) []byte {
 	return append(append(b, byte(TSendUnreliable)), m.Data...)
 }
+
+func (m *SendLevel) Append(b []byte) []byte { return append(b, byte(TSendLevel), m.Level) }
 
 func (m *Flush) Append(b []byte) []byte { return append(b, byte(TFlush)) }
 
@@ -440,6 +459,7 @@ const (
 	doorbellLen   = 2
 	rekeyMin      = 10
 	flushLen      = 1
+	sendLevelLen  = 2
 	subscribeLen  = 3
 	statusLen     = 1
 	welcomeLen    = 17
@@ -483,6 +503,7 @@ type Decoder struct {
 	hello        Hello
 	send         Send
 	sendUnrel    SendUnreliable
+	sendLevel    SendLevel
 	flush        Flush
 	subscribe    Subscribe
 	status       Status
@@ -535,6 +556,15 @@ func (d *Decoder) Decode(p []byte) (Message, error) {
 	case TSendUnreliable:
 		d.sendUnrel.Data = p[1:]
 		return &d.sendUnrel, nil
+	case TSendLevel:
+		if err := exact(sendLevelLen); err != nil {
+			return nil, err
+		}
+		if p[1] > OrderSafe {
+			return nil, decodeErr(t, 1, "level %d, want 0 (fifo), 1 (agreed) or 2 (safe)", p[1])
+		}
+		d.sendLevel.Level = p[1]
+		return &d.sendLevel, nil
 	case TFlush:
 		if err := exact(flushLen); err != nil {
 			return nil, err

@@ -29,6 +29,7 @@ func goldenCases() []struct {
 		{"hello", &Hello{Version: 1, Flags: HelloWaitReady}},
 		{"send", &Send{Data: []byte("hello, group")}},
 		{"send_unreliable", &SendUnreliable{Data: []byte("at most once")}},
+		{"send_level_safe", &SendLevel{Level: OrderSafe}},
 		{"flush", &Flush{}},
 		{"subscribe_all", &Subscribe{From: AllMembers}},
 		{"subscribe_one", &Subscribe{From: 3}},
@@ -69,7 +70,7 @@ func goldenCases() []struct {
 
 // allTypes lists every message type, so a new one without a vector fails.
 var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError,
-	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey, TSendUnreliable,
+	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey, TSendUnreliable, TSendLevel,
 	TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport,
 	TSendFileAlg, TFileSentAlg, TFileReportAlg}
 
@@ -168,6 +169,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"ring setup short", []byte{byte(TRingSetup), 0, 0, 1}, "bad RingSetup message at byte 4: 4 bytes, want 6"},
 		{"ring setup bad ring", []byte{byte(TRingSetup), 2, 0, 1, 0, 0}, "bad RingSetup message at byte 1: ring 2"},
 		{"doorbell bad ring", []byte{byte(TDaemonDoorbell), 7}, "bad DaemonDoorbell message at byte 1: ring 7"},
+		{"send level bad level", []byte{byte(TSendLevel), 3}, "bad SendLevel message at byte 1: level 3, want 0 (fifo), 1 (agreed) or 2 (safe)"},
+		{"send level short", []byte{byte(TSendLevel)}, "bad SendLevel message at byte 1: 1 bytes, want 2"},
 		{"error text too long", append([]byte{byte(TError), 0, 1}, make([]byte, MaxText+1)...), "at most 4096"},
 		{"send file no path", (&SendFile{Name: "a"}).Append(nil), "bad SendFile message at byte 6: no path"},
 		{"send file empty name", (&SendFile{Path: "/a"}).Append(nil), "bad SendFile message at byte 3: an empty name"},
@@ -346,5 +349,21 @@ func TestHelloFallsBackToVersion1(t *testing.T) {
 	}
 	if _, err := c.SendRing(0); err == nil || !strings.Contains(err.Error(), "rings need version 2") {
 		t.Fatalf("SendRing on version 1: %v", err)
+	}
+}
+
+// A client of version 5 says hello again in the latest version an older
+// daemon's refusal names, not in version 1 (rings and the files' hashes
+// would be lost for a version-4 daemon).
+func TestDaemonVersion(t *testing.T) {
+	for text, want := range map[string]uint16{
+		"this daemon speaks local API versions 1 to 4; the client speaks version 5": 4,
+		"this daemon speaks local API versions 1 to 2; the client speaks version 5": 2,
+		"unsupported version": MinVersion,
+		"this daemon speaks local API versions 1 to 9; the client speaks version 5": MinVersion,
+	} {
+		if got := daemonVersion(text); got != want {
+			t.Errorf("%q: version %d, want %d", text, got, want)
+		}
 	}
 }

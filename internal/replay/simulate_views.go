@@ -66,12 +66,13 @@ type SimViews struct {
 
 // The layer reliable/vtotal puts a kind byte before every message it
 // sends through the FIFO group (docs/membership.md, "Agreed over views"):
-// the application's data, the orderer's order messages, Safe's held
-// reports.
+// the application's data (Agreed; Safe's, revision 4, kind 4), the
+// orderer's order messages, Safe's held reports (up to revision 2).
 const (
 	vtotalData  = 1
 	vtotalOrder = 2
 	vtotalHeld  = 3
+	vtotalSafe  = 4
 )
 
 // viewProc is one process of a group with views seen in a capture: a MAC
@@ -317,7 +318,7 @@ func viewLevelFromFrames(c *Capture, group uint32) (total, safe bool, msgs int) 
 			switch {
 			case len(m) == 0:
 				fits = false
-			case m[0] == vtotalData:
+			case m[0] == vtotalData, m[0] == vtotalSafe:
 			case m[0] == vtotalOrder && len(m) >= 5 && (len(m)-5)%6 == 0 && binary.BigEndian.Uint32(m[1:]) == v.ViewID():
 				ordered = true
 			case m[0] == vtotalHeld && len(m) == 9 && binary.BigEndian.Uint32(m[1:]) == v.ViewID():
@@ -746,9 +747,15 @@ func (vr *viewsRerun) drive() {
 }
 
 // propose hands one of the application's messages to the core.
-func (vr *viewsRerun) propose(t clock.Time, m []byte, where string) {
+func (vr *viewsRerun) propose(t clock.Time, m []byte, safe bool, where string) {
 	vr.res.Proposed++
-	if err := vr.st.Propose(t, m); err != nil {
+	var err error
+	if vr.level == ViewFIFO {
+		err = vr.st.Propose(t, m)
+	} else {
+		err = vr.st.ProposeLevel(t, m, safe)
+	}
+	if err != nil {
 		vr.diverge("%s: the re-run refused a message of ours: %v (diverges)", where, err)
 	}
 }
@@ -758,8 +765,8 @@ func (vr *viewsRerun) propose(t clock.Time, m []byte, where string) {
 // (live, they waited in the window or the frozen view's queue), so they
 // are proposed now.
 func (vr *viewsRerun) internal() {
-	vr.own.generated(func(m []byte) {
-		vr.propose(vr.rr.last, m, fmt.Sprintf("before our order message or held report %d", vr.own.made))
+	vr.own.generated(func(m []byte, safe bool) {
+		vr.propose(vr.rr.last, m, safe, fmt.Sprintf("before our order message or held report %d", vr.own.made))
 	})
 }
 
@@ -770,8 +777,8 @@ func (vr *viewsRerun) before(t clock.Time, at time.Time) {
 	if !ok {
 		return
 	}
-	propose := func(m []byte) {
-		vr.propose(t, m, fmt.Sprintf("at %v, where it waited to go out", at.Sub(vr.res.Start)))
+	propose := func(m []byte, safe bool) {
+		vr.propose(t, m, safe, fmt.Sprintf("at %v, where it waited to go out", at.Sub(vr.res.Start)))
 	}
 	vr.own.burst(at, view, sent, propose)
 	if cur := vr.vc.View().ID; cur == view && vr.own.freezing(cur, at) && vr.own.heldAtFreeze(cur, at) {
@@ -854,8 +861,8 @@ func (vr *viewsRerun) out(r *Record, t clock.Time) {
 		if v.Retransmission() {
 			return
 		}
-		if vr.own.propose(r.N, func(m []byte) {
-			vr.propose(t, m, fmt.Sprintf("frame %d, our Data seq %d of view %d", r.N, v.Seq(), v.ViewID()))
+		if vr.own.propose(r.N, func(m []byte, safe bool) {
+			vr.propose(t, m, safe, fmt.Sprintf("frame %d, our Data seq %d of view %d", r.N, v.Seq(), v.ViewID()))
 		}) {
 			rr.cur = r.N
 			rr.collectAt(t)

@@ -39,10 +39,15 @@ type ownStream struct {
 }
 
 type ownEntry struct {
-	app bool
-	msg []byte // the application's message (vtotal's kind byte taken off)
-	raw int    // its length in the frame
+	app  bool
+	safe bool   // sent at the Safe level (vtotal's kind byte said so)
+	msg  []byte // the application's message (vtotal's kind byte taken off)
+	raw  int    // its length in the frame
 }
+
+// proposeFunc hands one of the application's messages, at its level, to
+// the re-run.
+type proposeFunc func(m []byte, safe bool)
 
 // ownFrame is one of our Data frames: its entries, when it was captured,
 // and whether it was full (its successor's first message would not have
@@ -79,8 +84,8 @@ func newOwnStream(steps []simStep, ours func(*Record) bool, layered bool, maxPay
 			switch {
 			case !layered:
 				s.entries = append(s.entries, ownEntry{app: true, msg: m, raw: len(m)})
-			case len(m) > 0 && m[0] == vtotalData:
-				s.entries = append(s.entries, ownEntry{app: true, msg: m[1:], raw: len(m)})
+			case len(m) > 0 && (m[0] == vtotalData || m[0] == vtotalSafe):
+				s.entries = append(s.entries, ownEntry{app: true, safe: m[0] == vtotalSafe, msg: m[1:], raw: len(m)})
 			default:
 				s.layered = append(s.layered, len(s.entries))
 				s.entries = append(s.entries, ownEntry{raw: len(m)})
@@ -103,7 +108,7 @@ func newOwnStream(steps []simStep, ours func(*Record) bool, layered bool, maxPay
 
 // propose hands the application's messages up to the end of frame n's
 // that are not proposed yet to propose; it reports whether there were any.
-func (s *ownStream) propose(n int, propose func([]byte)) bool {
+func (s *ownStream) propose(n int, propose proposeFunc) bool {
 	i, ok := s.byN[n]
 	if !ok {
 		return false
@@ -113,11 +118,11 @@ func (s *ownStream) propose(n int, propose func([]byte)) bool {
 
 // upTo proposes the application's messages before entry end not
 // proposed yet; it reports whether there were any.
-func (s *ownStream) upTo(end int, propose func([]byte)) bool {
+func (s *ownStream) upTo(end int, propose proposeFunc) bool {
 	some := false
 	for ; s.next < end; s.next++ {
 		if e := s.entries[s.next]; e.app {
-			propose(e.msg)
+			propose(e.msg, e.safe)
 			some = true
 		}
 	}
@@ -126,7 +131,7 @@ func (s *ownStream) upTo(end int, propose func([]byte)) bool {
 
 // generated is called as the layer makes its next message: the
 // application's messages before it in the stream are proposed first.
-func (s *ownStream) generated(propose func([]byte)) {
+func (s *ownStream) generated(propose proposeFunc) {
 	if s.made >= len(s.layered) {
 		return // more than the capture shows: the re-run diverges
 	}
@@ -159,7 +164,7 @@ func (s *ownStream) heldAtFreeze(view uint32, at time.Time) bool {
 // nextView proposes the messages of the frames a view after view sends
 // first, in one burst (while each was full): what the core of view holds
 // unsent when it freezes goes out there.
-func (s *ownStream) nextView(view uint32, propose func([]byte)) {
+func (s *ownStream) nextView(view uint32, propose proposeFunc) {
 	i := 0
 	for i < len(s.frames) && !frame.SeqLess(view, s.frames[i].view) {
 		i++
@@ -202,7 +207,7 @@ func (s *ownStream) full(n int) bool {
 // the messages of the frames that went out at that instant in one burst:
 // from the first frame the re-run has not sent (the one numbered sent in
 // view, or the first of a later view), while each was full.
-func (s *ownStream) burst(at time.Time, view, sent uint32, propose func([]byte)) {
+func (s *ownStream) burst(at time.Time, view, sent uint32, propose proposeFunc) {
 	// The re-run's view and sent only grow: the frames it sent stay sent.
 	for s.unsent < len(s.frames) && (s.frames[s.unsent].view == view && frame.SeqLess(s.frames[s.unsent].seq, sent) || frame.SeqLess(s.frames[s.unsent].view, view)) {
 		s.unsent++
@@ -240,7 +245,7 @@ type proposeHook struct {
 }
 
 func (h *proposeHook) Propose(now clock.Time, msg []byte) error {
-	if len(msg) > 0 && msg[0] == vtotalData || h.internal == nil {
+	if len(msg) > 0 && (msg[0] == vtotalData || msg[0] == vtotalSafe) || h.internal == nil {
 		return h.Core.Propose(now, msg)
 	}
 	h.internal()

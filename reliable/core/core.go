@@ -60,6 +60,19 @@ type UnreliableCore interface {
 // without the Unreliable level.
 var ErrNoUnreliable = errors.New("core: this group has no Unreliable level: it needs views (reliable.Config.Views) or FIFO order")
 
+// LevelCore is a total-order core that sends each message at the Agreed
+// or the Safe level, whatever its group's (reliable/vtotal): one order
+// holds both, and a Safe message, with every message after it in the
+// order, is delivered once every member of the view holds it.
+type LevelCore interface {
+	// ProposeLevel is Propose at the Safe level (safe) or the Agreed.
+	ProposeLevel(now Time, msg []byte, safe bool) error
+}
+
+// ErrNoLevel is returned by Stepper.ProposeLevel for a core without a
+// level per message.
+var ErrNoLevel = errors.New("core: this group has no reliable level per message: Agreed and Safe per message need total order over views (reliable.Config.Views, Order Total)")
+
 type Core interface {
 	// Step handles one received frame, already validated by frame.Parse.
 	// src and dst are its Ethernet source and destination. An error says

@@ -102,8 +102,8 @@ func TestStepperFindsUnreliableOnce(t *testing.T) {
 	if unwraps != after {
 		t.Errorf("100 ProposeUnreliable looked through the wrappers %d more times, want 0", unwraps-after)
 	}
-	if after != 4 { // twice: the Unreliable level, and Borrower
-		t.Errorf("NewStepper looked through %d wrappers, want 4", after)
+	if after != 6 { // twice each: the Unreliable level, the level per message, and Borrower
+		t.Errorf("NewStepper looked through %d wrappers, want 6", after)
 	}
 	none := NewStepper(unwrapCounting{&fake{}, &unwraps}, 7, 0)
 	for range 2 {

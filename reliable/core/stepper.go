@@ -17,6 +17,7 @@ import (
 type Stepper struct {
 	c         Core
 	unrel     UnreliableCore // c's Unreliable level (Find), nil without one
+	level     LevelCore      // c's level per message (Find), nil without one
 	borrow    Borrower       // c as a Borrower (Find), nil if it is not one or does not borrow
 	info      Info
 	group     uint32
@@ -78,6 +79,7 @@ func NewStepper(c Core, group uint32, etherType uint16) *Stepper {
 	// ProposeUnreliable (Find's assertion on a type parameter looks the
 	// itab up in the runtime's table each time).
 	s.unrel, _ = Find[UnreliableCore](c)
+	s.level, _ = Find[LevelCore](c)
 	if b, ok := Find[Borrower](c); ok && b.Borrows() {
 		s.borrow = b
 	}
@@ -275,6 +277,21 @@ func (s *Stepper) Tick(now Time) {
 func (s *Stepper) Propose(now Time, msg []byte) error {
 	s.now = now
 	err := s.c.Propose(now, msg)
+	if err == nil && s.info.SelfDelivery {
+		s.self.propose(now)
+	}
+	return err
+}
+
+// ProposeLevel is Propose at the Safe level (safe) or the Agreed, to a
+// core with a level per message (LevelCore, found through wrappers:
+// Find), or returns ErrNoLevel.
+func (s *Stepper) ProposeLevel(now Time, msg []byte, safe bool) error {
+	if s.level == nil {
+		return ErrNoLevel
+	}
+	s.now = now
+	err := s.level.ProposeLevel(now, msg, safe)
 	if err == nil && s.info.SelfDelivery {
 		s.self.propose(now)
 	}

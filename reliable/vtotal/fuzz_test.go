@@ -143,7 +143,7 @@ func TestSafeCopiesFromPool(t *testing.T) {
 		seq := uint32(100 + i)
 		c.Tick(0) // the first's buffer is free once a Tick or Step follows its Advance
 		// The sequencer's own data message: in place, held until stable.
-		in.ds = []core.Delivery{{From: 0, Seq: seq, Data: append([]byte{kindData}, text...)}}
+		in.ds = []core.Delivery{{From: 0, Seq: seq, Data: append([]byte{kindSafe}, text...)}}
 		if rd := c.Ready(); len(rd.Deliveries) != 0 {
 			t.Fatalf("%s: delivered %d before every member held it", text, len(rd.Deliveries))
 		}
@@ -304,7 +304,7 @@ func TestSafePinsHeldMessages(t *testing.T) {
 	c := NewSafe(in)
 	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
 	c.Tick(0)
-	fifo := append([]byte{kindData}, "held"...)
+	fifo := append([]byte{kindSafe}, "held"...)
 	in.ds = []core.Delivery{{From: 0, Seq: 100, Data: fifo}}
 	if rd := c.Ready(); len(rd.Deliveries) != 0 {
 		t.Fatalf("delivered %d before every member held it", len(rd.Deliveries))
@@ -380,8 +380,8 @@ func TestSafeDrainWaitsForLowMember(t *testing.T) {
 	c := NewSafe(in)
 	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
 	in.ds = []core.Delivery{
-		{From: 0, Seq: 100, Data: []byte{kindData, 'a'}},
-		{From: 0, Seq: 101, Data: []byte{kindData, 'b'}},
+		{From: 0, Seq: 100, Data: []byte{kindSafe, 'a'}},
+		{From: 0, Seq: 101, Data: []byte{kindSafe, 'b'}},
 	}
 	ready := func() string {
 		rd := c.Ready()
@@ -417,5 +417,102 @@ func TestSafeDrainWaitsForLowMember(t *testing.T) {
 	}
 	if c.drains != 3 {
 		t.Fatalf("%d drains; want 3", c.drains)
+	}
+}
+
+// levels runs the layer over a scripted membership core of two members,
+// member 1 this one and 0 the sequencer, whose own data messages take
+// their place in its stream: each turn steps deliveries ds of the FIFO
+// group with stability (HeldByAll) at stable, and returns what the
+// total order delivered.
+type levels struct {
+	in *scripted
+	c  *Core
+}
+
+func newLevels(safe bool) *levels {
+	in := &scripted{}
+	c := New(in)
+	if safe {
+		c = NewSafe(in)
+	}
+	c.startView(1, &core.ViewInfo{ID: 7, Members: []frame.MemberInfo{{ID: 0}, {ID: 1}}})
+	return &levels{in, c}
+}
+
+func (l *levels) turn(stable uint32, ds ...core.Delivery) string {
+	l.in.ds, l.in.stable = ds, stable
+	rd := l.c.Ready()
+	s := ""
+	for _, d := range rd.Deliveries {
+		s += string(d.Data)
+	}
+	l.c.Advance()
+	return s
+}
+
+// A Safe message holds every message after it in the order, of either
+// level, until every member holds it and its place; the Agreed message
+// behind it then comes at once, in the same turn. In an Agreed group and
+// in a Safe one alike.
+func TestAgreedBehindSafeWaits(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		l := newLevels(safe)
+		got := l.turn(100,
+			core.Delivery{From: 0, Seq: 100, Data: []byte{kindSafe, 'S'}},
+			core.Delivery{From: 0, Seq: 101, Data: []byte{kindData, 'a'}})
+		if got != "" {
+			t.Fatalf("safe group %v: delivered %q before every member held the Safe message", safe, got)
+		}
+		if got := l.turn(100); got != "" {
+			t.Fatalf("safe group %v: delivered %q while the Safe message is not stable", safe, got)
+		}
+		if got := l.turn(101); got != "Sa" {
+			t.Fatalf("safe group %v: delivered %q once the Safe message was stable; want Sa", safe, got)
+		}
+	}
+}
+
+// An Agreed message waits for its place in the order alone, not for
+// stability, in a Safe group as in an Agreed one; a Safe message after
+// it waits.
+func TestAgreedAloneDoesNotWait(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		l := newLevels(safe)
+		got := l.turn(0,
+			core.Delivery{From: 0, Seq: 100, Data: []byte{kindData, 'a'}},
+			core.Delivery{From: 0, Seq: 101, Data: []byte{kindData, 'b'}},
+			core.Delivery{From: 0, Seq: 102, Data: []byte{kindSafe, 'S'}})
+		if got != "ab" {
+			t.Fatalf("safe group %v: delivered %q with nothing stable; want the Agreed ab at once", safe, got)
+		}
+		if got := l.turn(103); got != "S" {
+			t.Fatalf("safe group %v: delivered %q once stable; want S", safe, got)
+		}
+	}
+}
+
+// ProposeLevel frames a message with the kind byte of its level, and
+// Propose with the group's: kindSafe in a Safe group, kindData in an
+// Agreed one.
+func TestProposeLevelKind(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		r := &recorder{}
+		c := New(r)
+		if safe {
+			c = NewSafe(r)
+		}
+		c.Propose(0, []byte("g"))
+		c.ProposeLevel(0, []byte("s"), true)
+		c.ProposeLevel(0, []byte("a"), false)
+		want := [][]byte{{kindData, 'g'}, {kindSafe, 's'}, {kindData, 'a'}}
+		if safe {
+			want[0][0] = kindSafe
+		}
+		for i, w := range want {
+			if !bytes.Equal(r.sent[i], w) {
+				t.Fatalf("safe group %v: message %d framed % x; want % x", safe, i, r.sent[i], w)
+			}
+		}
 	}
 }

@@ -36,6 +36,12 @@
 // delivers the message at the same place: what any member delivered,
 // every member that completes the view delivers.
 //
+// The level is each message's (ProposeLevel; the group's, New or
+// NewSafe, is Propose's), named by its kind byte: one order holds both,
+// the order's head is delivered once it is here and, if it is Safe,
+// stable, so a Safe message holds every message after it and an Agreed
+// one waits for stability only behind a Safe one.
+//
 // The layer is a deterministic core on the one core contract: it wraps
 // the membership core and changes only what is delivered and when.
 package vtotal
@@ -103,8 +109,9 @@ type pin struct {
 // Kind 3 was Safe's held report (revision 2); Safe now reads stability
 // from the acknowledgement matrix and sends none.
 const (
-	kindData  = 1 // kind, then the payload
+	kindData  = 1 // kind, then the payload: an Agreed data message
 	kindOrder = 2 // kind, view u32, then entries: member u16, counter u32
+	kindSafe  = 4 // kind, then the payload: a Safe data message (revision 4)
 )
 
 const (
@@ -123,6 +130,9 @@ var ErrWrongSkip = errors.New("vtotal: a drain skipped wrongly")
 type msg struct {
 	from frame.MemberID
 	n    uint32 // the sender's count of its data messages in this view
+	// safe: sent at the Safe level (kindSafe), delivered only once every
+	// member holds it and its place.
+	safe bool
 	// next is one past the sequence number of the frame that carried it
 	// in its sender's stream (this member's own: a bound, the next frame
 	// after it); Safe delivers it once every member holds the frames
@@ -160,6 +170,7 @@ type entry struct {
 type own struct {
 	order   bool
 	framed  bool    // a data message in its frame only (framer)
+	safe    bool    // a data message at the Safe level
 	data    []byte  // payload of a data message
 	buf     []byte  // the pool buffer data lies in, after the kind byte
 	entries []entry // of an order message
@@ -227,10 +238,12 @@ type Core struct {
 	// here as the others apply them).
 	toOrder []entry
 
-	// Safe: a message is delivered only once every member of the view
-	// holds it and its place: the frame that carried it and the
-	// sequencer's frame that placed it, as the acknowledgement matrix
-	// says (Inner.HeldByAll). No message of its own is sent for it.
+	// Safe: the group's level, that of Propose (ProposeLevel chooses
+	// per message). A Safe message is delivered only once every member
+	// of the view holds it and its place: the frame that carried it and
+	// the sequencer's frame that placed it, as the acknowledgement matrix
+	// says (Inner.HeldByAll). No message of its own is sent for it. A
+	// message behind it in the order, of either level, waits with it.
 	safe bool
 	// watch is the membership core's (nil without). wait: Safe's last
 	// drain stopped at the order's head because member wait.m holds
@@ -271,6 +284,14 @@ func New(in Inner) *Core {
 	return c
 }
 
+// kindOf is the kind byte a data message of the level goes out with.
+func kindOf(safe bool) byte {
+	if safe {
+		return kindSafe
+	}
+	return kindData
+}
+
 // SkipCRC passes core.CRCSkipper on to the membership core.
 func (c *Core) SkipCRC() {
 	if s, ok := c.in.(core.CRCSkipper); ok {
@@ -300,7 +321,6 @@ func (c *Core) Tick(now core.Time) {
 	c.in.Tick(now)
 }
 
-// Propose sends msg in the total order.
 // ProposeUnreliable sends m at the Unreliable level, around the order:
 // straight through the membership core (core.UnreliableCore).
 func (c *Core) ProposeUnreliable(now core.Time, m []byte) error {
@@ -315,12 +335,22 @@ func (c *Core) ProposeUnreliable(now core.Time, m []byte) error {
 	return u.ProposeUnreliable(now, m)
 }
 
+// Propose sends m in the total order, at the group's level.
 func (c *Core) Propose(now core.Time, m []byte) error {
+	return c.ProposeLevel(now, m, c.safe)
+}
+
+// ProposeLevel sends m in the total order at the Safe level (safe) or
+// the Agreed level, whatever the group's (core.LevelCore): one order
+// holds both, and a Safe message differs only in that it, and so every
+// message after it, is delivered once every member of the view holds it
+// and its place.
+func (c *Core) ProposeLevel(now core.Time, m []byte, safe bool) error {
 	c.now = max(c.now, now)
 	if len(m) > c.info.MaxMessage {
 		return &core.TooLargeError{Size: len(m), Max: c.info.MaxMessage}
 	}
-	if c.framer != nil && !c.safe {
+	if c.framer != nil && !safe {
 		// The FIFO group writes the kind byte and m into its frame, and
 		// this member delivers m from there (noteOut). Not under Safe:
 		// there a message is delivered only once every member holds it,
@@ -337,13 +367,13 @@ func (c *Core) Propose(now core.Time, m []byte) error {
 	// (allocated and zeroed per message, it was the sender's largest
 	// cost over FIFO at MTU 9000).
 	b := c.buffer(dataHeader + len(m))
-	b[0] = kindData
+	b[0] = kindOf(safe)
 	copy(b[dataHeader:], m)
 	if err := c.in.Propose(now, b); err != nil {
 		c.release(b) // never handed out
 		return err
 	}
-	c.mine.push(own{data: b[dataHeader:], buf: b})
+	c.mine.push(own{data: b[dataHeader:], buf: b, safe: safe})
 	return nil
 }
 
@@ -541,7 +571,7 @@ func (c *Core) fromGroup(d core.Delivery) {
 		return
 	}
 	switch d.Data[0] {
-	case kindData:
+	case kindData, kindSafe:
 		if int(d.From) >= len(c.held) {
 			c.held = append(c.held, make([]queue[msg], int(d.From)+1-len(c.held))...)
 			c.count = append(c.count, make([]uint32, int(d.From)+1-len(c.count))...)
@@ -550,7 +580,7 @@ func (c *Core) fromGroup(d core.Delivery) {
 		c.count[d.From] = n + 1
 		// Not copied yet: delivered in this Ready (the common case for
 		// the sequencer's own messages under Agreed) it never is.
-		c.held[d.From].push(msg{from: d.From, n: n, next: d.Seq + 1, data: d.Data[dataHeader:], borrowed: true})
+		c.held[d.From].push(msg{from: d.From, n: n, safe: d.Data[0] == kindSafe, next: d.Seq + 1, data: d.Data[dataHeader:], borrowed: true})
 		c.borrowed++
 		switch {
 		case d.From == c.seqr:
@@ -663,7 +693,7 @@ func (c *Core) noteOut(n uint64) {
 		}
 		k := c.ownCount
 		c.ownCount++
-		mm := msg{from: c.self, n: k, next: sent, data: m.data, buf: m.buf}
+		mm := msg{from: c.self, n: k, safe: m.safe, next: sent, data: m.data, buf: m.buf}
 		if m.framed {
 			mm.data, mm.ownSeq = data[dataHeader:], seq
 			if c.pinner.Pin(c.view, c.self, seq, mm.data) {
@@ -723,7 +753,7 @@ func (c *Core) drain() {
 		if m == nil {
 			return
 		}
-		if c.safe && !(st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
+		if m.safe && !(st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
 			return
 		}
 		c.deliver(m)
@@ -747,7 +777,7 @@ func (c *Core) verifySkip() {
 	}
 	var st stability
 	w := c.wait
-	if st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next) {
+	if !m.safe || (st.to(c, c.seqr, e.next) && st.to(c, m.from, m.next)) {
 		c.fail(fmt.Errorf("%w: it would deliver %d:%d (view %d, waiting for member %d to hold %d of %d)", ErrWrongSkip, e.from, e.n, c.view, w.m, w.next, w.s))
 	}
 	c.wait = w

@@ -1,6 +1,7 @@
 package viewsim
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -60,6 +61,18 @@ func (p *process) send(t *testing.T) msgID {
 	return id
 }
 
+// sendLevel proposes p's next message at the Safe level (safe) or the
+// Agreed, whatever the group's.
+func (p *process) sendLevel(t *testing.T, safe bool) msgID {
+	t.Helper()
+	id := msgID{p.mac, p.inc, p.sent}
+	if err := p.st.ProposeLevel(p.clk.Core(p.run.net.Now()), encodeMsg(id, 20), safe); err != nil {
+		t.Fatalf("process %x.%d: Propose: %v", p.mac, p.inc, err)
+	}
+	p.sent++
+	return id
+}
+
 func (p *process) delivered(id msgID) bool { return slices.Contains(p.inView[p.view], id) }
 
 // TestSafeWaitsForEveryMember: a member that does not receive a sender's
@@ -103,9 +116,56 @@ func TestSafeWaitsForEveryMember(t *testing.T) {
 	}
 }
 
+// TestLevelPerMessage: with a member that does not receive a sender's
+// data frames, a Safe message in an Agreed group waits at every member
+// until that member repairs, and so does the Agreed message the sender
+// sent after it; an Agreed message in a Safe group is delivered at once
+// by the members that hold it (the sequencer, the sender), as in an
+// Agreed group. After the repair every member delivers both, in order.
+func TestLevelPerMessage(t *testing.T) {
+	for _, tc := range []struct {
+		group Level
+		first bool // the first message Safe (the second is Agreed)
+		wait  bool // the sequencer and the sender hold both back
+	}{
+		{Agreed, true, true},
+		{Safe, false, false},
+		{Safe, true, true},
+		{Agreed, false, false},
+	} {
+		t.Run(fmt.Sprintf("%v/safe-first=%v", tc.group, tc.first), func(t *testing.T) {
+			_, ps := group(t, 3, tc.group)
+			slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
+			seqr, sender, deaf := ps[0], ps[1], ps[2]
+			from := sender.id(t)
+			deaf.drop = func(f []byte) bool {
+				v, err := frame.Parse(f[frame.EthernetHeaderLen:])
+				return err == nil && v.Type() == frame.Data && v.Sender() == from
+			}
+			m1 := sender.sendLevel(t, tc.first)
+			m2 := sender.sendLevel(t, false)
+			net := sender.run.net
+			net.RunFor(150 * time.Millisecond)
+			for _, p := range []*process{seqr, sender} {
+				if got, want := len(p.inView[p.view]) > 0, !tc.wait; got != want {
+					t.Fatalf("member %d delivered %v while member %d lacks them; want some: %v", p.id(t), idStrings(p.inView[p.view]), deaf.id(t), want)
+				}
+			}
+			deaf.drop = nil
+			net.RunFor(150 * time.Millisecond)
+			for _, p := range ps {
+				if got := p.inView[p.view]; !slices.Equal(got, []msgID{m1, m2}) {
+					t.Fatalf("member %d delivered %v after the repair, want %v", p.id(t), idStrings(got), idStrings([]msgID{m1, m2}))
+				}
+			}
+		})
+	}
+}
+
 // TestSafeSendsNoHeldReports: Safe's FIFO traffic is the data messages
 // and the sequencer's order messages only, as Agreed's (vtotal kinds 1
-// and 2; the held reports of kind 3, one per member and turn, are gone),
+// or 4, Safe's since revision 4, and 2; the held reports of kind 3, one
+// per member and turn, are gone),
 // and every member delivers every message in one order.
 func TestSafeSendsNoHeldReports(t *testing.T) {
 	for _, level := range []Level{Agreed, Safe} {
@@ -129,10 +189,10 @@ func TestSafeSendsNoHeldReports(t *testing.T) {
 					kinds[k] += n
 				}
 			}
-			data, order := kinds[1], kinds[2]
+			data, order := kinds[1]+kinds[4], kinds[2]
 			t.Logf("%v: %d data messages, %d order messages, %v by kind: %.2f FIFO messages per data message", level, data, order, kinds, float64(data+order)/float64(data))
-			if data != len(want) || len(kinds) > 2 || order == 0 {
-				t.Fatalf("%v: FIFO messages by kind %v, want %d data messages (kind 1) and order messages (kind 2) only", level, kinds, len(want))
+			if data != len(want) || kinds[3] != 0 || len(kinds) > 2 || order == 0 {
+				t.Fatalf("%v: FIFO messages by kind %v, want %d data messages (kind 1, or 4 under Safe) and order messages (kind 2) only", level, kinds, len(want))
 			}
 			if most := 2 * rounds; order > most {
 				t.Fatalf("%v: %d order messages for %d data messages of the others, want at most one per data message", level, order, most)

@@ -116,6 +116,9 @@ type process struct {
 	clk  wall.Clock
 	rx   []link.Frame
 	rng  *rand.Rand
+	// levels draws each message's level (simRun.mix), apart from rng so
+	// that the draws there keep their seeds.
+	levels *rand.Rand
 
 	view      uint32             // the view installed here (0: none yet)
 	firstView uint32             // the first view it joined
@@ -221,7 +224,12 @@ type simRun struct {
 	window      int
 	batch       time.Duration
 	level       Level
-	lost        string // how the primary component was lost (primaryLost)
+	// mix (Agreed, Safe): one message in mix, drawn per message, goes at
+	// the other ordered level than the group's (vtotal's ProposeLevel);
+	// 0: every message at the group's. safeSent names the Safe ones.
+	mix      int
+	safeSent map[msgID]bool
+	lost     string // how the primary component was lost (primaryLost)
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -232,7 +240,7 @@ func (r *simRun) fail(format string, args ...any) {
 
 func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget uint32) *process {
 	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch,
-		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, dgGot: map[msgID]bool{}, budget: budget, types: map[frame.Type]int{}}
+		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), levels: rand.New(rand.NewPCG(r.seed^0x1e7e1, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, dgGot: map[msgID]bool{}, budget: budget, types: map[frame.Type]int{}}
 	p.clk = wall.Clock{Epoch: r.start}
 	window := r.window
 	c, err := view.New(view.Config{
@@ -368,7 +376,7 @@ func (p *process) propose(now time.Time, t clock.Time) {
 		limit = p.budget + 1
 	}
 	for burst := 1 + p.rng.IntN(4); burst > 0 && p.sent < limit; burst-- {
-		err := p.st.Propose(t, encodeMsg(msgID{p.mac, p.inc, p.sent}, p.rng.IntN(60)))
+		err := p.proposeNext(t)
 		if err == core.ErrWindowFull || err == pbp.ErrFrozen {
 			break
 		}
@@ -388,6 +396,23 @@ func (p *process) propose(now time.Time, t clock.Time) {
 	p.nextAt = now.Add(time.Duration(200+p.rng.IntN(800)) * time.Microsecond)
 }
 
+// proposeNext proposes the process's next message (p.sent), at the
+// group's level or, one in simRun.mix, at the other ordered level.
+func (p *process) proposeNext(t clock.Time) error {
+	id := msgID{p.mac, p.inc, p.sent}
+	m := encodeMsg(id, p.rng.IntN(60))
+	r := p.run
+	if r.mix == 0 || p.vt == nil {
+		return p.st.Propose(t, m)
+	}
+	safe := (r.level == Safe) != (p.levels.IntN(r.mix) == 0)
+	err := p.st.ProposeLevel(t, m, safe)
+	if err == nil && safe {
+		r.safeSent[id] = true
+	}
+	return err
+}
+
 // exit: from exitAt on, the process sends the rest of its budget and
 // leaves in the turn of its last message.
 func (p *process) exit(now time.Time, t clock.Time) {
@@ -395,7 +420,7 @@ func (p *process) exit(now time.Time, t clock.Time) {
 		return
 	}
 	for burst := 1 + p.rng.IntN(4); burst > 0 && p.sent < p.budget; burst-- {
-		if p.st.Propose(t, encodeMsg(msgID{p.mac, p.inc, p.sent}, p.rng.IntN(60))) != nil {
+		if p.proposeNext(t) != nil {
 			break
 		}
 		p.sent++
@@ -564,6 +589,7 @@ type scenario struct {
 	msgs              uint32
 	batch             time.Duration // processes read frames at most this often (0: at once)
 	level             Level         // Agreed or Safe drawn per seed for the ordered levels
+	mix               int           // simRun.mix
 	// deaf: for a while one member stops hearing another while both hear
 	// everyone else (a one-way cut): each one's core removes the other,
 	// the coordinator hears both, and only the members' reports
@@ -589,8 +615,8 @@ type scenario struct {
 }
 
 func (s scenario) String() string {
-	str := fmt.Sprintf("seed=%d level=%v founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
-		s.seed, s.level, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
+	str := fmt.Sprintf("seed=%d level=%v mix=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
+		s.seed, s.level, s.mix, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
 	if s.leaveAtChange {
 		str += fmt.Sprintf(" crash=%v leave-after=%v leave-unheard=%v", s.crashAt, s.leaveAfter, s.leaveUnheard)
 		if s.leaveUnheard {
@@ -623,7 +649,17 @@ func newScenario(seed uint64, level Level) scenario {
 	s.level = level
 	s.level = drawOrdered(r, level)
 	s.deaf = r.IntN(4) == 0 // drawn last: the draws above keep their seeds
+	if s.level != FIFO {
+		s.mix = drawMix(seed)
+	}
 	return s
+}
+
+// drawMix is a seed's simRun.mix: a third of the seeds send every message
+// at the group's level, a third one in two and a third one in eight at
+// the other (drawn apart, so that the scenario's draws keep their seeds).
+func drawMix(seed uint64) int {
+	return []int{0, 2, 8}[rand.New(rand.NewPCG(seed, 0x1e7e1)).IntN(3)]
 }
 
 func runScenario(t testing.TB, s scenario) *simRun {
@@ -631,7 +667,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}, level: s.level}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}, level: s.level, mix: s.mix, safeSent: map[msgID]bool{}}
 	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
 	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
 	var eps []*testnet.Endpoint
@@ -1103,7 +1139,10 @@ func (r *simRun) agreed() error {
 	if err := r.onePrimary(); err != nil {
 		return err
 	}
-	if r.level == Safe {
+	if err := r.safeUniform(); err != nil {
+		return err
+	}
+	if r.level == Safe && r.mix == 0 {
 		for _, p := range r.procs {
 			if !p.dead && p.err == nil {
 				continue
@@ -1127,6 +1166,58 @@ func (r *simRun) agreed() error {
 		if a, b := idStrings(p.inView[p.view]), idStrings(live[0].inView[p.view]); !slices.Equal(a, b) {
 			return fmt.Errorf("agreed order: %x.%d and %x.%d in the last view %d delivered %d and %d messages (first difference %s)",
 				p.mac, p.inc, live[0].mac, live[0].inc, p.view, len(a), len(b), firstDiff(a, b))
+		}
+	}
+	return nil
+}
+
+// safeUniform: what Safe message a process delivered in a view before it
+// crashed or stopped, every process that completed the view delivered,
+// and the messages both delivered came in the same order (with a mix of
+// levels an Agreed message before a Safe one may be one the others
+// skip: its sender failed with it).
+func (r *simRun) safeUniform() error {
+	if r.mix == 0 {
+		return nil
+	}
+	for _, p := range r.procs {
+		if !p.dead && p.err == nil {
+			continue
+		}
+		v := p.view
+		mine := p.inView[v]
+		for _, q := range r.procs {
+			if q == p || q.era != p.era || !completed(q, v) {
+				continue
+			}
+			theirs := q.inView[v]
+			in := make(map[msgID]bool, len(theirs))
+			for _, id := range theirs {
+				in[id] = true
+			}
+			var common []msgID
+			for _, id := range mine {
+				if in[id] {
+					common = append(common, id)
+				} else if r.safeSent[id] {
+					return fmt.Errorf("safe: %x.%d delivered the Safe message %x.%d:%d in view %d before it failed; %x.%d, which completed the view, did not",
+						p.mac, p.inc, id.mac, id.inc, id.n, v, q.mac, q.inc)
+				}
+			}
+			mineIn := make(map[msgID]bool, len(common))
+			for _, id := range common {
+				mineIn[id] = true
+			}
+			var ours []msgID
+			for _, id := range theirs {
+				if mineIn[id] {
+					ours = append(ours, id)
+				}
+			}
+			if a, b := idStrings(common), idStrings(ours); !slices.Equal(a, b) {
+				return fmt.Errorf("safe: %x.%d and %x.%d delivered the messages both delivered in view %d in another order (first difference %s)",
+					p.mac, p.inc, q.mac, q.inc, v, firstDiff(a, b))
+			}
 		}
 	}
 	return nil
