@@ -102,8 +102,9 @@ type Config struct {
 	// longer and ended at its deadline with nothing read has the next one
 	// sleep at once, so an idle link spins once per frame that arrives, not per
 	// wait (package documentation). 0 means a spin that adapts: up to
-	// DefaultRxSpin while most waits end with a frame within that long,
-	// none while most do not (the package documentation); a positive
+	// DefaultRxSpin while half the waits or more end with a frame within
+	// that long, none while three quarters do not (the package
+	// documentation); a positive
 	// RxSpin is a fixed spin that long, a negative one never spins. At
 	// most a second.
 	RxSpin time.Duration

@@ -90,11 +90,12 @@
 // saved), a wait that lasted longer without one a miss, and one that ended
 // sooner without a frame (a Wake, a near deadline) neither. A running
 // share of hits (each wait moves it 1/8 of the way) sets the next spin:
-// the full 200 µs at three quarters or more, none at half or less, in
-// proportion between; from a full spin six misses in a row stop it, and
-// from none eleven hits in a row bring it back. So a stream's receiver and
-// a ping-pong whose round trip is shorter than the spin keep spinning,
-// while a process whose frames come later than that (more polling
+// the full 200 µs at a half or more, none at a quarter or less, in
+// proportion between; from a full spin eleven misses in a row stop it,
+// and from none three hits in a row start it again, six the full spin.
+// So a stream's receiver and a ping-pong whose round trip is mostly
+// shorter than the spin keep spinning, while a process whose frames
+// mostly come later than that (more polling
 // processes than cores, where a spinner's yields keep the CPU from the
 // process that would send its frame: rbcastd's daemons on two vCPUs)
 // sleeps at once and is woken, as with RxSpin negative, yet spins again as

@@ -25,8 +25,12 @@ import "time"
 // (virt/kvm/kvm_main.c, grow_halt_poll_ns). The recent waits count through
 // a running share of hits (each wait moves it 1/8 of the way to 1 or 0, as
 // glibc's adaptive mutexes average their spin counts): at or above
-// spinFull the spin is max, at or below spinNone there is none, and
-// between it grows in proportion.
+// spinFull (half the waits hit) the spin is max, at or below spinNone
+// (three quarters miss) there is none, and between it grows in
+// proportion. A spin that catches every other frame still pays; on a
+// 2-vCPU machine under load, total order's self-delivery and 3-sender
+// rate fell with the spin off at half (docs/local-api.md, "An adaptive
+// ring spin").
 //
 // It is a deterministic value: the waits and their lengths are arguments.
 type spinPolicy struct {
@@ -40,8 +44,8 @@ type spinPolicy struct {
 const (
 	spinScale  = 1 << 10
 	spinWeight = 3 // each wait moves the share 1/2^spinWeight of the way
-	spinFull   = spinScale * 3 / 4
-	spinNone   = spinScale / 2
+	spinFull   = spinScale / 2
+	spinNone   = spinScale / 4
 )
 
 // newSpinPolicy starts at a full spin of max: a link spins until its waits

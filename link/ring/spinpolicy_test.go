@@ -40,22 +40,22 @@ func TestSpinPolicy(t *testing.T) {
 
 	t.Run("misses shorten it to none", func(t *testing.T) {
 		p := newSpinPolicy(top)
-		spins := feed(&p, 8, late)
+		spins := feed(&p, 12, late)
 		for i := 1; i < len(spins); i++ {
 			if spins[i] > spins[i-1] {
 				t.Fatalf("spins grew on a miss: %v", spins)
 			}
 		}
-		if spins[1] != top || spins[2] >= top || spins[2] == 0 {
-			t.Errorf("2 misses should keep the full spin, the 3rd shorten it: %v", spins)
+		if spins[4] != top || spins[5] >= top || spins[5] == 0 {
+			t.Errorf("5 misses should keep the full spin, the 6th shorten it: %v", spins)
 		}
-		if spins[5] != 0 {
-			t.Errorf("6 misses in a row should stop the spin: %v", spins)
+		if spins[9] == 0 || spins[10] != 0 {
+			t.Errorf("11 misses in a row, not 10, should stop the spin: %v", spins)
 		}
 		// Waits that end empty after top are misses too.
 		q := newSpinPolicy(top)
-		if got := feed(&q, 6, empty)[5]; got != 0 {
-			t.Errorf("6 empty waits longer than top: spin %v, want 0", got)
+		if got := feed(&q, 11, empty)[10]; got != 0 {
+			t.Errorf("11 empty waits longer than top: spin %v, want 0", got)
 		}
 	})
 
@@ -70,8 +70,8 @@ func TestSpinPolicy(t *testing.T) {
 		for n < len(spins) && spins[n] != top {
 			n++
 		}
-		if n == len(spins) || n > 15 {
-			t.Fatalf("hits after 100 misses: %v, want the full spin within 16", spins)
+		if n == len(spins) || n > 5 {
+			t.Fatalf("hits after 100 misses: %v, want the full spin within 6", spins)
 		}
 		if spins[0] != 0 {
 			t.Errorf("one hit after 100 misses already spins: %v", spins)
@@ -96,8 +96,8 @@ func TestSpinPolicy(t *testing.T) {
 			hits, misses int // per round
 			want         string
 		}{
-			{1, 2, "none"}, {2, 3, "none"}, {1, 1, "short"},
-			{4, 1, "some"}, {9, 1, "full"}, {1, 0, "full"},
+			{1, 5, "none"}, {1, 8, "none"}, {1, 2, "short"}, {1, 1, "some"},
+			{2, 1, "full"}, {9, 1, "full"}, {1, 0, "full"},
 		} {
 			p := newSpinPolicy(top)
 			var lo, hi time.Duration = top, 0
@@ -116,8 +116,8 @@ func TestSpinPolicy(t *testing.T) {
 			switch {
 			case c.want == "none" && hi != 0:
 				t.Errorf("%d hits to %d misses: spins up to %v, want none", c.hits, c.misses, hi)
-			case c.want == "short" && hi > top/4:
-				t.Errorf("%d hits to %d misses: spins up to %v, want at most %v", c.hits, c.misses, hi, top/4)
+			case c.want == "short" && (hi > top*3/4 || lo == 0):
+				t.Errorf("%d hits to %d misses: spins %v to %v, want some, at most %v", c.hits, c.misses, lo, hi, top*3/4)
 			case c.want == "some" && lo == 0:
 				t.Errorf("%d hits to %d misses: spins down to none", c.hits, c.misses)
 			case c.want == "full" && lo != top:
