@@ -137,6 +137,13 @@ type Stats struct {
 	// (V3) are kept from the kernel for loans now, read and not yet
 	// given back because of a loan at or before them.
 	Lent, LoansCalled, LoanHeld uint64
+	// SpinHits, SpinMisses and SpinSkips count the waits of a polling
+	// link (link/ring's Config.RxSpin): spins that found a frame, spins
+	// that ended without one (the link then slept), and waits that
+	// slept at once because its adaptive spin was off. (Waits in a
+	// back-off from contention count in none.) Links that do not poll
+	// leave them 0.
+	SpinHits, SpinMisses, SpinSkips uint64
 }
 
 // Link is a batch-oriented raw Ethernet link. Implementations are safe for

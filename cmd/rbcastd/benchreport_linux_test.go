@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
@@ -75,8 +76,8 @@ import (
 // say /dev/shm for tmpfs).
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
 // RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
-// the library's and the daemons' (-spin) alike (default: the ring's,
-// 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
+// the library's and the daemons' (-spin) alike, a fixed spin (default:
+// the ring's, adapting up to 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
 // rbcastd run processes only, space-separated (say "GOMAXPROCS=1").
 // RBCASTD_REPORT_CLIENT_ENV: the same for the daemons' clients (bench,
 // send, recv). RBCASTD_REPORT_LIBPROC_ENV: the same for the processes of
@@ -950,7 +951,9 @@ func (d *daemons) benchGoodput(size int) (benchResult, float64) {
 	}
 	cpu0 := d.cpu(recvs)
 	each0 := d.each(recvs)
+	spins := d.logSpins(fmt.Sprintf("bench -size %d", size))
 	out, benchCPU := d.output(0, "bench", "-json", "-size", fmt.Sprint(size), "-duration", fmt.Sprintf("%ds", d.r.secs))
+	spins()
 	cpu := d.cpu(recvs) - cpu0 + benchCPU
 	each := d.each(recvs)
 	for _, s := range recvs {
@@ -1095,6 +1098,7 @@ func fileHash(tb testing.TB, path string) [32]byte {
 func (d *daemons) ping() (p50, p99 float64) {
 	echo := d.start(1, append([]string{"bench", "-echo"}, pingArgs()...)...)
 	d.waitSubs(1, 1)
+	defer d.logSpins("FIFO ping")()
 	r := d.pingRun(0, d.ids[1])
 	echo.end()
 	return r.P50us / 2, r.P99us / 2
@@ -1103,8 +1107,38 @@ func (d *daemons) ping() (p50, p99 float64) {
 // selfPing: under total order, bench -ping <own id> at host 1 (not the
 // sequencer: host 0 is member 0).
 func (d *daemons) selfPing() (p50, p99 float64) {
+	defer d.logSpins("total-order self-ping")()
 	r := d.pingRun(1, d.ids[1])
 	return r.P50us, r.P99us
+}
+
+// logSpins reads every daemon's ring spin counters (link.Stats: hits,
+// misses, skips) and returns a func that logs what they counted since,
+// per second.
+func (d *daemons) logSpins(what string) func() {
+	read := func() ([]daemon.Status, time.Time) {
+		var st []daemon.Status
+		for i := range d.cmds {
+			s, err := status(&socketFlags{socket: d.socket(i)}, 0)
+			if err != nil {
+				s = &daemon.Status{}
+			}
+			st = append(st, *s)
+		}
+		return st, time.Now()
+	}
+	a, t0 := read()
+	return func() {
+		b, t1 := read()
+		secs := t1.Sub(t0).Seconds()
+		var each []string
+		for i := range b {
+			each = append(each, fmt.Sprintf("daemon %d %.0f/%.0f/%.0f", i,
+				float64(b[i].LinkSpinHits-a[i].LinkSpinHits)/secs, float64(b[i].LinkSpinMisses-a[i].LinkSpinMisses)/secs,
+				float64(b[i].LinkSpinSkips-a[i].LinkSpinSkips)/secs))
+		}
+		d.r.b.Logf("rbcastd, %s: ring spin hits/misses/skips per s: %s", what, strings.Join(each, "; "))
+	}
 }
 
 // pingArgs are RBCASTD_REPORT_PINGARGS, more flags for bench -ping and
@@ -1129,6 +1163,7 @@ func (d *daemons) total3() float64 {
 		d.waitSubs(i, 1)
 	}
 	res := make([]benchResult, 3)
+	defer d.logSpins("3 senders × 1000 B")()
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Add(1)

@@ -351,6 +351,9 @@ func (l *lateLink) Stats() (link.Stats, error) {
 	st.KernelFreezes += rs.KernelFreezes
 	st.SendRetries += rs.SendRetries
 	st.Filtered += rs.Filtered
+	st.SpinHits += rs.SpinHits
+	st.SpinMisses += rs.SpinMisses
+	st.SpinSkips += rs.SpinSkips
 	return st, errors.Join(err, rerr)
 }
 

@@ -277,9 +277,12 @@ func TestSpinFlag(t *testing.T) {
 		t.Errorf("-link afpacket with the default -spin: %v", err)
 	}
 	for _, c := range []struct{ flag, ring time.Duration }{{0, -1}, {time.Microsecond, time.Microsecond}, {ring.DefaultRxSpin, ring.DefaultRxSpin}} {
-		if got := ringSpin(c.flag); got != c.ring {
+		if got := ringSpin(c.flag, true); got != c.ring {
 			t.Errorf("-spin %v gave ring.Config.RxSpin %v, want %v", c.flag, got, c.ring)
 		}
+	}
+	if got := ringSpin(f.spin, f.spinSet); got != 0 {
+		t.Errorf("no -spin gave ring.Config.RxSpin %v, want 0 (the ring's adaptive default)", got)
 	}
 }
 

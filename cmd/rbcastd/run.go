@@ -118,7 +118,7 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap rings, set up while a plain socket carries the join), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
-	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long. Not given: the ring's spin adapts, up to this default, to how often it finds a frame (docs/local-api.md, \"An adaptive ring spin\")")
 	fs.IntVar(&f.procs, "procs", defaultProcs, "Go `Ps` (GOMAXPROCS) the daemon runs on: 1 has its protocol loop, fan-out and client connections take turns on one thread, with no thread woken for a hand-off (docs/local-api.md, \"One P per daemon\"); 0: one per CPU, Go's default; GOMAXPROCS in the environment wins")
 	fs.StringVar(&f.level, "level", "agreed", "-order total -membership views: agreed (one order, the same at every member that completes a view) or safe (also: a message is delivered only once every member of the view holds it, so what any member delivered every survivor delivers); all members must agree. It is the default of each message: rbcastd send -level agreed|safe chooses per message")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
@@ -374,15 +374,16 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 }
 
 // openLink opens the link with the EtherType the group uses, and with
-// groups set, a kernel filter that passes only their frames.
-func openLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32) (link.Link, error) {
+// groups set, a kernel filter that passes only their frames; rxSpin is a
+// ring link's Config.RxSpin (ringSpin).
+func openLink(kind, iface string, etherType uint16, rxSpin time.Duration, groups []uint32) (link.Link, error) {
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
 	if kind == "afpacket" {
 		return afpacket.Open(iface, afpacket.Config{EtherType: etherType, Groups: groups})
 	}
-	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups})
+	return ring.Open(iface, ring.Config{EtherType: etherType, RxSpin: rxSpin, Groups: groups})
 }
 
 // openGroupLink opens the group's link as openLink does, but a ring
@@ -390,14 +391,14 @@ func openLink(kind, iface string, etherType uint16, spin time.Duration, groups [
 // from the join's first frame on, while a plain socket carries the
 // join (the kernel's ring setup waits for an RCU grace period per ring,
 // some 25 ms, and the view protocol takes a few ms).
-func openGroupLink(kind, iface string, etherType uint16, spin time.Duration, groups []uint32, log *slog.Logger) (link.Link, error) {
+func openGroupLink(kind, iface string, etherType uint16, rxSpin time.Duration, groups []uint32, log *slog.Logger) (link.Link, error) {
 	if kind == "afpacket" {
-		return openLink(kind, iface, etherType, spin, groups)
+		return openLink(kind, iface, etherType, rxSpin, groups)
 	}
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: ringSpin(spin), Groups: groups}, "group", log)
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: rxSpin, Groups: groups}, "group", log)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +416,7 @@ func openGroupLink(kind, iface string, etherType uint16, spin time.Duration, gro
 // frames, so none is lost.
 func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *slog.Logger) (link.Link, error) {
 	if kind == "afpacket" {
-		return openLink(kind, iface, etherType, 0, groups)
+		return openLink(kind, iface, etherType, -1, groups)
 	}
 	if etherType == 0 {
 		etherType = frame.EtherType
@@ -521,10 +522,15 @@ func setProcs(procs int, env string) (n int, fromEnv bool) {
 // collector's goal; before the join they would be the join's.
 func firstGC() { runtime.GC() }
 
-// ringSpin is ring.Config.RxSpin for -spin: -spin 0 is never, where the
-// ring's 0 is its default.
-func ringSpin(spin time.Duration) time.Duration {
-	if spin == 0 {
+// ringSpin is ring.Config.RxSpin for -spin: without it (set false) the
+// ring's default, a spin that adapts up to ring.DefaultRxSpin; a given
+// -spin is a fixed spin, and -spin 0 never, where the ring's 0 is its
+// default.
+func ringSpin(spin time.Duration, set bool) time.Duration {
+	switch {
+	case !set:
+		return 0
+	case spin == 0:
 		return -1
 	}
 	return spin
@@ -577,7 +583,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.kernelFilter {
 			groups = []uint32{dc.Group.Group}
 		}
-		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, f.spin, groups, log)
+		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, ringSpin(f.spin, f.spinSet), groups, log)
 	}
 	if err != nil {
 		return fail(stderr, "run", err)

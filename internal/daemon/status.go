@@ -86,9 +86,14 @@ type Status struct {
 	// link took, and frames it dropped itself (Filtered); and frames of
 	// other groups that reached the protocol (none with the kernel
 	// filter: docs/groups.md).
-	KernelPackets      uint64 `json:"kernel_packets"`
-	LinkFrames         uint64 `json:"link_frames_received"`
-	LinkFiltered       uint64 `json:"link_filtered"`
+	KernelPackets uint64 `json:"kernel_packets"`
+	LinkFrames    uint64 `json:"link_frames_received"`
+	LinkFiltered  uint64 `json:"link_filtered"`
+	// The ring's receive spin (link.Stats): waits it ended with a frame,
+	// spins that ended empty, waits that slept at once.
+	LinkSpinHits       uint64 `json:"link_spin_hits"`
+	LinkSpinMisses     uint64 `json:"link_spin_misses"`
+	LinkSpinSkips      uint64 `json:"link_spin_skips"`
 	ForeignGroupFrames uint64 `json:"foreign_group_frames"`
 
 	ForeignVersions []ForeignVersion `json:"foreign_versions,omitempty"`
@@ -251,6 +256,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
 	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
 	s.KernelPackets, s.LinkFrames, s.LinkFiltered = st.Link.KernelPackets, st.Link.FramesReceived, st.Link.Filtered
+	s.LinkSpinHits, s.LinkSpinMisses, s.LinkSpinSkips = st.Link.SpinHits, st.Link.SpinMisses, st.Link.SpinSkips
 	s.ForeignGroupFrames = st.BadFrames.Group
 	b := st.BadFrames
 	s.BadFrames = b.NotRbcast + b.Short + b.Length + b.Version + b.Type + b.Flags + b.Group + b.Checksum + b.AckVector + b.Auth + b.Body + b.Other

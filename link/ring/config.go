@@ -101,8 +101,12 @@ type Config struct {
 	// for 10 ms to 1 s, and a Recv that asked to wait twice RxSpin or
 	// longer and ended at its deadline with nothing read has the next one
 	// sleep at once, so an idle link spins once per frame that arrives, not per
-	// wait (package documentation). 0 means
-	// DefaultRxSpin; a negative RxSpin never spins. At most a second.
+	// wait (package documentation). 0 means a spin that adapts: up to
+	// DefaultRxSpin while half the waits or more end with a frame within
+	// that long, none while three quarters do not (the package
+	// documentation); a positive
+	// RxSpin is a fixed spin that long, a negative one never spins. At
+	// most a second.
 	RxSpin time.Duration
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means
@@ -154,8 +158,8 @@ const (
 	// kernel accepts (its unit is the millisecond; 0 would make it pick
 	// one from the link speed, 8 ms on a veth).
 	DefaultBlockTimeout = time.Millisecond
-	// DefaultRxSpin is how long Recv polls an empty ring before sleeping:
-	// as long as a Linux KVM guest's kernel polls an idle vCPU before
+	// DefaultRxSpin is the longest Recv polls an empty ring before sleeping
+	// when Config.RxSpin is left at 0 (the spin adapts up to it): as long as a Linux KVM guest's kernel polls an idle vCPU before
 	// halting it (haltpoll.guest_halt_poll_ns, 200 µs), which matters in a
 	// VM that turns that off, where waking a sleeping receiver costs tens
 	// of µs. It buys goodput and latency for CPU while traffic flows
@@ -285,6 +289,9 @@ type resolved struct {
 	Config
 	rx, tx      Geometry
 	timeoutMsec uint32
+	// adaptSpin: RxSpin was left at its default, so Recv's spin adapts
+	// (spinPolicy) up to DefaultRxSpin rather than always lasting it.
+	adaptSpin bool
 }
 
 // maxMTU is the largest MTU the ring works with; Open uses an interface
@@ -347,7 +354,7 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 	r.timeoutMsec = uint32((r.BlockTimeout + time.Millisecond - 1) / time.Millisecond)
 	switch {
 	case r.RxSpin == 0:
-		r.RxSpin = DefaultRxSpin
+		r.RxSpin, r.adaptSpin = DefaultRxSpin, true
 	case r.RxSpin < 0:
 		r.RxSpin = 0 // never
 	case r.RxSpin > time.Second:

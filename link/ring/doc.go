@@ -63,7 +63,8 @@
 // Before sleeping Recv first looks at the ring's next status word, calling
 // runtime.Gosched (with GOMAXPROCS=1 also a look at the network poller:
 // link/netyield) and sched_yield(2) between looks, for up to Config.RxSpin
-// of yielding (DefaultRxSpin, 200 µs, unless set; negative: never), and
+// of yielding (unless set, an adaptive spin of up to DefaultRxSpin, 200 µs,
+// below; negative: never), and
 // sleeps only if nothing came: a stream's receiver is then not put to sleep
 // and woken per batch, which in a VM whose idle vCPUs halt costs tens of µs
 // each time, and a process waiting for one frame at a time is then not put
@@ -82,6 +83,27 @@
 // timer), while a short wait that ends at a caller's near timer keeps the
 // spin, however late the timer fired. The spin only reads the status word
 // fill reads next, so frames come in ring order either way.
+//
+// With Config.RxSpin left at 0 the spin adapts to the machine. Each wait is
+// judged by what a spin of DefaultRxSpin would have done: a frame within
+// it is a hit (found spinning, or after a sleep a longer spin would have
+// saved), a wait that lasted longer without one a miss, and one that ended
+// sooner without a frame (a Wake, a near deadline) neither. A running
+// share of hits (each wait moves it 1/8 of the way) sets the next spin:
+// the full 200 µs at a half or more, none at a quarter or less, in
+// proportion between; from a full spin eleven misses in a row stop it,
+// and from none three hits in a row start it again, six the full spin.
+// So a stream's receiver and a ping-pong whose round trip is mostly
+// shorter than the spin keep spinning, while a process whose frames
+// mostly come later than that (more polling
+// processes than cores, where a spinner's yields keep the CPU from the
+// process that would send its frame: rbcastd's daemons on two vCPUs)
+// sleeps at once and is woken, as with RxSpin negative, yet spins again as
+// soon as its frames come sooner. Stats counts the spins that found a
+// frame (SpinHits), those that ended empty (SpinMisses) and the waits that
+// slept at once (SpinSkips). Linux KVM's halt polling adapts its poll on
+// the same judgement; docs/local-api.md ("An adaptive ring spin") has the
+// measurements. A positive RxSpin keeps a fixed spin that long.
 //
 // # Sending
 //

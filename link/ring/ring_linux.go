@@ -71,6 +71,8 @@ type Link struct {
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
+	// spinPolicy chooses each spin's length when cfg.adaptSpin.
+	spinPolicy spinPolicy
 	// rxIdle: the last Recv asked to wait at least idleSpins RxSpins
 	// (deadline minus when it found the ring empty) and ended at its
 	// deadline with nothing read, so the next one sleeps at once
@@ -113,8 +115,10 @@ type Link struct {
 	framesSent, framesReceived atomic.Uint64
 	bytesSent, bytesReceived   atomic.Uint64
 	sendRetries, filtered      atomic.Uint64
-	lent, loansCalled          atomic.Uint64
-	loanHeld                   atomic.Uint64
+	// Stats.SpinHits, SpinMisses and SpinSkips.
+	spinHits, spinMisses, spinSkips atomic.Uint64
+	lent, loansCalled               atomic.Uint64
+	loanHeld                        atomic.Uint64
 
 	statsMu sync.Mutex
 	kernel  struct{ packets, drops, freezes uint64 }
@@ -217,6 +221,7 @@ func OpenSockets(ifname string, cfg Config) (*Sockets, error) {
 		now:    socket{fd: -1},
 		rxEp:   socket{fd: -1},
 	}
+	l.spinPolicy = newSpinPolicy(r.RxSpin)
 	l.ready = l.rxArmedReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
@@ -644,6 +649,9 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			l.framesReceived.Add(uint64(n))
 			l.bytesReceived.Add(bytes)
 			l.rxIdle = false
+			if !waitFrom.IsZero() {
+				l.spinPolicy.Waited(true, time.Since(waitFrom))
+			}
 			return n, nil
 		}
 		// Only discarded frames were read: hand them back before sleeping,
@@ -651,12 +659,13 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		l.release()
 		if l.woken.Swap(false) {
 			l.deadline = wakeDeadline // Wake may have set it
+			l.waitEnded(waitFrom, time.Now())
 			return 0, l.expired
 		}
 		if l.cfg.RxSpin > 0 && waitFrom.IsZero() {
 			waitFrom = time.Now()
 		}
-		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline) {
+		if l.cfg.RxSpin > 0 && !l.rxIdle && l.spin(deadline, l.spinLength()) {
 			continue
 		}
 		if !deadline.Equal(l.deadline) {
@@ -672,6 +681,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 		if l.woken.Swap(false) {
 			l.sleeping.Store(false)
 			l.deadline = wakeDeadline // Wake sets it, maybe
+			l.waitEnded(waitFrom, time.Now())
 			return 0, l.expired
 		}
 		err := l.sleep()
@@ -693,9 +703,28 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 			// wait asked for counts, not the time it took: on a loaded
 			// machine a 300 µs timer can fire milliseconds late, and a
 			// busy stream is exactly where the spin must stay on.
-			l.rxIdle = l.cfg.RxSpin > 0 && deadline.Sub(waitFrom) >= idleSpins*l.cfg.RxSpin && !time.Now().Before(deadline)
+			now := time.Now()
+			l.rxIdle = l.cfg.RxSpin > 0 && deadline.Sub(waitFrom) >= idleSpins*l.cfg.RxSpin && !now.Before(deadline)
+			l.waitEnded(waitFrom, now)
 			return 0, err
 		}
+	}
+}
+
+// spinLength is how long the next spin may last: Config.RxSpin, or with
+// it left at the default what spinPolicy chooses.
+func (l *Link) spinLength() time.Duration {
+	if l.cfg.adaptSpin {
+		return l.spinPolicy.Spin()
+	}
+	return l.cfg.RxSpin
+}
+
+// waitEnded tells spinPolicy of a wait that began at from (zero: none, or
+// no spin configured) and ended at now without a frame.
+func (l *Link) waitEnded(from, now time.Time) {
+	if !from.IsZero() {
+		l.spinPolicy.Waited(false, now.Sub(from))
 	}
 }
 
@@ -855,8 +884,10 @@ var (
 )
 
 // spin looks at the next slot or block until it is ours (true), for at
-// most Config.RxSpin of yielding and never past deadline (false: Recv then
-// sleeps in the netpoller, which also reports the deadline or Close).
+// most d of yielding (Config.RxSpin, or spinPolicy's choice) and never
+// past deadline (false: Recv then sleeps in the netpoller, which also
+// reports the deadline or Close). It counts itself in Stats: a hit, a
+// miss, or a skip (d is 0); not while the back-off below holds.
 // Between looks it lets this process's other goroutines run
 // (link/netyield.Yield: runtime.Gosched, and with one P a look at the
 // network poller too, so that a goroutine woken by a socket runs while
@@ -877,11 +908,25 @@ var (
 // hands the core to another process's turn, which is worth waiting for
 // rather than sleeping; backing off at RxSpin lost most of the spin's gain
 // (docs/benchmarks-history.md, "Polling the ring before sleeping").
-func (l *Link) spin(deadline time.Time) bool {
+func (l *Link) spin(deadline time.Time, d time.Duration) bool {
+	if d <= 0 {
+		l.spinSkips.Add(1)
+		return false
+	}
 	now := time.Now()
 	if now.Before(l.spinOff) {
 		return false
 	}
+	if l.spinRun(deadline, d) {
+		l.spinHits.Add(1)
+		return true
+	}
+	l.spinMisses.Add(1)
+	return false
+}
+
+// spinRun is spin's loop.
+func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 	var spent time.Duration
 	for !l.closed.Load() && !l.woken.Load() {
 		if l.rxReady() {
@@ -903,7 +948,7 @@ func (l *Link) spin(deadline time.Time) bool {
 			return false
 		}
 		t0 := time.Now()
-		if spent >= l.cfg.RxSpin || (!deadline.IsZero() && !t0.Before(deadline)) {
+		if spent >= d || (!deadline.IsZero() && !t0.Before(deadline)) {
 			l.spinPause /= 2
 			return false
 		}
@@ -1575,6 +1620,7 @@ func (l *Link) Stats() (link.Stats, error) {
 	s.SendRetries = l.sendRetries.Load()
 	s.Filtered = l.filtered.Load()
 	s.Lent, s.LoansCalled, s.LoanHeld = l.lent.Load(), l.loansCalled.Load(), l.loanHeld.Load()
+	s.SpinHits, s.SpinMisses, s.SpinSkips = l.spinHits.Load(), l.spinMisses.Load(), l.spinSkips.Load()
 	return s, err
 }
 

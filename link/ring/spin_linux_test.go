@@ -89,6 +89,60 @@ func TestRxSpin(t *testing.T) {
 				}
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
+			t.Run("adaptive", func(t *testing.T) {
+				// With RxSpin left at the default the spin adapts
+				// (spinPolicy): waits whose frame comes a millisecond
+				// later, five spins' length, stop it, so later Recvs
+				// sleep at once (skips); waits whose frame comes at once
+				// bring it back (TPACKET_V2: a V3 block with one frame is
+				// handed over when it retires, after BlockTimeout, 1 ms,
+				// so there every wait is a miss). An explicit RxSpin
+				// keeps its spin.
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, BlockTimeout: time.Millisecond})
+				fixed := openOn(t, topo.Hosts[2], Config{Version: v, RxSpin: DefaultRxSpin, BlockTimeout: time.Millisecond})
+				tx := openOn(t, topo.Hosts[0], Config{Version: v})
+				frames := make([]Frame, 4)
+				seq := uint64(0)
+				wait := func(after time.Duration) {
+					sent := make(chan error, 1)
+					go func() {
+						time.Sleep(after)
+						size := frameLen(seq, tx.MTU())
+						f := buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)
+						_, err := tx.Send([][]byte{f})
+						sent <- err
+					}()
+					for _, l := range []*Link{rx, fixed} {
+						l.spinOff = time.Time{} // no back-off from contention: the policy's choice only
+						if n, err := l.Recv(time.Now().Add(10*time.Second), frames); err != nil || n != 1 {
+							t.Fatalf("Recv of frame %d = %d, %v", seq, n, err)
+						}
+					}
+					if err := <-sent; err != nil {
+						t.Fatal(err)
+					}
+					seq++
+				}
+				for range 14 {
+					wait(time.Millisecond)
+				}
+				st, _ := rx.Stats()
+				if got := rx.spinLength(); got != 0 || st.SpinSkips < 3 {
+					t.Errorf("after 14 waits of 1 ms: spin %v, %d skips (%d hits, %d misses); want none, and the last 3 Recvs or more sleeping at once",
+						got, st.SpinSkips, st.SpinHits, st.SpinMisses)
+				}
+				if got := fixed.spinLength(); got != DefaultRxSpin {
+					t.Errorf("an explicit RxSpin of %v: spin %v after 14 waits of 1 ms", DefaultRxSpin, got)
+				}
+				for range 40 {
+					wait(0)
+				}
+				st, _ = rx.Stats()
+				if got := rx.spinLength(); got == 0 && v == V2 {
+					t.Errorf("after 40 frames sent at once: no spin (%d hits, %d misses, %d skips)", st.SpinHits, st.SpinMisses, st.SpinSkips)
+				}
+				t.Logf("adaptive: %d hits, %d misses, %d skips; spin now %v", st.SpinHits, st.SpinMisses, st.SpinSkips, rx.spinLength())
+			})
 			t.Run("one P", func(t *testing.T) {
 				// With GOMAXPROCS=1 a goroutine woken by the network
 				// poller (here a pipe's read; in rbcastd a client's
