@@ -145,8 +145,8 @@ func (e *groupEnv) send() {
 
 // flush sends the outbox on the caller's goroutine unless the sender
 // goroutine is at it: a barrier or lock message then leaves without a
-// goroutine hand-off (called without n.mu). On a Loop (channels) the
-// caller sends the frames too (Loop.SendNow): with one P the Loop's
+// goroutine hand-off (called without n.mu). The caller sends the frames
+// too (Group.SendNow, on a Loop Loop.SendNow): with one P the loop's
 // goroutine would send them only once the program blocks, after its next
 // step's computation if the barrier is crossed at once.
 func (e *groupEnv) Flush() {
@@ -158,6 +158,8 @@ func (e *groupEnv) Flush() {
 	e.sendMu.Unlock()
 	if e.loop != nil {
 		e.loop.SendNow()
+	} else if e.g != nil {
+		e.g.SendNow()
 	}
 }
 

@@ -163,3 +163,98 @@ func TestBarrierFlushSendsNow(t *testing.T) {
 		}
 	}
 }
+
+// Over one group the barrier's flush sends its frames on the program's
+// goroutine too (reliable.Group.SendNow): with the group's loop parked in
+// its link's Recv, a write and a barrier leave, the update with the
+// arrival on it, before Barrier returns. Without the call they wait for
+// the loop's next turn: with one P, after the program's next step (cg's
+// matrix-vector product) when the barrier is crossed at once, and every
+// peer waits that long for this member's arrival.
+func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
+	r := rtnet.New(t, 12)
+	raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
+	var members []frame.MemberInfo
+	for i, l := range raw {
+		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
+	}
+	pl := &parkLink{Link: raw[0], entered: make(chan struct{}), release: make(chan struct{})}
+	links := []link.Link{pl, raw[1]}
+	const group = 41
+	cfg := dsm.Config{Group: reliable.Config{Group: group, Members: members, Logger: slog.New(slog.DiscardHandler)}}
+	nodes := make([]*dsm.Node, 2)
+	for i, l := range links {
+		c := cfg
+		c.Group.Self = frame.MemberID(i + 1)
+		n, err := dsm.Join(t.Context(), l, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+	}
+	t.Cleanup(func() {
+		for _, l := range raw {
+			l.Close()
+		}
+	})
+	const key, value = 7, "written before the barrier"
+	var wg sync.WaitGroup
+	var peerErr error
+	var got []byte
+	wg.Add(1)
+	go func() { // the peer: join, wait at barriers 1 and 2, read
+		defer wg.Done()
+		n := nodes[1]
+		s, err := n.JoinSegment(context.Background(), key, 1, 64)
+		if err == nil {
+			err = n.Barrier(context.Background(), 1)
+		}
+		if err == nil {
+			err = n.Barrier(context.Background(), 2)
+		}
+		if err == nil {
+			got, err = s.Read(0, make([]byte, 64))
+		}
+		peerErr = err
+	}()
+	n := nodes[0]
+	s, err := n.CreateSegment(key, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Barrier(t.Context(), 1); err != nil { // the loop has taken turns
+		t.Fatal(err)
+	}
+	pl.hold.Store(true)
+	<-pl.entered // the loop is parked, and stays there
+	before := len(pl.sent())
+	if err := s.Write(0, append([]byte(value), make([]byte, 64-len(value))...)); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	// Crossed at once if the peer's arrival came before the park.
+	crossed := n.Barrier(cancelled, 2) == nil
+	if sent := pl.sent()[before:]; !slices.Contains(sent, uint32(group)) {
+		t.Errorf("with the loop parked, the barrier sent frames of groups %v; want the group's (%d: the update with the arrival)", sent, group)
+	}
+	pl.hold.Store(false)
+	pl.release <- struct{}{}
+	if !crossed {
+		if err := n.Barrier(t.Context(), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if peerErr != nil {
+		t.Fatal(peerErr)
+	}
+	if string(got[:len(value)]) != value {
+		t.Errorf("the peer read %q, want %q", got, value)
+	}
+	for _, n := range nodes {
+		if err := n.Exit(); err != nil {
+			t.Error(err)
+		}
+	}
+}

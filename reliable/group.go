@@ -889,6 +889,40 @@ func (g *Group) sendNow(kickNow bool) bool {
 	return true
 }
 
+// SendNow sends, on the calling goroutine, what Sends proposed since the
+// group's loop last took its turn; on a Loop it is the Loop's SendNow. It
+// is for a group with Config.Deliver or OnEvent, whose Sends leave their
+// frames to the loop, and a caller about to wait for the answer (dsm's
+// barrier over one group): with one P (GOMAXPROCS=1) the loop's
+// goroutine, which the Sends woke, runs only once the caller blocks, so a
+// caller whose wait is over at once would compute its next step first,
+// and its frames would wait for that. The frames are sent only where the
+// core has nothing but frames to carry out (deliveries and events are
+// handed out on the loop alone) and the loop has had its first turn;
+// the loop's turns wait meanwhile, as for a lone Send's sendNow, and what
+// is left, and the timers, stay the loop's, which the Sends woke.
+func (g *Group) SendNow() {
+	if g.loop != nil {
+		g.loop.SendNow()
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.due || !g.turned || g.turning || g.inline || g.leaving || g.stop || g.err != nil || len(g.first) > 0 {
+		return
+	}
+	// Ready again before Advance returns the same: what is not frames
+	// alone is left to the loop's turn.
+	rd := g.n.st.Ready()
+	if len(rd.Frames) == 0 || len(rd.Deliveries) > 0 || len(rd.Events) > 0 {
+		return
+	}
+	g.inline = true
+	g.carryOut(rd, kickHere) // an error stops the group (finish)
+	g.inline = false
+	g.inlineDone.Broadcast()
+}
+
 // canSendNow says whether sendNow may carry out the core's Ready off the
 // loop: the loop waits on the link with nothing due, no other sendNow is
 // under way, and the loop alone does not hand out (g.mu is held).

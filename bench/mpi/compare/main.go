@@ -108,7 +108,7 @@ func main() {
 	})
 	prefix := flag.String("prefix", "rbdc", "namespace prefix (\"rb\" + lowercase letters and digits)")
 	raw := flag.String("raw", "", "append every report line here")
-	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: each program's -gomaxprocs default: 1 for jacobi and halo, Go's, one per CPU, for the others)")
+	gomaxprocs := flag.Int("gomaxprocs", 0, "GOMAXPROCS of every BDSM process (0: each program's -gomaxprocs default: 1 for jacobi, halo and cg, Go's, one per CPU, for the others)")
 	from := flag.Bool("from", false, "run nothing: report on the -raw files named as arguments")
 	flag.Parse()
 	if *from {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
@@ -19,5 +20,24 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 				t.Fatalf("%v: %d lines verify=ok, error %v; output:\n%s", args, ok, err, out)
 			}
 		}
+	}
+}
+
+// A rank over -iface runs at one P unless told otherwise: its matrix-vector
+// product lasts microseconds, and with a P per CPU every hand-over between
+// the program and its group's loop woke another thread (docs/dsm.md,
+// "cg's iteration at rank 0").
+func TestOneProcByDefault(t *testing.T) {
+	fs := flag.NewFlagSet("cg", flag.ContinueOnError)
+	o := harness.Flags(fs)
+	setup(fs, o)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.GOMAXPROCS != 1 {
+		t.Errorf("-gomaxprocs defaults to %d, want 1", o.GOMAXPROCS)
+	}
+	if f := fs.Lookup("gomaxprocs"); f.DefValue != "1" {
+		t.Errorf("-h shows -gomaxprocs's default as %q, want 1", f.DefValue)
 	}
 }
