@@ -32,7 +32,7 @@ const DefaultSocketBuffer = 4 << 20
 type conn struct {
 	d   *Daemon
 	c   *net.UnixConn
-	rc  syscall.RawConn // c's, for the doorbells (localapi.WriteBell)
+	bell *localapi.Bell // c's, for the doorbells
 	ctx context.Context // ends when the connection is closed
 
 	cancel    context.CancelFunc
@@ -88,7 +88,7 @@ func (d *Daemon) accept() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cn := &conn{d: d, c: c, rc: rc, ctx: ctx, cancel: cancel, r: r}
+		cn := &conn{d: d, c: c, bell: localapi.NewBell(rc), ctx: ctx, cancel: cancel, r: r}
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -127,12 +127,12 @@ func (c *conn) write(m localapi.Message) error {
 	return err
 }
 
-// bell writes a DaemonDoorbell (localapi.WriteBell).
-func (c *conn) bell(m *localapi.DaemonDoorbell) error {
+// ring writes a DaemonDoorbell (localapi.Bell).
+func (c *conn) ring(m *localapi.DaemonDoorbell) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.wbuf = m.Append(c.wbuf[:0])
-	return localapi.WriteBell(c.rc, c.wbuf)
+	return c.bell.Write(c.wbuf)
 }
 
 // fail answers with an Error and, unless keep, closes the connection.

@@ -594,7 +594,7 @@ func testConn(t *testing.T, d *Daemon) (*conn, func() *localapi.Error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &conn{d: d, c: uc, rc: rc, ctx: cctx, cancel: ccancel}
+	c := &conn{d: d, c: uc, bell: localapi.NewBell(rc), ctx: cctx, cancel: ccancel}
 	return c, func() *localapi.Error {
 		t.Helper()
 		buf := make([]byte, 4096)

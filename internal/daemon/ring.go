@@ -195,7 +195,7 @@ func (c *conn) sendRingReady(sleep bool) bool {
 // if it waits for room.
 func (c *conn) releaseSend() bool {
 	if c.rings.send.Release() {
-		return c.bell(sendRingBell) == nil
+		return c.ring(sendRingBell) == nil
 	}
 	return true
 }
@@ -208,7 +208,7 @@ func (c *conn) releaseSend() bool {
 func (c *conn) releaseSendFree() bool {
 	r := c.rings.send
 	if r.ReleaseFree(r.Size() / 4) {
-		return c.bell(sendRingBell) == nil
+		return c.ring(sendRingBell) == nil
 	}
 	return true
 }
@@ -340,7 +340,7 @@ func (c *conn) publishDeliver() error {
 		return nil
 	}
 	c.wbuf = deliverRingBell.Append(c.wbuf[:0])
-	return localapi.WriteBell(c.rc, c.wbuf)
+	return c.bell.Write(c.wbuf)
 }
 
 // unmapRings unmaps the connection's rings once its goroutine is done

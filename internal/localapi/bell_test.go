@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// WriteBell keeps the P through its system call: with GOMAXPROCS=1 no
+// A Bell keeps the P through its system call: with GOMAXPROCS=1 no
 // other goroutine runs while the call is in the kernel, however long it
 // takes there. A write through the net package (Syscall) lets sysmon hand
 // the P to another thread once the call outlasts one of its looks, and
@@ -51,7 +51,7 @@ func TestWriteBellKeepsP(t *testing.T) {
 		drain(t, fds[1])
 		time.Sleep(time.Millisecond) // the counter runs, and sysmon sees an idle spell
 		before := count.Load()
-		if err := WriteBell(rc, p); err != nil {
+		if err := NewBell(rc).Write(p); err != nil {
 			t.Fatal(err)
 		}
 		// One look of the counter may be under way at the call's start;
@@ -61,7 +61,7 @@ func TestWriteBellKeepsP(t *testing.T) {
 		}
 	}
 	if ran > 0 {
-		t.Errorf("with GOMAXPROCS=1 another goroutine ran during %d of 10 WriteBell calls of 16 MiB; want none (the P kept through the call)", ran)
+		t.Errorf("with GOMAXPROCS=1 another goroutine ran during %d of 10 Bell writes of 16 MiB; want none (the P kept through the call)", ran)
 	}
 }
 

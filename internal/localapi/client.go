@@ -33,6 +33,7 @@ type Conn struct {
 	dec  Decoder
 	r    *PacketReader
 	rc   syscall.RawConn
+	bell *Bell // rc's doorbells
 
 	version uint16   // agreed by Hello
 	mems    [][]byte // the rings' mappings, unmapped by Close
@@ -93,7 +94,7 @@ func (cn *Conn) attach(c *net.UnixConn) error {
 	if err != nil {
 		return err
 	}
-	cn.c, cn.r, cn.rc = c, r, rc
+	cn.c, cn.r, cn.rc, cn.bell = c, r, rc, NewBell(rc)
 	return nil
 }
 
@@ -116,10 +117,10 @@ func (c *Conn) Write(m Message) error {
 	return c.WritePacket(c.wbuf)
 }
 
-// writeBell writes a Doorbell (WriteBell).
+// writeBell writes a Doorbell (Bell).
 func (c *Conn) writeBell(m *Doorbell) error {
 	c.wbuf = m.Append(c.wbuf[:0])
-	return WriteBell(c.rc, c.wbuf)
+	return c.bell.Write(c.wbuf)
 }
 
 // WritePacket sends one message encoded already (a SendBatch a client
