@@ -47,3 +47,7 @@ func TestSimLeaveAtChange(t *testing.T) {
 func TestSimLeaveAtCrash(t *testing.T) {
 	viewsim.LeaveAtCrashSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaveAtCrash")
 }
+
+// TestSimLossy is TestSim's scenarios at 15, 20 and 30 % loss
+// (viewsim.LossySeeds), where view changes relay more.
+func TestSimLossy(t *testing.T) { viewsim.LossySeeds(t, viewsim.FIFO, "reliable/view", "TestSimLossy") }
