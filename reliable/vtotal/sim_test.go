@@ -139,5 +139,6 @@ func TestSimLeaveUnheardAtChange(t *testing.T) {
 // TestSimLossy is TestSim's scenarios at 15, 20 and 30 % loss
 // (viewsim.LossySeeds), where view changes relay more.
 func TestSimLossy(t *testing.T) {
+	poison(t)
 	viewsim.LossySeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLossy")
 }
