@@ -165,8 +165,6 @@ type proposal struct {
 	commit     *frame.ViewCommitBody // once computed
 }
 
-// completion is a commit this member is completing: delivering up to the
-// cuts in its current view before installing the next.
 // relayKey names a departing sender's frame in a view: base, sender,
 // sequence number.
 type relayKey struct {
@@ -175,6 +173,8 @@ type relayKey struct {
 	seq  uint32
 }
 
+// completion is a commit this member is completing: delivering up to the
+// cuts in its current view before installing the next.
 type completion struct {
 	commit   frame.ViewCommitBody
 	next     []uint32 // per cut: the next sequence number to deliver
