@@ -602,6 +602,15 @@ func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 		}
 		comp.next[i], _ = c.inner.DeliveredFrom(x.Member)
 		comp.at[i] = comp.next[i]
+		if comp.departed[i] && frame.SeqLess(x.Cut, comp.at[i]) {
+			// The inner core delivered past the cut, some of it in this
+			// turn, before the commit was stepped: those deliveries are
+			// still in its Ready, not in the stash, and filterCut must
+			// drop them too (TestSimLossy seed 2100: a joiner handed out
+			// a departing sender's frame 18 past its cut 16, after
+			// dropping 16 and 17 from the stash).
+			comp.at[i] = x.Cut
+		}
 	}
 	c.comp = comp
 	// What the inner core delivered since the freeze counts up to the

@@ -1289,6 +1289,15 @@ func LossySeeds(t *testing.T, level Level, pkg, test string) {
 	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return lossyScenario(seed, level) })
 }
 
+// LossySeed runs seed of LossySeeds alone.
+func LossySeed(t *testing.T, level Level, seed uint64) {
+	s := lossyScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v", err, s)
+	}
+}
+
 func lossyScenario(seed uint64, level Level) scenario {
 	s := newScenario(seed, level)
 	s.loss = []float64{0.15, 0.2, 0.3}[seed%3]
