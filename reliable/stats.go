@@ -9,6 +9,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // Stats is a snapshot of one member's counters.
@@ -54,6 +55,91 @@ type Stats struct {
 	// Auth is the authentication's counters and keys (Config.Auth; nil
 	// without): frames dropped by reason, the active key.
 	Auth *auth.Stats
+	// Acks is the acknowledgement matrix under FIFO and over views (PBP
+	// frames carry their sender's whole ack vector; nil under the
+	// registered total order): per live sender, how far every live
+	// member holds its stream, as last heard. Who lags behind whom.
+	Acks []SenderAcks
+}
+
+// SenderAcks is one sender's column of the acknowledgement matrix: how
+// far each live member holds its stream as this member last heard it
+// (sequence numbers: the next frame of the sender's each expects).
+type SenderAcks struct {
+	Sender frame.MemberID
+	// Last is the sender's next frame as far as known here: the highest
+	// of the row (the sender's own entry, or a member that heard more
+	// of it since the sender's last vector arrived).
+	Last uint32
+	// Stable is the lowest of the row: every live member holds the
+	// sender's frames before it (pbp.Core.StableFrom).
+	Stable uint32
+	Holds  []MemberHolds
+}
+
+// MemberHolds is how far one member holds a sender's stream, and how
+// many frames that is behind the sender's Last.
+type MemberHolds struct {
+	Member frame.MemberID
+	Next   uint32
+	Behind uint32
+}
+
+// heldBy is a core's acknowledgement matrix (how far member m holds
+// sender s's stream, as last heard), or nil if it keeps none: the
+// membership core's and the total order's over views (HeldBy), PBP's
+// (Holds), through registration's wrapper.
+func heldBy(c core.Core) func(m, s frame.MemberID) (uint32, bool) {
+	if v, ok := core.Find[interface {
+		HeldBy(m, s frame.MemberID) (uint32, bool)
+	}](c); ok {
+		return v.HeldBy
+	}
+	if p, ok := core.Find[*pbp.Core](c); ok {
+		return p.Holds
+	}
+	return nil
+}
+
+// ackMatrix is the live members' part of the acknowledgement matrix
+// held (members by id; nil if held is): a column per sender, a row per
+// member. A member whose entry is unknown (another configuration) is
+// left out of the column.
+func ackMatrix(held func(m, s frame.MemberID) (uint32, bool), members []core.Member) []SenderAcks {
+	if held == nil {
+		return nil
+	}
+	var out []SenderAcks
+	for _, s := range members {
+		if !s.Live {
+			continue
+		}
+		col := SenderAcks{Sender: s.ID}
+		for _, m := range members {
+			if !m.Live {
+				continue
+			}
+			next, ok := held(m.ID, s.ID)
+			if !ok {
+				continue
+			}
+			if len(col.Holds) == 0 || frame.SeqLess(col.Last, next) {
+				col.Last = next
+			}
+			if len(col.Holds) == 0 || frame.SeqLess(next, col.Stable) {
+				col.Stable = next
+			}
+			col.Holds = append(col.Holds, MemberHolds{Member: m.ID, Next: next})
+		}
+		if len(col.Holds) == 0 {
+			continue
+		}
+		for i := range col.Holds {
+			col.Holds[i].Behind = col.Last - col.Holds[i].Next
+		}
+		out = append(out, col)
+	}
+	return out
 }
 
 // BadFrames counts received frames dropped before the core saw them, by
@@ -104,9 +190,11 @@ func (n *node) stats(o Order) Stats {
 		s.Events = append(s.Events, eventOf(ev, n.clk))
 	}
 	live := map[frame.MemberID]bool{}
-	for _, m := range n.st.Core().Members() {
+	members := n.st.Core().Members()
+	for _, m := range members {
 		live[m.ID] = m.Live
 	}
+	s.Acks = ackMatrix(heldBy(n.st.Core()), members)
 	for _, p := range c.Peers {
 		if p.ID == info.Self && !info.SelfDelivery {
 			continue

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1021,6 +1022,11 @@ func (v *vecWriter) flush() error {
 const statusText = `Prints the group's members with their state (alive, suspected: silent
 for half the failure timeout, dead: failed, stalled or left), the order
 mode, rates, retransmissions, NACKs, repair latency and kernel drops.
+Under FIFO and over views it shows who lags behind whom, from the
+acknowledgement vector every frame carries: for each member behind some
+sender, how many frames it holds fewer than that sender's last, as this
+daemon last heard them ("acks: ... (all in step)" when none is behind;
+-json: ack_lag, every live member and sender).
 With -wait-ready D it first waits up to D for the group to start (and for
 the daemon's socket to appear), and exits 1 if it has not.
 `
@@ -1179,6 +1185,7 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%.2f ms\t%.2f ms\t%s\n", m.ID, state, m.Delivered, m.DeliveredBytes, m.Repairs, m.RepairP50ms, m.RepairP99ms, heard)
 	}
 	tw.Flush()
+	printAckLag(w, st.AckLag)
 	fmt.Fprintf(w, "rates: sent %.0f msg/s, delivered %.0f msg/s (%.2f MB/s)\n", st.SentPerSec, st.DeliveredPerSec, st.DeliveredBytesPerSec/1e6)
 	fmt.Fprintf(w, "sent %d, delivered %d, retransmissions %d, nacks sent %d received %d, in flight %d/%d\n",
 		st.Sent, st.Delivered, st.Retransmissions, st.NacksSent, st.NacksReceived, st.InFlight, st.Window)
@@ -1188,6 +1195,60 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		fmt.Fprintf(w, "warning: host %s speaks rbcast protocol version %d; its frames are dropped\n", f.Host, f.Version)
 	}
 	printFiles(w, st.Files)
+}
+
+// printAckLag prints who lags behind whom, from the acknowledgement
+// matrix (every PBP frame carries its sender's whole ack vector): a row
+// per member that is behind some sender, a column per sender some
+// member is behind, each cell how many frames the member holds fewer
+// than the sender's last, as this daemon last heard ("." for none).
+// Nothing behind is one line; no matrix (the registered total order)
+// prints nothing.
+func printAckLag(w io.Writer, lags []daemon.SenderLag) {
+	if len(lags) == 0 {
+		return
+	}
+	var senders []int
+	behind := map[[2]int]uint32{} // member, sender
+	var members []int
+	for _, l := range lags {
+		for _, m := range l.Members {
+			if m.Behind == 0 {
+				continue
+			}
+			if len(senders) == 0 || senders[len(senders)-1] != l.Sender {
+				senders = append(senders, l.Sender)
+			}
+			if !slices.Contains(members, m.Member) {
+				members = append(members, m.Member)
+			}
+			behind[[2]int{m.Member, l.Sender}] = m.Behind
+		}
+	}
+	if len(senders) == 0 {
+		fmt.Fprintln(w, "acks: every member holds every sender's last frame, as last heard (all in step)")
+		return
+	}
+	slices.Sort(members)
+	fmt.Fprintln(w, "acks: frames each member is behind each sender's last, as last heard:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "  member")
+	for _, s := range senders {
+		fmt.Fprintf(tw, "\tfrom %d", s)
+	}
+	fmt.Fprintln(tw)
+	for _, m := range members {
+		fmt.Fprintf(tw, "  %d", m)
+		for _, s := range senders {
+			if n := behind[[2]int{m, s}]; n > 0 {
+				fmt.Fprintf(tw, "\t%d", n)
+			} else {
+				fmt.Fprint(tw, "\t.")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 // levelNames are the delivery levels of a Welcome's order.

@@ -691,3 +691,44 @@ func TestSendLevelOldDaemon(t *testing.T) {
 		t.Fatalf("the group's own level: set %v, %v", set, err)
 	}
 }
+
+// TestPrintStatusAckLag: status shows who lags behind whom from a known
+// acknowledgement matrix — only the members behind some sender and the
+// senders some member is behind — and one line when all are in step.
+func TestPrintStatusAckLag(t *testing.T) {
+	st := &daemon.Status{Group: 1, Size: 3, Self: 0, Ready: true, AckLag: []daemon.SenderLag{
+		{Sender: 0, Last: 120, Stable: 80, Members: []daemon.MemberLag{{Member: 0, Holds: 120}, {Member: 1, Holds: 80, Behind: 40}, {Member: 2, Holds: 120}}},
+		{Sender: 1, Last: 9, Stable: 9, Members: []daemon.MemberLag{{Member: 0, Holds: 9}, {Member: 1, Holds: 9}, {Member: 2, Holds: 9}}},
+		{Sender: 2, Last: 7, Stable: 4, Members: []daemon.MemberLag{{Member: 0, Holds: 4, Behind: 3}, {Member: 1, Holds: 5, Behind: 2}, {Member: 2, Holds: 7}}},
+	}}
+	var b strings.Builder
+	printAckLag(&b, st.AckLag)
+	want := "acks: frames each member is behind each sender's last, as last heard:\n" +
+		"  member  from 0  from 2\n" +
+		"  0       .       3\n" +
+		"  1       40      2\n"
+	if b.String() != want {
+		t.Errorf("lag table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	printStatus(&b, st)
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks the lag table:\n%s", b.String())
+	}
+	for i := range st.AckLag {
+		for j := range st.AckLag[i].Members {
+			st.AckLag[i].Members[j].Behind = 0
+		}
+	}
+	b.Reset()
+	printStatus(&b, st)
+	if !strings.Contains(b.String(), "(all in step)\n") || strings.Contains(b.String(), "from 0") {
+		t.Errorf("status of a group in step:\n%s", b.String())
+	}
+	st.AckLag = nil // the registered total order: no matrix
+	b.Reset()
+	printStatus(&b, st)
+	if strings.Contains(b.String(), "acks:") {
+		t.Errorf("status without a matrix shows one:\n%s", b.String())
+	}
+}

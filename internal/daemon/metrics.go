@@ -110,6 +110,7 @@ var (
 	descAuthDropped   = prometheus.NewDesc("rbcastd_auth_dropped_frames_total", "Frames dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation, own.", []string{"reason"}, nil)
 	descAuthVerified  = prometheus.NewDesc("rbcastd_auth_verified_frames_total", "Frames whose authentication tag verified (-key-file).", nil, nil)
 	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused).", []string{"kind"}, nil)
+	descAckLag        = prometheus.NewDesc("rbcastd_ack_lag_frames", "Frames member holds fewer of sender's stream than the sender's last, as this member last heard their acknowledgements (the acknowledgement matrix; live members only).", []string{"member", "sender"}, nil)
 	descDropped       = prometheus.NewDesc("rbcastd_dropped_frames_total", "Received frames dropped before the protocol, by reason.", []string{"reason"}, nil)
 )
 
@@ -121,7 +122,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	for _, d := range []*prometheus.Desc{descInfo, descMemberState, descMembers, descMemberBytes, descMemberMsgs, descMemberGaps,
-		descRepairLatency, descSelfDelivery, descPairNacks, descPairRetx, descEvents, descDropped, descAuthDropped, descAuthVerified} {
+		descRepairLatency, descSelfDelivery, descPairNacks, descPairRetx, descEvents, descDropped, descAckLag, descAuthDropped, descAuthVerified} {
 		ch <- d
 	}
 }
@@ -156,6 +157,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		id := strconv.Itoa(int(m.ID))
 		ch <- prometheus.MustNewConstMetric(descMemberMsgs, counter, float64(m.Delivered), id)
 		ch <- prometheus.MustNewConstMetric(descMemberGaps, counter, float64(m.Repairs), id)
+	}
+	for _, l := range s.AckLag {
+		sender := strconv.Itoa(l.Sender)
+		for _, m := range l.Members {
+			ch <- prometheus.MustNewConstMetric(descAckLag, gauge, float64(m.Behind), strconv.Itoa(m.Member), sender)
+		}
 	}
 	b := st.BadFrames
 	for _, r := range []struct {

@@ -130,6 +130,14 @@ func TestMetrics(t *testing.T) {
 	if retx+all == 0 {
 		t.Errorf("member 0 counts no retransmission it sent to member 2 or to all")
 	}
+	// The acknowledgement matrix: a gauge per (member, sender) pair of
+	// live members, nine here.
+	if f := source["rbcastd_ack_lag_frames"]; len(f.GetMetric()) != 9 {
+		t.Errorf("rbcastd_ack_lag_frames has %d samples, want 9: %v", len(f.GetMetric()), f)
+	}
+	if _, ok := sample(source, "rbcastd_ack_lag_frames", map[string]string{"member": itoa(ids[2]), "sender": itoa(ids[0])}); !ok {
+		t.Errorf("rbcastd_ack_lag_frames has no sample of member 2 behind member 0")
+	}
 	if v, _ := sample(source, "rbcastd_members", map[string]string{"state": "alive"}); v != 3 {
 		t.Errorf("rbcastd_members{state=alive} = %v, want 3", v)
 	}

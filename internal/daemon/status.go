@@ -46,6 +46,12 @@ type Status struct {
 
 	Members []MemberStatus `json:"members"`
 
+	// AckLag is the acknowledgement matrix (under FIFO and over views):
+	// per live sender, how far each live member holds its stream as
+	// this daemon last heard it, and how many frames that is behind the
+	// sender's last (reliable.Stats.Acks). Who lags behind whom.
+	AckLag []SenderLag `json:"ack_lag,omitempty"`
+
 	// A group whose membership changes (-membership views): the view
 	// installed, its members, and the last changes.
 	View *ViewStatus `json:"view,omitempty"`
@@ -162,6 +168,38 @@ type ViewChange struct {
 	Members int    `json:"members"`
 }
 
+// SenderLag is one sender's column of the acknowledgement matrix.
+type SenderLag struct {
+	Sender int `json:"sender"`
+	// Last is the sender's next frame as far as known here, Stable the
+	// lowest any live member holds (every live member holds the frames
+	// before it).
+	Last    uint32      `json:"last"`
+	Stable  uint32      `json:"stable"`
+	Members []MemberLag `json:"members"`
+}
+
+// MemberLag is how far one member holds a sender's stream (the next
+// frame it expects) and how many frames that is behind the sender's last.
+type MemberLag struct {
+	Member int    `json:"member"`
+	Holds  uint32 `json:"holds"`
+	Behind uint32 `json:"behind"`
+}
+
+// ackLag is Stats.Acks as Status shows it.
+func ackLag(acks []reliable.SenderAcks) []SenderLag {
+	var out []SenderLag
+	for _, a := range acks {
+		l := SenderLag{Sender: int(a.Sender), Last: a.Last, Stable: a.Stable}
+		for _, h := range a.Holds {
+			l.Members = append(l.Members, MemberLag{Member: int(h.Member), Holds: h.Next, Behind: h.Behind})
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 // maxViewChanges is how many view changes Status lists.
 const maxViewChanges = 8
 
@@ -253,6 +291,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 		s.Window = p.Window
 	}
 	s.Queued, s.HeldData = st.Queued, st.HeldData
+	s.AckLag = ackLag(st.Acks)
 	s.RepairP50ms, s.RepairP99ms = ms(st.RepairP50), ms(st.RepairP99)
 	s.KernelDrops, s.SendRetries = st.Link.KernelDrops, st.Link.SendRetries
 	s.KernelPackets, s.LinkFrames, s.LinkFiltered = st.Link.KernelPackets, st.Link.FramesReceived, st.Link.Filtered

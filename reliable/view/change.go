@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/clock"
 	"github.com/rbcast/rbcast/reliable/core"
 )
 
@@ -601,6 +602,15 @@ func (c *Core) startCompletion(commit frame.ViewCommitBody) {
 		}
 		comp.next[i], _ = c.inner.DeliveredFrom(x.Member)
 		comp.at[i] = comp.next[i]
+		if comp.departed[i] && frame.SeqLess(x.Cut, comp.at[i]) {
+			// The inner core delivered past the cut, some of it in this
+			// turn, before the commit was stepped: those deliveries are
+			// still in its Ready, not in the stash, and filterCut must
+			// drop them too (TestSimLossy seed 2100: a joiner handed out
+			// a departing sender's frame 18 past its cut 16, after
+			// dropping 16 and 17 from the stash).
+			comp.at[i] = x.Cut
+		}
 	}
 	c.comp = comp
 	// What the inner core delivered since the freeze counts up to the
@@ -640,6 +650,13 @@ func (c *Core) relayTo(v frame.View, base uint32) {
 	case c.formed != nil && base == c.formed.Base && c.prev != nil:
 		commit, inner = c.formed, c.prev
 	default:
+		return
+	}
+	if v.FlushCoord() != frame.NoMember {
+		// The flusher answers a Prepare: it has no commit yet, and a
+		// member takes relays only while it completes one (onRelay).
+		// Once the commit reaches it (repeated, or sent by catchUp) it
+		// completes and asks again, with what it delivered by then.
 		return
 	}
 	dl := v.FlushDelivered()
@@ -706,6 +723,18 @@ func (c *Core) relay(inner Inner, base uint32, from frame.MemberID, first, cut u
 		if !ok {
 			continue
 		}
+		k := relayKey{base, from, s}
+		if at, ok := c.relayedAt[k]; ok && c.now < at.Add(c.cfg.Retry/2) {
+			// Relayed a moment ago (to all): a Flush that asks for it
+			// again crossed that relay. One that lost it asks again a
+			// Retry later.
+			c.stats.RelaysSkipped++
+			continue
+		}
+		if c.relayedAt == nil {
+			c.relayedAt = map[relayKey]clock.Time{}
+		}
+		c.relayedAt[k] = c.now
 		h := frame.Header{Group: c.cfg.Group, Sender: from, Incarnation: m.Incarnation, ViewID: base, Seq: s}
 		f, err := frame.Append(nil, &h, &frame.Encoded{T: frame.Data, Data: data, Bundled: bundled})
 		if err != nil {
@@ -719,19 +748,23 @@ func (c *Core) relay(inner Inner, base uint32, from frame.MemberID, first, cut u
 // onRelay: a departing sender's frame that a holder relays.
 func (c *Core) onRelay(v frame.View) {
 	if c.comp == nil || v.RelayBase() != c.view.ID {
+		c.stats.RelaysUnused++
 		return
 	}
 	f := v.RelayFrame()
 	i := c.cutIndex(f.Sender())
 	if i < 0 || !c.comp.departed[i] && c.inner.Live(f.Sender()) || f.Type() != frame.Data {
+		c.stats.RelaysUnused++
 		return
 	}
 	s := f.Seq()
 	if frame.SeqLess(s, c.comp.next[i]) || !frame.SeqLess(s, c.comp.commit.Cuts[i].Cut) {
+		c.stats.RelaysUnused++
 		return
 	}
 	for _, r := range c.comp.relays {
 		if r.from == f.Sender() && r.seq == s {
+			c.stats.RelaysUnused++
 			return
 		}
 	}
@@ -857,6 +890,7 @@ func (c *Core) deliverRelayed(from frame.MemberID, seq uint32, data []byte, bund
 // messages held meanwhile handed to it, an event.
 func (c *Core) install(commit frame.ViewCommitBody) {
 	ownBefore := c.ownOut // the old view was frozen: its count is in
+	clear(c.relayedAt)
 	c.startAcceptance(commit)
 	self := frame.NoMember
 	for _, m := range commit.Members {

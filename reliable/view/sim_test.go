@@ -47,3 +47,18 @@ func TestSimLeaveAtChange(t *testing.T) {
 func TestSimLeaveAtCrash(t *testing.T) {
 	viewsim.LeaveAtCrashSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaveAtCrash")
 }
+
+// TestSimLossy is TestSim's scenarios at 15, 20 and 30 % loss
+// (viewsim.LossySeeds), where view changes relay more.
+func TestSimLossy(t *testing.T) { viewsim.LossySeeds(t, viewsim.FIFO, "reliable/view", "TestSimLossy") }
+
+// TestSimLossyCutInTurn is seed 2100 of TestSimLossy, beyond its default
+// count: a frozen member's inner core delivered a departing sender's
+// frames 16 to 18 (16 and 17 stashed, 18 in the turn that brought the
+// commit, before it), and the commit cut the sender at 16. The stash was
+// cut, but frame 18, still in the inner core's Ready, passed filterCut
+// (which dropped from the inner core's delivered point, 19): delivered
+// past the cut, after a gap.
+func TestSimLossyCutInTurn(t *testing.T) {
+	viewsim.LossySeed(t, viewsim.FIFO, 2100)
+}

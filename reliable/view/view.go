@@ -165,6 +165,14 @@ type proposal struct {
 	commit     *frame.ViewCommitBody // once computed
 }
 
+// relayKey names a departing sender's frame in a view: base, sender,
+// sequence number.
+type relayKey struct {
+	base uint32
+	from frame.MemberID
+	seq  uint32
+}
+
 // completion is a commit this member is completing: delivering up to the
 // cuts in its current view before installing the next.
 type completion struct {
@@ -314,6 +322,9 @@ type Core struct {
 	events  []core.Event
 	merged  core.Ready
 	stats   Stats
+	// relayedAt is when this member last relayed each frame of a
+	// departing sender (relay), since it installed its view.
+	relayedAt map[relayKey]clock.Time
 
 	// loan is the link's loan of the frame StepLent steps; borrowers the
 	// inner cores stepped with one, which may keep lent bytes (loan.go).
@@ -345,10 +356,19 @@ type Stats struct {
 	Joins          uint64 // ViewJoins sent
 	Relayed        uint64 // frames relayed to others
 	RelayDelivered uint64 // messages delivered from relays
-	Refused        uint64 // joiners refused (coordinator)
-	Accepted       uint64 // views acted on only after a majority of their base was heard in them (Primary)
-	Dropped        uint64 // frames of other views dropped
-	Reports        uint64 // ViewSuspect reports sent
+	// RelaysUnused counts relayed frames received that this member did
+	// not need: no completion of their view under way here (it has not
+	// the commit yet, or installed already), or delivered or received
+	// already.
+	RelaysUnused uint64
+	// RelaysSkipped counts frames a Flush asked for that were not
+	// relayed again: this member relayed them less than half a Retry
+	// before (the asker's Flush crossed that relay).
+	RelaysSkipped uint64
+	Refused       uint64 // joiners refused (coordinator)
+	Accepted      uint64 // views acted on only after a majority of their base was heard in them (Primary)
+	Dropped       uint64 // frames of other views dropped
+	Reports       uint64 // ViewSuspect reports sent
 	// Datagrams of the Unreliable level: sent, delivered, and dropped
 	// (duplicates, another view's, or a non-member's; own ones proposed
 	// in a view this member left before they went out).

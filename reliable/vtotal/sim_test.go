@@ -135,3 +135,10 @@ func TestSimLeaveUnheardAtChange(t *testing.T) {
 	poison(t)
 	viewsim.LeaveAtChangeSeed(t, viewsim.Ordered, 2019, "")
 }
+
+// TestSimLossy is TestSim's scenarios at 15, 20 and 30 % loss
+// (viewsim.LossySeeds), where view changes relay more.
+func TestSimLossy(t *testing.T) {
+	poison(t)
+	viewsim.LossySeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLossy")
+}

@@ -557,6 +557,16 @@ func (c *Core) Stats() core.Stats { return c.in.Stats() }
 // Members are the membership core's.
 func (c *Core) Members() []core.Member { return c.in.Members() }
 
+// HeldBy is the membership core's (view.Core.HeldBy), where it has
+// one: how far member m holds member s's frames in the installed view,
+// as m's acknowledgements say.
+func (c *Core) HeldBy(m, s frame.MemberID) (next uint32, ok bool) {
+	if c.watch == nil {
+		return 0, false
+	}
+	return c.watch.HeldBy(m, s)
+}
+
 // Repair is the membership core's.
 func (c *Core) Repair(from frame.MemberID) (frame.MemberID, bool) { return c.in.Repair(from) }
 

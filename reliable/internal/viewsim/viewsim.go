@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1355,16 +1356,63 @@ func Seeds(t *testing.T, level Level, pkg, test string) {
 // checked by the churn simulation's checkers; a failure names the seed,
 // its scenario and the command that re-runs it.
 func runSeeds(t *testing.T, n int, pkg, test string, scenarioOf func(seed uint64) scenario) {
+	var tally relayTally
+	t.Cleanup(func() { t.Log(tally.String()) })
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			s := scenarioOf(seed)
 			r := runScenario(t, s)
+			tally.add(r)
 			if err := r.verdict(s); err != nil {
 				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
 			}
 		})
 	}
+}
+
+// LossySeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with -short)
+// of the churn simulation's scenarios (newScenario's draws) at heavy
+// loss: 15, 20 or 30 % of the frames every process receives. The view
+// changes' relays (a departing sender's last frames that only some
+// survivors hold) are rare at light loss.
+func LossySeeds(t *testing.T, level Level, pkg, test string) {
+	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return lossyScenario(seed, level) })
+}
+
+// LossySeed runs seed of LossySeeds alone.
+func LossySeed(t *testing.T, level Level, seed uint64) {
+	s := lossyScenario(seed, level)
+	r := runScenario(t, s)
+	if err := r.verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v", err, s)
+	}
+}
+
+func lossyScenario(seed uint64, level Level) scenario {
+	s := newScenario(seed, level)
+	s.loss = []float64{0.15, 0.2, 0.3}[seed%3]
+	return s
+}
+
+// relayTally sums the view changes' relays over the seeds of a run:
+// the views installed (per process), the frames relayed and the relayed
+// frames received that their receiver did not need (view.Stats).
+type relayTally struct{ views, relayed, unused, skipped atomic.Uint64 }
+
+func (t *relayTally) add(r *simRun) {
+	for _, p := range r.procs {
+		st := p.core.Counters()
+		t.views.Add(st.Views)
+		t.relayed.Add(st.Relayed)
+		t.unused.Add(st.RelaysUnused)
+		t.skipped.Add(st.RelaysSkipped)
+	}
+}
+
+func (t *relayTally) String() string {
+	return fmt.Sprintf("relays: %d frames relayed, %d received unneeded, %d not relayed again so soon, over %d views installed (summed over the processes)",
+		t.relayed.Load(), t.unused.Load(), t.skipped.Load(), t.views.Load())
 }
 
 // ExitSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with -short) of
