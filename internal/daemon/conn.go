@@ -30,10 +30,10 @@ const DefaultSocketBuffer = 4 << 20
 
 // conn is one client connection.
 type conn struct {
-	d   *Daemon
-	c   *net.UnixConn
-	bell *localapi.Bell // c's, for the doorbells
-	ctx context.Context // ends when the connection is closed
+	d    *Daemon
+	c    *net.UnixConn
+	bell *localapi.Bell  // c's, for the doorbells
+	ctx  context.Context // ends when the connection is closed
 
 	cancel    context.CancelFunc
 	wmu       sync.Mutex
@@ -419,7 +419,8 @@ var levelNames = [...]string{localapi.OrderFIFO: "fifo", localapi.OrderTotal: "a
 
 // setLevel sets the level of the connection's sends from now on: the
 // group's own, or in a total order over views Agreed or Safe; another
-// is refused (the connection goes on at the level it had).
+// is refused and the connection closed, so that nothing sent after it
+// goes out at a level the client did not ask for.
 func (c *conn) setLevel(level uint8) bool {
 	own := c.d.welcome(c.version).Order
 	switch {

@@ -213,8 +213,8 @@ type SendUnreliable struct{ Data []byte }
 // default. A daemon whose group is a total order over views sends at
 // Agreed or Safe whatever the group's level (reliable.Group.SendLevel);
 // any other level than the group's own it refuses (CodeSendFailed,
-// naming the group's level), and the connection goes on at the level it
-// had. Version 5.
+// naming the group's level) and closes the connection, so that nothing
+// sent after it goes out at another level. Version 5.
 type SendLevel struct{ Level uint8 }
 
 // SendBatch carries several messages to broadcast, in order: one packet
