@@ -61,106 +61,18 @@ func (l *parkLink) sent() []uint32 {
 // barrier leave, the channel's update with its marker and the global
 // group's barrier message, before Barrier returns (at once: its context
 // is cancelled, so it does not wait for the peer, if the peer's arrival
-// has not come before the park). Without the
-// call they would wait for the Loop's next turn, after the program's
-// next step when the barrier is crossed at once. The barrier is then
-// crossed with the Loop running, and the peer reads the write.
+// has not come before the park). Without the call they would wait for
+// the Loop's next turn, after the program's next step when the barrier
+// is crossed at once. The barrier is then crossed with the Loop running,
+// and the peer reads the write.
 func TestBarrierFlushSendsNow(t *testing.T) {
-	r := rtnet.New(t, 11)
-	raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
-	var members []frame.MemberInfo
-	for i, l := range raw {
-		members = append(members, frame.MemberInfo{ID: frame.MemberID(i + 1), MAC: [6]byte(l.HardwareAddr()), Incarnation: 1})
-	}
-	pl := &parkLink{Link: raw[0], entered: make(chan struct{}), release: make(chan struct{})}
-	links := []link.Link{pl, raw[1]}
-	cfg := dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 40, Members: members, Logger: slog.New(slog.DiscardHandler)}}
-	nodes := make([]*dsm.Node, 2)
-	for i, l := range links {
-		c := cfg
-		c.Group.Self = frame.MemberID(i + 1)
-		n, err := dsm.Join(t.Context(), l, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = n
-	}
-	t.Cleanup(func() {
-		for _, l := range raw {
-			l.Close()
-		}
-	})
-	const key, value = 7, "written before the barrier"
-	channel := cfg.ChannelGroupID(key)
-	var wg sync.WaitGroup
-	var peerErr error
-	var got []byte
-	wg.Add(1)
-	go func() { // the peer: join, fix, wait at barrier 3, read
-		defer wg.Done()
-		n := nodes[1]
-		s, err := n.JoinSegment(context.Background(), key, 1, 64)
-		if err == nil {
-			err = n.Barrier(context.Background(), 1)
-		}
-		if err == nil {
-			err = n.Barrier(context.Background(), 2)
-		}
-		if err == nil {
-			err = n.Barrier(context.Background(), 3)
-		}
-		if err == nil {
-			got, err = s.Read(0, make([]byte, 64))
-		}
-		peerErr = err
-	}()
-	n := nodes[0]
-	s, err := n.CreateSegment(key, 1, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 40}}
+	channel := cfg.ChannelGroupID(sendNowKey)
 	// Barrier 1 fixes the memberships and opens the channel; by the end
 	// of barrier 2 the Loop has taken the channel's first turn.
-	for id := 1; id <= 2; id++ {
-		if err := n.Barrier(t.Context(), id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pl.hold.Store(true)
-	<-pl.entered // the Loop is parked, and stays there
-	before := len(pl.sent())
-	if err := s.Write(0, append([]byte(value), make([]byte, 64-len(value))...)); err != nil {
-		t.Fatal(err)
-	}
-	if got := pl.sent()[before:]; len(got) != 0 {
-		t.Fatalf("a buffered write sent frames of groups %v before the barrier", got)
-	}
-	cancelled, cancel := context.WithCancel(t.Context())
-	cancel()
-	// Crossed at once if the peer's arrival came before the park.
-	crossed := n.Barrier(cancelled, 3) == nil
-	sent := pl.sent()[before:]
+	sent := barrierWithLoopParked(t, 11, cfg, 3, true)
 	if !slices.Contains(sent, channel) || !slices.Contains(sent, uint32(40)) {
 		t.Errorf("with the Loop parked, the barrier sent frames of groups %v; want the channel's (%d: update and marker) and the global group's (40: the barrier message)", sent, channel)
-	}
-	pl.hold.Store(false)
-	pl.release <- struct{}{}
-	if !crossed {
-		if err := n.Barrier(t.Context(), 3); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wg.Wait()
-	if peerErr != nil {
-		t.Fatal(peerErr)
-	}
-	if string(got[:len(value)]) != value {
-		t.Errorf("the peer read %q, want %q", got, value)
-	}
-	for _, n := range nodes {
-		if err := n.Exit(); err != nil {
-			t.Error(err)
-		}
 	}
 }
 
@@ -172,7 +84,26 @@ func TestBarrierFlushSendsNow(t *testing.T) {
 // matrix-vector product) when the barrier is crossed at once, and every
 // peer waits that long for this member's arrival.
 func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
-	r := rtnet.New(t, 12)
+	const group = 41
+	sent := barrierWithLoopParked(t, 12, dsm.Config{Group: reliable.Config{Group: group}}, 2, false)
+	if !slices.Contains(sent, uint32(group)) {
+		t.Errorf("with the loop parked, the barrier sent frames of groups %v; want the group's (%d: the update with the arrival)", sent, group)
+	}
+}
+
+const sendNowKey = 7
+
+// barrierWithLoopParked runs two nodes of cfg (seeded by seed): the peer
+// joins segment sendNowKey, waits at barriers 1 to last and reads it;
+// node 1 creates it, crosses barriers 1 to last-1, parks its loop in its
+// link's Recv, writes the segment and enters barrier last with a
+// cancelled context. It returns the groups of the frames node 1 sent
+// between the park and that Barrier's return, once the barrier is
+// crossed with the loop running and the peer has read the write. With
+// buffered, a write must send nothing before its barrier.
+func barrierWithLoopParked(t *testing.T, seed uint64, cfg dsm.Config, last int, buffered bool) []uint32 {
+	t.Helper()
+	r := rtnet.New(t, seed)
 	raw := []*rtnet.Link{r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})}
 	var members []frame.MemberInfo
 	for i, l := range raw {
@@ -180,8 +111,7 @@ func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
 	}
 	pl := &parkLink{Link: raw[0], entered: make(chan struct{}), release: make(chan struct{})}
 	links := []link.Link{pl, raw[1]}
-	const group = 41
-	cfg := dsm.Config{Group: reliable.Config{Group: group, Members: members, Logger: slog.New(slog.DiscardHandler)}}
+	cfg.Group.Members, cfg.Group.Logger = members, slog.New(slog.DiscardHandler)
 	nodes := make([]*dsm.Node, 2)
 	for i, l := range links {
 		c := cfg
@@ -197,20 +127,17 @@ func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
 			l.Close()
 		}
 	})
-	const key, value = 7, "written before the barrier"
+	const value = "written before the barrier"
 	var wg sync.WaitGroup
 	var peerErr error
 	var got []byte
 	wg.Add(1)
-	go func() { // the peer: join, wait at barriers 1 and 2, read
+	go func() { // the peer: join, wait at every barrier, read
 		defer wg.Done()
 		n := nodes[1]
-		s, err := n.JoinSegment(context.Background(), key, 1, 64)
-		if err == nil {
-			err = n.Barrier(context.Background(), 1)
-		}
-		if err == nil {
-			err = n.Barrier(context.Background(), 2)
+		s, err := n.JoinSegment(context.Background(), sendNowKey, 1, 64)
+		for id := 1; id <= last && err == nil; id++ {
+			err = n.Barrier(context.Background(), id)
 		}
 		if err == nil {
 			got, err = s.Read(0, make([]byte, 64))
@@ -218,12 +145,14 @@ func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
 		peerErr = err
 	}()
 	n := nodes[0]
-	s, err := n.CreateSegment(key, 1, 64)
+	s, err := n.CreateSegment(sendNowKey, 1, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Barrier(t.Context(), 1); err != nil { // the loop has taken turns
-		t.Fatal(err)
+	for id := 1; id < last; id++ { // the loop has taken turns
+		if err := n.Barrier(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pl.hold.Store(true)
 	<-pl.entered // the loop is parked, and stays there
@@ -231,17 +160,18 @@ func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
 	if err := s.Write(0, append([]byte(value), make([]byte, 64-len(value))...)); err != nil {
 		t.Fatal(err)
 	}
+	if got := pl.sent()[before:]; buffered && len(got) != 0 {
+		t.Fatalf("a buffered write sent frames of groups %v before the barrier", got)
+	}
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
 	// Crossed at once if the peer's arrival came before the park.
-	crossed := n.Barrier(cancelled, 2) == nil
-	if sent := pl.sent()[before:]; !slices.Contains(sent, uint32(group)) {
-		t.Errorf("with the loop parked, the barrier sent frames of groups %v; want the group's (%d: the update with the arrival)", sent, group)
-	}
+	crossed := n.Barrier(cancelled, last) == nil
+	sent := pl.sent()[before:]
 	pl.hold.Store(false)
 	pl.release <- struct{}{}
 	if !crossed {
-		if err := n.Barrier(t.Context(), 2); err != nil {
+		if err := n.Barrier(t.Context(), last); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,4 +187,5 @@ func TestBarrierFlushSendsNowOneGroup(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	return sent
 }
