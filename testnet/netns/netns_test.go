@@ -292,6 +292,20 @@ func TestKillAll(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	// Start returns once ip(8) runs; it enters the namespace and execs
+	// setsid after that (CI once found nobody there yet).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		out, err := exec.Command("ip", "netns", "pids", h.Namespace).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Fields(string(out))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process in %s 10 s after the start", h.Namespace)
+		}
+	}
 	n, err := h.KillAll()
 	if err != nil {
 		t.Fatal(err)
