@@ -231,7 +231,7 @@ func TestLinksLate(t *testing.T) {
 		name string
 		open func() (link.Link, error)
 	}{
-		{"group", func() (link.Link, error) { return openGroupLink("ring", h.Iface, 0, -1, []uint32{7}, quietLog) }},
+		{"group", func() (link.Link, error) { return openGroupLink("ring", h.Iface, 0, -1, false, []uint32{7}, quietLog) }},
 		{"files", func() (link.Link, error) { return openFilesLink("ring", h.Iface, 0, []uint32{7}, quietLog) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -282,7 +282,17 @@ func TestSpinFlag(t *testing.T) {
 		}
 	}
 	if got := ringSpin(f.spin, f.spinSet); got != 0 {
-		t.Errorf("no -spin gave ring.Config.RxSpin %v, want 0 (the ring's adaptive default)", got)
+		t.Errorf("no -spin gave ring.Config.RxSpin %v, want 0 (the ring's default)", got)
+	}
+	if f.spinAdapt {
+		t.Errorf("-spin-adapt is on by default")
+	}
+	var g runFlags
+	if err := runFlagSet(&g, io.Discard).Parse([]string{"-i", "eth0", "-group", "1", "-members", "2", "-link", "afpacket", "-spin-adapt"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.groupConfig(); err == nil || err.Error() != "-spin-adapt adapts the mmap ring's spin: it needs -link ring" {
+		t.Errorf("-spin-adapt with -link afpacket: %v", err)
 	}
 }
 

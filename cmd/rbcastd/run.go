@@ -89,6 +89,7 @@ type runFlags struct {
 	flightMB                                                                            int
 	flightDir                                                                           string
 	spinSet                                                                             bool // -spin was given (on the command line or in -config)
+	spinAdapt                                                                           bool // -spin-adapt
 	resilience                                                                          string
 	level                                                                               string
 	kernelFilter                                                                        bool // -kernel-filter
@@ -118,7 +119,8 @@ func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read flags from this `file` (name value per line)")
 	fs.StringVar(&f.linkKind, "link", "ring", "link implementation: ring (mmap rings, set up while a plain socket carries the join), afpacket (plain socket) or udp (UDP/IP, -udp-group or -udp-peers)")
 	f.udp.register(fs)
-	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long. Not given: the ring's spin adapts, up to this default, to how often it finds a frame (docs/local-api.md, \"An adaptive ring spin\")")
+	fs.DurationVar(&f.spin, "spin", ring.DefaultRxSpin, "with -link ring: poll the receive ring this long, yielding the CPU, before sleeping (0: never; up to 1s); trades CPU while traffic flows for fewer wake-ups (docs/benchmarks.md, runs 15-17); the clients' sockets are polled as long")
+	fs.BoolVar(&f.spinAdapt, "spin-adapt", false, "with -link ring: the group ring's spin adapts, up to -spin, to how often it finds a frame, and stops while most waits outlast it (docs/local-api.md, \"An adaptive ring spin\": off by default, as it cost goodput on a 2-vCPU guest)")
 	fs.IntVar(&f.procs, "procs", defaultProcs, "Go `Ps` (GOMAXPROCS) the daemon runs on: 1 has its protocol loop, fan-out and client connections take turns on one thread, with no thread woken for a hand-off (docs/local-api.md, \"One P per daemon\"); 0: one per CPU, Go's default; GOMAXPROCS in the environment wins")
 	fs.StringVar(&f.level, "level", "agreed", "-order total -membership views: agreed (one order, the same at every member that completes a view) or safe (also: a message is delivered only once every member of the view holds it, so what any member delivered every survivor delivers); all members must agree. It is the default of each message: rbcastd send -level agreed|safe chooses per message")
 	fs.StringVar(&f.resilience, "resilience", "majority", "total order: deliver once a majority of members hold a message (majority: never lost while a majority survives) or as soon as the sequencer numbers it (sequencer: lower latency); all members must agree")
@@ -329,6 +331,8 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 		return dc, "", fmt.Errorf("-spin is %v, want 0 (never) up to 1s", f.spin)
 	case f.spinSet && f.linkKind != "ring":
 		return dc, "", errors.New("-spin polls the mmap ring: it needs -link ring")
+	case f.spinAdapt && f.linkKind != "ring":
+		return dc, "", errors.New("-spin-adapt adapts the mmap ring's spin: it needs -link ring")
 	}
 	if _, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil {
 		return dc, "", fmt.Errorf("-socket-mode is %q, want octal permissions like 0660", f.socketMode)
@@ -391,14 +395,14 @@ func openLink(kind, iface string, etherType uint16, rxSpin time.Duration, groups
 // from the join's first frame on, while a plain socket carries the
 // join (the kernel's ring setup waits for an RCU grace period per ring,
 // some 25 ms, and the view protocol takes a few ms).
-func openGroupLink(kind, iface string, etherType uint16, rxSpin time.Duration, groups []uint32, log *slog.Logger) (link.Link, error) {
+func openGroupLink(kind, iface string, etherType uint16, rxSpin time.Duration, adapt bool, groups []uint32, log *slog.Logger) (link.Link, error) {
 	if kind == "afpacket" {
 		return openLink(kind, iface, etherType, rxSpin, groups)
 	}
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: rxSpin, Groups: groups}, "group", log)
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: rxSpin, AdaptiveSpin: adapt, Groups: groups}, "group", log)
 	if err != nil {
 		return nil, err
 	}
@@ -523,9 +527,8 @@ func setProcs(procs int, env string) (n int, fromEnv bool) {
 func firstGC() { runtime.GC() }
 
 // ringSpin is ring.Config.RxSpin for -spin: without it (set false) the
-// ring's default, a spin that adapts up to ring.DefaultRxSpin; a given
-// -spin is a fixed spin, and -spin 0 never, where the ring's 0 is its
-// default.
+// ring's default, ring.DefaultRxSpin; -spin 0 is never, where the ring's
+// 0 is its default.
 func ringSpin(spin time.Duration, set bool) time.Duration {
 	switch {
 	case !set:
@@ -583,7 +586,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.kernelFilter {
 			groups = []uint32{dc.Group.Group}
 		}
-		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, ringSpin(f.spin, f.spinSet), groups, log)
+		l, err = openGroupLink(f.linkKind, f.iface, dc.Group.EtherType, ringSpin(f.spin, f.spinSet), f.spinAdapt, groups, log)
 	}
 	if err != nil {
 		return fail(stderr, "run", err)

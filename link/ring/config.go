@@ -101,13 +101,18 @@ type Config struct {
 	// for 10 ms to 1 s, and a Recv that asked to wait twice RxSpin or
 	// longer and ended at its deadline with nothing read has the next one
 	// sleep at once, so an idle link spins once per frame that arrives, not per
-	// wait (package documentation). 0 means a spin that adapts: up to
-	// DefaultRxSpin while half the waits or more end with a frame within
-	// that long, none while three quarters do not (the package
-	// documentation); a positive
-	// RxSpin is a fixed spin that long, a negative one never spins. At
-	// most a second.
+	// wait (package documentation). 0 means DefaultRxSpin; a negative
+	// RxSpin never spins. At most a second.
 	RxSpin time.Duration
+
+	// AdaptiveSpin has Recv's spin adapt, up to RxSpin, to how often it
+	// finds a frame: the full spin while half the waits or more end with
+	// a frame within RxSpin, none while three quarters do not (the
+	// package documentation). Off by default: on a 2-vCPU guest it cost
+	// the library's goodput a fifth to two fifths, and did not shorten
+	// rbcastd's FIFO round trip (docs/local-api.md, "An adaptive ring
+	// spin").
+	AdaptiveSpin bool
 
 	// TxMode is the send path, TxRing or TxSendmmsg; 0 means
 	// DefaultTxMode.
@@ -158,8 +163,8 @@ const (
 	// kernel accepts (its unit is the millisecond; 0 would make it pick
 	// one from the link speed, 8 ms on a veth).
 	DefaultBlockTimeout = time.Millisecond
-	// DefaultRxSpin is the longest Recv polls an empty ring before sleeping
-	// when Config.RxSpin is left at 0 (the spin adapts up to it): as long as a Linux KVM guest's kernel polls an idle vCPU before
+	// DefaultRxSpin is how long Recv polls an empty ring before sleeping:
+	// as long as a Linux KVM guest's kernel polls an idle vCPU before
 	// halting it (haltpoll.guest_halt_poll_ns, 200 µs), which matters in a
 	// VM that turns that off, where waking a sleeping receiver costs tens
 	// of µs. It buys goodput and latency for CPU while traffic flows
@@ -289,8 +294,8 @@ type resolved struct {
 	Config
 	rx, tx      Geometry
 	timeoutMsec uint32
-	// adaptSpin: RxSpin was left at its default, so Recv's spin adapts
-	// (spinPolicy) up to DefaultRxSpin rather than always lasting it.
+	// adaptSpin: Config.AdaptiveSpin with a spin, so Recv's spin adapts
+	// (spinPolicy) up to RxSpin rather than always lasting it.
 	adaptSpin bool
 }
 
@@ -354,12 +359,13 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 	r.timeoutMsec = uint32((r.BlockTimeout + time.Millisecond - 1) / time.Millisecond)
 	switch {
 	case r.RxSpin == 0:
-		r.RxSpin, r.adaptSpin = DefaultRxSpin, true
+		r.RxSpin = DefaultRxSpin
 	case r.RxSpin < 0:
 		r.RxSpin = 0 // never
 	case r.RxSpin > time.Second:
 		return r, fmt.Errorf("ring: Config.RxSpin = %v: want at most a second (0: the default, %v; negative: never spin)", cfg.RxSpin, DefaultRxSpin)
 	}
+	r.adaptSpin = r.AdaptiveSpin && r.RxSpin > 0
 
 	txFrame := txFrameSize(mtu)
 	if r.TxBlockSize == 0 {

@@ -59,8 +59,12 @@ func TestGeometry(t *testing.T) {
 	for _, tc := range []struct{ set, want time.Duration }{
 		{0, DefaultRxSpin}, {-time.Microsecond, 0}, {-time.Hour, 0}, {time.Microsecond, time.Microsecond}, {time.Second, time.Second},
 	} {
-		if r, err := (Config{RxSpin: tc.set}).resolve(1500); err != nil || r.RxSpin != tc.want {
-			t.Errorf("RxSpin %v resolved to %v (%v), want %v", tc.set, r.RxSpin, err, tc.want)
+		if r, err := (Config{RxSpin: tc.set}).resolve(1500); err != nil || r.RxSpin != tc.want || r.adaptSpin {
+			t.Errorf("RxSpin %v resolved to %v, adapting %v (%v), want %v, fixed", tc.set, r.RxSpin, r.adaptSpin, err, tc.want)
+		}
+		// AdaptiveSpin adapts up to the spin there is; never stays never.
+		if r, err := (Config{RxSpin: tc.set, AdaptiveSpin: true}).resolve(1500); err != nil || r.RxSpin != tc.want || r.adaptSpin != (tc.want > 0) {
+			t.Errorf("RxSpin %v with AdaptiveSpin resolved to %v, adapting %v (%v), want %v, adapting %v", tc.set, r.RxSpin, r.adaptSpin, err, tc.want, tc.want > 0)
 		}
 	}
 	r, _ = Config{BlockTimeout: 1500 * time.Microsecond}.resolve(1500)

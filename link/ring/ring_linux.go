@@ -712,7 +712,7 @@ func (l *Link) Recv(deadline time.Time, frames []Frame) (int, error) {
 }
 
 // spinLength is how long the next spin may last: Config.RxSpin, or with
-// it left at the default what spinPolicy chooses.
+// Config.AdaptiveSpin what spinPolicy chooses.
 func (l *Link) spinLength() time.Duration {
 	if l.cfg.adaptSpin {
 		return l.spinPolicy.Spin()

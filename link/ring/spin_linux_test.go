@@ -90,16 +90,15 @@ func TestRxSpin(t *testing.T) {
 				t.Logf("%d of 10 spinning Recvs found their frame while spinning", spun)
 			})
 			t.Run("adaptive", func(t *testing.T) {
-				// With RxSpin left at the default the spin adapts
-				// (spinPolicy): waits whose frame comes a millisecond
+				// With AdaptiveSpin the spin adapts (spinPolicy): waits whose frame comes a millisecond
 				// later, five spins' length, stop it, so later Recvs
 				// sleep at once (skips); waits whose frame comes at once
 				// bring it back (TPACKET_V2: a V3 block with one frame is
 				// handed over when it retires, after BlockTimeout, 1 ms,
 				// so there every wait is a miss). An explicit RxSpin
-				// keeps its spin.
-				rx := openOn(t, topo.Hosts[1], Config{Version: v, BlockTimeout: time.Millisecond})
-				fixed := openOn(t, topo.Hosts[2], Config{Version: v, RxSpin: DefaultRxSpin, BlockTimeout: time.Millisecond})
+				// keeps its spin without AdaptiveSpin, the default.
+				rx := openOn(t, topo.Hosts[1], Config{Version: v, AdaptiveSpin: true, BlockTimeout: time.Millisecond})
+				fixed := openOn(t, topo.Hosts[2], Config{Version: v, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
 				seq := uint64(0)
@@ -132,7 +131,7 @@ func TestRxSpin(t *testing.T) {
 						got, st.SpinSkips, st.SpinHits, st.SpinMisses)
 				}
 				if got := fixed.spinLength(); got != DefaultRxSpin {
-					t.Errorf("an explicit RxSpin of %v: spin %v after 14 waits of 1 ms", DefaultRxSpin, got)
+					t.Errorf("the default spin (%v, no AdaptiveSpin): spin %v after 14 waits of 1 ms", DefaultRxSpin, got)
 				}
 				for range 40 {
 					wait(0)
