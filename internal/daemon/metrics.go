@@ -87,7 +87,7 @@ var plainMetrics = []metric{
 	newMetric("rbcastd_link_filtered_total", "Frames the link dropped itself (wrong EtherType or group, runts).", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.Filtered) }),
 	newMetric("rbcastd_link_spin_hits_total", "Waits for a frame that the ring's receive spin ended with one (-spin).", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SpinHits) }),
 	newMetric("rbcastd_link_spin_misses_total", "Receive spins of the ring that ended without a frame, after which it slept.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SpinMisses) }),
-	newMetric("rbcastd_link_spin_skips_total", "Waits for a frame that slept at once: the ring's adaptive spin was off.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SpinSkips) }),
+	newMetric("rbcastd_link_spin_skips_total", "Waits for a frame that slept at once: the ring's adaptive spin (-spin-adapt) was off.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SpinSkips) }),
 	newMetric("rbcastd_link_send_retries_total", "Sends that met back-pressure and were retried.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.Link.SendRetries) }),
 	newMetric("rbcastd_retransmissions_sent_now_total", "Retransmissions sent past the link's transmit queue.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.RetransmitsSentNow) }),
 	newMetric("rbcastd_membership_events_lost_total", "Membership events the runtime's event channel could not hold.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.EventsLost) }),
