@@ -20,6 +20,9 @@ const (
 	// LevelSafe is Agreed, and a message is delivered only once every
 	// member of the view holds it (Order Total with Views).
 	LevelSafe
+	// LevelPCODE is an Order PCODE group's own order (reliable/pcode):
+	// its level alone, never one a message of another group can ask for.
+	LevelPCODE
 )
 
 func (l Level) String() string {
@@ -32,6 +35,8 @@ func (l Level) String() string {
 		return "Agreed"
 	case LevelSafe:
 		return "Safe"
+	case LevelPCODE:
+		return "PCODE"
 	}
 	return fmt.Sprintf("Level(%d)", int(l))
 }
@@ -57,6 +62,8 @@ func (e *LevelError) Unwrap() error { return ErrLevel }
 // level is the group's own reliable level.
 func (g *Group) level() Level {
 	switch {
+	case g.cfg.Order == PCODE:
+		return LevelPCODE
 	case g.cfg.Order != Total:
 		return LevelFIFO
 	case g.cfg.Views && g.cfg.Safe:
@@ -75,8 +82,12 @@ func (g *Group) levelAllowed(level Level) error {
 	}
 	e := &LevelError{Asked: level, Group: own}
 	switch {
+	case level == LevelPCODE:
+		e.Why = "PCODE is the level of an Order PCODE group alone"
 	case level != LevelFIFO && level != LevelAgreed && level != LevelSafe:
 		e.Why = "no such level"
+	case own == LevelPCODE:
+		e.Why = "an Order PCODE group delivers each request its matched message, in the program's steps (reliable/pcode), its one level: send with Send"
 	case own == LevelFIFO:
 		e.Why = "a FIFO group has that level alone; Agreed and Safe need Order Total (with Views for Safe)"
 	case level == LevelFIFO:

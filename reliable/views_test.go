@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
@@ -587,5 +588,36 @@ func TestConfigHashIgnoresZeroFields(t *testing.T) {
 	}
 	if configHash(7, sharedConfig{cfg: Config{Window: 256}}) == configHash(8, sharedConfig{cfg: Config{Window: 256}}) {
 		t.Error("groups 7 and 8 hash alike")
+	}
+}
+
+// SendLevel in an Order PCODE group: the group's level is PCODE, and
+// every other level is refused naming it (it once read as FIFO, and the
+// refusal pointed to Order Total); PCODE asked of another group is refused.
+func TestSendLevelPCODE(t *testing.T) {
+	r := rtnet.New(t, 45)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := r.Attach(t, testnet.EndpointConfig{})
+	g, err := Join(ctx, l, Config{Group: 46, Order: PCODE, Self: 1,
+		Members: []frame.MemberInfo{{ID: 1, MAC: [6]byte(l.HardwareAddr()), Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 9}, Incarnation: 1}}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.abort(); <-g.Done() }) // its peer never comes
+	for _, asked := range []Level{LevelFIFO, LevelAgreed, LevelSafe} {
+		var le *LevelError
+		err := g.SendLevel(ctx, asked, []byte("x"))
+		if !errors.As(err, &le) || le.Group != LevelPCODE || le.Asked != asked || !strings.Contains(err.Error(), "an Order PCODE group delivers each request its matched message") {
+			t.Fatalf("SendLevel(%v) in a PCODE group: %v, want a *LevelError naming PCODE", asked, err)
+		}
+	}
+	f, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{}), viewsConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.SendLevel(ctx, LevelPCODE, []byte("x")); err == nil || !strings.Contains(err.Error(), "PCODE is the level of an Order PCODE group alone") {
+		t.Fatalf("SendLevel(PCODE) in a FIFO group: %v", err)
 	}
 }
