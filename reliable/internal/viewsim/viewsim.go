@@ -1382,11 +1382,7 @@ func LossySeeds(t *testing.T, level Level, pkg, test string) {
 
 // LossySeed runs seed of LossySeeds alone.
 func LossySeed(t *testing.T, level Level, seed uint64) {
-	s := lossyScenario(seed, level)
-	r := runScenario(t, s)
-	if err := r.verdict(s); err != nil {
-		t.Fatalf("%v\nscenario: %v", err, s)
-	}
+	runOne(t, lossyScenario(seed, level), "")
 }
 
 func lossyScenario(seed uint64, level Level) scenario {
@@ -1443,11 +1439,7 @@ func LeaveAtChangeSeeds(t *testing.T, level Level, pkg, test string) {
 // LeaveAtChangeSeed runs one seed of LeaveAtChangeSeeds; rerun (if any)
 // says how to run it again.
 func LeaveAtChangeSeed(t *testing.T, level Level, seed uint64, rerun string) {
-	s := leaveAtChangeScenario(seed, level)
-	r := runScenario(t, s)
-	if err := r.verdict(s); err != nil {
-		t.Fatalf("%v\nscenario: %v\n%s", err, s, rerun)
-	}
+	runOne(t, leaveAtChangeScenario(seed, level), rerun)
 }
 
 func leaveAtChangeScenario(seed uint64, level Level) scenario {
@@ -1500,11 +1492,7 @@ func leaveAtCrashScenario(seed uint64, level Level) scenario {
 
 // ExitSeed runs one seed of ExitSeeds, whatever RBCAST_SEEDS says.
 func ExitSeed(t *testing.T, level Level, seed uint64) {
-	s := exitScenario(seed, level)
-	r := runScenario(t, s)
-	if err := r.verdict(s); err != nil {
-		t.Fatalf("%v\nscenario: %v", err, s)
-	}
+	runOne(t, exitScenario(seed, level), "")
 }
 
 func exitScenario(seed uint64, level Level) scenario {
@@ -1518,10 +1506,15 @@ func exitScenario(seed uint64, level Level) scenario {
 // Seed runs one seed of the simulation at level, whatever RBCAST_SEEDS
 // says: a regression seed found beyond the default count.
 func Seed(t *testing.T, level Level, seed uint64) {
-	s := newScenario(seed, level)
-	r := runScenario(t, s)
-	if err := r.verdict(s); err != nil {
-		t.Fatalf("%v\nscenario: %v", err, s)
+	runOne(t, newScenario(seed, level), "")
+}
+
+// runOne runs scenario s alone and fails t with its verdict, the
+// scenario and rerun (how to run it again; may be empty).
+func runOne(t *testing.T, s scenario, rerun string) {
+	t.Helper()
+	if err := runScenario(t, s).verdict(s); err != nil {
+		t.Fatalf("%v\nscenario: %v\n%s", err, s, rerun)
 	}
 }
 
