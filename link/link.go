@@ -140,7 +140,8 @@ type Stats struct {
 	// SpinHits, SpinMisses and SpinSkips count the waits of a polling
 	// link (link/ring's Config.RxSpin): spins that found a frame, spins
 	// that ended without one (the link then slept), and waits that
-	// slept at once because its adaptive spin was off. (Waits in a
+	// slept at once because its adaptive spin (link/ring's
+	// Config.AdaptiveSpin) was off. (Waits in a
 	// back-off from contention count in none.) Links that do not poll
 	// leave them 0.
 	SpinHits, SpinMisses, SpinSkips uint64

@@ -76,8 +76,8 @@ import (
 // say /dev/shm for tmpfs).
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
 // RBCASTD_REPORT_SPIN: how long every ring link polls before sleeping,
-// the library's and the daemons' (-spin) alike, a fixed spin (default:
-// the ring's, adapting up to 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
+// the library's and the daemons' (-spin) alike (default: the ring's,
+// 200 µs; 0: never). RBCASTD_REPORT_DAEMON_ENV: more environment for the
 // rbcastd run processes only, space-separated (say "GOMAXPROCS=1").
 // RBCASTD_REPORT_CLIENT_ENV: the same for the daemons' clients (bench,
 // send, recv). RBCASTD_REPORT_LIBPROC_ENV: the same for the processes of

@@ -2,9 +2,9 @@ package ring
 
 import "time"
 
-// spinPolicy chooses how long Recv spins before it sleeps when Config.RxSpin
-// is left at its default: the full DefaultRxSpin while most waits end with a
-// frame that a spin that long would have caught, nothing while most do not.
+// spinPolicy chooses how long Recv spins before it sleeps with
+// Config.AdaptiveSpin: the full RxSpin while most waits end with a frame
+// that a spin that long would have caught, nothing while most do not.
 //
 // A spin pays when the frame comes while it lasts: the process is then not
 // put to sleep and woken. It costs where no CPU is free for the spinner:
