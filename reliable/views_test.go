@@ -22,8 +22,6 @@ func viewsConfig(size int) Config {
 		HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
 }
 
-// awaitMembers waits until every group's installed view has n members
-// and all are in the same view; it returns that view's id.
 func awaitMembers(t *testing.T, groups []*Group, n int) uint32 {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -226,12 +224,7 @@ func viewsAgreed(t *testing.T, safe bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups := joinFounders(t, ctx, links, cfgs)
 	awaitMembers(t, groups, 3)
 	sameLogs(t, exchangeTotal(t, groups, 150))
 
@@ -271,12 +264,7 @@ func TestSendLevel(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			groups, errs := joinRegistered(t, ctx, links, cfgs)
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("founder %d: Join: %v", i, err)
-				}
-			}
+			groups := joinFounders(t, ctx, links, cfgs)
 			awaitMembers(t, groups, 3)
 			// Runs of each level, and single messages of one among the other.
 			level := func(i int) Level { return []Level{LevelSafe, LevelAgreed, LevelGroup}[i/7%3] }
@@ -347,12 +335,7 @@ func TestSendUnreliable(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			groups, errs := joinRegistered(t, ctx, links, cfgs)
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("member %d: Join: %v", i, err)
-				}
-			}
+			groups := joinFounders(t, ctx, links, cfgs)
 			awaitMembers(t, groups, 3)
 			msg := []byte("a datagram, at most once")
 			if err := groups[0].SendUnreliable(msg); err != nil {
@@ -451,12 +434,7 @@ func TestViewsSendErrSetsErr(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups = joinFounders(t, ctx, links, cfgs)
 	awaitMembers(t, groups, 3)
 	ready.Store(true)
 	if err := groups[0].RemoveGroup(ctx); err != nil {
@@ -547,13 +525,20 @@ func foundViews(t *testing.T, ctx context.Context, r *rtnet.Net, ec testnet.Endp
 		links = append(links, r.Attach(t, ec))
 		cfgs = append(cfgs, viewsConfig(n))
 	}
+	return joinFounders(t, ctx, links, cfgs), links
+}
+
+// joinFounders joins the founders of a group (links and cfgs, one each;
+// joinRegistered) and fails the test if one cannot join.
+func joinFounders(t *testing.T, ctx context.Context, links []*rtnet.Link, cfgs []Config) []*Group {
+	t.Helper()
 	groups, errs := joinRegistered(t, ctx, links, cfgs)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("founder %d: Join: %v", i, err)
 		}
 	}
-	return groups, links
+	return groups
 }
 
 // A field added to a core's Config leaves the hash of a group that keeps
