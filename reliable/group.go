@@ -840,8 +840,9 @@ func (g *Group) send(ctx context.Context, payload []byte, level Level) error {
 			return nil
 		}
 		if !errors.Is(err, ErrWindowFull) || ctx == nil {
+			err = g.sendErr(err) // finishes the group, which needs g.mu
 			g.mu.Unlock()
-			return g.sendErr(err)
+			return err
 		}
 		if err := g.waitSendable(ctx); err != nil {
 			return err
@@ -1145,7 +1146,7 @@ func (g *Group) finishErr() error {
 // made that window wider; TestNetnsRejoin met the bare view error, and
 // then an Err still nil after Send's ErrRemoved). The loop's turn under
 // way still hands out its deliveries and events, and Recv drains the
-// queue, as when the turn finishes the group itself.
+// queue, as when the turn finishes the group itself. g.mu is held.
 func (g *Group) sendErr(err error) error {
 	if errors.Is(err, core.ErrHalted) || g.views != nil && g.views.Err() != nil {
 		g.finish(g.finishErr())
