@@ -394,13 +394,7 @@ func (n *Node) apply(data []byte) {
 		if err != nil {
 			return // every replica drops it alike
 		}
-		var res []byte
-		fresh := true
-		if q.Open {
-			res = AppendResult(nil, Result{Status: StatusOK, Value: binary.BigEndian.AppendUint64(nil, n.rep.Open())})
-		} else {
-			res, fresh = n.rep.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
-		}
+		res, fresh := n.rep.Apply(q)
 		if n.cfg.OnApply != nil {
 			n.cfg.OnApply(q, res, fresh)
 		}

@@ -104,6 +104,16 @@ func (r *Replica) Execute(client, seq uint64, cmd []byte) (result []byte, fresh 
 	return s.result, true
 }
 
+// Apply executes a client's request in its place in the order: an open
+// opens a session (its result the session's id), anything else is
+// Execute's.
+func (r *Replica) Apply(q Request) (result []byte, fresh bool) {
+	if q.Open {
+		return AppendResult(nil, Result{Status: StatusOK, Value: binary.BigEndian.AppendUint64(nil, r.Open())}), true
+	}
+	return r.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
+}
+
 // Answered returns the result of client's request seq if it was the
 // last applied, so a retry is answered without ordering it again.
 func (r *Replica) Answered(client, seq uint64) ([]byte, bool) {

@@ -456,13 +456,7 @@ func (n *ThesisNode) execute(now time.Time, e qEntry) {
 	if err != nil {
 		return // every replica drops it alike
 	}
-	var res []byte
-	fresh := true
-	if q.Open {
-		res = AppendResult(nil, Result{Status: StatusOK, Value: binary.BigEndian.AppendUint64(nil, n.rep.Open())})
-	} else {
-		res, fresh = n.rep.Execute(q.Client, q.Seq, AppendOp(nil, q.Op))
-	}
+	res, fresh := n.rep.Apply(q)
 	n.Executed++
 	if slot, ok := n.qAt[e.id]; ok && slot < 0 {
 		delete(n.qAt, e.id) // held in memory only (Q was full): nothing to clean
