@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"encoding/binary"
 	"fmt"
 	"github.com/rbcast/rbcast/internal/seeds"
 	"log/slog"
@@ -133,28 +132,15 @@ type simReplica struct {
 // sim is a simulated deployment: replicas on testnet, clients that reach
 // them over a lossy "UDP" of their own, in virtual time.
 type sim struct {
-	t       testing.TB
-	net     *testnet.Network
-	rng     *rand.Rand
+	simWorld
 	sc      scenario
 	reps    []*simReplica
-	clients []*simClient
-	start   time.Time
-	end     time.Time // clients start no op after it
-	history []HistoryOp
 	machine func() StateMachine
-	failed  []string
 	// groupStops counts replicas the group stopped (SelfRemoved: a
 	// minority, or left behind); halted says that at one time every
 	// replica was stopped or crashed, so the group had to re-form.
 	groupStops int
 	halted     bool
-	// expired counts the ops answered StatusExpired.
-	expired int
-}
-
-func (s *sim) fail(format string, args ...any) {
-	s.failed = append(s.failed, fmt.Sprintf(format, args...))
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -235,150 +221,8 @@ func (r *simReplica) flush() {
 	}
 }
 
-// simClient runs one op at a time against one replica, failing over to
-// the next on a timeout or an unavailable answer. It opens a session
-// first, and again after its session expired; a one-shot client opens
-// one for every op (as the CLI does).
-type simClient struct {
-	s       *sim
-	idx     int
-	id      uint64 // the session (0: none)
-	seq     uint64
-	opens   uint64
-	oneShot bool
-	target  int
-	req     Request
-	op      Op // the op req carries, or the one an open is for
-	call    int64
-	waiting bool
-	attempt int
-	timer   *testnet.Timer
-	seen    map[string][]byte // the last value seen per key (cas)
-	values  int
-}
-
-const (
-	hop           = 200 * time.Microsecond // client ↔ replica, one way
-	clientTimeout = 60 * time.Millisecond
-)
-
-var simKeys = []string{"x", "y", "z"}
-
-func (c *simClient) next() {
-	s := c.s
-	if s.net.Now().After(s.end) {
-		return
-	}
-	key := simKeys[s.rng.IntN(len(simKeys))]
-	op := Op{Key: key}
-	switch k := s.rng.IntN(10); {
-	case k < 3:
-		op.Kind = OpGet
-	case k < 7:
-		c.values++
-		op.Kind, op.Value = OpPut, fmt.Appendf(nil, "c%d-%d", c.idx, c.values)
-	case k < 8:
-		op.Kind = OpDelete
-	default:
-		c.values++
-		op.Kind, op.Value, op.Expect = OpCAS, fmt.Appendf(nil, "c%d-%d", c.idx, c.values), c.seen[key]
-	}
-	c.op = op
-	c.call = s.net.Now().Sub(s.start).Nanoseconds()
-	c.waiting = true
-	c.request()
-}
-
-// request sends the op, or first opens a session for it.
-func (c *simClient) request() {
-	if c.id == 0 {
-		c.opens++
-		c.req = Request{Open: true, Seq: uint64(c.idx)<<32 | c.opens}
-	} else {
-		c.seq++
-		c.req = Request{Client: c.id, Seq: c.seq, Op: c.op}
-	}
-	c.send()
-}
-
-func (c *simClient) send() {
-	s := c.s
-	data := AppendRequest(nil, c.req)
-	r := s.reps[c.target]
-	c.attempt++
-	attempt := c.attempt
-	if s.rng.Float64() >= s.sc.loss {
-		s.net.AfterFunc(hop, func() {
-			if r.ep.Crashed() {
-				return
-			}
-			r.node.Request(data, func(reply []byte) {
-				if s.rng.Float64() < s.sc.loss {
-					return
-				}
-				s.net.AfterFunc(hop, func() { c.onReply(reply) })
-			})
-			r.flush()
-		})
-	}
-	c.timer = s.net.AfterFunc(clientTimeout, func() {
-		if c.waiting && c.attempt == attempt {
-			c.target = (c.target + 1) % len(s.reps)
-			c.send()
-		}
-	})
-}
-
-func (c *simClient) onReply(data []byte) {
-	s := c.s
-	p, err := ParseReply(data)
-	if err != nil {
-		s.fail("client %d: %v", c.idx, err)
-		return
-	}
-	if !c.waiting || p.Client != c.req.Client || p.Seq != c.req.Seq {
-		return // a late answer to a retry
-	}
-	c.timer.Stop()
-	switch p.Result.Status {
-	case StatusUnavailable:
-		c.target = (c.target + 1) % len(s.reps)
-		c.attempt++
-		attempt := c.attempt
-		s.net.AfterFunc(5*time.Millisecond, func() {
-			if c.waiting && c.attempt == attempt {
-				c.send()
-			}
-		})
-		return
-	case StatusStale, StatusBadRequest:
-		s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
-	}
-	if c.req.Open {
-		if p.Result.Status != StatusOK || len(p.Result.Value) != 8 {
-			s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
-		}
-		c.id, c.seq = binary.BigEndian.Uint64(p.Result.Value), 0
-		c.request()
-		return
-	}
-	c.waiting = false
-	h := HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call, Answered: true, Result: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()}
-	if p.Result.Status == StatusExpired {
-		// The op may have been applied by an earlier attempt: its outcome
-		// is unknown, and the client opens a new session for the next.
-		s.expired++
-		h.Answered, h.Return, h.Result = false, 0, Result{}
-		c.id = 0
-	} else if c.op.Kind == OpGet || p.Result.Status == StatusMismatch {
-		c.seen[c.op.Key] = p.Result.Value
-	}
-	if c.oneShot {
-		c.id = 0
-	}
-	s.history = append(s.history, h)
-	s.net.AfterFunc(time.Duration(s.rng.IntN(3000))*time.Microsecond, c.next)
-}
+// clientTimeout is how long a client waits for a replica's answer.
+const clientTimeout = 60 * time.Millisecond
 
 // runSim runs one scenario and returns what went wrong (nil: nothing).
 func runSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine) []string {
@@ -397,7 +241,14 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sim{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), sc: sc, start: net.Now(), machine: machine}
+	s := &sim{simWorld: simWorld{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), start: net.Now(),
+		replicas: sc.replicas, loss: sc.loss, timeout: clientTimeout, expiredOK: true}, sc: sc, machine: machine}
+	s.request = func(i int, data []byte, reply func([]byte)) {
+		if r := s.reps[i]; !r.ep.Crashed() {
+			r.node.Request(data, reply)
+			r.flush()
+		}
+	}
 	// Clients run 1.5 s, and in a run with a halt until 1 s after it heals.
 	s.end = s.start.Add(max(1500*time.Millisecond, sc.heal+time.Second))
 	for i := range sc.replicas {
@@ -448,28 +299,7 @@ func newSim(t testing.TB, seed uint64, sc scenario, machine func() StateMachine)
 		})
 		net.AfterFunc(sc.heal, net.Heal)
 	}
-	for i := range sc.clients {
-		c := &simClient{s: s, idx: i + 1, target: i % sc.replicas, seen: map[string][]byte{}, oneShot: i < sc.oneShot}
-		s.clients = append(s.clients, c)
-		net.AfterFunc(time.Duration(i)*time.Millisecond, c.next)
-	}
-	deadline := s.end.Add(4 * time.Second)
-	for net.Now().Before(deadline) {
-		busy := false
-		for _, c := range s.clients {
-			busy = busy || c.waiting
-		}
-		if !busy && net.Now().After(s.end) {
-			break
-		}
-		net.RunFor(10 * time.Millisecond)
-	}
-	net.RunFor(time.Second) // every live replica catches up
-	for _, c := range s.clients {
-		if c.waiting {
-			s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call})
-		}
-	}
+	s.runClients(sc.clients, sc.oneShot)
 	s.check()
 	var logs []string
 	for _, r := range s.reps {

@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -93,25 +92,14 @@ type thesisReplica struct {
 // lists through dsm segments over testnet, clients over a lossy "UDP",
 // in virtual time.
 type thesisSim struct {
-	t       testing.TB
-	net     *testnet.Network
-	rng     *rand.Rand
+	simWorld
 	sc      thesisScenario
 	reps    []*thesisReplica
-	clients []*thesisClient
-	start   time.Time
-	end     time.Time
-	history []HistoryOp
-	failed  []string
 	refused uint64
 	// maxDelay is the longest a write took from its issue to its
 	// application at another replica (true time).
 	maxDelay    time.Duration
 	undelivered bool
-}
-
-func (s *thesisSim) fail(format string, args ...any) {
-	s.failed = append(s.failed, fmt.Sprintf(format, args...))
 }
 
 // clock is replica r's clock: true (virtual) time plus its skew.
@@ -167,7 +155,14 @@ func newThesisSim(t testing.TB, seed uint64, sc thesisScenario, tc ThesisConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &thesisSim{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), sc: sc, start: net.Now()}
+	s := &thesisSim{simWorld: simWorld{t: t, net: net, rng: rand.New(rand.NewPCG(seed, 0x636c)), start: net.Now(),
+		replicas: sc.replicas, loss: sc.loss, timeout: thesisClientTimeout}, sc: sc}
+	s.request = func(i int, data []byte, reply func([]byte)) {
+		if r := s.reps[i]; !r.crashed {
+			r.node.Request(r.clock(), data, reply)
+			r.step()
+		}
+	}
 	s.end = s.start.Add(4 * time.Second)
 	var members []frame.MemberInfo
 	var ids []frame.MemberID
@@ -248,28 +243,7 @@ func newThesisSim(t testing.TB, seed uint64, sc thesisScenario, tc ThesisConfig)
 			s.reps[sc.slow].ep.SetImpairment(testnet.Out, testnet.Impairment{Reorder: 1, ReorderDelay: sc.slowBy})
 		})
 	}
-	for i := range sc.clients {
-		c := &thesisClient{s: s, idx: i + 1, target: i % sc.replicas, seen: map[string][]byte{}}
-		s.clients = append(s.clients, c)
-		net.AfterFunc(time.Duration(i)*time.Millisecond, c.next)
-	}
-	deadline := s.end.Add(4 * time.Second)
-	for net.Now().Before(deadline) {
-		busy := false
-		for _, c := range s.clients {
-			busy = busy || c.waiting
-		}
-		if !busy && net.Now().After(s.end) {
-			break
-		}
-		net.RunFor(10 * time.Millisecond)
-	}
-	net.RunFor(time.Second) // every live replica executes what it holds
-	for _, c := range s.clients {
-		if c.waiting {
-			s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call})
-		}
-	}
+	s.runClients(sc.clients, 0)
 	for _, r := range s.reps {
 		s.refused += r.node.Refused
 	}
@@ -346,130 +320,6 @@ func (s *thesisSim) check() {
 	if len(s.history) < 5 {
 		s.fail("only %d operations completed", len(s.history))
 	}
-}
-
-// thesisClient is simClient against thesis-mode replicas.
-type thesisClient struct {
-	s       *thesisSim
-	idx     int
-	id      uint64
-	seq     uint64
-	opens   uint64
-	target  int
-	req     Request
-	op      Op
-	call    int64
-	waiting bool
-	attempt int
-	timer   *testnet.Timer
-	seen    map[string][]byte
-	values  int
-}
-
-func (c *thesisClient) next() {
-	s := c.s
-	if s.net.Now().After(s.end) {
-		return
-	}
-	key := simKeys[s.rng.IntN(len(simKeys))]
-	op := Op{Key: key}
-	switch k := s.rng.IntN(10); {
-	case k < 3:
-		op.Kind = OpGet
-	case k < 7:
-		c.values++
-		op.Kind, op.Value = OpPut, fmt.Appendf(nil, "c%d-%d", c.idx, c.values)
-	case k < 8:
-		op.Kind = OpDelete
-	default:
-		c.values++
-		op.Kind, op.Value, op.Expect = OpCAS, fmt.Appendf(nil, "c%d-%d", c.idx, c.values), c.seen[key]
-	}
-	c.op = op
-	c.call = s.net.Now().Sub(s.start).Nanoseconds()
-	c.waiting = true
-	c.request()
-}
-
-func (c *thesisClient) request() {
-	if c.id == 0 {
-		c.opens++
-		c.req = Request{Open: true, Seq: uint64(c.idx)<<32 | c.opens}
-	} else {
-		c.seq++
-		c.req = Request{Client: c.id, Seq: c.seq, Op: c.op}
-	}
-	c.send()
-}
-
-func (c *thesisClient) send() {
-	s := c.s
-	data := AppendRequest(nil, c.req)
-	r := s.reps[c.target]
-	c.attempt++
-	attempt := c.attempt
-	if s.rng.Float64() >= s.sc.loss {
-		s.net.AfterFunc(hop, func() {
-			if r.crashed {
-				return
-			}
-			r.node.Request(r.clock(), data, func(reply []byte) {
-				if s.rng.Float64() < s.sc.loss {
-					return
-				}
-				s.net.AfterFunc(hop, func() { c.onReply(reply) })
-			})
-			r.step()
-		})
-	}
-	c.timer = s.net.AfterFunc(thesisClientTimeout, func() {
-		if c.waiting && c.attempt == attempt {
-			c.target = (c.target + 1) % len(s.reps)
-			c.send()
-		}
-	})
-}
-
-func (c *thesisClient) onReply(data []byte) {
-	s := c.s
-	p, err := ParseReply(data)
-	if err != nil {
-		s.fail("client %d: %v", c.idx, err)
-		return
-	}
-	if !c.waiting || p.Client != c.req.Client || p.Seq != c.req.Seq {
-		return
-	}
-	c.timer.Stop()
-	switch p.Result.Status {
-	case StatusUnavailable:
-		c.target = (c.target + 1) % len(s.reps)
-		c.attempt++
-		attempt := c.attempt
-		s.net.AfterFunc(5*time.Millisecond, func() {
-			if c.waiting && c.attempt == attempt {
-				c.send()
-			}
-		})
-		return
-	case StatusStale, StatusBadRequest, StatusExpired:
-		s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
-	}
-	if c.req.Open {
-		if p.Result.Status != StatusOK || len(p.Result.Value) != 8 {
-			s.fail("client %d: %v answered %v", c.idx, c.req, p.Result)
-			return
-		}
-		c.id, c.seq = binary.BigEndian.Uint64(p.Result.Value), 0
-		c.request()
-		return
-	}
-	c.waiting = false
-	if c.op.Kind == OpGet || p.Result.Status == StatusMismatch {
-		c.seen[c.op.Key] = p.Result.Value
-	}
-	s.history = append(s.history, HistoryOp{Client: c.id, Seq: c.seq, Op: c.op, Call: c.call, Answered: true, Result: p.Result, Return: s.net.Now().Sub(s.start).Nanoseconds()})
-	s.net.AfterFunc(time.Duration(s.rng.IntN(3000))*time.Microsecond, c.next)
 }
 
 func thesisConfig() ThesisConfig {
