@@ -59,7 +59,9 @@ func soloDaemonOrder(t *testing.T, order reliable.Order) string {
 	return soloDaemonConfig(t, daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Server: true, Order: order}})
 }
 
-// soloDaemonConfig is soloDaemon with a configuration.
+// soloDaemonConfig is soloDaemon with a configuration (whose group need
+// not have one member: the daemon runs alone on a link that carries
+// nothing).
 func soloDaemonConfig(t *testing.T, cfg daemon.Config) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "solo.sock")
@@ -87,21 +89,7 @@ func soloDaemonConfig(t *testing.T, cfg daemon.Config) string {
 // refused by number; a registered total-order group refuses, naming what
 // has the level.
 func TestSendUnreliableCLI(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "views.sock")
-	ln, err := daemon.Listen(sock, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &nullLink{closed: make(chan struct{})}
-	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, l, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		l.Close()
-	})
+	sock := soloDaemonConfig(t, daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true}})
 	var o, e strings.Builder
 	code := rbcastd([]string{"send", "-socket", sock, "-lines", "-level", "unreliable"}, strings.NewReader("one\ntwo\nthree\n"), &o, &e)
 	if code != exitOK || !strings.Contains(e.String(), "3 messages, 11 bytes sent unreliably (never acknowledged)") {
@@ -126,22 +114,7 @@ func TestSendUnreliableCLI(t *testing.T) {
 func TestSendLevelCLI(t *testing.T) {
 	views := func(safe bool) func(t *testing.T) string {
 		return func(t *testing.T) string {
-			sock := filepath.Join(t.TempDir(), "views.sock")
-			ln, err := daemon.Listen(sock, 0o600)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := &nullLink{closed: make(chan struct{})}
-			d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true, Order: reliable.Total, Safe: safe}})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx, l, ln) }()
-			t.Cleanup(func() {
-				cancel()
-				<-done
-				l.Close()
-			})
-			return sock
+			return soloDaemonConfig(t, daemon.Config{Logger: quiet, Group: reliable.Config{Group: 3, Size: 1, Views: true, Order: reliable.Total, Safe: safe}})
 		}
 	}
 	for _, tc := range []struct {
@@ -372,21 +345,7 @@ func sendSlowInput(t *testing.T, lines bool) {
 // status -wait-ready exits 1 when the group does not start in time (here
 // a group of two with only its server running).
 func TestWaitReadyTimeout(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "half.sock")
-	ln, err := daemon.Listen(sock, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &nullLink{closed: make(chan struct{})}
-	d := daemon.New(daemon.Config{Logger: quiet, Group: reliable.Config{Group: 4, Size: 2, Server: true}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, l, ln) }()
-	defer func() {
-		cancel()
-		<-done
-		l.Close()
-	}()
+	sock := soloDaemonConfig(t, daemon.Config{Logger: quiet, Group: reliable.Config{Group: 4, Size: 2, Server: true}})
 	start := time.Now()
 	code, _, errOut := runMain("status", "-socket", sock, "-wait-ready", "300ms")
 	if code != exitFail || !strings.Contains(errOut, "the group has not started after 300ms (-wait-ready)") || time.Since(start) < 300*time.Millisecond {
