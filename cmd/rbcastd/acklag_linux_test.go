@@ -42,7 +42,7 @@ func TestNetnsStatusAckLag(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
 		sender, slow := c.ids[0], c.ids[2]
-		stopped := c.daemons[2].Process
+		stopped := c.daemons[2].cmd.Process
 		if err := stopped.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -49,10 +48,8 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 			return nil
 		})
 		defer func() {
-			for i, d := range c.daemons {
-				d.Process.Kill()
-				<-c.exited[i]
-				c.exited[i] <- nil // for the cleanup
+			for _, d := range c.daemons {
+				d.kill()
 			}
 		}()
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -268,49 +265,6 @@ func TestNetnsFilesOldHashAlg(t *testing.T) {
 	if got, err := hashOf(t, filepath.Join(inbox(1), "img")); err != nil || got != sum {
 		t.Fatalf("the old receiver's copy of the SHA-256 file: %x, %v", got, err)
 	}
-}
-
-// startLoggedDaemon starts rbcastd with args on h (host i), with env
-// added to its environment, and ends it when the test does; its output
-// is logged if the test failed, and returned.
-func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *syncBuffer {
-	t.Helper()
-	cmd := rbcastdCmd(context.Background(), h, args...)
-	cmd.Env = append(cmd.Env, env...)
-	return startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i)).log
-}
-
-// loggedDaemon is a started process whose output is kept, printed if the
-// test fails, and which the test's cleanup ends unless it has exited.
-type loggedDaemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{} // closed once the process has exited; err is then set
-	err  error
-}
-
-// startLogged starts cmd with its output in a loggedDaemon named name in
-// the failed test's log.
-func startLogged(t *testing.T, cmd *exec.Cmd, name string) *loggedDaemon {
-	t.Helper()
-	d := &loggedDaemon{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.err = cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-d.done:
-		default:
-			cmd.Process.Kill()
-			<-d.done
-		}
-		if t.Failed() {
-			t.Logf("%s logged:\n%s", name, d.log)
-		}
-	})
-	return d
 }
 
 // awaitStatus waits until the daemons of hosts 0..n-1 answer status.

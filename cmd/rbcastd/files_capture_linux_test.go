@@ -56,18 +56,12 @@ func TestNetnsFilesCapture(t *testing.T) {
 		t.Fatalf("the stored file's SHA-256 is %x (%v), want %x", got, err, sum)
 	}
 	// SIGTERM closes the capture file.
-	for i := range c.daemons {
-		c.daemons[i].Process.Signal(syscall.SIGTERM)
+	for _, d := range c.daemons {
+		d.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for i := range c.daemons {
-		select {
-		case err := <-c.exited[i]:
-			c.exited[i] <- err
-			if err != nil {
-				t.Fatalf("daemon %d after SIGTERM: %v\n%s", i, err, c.logs[i])
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatalf("daemon %d did not leave after SIGTERM", i)
+	for _, d := range c.daemons {
+		if err := d.exit(t, 15*time.Second); err != nil {
+			t.Fatalf("%s after SIGTERM: %v\n%s", d.name, err, d.log)
 		}
 	}
 

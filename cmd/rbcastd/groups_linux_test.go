@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,13 +23,11 @@ import (
 
 // groupDaemons is one group's daemons, one per host, host 0 the server.
 type groupDaemons struct {
-	tb     testing.TB
-	group  int
-	socks  []string
-	ids    []int
-	logs   []*bytes.Buffer
-	cmds   []*exec.Cmd
-	exited []chan error
+	tb      testing.TB
+	group   int
+	socks   []string
+	ids     []int
+	daemons []*loggedDaemon
 }
 
 // startGroup runs a daemon of group on every host of topo, with extra
@@ -46,36 +43,24 @@ func startGroup(tb testing.TB, topo *netns.Topology, group int, extra ...string)
 		if i == 0 {
 			args = append(args, "-node", "0")
 		}
-		cmd := rbcastdCmd(context.Background(), h, args...)
-		log := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			tb.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		g.socks, g.logs, g.cmds, g.exited = append(g.socks, sock), append(g.logs, log), append(g.cmds, cmd), append(g.exited, done)
-		tb.Cleanup(func() {
+		d := startLogged(tb, rbcastdCmd(context.Background(), h, args...), fmt.Sprintf("daemon of group %d on host %d", group, i))
+		g.socks, g.daemons = append(g.socks, sock), append(g.daemons, d)
+		tb.Cleanup(func() { // before startLogged's kill: a clean leave
 			select {
-			case <-done:
+			case <-d.done:
 			default:
-				cmd.Process.Signal(syscall.SIGTERM)
+				d.cmd.Process.Signal(syscall.SIGTERM)
 				select {
-				case <-done:
+				case <-d.done:
 				case <-time.After(10 * time.Second):
-					cmd.Process.Kill()
-					<-done
 				}
-			}
-			if tb.Failed() {
-				tb.Logf("daemon of group %d on host %d logged:\n%s", group, i, log)
 			}
 		})
 	}
 	for i := range topo.Hosts {
 		st, err := status(&socketFlags{socket: g.socks[i]}, 30*time.Second)
 		if err != nil {
-			tb.Fatalf("group %d, host %d: %v\n%s", group, i, err, g.logs[i])
+			tb.Fatalf("group %d, host %d: %v\n%s", group, i, err, g.daemons[i].log)
 		}
 		g.ids = append(g.ids, st.Self)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,9 +112,7 @@ type cluster struct {
 	topo    *netns.Topology
 	dir     string
 	group   int
-	daemons []*exec.Cmd
-	logs    []*bytes.Buffer
-	exited  []chan error
+	daemons []*loggedDaemon
 	ids     []int // member id of each host's daemon
 }
 
@@ -143,26 +142,8 @@ func startCluster(t *testing.T, topo *netns.Topology, cr carriage, group int, ex
 		if extra != nil {
 			args = append(args, extra(i)...)
 		}
-		cmd := rbcastdCmd(context.Background(), h, args...)
-		log := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		c.daemons, c.logs, c.exited = append(c.daemons, cmd), append(c.logs, log), append(c.exited, done)
-		t.Cleanup(func() {
-			select {
-			case <-done:
-			default:
-				cmd.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				t.Logf("daemon on host %d (group %d) logged:\n%s", i, group, log)
-			}
-		})
+		c.daemons = append(c.daemons, startLogged(t, rbcastdCmd(context.Background(), h, args...),
+			fmt.Sprintf("daemon on host %d (group %d)", i, group)))
 	}
 	for i := range topo.Hosts {
 		var st daemon.Status
@@ -178,6 +159,49 @@ func startCluster(t *testing.T, topo *netns.Topology, cr carriage, group int, ex
 		c.ids = append(c.ids, st.Self)
 	}
 	return c
+}
+
+// recvAll starts `recv -all -format lines -count count` at every host,
+// host i writing <dir>/<name><i>, and returns the files and the commands.
+// The first checked hosts' receivers are waited for on wg, and a failed
+// exit is sent to errs; the others' (hosts the test kills) are the
+// caller's to wait for.
+func (c *cluster) recvAll(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, name string, count, checked int) ([]string, []*exec.Cmd) {
+	c.t.Helper()
+	var outs []string
+	var cmds []*exec.Cmd
+	for i := range c.topo.Hosts {
+		out := filepath.Join(c.dir, fmt.Sprintf("%s%d", name, i))
+		cmd := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(count), "-o", out)
+		var o syncBuffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		if err := cmd.Start(); err != nil {
+			c.t.Fatal(err)
+		}
+		outs, cmds = append(outs, out), append(cmds, cmd)
+		if i < checked {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := cmd.Wait(); err != nil {
+					errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
+				}
+			}()
+		}
+	}
+	return outs, cmds
+}
+
+// everyNode is startCluster's extra flags: extra at every host, and each
+// host's number as its member id (-node; startCluster gives host 0 its
+// own).
+func everyNode(extra ...string) func(i int) []string {
+	return func(i int) []string {
+		if i == 0 {
+			return extra
+		}
+		return append(slices.Clip(extra), "-node", fmt.Sprint(i))
+	}
 }
 
 // cli runs an rbcastd client command in host i's namespace.
@@ -384,7 +408,7 @@ func allToAll(t *testing.T, topo *netns.Topology, cr carriage) {
 		{"rbcastd_member_delivered_bytes_total", map[string]string{"member": fmt.Sprint(c.ids[1])}, perSender}}, "11")
 	// Privileges: none left in the running daemons.
 	for i, d := range c.daemons {
-		if eff := capEff(t, d.Process.Pid); eff != 0 {
+		if eff := capEff(t, d.cmd.Process.Pid); eff != 0 {
 			t.Errorf("daemon on host %d still has capabilities %#x", i, eff)
 		}
 	}
@@ -414,18 +438,12 @@ func allToAll(t *testing.T, topo *netns.Topology, cr carriage) {
 	t.Logf("round trip host 0 -> host 1 (20%% loss in) -> host 0 through the daemons: p50 %.0f µs, p99 %.0f µs over %d pings", pr.P50us, pr.P99us, pr.Count)
 	phase("status, metrics, caps, ping")
 	// SIGTERM: a clean leave, exit 0.
-	for i := range n {
-		c.daemons[i].Process.Signal(syscall.SIGTERM)
+	for _, d := range c.daemons {
+		d.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for i := range n {
-		select {
-		case err := <-c.exited[i]:
-			c.exited[i] <- err
-			if err != nil {
-				t.Errorf("daemon on host %d after SIGTERM: %v\n%s", i, err, c.logs[i])
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatalf("daemon on host %d did not leave after SIGTERM", i)
+	for _, d := range c.daemons {
+		if err := d.exit(t, 15*time.Second); err != nil {
+			t.Errorf("%s after SIGTERM: %v\n%s", d.name, err, d.log)
 		}
 	}
 	phase("left by SIGTERM")
@@ -574,22 +592,7 @@ func totalOrderLines(t *testing.T, topo *netns.Topology, cr carriage) {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
-	for i := range n {
-		out := filepath.Join(c.dir, fmt.Sprintf("log%d", i))
-		cmd := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(n*lines), "-o", out)
-		var o bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &o
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := cmd.Wait(); err != nil {
-				errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
-			}
-		}()
-	}
+	outs, _ := c.recvAll(ctx, &wg, errs, "log", n*lines, n)
 	waitSubscribers(t, c, 1)
 	for i := range n {
 		var in bytes.Buffer
@@ -615,8 +618,8 @@ func totalOrderLines(t *testing.T, topo *netns.Topology, cr carriage) {
 		return
 	}
 	var first []byte
-	for i := range n {
-		b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("log%d", i)))
+	for i, out := range outs {
+		b, err := os.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -704,7 +707,7 @@ func kill9(t *testing.T, topo *netns.Topology, cr carriage, order string) {
 	for m, _ := memberOf(c.status(1), c.ids[3]); m.Delivered < 500; m, _ = memberOf(c.status(1), c.ids[3]) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	c.daemons[3].Process.Kill()
+	c.daemons[3].cmd.Process.Kill()
 	killed := time.Now()
 	wg.Add(1)
 	go func() {
@@ -848,25 +851,12 @@ func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
 		"--inh-caps=-all,+net_raw", "--ambient-caps=+net_raw", "--", bin,
 		"run", "-i", "eth0", "-group", "5", "-members", "1", "-node", "0", "-socket", sock)
 	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
+	d := startLogged(t, cmd, "the unprivileged daemon")
+	log := d.log
 	st, err := status(&socketFlags{socket: sock}, 10*time.Second)
 	if err != nil || !st.Ready {
-		cmd.Process.Kill()
-		t.Fatalf("status: %v %+v; the daemon exited with %v:\n%s", err, st, <-done, log.String())
+		d.kill()
+		t.Fatalf("status: %v %+v; the daemon exited with %v:\n%s", err, st, d.err, log.String())
 	}
 	if eff := capEff(t, cmd.Process.Pid); eff != 0 {
 		t.Errorf("capabilities %#x left after the link opened", eff)
@@ -876,15 +866,8 @@ func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit after SIGTERM")
+	if err := d.terminate(t, 10*time.Second); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
 	}
 }
 
@@ -906,6 +889,75 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// startLoggedDaemon starts rbcastd with args on h (host i), with env
+// added to its environment, and ends it when the test does; its output
+// is logged if the test failed, and returned.
+func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *syncBuffer {
+	t.Helper()
+	cmd := rbcastdCmd(context.Background(), h, args...)
+	cmd.Env = append(cmd.Env, env...)
+	return startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i)).log
+}
+
+// loggedDaemon is a started process whose output is kept, printed if the
+// test fails, and which the test's cleanup ends unless it has exited.
+type loggedDaemon struct {
+	cmd  *exec.Cmd
+	name string
+	log  *syncBuffer
+	done chan struct{} // closed once the process has exited; err is then set
+	err  error
+}
+
+// startLogged starts cmd with its output in a loggedDaemon named name in
+// the failed test's log.
+func startLogged(tb testing.TB, cmd *exec.Cmd, name string) *loggedDaemon {
+	tb.Helper()
+	d := &loggedDaemon{cmd: cmd, name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { d.err = cmd.Wait(); close(d.done) }()
+	tb.Cleanup(func() {
+		d.kill()
+		if tb.Failed() {
+			tb.Logf("%s logged:\n%s", d.name, d.log)
+		}
+	})
+	return d
+}
+
+// kill ends the process unless it has exited, and waits for it.
+func (d *loggedDaemon) kill() {
+	select {
+	case <-d.done:
+	default:
+		d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// exit waits up to within for the process to exit and returns how it
+// exited; the test fails at once if it is still running then.
+func (d *loggedDaemon) exit(tb testing.TB, within time.Duration) error {
+	tb.Helper()
+	select {
+	case <-d.done:
+		return d.err
+	case <-time.After(within):
+		tb.Fatalf("%s did not exit within %v:\n%s", d.name, within, d.log)
+		return nil
+	}
+}
+
+// terminate sends the process SIGTERM and returns how it exited (exit).
+func (d *loggedDaemon) terminate(tb testing.TB, within time.Duration) error {
+	tb.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	return d.exit(tb, within)
+}
+
 // -link udp needs no capability: an ordinary user with none runs a group
 // over unicast fan-out on loopback, serves, and leaves on SIGTERM.
 func TestNetnsRunUDPUnprivileged(t *testing.T) {
@@ -922,30 +974,12 @@ func TestNetnsRunUDPUnprivileged(t *testing.T) {
 		"--inh-caps=-all", "--bounding-set=-all", "--", bin,
 		"run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7002", "-udp-listen", "127.0.0.1:7000", "-group", "6", "-members", "2", "-node", "0", "-socket", sock)
 	cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
+	d := startLogged(t, cmd, "the unprivileged daemon")
+	log := d.log
 	// The second member, root this time, in the same namespace.
 	second := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:7002",
 		"-udp-listen", "127.0.0.1:7002", "-group", "6", "-members", "2", "-socket", filepath.Join(dir, "s2.sock"), "-log-level", "warn")
-	var log2 syncBuffer
-	second.Stdout, second.Stderr = &log2, &log2
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { second.Process.Kill(); second.Wait() }()
+	log2 := startLogged(t, second, "the second member").log
 	st, err := status(&socketFlags{socket: sock}, 10*time.Second)
 	if err != nil || !st.Ready {
 		t.Fatalf("status: %v %+v; log:\n%s\nsecond member:\n%s", err, st, log.String(), log2.String())
@@ -962,14 +996,7 @@ func TestNetnsRunUDPUnprivileged(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s\nsecond:\n%s", want, log.String(), log2.String())
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit after SIGTERM")
+	if err := d.terminate(t, 10*time.Second); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
 	}
 }

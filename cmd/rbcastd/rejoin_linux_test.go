@@ -7,7 +7,6 @@ import (
 	"io"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,12 +30,7 @@ func TestNetnsRejoin(t *testing.T) {
 		t.Skip("needs nft (Debian package nftables)")
 	}
 	topo := netnstest.Up(t, netns.Options{Hosts: 3, Prefix: "rbrj"})
-	c := startCluster(t, topo, ringCarriage, 41, func(i int) []string {
-		if i == 0 {
-			return nil // startCluster gives host 0 -node 0
-		}
-		return []string{"-node", fmt.Sprint(i)}
-	})
+	c := startCluster(t, topo, ringCarriage, 41, everyNode())
 	before := c.status(1)
 	if before.Self != 1 || len(before.View.Members) != 3 {
 		t.Fatalf("host 1: member %d of view %+v, want member 1 of three", before.Self, before.View)
@@ -158,10 +152,8 @@ func TestNetnsRejoin(t *testing.T) {
 	}
 
 	// Its log says why it joined again.
-	c.daemons[1].Process.Signal(syscall.SIGTERM)
-	err = <-c.exited[1]
-	c.exited[1] <- err
-	if log := c.logs[1].String(); err != nil || !strings.Contains(log, "the group went on without this daemon; joining again as a new incarnation") {
+	err = c.daemons[1].terminate(t, 15*time.Second)
+	if log := c.daemons[1].log.String(); err != nil || !strings.Contains(log, "the group went on without this daemon; joining again as a new incarnation") {
 		t.Errorf("host 1's daemon: exit %v, log:\n%s", err, log)
 	}
 }

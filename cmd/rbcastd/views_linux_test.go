@@ -41,13 +41,6 @@ func TestNetnsViewsChurn(t *testing.T) {
 	}
 }
 
-// churnDaemon is one run of rbcastd on a host.
-type churnDaemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
-}
-
 func viewsChurn(t *testing.T, topo *netns.Topology, cr carriage) {
 	const (
 		group   = 31
@@ -64,31 +57,16 @@ func viewsChurn(t *testing.T, topo *netns.Topology, cr carriage) {
 		}
 	}
 	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
-	start := func(i int) *churnDaemon {
+	start := func(i int) *loggedDaemon {
 		h := topo.Hosts[i]
 		args := []string{"run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", fmt.Sprint(len(topo.Hosts)),
 			"-socket", c.socket(i), "-failure-timeout", failure.String(), "-log-level", "warn", "-node", fmt.Sprint(i)}
 		args = append(args, cr.args(topo, group)...)
-		d := &churnDaemon{cmd: rbcastdCmd(context.Background(), h, args...), log: &syncBuffer{}, done: make(chan error, 1)}
-		d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-		if err := d.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { d.done <- d.cmd.Wait() }()
-		t.Cleanup(func() {
-			select {
-			case <-d.done:
-			default:
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-			if t.Failed() {
-				t.Logf("daemon pid %d on host %d logged:\n%s", d.cmd.Process.Pid, i, d.log)
-			}
-		})
+		d := startLogged(t, rbcastdCmd(context.Background(), h, args...), fmt.Sprintf("daemon on host %d", i))
+		d.name = fmt.Sprintf("daemon pid %d on host %d", d.cmd.Process.Pid, i)
 		return d
 	}
-	daemons := make([]*churnDaemon, len(topo.Hosts))
+	daemons := make([]*loggedDaemon, len(topo.Hosts))
 	for i := range topo.Hosts {
 		daemons[i] = start(i)
 	}
@@ -199,9 +177,7 @@ func viewsChurn(t *testing.T, topo *netns.Topology, cr carriage) {
 	victims := []int{0, 3}
 	for _, victim := range victims {
 		time.Sleep(700 * time.Millisecond)
-		daemons[victim].cmd.Process.Kill()
-		<-daemons[victim].done
-		daemons[victim].done <- nil
+		daemons[victim].kill()
 		killed := time.Now()
 		for {
 			if !inView(c.status(2), victim) {
@@ -345,48 +321,20 @@ func viewsAgreed(t *testing.T, topo *netns.Topology, level string) {
 			t.Fatal(err)
 		}
 	}
-	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
-	var daemons []*exec.Cmd
-	for i, h := range topo.Hosts {
-		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "4",
-			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-level", level, "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
-		startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i))
-		daemons = append(daemons, cmd)
+	c := startCluster(t, topo, ringCarriage, group, everyNode("-order", "total", "-membership", "views", "-level", level))
+	for i, id := range c.ids {
+		if id != i {
+			t.Fatalf("host %d is member %d, want %d", i, id, i)
+		}
 	}
-	for i := range topo.Hosts {
-		st, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second)
-		if err != nil {
-			t.Fatalf("host %d: %v", i, err)
-		}
-		if st.View == nil || st.Self != i || st.Order != "total" {
-			t.Fatalf("host %d: member %d, order %s, view %+v; want member %d of a view, order total", i, st.Self, st.Order, st.View, i)
-		}
+	if st := c.status(0); st.View == nil || st.Order != "total" {
+		t.Fatalf("host 0: order %s, view %+v; want a view, order total", st.Order, st.View)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	outs := make([]string, 4)
-	var recvs []*exec.Cmd
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	for i := range topo.Hosts {
-		outs[i] = filepath.Join(c.dir, fmt.Sprintf("lines%d", i))
-		r := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(3*lines), "-o", outs[i])
-		var o bytes.Buffer
-		r.Stdout, r.Stderr = &o, &o
-		if err := r.Start(); err != nil {
-			t.Fatal(err)
-		}
-		recvs = append(recvs, r)
-		if i < 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := r.Wait(); err != nil {
-					errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
-				}
-			}()
-		}
-	}
+	outs, recvs := c.recvAll(ctx, &wg, errs, "lines", 3*lines, 3)
 	waitSubscribers(t, c, 1)
 	for i := range 3 {
 		wg.Add(1)
@@ -413,7 +361,7 @@ func viewsAgreed(t *testing.T, topo *netns.Topology, level string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	daemons[3].Process.Kill()
+	c.daemons[3].cmd.Process.Kill()
 	wg.Wait()
 	recvs[3].Wait()
 	close(errs)
@@ -490,41 +438,15 @@ func TestNetnsSendLevel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &cluster{t: t, topo: topo, dir: t.TempDir(), group: group}
-	for i, h := range topo.Hosts {
-		cmd := rbcastdCmd(context.Background(), h, "run", "-i", h.Iface, "-group", fmt.Sprint(group), "-members", "3",
-			"-node", fmt.Sprint(i), "-order", "total", "-membership", "views", "-level", "agreed", "-socket", c.socket(i), "-failure-timeout", "1s", "-log-level", "warn")
-		startLogged(t, cmd, fmt.Sprintf("daemon on host %d", i))
-	}
-	for i := range topo.Hosts {
-		if _, err := status(&socketFlags{socket: c.socket(i)}, 20*time.Second); err != nil {
-			t.Fatalf("host %d: %v", i, err)
-		}
-	}
+	c := startCluster(t, topo, ringCarriage, group, everyNode("-order", "total", "-membership", "views", "-level", "agreed"))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	if out, err := c.cli(ctx, 0, "send", "-lines", "-level", "fifo").CombinedOutput(); err == nil || !strings.Contains(string(out), "-level fifo: the daemon's group runs at agreed, and FIFO per message is not offered in a total order") {
 		t.Fatalf("send -level fifo into an Agreed group: %v %s", err, out)
 	}
-	outs := make([]string, 3)
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
-	for i := range topo.Hosts {
-		outs[i] = filepath.Join(c.dir, fmt.Sprintf("lines%d", i))
-		r := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(3*lines), "-o", outs[i])
-		var o bytes.Buffer
-		r.Stdout, r.Stderr = &o, &o
-		if err := r.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Wait(); err != nil {
-				errs <- fmt.Errorf("recv at host %d: %w\n%s", i, err, o.String())
-			}
-		}()
-	}
+	outs, _ := c.recvAll(ctx, &wg, errs, "lines", 3*lines, 3)
 	waitSubscribers(t, c, 1)
 	for i, level := range []string{"safe", "agreed", "reliable"} {
 		wg.Add(1)
