@@ -105,14 +105,19 @@ func TestNetnsTwoGroups(t *testing.T) {
 	b := startGroup(t, topo, 22)
 	c := startGroup(t, topo, 23, "-kernel-filter=false")
 	a0 := []daemon.Status{a.status(1), a.status(2)}
-	r, err := b.saturate(t.Context(), topo, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	// Two seconds of bench move some 20 k frames idle; a loaded machine
+	// (the race detector, other tests) may need another round or three.
+	var bst daemon.Status
+	for round := 1; round <= 4 && bst.LinkFrames < 10000; round++ {
+		r, err := b.saturate(t.Context(), topo, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bst = b.status(1)
+		t.Logf("round %d: group 22 sent %d messages (%.0f MB/s); host 1's daemon of group 22 has taken %d frames off its link", round, r.Messages, r.MBPerSec, bst.LinkFrames)
 	}
-	bst := b.status(1)
-	t.Logf("group 22 sent %d messages (%.0f MB/s); host 1's daemon of group 22 took %d frames off its link", r.Messages, r.MBPerSec, bst.LinkFrames)
 	if bst.LinkFrames < 10000 {
-		t.Fatalf("group 22 moved only %d frames to host 1: not saturated enough to show anything", bst.LinkFrames)
+		t.Fatalf("group 22 moved only %d frames to host 1 in four rounds: not saturated enough to show anything", bst.LinkFrames)
 	}
 	for i, before := range a0 {
 		st := a.status(i + 1)
