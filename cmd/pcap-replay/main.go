@@ -97,6 +97,21 @@ type common struct {
 	etherType string
 	partial   bool
 	udp       string
+	keys      keyFiles // -key-file, for the commands that have it (keyFlag)
+}
+
+// keyFlag gives the command -key-file.
+func (c *common) keyFlag(fs *flag.FlagSet) { fs.Var(&c.keys, "key-file", keyFileUsage) }
+
+// readKeyed reads the capture files and applies -key-file to them
+// (authenticate; what it dropped goes to authOut); ok is false when the
+// command should exit with exitError, the reason printed.
+func (c *common) readKeyed(name string, files []string, authOut, stderr io.Writer) (*replay.Capture, bool) {
+	capt, ok := c.read(name, files, stderr)
+	if !ok || !authenticate(name, c.keys, c.etherTypeValue(), capt, authOut, stderr) {
+		return nil, false
+	}
+	return capt, true
 }
 
 func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *common) {
@@ -212,35 +227,17 @@ func (c *common) read(name string, files []string, stderr io.Writer) (*replay.Ca
 }
 
 func timeline(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("timeline", "[flags] FILE...", `Prints one line per frame: frame number, seconds since the first frame,
+	return report("timeline", `Prints one line per frame: frame number, seconds since the first frame,
 direction (in/out from pcapng flags, "-" without them), interface (nN for
 rbcast node N, else the interface name), sender as id.incarnation, type,
 sequence number, then the ack vector (acks@BASE=[...], first 8 entries),
 group, payload size, type-specific fields and flags (RETX, ACKREQ, BUNDLE,
 AUTH). Frames that fail to decode show ERROR and the decoder's error
-(kind, field and byte offset within the rbcast frame).`, stderr)
-	var keys keyFiles
-	fs.Var(&keys, "key-file", keyFileUsage)
-	files, code, ok := parse(fs, args, stderr)
-	if !ok {
-		return code
-	}
-	capt, ok := c.read("timeline", files, stderr)
-	if !ok {
-		return exitError
-	}
-	if !authenticate("timeline", keys, c.etherTypeValue(), capt, stdout, stderr) {
-		return exitError
-	}
-	if err := replay.WriteTimeline(stdout, capt); err != nil {
-		fmt.Fprintf(stderr, "pcap-replay timeline: %v\n", err)
-		return exitError
-	}
-	return exitOK
+(kind, field and byte offset within the rbcast frame).`, replay.WriteTimeline, args, stdout, stderr)
 }
 
 func summary(args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("summary", "[flags] FILE...", `Prints per sender (id.incarnation): its Data sequence range, first
+	return report("summary", `Prints per sender (id.incarnation): its Data sequence range, first
 transmissions and retransmissions, acks, heartbeats, Nacks addressed to it
 and, per requesting member, the distinct seqs it Nacked (a loss estimate).
 Then per receiver - each interface's inbound frames when the capture has
@@ -251,22 +248,24 @@ the estimated loss (first transmissions the receiver never got).
 For sequencer frames (a total-order group): each epoch's sequencer and the
 globals it numbered (by SeqData, by Accept, and member removals or
 readmissions by SeqMember), elections and their agreed last global, each member's requests, resends, retransmit requests and
-delivered cursor, and per receiver the globals it missed and when each came.`, stderr)
-	var keys keyFiles
-	fs.Var(&keys, "key-file", keyFileUsage)
+delivered cursor, and per receiver the globals it missed and when each came.`, replay.WriteSummary, args, stdout, stderr)
+}
+
+// report is a command (timeline, summary) that reads a capture and
+// writes what write makes of it, with the common flags and -key-file.
+func report(name, about string, write func(io.Writer, *replay.Capture) error, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags(name, "[flags] FILE...", about, stderr)
+	c.keyFlag(fs)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
 	}
-	capt, ok := c.read("summary", files, stderr)
+	capt, ok := c.readKeyed(name, files, stdout, stderr)
 	if !ok {
 		return exitError
 	}
-	if !authenticate("summary", keys, c.etherTypeValue(), capt, stdout, stderr) {
-		return exitError
-	}
-	if err := replay.WriteSummary(stdout, capt); err != nil {
-		fmt.Fprintf(stderr, "pcap-replay summary: %v\n", err)
+	if err := write(stdout, capt); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay %s: %v\n", name, err)
 		return exitError
 	}
 	return exitOK
@@ -316,8 +315,7 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 	filesGroup := fs.String("files-group", "", "the group every file frame (types 0x40–0x4F, rbcastd -files) must belong to (default: the capture's most common group of file frames)")
 	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")
-	var keys keyFiles
-	fs.Var(&keys, "key-file", keyFileUsage)
+	c.keyFlag(fs)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -345,11 +343,8 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 		g32 := uint32(g)
 		opts.FilesGroup = &g32
 	}
-	capt, ok := c.read("check", files, stderr)
+	capt, ok := c.readKeyed("check", files, stdout, stderr)
 	if !ok {
-		return exitError
-	}
-	if !authenticate("check", keys, c.etherTypeValue(), capt, stdout, stderr) {
 		return exitError
 	}
 	vs := replay.Check(capt, opts)
@@ -446,8 +441,7 @@ as the group's reliable.PCODEConfig.`, stderr)
 	maxTimer := fs.Duration("max-timer", 0, "pcode: MaxTimer (0: default 50ms)")
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
-	var keys keyFiles
-	fs.Var(&keys, "key-file", keyFileUsage)
+	c.keyFlag(fs)
 	files, code, ok := parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -584,15 +578,12 @@ as the group's reliable.PCODEConfig.`, stderr)
 	if err == nil {
 		opts.EtherType = uint16(et)
 	}
-	capt, ok := c.read("simulate", files, stderr)
-	if !ok {
-		return exitError
-	}
 	authOut := stdout
 	if *lines {
 		authOut = stderr // -lines prints only the deliveries
 	}
-	if !authenticate("simulate", keys, c.etherTypeValue(), capt, authOut, stderr) {
+	capt, ok := c.readKeyed("simulate", files, authOut, stderr)
+	if !ok {
 		return exitError
 	}
 	res, err := replay.Simulate(capt, opts)
