@@ -276,12 +276,15 @@ func openPing(sf *socketFlags, from uint16, subFlags uint16, spin time.Duration,
 	// Rings where the daemon speaks version 2 and has room for them (each
 	// ring on its own: the socket serves where one was refused).
 	if rings && p.out.Version() >= 2 {
-		if p.rs, err = p.out.SendRing(localapi.MinRing); ringRefused(err) {
+		// The smallest rings that hold the group's largest message (a
+		// deliver ring must take every delivery whole).
+		size := max(localapi.MinRing, localapi.RingFor(int(p.w.MaxMessage)))
+		if p.rs, err = p.out.SendRing(size); ringRefused(err) {
 			p.rs = nil
 		} else if err != nil {
 			return nil, err
 		}
-		if p.rr, err = p.sub.DeliverRing(localapi.MinRing); ringRefused(err) {
+		if p.rr, err = p.sub.DeliverRing(size); ringRefused(err) {
 			p.rr = nil
 		} else if err != nil {
 			return nil, err

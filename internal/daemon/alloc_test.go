@@ -18,13 +18,17 @@ import (
 // member's queue (dropped when the queue is full, as a NIC drops).
 type memSeg struct{ links []*memLink }
 
-func newMemSeg(n int) *memSeg {
+func newMemSeg(n int) *memSeg { return newMemSegMTU(n, memMTU, 4096) }
+
+// newMemSegMTU is newMemSeg with links of an MTU, each holding slots
+// frames.
+func newMemSegMTU(n, mtu, slots int) *memSeg {
 	s := &memSeg{}
 	for i := range n {
-		l := &memLink{seg: s, mac: net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}, ready: make(chan struct{}, 1),
+		l := &memLink{seg: s, mac: net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}, mtu: mtu, ready: make(chan struct{}, 1),
 			closed: make(chan struct{}), timer: time.NewTimer(time.Hour)}
-		for range 4096 {
-			l.slots = append(l.slots, make([]byte, memMTU+link.EthernetHeaderLen))
+		for range slots {
+			l.slots = append(l.slots, make([]byte, mtu+link.EthernetHeaderLen))
 		}
 		l.lens = make([]int, len(l.slots))
 		s.links = append(s.links, l)
@@ -40,6 +44,7 @@ const memMTU = 1500
 type memLink struct {
 	seg    *memSeg
 	mac    net.HardwareAddr
+	mtu    int
 	mu     sync.Mutex
 	slots  [][]byte
 	lens   []int
@@ -121,7 +126,7 @@ func (l *memLink) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	}
 }
 
-func (l *memLink) MTU() int                       { return memMTU }
+func (l *memLink) MTU() int                       { return l.mtu }
 func (l *memLink) HardwareAddr() net.HardwareAddr { return l.mac }
 func (l *memLink) Stats() (link.Stats, error)     { return link.Stats{}, nil }
 func (l *memLink) Close() error                   { l.once.Do(func() { close(l.closed) }); return nil }

@@ -57,6 +57,8 @@ type conn struct {
 	// directly (ringRecv); slot is its reserved record.
 	hasDeliverRing atomic.Bool
 	slot           [][]byte
+	// ringFailed: ringTooSmall has started ending the connection.
+	ringFailed atomic.Bool
 
 	smu  sync.Mutex
 	sub  *subscriber

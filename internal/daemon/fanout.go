@@ -160,7 +160,9 @@ func (d *Daemon) writeOut(b *outBatch) {
 		b.single()
 	}
 	for _, s := range d.subscribers() {
-		if err := s.c.deliver(b, s.from); err != nil {
+		if err := s.c.deliver(b, s.from); errors.Is(err, localapi.ErrRecordTooLarge) {
+			s.c.ringTooSmall(err)
+		} else if err != nil {
 			s.c.close()
 		}
 	}

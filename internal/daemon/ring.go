@@ -59,6 +59,14 @@ func (c *conn) setupRing(m *localapi.RingSetup) bool {
 			c.fail(localapi.CodeUnexpected, false, "a deliver ring must be set up before Subscribe")
 			return false
 		}
+		// A delivery goes into the ring whole: one that cannot hold the
+		// group's largest message is refused (the client keeps the
+		// socket), not closed on the first large delivery.
+		if g := c.d.g.Load(); g != nil && localapi.RingFor(g.MaxMessage()) > size {
+			c.fail(localapi.CodeTooLarge, true, "RingSetup: a deliver ring of %d bytes cannot hold the group's largest message (%d bytes); ask for %d bytes or more, or use the socket",
+				size, g.MaxMessage(), localapi.RingFor(g.MaxMessage()))
+			return true
+		}
 	}
 	most := c.d.cfg.MaxRingMemory
 	if most == 0 {
@@ -299,6 +307,10 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 	for sole() {
 		c.slot, err = r.Reserve(c.slot, largest, 1)
 		if err != nil {
+			if errors.Is(err, localapi.ErrRecordTooLarge) {
+				c.ringTooSmall(err)
+				return n, false, nil
+			}
 			if !errors.Is(err, localapi.ErrRingFull) {
 				c.closeAsync()
 				return n, false, nil
@@ -327,6 +339,28 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 		hops.At(hops.FanoutWrote, uint32(n)) // published, as writeOut's packet
 	}
 	return n, empty, nil
+}
+
+// ringTooSmall ends the connection of a deliver ring set up before the
+// group started (its largest message was not known yet: setupRing
+// refuses one too small after) that cannot take a delivery, telling the
+// client why its stream ends, once. The fan-out calls it holding c.wmu,
+// which the Error's write takes: the ending runs on a goroutine of its
+// own, as closeAsync.
+func (c *conn) ringTooSmall(err error) {
+	if c.ringFailed.Swap(true) {
+		return
+	}
+	go c.endRingTooSmall(err)
+}
+
+func (c *conn) endRingTooSmall(err error) {
+	c.d.log.Warn("rbcastd: a client's deliver ring cannot hold a delivery; its connection is closed", "err", err)
+	largest := 0
+	if g := c.d.g.Load(); g != nil {
+		largest = g.MaxMessage()
+	}
+	c.fail(localapi.CodeTooLarge, false, "the deliver ring cannot take the group's deliveries (%v); set up one of %d bytes or more, or use the socket", err, localapi.RingFor(largest))
 }
 
 // closeAsync closes the connection from the fan-out, which holds c.wmu:

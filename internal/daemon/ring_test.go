@@ -424,3 +424,89 @@ func TestRingSubscriberAfterWaitNoPacket(t *testing.T) {
 		t.Errorf("the fan-out built %d packets for %d messages to its one ring subscriber; want 0", p, n)
 	}
 }
+
+// A deliver ring must take the group's largest message whole (a record
+// is at most half the ring). Set up before the group started, when that
+// size was not known, a ring too small ends its connection at the first
+// delivery that does not fit, with an Error that says why and what size
+// would do; once the group has started such a ring is refused and the
+// connection stays, for the socket. (bench -ping's 64 KiB rings against
+// daemons over link/udp, whose largest message is 65 k, were closed
+// without a word.)
+func TestRingTooSmallForGroup(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		name := "sole subscriber" // the fan-out receives into the ring (ringRecv)
+		if other {
+			name = "beside a socket subscriber" // it copies into the ring (deliverRing)
+		}
+		t.Run(name, func(t *testing.T) { ringTooSmall(t, other) })
+	}
+}
+
+func ringTooSmall(t *testing.T, other bool) {
+	seg := newMemSegMTU(2, 60000, 64)
+	defer func() {
+		for _, l := range seg.links {
+			l.Close()
+		}
+	}()
+	dir := t.TempDir()
+	cfg := func(server bool) Config {
+		return Config{Logger: quiet, Group: reliable.Config{Group: 9, Size: 2, Server: server}}
+	}
+	a := startDaemon(t, seg.links[0], dir+"/a.sock", cfg(true))
+	early, w := dial(t, a.socket, false)
+	if w.Ready {
+		t.Fatal("the group started with one of two daemons")
+	}
+	rr, err := early.DeliverRing(localapi.MinRing)
+	if err != nil {
+		t.Fatalf("a deliver ring before the group started: %v", err)
+	}
+	if err := early.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		t.Fatal(err)
+	}
+	awaitSubscribed(t, early, localapi.AllMembers)
+	var sock *localapi.Conn
+	if other {
+		sock = subscribe(t, a.socket, localapi.AllMembers)
+	}
+	b := startDaemon(t, seg.links[1], dir+"/b.sock", cfg(false))
+	c, w := dial(t, b.socket, true)
+	want := localapi.RingFor(int(w.MaxMessage))
+	if int(w.MaxMessage) < localapi.MinRing/2 || want <= localapi.MinRing {
+		t.Fatalf("the group's largest message is %d bytes: it fits a ring of %d, the test shows nothing", w.MaxMessage, localapi.MinRing)
+	}
+	big := randomBytes(3, localapi.MinRing/2+1)
+	if err := c.Write(&localapi.Send{Data: big}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ok, err := rr.Next(true)
+	var e *localapi.Error
+	if ok || !errors.As(err, &e) || e.Code != localapi.CodeTooLarge ||
+		!strings.Contains(e.Text, "the deliver ring cannot take the group's deliveries") || !strings.Contains(e.Text, fmt.Sprintf("set up one of %d bytes or more", want)) {
+		t.Fatalf("a delivery of %d bytes into a ring of %d: ok %v, %v; want an Error naming a ring of %d", len(big), localapi.MinRing, ok, err, want)
+	}
+	if other {
+		if got, err := collect(sock, len(big)); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("the socket subscriber beside the ring: %d bytes, %v; want the %d sent", len(got), err, len(big))
+		}
+	}
+
+	// After the start: refused, and the socket serves.
+	late, _ := dial(t, a.socket, true)
+	_, err = late.DeliverRing(localapi.MinRing)
+	if !errors.As(err, &e) || e.Code != localapi.CodeTooLarge || !strings.Contains(e.Text, fmt.Sprintf("cannot hold the group's largest message (%d bytes); ask for %d bytes or more", w.MaxMessage, want)) {
+		t.Fatalf("a deliver ring of %d after the start: %v; want refused, naming %d", localapi.MinRing, err, want)
+	}
+	if err := late.Write(&localapi.Subscribe{From: localapi.AllMembers}); err != nil {
+		t.Fatal(err)
+	}
+	awaitSubscribed(t, late, localapi.AllMembers)
+	if err := c.Write(&localapi.Send{Data: big}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := collect(late, len(big)); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the socket after the refused ring: %d bytes, %v; want the %d sent", len(got), err, len(big))
+	}
+}

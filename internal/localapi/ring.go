@@ -83,6 +83,10 @@ func (e *RingError) Error() string {
 // ErrRingFull is returned by Reserve when the ring has no room now.
 var ErrRingFull = errors.New("localapi: ring full")
 
+// ErrRecordTooLarge is Add's and Reserve's error for a record larger
+// than half the ring's data area: it never fits (RingFor).
+var ErrRecordTooLarge = errors.New("localapi: record larger than the ring takes")
+
 func ringName(r uint8) string {
 	switch r {
 	case RingSend:
@@ -120,6 +124,19 @@ func RingSize(size int) (int, error) {
 		return 0, fmt.Errorf("ring size %d bytes: want a power of two from %d to %d", size, MinRing, MaxRing)
 	}
 	return RingHeader + size, nil
+}
+
+// RingFor is the smallest ring data area (MinRing at least, a power of
+// two) that holds a message of maxMessage bytes: a ring takes records of
+// up to half its data area. 0 when no ring does (beyond MaxRing).
+func RingFor(maxMessage int) int {
+	size := MinRing
+	for uint64(size/2) < recordLen(maxMessage) {
+		if size *= 2; size > MaxRing {
+			return 0
+		}
+	}
+	return size
 }
 
 // NewRing returns an end of the ring in mem (a whole mapping, header and
@@ -196,7 +213,7 @@ func (r *Ring) Reserve(slots [][]byte, n, k int) ([][]byte, error) {
 func (r *Ring) room(n, k int) (off, fit uint64, err error) {
 	rec := recordLen(n)
 	if n < 0 || rec > r.size/2 {
-		return 0, 0, fmt.Errorf("localapi: a record of %d bytes does not fit a ring of %d", n, r.size)
+		return 0, 0, fmt.Errorf("%w: a record of %d bytes does not fit a ring of %d", ErrRecordTooLarge, n, r.size)
 	}
 	off = r.pos % r.size
 	pad := uint64(0)

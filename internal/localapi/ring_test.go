@@ -319,3 +319,33 @@ func TestRingGolden(t *testing.T) {
 		t.Fatalf("ring records differ from %s:\n got %x\nwant %x", path, got, want)
 	}
 }
+
+// RingFor is the smallest ring whose half holds a record of the
+// message, at least MinRing, and none beyond MaxRing; a ring of that size
+// takes the message, one half as large does not.
+func TestRingFor(t *testing.T) {
+	for _, tc := range []struct{ msg, want int }{
+		{0, MinRing}, {1400, MinRing}, {MinRing/2 - RecordHeader, MinRing}, {MinRing/2 - RecordHeader + 1, 2 * MinRing},
+		{65397, 128 << 10}, {MaxRing/2 - RecordHeader, MaxRing}, {MaxRing / 2, 0},
+	} {
+		if got := RingFor(tc.msg); got != tc.want {
+			t.Errorf("RingFor(%d) = %d, want %d", tc.msg, got, tc.want)
+		}
+	}
+	for _, msg := range []int{1400, 40000, 65397} {
+		size := RingFor(msg)
+		r, err := NewRing(RingDeliver, make([]byte, RingHeader+size), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Add(1, make([]byte, msg)); err != nil {
+			t.Errorf("a message of %d bytes into a ring of RingFor's %d: %v", msg, size, err)
+		}
+		if size > MinRing {
+			half, _ := NewRing(RingDeliver, make([]byte, RingHeader+size/2), size/2)
+			if err := half.Add(1, make([]byte, msg)); !errors.Is(err, ErrRecordTooLarge) {
+				t.Errorf("a message of %d bytes into a ring of %d: %v, want ErrRecordTooLarge", msg, size/2, err)
+			}
+		}
+	}
+}
