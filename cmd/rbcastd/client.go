@@ -774,18 +774,21 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// recv subscribes to from's messages and writes them to w until the
-// limits are reached or the stream ends. The daemon gives the connection
-// a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
-// blocks for a moment does not hold its deliveries back.
-// defaultRecvNap is recv's -nap: the doorbells' wake-ups were about half
-// of a recv's CPU in a stream (docs/local-api.md, "Napping in a stream").
-const defaultRecvNap = 500 * time.Microsecond
+// defaultRecvNap is recv's -nap: in a stream a nap replaces the
+// doorbells' wake-ups (docs/local-api.md, "Napping in a stream"), and is
+// itself one, of recv and of the Go runtime's sysmon ("Where the goodput
+// row's time goes"): a streaming recv wakes about once per nap. A default
+// deliver ring (4 MiB) holds two naps of a stream at 1 GB/s.
+const defaultRecvNap = 2 * time.Millisecond
 
 // maxRecvNap bounds -nap: longer, a stream at the daemon's rate fills
 // the deliver ring while the reader sleeps.
 const maxRecvNap = 10 * time.Millisecond
 
+// recv subscribes to from's messages and writes them to w until the
+// limits are reached or the stream ends. The daemon gives the connection
+// a send buffer of several MiB (daemon.DefaultSocketBuffer), so an output that
+// blocks for a moment does not hold its deliveries back.
 func recv(c *localapi.Conn, from uint16, raw io.Writer, w *bufio.Writer, lines bool, maxBytes, maxCount int64, nap time.Duration, prog *progress) error {
 	if _, err := c.Hello(localapi.HelloBatch); err != nil {
 		return err

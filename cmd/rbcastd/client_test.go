@@ -691,3 +691,19 @@ func TestPrintStatusAckLag(t *testing.T) {
 		t.Errorf("status without a matrix shows one:\n%s", b.String())
 	}
 }
+
+// A streaming recv wakes about once per nap: at most 500 times a second
+// by default (at 2000, a nap's wake-up and the Go runtime's sysmon's
+// looks after it were half or more of a recv's CPU on machine D), and a
+// default deliver ring holds two naps of a stream at 1 GB/s.
+func TestRecvNapDefault(t *testing.T) {
+	if perSec := int(time.Second / defaultRecvNap); perSec > 500 {
+		t.Errorf("-nap %v: a streaming recv wakes %d times a second, want at most 500", defaultRecvNap, perSec)
+	}
+	if held := int(2 * defaultRecvNap.Seconds() * 1e9); held > localapi.DefaultRing {
+		t.Errorf("-nap %v: two naps of a 1 GB/s stream are %d bytes, more than the default deliver ring's %d", defaultRecvNap, held, localapi.DefaultRing)
+	}
+	if defaultRecvNap > maxRecvNap {
+		t.Errorf("-nap's default %v is above its bound %v", defaultRecvNap, maxRecvNap)
+	}
+}
