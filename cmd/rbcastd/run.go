@@ -425,7 +425,7 @@ func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *s
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3}, "files", log)
+	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3, RawKicks: true}, "files", log)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -852,7 +853,8 @@ const iovMax = 1024
 
 // runSource is the files.RunSource of a file: ReadRunAt is a preadv of
 // the run into its buffers (the page cache copied once, into the
-// frames), ReadAt a pread.
+// frames), raw while the page cache holds it (preadvCached), ReadAt a
+// pread.
 type runSource struct{ f *os.File }
 
 func (r runSource) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
@@ -868,8 +870,11 @@ func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
 		var rerr error
 		iov := ps[:min(len(ps), iovMax)]
 		if err := rc.Read(func(fd uintptr) bool {
+			if n = preadvCached(fd, iov, off); n > 0 {
+				return true
+			}
 			for {
-				n, rerr = unix.Preadv(int(fd), iov, off)
+				n, rerr = preadv(int(fd), iov, off)
 				if rerr != unix.EINTR {
 					return true
 				}
@@ -896,6 +901,43 @@ func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
 }
 
 func (r runSource) Close() error { return r.f.Close() }
+
+// preadv is the blocking read of a run, by Syscall (a variable: tests
+// count its calls).
+var preadv = unix.Preadv
+
+// preadvCached reads into iov (up to 64 buffers) from off what the page
+// cache holds, by a raw preadv2(RWF_NOWAIT): it never waits for the
+// disk, so it can skip Syscall's entersyscall. With one P (rbcastd) the
+// sender's loop waits on its link between bursts, and the first Syscall
+// after each wait woke the runtime's sysmon thread, which then looked
+// every 20 µs (a millisecond or more on machine D) until the P was idle
+// again: a run's preadv was that call (docs/protocols.md, "The file
+// path's extra over PBP"). It returns the bytes read, 0 if none (not
+// cached, the file's end, or an error: the caller's preadv reads them,
+// or reports the error).
+func preadvCached(fd uintptr, iov [][]byte, off int64) int {
+	var vecs [64]unix.Iovec
+	k := 0
+	for _, p := range iov {
+		if k == len(vecs) {
+			break
+		}
+		if len(p) > 0 {
+			vecs[k].Base = &p[0]
+			vecs[k].SetLen(len(p))
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	n, _, e := unix.RawSyscall6(unix.SYS_PREADV2, fd, uintptr(unsafe.Pointer(&vecs[0])), uintptr(k), uintptr(off), 0, unix.RWF_NOWAIT)
+	if e != 0 {
+		return 0
+	}
+	return int(n)
+}
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name

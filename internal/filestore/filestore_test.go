@@ -1210,3 +1210,59 @@ func TestAheadReused(t *testing.T) {
 		t.Errorf("the second lossy file allocated %d bytes, want less than its blocks past the gap (%d): they are the first's", n, aheadBytes)
 	}
 }
+
+// TestRunSourceCachedRaw: a run the page cache holds is read by a raw
+// preadv2(RWF_NOWAIT), with no blocking preadv (whose entersyscall wakes
+// the runtime's sysmon when the P had been idle); a run the cache does
+// not hold (dropped with posix_fadvise) falls back to the blocking
+// preadv. Both return the file's bytes.
+func TestRunSourceCachedRaw(t *testing.T) {
+	data := randomBytes(4<<20, 13)
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	defer func(p func(int, [][]byte, int64) (int, error)) { preadv = p }(preadv)
+	preadv = func(fd int, iovs [][]byte, off int64) (int, error) {
+		calls++
+		return unix.Preadv(fd, iovs, off)
+	}
+	s, err := OpenSource(path, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Outgoing(nil).Source.(files.RunSource)
+	defer src.Close()
+	const bs = 8964
+	readRun := func(off int) {
+		t.Helper()
+		ps := make([][]byte, 58)
+		for i := range ps {
+			ps[i] = make([]byte, bs)
+		}
+		n, err := src.ReadRunAt(ps, int64(off))
+		if n != len(ps)*bs || err != nil || !bytes.Equal(bytes.Join(ps, nil), data[off:off+n]) {
+			t.Fatalf("run at %d: read %d bytes of %d, %v", off, n, len(ps)*bs, err)
+		}
+	}
+	readRun(0) // just written: in the page cache
+	if calls != 0 {
+		t.Errorf("a run in the page cache: %d blocking preadv calls, want 0 (a raw preadv2 with RWF_NOWAIT)", calls)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Skipf("posix_fadvise(DONTNEED): %v", err)
+	}
+	readRun(2 << 20)
+	if calls == 0 {
+		t.Logf("a run dropped from the page cache was read without a blocking preadv (the cache kept it)")
+	}
+}

@@ -118,6 +118,18 @@ type Config struct {
 	// DefaultTxMode.
 	TxMode TxMode
 
+	// RawKicks makes every kick's sendto(2) a raw system call, not only
+	// a kick of a few frames (shortKick), for a link whose process has
+	// nothing else to run meanwhile: a bulk sender (rbcastd's files'
+	// link). A kick of a pass's batch lasts a millisecond or more on a
+	// veth bridge (the receivers' copies are made inside it); made by
+	// Syscall, the runtime's sysmon finds it still in the kernel at its
+	// next look, takes the P and hands it to another thread, and each
+	// such hand-off keeps sysmon waking every 20 µs (at least a
+	// millisecond on a PVM guest) instead of backing off to 10 ms. Its
+	// cost: the process's other goroutines wait for the kick.
+	RawKicks bool
+
 	// TxBlockSize and TxBlockCount shape the transmit ring (always
 	// TPACKET_V2), with the same rules and defaults as the receive ring.
 	// TxSendmmsg maps no transmit ring and ignores them.

@@ -90,3 +90,56 @@ func TestShortKickRaw(t *testing.T) {
 		})
 	}
 }
+
+// TestRawKicks: with Config.RawKicks a kick of many frames (a bulk
+// sender's batch) makes its sendto by a raw system call too, so the
+// runtime's sysmon never finds it in the kernel and hands the P to
+// another thread; every frame still arrives.
+func TestRawKicks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, AF_PACKET)")
+	}
+	topo := up(t, "k", 2, 1500)
+	tx := openOn(t, topo.Hosts[0], Config{Version: V3, RawKicks: true})
+	rx := openOn(t, topo.Hosts[1], Config{Version: V3, RxSpin: -1, BlockTimeout: time.Millisecond})
+	raw, sys := map[uintptr]int{}, map[uintptr]int{}
+	defer func(s, r func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno)) {
+		syscall6, rawSyscall6 = s, r
+	}(syscall6, rawSyscall6)
+	syscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+		sys[trap]++
+		return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
+	rawSyscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+		raw[trap]++
+		return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
+	const n = 32 * rawKickMax
+	frames := make([][]byte, n)
+	for i := range frames {
+		size := frameLen(uint64(i), tx.MTU())
+		frames[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), size)
+	}
+	if staged, err := tx.Stage(frames); staged != n || err != nil {
+		t.Fatalf("Stage of %d frames = %d, %v", n, staged, err)
+	}
+	if err := tx.Kick(); err != nil {
+		t.Fatalf("Kick: %v", err)
+	}
+	if raw[unix.SYS_SENDTO] == 0 || sys[unix.SYS_SENDTO] != 0 {
+		t.Errorf("a kick of %d frames with RawKicks: sendto %d raw, %d by Syscall; want raw only", n, raw[unix.SYS_SENDTO], sys[unix.SYS_SENDTO])
+	}
+	got := make([]Frame, 64)
+	for seq := uint64(0); seq < n; {
+		k, err := rx.Recv(time.Now().Add(5*time.Second), got)
+		if err != nil {
+			t.Fatalf("Recv after %d of %d frames: %v", seq, n, err)
+		}
+		for _, f := range got[:k] {
+			if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != seq {
+				t.Fatalf("received frame %d (%v), want %d", s, err, seq)
+			}
+			seq++
+		}
+	}
+}

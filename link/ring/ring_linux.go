@@ -1484,7 +1484,7 @@ func (l *Link) txProgress(fd uintptr) bool {
 	newest := func() *uint32 { return status(ring, l.txSlot[(l.txPub.Load()-1)%slots]) }
 	for last := newest(); atomic.LoadUint32(last) == unix.TP_STATUS_SEND_REQUEST && !l.closed.Load(); last = newest() {
 		sendto := syscall6
-		if l.shortKick() {
+		if l.cfg.RawKicks || l.shortKick() {
 			sendto = rawSyscall6
 		}
 		sent, _, e := sendto(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
