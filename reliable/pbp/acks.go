@@ -105,6 +105,10 @@ func (c *Core) StableFrom(s frame.MemberID) (next uint32, ok bool) {
 //     open the window, and the stream goes on, asking again; the probe
 //     comes after its last frame. Under load a stream stalled on its
 //     window often; each stall's probe cost an Ack of every receiver.
+//
+// Per message (ProposePrompt, with AnswerAckRequests at the members: a
+// Safe message in an Agreed group) the same rule runs over the frames
+// that hold such messages alone; the others ask for nothing.
 
 // promptTail is how long after its last Data frame a member that asked
 // for prompt acks probes for the frames it sent since it last asked: a

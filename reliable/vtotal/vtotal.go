@@ -40,7 +40,9 @@
 // NewSafe, is Propose's), named by its kind byte: one order holds both,
 // the order's head is delivered once it is here and, if it is Safe,
 // stable, so a Safe message holds every message after it and an Agreed
-// one waits for stability only behind a Safe one.
+// one waits for stability only behind a Safe one. A Safe message, and an
+// order message that places one, ask the members to acknowledge their
+// frame at once (prompter): in an Agreed group nothing else does.
 //
 // The layer is a deterministic core on the one core contract: it wraps
 // the membership core and changes only what is delivered and when.
