@@ -801,6 +801,19 @@ func (g *Group) TrySend(payload []byte) error {
 	return g.send(nil, payload, LevelGroup)
 }
 
+// TrySendLevel is SendLevel without the wait, as TrySend is Send's: the
+// same refusals as SendLevel (a *LevelError, before anything is sent)
+// and as TrySend (ErrWindowFull at once when the window is full).
+func (g *Group) TrySendLevel(level Level, payload []byte) error {
+	if level != LevelGroup && level == g.level() {
+		level = LevelGroup
+	}
+	if err := g.levelAllowed(level); err != nil {
+		return err
+	}
+	return g.send(nil, payload, level)
+}
+
 // send is Send, or with a nil ctx TrySend, at the level (LevelGroup, or
 // one levelAllowed let through).
 func (g *Group) send(ctx context.Context, payload []byte, level Level) error {

@@ -33,7 +33,11 @@ import (
 // cell, RBCAST_LEVELS_MTU (1500 or 9000) and RBCAST_LEVELS (a comma list
 // of registered, fifo, agreed, safe, and mixed: an Agreed group whose
 // member 0 sends every other message Safe, SendLevel; its latency row is
-// the Agreed pings', the Safe pings' logged) narrow the runs; RBCAST_LEVELS_STATS=1
+// the Agreed pings', the Safe pings' logged) narrow the runs;
+// RBCAST_LEVELS_PING_MEMBERS (2 to 4, default 2) is the ping-pong's
+// group (the members beyond 1 only receive: a Safe ping waits for their
+// acks, where in a group of two the reply carries the one it waits
+// for); RBCAST_LEVELS_STATS=1
 // logs every member's protocol and link counters after each goodput run
 // (frames sent by kind: Acks per Data frame) and the process's CPU time
 // per MB delivered. Root.
@@ -235,10 +239,24 @@ func processCPU() time.Duration {
 // levelLatency: member 1 sends back every 64-byte message of member 0;
 // half the round trip's p50 and p99 (n round trips after 100 warm-up).
 func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, p99 time.Duration) {
-	groups, stop := levelGroups(tb, topo, 2, lvl)
+	members := 2
+	if k := envInt(tb, "RBCAST_LEVELS_PING_MEMBERS"); k > 0 {
+		members = min(max(k, 2), len(topo.Hosts))
+	}
+	groups, stop := levelGroups(tb, topo, members, lvl)
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	for _, g := range groups[2:] {
+		go func() {
+			buf := make([]byte, 0, 2048)
+			for {
+				if _, _, err := g.RecvAppend(ctx, buf[:0]); err != nil {
+					return
+				}
+			}
+		}()
+	}
 	go func() {
 		buf := make([]byte, 0, 2048)
 		for {
@@ -279,7 +297,7 @@ func levelLatency(tb testing.TB, topo *netns.Topology, lvl string, n int) (p50, 
 	}
 	if len(safe) > 0 {
 		slices.Sort(safe)
-		tb.Logf("mixed: the Safe pings' one-way p50 %v p99 %v (%d pings; the Agreed ones' in the table)", safe[len(safe)/2]/2, safe[len(safe)*99/100]/2, len(safe))
+		tb.Logf("mixed: the Safe pings' one-way p50 %v p99 %v (%d pings, a group of %d; the Agreed ones' in the table)", safe[len(safe)/2]/2, safe[len(safe)*99/100]/2, len(safe), members)
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2] / 2, rtts[len(rtts)*99/100] / 2

@@ -188,8 +188,12 @@ func (s *settings) viewCore(p ViewProcess) (*view.Core, error) {
 			cfg := s.pbpConfig(self, v.Members, mtu)
 			cfg.ViewID, cfg.Retain, cfg.MaxPayload = v.ID, true, info.MaxMessage
 			// Safe delivers a frame once every member holds it: the
-			// members acknowledge at once what the sender asks for.
+			// members acknowledge at once what the sender asks for. In
+			// an Agreed group only the Safe messages ask (and the order
+			// messages that place them: vtotal, pbp.Core.ProposePrompt),
+			// and the members answer those at once too.
 			cfg.PromptAcks = s.Safe
+			cfg.AnswerAckRequests = s.Order == Total
 			return pbp.New(cfg)
 		},
 	})

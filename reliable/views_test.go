@@ -606,3 +606,69 @@ func TestSendLevelPCODE(t *testing.T) {
 		t.Fatalf("SendLevel(PCODE) in a FIFO group: %v", err)
 	}
 }
+
+// TrySendLevel is SendLevel without the wait: a level the group cannot
+// send at is refused with a *LevelError before anything is sent, as by
+// SendLevel; a message it takes goes at its level (both members deliver
+// a Safe and an Agreed one, in order); and once the window is full (the
+// other member stopped, so nothing is acknowledged) it returns
+// ErrWindowFull at once, as TrySend does.
+func TestTrySendLevel(t *testing.T) {
+	r := rtnet.New(t, 47)
+	var links []*rtnet.Link
+	var cfgs []Config
+	for range 2 {
+		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
+		c := viewsConfig(2)
+		c.Order, c.Window, c.FailureTimeout = Total, 8, 2*time.Second
+		cfgs = append(cfgs, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups := joinFounders(t, ctx, links, cfgs)
+	t.Cleanup(func() {
+		for _, g := range groups {
+			g.abort()
+			<-g.Done()
+		}
+	})
+	awaitMembers(t, groups, 2)
+	g := groups[0]
+	for _, asked := range []Level{LevelFIFO, LevelPCODE, Level(9)} {
+		var le *LevelError
+		if err := g.TrySendLevel(asked, []byte("x")); !errors.As(err, &le) || le.Asked != asked || le.Group != LevelAgreed {
+			t.Fatalf("TrySendLevel(%v) in an Agreed group: %v, want a *LevelError", asked, err)
+		}
+	}
+	for _, m := range []struct {
+		level Level
+		data  string
+	}{{LevelSafe, "safe"}, {LevelAgreed, "agreed"}, {LevelGroup, "group"}} {
+		if err := g.TrySendLevel(m.level, []byte(m.data)); err != nil {
+			t.Fatalf("TrySendLevel(%v): %v", m.level, err)
+		}
+	}
+	for _, h := range groups {
+		for _, want := range []string{"safe", "agreed", "group"} {
+			m, err := h.Recv(ctx)
+			if err != nil || string(m.Data) != want || m.From != g.Self() {
+				t.Fatalf("member %d: Recv: %q from %d, %v; want %q from %d", h.Self(), m.Data, m.From, err, want, g.Self())
+			}
+		}
+	}
+	groups[1].abort() // as a crash: nothing of g's is acknowledged any more
+	<-groups[1].Done()
+	big := make([]byte, g.MaxMessage())
+	var err error
+	sent := 0
+	start := time.Now()
+	for ; sent < 10000; sent++ {
+		if err = g.TrySendLevel(LevelSafe, big); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrWindowFull) {
+		t.Fatalf("TrySendLevel with nothing acknowledged: %v after %d messages, want ErrWindowFull", err, sent)
+	}
+	t.Logf("ErrWindowFull after %d messages, %v", sent, time.Since(start))
+}

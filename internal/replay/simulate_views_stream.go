@@ -245,11 +245,22 @@ type proposeHook struct {
 }
 
 func (h *proposeHook) Propose(now clock.Time, msg []byte) error {
+	return h.propose(now, msg, h.Core.Propose)
+}
+
+// ProposePrompt is Propose for what the layer proposes with prompt acks
+// (a Safe message, an order message that places one): the embedded
+// core's would go around the hook.
+func (h *proposeHook) ProposePrompt(now clock.Time, msg []byte) error {
+	return h.propose(now, msg, h.Core.ProposePrompt)
+}
+
+func (h *proposeHook) propose(now clock.Time, msg []byte, propose func(clock.Time, []byte) error) error {
 	if len(msg) > 0 && (msg[0] == vtotalData || msg[0] == vtotalSafe) || h.internal == nil {
-		return h.Core.Propose(now, msg)
+		return propose(now, msg)
 	}
 	h.internal()
-	err := h.Core.Propose(now, msg)
+	err := propose(now, msg)
 	if err == nil && h.accepted != nil {
 		h.accepted()
 	}

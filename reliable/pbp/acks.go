@@ -105,6 +105,10 @@ func (c *Core) StableFrom(s frame.MemberID) (next uint32, ok bool) {
 //     open the window, and the stream goes on, asking again; the probe
 //     comes after its last frame. Under load a stream stalled on its
 //     window often; each stall's probe cost an Ack of every receiver.
+//
+// Per message (ProposePrompt, with AnswerAckRequests at the members: a
+// Safe message in an Agreed group) the same rule runs over the frames
+// that hold such messages alone; the others ask for nothing.
 
 // promptTail is how long after its last Data frame a member that asked
 // for prompt acks probes for the frames it sent since it last asked: a
@@ -124,19 +128,31 @@ const promptTail = 50 * Microsecond
 // frames the retention ring keeps (pinned, not copied).
 func (c *Core) promptEvery() uint32 { return uint32(max(1, c.cfg.Window/2)) }
 
-// askFor returns the flags of our new Data frame seq, sent now.
+// askFor returns the flags of our new Data frame seq, sent now. It asks
+// under PromptAcks, and, without, if the frame holds a message proposed
+// with ProposePrompt; by the same rule either way, with "in flight" read
+// as the frames that want prompt acks (under PromptAcks, every one).
 func (c *Core) askFor(seq uint32) frame.Flags {
-	if !c.cfg.PromptAcks || (c.inFlight() > 0 && seq+1-c.asked < c.promptEvery()) {
+	if !c.cfg.PromptAcks && !c.history[seq&c.hmask].prompt {
+		return 0
+	}
+	lone := c.promptTo-1-c.stable >= c.nextSeq-c.stable // none in flight
+	c.promptTo = seq + 1
+	if !lone && seq+1-c.asked < c.promptEvery() {
 		return 0
 	}
 	c.asked = seq + 1
 	return frame.FlagAckRequest
 }
 
+// unasked reports whether a frame sent after the last that asked wants
+// prompt acks.
+func (c *Core) unasked() bool { return c.promptTo-1-c.asked < c.nextSeq-c.asked }
+
 // armTail has a probe ask for the frames sent since the last that asked,
 // promptTail after the last one, unless another asks first.
 func (c *Core) armTail() {
-	if c.cfg.PromptAcks && c.asked != c.nextSeq {
+	if c.unasked() {
 		c.tailAt = c.now.Add(promptTail)
 	}
 }
@@ -145,26 +161,27 @@ func (c *Core) armTail() {
 // and none waiting for window room (the stream has not ended).
 func (c *Core) probeTail() {
 	c.tailAt = 0
-	if c.asked == c.nextSeq || c.inFlight() == 0 || c.frozen || c.pending > 0 {
+	if !c.unasked() || c.inFlight() == 0 || c.frozen || c.pending > 0 {
 		return
 	}
 	c.asked = c.nextSeq
 	c.sendAck(frame.FlagAckRequest)
 }
 
-// retransmitFlags are the flags of our retransmissions.
-func (c *Core) retransmitFlags() frame.Flags {
-	if c.cfg.PromptAcks {
+// retransmitFlags are the flags of our retransmissions of frame h.
+func (c *Core) retransmitFlags(h *sent) frame.Flags {
+	if c.cfg.PromptAcks || h.prompt {
 		return frame.FlagRetransmit | frame.FlagAckRequest
 	}
 	return frame.FlagRetransmit
 }
 
 // askedAck takes a frame of another member that asks for a prompt
-// acknowledgement: with PromptAcks the next Ready sends it; without, the
-// ack timer starts (it answers PBP2's resend probes).
+// acknowledgement: with PromptAcks or AnswerAckRequests the next Ready
+// sends it; without, the ack timer starts (it answers PBP2's resend
+// probes).
 func (c *Core) askedAck() {
-	if c.cfg.PromptAcks {
+	if c.cfg.answerAsks() {
 		c.ackNow = true
 		return
 	}

@@ -423,3 +423,92 @@ func TestPromptAcksNoProbeWhileBlocked(t *testing.T) {
 		t.Fatalf("the probe: %+v, want an Ack of Seq 111 asking for acks", frames)
 	}
 }
+
+// ProposePrompt without PromptAcks (a Safe message in an Agreed group):
+// only the frames holding such messages ask, by PromptAcks's rule read
+// over them alone. A prompt frame sent while only plain frames are in
+// flight asks (nothing that wants prompt acks is in flight); the next,
+// sent while it is, does not, and the probe asks for it promptTail
+// later; plain frames ask for nothing and arm no probe. A prompt frame's
+// retransmission asks, a plain one's does not. A receiver with
+// AnswerAckRequests acknowledges at once a frame that asks.
+func TestProposePrompt(t *testing.T) {
+	type sentFrame struct {
+		t      frame.Type
+		seq    uint32
+		asking bool
+	}
+	sent := func(fs []out) (got []sentFrame) {
+		for _, f := range fs {
+			got = append(got, sentFrame{f.t, f.h.Seq, f.h.Flags&frame.FlagAckRequest != 0})
+		}
+		return got
+	}
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	now := t0 + 1
+	turn := func(prompt bool, msg string) []sentFrame {
+		t.Helper()
+		propose := c.Propose
+		if prompt {
+			propose = c.ProposePrompt
+		}
+		if err := propose(now, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		frames, _, _ := ready(t, c)
+		return sent(frames)
+	}
+	if got, want := turn(false, "a"), []sentFrame{{frame.Data, 100, false}}; !slices.Equal(got, want) {
+		t.Fatalf("a plain frame: %+v, want %+v", got, want)
+	}
+	if d := c.Deadline(); d == now+Time(promptTail) {
+		t.Fatal("a plain frame armed the probe")
+	}
+	now++
+	if got, want := turn(true, "s"), []sentFrame{{frame.Data, 101, true}}; !slices.Equal(got, want) {
+		t.Fatalf("a prompt frame with only a plain one in flight: %+v, want %+v", got, want)
+	}
+	now++
+	if got, want := turn(true, "t"), []sentFrame{{frame.Data, 102, false}}; !slices.Equal(got, want) {
+		t.Fatalf("a prompt frame with one in flight that asked: %+v, want %+v", got, want)
+	}
+	if d := c.Deadline(); d != now+Time(promptTail) {
+		t.Fatalf("deadline %d, want the probe's %d", d-t0, now+Time(promptTail)-t0)
+	}
+	now += Time(promptTail)
+	c.Tick(now)
+	frames, _, _ := ready(t, c)
+	if got, want := sent(frames), []sentFrame{{frame.Ack, 102, true}}; !slices.Equal(got, want) {
+		t.Fatalf("the probe: %+v, want %+v", got, want)
+	}
+	now++
+	if got, want := turn(false, "b"), []sentFrame{{frame.Data, 103, false}}; !slices.Equal(got, want) {
+		t.Fatalf("a plain frame after the probe: %+v, want %+v", got, want)
+	}
+	now += Time(promptTail)
+	c.Tick(now)
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("promptTail after a plain frame: %+v, want no probe", sent(frames))
+	}
+	step(t, c, now+1, in{sender: 1, seq: 99, acks: []uint32{100, 100, 100}, body: &frame.NackBody{Target: 0, Ranges: []frame.Range{{First: 100, Last: 101}}}})
+	frames, _, _ = ready(t, c)
+	if got, want := sent(frames), []sentFrame{{frame.Data, 100, false}, {frame.Data, 101, true}}; !slices.Equal(got, want) {
+		t.Fatalf("the answer to a Nack for 100 and 101: %+v, want %+v", got, want)
+	}
+
+	cfg := testConfig(PBP2, 2, 3)
+	cfg.AnswerAckRequests = true
+	r := newCore(t, cfg)
+	step(t, r, t0+1, in{sender: 0, seq: 100, body: data("a")})
+	if frames, ds, _ := ready(t, r); len(ds) != 1 || len(frames) != 0 {
+		t.Fatalf("AnswerAckRequests, a frame that does not ask: %d deliveries, frames %+v; want 1, none", len(ds), frames)
+	}
+	step(t, r, t0+2, in{sender: 0, seq: 101, body: data("b"), flags: frame.FlagAckRequest})
+	if frames, ds, _ := ready(t, r); len(ds) != 1 || len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[0] != 102 {
+		t.Fatalf("AnswerAckRequests, a frame that asks: %d deliveries, frames %+v; want 1 and an Ack with member 0's entry at 102", len(ds), frames)
+	}
+	step(t, r, t0+3, in{sender: 0, seq: 101, flags: frame.FlagAckRequest, body: &frame.Empty{T: frame.Ack}})
+	if frames, _, _ := ready(t, r); len(frames) != 1 || frames[0].t != frame.Ack {
+		t.Fatalf("AnswerAckRequests, an Ack that asks: frames %+v, want an Ack", frames)
+	}
+}

@@ -146,6 +146,15 @@ type Config struct {
 	// (acks.go, promptTail). Every
 	// member of a group sets it alike.
 	PromptAcks bool
+	// AnswerAckRequests: the members acknowledge at once what a sender
+	// asks for, as under PromptAcks, but a sender asks only for the
+	// messages proposed with ProposePrompt (a Safe message in an Agreed
+	// group, and the order message that places it): a group whose layer
+	// above waits for some messages to be held by every member, and not
+	// for the others. A frame that does not ask costs nothing more. Every
+	// member of a group sets it alike (one that does not only answers
+	// later, after AckDelay).
+	AnswerAckRequests bool
 
 	// AckDelay: a plain Ack goes out this long after the first receipt not
 	// yet acknowledged, unless a frame of ours carried the ack first.
@@ -201,6 +210,10 @@ type settings struct {
 	selfMAC   [6]byte
 	selfInc   uint32
 }
+
+// answerAsks: a frame that asks for a prompt acknowledgement gets one
+// in the next Ready.
+func (c Config) answerAsks() bool { return c.PromptAcks || c.AnswerAckRequests }
 
 // withDefaults returns c with every zero field that has a default set to
 // it: the one place PBP's defaults are resolved.

@@ -270,6 +270,8 @@ type sent struct {
 	// pins counts a layer's holds on the body (Pin of this member's own
 	// frame): a frame that comes to this slot meanwhile gets a new buffer.
 	pins int
+	// prompt: the frame holds a message proposed with ProposePrompt.
+	prompt bool
 }
 
 // Core is one member's PBP protocol state machine. It does no I/O and
@@ -322,11 +324,14 @@ type Core struct {
 	ackAt    Time
 	ackNow   bool
 	receipts int
-	// Config.PromptAcks (acks.go): asked is one past the last frame of
-	// ours that a frame asked to be acknowledged at once; tailAt is when
-	// a probe asks for the frames after it, if nothing goes out before.
-	asked  uint32
-	tailAt Time
+	// Config.PromptAcks, ProposePrompt (acks.go): asked is one past the
+	// last frame of ours that a frame asked to be acknowledged at once;
+	// promptTo one past the last that wants prompt acks (under
+	// PromptAcks, every one); tailAt is when a probe asks for the frames
+	// after asked, if nothing goes out before.
+	asked    uint32
+	promptTo uint32
+	tailAt   Time
 
 	leaving   bool
 	left      bool
@@ -404,7 +409,7 @@ func New(cfg Config) (*Core, error) {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
 		}
 	}
-	c.nextSeq, c.stable, c.asked = s.InitialSeq, s.InitialSeq, s.InitialSeq
+	c.nextSeq, c.stable, c.asked, c.promptTo = s.InitialSeq, s.InitialSeq, s.InitialSeq, s.InitialSeq
 	c.history = make([]sent, s.histSize)
 	c.encoded.T, c.placed.T = frame.Data, frame.Data
 	// Fixed for the core's life: the ack vector always has span entries
@@ -466,15 +471,29 @@ func (c *Core) inFlight() int { return int(c.nextSeq - c.stable) }
 // at once. Messages proposed before the next Ready share frames when they
 // fit (bundling). ErrWindowFull is back-pressure: the caller retries after
 // a later Step or Tick.
-func (c *Core) Propose(now Time, msg []byte) error { return c.propose(now, nil, msg) }
+func (c *Core) Propose(now Time, msg []byte) error { return c.propose(now, nil, msg, false) }
 
 // ProposeFramed is Propose of the message head followed by msg, which the
 // core writes into its frame as one message: a layer that puts a header
 // before every message (vtotal's kind byte) need not join them first.
 // The message is head's length plus msg's.
-func (c *Core) ProposeFramed(now Time, head, msg []byte) error { return c.propose(now, head, msg) }
+func (c *Core) ProposeFramed(now Time, head, msg []byte) error {
+	return c.propose(now, head, msg, false)
+}
 
-func (c *Core) propose(now Time, head, msg []byte) error {
+// ProposePrompt is Propose of a message a layer above waits for every
+// member to hold (vtotal: a Safe message in an Agreed group, and the
+// order message that places one): the frame that carries it asks the
+// members to acknowledge it at once, as every frame may under
+// PromptAcks, by the same rule (acks.go): the frame asks if no frame
+// that wants prompt acks is in flight, or half a window after the last
+// that asked; its retransmissions ask, and so does a probe after it if
+// it did not. The members answer at once under AnswerAckRequests (or
+// PromptAcks). A message Freeze hands back for the next view goes
+// there as any other.
+func (c *Core) ProposePrompt(now Time, msg []byte) error { return c.propose(now, nil, msg, true) }
+
+func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 	c.touch(now)
 	if c.leaving || c.left {
 		return ErrLeaving
@@ -493,6 +512,7 @@ func (c *Core) propose(now Time, head, msg []byte) error {
 		}
 		h.buf = append(append(append(h.buf, byte(n>>8), byte(n)), head...), msg...)
 		h.count++
+		h.prompt = h.prompt || prompt
 		c.pendingMsgs++
 		c.openLen += 2 + n
 		c.stats.MessagesProposed++
@@ -518,7 +538,7 @@ func (c *Core) propose(now Time, head, msg []byte) error {
 		h.buf, h.emitted, h.pins = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0, 0
 	}
 	h.buf = append(append(h.buf[:c.pre], head...), msg...)
-	h.count, h.retxAt, h.served, h.unicast = 1, 0, 0, false
+	h.count, h.retxAt, h.served, h.unicast, h.prompt = 1, 0, 0, false, prompt
 	c.pending++
 	c.pendingMsgs++
 	c.openLen, c.openAt = 2+n, c.now

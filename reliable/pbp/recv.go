@@ -98,7 +98,7 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		case repair:
 			c.stepRepair(p, v, repairToUs)
 		}
-		if c.cfg.PromptAcks && v.Flags()&frame.FlagAckRequest != 0 {
+		if v.Flags()&frame.FlagAckRequest != 0 && c.cfg.answerAsks() {
 			c.ackNow = true
 		}
 	case frame.Ack, frame.Heartbeat:

@@ -207,7 +207,7 @@ func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 					c.stats.RetransmitsHeld++
 					break
 				}
-				c.sendData(s, c.retransmitFlags())
+				c.sendData(s, c.retransmitFlags(h))
 				if !recent {
 					h.served = 0
 				}
@@ -220,13 +220,13 @@ func (c *Core) answerNack(p *peer, rl frame.RangeList) {
 			case recent && h.served&bit == 0:
 				// A second member asks within the hold: one broadcast
 				// serves it and anyone else who lost the frame.
-				c.sendData(s, c.retransmitFlags())
+				c.sendData(s, c.retransmitFlags(h))
 				h.retxAt, h.served, h.unicast = c.now, h.served|bit, false
 				c.stats.Retransmitted++
 			default:
 				// The first to ask, or p lost the copy it was sent: to
 				// p alone.
-				c.sendDataTo(p.mac, s, c.retransmitFlags())
+				c.sendDataTo(p.mac, s, c.retransmitFlags(h))
 				h.retxAt, h.served, h.unicast = c.now, bit, true
 				c.stats.Retransmitted++
 				c.stats.RetransmittedUnicast++

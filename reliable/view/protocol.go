@@ -403,6 +403,29 @@ func (c *Core) Propose(now clock.Time, msg []byte) error {
 	return nil
 }
 
+// prompter is what ProposePrompt uses of an inner core (pbp.Core).
+type prompter interface {
+	ProposePrompt(now clock.Time, msg []byte) error
+}
+
+// ProposePrompt is Propose of a message the layer above waits for every
+// member to hold: its frame asks the members to acknowledge it at once
+// (pbp.Core.ProposePrompt). Held (joining, frozen, unaccepted), or with
+// an inner core that cannot, it is Propose's.
+func (c *Core) ProposePrompt(now clock.Time, msg []byte) error {
+	p, ok := c.inner.(prompter)
+	if !ok || c.state != member || c.leaving || c.frozen || c.unaccepted || len(c.queue) > 0 ||
+		len(msg) > c.cfg.MaxMessage {
+		return c.Propose(now, msg)
+	}
+	c.touch(now)
+	err := p.ProposePrompt(now, msg)
+	if err == nil {
+		c.handed++
+	}
+	return err
+}
+
 // framer is what ProposeFramed and Own use of an inner core (pbp.Core).
 type framer interface {
 	ProposeFramed(now clock.Time, head, msg []byte) error

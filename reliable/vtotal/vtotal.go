@@ -40,7 +40,9 @@
 // NewSafe, is Propose's), named by its kind byte: one order holds both,
 // the order's head is delivered once it is here and, if it is Safe,
 // stable, so a Safe message holds every message after it and an Agreed
-// one waits for stability only behind a Safe one.
+// one waits for stability only behind a Safe one. A Safe message, and an
+// order message that places one, ask the members to acknowledge their
+// frame at once (prompter): in an Agreed group nothing else does.
 //
 // The layer is a deterministic core on the one core contract: it wraps
 // the membership core and changes only what is delivered and when.
@@ -96,6 +98,16 @@ type framer interface {
 type watcher interface {
 	HeldByAllLow(s frame.MemberID) (next uint32, low frame.MemberID, ok bool)
 	HeldBy(m, s frame.MemberID) (next uint32, ok bool)
+}
+
+// prompter is what the layer uses of the membership core, where it has
+// it (view.Core over PBP): a Safe message, and an order message that
+// places one, ask the members to acknowledge their frame at once
+// (pbp.Core.ProposePrompt), so that in an Agreed group, whose members
+// acknowledge other frames after PBP's ack timer, a Safe message is
+// stable a round trip after its place is known, not AckDelay later.
+type prompter interface {
+	ProposePrompt(now core.Time, msg []byte) error
 }
 
 // pin names a pinned frame: view, sender, sequence number.
@@ -163,6 +175,9 @@ type entry struct {
 	// placed it (its order message, or the sequencer's own data message;
 	// at the sequencer itself, a bound), for Safe as msg.next.
 	next uint32
+	// safe: a Safe message (the sequencer's entries to order: its order
+	// message asks for prompt acks, prompter).
+	safe bool
 }
 
 // own is one of this member's messages passed to the FIFO group, in
@@ -219,6 +234,8 @@ type Core struct {
 	// where this member's next message out lies in its frames of the
 	// view: frame seq, and the offset in a bundled frame's body.
 	framer framer
+	// prompter is the membership core's (nil without).
+	prompter prompter
 	// dataHead is a data message's header, kindData (ProposeFramed).
 	dataHead [1]byte
 	cur      struct {
@@ -277,6 +294,7 @@ func New(in Inner) *Core {
 	c := &Core{in: in, info: info, self: frame.NoMember, seqr: frame.NoMember}
 	c.pinner, _ = in.(pinner)
 	c.watch, _ = in.(watcher)
+	c.prompter, _ = in.(prompter)
 	if c.pinner != nil {
 		c.framer, _ = in.(framer)
 		c.dataHead[0] = kindData
@@ -369,7 +387,7 @@ func (c *Core) ProposeLevel(now core.Time, m []byte, safe bool) error {
 	b := c.buffer(dataHeader + len(m))
 	b[0] = kindOf(safe)
 	copy(b[dataHeader:], m)
-	if err := c.in.Propose(now, b); err != nil {
+	if err := c.propose(b, safe); err != nil {
 		c.release(b) // never handed out
 		return err
 	}
@@ -594,9 +612,9 @@ func (c *Core) fromGroup(d core.Delivery) {
 		c.borrowed++
 		switch {
 		case d.From == c.seqr:
-			c.order.push(entry{d.From, n, d.Seq + 1}) // its place in the sequencer's stream
+			c.order.push(entry{from: d.From, n: n, next: d.Seq + 1}) // its place in the sequencer's stream
 		case c.self == c.seqr:
-			c.toOrder = append(c.toOrder, entry{from: d.From, n: n})
+			c.toOrder = append(c.toOrder, entry{from: d.From, n: n, safe: d.Data[0] == kindSafe})
 		}
 	case kindOrder:
 		body := d.Data[1:]
@@ -608,7 +626,7 @@ func (c *Core) fromGroup(d core.Delivery) {
 			return // made for a view before, sent again in this one
 		}
 		for b := body[4:]; len(b) > 0; b = b[orderEntry:] {
-			c.order.push(entry{frame.MemberID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:]), d.Seq + 1})
+			c.order.push(entry{from: frame.MemberID(binary.BigEndian.Uint16(b)), n: binary.BigEndian.Uint32(b[2:]), next: d.Seq + 1})
 		}
 	default:
 		c.fail(fmt.Errorf("%w: kind %d from member %d", ErrBadMessage, d.Data[0], d.From))
@@ -717,7 +735,7 @@ func (c *Core) noteOut(n uint64) {
 		if c.self == c.seqr {
 			// Its place is where it went out in this stream, as every
 			// member sees it.
-			c.order.push(entry{c.self, k, sent})
+			c.order.push(entry{from: c.self, n: k, next: sent})
 		}
 	}
 }
@@ -895,17 +913,29 @@ func (c *Core) sendOrder() {
 		b := make([]byte, orderHeader+k*orderEntry)
 		b[0] = kindOrder
 		binary.BigEndian.PutUint32(b[1:], c.view)
+		safe := false
 		for i, e := range c.toOrder[:k] {
 			binary.BigEndian.PutUint16(b[orderHeader+i*orderEntry:], uint16(e.from))
 			binary.BigEndian.PutUint32(b[orderHeader+i*orderEntry+2:], e.n)
+			safe = safe || e.safe
 		}
-		if err := c.in.Propose(c.now, b); err != nil {
+		if err := c.propose(b, safe); err != nil {
 			return // window full: the next Ready tries again
 		}
 		c.mine.push(own{order: true, entries: slices.Clone(c.toOrder[:k]), view: c.view})
 		c.toOrder = c.toOrder[:copy(c.toOrder, c.toOrder[k:])] // kept at the array's front
 		c.kick = true
 	}
+}
+
+// propose passes b to the membership core; a message the layer waits
+// for every member to hold (safe: a Safe message, or an order message
+// that places one) asks for prompt acks where the core can.
+func (c *Core) propose(b []byte, safe bool) error {
+	if safe && c.prompter != nil {
+		return c.prompter.ProposePrompt(c.now, b)
+	}
+	return c.in.Propose(c.now, b)
 }
 
 // StepLent implements core.Borrower, through to the membership core (a

@@ -230,7 +230,11 @@ type simRun struct {
 	// 0: every message at the group's. safeSent names the Safe ones.
 	mix      int
 	safeSent map[msgID]bool
-	lost     string // how the primary component was lost (primaryLost)
+	// noPromptAnswer (a test's knob): under Agreed the PBP cores do not
+	// answer at once a frame that asks (pbp.Config.AnswerAckRequests),
+	// as before a Safe message in an Agreed group asked.
+	noPromptAnswer bool
+	lost           string // how the primary component was lost (primaryLost)
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -251,7 +255,8 @@ func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget 
 		MaxMessage: 200, MaxQueue: 64, Primary: r.level != FIFO, Delivers: func(t frame.Type) bool { return t == frame.Data },
 		Start: func(v view.View, self frame.MemberID) (view.Inner, error) {
 			return pbp.New(pbp.Config{Group: simGroup, Self: self, Members: v.Members, ViewID: v.ID, Retain: true, PromptAcks: r.level == Safe,
-				Window: window, MaxPayload: 200, HeartbeatInterval: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond})
+				AnswerAckRequests: r.level == Agreed && !r.noPromptAnswer,
+				Window:            window, MaxPayload: 200, HeartbeatInterval: 20 * clock.Millisecond, FailureTimeout: 400 * clock.Millisecond})
 		},
 	})
 	if err != nil {
