@@ -146,19 +146,23 @@ func (e *groupEnv) send() {
 // flush sends the outbox on the caller's goroutine unless the sender
 // goroutine is at it: a barrier or lock message then leaves without a
 // goroutine hand-off (called without n.mu). The caller sends the frames
-// too (Group.SendNow, on a Loop Loop.SendNow): with one P the loop's
-// goroutine would send them only once the program blocks, after its next
-// step's computation if the barrier is crossed at once.
+// too (Group.SendNow; on a Loop Loop.SendBatch, whose Sends do not wake
+// the Loop for frames it sends itself): with one P the loop's goroutine
+// would send them only once the program blocks, after its next step's
+// computation if the barrier is crossed at once.
 func (e *groupEnv) Flush() {
 	if !e.sendMu.TryLock() {
 		e.Kick()
 		return
 	}
+	if e.loop != nil {
+		e.loop.SendBatch(func() { e.drain() })
+		e.sendMu.Unlock()
+		return
+	}
 	e.drain()
 	e.sendMu.Unlock()
-	if e.loop != nil {
-		e.loop.SendNow()
-	} else if e.g != nil {
+	if e.g != nil {
 		e.g.SendNow()
 	}
 }

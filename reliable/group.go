@@ -94,6 +94,9 @@ type Group struct {
 	woken      chan struct{} // wakeLoop's signal to a loop waiting for queue room
 	hosted     bool          // a Loop takes the group's turns (JoinLoop)
 	loop       *Loop         // that Loop: its kicker kicks what the group staged
+	// wakeHeld: a Send inside its Loop's SendBatch left the wake to the
+	// batch's end, which sends for the group or wakes the Loop.
+	wakeHeld bool
 	// A Send on a quiet group sends its frame itself (sendNow) while
 	// the loop waits on the link: inline says such a send is under way
 	// (g.mu is let go while the frame goes out), and the loop waits on
@@ -848,9 +851,19 @@ func (g *Group) send(ctx context.Context, payload []byte, level Level) error {
 				return nil
 			}
 			g.due = true
-			g.wakeLoop()
+			if g.loop != nil && g.loop.batches.Load() > 0 {
+				g.wakeHeld = true // SendBatch's end sends it or wakes the Loop
+			} else {
+				g.wakeLoop()
+			}
 			g.mu.Unlock()
 			return nil
+		}
+		if g.wakeHeld {
+			// What this batch proposed before must go out for the window
+			// to open: the Loop sends it.
+			g.wakeHeld = false
+			g.wakeLoop()
 		}
 		if !errors.Is(err, ErrWindowFull) || ctx == nil {
 			err = g.sendErr(err) // finishes the group, which needs g.mu

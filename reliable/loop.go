@@ -43,6 +43,10 @@ type Loop struct {
 	// barrier's Sends on a channel and on the global group) need not.
 	waiting atomic.Bool
 
+	// batches counts the SendBatch calls under way: their Sends do not
+	// wake the Loop (Group.wakeHeld).
+	batches atomic.Int32
+
 	// The loop's own.
 	rx   []link.Frame
 	live []*hosted
@@ -160,6 +164,7 @@ func (lp *Loop) SendNow() {
 	for _, h := range hosts {
 		g := h.h.g
 		g.mu.Lock()
+		sent := false
 		if g.due && g.turned && !g.turning && !g.inline && !g.leaving && !g.stop && g.err == nil && len(g.first) == 0 {
 			// Ready again before Advance returns the same: what is not
 			// frames alone is left to the Loop's turn.
@@ -172,6 +177,17 @@ func (lp *Loop) SendNow() {
 					g.n.out.staged = false
 					st = g.n.out.stage
 				}
+				sent = true
+			}
+		}
+		if g.wakeHeld {
+			// A SendBatch's Send left the wake to us: the Loop is woken
+			// only if its turn has more to do than these frames, or the
+			// core's next timer (the resend timer of the frames just
+			// sent) now falls more than MaxWait before the Loop's wait.
+			g.wakeHeld = false
+			if d := g.n.clk.Wall(g.n.st.Deadline()); !sent || (!d.IsZero() && d.Before(g.sleepUntil.Add(-g.cfg.maxWait))) {
+				g.wakeLoop()
 			}
 		}
 		g.mu.Unlock()
@@ -181,6 +197,30 @@ func (lp *Loop) SendNow() {
 			lp.kickFailed(err)
 		}
 	}
+}
+
+// SendBatch runs send, whose Sends on the hosted groups do not wake the
+// Loop, then SendNow: the frames go out on the calling goroutine, and the
+// Loop is woken only for a group whose frames SendNow could not send (its
+// turn is under way, or has deliveries or events to hand out) or whose
+// core's next timer now falls more than the group's MaxWait before the
+// Loop's wait. A timer closer to it than that fires at the Loop's wake-up,
+// at most MaxWait late: while frames flow the Loop waits MaxWait at most,
+// and a peer's frame (the answer the caller waits for) usually wakes it
+// first; on a quiet link (a wait of up to a second) the Loop is woken. It
+// is dsm's barrier flush on channels: each Send woke the Loop, whose turn
+// then found the frames sent already, and whose link's Recv ended its
+// spin or its sleep to read and plan again for nothing. A Send that must
+// wait for window room inside send wakes the Loop first (what the batch
+// proposed before must go out for the window to open). Sends of other
+// goroutines while a batch runs leave their wakes to it too.
+func (lp *Loop) SendBatch(send func()) {
+	lp.batches.Add(1)
+	defer func() {
+		lp.batches.Add(-1)
+		lp.SendNow()
+	}()
+	send()
 }
 
 // ErrLoopConfig is wrapped by JoinLoop's refusal of a group a Loop

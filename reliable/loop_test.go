@@ -430,3 +430,109 @@ func TestLoopSendNow(t *testing.T) {
 		t.Fatalf("member 2 got %q on group 8 and %q on group 9, want [\"to 8\"] and [\"to 9\"]", got8, got9)
 	}
 }
+
+// SendBatch's Sends leave the Loop asleep where its SendNow sends their
+// frames (dsm's barrier flush on channels): member 1's Loop waits, its
+// groups 7 and 8 each Send inside a batch, and the batch kicks both Data
+// frames at once; member 2 delivers both. With a MaxWait of a second the
+// resend timer the frames start falls within MaxWait of the Loop's wait,
+// and the batch does not wake the Loop's source; with the default (1 ms)
+// on a quiet link (a wait of a second) it wakes it once, as a Send
+// outside a batch does.
+func TestLoopSendBatchWakesNot(t *testing.T) {
+	for _, c := range []struct {
+		maxWait time.Duration
+		wakes   int
+	}{{time.Second, 0}, {0, 1}} {
+		if got := sendBatchWakes(t, c.maxWait); got != c.wakes {
+			t.Errorf("MaxWait %v: a SendBatch of two Sends with the Loop waiting woke its source %d times, want %d", c.maxWait, got, c.wakes)
+		}
+	}
+}
+
+// sendBatchWakes is TestLoopSendBatchWakesNot's run at member 1's
+// Config.MaxWait maxWait: the Wakes of the Loop's source the batch made.
+func sendBatchWakes(t *testing.T, maxWait time.Duration) int {
+	r := rtnet.New(t, 26)
+	l1, l2 := r.Attach(t, testnet.EndpointConfig{}), r.Attach(t, testnet.EndpointConfig{})
+	members := staticMembers([]*rtnet.Link{l1, l2})
+	st := &kickCounter{Link: l1}
+	gate := &gateWaker{w: l1}
+	lp := NewLoop(LoopSourceFunc(l1.Recv), gate)
+	ids := []uint32{7, 8}
+	var gs []*Group
+	for _, id := range ids {
+		g, err := JoinLoop(context.Background(), lp, st, Config{Group: id, Members: members, Self: 1, Logger: quiet,
+			MaxWait: maxWait, Deliver: func(frame.MemberID, []byte) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	var peers []*Group
+	for _, id := range ids {
+		g, err := Join(context.Background(), l2, Config{Group: id, Members: members, Self: 2, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, g)
+	}
+	defer func() {
+		gate.set(false)
+		for _, g := range append(gs, peers...) {
+			g.abort()
+			<-g.Done()
+		}
+		lp.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The Loop has taken every group's first turn and waits on the link.
+	for _, g := range gs {
+		for {
+			g.mu.Lock()
+			waits := g.turned && !g.sleepUntil.IsZero()
+			g.mu.Unlock()
+			if waits {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("member 1's Loop never waited after its groups' first turns")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	gate.set(true)
+	gate.mu.Lock()
+	wakes := gate.n
+	gate.mu.Unlock()
+	st.mu.Lock()
+	kicks := len(st.kicks)
+	st.mu.Unlock()
+	lp.SendBatch(func() {
+		for _, g := range gs {
+			if err := g.Send(ctx, []byte(fmt.Sprint("to ", g.cfg.Group))); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	gate.mu.Lock()
+	wakes = gate.n - wakes
+	gate.mu.Unlock()
+	st.mu.Lock()
+	sent := slices.Clone(st.kicks[kicks:])
+	st.mu.Unlock()
+	if len(sent) != 1 || !slices.Equal(sent[0], ids) {
+		t.Fatalf("SendBatch with the Loop waiting: Data frames per Kick by group %v, want one Kick of groups 7 and 8", sent)
+	}
+	for i, g := range peers {
+		m, err := g.Recv(ctx)
+		if err != nil {
+			t.Fatalf("member 2, group %d: %v", ids[i], err)
+		}
+		if want := fmt.Sprint("to ", ids[i]); string(m.Data) != want {
+			t.Fatalf("member 2, group %d: got %q, want %q", ids[i], m.Data, want)
+		}
+	}
+	return wakes
+}
