@@ -333,42 +333,10 @@ func (s *sender) flush(m int) (int, error) {
 	return s.pos, err
 }
 
-// rawSendMax is the most datagrams a sendmmsg(2) sends by a raw system
-// call (short), as link/ring's kick of a few frames: the socket does not
-// block, and a few datagrams take microseconds. By Syscall, its
-// entersyscall woke the runtime's sysmon thread whenever that slept (a
-// futex wake-up on every send of a process that had been waiting), and
-// sysmon, finding the call still in the kernel 20 µs later (the
-// receivers' wake-ups are made inside it, and a receiver woken on our CPU
-// can preempt us there), took the P and started another thread for it:
-// at one P (rbcastd's default) each such send cost a thread wake-up or
-// two and the hand-over back. A larger round keeps Syscall, so that the
-// process's other goroutines get the P meanwhile.
-const rawSendMax = 8
-
-// The system calls sendmmsg makes, variables for the tests.
-var syscall6, rawSyscall6 = unix.Syscall6, unix.RawSyscall6
-
-// short reports whether messages [pos, count) carry at most rawSendMax
-// datagrams.
-func (s *sender) short() bool {
-	n := 0
-	for i := s.pos; i < s.count; i++ {
-		if n += int(s.hdrs[i].Hdr.Iovlen); n > rawSendMax {
-			return false
-		}
-	}
-	return true
-}
-
 // sendmmsg is the RawConn.Write callback.
 func (s *sender) sendmmsg(fd uintptr) bool {
 	for s.pos < s.count {
-		call := syscall6
-		if s.short() {
-			call = rawSyscall6
-		}
-		r, _, e := call(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
 		switch e {
 		case 0:
 			s.pos += int(r)
