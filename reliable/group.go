@@ -788,13 +788,7 @@ func (g *Group) Send(ctx context.Context, payload []byte) error {
 // the Safe messages before it. Any other level is refused with a
 // *LevelError (errors.Is ErrLevel) before anything is sent.
 func (g *Group) SendLevel(ctx context.Context, level Level, payload []byte) error {
-	if level != LevelGroup && level == g.level() {
-		level = LevelGroup
-	}
-	if err := g.levelAllowed(level); err != nil {
-		return err
-	}
-	return g.send(ctx, payload, level)
+	return g.sendLevel(ctx, level, payload)
 }
 
 // TrySend is Send without the wait: when the send window is full (or,
@@ -808,13 +802,19 @@ func (g *Group) TrySend(payload []byte) error {
 // same refusals as SendLevel (a *LevelError, before anything is sent)
 // and as TrySend (ErrWindowFull at once when the window is full).
 func (g *Group) TrySendLevel(level Level, payload []byte) error {
+	return g.sendLevel(nil, level, payload)
+}
+
+// sendLevel is SendLevel, or with a nil ctx TrySendLevel: the group's own
+// level is LevelGroup's send, another levelAllowed refuses or lets through.
+func (g *Group) sendLevel(ctx context.Context, level Level, payload []byte) error {
 	if level != LevelGroup && level == g.level() {
 		level = LevelGroup
 	}
 	if err := g.levelAllowed(level); err != nil {
 		return err
 	}
-	return g.send(nil, payload, level)
+	return g.send(ctx, payload, level)
 }
 
 // send is Send, or with a nil ctx TrySend, at the level (LevelGroup, or

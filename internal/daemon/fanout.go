@@ -202,6 +202,11 @@ func (c *conn) deliver(b *outBatch, from uint16) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.rings.deliver != nil {
+		if c.ringFailed.Load() {
+			// ringTooSmall is ending the connection: the stream stops at
+			// the delivery the ring could not take, not after a gap.
+			return nil
+		}
 		return c.deliverRing(b, from)
 	}
 	if b.one != nil {

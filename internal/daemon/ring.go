@@ -247,6 +247,9 @@ func (c *conn) deliverRing(b *outBatch, from uint16) error {
 		n := int(binary.BigEndian.Uint32(b.p[off+2:]))
 		if from == localapi.AllMembers || from == sender {
 			if err := c.ringAdd(sender, b.p[off+entryLen:off+entryLen+n]); err != nil {
+				if errors.Is(err, localapi.ErrRecordTooLarge) {
+					c.publishDeliver() // the client has all before the one that failed
+				}
 				return err
 			}
 		}
@@ -301,7 +304,7 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	r := c.rings.deliver
-	if r == nil {
+	if r == nil || c.ringFailed.Load() {
 		return 0, false, nil
 	}
 	for sole() {
@@ -344,9 +347,10 @@ func (c *conn) ringRecv(g *reliable.Group, ctx context.Context, from uint16, lar
 // ringTooSmall ends the connection of a deliver ring set up before the
 // group started (its largest message was not known yet: setupRing
 // refuses one too small after) that cannot take a delivery, telling the
-// client why its stream ends, once. The fan-out calls it holding c.wmu,
+// client why its stream ends, once. ringRecv calls it holding c.wmu,
 // which the Error's write takes: the ending runs on a goroutine of its
-// own, as closeAsync.
+// own, as closeAsync. From the call on, the ring takes no delivery
+// (deliver, ringRecv): the stream ends at the one it could not take.
 func (c *conn) ringTooSmall(err error) {
 	if c.ringFailed.Swap(true) {
 		return

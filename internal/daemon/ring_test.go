@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -508,5 +511,62 @@ func ringTooSmall(t *testing.T, other bool) {
 	}
 	if got, err := collect(late, len(big)); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("the socket after the refused ring: %d bytes, %v; want the %d sent", len(got), err, len(big))
+	}
+}
+
+// A delivery the deliver ring cannot take ends the client's stream
+// there: the deliveries before it in its batch are published, and none
+// after it go into the ring while ringTooSmall's goroutine ends the
+// connection (a smaller one would fit, after a gap the client would not
+// see).
+func TestRingTooSmallStreamEndsThere(t *testing.T) {
+	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	t.Cleanup(func() { localapi.UnmapRing(mem) })
+	r, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{ctx: context.Background()}
+	c.rings.deliver = r
+	batch := func(msgs ...[]byte) *outBatch {
+		b := newOutBatch(localapi.MinRing)
+		for _, m := range msgs {
+			b.p = binary.BigEndian.AppendUint16(b.p, 1)
+			b.p = binary.BigEndian.AppendUint32(b.p, uint32(len(m)))
+			b.p = append(b.p, m...)
+			b.n++
+		}
+		b.from = 1
+		return b
+	}
+	before, big, after := []byte("before"), make([]byte, localapi.MinRing/2+1), []byte("after")
+	if err := c.deliver(batch(before, big), localapi.AllMembers); !errors.Is(err, localapi.ErrRecordTooLarge) {
+		t.Fatalf("a batch with a delivery of %d bytes into a ring of %d: %v; want ErrRecordTooLarge", len(big), localapi.MinRing, err)
+	}
+	c.ringFailed.Store(true) // ringTooSmall, which the fan-out calls next
+	if err := c.deliver(batch(after), localapi.AllMembers); err != nil {
+		t.Fatalf("a delivery after the ring failed: %v", err)
+	}
+	var got []string
+	for {
+		_, data, ok, err := client.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, string(data))
+	}
+	if len(got) != 1 || got[0] != string(before) {
+		t.Fatalf("the client's ring holds %q; want only %q, the delivery before the one that failed", got, before)
 	}
 }

@@ -133,10 +133,20 @@ func (c *Core) promptEvery() uint32 { return uint32(max(1, c.cfg.Window/2)) }
 // with ProposePrompt; by the same rule either way, with "in flight" read
 // as the frames that want prompt acks (under PromptAcks, every one).
 func (c *Core) askFor(seq uint32) frame.Flags {
+	lone := c.promptTo-1-c.stable >= c.nextSeq-c.stable // none in flight
+	if lone {
+		// What wanted prompt acks is stable: nothing is left to ask for
+		// (unasked), and promptTo and asked stay within the window, not
+		// 2^32 frames of plain ones behind, where the sequence's
+		// wrap-around would put them in flight again.
+		c.promptTo = c.stable
+		if c.asked-c.stable > c.nextSeq-c.stable {
+			c.asked = c.stable
+		}
+	}
 	if !c.cfg.PromptAcks && !c.history[seq&c.hmask].prompt {
 		return 0
 	}
-	lone := c.promptTo-1-c.stable >= c.nextSeq-c.stable // none in flight
 	c.promptTo = seq + 1
 	if !lone && seq+1-c.asked < c.promptEvery() {
 		return 0

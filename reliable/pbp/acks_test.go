@@ -512,3 +512,68 @@ func TestProposePrompt(t *testing.T) {
 		t.Fatalf("AnswerAckRequests, an Ack that asks: frames %+v, want an Ack", frames)
 	}
 }
+
+// A prompt frame that did not ask and became stable before its probe
+// leaves nothing to ask for: the plain frames after it arm no probe (one
+// asked every member for an Ack at once). Nor do a prompt frame's marks
+// fall 2^32 frames behind (the state below, set by hand, is the one
+// 2^32 plain frames after a prompt one leave): the next prompt frame
+// sent with only plain ones in flight still asks.
+func TestProposePromptStableLeavesNothingToAsk(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	now := t0 + 1
+	send := func(prompt bool, msg string) []out {
+		t.Helper()
+		propose := c.Propose
+		if prompt {
+			propose = c.ProposePrompt
+		}
+		if err := propose(now, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		frames, _, _ := ready(t, c)
+		if len(frames) != 1 || frames[0].t != frame.Data {
+			t.Fatalf("proposing %q: frames %+v, want one Data frame", msg, frames)
+		}
+		return frames
+	}
+	asks := func(f out) bool { return f.h.Flags&frame.FlagAckRequest != 0 }
+	if f := send(true, "s"); !asks(f[0]) {
+		t.Fatalf("the first prompt frame: %+v, want it to ask", f)
+	}
+	now++
+	if f := send(true, "t"); asks(f[0]) {
+		t.Fatalf("a prompt frame with one in flight that asked: %+v, want no ask", f)
+	}
+	for _, m := range []frame.MemberID{1, 2} {
+		step(t, c, now, in{sender: m, seq: 99, acks: []uint32{102, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	}
+	if c.inFlight() != 0 {
+		t.Fatalf("%d frames in flight after both acks, want 0", c.inFlight())
+	}
+	now += Time(promptTail)
+	c.Tick(now)
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("the probe with nothing in flight: %+v, want none", frames)
+	}
+	now++
+	if f := send(false, "b"); asks(f[0]) {
+		t.Fatalf("a plain frame: %+v, want no ask", f)
+	}
+	now += Time(promptTail)
+	c.Tick(now)
+	if frames, _, _ := ready(t, c); len(frames) != 0 {
+		t.Fatalf("promptTail after a plain frame sent once the prompt ones were stable: %+v, want no probe", frames)
+	}
+
+	for _, m := range []frame.MemberID{1, 2} {
+		step(t, c, now, in{sender: m, seq: 99, acks: []uint32{103, 100, 100}, body: &frame.Empty{T: frame.Ack}})
+	}
+	c.promptTo, c.asked = c.stable+1, c.stable+1 // 2^32-1 frames behind
+	now++
+	send(false, "c")
+	now++
+	if f := send(true, "u"); !asks(f[0]) {
+		t.Fatalf("a prompt frame with only a plain one in flight, 2^32 frames after the last prompt one: %+v, want it to ask", f)
+	}
+}
