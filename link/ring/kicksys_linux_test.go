@@ -26,18 +26,7 @@ func TestShortKickRaw(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			tx := openOn(t, topo.Hosts[0], Config{Version: v})
 			rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: -1, BlockTimeout: time.Millisecond})
-			raw, sys := map[uintptr]int{}, map[uintptr]int{}
-			defer func(s, r func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno)) {
-				syscall6, rawSyscall6 = s, r
-			}(syscall6, rawSyscall6)
-			syscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
-				sys[trap]++
-				return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
-			}
-			rawSyscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
-				raw[trap]++
-				return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
-			}
+			raw, sys := countSyscalls(t)
 			seq := uint64(0)
 			kick := func(n int) {
 				t.Helper()
@@ -102,18 +91,7 @@ func TestRawKicks(t *testing.T) {
 	topo := up(t, "k", 2, 1500)
 	tx := openOn(t, topo.Hosts[0], Config{Version: V3, RawKicks: true})
 	rx := openOn(t, topo.Hosts[1], Config{Version: V3, RxSpin: -1, BlockTimeout: time.Millisecond})
-	raw, sys := map[uintptr]int{}, map[uintptr]int{}
-	defer func(s, r func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno)) {
-		syscall6, rawSyscall6 = s, r
-	}(syscall6, rawSyscall6)
-	syscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
-		sys[trap]++
-		return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
-	}
-	rawSyscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
-		raw[trap]++
-		return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
-	}
+	raw, sys := countSyscalls(t)
 	const n = 32 * rawKickMax
 	frames := make([][]byte, n)
 	for i := range frames {
@@ -142,4 +120,21 @@ func TestRawKicks(t *testing.T) {
 			seq++
 		}
 	}
+}
+
+// countSyscalls counts the link's system calls by number, made raw and
+// by Syscall, until the test ends.
+func countSyscalls(t *testing.T) (raw, sys map[uintptr]int) {
+	raw, sys = map[uintptr]int{}, map[uintptr]int{}
+	s, r := syscall6, rawSyscall6
+	t.Cleanup(func() { syscall6, rawSyscall6 = s, r })
+	syscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+		sys[trap]++
+		return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
+	rawSyscall6 = func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, unix.Errno) {
+		raw[trap]++
+		return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
+	return raw, sys
 }
