@@ -42,7 +42,10 @@ type (
 	FileMeta     = files.Meta
 	FileProgress = files.Progress
 	FileSinkFile = files.SinkFile
-	FileCause    = files.Cause
+	// FileSummedSinkFile takes each block with its CRC-32C, taken from
+	// the frame's.
+	FileSummedSinkFile = files.SummedSinkFile
+	FileCause          = files.Cause
 )
 
 // FileReport's kinds.

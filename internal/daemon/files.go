@@ -320,11 +320,25 @@ type countingFile struct {
 	total *atomic.Uint64
 }
 
+var _ reliable.FileSummedSinkFile = (*countingFile)(nil)
+
 func (f *countingFile) WriteBlock(b uint32, data []byte) error {
-	err := f.FileSinkFile.WriteBlock(b, data)
+	return f.counted(f.FileSinkFile.WriteBlock(b, data), len(data))
+}
+
+// WriteBlockSum passes the block's CRC-32C on to a store that takes it
+// (filestore's), so that it does not compute it again.
+func (f *countingFile) WriteBlockSum(b uint32, data []byte, sum uint32) error {
+	if s, ok := f.FileSinkFile.(reliable.FileSummedSinkFile); ok {
+		return f.counted(s.WriteBlockSum(b, data, sum), len(data))
+	}
+	return f.WriteBlock(b, data)
+}
+
+func (f *countingFile) counted(err error, n int) error {
 	if err == nil {
-		f.info.bytes.Add(uint64(len(data)))
-		f.total.Add(uint64(len(data)))
+		f.info.bytes.Add(uint64(n))
+		f.total.Add(uint64(n))
 	}
 	return err
 }

@@ -180,9 +180,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // blockSum is a block's checksum as stored; never 0, which means not
 // written.
-func blockSum(data []byte) uint32 {
-	if s := crc32.Checksum(data, castagnoli); s != 0 {
-		return s
+func blockSum(data []byte) uint32 { return storedSum(crc32.Checksum(data, castagnoli)) }
+
+// storedSum is a block's checksum as stored from its CRC-32C.
+func storedSum(crc uint32) uint32 {
+	if crc != 0 {
+		return crc
 	}
 	return 1
 }
@@ -218,11 +221,12 @@ type partial struct {
 	summed bool
 	buf    []byte
 
-	h      hash.Hash
-	hashed uint32   // blocks in h, from block 0
-	held   []uint64 // blocks written or verified, one bit each
-	dirty  int64    // bytes written since the last write-behind
-	writes int      // writes to the file and its checksums (tests)
+	h        hash.Hash
+	hashed   uint32   // blocks in h, from block 0
+	held     []uint64 // blocks written or verified, one bit each
+	dirty    int64    // bytes written since the last write-behind
+	writes   int      // writes to the file and its checksums (tests)
+	crcBytes int64    // bytes WriteBlock computed a CRC-32C of (tests)
 
 	// run is blocks runFirst..runFirst+runN-1 not written to the file
 	// yet, back to back (holes among them zeros); runSums their
@@ -421,7 +425,7 @@ func (p *partial) flush() error {
 	return nil
 }
 
-var _ files.SinkFile = (*partial)(nil)
+var _ files.SummedSinkFile = (*partial)(nil)
 
 // verify returns the blocks whose stored checksum matches their bytes.
 func (p *partial) verify() ([]frame.Range, error) {
@@ -474,6 +478,21 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 	if p.stored {
 		return nil
 	}
+	p.crcBytes += int64(len(data))
+	return p.WriteBlockSum(b, data, crc32.Checksum(data, castagnoli))
+}
+
+// WriteBlockSum is WriteBlock with crc, data's CRC-32C, which the core
+// took from the frame's (files.SummedSinkFile): the block's checksum
+// costs no pass over its bytes. The frame's CRC guards the block from
+// the sender's encoder to here; the checksum stored beside the block
+// guards what the frame's cannot, the copy on the disk across a crash
+// (Open's verification re-reads every block and keeps those that match).
+func (p *partial) WriteBlockSum(b uint32, data []byte, crc uint32) error {
+	if p.stored {
+		return nil
+	}
+	sum := storedSum(crc)
 	p.summed = false
 	bs := int(p.meta.BlockSize)
 	switch {
@@ -485,10 +504,10 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 		// A hole of the run, or a block again: in place.
 		i := int(b - p.runFirst)
 		copy(p.run[i*bs:i*bs+len(data)], data)
-		binary.BigEndian.PutUint32(p.runSums[4*i:], blockSum(data))
+		binary.BigEndian.PutUint32(p.runSums[4*i:], sum)
 		return p.stored1(b, data)
 	case p.runN > 0 && b < p.runFirst:
-		if err := p.writeAlone(b, data); err != nil {
+		if err := p.writeAlone(b, data, sum); err != nil {
 			return err
 		}
 		return p.stored1(b, data)
@@ -514,7 +533,7 @@ func (p *partial) WriteBlock(b uint32, data []byte) error {
 		p.runN += uint32(holes)
 	}
 	p.run = append(p.run, data...)
-	p.runSums = binary.BigEndian.AppendUint32(p.runSums, blockSum(data))
+	p.runSums = binary.BigEndian.AppendUint32(p.runSums, sum)
 	p.runN++
 	return p.stored1(b, data)
 }
@@ -530,15 +549,15 @@ func (p *partial) heldIn(from, to uint32) bool {
 	return false
 }
 
-// writeAlone writes block b and its checksum now, outside the run.
-func (p *partial) writeAlone(b uint32, data []byte) error {
+// writeAlone writes block b and its checksum sum now, outside the run.
+func (p *partial) writeAlone(b uint32, data []byte, sum uint32) error {
 	p.writes += 2
 	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
 		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
 	}
-	var sum [4]byte
-	binary.BigEndian.PutUint32(sum[:], blockSum(data))
-	if _, err := p.hashes.WriteAt(sum[:], int64(b)*4); err != nil {
+	var rec [4]byte
+	binary.BigEndian.PutUint32(rec[:], sum)
+	if _, err := p.hashes.WriteAt(rec[:], int64(b)*4); err != nil {
 		return fmt.Errorf("filestore: writing the checksum of block %d of %q: %w", b, p.meta.Name, err)
 	}
 	p.dirty += int64(len(data))

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -1264,5 +1265,132 @@ func TestRunSourceCachedRaw(t *testing.T) {
 	readRun(2 << 20)
 	if calls == 0 {
 		t.Logf("a run dropped from the page cache was read without a blocking preadv (the cache kept it)")
+	}
+}
+
+// keepSink is a Dir that keeps the partial copies it opens.
+type keepSink struct {
+	*Dir
+	opened []*partial
+}
+
+func (k *keepSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
+	f, held, err := k.Dir.Open(m)
+	if p, ok := f.(*partial); ok {
+		k.opened = append(k.opened, p)
+	}
+	return f, held, err
+}
+
+// TestBlockSumsFromFrames: a receiver's store takes each block's CRC-32C
+// from the core, which derives it from the FileData frame's CRC: it
+// computes none itself (a pass over every byte it received before),
+// unless the frames' CRCs are the link's (SkipCRC), and the checksums it
+// stores are the blocks' (Open, resuming, keeps every block written).
+func TestBlockSumsFromFrames(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SkipCRC=%v", skip), func(t *testing.T) {
+			src, dst := t.TempDir(), t.TempDir()
+			data := randomBytes(300*1464+17, 5)
+			os.WriteFile(filepath.Join(src, "img"), data, 0o644)
+			s, err := OpenSource(filepath.Join(src, "img"), "img")
+			if err != nil {
+				t.Fatal(err)
+			}
+			members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
+			sink := &keepSink{Dir: &Dir{Root: dst}}
+			sender, _ := files.New(files.Config{Group: 3, Self: 1, Members: members, Rate: 1 << 30})
+			r, _ := files.New(files.Config{Group: 3, Self: 2, Members: members, Sink: sink, Rate: 1 << 30})
+			if skip {
+				r.SkipCRC()
+			}
+			if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
+				t.Fatal(err)
+			}
+			now := clock.Time(1)
+			var verdict *files.Report
+			exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
+				for _, f := range from.Ready().Frames {
+					_, body, _ := frame.SplitEthernet(f, frame.EtherType)
+					parse := frame.ParseGroup
+					if skip {
+						parse = frame.ParseGroupNoCRC // the link's CRC
+					}
+					v, err := parse(body, 3)
+					if err != nil {
+						t.Fatal(err)
+					}
+					to.Step(now, fromMAC, toMAC, v)
+				}
+				for _, rep := range from.Reports() {
+					if rep.Kind == files.Verdict {
+						verdict = &rep
+					}
+				}
+				from.Advance()
+			}
+			for i := 0; verdict == nil && i < 100_000; i++ {
+				now += clock.Time(10 * clock.Microsecond)
+				sender.Tick(now)
+				exchange(sender, r, members[0].MAC, members[1].MAC)
+				r.Tick(now)
+				exchange(r, sender, members[1].MAC, members[0].MAC)
+			}
+			if verdict == nil || !verdict.OK() {
+				t.Fatalf("verdict %v", verdict)
+			}
+			if got, err := os.ReadFile(filepath.Join(dst, "img")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("stored %d bytes (%v), want the %d sent", len(got), err, len(data))
+			}
+			if len(sink.opened) != 1 {
+				t.Fatalf("%d partial copies opened, want 1", len(sink.opened))
+			}
+			want := int64(0)
+			if skip {
+				want = int64(len(data))
+			}
+			if got := sink.opened[0].crcBytes; got != want {
+				t.Errorf("the store computed the CRC-32C of %d bytes, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestWriteBlockSumResumes: blocks written with the CRCs the core gives
+// are held after a restart, and a block whose given CRC is not its
+// bytes' is fetched again.
+func TestWriteBlockSumResumes(t *testing.T) {
+	data := randomBytes(40*64+17, 6)
+	m := meta("f", data, 64)
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.(*partial)
+	for b := range m.Blocks() {
+		blk := data[int(b)*64 : int(b)*64+m.BlockLen(b)]
+		crc := crc32.Checksum(blk, castagnoli)
+		if b == 7 {
+			crc ^= 1
+		}
+		if err := p.WriteBlockSum(b, blk, crc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if p.crcBytes != 0 {
+		t.Errorf("WriteBlockSum computed the CRC-32C of %d bytes", p.crcBytes)
+	}
+	p.Abort(true)
+	_, held, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []frame.Range{{First: 0, Last: 6}, {First: 8, Last: m.Blocks() - 1}}
+	if !slices.Equal(held, want) {
+		t.Errorf("held after the restart %v, want %v", held, want)
 	}
 }

@@ -98,6 +98,18 @@ type SinkFile interface {
 	Abort(keep bool)
 }
 
+// A SummedSinkFile takes each block with its CRC-32C, which the core
+// derives from the FileData frame's CRC32C trailer (frame.SuffixCRC)
+// without reading the block again: a sink that keeps a checksum per
+// block (to find blocks a crash tore) need not compute it. The core
+// passes it only where the trailer covers the block's bytes as they are
+// (not on a link that seals every frame's CRC itself: SkipCRC).
+type SummedSinkFile interface {
+	SinkFile
+	// WriteBlockSum is WriteBlock(b, data) with sum, data's CRC-32C.
+	WriteBlockSum(b uint32, data []byte, sum uint32) error
+}
+
 // ErrDeclined is what Sink.Open returns for a file this member does not
 // want: the core then ignores the transfer without a report.
 var ErrDeclined = errors.New("files: file declined")

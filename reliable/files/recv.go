@@ -49,7 +49,9 @@ type transfer struct {
 	meta    Meta
 	set     blockSet
 	file    SinkFile
-	top     uint32 // one past the highest block seen sent (the count once ended)
+	summed  SummedSinkFile // file, where it takes blocks' CRCs (nil: not)
+	shift   frame.CRCShift // over a whole block, for summed
+	top     uint32         // one past the highest block seen sent (the count once ended)
 	ended   bool
 	retried bool // fetched again after a hash mismatch
 	// fromSink: the sink held every block when the transfer opened (no
@@ -226,6 +228,10 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		return err
 	}
 	t.file, t.state = f, receiving
+	t.summed = nil
+	if s, ok := f.(SummedSinkFile); ok && !c.skipCRC {
+		t.summed, t.shift = s, frame.ShiftFor(int(m.BlockSize))
+	}
 	t.set = newBlockSet(t.meta.Blocks())
 	for _, r := range held {
 		for b := r.First; b <= r.Last && b < t.set.n; b++ {
@@ -276,7 +282,7 @@ func (c *Core) block(now Time, t *transfer, v frame.View) error {
 		c.stats.Duplicates++
 		return nil
 	}
-	if err := t.file.WriteBlock(b, data); err != nil {
+	if err := c.write(t, b, data, v); err != nil {
 		c.fail(now, t, CauseStorage, false, true)
 		return nil
 	}
@@ -290,6 +296,19 @@ func (c *Core) block(now Time, t *transfer, v frame.View) error {
 		c.sendReport(now, t)
 	}
 	return nil
+}
+
+// write stores block b of t, data from FileData frame v, with its CRC-32C
+// from v's where the sink takes it (SummedSinkFile).
+func (c *Core) write(t *transfer, b uint32, data []byte, v frame.View) error {
+	if t.summed == nil {
+		return t.file.WriteBlock(b, data)
+	}
+	s := t.shift
+	if len(data) != int(t.meta.BlockSize) {
+		s = frame.ShiftFor(len(data)) // the file's last block
+	}
+	return t.summed.WriteBlockSum(b, data, v.SuffixCRC(s))
 }
 
 // finish checks a complete file's hash and commits it; a mismatch fetches
@@ -307,7 +326,7 @@ func (c *Core) finish(now Time, t *transfer) {
 	if sum != t.meta.Hash {
 		c.stats.HashMismatches++
 		t.file.Abort(false)
-		t.file = nil
+		t.file, t.summed = nil, nil
 		t.fromSink = false
 		if t.candidate {
 			// The file stored under the name is another: fetch this
@@ -346,7 +365,7 @@ func (c *Core) finish(now Time, t *transfer) {
 		c.fail(now, t, CauseStorage, false, true)
 		return
 	}
-	t.file, t.state = nil, received
+	t.file, t.summed, t.state = nil, nil, received
 	c.stats.FilesReceived++
 	if t.fromSink {
 		c.stats.FilesHeld++
@@ -361,7 +380,7 @@ func (c *Core) finish(now Time, t *transfer) {
 func (c *Core) fail(now Time, t *transfer, cause Cause, keep, tell bool) {
 	if t.file != nil {
 		t.file.Abort(keep)
-		t.file = nil
+		t.file, t.summed = nil, nil
 	}
 	t.state, t.cause = failed, cause
 	t.reportAt = 0

@@ -17,7 +17,7 @@ func (c *Core) Release() {
 	for _, t := range c.in {
 		if t.file != nil {
 			t.file.Abort(true)
-			t.file = nil
+			t.file, t.summed = nil, nil
 		}
 	}
 }
