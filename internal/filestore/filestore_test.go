@@ -191,49 +191,31 @@ func TestCoresOverFiles(t *testing.T) {
 	if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 		t.Fatal(err)
 	}
-	now := clock.Time(1)
 	blocks, killed, again := 0, false, 0
-	var verdict *files.Report
 	dropped := 0
-	exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte, count bool) {
-		for _, f := range from.Ready().Frames {
-			_, body, _ := frame.SplitEthernet(f, frame.EtherType)
-			v, err := frame.ParseGroup(body, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if count && v.Type() == frame.FileData {
-				if killed && dropped < 20 {
-					dropped++ // the receiver is down
-					continue
-				}
-				blocks++
-				if killed && v.Seq() < durable {
-					again++
-				}
-			}
-			to.Step(now, fromMAC, toMAC, v)
+	l := &coreLink{t: t, members: members, sender: sender, r: r, parse: frame.ParseGroup}
+	l.toReceiver = func(v frame.View) bool {
+		if v.Type() != frame.FileData {
+			return true
 		}
-		for _, rep := range from.Reports() {
-			if rep.Kind == files.Verdict {
-				verdict = &rep
-			}
+		if killed && dropped < 20 {
+			dropped++ // the receiver is down
+			return false
 		}
-		from.Advance()
+		blocks++
+		if killed && v.Seq() < durable {
+			again++
+		}
+		return true
 	}
-	for i := 0; verdict == nil && i < 100_000; i++ {
-		now += clock.Time(10 * clock.Microsecond)
-		sender.Tick(now)
-		exchange(sender, r, members[0].MAC, members[1].MAC, true)
-		r.Tick(now)
-		exchange(r, sender, members[1].MAC, members[0].MAC, false)
+	verdict := l.run(func() {
 		if !killed && blocks >= 100 {
 			// kill -9: the receiver's core is gone; 20 blocks pass it by;
 			// then it restarts on the same directory.
-			killed, r = true, recv()
+			killed, l.r = true, recv()
 			blocks = 0
 		}
-	}
+	})
 	if verdict == nil || !verdict.OK() {
 		t.Fatalf("verdict %v", verdict)
 	}
@@ -1307,35 +1289,11 @@ func TestBlockSumsFromFrames(t *testing.T) {
 			if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 				t.Fatal(err)
 			}
-			now := clock.Time(1)
-			var verdict *files.Report
-			exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
-				for _, f := range from.Ready().Frames {
-					_, body, _ := frame.SplitEthernet(f, frame.EtherType)
-					parse := frame.ParseGroup
-					if skip {
-						parse = frame.ParseGroupNoCRC // the link's CRC
-					}
-					v, err := parse(body, 3)
-					if err != nil {
-						t.Fatal(err)
-					}
-					to.Step(now, fromMAC, toMAC, v)
-				}
-				for _, rep := range from.Reports() {
-					if rep.Kind == files.Verdict {
-						verdict = &rep
-					}
-				}
-				from.Advance()
+			l := &coreLink{t: t, members: members, sender: sender, r: r, parse: frame.ParseGroup}
+			if skip {
+				l.parse = frame.ParseGroupNoCRC // the link's CRC
 			}
-			for i := 0; verdict == nil && i < 100_000; i++ {
-				now += clock.Time(10 * clock.Microsecond)
-				sender.Tick(now)
-				exchange(sender, r, members[0].MAC, members[1].MAC)
-				r.Tick(now)
-				exchange(r, sender, members[1].MAC, members[0].MAC)
-			}
+			verdict := l.run(nil)
 			if verdict == nil || !verdict.OK() {
 				t.Fatalf("verdict %v", verdict)
 			}
@@ -1393,4 +1351,57 @@ func TestWriteBlockSumResumes(t *testing.T) {
 	if !slices.Equal(held, want) {
 		t.Errorf("held after the restart %v, want %v", held, want)
 	}
+}
+
+// coreLink runs a sender's and a receiver's file cores (members 0 and
+// 1) over a lossless in-memory exchange, 10 µs a round: the sender ticks
+// and its frames reach the receiver, then the receiver ticks and its
+// frames reach the sender. parse reads a frame (frame.ParseGroup, or
+// ParseGroupNoCRC where the link checks the CRC); toReceiver, if set,
+// sees each frame on its way to the receiver and drops it by returning
+// false.
+type coreLink struct {
+	t          *testing.T
+	members    []frame.MemberInfo
+	sender, r  *files.Core
+	parse      func([]byte, uint32) (frame.View, error)
+	toReceiver func(v frame.View) bool
+	now        clock.Time
+	verdict    *files.Report
+}
+
+// run exchanges rounds until the sender reports its verdict (at most
+// 100 000 rounds), calling after, if set, after each, and returns it.
+func (l *coreLink) run(after func()) *files.Report {
+	l.now = clock.Time(1)
+	for i := 0; l.verdict == nil && i < 100_000; i++ {
+		l.now += clock.Time(10 * clock.Microsecond)
+		l.sender.Tick(l.now)
+		l.exchange(l.sender, l.r, l.members[0].MAC, l.members[1].MAC, l.toReceiver)
+		l.r.Tick(l.now)
+		l.exchange(l.r, l.sender, l.members[1].MAC, l.members[0].MAC, nil)
+		if after != nil {
+			after()
+		}
+	}
+	return l.verdict
+}
+
+func (l *coreLink) exchange(from, to *files.Core, fromMAC, toMAC [6]byte, keep func(frame.View) bool) {
+	for _, f := range from.Ready().Frames {
+		_, body, _ := frame.SplitEthernet(f, frame.EtherType)
+		v, err := l.parse(body, 3)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		if keep == nil || keep(v) {
+			to.Step(l.now, fromMAC, toMAC, v)
+		}
+	}
+	for _, rep := range from.Reports() {
+		if rep.Kind == files.Verdict {
+			l.verdict = &rep
+		}
+	}
+	from.Advance()
 }
