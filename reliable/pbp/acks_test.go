@@ -448,15 +448,7 @@ func TestProposePrompt(t *testing.T) {
 	now := t0 + 1
 	turn := func(prompt bool, msg string) []sentFrame {
 		t.Helper()
-		propose := c.Propose
-		if prompt {
-			propose = c.ProposePrompt
-		}
-		if err := propose(now, []byte(msg)); err != nil {
-			t.Fatal(err)
-		}
-		frames, _, _ := ready(t, c)
-		return sent(frames)
+		return sent(proposeReady(t, c, now, prompt, msg))
 	}
 	if got, want := turn(false, "a"), []sentFrame{{frame.Data, 100, false}}; !slices.Equal(got, want) {
 		t.Fatalf("a plain frame: %+v, want %+v", got, want)
@@ -524,14 +516,7 @@ func TestProposePromptStableLeavesNothingToAsk(t *testing.T) {
 	now := t0 + 1
 	send := func(prompt bool, msg string) []out {
 		t.Helper()
-		propose := c.Propose
-		if prompt {
-			propose = c.ProposePrompt
-		}
-		if err := propose(now, []byte(msg)); err != nil {
-			t.Fatal(err)
-		}
-		frames, _, _ := ready(t, c)
+		frames := proposeReady(t, c, now, prompt, msg)
 		if len(frames) != 1 || frames[0].t != frame.Data {
 			t.Fatalf("proposing %q: frames %+v, want one Data frame", msg, frames)
 		}
@@ -576,4 +561,19 @@ func TestProposePromptStableLeavesNothingToAsk(t *testing.T) {
 	if f := send(true, "u"); !asks(f[0]) {
 		t.Fatalf("a prompt frame with only a plain one in flight, 2^32 frames after the last prompt one: %+v, want it to ask", f)
 	}
+}
+
+// proposeReady proposes msg to c at now (by ProposePrompt if prompt)
+// and returns the frames its next Ready sends.
+func proposeReady(t *testing.T, c *Core, now Time, prompt bool, msg string) []out {
+	t.Helper()
+	propose := c.Propose
+	if prompt {
+		propose = c.ProposePrompt
+	}
+	if err := propose(now, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	frames, _, _ := ready(t, c)
+	return frames
 }

@@ -267,14 +267,7 @@ func TestSafeStreamAcks(t *testing.T) {
 	slices.SortFunc(ps, func(a, b *process) int { return int(a.id(t)) - int(b.id(t)) })
 	r.net.RunFor(50 * time.Millisecond)
 	var data, acks int
-	r.net.Trace(func(ev testnet.Event) {
-		if ev.Kind != testnet.EventSend {
-			return
-		}
-		v, err := frame.Parse(ev.Frame[frame.EthernetHeaderLen:])
-		if err != nil {
-			return
-		}
+	traceSent(r, func(v frame.View) {
 		switch v.Type() {
 		case frame.Data:
 			data++
@@ -401,14 +394,7 @@ func TestAgreedStreamAcks(t *testing.T) {
 					}
 				}
 				var c count
-				r.net.Trace(func(ev testnet.Event) {
-					if ev.Kind != testnet.EventSend {
-						return
-					}
-					v, err := frame.Parse(ev.Frame[frame.EthernetHeaderLen:])
-					if err != nil {
-						return
-					}
+				traceSent(r, func(v frame.View) {
 					if v.Flags()&frame.FlagAckRequest != 0 {
 						c.asking++
 					}
@@ -447,4 +433,16 @@ func TestAgreedStreamAcks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// traceSent calls sent with every rbcast frame a member of r sends.
+func traceSent(r *simRun, sent func(v frame.View)) {
+	r.net.Trace(func(ev testnet.Event) {
+		if ev.Kind != testnet.EventSend {
+			return
+		}
+		if v, err := frame.Parse(ev.Frame[frame.EthernetHeaderLen:]); err == nil {
+			sent(v)
+		}
+	})
 }
