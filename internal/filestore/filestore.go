@@ -921,9 +921,13 @@ func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
 
 func (r runSource) Close() error { return r.f.Close() }
 
-// preadv is the blocking read of a run, by Syscall (a variable: tests
-// count its calls).
-var preadv = unix.Preadv
+// preadv is the blocking read of a run, by Syscall, and rawSyscall6 the
+// raw call preadvCached makes (variables: tests count the calls, and
+// make the raw one find nothing cached).
+var (
+	preadv      = unix.Preadv
+	rawSyscall6 = unix.RawSyscall6
+)
 
 // preadvCached reads into iov (up to 64 buffers) from off what the page
 // cache holds, by a raw preadv2(RWF_NOWAIT): it never waits for the
@@ -951,7 +955,7 @@ func preadvCached(fd uintptr, iov [][]byte, off int64) int {
 	if k == 0 {
 		return 0
 	}
-	n, _, e := unix.RawSyscall6(unix.SYS_PREADV2, fd, uintptr(unsafe.Pointer(&vecs[0])), uintptr(k), uintptr(off), 0, unix.RWF_NOWAIT)
+	n, _, e := rawSyscall6(unix.SYS_PREADV2, fd, uintptr(unsafe.Pointer(&vecs[0])), uintptr(k), uintptr(off), 0, unix.RWF_NOWAIT)
 	if e != 0 {
 		return 0
 	}
