@@ -187,29 +187,31 @@ func TestPromptAcksSender(t *testing.T) {
 	}
 }
 
-// PromptAcks, a receiver: a Data frame that asks is acknowledged in the
-// same Ready; one that does not waits for the ack timer (AckDelay). An
-// Ack that asks is answered at once; without PromptAcks it starts the
-// ack timer (PBP2's resend probe).
+// PromptAcks or AnswerAckRequests, a receiver: a Data frame that asks
+// is acknowledged in the same Ready; one that does not waits for the ack
+// timer (AckDelay). An Ack that asks is answered at once; without either
+// it starts the ack timer (PBP2's resend probe).
 func TestPromptAcksReceiver(t *testing.T) {
-	cfg := testConfig(PBP2, 2, 3)
-	cfg.PromptAcks = true
-	c := newCore(t, cfg)
-	step(t, c, t0+1, in{sender: 0, seq: 100, body: data("a")})
-	if frames, ds, _ := ready(t, c); len(ds) != 1 || len(frames) != 0 {
-		t.Fatalf("a frame that does not ask: %d deliveries, frames %+v; want 1, none", len(ds), frames)
-	}
-	step(t, c, t0+2, in{sender: 0, seq: 101, body: data("b"), flags: frame.FlagAckRequest})
-	frames, ds, _ := ready(t, c)
-	if len(ds) != 1 || len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[0] != 102 {
-		t.Fatalf("a frame that asks: %d deliveries, frames %+v; want 1 and an Ack with member 0's entry at 102", len(ds), frames)
-	}
-	step(t, c, t0+3, in{sender: 0, seq: 101, flags: frame.FlagAckRequest, body: &frame.Empty{T: frame.Ack}})
-	if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Ack {
-		t.Fatalf("an Ack that asks: frames %+v, want an Ack", frames)
+	for _, mode := range []string{"PromptAcks", "AnswerAckRequests"} {
+		cfg := testConfig(PBP2, 2, 3)
+		cfg.PromptAcks, cfg.AnswerAckRequests = mode == "PromptAcks", mode == "AnswerAckRequests"
+		c := newCore(t, cfg)
+		step(t, c, t0+1, in{sender: 0, seq: 100, body: data("a")})
+		if frames, ds, _ := ready(t, c); len(ds) != 1 || len(frames) != 0 {
+			t.Fatalf("%s, a frame that does not ask: %d deliveries, frames %+v; want 1, none", mode, len(ds), frames)
+		}
+		step(t, c, t0+2, in{sender: 0, seq: 101, body: data("b"), flags: frame.FlagAckRequest})
+		frames, ds, _ := ready(t, c)
+		if len(ds) != 1 || len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[0] != 102 {
+			t.Fatalf("%s, a frame that asks: %d deliveries, frames %+v; want 1 and an Ack with member 0's entry at 102", mode, len(ds), frames)
+		}
+		step(t, c, t0+3, in{sender: 0, seq: 101, flags: frame.FlagAckRequest, body: &frame.Empty{T: frame.Ack}})
+		if frames, _, _ := ready(t, c); len(frames) != 1 || frames[0].t != frame.Ack {
+			t.Fatalf("%s, an Ack that asks: frames %+v, want an Ack", mode, frames)
+		}
 	}
 
-	c = newCore(t, testConfig(PBP2, 2, 3))
+	c := newCore(t, testConfig(PBP2, 2, 3))
 	step(t, c, t0+2, in{sender: 0, seq: 100, body: data("b"), flags: frame.FlagAckRequest})
 	if frames, _, _ := ready(t, c); len(frames) != 0 {
 		t.Fatalf("without PromptAcks, a frame that asks: frames %+v, want none before AckDelay", frames)
@@ -488,21 +490,7 @@ func TestProposePrompt(t *testing.T) {
 		t.Fatalf("the answer to a Nack for 100 and 101: %+v, want %+v", got, want)
 	}
 
-	cfg := testConfig(PBP2, 2, 3)
-	cfg.AnswerAckRequests = true
-	r := newCore(t, cfg)
-	step(t, r, t0+1, in{sender: 0, seq: 100, body: data("a")})
-	if frames, ds, _ := ready(t, r); len(ds) != 1 || len(frames) != 0 {
-		t.Fatalf("AnswerAckRequests, a frame that does not ask: %d deliveries, frames %+v; want 1, none", len(ds), frames)
-	}
-	step(t, r, t0+2, in{sender: 0, seq: 101, body: data("b"), flags: frame.FlagAckRequest})
-	if frames, ds, _ := ready(t, r); len(ds) != 1 || len(frames) != 1 || frames[0].t != frame.Ack || frames[0].h.Acks[0] != 102 {
-		t.Fatalf("AnswerAckRequests, a frame that asks: %d deliveries, frames %+v; want 1 and an Ack with member 0's entry at 102", len(ds), frames)
-	}
-	step(t, r, t0+3, in{sender: 0, seq: 101, flags: frame.FlagAckRequest, body: &frame.Empty{T: frame.Ack}})
-	if frames, _, _ := ready(t, r); len(frames) != 1 || frames[0].t != frame.Ack {
-		t.Fatalf("AnswerAckRequests, an Ack that asks: frames %+v, want an Ack", frames)
-	}
+	// The receivers' side (AnswerAckRequests): TestPromptAcksReceiver.
 }
 
 // A prompt frame that did not ask and became stable before its probe
