@@ -27,7 +27,7 @@ demo:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	$(GO) test -count=1 -run '^(TestSteadyStateAllocs|TestWriteAllocs)$$' ./internal/daemon ./orca
+	$(GO) test -count=1 -run '^(TestSteadyStateAllocs|TestWriteAllocs|TestSolveAllocatesNoMatrix)$$' ./internal/daemon ./orca ./orca/examples/asp
 
 # Without the race detector, for a quick loop.
 test-short:
