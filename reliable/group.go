@@ -880,7 +880,7 @@ func (g *Group) send(ctx context.Context, payload []byte, level Level) error {
 // sends its frame itself when it can (sendNow); Sends closer together
 // leave it to the loop, which sends what they proposed in one batch. A
 // stream's Sends come a few µs apart and batch; a request and its reply
-// (a ping-pong through two daemons: 40–50 µs) are quiet (docs/local-api.md,
+// (a ping-pong through two daemons: 40–50 µs) are quiet (docs/local-api-history.md,
 // "The Send's hand-off").
 const quietSend = 20 * time.Microsecond
 
@@ -888,8 +888,8 @@ const quietSend = 20 * time.Microsecond
 // the loop waits on the link with nothing else to do, instead of waking
 // the loop to send it: a lone message then goes out without waiting for
 // the loop's thread to be woken and scheduled, nor the kicker's (12-17
-// and 2-3 µs on a busy 2-vCPU machine, docs/local-api.md, "The data
-// path"). It carries out the core's Ready as a turn would (a core may
+// and 2-3 µs on a busy 2-vCPU machine, docs/local-api-history.md,
+// "Latency"). It carries out the core's Ready as a turn would (a core may
 // deliver on Propose: a sequencer its own message), excluding the loop's
 // turns meanwhile, so only where deliveries and events go to the queue
 // and the Events channel: with Config.Deliver or OnEvent they are

@@ -179,7 +179,7 @@ func heldPair(t *testing.T, r *rtnet.Net, withDeliver bool) (g, peer *Group, hl 
 }
 
 // A Send quietSend or more after the one before sends its frame itself
-// (sendNow); one sooner leaves it to the loop (docs/local-api.md, "The
+// (sendNow); one sooner leaves it to the loop (docs/local-api-history.md, "The
 // Send's hand-off": 20 µs). On the Group's clock, set by the test, Sends
 // at 0, 20 µs and 40 µs − 1 ns, each with the loop parked in Recv
 // (it takes one turn between them): the first two are kicked before

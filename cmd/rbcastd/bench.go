@@ -209,7 +209,7 @@ func bench(sf *socketFlags, size int, dur time.Duration) (*benchResult, error) {
 // the daemons poll their rings and their clients' sockets, and on the
 // 2-vCPU benchmark machine that cost more than the wake-ups it saved:
 // round trip p50 497 µs with 200 µs client polls, 323 µs without
-// (docs/local-api.md, "Latency").
+// (docs/local-api-history.md, "Latency").
 const pingSpin = 0
 
 // ringPingSpin is how long -ping and -echo poll their deliver ring
@@ -217,7 +217,7 @@ const pingSpin = 0
 // bench -spin with -rings. Polling shared memory takes no system call,
 // and while the client polls the daemon writes it no doorbell: on the
 // loaded 2-vCPU benchmark machine the one-way p50 fell from 42–60 to
-// 31–44 µs (docs/local-api.md, "Latency").
+// 31–44 µs (docs/local-api-history.md, "Latency").
 const ringPingSpin = 200 * time.Microsecond
 
 // pingRings is the default of bench -rings.

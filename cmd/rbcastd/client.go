@@ -775,7 +775,7 @@ func recvCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 }
 
 // defaultRecvNap is recv's -nap: in a stream a nap replaces the
-// doorbells' wake-ups (docs/local-api.md, "Napping in a stream"), and is
+// doorbells' wake-ups (docs/local-api-history.md, "Napping in a stream"), and is
 // itself one, of recv and of the Go runtime's sysmon ("Where the goodput
 // row's time goes"): a streaming recv wakes about once per nap. A default
 // deliver ring (4 MiB) holds two naps of a stream at 1 GB/s.

@@ -66,7 +66,7 @@ func sinceStart(t time.Time) time.Duration {
 
 // onePClients are the clients that run on one Go P: their connection's
 // reads and their own loop hand off to each other as the daemon's
-// goroutines do (docs/local-api.md, "One P per daemon, the default", has
+// goroutines do (docs/local-api-history.md, "One P per daemon, the default", has
 // the measurements).
 var onePClients = map[string]bool{"bench": true, "send": true, "recv": true}
 

@@ -79,7 +79,7 @@ func Dump() {
 // The stages recorded (the arg in brackets). A one-way trip of a ping
 // passes PingSend, ConnRead/ConnHandled at the sender's daemon, the
 // runtime's turn and the link (stages 30-41, recorded by a patch of
-// reliable and link/ring that is not kept: docs/local-api.md,
+// reliable and link/ring that is not kept: docs/local-api-history.md,
 // "Latency"; 30 the loop's Recv returned [frames], 31 wakeLoop, 32
 // frames staged [how many], 33 delivered, 34/35 a Kick began/ended [1:
 // by Send itself], 36 a Send sends its frame itself, 40/41 the ring's

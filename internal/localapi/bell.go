@@ -17,7 +17,7 @@ import (
 // the P to another thread; a doorbell's write wakes the other end's
 // process, which may take the CPU from the writer inside the call, and
 // then the writer waits for that other thread on its return
-// (docs/local-api.md, "Kicks that lose the P"). A full socket waits in
+// (docs/local-api-history.md, "Kicks that lose the P"). A full socket waits in
 // the poller as Write does.
 //
 // The callback RawConn.Write runs is made once, in NewBell: a closure

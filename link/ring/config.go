@@ -110,7 +110,7 @@ type Config struct {
 	// a frame within RxSpin, none while three quarters do not (the
 	// package documentation). Off by default: on a 2-vCPU guest it cost
 	// the library's goodput a fifth to two fifths, and did not shorten
-	// rbcastd's FIFO round trip (docs/local-api.md, "An adaptive ring
+	// rbcastd's FIFO round trip (docs/local-api-history.md, "An adaptive ring
 	// spin").
 	AdaptiveSpin bool
 

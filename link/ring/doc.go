@@ -41,7 +41,7 @@
 // after, so a frame that lands while Recv spins or works wakes no thread;
 // when the socket itself was in the netpoller, every frame woke the
 // runtime's epoll_wait thread, and the sender paid for that wake-up inside
-// its sendto (docs/local-api.md, "Latency"). Removed, not disarmed: a
+// its sendto (docs/local-api-history.md, "Latency"). Removed, not disarmed: a
 // disarmed socket still had the instance on its wait queue, and every
 // frame's delivery (in the sender's sendto) took that queue's lock and ran
 // epoll's callback with interrupts off. Recv checks the ring inside
@@ -72,7 +72,7 @@
 // ring before sleeping"). A short sleep in place of the sched_yield, to
 // give the CPU away for certain, keeps the poller away 26 µs or more in
 // such a VM whatever it asks for, and was slower in every row measured
-// (docs/local-api.md, "A poll that sleeps to give way"). A yield that keeps Recv off the CPU for more than
+// (docs/local-api-history.md, "A poll that sleeps to give way"). A yield that keeps Recv off the CPU for more than
 // a millisecond (or RxSpin, if longer) means other work holds the CPU, where
 // a sleeper is woken sooner than a yielder gets its turn back: spinning then
 // stops for 10 ms, doubling up to a second while that lasts. A Recv whose
@@ -102,7 +102,7 @@
 // soon as its frames come sooner. Stats counts the spins that found a
 // frame (SpinHits), those that ended empty (SpinMisses) and the waits that
 // slept at once (SpinSkips). Linux KVM's halt polling adapts its poll on
-// the same judgement; docs/local-api.md ("An adaptive ring spin") has the
+// the same judgement; docs/local-api-history.md ("An adaptive ring spin") has the
 // measurements, and why it is not the default: on a 2-vCPU guest, idle,
 // it cost the library's goodput a fifth to two fifths (a sender whose
 // waits mostly end by a Wake, which counts as neither, stops spinning).

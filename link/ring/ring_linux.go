@@ -737,7 +737,7 @@ func (l *Link) waitEnded(from, now time.Time) {
 // wakes no thread: with the socket in the netpoller every frame made it
 // readable and woke the runtime's epoll_wait thread, also while Recv spun
 // and needed no wake-up, and the sender paid for that wake-up inside its
-// sendto (docs/local-api.md, "Latency"). Removed, not merely disarmed
+// sendto (docs/local-api-history.md, "Latency"). Removed, not merely disarmed
 // (no events): an epoll instance that holds the socket, armed or not, has
 // an entry on its wait queue, and for every frame the sender's sendto
 // took that queue's lock and ran epoll's callback, with interrupts off,

@@ -11,7 +11,7 @@ import "time"
 // with more polling processes than cores, one that yields the CPU between
 // looks (sched_yield) waits behind the others for its turn, and keeps the
 // CPU from the process that would produce what it waits for, where a
-// sleeper is woken at once (docs/local-api.md, "An adaptive ring spin").
+// sleeper is woken at once (docs/local-api-history.md, "An adaptive ring spin").
 // There a round trip outgrows the spin, and the spins end empty.
 //
 // Each wait is judged by what a spin of max would have done, whatever the
@@ -29,7 +29,7 @@ import "time"
 // (three quarters miss) there is none, and between it grows in
 // proportion. A spin that catches every other frame still pays; on a
 // 2-vCPU machine under load, total order's self-delivery and 3-sender
-// rate fell with the spin off at half (docs/local-api.md, "An adaptive
+// rate fell with the spin off at half (docs/local-api-history.md, "An adaptive
 // ring spin").
 //
 // It is a deterministic value: the waits and their lengths are arguments.
