@@ -71,7 +71,7 @@ import (
 // RBCASTD_REPORT_OUT: also write the report to this file.
 // RBCASTD_REPORT_PINGARGS: more flags for bench -ping and -echo.
 // RBCASTD_REPORT_RECVARGS: more flags for the file row's recv -o FILE
-// (say "-write buffered"). RBCASTD_REPORT_FILE_DIR: where the file row's
+// (say "-nap 500us"). RBCASTD_REPORT_FILE_DIR: where the file row's
 // receivers write their copies (default: the run's temporary directory;
 // say /dev/shm for tmpfs).
 // RBCASTD_REPORT_PREFIX: the namespaces' name prefix (default rbrep).
