@@ -1541,7 +1541,7 @@ const rawKickMax = 8
 // later (the receivers' wake-ups are made inside it, and a receiver woken
 // on our CPU can preempt us there), took the P and started another thread
 // for it; with one P per rank each such kick cost a thread wake-up or two
-// and the next hand-over back (docs/dsm.md, "Sysmon's wake-ups"). A larger
+// and the next hand-over back (docs/dsm-history.md, "Sysmon's wake-ups"). A larger
 // kick (a stream's batch, up to a ring of frames) keeps Syscall, so that
 // the process's other goroutines get the P meanwhile.
 func (l *Link) shortKick() bool {

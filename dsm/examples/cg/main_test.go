@@ -25,7 +25,7 @@ func TestVerifyOnLossySimulator(t *testing.T) {
 
 // A rank over -iface runs at one P unless told otherwise: its matrix-vector
 // product lasts microseconds, and with a P per CPU every hand-over between
-// the program and its group's loop woke another thread (docs/dsm.md,
+// the program and its group's loop woke another thread (docs/dsm-history.md,
 // "cg's iteration at rank 0").
 func TestOneProcByDefault(t *testing.T) {
 	fs := flag.NewFlagSet("cg", flag.ContinueOnError)
