@@ -42,7 +42,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	n := fs.Int("n", 256, "grid size (n×n)")
 	iters := fs.Int("iters", 200, "sweeps")
 	seed := fs.Uint64("seed", 1, "seed of the initial grid")
-	o.AllowChannels()
+	o.AllowChannels(true)
 	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	params := func() {
 		o.SetParams("n=%d iters=%d seed=%d", *n, *iters, *seed)

@@ -49,7 +49,7 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	segs := fs.Int("segs", 8, "number of segments")
 	mib := fs.Int("mib", 64, "size of each segment in MiB")
 	locSize := fs.Int("locsize", 1024, "location size in bytes (at most what one message carries)")
-	o.AllowChannels()
+	o.AllowChannels(false)
 	g := func() geometry {
 		o.SetParams("segs=%d mib=%d locsize=%d", *segs, *mib, *locSize)
 		return geometry{segs: *segs, locs: (*mib << 20) / *locSize, size: *locSize}

@@ -79,9 +79,10 @@ type Options struct {
 	// ChannelBarriers (with Channels): the program's loop crosses
 	// channel barriers (dsm.Node.ChannelBarrier), which wait only for
 	// the ranks sharing a segment and send nothing on the global group.
-	ChannelBarriers bool
-	channelsKnown   bool
-	params          string
+	ChannelBarriers      bool
+	channelsKnown        bool
+	channelBarriersKnown bool
+	params               string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
 }
@@ -112,7 +113,13 @@ func Flags(fs *flag.FlagSet) *Options {
 // AllowChannels declares that the program has a channel mode (-channels):
 // it joins only the segments it needs and writes a segment only after the
 // barrier that follows its creation (dsm.Config.Selective's rules).
-func (o *Options) AllowChannels() { o.channelsKnown = true }
+// barriers says whether its loop crosses channel barriers under
+// -channel-barriers; a program without them refuses the flag rather than
+// ignore it.
+func (o *Options) AllowChannels(barriers bool) {
+	o.channelsKnown = true
+	o.channelBarriersKnown = barriers
+}
 
 // SetDefaultGOMAXPROCS makes n the default of -gomaxprocs. A rank that
 // computes for microseconds between node calls wants 1: its program's
@@ -182,7 +189,9 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case o.ChannelBarriers && !o.Channels:
 		return errors.New("-channel-barriers needs -channels (channel barriers are barriers of the segment channels)")
 	case o.Channels && !o.channelsKnown:
-		return fmt.Errorf("-channels: %s has no channel mode (jacobi and halo have)", name)
+		return fmt.Errorf("-channels: %s has no channel mode (jacobi, halo and memory have)", name)
+	case o.ChannelBarriers && !o.channelBarriersKnown:
+		return fmt.Errorf("-channel-barriers: %s's barriers are global ones in channel mode too (jacobi and halo have channel barriers)", name)
 	}
 	if _, err := envPhases(); err != nil {
 		return err

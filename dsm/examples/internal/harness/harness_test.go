@@ -57,11 +57,27 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-iface", "eth0", "-procs", "2"}, "-iface needs -rank in 0..1 (-procs 2); it is -1"},
 		{[]string{"-iface", "eth0", "-procs", "2", "-rank", "2"}, "it is 2"},
 		{[]string{"-sim", "-procs", "2", "-pin"}, "-pin binds a process running one rank: it needs -iface"},
+		{[]string{"-sim", "-procs", "2", "-channels"}, "-channels: test has no channel mode (jacobi, halo and memory have)"},
 	} {
 		o, _ := options(t, tc.args...)
 		err := o.Run("test", func() Result { return Result{} }, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: Run = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// A program with a channel mode but global barriers (memory) refuses
+// -channel-barriers instead of running without them; one with channel
+// barriers takes the flag.
+func TestChannelBarriersNeedTheProgram(t *testing.T) {
+	const refusal = "-channel-barriers: test's barriers are global ones in channel mode too"
+	for _, barriers := range []bool{false, true} {
+		o, _ := options(t, "-sim", "-procs", "2", "-channels", "-channel-barriers")
+		o.AllowChannels(barriers)
+		err := o.Run("test", func() Result { return Result{} }, nil)
+		if refused := err != nil && strings.Contains(err.Error(), refusal); refused == barriers {
+			t.Errorf("AllowChannels(%v): Run = %v; refused %v", barriers, err, refused)
 		}
 	}
 }
