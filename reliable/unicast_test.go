@@ -40,20 +40,7 @@ func TestViewsUnicastPair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	watcher := r.Attach(t, testnet.EndpointConfig{QueueLen: 1 << 14})
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 2 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-		c := viewsConfig(2)
-		c.Unicast = true
-		cfgs = append(cfgs, c)
-	}
-	groups, errs := joinRegistered(t, ctx, links, cfgs)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("founder %d: Join: %v", i, err)
-		}
-	}
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 2, func(_ int, c *Config) { c.Unicast = true })
 	awaitMembers(t, groups, 2)
 	dataSeen(t, watcher, 21)
 	exchange(t, groups, 100)

@@ -58,7 +58,7 @@ func TestViewsFoundJoinCrashRestart(t *testing.T) {
 	imp := testnet.Impairment{Loss: 0.05}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, links := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3)
+	groups, links := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3, nil)
 	first := awaitMembers(t, groups, 3)
 	exchange(t, groups, 200)
 
@@ -172,7 +172,7 @@ func TestViewsRemoveGroup(t *testing.T) {
 	r := rtnet.New(t, 35)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3)
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, nil)
 	awaitMembers(t, groups, 3)
 	if err := groups[0].RemoveGroup(ctx); err != nil {
 		t.Fatalf("RemoveGroup: %v", err)
@@ -204,8 +204,7 @@ func TestViewsAgreed(t *testing.T) {
 func viewsAgreed(t *testing.T, safe bool) {
 	r := rtnet.New(t, 41)
 	imp := testnet.Impairment{Loss: 0.05}
-	agreed := func(size int) Config {
-		c := viewsConfig(size)
+	agreed := func(_ int, c *Config) {
 		c.Order, c.Safe = Total, safe
 		// Real time: with 300 ms, a loaded CI machine under -race starved
 		// the coordinator of the crash's view change that long after its
@@ -214,21 +213,16 @@ func viewsAgreed(t *testing.T, safe bool) {
 		// failed so once before, at load 9). The test is about the
 		// crash, not about false suspicions.
 		c.FailureTimeout = time.Second
-		return c
-	}
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 3 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
-		cfgs = append(cfgs, agreed(3))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups := joinFounders(t, ctx, links, cfgs)
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3, agreed)
 	awaitMembers(t, groups, 3)
 	sameLogs(t, exchangeTotal(t, groups, 150))
 
-	late, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{In: imp}), agreed(1))
+	lateCfg := viewsConfig(1)
+	agreed(0, &lateCfg)
+	late, err := Join(ctx, r.Attach(t, testnet.EndpointConfig{In: imp}), lateCfg)
 	if err != nil {
 		t.Fatalf("late joiner: %v", err)
 	}
@@ -254,17 +248,11 @@ func TestSendLevel(t *testing.T) {
 		t.Run(map[bool]string{false: "agreed", true: "safe"}[safe], func(t *testing.T) {
 			r := rtnet.New(t, 43)
 			imp := testnet.Impairment{Loss: 0.05}
-			var links []*rtnet.Link
-			var cfgs []Config
-			for range 3 {
-				links = append(links, r.Attach(t, testnet.EndpointConfig{In: imp}))
-				c := viewsConfig(3)
-				c.Order, c.Safe, c.FailureTimeout = Total, safe, time.Second
-				cfgs = append(cfgs, c)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			groups := joinFounders(t, ctx, links, cfgs)
+			groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3, func(_ int, c *Config) {
+				c.Order, c.Safe, c.FailureTimeout = Total, safe, time.Second
+			})
 			awaitMembers(t, groups, 3)
 			// Runs of each level, and single messages of one among the other.
 			level := func(i int) Level { return []Level{LevelSafe, LevelAgreed, LevelGroup}[i/7%3] }
@@ -325,17 +313,9 @@ func TestSendUnreliable(t *testing.T) {
 	}{{"fifo", FIFO}, {"agreed", Total}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rtnet.New(t, 41)
-			var links []*rtnet.Link
-			var cfgs []Config
-			for range 3 {
-				links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-				cfg := viewsConfig(3)
-				cfg.Order = tc.order
-				cfgs = append(cfgs, cfg)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			groups := joinFounders(t, ctx, links, cfgs)
+			groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, func(_ int, c *Config) { c.Order = tc.order })
 			awaitMembers(t, groups, 3)
 			msg := []byte("a datagram, at most once")
 			if err := groups[0].SendUnreliable(msg); err != nil {
@@ -409,17 +389,15 @@ func TestViewsHashNamesLevel(t *testing.T) {
 // finished the group, so it sees the window deterministically.
 func TestViewsSendErrSetsErr(t *testing.T) {
 	r := rtnet.New(t, 36)
-	var links []*rtnet.Link
-	var cfgs []Config
 	type seen struct{ send, err error }
 	var mu sync.Mutex
 	got := map[int]seen{}
 	var groups []*Group
 	var ready atomic.Bool
-	for i := range 3 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-		cfg := viewsConfig(3)
-		cfg.OnEvent = func(ev Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, _ = foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, func(i int, c *Config) {
+		c.OnEvent = func(ev Event) {
 			if ev.Kind != GroupRemoved || !ready.Load() {
 				return
 			}
@@ -430,11 +408,7 @@ func TestViewsSendErrSetsErr(t *testing.T) {
 			got[i] = seen{send, err}
 			mu.Unlock()
 		}
-		cfgs = append(cfgs, cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	groups = joinFounders(t, ctx, links, cfgs)
+	})
 	awaitMembers(t, groups, 3)
 	ready.Store(true)
 	if err := groups[0].RemoveGroup(ctx); err != nil {
@@ -471,7 +445,7 @@ func TestViewsLargeMessages(t *testing.T) {
 	r := rtnet.New(t, 37)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3)
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, nil)
 	awaitMembers(t, groups, 3)
 	const n = 1500
 	size := groups[0].MaxMessage()
@@ -515,30 +489,28 @@ func TestViewsLargeMessages(t *testing.T) {
 }
 
 // foundViews starts n founders of a group with views, each on a link of
-// r with ec, and fails the test if one cannot join: the groups and their
-// links, in order.
-func foundViews(t *testing.T, ctx context.Context, r *rtnet.Net, ec testnet.EndpointConfig, n int) ([]*Group, []*rtnet.Link) {
+// r with ec and with viewsConfig(n) that tune, when not nil, changes for
+// founder i; it fails the test if one cannot join (joinRegistered): the
+// groups and their links, in order.
+func foundViews(t *testing.T, ctx context.Context, r *rtnet.Net, ec testnet.EndpointConfig, n int, tune func(i int, c *Config)) ([]*Group, []*rtnet.Link) {
 	t.Helper()
 	var links []*rtnet.Link
 	var cfgs []Config
-	for range n {
+	for i := range n {
 		links = append(links, r.Attach(t, ec))
-		cfgs = append(cfgs, viewsConfig(n))
+		c := viewsConfig(n)
+		if tune != nil {
+			tune(i, &c)
+		}
+		cfgs = append(cfgs, c)
 	}
-	return joinFounders(t, ctx, links, cfgs), links
-}
-
-// joinFounders joins the founders of a group (links and cfgs, one each;
-// joinRegistered) and fails the test if one cannot join.
-func joinFounders(t *testing.T, ctx context.Context, links []*rtnet.Link, cfgs []Config) []*Group {
-	t.Helper()
 	groups, errs := joinRegistered(t, ctx, links, cfgs)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("founder %d: Join: %v", i, err)
 		}
 	}
-	return groups
+	return groups, links
 }
 
 // A field added to a core's Config leaves the hash of a group that keeps
@@ -615,17 +587,11 @@ func TestSendLevelPCODE(t *testing.T) {
 // ErrWindowFull at once, as TrySend does.
 func TestTrySendLevel(t *testing.T) {
 	r := rtnet.New(t, 47)
-	var links []*rtnet.Link
-	var cfgs []Config
-	for range 2 {
-		links = append(links, r.Attach(t, testnet.EndpointConfig{}))
-		c := viewsConfig(2)
-		c.Order, c.Window, c.FailureTimeout = Total, 8, 2*time.Second
-		cfgs = append(cfgs, c)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups := joinFounders(t, ctx, links, cfgs)
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 2, func(_ int, c *Config) {
+		c.Order, c.Window, c.FailureTimeout = Total, 8, 2*time.Second
+	})
 	t.Cleanup(func() {
 		for _, g := range groups {
 			g.abort()

@@ -14,7 +14,6 @@ import (
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link/auth"
-	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
@@ -37,24 +36,7 @@ func startCapturedFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet
 	dir := t.TempDir()
 	out := make([]*running, n)
 	for i := range n {
-		ep := testnet.EndpointConfig{}
-		if i < len(imp) {
-			ep.In = imp[i]
-		}
-		l := r.Attach(t, ep)
-		m, err := mux.New(l, mux.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		ml, err := m.Open(7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fl, err := m.Open(FilesGroup(7))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, ml, fl := fileLinks(t, r, imp, i)
 		opts := capture.Options{Node: fmt.Sprint(i + 1), Interface: fmt.Sprintf("n%d", i+1)}
 		opt(i, &opts)
 		cml, err := capture.Wrap(ml, w, opts)

@@ -19,6 +19,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/mux"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -38,6 +39,30 @@ func startFileGroupRate(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairm
 	return startFileGroupWith(t, r, n, imp, inboxes, rate, nil)
 }
 
+// fileLinks attaches daemon i of a file group to r, with imp[i] on what
+// it receives (if imp has one), and muxes its link: the link, and the
+// links of group 7 and of its files group.
+func fileLinks(t *testing.T, r *rtnet.Net, imp []testnet.Impairment, i int) (l *rtnet.Link, group, fileGroup link.Link) {
+	t.Helper()
+	ep := testnet.EndpointConfig{}
+	if i < len(imp) {
+		ep.In = imp[i]
+	}
+	l = r.Attach(t, ep)
+	m, err := mux.New(l, mux.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if group, err = m.Open(7); err != nil {
+		t.Fatal(err)
+	}
+	if fileGroup, err = m.Open(FilesGroup(7)); err != nil {
+		t.Fatal(err)
+	}
+	return l, group, fileGroup
+}
+
 // startFileGroupWith is startFileGroupRate with tune, if set, adjusting
 // each daemon's configuration.
 func startFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, inboxes []string, rate int64, tune func(i int, c *Config)) []*running {
@@ -52,24 +77,7 @@ func startFileGroupPrepared(t *testing.T, r *rtnet.Net, n int, imp []testnet.Imp
 	dir := t.TempDir()
 	out := make([]*running, n)
 	for i := range n {
-		ep := testnet.EndpointConfig{}
-		if i < len(imp) {
-			ep.In = imp[i]
-		}
-		l := r.Attach(t, ep)
-		m, err := mux.New(l, mux.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		ml, err := m.Open(7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fl, err := m.Open(FilesGroup(7))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, ml, fl := fileLinks(t, r, imp, i)
 		fc := &FilesConfig{Link: fl, Rate: rate}
 		if i < len(inboxes) {
 			fc.Inbox = inboxes[i]

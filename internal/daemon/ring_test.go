@@ -34,15 +34,12 @@ func memGroup(t *testing.T, n int, order reliable.Order) []*running {
 	return ds
 }
 
-// A file's worth of messages through a send ring at one daemon and a
-// deliver ring at the other arrives whole, in order; the Flush after
-// them counts them all; two rings of 64 KiB wrap and fill many times.
-func TestRings(t *testing.T) {
-	ds := memGroup(t, 2, reliable.FIFO)
-	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
-	if sub.Version() != localapi.Version {
-		t.Fatalf("Hello agreed on version %d", sub.Version())
-	}
+// ringSubscriber is a client of the daemon at socket that reads a deliver
+// ring of MinRing bytes, subscribed to member 0 (Subscribed read): the
+// connection and its ring.
+func ringSubscriber(t *testing.T, socket string) (*localapi.Conn, *localapi.RingReceiver) {
+	t.Helper()
+	sub, _ := dialFlags(t, socket, localapi.HelloBatch)
 	rr, err := sub.DeliverRing(localapi.MinRing)
 	if err != nil {
 		t.Fatal(err)
@@ -50,12 +47,33 @@ func TestRings(t *testing.T) {
 	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
 		t.Fatal(err)
 	}
-	awaitSubscribed(t, sub, 0) // before the stream: it counts every byte
-	c, w := dial(t, ds[0].socket, true)
+	awaitSubscribed(t, sub, 0)
+	return sub, rr
+}
+
+// ringSender is a client of the daemon at socket, once its group is
+// ready, that sends through a send ring of MinRing bytes: the
+// connection, its ring and the daemon's Welcome.
+func ringSender(t *testing.T, socket string) (*localapi.Conn, *localapi.RingSender, *localapi.Welcome) {
+	t.Helper()
+	c, w := dial(t, socket, true)
 	sr, err := c.SendRing(localapi.MinRing)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, sr, w
+}
+
+// A file's worth of messages through a send ring at one daemon and a
+// deliver ring at the other arrives whole, in order; the Flush after
+// them counts them all; two rings of 64 KiB wrap and fill many times.
+func TestRings(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	sub, rr := ringSubscriber(t, ds[1].socket) // before the stream: it counts every byte
+	if sub.Version() != localapi.Version {
+		t.Fatalf("Hello agreed on version %d", sub.Version())
+	}
+	c, sr, w := ringSender(t, ds[0].socket)
 	data := randomBytes(7, 3_000_000)
 	max := int(w.MaxMessage)
 	sent := make(chan error, 1)
@@ -338,23 +356,11 @@ func testRingsPolled(t *testing.T, poll bool) {
 			l.Close()
 		}
 	})
-	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
-	rr, err := sub.DeliverRing(localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, rr := ringSubscriber(t, ds[1].socket)
 	if poll {
 		rr.SetSpin(time.Second)
 	}
-	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
-		t.Fatal(err)
-	}
-	awaitSubscribed(t, sub, 0)
-	c, _ := dial(t, ds[0].socket, true)
-	sr, err := c.SendRing(localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sr, _ := ringSender(t, ds[0].socket)
 	const n = 200
 	for i := range n {
 		msg := []byte(fmt.Sprintf("message %d", i))
@@ -402,15 +408,7 @@ func testRingsPolled(t *testing.T, poll bool) {
 // fan-out wait before each.
 func TestRingSubscriberAfterWaitNoPacket(t *testing.T) {
 	ds := memGroup(t, 2, reliable.FIFO)
-	sub, _ := dialFlags(t, ds[1].socket, localapi.HelloBatch)
-	rr, err := sub.DeliverRing(localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Write(&localapi.Subscribe{From: 0}); err != nil {
-		t.Fatal(err)
-	}
-	awaitSubscribed(t, sub, 0)
+	_, rr := ringSubscriber(t, ds[1].socket)
 	c, _ := dial(t, ds[0].socket, true)
 	const n = 100
 	for i := range n {

@@ -181,19 +181,15 @@ func TestCoresOverFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
-	cfg := func(self frame.MemberID, sink files.Sink) files.Config {
-		return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
-	}
-	sender, _ := files.New(cfg(1, nil))
-	recv := func() *files.Core { c, _ := files.New(cfg(2, &Dir{Root: dst})); return c }
+	sender := pairCore(t, 1, nil)
+	recv := func() *files.Core { return pairCore(t, 2, &Dir{Root: dst}) }
 	r := recv()
 	if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 		t.Fatal(err)
 	}
 	blocks, killed, again := 0, false, 0
 	dropped := 0
-	l := &coreLink{t: t, members: members, sender: sender, r: r, parse: frame.ParseGroup}
+	l := &coreLink{t: t, sender: sender, r: r, parse: frame.ParseGroup}
 	l.toReceiver = func(v frame.View) bool {
 		if v.Type() != frame.FileData {
 			return true
@@ -743,43 +739,17 @@ func corruptBlockHashMismatch(t *testing.T, alg frame.FileHashAlg, first bool) {
 	if first {
 		s.Hash = librarySum(alg, data)
 	}
-	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
-	cfg := func(self frame.MemberID, sink files.Sink) files.Config {
-		return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
-	}
-	sender, _ := files.New(cfg(1, nil))
-	r, _ := files.New(cfg(2, corruptSink{&Dir{Root: dst}}))
+	sender := pairCore(t, 1, nil)
+	l := &coreLink{t: t, sender: sender, r: pairCore(t, 2, corruptSink{&Dir{Root: dst}}), parse: frame.ParseGroup}
 	if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 		t.Fatal(err)
 	}
-	now := clock.Time(1)
-	var verdict *files.Report
+	verdict := l.run(nil)
 	var incomplete []files.Report
-	exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
-		for _, f := range from.Ready().Frames {
-			_, body, _ := frame.SplitEthernet(f, frame.EtherType)
-			v, err := frame.ParseGroup(body, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			to.Step(now, fromMAC, toMAC, v)
+	for _, rep := range l.reports {
+		if rep.Kind == files.Incomplete {
+			incomplete = append(incomplete, rep)
 		}
-		for _, rep := range from.Reports() {
-			switch rep.Kind {
-			case files.Verdict:
-				verdict = &rep
-			case files.Incomplete:
-				incomplete = append(incomplete, rep)
-			}
-		}
-		from.Advance()
-	}
-	for i := 0; verdict == nil && i < 100_000; i++ {
-		now += clock.Time(10 * clock.Microsecond)
-		sender.Tick(now)
-		exchange(sender, r, members[0].MAC, members[1].MAC)
-		r.Tick(now)
-		exchange(r, sender, members[1].MAC, members[0].MAC)
 	}
 	if verdict == nil || len(verdict.Missing) != 1 || verdict.Missing[0].Member != 2 || verdict.Missing[0].Cause != files.CauseHash {
 		t.Fatalf("verdict %v, want member 2 missing with cause %q", verdict, files.CauseHash)
@@ -958,10 +928,6 @@ func TestCoresSendAgain(t *testing.T) {
 	src, dst := t.TempDir(), t.TempDir()
 	data := randomBytes(50*1464+9, 8)
 	path := filepath.Join(src, "img")
-	members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
-	cfg := func(self frame.MemberID, sink files.Sink) files.Config {
-		return files.Config{Group: 3, Self: self, Members: members, Sink: sink, Rate: 1 << 30}
-	}
 	send := func(content []byte) (rep files.Report, blocks int) {
 		t.Helper()
 		os.WriteFile(path, content, 0o644)
@@ -970,40 +936,16 @@ func TestCoresSendAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Both cores new: the receiver restarted, on the same directory.
-		sender, _ := files.New(cfg(1, nil))
-		r, _ := files.New(cfg(2, &Dir{Root: dst}))
+		sender, r := pairCore(t, 1, nil), pairCore(t, 2, &Dir{Root: dst})
 		if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 			t.Fatal(err)
 		}
-		var verdict *files.Report
-		now := clock.Time(1)
-		exchange := func(from, to *files.Core, fromMAC, toMAC [6]byte) {
-			for _, f := range from.Ready().Frames {
-				_, body, _ := frame.SplitEthernet(f, frame.EtherType)
-				v, err := frame.ParseGroup(body, 3)
-				if err != nil {
-					t.Fatal(err)
-				}
-				to.Step(now, fromMAC, toMAC, v)
-			}
-			for _, x := range from.Reports() {
-				if x.Kind == files.Verdict {
-					verdict = &x
-				} else {
-					rep = x
-				}
-			}
-			from.Advance()
-		}
-		for i := 0; verdict == nil && i < 100_000; i++ {
-			now += clock.Time(10 * clock.Microsecond)
-			sender.Tick(now)
-			exchange(sender, r, members[0].MAC, members[1].MAC)
-			r.Tick(now)
-			exchange(r, sender, members[1].MAC, members[0].MAC)
-		}
-		if verdict == nil || !verdict.OK() {
+		l := &coreLink{t: t, sender: sender, r: r, parse: frame.ParseGroup}
+		if verdict := l.run(nil); verdict == nil || !verdict.OK() {
 			t.Fatalf("verdict %v", verdict)
+		}
+		if n := len(l.reports); n > 0 {
+			rep = l.reports[n-1]
 		}
 		st := r.Stats().Detail.(files.Stats)
 		return rep, int(st.BlocksReceived)
@@ -1130,6 +1072,16 @@ func TestLossyResumeSeeds(t *testing.T) {
 	}
 }
 
+// allocated is the bytes f allocates: the growth of the runtime's
+// TotalAlloc across it.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
 // A receiver's second file reuses the run buffer of its first (freeRuns):
 // it allocates less than a run. A new 1 MiB run per file cost 256 page
 // faults once the runtime had given the last one's pages back.
@@ -1138,11 +1090,7 @@ func TestRunReused(t *testing.T) {
 	data := randomBytes(4<<20, 31)
 	receive(t, d, meta("first", data, 8964), data)
 	m := meta("second", data, 8964)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	receive(t, d, m, data)
-	runtime.ReadMemStats(&after)
-	n := after.TotalAlloc - before.TotalAlloc
+	n := allocated(func() { receive(t, d, m, data) })
 	t.Logf("the second file of 4 MiB allocated %d bytes", n)
 	if n >= uint64(runBytes) {
 		t.Errorf("the second file allocated %d bytes, want less than a run (%d): its run is the first's", n, runBytes)
@@ -1183,11 +1131,7 @@ func TestAheadReused(t *testing.T) {
 		}
 	}
 	lossy("first")
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	lossy("second")
-	runtime.ReadMemStats(&after)
-	n := after.TotalAlloc - before.TotalAlloc
+	n := allocated(func() { lossy("second") })
 	t.Logf("the second lossy file of 8 MiB allocated %d bytes", n)
 	if n >= uint64(aheadBytes) {
 		t.Errorf("the second lossy file allocated %d bytes, want less than its blocks past the gap (%d): they are the first's", n, aheadBytes)
@@ -1275,17 +1219,15 @@ func TestBlockSumsFromFrames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			members := []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
 			sink := &keepSink{Dir: &Dir{Root: dst}}
-			sender, _ := files.New(files.Config{Group: 3, Self: 1, Members: members, Rate: 1 << 30})
-			r, _ := files.New(files.Config{Group: 3, Self: 2, Members: members, Sink: sink, Rate: 1 << 30})
+			sender, r := pairCore(t, 1, nil), pairCore(t, 2, sink)
 			if skip {
 				r.SkipCRC()
 			}
 			if _, err := sender.Send(1, s.Outgoing(nil)); err != nil {
 				t.Fatal(err)
 			}
-			l := &coreLink{t: t, members: members, sender: sender, r: r, parse: frame.ParseGroup}
+			l := &coreLink{t: t, sender: sender, r: r, parse: frame.ParseGroup}
 			if skip {
 				l.parse = frame.ParseGroupNoCRC // the link's CRC
 			}
@@ -1349,21 +1291,36 @@ func TestWriteBlockSumResumes(t *testing.T) {
 	}
 }
 
-// coreLink runs a sender's and a receiver's file cores (members 0 and
-// 1) over a lossless in-memory exchange, 10 µs a round: the sender ticks
+// pair is the group of the tests that run file cores over files: member
+// 1 sends, member 2 receives.
+var pair = []frame.MemberInfo{{ID: 1, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Incarnation: 1}, {ID: 2, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Incarnation: 1}}
+
+// pairCore is member self's file core in pair (group 3), storing into
+// sink, at a rate that paces nothing.
+func pairCore(t *testing.T, self frame.MemberID, sink files.Sink) *files.Core {
+	t.Helper()
+	c, err := files.New(files.Config{Group: 3, Self: self, Members: pair, Sink: sink, Rate: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// coreLink runs a sender's and a receiver's file cores (pair's members)
+// over a lossless in-memory exchange, 10 µs a round: the sender ticks
 // and its frames reach the receiver, then the receiver ticks and its
 // frames reach the sender. parse reads a frame (frame.ParseGroup, or
 // ParseGroupNoCRC where the link checks the CRC); toReceiver, if set,
 // sees each frame on its way to the receiver and drops it by returning
-// false.
+// false. reports gathers both cores' reports but the verdict, in order.
 type coreLink struct {
 	t          *testing.T
-	members    []frame.MemberInfo
 	sender, r  *files.Core
 	parse      func([]byte, uint32) (frame.View, error)
 	toReceiver func(v frame.View) bool
 	now        clock.Time
 	verdict    *files.Report
+	reports    []files.Report
 }
 
 // run exchanges rounds until the sender reports its verdict (at most
@@ -1373,9 +1330,9 @@ func (l *coreLink) run(after func()) *files.Report {
 	for i := 0; l.verdict == nil && i < 100_000; i++ {
 		l.now += clock.Time(10 * clock.Microsecond)
 		l.sender.Tick(l.now)
-		l.exchange(l.sender, l.r, l.members[0].MAC, l.members[1].MAC, l.toReceiver)
+		l.exchange(l.sender, l.r, pair[0].MAC, pair[1].MAC, l.toReceiver)
 		l.r.Tick(l.now)
-		l.exchange(l.r, l.sender, l.members[1].MAC, l.members[0].MAC, nil)
+		l.exchange(l.r, l.sender, pair[1].MAC, pair[0].MAC, nil)
 		if after != nil {
 			after()
 		}
@@ -1397,6 +1354,8 @@ func (l *coreLink) exchange(from, to *files.Core, fromMAC, toMAC [6]byte, keep f
 	for _, rep := range from.Reports() {
 		if rep.Kind == files.Verdict {
 			l.verdict = &rep
+		} else {
+			l.reports = append(l.reports, rep)
 		}
 	}
 	from.Advance()

@@ -16,15 +16,7 @@ import (
 // sleeping (virtual time).
 func napReceiver(t *testing.T, d time.Duration, onNap func(time.Duration)) (rr *RingReceiver, p *Ring, daemon int) {
 	t.Helper()
-	mem := ringMem(t, MinRing)
-	p, err := NewRing(RingDeliver, mem, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewRing(RingDeliver, mem, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, c := ringPair(t, RingDeliver, MinRing, 2000)
 	a, b := seqpacketPair(t)
 	cn := &Conn{rbuf: make([]byte, 1+MaxStatus+1)}
 	if err := cn.attach(a); err != nil {

@@ -25,14 +25,17 @@ func ringMem(t testing.TB, size int) []byte {
 	return b[4096-a : 4096-a+n : 4096-a+n]
 }
 
-func ringPair(t testing.TB, size, maxLen int) (p, c *Ring) {
+// ringPair is the two ends of a ring of size bytes (ringMem), a send
+// or a deliver ring (which), for records of at most maxLen bytes: the
+// producer's and the consumer's.
+func ringPair(t testing.TB, which uint8, size, maxLen int) (p, c *Ring) {
 	t.Helper()
 	mem := ringMem(t, size)
-	p, err := NewRing(RingSend, mem, maxLen)
+	p, err := NewRing(which, mem, maxLen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = NewRing(RingSend, mem, maxLen)
+	c, err = NewRing(which, mem, maxLen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,7 @@ func ringPair(t testing.TB, size, maxLen int) (p, c *Ring) {
 // in order; a full ring says so and has room again once released.
 func TestRingRoundTrip(t *testing.T) {
 	const size, maxLen = MinRing, 9000
-	p, c := ringPair(t, size, maxLen)
+	p, c := ringPair(t, RingSend, size, maxLen)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	var sent, got [][]byte
 	var slots [][]byte
@@ -122,7 +125,7 @@ func TestRingRoundTrip(t *testing.T) {
 // sleeps (WaitData said so), once; Release likewise for a producer
 // waiting for room.
 func TestRingDoorbells(t *testing.T) {
-	p, c := ringPair(t, MinRing, 1000)
+	p, c := ringPair(t, RingSend, MinRing, 1000)
 	if sleep, err := c.WaitData(); err != nil || !sleep {
 		t.Fatalf("WaitData on an empty ring: %v, %v; want to sleep", sleep, err)
 	}
@@ -164,7 +167,7 @@ func TestRingDoorbells(t *testing.T) {
 // it frees reaches the amount asked for, and then once; Release rings
 // whatever the room.
 func TestRingReleaseFree(t *testing.T) {
-	p, c := ringPair(t, MinRing, 1000)
+	p, c := ringPair(t, RingSend, MinRing, 1000)
 	for p.Add(1, make([]byte, 1000)) == nil {
 	}
 	p.Publish()
@@ -224,7 +227,7 @@ func TestRingFaults(t *testing.T) {
 		{"padding not to the end", func(m []byte) { m[RingHeader+6] = kindPad }, "padding of 5 bytes does not end at the end"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, cons := ringPair(t, MinRing, 1000)
+			p, cons := ringPair(t, RingSend, MinRing, 1000)
 			p.Add(2, []byte("hello"))
 			p.Add(2, []byte("group"))
 			p.Publish()
@@ -237,7 +240,7 @@ func TestRingFaults(t *testing.T) {
 		})
 	}
 	t.Run("tail moved back", func(t *testing.T) {
-		p, cons := ringPair(t, MinRing, 1000)
+		p, cons := ringPair(t, RingSend, MinRing, 1000)
 		// Fill the ring (the producer reads the tail when it runs out of
 		// room), free two records, and move the tail back behind them.
 		for p.Add(2, make([]byte, 1000)) == nil {
@@ -294,7 +297,7 @@ func FuzzRingConsumer(f *testing.F) {
 // The records' layout, pinned: two messages and the padding record that
 // ends a data area, as docs/local-api.md ("Rings") draws them.
 func TestRingGolden(t *testing.T) {
-	p, _ := ringPair(t, MinRing, 1000)
+	p, _ := ringPair(t, RingSend, MinRing, 1000)
 	p.Add(1, []byte("hello"))
 	p.Add(3, []byte("group!!!"))
 	got := append([]byte(nil), p.data[:p.Published()]...)

@@ -15,7 +15,7 @@ import (
 // A consumer that polls (Waiting) leaves wantData clear: the producer
 // then publishes without a doorbell, and the consumer sees the record.
 func TestRingWaitingNoDoorbell(t *testing.T) {
-	p, c := ringPair(t, MinRing, 100)
+	p, c := ringPair(t, RingSend, MinRing, 100)
 	if c.Waiting() {
 		t.Fatal("Waiting on an empty ring")
 	}

@@ -104,6 +104,37 @@ func buildFrame(b []byte, src []byte, et uint16, seq uint64, size int) []byte {
 	return b
 }
 
+// testFrames is n test frames from l, numbered from first on, each
+// frameLen long and in a buffer of its own (buildFrame).
+func testFrames(l *Link, first uint64, n int) [][]byte {
+	frames := make([][]byte, n)
+	for i := range frames {
+		seq := first + uint64(i)
+		size := frameLen(seq, l.MTU())
+		frames[i] = buildFrame(make([]byte, size), l.HardwareAddr(), link.EtherTypeRbcast, seq, size)
+	}
+	return frames
+}
+
+// recvInOrder receives tx's test frames 0 to n-1 on rx and fails the test
+// unless each arrives within 5 s of the last, in order, byte for byte.
+func recvInOrder(t *testing.T, rx, tx *Link, n uint64) {
+	t.Helper()
+	frames := make([]Frame, 64)
+	for seq := uint64(0); seq < n; {
+		k, err := rx.Recv(time.Now().Add(5*time.Second), frames)
+		if err != nil {
+			t.Fatalf("Recv after %d of %d frames: %v", seq, n, err)
+		}
+		for _, f := range frames[:k] {
+			if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != seq {
+				t.Fatalf("received frame %d (%v), want %d", s, err, seq)
+			}
+			seq++
+		}
+	}
+}
+
 // checkFrame verifies a received frame byte for byte against what
 // buildFrame made for its sequence number and returns that number.
 func checkFrame(f []byte, src []byte, et uint16, mtu int) (uint64, error) {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/rbcast/rbcast/link"
 )
 
 // TestShortKickRaw: a kick of a few frames makes its sendto by a raw
@@ -30,12 +28,8 @@ func TestShortKickRaw(t *testing.T) {
 			seq := uint64(0)
 			kick := func(n int) {
 				t.Helper()
-				frames := make([][]byte, n)
-				for i := range frames {
-					size := frameLen(seq, tx.MTU())
-					frames[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, seq, size)
-					seq++
-				}
+				frames := testFrames(tx, seq, n)
+				seq += uint64(n)
 				if staged, err := tx.Stage(frames); staged != n || err != nil {
 					t.Fatalf("Stage of %d frames = %d, %v", n, staged, err)
 				}
@@ -55,19 +49,8 @@ func TestShortKickRaw(t *testing.T) {
 			if sys[unix.SYS_SENDTO] == 0 || raw[unix.SYS_SENDTO] != 0 {
 				t.Errorf("a kick of %d frames: sendto %d raw, %d by Syscall; want Syscall only", 3*rawKickMax, raw[unix.SYS_SENDTO], sys[unix.SYS_SENDTO])
 			}
+			recvInOrder(t, rx, tx, seq)
 			frames := make([]Frame, 64)
-			for got := uint64(0); got < seq; {
-				n, err := rx.Recv(time.Now().Add(5*time.Second), frames)
-				if err != nil {
-					t.Fatalf("Recv after %d of %d frames: %v", got, seq, err)
-				}
-				for _, f := range frames[:n] {
-					if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != got {
-						t.Fatalf("received frame %d (%v), want %d", s, err, got)
-					}
-					got++
-				}
-			}
 			clear(raw)
 			clear(sys)
 			if n, err := rx.Recv(time.Now().Add(20*time.Millisecond), frames); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -93,12 +76,7 @@ func TestRawKicks(t *testing.T) {
 	rx := openOn(t, topo.Hosts[1], Config{Version: V3, RxSpin: -1, BlockTimeout: time.Millisecond})
 	raw, sys := countSyscalls(t)
 	const n = 32 * rawKickMax
-	frames := make([][]byte, n)
-	for i := range frames {
-		size := frameLen(uint64(i), tx.MTU())
-		frames[i] = buildFrame(make([]byte, size), tx.HardwareAddr(), link.EtherTypeRbcast, uint64(i), size)
-	}
-	if staged, err := tx.Stage(frames); staged != n || err != nil {
+	if staged, err := tx.Stage(testFrames(tx, 0, n)); staged != n || err != nil {
 		t.Fatalf("Stage of %d frames = %d, %v", n, staged, err)
 	}
 	if err := tx.Kick(); err != nil {
@@ -107,19 +85,7 @@ func TestRawKicks(t *testing.T) {
 	if raw[unix.SYS_SENDTO] == 0 || sys[unix.SYS_SENDTO] != 0 {
 		t.Errorf("a kick of %d frames with RawKicks: sendto %d raw, %d by Syscall; want raw only", n, raw[unix.SYS_SENDTO], sys[unix.SYS_SENDTO])
 	}
-	got := make([]Frame, 64)
-	for seq := uint64(0); seq < n; {
-		k, err := rx.Recv(time.Now().Add(5*time.Second), got)
-		if err != nil {
-			t.Fatalf("Recv after %d of %d frames: %v", seq, n, err)
-		}
-		for _, f := range got[:k] {
-			if s, err := checkFrame(f.Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || s != seq {
-				t.Fatalf("received frame %d (%v), want %d", s, err, seq)
-			}
-			seq++
-		}
-	}
+	recvInOrder(t, rx, tx, n)
 }
 
 // countSyscalls counts the link's system calls by number, made raw and

@@ -22,16 +22,9 @@ func TestSendNow(t *testing.T) {
 			tx := openOn(t, topo.Hosts[0], Config{TxMode: mode})
 			rx := openOn(t, topo.Hosts[1], Config{})
 			src := tx.HardwareAddr()
-			mk := func(seq uint64) []byte {
-				size := frameLen(seq, tx.MTU())
-				return buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-			}
+			mk := func(seq uint64) []byte { return testFrames(tx, seq, 1)[0] }
 			const staged = 32
-			queued := make([][]byte, staged)
-			for i := range queued {
-				queued[i] = mk(uint64(i))
-			}
-			if n, err := tx.Stage(queued); n != staged || err != nil {
+			if n, err := tx.Stage(testFrames(tx, 0, staged)); n != staged || err != nil {
 				t.Fatalf("Stage = %d, %v; want %d, nil", n, err, staged)
 			}
 			urgent := mk(1000)
@@ -117,15 +110,7 @@ func TestSendNowConcurrentWithStage(t *testing.T) {
 			rx := openOn(t, topo.Hosts[1], Config{})
 			src := tx.HardwareAddr()
 			const rounds, per = 20, 8
-			mk := func(base uint64) [][]byte {
-				fs := make([][]byte, per)
-				for i := range fs {
-					seq := base + uint64(i)
-					size := frameLen(seq, tx.MTU())
-					fs[i] = buildFrame(make([]byte, size), src, link.EtherTypeRbcast, seq, size)
-				}
-				return fs
-			}
+			mk := func(base uint64) [][]byte { return testFrames(tx, base, per) }
 			errs := make(chan error, 2)
 			go func() {
 				for r := range rounds {

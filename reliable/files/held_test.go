@@ -133,6 +133,34 @@ func TestZeroHashOfferHeldMismatch(t *testing.T) {
 	}
 }
 
+// passToEnd has member 1 of a group of two send member 2 a file of ten
+// blocks of 10 bytes, offered without a hash, until FileEnd (a frame a
+// millisecond: the pass ends 10 ms after the offer), and fails the test
+// if an offer carries a hash: the sender, the file's id, the stamps of
+// its offer and of FileEnd, and the millisecond after FileEnd's.
+func passToEnd(t *testing.T) (s *Core, id, offerStamp, endStamp uint32, now Time) {
+	t.Helper()
+	s = newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
+	id, _ = s.Send(2, Outgoing{Name: "x", Size: 100, Source: &memSource{data: make([]byte, 100), bs: 10, fail: -1}})
+	for now = Time(Millisecond); endStamp == 0; now += Time(Millisecond) {
+		s.Tick(now)
+		_, vs := sent(t, s)
+		for _, v := range vs {
+			switch v.Type() {
+			case frame.FileOffer:
+				o := v.FileOffer()
+				if o.Hash != ([32]byte{}) {
+					t.Fatalf("offer with hash %x, want zeros", o.Hash[:4])
+				}
+				offerStamp = o.Stamp
+			case frame.FileEnd:
+				_, _, _, endStamp = v.FileEnd()
+			}
+		}
+	}
+	return s, id, offerStamp, endStamp, now
+}
+
 // An rbcastd from before offers without a hash drops their FileEnd (its
 // hash makes it longer than that version decodes), takes the offer's
 // zeros for the file's hash, and reports a hash mismatch echoing the
@@ -141,29 +169,7 @@ func TestZeroHashOfferHeldMismatch(t *testing.T) {
 // hash mismatch.
 func TestOldReceiverNamed(t *testing.T) {
 	for _, old := range []bool{true, false} {
-		// A frame a millisecond: the pass of ten blocks ends 10 ms after
-		// the offer.
-		s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
-		data := make([]byte, 100)
-		id, _ := s.Send(2, Outgoing{Name: "x", Size: 100, Source: &memSource{data: data, bs: 10, fail: -1}})
-		var offerStamp, endStamp uint32
-		now := Time(Millisecond)
-		for ; endStamp == 0; now += Time(Millisecond) {
-			s.Tick(now)
-			_, vs := sent(t, s)
-			for _, v := range vs {
-				switch v.Type() {
-				case frame.FileOffer:
-					if o := v.FileOffer(); o.Hash != ([32]byte{}) {
-						t.Fatalf("offer with hash %x, want zeros", o.Hash[:4])
-					} else {
-						offerStamp = o.Stamp
-					}
-				case frame.FileEnd:
-					_, _, _, endStamp = v.FileEnd()
-				}
-			}
-		}
+		s, id, offerStamp, endStamp, now := passToEnd(t)
 		if int32(offerStamp-endStamp) >= 0 {
 			t.Fatalf("offer stamp %d, FileEnd's %d", offerStamp, endStamp)
 		}
@@ -202,22 +208,7 @@ func TestOldReceiverStoppedAtFirstMismatch(t *testing.T) {
 		old     bool
 	}{{"old", false, 22, true}, {"this version", true, 22, false}, {"restarted", false, 23, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Burst = 1; c.Rate = 60_000; c.Members = members()[:2] })
-			id, _ := s.Send(2, Outgoing{Name: "x", Size: 100, Source: &memSource{data: make([]byte, 100), bs: 10, fail: -1}})
-			var offerStamp, endStamp uint32
-			now := Time(Millisecond)
-			for ; endStamp == 0; now += Time(Millisecond) {
-				s.Tick(now)
-				_, vs := sent(t, s)
-				for _, v := range vs {
-					switch v.Type() {
-					case frame.FileOffer:
-						offerStamp = v.FileOffer().Stamp
-					case frame.FileEnd:
-						_, _, _, endStamp = v.FileEnd()
-					}
-				}
-			}
+			s, id, offerStamp, endStamp, now := passToEnd(t)
 			s.Step(now, macB, macA, encode(t, 2, 22, 1, 0, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileReceiving,
 				Held: 10, Top: 10, Credit: 64, Echo: offerStamp}))
 			echo := offerStamp
