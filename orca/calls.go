@@ -6,11 +6,11 @@ import "sync/atomic"
 // numbered in sequence and mostly finish in that order, so a call sits in
 // a ring slot chosen by its number (req modulo callRing): putting,
 // finding and removing one is an index and a compare, where a map hashes
-// (docs/orca.md, "A replica's work per delivery", has the measurement).
+// (docs/orca-history.md, "A replica's work per delivery", has the measurement).
 //
 // The slots are atomic so that a caller registers its call without the
 // node's lock, which the replica holds while it applies a delivery
-// (docs/orca.md, "The caller's work"): a compare-and-swap into a free
+// (docs/orca-history.md, "The caller's work"): a compare-and-swap into a free
 // slot. A call whose slot is taken (by a guarded write that waits long,
 // or with more than callRing calls in flight) goes to the overflow map,
 // more, under the node's lock. Everything but tryPut and tryRemove runs
