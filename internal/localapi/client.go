@@ -270,14 +270,10 @@ func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
 
 // recvfromSyscall makes recv's recvfrom (a variable: tests count the
 // calls). Raw: the call never waits (MSG_DONTWAIT) and copies one
-// packet, so nothing needs the P meanwhile, and it is the first system
-// call after the poller woke the reader. By Syscall, after an idle
-// spell of a process at one P it woke the runtime's sysmon thread,
-// which then looked every 20 µs (a millisecond or more on machine D)
-// until the process was idle again: all but a few of sysmon's wake-ups
-// in the latency row's clients and daemons (docs/local-api.md, "The
-// first system call after a wait"; docs/runtime.md, "The Go runtime's
-// sysmon, and our system calls").
+// packet, so nothing needs the P meanwhile; and as the first system call
+// after the poller woke the reader, by Syscall it woke the runtime's
+// sysmon from its sleep after every idle spell (docs/runtime.md, "The Go
+// runtime's sysmon, and our system calls").
 var recvfromSyscall = unix.RawSyscall6
 
 // recv is one attempt of Read on the socket: a non-blocking recvfrom
