@@ -22,7 +22,9 @@ import (
 //
 //	RBCAST_BENCH_REPS=5 go test -run '^$' -bench 'Total' -benchtime 1x ./reliable/
 //
-// docs/benchmarks.md ("Sequencer (total order)") has the table.
+// docs/benchmarks.md ("Total order against corosync and JGroups") has the
+// table; its earlier runs are in docs/benchmarks-history.md ("Sequencer
+// (total order)").
 
 const totalBenchHosts = 3
 

@@ -990,7 +990,8 @@ func (g *Group) SendUnreliable(payload []byte) error {
 	// While the loop sleeps, the kicker sends the datagram (sendNow): its
 	// wake is a channel's, where the loop's is a deadline set in the
 	// link's poller, which cost this call more than the rest of it and
-	// varied most (docs/benchmarks.md, "Liu's tables").
+	// varied most (docs/benchmarks-history.md, "Liu's tables: machine C idle,
+	// 2026-11-29 12:15–12:17 UTC").
 	if g.kick != nil && g.canSendNow() {
 		g.datagram.Store(true)
 		select {
