@@ -366,6 +366,15 @@ func (n *ThesisNode) Remote(now time.Time, from, loc int, data []byte) error {
 	}
 	p := &n.peers[from]
 	p.heard = now.UnixNano()
+	// A location of another size (a replica configured with other slots)
+	// could hold a request too long for this replica's own slots: adopted,
+	// it would be written here cut short, a location nobody can decode.
+	if loc < 0 || loc >= n.cfg.Locations() {
+		return errSlot{from, loc, fmt.Sprintf("no such location: want 0..%d", n.cfg.Locations()-1)}
+	}
+	if len(data) != n.cfg.SlotSize {
+		return errSlot{from, loc, fmt.Sprintf("%d bytes, want the slot size %d", len(data), n.cfg.SlotSize)}
+	}
 	kind, hop, id, body, err := decodeSlot(from, loc, data)
 	if err != nil {
 		return err

@@ -146,8 +146,10 @@ func TestThesisLateCopy(t *testing.T) {
 	if c[0].Data[1] != 2 {
 		t.Fatalf("r1's copy at hop %d, want 2", c[0].Data[1])
 	}
-	n, _ := NewThesisNode(ThesisConfig{Replicas: 3, Self: 0, Tr: 10 * time.Millisecond})
-	n.Remote(tr.at(1), 1, c[0].Loc, c[0].Data)
+	n, _ := NewThesisNode(ThesisConfig{Replicas: 3, Self: 0, Tr: 10 * time.Millisecond, Slots: 4, SlotSize: 96})
+	if err := n.Remote(tr.at(1), 1, c[0].Loc, c[0].Data); err != nil {
+		t.Fatal(err)
+	}
 	if n.Refused != 1 {
 		t.Fatalf("a hop-2 copy adopted")
 	}
@@ -216,5 +218,11 @@ func TestThesisErrors(t *testing.T) {
 	}
 	if err := n.Remote(time.Unix(1, 0), 0, 3, bad); err == nil || !strings.Contains(err.Error(), "an update from replica 0") {
 		t.Errorf("an update from itself: %v", err)
+	}
+	if err := n.Remote(time.Unix(1, 0), 1, 3, make([]byte, 41)); err == nil || err.Error() != "kv: thesis mode: replica 1's location 3: 41 bytes, want the slot size 40" {
+		t.Errorf("a location of another size: %v", err)
+	}
+	if err := n.Remote(time.Unix(1, 0), 1, 193, make([]byte, 40)); err == nil || err.Error() != "kv: thesis mode: replica 1's location 193: no such location: want 0..192" {
+		t.Errorf("a location out of range: %v", err)
 	}
 }

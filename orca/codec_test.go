@@ -166,3 +166,86 @@ func BenchmarkVarint32sDecode(b *testing.B) {
 		}
 	})
 }
+
+// FuzzDecodeVarint32s: DecodeVarint32s agrees with the reference on
+// every input (the arguments of a write off the wire), errors included,
+// and leaves dst's elements alone.
+func FuzzDecodeVarint32s(f *testing.F) {
+	for _, b := range varint32sInputs(2, 16) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, wantErr := varint32sReference(b)
+		dst := []int32{7, 8}
+		got, err := orca.DecodeVarint32s(dst, b)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("% x: error %v, want %v", b, err, wantErr)
+		}
+		if err != nil {
+			if !slices.Equal(got, dst) {
+				t.Fatalf("% x: failed, returning %v, want dst %v", b, got, dst)
+			}
+			return
+		}
+		if !slices.Equal(got[:2], []int32{7, 8}) || !slices.Equal(got[2:], want) {
+			t.Fatalf("% x: got %v, want [7 8] and %v", b, got, want)
+		}
+	})
+}
+
+// FuzzCodecs: every codec's Decode of a write's arguments either fails
+// or gives a value that encodes to bytes that decode to it again (the
+// fixed-width codecs: to exactly the input).
+func FuzzCodecs(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte{0x80, 0x01, 0x7f, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	if b, err := orca.Gob[Queue]().Append(nil, Queue{Jobs: []int32{4, 5}, Closed: true}); err == nil {
+		f.Add(b)
+	}
+	type pair struct {
+		A int32
+		B [2]uint16
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		exact(t, orca.Int64, b)
+		exact(t, orca.Int32s, b)
+		exact(t, orca.Float64s, b)
+		exact(t, orca.Fixed[pair](), b)
+		exact(t, orca.NoArgs, b)
+		stable(t, orca.Varint32s, b)
+		stable(t, orca.Gob[Queue](), b)
+	})
+}
+
+// exact: b either does not decode or encodes back to itself.
+func exact[T any](t *testing.T, c orca.Codec[T], b []byte) {
+	t.Helper()
+	v, err := c.Decode(b)
+	if err != nil {
+		return
+	}
+	if again, err := c.Append(nil, v); err != nil || !slices.Equal(again, b) {
+		t.Fatalf("%T: % x decodes to %v, which encodes to % x (%v)", v, b, v, again, err)
+	}
+}
+
+// stable: what b decodes to encodes to bytes that decode to it again.
+func stable[T any](t *testing.T, c orca.Codec[T], b []byte) {
+	t.Helper()
+	v, err := c.Decode(b)
+	if err != nil {
+		return
+	}
+	enc, err := c.Append(nil, v)
+	if err != nil {
+		t.Fatalf("%T: % x decodes to %v, which does not encode: %v", v, b, v, err)
+	}
+	w, err := c.Decode(enc)
+	if err != nil {
+		t.Fatalf("%T: % x decodes to %v, whose encoding % x does not decode: %v", v, b, v, enc, err)
+	}
+	if again, _ := c.Append(nil, w); !slices.Equal(again, enc) {
+		t.Fatalf("%T: %v encodes to % x, which decodes to %v", v, v, enc, w)
+	}
+}

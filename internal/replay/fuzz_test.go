@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -103,6 +104,23 @@ func FuzzRead(f *testing.F) {
 			if res, err := Simulate(c, SimOptions{Node: 1, Iface: 0, MaxIdleTicks: 8}); err == nil {
 				res.Write(io.Discard, c, false)
 			}
+		}
+	})
+}
+
+// FuzzParseMembers: a -members list either fails or parses to members
+// that print (as Simulate's notes do) to a list parsing to them again.
+func FuzzParseMembers(f *testing.F) {
+	f.Add("1=02:00:00:00:00:01@3,2=02:00:00:00:00:02")
+	f.Add("65534=ff:ff:ff:ff:ff:ff@4294967295")
+	f.Fuzz(func(t *testing.T, s string) {
+		ms, err := ParseMembers(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseMembers(formatMembers(ms))
+		if err != nil || !slices.Equal(again, ms) {
+			t.Fatalf("%q parses to %v, printed %q, which parses to %v (%v)", s, ms, formatMembers(ms), again, err)
 		}
 	})
 }

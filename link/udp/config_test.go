@@ -3,6 +3,7 @@ package udp
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,29 @@ func TestPeersGossip(t *testing.T) {
 	if n := p.expire(); n != 1 || len(p.list()) != 1 || p.list()[0].addr != static {
 		t.Errorf("expire forgot %d and kept %d; want the learned one gone, the static one kept", n, len(p.list()))
 	}
+}
+
+// FuzzParseAddrPorts: a -udp-peers list either fails or parses to
+// addresses (IPv4-mapped ones unmapped) whose printed list parses to
+// them again.
+func FuzzParseAddrPorts(f *testing.F) {
+	f.Add("10.0.0.1:5000,[fd00::1]:5001")
+	f.Add("[::ffff:10.0.0.2]:7, 192.168.1.1:65535")
+	f.Fuzz(func(t *testing.T, s string) {
+		as, err := ParseAddrPorts(s)
+		if err != nil {
+			return
+		}
+		var printed []string
+		for _, a := range as {
+			if a.Addr().Is4In6() {
+				t.Fatalf("%q: %v is IPv4-mapped", s, a)
+			}
+			printed = append(printed, a.String())
+		}
+		again, err := ParseAddrPorts(strings.Join(printed, ","))
+		if err != nil || !slices.Equal(again, as) {
+			t.Fatalf("%q parses to %v, which print as %q and parse to %v (%v)", s, as, printed, again, err)
+		}
+	})
 }
