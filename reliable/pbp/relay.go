@@ -7,9 +7,9 @@ import (
 )
 
 // Relaying a silent member's frames (Config.Relay; docs/protocols.md,
-// "A member that dies with frames on the wire"). In a group of fixed
-// membership a frame that one member lost and another delivered can be
-// repaired only by its sender; once the sender is dead, the one member
+// "Relay: the survivors agree on a dead sender's frames"). In a group
+// of fixed membership a frame that one member lost and another
+// delivered can be repaired only by its sender; once the sender is dead, the one member
 // delivers past the gap and the other removes the sender having dropped
 // everything behind it, and the survivors disagree on what it sent. So
 // a member that has heard nothing from a sender for half the failure
