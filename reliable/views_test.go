@@ -22,6 +22,20 @@ func viewsConfig(size int) Config {
 		HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
 }
 
+// patient gives a member of a real-time test a failure timeout of a
+// second: with viewsConfig's 300 ms, -race on a loaded machine starved a
+// member that long and the others removed it (TestViewsLargeMessages and
+// TestViewsFoundJoinCrashRestart failed so at load 9). For tests that are
+// not about how fast a failure is found.
+func patient(_ int, c *Config) { c.FailureTimeout = time.Second }
+
+// patientConfig is viewsConfig(size) made patient.
+func patientConfig(size int) Config {
+	c := viewsConfig(size)
+	patient(0, &c)
+	return c
+}
+
 func awaitMembers(t *testing.T, groups []*Group, n int) uint32 {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -58,13 +72,13 @@ func TestViewsFoundJoinCrashRestart(t *testing.T) {
 	imp := testnet.Impairment{Loss: 0.05}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, links := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3, nil)
+	groups, links := foundViews(t, ctx, r, testnet.EndpointConfig{In: imp}, 3, patient)
 	first := awaitMembers(t, groups, 3)
 	exchange(t, groups, 200)
 
 	// A process that starts later joins the running group.
 	late := r.Attach(t, testnet.EndpointConfig{In: imp})
-	g4, err := Join(ctx, late, viewsConfig(1))
+	g4, err := Join(ctx, late, patientConfig(1))
 	if err != nil {
 		t.Fatalf("late joiner: %v", err)
 	}
@@ -88,7 +102,7 @@ func TestViewsFoundJoinCrashRestart(t *testing.T) {
 	exchange(t, rest, 100)
 
 	// It restarts (a new incarnation on the same interface) and rejoins.
-	back, err := Join(ctx, links[1], viewsConfig(1))
+	back, err := Join(ctx, links[1], patientConfig(1))
 	if err != nil {
 		t.Fatalf("restarted member: %v", err)
 	}
@@ -445,7 +459,7 @@ func TestViewsLargeMessages(t *testing.T) {
 	r := rtnet.New(t, 37)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, nil)
+	groups, _ := foundViews(t, ctx, r, testnet.EndpointConfig{}, 3, patient)
 	awaitMembers(t, groups, 3)
 	const n = 1500
 	size := groups[0].MaxMessage()
