@@ -32,7 +32,7 @@ func TestConfigHashTypesInInterfaces(t *testing.T) {
 
 // The hashes of the cores' default shared configurations, alone and as
 // the views hash them: a change to any of them is a change of which
-// daemons admit each other (docs/protocols.md, "ConfigHash"), to be made
+// daemons admit each other (docs/protocols.md, "Registration"), to be made
 // on purpose. These are the hashes of 0d28724.
 func TestConfigHashDefaultsPinned(t *testing.T) {
 	p := pbp.Config{}.Shared()

@@ -61,7 +61,8 @@ func stepFuzzSeed(tb testing.TB, cfg Config) []byte {
 // FuzzStep steps each core (PBP2, PBP1, the sequencer) with arbitrary
 // frames from the other members, as the runtime does (the Stepper
 // parses them; the CRC is not checked, so that mutated frames reach the
-// core), proposing and ticking between frames: no frame panics a core.
+// core), proposing and ticking between frames: no frame panics a core,
+// and every frame a core sends in answer parses, its CRC included.
 // The input is a list of frames as stepFuzzSeed writes them; each comes
 // from its header's sender's MAC.
 func FuzzStep(f *testing.F) {
@@ -85,13 +86,23 @@ func FuzzStep(f *testing.F) {
 				}
 				eth := append(frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType), body...)
 				_ = s.StepVerified(now, eth)
-				s.Ready()
-				s.Advance()
+				sentParse(t, s)
 				_ = s.Propose(now, []byte("own"))
 				s.Tick(now)
-				s.Ready()
-				s.Advance()
+				sentParse(t, s)
 			}
 		}
 	})
+}
+
+// sentParse takes s's Ready and fails the test unless each frame it
+// sends parses as a frame of group 7 with its CRC; then Advance.
+func sentParse(t *testing.T, s *core.Stepper) {
+	t.Helper()
+	for _, f := range s.Ready().Frames {
+		if _, err := frame.ParseGroup(f[frame.EthernetHeaderLen:], 7); err != nil {
+			t.Fatalf("a frame the core sent does not parse: %v\n% x", err, f)
+		}
+	}
+	s.Advance()
 }

@@ -223,7 +223,9 @@ func TestLateLinkSwitchKeepsFrames(t *testing.T) {
 // TestLinksLate: rbcastd's links (ring links), the group's and the
 // files', map no ring before their first use; the first Recv sets them
 // up. Before, openFilesLink and openLink mapped them at once, on the
-// join's path (docs/benchmarks-history.md, "Where a join's 100 ms goes").
+// join's path (docs/benchmarks-history.md, "View changes: the
+// fourteenth session idle (18:40 UTC), the join split, helpers join19
+// and fail19 (loaded)", its paragraph "Where a join's 100 ms goes").
 func TestLinksLate(t *testing.T) {
 	topo := netnstest.Up(t, netns.Options{Hosts: 1, Prefix: "rblf"})
 	h := topo.Hosts[0]

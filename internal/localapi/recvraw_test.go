@@ -38,10 +38,19 @@ func TestReadRecvfromRaw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		syscall.Write(fds[1], []byte("ding"))
-	}()
+	// Were no packet written (recv past recvfromSyscall), Read would wait
+	// for ever.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// The packet comes as the reader is about to wait in the poller,
+	// after its first recvfrom found nothing.
+	r.SetReady(func(sleep bool) bool {
+		if sleep && calls == 1 {
+			if _, err := syscall.Write(fds[1], []byte("ding")); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	})
 	buf := make([]byte, 64)
 	n, trunc, err := r.Read(buf)
 	if err != nil || trunc || string(buf[:n]) != "ding" {
