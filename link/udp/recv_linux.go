@@ -123,11 +123,30 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	}
 }
 
+// rawRecvMax is the most datagrams the first recvmmsg after a wait asks
+// for by a raw system call (recvmmsgSyscall).
+const rawRecvMax = 8
+
+// recvmmsgSyscall makes the first recvmmsg of each look at the sockets
+// (a variable: tests count the calls), for at most rawRecvMax datagrams.
+// Raw: the call never waits (MSG_DONTWAIT) and copies a few datagrams,
+// so nothing needs the P meanwhile, and it is the first system call after
+// the poller woke the receiver. By Syscall, after an idle spell of a
+// daemon at one P it woke the runtime's sysmon thread every time, which
+// then looked every 20 µs (a millisecond or more on machine D) until the
+// process was idle again (docs/runtime.md, "The Go runtime's sysmon, and
+// our system calls"). When it fills all its slots, a stream is queued:
+// the rest of the batch is read by Syscall, so that a long copy (frames of
+// up to 64 KiB on loopback) lets the process's other goroutines have the
+// P meanwhile.
+var recvmmsgSyscall = unix.RawSyscall6
+
 // recvmmsg is the RawConn.Read callback: one non-blocking recvmmsg(2) per
 // socket into the free slots. It reports false, so the poller waits, only
 // when every socket had nothing.
 func (r *receiver) recvmmsg(uintptr) bool {
 	r.got, r.next, r.seg, r.errno = 0, 0, 0, 0
+	raw := true
 	for _, s := range [2]*socket{r.l.usock, r.l.msock} {
 		if s == nil || r.got == r.want {
 			continue
@@ -138,8 +157,12 @@ func (r *receiver) recvmmsg(uintptr) bool {
 			h.SetControllen(r.ctlLen)
 			h.Flags = 0
 		}
-		for {
-			n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(r.want-r.got), unix.MSG_DONTWAIT, 0, 0)
+		for r.got < r.want {
+			call, vlen := unix.Syscall6, r.want-r.got
+			if raw {
+				call, vlen = recvmmsgSyscall, min(vlen, rawRecvMax)
+			}
+			n, _, e := call(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(vlen), unix.MSG_DONTWAIT, 0, 0)
 			switch e {
 			case unix.EINTR:
 				continue
@@ -148,6 +171,10 @@ func (r *receiver) recvmmsg(uintptr) bool {
 					r.from[i] = s
 				}
 				r.got += int(n)
+				if raw && int(n) == vlen {
+					raw = false // a stream: the rest by Syscall
+					continue
+				}
 			case unix.EAGAIN:
 			default:
 				r.errno = e

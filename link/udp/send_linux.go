@@ -47,6 +47,7 @@ type sender struct {
 	retries    uint64
 	errno      unix.Errno
 	noBufs     bool
+	short      bool // the round carries at most rawSendMax datagrams
 	fn         func(fd uintptr) bool
 }
 
@@ -230,6 +231,7 @@ func (s *sender) run(frames [][]byte) (int, error) {
 		if m == 0 {
 			continue
 		}
+		s.short = v <= rawSendMax
 		sent, err := s.flush(m)
 		for i := range v {
 			s.iov[i].Base = nil
@@ -333,10 +335,30 @@ func (s *sender) flush(m int) (int, error) {
 	return s.pos, err
 }
 
+// rawSendMax is the most datagrams a sendmmsg round sends by a raw
+// system call (sendmmsgSyscall).
+const rawSendMax = 8
+
+// sendmmsgSyscall makes a short round's sendmmsg (a variable: tests
+// count the calls). Raw: the socket is non-blocking (a full buffer is
+// EAGAIN, and the poller waits), and a few datagrams take microseconds,
+// so nothing needs the P meanwhile. By Syscall it woke the runtime's
+// sysmon whenever it was a daemon's first system call after a wait (a
+// send for a client's message or an acknowledgement), as the ring's
+// short kicks did (link/ring, shortKick; docs/runtime.md, "The Go
+// runtime's sysmon, and our system calls"). A longer round (a stream's
+// batch, GSO sends) keeps Syscall, so that the process's other
+// goroutines get the P meanwhile.
+var sendmmsgSyscall = unix.RawSyscall6
+
 // sendmmsg is the RawConn.Write callback.
 func (s *sender) sendmmsg(fd uintptr) bool {
+	call := unix.Syscall6
+	if s.short {
+		call = sendmmsgSyscall
+	}
 	for s.pos < s.count {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
+		r, _, e := call(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
 		switch e {
 		case 0:
 			s.pos += int(r)
