@@ -29,6 +29,8 @@ type receiver struct {
 	ctl    []byte
 	ctlLen int
 	from   []*socket // the socket each filled slot came from
+	// rawSlots: the most slots one recvmmsg fills (rawRecvBytes).
+	rawSlots int
 
 	// One Read callback's work: fill slots [0, want) from the sockets.
 	want, got int
@@ -59,6 +61,7 @@ func (r *receiver) init(l *Link) {
 	// (an int).
 	r.ctlLen = unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{}))) + 2*unix.CmsgSpace(4)
 	r.ctl = make([]byte, n*r.ctlLen)
+	r.rawSlots = max(1, min(n, rawRecvBytes/size))
 	backing := make([]byte, n*size)
 	for i := range n {
 		r.buf[i] = backing[i*size : (i+1)*size : (i+1)*size]
@@ -123,30 +126,27 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	}
 }
 
-// rawRecvMax is the most datagrams the first recvmmsg after a wait asks
-// for by a raw system call (recvmmsgSyscall).
-const rawRecvMax = 8
+// rawRecvBytes bounds what one recvmmsg asks for: as many slots as hold
+// it (rawSlots; at least one, at most the batch): 43 at MTU 1500, 7 at
+// 9000, 1 on loopback, whose frames are up to 64 KiB.
+const rawRecvBytes = 64 << 10
 
-// recvmmsgSyscall makes the first recvmmsg of each look at the sockets
-// (a variable: tests count the calls), for at most rawRecvMax datagrams.
-// Raw: the call never waits (MSG_DONTWAIT) and copies a few datagrams,
-// so nothing needs the P meanwhile, and it is the first system call after
-// the poller woke the receiver. By Syscall, after an idle spell of a
-// daemon at one P it woke the runtime's sysmon thread every time, which
-// then looked every 20 µs (a millisecond or more on machine D) until the
-// process was idle again (docs/runtime.md, "The Go runtime's sysmon, and
-// our system calls"). When it fills all its slots, a stream is queued:
-// the rest of the batch is read by Syscall, so that a long copy (frames of
-// up to 64 KiB on loopback) lets the process's other goroutines have the
-// P meanwhile.
+// recvmmsgSyscall makes the receiver's recvmmsg (a variable: tests count
+// the calls). Raw: the call never waits (MSG_DONTWAIT) and copies at most
+// rawRecvBytes, so nothing needs the P meanwhile, and it is the first
+// system call after the poller woke the receiver. By Syscall, after an
+// idle spell of a daemon at one P it woke the runtime's sysmon thread
+// every time, which then looked every 20 µs (a millisecond or more on
+// machine D) until the process was idle again (docs/runtime.md, "The Go
+// runtime's sysmon, and our system calls"). A stream is read a call of
+// rawSlots at a time.
 var recvmmsgSyscall = unix.RawSyscall6
 
 // recvmmsg is the RawConn.Read callback: one non-blocking recvmmsg(2) per
-// socket into the free slots. It reports false, so the poller waits, only
+// socket into at most rawSlots of the free slots. It reports false, so the poller waits, only
 // when every socket had nothing.
 func (r *receiver) recvmmsg(uintptr) bool {
 	r.got, r.next, r.seg, r.errno = 0, 0, 0, 0
-	raw := true
 	for _, s := range [2]*socket{r.l.usock, r.l.msock} {
 		if s == nil || r.got == r.want {
 			continue
@@ -157,12 +157,9 @@ func (r *receiver) recvmmsg(uintptr) bool {
 			h.SetControllen(r.ctlLen)
 			h.Flags = 0
 		}
-		for r.got < r.want {
-			call, vlen := unix.Syscall6, r.want-r.got
-			if raw {
-				call, vlen = recvmmsgSyscall, min(vlen, rawRecvMax)
-			}
-			n, _, e := call(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(vlen), unix.MSG_DONTWAIT, 0, 0)
+		for {
+			vlen := min(r.want-r.got, r.rawSlots)
+			n, _, e := recvmmsgSyscall(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(vlen), unix.MSG_DONTWAIT, 0, 0)
 			switch e {
 			case unix.EINTR:
 				continue
@@ -171,10 +168,6 @@ func (r *receiver) recvmmsg(uintptr) bool {
 					r.from[i] = s
 				}
 				r.got += int(n)
-				if raw && int(n) == vlen {
-					raw = false // a stream: the rest by Syscall
-					continue
-				}
 			case unix.EAGAIN:
 			default:
 				r.errno = e

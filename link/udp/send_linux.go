@@ -47,7 +47,7 @@ type sender struct {
 	retries    uint64
 	errno      unix.Errno
 	noBufs     bool
-	short      bool // the round carries at most rawSendMax datagrams
+	short      bool // the round carries at most rawSendMax datagrams, rawSendBytes bytes
 	fn         func(fd uintptr) bool
 }
 
@@ -192,7 +192,7 @@ func (s *sender) run(frames [][]byte) (int, error) {
 	done := 0
 	for p := 0; p < len(s.plan); {
 		// Fill the messages.
-		m, v := 0, 0
+		m, v, nb := 0, 0, 0
 		first := p
 		for ; p < len(s.plan) && m < len(s.hdrs); p++ {
 			d := &s.plan[p]
@@ -216,6 +216,7 @@ func (s *sender) run(frames [][]byte) (int, error) {
 				s.iov[v].Base = &f[0]
 				s.iov[v].SetLen(len(f))
 				v++
+				nb += len(f)
 			}
 			if d.b-d.a > 1 {
 				c := s.ctl[m*s.ctlLen:]
@@ -231,7 +232,7 @@ func (s *sender) run(frames [][]byte) (int, error) {
 		if m == 0 {
 			continue
 		}
-		s.short = v <= rawSendMax
+		s.short = v <= rawSendMax && nb <= rawSendBytes
 		sent, err := s.flush(m)
 		for i := range v {
 			s.iov[i].Base = nil
@@ -335,9 +336,12 @@ func (s *sender) flush(m int) (int, error) {
 	return s.pos, err
 }
 
-// rawSendMax is the most datagrams a sendmmsg round sends by a raw
-// system call (sendmmsgSyscall).
-const rawSendMax = 8
+// rawSendMax and rawSendBytes are the most datagrams, and bytes, a
+// sendmmsg round sends by a raw system call (sendmmsgSyscall).
+const (
+	rawSendMax   = 8
+	rawSendBytes = 16 << 10
+)
 
 // sendmmsgSyscall makes a short round's sendmmsg (a variable: tests
 // count the calls). Raw: the socket is non-blocking (a full buffer is
@@ -347,8 +351,10 @@ const rawSendMax = 8
 // send for a client's message or an acknowledgement), as the ring's
 // short kicks did (link/ring, shortKick; docs/runtime.md, "The Go
 // runtime's sysmon, and our system calls"). A longer round (a stream's
-// batch, GSO sends) keeps Syscall, so that the process's other
-// goroutines get the P meanwhile.
+// batch, GSO sends, frames of up to 64 KiB on loopback) keeps Syscall,
+// so that the process's other goroutines get the P meanwhile: raw, a
+// stream's rounds on loopback held it while the kernel delivered them,
+// and two daemons' goodput fell by a third.
 var sendmmsgSyscall = unix.RawSyscall6
 
 // sendmmsg is the RawConn.Write callback.
