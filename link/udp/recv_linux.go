@@ -127,8 +127,9 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 }
 
 // rawRecvBytes bounds what one recvmmsg asks for: as many slots as hold
-// it (rawSlots; at least one, at most the batch): 43 at MTU 1500, 7 at
-// 9000, 1 on loopback, whose frames are up to 64 KiB.
+// it (rawSlots; at least one, at most the batch): one where a slot takes
+// a GRO receive (64 KiB; the default where the kernel has UDP_GRO) or a
+// loopback frame, else 43 at MTU 1500 and 7 at 9000.
 const rawRecvBytes = 64 << 10
 
 // recvmmsgSyscall makes the receiver's recvmmsg (a variable: tests count
