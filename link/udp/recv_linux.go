@@ -29,8 +29,6 @@ type receiver struct {
 	ctl    []byte
 	ctlLen int
 	from   []*socket // the socket each filled slot came from
-	// rawSlots: the most slots one recvmmsg fills (rawRecvBytes).
-	rawSlots int
 
 	// One Read callback's work: fill slots [0, want) from the sockets.
 	want, got int
@@ -61,7 +59,6 @@ func (r *receiver) init(l *Link) {
 	// (an int).
 	r.ctlLen = unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{}))) + 2*unix.CmsgSpace(4)
 	r.ctl = make([]byte, n*r.ctlLen)
-	r.rawSlots = max(1, min(n, rawRecvBytes/size))
 	backing := make([]byte, n*size)
 	for i := range n {
 		r.buf[i] = backing[i*size : (i+1)*size : (i+1)*size]
@@ -126,25 +123,8 @@ func (l *Link) Recv(deadline time.Time, frames []link.Frame) (int, error) {
 	}
 }
 
-// rawRecvBytes bounds what one recvmmsg asks for: as many slots as hold
-// it (rawSlots; at least one, at most the batch): one where a slot takes
-// a GRO receive (64 KiB; the default where the kernel has UDP_GRO) or a
-// loopback frame, else 43 at MTU 1500 and 7 at 9000.
-const rawRecvBytes = 64 << 10
-
-// recvmmsgSyscall makes the receiver's recvmmsg (a variable: tests count
-// the calls). Raw: the call never waits (MSG_DONTWAIT) and copies at most
-// rawRecvBytes, so nothing needs the P meanwhile, and it is the first
-// system call after the poller woke the receiver. By Syscall, after an
-// idle spell of a daemon at one P it woke the runtime's sysmon thread
-// every time, which then looked every 20 µs (a millisecond or more on
-// machine D) until the process was idle again (docs/runtime.md, "The Go
-// runtime's sysmon, and our system calls"). A stream is read a call of
-// rawSlots at a time.
-var recvmmsgSyscall = unix.RawSyscall6
-
 // recvmmsg is the RawConn.Read callback: one non-blocking recvmmsg(2) per
-// socket into at most rawSlots of the free slots. It reports false, so the poller waits, only
+// socket into the free slots. It reports false, so the poller waits, only
 // when every socket had nothing.
 func (r *receiver) recvmmsg(uintptr) bool {
 	r.got, r.next, r.seg, r.errno = 0, 0, 0, 0
@@ -159,8 +139,7 @@ func (r *receiver) recvmmsg(uintptr) bool {
 			h.Flags = 0
 		}
 		for {
-			vlen := min(r.want-r.got, r.rawSlots)
-			n, _, e := recvmmsgSyscall(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(vlen), unix.MSG_DONTWAIT, 0, 0)
+			n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&r.hdrs[r.got])), uintptr(r.want-r.got), unix.MSG_DONTWAIT, 0, 0)
 			switch e {
 			case unix.EINTR:
 				continue

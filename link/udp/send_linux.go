@@ -47,7 +47,6 @@ type sender struct {
 	retries    uint64
 	errno      unix.Errno
 	noBufs     bool
-	short      bool // the round carries at most rawSendMax datagrams, rawSendBytes bytes
 	fn         func(fd uintptr) bool
 }
 
@@ -192,7 +191,7 @@ func (s *sender) run(frames [][]byte) (int, error) {
 	done := 0
 	for p := 0; p < len(s.plan); {
 		// Fill the messages.
-		m, v, nb := 0, 0, 0
+		m, v := 0, 0
 		first := p
 		for ; p < len(s.plan) && m < len(s.hdrs); p++ {
 			d := &s.plan[p]
@@ -216,7 +215,6 @@ func (s *sender) run(frames [][]byte) (int, error) {
 				s.iov[v].Base = &f[0]
 				s.iov[v].SetLen(len(f))
 				v++
-				nb += len(f)
 			}
 			if d.b-d.a > 1 {
 				c := s.ctl[m*s.ctlLen:]
@@ -232,7 +230,6 @@ func (s *sender) run(frames [][]byte) (int, error) {
 		if m == 0 {
 			continue
 		}
-		s.short = v <= rawSendMax && nb <= rawSendBytes
 		sent, err := s.flush(m)
 		for i := range v {
 			s.iov[i].Base = nil
@@ -336,35 +333,10 @@ func (s *sender) flush(m int) (int, error) {
 	return s.pos, err
 }
 
-// rawSendMax and rawSendBytes are the most datagrams, and bytes, a
-// sendmmsg round sends by a raw system call (sendmmsgSyscall).
-const (
-	rawSendMax   = 8
-	rawSendBytes = 16 << 10
-)
-
-// sendmmsgSyscall makes a short round's sendmmsg (a variable: tests
-// count the calls). Raw: the socket is non-blocking (a full buffer is
-// EAGAIN, and the poller waits), and a few datagrams take microseconds,
-// so nothing needs the P meanwhile. By Syscall it woke the runtime's
-// sysmon whenever it was a daemon's first system call after a wait (a
-// send for a client's message or an acknowledgement), as the ring's
-// short kicks did (link/ring, shortKick; docs/runtime.md, "The Go
-// runtime's sysmon, and our system calls"). A longer round (a stream's
-// batch, GSO sends, frames of up to 64 KiB on loopback) keeps Syscall,
-// so that the process's other goroutines get the P meanwhile: raw, a
-// stream's rounds on loopback held it while the kernel delivered them,
-// and two daemons' goodput fell by a third.
-var sendmmsgSyscall = unix.RawSyscall6
-
 // sendmmsg is the RawConn.Write callback.
 func (s *sender) sendmmsg(fd uintptr) bool {
-	call := unix.Syscall6
-	if s.short {
-		call = sendmmsgSyscall
-	}
 	for s.pos < s.count {
-		r, _, e := call(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.pos])), uintptr(s.count-s.pos), 0, 0, 0)
 		switch e {
 		case 0:
 			s.pos += int(r)
