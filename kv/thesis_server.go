@@ -88,6 +88,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 	s.mu.Unlock()
 	cfg.Logger.Info("kv: thesis replica serving", "rank", tc.Self, "replicas", tc.Replicas, "delta", tc.Delta(), "tr", tc.Tr, "eps", tc.Eps, "tc", tc.Tc)
 	go s.read()
+	bad := malformedLog{log: cfg.Logger, every: malformedEvery}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -106,7 +107,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 		now := cfg.Clock()
 		for _, u := range ups {
 			if err := node.Remote(u.at, u.from, u.loc, u.data); err != nil {
-				cfg.Logger.Warn("kv: thesis mode: a malformed entry", "err", err)
+				bad.note(now, u.from, err)
 			}
 		}
 		node.Tick(now)
@@ -168,5 +169,42 @@ func (s *thesisServer) read() {
 		}
 		data := append([]byte(nil), buf[:n]...)
 		s.reqs <- thesisReq{data: data, reply: func(b []byte) { s.conn.WriteTo(b, addr) }}
+	}
+}
+
+// malformedEvery is how often malformedLog logs a replica's malformed
+// entries after its first.
+const malformedEvery = 10 * time.Second
+
+// malformedLog logs the entries of other replicas that Remote refused:
+// each replica's first in full, then at most one line per replica every
+// `every` counting the others and naming the last. A replica configured
+// with other slots has every update refused; logged one by one, they
+// filled the log at the group's update rate.
+type malformedLog struct {
+	log   *slog.Logger
+	every time.Duration
+	peers map[int]*malformedPeer
+}
+
+type malformedPeer struct {
+	since int       // refused since the last line
+	last  time.Time // when the last line was logged
+}
+
+func (m *malformedLog) note(now time.Time, from int, err error) {
+	p := m.peers[from]
+	if p == nil {
+		if m.peers == nil {
+			m.peers = map[int]*malformedPeer{}
+		}
+		m.peers[from] = &malformedPeer{last: now}
+		m.log.Warn("kv: thesis mode: a malformed entry (further ones from this replica are counted, a line every "+m.every.String()+")", "replica", from, "err", err)
+		return
+	}
+	p.since++
+	if now.Sub(p.last) >= m.every {
+		m.log.Warn("kv: thesis mode: malformed entries", "replica", from, "count", p.since, "last", err)
+		p.since, p.last = 0, now
 	}
 }

@@ -1,7 +1,9 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +226,34 @@ func TestThesisErrors(t *testing.T) {
 	}
 	if err := n.Remote(time.Unix(1, 0), 1, 193, make([]byte, 40)); err == nil || err.Error() != "kv: thesis mode: replica 1's location 193: no such location: want 0..192" {
 		t.Errorf("a location out of range: %v", err)
+	}
+}
+
+// A replica whose every update is refused (other slots) is logged once
+// in full, then a line per interval counting the rest, per replica.
+func TestMalformedLogged(t *testing.T) {
+	var buf bytes.Buffer
+	m := malformedLog{log: slog.New(slog.NewTextHandler(&buf, nil)), every: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	bad := errSlot{2, 7, "300 bytes, want the slot size 256"}
+	for i := range 1000 { // 1000 refusals from replica 2 in 12.5 s
+		m.note(t0.Add(time.Duration(i)*12500*time.Microsecond), 2, bad)
+	}
+	m.note(t0, 1, errSlot{1, 3, "kind 9 at offset 0, want 0..3"})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3 (replica 2's first and one count, replica 1's first):\n%s", len(lines), buf.String())
+	}
+	for i, want := range []string{
+		"replica=2 err=\"kv: thesis mode: replica 2's location 7: 300 bytes, want the slot size 256\"",
+		"malformed entries\" replica=2 count=800 last=",
+		"replica=1 err=\"kv: thesis mode: replica 1's location 3: kind 9",
+	} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d = %s\nwant it to contain %s", i, lines[i], want)
+		}
+	}
+	if !strings.Contains(lines[0], "further ones from this replica are counted, a line every 10s") {
+		t.Errorf("first line does not say what follows: %s", lines[0])
 	}
 }
