@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 )
 
@@ -16,18 +17,7 @@ func FuzzParseRequest(f *testing.F) {
 	} {
 		f.Add(AppendRequest(nil, q))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		q, err := ParseRequest(b)
-		if err != nil {
-			if _, ok := err.(*FormatError); !ok {
-				t.Fatalf("error %T %v, want a *FormatError", err, err)
-			}
-			return
-		}
-		if again := AppendRequest(nil, q); !bytes.Equal(again, b) {
-			t.Fatalf("%v from % x encodes to % x", q, b, again)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, ParseRequest, AppendRequest) })
 }
 
 // FuzzParseReply: a reply a client reads off the network either fails
@@ -35,18 +25,23 @@ func FuzzParseRequest(f *testing.F) {
 func FuzzParseReply(f *testing.F) {
 	f.Add(AppendReply(nil, Reply{Client: 1, Seq: 2, Result: Result{Status: StatusOK, Value: []byte("value")}}))
 	f.Add(AppendReply(nil, Reply{Client: 1, Seq: 3, Result: Result{Status: StatusNotFound}}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := ParseReply(b)
-		if err != nil {
-			if _, ok := err.(*FormatError); !ok {
-				t.Fatalf("error %T %v, want a *FormatError", err, err)
-			}
-			return
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, ParseReply, AppendReply) })
+}
+
+// roundTrip: b either fails to parse with a *FormatError or encodes back
+// to exactly its bytes.
+func roundTrip[T any](t *testing.T, b []byte, parse func([]byte) (T, error), encode func([]byte, T) []byte) {
+	v, err := parse(b)
+	if err != nil {
+		var fe *FormatError
+		if !errors.As(err, &fe) {
+			t.Fatalf("error %T %v, want a *FormatError", err, err)
 		}
-		if again := AppendReply(nil, p); !bytes.Equal(again, b) {
-			t.Fatalf("%+v from % x encodes to % x", p, b, again)
-		}
-	})
+		return
+	}
+	if again := encode(nil, v); !bytes.Equal(again, b) {
+		t.Fatalf("%+v from % x encodes to % x", v, b, again)
+	}
 }
 
 // FuzzReplicaRestore: a replica snapshot (a joining replica's state
