@@ -32,6 +32,21 @@ func randomBytes(n int, seed uint64) []byte {
 	return b
 }
 
+// sourceOf writes data to a file of its own and opens it as the sender's
+// source named name, by open (OpenSource or OpenSourceHashLater).
+func sourceOf(t *testing.T, data []byte, name string, open func(path, name string) (*Source, error)) *Source {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(path, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func meta(name string, data []byte, bs uint32) files.Meta {
 	return files.Meta{Sender: 1, Incarnation: 1, ID: 1, Name: name, Size: uint64(len(data)), BlockSize: bs, Hash: sha256.Sum256(data)}
 }
@@ -174,13 +189,9 @@ func TestCoresOverFiles(t *testing.T) {
 	defer func(n int) { runBytes = n }(runBytes)
 	runBytes = 8 * 1464
 	const durable = 96
-	src, dst := t.TempDir(), t.TempDir()
+	dst := t.TempDir()
 	data := randomBytes(200*1464+17, 3)
-	os.WriteFile(filepath.Join(src, "img"), data, 0o644)
-	s, err := OpenSource(filepath.Join(src, "img"), "images/img")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sourceOf(t, data, "images/img", OpenSource)
 	sender := pairCore(t, 1, nil)
 	recv := func() *files.Core { return pairCore(t, 2, &Dir{Root: dst}) }
 	r := recv()
@@ -729,13 +740,9 @@ func librarySum(a frame.FileHashAlg, data []byte) [32]byte {
 }
 
 func corruptBlockHashMismatch(t *testing.T, alg frame.FileHashAlg, first bool) {
-	src, dst := t.TempDir(), t.TempDir()
+	dst := t.TempDir()
 	data := randomBytes(40*1464+5, 23)
-	os.WriteFile(filepath.Join(src, "img"), data, 0o644)
-	s, err := OpenSourceHashLater(filepath.Join(src, "img"), "img")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sourceOf(t, data, "img", OpenSourceHashLater)
 	s.HashAlg = alg
 	if first {
 		s.Hash = librarySum(alg, data)
@@ -1213,13 +1220,9 @@ func (k *keepSink) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 func TestBlockSumsFromFrames(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		t.Run(fmt.Sprintf("SkipCRC=%v", skip), func(t *testing.T) {
-			src, dst := t.TempDir(), t.TempDir()
+			dst := t.TempDir()
 			data := randomBytes(300*1464+17, 5)
-			os.WriteFile(filepath.Join(src, "img"), data, 0o644)
-			s, err := OpenSource(filepath.Join(src, "img"), "img")
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := sourceOf(t, data, "img", OpenSource)
 			sink := &keepSink{Dir: &Dir{Root: dst}}
 			sender, r := pairCore(t, 1, nil), pairCore(t, 2, sink)
 			if skip {
