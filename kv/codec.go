@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 )
 
 // FormatError says which field of an encoded message was malformed and
@@ -87,6 +88,15 @@ func (r *reader) end() error {
 		r.fail("end", fmt.Sprintf("%d trailing bytes", len(r.b)-r.off))
 	}
 	return r.err
+}
+
+// quoteCut quotes s for an error, cut to its first 64 bytes.
+func quoteCut(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:most]), len(s))
 }
 
 func appendBytes(b, v []byte) []byte {

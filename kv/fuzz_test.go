@@ -46,7 +46,9 @@ func roundTrip[T any](t *testing.T, b []byte, parse func([]byte) (T, error), enc
 
 // FuzzReplicaRestore: a replica snapshot (a joining replica's state
 // transfer) either fails, leaving the replica as it was, or restores a
-// state whose snapshot restores to the same snapshot.
+// state whose snapshot is as long as the one restored (nothing in it was
+// dropped: a key or a session twice is refused) and restores to the same
+// snapshot.
 func FuzzReplicaRestore(f *testing.F) {
 	r := NewReplica(NewStore(), 4)
 	r.Apply(Request{Open: true, Seq: 1})
@@ -54,6 +56,9 @@ func FuzzReplicaRestore(f *testing.F) {
 	r.Apply(Request{Client: 1, Seq: 2, Op: Op{Kind: OpPut, Key: "b", Value: []byte("2")}})
 	f.Add(r.Snapshot())
 	f.Add(NewReplica(NewStore(), 1).Snapshot())
+	dup := r.Snapshot() // key "b" becomes a second "a"
+	dup[bytes.LastIndexByte(dup, 'b')] = 'a'
+	f.Add(dup)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := NewReplica(NewStore(), 4)
 		r.Apply(Request{Open: true, Seq: 1})
@@ -65,6 +70,9 @@ func FuzzReplicaRestore(f *testing.F) {
 			return
 		}
 		snap := r.Snapshot()
+		if len(snap) != len(b) {
+			t.Fatalf("% x restores to a replica whose snapshot is % x", b, snap)
+		}
 		r2 := NewReplica(NewStore(), 1)
 		if err := r2.Restore(snap); err != nil {
 			t.Fatalf("the snapshot of a restored replica does not restore: %v", err)

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,50 @@ func TestCodecErrors(t *testing.T) {
 	}
 	if err := NewStore().Restore([]byte{0, 0, 0, 1, 0}); err == nil || !strings.Contains(err.Error(), "store snapshot: field key 0 length") {
 		t.Errorf("Restore of a truncated snapshot = %v", err)
+	}
+}
+
+// A snapshot that holds a key, or a session, twice is damaged: Restore
+// refuses it, naming the key and both entries, and changes nothing.
+func TestRestoreRefusesDuplicates(t *testing.T) {
+	long := strings.Repeat("k", 100)
+	storeSnap := func(keys ...string) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(keys)))
+		for _, k := range keys {
+			b = appendBytes(appendBytes(b, []byte(k)), []byte("v"))
+		}
+		return b
+	}
+	cases := []struct {
+		snap []byte
+		want string
+	}{
+		{storeSnap("a", "b", "a"), `field key 2 at offset 24: key "a" again, first in entry 0`},
+		{storeSnap(long, long), `field key 1 at offset 113: key "` + long[:64] + `"… (100 bytes) again, first in entry 0`},
+	}
+	for _, c := range cases {
+		s := NewStore()
+		s.Do(Op{Kind: OpPut, Key: "x", Value: []byte("1")})
+		before := s.Snapshot()
+		if err := s.Restore(c.snap); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Store.Restore(% x) = %v, want an error containing %q", c.snap, err, c.want)
+		}
+		if after := s.Snapshot(); !bytes.Equal(after, before) {
+			t.Errorf("a refused snapshot changed the store: % x → % x", before, after)
+		}
+	}
+
+	r := NewReplica(NewStore(), 4)
+	r.Open()
+	r.Open()
+	snap := r.Snapshot()
+	binary.BigEndian.PutUint64(snap[32+28:], 1) // the second session's id: 2 → 1
+	before := r.Snapshot()
+	if err := r.Restore(snap); err == nil || !strings.Contains(err.Error(), "field session 1 id at offset 60: session 1 again, first in entry 0") {
+		t.Errorf("Replica.Restore with a session twice = %v", err)
+	}
+	if after := r.Snapshot(); !bytes.Equal(after, before) {
+		t.Errorf("a refused snapshot changed the replica: % x → % x", before, after)
 	}
 }
 

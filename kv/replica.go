@@ -166,14 +166,19 @@ func (r *Replica) Restore(snap []byte) error {
 		rd.fail("sessions", fmt.Sprintf("%d, more than max sessions %d", n, maxSessions))
 	}
 	sessions, lru := map[uint64]*list.Element{}, list.New()
+	first := map[uint64]uint32{} // a session's entry
 	for i := uint32(0); i < n && rd.err == nil; i++ {
+		at := rd.off
 		s := &session{id: rd.u64(fmt.Sprintf("session %d id", i))}
+		if j, dup := first[s.id]; dup && rd.err == nil {
+			rd.off = at
+			rd.fail(fmt.Sprintf("session %d id", i), fmt.Sprintf("session %d again, first in entry %d", s.id, j))
+			break
+		}
+		first[s.id] = i
 		s.seq = rd.u64(fmt.Sprintf("session %d seq", i))
 		s.last = rd.u64(fmt.Sprintf("session %d last", i))
 		s.result = rd.bytes(fmt.Sprintf("session %d result", i))
-		if _, dup := sessions[s.id]; dup && rd.err == nil {
-			rd.fail(fmt.Sprintf("session %d id", i), fmt.Sprintf("session %d twice", s.id))
-		}
 		sessions[s.id] = lru.PushBack(s)
 	}
 	machine := rd.bytes("machine")

@@ -235,13 +235,23 @@ func (s *Store) Snapshot() []byte {
 	return b
 }
 
-// Restore replaces the store's contents with a snapshot's.
+// Restore replaces the store's contents with a snapshot's. A snapshot
+// that does not decode, or holds a key twice (Snapshot never writes one
+// so: it is damaged), is an error and changes nothing.
 func (s *Store) Restore(snap []byte) error {
 	r := &reader{what: "store snapshot", b: snap}
 	n := r.u32("keys")
 	data := map[string][]byte{}
+	first := map[string]uint32{} // a key's entry
 	for i := uint32(0); i < n && r.err == nil; i++ {
+		at := r.off
 		k := string(r.bytes(fmt.Sprintf("key %d", i)))
+		if j, dup := first[k]; dup && r.err == nil {
+			r.off = at
+			r.fail(fmt.Sprintf("key %d", i), fmt.Sprintf("key %s again, first in entry %d", quoteCut(k), j))
+			break
+		}
+		first[k] = i
 		data[k] = r.bytes(fmt.Sprintf("value %d", i))
 	}
 	if err := r.end(); err != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,6 +91,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 	cfg.Logger.Info("kv: thesis replica serving", "rank", tc.Self, "replicas", tc.Replicas, "delta", tc.Delta(), "tr", tc.Tr, "eps", tc.Eps, "tc", tc.Tc)
 	go s.read()
 	bad := malformedLog{log: cfg.Logger, every: malformedEvery}
+	defer func() { bad.flush(cfg.Clock()) }()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -110,6 +113,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 				bad.note(now, u.from, err)
 			}
 		}
+		bad.tick(now)
 		node.Tick(now)
 		for _, w := range node.Writes() {
 			if err := seg.Write(w.Loc, w.Data); err != nil {
@@ -180,7 +184,10 @@ const malformedEvery = 10 * time.Second
 // each replica's first in full, then at most one line per replica every
 // `every` counting the others and naming the last. A replica configured
 // with other slots has every update refused; logged one by one, they
-// filled the log at the group's update rate.
+// filled the log at the group's update rate. A count waits for the next
+// entry, the serving loop's next tick (tick) or the server's end (flush),
+// whichever comes first: a replica that stops sending bad entries has its
+// last ones counted still.
 type malformedLog struct {
 	log   *slog.Logger
 	every time.Duration
@@ -188,8 +195,9 @@ type malformedLog struct {
 }
 
 type malformedPeer struct {
-	since int       // refused since the last line
-	last  time.Time // when the last line was logged
+	since   int       // refused since the last line
+	lastErr error     // the last one refused
+	last    time.Time // when the last line was logged
 }
 
 func (m *malformedLog) note(now time.Time, from int, err error) {
@@ -203,8 +211,31 @@ func (m *malformedLog) note(now time.Time, from int, err error) {
 		return
 	}
 	p.since++
+	p.lastErr = err
 	if now.Sub(p.last) >= m.every {
-		m.log.Warn("kv: thesis mode: malformed entries", "replica", from, "count", p.since, "last", err)
-		p.since, p.last = 0, now
+		m.line(now, from, p)
 	}
+}
+
+// tick logs the counts whose replica's last line is an interval old.
+func (m *malformedLog) tick(now time.Time) {
+	for _, from := range slices.Sorted(maps.Keys(m.peers)) {
+		if p := m.peers[from]; p.since > 0 && now.Sub(p.last) >= m.every {
+			m.line(now, from, p)
+		}
+	}
+}
+
+// flush logs every count not logged yet.
+func (m *malformedLog) flush(now time.Time) {
+	for _, from := range slices.Sorted(maps.Keys(m.peers)) {
+		if p := m.peers[from]; p.since > 0 {
+			m.line(now, from, p)
+		}
+	}
+}
+
+func (m *malformedLog) line(now time.Time, from int, p *malformedPeer) {
+	m.log.Warn("kv: thesis mode: malformed entries", "replica", from, "count", p.since, "last", p.lastErr)
+	p.since, p.lastErr, p.last = 0, nil, now
 }

@@ -230,7 +230,10 @@ func TestThesisErrors(t *testing.T) {
 }
 
 // A replica whose every update is refused (other slots) is logged once
-// in full, then a line per interval counting the rest, per replica.
+// in full, then a line per interval counting the rest, per replica; what
+// was counted after a replica's last line is logged an interval after it
+// (at the serving loop's tick) or when the server ends, even if that
+// replica sends nothing more.
 func TestMalformedLogged(t *testing.T) {
 	var buf bytes.Buffer
 	m := malformedLog{log: slog.New(slog.NewTextHandler(&buf, nil)), every: 10 * time.Second}
@@ -255,5 +258,30 @@ func TestMalformedLogged(t *testing.T) {
 	}
 	if !strings.Contains(lines[0], "further ones from this replica are counted, a line every 10s") {
 		t.Errorf("first line does not say what follows: %s", lines[0])
+	}
+
+	// Replica 2's last 199 (10.0125 s to 12.4875 s) wait for an interval
+	// after its line at 10 s; replica 3's second waits for the end.
+	m.note(t0.Add(19*time.Second), 3, errSlot{3, 1, "kind 8 at offset 0, want 0..3"})
+	m.note(t0.Add(19500*time.Millisecond), 3, errSlot{3, 4, "kind 8 at offset 0, want 0..3"})
+	buf.Reset()
+	m.tick(t0.Add(19999 * time.Millisecond))
+	if buf.Len() != 0 {
+		t.Errorf("a tick before the interval logged:\n%s", buf.String())
+	}
+	m.tick(t0.Add(20 * time.Second))
+	m.flush(t0.Add(21 * time.Second))
+	m.flush(t0.Add(22 * time.Second))
+	lines = strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines after the ticks and the end, want 2 (replica 2's count at the tick, replica 3's at the end):\n%s", len(lines), buf.String())
+	}
+	for i, want := range []string{
+		"malformed entries\" replica=2 count=199 last=\"kv: thesis mode: replica 2's location 7",
+		"malformed entries\" replica=3 count=1 last=\"kv: thesis mode: replica 3's location 4",
+	} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d = %s\nwant it to contain %s", i, lines[i], want)
+		}
 	}
 }

@@ -206,7 +206,9 @@ func decodeSnapshot(snapshot []byte) (*snapshotData, error) {
 	}
 	d := &snapshotData{delivered: r.u64(), objects: map[uint32]*snapObject{}, parts: map[frame.MemberID][]byte{},
 		lastReq: map[frame.MemberID]uint32{}}
-	for range r.count("objects") {
+	objectAt := map[uint32]int{}
+	for i := range r.count("objects") {
+		at := r.off // apart: in "at, id := r.off, r.u32()" Go may load r.off after the call
 		id := r.u32()
 		so := &snapObject{name: r.str(), class: r.str(), writes: r.u64(), state: slices.Clone(r.bytes())}
 		for range r.count("queued writes") {
@@ -218,8 +220,8 @@ func decodeSnapshot(snapshot []byte) (*snapshotData, error) {
 		if r.err != nil {
 			break
 		}
-		if _, dup := d.objects[id]; dup {
-			return nil, fmt.Errorf("%w: object id %#x twice", ErrSnapshot, id)
+		if again(r, "object", i, at, objectAt, id, fmt.Sprintf("id %#x", id)) {
+			break
 		}
 		d.objects[id] = so
 	}
@@ -228,16 +230,32 @@ func decodeSnapshot(snapshot []byte) (*snapshotData, error) {
 		m := earlyMsg{from: frame.MemberID(r.u16()), pos: r.u64(), msg: slices.Clone(r.bytes())}
 		d.early, d.earlyIDs = append(d.early, m), append(d.earlyIDs, id)
 	}
-	for range r.count("half-received messages") {
+	partAt := map[frame.MemberID]int{}
+	for i := range r.count("half-received messages") {
+		at := r.off
 		f := frame.MemberID(r.u16())
+		if again(r, "half-received message", i, at, partAt, f, fmt.Sprintf("member %d", f)) {
+			break
+		}
 		d.parts[f] = slices.Clone(r.bytes())
 	}
-	for range r.count("request numbers") {
+	reqAt := map[frame.MemberID]int{}
+	for i := range r.count("request numbers") {
+		at := r.off
 		f := frame.MemberID(r.u16())
+		if again(r, "request number", i, at, reqAt, f, fmt.Sprintf("member %d", f)) {
+			break
+		}
 		d.lastReq[f] = r.u32()
 	}
-	for range r.count("members waiting for the state") {
-		d.needState = append(d.needState, memberKey{id: frame.MemberID(r.u16()), incarnation: r.u32()})
+	needAt := map[memberKey]int{}
+	for i := range r.count("members waiting for the state") {
+		at := r.off
+		k := memberKey{id: frame.MemberID(r.u16()), incarnation: r.u32()}
+		if again(r, "member waiting for the state", i, at, needAt, k, fmt.Sprintf("member %d incarnation %d", k.id, k.incarnation)) {
+			break
+		}
+		d.needState = append(d.needState, k)
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshot, r.err)
@@ -437,6 +455,21 @@ func (r *snapReader) bytes() []byte {
 		return nil
 	}
 	return r.next(int(n))
+}
+
+// again reports, failing the read, whether key, read at byte at as entry
+// i of a list of what, is in seen already (Snapshot writes each once: a
+// key twice is damage); otherwise it notes it in seen.
+func again[K comparable](r *snapReader, what string, i, at int, seen map[K]int, key K, name string) bool {
+	if r.err != nil {
+		return true
+	}
+	if j, dup := seen[key]; dup {
+		r.err = fmt.Errorf("%s %d at byte %d: %s again, first in entry %d", what, i, at, name, j)
+		return true
+	}
+	seen[key] = i
+	return false
 }
 
 func (r *snapReader) str() string { return string(r.bytes()) }

@@ -3,6 +3,7 @@ package orca
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -108,6 +109,50 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	if err := n.Restore(append(snap, 0)); !errors.Is(err, ErrSnapshot) {
 		t.Errorf("trailing byte: %v", err)
+	}
+}
+
+// A snapshot that lists a member twice (two half-received messages, two
+// last request numbers, or waiting for the state twice) is damaged:
+// Restore refuses it, naming the member and both entries, and changes
+// nothing.
+func TestRestoreRefusesDuplicates(t *testing.T) {
+	donor, o := testNode(t, Config{})
+	donor.deliver(2, opMessage(t, o.obj.id, tadd.info.index, 1, 5))
+	donor.deliver(3, opMessage(t, o.obj.id, tadd.info.index, 1, 9))
+	snap, err := donor.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot ends: parts 0, requests 2 (member 2, 1) (member 3, 1),
+	// waiting 0.
+	end := len(snap)
+	tail := []byte{0, 0, 0, 0, 0, 0, 0, 2, 0, 2, 0, 0, 0, 1, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0}
+	if !bytes.Equal(snap[end-len(tail):], tail) {
+		t.Fatalf("the snapshot ends % x, want % x", snap[end-len(tail):], tail)
+	}
+	head := snap[:end-len(tail)]
+	join := func(parts ...[]byte) []byte { return bytes.Join(append([][]byte{head}, parts...), nil) }
+	cases := []struct {
+		snap []byte
+		want string
+	}{
+		{join([]byte{0, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}, tail[4:]),
+			fmt.Sprintf("half-received message 1 at byte %d: member 1 again, first in entry 0", len(head)+4+6)},
+		{join(tail[:4], []byte{0, 0, 0, 2, 0, 2, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1}, tail[20:]),
+			fmt.Sprintf("request number 1 at byte %d: member 2 again, first in entry 0", len(head)+8+6)},
+		{join(tail[:20], []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 7, 0, 4, 0, 0, 0, 7}),
+			fmt.Sprintf("member waiting for the state 1 at byte %d: member 4 incarnation 7 again, first in entry 0", len(head)+24+6)},
+	}
+	for _, c := range cases {
+		n, jo := testNode(t, Config{})
+		err := n.Restore(c.snap)
+		if !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Restore = %v, want an error containing %q", err, c.want)
+		}
+		if *jo.state != 0 || n.Position() != 0 {
+			t.Errorf("a refused snapshot changed the node")
+		}
 	}
 }
 

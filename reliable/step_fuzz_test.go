@@ -2,11 +2,14 @@ package reliable
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/reliable/clock"
 	"github.com/rbcast/rbcast/reliable/core"
+	"github.com/rbcast/rbcast/reliable/view"
 )
 
 // stepFuzzOrders are the cores FuzzStep drives, each as member 1 of
@@ -105,4 +108,176 @@ func sentParse(t *testing.T, s *core.Stepper) {
 		}
 	}
 	s.Advance()
+}
+
+// stepViewsOrders are the levels FuzzStepViews drives a process of a
+// group with views (Config.Views) at: FIFO, Agreed and Safe.
+var stepViewsOrders = []Config{
+	{Order: FIFO},
+	{Order: Total},
+	{Order: Total, Safe: true},
+}
+
+// stepViewsMAC is the address of process i (its incarnation is 1 and its
+// Join nonce i, so that a process is a function of i).
+func stepViewsMAC(i byte) [6]byte { return [6]byte{2, 0, 0, 0, 0, i} }
+
+// stepViewsCore is process i of a group with views founded by three, at
+// cfg's level, as Join builds it, on a stepper; and its membership core.
+// Its timers are short, so that three found their view in 50 ms.
+func stepViewsCore(tb testing.TB, cfg Config, i byte) (*core.Stepper, *view.Core) {
+	tb.Helper()
+	cfg.Group, cfg.Views, cfg.Size = 7, true, 3
+	cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.JoinRetry = 20*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	c, err := NewViewCore(cfg, ViewProcess{MAC: stepViewsMAC(i), MTU: 1500, Incarnation: 1, Nonce: uint64(i)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return core.NewStepper(ViewLevel(cfg, c), cfg.Group, frame.EtherType), c
+}
+
+// stepViewsStart is when the processes start: not at 0, which a core
+// takes for "not yet" (view.Core's joinSince).
+const stepViewsStart = clock.Time(clock.Millisecond)
+
+// stepViewsSeed is what process 1 hears while processes 1, 2 and 3 found
+// a view and each proposes a message every 10 ms, on a lossless segment
+// in 1 ms steps: 150 ms, the view and a few of its messages. Each frame
+// is its length (u16), the milliseconds since the one before (u8), its
+// source's and its destination's last address byte (u8 each, 0 for
+// broadcast) and its bytes after the Ethernet header. It fails unless
+// process 1 installed the view and delivered the others' messages in it.
+func stepViewsSeed(tb testing.TB, cfg Config) []byte {
+	var ps []*core.Stepper
+	var first *view.Core
+	for i := byte(1); i <= 3; i++ {
+		p, c := stepViewsCore(tb, cfg, i)
+		ps = append(ps, p)
+		if i == 1 {
+			first = c
+		}
+	}
+	var seed []byte
+	heard := stepViewsStart
+	delivered := map[byte]int{}
+	for ms := range 150 {
+		now := stepViewsStart.Add(clock.Duration(ms) * clock.Millisecond)
+		var sent [][]byte
+		for i, p := range ps {
+			if ms%10 == i {
+				_ = p.Propose(now, []byte{'m', byte(i), byte(ms / 10)})
+			}
+			p.Tick(now)
+			rd := p.Ready()
+			for _, f := range rd.Frames {
+				sent = append(sent, slices.Clone(f))
+			}
+			if i == 0 {
+				for _, d := range rd.Deliveries {
+					if len(d.Data) == 3 && d.Data[0] == 'm' {
+						delivered[d.Data[1]]++
+					}
+				}
+			}
+			p.Advance()
+		}
+		for _, f := range sent {
+			e, _, err := frame.SplitEthernet(f, frame.EtherType)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			for i, p := range ps {
+				to := stepViewsMAC(byte(i + 1))
+				if e.Src() == to || (e.Dst() != frame.Broadcast && e.Dst() != to) {
+					continue
+				}
+				_ = p.Step(now, f)
+				if i == 0 {
+					body := f[frame.EthernetHeaderLen:]
+					seed = binary.BigEndian.AppendUint16(seed, uint16(len(body)))
+					seed = append(seed, byte(now.Sub(heard)/clock.Millisecond), e.Src()[5], 0)
+					if e.Dst() != frame.Broadcast {
+						seed[len(seed)-1] = e.Dst()[5]
+					}
+					seed = append(seed, body...)
+					heard = now
+				}
+			}
+		}
+	}
+	if !first.Installed() || delivered[1] < 5 || delivered[2] < 5 {
+		tb.Fatalf("process 1 installed a view: %v; delivered the others' messages %v, want 5 or more of each", first.Installed(), delivered)
+	}
+	return seed
+}
+
+// FuzzStepViews is FuzzStep for a process of a group with views, at each
+// level (FIFO, Agreed, Safe): arbitrary frames from the other processes,
+// stepped as lent from the ring (the zero-copy path), ticking at the
+// core's deadlines between frames and proposing and ticking after each;
+// no frame panics the core, and every frame it sends parses, its CRC
+// included. The input is a list of frames as stepViewsSeed writes them.
+func FuzzStepViews(f *testing.F) {
+	for _, cfg := range stepViewsOrders {
+		f.Add(stepViewsSeed(f, cfg))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, cfg := range stepViewsOrders {
+			stepViewsReplay(t, cfg, in)
+		}
+	})
+}
+
+// The seeds of FuzzStepViews bring process 1 into the view when replayed
+// as the fuzzer does: the fuzzer starts from the view's normal state, not
+// from a process left joining.
+func TestStepViewsSeeds(t *testing.T) {
+	for _, cfg := range stepViewsOrders {
+		if c := stepViewsReplay(t, cfg, stepViewsSeed(t, cfg)); !c.Installed() {
+			t.Errorf("%v (safe %v): process 1 installed no view from the seed: %s", cfg.Order, cfg.Safe, c.DebugState())
+		}
+	}
+}
+
+// stepViewsReplay steps process 1 at cfg's level with the frames in (as
+// stepViewsSeed writes them), failing t if a frame it sends does not
+// parse; its membership core.
+func stepViewsReplay(t *testing.T, cfg Config, in []byte) *view.Core {
+	s, c := stepViewsCore(t, cfg, 1)
+	now, ticked := stepViewsStart, stepViewsStart
+	s.Tick(now)
+	sentParse(t, s)
+	loan := core.Loan(0)
+	for rest := in; len(rest) >= 5; {
+		n, dt, src, dst := int(binary.BigEndian.Uint16(rest)), rest[2], rest[3], rest[4]
+		rest = rest[5:]
+		n = min(n, len(rest))
+		body := rest[:n]
+		rest = rest[n:]
+		now = now.Add(clock.Duration(dt) * clock.Millisecond)
+		to := frame.Broadcast
+		if dst != 0 {
+			to = stepViewsMAC(dst)
+		}
+		eth := append(frame.AppendEthernet(nil, to, stepViewsMAC(src), frame.EtherType), body...)
+		// The deadlines up to now first, as the runtime wakes for them
+		// (a view is founded at one, between frames).
+		for range 64 {
+			d := s.Deadline()
+			if d == 0 || d <= ticked || d > now {
+				break
+			}
+			s.Tick(d)
+			sentParse(t, s)
+			ticked = d
+		}
+		loan++
+		_ = s.StepLent(now, eth, true, loan) // eth is never reused: the loan need not end
+		sentParse(t, s)
+		_ = s.Propose(now, []byte("own"))
+		s.Tick(now)
+		sentParse(t, s)
+		ticked = now
+	}
+	return c
 }
