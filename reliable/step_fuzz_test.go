@@ -136,8 +136,8 @@ func stepViewsCore(tb testing.TB, cfg Config, i byte) (*core.Stepper, *view.Core
 	return core.NewStepper(ViewLevel(cfg, c), cfg.Group, frame.EtherType), c
 }
 
-// stepViewsStart is when the processes start: not at 0, which a core
-// takes for "not yet" (view.Core's joinSince).
+// stepViewsStart is when the processes start (the seeds were recorded
+// from 1 ms; a start at 0 works too: TestViewsFoundFromTimeZero).
 const stepViewsStart = clock.Time(clock.Millisecond)
 
 // stepViewsSeed is what process 1 hears while processes 1, 2 and 3 found

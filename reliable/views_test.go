@@ -12,6 +12,8 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link/auth"
+	"github.com/rbcast/rbcast/reliable/clock"
+	"github.com/rbcast/rbcast/reliable/core"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -651,4 +653,34 @@ func TestTrySendLevel(t *testing.T) {
 		t.Fatalf("TrySendLevel with nothing acknowledged: %v after %d messages, want ErrWindowFull", err, sent)
 	}
 	t.Logf("ErrWindowFull after %d messages, %v", sent, time.Since(start))
+}
+
+// TestViewsFoundFromTimeZero: a process alone, first ticked at time 0 and
+// then at its deadlines, founds its view when its Listen wait (half the
+// failure timeout) ends, measured from 0. view.Core took a joinSince of 0
+// for "not yet", so such a process started its wait at its second tick.
+func TestViewsFoundFromTimeZero(t *testing.T) {
+	var cfg Config
+	cfg.Group, cfg.Views, cfg.Size = 7, true, 1
+	cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.JoinRetry = 20*time.Millisecond, 100*time.Millisecond, 30*time.Millisecond
+	c, err := NewViewCore(cfg, ViewProcess{MAC: stepViewsMAC(1), MTU: 1500, Incarnation: 1, Nonce: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := core.NewStepper(ViewLevel(cfg, c), cfg.Group, frame.EtherType)
+	listen := clock.Time(50 * clock.Millisecond)
+	now := clock.Time(0)
+	for i := 0; i < 100 && !c.Installed(); i++ {
+		p.Tick(now)
+		p.Ready()
+		p.Advance()
+		d := p.Deadline()
+		if c.Installed() || d == 0 || d > listen {
+			break
+		}
+		now = max(d, now+1)
+	}
+	if !c.Installed() {
+		t.Fatalf("no view by %v (the Listen wait from 0 ends at %v); next deadline %v", now, listen, p.Deadline())
+	}
 }

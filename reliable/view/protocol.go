@@ -648,7 +648,7 @@ func (c *Core) Deadline() clock.Time {
 	switch c.state {
 	case joining:
 		early(c.joinAt)
-		if f := c.joinSince.Add(c.cfg.Listen); c.joinSince != 0 && f > c.now {
+		if f := c.joinSince.Add(c.cfg.Listen); f > c.now {
 			early(f)
 		}
 	case member:

@@ -417,10 +417,10 @@ func (c *Core) touch(now clock.Time) {
 	if now > c.now {
 		c.now = now
 	}
-	c.started = true
-	if c.joinSince == 0 {
-		c.joinSince = c.now
+	if !c.started {
+		c.joinSince = c.now // 0 when the first step is at 0
 	}
+	c.started = true
 }
 
 // Err says why the core stopped: refused, removed, the group removed.
