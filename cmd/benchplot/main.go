@@ -10,6 +10,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,16 +25,40 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// helpAsked reports whether args ask for the usage (-h, -help, --help),
+// which then goes to stdout.
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchplot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("o", ".", "directory the images are written to")
 	format := fs.String("format", "svg", "image format: "+strings.Join(benchplot.Formats, " or "))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: benchplot [-o DIR] [-format svg|png] REPORT.md...\n\nDraws the figures of docs/benchmarks.md from BenchmarkReport's markdown reports, oldest first.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: benchplot [-o DIR] [-format svg|png] REPORT.md...\n\nDraws the figures of docs/benchmarks.md from BenchmarkReport's markdown reports, oldest first.\n\n")
 		fs.PrintDefaults()
 	}
+	if helpAsked(args) {
+		fs.SetOutput(stdout)
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *dir == "" {
+		fmt.Fprintln(stderr, "benchplot: -o is empty; want the directory the images go to")
 		return 2
 	}
 	if fs.NArg() == 0 {
@@ -42,6 +67,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if !slices.Contains(benchplot.Formats, *format) {
 		fmt.Fprintf(stderr, "benchplot: -format %q: want one of %s\n", *format, strings.Join(benchplot.Formats, ", "))
+		return 2
+	}
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = errors.Unwrap(err).Error()
+		}
+		fmt.Fprintf(stderr, "benchplot: -o %s: %s; want an existing directory for the images\n", *dir, why)
 		return 2
 	}
 	var reports []*benchplot.Report

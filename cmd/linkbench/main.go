@@ -42,35 +42,55 @@ func run(args []string) int {
 	overlap := fs.Bool("overlap", false, "stage frames on one goroutine and have another kick the kernel (ring backends; as the reliable runtime sends)")
 	spin := fs.Duration("spin", ring.DefaultRxSpin, "ring backends: the receivers' rings (both ends' in the latency runs) poll this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never, as in the tables measured before the spin became the default in 2630362)")
 	work := fs.Bool("work", false, "touch every frame as little as a reliable checksummed protocol must: the sender copies the payload into a history slot and computes a CRC32C, each receiver checks the CRC32C and copies the payload out")
+	if linkbench.HelpAsked(args) {
+		fs.SetOutput(os.Stdout)
+	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 2
 	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "linkbench: needs root (network namespaces, CAP_NET_ADMIN and CAP_NET_RAW)")
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "linkbench: "+format+"\n", a...)
 		return 2
 	}
-	hosts, err := linkbench.Ints(*hostsFlag)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "linkbench: -hosts: %v\n", err)
-		return 2
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q (see -h)", fs.Arg(0))
 	}
-	mtus, err := linkbench.Ints(*mtuFlag)
+	hosts, err := linkbench.Hosts(*hostsFlag)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "linkbench: -mtu: %v\n", err)
-		return 2
+		return usage("-hosts: %v", err)
+	}
+	mtus, err := linkbench.MTUs(*mtuFlag)
+	if err != nil {
+		return usage("-mtu: %v", err)
 	}
 	names := strings.Split(*backends, ",")
 	for _, b := range names {
 		if _, ok := linkbench.Backends[b]; !ok {
-			fmt.Fprintf(os.Stderr, "linkbench: -backends: unknown backend %q (have %s)\n", b, strings.Join(linkbench.BackendNames, ", "))
-			return 2
+			return usage("-backends: unknown backend %q (have %s)", b, strings.Join(linkbench.BackendNames, ", "))
 		}
 	}
-	if *spin < 0 || *spin > time.Second {
-		fmt.Fprintf(os.Stderr, "linkbench: -spin %v: want 0 (never) up to 1s\n", *spin)
+	if _, ok := linkbench.Backends[*senderFlag]; !ok && *senderFlag != "" {
+		return usage("-sender: unknown backend %q (have %s)", *senderFlag, strings.Join(linkbench.BackendNames, ", "))
+	}
+	switch {
+	case *spin < 0 || *spin > time.Second:
+		return usage("-spin %v: want 0 (never) up to 1s", *spin)
+	case *dur <= 0:
+		return usage("-duration %v: want > 0", *dur)
+	case *reps < 1:
+		return usage("-reps %d: want at least 1", *reps)
+	case *batch < 1 || *batch > linkbench.MaxBatch:
+		return usage("-batch %d: want 1..%d", *batch, linkbench.MaxBatch)
+	case *rtts < 0:
+		return usage("-latency %d: want 0 (skip latency) or more round trips", *rtts)
+	case *noTput && *rtts == 0:
+		return usage("-no-throughput and -latency 0 leave nothing to measure")
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "linkbench: needs root (network namespaces, CAP_NET_ADMIN and CAP_NET_RAW)")
 		return 2
 	}
 	// rxSpin is Options.RxSpin for backend b: -spin for a ring (its 0 is

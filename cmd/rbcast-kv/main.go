@@ -43,7 +43,13 @@ func main() {
 // 2 a usage error or no answer.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
-		if err := serve(args[1:], stderr); err != nil {
+		err := serve(args[1:], stdout, stderr)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errFlags):
+			return 2 // the flag package said why
+		case err != nil:
 			fmt.Fprintln(stderr, "rbcast-kv serve:", err)
 			return 2
 		}
@@ -52,9 +58,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return client(args, stdout, stderr)
 }
 
-func serve(args []string, stderr io.Writer) error {
+// errFlags is a command line the flag package refused and explained.
+var errFlags = errors.New("bad flags")
+
+// parseExit is the exit status after fs.Parse's err: 0 for -h, which
+// printed the usage, else 2 (the flag package printed the error).
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// maxValue is load's largest -size: a request travels in one UDP
+// datagram (at most 65507 bytes over IPv4), key and header included.
+const maxValue = 65000
+
+const serveUsage = `usage: rbcast-kv serve -i IFACE -group G -members N -listen ADDR:PORT [-node ID]
+                 [-mode ordered|thesis [-tr D] [-eps D] [-tc D] [-slots N]]
+
+Runs one replica on interface IFACE (CAP_NET_RAW) and answers clients on
+the UDP address -listen (docs/kv.md).
+
+flags:
+`
+
+func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rbcast-kv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
+	if helpAsked(args) {
+		fs.SetOutput(stdout)
+	}
 	iface := fs.String("i", "", "the interface of the replicas' segment (required)")
 	group := fs.Uint("group", 0, "the group id (required, 1..2^32-1)")
 	members := fs.Int("members", 0, "replicas to wait for before founding the group when none runs (required)")
@@ -69,7 +104,10 @@ func serve(args []string, stderr io.Writer) error {
 	sessions := fs.Int("sessions", kv.DefaultMaxSessions, "the session table's size: opening one more expires the least recently used (the same at every replica)")
 	applied := fs.String("applied", "", "append a line 'client seq fresh|retry' for every request applied (client 0: a session opened), and 'snapshot APPLIED ORDERED' when the replica takes another's state, to this file (tests)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errFlags
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -84,6 +122,10 @@ func serve(args []string, stderr io.Writer) error {
 		return errors.New("-listen ADDR:PORT is required")
 	case *sessions < 1:
 		return fmt.Errorf("-sessions is %d, want at least 1", *sessions)
+	case *node < -1 || *node >= int(frame.NoMember):
+		return fmt.Errorf("-node is %d, want a member id 0..%d (or -1: no wish)", *node, int(frame.NoMember)-1)
+	case *failure < 0:
+		return fmt.Errorf("-failure-timeout is %v, want > 0 (0: the default)", *failure)
 	case *mode != "ordered" && *mode != "thesis":
 		return fmt.Errorf("-mode %q: want ordered or thesis", *mode)
 	case *mode == "thesis" && (*tr <= 0 || *eps < 0 || *tcl < 0):
@@ -169,16 +211,29 @@ const clientUsage = `usage: rbcast-kv -servers ADDR:PORT,... [-timeout D] [-dead
 func client(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, clientUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), clientUsage); fs.PrintDefaults() }
+	if len(args) > 0 && helpAsked(args[:1]) {
+		fs.SetOutput(stdout)
+	}
 	servers := fs.String("servers", "", "the replicas' UDP addresses, comma-separated (required)")
 	timeout := fs.Duration("timeout", 500*time.Millisecond, "wait this long for one replica before trying the next")
 	deadline := fs.Duration("deadline", 10*time.Second, "give up on a request after this long")
 	local := fs.Bool("local", false, "get: read the replica's own state, not through the order (may be stale)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
-	if *servers == "" || fs.NArg() == 0 {
-		fmt.Fprintln(stderr, clientUsage)
+	switch {
+	case fs.NArg() == 0:
+		fmt.Fprintf(stderr, "rbcast-kv: want a command: get, put, del, cas, load, verify, history or serve\n%s\n", clientUsage)
+		return 2
+	case *servers == "":
+		fmt.Fprintf(stderr, "rbcast-kv: -servers ADDR:PORT,... is required (the replicas' UDP addresses)\n")
+		return 2
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "rbcast-kv: -timeout is %v, want > 0\n", *timeout)
+		return 2
+	case *deadline <= 0:
+		fmt.Fprintf(stderr, "rbcast-kv: -deadline is %v, want > 0\n", *deadline)
 		return 2
 	}
 	c := &kv.Client{Servers: strings.Split(*servers, ","), Timeout: *timeout}
@@ -235,6 +290,19 @@ func client(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// helpAsked reports whether args ask for the usage (-h, -help, --help).
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
 // load runs N puts of PREFIX-i (values of -size bytes) from -c clients
 // at once, each one request at a time, printing each acknowledged
 // request's id, so a test can hold them against the replicas' applied
@@ -249,6 +317,10 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 	slow := fs.Duration("slow", 0, "print a line for every put slower than this (0: none)")
 	pause := fs.Duration("pause", 0, "wait this long before each put (a cold put: the group idle meanwhile); 0: none")
 	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if *size > maxValue {
+		fmt.Fprintf(stderr, "rbcast-kv load: -size %d: want at most %d (a request is one UDP datagram)\n", *size, maxValue)
 		return 2
 	}
 	if *conc < 1 || *n < 0 || *size < 0 || *pause < 0 {
@@ -342,7 +414,7 @@ func verify(c *kv.Client, args []string, deadline time.Duration, local bool, std
 	conc := fs.Int("c", 1, "clients running at once")
 	prefix := fs.String("prefix", "k", "key prefix")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *conc < 1 || *n < 0 {
 		fmt.Fprintf(stderr, "rbcast-kv verify: -n %d -c %d: want -c at least 1 and -n not negative\n", *n, *conc)
@@ -426,7 +498,7 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 	keys := fs.Int("keys", 4, "keys to draw from (PREFIX-0 ...)")
 	prefix := fs.String("prefix", "h", "key prefix")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *conc < 1 || *n < 0 || *keys < 1 {
 		fmt.Fprintf(stderr, "rbcast-kv history: -n %d -c %d -keys %d: want -c and -keys at least 1 and -n not negative\n", *n, *conc, *keys)

@@ -53,7 +53,7 @@ flags:
 	mode := fs.String("mode", "pbp2", "protocol: pbp2 (negative acks) or pbp1 (positive acks)")
 	fs.Uint64Var(&c.Seed, "seed", d.Seed, "random seed: the same seed gives the same run")
 	fs.IntVar(&c.Members, "members", d.Members, "members in the group (2..64)")
-	fs.IntVar(&c.Messages, "messages", d.Messages, "messages each member broadcasts")
+	fs.IntVar(&c.Messages, "messages", d.Messages, "messages each member broadcasts (at most 10000000)")
 	fs.IntVar(&c.MinSize, "min-size", d.MinSize, "smallest message; sizes vary up to the largest one frame carries")
 	fs.IntVar(&c.MTU, "mtu", d.MTU, "link MTU (1500, 9000, up to 65535)")
 	impairmentFlags(fs, &c.Impairments)
@@ -62,6 +62,7 @@ flags:
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	fitSpecialMembers(fs, &c.Impairments, c.Members)
 	switch *mode {
 	case "pbp2":
 		c.Mode = reliable.PBP2
@@ -155,6 +156,7 @@ flags:
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	fitSpecialMembers(fs, &c.Impairments, c.Members)
 	if *quiet {
 		c.Progress = 0
 	}
@@ -214,11 +216,25 @@ func impairmentFlags(fs *flag.FlagSet, im *simdemo.Impairments) {
 	fs.Float64Var(&im.Loss, "loss", im.Loss, "independent receive loss probability at every member")
 	fs.IntVar(&im.BurstMember, "burst-member", im.BurstMember, "index (from 0) of the member with Gilbert-Elliott burst loss (-1: none)")
 	fs.IntVar(&im.SlowMember, "slow-member", im.SlowMember, "index (from 0) of the member that reads its link only every -slow-every (-1: none)")
-	fs.DurationVar(&im.SlowEvery, "slow-every", im.SlowEvery, "how often the slow member reads")
+	fs.DurationVar(&im.SlowEvery, "slow-every", im.SlowEvery, "how often the slow member reads (0: as often as the others)")
 	fs.Float64Var(&im.Duplicate, "dup", im.Duplicate, "duplication probability")
 	fs.Float64Var(&im.Reorder, "reorder", im.Reorder, "reordering probability")
 	fs.Float64Var(&im.Corrupt, "corrupt", im.Corrupt, "probability a frame has a byte corrupted")
 	fs.DurationVar(&im.Jitter, "jitter", im.Jitter, "maximum extra delay per frame")
+}
+
+// fitSpecialMembers drops the default burst and slow members that a
+// smaller -members leaves out (-members 3: there is no member 7); one set
+// with its flag stays, for the scenario to refuse.
+func fitSpecialMembers(fs *flag.FlagSet, im *simdemo.Impairments, members int) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["burst-member"] && im.BurstMember >= members {
+		im.BurstMember = -1
+	}
+	if !set["slow-member"] && im.SlowMember >= members {
+		im.SlowMember = -1
+	}
 }
 
 // parse parses args; when it reports !ok the command exits with code (0

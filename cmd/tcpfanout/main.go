@@ -29,25 +29,47 @@ func run(args []string) int {
 	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
 	all := fs.Bool("all", false, "all-to-all: every host sends to every other")
 	lag := fs.Int("lag", 4<<20, "bytes one connection may run ahead of the sender's slowest")
-	loss := fs.Float64("loss", 0, "random loss in percent on every receiver's inbound frames")
+	loss := fs.Float64("loss", 0, "random loss in percent on every receiver's inbound frames (-all: every host's)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: tcpfanout [flags]\n\nMeasures TCP fan-out (one connection per receiver) on a netns bridge topology; needs root.\nPrints a markdown table; progress goes to stderr.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if linkbench.HelpAsked(args) {
+		fs.SetOutput(os.Stdout)
+	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 2
 	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "tcpfanout: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q (see -h)", fs.Arg(0))
+	}
+	hosts, err := linkbench.Hosts(*hostsFlag)
+	if err != nil {
+		return usage("-hosts: %v", err)
+	}
+	mtus, err := linkbench.MTUs(*mtuFlag)
+	if err != nil {
+		return usage("-mtu: %v", err)
+	}
+	switch {
+	case *dur <= 0:
+		return usage("-duration %v: want > 0", *dur)
+	case *reps < 1:
+		return usage("-reps %d: want at least 1", *reps)
+	case *lag < 1:
+		return usage("-lag %d: want at least 1 byte", *lag)
+	case !(*loss >= 0 && *loss < 100):
+		return usage("-loss %v: want a percentage in [0, 100)", *loss)
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "tcpfanout: needs root (network namespaces)")
-		return 2
-	}
-	hosts, err := linkbench.Ints(*hostsFlag)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tcpfanout: -hosts: %v\n", err)
-		return 2
-	}
-	mtus, err := linkbench.Ints(*mtuFlag)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tcpfanout: -mtu: %v\n", err)
 		return 2
 	}
 	fmt.Printf("| MTU | N | senders | loss | per-receiver MB/s, mean | slowest receiver MB/s |\n|---|---|---|---|---|---|\n")

@@ -13,6 +13,7 @@ package benchplot
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -106,11 +107,14 @@ func Latest(reports []*Report, k Kind) (*Table, *Report) {
 	return nil, nil
 }
 
+// maxLine is the longest line Parse reads.
+const maxLine = 1 << 20
+
 // Parse reads one report. name is used in errors and captions.
 func Parse(r io.Reader, name string) (*Report, error) {
 	rep := &Report{Name: name}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var (
 		kind    Kind
 		heading string
@@ -168,6 +172,9 @@ func Parse(r io.Reader, name string) (*Report, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("%s:%d: line longer than %d bytes; is it a BenchmarkReport report?", name, n+1, maxLine)
+		}
 		return nil, fmt.Errorf("%s:%d: %w", name, n, err)
 	}
 	if sepNext {

@@ -633,6 +633,49 @@ func Ints(s string) ([]int, error) {
 	return out, nil
 }
 
+// Hosts parses a list of group sizes (-hosts): each 2 (a sender and a
+// receiver) up to the 250 hosts a netns topology holds.
+func Hosts(s string) ([]int, error) {
+	return inRange(s, 2, 250, "hosts")
+}
+
+// MTUs parses a list of MTUs (-mtu): each from link.MinMTU up to 65535,
+// the largest a veth takes.
+func MTUs(s string) ([]int, error) {
+	return inRange(s, link.MinMTU, 65535, "an MTU")
+}
+
+func inRange(s string, lo, hi int, what string) ([]int, error) {
+	ns, err := Ints(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		if n < lo || n > hi {
+			return nil, fmt.Errorf("%d is not %s in %d..%d", n, what, lo, hi)
+		}
+	}
+	return ns, nil
+}
+
+// MaxBatch is the largest Options.Batch a command accepts: the sender
+// holds a frame buffer per frame of a batch.
+const MaxBatch = 4096
+
+// HelpAsked reports whether a command line asks for the usage (-h,
+// -help, --help), which the commands print to stdout.
+func HelpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
 // Work's constants: history slots the sender builds frames in, the CRC's
 // length and table.
 const (

@@ -156,11 +156,40 @@ const (
 
 // ReadFile reads the capture at path.
 func ReadFile(path string, opts ReadOptions) (*Capture, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	return Parse(path, data, opts)
+	defer f.Close()
+	// The magic first: a file that is no capture (/dev/zero, a FIFO of
+	// something else) is refused without reading it to its end.
+	head := make([]byte, 4)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	if n < len(head) || !knownMagic(head) {
+		return Parse(path, head[:n], opts)
+	}
+	rest, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	return Parse(path, append(head, rest...), opts)
+}
+
+// knownMagic reports whether b starts as a file Parse reads: gzip, pcap
+// in either byte order, or pcapng.
+func knownMagic(b []byte) bool {
+	if b[0] == 0x1f && b[1] == 0x8b {
+		return true
+	}
+	for _, m := range []uint32{binary.LittleEndian.Uint32(b), binary.BigEndian.Uint32(b)} {
+		if m == magicPcapMicro || m == magicPcapNano || m == magicPcapng {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadFiles reads one capture or merges several — one per node, as each
@@ -253,7 +282,11 @@ func Parse(name string, data []byte, opts ReadOptions) (c *Capture, err error) {
 		}
 		plain, err := io.ReadAll(io.LimitReader(zr, 1<<32))
 		if err != nil {
-			return nil, &FormatError{Path: name, Offset: int64(len(plain)), Detail: "gzip stream (offset in the decompressed data)", Err: err}
+			detail := "gzip stream (offset in the decompressed data)"
+			if err == io.ErrUnexpectedEOF {
+				detail = "truncated " + detail
+			}
+			return nil, &FormatError{Path: name, Offset: int64(len(plain)), Detail: detail, Err: err}
 		}
 		data = plain
 	}

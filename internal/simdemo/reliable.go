@@ -30,6 +30,11 @@ type GroupConfig struct {
 	Progress   int
 }
 
+// maxMessages bounds GroupConfig.Messages: the run counts every member's
+// deliveries from every other in an int, and a run 60 virtual seconds
+// long (RunGroup's limit) delivers far fewer.
+const maxMessages = 10_000_000
+
 // DefaultGroup is the embedded default of `make demo`.
 func DefaultGroup() GroupConfig {
 	return GroupConfig{
@@ -84,8 +89,16 @@ func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
 		return nil, fmt.Errorf("members = %d, want 2..64", cfg.Members)
 	case cfg.Messages < 1:
 		return nil, fmt.Errorf("messages = %d, want at least 1", cfg.Messages)
+	case cfg.Messages > maxMessages:
+		return nil, fmt.Errorf("messages = %d, want at most %d", cfg.Messages, maxMessages)
 	case cfg.MinSize < 1:
 		return nil, fmt.Errorf("min-size = %d, want at least 1", cfg.MinSize)
+	}
+	if err := validMTU(cfg.MTU); err != nil {
+		return nil, err
+	}
+	if err := cfg.Impairments.validate(cfg.Members); err != nil {
+		return nil, err
 	}
 	net, err := testnet.New(cfg.Seed, testnet.Config{})
 	if err != nil {
@@ -145,6 +158,9 @@ func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
 		}, start)
 		if err != nil {
 			return nil, err
+		}
+		if max := d.MaxMessage(); cfg.MinSize > max {
+			return nil, fmt.Errorf("min-size = %d, want at most %d, the largest message one frame carries at MTU %d", cfg.MinSize, max, cfg.MTU)
 		}
 		drivers[i] = d
 		if i == cfg.SlowMember && cfg.SlowEvery > 0 {

@@ -66,21 +66,62 @@ type Impairments struct {
 	Jitter      time.Duration
 }
 
+// Bounds of the raw scenario: every member keeps a flag per frame of
+// every sender (members² × frames bytes), and a frame buffer per frame of
+// a batch.
+const (
+	maxRawBookkeeping = 1 << 28
+	maxBatch          = 1024
+)
+
 func (c Config) validate() error {
 	switch {
 	case c.Members < 2 || c.Members > 1000:
 		return fmt.Errorf("members = %d, want 2..1000", c.Members)
 	case c.Frames < 1:
 		return fmt.Errorf("frames = %d, want at least 1", c.Frames)
-	case c.Batch < 1:
-		return fmt.Errorf("batch = %d, want at least 1", c.Batch)
+	case c.Frames > maxRawBookkeeping/(c.Members*c.Members):
+		return fmt.Errorf("frames = %d, want at most %d with %d members (each member keeps a flag per frame of every sender)", c.Frames, maxRawBookkeeping/(c.Members*c.Members), c.Members)
+	case c.Batch < 1 || c.Batch > maxBatch:
+		return fmt.Errorf("batch = %d, want 1..%d", c.Batch, maxBatch)
 	case c.Interval <= 0:
 		return fmt.Errorf("interval = %v, want > 0", c.Interval)
 	case c.Payload < 8:
 		return fmt.Errorf("payload = %d bytes, want at least 8", c.Payload)
 	}
-	if max := frame.MaxPayload(c.MTU, c.Members, 0); c.Payload > max {
+	if err := validMTU(c.MTU); err != nil {
+		return err
+	}
+	if err := c.Impairments.validate(c.Members); err != nil {
+		return err
+	}
+	max := frame.MaxPayload(c.MTU, c.Members, 0)
+	if max < 8 {
+		return fmt.Errorf("MTU %d with %d members leaves no room for a payload (the ack vector fills the frame): fewer members or a larger MTU", c.MTU, c.Members)
+	}
+	if c.Payload > max {
 		return fmt.Errorf("payload of %d bytes does not fit one frame: MTU %d with %d members carries at most %d", c.Payload, c.MTU, c.Members, max)
+	}
+	return nil
+}
+
+func validMTU(mtu int) error {
+	if mtu < frame.MinMTU || mtu > testnet.MaxMTU {
+		return fmt.Errorf("mtu = %d, want %d..%d", mtu, frame.MinMTU, testnet.MaxMTU)
+	}
+	return nil
+}
+
+// validate checks the member indexes against the group's size; the
+// probabilities and the jitter are the segment's to check.
+func (im Impairments) validate(members int) error {
+	switch {
+	case im.BurstMember < -1 || im.BurstMember >= members:
+		return fmt.Errorf("burst-member = %d, want -1 (none) or 0..%d", im.BurstMember, members-1)
+	case im.SlowMember < -1 || im.SlowMember >= members:
+		return fmt.Errorf("slow-member = %d, want -1 (none) or 0..%d", im.SlowMember, members-1)
+	case im.SlowEvery < 0:
+		return fmt.Errorf("slow-every = %v, want >= 0 (0: the slow member reads as often as the others)", im.SlowEvery)
 	}
 	return nil
 }

@@ -17,13 +17,18 @@ import (
 	"time"
 )
 
+const usage = "usage: tcpfan send -n N [-addr :7070] FILE | tcpfan recv -addr HOST:PORT -o OUT"
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tcpfan send -n N [-addr :7070] FILE | tcpfan recv -addr HOST:PORT -o OUT")
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
+	case "-h", "-help", "--help", "help":
+		fmt.Println(usage)
+		return
 	case "send":
 		err = send(os.Args[2:])
 	case "recv":
@@ -44,6 +49,16 @@ func send(args []string) error {
 	fs.Parse(args)
 	if fs.NArg() != 1 || *n < 1 {
 		return errors.New("send: want -n N (at least 1) and one FILE")
+	}
+	// The file first: a missing one is said before the wait for receivers.
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	st, err := f.Stat()
+	f.Close()
+	if err == nil && st.IsDir() {
+		return fmt.Errorf("send: %s is a directory, want a file", fs.Arg(0))
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -96,6 +111,9 @@ func recv(args []string) error {
 	fs.Parse(args)
 	if *addr == "" || *out == "" {
 		return errors.New("recv: want -addr HOST:PORT and -o OUT")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("recv: unexpected argument %q", fs.Arg(0))
 	}
 	var c net.Conn
 	var err error

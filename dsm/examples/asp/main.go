@@ -33,6 +33,7 @@ func main() {
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	nodes := fs.Int("n", 300, "number of nodes")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	o.Bound("n", nodes, 1, 16384, "an n×n distance matrix of int32, at most 1 GiB")
 	problem := func() *suite.ASP {
 		o.SetParams("n=%d seed=%d", *nodes, *seed)
 		return suite.NewASP(*nodes, *seed)

@@ -40,6 +40,8 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	n := fs.Int("n", 512, "matrix size (n×n, vectors of n)")
 	iters := fs.Int("iters", 500, "iterations")
 	seed := fs.Uint64("seed", 1, "seed of b")
+	o.Bound("n", n, 1, harness.MaxSide, "an n×n matrix of float64, at most 2 GiB")
+	o.Bound("iters", iters, 0, harness.MaxIters, "iterations")
 	// A rank computes its rows of A p between two barriers: 30-110 µs at
 	// n = 512 on 2-4 ranks, so one P, as jacobi and halo.
 	o.SetDefaultGOMAXPROCS(1)

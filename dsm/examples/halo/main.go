@@ -42,6 +42,8 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	n := fs.Int("n", 256, "grid size (n×n)")
 	iters := fs.Int("iters", 200, "sweeps")
 	seed := fs.Uint64("seed", 1, "seed of the initial grid")
+	o.Bound("n", n, 1, harness.MaxSide, "an n×n grid of float64, at most 2 GiB")
+	o.Bound("iters", iters, 0, harness.MaxIters, "sweeps")
 	o.AllowChannels(true)
 	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	params := func() {

@@ -52,6 +52,8 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	iters := fs.Int("iters", 500, "maximum sweeps")
 	eps := fs.Float64("eps", 0, "stop when no element moves by eps or more (0: run all -iters)")
 	seed := fs.Uint64("seed", 1, "seed of b")
+	o.Bound("n", n, 1, harness.MaxSide, "an n×n matrix of float64, at most 2 GiB")
+	o.Bound("iters", iters, 0, harness.MaxIters, "sweeps")
 	o.AllowChannels(true)
 	o.SetDefaultGOMAXPROCS(1) // microseconds of computation between barriers
 	var p *suite.Jacobi

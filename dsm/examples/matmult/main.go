@@ -30,6 +30,7 @@ func main() {
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	m := fs.Int("m", 512, "matrix size (m×m)")
 	seed := fs.Uint64("seed", 1, "seed of A and B")
+	o.Bound("m", m, 1, harness.MaxSide, "m×m matrices of int32, at most 1 GiB each")
 	problem := func() *suite.MatMult {
 		o.SetParams("m=%d seed=%d", *m, *seed)
 		return suite.NewMatMult(*m, *seed)

@@ -49,6 +49,9 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	segs := fs.Int("segs", 8, "number of segments")
 	mib := fs.Int("mib", 64, "size of each segment in MiB")
 	locSize := fs.Int("locsize", 1024, "location size in bytes (at most what one message carries)")
+	o.Bound("segs", segs, 1, 4096, "segments")
+	o.Bound("mib", mib, 1, 65536, "MiB per segment")
+	o.Bound("locsize", locSize, 1, 65536, "bytes per location")
 	o.AllowChannels(false)
 	g := func() geometry {
 		o.SetParams("segs=%d mib=%d locsize=%d", *segs, *mib, *locSize)

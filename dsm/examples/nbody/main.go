@@ -33,6 +33,8 @@ func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness
 	n := fs.Int("n", 1024, "particles")
 	steps := fs.Int("steps", 30, "time steps")
 	seed := fs.Uint64("seed", 1, "seed of the particles")
+	o.Bound("n", n, 1, 1<<20, "particles; a step computes n² interactions")
+	o.Bound("steps", steps, 0, harness.MaxIters, "time steps")
 	param := func() {
 		o.SetParams("n=%d steps=%d seed=%d", *n, *steps, *seed)
 	}

@@ -36,6 +36,7 @@ func main() {
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	cities := fs.Int("cities", 12, "number of cities")
 	seed := fs.Uint64("seed", 1, "seed of the distances")
+	o.Bound("cities", cities, 1, 4096, "an n×n distance matrix; the search grows as n!")
 	problem := func() *suite.TSP {
 		o.SetParams("cities=%d seed=%d", *cities, *seed)
 		return suite.NewTSP(*cities, *seed)

@@ -269,6 +269,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	nodes := fs.Int("n", 300, "number of nodes")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	o.Bound("n", nodes, 1, 16384, "an n×n distance matrix of int32, at most 1 GiB")
 	fs.BoolVar(&flushBlocks, "flush", true, "flush the node's batch of writes once a block's last row is sent (orca.Node.Flush), rather than leave it for the round trip of the message before it")
 	aheadFlag := fs.String("ahead", "block", "when an owner sends its rows (Op.Go): block (all of them at the iteration before its first, each relaxed with the rows before it), row (row k+1 as soon as it is relaxed in iteration k, then the other rows) or none (row k in iteration k)")
 	problem := func() *suite.ASP {

@@ -95,6 +95,7 @@ var (
 func setup(fs *flag.FlagSet, o *harness.Options) (func() harness.Result, harness.Program) {
 	cities := fs.Int("cities", 12, "number of cities")
 	seed := fs.Uint64("seed", 1, "seed of the distances")
+	o.Bound("cities", cities, 1, 4096, "an n×n distance matrix; the search grows as n!")
 	prefetch := fs.Bool("prefetch", true, "start getting the next job before searching the one in hand (Op.Go)")
 	problem := func() *suite.TSP {
 		o.SetParams("cities=%d seed=%d", *cities, *seed)

@@ -85,6 +85,8 @@ type Options struct {
 	params               string
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
+	// bounds are the programs' own size flags (Bound).
+	bounds []bound
 }
 
 // Flags registers the shared flags on fs and returns where they land.
@@ -170,7 +172,28 @@ func (o *Options) Mode() string {
 // Run runs the command: sequential unless -sim or -iface. It prints one
 // report line per rank that holds a result, and returns an error if a run
 // failed or -verify found a difference.
+// bound is one size flag of a program and the values it may take.
+type bound struct {
+	name   string
+	v      *int
+	lo, hi int
+	why    string
+}
+
+// Bound declares that the program's flag -name, read into v, must lie in
+// lo..hi (why: what limits it, for the error); Run refuses any other
+// value before it computes anything, rather than let a slice of a negative
+// or overflowing size panic, or memory run out.
+func (o *Options) Bound(name string, v *int, lo, hi int, why string) {
+	o.bounds = append(o.bounds, bound{name, v, lo, hi, why})
+}
+
 func (o *Options) Run(name string, sequential func() Result, parallel Program) error {
+	for _, b := range o.bounds {
+		if *b.v < b.lo || *b.v > b.hi {
+			return fmt.Errorf("-%s is %d, want %d..%d (%s)", b.name, *b.v, b.lo, b.hi, b.why)
+		}
+	}
 	switch {
 	case o.Procs < 1:
 		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
@@ -599,3 +622,10 @@ func envBool(name, what string) (bool, error) {
 	}
 	return on, nil
 }
+
+// Bounds the programs share (Options.Bound): the side of an n×n matrix or
+// grid of float64 (2 GiB at most), and iteration counts.
+const (
+	MaxSide  = 16384
+	MaxIters = 1_000_000_000
+)

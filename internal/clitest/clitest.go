@@ -1,0 +1,131 @@
+// Package clitest runs a command's main in a child process against odd
+// command lines and checks that each ends cleanly: a non-zero exit and a
+// message naming what was wrong, never a panic, a runtime crash or a hang.
+// The child is the package's own test binary, which TestMain turns into
+// the command when Env is set, so no separate build is needed.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Env, set to 1, makes Main run the command instead of the tests.
+const Env = "RBCAST_CLITEST_MAIN"
+
+// Main is a TestMain: with Env set to 1 the test binary is the command
+// (main reads os.Args as the command would), else it runs the tests.
+func Main(m *testing.M, main func()) {
+	if os.Getenv(Env) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Case is one command line.
+type Case struct {
+	Args []string
+	// Code is the exit status wanted; 0 accepts any failure. With OK the
+	// command must succeed (-h) and Code is ignored.
+	Code int
+	OK   bool
+	// Want is in the command's stderr (with OK: in stdout or stderr).
+	Want string
+}
+
+// Runner runs Cases as child processes.
+type Runner struct {
+	Env     string        // the variable that makes the test binary the command (default Env)
+	Dir     string        // the children's working directory (default the test's)
+	Timeout time.Duration // a child running longer hung (default 10s)
+}
+
+// crashMarks are what the Go runtime prints when a program dies of a
+// panic or a fatal error (out of memory, a concurrent map write).
+var crashMarks = []string{"panic: ", "fatal error: ", "goroutine ", "[signal "}
+
+// Run runs every case and reports each that panics, crashes, hangs,
+// exits with another status or does not say Want.
+func (r Runner) Run(t *testing.T, cases []Case) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := r.Env
+	if env == "" {
+		env = Env
+	}
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cmd := exec.CommandContext(ctx, exe, c.Args...)
+		cmd.Env = append(os.Environ(), env+"=1")
+		cmd.Dir = r.Dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		hung := ctx.Err() != nil
+		cancel()
+		code := 0
+		var exit *exec.ExitError
+		switch {
+		case hung:
+			t.Errorf("%q: still running after %v", c.Args, timeout)
+			continue
+		case errors.As(err, &exit):
+			code = exit.ExitCode()
+		case err != nil:
+			t.Errorf("%q: %v", c.Args, err)
+			continue
+		}
+		msg := stderr.String()
+		if crashed(msg) {
+			t.Errorf("%q: crashed (exit %d):\n%s", c.Args, code, firstLines(msg, 8))
+			continue
+		}
+		if c.OK {
+			if code != 0 || !strings.Contains(stdout.String()+msg, c.Want) {
+				t.Errorf("%q: exit %d, want 0 and %q in the output:\n%s%s", c.Args, code, c.Want, firstLines(stdout.String(), 4), firstLines(msg, 4))
+			}
+			continue
+		}
+		switch {
+		case code == 0:
+			t.Errorf("%q: exit 0, want a failure; stderr %q", c.Args, firstLines(msg, 4))
+		case c.Code != 0 && code != c.Code:
+			t.Errorf("%q: exit %d, want %d; stderr %q", c.Args, code, c.Code, firstLines(msg, 4))
+		case !strings.Contains(msg, c.Want):
+			t.Errorf("%q: stderr %q does not say %q", c.Args, firstLines(msg, 4), c.Want)
+		}
+	}
+}
+
+func crashed(msg string) bool {
+	for _, l := range strings.Split(msg, "\n") {
+		for _, m := range crashMarks {
+			if strings.HasPrefix(l, m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, "\n")
+}
