@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -49,7 +50,26 @@ import (
 // frame: a frame copied into a retention slot that an earlier one left
 // fits in place, so an overwrite is not hidden by append moving the copy
 // to a new array.
+// The messages are built once per seq (turnMemo): the tests read them
+// at every frame they step and every delivery and retained frame they
+// check. Nothing writes to them.
 func turnMsgs(seq uint32) [][]byte {
+	turnMemo.Lock()
+	defer turnMemo.Unlock()
+	ms, ok := turnMemo.m[seq]
+	if !ok {
+		ms = makeTurnMsgs(seq)
+		turnMemo.m[seq] = ms
+	}
+	return ms
+}
+
+var turnMemo = struct {
+	sync.Mutex
+	m map[uint32][][]byte
+}{m: map[uint32][][]byte{}}
+
+func makeTurnMsgs(seq uint32) [][]byte {
 	n := int(seq%3) + 1
 	out := make([][]byte, n)
 	for i := range out {

@@ -9,6 +9,7 @@ package viewsim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -1105,9 +1106,8 @@ func (r *simRun) virtualSynchrony() error {
 				}
 				// FIFO delivers no member its own messages: compare the
 				// others'.
-				a := sortedIDs(without(p.inView[v], p, q))
-				b := sortedIDs(without(q.inView[v], p, q))
-				if !slices.Equal(a, b) {
+				if a, b := without(p.inView[v], p, q), without(q.inView[v], p, q); !sameIDs(a, b) {
+					a, b := sortedIDs(a), sortedIDs(b)
 					return fmt.Errorf("virtual synchrony: %x.%d and %x.%d moved from view %d to %d together, having delivered %d and %d messages in it (first difference %s)",
 						p.mac, p.inc, q.mac, q.inc, v, next, len(a), len(b), firstDiff(a, b))
 				}
@@ -1134,10 +1134,9 @@ func (r *simRun) agreed() error {
 				if j < 0 || j+1 >= len(q.views) || q.views[j+1] != next {
 					continue
 				}
-				a, b := idStrings(p.inView[v]), idStrings(q.inView[v])
-				if !slices.Equal(a, b) {
+				if a, b := p.inView[v], q.inView[v]; !slices.Equal(a, b) {
 					return fmt.Errorf("agreed order: %x.%d and %x.%d moved from view %d to %d together, having delivered %d and %d messages in it (first difference %s)",
-						p.mac, p.inc, q.mac, q.inc, v, next, len(a), len(b), firstDiff(a, b))
+						p.mac, p.inc, q.mac, q.inc, v, next, len(a), len(b), firstDiff(idStrings(a), idStrings(b)))
 				}
 			}
 		}
@@ -1154,24 +1153,24 @@ func (r *simRun) agreed() error {
 				continue
 			}
 			v := p.view
-			mine := idStrings(p.inView[v])
+			mine := p.inView[v]
 			for _, q := range r.procs {
 				if q == p || q.era != p.era || !completed(q, v) {
 					continue
 				}
-				theirs := idStrings(q.inView[v])
+				theirs := q.inView[v]
 				if len(mine) > len(theirs) || !slices.Equal(mine, theirs[:len(mine)]) {
 					return fmt.Errorf("safe: %x.%d delivered %d messages in view %d before it failed; %x.%d, which completed the view, delivered %d (first difference %s)",
-						p.mac, p.inc, len(mine), v, q.mac, q.inc, len(theirs), firstDiff(mine, theirs))
+						p.mac, p.inc, len(mine), v, q.mac, q.inc, len(theirs), firstDiff(idStrings(mine), idStrings(theirs)))
 				}
 			}
 		}
 	}
 	live := r.live()
 	for _, p := range live {
-		if a, b := idStrings(p.inView[p.view]), idStrings(live[0].inView[p.view]); !slices.Equal(a, b) {
+		if a, b := p.inView[p.view], live[0].inView[p.view]; !slices.Equal(a, b) {
 			return fmt.Errorf("agreed order: %x.%d and %x.%d in the last view %d delivered %d and %d messages (first difference %s)",
-				p.mac, p.inc, live[0].mac, live[0].inc, p.view, len(a), len(b), firstDiff(a, b))
+				p.mac, p.inc, live[0].mac, live[0].inc, p.view, len(a), len(b), firstDiff(idStrings(a), idStrings(b)))
 		}
 	}
 	return nil
@@ -1220,9 +1219,9 @@ func (r *simRun) safeUniform() error {
 					ours = append(ours, id)
 				}
 			}
-			if a, b := idStrings(common), idStrings(ours); !slices.Equal(a, b) {
+			if !slices.Equal(common, ours) {
 				return fmt.Errorf("safe: %x.%d and %x.%d delivered the messages both delivered in view %d in another order (first difference %s)",
-					p.mac, p.inc, q.mac, q.inc, v, firstDiff(a, b))
+					p.mac, p.inc, q.mac, q.inc, v, firstDiff(idStrings(common), idStrings(ours)))
 			}
 		}
 	}
@@ -1307,6 +1306,28 @@ func without(ids []msgID, ps ...*process) []msgID {
 		}
 	}
 	return out
+}
+
+// sameIDs reports whether a and b hold the same messages, in any order;
+// it sorts both. The verdicts compare messages as msgIDs and format them
+// (idStrings, sortedIDs) only to report a difference: formatting every
+// view's messages at every check cost the simulations much of their time.
+func sameIDs(a, b []msgID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	order := func(x, y msgID) int {
+		if c := bytes.Compare(x.mac[:], y.mac[:]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x.inc, y.inc); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.n, y.n)
+	}
+	slices.SortFunc(a, order)
+	slices.SortFunc(b, order)
+	return slices.Equal(a, b)
 }
 
 func sortedIDs(ids []msgID) []string {
