@@ -769,3 +769,26 @@ func TestViewCommitAccept(t *testing.T) {
 		t.Fatalf("MaxViewMembers(1500) = %d, want 60", n)
 	}
 }
+
+// TestViewRelayTrailing: the relayed frame must fill a ViewRelay's body.
+// Parse drops bytes past a frame's length (Ethernet padding), so a byte
+// after the relayed frame was accepted and lost on re-encoding (FuzzBody).
+func TestViewRelayTrailing(t *testing.T) {
+	h := baseHeader()
+	inner, err := Append(nil, &h, &Payload{T: Data, Data: []byte("relayed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oh := baseHeader()
+	oh.Acks = nil
+	b, err := Append(nil, &oh, &ViewRelayBody{Base: 7, Frame: append(bytes.Clone(inner), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse(b)
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Kind != ErrBody || de.Field != "relay.frame" || de.Offset != HeaderLen+4+len(inner) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("relayed frame of %d bytes, 1 bytes follow it", len(inner))) {
+		t.Fatalf("a relay with a byte after its frame: %v", err)
+	}
+}

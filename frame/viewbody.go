@@ -355,8 +355,14 @@ func checkViewBody(t Type, body []byte, start int) error {
 		if err := atLeast("relay", 4+Overhead); err != nil {
 			return err
 		}
-		if _, err := Parse(body[4:]); err != nil {
+		f, err := Parse(body[4:])
+		if err != nil {
 			return decodeErr(ErrBody, "relay.frame", start+4, "relayed frame: %v", err)
+		}
+		// Parse drops bytes past a frame's length (an Ethernet frame's
+		// padding); in a relay they would be dropped on re-encoding.
+		if len(f) != len(body)-4 {
+			return decodeErr(ErrBody, "relay.frame", start+4+len(f), "relayed frame of %d bytes, %d bytes follow it", len(f), len(body)-4-len(f))
 		}
 		return nil
 	case ViewRefuse:
