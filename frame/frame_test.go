@@ -792,3 +792,29 @@ func TestViewRelayTrailing(t *testing.T) {
 		t.Fatalf("a relay with a byte after its frame: %v", err)
 	}
 }
+
+// TestViewMembersTwice: a ViewPrepare's or ViewCommit's member list names
+// each id once. A commit naming one id twice, with its from-base bit set
+// for one entry only, was accepted and re-encoded with both set
+// (FuzzBody).
+func TestViewMembersTwice(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	twice := []MemberInfo{{1, [6]byte{2, 0, 0, 0, 0, 1}, 1}, {4, [6]byte{2, 0, 0, 0, 0, 4}, 1}, {1, [6]byte{2, 0, 0, 0, 0, 9}, 2}}
+	for _, body := range []Body{
+		&ViewPrepareBody{Next: 8, Base: 7, Members: twice},
+		&ViewCommitBody{Next: 8, Base: 7, Members: twice, BaseCount: 1},
+	} {
+		b, err := Append(nil, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Parse(b)
+		var de *DecodeError
+		field := map[Type]string{ViewPrepare: "prepare.members", ViewCommit: "commit.members"}[body.FrameType()]
+		if !errors.As(err, &de) || de.Kind != ErrBody || de.Field != field || de.Offset != HeaderLen+8+2+2*memberLen ||
+			!strings.Contains(err.Error(), "member 2 has id 1, as member 0 does") {
+			t.Fatalf("%v naming member 1 twice: %v", body.FrameType(), err)
+		}
+	}
+}

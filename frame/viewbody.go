@@ -290,10 +290,23 @@ func checkViewBody(t Type, body []byte, start int) error {
 		if n == 0 || len(body) < end {
 			return 0, decodeErr(ErrBody, field, start+off, "%d members need %d bytes, %d left", n, listHeaderLen+n*memberLen, len(body)-off)
 		}
+		// A view names each member once: a list naming an id twice has
+		// no meaning (and would not re-encode as it came, FuzzBody).
+		var seen [1 << 16 / 64]uint64
+		idAt := func(i int) MemberID { return MemberID(be.Uint16(body[off+listHeaderLen+i*memberLen:])) }
 		for i := range n {
-			if id := MemberID(be.Uint16(body[off+listHeaderLen+i*memberLen:])); id == NoMember {
+			id := idAt(i)
+			if id == NoMember {
 				return 0, decodeErr(ErrBody, field, start+off+listHeaderLen+i*memberLen, "member %d has id 0x%04x, reserved for 'no member'", i, uint16(NoMember))
 			}
+			if seen[id/64]&(1<<(id%64)) != 0 {
+				first := 0
+				for idAt(first) != id {
+					first++
+				}
+				return 0, decodeErr(ErrBody, field, start+off+listHeaderLen+i*memberLen, "member %d has id %d, as member %d does", i, id, first)
+			}
+			seen[id/64] |= 1 << (id % 64)
 		}
 		return end, nil
 	}
