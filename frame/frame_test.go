@@ -769,3 +769,52 @@ func TestViewCommitAccept(t *testing.T) {
 		t.Fatalf("MaxViewMembers(1500) = %d, want 60", n)
 	}
 }
+
+// TestViewRelayTrailing: the relayed frame must fill a ViewRelay's body.
+// Parse drops bytes past a frame's length (Ethernet padding), so a byte
+// after the relayed frame was accepted and lost on re-encoding (FuzzBody).
+func TestViewRelayTrailing(t *testing.T) {
+	h := baseHeader()
+	inner, err := Append(nil, &h, &Payload{T: Data, Data: []byte("relayed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oh := baseHeader()
+	oh.Acks = nil
+	b, err := Append(nil, &oh, &ViewRelayBody{Base: 7, Frame: append(bytes.Clone(inner), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse(b)
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Kind != ErrBody || de.Field != "relay.frame" || de.Offset != HeaderLen+4+len(inner) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("relayed frame of %d bytes, 1 bytes follow it", len(inner))) {
+		t.Fatalf("a relay with a byte after its frame: %v", err)
+	}
+}
+
+// TestViewMembersTwice: a ViewPrepare's or ViewCommit's member list names
+// each id once. A commit naming one id twice, with its from-base bit set
+// for one entry only, was accepted and re-encoded with both set
+// (FuzzBody).
+func TestViewMembersTwice(t *testing.T) {
+	h := baseHeader()
+	h.Acks = nil
+	twice := []MemberInfo{{1, [6]byte{2, 0, 0, 0, 0, 1}, 1}, {4, [6]byte{2, 0, 0, 0, 0, 4}, 1}, {1, [6]byte{2, 0, 0, 0, 0, 9}, 2}}
+	for _, body := range []Body{
+		&ViewPrepareBody{Next: 8, Base: 7, Members: twice},
+		&ViewCommitBody{Next: 8, Base: 7, Members: twice, BaseCount: 1},
+	} {
+		b, err := Append(nil, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Parse(b)
+		var de *DecodeError
+		field := map[Type]string{ViewPrepare: "prepare.members", ViewCommit: "commit.members"}[body.FrameType()]
+		if !errors.As(err, &de) || de.Kind != ErrBody || de.Field != field || de.Offset != HeaderLen+8+2+2*memberLen ||
+			!strings.Contains(err.Error(), "member 2 has id 1, as member 0 does") {
+			t.Fatalf("%v naming member 1 twice: %v", body.FrameType(), err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -101,8 +102,10 @@ func FuzzBody(f *testing.F) {
 	})
 }
 
-// FuzzSplitEthernet checks the Ethernet header decoder never panics and
-// that what it returns lies inside the input.
+// FuzzSplitEthernet checks the Ethernet header decoder never panics, that
+// what it returns lies inside the input, and that a header it accepts
+// re-encodes to its own bytes, or, VLAN-tagged, to its untagged canonical
+// form, which splits to the same addresses and frame.
 func FuzzSplitEthernet(f *testing.F) {
 	for _, s := range seedGolden(f) {
 		f.Add(AppendEthernet(nil, Broadcast, [6]byte{2, 0, 0, 0, 0, 1}, EtherType), s)
@@ -117,7 +120,14 @@ func FuzzSplitEthernet(f *testing.F) {
 		if len(h)+len(rb) != len(b) || h.EtherType() != EtherType {
 			t.Fatalf("split %d+%d of %d bytes", len(h), len(rb), len(b))
 		}
-		_, _ = h.Src(), h.Dst()
+		canon := AppendEthernet(nil, h.Dst(), h.Src(), h.EtherType())
+		if len(h) == EthernetHeaderLen && !bytes.Equal(canon, h) {
+			t.Fatalf("header %x re-encodes to %x", h, canon)
+		}
+		ch, crb, err := SplitEthernet(append(canon, rb...), EtherType)
+		if err != nil || !bytes.Equal(ch, canon) || !bytes.Equal(crb, rb) || ch.Src() != h.Src() || ch.Dst() != h.Dst() {
+			t.Fatalf("header %x: canonical form %x splits to %x, %d bytes after (%v)", h, canon, ch, len(crb), err)
+		}
 	})
 }
 

@@ -290,10 +290,23 @@ func checkViewBody(t Type, body []byte, start int) error {
 		if n == 0 || len(body) < end {
 			return 0, decodeErr(ErrBody, field, start+off, "%d members need %d bytes, %d left", n, listHeaderLen+n*memberLen, len(body)-off)
 		}
+		// A view names each member once: a list naming an id twice has
+		// no meaning (and would not re-encode as it came, FuzzBody).
+		var seen [1 << 16 / 64]uint64
+		idAt := func(i int) MemberID { return MemberID(be.Uint16(body[off+listHeaderLen+i*memberLen:])) }
 		for i := range n {
-			if id := MemberID(be.Uint16(body[off+listHeaderLen+i*memberLen:])); id == NoMember {
+			id := idAt(i)
+			if id == NoMember {
 				return 0, decodeErr(ErrBody, field, start+off+listHeaderLen+i*memberLen, "member %d has id 0x%04x, reserved for 'no member'", i, uint16(NoMember))
 			}
+			if seen[id/64]&(1<<(id%64)) != 0 {
+				first := 0
+				for idAt(first) != id {
+					first++
+				}
+				return 0, decodeErr(ErrBody, field, start+off+listHeaderLen+i*memberLen, "member %d has id %d, as member %d does", i, id, first)
+			}
+			seen[id/64] |= 1 << (id % 64)
 		}
 		return end, nil
 	}
@@ -355,8 +368,14 @@ func checkViewBody(t Type, body []byte, start int) error {
 		if err := atLeast("relay", 4+Overhead); err != nil {
 			return err
 		}
-		if _, err := Parse(body[4:]); err != nil {
+		f, err := Parse(body[4:])
+		if err != nil {
 			return decodeErr(ErrBody, "relay.frame", start+4, "relayed frame: %v", err)
+		}
+		// Parse drops bytes past a frame's length (an Ethernet frame's
+		// padding); in a relay they would be dropped on re-encoding.
+		if len(f) != len(body)-4 {
+			return decodeErr(ErrBody, "relay.frame", start+4+len(f), "relayed frame of %d bytes, %d bytes follow it", len(f), len(body)-4-len(f))
 		}
 		return nil
 	case ViewRefuse:

@@ -156,7 +156,9 @@ func TestRestoreRefusesDuplicates(t *testing.T) {
 	}
 }
 
-// FuzzRestore: no snapshot, however damaged, panics Restore.
+// FuzzRestore: no snapshot, however damaged, panics Restore; a refused
+// one leaves the node as it was, and the snapshot of a node that took one
+// restores, in another node, to the same snapshot.
 func FuzzRestore(f *testing.F) {
 	donor, o := testNode(&testing.T{}, Config{})
 	donor.deliver(2, opMessage(&testing.T{}, o.obj.id, tadd.info.index, 1, 5))
@@ -165,10 +167,26 @@ func FuzzRestore(f *testing.F) {
 	f.Add(snap)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, _ := testNode(t, Config{})
-		if err := n.Restore(b); err == nil {
-			if _, err := n.Snapshot(); err != nil {
-				t.Fatal(err)
+		before, err := n.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Restore(b); err != nil {
+			if after, _ := n.Snapshot(); !bytes.Equal(after, before) {
+				t.Fatalf("a refused snapshot (%v) changed the node: % x → % x", err, before, after)
 			}
+			return
+		}
+		snap, err := n.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n2, _ := testNode(t, Config{})
+		if err := n2.Restore(snap); err != nil {
+			t.Fatalf("the snapshot of a restored node does not restore: %v", err)
+		}
+		if again, _ := n2.Snapshot(); !bytes.Equal(again, snap) {
+			t.Fatalf("snapshot % x restores to % x", snap, again)
 		}
 	})
 }
