@@ -15,8 +15,7 @@
 // Yield, with one P, parks the caller on an eventfd it has just made
 // readable: the scheduler runs whatever is runnable, then finds no
 // goroutine and asks the poller, which returns the caller (its eventfd)
-// with every goroutine whose descriptor is ready, and the caller then
-// goes behind them (Gosched). It costs two system
+// with every goroutine whose descriptor is ready. It costs two system
 // calls (the eventfd's write, epoll_wait) where Gosched costs none, which
 // a poll that waits can spend. No runtime API offers "poll the network now";
 // this is the smallest thing that has the scheduler do it.
@@ -33,8 +32,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Yield lets every runnable goroutine run, those the network poller has
-// ready included, before it returns. With more than one P it is
+// Yield lets every runnable goroutine run before it returns, and has the
+// network poller make its ready goroutines runnable; the caller, which
+// the poller returns first, runs before them, so they run by the next
+// Yield (docs/local-api-history.md, "The doorbell's second turn"). With
+// more than one P it is
 // runtime.Gosched. It never blocks for longer than the goroutines it
 // lets run take (the eventfd it waits on is readable before it waits).
 func Yield() {
@@ -60,13 +62,6 @@ func YieldPoller() {
 		return
 	}
 	put(y)
-	// The poller hands back its ready goroutines as a list, the last
-	// descriptor made ready first: this eventfd, written just now. The
-	// scheduler runs that one (the caller) and queues the others, which
-	// would run only at the caller's next yield, after the GiveCPU that
-	// usually follows has waited out every other process's turn. Going
-	// to the back of the queue once lets them run first.
-	runtime.Gosched()
 }
 
 // gave counts the sched_yields GiveCPU made in this process.

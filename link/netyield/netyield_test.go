@@ -66,28 +66,6 @@ func TestYieldRunsPollerReadyGoroutine(t *testing.T) {
 	}
 }
 
-// The goroutines the poller has ready run before the first Yield
-// returns, not only before the second: the poller hands them back with
-// the caller's eventfd, the caller first, and a poll that gave the CPU
-// to other processes after that Yield (GiveCPU) kept them waiting a
-// whole turn of every other process's poll (docs/local-api-history.md,
-// "The doorbell's second turn"). A tick of the scheduler's fairness
-// (every 61st) may run the caller first: most tries, not all.
-func TestYieldRunsPollerReadyBeforeReturning(t *testing.T) {
-	for name, yield := range map[string]func(){"Yield": Yield, "YieldPoller": YieldPoller} {
-		const tries = 40
-		first := 0
-		for range tries {
-			if pollerWoken(t, yield, 10) == 1 {
-				first++
-			}
-		}
-		if first < tries-3 {
-			t.Errorf("with GOMAXPROCS=1 the poller's goroutine had run when the first %s returned in %d of %d tries, want all but a few", name, first, tries)
-		}
-	}
-}
-
 // TestGoschedStarvesPoller documents why Yield exists: the same loop
 // with runtime.Gosched does not let the poller's goroutine run.
 func TestGoschedStarvesPoller(t *testing.T) {
