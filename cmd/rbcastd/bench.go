@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"slices"
 	"syscall"
@@ -59,6 +61,7 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	echo := fs.Bool("echo", false, "send back every ping delivered, until SIGINT/SIGTERM")
 	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: the self-delivery loopback)")
 	count := fs.Int("count", 1000, "pings to send with -ping")
+	pingTimeout := fs.Duration("ping-timeout", 5*time.Second, "with -ping: give up when one round trip takes longer (the echo or a member gone); 0: wait without end")
 	spin := fs.Duration("spin", pingSpin, fmt.Sprintf("with -ping or -echo: look for the next delivery this long, yielding the CPU, before sleeping (0: never; up to 1s; default %v on a deliver ring, %v on the socket)", ringPingSpin, time.Duration(pingSpin)))
 	rings := fs.Bool("rings", pingRings, "with -ping or -echo: send and receive through shared-memory rings where the daemon has them (local API version 2), not the socket; while the client polls its deliver ring the daemon writes it no doorbell")
 	if done, code := parse(fs, args, stdout); done {
@@ -85,7 +88,10 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if *ping >= int(localapi.AllMembers) || *count < 1 {
 			return usageErr(stderr, "bench", "-ping wants a member id and -count at least 1")
 		}
-		r, err := benchPing(&sf, uint16(*ping), *count, *size, *spin, *rings)
+		if *pingTimeout < 0 {
+			return usageErr(stderr, "bench", "-ping-timeout is %v, want 0 (no bound) or more", *pingTimeout)
+		}
+		r, err := benchPing(&sf, uint16(*ping), *count, *size, *spin, *rings, *pingTimeout)
 		if err != nil {
 			return fail(stderr, "bench", err)
 		}
@@ -394,8 +400,9 @@ func benchEcho(sf *socketFlags, spin time.Duration, rings bool) error {
 
 // benchPing sends count pings to member to, one at a time, and times the
 // round trips. A ping is pingMagic, 'p', the pinger's id (2 bytes), a
-// sequence number (8 bytes), padding to size.
-func benchPing(sf *socketFlags, to uint16, count, size int, spin time.Duration, rings bool) (*pingResult, error) {
+// sequence number (8 bytes), padding to size. A round trip longer than
+// timeout (0: no bound) ends it with an error.
+func benchPing(sf *socketFlags, to uint16, count, size int, spin time.Duration, rings bool, timeout time.Duration) (*pingResult, error) {
 	p, err := openPing(sf, to, 0, spin, rings)
 	if err != nil {
 		return nil, err
@@ -420,9 +427,11 @@ func benchPing(sf *socketFlags, to uint16, count, size int, spin time.Duration, 
 	msg[len(pingMagic)] = 'p'
 	binary.BigEndian.PutUint16(msg[len(pingMagic)+1:], self)
 	rtts := make([]time.Duration, 0, count)
-	p.sub.SetDeadline(time.Now().Add(time.Duration(count)*time.Second + 10*time.Second))
 	for i := range count {
 		binary.BigEndian.PutUint64(msg[len(pingMagic)+3:], uint64(i))
+		if timeout > 0 {
+			p.sub.SetDeadline(time.Now().Add(timeout))
+		}
 		start := time.Now()
 		hops.At(hops.PingSend, uint32(i))
 		if err := p.send(msg); err != nil {
@@ -430,6 +439,9 @@ func benchPing(sf *socketFlags, to uint16, count, size int, spin time.Duration, 
 		}
 		for {
 			d, err := p.next()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, fmt.Errorf("ping %d: no reply from member %d within %v (-ping-timeout; is 'rbcastd bench -echo' running there?)", i, to, timeout)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("ping %d: %w (is 'rbcastd bench -echo' running at member %d?)", i, err, to)
 			}

@@ -1097,10 +1097,15 @@ func fileHash(tb testing.TB, path string) [32]byte {
 // round trip's p50 and p99 in µs.
 func (d *daemons) ping() (p50, p99 float64) {
 	echo := d.start(1, append([]string{"bench", "-echo"}, pingArgs()...)...)
+	defer func() {
+		echo.end()
+		if d.r.b.Failed() { // the ping failed: say what the echo said
+			d.r.b.Logf("bench -echo at host 1 (%v): %q", echo.cmd.ProcessState, echo.out.String())
+		}
+	}()
 	d.waitSubs(1, 1)
 	defer d.logSpins("FIFO ping")()
 	r := d.pingRun(0, d.ids[1])
-	echo.end()
 	return r.P50us / 2, r.P99us / 2
 }
 

@@ -357,6 +357,27 @@ func TestWaitReadyTimeout(t *testing.T) {
 	}
 }
 
+// bench -ping to a member that sends nothing back ends at -ping-timeout
+// with an error naming the ping, the member and the flag, through the
+// socket and through rings; it waited for count seconds and ten more.
+func TestBenchPingTimeout(t *testing.T) {
+	sock := soloDaemonOrder(t, reliable.FIFO)
+	for _, rings := range []string{"-rings=false", "-rings"} {
+		start := time.Now()
+		code, _, errOut := runMain("bench", "-socket", sock, "-ping", "1", "-count", "5", "-ping-timeout", "200ms", rings)
+		if code == exitOK || !strings.Contains(errOut, "ping 0: no reply from member 1 within 200ms (-ping-timeout; is 'rbcastd bench -echo' running there?)") {
+			t.Errorf("%s: exit %d %q", rings, code, errOut)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: took %v to give up, want about 200ms", rings, d)
+		}
+	}
+	code, _, errOut := runMain("bench", "-socket", sock, "-ping", "1", "-ping-timeout", "-1s")
+	if code != exitUsage || !strings.Contains(errOut, "-ping-timeout is -1s, want 0 (no bound) or more") {
+		t.Errorf("-ping-timeout -1s: exit %d %q", code, errOut)
+	}
+}
+
 // bench -ping of one's own id under Order Total times self-delivery, and
 // says it is a loopback; under FIFO it is refused (nothing comes back).
 func TestBenchPingSelf(t *testing.T) {

@@ -420,11 +420,11 @@ func allToAll(t *testing.T, topo *netns.Topology, cr carriage) {
 		t.Fatal(err)
 	}
 	waitSubscribers(t, c, 1, 1)
-	pr, err := benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0, pingSpin, false)
+	pr, err := benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0, pingSpin, false, 10*time.Second)
 	if err == nil {
 		// The same through the rings, the pinger polling its deliver ring.
 		var rr *pingResult
-		if rr, err = benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0, 200*time.Microsecond, true); err == nil {
+		if rr, err = benchPing(&socketFlags{socket: c.socket(0)}, uint16(c.ids[1]), 200, 0, 200*time.Microsecond, true, 10*time.Second); err == nil {
 			t.Logf("the same with -rings -spin 200us: p50 %.0f µs, p99 %.0f µs over %d pings", rr.P50us, rr.P99us, rr.Count)
 		}
 	}
