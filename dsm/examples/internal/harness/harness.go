@@ -456,9 +456,19 @@ func Main(name string, setup Setup) {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintln(os.Stderr, named(name, err))
 		os.Exit(1)
 	}
+}
+
+// named is err's message starting with the command's name, once: most of
+// Run's errors name it already.
+func named(name string, err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, name+" ") {
+		return msg
+	}
+	return name + ": " + msg
 }
 
 var errUsage = errors.New("usage")
