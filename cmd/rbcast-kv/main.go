@@ -177,7 +177,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger.Info("rbcast-kv: serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr(), "mode", *mode)
+	logger.Info("rbcast-kv: joining the group, then serving", "iface", *iface, "group", *group, "listen", conn.LocalAddr(), "mode", *mode)
 	if *mode == "thesis" {
 		// The replicas form a BDSM group by registration: the one asking
 		// for member id 0 (-node 0) is its server. A replica started
