@@ -37,6 +37,8 @@ type Case struct {
 	Code int
 	OK   bool
 	// Want is in the command's stderr (with OK: in stdout or stderr).
+	// Every case names it: without it any failure, or any output of a
+	// broken -h, would pass.
 	Want string
 }
 
@@ -68,6 +70,10 @@ func (r Runner) Run(t *testing.T, cases []Case) {
 		timeout = 10 * time.Second
 	}
 	for _, c := range cases {
+		if c.Want == "" {
+			t.Errorf("%q: the case has no Want, what the command must say", c.Args)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		cmd := exec.CommandContext(ctx, exe, c.Args...)
 		cmd.Env = append(os.Environ(), env+"=1")
