@@ -9,8 +9,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +136,36 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], "...")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ExampleCases are the odd command lines that every dsm and orca example
+// (dsm/examples, orca/examples: their harnesses share these flags)
+// refuses alike: an unknown flag, an argument, -procs 0, a loss that is
+// no probability, an -iface rank past -procs; -h succeeds.
+func ExampleCases(name string) []Case {
+	return []Case{
+		{Args: []string{"-h"}, OK: true, Want: "Usage of " + name + ":"},
+		{Args: []string{"-bogus"}, Code: 2, Want: "flag provided but not defined: -bogus"},
+		{Args: []string{"extra"}, Code: 2, Want: name + `: unexpected argument "extra"`},
+		{Args: []string{"-procs", "0"}, Code: 1, Want: "-procs is 0, want at least 1"},
+		{Args: []string{"-sim", "-procs", "2", "-loss", "2"}, Code: 1, Want: "-loss is 2, want a probability in [0, 1)"},
+		{Args: []string{"-iface", "rbuxnosuch0", "-procs", "2", "-rank", "5"}, Code: 1, Want: "-iface needs -rank in 0..1 (-procs 2); it is 5"},
+	}
+}
+
+// Bounded are the cases of an example's size flag -name that its harness
+// bounds to lo..hi (Options.Bound): lo-1, -1 and a value far past hi,
+// each refused naming the flag and the range.
+func Bounded(name string, lo, hi int) []Case {
+	vals := []int{lo - 1}
+	if lo-1 != -1 {
+		vals = append(vals, -1)
+	}
+	vals = append(vals, max(99999999, hi*10-1))
+	var cs []Case
+	for _, v := range vals {
+		s := strconv.Itoa(v)
+		cs = append(cs, Case{Args: []string{"-" + name, s}, Code: 1, Want: fmt.Sprintf("-%s is %s, want %d..%d", name, s, lo, hi)})
+	}
+	return cs
 }
