@@ -79,6 +79,9 @@ func (r Runner) Run(t *testing.T, cases []Case) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		cmd := exec.CommandContext(ctx, exe, c.Args...)
 		cmd.Env = append(os.Environ(), env+"=1")
+		// A child killed at the timeout whose own children hold its
+		// output open would otherwise keep Run waiting for them.
+		cmd.WaitDelay = time.Second
 		cmd.Dir = r.Dir
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
