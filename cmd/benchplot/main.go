@@ -19,24 +19,11 @@ import (
 	"strings"
 
 	"github.com/rbcast/rbcast/internal/benchplot"
+	"github.com/rbcast/rbcast/internal/cliflag"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// helpAsked reports whether args ask for the usage (-h, -help, --help),
-// which then goes to stdout.
-func helpAsked(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "-help" || a == "--help" {
-			return true
-		}
-	}
-	return false
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -48,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: benchplot [-o DIR] [-format svg|png] REPORT.md...\n\nDraws the figures of docs/benchmarks.md from BenchmarkReport's markdown reports, oldest first.\n\n")
 		fs.PrintDefaults()
 	}
-	if helpAsked(args) {
+	if cliflag.HelpAsked(args) {
 		fs.SetOutput(stdout)
 	}
 	if err := fs.Parse(args); err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/kv"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
@@ -87,7 +88,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rbcast-kv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
-	if helpAsked(args) {
+	if cliflag.HelpAsked(args) {
 		fs.SetOutput(stdout)
 	}
 	iface := fs.String("i", "", "the interface of the replicas' segment (required)")
@@ -212,7 +213,7 @@ func client(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), clientUsage); fs.PrintDefaults() }
-	if len(args) > 0 && helpAsked(args[:1]) {
+	if len(args) > 0 && cliflag.HelpAsked(args[:1]) {
 		fs.SetOutput(stdout)
 	}
 	servers := fs.String("servers", "", "the replicas' UDP addresses, comma-separated (required)")
@@ -288,19 +289,6 @@ func client(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "rbcast-kv:", res)
 	return 2
-}
-
-// helpAsked reports whether args ask for the usage (-h, -help, --help).
-func helpAsked(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "-help" || a == "--help" {
-			return true
-		}
-	}
-	return false
 }
 
 // load runs N puts of PREFIX-i (values of -size bytes) from -c clients

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
@@ -34,7 +35,7 @@ func run(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: tcpfanout [flags]\n\nMeasures TCP fan-out (one connection per receiver) on a netns bridge topology; needs root.\nPrints a markdown table; progress goes to stderr.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if linkbench.HelpAsked(args) {
+	if cliflag.HelpAsked(args) {
 		fs.SetOutput(os.Stdout)
 	}
 	if err := fs.Parse(args); err != nil {

@@ -9,8 +9,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,8 @@ type Case struct {
 	Code int
 	OK   bool
 	// Want is in the command's stderr (with OK: in stdout or stderr).
+	// Every case names it: without it any failure, or any output of a
+	// broken -h, would pass.
 	Want string
 }
 
@@ -68,9 +72,16 @@ func (r Runner) Run(t *testing.T, cases []Case) {
 		timeout = 10 * time.Second
 	}
 	for _, c := range cases {
+		if c.Want == "" {
+			t.Errorf("%q: the case has no Want, what the command must say", c.Args)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		cmd := exec.CommandContext(ctx, exe, c.Args...)
 		cmd.Env = append(os.Environ(), env+"=1")
+		// A child killed at the timeout whose own children hold its
+		// output open would otherwise keep Run waiting for them.
+		cmd.WaitDelay = time.Second
 		cmd.Dir = r.Dir
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -128,4 +139,36 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], "...")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ExampleCases are the odd command lines that every dsm and orca example
+// (dsm/examples, orca/examples: their harnesses share these flags)
+// refuses alike: an unknown flag, an argument, -procs 0, a loss that is
+// no probability, an -iface rank past -procs; -h succeeds.
+func ExampleCases(name string) []Case {
+	return []Case{
+		{Args: []string{"-h"}, OK: true, Want: "Usage of " + name + ":"},
+		{Args: []string{"-bogus"}, Code: 2, Want: "flag provided but not defined: -bogus"},
+		{Args: []string{"extra"}, Code: 2, Want: name + `: unexpected argument "extra"`},
+		{Args: []string{"-procs", "0"}, Code: 1, Want: "-procs is 0, want at least 1"},
+		{Args: []string{"-sim", "-procs", "2", "-loss", "2"}, Code: 1, Want: "-loss is 2, want a probability in [0, 1)"},
+		{Args: []string{"-iface", "rbuxnosuch0", "-procs", "2", "-rank", "5"}, Code: 1, Want: "-iface needs -rank in 0..1 (-procs 2); it is 5"},
+	}
+}
+
+// Bounded are the cases of an example's size flag -name that its harness
+// bounds to lo..hi (Options.Bound): lo-1, -1 and a value far past hi,
+// each refused naming the flag and the range.
+func Bounded(name string, lo, hi int) []Case {
+	vals := []int{lo - 1}
+	if lo-1 != -1 {
+		vals = append(vals, -1)
+	}
+	vals = append(vals, max(99999999, hi*10-1))
+	var cs []Case
+	for _, v := range vals {
+		s := strconv.Itoa(v)
+		cs = append(cs, Case{Args: []string{"-" + name, s}, Code: 1, Want: fmt.Sprintf("-%s is %s, want %d..%d", name, s, lo, hi)})
+	}
+	return cs
 }

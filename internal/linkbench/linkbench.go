@@ -662,20 +662,6 @@ func inRange(s string, lo, hi int, what string) ([]int, error) {
 // holds a frame buffer per frame of a batch.
 const MaxBatch = 4096
 
-// HelpAsked reports whether a command line asks for the usage (-h,
-// -help, --help), which the commands print to stdout.
-func HelpAsked(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "-help" || a == "--help" {
-			return true
-		}
-	}
-	return false
-}
-
 // Work's constants: history slots the sender builds frames in, the CRC's
 // length and table.
 const (

@@ -36,9 +36,9 @@ import (
 // network poller make its ready goroutines runnable; the caller, which
 // the poller returns first, runs before them, so they run by the next
 // Yield (docs/local-api-history.md, "The doorbell's second turn"). With
-// more than one P it is
-// runtime.Gosched. It never blocks for longer than the goroutines it
-// lets run take (the eventfd it waits on is readable before it waits).
+// more than one P it is runtime.Gosched. It never blocks for longer than
+// the goroutines it lets run take (the eventfd it waits on is readable
+// before it waits).
 func Yield() {
 	if runtime.GOMAXPROCS(0) > 1 {
 		runtime.Gosched()

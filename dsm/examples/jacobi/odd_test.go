@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/internal/clitest"
@@ -13,17 +14,9 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // to panic (a slice of a negative or overflowing length) or run out of
 // memory.
 func TestOddInputs(t *testing.T) {
-	clitest.Runner{}.Run(t, []clitest.Case{
-		{Args: []string{"-h"}, OK: true, Want: "Usage of jacobi:"},
-		{Args: []string{"-bogus"}, Code: 2, Want: "flag provided but not defined: -bogus"},
-		{Args: []string{"extra"}, Code: 2, Want: `jacobi: unexpected argument "extra"`},
-		{Args: []string{"-n", "0"}, Code: 1, Want: "-n is 0, want 1..16384"},
-		{Args: []string{"-n", "-1"}, Code: 1, Want: "-n is -1, want 1..16384"},
-		{Args: []string{"-n", "99999999"}, Code: 1, Want: "-n is 99999999, want 1..16384"},
-		{Args: []string{"-iters", "-1"}, Code: 1, Want: "-iters is -1, want 0..1000000000"},
-		{Args: []string{"-iters", "9999999999"}, Code: 1, Want: "-iters is 9999999999, want 0..1000000000"},
-		{Args: []string{"-procs", "0"}, Code: 1, Want: "-procs is 0, want at least 1"},
-		{Args: []string{"-sim", "-procs", "2", "-loss", "2"}, Code: 1, Want: "-loss is 2, want a probability in [0, 1)"},
-		{Args: []string{"-iface", "rbuxnosuch0", "-procs", "2", "-rank", "5"}, Code: 1, Want: "-iface needs -rank in 0..1 (-procs 2); it is 5"},
-	})
+	clitest.Runner{}.Run(t, slices.Concat(
+		clitest.ExampleCases("jacobi"),
+		clitest.Bounded("n", 1, 16384),
+		clitest.Bounded("iters", 0, 1000000000),
+	))
 }

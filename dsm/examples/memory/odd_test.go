@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/internal/clitest"
@@ -13,21 +14,10 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // to panic (a slice of a negative or overflowing length) or run out of
 // memory.
 func TestOddInputs(t *testing.T) {
-	clitest.Runner{}.Run(t, []clitest.Case{
-		{Args: []string{"-h"}, OK: true, Want: "Usage of memory:"},
-		{Args: []string{"-bogus"}, Code: 2, Want: "flag provided but not defined: -bogus"},
-		{Args: []string{"extra"}, Code: 2, Want: `memory: unexpected argument "extra"`},
-		{Args: []string{"-segs", "0"}, Code: 1, Want: "-segs is 0, want 1..4096"},
-		{Args: []string{"-segs", "-1"}, Code: 1, Want: "-segs is -1, want 1..4096"},
-		{Args: []string{"-segs", "99999999"}, Code: 1, Want: "-segs is 99999999, want 1..4096"},
-		{Args: []string{"-mib", "0"}, Code: 1, Want: "-mib is 0, want 1..65536"},
-		{Args: []string{"-mib", "-1"}, Code: 1, Want: "-mib is -1, want 1..65536"},
-		{Args: []string{"-mib", "99999999"}, Code: 1, Want: "-mib is 99999999, want 1..65536"},
-		{Args: []string{"-locsize", "0"}, Code: 1, Want: "-locsize is 0, want 1..65536"},
-		{Args: []string{"-locsize", "-1"}, Code: 1, Want: "-locsize is -1, want 1..65536"},
-		{Args: []string{"-locsize", "99999999"}, Code: 1, Want: "-locsize is 99999999, want 1..65536"},
-		{Args: []string{"-procs", "0"}, Code: 1, Want: "-procs is 0, want at least 1"},
-		{Args: []string{"-sim", "-procs", "2", "-loss", "2"}, Code: 1, Want: "-loss is 2, want a probability in [0, 1)"},
-		{Args: []string{"-iface", "rbuxnosuch0", "-procs", "2", "-rank", "5"}, Code: 1, Want: "-iface needs -rank in 0..1 (-procs 2); it is 5"},
-	})
+	clitest.Runner{}.Run(t, slices.Concat(
+		clitest.ExampleCases("memory"),
+		clitest.Bounded("segs", 1, 4096),
+		clitest.Bounded("mib", 1, 65536),
+		clitest.Bounded("locsize", 1, 65536),
+	))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/rbcast/rbcast/internal/clitest"
@@ -13,15 +14,5 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // to panic (a slice of a negative or overflowing length) or run out of
 // memory.
 func TestOddInputs(t *testing.T) {
-	clitest.Runner{}.Run(t, []clitest.Case{
-		{Args: []string{"-h"}, OK: true, Want: "Usage of tsp:"},
-		{Args: []string{"-bogus"}, Code: 2, Want: "flag provided but not defined: -bogus"},
-		{Args: []string{"extra"}, Code: 2, Want: `tsp: unexpected argument "extra"`},
-		{Args: []string{"-cities", "0"}, Code: 1, Want: "-cities is 0, want 1..4096"},
-		{Args: []string{"-cities", "-1"}, Code: 1, Want: "-cities is -1, want 1..4096"},
-		{Args: []string{"-cities", "99999999"}, Code: 1, Want: "-cities is 99999999, want 1..4096"},
-		{Args: []string{"-procs", "0"}, Code: 1, Want: "-procs is 0, want at least 1"},
-		{Args: []string{"-sim", "-procs", "2", "-loss", "2"}, Code: 1, Want: "-loss is 2, want a probability in [0, 1)"},
-		{Args: []string{"-iface", "rbuxnosuch0", "-procs", "2", "-rank", "5"}, Code: 1, Want: "-iface needs -rank in 0..1 (-procs 2); it is 5"},
-	})
+	clitest.Runner{}.Run(t, slices.Concat(clitest.ExampleCases("tsp"), clitest.Bounded("cities", 1, 4096)))
 }

@@ -120,9 +120,6 @@ func (o *Options) config() (orca.Config, error) {
 	return orca.Config{Group: gc, MaxWrite: o.MaxWrite}, nil
 }
 
-// Run runs the command: sequential unless -sim or -iface. It prints one
-// report line per rank that holds a result, and returns an error if a run
-// failed or -verify found a difference.
 // bound is one size flag of a program and the values it may take.
 type bound struct {
 	name   string
@@ -139,6 +136,9 @@ func (o *Options) Bound(name string, v *int, lo, hi int, why string) {
 	o.bounds = append(o.bounds, bound{name, v, lo, hi, why})
 }
 
+// Run runs the command: sequential unless -sim or -iface. It prints one
+// report line per rank that holds a result, and returns an error if a run
+// failed or -verify found a difference.
 func (o *Options) Run(name string, sequential func() Result, parallel Program) error {
 	for _, b := range o.bounds {
 		if *b.v < b.lo || *b.v > b.hi {
