@@ -1,6 +1,9 @@
 package cliflag
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestHelpAsked(t *testing.T) {
 	for _, c := range []struct {
@@ -16,6 +19,21 @@ func TestHelpAsked(t *testing.T) {
 	} {
 		if got := HelpAsked(c.args); got != c.want {
 			t.Errorf("HelpAsked(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// Named names the command once: the harnesses' errors that start with it
+// (joining, registration, the simulator) are not prefixed again.
+func TestNamed(t *testing.T) {
+	for _, c := range []struct{ err, want string }{
+		{"jacobi: joining group 1 on eth0: no such interface", "jacobi: joining group 1 on eth0: no such interface"},
+		{"jacobi on the simulator: stalled", "jacobi on the simulator: stalled"},
+		{"-n is -1, want 1..16384", "jacobi: -n is -1, want 1..16384"},
+		{"jacobiX: odd", "jacobi: jacobiX: odd"},
+	} {
+		if got := Named("jacobi", errors.New(c.err)); got != c.want {
+			t.Errorf("Named(%q) = %q, want %q", c.err, got, c.want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/internal/envprof"
 	"github.com/rbcast/rbcast/link/ring"
@@ -456,19 +457,9 @@ func Main(name string, setup Setup) {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, named(name, err))
+		fmt.Fprintln(os.Stderr, cliflag.Named(name, err))
 		os.Exit(1)
 	}
-}
-
-// named is err's message starting with the command's name, once: most of
-// Run's errors name it already.
-func named(name string, err error) string {
-	msg := err.Error()
-	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, name+" ") {
-		return msg
-	}
-	return name + ": " + msg
 }
 
 var errUsage = errors.New("usage")

@@ -195,18 +195,3 @@ func TestGOMAXPROCS(t *testing.T) {
 		t.Errorf("-gomaxprocs -1: Run = %v, want an error naming it", err)
 	}
 }
-
-// Main's message names the command once: Run's errors that start with it
-// (joining, registration, the simulator) are not prefixed again.
-func TestNamedOnce(t *testing.T) {
-	for _, c := range []struct{ err, want string }{
-		{"jacobi: joining group 1 on eth0: no such interface", "jacobi: joining group 1 on eth0: no such interface"},
-		{"jacobi on the simulator: stalled", "jacobi on the simulator: stalled"},
-		{"-n is -1, want 1..16384", "jacobi: -n is -1, want 1..16384"},
-		{"jacobiX: odd", "jacobi: jacobiX: odd"},
-	} {
-		if got := named("jacobi", errors.New(c.err)); got != c.want {
-			t.Errorf("named(%q) = %q, want %q", c.err, got, c.want)
-		}
-	}
-}

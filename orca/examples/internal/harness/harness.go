@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/internal/envprof"
 	"github.com/rbcast/rbcast/link/ring"
@@ -314,7 +315,7 @@ func Main(name string, setup Setup) {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintln(os.Stderr, cliflag.Named(name, err))
 		os.Exit(1)
 	}
 }
