@@ -2,7 +2,10 @@
 // lines.
 package cliflag
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // HelpAsked reports whether a command line asks for the usage (-h, -help,
 // --help) before a "--": the commands then print it to stdout, where
@@ -28,4 +31,33 @@ func Named(name string, err error) string {
 		return msg
 	}
 	return name + ": " + msg
+}
+
+// Bounds are int flags and the values each may take, checked together
+// once the command line is parsed (Check): a size that is negative, or
+// past what memory holds, is refused before any work, not left to panic a
+// make or run memory out.
+type Bounds []bound
+
+type bound struct {
+	name   string
+	v      *int
+	lo, hi int
+	why    string
+}
+
+// Add bounds the flag -name, read into v, to lo..hi; why says what
+// limits it, for the error.
+func (b *Bounds) Add(name string, v *int, lo, hi int, why string) {
+	*b = append(*b, bound{name, v, lo, hi, why})
+}
+
+// Check returns an error naming the first flag out of its range.
+func (b Bounds) Check() error {
+	for _, x := range b {
+		if *x.v < x.lo || *x.v > x.hi {
+			return fmt.Errorf("-%s is %d, want %d..%d (%s)", x.name, *x.v, x.lo, x.hi, x.why)
+		}
+	}
+	return nil
 }

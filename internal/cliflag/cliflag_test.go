@@ -37,3 +37,21 @@ func TestNamed(t *testing.T) {
 		}
 	}
 }
+
+func TestBounds(t *testing.T) {
+	n, m := 5, -1
+	var b Bounds
+	b.Add("n", &n, 1, 10, "rows")
+	b.Add("m", &m, 0, 3, "columns")
+	if err := b.Check(); err == nil || err.Error() != "-m is -1, want 0..3 (columns)" {
+		t.Fatalf("Check() = %v, want -m's range", err)
+	}
+	m = 3
+	if err := b.Check(); err != nil {
+		t.Fatalf("Check() = %v with both in range", err)
+	}
+	n = 11
+	if err := b.Check(); err == nil || err.Error() != "-n is 11, want 1..10 (rows)" {
+		t.Fatalf("Check() = %v, want -n's range", err)
+	}
+}

@@ -87,7 +87,7 @@ type Options struct {
 	// Stdout receives the report lines (os.Stdout from Flags).
 	Stdout io.Writer
 	// bounds are the programs' own size flags (Bound).
-	bounds []bound
+	bounds cliflag.Bounds
 }
 
 // Flags registers the shared flags on fs and returns where they land.
@@ -170,30 +170,20 @@ func (o *Options) Mode() string {
 	return "seq"
 }
 
-// bound is one size flag of a program and the values it may take.
-type bound struct {
-	name   string
-	v      *int
-	lo, hi int
-	why    string
-}
-
 // Bound declares that the program's flag -name, read into v, must lie in
 // lo..hi (why: what limits it, for the error); Run refuses any other
 // value before it computes anything, rather than let a slice of a negative
 // or overflowing size panic, or memory run out.
 func (o *Options) Bound(name string, v *int, lo, hi int, why string) {
-	o.bounds = append(o.bounds, bound{name, v, lo, hi, why})
+	o.bounds.Add(name, v, lo, hi, why)
 }
 
 // Run runs the command: sequential unless -sim or -iface. It prints one
 // report line per rank that holds a result, and returns an error if a run
 // failed or -verify found a difference.
 func (o *Options) Run(name string, sequential func() Result, parallel Program) error {
-	for _, b := range o.bounds {
-		if *b.v < b.lo || *b.v > b.hi {
-			return fmt.Errorf("-%s is %d, want %d..%d (%s)", b.name, *b.v, b.lo, b.hi, b.why)
-		}
+	if err := o.bounds.Check(); err != nil {
+		return err
 	}
 	switch {
 	case o.Procs < 1:
