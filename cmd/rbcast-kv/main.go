@@ -126,7 +126,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	case *node < -1 || *node >= int(frame.NoMember):
 		return fmt.Errorf("-node is %d, want a member id 0..%d (or -1: no wish)", *node, int(frame.NoMember)-1)
 	case *failure < 0:
-		return fmt.Errorf("-failure-timeout is %v, want > 0 (0: the default)", *failure)
+		return fmt.Errorf("-failure-timeout is %v, want 0 (the default) or more", *failure)
 	case *mode != "ordered" && *mode != "thesis":
 		return fmt.Errorf("-mode %q: want ordered or thesis", *mode)
 	case *mode == "thesis" && (*tr <= 0 || *eps < 0 || *tcl < 0):

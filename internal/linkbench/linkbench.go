@@ -636,7 +636,7 @@ func Ints(s string) ([]int, error) {
 // Hosts parses a list of group sizes (-hosts): each 2 (a sender and a
 // receiver) up to the 250 hosts a netns topology holds.
 func Hosts(s string) ([]int, error) {
-	return inRange(s, 2, 250, "hosts")
+	return inRange(s, 2, 250, "a number of hosts")
 }
 
 // MTUs parses a list of MTUs (-mtu): each from link.MinMTU up to 65535,
