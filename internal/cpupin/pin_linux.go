@@ -35,18 +35,32 @@ func Pin(rank int) (int, error) {
 	cpu := cpus[rank%len(cpus)]
 	var one unix.CPUSet
 	one.Set(cpu)
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return 0, fmt.Errorf("-pin: listing this process's threads: %w", err)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
+	// A thread that a thread not yet bound starts while we bind the others
+	// inherits every CPU: list the threads again until a pass finds none
+	// new (threads started by bound ones inherit the one CPU).
+	bound := map[int]bool{}
+	for pass := 0; ; pass++ {
+		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
-			continue
+			return 0, fmt.Errorf("-pin: listing this process's threads: %w", err)
 		}
-		if err := unix.SchedSetaffinity(tid, &one); err != nil && err != unix.ESRCH {
-			return 0, fmt.Errorf("-pin: binding thread %d to CPU %d: %w", tid, cpu, err)
+		fresh := 0
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || bound[tid] {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &one); err != nil && err != unix.ESRCH {
+				return 0, fmt.Errorf("-pin: binding thread %d to CPU %d: %w", tid, cpu, err)
+			}
+			bound[tid] = true
+			fresh++
+		}
+		if fresh == 0 {
+			return cpu, nil
+		}
+		if pass == 100 {
+			return 0, fmt.Errorf("-pin: threads kept starting while binding them to CPU %d (%d bound)", cpu, len(bound))
 		}
 	}
-	return cpu, nil
 }
