@@ -139,11 +139,13 @@ func pollerWakes(t *testing.T, wake func(), poll func()) {
 // in the daemon) runs while a PacketReader spins: its packet is found by
 // the spin. With runtime.Gosched between looks it ran only after the spin
 // (5 ms, shorter than sysmon's look) and the read slept in the poller.
-// A contended yield ends a spin early, and a garbage collection looks at
-// the poller when it restarts the world: most of five tries must do it.
+// A contended yield (other processes held the CPU for longer than the
+// spin: CI's other test binaries) ends a spin early by design; such tries
+// say nothing and are tried again, up to oneTries. Most of five
+// uncontended tries must find the packet by the spin.
 func TestPacketReaderSpinOneP(t *testing.T) {
-	spun := 0
-	for range 5 {
+	spun, clear, contended := 0, 0, 0
+	for clear < 5 && clear+contended < oneTries {
 		a, b := seqpacketPair(t)
 		r, err := NewPacketReader(a, 5*time.Millisecond)
 		if err != nil {
@@ -156,21 +158,42 @@ func TestPacketReaderSpinOneP(t *testing.T) {
 				t.Fatalf("Read = %q, %v; want the packet", buf[:n], err)
 			}
 		})
-		if !r.polled {
+		switch {
+		case r.pause > 0:
+			contended++
+		case !r.polled:
 			spun++
+			clear++
+		default:
+			clear++
 		}
 	}
-	if spun < 3 {
-		t.Errorf("with GOMAXPROCS=1 %d of 5 spinning Reads let the poller's goroutine write the packet they found; want most", spun)
+	oneVerdict(t, "spinning Reads let the poller's goroutine write the packet they found", spun, clear, contended)
+}
+
+// oneTries bounds the tries of the GOMAXPROCS=1 tests when other
+// processes keep taking the CPU.
+const oneTries = 50
+
+// oneVerdict wants most of the clear (uncontended) tries to have done
+// it; with fewer than three clear tries there is nothing to judge.
+func oneVerdict(t *testing.T, what string, did, clear, contended int) {
+	t.Helper()
+	if clear < 3 {
+		t.Skipf("the CPU was contended in %d of %d tries: too few clear tries to judge", contended, contended+clear)
+	}
+	if 2*did <= clear {
+		t.Errorf("with GOMAXPROCS=1 %d of %d uncontended %s; want most (%d contended tries not counted)", did, clear, what, contended)
 	}
 }
 
 // The same for a RingReceiver's poll (spinner): the flag a poller-woken
 // goroutine sets is seen before the 5 ms poll ends.
 func TestSpinnerOneP(t *testing.T) {
-	seen := 0
-	for range 5 {
+	seen, clear, contended := 0, 0, 0
+	for clear < 5 && clear+contended < oneTries {
 		var flag atomic.Bool
+		saw := false
 		s := spinner{d: 5 * time.Millisecond}
 		pollerWakes(t, func() { flag.Store(true) }, func() {
 			if !s.begin() {
@@ -178,14 +201,19 @@ func TestSpinnerOneP(t *testing.T) {
 			}
 			for !flag.Load() && s.yield() {
 			}
-			if flag.Load() {
-				seen++
-			}
+			saw = flag.Load()
 		})
+		switch {
+		case s.pause > 0:
+			contended++
+		case saw:
+			seen++
+			clear++
+		default:
+			clear++
+		}
 	}
-	if seen < 3 {
-		t.Errorf("with GOMAXPROCS=1 %d of 5 polls let the poller's goroutine run; want most", seen)
-	}
+	oneVerdict(t, "polls let the poller's goroutine run", seen, clear, contended)
 }
 
 // A spinner lets the network poller run (netyield.Yield, two system
