@@ -400,6 +400,15 @@ func parseHistory(t *testing.T, out []byte) []kv.HistoryOp {
 // checkHistory checks the clients' history for linearizability, and
 // that it has every operation and their reads, cas and answers.
 func checkHistory(t *testing.T, h []kv.HistoryOp, want int, faultAt time.Time) {
+	t.Helper()
+	checkHistoryJudged(t, h, want, faultAt, t.Errorf)
+}
+
+// checkHistoryJudged is checkHistory with the linearizability verdict
+// given to judge (thesis mode's run outside its timing assumptions
+// logs it rather than failing).
+func checkHistoryJudged(t *testing.T, h []kv.HistoryOp, want int, faultAt time.Time, judge func(string, ...any)) {
+	t.Helper()
 	kinds := map[kv.OpKind]int{}
 	answered, after := 0, 0
 	for _, o := range h {
@@ -419,7 +428,7 @@ func checkHistory(t *testing.T, h []kv.HistoryOp, want int, faultAt time.Time) {
 	}
 	start := time.Now()
 	if err := kv.CheckHistory(h, time.Minute); err != nil {
-		t.Errorf("%v", err)
+		judge("%v", err)
 	} else {
 		t.Logf("history of %d operations (%d answered, %d called after the fault; gets %d, puts %d, dels %d, cas %d) linearizable, checked in %v",
 			len(h), answered, after, kinds[kv.OpGet], kinds[kv.OpPut], kinds[kv.OpDelete], kinds[kv.OpCAS], time.Since(start).Round(time.Millisecond))
@@ -518,7 +527,11 @@ func envInt(t *testing.T, name string, def int) int {
 // Every put is acknowledged; the two survivors executed the same
 // sequence, the victim a prefix of it; every acknowledged put was
 // executed exactly once at each survivor and is served by both; the
-// history is linearizable.
+// history is linearizable. Those are thesis mode's guarantees only while
+// its timing assumptions hold (docs/kv.md): a run in which a replica
+// refused a late copy (logged as a warning) is outside them, and its
+// sequences and history are reported, not judged — as kv.TestThesisSim
+// does with such seeds. Every other check stands.
 func TestNetnsThesis(t *testing.T) {
 	netnstest.RequireRoot(t)
 	const n, victim, puts = 3, 1, 400
@@ -623,13 +636,24 @@ func TestNetnsThesis(t *testing.T) {
 	if len(acked) != puts {
 		t.Fatalf("%d puts acknowledged, want %d", len(acked), puts)
 	}
-	checkHistory(t, <-histc, 300, faultAt)
+	// judge fails the test on a broken guarantee, unless a replica has
+	// logged a late copy: then the run is outside the assumptions.
+	judge := func(format string, args ...any) {
+		t.Helper()
+		if late, first := lateCopies(t, dir, n); late > 0 {
+			t.Logf("outside thesis mode's timing assumptions (%d late copies refused, the first: %s), not judged: "+format,
+				append([]any{late, first}, args...)...)
+			return
+		}
+		t.Errorf(format, args...)
+	}
+	checkHistoryJudged(t, <-histc, 300, faultAt, judge)
 	for i := range n {
 		if i == victim {
 			continue
 		}
 		if out, err := kvCmd(t, client, "-servers", addrs[i], "-timeout", "1s", "-deadline", "30s", "verify", "-n", fmt.Sprint(puts), "-c", "8", "-prefix", "t").CombinedOutput(); err != nil {
-			t.Errorf("replica %d: verify: %v\n%s", i, err, out)
+			judge("replica %d: verify: %v\n%s", i, err, out)
 		}
 	}
 	// The executed sequences: the survivors' equal, the victim's a prefix.
@@ -646,10 +670,10 @@ func TestNetnsThesis(t *testing.T) {
 	// way at the other: compare the common length, which must be nearly all.
 	m := min(len(a), len(b))
 	if !slices.Equal(a[:m], b[:m]) || max(len(a), len(b))-m > 100 {
-		t.Errorf("the survivors' executed sequences differ: %d and %d requests, first difference at %d", len(a), len(b), firstDiffStr(a, b))
+		judge("the survivors' executed sequences differ: %d and %d requests, first difference at %d", len(a), len(b), firstDiffStr(a, b))
 	}
 	if v := logs[victim]; !slices.Equal(v, a[:min(len(v), len(a))]) {
-		t.Errorf("the victim's %d requests are not a prefix of the survivors' sequence (first difference at %d)", len(v), firstDiffStr(v, a))
+		judge("the victim's %d requests are not a prefix of the survivors' sequence (first difference at %d)", len(v), firstDiffStr(v, a))
 	}
 	for _, l := range [][]string{a, b} {
 		fresh := map[string]int{}
@@ -660,12 +684,12 @@ func TestNetnsThesis(t *testing.T) {
 		}
 		for id := range acked {
 			if fresh[id] != 1 {
-				t.Errorf("acknowledged put %s executed %d times", id, fresh[id])
+				judge("acknowledged put %s executed %d times", id, fresh[id])
 			}
 		}
 		for id, c := range fresh {
 			if c > 1 {
-				t.Errorf("request %s executed %d times", id, c)
+				judge("request %s executed %d times", id, c)
 			}
 		}
 	}
@@ -694,6 +718,30 @@ func TestNetnsThesis(t *testing.T) {
 		<-exited
 		t.Errorf("the victim started again still ran after 10 s:\n%s", againErr.String())
 	}
+}
+
+// lateCopies counts the late copies the replicas' logs (dir/log-i)
+// report refusing, and returns the first one's text.
+func lateCopies(t *testing.T, dir string, n int) (count int, first string) {
+	t.Helper()
+	for i := range n {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("log-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "thesis mode: a late copy") {
+				if count == 0 {
+					first = line
+					if j := strings.Index(line, "copy="); j >= 0 {
+						first = line[j:]
+					}
+				}
+				count++
+			}
+		}
+	}
+	return count, first
 }
 
 func firstDiffStr(a, b []string) int {
