@@ -103,7 +103,7 @@ type runFlags struct {
 
 func runFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs := newFlags("run", "-i IFACE -group G [-members N] [-node ID] [-order fifo|total] [-socket PATH] [-capture FILE] [-flight-recorder MiB] [-metrics ADDR] [-config FILE]", runText, stderr)
-	fs.StringVar(&f.iface, "i", "", "network `interface` to join the group on (required)")
+	fs.StringVar(&f.iface, "i", "", "network `interface` to join the group on (required; with -link udp, by -udp-group only: -udp-peers and -udp-seed with -udp-listen need none)")
 	fs.Uint64Var(&f.group, "group", 0, "group `id`, 1..4294967295 (required)")
 	fs.IntVar(&f.members, "members", 0, "`N`: with changing membership, how many daemons (this one included) to wait for before founding the group when none runs (0: 1); registered: the group's fixed size (required)")
 	fs.StringVar(&f.node, "node", "", "member `id` to ask for (absent: the lowest free one); registered: 0 makes this daemon the registration server")

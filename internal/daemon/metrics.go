@@ -92,7 +92,7 @@ var plainMetrics = []metric{
 	newMetric("rbcastd_retransmissions_sent_now_total", "Retransmissions sent past the link's transmit queue.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.RetransmitsSentNow) }),
 	newMetric("rbcastd_membership_events_lost_total", "Membership events the runtime's event channel could not hold.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.EventsLost) }),
 	newMetric("rbcastd_rejoins_total", "Times the group went on without this daemon (-membership views: removed, a losing component, a minority) and it joined again as a new incarnation.", counter, func(s *Status, _ *reliable.Stats) float64 { return float64(s.Rejoins) }),
-	newMetric("rbcastd_view_changes_total", "Changes of the set of live members: removals (failed, stalled, left) and readmissions. Issue 19's views: one per view installed.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(viewChanges(st.Events)) }),
+	newMetric("rbcastd_view_changes_total", "Changes of the set of live members: removals (failed, stalled, left) and readmissions (-order total). Not joins: under -membership views the views installed are rbcastd_membership_events_total{kind=\"view installed\"}.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(viewChanges(st.Events)) }),
 }
 
 // Labelled metrics.
@@ -109,7 +109,7 @@ var (
 	descPairRetx      = prometheus.NewDesc("rbcastd_pair_retransmitted_frames_total", "Frames retransmitted from sender to receiver (receiver \"all\": to the whole group), as this member sent or received them.", []string{"sender", "receiver"}, nil)
 	descAuthDropped   = prometheus.NewDesc("rbcastd_auth_dropped_frames_total", "Frames dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation, own.", []string{"reason"}, nil)
 	descAuthVerified  = prometheus.NewDesc("rbcastd_auth_verified_frames_total", "Frames whose authentication tag verified (-key-file).", nil, nil)
-	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused).", []string{"kind"}, nil)
+	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused; view installed; group removed).", []string{"kind"}, nil)
 	descAckLag        = prometheus.NewDesc("rbcastd_ack_lag_frames", "Frames member holds fewer of sender's stream than the sender's last, as this member last heard their acknowledgements (the acknowledgement matrix; live members only).", []string{"member", "sender"}, nil)
 	descDropped       = prometheus.NewDesc("rbcastd_dropped_frames_total", "Received frames dropped before the protocol, by reason.", []string{"reason"}, nil)
 )

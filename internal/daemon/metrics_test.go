@@ -175,3 +175,41 @@ func TestMetricsSelfDelivery(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Under -membership views every view installed here is counted in
+// rbcastd_membership_events_total{kind="view installed"} (docs/metrics.md):
+// the views that founded the group of three, then the view without the
+// member cut off.
+func TestMetricsViewsInstalled(t *testing.T) {
+	cuts := newCuts(t, rtnet.New(t, 47), 3)
+	ds := startViews(t, cuts, nil, nil)
+	awaitAll(t, ds, "in one view of three", func(sts []Status) bool {
+		for _, st := range sts {
+			if !st.Ready || len(viewOf(st)) != 3 || st.View.ID != sts[0].View.ID {
+				return false
+			}
+		}
+		return true
+	})
+	installed := func() float64 {
+		t.Helper()
+		v, ok := sample(scrape(t, ds[0]), "rbcastd_membership_events_total", map[string]string{"kind": "view installed"})
+		if !ok {
+			t.Fatal(`rbcastd_membership_events_total{kind="view installed"} is missing`)
+		}
+		return v
+	}
+	founded := len(ds[0].d.Status().View.Changes)
+	if got := installed(); founded < 1 || got != float64(founded) {
+		t.Fatalf("in the group of three: %v views installed counted, status lists %d", got, founded)
+	}
+
+	cuts[2].set(func(c *cutLink) { c.deaf, c.mute = true, true })
+	st := awaitStatus(t, ds[0], "in a view of two", func(st Status) bool { return st.View != nil && len(viewOf(st)) == 2 })
+	if got, want := installed(), len(st.View.Changes); want <= founded || got != float64(want) {
+		t.Fatalf("after member 2 was cut off: %v views installed counted, status lists %d (%d before)", got, want, founded)
+	}
+	if v, _ := sample(scrape(t, ds[0]), "rbcastd_members", map[string]string{"state": "alive"}); v != 2 {
+		t.Errorf("rbcastd_members{state=alive} = %v in a view of two, want 2", v)
+	}
+}
