@@ -153,7 +153,7 @@ func TestSimulateViewsCommand(t *testing.T) {
 		{[]string{"-node", "0", "-protocol", "paxos"}, `-protocol "paxos": want auto, pbp, seq, views or pcode`},
 	} {
 		code, out, errOut := runCmd(append([]string{"simulate"}, append(c.args, path)...)...)
-		if code != 2 || !strings.Contains(errOut, c.want) {
+		if code != 2 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "simulate: simulate:") {
 			t.Errorf("simulate %s: exit %d, stderr %q, want exit 2 and %q\n%s", strings.Join(c.args, " "), code, errOut, c.want, out)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/hops"
 )
 
@@ -240,6 +241,6 @@ func usageErr(stderr io.Writer, cmd, format string, args ...any) int {
 
 // fail reports a failure.
 func fail(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "rbcastd %s: %v\n", cmd, err)
+	fmt.Fprintln(stderr, cliflag.Named("rbcastd "+cmd, err))
 	return exitFail
 }

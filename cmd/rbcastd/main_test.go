@@ -217,7 +217,7 @@ func TestClientNoDaemon(t *testing.T) {
 		{"status", "-socket", sock},
 	} {
 		code, _, errOut := runMain(args...)
-		if want := "no daemon socket at " + sock; code != exitFail || !strings.Contains(errOut, want) {
+		if want := "rbcastd " + args[0] + ": no daemon socket at " + sock; code != exitFail || !strings.HasPrefix(errOut, want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", args, code, errOut, want)
 		}
 	}

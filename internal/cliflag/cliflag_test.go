@@ -36,6 +36,19 @@ func TestNamed(t *testing.T) {
 			t.Errorf("Named(%q) = %q, want %q", c.err, got, c.want)
 		}
 	}
+	// A program and its subcommand: what a library said before them.
+	for _, c := range []struct{ name, err, want string }{
+		{"rbcastd send", "rbcastd: no daemon socket at /run/x.sock", "rbcastd send: no daemon socket at /run/x.sock"},
+		{"rbcastd recv", "after 34 messages, writing out: rbcastd: the group went on without this daemon",
+			"rbcastd recv: after 34 messages, writing out: the group went on without this daemon"},
+		{"pcap-replay simulate", "simulate: member 1 was 2 processes", "pcap-replay simulate: member 1 was 2 processes"},
+		{"rbcastd send", "sendto: no buffer space", "rbcastd send: sendto: no buffer space"},
+		{"rbcastd send", "rbcastdX: odd", "rbcastd send: rbcastdX: odd"},
+	} {
+		if got := Named(c.name, errors.New(c.err)); got != c.want {
+			t.Errorf("Named(%q, %q) = %q, want %q", c.name, c.err, got, c.want)
+		}
+	}
 }
 
 func TestBounds(t *testing.T) {
