@@ -80,8 +80,8 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Credit = 70000 }, "Credit is 70000, want 1..65535"},
 		{func(c *Config) { c.RepairPercent = 101 }, "RepairPercent is 101, want 1..100"},
 		{func(c *Config) { c.SlowPercent = -1 }, "SlowPercent is -1, want 1..1000"},
-		{func(c *Config) { c.MinTimer, c.MaxTimer = 2*Millisecond, Millisecond }, "MinTimer 2000000 exceeds MaxTimer 1000000"},
-		{func(c *Config) { c.FailureTimeout = 100 * Millisecond }, "FailureTimeout 100000000 must exceed 4 × MaxTimer"},
+		{func(c *Config) { c.MinTimer, c.MaxTimer = 2*Millisecond, Millisecond }, "MinTimer 2ms exceeds MaxTimer 1ms"},
+		{func(c *Config) { c.FailureTimeout = 100 * Millisecond }, "FailureTimeout 100ms must exceed 4 × MaxTimer 100ms"},
 	} {
 		cfg := Config{Group: 9, Self: 1, Members: members()}
 		c.edit(&cfg)
