@@ -92,6 +92,13 @@ func newGroups(t *testing.T, r *rtnet.Net, n int, ep testnet.EndpointConfig, bas
 // else's, and checks content and per-sender order.
 func exchange(t *testing.T, groups []*Group, k int) {
 	t.Helper()
+	for _, g := range groups {
+		if g.Stats().View == nil {
+			if v, ok := g.View(); ok {
+				t.Fatalf("member %d: a group without views has View() = %+v", g.Self(), v)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -161,6 +161,23 @@ type MemberStats struct {
 	RepairP50, RepairP99 time.Duration
 }
 
+// View is the view the group has installed (Config.Views), as Stats'
+// View, without the rest of Stats: no link counters read from the
+// kernel, no copies of the cores' tables. false before the first view
+// and for a group without views.
+func (g *Group) View() (ViewInfo, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.views == nil {
+		return ViewInfo{}, false
+	}
+	v := g.views.View()
+	if v.ID == 0 {
+		return ViewInfo{}, false
+	}
+	return ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}, true
+}
+
 // Stats returns a snapshot of the counters.
 func (g *Group) Stats() Stats {
 	g.mu.Lock()

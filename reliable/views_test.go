@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,13 @@ func awaitMembers(t *testing.T, groups []*Group, n int) uint32 {
 			id = v.ID
 		}
 		if same {
+			for _, g := range groups {
+				// View is Stats' View without the rest.
+				v, ok := g.View()
+				if st := g.Stats().View; !ok || v.ID != st.ID || !slices.Equal(v.Members, st.Members) {
+					t.Fatalf("member %d: View() = %+v, %v; Stats().View = %+v", g.Self(), v, ok, st)
+				}
+			}
 			return id
 		}
 		if time.Now().After(deadline) {

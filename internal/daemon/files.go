@@ -186,8 +186,8 @@ func (s *fileService) rekey(step uint8, k *auth.Key, fp uint64) error {
 // groupMembers is g's member list: its view's, or the list it started
 // with.
 func groupMembers(g *reliable.Group) (ms []frame.MemberInfo, view uint32) {
-	if st := g.Stats(); st.View != nil {
-		return st.View.Members, st.View.ID
+	if v, ok := g.View(); ok {
+		return v.Members, v.ID
 	}
 	return g.MemberList(), 0
 }
