@@ -113,6 +113,9 @@ type Daemon struct {
 	rejoining bool
 	rejoins   int
 	lastGone  *RejoinStatus
+	// viewsBefore counts the views installed in the memberships before
+	// g (-membership views): Status.ViewsInstalled runs on across rejoins.
+	viewsBefore int
 	// rejoinHook, set by tests, runs before the daemon joins again.
 	rejoinHook func()
 

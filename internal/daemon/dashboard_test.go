@@ -198,6 +198,21 @@ func TestGrafanaDashboard(t *testing.T) {
 	if queries < 20 {
 		t.Errorf("the dashboard has %d queries; it should show a group's health (members, traffic, repairs, drops, process)", queries)
 	}
+	// The membership at a glance: the view each daemon installed, its
+	// members, and the changes.
+	for _, name := range []string{"rbcastd_view", "rbcastd_view_members", "rbcastd_view_changes_total"} {
+		shown := false
+		for _, p := range d.Panels {
+			for _, q := range p.Targets {
+				for _, m := range metricRE.FindAllStringSubmatch(q.Expr, -1) {
+					shown = shown || m[1] == name
+				}
+			}
+		}
+		if !shown {
+			t.Errorf("no panel of the dashboard shows %s", name)
+		}
+	}
 	for _, bad := range []struct{ expr, says string }{
 		{`rate(rbcastd_delivered_mesages_total[5m])`, "no metric rbcastd_delivered_mesages_total"},
 		{`rbcastd_member_state{group="1", sender="2"}`, "has no label sender"},

@@ -92,7 +92,7 @@ var plainMetrics = []metric{
 	newMetric("rbcastd_retransmissions_sent_now_total", "Retransmissions sent past the link's transmit queue.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.RetransmitsSentNow) }),
 	newMetric("rbcastd_membership_events_lost_total", "Membership events the runtime's event channel could not hold.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(st.EventsLost) }),
 	newMetric("rbcastd_rejoins_total", "Times the group went on without this daemon (-membership views: removed, a losing component, a minority) and it joined again as a new incarnation.", counter, func(s *Status, _ *reliable.Stats) float64 { return float64(s.Rejoins) }),
-	newMetric("rbcastd_view_changes_total", "Changes of the set of live members: removals (failed, stalled, left) and readmissions (-order total). Not joins: under -membership views the views installed are rbcastd_membership_events_total{kind=\"view installed\"}.", counter, func(_ *Status, st *reliable.Stats) float64 { return float64(viewChanges(st.Events)) }),
+	newMetric("rbcastd_view_changes_total", "Changes of the membership. Under -membership views: every view this daemon installed after its first, whatever changed (a join, a rejoin, this daemon's own included, a failure, a leave), counted on across its rejoins. Otherwise: removals of members (failed, stalled, left) and readmissions (-order total).", counter, viewChanges),
 }
 
 // Labelled metrics.
@@ -112,6 +112,8 @@ var (
 	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused; view installed; group removed).", []string{"kind"}, nil)
 	descAckLag        = prometheus.NewDesc("rbcastd_ack_lag_frames", "Frames member holds fewer of sender's stream than the sender's last, as this member last heard their acknowledgements (the acknowledgement matrix; live members only).", []string{"member", "sender"}, nil)
 	descDropped       = prometheus.NewDesc("rbcastd_dropped_frames_total", "Received frames dropped before the protocol, by reason.", []string{"reason"}, nil)
+	descView          = prometheus.NewDesc("rbcastd_view", "The installed view's id (-membership views; a fixed group: 0). Absent before the group starts and while this daemon joins again.", nil, nil)
+	descViewMembers   = prometheus.NewDesc("rbcastd_view_members", "The installed view's members (-membership views; a fixed group: its size, the dead included). Absent before the group starts and while this daemon joins again.", nil, nil)
 )
 
 // collector reads the daemon at each scrape.
@@ -122,7 +124,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	for _, d := range []*prometheus.Desc{descInfo, descMemberState, descMembers, descMemberBytes, descMemberMsgs, descMemberGaps,
-		descRepairLatency, descSelfDelivery, descPairNacks, descPairRetx, descEvents, descDropped, descAckLag, descAuthDropped, descAuthVerified} {
+		descRepairLatency, descSelfDelivery, descPairNacks, descPairRetx, descEvents, descDropped, descAckLag, descAuthDropped, descAuthVerified, descView, descViewMembers} {
 		ch <- d
 	}
 }
@@ -152,6 +154,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, n := range states {
 		ch <- prometheus.MustNewConstMetric(descMembers, gauge, float64(n), state)
+	}
+	switch {
+	case st.View != nil:
+		ch <- prometheus.MustNewConstMetric(descView, gauge, float64(st.View.ID))
+		ch <- prometheus.MustNewConstMetric(descViewMembers, gauge, float64(len(st.View.Members)))
+	case ready && !c.d.cfg.Group.Views:
+		// A fixed group (registered or static) has one view, its members
+		// fixed when it started.
+		ch <- prometheus.MustNewConstMetric(descView, gauge, 0)
+		ch <- prometheus.MustNewConstMetric(descViewMembers, gauge, float64(len(s.Members)))
 	}
 	for _, m := range st.Members {
 		id := strconv.Itoa(int(m.ID))
@@ -226,14 +238,19 @@ func histogram(desc *prometheus.Desc, h *reliable.Histogram, labels ...string) p
 	return prometheus.MustNewConstHistogram(desc, h.Count(), float64(h.Sum)/1e9, buckets, labels...)
 }
 
-// viewChanges counts the events that change the set of live members.
-func viewChanges(events []reliable.Event) int {
+// viewChanges is rbcastd_view_changes_total: under views every view
+// installed here after the first, over every membership; otherwise the
+// events that change the set of live members.
+func viewChanges(s *Status, st *reliable.Stats) float64 {
+	if s.Membership == "views" {
+		return float64(max(s.ViewsInstalled-1, 0))
+	}
 	n := 0
-	for _, ev := range events {
+	for _, ev := range st.Events {
 		switch ev.Kind {
 		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft, reliable.MemberReturned:
 			n++
 		}
 	}
-	return n
+	return float64(n)
 }

@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -212,4 +216,162 @@ func TestMetricsViewsInstalled(t *testing.T) {
 	if v, _ := sample(scrape(t, ds[0]), "rbcastd_members", map[string]string{"state": "alive"}); v != 2 {
 		t.Errorf("rbcastd_members{state=alive} = %v in a view of two, want 2", v)
 	}
+}
+
+// viewMetrics reads rbcastd_view, rbcastd_view_members and
+// rbcastd_view_changes_total from fams; ok is whether the gauges are
+// there.
+func viewMetrics(t *testing.T, fams map[string]*dto.MetricFamily) (id, members, changes float64, ok bool) {
+	t.Helper()
+	id, okID := sample(fams, "rbcastd_view", map[string]string{"group": "9"})
+	members, okMembers := sample(fams, "rbcastd_view_members", map[string]string{"group": "9"})
+	changes, okChanges := sample(fams, "rbcastd_view_changes_total", map[string]string{"group": "9"})
+	if !okChanges {
+		t.Fatal("rbcastd_view_changes_total is missing")
+	}
+	return id, members, changes, okID && okMembers
+}
+
+// checkViewMetrics holds x's view gauges to the view its status lists,
+// and rbcastd_view_changes_total to the views installed here after the
+// first: before, those of its earlier memberships.
+func checkViewMetrics(t *testing.T, name string, x *running, before int) {
+	t.Helper()
+	st := x.d.Status()
+	id, members, changes, ok := viewMetrics(t, scrape(t, x))
+	if st.View == nil || len(st.View.Changes) >= maxViewChanges {
+		t.Fatalf("%s: status lists view %+v; want a view with fewer than %d changes", name, st.View, maxViewChanges)
+	}
+	installed := before + len(st.View.Changes)
+	t.Logf("%s: view %d of %d members, %d views installed here", name, st.View.ID, len(st.View.Members), installed)
+	if again := x.d.Status(); again.View.ID != st.View.ID || len(again.View.Changes) != len(st.View.Changes) {
+		t.Fatalf("%s: the view changed while the test read it (%d, then %d)", name, st.View.ID, again.View.ID)
+	}
+	if !ok || id != float64(st.View.ID) || members != float64(len(st.View.Members)) {
+		t.Errorf("%s: rbcastd_view %v, rbcastd_view_members %v (present: %v); status lists view %d of %d members",
+			name, id, members, ok, st.View.ID, len(st.View.Members))
+	}
+	if changes != float64(installed-1) || st.ViewsInstalled != installed {
+		t.Errorf("%s: rbcastd_view_changes_total %v, status views_installed %d; %d views installed here (%d in earlier memberships, %d now), want %d changes",
+			name, changes, st.ViewsInstalled, installed, before, len(st.View.Changes), installed-1)
+	}
+}
+
+// Under -membership views rbcastd_view and rbcastd_view_members are the
+// view each daemon installed, and rbcastd_view_changes_total counts every
+// view installed after the first, whatever changed: daemons 0 and 1 found
+// the group, daemon 2 joins, daemon 1 is left out (daemon 2 stops hearing
+// it: to the group a failure), and daemon 1 joins again as a new
+// incarnation. While it joins again its gauges are absent and its
+// counter keeps the views of its first membership.
+func TestMetricsViewChanges(t *testing.T) {
+	cuts := newCuts(t, rtnet.New(t, 53), 3)
+	rejoining, resume := make(chan struct{}), make(chan struct{})
+	ds := startViews(t, cuts[:2], nil, func(i int) func() {
+		if i != 1 {
+			return nil
+		}
+		return func() {
+			select {
+			case rejoining <- struct{}{}:
+				<-resume
+			case <-resume:
+			}
+		}
+	})
+	var once sync.Once
+	resumeOnce := func() { once.Do(func() { close(resume) }) }
+	t.Cleanup(resumeOnce)
+	awaitAll(t, ds, "in one view of two", func(sts []Status) bool {
+		for _, st := range sts {
+			if !st.Ready || len(viewOf(st)) != 2 || st.View.ID != sts[0].View.ID {
+				return false
+			}
+		}
+		return true
+	})
+	for i, x := range ds {
+		checkViewMetrics(t, fmt.Sprintf("founded, daemon %d", i), x, 0)
+	}
+
+	cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Views: true, Size: 2, RequestID: 2,
+		Incarnation: 21, FailureTimeout: time.Second, HeartbeatInterval: 20 * time.Millisecond}}
+	ds = append(ds, startDaemon(t, cuts[2], filepath.Join(t.TempDir(), "v2.sock"), cfg))
+	three := func(what string) []Status {
+		return awaitAll(t, ds, what, func(sts []Status) bool {
+			for _, st := range sts {
+				if !st.Ready || len(viewOf(st)) != 3 || st.View.ID != sts[0].View.ID {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	joined := three("in one view of three, daemon 2 joined")
+	for i, x := range ds {
+		checkViewMetrics(t, fmt.Sprintf("daemon 2 joined, daemon %d", i), x, 0)
+	}
+
+	// Daemon 2 stops hearing daemon 1: the others install a view without
+	// it, and daemon 1 joins again.
+	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
+	<-rejoining
+	id, members, changes, ok := viewMetrics(t, scrape(t, ds[1]))
+	if ok || changes != float64(len(joined[1].View.Changes)-1) {
+		t.Errorf("daemon 1 joining again: rbcastd_view %v, rbcastd_view_members %v (present: %v), rbcastd_view_changes_total %v; want no view and the %d changes of its first membership",
+			id, members, ok, changes, len(joined[1].View.Changes)-1)
+	}
+	for _, i := range []int{0, 2} {
+		awaitStatus(t, ds[i], "in a view without daemon 1", func(st Status) bool { _, in := viewOf(st)[1]; return st.View != nil && !in })
+		checkViewMetrics(t, fmt.Sprintf("daemon 1 left out, daemon %d", i), ds[i], 0)
+	}
+	cuts[2].set(func(c *cutLink) { c.deafTo = map[[6]byte]bool{} })
+	resumeOnce()
+
+	sts := three("in one view of three, daemon 1 back")
+	if sts[1].Rejoins != 1 || sts[1].LastRejoin == nil || sts[1].LastRejoin.View != joined[1].View.ID {
+		t.Fatalf("daemon 1 back: rejoins %d, last %+v; want 1, out of view %d (its last before, as the test counted it)", sts[1].Rejoins, sts[1].LastRejoin, joined[1].View.ID)
+	}
+	for i, x := range ds {
+		before := 0
+		if i == 1 {
+			before = len(joined[1].View.Changes)
+		}
+		checkViewMetrics(t, fmt.Sprintf("daemon 1 back, daemon %d", i), x, before)
+	}
+}
+
+// A fixed group (registration) has one view: rbcastd_view is 0 and
+// rbcastd_view_members its size, a dead member included, while
+// rbcastd_view_changes_total counts removals as before.
+func TestMetricsViewFixedGroup(t *testing.T) {
+	ds := startGroup(t, rtnet.New(t, 54), 3, nil, nil)
+	for _, x := range ds {
+		x.self(t)
+	}
+	g := map[string]string{"group": "7"}
+	check := func(what string, wantChanges float64) {
+		t.Helper()
+		fams := scrape(t, ds[0])
+		id, okID := sample(fams, "rbcastd_view", g)
+		members, okMembers := sample(fams, "rbcastd_view_members", g)
+		changes, _ := sample(fams, "rbcastd_view_changes_total", g)
+		if !okID || !okMembers || id != 0 || members != 3 || changes != wantChanges {
+			t.Errorf("%s: rbcastd_view %v (%v), rbcastd_view_members %v (%v), rbcastd_view_changes_total %v; want 0, 3, %v",
+				what, id, okID, members, okMembers, changes, wantChanges)
+		}
+	}
+	check("three live", 0)
+	if err := ds[2].stop(t); err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, ds[0], "with a dead member", func(st Status) bool {
+		for _, m := range st.Members {
+			if m.State == StateDead {
+				return true
+			}
+		}
+		return false
+	})
+	check("one dead", 1)
 }

@@ -53,8 +53,11 @@ type Status struct {
 	AckLag []SenderLag `json:"ack_lag,omitempty"`
 
 	// A group whose membership changes (-membership views): the view
-	// installed, its members, and the last changes.
-	View *ViewStatus `json:"view,omitempty"`
+	// installed, its members, and the last changes; and how many views
+	// this daemon installed since it started, in every membership (its
+	// rejoins' included), the first included.
+	View           *ViewStatus `json:"view,omitempty"`
+	ViewsInstalled int         `json:"views_installed,omitempty"`
 
 	// An authenticated group (-key-file): the keys and the frames
 	// dropped, by reason (docs/auth.md).
@@ -262,6 +265,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 	}
 	g = d.g.Load()
 	since := d.since
+	s.ViewsInstalled = d.viewsBefore
 	d.mu.Unlock()
 	if g == nil {
 		return s, st, nil
@@ -306,6 +310,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 		s.Auth.Changes = append([]KeyChange(nil), d.keyChanges...)
 		d.rekeyMu.Unlock()
 	}
+	s.ViewsInstalled += viewsInstalled(st.Events)
 	if st.View != nil {
 		v := &ViewStatus{ID: st.View.ID, Counts: st.Views}
 		for _, m := range st.View.Members {
