@@ -239,14 +239,71 @@ func TestStepViewsSeeds(t *testing.T) {
 	}
 }
 
+// viewsWatch checks what holds of process 1 whatever it hears: the
+// views it installs only go forward, each names its members by id, once
+// each, process 1 among them; it delivers its own messages (Agreed and
+// Safe: the total order includes them) each at most once, in the order
+// it proposed them.
+type viewsWatch struct {
+	view      uint32
+	installed bool
+	proposed  uint32 // own messages proposed: "own" and a number
+	own       uint32 // the number of the last own message delivered
+}
+
+// step takes s's Ready as sentParse does, and checks c and the Ready.
+func (w *viewsWatch) step(t *testing.T, s *core.Stepper, c *view.Core) {
+	t.Helper()
+	for _, d := range s.Ready().Deliveries {
+		if len(d.Data) != 7 || string(d.Data[:3]) != "own" {
+			continue
+		}
+		if n := binary.BigEndian.Uint32(d.Data[3:]); n <= w.own || n > w.proposed {
+			t.Fatalf("delivered own message %d after own message %d (%d proposed)", n, w.own, w.proposed)
+		} else {
+			w.own = n
+		}
+	}
+	sentParse(t, s)
+	if !c.Installed() {
+		return
+	}
+	v := c.View()
+	if w.installed && frame.SeqLess(v.ID, w.view) {
+		t.Fatalf("installed view %d after view %d", v.ID, w.view)
+	}
+	w.view, w.installed = v.ID, true
+	self := 0
+	for i, m := range v.Members {
+		if i > 0 && m.ID <= v.Members[i-1].ID {
+			t.Fatalf("view %d: members not by id, once each: %v", v.ID, v.Members)
+		}
+		if m.MAC == stepViewsMAC(1) && m.Incarnation == 1 {
+			self++
+		}
+	}
+	if self != 1 {
+		t.Fatalf("view %d names process 1 %d times: %v", v.ID, self, v.Members)
+	}
+}
+
+// propose proposes process 1's next own message.
+func (w *viewsWatch) propose(now clock.Time, s *core.Stepper) {
+	w.proposed++
+	if s.Propose(now, binary.BigEndian.AppendUint32([]byte("own"), w.proposed)) != nil {
+		w.proposed-- // refused: never delivered
+	}
+}
+
 // stepViewsReplay steps process 1 at cfg's level with the frames in (as
 // stepViewsSeed writes them), failing t if a frame it sends does not
-// parse; its membership core.
+// parse or viewsWatch's checks fail; its membership core.
 func stepViewsReplay(t *testing.T, cfg Config, in []byte) *view.Core {
 	s, c := stepViewsCore(t, cfg, 1)
+	var w viewsWatch
 	now, ticked := stepViewsStart, stepViewsStart
 	s.Tick(now)
-	sentParse(t, s)
+	w.step(t, s, c)
 	loan := core.Loan(0)
 	for rest := in; len(rest) >= 5; {
 		n, dt, src, dst := int(binary.BigEndian.Uint16(rest)), rest[2], rest[3], rest[4]
@@ -268,15 +325,15 @@ func stepViewsReplay(t *testing.T, cfg Config, in []byte) *view.Core {
 				break
 			}
 			s.Tick(d)
-			sentParse(t, s)
+			w.step(t, s, c)
 			ticked = d
 		}
 		loan++
 		_ = s.StepLent(now, eth, true, loan) // eth is never reused: the loan need not end
-		sentParse(t, s)
-		_ = s.Propose(now, []byte("own"))
+		w.step(t, s, c)
+		w.propose(now, s)
 		s.Tick(now)
-		sentParse(t, s)
+		w.step(t, s, c)
 		ticked = now
 	}
 	return c

@@ -254,8 +254,9 @@ func FuzzReceive(f *testing.F) {
 
 // FuzzReceiveSequence feeds a sequence of messages from several members
 // (each chunk: sender byte, length byte, message) into a core that is
-// waiting at a barrier and requesting a lock: no panic, and the outbox
-// holds only well-formed messages no larger than MaxMessage.
+// waiting at a barrier and requesting a lock: no panic, a refused
+// message changes no memory whatever state the core is in, and the
+// outbox holds only well-formed messages no larger than MaxMessage.
 func FuzzReceiveSequence(f *testing.F) {
 	var seed []byte
 	for i, c := range goldenCases() {
@@ -264,6 +265,10 @@ func FuzzReceiveSequence(f *testing.F) {
 	}
 	f.Add(seed)
 	f.Add([]byte{2, 10, 1, 4, 0, 0, 0, 1, 0, 0, 0, 1, 3, 14, 1, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9})
+	// An update whose second record runs past the segment's end: refused
+	// whole, its first record not applied either.
+	upd := AppendRecord(AppendRecord(AppendUpdateHeader(nil, TypeUpdate, 9, 4), 0, 1, []byte{5, 6, 7, 8}), 7, 2, make([]byte, 8))
+	f.Add(append([]byte{2, byte(len(upd))}, upd...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := New(Config{Self: 1, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 200, MaxSegment: 1 << 16})
 		if err != nil {
@@ -279,7 +284,10 @@ func FuzzReceiveSequence(f *testing.F) {
 			if n > len(b) {
 				n = len(b)
 			}
-			c.Receive(from, b[:n])
+			before := bytes.Clone(s.mem)
+			if err := c.Receive(from, b[:n]); err != nil && !bytes.Equal(before, s.mem) {
+				t.Fatalf("refused message (%v) changed memory: % x, was % x", err, s.mem, before)
+			}
 			b = b[n:]
 			c.BarrierPassed()
 			if c.Holding(1) {

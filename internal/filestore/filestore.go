@@ -58,12 +58,18 @@ type Dir struct {
 var _ files.Sink = (*Dir)(nil)
 
 // CheckName reports whether name may be stored under a root: a local
-// path (no "..", not absolute, not empty), not under PartialDir.
+// path (no "..", not absolute, not empty), not the root itself (".",
+// "a/..": filepath.IsLocal accepts them, and storing one fails only at
+// the rename, once the whole file has come), not under PartialDir.
 func CheckName(name string) error {
 	if !filepath.IsLocal(name) || strings.ContainsRune(name, 0) {
 		return fmt.Errorf("filestore: name %q is not a local relative path", name)
 	}
-	if first, _, _ := strings.Cut(filepath.ToSlash(filepath.Clean(name)), "/"); first == PartialDir {
+	clean := filepath.ToSlash(filepath.Clean(name))
+	if clean == "." {
+		return fmt.Errorf("filestore: name %q names the root itself, not a file under it", name)
+	}
+	if first, _, _ := strings.Cut(clean, "/"); first == PartialDir {
 		return fmt.Errorf("filestore: name %q is under %s, where partial copies live", name, PartialDir)
 	}
 	return nil

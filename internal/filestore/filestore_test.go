@@ -63,6 +63,9 @@ func TestCheckName(t *testing.T) {
 		"../up":             "not a local relative path",
 		"a/../../up":        "not a local relative path",
 		".rbcast-partial/x": "where partial copies live",
+		".":                 "names the root itself",
+		"a/..":              "names the root itself",
+		"./":                "names the root itself",
 	} {
 		if err := CheckName(name); err == nil || !strings.Contains(err.Error(), text) {
 			t.Errorf("%q: err = %v, want it to say %q", name, err, text)
@@ -71,6 +74,9 @@ func TestCheckName(t *testing.T) {
 	d := &Dir{Root: t.TempDir()}
 	if _, _, err := d.Open(meta("../escape", []byte("x"), 4)); err == nil {
 		t.Fatal("Open accepted a name outside the root")
+	}
+	if _, _, err := d.Open(meta(".", []byte("x"), 4)); err == nil {
+		t.Fatal("Open accepted the root itself as a name")
 	}
 }
 
