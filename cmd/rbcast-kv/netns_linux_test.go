@@ -528,8 +528,8 @@ func envInt(t *testing.T, name string, def int) int {
 // sequence, the victim a prefix of it; every acknowledged put was
 // executed exactly once at each survivor and is served by both; the
 // history is linearizable. Those are thesis mode's guarantees only while
-// its timing assumptions hold (docs/kv.md): a run in which a replica
-// refused a late copy (logged as a warning) is outside them, and its
+// its timing assumptions hold (docs/kv.md): a run in which a survivor
+// refused a late copy of the other's (logged as a warning) is outside them, and its
 // sequences and history are reported, not judged — as kv.TestThesisSim
 // does with such seeds. Every other check stands.
 func TestNetnsThesis(t *testing.T) {
@@ -636,11 +636,12 @@ func TestNetnsThesis(t *testing.T) {
 	if len(acked) != puts {
 		t.Fatalf("%d puts acknowledged, want %d", len(acked), puts)
 	}
-	// judge fails the test on a broken guarantee, unless a replica has
-	// logged a late copy: then the run is outside the assumptions.
+	// judge fails the test on a broken guarantee, unless a survivor has
+	// logged a late copy of the other's: then the run is outside the
+	// assumptions.
 	judge := func(format string, args ...any) {
 		t.Helper()
-		if late, first := lateCopies(t, dir, n); late > 0 {
+		if late, first := lateCopies(t, dir, n, victim); late > 0 {
 			t.Logf("outside thesis mode's timing assumptions (%d late copies refused, the first: %s), not judged: "+format,
 				append([]any{late, first}, args...)...)
 			return
@@ -720,17 +721,22 @@ func TestNetnsThesis(t *testing.T) {
 	}
 }
 
-// lateCopies counts the late copies the replicas' logs (dir/log-i)
-// report refusing, and returns the first one's text.
-func lateCopies(t *testing.T, dir string, n int) (count int, first string) {
+// lateCopies counts the late copies (kv/thesis_server.go) the survivors
+// logged of copies another survivor stamped, and returns the first one's
+// text; the victim's own may be late because it was killed while
+// sending them (a fading writer), which the assumptions allow.
+func lateCopies(t *testing.T, dir string, n, victim int) (count int, first string) {
 	t.Helper()
 	for i := range n {
+		if i == victim {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("log-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "thesis mode: a late copy") {
+			if strings.Contains(line, "thesis mode: a late copy") && !strings.Contains(line, fmt.Sprintf("(stamped by replica %d)", victim)) {
 				if count == 0 {
 					first = line
 					if j := strings.Index(line, "copy="); j >= 0 {

@@ -154,9 +154,12 @@ func TestRxSpin(t *testing.T) {
 				rx := openOn(t, topo.Hosts[1], Config{Version: v, RxSpin: 5 * time.Millisecond, BlockTimeout: time.Millisecond})
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
-				spun := 0
-				const tries = 10
-				for try := uint64(0); try < tries; try++ {
+				// A yield that met contention (other processes held the
+				// CPU past spinContended: CI's other test binaries) ends
+				// a spin early and backs off, by design; such tries say
+				// nothing and are tried again, up to oneTries.
+				spun, clear, contended := 0, 0, 0
+				for try := uint64(0); clear < 10 && clear+contended < oneTries; try++ {
 					pr, pw, err := os.Pipe()
 					if err != nil {
 						t.Fatal(err)
@@ -180,7 +183,7 @@ func TestRxSpin(t *testing.T) {
 						t.Fatal(err)
 					}
 					found := rx.spinFound
-					rx.spinOff = time.Time{}
+					rx.spinOff, rx.spinPause = time.Time{}, 0
 					n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
 					if err != nil || n != 1 {
 						t.Fatalf("Recv of frame %d = %d, %v", try, n, err)
@@ -193,18 +196,26 @@ func TestRxSpin(t *testing.T) {
 					if got, err := checkFrame(frames[0].Data, tx.HardwareAddr(), link.EtherTypeRbcast, tx.MTU()); err != nil || got != try {
 						t.Fatalf("received frame %d (%v), want %d", got, err, try)
 					}
-					if rx.spinFound != found {
+					switch {
+					case rx.spinPause > 0:
+						contended++
+					case rx.spinFound != found:
 						spun++
+						clear++
+					default:
+						clear++
 					}
 				}
-				// A yield that met contention (a loaded machine) ends a
-				// spin early, and a garbage collection during a spin
-				// looks at the poller when it restarts the world (with
-				// Gosched 0 or 1 of 5 found theirs so): most must.
-				if 2*spun <= tries {
-					t.Errorf("with GOMAXPROCS=1 %d of %d spinning Recvs let the poller's goroutine send the frame they found; want most", spun, tries)
+				// A garbage collection during a spin looks at the poller
+				// when it restarts the world (with Gosched 0 or 1 of 5
+				// found theirs so): most uncontended spins must.
+				if clear < 3 {
+					t.Skipf("the CPU was contended in %d of %d tries: too few clear tries to judge", contended, contended+clear)
 				}
-				t.Logf("%d of %d spinning Recvs found their frame while spinning", spun, tries)
+				if 2*spun <= clear {
+					t.Errorf("with GOMAXPROCS=1 %d of %d uncontended spinning Recvs let the poller's goroutine send the frame they found; want most (%d contended tries not counted)", spun, clear, contended)
+				}
+				t.Logf("%d of %d uncontended spinning Recvs found their frame while spinning (%d contended)", spun, clear, contended)
 			})
 			t.Run("woken during a yield", func(t *testing.T) {
 				// At one P a Wake from another goroutine of the process
@@ -324,3 +335,7 @@ func TestRxSpin(t *testing.T) {
 		})
 	}
 }
+
+// oneTries bounds the tries of the GOMAXPROCS=1 subtests when other
+// processes keep taking the CPU.
+const oneTries = 50

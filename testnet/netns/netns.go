@@ -147,6 +147,9 @@ func New(opts Options) (*Topology, error) {
 	} else if len(left) > 0 {
 		return nil, fmt.Errorf("netns: namespaces for prefix %q already exist: %s (remove them with scripts/netns/down -p %s)", opts.Prefix, strings.Join(left, " "), opts.Prefix)
 	}
+	if err := recordOwner(opts.Prefix); err != nil {
+		return nil, err
+	}
 	args := []string{"-n", strconv.Itoa(opts.Hosts), "-p", opts.Prefix, "-m", strconv.Itoa(opts.MTU)}
 	if opts.Addresses {
 		args = append(args, "-a")
@@ -228,7 +231,9 @@ func (t *Topology) Close() error {
 		}
 		if len(left) > 0 {
 			t.closeErr = fmt.Errorf("netns: after down -p %s these namespaces remain: %s", t.Prefix, strings.Join(left, " "))
+			return
 		}
+		removeOwner(t.Prefix)
 	})
 	return t.closeErr
 }
@@ -303,14 +308,19 @@ func ScriptsDir() (string, error) {
 func randomPrefix() string {
 	var b [4]byte
 	rand.Read(b[:])
-	p := []byte("rbt")
-	if e := os.Getenv("RBCAST_NETNS_PREFIX"); len(e) <= 7 && prefixRE.MatchString(e) {
-		p = []byte(e)
-	}
+	p := []byte(prefixBase())
 	for _, c := range b {
 		p = append(p, 'a'+c%26)
 	}
 	return string(p)
+}
+
+// prefixBase is what randomPrefix adds its 4 letters to.
+func prefixBase() string {
+	if e := os.Getenv("RBCAST_NETNS_PREFIX"); len(e) <= 7 && prefixRE.MatchString(e) {
+		return e
+	}
+	return "rbt"
 }
 
 // Command returns a command that runs name with args inside the host's
@@ -326,16 +336,12 @@ func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.C
 // own, and OpenMPI's orted daemons detach into sessions of their own; in
 // the namespace they all stay (bench/mpi/compare ends a try that way).
 func (h *Host) KillAll() (int, error) {
-	out, err := exec.Command("ip", "netns", "pids", h.Namespace).Output()
+	pids, err := nsPids(h.Namespace)
 	if err != nil {
-		return 0, fmt.Errorf("netns: pids of %s: %w", h.Namespace, err)
+		return 0, err
 	}
 	n := 0
-	for _, f := range strings.Fields(string(out)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil || pid <= 1 {
-			return n, fmt.Errorf("netns: pids of %s: %q is not a process id", h.Namespace, f)
-		}
+	for _, pid := range pids {
 		if err := unix.Kill(pid, unix.SIGKILL); err == nil {
 			n++
 		} else if !errors.Is(err, unix.ESRCH) {
