@@ -35,7 +35,8 @@ func TestFileBodyErrors(t *testing.T) {
 		{"offer sha256 byte", &Payload{T: FileOffer, Data: offerWithAlgByte(1)}, "file.offer.hash_alg", "hash algorithm 1 (SHA-256 is an offer without the byte"},
 		{"offer alg 0", &Payload{T: FileOffer, Data: offerWithAlgByte(0)}, "file.offer.hash_alg", "hash algorithm 0"},
 		{"offer two bytes", &Payload{T: FileOffer, Data: append(offerWithAlgByte(2), 2)}, "file.offer.name", "name of 1 bytes (want 1..4096), body has 3 after the fixed part"},
-		{"status reason 7", &FileStatusBody{ID: 1, State: FileFailed, Reason: 7}, "file.status.reason", "reason 7 with state failed (want 1..6"},
+		{"status reason 8", &FileStatusBody{ID: 1, State: FileFailed, Reason: 8}, "file.status.reason", "reason 8 with state failed (want 1..7"},
+		{"declined while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileDeclined}, "file.status.reason", "reason 7 with state receiving"},
 	}
 	for _, c := range cases {
 		b, err := Append(nil, &h, c.body)
@@ -61,6 +62,32 @@ func offerWithAlgByte(a byte) []byte {
 // (no byte; it decodes as SHA-256), one of a BLAKE3 file carries the
 // byte after its name, and an id this build does not know decodes (the
 // core refuses the file, and says why) with the name intact.
+// A receiver that declines a file says so (reason 7): the report
+// decodes, reads back, and names the reason.
+func TestFileStatusDeclined(t *testing.T) {
+	h := Header{Group: 7, Sender: 2, Incarnation: 3, Seq: 11, Flags: FlagHashAlg}
+	body := &FileStatusBody{ID: 9, Incarnation: 5, State: FileFailed, Reason: FileDeclined, Credit: 256, Echo: 0x01020304, Delay: 35}
+	b, err := Append(nil, &h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatalf("a declined report does not parse: %v", err)
+	}
+	st := v.FileStatus()
+	if st.State != FileFailed || st.Reason != FileDeclined || st.ID != 9 || st.Incarnation != 5 || st.Echo != 0x01020304 || st.Delay != 35 {
+		t.Fatalf("read back %+v, want %+v", st, *body)
+	}
+	if got := st.Reason.String(); got != "declined by the receiver" {
+		t.Fatalf("reason %d reads %q", st.Reason, got)
+	}
+	again, err := Append(nil, &h, v.decodeFile())
+	if err != nil || !bytes.Equal(again, b) {
+		t.Fatalf("decode and encode again: %x (%v), want %x", again, err, b)
+	}
+}
+
 func TestFileOfferHashAlg(t *testing.T) {
 	h := baseHeader()
 	h.Acks = nil

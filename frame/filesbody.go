@@ -227,6 +227,12 @@ const (
 	// FileHashUnknown: the offer names a hash algorithm the receiver
 	// does not know (FileHashAlg); it stores nothing it cannot verify.
 	FileHashUnknown FileReason = 6
+	// FileDeclined: the receiver does not take the file (its sink
+	// declined it: an rbcastd with no recvfile client and no -inbox).
+	// A decoder from before this reason refuses the report
+	// (file.status.reason) and drops it: that sender names the receiver
+	// silent past its failure timeout, as it did before.
+	FileDeclined FileReason = 7
 )
 
 func (r FileReason) String() string {
@@ -245,6 +251,8 @@ func (r FileReason) String() string {
 		return "unknown to the sender"
 	case FileHashUnknown:
 		return "hash algorithm unknown to the receiver"
+	case FileDeclined:
+		return "declined by the receiver"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }
@@ -376,8 +384,8 @@ func checkFileBody(t Type, body []byte, start int) error {
 		if !st.valid() {
 			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
-		if st == FileFailed && (r == FileReasonNone || r > FileHashUnknown) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..6 with failed, 0 otherwise)", r, st)
+		if st == FileFailed && (r == FileReasonNone || r > FileDeclined) || st != FileFailed && r != FileReasonNone {
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..7 with failed, 0 otherwise)", r, st)
 		}
 		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {

@@ -138,6 +138,7 @@ func goldenCases() []struct {
 		{"file_status", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileReceiving, Credit: 256, Held: 1, Top: 3, Echo: 0x01020304, Delay: 120, Missing: []Range{{0, 0}, {2, 2}}}},
 		{"file_status_failed", hFile, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashMismatch, Held: 3, Top: 3}},
 		{"file_status_hash_alg", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashUnknown}},
+		{"file_status_declined", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileDeclined, Echo: 0x01020304, Delay: 35}},
 		{"file_gone", hFile, &FileGoneBody{ID: 9, Reason: FileClosed}},
 	}
 }

@@ -62,7 +62,8 @@ const (
 	FileSecond      = files.Second
 )
 
-// ErrFileDeclined is what a file Sink returns for a file it does not want.
+// ErrFileDeclined is what a file Sink returns for a file it does not want:
+// the core tells the sender, whose verdict names this member declined.
 var ErrFileDeclined = files.ErrDeclined
 
 // FileCauseText says why a transfer did not complete, for a cause code of

@@ -241,6 +241,12 @@ func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr i
 	fmt.Fprintf(stdout, "%s  %s  %d bytes, %s\n", reliable.FormatFileHash(alg, hash), q.Name, q.Size, held)
 	ok := len(v.Missing) == 0 && v.Text == ""
 	for _, m := range v.Missing {
+		if m.Cause == localapi.FileCauseDeclined {
+			// An rbcastd declines a file for this reason only
+			// (internal/daemon's sink).
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d declined it (no recvfile client and no -inbox)\n", q.Name, m.Member)
+			continue
+		}
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, reliable.FileCauseText(m.Cause), m.Held, m.Blocks)
 	}
 	if v.Text != "" {
@@ -415,8 +421,8 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 			fmt.Fprintf(w, "  %s\n", m)
 		}
 	}
-	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), %d MB stored, %d kernel drops\n",
-		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.StoredBytes/1_000_000, k.KernelDrops)
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, %d MB stored, %d kernel drops\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
 		h := e.Hash
 		if h == "" && e.SHA256 != "" { // a daemon from before hashes had names

@@ -28,7 +28,8 @@ import (
 //
 // A received file is stored in the directory of the oldest recvfile
 // client connected when its offer arrives, else in the inbox (run
-// -inbox), else declined (the sender's verdict names this member).
+// -inbox), else declined: the file core tells the sender, whose verdict
+// names this member declined at once (files.CauseDeclined).
 //
 // An authenticated group (Config.Group.Auth: run -key-file, -encrypt)
 // authenticates the files' link too, with the same key and algorithm
@@ -278,7 +279,7 @@ func (s *fileService) runner() *reliable.Files {
 }
 
 // fileSink stores received files: in the oldest recvfile client's
-// directory, else the inbox, else declined.
+// directory, else the inbox, else declined (the sender is told).
 type fileSink struct{ s *fileService }
 
 func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Range, error) {

@@ -88,6 +88,9 @@ const (
 	// FileCauseHashUnknown: the receiver does not know the file's hash
 	// algorithm (it stored nothing it could not verify).
 	FileCauseHashUnknown uint8 = 6
+	// FileCauseDeclined: the receiver declined the file (at an rbcastd:
+	// no recvfile client and no -inbox), and said so.
+	FileCauseDeclined uint8 = 7
 	// FileCauseOldHashAlg (a verdict's): the receiver is an rbcastd from
 	// before hash algorithms had names, which cannot read the offer of a
 	// file not hashed with SHA-256.

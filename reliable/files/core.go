@@ -73,6 +73,9 @@ type Stats struct {
 	FilesReceived, FilesIncomplete, BlocksReceived, Duplicates, Dropped uint64
 	ReportsSent, HashMismatches, Resumed                                uint64
 	BadFrames                                                           uint64
+	// FilesDeclined counts the files this member's sink declined
+	// (ErrDeclined), each reported to its sender.
+	FilesDeclined uint64
 	// FilesHeld counts the files received with no block received: the
 	// sink held them (stored already); HeldMismatches the files stored
 	// under an offer's name and size that FileEnd's hash showed to be

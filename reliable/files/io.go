@@ -72,7 +72,8 @@ type Sink interface {
 	// and size is caught by that check and fetched again). held lists the blocks it already
 	// has, each verified against the hash the sink stored beside it when
 	// it wrote the block. An error refuses the file (a bad name, no
-	// room); ErrDeclined refuses it silently (not for this member).
+	// room); ErrDeclined declines it (not for this member): nothing is
+	// stored, and the sender is told (CauseDeclined).
 	//
 	// A file the sink stores under m.Name already, of m.Size bytes, is
 	// returned with every block held when m.Hash is its hash, or when
@@ -111,7 +112,10 @@ type SummedSinkFile interface {
 }
 
 // ErrDeclined is what Sink.Open returns for a file this member does not
-// want: the core then ignores the transfer without a report.
+// want: the core takes no block of it and reports it declined to its
+// sender (FileStatus reason FileDeclined), once, and again whenever the
+// sender's FileEnd still awaits this member; it reports nothing to its
+// own driver (no Incomplete).
 var ErrDeclined = errors.New("files: file declined")
 
 // Outgoing is a file to send.
@@ -173,6 +177,11 @@ const (
 	// CauseHashUnknown: the offer names a hash algorithm this member
 	// does not know; it stores nothing it cannot verify.
 	CauseHashUnknown = Cause(frame.FileHashUnknown)
+	// CauseDeclined: the receiver's sink declined the file (ErrDeclined;
+	// at an rbcastd: no recvfile client and no -inbox). It says so to the
+	// sender, whose verdict names it at once instead of after
+	// FailureTimeout.
+	CauseDeclined = Cause(frame.FileDeclined)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.

@@ -82,6 +82,8 @@ type memSink struct {
 	commits map[inKey][]byte
 	// refuse: Open fails for a name with this prefix.
 	refuse string
+	// decline: Open declines every file (ErrDeclined).
+	decline bool
 }
 
 // mustSum is data's hash under a known algorithm.
@@ -127,6 +129,9 @@ func newMemSink(fail func(string, ...any)) *memSink {
 }
 
 func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
+	if s.decline {
+		return nil, nil, ErrDeclined
+	}
 	if s.refuse != "" && len(m.Name) >= len(s.refuse) && m.Name[:len(s.refuse)] == s.refuse {
 		return nil, nil, fmt.Errorf("no room for %q", m.Name)
 	}

@@ -37,7 +37,7 @@ const (
 	receiving
 	received
 	failed   // this member gave it up; told the sender if the sender can act on it
-	declined // the sink does not want it: no reports
+	declined // not taken: the sink declined it (cause CauseDeclined, told to the sender), or its offer is beyond this member's limits (no cause, no report)
 )
 
 // transfer is one file this member receives.
@@ -95,6 +95,11 @@ func (c *Core) newTransfer(now Time, k inKey, mac [6]byte) *transfer {
 
 func (t *transfer) active() bool { return t.state == needOffer || t.state == receiving }
 
+// answers reports whether a FileEnd that awaits this member gets a
+// report on t: every state but a file declined without a cause (an offer
+// beyond this member's limits, which it never reports).
+func (t *transfer) answers() bool { return t.state != declined || t.cause == CauseDeclined }
+
 // stepReceiver takes a sender's frame (Table I).
 func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	k := inKey{v.Sender(), v.Incarnation(), v.FileID()}
@@ -144,7 +149,7 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 		}
 		// Answer at once what the sender awaits, and a file not complete
 		// here (a ghost fetches too, §III.D); not faster than MinTimer.
-		if (t.active() || t.named && t.state != declined) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
+		if (t.active() || t.named && t.answers()) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
 			c.sendReport(now, t)
 		}
 	case frame.FileGone:
@@ -220,7 +225,13 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 	m.Hash = hash
 	f, held, err := c.cfg.Sink.Open(m)
 	if errors.Is(err, ErrDeclined) {
-		t.state = declined
+		// Said to the sender now, so that its verdict does not wait out
+		// the failure timeout for a member that is alive and said no;
+		// again to each FileEnd that still awaits this member, in case
+		// this report is lost (stepReceiver).
+		t.state, t.cause = declined, CauseDeclined
+		c.stats.FilesDeclined++
+		c.sendReport(now, t)
 		return err
 	}
 	if err != nil {
@@ -404,10 +415,15 @@ func (c *Core) sendReport(now Time, t *transfer) {
 		st.State, st.Held, st.Top = frame.FileDone, t.set.n, t.set.n
 	case failed:
 		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
-		if t.cause == CauseSilent || t.cause > CauseHashUnknown {
+		if t.cause == CauseSilent || t.cause > CauseDeclined {
 			return
 		}
 		st.Held, st.Top = t.set.held, t.set.n
+	case declined:
+		if t.cause != CauseDeclined {
+			return
+		}
+		st.State, st.Reason = frame.FileFailed, frame.FileDeclined
 	default:
 		return
 	}

@@ -26,8 +26,8 @@ import (
 // restart (resuming from their sink), start late (after the pass ended),
 // join the group after the snapshot (ghosts), senders that crash (and
 // come back with a new incarnation to send the file again), a source
-// whose disk fails, a sink that refuses a file, and a sender whose file
-// is not what its hash says. The checkers assert, at every report:
+// whose disk fails, a sink that refuses a file, a sink that declines
+// every file, and a sender whose file is not what its hash says. The checkers assert, at every report:
 //
 //   - a receiver that reports a file received holds exactly the bytes
 //     sent (hash and bytes), committed once under its name, and nothing
@@ -36,6 +36,8 @@ import (
 //   - a sender's verdict covers exactly its snapshot: the members that
 //     committed the file are done, every other one is missing, and a
 //     member named missing that committed it crashed after it did;
+//   - a receiver whose sink declines every file, up throughout, is named
+//     declined, not silent;
 //
 // and at the end: every sender that stayed up judged every file, every
 // receiver of the snapshot that stayed up from before the pass to the
@@ -75,6 +77,7 @@ type scenario struct {
 	ghost    int                      // member index not in the group until its start (-1: none)
 	block    int
 	refuse   int // member index whose sink refuses "refused*" (-1: none)
+	decline  int // member index whose sink declines every file (0: none; member 0 sends)
 	resend   bool
 	failRead bool
 	// again: once sender 0's files all have their verdicts, it sends
@@ -108,7 +111,7 @@ func (s *scenario) String() string {
 			fmt.Fprintf(&b, "\n  member %d starts at %v (ghost %v)", i, l, i == s.ghost)
 		}
 	}
-	fmt.Fprintf(&b, "\n  refuse %d, sender resends after a crash %v, a read fails %v, sends again %v", s.refuse, s.resend, s.failRead, s.again)
+	fmt.Fprintf(&b, "\n  refuse %d, decline %d, sender resends after a crash %v, a read fails %v, sends again %v", s.refuse, s.decline, s.resend, s.failRead, s.again)
 	fmt.Fprintf(&b, "\n  window %d credit %d statusEvery %d repairPercent %d burst %d", s.window, s.credit, s.statusEvery, s.repairPercent, s.burst)
 	return b.String()
 }
@@ -191,6 +194,13 @@ func drawScenario(seed uint64) *scenario {
 	// Drawn from a source of its own, so that the other draws of a seed
 	// stay what they were.
 	s.again = rand.New(rand.NewPCG(seed, 0xa9a1)).IntN(4) == 0
+	// A receiver whose sink declines every file (no recvfile client and
+	// no -inbox), drawn so too; neither the ghost nor the refuser.
+	if d := rand.New(rand.NewPCG(seed, 0xdec1)); d.IntN(4) == 0 {
+		if i := s.senders + d.IntN(receivers); i != s.ghost && i != s.refuse {
+			s.decline = i
+		}
+	}
 	if r.IntN(3) == 0 {
 		s.window = 4 + r.IntN(100)
 		s.statusEvery = 1 + r.IntN(2*s.window)
@@ -428,7 +438,7 @@ func (n *simNode) check(now time.Time, r Report) {
 			if _, ok := m.sink.commits[k]; ok && len(m.crashes) == 0 && m.core != nil && m.upSince.Equal(s.start) {
 				s.fail("verdict on %v names member %d missing (%v); it committed the file and was up throughout", r.Meta, ms.Member, ms.Cause)
 			}
-			if f.liar && r.Err == nil && ms.Cause != CauseHash && ms.Cause != CauseSilent && ms.Cause != CauseStorage {
+			if f.liar && r.Err == nil && ms.Cause != CauseHash && ms.Cause != CauseSilent && ms.Cause != CauseStorage && ms.Cause != CauseDeclined {
 				s.fail("verdict on %v: member %d missing for %v, want a hash mismatch", r.Meta, ms.Member, ms.Cause)
 			}
 		}
@@ -467,6 +477,7 @@ func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, err
 		if i == sc.refuse {
 			n.sink.refuse = "refused-"
 		}
+		n.sink.decline = i == sc.decline && i > 0
 		if loss, ok := sc.inLoss[i]; ok {
 			im := sc.link.In
 			im.Loss = loss
@@ -639,7 +650,7 @@ func (s *simRun) final() error {
 				if n.idx == i || !n.up || n.upSince.After(f.endAt) || len(sender.crashes) > 0 {
 					continue
 				}
-				if n.idx == sc.refuse && strings.HasPrefix(f.name, "refused-") {
+				if n.idx == sc.refuse && strings.HasPrefix(f.name, "refused-") || n.idx == sc.decline && n.idx > 0 {
 					continue
 				}
 				if got, ok := n.sink.commits[f.key]; !ok || !bytes.Equal(got, f.data) {
@@ -649,7 +660,11 @@ func (s *simRun) final() error {
 			for _, ms := range f.verdict.Missing {
 				m := s.nodes[ms.Member]
 				steady := len(m.crashes) == 0 && m.core != nil && m.upSince.Sub(s.start) == 0 && ms.Member != frame.MemberID(sc.ghost)
-				if steady && !(ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-")) && len(sender.crashes) == 0 {
+				declined := sc.decline > 0 && ms.Member == frame.MemberID(sc.decline)
+				if declined && steady && ms.Cause != CauseDeclined {
+					return fmt.Errorf("verdict on %q names member %d missing for %v, want declined (its sink declines every file)", f.name, ms.Member, ms.Cause)
+				}
+				if steady && !declined && !(ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-")) && len(sender.crashes) == 0 {
 					return fmt.Errorf("verdict on %q names member %d missing (%v, %d of %d blocks), though it was up throughout: %v", f.name, ms.Member, ms.Cause, ms.Held, ms.Blocks, f.verdict)
 				}
 				if ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-") && ms.Cause != CauseStorage && steady {
@@ -674,7 +689,7 @@ func TestSim(t *testing.T) {
 		// outcome each promises, or the checkers above checked nothing.
 		for _, what := range []string{"receiver resumed after a restart", "ghost fetched", "late member fetched after the verdict",
 			"sender crash ended transfers", "restarted sender's offer resumed", "hash mismatch named", "storage refusal named",
-			"read failure aborted", "repair to the group", "window stall", "repair to one receiver",
+			"read failure aborted", "declined named", "repair to the group", "window stall", "repair to one receiver",
 			"file sent again held already", "changed file replaced the stored one", "pass skipped: every receiver held the file"} {
 			if seen[what] == 0 {
 				t.Errorf("no seed showed %q", what)
@@ -736,6 +751,7 @@ func (s *simRun) coverage() map[string]int {
 			for _, m := range r.Missing {
 				add("hash mismatch named", m.Cause == CauseHash)
 				add("storage refusal named", m.Cause == CauseStorage)
+				add("declined named", m.Cause == CauseDeclined)
 			}
 			add("read failure aborted", r.Kind == Verdict && r.Err != nil)
 		}
