@@ -74,13 +74,14 @@ func freePorts(t *testing.T, n int) []int {
 	return out
 }
 
-// udpPair starts two daemons of group over -link udp on 127.0.0.1
-// (unicast fan-out; no netns, no privilege), daemon 1 storing files in
-// inbox, each with args(i) besides, and waits until both answer status.
-// sock(i) is daemon i's socket, dir a directory for the test's files.
-func udpPair(t *testing.T, group int, args func(i int) []string) (sock func(int) string, dir, inbox string) {
+// udpDaemons starts n daemons of group (-members n) over -link udp on
+// 127.0.0.1 (unicast fan-out; no netns, no privilege), daemon 1 storing
+// files in inbox, each with args(i) besides, and waits until all answer
+// status. sock(i) is daemon i's socket, dir a directory for the test's
+// files.
+func udpDaemons(t *testing.T, n, group int, args func(i int) []string) (sock func(int) string, dir, inbox string) {
 	t.Helper()
-	ports := freePorts(t, 2)
+	ports := freePorts(t, n)
 	var peers []string
 	for _, p := range ports {
 		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
@@ -93,7 +94,7 @@ func udpPair(t *testing.T, group int, args func(i int) []string) (sock func(int)
 	}
 	for i := range ports {
 		a := []string{"run", "-link", "udp", "-udp-peers", strings.Join(peers, ","), "-udp-listen", peers[i], "-udp-mtu", "1500",
-			"-group", fmt.Sprint(group), "-members", "2", "-socket", sock(i)}
+			"-group", fmt.Sprint(group), "-members", fmt.Sprint(n), "-socket", sock(i)}
 		if i == 1 {
 			a = append(a, "-inbox", inbox)
 		}
@@ -114,7 +115,7 @@ func udpPair(t *testing.T, group int, args func(i int) []string) (sock func(int)
 // files' link on each port + 1, the stored file's hash the sent one's,
 // and the group's frames and the files' counted on their own links.
 func TestFilesUDPLoopback(t *testing.T) {
-	sock, dir, inbox := udpPair(t, 41, func(i int) []string {
+	sock, dir, inbox := udpDaemons(t, 2, 41, func(i int) []string {
 		args := []string{"-failure-timeout", "1s", "-log-level", "info", "-file-rate", "200"}
 		if i == 0 {
 			args = append(args, "-node", "0")

@@ -16,7 +16,7 @@ import (
 // the file pass paced at 4 MB/s so that an 8 MB file takes two of the
 // progress's seconds.
 func TestSendFileProgressOnTerminal(t *testing.T) {
-	sock, dir, inbox := udpPair(t, 43, func(i int) []string {
+	sock, dir, inbox := udpDaemons(t, 2, 43, func(i int) []string {
 		return []string{"-node", fmt.Sprint(i), "-failure-timeout", "2s", "-log-level", "warn", "-file-rate", "4"}
 	})
 	const size = 8 << 20
