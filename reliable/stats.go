@@ -168,14 +168,23 @@ type MemberStats struct {
 func (g *Group) View() (ViewInfo, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if v := g.viewLocked(); v != nil {
+		return *v, true
+	}
+	return ViewInfo{}, false
+}
+
+// viewLocked is the installed view, a copy; nil before the first and
+// without views. g.mu is held.
+func (g *Group) viewLocked() *ViewInfo {
 	if g.views == nil {
-		return ViewInfo{}, false
+		return nil
 	}
 	v := g.views.View()
 	if v.ID == 0 {
-		return ViewInfo{}, false
+		return nil
 	}
-	return ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}, true
+	return &ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}
 }
 
 // Stats returns a snapshot of the counters.
@@ -184,9 +193,7 @@ func (g *Group) Stats() Stats {
 	s := g.n.stats(g.cfg.Order)
 	s.EventsLost = g.lost
 	if g.views != nil {
-		if v := g.views.View(); v.ID != 0 {
-			s.View = &ViewInfo{ID: v.ID, Members: slices.Clone(v.Members)}
-		}
+		s.View = g.viewLocked()
 		s.Views = g.views.Counters()
 	}
 	g.mu.Unlock()

@@ -531,7 +531,8 @@ func envInt(t *testing.T, name string, def int) int {
 // its timing assumptions hold (docs/kv.md): a run in which a survivor
 // refused a late copy of the other's (logged as a warning) is outside them, and its
 // sequences and history are reported, not judged — as kv.TestThesisSim
-// does with such seeds. Every other check stands.
+// does with such seeds — and the test ends skipped. Every other check
+// stands.
 func TestNetnsThesis(t *testing.T) {
 	netnstest.RequireRoot(t)
 	const n, victim, puts = 3, 1, 400
@@ -638,10 +639,13 @@ func TestNetnsThesis(t *testing.T) {
 	}
 	// judge fails the test on a broken guarantee, unless a survivor has
 	// logged a late copy of the other's: then the run is outside the
-	// assumptions.
+	// assumptions, and the test skips at its end (a run that judged
+	// nothing is not a pass).
+	unjudged := 0
 	judge := func(format string, args ...any) {
 		t.Helper()
 		if late, first := lateCopies(t, dir, n, victim); late > 0 {
+			unjudged++
 			t.Logf("outside thesis mode's timing assumptions (%d late copies refused, the first: %s), not judged: "+format,
 				append([]any{late, first}, args...)...)
 			return
@@ -718,6 +722,9 @@ func TestNetnsThesis(t *testing.T) {
 		again.Process.Kill()
 		<-exited
 		t.Errorf("the victim started again still ran after 10 s:\n%s", againErr.String())
+	}
+	if unjudged > 0 {
+		t.Skipf("outside thesis mode's timing assumptions: %d safety checks failed and were logged, not judged", unjudged)
 	}
 }
 

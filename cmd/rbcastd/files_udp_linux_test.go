@@ -74,31 +74,31 @@ func freePorts(t *testing.T, n int) []int {
 	return out
 }
 
-// TestFilesUDPLoopback: files between two daemons over -link udp
-// (unicast fan-out on 127.0.0.1; no netns, no privilege needed): the
-// files' link on each port + 1, the stored file's hash the sent one's,
-// and the group's frames and the files' counted on their own links.
-func TestFilesUDPLoopback(t *testing.T) {
-	ports := freePorts(t, 2)
+// udpDaemons starts n daemons of group (-members n) over -link udp on
+// 127.0.0.1 (unicast fan-out; no netns, no privilege), daemon 1 storing
+// files in inbox, each with args(i) besides, and waits until all answer
+// status. sock(i) is daemon i's socket, dir a directory for the test's
+// files.
+func udpDaemons(t *testing.T, n, group int, args func(i int) []string) (sock func(int) string, dir, inbox string) {
+	t.Helper()
+	ports := freePorts(t, n)
 	var peers []string
 	for _, p := range ports {
 		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
 	}
-	dir := t.TempDir()
-	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("u%d.sock", i)) }
-	inbox := filepath.Join(dir, "inbox")
+	dir = t.TempDir()
+	sock = func(i int) string { return filepath.Join(dir, fmt.Sprintf("u%d.sock", i)) }
+	inbox = filepath.Join(dir, "inbox")
 	if err := os.Mkdir(inbox, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for i := range ports {
-		args := []string{"run", "-link", "udp", "-udp-peers", strings.Join(peers, ","), "-udp-listen", peers[i], "-udp-mtu", "1500",
-			"-group", "41", "-members", "2", "-socket", sock(i), "-failure-timeout", "1s", "-log-level", "info", "-file-rate", "200"}
-		if i == 0 {
-			args = append(args, "-node", "0")
-		} else {
-			args = append(args, "-inbox", inbox)
+		a := []string{"run", "-link", "udp", "-udp-peers", strings.Join(peers, ","), "-udp-listen", peers[i], "-udp-mtu", "1500",
+			"-group", fmt.Sprint(group), "-members", fmt.Sprint(n), "-socket", sock(i)}
+		if i == 1 {
+			a = append(a, "-inbox", inbox)
 		}
-		cmd := exec.Command(os.Args[0], args...)
+		cmd := exec.Command(os.Args[0], append(a, args(i)...)...)
 		cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
 		startLogged(t, cmd, fmt.Sprintf("daemon %d", i))
 	}
@@ -107,6 +107,21 @@ func TestFilesUDPLoopback(t *testing.T) {
 			t.Fatalf("daemon %d: %v", i, err)
 		}
 	}
+	return sock, dir, inbox
+}
+
+// TestFilesUDPLoopback: files between two daemons over -link udp
+// (unicast fan-out on 127.0.0.1; no netns, no privilege needed): the
+// files' link on each port + 1, the stored file's hash the sent one's,
+// and the group's frames and the files' counted on their own links.
+func TestFilesUDPLoopback(t *testing.T) {
+	sock, dir, inbox := udpDaemons(t, 2, 41, func(i int) []string {
+		args := []string{"-failure-timeout", "1s", "-log-level", "info", "-file-rate", "200"}
+		if i == 0 {
+			args = append(args, "-node", "0")
+		}
+		return args
+	})
 	const size = 8 << 20
 	src := filepath.Join(dir, "blob")
 	sum := bigRandomFile(t, src, 41, size)

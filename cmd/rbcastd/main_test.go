@@ -209,6 +209,19 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// A file named on the command line keeps its name in sendfile's error,
+// even when it is called as the program or the subcommand is (fail drops
+// a leading "rbcastd: " or "sendfile: " only from a library's errors).
+func TestSendFileMissingNamed(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, name := range []string{"rbcastd", "sendfile", "other"} {
+		code, _, errOut := runMain("sendfile", "-socket", "none.sock", name)
+		if want := "rbcastd sendfile: " + name + ": no such file or directory\n"; code != exitFail || errOut != want {
+			t.Errorf("sendfile %s: exit %d, stderr %q; want exit 1 and %q", name, code, errOut, want)
+		}
+	}
+}
+
 func TestClientNoDaemon(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	for _, args := range [][]string{

@@ -55,6 +55,28 @@ func TestProgressLine(t *testing.T) {
 	}
 }
 
+// stderrFor is a stderr for a command under test: on a terminal (term) a
+// pty's end, else a file at path. shown, once f is closed, is what it
+// held.
+func stderrFor(t *testing.T, term bool, path string) (f *os.File, shown func() string) {
+	t.Helper()
+	if !term {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, func() string { b, _ := os.ReadFile(path); return string(b) }
+	}
+	master, tty := openPTY(t)
+	var buf bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		io.Copy(&buf, master) // until the pty closes
+	}()
+	return tty, func() string { <-read; return buf.String() }
+}
+
 // On a terminal, send and recv show their progress on stderr; anywhere
 // else they print nothing but what they printed before (send's summary).
 func TestProgressOnTerminalOnly(t *testing.T) {
@@ -67,24 +89,7 @@ func TestProgressOnTerminalOnly(t *testing.T) {
 	}
 	for _, term := range []bool{true, false} {
 		t.Run(fmt.Sprintf("terminal=%v", term), func(t *testing.T) {
-			var stderr *os.File
-			var shown bytes.Buffer
-			read := make(chan struct{})
-			if term {
-				master, tty := openPTY(t)
-				stderr = tty
-				go func() {
-					defer close(read)
-					io.Copy(&shown, master) // until the pty closes
-				}()
-			} else {
-				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("stderr-%v", term)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stderr = f
-				close(read)
-			}
+			stderr, shown := stderrFor(t, term, filepath.Join(dir, fmt.Sprintf("stderr-%v", term)))
 			out := filepath.Join(dir, "out")
 			recvDone := make(chan int, 1)
 			go func() {
@@ -101,12 +106,7 @@ func TestProgressOnTerminalOnly(t *testing.T) {
 				t.Fatalf("recv wrote %d bytes that differ from the %d sent", len(got), len(data))
 			}
 			stderr.Close()
-			<-read
-			text := shown.String()
-			if !term {
-				b, _ := os.ReadFile(stderr.Name())
-				text = string(b)
-			}
+			text := shown()
 			progress := strings.Contains(text, "sent ") && strings.Contains(text, "received ") && strings.Contains(text, " MB/s")
 			summary := strings.Contains(text, "rbcastd send: ")
 			switch {

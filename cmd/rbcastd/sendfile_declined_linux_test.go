@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,32 +18,9 @@ import (
 // daemons over -link udp on loopback (no netns, no privilege): member 1
 // stores into its inbox, member 2 has none.
 func TestSendFileDeclined(t *testing.T) {
-	ports := freePorts(t, 3)
-	var peers []string
-	for _, p := range ports {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
-	}
-	dir := t.TempDir()
-	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("p%d.sock", i)) }
-	inbox := filepath.Join(dir, "inbox")
-	if err := os.Mkdir(inbox, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i := range ports {
-		args := []string{"run", "-link", "udp", "-udp-peers", strings.Join(peers, ","), "-udp-listen", peers[i], "-udp-mtu", "1500",
-			"-group", "44", "-members", "3", "-node", fmt.Sprint(i), "-socket", sock(i), "-failure-timeout", "2s", "-log-level", "warn"}
-		if i == 1 {
-			args = append(args, "-inbox", inbox)
-		}
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
-		startLogged(t, cmd, fmt.Sprintf("daemon %d", i))
-	}
-	for i := range ports {
-		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
-			t.Fatalf("daemon %d: %v", i, err)
-		}
-	}
+	sock, dir, inbox := udpDaemons(t, 3, 44, func(i int) []string {
+		return []string{"-node", fmt.Sprint(i), "-failure-timeout", "2s", "-log-level", "warn"}
+	})
 	src := filepath.Join(dir, "blob")
 	sum := bigRandomFile(t, src, 44, 306*1464) // about 300 blocks at -udp-mtu 1500
 	var stdout, stderr bytes.Buffer

@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,67 +16,22 @@ import (
 // the file pass paced at 4 MB/s so that an 8 MB file takes two of the
 // progress's seconds.
 func TestSendFileProgressOnTerminal(t *testing.T) {
-	ports := freePorts(t, 2)
-	var peers []string
-	for _, p := range ports {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
-	}
-	dir := t.TempDir()
-	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("p%d.sock", i)) }
-	inbox := filepath.Join(dir, "inbox")
-	if err := os.Mkdir(inbox, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i := range ports {
-		args := []string{"run", "-link", "udp", "-udp-peers", strings.Join(peers, ","), "-udp-listen", peers[i], "-udp-mtu", "1500",
-			"-group", "43", "-members", "2", "-node", fmt.Sprint(i), "-socket", sock(i), "-failure-timeout", "2s", "-log-level", "warn", "-file-rate", "4"}
-		if i == 1 {
-			args = append(args, "-inbox", inbox)
-		}
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "RBCASTD_TEST_MAIN=1")
-		startLogged(t, cmd, fmt.Sprintf("daemon %d", i))
-	}
-	for i := range ports {
-		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {
-			t.Fatalf("daemon %d: %v", i, err)
-		}
-	}
+	sock, dir, inbox := udpDaemons(t, 2, 43, func(i int) []string {
+		return []string{"-node", fmt.Sprint(i), "-failure-timeout", "2s", "-log-level", "warn", "-file-rate", "4"}
+	})
 	const size = 8 << 20
 	for k, term := range []bool{true, false} {
 		t.Run(fmt.Sprintf("terminal=%v", term), func(t *testing.T) {
 			name := fmt.Sprintf("blob%d", k) // a new file: one sent again is held already, with no pass to show
 			src := filepath.Join(dir, name)
 			sum := bigRandomFile(t, src, byte(43+k), size)
-			var stderr *os.File
-			var shown bytes.Buffer
-			read := make(chan struct{})
-			if term {
-				master, tty := openPTY(t)
-				stderr = tty
-				go func() {
-					defer close(read)
-					io.Copy(&shown, master) // until the pty closes
-				}()
-			} else {
-				f, err := os.Create(filepath.Join(dir, name+".stderr"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stderr = f
-				close(read)
-			}
+			stderr, shown := stderrFor(t, term, filepath.Join(dir, name+".stderr"))
 			var stdout bytes.Buffer
 			began := time.Now()
 			code := rbcastd([]string{"sendfile", "-socket", sock(0), "-hash", "sha256", src}, nil, &stdout, stderr)
 			took := time.Since(began)
 			stderr.Close()
-			<-read
-			text := shown.String()
-			if !term {
-				b, _ := os.ReadFile(stderr.Name())
-				text = string(b)
-			}
+			text := shown()
 			if code != exitOK {
 				t.Fatalf("sendfile: exit %d, stdout %q, stderr %q", code, stdout.String(), text)
 			}
