@@ -23,10 +23,12 @@ demo:
 # Unit, simulation, fuzz-seed and (as root) real-network tests, with the
 # race detector. Tests that need root skip with a message when not root.
 # The allocation counts skip under the race detector (it allocates on its
-# own account), so they run once more without it.
+# own account), so they run once more without it. The mutation tests
+# (docs/dsm.md, "Mutations") need the dsmmutate build tag.
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -tags dsmmutate -run '^TestMutation' ./dsm
 	$(GO) test -count=1 -run '^(TestSteadyStateAllocs|TestWriteAllocs|TestSolveAllocatesNoMatrix)$$' ./internal/daemon ./orca ./orca/examples/asp
 
 # Without the race detector, for a quick loop.

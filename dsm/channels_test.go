@@ -94,11 +94,20 @@ func chanProgramReaders(segs, readers map[uint32][]int, rounds int) func(*dsm.No
 // chanProgramWith is chanProgramReaders crossing the rounds' barriers
 // with barrier (the fixing barrier is n.Barrier).
 func chanProgramWith(segs, readers map[uint32][]int, rounds int, barrier func(context.Context, *dsm.Node, int) error) func(*dsm.Node) error {
+	return chanProgramSegs(segs, readers, rounds, barrier, nil)
+}
+
+// chanProgramSegs is chanProgramWith handing the member's segments to
+// joined, when set, once it has joined them.
+func chanProgramSegs(segs, readers map[uint32][]int, rounds int, barrier func(context.Context, *dsm.Node, int) error, joined func(map[uint32]*dsm.Segment)) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
 		mine, err := joinChanSegsReaders(n, segs, readers)
 		if err != nil {
 			return err
+		}
+		if joined != nil {
+			joined(mine)
 		}
 		keys := slices.Sorted(maps.Keys(mine))
 		buf := make([]byte, chanSize)

@@ -123,6 +123,10 @@ type Config struct {
 	// only by its sender's ResendTimeout (PBP2), as before issue 24. For
 	// comparisons.
 	NoExpect bool
+
+	// mutate, set only by the mutation tests (export_test.go), changes
+	// the core's configuration before the core is built.
+	mutate func(*core.Config)
 }
 
 // DefaultChannelGroup is the group id of segment key's channel when the
@@ -369,10 +373,14 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	if cfg.MaxMessage > 0 && cfg.MaxMessage < max {
 		max = cfg.MaxMessage
 	}
-	return core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
+	c := core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
 		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg),
 		HoldGlobal: !cfg.Group.Views, Unconfirmed: unconfirmed}
+	if cfg.mutate != nil {
+		cfg.mutate(&c)
+	}
+	return c
 }
 
 // deliver is the reliable layer's Config.Deliver: updates are applied

@@ -13,6 +13,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+
+/* The process's CPU time in seconds, user and system, every thread's
+ * (getrusage RUSAGE_SELF, as harness.ProcessCPU). */
+static double cpu_seconds(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
 
 /* splitmix64, as suite.Rand. */
 static uint64_t rng_state;

@@ -101,6 +101,9 @@ type Config struct {
 	// instead, and a member's arrival at a barrier sent ahead of that
 	// Refuse can no longer take it across.
 	Unconfirmed bool
+
+	// mutation is zero but in the mutation tests (mutate.go).
+	mutation mutation
 }
 
 // EventKind names an event of the model.
@@ -207,6 +210,7 @@ type Core struct {
 	allMemberChannels   bool // Config.AllMemberChannels
 	wcCopies            int  // Config.WCCopies
 	holdGlobal          bool // Config.HoldGlobal
+	mutation            mutation
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
 
@@ -256,6 +260,7 @@ func New(cfg Config) (*Core, error) {
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
 	c.holdGlobal = cfg.HoldGlobal && cfg.Channels
+	c.mutation = cfg.mutation
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
 	c.maxSeg = cfg.MaxSegment
@@ -435,7 +440,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 	if sp == nil {
 		return fmt.Errorf("dsm: message from member %d on the channel of segment %d, of which it is not a member", from, key)
 	}
-	if c.mustHold(sp.marks, sp.held) {
+	if c.mustHold(sp.marks, sp.held) && c.mutation&mutationNoWC == 0 {
 		sp.held = c.hold(sp.held, msg)
 		sp.heldBytes += len(msg)
 		return nil
@@ -488,7 +493,7 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 		return false
 	}
 	sp := s.peer(from)
-	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies
+	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies && c.mutation&mutationNoWC == 0
 }
 
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
@@ -1096,6 +1101,9 @@ func (c *Core) arrivedPeers(out []frame.MemberID) []frame.MemberID {
 // barrier has not come on some segment channel Self shares with it that
 // has not removed it.
 func (c *Core) markerMissing(id frame.MemberID) bool {
+	if c.mutation&mutationNoMarkers != 0 {
+		return false
+	}
 	for _, key := range c.keys {
 		s := c.segs[key]
 		if !s.channel || s.fixedAt >= c.barriers {

@@ -154,7 +154,7 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), harness.ProcessCPU()
 	ph := harness.NewPhases(rank, "compute", "write", "barrier")
 	defer ph.Report()
 	ph.Start()
@@ -185,5 +185,5 @@ func parallel(ctx context.Context, node *dsm.Node, n, iters int, seed uint64, ch
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}
-	return harness.Result{Valid: true, Checksum: suite.Checksum(grid.Float64s()), Detail: fmt.Sprintf("done=%d", iters), Solve: time.Since(start)}, nil
+	return harness.Result{Valid: true, Checksum: suite.Checksum(grid.Float64s()), Detail: fmt.Sprintf("done=%d", iters), Solve: time.Since(start), CPU: harness.ProcessCPU() - cpu0}, nil
 }

@@ -21,7 +21,8 @@ import (
 // result must equal the sequential program's bit for bit (-verify), and
 // with channels no frame of a group a process has not joined may reach it
 // (foreign=0: link/mux counts the frames of groups without a view, which
-// the kernel filter keeps out). Needs root (skips otherwise).
+// the kernel filter keeps out), and every report gives the process's CPU
+// over the solve (cpu_us). Needs root (skips otherwise).
 func TestNetnsHalo(t *testing.T) {
 	netnstest.RequireRoot(t)
 	bin := filepath.Join(t.TempDir(), "halo")
@@ -43,6 +44,7 @@ func TestNetnsHalo(t *testing.T) {
 		}
 	}
 	foreign := regexp.MustCompile(` foreign=(\d+)`)
+	cpu := regexp.MustCompile(` cpu_us=(\d+)`)
 	for _, mode := range [][]string{{"-channels"}, nil} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmds := make([]*exec.Cmd, len(topo.Hosts))
@@ -63,6 +65,11 @@ func TestNetnsHalo(t *testing.T) {
 			t.Logf("%v host %d: %s", mode, i, strings.TrimSpace(out))
 			if err != nil || !strings.Contains(out, " verify=ok") {
 				t.Errorf("%v host %d: %v, no verify=ok", mode, i, err)
+			}
+			// The process's CPU over the solve (getrusage), which
+			// bench-channels divides by the iterations.
+			if m := cpu.FindStringSubmatch(out); m == nil || m[1] == "0" {
+				t.Errorf("%v host %d: no CPU time in the report (cpu_us): %v", mode, i, m)
 			}
 			if mode != nil {
 				if m := foreign.FindStringSubmatch(out); m == nil || m[1] != "0" {

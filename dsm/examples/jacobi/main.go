@@ -94,7 +94,7 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), harness.ProcessCPU()
 	ph := harness.NewPhases(node.Rank(), "compute", "write", "barrier")
 	defer ph.Report()
 	ph.Start()
@@ -119,7 +119,7 @@ func parallel(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 		}
 	}
 	x := seg.Float64s()[cur*n : cur*n+n]
-	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}, nil
+	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start), CPU: harness.ProcessCPU() - cpu0}, nil
 }
 
 // channels is the channel mode: each rank's block in a segment of its own,
@@ -169,7 +169,7 @@ func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 	if err := sync(); err != nil {
 		return harness.Result{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), harness.ProcessCPU()
 	ph := harness.NewPhases(rank, "compute", "write", "barrier")
 	defer ph.Report()
 	ph.Start()
@@ -202,5 +202,5 @@ func channels(ctx context.Context, node *dsm.Node, p *suite.Jacobi, iters int, e
 		return harness.Result{}, err
 	}
 	x := result.Float64s()
-	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start)}, nil
+	return harness.Result{Valid: true, Checksum: suite.Checksum(x), Detail: fmt.Sprintf("done=%d", done), Solve: time.Since(start), CPU: harness.ProcessCPU() - cpu0}, nil
 }

@@ -44,6 +44,10 @@ type Result struct {
 	// Solve is the time of the computation proper, without setup: from
 	// the barrier after initialisation to the end (as the thesis times).
 	Solve time.Duration
+	// CPU is the process's CPU time (user and system, ProcessCPU) over
+	// Solve, for the programs that measure it (jacobi, halo); the report
+	// gives it as cpu_us with one process per rank (-iface).
+	CPU time.Duration
 }
 
 // Program is the parallel version of an algorithm, run by every rank.
@@ -243,6 +247,9 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			}
 		}
 		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		if r.CPU > 0 && o.Mode() == "host" {
+			line += fmt.Sprintf(" cpu_us=%d", r.CPU.Microseconds())
+		}
 		if st != nil {
 			line += " " + statsText(st)
 		}

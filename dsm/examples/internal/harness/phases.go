@@ -46,11 +46,12 @@ func NewPhases(rank int, names ...string) *Phases {
 		return nil
 	}
 	return &Phases{names: names, d: make([][]time.Duration, len(names)), at: make([][]int64, len(names)), rank: rank,
-		last: time.Now(), now: time.Now, cpu: processCPU, out: os.Stderr, log: os.Getenv("DSM_PHASES_LOG")}
+		last: time.Now(), now: time.Now, cpu: ProcessCPU, out: os.Stderr, log: os.Getenv("DSM_PHASES_LOG")}
 }
 
-// processCPU is the user and system time the process has used.
-func processCPU() time.Duration {
+// ProcessCPU is the user and system time the process has used, every
+// thread's (getrusage RUSAGE_SELF).
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
