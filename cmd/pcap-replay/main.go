@@ -24,7 +24,6 @@ import (
 
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
-	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
@@ -448,7 +447,7 @@ as the group's reliable.PCODEConfig.`, stderr)
 		return code
 	}
 	fail2 := func(format string, a ...any) int {
-		fmt.Fprintln(stderr, cliflag.Named("pcap-replay simulate", fmt.Errorf(format, a...)))
+		fmt.Fprintf(stderr, "pcap-replay simulate: "+format+"\n", a...)
 		return exitError
 	}
 	if *node < 0 || *node >= int(frame.NoMember) {

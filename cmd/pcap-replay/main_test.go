@@ -321,3 +321,41 @@ func TestCheckKeyFile(t *testing.T) {
 		}
 	}
 }
+
+// Each failure is one line naming the program and the command once
+// ("pcap-replay CMD: "), with the capture's path whole however it is
+// spelt: internal/replay's errors start with what went wrong, not with
+// "simulate: ", and nothing rewrites them. A path holding
+// ": pcap-replay: " in simulate's error is what a text heuristic got
+// wrong.
+func TestErrorsNameProgramOnce(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	small := smallCapture(t, true, "three")
+	odd := filepath.Join(dir, "x: pcap-replay: y.pcapng")
+	data, err := os.ReadFile(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oddSmall := filepath.Join(dir, "run: pcap-replay: small.pcap")
+	if err := os.WriteFile(oddSmall, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "-node", "0", odd}, "pcap-replay simulate: capture: open " + odd + ": no such file or directory\n"},
+		{[]string{"simulate", "-node", "0", "simulate"}, "pcap-replay simulate: capture: open simulate: no such file or directory\n"},
+		{[]string{"timeline", odd}, "pcap-replay timeline: capture: open " + odd + ": no such file or directory\n"},
+		{[]string{"simulate", "-node", "0", "-protocol", "paxos", small}, "pcap-replay simulate: -protocol \"paxos\": want auto, pbp, seq, views or pcode\n"},
+		{[]string{"simulate", "-node", "0", small}, "pcap-replay simulate: member 0 is not in the member list 1=02:00:00:00:00:01@1,2=02:00:00:00:00:02@1\n"},
+		{[]string{"simulate", "-node", "1", "-iface", "3", small}, "pcap-replay simulate: interface 3 does not exist; " + small + " has 1 (0=if0)\n"},
+		{[]string{"simulate", "-node", "1", "-iface", "3", oddSmall}, "pcap-replay simulate: interface 3 does not exist; " + oddSmall + " has 1 (0=if0)\n"},
+	} {
+		code, _, errOut := runCmd(c.args...)
+		if code != 2 || errOut != c.want {
+			t.Errorf("%v: exit %d, stderr\n%q\nwant exit 2 and\n%q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -142,7 +142,7 @@ func TestSimulateViewsCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-node", "5"}, "simulate: member 5 never joined a view in " + path + ": no ViewCommit lists it and no frame of a view comes from it; the members of its views are 0=02:00:00:00:00:01 incarnation 1 (views 256), 1=02:00:00:00:00:02 incarnation 2 (views 256); processes that asked to join and are in no view: 02:00:00:00:00:03 incarnation 3 asking for id 2 (frame "},
+		{[]string{"-node", "5"}, "pcap-replay simulate: member 5 never joined a view in " + path + ": no ViewCommit lists it and no frame of a view comes from it; the members of its views are 0=02:00:00:00:00:01 incarnation 1 (views 256), 1=02:00:00:00:00:02 incarnation 2 (views 256); processes that asked to join and are in no view: 02:00:00:00:00:03 incarnation 3 asking for id 2 (frame "},
 		{[]string{"-node", "0", "-incarnation", "7"}, "member 0 has no incarnation 7 in " + path + "; its incarnations are 1"},
 		{[]string{"-node", "0", "-members", "0=02:00:00:00:00:01"}, "a group with views has no static member list (-members)"},
 		{[]string{"-node", "0", "-order", "sideways"}, `-order "sideways": want fifo or total`},

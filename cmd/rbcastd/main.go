@@ -29,7 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/hops"
 )
 
@@ -239,16 +238,10 @@ func usageErr(stderr io.Writer, cmd, format string, args ...any) int {
 	return exitUsage
 }
 
-// fail reports a failure, dropping what a library (localapi's
-// "rbcastd: ") put before the message that the command's name says
-// already; a file named on the command line keeps its name, whatever it
-// is (a file called rbcastd, or sendfile).
+// fail reports a failure: "rbcastd CMD: " and err's message, whole. The
+// libraries' errors (localapi, daemon) name no program, so the command's
+// name is said once.
 func fail(stderr io.Writer, cmd string, err error) int {
-	var pe *pathError
-	if errors.As(err, &pe) {
-		fmt.Fprintf(stderr, "rbcastd %s: %v\n", cmd, err)
-		return exitFail
-	}
-	fmt.Fprintln(stderr, cliflag.Named("rbcastd "+cmd, err))
+	fmt.Fprintf(stderr, "rbcastd %s: %v\n", cmd, err)
 	return exitFail
 }

@@ -111,14 +111,14 @@ func walkFiles(args []string) (paths, names []string, err error) {
 	for _, a := range args {
 		st, err := os.Stat(a)
 		if err != nil {
-			return nil, nil, &pathError{a, unwrapPath(err)}
+			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
 		p, n, err := filestore.Walk([]string{a})
 		if err != nil {
-			return nil, nil, &pathError{a, unwrapPath(err)}
+			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
 		if len(p) == 0 && st.IsDir() {
-			return nil, nil, &pathError{a, errors.New("no regular files under the directory")}
+			return nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
 		}
 		for i := range p {
 			abs, err := filepath.Abs(p[i])
@@ -127,7 +127,7 @@ func walkFiles(args []string) (paths, names []string, err error) {
 			}
 			f, err := os.Open(abs)
 			if err != nil {
-				return nil, nil, &pathError{p[i], unwrapPath(err)}
+				return nil, nil, fmt.Errorf("%s: %w", p[i], unwrapPath(err))
 			}
 			f.Close()
 			paths, names = append(paths, abs), append(names, n[i])
@@ -135,17 +135,6 @@ func walkFiles(args []string) (paths, names []string, err error) {
 	}
 	return paths, names, nil
 }
-
-// pathError is a failure of a file named on the command line: "PATH:
-// cause". fail does not drop a leading "rbcastd: " or subcommand from it
-// (cliflag.Named does from a library's errors): that is the file's name.
-type pathError struct {
-	path string
-	err  error
-}
-
-func (e *pathError) Error() string { return e.path + ": " + e.err.Error() }
-func (e *pathError) Unwrap() error { return e.err }
 
 // unwrapPath is a *PathError's cause (the path is said already).
 func unwrapPath(err error) error {

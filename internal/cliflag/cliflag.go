@@ -2,10 +2,7 @@
 // lines.
 package cliflag
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // HelpAsked reports whether a command line asks for the usage (-h, -help,
 // --help) before a "--": the commands then print it to stdout, where
@@ -20,27 +17,6 @@ func HelpAsked(args []string) bool {
 		}
 	}
 	return false
-}
-
-// Named is err's message starting with the command's name, once: a
-// message that starts with it already ("jacobi: joining ...", "jacobi on
-// the simulator: ...") is not prefixed again. A name of a program and a
-// subcommand ("rbcastd send") also drops what a library put before the
-// message that the name says already: a leading "rbcastd: " or "send: ",
-// and a "rbcastd: " wrapped inside (": rbcastd: the group went on ..."
-// reads ": the group went on ...").
-func Named(name string, err error) string {
-	msg := err.Error()
-	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, name+" ") {
-		return msg
-	}
-	if words := strings.Fields(name); len(words) > 1 {
-		msg = strings.ReplaceAll(msg, ": "+words[0]+": ", ": ")
-		for _, w := range words {
-			msg = strings.TrimPrefix(msg, w+": ")
-		}
-	}
-	return name + ": " + msg
 }
 
 // Bounds are int flags and the values each may take, checked together

@@ -174,13 +174,14 @@ func New(cfg Config) *Daemon {
 	return d
 }
 
-// SocketError says what is wrong with the local API socket's path.
+// SocketError says what is wrong with the local API socket's path:
+// "socket PATH: why", no program's name (the command adds its own).
 type SocketError struct {
 	Path string
 	Err  error
 }
 
-func (e *SocketError) Error() string { return fmt.Sprintf("rbcastd: socket %s: %v", e.Path, e.Err) }
+func (e *SocketError) Error() string { return fmt.Sprintf("socket %s: %v", e.Path, e.Err) }
 func (e *SocketError) Unwrap() error { return e.Err }
 
 // ErrSocketInUse means another daemon serves the socket path.
@@ -254,7 +255,7 @@ func (d *Daemon) Run(ctx context.Context, l link.Link, ln *net.UnixListener) err
 		wg.Wait()
 	}()
 	if d.files != nil && d.files.authErr != nil {
-		return fmt.Errorf("rbcastd: authenticating the files' link (-files=false turns files off): %w", d.files.authErr)
+		return fmt.Errorf("authenticating the files' link (-files=false turns files off): %w", d.files.authErr)
 	}
 
 	d.log.Info("rbcastd: joining", "group", d.cfg.Group.Group, "members", d.cfg.Group.Size, "server", d.cfg.Group.Server, "membership", membership(d.cfg.Group),
@@ -323,7 +324,7 @@ func (d *Daemon) join(ctx context.Context, cfg reliable.Config, carried *auth.Ke
 		if a := g.Auth(); a != nil {
 			if err = a.Install(carried); err != nil {
 				g.Close()
-				err = fmt.Errorf("rbcastd: installing key %s again after joining: %w", carried, err)
+				err = fmt.Errorf("installing key %s again after joining: %w", carried, err)
 			}
 		}
 	}
@@ -394,7 +395,7 @@ func (d *Daemon) serveGroup(ctx context.Context, g *reliable.Group, stopFiles fu
 			if !d.rejoinable(err) || ctx.Err() != nil {
 				d.log.Error("rbcastd: the group stopped", "err", err)
 			}
-			return fmt.Errorf("rbcastd: the group stopped: %w", err)
+			return fmt.Errorf("the group stopped: %w", err)
 		case <-ctx.Done():
 		}
 		break

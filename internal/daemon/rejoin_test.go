@@ -481,7 +481,7 @@ func TestRejoinable(t *testing.T) {
 		err   error
 		want  bool
 	}{
-		{true, fmt.Errorf("rbcastd: the group stopped: %w", removed), true},
+		{true, fmt.Errorf("the group stopped: %w", removed), true},
 		{true, minority, true},
 		{false, removed, false}, // registered: left out of an election, it halts
 		{true, reliable.ErrClosed, false},

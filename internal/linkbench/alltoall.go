@@ -64,7 +64,7 @@ func (a *AllToAll) MeanMBps() float64 {
 // o.Sender are not supported and are refused.
 func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 	if o.Overlap || o.Work || o.Processes || o.Sender != "" {
-		return nil, errors.New("linkbench: all-to-all takes only Backend, Duration, Batch and RxSpin")
+		return nil, errors.New("all-to-all takes only Backend, Duration, Batch and RxSpin")
 	}
 	open, _, err := o.openers()
 	if err != nil {
@@ -75,7 +75,7 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 	}
 	hosts := topo.Hosts
 	if len(hosts) < 2 {
-		return nil, fmt.Errorf("linkbench: all-to-all needs 2 hosts or more, have %d", len(hosts))
+		return nil, fmt.Errorf("all-to-all needs 2 hosts or more, have %d", len(hosts))
 	}
 	links := make([]link.Link, 0, len(hosts))
 	defer func() {
@@ -86,7 +86,7 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 	for _, h := range hosts {
 		l, err := openOn(h, open)
 		if err != nil {
-			return nil, fmt.Errorf("linkbench: opening %s on %s: %w", o.Backend, h.Namespace, err)
+			return nil, fmt.Errorf("opening %s on %s: %w", o.Backend, h.Namespace, err)
 		}
 		links = append(links, l)
 	}
@@ -131,11 +131,11 @@ func RunAllToAllOn(topo *netns.Topology, o Options) (*AllToAll, error) {
 	}
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("linkbench: all-to-all: host %s: send: %w", hosts[i].Namespace, err)
+			return nil, fmt.Errorf("all-to-all: host %s: send: %w", hosts[i].Namespace, err)
 		}
 	}
 	if err := receiverErr(hosts, res.Received); err != nil {
-		return nil, fmt.Errorf("linkbench: all-to-all: %w", err)
+		return nil, fmt.Errorf("all-to-all: %w", err)
 	}
 	return res, nil
 }

@@ -677,7 +677,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func receiverErr(hosts []*netns.Host, rs []Receiver) error {
 	for i, r := range rs {
 		if r.Err != "" {
-			return fmt.Errorf("linkbench: receiver on %s stopped early: %s", hosts[i].Namespace, r.Err)
+			return fmt.Errorf("receiver on %s stopped early: %s", hosts[i].Namespace, r.Err)
 		}
 	}
 	return nil
@@ -689,7 +689,7 @@ func receiverErr(hosts []*netns.Host, rs []Receiver) error {
 func srcMAC(l link.Link) ([6]byte, error) {
 	hw := l.HardwareAddr()
 	if len(hw) != 6 {
-		return [6]byte{}, fmt.Errorf("linkbench: the link has no 6-byte Ethernet address (%q): benchmark frames need one as their source", hw.String())
+		return [6]byte{}, fmt.Errorf("the link has no 6-byte Ethernet address (%q): benchmark frames need one as their source", hw.String())
 	}
 	return [6]byte(hw), nil
 }

@@ -239,7 +239,7 @@ func TestReceiveErrorReported(t *testing.T) {
 	}
 	hosts := []*netns.Host{{Namespace: "rbx-h1"}, {Namespace: "rbx-h2"}}
 	err := receiverErr(hosts, []Receiver{{Frames: 5}, r})
-	if err == nil || err.Error() != "linkbench: receiver on rbx-h2 stopped early: "+r.Err {
+	if err == nil || err.Error() != "receiver on rbx-h2 stopped early: "+r.Err {
 		t.Fatalf("error %v, want one naming rbx-h2 and its Recv error", err)
 	}
 	if err := receiverErr(hosts, []Receiver{{Frames: 5}, {Frames: 6}}); err != nil {

@@ -86,11 +86,11 @@ func RunTCPFanout(topo *netns.Topology, o TCPOptions) (*TCPResult, error) {
 	}
 	hosts := topo.Hosts
 	if o.Senders < 1 || o.Senders > len(hosts) || len(hosts) < 2 {
-		return nil, fmt.Errorf("linkbench: TCP fan-out with %d senders on %d hosts", o.Senders, len(hosts))
+		return nil, fmt.Errorf("TCP fan-out with %d senders on %d hosts", o.Senders, len(hosts))
 	}
 	for _, h := range hosts {
 		if h.IP == nil {
-			return nil, fmt.Errorf("linkbench: TCP fan-out needs IPv4 addresses on the hosts (netns.Options.Addresses); %s has none", h.Namespace)
+			return nil, fmt.Errorf("TCP fan-out needs IPv4 addresses on the hosts (netns.Options.Addresses); %s has none", h.Namespace)
 		}
 	}
 	res := &TCPResult{Received: make([]uint64, len(hosts)), Written: make([]uint64, len(hosts))}
@@ -120,7 +120,7 @@ func RunTCPFanout(topo *netns.Topology, o TCPOptions) (*TCPResult, error) {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("linkbench: listening on %s: %w", h.Namespace, err)
+			return nil, fmt.Errorf("listening on %s: %w", h.Namespace, err)
 		}
 	}
 	counts := make([]atomic.Uint64, len(hosts))
@@ -200,7 +200,7 @@ func RunTCPFanout(topo *netns.Topology, o TCPOptions) (*TCPResult, error) {
 					}
 				}
 				rwg.Wait()
-				return nil, fmt.Errorf("linkbench: TCP from %s to %s: %w", hosts[si].Namespace, ln.Addr(), err)
+				return nil, fmt.Errorf("TCP from %s to %s: %w", hosts[si].Namespace, ln.Addr(), err)
 			}
 			s.conns = append(s.conns, c)
 			s.dst = append(s.dst, di)
@@ -253,7 +253,7 @@ func RunTCPFanout(topo *netns.Topology, o TCPOptions) (*TCPResult, error) {
 	res.Elapsed = time.Since(start)
 	closeAll()
 	if err := errors.Join(sendErr, recvErr); err != nil {
-		return nil, fmt.Errorf("linkbench: TCP fan-out: %w", err)
+		return nil, fmt.Errorf("TCP fan-out: %w", err)
 	}
 	for i := range counts {
 		res.Received[i] = counts[i].Load()
@@ -271,7 +271,7 @@ func RunTCPFanout(topo *netns.Topology, o TCPOptions) (*TCPResult, error) {
 // one way is half the round trip.
 func RunTCPLatency(topo *netns.Topology, size, roundTrips int) (*Latency, error) {
 	if len(topo.Hosts) < 2 || topo.Hosts[0].IP == nil || topo.Hosts[1].IP == nil {
-		return nil, fmt.Errorf("linkbench: TCP latency needs two hosts with IPv4 addresses (netns.Options.Addresses)")
+		return nil, fmt.Errorf("TCP latency needs two hosts with IPv4 addresses (netns.Options.Addresses)")
 	}
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	var ln net.Listener

@@ -39,7 +39,9 @@ type Conn struct {
 	mems    [][]byte // the rings' mappings, unmapped by Close
 }
 
-// DialError says why the daemon's socket could not be reached.
+// DialError says why the daemon's socket could not be reached. Its
+// message starts with what went wrong, not with a program's name (the
+// command that dialled adds its own).
 type DialError struct {
 	Path string
 	Err  error
@@ -48,15 +50,15 @@ type DialError struct {
 func (e *DialError) Error() string {
 	switch {
 	case errors.Is(e.Err, syscall.ENOENT):
-		return fmt.Sprintf("rbcastd: no daemon socket at %s (is `rbcastd run` running for this group? pick its socket with -socket)", e.Path)
+		return fmt.Sprintf("no daemon socket at %s (is `rbcastd run` running for this group? pick its socket with -socket)", e.Path)
 	case errors.Is(e.Err, syscall.ECONNREFUSED):
-		return fmt.Sprintf("rbcastd: nobody listens on %s (a stale socket: the daemon is not running)", e.Path)
+		return fmt.Sprintf("nobody listens on %s (a stale socket: the daemon is not running)", e.Path)
 	case errors.Is(e.Err, syscall.EACCES), errors.Is(e.Err, syscall.EPERM):
-		return fmt.Sprintf("rbcastd: permission denied on %s (this user may not use the daemon's socket: see its mode and group)", e.Path)
+		return fmt.Sprintf("permission denied on %s (this user may not use the daemon's socket: see its mode and group)", e.Path)
 	case errors.Is(e.Err, syscall.EPROTOTYPE):
-		return fmt.Sprintf("rbcastd: %s is not a SOCK_SEQPACKET socket (not an rbcastd socket?)", e.Path)
+		return fmt.Sprintf("%s is not a SOCK_SEQPACKET socket (not an rbcastd socket?)", e.Path)
 	}
-	return fmt.Sprintf("rbcastd: connecting to %s: %v", e.Path, e.Err)
+	return fmt.Sprintf("connecting to %s: %v", e.Path, e.Err)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }
@@ -128,7 +130,7 @@ func (c *Conn) writeBell(m *Doorbell) error {
 func (c *Conn) WritePacket(p []byte) error {
 	_, err := c.c.Write(p)
 	if errors.Is(err, syscall.EMSGSIZE) {
-		return fmt.Errorf("rbcastd: a %v of %d bytes is larger than the socket carries: %w", Type(p[0]), len(p), err)
+		return fmt.Errorf("a %v of %d bytes is larger than the socket carries: %w", Type(p[0]), len(p), err)
 	}
 	return err
 }
@@ -142,7 +144,7 @@ func (c *Conn) SetSpin(d time.Duration) { c.r.spin = d }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
-var ErrDaemonClosed = errors.New("rbcastd: the daemon closed the connection")
+var ErrDaemonClosed = errors.New("the daemon closed the connection")
 
 // Read returns the next message, valid (with its data fields) until the
 // next Read; in steady state Read does not allocate. An Error message is
@@ -177,7 +179,7 @@ func (c *Conn) ReadPacket(buf []byte) (int, error) {
 		return 0, ErrDaemonClosed // SOCK_SEQPACKET: the daemon closed
 	}
 	if trunc {
-		return 0, fmt.Errorf("rbcastd: a message from the daemon exceeded %d bytes", len(buf))
+		return 0, fmt.Errorf("a message from the daemon exceeded %d bytes", len(buf))
 	}
 	return n, nil
 }
@@ -399,7 +401,7 @@ func (c *Conn) hello(version, flags uint16) (*Welcome, error) {
 	}
 	w, ok := m.(*Welcome)
 	if !ok {
-		return nil, fmt.Errorf("rbcastd: the daemon answered Hello with %v", m.Type())
+		return nil, fmt.Errorf("the daemon answered Hello with %v", m.Type())
 	}
 	c.version = w.Version
 	cp := *w // the caller's, not the decoder's
@@ -413,7 +415,7 @@ func (c *Conn) Version() uint16 { return c.version }
 // that comes with its RingReady.
 func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
 	if c.version < 2 {
-		return nil, fmt.Errorf("rbcastd: the daemon speaks local API version %d; rings need version 2", c.version)
+		return nil, fmt.Errorf("the daemon speaks local API version %d; rings need version 2", c.version)
 	}
 	if err := c.Write(&RingSetup{Ring: which, Size: uint32(size)}); err != nil {
 		return nil, err
@@ -449,7 +451,7 @@ func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
 		return nil, m
 	case *RingReady:
 		if m.Ring != which || len(fds) != 1 {
-			return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with ring %d and %d file descriptors", m.Ring, len(fds))
+			return nil, fmt.Errorf("the daemon answered RingSetup with ring %d and %d file descriptors", m.Ring, len(fds))
 		}
 		mem, err := MapRingMemory(fds[0], int(m.Size))
 		if err != nil {
@@ -459,7 +461,7 @@ func (c *Conn) openRing(which uint8, size int) (*Ring, error) {
 		return NewRing(which, mem, int(m.Size)) // the records' bounds are the ring's
 
 	}
-	return nil, fmt.Errorf("rbcastd: the daemon answered RingSetup with %v", m.Type())
+	return nil, fmt.Errorf("the daemon answered RingSetup with %v", m.Type())
 }
 
 // The clients' doorbells, made once: a message passed as an interface
@@ -563,7 +565,7 @@ func (s *RingSender) waitSpace(n int) error {
 			return err
 		}
 		if d, ok := m.(*DaemonDoorbell); !ok || d.Ring != RingSend {
-			return fmt.Errorf("rbcastd: the daemon sent %v while the send ring was full", m.Type())
+			return fmt.Errorf("the daemon sent %v while the send ring was full", m.Type())
 		}
 	}
 }

@@ -322,13 +322,16 @@ type DeliverBatch struct{ Msgs []Deliver }
 type StatusJSON struct{ JSON []byte }
 
 // Error reports a failed request. After an Error the daemon closes the
-// connection unless the code is CodeTooLarge.
+// connection unless the code is CodeTooLarge. Its message is the daemon's
+// text and the code's name, "TEXT (code)": like every error of this
+// package it names no program, so a command prints its own name before it
+// once.
 type Error struct {
 	Code Code
 	Text string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("rbcastd: %s (%v)", e.Text, e.Code) }
+func (e *Error) Error() string { return fmt.Sprintf("%s (%v)", e.Text, e.Code) }
 
 func (*Hello) Type() Type          { return THello }
 func (*Send) Type() Type           { return TSend }

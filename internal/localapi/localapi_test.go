@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -364,6 +366,46 @@ func TestDaemonVersion(t *testing.T) {
 	} {
 		if got := daemonVersion(text); got != want {
 			t.Errorf("%q: version %d, want %d", text, got, want)
+		}
+	}
+}
+
+// The client's errors start with what went wrong and name no program: a
+// command prints its own name before them once (rbcastd's "rbcastd send:
+// "), and a library user's program its own. An Error from the daemon is
+// its text, whole, and the code's name.
+func TestErrorsNameNoProgram(t *testing.T) {
+	dir := t.TempDir()
+	none := filepath.Join(dir, "rbcastd: none.sock")
+	_, err := Dial(none)
+	if want := "no daemon socket at " + none + " (is `rbcastd run` running for this group? pick its socket with -socket)"; err == nil || err.Error() != want {
+		t.Errorf("Dial of a missing socket: %v, want %q", err, want)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Dial(plain)
+	if want := "nobody listens on " + plain + " (a stale socket: the daemon is not running)"; err == nil || err.Error() != want {
+		t.Errorf("Dial of a regular file: %v, want %q", err, want)
+	}
+	var de *DialError
+	if !errors.As(err, &de) || de.Path != plain {
+		t.Errorf("Dial's error %v is not a *DialError of %s", err, plain)
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&DialError{Path: "/run/x.sock", Err: syscall.EACCES}, "permission denied on /run/x.sock (this user may not use the daemon's socket: see its mode and group)"},
+		{&DialError{Path: "/run/x.sock", Err: syscall.EPROTOTYPE}, "/run/x.sock is not a SOCK_SEQPACKET socket (not an rbcastd socket?)"},
+		{&DialError{Path: "/run/x.sock", Err: syscall.EIO}, "connecting to /run/x.sock: input/output error"},
+		{ErrDaemonClosed, "the daemon closed the connection"},
+		{&Error{Code: CodeRejoining, Text: "the group went on without this daemon"}, "the group went on without this daemon (rejoining)"},
+		{fmt.Errorf("after 34 messages, writing out: %w", &Error{Code: CodeClosed, Text: "rbcastd stopped"}), "after 34 messages, writing out: rbcastd stopped (closed)"},
+	} {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("%#v: %q, want %q", c.err, got, c.want)
 		}
 	}
 }

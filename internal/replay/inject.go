@@ -44,15 +44,15 @@ func Inject(ctx context.Context, l link.Link, frames []*Record, opts InjectOptio
 		speed = 1
 	}
 	if speed < 0 {
-		return 0, fmt.Errorf("inject: speed %v, want > 0", opts.Speed)
+		return 0, fmt.Errorf("speed %v, want > 0", opts.Speed)
 	}
 	limit := link.EthernetHeaderLen + l.MTU()
 	for _, r := range frames {
 		if len(r.Data) > limit {
-			return 0, fmt.Errorf("inject: frame %d is %d bytes, the link carries at most %d (MTU %d); raise the MTU of the interface", r.N, len(r.Data), limit, l.MTU())
+			return 0, fmt.Errorf("frame %d is %d bytes, the link carries at most %d (MTU %d); raise the MTU of the interface", r.N, len(r.Data), limit, l.MTU())
 		}
 		if len(r.Data) < link.EthernetHeaderLen {
-			return 0, fmt.Errorf("inject: frame %d is %d bytes, shorter than an Ethernet header", r.N, len(r.Data))
+			return 0, fmt.Errorf("frame %d is %d bytes, shorter than an Ethernet header", r.N, len(r.Data))
 		}
 	}
 	if len(frames) == 0 {
@@ -100,7 +100,7 @@ func Inject(ctx context.Context, l link.Link, frames []*Record, opts InjectOptio
 		n, err := l.Send(batch)
 		sent += n
 		if err != nil {
-			return sent, fmt.Errorf("inject: sending frame %d: %w", frames[i-len(batch)+n].N, err)
+			return sent, fmt.Errorf("sending frame %d: %w", frames[i-len(batch)+n].N, err)
 		}
 		report(false)
 	}

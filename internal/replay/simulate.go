@@ -240,7 +240,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		var how string
 		members, how = MembersFromCapture(c, opts.EtherType)
 		if len(members) == 0 {
-			return nil, fmt.Errorf("simulate: %s has no Start frame and no decodable frames to learn the members from; give them with -members", c.Path)
+			return nil, fmt.Errorf("%s has no Start frame and no decodable frames to learn the members from; give them with -members", c.Path)
 		}
 		note("members %s", how)
 	} else {
@@ -253,7 +253,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		}
 	}
 	if self == nil {
-		return nil, fmt.Errorf("simulate: member %d is not in the member list %s", opts.Node, formatMembers(members))
+		return nil, fmt.Errorf("member %d is not in the member list %s", opts.Node, formatMembers(members))
 	}
 	note("member list %s", formatMembers(members))
 
@@ -337,7 +337,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		res.PcodeConfig = cfg
 		pc, err := pcode.New(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("simulate: %w", err)
+			return nil, err
 		}
 		cc = pc
 	} else if res.Protocol == ProtocolSeq {
@@ -367,7 +367,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		res.SeqConfig = cfg
 		sc, err := seq.New(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("simulate: %w", err)
+			return nil, err
 		}
 		cc, proto = sc, &seqSim{self: opts.Node, etherType: opts.EtherType, proposed: map[uint32]bool{}}
 	} else {
@@ -398,7 +398,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		res.Config = cfg
 		pc, err := pbp.New(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("simulate: %w", err)
+			return nil, err
 		}
 		cc, proto = pc, &pbpSim{etherType: opts.EtherType}
 	}
@@ -427,7 +427,7 @@ func Simulate(c *Capture, opts SimOptions) (*SimResult, error) {
 		start = recs[0].Time
 		note("core started at interface %d's first frame (no isb_starttime)", iface)
 	default:
-		return nil, fmt.Errorf("simulate: interface %d (%s) of %s holds no frames", iface, intf.Label(), c.Path)
+		return nil, fmt.Errorf("interface %d (%s) of %s holds no frames", iface, intf.Label(), c.Path)
 	}
 	// Frames before the start (registration; frames a ring held from
 	// before the capture began) are not stepped: those before the Start
@@ -914,7 +914,7 @@ func (s *seqSim) verify(r *Record, sent []SimSent, _, _ core.Stats) string {
 func pickInterface(c *Capture, opts SimOptions, mac [6]byte) (int, error) {
 	if opts.Iface >= 0 {
 		if opts.Iface >= len(c.Interfaces) {
-			return 0, fmt.Errorf("simulate: interface %d does not exist; %s has %d (%s)", opts.Iface, c.Path, len(c.Interfaces), listInterfaces(c))
+			return 0, fmt.Errorf("interface %d does not exist; %s has %d (%s)", opts.Iface, c.Path, len(c.Interfaces), listInterfaces(c))
 		}
 		return opts.Iface, nil
 	}
@@ -923,7 +923,7 @@ func pickInterface(c *Capture, opts SimOptions, mac [6]byte) (int, error) {
 	for i := range c.Interfaces {
 		if c.Interfaces[i].Node == id || (c.Interfaces[i].Node != "" && c.Interfaces[i].MAC == mac) {
 			if found >= 0 && found != i {
-				return 0, fmt.Errorf("simulate: interfaces %d and %d both belong to member %d; pick one with -iface", found, i, opts.Node)
+				return 0, fmt.Errorf("interfaces %d and %d both belong to member %d; pick one with -iface", found, i, opts.Node)
 			}
 			found = i
 		}
@@ -934,7 +934,7 @@ func pickInterface(c *Capture, opts SimOptions, mac [6]byte) (int, error) {
 	if len(c.Interfaces) == 1 {
 		return 0, nil
 	}
-	return 0, fmt.Errorf("simulate: no interface of %s names member %d and there are %d (%s); pick one with -iface", c.Path, opts.Node, len(c.Interfaces), listInterfaces(c))
+	return 0, fmt.Errorf("no interface of %s names member %d and there are %d (%s); pick one with -iface", c.Path, opts.Node, len(c.Interfaces), listInterfaces(c))
 }
 
 func listInterfaces(c *Capture) string {
@@ -970,7 +970,7 @@ func pickGroup(c *Capture, opts SimOptions, mac [6]byte) (uint32, error) {
 		}
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("simulate: %s has no decodable rbcast frame to take the group from; give it with -group", c.Path)
+		return 0, fmt.Errorf("%s has no decodable rbcast frame to take the group from; give it with -group", c.Path)
 	}
 	return best, nil
 }

@@ -210,7 +210,7 @@ func pickViewProcess(c *Capture, opts SimOptions) (*viewProc, error) {
 	}
 	if len(cands) == 0 {
 		var b strings.Builder
-		fmt.Fprintf(&b, "simulate: member %d never joined a view in %s: no ViewCommit lists it and no frame of a view comes from it", opts.Node, c.Path)
+		fmt.Fprintf(&b, "member %d never joined a view in %s: no ViewCommit lists it and no frame of a view comes from it", opts.Node, c.Path)
 		var ids []string
 		for _, p := range all {
 			if opts.Group == nil || p.group == *opts.Group {
@@ -238,7 +238,7 @@ func pickViewProcess(c *Capture, opts SimOptions) (*viewProc, error) {
 			}
 		}
 		if k == 0 {
-			return nil, fmt.Errorf("simulate: member %d has no incarnation %d in %s; its incarnations are %s", opts.Node, opts.Incarnation, c.Path, strings.Join(incs, ", "))
+			return nil, fmt.Errorf("member %d has no incarnation %d in %s; its incarnations are %s", opts.Node, opts.Incarnation, c.Path, strings.Join(incs, ", "))
 		}
 		cands = cands[:k]
 	}
@@ -266,7 +266,7 @@ func pickViewProcess(c *Capture, opts SimOptions) (*viewProc, error) {
 		if groups {
 			pick = "-group (and -incarnation)"
 		}
-		return nil, fmt.Errorf("simulate: member %d was %d processes in %s: %s; pick one with %s", opts.Node, len(cands), c.Path, strings.Join(ps, "; "), pick)
+		return nil, fmt.Errorf("member %d was %d processes in %s: %s; pick one with %s", opts.Node, len(cands), c.Path, strings.Join(ps, "; "), pick)
 	}
 	return cands[0], nil
 }
@@ -276,7 +276,7 @@ func pickViewProcess(c *Capture, opts SimOptions) (*viewProc, error) {
 func pickViewInterface(c *Capture, opts SimOptions, p *viewProc) (int, error) {
 	if opts.Iface >= 0 {
 		if opts.Iface >= len(c.Interfaces) {
-			return 0, fmt.Errorf("simulate: interface %d does not exist; %s has %d (%s)", opts.Iface, c.Path, len(c.Interfaces), listInterfaces(c))
+			return 0, fmt.Errorf("interface %d does not exist; %s has %d (%s)", opts.Iface, c.Path, len(c.Interfaces), listInterfaces(c))
 		}
 		return opts.Iface, nil
 	}
@@ -284,7 +284,7 @@ func pickViewInterface(c *Capture, opts SimOptions, p *viewProc) (int, error) {
 	for i := range c.Interfaces {
 		if c.Interfaces[i].MAC == p.mac {
 			if found >= 0 {
-				return 0, fmt.Errorf("simulate: interfaces %d and %d both have member %d's MAC %v; pick one with -iface", found, i, p.id, net.HardwareAddr(p.mac[:]))
+				return 0, fmt.Errorf("interfaces %d and %d both have member %d's MAC %v; pick one with -iface", found, i, p.id, net.HardwareAddr(p.mac[:]))
 			}
 			found = i
 		}
@@ -295,7 +295,7 @@ func pickViewInterface(c *Capture, opts SimOptions, p *viewProc) (int, error) {
 	case len(c.Interfaces) == 1:
 		return 0, nil
 	}
-	return 0, fmt.Errorf("simulate: no interface of %s has member %d's MAC %v, and there are %d (%s); pick one with -iface", c.Path, p.id, net.HardwareAddr(p.mac[:]), len(c.Interfaces), listInterfaces(c))
+	return 0, fmt.Errorf("no interface of %s has member %d's MAC %v, and there are %d (%s); pick one with -iface", c.Path, p.id, net.HardwareAddr(p.mac[:]), len(c.Interfaces), listInterfaces(c))
 }
 
 // viewLevelFromFrames tells the level of a group with views from its Data
@@ -382,7 +382,7 @@ func matchConfigHash(opts SimOptions, group uint32, mtu int, hash uint64) (order
 // ProtocolViews).
 func simulateViews(c *Capture, opts SimOptions) (*SimResult, error) {
 	if opts.Members != nil {
-		return nil, fmt.Errorf("simulate: a group with views has no static member list (-members); its views say who the members are")
+		return nil, fmt.Errorf("a group with views has no static member list (-members); its views say who the members are")
 	}
 	vr := &viewsRerun{c: c, opts: opts, res: &SimResult{Protocol: ProtocolViews, CapturedOut: map[frame.Type]int{}}}
 	if err := vr.pick(); err != nil {
@@ -514,7 +514,7 @@ func (vr *viewsRerun) life() error {
 		}
 	}
 	if vr.joinAt < 0 {
-		return fmt.Errorf("simulate: member %d (%v) sent no ViewJoin on interface %d (%s) of %s: the capture begins after it joined (a flight-recorder dump?), so its Join nonce and the start of its core are unknown; a process is re-run from its first ViewJoin", vr.p.id, vr.p, vr.iface, vr.c.Interfaces[vr.iface].Label(), vr.c.Path)
+		return fmt.Errorf("member %d (%v) sent no ViewJoin on interface %d (%s) of %s: the capture begins after it joined (a flight-recorder dump?), so its Join nonce and the start of its core are unknown; a process is re-run from its first ViewJoin", vr.p.id, vr.p, vr.iface, vr.c.Interfaces[vr.iface].Label(), vr.c.Path)
 	}
 	vr.join = recs[vr.joinAt]
 	vr.jb = vr.join.View.ViewJoin()
@@ -676,7 +676,7 @@ func (vr *viewsRerun) build() error {
 	proc := reliable.ViewProcess{MAC: vr.p.mac, MTU: vr.mtu, Incarnation: vr.p.inc, Nonce: vr.jb.Nonce, ConfigHash: vr.jb.ConfigHash}
 	vc, err := reliable.NewViewCore(vr.cfg, proc)
 	if err != nil {
-		return fmt.Errorf("simulate: member %d: %w", vr.p.id, err)
+		return fmt.Errorf("member %d: %w", vr.p.id, err)
 	}
 	vr.vc = vc
 	vr.res.Views = &SimViews{Member: vr.p.id, Order: vr.level, Config: vr.cfg, Process: proc, Join: vr.join.N}

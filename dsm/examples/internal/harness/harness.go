@@ -258,7 +258,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 
 	wcCopies, err := envWCCopies()
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	prof := -1 // the simulator's one process: one profile of every rank
 	if o.Mode() == "host" {
@@ -266,7 +266,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	}
 	stopProfile, err := envprof.CPU("DSM_CPUPROFILE", prof)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	defer stopProfile()
 	switch o.Mode() {
@@ -289,7 +289,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("%s on the simulator: %w", name, err)
+			return fmt.Errorf("on the simulator: %w", err)
 		}
 		wall := time.Since(start)
 		for rank, r := range results {
@@ -310,14 +310,14 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		defer cancel()
 		pin, err := envPin()
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		if p := o.gomaxprocs(); p > 0 {
 			runtime.GOMAXPROCS(p)
 		}
 		if o.Pin || pin {
 			if _, err := cpupin.Pin(o.Rank); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return err
 			}
 		}
 		spin := o.Spin
@@ -342,20 +342,20 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect,
 			WCCopies: wcCopies})
 		if err != nil {
-			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
+			return fmt.Errorf("joining group %d on %s: %w", o.Group, o.Iface, err)
 		}
 		if n.Rank() != o.Rank {
 			n.Exit()
-			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
+			return fmt.Errorf("asked for rank %d, registration gave rank %d (is another process using -rank %d?)", o.Rank, n.Rank(), o.Rank)
 		}
 		r, err := completed(ctx, n, parallel)
 		if err != nil {
 			n.Exit()
-			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
+			return fmt.Errorf("rank %d: %w", n.Rank(), err)
 		}
 		st := n.Stats()
 		if err := n.Exit(); err != nil {
-			return fmt.Errorf("%s rank %d: exit: %w", name, n.Rank(), err)
+			return fmt.Errorf("rank %d: exit: %w", n.Rank(), err)
 		}
 		if !r.Valid {
 			// Workers report their traffic too (fig. 6.6 sums all ranks).
@@ -454,7 +454,7 @@ func Main(name string, setup Setup) {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, cliflag.Named(name, err))
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
 }

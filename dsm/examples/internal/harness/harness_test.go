@@ -195,3 +195,16 @@ func TestGOMAXPROCS(t *testing.T) {
 		t.Errorf("-gomaxprocs -1: Run = %v, want an error naming it", err)
 	}
 }
+
+// Run's errors name no program: Main prints the command's name before
+// them once ("jacobi: on the simulator: ...").
+func TestErrorsNameNoProgram(t *testing.T) {
+	boom := errors.New("boom")
+	o, _ := options(t, "-sim", "-procs", "2")
+	err := o.Run("jacobi", func() Result { return Result{Valid: true} }, func(ctx context.Context, n *dsm.Node) (Result, error) {
+		return Result{}, boom
+	})
+	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "on the simulator: ") || strings.Contains(err.Error(), "jacobi") {
+		t.Errorf("Run = %v, want the simulator's error without the command's name", err)
+	}
+}

@@ -202,7 +202,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("%s on the simulator: %w", name, err)
+			return fmt.Errorf("on the simulator: %w", err)
 		}
 		wall := time.Since(start)
 		for rank, r := range results {
@@ -215,11 +215,11 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		defer cancel()
 		pin, err := envPin()
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		if o.Pin || pin {
 			if _, err := cpupin.Pin(o.Rank); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return err
 			}
 		}
 		spin := o.Spin
@@ -238,29 +238,29 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		cfg.Group.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		n, err := orca.Join(ctx, l, cfg)
 		if err != nil {
-			return fmt.Errorf("%s: joining group %d on %s: %w", name, o.Group, o.Iface, err)
+			return fmt.Errorf("joining group %d on %s: %w", o.Group, o.Iface, err)
 		}
 		if n.Rank() != o.Rank {
 			n.Close()
-			return fmt.Errorf("%s: asked for rank %d, registration gave rank %d (is another process using -rank %d?)", name, o.Rank, n.Rank(), o.Rank)
+			return fmt.Errorf("asked for rank %d, registration gave rank %d (is another process using -rank %d?)", o.Rank, n.Rank(), o.Rank)
 		}
 		stopTrace, err := envprof.Trace("ORCA_TRACE", n.Rank())
 		if err != nil {
 			n.Close()
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		stopProfile, err := envprof.CPU("ORCA_CPUPROFILE", n.Rank())
 		if err != nil {
 			stopTrace()
 			n.Close()
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		r, err := completed(ctx, n, parallel)
 		stopProfile()
 		stopTrace()
 		if err != nil {
 			n.Close()
-			return fmt.Errorf("%s rank %d: %w", name, n.Rank(), err)
+			return fmt.Errorf("rank %d: %w", n.Rank(), err)
 		}
 		st := n.Stats()
 		if err := n.Close(); err != nil {
@@ -305,7 +305,7 @@ func Main(name string, setup Setup) {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, cliflag.Named(name, err))
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -64,5 +65,18 @@ func TestOptionErrors(t *testing.T) {
 	}
 	if err := RunArgs("sum", sumSetup, []string{"-nosuchflag"}, &strings.Builder{}); err != errUsage {
 		t.Errorf("an unknown flag: %v", err)
+	}
+}
+
+// Run's errors name no program: Main prints the command's name before
+// them once ("tsp: on the simulator: ...").
+func TestErrorsNameNoProgram(t *testing.T) {
+	boom := errors.New("boom")
+	fail := func(fs *flag.FlagSet, o *Options) (func() Result, Program) {
+		return func() Result { return Result{Valid: true} }, func(ctx context.Context, n *orca.Node) (Result, error) { return Result{}, boom }
+	}
+	_, _, err := Verified("tsp", fail, "-sim", "-procs", "2")
+	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "on the simulator: ") || strings.Contains(err.Error(), "tsp") {
+		t.Errorf("Run = %v, want the simulator's error without the command's name", err)
 	}
 }
