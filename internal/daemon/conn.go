@@ -332,7 +332,7 @@ func (c *conn) handle(m localapi.Message) bool {
 	case *localapi.Status:
 		b, err := json.Marshal(c.d.Status())
 		if err != nil {
-			c.fail(localapi.CodeUnexpected, false, "status: %v", err)
+			c.fail(localapi.CodeUnexpected, false, "encoding the status: %v", err)
 			return false
 		}
 		return c.write(&localapi.StatusJSON{JSON: b}) == nil

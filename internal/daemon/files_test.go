@@ -318,6 +318,13 @@ func TestFilesOff(t *testing.T) {
 	if e := readErr(t, c); !strings.Contains(e.Text, "carries no files") {
 		t.Fatalf("answered %+v", e)
 	}
+	// A ReceiveFiles refused says why without the request's name, which
+	// rbcastd recvfile puts before it.
+	rc, _ := dial(t, ds[0].socket, true)
+	rc.Write(&localapi.ReceiveFiles{Dir: t.TempDir()})
+	if e := readErr(t, rc); !strings.HasPrefix(e.Text, "this daemon carries no files") {
+		t.Fatalf("ReceiveFiles answered %+v", e)
+	}
 	if st := ds[0].d.Status(); st.Files != nil {
 		t.Fatalf("status has files %+v", st.Files)
 	}

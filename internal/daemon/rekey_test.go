@@ -189,6 +189,9 @@ func TestRekeyRefusals(t *testing.T) {
 		var e *localapi.Error
 		if !errors.As(err, &e) || e.Code != localapi.CodeRefused || !strings.Contains(e.Text, c.want) {
 			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.want)
+		} else if strings.HasPrefix(e.Text, "rekey") {
+			// rbcastd rekey says the command's name before the text.
+			t.Errorf("%s: %q names the request again", c.name, e.Text)
 		}
 	}
 	if a := ds[0].d.Status().Auth; len(a.Accepted) != 1 || len(a.Changes) != 0 {
