@@ -403,8 +403,16 @@ func TestJoinChannelsRegistered(t *testing.T) {
 
 // TestJoinChannelsViews: channels over a global group with Views (it
 // is founded by the 4 processes): the channels' static member lists come
-// from the first view.
+// from the first view. Also with WCCopies -1, every WC hold in the
+// window, the global group's too (reliable/view's hold, live, under the
+// race detector in CI's runs).
 func TestJoinChannelsViews(t *testing.T) {
+	for _, copies := range []int{0, -1} {
+		t.Run(fmt.Sprintf("WCCopies=%d", copies), func(t *testing.T) { joinChannelsViews(t, copies) })
+	}
+}
+
+func joinChannelsViews(t *testing.T, copies int) {
 	r := rtnet.New(t, 6)
 	const size = 4
 	nodes := make([]*dsm.Node, size)
@@ -416,7 +424,7 @@ func TestJoinChannelsViews(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
+			c := dsm.Config{Channels: true, WCCopies: copies, Group: reliable.Config{Group: 1, Views: true, Size: size,
 				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -434,6 +442,11 @@ func TestJoinChannelsViews(t *testing.T) {
 		}
 	}
 	runLive(t, nodes, chanProgram(chanSegs, 2))
+	var held uint64
+	for _, n := range nodes {
+		held += n.Stats().Group.HeldData
+	}
+	t.Logf("%d frames held by WC holds on the global groups", held)
 	for r, n := range nodes {
 		st := n.Stats()
 		for key, ranks := range chanSegs {

@@ -95,12 +95,12 @@ type Config struct {
 	// has none: its updates go on the global group, ordered with the
 	// barrier messages, so a barrier costs no marker for it; WC holds
 	// what a peer ahead writes to it in the global group's window past
-	// WCCopies, as on a channel, unless Group.Views (then it copies it
-	// without bound, as without Channels). (docs/dsm.md, "A segment every
+	// WCCopies, as on a channel (with Group.Views too: the view layer
+	// keeps the hold across its changes). (docs/dsm.md, "A segment every
 	// member joined".)
 	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
-	// segment channel (or the global one, without Group.Views) the wait
+	// segment channel (or the global one) the wait
 	// condition (WC, def. 7.3) copies while this member has not crossed
 	// the barrier the peer crossed, before the channel stops taking the
 	// peer's frames: they then wait,
@@ -376,7 +376,7 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	c := core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
 		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg),
-		HoldGlobal: !cfg.Group.Views, Unconfirmed: unconfirmed}
+		HoldGlobal: true, Unconfirmed: unconfirmed}
 	if cfg.mutate != nil {
 		cfg.mutate(&c)
 	}

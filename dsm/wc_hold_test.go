@@ -178,8 +178,8 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 // wcProgram of TestChannelsWCHoldsInWindow on such a segment: rank 0
 // writes 4096 messages while rank 1 computes 100 ms. Before, rank 1
 // copied all of them (peak 90 KB, with WCCopies -1 or 16 KiB alike).
-// With Views the global group still copies, unbounded: a Confirm or
-// Refuse must overtake what WC holds there.
+// With Views too (the view layer holds across its changes,
+// reliable/view/hold.go): before, rank 1 copied all 90 KB there.
 func TestChannelsWCHoldsGlobalInWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -190,7 +190,8 @@ func TestChannelsWCHoldsGlobalInWindow(t *testing.T) {
 		{"short", testnet.Impairment{}, -1, false},
 		{"short lossy", lossy, -1, false},
 		{"copies first", lossy, 16 << 10, false},
-		{"views copy", testnet.Impairment{}, -1, true},
+		{"views", testnet.Impairment{}, -1, true},
+		{"views lossy", lossy, -1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const compute = 100 * time.Millisecond
@@ -207,18 +208,18 @@ func TestChannelsWCHoldsGlobalInWindow(t *testing.T) {
 			g, sent := slow.Group, fast.Group.Protocol
 			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), held %d frames; rank 0 sent %d frames, retransmitted %d; %v virtual",
 				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, g.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
-			if tc.views {
-				if g.HeldData != 0 || slow.HeldPeak < fast.UpdateBytes*9/10 {
-					t.Errorf("with Views rank 1 held %d frames and copied up to %d B of %d: want no hold, every message copied", g.HeldData, slow.HeldPeak, fast.UpdateBytes)
-				}
-				return
-			}
 			if g.HeldData == 0 {
 				t.Errorf("rank 1's global group held no frame: the hold never took effect")
 			}
 			limit := compute + 20*time.Millisecond
 			if tc.in.Loss > 0 {
 				limit = compute + 50*time.Millisecond
+			}
+			if tc.views {
+				// The founders listen for a running group for half the
+				// failure timeout (view.Config.Listen) before they found
+				// one: the run without the hold took 1.100 s.
+				limit += time.Second
 			}
 			if res.Elapsed > limit {
 				t.Errorf("the run took %v, want at most %v: the hold was not released at the crossing", res.Elapsed, limit)

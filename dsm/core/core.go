@@ -86,12 +86,12 @@ type Config struct {
 	// hold the rest in the peer's send window; 0 holds at once.
 	WCCopies int
 	// HoldGlobal (Channels): Holds applies WCCopies on the global channel
-	// too, where the updates of segments every member joined travel. For
-	// a global group without Views: there every message is a segment's
-	// announcement, an update or a barrier message (locks are refused),
-	// none of which must overtake what WC holds; with Views a member's
-	// Confirm or Refuse must (admissionMessage), and the reliable layer
-	// cannot hand out one message of a sender past another.
+	// too, where the updates of segments every member joined travel.
+	// There every message is a segment's announcement, an update, a
+	// barrier message (locks are refused) or, with Views, a Confirm or
+	// Refuse (admissionMessage); only the last two must overtake what WC
+	// holds, and only at a process not yet confirmed, which therefore
+	// holds nobody there (Holds).
 	HoldGlobal bool
 	// Unconfirmed: Self's first view (Views) was not the group's
 	// founding one, so it may be a process the running group admitted
@@ -480,13 +480,19 @@ func (c *Core) crossed() uint32 {
 // crossing, so that they wait in the sender's window instead of being
 // copied here (what is delivered meanwhile is still held, by copy).
 // False on the global channel unless Config.HoldGlobal: a lock message
-// there must overtake the messages WC holds (lockMessage), and so must
-// an admission message (admissionMessage), and the reliable layer
-// cannot hand out one message past another of the same sender.
+// there must overtake the messages WC holds (lockMessage), and the
+// reliable layer cannot hand out one message past another of the same
+// sender. False there too while Self is unconfirmed: a Confirm or Refuse
+// (admissionMessage) must overtake then, for Self cannot cross without
+// it. A confirmed member needs neither (a Confirm names the process it
+// admits, a Refuse an outsider). What an unconfirmed one copies from a
+// peer is bounded all the same: the peer queues its Confirm of Self at
+// its install of Self's first view, behind only what it had queued
+// before (its outbox), and Self is confirmed once that is delivered.
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	if ch == Global {
 		p := c.peer(from)
-		return c.holdGlobal && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
+		return c.holdGlobal && !c.unconfirmed && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {

@@ -642,3 +642,37 @@ func TestBarrierReadyDoesNotCross(t *testing.T) {
 		t.Fatalf("BarrierPassed: %v, want ErrBarrierMismatch", err)
 	}
 }
+
+// Holds on the global channel (HoldGlobal): an unconfirmed member holds
+// nobody there, for the Confirm it waits for may come behind a peer's
+// arrival and must overtake what WC holds; once confirmed it holds a
+// peer that arrived at the barrier it waits at, as a founder does.
+func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
+	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Unconfirmed: true,
+		Channels: true, HoldGlobal: true, WCCopies: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnterBarrier(1); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c)
+	if err := c.Receive(1, AppendBarrier(nil, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if c.Holds(Global, 1) {
+		t.Fatal("unconfirmed: Holds(Global, 1) true, want false (its Confirm must overtake)")
+	}
+	if err := c.Receive(1, AppendConfirm(nil, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Confirmed() {
+		t.Fatal("not confirmed by the Confirm naming it")
+	}
+	if !c.Holds(Global, 1) {
+		t.Fatal("confirmed, member 1 arrived at barrier 1, Self waits there: Holds(Global, 1) false, want true")
+	}
+	if c.Holds(Global, 2) {
+		t.Fatal("Holds(Global, 2) true for a member that has not arrived")
+	}
+}

@@ -161,6 +161,7 @@ func (c *Core) freeze() {
 		c.frozenAt = append(c.frozenAt, frame.Delivered{Member: m.ID, Next: d})
 	}
 	c.unsent = c.inner.Freeze()
+	c.suspendHolds()
 	c.ownOut += c.handed - uint64(len(c.unsent))
 	c.handed = 0
 }
@@ -933,6 +934,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	clear(c.later) // frames of a view installed before this one's
 	c.later = c.later[:0]
 	c.view, c.self, c.state = v, self, member
+	c.resumeHolds()
 	formed := commit
 	formed.Members, formed.Cuts, formed.FromBase = slices.Clone(commit.Members), slices.Clone(commit.Cuts), slices.Clone(commit.FromBase)
 	c.formed = &formed

@@ -14,6 +14,13 @@ import (
 // RBCAST_SEEDS sets the number of seeds (1000; 100 with -short).
 func TestSim(t *testing.T) { viewsim.Seeds(t, viewsim.FIFO, "reliable/view", "TestSim") }
 
+// TestSimHolds is TestSim's scenarios with holds: every process holds
+// one member now and then (HoldFrom, hold.go) and releases it up to
+// 80 ms later, across joins, crashes, restarts and leaves
+// (viewsim.HoldSeeds). RBCAST_SEEDS sets the number of seeds (300; 50
+// with -short).
+func TestSimHolds(t *testing.T) { viewsim.HoldSeeds(t, "reliable/view", "TestSimHolds") }
+
 // TestSimComponents are seeds 3583, 5055, 6075 and 8600 of TestSim,
 // beyond the default count: a one-way cut split the group, FIFO let both
 // sides go on, and each side's coordinator numbered its next view from

@@ -292,6 +292,8 @@ type Core struct {
 	maxSeen   uint32 // the highest view id seen proposed or installed
 
 	prop *proposal
+	// holds are the senders held (HoldFrom, hold.go) across views.
+	holds []senderHold
 	// promise is the prepare this member answered; promisedAt when.
 	// Frozen with promiseBy NoMember: frozen while asking (askLeft), no
 	// Prepare answered yet.

@@ -166,6 +166,12 @@ type process struct {
 	// sends (retransmissions aside) by their first byte: vtotal's kind.
 	kinds map[byte]int
 
+	// holdRng, heldID and releaseAt: the hold under way (churnHold;
+	// heldID NoMember when none).
+	holdRng   *rand.Rand
+	heldID    frame.MemberID
+	releaseAt time.Time
+
 	// handed: the deliveries of the last Ready and a copy of each, held
 	// against them until the core's next Step or Tick: a delivery stays
 	// unchanged until then (core.Delivery), whatever the process
@@ -235,7 +241,10 @@ type simRun struct {
 	// answer at once a frame that asks (pbp.Config.AnswerAckRequests),
 	// as before a Safe message in an Agreed group asked.
 	noPromptAnswer bool
-	lost           string // how the primary component was lost (primaryLost)
+	// holds (scenario.holds): each process holds a member now and then
+	// (HoldFrom) and releases it a little later.
+	holds bool
+	lost  string // how the primary component was lost (primaryLost)
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -245,7 +254,7 @@ func (r *simRun) fail(format string, args ...any) {
 }
 
 func (r *simRun) newProcess(ep *testnet.Endpoint, inc uint32, found int, budget uint32) *process {
-	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch,
+	p := &process{run: r, ep: ep, mac: [6]byte(ep.HardwareAddr()), inc: inc, rx: make([]link.Frame, 256), batch: r.batch, heldID: frame.NoMember,
 		rng: rand.New(rand.NewPCG(r.seed, uint64(inc))), levels: rand.New(rand.NewPCG(r.seed^0x1e7e1, uint64(inc))), inView: map[uint32][]msgID{}, next: map[[10]byte]uint32{}, dgGot: map[msgID]bool{}, budget: budget, types: map[frame.Type]int{}}
 	p.clk = wall.Clock{Epoch: r.start}
 	window := r.window
@@ -317,6 +326,9 @@ func (p *process) Step(now time.Time) time.Time {
 			p.st.StepLent(t, b, false, loan)
 		}
 		p.st.Tick(t)
+		if p.run.holds {
+			p.churnHold(now, t)
+		}
 		if p.batch == 0 {
 			p.propose(now, t)
 		} // else flush proposes between Ready and Advance
@@ -358,7 +370,39 @@ func (p *process) Step(now time.Time) time.Time {
 	if p.sent <= p.budget && p.view != 0 && !p.left && !next.IsZero() && (d.IsZero() || next.Before(d)) {
 		d = next
 	}
+	if p.heldID != frame.NoMember && (d.IsZero() || p.releaseAt.Before(d)) {
+		d = p.releaseAt
+	}
 	return d
+}
+
+// churnHold (scenario.holds): now and then the process holds another
+// member of its view (HoldFrom, bounded at 100 ms: a quarter of the
+// failure timeout, as the runtime's) and releases it 0–80 ms later,
+// whatever changes of the view happen meanwhile; the checkers then say
+// whether the holds broke virtual synchrony, FIFO or exactly once.
+func (p *process) churnHold(now time.Time, t clock.Time) {
+	if p.holdRng == nil {
+		p.holdRng = rand.New(rand.NewPCG(p.run.seed^0x401d, uint64(p.inc)))
+	}
+	if p.heldID != frame.NoMember {
+		if !now.Before(p.releaseAt) {
+			p.st.ReleaseFrom(p.heldID)
+			p.heldID = frame.NoMember
+		}
+		return
+	}
+	if !p.core.Installed() || p.holdRng.IntN(20) != 0 {
+		return
+	}
+	ms := p.core.View().Members
+	m := ms[p.holdRng.IntN(len(ms))]
+	if m.MAC == p.mac && m.Incarnation == p.inc {
+		return
+	}
+	if p.st.HoldFrom(m.ID, t.Add(100*clock.Millisecond)) {
+		p.heldID, p.releaseAt = m.ID, now.Add(time.Duration(p.holdRng.IntN(80))*time.Millisecond)
+	}
 }
 
 // wake ends a sleep: the process reads what waited meanwhile, oldest
@@ -619,11 +663,16 @@ type scenario struct {
 	// its way to the lowest of the others but that one instead.
 	leaveUnheard    bool
 	unheardAtMember bool
+	// holds: processes hold one sender now and then (process.churnHold).
+	holds bool
 }
 
 func (s scenario) String() string {
 	str := fmt.Sprintf("seed=%d level=%v mix=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
 		s.seed, s.level, s.mix, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
+	if s.holds {
+		str += " holds=true"
+	}
 	if s.leaveAtChange {
 		str += fmt.Sprintf(" crash=%v leave-after=%v leave-unheard=%v", s.crashAt, s.leaveAfter, s.leaveUnheard)
 		if s.leaveUnheard {
@@ -674,7 +723,7 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}, level: s.level, mix: s.mix, safeSent: map[msgID]bool{}}
+	r := &simRun{t: t, seed: s.seed, net: net, views: map[eraView][]frame.MemberInfo{}, start: net.Now(), window: 16, batch: s.batch, dgView: map[msgID]uint32{}, level: s.level, mix: s.mix, safeSent: map[msgID]bool{}, holds: s.holds}
 	imp := testnet.Impairment{Loss: s.loss, Duplicate: s.dup, Reorder: s.reorder, ReorderDelay: 300 * time.Microsecond}
 	rng := rand.New(rand.NewPCG(s.seed, 0xbeef))
 	var eps []*testnet.Endpoint
@@ -1376,6 +1425,18 @@ func (l Level) String() string {
 // calling test's package path, test its name).
 func Seeds(t *testing.T, level Level, pkg, test string) {
 	runSeeds(t, seedCount(t), pkg, test, func(seed uint64) scenario { return newScenario(seed, level) })
+}
+
+// HoldSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with -short) of
+// the churn simulation's FIFO scenarios with holds (scenario.holds):
+// every process holds one member now and then, as dsm's wait condition
+// does, across the scenario's joins, crashes, restarts and leaves.
+func HoldSeeds(t *testing.T, pkg, test string) {
+	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario {
+		s := newScenario(seed, FIFO)
+		s.holds = true
+		return s
+	})
 }
 
 // runSeeds runs the scenarios of seeds 1 to n, each a parallel subtest
