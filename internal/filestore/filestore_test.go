@@ -1442,3 +1442,72 @@ func TestWrittenPrefixDropped(t *testing.T) {
 		t.Fatalf("the stored file differs from the data (%v)", err)
 	}
 }
+
+// A file that arrives with gaps, repaired later, past several
+// write-behinds (dropWritten drops the prefix while blocks after it are
+// still missing, and the repairs land beside dropped pages), and a
+// resume of it, store the file's bytes.
+func TestWrittenPrefixDroppedLossy(t *testing.T) {
+	d := &Dir{Root: t.TempDir()}
+	data := randomBytes(40<<20, 77)
+	m := meta("lossy", data, 8964)
+	block := func(b uint32) []byte {
+		return data[int(b)*int(m.BlockSize) : int(b)*int(m.BlockSize)+m.BlockLen(b)]
+	}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pass: every 7th block lost, and each repaired 300 blocks
+	// (2.6 MB) later; the last third of the file only after an abort
+	// and a resume.
+	n := m.Blocks()
+	var lost []uint32
+	for b := range n * 2 / 3 {
+		if b%7 == 3 {
+			lost = append(lost, b)
+		} else if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+		for len(lost) > 0 && lost[0]+300 <= b {
+			if err := f.WriteBlock(lost[0], block(lost[0])); err != nil {
+				t.Fatal(err)
+			}
+			lost = lost[1:]
+		}
+	}
+	if p := f.(*partial); p.dropped < 8<<20 {
+		t.Fatalf("%d bytes of the prefix dropped before the abort, want 8 MiB or more", p.dropped)
+	}
+	f.Abort(true)
+	f, held, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have uint32
+	for _, r := range held {
+		have += r.Last - r.First + 1
+	}
+	if want := n*2/3 - uint32(len(lost)); have != want {
+		t.Fatalf("the resume holds %d blocks, want %d", have, want)
+	}
+	for _, b := range lost {
+		if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := n * 2 / 3; b < n; b++ {
+		if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sum, err := f.Sum(); err != nil || sum != librarySum(hashAlg(m.HashAlg), data) {
+		t.Fatalf("Sum = %x, %v", sum, err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(d.Root, "lossy")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the stored file differs from the data (%v)", err)
+	}
+}
