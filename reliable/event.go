@@ -62,6 +62,19 @@ const (
 	GroupRemoved = core.GroupRemoved
 )
 
+// EventCounts counts events by kind: c[k] is the number of events of
+// kind k (Stats.EventCounts).
+type EventCounts = core.EventCounts
+
+const (
+	// EventTail is how many of the most recent events Stats lists
+	// (core.EventTail says why that many).
+	EventTail = core.EventTail
+	// ViewsKept is how many of the latest ViewInstalled events Stats
+	// lists (RecentViews).
+	ViewsKept = core.ViewsKept
+)
+
 // Reasons of a FIFO MemberStalled (Event.Reason).
 const (
 	StalledNoAcks    = core.StalledNoAcks
@@ -121,4 +134,16 @@ func (e Event) String() string {
 func eventOf(ev core.Event, c wall.Clock) Event {
 	return Event{Kind: ev.Kind, Member: ev.Member, At: c.Wall(ev.At), Delivered: ev.Delivered, Discarded: ev.Discarded,
 		Epoch: ev.Epoch, Last: ev.Last, Reason: ev.Reason, View: ev.View}
+}
+
+// eventsOf is a core's events on the wall clock c (nil if none).
+func eventsOf(evs []core.Event, c wall.Clock) []Event {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := make([]Event, len(evs))
+	for i, ev := range evs {
+		out[i] = eventOf(ev, c)
+	}
+	return out
 }

@@ -358,8 +358,9 @@ func (g *Group) event(ev Event) {
 // or left; this member's own leave; at the registration server, refused
 // joins) and, under Order Total, changes of the sequencer. The channel
 // holds 64; events the application does not take in time are counted in
-// Stats.EventsLost and still listed in Stats.Events. It is closed when
-// the group stops.
+// Stats.EventsLost, and still listed in Stats.Events while they are among
+// the last EventTail (Stats.EventCounts counts every one). It is closed
+// when the group stops.
 func (g *Group) Events() <-chan Event { return g.events }
 
 // run is the event loop.

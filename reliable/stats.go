@@ -44,10 +44,23 @@ type Stats struct {
 	Members []MemberStats
 	// RepairP50 and RepairP99 are over the recent repairs of all members.
 	RepairP50, RepairP99 time.Duration
-	// Events are all membership events so far; EventsLost counts those
-	// the Events channel could not hold.
-	Events     []Event
-	EventsLost uint64
+	// Events are the most recent membership events, oldest first: the
+	// last EventTail. EventsDropped counts the earlier ones, no longer
+	// listed; EventCounts counts every event by kind; EventsLost counts
+	// those the Events channel could not hold.
+	Events        []Event
+	EventsDropped uint64
+	EventCounts   EventCounts
+	EventsLost    uint64
+	// Removals are each member's removal in force, by id: its last
+	// MemberFailed, MemberStalled or MemberLeft, unless a MemberReturned
+	// came after it. SelfRemoved is the last SelfRemoved event (nil
+	// without one). RecentViews are the last ViewsKept ViewInstalled
+	// events, oldest first. All three are exact however many events
+	// Events no longer lists.
+	Removals    []Event
+	SelfRemoved *Event
+	RecentViews []Event
 	// View is the installed view (Config.Views; nil otherwise), and
 	// Views the membership layer's counters.
 	View  *ViewInfo
@@ -210,8 +223,11 @@ func (n *node) stats(o Order) Stats {
 	info := n.st.Core().Info() // Self: a member's id in its view (Config.Views)
 	s := Stats{Self: info.Self, Order: o, Protocol: n.st.Core().Stats(), BadFrames: c.Bad, HeldData: c.Held,
 		RetransmitsSentNow: n.out.nowSent.Load(), RepairP50: time.Duration(c.RepairP50), RepairP99: time.Duration(c.RepairP99)}
-	for _, ev := range n.st.Events() {
-		s.Events = append(s.Events, eventOf(ev, n.clk))
+	s.Events, s.EventsDropped, s.EventCounts = eventsOf(n.st.Events(), n.clk), n.st.EventsDropped(), n.st.EventCounts()
+	s.Removals, s.RecentViews = eventsOf(n.st.Removals(), n.clk), eventsOf(n.st.RecentViews(), n.clk)
+	if ev, ok := n.st.Removed(); ok {
+		self := eventOf(ev, n.clk)
+		s.SelfRemoved = &self
 	}
 	live := map[frame.MemberID]bool{}
 	members := n.st.Core().Members()

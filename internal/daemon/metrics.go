@@ -192,12 +192,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descAuthVerified, counter, float64(a.Verified))
 	}
-	kinds := map[string]int{}
-	for _, ev := range st.Events {
-		kinds[ev.Kind.String()]++
-	}
-	for k, n := range kinds {
-		ch <- prometheus.MustNewConstMetric(descEvents, counter, float64(n), k)
+	for k, n := range st.EventCounts {
+		if n > 0 {
+			ch <- prometheus.MustNewConstMetric(descEvents, counter, float64(n), reliable.EventKind(k).String())
+		}
 	}
 	var lat reliable.Latencies
 	if ready {
@@ -245,12 +243,6 @@ func viewChanges(s *Status, st *reliable.Stats) float64 {
 	if s.Membership == "views" {
 		return float64(max(s.ViewsInstalled-1, 0))
 	}
-	n := 0
-	for _, ev := range st.Events {
-		switch ev.Kind {
-		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft, reliable.MemberReturned:
-			n++
-		}
-	}
-	return float64(n)
+	c := &st.EventCounts
+	return float64(c[reliable.MemberFailed] + c[reliable.MemberStalled] + c[reliable.MemberLeft] + c[reliable.MemberReturned])
 }

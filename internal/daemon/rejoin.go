@@ -61,7 +61,7 @@ func (d *Daemon) rejoin(cfg reliable.Config, g *reliable.Group) (reliable.Config
 	d.rejoining = true
 	d.rejoins++
 	d.lastGone = gone
-	d.viewsBefore += viewsInstalled(st.Events)
+	d.viewsBefore += viewsInstalled(st)
 	n := d.rejoins
 	conns := make([]*conn, 0, len(d.conns))
 	for c := range d.conns {
@@ -231,16 +231,8 @@ func (c *conn) lostGroup(g *reliable.Group, code localapi.Code, format string, a
 	c.fail(code, false, format, args...)
 }
 
-// viewsInstalled counts the views installed among events.
-func viewsInstalled(events []reliable.Event) int {
-	n := 0
-	for _, ev := range events {
-		if ev.Kind == reliable.ViewInstalled {
-			n++
-		}
-	}
-	return n
-}
+// viewsInstalled is how many views the group of st installed.
+func viewsInstalled(st reliable.Stats) int { return int(st.EventCounts[reliable.ViewInstalled]) }
 
 func viewID(st reliable.Stats) uint32 {
 	if st.View == nil {

@@ -271,9 +271,10 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 		return s, st, nil
 	}
 	// Members before Stats: a removal changes the member's liveness and
-	// records its event in the same turn of the event loop, and events
-	// only grow, so every member Members shows dead has its event (reason,
-	// time) in the Stats taken after. The other way round a removal
+	// records its event in the same turn of the event loop, and a removal
+	// stays in Stats.Removals until the member returns, so every member
+	// Members shows dead has its event (reason, time) in the Stats taken
+	// after. The other way round a removal
 	// between the two calls showed a dead member with neither.
 	members := g.Members()
 	st = g.Stats()
@@ -310,24 +311,19 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 		s.Auth.Changes = append([]KeyChange(nil), d.keyChanges...)
 		d.rekeyMu.Unlock()
 	}
-	s.ViewsInstalled += viewsInstalled(st.Events)
+	s.ViewsInstalled += viewsInstalled(st)
 	if st.View != nil {
 		v := &ViewStatus{ID: st.View.ID, Counts: st.Views}
 		for _, m := range st.View.Members {
 			v.Members = append(v.Members, ViewMember{ID: int(m.ID), MAC: net.HardwareAddr(m.MAC[:]).String(), Addr: memberAddr(d.watch.Link, m.MAC), Incarnation: m.Incarnation})
 		}
-		for _, ev := range st.Events {
-			if ev.Kind == reliable.ViewInstalled && ev.View != nil {
-				v.Changes = append(v.Changes, ViewChange{ID: ev.View.ID, At: ev.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), Members: len(ev.View.Members)})
-			}
-		}
-		if len(v.Changes) > maxViewChanges {
-			v.Changes = v.Changes[len(v.Changes)-maxViewChanges:]
+		for _, ev := range st.RecentViews[max(len(st.RecentViews)-maxViewChanges, 0):] {
+			v.Changes = append(v.Changes, ViewChange{ID: ev.View.ID, At: ev.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), Members: len(ev.View.Members)})
 		}
 		s.View = v
 	}
 
-	why, died := removals(st.Events)
+	why, died := removals(st.Removals)
 	per := map[frame.MemberID]reliable.MemberStats{}
 	for _, m := range st.Members {
 		per[m.ID] = m
@@ -345,7 +341,7 @@ func (d *Daemon) status() (s Status, st reliable.Stats, g *reliable.Group) {
 		watched := st.Order != reliable.Total || amSequencer || m.Sequencer
 		if m.Self {
 			if !m.Live {
-				mst.State, mst.Reason = StateDead, selfReason(st.Events)
+				mst.State, mst.Reason = StateDead, selfReason(st)
 			}
 			s.Members = append(s.Members, mst)
 			continue
@@ -431,21 +427,16 @@ func (r *rateSampler) get() (sent, deliv, bytes float64) {
 	return r.rSent, r.rDeliv, r.rB
 }
 
-// removals reads the membership events in order: why each member not
-// live now was removed (the event kind) and when; a MemberReturned
-// forgets an earlier removal. SequencerFailed is no removal: a follower
-// that hears its sequencer again follows it on without an event, and the
-// sequencer is removed, if at all, by a later MemberFailed or MemberLeft.
-func removals(events []reliable.Event) (why map[frame.MemberID]string, died map[frame.MemberID]time.Time) {
-	why, died = map[frame.MemberID]string{}, map[frame.MemberID]time.Time{}
-	for _, ev := range events {
-		switch ev.Kind {
-		case reliable.MemberFailed, reliable.MemberStalled, reliable.MemberLeft:
-			why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
-		case reliable.MemberReturned:
-			delete(why, ev.Member)
-			delete(died, ev.Member)
-		}
+// removals reads each member's removal in force (Stats.Removals, kept
+// exact by the runtime however many events it no longer lists): why it
+// was removed (the event kind) and when. A MemberReturned forgets an
+// earlier removal. SequencerFailed is no removal: a follower that hears
+// its sequencer again follows it on without an event, and the sequencer
+// is removed, if at all, by a later MemberFailed or MemberLeft.
+func removals(rs []reliable.Event) (why map[frame.MemberID]string, died map[frame.MemberID]time.Time) {
+	why, died = make(map[frame.MemberID]string, len(rs)), make(map[frame.MemberID]time.Time, len(rs))
+	for _, ev := range rs {
+		why[ev.Member], died[ev.Member] = ev.Kind.String(), ev.At
 	}
 	return why, died
 }
@@ -468,11 +459,9 @@ func deadReason(why map[frame.MemberID]string, m reliable.MemberStatus) string {
 
 // selfReason is the Reason of this member once Members shows it not
 // live: it left, or (Total) an election left it out and it halted.
-func selfReason(events []reliable.Event) string {
-	for _, ev := range events {
-		if ev.Kind == reliable.SelfRemoved {
-			return ev.Kind.String()
-		}
+func selfReason(st reliable.Stats) string {
+	if st.SelfRemoved != nil {
+		return st.SelfRemoved.Kind.String()
 	}
 	return "left"
 }

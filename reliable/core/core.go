@@ -234,6 +234,10 @@ const (
 	ViewInstalled
 	// GroupRemoved (reliable/view): Member removed the group; it stops.
 	GroupRemoved
+
+	// eventKinds is one past the last kind (EventCounts' length): a kind
+	// added goes above it.
+	eventKinds
 )
 
 // Reasons of MemberStalled (Event.Reason).

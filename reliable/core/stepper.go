@@ -36,7 +36,7 @@ type Stepper struct {
 	held    uint64
 	base    frame.MemberID
 	peers   []peerCounters // by id - base; nil entries are not members
-	events  []Event        // every event so far
+	events  eventLog       // what the events so far leave known (events.go)
 	readied bool           // Ready was called since the last Advance
 	now     Time           // of the last input (Step, Tick, Propose): when Ready's deliveries happen
 	self    selfLatency    // Info.SelfDelivery only (latency.go)
@@ -344,18 +344,16 @@ func (s *Stepper) Ready() Ready {
 			s.self.delivered(s.now)
 		}
 	}
-	if len(rd.Events) > 0 {
-		for _, ev := range rd.Events {
-			if ev.Kind == ViewInstalled && ev.View != nil {
-				s.adopt(ev.View.Members)
-				continue
-			}
-			// A removed member's repair ends unfinished, uncounted.
-			if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
-				p.repairSince = 0
-			}
+	for _, ev := range rd.Events {
+		s.events.add(ev)
+		if ev.Kind == ViewInstalled && ev.View != nil {
+			s.adopt(ev.View.Members)
+			continue
 		}
-		s.events = append(s.events, rd.Events...)
+		// A removed member's repair ends unfinished, uncounted.
+		if p := s.peer(ev.Member); p != nil && ev.Kind != SequencerChanged {
+			p.repairSince = 0
+		}
 	}
 	return rd
 }
@@ -364,19 +362,6 @@ func (s *Stepper) Ready() Ready {
 func (s *Stepper) Advance() {
 	s.readied = false
 	s.c.Advance()
-}
-
-// Events returns every event so far (a copy).
-func (s *Stepper) Events() []Event { return slices.Clone(s.events) }
-
-// Removed returns the last SelfRemoved event, if the core halted.
-func (s *Stepper) Removed() (Event, bool) {
-	for i := len(s.events) - 1; i >= 0; i-- {
-		if s.events[i].Kind == SelfRemoved {
-			return s.events[i], true
-		}
-	}
-	return Event{}, false
 }
 
 // DeliveredFrom is the number of messages from member id handed out so

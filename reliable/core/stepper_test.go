@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -351,5 +352,119 @@ func TestStepperHoldFromInCore(t *testing.T) {
 	}
 	if wantCalls := []string{"hold 2 until 100", "hold 4 until 100", "release 2"}; !slices.Equal(f.calls, wantCalls) {
 		t.Fatalf("core was asked %q, want %q", f.calls, wantCalls)
+	}
+}
+
+// churn has the stepper's core report n events: members 2 to 9 failing,
+// stalling, leaving and returning, views installed, the sequencer
+// changing, Joins refused, now and then this member removed; it returns
+// them all, in order.
+func churn(s *Stepper, f *fake, n int) []Event {
+	kinds := []EventKind{MemberFailed, ViewInstalled, MemberReturned, JoinRefused, MemberStalled, SequencerFailed,
+		ViewInstalled, MemberLeft, SequencerChanged, MemberFailed, SelfRemoved, ViewInstalled}
+	var all []Event
+	for i := range n {
+		ev := Event{Kind: kinds[i%len(kinds)], Member: frame.MemberID(2 + i/5%8), At: Time(i + 1), Reason: fmt.Sprint("event ", i)}
+		if ev.Kind == ViewInstalled && i%5 != 0 { // now and then one without a view
+			ev.View = &ViewInfo{ID: uint32(i), Members: []frame.MemberInfo{{ID: 1}, {ID: ev.Member}}}
+		}
+		all = append(all, ev)
+		if len(all)%3 == 0 || i == n-1 { // several events per Ready
+			f.ready = Ready{Events: all[len(all)-(len(all)-1)%3-1:]}
+			s.Ready()
+			s.Advance()
+		}
+	}
+	return all
+}
+
+// What the stepper keeps of its events stays bounded and exact: the
+// last EventTail events, the count of the earlier ones, every kind's
+// count, each member's removal in force, the last self-removal and the
+// last ViewsKept views are what reading every event ever reported gives.
+func TestStepperEventLog(t *testing.T) {
+	for _, n := range []int{0, 10, EventTail, EventTail + 1, 10_000} {
+		f := &fake{}
+		s := NewStepper(f, 7, 0)
+		all := churn(s, f, n)
+
+		tail := all[max(0, len(all)-EventTail):]
+		if got := s.Events(); !slices.EqualFunc(got, tail, sameEvent) || s.EventsDropped() != uint64(len(all)-len(tail)) {
+			t.Errorf("%d events: Events lists %d, %d dropped; want the last %d, %d dropped", n, len(got), s.EventsDropped(), len(tail), len(all)-len(tail))
+		}
+		var counts EventCounts
+		removed := map[frame.MemberID]Event{}
+		var self *Event
+		var views []Event
+		for _, ev := range all {
+			counts[ev.Kind]++
+			switch ev.Kind {
+			case MemberFailed, MemberStalled, MemberLeft:
+				removed[ev.Member] = ev
+			case MemberReturned:
+				delete(removed, ev.Member)
+			case SelfRemoved:
+				self = &ev
+			case ViewInstalled:
+				if ev.View != nil {
+					views = append(views, ev)
+				}
+			}
+		}
+		if got := s.EventCounts(); got != counts || got.Total() != uint64(n) {
+			t.Errorf("%d events: counts %v (total %d), want %v", n, got, got.Total(), counts)
+		}
+		rs := s.Removals()
+		if len(rs) != len(removed) || !slices.IsSortedFunc(rs, func(a, b Event) int { return int(a.Member) - int(b.Member) }) {
+			t.Errorf("%d events: removals %v, want %d by member", n, rs, len(removed))
+		}
+		for _, r := range rs {
+			if !sameEvent(r, removed[r.Member]) {
+				t.Errorf("%d events: member %d's removal %v, want %v", n, r.Member, r, removed[r.Member])
+			}
+		}
+		if ev, ok := s.Removed(); ok != (self != nil) || ok && !sameEvent(ev, *self) {
+			t.Errorf("%d events: Removed() = %v, %v; want %v", n, ev, ok, self)
+		}
+		if got, want := s.RecentViews(), views[max(0, len(views)-ViewsKept):]; !slices.EqualFunc(got, want, sameEvent) {
+			t.Errorf("%d events: recent views %v, want %v", n, got, want)
+		}
+	}
+}
+
+func sameEvent(a, b Event) bool {
+	return a.Kind == b.Kind && a.Member == b.Member && a.At == b.At && a.Reason == b.Reason && a.View == b.View
+}
+
+// Reading what the stepper keeps of its events costs as many allocations
+// after 10 000 events as after a dozen, and as many bytes as after 1 000:
+// it does not grow with the past.
+func TestStepperEventLogAllocs(t *testing.T) {
+	cost := func(n int) (allocs float64, bytes uint64) {
+		f := &fake{}
+		s := NewStepper(f, 7, 0)
+		churn(s, f, n)
+		read := func() {
+			_, _, _, _, _ = s.Events(), s.EventsDropped(), s.EventCounts(), s.Removals(), s.RecentViews()
+			s.Removed()
+		}
+		allocs = testing.AllocsPerRun(100, read)
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for range 100 {
+			read()
+		}
+		runtime.ReadMemStats(&m1)
+		return allocs, (m1.TotalAlloc - m0.TotalAlloc) / 100
+	}
+	a12, _ := cost(12)
+	a1k, b1k := cost(1000)
+	a10k, b10k := cost(10_000)
+	t.Logf("allocations after 12, 1 000, 10 000 events: %v, %v, %v; bytes after 1 000 and 10 000: %d, %d", a12, a1k, a10k, b1k, b10k)
+	if a12 != a10k || a1k != a10k {
+		t.Errorf("reading the events allocates %v times after 12 events, %v after 1 000, %v after 10 000", a12, a1k, a10k)
+	}
+	if b10k > b1k+b1k/100 {
+		t.Errorf("reading the events allocates %d bytes after 1 000 events, %d after 10 000", b1k, b10k)
 	}
 }
