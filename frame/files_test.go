@@ -35,7 +35,8 @@ func TestFileBodyErrors(t *testing.T) {
 		{"offer sha256 byte", &Payload{T: FileOffer, Data: offerWithAlgByte(1)}, "file.offer.hash_alg", "hash algorithm 1 (SHA-256 is an offer without the byte"},
 		{"offer alg 0", &Payload{T: FileOffer, Data: offerWithAlgByte(0)}, "file.offer.hash_alg", "hash algorithm 0"},
 		{"offer two bytes", &Payload{T: FileOffer, Data: append(offerWithAlgByte(2), 2)}, "file.offer.name", "name of 1 bytes (want 1..4096), body has 3 after the fixed part"},
-		{"status reason 8", &FileStatusBody{ID: 1, State: FileFailed, Reason: 8}, "file.status.reason", "reason 8 with state failed (want 1..7"},
+		{"status reason 12", &FileStatusBody{ID: 1, State: FileFailed, Reason: 12}, "file.status.reason", "reason 12 with state failed (want 1..11"},
+		{"no space while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileNoSpace}, "file.status.reason", "reason 10 with state receiving"},
 		{"declined while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileDeclined}, "file.status.reason", "reason 7 with state receiving"},
 	}
 	for _, c := range cases {
@@ -85,6 +86,41 @@ func TestFileStatusDeclined(t *testing.T) {
 	again, err := Append(nil, &h, v.decodeFile())
 	if err != nil || !bytes.Equal(again, b) {
 		t.Fatalf("decode and encode again: %x (%v), want %x", again, err, b)
+	}
+}
+
+// A receiver that refuses an offer beyond one of its limits names the
+// limit (reasons 8 to 11): each report decodes, reads back, names its
+// limit, and encodes again to the same bytes.
+func TestFileStatusLimits(t *testing.T) {
+	h := Header{Group: 7, Sender: 2, Incarnation: 3, Seq: 12, Flags: FlagHashAlg}
+	for r, text := range map[FileReason]string{
+		FileOverMTU:     "blocks larger than the receiver's MTU",
+		FileTooLarge:    "more blocks than the receiver takes",
+		FileNoSpace:     "no room on the receiver's disk",
+		FileNameTooLong: "name too long for the receiver's file system",
+	} {
+		body := &FileStatusBody{ID: 9, Incarnation: 5, State: FileFailed, Reason: r, Credit: 256, Echo: 77, Delay: 3}
+		b, err := Append(nil, &h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Parse(b)
+		if err != nil {
+			t.Fatalf("reason %d: the report does not parse: %v", r, err)
+		}
+		st := v.FileStatus()
+		if st.Reason != r || st.State != FileFailed || !st.Reason.Limit() || st.Reason.String() != text {
+			t.Fatalf("reason %d read back %+v (%q, limit %v), want %q", r, st, st.Reason.String(), st.Reason.Limit(), text)
+		}
+		if again, err := Append(nil, &h, v.decodeFile()); err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("reason %d: decode and encode again: %x (%v), want %x", r, again, err, b)
+		}
+	}
+	for _, r := range []FileReason{FileStorage, FileDeclined, 12} {
+		if r.Limit() {
+			t.Errorf("reason %d names a limit", r)
+		}
 	}
 }
 

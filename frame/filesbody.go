@@ -233,7 +233,25 @@ const (
 	// (file.status.reason) and drops it: that sender names the receiver
 	// silent past its failure timeout, as it did before.
 	FileDeclined FileReason = 7
+	// FileOverMTU, FileTooLarge, FileNoSpace and FileNameTooLong: the
+	// offer is beyond one of the receiver's limits, which each names: its
+	// blocks are larger than the receiver's MTU carries, it has more
+	// blocks than the receiver takes (a bit per block), it does not fit
+	// the room left on the receiver's disk, or its name is longer than
+	// the receiver's file system takes. The receiver stores nothing. A
+	// decoder from before these reasons refuses the report
+	// (file.status.reason), as one from before FileDeclined does.
+	FileOverMTU     FileReason = 8
+	FileTooLarge    FileReason = 9
+	FileNoSpace     FileReason = 10
+	FileNameTooLong FileReason = 11
+	// FileReasonMax is the highest reason this decoder takes.
+	FileReasonMax = FileNameTooLong
 )
+
+// Limit reports whether r names a limit of the receiver that the offer
+// is beyond.
+func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileNameTooLong }
 
 func (r FileReason) String() string {
 	switch r {
@@ -253,6 +271,14 @@ func (r FileReason) String() string {
 		return "hash algorithm unknown to the receiver"
 	case FileDeclined:
 		return "declined by the receiver"
+	case FileOverMTU:
+		return "blocks larger than the receiver's MTU"
+	case FileTooLarge:
+		return "more blocks than the receiver takes"
+	case FileNoSpace:
+		return "no room on the receiver's disk"
+	case FileNameTooLong:
+		return "name too long for the receiver's file system"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }
@@ -384,8 +410,8 @@ func checkFileBody(t Type, body []byte, start int) error {
 		if !st.valid() {
 			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
-		if st == FileFailed && (r == FileReasonNone || r > FileDeclined) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..7 with failed, 0 otherwise)", r, st)
+		if st == FileFailed && (r == FileReasonNone || r > FileReasonMax) || st != FileFailed && r != FileReasonNone {
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..11 with failed, 0 otherwise)", r, st)
 		}
 		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {

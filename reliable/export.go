@@ -41,12 +41,18 @@ type (
 	FileReport   = files.Report
 	FileMeta     = files.Meta
 	FileProgress = files.Progress
-	FileSinkFile = files.SinkFile
+	// FileReceiverProgress is a receiver of a file sent here, in its
+	// FileProgress.
+	FileReceiverProgress = files.ReceiverProgress
+	FileSinkFile         = files.SinkFile
 	// FileSummedSinkFile takes each block with its CRC-32C, taken from
 	// the frame's.
 	FileSummedSinkFile = files.SummedSinkFile
 	FileCause          = files.Cause
 )
+
+// FileCauseDeclined: the receiver declined the file (a FileCause).
+const FileCauseDeclined = files.CauseDeclined
 
 // FileReport's kinds.
 const (
@@ -65,6 +71,14 @@ const (
 // ErrFileDeclined is what a file Sink returns for a file it does not want:
 // the core tells the sender, whose verdict names this member declined.
 var ErrFileDeclined = files.ErrDeclined
+
+// ErrFileNoSpace and ErrFileNameTooLong, wrapped in a file Sink's error,
+// refuse a file beyond one of the sink's limits: the core tells the
+// sender which, whose verdict names it at once.
+var (
+	ErrFileNoSpace     = files.ErrNoSpace
+	ErrFileNameTooLong = files.ErrNameTooLong
+)
 
 // FileCauseText says why a transfer did not complete, for a cause code of
 // the local API (localapi.FileCause*).

@@ -19,6 +19,8 @@ type fileFlags struct {
 	inbox string
 	group string
 	rate  float64
+	// keepFree: MB left free where received files are stored.
+	keepFree float64
 
 	udp *udp.Config // with -link udp: the files' link's (set by check)
 }
@@ -27,16 +29,17 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.on, "files", true, "carry files (rbcastd sendfile, recvfile): a second socket on -i for the files' group (with -link udp: on each -udp-* address's port + 1)")
 	fs.StringVar(&f.inbox, "inbox", "", "store the files members send in this `directory` while no recvfile client runs (temporary name, fsync, rename)")
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
+	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
 }
 
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
 func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
-	given := f.inbox != "" || f.group != ""
+	given := f.inbox != "" || f.group != "" || f.keepFree != 0
 	if !f.on {
 		if given {
-			return errors.New("-inbox and -files-group need -files")
+			return errors.New("-inbox, -files-group and -files-keep-free need -files")
 		}
 		return nil
 	}
@@ -65,7 +68,10 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 		return fmt.Errorf("-files-group %d is the message group's id", fc.Group)
 	case f.rate < 0.001 || f.rate > 100_000:
 		return fmt.Errorf("-file-rate is %v MB/s, want 0.001..100000", f.rate)
+	case f.keepFree < 0 || f.keepFree > 1e12:
+		return fmt.Errorf("-files-keep-free is %v MB, want 0..1e12", f.keepFree)
 	}
+	fc.KeepFree = uint64(f.keepFree * 1e6)
 	fc.Rate = int64(f.rate * 1e6)
 	if f.inbox != "" {
 		abs, err := filepath.Abs(f.inbox)

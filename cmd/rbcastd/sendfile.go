@@ -247,12 +247,36 @@ func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr i
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d declined it (no recvfile client and no -inbox)\n", q.Name, m.Member)
 			continue
 		}
+		if limit := refusedText(q, m); limit != "" {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d refused it: %s\n", q.Name, m.Member, limit)
+			continue
+		}
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: member %d does not hold it: %v (%d of %d blocks)\n", q.Name, m.Member, reliable.FileCauseText(m.Cause), m.Held, m.Blocks)
 	}
 	if v.Text != "" {
 		fmt.Fprintf(stderr, "rbcastd sendfile: %s: %s\n", q.Name, v.Text)
 	}
 	return ok
+}
+
+// refusedText names the limit of a receiver that a file is beyond, with
+// what the sender knows of it, or "" if m is not such a refusal.
+func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
+	switch m.Cause {
+	case localapi.FileCauseOverMTU:
+		block := uint64(0)
+		if m.Blocks > 0 {
+			block = (q.Size + uint64(m.Blocks) - 1) / uint64(m.Blocks)
+		}
+		return fmt.Sprintf("blocks larger than its MTU (blocks of %d bytes: the members' MTUs differ)", block)
+	case localapi.FileCauseTooLarge:
+		return fmt.Sprintf("more blocks than it takes (%d blocks)", m.Blocks)
+	case localapi.FileCauseNoSpace:
+		return fmt.Sprintf("no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)", q.Size)
+	case localapi.FileCauseNameTooLong:
+		return fmt.Sprintf("name too long for its file system (%d bytes)", len(q.Name))
+	}
+	return ""
 }
 
 // fileProgress shows, on a terminal, each file's progress at each
@@ -361,7 +385,11 @@ func progressLines(t daemon.FileTransfer) []string {
 	rs := t.Receivers
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Member < rs[j].Member })
 	for _, r := range rs {
-		out = append(out, "  "+receiverLine(r.Member, r.State, r.Bytes, t.Size, r.BytesPerSec, r.ETASeconds))
+		state := r.State
+		if r.Cause != "" && state != "declined" {
+			state += " (" + r.Cause + ")"
+		}
+		out = append(out, "  "+receiverLine(r.Member, state, r.Bytes, t.Size, r.BytesPerSec, r.ETASeconds))
 	}
 	return out
 }
@@ -421,8 +449,8 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 			fmt.Fprintf(w, "  %s\n", m)
 		}
 	}
-	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, %d MB stored, %d kernel drops\n",
-		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.StoredBytes/1_000_000, k.KernelDrops)
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, refused %d, %d MB stored, %d kernel drops\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.FilesRefused, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
 		h := e.Hash
 		if h == "" && e.SHA256 != "" { // a daemon from before hashes had names

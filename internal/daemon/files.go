@@ -49,6 +49,10 @@ type FilesConfig struct {
 	// Inbox is where the daemon stores the files it receives while no
 	// recvfile client is connected; "" declines them then.
 	Inbox string
+	// KeepFree is the bytes the daemon leaves free on the file system of
+	// the directory a file is stored in: a file that would leave less is
+	// refused at its offer, and the sender told (no room).
+	KeepFree uint64
 	// Rate is the file pacer's rate in bytes/s; 0 means
 	// the file core's default (125 MB/s).
 	Rate int64
@@ -293,7 +297,11 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 	if dir == "" {
 		return nil, nil, reliable.ErrFileDeclined
 	}
-	f, held, err := (&filestore.Dir{Root: dir}).Open(m)
+	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Open(m)
+	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) {
+		s.d.log.Warn("rbcastd: a file is beyond this daemon's limits; refused, the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
+		return nil, nil, err
+	}
 	if err != nil {
 		s.d.log.Warn("rbcastd: a file could not be stored", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
 		return nil, nil, err

@@ -64,9 +64,16 @@ type FileTransfer struct {
 
 // FileReceiver is one receiver of a file sent here, as it last reported.
 type FileReceiver struct {
-	Member      int     `json:"member"`
-	InSnapshot  bool    `json:"in_snapshot"`
-	State       string  `json:"state"`
+	Member     int  `json:"member"`
+	InSnapshot bool `json:"in_snapshot"`
+	// State is "not heard", "needs offer", "receiving", "done",
+	// "declined" (it does not take the file: an rbcastd with no recvfile
+	// client and no -inbox), "refused" (the file is beyond one of its
+	// limits: Cause says which) or "failed" (Cause says why).
+	State string `json:"state"`
+	// Cause: why a declined, refused or failed receiver does not hold
+	// the file (docs/local-api.md's cause texts).
+	Cause       string  `json:"cause,omitempty"`
 	Held        uint32  `json:"held_blocks"`
 	Bytes       uint64  `json:"held_bytes"`
 	BytesPerSec float64 `json:"bytes_per_sec"`
@@ -81,6 +88,7 @@ type FileCounters struct {
 	FilesReceived   uint64 `json:"files_received"`
 	FilesIncomplete uint64 `json:"files_incomplete"`
 	FilesDeclined   uint64 `json:"files_declined"` // not taken (no recvfile client, no -inbox), said so to the sender
+	FilesRefused    uint64 `json:"files_refused"`  // offers beyond this daemon's limits (MTU, blocks, room, name), the limit said to the sender
 	BlocksSent      uint64 `json:"blocks_sent"`
 	BlocksRepaired  uint64 `json:"blocks_repaired"`
 	RepairsToGroup  uint64 `json:"repairs_to_group"`
@@ -192,7 +200,7 @@ func (s *fileService) status() *FilesStatus {
 		ps = r.Progress()
 		st := r.Stats()
 		c := st.Core
-		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete, FilesDeclined: c.FilesDeclined,
+		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete, FilesDeclined: c.FilesDeclined, FilesRefused: c.FilesRefused,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
 			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / reliable.FileMicrosecond),
@@ -225,7 +233,10 @@ func (s *fileService) status() *FilesStatus {
 			}
 		}
 		for _, rp := range p.Receivers {
-			fr := FileReceiver{Member: int(rp.Member), InSnapshot: rp.InSnapshot, State: receiverState(rp.State), Held: rp.Held, Bytes: heldBytes(p.Meta, rp.Held)}
+			fr := FileReceiver{Member: int(rp.Member), InSnapshot: rp.InSnapshot, State: receiverState(rp), Held: rp.Held, Bytes: heldBytes(p.Meta, rp.Held)}
+			if rp.State == frame.FileFailed {
+				fr.Cause = rp.Cause.String()
+			}
 			fr.BytesPerSec, fr.ETASeconds = s.rateOf(rateKey{k, rp.Member}, p.Meta, rp.Held)
 			t.Receivers = append(t.Receivers, fr)
 		}
@@ -234,11 +245,18 @@ func (s *fileService) status() *FilesStatus {
 	return fs
 }
 
-func receiverState(st frame.FileState) string {
-	if st == 0 {
+// receiverState is a receiver's state as status shows it: a failed one
+// that declined the file, or refused it for a limit, is named so.
+func receiverState(rp reliable.FileReceiverProgress) string {
+	switch {
+	case rp.State == 0:
 		return "not heard"
+	case rp.State == frame.FileFailed && rp.Cause == reliable.FileCauseDeclined:
+		return "declined"
+	case rp.State == frame.FileFailed && rp.Cause.Limit():
+		return "refused"
 	}
-	return st.String()
+	return rp.State.String()
 }
 
 // Files metrics (docs/metrics.md, "Files").
@@ -269,7 +287,7 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range []struct {
 		kind string
 		n    uint64
-	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete}, {"files_declined", k.FilesDeclined},
+	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete}, {"files_declined", k.FilesDeclined}, {"files_refused", k.FilesRefused},
 		{"blocks_sent", k.BlocksSent}, {"blocks_repaired", k.BlocksRepaired}, {"repairs_to_group", k.RepairsToGroup}, {"repairs_again", k.RepairsAgain}, {"repairs_timed_out", k.RepairsTimedOut}, {"blocks_received", k.BlocksReceived},
 		{"duplicate_blocks", k.Duplicates}, {"reports_sent", k.ReportsSent}, {"reports_received", k.ReportsReceived}, {"hash_mismatches", k.HashMismatches},
 		{"resumed", k.Resumed}, {"files_held", k.FilesHeld}, {"held_mismatches", k.HeldMismatches}, {"old_receivers", k.OldReceivers},

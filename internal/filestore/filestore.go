@@ -53,6 +53,10 @@ type Dir struct {
 	// Accept, if set, decides whether to receive a file (false: the core
 	// declines it, files.ErrDeclined).
 	Accept func(files.Meta) bool
+	// KeepFree is the bytes Open leaves free on Root's file system: a
+	// file that would leave less is refused for no room (files.ErrNoSpace)
+	// before any block of it is sent here.
+	KeepFree uint64
 }
 
 var _ files.Sink = (*Dir)(nil)
@@ -73,6 +77,45 @@ func CheckName(name string) error {
 		return fmt.Errorf("filestore: name %q is under %s, where partial copies live", name, PartialDir)
 	}
 	return nil
+}
+
+// checkNameLen refuses a name the file system under the root cannot
+// store (files.ErrNameTooLong): a component longer than it takes, or a
+// path longer than PATH_MAX. Checked at the offer: a partial copy's name
+// is a hash, so such a name would otherwise fail only at the rename, once
+// every block had come.
+func (d *Dir) checkNameLen(name string, fsys *unix.Statfs_t) error {
+	max := int(fsys.Namelen)
+	if max <= 0 {
+		max = 255
+	}
+	for _, c := range strings.Split(filepath.ToSlash(filepath.Clean(name)), "/") {
+		if len(c) > max {
+			return fmt.Errorf("filestore: name %q has a component of %d bytes, more than the %d the file system under %s takes: %w", name, len(c), max, d.Root, files.ErrNameTooLong)
+		}
+	}
+	if n := len(filepath.Join(d.Root, filepath.FromSlash(name))); n >= unix.PathMax {
+		return fmt.Errorf("filestore: name %q makes a path of %d bytes under %s, more than PATH_MAX %d: %w", name, n, d.Root, unix.PathMax-1, files.ErrNameTooLong)
+	}
+	return nil
+}
+
+// checkRoom refuses a file that does not fit the room left on the file
+// system under the root, less KeepFree (files.ErrNoSpace): its size less
+// what its partial copy at part holds already. Checked at the offer, so
+// that a full disk is said to the sender before any block is sent
+// rather than as a storage failure mid-file.
+func (d *Dir) checkRoom(m files.Meta, part string, fsys *unix.Statfs_t) error {
+	need := m.Size
+	var st unix.Stat_t
+	if unix.Stat(part, &st) == nil {
+		need -= min(need, uint64(st.Blocks)*512)
+	}
+	free := fsys.Bavail * uint64(fsys.Bsize)
+	if need == 0 || fsys.Bsize == 0 || need+d.KeepFree <= free && need+d.KeepFree >= need {
+		return nil
+	}
+	return fmt.Errorf("filestore: %s needs %d bytes more under %s, which has %d free (%d kept free): %w", m.Name, need, d.Root, free, d.KeepFree, files.ErrNoSpace)
 }
 
 // partialKey names a transfer's partial copy by what identifies the file
@@ -115,6 +158,14 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := CheckName(m.Name); err != nil {
 		return nil, nil, err
 	}
+	// The root's file system: its longest name and room left (zeros,
+	// which check only PATH_MAX and NAME_MAX, when the root is not there
+	// yet: Open makes it).
+	var fsys unix.Statfs_t
+	unix.Statfs(d.Root, &fsys)
+	if err := d.checkNameLen(m.Name, &fsys); err != nil {
+		return nil, nil, err
+	}
 	m.HashAlg = hashAlg(m.HashAlg)
 	h, err := files.NewHash(m.HashAlg)
 	if err != nil {
@@ -151,10 +202,13 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		}
 	}
 	dir := filepath.Join(d.Root, PartialDir)
+	base := filepath.Join(dir, partialKey(m))
+	if err := d.checkRoom(m, base+".part", &fsys); err != nil {
+		return nil, nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
-	base := filepath.Join(dir, partialKey(m))
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)

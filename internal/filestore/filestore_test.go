@@ -1511,3 +1511,62 @@ func TestWrittenPrefixDroppedLossy(t *testing.T) {
 		t.Fatalf("the stored file differs from the data (%v)", err)
 	}
 }
+
+// An offer the directory cannot hold is refused at Open, before any
+// block, naming the limit the core tells the sender: a file larger than
+// the room left (less KeepFree) is files.ErrNoSpace, a name with a
+// component longer than the file system takes files.ErrNameTooLong.
+// Neither leaves a partial copy. A resumed copy needs only what it
+// lacks, and a file stored already needs no room.
+func TestOpenLimits(t *testing.T) {
+	root := t.TempDir()
+	var fsys unix.Statfs_t
+	if err := unix.Statfs(root, &fsys); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(4<<20, 3)
+	m := meta("big.bin", data, 1<<15)
+
+	d := &Dir{Root: root, KeepFree: 1 << 62} // leaves no room for a byte
+	if _, _, err := d.Open(m); !errors.Is(err, files.ErrNoSpace) || !strings.Contains(err.Error(), "big.bin needs 4194304 bytes more") {
+		t.Fatalf("Open with no room: %v, want ErrNoSpace naming the need", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, PartialDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused file left the partial directory: %v", err)
+	}
+
+	long := strings.Repeat("n", int(max(fsys.Namelen, 255))+1)
+	if _, _, err := (&Dir{Root: root}).Open(meta("dir/"+long, data, 1000)); !errors.Is(err, files.ErrNameTooLong) {
+		t.Fatalf("Open of a name with a component of %d bytes: %v, want ErrNameTooLong", len(long), err)
+	}
+	deep := strings.Repeat("d/", unix.PathMax/2) + "f"
+	if _, _, err := (&Dir{Root: root}).Open(meta(deep, data, 1000)); !errors.Is(err, files.ErrNameTooLong) {
+		t.Fatalf("Open of a name of %d bytes: %v, want ErrNameTooLong", len(deep), err)
+	}
+
+	// Half the file written (2 MiB), then a KeepFree that leaves room
+	// for 3 MiB: the resume is taken; for 1 MiB: refused. (The margins
+	// allow for other processes writing to the file system meanwhile.)
+	f, _, err := (&Dir{Root: root}).Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range uint32(64) {
+		if err := f.WriteBlock(b, data[b<<15:(b+1)<<15]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.(*partial).flush()
+	f.(*partial).close()
+	unix.Statfs(root, &fsys)
+	free := fsys.Bavail * uint64(fsys.Bsize)
+	if free < 4<<20 {
+		t.Skipf("%d bytes free under %s: too few to test a resume's room", free, root)
+	}
+	if _, _, err := (&Dir{Root: root, KeepFree: free - 3<<20}).Open(m); err != nil {
+		t.Fatalf("a resume that fits the room left: %v", err)
+	}
+	if _, _, err := (&Dir{Root: root, KeepFree: free - 1<<20}).Open(m); !errors.Is(err, files.ErrNoSpace) {
+		t.Fatalf("a resume that does not fit: %v, want ErrNoSpace", err)
+	}
+}

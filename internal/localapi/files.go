@@ -91,6 +91,15 @@ const (
 	// FileCauseDeclined: the receiver declined the file (at an rbcastd:
 	// no recvfile client and no -inbox), and said so.
 	FileCauseDeclined uint8 = 7
+	// FileCauseOverMTU, FileCauseTooLarge, FileCauseNoSpace,
+	// FileCauseNameTooLong: the file is beyond one of the receiver's
+	// limits (its blocks larger than its MTU, more blocks than it takes,
+	// no room on its disk, a name too long for its file system); it
+	// refused the file and said which.
+	FileCauseOverMTU     uint8 = 8
+	FileCauseTooLarge    uint8 = 9
+	FileCauseNoSpace     uint8 = 10
+	FileCauseNameTooLong uint8 = 11
 	// FileCauseOldHashAlg (a verdict's): the receiver is an rbcastd from
 	// before hash algorithms had names, which cannot read the offer of a
 	// file not hashed with SHA-256.

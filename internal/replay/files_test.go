@@ -27,6 +27,8 @@ func TestDetailsFiles(t *testing.T) {
 		{10, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileHashMismatch, Held: 3, Top: 3}, "g7 file 3.4 failed (hash mismatch) held 3 top 3 credit 0"},
 		{11, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileHashUnknown}, "g7 file 3.4 failed (hash algorithm unknown to the receiver) held 0 top 0 credit 0"},
 		{12, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileDeclined}, "g7 file 3.4 failed (declined by the receiver) held 0 top 0 credit 0"},
+		{13, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileNoSpace}, "g7 file 3.4 failed (no room on the receiver's disk) held 0 top 0 credit 0"},
+		{14, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileOverMTU}, "g7 file 3.4 failed (blocks larger than the receiver's MTU) held 0 top 0 credit 0"},
 		{0, &frame.FileGoneBody{ID: 3, Reason: frame.FileClosed}, "g7 file 3 gone: closed by the sender"},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 4, Seq: tc.seq}, tc.body)

@@ -76,6 +76,9 @@ type Stats struct {
 	// FilesDeclined counts the files this member's sink declined
 	// (ErrDeclined), each reported to its sender.
 	FilesDeclined uint64
+	// FilesRefused counts the offers beyond one of this member's limits
+	// (Cause.Limit), each refused and the limit said to its sender.
+	FilesRefused uint64
 	// FilesHeld counts the files received with no block received: the
 	// sink held them (stored already); HeldMismatches the files stored
 	// under an offer's name and size that FileEnd's hash showed to be
@@ -372,6 +375,7 @@ type ReceiverProgress struct {
 	// InSnapshot: the verdict waits for it.
 	InSnapshot   bool
 	State        frame.FileState // 0: not heard yet
+	Cause        Cause           // with FileFailed: why (CauseDeclined: it declined the file)
 	Held         uint32
 	LastReported Time
 }
@@ -395,7 +399,11 @@ func (c *Core) Progress() []Progress {
 			p.State = "judged"
 		}
 		for _, r := range f.rcv {
-			p.Receivers = append(p.Receivers, ReceiverProgress{Member: r.id, InSnapshot: r.snap, State: r.state, Held: r.held, LastReported: r.heard})
+			rp := ReceiverProgress{Member: r.id, InSnapshot: r.snap, State: r.state, Held: r.held, LastReported: r.heard}
+			if r.state == frame.FileFailed {
+				rp.Cause = r.cause
+			}
+			p.Receivers = append(p.Receivers, rp)
 		}
 		ps = append(ps, p)
 	}
@@ -412,6 +420,9 @@ func (c *Core) Progress() []Progress {
 			p.State = "incomplete: " + t.cause.String()
 		case declined:
 			p.State = "declined"
+			if t.cause.Limit() {
+				p.State = "refused: " + t.cause.String()
+			}
 		}
 		ps = append(ps, p)
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // FuzzCore feeds a receiver and a sender arbitrary file frames — offers,
-// blocks, ends, gones and reports with fuzzed fields, from two senders
+// blocks, ends, gones and reports with fuzzed fields (every failure
+// reason, and offers beyond the receiver's MaxBlocks), from two senders
 // and two incarnations — at fuzzed instants. Neither may panic or return
 // output between Ready and Advance; a receiver commits only a file whose
 // bytes hash to its offer's hash (memSink checks), and a sender reports
@@ -23,6 +24,13 @@ func FuzzCore(f *testing.F) {
 	}
 	seed = append(seed, 2, 1, 0, 1, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0)
 	f.Add(seed)
+	// An offer of 40 blocks, beyond the receiver's MaxBlocks (refused,
+	// the sender told), a block of it, an end awaiting the receiver, and
+	// a report refusing a file for no room.
+	f.Add([]byte{0, 0, 0, 2, 0, 0, 0, 40, 0, 0, 0, 1, 0, 0, 0, 1,
+		1, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1,
+		2, 0, 0, 2, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 9,
+		4, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 9})
 	f.Fuzz(runFuzzCore)
 }
 
@@ -31,7 +39,9 @@ func runFuzzCore(t *testing.T, in []byte) {
 	h := sha256.Sum256(data)
 	{
 		sink := newMemSink(func(format string, args ...any) { t.Fatalf(format, args...) })
-		r := newCore(t, 2, sink, func(c *Config) { c.MaxBlocks = 1 << 12 })
+		// Offers have up to 63 blocks: those of more than 32 are beyond
+		// the receiver's limit.
+		r := newCore(t, 2, sink, func(c *Config) { c.MaxBlocks = 32 })
 		s := newCore(t, 1, nil, nil)
 		src := &memSource{data: data, bs: s.cfg.BlockSize, fail: -1}
 		o := Outgoing{Name: "x", Size: uint64(len(data)), Hash: h, Source: src}
@@ -83,7 +93,7 @@ func runFuzzCore(t *testing.T, in []byte) {
 				top := a % 20
 				st := &frame.FileStatusBody{ID: id, Incarnation: inc, State: frame.FileState(1 + b%4), Credit: uint16(c), Held: b % 20, Top: top, Echo: c}
 				if st.State == frame.FileFailed {
-					st.Reason = frame.FileReason(1 + c%6)
+					st.Reason = frame.FileReason(1 + c%uint32(frame.FileReasonMax))
 				}
 				if top > 2 {
 					st.Missing = []frame.Range{{First: 0, Last: top / 2}}

@@ -118,6 +118,19 @@ type SummedSinkFile interface {
 // own driver (no Incomplete).
 var ErrDeclined = errors.New("files: file declined")
 
+// ErrNoSpace and ErrNameTooLong are what Sink.Open returns, wrapped, for
+// a file beyond one of the sink's limits: no room for it on the disk, a
+// name longer than the file system takes. The core refuses the file as it
+// refuses one beyond its own limits (MTU, MaxBlocks): it takes no block
+// and tells the sender which limit (CauseNoSpace, CauseNameTooLong), at
+// once and again to each FileEnd that still awaits this member; it
+// reports nothing to its own driver. Any other error of Open is a
+// storage failure (CauseStorage).
+var (
+	ErrNoSpace     = errors.New("files: no room for the file")
+	ErrNameTooLong = errors.New("files: name too long for the file system")
+)
+
 // Outgoing is a file to send.
 type Outgoing struct {
 	Name string
@@ -182,6 +195,16 @@ const (
 	// sender, whose verdict names it at once instead of after
 	// FailureTimeout.
 	CauseDeclined = Cause(frame.FileDeclined)
+	// CauseOverMTU, CauseTooLarge, CauseNoSpace, CauseNameTooLong: the
+	// offer is beyond one of the receiver's limits (its blocks larger
+	// than its MTU, more blocks than MaxBlocks, no room on its disk, a
+	// name too long for its file system: ErrNoSpace, ErrNameTooLong). It
+	// stores nothing and says so to the sender, whose verdict names the
+	// limit at once instead of waiting out FailureTimeout.
+	CauseOverMTU     = Cause(frame.FileOverMTU)
+	CauseTooLarge    = Cause(frame.FileTooLarge)
+	CauseNoSpace     = Cause(frame.FileNoSpace)
+	CauseNameTooLong = Cause(frame.FileNameTooLong)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.
@@ -207,6 +230,10 @@ const (
 	// FileGone).
 	CauseOldHashAlg Cause = 20
 )
+
+// Limit reports whether c names a receiver's limit that the offer is
+// beyond (the receiver refused it).
+func (c Cause) Limit() bool { return c < CauseSilent && frame.FileReason(c).Limit() }
 
 func (c Cause) String() string {
 	switch c {

@@ -84,6 +84,9 @@ type memSink struct {
 	refuse string
 	// decline: Open declines every file (ErrDeclined).
 	decline bool
+	// limit: Open refuses every file of more than one block with this
+	// error (one wrapping ErrNoSpace: no room).
+	limit error
 }
 
 // mustSum is data's hash under a known algorithm.
@@ -131,6 +134,9 @@ func newMemSink(fail func(string, ...any)) *memSink {
 func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 	if s.decline {
 		return nil, nil, ErrDeclined
+	}
+	if s.limit != nil && m.Blocks() > 1 {
+		return nil, nil, s.limit
 	}
 	if s.refuse != "" && len(m.Name) >= len(s.refuse) && m.Name[:len(s.refuse)] == s.refuse {
 		return nil, nil, fmt.Errorf("no room for %q", m.Name)

@@ -37,7 +37,7 @@ const (
 	receiving
 	received
 	failed   // this member gave it up; told the sender if the sender can act on it
-	declined // not taken: the sink declined it (cause CauseDeclined, told to the sender), or its offer is beyond this member's limits (no cause, no report)
+	declined // not taken, and the sender told why: the sink declined it (CauseDeclined), or its offer is beyond one of this member's limits (Cause.Limit)
 )
 
 // transfer is one file this member receives.
@@ -95,11 +95,6 @@ func (c *Core) newTransfer(now Time, k inKey, mac [6]byte) *transfer {
 
 func (t *transfer) active() bool { return t.state == needOffer || t.state == receiving }
 
-// answers reports whether a FileEnd that awaits this member gets a
-// report on t: every state but a file declined without a cause (an offer
-// beyond this member's limits, which it never reports).
-func (t *transfer) answers() bool { return t.state != declined || t.cause == CauseDeclined }
-
 // stepReceiver takes a sender's frame (Table I).
 func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	k := inKey{v.Sender(), v.Incarnation(), v.FileID()}
@@ -149,7 +144,7 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 		}
 		// Answer at once what the sender awaits, and a file not complete
 		// here (a ghost fetches too, §III.D); not faster than MinTimer.
-		if (t.active() || t.named && t.answers()) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
+		if (t.active() || t.named) && (t.reported == 0 || now.Sub(t.reported) >= c.cfg.MinTimer) {
 			c.sendReport(now, t)
 		}
 	case frame.FileGone:
@@ -178,11 +173,6 @@ func (c *Core) senderRestarted(now Time, sender frame.MemberID, inc uint32) {
 // accept opens the sink for a transfer whose offer arrived: it resumes
 // from the blocks the sink holds (verified by their hashes).
 func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
-	if o.Size > 0 && uint64(o.BlockSize) > uint64(c.cfg.MTU) {
-		c.stats.BadFrames++
-		t.state = declined
-		return fmt.Errorf("files: offer of file %d with blocks of %d bytes, more than the MTU %d", o.ID, o.BlockSize, c.cfg.MTU)
-	}
 	t.meta = Meta{Sender: t.key.sender, Incarnation: t.key.inc, ID: o.ID, Name: string(o.Name), Size: o.Size, BlockSize: o.BlockSize, Hash: o.Hash, HashAlg: o.Alg}
 	if t.offerHash = o.Hash; o.Hash == ([frame.FileHashLen]byte{}) {
 		t.meta.Hash = t.endHash // zeros until FileEnd brings it
@@ -193,9 +183,13 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		c.fail(now, t, CauseHashUnknown, false, true)
 		return fmt.Errorf("files: %v is hashed with %v, an algorithm this build does not know (upgrade it)", t.meta, o.Alg)
 	}
+	if o.Size > 0 && uint64(o.BlockSize) > uint64(c.cfg.MTU) {
+		c.refuse(now, t, CauseOverMTU)
+		return fmt.Errorf("files: %v has blocks of %d bytes, more than the MTU %d carries (refused, the sender told)", t.meta, o.BlockSize, c.cfg.MTU)
+	}
 	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
-		t.state = declined
-		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d", t.meta, n, c.cfg.MaxBlocks)
+		c.refuse(now, t, CauseTooLarge)
+		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
 	}
 	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
@@ -234,6 +228,10 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		c.sendReport(now, t)
 		return err
 	}
+	if cause, ok := limitOf(err); ok {
+		c.refuse(now, t, cause)
+		return err
+	}
 	if err != nil {
 		c.fail(now, t, CauseStorage, false, true)
 		return err
@@ -257,6 +255,34 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		t.top = t.set.n
 	}
 	return nil
+}
+
+// limitOf is the limit a sink's error names (ErrNoSpace,
+// ErrNameTooLong).
+func limitOf(err error) (Cause, bool) {
+	switch {
+	case errors.Is(err, ErrNoSpace):
+		return CauseNoSpace, true
+	case errors.Is(err, ErrNameTooLong):
+		return CauseNameTooLong, true
+	}
+	return 0, false
+}
+
+// refuse ends a transfer whose offer is beyond one of this member's
+// limits, cause naming which: no block is taken, and the sender is told
+// now, so that its verdict does not wait out the failure timeout for a
+// member that is alive and cannot take the file; again to each FileEnd
+// that still awaits this member (stepReceiver). Its own driver gets no
+// report, as for a file declined.
+func (c *Core) refuse(now Time, t *transfer, cause Cause) {
+	if t.file != nil {
+		t.file.Abort(true)
+		t.file, t.summed = nil, nil
+	}
+	t.state, t.cause, t.reportAt = declined, cause, 0
+	c.stats.FilesRefused++
+	c.sendReport(now, t)
 }
 
 // block takes one FileData frame.
@@ -415,15 +441,12 @@ func (c *Core) sendReport(now Time, t *transfer) {
 		st.State, st.Held, st.Top = frame.FileDone, t.set.n, t.set.n
 	case failed:
 		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
-		if t.cause == CauseSilent || t.cause > CauseDeclined {
+		if t.cause == CauseSilent || t.cause > CauseNameTooLong {
 			return
 		}
 		st.Held, st.Top = t.set.held, t.set.n
 	case declined:
-		if t.cause != CauseDeclined {
-			return
-		}
-		st.State, st.Reason = frame.FileFailed, frame.FileDeclined
+		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
 	default:
 		return
 	}

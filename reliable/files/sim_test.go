@@ -88,6 +88,11 @@ type scenario struct {
 	// The core's knobs: zero for the defaults.
 	window, credit, statusEvery, repairPercent, burst int
 	rate                                              int64
+	// limit: member index past one of whose limits every file of more
+	// than one block is (0: none); limitCause which: CauseNoSpace (its
+	// sink has no room) or CauseTooLarge (MaxBlocks 1).
+	limit      int
+	limitCause Cause
 	// inLoss: random loss on arrival at some members (the shape tests).
 	inLoss map[int]float64
 	// The segment: zero for testnet's defaults (50 µs, 1 Gbit/s).
@@ -111,7 +116,7 @@ func (s *scenario) String() string {
 			fmt.Fprintf(&b, "\n  member %d starts at %v (ghost %v)", i, l, i == s.ghost)
 		}
 	}
-	fmt.Fprintf(&b, "\n  refuse %d, decline %d, sender resends after a crash %v, a read fails %v, sends again %v", s.refuse, s.decline, s.resend, s.failRead, s.again)
+	fmt.Fprintf(&b, "\n  refuse %d, decline %d, limit %d (%v), sender resends after a crash %v, a read fails %v, sends again %v", s.refuse, s.decline, s.limit, s.limitCause, s.resend, s.failRead, s.again)
 	fmt.Fprintf(&b, "\n  window %d credit %d statusEvery %d repairPercent %d burst %d", s.window, s.credit, s.statusEvery, s.repairPercent, s.burst)
 	return b.String()
 }
@@ -199,6 +204,13 @@ func drawScenario(seed uint64) *scenario {
 	if d := rand.New(rand.NewPCG(seed, 0xdec1)); d.IntN(4) == 0 {
 		if i := s.senders + d.IntN(receivers); i != s.ghost && i != s.refuse {
 			s.decline = i
+		}
+	}
+	// A receiver that every file is beyond a limit of (no room for it,
+	// or more blocks than it takes), drawn so too; none of the above.
+	if d := rand.New(rand.NewPCG(seed, 0x11e1)); d.IntN(4) == 0 {
+		if i := s.senders + d.IntN(receivers); i != s.ghost && i != s.refuse && i != s.decline {
+			s.limit, s.limitCause = i, []Cause{CauseNoSpace, CauseTooLarge}[d.IntN(2)]
 		}
 	}
 	if r.IntN(3) == 0 {
@@ -293,7 +305,25 @@ func (s *simRun) infos(withGhost bool) []frame.MemberInfo {
 func (s *simRun) config(n *simNode, withGhost bool) Config {
 	return Config{Group: 7, Self: n.id, Members: s.infos(withGhost), MTU: s.sc.link.MTU, BlockSize: s.sc.block, Sink: n.sink,
 		Rate: cmp.Or(s.sc.rate, 60_000_000), FileTimeout: 5 * Second, Window: s.sc.window, Credit: s.sc.credit, StatusEvery: s.sc.statusEvery,
-		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst}
+		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst, MaxBlocks: s.maxBlocks(n)}
+}
+
+// blocks is the number of blocks of f.
+func (s *simRun) blocks(f *simFile) uint64 {
+	bs := s.sc.block
+	if bs == 0 {
+		bs = frame.MaxPayload(cmp.Or(s.sc.link.MTU, DefaultMTU), 0, 0) - frame.FileDataHead
+	}
+	return frame.FileBlocks(uint64(len(f.data)), uint32(bs))
+}
+
+// maxBlocks is n's MaxBlocks: 1 at the member past whose MaxBlocks the
+// scenario's files are, else the default.
+func (s *simRun) maxBlocks(n *simNode) int {
+	if n.idx == s.sc.limit && n.idx > 0 && s.sc.limitCause == CauseTooLarge {
+		return 1
+	}
+	return 0
 }
 
 // boot starts (or restarts) a member's core: a new incarnation, the same
@@ -438,7 +468,7 @@ func (n *simNode) check(now time.Time, r Report) {
 			if _, ok := m.sink.commits[k]; ok && len(m.crashes) == 0 && m.core != nil && m.upSince.Equal(s.start) {
 				s.fail("verdict on %v names member %d missing (%v); it committed the file and was up throughout", r.Meta, ms.Member, ms.Cause)
 			}
-			if f.liar && r.Err == nil && ms.Cause != CauseHash && ms.Cause != CauseSilent && ms.Cause != CauseStorage && ms.Cause != CauseDeclined {
+			if f.liar && r.Err == nil && ms.Cause != CauseHash && ms.Cause != CauseSilent && ms.Cause != CauseStorage && ms.Cause != CauseDeclined && !ms.Cause.Limit() {
 				s.fail("verdict on %v: member %d missing for %v, want a hash mismatch", r.Meta, ms.Member, ms.Cause)
 			}
 		}
@@ -478,6 +508,9 @@ func runSim(t testing.TB, sc *scenario, trace func(testnet.Event)) (*simRun, err
 			n.sink.refuse = "refused-"
 		}
 		n.sink.decline = i == sc.decline && i > 0
+		if i == sc.limit && i > 0 && sc.limitCause == CauseNoSpace {
+			n.sink.limit = fmt.Errorf("no room: %w", ErrNoSpace)
+		}
 		if loss, ok := sc.inLoss[i]; ok {
 			im := sc.link.In
 			im.Loss = loss
@@ -650,7 +683,7 @@ func (s *simRun) final() error {
 				if n.idx == i || !n.up || n.upSince.After(f.endAt) || len(sender.crashes) > 0 {
 					continue
 				}
-				if n.idx == sc.refuse && strings.HasPrefix(f.name, "refused-") || n.idx == sc.decline && n.idx > 0 {
+				if n.idx == sc.refuse && strings.HasPrefix(f.name, "refused-") || n.idx == sc.decline && n.idx > 0 || n.idx == sc.limit && n.idx > 0 && s.blocks(f) > 1 {
 					continue
 				}
 				if got, ok := n.sink.commits[f.key]; !ok || !bytes.Equal(got, f.data) {
@@ -664,7 +697,11 @@ func (s *simRun) final() error {
 				if declined && steady && ms.Cause != CauseDeclined {
 					return fmt.Errorf("verdict on %q names member %d missing for %v, want declined (its sink declines every file)", f.name, ms.Member, ms.Cause)
 				}
-				if steady && !declined && !(ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-")) && len(sender.crashes) == 0 {
+				limited := sc.limit > 0 && ms.Member == frame.MemberID(sc.limit)
+				if limited && steady && ms.Cause != sc.limitCause {
+					return fmt.Errorf("verdict on %q names member %d missing for %v, want %v (the file is beyond that limit of it)", f.name, ms.Member, ms.Cause, sc.limitCause)
+				}
+				if steady && !declined && !limited && !(ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-")) && len(sender.crashes) == 0 {
 					return fmt.Errorf("verdict on %q names member %d missing (%v, %d of %d blocks), though it was up throughout: %v", f.name, ms.Member, ms.Cause, ms.Held, ms.Blocks, f.verdict)
 				}
 				if ms.Member == frame.MemberID(sc.refuse) && strings.HasPrefix(f.name, "refused-") && ms.Cause != CauseStorage && steady {
@@ -689,7 +726,7 @@ func TestSim(t *testing.T) {
 		// outcome each promises, or the checkers above checked nothing.
 		for _, what := range []string{"receiver resumed after a restart", "ghost fetched", "late member fetched after the verdict",
 			"sender crash ended transfers", "restarted sender's offer resumed", "hash mismatch named", "storage refusal named",
-			"read failure aborted", "declined named", "repair to the group", "window stall", "repair to one receiver",
+			"read failure aborted", "declined named", "limit named", "repair to the group", "window stall", "repair to one receiver",
 			"file sent again held already", "changed file replaced the stored one", "pass skipped: every receiver held the file"} {
 			if seen[what] == 0 {
 				t.Errorf("no seed showed %q", what)
@@ -752,6 +789,7 @@ func (s *simRun) coverage() map[string]int {
 				add("hash mismatch named", m.Cause == CauseHash)
 				add("storage refusal named", m.Cause == CauseStorage)
 				add("declined named", m.Cause == CauseDeclined)
+				add("limit named", m.Cause.Limit())
 			}
 			add("read failure aborted", r.Kind == Verdict && r.Err != nil)
 		}
