@@ -1024,7 +1024,12 @@ func (v *vecWriter) flush() error {
 
 const statusText = `Prints the group's members with their state (alive, suspected: silent
 for half the failure timeout, dead: failed, stalled or left), the order
-mode, rates, retransmissions, NACKs, repair latency and kernel drops.
+mode, rates, retransmissions, NACKs, repair latency and kernel drops;
+over views, the views installed here since start (rejoins' included);
+the local API's counters (sends accepted, queued, pending, subscribers)
+and the link's (frames the kernel queued, received, filtered, other
+groups' frames reaching the protocol, send retries); key mismatches of
+an authenticated group.
 Under FIFO and over views it shows who lags behind whom, from the
 acknowledgement vector every frame carries: for each member behind some
 sender, how many frames it holds fewer than that sender's last, as this
@@ -1151,6 +1156,9 @@ func printStatus(w io.Writer, st *daemon.Status) {
 			fmt.Fprintf(w, "  view %s installed at %s, %d members\n", daemon.ViewName(c.ID), c.At, c.Members)
 		}
 	}
+	if st.Membership == "views" {
+		fmt.Fprintf(w, "views installed here since start: %d (every rejoin's included)\n", st.ViewsInstalled)
+	}
 	if r := st.LastRejoin; r != nil {
 		back := "joining again"
 		if r.BackAt != "" {
@@ -1194,6 +1202,10 @@ func printStatus(w io.Writer, st *daemon.Status) {
 		st.Sent, st.Delivered, st.Retransmissions, st.NacksSent, st.NacksReceived, st.InFlight, st.Window)
 	fmt.Fprintf(w, "repair latency p50 %.2f ms p99 %.2f ms, kernel drops %d, bad frames %d, clients %d\n",
 		st.RepairP50ms, st.RepairP99ms, st.KernelDrops, st.BadFrames, st.Clients)
+	fmt.Fprintf(w, "local: sends accepted %d, unreliable %d, queued %d, pending %d, held data frames %d, subscribers %d\n",
+		st.Accepted, st.Unreliable, st.Queued, st.Pending, st.HeldData, st.Subscribers)
+	fmt.Fprintf(w, "link: kernel packets %d, frames received %d, filtered %d, other groups' frames %d, send retries %d\n",
+		st.KernelPackets, st.LinkFrames, st.LinkFiltered, st.ForeignGroupFrames, st.SendRetries)
 	for _, f := range st.ForeignVersions {
 		fmt.Fprintf(w, "warning: host %s speaks rbcast protocol version %d; its frames are dropped\n", f.Host, f.Version)
 	}
@@ -1320,5 +1332,9 @@ func authLine(a *daemon.AuthStatus) string {
 	if a.Rotating {
 		rot = ", rotating"
 	}
-	return fmt.Sprintf("key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "))
+	mismatch := ""
+	if a.MismatchesSent > 0 || a.MismatchesReceived > 0 {
+		mismatch = fmt.Sprintf(", key mismatches sent %d received %d", a.MismatchesSent, a.MismatchesReceived)
+	}
+	return fmt.Sprintf("key %s (id %d)%s%s (accepting %s), %d frames verified, dropped: %s%s", a.Active, a.ActiveID, enc, rot, strings.Join(a.Accepted, ", "), a.Verified, strings.Join(drops, ", "), mismatch)
 }

@@ -728,3 +728,37 @@ func TestRecvNapDefault(t *testing.T) {
 		t.Errorf("-nap's default %v is above its bound %v", defaultRecvNap, maxRecvNap)
 	}
 }
+
+// TestPrintStatusCounters: the text status prints what the JSON has and
+// an operator needs: the views installed since start (rejoins' included),
+// the local API's counters, the link's view of the segment, and key
+// mismatches of an authenticated group.
+func TestPrintStatusCounters(t *testing.T) {
+	st := &daemon.Status{Group: 4, Size: 3, Self: 1, Ready: true, Membership: "views", ViewsInstalled: 7,
+		View:     &daemon.ViewStatus{ID: 770, Members: []daemon.ViewMember{{ID: 1, MAC: "02:00:00:00:00:01", Incarnation: 5}}},
+		Accepted: 1200, Unreliable: 30, Queued: 4, Pending: 2, HeldData: 9, Subscribers: 2,
+		KernelPackets: 5000, LinkFrames: 4990, LinkFiltered: 10, ForeignGroupFrames: 3, SendRetries: 6,
+		Auth: &daemon.AuthStatus{Active: "0100000000000000", ActiveID: 1, Accepted: []string{"0100000000000000"}, Verified: 80,
+			Dropped: map[string]uint64{}, MismatchesSent: 1, MismatchesReceived: 2}}
+	var b strings.Builder
+	printStatus(&b, st)
+	for _, want := range []string{
+		"views installed here since start: 7 (every rejoin's included)\n",
+		"local: sends accepted 1200, unreliable 30, queued 4, pending 2, held data frames 9, subscribers 2\n",
+		"link: kernel packets 5000, frames received 4990, filtered 10, other groups' frames 3, send retries 6\n",
+		"auth: key 0100000000000000 (id 1) (accepting 0100000000000000), 80 frames verified, dropped: none, key mismatches sent 1 received 2\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	// A fixed group has no views to count; a key matched prints no
+	// mismatches.
+	st.Membership, st.View, st.ViewsInstalled = "registered", nil, 0
+	st.Auth.MismatchesSent, st.Auth.MismatchesReceived = 0, 0
+	b.Reset()
+	printStatus(&b, st)
+	if strings.Contains(b.String(), "views installed") || strings.Contains(b.String(), "mismatches") {
+		t.Errorf("status of a registered group with matching keys:\n%s", b.String())
+	}
+}
