@@ -259,9 +259,7 @@ func storedSum(crc uint32) uint32 {
 // there, hashes only what is left. Written blocks' data is pushed to the
 // disk in the background every writeBehind bytes, so that Commit's fsync
 // has little left to write. Both keep the loop from stalling for seconds
-// on a large file (a sender counts a silent receiver as failed). The
-// prefix written out at the write-behind before is taken out of the page
-// cache then (dropWritten), so the next writes reuse its pages.
+// on a large file (a sender counts a silent receiver as failed).
 //
 // Blocks that arrive in order are gathered in run (up to runBytes) and
 // written with one write for the data and one for their checksums: two
@@ -285,16 +283,12 @@ type partial struct {
 	summed bool
 	buf    []byte
 
-	h      hash.Hash
-	hashed uint32   // blocks in h, from block 0
-	held   []uint64 // blocks written or verified, one bit each
-	dirty  int64    // bytes written since the last write-behind
-	// behind is the prefix (bytes of blocks 0..hashed-1) written out at
-	// the last write-behind; dropped, the prefix taken out of the page
-	// cache since (dropWritten).
-	behind, dropped int64
-	writes          int   // writes to the file and its checksums (tests)
-	crcBytes        int64 // bytes WriteBlock computed a CRC-32C of (tests)
+	h        hash.Hash
+	hashed   uint32   // blocks in h, from block 0
+	held     []uint64 // blocks written or verified, one bit each
+	dirty    int64    // bytes written since the last write-behind
+	writes   int      // writes to the file and its checksums (tests)
+	crcBytes int64    // bytes WriteBlock computed a CRC-32C of (tests)
 
 	// run is blocks runFirst..runFirst+runN-1 not written to the file
 	// yet, back to back (holes among them zeros); runSums their
@@ -488,34 +482,10 @@ func (p *partial) flush() error {
 		p.dirty = 0
 		// Start writing what is dirty; do not wait for it.
 		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-		p.dropWritten()
 	}
 	p.run, p.runSums = p.run[:0], p.runSums[:0]
 	return nil
 }
-
-// dropWritten takes the prefix written out at the last write-behind out
-// of the page cache, and notes the prefix written out now for the next.
-// The prefix's blocks are never written again (but after a hash
-// mismatch, which starts it over) nor read (the prefix hash has them), so
-// its pages only fill the page cache: on machine D, a guest, a write into
-// pages the cache had not used before cost the writer up to 3 CPU-ms per
-// MB, against 0.2–0.3 into the pages it had just given back
-// (docs/protocols.md, "The received file's pages"). Its writeback was
-// started a write-behind ago; the wait for its end is short or none. A
-// hint only: the data is on the disk whatever the kernel keeps.
-func (p *partial) dropWritten() {
-	fd := int(p.data.Fd())
-	if end := p.behind &^ (pageBytes - 1); end > p.dropped {
-		unix.SyncFileRange(fd, p.dropped, end-p.dropped, unix.SYNC_FILE_RANGE_WAIT_BEFORE)
-		unix.Fadvise(fd, p.dropped, end-p.dropped, unix.FADV_DONTNEED)
-		p.dropped = end
-	}
-	p.behind = int64(p.hashed) * int64(p.meta.BlockSize)
-}
-
-// pageBytes is the page cache's page, the unit dropWritten drops.
-var pageBytes = int64(os.Getpagesize())
 
 var _ files.SummedSinkFile = (*partial)(nil)
 
@@ -664,7 +634,6 @@ func (p *partial) stored1(b uint32, data []byte) error {
 		// after a hash mismatch): the prefix hash starts over.
 		p.h.Reset()
 		p.hashed = 0
-		p.behind, p.dropped = 0, 0
 		for i := range p.aheadTag {
 			p.aheadTag[i] = noBlock
 		}
