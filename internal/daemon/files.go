@@ -581,15 +581,15 @@ func (w *fileWaiter) tell(m localapi.Message) {
 func (c *conn) receiveFiles(m *localapi.ReceiveFiles) bool {
 	s := c.d.files
 	if s == nil {
-		c.fail(localapi.CodeRefused, false, "recvfile: %v", errNoFiles)
+		c.fail(localapi.CodeRefused, false, "%v", errNoFiles)
 		return false
 	}
 	if err := c.mayOwner("send or receive files through it"); err != nil {
-		c.fail(localapi.CodeRefused, false, "recvfile: %v", err)
+		c.fail(localapi.CodeRefused, false, "%v", err)
 		return false
 	}
 	if err := checkStoreDir(m.Dir); err != nil {
-		c.fail(localapi.CodeRefused, false, "recvfile: %v", err)
+		c.fail(localapi.CodeRefused, false, "%v", err)
 		return false
 	}
 	fc := &fileClient{c: c, dir: m.Dir, ch: make(chan *localapi.FileReport, 1024)}

@@ -109,7 +109,7 @@ var (
 	descPairRetx      = prometheus.NewDesc("rbcastd_pair_retransmitted_frames_total", "Frames retransmitted from sender to receiver (receiver \"all\": to the whole group), as this member sent or received them.", []string{"sender", "receiver"}, nil)
 	descAuthDropped   = prometheus.NewDesc("rbcastd_auth_dropped_frames_total", "Frames dropped by authentication (-key-file), by reason: unauthenticated, algorithm, unknown_key, bad_tag, replay, too_old, earlier_incarnation, own.", []string{"reason"}, nil)
 	descAuthVerified  = prometheus.NewDesc("rbcastd_auth_verified_frames_total", "Frames whose authentication tag verified (-key-file).", nil, nil)
-	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (member failed, stalled, left, returned; sequencer failed, changed; self removed; join refused; view installed; group removed).", []string{"kind"}, nil)
+	descEvents        = prometheus.NewDesc("rbcastd_membership_events_total", "Membership events by kind (failed, stalled, left, returned; self left; sequencer failed, sequencer changed; self removed; join refused; view installed; group removed; other: a kind this daemon does not name).", []string{"kind"}, nil)
 	descAckLag        = prometheus.NewDesc("rbcastd_ack_lag_frames", "Frames member holds fewer of sender's stream than the sender's last, as this member last heard their acknowledgements (the acknowledgement matrix; live members only).", []string{"member", "sender"}, nil)
 	descDropped       = prometheus.NewDesc("rbcastd_dropped_frames_total", "Received frames dropped before the protocol, by reason.", []string{"reason"}, nil)
 	descView          = prometheus.NewDesc("rbcastd_view", "The installed view's id (-membership views; a fixed group: 0). Absent before the group starts and while this daemon joins again.", nil, nil)
@@ -194,7 +194,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range st.EventCounts {
 		if n > 0 {
-			ch <- prometheus.MustNewConstMetric(descEvents, counter, float64(n), reliable.EventKind(k).String())
+			ch <- prometheus.MustNewConstMetric(descEvents, counter, float64(n), eventKindLabel(k))
 		}
 	}
 	var lat reliable.Latencies
@@ -245,4 +245,14 @@ func viewChanges(s *Status, st *reliable.Stats) float64 {
 	}
 	c := &st.EventCounts
 	return float64(c[reliable.MemberFailed] + c[reliable.MemberStalled] + c[reliable.MemberLeft] + c[reliable.MemberReturned])
+}
+
+// eventKindLabel is the kind label of Stats.EventCounts[k]: the kind's
+// name, or "other" for bucket 0, which counts the kinds reliable does
+// not name.
+func eventKindLabel(k int) string {
+	if k == 0 {
+		return "other"
+	}
+	return reliable.EventKind(k).String()
 }

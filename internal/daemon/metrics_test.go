@@ -375,3 +375,16 @@ func TestMetricsViewFixedGroup(t *testing.T) {
 	})
 	check("one dead", 1)
 }
+
+// Every kind label rbcastd_membership_events_total can carry (one per
+// bucket of Stats.EventCounts) is a name, listed in the metric's help:
+// none is "EventKind(N)", bucket 0 included.
+func TestEventKindLabels(t *testing.T) {
+	help := descEvents.String()
+	for k := range len(reliable.EventCounts{}) {
+		l := eventKindLabel(k)
+		if strings.Contains(l, "(") || !strings.Contains(help, l) {
+			t.Errorf("bucket %d's label %q is not a name the help lists: %s", k, l, help)
+		}
+	}
+}

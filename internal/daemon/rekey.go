@@ -31,7 +31,7 @@ const maxKeyChanges = 8
 // authenticated group. It answers the status after the step.
 func (c *conn) rekey(m *localapi.Rekey) bool {
 	if err := c.mayOwner("rotate keys"); err != nil {
-		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
+		c.fail(localapi.CodeRefused, false, "%v", err)
 		return false
 	}
 	g, err := c.d.started(c.ctx)
@@ -40,22 +40,22 @@ func (c *conn) rekey(m *localapi.Rekey) bool {
 		return false
 	}
 	if g.Auth() == nil {
-		c.fail(localapi.CodeRefused, false, "rekey: this daemon's group is not authenticated (it runs without -key-file): there is no key to rotate")
+		c.fail(localapi.CodeRefused, false, "this daemon's group is not authenticated (it runs without -key-file): there is no key to rotate")
 		return false
 	}
 	change, err := c.d.rekeyStep(g, m)
 	if errors.Is(err, errRejoined) {
-		c.fail(localapi.CodeRejoining, false, "rekey: %v", err)
+		c.fail(localapi.CodeRejoining, false, "%v", err)
 		return false
 	}
 	if err != nil {
-		c.fail(localapi.CodeRefused, false, "rekey: %v", err)
+		c.fail(localapi.CodeRefused, false, "%v", err)
 		return false
 	}
 	c.d.log.Info("rbcastd: key rotation", "step", change.Step, "key", change.Key)
 	b, err := json.Marshal(c.d.Status())
 	if err != nil {
-		c.fail(localapi.CodeUnexpected, false, "status: %v", err)
+		c.fail(localapi.CodeUnexpected, false, "encoding the status: %v", err)
 		return false
 	}
 	return c.write(&localapi.StatusJSON{JSON: b}) == nil

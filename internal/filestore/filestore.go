@@ -118,6 +118,19 @@ func (d *Dir) checkRoom(m files.Meta, part string, fsys *unix.Statfs_t) error {
 	return fmt.Errorf("filestore: %s needs %d bytes more under %s, which has %d free (%d kept free): %w", m.Name, need, d.Root, free, d.KeepFree, files.ErrNoSpace)
 }
 
+// statfsUp is statfs of dir, or of the nearest directory above it that
+// exists (the file system dir will be made on).
+func statfsUp(dir string, fsys *unix.Statfs_t) {
+	for {
+		err := unix.Statfs(dir, fsys)
+		up := filepath.Dir(dir)
+		if err != unix.ENOENT || up == dir {
+			return
+		}
+		dir = up
+	}
+}
+
 // partialKey names a transfer's partial copy by what identifies the file
 // (not the transfer), so a new offer of the same file resumes it.
 //
@@ -158,11 +171,12 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := CheckName(m.Name); err != nil {
 		return nil, nil, err
 	}
-	// The root's file system: its longest name and room left (zeros,
-	// which check only PATH_MAX and NAME_MAX, when the root is not there
-	// yet: Open makes it).
+	// The root's file system: its longest name and room left. A root not
+	// there yet (Open makes it) is on the file system of the nearest
+	// directory above it that is; zeros, which check only PATH_MAX and
+	// NAME_MAX and no room, if statfs fails otherwise.
 	var fsys unix.Statfs_t
-	unix.Statfs(d.Root, &fsys)
+	statfsUp(d.Root, &fsys)
 	if err := d.checkNameLen(m.Name, &fsys); err != nil {
 		return nil, nil, err
 	}

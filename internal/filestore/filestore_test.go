@@ -1442,3 +1442,17 @@ func TestOpenLimits(t *testing.T) {
 		t.Fatalf("a resume that does not fit: %v, want ErrNoSpace", err)
 	}
 }
+
+// A root not made yet (an -inbox that Open will make) has its room
+// checked on the file system it will be made on: a file that does not
+// fit is refused there too, and nothing is made.
+func TestOpenLimitsRootNotYet(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "inbox", "new")
+	data := randomBytes(1<<20, 4)
+	if _, _, err := (&Dir{Root: root, KeepFree: 1 << 62}).Open(meta("big.bin", data, 1<<15)); !errors.Is(err, files.ErrNoSpace) {
+		t.Fatalf("Open under a root not there yet, with no room: %v, want ErrNoSpace", err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused file made the root: %v", err)
+	}
+}
