@@ -111,8 +111,14 @@ func (d *Dir) checkRoom(m files.Meta, part string, fsys *unix.Statfs_t) error {
 	if unix.Stat(part, &st) == nil {
 		need -= min(need, uint64(st.Blocks)*512)
 	}
-	free := fsys.Bavail * uint64(fsys.Bsize)
-	if need == 0 || fsys.Bsize == 0 || need+d.KeepFree <= free && need+d.KeepFree >= need {
+	// Bavail counts fragments (f_frsize, POSIX), which some file systems
+	// (FUSE, some network ones) make smaller than Bsize.
+	unit := uint64(fsys.Frsize)
+	if unit == 0 {
+		unit = uint64(fsys.Bsize)
+	}
+	free := fsys.Bavail * unit
+	if need == 0 || unit == 0 || need+d.KeepFree <= free && need+d.KeepFree >= need {
 		return nil
 	}
 	return fmt.Errorf("filestore: %s needs %d bytes more under %s, which has %d free (%d kept free): %w", m.Name, need, d.Root, free, d.KeepFree, files.ErrNoSpace)

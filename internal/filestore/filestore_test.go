@@ -1431,7 +1431,7 @@ func TestOpenLimits(t *testing.T) {
 	f.(*partial).flush()
 	f.(*partial).close()
 	unix.Statfs(root, &fsys)
-	free := fsys.Bavail * uint64(fsys.Bsize)
+	free := fsys.Bavail * uint64(fsys.Frsize)
 	if free < 4<<20 {
 		t.Skipf("%d bytes free under %s: too few to test a resume's room", free, root)
 	}
