@@ -376,7 +376,7 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	c := core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
 		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg),
-		HoldGlobal: true, Unconfirmed: unconfirmed}
+		Unconfirmed: unconfirmed}
 	if cfg.mutate != nil {
 		cfg.mutate(&c)
 	}

@@ -82,17 +82,15 @@ type Config struct {
 	// channel and its barriers need no marker.
 	AllMemberChannels bool
 	// WCCopies (Channels) is how many bytes of one peer's messages on a
-	// segment channel WC copies aside before Holds asks the runtime to
-	// hold the rest in the peer's send window; 0 holds at once.
+	// channel WC copies aside before Holds asks the runtime to hold the
+	// rest in the peer's send window; 0 holds at once. It applies on the
+	// global channel too, where the updates of segments every member
+	// joined travel: there every message is a segment's announcement, an
+	// update, a barrier message (locks are refused) or, with Views, a
+	// Confirm or Refuse (admissionMessage); only the last two must
+	// overtake what WC holds, and only at a process not yet confirmed,
+	// which therefore holds nobody there (Holds).
 	WCCopies int
-	// HoldGlobal (Channels): Holds applies WCCopies on the global channel
-	// too, where the updates of segments every member joined travel.
-	// There every message is a segment's announcement, an update, a
-	// barrier message (locks are refused) or, with Views, a Confirm or
-	// Refuse (admissionMessage); only the last two must overtake what WC
-	// holds, and only at a process not yet confirmed, which therefore
-	// holds nobody there (Holds).
-	HoldGlobal bool
 	// Unconfirmed: Self's first view (Views) was not the group's
 	// founding one, so it may be a process the running group admitted
 	// after the computation began rather than a member that missed the
@@ -209,7 +207,6 @@ type Core struct {
 	selective, channels bool
 	allMemberChannels   bool // Config.AllMemberChannels
 	wcCopies            int  // Config.WCCopies
-	holdGlobal          bool // Config.HoldGlobal
 	mutation            mutation
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
@@ -259,7 +256,6 @@ func New(cfg Config) (*Core, error) {
 	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
-	c.holdGlobal = cfg.HoldGlobal && cfg.Channels
 	c.mutation = cfg.mutation
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
@@ -479,7 +475,7 @@ func (c *Core) crossed() uint32 {
 // of them (reliable.Group.HoldFrom) until Holds is false again, after a
 // crossing, so that they wait in the sender's window instead of being
 // copied here (what is delivered meanwhile is still held, by copy).
-// False on the global channel unless Config.HoldGlobal: a lock message
+// False on the global channel without Config.Channels: a lock message
 // there must overtake the messages WC holds (lockMessage), and the
 // reliable layer cannot hand out one message past another of the same
 // sender. False there too while Self is unconfirmed: a Confirm or Refuse
@@ -492,7 +488,7 @@ func (c *Core) crossed() uint32 {
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	if ch == Global {
 		p := c.peer(from)
-		return c.holdGlobal && !c.unconfirmed && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
+		return c.channels && !c.unconfirmed && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {

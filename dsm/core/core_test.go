@@ -643,13 +643,13 @@ func TestBarrierReadyDoesNotCross(t *testing.T) {
 	}
 }
 
-// Holds on the global channel (HoldGlobal): an unconfirmed member holds
+// Holds on the global channel (Channels): an unconfirmed member holds
 // nobody there, for the Confirm it waits for may come behind a peer's
 // arrival and must overtake what WC holds; once confirmed it holds a
 // peer that arrived at the barrier it waits at, as a founder does.
 func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
 	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Unconfirmed: true,
-		Channels: true, HoldGlobal: true, WCCopies: 0})
+		Channels: true, WCCopies: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
