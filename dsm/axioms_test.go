@@ -357,103 +357,108 @@ func lockProgram(sections int, reads *[][]uint64) func(*dsm.Node) error {
 // Axiom 2.11: updates a member wrote before permitting an acquire are
 // seen by the acquirer before it acquires.
 func TestAxioms2_8to2_11Locks(t *testing.T) {
-	const n = 4
 	for seed := range uint64(axiomSeeds) {
-		h := runSim(t, n, seed, dsm.Config{}, lockProgram(25, nil))
-		type req struct {
-			rank int
-			lock int32
-			ts   uint64
+		checkLockAxioms(t, seed, runSim(t, 4, seed, dsm.Config{}, lockProgram(25, nil)), 4, 25)
+	}
+}
+
+// checkLockAxioms checks axioms 2.8–2.11 on a history of
+// lockProgram(sections) on n members.
+func checkLockAxioms(t *testing.T, seed uint64, h *history, n, sections int) {
+	t.Helper()
+	type req struct {
+		rank int
+		lock int32
+		ts   uint64
+	}
+	acquired := map[req]int{} // → global index
+	released := map[req]int{}
+	permits := map[req][]event{} // permits given to the request
+	for r, evs := range h.byRank {
+		var held *req
+		for _, e := range evs {
+			switch e.Kind {
+			case core.EvLockAcquire:
+				q := req{r, e.Lock, e.TS}
+				acquired[q] = e.index
+				held = &q
+			case core.EvLockRelease:
+				if held == nil || held.lock != e.Lock {
+					t.Fatalf("seed %d: rank %d released lock %d it did not hold", seed, r, e.Lock)
+				}
+				released[*held] = e.index
+				held = nil
+			case core.EvLockPermit:
+				q := req{int(e.To) - 1, e.Lock, e.TS}
+				permits[q] = append(permits[q], e)
+			}
 		}
-		acquired := map[req]int{} // → global index
-		released := map[req]int{}
-		permits := map[req][]event{} // permits given to the request
-		for r, evs := range h.byRank {
-			var held *req
-			for _, e := range evs {
-				switch e.Kind {
-				case core.EvLockAcquire:
-					q := req{r, e.Lock, e.TS}
-					acquired[q] = e.index
-					held = &q
-				case core.EvLockRelease:
-					if held == nil || held.lock != e.Lock {
-						t.Fatalf("seed %d: rank %d released lock %d it did not hold", seed, r, e.Lock)
-					}
-					released[*held] = e.index
-					held = nil
-				case core.EvLockPermit:
-					q := req{int(e.To) - 1, e.Lock, e.TS}
-					permits[q] = append(permits[q], e)
+		if held != nil {
+			t.Fatalf("seed %d: rank %d never released lock %d (axiom 2.9)", seed, r, held.lock)
+		}
+	}
+	if len(acquired) != n*sections {
+		t.Fatalf("seed %d: %d acquires, want %d", seed, len(acquired), n*sections)
+	}
+	for q, at := range acquired {
+		rel, ok := released[q]
+		if !ok || rel < at {
+			t.Fatalf("seed %d: acquire %+v has no release after it (axiom 2.9)", seed, q)
+		}
+		from := map[int]event{}
+		for _, p := range permits[q] {
+			from[p.rank] = p
+		}
+		for j := range n {
+			if j == q.rank {
+				continue
+			}
+			p, ok := from[j]
+			if !ok || p.index > at {
+				t.Fatalf("seed %d: rank %d acquired lock %d without rank %d's permission first (axiom 2.8)", seed, q.rank, q.lock, j)
+			}
+			// Axiom 2.11: j's writes before its permission are seen
+			// by q.rank before the acquire.
+			wrote := map[writeKey]bool{}
+			for _, e := range h.byRank[j] {
+				if e.index > p.index {
+					break
+				}
+				if e.Kind == core.EvWrite {
+					wrote[wkey(e.Event)] = true
 				}
 			}
-			if held != nil {
-				t.Fatalf("seed %d: rank %d never released lock %d (axiom 2.9)", seed, r, held.lock)
+			for _, e := range h.byRank[q.rank] {
+				if e.index > at {
+					break
+				}
+				if e.Kind == core.EvUpdate && e.From == idOf(j) {
+					delete(wrote, wkey(e.Event))
+				}
+			}
+			// A location j wrote twice before permitting leaves only
+			// the last value to check; all updates are in order, so
+			// the earlier ones were applied as well.
+			if len(wrote) > 0 {
+				for k := range wrote {
+					t.Fatalf("seed %d: rank %d wrote %+v before permitting rank %d's acquire of lock %d; not seen before the acquire (axiom 2.11)", seed, j, k, q.rank, q.lock)
+				}
 			}
 		}
-		if len(acquired) != n*25 {
-			t.Fatalf("seed %d: %d acquires, want %d", seed, len(acquired), n*25)
+		// Axiom 2.10: no other acquire of the lock overlaps this one.
+		for q2, at2 := range acquired {
+			if q2 != q && q2.lock == q.lock && at2 > at && at2 < rel {
+				t.Fatalf("seed %d: rank %d acquired lock %d at %d while rank %d held it (%d..%d) (axiom 2.10)", seed, q2.rank, q.lock, at2, q.rank, at, rel)
+			}
 		}
-		for q, at := range acquired {
-			rel, ok := released[q]
-			if !ok || rel < at {
-				t.Fatalf("seed %d: acquire %+v has no release after it (axiom 2.9)", seed, q)
-			}
-			from := map[int]event{}
-			for _, p := range permits[q] {
-				from[p.rank] = p
-			}
-			for j := range n {
-				if j == q.rank {
-					continue
-				}
-				p, ok := from[j]
-				if !ok || p.index > at {
-					t.Fatalf("seed %d: rank %d acquired lock %d without rank %d's permission first (axiom 2.8)", seed, q.rank, q.lock, j)
-				}
-				// Axiom 2.11: j's writes before its permission are seen
-				// by q.rank before the acquire.
-				wrote := map[writeKey]bool{}
-				for _, e := range h.byRank[j] {
-					if e.index > p.index {
-						break
-					}
-					if e.Kind == core.EvWrite {
-						wrote[wkey(e.Event)] = true
-					}
-				}
-				for _, e := range h.byRank[q.rank] {
-					if e.index > at {
-						break
-					}
-					if e.Kind == core.EvUpdate && e.From == idOf(j) {
-						delete(wrote, wkey(e.Event))
-					}
-				}
-				// A location j wrote twice before permitting leaves only
-				// the last value to check; all updates are in order, so
-				// the earlier ones were applied as well.
-				if len(wrote) > 0 {
-					for k := range wrote {
-						t.Fatalf("seed %d: rank %d wrote %+v before permitting rank %d's acquire of lock %d; not seen before the acquire (axiom 2.11)", seed, j, k, q.rank, q.lock)
-					}
-				}
-			}
-			// Axiom 2.10: no other acquire of the lock overlaps this one.
+	}
+	// Axiom 2.10's ordering at the holder: a member that held the
+	// lock permits a later request only after releasing.
+	for q, ps := range permits {
+		for _, p := range ps {
 			for q2, at2 := range acquired {
-				if q2 != q && q2.lock == q.lock && at2 > at && at2 < rel {
-					t.Fatalf("seed %d: rank %d acquired lock %d at %d while rank %d held it (%d..%d) (axiom 2.10)", seed, q2.rank, q.lock, at2, q.rank, at, rel)
-				}
-			}
-		}
-		// Axiom 2.10's ordering at the holder: a member that held the
-		// lock permits a later request only after releasing.
-		for q, ps := range permits {
-			for _, p := range ps {
-				for q2, at2 := range acquired {
-					if q2.rank == p.rank && q2.lock == q.lock && at2 < p.index && released[q2] > p.index {
-						t.Fatalf("seed %d: rank %d permitted rank %d's acquire of lock %d while holding it (axiom 2.10)", seed, p.rank, q.rank, q.lock)
-					}
+				if q2.rank == p.rank && q2.lock == q.lock && at2 < p.index && released[q2] > p.index {
+					t.Fatalf("seed %d: rank %d permitted rank %d's acquire of lock %d while holding it (axiom 2.10)", seed, p.rank, q.rank, q.lock)
 				}
 			}
 		}

@@ -99,16 +99,27 @@ type Config struct {
 	// keeps the hold across its changes). (docs/dsm.md, "A segment every
 	// member joined".)
 	AllMemberChannels bool
-	// WCCopies (Channels) is how many bytes of one peer's messages on a
-	// segment channel (or the global one) the wait
-	// condition (WC, def. 7.3) copies while this member has not crossed
-	// the barrier the peer crossed, before the channel stops taking the
-	// peer's frames: they then wait,
-	// undelivered and unacknowledged, in this member's reorder window
-	// (and block the peer once its window is full) until the crossing.
-	// 0 means DefaultWCCopies; a negative value holds at once.
-	// (docs/dsm.md, "How much WC copies".)
+	// WCCopies is how many bytes of one peer's messages on a channel (a
+	// segment's, or the global group, which over one group carries every
+	// update) the wait condition (WC, def. 7.3) copies while this member
+	// has not crossed the barrier the peer crossed, before the channel
+	// stops taking the peer's frames: they then wait, undelivered and
+	// unacknowledged, in this member's reorder window (and block the
+	// peer once its window is full) until the crossing, or over one
+	// group until lock traffic needs them (a lock requested here, or a
+	// peer's request seen). 0 means DefaultWCCopies; a negative value
+	// holds at once. (docs/dsm.md, "How much WC copies", "WC over one
+	// group".)
 	WCCopies int
+	// Timed: the program on top relies on bounds on how late its peers'
+	// messages arrive (kv's thesis mode), so WC never holds a peer in a
+	// reliable layer's window: a held peer's window stops, which delays
+	// its messages to every member (up to the hold's bound, a quarter of
+	// the failure timeout). WC copies instead, as many bytes as the peer
+	// sends before this member crosses: the one configuration where what
+	// WC keeps over one group is unbounded. (docs/dsm.md, "WC over one
+	// group".)
+	Timed bool
 	// ChannelGroup is the group id of segment key's channel; nil means
 	// DefaultChannelGroup.
 	ChannelGroup func(global, key uint32) uint32
@@ -376,7 +387,7 @@ func coreConfigView(self frame.MemberID, members []frame.MemberID, groupMax int,
 	c := core.Config{Self: self, Members: members, MaxMessage: max, Unbuffered: cfg.Unbuffered,
 		MaxSegment: cfg.MaxSegment, Trace: cfg.Trace, Alloc: alignedAlloc,
 		Selective: cfg.Selective, Channels: cfg.Channels, AllMemberChannels: cfg.AllMemberChannels, WCCopies: wcCopies(cfg),
-		HoldGlobal: true, Unconfirmed: unconfirmed}
+		Timed: cfg.Timed, Unconfirmed: unconfirmed}
 	if cfg.mutate != nil {
 		cfg.mutate(&c)
 	}
@@ -406,6 +417,11 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	}
 	if n.core.Holds(ch, from) {
 		n.holdFrom(ch, from)
+	}
+	if len(n.holds) > 0 && !core.OnlyUpdates(data) {
+		// A lock request seen may end the global channel's holds
+		// (core.Holds: lock traffic over one group).
+		n.releaseHolds()
 	}
 	if n.core.Pending() > 0 {
 		n.env.Kick()
@@ -446,8 +462,8 @@ func (n *Node) holdFrom(ch core.Channel, from frame.MemberID) {
 	n.holds = append(n.holds, channelSender{ch, from})
 }
 
-// releaseHolds ends the holds WC no longer needs, after a crossing
-// (with n.mu held).
+// releaseHolds ends the holds WC no longer needs, after a crossing or
+// when lock traffic starts (with n.mu held).
 func (n *Node) releaseHolds() {
 	if len(n.holds) == 0 {
 		return
@@ -984,6 +1000,9 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 		return err
 	}
 	err := n.core.RequestLock(int32(id))
+	// The peers' replies may wait behind what WC holds in their windows
+	// on the global channel (core.Holds).
+	n.releaseHolds()
 	n.unlockFlush()
 	if err != nil {
 		return err

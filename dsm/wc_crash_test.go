@@ -160,7 +160,7 @@ func TestChannelsHeldSenderCrashes(t *testing.T) {
 
 // TestChannelsHeldSenderCrashes with the segment on the global channel
 // (no AllMemberChannels: every member joined it), where WC now holds in
-// the window too (core.Config.HoldGlobal): the survivors' global groups
+// the window too (core.Holds(core.Global, peer)): the survivors' global groups
 // deliver every frame rank 0 sent and they read the same memory, a
 // prefix of its writes.
 func TestChannelsHeldSenderCrashesGlobal(t *testing.T) {

@@ -171,7 +171,7 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 	}
 }
 
-// WC's hold on the global channel (core.Config.HoldGlobal): a segment
+// WC's hold on the global channel (core.Holds(core.Global, peer)): a segment
 // every member joined has no channel of its own (AllMemberChannels
 // unset), its updates travel on the global channel, and WC holds a peer
 // ahead there in the window as on a segment channel, past WCCopies. The

@@ -19,7 +19,7 @@ import (
 type ThesisServerConfig struct {
 	// DSM configures the BDSM node (its Group: the replicas' group,
 	// registration with one Server or static Members). ServeThesis sets
-	// Unbuffered and Trace.
+	// Unbuffered, Timed and Trace (thesisDSM).
 	DSM dsm.Config
 	// Thesis is the replica's configuration; Replicas and Self are set
 	// from the group (its size and this member's rank).
@@ -53,15 +53,7 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 		cfg.Clock = time.Now
 	}
 	s := &thesisServer{cfg: cfg, conn: conn, wake: make(chan struct{}, 1), reqs: make(chan thesisReq, 1024)}
-	dcfg := cfg.DSM
-	dcfg.Unbuffered = true
-	dcfg.Trace = s.trace
-	if dcfg.OutboxLimit == 0 {
-		// The serving loop must not block in a write while updates wait
-		// for it: their adoption has a deadline.
-		dcfg.OutboxLimit = 1 << 16
-	}
-	dn, err := join(ctx, dcfg)
+	dn, err := join(ctx, thesisDSM(cfg.DSM, s.trace))
 	if err != nil {
 		return fmt.Errorf("kv: thesis mode: joining the group (a replica cannot rejoin a running group: thesis mode has no state transfer): %w", err)
 	}
@@ -122,6 +114,26 @@ func ServeThesis(ctx context.Context, join DSMJoinFunc, conn net.PacketConn, cfg
 		}
 		timer.Reset(max(0, time.Until(node.NextDeadline()), 200*time.Microsecond))
 	}
+}
+
+// thesisDSM is the BDSM configuration of a thesis-mode replica: c with
+// every write sent at once (Unbuffered), trace, room to queue writes,
+// and Timed. Thesis mode's correctness rests on bounds on how late a
+// replica's writes reach the others (t_r, ε): a copy adopted late is
+// refused. So no WC hold may stop a replica's window (it would delay
+// its writes to every replica, up to the hold's bound): dsm.Config.Timed.
+// Thesis mode crosses no barrier today, so WC never holds anything of it
+// either way; Timed keeps that true if it ever does.
+func thesisDSM(c dsm.Config, trace func(dsm.TraceEvent)) dsm.Config {
+	c.Unbuffered = true
+	c.Timed = true
+	c.Trace = trace
+	if c.OutboxLimit == 0 {
+		// The serving loop must not block in a write while updates wait
+		// for it: their adoption has a deadline.
+		c.OutboxLimit = 1 << 16
+	}
+	return c
 }
 
 type thesisReq struct {

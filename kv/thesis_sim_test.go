@@ -193,7 +193,7 @@ func newThesisSim(t testing.TB, seed uint64, sc thesisScenario, tc ThesisConfig)
 		}
 		r.node = node
 		cfg = node.Config()
-		r.dn, r.h = dsm.NewHosted(r, dsm.Config{Unbuffered: true, OutboxLimit: 1 << 20, Trace: func(ev dsm.TraceEvent) {
+		r.dn, r.h = dsm.NewHosted(r, thesisDSM(dsm.Config{OutboxLimit: 1 << 20}, func(ev dsm.TraceEvent) {
 			if ev.Kind != dsmcore.EvUpdate {
 				return
 			}
@@ -205,7 +205,7 @@ func newThesisSim(t testing.TB, seed uint64, sc thesisScenario, tc ThesisConfig)
 			if err := node.Remote(r.clock(), int(ev.Key)-1, ev.Location, ev.Data); err != nil {
 				s.fail("replica %d: %v", r.idx, err)
 			}
-		}})
+		}))
 		gcfg := reliable.Config{Group: 9, Members: members, Self: ids[i], FailureTimeout: 500 * time.Millisecond,
 			HeartbeatInterval: 10 * time.Millisecond, Logger: quiet, Deliver: r.h.Deliver, OnEvent: r.h.OnEvent}
 		d, err := reliable.NewDriver(r.ep, gcfg, net.Now())
@@ -343,6 +343,13 @@ func TestThesisSim(t *testing.T) {
 		sc := drawThesis(seed, replicas)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			s := newThesisSim(t, seed, sc, thesisConfig())
+			// Thesis mode crosses no barrier, and its BDSM is Timed: WC
+			// neither copies nor holds anything of a replica.
+			for _, r := range s.reps {
+				if st := r.dn.Stats(); st.Held != 0 || st.Group.HeldData != 0 {
+					t.Errorf("replica %d: WC copied %d messages and held %d frames in the window, want none", r.idx, st.Held, st.Group.HeldData)
+				}
+			}
 			ran++
 			ops += len(s.history)
 			refused += int(s.refused)

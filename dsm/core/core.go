@@ -81,18 +81,22 @@ type Config struct {
 	// channel too. Without it such a segment's updates go on the global
 	// channel and its barriers need no marker.
 	AllMemberChannels bool
-	// WCCopies (Channels) is how many bytes of one peer's messages on a
-	// segment channel WC copies aside before Holds asks the runtime to
-	// hold the rest in the peer's send window; 0 holds at once.
+	// WCCopies is how many bytes of one peer's messages on a channel WC
+	// copies aside before Holds asks the runtime to hold the rest in the
+	// peer's send window; 0 holds at once. It applies on the global
+	// channel too, which carries the updates over one group and, with
+	// Channels, those of segments every member joined. What must overtake
+	// a held peer there: lock messages over one group, only while a lock
+	// request is outstanding (lockTraffic), and with Views a Confirm or
+	// Refuse, only at a process not yet confirmed (admissionMessage);
+	// Holds is false then.
 	WCCopies int
-	// HoldGlobal (Channels): Holds applies WCCopies on the global channel
-	// too, where the updates of segments every member joined travel.
-	// There every message is a segment's announcement, an update, a
-	// barrier message (locks are refused) or, with Views, a Confirm or
-	// Refuse (admissionMessage); only the last two must overtake what WC
-	// holds, and only at a process not yet confirmed, which therefore
-	// holds nobody there (Holds).
-	HoldGlobal bool
+	// Timed: the program relies on bounds on how late a peer's messages
+	// arrive (kv's thesis mode), so WC never has a peer held in a
+	// reliable layer's window (Holds is always false): a held peer's
+	// window stops, which delays its messages to every member, up to the
+	// hold's bound. WC copies instead, without bound over one group.
+	Timed bool
 	// Unconfirmed: Self's first view (Views) was not the group's
 	// founding one, so it may be a process the running group admitted
 	// after the computation began rather than a member that missed the
@@ -176,6 +180,10 @@ type peer struct {
 	// heldBytes their size.
 	held      [][]byte
 	heldBytes int
+	// lockWait (over one group): its last message on the global channel
+	// was a lock request, or lock messages after one: it may be blocked
+	// in dsm_lock_acquire, waiting for replies (lockTraffic).
+	lockWait bool
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -209,7 +217,7 @@ type Core struct {
 	selective, channels bool
 	allMemberChannels   bool // Config.AllMemberChannels
 	wcCopies            int  // Config.WCCopies
-	holdGlobal          bool // Config.HoldGlobal
+	timed               bool // Config.Timed
 	mutation            mutation
 	// opens are the segment channels to open (Opens), in order.
 	opens []Open
@@ -259,7 +267,7 @@ func New(cfg Config) (*Core, error) {
 	c.allMemberChannels = cfg.AllMemberChannels
 	c.unconfirmed = cfg.Unconfirmed
 	c.wcCopies = cfg.WCCopies
-	c.holdGlobal = cfg.HoldGlobal && cfg.Channels
+	c.timed = cfg.Timed
 	c.mutation = cfg.mutation
 	c.selective = cfg.Selective || cfg.Channels
 	c.trace = cfg.Trace
@@ -424,7 +432,18 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !admissionMessage(msg) {
+		lock, admission := lockMessage(msg), admissionMessage(msg)
+		switch {
+		case c.channels: // locks are refused
+		case lock:
+			p.lockWait = p.lockWait || Type(msg[1]) == TypeLockRequest
+		case !admission:
+			// A requester blocked in dsm_lock_acquire sends nothing but
+			// lock messages until granted (its node's Confirms and
+			// Refuses aside).
+			p.lockWait = false
+		}
+		if c.mustHold(p.barriers, p.held) && !lock && !admission {
 			p.held = c.hold(p.held, msg)
 			p.heldBytes += len(msg)
 			return nil
@@ -476,23 +495,30 @@ func (c *Core) crossed() uint32 {
 // Holds reports whether WC holds member from's messages on channel ch
 // now and has copied at least Config.WCCopies bytes of them aside: the
 // runtime should stop the channel's reliable layer from delivering more
-// of them (reliable.Group.HoldFrom) until Holds is false again, after a
-// crossing, so that they wait in the sender's window instead of being
-// copied here (what is delivered meanwhile is still held, by copy).
-// False on the global channel unless Config.HoldGlobal: a lock message
-// there must overtake the messages WC holds (lockMessage), and the
-// reliable layer cannot hand out one message past another of the same
-// sender. False there too while Self is unconfirmed: a Confirm or Refuse
+// of them (reliable.Group.HoldFrom) until Holds is false again, so that
+// they wait in the sender's window instead of being copied here (what
+// is delivered meanwhile is still held, by copy). It turns false at the
+// crossing that ends WC and, on the global channel over one group,
+// while there is lock traffic (lockTraffic): a lock message there must
+// overtake the messages WC holds (lockMessage), and the reliable layer
+// cannot hand out one message past another of the same sender. The
+// runtime asks again after every message that is not only updates and
+// after RequestLock, and releases the holds no longer wanted. False on
+// the global channel too while Self is unconfirmed: a Confirm or Refuse
 // (admissionMessage) must overtake then, for Self cannot cross without
 // it. A confirmed member needs neither (a Confirm names the process it
 // admits, a Refuse an outsider). What an unconfirmed one copies from a
 // peer is bounded all the same: the peer queues its Confirm of Self at
 // its install of Self's first view, behind only what it had queued
 // before (its outbox), and Self is confirmed once that is delivered.
+// Always false with Config.Timed.
 func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
+	if c.timed {
+		return false
+	}
 	if ch == Global {
 		p := c.peer(from)
-		return c.holdGlobal && !c.unconfirmed && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
+		return !c.unconfirmed && p != nil && !c.lockTraffic() && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {
@@ -500,6 +526,30 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	}
 	sp := s.peer(from)
 	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies && c.mutation&mutationNoWC == 0
+}
+
+// lockTraffic reports whether a lock message that a peer held in
+// Self's window has behind WC's messages could be needed before the
+// crossing that ends WC (over one group; with Channels locks are
+// refused). Self requests a lock: it needs every live peer's reply. Or
+// a live peer may be blocked in dsm_lock_acquire (its last message here
+// was a lock request): its grant may need a reply or a release from a
+// held peer, whose window Self's hold stops for every member, and Self's
+// crossing may wait for that requester's arrival. Otherwise nobody waits
+// for a lock message of a held peer: every other message of it after its
+// arrival is held by WC at every member that has not crossed (so none
+// can wait for it before crossing), and Self's crossing needs only the
+// arrivals of peers not held (docs/dsm.md, "WC over one group").
+func (c *Core) lockTraffic() bool {
+	if c.lock == lockRequesting {
+		return true
+	}
+	for _, p := range c.peers {
+		if p.live && p.lockWait {
+			return true
+		}
+	}
+	return false
 }
 
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
@@ -525,9 +575,9 @@ func admissionMessage(msg []byte) bool {
 
 // hold keeps a copy of msg aside: the reliable layer's message is valid
 // only during its delivery. What is held is bounded by what one peer
-// sends between crossing a barrier and this member's crossing of it; on
-// a segment channel, by what the reliable layer delivered before the
-// runtime stopped its deliveries from that peer (Holds).
+// sends between crossing a barrier and this member's crossing of it, and
+// further by what the reliable layer delivered before the runtime
+// stopped its deliveries from that peer (Holds).
 func (c *Core) hold(held [][]byte, msg []byte) [][]byte {
 	c.c.Held++
 	c.c.HeldBytes += uint64(len(msg))

@@ -643,13 +643,13 @@ func TestBarrierReadyDoesNotCross(t *testing.T) {
 	}
 }
 
-// Holds on the global channel (HoldGlobal): an unconfirmed member holds
+// Holds on the global channel (Channels): an unconfirmed member holds
 // nobody there, for the Confirm it waits for may come behind a peer's
 // arrival and must overtake what WC holds; once confirmed it holds a
 // peer that arrived at the barrier it waits at, as a founder does.
 func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
 	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Unconfirmed: true,
-		Channels: true, HoldGlobal: true, WCCopies: 0})
+		Channels: true, WCCopies: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -674,5 +674,89 @@ func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
 	}
 	if c.Holds(Global, 2) {
 		t.Fatal("Holds(Global, 2) true for a member that has not arrived")
+	}
+}
+
+// Holds on the global channel over one group (no Channels): a peer that
+// arrived at the barrier Self waits at is held past WCCopies, except
+// while there is lock traffic — a peer's lock request seen (until its
+// next message that is not a lock message) or Self's own request — since
+// a lock message of the held peer would wait behind what the window
+// holds; and never with Timed.
+func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
+	update := AppendRecord(AppendUpdateHeader(nil, TypeUpdate, 1, 8), 0, 1, make([]byte, 8))
+	for _, timed := range []bool{false, true} {
+		c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Timed: timed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 4, LocationSize: 8}, false)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.EnterBarrier(1); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, c)
+		if err := c.Receive(1, AppendBarrier(nil, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		holds := func(want bool, when string) {
+			t.Helper()
+			if timed {
+				want = false
+			}
+			if got := c.Holds(Global, 1); got != want {
+				t.Fatalf("Timed %v, %s: Holds(Global, 1) %v, want %v", timed, when, got, want)
+			}
+		}
+		holds(true, "member 1 arrived at barrier 1, Self waits there")
+		if c.Holds(Global, 2) {
+			t.Fatal("Holds(Global, 2) true for a member that has not arrived")
+		}
+		if err := c.Receive(2, AppendLockRequest(nil, 5, 1)); err != nil {
+			t.Fatal(err)
+		}
+		holds(false, "member 2 requested a lock")
+		if err := c.Receive(2, AppendLockReply(nil, 6, 1, 9)); err != nil {
+			t.Fatal(err)
+		}
+		holds(false, "member 2 requested a lock, then replied to another request")
+		if err := c.Receive(2, update); err != nil {
+			t.Fatal(err)
+		}
+		holds(true, "member 2 wrote after its request: it was granted")
+		if err := c.Receive(2, AppendLockRequest(nil, 5, 2)); err != nil {
+			t.Fatal(err)
+		}
+		c.MemberGone(2)
+		holds(true, "the requester died")
+		c.MemberBack(2)
+		holds(false, "the requester is back, its request outstanding")
+		if err := c.Receive(2, update); err != nil {
+			t.Fatal(err)
+		}
+		holds(true, "member 2 wrote after its request")
+		if err := c.Receive(1, update); err != nil {
+			t.Fatal(err)
+		}
+		holds(true, "member 1 wrote after its arrival (held by WC)")
+	}
+	// Self requests a lock while not in a barrier, member 1 a partial
+	// barrier ahead.
+	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Receive(1, AppendBarrier(nil, 1, 1|SeqPartial)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Holds(Global, 1) {
+		t.Fatal("member 1 crossed partial barrier 1 ahead of Self: Holds(Global, 1) false, want true")
+	}
+	if err := c.RequestLock(5); err != nil {
+		t.Fatal(err)
+	}
+	if c.Holds(Global, 1) {
+		t.Fatal("Self requests a lock: Holds(Global, 1) true, want false (member 1's reply would wait behind the hold)")
 	}
 }

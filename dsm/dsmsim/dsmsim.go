@@ -493,7 +493,12 @@ func (m *simMember) HoldFrom(ch core.Channel, from frame.MemberID) bool {
 func (m *simMember) ReleaseFrom(ch core.Channel, from frame.MemberID) {
 	if d := m.driver(ch); d != nil {
 		d.ReleaseFrom(from)
-		m.ep.Bind(testnet.NodeFunc(m.step)) // a step now: it steps what the hold kept
+		// A step now: it steps what the hold kept (over one group, no mux).
+		if m.mux != nil {
+			m.ep.Bind(testnet.NodeFunc(m.step))
+		} else {
+			m.ep.Bind(m.drv)
+		}
 	}
 }
 

@@ -470,7 +470,7 @@ Environment:
   DSM_PHASES_LOG=P  with DSM_PHASES=1: write each iteration's phase end times (Unix ns) to P.<rank>
   DSM_TRACE=P   write Go's execution trace of each rank's program to P.<rank>
   DSM_CPUPROFILE=P  write a CPU profile of each rank to P.<rank> (-sim: of the one process to P)
-  DSM_WC_COPIES=N  dsm.Config.WCCopies with -channels: bytes WC copies of a peer before holding it in its window (-1: none)
+  DSM_WC_COPIES=N  dsm.Config.WCCopies: bytes WC copies of a peer before holding it in its window (-1: none)
 `
 
 // RunArgs parses args with the shared flags and setup's, then runs the
