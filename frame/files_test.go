@@ -96,7 +96,7 @@ func TestFileStatusLimits(t *testing.T) {
 	h := Header{Group: 7, Sender: 2, Incarnation: 3, Seq: 12, Flags: FlagHashAlg}
 	for r, text := range map[FileReason]string{
 		FileOverMTU:     "blocks larger than the receiver's MTU",
-		FileTooLarge:    "more blocks than the receiver takes",
+		FileTooLarge:    "larger than the receiver takes",
 		FileNoSpace:     "no room on the receiver's disk",
 		FileNameTooLong: "name too long for the receiver's file system",
 	} {

@@ -235,8 +235,10 @@ const (
 	FileDeclined FileReason = 7
 	// FileOverMTU, FileTooLarge, FileNoSpace and FileNameTooLong: the
 	// offer is beyond one of the receiver's limits, which each names: its
-	// blocks are larger than the receiver's MTU carries, it has more
-	// blocks than the receiver takes (a bit per block), it does not fit
+	// blocks are larger than the receiver's MTU carries, it is larger
+	// than the receiver takes (more blocks than it keeps a bit for, or
+	// more bytes than its operator allows; until 2026-12-01 said "more
+	// blocks than the receiver takes"), it does not fit
 	// the room left on the receiver's disk, or its name is longer than
 	// the receiver's file system takes. The receiver stores nothing. A
 	// decoder from before these reasons refuses the report
@@ -274,7 +276,7 @@ func (r FileReason) String() string {
 	case FileOverMTU:
 		return "blocks larger than the receiver's MTU"
 	case FileTooLarge:
-		return "more blocks than the receiver takes"
+		return "larger than the receiver takes"
 	case FileNoSpace:
 		return "no room on the receiver's disk"
 	case FileNameTooLong:

@@ -48,7 +48,7 @@ local file_reason_names = {
 	[0] = "none", [1] = "storage failed", [2] = "hash mismatch", [3] = "closed by the sender",
 	[4] = "aborted by the sender", [5] = "unknown to the sender", [6] = "hash algorithm unknown to the receiver",
 	[7] = "declined by the receiver", [8] = "blocks larger than the receiver's MTU",
-	[9] = "more blocks than the receiver takes", [10] = "no room on the receiver's disk",
+	[9] = "larger than the receiver takes", [10] = "no room on the receiver's disk",
 	[11] = "name too long for the receiver's file system",
 }
 local file_hash_alg_names = { [1] = "sha256", [2] = "blake3" }

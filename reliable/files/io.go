@@ -197,7 +197,8 @@ const (
 	CauseDeclined = Cause(frame.FileDeclined)
 	// CauseOverMTU, CauseTooLarge, CauseNoSpace, CauseNameTooLong: the
 	// offer is beyond one of the receiver's limits (its blocks larger
-	// than its MTU, more blocks than MaxBlocks, no room on its disk, a
+	// than its MTU, more blocks than MaxBlocks or more bytes than
+	// MaxSize, no room on its disk, a
 	// name too long for its file system: ErrNoSpace, ErrNameTooLong). It
 	// stores nothing and says so to the sender, whose verdict names the
 	// limit at once instead of waiting out FailureTimeout.

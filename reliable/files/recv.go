@@ -191,6 +191,10 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		c.refuse(now, t, CauseTooLarge)
 		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
 	}
+	if c.cfg.MaxSize > 0 && o.Size > c.cfg.MaxSize {
+		c.refuse(now, t, CauseTooLarge)
+		return fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+	}
 	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
 	}
