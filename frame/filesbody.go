@@ -247,13 +247,18 @@ const (
 	FileTooLarge    FileReason = 9
 	FileNoSpace     FileReason = 10
 	FileNameTooLong FileReason = 11
+	// FileTooBigForFS: the file is larger than a file may be where the
+	// receiver stores it (its file system's largest file, ext4's 16 TiB
+	// or FAT's 4 GiB; its process's RLIMIT_FSIZE). A decoder from before
+	// it (reasons 8-11's too) refuses the report (file.status.reason).
+	FileTooBigForFS FileReason = 12
 	// FileReasonMax is the highest reason this decoder takes.
-	FileReasonMax = FileNameTooLong
+	FileReasonMax = FileTooBigForFS
 )
 
 // Limit reports whether r names a limit of the receiver that the offer
-// is beyond.
-func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileNameTooLong }
+// is beyond (it refused the offer).
+func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileReasonMax }
 
 func (r FileReason) String() string {
 	switch r {
@@ -281,6 +286,8 @@ func (r FileReason) String() string {
 		return "no room on the receiver's disk"
 	case FileNameTooLong:
 		return "name too long for the receiver's file system"
+	case FileTooBigForFS:
+		return "larger than the receiver's file system allows"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }
@@ -413,7 +420,7 @@ func checkFileBody(t Type, body []byte, start int) error {
 			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
 		if st == FileFailed && (r == FileReasonNone || r > FileReasonMax) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..11 with failed, 0 otherwise)", r, st)
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..%d with failed, 0 otherwise)", r, st, FileReasonMax)
 		}
 		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {

@@ -78,6 +78,7 @@ var ErrFileDeclined = files.ErrDeclined
 var (
 	ErrFileNoSpace     = files.ErrNoSpace
 	ErrFileNameTooLong = files.ErrNameTooLong
+	ErrFileTooBigForFS = files.ErrTooBigForFS
 )
 
 // FileCauseText says why a transfer did not complete, for a cause code of

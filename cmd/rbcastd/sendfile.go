@@ -275,6 +275,8 @@ func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
 		return fmt.Sprintf("no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)", q.Size)
 	case localapi.FileCauseNameTooLong:
 		return fmt.Sprintf("name too long for its file system (%d bytes)", len(q.Name))
+	case localapi.FileCauseTooBigForFS:
+		return fmt.Sprintf("larger than its file system allows a file to be (%d bytes; its log names the limit)", q.Size)
 	}
 	return ""
 }

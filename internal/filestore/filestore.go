@@ -30,6 +30,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -221,15 +222,22 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 			return &partial{meta: m, final: final, record: rec, stored: true, sum: sum, summed: true}, held, nil
 		}
 	}
+	if m.Size > math.MaxInt64 {
+		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than any file may hold (2⁶³−1): %w", m.Name, m.Size, files.ErrTooBigForFS)
+	}
 	dir := filepath.Join(d.Root, PartialDir)
 	base := filepath.Join(dir, partialKey(m))
 	if err := d.checkRoom(m, base+".part", &fsys); err != nil {
 		return nil, nil, err
 	}
+	_, err = os.Lstat(dir)
+	newDir := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
+	_, err = os.Lstat(p.path)
+	newCopy := errors.Is(err, fs.ErrNotExist)
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
@@ -237,9 +245,27 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		p.data.Close()
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
+	// Sizing the copy is the exact check that the file system takes a
+	// file this large (its largest file: ext4's 16 TiB, FAT's 4 GiB) and
+	// that the process may make one (RLIMIT_FSIZE; Go ignores SIGXFSZ):
+	// EFBIG, or EINVAL ("larger than the maximum file size", POSIX).
 	if err := p.data.Truncate(int64(m.Size)); err != nil {
 		p.close()
-		return nil, nil, fmt.Errorf("filestore: sizing %s: %w", p.path, err)
+		if !errors.Is(err, unix.EFBIG) && !errors.Is(err, unix.EINVAL) {
+			return nil, nil, fmt.Errorf("filestore: sizing %s: %w", p.path, err)
+		}
+		if newCopy { // refused: what this offer made goes
+			os.Remove(p.path)
+			os.Remove(p.sums)
+			if newDir {
+				os.Remove(dir)
+			}
+		}
+		var lim unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_FSIZE, &lim) == nil && lim.Cur != unix.RLIM_INFINITY && m.Size > lim.Cur {
+			return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than this process may write to a file (RLIMIT_FSIZE %d): %w", m.Name, m.Size, lim.Cur, files.ErrTooBigForFS)
+		}
+		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than the file system under %s allows a file to be (%v): %w", m.Name, m.Size, d.Root, err, files.ErrTooBigForFS)
 	}
 	held, err := p.verify()
 	if err != nil {

@@ -129,6 +129,10 @@ var ErrDeclined = errors.New("files: file declined")
 var (
 	ErrNoSpace     = errors.New("files: no room for the file")
 	ErrNameTooLong = errors.New("files: name too long for the file system")
+	// ErrTooBigForFS: the file is larger than a file may be where the
+	// sink stores it (the file system's largest file, RLIMIT_FSIZE);
+	// CauseTooBigForFS.
+	ErrTooBigForFS = errors.New("files: larger than the file system allows a file to be")
 )
 
 // Outgoing is a file to send.
@@ -206,6 +210,9 @@ const (
 	CauseTooLarge    = Cause(frame.FileTooLarge)
 	CauseNoSpace     = Cause(frame.FileNoSpace)
 	CauseNameTooLong = Cause(frame.FileNameTooLong)
+	// CauseTooBigForFS: the file is larger than the receiver's file
+	// system allows a file to be (ErrTooBigForFS), refused so too.
+	CauseTooBigForFS = Cause(frame.FileTooBigForFS)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.

@@ -262,13 +262,15 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 }
 
 // limitOf is the limit a sink's error names (ErrNoSpace,
-// ErrNameTooLong).
+// ErrNameTooLong, ErrTooBigForFS).
 func limitOf(err error) (Cause, bool) {
 	switch {
 	case errors.Is(err, ErrNoSpace):
 		return CauseNoSpace, true
 	case errors.Is(err, ErrNameTooLong):
 		return CauseNameTooLong, true
+	case errors.Is(err, ErrTooBigForFS):
+		return CauseTooBigForFS, true
 	}
 	return 0, false
 }
