@@ -252,12 +252,18 @@ const (
 	// or FAT's 4 GiB; its process's RLIMIT_FSIZE). A decoder from before
 	// it (reasons 8-11's too) refuses the report (file.status.reason).
 	FileTooBigForFS FileReason = 12
+	// FileBadName: the name is not a local file path where the receiver
+	// stores files (absolute, climbing out with "..", the directory
+	// itself, or where it keeps partial copies), and the receiver refuses
+	// it as it refuses an offer beyond a limit. A decoder from before it
+	// refuses the report (file.status.reason).
+	FileBadName FileReason = 13
 	// FileReasonMax is the highest reason this decoder takes.
-	FileReasonMax = FileTooBigForFS
+	FileReasonMax = FileBadName
 )
 
 // Limit reports whether r names a limit of the receiver that the offer
-// is beyond (it refused the offer).
+// is beyond, or a rule of its names (FileBadName): it refused the offer.
 func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileReasonMax }
 
 func (r FileReason) String() string {
@@ -288,6 +294,8 @@ func (r FileReason) String() string {
 		return "name too long for the receiver's file system"
 	case FileTooBigForFS:
 		return "larger than the receiver's file system allows"
+	case FileBadName:
+		return "name not a local file path at the receiver"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }

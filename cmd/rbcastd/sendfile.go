@@ -277,6 +277,8 @@ func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
 		return fmt.Sprintf("name too long for its file system (%d bytes)", len(q.Name))
 	case localapi.FileCauseTooBigForFS:
 		return fmt.Sprintf("larger than its file system allows a file to be (%d bytes; its log names the limit)", q.Size)
+	case localapi.FileCauseBadName:
+		return fmt.Sprintf("name not a local file path there (%q: absolute, climbing out with \"..\", the directory itself, or under %s)", q.Name, filestore.PartialDir)
 	}
 	return ""
 }

@@ -302,7 +302,7 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 		return nil, nil, reliable.ErrFileDeclined
 	}
 	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Open(m)
-	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) {
+	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) || errors.Is(err, reliable.ErrFileBadName) {
 		s.d.log.Warn("rbcastd: a file is beyond this daemon's limits; refused, the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
 		return nil, nil, err
 	}

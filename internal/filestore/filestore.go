@@ -65,17 +65,19 @@ var _ files.Sink = (*Dir)(nil)
 // CheckName reports whether name may be stored under a root: a local
 // path (no "..", not absolute, not empty), not the root itself (".",
 // "a/..": filepath.IsLocal accepts them, and storing one fails only at
-// the rename, once the whole file has come), not under PartialDir.
+// the rename, once the whole file has come), not under PartialDir. Its
+// errors wrap files.ErrBadName: Open's refuse such an offer, and the
+// sender is told (FileStatus reason 13).
 func CheckName(name string) error {
 	if !filepath.IsLocal(name) || strings.ContainsRune(name, 0) {
-		return fmt.Errorf("filestore: name %q is not a local relative path", name)
+		return fmt.Errorf("filestore: name %q is not a local relative path: %w", name, files.ErrBadName)
 	}
 	clean := filepath.ToSlash(filepath.Clean(name))
 	if clean == "." {
-		return fmt.Errorf("filestore: name %q names the root itself, not a file under it", name)
+		return fmt.Errorf("filestore: name %q names the root itself, not a file under it: %w", name, files.ErrBadName)
 	}
 	if first, _, _ := strings.Cut(clean, "/"); first == PartialDir {
-		return fmt.Errorf("filestore: name %q is under %s, where partial copies live", name, PartialDir)
+		return fmt.Errorf("filestore: name %q is under %s, where partial copies live: %w", name, PartialDir, files.ErrBadName)
 	}
 	return nil
 }

@@ -151,3 +151,32 @@ func TestOpenTooBigForExt4(t *testing.T) {
 	}
 	f.Abort(false)
 }
+
+// A name that is not a local file path under the directory (absolute,
+// climbing out with "..", the directory itself, under PartialDir) is
+// refused at its offer with its own reason (13), and nothing is made,
+// in the directory or above it. rbcastd's sender never offers one (its
+// source is opened under CheckName), so this is the defence against a
+// sender that does: another program on the library, a foreign or
+// hostile station. (A NUL in a name, or an empty one, never reaches the
+// sink: the frame decoder drops such an offer.) It was a storage failure
+// (reason 1) before.
+func TestOfferNotLocalName(t *testing.T) {
+	top := t.TempDir()
+	root := filepath.Join(top, "in")
+	for _, name := range []string{"/etc/passwd", "../up", "a/../../up", ".", "a/..", "./", PartialDir + "/x"} {
+		r := pairCore(t, 2, &Dir{Root: root})
+		if st := offerTo(t, r, name, 10_000); st.State != frame.FileFailed || st.Reason != frame.FileBadName {
+			t.Errorf("offer of %q: the receiver reported %+v, want failed, %v", name, st, frame.FileBadName)
+		}
+		if _, _, err := (&Dir{Root: root}).Open(meta(name, nil, 1000)); !errors.Is(err, files.ErrBadName) {
+			t.Errorf("Open of %q: %v, want files.ErrBadName", name, err)
+		}
+		if _, err := OpenSourceHashLater(filepath.Join(top, "none"), name); !errors.Is(err, files.ErrBadName) {
+			t.Errorf("a source to send as %q: %v, want files.ErrBadName before the file is opened", name, err)
+		}
+	}
+	if ents, err := os.ReadDir(top); err != nil || len(ents) != 0 {
+		t.Errorf("the refused offers made %v (%v)", ents, err)
+	}
+}

@@ -133,6 +133,9 @@ var (
 	// sink stores it (the file system's largest file, RLIMIT_FSIZE);
 	// CauseTooBigForFS.
 	ErrTooBigForFS = errors.New("files: larger than the file system allows a file to be")
+	// ErrBadName: the name is not a local file path where the sink
+	// stores files (filestore.CheckName); CauseBadName.
+	ErrBadName = errors.New("files: name not a local file path")
 )
 
 // Outgoing is a file to send.
@@ -213,6 +216,11 @@ const (
 	// CauseTooBigForFS: the file is larger than the receiver's file
 	// system allows a file to be (ErrTooBigForFS), refused so too.
 	CauseTooBigForFS = Cause(frame.FileTooBigForFS)
+	// CauseBadName: the name is not a local file path at the receiver
+	// (ErrBadName: absolute, "..", the directory itself, its partial
+	// copies' directory), refused so too: a defence against a sender
+	// that offers such a name (rbcastd's never does).
+	CauseBadName = Cause(frame.FileBadName)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.

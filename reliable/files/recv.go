@@ -262,7 +262,7 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 }
 
 // limitOf is the limit a sink's error names (ErrNoSpace,
-// ErrNameTooLong, ErrTooBigForFS).
+// ErrNameTooLong, ErrTooBigForFS), or ErrBadName's rule.
 func limitOf(err error) (Cause, bool) {
 	switch {
 	case errors.Is(err, ErrNoSpace):
@@ -271,6 +271,8 @@ func limitOf(err error) (Cause, bool) {
 		return CauseNameTooLong, true
 	case errors.Is(err, ErrTooBigForFS):
 		return CauseTooBigForFS, true
+	case errors.Is(err, ErrBadName):
+		return CauseBadName, true
 	}
 	return 0, false
 }
