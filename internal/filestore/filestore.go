@@ -1074,7 +1074,8 @@ func preadvCached(fd uintptr, iov [][]byte, off int64) int {
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name
-// and their path within it (what sendfile FILE… sends).
+// and their path within it (what sendfile FILE… sends); "." (and "a/..")
+// under their path within it only.
 func Walk(paths []string) (paths2, names []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -1085,7 +1086,10 @@ func Walk(paths []string) (paths2, names []string, err error) {
 			paths2, names = append(paths2, p), append(names, filepath.Base(p))
 			continue
 		}
-		base := filepath.Base(filepath.Clean(p))
+		base, err := dirBase(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("filestore: %w", err)
+		}
 		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -1105,4 +1109,24 @@ func Walk(paths []string) (paths2, names []string, err error) {
 		}
 	}
 	return paths2, names, nil
+}
+
+// dirBase is the name a directory's files are sent under (Walk): its base
+// name, "" for "." (its files under their path within it) and for the
+// file system's root. A path ending in ".." is named by the directory it
+// is (its base name was "..", which made names no receiver stores, nor
+// the daemon sends: "sendfile .." failed).
+func dirBase(p string) (string, error) {
+	base := filepath.Base(filepath.Clean(p))
+	if base == ".." {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Base(abs)
+	}
+	if base == "." || base == string(filepath.Separator) {
+		return "", nil
+	}
+	return base, nil
 }
