@@ -553,11 +553,11 @@ func TestDissectorExpertInfo(t *testing.T) {
 			b[len(b)-frame.CRCLen-5] = 2
 			return withCRC(b)
 		}(), "flush.delivered.flags", "1"},
-		{"file status reason 12", func() []byte {
-			b := clone("file_status_no_space")
-			b[frame.HeaderLen+9] = 12
+		{"file status reason 14", func() []byte {
+			b := clone("file_status_bad_name")
+			b[frame.HeaderLen+9] = 14
 			return withCRC(b)
-		}(), "reason 12 with state failed", "1"},
+		}(), "reason 14 with state failed", "1"},
 		{"file gone reason", func() []byte { b := clone("file_gone"); b[frame.HeaderLen+4] = 1; return withCRC(b) }(), "reason 1 (want 3 closed, 4 aborted, 5 unknown)", "1"},
 		{"file offer hash alg 1", func() []byte { b := clone("file_offer_blake3"); b[len(b)-frame.CRCLen-1] = 1; return withCRC(b) }(), "hash algorithm 1 (SHA-256 is an offer without the byte", "1"},
 		{"truncated bundle", func() []byte {

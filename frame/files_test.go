@@ -35,7 +35,7 @@ func TestFileBodyErrors(t *testing.T) {
 		{"offer sha256 byte", &Payload{T: FileOffer, Data: offerWithAlgByte(1)}, "file.offer.hash_alg", "hash algorithm 1 (SHA-256 is an offer without the byte"},
 		{"offer alg 0", &Payload{T: FileOffer, Data: offerWithAlgByte(0)}, "file.offer.hash_alg", "hash algorithm 0"},
 		{"offer two bytes", &Payload{T: FileOffer, Data: append(offerWithAlgByte(2), 2)}, "file.offer.name", "name of 1 bytes (want 1..4096), body has 3 after the fixed part"},
-		{"status reason 12", &FileStatusBody{ID: 1, State: FileFailed, Reason: 12}, "file.status.reason", "reason 12 with state failed (want 1..11"},
+		{"status reason 14", &FileStatusBody{ID: 1, State: FileFailed, Reason: 14}, "file.status.reason", "reason 14 with state failed (want 1..13"},
 		{"no space while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileNoSpace}, "file.status.reason", "reason 10 with state receiving"},
 		{"declined while receiving", &FileStatusBody{ID: 1, State: FileReceiving, Reason: FileDeclined}, "file.status.reason", "reason 7 with state receiving"},
 	}
@@ -96,9 +96,11 @@ func TestFileStatusLimits(t *testing.T) {
 	h := Header{Group: 7, Sender: 2, Incarnation: 3, Seq: 12, Flags: FlagHashAlg}
 	for r, text := range map[FileReason]string{
 		FileOverMTU:     "blocks larger than the receiver's MTU",
-		FileTooLarge:    "more blocks than the receiver takes",
+		FileTooLarge:    "larger than the receiver takes",
 		FileNoSpace:     "no room on the receiver's disk",
 		FileNameTooLong: "name too long for the receiver's file system",
+		FileTooBigForFS: "larger than the receiver's file system allows",
+		FileBadName:     "name not a local file path at the receiver",
 	} {
 		body := &FileStatusBody{ID: 9, Incarnation: 5, State: FileFailed, Reason: r, Credit: 256, Echo: 77, Delay: 3}
 		b, err := Append(nil, &h, body)
@@ -117,7 +119,7 @@ func TestFileStatusLimits(t *testing.T) {
 			t.Fatalf("reason %d: decode and encode again: %x (%v), want %x", r, again, err, b)
 		}
 	}
-	for _, r := range []FileReason{FileStorage, FileDeclined, 12} {
+	for _, r := range []FileReason{FileStorage, FileDeclined, FileReasonMax + 1} {
 		if r.Limit() {
 			t.Errorf("reason %d names a limit", r)
 		}

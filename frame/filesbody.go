@@ -235,8 +235,10 @@ const (
 	FileDeclined FileReason = 7
 	// FileOverMTU, FileTooLarge, FileNoSpace and FileNameTooLong: the
 	// offer is beyond one of the receiver's limits, which each names: its
-	// blocks are larger than the receiver's MTU carries, it has more
-	// blocks than the receiver takes (a bit per block), it does not fit
+	// blocks are larger than the receiver's MTU carries, it is larger
+	// than the receiver takes (more blocks than it keeps a bit for, or
+	// more bytes than its operator allows; until 2026-12-01 said "more
+	// blocks than the receiver takes"), it does not fit
 	// the room left on the receiver's disk, or its name is longer than
 	// the receiver's file system takes. The receiver stores nothing. A
 	// decoder from before these reasons refuses the report
@@ -245,13 +247,24 @@ const (
 	FileTooLarge    FileReason = 9
 	FileNoSpace     FileReason = 10
 	FileNameTooLong FileReason = 11
+	// FileTooBigForFS: the file is larger than a file may be where the
+	// receiver stores it (its file system's largest file, ext4's 16 TiB
+	// or FAT's 4 GiB; its process's RLIMIT_FSIZE). A decoder from before
+	// it (reasons 8-11's too) refuses the report (file.status.reason).
+	FileTooBigForFS FileReason = 12
+	// FileBadName: the name is not a local file path where the receiver
+	// stores files (absolute, climbing out with "..", the directory
+	// itself, or where it keeps partial copies), and the receiver refuses
+	// it as it refuses an offer beyond a limit. A decoder from before it
+	// refuses the report (file.status.reason).
+	FileBadName FileReason = 13
 	// FileReasonMax is the highest reason this decoder takes.
-	FileReasonMax = FileNameTooLong
+	FileReasonMax = FileBadName
 )
 
 // Limit reports whether r names a limit of the receiver that the offer
-// is beyond.
-func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileNameTooLong }
+// is beyond, or a rule of its names (FileBadName): it refused the offer.
+func (r FileReason) Limit() bool { return r >= FileOverMTU && r <= FileReasonMax }
 
 func (r FileReason) String() string {
 	switch r {
@@ -274,11 +287,15 @@ func (r FileReason) String() string {
 	case FileOverMTU:
 		return "blocks larger than the receiver's MTU"
 	case FileTooLarge:
-		return "more blocks than the receiver takes"
+		return "larger than the receiver takes"
 	case FileNoSpace:
 		return "no room on the receiver's disk"
 	case FileNameTooLong:
 		return "name too long for the receiver's file system"
+	case FileTooBigForFS:
+		return "larger than the receiver's file system allows"
+	case FileBadName:
+		return "name not a local file path at the receiver"
 	}
 	return "reason(" + itoa(int(r)) + ")"
 }
@@ -411,7 +428,7 @@ func checkFileBody(t Type, body []byte, start int) error {
 			return decodeErr(ErrBody, "file.status.state", start+8, "state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st)
 		}
 		if st == FileFailed && (r == FileReasonNone || r > FileReasonMax) || st != FileFailed && r != FileReasonNone {
-			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..11 with failed, 0 otherwise)", r, st)
+			return decodeErr(ErrBody, "file.status.reason", start+9, "reason %d with state %v (want 1..%d with failed, 0 otherwise)", r, st, FileReasonMax)
 		}
 		n := int(be.Uint16(body[28:]))
 		if len(body) != fileStatusHead+n*rangeLen {

@@ -140,6 +140,8 @@ func goldenCases() []struct {
 		{"file_status_hash_alg", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileHashUnknown}},
 		{"file_status_declined", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileDeclined, Echo: 0x01020304, Delay: 35}},
 		{"file_status_no_space", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileNoSpace, Credit: 256, Echo: 0x01020304, Delay: 35}},
+		{"file_status_too_big", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileTooBigForFS, Credit: 256, Echo: 0x01020304, Delay: 35}},
+		{"file_status_bad_name", hFileAlg, &FileStatusBody{ID: 9, Incarnation: 7, State: FileFailed, Reason: FileBadName, Credit: 256, Echo: 0x01020304, Delay: 35}},
 		{"file_gone", hFile, &FileGoneBody{ID: 9, Reason: FileClosed}},
 	}
 }

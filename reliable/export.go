@@ -78,6 +78,8 @@ var ErrFileDeclined = files.ErrDeclined
 var (
 	ErrFileNoSpace     = files.ErrNoSpace
 	ErrFileNameTooLong = files.ErrNameTooLong
+	ErrFileTooBigForFS = files.ErrTooBigForFS
+	ErrFileBadName     = files.ErrBadName
 )
 
 // FileCauseText says why a transfer did not complete, for a cause code of

@@ -48,8 +48,9 @@ local file_reason_names = {
 	[0] = "none", [1] = "storage failed", [2] = "hash mismatch", [3] = "closed by the sender",
 	[4] = "aborted by the sender", [5] = "unknown to the sender", [6] = "hash algorithm unknown to the receiver",
 	[7] = "declined by the receiver", [8] = "blocks larger than the receiver's MTU",
-	[9] = "more blocks than the receiver takes", [10] = "no room on the receiver's disk",
-	[11] = "name too long for the receiver's file system",
+	[9] = "larger than the receiver takes", [10] = "no room on the receiver's disk",
+	[11] = "name too long for the receiver's file system", [12] = "larger than the receiver's file system allows",
+	[13] = "name not a local file path at the receiver",
 }
 local file_hash_alg_names = { [1] = "sha256", [2] = "blake3" }
 local refuse_names = { [1] = "configuration differs", [2] = "group full", [3] = "group removed" }
@@ -429,7 +430,7 @@ local function dissect_file(ty, name, tree, tvb, off, stop)
 		local ri = tree:add(f.file_reason, tvb(off + 9, 1))
 		if st < 1 or st > 4 then
 			body_error(si, "file.status.state", off + 8, string.format("state %d (want 1 needs offer, 2 receiving, 3 done, 4 failed)", st))
-		elseif (st == 4 and (r == 0 or r > 11)) or (st ~= 4 and r ~= 0) then
+		elseif (st == 4 and (r == 0 or r > 13)) or (st ~= 4 and r ~= 0) then
 			body_error(ri, "file.status.reason", off + 9, string.format("reason %d with state %s", r, file_state_names[st]))
 		end
 		tree:add(f.file_credit, tvb(off + 10, 2))

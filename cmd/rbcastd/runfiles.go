@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,8 @@ type fileFlags struct {
 	rate  float64
 	// keepFree: MB left free where received files are stored.
 	keepFree float64
+	// maxSize: the largest file taken, in MB; 0 no limit.
+	maxSize float64
 
 	udp *udp.Config // with -link udp: the files' link's (set by check)
 }
@@ -30,16 +33,17 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.inbox, "inbox", "", "store the files members send in this `directory` while no recvfile client runs (temporary name, fsync, rename)")
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
+	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
 }
 
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
 func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
-	given := f.inbox != "" || f.group != "" || f.keepFree != 0
+	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.maxSize != 0
 	if !f.on {
 		if given {
-			return errors.New("-inbox, -files-group and -files-keep-free need -files")
+			return errors.New("-inbox, -files-group, -files-keep-free and -files-max-size need -files")
 		}
 		return nil
 	}
@@ -70,7 +74,10 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 		return fmt.Errorf("-file-rate is %v MB/s, want 0.001..100000", f.rate)
 	case f.keepFree < 0 || f.keepFree > 1e12:
 		return fmt.Errorf("-files-keep-free is %v MB, want 0..1e12", f.keepFree)
+	case f.maxSize != 0 && !(f.maxSize >= 1e-6 && f.maxSize <= 1e12):
+		return fmt.Errorf("-files-max-size is %v MB, want 0 (no limit) or 0.000001..1e12 (a byte up to 1 EB)", f.maxSize)
 	}
+	fc.MaxSize = uint64(math.Round(f.maxSize * 1e6))
 	fc.KeepFree = uint64(f.keepFree * 1e6)
 	fc.Rate = int64(f.rate * 1e6)
 	if f.inbox != "" {

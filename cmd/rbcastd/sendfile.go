@@ -270,11 +270,15 @@ func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
 		}
 		return fmt.Sprintf("blocks larger than its MTU (blocks of %d bytes: the members' MTUs differ)", block)
 	case localapi.FileCauseTooLarge:
-		return fmt.Sprintf("more blocks than it takes (%d blocks)", m.Blocks)
+		return fmt.Sprintf("larger than it takes (%d bytes in %d blocks: more than its run -files-max-size, or than the most blocks it keeps track of)", q.Size, m.Blocks)
 	case localapi.FileCauseNoSpace:
 		return fmt.Sprintf("no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)", q.Size)
 	case localapi.FileCauseNameTooLong:
 		return fmt.Sprintf("name too long for its file system (%d bytes)", len(q.Name))
+	case localapi.FileCauseTooBigForFS:
+		return fmt.Sprintf("larger than its file system allows a file to be (%d bytes; its log names the limit)", q.Size)
+	case localapi.FileCauseBadName:
+		return fmt.Sprintf("name not a local file path there (%q: absolute, climbing out with \"..\", the directory itself, or under %s)", q.Name, filestore.PartialDir)
 	}
 	return ""
 }

@@ -53,6 +53,10 @@ type FilesConfig struct {
 	// the directory a file is stored in: a file that would leave less is
 	// refused at its offer, and the sender told (no room).
 	KeepFree uint64
+	// MaxSize, if not 0, is the largest file the daemon takes, in bytes:
+	// a larger one is refused at its offer, and the sender told (larger
+	// than it takes).
+	MaxSize uint64
 	// Rate is the file pacer's rate in bytes/s; 0 means
 	// the file core's default (125 MB/s).
 	Rate int64
@@ -205,7 +209,7 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
 	cfg := reliable.FilesConfig{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
-		FailureTimeout: FilesFailureTimeout}
+		FailureTimeout: FilesFailureTimeout, MaxSize: s.cfg.MaxSize}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
@@ -298,7 +302,7 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 		return nil, nil, reliable.ErrFileDeclined
 	}
 	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Open(m)
-	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) {
+	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) || errors.Is(err, reliable.ErrFileBadName) {
 		s.d.log.Warn("rbcastd: a file is beyond this daemon's limits; refused, the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
 		return nil, nil, err
 	}

@@ -30,6 +30,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,17 +65,19 @@ var _ files.Sink = (*Dir)(nil)
 // CheckName reports whether name may be stored under a root: a local
 // path (no "..", not absolute, not empty), not the root itself (".",
 // "a/..": filepath.IsLocal accepts them, and storing one fails only at
-// the rename, once the whole file has come), not under PartialDir.
+// the rename, once the whole file has come), not under PartialDir. Its
+// errors wrap files.ErrBadName: Open's refuse such an offer, and the
+// sender is told (FileStatus reason 13).
 func CheckName(name string) error {
 	if !filepath.IsLocal(name) || strings.ContainsRune(name, 0) {
-		return fmt.Errorf("filestore: name %q is not a local relative path", name)
+		return fmt.Errorf("filestore: name %q is not a local relative path: %w", name, files.ErrBadName)
 	}
 	clean := filepath.ToSlash(filepath.Clean(name))
 	if clean == "." {
-		return fmt.Errorf("filestore: name %q names the root itself, not a file under it", name)
+		return fmt.Errorf("filestore: name %q names the root itself, not a file under it: %w", name, files.ErrBadName)
 	}
 	if first, _, _ := strings.Cut(clean, "/"); first == PartialDir {
-		return fmt.Errorf("filestore: name %q is under %s, where partial copies live", name, PartialDir)
+		return fmt.Errorf("filestore: name %q is under %s, where partial copies live: %w", name, PartialDir, files.ErrBadName)
 	}
 	return nil
 }
@@ -221,15 +224,22 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 			return &partial{meta: m, final: final, record: rec, stored: true, sum: sum, summed: true}, held, nil
 		}
 	}
+	if m.Size > math.MaxInt64 {
+		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than any file may hold (2⁶³−1): %w", m.Name, m.Size, files.ErrTooBigForFS)
+	}
 	dir := filepath.Join(d.Root, PartialDir)
 	base := filepath.Join(dir, partialKey(m))
 	if err := d.checkRoom(m, base+".part", &fsys); err != nil {
 		return nil, nil, err
 	}
+	_, err = os.Lstat(dir)
+	newDir := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
+	_, err = os.Lstat(p.path)
+	newCopy := errors.Is(err, fs.ErrNotExist)
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
@@ -237,9 +247,27 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		p.data.Close()
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
+	// Sizing the copy is the exact check that the file system takes a
+	// file this large (its largest file: ext4's 16 TiB, FAT's 4 GiB) and
+	// that the process may make one (RLIMIT_FSIZE; Go ignores SIGXFSZ):
+	// EFBIG, or EINVAL ("larger than the maximum file size", POSIX).
 	if err := p.data.Truncate(int64(m.Size)); err != nil {
 		p.close()
-		return nil, nil, fmt.Errorf("filestore: sizing %s: %w", p.path, err)
+		if !errors.Is(err, unix.EFBIG) && !errors.Is(err, unix.EINVAL) {
+			return nil, nil, fmt.Errorf("filestore: sizing %s: %w", p.path, err)
+		}
+		if newCopy { // refused: what this offer made goes
+			os.Remove(p.path)
+			os.Remove(p.sums)
+			if newDir {
+				os.Remove(dir)
+			}
+		}
+		var lim unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_FSIZE, &lim) == nil && lim.Cur != unix.RLIM_INFINITY && m.Size > lim.Cur {
+			return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than this process may write to a file (RLIMIT_FSIZE %d): %w", m.Name, m.Size, lim.Cur, files.ErrTooBigForFS)
+		}
+		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than the file system under %s allows a file to be (%v): %w", m.Name, m.Size, d.Root, err, files.ErrTooBigForFS)
 	}
 	held, err := p.verify()
 	if err != nil {
@@ -1046,7 +1074,8 @@ func preadvCached(fd uintptr, iov [][]byte, off int64) int {
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name
-// and their path within it (what sendfile FILE… sends).
+// and their path within it (what sendfile FILE… sends); "." (and "a/..")
+// under their path within it only.
 func Walk(paths []string) (paths2, names []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -1057,7 +1086,10 @@ func Walk(paths []string) (paths2, names []string, err error) {
 			paths2, names = append(paths2, p), append(names, filepath.Base(p))
 			continue
 		}
-		base := filepath.Base(filepath.Clean(p))
+		base, err := dirBase(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("filestore: %w", err)
+		}
 		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -1077,4 +1109,24 @@ func Walk(paths []string) (paths2, names []string, err error) {
 		}
 	}
 	return paths2, names, nil
+}
+
+// dirBase is the name a directory's files are sent under (Walk): its base
+// name, "" for "." (its files under their path within it) and for the
+// file system's root. A path ending in ".." is named by the directory it
+// is (its base name was "..", which made names no receiver stores, nor
+// the daemon sends: "sendfile .." failed).
+func dirBase(p string) (string, error) {
+	base := filepath.Base(filepath.Clean(p))
+	if base == ".." {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Base(abs)
+	}
+	if base == "." || base == string(filepath.Separator) {
+		return "", nil
+	}
+	return base, nil
 }

@@ -100,6 +100,13 @@ const (
 	FileCauseTooLarge    uint8 = 9
 	FileCauseNoSpace     uint8 = 10
 	FileCauseNameTooLong uint8 = 11
+	// FileCauseTooBigForFS: the file is larger than the receiver's file
+	// system (or its RLIMIT_FSIZE) allows a file to be; refused so too.
+	FileCauseTooBigForFS uint8 = 12
+	// FileCauseBadName: the file's name is not a local file path at the
+	// receiver (absolute, "..", the directory itself, or under
+	// .rbcast-partial); it refused the file.
+	FileCauseBadName uint8 = 13
 	// FileCauseOldHashAlg (a verdict's): the receiver is an rbcastd from
 	// before hash algorithms had names, which cannot read the offer of a
 	// file not hashed with SHA-256.

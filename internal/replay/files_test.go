@@ -29,6 +29,8 @@ func TestDetailsFiles(t *testing.T) {
 		{12, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileDeclined}, "g7 file 3.4 failed (declined by the receiver) held 0 top 0 credit 0"},
 		{13, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileNoSpace}, "g7 file 3.4 failed (no room on the receiver's disk) held 0 top 0 credit 0"},
 		{14, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileOverMTU}, "g7 file 3.4 failed (blocks larger than the receiver's MTU) held 0 top 0 credit 0"},
+		{15, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileTooBigForFS}, "g7 file 3.4 failed (larger than the receiver's file system allows) held 0 top 0 credit 0"},
+		{16, &frame.FileStatusBody{ID: 3, Incarnation: 4, State: frame.FileFailed, Reason: frame.FileBadName}, "g7 file 3.4 failed (name not a local file path at the receiver) held 0 top 0 credit 0"},
 		{0, &frame.FileGoneBody{ID: 3, Reason: frame.FileClosed}, "g7 file 3 gone: closed by the sender"},
 	} {
 		b, err := frame.Append(nil, &frame.Header{Group: 7, Sender: 1, Incarnation: 4, Seq: tc.seq}, tc.body)

@@ -95,9 +95,13 @@ type Config struct {
 	// 0 means DefaultSlowPercent.
 	SlowPercent int
 	// MaxBlocks bounds the blocks of a file this member accepts: an offer
-	// of more is declined before the sink is asked (a receiver keeps a
-	// bit per block).
-	MaxBlocks                             int
+	// of more is refused before the sink is asked (a receiver keeps a
+	// bit per block), and the sender told (CauseTooLarge).
+	MaxBlocks int
+	// MaxSize, if not 0, bounds the bytes of a file this member accepts:
+	// an offer of more is refused so too (CauseTooLarge), an operator's
+	// limit (rbcastd run -files-max-size) where MaxBlocks is the core's.
+	MaxSize                               uint64
 	InitialRTT, MinTimer, MaxTimer        Duration
 	FailureTimeout, FileTimeout, Announce Duration
 

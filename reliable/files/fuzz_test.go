@@ -31,6 +31,12 @@ func FuzzCore(f *testing.F) {
 		1, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1,
 		2, 0, 0, 2, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 9,
 		4, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 9})
+	// Reports refusing a file as larger than the receiver's file system
+	// allows (reason 1 + 11 % FileReasonMax = 12), and for a name that
+	// is not a local path there (13).
+	f.Add([]byte{0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 1,
+		4, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 11,
+		4, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 12})
 	f.Fuzz(runFuzzCore)
 }
 

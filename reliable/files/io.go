@@ -129,6 +129,13 @@ var ErrDeclined = errors.New("files: file declined")
 var (
 	ErrNoSpace     = errors.New("files: no room for the file")
 	ErrNameTooLong = errors.New("files: name too long for the file system")
+	// ErrTooBigForFS: the file is larger than a file may be where the
+	// sink stores it (the file system's largest file, RLIMIT_FSIZE);
+	// CauseTooBigForFS.
+	ErrTooBigForFS = errors.New("files: larger than the file system allows a file to be")
+	// ErrBadName: the name is not a local file path where the sink
+	// stores files (filestore.CheckName); CauseBadName.
+	ErrBadName = errors.New("files: name not a local file path")
 )
 
 // Outgoing is a file to send.
@@ -197,7 +204,8 @@ const (
 	CauseDeclined = Cause(frame.FileDeclined)
 	// CauseOverMTU, CauseTooLarge, CauseNoSpace, CauseNameTooLong: the
 	// offer is beyond one of the receiver's limits (its blocks larger
-	// than its MTU, more blocks than MaxBlocks, no room on its disk, a
+	// than its MTU, more blocks than MaxBlocks or more bytes than
+	// MaxSize, no room on its disk, a
 	// name too long for its file system: ErrNoSpace, ErrNameTooLong). It
 	// stores nothing and says so to the sender, whose verdict names the
 	// limit at once instead of waiting out FailureTimeout.
@@ -205,6 +213,14 @@ const (
 	CauseTooLarge    = Cause(frame.FileTooLarge)
 	CauseNoSpace     = Cause(frame.FileNoSpace)
 	CauseNameTooLong = Cause(frame.FileNameTooLong)
+	// CauseTooBigForFS: the file is larger than the receiver's file
+	// system allows a file to be (ErrTooBigForFS), refused so too.
+	CauseTooBigForFS = Cause(frame.FileTooBigForFS)
+	// CauseBadName: the name is not a local file path at the receiver
+	// (ErrBadName: absolute, "..", the directory itself, its partial
+	// copies' directory), refused so too: a defence against a sender
+	// that offers such a name (rbcastd's never does).
+	CauseBadName = Cause(frame.FileBadName)
 	// CauseSilent: the other side was silent past FailureTimeout.
 	CauseSilent Cause = 16
 	// CauseLeft: the sender left before the file's pass began.

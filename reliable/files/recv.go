@@ -191,6 +191,10 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		c.refuse(now, t, CauseTooLarge)
 		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
 	}
+	if c.cfg.MaxSize > 0 && o.Size > c.cfg.MaxSize {
+		c.refuse(now, t, CauseTooLarge)
+		return fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+	}
 	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
 	}
@@ -258,13 +262,17 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 }
 
 // limitOf is the limit a sink's error names (ErrNoSpace,
-// ErrNameTooLong).
+// ErrNameTooLong, ErrTooBigForFS), or ErrBadName's rule.
 func limitOf(err error) (Cause, bool) {
 	switch {
 	case errors.Is(err, ErrNoSpace):
 		return CauseNoSpace, true
 	case errors.Is(err, ErrNameTooLong):
 		return CauseNameTooLong, true
+	case errors.Is(err, ErrTooBigForFS):
+		return CauseTooBigForFS, true
+	case errors.Is(err, ErrBadName):
+		return CauseBadName, true
 	}
 	return 0, false
 }
