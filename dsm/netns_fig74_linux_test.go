@@ -65,17 +65,33 @@ func TestNetnsFig74(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
 	cmds := make([]*exec.Cmd, len(topo.Hosts))
 	outs := make([]*strings.Builder, len(topo.Hosts))
-	for i, h := range topo.Hosts {
-		cmds[i] = h.Command(ctx, exe, "-test.run=^TestNetnsFig74Rank$", "-test.count=1", "-test.timeout=45s")
-		cmds[i].Env = append(os.Environ(), fmt.Sprintf("%s=%d", fig74Env, i), "RBDSM_FIG74_IFACE="+h.Iface)
-		outs[i] = &strings.Builder{}
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
-		if err := cmds[i].Start(); err != nil {
-			t.Fatal(err)
+	// On every way out of the test (a child that does not start, a
+	// Fatal, a panic) each child started and not yet waited for is killed
+	// and waited for here, before Up's cleanup deletes the namespaces: no
+	// process outlives the test. (The context's cancel alone has one of
+	// exec's goroutines kill them, some time later, and nothing waits:
+	// with a failed start they were still running when the namespaces
+	// were deleted.)
+	t.Cleanup(func() {
+		cancel()
+		for _, c := range cmds {
+			if c != nil && c.Process != nil && c.ProcessState == nil {
+				c.Process.Kill()
+				c.Wait()
+			}
 		}
+	})
+	for i, h := range topo.Hosts {
+		c := h.Command(ctx, exe, "-test.run=^TestNetnsFig74Rank$", "-test.count=1", "-test.timeout=45s")
+		c.Env = append(os.Environ(), fmt.Sprintf("%s=%d", fig74Env, i), "RBDSM_FIG74_IFACE="+h.Iface)
+		outs[i] = &strings.Builder{}
+		c.Stdout, c.Stderr = outs[i], outs[i]
+		if err := c.Start(); err != nil {
+			t.Fatalf("p%d: %v", i, err)
+		}
+		cmds[i] = c
 	}
 	want := fig74Memory(fig74Segs, fig74Rounds)
 	line := regexp.MustCompile(`(?m)^fig74 rank=(\d) (.*)$`)

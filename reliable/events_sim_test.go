@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/reliable/internal/eventtest"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -95,7 +96,8 @@ func (c *churnSim) cycle() {
 // A member's Stats under churn: however many membership events there
 // were, Events lists the last EventTail and EventsDropped counts the
 // rest, while EventCounts, Removals, SelfRemoved and RecentViews are what
-// every event the member handed out (OnEvent) gives; and Stats costs as
+// every event the member handed out (OnEvent) gives (eventtest's model,
+// as in reliable/core's TestStepperEventLog); and Stats costs as
 // many allocations, and as many bytes, after hundreds of events as after
 // the first few.
 func TestStatsEventsBoundedUnderChurn(t *testing.T) {
@@ -131,20 +133,8 @@ func TestStatsEventsBoundedUnderChurn(t *testing.T) {
 	if len(st.Events) != EventTail || st.EventsDropped != uint64(len(all)-EventTail) || !slices.EqualFunc(st.Events, tail, sameEvent) {
 		t.Errorf("%d events: Stats lists %d, %d dropped; want the last %d, %d dropped", len(all), len(st.Events), st.EventsDropped, EventTail, len(all)-EventTail)
 	}
-	var counts EventCounts
-	removed := map[frame.MemberID]Event{}
-	var views []Event
-	for _, ev := range all {
-		counts[ev.Kind]++
-		switch ev.Kind {
-		case MemberFailed, MemberStalled, MemberLeft:
-			removed[ev.Member] = ev
-		case MemberReturned:
-			delete(removed, ev.Member)
-		case ViewInstalled:
-			views = append(views, ev)
-		}
-	}
+	m := eventtest.Replay(all, func(ev Event) (EventKind, frame.MemberID, bool) { return ev.Kind, ev.Member, ev.View != nil })
+	counts, removed, views := m.Counts, m.Removed, m.Views
 	if st.EventCounts != counts || counts[ViewInstalled] < 100 || counts[MemberFailed]+counts[MemberStalled] < 50 {
 		t.Errorf("counts %v, want %v (at least 100 views installed, 50 removals)", st.EventCounts, counts)
 	}

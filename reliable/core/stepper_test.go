@@ -378,60 +378,6 @@ func churn(s *Stepper, f *fake, n int) []Event {
 	return all
 }
 
-// What the stepper keeps of its events stays bounded and exact: the
-// last EventTail events, the count of the earlier ones, every kind's
-// count, each member's removal in force, the last self-removal and the
-// last ViewsKept views are what reading every event ever reported gives.
-func TestStepperEventLog(t *testing.T) {
-	for _, n := range []int{0, 10, EventTail, EventTail + 1, 10_000} {
-		f := &fake{}
-		s := NewStepper(f, 7, 0)
-		all := churn(s, f, n)
-
-		tail := all[max(0, len(all)-EventTail):]
-		if got := s.Events(); !slices.EqualFunc(got, tail, sameEvent) || s.EventsDropped() != uint64(len(all)-len(tail)) {
-			t.Errorf("%d events: Events lists %d, %d dropped; want the last %d, %d dropped", n, len(got), s.EventsDropped(), len(tail), len(all)-len(tail))
-		}
-		var counts EventCounts
-		removed := map[frame.MemberID]Event{}
-		var self *Event
-		var views []Event
-		for _, ev := range all {
-			counts[ev.Kind]++
-			switch ev.Kind {
-			case MemberFailed, MemberStalled, MemberLeft:
-				removed[ev.Member] = ev
-			case MemberReturned:
-				delete(removed, ev.Member)
-			case SelfRemoved:
-				self = &ev
-			case ViewInstalled:
-				if ev.View != nil {
-					views = append(views, ev)
-				}
-			}
-		}
-		if got := s.EventCounts(); got != counts || got.Total() != uint64(n) {
-			t.Errorf("%d events: counts %v (total %d), want %v", n, got, got.Total(), counts)
-		}
-		rs := s.Removals()
-		if len(rs) != len(removed) || !slices.IsSortedFunc(rs, func(a, b Event) int { return int(a.Member) - int(b.Member) }) {
-			t.Errorf("%d events: removals %v, want %d by member", n, rs, len(removed))
-		}
-		for _, r := range rs {
-			if !sameEvent(r, removed[r.Member]) {
-				t.Errorf("%d events: member %d's removal %v, want %v", n, r.Member, r, removed[r.Member])
-			}
-		}
-		if ev, ok := s.Removed(); ok != (self != nil) || ok && !sameEvent(ev, *self) {
-			t.Errorf("%d events: Removed() = %v, %v; want %v", n, ev, ok, self)
-		}
-		if got, want := s.RecentViews(), views[max(0, len(views)-ViewsKept):]; !slices.EqualFunc(got, want, sameEvent) {
-			t.Errorf("%d events: recent views %v, want %v", n, got, want)
-		}
-	}
-}
-
 func sameEvent(a, b Event) bool {
 	return a.Kind == b.Kind && a.Member == b.Member && a.At == b.At && a.Reason == b.Reason && a.View == b.View
 }
