@@ -24,7 +24,7 @@ func TestMaxSizeRefused(t *testing.T) {
 		{100, frame.FileNoSpace, 1},
 		{0, frame.FileNoSpace, 1},
 	} {
-		sink := &limitSink{err: fmt.Errorf("no room: %w", ErrNoSpace)}
+		sink := &refuseSink{err: fmt.Errorf("no room: %w", ErrNoSpace)}
 		r := newCore(t, 2, sink, func(cfg *Config) { cfg.MaxSize = c.max })
 		err := r.Step(10, macA, macB, encode(t, 1, 11, 0, 0, &offer))
 		if c.asked == 0 && (err == nil || !strings.Contains(err.Error(), "larger than MaxSize, 99 bytes")) {
