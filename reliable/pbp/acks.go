@@ -1,6 +1,11 @@
 package pbp
 
-import "github.com/rbcast/rbcast/frame"
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/rbcast/rbcast/frame"
+)
 
 // The acknowledgement matrix (Liu's acknowledgement diffusion, pipelined):
 // every PBP frame carries its sender's whole ack vector — for each member,
@@ -15,13 +20,45 @@ import "github.com/rbcast/rbcast/frame"
 // noteAcks keeps p's ack vector, entry by entry never moving back
 // (frames of one sender may arrive reordered). A vector of another shape
 // (a member configured with another member list) is ignored.
+//
+// Most frames change one entry or none: a stream's Data frames move the
+// sender's own (the next it will send, fig. 3.3), a receiver's Ack the
+// entry of the stream it acknowledges, while what a member expects from
+// the others stands still unless they send too. So the vector is compared
+// with the last one taken (p.vec, as it came), two entries at a time, and
+// only the entries of a pair that differs are merged. A pair equal to the
+// last one taken cannot move the row (its entries were merged then, and
+// an entry never moves back), so the row is what a merge of every entry
+// of every vector makes it, as soon as the frame is stepped. (A merge of
+// every entry of every frame was the cost of BenchmarkGroup at 8
+// members: docs/benchmarks.md, "The library before and after issue 18".)
 func (c *Core) noteAcks(p *peer, v frame.View) {
 	if v.AckBase() != c.cfg.ackBase || v.AckCount() != len(p.heard) {
 		return
 	}
-	for i := range p.heard {
-		if a := v.Ack(i); frame.SeqLess(p.heard[i], a) {
-			p.heard[i] = a
+	const h, e = frame.HeaderLen, frame.AckEntryLen
+	last := p.vec
+	vec := v[h : h+len(last)]
+	heard := p.heard
+	j := 0
+	for ; j+2*e <= len(vec); j += 2 * e {
+		w := binary.LittleEndian.Uint64(vec[j : j+2*e])
+		if w == binary.LittleEndian.Uint64(last[j:j+2*e]) {
+			continue
+		}
+		binary.LittleEndian.PutUint64(last[j:j+2*e], w)
+		i := j / e
+		if a := bits.ReverseBytes32(uint32(w)); frame.SeqLess(heard[i], a) {
+			heard[i] = a
+		}
+		if a := bits.ReverseBytes32(uint32(w >> 32)); frame.SeqLess(heard[i+1], a) {
+			heard[i+1] = a
+		}
+	}
+	if j < len(vec) { // an odd number of entries: the last one
+		i := j / e
+		if a := binary.BigEndian.Uint32(vec[j : j+e]); frame.SeqLess(heard[i], a) {
+			heard[i] = a
 		}
 	}
 }

@@ -3,6 +3,7 @@ package pbp
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -564,4 +565,58 @@ func proposeReady(t *testing.T, c *Core, now Time, prompt bool, msg string) []ou
 	}
 	frames, _, _ := ready(t, c)
 	return frames
+}
+
+// The acknowledgement matrix row of a member is the entry-wise maximum of
+// every ack vector heard from it, whatever changed between two of them:
+// only the sender's own entry (what a stream's Data frames change, which
+// noteAcks takes alone), one other entry, several, none (a repeat), or
+// entries back (an older frame arriving late). A random walk of the
+// sender's vector, its frames taken newest or late, checked against that
+// maximum after every frame, from senders whose own entry is either of a
+// pair of entries or the odd last one, in groups of 5 and 8.
+func TestAckMatrixRowIsMaxOfVectors(t *testing.T) {
+	for _, tc := range []struct {
+		n      int
+		sender frame.MemberID
+	}{{5, 2}, {5, 1}, {5, 4}, {8, 3}, {8, 6}} {
+		n, sender := tc.n, tc.sender
+		t.Run(fmt.Sprintf("members=%d/sender=%d", n, sender), func(t *testing.T) {
+			c := newCore(t, testConfig(PBP2, 0, n))
+			rng := rand.New(rand.NewPCG(uint64(sender), 19))
+			cur := slices.Repeat([]uint32{100}, n)
+			want := slices.Clone(cur)
+			var sent [][]uint32
+			for i := range 3000 {
+				switch r := rng.IntN(10); {
+				case r < 5: // a stream's frame: its own entry moves
+					cur[sender]++
+				case r < 7: // one other entry moves (never ours: nothing sent)
+					cur[1+rng.IntN(n-1)] += uint32(1 + rng.IntN(3))
+				case r < 8: // several move
+					for s := 1; s < n; s++ {
+						cur[s] += uint32(rng.IntN(2))
+					}
+				} // else a repeat of the last vector
+				vec := slices.Clone(cur)
+				sent = append(sent, vec)
+				if len(sent) > 1 && rng.IntN(4) == 0 { // an older one arrives late
+					vec = sent[len(sent)-1-rng.IntN(min(len(sent), 8))]
+				}
+				for s := range want {
+					if frame.SeqLess(want[s], vec[s]) {
+						want[s] = vec[s]
+					}
+				}
+				if err := step(t, c, t0+Time(i+1), in{sender: sender, seq: 99, acks: vec, body: &frame.Empty{T: frame.Ack}}); err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+				for s := range n {
+					if h, ok := c.Holds(sender, frame.MemberID(s)); !ok || h != want[s] {
+						t.Fatalf("frame %d, vector %v: Holds(%d, %d) = %d, %v; want %d (row %v)", i, vec, sender, s, h, ok, want[s], want)
+					}
+				}
+			}
+		})
+	}
 }

@@ -125,3 +125,37 @@ func BenchmarkRetainLent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNoteAcks is the acknowledgement matrix's cost per frame
+// received (noteAcks) at 8 members, from member 3: a stream's frames,
+// where only the sender's own entry moves, and frames of a group where
+// every member sends, where every entry moves.
+func BenchmarkNoteAcks(b *testing.B) {
+	const n, sender = 8, 3
+	for _, all := range []bool{false, true} {
+		b.Run(fmt.Sprintf("all=%v", all), func(b *testing.B) {
+			c := newCore(b, testConfig(PBP2, 0, n))
+			p, _ := c.peer(sender)
+			views := make([]frame.View, 256)
+			acks := make([]uint32, n)
+			for i := range views {
+				for s := range acks {
+					if s == sender || all {
+						acks[s] = 100 + uint32(i)
+					} else {
+						acks[s] = 100
+					}
+				}
+				_, views[i] = in{sender: sender, seq: 99, acks: acks, body: &frame.Empty{T: frame.Ack}}.view(b)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if i&255 == 0 { // the vectors start again from the first
+					clear(p.heard)
+					clear(p.vec)
+				}
+				c.noteAcks(p, views[i&255])
+			}
+		})
+	}
+}

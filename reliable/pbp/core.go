@@ -1,6 +1,7 @@
 package pbp
 
 import (
+	"encoding/binary"
 	"errors"
 
 	"github.com/rbcast/rbcast/frame"
@@ -177,6 +178,9 @@ type peer struct {
 	// heard is its row of the acknowledgement matrix (acks.go): its ack
 	// vector as last heard, by slot.
 	heard []uint32
+	// vec is its ack vector as it came, pair of entries by pair, as last
+	// merged into heard: noteAcks merges only the pairs that differ.
+	vec []byte
 
 	leaving  bool
 	leaveSeq uint32
@@ -401,9 +405,12 @@ func New(cfg Config) (*Core, error) {
 			slot: int(m.ID) - int(s.ackBase), live: true,
 			expected: s.InitialSeq, turnExp: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
 			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
+			vec: make([]byte, s.span*frame.AckEntryLen),
 		})
-		for i := range c.peers[len(c.peers)-1].heard {
-			c.peers[len(c.peers)-1].heard[i] = s.InitialSeq
+		p := &c.peers[len(c.peers)-1]
+		for i := range p.heard {
+			p.heard[i] = s.InitialSeq
+			binary.BigEndian.PutUint32(p.vec[i*frame.AckEntryLen:], s.InitialSeq)
 		}
 		if s.Retain || s.Relay {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
