@@ -232,9 +232,8 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := d.checkRoom(m, base+".part", &fsys); err != nil {
 		return nil, nil, err
 	}
-	_, err = os.Lstat(dir)
-	newDir := errors.Is(err, fs.ErrNotExist)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	made, err := mkdirAll(dir)
+	if err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
@@ -259,8 +258,8 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		if newCopy { // refused: what this offer made goes
 			os.Remove(p.path)
 			os.Remove(p.sums)
-			if newDir {
-				os.Remove(dir)
+			for _, m := range made {
+				os.Remove(m)
 			}
 		}
 		var lim unix.Rlimit
@@ -275,6 +274,23 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, err
 	}
 	return p, held, nil
+}
+
+// mkdirAll is os.MkdirAll(dir, 0o755) that also returns the directories
+// it made, deepest first: a refused offer removes them (Open), the root
+// too where the first offer makes it (an -inbox not there yet).
+func mkdirAll(dir string) ([]string, error) {
+	var made []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		made = append(made, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	return made, os.MkdirAll(dir, 0o755)
 }
 
 // sumsSuffix names the file of per-block checksums beside a partial copy:
