@@ -181,7 +181,8 @@ type peer struct {
 	held      [][]byte
 	heldBytes int
 	// lockWait (over one group): its last message on the global channel
-	// was a lock request, or lock messages after one: it may be blocked
+	// was a lock request, or lock messages after one (unreliable updates
+	// aside, which are not in its order): it may be blocked
 	// in dsm_lock_acquire, waiting for replies (lockTraffic).
 	lockWait bool
 }
@@ -437,10 +438,12 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		case c.channels: // locks are refused
 		case lock:
 			p.lockWait = p.lockWait || Type(msg[1]) == TypeLockRequest
-		case !admission:
+		case !admission && !Unreliable(msg):
 			// A requester blocked in dsm_lock_acquire sends nothing but
 			// lock messages until granted (its node's Confirms and
-			// Refuses aside).
+			// Refuses aside). An unreliable update says nothing of that:
+			// it is not in the sender's order (a datagram sent before the
+			// request may arrive after it).
 			p.lockWait = false
 		}
 		if c.mustHold(p.barriers, p.held) && !lock && !admission {

@@ -680,11 +680,13 @@ func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
 // Holds on the global channel over one group (no Channels): a peer that
 // arrived at the barrier Self waits at is held past WCCopies, except
 // while there is lock traffic — a peer's lock request seen (until its
-// next message that is not a lock message) or Self's own request — since
+// next message that is not a lock message nor an unreliable update,
+// which is not in its order) or Self's own request — since
 // a lock message of the held peer would wait behind what the window
 // holds; and never with Timed.
 func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 	update := AppendRecord(AppendUpdateHeader(nil, TypeUpdate, 1, 8), 0, 1, make([]byte, 8))
+	unreliable := AppendRecord(AppendUpdateHeader(nil, TypeUnreliable, 1, 8), 0, 1, make([]byte, 8))
 	for _, timed := range []bool{false, true} {
 		c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Timed: timed})
 		if err != nil {
@@ -721,6 +723,10 @@ func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 		holds(false, "member 2 requested a lock, then replied to another request")
+		if err := c.Receive(2, unreliable); err != nil {
+			t.Fatal(err)
+		}
+		holds(false, "member 2 requested a lock, then an unreliable update of before it came")
 		if err := c.Receive(2, update); err != nil {
 			t.Fatal(err)
 		}

@@ -476,6 +476,13 @@ func (m *simMember) Expect(from frame.MemberID, n int) {
 		return
 	}
 	m.drv.Expect(m.sim.net.Now(), from, n)
+	m.stepNow()
+}
+
+// stepNow has the network step the member's drivers now (binding its
+// node again does): the one driver over one group, every driver through
+// step with a mux.
+func (m *simMember) stepNow() {
 	if m.mux != nil {
 		m.ep.Bind(testnet.NodeFunc(m.step))
 	} else {
@@ -493,12 +500,7 @@ func (m *simMember) HoldFrom(ch core.Channel, from frame.MemberID) bool {
 func (m *simMember) ReleaseFrom(ch core.Channel, from frame.MemberID) {
 	if d := m.driver(ch); d != nil {
 		d.ReleaseFrom(from)
-		// A step now: it steps what the hold kept (over one group, no mux).
-		if m.mux != nil {
-			m.ep.Bind(testnet.NodeFunc(m.step))
-		} else {
-			m.ep.Bind(m.drv)
-		}
+		m.stepNow() // it steps what the hold kept
 	}
 }
 

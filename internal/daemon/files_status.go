@@ -88,7 +88,7 @@ type FileCounters struct {
 	FilesReceived   uint64 `json:"files_received"`
 	FilesIncomplete uint64 `json:"files_incomplete"`
 	FilesDeclined   uint64 `json:"files_declined"` // not taken (no recvfile client, no -inbox), said so to the sender
-	FilesRefused    uint64 `json:"files_refused"`  // offers beyond this daemon's limits (MTU, blocks, room, name), the limit said to the sender
+	FilesRefused    uint64 `json:"files_refused"`  // offers beyond this daemon's limits (MTU, size, room, name length, the file system's largest file) or of a name not a local path here, the reason said to the sender
 	BlocksSent      uint64 `json:"blocks_sent"`
 	BlocksRepaired  uint64 `json:"blocks_repaired"`
 	RepairsToGroup  uint64 `json:"repairs_to_group"`

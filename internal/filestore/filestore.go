@@ -232,9 +232,8 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := d.checkRoom(m, base+".part", &fsys); err != nil {
 		return nil, nil, err
 	}
-	_, err = os.Lstat(dir)
-	newDir := errors.Is(err, fs.ErrNotExist)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	made, err := mkdirAll(dir)
+	if err != nil {
 		return nil, nil, fmt.Errorf("filestore: %w", err)
 	}
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
@@ -259,8 +258,8 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		if newCopy { // refused: what this offer made goes
 			os.Remove(p.path)
 			os.Remove(p.sums)
-			if newDir {
-				os.Remove(dir)
+			for _, m := range made {
+				os.Remove(m)
 			}
 		}
 		var lim unix.Rlimit
@@ -275,6 +274,23 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		return nil, nil, err
 	}
 	return p, held, nil
+}
+
+// mkdirAll is os.MkdirAll(dir, 0o755) that also returns the directories
+// it made, deepest first: a refused offer removes them (Open), the root
+// too where the first offer makes it (an -inbox not there yet).
+func mkdirAll(dir string) ([]string, error) {
+	var made []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		made = append(made, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	return made, os.MkdirAll(dir, 0o755)
 }
 
 // sumsSuffix names the file of per-block checksums beside a partial copy:
@@ -1074,30 +1090,36 @@ func preadvCached(fd uintptr, iov [][]byte, off int64) int {
 
 // Walk returns the files to send for paths: a file under its base name, a
 // directory's regular files recursively under the directory's base name
-// and their path within it (what sendfile FILE… sends); "." (and "a/..")
-// under their path within it only.
+// and their path within it (what sendfile FILE… sends); the current
+// directory as "." (or "a/..") under their path within it only.
+// Paths are taken as the file system resolves them, a symlink and a ".."
+// after one included, and the paths returned are those it resolved to.
 func Walk(paths []string) (paths2, names []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("filestore: %w", err)
 		}
-		if !st.IsDir() {
-			paths2, names = append(paths2, p), append(names, filepath.Base(p))
-			continue
-		}
-		base, err := dirBase(p)
+		real, err := physical(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("filestore: %w", err)
 		}
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if !st.IsDir() {
+			paths2, names = append(paths2, real), append(names, filepath.Base(p))
+			continue
+		}
+		base, err := dirBase(p, real)
+		if err != nil {
+			return nil, nil, fmt.Errorf("filestore: %w", err)
+		}
+		err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if !d.Type().IsRegular() {
 				return nil
 			}
-			rel, err := filepath.Rel(p, path)
+			rel, err := filepath.Rel(real, path)
 			if err != nil {
 				return err
 			}
@@ -1111,21 +1133,46 @@ func Walk(paths []string) (paths2, names []string, err error) {
 	return paths2, names, nil
 }
 
-// dirBase is the name a directory's files are sent under (Walk): its base
-// name, "" for "." (its files under their path within it) and for the
-// file system's root. A path ending in ".." is named by the directory it
-// is (its base name was "..", which made names no receiver stores, nor
-// the daemon sends: "sendfile .." failed).
-func dirBase(p string) (string, error) {
-	base := filepath.Base(filepath.Clean(p))
-	if base == ".." {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return "", err
-		}
-		base = filepath.Base(abs)
+// physical is the absolute path p resolves to with its symlinks followed:
+// what the file system opens. filepath.Clean (and Join, Abs) drops "l/.."
+// lexically, which for a symlink l is another directory than the file
+// system's; and filepath.WalkDir does not follow a symlink it is given.
+func physical(p string) (string, error) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil || filepath.IsAbs(real) {
+		return real, err
 	}
-	if base == "." || base == string(filepath.Separator) {
+	// Leading ".." left: taken from the working directory without links.
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	if wd, err = filepath.EvalSymlinks(wd); err != nil {
+		return "", err
+	}
+	return filepath.Join(wd, real), nil
+}
+
+// dirBase is the name a directory's files are sent under (Walk): the
+// directory's name as given (a symlink's name for a symlink); for a path
+// ending in "." or "..", "" if it is the working directory (".", "a/..":
+// its files under their path within it), else the name of the directory
+// it resolves to, real (its base name was "..",
+// which made names no receiver stores, nor the daemon sends: "sendfile
+// .." failed).
+func dirBase(p, real string) (string, error) {
+	wd, err := physical(".")
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(p)
+	if base == "." || base == ".." {
+		if real == wd {
+			return "", nil
+		}
+		base = filepath.Base(real)
+	}
+	if base == string(filepath.Separator) {
 		return "", nil
 	}
 	return base, nil

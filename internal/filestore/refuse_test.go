@@ -78,6 +78,15 @@ func TestOpenTooBigForFS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, PartialDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused file left the partial directory: %v", err)
 	}
+	// Nor does it leave a root it made (an -inbox made at its first file).
+	top := t.TempDir()
+	_, _, err = (&Dir{Root: filepath.Join(top, "inbox", "new")}).Open(meta("big.bin", data, 1000))
+	if !errors.Is(err, files.ErrTooBigForFS) {
+		t.Fatalf("Open of a file over RLIMIT_FSIZE under a root not there yet: %v, want ErrTooBigForFS", err)
+	}
+	if ents, err := os.ReadDir(top); err != nil || len(ents) != 0 {
+		t.Errorf("a refused file under a root not there yet left %v (%v)", ents, err)
+	}
 	f, _, err := (&Dir{Root: root}).Open(meta("fits.bin", data[:limit], 1000))
 	if err != nil {
 		t.Fatalf("Open of a file of RLIMIT_FSIZE's size: %v", err)

@@ -93,8 +93,9 @@ const (
 	FileCauseDeclined uint8 = 7
 	// FileCauseOverMTU, FileCauseTooLarge, FileCauseNoSpace,
 	// FileCauseNameTooLong: the file is beyond one of the receiver's
-	// limits (its blocks larger than its MTU, more blocks than it takes,
-	// no room on its disk, a name too long for its file system); it
+	// limits (its blocks larger than its MTU, larger than it takes: its
+	// run -files-max-size or the most blocks it keeps track of, no room
+	// on its disk, a name too long for its file system); it
 	// refused the file and said which.
 	FileCauseOverMTU     uint8 = 8
 	FileCauseTooLarge    uint8 = 9
