@@ -721,7 +721,9 @@ func (c *Core) Deadline() Time {
 	}
 	for i := range c.peers {
 		p := &c.peers[i]
-		early(c.relayDeadline(p)) // removed or not (relay.go)
+		if c.cfg.Relay {
+			early(c.relayDeadline(p)) // removed or not (relay.go)
+		}
 		if !p.live {
 			continue
 		}
@@ -793,8 +795,10 @@ func (c *Core) Tick(now Time) {
 			p.nackAt = now.Add(c.nackTimeout(p) << p.nackBackoff)
 		}
 	}
-	for i := range c.peers {
-		c.relay(&c.peers[i], now)
+	if c.cfg.Relay {
+		for i := range c.peers {
+			c.relay(&c.peers[i], now)
+		}
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendTimeout()
