@@ -339,8 +339,9 @@ type Core struct {
 	leaveAt   Time
 	frozen    bool // Freeze: no new Data is numbered or accepted
 	// releases counts the peers released (ReleaseFrom) whose held
-	// frames the next Tick delivers.
-	releases int
+	// frames the next Tick delivers; holds the peers with holdSet (a
+	// peer holding has it).
+	releases, holds int
 
 	// Output until Advance.
 	frames     [][]byte
