@@ -383,7 +383,7 @@ func (e *Endpoint) receive(src *Endpoint, pkt *packet, at int64) {
 // e: a partition between them, or e being down.
 func (e *Endpoint) barrier(src *Endpoint) DropReason {
 	switch {
-	case e.n.partitioned && e.group != src.group, e.deafTo[src.index]:
+	case e.n.partitioned && e.group != src.group, len(e.deafTo) > 0 && e.deafTo[src.index]:
 		return DropPartition
 	case e.crashed || e.closed:
 		return DropCrashed

@@ -197,17 +197,22 @@ type event struct {
 // simultaneous events deterministic.
 type eventQueue []*event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
+// Pointer receivers throughout: container/heap calls these through the
+// interface holding *eventQueue, and value receivers cost a generated
+// wrapper per call.
+func (q *eventQueue) Len() int { return len(*q) }
+func (q *eventQueue) Less(i, j int) bool {
+	s := *q
+	if s[i].at != s[j].at {
+		return s[i].at < s[j].at
 	}
-	return q[i].seq < q[j].seq
+	return s[i].seq < s[j].seq
 }
-func (q eventQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index = i
-	q[j].index = j
+func (q *eventQueue) Swap(i, j int) {
+	s := *q
+	s[i], s[j] = s[j], s[i]
+	s[i].index = i
+	s[j].index = j
 }
 func (q *eventQueue) Push(x any) {
 	ev := x.(*event)

@@ -165,8 +165,13 @@ type peer struct {
 	expected uint32 // exp_seqno[j]: next sequence number to deliver
 	// turnExp is expected when this turn began (the last Advance): the
 	// most any acknowledgement of ours that has left says, since frames
-	// leave only in a Ready (removedUs).
+	// leave only in a Ready (removedUs). It is kept lazily: expected
+	// moves only in delivered, which first sets turnExp to it when
+	// expTurn, the batch turnExp was set in, is not this one; so turnExp
+	// holds in the batch expTurn and expected in any other (turnExpOf).
+	// Advance setting it for every peer cost every turn a pass.
 	turnExp uint32
+	expTurn uint64
 	// frozenAt is expected when the core was frozen: what its Acks say
 	// from then on (Freeze).
 	frozenAt  uint32
@@ -343,8 +348,9 @@ type Core struct {
 	leaveAt   Time
 	frozen    bool // Freeze: no new Data is numbered or accepted
 	// releases counts the peers released (ReleaseFrom) whose held
-	// frames the next Tick delivers.
-	releases int
+	// frames the next Tick delivers; holds the peers with holdSet (a
+	// peer holding has it).
+	releases, holds int
 
 	// Output until Advance.
 	frames     [][]byte
@@ -403,7 +409,7 @@ func New(cfg Config) (*Core, error) {
 		c.peers = append(c.peers, peer{
 			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
 			slot: int(m.ID) - int(s.ackBase), live: true,
-			expected: s.InitialSeq, turnExp: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
+			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
 			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
 			vec: make([]byte, s.span*frame.AckEntryLen),
 		})
@@ -697,9 +703,14 @@ func (c *Core) Advance() {
 		c.lent[i] = nil
 	}
 	c.lent = c.lent[:0]
-	for i := range c.peers {
-		c.peers[i].turnExp = c.peers[i].expected
+}
+
+// turnExpOf is p's expected when this turn began (peer.turnExp).
+func (c *Core) turnExpOf(p *peer) uint32 {
+	if p.expTurn == c.batch {
+		return p.turnExp
 	}
+	return p.expected
 }
 
 // Deadline is when Tick must next run; 0 before the first input and after
@@ -728,7 +739,9 @@ func (c *Core) Deadline() Time {
 	}
 	for i := range c.peers {
 		p := &c.peers[i]
-		early(c.relayDeadline(p)) // removed or not (relay.go)
+		if c.cfg.Relay {
+			early(c.relayDeadline(p)) // removed or not (relay.go)
+		}
 		if !p.live {
 			continue
 		}
@@ -800,8 +813,10 @@ func (c *Core) Tick(now Time) {
 			p.nackAt = now.Add(c.nackTimeout(p) << p.nackBackoff)
 		}
 	}
-	for i := range c.peers {
-		c.relay(&c.peers[i], now)
+	if c.cfg.Relay {
+		for i := range c.peers {
+			c.relay(&c.peers[i], now)
+		}
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendTimeout()

@@ -158,7 +158,7 @@ func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	if t == frame.Leave {
 		end = seq // the next it would have sent
 	}
-	if end-p.turnExp <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
+	if end-c.turnExpOf(p) <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
 		return false
 	}
 	c.stats.BeyondWindow++
@@ -447,6 +447,9 @@ func (c *Core) deliver(d Delivery) {
 // delivered advances exp_seqno[j] past a delivered frame and arranges
 // for it to be acknowledged.
 func (c *Core) delivered(p *peer) {
+	if p.expTurn != c.batch {
+		p.turnExp, p.expTurn = p.expected, c.batch // the first move this turn
+	}
 	p.expected++
 	c.stats.DeliveredFrames++
 	c.receipts++
