@@ -523,9 +523,15 @@ func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 		if h.count == 1 {
 			h.buf = c.toBundle(h.buf)
 		}
-		h.buf = append(append(append(h.buf, byte(n>>8), byte(n)), head...), msg...)
+		b := append(h.buf, byte(n>>8), byte(n))
+		if len(head) > 0 { // append calls memmove even for nothing
+			b = append(b, head...)
+		}
+		h.buf = append(b, msg...)
 		h.count++
-		h.prompt = h.prompt || prompt
+		if prompt {
+			h.prompt = true
+		}
 		c.pendingMsgs++
 		c.openLen += 2 + n
 		c.stats.MessagesProposed++
@@ -550,7 +556,11 @@ func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU || h.emitted == c.batch || h.pins > 0 {
 		h.buf, h.emitted, h.pins = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0, 0
 	}
-	h.buf = append(append(h.buf[:c.pre], head...), msg...)
+	b := h.buf[:c.pre]
+	if len(head) > 0 {
+		b = append(b, head...)
+	}
+	h.buf = append(b, msg...)
 	h.count, h.retxAt, h.served, h.unicast, h.prompt = 1, 0, 0, false, prompt
 	c.pending++
 	c.pendingMsgs++
