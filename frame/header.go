@@ -248,11 +248,17 @@ func ParseGroup(b []byte, group uint32) (View, error) {
 	return v.inGroup(group)
 }
 
+// inGroup is small enough to inline into ParseGroup and ParseGroupNoCRC;
+// its error is built out of line.
 func (v View) inGroup(group uint32) (View, error) {
-	if g := v.Group(); g != group {
-		return nil, decodeErr(ErrGroup, "group", offGroup, "group %d, this member is in group %d", g, group)
+	if v.Group() != group {
+		return nil, v.groupErr(group)
 	}
 	return v, nil
+}
+
+func (v View) groupErr(group uint32) error {
+	return decodeErr(ErrGroup, "group", offGroup, "group %d, this member is in group %d", v.Group(), group)
 }
 
 // Accessors of the fixed header.

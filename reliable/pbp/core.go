@@ -523,9 +523,15 @@ func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 		if h.count == 1 {
 			h.buf = c.toBundle(h.buf)
 		}
-		h.buf = append(append(append(h.buf, byte(n>>8), byte(n)), head...), msg...)
+		b := append(h.buf, byte(n>>8), byte(n))
+		if len(head) > 0 { // append calls memmove even for nothing
+			b = append(b, head...)
+		}
+		h.buf = append(b, msg...)
 		h.count++
-		h.prompt = h.prompt || prompt
+		if prompt {
+			h.prompt = true
+		}
 		c.pendingMsgs++
 		c.openLen += 2 + n
 		c.stats.MessagesProposed++
@@ -550,7 +556,11 @@ func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 	if cap(h.buf) < frame.EthernetHeaderLen+c.cfg.MTU || h.emitted == c.batch || h.pins > 0 {
 		h.buf, h.emitted, h.pins = make([]byte, 0, frame.EthernetHeaderLen+c.cfg.MTU), 0, 0
 	}
-	h.buf = append(append(h.buf[:c.pre], head...), msg...)
+	b := h.buf[:c.pre]
+	if len(head) > 0 {
+		b = append(b, head...)
+	}
+	h.buf = append(b, msg...)
 	h.count, h.retxAt, h.served, h.unicast, h.prompt = 1, 0, 0, false, prompt
 	c.pending++
 	c.pendingMsgs++
@@ -726,35 +736,43 @@ func (c *Core) Deadline() Time {
 		return c.now // a release delivers at Tick (hold.go)
 	}
 	d := c.lastSent.Add(c.cfg.HeartbeatInterval)
-	early := func(t Time) {
-		if t != 0 && t < d {
-			d = t
+	d = earlier(d, c.ackAt)
+	d = earlier(d, c.resendAt)
+	d = earlier(d, c.tailAt)
+	if c.pending == 1 && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
+		d = earlier(d, c.openAt.Add(c.cfg.BundleDelay)) // else an ack must come first
+	}
+	if c.cfg.Relay {
+		for i := range c.peers {
+			d = earlier(d, c.relayDeadline(&c.peers[i])) // removed or not (relay.go)
 		}
 	}
-	early(c.ackAt)
-	early(c.resendAt)
-	early(c.tailAt)
-	if c.pending == 1 && c.cfg.BundleDelay > 0 && c.inFlight() < c.cfg.Window {
-		early(c.openAt.Add(c.cfg.BundleDelay)) // else an ack must come first
-	}
+	ft, next, frozen := c.cfg.FailureTimeout, c.nextSeq, c.frozen
 	for i := range c.peers {
 		p := &c.peers[i]
-		if c.cfg.Relay {
-			early(c.relayDeadline(p)) // removed or not (relay.go)
-		}
 		if !p.live {
 			continue
 		}
 		if p.holding {
-			early(p.holdUntil)
+			d = earlier(d, p.holdUntil)
+			if p.missing() {
+				d = earlier(d, p.nackAt) // held, only while a frame is missing (hold.go)
+			}
+		} else {
+			d = earlier(d, p.nackAt)
 		}
-		if !p.holding || p.missing() {
-			early(p.nackAt) // held, only while a frame is missing (hold.go)
+		d = earlier(d, p.lastHeard.Add(ft))
+		if p.acked != next && !frozen {
+			d = earlier(d, p.ackedAt.Add(ft))
 		}
-		early(p.lastHeard.Add(c.cfg.FailureTimeout))
-		if p.acked != c.nextSeq && !c.frozen {
-			early(p.ackedAt.Add(c.cfg.FailureTimeout))
-		}
+	}
+	return d
+}
+
+// earlier is the earlier of deadline d and t, where t == 0 is none.
+func earlier(d, t Time) Time {
+	if t != 0 && t < d {
+		return t
 	}
 	return d
 }

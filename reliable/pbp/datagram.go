@@ -32,10 +32,14 @@ func (c *Core) ProposeUnreliable(now Time, msg []byte) error {
 }
 
 // sendDatagrams turns the queued datagrams into frames (from flush).
+// Without any queued (most turns) the check inlines into flush.
 func (c *Core) sendDatagrams() {
-	if len(c.dgLens) == 0 {
-		return
+	if len(c.dgLens) != 0 {
+		c.encodeDatagrams()
 	}
+}
+
+func (c *Core) encodeDatagrams() {
 	off := 0
 	for _, n := range c.dgLens {
 		msg := c.dgQ[off : off+n]
