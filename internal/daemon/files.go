@@ -303,7 +303,7 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 	}
 	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Open(m)
 	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) || errors.Is(err, reliable.ErrFileBadName) {
-		s.d.log.Warn("rbcastd: a file is beyond this daemon's limits; refused, the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
+		s.d.log.Warn("rbcastd: a file is refused here (beyond a limit, or its name not a local path); the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
 		return nil, nil, err
 	}
 	if err != nil {

@@ -449,7 +449,7 @@ func (c *Core) sendReport(now Time, t *transfer) {
 		st.State, st.Held, st.Top = frame.FileDone, t.set.n, t.set.n
 	case failed:
 		st.State, st.Reason = frame.FileFailed, frame.FileReason(t.cause)
-		if t.cause == CauseSilent || t.cause > CauseNameTooLong {
+		if t.cause > Cause(frame.FileReasonMax) { // a local cause: no reason on the wire
 			return
 		}
 		st.Held, st.Top = t.set.held, t.set.n
