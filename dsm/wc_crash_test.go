@@ -9,7 +9,6 @@ import (
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/reliable/pbp"
 )
 
 // A sender that WC holds in the window dies mid-hold (docs/dsm.md, "When
@@ -87,35 +86,6 @@ func seenPrefix(mem []byte) (int, error) {
 	return k, nil
 }
 
-func runCrash(t *testing.T, seed uint64, copies int, crashAfter time.Duration) (dsmsim.Result, [][]byte) {
-	t.Helper()
-	return runCrashOn(t, seed, copies, crashAfter, true)
-}
-
-// runCrashOn is runCrash with the segment on a channel of its own
-// (channel) or on the global channel (every member joined it).
-func runCrashOn(t *testing.T, seed uint64, copies int, crashAfter time.Duration, channel bool) (dsmsim.Result, [][]byte) {
-	t.Helper()
-	mem := make([][]byte, crashMembers)
-	cfg := dsmsim.Config{Members: crashMembers, Seed: seed, In: lossy, Timeout: time.Minute,
-		Node: dsm.Config{Channels: true, AllMemberChannels: channel, Unbuffered: true, WCCopies: copies, Group: reliable.Config{Window: wcWindow}}}
-	res, err := dsmsim.Run(cfg, crashProgram(crashAfter, mem))
-	if err != nil {
-		t.Fatalf("seed %d: the survivors did not get past the crash: %v", seed, err)
-	}
-	return res, mem
-}
-
-// failedAt is survivor r's channel event for rank 0's failure.
-func failedAt(res dsmsim.Result, r int) (reliable.Event, error) {
-	for _, ev := range res.Stats[r].Channels[crashKey].Events {
-		if ev.Kind == reliable.MemberFailed && ev.Member == 1 {
-			return ev, nil
-		}
-	}
-	return reliable.Event{}, fmt.Errorf("rank %d's channel never removed rank 0: events %v", r, res.Stats[r].Channels[crashKey].Events)
-}
-
 // The held frames of a sender that dies after sending them are delivered
 // to every survivor: rank 0 fills its window (32 frames, its first 91
 // writes: the survivors hold it, so it sends no more) and crashes 50 ms
@@ -129,28 +99,8 @@ func TestChannelsHeldSenderCrashes(t *testing.T) {
 	seeds := uint64(axiomSeeds * 4)
 	var held uint64
 	for seed := range seeds {
-		res, mem := runCrash(t, seed, -1, 50*time.Millisecond)
-		sent := res.Stats[0].Channels[crashKey].Protocol.Sent
-		var seen [crashMembers]int
-		for r := 1; r < crashMembers; r++ {
-			held += res.Stats[r].Channels[crashKey].HeldData
-			k, err := seenPrefix(mem[r])
-			if err != nil {
-				t.Fatalf("seed %d: rank %d: %v", seed, r, err)
-			}
-			seen[r] = k
-			ev, err := failedAt(res, r)
-			if err != nil {
-				t.Fatalf("seed %d: %v", seed, err)
-			}
-			if uint64(ev.Delivered) != sent || ev.Discarded != 0 {
-				t.Errorf("seed %d: rank %d delivered rank 0's frames up to %d, discarding %d messages; rank 0 sent %d frames: want all delivered",
-					seed, r, ev.Delivered, ev.Discarded, sent)
-			}
-		}
-		if string(mem[1]) != string(mem[2]) {
-			t.Errorf("seed %d: the survivors' memories differ: rank 1 read %d of rank 0's writes, rank 2 %d", seed, seen[1], seen[2])
-		}
+		res, mem := wcSim{seed: seed, in: lossy, channels: true, own: true, copies: -1}.crash(t, 50*time.Millisecond)
+		held += res.checkCrash(t, mem, true)
 	}
 	if held == 0 {
 		t.Fatal("no survivor held a frame: WC never held in the window")
@@ -167,30 +117,8 @@ func TestChannelsHeldSenderCrashesGlobal(t *testing.T) {
 	seeds := uint64(axiomSeeds * 4)
 	var held uint64
 	for seed := range seeds {
-		res, mem := runCrashOn(t, seed, -1, 50*time.Millisecond, false)
-		sent := res.Stats[0].Group.Protocol.Sent
-		for r := 1; r < crashMembers; r++ {
-			held += res.Stats[r].Group.HeldData
-			if _, err := seenPrefix(mem[r]); err != nil {
-				t.Fatalf("seed %d: rank %d: %v", seed, r, err)
-			}
-			var failed bool
-			for _, ev := range res.Stats[r].Group.Events {
-				if ev.Kind == reliable.MemberFailed && ev.Member == 1 {
-					failed = true
-					if uint64(ev.Delivered) != sent || ev.Discarded != 0 {
-						t.Errorf("seed %d: rank %d delivered rank 0's frames up to %d, discarding %d messages; rank 0 sent %d frames: want all delivered",
-							seed, r, ev.Delivered, ev.Discarded, sent)
-					}
-				}
-			}
-			if !failed {
-				t.Errorf("seed %d: rank %d's global group never removed rank 0", seed, r)
-			}
-		}
-		if string(mem[1]) != string(mem[2]) {
-			t.Errorf("seed %d: the survivors' memories differ", seed)
-		}
+		res, mem := wcSim{seed: seed, in: lossy, channels: true, copies: -1}.crash(t, 50*time.Millisecond)
+		held += res.checkCrash(t, mem, true)
 	}
 	if held == 0 {
 		t.Fatal("no survivor held a frame: WC never held in the global window")
@@ -213,7 +141,7 @@ func TestChannelsSenderCrashesInFlight(t *testing.T) {
 		seeds := uint64(axiomSeeds * 4)
 		var relayed uint64
 		for seed := range seeds {
-			res, mem := runCrash(t, seed, copies, 0)
+			res, mem := wcSim{seed: seed, in: lossy, channels: true, own: true, copies: copies}.crash(t, 0)
 			var ks [crashMembers]int
 			for r := 1; r < crashMembers; r++ {
 				k, err := seenPrefix(mem[r])
@@ -221,9 +149,7 @@ func TestChannelsSenderCrashesInFlight(t *testing.T) {
 					t.Fatalf("WCCopies %d, seed %d: rank %d: %v", copies, seed, r, err)
 				}
 				ks[r] = k
-				if d, ok := res.Stats[r].Channels[crashKey].Protocol.Detail.(pbp.Stats); ok {
-					relayed += d.Relayed
-				}
+				relayed += relayedBy(res.link(r))
 			}
 			if ks[1] != ks[2] {
 				t.Errorf("WCCopies %d, seed %d: the survivors' memories differ: rank 1 read %d of rank 0's writes, rank 2 %d",
@@ -246,13 +172,11 @@ func TestChannelsSenderCrashesInFlight(t *testing.T) {
 // Now the survivors' global channels deliver the same messages of rank 0
 // and the run ends with the same memory at both.
 func TestChannelsSenderCrashesGlobalInFlight(t *testing.T) {
-	res, mem := runCrash(t, 17, -1, 0)
+	res, mem := wcSim{seed: 17, in: lossy, channels: true, own: true, copies: -1}.crash(t, 0)
 	var relayed uint64
 	var delivered [crashMembers]uint32
 	for r := 1; r < crashMembers; r++ {
-		if d, ok := res.Stats[r].Group.Protocol.Detail.(pbp.Stats); ok {
-			relayed += d.Relayed
-		}
+		relayed += relayedBy(res.Stats[r].Group)
 		for _, ev := range res.Stats[r].Group.Events {
 			if ev.Kind == reliable.MemberFailed && ev.Member == 1 {
 				delivered[r] = ev.Delivered

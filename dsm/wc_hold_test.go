@@ -9,7 +9,6 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
-	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
 )
 
@@ -56,6 +55,12 @@ func sharedSegment(ctx context.Context, n *dsm.Node, key uint32, locs int) (*dsm
 // crosses barrier 1, and after the total barrier 2 reads every location:
 // each must be rank 0's value, byte for byte.
 func wcProgram(compute time.Duration) func(*dsm.Node) error {
+	return aheadProgram(func(n *dsm.Node) error { return dsmsim.Compute(n, compute) }, true)
+}
+
+// aheadProgram is wcProgram with slow as rank 1's work before barrier 1,
+// and its reads only if read.
+func aheadProgram(slow func(*dsm.Node) error, read bool) func(*dsm.Node) error {
 	return func(n *dsm.Node) error {
 		ctx := context.Background()
 		s, err := sharedSegment(ctx, n, wcKey, wcLocs)
@@ -63,7 +68,7 @@ func wcProgram(compute time.Duration) func(*dsm.Node) error {
 			return err
 		}
 		if n.Rank() == 1 {
-			if err := dsmsim.Compute(n, compute); err != nil {
+			if err := slow(n); err != nil {
 				return err
 			}
 		}
@@ -80,7 +85,7 @@ func wcProgram(compute time.Duration) func(*dsm.Node) error {
 		if err := n.Barrier(ctx, 2); err != nil {
 			return err
 		}
-		if n.Rank() == 1 {
+		if n.Rank() == 1 && read {
 			buf := make([]byte, 8)
 			for loc := range wcLocs {
 				got, err := s.Read(loc, buf)
@@ -100,7 +105,6 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		compute time.Duration
-		in      testnet.Impairment
 		// bounded: the wait is shorter than the hold's bound (a quarter
 		// of the failure timeout, 500 ms), so nothing past a window is
 		// copied. Past the bound the channel delivers again and the node
@@ -108,64 +112,29 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 		// failure timeout would have the fast member remove the slow one
 		// for acknowledging nothing.
 		bounded bool
-		// copies is Config.WCCopies: what is copied before the window
-		// holds (-1: nothing).
-		copies int
+		// sim.copies is Config.WCCopies: what is copied before the
+		// window holds (-1: nothing).
+		sim wcSim
 	}{
-		{"short", 100 * time.Millisecond, testnet.Impairment{}, true, -1},
-		{"short lossy", 100 * time.Millisecond, lossy, true, -1},
-		{"copies first", 100 * time.Millisecond, lossy, true, 16 << 10},
-		{"past the bound", 1500 * time.Millisecond, testnet.Impairment{}, false, -1},
-		{"past the failure timeout", 3 * time.Second, lossy, false, -1},
+		{"short", 100 * time.Millisecond, true, wcSim{copies: -1}},
+		{"short lossy", 100 * time.Millisecond, true, wcSim{in: lossy, copies: -1}},
+		{"copies first", 100 * time.Millisecond, true, wcSim{in: lossy, copies: 16 << 10}},
+		{"past the bound", 1500 * time.Millisecond, false, wcSim{copies: -1}},
+		{"past the failure timeout", 3 * time.Second, false, wcSim{in: lossy, copies: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Channels: true, AllMemberChannels: true, Unbuffered: true, WCCopies: tc.copies,
-				Group: reliable.Config{Window: wcWindow}}}
-			res, err := dsmsim.Run(cfg, wcProgram(tc.compute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow, fast := res.Stats[1], res.Stats[0]
-			ch := slow.Channels[wcKey]
-			sent := fast.Channels[wcKey].Protocol
-			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), held %d frames; rank 0 sent %d frames, retransmitted %d; %v virtual",
-				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, ch.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
-			if ch.HeldData == 0 {
-				t.Errorf("rank 1's channel held no frame: the hold never took effect")
-			}
+			w := tc.sim
+			w.seed, w.channels, w.own = 1, true, true
+			res := w.hold(t, tc.compute)
+			res.checkHold(t, tc.compute, tc.bounded)
 			if !tc.bounded {
 				return
 			}
-			// Released at the crossing, not at the hold's bound (500 ms
-			// later). Under loss a lost tail whose first probe is lost
-			// too costs 30 ms more (the resend timer's probe at 10 ms,
-			// again 20 ms later): seed 1 with frames of 1424 bytes
-			// (channels that relay, pbp.Config.Relay) took 132.7 ms so.
-			limit := tc.compute + 20*time.Millisecond
-			if tc.in.Loss > 0 {
-				limit = tc.compute + 50*time.Millisecond
-			}
-			if res.Elapsed > limit {
-				t.Errorf("the run took %v, want at most %v: the hold was not released at the crossing", res.Elapsed, limit)
-			}
-			// Held frames wait in rank 1's window (pbp's hold) and are
-			// delivered from it at the release: none is sent twice, and
-			// under loss only lost frames are (before the hold inside the
-			// core: a window after the release, 32 and 73).
-			if tc.in == (testnet.Impairment{}) && sent.Retransmitted != 0 {
-				t.Errorf("rank 0 retransmitted %d frames, want none: held frames are delivered from the receiver's window", sent.Retransmitted)
-			}
-			if tc.in != (testnet.Impairment{}) && sent.Retransmitted >= wcWindow/2 {
+			res.checkCopiesFirst(t)
+			// Under loss only lost frames are sent twice (before the hold
+			// inside the core: a window after the release, 32 and 73).
+			if sent := res.link(0).Protocol; w.in != (testnet.Impairment{}) && sent.Retransmitted >= wcWindow/2 {
 				t.Errorf("rank 0 retransmitted %d frames under 5 %% loss, want fewer than half a window (%d): only lost frames", sent.Retransmitted, wcWindow/2)
-			}
-			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
-				t.Errorf("rank 1 copied up to %d B for WC, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B", slow.HeldPeak, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)
-			}
-			if tc.copies > 0 && slow.HeldPeak < uint64(tc.copies) {
-				t.Errorf("rank 1 copied up to %d B, want at least WCCopies (%d B) before the window holds", slow.HeldPeak, tc.copies)
-			}
-			if tc.copies < 0 && slow.HeldPeak >= fast.UpdateBytes/4 {
-				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
 			}
 		})
 	}
@@ -181,60 +150,19 @@ func TestChannelsWCHoldsInWindow(t *testing.T) {
 // With Views too (the view layer holds across its changes,
 // reliable/view/hold.go): before, rank 1 copied all 90 KB there.
 func TestChannelsWCHoldsGlobalInWindow(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		in     testnet.Impairment
-		copies int
-		views  bool
-	}{
-		{"short", testnet.Impairment{}, -1, false},
-		{"short lossy", lossy, -1, false},
-		{"copies first", lossy, 16 << 10, false},
-		{"views", testnet.Impairment{}, -1, true},
-		{"views lossy", lossy, -1, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const compute = 100 * time.Millisecond
-			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Views: tc.views, Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: tc.copies,
-				Group: reliable.Config{Window: wcWindow}}}
-			res, err := dsmsim.Run(cfg, wcProgram(compute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow, fast := res.Stats[1], res.Stats[0]
-			if len(slow.Channels) != 0 {
-				t.Fatalf("rank 1 has channels %v: the segment every member joined should travel on the global channel", slow.Channels)
-			}
-			g, sent := slow.Group, fast.Group.Protocol
-			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), held %d frames; rank 0 sent %d frames, retransmitted %d; %v virtual",
-				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, g.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
-			if g.HeldData == 0 {
-				t.Errorf("rank 1's global group held no frame: the hold never took effect")
-			}
-			limit := compute + 20*time.Millisecond
-			if tc.in.Loss > 0 {
-				limit = compute + 50*time.Millisecond
-			}
-			if tc.views {
-				// The founders listen for a running group for half the
-				// failure timeout (view.Config.Listen) before they found
-				// one: the run without the hold took 1.100 s.
-				limit += time.Second
-			}
-			if res.Elapsed > limit {
-				t.Errorf("the run took %v, want at most %v: the hold was not released at the crossing", res.Elapsed, limit)
-			}
-			if tc.in == (testnet.Impairment{}) && sent.Retransmitted != 0 {
-				t.Errorf("rank 0 retransmitted %d frames, want none: held frames are delivered from the receiver's window", sent.Retransmitted)
-			}
-			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
-				t.Errorf("rank 1 copied up to %d B for WC, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B", slow.HeldPeak, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)
-			}
-			if tc.copies < 0 && slow.HeldPeak >= fast.UpdateBytes/4 {
-				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
-			}
-		})
-	}
+	const compute = 100 * time.Millisecond
+	holdRows(t, compute, []wcRow{
+		{"short", wcSim{channels: true, copies: -1}},
+		{"short lossy", wcSim{channels: true, in: lossy, copies: -1}},
+		{"copies first", wcSim{channels: true, in: lossy, copies: 16 << 10}},
+		{"views", wcSim{channels: true, views: true, copies: -1}},
+		{"views lossy", wcSim{channels: true, views: true, in: lossy, copies: -1}},
+	}, func(t *testing.T, res wcResult) {
+		if chans := res.Stats[1].Channels; len(chans) != 0 {
+			t.Fatalf("rank 1 has channels %v: the segment every member joined should travel on the global channel", chans)
+		}
+		res.checkHold(t, compute, true)
+	})
 }
 
 // The channel programs with every WC hold in the reliable window

@@ -10,8 +10,6 @@ import (
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/internal/seeds"
-	"github.com/rbcast/rbcast/reliable"
-	"github.com/rbcast/rbcast/testnet"
 )
 
 // WC over one group (docs/dsm.md, "WC over one group"): the updates
@@ -27,61 +25,25 @@ import (
 // it copies all of them, as every configuration over one group did
 // before.
 func TestOneGroupWCHoldsInWindow(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		in     testnet.Impairment
-		copies int
-		timed  bool
-	}{
-		{"at once", testnet.Impairment{}, -1, false},
-		{"at once lossy", lossy, -1, false},
-		{"copies first lossy", lossy, 16 << 10, false},
-		{"timed", lossy, -1, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const compute = 100 * time.Millisecond
-			cfg := dsmsim.Config{Members: 2, Seed: 1, In: tc.in, Node: dsm.Config{Unbuffered: true, WCCopies: tc.copies, Timed: tc.timed,
-				Group: reliable.Config{Window: wcWindow}}}
-			res, err := dsmsim.Run(cfg, wcProgram(compute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow, fast := res.Stats[1], res.Stats[0]
-			g, sent := slow.Group, fast.Group.Protocol
-			t.Logf("rank 0 sent %d update messages (%d B); rank 1 copied %d (peak %d B), held %d frames; rank 0 sent %d frames, retransmitted %d; %v virtual",
-				fast.Updates, fast.UpdateBytes, slow.Held, slow.HeldPeak, g.HeldData, sent.Sent, sent.Retransmitted, res.Elapsed)
-			if tc.timed {
-				if g.HeldData != 0 || slow.HeldPeak < fast.UpdateBytes {
-					t.Errorf("Timed: rank 1 held %d frames in the window and copied up to %d B of rank 0's %d B, want none held and all copied",
-						g.HeldData, slow.HeldPeak, fast.UpdateBytes)
-				}
-				return
-			}
-			if g.HeldData == 0 {
-				t.Errorf("rank 1's global group held no frame: the hold never took effect")
-			}
-			limit := compute + 20*time.Millisecond
-			if tc.in.Loss > 0 {
-				limit = compute + 50*time.Millisecond
-			}
-			if res.Elapsed > limit {
-				t.Errorf("the run took %v, want at most %v: the hold was not released at the crossing", res.Elapsed, limit)
-			}
-			if tc.in == (testnet.Impairment{}) && sent.Retransmitted != 0 {
-				t.Errorf("rank 0 retransmitted %d frames, want none: held frames are delivered from the receiver's window", sent.Retransmitted)
-			}
-			if bound := uint64(max(tc.copies, 0) + wcWindow*testnet.DefaultMTU); slow.HeldPeak > bound {
-				t.Errorf("rank 1 copied up to %d B for WC of rank 0's %d B, want at most WCCopies (%d B) and a window (%d frames of %d B): %d B",
-					slow.HeldPeak, fast.UpdateBytes, max(tc.copies, 0), wcWindow, testnet.DefaultMTU, bound)
-			}
-			if tc.copies < 0 && slow.HeldPeak >= fast.UpdateBytes/4 {
-				t.Errorf("rank 1 copied up to %d B of rank 0's %d B: the hold did not bound it", slow.HeldPeak, fast.UpdateBytes)
-			}
-			if tc.copies > 0 && slow.HeldPeak < uint64(tc.copies) {
-				t.Errorf("rank 1 copied up to %d B, want at least WCCopies (%d B) before the window holds", slow.HeldPeak, tc.copies)
-			}
-		})
-	}
+	const compute = 100 * time.Millisecond
+	holdRows(t, compute, []wcRow{
+		{"at once", wcSim{copies: -1}},
+		{"at once lossy", wcSim{in: lossy, copies: -1}},
+		{"copies first lossy", wcSim{in: lossy, copies: 16 << 10}},
+		{"timed", wcSim{in: lossy, copies: -1, timed: true}},
+	}, func(t *testing.T, res wcResult) {
+		if !res.sim.timed {
+			res.checkHold(t, compute, true)
+			res.checkCopiesFirst(t)
+			return
+		}
+		res.logHold(t)
+		slow, fast := res.Stats[1], res.Stats[0]
+		if g := slow.Group; g.HeldData != 0 || slow.HeldPeak < fast.UpdateBytes {
+			t.Errorf("Timed: rank 1 held %d frames in the window and copied up to %d B of rank 0's %d B, want none held and all copied",
+				g.HeldData, slow.HeldPeak, fast.UpdateBytes)
+		}
+	})
 }
 
 // aheadLockProgram: in every round rank 0 crosses a partial barrier
@@ -171,9 +133,8 @@ func aheadLockProgram(rounds int, seed uint64, simulate bool) func(*dsm.Node) er
 // (4 by default; 3000 passed on 2026-12-01).
 func TestOneGroupAxiomsHeldInWindow(t *testing.T) {
 	const aheadRounds = 6
-	cfg := dsm.Config{WCCopies: -1, Group: reliable.Config{Window: wcWindow}}
 	var held, ahead uint64
-	count := func(res dsmsim.Result) {
+	count := func(res wcResult) {
 		for _, st := range res.Stats {
 			held += st.Group.HeldData
 		}
@@ -181,10 +142,8 @@ func TestOneGroupAxiomsHeldInWindow(t *testing.T) {
 	n := seeds.Count(t, axiomSeeds, axiomSeeds)
 	for seed := range uint64(n) {
 		// A peer ahead, locks, reads.
-		res, err := dsmsim.Run(dsmsim.Config{Members: 3, Seed: seed, In: lossy, Node: cfg, Timeout: time.Minute}, aheadLockProgram(aheadRounds, seed, true))
-		if err != nil {
-			t.Fatalf("seed %d: ahead with locks: %v", seed, err)
-		}
+		w := wcSim{members: 3, seed: seed, in: lossy, copies: -1, buffered: true, what: "ahead with locks"}
+		res := w.run(t, aheadLockProgram(aheadRounds, seed, true))
 		// The rounds compute 5–25 ms each; a hold that kept a lock
 		// reply until its bound (500 ms) would show.
 		if limit := aheadRounds * 60 * time.Millisecond; res.Elapsed > limit {
@@ -196,22 +155,16 @@ func TestOneGroupAxiomsHeldInWindow(t *testing.T) {
 		count(res)
 		// Partial barriers: reads and axioms.
 		h := newHistory(4)
-		res, err = dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: cfg, Trace: h.record, Timeout: time.Minute}, partialProgram(chanSegs, 9))
-		if err != nil {
-			t.Fatalf("seed %d: partial barriers: %v", seed, err)
-		}
+		w.members, w.trace, w.what = 4, h.record, "partial barriers"
+		count(w.run(t, partialProgram(chanSegs, 9)))
 		if err := checkPartialAxioms(h, chanSegs, 9); err != nil {
 			t.Fatalf("seed %d: partial barriers: %v", seed, err)
 		}
-		count(res)
 		// Locks: axioms 2.8–2.11.
 		h = newHistory(4)
-		res, err = dsmsim.Run(dsmsim.Config{Members: 4, Seed: seed, In: lossy, Node: cfg, Trace: h.record, Timeout: time.Minute}, lockProgram(25, nil))
-		if err != nil {
-			t.Fatalf("seed %d: locks: %v", seed, err)
-		}
+		w.trace, w.what = h.record, "locks"
+		count(w.run(t, lockProgram(25, nil)))
 		checkLockAxioms(t, seed, h, 4, 25)
-		count(res)
 	}
 	// The test is about holds: make sure there were some, of the peer
 	// ahead in the lock program too.
@@ -224,116 +177,98 @@ func TestOneGroupAxiomsHeldInWindow(t *testing.T) {
 	t.Logf("%d frames held by WC holds over %d seeds (%d of the peer ahead with locks)", held, n, ahead)
 }
 
-// A lock request seen ends the global channel's holds: ranks 0 and 1
-// wait at barrier 1, so rank 1 holds rank 0 in the window at once
-// (WCCopies -1); rank 2 takes and releases a lock 60 times before it
-// arrives. Rank 0's replies fill its window of 8 frames, which rank 1
-// does not acknowledge while it holds rank 0: rank 2 would then wait for
-// rank 0's reply until the hold's bound (500 ms), and rank 1 for rank
-// 2's arrival. Rank 1 sees rank 2's requests and releases the hold.
-func TestOneGroupWCLockRequestReleases(t *testing.T) {
-	const cycles = 60
-	var held uint64
-	for seed := range uint64(4) {
-		cfg := dsmsim.Config{Members: 3, Seed: seed, In: lossy, Timeout: time.Minute,
-			Node: dsm.Config{WCCopies: -1, Group: reliable.Config{Window: 8}}}
-		res, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
-			ctx := context.Background()
-			s, err := attach(n, 1, 4, 8)
-			if err != nil {
-				return err
-			}
-			if err := n.Barrier(ctx, 99); err != nil {
-				return err
-			}
-			if n.Rank() == 2 {
-				buf := make([]byte, 8)
-				for range cycles {
-					if err := n.Lock(ctx, 0); err != nil {
-						return err
-					}
-					if _, err := s.Read(0, buf); err != nil {
-						return err
-					}
-					if err := n.Unlock(0); err != nil {
-						return err
-					}
-					if err := dsmsim.Compute(n, 200*time.Microsecond); err != nil {
-						return err
-					}
+// Lock traffic ends the global channel's holds (a table of two: the
+// subtests LockRequestReleases and OwnLockRequestReleases), at 5 % loss
+// with every hold at once (WCCopies -1): had the held member kept the
+// hold, rank 0's reply would come at the hold's bound (500 ms).
+//
+// LockRequestReleases, a peer's request: ranks 0 and 1 wait at barrier
+// 1, so rank 1 holds rank 0 in the window; rank 2 takes and releases a
+// lock 60 times before it arrives (peerLockProgram). Rank 0's replies
+// fill its window of 8 frames, which rank 1 does not acknowledge while
+// it holds rank 0: rank 2 would then wait for rank 0's reply until the
+// hold's bound, and rank 1 for rank 2's arrival. Rank 1 sees rank 2's
+// requests and releases the hold.
+//
+// OwnLockRequestReleases, Self's own request: rank 0 crosses partial
+// barrier 1 alone and writes 4096 messages (100 frames, a window of
+// 32), while rank 1 computes 20 ms and holds it in the window; rank 1
+// then takes a lock before barrier 1 (ownLockProgram). Rank 0's reply
+// is queued behind its writes, which wait for rank 1's
+// acknowledgements. With two members nobody else's message releases it.
+func TestOneGroupWCLockReleases(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sim     wcSim
+		program func(*dsm.Node) error
+		replies string
+	}{
+		{"LockRequestReleases", wcSim{members: 3, window: 8, buffered: true}, peerLockProgram(60), "replies"},
+		{"OwnLockRequestReleases", wcSim{}, ownLockProgram, "reply"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var held uint64
+			for seed := range uint64(4) {
+				w := tc.sim
+				w.seed, w.in, w.copies = seed, lossy, -1
+				res := w.run(t, tc.program)
+				held += res.Stats[1].Group.HeldData
+				t.Logf("seed %d: %v virtual, rank 1 held %d frames of rank 0", seed, res.Elapsed, res.Stats[1].Group.HeldData)
+				if limit := 200 * time.Millisecond; res.Elapsed > limit {
+					t.Errorf("seed %d: the run took %v, want at most %v: rank 0's lock %s waited behind a hold", seed, res.Elapsed, limit, tc.replies)
 				}
 			}
-			return n.Barrier(ctx, 1)
+			if held == 0 {
+				t.Error("rank 1 never held rank 0 in the window")
+			}
 		})
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
-		held += res.Stats[1].Group.HeldData
-		t.Logf("seed %d: %v virtual, rank 1 held %d frames of rank 0", seed, res.Elapsed, res.Stats[1].Group.HeldData)
-		if limit := 200 * time.Millisecond; res.Elapsed > limit {
-			t.Errorf("seed %d: the run took %v, want at most %v: rank 0's lock replies waited behind a hold", seed, res.Elapsed, limit)
-		}
-	}
-	if held == 0 {
-		t.Error("rank 1 never held rank 0 in the window")
 	}
 }
 
-// Self's own lock request ends its holds: rank 0 crosses partial
-// barrier 1 alone and writes 4096 messages (100 frames, a window of 32),
-// while rank 1 computes 20 ms and holds it in the window at once
-// (WCCopies -1); rank 1 then takes a lock before barrier 1. Rank 0's
-// reply is queued behind its writes, which wait for rank 1's
-// acknowledgements: had rank 1 kept the hold, the reply would come at
-// the hold's bound (500 ms). With two members nobody else's message
-// releases it.
-func TestOneGroupWCOwnLockRequestReleases(t *testing.T) {
-	var held uint64
-	for seed := range uint64(4) {
-		cfg := dsmsim.Config{Members: 2, Seed: seed, In: lossy, Timeout: time.Minute,
-			Node: dsm.Config{Unbuffered: true, WCCopies: -1, Group: reliable.Config{Window: wcWindow}}}
-		res, err := dsmsim.Run(cfg, func(n *dsm.Node) error {
-			ctx := context.Background()
-			s, err := sharedSegment(ctx, n, wcKey, wcLocs)
-			if err != nil {
-				return err
-			}
-			if n.Rank() == 1 {
-				if err := dsmsim.Compute(n, 20*time.Millisecond); err != nil {
+// peerLockProgram: rank 2 takes and releases lock 0 cycles times, then
+// every rank crosses barrier 1.
+func peerLockProgram(cycles int) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
+		ctx := context.Background()
+		s, err := attach(n, 1, 4, 8)
+		if err != nil {
+			return err
+		}
+		if err := n.Barrier(ctx, 99); err != nil {
+			return err
+		}
+		if n.Rank() == 2 {
+			buf := make([]byte, 8)
+			for range cycles {
+				if err := n.Lock(ctx, 0); err != nil {
 					return err
 				}
-				if err := n.Lock(ctx, 0); err != nil {
+				if _, err := s.Read(0, buf); err != nil {
 					return err
 				}
 				if err := n.Unlock(0); err != nil {
 					return err
 				}
-			}
-			if _, err := n.PartialBarrier(ctx, 1, 1); err != nil {
-				return err
-			}
-			if n.Rank() == 0 {
-				for loc := range wcLocs {
-					if err := s.Write(loc, wcValue(1, loc)); err != nil {
-						return err
-					}
+				if err := dsmsim.Compute(n, 200*time.Microsecond); err != nil {
+					return err
 				}
 			}
-			return n.Barrier(ctx, 2)
-		})
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
 		}
-		held += res.Stats[1].Group.HeldData
-		t.Logf("seed %d: %v virtual, rank 1 held %d frames of rank 0", seed, res.Elapsed, res.Stats[1].Group.HeldData)
-		if limit := 200 * time.Millisecond; res.Elapsed > limit {
-			t.Errorf("seed %d: the run took %v, want at most %v: rank 0's lock reply waited behind a hold", seed, res.Elapsed, limit)
-		}
-	}
-	if held == 0 {
-		t.Error("rank 1 never held rank 0 in the window")
+		return n.Barrier(ctx, 1)
 	}
 }
+
+// ownLockProgram: wcProgram without the reads, in which rank 1
+// computes 20 ms, then takes and releases lock 0 before barrier 1.
+var ownLockProgram = aheadProgram(func(n *dsm.Node) error {
+	if err := dsmsim.Compute(n, 20*time.Millisecond); err != nil {
+		return err
+	}
+	if err := n.Lock(context.Background(), 0); err != nil {
+		return err
+	}
+	return n.Unlock(0)
+}, false)
 
 // A sender that WC holds in the global group's window dies mid-hold,
 // over one group (docs/dsm.md, "When a held sender dies"): rank 0
@@ -350,39 +285,8 @@ func TestOneGroupHeldSenderCrashes(t *testing.T) {
 	n := seeds.Count(t, axiomSeeds*4, axiomSeeds)
 	var held uint64
 	for seed := range uint64(n) {
-		mem := make([][]byte, crashMembers)
-		cfg := dsmsim.Config{Members: crashMembers, Seed: seed, In: lossy, Timeout: time.Minute,
-			Node: dsm.Config{Unbuffered: true, WCCopies: -1, Group: reliable.Config{Window: wcWindow}}}
-		res, err := dsmsim.Run(cfg, crashProgram(50*time.Millisecond, mem))
-		if err != nil {
-			t.Fatalf("seed %d: the survivors did not get past the crash: %v", seed, err)
-		}
-		sent := res.Stats[0].Group.Protocol.Sent
-		var seen [crashMembers]int
-		for r := 1; r < crashMembers; r++ {
-			held += res.Stats[r].Group.HeldData
-			k, err := seenPrefix(mem[r])
-			if err != nil {
-				t.Fatalf("seed %d: rank %d: %v", seed, r, err)
-			}
-			seen[r] = k
-			var failed bool
-			for _, ev := range res.Stats[r].Group.Events {
-				if ev.Kind == reliable.MemberFailed && ev.Member == 1 {
-					failed = true
-					if uint64(ev.Delivered) != sent || ev.Discarded != 0 {
-						t.Errorf("seed %d: rank %d delivered rank 0's frames up to %d, discarding %d messages; rank 0 sent %d frames: want all delivered",
-							seed, r, ev.Delivered, ev.Discarded, sent)
-					}
-				}
-			}
-			if !failed {
-				t.Errorf("seed %d: rank %d's group never removed rank 0", seed, r)
-			}
-		}
-		if string(mem[1]) != string(mem[2]) {
-			t.Errorf("seed %d: the survivors' memories differ: rank 1 read %d of rank 0's writes, rank 2 %d", seed, seen[1], seen[2])
-		}
+		res, mem := wcSim{seed: seed, in: lossy, copies: -1}.crash(t, 50*time.Millisecond)
+		held += res.checkCrash(t, mem, true)
 	}
 	if held == 0 {
 		t.Fatal("no survivor held a frame: WC never held in the window")

@@ -28,27 +28,12 @@ func TestChannelsHeldSenderCrashesViews(t *testing.T) {
 	n := uint64(seeds.Count(t, axiomSeeds*4, axiomSeeds*4))
 	var held uint64
 	for seed := range n {
-		mem := make([][]byte, crashMembers)
-		cfg := dsmsim.Config{Members: crashMembers, Seed: seed, In: lossy, Timeout: time.Minute, Views: true,
-			Node: dsm.Config{Channels: true, Unbuffered: true, WCCopies: -1, Group: reliable.Config{Window: wcWindow}}}
-		res, err := dsmsim.Run(cfg, crashProgram(50*time.Millisecond, mem))
-		if err != nil {
-			t.Fatalf("seed %d: the survivors did not get past the crash: %v", seed, err)
-		}
-		var seen [crashMembers]int
+		res, mem := wcSim{seed: seed, in: lossy, views: true, channels: true, copies: -1}.crash(t, 50*time.Millisecond)
+		held += res.checkCrash(t, mem, false)
 		for r := 1; r < crashMembers; r++ {
-			held += res.Stats[r].Group.HeldData
-			k, err := seenPrefix(mem[r])
-			if err != nil {
-				t.Fatalf("seed %d: rank %d: %v", seed, r, err)
-			}
-			seen[r] = k
 			if bound := uint64(2 * wcWindow * testnet.DefaultMTU); res.Stats[r].HeldPeak > bound {
 				t.Errorf("seed %d: rank %d copied up to %d B for WC, want at most two windows (%d B)", seed, r, res.Stats[r].HeldPeak, bound)
 			}
-		}
-		if string(mem[1]) != string(mem[2]) {
-			t.Errorf("seed %d: the survivors' memories differ: rank 1 read %d of rank 0's writes, rank 2 %d", seed, seen[1], seen[2])
 		}
 	}
 	if held == 0 {
@@ -68,18 +53,13 @@ func TestChannelsHeldSenderCrashesViews(t *testing.T) {
 func TestChannelsWCHoldsGlobalViewChange(t *testing.T) {
 	for _, in := range []testnet.Impairment{{}, lossy} {
 		var lateErr error
-		cfg := dsmsim.Config{Members: 2, Seed: 1, In: in, Views: true, Timeout: time.Minute,
-			Node:   dsm.Config{Channels: true, Unbuffered: true, WCCopies: -1, Group: reliable.Config{Window: wcWindow}},
-			LateAt: 30 * time.Millisecond,
-			LateProgram: func(n *dsm.Node) error {
+		w := wcSim{seed: 1, in: in, views: true, channels: true, copies: -1, lateAt: 30 * time.Millisecond,
+			late: func(n *dsm.Node) error {
 				lateErr = n.Barrier(context.Background(), 99)
 				n.Exit()
 				return nil
 			}}
-		res, err := dsmsim.Run(cfg, wcProgram(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := w.hold(t, 100*time.Millisecond)
 		if !errors.Is(lateErr, dsm.ErrLateJoin) {
 			t.Errorf("loss %v: the late process's barrier returned %v, want ErrLateJoin", in.Loss, lateErr)
 		}

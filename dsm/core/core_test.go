@@ -687,82 +687,75 @@ func TestHoldsGlobalOnlyConfirmed(t *testing.T) {
 func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 	update := AppendRecord(AppendUpdateHeader(nil, TypeUpdate, 1, 8), 0, 1, make([]byte, 8))
 	unreliable := AppendRecord(AppendUpdateHeader(nil, TypeUnreliable, 1, 8), 0, 1, make([]byte, 8))
-	for _, timed := range []bool{false, true} {
-		c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Timed: timed})
+	recv := func(from frame.MemberID, msg []byte) func(*Core) error {
+		return func(c *Core) error { return c.Receive(from, msg) }
+	}
+	// Member 1 arrived at barrier 1, Self waits there.
+	arrived := func(c *Core) error {
+		if err := c.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 4, LocationSize: 8}, false)); err != nil {
+			return err
+		}
+		if err := c.EnterBarrier(1); err != nil {
+			return err
+		}
+		drain(t, c)
+		return c.Receive(1, AppendBarrier(nil, 1, 1))
+	}
+	// Each step does what it does (nothing if nil), then Holds(Global,
+	// member) must be want (false with Timed).
+	type step struct {
+		do     func(*Core) error
+		member frame.MemberID
+		want   bool
+		when   string
+	}
+	peerRequests := []step{
+		{nil, 1, true, "member 1 arrived at barrier 1, Self waits there"},
+		{nil, 2, false, "member 2 has not arrived"},
+		{recv(2, AppendLockRequest(nil, 5, 1)), 1, false, "member 2 requested a lock"},
+		{recv(2, AppendLockReply(nil, 6, 1, 9)), 1, false, "member 2 requested a lock, then replied to another request"},
+		{recv(2, unreliable), 1, false, "member 2 requested a lock, then an unreliable update of before it came"},
+		{recv(2, update), 1, true, "member 2 wrote after its request: it was granted"},
+		{func(c *Core) error {
+			err := c.Receive(2, AppendLockRequest(nil, 5, 2))
+			c.MemberGone(2)
+			return err
+		}, 1, true, "the requester died"},
+		{func(c *Core) error { c.MemberBack(2); return nil }, 1, false, "the requester is back, its request outstanding"},
+		{recv(2, update), 1, true, "member 2 wrote after its request"},
+		{recv(1, update), 1, true, "member 1 wrote after its arrival (held by WC)"},
+	}
+	for _, tc := range []struct {
+		name  string
+		timed bool
+		setup func(*Core) error
+		steps []step
+	}{
+		{"a peer requests", false, arrived, peerRequests},
+		{"a peer requests, Timed", true, arrived, peerRequests},
+		// Self requests a lock while not in a barrier, member 1 a
+		// partial barrier ahead.
+		{"Self requests", false, recv(1, AppendBarrier(nil, 1, 1|SeqPartial)), []step{
+			{nil, 1, true, "member 1 crossed partial barrier 1 ahead of Self"},
+			{func(c *Core) error { return c.RequestLock(5) }, 1, false, "Self requests a lock (member 1's reply would wait behind the hold)"},
+		}},
+	} {
+		c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Timed: tc.timed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 4, LocationSize: 8}, false)); err != nil {
-			t.Fatal(err)
+		if err := tc.setup(c); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if err := c.EnterBarrier(1); err != nil {
-			t.Fatal(err)
-		}
-		drain(t, c)
-		if err := c.Receive(1, AppendBarrier(nil, 1, 1)); err != nil {
-			t.Fatal(err)
-		}
-		holds := func(want bool, when string) {
-			t.Helper()
-			if timed {
-				want = false
+		for _, st := range tc.steps {
+			if st.do != nil {
+				if err := st.do(c); err != nil {
+					t.Fatalf("%s, %s: %v", tc.name, st.when, err)
+				}
 			}
-			if got := c.Holds(Global, 1); got != want {
-				t.Fatalf("Timed %v, %s: Holds(Global, 1) %v, want %v", timed, when, got, want)
+			if want := st.want && !tc.timed; c.Holds(Global, st.member) != want {
+				t.Fatalf("%s, %s: Holds(Global, %d) %v, want %v", tc.name, st.when, st.member, !want, want)
 			}
 		}
-		holds(true, "member 1 arrived at barrier 1, Self waits there")
-		if c.Holds(Global, 2) {
-			t.Fatal("Holds(Global, 2) true for a member that has not arrived")
-		}
-		if err := c.Receive(2, AppendLockRequest(nil, 5, 1)); err != nil {
-			t.Fatal(err)
-		}
-		holds(false, "member 2 requested a lock")
-		if err := c.Receive(2, AppendLockReply(nil, 6, 1, 9)); err != nil {
-			t.Fatal(err)
-		}
-		holds(false, "member 2 requested a lock, then replied to another request")
-		if err := c.Receive(2, unreliable); err != nil {
-			t.Fatal(err)
-		}
-		holds(false, "member 2 requested a lock, then an unreliable update of before it came")
-		if err := c.Receive(2, update); err != nil {
-			t.Fatal(err)
-		}
-		holds(true, "member 2 wrote after its request: it was granted")
-		if err := c.Receive(2, AppendLockRequest(nil, 5, 2)); err != nil {
-			t.Fatal(err)
-		}
-		c.MemberGone(2)
-		holds(true, "the requester died")
-		c.MemberBack(2)
-		holds(false, "the requester is back, its request outstanding")
-		if err := c.Receive(2, update); err != nil {
-			t.Fatal(err)
-		}
-		holds(true, "member 2 wrote after its request")
-		if err := c.Receive(1, update); err != nil {
-			t.Fatal(err)
-		}
-		holds(true, "member 1 wrote after its arrival (held by WC)")
-	}
-	// Self requests a lock while not in a barrier, member 1 a partial
-	// barrier ahead.
-	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Receive(1, AppendBarrier(nil, 1, 1|SeqPartial)); err != nil {
-		t.Fatal(err)
-	}
-	if !c.Holds(Global, 1) {
-		t.Fatal("member 1 crossed partial barrier 1 ahead of Self: Holds(Global, 1) false, want true")
-	}
-	if err := c.RequestLock(5); err != nil {
-		t.Fatal(err)
-	}
-	if c.Holds(Global, 1) {
-		t.Fatal("Self requests a lock: Holds(Global, 1) true, want false (member 1's reply would wait behind the hold)")
 	}
 }
