@@ -107,9 +107,9 @@ type Config struct {
 	// unacknowledged, in this member's reorder window (and block the
 	// peer once its window is full) until the crossing, or over one
 	// group until lock traffic needs them (a lock requested here, or a
-	// peer's request seen). 0 means DefaultWCCopies; a negative value
-	// holds at once. (docs/dsm.md, "How much WC copies", "WC over one
-	// group".)
+	// peer's request seen that a live member has not answered yet). 0
+	// means DefaultWCCopies; a negative value holds at once.
+	// (docs/dsm.md, "How much WC copies", "WC over one group".)
 	WCCopies int
 	// Timed: the program on top relies on bounds on how late its peers'
 	// messages arrive (kv's thesis mode), so WC never holds a peer in a

@@ -730,7 +730,11 @@ func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 		if err := c.Receive(2, update); err != nil {
 			t.Fatal(err)
 		}
-		holds(true, "member 2 wrote after its request: it was granted")
+		holds(false, "member 2 wrote after its request, which lacks member 1's reply")
+		if err := c.Receive(1, AppendLockReply(nil, 5, 2, 1)); err != nil {
+			t.Fatal(err)
+		}
+		holds(true, "every live member answered member 2's request: it was granted")
 		if err := c.Receive(2, AppendLockRequest(nil, 5, 2)); err != nil {
 			t.Fatal(err)
 		}
@@ -741,7 +745,11 @@ func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 		if err := c.Receive(2, update); err != nil {
 			t.Fatal(err)
 		}
-		holds(true, "member 2 wrote after its request")
+		holds(false, "member 2 wrote after its request, which lacks member 1's reply")
+		if err := c.Receive(1, AppendLockReply(nil, 5, 2, 2)); err != nil {
+			t.Fatal(err)
+		}
+		holds(true, "member 1 answered member 2's request")
 		if err := c.Receive(1, update); err != nil {
 			t.Fatal(err)
 		}
