@@ -463,7 +463,8 @@ func (n *Node) holdFrom(ch core.Channel, from frame.MemberID) {
 }
 
 // releaseHolds ends the holds WC no longer needs, after a crossing or
-// when lock traffic starts (with n.mu held).
+// when lock traffic starts: Self's request, a peer's request delivered,
+// a requester taken back (with n.mu held).
 func (n *Node) releaseHolds() {
 	if len(n.holds) == 0 {
 		return
@@ -497,6 +498,10 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		}
 	case reliable.MemberReturned:
 		n.core.MemberBack(ev.Member)
+		// A member taken back with a lock request outstanding starts
+		// lock traffic again (core.Holds): its grant may need what WC
+		// holds in a peer's window.
+		n.releaseHolds()
 	case reliable.ViewInstalled:
 		// Under Views a member left out of the new view is gone even
 		// when this member's core never reported it: the view's inner

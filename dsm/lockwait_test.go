@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
+	"github.com/rbcast/rbcast/dsm/core"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/seeds"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -125,4 +127,60 @@ func runLockWaitWrites(seed uint64, in testnet.Impairment) (time.Duration, dsmsi
 		return n.Barrier(ctx, 2)
 	})
 	return waited, res, err
+}
+
+// holdLog is a dsm.Env and dsm.Holder that records the node's holds and
+// releases, for driving a node by hand (dsm.NewHosted).
+type holdLog struct{ log []string }
+
+func (e *holdLog) HoldFrom(ch core.Channel, from frame.MemberID) bool {
+	e.log = append(e.log, fmt.Sprintf("hold %d", from))
+	return true
+}
+
+func (e *holdLog) ReleaseFrom(ch core.Channel, from frame.MemberID) {
+	e.log = append(e.log, fmt.Sprintf("release %d", from))
+}
+
+func (e *holdLog) Kick()                                           {}
+func (e *holdLog) Flush()                                          {}
+func (e *holdLog) Wait(context.Context, dsm.Wait) error            { return nil }
+func (e *holdLog) Leave() error                                    { return nil }
+func (e *holdLog) GroupStats() reliable.Stats                      { return reliable.Stats{} }
+func (e *holdLog) Open(key uint32, members []frame.MemberID) error { return errors.New("no channels") }
+
+// A member taken back (reliable.MemberReturned) with its lock request
+// outstanding starts lock traffic again: the node releases WC's holds on
+// the global channel at that event, not at the next delivered message
+// that is not only updates (which may never come: the requester waits,
+// the held peer's window is stopped, the others may be blocked too), so
+// the request does not wait for the hold's bound. Member 2 crossed a
+// partial barrier ahead of Self (member 1), which holds it; member 3
+// requests a lock, fails, and comes back. (Only the sequencer reports
+// MemberReturned, and it refuses holds, so no simulated run shows this
+// today; the node must not rely on that.)
+func TestMemberBackReleasesHolds(t *testing.T) {
+	env := &holdLog{}
+	n, h := dsm.NewHosted(env, dsm.Config{WCCopies: -1})
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	update := core.AppendRecord(core.AppendUpdateHeader(nil, core.TypeUpdate, 9, 8), 0, 1, make([]byte, 8))
+	step := func(what string, f func(), want ...string) {
+		t.Helper()
+		env.log = nil
+		f()
+		if fmt.Sprint(env.log) != fmt.Sprint(want) {
+			t.Fatalf("%s: the node did %v, want %v", what, env.log, want)
+		}
+	}
+	step("member 2 announces a segment", func() { h.Deliver(2, core.AppendSegment(nil, 9, core.Geometry{Locations: 4, LocationSize: 8}, true)) })
+	step("member 2 crosses a partial barrier ahead", func() { h.Deliver(2, core.AppendBarrier(nil, 1, 1|core.SeqPartial)) }, "hold 2")
+	step("member 3 requests a lock", func() { h.Deliver(3, core.AppendLockRequest(nil, 0, 1)) }, "release 2")
+	step("member 3 fails", func() { h.OnEvent(reliable.Event{Kind: reliable.MemberFailed, Member: 3}) })
+	step("member 2 writes", func() { h.Deliver(2, update) }, "hold 2")
+	step("member 3 comes back, its request unanswered by member 2", func() { h.OnEvent(reliable.Event{Kind: reliable.MemberReturned, Member: 3}) }, "release 2")
+	if st := n.Stats(); st.BadMessages != 0 {
+		t.Fatalf("%d bad messages", st.BadMessages)
+	}
 }
