@@ -107,9 +107,9 @@ type Config struct {
 	// unacknowledged, in this member's reorder window (and block the
 	// peer once its window is full) until the crossing, or over one
 	// group until lock traffic needs them (a lock requested here, or a
-	// peer's request seen). 0 means DefaultWCCopies; a negative value
-	// holds at once. (docs/dsm.md, "How much WC copies", "WC over one
-	// group".)
+	// peer's request seen that a live member has not answered yet). 0
+	// means DefaultWCCopies; a negative value holds at once.
+	// (docs/dsm.md, "How much WC copies", "WC over one group".)
 	WCCopies int
 	// Timed: the program on top relies on bounds on how late its peers'
 	// messages arrive (kv's thesis mode), so WC never holds a peer in a
@@ -463,7 +463,8 @@ func (n *Node) holdFrom(ch core.Channel, from frame.MemberID) {
 }
 
 // releaseHolds ends the holds WC no longer needs, after a crossing or
-// when lock traffic starts (with n.mu held).
+// when lock traffic starts: Self's request, a peer's request delivered,
+// a requester taken back (with n.mu held).
 func (n *Node) releaseHolds() {
 	if len(n.holds) == 0 {
 		return
@@ -497,6 +498,10 @@ func (n *Node) eventLocked(ev reliable.Event) {
 		}
 	case reliable.MemberReturned:
 		n.core.MemberBack(ev.Member)
+		// A member taken back with a lock request outstanding starts
+		// lock traffic again (core.Holds): its grant may need what WC
+		// holds in a peer's window.
+		n.releaseHolds()
 	case reliable.ViewInstalled:
 		// Under Views a member left out of the new view is gone even
 		// when this member's core never reported it: the view's inner

@@ -180,11 +180,19 @@ type peer struct {
 	// heldBytes their size.
 	held      [][]byte
 	heldBytes int
-	// lockWait (over one group): its last message on the global channel
-	// was a lock request, or lock messages after one (unreliable updates
-	// aside, which are not in its order): it may be blocked
-	// in dsm_lock_acquire, waiting for replies (lockTraffic).
-	lockWait bool
+	// lockWait (over one group): it may be blocked in dsm_lock_acquire
+	// (lockTraffic): reqTS, the timestamp of its last lock request seen
+	// here (0: none), lacks the reply of a live member. Replies are
+	// broadcast, so every member sees each of them (updateLockWait):
+	// answered[k] is the highest request timestamp of its that member
+	// c.peers[k] answered (nil until a reply to it is seen),
+	// selfAnswered Self's. Whatever else it sends meanwhile (a write
+	// from another goroutine, the program of an abandoned request) says
+	// nothing of its wait.
+	lockWait     bool
+	reqTS        uint64
+	answered     []uint64
+	selfAnswered uint64
 }
 
 // deferred is a lock request answered only at Unlock.
@@ -433,20 +441,7 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return fmt.Errorf("dsm: message from member %d, which is not in the group", from)
 	}
 	if ch == Global {
-		lock, admission := lockMessage(msg), admissionMessage(msg)
-		switch {
-		case c.channels: // locks are refused
-		case lock:
-			p.lockWait = p.lockWait || Type(msg[1]) == TypeLockRequest
-		case !admission && !Unreliable(msg):
-			// A requester blocked in dsm_lock_acquire sends nothing but
-			// lock messages until granted (its node's Confirms and
-			// Refuses aside). An unreliable update says nothing of that:
-			// it is not in the sender's order (a datagram sent before the
-			// request may arrive after it).
-			p.lockWait = false
-		}
-		if c.mustHold(p.barriers, p.held) && !lock && !admission {
+		if c.mustHold(p.barriers, p.held) && !lockMessage(msg) && !admissionMessage(msg) {
 			p.held = c.hold(p.held, msg)
 			p.heldBytes += len(msg)
 			return nil
@@ -505,12 +500,13 @@ func (c *Core) crossed() uint32 {
 // while there is lock traffic (lockTraffic): a lock message there must
 // overtake the messages WC holds (lockMessage), and the reliable layer
 // cannot hand out one message past another of the same sender. The
-// runtime asks again after every message that is not only updates and
-// after RequestLock, and releases the holds no longer wanted. False on
-// the global channel too while Self is unconfirmed: a Confirm or Refuse
-// (admissionMessage) must overtake then, for Self cannot cross without
-// it. A confirmed member needs neither (a Confirm names the process it
-// admits, a Refuse an outsider). What an unconfirmed one copies from a
+// runtime asks again after every message that is not only updates,
+// after RequestLock and after MemberBack, and releases the holds no
+// longer wanted. False on the global channel too while Self is
+// unconfirmed: a Confirm or Refuse (admissionMessage) must overtake
+// then, for Self cannot cross without it. A confirmed member needs
+// neither (a Confirm names the process it admits, a Refuse an
+// outsider). What an unconfirmed one copies from a
 // peer is bounded all the same: the peer queues its Confirm of Self at
 // its install of Self's first view, behind only what it had queued
 // before (its outbox), and Self is confirmed once that is delivered.
@@ -535,14 +531,15 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 // Self's window has behind WC's messages could be needed before the
 // crossing that ends WC (over one group; with Channels locks are
 // refused). Self requests a lock: it needs every live peer's reply. Or
-// a live peer may be blocked in dsm_lock_acquire (its last message here
-// was a lock request): its grant may need a reply or a release from a
-// held peer, whose window Self's hold stops for every member, and Self's
-// crossing may wait for that requester's arrival. Otherwise nobody waits
-// for a lock message of a held peer: every other message of it after its
-// arrival is held by WC at every member that has not crossed (so none
-// can wait for it before crossing), and Self's crossing needs only the
-// arrivals of peers not held (docs/dsm.md, "WC over one group").
+// a live peer may be blocked in dsm_lock_acquire (its last request seen
+// here lacks a live member's reply, lockWait): its grant may need a
+// reply or a release from a held peer, whose window Self's hold stops
+// for every member, and Self's crossing may wait for that requester's
+// arrival. Otherwise nobody waits for a lock message of a held peer:
+// every other message of it after its arrival is held by WC at every
+// member that has not crossed (so none can wait for it before
+// crossing), and Self's crossing needs only the arrivals of peers not
+// held (docs/dsm.md, "WC over one group").
 func (c *Core) lockTraffic() bool {
 	if c.lock == lockRequesting {
 		return true
@@ -553,6 +550,55 @@ func (c *Core) lockTraffic() bool {
 		}
 	}
 	return false
+}
+
+// updateLockWait sets r.lockWait: r's last lock request seen here still
+// lacks the reply of Self or of a live peer other than r. Ricart–Agrawala
+// grants a request once every live member answered it, and the replies
+// are broadcast, so Self sees the end of a peer's wait exactly, from
+// messages the protocol sends anyway: no flag on the wire, and what r
+// sends meanwhile (a write from another goroutine of its program) does
+// not end it. A reply may arrive before the request it answers (they
+// come from different senders); answered keeps it. A request
+// timestamp grows with every request of one member (Lamport clock), so a
+// reply with a timestamp at least reqTS answers the request waited for.
+func (c *Core) updateLockWait(r *peer) {
+	r.lockWait = false
+	if r.reqTS == 0 {
+		return
+	}
+	if r.selfAnswered < r.reqTS {
+		r.lockWait = true
+		return
+	}
+	for i, q := range c.peers {
+		if q != r && q.live && (r.answered == nil || r.answered[i] < r.reqTS) {
+			r.lockWait = true
+			return
+		}
+	}
+}
+
+// noteReply records that member by (Self included) answered member to's
+// lock request of timestamp ts, and updates to's lockWait.
+func (c *Core) noteReply(by, to frame.MemberID, ts uint64) {
+	r := c.peer(to)
+	if r == nil {
+		return
+	}
+	if by == c.self {
+		r.selfAnswered = max(r.selfAnswered, ts)
+	} else {
+		i, ok := slices.BinarySearchFunc(c.peers, by, func(p *peer, id frame.MemberID) int { return int(p.id) - int(id) })
+		if !ok || c.peers[i] == r {
+			return
+		}
+		if r.answered == nil {
+			r.answered = make([]uint64, len(c.peers))
+		}
+		r.answered[i] = max(r.answered[i], ts)
+	}
+	c.updateLockWait(r)
 }
 
 // lockMessage reports whether msg is a LockRequest or LockReply: WC
@@ -690,12 +736,15 @@ func (c *Core) receive(p *peer, msg []byte) error {
 			c.unconfirmed = false
 		}
 	case TypeLockRequest:
+		p.reqTS = max(p.reqTS, m.TS)
 		c.receiveLockRequest(from, &m)
+		c.updateLockWait(p)
 	case TypeLockReply:
 		if m.To == c.self && c.lock == lockRequesting && m.Lock == c.lockID && m.TS == c.lockTS {
 			p.replied = true
 			c.checkGrant()
 		}
+		c.noteReply(p.id, m.To, m.TS)
 	}
 	return nil
 }
@@ -780,6 +829,9 @@ func (c *Core) MemberGone(id frame.MemberID) {
 	}
 	p.live = false
 	c.checkGrant()
+	for _, r := range c.peers {
+		c.updateLockWait(r) // r no longer waits for p's reply
+	}
 }
 
 // ChannelGone records that segment channel ch removed member id (it
@@ -822,6 +874,9 @@ func (c *Core) channelPeer(ch Channel, id frame.MemberID) *segPeer {
 func (c *Core) MemberBack(id frame.MemberID) {
 	if p := c.peer(id); p != nil {
 		p.live = true
+		for _, r := range c.peers {
+			c.updateLockWait(r) // r waits for p's reply again
+		}
 	}
 }
 
@@ -1423,6 +1478,7 @@ func (c *Core) receiveLockRequest(from frame.MemberID, m *Message) {
 func (c *Core) reply(to frame.MemberID, lock int32, ts uint64) {
 	c.FlushAll()
 	c.queue(AppendLockReply(c.buffer(), lock, to, ts))
+	c.noteReply(c.self, to, ts)
 	c.c.LockReplies++
 	if c.trace != nil {
 		c.trace(Event{Kind: EvLockPermit, To: to, Lock: lock, TS: ts})

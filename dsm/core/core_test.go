@@ -715,14 +715,16 @@ func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 		{recv(2, AppendLockRequest(nil, 5, 1)), 1, false, "member 2 requested a lock"},
 		{recv(2, AppendLockReply(nil, 6, 1, 9)), 1, false, "member 2 requested a lock, then replied to another request"},
 		{recv(2, unreliable), 1, false, "member 2 requested a lock, then an unreliable update of before it came"},
-		{recv(2, update), 1, true, "member 2 wrote after its request: it was granted"},
+		{recv(2, update), 1, false, "member 2 wrote after its request, which lacks member 1's reply"},
+		{recv(1, AppendLockReply(nil, 5, 2, 1)), 1, true, "every live member answered member 2's request: it was granted"},
 		{func(c *Core) error {
 			err := c.Receive(2, AppendLockRequest(nil, 5, 2))
 			c.MemberGone(2)
 			return err
 		}, 1, true, "the requester died"},
 		{func(c *Core) error { c.MemberBack(2); return nil }, 1, false, "the requester is back, its request outstanding"},
-		{recv(2, update), 1, true, "member 2 wrote after its request"},
+		{recv(2, update), 1, false, "member 2 wrote after its request, which lacks member 1's reply"},
+		{recv(1, AppendLockReply(nil, 5, 2, 2)), 1, true, "member 1 answered member 2's request"},
 		{recv(1, update), 1, true, "member 1 wrote after its arrival (held by WC)"},
 	}
 	for _, tc := range []struct {

@@ -1,0 +1,83 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/rbcast/rbcast/frame"
+)
+
+// A peer's lock wait ends when every live member answered its request
+// (the replies are broadcast), not at its next message that is not a
+// lock message: over one group Holds stays false on the global channel
+// while a requester writes (from another goroutine, or after an
+// abandoned Lock), whatever the order in which the replies arrive, and
+// turns true once the last one is seen, Self's own deferred reply or a
+// member's removal included (docs/dsm.md, "WC over one group").
+func TestHoldsGlobalLockWaitEndsAtReplies(t *testing.T) {
+	update := AppendRecord(AppendUpdateHeader(nil, TypeUpdate, 1, 8), 0, 1, make([]byte, 8))
+	// Self 4; member 1 a partial barrier ahead (held by WC), member 2
+	// the requester, member 3 a third replier.
+	c, err := New(Config{Self: 4, Members: []frame.MemberID{1, 2, 3, 4}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Receive(1, AppendSegment(nil, 1, Geometry{Locations: 4, LocationSize: 8}, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Receive(1, AppendBarrier(nil, 1, 1|SeqPartial)); err != nil {
+		t.Fatal(err)
+	}
+	receive := func(from frame.MemberID, msg []byte) {
+		t.Helper()
+		if err := c.Receive(from, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := func(want bool, when string) {
+		t.Helper()
+		if got := c.Holds(Global, 1); got != want {
+			t.Fatalf("%s: Holds(Global, 1) %v, want %v", when, got, want)
+		}
+	}
+	holds(true, "member 1 crossed partial barrier 1 ahead of Self")
+
+	// Member 3's reply overtakes member 2's request (different senders).
+	receive(3, AppendLockReply(nil, 7, 2, 1))
+	holds(true, "a reply to a request not seen yet")
+	receive(2, AppendLockRequest(nil, 7, 1))
+	holds(false, "member 2 requested lock 7 (Self answered, member 1 has not)")
+	receive(2, update)
+	receive(2, AppendSegment(nil, 2, Geometry{Locations: 4, LocationSize: 8}, false))
+	holds(false, "member 2 wrote and announced a segment while its request lacks member 1's reply")
+	receive(1, AppendLockReply(nil, 7, 2, 1))
+	holds(true, "every member answered member 2's request")
+
+	// Self holds the lock: its reply to member 2 waits for its Unlock.
+	if err := c.RequestLock(7); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []frame.MemberID{1, 2, 3} {
+		receive(id, AppendLockReply(nil, 7, 4, c.lockTS))
+	}
+	if !c.Holding(7) {
+		t.Fatal("Self was not granted lock 7")
+	}
+	receive(2, AppendLockRequest(nil, 7, c.lockTS+1))
+	receive(1, AppendLockReply(nil, 7, 2, c.lockTS+1))
+	receive(3, AppendLockReply(nil, 7, 2, c.lockTS+1))
+	receive(2, update)
+	holds(false, "Self deferred its reply to member 2")
+	if err := c.Unlock(7); err != nil {
+		t.Fatal(err)
+	}
+	holds(true, "Self's Unlock answered member 2")
+
+	// A member that never answers is removed: the wait ends.
+	receive(2, AppendLockRequest(nil, 7, c.clock+1))
+	receive(1, AppendLockReply(nil, 7, 2, c.clock))
+	holds(false, "member 2's request lacks member 3's reply")
+	c.MemberGone(3)
+	holds(true, "member 3, which did not answer, was removed")
+	c.MemberBack(3)
+	holds(false, "member 3 is back, its reply still missing")
+}
