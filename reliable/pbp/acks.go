@@ -19,7 +19,9 @@ import (
 // noteAcks keeps p's row: the entry-wise maximum of every ack vector
 // heard from p (frames of one sender may arrive reordered). A vector of
 // another shape (a member configured with another member list) is
-// ignored.
+// ignored. It returns the vector's entry for this member, where
+// applyAck reads it (ok false: not of this shape; frame.View.AckFor
+// finds it, if it is there).
 //
 // The vectors one member sends in one core form a chain: each entry
 // header() writes only ever grows over the core's life (expected;
@@ -38,24 +40,28 @@ import (
 // (A merge of every entry of every frame was the cost of BenchmarkGroup
 // at 8 members, and then a compare of every pair: docs/benchmarks.md,
 // "The library before and after issue 18".)
-func (c *Core) noteAcks(p *peer, v frame.View) {
+func (c *Core) noteAcks(p *peer, v frame.View) (ours uint32, ok bool) {
 	const h, e = frame.HeaderLen, frame.AckEntryLen
 	row := p.vec
 	if len(v) < h+len(row) || v.AckBase() != c.cfg.ackBase || v.AckCount()*e != len(row) {
-		return
+		return 0, false
 	}
 	vec := v[h : h+len(row)]
+	if o := uint(int(c.cfg.Self)-int(c.cfg.ackBase)) * e; o+e <= uint(len(vec)) {
+		ours, ok = binary.BigEndian.Uint32(vec[o:o+e]), true
+	}
 	if o := uint(p.slot) * e; o+e <= uint(len(row)) {
 		if a, b := binary.BigEndian.Uint32(row[o:o+e]), binary.BigEndian.Uint32(vec[o:o+e]); a != b {
 			if frame.SeqLess(a, b) {
 				copy(row, vec) // built after every vector the row holds
 			}
-			return
+			return ours, ok
 		}
 	}
 	if laterAcks(row, vec) {
 		copy(row, vec)
 	}
+	return ours, ok
 }
 
 // laterAcks reports whether vec, of the chain row came from, is later
