@@ -215,53 +215,74 @@ func (s *Stepper) step(now Time, eth []byte, crc bool, loan Loan) error {
 		s.bad.count(err)
 		return err
 	}
-	return s.stepView(now, e.Src(), e.Dst(), v, loan)
+	if loan != NoLoan && s.borrow != nil {
+		return s.StepViewLent(now, e.Src(), e.Dst(), v, loan)
+	}
+	return s.StepView(now, e.Src(), e.Dst(), v)
 }
 
 // StepView steps the core with a frame decoded already (v validated by
 // frame.Parse), from src to dst.
 func (s *Stepper) StepView(now Time, src, dst [6]byte, v frame.View) error {
-	return s.stepView(now, src, dst, v, NoLoan)
-}
-
-// StepViewLent is StepView for a frame whose bytes the link lends under
-// loan (StepLent).
-func (s *Stepper) StepViewLent(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
-	return s.stepView(now, src, dst, v, loan)
-}
-
-func (s *Stepper) stepView(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
 	s.now = now
-	// A datagram (the Unreliable level) is held back too, and so lost:
-	// nothing repairs it, and the application is not reading.
-	if (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.holdsBack(src, dst, v)) {
+	if (s.Hold || len(s.holds) > 0) && s.holdsFrame(src, dst, v) {
 		s.held++
 		return ErrHeld
 	}
-	var err error
-	if loan != NoLoan && s.borrow != nil {
-		err = s.borrow.StepLent(now, src, dst, v, loan)
-	} else {
-		err = s.c.Step(now, src, dst, v)
-	}
-	if err != nil {
+	if err := s.c.Step(now, src, dst, v); err != nil {
 		return err
 	}
 	// Repair latency: from the Step that revealed a gap to the one that
 	// filled it. Only a frame of a stream changes its repair state.
 	stream, repairing := s.c.Repair(v.Sender())
-	if p := s.peer(stream); p != nil {
-		switch {
-		case repairing && p.repairSince == 0:
-			p.repairSince = now
-		case !repairing && p.repairSince != 0:
-			p.latency.add(now.Sub(p.repairSince))
-			p.repairHist.Observe(now.Sub(p.repairSince))
-			p.repairs++
-			p.repairSince = 0
-		}
+	if p := s.peer(stream); p != nil && repairing != (p.repairSince != 0) {
+		p.repairMoved(now, repairing)
 	}
 	return nil
+}
+
+// StepViewLent is StepView for a frame whose bytes the link lends under
+// loan (StepLent). (StepView is not a wrapper of it: the memory segment
+// of the benchmarks calls StepView, and a wrapper copied its arguments
+// once more.)
+func (s *Stepper) StepViewLent(now Time, src, dst [6]byte, v frame.View, loan Loan) error {
+	if loan == NoLoan || s.borrow == nil {
+		return s.StepView(now, src, dst, v)
+	}
+	s.now = now
+	if (s.Hold || len(s.holds) > 0) && s.holdsFrame(src, dst, v) {
+		s.held++
+		return ErrHeld
+	}
+	if err := s.borrow.StepLent(now, src, dst, v, loan); err != nil {
+		return err
+	}
+	stream, repairing := s.c.Repair(v.Sender())
+	if p := s.peer(stream); p != nil && repairing != (p.repairSince != 0) {
+		p.repairMoved(now, repairing)
+	}
+	return nil
+}
+
+// holdsFrame reports whether v is left unstepped: under Hold a frame that
+// delivers, and a datagram (the Unreliable level), which is so lost:
+// nothing repairs it, and the application is not reading; or a frame of
+// a sender held (HoldFrom).
+func (s *Stepper) holdsFrame(src, dst [6]byte, v frame.View) bool {
+	return (s.Hold && (s.info.Delivers(v.Type()) || v.Type() == frame.Datagram)) || (len(s.holds) > 0 && s.holdsBack(src, dst, v))
+}
+
+// repairMoved notes that the repair of the stream of p began (repairing)
+// or ended, at now.
+func (p *peerCounters) repairMoved(now Time, repairing bool) {
+	if repairing {
+		p.repairSince = now
+		return
+	}
+	p.latency.add(now.Sub(p.repairSince))
+	p.repairHist.Observe(now.Sub(p.repairSince))
+	p.repairs++
+	p.repairSince = 0
 }
 
 // Tick runs the core's timers.

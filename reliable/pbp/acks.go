@@ -2,7 +2,6 @@ package pbp
 
 import (
 	"encoding/binary"
-	"math/bits"
 
 	"github.com/rbcast/rbcast/frame"
 )
@@ -17,51 +16,78 @@ import (
 // members still lack its frames (status, a repair from a peer, a message
 // stable everywhere) without a message of its own.
 
-// noteAcks keeps p's ack vector, entry by entry never moving back
-// (frames of one sender may arrive reordered). A vector of another shape
-// (a member configured with another member list) is ignored.
+// noteAcks keeps p's row: the entry-wise maximum of every ack vector
+// heard from p (frames of one sender may arrive reordered). A vector of
+// another shape (a member configured with another member list) is
+// ignored. It returns the vector's entry for this member, where
+// applyAck reads it (ok false: not of this shape; frame.View.AckFor
+// finds it, if it is there).
 //
-// Most frames change one entry or none: a stream's Data frames move the
-// sender's own (the next it will send, fig. 3.3), a receiver's Ack the
-// entry of the stream it acknowledges, while what a member expects from
-// the others stands still unless they send too. So the vector is compared
-// with the last one taken (p.vec, as it came), two entries at a time, and
-// only the entries of a pair that differs are merged. A pair equal to the
-// last one taken cannot move the row (its entries were merged then, and
-// an entry never moves back), so the row is what a merge of every entry
-// of every vector makes it, as soon as the frame is stepped. (A merge of
-// every entry of every frame was the cost of BenchmarkGroup at 8
-// members: docs/benchmarks.md, "The library before and after issue 18".)
-func (c *Core) noteAcks(p *peer, v frame.View) {
-	if v.AckBase() != c.cfg.ackBase || v.AckCount() != len(p.heard) {
-		return
-	}
+// The vectors one member sends in one core form a chain: each entry
+// header() writes only ever grows over the core's life (expected;
+// frozenAt from Freeze on, expected then; the sender's own entry,
+// nextSeq), and a core's peer has one incarnation. So of two vectors of
+// p the one built later is at least the other entry by entry, the
+// maximum of the vectors heard is the latest built of them, and the
+// later of two is the one whose first entry that differs is past the
+// other's. The row is therefore kept as that vector came (p.vec), and a
+// frame costs a compare of one entry and, when it is the newer, a copy:
+// its own entry (what p will send next) orders two vectors wherever it
+// differs, as in a stream's Data frames; a vector whose own entry is
+// behind the row's (a late frame) is ignored. Only vectors with the
+// row's own entry (a pure receiver's Acks, repeats) are compared
+// further, two entries at a time, up to the first pair that differs.
+// (A merge of every entry of every frame was the cost of BenchmarkGroup
+// at 8 members, and then a compare of every pair: docs/benchmarks.md,
+// "The library before and after issue 18".)
+func (c *Core) noteAcks(p *peer, v frame.View) (ours uint32, ok bool) {
 	const h, e = frame.HeaderLen, frame.AckEntryLen
-	last := p.vec
-	vec := v[h : h+len(last)]
-	heard := p.heard
+	row := p.vec
+	if len(v) < h+len(row) || v.AckBase() != c.cfg.ackBase || v.AckCount()*e != len(row) {
+		return 0, false
+	}
+	vec := v[h : h+len(row)]
+	if o := uint(int(c.cfg.Self)-int(c.cfg.ackBase)) * e; o+e <= uint(len(vec)) {
+		ours, ok = binary.BigEndian.Uint32(vec[o:o+e]), true
+	}
+	if o := uint(p.slot) * e; o+e <= uint(len(row)) {
+		if a, b := binary.BigEndian.Uint32(row[o:o+e]), binary.BigEndian.Uint32(vec[o:o+e]); a != b {
+			if frame.SeqLess(a, b) {
+				copy(row, vec) // built after every vector the row holds
+			}
+			return ours, ok
+		}
+	}
+	if laterAcks(row, vec) {
+		copy(row, vec)
+	}
+	return ours, ok
+}
+
+// laterAcks reports whether vec, of the chain row came from, is later
+// than row: its first entry that differs from row's is past it (equal,
+// it is not).
+func laterAcks(row, vec []byte) bool {
+	const e = frame.AckEntryLen
+	row = row[:len(vec)]
 	j := 0
 	for ; j+2*e <= len(vec); j += 2 * e {
-		w := binary.LittleEndian.Uint64(vec[j : j+2*e])
-		if w == binary.LittleEndian.Uint64(last[j:j+2*e]) {
-			continue
-		}
-		binary.LittleEndian.PutUint64(last[j:j+2*e], w)
-		i := j / e
-		if a := bits.ReverseBytes32(uint32(w)); frame.SeqLess(heard[i], a) {
-			heard[i] = a
-		}
-		if a := bits.ReverseBytes32(uint32(w >> 32)); frame.SeqLess(heard[i+1], a) {
-			heard[i+1] = a
+		if binary.LittleEndian.Uint64(vec[j:j+2*e]) != binary.LittleEndian.Uint64(row[j:j+2*e]) {
+			if a, b := binary.BigEndian.Uint32(row[j:]), binary.BigEndian.Uint32(vec[j:]); a != b {
+				return frame.SeqLess(a, b)
+			}
+			return frame.SeqLess(binary.BigEndian.Uint32(row[j+e:]), binary.BigEndian.Uint32(vec[j+e:]))
 		}
 	}
 	if j < len(vec) { // an odd number of entries: the last one
-		i := j / e
-		if a := binary.BigEndian.Uint32(vec[j : j+e]); frame.SeqLess(heard[i], a) {
-			heard[i] = a
-		}
+		return frame.SeqLess(binary.BigEndian.Uint32(row[j:]), binary.BigEndian.Uint32(vec[j:]))
 	}
+	return false
 }
+
+// held is how far p holds the stream of the member in slot s, as last
+// heard: its row of the acknowledgement matrix.
+func (p *peer) held(s int) uint32 { return binary.BigEndian.Uint32(p.vec[s*frame.AckEntryLen:]) }
 
 // Holds reports how far member m holds sender s's stream: the next
 // sequence number of s's it expects (for m == s, the next s will send), as
@@ -84,7 +110,7 @@ func (c *Core) Holds(m, s frame.MemberID) (next uint32, ok bool) {
 	case mp == nil:
 		return 0, false
 	}
-	return mp.heard[int(s)-int(c.cfg.ackBase)], true
+	return mp.held(int(s) - int(c.cfg.ackBase)), true
 }
 
 // HeartbeatNow has the next Ready send a Heartbeat unless another frame

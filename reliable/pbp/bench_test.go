@@ -151,7 +151,6 @@ func BenchmarkNoteAcks(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if i&255 == 0 { // the vectors start again from the first
-					clear(p.heard)
 					clear(p.vec)
 				}
 				c.noteAcks(p, views[i&255])

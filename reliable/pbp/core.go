@@ -180,11 +180,8 @@ type peer struct {
 	ackedAt   Time   // when acked last moved, or we last sent to it caught up
 	lastHeard Time
 	dg        core.DatagramWindow // its datagrams seen (datagram.go)
-	// heard is its row of the acknowledgement matrix (acks.go): its ack
-	// vector as last heard, by slot.
-	heard []uint32
-	// vec is its ack vector as it came, pair of entries by pair, as last
-	// merged into heard: noteAcks merges only the pairs that differ.
+	// vec is its row of the acknowledgement matrix (acks.go): the latest
+	// of its ack vectors heard, as it came (entry s: held(s)).
 	vec []byte
 
 	leaving  bool
@@ -410,12 +407,11 @@ func New(cfg Config) (*Core, error) {
 			id: m.ID, mac: m.MAC, incarnation: m.Incarnation,
 			slot: int(m.ID) - int(s.ackBase), live: true,
 			expected: s.InitialSeq, knownEnd: s.InitialSeq, acked: s.InitialSeq,
-			ring: make([]held, s.ringSize), heard: make([]uint32, s.span),
-			vec: make([]byte, s.span*frame.AckEntryLen),
+			ring: make([]held, s.ringSize),
+			vec:  make([]byte, s.span*frame.AckEntryLen),
 		})
 		p := &c.peers[len(c.peers)-1]
-		for i := range p.heard {
-			p.heard[i] = s.InitialSeq
+		for i := range s.span {
 			binary.BigEndian.PutUint32(p.vec[i*frame.AckEntryLen:], s.InitialSeq)
 		}
 		if s.Retain || s.Relay {

@@ -204,7 +204,7 @@ func (c *Core) needKeep(p *peer) bool {
 	col := int(p.id) - int(c.cfg.ackBase)
 	for i := range c.peers {
 		q := &c.peers[i]
-		if q != p && !frame.SeqLess(p.expected, q.heard[col]) {
+		if q != p && !frame.SeqLess(p.expected, q.held(col)) {
 			return true
 		}
 	}

@@ -84,8 +84,13 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	// Receive action 1, first step in every state: apply the piggybacked
 	// acknowledgement (window_base[j] = max(...), figs. 3.4, 3.8, 3.10),
 	// and keep the whole vector (the acknowledgement matrix, acks.go).
-	c.noteAcks(p, v)
-	c.applyAck(p, v)
+	a, ok := c.noteAcks(p, v)
+	if !ok {
+		a, ok = v.AckFor(c.cfg.Self)
+	}
+	if ok {
+		c.applyAck(p, a)
+	}
 	switch t {
 	case frame.Data:
 		// A repair for us is a retransmission (its flag: what the frame
@@ -166,13 +171,17 @@ func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	return true
 }
 
-// applyAck takes p's acknowledgement of our frames, if its vector covers
-// us, and slides our window (send action 3, fig. 3.5).
-func (c *Core) applyAck(p *peer, v frame.View) {
-	a, ok := v.AckFor(c.cfg.Self)
-	if !ok || !frame.SeqLess(p.acked, a) {
-		return
+// applyAck takes p's acknowledgement of our frames, a (its vector's
+// entry for us), and slides our window (send action 3, fig. 3.5).
+func (c *Core) applyAck(p *peer, a uint32) {
+	if frame.SeqLess(p.acked, a) {
+		c.ackMoved(p, a)
 	}
+}
+
+// ackMoved takes p's acknowledgement a, past the last (applyAck, which
+// inlines without it).
+func (c *Core) ackMoved(p *peer, a uint32) {
 	if frame.SeqLess(c.nextSeq, a) {
 		c.stats.BadAcks++ // acknowledges frames we never sent
 		return

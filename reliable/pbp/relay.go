@@ -55,7 +55,7 @@ func (c *Core) lagging(p *peer) (uint32, bool) {
 		if q == p || !q.live {
 			continue
 		}
-		h := q.heard[p.slot]
+		h := q.held(p.slot)
 		if frame.SeqLess(h, from) && p.expected-h <= c.mask+1 {
 			from, any = h, true
 		}
