@@ -1,6 +1,8 @@
 package files
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -41,5 +43,73 @@ func TestSenderAtMaxOpenWaits(t *testing.T) {
 	sent(t, s)
 	if p := s.Progress(); len(p) != 1 || p[0].Meta.ID != ids[1] || p[0].State == "queued" {
 		t.Fatalf("progress %+v, want file %d alone open", p, ids[1])
+	}
+}
+
+// A receiver taking MaxReceiving files already answers a further offer
+// as one it lacks (needs offer), opens nothing for it, drops its blocks,
+// and takes it once one of those files ends: at once, from the offer it
+// kept, reporting it receiving with every block missing, which the
+// sender repairs. Nothing is lost and nothing is refused.
+func TestReceiverWaitsAtMaxReceiving(t *testing.T) {
+	sink := newMemSink(func(f string, a ...any) { t.Fatalf(f, a...) })
+	r := newCore(t, 2, sink, func(c *Config) { c.MaxReceiving = 1 })
+	one, two := []byte("first file"), []byte("second one")
+	offer := func(id uint32, data []byte) frame.View {
+		return encode(t, 1, 11, 0, 0, &frame.FileOfferBody{ID: id, Size: uint64(len(data)), BlockSize: 5, Stamp: 77, Hash: sha256.Sum256(data), Name: fmt.Appendf(nil, "f%d", id)})
+	}
+	block := func(id, b uint32, data []byte) frame.View {
+		return encode(t, 1, 11, b, 0, &frame.FileDataBody{ID: id, Data: data[b*5 : b*5+5]})
+	}
+	report := func(now Time) frame.FileStatusBody {
+		t.Helper()
+		_, vs := sent(t, r)
+		if len(vs) != 1 || vs[0].Type() != frame.FileStatus {
+			t.Fatalf("at %d sent %v, want one report", now, vs)
+		}
+		return vs[0].FileStatus()
+	}
+	for _, v := range []frame.View{offer(1, one), block(1, 0, one)} {
+		if err := r.Step(10, macA, macB, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent(t, r)
+	if err := r.Step(11, macA, macB, offer(2, two)); err != nil {
+		t.Fatal(err)
+	}
+	if st := report(11); st.ID != 2 || st.State != frame.FileNeedOffer {
+		t.Fatalf("report %+v, want file 2 needs offer", st)
+	}
+	if err := r.Step(12, macA, macB, block(2, 0, two)); err != nil {
+		t.Fatal(err)
+	}
+	if sink.opened != 1 || r.stats.FilesDeferred != 1 {
+		t.Fatalf("%d copies open, %d offers waiting, want 1 and 1", sink.opened, r.stats.FilesDeferred)
+	}
+	if p := r.Progress(); len(p) != 2 || p[1].State != "waiting: as many files being received as MaxReceiving" {
+		t.Fatalf("progress %+v, want file 2 waiting", p)
+	}
+	// File 1 ends: file 2 opens at once and asks for both blocks.
+	if err := r.Step(13, macA, macB, block(1, 1, one)); err != nil {
+		t.Fatal(err)
+	}
+	_, vs := sent(t, r)
+	var st2 *frame.FileStatusBody
+	for _, v := range vs {
+		if st := v.FileStatus(); st.ID == 2 {
+			st2 = &st
+		}
+	}
+	if st2 == nil || st2.State != frame.FileReceiving || st2.Held != 0 {
+		t.Fatalf("reports %v, want file 2 receiving, nothing held", vs)
+	}
+	for b := range uint32(2) {
+		if err := r.Step(14, macA, macB, block(2, b, two)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(sink.stored["f1"]) != string(one) || string(sink.stored["f2"]) != string(two) || sink.mostOpen != 1 {
+		t.Fatalf("stored %q and %q, %d open at most; want both files, one at a time", sink.stored["f1"], sink.stored["f2"], sink.mostOpen)
 	}
 }

@@ -75,6 +75,9 @@ type transfer struct {
 	reported       Time
 	retry          Duration // the silence after which it reports again
 	named          bool     // the last FileEnd awaits this member
+	// waiting: its offer came while MaxReceiving files were being
+	// received; it is in Core.waiting, unopened, until one ends.
+	waiting bool
 }
 
 func (c *Core) transfer(k inKey) *transfer {
@@ -98,6 +101,7 @@ func (t *transfer) active() bool { return t.state == needOffer || t.state == rec
 // stepReceiver takes a sender's frame (Table I).
 func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	k := inKey{v.Sender(), v.Incarnation(), v.FileID()}
+	defer c.admit(now)
 	c.senderRestarted(now, k.sender, k.inc)
 	t := c.transfer(k)
 	if t == nil {
@@ -111,7 +115,7 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	case frame.FileOffer:
 		o := v.FileOffer()
 		t.echo, t.echoAt = o.Stamp, now
-		if t.state == needOffer {
+		if t.state == needOffer && !t.waiting {
 			return c.accept(now, t, &o)
 		}
 	case frame.FileData:
@@ -194,6 +198,60 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 	if c.cfg.MaxSize > 0 && o.Size > c.cfg.MaxSize {
 		c.refuse(now, t, CauseTooLarge)
 		return fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+	}
+	if c.receivingFull() {
+		// Taken once a file being received ends (admit); meanwhile it
+		// asks for the offer, as one whose offer was lost, so that its
+		// sender keeps it open and waits for it.
+		if !t.waiting {
+			t.waiting = true
+			c.waiting = append(c.waiting, t)
+			c.stats.FilesDeferred++
+			c.sendReport(now, t)
+		}
+		return nil
+	}
+	return c.openTransfer(now, t)
+}
+
+// receivingFull: MaxReceiving transfers hold their sink's copy open.
+func (c *Core) receivingFull() bool {
+	n := 0
+	for _, t := range c.in {
+		if t.file != nil {
+			if n++; n >= c.cfg.MaxReceiving {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// admit opens the waiting transfers' copies, oldest first, while fewer
+// than MaxReceiving are open; one that ended meanwhile (its sender
+// silent, restarted, or gone) leaves the queue.
+func (c *Core) admit(now Time) {
+	for len(c.waiting) > 0 {
+		t := c.waiting[0]
+		if t.state == needOffer && !c.receivingFull() {
+			t.waiting = false
+			c.waiting = c.waiting[1:]
+			c.openTransfer(now, t)
+			continue
+		}
+		if t.state == needOffer {
+			return
+		}
+		t.waiting = false
+		c.waiting = c.waiting[1:]
+	}
+}
+
+// openTransfer opens the sink for t, its offer accepted: it resumes
+// from the blocks the sink holds (verified by their hashes).
+func (c *Core) openTransfer(now Time, t *transfer) error {
+	if t.offerHash == ([frame.FileHashLen]byte{}) {
+		t.meta.Hash = t.endHash // a FileEnd that came while it waited
 	}
 	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
@@ -502,6 +560,7 @@ func (c *Core) tickReceiver(now Time) {
 			t.retry = min(2*t.retry, c.cfg.MaxTimer)
 		}
 	}
+	c.admit(now)
 }
 
 func (c *Core) receiverDeadlines(at func(Time)) {
