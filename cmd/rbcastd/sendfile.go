@@ -453,8 +453,8 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 			fmt.Fprintf(w, "  %s\n", m)
 		}
 	}
-	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, refused %d, %d MB stored, %d kernel drops\n",
-		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.FilesRefused, k.StoredBytes/1_000_000, k.KernelDrops)
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, refused %d, waited for room %d, %d MB stored, %d kernel drops\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.FilesRefused, k.FilesDeferred, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
 		h := e.Hash
 		if h == "" && e.SHA256 != "" { // a daemon from before hashes had names

@@ -57,6 +57,10 @@ type FilesConfig struct {
 	// a larger one is refused at its offer, and the sender told (larger
 	// than it takes).
 	MaxSize uint64
+	// MaxReceiving is the most files the daemon receives at once; an
+	// offer beyond waits until one ends (files.Config.MaxReceiving); 0
+	// means the file core's default.
+	MaxReceiving int
 	// Rate is the file pacer's rate in bytes/s; 0 means
 	// the file core's default (125 MB/s).
 	Rate int64
@@ -209,7 +213,7 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
 	cfg := reliable.FilesConfig{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
-		FailureTimeout: FilesFailureTimeout, MaxSize: s.cfg.MaxSize}
+		FailureTimeout: FilesFailureTimeout, MaxSize: s.cfg.MaxSize, MaxReceiving: s.cfg.MaxReceiving}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
