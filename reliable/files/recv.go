@@ -188,16 +188,19 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		return fmt.Errorf("files: %v is hashed with %v, an algorithm this build does not know (upgrade it)", t.meta, o.Alg)
 	}
 	if o.Size > 0 && uint64(o.BlockSize) > uint64(c.cfg.MTU) {
-		c.refuse(now, t, CauseOverMTU)
-		return fmt.Errorf("files: %v has blocks of %d bytes, more than the MTU %d carries (refused, the sender told)", t.meta, o.BlockSize, c.cfg.MTU)
+		err := fmt.Errorf("files: %v has blocks of %d bytes, more than the MTU %d carries (refused, the sender told)", t.meta, o.BlockSize, c.cfg.MTU)
+		c.refuse(now, t, CauseOverMTU, err)
+		return err
 	}
 	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
-		c.refuse(now, t, CauseTooLarge)
-		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
+		err := fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
+		c.refuse(now, t, CauseTooLarge, err)
+		return err
 	}
 	if c.cfg.MaxSize > 0 && o.Size > c.cfg.MaxSize {
-		c.refuse(now, t, CauseTooLarge)
-		return fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+		err := fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+		c.refuse(now, t, CauseTooLarge, err)
+		return err
 	}
 	if c.receivingFull() {
 		// Taken once a file being received ends (admit); meanwhile it
@@ -291,7 +294,7 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		return err
 	}
 	if cause, ok := limitOf(err); ok {
-		c.refuse(now, t, cause)
+		c.refuse(now, t, cause, err)
 		return err
 	}
 	if err != nil {
@@ -339,15 +342,16 @@ func limitOf(err error) (Cause, bool) {
 // limits, cause naming which: no block is taken, and the sender is told
 // now, so that its verdict does not wait out the failure timeout for a
 // member that is alive and cannot take the file; again to each FileEnd
-// that still awaits this member (stepReceiver). Its own driver gets no
-// report, as for a file declined.
-func (c *Core) refuse(now Time, t *transfer, cause Cause) {
+// that still awaits this member (stepReceiver). Its own driver gets a
+// Refused report, detail its error: the core's, or the sink's.
+func (c *Core) refuse(now Time, t *transfer, cause Cause, detail error) {
 	if t.file != nil {
 		t.file.Abort(true)
 		t.file, t.summed = nil, nil
 	}
 	t.state, t.cause, t.reportAt = declined, cause, 0
 	c.stats.FilesRefused++
+	c.report(Report{Kind: Refused, At: now, Meta: t.meta, Cause: cause, Err: detail})
 	c.sendReport(now, t)
 }
 
