@@ -48,7 +48,7 @@ func TestSendFilesVerdictBeforeQueued(t *testing.T) {
 	}
 	defer c.Close()
 	var out, errs bytes.Buffer
-	if !sendFiles(c, nil, 0, []string{"/x/a", "/x/b"}, []string{"a", "b"}, &out, &errs, nil) {
+	if !sendFiles(c, nil, 0, []string{"/x/a", "/x/b"}, []string{"/x/a", "/x/b"}, []string{"a", "b"}, &out, &errs, nil) {
 		t.Fatalf("sendFiles failed: %s", errs.String())
 	}
 	if got := out.String(); !strings.Contains(got, "  a  10 bytes, held by members 1, 2\n") || !strings.Contains(got, "  b  10 bytes, held by members 1, 2\n") {
