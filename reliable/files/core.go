@@ -44,7 +44,9 @@ type Core struct {
 	in []*transfer // by key
 	// waiting: the transfers whose offer came while MaxReceiving files
 	// were being received, oldest first (recv.go, admit).
-	waiting  []*transfer
+	waiting []*transfer
+	// opened counts the transfers whose file (the sink's copy) is open.
+	opened   int
 	reportNo uint32 // Seq of our next report
 	// incs: each sender's incarnation last heard, so that a frame of a
 	// new one ends the old one's transfers (senderRestarted) without a

@@ -53,6 +53,9 @@ func TestSimMaxReceiving(t *testing.T) {
 			mu.Unlock()
 			if n.core != nil {
 				deferred.Add(n.core.stats.FilesDeferred)
+				if n.up && n.core.opened != n.sink.opened {
+					return sc, fmt.Errorf("member %d counts %d copies open, its sink %d", n.id, n.core.opened, n.sink.opened)
+				}
 			}
 		}
 		return sc, nil

@@ -218,17 +218,7 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 }
 
 // receivingFull: MaxReceiving transfers hold their sink's copy open.
-func (c *Core) receivingFull() bool {
-	n := 0
-	for _, t := range c.in {
-		if t.file != nil {
-			if n++; n >= c.cfg.MaxReceiving {
-				return true
-			}
-		}
-	}
-	return false
-}
+func (c *Core) receivingFull() bool { return c.opened >= c.cfg.MaxReceiving }
 
 // admit opens the waiting transfers' copies, oldest first, while fewer
 // than MaxReceiving are open; one that ended meanwhile (its sender
@@ -302,6 +292,7 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		return err
 	}
 	t.file, t.state = f, receiving
+	c.opened++
 	t.summed = nil
 	if s, ok := f.(SummedSinkFile); ok && !c.skipCRC {
 		t.summed, t.shift = s, frame.ShiftFor(int(m.BlockSize))
@@ -348,6 +339,7 @@ func (c *Core) refuse(now Time, t *transfer, cause Cause, detail error) {
 	if t.file != nil {
 		t.file.Abort(true)
 		t.file, t.summed = nil, nil
+		c.opened--
 	}
 	t.state, t.cause, t.reportAt = declined, cause, 0
 	c.stats.FilesRefused++
@@ -434,6 +426,7 @@ func (c *Core) finish(now Time, t *transfer) {
 		c.stats.HashMismatches++
 		t.file.Abort(false)
 		t.file, t.summed = nil, nil
+		c.opened--
 		t.fromSink = false
 		if t.candidate {
 			// The file stored under the name is another: fetch this
@@ -473,6 +466,7 @@ func (c *Core) finish(now Time, t *transfer) {
 		return
 	}
 	t.file, t.summed, t.state = nil, nil, received
+	c.opened--
 	c.stats.FilesReceived++
 	if t.fromSink {
 		c.stats.FilesHeld++
@@ -488,6 +482,7 @@ func (c *Core) fail(now Time, t *transfer, cause Cause, keep, tell bool) {
 	if t.file != nil {
 		t.file.Abort(keep)
 		t.file, t.summed = nil, nil
+		c.opened--
 	}
 	t.state, t.cause = failed, cause
 	t.reportAt = 0
