@@ -48,30 +48,14 @@ func TestSendFileNamesTypedPath(t *testing.T) {
 	}
 
 	// A daemon that refuses the file: the message names it so.
-	sock := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	conn := fakeDaemon(t, func(c *net.UnixConn) {
 		buf := make([]byte, 1<<16)
 		if _, err := c.Read(buf); err != nil { // SendFile
 			return
 		}
 		c.Write((&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile l/f: filestore: open " + resolved + ": too many open files"}).Append(nil))
 		c.Read(buf)
-	}()
-	conn, err := localapi.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	})
 	paths, shown, names, err := walkFiles([]string{"l"})
 	if err != nil {
 		t.Fatal(err)
