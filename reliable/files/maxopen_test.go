@@ -113,3 +113,42 @@ func TestReceiverWaitsAtMaxReceiving(t *testing.T) {
 		t.Fatalf("stored %q and %q, %d open at most; want both files, one at a time", sink.stored["f1"], sink.stored["f2"], sink.mostOpen)
 	}
 }
+
+// Receivers that ask for the offer (here: both, waiting for room at
+// MaxReceiving) take no block of the pass and do not hold it back: the
+// pass runs to its end, not Window blocks past their position 0, and
+// they are repaired what they lack once they take the offer.
+func TestPassNotHeldByNeedOffer(t *testing.T) {
+	s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Window = 4; c.Burst = 2 })
+	data := make([]byte, 400)
+	id, err := s.Send(2, Outgoing{Name: "x", Size: 400, Hash: mustSum(frame.FileHashSHA256, data), Source: &memSource{data: data, bs: 10, fail: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	count := func() {
+		_, vs := sent(t, s)
+		for _, v := range vs {
+			if v.Type() == frame.FileData && v.Flags()&frame.FlagRetransmit == 0 {
+				blocks++
+			}
+		}
+	}
+	s.Tick(3)
+	count()
+	for i, m := range []struct {
+		id  frame.MemberID
+		inc uint32
+		mac [6]byte
+	}{{2, 22, macB}, {3, 33, macC}} {
+		s.Step(4, m.mac, macA, encode(t, m.id, m.inc, uint32(i), frame.FlagHashAlg, &frame.FileStatusBody{ID: id, Incarnation: 11, State: frame.FileNeedOffer}))
+		count()
+	}
+	for now := Time(5); now < Time(50*Millisecond); now += Time(Millisecond) {
+		s.Tick(now)
+		count()
+	}
+	if blocks != 40 || s.stats.WindowStalls != 0 {
+		t.Fatalf("the pass sent %d of 40 blocks, %d window stalls; want all, none", blocks, s.stats.WindowStalls)
+	}
+}

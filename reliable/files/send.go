@@ -671,7 +671,11 @@ func (c *Core) windowOpen(now Time, f *outFile) bool {
 	tops := c.scratchTops[:0]
 	defer func() { c.scratchTops = tops[:0] }()
 	for _, r := range f.rcv {
-		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed {
+		// A receiver that asks for the offer (it lost it, or it waits
+		// for room: MaxReceiving) takes no block of the pass: it is
+		// repaired all it lacks once it takes the offer, and does not
+		// hold the pass back meanwhile.
+		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed || r.state == frame.FileNeedOffer {
 			continue
 		}
 		top := r.top
