@@ -59,6 +59,7 @@ const (
 	FileReceived   = files.Received
 	FileIncomplete = files.Incomplete
 	FileVerdict    = files.Verdict
+	FileRefused    = files.Refused
 )
 
 // The file core's clock units (FilesConfig's durations, FilesStats.Core's

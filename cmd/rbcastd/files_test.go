@@ -46,7 +46,7 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 		{[]string{"recvfile", "-dir", "/tmp", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", "/nonexistent/inbox"}, "-inbox: stat /nonexistent/inbox: no such file or directory"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", file}, "-inbox: " + file + " is not a directory"},
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free and -files-max-size need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free, -files-max-size and -files-max-receiving need -files"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "1"}, "-files-group 1 is the message group's id"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "x"}, `-files-group is "x"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "2147483648"}, "-group 2147483648 flipped is 0"},

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/link/udp"
 )
@@ -24,6 +26,9 @@ type fileFlags struct {
 	keepFree float64
 	// maxSize: the largest file taken, in MB; 0 no limit.
 	maxSize float64
+	// maxReceiving: the most files received at once; 0 derives it
+	// (filesMaxReceiving).
+	maxReceiving int
 
 	udp *udp.Config // with -link udp: the files' link's (set by check)
 }
@@ -34,16 +39,17 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
 	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
+	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 17 MiB of buffers); an offer beyond them waits and is taken once one ends: never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
 }
 
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
 func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
-	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.maxSize != 0
+	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.maxSize != 0 || f.maxReceiving != 0
 	if !f.on {
 		if given {
-			return errors.New("-inbox, -files-group, -files-keep-free and -files-max-size need -files")
+			return errors.New("-inbox, -files-group, -files-keep-free, -files-max-size and -files-max-receiving need -files")
 		}
 		return nil
 	}
@@ -77,6 +83,11 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 	case f.maxSize != 0 && !(f.maxSize >= 1e-6 && f.maxSize <= 1e12):
 		return fmt.Errorf("-files-max-size is %v MB, want 0 (no limit) or 0.000001..1e12 (a byte up to 1 EB)", f.maxSize)
 	}
+	n, err := filesMaxReceiving(f.maxReceiving, noFileLimit())
+	if err != nil {
+		return err
+	}
+	fc.MaxReceiving = n
 	fc.MaxSize = uint64(math.Round(f.maxSize * 1e6))
 	fc.KeepFree = uint64(f.keepFree * 1e6)
 	fc.Rate = int64(f.rate * 1e6)
@@ -92,6 +103,45 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 	}
 	dc.Files = fc
 	return nil
+}
+
+// filesDescriptorsEach is what one file being received may take of
+// RLIMIT_NOFILE: its partial copy and its checksums (2), and as many again
+// for what the daemon opens beside them (sockets, clients, files sent).
+const filesDescriptorsEach = 4
+
+// filesMaxReceivingDefault is the file core's DefaultMaxReceiving
+// (files_maxreceiving_test.go checks it is).
+const filesMaxReceivingDefault = 64
+
+// filesMaxReceiving is -files-max-receiving n checked against nofile,
+// RLIMIT_NOFILE's soft limit (0: unknown), or, for 0, the default: the
+// file core's, or fewer where nofile leaves less than
+// filesDescriptorsEach descriptors a file.
+func filesMaxReceiving(n int, nofile uint64) (int, error) {
+	fit := filesMaxReceivingDefault
+	if nofile > 0 {
+		fit = int(min(nofile/filesDescriptorsEach, 1<<20))
+	}
+	switch {
+	case n < 0 || n > 65536:
+		return 0, fmt.Errorf("-files-max-receiving is %d, want 1..65536 (0: %d, fewer if RLIMIT_NOFILE is low)", n, filesMaxReceivingDefault)
+	case n == 0:
+		return max(1, min(filesMaxReceivingDefault, fit)), nil
+	case n > fit:
+		return 0, fmt.Errorf("-files-max-receiving %d wants %d descriptors (%d a file), more than RLIMIT_NOFILE's %d: raise it (ulimit -n, LimitNOFILE=) or take at most %d files at once", n, n*filesDescriptorsEach, filesDescriptorsEach, nofile, fit)
+	}
+	return n, nil
+}
+
+// noFileLimit is RLIMIT_NOFILE's soft limit (the Go runtime raised it to
+// the hard limit at start), or 0 if unknown.
+func noFileLimit() uint64 {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return r.Cur
 }
 
 // udpFilesConfig is the configuration of the files' UDP link beside the

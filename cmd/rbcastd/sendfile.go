@@ -63,7 +63,7 @@ func sendfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(stderr, "sendfile", "-to: %v", err)
 	}
-	paths, names, err := walkFiles(fs.Args())
+	paths, shown, names, err := walkFiles(fs.Args())
 	if err != nil {
 		return fail(stderr, "sendfile", err)
 	}
@@ -82,7 +82,7 @@ func sendfileCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if isTerminal(stderr) {
 		prog = startFileProgress(&sf, stderr)
 	}
-	ok = sendFiles(c, to, uint8(alg), paths, names, stdout, stderr, prog)
+	ok = sendFiles(c, to, uint8(alg), paths, shown, names, stdout, stderr, prog)
 	prog.stop()
 	if !ok {
 		return exitFail
@@ -106,34 +106,41 @@ func parseIDs(s string) ([]uint16, error) {
 	return ids, nil
 }
 
-// walkFiles lists the files to send, as absolute paths and their names.
-func walkFiles(args []string) (paths, names []string, err error) {
+// walkFiles lists the files to send: their absolute paths as resolved,
+// how messages name each (the path as typed, and the resolved one
+// beside it when it is elsewhere: a symlink on the way), and their
+// names.
+func walkFiles(args []string) (paths, shown, names []string, err error) {
 	for _, a := range args {
 		st, err := os.Stat(a)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
-		p, n, err := filestore.Walk([]string{a})
+		p, given, n, err := filestore.WalkAs([]string{a})
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
 		if len(p) == 0 && st.IsDir() {
-			return nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
+			return nil, nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
 		}
 		for i := range p {
 			abs, err := filepath.Abs(p[i])
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
+			}
+			show := given[i]
+			if filestore.ResolvedElsewhere(given[i], abs) {
+				show = fmt.Sprintf("%s (resolved: %s)", given[i], abs)
 			}
 			f, err := os.Open(abs)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", p[i], unwrapPath(err))
+				return nil, nil, nil, fmt.Errorf("%s: %w", show, unwrapPath(err))
 			}
 			f.Close()
-			paths, names = append(paths, abs), append(names, n[i])
+			paths, shown, names = append(paths, abs), append(shown, show), append(names, n[i])
 		}
 	}
-	return paths, names, nil
+	return paths, shown, names, nil
 }
 
 // unwrapPath is a *PathError's cause (the path is said already).
@@ -147,7 +154,7 @@ func unwrapPath(err error) error {
 
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
-func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
+func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
 	ok := true
 	queued := map[uint32]*localapi.FileQueued{}
 	for i := range paths {
@@ -179,11 +186,11 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, names []string, 
 		var le *localapi.Error
 		switch {
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", paths[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
 			ok = false
 			continue
 		case err != nil:
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", paths[i], err)
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
 			return false
 		}
 		q, isQ := m.(*localapi.FileQueued)
@@ -453,8 +460,8 @@ func printFiles(w io.Writer, f *daemon.FilesStatus) {
 			fmt.Fprintf(w, "  %s\n", m)
 		}
 	}
-	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, refused %d, %d MB stored, %d kernel drops\n",
-		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.FilesRefused, k.StoredBytes/1_000_000, k.KernelDrops)
+	fmt.Fprintf(w, "  sent %d files (%d blocks, %d repaired, %d to the group), received %d (%d incomplete, %d resumed), declined %d, refused %d, waited for room %d, %d MB stored, %d kernel drops\n",
+		k.FilesSent, k.BlocksSent, k.BlocksRepaired, k.RepairsToGroup, k.FilesReceived, k.FilesIncomplete, k.Resumed, k.FilesDeclined, k.FilesRefused, k.FilesDeferred, k.StoredBytes/1_000_000, k.KernelDrops)
 	for _, e := range f.Recent {
 		h := e.Hash
 		if h == "" && e.SHA256 != "" { // a daemon from before hashes had names

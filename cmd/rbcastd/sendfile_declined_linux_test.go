@@ -24,18 +24,15 @@ func TestSendFileDeclined(t *testing.T) {
 	})
 	src := filepath.Join(dir, "blob")
 	sum := bigRandomFile(t, src, 44, 306*1464) // about 300 blocks at -udp-mtu 1500
-	var stdout, stderr bytes.Buffer
-	began := time.Now()
-	code := rbcastd([]string{"sendfile", "-socket", sock(0), "-hash", "sha256", src}, nil, &stdout, &stderr)
-	took := time.Since(began)
+	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", src)
 	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout.String(), stderr.String())
+		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
 	}
-	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, 306*1464); stdout.String() != want {
-		t.Errorf("stdout %q, want %q", stdout.String(), want)
+	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, 306*1464); stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
 	}
-	if want := "rbcastd sendfile: blob: member 2 declined it (no recvfile client and no -inbox)\n"; stderr.String() != want {
-		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	if want := "rbcastd sendfile: blob: member 2 declined it (no recvfile client and no -inbox)\n"; stderr != want {
+		t.Errorf("stderr %q, want %q", stderr, want)
 	}
 	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
 		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
@@ -43,17 +40,12 @@ func TestSendFileDeclined(t *testing.T) {
 	if got, err := hashOf(t, filepath.Join(inbox, "blob")); err != nil || got != sum {
 		t.Fatalf("member 1 stored a file of SHA-256 %x (%v), want %x", got, err, sum)
 	}
-	st, err := status(&socketFlags{socket: sock(2)}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	fst, shown := filesStatus(t, sock(2))
+	if fst.Counters.FilesDeclined != 1 {
+		t.Errorf("member 2's status: %+v, want one file declined", fst)
 	}
-	if st.Files == nil || st.Files.Counters.FilesDeclined != 1 {
-		t.Errorf("member 2's status: %+v, want one file declined", st.Files)
-	}
-	var shown bytes.Buffer
-	printFiles(&shown, st.Files)
-	if !strings.Contains(shown.String(), "declined 1,") {
-		t.Errorf("member 2's status does not show the file declined: %q", shown.String())
+	if !strings.Contains(shown, "declined 1,") {
+		t.Errorf("member 2's status does not show the file declined: %q", shown)
 	}
 	// The sender's status (JSON and text) shows member 2 declined, not
 	// failed: the file stays open for its per-file timer.
@@ -85,18 +77,15 @@ func TestSendFileRefusedNoRoom(t *testing.T) {
 	src := filepath.Join(dir, "blob")
 	size := 306 * 1464
 	sum := bigRandomFile(t, src, 45, size)
-	var stdout, stderr bytes.Buffer
-	began := time.Now()
-	code := rbcastd([]string{"sendfile", "-socket", sock(0), "-hash", "sha256", src}, nil, &stdout, &stderr)
-	took := time.Since(began)
+	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", src)
 	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout.String(), stderr.String())
+		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
 	}
-	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, size); stdout.String() != want {
-		t.Errorf("stdout %q, want %q", stdout.String(), want)
+	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, size); stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
 	}
-	if want := fmt.Sprintf("rbcastd sendfile: blob: member 2 refused it: no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)\n", size); stderr.String() != want {
-		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	if want := fmt.Sprintf("rbcastd sendfile: blob: member 2 refused it: no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)\n", size); stderr != want {
+		t.Errorf("stderr %q, want %q", stderr, want)
 	}
 	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
 		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
@@ -110,17 +99,12 @@ func TestSendFileRefusedNoRoom(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(inbox2, "blob")); !os.IsNotExist(err) {
 		t.Errorf("member 2 stored the file: %v", err)
 	}
-	st, err := status(&socketFlags{socket: sock(2)}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	fst, shown := filesStatus(t, sock(2))
+	if fst.Counters.FilesRefused != 1 || fst.Counters.BlocksReceived != 0 {
+		t.Errorf("member 2's status: %+v, want one file refused, no block received", fst)
 	}
-	if st.Files == nil || st.Files.Counters.FilesRefused != 1 || st.Files.Counters.BlocksReceived != 0 {
-		t.Errorf("member 2's status: %+v, want one file refused, no block received", st.Files)
-	}
-	var shown bytes.Buffer
-	printFiles(&shown, st.Files)
-	if !strings.Contains(shown.String(), "refused 1,") || !strings.Contains(shown.String(), "receiving blob from member 0: member 2: refused: no room on the receiver's disk") {
-		t.Errorf("member 2's status does not show the file refused: %q", shown.String())
+	if !strings.Contains(shown, "refused 1,") || !strings.Contains(shown, "receiving blob from member 0: member 2: refused: no room on the receiver's disk") {
+		t.Errorf("member 2's status does not show the file refused: %q", shown)
 	}
 	r, text := sentTo(t, sock(0), "blob", 2)
 	if r.State != "refused" || r.Cause != "no room on the receiver's disk" || !strings.Contains(text, "member 2: refused (no room on the receiver's disk), 0.0 MB of") {
@@ -133,21 +117,41 @@ func TestSendFileRefusedNoRoom(t *testing.T) {
 // as its status shows it, and the status's files section as text.
 func sentTo(t *testing.T, sock, name string, member int) (daemon.FileReceiver, string) {
 	t.Helper()
-	st, err := status(&socketFlags{socket: sock}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text bytes.Buffer
-	printFiles(&text, st.Files)
-	for _, tr := range st.Files.Transfers {
+	fst, text := filesStatus(t, sock)
+	for _, tr := range fst.Transfers {
 		if tr.Sending && tr.Name == name {
 			for _, r := range tr.Receivers {
 				if r.Member == member {
-					return r, text.String()
+					return r, text
 				}
 			}
 		}
 	}
-	t.Fatalf("the sender's status has no receiver %d of %s:\n%s", member, name, text.String())
+	t.Fatalf("the sender's status has no receiver %d of %s:\n%s", member, name, text)
 	return daemon.FileReceiver{}, ""
+}
+
+// sendfileRun runs rbcastd sendfile with args: its exit code, what it
+// printed on stdout and stderr, and how long it took.
+func sendfileRun(args ...string) (code int, stdout, stderr string, took time.Duration) {
+	var out, errs bytes.Buffer
+	began := time.Now()
+	code = rbcastd(append([]string{"sendfile"}, args...), nil, &out, &errs)
+	return code, out.String(), errs.String(), time.Since(began)
+}
+
+// filesStatus is the files part of the status of the daemon at sock, and
+// it as status prints it.
+func filesStatus(t *testing.T, sock string) (*daemon.FilesStatus, string) {
+	t.Helper()
+	st, err := status(&socketFlags{socket: sock}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files == nil {
+		t.Fatalf("the daemon at %s shows no files in its status", sock)
+	}
+	var text bytes.Buffer
+	printFiles(&text, st.Files)
+	return st.Files, text.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,28 +33,23 @@ func TestSendFileRefusedMaxSize(t *testing.T) {
 	small, big := filepath.Join(dir, "small"), filepath.Join(dir, "big")
 	smallSum := bigRandomFile(t, small, 46, 300_000) // the limit exactly
 	bigSum := bigRandomFile(t, big, 47, 300_001)
-	var stdout, stderr bytes.Buffer
-	if code := rbcastd([]string{"sendfile", "-socket", sock(0), "-hash", "sha256", small}, nil, &stdout, &stderr); code != exitOK {
-		t.Fatalf("sendfile of a file of the limit's size: exit %d; stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	if code, stdout, stderr, _ := sendfileRun("-socket", sock(0), "-hash", "sha256", small); code != exitOK {
+		t.Fatalf("sendfile of a file of the limit's size: exit %d; stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if got, err := hashOf(t, filepath.Join(inbox2, "small")); err != nil || got != smallSum {
 		t.Fatalf("member 2 stored a file of SHA-256 %x (%v), want %x", got, err, smallSum)
 	}
-	stdout.Reset()
-	stderr.Reset()
-	began := time.Now()
-	code := rbcastd([]string{"sendfile", "-socket", sock(0), "-hash", "sha256", big}, nil, &stdout, &stderr)
-	took := time.Since(began)
+	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", big)
 	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout.String(), stderr.String())
+		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
 	}
-	if want := fmt.Sprintf("sha256:%x  big  300001 bytes, held by members 1\n", bigSum); stdout.String() != want {
-		t.Errorf("stdout %q, want %q", stdout.String(), want)
+	if want := fmt.Sprintf("sha256:%x  big  300001 bytes, held by members 1\n", bigSum); stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
 	}
 	// (The blocks: of what fills a UDP datagram at -udp-mtu 1500.)
 	var blocks int
-	if n, err := fmt.Sscanf(stderr.String(), "rbcastd sendfile: big: member 2 refused it: larger than it takes (300001 bytes in %d blocks: more than its run -files-max-size, or than the most blocks it keeps track of)\n", &blocks); n != 1 || err != nil || blocks < 206 || blocks > 300 {
-		t.Errorf("stderr %q, want member 2 refused it, larger than it takes (%v)", stderr.String(), err)
+	if n, err := fmt.Sscanf(stderr, "rbcastd sendfile: big: member 2 refused it: larger than it takes (300001 bytes in %d blocks: more than its run -files-max-size, or than the most blocks it keeps track of)\n", &blocks); n != 1 || err != nil || blocks < 206 || blocks > 300 {
+		t.Errorf("stderr %q, want member 2 refused it, larger than it takes (%v)", stderr, err)
 	}
 	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
 		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
@@ -69,17 +63,12 @@ func TestSendFileRefusedMaxSize(t *testing.T) {
 	if parts, _ := filepath.Glob(filepath.Join(inbox2, ".rbcast-partial", "*.part")); len(parts) != 0 {
 		t.Errorf("member 2 made partial copies %v", parts)
 	}
-	st, err := status(&socketFlags{socket: sock(2)}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	fst, shown := filesStatus(t, sock(2))
+	if fst.Counters.FilesRefused != 1 || fst.Counters.FilesReceived != 1 {
+		t.Errorf("member 2's status: %+v, want one file received, one refused", fst)
 	}
-	if st.Files == nil || st.Files.Counters.FilesRefused != 1 || st.Files.Counters.FilesReceived != 1 {
-		t.Errorf("member 2's status: %+v, want one file received, one refused", st.Files)
-	}
-	var shown bytes.Buffer
-	printFiles(&shown, st.Files)
-	if !strings.Contains(shown.String(), "receiving big from member 0: member 2: refused: larger than the receiver takes") {
-		t.Errorf("member 2's status does not show the file refused: %q", shown.String())
+	if !strings.Contains(shown, "receiving big from member 0: member 2: refused: larger than the receiver takes") {
+		t.Errorf("member 2's status does not show the file refused: %q", shown)
 	}
 	r, text := sentTo(t, sock(0), "big", 2)
 	if r.State != "refused" || r.Cause != "larger than the receiver takes" || !strings.Contains(text, "member 2: refused (larger than the receiver takes), 0.0 MB of") {

@@ -57,6 +57,10 @@ type FilesConfig struct {
 	// a larger one is refused at its offer, and the sender told (larger
 	// than it takes).
 	MaxSize uint64
+	// MaxReceiving is the most files the daemon receives at once; an
+	// offer beyond waits until one ends (files.Config.MaxReceiving); 0
+	// means the file core's default.
+	MaxReceiving int
 	// Rate is the file pacer's rate in bytes/s; 0 means
 	// the file core's default (125 MB/s).
 	Rate int64
@@ -209,7 +213,7 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	ms, view := groupMembers(g)
 	ms = s.withOwnMAC(ms, g.Self())
 	cfg := reliable.FilesConfig{Group: s.cfg.Group, Self: g.Self(), Members: ms, EtherType: s.d.cfg.Group.EtherType, Rate: s.cfg.Rate, Sink: &fileSink{s},
-		FailureTimeout: FilesFailureTimeout, MaxSize: s.cfg.MaxSize}
+		FailureTimeout: FilesFailureTimeout, MaxSize: s.cfg.MaxSize, MaxReceiving: s.cfg.MaxReceiving}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
@@ -303,8 +307,7 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 	}
 	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Open(m)
 	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) || errors.Is(err, reliable.ErrFileBadName) {
-		s.d.log.Warn("rbcastd: a file is refused here (beyond a limit, or its name not a local path); the sender told", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
-		return nil, nil, err
+		return nil, nil, err // a refusal: logged at its report (onReport), with the core's
 	}
 	if err != nil {
 		s.d.log.Warn("rbcastd: a file could not be stored", "file", m.Name, "from", m.Sender, "dir", dir, "err", err)
@@ -391,6 +394,14 @@ func (s *fileService) onReport(r reliable.FileReport) {
 		ev.SHA256 = fmt.Sprintf("%x", r.Meta.Hash)
 	}
 	switch r.Kind {
+	case reliable.FileRefused:
+		// Every refusal at the offer, the core's (MTU, -files-max-size,
+		// its most blocks) and the store's (room, name, the file
+		// system's largest file), once, with the reason the sender is
+		// told and what was beyond it.
+		s.d.log.Warn("rbcastd: a file is refused here; the sender told", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID,
+			"size", r.Meta.Size, "reason", r.Cause.String(), "err", r.Err)
+		return
 	case reliable.FileReceived, reliable.FileIncomplete:
 		s.mu.Lock()
 		info := s.stored[k]

@@ -89,6 +89,7 @@ type FileCounters struct {
 	FilesIncomplete uint64 `json:"files_incomplete"`
 	FilesDeclined   uint64 `json:"files_declined"` // not taken (no recvfile client, no -inbox), said so to the sender
 	FilesRefused    uint64 `json:"files_refused"`  // offers beyond this daemon's limits (MTU, size, room, name length, the file system's largest file) or of a name not a local path here, the reason said to the sender
+	FilesDeferred   uint64 `json:"files_deferred"` // offers that waited, unopened, while -files-max-receiving files were being received (each taken later)
 	BlocksSent      uint64 `json:"blocks_sent"`
 	BlocksRepaired  uint64 `json:"blocks_repaired"`
 	RepairsToGroup  uint64 `json:"repairs_to_group"`
@@ -200,7 +201,7 @@ func (s *fileService) status() *FilesStatus {
 		ps = r.Progress()
 		st := r.Stats()
 		c := st.Core
-		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete, FilesDeclined: c.FilesDeclined, FilesRefused: c.FilesRefused,
+		fs.Counters = FileCounters{FilesSent: c.FilesSent, FilesAborted: c.FilesAborted, FilesReceived: c.FilesReceived, FilesIncomplete: c.FilesIncomplete, FilesDeclined: c.FilesDeclined, FilesRefused: c.FilesRefused, FilesDeferred: c.FilesDeferred,
 			BlocksSent: c.BlocksSent, BlocksRepaired: c.BlocksRepaired, RepairsToGroup: c.RepairsToGroup, RepairsAgain: c.RepairsAgain, RepairsTimedOut: c.RepairsTimedOut, BlocksReceived: c.BlocksReceived,
 			Duplicates: c.Duplicates, ReportsSent: c.ReportsSent, ReportsReceived: c.ReportsReceived, HashMismatches: c.HashMismatches,
 			Resumed: c.Resumed, FilesHeld: c.FilesHeld, HeldMismatches: c.HeldMismatches, OldReceivers: c.OldReceivers, PassesSkipped: c.PassesSkipped, BlocksSkipped: c.BlocksSkipped, WindowStalls: c.WindowStalls, BadFrames: c.BadFrames + st.Bad.Total(), SRTTus: int64(c.SRTT / reliable.FileMicrosecond),
@@ -287,7 +288,7 @@ func (c filesCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range []struct {
 		kind string
 		n    uint64
-	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete}, {"files_declined", k.FilesDeclined}, {"files_refused", k.FilesRefused},
+	}{{"files_sent", k.FilesSent}, {"files_aborted", k.FilesAborted}, {"files_received", k.FilesReceived}, {"files_incomplete", k.FilesIncomplete}, {"files_declined", k.FilesDeclined}, {"files_refused", k.FilesRefused}, {"files_deferred", k.FilesDeferred},
 		{"blocks_sent", k.BlocksSent}, {"blocks_repaired", k.BlocksRepaired}, {"repairs_to_group", k.RepairsToGroup}, {"repairs_again", k.RepairsAgain}, {"repairs_timed_out", k.RepairsTimedOut}, {"blocks_received", k.BlocksReceived},
 		{"duplicate_blocks", k.Duplicates}, {"reports_sent", k.ReportsSent}, {"reports_received", k.ReportsReceived}, {"hash_mismatches", k.HashMismatches},
 		{"resumed", k.Resumed}, {"files_held", k.FilesHeld}, {"held_mismatches", k.HeldMismatches}, {"old_receivers", k.OldReceivers},

@@ -1095,22 +1095,31 @@ func preadvCached(fd uintptr, iov [][]byte, off int64) int {
 // Paths are taken as the file system resolves them, a symlink and a ".."
 // after one included, and the paths returned are those it resolved to.
 func Walk(paths []string) (paths2, names []string, err error) {
+	paths2, _, names, err = WalkAs(paths)
+	return paths2, names, err
+}
+
+// WalkAs is Walk, with each file's path as given too: the argument, or a
+// directory argument joined with the file's path within it, unresolved
+// (what a message about the file should name, beside the path it
+// resolved to when the two differ: ResolvedElsewhere).
+func WalkAs(paths []string) (paths2, given, names []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
 		}
 		real, err := physical(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
 		}
 		if !st.IsDir() {
-			paths2, names = append(paths2, real), append(names, filepath.Base(p))
+			paths2, given, names = append(paths2, real), append(given, p), append(names, filepath.Base(p))
 			continue
 		}
 		base, err := dirBase(p, real)
 		if err != nil {
-			return nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
 		}
 		err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -1123,14 +1132,31 @@ func Walk(paths []string) (paths2, names []string, err error) {
 			if err != nil {
 				return err
 			}
-			paths2, names = append(paths2, path), append(names, filepath.ToSlash(filepath.Join(base, rel)))
+			paths2, given, names = append(paths2, path), append(given, joinGiven(p, rel)), append(names, filepath.ToSlash(filepath.Join(base, rel)))
 			return nil
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
 		}
 	}
-	return paths2, names, nil
+	return paths2, given, names, nil
+}
+
+// joinGiven is dir's file rel as the user would type it: dir as given,
+// not cleaned (filepath.Join would drop "l/.." lexically).
+func joinGiven(dir, rel string) string {
+	if strings.HasSuffix(dir, string(filepath.Separator)) {
+		return dir + rel
+	}
+	return dir + string(filepath.Separator) + rel
+}
+
+// ResolvedElsewhere reports whether real, the path given resolved to
+// (Walk), is another than given names lexically: a symlink or a ".."
+// after one on the way.
+func ResolvedElsewhere(given, real string) bool {
+	abs, err := filepath.Abs(given)
+	return err != nil || abs != real
 }
 
 // physical is the absolute path p resolves to with its symlinks followed:

@@ -60,6 +60,9 @@ const (
 	DefaultAnnounce = Second
 	// DefaultMaxOpen is how many files a sender keeps open at once.
 	DefaultMaxOpen = 64
+	// DefaultMaxReceiving is how many files a receiver takes at once
+	// (each holds its sink's partial copy open).
+	DefaultMaxReceiving = 64
 	// DefaultMaxBlocks bounds the blocks of a file a receiver accepts
 	// (its bitmap: 32 MiB; 392 GB at MTU 1500).
 	DefaultMaxBlocks = 1 << 28
@@ -98,6 +101,12 @@ type Config struct {
 	// of more is refused before the sink is asked (a receiver keeps a
 	// bit per block), and the sender told (CauseTooLarge).
 	MaxBlocks int
+	// MaxReceiving bounds the files this member receives at once: the
+	// transfers whose partial copy its Sink holds open. An offer beyond
+	// it waits, unopened, and is asked for again once one of them ends
+	// (docs/protocols.md, "Files (IBRMP)": how many files a receiver
+	// takes at once); 0 means DefaultMaxReceiving.
+	MaxReceiving int
 	// MaxSize, if not 0, bounds the bytes of a file this member accepts:
 	// an offer of more is refused so too (CauseTooLarge), an operator's
 	// limit (rbcastd run -files-max-size) where MaxBlocks is the core's.
@@ -140,7 +149,7 @@ func (c Config) withDefaults() Config {
 	}{
 		{&c.Burst, DefaultBurst}, {&c.Window, DefaultWindow}, {&c.Credit, DefaultCredit},
 		{&c.RepairPercent, DefaultRepairPercent}, {&c.SlowPercent, DefaultSlowPercent}, {&c.StatusEvery, DefaultStatusEvery}, {&c.MaxOpen, DefaultMaxOpen},
-		{&c.MaxBlocks, DefaultMaxBlocks},
+		{&c.MaxBlocks, DefaultMaxBlocks}, {&c.MaxReceiving, DefaultMaxReceiving},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -207,6 +216,8 @@ func (c Config) validate() (settings, error) {
 		return s, configErr("Rate is %d bytes/s, want at least 1000 (0 means %d)", c.Rate, DefaultRate)
 	case c.Burst < 1 || c.Window < 1 || c.StatusEvery < 1 || c.MaxOpen < 1 || c.MaxBlocks < 1:
 		return s, configErr("Burst %d, Window %d, StatusEvery %d, MaxOpen %d, MaxBlocks %d: each must be at least 1", c.Burst, c.Window, c.StatusEvery, c.MaxOpen, c.MaxBlocks)
+	case c.MaxReceiving < 1:
+		return s, configErr("MaxReceiving is %d, want at least 1 (0 means %d)", c.MaxReceiving, DefaultMaxReceiving)
 	case c.Credit < 1 || c.Credit > 0xffff:
 		return s, configErr("Credit is %d, want 1..65535 (0 means %d)", c.Credit, DefaultCredit)
 	case c.RepairPercent < 1 || c.RepairPercent > 100:

@@ -41,8 +41,13 @@ type Core struct {
 	skipCRC     bool // the link writes every frame's CRC (SkipCRC)
 
 	// Receiver (recv.go).
-	in       []*transfer // by key
-	reportNo uint32      // Seq of our next report
+	in []*transfer // by key
+	// waiting: the transfers whose offer came while MaxReceiving files
+	// were being received, oldest first (recv.go, admit).
+	waiting []*transfer
+	// opened counts the transfers whose file (the sink's copy) is open.
+	opened   int
+	reportNo uint32 // Seq of our next report
 	// incs: each sender's incarnation last heard, so that a frame of a
 	// new one ends the old one's transfers (senderRestarted) without a
 	// scan of every transfer per frame.
@@ -79,6 +84,10 @@ type Stats struct {
 	// FilesRefused counts the offers beyond one of this member's limits
 	// (Cause.Limit), each refused and the limit said to its sender.
 	FilesRefused uint64
+	// FilesDeferred counts the offers that came while MaxReceiving files
+	// were being received here: each waited, unopened, and was taken
+	// once one of them ended (an offer counts once).
+	FilesDeferred uint64
 	// FilesHeld counts the files received with no block received: the
 	// sink held them (stored already); HeldMismatches the files stored
 	// under an offer's name and size that FileEnd's hash showed to be
@@ -412,6 +421,9 @@ func (c *Core) Progress() []Progress {
 		switch t.state {
 		case needOffer:
 			p.State = "needs offer"
+			if t.waiting {
+				p.State = "waiting: as many files being received as MaxReceiving"
+			}
 		case receiving:
 			p.State = "receiving"
 		case received:

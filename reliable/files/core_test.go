@@ -82,6 +82,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.SlowPercent = -1 }, "SlowPercent is -1, want 1..1000"},
 		{func(c *Config) { c.MinTimer, c.MaxTimer = 2*Millisecond, Millisecond }, "MinTimer 2ms exceeds MaxTimer 1ms"},
 		{func(c *Config) { c.FailureTimeout = 100 * Millisecond }, "FailureTimeout 100ms must exceed 4 × MaxTimer 100ms"},
+		{func(c *Config) { c.MaxReceiving = -1 }, "MaxReceiving is -1, want at least 1 (0 means 64)"},
 	} {
 		cfg := Config{Group: 9, Self: 1, Members: members()}
 		c.edit(&cfg)

@@ -56,8 +56,15 @@ func TestRefusalReported(t *testing.T) {
 			if err := r.Step(10, macA, macB, encode(t, 1, 11, 0, 0, &c.offer)); (err != nil) != c.logged {
 				t.Fatalf("Step of the offer: error %v, want one to log %v", err, c.logged)
 			}
-			if rep := r.Reports(); len(rep) != 0 {
+			// A refusal is reported once to the driver (its log), with
+			// the limit and what was beyond it; a decline is not.
+			rep := r.Reports()
+			switch {
+			case c.reason == frame.FileDeclined && len(rep) != 0:
 				t.Fatalf("reports %v, want none", rep)
+			case c.reason != frame.FileDeclined && (len(rep) != 1 || rep[0].Kind != Refused || rep[0].Cause != Cause(c.reason) || rep[0].Meta.Name != "f" ||
+				rep[0].Meta.Sender != 1 || rep[0].Err == nil || !strings.HasPrefix(rep[0].String(), `refused file 4 "f" of member 1 (incarnation 11, `+fmt.Sprint(c.offer.Size)+" bytes): "+Cause(c.reason).String()+" (")):
+				t.Fatalf("reports %v, want one Refused for %v with its error", rep, Cause(c.reason))
 			}
 			dsts, vs := sent(t, r)
 			if len(vs) != 1 || dsts[0] != macA || vs[0].Type() != frame.FileStatus {
@@ -80,6 +87,9 @@ func TestRefusalReported(t *testing.T) {
 			r.Step(20, macA, macB, encode(t, 1, 11, 1, 0, &frame.FileDataBody{ID: 4, Data: make([]byte, 10)}))
 			r.Step(Time(Millisecond), macA, macB, encode(t, 1, 11, 0, 0, &frame.FileEndBody{ID: 4, Blocks: uint32(c.offer.Blocks()), Stamp: 78, Awaited: []frame.MemberID{3}}))
 			r.Tick(Time(Second))
+			if rep := r.Reports(); len(rep) != 0 {
+				t.Fatalf("reports %v after the offer's, want none", rep)
+			}
 			if _, vs := sent(t, r); len(vs) != 0 || r.stats.BlocksReceived != 0 || sink.opened != c.asked {
 				t.Fatalf("after a block and a FileEnd awaiting another member: sent %v, %d blocks taken, sink asked %d times", frameTypes(vs), r.stats.BlocksReceived, sink.opened)
 			}

@@ -167,6 +167,12 @@ const (
 	// Verdict: the sender's outcome of one file: who holds it and who
 	// does not.
 	Verdict
+	// Refused: this member refused the file at its offer, beyond one of
+	// its limits or of a name it does not store (Cause, Cause.Limit);
+	// Err says what was beyond which limit (the core's words, or the
+	// sink's). The sender is told; nothing was taken. One report per
+	// transfer.
+	Refused
 )
 
 func (k ReportKind) String() string {
@@ -177,6 +183,8 @@ func (k ReportKind) String() string {
 		return "incomplete"
 	case Verdict:
 		return "verdict"
+	case Refused:
+		return "refused"
 	}
 	return fmt.Sprintf("ReportKind(%d)", uint8(k))
 }
@@ -280,7 +288,7 @@ type Report struct {
 	Kind ReportKind
 	At   Time
 	Meta Meta
-	// Cause (Incomplete) says why.
+	// Cause (Incomplete, Refused) says why.
 	Cause Cause
 	// Verdict: the members of the snapshot that hold the file, and those
 	// that do not. Err is the source's error of an aborted file.
@@ -306,6 +314,12 @@ func (r Report) String() string {
 			s += ", held already"
 		case r.Replaced:
 			s += ", replacing another file stored under its name"
+		}
+		return s
+	case Refused:
+		s := fmt.Sprintf("refused %v: %v", r.Meta, r.Cause)
+		if r.Err != nil {
+			s += fmt.Sprintf(" (%v)", r.Err)
 		}
 		return s
 	case Incomplete:

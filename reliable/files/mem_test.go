@@ -87,6 +87,24 @@ type memSink struct {
 	// limit: Open refuses every file of more than one block with this
 	// error (one wrapping ErrNoSpace: no room).
 	limit error
+	// opened: the partial copies open now (Open's, until Commit or
+	// Abort), mostOpen the most at once.
+	opened, mostOpen int
+}
+
+// opening counts a copy Open returns open.
+func (s *memSink) opening(p *partial) *partial {
+	s.opened++
+	s.mostOpen = max(s.mostOpen, s.opened)
+	return p
+}
+
+// closing counts p closed, if it was open.
+func (p *partial) closing() {
+	if p.open {
+		p.sink.opened--
+	}
+	p.open = false
 }
 
 // mustSum is data's hash under a known algorithm.
@@ -156,13 +174,13 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 		if n := m.Blocks(); n > 0 {
 			held = []frame.Range{{First: 0, Last: n - 1}}
 		}
-		return p, held, nil
+		return s.opening(p), held, nil
 	}
 	p := s.partials[k]
 	if p != nil && p.open {
 		// Another transfer of the same file is under way: a copy of its
 		// own (never two writers on one partial).
-		return &partial{meta: m, data: make([]byte, m.Size), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}, nil, nil
+		return s.opening(&partial{meta: m, data: make([]byte, m.Size), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}), nil, nil
 	}
 	if p == nil {
 		p = &partial{data: make([]byte, m.Size), hashes: map[uint32][32]byte{}, last: -1, sink: s}
@@ -182,7 +200,7 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 			held = append(held, frame.Range{First: b, Last: b})
 		}
 	}
-	return p, held, nil
+	return s.opening(p), held, nil
 }
 
 func (p *partial) block(b uint32) []byte {
@@ -227,13 +245,13 @@ func (p *partial) Commit() error {
 	}
 	s.commits[k] = bytes.Clone(p.data)
 	s.stored[p.meta.Name] = s.commits[k]
-	p.open = false
+	p.closing()
 	s.drop(p)
 	return nil
 }
 
 func (p *partial) Abort(keep bool) {
-	p.open = false
+	p.closing()
 	if !keep {
 		p.sink.drop(p)
 	}
@@ -249,6 +267,7 @@ func (s *memSink) drop(p *partial) {
 // crash closes every partial as a dying process leaves it, tearing the
 // last block each wrote.
 func (s *memSink) crash() {
+	s.opened = 0 // its core is gone with what it held open
 	for _, p := range s.partials {
 		p.open = false
 		if p.last >= 0 {

@@ -75,6 +75,9 @@ type transfer struct {
 	reported       Time
 	retry          Duration // the silence after which it reports again
 	named          bool     // the last FileEnd awaits this member
+	// waiting: its offer came while MaxReceiving files were being
+	// received; it is in Core.waiting, unopened, until one ends.
+	waiting bool
 }
 
 func (c *Core) transfer(k inKey) *transfer {
@@ -98,6 +101,7 @@ func (t *transfer) active() bool { return t.state == needOffer || t.state == rec
 // stepReceiver takes a sender's frame (Table I).
 func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	k := inKey{v.Sender(), v.Incarnation(), v.FileID()}
+	defer c.admit(now)
 	c.senderRestarted(now, k.sender, k.inc)
 	t := c.transfer(k)
 	if t == nil {
@@ -111,7 +115,7 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 	case frame.FileOffer:
 		o := v.FileOffer()
 		t.echo, t.echoAt = o.Stamp, now
-		if t.state == needOffer {
+		if t.state == needOffer && !t.waiting {
 			return c.accept(now, t, &o)
 		}
 	case frame.FileData:
@@ -184,16 +188,63 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		return fmt.Errorf("files: %v is hashed with %v, an algorithm this build does not know (upgrade it)", t.meta, o.Alg)
 	}
 	if o.Size > 0 && uint64(o.BlockSize) > uint64(c.cfg.MTU) {
-		c.refuse(now, t, CauseOverMTU)
-		return fmt.Errorf("files: %v has blocks of %d bytes, more than the MTU %d carries (refused, the sender told)", t.meta, o.BlockSize, c.cfg.MTU)
+		err := fmt.Errorf("files: %v has blocks of %d bytes, more than the MTU %d carries (refused, the sender told)", t.meta, o.BlockSize, c.cfg.MTU)
+		c.refuse(now, t, CauseOverMTU, err)
+		return err
 	}
 	if n := o.Blocks(); n > uint64(c.cfg.MaxBlocks) {
-		c.refuse(now, t, CauseTooLarge)
-		return fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
+		err := fmt.Errorf("files: %v has %d blocks, more than MaxBlocks %d (refused, the sender told)", t.meta, n, c.cfg.MaxBlocks)
+		c.refuse(now, t, CauseTooLarge, err)
+		return err
 	}
 	if c.cfg.MaxSize > 0 && o.Size > c.cfg.MaxSize {
-		c.refuse(now, t, CauseTooLarge)
-		return fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+		err := fmt.Errorf("files: %v is larger than MaxSize, %d bytes (refused, the sender told)", t.meta, c.cfg.MaxSize)
+		c.refuse(now, t, CauseTooLarge, err)
+		return err
+	}
+	if c.receivingFull() {
+		// Taken once a file being received ends (admit); meanwhile it
+		// asks for the offer, as one whose offer was lost, so that its
+		// sender keeps it open and waits for it.
+		if !t.waiting {
+			t.waiting = true
+			c.waiting = append(c.waiting, t)
+			c.stats.FilesDeferred++
+			c.sendReport(now, t)
+		}
+		return nil
+	}
+	return c.openTransfer(now, t)
+}
+
+// receivingFull: MaxReceiving transfers hold their sink's copy open.
+func (c *Core) receivingFull() bool { return c.opened >= c.cfg.MaxReceiving }
+
+// admit opens the waiting transfers' copies, oldest first, while fewer
+// than MaxReceiving are open; one that ended meanwhile (its sender
+// silent, restarted, or gone) leaves the queue.
+func (c *Core) admit(now Time) {
+	for len(c.waiting) > 0 {
+		t := c.waiting[0]
+		if t.state == needOffer && !c.receivingFull() {
+			t.waiting = false
+			c.waiting = c.waiting[1:]
+			c.openTransfer(now, t)
+			continue
+		}
+		if t.state == needOffer {
+			return
+		}
+		t.waiting = false
+		c.waiting = c.waiting[1:]
+	}
+}
+
+// openTransfer opens the sink for t, its offer accepted: it resumes
+// from the blocks the sink holds (verified by their hashes).
+func (c *Core) openTransfer(now Time, t *transfer) error {
+	if t.offerHash == ([frame.FileHashLen]byte{}) {
+		t.meta.Hash = t.endHash // a FileEnd that came while it waited
 	}
 	if err := c.openSink(now, t, t.offerHash); err != nil {
 		return nil
@@ -233,7 +284,7 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		return err
 	}
 	if cause, ok := limitOf(err); ok {
-		c.refuse(now, t, cause)
+		c.refuse(now, t, cause, err)
 		return err
 	}
 	if err != nil {
@@ -241,6 +292,7 @@ func (c *Core) openSink(now Time, t *transfer, hash [frame.FileHashLen]byte) err
 		return err
 	}
 	t.file, t.state = f, receiving
+	c.opened++
 	t.summed = nil
 	if s, ok := f.(SummedSinkFile); ok && !c.skipCRC {
 		t.summed, t.shift = s, frame.ShiftFor(int(m.BlockSize))
@@ -281,15 +333,17 @@ func limitOf(err error) (Cause, bool) {
 // limits, cause naming which: no block is taken, and the sender is told
 // now, so that its verdict does not wait out the failure timeout for a
 // member that is alive and cannot take the file; again to each FileEnd
-// that still awaits this member (stepReceiver). Its own driver gets no
-// report, as for a file declined.
-func (c *Core) refuse(now Time, t *transfer, cause Cause) {
+// that still awaits this member (stepReceiver). Its own driver gets a
+// Refused report, detail its error: the core's, or the sink's.
+func (c *Core) refuse(now Time, t *transfer, cause Cause, detail error) {
 	if t.file != nil {
 		t.file.Abort(true)
 		t.file, t.summed = nil, nil
+		c.opened--
 	}
 	t.state, t.cause, t.reportAt = declined, cause, 0
 	c.stats.FilesRefused++
+	c.report(Report{Kind: Refused, At: now, Meta: t.meta, Cause: cause, Err: detail})
 	c.sendReport(now, t)
 }
 
@@ -372,6 +426,7 @@ func (c *Core) finish(now Time, t *transfer) {
 		c.stats.HashMismatches++
 		t.file.Abort(false)
 		t.file, t.summed = nil, nil
+		c.opened--
 		t.fromSink = false
 		if t.candidate {
 			// The file stored under the name is another: fetch this
@@ -411,6 +466,7 @@ func (c *Core) finish(now Time, t *transfer) {
 		return
 	}
 	t.file, t.summed, t.state = nil, nil, received
+	c.opened--
 	c.stats.FilesReceived++
 	if t.fromSink {
 		c.stats.FilesHeld++
@@ -426,6 +482,7 @@ func (c *Core) fail(now Time, t *transfer, cause Cause, keep, tell bool) {
 	if t.file != nil {
 		t.file.Abort(keep)
 		t.file, t.summed = nil, nil
+		c.opened--
 	}
 	t.state, t.cause = failed, cause
 	t.reportAt = 0
@@ -502,6 +559,7 @@ func (c *Core) tickReceiver(now Time) {
 			t.retry = min(2*t.retry, c.cfg.MaxTimer)
 		}
 	}
+	c.admit(now)
 }
 
 func (c *Core) receiverDeadlines(at func(Time)) {

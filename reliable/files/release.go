@@ -18,6 +18,7 @@ func (c *Core) Release() {
 		if t.file != nil {
 			t.file.Abort(true)
 			t.file, t.summed = nil, nil
+			c.opened--
 		}
 	}
 }

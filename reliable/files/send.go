@@ -413,9 +413,18 @@ func (c *Core) senderDeadlines(at func(Time)) {
 			at(max(d, c.now))
 		}
 	}
-	if len(c.queue) > 0 && c.passing() == nil {
+	if len(c.queue) > 0 && c.passing() == nil && c.slotFree() {
 		at(c.now)
 	}
+}
+
+// slotFree: a queued file's pass may start, MaxOpen files being open at
+// most (a judged one closes to make room). While every slot holds a file
+// not judged yet, a report or a timer judges one first: a deadline of now
+// meanwhile would have the runtime spin, its link's read timing out
+// before it reads the reports that judge them.
+func (c *Core) slotFree() bool {
+	return len(c.open) < c.cfg.MaxOpen || slices.ContainsFunc(c.open, func(f *outFile) bool { return f.judged })
 }
 
 // passing is the file whose pass is under way (one at a time), or nil.
@@ -434,12 +443,11 @@ func (c *Core) startPass(now Time) *outFile {
 	if f := c.passing(); f != nil || len(c.queue) == 0 {
 		return f
 	}
+	if !c.slotFree() {
+		return nil
+	}
 	if len(c.open) >= c.cfg.MaxOpen {
-		i := slices.IndexFunc(c.open, func(f *outFile) bool { return f.judged })
-		if i < 0 {
-			return nil
-		}
-		c.close(c.open[i])
+		c.close(c.open[slices.IndexFunc(c.open, func(f *outFile) bool { return f.judged })])
 	}
 	f := c.queue[0]
 	c.queue = c.queue[1:]
@@ -663,7 +671,11 @@ func (c *Core) windowOpen(now Time, f *outFile) bool {
 	tops := c.scratchTops[:0]
 	defer func() { c.scratchTops = tops[:0] }()
 	for _, r := range f.rcv {
-		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed {
+		// A receiver that asks for the offer (it lost it, or it waits
+		// for room: MaxReceiving) takes no block of the pass: it is
+		// repaired all it lacks once it takes the offer, and does not
+		// hold the pass back meanwhile.
+		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed || r.state == frame.FileNeedOffer {
 			continue
 		}
 		top := r.top

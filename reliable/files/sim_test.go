@@ -98,6 +98,8 @@ type scenario struct {
 	// The segment: zero for testnet's defaults (50 µs, 1 Gbit/s).
 	latency   time.Duration
 	bandwidth int64
+	// maxReceiving: every member's MaxReceiving (0: the default).
+	maxReceiving int
 }
 
 func (s *scenario) String() string {
@@ -305,7 +307,7 @@ func (s *simRun) infos(withGhost bool) []frame.MemberInfo {
 func (s *simRun) config(n *simNode, withGhost bool) Config {
 	return Config{Group: 7, Self: n.id, Members: s.infos(withGhost), MTU: s.sc.link.MTU, BlockSize: s.sc.block, Sink: n.sink,
 		Rate: cmp.Or(s.sc.rate, 60_000_000), FileTimeout: 5 * Second, Window: s.sc.window, Credit: s.sc.credit, StatusEvery: s.sc.statusEvery,
-		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst, MaxBlocks: s.maxBlocks(n)}
+		RepairPercent: s.sc.repairPercent, Burst: s.sc.burst, MaxBlocks: s.maxBlocks(n), MaxReceiving: s.sc.maxReceiving}
 }
 
 // blocks is the number of blocks of f.
