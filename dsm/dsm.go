@@ -238,8 +238,8 @@ type Node struct {
 	// crosses no barrier, refuses nobody and confirms nobody (it still
 	// drops outsiders' messages).
 	firstView, lastView uint32
-	// incarnations are the members' incarnations in the last view
-	// installed (Views): one that changes is a restart (viewGone).
+	// incarnations are the members' incarnations in the last view that
+	// had them (Views): one that changes is a restart (viewGone).
 	incarnations map[frame.MemberID]uint32
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
@@ -549,29 +549,30 @@ func (n *Node) channelEvent(ch core.Channel, ev reliable.Event) {
 }
 
 // viewGone removes the core's live members missing from a view's
-// members, or there with another incarnation than in the view before,
-// and reports whether it removed one (with n.mu held). A restart joins
-// with a new incarnation and takes its old incarnation's place, and id,
-// in the next view (docs/membership.md, "Joining, leaving, restarting"):
-// the member of the computation is gone all the same — its memory, its
-// barrier count and its Lamport clock went with it — and everything its
-// old incarnation sent up to the cut was delivered before the install.
+// members, and the members there with another incarnation than in an
+// earlier view, and reports whether it removed one (with n.mu held). A
+// restart joins with a new incarnation and takes its old incarnation's
+// place, and id, in the next view (docs/membership.md, "Joining,
+// leaving, restarting"): the member of the computation is gone all the
+// same — its memory, its barrier count and its Lamport clock went with
+// it — and everything its old incarnation sent up to the cut was
+// delivered before the install. The new process is refused, as a
+// process admitted late is (core.Restarted).
 func (n *Node) viewGone(members []frame.MemberInfo) bool {
 	gone := false
-	for _, id := range n.core.Live() {
-		if id == n.self {
-			continue
+	refuse := n.core.Confirmed() && n.err == nil && !n.closed
+	for _, m := range members {
+		if inc, ok := n.incarnations[m.ID]; ok && inc != m.Incarnation && m.ID != n.self && n.core.Restarted(m.ID, refuse) {
+			gone = true
 		}
-		i := slices.IndexFunc(members, func(m frame.MemberInfo) bool { return m.ID == id })
-		if i >= 0 {
-			if inc, ok := n.incarnations[id]; !ok || inc == members[i].Incarnation {
-				continue
-			}
+	}
+	for _, id := range n.core.Live() {
+		if id == n.self || slices.ContainsFunc(members, func(m frame.MemberInfo) bool { return m.ID == id }) {
+			continue
 		}
 		n.core.MemberGone(id)
 		gone = true
 	}
-	clear(n.incarnations)
 	if n.incarnations == nil {
 		n.incarnations = make(map[frame.MemberID]uint32, len(members))
 	}

@@ -18,13 +18,14 @@ import (
 // (docs/membership.md, "Joining, leaving, restarting"): the member of the
 // computation is gone — its memory, barrier count and Lamport clock went
 // with it — though the id stays in the view. The node takes it for gone
-// at that view, as for a member left out: barriers stop waiting for it,
-// nobody confirms the new process as that member, and its old lock
-// request no longer counts as a wait (its new requests would carry
-// timestamps below the old one's, core's reqTS). Before, the node compared
-// only ids: it confirmed the restarted process as member 3 and its
-// barrier waited for the new process's arrival, which would have been
-// counted as the old member's.
+// at that view, as for a member left out — barriers stop waiting for
+// it, and its old lock request no longer counts as a wait — and refuses
+// the new process as a process admitted late: it is confirmed by nobody,
+// and its messages are dropped (its requests would carry timestamps
+// below the old run's, which core's lock wait takes for answered).
+// Before, the node compared only ids: it confirmed the restarted process
+// as member 3, its barrier waited for the new process's arrival, and
+// that arrival and its requests were handled as the old member's.
 func TestViewRestartIsGone(t *testing.T) {
 	env := &stepEnv{}
 	n, h := dsm.NewHosted(env, dsm.Config{})
@@ -46,13 +47,26 @@ func TestViewRestartIsGone(t *testing.T) {
 	}
 	drain(h)                   // Self's arrival
 	h.OnEvent(view(0x0300, 2)) // member 3 restarted
+	if got, want := drain(h), [][]byte{core.AppendRefuse(nil, 3, 0), core.AppendConfirm(nil, 2)}; !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("the view of member 3's restart queued %x, want a Refuse of 3 and a Confirm of 2: %x", got, want)
+	}
+	h.OnEvent(view(0x0400, 2)) // refused once
 	if got, want := drain(h), [][]byte{core.AppendConfirm(nil, 2)}; !slices.EqualFunc(got, want, bytes.Equal) {
-		t.Fatalf("the view of member 3's restart queued %x, want a Confirm of 2 only: %x", got, want)
+		t.Fatalf("the view after queued %x, want a Confirm of 2: %x", got, want)
 	}
 	if err := n.Barrier(context.Background(), 1); err != nil {
 		t.Fatalf("barrier 1 once member 3 restarted: %v, want crossed (the member is gone)", err)
 	}
-	if st := n.Stats(); st.BadMessages != 0 {
-		t.Fatalf("%d bad messages", st.BadMessages)
+	drain(h)
+	// The new process's messages are an outsider's: its arrival at its
+	// barrier 1 and its lock request (a Lamport clock started again)
+	// are dropped, not answered.
+	h.Deliver(3, core.AppendBarrier(nil, 1, 1))
+	h.Deliver(3, core.AppendLockRequest(nil, 0, 1))
+	if got := drain(h); len(got) != 0 {
+		t.Fatalf("the restarted process's messages queued %x, want nothing", got)
+	}
+	if st := n.Stats(); st.BadMessages != 0 || st.Outsiders != 2 {
+		t.Fatalf("%d bad messages, %d outsiders' messages; want 0, 2", st.BadMessages, st.Outsiders)
 	}
 }
