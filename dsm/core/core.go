@@ -567,7 +567,7 @@ func (c *Core) lockTraffic() bool {
 // reply with a timestamp at least reqTS answers the request waited for.
 // That holds for one run of the member: a process restarted under its
 // old id starts its clock again, and the runtime removes the member at
-// the view that shows the restart (MemberGone) before its messages come.
+// the view that shows the restart (Restarted) before its messages come.
 func (c *Core) updateLockWait(r *peer) {
 	r.lockWait = false
 	if r.reqTS == 0 {
