@@ -436,7 +436,10 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return nil
 	}
 	p := c.peer(from)
-	if p == nil || p.restarted {
+	if p == nil || p.restarted && ch == Global {
+		// A restarted member's segment channels are its old process's
+		// (static groups, which drop a new incarnation): what they
+		// still deliver of it was sent before the restart.
 		if slices.Contains(c.outsiders, from) {
 			c.c.Outsiders++
 			return nil
@@ -907,10 +910,13 @@ func (c *Core) Outsider(id frame.MemberID, refuse bool) bool {
 // restart of it (Views: a new incarnation in the old one's place, the
 // same id): the member is gone (MemberGone), for its memory, barrier
 // count and Lamport clock went with the old process, and the new process
-// is an outsider: its messages are dropped (counted in Outsiders) and,
-// with refuse, a Refuse tells it so. The runtime calls it at the view
-// that shows the restart, once everything the old process sent has been
-// delivered. It reports whether id was a member not yet restarted.
+// is an outsider: its messages on the global channel are dropped
+// (counted in Outsiders) and, with refuse, a Refuse tells it so. A
+// segment channel is a static group that drops a new incarnation: what
+// it still delivers of id is the old process's, handled as a gone
+// member's (ChannelGone). The runtime calls it at the view that shows
+// the restart, once the global group delivered everything the old
+// process sent. It reports whether id was a member not yet restarted.
 func (c *Core) Restarted(id frame.MemberID, refuse bool) bool {
 	p := c.peer(id)
 	if p == nil || p.restarted {
