@@ -238,6 +238,9 @@ type Node struct {
 	// crosses no barrier, refuses nobody and confirms nobody (it still
 	// drops outsiders' messages).
 	firstView, lastView uint32
+	// incarnations are the members' incarnations in the last view that
+	// had them (Views): one that changes is a restart (viewGone).
+	incarnations map[frame.MemberID]uint32
 	// left: the member's leave is done (seen by Host.OnEvent; Join's
 	// leave is Group.Close, which waits for it itself).
 	left bool
@@ -546,15 +549,35 @@ func (n *Node) channelEvent(ch core.Channel, ev reliable.Event) {
 }
 
 // viewGone removes the core's live members missing from a view's
-// members, and reports whether it removed one (with n.mu held).
+// members, and the members there with another incarnation than in an
+// earlier view, and reports whether it removed one (with n.mu held). A
+// restart joins with a new incarnation and takes its old incarnation's
+// place, and id, in the next view (docs/membership.md, "Joining,
+// leaving, restarting"): the member of the computation is gone all the
+// same — its memory, its barrier count and its Lamport clock went with
+// it — and everything its old incarnation sent up to the cut was
+// delivered before the install. The new process is refused, as a
+// process admitted late is (core.Restarted).
 func (n *Node) viewGone(members []frame.MemberInfo) bool {
 	gone := false
+	refuse := n.core.Confirmed() && n.err == nil && !n.closed
+	for _, m := range members {
+		if inc, ok := n.incarnations[m.ID]; ok && inc != m.Incarnation && m.ID != n.self && n.core.Restarted(m.ID, refuse) {
+			gone = true
+		}
+	}
 	for _, id := range n.core.Live() {
 		if id == n.self || slices.ContainsFunc(members, func(m frame.MemberInfo) bool { return m.ID == id }) {
 			continue
 		}
 		n.core.MemberGone(id)
 		gone = true
+	}
+	if n.incarnations == nil {
+		n.incarnations = make(map[frame.MemberID]uint32, len(members))
+	}
+	for _, m := range members {
+		n.incarnations[m.ID] = m.Incarnation
 	}
 	return gone
 }

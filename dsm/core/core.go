@@ -163,6 +163,9 @@ const (
 type peer struct {
 	id   frame.MemberID
 	live bool
+	// restarted: the process under its id is a restart (Restarted), an
+	// outsider.
+	restarted bool
 	// barriers counts the Barrier messages received from it; barrierIDs
 	// holds the ids of the last two, indexed by seq&1 (it can be at most
 	// one barrier ahead of this member: the thesis's alternating bit).
@@ -433,7 +436,10 @@ func (c *Core) receiveOn(ch Channel, from frame.MemberID, msg []byte) error {
 		return nil
 	}
 	p := c.peer(from)
-	if p == nil {
+	if p == nil || p.restarted && ch == Global {
+		// A restarted member's segment channels are its old process's
+		// (static groups, which drop a new incarnation): what they
+		// still deliver of it was sent before the restart.
 		if slices.Contains(c.outsiders, from) {
 			c.c.Outsiders++
 			return nil
@@ -562,6 +568,9 @@ func (c *Core) lockTraffic() bool {
 // come from different senders); answered keeps it. A request
 // timestamp grows with every request of one member (Lamport clock), so a
 // reply with a timestamp at least reqTS answers the request waited for.
+// That holds for one run of the member: a process restarted under its
+// old id starts its clock again, and the runtime removes the member at
+// the view that shows the restart (Restarted) before its messages come.
 func (c *Core) updateLockWait(r *peer) {
 	r.lockWait = false
 	if r.reqTS == 0 {
@@ -872,7 +881,7 @@ func (c *Core) channelPeer(ch Channel, id frame.MemberID) *segPeer {
 // barriers and lock requests wait for it again. What was decided without
 // it while it was gone (a barrier crossed, a lock granted) stands.
 func (c *Core) MemberBack(id frame.MemberID) {
-	if p := c.peer(id); p != nil {
+	if p := c.peer(id); p != nil && !p.restarted {
 		p.live = true
 		for _, r := range c.peers {
 			c.updateLockWait(r) // r waits for p's reply again
@@ -890,6 +899,31 @@ func (c *Core) Outsider(id frame.MemberID, refuse bool) bool {
 	if id == c.self || c.peer(id) != nil || slices.Contains(c.outsiders, id) {
 		return false
 	}
+	c.outsiders = append(c.outsiders, id)
+	if refuse {
+		c.queue(AppendRefuse(c.buffer(), id, c.crossed()))
+	}
+	return true
+}
+
+// Restarted records that the process now under member id's id is a
+// restart of it (Views: a new incarnation in the old one's place, the
+// same id): the member is gone (MemberGone), for its memory, barrier
+// count and Lamport clock went with the old process, and the new process
+// is an outsider: its messages on the global channel are dropped
+// (counted in Outsiders) and, with refuse, a Refuse tells it so. A
+// segment channel is a static group that drops a new incarnation: what
+// it still delivers of id is the old process's, handled as a gone
+// member's (ChannelGone). The runtime calls it at the view that shows
+// the restart, once the global group delivered everything the old
+// process sent. It reports whether id was a member not yet restarted.
+func (c *Core) Restarted(id frame.MemberID, refuse bool) bool {
+	p := c.peer(id)
+	if p == nil || p.restarted {
+		return false
+	}
+	c.MemberGone(id)
+	p.restarted = true
 	c.outsiders = append(c.outsiders, id)
 	if refuse {
 		c.queue(AppendRefuse(c.buffer(), id, c.crossed()))

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rbcast/rbcast/frame"
@@ -80,4 +81,71 @@ func TestHoldsGlobalLockWaitEndsAtReplies(t *testing.T) {
 	holds(true, "member 3, which did not answer, was removed")
 	c.MemberBack(3)
 	holds(false, "member 3 is back, its reply still missing")
+}
+
+// The cost of following peers' lock waits (updateLockWait: O(P) per lock
+// message, O(P²) per MemberGone or MemberBack) at P members: a peer's
+// request and every other peer's reply to it, as Self handles them (Self
+// answers too), per reply; and a member's removal and return. Numbers in
+// docs/dsm.md ("WC over one group").
+func BenchmarkLockWait(b *testing.B) {
+	for _, members := range []int{4, 16, 64} {
+		ids := make([]frame.MemberID, members)
+		for i := range ids {
+			ids[i] = frame.MemberID(i + 1)
+		}
+		c, err := New(Config{Self: ids[0], Members: ids, MaxMessage: 1400})
+		if err != nil {
+			b.Fatal(err)
+		}
+		requester, repliers := ids[1], ids[2:]
+		b.Run(fmt.Sprintf("reply/P=%d", members), func(b *testing.B) {
+			b.ReportAllocs()
+			msg := make([]byte, 0, 64)
+			ts := uint64(0)
+			for b.Loop() {
+				ts++
+				if err := c.Receive(requester, AppendLockRequest(msg[:0], 1, ts)); err != nil {
+					b.Fatal(err)
+				}
+				for _, id := range repliers {
+					if err := c.Receive(id, AppendLockReply(msg[:0], 1, requester, ts)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if c.lockTraffic() {
+					b.Fatal("every member answered, yet lock traffic")
+				}
+				for c.Pending() > 0 {
+					c.Next()
+					c.Sent()
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(members-1)), "ns/lockmsg")
+		})
+		b.Run(fmt.Sprintf("gone and back/P=%d", members), func(b *testing.B) {
+			// The worst case: every peer requests, and every live member
+			// but the last peer answered each request, so that every
+			// updateLockWait looks at every peer.
+			last := ids[members-1]
+			for i, r := range ids[1:] {
+				ts := uint64(1000 + i)
+				if err := c.Receive(r, AppendLockRequest(nil, 2, ts)); err != nil {
+					b.Fatal(err)
+				}
+				for _, id := range ids[1 : members-1] {
+					if id != r {
+						if err := c.Receive(id, AppendLockReply(nil, 2, r, ts)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.MemberGone(last)
+				c.MemberBack(last)
+			}
+		})
+	}
 }
