@@ -152,3 +152,55 @@ func TestPassNotHeldByNeedOffer(t *testing.T) {
 		t.Fatalf("the pass sent %d of 40 blocks, %d window stalls; want all, none", blocks, s.stats.WindowStalls)
 	}
 }
+
+// A transfer waiting for room (MaxReceiving) asked for the offer when it
+// came, and asks again at its retry timer; the pass's blocks, which it
+// drops, do not each make it ask once more. Each did: a receiver waiting
+// out a long file sent its sender a report per block of the pass, and
+// drew an offer in answer every rto.
+func TestWaitingAsksNotPerBlock(t *testing.T) {
+	sink := newMemSink(func(f string, a ...any) { t.Fatalf(f, a...) })
+	r := newCore(t, 2, sink, func(c *Config) { c.MaxReceiving = 1 })
+	one := []byte("first file")
+	two := make([]byte, 500)
+	offer := func(id uint32, data []byte) frame.View {
+		return encode(t, 1, 11, 0, 0, &frame.FileOfferBody{ID: id, Size: uint64(len(data)), BlockSize: 5, Stamp: 77, Hash: sha256.Sum256(data), Name: fmt.Appendf(nil, "f%d", id)})
+	}
+	for _, v := range []frame.View{offer(1, one), offer(2, two)} {
+		if err := r.Step(10, macA, macB, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asks := func() (n int) {
+		_, vs := sent(t, r)
+		for _, v := range vs {
+			if v.Type() == frame.FileStatus && v.FileStatus().ID == 2 {
+				if st := v.FileStatus(); st.State != frame.FileNeedOffer {
+					t.Fatalf("report %+v, want file 2 needs offer", st)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	if n := asks(); n != 1 || r.stats.FilesDeferred != 1 {
+		t.Fatalf("%d reports of file 2, %d offers waiting; want 1 and 1", n, r.stats.FilesDeferred)
+	}
+	// 100 blocks of file 2 within a millisecond, less than its retry
+	// timer (4 × the initial round trip).
+	now, n := Time(10), 0
+	for b := range uint32(100) {
+		now += Time(10 * Microsecond)
+		if err := r.Step(now, macA, macB, encode(t, 1, 11, b, 0, &frame.FileDataBody{ID: 2, Data: two[b*5 : b*5+5]})); err != nil {
+			t.Fatal(err)
+		}
+		r.Tick(now)
+		n += asks()
+	}
+	if n != 0 {
+		t.Fatalf("file 2, waiting, asked for its offer %d times more over 100 of its blocks in %v; want none before its retry timer", n, Duration(now-10))
+	}
+	if sink.opened != 1 || r.stats.Dropped != 100 {
+		t.Fatalf("%d copies open, %d blocks dropped; want 1 and 100", sink.opened, r.stats.Dropped)
+	}
+}

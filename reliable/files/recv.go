@@ -353,10 +353,12 @@ func (c *Core) block(now Time, t *transfer, v frame.View) error {
 	switch t.state {
 	case needOffer:
 		// The offer was lost (Table I, "Multicast DATA"): ask for it; the
-		// block is repaired later.
+		// block is repaired later. One waiting for room (MaxReceiving)
+		// asked when its offer came, and asks again at its retry timer,
+		// not at each block of the pass.
 		c.stats.Dropped++
 		t.top = max(t.top, b+1)
-		if t.reportAt == 0 {
+		if t.reportAt == 0 && !t.waiting {
 			t.reportAt = now
 		}
 		return nil

@@ -97,7 +97,9 @@ func (r *receiver) due(now Time, f *outFile, b uint32, tm repairTimers) bool {
 // delivered takes what a report of r shows held — every block below
 // cover it does not list — to advance r.rack and r.rackRTT per path, and forgets
 // the repairs that arrived. prevTop is its top before this report: the
-// pass blocks up to the new top arrived since.
+// pass blocks up to the new top arrived since, if the new top's block is
+// held (a receiver that took the offer late has a top from the blocks it
+// dropped, and lists them missing: no round trip is measured from them).
 func (c *Core) delivered(now Time, f *outFile, r *receiver, prevTop, cover uint32) {
 	var latest [2]Time
 	var sample [2]Duration
@@ -113,7 +115,7 @@ func (c *Core) delivered(now Time, f *outFile, r *receiver, prevTop, cover uint3
 		}
 		return true
 	})
-	if r.top > prevTop && r.top > 0 {
+	if r.top > prevTop && r.top > 0 && r.top-1 < cover && !r.lacks(r.top-1) {
 		if lo, hi, ok := f.passSent(r.top-1, now); ok && lo > latest[pathGroup] {
 			latest[pathGroup], sample[pathGroup] = lo, now.Sub(hi)
 		}

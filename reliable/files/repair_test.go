@@ -76,3 +76,65 @@ func TestRepairsOncePerLoss(t *testing.T) {
 		})
 	}
 }
+
+// A receiver that takes the offer late (it waited for room,
+// MaxReceiving, or lost the offer) reports a top from the blocks it
+// dropped meanwhile, every one of them missing. Its top's block did not
+// arrive: no round trip is measured from when the pass sent it. Such a
+// sample, the whole wait, set the receiver's repair timeout to its cap
+// (ten times MaxTimer): each repair it lost waited a second to go again,
+// and a receiver waiting out a sender's FileEnd interval could give the
+// transfer up as silent with its sender sending.
+func TestLateTakerRepairTimeout(t *testing.T) {
+	s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Members = members()[:2] })
+	data := make([]byte, 40)
+	id, err := s.Send(2, Outgoing{Name: "x", Size: 40, Hash: mustSum(frame.FileHashSHA256, data), Source: &memSource{data: data, bs: 10, fail: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint32(0)
+	report := func(now Time, st frame.FileStatusBody) {
+		t.Helper()
+		st.ID, st.Incarnation, st.Credit = id, 11, 256
+		if err := s.Step(now, macB, macA, encode(t, 2, 22, seq, frame.FlagHashAlg, &st)); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+	}
+	repairs := func() (n int) {
+		_, vs := sent(t, s)
+		for _, v := range vs {
+			if v.Type() == frame.FileData && v.Flags()&frame.FlagRetransmit != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	now := Time(3)
+	report(now, frame.FileStatusBody{State: frame.FileNeedOffer})
+	for ; now < Time(20*Millisecond); now += Time(Millisecond) {
+		s.Tick(now)
+	}
+	sent(t, s) // the pass: 4 blocks, FileEnd
+	// Half a second on, it takes the offer: every block missing.
+	now = Time(500 * Millisecond)
+	miss := []frame.Range{{First: 0, Last: 3}}
+	report(now, frame.FileStatusBody{State: frame.FileReceiving, Top: 4, Missing: miss})
+	s.Tick(now)
+	if n := repairs(); n != 4 {
+		t.Fatalf("%d blocks repaired at the report, want 4", n)
+	}
+	// The repairs are lost; it reports them missing again, and they go
+	// again within a repair timeout of a round trip or so, not a second.
+	n := 0
+	for end := now + Time(100*Millisecond); now < end; now += Time(Millisecond) {
+		if now%Time(20*Millisecond) == 0 {
+			report(now, frame.FileStatusBody{State: frame.FileReceiving, Top: 4, Missing: miss})
+		}
+		s.Tick(now)
+		n += repairs()
+	}
+	if n < 4 {
+		t.Fatalf("%d blocks repaired again over 100ms of reports missing all 4; want every one", n)
+	}
+}

@@ -676,3 +676,59 @@ func TestSentAckVectorsFormAChain(t *testing.T) {
 		}
 	}
 }
+
+// An id between members (one that left, say) has a slot in the ack
+// vector that no member fills: every header carries 0 there. The row a
+// core keeps of a peer starts as that peer's first vector would be, so
+// that a pure receiver's vectors, whose own entry never moves, are taken
+// by their first entry that differs: with InitialSeq 100 and a row
+// starting at 100 in the gap, the gap's 0 made every vector of member 3
+// look older than the row, and member 2 never learned that member 3
+// holds its message.
+func TestAckMatrixRowWithIDGap(t *testing.T) {
+	ms := []frame.MemberInfo{
+		{ID: 0, MAC: testMAC(0), Incarnation: 7},
+		{ID: 2, MAC: testMAC(2), Incarnation: 7},
+		{ID: 3, MAC: testMAC(3), Incarnation: 7},
+	}
+	cfg := func(self frame.MemberID) Config {
+		return Config{Group: testGroup, Self: self, Members: ms, Mode: PBP2, InitialSeq: 100}
+	}
+	snd, rcv := newCore(t, cfg(2)), newCore(t, cfg(3))
+	// carry steps every frame c sent into to.
+	carry := func(c, to *Core, now Time) {
+		t.Helper()
+		for _, b := range c.Ready().Frames {
+			eth, rest, err := frame.SplitEthernet(b, frame.EtherType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := frame.ParseGroup(rest, testGroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := to.Step(now, eth.Src(), eth.Dst(), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Advance()
+	}
+	now := t0
+	if err := snd.Propose(now, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	carry(snd, rcv, now)
+	for range 20 { // the receiver's acknowledgement, whenever it is due
+		now += Time(50 * Millisecond)
+		rcv.Tick(now)
+		carry(rcv, snd, now)
+		snd.Tick(now)
+		carry(snd, rcv, now)
+	}
+	if h, ok := rcv.Holds(3, 2); !ok || h != 101 {
+		t.Fatalf("receiver: Holds(3, 2) = %d, %v; want 101", h, ok)
+	}
+	if h, ok := snd.Holds(3, 2); !ok || h != 101 {
+		t.Errorf("sender: Holds(3, 2) = %d, %v; want 101 (member 3's acks heard)", h, ok)
+	}
+}

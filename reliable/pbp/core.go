@@ -410,12 +410,20 @@ func New(cfg Config) (*Core, error) {
 			ring: make([]held, s.ringSize),
 			vec:  make([]byte, s.span*frame.AckEntryLen),
 		})
-		p := &c.peers[len(c.peers)-1]
-		for i := range s.span {
-			binary.BigEndian.PutUint32(p.vec[i*frame.AckEntryLen:], s.InitialSeq)
-		}
 		if s.Retain || s.Relay {
 			c.peers[len(c.peers)-1].kept = make([]kept, s.ringSize)
+		}
+	}
+	// Each row starts as its peer's first vector is built (header): a
+	// member's entry at InitialSeq, and 0 in the slot of an id between
+	// members, which no header fills. noteAcks orders a vector against
+	// the row by its first entry that differs: a row of InitialSeq in a
+	// gap would make each vector's 0 there look older.
+	for i := range c.peers {
+		for j, x := range c.index {
+			if x != -1 {
+				binary.BigEndian.PutUint32(c.peers[i].vec[j*frame.AckEntryLen:], s.InitialSeq)
+			}
 		}
 	}
 	c.nextSeq, c.stable, c.asked, c.promptTo = s.InitialSeq, s.InitialSeq, s.InitialSeq, s.InitialSeq
