@@ -13,17 +13,18 @@ import (
 )
 
 // fakeSendFiles plays a daemon that queues every SendFile it takes and
-// judges the oldest file queued whenever the client sends nothing for a
-// moment (it waits for a verdict) or when take refuses a file: take
-// says, with the files queued and not judged, whether to queue the file
-// or refuse it (the refusal's text). It returns what it saw wrong.
-func fakeSendFiles(t *testing.T, take func(outstanding int) string) (*localapi.Conn, chan string) {
+// judges the oldest file queued when take refuses a file, or when the
+// client sends nothing for a moment (it waits for a verdict) and full
+// files are queued or it has taken all files: take says, with the files
+// queued and not judged, whether to queue the file or refuse it (the
+// refusal's text). It returns what it saw wrong.
+func fakeSendFiles(t *testing.T, files, full int, take func(outstanding int) string) (*localapi.Conn, chan string) {
 	bad := make(chan string, 1)
 	c := fakeDaemon(t, func(c *net.UnixConn) {
 		buf := make([]byte, 1<<16)
 		write := func(m interface{ Append([]byte) []byte }) { c.Write(m.Append(nil)) }
 		var out []*localapi.FileQueued
-		id := uint32(0)
+		id, taken := uint32(0), 0
 		judge := func() {
 			write(&localapi.FileVerdict{ID: out[0].ID, Done: []uint16{1}})
 			out = out[1:]
@@ -33,10 +34,9 @@ func fakeSendFiles(t *testing.T, take func(outstanding int) string) (*localapi.C
 			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 			n, err := c.Read(buf)
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				if len(out) == 0 {
-					continue
+				if len(out) > 0 && (len(out) >= full || taken == files) {
+					judge()
 				}
-				judge()
 				continue
 			}
 			if err != nil {
@@ -56,6 +56,7 @@ func fakeSendFiles(t *testing.T, take func(outstanding int) string) (*localapi.C
 				continue
 			}
 			id++
+			taken++
 			q := &localapi.FileQueued{ID: id, Size: 10, Name: sf.Name}
 			out = append(out, q)
 			write(q)
@@ -80,7 +81,7 @@ func TestSendFilesWindow(t *testing.T) {
 	defer func(w int) { sendfileWindow = w }(sendfileWindow)
 	sendfileWindow = 3
 	most := 0
-	c, bad := fakeSendFiles(t, func(n int) string {
+	c, bad := fakeSendFiles(t, 10, 3, func(n int) string {
 		most = max(most, n+1)
 		return ""
 	})
@@ -107,7 +108,7 @@ func TestSendFilesWindow(t *testing.T) {
 // daemon's bound is 2, below the window.
 func TestSendFilesQueuedBound(t *testing.T) {
 	refusals := 0
-	c, bad := fakeSendFiles(t, func(n int) string {
+	c, bad := fakeSendFiles(t, 8, 0, func(n int) string {
 		if n < 2 {
 			return ""
 		}
