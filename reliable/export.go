@@ -69,6 +69,14 @@ const (
 	FileSecond      = files.Second
 )
 
+// The file core's defaults for FilesConfig's MaxOpen and MaxReceiving
+// (0 there means these): what a runtime counts on when it bounds the
+// descriptors its files hold.
+const (
+	FilesDefaultMaxOpen      = files.DefaultMaxOpen
+	FilesDefaultMaxReceiving = files.DefaultMaxReceiving
+)
+
 // ErrFileDeclined is what a file Sink returns for a file it does not want:
 // the core tells the sender, whose verdict names this member declined.
 var ErrFileDeclined = files.ErrDeclined

@@ -30,8 +30,12 @@ The receivers waited for are -to's members, or else every member of the
 group when each file's multicast ends (a member that joins later still
 fetches the file, but is not waited for). The daemon opens and hashes
 the files itself, as it sends them: run sendfile as the daemon's user
-or root. -hash names the algorithm: blake3 (the default; what b3sum
-prints) or sha256 (what sha256sum prints). A receiver running an
+or root. It holds a descriptor for each file until after its verdict,
+so sendfile keeps at most 256 files queued there and not yet judged,
+and sends a file the daemon refuses for its bound on them again after
+a verdict: a directory of any number of files arrives whole. -hash
+names the algorithm: blake3 (the default; what b3sum prints) or sha256
+(what sha256sum prints). A receiver running an
 rbcastd from before hash algorithms had names cannot receive a file
 hashed with blake3: it is named so, and -hash sha256 reaches it.
 
@@ -152,12 +156,57 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// sendfileWindow is the most files sendfile keeps queued at the daemon
+// and not yet judged: it waits for a verdict before queueing more, so a
+// directory of any number of files does not hold a descriptor each at
+// the daemon at once (a daemon refuses files beyond its own bound,
+// daemon.QueuedBoundText, and sendfile sends such a file again after a
+// verdict).
+var sendfileWindow = 256 // sendfileText says so
+
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
 func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
 	ok := true
 	queued := map[uint32]*localapi.FileQueued{}
-	for i := range paths {
+	judge := func(v *localapi.FileVerdict) {
+		if q := queued[v.ID]; q != nil {
+			delete(queued, v.ID)
+			prog.done(v.ID)
+			if !verdictOK(q, v, stdout, stderr, prog) {
+				ok = false
+			}
+		}
+	}
+	// verdict reads until one of the files queued has its verdict.
+	verdict := func() error {
+		for n := len(queued); len(queued) == n; {
+			m, err := c.Read()
+			if err != nil {
+				return err
+			}
+			if v, isV := m.(*localapi.FileVerdict); isV {
+				judge(v)
+			}
+		}
+		return nil
+	}
+	lost := func(err error, unsent int) bool {
+		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
+		for _, q := range queued {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
+		}
+		if unsent > 0 {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
+		}
+		return false
+	}
+	for i := 0; i < len(paths); {
+		if len(queued) >= sendfileWindow {
+			if err := verdict(); err != nil {
+				return lost(err, len(paths)-i)
+			}
+		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
 			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
 			return false
@@ -175,19 +224,25 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			if err != nil || !isV {
 				break
 			}
-			if q := queued[v.ID]; q != nil {
-				delete(queued, v.ID)
-				prog.done(v.ID)
-				if !verdictOK(q, v, stdout, stderr, prog) {
-					ok = false
-				}
-			}
+			judge(v)
 		}
 		var le *localapi.Error
 		switch {
+		case errors.As(err, &le) && le.Code == localapi.CodeRefused && strings.Contains(le.Text, daemon.QueuedBoundText):
+			// The daemon holds as many files as its descriptors allow:
+			// send this one again once one of ours is judged (or, with
+			// none queued, the files of other clients hold them, a
+			// while later).
+			if len(queued) == 0 {
+				time.Sleep(time.Second)
+			} else if err := verdict(); err != nil {
+				return lost(err, len(paths)-i)
+			}
+			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
 			ok = false
+			i++
 			continue
 		case err != nil:
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
@@ -200,28 +255,11 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
 		prog.add(q.ID)
+		i++
 	}
 	for len(queued) > 0 {
-		m, err := c.Read()
-		if err != nil {
-			fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
-			for _, q := range queued {
-				fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
-			}
-			return false
-		}
-		v, isV := m.(*localapi.FileVerdict)
-		if !isV {
-			continue
-		}
-		q := queued[v.ID]
-		if q == nil {
-			continue
-		}
-		delete(queued, v.ID)
-		prog.done(v.ID)
-		if !verdictOK(q, v, stdout, stderr, prog) {
-			ok = false
+		if err := verdict(); err != nil {
+			return lost(err, 0)
 		}
 	}
 	return ok

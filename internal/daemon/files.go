@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/reliable"
+	"golang.org/x/sys/unix"
 )
 
 // Files (issue 20; docs/protocols.md, "Files (IBRMP)"): the daemon runs
@@ -120,6 +122,15 @@ type fileService struct {
 	// the loop, which takes wmu) never comes before its waiter.
 	wmu  sync.Mutex
 	wait map[uint32]*fileWaiter
+	// opening counts the SendFiles between the bound's check and the
+	// runner taking their file (or the refusal), under wmu: with wait,
+	// the files queued here and not yet judged (sendBound).
+	opening int
+	// maxOpen and maxReceiving are the running core's MaxOpen and
+	// MaxReceiving (start), under wmu.
+	maxOpen, maxReceiving int
+	// nofile, if not 0, stands for RLIMIT_NOFILE's soft limit (tests).
+	nofile uint64
 	// queuedHook, if set, runs in SendFile between the runner taking
 	// the file and the FileQueued answer (tests).
 	queuedHook func()
@@ -217,6 +228,9 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
+	s.wmu.Lock()
+	s.maxOpen, s.maxReceiving = cmp.Or(cfg.MaxOpen, reliable.FilesDefaultMaxOpen), cmp.Or(cfg.MaxReceiving, reliable.FilesDefaultMaxReceiving)
+	s.wmu.Unlock()
 	r, err := reliable.StartFiles(s.cfg.Link, cfg, s.d.log)
 	if err != nil {
 		s.d.log.Error("rbcastd: files off: the file core did not start", "err", err)
@@ -543,17 +557,28 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	case !alg.Known():
 		return c.refuse("sendfile %s: hash algorithm %v is unknown to this daemon (it hashes with %v or %v)", m.Name, alg, frame.FileHashSHA256, frame.FileHashBLAKE3)
 	}
+	s.wmu.Lock()
+	if n, b := len(s.wait)+s.opening, s.sendBound(); n >= b.files {
+		s.wmu.Unlock()
+		return c.refuse("sendfile %s: %d files are %s, its bound (%v); send it again after a verdict", m.Name, n, QueuedBoundText, b)
+	}
+	s.opening++
+	s.wmu.Unlock()
 	open := filestore.OpenSource
 	if c.version >= 3 {
 		open = filestore.OpenSourceHashLater
 	}
 	src, err := open(m.Path, m.Name)
 	if err != nil {
+		s.wmu.Lock()
+		s.opening--
+		s.wmu.Unlock()
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
 	src.HashAlg = alg
 	w := &fileWaiter{c: c, queued: make(chan struct{})}
 	s.wmu.Lock()
+	s.opening--
 	id, err := r.Send(src.Outgoing(to))
 	if err == nil {
 		s.wait[id] = w
@@ -570,6 +595,49 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	err = c.write(&localapi.FileQueued{ID: id, Size: src.Size, Hash: src.Hash, Name: src.Name})
 	close(w.queued)
 	return err == nil
+}
+
+// QueuedBoundText is in the refusal of a SendFile beyond the bound on the
+// files queued at a daemon and not yet judged (sendBound): rbcastd
+// sendfile waits for a verdict and sends the file again.
+const QueuedBoundText = "queued at this daemon and not yet judged"
+
+// queueBound is the most files queued at the daemon and not yet judged,
+// and what it is derived from.
+type queueBound struct {
+	files                        int
+	nofile                       uint64
+	afterVerdict, received, rest int
+}
+
+func (b queueBound) String() string {
+	return fmt.Sprintf("%d: of its RLIMIT_NOFILE, %d, %d kept for files still open after their verdict, %d for files it receives, %d for the rest",
+		b.files, b.nofile, b.afterVerdict, b.received, b.rest)
+}
+
+// sendBound bounds the descriptors the files sent hold (docs/protocols.md,
+// "Files (IBRMP)", "Built, and not yet"): each file queued holds one
+// from its SendFile until the core closes it, which is after its
+// verdict, up to MaxOpen judged files staying open for late repairs.
+// Files queued and not yet judged may then take RLIMIT_NOFILE's soft
+// limit less MaxOpen, two for each file received at once
+// (MaxReceiving), and an eighth of the limit, at least 64, for the
+// sockets, clients and the rest; at least 1. Read at each SendFile, so
+// a limit raised while the daemon runs (prlimit) counts. Called with
+// wmu held.
+func (s *fileService) sendBound() queueBound {
+	b := queueBound{nofile: s.nofile, afterVerdict: s.maxOpen, received: 2 * s.maxReceiving}
+	if b.nofile == 0 {
+		var r unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur == unix.RLIM_INFINITY || r.Cur > 1<<30 {
+			b.nofile = 1 << 30
+		} else {
+			b.nofile = r.Cur
+		}
+	}
+	b.rest = int(max(64, b.nofile/8))
+	b.files = max(1, int(b.nofile)-b.afterVerdict-b.received-b.rest)
+	return b
 }
 
 // fileWaiter is the sendfile connection waiting for a file's verdict.

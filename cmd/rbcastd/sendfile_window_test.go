@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/localapi"
+)
+
+// fakeSendFiles plays a daemon that queues every SendFile it takes and
+// judges the oldest file queued when take refuses a file, or when the
+// client sends nothing for a moment (it waits for a verdict) and full
+// files are queued or it has taken all files: take says, with the files
+// queued and not judged, whether to queue the file or refuse it (the
+// refusal's text). It returns what it saw wrong.
+func fakeSendFiles(t *testing.T, files, full int, take func(outstanding int) string) (*localapi.Conn, chan string) {
+	bad := make(chan string, 1)
+	c := fakeDaemon(t, func(c *net.UnixConn) {
+		buf := make([]byte, 1<<16)
+		write := func(m interface{ Append([]byte) []byte }) { c.Write(m.Append(nil)) }
+		var out []*localapi.FileQueued
+		id, taken := uint32(0), 0
+		judge := func() {
+			write(&localapi.FileVerdict{ID: out[0].ID, Done: []uint16{1}})
+			out = out[1:]
+		}
+		defer close(bad)
+		for {
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := c.Read(buf)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if len(out) > 0 && (len(out) >= full || taken == files) {
+					judge()
+				}
+				continue
+			}
+			if err != nil {
+				return
+			}
+			m, err := localapi.Decode(buf[:n])
+			sf, ok := m.(*localapi.SendFile)
+			if err != nil || !ok {
+				bad <- fmt.Sprintf("read %v, %v; want SendFile", m, err)
+				return
+			}
+			if text := take(len(out)); text != "" {
+				write(&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile " + sf.Name + ": " + text})
+				if len(out) > 0 {
+					judge()
+				}
+				continue
+			}
+			id++
+			taken++
+			q := &localapi.FileQueued{ID: id, Size: 10, Name: sf.Name}
+			out = append(out, q)
+			write(q)
+		}
+	})
+	return c, bad
+}
+
+func manyNames(n int) (paths, names []string) {
+	for i := range n {
+		names = append(names, fmt.Sprintf("f%03d", i))
+		paths = append(paths, "/x/"+names[i])
+	}
+	return paths, names
+}
+
+// sendfile keeps at most sendfileWindow files queued and not yet judged
+// at the daemon: before, it sent every SendFile at once, and a sending
+// daemon held a descriptor for each (issue 20: a directory of more files
+// than RLIMIT_NOFILE had the rest refused, "too many open files").
+func TestSendFilesWindow(t *testing.T) {
+	defer func(w int) { sendfileWindow = w }(sendfileWindow)
+	sendfileWindow = 3
+	most := 0
+	c, bad := fakeSendFiles(t, 10, 3, func(n int) string {
+		most = max(most, n+1)
+		return ""
+	})
+	paths, names := manyNames(10)
+	var out, errs bytes.Buffer
+	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatalf("sendFiles failed: %s", errs.String())
+	}
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	if most != 3 {
+		t.Errorf("the daemon held up to %d files queued and not judged, want 3 (the window)", most)
+	}
+	if got := strings.Count(out.String(), "held by members 1\n"); got != 10 {
+		t.Errorf("%d verdicts printed, want 10:\n%s", got, out.String())
+	}
+}
+
+// A daemon refuses a SendFile beyond its bound on the files queued and
+// not yet judged (daemon.QueuedBoundText): sendfile waits for a verdict
+// and sends that file again, rather than counting it refused. Here the
+// daemon's bound is 2, below the window.
+func TestSendFilesQueuedBound(t *testing.T) {
+	refusals := 0
+	c, bad := fakeSendFiles(t, 8, 0, func(n int) string {
+		if n < 2 {
+			return ""
+		}
+		refusals++
+		return fmt.Sprintf("%d files are %s, its bound (2: ...); send it again after a verdict", n, daemon.QueuedBoundText)
+	})
+	paths, names := manyNames(8)
+	var out, errs bytes.Buffer
+	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatalf("sendFiles failed: %s", errs.String())
+	}
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	for _, n := range names {
+		if !strings.Contains(out.String(), "  "+n+"  10 bytes, held by members 1\n") {
+			t.Errorf("no verdict of %s printed:\n%s", n, out.String())
+		}
+	}
+	if errs.Len() != 0 || refusals == 0 {
+		t.Errorf("stderr %q after %d refusals, want nothing, after some", errs.String(), refusals)
+	}
+}
