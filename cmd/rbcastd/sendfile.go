@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -120,6 +121,10 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
+		if !st.IsDir() && !st.Mode().IsRegular() {
+			// Opening a named pipe waits for a writer: say so first.
+			return nil, nil, nil, fmt.Errorf("%s: not a regular file (%s)", a, fileKind(st.Mode()))
+		}
 		p, given, n, err := filestore.WalkAs([]string{a})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
@@ -136,7 +141,9 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 			if filestore.ResolvedElsewhere(given[i], abs) {
 				show = fmt.Sprintf("%s (resolved: %s)", given[i], abs)
 			}
-			f, err := os.Open(abs)
+			// O_NONBLOCK: should it be a pipe by now, the open does not
+			// wait for a writer (the daemon refuses it).
+			f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("%s: %w", show, unwrapPath(err))
 			}
@@ -145,6 +152,22 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		}
 	}
 	return paths, shown, names, nil
+}
+
+// fileKind names a file's type that is not a regular file's or a
+// directory's.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "of mode " + m.String()
 }
 
 // unwrapPath is a *PathError's cause (the path is said already).
