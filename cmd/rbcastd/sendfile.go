@@ -183,7 +183,7 @@ func unwrapPath(err error) error {
 // and not yet judged: it waits for a verdict before queueing more, so a
 // directory of any number of files does not hold a descriptor each at
 // the daemon at once (a daemon refuses files beyond its own bound,
-// daemon.QueuedBoundText, and sendfile sends such a file again after a
+// daemon.IsQueuedBound, and sendfile sends such a file again after a
 // verdict).
 var sendfileWindow = 256 // sendfileText says so
 
@@ -251,7 +251,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		var le *localapi.Error
 		switch {
-		case errors.As(err, &le) && le.Code == localapi.CodeRefused && strings.Contains(le.Text, daemon.QueuedBoundText):
+		case errors.As(err, &le) && le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, names[i]):
 			// The daemon holds as many files as its descriptors allow:
 			// send this one again once one of ours is judged (or, with
 			// none queued, the files of other clients hold them, a

@@ -133,3 +133,38 @@ func TestSendFilesQueuedBound(t *testing.T) {
 		t.Errorf("stderr %q after %d refusals, want nothing, after some", errs.String(), refusals)
 	}
 }
+
+// Only the refusal for the daemon's bound is sent again: a refusal for
+// another reason whose text holds daemon.QueuedBoundText (the file's
+// name or path does) is said once and counted refused. Before, sendfile
+// took it for the bound and, with none of its files queued, sent the
+// file again every second, for ever.
+func TestSendFilesBoundTextElsewhere(t *testing.T) {
+	name := "dir/" + daemon.QueuedBoundText
+	tries := 0
+	c, bad := fakeSendFiles(t, 1, 0, func(int) string {
+		tries++
+		return "filestore: open /x/" + name + ": permission denied"
+	})
+	var out, errs bytes.Buffer
+	done := make(chan bool, 1)
+	go func() {
+		done <- sendFiles(c, nil, 0, []string{"/x/" + name}, []string{name}, []string{name}, &out, &errs, nil)
+	}()
+	select {
+	case ok := <-done:
+		if ok {
+			t.Fatal("sendFiles succeeded with the file refused")
+		}
+	case <-time.After(10 * time.Second):
+		c.Close()
+		t.Fatal("sendFiles still sending the file again after 10 s")
+	}
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	if want := "rbcastd sendfile: " + name + ": refused: filestore: open /x/" + name + ": permission denied\n"; errs.String() != want || tries != 1 {
+		t.Errorf("stderr %q after %d SendFiles, want %q after 1", errs.String(), tries, want)
+	}
+}
