@@ -215,6 +215,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		return nil
 	}
 	lost := func(err error, unsent int) bool {
+		prog.clear()
 		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
 		for _, q := range queued {
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
@@ -231,6 +232,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
+			prog.clear()
 			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
 			return false
 		}
@@ -263,16 +265,19 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
+			prog.clear() // the progress lines drawn, so they do not stand over it
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
 			ok = false
 			i++
 			continue
 		case err != nil:
+			prog.clear()
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
 			return false
 		}
 		q, isQ := m.(*localapi.FileQueued)
 		if !isQ {
+			prog.clear()
 			fmt.Fprintf(stderr, "rbcastd sendfile: the daemon answered SendFile with %v\n", m.Type())
 			return false
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,29 @@ func TestSendFilesBoundTextElsewhere(t *testing.T) {
 	}
 	if want := "rbcastd sendfile: " + name + ": refused: filestore: open /x/" + name + ": permission denied\n"; errs.String() != want || tries != 1 {
 		t.Errorf("stderr %q after %d SendFiles, want %q after 1", errs.String(), tries, want)
+	}
+}
+
+// On a terminal, sendfile erases the progress lines drawn before it
+// says a file was refused: before, the refusal went below them, and the
+// next redraw (or the end) erased as many lines up from there, the
+// refusal with them, leaving a progress line standing.
+func TestSendFilesRefusalBelowProgress(t *testing.T) {
+	c, bad := fakeSendFiles(t, 1, 0, func(int) string { return "filestore: open /x/f000: permission denied" })
+	var errs bytes.Buffer
+	errs.WriteString("f000: sending\n  member 1: ...\n")
+	prog := &fileProgress{sf: &socketFlags{socket: filepath.Join(t.TempDir(), "none")}, w: &errs, ids: make(chan [2]int64, 8), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{}), lines: 2}
+	go prog.run()
+	paths, names := manyNames(1)
+	var out bytes.Buffer
+	ok := sendFiles(c, nil, 0, paths, paths, names, &out, &errs, prog)
+	prog.stop()
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	const erase = "\x1b[1A\x1b[2K"
+	if want := "f000: sending\n  member 1: ...\n" + erase + erase + "rbcastd sendfile: /x/f000: refused: filestore: open /x/f000: permission denied\n"; ok || errs.String() != want {
+		t.Errorf("sendFiles = %v, the terminal got %q, want false, %q", ok, errs.String(), want)
 	}
 }
