@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -214,16 +216,22 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		return nil
 	}
-	lost := func(err error, unsent int) bool {
-		prog.clear()
-		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
-		for _, q := range queued {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
+	// unjudged names the files queued whose verdicts will not come, and
+	// counts those not sent.
+	unjudged := func(unsent int) bool {
+		ids := slices.Sorted(maps.Keys(queued))
+		for _, id := range ids {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
 		}
 		if unsent > 0 {
 			fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
 		}
 		return false
+	}
+	lost := func(err error, unsent int) bool {
+		prog.clear()
+		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
+		return unjudged(unsent)
 	}
 	for i := 0; i < len(paths); {
 		if len(queued) >= sendfileWindow {
@@ -233,8 +241,8 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
 			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
-			return false
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
+			return unjudged(len(paths) - i - 1)
 		}
 		// The answer is FileQueued (or a refusal); verdicts of files
 		// queued before may come first, once a file passes faster than
@@ -273,13 +281,13 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		case err != nil:
 			prog.clear()
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return false
+			return unjudged(len(paths) - i - 1)
 		}
 		q, isQ := m.(*localapi.FileQueued)
 		if !isQ {
 			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: the daemon answered SendFile with %v\n", m.Type())
-			return false
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: the daemon answered SendFile with %v\n", shown[i], m.Type())
+			return unjudged(len(paths) - i - 1)
 		}
 		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
 		prog.add(q.ID)

@@ -193,3 +193,24 @@ func TestSendFilesRefusalBelowProgress(t *testing.T) {
 		t.Errorf("sendFiles = %v, the terminal got %q, want false, %q", ok, errs.String(), want)
 	}
 }
+
+// A daemon gone while sendfile waits for the answer to a SendFile: the
+// files queued before, whose verdicts will not come, are named, and the
+// files not sent counted, as when it goes while sendfile waits for a
+// verdict. Before, only the file being sent was named.
+func TestSendFilesGoneNamesQueued(t *testing.T) {
+	c := fakeDaemon(t, func(c *net.UnixConn) {
+		buf := make([]byte, 1<<16)
+		c.Read(buf)
+		c.Write((&localapi.FileQueued{ID: 1, Size: 10, Name: "f000"}).Append(nil))
+		c.Read(buf) // the second SendFile: gone before it answers
+	})
+	paths, names := manyNames(3)
+	var out, errs bytes.Buffer
+	if sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatal("sendFiles succeeded with the daemon gone")
+	}
+	if !strings.HasPrefix(errs.String(), "rbcastd sendfile: /x/f001: ") || !strings.HasSuffix(errs.String(), "\nrbcastd sendfile: f000: no verdict\nrbcastd sendfile: 1 files not sent\n") {
+		t.Errorf("stderr %q, want /x/f001's error, f000 without its verdict, 1 file not sent", errs.String())
+	}
+}
