@@ -189,6 +189,10 @@ func unwrapPath(err error) error {
 // verdict).
 var sendfileWindow = 256 // sendfileText says so
 
+// resendPause waits before sending again a file refused for the daemon's
+// bound while none of the client's files is queued there (tests count).
+var resendPause = time.Sleep
+
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
 func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
@@ -249,6 +253,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		// the next is opened (a directory of small files).
 		var m localapi.Message
 		var err error
+		before := len(queued)
 		for {
 			c.SetDeadline(time.Now().Add(5 * time.Minute)) // a version 2 daemon hashes the file first
 			m, err = c.Read()
@@ -263,11 +268,14 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		switch {
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, names[i]):
 			// The daemon holds as many files as its descriptors allow:
-			// send this one again once one of ours is judged (or, with
-			// none queued, the files of other clients hold them, a
-			// while later).
+			// send this one again once one of ours is judged (at once
+			// if one was since the SendFile; or, with none queued, the
+			// files of other clients hold them, a while later).
+			if len(queued) < before {
+				continue
+			}
 			if len(queued) == 0 {
-				time.Sleep(time.Second)
+				resendPause(time.Second)
 			} else if err := verdict(); err != nil {
 				return lost(err, len(paths)-i)
 			}

@@ -214,3 +214,35 @@ func TestSendFilesGoneNamesQueued(t *testing.T) {
 		t.Errorf("stderr %q, want /x/f001's error, f000 without its verdict, 1 file not sent", errs.String())
 	}
 }
+
+// A verdict of one of sendfile's files that comes between a SendFile and
+// the daemon's refusal of it for its bound freed a place: sendfile sends
+// the file again at once. Before, it counted only verdicts after the
+// refusal: with none of its files left queued it paused a second, and
+// with some it waited for one more verdict.
+func TestSendFilesBoundVerdictBeforeRefusal(t *testing.T) {
+	defer func(p func(time.Duration)) { resendPause = p }(resendPause)
+	pauses := 0
+	resendPause = func(time.Duration) { pauses++ }
+	c := fakeDaemon(t, func(c *net.UnixConn) {
+		buf := make([]byte, 1<<16)
+		write := func(m interface{ Append([]byte) []byte }) { c.Write(m.Append(nil)) }
+		c.Read(buf)
+		write(&localapi.FileQueued{ID: 1, Size: 10, Name: "f000"})
+		c.Read(buf)
+		write(&localapi.FileVerdict{ID: 1, Done: []uint16{1}})
+		write(&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile f001: 1 files are " + daemon.QueuedBoundText + ", its bound (1: ...); send it again after a verdict"})
+		c.Read(buf)
+		write(&localapi.FileQueued{ID: 2, Size: 10, Name: "f001"})
+		write(&localapi.FileVerdict{ID: 2, Done: []uint16{1}})
+		c.Read(buf)
+	})
+	paths, names := manyNames(2)
+	var out, errs bytes.Buffer
+	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatalf("sendFiles failed: %s", errs.String())
+	}
+	if got := strings.Count(out.String(), "held by members 1\n"); got != 2 || pauses != 0 {
+		t.Errorf("%d verdicts printed after %d pauses, want 2 after none:\n%s", got, pauses, out.String())
+	}
+}
