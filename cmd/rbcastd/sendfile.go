@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -120,6 +123,10 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
 		}
+		if !st.IsDir() && !st.Mode().IsRegular() {
+			// Opening a named pipe waits for a writer: say so first.
+			return nil, nil, nil, fmt.Errorf("%s: not a regular file (%s)", a, fileKind(st.Mode()))
+		}
 		p, given, n, err := filestore.WalkAs([]string{a})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
@@ -136,7 +143,9 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 			if filestore.ResolvedElsewhere(given[i], abs) {
 				show = fmt.Sprintf("%s (resolved: %s)", given[i], abs)
 			}
-			f, err := os.Open(abs)
+			// O_NONBLOCK: should it be a pipe by now, the open does not
+			// wait for a writer (the daemon refuses it).
+			f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("%s: %w", show, unwrapPath(err))
 			}
@@ -145,6 +154,22 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		}
 	}
 	return paths, shown, names, nil
+}
+
+// fileKind names a file's type that is not a regular file's or a
+// directory's.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "of mode " + m.String()
 }
 
 // unwrapPath is a *PathError's cause (the path is said already).
@@ -160,9 +185,13 @@ func unwrapPath(err error) error {
 // and not yet judged: it waits for a verdict before queueing more, so a
 // directory of any number of files does not hold a descriptor each at
 // the daemon at once (a daemon refuses files beyond its own bound,
-// daemon.QueuedBoundText, and sendfile sends such a file again after a
+// daemon.IsQueuedBound, and sendfile sends such a file again after a
 // verdict).
 var sendfileWindow = 256 // sendfileText says so
+
+// resendPause waits before sending again a file refused for the daemon's
+// bound while none of the client's files is queued there (tests count).
+var resendPause = time.Sleep
 
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
@@ -191,15 +220,22 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		return nil
 	}
-	lost := func(err error, unsent int) bool {
-		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
-		for _, q := range queued {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", q.Name)
+	// unjudged names the files queued whose verdicts will not come, and
+	// counts those not sent.
+	unjudged := func(unsent int) bool {
+		ids := slices.Sorted(maps.Keys(queued))
+		for _, id := range ids {
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
 		}
 		if unsent > 0 {
 			fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
 		}
 		return false
+	}
+	lost := func(err error, unsent int) bool {
+		prog.clear()
+		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
+		return unjudged(unsent)
 	}
 	for i := 0; i < len(paths); {
 		if len(queued) >= sendfileWindow {
@@ -208,14 +244,16 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %v\n", err)
-			return false
+			prog.clear()
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
+			return unjudged(len(paths) - i - 1)
 		}
 		// The answer is FileQueued (or a refusal); verdicts of files
 		// queued before may come first, once a file passes faster than
 		// the next is opened (a directory of small files).
 		var m localapi.Message
 		var err error
+		before := len(queued)
 		for {
 			c.SetDeadline(time.Now().Add(5 * time.Minute)) // a version 2 daemon hashes the file first
 			m, err = c.Read()
@@ -228,30 +266,36 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		var le *localapi.Error
 		switch {
-		case errors.As(err, &le) && le.Code == localapi.CodeRefused && strings.Contains(le.Text, daemon.QueuedBoundText):
+		case errors.As(err, &le) && le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, names[i]):
 			// The daemon holds as many files as its descriptors allow:
-			// send this one again once one of ours is judged (or, with
-			// none queued, the files of other clients hold them, a
-			// while later).
+			// send this one again once one of ours is judged (at once
+			// if one was since the SendFile; or, with none queued, the
+			// files of other clients hold them, a while later).
+			if len(queued) < before {
+				continue
+			}
 			if len(queued) == 0 {
-				time.Sleep(time.Second)
+				resendPause(time.Second)
 			} else if err := verdict(); err != nil {
 				return lost(err, len(paths)-i)
 			}
 			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
+			prog.clear() // the progress lines drawn, so they do not stand over it
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
 			ok = false
 			i++
 			continue
 		case err != nil:
+			prog.clear()
 			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return false
+			return unjudged(len(paths) - i - 1)
 		}
 		q, isQ := m.(*localapi.FileQueued)
 		if !isQ {
-			fmt.Fprintf(stderr, "rbcastd sendfile: the daemon answered SendFile with %v\n", m.Type())
-			return false
+			prog.clear()
+			fmt.Fprintf(stderr, "rbcastd sendfile: %s: the daemon answered SendFile with %v\n", shown[i], m.Type())
+			return unjudged(len(paths) - i - 1)
 		}
 		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
 		prog.add(q.ID)

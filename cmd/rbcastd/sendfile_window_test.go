@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,117 @@ func TestSendFilesQueuedBound(t *testing.T) {
 	}
 	if errs.Len() != 0 || refusals == 0 {
 		t.Errorf("stderr %q after %d refusals, want nothing, after some", errs.String(), refusals)
+	}
+}
+
+// Only the refusal for the daemon's bound is sent again: a refusal for
+// another reason whose text holds daemon.QueuedBoundText (the file's
+// name or path does) is said once and counted refused. Before, sendfile
+// took it for the bound and, with none of its files queued, sent the
+// file again every second, for ever.
+func TestSendFilesBoundTextElsewhere(t *testing.T) {
+	name := "dir/" + daemon.QueuedBoundText
+	tries := 0
+	c, bad := fakeSendFiles(t, 1, 0, func(int) string {
+		tries++
+		return "filestore: open /x/" + name + ": permission denied"
+	})
+	var out, errs bytes.Buffer
+	done := make(chan bool, 1)
+	go func() {
+		done <- sendFiles(c, nil, 0, []string{"/x/" + name}, []string{name}, []string{name}, &out, &errs, nil)
+	}()
+	select {
+	case ok := <-done:
+		if ok {
+			t.Fatal("sendFiles succeeded with the file refused")
+		}
+	case <-time.After(10 * time.Second):
+		c.Close()
+		t.Fatal("sendFiles still sending the file again after 10 s")
+	}
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	if want := "rbcastd sendfile: " + name + ": refused: filestore: open /x/" + name + ": permission denied\n"; errs.String() != want || tries != 1 {
+		t.Errorf("stderr %q after %d SendFiles, want %q after 1", errs.String(), tries, want)
+	}
+}
+
+// On a terminal, sendfile erases the progress lines drawn before it
+// says a file was refused: before, the refusal went below them, and the
+// next redraw (or the end) erased as many lines up from there, the
+// refusal with them, leaving a progress line standing.
+func TestSendFilesRefusalBelowProgress(t *testing.T) {
+	c, bad := fakeSendFiles(t, 1, 0, func(int) string { return "filestore: open /x/f000: permission denied" })
+	var errs bytes.Buffer
+	errs.WriteString("f000: sending\n  member 1: ...\n")
+	prog := &fileProgress{sf: &socketFlags{socket: filepath.Join(t.TempDir(), "none")}, w: &errs, ids: make(chan [2]int64, 8), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{}), lines: 2}
+	go prog.run()
+	paths, names := manyNames(1)
+	var out bytes.Buffer
+	ok := sendFiles(c, nil, 0, paths, paths, names, &out, &errs, prog)
+	prog.stop()
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	const erase = "\x1b[1A\x1b[2K"
+	if want := "f000: sending\n  member 1: ...\n" + erase + erase + "rbcastd sendfile: /x/f000: refused: filestore: open /x/f000: permission denied\n"; ok || errs.String() != want {
+		t.Errorf("sendFiles = %v, the terminal got %q, want false, %q", ok, errs.String(), want)
+	}
+}
+
+// A daemon gone while sendfile waits for the answer to a SendFile: the
+// files queued before, whose verdicts will not come, are named, and the
+// files not sent counted, as when it goes while sendfile waits for a
+// verdict. Before, only the file being sent was named.
+func TestSendFilesGoneNamesQueued(t *testing.T) {
+	c := fakeDaemon(t, func(c *net.UnixConn) {
+		buf := make([]byte, 1<<16)
+		c.Read(buf)
+		c.Write((&localapi.FileQueued{ID: 1, Size: 10, Name: "f000"}).Append(nil))
+		c.Read(buf) // the second SendFile: gone before it answers
+	})
+	paths, names := manyNames(3)
+	var out, errs bytes.Buffer
+	if sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatal("sendFiles succeeded with the daemon gone")
+	}
+	if !strings.HasPrefix(errs.String(), "rbcastd sendfile: /x/f001: ") || !strings.HasSuffix(errs.String(), "\nrbcastd sendfile: f000: no verdict\nrbcastd sendfile: 1 files not sent\n") {
+		t.Errorf("stderr %q, want /x/f001's error, f000 without its verdict, 1 file not sent", errs.String())
+	}
+}
+
+// A verdict of one of sendfile's files that comes between a SendFile and
+// the daemon's refusal of it for its bound freed a place: sendfile sends
+// the file again at once. Before, it counted only verdicts after the
+// refusal: with none of its files left queued it paused a second, and
+// with some it waited for one more verdict.
+func TestSendFilesBoundVerdictBeforeRefusal(t *testing.T) {
+	defer func(p func(time.Duration)) { resendPause = p }(resendPause)
+	pauses := 0
+	resendPause = func(time.Duration) { pauses++ }
+	c := fakeDaemon(t, func(c *net.UnixConn) {
+		buf := make([]byte, 1<<16)
+		write := func(m interface{ Append([]byte) []byte }) { c.Write(m.Append(nil)) }
+		c.Read(buf)
+		write(&localapi.FileQueued{ID: 1, Size: 10, Name: "f000"})
+		c.Read(buf)
+		write(&localapi.FileVerdict{ID: 1, Done: []uint16{1}})
+		write(&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile f001: 1 files are " + daemon.QueuedBoundText + ", its bound (1: ...); send it again after a verdict"})
+		c.Read(buf)
+		write(&localapi.FileQueued{ID: 2, Size: 10, Name: "f001"})
+		write(&localapi.FileVerdict{ID: 2, Done: []uint16{1}})
+		c.Read(buf)
+	})
+	paths, names := manyNames(2)
+	var out, errs bytes.Buffer
+	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
+		t.Fatalf("sendFiles failed: %s", errs.String())
+	}
+	if got := strings.Count(out.String(), "held by members 1\n"); got != 2 || pauses != 0 {
+		t.Errorf("%d verdicts printed after %d pauses, want 2 after none:\n%s", got, pauses, out.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -601,6 +602,27 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 // files queued at a daemon and not yet judged (sendBound): rbcastd
 // sendfile waits for a verdict and sends the file again.
 const QueuedBoundText = "queued at this daemon and not yet judged"
+
+// IsQueuedBound reports whether text, the refusal of a SendFile of the
+// file name, is the refusal for the bound on queued files (sendBound's
+// "sendfile NAME: N files are QueuedBoundText, its bound (...)"), and
+// not another whose text merely holds the phrase (in a name or path).
+func IsQueuedBound(text, name string) bool {
+	rest, ok := strings.CutPrefix(text, "sendfile "+name+": ")
+	if !ok {
+		return false
+	}
+	n, _, ok := strings.Cut(rest, " files are "+QueuedBoundText+", its bound (")
+	if !ok || n == "" {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // queueBound is the most files queued at the daemon and not yet judged,
 // and what it is derived from.

@@ -35,8 +35,31 @@ func TestSendFileQueuedBound(t *testing.T) {
 	const want = "sendfile c: 2 files are queued at this daemon and not yet judged, its bound (2: of its RLIMIT_NOFILE, 258, 64 kept for files still open after their verdict, 128 for files it receives, 64 for the rest); send it again after a verdict (refused)"
 	for range 2 { // the connection goes on
 		c.Write(&localapi.SendFile{Name: "c", Path: p})
-		if e := readErr(t, c); e.Code != localapi.CodeRefused || e.Error() != want {
+		e := readErr(t, c)
+		if e.Code != localapi.CodeRefused || e.Error() != want {
 			t.Fatalf("the third SendFile answered %q, want %q", e.Error(), want)
+		}
+		if !IsQueuedBound(e.Text, "c") { // what rbcastd sendfile sends again
+			t.Fatalf("IsQueuedBound(%q, c) is false", e.Text)
+		}
+	}
+}
+
+// IsQueuedBound tells the bound's refusal from another that holds its
+// phrase in a name or path.
+func TestIsQueuedBound(t *testing.T) {
+	for _, c := range []struct {
+		text, name string
+		want       bool
+	}{
+		{"sendfile c: 2 files are " + QueuedBoundText + ", its bound (2: ...); send it again after a verdict", "c", true},
+		{"sendfile c: 2 files are " + QueuedBoundText + ", its bound (2: ...); send it again after a verdict", "d", false},
+		{"sendfile " + QueuedBoundText + ": filestore: open /x/" + QueuedBoundText + ": permission denied", QueuedBoundText, false},
+		{"sendfile a: 2 files are " + QueuedBoundText + ", its bound (", "a: 2 files are " + QueuedBoundText + ", its bound (", false},
+		{"sendfile c: files are " + QueuedBoundText + ", its bound (2)", "c", false},
+	} {
+		if got := IsQueuedBound(c.text, c.name); got != c.want {
+			t.Errorf("IsQueuedBound(%q, %q) = %v, want %v", c.text, c.name, got, c.want)
 		}
 	}
 }

@@ -974,16 +974,23 @@ func OpenSourceHashLater(path, name string) (*Source, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: the open of a named pipe does not wait for a writer
+	// (it is refused below); a regular file's descriptor is made
+	// blocking again.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("filestore: %w", err)
+		return nil, fmt.Errorf("filestore: %w", &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
 		return nil, fmt.Errorf("filestore: %s is not a regular file", path)
 	}
-	return &Source{Name: name, Size: uint64(st.Size()), File: f}, nil
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("filestore: %s: %w", path, err)
+	}
+	return &Source{Name: name, Size: uint64(st.Size), File: os.NewFile(uintptr(fd), path)}, nil
 }
 
 // Outgoing is the files.Outgoing of s, to the members to (nil: all).
