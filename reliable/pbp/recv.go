@@ -79,6 +79,8 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	}
 	p.lastHeard = c.now
 	if c.removedUs(p, t, v.Seq()) {
+		c.stats.BeyondWindow++
+		c.remove(p, MemberStalled, StalledRemovedUs)
 		return nil
 	}
 	// Receive action 1, first step in every state: apply the piggybacked
@@ -130,8 +132,9 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	return nil
 }
 
-// removedUs removes p if its frame of type t with sequence number seq
-// shows it more than a window past the acknowledgement we last sent it.
+// removedUs reports whether p's frame of type t with sequence number seq
+// shows it more than a window past the acknowledgement we last sent it;
+// Step then removes p. (removedUs inlines: every frame passes it.)
 // A sender that counts us waits for us: its window starts at most at
 // what it knows we acknowledged, which is at most p.turnExp (our frames
 // leave only in a Ready, so nothing acknowledging more than we had
@@ -163,12 +166,7 @@ func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	if t == frame.Leave {
 		end = seq // the next it would have sent
 	}
-	if end-c.turnExpOf(p) <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
-		return false
-	}
-	c.stats.BeyondWindow++
-	c.remove(p, MemberStalled, StalledRemovedUs)
-	return true
+	return end-c.turnExpOf(p) > uint32(c.cfg.Window) && frame.SeqLess(p.knownEnd, end)
 }
 
 // applyAck takes p's acknowledgement of our frames, a (its vector's
