@@ -57,25 +57,26 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		p.holding = false // the hold's bound passed (hold.go)
 		c.unhold(p)
 	}
-	if t == frame.Datagram {
-		p.lastHeard = c.now
-		if p.holding {
-			c.stats.DatagramsDropped++ // not taken while held (hold.go)
+	if t != frame.Data { // Data, the most frames, is tested once
+		switch t {
+		case frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
+		case frame.Datagram:
+			p.lastHeard = c.now
+			if p.holding {
+				c.stats.DatagramsDropped++ // not taken while held (hold.go)
+				return nil
+			}
+			c.onDatagram(p, v)
 			return nil
-		}
-		c.onDatagram(p, v)
-		return nil
-	}
-	switch t {
-	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
-	case frame.ViewRelay:
-		if !c.cfg.Relay {
+		case frame.ViewRelay:
+			if !c.cfg.Relay {
+				c.stats.UnhandledTypes++
+				return fmt.Errorf("%w: %v from member %d (Relay is not set)", ErrFrameType, t, id)
+			}
+		default:
 			c.stats.UnhandledTypes++
-			return fmt.Errorf("%w: %v from member %d (Relay is not set)", ErrFrameType, t, id)
+			return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 		}
-	default:
-		c.stats.UnhandledTypes++
-		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 	}
 	p.lastHeard = c.now
 	if c.removedUs(p, t, v.Seq()) {
