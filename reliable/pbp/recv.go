@@ -13,7 +13,9 @@ import (
 // (findLost). An ordinary Data frame to our MAC (a pair's, Config.Unicast)
 // is no repair: the Retransmit flag tells them apart. A frame that is dropped changes no protocol state; the
 // returned error says why (errors.Is with the Err* values) and the drop
-// is counted. Duplicates are normal, counted, and return nil.
+// is counted. Duplicates are normal, counted, and return nil. A View
+// shorter than a header, which Parse never returns, is refused with
+// frame.ErrShort and not counted.
 //
 // Messages delivered by this frame may alias v: the runtime keeps v's
 // bytes valid until Advance.
@@ -21,6 +23,11 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	c.touch(now)
 	if c.left {
 		return ErrLeft
+	}
+	if len(v) < frame.HeaderLen {
+		// Not from frame.Parse. Also proves to the compiler every
+		// header field read below in bounds: no check at each.
+		return fmt.Errorf("%w: %d bytes, need at least %d", frame.ErrShort, len(v), frame.HeaderLen)
 	}
 	if g := v.Group(); g != c.cfg.Group {
 		c.stats.WrongGroup++
