@@ -47,7 +47,7 @@ func (c *Core) noteAcks(p *peer, v frame.View) (ours uint32, ok bool) {
 		return 0, false
 	}
 	vec := v[h : h+len(row)]
-	if o := uint(int(c.cfg.Self)-int(c.cfg.ackBase)) * e; o+e <= uint(len(vec)) {
+	if o := c.cfg.selfOff; o+e <= uint(len(vec)) {
 		ours, ok = binary.BigEndian.Uint32(vec[o:o+e]), true
 	}
 	if o := uint(p.slot) * e; o+e <= uint(len(row)) {
