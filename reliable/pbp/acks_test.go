@@ -732,3 +732,23 @@ func TestAckMatrixRowWithIDGap(t *testing.T) {
 		t.Errorf("sender: Holds(3, 2) = %d, %v; want 101 (member 3's acks heard)", h, ok)
 	}
 }
+
+// TestCopyVec checks the ack row's copy at every vector length up to 12
+// members: the 16-byte blocks of 4 to 8 members overlap, and must write
+// exactly vec, nothing past it.
+func TestCopyVec(t *testing.T) {
+	for n := 0; n <= 12*frame.AckEntryLen; n += frame.AckEntryLen {
+		vec := make([]byte, n)
+		for i := range vec {
+			vec[i] = byte(i + 1)
+		}
+		buf := bytes.Repeat([]byte{0xee}, n+16)
+		copyVec(buf[:n], vec)
+		if !bytes.Equal(buf[:n], vec) {
+			t.Errorf("%d bytes: row % x, want % x", n, buf[:n], vec)
+		}
+		if want := bytes.Repeat([]byte{0xee}, 16); !bytes.Equal(buf[n:], want) {
+			t.Errorf("%d bytes: wrote past the row: % x", n, buf[n:])
+		}
+	}
+}

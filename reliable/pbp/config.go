@@ -200,6 +200,7 @@ type settings struct {
 	Config
 	ackBase    frame.MemberID
 	span       int    // ack vector entries: max id - min id + 1
+	selfOff    uint   // where our entry starts in an ack vector, in bytes
 	linkMax    int    // largest body a frame can carry at this MTU
 	maxPayload int    // largest message or bundle
 	ringSize   uint32 // reorder rings: a power of two >= Window
@@ -296,6 +297,7 @@ func (c Config) validate() (settings, error) {
 	}
 	s.selfMAC, s.selfInc = c.Members[self].MAC, c.Members[self].Incarnation
 	s.ackBase, s.span = lo, int(hi)-int(lo)+1
+	s.selfOff = uint(int(c.Self)-int(lo)) * frame.AckEntryLen
 
 	if s.Window < 1 || s.Window > MaxWindow {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)

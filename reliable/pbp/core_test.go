@@ -633,6 +633,27 @@ func TestFailureRemovesMemberAndFreesWindow(t *testing.T) {
 	}
 }
 
+// TestStepShortView: a View shorter than a header (not from frame.Parse)
+// is refused with frame.ErrShort and changes nothing; it used to panic
+// reading the header, or pass as another group's frame.
+func TestStepShortView(t *testing.T) {
+	c := newCore(t, testConfig(PBP2, 0, 3))
+	src, v := in{sender: 1, seq: 0, body: data("x")}.view(t)
+	for _, n := range []int{0, 12, frame.HeaderLen - 1} {
+		err := c.Step(t0, src, frame.Broadcast, v[:n])
+		want := fmt.Sprintf("%d bytes, need at least %d", n, frame.HeaderLen)
+		if !errors.Is(err, frame.ErrShort) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%d bytes: %v, want frame.ErrShort with %q", n, err, want)
+		}
+	}
+	if st := c.Counters(); st.Delivered != 0 || st.WrongGroup != 0 {
+		t.Fatalf("%+v", st)
+	}
+	if err := c.Step(t0, src, frame.Broadcast, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCleanLeave(t *testing.T) {
 	c := newCore(t, testConfig(PBP2, 0, 3))
 	c.Propose(t0, []byte("last words"))

@@ -13,7 +13,9 @@ import (
 // (findLost). An ordinary Data frame to our MAC (a pair's, Config.Unicast)
 // is no repair: the Retransmit flag tells them apart. A frame that is dropped changes no protocol state; the
 // returned error says why (errors.Is with the Err* values) and the drop
-// is counted. Duplicates are normal, counted, and return nil.
+// is counted. Duplicates are normal, counted, and return nil. A View
+// shorter than a header, which Parse never returns, is refused with
+// frame.ErrShort and not counted.
 //
 // Messages delivered by this frame may alias v: the runtime keeps v's
 // bytes valid until Advance.
@@ -21,6 +23,11 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	c.touch(now)
 	if c.left {
 		return ErrLeft
+	}
+	if len(v) < frame.HeaderLen {
+		// Not from frame.Parse. Also proves to the compiler every
+		// header field read below in bounds: no check at each.
+		return fmt.Errorf("%w: %d bytes, need at least %d", frame.ErrShort, len(v), frame.HeaderLen)
 	}
 	if g := v.Group(); g != c.cfg.Group {
 		c.stats.WrongGroup++
@@ -57,28 +64,31 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		p.holding = false // the hold's bound passed (hold.go)
 		c.unhold(p)
 	}
-	if t == frame.Datagram {
-		p.lastHeard = c.now
-		if p.holding {
-			c.stats.DatagramsDropped++ // not taken while held (hold.go)
+	if t != frame.Data { // Data, the most frames, is tested once
+		switch t {
+		case frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
+		case frame.Datagram:
+			p.lastHeard = c.now
+			if p.holding {
+				c.stats.DatagramsDropped++ // not taken while held (hold.go)
+				return nil
+			}
+			c.onDatagram(p, v)
 			return nil
-		}
-		c.onDatagram(p, v)
-		return nil
-	}
-	switch t {
-	case frame.Data, frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
-	case frame.ViewRelay:
-		if !c.cfg.Relay {
+		case frame.ViewRelay:
+			if !c.cfg.Relay {
+				c.stats.UnhandledTypes++
+				return fmt.Errorf("%w: %v from member %d (Relay is not set)", ErrFrameType, t, id)
+			}
+		default:
 			c.stats.UnhandledTypes++
-			return fmt.Errorf("%w: %v from member %d (Relay is not set)", ErrFrameType, t, id)
+			return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 		}
-	default:
-		c.stats.UnhandledTypes++
-		return fmt.Errorf("%w: %v from member %d", ErrFrameType, t, id)
 	}
 	p.lastHeard = c.now
 	if c.removedUs(p, t, v.Seq()) {
+		c.stats.BeyondWindow++
+		c.remove(p, MemberStalled, StalledRemovedUs)
 		return nil
 	}
 	// Receive action 1, first step in every state: apply the piggybacked
@@ -130,8 +140,9 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 	return nil
 }
 
-// removedUs removes p if its frame of type t with sequence number seq
-// shows it more than a window past the acknowledgement we last sent it.
+// removedUs reports whether p's frame of type t with sequence number seq
+// shows it more than a window past the acknowledgement we last sent it;
+// Step then removes p. (removedUs inlines: every frame passes it.)
 // A sender that counts us waits for us: its window starts at most at
 // what it knows we acknowledged, which is at most p.turnExp (our frames
 // leave only in a Ready, so nothing acknowledging more than we had
@@ -163,12 +174,7 @@ func (c *Core) removedUs(p *peer, t frame.Type, seq uint32) bool {
 	if t == frame.Leave {
 		end = seq // the next it would have sent
 	}
-	if end-c.turnExpOf(p) <= uint32(c.cfg.Window) || !frame.SeqLess(p.knownEnd, end) {
-		return false
-	}
-	c.stats.BeyondWindow++
-	c.remove(p, MemberStalled, StalledRemovedUs)
-	return true
+	return end-c.turnExpOf(p) > uint32(c.cfg.Window) && frame.SeqLess(p.knownEnd, end)
 }
 
 // applyAck takes p's acknowledgement of our frames, a (its vector's
@@ -260,6 +266,7 @@ func (c *Core) stepRepair(p *peer, v frame.View, repairToUs bool) {
 // answer to one of our Nacks: a sender answers the first Nack for a frame
 // at the asker's MAC, and in a pair every retransmission answers ours).
 func (c *Core) accept(p *peer, v frame.View, repairToUs bool) {
+	_ = v[frame.HeaderLen-1] // Step checked it: one bounds check, not one a field
 	n := v.Seq()
 	switch {
 	case frame.SeqLess(n, p.expected):
