@@ -11,20 +11,16 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/cliflag"
-	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/internal/envprof"
+	"github.com/rbcast/rbcast/internal/exharness"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/orca"
 	"github.com/rbcast/rbcast/orca/orcasim"
@@ -99,14 +95,10 @@ func (o *Options) SetParams(format string, args ...any) {
 }
 
 // Mode names how the command runs.
-func (o *Options) Mode() string {
-	switch {
-	case o.Sim:
-		return "sim"
-	case o.Iface != "":
-		return "host"
-	}
-	return "seq"
+func (o *Options) Mode() string { return exharness.Mode(o.Sim, o.Iface) }
+
+func (o *Options) common() exharness.Common {
+	return exharness.Common{Procs: o.Procs, Sim: o.Sim, Loss: o.Loss, Iface: o.Iface, Rank: o.Rank, Pin: o.Pin}
 }
 
 func (o *Options) config() (orca.Config, error) {
@@ -136,53 +128,26 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err := o.bounds.Check(); err != nil {
 		return err
 	}
-	switch {
-	case o.Procs < 1:
-		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
-	case o.Sim && o.Iface != "":
-		return errors.New("-sim and -iface exclude each other: simulate every rank here, or run one rank per host")
-	case o.Loss < 0 || o.Loss >= 1:
-		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
-	case !o.Sim && o.Iface == "" && o.Procs != 1:
-		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
-	case o.Pin && o.Iface == "":
-		return errors.New("-pin binds a process running one rank: it needs -iface")
-	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
-		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	if err := o.common().CheckMode(); err != nil {
+		return err
+	}
+	if err := o.common().CheckHost(); err != nil {
+		return err
 	}
 	cfg, err := o.config()
 	if err != nil {
 		return err
 	}
-	var want *Result
-	check := func(r Result) string {
-		if !o.Verify || !r.Valid {
-			return ""
-		}
-		if want == nil {
-			w := sequential()
-			want = &w
-		}
-		if r.Checksum != want.Checksum || r.Detail != want.Detail {
-			return fmt.Sprintf(" verify=FAIL(sequential checksum=%016x %s)", want.Checksum, want.Detail)
-		}
-		return " verify=ok"
-	}
+	verifier := exharness.NewVerifier(o.Verify, func() (uint64, string) {
+		w := sequential()
+		return w.Checksum, w.Detail
+	})
 	head := func(rank int) string {
 		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, o.params)
 	}
-	var failed bool
 	report := func(rank int, r Result, st *orca.Stats, extra string) {
-		v := check(r)
-		failed = failed || strings.Contains(v, "FAIL")
-		line := head(rank)
-		if r.Valid {
-			line += fmt.Sprintf(" checksum=%016x", r.Checksum)
-			if r.Detail != "" {
-				line += " " + r.Detail
-			}
-		}
-		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		v := verifier.Check(r.Valid, r.Checksum, r.Detail)
+		line := exharness.Line(head(rank), r.Valid, r.Checksum, r.Detail, r.Solve)
 		if st != nil {
 			line += " " + statsText(st)
 		}
@@ -213,20 +178,10 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		pin, err := envPin()
-		if err != nil {
+		if err := exharness.PinRank(o.Rank, o.Pin); err != nil {
 			return err
 		}
-		if o.Pin || pin {
-			if _, err := cpupin.Pin(o.Rank); err != nil {
-				return err
-			}
-		}
-		spin := o.Spin
-		if spin == 0 {
-			spin = -1 // -spin 0: never (ring.Config's 0 is its default)
-		}
-		l, err := ring.Open(o.Iface, ring.Config{RxSpin: spin})
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: exharness.RxSpin(o.Spin)})
 		if err != nil {
 			return err
 		}
@@ -235,14 +190,14 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		// member id, and ranks follow member ids.
 		cfg.Group.Group = uint32(o.Group)
 		cfg.Group.Size, cfg.Group.Server, cfg.Group.RequestID = o.Procs, o.Rank == 0, frame.MemberID(o.Rank)
-		cfg.Group.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Group.Logger = exharness.WarnLogger()
 		n, err := orca.Join(ctx, l, cfg)
 		if err != nil {
 			return fmt.Errorf("joining group %d on %s: %w", o.Group, o.Iface, err)
 		}
 		if n.Rank() != o.Rank {
 			n.Close()
-			return fmt.Errorf("asked for rank %d, registration gave rank %d (is another process using -rank %d?)", o.Rank, n.Rank(), o.Rank)
+			return exharness.WrongRank(o.Rank, n.Rank())
 		}
 		stopTrace, err := envprof.Trace("ORCA_TRACE", n.Rank())
 		if err != nil {
@@ -275,10 +230,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			report(n.Rank(), r, &st, "")
 		}
 	}
-	if failed {
-		return errors.New("verify: the parallel result differs from the sequential one")
-	}
-	return nil
+	return verifier.Err()
 }
 
 // statsText is the report's traffic part: Orca messages and bytes sent,
@@ -300,17 +252,13 @@ type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, paralle
 // Main runs the command with os.Args and exits 1 if it failed, 2 on a
 // flag error, 0 after -h.
 func Main(name string, setup Setup) {
-	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
-	if errors.Is(err, errUsage) {
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(1)
-	}
+	exharness.Main(name, func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) })
 }
 
-var errUsage = errors.New("usage")
+// errUsage is the error of a flag error or a stray argument.
+var errUsage = exharness.ErrUsage
+
+const envHelp = "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n  ORCA_CPUPROFILE=P  with -iface: write a CPU profile of the rank's program to P.<rank>\n"
 
 // RunArgs parses args with the shared flags and setup's, then runs the
 // command, reporting on stdout.
@@ -319,20 +267,8 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	o := Flags(fs)
 	o.Stdout = stdout
 	seq, par := setup(fs, o)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n  ORCA_CPUPROFILE=P  with -iface: write a CPU profile of the rank's program to P.<rank>\n")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
-		return errUsage
+	if run, err := exharness.Parse(fs, name, args, envHelp); !run {
+		return err
 	}
 	return o.Run(name, seq, par)
 }
@@ -341,9 +277,7 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 // returns how many report lines say verify=ok, with the output for
 // messages; it is what the commands' tests check.
 func Verified(name string, setup Setup, args ...string) (ok int, output string, err error) {
-	var out strings.Builder
-	err = RunArgs(name, setup, args, &out)
-	return strings.Count(out.String(), " verify=ok"), out.String(), err
+	return exharness.Verified(func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) }, args)
 }
 
 // completed runs program, then waits at a barrier until every rank has
@@ -397,18 +331,4 @@ func (b *Barrier) Wait(ctx context.Context) error {
 	}
 	_, err := reached.Call(ctx, b.obj, b.round*int64(b.n.Size()))
 	return err
-}
-
-// envPin reads DSM_PIN, which asks for -pin from the environment (set
-// where bench/mpi/compare or netns-bdsm is started).
-func envPin() (bool, error) {
-	v := os.Getenv("DSM_PIN")
-	if v == "" {
-		return false, nil
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("DSM_PIN=%q: want 1 or true to pin each rank to a CPU, 0 or false not to", v)
-	}
-	return on, nil
 }
