@@ -35,19 +35,39 @@ func Mode(sim bool, iface string) string {
 	return "seq"
 }
 
-// Common are the flags both harnesses check alike.
+// Common are the flags both harnesses share. Flags registers those whose
+// text is the same in both; each harness registers -rank and -pin (its
+// own help) into Rank and Pin.
 type Common struct {
-	Procs int
-	Sim   bool
-	Loss  float64
-	Iface string
-	Rank  int
-	Pin   bool
+	Procs   int
+	Sim     bool
+	Loss    float64
+	SimSeed uint64
+	Iface   string
+	Rank    int
+	Pin     bool
+	Verify  bool
+	Timeout time.Duration
+	Spin    time.Duration
+}
+
+// Flags registers -procs, -sim, -loss, -simseed, -iface, -verify,
+// -timeout and -spin on fs; spin is -spin's default (ring.DefaultRxSpin:
+// this package opens no link).
+func (c *Common) Flags(fs *flag.FlagSet, spin time.Duration) {
+	fs.IntVar(&c.Procs, "procs", 1, "number of processes (ranks)")
+	fs.BoolVar(&c.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
+	fs.Float64Var(&c.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
+	fs.Uint64Var(&c.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
+	fs.StringVar(&c.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
+	fs.BoolVar(&c.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
+	fs.DurationVar(&c.Spin, "spin", spin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 }
 
 // CheckMode refuses a -procs, -sim, -iface and -loss that do not make a
 // run.
-func (c Common) CheckMode() error {
+func (c *Common) CheckMode() error {
 	switch {
 	case c.Procs < 1:
 		return fmt.Errorf("-procs is %d, want at least 1", c.Procs)
@@ -63,7 +83,7 @@ func (c Common) CheckMode() error {
 
 // CheckHost refuses -pin without -iface, and -iface without a -rank among
 // -procs.
-func (c Common) CheckHost() error {
+func (c *Common) CheckHost() error {
 	switch {
 	case c.Pin && c.Iface == "":
 		return errors.New("-pin binds a process running one rank: it needs -iface")

@@ -53,20 +53,13 @@ type Program func(ctx context.Context, n *dsm.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs    int
-	Sim      bool
-	Loss     float64
-	SimSeed  uint64
-	Iface    string
-	Rank     int
+	// Common are -procs, -sim, -loss, -simseed, -iface, -rank, -pin,
+	// -verify, -timeout and -spin.
+	exharness.Common
 	Group    uint
 	Window   int
 	Unbuf    bool
 	NoExpect bool // barriers without Group.Expect hints (dsm.Config.NoExpect)
-	Verify   bool
-	Timeout  time.Duration
-	Spin     time.Duration
-	Pin      bool
 	// GOMAXPROCS (with -iface) is the process's GOMAXPROCS, 0 for Go's
 	// default; $GOMAXPROCS wins unless -gomaxprocs is given. A program
 	// whose rank computes for microseconds between node calls sets 1 as
@@ -95,23 +88,16 @@ type Options struct {
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
 	o := &Options{Stdout: os.Stdout, fs: fs}
-	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
-	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
-	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
-	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
-	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
 	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server")
 	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
 	fs.BoolVar(&o.NoExpect, "noexpect", false, "barriers do not hint the group which members they wait for (dsm.Config.NoExpect), for comparisons")
-	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
-	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.ChannelBarriers, "channel-barriers", false, "with -channels: the loop's barriers are channel barriers, which wait only for the ranks sharing a segment and send no frame on the global group (dsm.Node.ChannelBarrier)")
 	fs.BoolVar(&o.Channels, "channels", false, "channel mode: each rank joins only the segments it needs, each segment a reliable group of its own among its ranks (dsm.Config.Channels; thesis §7.2)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "with -iface: the process's GOMAXPROCS (0: Go's default, one per CPU); $GOMAXPROCS wins unless this flag is given")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
+	o.Common.Flags(fs, ring.DefaultRxSpin)
 	return o
 }
 
@@ -164,10 +150,6 @@ func (o *Options) SetParams(format string, args ...any) {
 // Mode names how the command runs.
 func (o *Options) Mode() string { return exharness.Mode(o.Sim, o.Iface) }
 
-func (o *Options) common() exharness.Common {
-	return exharness.Common{Procs: o.Procs, Sim: o.Sim, Loss: o.Loss, Iface: o.Iface, Rank: o.Rank, Pin: o.Pin}
-}
-
 // Bound declares that the program's flag -name, read into v, must lie in
 // lo..hi (why: what limits it, for the error); Run refuses any other
 // value before it computes anything, rather than let a slice of a negative
@@ -183,13 +165,13 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err := o.bounds.Check(); err != nil {
 		return err
 	}
-	if err := o.common().CheckMode(); err != nil {
+	if err := o.CheckMode(); err != nil {
 		return err
 	}
 	if o.GOMAXPROCS < 0 {
 		return fmt.Errorf("-gomaxprocs is %d, want 0 (Go's default) or more", o.GOMAXPROCS)
 	}
-	if err := o.common().CheckHost(); err != nil {
+	if err := o.CheckHost(); err != nil {
 		return err
 	}
 	switch {

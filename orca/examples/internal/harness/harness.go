@@ -48,19 +48,12 @@ type Program func(ctx context.Context, n *orca.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs    int
-	Sim      bool
-	Loss     float64
-	SimSeed  uint64
-	Iface    string
-	Rank     int
+	// Common are -procs, -sim, -loss, -simseed, -iface, -rank, -pin,
+	// -verify, -timeout and -spin.
+	exharness.Common
 	Group    uint
 	Window   int
 	Safe     string
-	Verify   bool
-	Timeout  time.Duration
-	Spin     time.Duration
-	Pin      bool
 	MaxWrite int
 	params   string
 	// Stdout receives the report lines (os.Stdout from Flags).
@@ -72,20 +65,13 @@ type Options struct {
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
 	o := &Options{Stdout: os.Stdout}
-	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
-	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
-	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
-	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
-	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
 	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server and first sequencer")
 	fs.UintVar(&o.Group, "group", 78, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "total order's window: requests in flight per member (0: the default)")
 	fs.StringVar(&o.Safe, "safe", "majority", "when the total order delivers: majority (a majority holds a message; survives the sequencer's crash) or sequencer (as soon as it is numbered; faster)")
-	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
-	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use (also when the environment sets DSM_PIN=1 or true)")
 	fs.IntVar(&o.MaxWrite, "maxwrite", 64<<20, "largest write, in bytes (orca.Config.MaxWrite); every rank must use the same")
+	o.Common.Flags(fs, ring.DefaultRxSpin)
 	return o
 }
 
@@ -96,10 +82,6 @@ func (o *Options) SetParams(format string, args ...any) {
 
 // Mode names how the command runs.
 func (o *Options) Mode() string { return exharness.Mode(o.Sim, o.Iface) }
-
-func (o *Options) common() exharness.Common {
-	return exharness.Common{Procs: o.Procs, Sim: o.Sim, Loss: o.Loss, Iface: o.Iface, Rank: o.Rank, Pin: o.Pin}
-}
 
 func (o *Options) config() (orca.Config, error) {
 	gc := reliable.Config{Window: o.Window}
@@ -128,10 +110,10 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err := o.bounds.Check(); err != nil {
 		return err
 	}
-	if err := o.common().CheckMode(); err != nil {
+	if err := o.CheckMode(); err != nil {
 		return err
 	}
-	if err := o.common().CheckHost(); err != nil {
+	if err := o.CheckHost(); err != nil {
 		return err
 	}
 	cfg, err := o.config()
