@@ -2,6 +2,7 @@ package dsm_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -44,6 +45,20 @@ func TestNetnsBDSM(t *testing.T) {
 		}
 		t.Cleanup(func() { links[i].Close() })
 	}
+	runNetnsBDSM(t, links, 0xd5, "3 members", func(i int, st dsm.Stats) string {
+		return fmt.Sprintf("host %d (loss %+v): %d messages, %d bytes sent; %d locations applied; retransmitted %d, nacks sent %d",
+			i, loss[i], st.Messages, st.Bytes, st.Applied, st.Group.Protocol.Retransmitted, st.Group.Protocol.RepairRequests)
+	})
+}
+
+// runNetnsBDSM joins one node per link as group id group, host 0 the
+// registration server, runs the sequential-consistency program (20 phases)
+// and the lock program (10 rounds of 300 writes) on all of them, logs how
+// long that took after what, then logs describe's line for each host and
+// fails on any bad message. The namespaces' tests differ only in links,
+// loss and what they log per host.
+func runNetnsBDSM(t *testing.T, links []link.Link, group uint32, what string, describe func(i int, st dsm.Stats) string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	nodes := make([]*dsm.Node, len(links))
@@ -53,7 +68,7 @@ func TestNetnsBDSM(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = dsm.Join(ctx, l, dsm.Config{Group: reliable.Config{Group: 0xd5, Size: len(links), Server: i == 0,
+			nodes[i], errs[i] = dsm.Join(ctx, l, dsm.Config{Group: reliable.Config{Group: group, Size: len(links), Server: i == 0,
 				Logger: slog.New(slog.DiscardHandler)}})
 		}()
 	}
@@ -70,11 +85,10 @@ func TestNetnsBDSM(t *testing.T) {
 		}
 		return barrierProgram(10, 300)(n)
 	})
-	t.Logf("3 members, 20 phases of the SC program and 10 rounds of 300 writes each in %v", time.Since(start))
+	t.Logf("%s, 20 phases of the SC program and 10 rounds of 300 writes each in %v", what, time.Since(start))
 	for i, n := range nodes {
 		st := n.Stats()
-		t.Logf("host %d (loss %+v): %d messages, %d bytes sent; %d locations applied; retransmitted %d, nacks sent %d",
-			i, loss[i], st.Messages, st.Bytes, st.Applied, st.Group.Protocol.Retransmitted, st.Group.Protocol.RepairRequests)
+		t.Log(describe(i, st))
 		if st.BadMessages != 0 {
 			t.Errorf("host %d: %d bad messages", i, st.BadMessages)
 		}

@@ -1,18 +1,14 @@
 package dsm_test
 
 import (
-	"context"
-	"log/slog"
+	"fmt"
 	"net/netip"
 	"os/exec"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/udp"
-	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -47,39 +43,8 @@ func TestNetnsBDSMOverUDP(t *testing.T) {
 		}
 		t.Cleanup(func() { links[i].Close() })
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	nodes := make([]*dsm.Node, len(links))
-	errs := make([]error, len(links))
-	var wg sync.WaitGroup
-	for i, l := range links {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[i], errs[i] = dsm.Join(ctx, l, dsm.Config{Group: reliable.Config{Group: 0xd6, Size: len(links), Server: i == 0,
-				Logger: slog.New(slog.DiscardHandler)}})
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("host %d: Join: %v", i, err)
-		}
-	}
-	start := time.Now()
-	runLive(t, nodes, func(n *dsm.Node) error {
-		if err := scProgram(20)(n); err != nil {
-			return err
-		}
-		return barrierProgram(10, 300)(n)
-	})
-	t.Logf("3 members over UDP multicast across a router, 20 phases of the SC program and 10 rounds of 300 writes each in %v", time.Since(start))
-	for i, n := range nodes {
-		st := n.Stats()
-		t.Logf("host %d (segment %d): %d messages, %d bytes sent; retransmitted %d, nacks sent %d; link %+v",
+	runNetnsBDSM(t, links, 0xd6, "3 members over UDP multicast across a router", func(i int, st dsm.Stats) string {
+		return fmt.Sprintf("host %d (segment %d): %d messages, %d bytes sent; retransmitted %d, nacks sent %d; link %+v",
 			i, topo.Hosts[i].Segment, st.Messages, st.Bytes, st.Group.Protocol.Retransmitted, st.Group.Protocol.RepairRequests, links[i].(*udp.Link).Counters())
-		if st.BadMessages != 0 {
-			t.Errorf("host %d: %d bad messages", i, st.BadMessages)
-		}
-	}
+	})
 }

@@ -325,23 +325,14 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 		fmt.Fprintf(stderr, "pcap-replay check: -storm-count %d and -storm-window %v must be positive\n", *count, *window)
 		return exitError
 	}
-	if *group != "" {
-		g, err := strconv.ParseUint(*group, 0, 32)
-		if err != nil {
-			fmt.Fprintf(stderr, "pcap-replay check: -group %q: want a 32-bit group id\n", *group)
-			return exitError
-		}
-		g32 := uint32(g)
-		opts.Group = &g32
+	var err error
+	if opts.Group, err = optUint32("group", *group, "group id"); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay check: %v\n", err)
+		return exitError
 	}
-	if *filesGroup != "" {
-		g, err := strconv.ParseUint(*filesGroup, 0, 32)
-		if err != nil {
-			fmt.Fprintf(stderr, "pcap-replay check: -files-group %q: want a 32-bit group id\n", *filesGroup)
-			return exitError
-		}
-		g32 := uint32(g)
-		opts.FilesGroup = &g32
+	if opts.FilesGroup, err = optUint32("files-group", *filesGroup, "group id"); err != nil {
+		fmt.Fprintf(stderr, "pcap-replay check: %v\n", err)
+		return exitError
 	}
 	capt, ok := c.readKeyed("check", files, stdout, stderr)
 	if !ok {
@@ -456,38 +447,23 @@ as the group's reliable.PCODEConfig.`, stderr)
 	opts := replay.SimOptions{Node: frame.MemberID(*node), Iface: *iface, Window: *window, MTU: *mtu, MaxPayload: *maxPayload,
 		AckDelay: *ackDelay, ResendTimeout: *resend, NackTimeout: *nack,
 		HeartbeatInterval: *hb, FailureTimeout: *fail, BundleDelay: *bundle}
-	if *initial > 0xffffffff {
-		return fail2("-initial-seq %d does not fit 32 bits", *initial)
+	var err error
+	if opts.InitialSeq, err = flagUint32("initial-seq", *initial); err != nil {
+		return fail2("%v", err)
 	}
-	opts.InitialSeq = uint32(*initial)
-	switch strings.ToLower(*protocol) {
-	case "auto":
-		opts.Protocol = replay.ProtocolAuto
-	case "pbp":
-		opts.Protocol = replay.ProtocolPBP
-	case "seq":
-		opts.Protocol = replay.ProtocolSeq
-	case "views":
-		opts.Protocol = replay.ProtocolViews
-	case "pcode":
-		opts.Protocol = replay.ProtocolPCODE
-	default:
-		return fail2("-protocol %q: want auto, pbp, seq, views or pcode", *protocol)
+	if opts.Protocol, err = pick("protocol", *protocol, []choice[replay.Protocol]{{"auto", replay.ProtocolAuto},
+		{"pbp", replay.ProtocolPBP}, {"seq", replay.ProtocolSeq}, {"views", replay.ProtocolViews}, {"pcode", replay.ProtocolPCODE}}); err != nil {
+		return fail2("%v", err)
 	}
 	opts.EarlyBuffer, opts.FlowWindow, opts.StatusWindow = *earlyBuffer, *flowWindow, *statusWindow
 	opts.InitialRTT, opts.MinTimer, opts.MaxTimer = *initialRTT, *minTimer, *maxTimer
-	if *incarnation > 0xffffffff {
-		return fail2("-incarnation %d does not fit 32 bits", *incarnation)
+	if opts.Incarnation, err = flagUint32("incarnation", *incarnation); err != nil {
+		return fail2("%v", err)
 	}
-	opts.Incarnation = uint32(*incarnation)
-	switch strings.ToLower(*order) {
-	case "":
-	case "fifo":
-		opts.ViewOrder = replay.ViewFIFO
-	case "total":
-		opts.ViewOrder = replay.ViewAgreed
-	default:
-		return fail2("-order %q: want fifo or total", *order)
+	if *order != "" {
+		if opts.ViewOrder, err = pick("order", *order, []choice[replay.ViewOrder]{{"fifo", replay.ViewFIFO}, {"total", replay.ViewAgreed}}); err != nil {
+			return fail2("%v", err)
+		}
 	}
 	switch strings.ToLower(*level) {
 	case "":
@@ -512,45 +488,24 @@ as the group's reliable.PCODEConfig.`, stderr)
 		return fail2("-join-retry %v: want > 0 (0: the default)", *joinRetry)
 	}
 	opts.Found, opts.MaxMembers, opts.JoinRetry = *found, *maxMembers, *joinRetry
-	switch strings.ToLower(*method) {
-	case "hybrid":
-		opts.Method = reliable.Hybrid
-	case "method1":
-		opts.Method = reliable.Method1
-	case "method2":
-		opts.Method = reliable.Method2
-	default:
-		return fail2("-method %q: want hybrid, method1 or method2", *method)
+	if opts.Method, err = pick("method", *method, []choice[reliable.Method]{{"hybrid", reliable.Hybrid},
+		{"method1", reliable.Method1}, {"method2", reliable.Method2}}); err != nil {
+		return fail2("%v", err)
 	}
 	opts.Threshold, opts.History, opts.Quorum = *threshold, *history, *quorum
-	switch strings.ToLower(*resilience) {
-	case "majority":
-		opts.Resilience = reliable.SafeMajority
-	case "sequencer":
-		opts.Resilience = reliable.SafeSequencer
-	default:
-		return fail2("-resilience %q: want majority or sequencer", *resilience)
+	if opts.Resilience, err = pick("resilience", *resilience, []choice[reliable.Resilience]{{"majority", reliable.SafeMajority},
+		{"sequencer", reliable.SafeSequencer}}); err != nil {
+		return fail2("%v", err)
 	}
 	opts.ElectionRetry = *electionRetry
-	if *initialEpoch > 0xffffffff {
-		return fail2("-initial-epoch %d does not fit 32 bits", *initialEpoch)
+	if opts.InitialEpoch, err = flagUint32("initial-epoch", *initialEpoch); err != nil {
+		return fail2("%v", err)
 	}
-	opts.InitialEpoch = uint32(*initialEpoch)
-	if *initialGlobal != "" {
-		g, err := strconv.ParseUint(*initialGlobal, 0, 32)
-		if err != nil {
-			return fail2("-initial-global %q: want a 32-bit number", *initialGlobal)
-		}
-		g32 := uint32(g)
-		opts.InitialGlobal = &g32
+	if opts.InitialGlobal, err = optUint32("initial-global", *initialGlobal, "number"); err != nil {
+		return fail2("%v", err)
 	}
-	switch strings.ToLower(*mode) {
-	case "pbp2":
-		opts.Mode = reliable.PBP2
-	case "pbp1":
-		opts.Mode = reliable.PBP1
-	default:
-		return fail2("-mode %q: want pbp2 or pbp1", *mode)
+	if opts.Mode, err = pick("mode", *mode, []choice[reliable.Mode]{{"pbp2", reliable.PBP2}, {"pbp1", reliable.PBP1}}); err != nil {
+		return fail2("%v", err)
 	}
 	if *members != "" {
 		ms, err := replay.ParseMembers(*members)
@@ -559,13 +514,8 @@ as the group's reliable.PCODEConfig.`, stderr)
 		}
 		opts.Members = ms
 	}
-	if *group != "" {
-		g, err := strconv.ParseUint(*group, 0, 32)
-		if err != nil {
-			return fail2("-group %q: want a 32-bit group id", *group)
-		}
-		g32 := uint32(g)
-		opts.Group = &g32
+	if opts.Group, err = optUint32("group", *group, "group id"); err != nil {
+		return fail2("%v", err)
 	}
 	if *start != "" {
 		t, err := time.Parse(time.RFC3339Nano, *start)
@@ -574,8 +524,7 @@ as the group's reliable.PCODEConfig.`, stderr)
 		}
 		opts.Start = t
 	}
-	et, err := strconv.ParseUint(c.etherType, 0, 16)
-	if err == nil {
+	if et, err := strconv.ParseUint(c.etherType, 0, 16); err == nil {
 		opts.EtherType = uint16(et)
 	}
 	authOut := stdout
@@ -658,4 +607,52 @@ source MAC included. Progress goes to stderr about once a second.`, stderr)
 	}
 	fmt.Fprintf(stdout, "%d frames sent on %s\n", n, *ifname)
 	return exitOK
+}
+
+// choice is one value a flag may name.
+type choice[T any] struct {
+	name string
+	val  T
+}
+
+// pick returns the value of the choice named v, in any case, or an error
+// naming the flag, v and the names it takes.
+func pick[T any](flag, v string, choices []choice[T]) (T, error) {
+	names := make([]string, len(choices))
+	for i, c := range choices {
+		if strings.ToLower(v) == c.name {
+			return c.val, nil
+		}
+		names[i] = c.name
+	}
+	var zero T
+	want := names[len(names)-1]
+	if len(names) > 1 {
+		want = strings.Join(names[:len(names)-1], ", ") + " or " + want
+	}
+	return zero, fmt.Errorf("-%s %q: want %s", flag, v, want)
+}
+
+// flagUint32 is v, the value of -flag, as 32 bits, or an error if it does
+// not fit.
+func flagUint32(flag string, v uint) (uint32, error) {
+	if v > 0xffffffff {
+		return 0, fmt.Errorf("-%s %d does not fit 32 bits", flag, v)
+	}
+	return uint32(v), nil
+}
+
+// optUint32 parses v, the value of -flag, as a 32-bit number (decimal, or
+// with a 0x, 0o or 0b prefix); nil when v is empty. The error says what
+// the number is.
+func optUint32(flag, v, what string) (*uint32, error) {
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseUint(v, 0, 32)
+	if err != nil {
+		return nil, fmt.Errorf("-%s %q: want a 32-bit %s", flag, v, what)
+	}
+	n32 := uint32(n)
+	return &n32, nil
 }

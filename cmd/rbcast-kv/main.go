@@ -319,56 +319,38 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 		mu    sync.Mutex
 		lat   []time.Duration
 		fail  error
-		wg    sync.WaitGroup
-		next  int
 		start = time.Now()
 	)
-	for k := range *conc {
-		cl := c
-		if k > 0 {
-			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
-			defer cl.Close()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= *n || fail != nil {
-					return
-				}
-				value := []byte(fmt.Sprint(i))
-				if *size > 0 {
-					value = []byte(strings.Repeat("v", *size))
-				}
-				time.Sleep(*pause)
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				t0 := time.Now()
-				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: value}, false)
-				cancel()
-				d := time.Since(t0)
-				mu.Lock()
-				switch {
-				case err != nil:
-					fail = fmt.Errorf("put %d: %w", i, err)
-				case res.Status != kv.StatusOK:
-					fail = fmt.Errorf("put %d: %v", i, res)
-				default:
-					lat = append(lat, d)
-					fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
-					if *slow > 0 && d > *slow {
-						fmt.Fprintf(stdout, "slow put %d took %v from %s, %d tries, answered by %s, last try %v\n", i, d.Round(time.Millisecond),
-							t0.UTC().Format("15:04:05.000"), cl.Tries, cl.Served, cl.LastTry.Round(time.Microsecond))
-					}
-				}
-				mu.Unlock()
+	stop := func() bool { mu.Lock(); defer mu.Unlock(); return fail != nil }
+	fanOut(c, *conc, *n, stop, func(k int, cl *kv.Client) func(i int) {
+		return func(i int) {
+			value := []byte(fmt.Sprint(i))
+			if *size > 0 {
+				value = []byte(strings.Repeat("v", *size))
 			}
-		}()
-	}
-	wg.Wait()
+			time.Sleep(*pause)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			t0 := time.Now()
+			res, err := cl.Do(ctx, kv.Op{Kind: kv.OpPut, Key: fmt.Sprintf("%s-%d", *prefix, i), Value: value}, false)
+			cancel()
+			d := time.Since(t0)
+			mu.Lock()
+			switch {
+			case err != nil:
+				fail = fmt.Errorf("put %d: %w", i, err)
+			case res.Status != kv.StatusOK:
+				fail = fmt.Errorf("put %d: %v", i, res)
+			default:
+				lat = append(lat, d)
+				fmt.Fprintf(stdout, "acked %d %d\n", cl.ID, cl.Seq())
+				if *slow > 0 && d > *slow {
+					fmt.Fprintf(stdout, "slow put %d took %v from %s, %d tries, answered by %s, last try %v\n", i, d.Round(time.Millisecond),
+						t0.UTC().Format("15:04:05.000"), cl.Tries, cl.Served, cl.LastTry.Round(time.Microsecond))
+				}
+			}
+			mu.Unlock()
+		}
+	})
 	if fail != nil {
 		fmt.Fprintln(stderr, "rbcast-kv load:", fail)
 		return 2
@@ -410,55 +392,36 @@ func verify(c *kv.Client, args []string, deadline time.Duration, local bool, std
 	}
 	var (
 		mu       sync.Mutex
-		wg       sync.WaitGroup
-		next     int
 		wrong    int
 		fail     error
 		verified int
 	)
-	for k := range *conc {
-		cl := c
-		if k > 0 {
-			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
-			defer cl.Close()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				stop := fail != nil
-				mu.Unlock()
-				if i >= *n || stop {
-					return
+	stop := func() bool { mu.Lock(); defer mu.Unlock(); return fail != nil }
+	fanOut(c, *conc, *n, stop, func(k int, cl *kv.Client) func(i int) {
+		return func(i int) {
+			key, want := fmt.Sprintf("%s-%d", *prefix, i), fmt.Sprint(i)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			res, err := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local)
+			for local && err == nil && (res.Status != kv.StatusOK || string(res.Value) != want) && ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond)
+				if r, e := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local); e == nil {
+					res = r
 				}
-				key, want := fmt.Sprintf("%s-%d", *prefix, i), fmt.Sprint(i)
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				res, err := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local)
-				for local && err == nil && (res.Status != kv.StatusOK || string(res.Value) != want) && ctx.Err() == nil {
-					time.Sleep(50 * time.Millisecond)
-					if r, e := cl.Do(ctx, kv.Op{Kind: kv.OpGet, Key: key}, local); e == nil {
-						res = r
-					}
-				}
-				cancel()
-				mu.Lock()
-				switch {
-				case err != nil:
-					fail = fmt.Errorf("get %s: %w", key, err)
-				case res.Status != kv.StatusOK || string(res.Value) != want:
-					wrong++
-					fmt.Fprintf(stdout, "%s: %v, want ok %q\n", key, res, want)
-				default:
-					verified++
-				}
-				mu.Unlock()
 			}
-		}()
-	}
-	wg.Wait()
+			cancel()
+			mu.Lock()
+			switch {
+			case err != nil:
+				fail = fmt.Errorf("get %s: %w", key, err)
+			case res.Status != kv.StatusOK || string(res.Value) != want:
+				wrong++
+				fmt.Fprintf(stdout, "%s: %v, want ok %q\n", key, res, want)
+			default:
+				verified++
+			}
+			mu.Unlock()
+		}
+	})
 	if fail != nil {
 		fmt.Fprintln(stderr, "rbcast-kv verify:", fail)
 		return 2
@@ -493,67 +456,86 @@ func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr
 		return 2
 	}
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		next int
-		enc  = json.NewEncoder(stdout)
+		mu  sync.Mutex
+		enc = json.NewEncoder(stdout)
 		// Values are unique across runs of history: the process's tag,
 		// the client's index, a count.
 		tag = rand.Uint32()
 	)
-	for k := range *conc {
+	fanOut(c, *conc, *n, nil, func(k int, cl *kv.Client) func(i int) {
+		seen := map[string][]byte{}
+		values := 0
+		return func(int) {
+			values++
+			key := fmt.Sprintf("%s-%d", *prefix, rand.IntN(*keys))
+			op := kv.Op{Key: key}
+			switch d := rand.IntN(10); {
+			case d < 3:
+				op.Kind = kv.OpGet
+			case d < 7:
+				op.Kind = kv.OpPut
+			case d < 8:
+				op.Kind = kv.OpDelete
+			default:
+				op.Kind, op.Expect = kv.OpCAS, seen[key]
+			}
+			if op.Kind == kv.OpPut || op.Kind == kv.OpCAS {
+				op.Value = fmt.Appendf(nil, "%08x-%d-%d", tag, k, values)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			call := time.Now().UnixNano()
+			res, err := cl.Do(ctx, op, false)
+			ret := time.Now().UnixNano()
+			cancel()
+			h := kv.HistoryOp{Client: cl.ID, Seq: cl.Seq(), Call: call, Op: op}
+			if err != nil {
+				fmt.Fprintf(stderr, "rbcast-kv history: %v\n", err)
+			} else {
+				h.Answered, h.Return, h.Result = true, ret, res
+				if op.Kind == kv.OpGet || res.Status == kv.StatusMismatch {
+					seen[key] = res.Value
+				}
+			}
+			mu.Lock()
+			enc.Encode(h)
+			mu.Unlock()
+		}
+	})
+	return 0
+}
+
+// fanOut runs n steps from conc clients at once: client 0 is c, the
+// others new sessions to c's servers (closed before fanOut returns).
+// worker(k, cl) gives client k's step function; each client calls its
+// own with the next index not yet taken, one at a time, until all n are
+// taken or stop (when not nil) says to stop.
+func fanOut(c *kv.Client, conc, n int, stop func() bool, worker func(k int, cl *kv.Client) func(i int)) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next int
+	)
+	for k := range conc {
 		cl := c
 		if k > 0 {
 			cl = &kv.Client{Servers: c.Servers, Timeout: c.Timeout}
 			defer cl.Close()
 		}
+		step := worker(k, cl)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seen := map[string][]byte{}
-			for values := 1; ; values++ {
+			for {
 				mu.Lock()
 				i := next
 				next++
 				mu.Unlock()
-				if i >= *n {
+				if i >= n || (stop != nil && stop()) {
 					return
 				}
-				key := fmt.Sprintf("%s-%d", *prefix, rand.IntN(*keys))
-				op := kv.Op{Key: key}
-				switch d := rand.IntN(10); {
-				case d < 3:
-					op.Kind = kv.OpGet
-				case d < 7:
-					op.Kind = kv.OpPut
-				case d < 8:
-					op.Kind = kv.OpDelete
-				default:
-					op.Kind, op.Expect = kv.OpCAS, seen[key]
-				}
-				if op.Kind == kv.OpPut || op.Kind == kv.OpCAS {
-					op.Value = fmt.Appendf(nil, "%08x-%d-%d", tag, k, values)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				call := time.Now().UnixNano()
-				res, err := cl.Do(ctx, op, false)
-				ret := time.Now().UnixNano()
-				cancel()
-				h := kv.HistoryOp{Client: cl.ID, Seq: cl.Seq(), Call: call, Op: op}
-				if err != nil {
-					fmt.Fprintf(stderr, "rbcast-kv history: %v\n", err)
-				} else {
-					h.Answered, h.Return, h.Result = true, ret, res
-					if op.Kind == kv.OpGet || res.Status == kv.StatusMismatch {
-						seen[key] = res.Value
-					}
-				}
-				mu.Lock()
-				enc.Encode(h)
-				mu.Unlock()
+				step(i)
 			}
 		}()
 	}
 	wg.Wait()
-	return 0
 }

@@ -184,35 +184,47 @@ func (t *Table) oneToAllLines(rows []int, xCol string) ([]*line, error) {
 
 func mtuTitle(mtu float64) string { return fmt.Sprintf("MTU %g", mtu) }
 
-// oneToAll: lossless goodput against receivers, one panel per MTU.
-func oneToAll(f *Figure, t *Table) error {
-	if err := t.need(colRx, colLoss, colRaw); err != nil {
-		return err
-	}
-	f.Caption = "One sender, largest messages, no loss: MB/s at the slowest receiver against receivers (log scale)"
+// mtuRow draws one row of panels, one per MTU: each panel's rows are the
+// table's rows at that MTU and at other, its lines are lines(rows), and
+// its title is title(mtu) with the rest of opts.
+func mtuRow(f *Figure, t *Table, other cond, opts panelOpts, title func(mtu float64) string, lines func(rows []int) ([]*line, error)) error {
 	mtus, err := t.keys(colMTU, t.headingMTU())
 	if err != nil {
 		return err
 	}
 	var row []*plot.Plot
 	for _, mtu := range mtus {
-		rows, err := t.where(cond{colMTU, mtu}, cond{colLoss, 0})
+		rows, err := t.where(cond{colMTU, mtu}, other)
 		if err != nil {
 			return err
 		}
-		lines, err := t.oneToAllLines(rows, colRx)
+		ls, err := lines(rows)
 		if err != nil {
 			return err
 		}
-		p, err := panel(panelOpts{title: mtuTitle(mtu) + ", lossless", xLabel: "receivers", yLabel: "MB/s", logY: true}, lines)
+		o := opts
+		o.title = title(mtu)
+		p, err := panel(o, ls)
 		if err != nil {
 			return err
 		}
-		f.addLegend(lines)
+		f.addLegend(ls)
 		row = append(row, p)
 	}
 	f.panels = [][]*plot.Plot{row}
 	return nil
+}
+
+func losslessTitle(mtu float64) string { return mtuTitle(mtu) + ", lossless" }
+
+// oneToAll: lossless goodput against receivers, one panel per MTU.
+func oneToAll(f *Figure, t *Table) error {
+	if err := t.need(colRx, colLoss, colRaw); err != nil {
+		return err
+	}
+	f.Caption = "One sender, largest messages, no loss: MB/s at the slowest receiver against receivers (log scale)"
+	return mtuRow(f, t, cond{colLoss, 0}, panelOpts{xLabel: "receivers", yLabel: "MB/s", logY: true}, losslessTitle,
+		func(rows []int) ([]*line, error) { return t.oneToAllLines(rows, colRx) })
 }
 
 // oneToAllLoss: goodput against loss at the most receivers, per MTU.
@@ -226,29 +238,9 @@ func oneToAllLoss(f *Figure, t *Table) error {
 	}
 	rx := rxs[len(rxs)-1]
 	f.Caption = fmt.Sprintf("One sender to %g receivers, largest messages: MB/s at the slowest receiver against the loss on every receiver's inbound frames (log scale)", rx)
-	mtus, err := t.keys(colMTU, t.headingMTU())
-	if err != nil {
-		return err
-	}
-	var row []*plot.Plot
-	for _, mtu := range mtus {
-		rows, err := t.where(cond{colMTU, mtu}, cond{colRx, rx})
-		if err != nil {
-			return err
-		}
-		lines, err := t.oneToAllLines(rows, colLoss)
-		if err != nil {
-			return err
-		}
-		p, err := panel(panelOpts{title: fmt.Sprintf("%s, %g receivers", mtuTitle(mtu), rx), xLabel: "loss (%)", yLabel: "MB/s", logY: true}, lines)
-		if err != nil {
-			return err
-		}
-		f.addLegend(lines)
-		row = append(row, p)
-	}
-	f.panels = [][]*plot.Plot{row}
-	return nil
+	title := func(mtu float64) string { return fmt.Sprintf("%s, %g receivers", mtuTitle(mtu), rx) }
+	return mtuRow(f, t, cond{colRx, rx}, panelOpts{xLabel: "loss (%)", yLabel: "MB/s", logY: true}, title,
+		func(rows []int) ([]*line, error) { return t.oneToAllLines(rows, colLoss) })
 }
 
 // oneToAllCPU: CPU-seconds per GB against receivers, lossless, per MTU.
@@ -257,36 +249,18 @@ func oneToAllCPU(f *Figure, t *Table) error {
 		return err
 	}
 	f.Caption = "CPU-seconds per GB delivered (all receivers together), one sender, largest messages, no loss (log scale)"
-	mtus, err := t.keys(colMTU, t.headingMTU())
-	if err != nil {
-		return err
-	}
 	ss := append([]series{{colRaw, "raw ring"}, {colStage, "raw staged"}}, oneToAllSeries...)
-	var row []*plot.Plot
-	for _, mtu := range mtus {
-		rows, err := t.where(cond{colMTU, mtu}, cond{colLoss, 0})
-		if err != nil {
-			return err
-		}
-		var lines []*line
-		var cols []string
-		for _, s := range ss {
-			if t.Col(s.col) >= 0 {
-				lines, cols = append(lines, newLine(s)), append(cols, s.col)
+	return mtuRow(f, t, cond{colLoss, 0}, panelOpts{xLabel: "receivers", yLabel: "CPU-s per GB", logY: true}, losslessTitle,
+		func(rows []int) ([]*line, error) {
+			var lines []*line
+			var cols []string
+			for _, s := range ss {
+				if t.Col(s.col) >= 0 {
+					lines, cols = append(lines, newLine(s)), append(cols, s.col)
+				}
 			}
-		}
-		if err := t.fill(rows, colRx, lines, cols); err != nil {
-			return err
-		}
-		p, err := panel(panelOpts{title: mtuTitle(mtu) + ", lossless", xLabel: "receivers", yLabel: "CPU-s per GB", logY: true}, lines)
-		if err != nil {
-			return err
-		}
-		f.addLegend(lines)
-		row = append(row, p)
-	}
-	f.panels = [][]*plot.Plot{row}
-	return nil
+			return lines, t.fill(rows, colRx, lines, cols)
+		})
 }
 
 // small: 64-byte messages/s against receivers; a row of panels per loss

@@ -13,19 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/dsm/dsmsim"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/cliflag"
-	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/internal/envprof"
+	"github.com/rbcast/rbcast/internal/exharness"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet"
@@ -55,20 +53,13 @@ type Program func(ctx context.Context, n *dsm.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs    int
-	Sim      bool
-	Loss     float64
-	SimSeed  uint64
-	Iface    string
-	Rank     int
+	// Common are -procs, -sim, -loss, -simseed, -iface, -rank, -pin,
+	// -verify, -timeout and -spin.
+	exharness.Common
 	Group    uint
 	Window   int
 	Unbuf    bool
 	NoExpect bool // barriers without Group.Expect hints (dsm.Config.NoExpect)
-	Verify   bool
-	Timeout  time.Duration
-	Spin     time.Duration
-	Pin      bool
 	// GOMAXPROCS (with -iface) is the process's GOMAXPROCS, 0 for Go's
 	// default; $GOMAXPROCS wins unless -gomaxprocs is given. A program
 	// whose rank computes for microseconds between node calls sets 1 as
@@ -97,23 +88,16 @@ type Options struct {
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
 	o := &Options{Stdout: os.Stdout, fs: fs}
-	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
-	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
-	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
-	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
-	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
 	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server")
 	fs.UintVar(&o.Group, "group", 77, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "PBP window in frames (0: the default)")
 	fs.BoolVar(&o.Unbuf, "unbuffered", false, "send every write at once (the thesis's BUFFERWRITES=0)")
 	fs.BoolVar(&o.NoExpect, "noexpect", false, "barriers do not hint the group which members they wait for (dsm.Config.NoExpect), for comparisons")
-	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
-	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.ChannelBarriers, "channel-barriers", false, "with -channels: the loop's barriers are channel barriers, which wait only for the ranks sharing a segment and send no frame on the global group (dsm.Node.ChannelBarrier)")
 	fs.BoolVar(&o.Channels, "channels", false, "channel mode: each rank joins only the segments it needs, each segment a reliable group of its own among its ranks (dsm.Config.Channels; thesis §7.2)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "with -iface: the process's GOMAXPROCS (0: Go's default, one per CPU); $GOMAXPROCS wins unless this flag is given")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use, for more processes than cores (also when the environment sets DSM_PIN=1 or true)")
+	o.Common.Flags(fs, ring.DefaultRxSpin)
 	return o
 }
 
@@ -164,15 +148,7 @@ func (o *Options) SetParams(format string, args ...any) {
 }
 
 // Mode names how the command runs.
-func (o *Options) Mode() string {
-	switch {
-	case o.Sim:
-		return "sim"
-	case o.Iface != "":
-		return "host"
-	}
-	return "seq"
-}
+func (o *Options) Mode() string { return exharness.Mode(o.Sim, o.Iface) }
 
 // Bound declares that the program's flag -name, read into v, must lie in
 // lo..hi (why: what limits it, for the error); Run refuses any other
@@ -189,21 +165,16 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err := o.bounds.Check(); err != nil {
 		return err
 	}
-	switch {
-	case o.Procs < 1:
-		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
-	case o.Sim && o.Iface != "":
-		return errors.New("-sim and -iface exclude each other: simulate every rank here, or run one rank per host")
-	case o.Loss < 0 || o.Loss >= 1:
-		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
-	case !o.Sim && o.Iface == "" && o.Procs != 1:
-		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
-	case o.GOMAXPROCS < 0:
+	if err := o.CheckMode(); err != nil {
+		return err
+	}
+	if o.GOMAXPROCS < 0 {
 		return fmt.Errorf("-gomaxprocs is %d, want 0 (Go's default) or more", o.GOMAXPROCS)
-	case o.Pin && o.Iface == "":
-		return errors.New("-pin binds a process running one rank: it needs -iface")
-	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
-		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	}
+	if err := o.CheckHost(); err != nil {
+		return err
+	}
+	switch {
 	case o.ChannelBarriers && !o.Channels:
 		return errors.New("-channel-barriers needs -channels (channel barriers are barriers of the segment channels)")
 	case o.Channels && !o.channelsKnown:
@@ -214,20 +185,10 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if _, err := envPhases(); err != nil {
 		return err
 	}
-	var want *Result
-	check := func(r Result) string {
-		if !o.Verify || !r.Valid {
-			return ""
-		}
-		if want == nil {
-			w := sequential()
-			want = &w
-		}
-		if r.Checksum != want.Checksum || r.Detail != want.Detail {
-			return fmt.Sprintf(" verify=FAIL(sequential checksum=%016x %s)", want.Checksum, want.Detail)
-		}
-		return " verify=ok"
-	}
+	verifier := exharness.NewVerifier(o.Verify, func() (uint64, string) {
+		w := sequential()
+		return w.Checksum, w.Detail
+	})
 	head := func(rank int) string {
 		mode := o.Mode()
 		if o.Channels {
@@ -235,18 +196,9 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		}
 		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, mode, o.Procs, rank, o.params)
 	}
-	var failed bool
 	report := func(rank int, r Result, st *dsm.Stats, extra string) {
-		v := check(r)
-		failed = failed || strings.Contains(v, "FAIL")
-		line := head(rank)
-		if r.Valid {
-			line += fmt.Sprintf(" checksum=%016x", r.Checksum)
-			if r.Detail != "" {
-				line += " " + r.Detail
-			}
-		}
-		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		v := verifier.Check(r.Valid, r.Checksum, r.Detail)
+		line := exharness.Line(head(rank), r.Valid, r.Checksum, r.Detail, r.Solve)
 		if r.CPU > 0 && o.Mode() == "host" {
 			line += fmt.Sprintf(" cpu_us=%d", r.CPU.Microseconds())
 		}
@@ -308,23 +260,13 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		pin, err := envPin()
-		if err != nil {
-			return err
-		}
 		if p := o.gomaxprocs(); p > 0 {
 			runtime.GOMAXPROCS(p)
 		}
-		if o.Pin || pin {
-			if _, err := cpupin.Pin(o.Rank); err != nil {
-				return err
-			}
+		if err := exharness.PinRank(o.Rank, o.Pin); err != nil {
+			return err
 		}
-		spin := o.Spin
-		if spin == 0 {
-			spin = -1 // -spin 0: never (ring.Config's 0 is its default)
-		}
-		l, err := ring.Open(o.Iface, ring.Config{RxSpin: spin})
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: exharness.RxSpin(o.Spin)})
 		if err != nil {
 			return err
 		}
@@ -337,7 +279,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			Server:    o.Rank == 0,
 			RequestID: frame.MemberID(o.Rank),
 			Window:    o.Window,
-			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Logger:    exharness.WarnLogger(),
 		}
 		n, err := dsm.Join(ctx, l, dsm.Config{Group: gc, Unbuffered: o.Unbuf, Channels: o.Channels, NoExpect: o.NoExpect,
 			WCCopies: wcCopies})
@@ -346,7 +288,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		}
 		if n.Rank() != o.Rank {
 			n.Exit()
-			return fmt.Errorf("asked for rank %d, registration gave rank %d (is another process using -rank %d?)", o.Rank, n.Rank(), o.Rank)
+			return exharness.WrongRank(o.Rank, n.Rank())
 		}
 		r, err := completed(ctx, n, parallel)
 		if err != nil {
@@ -364,10 +306,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			report(n.Rank(), r, &st, "")
 		}
 	}
-	if failed {
-		return errors.New("verify: the parallel result differs from the sequential one")
-	}
-	return nil
+	return verifier.Err()
 }
 
 // statsText is the report's traffic part: DSM messages and bytes sent
@@ -449,17 +388,11 @@ type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, paralle
 // Main runs the command with os.Args and exits 1 if it failed, 2 on a
 // flag error, 0 after -h (as flag.ExitOnError does).
 func Main(name string, setup Setup) {
-	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
-	if errors.Is(err, errUsage) {
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(1)
-	}
+	exharness.Main(name, func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) })
 }
 
-var errUsage = errors.New("usage")
+// errUsage is the error of a flag error or a stray argument.
+var errUsage = exharness.ErrUsage
 
 // envHelp ends -h: the settings read from the environment (so that
 // bench/mpi/compare and netns-bdsm, which pass theirs on, can set them).
@@ -480,20 +413,8 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	o := Flags(fs)
 	o.Stdout = stdout
 	seq, par := setup(fs, o)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), envHelp)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil // -h asked for the usage, which fs printed
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
-		return errUsage
+	if run, err := exharness.Parse(fs, name, args, envHelp); !run {
+		return err // nil after -h: fs printed the usage
 	}
 	o.parsed()
 	return o.Run(name, seq, par)
@@ -549,9 +470,7 @@ func Attach(ctx context.Context, n *dsm.Node, key uint32, locations, size int) (
 // returns how many report lines say verify=ok, with the output for
 // messages; it is what the commands' tests check.
 func Verified(name string, setup Setup, args ...string) (ok int, output string, err error) {
-	var out strings.Builder
-	err = RunArgs(name, setup, args, &out)
-	return strings.Count(out.String(), " verify=ok"), out.String(), err
+	return exharness.Verified(func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) }, args)
 }
 
 // Barriers returns a function that waits at the program's next barrier,
@@ -588,7 +507,7 @@ func BarrierPair(ctx context.Context, n *dsm.Node, channel bool) (sync, loop fun
 // where bench/mpi/compare or netns-bdsm is started: both pass their
 // environment on to the programs).
 func envPin() (bool, error) {
-	return envBool("DSM_PIN", "to pin each rank to a CPU")
+	return exharness.EnvBool("DSM_PIN", "to pin each rank to a CPU")
 }
 
 // envWCCopies reads DSM_WC_COPIES, dsm.Config.WCCopies from the
@@ -604,21 +523,6 @@ func envWCCopies() (int, error) {
 		return 0, fmt.Errorf("DSM_WC_COPIES=%q: want a number of bytes (dsm.Config.WCCopies; -1 holds at once)", v)
 	}
 	return n, nil
-}
-
-// envBool reads a boolean setting from the environment: unset or empty is
-// no, otherwise a boolean as strconv.ParseBool reads it (1, t, true, 0, f,
-// false, ...); another value is an error naming it and what it is for.
-func envBool(name, what string) (bool, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return false, nil
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: want 1 or true %s, 0 or false not to", name, v, what)
-	}
-	return on, nil
 }
 
 // Bounds the programs share (Options.Bound): the side of an n×n matrix or

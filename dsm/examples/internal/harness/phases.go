@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/rbcast/rbcast/internal/exharness"
 )
 
 // Phases times the phases of a program's iterations when the environment
@@ -33,10 +35,10 @@ type Phases struct {
 	log   string               // DSM_PHASES_LOG
 }
 
-// envPhases reads DSM_PHASES (see envBool). Options.Run refuses a value
+// envPhases reads DSM_PHASES (see exharness.EnvBool). Options.Run refuses a value
 // that is not a boolean before any rank starts.
 func envPhases() (bool, error) {
-	return envBool("DSM_PHASES", "to time each iteration's phases")
+	return exharness.EnvBool("DSM_PHASES", "to time each iteration's phases")
 }
 
 // NewPhases returns phase timers named names, or nil unless DSM_PHASES is

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbcast/rbcast/internal/exharness"
 )
 
 // DSM_PHASES is a boolean: unset, empty, 0 and false give no timers (a nil
@@ -24,7 +26,7 @@ func TestPhasesEnv(t *testing.T) {
 		p.Report()
 	}
 	t.Setenv("DSM_PHASES", "yes")
-	o := Options{Procs: 1}
+	o := Options{Common: exharness.Common{Procs: 1}}
 	err := o.Run("prog", func() Result { return Result{} }, nil)
 	if err == nil || !strings.Contains(err.Error(), `DSM_PHASES="yes"`) {
 		t.Errorf("DSM_PHASES=yes: Run error %v, want one naming the variable and its value", err)

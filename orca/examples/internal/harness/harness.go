@@ -11,20 +11,16 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/cliflag"
-	"github.com/rbcast/rbcast/internal/cpupin"
 	"github.com/rbcast/rbcast/internal/envprof"
+	"github.com/rbcast/rbcast/internal/exharness"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/orca"
 	"github.com/rbcast/rbcast/orca/orcasim"
@@ -52,19 +48,12 @@ type Program func(ctx context.Context, n *orca.Node) (Result, error)
 
 // Options are the flags every command shares.
 type Options struct {
-	Procs    int
-	Sim      bool
-	Loss     float64
-	SimSeed  uint64
-	Iface    string
-	Rank     int
+	// Common are -procs, -sim, -loss, -simseed, -iface, -rank, -pin,
+	// -verify, -timeout and -spin.
+	exharness.Common
 	Group    uint
 	Window   int
 	Safe     string
-	Verify   bool
-	Timeout  time.Duration
-	Spin     time.Duration
-	Pin      bool
 	MaxWrite int
 	params   string
 	// Stdout receives the report lines (os.Stdout from Flags).
@@ -76,20 +65,13 @@ type Options struct {
 // Flags registers the shared flags on fs and returns where they land.
 func Flags(fs *flag.FlagSet) *Options {
 	o := &Options{Stdout: os.Stdout}
-	fs.IntVar(&o.Procs, "procs", 1, "number of processes (ranks)")
-	fs.BoolVar(&o.Sim, "sim", false, "run all -procs ranks in this process on the simulated segment (virtual time)")
-	fs.Float64Var(&o.Loss, "loss", 0, "with -sim: probability that a frame is lost at each receiver")
-	fs.Uint64Var(&o.SimSeed, "simseed", 1, "with -sim: seed of the simulated network")
-	fs.StringVar(&o.Iface, "iface", "", "run one rank in this process over this interface (one process per host)")
 	fs.IntVar(&o.Rank, "rank", -1, "with -iface: this process's rank, 0..procs-1; rank 0 is the group's registration server and first sequencer")
 	fs.UintVar(&o.Group, "group", 78, "with -iface: reliable group id")
 	fs.IntVar(&o.Window, "window", 0, "total order's window: requests in flight per member (0: the default)")
 	fs.StringVar(&o.Safe, "safe", "majority", "when the total order delivers: majority (a majority holds a message; survives the sequencer's crash) or sequencer (as soon as it is numbered; faster)")
-	fs.BoolVar(&o.Verify, "verify", false, "also run the sequential version and fail unless the results are identical")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long (-iface)")
-	fs.DurationVar(&o.Spin, "spin", ring.DefaultRxSpin, "with -iface: poll the receive ring this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never)")
 	fs.BoolVar(&o.Pin, "pin", false, "with -iface: bind this process to one CPU, the (rank mod CPUs)-th it may use (also when the environment sets DSM_PIN=1 or true)")
 	fs.IntVar(&o.MaxWrite, "maxwrite", 64<<20, "largest write, in bytes (orca.Config.MaxWrite); every rank must use the same")
+	o.Common.Flags(fs, ring.DefaultRxSpin)
 	return o
 }
 
@@ -99,15 +81,7 @@ func (o *Options) SetParams(format string, args ...any) {
 }
 
 // Mode names how the command runs.
-func (o *Options) Mode() string {
-	switch {
-	case o.Sim:
-		return "sim"
-	case o.Iface != "":
-		return "host"
-	}
-	return "seq"
-}
+func (o *Options) Mode() string { return exharness.Mode(o.Sim, o.Iface) }
 
 func (o *Options) config() (orca.Config, error) {
 	gc := reliable.Config{Window: o.Window}
@@ -136,53 +110,26 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	if err := o.bounds.Check(); err != nil {
 		return err
 	}
-	switch {
-	case o.Procs < 1:
-		return fmt.Errorf("-procs is %d, want at least 1", o.Procs)
-	case o.Sim && o.Iface != "":
-		return errors.New("-sim and -iface exclude each other: simulate every rank here, or run one rank per host")
-	case o.Loss < 0 || o.Loss >= 1:
-		return fmt.Errorf("-loss is %g, want a probability in [0, 1)", o.Loss)
-	case !o.Sim && o.Iface == "" && o.Procs != 1:
-		return fmt.Errorf("-procs %d needs -sim or -iface (the sequential run is one process)", o.Procs)
-	case o.Pin && o.Iface == "":
-		return errors.New("-pin binds a process running one rank: it needs -iface")
-	case o.Iface != "" && (o.Rank < 0 || o.Rank >= o.Procs):
-		return fmt.Errorf("-iface needs -rank in 0..%d (-procs %d); it is %d", o.Procs-1, o.Procs, o.Rank)
+	if err := o.CheckMode(); err != nil {
+		return err
+	}
+	if err := o.CheckHost(); err != nil {
+		return err
 	}
 	cfg, err := o.config()
 	if err != nil {
 		return err
 	}
-	var want *Result
-	check := func(r Result) string {
-		if !o.Verify || !r.Valid {
-			return ""
-		}
-		if want == nil {
-			w := sequential()
-			want = &w
-		}
-		if r.Checksum != want.Checksum || r.Detail != want.Detail {
-			return fmt.Sprintf(" verify=FAIL(sequential checksum=%016x %s)", want.Checksum, want.Detail)
-		}
-		return " verify=ok"
-	}
+	verifier := exharness.NewVerifier(o.Verify, func() (uint64, string) {
+		w := sequential()
+		return w.Checksum, w.Detail
+	})
 	head := func(rank int) string {
 		return fmt.Sprintf("%s mode=%s procs=%d rank=%d %s", name, o.Mode(), o.Procs, rank, o.params)
 	}
-	var failed bool
 	report := func(rank int, r Result, st *orca.Stats, extra string) {
-		v := check(r)
-		failed = failed || strings.Contains(v, "FAIL")
-		line := head(rank)
-		if r.Valid {
-			line += fmt.Sprintf(" checksum=%016x", r.Checksum)
-			if r.Detail != "" {
-				line += " " + r.Detail
-			}
-		}
-		line += fmt.Sprintf(" solve_us=%d", r.Solve.Microseconds())
+		v := verifier.Check(r.Valid, r.Checksum, r.Detail)
+		line := exharness.Line(head(rank), r.Valid, r.Checksum, r.Detail, r.Solve)
 		if st != nil {
 			line += " " + statsText(st)
 		}
@@ -213,20 +160,10 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 	case "host":
 		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 		defer cancel()
-		pin, err := envPin()
-		if err != nil {
+		if err := exharness.PinRank(o.Rank, o.Pin); err != nil {
 			return err
 		}
-		if o.Pin || pin {
-			if _, err := cpupin.Pin(o.Rank); err != nil {
-				return err
-			}
-		}
-		spin := o.Spin
-		if spin == 0 {
-			spin = -1 // -spin 0: never (ring.Config's 0 is its default)
-		}
-		l, err := ring.Open(o.Iface, ring.Config{RxSpin: spin})
+		l, err := ring.Open(o.Iface, ring.Config{RxSpin: exharness.RxSpin(o.Spin)})
 		if err != nil {
 			return err
 		}
@@ -235,14 +172,14 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 		// member id, and ranks follow member ids.
 		cfg.Group.Group = uint32(o.Group)
 		cfg.Group.Size, cfg.Group.Server, cfg.Group.RequestID = o.Procs, o.Rank == 0, frame.MemberID(o.Rank)
-		cfg.Group.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Group.Logger = exharness.WarnLogger()
 		n, err := orca.Join(ctx, l, cfg)
 		if err != nil {
 			return fmt.Errorf("joining group %d on %s: %w", o.Group, o.Iface, err)
 		}
 		if n.Rank() != o.Rank {
 			n.Close()
-			return fmt.Errorf("asked for rank %d, registration gave rank %d (is another process using -rank %d?)", o.Rank, n.Rank(), o.Rank)
+			return exharness.WrongRank(o.Rank, n.Rank())
 		}
 		stopTrace, err := envprof.Trace("ORCA_TRACE", n.Rank())
 		if err != nil {
@@ -275,10 +212,7 @@ func (o *Options) Run(name string, sequential func() Result, parallel Program) e
 			report(n.Rank(), r, &st, "")
 		}
 	}
-	if failed {
-		return errors.New("verify: the parallel result differs from the sequential one")
-	}
-	return nil
+	return verifier.Err()
 }
 
 // statsText is the report's traffic part: Orca messages and bytes sent,
@@ -300,17 +234,13 @@ type Setup func(fs *flag.FlagSet, o *Options) (sequential func() Result, paralle
 // Main runs the command with os.Args and exits 1 if it failed, 2 on a
 // flag error, 0 after -h.
 func Main(name string, setup Setup) {
-	err := RunArgs(name, setup, os.Args[1:], os.Stdout)
-	if errors.Is(err, errUsage) {
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(1)
-	}
+	exharness.Main(name, func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) })
 }
 
-var errUsage = errors.New("usage")
+// errUsage is the error of a flag error or a stray argument.
+var errUsage = exharness.ErrUsage
+
+const envHelp = "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n  ORCA_CPUPROFILE=P  with -iface: write a CPU profile of the rank's program to P.<rank>\n"
 
 // RunArgs parses args with the shared flags and setup's, then runs the
 // command, reporting on stdout.
@@ -319,20 +249,8 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 	o := Flags(fs)
 	o.Stdout = stdout
 	seq, par := setup(fs, o)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s:\n", name)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  DSM_PIN=1     as -pin (a boolean: 1, true, 0, false)\n  ORCA_TRACE=P  with -iface: write Go's execution trace of the rank's program to P.<rank>\n  ORCA_CPUPROFILE=P  with -iface: write a CPU profile of the rank's program to P.<rank>\n")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see -h)\n", name, fs.Arg(0))
-		return errUsage
+	if run, err := exharness.Parse(fs, name, args, envHelp); !run {
+		return err
 	}
 	return o.Run(name, seq, par)
 }
@@ -341,9 +259,7 @@ func RunArgs(name string, setup Setup, args []string, stdout io.Writer) error {
 // returns how many report lines say verify=ok, with the output for
 // messages; it is what the commands' tests check.
 func Verified(name string, setup Setup, args ...string) (ok int, output string, err error) {
-	var out strings.Builder
-	err = RunArgs(name, setup, args, &out)
-	return strings.Count(out.String(), " verify=ok"), out.String(), err
+	return exharness.Verified(func(args []string, stdout io.Writer) error { return RunArgs(name, setup, args, stdout) }, args)
 }
 
 // completed runs program, then waits at a barrier until every rank has
@@ -397,18 +313,4 @@ func (b *Barrier) Wait(ctx context.Context) error {
 	}
 	_, err := reached.Call(ctx, b.obj, b.round*int64(b.n.Size()))
 	return err
-}
-
-// envPin reads DSM_PIN, which asks for -pin from the environment (set
-// where bench/mpi/compare or netns-bdsm is started).
-func envPin() (bool, error) {
-	v := os.Getenv("DSM_PIN")
-	if v == "" {
-		return false, nil
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("DSM_PIN=%q: want 1 or true to pin each rank to a CPU, 0 or false not to", v)
-	}
-	return on, nil
 }
