@@ -347,8 +347,15 @@ type partial struct {
 	summed bool
 	buf    []byte
 
-	h        hash.Hash
-	hashed   uint32   // blocks in h, from block 0
+	h      hash.Hash
+	hashed uint32 // blocks in the prefix hash, from block 0
+	// inH: blocks 0..inH-1 are written into h; blocks inH..hashed-1 of
+	// the prefix are in the run, not yet (hashPending writes them with
+	// one Write of the run's bytes, before the run is written or h
+	// summed). The hash takes a run's bytes in one piece: written a
+	// block at a time, BLAKE3 (zeebo's) copied nearly every byte into
+	// its own buffer first, blocks not falling on its 8 KiB chunks.
+	inH      uint32
 	held     []uint64 // blocks written or verified, one bit each
 	dirty    int64    // bytes written since the last write-behind
 	writes   int      // writes to the file and its checksums (tests)
@@ -495,6 +502,11 @@ func (p *partial) holds(b uint32) bool { return p.held[b/64]&(1<<(b%64)) != 0 }
 // the file (a block passed in data is not read).
 func (p *partial) advance(n int) error {
 	for p.hashed < p.meta.Blocks() && p.holds(p.hashed) && n > 0 {
+		n--
+		if p.inRun(p.hashed) {
+			p.hashed++ // pending: hashed from the run (hashPending)
+			continue
+		}
 		l := p.meta.BlockLen(p.hashed)
 		if cap(p.buf) < int(p.meta.BlockSize) {
 			p.buf = make([]byte, p.meta.BlockSize)
@@ -503,11 +515,34 @@ func (p *partial) advance(n int) error {
 		if err != nil {
 			return err
 		}
-		p.h.Write(blk)
-		p.hashed++
-		n--
+		p.hashNext(blk)
 	}
 	return nil
+}
+
+// inRun reports whether block b is in the run.
+func (p *partial) inRun(b uint32) bool { return b >= p.runFirst && b-p.runFirst < p.runN }
+
+// hashNext adds data, block hashed, to the prefix hash now, after the
+// blocks pending before it.
+func (p *partial) hashNext(data []byte) {
+	p.hashPending()
+	p.h.Write(data)
+	p.hashed++
+	p.inH = p.hashed
+}
+
+// hashPending writes the prefix's blocks still in the run (inH..hashed-1)
+// into h, in one piece.
+func (p *partial) hashPending() {
+	if p.inH >= p.hashed {
+		return
+	}
+	bs := uint64(p.meta.BlockSize)
+	from := uint64(p.inH-p.runFirst) * bs
+	to := uint64(p.hashed-1-p.runFirst)*bs + uint64(p.meta.BlockLen(p.hashed-1))
+	p.h.Write(p.run[from:to])
+	p.inH = p.hashed
 }
 
 // readBlock returns block b's bytes: from the run if it is there, else
@@ -533,6 +568,7 @@ func (p *partial) flush() error {
 	if p.runN == 0 {
 		return nil
 	}
+	p.hashPending()
 	first, n := p.runFirst, p.runN
 	p.runN = 0
 	p.writes += 2
@@ -578,8 +614,7 @@ func (p *partial) verify() ([]frame.Range, error) {
 		}
 		p.hold(b)
 		if b == p.hashed {
-			p.h.Write(blk[:n])
-			p.hashed++
+			p.hashNext(blk[:n])
 		}
 		if k := len(held); k > 0 && held[k-1].Last+1 == b {
 			held[k-1].Last = b
@@ -697,16 +732,18 @@ func (p *partial) stored1(b uint32, data []byte) error {
 		// A block written again (the core fetches every block again
 		// after a hash mismatch): the prefix hash starts over.
 		p.h.Reset()
-		p.hashed = 0
+		p.hashed, p.inH = 0, 0
 		for i := range p.aheadTag {
 			p.aheadTag[i] = noBlock
 		}
 	}
 	p.hold(b)
-	if b == p.hashed {
-		p.h.Write(data)
-		p.hashed++
-	} else {
+	switch {
+	case b == p.hashed && p.inRun(b):
+		p.hashed++ // pending: hashed from the run (hashPending)
+	case b == p.hashed:
+		p.hashNext(data)
+	default:
 		p.keepAhead(b, data)
 	}
 	return p.advance(catchUp)
@@ -731,6 +768,7 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return [32]byte{}, err
 	}
 	if p.hashed == p.meta.Blocks() {
+		p.hashPending()
 		p.sum, p.summed = [32]byte(p.h.Sum(nil)), true
 		return p.sum, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -311,7 +312,7 @@ func TestPrefixHash(t *testing.T) {
 	p.data.WriteAt([]byte{^data[0]}, 0)
 	f.WriteBlock(n-1, block(n-1))
 	p.h.Reset()
-	p.hashed = 0
+	p.hashed, p.inH = 0, 0
 	if sum, _ := f.Sum(); sum == m.Hash {
 		t.Fatal("a changed block hashed to the file's SHA-256")
 	}
@@ -1454,5 +1455,82 @@ func TestOpenLimitsRootNotYet(t *testing.T) {
 	}
 	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused file made the root: %v", err)
+	}
+}
+
+// writeCounter counts the Writes into a hash and their bytes.
+type writeCounter struct {
+	hash.Hash
+	writes, bytes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	w.bytes += len(p)
+	return w.Hash.Write(p)
+}
+
+// The prefix hash takes the blocks that arrive in order from the run, a
+// run's bytes in one Write as the run is written (BLAKE3's hasher copied
+// nearly every byte of a block-sized Write into its own buffer first):
+// 22 runs of 4 blocks and a last of 3 (the short block among them), 23
+// Writes where there were 91, one per block. With blocks lost and
+// repaired — soon, into the run's holes or alone behind it; or after the
+// pass, each repair starting a run of its own that the prefix hash takes
+// up, the blocks after it then read from memory or the file — the hash is
+// still the file's, of either algorithm.
+func TestPrefixHashFromRun(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	runBytes = 4 * 1000
+	data := randomBytes(90*1000+123, 23)
+	for _, alg := range []frame.FileHashAlg{frame.FileHashSHA256, frame.FileHashBLAKE3} {
+		for _, repair := range []string{"none", "soon", "late"} {
+			t.Run(fmt.Sprintf("%v/%s", alg, repair), func(t *testing.T) {
+				m := meta("f", data, 1000)
+				m.HashAlg = alg
+				m.Hash, _ = files.Sum(alg, data)
+				block := func(b uint32) []byte { return data[int(b)*1000 : int(b)*1000+m.BlockLen(b)] }
+				lost := func(b uint32) bool { return repair != "none" && (b%9 == 2 || b == 30 || b == 31) }
+				f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Abort(false)
+				p := f.(*partial)
+				wc := &writeCounter{Hash: p.h}
+				p.h = wc
+				write := func(b uint32) {
+					t.Helper()
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for b := range m.Blocks() {
+					if !lost(b) {
+						write(b)
+					}
+					if repair == "soon" && b >= 3 && lost(b-3) {
+						write(b - 3)
+					}
+				}
+				if err := p.flush(); err != nil { // the pass's last run written
+					t.Fatal(err)
+				}
+				for b := range m.Blocks() {
+					if repair == "late" && lost(b) {
+						write(b)
+					}
+				}
+				if sum, err := f.Sum(); err != nil || sum != m.Hash {
+					t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+				}
+				if wc.bytes != len(data) {
+					t.Fatalf("the hash took %d bytes of the file's %d", wc.bytes, len(data))
+				}
+				if repair == "none" && wc.writes != 23 {
+					t.Fatalf("the hash took the file in %d Writes, want 23 (one per run)", wc.writes)
+				}
+			})
+		}
 	}
 }
