@@ -369,6 +369,17 @@ type partial struct {
 	runFirst uint32
 	runN     uint32
 
+	// rep is blocks repFirst..repFirst+repN-1, repairs that came behind
+	// the run (below runFirst, the run not empty), one after another, not
+	// written to the file yet; repSums their checksums. A ring that
+	// overflows loses blocks in bursts, and their repairs come in order:
+	// each written alone cost two pwrites a block. flush writes rep
+	// first; rep holds at most repBytes.
+	rep      []byte
+	repSums  []byte
+	repFirst uint32
+	repN     uint32
+
 	// ahead keeps the blocks written past a gap in the prefix hash, so
 	// that advance hashes them from memory once the gap is repaired
 	// instead of reading each back from the file: block b, if within
@@ -388,6 +399,10 @@ const (
 // runBytes is the most a run gathers before it is written (a variable:
 // tests shrink it).
 var runBytes = 1 << 20
+
+// repBytes is the most rep (repairs behind the run) gathers before it is
+// written: a quarter of a run.
+func repBytes() int { return runBytes / 4 }
 
 // bufPool keeps up to max buffers of closed partial copies for the next
 // ones. A fresh buffer costs a page fault per 4 KiB page on first touch
@@ -443,6 +458,9 @@ func (bp *bufPool) give(b []byte) {
 var (
 	freeRuns   = bufPool{max: 4}
 	freeAheads = bufPool{max: 1}
+	// freeReps keeps buffers of repairs behind the run (partial.rep),
+	// which only a lossy file makes.
+	freeReps = bufPool{max: 2}
 )
 
 // takeRun returns an empty run buffer of capacity n or more: a kept one,
@@ -552,6 +570,10 @@ func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
 		off := int(b-p.runFirst) * int(p.meta.BlockSize)
 		return p.run[off : off+len(blk)], nil
 	}
+	if p.repN > 0 && b >= p.repFirst && b-p.repFirst < p.repN {
+		off := int(b-p.repFirst) * int(p.meta.BlockSize)
+		return p.rep[off : off+len(blk)], nil
+	}
 	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
 		off := uint64(b%n) * uint64(p.meta.BlockSize)
 		return p.ahead[off : off+uint64(len(blk))], nil
@@ -565,6 +587,9 @@ func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
 // flush writes the run: its data, then its checksums (a crash between
 // the two leaves blocks that no checksum vouches for).
 func (p *partial) flush() error {
+	if err := p.flushRep(); err != nil {
+		return err
+	}
 	if p.runN == 0 {
 		return nil
 	}
@@ -584,6 +609,57 @@ func (p *partial) flush() error {
 		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	p.run, p.runSums = p.run[:0], p.runSums[:0]
+	return nil
+}
+
+// flushRep writes rep, the repairs gathered behind the run: their data,
+// then their checksums.
+func (p *partial) flushRep() error {
+	if p.repN == 0 {
+		return nil
+	}
+	first, n := p.repFirst, p.repN
+	p.repN = 0
+	p.writes += 2
+	if _, err := p.data.WriteAt(p.rep, int64(first)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if _, err := p.hashes.WriteAt(p.repSums, int64(first)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	p.dirty += int64(len(p.rep))
+	p.rep, p.repSums = p.rep[:0], p.repSums[:0]
+	return nil
+}
+
+// behind takes block b, a repair behind the run, into rep: after the
+// repairs there if it follows them and rep has room, in place if it is
+// one of them; else rep is written first and b starts it again.
+func (p *partial) behind(b uint32, data []byte, sum uint32) error {
+	bs := int(p.meta.BlockSize)
+	if p.repN > 0 && b >= p.repFirst && b < p.repFirst+p.repN {
+		i := int(b - p.repFirst)
+		copy(p.rep[i*bs:i*bs+len(data)], data)
+		binary.BigEndian.PutUint32(p.repSums[4*i:], sum)
+		return nil
+	}
+	if p.repN > 0 && (b != p.repFirst+p.repN || int(p.repN+1)*bs > max(repBytes(), bs)) {
+		if err := p.flushRep(); err != nil {
+			return err
+		}
+	}
+	if p.repN == 0 {
+		if cap(p.rep) == 0 {
+			if p.rep = freeReps.take(max(repBytes(), bs)); p.rep == nil {
+				p.rep = make([]byte, 0, max(repBytes(), bs))
+			}
+			p.repSums = make([]byte, 0, 4*(cap(p.rep)/max(1, bs)+1))
+		}
+		p.repFirst = b
+	}
+	p.rep = append(p.rep, data...)
+	p.repSums = binary.BigEndian.AppendUint32(p.repSums, sum)
+	p.repN++
 	return nil
 }
 
@@ -631,8 +707,10 @@ func (p *partial) verify() ([]frame.Range, error) {
 // holes of the run: zeros with a zero checksum (Open's verification
 // counts them missing), filled in place if they come while the run is
 // in memory. A block behind the run (a repair that came after its run
-// was written) is written alone, and the run goes on: a repair does not
-// cut the pass's run short. Neither is fsynced: a crash may tear them,
+// was written) goes into rep, with the repairs just before it if it
+// follows them (written together once one does not, rep is full, or the
+// run is written), and the run goes on: a repair does not cut the
+// pass's run short. Neither is fsynced: a crash may tear them,
 // and Open's verification finds it. An error may be a write of earlier
 // blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
@@ -668,7 +746,7 @@ func (p *partial) WriteBlockSum(b uint32, data []byte, crc uint32) error {
 		binary.BigEndian.PutUint32(p.runSums[4*i:], sum)
 		return p.stored1(b, data)
 	case p.runN > 0 && b < p.runFirst:
-		if err := p.writeAlone(b, data, sum); err != nil {
+		if err := p.behind(b, data, sum); err != nil {
 			return err
 		}
 		return p.stored1(b, data)
@@ -708,21 +786,6 @@ func (p *partial) heldIn(from, to uint32) bool {
 		}
 	}
 	return false
-}
-
-// writeAlone writes block b and its checksum sum now, outside the run.
-func (p *partial) writeAlone(b uint32, data []byte, sum uint32) error {
-	p.writes += 2
-	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
-		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
-	}
-	var rec [4]byte
-	binary.BigEndian.PutUint32(rec[:], sum)
-	if _, err := p.hashes.WriteAt(rec[:], int64(b)*4); err != nil {
-		return fmt.Errorf("filestore: writing the checksum of block %d of %q: %w", b, p.meta.Name, err)
-	}
-	p.dirty += int64(len(data))
-	return nil
 }
 
 // stored1 records block b, written (or in the run), in the prefix hash
@@ -943,8 +1006,10 @@ func (p *partial) Abort(keep bool) {
 
 func (p *partial) close() {
 	freeRuns.give(p.run)
+	freeReps.give(p.rep)
 	freeAheads.give(p.ahead)
 	p.run, p.runSums = nil, nil
+	p.rep, p.repSums = nil, nil
 	p.ahead, p.aheadTag = nil, nil
 	if p.data != nil {
 		p.data.Close()

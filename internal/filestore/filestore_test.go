@@ -1534,3 +1534,65 @@ func TestPrefixHashFromRun(t *testing.T) {
 		}
 	}
 }
+
+// Repairs of a burst of lost blocks (a ring that overflowed), coming
+// behind the run in order among the pass's blocks, are gathered and
+// written together, a quarter of a run at a time: 40 repairs in 2
+// gatherings, 4 writes where each written alone made 80. The copy holds
+// the file's bytes and checksums (a resume holds every block), and its
+// hash is the file's.
+func TestBurstRepairsGathered(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	const bs, n, perRun, burst = 100, 2000, 100, 40
+	runBytes = perRun * bs
+	data := randomBytes(n*bs, 25)
+	m := meta("f", data, bs)
+	block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+bs] }
+	lost := func(b uint32) bool { return b >= 500 && b < 500+burst }
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.(*partial)
+	write := func(b uint32) {
+		t.Helper()
+		if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := range uint32(n) {
+		if !lost(b) {
+			write(b)
+		}
+		if b >= 700 && b < 700+burst { // the repairs, one after each pass block
+			write(b - 200)
+		}
+	}
+	before := p.writes
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Two writes a run of the pass (its holes' zeros among them), two a
+	// gathering of repairs.
+	runs := n / perRun
+	if want := 2*runs + 2*2; p.writes != want {
+		t.Errorf("%d writes (%d before the last run) for %d blocks in runs of %d and %d repairs in order: want %d", p.writes, before, n, perRun, burst, want)
+	}
+	p.close()
+	got, err := os.ReadFile(p.path)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the copy: %d bytes, equal %v, %v", len(got), bytes.Equal(got, data), err)
+	}
+	f, held, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	if len(held) != 1 || held[0] != (frame.Range{First: 0, Last: n - 1}) {
+		t.Fatalf("resumed holding %v, want every block", held)
+	}
+}
