@@ -359,6 +359,7 @@ type partial struct {
 	held     []uint64 // blocks written or verified, one bit each
 	dirty    int64    // bytes written since the last write-behind
 	writes   int      // writes to the file and its checksums (tests)
+	reads    int      // reads of the file to advance the prefix hash (tests)
 	crcBytes int64    // bytes WriteBlock computed a CRC-32C of (tests)
 
 	// run is blocks runFirst..runFirst+runN-1 not written to the file
@@ -525,17 +526,60 @@ func (p *partial) advance(n int) error {
 			p.hashed++ // pending: hashed from the run (hashPending)
 			continue
 		}
-		l := p.meta.BlockLen(p.hashed)
-		if cap(p.buf) < int(p.meta.BlockSize) {
-			p.buf = make([]byte, p.meta.BlockSize)
+		if blk, ok := p.inMemory(p.hashed); ok {
+			p.hashNext(blk)
+			continue
 		}
-		blk, err := p.readBlock(p.hashed, p.buf[:l])
-		if err != nil {
-			return err
+		// From the file: this block and the held ones after it that no
+		// memory holds, up to readBatch, with one read.
+		first, k := p.hashed, uint32(1)
+		for k < readBatch && n > 0 && first+k < p.meta.Blocks() && p.holds(first+k) && !p.inRun(first+k) {
+			if _, ok := p.inMemory(first + k); ok {
+				break
+			}
+			k++
+			n--
 		}
-		p.hashNext(blk)
+		bs := uint64(p.meta.BlockSize)
+		l := (uint64(k)-1)*bs + uint64(p.meta.BlockLen(first+k-1))
+		if uint64(cap(p.buf)) < l {
+			p.buf = make([]byte, uint64(min(readBatch, p.meta.Blocks()))*bs)
+		}
+		p.reads++
+		if _, err := p.data.ReadAt(p.buf[:l], int64(first)*int64(bs)); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("filestore: reading %s: %w", p.path, err)
+		}
+		p.hashPending()
+		p.h.Write(p.buf[:l])
+		p.hashed += k
+		p.inH = p.hashed
 	}
 	return nil
+}
+
+// readBatch bounds the held blocks after a gap in the prefix hash that
+// advance reads back from the file with one read (those no memory holds:
+// past aheadBytes).
+const readBatch = 32
+
+// inMemory returns block b's bytes if the run, the repairs gathered
+// behind it or the blocks kept past a gap hold it.
+func (p *partial) inMemory(b uint32) ([]byte, bool) {
+	l := uint64(p.meta.BlockLen(b))
+	bs := uint64(p.meta.BlockSize)
+	switch {
+	case p.inRun(b):
+		off := uint64(b-p.runFirst) * bs
+		return p.run[off : off+l], true
+	case p.repN > 0 && b >= p.repFirst && b-p.repFirst < p.repN:
+		off := uint64(b-p.repFirst) * bs
+		return p.rep[off : off+l], true
+	}
+	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
+		off := uint64(b%n) * bs
+		return p.ahead[off : off+l], true
+	}
+	return nil, false
 }
 
 // inRun reports whether block b is in the run.
@@ -561,27 +605,6 @@ func (p *partial) hashPending() {
 	to := uint64(p.hashed-1-p.runFirst)*bs + uint64(p.meta.BlockLen(p.hashed-1))
 	p.h.Write(p.run[from:to])
 	p.inH = p.hashed
-}
-
-// readBlock returns block b's bytes: from the run if it is there, else
-// read into blk (its length is the block's).
-func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
-	if b >= p.runFirst && b-p.runFirst < p.runN {
-		off := int(b-p.runFirst) * int(p.meta.BlockSize)
-		return p.run[off : off+len(blk)], nil
-	}
-	if p.repN > 0 && b >= p.repFirst && b-p.repFirst < p.repN {
-		off := int(b-p.repFirst) * int(p.meta.BlockSize)
-		return p.rep[off : off+len(blk)], nil
-	}
-	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
-		off := uint64(b%n) * uint64(p.meta.BlockSize)
-		return p.ahead[off : off+uint64(len(blk))], nil
-	}
-	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
-	}
-	return blk, nil
 }
 
 // flush writes the run: its data, then its checksums (a crash between

@@ -1596,3 +1596,38 @@ func TestBurstRepairsGathered(t *testing.T) {
 		t.Fatalf("resumed holding %v, want every block", held)
 	}
 }
+
+// Past a gap in the prefix hash, the blocks no memory holds (beyond
+// aheadBytes) are read back from the file readBatch at a time when the
+// gap is repaired: block 0 lost, blocks 1..4 kept in memory, the other 195
+// read with 7 reads where each block had one. The hash is the file's.
+func TestReadBackBatched(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	const bs, n = 100, 200
+	runBytes, aheadBytes = 10*bs, 5*bs
+	data := randomBytes(n*bs, 26)
+	m := meta("f", data, bs)
+	f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	p := f.(*partial)
+	for b := uint32(1); b < n; b++ {
+		if err := f.WriteBlock(b, data[b*bs:(b+1)*bs]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteBlock(0, data[:bs]); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if p.reads != 7 {
+		t.Fatalf("%d reads of the file to hash the 195 blocks past the gap no memory holds, want 7 (%d at a time)", p.reads, readBatch)
+	}
+}
