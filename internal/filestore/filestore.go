@@ -347,11 +347,19 @@ type partial struct {
 	summed bool
 	buf    []byte
 
-	h        hash.Hash
-	hashed   uint32   // blocks in h, from block 0
+	h      hash.Hash
+	hashed uint32 // blocks in the prefix hash, from block 0
+	// inH: blocks 0..inH-1 are written into h; blocks inH..hashed-1 of
+	// the prefix are in the run, not yet (hashPending writes them with
+	// one Write of the run's bytes, before the run is written or h
+	// summed). The hash takes a run's bytes in one piece: written a
+	// block at a time, BLAKE3 (zeebo's) copied nearly every byte into
+	// its own buffer first, blocks not falling on its 8 KiB chunks.
+	inH      uint32
 	held     []uint64 // blocks written or verified, one bit each
 	dirty    int64    // bytes written since the last write-behind
 	writes   int      // writes to the file and its checksums (tests)
+	reads    int      // reads of the file to advance the prefix hash (tests)
 	crcBytes int64    // bytes WriteBlock computed a CRC-32C of (tests)
 
 	// run is blocks runFirst..runFirst+runN-1 not written to the file
@@ -361,6 +369,17 @@ type partial struct {
 	runSums  []byte
 	runFirst uint32
 	runN     uint32
+
+	// rep is blocks repFirst..repFirst+repN-1, repairs that came behind
+	// the run (below runFirst, the run not empty), one after another, not
+	// written to the file yet; repSums their checksums. A ring that
+	// overflows loses blocks in bursts, and their repairs come in order:
+	// each written alone cost two pwrites a block. flush writes rep
+	// first; rep holds at most repBytes.
+	rep      []byte
+	repSums  []byte
+	repFirst uint32
+	repN     uint32
 
 	// ahead keeps the blocks written past a gap in the prefix hash, so
 	// that advance hashes them from memory once the gap is repaired
@@ -381,6 +400,10 @@ const (
 // runBytes is the most a run gathers before it is written (a variable:
 // tests shrink it).
 var runBytes = 1 << 20
+
+// repBytes is the most rep (repairs behind the run) gathers before it is
+// written: a quarter of a run.
+func repBytes() int { return runBytes / 4 }
 
 // bufPool keeps up to max buffers of closed partial copies for the next
 // ones. A fresh buffer costs a page fault per 4 KiB page on first touch
@@ -436,6 +459,9 @@ func (bp *bufPool) give(b []byte) {
 var (
 	freeRuns   = bufPool{max: 4}
 	freeAheads = bufPool{max: 1}
+	// freeReps keeps buffers of repairs behind the run (partial.rep),
+	// which only a lossy file makes.
+	freeReps = bufPool{max: 2}
 )
 
 // takeRun returns an empty run buffer of capacity n or more: a kept one,
@@ -495,44 +521,102 @@ func (p *partial) holds(b uint32) bool { return p.held[b/64]&(1<<(b%64)) != 0 }
 // the file (a block passed in data is not read).
 func (p *partial) advance(n int) error {
 	for p.hashed < p.meta.Blocks() && p.holds(p.hashed) && n > 0 {
-		l := p.meta.BlockLen(p.hashed)
-		if cap(p.buf) < int(p.meta.BlockSize) {
-			p.buf = make([]byte, p.meta.BlockSize)
-		}
-		blk, err := p.readBlock(p.hashed, p.buf[:l])
-		if err != nil {
-			return err
-		}
-		p.h.Write(blk)
-		p.hashed++
 		n--
+		if p.inRun(p.hashed) {
+			p.hashed++ // pending: hashed from the run (hashPending)
+			continue
+		}
+		if blk, ok := p.inMemory(p.hashed); ok {
+			p.hashNext(blk)
+			continue
+		}
+		// From the file: this block and the held ones after it that no
+		// memory holds, up to readBatch, with one read.
+		first, k := p.hashed, uint32(1)
+		for k < readBatch && n > 0 && first+k < p.meta.Blocks() && p.holds(first+k) && !p.inRun(first+k) {
+			if _, ok := p.inMemory(first + k); ok {
+				break
+			}
+			k++
+			n--
+		}
+		bs := uint64(p.meta.BlockSize)
+		l := (uint64(k)-1)*bs + uint64(p.meta.BlockLen(first+k-1))
+		if uint64(cap(p.buf)) < l {
+			p.buf = make([]byte, uint64(min(readBatch, p.meta.Blocks()))*bs)
+		}
+		p.reads++
+		if _, err := p.data.ReadAt(p.buf[:l], int64(first)*int64(bs)); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("filestore: reading %s: %w", p.path, err)
+		}
+		p.hashPending()
+		p.h.Write(p.buf[:l])
+		p.hashed += k
+		p.inH = p.hashed
 	}
 	return nil
 }
 
-// readBlock returns block b's bytes: from the run if it is there, else
-// read into blk (its length is the block's).
-func (p *partial) readBlock(b uint32, blk []byte) ([]byte, error) {
-	if b >= p.runFirst && b-p.runFirst < p.runN {
-		off := int(b-p.runFirst) * int(p.meta.BlockSize)
-		return p.run[off : off+len(blk)], nil
+// readBatch bounds the held blocks after a gap in the prefix hash that
+// advance reads back from the file with one read (those no memory holds:
+// past aheadBytes).
+const readBatch = 32
+
+// inMemory returns block b's bytes if the run, the repairs gathered
+// behind it or the blocks kept past a gap hold it.
+func (p *partial) inMemory(b uint32) ([]byte, bool) {
+	l := uint64(p.meta.BlockLen(b))
+	bs := uint64(p.meta.BlockSize)
+	switch {
+	case p.inRun(b):
+		off := uint64(b-p.runFirst) * bs
+		return p.run[off : off+l], true
+	case p.repN > 0 && b >= p.repFirst && b-p.repFirst < p.repN:
+		off := uint64(b-p.repFirst) * bs
+		return p.rep[off : off+l], true
 	}
 	if n := uint32(len(p.aheadTag)); n > 0 && p.aheadTag[b%n] == b {
-		off := uint64(b%n) * uint64(p.meta.BlockSize)
-		return p.ahead[off : off+uint64(len(blk))], nil
+		off := uint64(b%n) * bs
+		return p.ahead[off : off+l], true
 	}
-	if _, err := p.data.ReadAt(blk, int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
+	return nil, false
+}
+
+// inRun reports whether block b is in the run.
+func (p *partial) inRun(b uint32) bool { return b >= p.runFirst && b-p.runFirst < p.runN }
+
+// hashNext adds data, block hashed, to the prefix hash now, after the
+// blocks pending before it.
+func (p *partial) hashNext(data []byte) {
+	p.hashPending()
+	p.h.Write(data)
+	p.hashed++
+	p.inH = p.hashed
+}
+
+// hashPending writes the prefix's blocks still in the run (inH..hashed-1)
+// into h, in one piece.
+func (p *partial) hashPending() {
+	if p.inH >= p.hashed {
+		return
 	}
-	return blk, nil
+	bs := uint64(p.meta.BlockSize)
+	from := uint64(p.inH-p.runFirst) * bs
+	to := uint64(p.hashed-1-p.runFirst)*bs + uint64(p.meta.BlockLen(p.hashed-1))
+	p.h.Write(p.run[from:to])
+	p.inH = p.hashed
 }
 
 // flush writes the run: its data, then its checksums (a crash between
 // the two leaves blocks that no checksum vouches for).
 func (p *partial) flush() error {
+	if err := p.flushRep(); err != nil {
+		return err
+	}
 	if p.runN == 0 {
 		return nil
 	}
+	p.hashPending()
 	first, n := p.runFirst, p.runN
 	p.runN = 0
 	p.writes += 2
@@ -548,6 +632,57 @@ func (p *partial) flush() error {
 		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	p.run, p.runSums = p.run[:0], p.runSums[:0]
+	return nil
+}
+
+// flushRep writes rep, the repairs gathered behind the run: their data,
+// then their checksums.
+func (p *partial) flushRep() error {
+	if p.repN == 0 {
+		return nil
+	}
+	first, n := p.repFirst, p.repN
+	p.repN = 0
+	p.writes += 2
+	if _, err := p.data.WriteAt(p.rep, int64(first)*int64(p.meta.BlockSize)); err != nil {
+		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	if _, err := p.hashes.WriteAt(p.repSums, int64(first)*4); err != nil {
+		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+	}
+	p.dirty += int64(len(p.rep))
+	p.rep, p.repSums = p.rep[:0], p.repSums[:0]
+	return nil
+}
+
+// behind takes block b, a repair behind the run, into rep: after the
+// repairs there if it follows them and rep has room, in place if it is
+// one of them; else rep is written first and b starts it again.
+func (p *partial) behind(b uint32, data []byte, sum uint32) error {
+	bs := int(p.meta.BlockSize)
+	if p.repN > 0 && b >= p.repFirst && b < p.repFirst+p.repN {
+		i := int(b - p.repFirst)
+		copy(p.rep[i*bs:i*bs+len(data)], data)
+		binary.BigEndian.PutUint32(p.repSums[4*i:], sum)
+		return nil
+	}
+	if p.repN > 0 && (b != p.repFirst+p.repN || int(p.repN+1)*bs > max(repBytes(), bs)) {
+		if err := p.flushRep(); err != nil {
+			return err
+		}
+	}
+	if p.repN == 0 {
+		if cap(p.rep) == 0 {
+			if p.rep = freeReps.take(max(repBytes(), bs)); p.rep == nil {
+				p.rep = make([]byte, 0, max(repBytes(), bs))
+			}
+			p.repSums = make([]byte, 0, 4*(cap(p.rep)/max(1, bs)+1))
+		}
+		p.repFirst = b
+	}
+	p.rep = append(p.rep, data...)
+	p.repSums = binary.BigEndian.AppendUint32(p.repSums, sum)
+	p.repN++
 	return nil
 }
 
@@ -578,8 +713,7 @@ func (p *partial) verify() ([]frame.Range, error) {
 		}
 		p.hold(b)
 		if b == p.hashed {
-			p.h.Write(blk[:n])
-			p.hashed++
+			p.hashNext(blk[:n])
 		}
 		if k := len(held); k > 0 && held[k-1].Last+1 == b {
 			held[k-1].Last = b
@@ -596,8 +730,10 @@ func (p *partial) verify() ([]frame.Range, error) {
 // holes of the run: zeros with a zero checksum (Open's verification
 // counts them missing), filled in place if they come while the run is
 // in memory. A block behind the run (a repair that came after its run
-// was written) is written alone, and the run goes on: a repair does not
-// cut the pass's run short. Neither is fsynced: a crash may tear them,
+// was written) goes into rep, with the repairs just before it if it
+// follows them (written together once one does not, rep is full, or the
+// run is written), and the run goes on: a repair does not cut the
+// pass's run short. Neither is fsynced: a crash may tear them,
 // and Open's verification finds it. An error may be a write of earlier
 // blocks of the run.
 func (p *partial) WriteBlock(b uint32, data []byte) error {
@@ -633,7 +769,7 @@ func (p *partial) WriteBlockSum(b uint32, data []byte, crc uint32) error {
 		binary.BigEndian.PutUint32(p.runSums[4*i:], sum)
 		return p.stored1(b, data)
 	case p.runN > 0 && b < p.runFirst:
-		if err := p.writeAlone(b, data, sum); err != nil {
+		if err := p.behind(b, data, sum); err != nil {
 			return err
 		}
 		return p.stored1(b, data)
@@ -675,21 +811,6 @@ func (p *partial) heldIn(from, to uint32) bool {
 	return false
 }
 
-// writeAlone writes block b and its checksum sum now, outside the run.
-func (p *partial) writeAlone(b uint32, data []byte, sum uint32) error {
-	p.writes += 2
-	if _, err := p.data.WriteAt(data, int64(b)*int64(p.meta.BlockSize)); err != nil {
-		return fmt.Errorf("filestore: writing block %d of %q: %w", b, p.meta.Name, err)
-	}
-	var rec [4]byte
-	binary.BigEndian.PutUint32(rec[:], sum)
-	if _, err := p.hashes.WriteAt(rec[:], int64(b)*4); err != nil {
-		return fmt.Errorf("filestore: writing the checksum of block %d of %q: %w", b, p.meta.Name, err)
-	}
-	p.dirty += int64(len(data))
-	return nil
-}
-
 // stored1 records block b, written (or in the run), in the prefix hash
 // and the held blocks.
 func (p *partial) stored1(b uint32, data []byte) error {
@@ -697,16 +818,18 @@ func (p *partial) stored1(b uint32, data []byte) error {
 		// A block written again (the core fetches every block again
 		// after a hash mismatch): the prefix hash starts over.
 		p.h.Reset()
-		p.hashed = 0
+		p.hashed, p.inH = 0, 0
 		for i := range p.aheadTag {
 			p.aheadTag[i] = noBlock
 		}
 	}
 	p.hold(b)
-	if b == p.hashed {
-		p.h.Write(data)
-		p.hashed++
-	} else {
+	switch {
+	case b == p.hashed && p.inRun(b):
+		p.hashed++ // pending: hashed from the run (hashPending)
+	case b == p.hashed:
+		p.hashNext(data)
+	default:
 		p.keepAhead(b, data)
 	}
 	return p.advance(catchUp)
@@ -731,6 +854,7 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return [32]byte{}, err
 	}
 	if p.hashed == p.meta.Blocks() {
+		p.hashPending()
 		p.sum, p.summed = [32]byte(p.h.Sum(nil)), true
 		return p.sum, nil
 	}
@@ -905,8 +1029,10 @@ func (p *partial) Abort(keep bool) {
 
 func (p *partial) close() {
 	freeRuns.give(p.run)
+	freeReps.give(p.rep)
 	freeAheads.give(p.ahead)
 	p.run, p.runSums = nil, nil
+	p.rep, p.repSums = nil, nil
 	p.ahead, p.aheadTag = nil, nil
 	if p.data != nil {
 		p.data.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -311,7 +312,7 @@ func TestPrefixHash(t *testing.T) {
 	p.data.WriteAt([]byte{^data[0]}, 0)
 	f.WriteBlock(n-1, block(n-1))
 	p.h.Reset()
-	p.hashed = 0
+	p.hashed, p.inH = 0, 0
 	if sum, _ := f.Sum(); sum == m.Hash {
 		t.Fatal("a changed block hashed to the file's SHA-256")
 	}
@@ -1454,5 +1455,179 @@ func TestOpenLimitsRootNotYet(t *testing.T) {
 	}
 	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused file made the root: %v", err)
+	}
+}
+
+// writeCounter counts the Writes into a hash and their bytes.
+type writeCounter struct {
+	hash.Hash
+	writes, bytes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	w.bytes += len(p)
+	return w.Hash.Write(p)
+}
+
+// The prefix hash takes the blocks that arrive in order from the run, a
+// run's bytes in one Write as the run is written (BLAKE3's hasher copied
+// nearly every byte of a block-sized Write into its own buffer first):
+// 22 runs of 4 blocks and a last of 3 (the short block among them), 23
+// Writes where there were 91, one per block. With blocks lost and
+// repaired — soon, into the run's holes or alone behind it; or after the
+// pass, each repair starting a run of its own that the prefix hash takes
+// up, the blocks after it then read from memory or the file — the hash is
+// still the file's, of either algorithm.
+func TestPrefixHashFromRun(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	runBytes = 4 * 1000
+	data := randomBytes(90*1000+123, 23)
+	for _, alg := range []frame.FileHashAlg{frame.FileHashSHA256, frame.FileHashBLAKE3} {
+		for _, repair := range []string{"none", "soon", "late"} {
+			t.Run(fmt.Sprintf("%v/%s", alg, repair), func(t *testing.T) {
+				m := meta("f", data, 1000)
+				m.HashAlg = alg
+				m.Hash, _ = files.Sum(alg, data)
+				block := func(b uint32) []byte { return data[int(b)*1000 : int(b)*1000+m.BlockLen(b)] }
+				lost := func(b uint32) bool { return repair != "none" && (b%9 == 2 || b == 30 || b == 31) }
+				f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Abort(false)
+				p := f.(*partial)
+				wc := &writeCounter{Hash: p.h}
+				p.h = wc
+				write := func(b uint32) {
+					t.Helper()
+					if err := f.WriteBlock(b, block(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for b := range m.Blocks() {
+					if !lost(b) {
+						write(b)
+					}
+					if repair == "soon" && b >= 3 && lost(b-3) {
+						write(b - 3)
+					}
+				}
+				if err := p.flush(); err != nil { // the pass's last run written
+					t.Fatal(err)
+				}
+				for b := range m.Blocks() {
+					if repair == "late" && lost(b) {
+						write(b)
+					}
+				}
+				if sum, err := f.Sum(); err != nil || sum != m.Hash {
+					t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+				}
+				if wc.bytes != len(data) {
+					t.Fatalf("the hash took %d bytes of the file's %d", wc.bytes, len(data))
+				}
+				if repair == "none" && wc.writes != 23 {
+					t.Fatalf("the hash took the file in %d Writes, want 23 (one per run)", wc.writes)
+				}
+			})
+		}
+	}
+}
+
+// Repairs of a burst of lost blocks (a ring that overflowed), coming
+// behind the run in order among the pass's blocks, are gathered and
+// written together, a quarter of a run at a time: 40 repairs in 2
+// gatherings, 4 writes where each written alone made 80. The copy holds
+// the file's bytes and checksums (a resume holds every block), and its
+// hash is the file's.
+func TestBurstRepairsGathered(t *testing.T) {
+	defer func(n int) { runBytes = n }(runBytes)
+	const bs, n, perRun, burst = 100, 2000, 100, 40
+	runBytes = perRun * bs
+	data := randomBytes(n*bs, 25)
+	m := meta("f", data, bs)
+	block := func(b uint32) []byte { return data[int(b)*bs : int(b)*bs+bs] }
+	lost := func(b uint32) bool { return b >= 500 && b < 500+burst }
+	d := &Dir{Root: t.TempDir()}
+	f, _, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.(*partial)
+	write := func(b uint32) {
+		t.Helper()
+		if err := f.WriteBlock(b, block(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := range uint32(n) {
+		if !lost(b) {
+			write(b)
+		}
+		if b >= 700 && b < 700+burst { // the repairs, one after each pass block
+			write(b - 200)
+		}
+	}
+	before := p.writes
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Two writes a run of the pass (its holes' zeros among them), two a
+	// gathering of repairs.
+	runs := n / perRun
+	if want := 2*runs + 2*2; p.writes != want {
+		t.Errorf("%d writes (%d before the last run) for %d blocks in runs of %d and %d repairs in order: want %d", p.writes, before, n, perRun, burst, want)
+	}
+	p.close()
+	got, err := os.ReadFile(p.path)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the copy: %d bytes, equal %v, %v", len(got), bytes.Equal(got, data), err)
+	}
+	f, held, err := d.Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	if len(held) != 1 || held[0] != (frame.Range{First: 0, Last: n - 1}) {
+		t.Fatalf("resumed holding %v, want every block", held)
+	}
+}
+
+// Past a gap in the prefix hash, the blocks no memory holds (beyond
+// aheadBytes) are read back from the file readBatch at a time when the
+// gap is repaired: block 0 lost, blocks 1..4 kept in memory, the other 195
+// read with 7 reads where each block had one. The hash is the file's.
+func TestReadBackBatched(t *testing.T) {
+	defer func(n, a int) { runBytes, aheadBytes = n, a }(runBytes, aheadBytes)
+	const bs, n = 100, 200
+	runBytes, aheadBytes = 10*bs, 5*bs
+	data := randomBytes(n*bs, 26)
+	m := meta("f", data, bs)
+	f, _, err := (&Dir{Root: t.TempDir()}).Open(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort(false)
+	p := f.(*partial)
+	for b := uint32(1); b < n; b++ {
+		if err := f.WriteBlock(b, data[b*bs:(b+1)*bs]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteBlock(0, data[:bs]); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := f.Sum(); err != nil || sum != m.Hash {
+		t.Fatalf("Sum = %x, %v; want %x", sum, err, m.Hash)
+	}
+	if p.reads != 7 {
+		t.Fatalf("%d reads of the file to hash the 195 blocks past the gap no memory holds, want 7 (%d at a time)", p.reads, readBatch)
 	}
 }
