@@ -139,6 +139,9 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 					c.finish(now, t) // every block was here, the hash was not
 				}
 			}
+			if t.waiting && t.offerHash == ([frame.FileHashLen]byte{}) {
+				c.judgeHeld(now, t) // the hash that tells whether it is held
+			}
 		}
 		t.named = false
 		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
@@ -203,6 +206,9 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		return err
 	}
 	if c.receivingFull() {
+		if c.judgeHeld(now, t) {
+			return nil
+		}
 		// Taken once a file being received ends (admit); meanwhile it
 		// asks for the offer, as one whose offer was lost, so that its
 		// sender keeps it open and waits for it.
@@ -215,6 +221,48 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		return nil
 	}
 	return c.openTransfer(now, t)
+}
+
+// judgeHeld judges at once a transfer whose offer came while
+// MaxReceiving files are being received, if the sink holds its file
+// whole (HoldingSink): it needs no block, so it waits for no slot. The
+// copy opens with every block held, the hash is checked, and the file is
+// reported done (or refused, declined, failed: judged too); it closes in
+// this step. It reports whether t was judged. The hash it asks about is
+// the offer's, or FileEnd's for an offer without one (a candidate is
+// judged once FileEnd has come). A copy that turns out to lack a block
+// (torn since the sink looked) is closed again, kept, and t waits.
+func (c *Core) judgeHeld(now Time, t *transfer) bool {
+	hs, ok := c.cfg.Sink.(HoldingSink)
+	if !ok || t.state != needOffer {
+		return false
+	}
+	m := t.meta
+	if m.Hash = t.offerHash; m.Hash == ([frame.FileHashLen]byte{}) {
+		m.Hash = t.endHash
+	}
+	if m.Hash == ([frame.FileHashLen]byte{}) || m.Blocks() == 0 || !hs.Holds(m) {
+		return false
+	}
+	t.meta.Hash = m.Hash
+	if err := c.openSink(now, t, t.offerHash); err != nil {
+		return true // refused, declined or failed, and said so
+	}
+	if !t.set.complete() {
+		t.file.Abort(true)
+		t.file, t.summed = nil, nil
+		c.opened--
+		t.state = needOffer
+		if t.set.held > 0 {
+			c.stats.Resumed-- // counted when it opens for good
+		}
+		return false
+	}
+	t.fromSink, t.top = true, t.set.n
+	t.candidate = t.offerHash == ([frame.FileHashLen]byte{})
+	t.waiting = false
+	c.finish(now, t)
+	return true
 }
 
 // receivingFull: MaxReceiving transfers hold their sink's copy open.
