@@ -196,3 +196,38 @@ func TestHeldFileJudgedAtFileEnd(t *testing.T) {
 		t.Fatalf("open %v, want file 1 alone", ids)
 	}
 }
+
+// Waiting offers open in the order they first waited, whatever frame
+// frees the slot and whatever order their offers are sent again in. A
+// sender that restarts (file A, member 3) frees A's slot in the step of
+// its new incarnation's offer (D): that offer had opened at once, ahead
+// of B and C (member 1), which had waited since before it.
+func TestWaitingOpenInOrder(t *testing.T) {
+	g := newAdmitRig(t)
+	for id, s := range map[uint32]string{1: "file A, open", 2: "file B, waits first", 3: "file C, waits next", 4: "file D, A's sender's next run"} {
+		g.data[id] = []byte(s)
+	}
+	g.offer(10, 3, 33, 1) // A
+	g.offer(11, 1, 11, 2) // B
+	g.offer(12, 1, 11, 3) // C
+	g.states()
+	g.offer(13, 3, 34, 4) // D, from A's sender restarted: A ends
+	g.offer(14, 1, 11, 3) // C again before B
+	g.offer(15, 1, 11, 2)
+	if ids := g.open(); len(ids) != 1 || ids[0] != 2 {
+		t.Fatalf("open %v, want file B (2) alone: it waited first", ids)
+	}
+	order := []uint32{2}
+	for _, next := range []uint32{3, 4} {
+		last := order[len(order)-1]
+		from, inc := frame.MemberID(1), uint32(11)
+		if last == 4 {
+			from, inc = 3, 34
+		}
+		g.blocks(Time(20+last), from, inc, last)
+		if ids := g.open(); len(ids) != 1 || ids[0] != next {
+			t.Fatalf("file %d stored, open %v; want file %d alone (opened in the order %v, then it)", last, ids, next, order)
+		}
+		order = append(order, next)
+	}
+}

@@ -205,7 +205,12 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		c.refuse(now, t, CauseTooLarge, err)
 		return err
 	}
-	if c.receivingFull() {
+	// The offers waiting open first, oldest first: this step may have
+	// freed a slot (a sender heard in a new incarnation ends its old
+	// one's transfers before its new offer comes here), and a slot
+	// is theirs before a new offer's.
+	c.admit(now)
+	if c.receivingFull() || len(c.waiting) > 0 {
 		if c.judgeHeld(now, t) {
 			return nil
 		}
@@ -268,9 +273,11 @@ func (c *Core) judgeHeld(now Time, t *transfer) bool {
 // receivingFull: MaxReceiving transfers hold their sink's copy open.
 func (c *Core) receivingFull() bool { return c.opened >= c.cfg.MaxReceiving }
 
-// admit opens the waiting transfers' copies, oldest first, while fewer
-// than MaxReceiving are open; one that ended meanwhile (its sender
-// silent, restarted, or gone) leaves the queue.
+// admit opens the waiting transfers' copies, oldest first (in the order
+// their offers first came, whatever order they are sent again in), while
+// fewer than MaxReceiving are open; one that ended meanwhile (its sender
+// silent, restarted, or gone; judged held) leaves the queue. It runs
+// after every step and tick, and before an offer is accepted.
 func (c *Core) admit(now Time) {
 	for len(c.waiting) > 0 {
 		t := c.waiting[0]
