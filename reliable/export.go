@@ -48,7 +48,10 @@ type (
 	// FileSummedSinkFile takes each block with its CRC-32C, taken from
 	// the frame's.
 	FileSummedSinkFile = files.SummedSinkFile
-	FileCause          = files.Cause
+	// FileHoldingSink says whether it holds a file whole before a copy
+	// opens.
+	FileHoldingSink = files.HoldingSink
+	FileCause       = files.Cause
 )
 
 // FileCauseDeclined: the receiver declined the file (a FileCause).

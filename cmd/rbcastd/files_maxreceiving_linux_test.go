@@ -82,7 +82,9 @@ func TestSendFileMaxReceiving(t *testing.T) {
 
 // run -files-max-receiving takes 1..65536, and no more than
 // RLIMIT_NOFILE has 4 descriptors a file for; 0 is the file core's
-// default, fewer where RLIMIT_NOFILE is low.
+// default, fewer where RLIMIT_NOFILE is low. A limit below 4 takes no
+// file at all: an error that says to raise it (it said "take at most 0
+// files at once", and the default took 1).
 func TestFilesMaxReceivingFlag(t *testing.T) {
 	for _, c := range []struct {
 		n      int
@@ -93,7 +95,9 @@ func TestFilesMaxReceivingFlag(t *testing.T) {
 		{0, 1 << 20, 64, ""},
 		{0, 0, 64, ""},
 		{0, 100, 25, ""},
-		{0, 3, 1, ""},
+		{0, 4, 1, ""},
+		{0, 3, 0, "RLIMIT_NOFILE is 3, too low to receive files at all (each takes 4 descriptors): raise it (ulimit -n, LimitNOFILE=) to 4 or more, or run with -files=false"},
+		{1, 3, 0, "RLIMIT_NOFILE is 3, too low to receive files at all"},
 		{256, 1024, 256, ""},
 		{257, 1024, 0, "-files-max-receiving 257 wants 1028 descriptors (4 a file), more than RLIMIT_NOFILE's 1024: raise it (ulimit -n, LimitNOFILE=) or take at most 256 files at once"},
 		{-1, 1024, 0, "-files-max-receiving is -1, want 1..65536 (0: 64, fewer if RLIMIT_NOFILE is low)"},

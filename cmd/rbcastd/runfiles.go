@@ -117,7 +117,8 @@ const filesMaxReceivingDefault = 64
 // filesMaxReceiving is -files-max-receiving n checked against nofile,
 // RLIMIT_NOFILE's soft limit (0: unknown), or, for 0, the default: the
 // file core's, or fewer where nofile leaves less than
-// filesDescriptorsEach descriptors a file.
+// filesDescriptorsEach descriptors a file. A nofile below
+// filesDescriptorsEach takes no file at all: an error, whatever n.
 func filesMaxReceiving(n int, nofile uint64) (int, error) {
 	fit := filesMaxReceivingDefault
 	if nofile > 0 {
@@ -126,8 +127,10 @@ func filesMaxReceiving(n int, nofile uint64) (int, error) {
 	switch {
 	case n < 0 || n > 65536:
 		return 0, fmt.Errorf("-files-max-receiving is %d, want 1..65536 (0: %d, fewer if RLIMIT_NOFILE is low)", n, filesMaxReceivingDefault)
+	case fit == 0:
+		return 0, fmt.Errorf("RLIMIT_NOFILE is %d, too low to receive files at all (each takes %d descriptors): raise it (ulimit -n, LimitNOFILE=) to %d or more, or run with -files=false", nofile, filesDescriptorsEach, filesDescriptorsEach)
 	case n == 0:
-		return max(1, min(filesMaxReceivingDefault, fit)), nil
+		return min(filesMaxReceivingDefault, fit), nil
 	case n > fit:
 		return 0, fmt.Errorf("-files-max-receiving %d wants %d descriptors (%d a file), more than RLIMIT_NOFILE's %d: raise it (ulimit -n, LimitNOFILE=) or take at most %d files at once", n, n*filesDescriptorsEach, filesDescriptorsEach, nofile, fit)
 	}

@@ -53,7 +53,7 @@ func TestSendFileNamesTypedPath(t *testing.T) {
 		if _, err := c.Read(buf); err != nil { // SendFile
 			return
 		}
-		c.Write((&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile l/f: filestore: open " + resolved + ": too many open files"}).Append(nil))
+		c.Write((&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile l/f: open " + resolved + ": too many open files"}).Append(nil))
 		c.Read(buf)
 	})
 	paths, shown, names, err := walkFiles([]string{"l"})
@@ -64,7 +64,7 @@ func TestSendFileNamesTypedPath(t *testing.T) {
 	if sendFiles(conn, nil, 0, paths, shown, names, &out, &errs, nil) {
 		t.Fatal("sendFiles succeeded with the file refused")
 	}
-	if want := "rbcastd sendfile: l/f (resolved: " + resolved + "): refused: filestore: open " + resolved + ": too many open files\n"; errs.String() != want {
+	if want := "rbcastd sendfile: l/f (resolved: " + resolved + "): refused: open " + resolved + ": too many open files\n"; errs.String() != want {
 		t.Errorf("stderr %q, want %q", errs.String(), want)
 	}
 }

@@ -145,7 +145,7 @@ func TestSendFilesBoundTextElsewhere(t *testing.T) {
 	tries := 0
 	c, bad := fakeSendFiles(t, 1, 0, func(int) string {
 		tries++
-		return "filestore: open /x/" + name + ": permission denied"
+		return "open /x/" + name + ": permission denied"
 	})
 	var out, errs bytes.Buffer
 	done := make(chan bool, 1)
@@ -165,7 +165,7 @@ func TestSendFilesBoundTextElsewhere(t *testing.T) {
 	if s := <-bad; s != "" {
 		t.Fatal(s)
 	}
-	if want := "rbcastd sendfile: " + name + ": refused: filestore: open /x/" + name + ": permission denied\n"; errs.String() != want || tries != 1 {
+	if want := "rbcastd sendfile: " + name + ": refused: open /x/" + name + ": permission denied\n"; errs.String() != want || tries != 1 {
 		t.Errorf("stderr %q after %d SendFiles, want %q after 1", errs.String(), tries, want)
 	}
 }
@@ -175,7 +175,7 @@ func TestSendFilesBoundTextElsewhere(t *testing.T) {
 // next redraw (or the end) erased as many lines up from there, the
 // refusal with them, leaving a progress line standing.
 func TestSendFilesRefusalBelowProgress(t *testing.T) {
-	c, bad := fakeSendFiles(t, 1, 0, func(int) string { return "filestore: open /x/f000: permission denied" })
+	c, bad := fakeSendFiles(t, 1, 0, func(int) string { return "open /x/f000: permission denied" })
 	var errs bytes.Buffer
 	errs.WriteString("f000: sending\n  member 1: ...\n")
 	prog := &fileProgress{sf: &socketFlags{socket: filepath.Join(t.TempDir(), "none")}, w: &errs, ids: make(chan [2]int64, 8), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{}), lines: 2}
@@ -189,7 +189,7 @@ func TestSendFilesRefusalBelowProgress(t *testing.T) {
 		t.Fatal(s)
 	}
 	const erase = "\x1b[1A\x1b[2K"
-	if want := "f000: sending\n  member 1: ...\n" + erase + erase + "rbcastd sendfile: /x/f000: refused: filestore: open /x/f000: permission denied\n"; ok || errs.String() != want {
+	if want := "f000: sending\n  member 1: ...\n" + erase + erase + "rbcastd sendfile: /x/f000: refused: open /x/f000: permission denied\n"; ok || errs.String() != want {
 		t.Errorf("sendFiles = %v, the terminal got %q, want false, %q", ok, errs.String(), want)
 	}
 }

@@ -309,6 +309,8 @@ func (s *fileService) runner() *reliable.Files {
 // directory, else the inbox, else declined (the sender is told).
 type fileSink struct{ s *fileService }
 
+var _ reliable.FileHoldingSink = (*fileSink)(nil)
+
 func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Range, error) {
 	s := k.s
 	s.mu.Lock()
@@ -342,6 +344,20 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 		s.d.log.Info("rbcastd: resuming a file from its partial copy", "file", m.Name, "from", m.Sender, "blocks_held", n, "blocks", m.Blocks())
 	}
 	return &countingFile{FileSinkFile: f, info: info, total: &s.bytesIn}, held, nil
+}
+
+// Holds reports whether the directory Open would store m in holds it
+// whole (files.HoldingSink, filestore.Dir.Holds): such an offer, coming
+// while -files-max-receiving files are being received, is judged at once.
+func (k *fileSink) Holds(m reliable.FileMeta) bool {
+	s := k.s
+	s.mu.Lock()
+	dir := s.cfg.Inbox
+	if len(s.clients) > 0 {
+		dir = s.clients[0].dir
+	}
+	s.mu.Unlock()
+	return dir != "" && (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Holds(m)
 }
 
 // countingFile counts the bytes written.

@@ -54,7 +54,7 @@ func TestIsQueuedBound(t *testing.T) {
 	}{
 		{"sendfile c: 2 files are " + QueuedBoundText + ", its bound (2: ...); send it again after a verdict", "c", true},
 		{"sendfile c: 2 files are " + QueuedBoundText + ", its bound (2: ...); send it again after a verdict", "d", false},
-		{"sendfile " + QueuedBoundText + ": filestore: open /x/" + QueuedBoundText + ": permission denied", QueuedBoundText, false},
+		{"sendfile " + QueuedBoundText + ": open /x/" + QueuedBoundText + ": permission denied", QueuedBoundText, false},
 		{"sendfile a: 2 files are " + QueuedBoundText + ", its bound (", "a: 2 files are " + QueuedBoundText + ", its bound (", false},
 		{"sendfile c: files are " + QueuedBoundText + ", its bound (2)", "c", false},
 	} {

@@ -70,14 +70,14 @@ var _ files.Sink = (*Dir)(nil)
 // sender is told (FileStatus reason 13).
 func CheckName(name string) error {
 	if !filepath.IsLocal(name) || strings.ContainsRune(name, 0) {
-		return fmt.Errorf("filestore: name %q is not a local relative path: %w", name, files.ErrBadName)
+		return refusal(files.ErrBadName, "name %q is not a local relative path", name)
 	}
 	clean := filepath.ToSlash(filepath.Clean(name))
 	if clean == "." {
-		return fmt.Errorf("filestore: name %q names the root itself, not a file under it: %w", name, files.ErrBadName)
+		return refusal(files.ErrBadName, "name %q names the root itself, not a file under it", name)
 	}
 	if first, _, _ := strings.Cut(clean, "/"); first == PartialDir {
-		return fmt.Errorf("filestore: name %q is under %s, where partial copies live: %w", name, PartialDir, files.ErrBadName)
+		return refusal(files.ErrBadName, "name %q is under %s, where partial copies live", name, PartialDir)
 	}
 	return nil
 }
@@ -94,11 +94,11 @@ func (d *Dir) checkNameLen(name string, fsys *unix.Statfs_t) error {
 	}
 	for _, c := range strings.Split(filepath.ToSlash(filepath.Clean(name)), "/") {
 		if len(c) > max {
-			return fmt.Errorf("filestore: name %q has a component of %d bytes, more than the %d the file system under %s takes: %w", name, len(c), max, d.Root, files.ErrNameTooLong)
+			return refusal(files.ErrNameTooLong, "name %q has a component of %d bytes, more than the %d the file system under %s takes", name, len(c), max, d.Root)
 		}
 	}
 	if n := len(filepath.Join(d.Root, filepath.FromSlash(name))); n >= unix.PathMax {
-		return fmt.Errorf("filestore: name %q makes a path of %d bytes under %s, more than PATH_MAX %d: %w", name, n, d.Root, unix.PathMax-1, files.ErrNameTooLong)
+		return refusal(files.ErrNameTooLong, "name %q makes a path of %d bytes under %s, more than PATH_MAX %d", name, n, d.Root, unix.PathMax-1)
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func (d *Dir) checkRoom(m files.Meta, part string, fsys *unix.Statfs_t) error {
 	if need == 0 || unit == 0 || need+d.KeepFree <= free && need+d.KeepFree >= need {
 		return nil
 	}
-	return fmt.Errorf("filestore: %s needs %d bytes more under %s, which has %d free (%d kept free): %w", m.Name, need, d.Root, free, d.KeepFree, files.ErrNoSpace)
+	return refusal(files.ErrNoSpace, "%s needs %d bytes more under %s, which has %d free (%d kept free)", m.Name, need, d.Root, free, d.KeepFree)
 }
 
 // statfsUp is statfs of dir, or of the nearest directory above it that
@@ -192,7 +192,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	m.HashAlg = hashAlg(m.HashAlg)
 	h, err := files.NewHash(m.HashAlg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("filestore: %w", err)
+		return nil, nil, fmt.Errorf("storing %q: %w", m.Name, err)
 	}
 	final := filepath.Join(d.Root, filepath.FromSlash(m.Name))
 	rec := d.recordPath(m.Name)
@@ -225,7 +225,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		}
 	}
 	if m.Size > math.MaxInt64 {
-		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than any file may hold (2⁶³−1): %w", m.Name, m.Size, files.ErrTooBigForFS)
+		return nil, nil, refusal(files.ErrTooBigForFS, "%s is %d bytes, more than any file may hold (2⁶³−1)", m.Name, m.Size)
 	}
 	dir := filepath.Join(d.Root, PartialDir)
 	base := filepath.Join(dir, partialKey(m))
@@ -234,17 +234,17 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	}
 	made, err := mkdirAll(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("filestore: %w", err)
+		return nil, nil, fmt.Errorf("storing %q: %w", m.Name, err)
 	}
 	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64)}
 	_, err = os.Lstat(p.path)
 	newCopy := errors.Is(err, fs.ErrNotExist)
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
-		return nil, nil, fmt.Errorf("filestore: %w", err)
+		return nil, nil, fmt.Errorf("storing %q: %w", m.Name, err)
 	}
 	if p.hashes, err = os.OpenFile(p.sums, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
 		p.data.Close()
-		return nil, nil, fmt.Errorf("filestore: %w", err)
+		return nil, nil, fmt.Errorf("storing %q: %w", m.Name, err)
 	}
 	// Sizing the copy is the exact check that the file system takes a
 	// file this large (its largest file: ext4's 16 TiB, FAT's 4 GiB) and
@@ -253,7 +253,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err := p.data.Truncate(int64(m.Size)); err != nil {
 		p.close()
 		if !errors.Is(err, unix.EFBIG) && !errors.Is(err, unix.EINVAL) {
-			return nil, nil, fmt.Errorf("filestore: sizing %s: %w", p.path, err)
+			return nil, nil, fmt.Errorf("storing %q: sizing its copy %s: %w", m.Name, p.path, err)
 		}
 		if newCopy { // refused: what this offer made goes
 			os.Remove(p.path)
@@ -264,9 +264,9 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 		}
 		var lim unix.Rlimit
 		if unix.Getrlimit(unix.RLIMIT_FSIZE, &lim) == nil && lim.Cur != unix.RLIM_INFINITY && m.Size > lim.Cur {
-			return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than this process may write to a file (RLIMIT_FSIZE %d): %w", m.Name, m.Size, lim.Cur, files.ErrTooBigForFS)
+			return nil, nil, refusal(files.ErrTooBigForFS, "%s is %d bytes, more than this process may write to a file (RLIMIT_FSIZE %d)", m.Name, m.Size, lim.Cur)
 		}
-		return nil, nil, fmt.Errorf("filestore: %s is %d bytes, more than the file system under %s allows a file to be (%v): %w", m.Name, m.Size, d.Root, err, files.ErrTooBigForFS)
+		return nil, nil, refusal(files.ErrTooBigForFS, "%s is %d bytes, more than the file system under %s allows a file to be (%v)", m.Name, m.Size, d.Root, err)
 	}
 	held, err := p.verify()
 	if err != nil {
@@ -547,7 +547,7 @@ func (p *partial) advance(n int) error {
 		}
 		p.reads++
 		if _, err := p.data.ReadAt(p.buf[:l], int64(first)*int64(bs)); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("filestore: reading %s: %w", p.path, err)
+			return fmt.Errorf("reading the copy of %q: %w", p.meta.Name, err)
 		}
 		p.hashPending()
 		p.h.Write(p.buf[:l])
@@ -621,10 +621,10 @@ func (p *partial) flush() error {
 	p.runN = 0
 	p.writes += 2
 	if _, err := p.data.WriteAt(p.run, int64(first)*int64(p.meta.BlockSize)); err != nil {
-		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+		return fmt.Errorf("writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
 	if _, err := p.hashes.WriteAt(p.runSums, int64(first)*4); err != nil {
-		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+		return fmt.Errorf("writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
 	if p.dirty += int64(len(p.run)); p.dirty >= writeBehind {
 		p.dirty = 0
@@ -645,10 +645,10 @@ func (p *partial) flushRep() error {
 	p.repN = 0
 	p.writes += 2
 	if _, err := p.data.WriteAt(p.rep, int64(first)*int64(p.meta.BlockSize)); err != nil {
-		return fmt.Errorf("filestore: writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+		return fmt.Errorf("writing blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
 	if _, err := p.hashes.WriteAt(p.repSums, int64(first)*4); err != nil {
-		return fmt.Errorf("filestore: writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
+		return fmt.Errorf("writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
 	p.dirty += int64(len(p.rep))
 	p.rep, p.repSums = p.rep[:0], p.repSums[:0]
@@ -698,7 +698,7 @@ func (p *partial) verify() ([]frame.Range, error) {
 			if errors.Is(err, io.EOF) {
 				break // never written past here
 			}
-			return nil, fmt.Errorf("filestore: reading %s: %w", p.sums, err)
+			return nil, fmt.Errorf("reading the copy of %q: %w", p.meta.Name, err)
 		}
 		want := binary.BigEndian.Uint32(rec)
 		if want == 0 {
@@ -706,7 +706,7 @@ func (p *partial) verify() ([]frame.Range, error) {
 		}
 		n := p.meta.BlockLen(b)
 		if _, err := p.data.ReadAt(blk[:n], int64(b)*int64(p.meta.BlockSize)); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("filestore: reading %s: %w", p.path, err)
+			return nil, fmt.Errorf("reading the copy of %q: %w", p.meta.Name, err)
 		}
 		if blockSum(blk[:n]) != want {
 			continue
@@ -844,7 +844,7 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 	if p.stored {
 		sum, err := hashFile(p.final, p.meta.Size, p.meta.HashAlg)
 		if err != nil {
-			return sum, fmt.Errorf("filestore: hashing the stored %q: %w", p.meta.Name, err)
+			return sum, fmt.Errorf("hashing the stored %q: %w", p.meta.Name, err)
 		}
 		writeRecord(p.record, p.meta.Name, p.final, p.meta.HashAlg, sum)
 		p.sum, p.summed = sum, true
@@ -867,7 +867,7 @@ func (p *partial) Sum() ([frame.FileHashLen]byte, error) {
 		return [32]byte{}, err
 	}
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(p.data, 0, int64(p.meta.Size)), make([]byte, 1<<20)); err != nil {
-		return [32]byte{}, fmt.Errorf("filestore: hashing %q: %w", p.meta.Name, err)
+		return [32]byte{}, fmt.Errorf("hashing %q: %w", p.meta.Name, err)
 	}
 	p.sum, p.summed = [32]byte(h.Sum(nil)), true
 	return p.sum, nil
@@ -883,14 +883,14 @@ func (p *partial) Commit() error {
 		return err
 	}
 	if err := p.data.Sync(); err != nil {
-		return fmt.Errorf("filestore: fsync of %q: %w", p.meta.Name, err)
+		return fmt.Errorf("fsync of %q: %w", p.meta.Name, err)
 	}
 	dir := filepath.Dir(p.final)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("filestore: %w", err)
+		return fmt.Errorf("storing %q: %w", p.meta.Name, err)
 	}
 	if err := os.Rename(p.path, p.final); err != nil {
-		return fmt.Errorf("filestore: storing %q: %w", p.meta.Name, err)
+		return fmt.Errorf("storing %q: %w", p.meta.Name, err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
@@ -1086,7 +1086,7 @@ func OpenSource(path, name string) (*Source, error) {
 	h := sha256.New()
 	if _, err := io.Copy(h, s.File); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("filestore: hashing %s: %w", path, err)
+		return nil, fmt.Errorf("hashing %s: %w", path, err)
 	}
 	s.Hash = [32]byte(h.Sum(nil))
 	return s, nil
@@ -1105,16 +1105,16 @@ func OpenSourceHashLater(path, name string) (*Source, error) {
 	// blocking again.
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("filestore: %w", &os.PathError{Op: "open", Path: path, Err: err})
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, fmt.Errorf("filestore: %s is not a regular file", path)
+		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("filestore: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &Source{Name: name, Size: uint64(st.Size), File: os.NewFile(uintptr(fd), path)}, nil
 }
@@ -1140,7 +1140,7 @@ func (r runSource) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(
 func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
 	rc, err := r.f.SyscallConn()
 	if err != nil {
-		return 0, fmt.Errorf("filestore: reading %s: %w", r.f.Name(), err)
+		return 0, fmt.Errorf("reading %s: %w", r.f.Name(), err)
 	}
 	total := 0
 	for len(ps) > 0 {
@@ -1158,10 +1158,10 @@ func (r runSource) ReadRunAt(ps [][]byte, off int64) (int, error) {
 				}
 			}
 		}); err != nil {
-			return total, fmt.Errorf("filestore: reading %s: %w", r.f.Name(), err)
+			return total, fmt.Errorf("reading %s: %w", r.f.Name(), err)
 		}
 		if rerr != nil {
-			return total, fmt.Errorf("filestore: reading %s at %d: preadv: %w", r.f.Name(), off, rerr)
+			return total, fmt.Errorf("reading %s at %d: preadv: %w", r.f.Name(), off, rerr)
 		}
 		if n == 0 {
 			return total, io.EOF
@@ -1240,11 +1240,11 @@ func WalkAs(paths []string) (paths2, given, names []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, err
 		}
 		real, err := physical(p)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, err
 		}
 		if !st.IsDir() {
 			paths2, given, names = append(paths2, real), append(given, p), append(names, filepath.Base(p))
@@ -1252,7 +1252,7 @@ func WalkAs(paths []string) (paths2, given, names []string, err error) {
 		}
 		base, err := dirBase(p, real)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, err
 		}
 		err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -1269,7 +1269,7 @@ func WalkAs(paths []string) (paths2, given, names []string, err error) {
 			return nil
 		})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("filestore: %w", err)
+			return nil, nil, nil, err
 		}
 	}
 	return paths2, given, names, nil

@@ -28,7 +28,7 @@ func TestOpenSourcePipe(t *testing.T) {
 		}()
 		select {
 		case err := <-done:
-			if want := "filestore: " + p + " is not a regular file"; err == nil || err.Error() != want {
+			if want := p + " is not a regular file"; err == nil || err.Error() != want {
 				t.Errorf("opening a named pipe: %v, want %q", err, want)
 			}
 		case <-time.After(10 * time.Second):

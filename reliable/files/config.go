@@ -103,9 +103,11 @@ type Config struct {
 	MaxBlocks int
 	// MaxReceiving bounds the files this member receives at once: the
 	// transfers whose partial copy its Sink holds open. An offer beyond
-	// it waits, unopened, and is asked for again once one of them ends
-	// (docs/protocols.md, "Files (IBRMP)": how many files a receiver
-	// takes at once); 0 means DefaultMaxReceiving.
+	// it waits, unopened, and is asked for again once one of them ends,
+	// the waiting ones first in, first out; one of a file the Sink holds
+	// whole (HoldingSink) is judged at once instead (docs/protocols.md,
+	// "Files (IBRMP)": how many files a receiver takes at once); 0 means
+	// DefaultMaxReceiving.
 	MaxReceiving int
 	// MaxSize, if not 0, bounds the bytes of a file this member accepts:
 	// an offer of more is refused so too (CauseTooLarge), an operator's

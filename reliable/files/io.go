@@ -85,6 +85,22 @@ type Sink interface {
 	Open(m Meta) (f SinkFile, held []frame.Range, err error)
 }
 
+// A HoldingSink says, before the core opens a copy, whether it holds a
+// file whole. An offer that comes while MaxReceiving files are being
+// received, of a file it holds, is judged at once (opened, its blocks
+// all held, its hash checked, reported done) instead of waiting for a
+// file being received to end: it needs no block, and holds its copy for
+// that step only. A sink that is not one has such files wait their turn.
+type HoldingSink interface {
+	Sink
+	// Holds reports whether Open(m) would return every block of m held:
+	// the file stored under m.Name with m.Hash (not zeros), or a partial
+	// copy of m with every block written. It opens no copy and reads no
+	// block; Open still checks what it says (a copy it finds lacking a
+	// block after all is closed again, kept, and the transfer waits).
+	Holds(m Meta) bool
+}
+
 // SinkFile is one transfer's partial copy.
 type SinkFile interface {
 	// WriteBlock stores block b.

@@ -87,15 +87,22 @@ type memSink struct {
 	// limit: Open refuses every file of more than one block with this
 	// error (one wrapping ErrNoSpace: no room).
 	limit error
-	// opened: the partial copies open now (Open's, until Commit or
-	// Abort), mostOpen the most at once.
-	opened, mostOpen int
+	// opened: the files open now (Open's, until Commit or Abort);
+	// stored those of them that are files stored already, which hold no
+	// copy (filestore opens no descriptor for them); mostOpen the most
+	// copies open at once.
+	opened, stored1, mostOpen int
+	// noHolds: the sink does not say what it holds (Holds is false).
+	noHolds bool
 }
 
 // opening counts a copy Open returns open.
 func (s *memSink) opening(p *partial) *partial {
 	s.opened++
-	s.mostOpen = max(s.mostOpen, s.opened)
+	if p.stored {
+		s.stored1++
+	}
+	s.mostOpen = max(s.mostOpen, s.opened-s.stored1)
 	return p
 }
 
@@ -103,8 +110,33 @@ func (s *memSink) opening(p *partial) *partial {
 func (p *partial) closing() {
 	if p.open {
 		p.sink.opened--
+		if p.stored {
+			p.sink.stored1--
+		}
 	}
 	p.open = false
+}
+
+// Holds reports whether Open(m) would hold every block (HoldingSink):
+// the file stored under m.Name with m.Hash, or a partial copy not open
+// whose every block is written and verifies.
+func (s *memSink) Holds(m Meta) bool {
+	if s.noHolds || m.Hash == ([32]byte{}) || s.decline || s.limit != nil && m.Blocks() > 1 {
+		return false
+	}
+	if d, ok := s.stored[m.Name]; ok && uint64(len(d)) == m.Size && mustSum(m.HashAlg, d) == m.Hash {
+		return true
+	}
+	p := s.partials[keyOf(m)]
+	if p == nil || p.open {
+		return false
+	}
+	for b := range m.Blocks() {
+		if h, ok := p.hashes[b]; !ok || sha256.Sum256(p.block(b)) != h {
+			return false
+		}
+	}
+	return true
 }
 
 // mustSum is data's hash under a known algorithm.
@@ -138,6 +170,7 @@ type partial struct {
 	data   []byte
 	hashes map[uint32][32]byte
 	open   bool
+	stored bool  // the file stored already, returned with every block held
 	last   int64 // the last block written (-1: none)
 	// held: the blocks Open reported held; writing one again means a
 	// resumed transfer received a block it had.
@@ -165,7 +198,7 @@ func (s *memSink) Open(m Meta) (SinkFile, []frame.Range, error) {
 		// or the same file sent again): every block is held. With an
 		// offer without a hash it is a candidate, which FileEnd's hash
 		// confirms or not (Sum: filestore's record of its hash).
-		p := &partial{meta: m, data: bytes.Clone(d), hashes: map[uint32][32]byte{}, open: true, last: -1, held: map[uint32]bool{}, sink: s}
+		p := &partial{meta: m, data: bytes.Clone(d), hashes: map[uint32][32]byte{}, open: true, stored: true, last: -1, held: map[uint32]bool{}, sink: s}
 		for b := range m.Blocks() {
 			p.hashes[b] = sha256.Sum256(p.block(b))
 			p.held[b] = true // never received again

@@ -139,6 +139,9 @@ func (c *Core) stepReceiver(now Time, src [6]byte, v frame.View) error {
 					c.finish(now, t) // every block was here, the hash was not
 				}
 			}
+			if t.waiting && t.offerHash == ([frame.FileHashLen]byte{}) {
+				c.judgeHeld(now, t) // the hash that tells whether it is held
+			}
 		}
 		t.named = false
 		for i, ml := 0, v.FileAwaited(); i < ml.Len(); i++ {
@@ -202,7 +205,15 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 		c.refuse(now, t, CauseTooLarge, err)
 		return err
 	}
-	if c.receivingFull() {
+	// The offers waiting open first, oldest first: this step may have
+	// freed a slot (a sender heard in a new incarnation ends its old
+	// one's transfers before its new offer comes here), and a slot
+	// is theirs before a new offer's.
+	c.admit(now)
+	if c.receivingFull() || len(c.waiting) > 0 {
+		if c.judgeHeld(now, t) {
+			return nil
+		}
 		// Taken once a file being received ends (admit); meanwhile it
 		// asks for the offer, as one whose offer was lost, so that its
 		// sender keeps it open and waits for it.
@@ -217,12 +228,56 @@ func (c *Core) accept(now Time, t *transfer, o *frame.FileOfferBody) error {
 	return c.openTransfer(now, t)
 }
 
+// judgeHeld judges at once a transfer whose offer came while
+// MaxReceiving files are being received, if the sink holds its file
+// whole (HoldingSink): it needs no block, so it waits for no slot. The
+// copy opens with every block held, the hash is checked, and the file is
+// reported done (or refused, declined, failed: judged too); it closes in
+// this step. It reports whether t was judged. The hash it asks about is
+// the offer's, or FileEnd's for an offer without one (a candidate is
+// judged once FileEnd has come). A copy that turns out to lack a block
+// (torn since the sink looked) is closed again, kept, and t waits.
+func (c *Core) judgeHeld(now Time, t *transfer) bool {
+	hs, ok := c.cfg.Sink.(HoldingSink)
+	if !ok || t.state != needOffer {
+		return false
+	}
+	m := t.meta
+	if m.Hash = t.offerHash; m.Hash == ([frame.FileHashLen]byte{}) {
+		m.Hash = t.endHash
+	}
+	if m.Hash == ([frame.FileHashLen]byte{}) || m.Blocks() == 0 || !hs.Holds(m) {
+		return false
+	}
+	t.meta.Hash = m.Hash
+	if err := c.openSink(now, t, t.offerHash); err != nil {
+		return true // refused, declined or failed, and said so
+	}
+	if !t.set.complete() {
+		t.file.Abort(true)
+		t.file, t.summed = nil, nil
+		c.opened--
+		t.state = needOffer
+		if t.set.held > 0 {
+			c.stats.Resumed-- // counted when it opens for good
+		}
+		return false
+	}
+	t.fromSink, t.top = true, t.set.n
+	t.candidate = t.offerHash == ([frame.FileHashLen]byte{})
+	t.waiting = false
+	c.finish(now, t)
+	return true
+}
+
 // receivingFull: MaxReceiving transfers hold their sink's copy open.
 func (c *Core) receivingFull() bool { return c.opened >= c.cfg.MaxReceiving }
 
-// admit opens the waiting transfers' copies, oldest first, while fewer
-// than MaxReceiving are open; one that ended meanwhile (its sender
-// silent, restarted, or gone) leaves the queue.
+// admit opens the waiting transfers' copies, oldest first (in the order
+// their offers first came, whatever order they are sent again in), while
+// fewer than MaxReceiving are open; one that ended meanwhile (its sender
+// silent, restarted, or gone; judged held) leaves the queue. It runs
+// after every step and tick, and before an offer is accepted.
 func (c *Core) admit(now Time) {
 	for len(c.waiting) > 0 {
 		t := c.waiting[0]
