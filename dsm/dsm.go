@@ -106,9 +106,10 @@ type Config struct {
 	// stops taking the peer's frames: they then wait, undelivered and
 	// unacknowledged, in this member's reorder window (and block the
 	// peer once its window is full) until the crossing, or over one
-	// group until lock traffic needs them (a lock requested here, or a
-	// peer's request seen that a live member has not answered yet). 0
-	// means DefaultWCCopies; a negative value holds at once.
+	// group while a lock request needs the peer's answer (a lock
+	// requested here that the peer has not answered, or a peer's request
+	// seen that it has not answered yet). 0 means DefaultWCCopies; a
+	// negative value holds at once.
 	// (docs/dsm.md, "How much WC copies", "WC over one group".)
 	WCCopies int
 	// Timed: the program on top relies on bounds on how late its peers'
@@ -422,8 +423,9 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 		n.holdFrom(ch, from)
 	}
 	if len(n.holds) > 0 && !core.OnlyUpdates(data) {
-		// A lock request seen may end the global channel's holds
-		// (core.Holds: lock traffic over one group).
+		// A lock request seen may end the global channel's holds of
+		// the peers that have not answered it (core.Holds, over one
+		// group).
 		n.releaseHolds()
 	}
 	if n.core.Pending() > 0 {

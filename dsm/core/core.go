@@ -186,7 +186,7 @@ type peer struct {
 	held      [][]byte
 	heldBytes int
 	// lockWait (over one group): it may be blocked in dsm_lock_acquire
-	// (lockTraffic): reqTS, the timestamp of its last lock request seen
+	// (lockNeeds): reqTS, the timestamp of its last lock request seen
 	// here (0: none), lacks the reply of a live member. Replies are
 	// broadcast, so every member sees each of them (updateLockWait):
 	// answered[k] is the highest request timestamp of its that member
