@@ -93,13 +93,17 @@ func lockBoundProgram(rounds int, lockHold time.Duration, rank1Lock *time.Durati
 // 0, a partial barrier ahead, writes 1 and 4 rounds (90 and 360 KB):
 // with every hold at once (WCCopies -1, a window of 8 frames) rank 1
 // holds rank 0 once rank 0's reply to its request has come, so what it
-// copies of rank 0 stays under 2 windows and rank 0's outbox whatever
-// rank 0 writes. Before, a request out anywhere released every hold
-// until it was granted, and rank 1 copied all of rank 0's writes (about
-// 90 and 360 KB). Nothing waits for a hold's bound: rank 1's Lock takes
-// rank 2's critical section (100 ms) and a few milliseconds, the run
-// under 200 ms. RBCAST_SEEDS sets the number of seeds of the lossy row
-// (4 by default).
+// copies of rank 0 stays under 2 windows and rank 0's outbox per
+// request whatever rank 0 writes (clean rows). Before, a request out
+// anywhere released every hold until it was granted, and rank 1 copied
+// all of rank 0's writes (about 90 and 360 KB). Nothing waits for a
+// hold's bound: rank 1's Lock takes rank 2's critical section (100 ms)
+// and a few milliseconds. At 5 % loss a request or answer under repair
+// lets rank 0 send at full speed meanwhile, so the copy is only
+// logged there (what P sends until its answer is seen: docs/dsm.md,
+// "What it bounds, and what stays"), and the run may take the rest of
+// rank 0's writes after the crossing, under repair. RBCAST_SEEDS sets
+// the number of seeds of the lossy row (4 by default).
 func TestOneGroupWCLockTrafficBounded(t *testing.T) {
 	const lockHold = 100 * time.Millisecond
 	// Each of the two requests (rank 2's, then rank 1's) releases rank
@@ -114,10 +118,11 @@ func TestOneGroupWCLockTrafficBounded(t *testing.T) {
 		in     testnet.Impairment
 		rounds int
 		seeds  int
+		run    time.Duration // the run's limit
 	}{
-		{"1 round", testnet.Impairment{}, 1, 1},
-		{"4 rounds", testnet.Impairment{}, 4, 1},
-		{"4 rounds lossy", lossy, 4, seeds.Count(t, 4, 2)},
+		{"1 round", testnet.Impairment{}, 1, 1, 2 * lockHold},
+		{"4 rounds", testnet.Impairment{}, 4, 1, 2 * lockHold},
+		{"4 rounds lossy", lossy, 4, seeds.Count(t, 4, 2), 3 * lockHold},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var held uint64
@@ -130,7 +135,7 @@ func TestOneGroupWCLockTrafficBounded(t *testing.T) {
 				t.Logf("seed %d: rank 0 wrote %d B; rank 1 copied up to %d B, held %d frames, rank 2 copied up to %d B; rank 1's Lock took %v, the run %v virtual",
 					seed, fast.UpdateBytes, slow.HeldPeak, slow.Group.HeldData, res.Stats[2].HeldPeak, wait, res.Elapsed)
 				for _, r := range []int{1, 2} {
-					if peak := res.Stats[r].HeldPeak; peak > bound {
+					if peak := res.Stats[r].HeldPeak; tc.in.Loss == 0 && peak > bound {
 						t.Errorf("seed %d: rank %d copied up to %d B of rank 0's %d B, want at most %d B (two requests, each 2 windows of 8 frames and rank 0's outbox of 64 messages): the lock traffic released the hold for longer than rank 0's reply needed",
 							seed, r, peak, fast.UpdateBytes, bound)
 					}
@@ -138,8 +143,8 @@ func TestOneGroupWCLockTrafficBounded(t *testing.T) {
 				if limit := lockHold + 20*time.Millisecond; wait > limit {
 					t.Errorf("seed %d: rank 1's Lock took %v, want at most %v: a reply waited behind a hold", seed, wait, limit)
 				}
-				if limit := 2 * lockHold; res.Elapsed > limit {
-					t.Errorf("seed %d: the run took %v, want at most %v", seed, res.Elapsed, limit)
+				if res.Elapsed > tc.run {
+					t.Errorf("seed %d: the run took %v, want at most %v", seed, res.Elapsed, tc.run)
 				}
 			}
 			if held == 0 {
@@ -231,5 +236,28 @@ func TestOneGroupWCHeldRequesterWaits(t *testing.T) {
 				t.Errorf("rank 0's Lock took %v, want %v to %v", wait, tc.min, tc.max)
 			}
 		})
+	}
+}
+
+// A hold asked for at the delivery of the arrival that completes the
+// barrier Self waits at would be released in the same instant, at the
+// crossing, and a member that then exits at once left with what the hold
+// kept undelivered: its peer saw it stall or fail instead of leave, a
+// failure timeout (2 s) later. The node asks for no hold while a crossing
+// is due (dsm.Node.crossingDue). These seeds of the programs of
+// TestOneGroupAxiomsHeldInWindow and TestOneGroupWCLockTrafficBounded
+// took 2.1 s without it, found at RBCAST_SEEDS=3000 on 2026-12-01.
+func TestOneGroupNoHoldAtCrossing(t *testing.T) {
+	for _, seed := range []uint64{1705, 2838} {
+		w := wcSim{members: 3, seed: seed, in: lossy, copies: -1, buffered: true, what: "ahead with locks"}
+		res := w.run(t, aheadLockProgram(6, seed, true))
+		if limit := 6 * 60 * time.Millisecond; res.Elapsed > limit {
+			t.Errorf("ahead with locks, seed %d: the run took %v, want at most %v: a member left with a hold's frames undelivered", seed, res.Elapsed, limit)
+		}
+	}
+	var wait time.Duration
+	w := wcSim{members: 3, seed: 1805, in: lossy, copies: -1, window: 8}
+	if res := w.run(t, lockBoundProgram(4, 100*time.Millisecond, &wait)); res.Elapsed > 300*time.Millisecond {
+		t.Errorf("lock traffic bounded, seed 1805: the run took %v, want at most 300ms: a member left with a hold's frames undelivered", res.Elapsed)
 	}
 }
