@@ -87,9 +87,9 @@ type Config struct {
 	// channel too, which carries the updates over one group and, with
 	// Channels, those of segments every member joined. What must overtake
 	// a held peer there: lock messages over one group, only while a lock
-	// request is outstanding (lockTraffic), and with Views a Confirm or
-	// Refuse, only at a process not yet confirmed (admissionMessage);
-	// Holds is false then.
+	// request seen here lacks that peer's answer (lockNeeds), and with
+	// Views a Confirm or Refuse, only at a process not yet confirmed
+	// (admissionMessage); Holds is false then.
 	WCCopies int
 	// Timed: the program relies on bounds on how late a peer's messages
 	// arrive (kv's thesis mode), so WC never has a peer held in a
@@ -163,6 +163,8 @@ const (
 type peer struct {
 	id   frame.MemberID
 	live bool
+	// index is its position in Core.peers (fixed at New).
+	index int
 	// restarted: the process under its id is a restart (Restarted), an
 	// outsider.
 	restarted bool
@@ -184,7 +186,7 @@ type peer struct {
 	held      [][]byte
 	heldBytes int
 	// lockWait (over one group): it may be blocked in dsm_lock_acquire
-	// (lockTraffic): reqTS, the timestamp of its last lock request seen
+	// (lockNeeds): reqTS, the timestamp of its last lock request seen
 	// here (0: none), lacks the reply of a live member. Replies are
 	// broadcast, so every member sees each of them (updateLockWait):
 	// answered[k] is the highest request timestamp of its that member
@@ -295,7 +297,7 @@ func New(cfg Config) (*Core, error) {
 			c.rank = i
 			continue
 		}
-		c.peers = append(c.peers, &peer{id: id, live: true})
+		c.peers = append(c.peers, &peer{id: id, live: true, index: len(c.peers)})
 	}
 	if c.rank < 0 {
 		return nil, fmt.Errorf("dsm: Self (member %d) is not among Members %v", cfg.Self, ids)
@@ -503,9 +505,10 @@ func (c *Core) crossed() uint32 {
 // they wait in the sender's window instead of being copied here (what
 // is delivered meanwhile is still held, by copy). It turns false at the
 // crossing that ends WC and, on the global channel over one group,
-// while there is lock traffic (lockTraffic): a lock message there must
-// overtake the messages WC holds (lockMessage), and the reliable layer
-// cannot hand out one message past another of the same sender. The
+// while a lock request seen here lacks from's answer (lockNeeds): a
+// lock message there must overtake the messages WC holds (lockMessage),
+// and the reliable layer cannot hand out one message past another of
+// the same sender. The
 // runtime asks again after every message that is not only updates,
 // after RequestLock and after MemberBack, and releases the holds no
 // longer wanted. False on the global channel too while Self is
@@ -523,7 +526,7 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	}
 	if ch == Global {
 		p := c.peer(from)
-		return !c.unconfirmed && p != nil && !c.lockTraffic() && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies
+		return !c.unconfirmed && p != nil && c.mustHold(p.barriers, p.held) && p.heldBytes >= c.wcCopies && !c.lockNeeds(p)
 	}
 	s := c.segs[ch.Key()]
 	if s == nil || !s.channel {
@@ -533,25 +536,27 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 	return sp != nil && c.mustHold(sp.marks, sp.held) && sp.heldBytes >= c.wcCopies && c.mutation&mutationNoWC == 0
 }
 
-// lockTraffic reports whether a lock message that a peer held in
-// Self's window has behind WC's messages could be needed before the
-// crossing that ends WC (over one group; with Channels locks are
-// refused). Self requests a lock: it needs every live peer's reply. Or
-// a live peer may be blocked in dsm_lock_acquire (its last request seen
-// here lacks a live member's reply, lockWait): its grant may need a
-// reply or a release from a held peer, whose window Self's hold stops
-// for every member, and Self's crossing may wait for that requester's
-// arrival. Otherwise nobody waits for a lock message of a held peer:
-// every other message of it after its arrival is held by WC at every
-// member that has not crossed (so none can wait for it before
-// crossing), and Self's crossing needs only the arrivals of peers not
-// held (docs/dsm.md, "WC over one group").
-func (c *Core) lockTraffic() bool {
-	if c.lock == lockRequesting {
+// lockNeeds reports whether a lock message of p, which a hold of p in
+// Self's window would keep behind WC's messages and which the hold's
+// stopped window would keep p from sending to anybody, could be needed
+// before the crossing that ends WC (over one group; with Channels locks
+// are refused). Only an answer of p to a request can be: Self's request
+// lacks p's reply, or a live peer's last request seen here lacks it
+// (lockWait, answered) — an answer at once, or one p defers to its
+// Unlock or until its own earlier request is granted. Every other
+// message of p after its arrival is held by WC at every member that has
+// not crossed (so none waits for it before crossing), and a request
+// that has p's answer and lacks others' waits for those members, not
+// for p: the hold stays. A request p makes while held cannot leave its
+// stopped window: it waits for the holders' crossings or the hold's
+// bound (docs/dsm.md, "WC over one group"). O(P), and only past WC's
+// other tests.
+func (c *Core) lockNeeds(p *peer) bool {
+	if c.lock == lockRequesting && !p.replied {
 		return true
 	}
-	for _, p := range c.peers {
-		if p.live && p.lockWait {
+	for _, r := range c.peers {
+		if r != p && r.live && r.lockWait && (r.answered == nil || r.answered[p.index] < r.reqTS) {
 			return true
 		}
 	}

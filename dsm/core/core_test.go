@@ -713,7 +713,7 @@ func TestHoldsGlobalOneGroupLockTraffic(t *testing.T) {
 		{nil, 1, true, "member 1 arrived at barrier 1, Self waits there"},
 		{nil, 2, false, "member 2 has not arrived"},
 		{recv(2, AppendLockRequest(nil, 5, 1)), 1, false, "member 2 requested a lock"},
-		{recv(2, AppendLockReply(nil, 6, 1, 9)), 1, false, "member 2 requested a lock, then replied to another request"},
+		{recv(2, AppendLockReply(nil, 6, 3, 9)), 1, false, "member 2 requested a lock, then replied to another request"},
 		{recv(2, unreliable), 1, false, "member 2 requested a lock, then an unreliable update of before it came"},
 		{recv(2, update), 1, false, "member 2 wrote after its request, which lacks member 1's reply"},
 		{recv(1, AppendLockReply(nil, 5, 2, 1)), 1, true, "every live member answered member 2's request: it was granted"},

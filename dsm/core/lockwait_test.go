@@ -67,21 +67,93 @@ func TestHoldsGlobalLockWaitEndsAtReplies(t *testing.T) {
 	receive(1, AppendLockReply(nil, 7, 2, c.lockTS+1))
 	receive(3, AppendLockReply(nil, 7, 2, c.lockTS+1))
 	receive(2, update)
-	holds(false, "Self deferred its reply to member 2")
+	holds(true, "Self deferred its reply to member 2, which member 1 answered: member 2 waits for Self's Unlock, not for member 1")
+	if !c.lockWait(2) {
+		t.Fatal("member 2's request lacks Self's deferred reply, yet it does not wait")
+	}
 	if err := c.Unlock(7); err != nil {
 		t.Fatal(err)
 	}
 	holds(true, "Self's Unlock answered member 2")
+	if c.lockWait(2) {
+		t.Fatal("Self's Unlock answered member 2, yet it waits")
+	}
 
 	// A member that never answers is removed: the wait ends.
 	receive(2, AppendLockRequest(nil, 7, c.clock+1))
 	receive(1, AppendLockReply(nil, 7, 2, c.clock))
-	holds(false, "member 2's request lacks member 3's reply")
+	holds(true, "member 2's request lacks member 3's reply, not member 1's")
+	if !c.lockNeeds(c.peer(3)) {
+		t.Fatal("member 2's request lacks member 3's reply: lockNeeds(member 3) false")
+	}
 	c.MemberGone(3)
-	holds(true, "member 3, which did not answer, was removed")
+	if c.lockWait(2) {
+		t.Fatal("member 3, which did not answer, was removed, yet member 2 waits")
+	}
 	c.MemberBack(3)
-	holds(false, "member 3 is back, its reply still missing")
+	if !c.lockWait(2) || !c.lockNeeds(c.peer(3)) {
+		t.Fatal("member 3 is back, its reply still missing: member 2 does not wait for it")
+	}
+	holds(true, "member 3 is back: member 2 waits for member 3, not for member 1")
 }
+
+// Over one group a hold of a peer ends only while a request seen here
+// lacks that peer's answer (lockNeeds), not while any request is out:
+// a request that waits for others keeps the hold, Self's own request
+// included once the held peer replied (docs/dsm.md, "WC over one
+// group").
+func TestHoldsGlobalOnlyWhileAnswerNeeded(t *testing.T) {
+	// Self 4; member 1 a partial barrier ahead (held by WC), members 2
+	// and 3 behind.
+	c, err := New(Config{Self: 4, Members: []frame.MemberID{1, 2, 3, 4}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive := func(from frame.MemberID, msg []byte) {
+		t.Helper()
+		if err := c.Receive(from, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := func(want bool, when string) {
+		t.Helper()
+		if got := c.Holds(Global, 1); got != want {
+			t.Fatalf("%s: Holds(Global, 1) %v, want %v", when, got, want)
+		}
+	}
+	receive(1, AppendBarrier(nil, 1, 1|SeqPartial))
+	holds(true, "member 1 crossed partial barrier 1 ahead of Self")
+
+	receive(2, AppendLockRequest(nil, 7, 5))
+	holds(false, "member 2's request lacks member 1's answer")
+	receive(1, AppendLockReply(nil, 7, 2, 5))
+	holds(true, "member 1 answered member 2's request, which still lacks member 3's")
+
+	// Self requests lock 7 after member 2: member 2 defers its reply.
+	if err := c.RequestLock(7); err != nil {
+		t.Fatal(err)
+	}
+	holds(false, "Self's request lacks member 1's reply")
+	receive(3, AppendLockReply(nil, 7, 4, c.lockTS))
+	receive(1, AppendLockReply(nil, 7, 4, c.lockTS))
+	holds(true, "member 1 replied to Self, whose request waits for member 2's deferred reply")
+	if c.Holding(7) {
+		t.Fatal("Self holds lock 7 without member 2's reply")
+	}
+
+	// Member 2 is granted, releases, and answers Self.
+	receive(3, AppendLockReply(nil, 7, 2, 5))
+	holds(true, "member 2's request has every answer")
+	receive(2, AppendLockReply(nil, 7, 4, c.lockTS))
+	if !c.Holding(7) {
+		t.Fatal("every member replied, yet Self does not hold lock 7")
+	}
+	holds(true, "Self holds lock 7")
+}
+
+// lockWait reports whether member id's last request seen lacks a live
+// member's reply.
+func (c *Core) lockWait(id frame.MemberID) bool { return c.peer(id).lockWait }
 
 // The cost of following peers' lock waits (updateLockWait: O(P) per lock
 // message, O(P²) per MemberGone or MemberBack) at P members: a peer's
@@ -113,8 +185,8 @@ func BenchmarkLockWait(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				if c.lockTraffic() {
-					b.Fatal("every member answered, yet lock traffic")
+				if c.lockNeeds(c.peers[1]) {
+					b.Fatal("every member answered, yet a hold of a replier would keep an answer")
 				}
 				for c.Pending() > 0 {
 					c.Next()

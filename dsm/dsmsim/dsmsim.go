@@ -116,6 +116,18 @@ func Compute(n *dsm.Node, d time.Duration) error {
 	return nil
 }
 
+// Elapsed is the virtual time since n's run started, as a program
+// measures how long a call took; 0 if n is not the node of a run under
+// way.
+func Elapsed(n *dsm.Node) time.Duration {
+	v, ok := running.Load(n)
+	if !ok {
+		return 0
+	}
+	m := v.(*simMember)
+	return m.sim.net.Now().Sub(m.sim.start)
+}
+
 // ErrCrashed is what Crash returns. A program that returns it (or an
 // error wrapping it) ends without an error of its rank: its member
 // crashed as the test asked.
@@ -261,6 +273,7 @@ func Run(cfg Config, program func(n *dsm.Node) error) (Result, error) {
 		sim.members = append(sim.members, m)
 	}
 	start := net.Now()
+	sim.start = start
 	runErr := sim.run(program, cfg.LateProgram, start.Add(timeout))
 	res := Result{Elapsed: net.Now().Sub(start)}
 	var errs []error
@@ -358,6 +371,7 @@ type simulation struct {
 	late     *simMember
 	lateAt   time.Duration
 	founders int
+	start    time.Time // the virtual time Run started the programs at
 }
 
 // simMember is one member's program goroutine and its node's dsm.Env.
