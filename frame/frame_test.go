@@ -822,3 +822,20 @@ func TestViewMembersTwice(t *testing.T) {
 		}
 	}
 }
+
+// AckShape is AckBase and AckCount in one word, as pbp compares them.
+func TestViewAckShape(t *testing.T) {
+	h := baseHeader()
+	h.AckBase, h.Acks = 0x1234, []uint32{1, 2, 3}
+	b, err := Append(nil, &h, &Empty{T: Ack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.AckShape(), uint32(0x1234)<<16|3; got != want || got>>16 != uint32(v.AckBase()) || int(got&0xffff) != v.AckCount() {
+		t.Fatalf("AckShape = %#x, want %#x (base %d, count %d)", got, want, v.AckBase(), v.AckCount())
+	}
+}

@@ -282,6 +282,11 @@ func (v View) bodyStart() int {
 	}
 	return v.authStart()
 }
+
+// AckShape is AckBase<<16 | AckCount in one read: a receiver compares
+// a frame's ack vector shape with the one it expects at once.
+func (v View) AckShape() uint32 { return binary.BigEndian.Uint32(v[offAckBase:]) }
+
 func (v View) Ack(i int) uint32     { return binary.BigEndian.Uint32(v[HeaderLen+i*AckEntryLen:]) }
 func (v View) hasAuth() bool        { return v.Flags()&FlagAuth != 0 }
 func (v View) crcStart() int        { return len(v) - CRCLen }

@@ -43,7 +43,7 @@ import (
 func (c *Core) noteAcks(p *peer, v frame.View) (ours uint32, ok bool) {
 	const h, e = frame.HeaderLen, frame.AckEntryLen
 	row := p.vec
-	if len(v) < h || len(v)-h < len(row) || v.AckBase() != c.cfg.ackBase || v.AckCount()*e != len(row) {
+	if len(v) < h || len(v)-h < len(row) || v.AckShape() != c.cfg.ackShape {
 		return 0, false
 	}
 	vec := v[h : h+len(row)]

@@ -752,3 +752,35 @@ func TestCopyVec(t *testing.T) {
 		}
 	}
 }
+
+// A vector of another shape (another base, another count) leaves the row
+// as it is, and noteAcks reports no entry for this member.
+func TestNoteAcksOtherShape(t *testing.T) {
+	c := newCore(t, Config{Group: testGroup, Self: 0, Members: testMembers(3), Mode: PBP2})
+	p, _ := c.peer(1)
+	view := func(base frame.MemberID, acks ...uint32) frame.View {
+		t.Helper()
+		h := frame.Header{Group: testGroup, Sender: 1, Seq: 1, AckBase: base, Acks: acks}
+		b, err := frame.Append(nil, &h, &frame.Empty{T: frame.Ack})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := frame.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if ours, ok := c.noteAcks(p, view(0, 5, 6, 7)); !ok || ours != 5 {
+		t.Fatalf("a vector of the group's shape: noteAcks = %d, %v; want 5, true", ours, ok)
+	}
+	want := fmt.Sprint(p.vec)
+	for _, v := range []frame.View{view(1, 9, 9, 9), view(0, 9, 9), view(0, 9, 9, 9, 9), view(0x100, 9, 9, 9)} {
+		if ours, ok := c.noteAcks(p, v); ok {
+			t.Errorf("base %d, %d entries: noteAcks = %d, true; want not ok", v.AckBase(), v.AckCount(), ours)
+		}
+		if got := fmt.Sprint(p.vec); got != want {
+			t.Errorf("base %d, %d entries: row %s, want %s (unchanged)", v.AckBase(), v.AckCount(), got, want)
+		}
+	}
+}

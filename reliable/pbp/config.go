@@ -201,6 +201,7 @@ type settings struct {
 	ackBase    frame.MemberID
 	span       int    // ack vector entries: max id - min id + 1
 	selfOff    uint   // where our entry starts in an ack vector, in bytes
+	ackShape   uint32 // frame.View.AckShape of our ack vectors: ackBase, span
 	linkMax    int    // largest body a frame can carry at this MTU
 	maxPayload int    // largest message or bundle
 	ringSize   uint32 // reorder rings: a power of two >= Window
@@ -298,6 +299,9 @@ func (c Config) validate() (settings, error) {
 	s.selfMAC, s.selfInc = c.Members[self].MAC, c.Members[self].Incarnation
 	s.ackBase, s.span = lo, int(hi)-int(lo)+1
 	s.selfOff = uint(int(c.Self)-int(lo)) * frame.AckEntryLen
+	// A span of 0x10000 entries (ids 0 to 0xffff) wraps into the base
+	// here, but no frame holds a vector that long (noteAcks' length test).
+	s.ackShape = uint32(lo)<<16 | uint32(s.span)&0xffff
 
 	if s.Window < 1 || s.Window > MaxWindow {
 		return s, configErr("Window is %d, want 1..%d", c.Window, MaxWindow)

@@ -335,9 +335,14 @@ type Core struct {
 	// promptTo one past the last that wants prompt acks (under
 	// PromptAcks, every one); tailAt is when a probe asks for the frames
 	// after asked, if nothing goes out before.
-	asked    uint32
-	promptTo uint32
-	tailAt   Time
+	// prompting: PromptAcks, or a message was proposed with
+	// ProposePrompt; before, no frame wants prompt acks, asked and
+	// promptTo stay equal (nothing unasked) and release skips askFor
+	// and armTail.
+	asked     uint32
+	promptTo  uint32
+	tailAt    Time
+	prompting bool
 
 	leaving   bool
 	left      bool
@@ -427,6 +432,7 @@ func New(cfg Config) (*Core, error) {
 		}
 	}
 	c.nextSeq, c.stable, c.asked, c.promptTo = s.InitialSeq, s.InitialSeq, s.InitialSeq, s.InitialSeq
+	c.prompting = s.PromptAcks
 	c.history = make([]sent, s.histSize)
 	c.encoded.T, c.placed.T = frame.Data, frame.Data
 	// Fixed for the core's life: the ack vector always has span entries
@@ -522,6 +528,11 @@ func (c *Core) propose(now Time, head, msg []byte, prompt bool) error {
 	if n > c.cfg.maxPayload {
 		return &TooLargeError{Size: n, Max: c.cfg.maxPayload}
 	}
+	if prompt && !c.prompting {
+		// As if askFor had run at every frame released: it keeps them
+		// at stable, as of the last release, while nothing is prompt.
+		c.prompting, c.promptTo, c.asked = true, c.stable, c.stable
+	}
 	if c.pending > 0 && c.openLen+2+n <= c.cfg.maxPayload {
 		h := &c.history[(c.nextSeq+uint32(c.pending)-1)&c.hmask]
 		if h.count == 1 {
@@ -608,7 +619,10 @@ func (c *Core) release() {
 				p.ackedAt = c.now // it was caught up: its ack clock starts now
 			}
 		}
-		flags := c.askFor(seq)
+		var flags frame.Flags
+		if c.prompting {
+			flags = c.askFor(seq)
+		}
 		c.nextSeq++
 		c.sendData(seq, flags)
 		c.history[seq&c.hmask].sentAt = c.now
@@ -617,7 +631,9 @@ func (c *Core) release() {
 			c.resendAt = c.now.Add(c.resendTimeoutBase())
 		}
 		c.advanceStable() // with no live member left, nothing waits for acks
-		c.armTail()
+		if c.prompting {
+			c.armTail()
+		}
 	}
 }
 

@@ -12,13 +12,20 @@ func (c *Core) header(seq uint32, flags frame.Flags) {
 	c.hdr.Flags = flags
 	acks := c.hdr.Acks
 	for i := range c.peers {
-		if c.frozen {
-			acks[c.peers[i].slot] = c.peers[i].frozenAt // Freeze
-		} else {
-			acks[c.peers[i].slot] = c.peers[i].expected
-		}
+		acks[c.peers[i].slot] = c.peers[i].expected
+	}
+	if c.frozen {
+		c.frozenAcks() // out of the loop, which inlines: issue 18
 	}
 	acks[int(c.cfg.Self)-int(c.cfg.ackBase)] = c.nextSeq
+}
+
+// frozenAcks puts in c.hdr's ack vector what a frozen core acknowledges:
+// what it held when frozen (Freeze).
+func (c *Core) frozenAcks() {
+	for i := range c.peers {
+		c.hdr.Acks[c.peers[i].slot] = c.peers[i].frozenAt
+	}
 }
 
 // emit encodes c.hdr and body into a frame buffer and queues it for the
