@@ -276,6 +276,11 @@ func (c *Core) judgeHeld(now Time, t *transfer) bool {
 		t.file, t.summed = nil, nil
 		c.opened--
 		t.state, t.waiting = needOffer, waiting
+		if waiting {
+			// finish told the sender it is receiving: it waits (accept
+			// says so of one it queues).
+			c.sendReport(now, t)
+		}
 		return false
 	}
 	return true
