@@ -39,7 +39,7 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
 	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
-	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 17 MiB of buffers); an offer beyond them waits and is taken once one ends: never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
+	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 18 MiB of buffers at MTU 9000, 20 at 65535); an offer beyond them waits and is taken once one ends (one of a file held here whole already is judged at once): never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
 }
 

@@ -231,3 +231,80 @@ func TestWaitingOpenInOrder(t *testing.T) {
 		order = append(order, next)
 	}
 }
+
+// A copy the sink holds whole whose hash is not the offer's (every
+// block verifies, the file does not: a crash between the last block
+// and the hash check) is judged at once and fails the check; the
+// transfer then fetches the file again, but not beyond MaxReceiving:
+// it waits for file 1 to end, emptied, and then receives it whole.
+func TestHeldFileMismatchWaits(t *testing.T) {
+	g := newAdmitRig(t)
+	g.data[1], g.data[2] = []byte("a file being received"), []byte("a file held here whole")
+	m := Meta{Name: "f2", Size: uint64(len(g.data[2])), BlockSize: 5, Hash: sha256.Sum256(g.data[2]), HashAlg: frame.FileHashSHA256}
+	other := []byte("another file, as long")
+	other = append(other, make([]byte, len(g.data[2])-len(other))...)
+	p := &partial{meta: m, data: other, hashes: map[uint32][32]byte{}, last: -1, sink: g.sink}
+	for b := range m.Blocks() {
+		p.hashes[b] = sha256.Sum256(p.block(b))
+	}
+	g.sink.partials[keyOf(m)] = p
+	g.offer(10, 1, 11, 1)
+	g.offer(11, 1, 11, 2)
+	if ids := g.open(); len(ids) != 1 || ids[0] != 1 || g.sink.opened != 1 || g.r.opened != 1 {
+		t.Fatalf("open %v (%d in the sink, %d counted), want file 1 alone: MaxReceiving is 1", ids, g.sink.opened, g.r.opened)
+	}
+	if st := g.states(); st[2] != frame.FileNeedOffer || g.r.stats.HashMismatches != 1 {
+		t.Fatalf("reports %v, %d mismatches; want file 2 waiting after one", st, g.r.stats.HashMismatches)
+	}
+	g.blocks(12, 1, 11, 1)
+	if ids := g.open(); len(ids) != 1 || ids[0] != 2 {
+		t.Fatalf("open %v, want file 2 once file 1 is stored", ids)
+	}
+	g.blocks(13, 1, 11, 2)
+	if st := g.states(); st[2] != frame.FileDone || string(g.sink.stored["f2"]) != string(g.data[2]) {
+		t.Fatalf("reports %v, f2 %q stored; want file 2 done, %q", st, g.sink.stored["f2"], g.data[2])
+	}
+}
+
+// So too for an offer without a hash judged at its FileEnd: the copies
+// the sink holds whole under either key (the offer's, keyed by its
+// sender, and FileEnd's hash) both fail the hash; the transfer waits,
+// in its place, and is fetched whole once file 1 ends.
+func TestHeldFileMismatchAtFileEndWaits(t *testing.T) {
+	g := newAdmitRig(t)
+	g.data[1], g.data[2] = []byte("a file being received"), []byte("a file held here whole")
+	m := Meta{Sender: 1, Name: "f2", Size: uint64(len(g.data[2])), BlockSize: 5, HashAlg: frame.FileHashSHA256}
+	for _, h := range [][32]byte{{}, sha256.Sum256(g.data[2])} {
+		m.Hash = h
+		other := []byte("another file, as long")
+		other = append(other, make([]byte, len(g.data[2])-len(other))...)
+		p := &partial{meta: m, data: other, hashes: map[uint32][32]byte{}, last: -1, sink: g.sink}
+		for b := range m.Blocks() {
+			p.hashes[b] = sha256.Sum256(p.block(b))
+		}
+		g.sink.partials[keyOf(m)] = p
+	}
+	g.offer(10, 1, 11, 1)
+	v := encode(t, 1, 11, 0, 0, &frame.FileOfferBody{ID: 2, Size: uint64(len(g.data[2])), BlockSize: 5, Stamp: 77, Name: []byte("f2")})
+	if err := g.r.Step(11, macA, macB, v); err != nil {
+		t.Fatal(err)
+	}
+	end := encode(t, 1, 11, 0, 0, &frame.FileEndBody{ID: 2, Blocks: 5, Awaited: []frame.MemberID{2}, Hash: sha256.Sum256(g.data[2])})
+	if err := g.r.Step(12, macA, macB, end); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.open(); len(ids) != 1 || ids[0] != 1 || g.sink.opened != 1 || g.r.opened != 1 {
+		t.Fatalf("open %v (%d in the sink, %d counted), want file 1 alone: MaxReceiving is 1", ids, g.sink.opened, g.r.opened)
+	}
+	if st := g.states(); st[2] != frame.FileNeedOffer || len(g.r.waiting) != 1 {
+		t.Fatalf("reports %v, %d waiting; want file 2 waiting", st, len(g.r.waiting))
+	}
+	g.blocks(13, 1, 11, 1)
+	if ids := g.open(); len(ids) != 1 || ids[0] != 2 {
+		t.Fatalf("open %v, want file 2 once file 1 is stored", ids)
+	}
+	g.blocks(14, 1, 11, 2)
+	if st := g.states(); st[2] != frame.FileDone || string(g.sink.stored["f2"]) != string(g.data[2]) {
+		t.Fatalf("reports %v, f2 %q stored; want file 2 done, %q", st, g.sink.stored["f2"], g.data[2])
+	}
+}

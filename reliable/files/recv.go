@@ -265,8 +265,24 @@ func (c *Core) judgeHeld(now Time, t *transfer) bool {
 	}
 	t.fromSink, t.top = true, t.set.n
 	t.candidate = t.offerHash == ([frame.FileHashLen]byte{})
+	waiting := t.waiting
 	t.waiting = false
 	c.finish(now, t)
+	if t.state == receiving {
+		// Its hash did not match, and finish opened it again to fetch
+		// the file: that needs a slot, which it waits for like any
+		// other (the copy, emptied or kept as finish left it, is kept).
+		t.file.Abort(true)
+		t.file, t.summed = nil, nil
+		c.opened--
+		t.state, t.waiting = needOffer, waiting
+		if waiting {
+			// finish told the sender it is receiving: it waits (accept
+			// says so of one it queues).
+			c.sendReport(now, t)
+		}
+		return false
+	}
 	return true
 }
 
