@@ -57,14 +57,14 @@ func startGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, adj
 	return out
 }
 
-func startDaemon(t *testing.T, l link.Link, socket string, cfg Config) *running {
+func startDaemon(t testing.TB, l link.Link, socket string, cfg Config) *running {
 	t.Helper()
 	return startDaemonWith(t, l, socket, cfg, nil)
 }
 
 // startDaemonWith is startDaemon with prepare called on the daemon before
 // it runs.
-func startDaemonWith(t *testing.T, l link.Link, socket string, cfg Config, prepare func(d *Daemon)) *running {
+func startDaemonWith(t testing.TB, l link.Link, socket string, cfg Config, prepare func(d *Daemon)) *running {
 	t.Helper()
 	ln, err := Listen(socket, 0o600)
 	if err != nil {
@@ -115,7 +115,7 @@ func (x *running) stop(t *testing.T) error {
 	return nil
 }
 
-func dial(t *testing.T, socket string, waitReady bool) (*localapi.Conn, *localapi.Welcome) {
+func dial(t testing.TB, socket string, waitReady bool) (*localapi.Conn, *localapi.Welcome) {
 	var flags uint16
 	if waitReady {
 		flags = localapi.HelloWaitReady
@@ -123,7 +123,7 @@ func dial(t *testing.T, socket string, waitReady bool) (*localapi.Conn, *localap
 	return dialFlags(t, socket, flags)
 }
 
-func dialFlags(t *testing.T, socket string, flags uint16) (*localapi.Conn, *localapi.Welcome) {
+func dialFlags(t testing.TB, socket string, flags uint16) (*localapi.Conn, *localapi.Welcome) {
 	t.Helper()
 	c, err := localapi.Dial(socket)
 	if err != nil {
@@ -160,7 +160,7 @@ func subscribeFlags(t *testing.T, socket string, from uint16, flags uint16) *loc
 // Subscribed (for from): the daemon hands the subscriber every message
 // delivered after it, none delivered before (TestSubscribedMeansRegistered),
 // so a test that counts messages sends only once it is subscribed.
-func awaitSubscribed(t *testing.T, c *localapi.Conn, from uint16) {
+func awaitSubscribed(t testing.TB, c *localapi.Conn, from uint16) {
 	t.Helper()
 	m, err := c.Read()
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // memGroup starts n daemons on an in-memory segment.
-func memGroup(t *testing.T, n int, order reliable.Order) []*running {
+func memGroup(t testing.TB, n int, order reliable.Order) []*running {
 	t.Helper()
 	seg := newMemSeg(n)
 	dir := t.TempDir()
@@ -37,7 +37,7 @@ func memGroup(t *testing.T, n int, order reliable.Order) []*running {
 // ringSubscriber is a client of the daemon at socket that reads a deliver
 // ring of MinRing bytes, subscribed to member 0 (Subscribed read): the
 // connection and its ring.
-func ringSubscriber(t *testing.T, socket string) (*localapi.Conn, *localapi.RingReceiver) {
+func ringSubscriber(t testing.TB, socket string) (*localapi.Conn, *localapi.RingReceiver) {
 	t.Helper()
 	sub, _ := dialFlags(t, socket, localapi.HelloBatch)
 	rr, err := sub.DeliverRing(localapi.MinRing)
@@ -54,7 +54,7 @@ func ringSubscriber(t *testing.T, socket string) (*localapi.Conn, *localapi.Ring
 // ringSender is a client of the daemon at socket, once its group is
 // ready, that sends through a send ring of MinRing bytes: the
 // connection, its ring and the daemon's Welcome.
-func ringSender(t *testing.T, socket string) (*localapi.Conn, *localapi.RingSender, *localapi.Welcome) {
+func ringSender(t testing.TB, socket string) (*localapi.Conn, *localapi.RingSender, *localapi.Welcome) {
 	t.Helper()
 	c, w := dial(t, socket, true)
 	sr, err := c.SendRing(localapi.MinRing)

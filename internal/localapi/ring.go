@@ -103,7 +103,7 @@ type Ring struct {
 	which     uint8
 	mem       []byte // the mapping: header, then data
 	data      []byte
-	size      uint64
+	size      uint64 // a power of two (RingSize): offsets are pos&(size-1)
 	head      *atomic.Uint64
 	tail      *atomic.Uint64
 	wantData  *atomic.Uint32
@@ -215,7 +215,7 @@ func (r *Ring) room(n, k int) (off, fit uint64, err error) {
 	if n < 0 || rec > r.size/2 {
 		return 0, 0, fmt.Errorf("%w: a record of %d bytes does not fit a ring of %d", ErrRecordTooLarge, n, r.size)
 	}
-	off = r.pos % r.size
+	off = r.pos & (r.size - 1)
 	pad := uint64(0)
 	if off+rec > r.size {
 		pad = r.size - off
@@ -239,6 +239,9 @@ func (r *Ring) room(n, k int) (off, fit uint64, err error) {
 		off = 0
 		free -= pad
 	}
+	if k <= 1 {
+		return off, 1, nil // without the divisions: one record fits
+	}
 	return off, max(1, min(uint64(k), free/rec, (r.size-off)/rec)), nil
 }
 
@@ -248,10 +251,12 @@ func (r *Ring) room(n, k int) (off, fit uint64, err error) {
 // their lengths say, so every slot of a Reserve but the last committed
 // must be full: after a shorter one, Reserve again.
 func (r *Ring) Commit(from uint16, k int) {
-	off := r.pos % r.size
+	off := r.pos & (r.size - 1)
 	r.putHeader(off, uint32(k), from, kindMessage)
 	end := off + RecordHeader + uint64(k)
-	clear(r.data[end:min(off+recordLen(k), r.size)]) // the padding to 8, not stale bytes
+	if end&7 != 0 {
+		clear(r.data[end:min(align8(end), r.size)]) // the padding to 8, not stale bytes
+	}
 	r.pos += recordLen(k)
 }
 
@@ -294,7 +299,7 @@ func (r *Ring) WaitSpace(n int) (bool, error) {
 		return false, err
 	}
 	rec := recordLen(n)
-	off := r.pos % r.size
+	off := r.pos & (r.size - 1)
 	need := rec
 	if off+rec > r.size {
 		need += r.size - off
@@ -337,7 +342,7 @@ func (r *Ring) Next() (from uint16, data []byte, ok bool, err error) {
 				return 0, nil, false, nil
 			}
 		}
-		off := r.pos % r.size
+		off := r.pos & (r.size - 1)
 		avail := h - r.pos
 		if avail < RecordHeader || r.size-off < RecordHeader {
 			return 0, nil, false, r.fault(r.pos, "%d bytes published, not a whole record header", avail)
