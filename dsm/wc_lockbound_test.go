@@ -261,3 +261,96 @@ func TestOneGroupNoHoldAtCrossing(t *testing.T) {
 		t.Errorf("lock traffic bounded, seed 1805: the run took %v, want at most 300ms: a member left with a hold's frames undelivered", res.Elapsed)
 	}
 }
+
+// heldAfterRequestProgram: ranks 0 and 1 cross partial barrier 1 (of 2)
+// while rank 2 computes compute; rank 0 takes lock 0 before it and, in
+// its critical section, writes every location of the shared segment
+// (more than a window), then releases it. Rank 1 requests lock 0 5 ms
+// after the barrier: it has sent nothing but its arrival since, so its
+// request leaves its window. lockWait is set to how long rank 1's Lock
+// took (virtual time).
+func heldAfterRequestProgram(compute time.Duration, lockWait *time.Duration) func(*dsm.Node) error {
+	return func(n *dsm.Node) error {
+		ctx := context.Background()
+		s, err := sharedSegment(ctx, n, wcKey, wcLocs)
+		if err != nil {
+			return err
+		}
+		switch n.Rank() {
+		case 0:
+			if err := n.Lock(ctx, 0); err != nil {
+				return err
+			}
+			if _, err := n.PartialBarrier(ctx, 1, 2); err != nil {
+				return err
+			}
+			for loc := range wcLocs {
+				if err := s.Write(loc, wcValue(1, loc)); err != nil {
+					return err
+				}
+			}
+			if err := n.Unlock(0); err != nil {
+				return err
+			}
+		case 1:
+			if err := dsmsim.Compute(n, 2*time.Millisecond); err != nil {
+				return err
+			}
+			if _, err := n.PartialBarrier(ctx, 1, 2); err != nil {
+				return err
+			}
+			if err := dsmsim.Compute(n, 5*time.Millisecond); err != nil {
+				return err
+			}
+			start := dsmsim.Elapsed(n)
+			if err := n.Lock(ctx, 0); err != nil {
+				return err
+			}
+			*lockWait = dsmsim.Elapsed(n) - start
+			if err := n.Unlock(0); err != nil {
+				return err
+			}
+		case 2:
+			if err := dsmsim.Compute(n, compute); err != nil {
+				return err
+			}
+			if _, err := n.PartialBarrier(ctx, 1, 2); err != nil {
+				return err
+			}
+		}
+		return n.Barrier(ctx, 2)
+	}
+}
+
+// The held requester whose request does leave (docs/dsm.md, "The held
+// requester"): rank 1, a partial barrier ahead of rank 2 and held by it
+// from its arrival (WCCopies -1), has a window to spare, so its request
+// reaches rank 0, which defers it (it holds the lock), and reaches rank
+// 2's reorder window, where rank 2's hold keeps it undelivered: rank 2
+// neither answers it nor releases rank 0, whose critical section's
+// writes it holds too. Rank 1's Lock waits for rank 2's crossing (300
+// ms), or for the hold's bound (500 ms) when rank 2 computes 700 ms;
+// with Timed it takes rank 0's critical section, well under a
+// millisecond of virtual time.
+func TestOneGroupWCHeldRequesterSent(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		compute  time.Duration
+		timed    bool
+		min, max time.Duration
+	}{
+		{"crossing", 300 * time.Millisecond, false, 285 * time.Millisecond, 300 * time.Millisecond},
+		{"the bound", 700 * time.Millisecond, false, 485 * time.Millisecond, 510 * time.Millisecond},
+		{"timed", 300 * time.Millisecond, true, 0, 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wait time.Duration
+			w := wcSim{members: 3, seed: 1, copies: -1, window: 8, timed: tc.timed}
+			res := w.run(t, heldAfterRequestProgram(tc.compute, &wait))
+			t.Logf("rank 1's Lock took %v; rank 2 held %d frames; the run %v virtual", wait, res.Stats[2].Group.HeldData, res.Elapsed)
+			if wait < tc.min || wait > tc.max {
+				t.Errorf("rank 1's Lock took %v, want %v to %v", wait, tc.min, tc.max)
+			}
+		})
+	}
+}
