@@ -185,13 +185,29 @@ func unwrapPath(err error) error {
 // and not yet judged: it waits for a verdict before queueing more, so a
 // directory of any number of files does not hold a descriptor each at
 // the daemon at once (a daemon refuses files beyond its own bound,
-// daemon.IsQueuedBound, and sendfile sends such a file again after a
-// verdict).
+// boundRefusal, and sendfile sends such a file again after a verdict).
 var sendfileWindow = 256 // sendfileText says so
 
 // resendPause waits before sending again a file refused for the daemon's
 // bound while none of the client's files is queued there (tests count).
 var resendPause = time.Sleep
+
+// boundRefusal reports whether err is the daemon's refusal of the file
+// name for its bound on the files queued there and not yet judged: by
+// its code from a daemon of local API version 6 on
+// (localapi.CodeQueuedBound), by its text from one of version 5, which
+// refuses it with code 7 (daemon.IsQueuedBound; earlier daemons have no
+// such bound).
+func boundRefusal(c *localapi.Conn, err error, name string) bool {
+	var le *localapi.Error
+	switch {
+	case !errors.As(err, &le):
+		return false
+	case c.Version() >= 6:
+		return le.Code == localapi.CodeQueuedBound
+	}
+	return le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, name)
+}
 
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
@@ -266,7 +282,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		var le *localapi.Error
 		switch {
-		case errors.As(err, &le) && le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, names[i]):
+		case boundRefusal(c, err, names[i]):
 			// The daemon holds as many files as its descriptors allow:
 			// send this one again once one of ours is judged (at once
 			// if one was since the SendFile; or, with none queued, the

@@ -561,7 +561,14 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	s.wmu.Lock()
 	if n, b := len(s.wait)+s.opening, s.sendBound(); n >= b.files {
 		s.wmu.Unlock()
-		return c.refuse("sendfile %s: %d files are %s, its bound (%v); send it again after a verdict", m.Name, n, QueuedBoundText, b)
+		// A client of version 6 gets a code of its own; an older one
+		// code 7, and sendfile of version 5 tells it by its text.
+		const f = "sendfile %s: %d files are %s, its bound (%v); send it again after a verdict"
+		if c.version < 6 {
+			return c.refuse(f, m.Name, n, QueuedBoundText, b)
+		}
+		c.fail(localapi.CodeQueuedBound, true, f, m.Name, n, QueuedBoundText, b)
+		return true
 	}
 	s.opening++
 	s.wmu.Unlock()
@@ -600,13 +607,18 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 
 // QueuedBoundText is in the refusal of a SendFile beyond the bound on the
 // files queued at a daemon and not yet judged (sendBound): rbcastd
-// sendfile waits for a verdict and sends the file again.
+// sendfile waits for a verdict and sends the file again. The refusal's
+// code is localapi.CodeQueuedBound for a client of version 6 and later,
+// CodeRefused for an earlier one.
 const QueuedBoundText = "queued at this daemon and not yet judged"
 
 // IsQueuedBound reports whether text, the refusal of a SendFile of the
 // file name, is the refusal for the bound on queued files (sendBound's
 // "sendfile NAME: N files are QueuedBoundText, its bound (...)"), and
 // not another whose text merely holds the phrase (in a name or path).
+// Only a daemon of version 5 needs it (its refusal is CodeRefused, told
+// by the text; earlier ones had no bound): from version 6 on the code
+// says it.
 func IsQueuedBound(text, name string) bool {
 	rest, ok := strings.CutPrefix(text, "sendfile "+name+": ")
 	if !ok {

@@ -67,6 +67,7 @@ func goldenCases() []struct {
 		{"file_report", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img"}},
 		{"file_report_incomplete", &FileReport{Kind: FileIncomplete, Cause: FileCauseRestarted, Sender: 1, Incarnation: 7, ID: 4, Size: 12, Hash: goldenHash(), Name: "notes.txt"}},
 		{"file_report_blake3", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img", HashAlg: FileHashBLAKE3}},
+		{"error_queued_bound", &Error{Code: CodeQueuedBound, Text: "sendfile c: 2 files are queued at this daemon and not yet judged, its bound (2: of its RLIMIT_NOFILE, 258, 64 kept for files still open after their verdict, 128 for files it receives, 64 for the rest); send it again after a verdict"}},
 	}
 }
 
@@ -354,11 +355,13 @@ func TestHelloFallsBackToVersion1(t *testing.T) {
 	}
 }
 
-// A client of version 5 says hello again in the latest version an older
-// daemon's refusal names, not in version 1 (rings and the files' hashes
-// would be lost for a version-4 daemon).
+// A client says hello again in the latest version an older daemon's
+// refusal names, not in version 1 (rings and the files' hashes would be
+// lost for a version-4 daemon; the queued files' bound's code for a
+// version-6 client of a version-5 one).
 func TestDaemonVersion(t *testing.T) {
 	for text, want := range map[string]uint16{
+		"this daemon speaks local API versions 1 to 5; the client speaks version 6": 5,
 		"this daemon speaks local API versions 1 to 4; the client speaks version 5": 4,
 		"this daemon speaks local API versions 1 to 2; the client speaks version 5": 2,
 		"unsupported version": MinVersion,
