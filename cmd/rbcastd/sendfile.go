@@ -35,8 +35,8 @@ fetches the file, but is not waited for). The daemon opens and hashes
 the files itself, as it sends them: run sendfile as the daemon's user
 or root. It holds a descriptor for each file until after its verdict,
 so sendfile keeps at most 256 files queued there and not yet judged,
-and sends a file the daemon refuses for its bound on them again after
-a verdict: a directory of any number of files arrives whole. -hash
+and sends a file the daemon refuses for its bound on them again once a
+place frees there: a directory of any number of files arrives whole. -hash
 names the algorithm: blake3 (the default; what b3sum prints) or sha256
 (what sha256sum prints). A receiver running an
 rbcastd from before hash algorithms had names cannot receive a file
@@ -189,7 +189,9 @@ func unwrapPath(err error) error {
 var sendfileWindow = 256 // sendfileText says so
 
 // resendPause waits before sending again a file refused for the daemon's
-// bound while none of the client's files is queued there (tests count).
+// bound while none of the client's files is queued there, against a
+// daemon of version 5, which says nothing when a place frees (tests
+// count).
 var resendPause = time.Sleep
 
 // boundRefusal reports whether err is the daemon's refusal of the file
@@ -223,19 +225,27 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 	}
-	// verdict reads until one of the files queued has its verdict.
-	verdict := func() error {
+	// wait reads until one of the files queued has its verdict, or,
+	// with room, until the daemon says a place is free (FileRoom,
+	// version 6: any client's file judged); verdict waits for a verdict.
+	wait := func(room bool) error {
 		for n := len(queued); len(queued) == n; {
 			m, err := c.Read()
 			if err != nil {
 				return err
 			}
-			if v, isV := m.(*localapi.FileVerdict); isV {
-				judge(v)
+			switch m := m.(type) {
+			case *localapi.FileVerdict:
+				judge(m)
+			case *localapi.FileRoom:
+				if room {
+					return nil
+				}
 			}
 		}
 		return nil
 	}
+	verdict := func() error { return wait(false) }
 	// unjudged names the files queued whose verdicts will not come, and
 	// counts those not sent.
 	unjudged := func(unsent int) bool {
@@ -274,6 +284,9 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			c.SetDeadline(time.Now().Add(5 * time.Minute)) // a version 2 daemon hashes the file first
 			m, err = c.Read()
 			c.SetDeadline(time.Time{})
+			if _, isRoom := m.(*localapi.FileRoom); isRoom {
+				continue // of a refusal before, sent again since
+			}
 			v, isV := m.(*localapi.FileVerdict)
 			if err != nil || !isV {
 				break
@@ -284,16 +297,24 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		switch {
 		case boundRefusal(c, err, names[i]):
 			// The daemon holds as many files as its descriptors allow:
-			// send this one again once one of ours is judged (at once
-			// if one was since the SendFile; or, with none queued, the
-			// files of other clients hold them, a while later).
-			if len(queued) < before {
-				continue
-			}
-			if len(queued) == 0 {
+			// send this one again once a place frees. At once if one
+			// of ours was judged since the SendFile; against a daemon
+			// of version 6, once it says so (FileRoom: any client's
+			// file judged) or one of ours is judged; against one of
+			// version 5, once one of ours is, or with none queued (the
+			// files of other clients hold the places) a while later.
+			switch {
+			case len(queued) < before:
+			case c.Version() >= 6:
+				if err := wait(true); err != nil {
+					return lost(err, len(paths)-i)
+				}
+			case len(queued) == 0:
 				resendPause(time.Second)
-			} else if err := verdict(); err != nil {
-				return lost(err, len(paths)-i)
+			default:
+				if err := verdict(); err != nil {
+					return lost(err, len(paths)-i)
+				}
 			}
 			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:

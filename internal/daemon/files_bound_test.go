@@ -14,10 +14,14 @@ import (
 // instead of failing in the open with EMFILE; the connection goes on.
 // RLIMIT_NOFILE stands at 258 for daemon 0 (its nofile), leaving room
 // for 2 files: 258 less 64 (MaxOpen), 128 (2 × MaxReceiving) and 64; at
-// 100 kB/s the two files of 1 MB are far from their verdicts.
+// 100 kB/s the file of 1 MB is far from its verdict, the one of 300 kB
+// has it after about 3 s.
 //
-// A client of local API version 6 is refused with CodeQueuedBound; one
-// of version 5 with CodeRefused and the same text, as before.
+// A client of local API version 6 is refused with CodeQueuedBound and,
+// once a place frees (here: b's verdict), sent a FileRoom, though none
+// of its own files is queued (before version 6 it could only try again
+// a while later); one of version 5 gets CodeRefused with the same text,
+// as before, and no FileRoom (it would not decode it).
 func TestSendFileQueuedBound(t *testing.T) {
 	ds := startFileGroupPrepared(t, rtnet.New(t, 63), 2, nil, []string{"", t.TempDir()}, 100_000, nil, func(i int, d *Daemon) {
 		if i == 0 {
@@ -29,7 +33,7 @@ func TestSendFileQueuedBound(t *testing.T) {
 	for k, f := range []struct {
 		name string
 		size int
-	}{{"a", 1_000_000}, {"b", 1_000_000}} {
+	}{{"a", 1_000_000}, {"b", 300_000}} {
 		p := filepath.Join(dir, f.name)
 		writeRandom(t, p, f.size, uint64(70+k))
 		owner.Write(&localapi.SendFile{Name: f.name, Path: p})
@@ -58,6 +62,19 @@ func TestSendFileQueuedBound(t *testing.T) {
 	}
 	if !IsQueuedBound(e.Text, "c") { // what rbcastd sendfile of version 5 sends again
 		t.Fatalf("IsQueuedBound(%q, c) is false", e.Text)
+	}
+	if m := readMsg(t, v6); m.Type() != localapi.TFileRoom {
+		t.Fatalf("the refused client of version 6 read %v, want FileRoom once b is judged", m.Type())
+	}
+	v6.Write(&localapi.SendFile{Name: "c", Path: p})
+	if q, ok := readMsg(t, v6).(*localapi.FileQueued); !ok || q.Name != "c" {
+		t.Fatalf("SendFile c after FileRoom answered %+v, want FileQueued", q)
+	}
+	// a and c are queued: full again. The version-5 client's next
+	// message is the refusal, no FileRoom before it.
+	v5.Write(&localapi.SendFile{Name: "c", Path: p})
+	if m, err := v5.Read(); m != nil || err == nil || err.(*localapi.Error).Code != localapi.CodeRefused {
+		t.Fatalf("SendFile c again (version 5) answered %v, %v; want the refusal", m, err)
 	}
 }
 

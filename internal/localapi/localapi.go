@@ -25,7 +25,8 @@ import (
 // (SendFileAlg, FileSentAlg, FileReportAlg: BLAKE3 as well as SHA-256);
 // version 5 a reliable level per message (SendLevel); version 6 a code of
 // its own for a SendFile refused past the daemon's bound on queued files
-// (CodeQueuedBound).
+// (CodeQueuedBound) and FileRoom, which tells the refused client when a
+// place is free.
 const (
 	Version    = 6
 	MinVersion = 1
@@ -158,8 +159,9 @@ const (
 	// CodeQueuedBound (version 6): a SendFile refused because as many
 	// files are queued at the daemon and not yet judged as its bound on
 	// the descriptors they hold allows; the text names the bound. Only
-	// that file is refused: send it again after a verdict. A client of
-	// an earlier version gets CodeRefused with the same text.
+	// that file is refused, and the daemon sends the connection one
+	// FileRoom once a place is free: send the file again then. A client
+	// of an earlier version gets CodeRefused with the same text.
 	CodeQueuedBound Code = 9
 )
 
