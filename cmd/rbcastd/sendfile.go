@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -216,6 +217,9 @@ func boundRefusal(c *localapi.Conn, err error, name string) bool {
 func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
 	ok := true
 	queued := map[uint32]*localapi.FileQueued{}
+	// Everything printed while the progress shows goes through
+	// prog.print, which erases its lines and prints as one step
+	// against its redraw.
 	judge := func(v *localapi.FileVerdict) {
 		if q := queued[v.ID]; q != nil {
 			delete(queued, v.ID)
@@ -246,22 +250,23 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		return nil
 	}
 	verdict := func() error { return wait(false) }
-	// unjudged names the files queued whose verdicts will not come, and
-	// counts those not sent.
-	unjudged := func(unsent int) bool {
-		ids := slices.Sorted(maps.Keys(queued))
-		for _, id := range ids {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
-		}
-		if unsent > 0 {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
-		}
+	// unjudged says what went wrong (format, args), names the files
+	// queued whose verdicts will not come, and counts those not sent.
+	unjudged := func(unsent int, format string, args ...any) bool {
+		prog.print(func() {
+			fmt.Fprintf(stderr, "rbcastd sendfile: "+format+"\n", args...)
+			ids := slices.Sorted(maps.Keys(queued))
+			for _, id := range ids {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
+			}
+			if unsent > 0 {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
+			}
+		})
 		return false
 	}
 	lost := func(err error, unsent int) bool {
-		prog.clear()
-		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
-		return unjudged(unsent)
+		return unjudged(unsent, "waiting for %d verdicts: %v", len(queued), err)
 	}
 	for i := 0; i < len(paths); {
 		if len(queued) >= sendfileWindow {
@@ -270,9 +275,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: %v", shown[i], err)
 		}
 		// The answer is FileQueued (or a refusal); verdicts of files
 		// queued before may come first, once a file passes faster than
@@ -318,21 +321,18 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
-			prog.clear() // the progress lines drawn, so they do not stand over it
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			prog.print(func() {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			})
 			ok = false
 			i++
 			continue
 		case err != nil:
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: %v", shown[i], err)
 		}
 		q, isQ := m.(*localapi.FileQueued)
 		if !isQ {
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: the daemon answered SendFile with %v\n", shown[i], m.Type())
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: the daemon answered SendFile with %v", shown[i], m.Type())
 		}
 		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
 		prog.add(q.ID)
@@ -346,9 +346,16 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 	return ok
 }
 
-// verdictOK prints a file's verdict and reports whether it is complete.
-func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer, prog *fileProgress) bool {
-	prog.clear()
+// verdictOK prints a file's verdict (through prog.print) and reports
+// whether it is complete.
+func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer, prog *fileProgress) (ok bool) {
+	prog.print(func() { ok = printVerdict(q, v, stdout, stderr) })
+	return ok
+}
+
+// printVerdict prints a file's verdict and reports whether it is
+// complete.
+func printVerdict(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer) bool {
 	done := make([]string, len(v.Done))
 	for i, id := range v.Done {
 		done[i] = strconv.Itoa(int(id))
@@ -411,19 +418,23 @@ func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
 
 // fileProgress shows, on a terminal, each file's progress at each
 // receiver, from the daemon's status (a connection of its own), redrawn
-// every second.
+// every second. What sendfile prints meanwhile goes through print, so
+// that no redraw lands between erasing the lines and what is printed
+// in their place.
 type fileProgress struct {
 	sf    *socketFlags
 	w     io.Writer
 	ids   chan [2]int64 // id, 1: add, 0: done
 	quit  chan struct{}
 	ended chan struct{}
-	lines int
-	clr   chan chan struct{}
+	// mu is the terminal's: held by a redraw, and by print while it
+	// erases the lines and prints.
+	mu    sync.Mutex
+	lines int // lines drawn, under mu
 }
 
 func startFileProgress(sf *socketFlags, w io.Writer) *fileProgress {
-	p := &fileProgress{sf: sf, w: w, ids: make(chan [2]int64, 1024), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{})}
+	p := &fileProgress{sf: sf, w: w, ids: make(chan [2]int64, 1024), quit: make(chan struct{}), ended: make(chan struct{})}
 	go p.run()
 	return p
 }
@@ -440,17 +451,21 @@ func (p *fileProgress) done(id uint32) {
 	}
 }
 
-// clear erases the lines drawn, so a verdict line is not mixed with them.
-func (p *fileProgress) clear() {
+// print erases the lines drawn and runs f, which prints what is to stand
+// where they stood, as one step against the redraw: the next redraw
+// draws below what f printed. (Erasing first and printing after, a
+// redraw could come between: its lines then stood above what was
+// printed, and the redraw after erased as many lines up from below it,
+// taking what was printed and leaving a progress line standing.)
+func (p *fileProgress) print(f func()) {
 	if p == nil {
+		f()
 		return
 	}
-	ch := make(chan struct{})
-	select {
-	case p.clr <- ch:
-		<-ch
-	case <-p.ended:
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.erase()
+	f()
 }
 
 func (p *fileProgress) stop() {
@@ -461,15 +476,31 @@ func (p *fileProgress) stop() {
 	<-p.ended
 }
 
+// erase erases the lines drawn; mu held.
 func (p *fileProgress) erase() {
 	for ; p.lines > 0; p.lines-- {
 		fmt.Fprint(p.w, "\x1b[1A\x1b[2K")
 	}
 }
 
+// draw replaces the lines drawn with lines, unless print is under way:
+// then it draws nothing (the next redraw, a second later, does; the
+// lines print erased stay erased until then).
+func (p *fileProgress) draw(lines []string) {
+	if !p.mu.TryLock() {
+		return
+	}
+	defer p.mu.Unlock()
+	p.erase()
+	for _, l := range lines {
+		fmt.Fprintln(p.w, l)
+	}
+	p.lines = len(lines)
+}
+
 func (p *fileProgress) run() {
 	defer close(p.ended)
-	defer p.erase()
+	defer p.print(func() {})
 	want := map[uint32]bool{}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -484,10 +515,6 @@ func (p *fileProgress) run() {
 				delete(want, uint32(x[0]))
 			}
 			continue
-		case ch := <-p.clr:
-			p.erase()
-			close(ch)
-			continue
 		case <-t.C:
 		}
 		st, err := status(p.sf, 0)
@@ -501,11 +528,7 @@ func (p *fileProgress) run() {
 			}
 			lines = append(lines, progressLines(tr)...)
 		}
-		p.erase()
-		for _, l := range lines {
-			fmt.Fprintln(p.w, l)
-		}
-		p.lines = len(lines)
+		p.draw(lines)
 	}
 }
 
