@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -128,9 +129,9 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 			// Opening a named pipe waits for a writer: say so first.
 			return nil, nil, nil, fmt.Errorf("%s: not a regular file (%s)", a, fileKind(st.Mode()))
 		}
-		p, given, n, err := filestore.WalkAs([]string{a})
+		p, given, n, err := walkAs([]string{a})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+			return nil, nil, nil, walkErr(a, err)
 		}
 		if len(p) == 0 && st.IsDir() {
 			return nil, nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
@@ -155,6 +156,36 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		}
 	}
 	return paths, shown, names, nil
+}
+
+// walkAs lists the files under each path (filestore.WalkAs; tests make
+// it fail).
+var walkAs = filestore.WalkAs
+
+// walkErr is the error of the walk of a, the argument as typed: it names
+// the path that failed, under a as typed where it is under a (the
+// walk's paths are a's resolved), and why. Before, it named a alone:
+// "photos: permission denied" for photos/2019/raw.
+func walkErr(a string, err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", a, err)
+	}
+	real, rerr := filepath.EvalSymlinks(a)
+	if rerr == nil {
+		real, rerr = filepath.Abs(real)
+	}
+	if rerr == nil {
+		rel, rerr := filepath.Rel(real, pe.Path)
+		switch {
+		case rerr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
+		case rel == ".":
+			return fmt.Errorf("%s: %w", a, pe.Err)
+		default:
+			return fmt.Errorf("%s%s: %w", strings.TrimSuffix(a, string(filepath.Separator))+string(filepath.Separator), rel, pe.Err)
+		}
+	}
+	return fmt.Errorf("%s: %s: %w", a, pe.Path, pe.Err)
 }
 
 // fileKind names a file's type that is not a regular file's or a
