@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -35,8 +37,8 @@ fetches the file, but is not waited for). The daemon opens and hashes
 the files itself, as it sends them: run sendfile as the daemon's user
 or root. It holds a descriptor for each file until after its verdict,
 so sendfile keeps at most 256 files queued there and not yet judged,
-and sends a file the daemon refuses for its bound on them again after
-a verdict: a directory of any number of files arrives whole. -hash
+and sends a file the daemon refuses for its bound on them again once a
+place frees there: a directory of any number of files arrives whole. -hash
 names the algorithm: blake3 (the default; what b3sum prints) or sha256
 (what sha256sum prints). A receiver running an
 rbcastd from before hash algorithms had names cannot receive a file
@@ -127,9 +129,9 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 			// Opening a named pipe waits for a writer: say so first.
 			return nil, nil, nil, fmt.Errorf("%s: not a regular file (%s)", a, fileKind(st.Mode()))
 		}
-		p, given, n, err := filestore.WalkAs([]string{a})
+		p, given, n, err := walkAs([]string{a})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w", a, unwrapPath(err))
+			return nil, nil, nil, walkErr(a, err)
 		}
 		if len(p) == 0 && st.IsDir() {
 			return nil, nil, nil, fmt.Errorf("%s: no regular files under the directory", a)
@@ -154,6 +156,36 @@ func walkFiles(args []string) (paths, shown, names []string, err error) {
 		}
 	}
 	return paths, shown, names, nil
+}
+
+// walkAs lists the files under each path (filestore.WalkAs; tests make
+// it fail).
+var walkAs = filestore.WalkAs
+
+// walkErr is the error of the walk of a, the argument as typed: it names
+// the path that failed, under a as typed where it is under a (the
+// walk's paths are a's resolved), and why. Before, it named a alone:
+// "photos: permission denied" for photos/2019/raw.
+func walkErr(a string, err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", a, err)
+	}
+	real, rerr := filepath.EvalSymlinks(a)
+	if rerr == nil {
+		real, rerr = filepath.Abs(real)
+	}
+	if rerr == nil {
+		rel, rerr := filepath.Rel(real, pe.Path)
+		switch {
+		case rerr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
+		case rel == ".":
+			return fmt.Errorf("%s: %w", a, pe.Err)
+		default:
+			return fmt.Errorf("%s%s: %w", strings.TrimSuffix(a, string(filepath.Separator))+string(filepath.Separator), rel, pe.Err)
+		}
+	}
+	return fmt.Errorf("%s: %s: %w", a, pe.Path, pe.Err)
 }
 
 // fileKind names a file's type that is not a regular file's or a
@@ -185,19 +217,40 @@ func unwrapPath(err error) error {
 // and not yet judged: it waits for a verdict before queueing more, so a
 // directory of any number of files does not hold a descriptor each at
 // the daemon at once (a daemon refuses files beyond its own bound,
-// daemon.IsQueuedBound, and sendfile sends such a file again after a
-// verdict).
+// boundRefusal, and sendfile sends such a file again after a verdict).
 var sendfileWindow = 256 // sendfileText says so
 
 // resendPause waits before sending again a file refused for the daemon's
-// bound while none of the client's files is queued there (tests count).
+// bound while none of the client's files is queued there, against a
+// daemon of version 5, which says nothing when a place frees (tests
+// count).
 var resendPause = time.Sleep
+
+// boundRefusal reports whether err is the daemon's refusal of the file
+// name for its bound on the files queued there and not yet judged: by
+// its code from a daemon of local API version 6 on
+// (localapi.CodeQueuedBound), by its text from one of version 5, which
+// refuses it with code 7 (daemon.IsQueuedBound; earlier daemons have no
+// such bound).
+func boundRefusal(c *localapi.Conn, err error, name string) bool {
+	var le *localapi.Error
+	switch {
+	case !errors.As(err, &le):
+		return false
+	case c.Version() >= 6:
+		return le.Code == localapi.CodeQueuedBound
+	}
+	return le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, name)
+}
 
 // sendFiles sends the files and waits for their verdicts; false if any
 // file was refused or a receiver lacks one.
 func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []string, stdout, stderr io.Writer, prog *fileProgress) bool {
 	ok := true
 	queued := map[uint32]*localapi.FileQueued{}
+	// Everything printed while the progress shows goes through
+	// prog.print, which erases its lines and prints as one step
+	// against its redraw.
 	judge := func(v *localapi.FileVerdict) {
 		if q := queued[v.ID]; q != nil {
 			delete(queued, v.ID)
@@ -207,35 +260,44 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 	}
-	// verdict reads until one of the files queued has its verdict.
-	verdict := func() error {
+	// wait reads until one of the files queued has its verdict, or,
+	// with room, until the daemon says a place is free (FileRoom,
+	// version 6: any client's file judged); verdict waits for a verdict.
+	wait := func(room bool) error {
 		for n := len(queued); len(queued) == n; {
 			m, err := c.Read()
 			if err != nil {
 				return err
 			}
-			if v, isV := m.(*localapi.FileVerdict); isV {
-				judge(v)
+			switch m := m.(type) {
+			case *localapi.FileVerdict:
+				judge(m)
+			case *localapi.FileRoom:
+				if room {
+					return nil
+				}
 			}
 		}
 		return nil
 	}
-	// unjudged names the files queued whose verdicts will not come, and
-	// counts those not sent.
-	unjudged := func(unsent int) bool {
-		ids := slices.Sorted(maps.Keys(queued))
-		for _, id := range ids {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
-		}
-		if unsent > 0 {
-			fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
-		}
+	verdict := func() error { return wait(false) }
+	// unjudged says what went wrong (format, args), names the files
+	// queued whose verdicts will not come, and counts those not sent.
+	unjudged := func(unsent int, format string, args ...any) bool {
+		prog.print(func() {
+			fmt.Fprintf(stderr, "rbcastd sendfile: "+format+"\n", args...)
+			ids := slices.Sorted(maps.Keys(queued))
+			for _, id := range ids {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %s: no verdict\n", queued[id].Name)
+			}
+			if unsent > 0 {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %d files not sent\n", unsent)
+			}
+		})
 		return false
 	}
 	lost := func(err error, unsent int) bool {
-		prog.clear()
-		fmt.Fprintf(stderr, "rbcastd sendfile: waiting for %d verdicts: %v\n", len(queued), err)
-		return unjudged(unsent)
+		return unjudged(unsent, "waiting for %d verdicts: %v", len(queued), err)
 	}
 	for i := 0; i < len(paths); {
 		if len(queued) >= sendfileWindow {
@@ -244,9 +306,7 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			}
 		}
 		if err := c.Write(&localapi.SendFile{To: to, Name: names[i], Path: paths[i], HashAlg: alg}); err != nil {
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: %v", shown[i], err)
 		}
 		// The answer is FileQueued (or a refusal); verdicts of files
 		// queued before may come first, once a file passes faster than
@@ -258,6 +318,9 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 			c.SetDeadline(time.Now().Add(5 * time.Minute)) // a version 2 daemon hashes the file first
 			m, err = c.Read()
 			c.SetDeadline(time.Time{})
+			if _, isRoom := m.(*localapi.FileRoom); isRoom {
+				continue // of a refusal before, sent again since
+			}
 			v, isV := m.(*localapi.FileVerdict)
 			if err != nil || !isV {
 				break
@@ -266,36 +329,41 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 		}
 		var le *localapi.Error
 		switch {
-		case errors.As(err, &le) && le.Code == localapi.CodeRefused && daemon.IsQueuedBound(le.Text, names[i]):
+		case boundRefusal(c, err, names[i]):
 			// The daemon holds as many files as its descriptors allow:
-			// send this one again once one of ours is judged (at once
-			// if one was since the SendFile; or, with none queued, the
-			// files of other clients hold them, a while later).
-			if len(queued) < before {
-				continue
-			}
-			if len(queued) == 0 {
+			// send this one again once a place frees. At once if one
+			// of ours was judged since the SendFile; against a daemon
+			// of version 6, once it says so (FileRoom: any client's
+			// file judged) or one of ours is judged; against one of
+			// version 5, once one of ours is, or with none queued (the
+			// files of other clients hold the places) a while later.
+			switch {
+			case len(queued) < before:
+			case c.Version() >= 6:
+				if err := wait(true); err != nil {
+					return lost(err, len(paths)-i)
+				}
+			case len(queued) == 0:
 				resendPause(time.Second)
-			} else if err := verdict(); err != nil {
-				return lost(err, len(paths)-i)
+			default:
+				if err := verdict(); err != nil {
+					return lost(err, len(paths)-i)
+				}
 			}
 			continue
 		case errors.As(err, &le) && le.Code == localapi.CodeRefused:
-			prog.clear() // the progress lines drawn, so they do not stand over it
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			prog.print(func() {
+				fmt.Fprintf(stderr, "rbcastd sendfile: %s: refused: %s\n", shown[i], strings.TrimPrefix(le.Text, "sendfile "+names[i]+": "))
+			})
 			ok = false
 			i++
 			continue
 		case err != nil:
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: %v\n", shown[i], err)
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: %v", shown[i], err)
 		}
 		q, isQ := m.(*localapi.FileQueued)
 		if !isQ {
-			prog.clear()
-			fmt.Fprintf(stderr, "rbcastd sendfile: %s: the daemon answered SendFile with %v\n", shown[i], m.Type())
-			return unjudged(len(paths) - i - 1)
+			return unjudged(len(paths)-i-1, "%s: the daemon answered SendFile with %v", shown[i], m.Type())
 		}
 		queued[q.ID] = &localapi.FileQueued{ID: q.ID, Size: q.Size, Hash: q.Hash, Name: q.Name}
 		prog.add(q.ID)
@@ -309,9 +377,16 @@ func sendFiles(c *localapi.Conn, to []uint16, alg uint8, paths, shown, names []s
 	return ok
 }
 
-// verdictOK prints a file's verdict and reports whether it is complete.
-func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer, prog *fileProgress) bool {
-	prog.clear()
+// verdictOK prints a file's verdict (through prog.print) and reports
+// whether it is complete.
+func verdictOK(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer, prog *fileProgress) (ok bool) {
+	prog.print(func() { ok = printVerdict(q, v, stdout, stderr) })
+	return ok
+}
+
+// printVerdict prints a file's verdict and reports whether it is
+// complete.
+func printVerdict(q *localapi.FileQueued, v *localapi.FileVerdict, stdout, stderr io.Writer) bool {
 	done := make([]string, len(v.Done))
 	for i, id := range v.Done {
 		done[i] = strconv.Itoa(int(id))
@@ -374,19 +449,23 @@ func refusedText(q *localapi.FileQueued, m localapi.FileMiss) string {
 
 // fileProgress shows, on a terminal, each file's progress at each
 // receiver, from the daemon's status (a connection of its own), redrawn
-// every second.
+// every second. What sendfile prints meanwhile goes through print, so
+// that no redraw lands between erasing the lines and what is printed
+// in their place.
 type fileProgress struct {
 	sf    *socketFlags
 	w     io.Writer
 	ids   chan [2]int64 // id, 1: add, 0: done
 	quit  chan struct{}
 	ended chan struct{}
-	lines int
-	clr   chan chan struct{}
+	// mu is the terminal's: held by a redraw, and by print while it
+	// erases the lines and prints.
+	mu    sync.Mutex
+	lines int // lines drawn, under mu
 }
 
 func startFileProgress(sf *socketFlags, w io.Writer) *fileProgress {
-	p := &fileProgress{sf: sf, w: w, ids: make(chan [2]int64, 1024), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{})}
+	p := &fileProgress{sf: sf, w: w, ids: make(chan [2]int64, 1024), quit: make(chan struct{}), ended: make(chan struct{})}
 	go p.run()
 	return p
 }
@@ -403,17 +482,21 @@ func (p *fileProgress) done(id uint32) {
 	}
 }
 
-// clear erases the lines drawn, so a verdict line is not mixed with them.
-func (p *fileProgress) clear() {
+// print erases the lines drawn and runs f, which prints what is to stand
+// where they stood, as one step against the redraw: the next redraw
+// draws below what f printed. (Erasing first and printing after, a
+// redraw could come between: its lines then stood above what was
+// printed, and the redraw after erased as many lines up from below it,
+// taking what was printed and leaving a progress line standing.)
+func (p *fileProgress) print(f func()) {
 	if p == nil {
+		f()
 		return
 	}
-	ch := make(chan struct{})
-	select {
-	case p.clr <- ch:
-		<-ch
-	case <-p.ended:
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.erase()
+	f()
 }
 
 func (p *fileProgress) stop() {
@@ -424,15 +507,31 @@ func (p *fileProgress) stop() {
 	<-p.ended
 }
 
+// erase erases the lines drawn; mu held.
 func (p *fileProgress) erase() {
 	for ; p.lines > 0; p.lines-- {
 		fmt.Fprint(p.w, "\x1b[1A\x1b[2K")
 	}
 }
 
+// draw replaces the lines drawn with lines, unless print is under way:
+// then it draws nothing (the next redraw, a second later, does; the
+// lines print erased stay erased until then).
+func (p *fileProgress) draw(lines []string) {
+	if !p.mu.TryLock() {
+		return
+	}
+	defer p.mu.Unlock()
+	p.erase()
+	for _, l := range lines {
+		fmt.Fprintln(p.w, l)
+	}
+	p.lines = len(lines)
+}
+
 func (p *fileProgress) run() {
 	defer close(p.ended)
-	defer p.erase()
+	defer p.print(func() {})
 	want := map[uint32]bool{}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -447,10 +546,6 @@ func (p *fileProgress) run() {
 				delete(want, uint32(x[0]))
 			}
 			continue
-		case ch := <-p.clr:
-			p.erase()
-			close(ch)
-			continue
 		case <-t.C:
 		}
 		st, err := status(p.sf, 0)
@@ -464,11 +559,7 @@ func (p *fileProgress) run() {
 			}
 			lines = append(lines, progressLines(tr)...)
 		}
-		p.erase()
-		for _, l := range lines {
-			fmt.Fprintln(p.w, l)
-		}
-		p.lines = len(lines)
+		p.draw(lines)
 	}
 }
 

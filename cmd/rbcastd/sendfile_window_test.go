@@ -178,7 +178,7 @@ func TestSendFilesRefusalBelowProgress(t *testing.T) {
 	c, bad := fakeSendFiles(t, 1, 0, func(int) string { return "open /x/f000: permission denied" })
 	var errs bytes.Buffer
 	errs.WriteString("f000: sending\n  member 1: ...\n")
-	prog := &fileProgress{sf: &socketFlags{socket: filepath.Join(t.TempDir(), "none")}, w: &errs, ids: make(chan [2]int64, 8), quit: make(chan struct{}), ended: make(chan struct{}), clr: make(chan chan struct{}), lines: 2}
+	prog := &fileProgress{sf: &socketFlags{socket: filepath.Join(t.TempDir(), "none")}, w: &errs, ids: make(chan [2]int64, 8), quit: make(chan struct{}), ended: make(chan struct{}), lines: 2}
 	go prog.run()
 	paths, names := manyNames(1)
 	var out bytes.Buffer

@@ -471,7 +471,7 @@ func TestClientErrors(t *testing.T) {
 		c.Write(&localapi.Hello{Version: 9})
 		_, err = c.Read()
 		var e *localapi.Error
-		if !errors.As(err, &e) || e.Code != localapi.CodeVersion || !strings.Contains(e.Text, "local API versions 1 to 5; the client speaks version 9") {
+		if !errors.As(err, &e) || e.Code != localapi.CodeVersion || !strings.Contains(e.Text, "local API versions 1 to 6; the client speaks version 9") {
 			t.Fatalf("got %v", err)
 		}
 	})

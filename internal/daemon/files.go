@@ -130,6 +130,11 @@ type fileService struct {
 	// maxOpen and maxReceiving are the running core's MaxOpen and
 	// MaxReceiving (start), under wmu.
 	maxOpen, maxReceiving int
+	// rooms are the connections of version 6 refused for the bound
+	// since a place last freed (under wmu): each is sent one FileRoom
+	// once one does, after its refusal was written (the channel closes
+	// then).
+	rooms map[*conn]chan struct{}
 	// nofile, if not 0, stands for RLIMIT_NOFILE's soft limit (tests).
 	nofile uint64
 	// queuedHook, if set, runs in SendFile between the runner taking
@@ -176,7 +181,7 @@ func newFileService(d *Daemon, cfg FilesConfig) *fileService {
 	if cfg.Group == 0 {
 		cfg.Group = FilesGroup(d.cfg.Group.Group)
 	}
-	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*fileWaiter{}}
+	s := &fileService{d: d, cfg: cfg, stored: map[xferKey]*xferInfo{}, rates: map[rateKey]rateSample{}, wait: map[uint32]*fileWaiter{}, rooms: map[*conn]chan struct{}{}}
 	if a := d.cfg.Group.Auth; a != nil && cfg.Link != nil {
 		s.auth, s.authErr = reliable.WrapFiles(cfg.Link, cfg.Group, d.cfg.Group.EtherType, auth.Config{Key: a.Key, Encrypt: a.Encrypt, Now: a.Now})
 		if s.authErr == nil {
@@ -275,7 +280,9 @@ func (s *fileService) start(g *reliable.Group) (stop func()) {
 		s.wmu.Lock()
 		waiting := s.wait
 		s.wait = map[uint32]*fileWaiter{}
+		rooms := s.freed(len(waiting))
 		s.wmu.Unlock()
+		tellRoom(rooms)
 		for id, w := range waiting {
 			w.tell(&localapi.FileVerdict{ID: id, Text: "the daemon left the group (or joins it again as a new incarnation) before the file's verdict; send it again"})
 		}
@@ -497,7 +504,12 @@ func (s *fileService) onReport(r reliable.FileReport) {
 		s.wmu.Lock()
 		w := s.wait[r.Meta.ID]
 		delete(s.wait, r.Meta.ID)
+		var rooms map[*conn]chan struct{}
+		if w != nil {
+			rooms = s.freed(1)
+		}
 		s.wmu.Unlock()
+		tellRoom(rooms)
 		if w != nil {
 			if w.c.version >= 3 {
 				v.Hash = r.Meta.Hash // zeros if it was aborted before its hash
@@ -576,8 +588,25 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	}
 	s.wmu.Lock()
 	if n, b := len(s.wait)+s.opening, s.sendBound(); n >= b.files {
+		// A client of version 6 gets a code of its own and, once a
+		// place frees, a FileRoom: it registers here, under the lock
+		// the places free under, so that none frees unseen between
+		// the check and the refusal. An older one gets code 7 (and
+		// sendfile of version 5 tells it by its text) and no FileRoom,
+		// which it would not decode.
+		var written chan struct{}
+		if c.version >= 6 {
+			written = make(chan struct{})
+			s.rooms[c] = written
+		}
 		s.wmu.Unlock()
-		return c.refuse("sendfile %s: %d files are %s, its bound (%v); send it again after a verdict", m.Name, n, QueuedBoundText, b)
+		const f = "sendfile %s: %d files are %s, its bound (%v); send it again after a verdict"
+		if written == nil {
+			return c.refuse(f, m.Name, n, QueuedBoundText, b)
+		}
+		c.fail(localapi.CodeQueuedBound, true, f, m.Name, n, QueuedBoundText, b)
+		close(written)
+		return true
 	}
 	s.opening++
 	s.wmu.Unlock()
@@ -589,7 +618,9 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	if err != nil {
 		s.wmu.Lock()
 		s.opening--
+		rooms := s.freed(1)
 		s.wmu.Unlock()
+		tellRoom(rooms)
 		return c.refuse("sendfile %s: %v", m.Name, err)
 	}
 	src.HashAlg = alg
@@ -597,10 +628,14 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 	s.wmu.Lock()
 	s.opening--
 	id, err := r.Send(src.Outgoing(to))
+	var rooms map[*conn]chan struct{}
 	if err == nil {
 		s.wait[id] = w
+	} else {
+		rooms = s.freed(1)
 	}
 	s.wmu.Unlock()
+	tellRoom(rooms)
 	if err != nil {
 		src.Close()
 		return c.refuse("sendfile %s: %v", m.Name, err)
@@ -616,13 +651,18 @@ func (c *conn) sendFile(m *localapi.SendFile) bool {
 
 // QueuedBoundText is in the refusal of a SendFile beyond the bound on the
 // files queued at a daemon and not yet judged (sendBound): rbcastd
-// sendfile waits for a verdict and sends the file again.
+// sendfile waits for a verdict and sends the file again. The refusal's
+// code is localapi.CodeQueuedBound for a client of version 6 and later,
+// CodeRefused for an earlier one.
 const QueuedBoundText = "queued at this daemon and not yet judged"
 
 // IsQueuedBound reports whether text, the refusal of a SendFile of the
 // file name, is the refusal for the bound on queued files (sendBound's
 // "sendfile NAME: N files are QueuedBoundText, its bound (...)"), and
 // not another whose text merely holds the phrase (in a name or path).
+// Only a daemon of version 5 needs it (its refusal is CodeRefused, told
+// by the text; earlier ones had no bound): from version 6 on the code
+// says it.
 func IsQueuedBound(text, name string) bool {
 	rest, ok := strings.CutPrefix(text, "sendfile "+name+": ")
 	if !ok {
@@ -638,6 +678,32 @@ func IsQueuedBound(text, name string) bool {
 		}
 	}
 	return true
+}
+
+// freed takes the connections waiting for a place (rooms) once n
+// places have freed (none if n is 0). Called with wmu held; tellRoom
+// tells them after it is released.
+func (s *fileService) freed(n int) map[*conn]chan struct{} {
+	if n == 0 || len(s.rooms) == 0 {
+		return nil
+	}
+	rooms := s.rooms
+	s.rooms = map[*conn]chan struct{}{}
+	return rooms
+}
+
+// tellRoom sends each connection a FileRoom, after its refusal (written
+// closes), without holding up the caller (the runner's loop, a
+// SendFile). Every one is told, not one: one whose client went away
+// would keep the place unused; those that lose the race for it are
+// refused again and wait for the next.
+func tellRoom(rooms map[*conn]chan struct{}) {
+	for c, written := range rooms {
+		go func() {
+			<-written
+			c.write(&localapi.FileRoom{})
+		}()
+	}
 }
 
 // queueBound is the most files queued at the daemon and not yet judged,

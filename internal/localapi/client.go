@@ -361,7 +361,7 @@ func (c *Conn) Pending() bool {
 // (CodeVersion, and closes the connection), and Hello then connects again
 // and says hello in the latest version the daemon's refusal names (a
 // daemon of version 1 names none: version 1): Version tells which was
-// agreed (rings need 2, SendLevel 5).
+// agreed (rings need 2, SendLevel 5, CodeQueuedBound 6).
 func (c *Conn) Hello(flags uint16) (*Welcome, error) {
 	w, err := c.hello(Version, flags)
 	var e *Error

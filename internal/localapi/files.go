@@ -28,6 +28,10 @@ const (
 	TFileSentAlg Type = 0x8e
 	// TFileReportAlg: FileReport of such a file (version 4).
 	TFileReportAlg Type = 0x8f
+	// TFileRoom: a place is free at the daemon for a file queued, after
+	// a SendFile refused with CodeQueuedBound on this connection
+	// (version 6).
+	TFileRoom Type = 0x90
 )
 
 // FileHashLen is the length of a file's hash (SHA-256 or BLAKE3).
@@ -138,6 +142,16 @@ type FileVerdict struct {
 	HashAlg uint8
 }
 
+// FileRoom tells a client that a SendFile of it was refused with
+// CodeQueuedBound that a place for a queued file has become free since
+// (a file's verdict, or a SendFile that took a place and failed): it
+// may send the file again, and may be refused again (another client
+// took the place first), after which another FileRoom comes once the
+// next place frees. The daemon sends one FileRoom however many
+// refusals came since the last, always after them; it carries nothing
+// (version 6).
+type FileRoom struct{}
+
 // ReceiveFiles asks the daemon to store the files the group sends from
 // now on under Dir (absolute; the daemon writes it, so only a client of
 // the daemon's own user, or root, may ask) while the connection is open,
@@ -186,6 +200,7 @@ func (m *FileVerdict) Type() Type {
 	}
 	return TFileSent
 }
+func (*FileRoom) Type() Type       { return TFileRoom }
 func (*ReceiveFiles) Type() Type   { return TReceiveFiles }
 func (*ReceivingFiles) Type() Type { return TReceivingFiles }
 func (m *FileReport) Type() Type {
@@ -212,6 +227,7 @@ const MaxFileName = 4096
 //	FileReport:     type, kind u8, cause u8, sender u16, incarnation u32,
 //	                id u32, size u64, hash [32], name
 //	FileReportAlg:  as FileReport, alg u8 before the hash
+//	FileRoom:       type
 const (
 	sendFileMin    = 5
 	fileQueuedMin  = 45
@@ -263,6 +279,8 @@ func (m *FileVerdict) Append(b []byte) []byte {
 	}
 	return append(b, t...)
 }
+
+func (*FileRoom) Append(b []byte) []byte { return append(b, byte(TFileRoom)) }
 
 func (m *ReceiveFiles) Append(b []byte) []byte {
 	return append(append(b, byte(TReceiveFiles)), m.Dir...)
@@ -416,6 +434,11 @@ func decodeFile(p []byte) (Message, error) {
 		}
 		m.Text = string(p[off:])
 		return m, nil
+	case TFileRoom:
+		if len(p) != 1 {
+			return nil, decodeErr(t, 1, "%d bytes, want 1", len(p))
+		}
+		return &FileRoom{}, nil
 	case TReceiveFiles, TReceivingFiles:
 		if err := checkPath(1, "directory"); err != nil {
 			return nil, err
@@ -454,7 +477,7 @@ func decodeFile(p []byte) (Message, error) {
 // isFile reports whether t is a file message.
 func isFile(t Type) bool {
 	switch t {
-	case TSendFile, TSendFileAlg, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport, TFileSent, TFileSentAlg, TFileReportAlg:
+	case TSendFile, TSendFileAlg, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport, TFileSent, TFileSentAlg, TFileReportAlg, TFileRoom:
 		return true
 	}
 	return false
@@ -482,6 +505,8 @@ func fileTypeName(t Type) string {
 		return "FileSentAlg"
 	case TFileReportAlg:
 		return "FileReportAlg"
+	case TFileRoom:
+		return "FileRoom"
 	}
 	return ""
 }

@@ -23,9 +23,12 @@ import (
 // file's hash in its verdict (FileSent) instead of in FileQueued, so that
 // the daemon hashes a file as it sends it; version 4 the hash's algorithm
 // (SendFileAlg, FileSentAlg, FileReportAlg: BLAKE3 as well as SHA-256);
-// version 5 a reliable level per message (SendLevel).
+// version 5 a reliable level per message (SendLevel); version 6 a code of
+// its own for a SendFile refused past the daemon's bound on queued files
+// (CodeQueuedBound) and FileRoom, which tells the refused client when a
+// place is free.
 const (
-	Version    = 5
+	Version    = 6
 	MinVersion = 1
 )
 
@@ -153,6 +156,13 @@ const (
 	// deliveries, so what follows is missing here), and so does a request
 	// that waited for the new membership too long. Connect again.
 	CodeRejoining Code = 8
+	// CodeQueuedBound (version 6): a SendFile refused because as many
+	// files are queued at the daemon and not yet judged as its bound on
+	// the descriptors they hold allows; the text names the bound. Only
+	// that file is refused, and the daemon sends the connection one
+	// FileRoom once a place is free: send the file again then. A client
+	// of an earlier version gets CodeRefused with the same text.
+	CodeQueuedBound Code = 9
 )
 
 // Code is an Error's code.
@@ -176,6 +186,8 @@ func (c Code) String() string {
 		return "refused"
 	case CodeRejoining:
 		return "rejoining"
+	case CodeQueuedBound:
+		return "queued bound"
 	}
 	return fmt.Sprintf("Code(%d)", uint16(c))
 }

@@ -67,6 +67,8 @@ func goldenCases() []struct {
 		{"file_report", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img"}},
 		{"file_report_incomplete", &FileReport{Kind: FileIncomplete, Cause: FileCauseRestarted, Sender: 1, Incarnation: 7, ID: 4, Size: 12, Hash: goldenHash(), Name: "notes.txt"}},
 		{"file_report_blake3", &FileReport{Kind: FileReceived, Sender: 1, Incarnation: 7, ID: 3, Size: 1 << 30, Hash: goldenHash(), Name: "images/disk.img", HashAlg: FileHashBLAKE3}},
+		{"file_room", &FileRoom{}},
+		{"error_queued_bound", &Error{Code: CodeQueuedBound, Text: "sendfile c: 2 files are queued at this daemon and not yet judged, its bound (2: of its RLIMIT_NOFILE, 258, 64 kept for files still open after their verdict, 128 for files it receives, 64 for the rest); send it again after a verdict"}},
 	}
 }
 
@@ -74,7 +76,7 @@ func goldenCases() []struct {
 var allTypes = []Type{THello, TSend, TFlush, TSubscribe, TStatus, TSendBatch, TWelcome, TFlushed, TSubscribed, TDeliver, TStatusJSON, TDeliverBatch, TError,
 	TRingSetup, TDoorbell, TRingReady, TDaemonDoorbell, TRekey, TSendUnreliable, TSendLevel,
 	TSendFile, TReceiveFiles, TFileQueued, TFileVerdict, TReceivingFiles, TFileReport,
-	TSendFileAlg, TFileSentAlg, TFileReportAlg}
+	TSendFileAlg, TFileSentAlg, TFileReportAlg, TFileRoom}
 
 func goldenHashBytes() []byte { h := goldenHash(); return h[:] }
 
@@ -188,6 +190,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"receive files no dir", []byte{byte(TReceiveFiles)}, "bad ReceiveFiles message at byte 1: no directory"},
 		{"file report kind", func() []byte { b := (&FileReport{Kind: 1}).Append(nil); b[1] = 3; return b }(), "bad FileReport message at byte 1: kind 3"},
 		{"file queued short", []byte{byte(TFileQueued), 0, 0, 0, 1}, "bad FileQueued message at byte 5: 5 bytes, want at least 45"},
+		{"file room long", []byte{byte(TFileRoom), 0}, "bad FileRoom message at byte 1: 2 bytes, want 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := Decode(c.p)
@@ -354,11 +357,13 @@ func TestHelloFallsBackToVersion1(t *testing.T) {
 	}
 }
 
-// A client of version 5 says hello again in the latest version an older
-// daemon's refusal names, not in version 1 (rings and the files' hashes
-// would be lost for a version-4 daemon).
+// A client says hello again in the latest version an older daemon's
+// refusal names, not in version 1 (rings and the files' hashes would be
+// lost for a version-4 daemon; the queued files' bound's code for a
+// version-6 client of a version-5 one).
 func TestDaemonVersion(t *testing.T) {
 	for text, want := range map[string]uint16{
+		"this daemon speaks local API versions 1 to 5; the client speaks version 6": 5,
 		"this daemon speaks local API versions 1 to 4; the client speaks version 5": 4,
 		"this daemon speaks local API versions 1 to 2; the client speaks version 5": 2,
 		"unsupported version": MinVersion,
