@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/link/auth"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
@@ -41,7 +42,7 @@ func TestNetnsFilesKeyed(t *testing.T) {
 			}
 			args = append(args, "-inbox", inbox(i))
 		}
-		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncBuffer{}, done: make(chan error, 1)}
+		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 		fd.cmd.Stdout, fd.cmd.Stderr = fd.log, fd.log
 		if err := fd.cmd.Start(); err != nil {
 			t.Fatal(err)

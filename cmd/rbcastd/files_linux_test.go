@@ -19,6 +19,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -39,7 +40,7 @@ import (
 // fileDaemon is one rbcastd run of the file test.
 type fileDaemon struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan error
 }
 
@@ -133,7 +134,7 @@ func TestNetnsFiles(t *testing.T) {
 		if i != 2 { // host 2 stores through recvfile
 			args = append(args, "-inbox", inbox(i))
 		}
-		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncBuffer{}, done: make(chan error, 1)}
+		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 		fd.cmd.Stdout, fd.cmd.Stderr = fd.log, fd.log
 		if err := fd.cmd.Start(); err != nil {
 			t.Fatal(err)
