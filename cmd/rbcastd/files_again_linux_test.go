@@ -55,11 +55,8 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		var out bytes.Buffer
-		cmd := c.cli(ctx, 0, "sendfile", src)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("sendfile: %v\n%s", err, out.String())
+		if err := run(c.cli(ctx, 0, "sendfile", src)); err != nil {
+			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
