@@ -297,11 +297,18 @@ func (e *nullEnv) deliverAll(h *Host) {
 // 1400, for the tests that drive a node's Env by hand.
 func startedNode(tb testing.TB, e Env) (*Node, *Host) {
 	tb.Helper()
-	n, h, err := NewHosted(e, Config{})
+	return startedNodeWith(tb, e, Config{}, 1400)
+}
+
+// startedNodeWith is startedNode with cfg, and messages of up to
+// maxMessage bytes (Host.Start).
+func startedNodeWith(tb testing.TB, e Env, cfg Config, maxMessage int) (*Node, *Host) {
+	tb.Helper()
+	n, h, err := NewHosted(e, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, maxMessage); err != nil {
 		tb.Fatal(err)
 	}
 	return n, h
