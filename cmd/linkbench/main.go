@@ -43,14 +43,8 @@ func run(args []string) int {
 	overlap := fs.Bool("overlap", false, "stage frames on one goroutine and have another kick the kernel (ring backends; as the reliable runtime sends)")
 	spin := fs.Duration("spin", ring.DefaultRxSpin, "ring backends: the receivers' rings (both ends' in the latency runs) poll this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never, as in the tables measured before the spin became the default in 2630362)")
 	work := fs.Bool("work", false, "touch every frame as little as a reliable checksummed protocol must: the sender copies the payload into a history slot and computes a CRC32C, each receiver checks the CRC32C and copies the payload out")
-	if cliflag.HelpAsked(args) {
-		fs.SetOutput(os.Stdout)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Parse(fs, args, os.Stdout); !ok {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "linkbench: "+format+"\n", a...)

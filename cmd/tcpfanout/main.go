@@ -35,14 +35,8 @@ func run(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: tcpfanout [flags]\n\nMeasures TCP fan-out (one connection per receiver) on a netns bridge topology; needs root.\nPrints a markdown table; progress goes to stderr.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if cliflag.HelpAsked(args) {
-		fs.SetOutput(os.Stdout)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Parse(fs, args, os.Stdout); !ok {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "tcpfanout: "+format+"\n", a...)
