@@ -31,10 +31,7 @@ func run(args []string) int {
 		fs.PrintDefaults()
 	}
 	backends := fs.String("backends", strings.Join(linkbench.BackendNames, ","), "backends to measure")
-	hostsFlag := fs.String("hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
-	mtuFlag := fs.String("mtu", "1500,9000", "MTUs")
-	dur := fs.Duration("duration", 3*time.Second, "sending time per run")
-	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
+	sw := linkbench.SweepFlags(fs)
 	rtts := fs.Int("latency", 2000, "round trips per latency run (0: skip latency)")
 	noTput := fs.Bool("no-throughput", false, "skip the throughput runs")
 	batch := fs.Int("batch", 64, "frames per Send on the sender")
@@ -53,13 +50,9 @@ func run(args []string) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q (see -h)", fs.Arg(0))
 	}
-	hosts, err := linkbench.Hosts(*hostsFlag)
+	hosts, mtus, err := sw.Lists()
 	if err != nil {
-		return usage("-hosts: %v", err)
-	}
-	mtus, err := linkbench.MTUs(*mtuFlag)
-	if err != nil {
-		return usage("-mtu: %v", err)
+		return usage("%v", err)
 	}
 	names := strings.Split(*backends, ",")
 	for _, b := range names {
@@ -73,10 +66,10 @@ func run(args []string) int {
 	switch {
 	case *spin < 0 || *spin > time.Second:
 		return usage("-spin %v: want 0 (never) up to 1s", *spin)
-	case *dur <= 0:
-		return usage("-duration %v: want > 0", *dur)
-	case *reps < 1:
-		return usage("-reps %d: want at least 1", *reps)
+	case sw.Duration <= 0:
+		return usage("-duration %v: want > 0", sw.Duration)
+	case sw.Reps < 1:
+		return usage("-reps %d: want at least 1", sw.Reps)
 	case *batch < 1 || *batch > linkbench.MaxBatch:
 		return usage("-batch %d: want 1..%d", *batch, linkbench.MaxBatch)
 	case *rtts < 0:
@@ -107,9 +100,9 @@ func run(args []string) int {
 				for _, b := range names {
 					var lo, hi, fps, loss float64
 					var retries uint64
-					for r := range *reps {
-						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work, RxSpin: rxSpin(b)})
+					for r := range sw.Reps {
+						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, sw.Reps)
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: sw.Duration, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work, RxSpin: rxSpin(b)})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
@@ -127,12 +120,12 @@ func run(args []string) int {
 						if m > hi {
 							hi = m
 						}
-						fps += t.FramesPerSec() / float64(*reps)
-						loss += t.LossPct() / float64(*reps)
+						fps += t.FramesPerSec() / float64(sw.Reps)
+						loss += t.LossPct() / float64(sw.Reps)
 						retries += t.SendRetries
 					}
 					rng := fmt.Sprintf("%.0f", lo)
-					if *reps > 1 {
+					if sw.Reps > 1 {
 						rng = fmt.Sprintf("%.0f–%.0f", lo, hi)
 					}
 					label := b
