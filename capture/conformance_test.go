@@ -2,45 +2,26 @@ package capture
 
 import (
 	"bytes"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/linktest"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
 
-// lockedBuffer is a bytes.Buffer a Writer's goroutine writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 // wrapPair wraps a and b, each into a Writer of its own, and returns the
 // pair with A's outbound frames in its file as Pair.Sent.
 func wrapPair(t *testing.T, a, b link.Link, settle func()) linktest.Pair {
 	t.Helper()
-	var files [2]*lockedBuffer
+	var files [2]*syncbuf.Buffer
 	var ws [2]*Writer
 	var cs [2]*Link
 	for i, l := range []link.Link{a, b} {
-		files[i] = &lockedBuffer{}
+		files[i] = &syncbuf.Buffer{}
 		w, err := NewWriter(files[i], WriterOptions{QueueBytes: 64 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +41,7 @@ func wrapPair(t *testing.T, a, b link.Link, settle func()) linktest.Pair {
 			t.Fatalf("the Writer dropped %d frames", st.Dropped)
 		}
 		var n uint64
-		for _, d := range readAll(t, bytes.NewReader(files[0].bytes())).dirs {
+		for _, d := range readAll(t, bytes.NewReader(files[0].Bytes())).dirs {
 			if d == pcapgo.NgEpbFlagDirectionOutbound {
 				n++
 			}
@@ -118,7 +99,7 @@ func TestConformance(t *testing.T) {
 // made, and the other end received them all.
 func TestStagedFramesRecorded(t *testing.T) {
 	a, b, settle := simPair(t)
-	var file lockedBuffer
+	var file syncbuf.Buffer
 	w, err := NewWriter(&file, WriterOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +131,7 @@ func TestStagedFramesRecorded(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	got := readAll(t, bytes.NewReader(file.bytes()))
+	got := readAll(t, bytes.NewReader(file.Bytes()))
 	if len(got.data) != len(frames) {
 		t.Fatalf("%d frames in the file, want %d", len(got.data), len(frames))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/link"
 )
 
@@ -211,14 +212,11 @@ func TestWriterErrorDoesNotBreakNode(t *testing.T) {
 // gateWriter blocks every Write until released.
 type gateWriter struct {
 	open chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	buf  syncbuf.Buffer
 }
 
 func (g *gateWriter) Write(p []byte) (int, error) {
 	<-g.open
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return g.buf.Write(p)
 }
 

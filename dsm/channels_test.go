@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -367,29 +365,10 @@ func TestJoinChannels(t *testing.T) {
 // agreed on (reliable.Group.MemberList), as the example programs do on
 // real hosts.
 func TestJoinChannelsRegistered(t *testing.T) {
-	r := rtnet.New(t, 5)
 	const size = 4
-	nodes := make([]*dsm.Node, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i := range size {
-		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
-		t.Cleanup(func() { l.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Size: size, Server: i == 0,
-				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = dsm.Join(ctx, l, c)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	nodes := joinRanked(t, rtnet.New(t, 5), lossy3, size, func(i int) dsm.Config {
+		return dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Size: size, Server: i == 0, RequestID: frame.MemberID(i)}}
+	})
 	runLive(t, nodes, chanProgram(chanSegs, 2))
 	for r, n := range nodes {
 		st := n.Stats()
@@ -413,29 +392,10 @@ func TestJoinChannelsViews(t *testing.T) {
 }
 
 func joinChannelsViews(t *testing.T, copies int) {
-	r := rtnet.New(t, 6)
 	const size = 4
-	nodes := make([]*dsm.Node, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i := range size {
-		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
-		t.Cleanup(func() { l.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := dsm.Config{Channels: true, WCCopies: copies, Group: reliable.Config{Group: 1, Views: true, Size: size,
-				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = dsm.Join(ctx, l, c)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	nodes := joinRanked(t, rtnet.New(t, 6), lossy3, size, func(i int) dsm.Config {
+		return dsm.Config{Channels: true, WCCopies: copies, Group: reliable.Config{Group: 1, Views: true, Size: size, RequestID: frame.MemberID(i)}}
+	})
 	for r, n := range nodes {
 		if n.Rank() != r || n.Size() != size {
 			t.Fatalf("node %d: rank %d of %d", r, n.Rank(), n.Size())
@@ -465,29 +425,10 @@ func joinChannelsViews(t *testing.T, copies int) {
 // marker on a shared channel included); its last write before the
 // barrier it crossed is seen.
 func TestJoinChannelsViewsLeave(t *testing.T) {
-	r := rtnet.New(t, 7)
 	const size = 3
-	nodes := make([]*dsm.Node, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i := range size {
-		l := r.Attach(t, testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}})
-		t.Cleanup(func() { l.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
-				RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = dsm.Join(ctx, l, c)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	nodes := joinRanked(t, rtnet.New(t, 7), lossy3, size, func(i int) dsm.Config {
+		return dsm.Config{Channels: true, Group: reliable.Config{Group: 1, Views: true, Size: size, RequestID: frame.MemberID(i)}}
+	})
 	runLive(t, nodes, func(n *dsm.Node) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -569,31 +510,12 @@ func TestChannelsLastWriteBeforeExit(t *testing.T) {
 // bytes). The node cuts its updates to the smaller (Config.UpdateMessage):
 // before, full update buffers exceeded what the channel carries.
 func TestJoinChannelsViewsWideIDs(t *testing.T) {
-	r := rtnet.New(t, 8)
 	const size, locs = 2, 2000
-	nodes := make([]*dsm.Node, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i := range size {
-		l := r.Attach(t, testnet.EndpointConfig{})
-		t.Cleanup(func() { l.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// AllMemberChannels: segment 5 has both members, and the
-			// test is about its channel.
-			c := dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 1, Views: true, Size: size,
-				RequestID: frame.MemberID(15 * i), Logger: slog.New(slog.DiscardHandler)}}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = dsm.Join(ctx, l, c)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	// AllMemberChannels: segment 5 has both members, and the test is
+	// about its channel.
+	nodes := joinRanked(t, rtnet.New(t, 8), testnet.EndpointConfig{}, size, func(i int) dsm.Config {
+		return dsm.Config{Channels: true, AllMemberChannels: true, Group: reliable.Config{Group: 1, Views: true, Size: size, RequestID: frame.MemberID(15 * i)}}
+	})
 	runLive(t, nodes, func(n *dsm.Node) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,40 @@ func joinAll(t *testing.T, n int, seed uint64, cfg dsm.Config) []*dsm.Node {
 			l.Close()
 		}
 	})
+	return nodes
+}
+
+// lossy3 is an endpoint that loses 3% of the frames it receives.
+var lossy3 = testnet.EndpointConfig{In: testnet.Impairment{Loss: 0.03}}
+
+// joinRanked joins size nodes, each on a link of r with ep, all at once
+// as separate processes would: node i with cfg(i), given a logger that
+// discards when it has none. It returns them in rank order.
+func joinRanked(t *testing.T, r *rtnet.Net, ep testnet.EndpointConfig, size int, cfg func(i int) dsm.Config) []*dsm.Node {
+	t.Helper()
+	nodes := make([]*dsm.Node, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		l := r.Attach(t, ep)
+		t.Cleanup(func() { l.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg(i)
+			if c.Group.Logger == nil {
+				c.Group.Logger = slog.New(slog.DiscardHandler)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = dsm.Join(ctx, l, c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
 	return nodes
 }
 

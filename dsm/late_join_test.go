@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,25 +47,7 @@ func testJoinLateRefused(t *testing.T, at int, channels bool) {
 		return dsm.Config{Channels: channels, Group: reliable.Config{Group: 1, Views: true, Size: size,
 			RequestID: frame.MemberID(i), Logger: slog.New(slog.DiscardHandler)}}
 	}
-	nodes := make([]*dsm.Node, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i := range size {
-		l := r.Attach(t, imp)
-		t.Cleanup(func() { l.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = dsm.Join(ctx, l, cfgOf(i))
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(nodes, func(a, b *dsm.Node) int { return a.Rank() - b.Rank() })
+	nodes := joinRanked(t, r, imp, size, cfgOf)
 
 	// The members pass barriers 1..at, then wait while the late process
 	// joins and is refused, then go on to barrier 5.

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rbcast/rbcast/frame"
 )
 
 var bg = context.Background()
@@ -105,13 +103,7 @@ func (e *tryEnv) TrySend(msg []byte) error {
 func tryNode(t *testing.T) (*Node, *tryEnv, *Object[int64]) {
 	t.Helper()
 	e := &tryEnv{}
-	n, h, err := NewHosted(e, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 100); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startedNodeWith(t, e, Config{}, 100)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -232,13 +224,7 @@ var (
 // Restore and New, which apply early writes): a reader that comes after
 // takes it.
 func TestBatchObjectLock(t *testing.T) {
-	n, h, err := NewHosted(&nullEnv{}, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startedNode(t, &nullEnv{})
 	a, err := New(n, "a", tlocked, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -333,13 +319,7 @@ var tvalue = Read(tlocked, "value", func(s *int64, _ struct{}) int64 { return *s
 // Writes that came before their object was made are applied by New,
 // which lets go of the object's lock.
 func TestEarlyWritesObjectLock(t *testing.T) {
-	n, h, err := NewHosted(&nullEnv{}, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startedNode(t, &nullEnv{})
 	id := objectID("early")
 	n.deliver(2, batchOf(opMessage(t, id, tlockTake.info.index, 1, 1), opMessage(t, id, tlockTake.info.index, 2, 0)))
 	o, err := New(n, "early", tlocked, 5)

@@ -16,13 +16,7 @@ var (
 // 1438 bytes), handed to Host.Deliver in memory: the replica's work per
 // write at a member that is not the writer (per op: one write).
 func BenchmarkDeliverBatch(b *testing.B) {
-	n, h, err := NewHosted(&nullEnv{}, Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1438); err != nil {
-		b.Fatal(err)
-	}
+	n, h := startedNodeWith(b, &nullEnv{}, Config{}, 1438)
 	o, err := New(n, "sink", tsink, 0)
 	if err != nil {
 		b.Fatal(err)

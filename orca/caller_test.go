@@ -57,12 +57,7 @@ func TestWriteWithoutNodeLock(t *testing.T) {
 // their slot taken go to the overflow map, and every write gets its own
 // result.
 func TestCallsBeyondTheRing(t *testing.T) {
-	e := &nullEnv{}
-	n, h := startedNode(t, e)
-	o, err := New(n, "c", tcounter, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, n, h, o := counterNode(t)
 	take := tawait.Go(bg, o, 1<<40) // waits in its guard's queue
 	const writes = 3*callRing + 5
 	ps := make([]*Pending[int64], writes)
@@ -135,18 +130,7 @@ func TestWindowOfWritesInTheRing(t *testing.T) {
 // GoReuse starts a write in a Pending that was waited for; one whose
 // write is in flight is refused, and it is left alone.
 func TestGoReuse(t *testing.T) {
-	e := &nullEnv{}
-	n, h := startedNode(t, e)
-	o, err := New(n, "c", tcounter, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliver := func() {
-		for _, m := range e.sent {
-			h.Deliver(1, m)
-		}
-		e.sent = e.sent[:0]
-	}
+	e, _, h, o := counterNode(t)
 	p := tadd.GoReuse(bg, nil, o, 1) // nil: a new one
 	bad := tadd.GoReuse(bg, p, o, 2)
 	if _, err := bad.Wait(bg); err == nil || !strings.Contains(err.Error(), "GoReuse of tcounter.add given a Pending whose write was not waited for") {
@@ -155,7 +139,7 @@ func TestGoReuse(t *testing.T) {
 	if bad == p || len(e.sent) != 1 {
 		t.Fatalf("GoReuse of a Pending in flight sent %d writes (want 1) or returned it", len(e.sent))
 	}
-	deliver()
+	e.deliverAll(h)
 	if v, err := p.Wait(bg); v != 1 || err != nil {
 		t.Fatalf("the first write: %d, %v; want 1", v, err)
 	}
@@ -166,7 +150,7 @@ func TestGoReuse(t *testing.T) {
 		if p.Applied() {
 			t.Fatalf("reuse %d: applied before its delivery", i)
 		}
-		deliver()
+		e.deliverAll(h)
 		if v, err := p.Wait(bg); v != int64(11+10*i) || err != nil {
 			t.Fatalf("reuse %d: %d, %v; want %d", i, v, err, 11+10*i)
 		}
@@ -183,7 +167,7 @@ func TestGoReuse(t *testing.T) {
 	if q := tadd.GoReuse(bg, p, o, 1); q != p { // after a failure
 		t.Fatal("GoReuse after a failure returned another Pending")
 	}
-	deliver()
+	e.deliverAll(h)
 	if v, err := p.Wait(bg); v != 52 || err != nil {
 		t.Fatalf("after a failure: %d, %v; want 52", v, err)
 	}
@@ -194,21 +178,10 @@ func TestGoReuse(t *testing.T) {
 // write of it whose caller is not waiting gets no wake-up sent (a
 // channel operation at the replica and another at the reuse's drain).
 func TestWakeOnlyWaiting(t *testing.T) {
-	e := &nullEnv{}
-	n, h := startedNode(t, e)
-	o, err := New(n, "c", tcounter, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliver := func() {
-		for _, m := range e.sent {
-			h.Deliver(1, m)
-		}
-		e.sent = e.sent[:0]
-	}
+	e, _, h, o := counterNode(t)
 	p := tadd.Go(bg, o, 1)
 	wake := p.c.Wake() // its caller waits
-	deliver()
+	e.deliverAll(h)
 	if len(wake) != 1 {
 		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
 	}
@@ -219,7 +192,7 @@ func TestWakeOnlyWaiting(t *testing.T) {
 	if len(wake) != 0 {
 		t.Fatal("the wake was not drained for the reuse")
 	}
-	deliver()
+	e.deliverAll(h)
 	if len(wake) != 0 || !p.Applied() {
 		t.Fatalf("a write nobody waited for: %d wake-ups sent (want 0), applied %v", len(wake), p.Applied())
 	}
@@ -230,7 +203,7 @@ func TestWakeOnlyWaiting(t *testing.T) {
 	if p.c.Wake() != wake { // waits again: the same channel
 		t.Fatal("the reused call made a new wake channel")
 	}
-	deliver()
+	e.deliverAll(h)
 	if len(wake) != 1 {
 		t.Fatalf("the waiting caller's wake holds %d values, want 1", len(wake))
 	}
@@ -275,12 +248,7 @@ func TestWaitWokenOnce(t *testing.T) {
 // readied behind the delivering goroutine); a batch's several wake-ups
 // still go through the slice, kept for the next.
 func TestLoneWakeUp(t *testing.T) {
-	e := &nullEnv{}
-	n, h := startedNode(t, e)
-	o, err := New(n, "c", tcounter, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, n, h, o := counterNode(t)
 	p := tadd.Go(bg, o, 1)
 	wake := p.c.Wake()
 	h.Deliver(1, e.sent[0])
@@ -303,15 +271,44 @@ func TestLoneWakeUp(t *testing.T) {
 	}
 }
 
+// counterNode is a started node on a nullEnv with a tcounter object "c"
+// at 0.
+func counterNode(t *testing.T) (*nullEnv, *Node, *Host, *Object[int64]) {
+	t.Helper()
+	e := &nullEnv{}
+	n, h := startedNode(t, e)
+	o, err := New(n, "c", tcounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, n, h, o
+}
+
+// deliverAll delivers every message sent to h, as member 1's, and
+// forgets them.
+func (e *nullEnv) deliverAll(h *Host) {
+	for _, m := range e.sent {
+		h.Deliver(1, m)
+	}
+	e.sent = e.sent[:0]
+}
+
 // startedNode is a node on e started as member 1 of {1, 2, 3} at MTU
 // 1400, for the tests that drive a node's Env by hand.
 func startedNode(tb testing.TB, e Env) (*Node, *Host) {
 	tb.Helper()
-	n, h, err := NewHosted(e, Config{})
+	return startedNodeWith(tb, e, Config{}, 1400)
+}
+
+// startedNodeWith is startedNode with cfg, and messages of up to
+// maxMessage bytes (Host.Start).
+func startedNodeWith(tb testing.TB, e Env, cfg Config, maxMessage int) (*Node, *Host) {
+	tb.Helper()
+	n, h, err := NewHosted(e, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, maxMessage); err != nil {
 		tb.Fatal(err)
 	}
 	return n, h

@@ -31,13 +31,7 @@ var (
 
 func testNode(t *testing.T, cfg Config) (*Node, *Object[int64]) {
 	t.Helper()
-	n, h, err := NewHosted(&nullEnv{}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 100); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startedNodeWith(t, &nullEnv{}, cfg, 100)
 	o, err := New(n, "c", tcounter, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -35,14 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: benchplot [-o DIR] [-format svg|png] REPORT.md...\n\nDraws the figures of docs/benchmarks.md from BenchmarkReport's markdown reports, oldest first.\n\n")
 		fs.PrintDefaults()
 	}
-	if cliflag.HelpAsked(args) {
-		fs.SetOutput(stdout)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Parse(fs, args, stdout); !ok {
+		return code
 	}
 	if *dir == "" {
 		fmt.Fprintln(stderr, "benchplot: -o is empty; want the directory the images go to")

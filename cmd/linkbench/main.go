@@ -31,10 +31,7 @@ func run(args []string) int {
 		fs.PrintDefaults()
 	}
 	backends := fs.String("backends", strings.Join(linkbench.BackendNames, ","), "backends to measure")
-	hostsFlag := fs.String("hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
-	mtuFlag := fs.String("mtu", "1500,9000", "MTUs")
-	dur := fs.Duration("duration", 3*time.Second, "sending time per run")
-	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
+	sw := linkbench.SweepFlags(fs)
 	rtts := fs.Int("latency", 2000, "round trips per latency run (0: skip latency)")
 	noTput := fs.Bool("no-throughput", false, "skip the throughput runs")
 	batch := fs.Int("batch", 64, "frames per Send on the sender")
@@ -43,14 +40,8 @@ func run(args []string) int {
 	overlap := fs.Bool("overlap", false, "stage frames on one goroutine and have another kick the kernel (ring backends; as the reliable runtime sends)")
 	spin := fs.Duration("spin", ring.DefaultRxSpin, "ring backends: the receivers' rings (both ends' in the latency runs) poll this long, yielding the CPU, before sleeping (ring.Config.RxSpin; 0: never, as in the tables measured before the spin became the default in 2630362)")
 	work := fs.Bool("work", false, "touch every frame as little as a reliable checksummed protocol must: the sender copies the payload into a history slot and computes a CRC32C, each receiver checks the CRC32C and copies the payload out")
-	if cliflag.HelpAsked(args) {
-		fs.SetOutput(os.Stdout)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Parse(fs, args, os.Stdout); !ok {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "linkbench: "+format+"\n", a...)
@@ -59,13 +50,9 @@ func run(args []string) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q (see -h)", fs.Arg(0))
 	}
-	hosts, err := linkbench.Hosts(*hostsFlag)
+	hosts, mtus, err := sw.Lists()
 	if err != nil {
-		return usage("-hosts: %v", err)
-	}
-	mtus, err := linkbench.MTUs(*mtuFlag)
-	if err != nil {
-		return usage("-mtu: %v", err)
+		return usage("%v", err)
 	}
 	names := strings.Split(*backends, ",")
 	for _, b := range names {
@@ -79,10 +66,10 @@ func run(args []string) int {
 	switch {
 	case *spin < 0 || *spin > time.Second:
 		return usage("-spin %v: want 0 (never) up to 1s", *spin)
-	case *dur <= 0:
-		return usage("-duration %v: want > 0", *dur)
-	case *reps < 1:
-		return usage("-reps %d: want at least 1", *reps)
+	case sw.Duration <= 0:
+		return usage("-duration %v: want > 0", sw.Duration)
+	case sw.Reps < 1:
+		return usage("-reps %d: want at least 1", sw.Reps)
 	case *batch < 1 || *batch > linkbench.MaxBatch:
 		return usage("-batch %d: want 1..%d", *batch, linkbench.MaxBatch)
 	case *rtts < 0:
@@ -113,9 +100,9 @@ func run(args []string) int {
 				for _, b := range names {
 					var lo, hi, fps, loss float64
 					var retries uint64
-					for r := range *reps {
-						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, *reps)
-						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: *dur, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work, RxSpin: rxSpin(b)})
+					for r := range sw.Reps {
+						fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d run %d/%d...\n", b, mtu, n, r+1, sw.Reps)
+						t, err := linkbench.RunThroughput(linkbench.Options{Backend: b, Hosts: n, MTU: mtu, Duration: sw.Duration, Prefix: prefix, Sender: *senderFlag, Processes: *procs, Batch: *batch, Overlap: *overlap, Work: *work, RxSpin: rxSpin(b)})
 						if err != nil {
 							fmt.Fprintf(os.Stderr, "linkbench: %s MTU %d N=%d: %v\n", b, mtu, n, err)
 							return 1
@@ -133,12 +120,12 @@ func run(args []string) int {
 						if m > hi {
 							hi = m
 						}
-						fps += t.FramesPerSec() / float64(*reps)
-						loss += t.LossPct() / float64(*reps)
+						fps += t.FramesPerSec() / float64(sw.Reps)
+						loss += t.LossPct() / float64(sw.Reps)
 						retries += t.SendRetries
 					}
 					rng := fmt.Sprintf("%.0f", lo)
-					if *reps > 1 {
+					if sw.Reps > 1 {
 						rng = fmt.Sprintf("%.0f–%.0f", lo, hi)
 					}
 					label := b

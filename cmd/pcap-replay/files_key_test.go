@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/link/auth"
 )
@@ -59,20 +55,7 @@ func keyedFilesCapture(t *testing.T, keyPath string, encrypt bool) string {
 	seal(filesGroup, mac2, frame.Header{Sender: 2, Incarnation: 1, Seq: 1}, &frame.FileStatusBody{ID: 1, Incarnation: 1, State: frame.FileReceiving, Credit: 256, Held: 2, Top: 3, Missing: []frame.Range{{First: 1, Last: 1}}})
 	seal(filesGroup, mac1, frame.Header{Sender: 1, Incarnation: 1}, &frame.FileEndBody{ID: 1, Blocks: 3, SRTT: 100, Awaited: []frame.MemberID{2}, Hash: hash})
 
-	path := filepath.Join(t.TempDir(), "files.pcap")
-	var buf bytes.Buffer
-	w := pcapgo.NewWriter(&buf)
-	w.WriteFileHeader(65535, layers.LinkTypeEthernet)
-	for i, d := range sealed {
-		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1700000001, int64(i)*1000), CaptureLength: len(d), Length: len(d)}
-		if err := w.WritePacket(ci, d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeFrames(t, "files.pcap", sealed)
 }
 
 // timeline, summary and check -key-file verify the files' group beside

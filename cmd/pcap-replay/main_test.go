@@ -259,13 +259,21 @@ func sealedCapture(t *testing.T, keyPath string) string {
 	forged, _ = frame.Append(forged, &frame.Header{Group: 5, Sender: 1, Incarnation: 1, Seq: 3, AckBase: 1, Acks: []uint32{4, 0}}, &frame.Payload{T: frame.Data, Data: []byte("THREE, forged")})
 	sealed = append(sealed, seal(other, 1700000002, forged)...) // counters ahead of the group's
 
-	path := filepath.Join(t.TempDir(), "sealed.pcap")
+	return writeFrames(t, "sealed.pcap", sealed)
+}
+
+// writeFrames writes frames to a pcap file named name in a temporary
+// directory, one microsecond apart from 1700000001 s, and returns its
+// path.
+func writeFrames(t *testing.T, name string, frames [][]byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
 	var buf bytes.Buffer
 	w := pcapgo.NewWriter(&buf)
 	w.WriteFileHeader(65535, layers.LinkTypeEthernet)
-	for i, d := range sealed {
-		ts := gopacket.CaptureInfo{Timestamp: time.Unix(1700000001, int64(i)*1000), CaptureLength: len(d), Length: len(d)}
-		if err := w.WritePacket(ts, d); err != nil {
+	for i, d := range frames {
+		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1700000001, int64(i)*1000), CaptureLength: len(d), Length: len(d)}
+		if err := w.WritePacket(ci, d); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -104,17 +104,7 @@ flags:
 	}
 	replayOK := again.TraceHash == res.TraceHash
 	fmt.Printf("  determinism: replay of seed %d gave trace hash %016x, first run %016x (%d events)\n", c.Seed, again.TraceHash, res.TraceHash, res.Events)
-	if verr != nil || !replayOK {
-		if verr != nil {
-			fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: %v\n", verr)
-		}
-		if !replayOK {
-			fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: seed %d did not replay identically\n", c.Seed)
-		}
-		return 1
-	}
-	fmt.Println("rbcast-sim: verification passed")
-	return 0
+	return verdict(c.Seed, verr, replayOK)
 }
 
 func runRaw(args []string) int {
@@ -192,13 +182,20 @@ flags:
 	fmt.Printf("  determinism: replay of seed %d gave trace hash %016x, first run %016x (%d events)\n", c.Seed, again.TraceHash, res.TraceHash, res.Events)
 	fmt.Printf("\n  %.2f%% of frames (%d of %d) never reached some member: the gaps reliable broadcast (PBP) must repair.\n",
 		100*float64(missing)/float64(max(expected, 1)), missing, expected)
+	return verdict(c.Seed, verr, replayOK)
+}
+
+// verdict says whether the run passed its checks (verr, nil if it did)
+// and its replay of seed (replayOK), and returns the exit code: 0 if
+// both passed, else 1.
+func verdict(seed uint64, verr error, replayOK bool) int {
+	if verr != nil {
+		fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: %v\n", verr)
+	}
+	if !replayOK {
+		fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: seed %d did not replay identically\n", seed)
+	}
 	if verr != nil || !replayOK {
-		if verr != nil {
-			fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: %v\n", verr)
-		}
-		if !replayOK {
-			fmt.Fprintf(os.Stderr, "rbcast-sim: VERIFICATION FAILED: seed %d did not replay identically\n", c.Seed)
-		}
 		return 1
 	}
 	fmt.Println("rbcast-sim: verification passed")

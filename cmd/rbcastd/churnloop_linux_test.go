@@ -18,6 +18,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -82,11 +83,11 @@ func TestNetnsViewsChurnLoop(t *testing.T) {
 		d           *loggedDaemon
 		out         string
 		recv        *exec.Cmd
-		recvLog     *syncBuffer
+		recvLog     *syncbuf.Buffer
 		recvDone    chan struct{}
 		in          io.WriteCloser
 		send        *exec.Cmd
-		sendLog     *syncBuffer
+		sendLog     *syncbuf.Buffer
 		stop        chan struct{}
 		sendDone    chan error
 		written     int // lines written to send (once sendDone)
@@ -123,7 +124,7 @@ func TestNetnsViewsChurnLoop(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		l.recv = c.cli(ctx, i, "recv", "-all", "-format", "lines", "-o", l.out)
-		l.recvLog = &syncBuffer{}
+		l.recvLog = &syncbuf.Buffer{}
 		l.recv.Stdout, l.recv.Stderr = l.recvLog, l.recvLog
 		if err := l.recv.Start(); err != nil {
 			t.Fatal(err)
@@ -181,7 +182,7 @@ func TestNetnsViewsChurnLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.in = in
-		l.sendLog = &syncBuffer{}
+		l.sendLog = &syncbuf.Buffer{}
 		l.send.Stdout, l.send.Stderr = l.sendLog, l.sendLog
 		if err := l.send.Start(); err != nil {
 			t.Fatal(err)

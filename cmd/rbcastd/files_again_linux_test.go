@@ -14,6 +14,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -54,11 +55,8 @@ func TestNetnsFilesSendAgain(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		var out bytes.Buffer
-		cmd := c.cli(ctx, 0, "sendfile", src)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("sendfile: %v\n%s", err, out.String())
+		if err := run(c.cli(ctx, 0, "sendfile", src)); err != nil {
+			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -129,7 +127,7 @@ func TestNetnsFilesOldReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.sock", i)) }
-	var logs [2]*syncBuffer
+	var logs [2]*syncbuf.Buffer
 	for i, h := range topo.Hosts {
 		args := []string{"run", "-i", h.Iface, "-group", "44", "-members", "2", "-node", strconv.Itoa(i),
 			"-socket", sock(i), "-failure-timeout", "1s", "-log-level", "info"}
@@ -208,7 +206,7 @@ func TestNetnsFilesOldHashAlg(t *testing.T) {
 	dir := t.TempDir()
 	inbox := func(i int) string { return filepath.Join(dir, fmt.Sprintf("inbox%d", i)) }
 	sock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.sock", i)) }
-	var logs [3]*syncBuffer
+	var logs [3]*syncbuf.Buffer
 	for i, h := range topo.Hosts {
 		args := []string{"run", "-i", h.Iface, "-group", "45", "-members", "3", "-node", strconv.Itoa(i),
 			"-socket", sock(i), "-failure-timeout", "1s", "-log-level", "info"}

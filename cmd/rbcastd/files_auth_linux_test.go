@@ -41,23 +41,7 @@ func TestNetnsFilesKeyed(t *testing.T) {
 			}
 			args = append(args, "-inbox", inbox(i))
 		}
-		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncBuffer{}, done: make(chan error, 1)}
-		fd.cmd.Stdout, fd.cmd.Stderr = fd.log, fd.log
-		if err := fd.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { fd.done <- fd.cmd.Wait() }()
-		t.Cleanup(func() {
-			select {
-			case <-fd.done:
-			default:
-				fd.cmd.Process.Kill()
-				<-fd.done
-			}
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, fd.log.String())
-			}
-		})
+		startLoggedDaemon(t, topo.Hosts[i], i, args, nil)
 	}
 	for i := range topo.Hosts {
 		if _, err := status(&socketFlags{socket: sock(i)}, 30*time.Second); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -46,11 +45,8 @@ func TestNetnsFilesCapture(t *testing.T) {
 	sum := bigRandomFile(t, src, 31, size)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	send := c.cli(ctx, 0, "sendfile", src)
-	send.Stdout, send.Stderr = &out, &out
-	if err := send.Run(); err != nil {
-		t.Fatalf("sendfile: %v\n%s", err, out.String())
+	if err := run(c.cli(ctx, 0, "sendfile", src)); err != nil {
+		t.Fatal(err)
 	}
 	if got, err := hashOf(t, filepath.Join(inbox, "img")); err != nil || got != sum {
 		t.Fatalf("the stored file's SHA-256 is %x (%v), want %x", got, err, sum)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,13 +34,6 @@ import (
 // The size is RBCAST_FILES_BYTES, or 1 GB, or 128 MB under the race
 // detector or CI (1 GB takes 50–70 s here without it), or 64 MB under
 // -short.
-
-// fileDaemon is one rbcastd run of the file test.
-type fileDaemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
-}
 
 func fileTestSize(t *testing.T) int {
 	if s := os.Getenv("RBCAST_FILES_BYTES"); s != "" {
@@ -127,30 +119,13 @@ func TestNetnsFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start := func(i int) *fileDaemon {
+	start := func(i int) *loggedDaemon {
 		args := []string{"run", "-i", topo.Hosts[i].Iface, "-group", "20", "-members", "4", "-node", strconv.Itoa(i),
 			"-socket", sock(i), "-failure-timeout", "1s", "-log-level", "info"}
 		if i != 2 { // host 2 stores through recvfile
 			args = append(args, "-inbox", inbox(i))
 		}
-		fd := &fileDaemon{cmd: rbcastdCmd(context.Background(), topo.Hosts[i], args...), log: &syncBuffer{}, done: make(chan error, 1)}
-		fd.cmd.Stdout, fd.cmd.Stderr = fd.log, fd.log
-		if err := fd.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { fd.done <- fd.cmd.Wait() }()
-		t.Cleanup(func() {
-			select {
-			case <-fd.done:
-			default:
-				fd.cmd.Process.Kill()
-				<-fd.done
-			}
-			if t.Failed() {
-				t.Logf("daemon on host %d logged:\n%s", i, fd.log.String())
-			}
-		})
-		return fd
+		return startLogged(t, rbcastdCmd(context.Background(), topo.Hosts[i], args...), fmt.Sprintf("daemon on host %d", i))
 	}
 	statusOf := func(i int) *daemon.Status {
 		st, err := status(&socketFlags{socket: sock(i)}, 0)
@@ -164,7 +139,7 @@ func TestNetnsFiles(t *testing.T) {
 			t.Fatalf("host %d: %v", i, err)
 		}
 	}
-	ds := make([]*fileDaemon, 5)
+	ds := make([]*loggedDaemon, 5)
 	for i := range 4 {
 		ds[i] = start(i)
 	}
@@ -219,8 +194,7 @@ func TestNetnsFiles(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	ds[3].cmd.Process.Kill()
-	ds[3].done <- <-ds[3].done // for its Cleanup
+	ds[3].kill()
 	killedAt := time.Since(began)
 	ds[3] = start(3)
 

@@ -179,11 +179,8 @@ func TestNetnsFilesUDP(t *testing.T) {
 		sum := bigRandomFile(t, src, 42, size)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		var out bytes.Buffer
-		send := c.cli(ctx, 0, "sendfile", src)
-		send.Stdout, send.Stderr = &out, &out
-		if err := send.Run(); err != nil {
-			t.Fatalf("sendfile: %v\n%s", err, out.String())
+		if err := run(c.cli(ctx, 0, "sendfile", src)); err != nil {
+			t.Fatal(err)
 		}
 		for i := 1; i < len(topo.Hosts); i++ {
 			if got, err := hashOf(t, filepath.Join(inbox(i), "img")); err != nil || got != sum {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
 )
@@ -173,7 +174,7 @@ func (c *cluster) recvAll(ctx context.Context, wg *sync.WaitGroup, errs chan<- e
 	for i := range c.topo.Hosts {
 		out := filepath.Join(c.dir, fmt.Sprintf("%s%d", name, i))
 		cmd := c.cli(ctx, i, "recv", "-all", "-format", "lines", "-count", fmt.Sprint(count), "-o", out)
-		var o syncBuffer
+		var o syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &o
 		if err := cmd.Start(); err != nil {
 			c.t.Fatal(err)
@@ -548,7 +549,7 @@ func TestNetnsRunAsRootBoundingSet(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	cmd := rbcastdCmd(t.Context(), topo.Hosts[0], "run", "-i", "eth0", "-group", "7", "-members", "1", "-node", "0",
 		"-socket", sock, "-failure-timeout", "200ms")
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -871,28 +872,10 @@ func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startLoggedDaemon starts rbcastd with args on h (host i), with env
 // added to its environment, and ends it when the test does; its output
 // is logged if the test failed, and returned.
-func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *syncBuffer {
+func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *syncbuf.Buffer {
 	t.Helper()
 	cmd := rbcastdCmd(context.Background(), h, args...)
 	cmd.Env = append(cmd.Env, env...)
@@ -904,7 +887,7 @@ func startLoggedDaemon(t *testing.T, h *netns.Host, i int, args, env []string) *
 type loggedDaemon struct {
 	cmd  *exec.Cmd
 	name string
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{} // closed once the process has exited; err is then set
 	err  error
 }
@@ -913,7 +896,7 @@ type loggedDaemon struct {
 // the failed test's log.
 func startLogged(tb testing.TB, cmd *exec.Cmd, name string) *loggedDaemon {
 	tb.Helper()
-	d := &loggedDaemon{cmd: cmd, name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	d := &loggedDaemon{cmd: cmd, name: name, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.log, d.log
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)

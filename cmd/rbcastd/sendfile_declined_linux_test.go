@@ -24,21 +24,9 @@ func TestSendFileDeclined(t *testing.T) {
 	})
 	src := filepath.Join(dir, "blob")
 	sum := bigRandomFile(t, src, 44, 306*1464) // about 300 blocks at -udp-mtu 1500
-	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", src)
-	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
-	}
-	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, 306*1464); stdout != want {
-		t.Errorf("stdout %q, want %q", stdout, want)
-	}
+	stderr, took := sendHeldByOne(t, sock(0), src, inbox, 306*1464, sum)
 	if want := "rbcastd sendfile: blob: member 2 declined it (no recvfile client and no -inbox)\n"; stderr != want {
 		t.Errorf("stderr %q, want %q", stderr, want)
-	}
-	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
-		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
-	}
-	if got, err := hashOf(t, filepath.Join(inbox, "blob")); err != nil || got != sum {
-		t.Fatalf("member 1 stored a file of SHA-256 %x (%v), want %x", got, err, sum)
 	}
 	fst, shown := filesStatus(t, sock(2))
 	if fst.Counters.FilesDeclined != 1 {
@@ -77,28 +65,11 @@ func TestSendFileRefusedNoRoom(t *testing.T) {
 	src := filepath.Join(dir, "blob")
 	size := 306 * 1464
 	sum := bigRandomFile(t, src, 45, size)
-	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", src)
-	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
-	}
-	if want := fmt.Sprintf("sha256:%x  blob  %d bytes, held by members 1\n", sum, size); stdout != want {
-		t.Errorf("stdout %q, want %q", stdout, want)
-	}
+	stderr, took := sendHeldByOne(t, sock(0), src, inbox, size, sum)
 	if want := fmt.Sprintf("rbcastd sendfile: blob: member 2 refused it: no room on its disk (%d bytes, less what it holds of the file; its log says how much room it has)\n", size); stderr != want {
 		t.Errorf("stderr %q, want %q", stderr, want)
 	}
-	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
-		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
-	}
-	if got, err := hashOf(t, filepath.Join(inbox, "blob")); err != nil || got != sum {
-		t.Fatalf("member 1 stored a file of SHA-256 %x (%v), want %x", got, err, sum)
-	}
-	if parts, _ := filepath.Glob(filepath.Join(inbox2, ".rbcast-partial", "*.part")); len(parts) != 0 {
-		t.Errorf("member 2 made partial copies %v", parts)
-	}
-	if _, err := os.Stat(filepath.Join(inbox2, "blob")); !os.IsNotExist(err) {
-		t.Errorf("member 2 stored the file: %v", err)
-	}
+	notStored(t, "member 2", inbox2, "blob")
 	fst, shown := filesStatus(t, sock(2))
 	if fst.Counters.FilesRefused != 1 || fst.Counters.BlocksReceived != 0 {
 		t.Errorf("member 2's status: %+v, want one file refused, no block received", fst)
@@ -111,6 +82,43 @@ func TestSendFileRefusedNoRoom(t *testing.T) {
 		t.Errorf("the sender's status shows member 2 %+v:\n%s", r, text)
 	}
 	t.Logf("sendfile took %v", took)
+}
+
+// sendHeldByOne runs sendfile of src (size bytes of SHA-256 sum) at the
+// daemon on sock, of whose receivers only member 1 takes it (into
+// inbox): sendfile must exit 1 having printed the file held by member 1,
+// well before the failure timeout, and member 1 must hold the file. It
+// returns what sendfile said on stderr (why the other did not take it)
+// and how long it took.
+func sendHeldByOne(t *testing.T, sock, src, inbox string, size int, sum [32]byte) (stderr string, took time.Duration) {
+	t.Helper()
+	name := filepath.Base(src)
+	code, stdout, stderr, took := sendfileRun("-socket", sock, "-hash", "sha256", src)
+	if code != exitFail {
+		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
+	}
+	if want := fmt.Sprintf("sha256:%x  %s  %d bytes, held by members 1\n", sum, name, size); stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
+	}
+	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
+		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
+	}
+	if got, err := hashOf(t, filepath.Join(inbox, name)); err != nil || got != sum {
+		t.Fatalf("member 1 stored a file of SHA-256 %x (%v), want %x", got, err, sum)
+	}
+	return stderr, took
+}
+
+// notStored checks that who, a receiver that refused the file name,
+// stored neither it in inbox nor a partial copy.
+func notStored(t *testing.T, who, inbox, name string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(inbox, name)); !os.IsNotExist(err) {
+		t.Errorf("%s stored the file: %v", who, err)
+	}
+	if parts, _ := filepath.Glob(filepath.Join(inbox, ".rbcast-partial", "*.part")); len(parts) != 0 {
+		t.Errorf("%s made partial copies %v", who, parts)
+	}
 }
 
 // sentTo is receiver member of the file name sent by the daemon at sock,

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/rbcast/rbcast/internal/daemon"
 )
 
 // A daemon run with -files-max-size takes a file up to that size and
@@ -39,30 +36,13 @@ func TestSendFileRefusedMaxSize(t *testing.T) {
 	if got, err := hashOf(t, filepath.Join(inbox2, "small")); err != nil || got != smallSum {
 		t.Fatalf("member 2 stored a file of SHA-256 %x (%v), want %x", got, err, smallSum)
 	}
-	code, stdout, stderr, took := sendfileRun("-socket", sock(0), "-hash", "sha256", big)
-	if code != exitFail {
-		t.Fatalf("sendfile: exit %d, want %d; stdout %q, stderr %q", code, exitFail, stdout, stderr)
-	}
-	if want := fmt.Sprintf("sha256:%x  big  300001 bytes, held by members 1\n", bigSum); stdout != want {
-		t.Errorf("stdout %q, want %q", stdout, want)
-	}
+	stderr, took := sendHeldByOne(t, sock(0), big, inbox, 300001, bigSum)
 	// (The blocks: of what fills a UDP datagram at -udp-mtu 1500.)
 	var blocks int
 	if n, err := fmt.Sscanf(stderr, "rbcastd sendfile: big: member 2 refused it: larger than it takes (300001 bytes in %d blocks: more than its run -files-max-size, or than the most blocks it keeps track of)\n", &blocks); n != 1 || err != nil || blocks < 206 || blocks > 300 {
 		t.Errorf("stderr %q, want member 2 refused it, larger than it takes (%v)", stderr, err)
 	}
-	if limit := time.Duration(daemon.FilesFailureTimeout) / 2; took >= limit {
-		t.Errorf("sendfile took %v, want the verdict well before the failure timeout (under %v)", took, limit)
-	}
-	if got, err := hashOf(t, filepath.Join(inbox, "big")); err != nil || got != bigSum {
-		t.Fatalf("member 1 stored a file of SHA-256 %x (%v), want %x", got, err, bigSum)
-	}
-	if _, err := os.Stat(filepath.Join(inbox2, "big")); !os.IsNotExist(err) {
-		t.Errorf("member 2 stored the file: %v", err)
-	}
-	if parts, _ := filepath.Glob(filepath.Join(inbox2, ".rbcast-partial", "*.part")); len(parts) != 0 {
-		t.Errorf("member 2 made partial copies %v", parts)
-	}
+	notStored(t, "member 2", inbox2, "big")
 	fst, shown := filesStatus(t, sock(2))
 	if fst.Counters.FilesRefused != 1 || fst.Counters.FilesReceived != 1 {
 		t.Errorf("member 2's status: %+v, want one file received, one refused", fst)

@@ -74,6 +74,25 @@ func manyNames(n int) (paths, names []string) {
 	return paths, names
 }
 
+// sendManyFiles sends the files manyNames(files) names to
+// fakeSendFiles(t, files, full, take) and fails the test if sendFiles
+// fails or the fake saw something wrong. It returns the files' names
+// and what sendfile wrote to stdout and stderr.
+func sendManyFiles(t *testing.T, files, full int, take func(outstanding int) string) (names []string, out, errs string) {
+	t.Helper()
+	c, bad := fakeSendFiles(t, files, full, take)
+	paths, names := manyNames(files)
+	var o, e bytes.Buffer
+	if !sendFiles(c, nil, 0, paths, paths, names, &o, &e, nil) {
+		t.Fatalf("sendFiles failed: %s", e.String())
+	}
+	c.Close()
+	if s := <-bad; s != "" {
+		t.Fatal(s)
+	}
+	return names, o.String(), e.String()
+}
+
 // sendfile keeps at most sendfileWindow files queued and not yet judged
 // at the daemon: before, it sent every SendFile at once, and a sending
 // daemon held a descriptor for each (issue 20: a directory of more files
@@ -82,24 +101,15 @@ func TestSendFilesWindow(t *testing.T) {
 	defer func(w int) { sendfileWindow = w }(sendfileWindow)
 	sendfileWindow = 3
 	most := 0
-	c, bad := fakeSendFiles(t, 10, 3, func(n int) string {
+	_, out, _ := sendManyFiles(t, 10, 3, func(n int) string {
 		most = max(most, n+1)
 		return ""
 	})
-	paths, names := manyNames(10)
-	var out, errs bytes.Buffer
-	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
-		t.Fatalf("sendFiles failed: %s", errs.String())
-	}
-	c.Close()
-	if s := <-bad; s != "" {
-		t.Fatal(s)
-	}
 	if most != 3 {
 		t.Errorf("the daemon held up to %d files queued and not judged, want 3 (the window)", most)
 	}
-	if got := strings.Count(out.String(), "held by members 1\n"); got != 10 {
-		t.Errorf("%d verdicts printed, want 10:\n%s", got, out.String())
+	if got := strings.Count(out, "held by members 1\n"); got != 10 {
+		t.Errorf("%d verdicts printed, want 10:\n%s", got, out)
 	}
 }
 
@@ -109,29 +119,20 @@ func TestSendFilesWindow(t *testing.T) {
 // daemon's bound is 2, below the window.
 func TestSendFilesQueuedBound(t *testing.T) {
 	refusals := 0
-	c, bad := fakeSendFiles(t, 8, 0, func(n int) string {
+	names, out, errs := sendManyFiles(t, 8, 0, func(n int) string {
 		if n < 2 {
 			return ""
 		}
 		refusals++
 		return fmt.Sprintf("%d files are %s, its bound (2: ...); send it again after a verdict", n, daemon.QueuedBoundText)
 	})
-	paths, names := manyNames(8)
-	var out, errs bytes.Buffer
-	if !sendFiles(c, nil, 0, paths, paths, names, &out, &errs, nil) {
-		t.Fatalf("sendFiles failed: %s", errs.String())
-	}
-	c.Close()
-	if s := <-bad; s != "" {
-		t.Fatal(s)
-	}
 	for _, n := range names {
-		if !strings.Contains(out.String(), "  "+n+"  10 bytes, held by members 1\n") {
-			t.Errorf("no verdict of %s printed:\n%s", n, out.String())
+		if !strings.Contains(out, "  "+n+"  10 bytes, held by members 1\n") {
+			t.Errorf("no verdict of %s printed:\n%s", n, out)
 		}
 	}
-	if errs.Len() != 0 || refusals == 0 {
-		t.Errorf("stderr %q after %d refusals, want nothing, after some", errs.String(), refusals)
+	if errs != "" || refusals == 0 {
+		t.Errorf("stderr %q after %d refusals, want nothing, after some", errs, refusals)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/linkbench"
@@ -24,10 +23,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("tcpfanout", flag.ContinueOnError)
-	hostsFlag := fs.String("hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
-	mtuFlag := fs.String("mtu", "1500,9000", "MTUs")
-	dur := fs.Duration("duration", 3*time.Second, "sending time per run")
-	reps := fs.Int("reps", 1, "repetitions per configuration (the table shows min–max)")
+	sw := linkbench.SweepFlags(fs)
 	all := fs.Bool("all", false, "all-to-all: every host sends to every other")
 	lag := fs.Int("lag", 4<<20, "bytes one connection may run ahead of the sender's slowest")
 	loss := fs.Float64("loss", 0, "random loss in percent on every receiver's inbound frames (-all: every host's)")
@@ -35,14 +31,8 @@ func run(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: tcpfanout [flags]\n\nMeasures TCP fan-out (one connection per receiver) on a netns bridge topology; needs root.\nPrints a markdown table; progress goes to stderr.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if cliflag.HelpAsked(args) {
-		fs.SetOutput(os.Stdout)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Parse(fs, args, os.Stdout); !ok {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "tcpfanout: "+format+"\n", a...)
@@ -51,19 +41,15 @@ func run(args []string) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q (see -h)", fs.Arg(0))
 	}
-	hosts, err := linkbench.Hosts(*hostsFlag)
+	hosts, mtus, err := sw.Lists()
 	if err != nil {
-		return usage("-hosts: %v", err)
-	}
-	mtus, err := linkbench.MTUs(*mtuFlag)
-	if err != nil {
-		return usage("-mtu: %v", err)
+		return usage("%v", err)
 	}
 	switch {
-	case *dur <= 0:
-		return usage("-duration %v: want > 0", *dur)
-	case *reps < 1:
-		return usage("-reps %d: want at least 1", *reps)
+	case sw.Duration <= 0:
+		return usage("-duration %v: want > 0", sw.Duration)
+	case sw.Reps < 1:
+		return usage("-reps %d: want at least 1", sw.Reps)
 	case *lag < 1:
 		return usage("-lag %d: want at least 1 byte", *lag)
 	case !(*loss >= 0 && *loss < 100):
@@ -97,9 +83,9 @@ func run(args []string) int {
 				}
 			}
 			var means, mins []string
-			for r := range *reps {
-				fmt.Fprintf(os.Stderr, "tcpfanout: MTU %d N=%d run %d/%d...\n", mtu, n, r+1, *reps)
-				res, err := linkbench.RunTCPFanout(topo, linkbench.TCPOptions{Senders: senders, Duration: *dur, Lag: *lag})
+			for r := range sw.Reps {
+				fmt.Fprintf(os.Stderr, "tcpfanout: MTU %d N=%d run %d/%d...\n", mtu, n, r+1, sw.Reps)
+				res, err := linkbench.RunTCPFanout(topo, linkbench.TCPOptions{Senders: senders, Duration: sw.Duration, Lag: *lag})
 				if err != nil {
 					topo.Close()
 					fmt.Fprintf(os.Stderr, "tcpfanout: %v\n", err)

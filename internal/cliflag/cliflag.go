@@ -2,7 +2,12 @@
 // lines.
 package cliflag
 
-import "fmt"
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
 
 // HelpAsked reports whether a command line asks for the usage (-h, -help,
 // --help) before a "--": the commands then print it to stdout, where
@@ -17,6 +22,23 @@ func HelpAsked(args []string) bool {
 		}
 	}
 	return false
+}
+
+// Parse parses args into fs, the usage going to stdout when the command
+// line asks for it (HelpAsked) and to fs's output otherwise. When ok is
+// false the command exits with code: 0 after the usage was asked for, 2
+// for a bad command line (which fs has said what was wrong with).
+func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
+	if HelpAsked(args) {
+		fs.SetOutput(stdout)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }
 
 // Bounds are int flags and the values each may take, checked together

@@ -44,12 +44,7 @@ func sendFileVia(t *testing.T, socket, name, path string, receivers int) {
 // key alone with no frame dropped, and the metrics have its counters
 // beside the group's.
 func TestFilesAuthenticatedAndRekeyed(t *testing.T) {
-	dir := t.TempDir()
-	_, oldKey := keyFile(t, dir, 1)
-	newPath, newKey := keyFile(t, dir, 2)
-	if oldKey.ID() == newKey.ID() {
-		t.Fatalf("test keys share the id %d", oldKey.ID())
-	}
+	oldKey, newPath, newKey := rotationKeys(t)
 	r := rtnet.New(t, 21)
 	in1, in2 := t.TempDir(), t.TempDir()
 	ds := startFileGroupWith(t, r, 3, []testnet.Impairment{{}, {Loss: 0.03}, {}}, []string{"", in1, in2}, 50_000_000,
@@ -88,11 +83,7 @@ func TestFilesAuthenticatedAndRekeyed(t *testing.T) {
 	sendFileVia(t, ds[0].socket, "before.bin", src, 2)
 	check("before.bin", before, oldKey)
 
-	for _, step := range []localapi.Rekey{
-		{Step: localapi.RekeyInstall, Path: newPath},
-		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
-		{Step: localapi.RekeyRetire},
-	} {
+	for _, step := range rotation(newPath, newKey) {
 		for i, x := range ds {
 			if _, err := rekeyOn(x.socket, &step); err != nil {
 				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)

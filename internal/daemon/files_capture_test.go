@@ -202,12 +202,7 @@ func TestFilesCaptureKeyed(t *testing.T) {
 // checker, none is reported as corrupt-frame or seq-reuse, and no
 // recorder dumps.
 func TestRekeyFlightRecorderFollows(t *testing.T) {
-	dir := t.TempDir()
-	_, oldKey := keyFile(t, dir, 1)
-	newPath, newKey := keyFile(t, dir, 2)
-	if oldKey.ID() == newKey.ID() {
-		t.Fatalf("test keys share the id %d", oldKey.ID())
-	}
+	oldKey, newPath, newKey := rotationKeys(t)
 	dumps := t.TempDir()
 	ivs := make([]*capture.Invariants, 3)
 	recs := make([]*capture.Recorder, 3)
@@ -240,16 +235,8 @@ func TestRekeyFlightRecorderFollows(t *testing.T) {
 		sendFileVia(t, ds[0].socket, filepath.Base(src), src, 2)
 	}
 	round(1)
-	for _, step := range []localapi.Rekey{
-		{Step: localapi.RekeyInstall, Path: newPath},
-		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
-		{Step: localapi.RekeyRetire},
-	} {
-		for i, x := range ds {
-			if _, err := rekeyOn(x.socket, &step); err != nil {
-				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
-			}
-		}
+	for _, step := range rotation(newPath, newKey) {
+		rekeyAll(t, ds, step)
 		// Install and retire hand the checkers their keys before they
 		// answer (Config.KeysChanged). After activate, a frame sealed
 		// under the old key and read only after the retire is dropped

@@ -1,34 +1,15 @@
 package daemon
 
 import (
-	"bytes"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rbcast/rbcast/internal/localapi"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
-
-// logBuffer is a log's text, written by the daemon's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A receiver logs each file it refuses at the offer once, with the
 // file's name, its sender and the reason the sender is told, whether the
@@ -38,7 +19,7 @@ func (l *logBuffer) String() string {
 func TestRefusalLogged(t *testing.T) {
 	r := rtnet.New(t, 12)
 	in1, in2 := t.TempDir(), t.TempDir()
-	logs := []*logBuffer{{}, {}, {}}
+	logs := []*syncbuf.Buffer{{}, {}, {}}
 	ds := startFileGroupWith(t, r, 3, nil, []string{"", in1, in2}, 50_000_000, func(i int, c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs[i], nil))
 		switch i {

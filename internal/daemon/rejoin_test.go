@@ -389,15 +389,8 @@ func rejoinKeepsRotatedKeys(t *testing.T, split bool) {
 	for i, x := range ds {
 		awaitStatus(t, x, "in a view of three", func(st Status) bool { return st.Ready && st.Self == i && len(viewOf(st)) == 3 })
 	}
-	for _, step := range []localapi.Rekey{
-		{Step: localapi.RekeyInstall, Path: newPath},
-		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
-	} {
-		for i, x := range ds {
-			if _, err := rekeyOn(x.socket, &step); err != nil {
-				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
-			}
-		}
+	for _, step := range rotation(newPath, newKey)[:2] { // install, activate
+		rekeyAll(t, ds, step)
 	}
 	cuts[2].set(func(c *cutLink) { c.deafTo[mac6(cuts[1].Link)] = true })
 	if split {

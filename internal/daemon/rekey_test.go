@@ -35,6 +35,40 @@ func keyFile(t *testing.T, dir string, seed byte) (string, *auth.Key) {
 	return path, k
 }
 
+// rotationKeys writes two test keys of distinct ids into a temporary
+// directory: the group's key before a rotation, and the file and key of
+// the one it rotates to.
+func rotationKeys(t *testing.T) (oldKey *auth.Key, newPath string, newKey *auth.Key) {
+	t.Helper()
+	dir := t.TempDir()
+	_, oldKey = keyFile(t, dir, 1)
+	newPath, newKey = keyFile(t, dir, 2)
+	if oldKey.ID() == newKey.ID() {
+		t.Fatalf("test keys share the id %d", oldKey.ID())
+	}
+	return oldKey, newPath, newKey
+}
+
+// rotation is the steps of a rotation to the key k read from path:
+// install, activate, retire.
+func rotation(path string, k *auth.Key) []localapi.Rekey {
+	return []localapi.Rekey{
+		{Step: localapi.RekeyInstall, Path: path},
+		{Step: localapi.RekeyActivate, Fingerprint: k.Fingerprint()},
+		{Step: localapi.RekeyRetire},
+	}
+}
+
+// rekeyAll takes step at every daemon of ds, in order.
+func rekeyAll(t *testing.T, ds []*running, step localapi.Rekey) {
+	t.Helper()
+	for i, x := range ds {
+		if _, err := rekeyOn(x.socket, &step); err != nil {
+			t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
+		}
+	}
+}
+
 // rekeyOn takes one rotation step at the daemon on socket.
 func rekeyOn(socket string, m *localapi.Rekey) (*AuthStatus, error) {
 	c, err := localapi.Dial(socket)
@@ -70,12 +104,7 @@ func rekeyOn(socket string, m *localapi.Rekey) (*AuthStatus, error) {
 // arrives, no frame is dropped for its key, and every status shows the
 // new key alone and the three steps.
 func TestRekeyDuringStream(t *testing.T) {
-	dir := t.TempDir()
-	_, oldKey := keyFile(t, dir, 1)
-	newPath, newKey := keyFile(t, dir, 2)
-	if oldKey.ID() == newKey.ID() {
-		t.Fatalf("test keys share the id %d", oldKey.ID())
-	}
+	oldKey, newPath, newKey := rotationKeys(t)
 	r := rtnet.New(t, 3)
 	imp := []testnet.Impairment{{}, {Loss: 0.03}, {Loss: 0.03}}
 	ds := startGroup(t, r, 3, imp, func(i int, c *Config) { c.Group.Auth = &auth.Config{Key: oldKey} })
@@ -107,16 +136,8 @@ func TestRekeyDuringStream(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for _, step := range []localapi.Rekey{
-		{Step: localapi.RekeyInstall, Path: newPath},
-		{Step: localapi.RekeyActivate, Fingerprint: newKey.Fingerprint()},
-		{Step: localapi.RekeyRetire},
-	} {
-		for i, x := range ds {
-			if _, err := rekeyOn(x.socket, &step); err != nil {
-				t.Fatalf("daemon %d, step %d: %v", i, step.Step, err)
-			}
-		}
+	for _, step := range rotation(newPath, newKey) {
+		rekeyAll(t, ds, step)
 		time.Sleep(20 * time.Millisecond)
 	}
 	during := ds[2].d.Status().Members[0].DeliveredBytes

@@ -10,6 +10,7 @@ package linkbench
 import (
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/crc32"
 	"net/netip"
@@ -631,6 +632,37 @@ func Ints(s string) ([]int, error) {
 		return nil, fmt.Errorf("no numbers in %q", s)
 	}
 	return out, nil
+}
+
+// Sweep is what linkbench and tcpfanout measure over, from the flags
+// both take: the group sizes (-hosts), the MTUs (-mtu), each run's
+// sending time (-duration) and the runs of each configuration (-reps).
+type Sweep struct {
+	Duration    time.Duration
+	Reps        int
+	hosts, mtus string
+}
+
+// SweepFlags registers -hosts, -mtu, -duration and -reps on fs.
+func SweepFlags(fs *flag.FlagSet) *Sweep {
+	s := &Sweep{}
+	fs.StringVar(&s.hosts, "hosts", "2,4,8", "group sizes N (1 sender, N-1 receivers)")
+	fs.StringVar(&s.mtus, "mtu", "1500,9000", "MTUs")
+	fs.DurationVar(&s.Duration, "duration", 3*time.Second, "sending time per run")
+	fs.IntVar(&s.Reps, "reps", 1, "repetitions per configuration (the table shows min–max)")
+	return s
+}
+
+// Lists parses -hosts (Hosts) and -mtu (MTUs) once the command line is;
+// the error names the flag.
+func (s *Sweep) Lists() (hosts, mtus []int, err error) {
+	if hosts, err = Hosts(s.hosts); err != nil {
+		return nil, nil, fmt.Errorf("-hosts: %w", err)
+	}
+	if mtus, err = MTUs(s.mtus); err != nil {
+		return nil, nil, fmt.Errorf("-mtu: %w", err)
+	}
+	return hosts, mtus, nil
 }
 
 // Hosts parses a list of group sizes (-hosts): each 2 (a sender and a

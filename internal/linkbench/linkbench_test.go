@@ -5,6 +5,7 @@ package linkbench
 import (
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -381,5 +382,35 @@ func TestAllToAllSendError(t *testing.T) {
 	}
 	if o, c := opened.Load(), closed.Load(); o != 3 || c != 3 {
 		t.Errorf("opened %d links, closed %d; want 3 and 3", o, c)
+	}
+}
+
+// SweepFlags' lists: the defaults, values given, and an error naming the
+// flag and the bad value.
+func TestSweepLists(t *testing.T) {
+	for _, c := range []struct {
+		args        []string
+		hosts, mtus string
+		err         string
+	}{
+		{nil, "[2 4 8]", "[1500 9000]", ""},
+		{[]string{"-hosts", "3", "-mtu", "9000", "-duration", "1s", "-reps", "2"}, "[3]", "[9000]", ""},
+		{[]string{"-hosts", "1"}, "", "", "-hosts: 1 is not a number of hosts in 2..250"},
+		{[]string{"-mtu", "1500,x"}, "", "", `-mtu: "x" is not a positive integer`},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		sw := SweepFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		hosts, mtus, err := sw.Lists()
+		if got := fmt.Sprint(err); c.err != "" && got != c.err || c.err == "" && (err != nil || fmt.Sprint(hosts) != c.hosts || fmt.Sprint(mtus) != c.mtus) {
+			t.Errorf("%q: %v, %v, %v; want %s, %s, %q", c.args, hosts, mtus, err, c.hosts, c.mtus, c.err)
+		}
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	sw := SweepFlags(fs)
+	if err := fs.Parse([]string{"-duration", "2s", "-reps", "3"}); err != nil || sw.Duration != 2*time.Second || sw.Reps != 3 {
+		t.Errorf("-duration 2s -reps 3: %v, %d, %v", sw.Duration, sw.Reps, err)
 	}
 }

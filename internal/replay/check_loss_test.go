@@ -12,6 +12,7 @@ import (
 	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/syncbuf"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/reliable/pbp"
 	"github.com/rbcast/rbcast/testnet"
@@ -21,15 +22,12 @@ import (
 // a writer goroutine starved of CPU, that cannot keep up for a while.
 type gate struct {
 	hold sync.Mutex
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	buf  syncbuf.Buffer
 }
 
 func (g *gate) Write(p []byte) (int, error) {
 	g.hold.Lock()
 	g.hold.Unlock()
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return g.buf.Write(p)
 }
 

@@ -54,3 +54,18 @@ func newSimSegment(t testing.TB, path string, seed uint64, n int, loss float64, 
 	}
 	return s
 }
+
+// close ends the run's capture: every link, then the file; a Writer that
+// dropped frames fails the test (the file is not the run).
+func (s *simSegment) close(t testing.TB) {
+	t.Helper()
+	for _, l := range s.links {
+		l.Close()
+	}
+	if err := s.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.w.Stats(); st.Dropped != 0 {
+		t.Fatalf("capture dropped %d frames", st.Dropped)
+	}
+}

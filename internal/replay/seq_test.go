@@ -102,7 +102,7 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, cras
 	}
 	inv := capture.NewInvariants(0, nil)
 	seg := newSimSegment(t, path, seed, n, loss, inv, 1)
-	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	net, eps, links := seg.net, seg.eps, seg.links
 	run.members = seg.members
 	var nodes []*seqNode
 	for i, l := range links {
@@ -152,15 +152,7 @@ func runSeq(t testing.TB, path string, seed uint64, n, k int, loss float64, cras
 	if victim >= 0 {
 		net.RunFor(time.Second)
 	}
-	for _, l := range links {
-		l.Close()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := w.Stats(); st.Dropped != 0 {
-		t.Fatalf("capture dropped %d frames", st.Dropped)
-	}
+	seg.close(t)
 	if n := inv.Counts(); len(n) != 0 {
 		t.Fatalf("the online invariant checks found %v in a correct run", n)
 	}

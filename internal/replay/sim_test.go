@@ -52,7 +52,7 @@ func runLossyWith(t testing.TB, path string, seed uint64, n, k int, loss float64
 	run := &lossyRun{path: path, got: make([][]delivered, n)}
 	inv := capture.NewInvariants(0, nil)
 	seg := newSimSegment(t, run.path, seed, n, loss, inv, 1)
-	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	net, eps, links := seg.net, seg.eps, seg.links
 	run.members = seg.members
 	var drivers []*reliable.Driver
 	for i, l := range links {
@@ -115,15 +115,7 @@ func runLossyWith(t testing.TB, path string, seed uint64, n, k int, loss float64
 		net.RunFor(500 * time.Microsecond)
 	}
 	net.RunFor(300 * time.Millisecond) // repairs finish, acks settle
-	for _, l := range links {
-		l.Close()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := w.Stats(); st.Dropped != 0 {
-		t.Fatalf("capture dropped %d frames", st.Dropped)
-	}
+	seg.close(t)
 	// Encrypted bodies do not decode without the key: the online checker
 	// (which has none) counts them corrupt.
 	if n := inv.Counts(); len(n) != 0 && (a == nil || !a.Encrypt) {

@@ -57,7 +57,7 @@ func runViewsLiveWith(t *testing.T, path string, seed uint64, loss float64, leve
 	inv := capture.NewInvariants(0, func(v capture.Violation) { violations = append(violations, v.String()) })
 	const n = 4
 	seg := newSimSegment(t, path, seed, n, loss, inv, 0)
-	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	net, eps, links := seg.net, seg.eps, seg.links
 	drivers := make([]*reliable.Driver, n)
 	current := make([]*viewProcRun, n) // by endpoint
 	start := func(i, size int, inc uint32) {
@@ -158,15 +158,7 @@ func runViewsLiveWith(t *testing.T, path string, seed uint64, loss float64, leve
 		until("restart", 0, 1, 2, 3)
 	}
 	net.RunFor(time.Second)
-	for _, l := range links {
-		l.Close()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := w.Stats(); st.Dropped != 0 {
-		t.Fatalf("capture dropped %d frames", st.Dropped)
-	}
+	seg.close(t)
 	if len(violations) != 0 {
 		t.Fatalf("the online invariant checks found, in a correct run:\n%s", strings.Join(violations, "\n"))
 	}

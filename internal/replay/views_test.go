@@ -33,7 +33,7 @@ func runViews(t *testing.T, path string, seed uint64, loss float64) *viewsRun {
 	inv := capture.NewInvariants(0, func(v capture.Violation) { onlineViolations = append(onlineViolations, v.String()) })
 	const n = 4
 	seg := newSimSegment(t, path, seed, n, loss, inv, 0)
-	net, w, eps, links := seg.net, seg.w, seg.eps, seg.links
+	net, eps, links := seg.net, seg.eps, seg.links
 	drivers := make([]*reliable.Driver, n)
 	views := make([]*reliable.ViewInfo, n)
 	start := func(i, size int, inc uint32) {
@@ -100,15 +100,7 @@ func runViews(t *testing.T, path string, seed uint64, loss float64) *viewsRun {
 	start(1, 1, 11)
 	until("restart", 0, 1, 2, 3)
 	net.RunFor(time.Second)
-	for _, l := range links {
-		l.Close()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := w.Stats(); st.Dropped != 0 {
-		t.Fatalf("capture dropped %d frames", st.Dropped)
-	}
+	seg.close(t)
 	if len(onlineViolations) != 0 {
 		t.Fatalf("the online invariant checks found, in a correct run:\n%s", strings.Join(onlineViolations, "\n"))
 	}
