@@ -118,6 +118,9 @@ func (c *conn) close() {
 		c.d.mu.Lock()
 		delete(c.d.conns, c)
 		c.d.mu.Unlock()
+		if f := c.d.files; f != nil {
+			f.forgetRoom(c)
+		}
 	})
 }
 

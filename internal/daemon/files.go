@@ -680,6 +680,23 @@ func IsQueuedBound(text, name string) bool {
 	return true
 }
 
+// forgetRoom drops c from the connections waiting for a place: a
+// client refused for the bound that went away is told nothing, and one
+// that connects, is refused and leaves, again and again while every
+// place is held, does not grow rooms.
+func (s *fileService) forgetRoom(c *conn) {
+	s.wmu.Lock()
+	delete(s.rooms, c)
+	s.wmu.Unlock()
+}
+
+// roomsWaiting is how many connections wait for a place (tests).
+func (s *fileService) roomsWaiting() int {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return len(s.rooms)
+}
+
 // freed takes the connections waiting for a place (rooms) once n
 // places have freed (none if n is 0). Called with wmu held; tellRoom
 // tells them after it is released.

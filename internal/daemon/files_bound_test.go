@@ -96,6 +96,47 @@ func dialVersion(t *testing.T, socket string, version uint16) *localapi.Conn {
 	return c
 }
 
+// A client of version 6 refused for the bound that goes away leaves
+// the connections waiting for a place: one that connects, is refused
+// and leaves, again and again while every place is held, grows nothing.
+func TestSendFileQueuedBoundGoneForgotten(t *testing.T) {
+	ds := startFileGroupPrepared(t, rtnet.New(t, 64), 2, nil, []string{"", t.TempDir()}, 100_000, nil, func(i int, d *Daemon) {
+		if i == 0 {
+			d.files.nofile = 258
+		}
+	})
+	dir := t.TempDir()
+	owner, _ := dial(t, ds[0].socket, true)
+	for k, name := range []string{"a", "b"} {
+		p := filepath.Join(dir, name)
+		writeRandom(t, p, 3_000_000, uint64(80+k)) // 30 s at 100 kB/s: held through the test
+		owner.Write(&localapi.SendFile{Name: name, Path: p})
+		if q, ok := readMsg(t, owner).(*localapi.FileQueued); !ok || q.Name != name {
+			t.Fatalf("SendFile %s answered %+v, want FileQueued", name, q)
+		}
+	}
+	p := filepath.Join(dir, "c")
+	writeRandom(t, p, 10, 82)
+	for i := range 5 {
+		v6, _ := dial(t, ds[0].socket, true)
+		v6.Write(&localapi.SendFile{Name: "c", Path: p})
+		if e := readErr(t, v6); e.Code != localapi.CodeQueuedBound {
+			t.Fatalf("SendFile c (client %d) answered %q, code %v; want code %v", i, e.Text, e.Code, localapi.CodeQueuedBound)
+		}
+		v6.Close()
+	}
+	// The daemon sees each close when its read of the connection ends.
+	deadline := time.Now().Add(10 * time.Second)
+	n := ds[0].d.files.roomsWaiting()
+	for n > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		n = ds[0].d.files.roomsWaiting()
+	}
+	if n != 0 {
+		t.Fatalf("%d connections gone after their refusal still wait for a place, want 0", n)
+	}
+}
+
 // IsQueuedBound tells the bound's refusal from another that holds its
 // phrase in a name or path.
 func TestIsQueuedBound(t *testing.T) {
