@@ -320,12 +320,7 @@ var _ reliable.FileHoldingSink = (*fileSink)(nil)
 
 func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Range, error) {
 	s := k.s
-	s.mu.Lock()
-	dir := s.cfg.Inbox
-	if len(s.clients) > 0 {
-		dir = s.clients[0].dir
-	}
-	s.mu.Unlock()
+	dir := k.dir()
 	if dir == "" {
 		return nil, nil, reliable.ErrFileDeclined
 	}
@@ -357,14 +352,20 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 // whole (files.HoldingSink, filestore.Dir.Holds): such an offer, coming
 // while -files-max-receiving files are being received, is judged at once.
 func (k *fileSink) Holds(m reliable.FileMeta) bool {
+	dir := k.dir()
+	return dir != "" && (&filestore.Dir{Root: dir, KeepFree: k.s.cfg.KeepFree}).Holds(m)
+}
+
+// dir is where a file arriving now is stored: the oldest recvfile
+// client's directory, else the inbox ("": neither, declined).
+func (k *fileSink) dir() string {
 	s := k.s
 	s.mu.Lock()
-	dir := s.cfg.Inbox
+	defer s.mu.Unlock()
 	if len(s.clients) > 0 {
-		dir = s.clients[0].dir
+		return s.clients[0].dir
 	}
-	s.mu.Unlock()
-	return dir != "" && (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree}).Holds(m)
+	return s.cfg.Inbox
 }
 
 // countingFile counts the bytes written.
