@@ -329,8 +329,11 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	} else {
 		q.pushLocked(from, data)
 	}
+	wake := q.waiting > 0
 	q.mu.Unlock()
-	q.signal()
+	if wake {
+		q.signal()
+	}
 }
 
 func (g *Group) event(ev Event) {
@@ -586,7 +589,7 @@ func pauseLimit(s *settings, mtu int) time.Duration {
 // waitRoom waits until Recv makes room in the queue, or until deadline.
 func (g *Group) waitRoom(deadline time.Time) {
 	d := time.Until(deadline)
-	if d <= 0 {
+	if d <= 0 || !g.queue.startRoomWait() {
 		return
 	}
 	if g.roomTimer == nil {
@@ -599,6 +602,7 @@ func (g *Group) waitRoom(deadline time.Time) {
 	case <-g.roomTimer.C:
 	case <-g.woken: // nil without a link.Waker: the wait is MaxWait at most
 	}
+	g.queue.endRoomWait()
 	g.roomTimer.Stop()
 }
 
@@ -1061,14 +1065,16 @@ func (g *Group) recv(ctx context.Context, buf []byte) (frame.MemberID, []byte, e
 		if err != nil {
 			return 0, buf, err
 		}
-		g.queue.wait(1)
+		if !g.queue.startWait() {
+			continue
+		}
 		select {
 		case <-g.queue.ready:
 		case <-ctx.Done():
-			g.queue.wait(-1)
+			g.queue.endWait()
 			return 0, buf, ctx.Err()
 		}
-		g.queue.wait(-1)
+		g.queue.endWait()
 	}
 }
 

@@ -29,8 +29,8 @@ type msgQueue struct {
 	head   int
 	n      int
 	limit  int
-	ready  chan struct{} // signalled when messages arrive or the queue closes
-	room   chan struct{} // signalled when a pop leaves the queue below its limit
+	ready  chan struct{} // signalled, when a Recv waits, as messages arrive or the queue closes
+	room   chan struct{} // signalled, when the loop waits for room, as a pop leaves the queue below its limit
 	closed bool
 	err    error // returned once the queue is empty and closed
 
@@ -38,6 +38,7 @@ type msgQueue struct {
 	drained chan struct{} // signalled when a pop takes the last view
 	popped  bool          // a message was popped since the last settle
 	waiting int           // Recv callers waiting for a message
+	roomIn  bool          // the loop waits for room (waitRoom)
 	timer   *time.Timer   // settle's bound (the loop's own)
 }
 
@@ -175,6 +176,9 @@ func (q *msgQueue) popFreed(dst []byte) (from frame.MemberID, data []byte, ok, f
 	defer q.mu.Unlock()
 	if q.n == 0 {
 		if q.closed {
+			if q.waiting > 0 {
+				q.signal() // close's one signal woke us: wake the next
+			}
 			return 0, dst, false, false, q.err
 		}
 		return 0, dst, false, false, nil
@@ -198,10 +202,10 @@ func (q *msgQueue) popFreed(dst []byte) (from frame.MemberID, data []byte, ok, f
 	q.popped = true
 	q.head = (q.head + 1) % len(q.slots)
 	q.n--
-	if q.n > 0 || q.closed {
+	if (q.n > 0 || q.closed) && q.waiting > 0 {
 		q.signal() // more for another waiting Recv
 	}
-	if q.n < q.limit {
+	if q.n < q.limit && q.roomIn {
 		select {
 		case q.room <- struct{}{}:
 		default:
@@ -210,11 +214,45 @@ func (q *msgQueue) popFreed(dst []byte) (from frame.MemberID, data []byte, ok, f
 	return from, data, true, q.n == q.limit-1, nil
 }
 
-// wait counts Recv callers waiting for a message (d = 1 when one starts
-// waiting, -1 when it stops).
-func (q *msgQueue) wait(d int) {
+// startWait counts a Recv caller as waiting for a message, unless one
+// arrived (or the queue closed) since its pop found it empty (false: pop
+// again). The check and the count are one step under q.mu, as the
+// pushes' and pops' look at the count is: a message pushed between an
+// empty pop and the wait then signals ready, instead of finding no one
+// waiting and leaving the caller asleep beside it.
+func (q *msgQueue) startWait() bool {
 	q.mu.Lock()
-	q.waiting += d
+	defer q.mu.Unlock()
+	if q.n > 0 || q.closed {
+		return false
+	}
+	q.waiting++
+	return true
+}
+
+// endWait ends a wait that startWait began.
+func (q *msgQueue) endWait() {
+	q.mu.Lock()
+	q.waiting--
+	q.mu.Unlock()
+}
+
+// startRoomWait has pops signal room while the loop waits for it, unless
+// the queue is below its limit already (false: no wait).
+func (q *msgQueue) startRoomWait() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n < q.limit || q.closed {
+		return false
+	}
+	q.roomIn = true
+	return true
+}
+
+// endRoomWait ends a wait that startRoomWait began.
+func (q *msgQueue) endRoomWait() {
+	q.mu.Lock()
+	q.roomIn = false
 	q.mu.Unlock()
 }
 

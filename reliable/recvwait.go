@@ -18,14 +18,16 @@ func (g *Group) WaitRecv(ctx context.Context) error {
 		if ok, err := g.queue.available(); ok || err != nil {
 			return err
 		}
-		g.queue.wait(1)
+		if !g.queue.startWait() {
+			continue
+		}
 		select {
 		case <-g.queue.ready:
 		case <-ctx.Done():
-			g.queue.wait(-1)
+			g.queue.endWait()
 			return ctx.Err()
 		}
-		g.queue.wait(-1)
+		g.queue.endWait()
 	}
 }
 

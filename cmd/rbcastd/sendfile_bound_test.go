@@ -22,44 +22,12 @@ func boundDaemon(t *testing.T, version uint16, bound int, refusal func(name stri
 	t.Helper()
 	bad := make(chan string, 1)
 	c := fakeDaemonHello(t, version, func(c *net.UnixConn) {
-		defer close(bad)
-		buf := make([]byte, 1<<16)
-		write := func(m localapi.Message) { c.Write(m.Append(nil)) }
-		var out []uint32
-		id := uint32(0)
-		judge := func() {
-			write(&localapi.FileVerdict{ID: out[0], Done: []uint16{1}})
-			out = out[1:]
-		}
-		for {
-			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-			n, err := c.Read(buf)
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				if len(out) > 0 {
-					judge()
-				}
-				continue
+		serveFiles(c, bad, func(name string, queued int) localapi.Message {
+			if queued >= bound {
+				return refusal(name, queued)
 			}
-			if err != nil {
-				return
-			}
-			m, err := localapi.Decode(buf[:n])
-			sf, ok := m.(*localapi.SendFile)
-			if err != nil || !ok {
-				bad <- fmt.Sprintf("read %v, %v; want SendFile", m, err)
-				return
-			}
-			if len(out) >= bound {
-				write(refusal(sf.Name, len(out)))
-				if len(out) > 0 {
-					judge()
-				}
-				continue
-			}
-			id++
-			out = append(out, id)
-			write(&localapi.FileQueued{ID: id, Size: 10, Name: sf.Name})
-		}
+			return nil
+		}, func(int, int) bool { return true })
 	})
 	return c, bad
 }

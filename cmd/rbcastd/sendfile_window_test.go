@@ -22,48 +22,61 @@ import (
 func fakeSendFiles(t *testing.T, files, full int, take func(outstanding int) string) (*localapi.Conn, chan string) {
 	bad := make(chan string, 1)
 	c := fakeDaemon(t, func(c *net.UnixConn) {
-		buf := make([]byte, 1<<16)
-		write := func(m interface{ Append([]byte) []byte }) { c.Write(m.Append(nil)) }
-		var out []*localapi.FileQueued
-		id, taken := uint32(0), 0
-		judge := func() {
-			write(&localapi.FileVerdict{ID: out[0].ID, Done: []uint16{1}})
-			out = out[1:]
-		}
-		defer close(bad)
-		for {
-			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-			n, err := c.Read(buf)
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				if len(out) > 0 && (len(out) >= full || taken == files) {
-					judge()
-				}
-				continue
+		serveFiles(c, bad, func(name string, queued int) localapi.Message {
+			if text := take(queued); text != "" {
+				return &localapi.Error{Code: localapi.CodeRefused, Text: "sendfile " + name + ": " + text}
 			}
-			if err != nil {
-				return
-			}
-			m, err := localapi.Decode(buf[:n])
-			sf, ok := m.(*localapi.SendFile)
-			if err != nil || !ok {
-				bad <- fmt.Sprintf("read %v, %v; want SendFile", m, err)
-				return
-			}
-			if text := take(len(out)); text != "" {
-				write(&localapi.Error{Code: localapi.CodeRefused, Text: "sendfile " + sf.Name + ": " + text})
-				if len(out) > 0 {
-					judge()
-				}
-				continue
-			}
-			id++
-			taken++
-			q := &localapi.FileQueued{ID: id, Size: 10, Name: sf.Name}
-			out = append(out, q)
-			write(q)
-		}
+			return nil
+		}, func(queued, taken int) bool { return queued >= full || taken == files })
 	})
 	return c, bad
+}
+
+// serveFiles is a fake daemon's side of sendfile on c: it queues each
+// SendFile it reads (a FileQueued of 10 bytes) unless refuse answers it
+// with a refusal, judges the oldest queued file (a FileVerdict: receiver
+// 1 holds it) after each refusal and whenever the client has been quiet
+// for 50 ms and idle(queued, taken) says so, and sends on bad what it
+// read that was not a SendFile. It closes bad when the client is gone.
+func serveFiles(c *net.UnixConn, bad chan<- string, refuse func(name string, queued int) localapi.Message, idle func(queued, taken int) bool) {
+	defer close(bad)
+	buf := make([]byte, 1<<16)
+	write := func(m localapi.Message) { c.Write(m.Append(nil)) }
+	var out []uint32
+	id := uint32(0)
+	judge := func() {
+		write(&localapi.FileVerdict{ID: out[0], Done: []uint16{1}})
+		out = out[1:]
+	}
+	for {
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		n, err := c.Read(buf)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if len(out) > 0 && idle(len(out), int(id)) {
+				judge()
+			}
+			continue
+		}
+		if err != nil {
+			return
+		}
+		m, err := localapi.Decode(buf[:n])
+		sf, ok := m.(*localapi.SendFile)
+		if err != nil || !ok {
+			bad <- fmt.Sprintf("read %v, %v; want SendFile", m, err)
+			return
+		}
+		if r := refuse(sf.Name, len(out)); r != nil {
+			write(r)
+			if len(out) > 0 {
+				judge()
+			}
+			continue
+		}
+		id++
+		out = append(out, id)
+		write(&localapi.FileQueued{ID: id, Size: 10, Name: sf.Name})
+	}
 }
 
 func manyNames(n int) (paths, names []string) {

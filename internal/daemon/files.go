@@ -474,6 +474,7 @@ func (s *fileService) onReport(r reliable.FileReport) {
 			s.d.log.Info("rbcastd: file received", "file", r.Meta.Name, "from", r.Meta.Sender, "id", r.Meta.ID, "size", r.Meta.Size,
 				"hash", ev.Hash, "dir", ev.Dir, "received_bytes", ev.Received, "held", r.Held, "replaced", r.Replaced)
 		}
+		s.remember(ev)
 		for _, c := range to {
 			rep := rep
 			if c.c.version < 4 && alg != frame.FileHashSHA256 {
@@ -502,6 +503,7 @@ func (s *fileService) onReport(r reliable.FileReport) {
 			v.Text, ev.Detail = r.Err.Error(), r.Err.Error()
 		}
 		s.d.log.Info("rbcastd: file sent", "file", r.Meta.Name, "id", r.Meta.ID, "done", ev.Done, "missing", ev.Missing, "err", r.Err)
+		s.remember(ev)
 		s.wmu.Lock()
 		w := s.wait[r.Meta.ID]
 		delete(s.wait, r.Meta.ID)
@@ -519,6 +521,12 @@ func (s *fileService) onReport(r reliable.FileReport) {
 			w.tell(v)
 		}
 	}
+}
+
+// remember adds ev to status' recent list. A file's event is listed
+// before its client is told (a report, a verdict), so that a client that
+// asks for status once told finds it there.
+func (s *fileService) remember(ev FileEvent) {
 	s.mu.Lock()
 	s.recent = append(s.recent, ev)
 	if len(s.recent) > maxRecent {
