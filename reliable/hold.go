@@ -46,9 +46,16 @@ func (d *Driver) HoldFrom(now time.Time, from frame.MemberID) bool {
 	return d.n.holdFrom(d.n.clk.Core(now), from)
 }
 
-// ReleaseFrom ends HoldFrom(from); the next Step delivers (or steps)
-// what was kept from from (Step's deadline is then now).
-func (d *Driver) ReleaseFrom(from frame.MemberID) { d.n.st.ReleaseFrom(from) }
+// ReleaseFrom ends HoldFrom(from). Called from Deliver or OnEvent, it
+// has Step take another turn, which delivers (or steps) what was kept
+// from from; outside a turn, the next Step does (its deadline is then
+// now).
+func (d *Driver) ReleaseFrom(from frame.MemberID) {
+	d.n.st.ReleaseFrom(from)
+	if d.inTurn {
+		d.due = true
+	}
+}
 
 func (n *node) holdFrom(now core.Time, from frame.MemberID) bool {
 	return n.st.HoldFrom(from, now.Add(n.holdFor))

@@ -330,8 +330,16 @@ func (s *Stepper) ProposeUnreliable(now Time, msg []byte) error {
 	return s.unrel.ProposeUnreliable(now, msg)
 }
 
-// Leave starts the core's clean departure.
-func (s *Stepper) Leave(now Time) { s.c.Leave(now) }
+// Leave starts the core's clean departure. The frames kept for senders
+// released since (HoldFrom) are stepped first, as the next Tick would:
+// a core that left takes no more input.
+func (s *Stepper) Leave(now Time) {
+	s.now = now
+	if len(s.replay) > 0 {
+		s.stepReleased()
+	}
+	s.c.Leave(now)
+}
 
 // Deadline is when Tick must next run (0: nothing pending).
 func (s *Stepper) Deadline() Time {

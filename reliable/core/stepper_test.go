@@ -18,6 +18,9 @@ type fake struct {
 	ready     Ready
 	advanced  int
 	inFlight  int
+	// steppedAtLeave is len(stepped) when Leave was called (left).
+	steppedAtLeave int
+	left           bool
 }
 
 func (f *fake) Step(now Time, src, dst [6]byte, v frame.View) error {
@@ -29,7 +32,7 @@ func (f *fake) Step(now Time, src, dst [6]byte, v frame.View) error {
 }
 func (f *fake) Tick(Time)                  {}
 func (f *fake) Propose(Time, []byte) error { return nil }
-func (f *fake) Leave(Time)                 {}
+func (f *fake) Leave(Time)                 { f.steppedAtLeave, f.left = len(f.stepped), true }
 func (f *fake) Ready() Ready               { return f.ready }
 func (f *fake) Advance()                   { f.advanced++; f.ready = Ready{} }
 func (f *fake) Deadline() Time             { return 0 }
@@ -288,6 +291,26 @@ func TestStepperHoldFromKeepsLastQuietFrame(t *testing.T) {
 	}
 	if d := s.Deadline(); d != 0 {
 		t.Fatalf("Deadline once replayed = %d, want the core's (0)", d)
+	}
+}
+
+// A Leave right after ReleaseFrom steps the frame kept for the released
+// sender first, as the Tick it comes before would have: the core takes
+// no input once it left. (Before, the Leave went first.)
+func TestStepperLeaveStepsReleased(t *testing.T) {
+	f := &fake{}
+	s := NewStepper(f, 7, 0)
+	s.HoldFrom(2, 1000)
+	if err := s.Step(10, ethFrame(t, 7, 2, &frame.Empty{T: frame.Heartbeat})); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a Heartbeat of the held sender with nothing in flight: %v, want ErrHeld", err)
+	}
+	s.ReleaseFrom(2)
+	s.Leave(20)
+	if !f.left || f.steppedAtLeave != 1 || !slices.Equal(f.stepped, []frame.Type{frame.Heartbeat}) {
+		t.Fatalf("left %v with %d frames stepped before it, stepped %v; want the kept Heartbeat stepped before the Leave", f.left, f.steppedAtLeave, f.stepped)
+	}
+	if d := s.Deadline(); d != 0 {
+		t.Fatalf("Deadline after the Leave = %d, want the core's (0): nothing left to replay", d)
 	}
 }
 

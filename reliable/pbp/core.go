@@ -640,13 +640,17 @@ func (c *Core) release() {
 // Leave starts a clean departure: no new messages are accepted, everything
 // already proposed is sent and acknowledged by every live member, then a
 // Leave frame announces the end (the thesis's shutdown message) and the
-// core reports SelfLeft.
+// core reports SelfLeft. What a hold's release (ReleaseFrom, or its
+// bound) freed and the next Tick would deliver is delivered first, so
+// that the Leave frame acknowledges it: after the Leave no Tick delivers,
+// and the sender saw this member leave with those frames unacknowledged.
 func (c *Core) Leave(now Time) {
 	c.touch(now)
 	if c.left {
 		return
 	}
 	c.leaving = true
+	c.expireHolds(c.now)
 	c.release()
 	c.maybeLeave()
 }

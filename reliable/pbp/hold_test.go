@@ -1,6 +1,7 @@
 package pbp
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,7 +78,8 @@ func (p *holdPair) turn() {
 				}
 				continue
 			}
-			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil {
+			// A repeated Leave reaches a core that removed its sender.
+			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil && !errors.Is(err, ErrRemoved) {
 				t.Fatalf("step: %v", err)
 			}
 		}
@@ -358,5 +360,46 @@ func TestHoldFromDropsDatagrams(t *testing.T) {
 	p.turn()
 	if got := msgs(p.delivered); got != "dg2" {
 		t.Fatalf("after the release delivered %q, want dg2", got)
+	}
+}
+
+// A Leave right after ReleaseFrom delivers what the hold kept before the
+// Leave frame goes out, and the Leave acknowledges it: the sender sees
+// this member leave with all its frames acknowledged, and nothing is
+// retransmitted. (Before, the release's frames waited for a Tick that a
+// left core no longer runs: they were never delivered here, and the Leave
+// acknowledged none of them.)
+func TestHoldFromReleaseThenLeave(t *testing.T) {
+	p := newHoldPair(t)
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	for i := range 3 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(5 * Millisecond))
+	if len(p.delivered) != 0 {
+		t.Fatalf("delivered %q while held", msgs(p.delivered))
+	}
+	p.b.ReleaseFrom(0)
+	p.b.Leave(p.now)
+	p.turn()
+	if got := msgs(p.delivered); got != "m0,m1,m2" {
+		t.Fatalf("released then left: delivered %q, want m0,m1,m2", got)
+	}
+	var leaves []uint32
+	for _, f := range p.bSent {
+		if f.t == frame.Leave {
+			leaves = append(leaves, f.h.Acks[0])
+		}
+	}
+	if len(leaves) == 0 || leaves[0] != 103 {
+		t.Fatalf("b's Leave frames ack 0's stream at %v, want 103 (all three delivered)", leaves)
+	}
+	p.run(p.now.Add(20 * Millisecond))
+	var left bool
+	for _, ev := range p.events {
+		left = left || ev.Kind == MemberLeft && ev.Member == 1
+	}
+	if s := p.a.Counters(); !left || s.InFlight != 0 || s.Retransmitted != 0 {
+		t.Fatalf("sender: b left %v, %d in flight, %d retransmitted; want b left, none, none (events %v)", left, s.InFlight, s.Retransmitted, p.events)
 	}
 }
