@@ -226,6 +226,14 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, [2]Duration{}
 		clear(r.sent)
 	}
+	if r.heard == 0 {
+		// Its first report on f: the queues to it are what they were
+		// for the files before, so its repair timer starts from the
+		// round trip measured there (its first report may come after
+		// the pass ended; with no round trip the tail still in flight
+		// would be repaired at once: issue 20, fig. 5b).
+		r.rackRTT = c.latestRTT(f, r.id, r.inc)
+	}
 	r.seq, r.heard = v.Seq(), now
 	f.lastRequest = now
 	c.sampleRTT(now, st.Echo, st.Delay)
@@ -332,6 +340,27 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	c.judge(now, f)
 	c.pump(now)
 	return nil
+}
+
+// latestRTT is the round trips per path measured on member id, of
+// incarnation inc, in the open file other than f that heard from it
+// last (zero if none).
+func (c *Core) latestRTT(f *outFile, id frame.MemberID, inc uint32) [2]Duration {
+	var rtt [2]Duration
+	var at Time
+	for _, g := range c.open {
+		if g == f {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(g.rcv, id, func(r *receiver, id frame.MemberID) int { return int(r.id) - int(id) })
+		if !ok {
+			continue
+		}
+		if q := g.rcv[i]; q.inc == inc && q.heard > at && q.rackRTT != ([2]Duration{}) {
+			rtt, at = q.rackRTT, q.heard
+		}
+	}
+	return rtt
 }
 
 // answerGone answers a report on a file that is not open: once per
