@@ -63,8 +63,9 @@ func manyFilesSized(t *testing.T, count, size int) (Stats, uint64, time.Duration
 // declared every block after the report's position lost and repaired
 // the whole file to the group: 4,197 repairs at 15 files, 11,192 at 20,
 // 21,853 at 30, 83,095 at 100, every one a block the receivers held.
-// The round trip carried over from the files before (latestRTT)
-// prevents it here.
+// The round trip carried over from the files before (latestRTT) and the
+// window spanning files (windowOpen) each prevent it here; beyond about
+// 100 files only the window does (TestWindowSpansFiles).
 func TestManyFilesLossless(t *testing.T) {
 	for _, count := range []int{12, 25} {
 		st, dups, took := manyFilesRun(t, count)
@@ -86,6 +87,61 @@ func passBlocks(t *testing.T, c *Core) (n int) {
 		}
 	}
 	return n
+}
+
+// The window spans files: files shorter than it go out only as far as
+// Window blocks past the receivers' positions, counted over the
+// sender's passes, and a receiver not heard on a file yet counts at its
+// position in the files before. Three files of 5 blocks, Window 8, both
+// receivers at block 0 of the first: 8 blocks go (the first file and 3
+// of the second), not all 15; once both hold the first file, 5 more.
+func TestWindowSpansFiles(t *testing.T) {
+	s := newCore(t, 1, nil, func(c *Config) { c.BlockSize = 10; c.Window = 8; c.Burst = 1; c.Rate = 1e9 })
+	data := make([]byte, 50)
+	var ids []uint32
+	for _, name := range []string{"a", "b", "c"} {
+		id, err := s.Send(1, Outgoing{Name: name, Size: 50, Hash: mustSum(frame.FileHashSHA256, data), Source: &memSource{data: data, bs: 10, fail: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var seq uint32
+	report := func(now Time, id uint32, state frame.FileState, top uint32) {
+		for _, m := range []struct {
+			id  frame.MemberID
+			inc uint32
+			mac [6]byte
+		}{{2, 22, macB}, {3, 33, macC}} {
+			seq++
+			s.Step(now, m.mac, macA, encode(t, m.id, m.inc, seq, frame.FlagHashAlg, &frame.FileStatusBody{ID: id, Incarnation: 11, State: state, Credit: 10, Held: top, Top: top}))
+		}
+	}
+	// The first file's offer goes, and a block (Burst 1); both receivers
+	// report it, at block 0.
+	s.Tick(2)
+	blocks := passBlocks(t, s)
+	report(3, ids[0], frame.FileReceiving, 0)
+	for now := Time(4); now < Time(10*Millisecond); now += Time(100 * Microsecond) {
+		s.Tick(now)
+		blocks += passBlocks(t, s)
+	}
+	blocks += passBlocks(t, s)
+	if blocks != 8 {
+		t.Fatalf("the passes sent %d blocks with the receivers at block 0 of the first file; want Window 8", blocks)
+	}
+	if f := s.passing(); f == nil || f.meta.ID != ids[1] || f.next != 3 {
+		t.Fatalf("passing %+v, want file %d at block 3", f, ids[1])
+	}
+	report(Time(10*Millisecond), ids[0], frame.FileDone, 5)
+	blocks += passBlocks(t, s)
+	for now := Time(11 * Millisecond); now < Time(20*Millisecond); now += Time(100 * Microsecond) {
+		s.Tick(now)
+		blocks += passBlocks(t, s)
+	}
+	if blocks != 13 {
+		t.Fatalf("the passes sent %d blocks with the receivers holding the first file (5 blocks); want 5 + Window 8", blocks)
+	}
 }
 
 // A receiver's first report on a file that comes after the file's pass
