@@ -32,7 +32,8 @@ const (
 	// DefaultBurst is how many frames the pacer sends back to back.
 	DefaultBurst = 32
 	// DefaultWindow is how many blocks the multicast may run ahead of the
-	// median receiver's reported position (§III.C, credits).
+	// median receiver's reported position (§III.C, credits), counted
+	// over the files sent, not per file (windowOpen).
 	DefaultWindow = 4096
 	// DefaultSlowPercent bounds how long the pass waits for the receivers
 	// behind the median: at most this share of the pass's own time.

@@ -32,13 +32,21 @@ type Core struct {
 	rttvar  Duration
 	sampled bool
 	paceAt  Time // when the pacer has room for the work waiting (0: none)
+	// passed counts the blocks of the passes before the one under way:
+	// a file's blocks are numbered from it in the sender's count of
+	// pass blocks (outFile.base), over which the window runs.
+	passed uint64
+	// The window's positions (windowOpen), counted once per pump call
+	// for the pass winFor: by member while counting, then sorted.
+	winFor *outFile
+	winPos []memberPos
+	winTop []uint64
 	// Scratch space of the pacer, so a block sent allocates nothing.
-	scratchTops []uint32
-	scratchTo   []*receiver
-	scratchPs   [][]byte // a run's block buffers (read.go)
-	placed      frame.Placed
-	hdr         frame.Header
-	skipCRC     bool // the link writes every frame's CRC (SkipCRC)
+	scratchTo []*receiver
+	scratchPs [][]byte // a run's block buffers (read.go)
+	placed    frame.Placed
+	hdr       frame.Header
+	skipCRC   bool // the link writes every frame's CRC (SkipCRC)
 
 	// Receiver (recv.go).
 	in []*transfer // by key

@@ -5,9 +5,12 @@
 // what a receiver lost is repaired point-to-point to it (or once to the
 // group when several lost it), and the end of the pass names the
 // receivers of the snapshot still awaited, so that a receiver joining
-// later (a ghost) never delays the sender's verdict. The design, and
-// where it departs from IBRMP, is docs/protocols.md, "Files (IBRMP)"; the
-// frames (0x40–0x44) are docs/wire-format.md's.
+// later (a ghost) never delays the sender's verdict. The pass runs a
+// window ahead of the median receiver, counted over all the files sent,
+// not per file: a run of files each shorter than the window is paced by
+// the receivers too, not by the pacer alone (issue 20's fig. 5b). The
+// design, and where it departs from IBRMP, is docs/protocols.md, "Files
+// (IBRMP)"; the frames (0x40–0x44) are docs/wire-format.md's.
 //
 // Core is a deterministic state machine on the one core contract
 // (reliable/core): no goroutines, sockets, clock or randomness. It never

@@ -21,6 +21,9 @@ type outFile struct {
 	to     []frame.MemberID
 	blocks uint32
 	next   uint32 // the next block of the pass
+	// base is where its pass begins in the sender's count of pass
+	// blocks (Core.passed): block b of it is pass block base+b.
+	base uint64
 
 	passing bool // offered, pass under way
 	ended   bool // pass over, snapshot taken (§III.D)
@@ -226,6 +229,14 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 		r.inc, r.rack, r.rackRTT = v.Incarnation(), [2]Time{}, [2]Duration{}
 		clear(r.sent)
 	}
+	if r.heard == 0 {
+		// Its first report on f: the queues to it are what they were
+		// for the files before, so its repair timer starts from the
+		// round trip measured there (its first report may come after
+		// the pass ended; with no round trip the tail still in flight
+		// would be repaired at once: issue 20, fig. 5b).
+		r.rackRTT = c.latestRTT(f, r.id, r.inc)
+	}
 	r.seq, r.heard = v.Seq(), now
 	f.lastRequest = now
 	c.sampleRTT(now, st.Echo, st.Delay)
@@ -332,6 +343,27 @@ func (c *Core) stepSender(now Time, src [6]byte, v frame.View) error {
 	c.judge(now, f)
 	c.pump(now)
 	return nil
+}
+
+// latestRTT is the round trips per path measured on member id, of
+// incarnation inc, in the open file other than f that heard from it
+// last (zero if none).
+func (c *Core) latestRTT(f *outFile, id frame.MemberID, inc uint32) [2]Duration {
+	var rtt [2]Duration
+	var at Time
+	for _, g := range c.open {
+		if g == f {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(g.rcv, id, func(r *receiver, id frame.MemberID) int { return int(r.id) - int(id) })
+		if !ok {
+			continue
+		}
+		if q := g.rcv[i]; q.inc == inc && q.heard > at && q.rackRTT != ([2]Duration{}) {
+			rtt, at = q.rackRTT, q.heard
+		}
+	}
+	return rtt
 }
 
 // answerGone answers a report on a file that is not open: once per
@@ -452,7 +484,7 @@ func (c *Core) startPass(now Time) *outFile {
 	f := c.queue[0]
 	c.queue = c.queue[1:]
 	c.open = append(c.open, f) // ids grow, so open stays sorted
-	f.passing, f.lastRequest, f.passAt = true, now, now
+	f.passing, f.lastRequest, f.passAt, f.base = true, now, now, c.passed
 	c.sendOffer(now, f, c.cfg.Dst, 0)
 	if f.blocks == 0 {
 		c.endPass(now, f)
@@ -469,6 +501,7 @@ func (c *Core) endPass(now Time, f *outFile) {
 		}
 	}
 	c.freeAhead(f)
+	c.passed = f.base + uint64(f.next)
 	f.ended, f.passing, f.endedAt, f.blockedSince = true, false, now, 0
 	f.endSlowWait(now)
 	f.endStamp = stamp(now)
@@ -539,6 +572,9 @@ func (c *Core) close(f *outFile) {
 		return
 	}
 	c.open = slices.Delete(c.open, i, i+1)
+	if f.passing {
+		c.passed = f.base + uint64(f.next) // aborted mid-pass
+	}
 	c.freeAhead(f)
 	f.src.Close()
 }
@@ -609,7 +645,11 @@ func (c *Core) pump(now Time) {
 		c.tokens, c.refill = limit, now
 	}
 	shareCap := int64(c.cfg.Burst) * cost
-	defer c.hashSoon(now)
+	c.winFor = nil // reports may have come: count the window again
+	defer func() {
+		c.winFor = nil
+		c.hashSoon(now)
+	}()
 	skipped := false
 	for {
 		pass := c.startPass(now)
@@ -667,35 +707,30 @@ func (c *Core) pump(now Time) {
 // of overflowing its ring and having every block it lost repaired; one
 // that stays slow holds the others back by SlowPercent at most, and then
 // catches up by repair.
+//
+// The window spans files: blocks are counted over the sender's passes
+// (outFile.base), and a receiver not heard on f yet counts at its
+// position in the files before (positions). A file shorter than the
+// window would otherwise go out whole, whatever its receivers hold, and
+// a run of them fill the link's queues without bound, until a
+// receiver's first report on a file came after its pass ended (issue
+// 20, fig. 5b).
 func (c *Core) windowOpen(now Time, f *outFile) bool {
-	tops := c.scratchTops[:0]
-	defer func() { c.scratchTops = tops[:0] }()
-	for _, r := range f.rcv {
-		// A receiver that asks for the offer (it lost it, or it waits
-		// for room: MaxReceiving) takes no block of the pass: it is
-		// repaired all it lacks once it takes the offer, and does not
-		// hold the pass back meanwhile.
-		if r.heard == 0 || now.Sub(r.heard) >= c.cfg.FailureTimeout || r.state == frame.FileFailed || r.state == frame.FileNeedOffer {
-			continue
-		}
-		top := r.top
-		if r.state == frame.FileDone {
-			top = f.blocks
-		}
-		tops = append(tops, top)
+	if c.winFor != f {
+		c.positions(now, f)
 	}
+	tops := c.winTop
 	if len(tops) == 0 {
 		f.blockedSince = 0
 		f.endSlowWait(now)
 		return true
 	}
-	slices.Sort(tops)
 	q := tops[len(tops)-(len(tops)+1)/2]
-	next, window := uint64(f.next), uint64(c.cfg.Window)
+	next, window := f.base+uint64(f.next), uint64(c.cfg.Window)
 	switch {
-	case next >= uint64(q)+window:
+	case next >= q+window:
 		f.endSlowWait(now) // the median holds the pass: no slow wait
-	case next >= uint64(tops[0])+window && c.slowWaitLeft(now, f) > 0:
+	case next >= tops[0]+window && c.slowWaitLeft(now, f) > 0:
 		if f.slowSince == 0 {
 			f.slowSince = now
 		}
@@ -709,6 +744,75 @@ func (c *Core) windowOpen(now Time, f *outFile) bool {
 		c.stats.WindowStalls++
 	}
 	return false
+}
+
+// memberPos is a receiver's position in the sender's count of pass
+// blocks (positions); set: f's record of it decides (it was heard on
+// f); ok: it counts.
+type memberPos struct {
+	id      frame.MemberID
+	pos     uint64
+	set, ok bool
+}
+
+// positions counts, for f's pass, the positions of the receivers the
+// window waits for into c.winTop, sorted, once per pump call (a report
+// steps the pump). A receiver heard on f recently counts at its top in
+// f, unless it asks for f's offer (it lost it, or waits for room:
+// MaxReceiving; it takes no block of the pass, is repaired all it lacks
+// once it takes the offer, and does not hold the pass back meanwhile)
+// or failed. One not heard on f yet, a receiver of f, counts at its
+// furthest position in the other open files heard recently: its report
+// on f is still on its way, behind the blocks in the link's queues.
+func (c *Core) positions(now Time, f *outFile) {
+	ps := c.winPos[:0]
+	recent := func(r *receiver) bool { return r.heard != 0 && now.Sub(r.heard) < c.cfg.FailureTimeout }
+	for _, r := range f.rcv { // by id: ps stays sorted
+		if r.heard == 0 {
+			continue
+		}
+		p := memberPos{id: r.id, set: true}
+		if recent(r) && r.state != frame.FileFailed && r.state != frame.FileNeedOffer {
+			p.pos, p.ok = f.base+uint64(r.top), true
+			if r.state == frame.FileDone {
+				p.pos = f.base + uint64(f.blocks)
+			}
+		}
+		ps = append(ps, p)
+	}
+	for _, g := range c.open {
+		if g == f {
+			continue
+		}
+		for _, r := range g.rcv {
+			if !recent(r) || r.state != frame.FileReceiving && r.state != frame.FileDone {
+				continue
+			}
+			if _, ok := slices.BinarySearch(f.to, r.id); f.to != nil && !ok {
+				continue // not a receiver of f
+			}
+			top := r.top
+			if r.state == frame.FileDone {
+				top = g.blocks
+			}
+			pos := g.base + uint64(min(top, g.next))
+			i, ok := slices.BinarySearchFunc(ps, r.id, func(p memberPos, id frame.MemberID) int { return int(p.id) - int(id) })
+			switch {
+			case !ok:
+				ps = slices.Insert(ps, i, memberPos{id: r.id, pos: pos, ok: true})
+			case !ps[i].set:
+				ps[i].pos = max(ps[i].pos, pos)
+			}
+		}
+	}
+	tops := c.winTop[:0]
+	for _, p := range ps {
+		if p.ok {
+			tops = append(tops, p.pos)
+		}
+	}
+	slices.Sort(tops)
+	c.winPos, c.winTop, c.winFor = ps[:0], tops, f
 }
 
 // slowWaitLeft is how much longer f's pass may wait for receivers behind
