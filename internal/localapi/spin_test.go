@@ -240,3 +240,55 @@ func TestSpinnerPollerEvery(t *testing.T) {
 		t.Fatalf("%d looks in %v let the poller run %d times, want 1 to %d (once per %v)", looks, time.Since(start), calls, limit, spinPoller)
 	}
 }
+
+// A PacketReader's spin lets the network poller run (netyield.Yield: at
+// one P an eventfd write, a park and epoll_pwait) at most once per
+// readerPoller, at its first look and not at every one: the looks between
+// are runtime.Gosched. On a clock of the test's own, each reading 1 µs
+// after the last, a 1 ms spin makes 500 looks (two readings each; the
+// 501st finds the spin over and sleeps, which ready ends), with the
+// poller at the first and every tenth after it. A Read that begins
+// within readerPoller of the last look does not ask at once.
+func TestPacketReaderPollerEvery(t *testing.T) {
+	defer func(f func(), c func() time.Time) { pollerYield, readerClock = f, c }(pollerYield, readerClock)
+	polls := 0
+	pollerYield = func() { polls++ }
+	clock := time.Now()
+	readerClock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
+	a, _ := seqpacketPair(t)
+	r, err := NewPacketReader(a, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looks := 0
+	r.SetReady(func(sleep bool) bool {
+		if !sleep {
+			looks++
+		}
+		return sleep
+	})
+	buf := make([]byte, 16)
+	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) {
+		t.Fatalf("Read on an idle socket: %v, want ErrReady before it sleeps", err)
+	}
+	if looks != 500 || polls != 50 {
+		t.Fatalf("a 1 ms spin made %d looks and let the poller run %d times; want 500 and 50, once per %v", looks, polls, readerPoller)
+	}
+	if r.pause > 0 {
+		t.Fatalf("the spin met contention on the test's clock")
+	}
+	// The last look that asked was the 491st (980 µs in, 20 µs before
+	// the spin ended). With the clock set back to it, a Read of a 3 µs
+	// spin makes 2 looks, 1 and 3 µs after it, without asking; one that
+	// begins 20 µs later asks at its first look.
+	polls, looks = 0, 0
+	clock = r.pollerAt
+	r.SetSpin(3 * time.Microsecond)
+	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 2 || polls != 0 {
+		t.Fatalf("a Read %v after the poller's last look: %v, %d looks, %d asked the poller; want ErrReady, 2 looks, none", r.start.Sub(r.pollerAt), err, looks, polls)
+	}
+	clock = clock.Add(readerPoller)
+	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 4 || polls != 1 {
+		t.Fatalf("a Read %v later: %v, %d looks in all, %d asked the poller; want ErrReady, 4, one", readerPoller, err, looks, polls)
+	}
+}

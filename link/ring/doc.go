@@ -61,8 +61,10 @@
 // the group's kicker, not its loop (docs/protocols.md).
 //
 // Before sleeping Recv first looks at the ring's next status word, calling
-// runtime.Gosched (with GOMAXPROCS=1 also a look at the network poller:
-// link/netyield) and sched_yield(2) between looks, for up to Config.RxSpin
+// runtime.Gosched (with GOMAXPROCS=1 also a look at the network poller,
+// link/netyield, at most once per 20 µs: that look costs two system calls
+// and a park, and made each look several µs) and sched_yield(2) between
+// looks, for up to Config.RxSpin
 // of yielding (DefaultRxSpin, 200 µs, unless set; negative: never; with
 // Config.AdaptiveSpin up to that long, below), and
 // sleeps only if nothing came: a stream's receiver is then not put to sleep

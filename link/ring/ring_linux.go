@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,9 @@ type Link struct {
 	// the current pause, halved by every spin that met no contention.
 	spinOff   time.Time
 	spinPause time.Duration
+	// spinPolled is when a spin's yield last let the network poller run
+	// (spinPoller).
+	spinPolled time.Time
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
@@ -876,6 +880,23 @@ const (
 // giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
 var giveCPU = netyield.GiveCPU
 
+// spinPoller is how often a spin's yield lets the network poller run
+// (netyield.Yield: at one P an eventfd write, a park and the scheduler's
+// epoll_pwait, a few µs each look); between, the yield is
+// runtime.Gosched, which runs what else of the process is runnable (a
+// Wake's sender, the fan-out), then the sched_yield as before. A
+// goroutine the poller holds (a daemon's client whose doorbell came)
+// runs within spinPoller of its wake-up rather than at the next look; the
+// looks between cost no system call but the sched_yield.
+const spinPoller = 20 * time.Microsecond
+
+// pollerYield is netyield.Yield and spinClock time.Now, for spinRun (a
+// test counts the poller's looks on a clock of its own).
+var (
+	pollerYield = netyield.Yield
+	spinClock   = time.Now
+)
+
 // syscall6 and rawSyscall6 make a kick's sendto and a sleep's epoll_ctl
 // (a test counts which).
 var (
@@ -889,11 +910,11 @@ var (
 // reports the deadline or Close). It counts itself in Stats: a hit, a
 // miss, or a skip (d is 0); not while the back-off below holds.
 // Between looks it lets this process's other goroutines run
-// (link/netyield.Yield: runtime.Gosched, and with one P a look at the
-// network poller too, so that a goroutine woken by a socket runs while
-// we spin; not counted against RxSpin: a program that computes meanwhile
-// is not waiting) and gives the CPU to other processes
-// (sched_yield), so that processes sharing a core take turns instead of
+// (runtime.Gosched, and once per spinPoller link/netyield.Yield, which
+// with one P also looks at the network poller, so that a goroutine woken
+// by a socket runs while we spin; not counted against RxSpin: a program
+// that computes meanwhile is not waiting) and gives the CPU to other
+// processes (sched_yield), so that processes sharing a core take turns instead of
 // burning it. It only reads the status word fill reads next, so frames are
 // taken in ring order as without it.
 //
@@ -934,8 +955,13 @@ func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 			l.spinFound++
 			return true
 		}
-		mark, ty := netyield.Mark(), time.Now()
-		netyield.Yield()
+		mark, ty := netyield.Mark(), spinClock()
+		if ty.Sub(l.spinPolled) >= spinPoller {
+			l.spinPolled = ty
+			pollerYield()
+		} else {
+			runtime.Gosched()
+		}
 		if l.rxReady() {
 			l.spinPause /= 2
 			l.spinFound++
@@ -947,7 +973,7 @@ func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 		if l.woken.Load() || l.closed.Load() {
 			return false
 		}
-		t0 := time.Now()
+		t0 := spinClock()
 		if spent >= d || (!deadline.IsZero() && !t0.Before(deadline)) {
 			l.spinPause /= 2
 			return false
@@ -964,7 +990,7 @@ func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 			spent += t0.Sub(ty)
 			continue
 		}
-		t1 := time.Now()
+		t1 := spinClock()
 		if away := t1.Sub(t0); away <= max(l.cfg.RxSpin, spinContended) {
 			spent += away
 			continue

@@ -287,6 +287,47 @@ func TestRxSpin(t *testing.T) {
 					t.Errorf("a 2 ms spin that never yielded the CPU itself found a frame sent after 200 ms: it did not end")
 				}
 			})
+			t.Run("poller once per spinPoller", func(t *testing.T) {
+				// A spin lets the network poller run (netyield.Yield: at
+				// one P an eventfd write, a park and epoll_pwait) at most
+				// once per spinPoller, the looks between yielding with
+				// runtime.Gosched; at the first look it runs. On a clock
+				// of the test's own, each reading 1 µs after the last, a
+				// 1 ms spin on an idle link makes 1001 looks (the last
+				// finds 1 ms spent), two readings each: 2002 µs, with the
+				// poller at the first look and every tenth after it.
+				rx := openOn(t, topo.Hosts[2], Config{Version: v, RxSpin: time.Millisecond, BlockTimeout: time.Millisecond})
+				defer func(g func(uint64) bool, y func(), c func() time.Time) {
+					giveCPU, pollerYield, spinClock = g, y, c
+				}(giveCPU, pollerYield, spinClock)
+				polls := 0
+				pollerYield = func() { polls++ }
+				giveCPU = func(uint64) bool { return false }
+				start := time.Now()
+				clock := start
+				spinClock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
+				if rx.spinRun(time.Time{}, rx.cfg.RxSpin) {
+					t.Fatal("a spin on an idle link found a frame")
+				}
+				if elapsed := clock.Sub(start); elapsed != 2002*time.Microsecond {
+					t.Fatalf("the spin ended after %v of the test's clock, want 2002 µs (1001 looks of 2 µs)", elapsed)
+				}
+				if polls != 101 {
+					t.Errorf("1001 looks in 2002 µs let the poller run %d times; want 101, once per %v", polls, spinPoller)
+				}
+				// The next spin does not look at once if the last look
+				// was within spinPoller, and does after that.
+				polls = 0
+				rx.spinRun(time.Time{}, time.Nanosecond)
+				if polls != 0 {
+					t.Errorf("a spin %v after the poller's last look let it run again", clock.Sub(rx.spinPolled))
+				}
+				clock = clock.Add(spinPoller)
+				rx.spinRun(time.Time{}, time.Nanosecond)
+				if polls != 1 {
+					t.Errorf("a spin %v after the poller's last look let it run %d times, want once", spinPoller, polls)
+				}
+			})
 			t.Run("idle", func(t *testing.T) {
 				// A Recv that asked to wait twice RxSpin or longer and
 				// ended at its deadline with nothing read has the next one
