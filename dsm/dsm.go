@@ -419,7 +419,7 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	if err := n.core.Refused(); err != nil && n.err == nil {
 		n.fail(err)
 	}
-	if n.core.Holds(ch, from) && !n.crossingDue() {
+	if n.core.Holds(ch, from) {
 		n.holdFrom(ch, from)
 	}
 	if len(n.holds) > 0 && !core.OnlyUpdates(data) {
@@ -453,23 +453,6 @@ type barrierWaiter interface{ onlyBarrier() bool }
 func (n *Node) barrierWaits() bool {
 	w, ok := n.env.(barrierWaiter)
 	return ok && n.err == nil && w.onlyBarrier() && !n.core.BarrierReady()
-}
-
-// crossingDue reports whether Self waits at a barrier whose condition
-// holds: the program crosses at its next turn, and the crossing releases
-// every hold (with n.mu held). A hold asked for now (WCCopies -1 holds a
-// peer at the delivery of its arrival, which may be the last one the
-// barrier needed) would be released in the same instant, and a member
-// that then exits at once leaves with its Leave frames the only carrier
-// of its acknowledgement of what the hold kept (until 2026-12-02 they did
-// not even carry it: the release's frames were left undelivered). Where
-// a peer loses all three (5 % loss: one in 8,000) it saw the member
-// stall or fail instead of leave, after a failure timeout (2 of 3000
-// seeds of TestOneGroupAxiomsHeldInWindow, 2026-12-01). So no hold is
-// asked for then: what comes meanwhile is copied, until the crossing.
-func (n *Node) crossingDue() bool {
-	_, in := n.core.InBarrier()
-	return in && n.core.BarrierReady()
 }
 
 // holdFrom has the env stop delivering from's messages on ch, which WC

@@ -240,13 +240,16 @@ func TestOneGroupWCHeldRequesterWaits(t *testing.T) {
 }
 
 // A hold asked for at the delivery of the arrival that completes the
-// barrier Self waits at would be released in the same instant, at the
-// crossing, and a member that then exits at once left with what the hold
-// kept undelivered: its peer saw it stall or fail instead of leave, a
-// failure timeout (2 s) later. The node asks for no hold while a crossing
-// is due (dsm.Node.crossingDue). These seeds of the programs of
-// TestOneGroupAxiomsHeldInWindow and TestOneGroupWCLockTrafficBounded
-// took 2.1 s without it, found at RBCAST_SEEDS=3000 on 2026-12-01.
+// barrier Self waits at is released in the same instant, at the
+// crossing, and a member that then exits at once leaves right after the
+// release: its Leave frames are the only carrier of its acknowledgement
+// of what the hold kept, and in these seeds (of the programs of
+// TestOneGroupAxiomsHeldInWindow and TestOneGroupWCLockTrafficBounded,
+// found at RBCAST_SEEDS=3000 on 2026-12-01) one peer loses all three: it
+// saw the member stall or fail instead of leave, a failure timeout (2 s)
+// later. Until 2026-12-02 the node asked for no hold while a crossing was
+// due (crossingDue); now the leaving core, owing that acknowledgement,
+// sends its first Leave frame twice (reliable/pbp maybeLeave).
 func TestOneGroupNoHoldAtCrossing(t *testing.T) {
 	for _, seed := range []uint64{1705, 2838} {
 		w := wcSim{members: 3, seed: seed, in: lossy, copies: -1, buffered: true, what: "ahead with locks"}

@@ -659,7 +659,8 @@ func (c *Core) Leave(now Time) {
 func (c *Core) Left() bool { return c.left }
 
 // leaveRepeats is how many Leave frames a departing member sends, AckDelay
-// apart: a lost Leave is otherwise only noticed after FailureTimeout.
+// apart: a lost Leave is otherwise only noticed after FailureTimeout. One
+// more, with the first, when an acknowledgement is owed (maybeLeave).
 const leaveRepeats = 3
 
 func (c *Core) maybeLeave() {
@@ -671,6 +672,17 @@ func (c *Core) maybeLeave() {
 	}
 	c.left = true
 	c.leaveLeft = leaveRepeats
+	// An acknowledgement still owed (the ack timer runs, or an Ack is
+	// due: something was delivered, or asked to be acknowledged, since
+	// the last frame to the group) makes the first Leave go twice: the
+	// Leave frames are then its only carrier, and a member that lost all
+	// of them would wait for FailureTimeout with its last frames
+	// unacknowledged, and take us for failed. A second Leave carries the
+	// same ack vector as a plain Ack would, and the leave besides.
+	if c.ackAt != 0 || c.ackNow {
+		c.leaveLeft++
+		c.sendLeave()
+	}
 	c.sendLeave()
 	c.events = append(c.events, Event{Kind: SelfLeft, Member: c.cfg.Self, At: c.now, Delivered: c.nextSeq})
 }

@@ -21,9 +21,11 @@ type holdPair struct {
 	bSent     []out      // every frame b sent
 	events    []Event
 	// dropNacks: b's next dropNacks Nacks are lost; aDown: a crashed
-	// (it neither runs nor receives).
-	dropNacks int
-	aDown     bool
+	// (it neither runs nor receives); dropLeaves: b's next dropLeaves
+	// Leave frames are lost.
+	dropNacks  int
+	aDown      bool
+	dropLeaves int
 }
 
 const holdWindow = 8
@@ -72,14 +74,19 @@ func (p *holdPair) turn() {
 			if c == p.a && v.Type() == frame.Data && !v.Retransmission() && p.drop[v.Seq()] {
 				continue
 			}
+			if c == p.b && p.dropLeaves > 0 && v.Type() == frame.Leave {
+				p.dropLeaves--
+				continue
+			}
 			if c == p.b && (p.aDown || v.Type() == frame.Nack && p.dropNacks > 0) {
 				if !p.aDown {
 					p.dropNacks--
 				}
 				continue
 			}
-			// A repeated Leave reaches a core that removed its sender.
-			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil && !errors.Is(err, ErrRemoved) {
+			// A repeated Leave reaches a core that removed its sender; a
+			// frame of a, which saw no Leave, reaches b that left.
+			if err := other.Step(p.now, eth.Src(), eth.Dst(), v); err != nil && !errors.Is(err, ErrRemoved) && !errors.Is(err, ErrLeft) {
 				t.Fatalf("step: %v", err)
 			}
 		}
@@ -401,5 +408,73 @@ func TestHoldFromReleaseThenLeave(t *testing.T) {
 	}
 	if s := p.a.Counters(); !left || s.InFlight != 0 || s.Retransmitted != 0 {
 		t.Fatalf("sender: b left %v, %d in flight, %d retransmitted; want b left, none, none (events %v)", left, s.InFlight, s.Retransmitted, p.events)
+	}
+}
+
+// TestLeaveOwingAckSendsFourLeaves: b delivers a's last frames (a
+// hold's release) and leaves at once, so its ack of them is owed when it
+// leaves, and its Leave frames are their only carrier. b's first Leave
+// goes twice; the three Leave frames b sent before are lost at a, and
+// the fourth still tells a that its frames arrived and that b left:
+// MemberLeft, nothing in flight, no retransmission. (With three, a kept
+// the frames in flight until FailureTimeout took b for failed.)
+func TestLeaveOwingAckSendsFourLeaves(t *testing.T) {
+	p := newHoldPair(t)
+	p.dropLeaves = 3
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	for i := range 3 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(5 * Millisecond))
+	p.b.ReleaseFrom(0)
+	p.b.Leave(p.now)
+	p.turn()
+	if got := msgs(p.delivered); got != "m0,m1,m2" {
+		t.Fatalf("released then left: delivered %q, want m0,m1,m2", got)
+	}
+	var first []uint32
+	for _, f := range p.bSent {
+		if f.t == frame.Leave {
+			first = append(first, f.h.Acks[0])
+		}
+	}
+	if len(first) != 2 || first[0] != 103 || first[1] != 103 {
+		t.Fatalf("b's Leave frames in its leaving turn ack 0's stream at %v, want two, at 103", first)
+	}
+	p.run(p.now.Add(200 * Millisecond))
+	var leaves int
+	for _, f := range p.bSent {
+		if f.t == frame.Leave {
+			leaves++
+		}
+	}
+	var left bool
+	for _, ev := range p.events {
+		left = left || ev.Kind == MemberLeft && ev.Member == 1
+	}
+	if s := p.a.Counters(); leaves != 4 || !left || s.InFlight != 0 || s.Retransmitted != 0 {
+		t.Fatalf("b sent %d Leaves, the first 3 lost; a: b left %v, %d in flight, %d retransmitted; want 4, true, 0, 0 (events %v)", leaves, left, s.InFlight, s.Retransmitted, p.events)
+	}
+}
+
+// TestLeaveOwingNothingSendsThree: a Leave that owes no acknowledgement
+// (everything b delivered was acknowledged by a frame it sent) sends the
+// usual three Leave frames.
+func TestLeaveOwingNothingSendsThree(t *testing.T) {
+	p := newHoldPair(t)
+	for i := range 3 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(5 * Millisecond))
+	p.b.Leave(p.now)
+	p.run(p.now.Add(20 * Millisecond))
+	var leaves int
+	for _, f := range p.bSent {
+		if f.t == frame.Leave {
+			leaves++
+		}
+	}
+	if leaves != 3 || p.ackOf0() != 103 {
+		t.Fatalf("b sent %d Leaves, acked 0 up to %d; want 3, 103", leaves, p.ackOf0())
 	}
 }
