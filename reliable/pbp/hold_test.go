@@ -378,26 +378,8 @@ func TestHoldFromDropsDatagrams(t *testing.T) {
 // acknowledged none of them.)
 func TestHoldFromReleaseThenLeave(t *testing.T) {
 	p := newHoldPair(t)
-	p.b.HoldFrom(0, t0.Add(500*Millisecond))
-	for i := range 3 {
-		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
-	}
-	p.run(t0.Add(5 * Millisecond))
-	if len(p.delivered) != 0 {
-		t.Fatalf("delivered %q while held", msgs(p.delivered))
-	}
-	p.b.ReleaseFrom(0)
-	p.b.Leave(p.now)
-	p.turn()
-	if got := msgs(p.delivered); got != "m0,m1,m2" {
-		t.Fatalf("released then left: delivered %q, want m0,m1,m2", got)
-	}
-	var leaves []uint32
-	for _, f := range p.bSent {
-		if f.t == frame.Leave {
-			leaves = append(leaves, f.h.Acks[0])
-		}
-	}
+	releaseThenLeave(t, p)
+	leaves := p.bLeaveAcks()
 	if len(leaves) == 0 || leaves[0] != 103 {
 		t.Fatalf("b's Leave frames ack 0's stream at %v, want 103 (all three delivered)", leaves)
 	}
@@ -421,33 +403,13 @@ func TestHoldFromReleaseThenLeave(t *testing.T) {
 func TestLeaveOwingAckSendsFourLeaves(t *testing.T) {
 	p := newHoldPair(t)
 	p.dropLeaves = 3
-	p.b.HoldFrom(0, t0.Add(500*Millisecond))
-	for i := range 3 {
-		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
-	}
-	p.run(t0.Add(5 * Millisecond))
-	p.b.ReleaseFrom(0)
-	p.b.Leave(p.now)
-	p.turn()
-	if got := msgs(p.delivered); got != "m0,m1,m2" {
-		t.Fatalf("released then left: delivered %q, want m0,m1,m2", got)
-	}
-	var first []uint32
-	for _, f := range p.bSent {
-		if f.t == frame.Leave {
-			first = append(first, f.h.Acks[0])
-		}
-	}
+	releaseThenLeave(t, p)
+	first := p.bLeaveAcks()
 	if len(first) != 2 || first[0] != 103 || first[1] != 103 {
 		t.Fatalf("b's Leave frames in its leaving turn ack 0's stream at %v, want two, at 103", first)
 	}
 	p.run(p.now.Add(200 * Millisecond))
-	var leaves int
-	for _, f := range p.bSent {
-		if f.t == frame.Leave {
-			leaves++
-		}
-	}
+	leaves := len(p.bLeaveAcks())
 	var left bool
 	for _, ev := range p.events {
 		left = left || ev.Kind == MemberLeft && ev.Member == 1
@@ -468,13 +430,40 @@ func TestLeaveOwingNothingSendsThree(t *testing.T) {
 	p.run(t0.Add(5 * Millisecond))
 	p.b.Leave(p.now)
 	p.run(p.now.Add(20 * Millisecond))
-	var leaves int
-	for _, f := range p.bSent {
-		if f.t == frame.Leave {
-			leaves++
-		}
-	}
+	leaves := len(p.bLeaveAcks())
 	if leaves != 3 || p.ackOf0() != 103 {
 		t.Fatalf("b sent %d Leaves, acked 0 up to %d; want 3, 103", leaves, p.ackOf0())
 	}
+}
+
+// releaseThenLeave holds 0 at b, has 0 send m0..m2, then releases it and
+// has b leave in one turn: b must deliver the three first.
+func releaseThenLeave(t *testing.T, p *holdPair) {
+	t.Helper()
+	p.b.HoldFrom(0, t0.Add(500*Millisecond))
+	for i := range 3 {
+		p.send(p.a, []byte(fmt.Sprintf("m%d", i)))
+	}
+	p.run(t0.Add(5 * Millisecond))
+	if len(p.delivered) != 0 {
+		t.Fatalf("delivered %q while held", msgs(p.delivered))
+	}
+	p.b.ReleaseFrom(0)
+	p.b.Leave(p.now)
+	p.turn()
+	if got := msgs(p.delivered); got != "m0,m1,m2" {
+		t.Fatalf("released then left: delivered %q, want m0,m1,m2", got)
+	}
+}
+
+// bLeaveAcks is, for each Leave frame b sent so far, its ack of 0's
+// stream.
+func (p *holdPair) bLeaveAcks() []uint32 {
+	var acks []uint32
+	for _, f := range p.bSent {
+		if f.t == frame.Leave {
+			acks = append(acks, f.h.Acks[0])
+		}
+	}
+	return acks
 }
