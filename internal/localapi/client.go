@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -203,14 +202,9 @@ type PacketReader struct {
 	start  time.Time
 	spun   bool
 	polled bool // the read has waited in the poller (for hops.SocketRead)
-	// Contention: a yield that kept the CPU away for long means other
-	// processes want it; spinning then stops until off, for a pause that
-	// doubles with each contended spin (as the ring's RxSpin does).
-	off   time.Time
-	pause time.Duration
-	// pollerAt is when the spin's yield last let the network poller run
-	// (readerPoller).
-	pollerAt time.Time
+	// pace paces the spin's yields (the poller once per readerPoller)
+	// and backs it off under contention, as the ring's RxSpin.
+	pace netyield.Spin
 	// ready, if set, is looked at between the looks of a spin (sleep
 	// false) and before the read sleeps in the poller (sleep true); true
 	// ends the read with ErrReady (the daemon polls a client's send ring
@@ -229,27 +223,12 @@ var ErrReady = errors.New("localapi: ready before a packet came")
 // it reports true. nil: no such look.
 func (r *PacketReader) SetReady(ready func(sleep bool) bool) { r.ready = ready }
 
-// Back-off of the spin under contention, as link/ring's: a yield longer
-// than spinContended (or the spin, if longer) counts as contention.
-const (
-	spinContended = time.Millisecond
-	spinPauseMin  = 10 * time.Millisecond
-	spinPauseMax  = time.Second
-)
-
 // readerPoller is how often a PacketReader's spin lets the network
-// poller run (netyield.Yield: at one P an eventfd write, a park and the
-// scheduler's epoll_pwait); between, its yield is runtime.Gosched, then
-// the sched_yield as before. The daemon reads its clients with this
+// poller run (netyield.Spin). The daemon reads its clients with this
 // spin, beside the ring link's, whose spin asks as often (link/ring's
 // spinPoller): a goroutine the poller holds (another client's doorbell)
-// runs within readerPoller, and the looks between cost no system call
-// but the sched_yield.
+// runs within readerPoller.
 const readerPoller = 20 * time.Microsecond
-
-// readerClock is time.Now, for recv's spin (a test gives it a clock of
-// its own).
-var readerClock = time.Now
 
 // SetSpin sets how long the next reads look for a packet before they
 // sleep (0: never).
@@ -262,7 +241,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &PacketReader{rc: rc, spin: spin}
+	r := &PacketReader{rc: rc, spin: spin, pace: netyield.Spin{Poller: readerPoller}}
 	r.try = r.recv
 	return r, nil
 }
@@ -325,33 +304,23 @@ func (r *PacketReader) recv(fd uintptr) bool {
 		if r.spin <= 0 || r.spun {
 			return r.sleep()
 		}
-		now := readerClock()
+		now := r.pace.Now()
 		if r.start.IsZero() {
-			if now.Before(r.off) {
+			if r.pace.Paused(now) {
 				r.spun = true
 				return r.sleep()
 			}
 			r.start = now
 		} else if now.Sub(r.start) >= r.spin {
 			r.spun = true
-			r.pause /= 2
+			r.pace.Calm()
 			return r.sleep()
 		}
 		if r.ready != nil && r.ready(false) {
 			r.wasReady = true
 			return true
 		}
-		mark := netyield.Mark()
-		if now.Sub(r.pollerAt) >= readerPoller {
-			r.pollerAt = now
-			pollerYield()
-		} else {
-			runtime.Gosched()
-		}
-		netyield.GiveCPU(mark)
-		if away := readerClock().Sub(now); away > max(r.spin, spinContended) {
-			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)
-			r.off = now.Add(away).Add(r.pause)
+		if !r.pace.Between(now, r.spin) {
 			r.spun = true
 		}
 	}
@@ -680,7 +649,7 @@ func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RingReceiver{c: c, r: r}, nil
+	return &RingReceiver{c: c, r: r, spin: spinner{pace: netyield.Spin{Poller: spinPoller}}}, nil
 }
 
 // Next returns the next delivered message; its data is in the ring,
