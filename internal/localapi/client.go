@@ -140,7 +140,7 @@ func (c *Conn) WritePacket(p []byte) error {
 // answer at a time (a ping) then need not be woken, which costs tens of
 // µs in a VM whose idle vCPUs halt (as the ring's Config.RxSpin). Zero,
 // the default, never spins.
-func (c *Conn) SetSpin(d time.Duration) { c.r.spin = d }
+func (c *Conn) SetSpin(d time.Duration) { c.r.SetSpin(d) }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
@@ -192,19 +192,17 @@ func (c *Conn) ReadPacket(buf []byte) (int, error) {
 // honours the connection's read deadline. One goroutine at a time may
 // Read.
 type PacketReader struct {
-	rc   syscall.RawConn
-	spin time.Duration
-	try  func(fd uintptr) bool // r.recv, made once
+	rc  syscall.RawConn
+	try func(fd uintptr) bool // r.recv, made once
+	// spin is the read's poll (the poller once per readerPoller); its
+	// start is zero until the read has spun.
+	spin spinner
 	// The read in progress.
 	buf    []byte
 	n      int
 	errno  syscall.Errno
-	start  time.Time
 	spun   bool
 	polled bool // the read has waited in the poller (for hops.SocketRead)
-	// pace paces the spin's yields (the poller once per readerPoller)
-	// and backs it off under contention, as the ring's RxSpin.
-	pace netyield.Spin
 	// ready, if set, is looked at between the looks of a spin (sleep
 	// false) and before the read sleeps in the poller (sleep true); true
 	// ends the read with ErrReady (the daemon polls a client's send ring
@@ -232,7 +230,7 @@ const readerPoller = 20 * time.Microsecond
 
 // SetSpin sets how long the next reads look for a packet before they
 // sleep (0: never).
-func (r *PacketReader) SetSpin(d time.Duration) { r.spin = d }
+func (r *PacketReader) SetSpin(d time.Duration) { r.spin.d = d }
 
 // NewPacketReader returns a reader of c's packets that spins for spin
 // (0: never) before it sleeps.
@@ -241,7 +239,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &PacketReader{rc: rc, spin: spin, pace: netyield.Spin{Poller: readerPoller}}
+	r := &PacketReader{rc: rc, spin: spinner{d: spin, pace: netyield.Spin{Poller: readerPoller}}}
 	r.try = r.recv
 	return r, nil
 }
@@ -250,7 +248,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 // says the packet was longer than buf: its first len(buf) bytes are in
 // buf, the rest is lost. A zero n with a nil error is the peer's close.
 func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
-	r.buf, r.n, r.errno, r.start, r.spun, r.polled, r.wasReady = buf, 0, 0, time.Time{}, false, false, false
+	r.buf, r.n, r.errno, r.spin.start, r.spun, r.polled, r.wasReady = buf, 0, 0, time.Time{}, false, false, false
 	if err := r.rc.Read(r.try); err != nil {
 		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
 	}
@@ -286,7 +284,7 @@ func (r *PacketReader) recv(fd uintptr) bool {
 		case 0:
 			r.n = int(n)
 			w := uint32(0)
-			if !r.start.IsZero() {
+			if !r.spin.start.IsZero() {
 				w = 1
 			}
 			if r.polled {
@@ -301,26 +299,19 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			r.errno = e
 			return true
 		}
-		if r.spin <= 0 || r.spun {
+		if r.spin.d <= 0 || r.spun {
 			return r.sleep()
 		}
-		now := r.pace.Now()
-		if r.start.IsZero() {
-			if r.pace.Paused(now) {
-				r.spun = true
-				return r.sleep()
-			}
-			r.start = now
-		} else if now.Sub(r.start) >= r.spin {
+		now := r.spin.pace.Now()
+		if (r.spin.start.IsZero() && !r.spin.begin(now)) || r.spin.over(now) {
 			r.spun = true
-			r.pace.Calm()
 			return r.sleep()
 		}
 		if r.ready != nil && r.ready(false) {
 			r.wasReady = true
 			return true
 		}
-		if !r.pace.Between(now, r.spin) {
+		if !r.spin.pace.Between(now, r.spin.d) {
 			r.spun = true
 		}
 	}
@@ -707,7 +698,7 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 // poll looks at the ring until a record may wait (true) or the spin is
 // over (false), without a system call per look.
 func (rr *RingReceiver) poll() bool {
-	if !rr.spin.begin() {
+	if !rr.spin.begin(rr.spin.pace.Now()) {
 		return false
 	}
 	for {

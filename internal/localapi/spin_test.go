@@ -161,7 +161,7 @@ func TestPacketReaderSpinOneP(t *testing.T) {
 			}
 		})
 		switch {
-		case r.pace.Pause() > 0:
+		case r.spin.pace.Pause() > 0:
 			contended++
 		case !r.polled:
 			spun++
@@ -198,7 +198,7 @@ func TestSpinnerOneP(t *testing.T) {
 		saw := false
 		s := spinner{d: 5 * time.Millisecond, pace: netyield.Spin{Poller: spinPoller}}
 		pollerWakes(t, func() { flag.Store(true) }, func() {
-			if !s.begin() {
+			if !s.begin(s.pace.Now()) {
 				return
 			}
 			for !flag.Load() && s.yield() {
@@ -224,7 +224,7 @@ func TestSpinnerOneP(t *testing.T) {
 func TestSpinnerPollerEvery(t *testing.T) {
 	calls := 0
 	s := spinner{d: time.Second, pace: netyield.Spin{Poller: spinPoller, Yield: func() { calls++ }}}
-	if !s.begin() {
+	if !s.begin(s.pace.Now()) {
 		t.Fatal("begin refused a poll")
 	}
 	start := time.Now()
@@ -256,9 +256,9 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 		t.Fatal(err)
 	}
 	polls := 0
-	r.pace.Yield = func() { polls++ }
+	r.spin.pace.Yield = func() { polls++ }
 	clock := time.Now()
-	r.pace.Clock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
+	r.spin.pace.Clock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
 	looks := 0
 	r.SetReady(func(sleep bool) bool {
 		if !sleep {
@@ -273,7 +273,7 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 	if looks != 500 || polls != 50 {
 		t.Fatalf("a 1 ms spin made %d looks and let the poller run %d times; want 500 and 50, once per %v", looks, polls, readerPoller)
 	}
-	if r.pace.Pause() > 0 {
+	if r.spin.pace.Pause() > 0 {
 		t.Fatalf("the spin met contention on the test's clock")
 	}
 	// The last look that asked was the 491st (980 µs in, 20 µs before
@@ -281,10 +281,10 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 	// spin makes 2 looks, 1 and 3 µs after it, without asking; one that
 	// begins 20 µs later asks at its first look.
 	polls, looks = 0, 0
-	clock = r.pace.Polled()
+	clock = r.spin.pace.Polled()
 	r.SetSpin(3 * time.Microsecond)
 	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 2 || polls != 0 {
-		t.Fatalf("a Read %v after the poller's last look: %v, %d looks, %d asked the poller; want ErrReady, 2 looks, none", r.start.Sub(r.pace.Polled()), err, looks, polls)
+		t.Fatalf("a Read %v after the poller's last look: %v, %d looks, %d asked the poller; want ErrReady, 2 looks, none", r.spin.start.Sub(r.spin.pace.Polled()), err, looks, polls)
 	}
 	clock = clock.Add(readerPoller)
 	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 4 || polls != 1 {
