@@ -987,15 +987,21 @@ func (d *daemons) each(clients []*started) []procUse {
 // logEach logs, per process (the daemons, then the clients), the CPU-ms
 // per MB between a and b.
 func (d *daemons) logEach(what string, a, b []procUse, bytes uint64) {
+	d.logPer(what, a, b, "per MB", "ms", func(cpu time.Duration) float64 { return perMB(cpu, bytes) })
+}
+
+// logPer logs, per process (the daemons, then the clients), per(the CPU
+// time between a and b) in unit.
+func (d *daemons) logPer(what string, a, b []procUse, per, unit string, of func(time.Duration) float64) {
 	var each []string
 	for i := range b {
 		name := fmt.Sprintf("daemon %d", i)
 		if i >= len(d.cmds) {
 			name = fmt.Sprintf("client %d", i-len(d.cmds)+1)
 		}
-		each = append(each, fmt.Sprintf("%s %.2f ms", name, perMB(b[i].cpu-a[i].cpu, bytes)))
+		each = append(each, fmt.Sprintf("%s %.2f %s", name, of(b[i].cpu-a[i].cpu), unit))
 	}
-	d.r.b.Logf("rbcastd, %s: per MB: %s", what, strings.Join(each, "; "))
+	d.r.b.Logf("rbcastd, %s: %s: %s", what, per, strings.Join(each, "; "))
 }
 
 // procUseOf reads /proc/PID/stat (zero if gone).
@@ -1105,7 +1111,7 @@ func (d *daemons) ping() (p50, p99 float64) {
 	}()
 	d.waitSubs(1, 1)
 	defer d.logSpins("FIFO ping")()
-	r := d.pingRun(0, d.ids[1])
+	r := d.pingRun(0, d.ids[1], []*started{echo})
 	return r.P50us / 2, r.P99us / 2
 }
 
@@ -1113,7 +1119,7 @@ func (d *daemons) ping() (p50, p99 float64) {
 // sequencer: host 0 is member 0).
 func (d *daemons) selfPing() (p50, p99 float64) {
 	defer d.logSpins("total-order self-ping")()
-	r := d.pingRun(1, d.ids[1])
+	r := d.pingRun(1, d.ids[1], nil)
 	return r.P50us, r.P99us
 }
 
@@ -1150,12 +1156,19 @@ func (d *daemons) logSpins(what string) func() {
 // -echo (say "-rings -spin 200us").
 func pingArgs() []string { return strings.Fields(os.Getenv("RBCASTD_REPORT_PINGARGS")) }
 
-func (d *daemons) pingRun(i, to int) pingResult {
-	out, _ := d.output(i, append([]string{"bench", "-json", "-ping", fmt.Sprint(to), "-count", fmt.Sprint(d.r.pings)}, pingArgs()...)...)
+// pingRun: bench -ping to at host i. It logs the CPU time per ping of
+// each daemon, of clients (an echo) and of the ping's own client.
+func (d *daemons) pingRun(i, to int, clients []*started) pingResult {
+	each0 := d.each(clients)
+	out, pingCPU := d.output(i, append([]string{"bench", "-json", "-ping", fmt.Sprint(to), "-count", fmt.Sprint(d.r.pings)}, pingArgs()...)...)
+	each := d.each(clients)
 	var r pingResult
 	if err := json.Unmarshal(out, &r); err != nil {
 		d.r.b.Fatalf("bench -ping -json: %v: %s", err, out)
 	}
+	pings := float64(d.r.pings)
+	d.logPer(fmt.Sprintf("bench -ping at host %d (ping %.2f µs per ping)", i, float64(pingCPU)/1e3/pings), each0, each,
+		"CPU per ping", "µs", func(cpu time.Duration) float64 { return float64(cpu) / 1e3 / pings })
 	return r
 }
 

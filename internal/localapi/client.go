@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -141,7 +140,7 @@ func (c *Conn) WritePacket(p []byte) error {
 // answer at a time (a ping) then need not be woken, which costs tens of
 // µs in a VM whose idle vCPUs halt (as the ring's Config.RxSpin). Zero,
 // the default, never spins.
-func (c *Conn) SetSpin(d time.Duration) { c.r.spin = d }
+func (c *Conn) SetSpin(d time.Duration) { c.r.SetSpin(d) }
 
 // ErrDaemonClosed is returned by Read when the daemon closed the
 // connection without an Error message.
@@ -193,24 +192,17 @@ func (c *Conn) ReadPacket(buf []byte) (int, error) {
 // honours the connection's read deadline. One goroutine at a time may
 // Read.
 type PacketReader struct {
-	rc   syscall.RawConn
-	spin time.Duration
-	try  func(fd uintptr) bool // r.recv, made once
+	rc  syscall.RawConn
+	try func(fd uintptr) bool // r.recv, made once
+	// spin is the read's poll (the poller once per readerPoller); its
+	// start is zero until the read has spun.
+	spin spinner
 	// The read in progress.
 	buf    []byte
 	n      int
 	errno  syscall.Errno
-	start  time.Time
 	spun   bool
 	polled bool // the read has waited in the poller (for hops.SocketRead)
-	// Contention: a yield that kept the CPU away for long means other
-	// processes want it; spinning then stops until off, for a pause that
-	// doubles with each contended spin (as the ring's RxSpin does).
-	off   time.Time
-	pause time.Duration
-	// pollerAt is when the spin's yield last let the network poller run
-	// (readerPoller).
-	pollerAt time.Time
 	// ready, if set, is looked at between the looks of a spin (sleep
 	// false) and before the read sleeps in the poller (sleep true); true
 	// ends the read with ErrReady (the daemon polls a client's send ring
@@ -229,31 +221,16 @@ var ErrReady = errors.New("localapi: ready before a packet came")
 // it reports true. nil: no such look.
 func (r *PacketReader) SetReady(ready func(sleep bool) bool) { r.ready = ready }
 
-// Back-off of the spin under contention, as link/ring's: a yield longer
-// than spinContended (or the spin, if longer) counts as contention.
-const (
-	spinContended = time.Millisecond
-	spinPauseMin  = 10 * time.Millisecond
-	spinPauseMax  = time.Second
-)
-
 // readerPoller is how often a PacketReader's spin lets the network
-// poller run (netyield.Yield: at one P an eventfd write, a park and the
-// scheduler's epoll_pwait); between, its yield is runtime.Gosched, then
-// the sched_yield as before. The daemon reads its clients with this
+// poller run (netyield.Spin). The daemon reads its clients with this
 // spin, beside the ring link's, whose spin asks as often (link/ring's
 // spinPoller): a goroutine the poller holds (another client's doorbell)
-// runs within readerPoller, and the looks between cost no system call
-// but the sched_yield.
+// runs within readerPoller.
 const readerPoller = 20 * time.Microsecond
-
-// readerClock is time.Now, for recv's spin (a test gives it a clock of
-// its own).
-var readerClock = time.Now
 
 // SetSpin sets how long the next reads look for a packet before they
 // sleep (0: never).
-func (r *PacketReader) SetSpin(d time.Duration) { r.spin = d }
+func (r *PacketReader) SetSpin(d time.Duration) { r.spin.d = d }
 
 // NewPacketReader returns a reader of c's packets that spins for spin
 // (0: never) before it sleeps.
@@ -262,7 +239,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &PacketReader{rc: rc, spin: spin}
+	r := &PacketReader{rc: rc, spin: spinner{d: spin, pace: netyield.Spin{Poller: readerPoller}}}
 	r.try = r.recv
 	return r, nil
 }
@@ -271,7 +248,7 @@ func NewPacketReader(c *net.UnixConn, spin time.Duration) (*PacketReader, error)
 // says the packet was longer than buf: its first len(buf) bytes are in
 // buf, the rest is lost. A zero n with a nil error is the peer's close.
 func (r *PacketReader) Read(buf []byte) (n int, truncated bool, err error) {
-	r.buf, r.n, r.errno, r.start, r.spun, r.polled, r.wasReady = buf, 0, 0, time.Time{}, false, false, false
+	r.buf, r.n, r.errno, r.spin.start, r.spun, r.polled, r.wasReady = buf, 0, 0, time.Time{}, false, false, false
 	if err := r.rc.Read(r.try); err != nil {
 		return 0, false, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
 	}
@@ -307,7 +284,7 @@ func (r *PacketReader) recv(fd uintptr) bool {
 		case 0:
 			r.n = int(n)
 			w := uint32(0)
-			if !r.start.IsZero() {
+			if !r.spin.start.IsZero() {
 				w = 1
 			}
 			if r.polled {
@@ -322,36 +299,19 @@ func (r *PacketReader) recv(fd uintptr) bool {
 			r.errno = e
 			return true
 		}
-		if r.spin <= 0 || r.spun {
+		if r.spin.d <= 0 || r.spun {
 			return r.sleep()
 		}
-		now := readerClock()
-		if r.start.IsZero() {
-			if now.Before(r.off) {
-				r.spun = true
-				return r.sleep()
-			}
-			r.start = now
-		} else if now.Sub(r.start) >= r.spin {
+		now := r.spin.pace.Now()
+		if (r.spin.start.IsZero() && !r.spin.begin(now)) || r.spin.over(now) {
 			r.spun = true
-			r.pause /= 2
 			return r.sleep()
 		}
 		if r.ready != nil && r.ready(false) {
 			r.wasReady = true
 			return true
 		}
-		mark := netyield.Mark()
-		if now.Sub(r.pollerAt) >= readerPoller {
-			r.pollerAt = now
-			pollerYield()
-		} else {
-			runtime.Gosched()
-		}
-		netyield.GiveCPU(mark)
-		if away := readerClock().Sub(now); away > max(r.spin, spinContended) {
-			r.pause = min(max(2*r.pause, spinPauseMin), spinPauseMax)
-			r.off = now.Add(away).Add(r.pause)
+		if !r.spin.pace.Between(now, r.spin.d) {
 			r.spun = true
 		}
 	}
@@ -680,7 +640,7 @@ func (c *Conn) DeliverRing(size int) (*RingReceiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RingReceiver{c: c, r: r}, nil
+	return &RingReceiver{c: c, r: r, spin: spinner{pace: netyield.Spin{Poller: spinPoller}}}, nil
 }
 
 // Next returns the next delivered message; its data is in the ring,
@@ -738,7 +698,7 @@ func (rr *RingReceiver) Next(wait bool) (from uint16, data []byte, ok bool, err 
 // poll looks at the ring until a record may wait (true) or the spin is
 // over (false), without a system call per look.
 func (rr *RingReceiver) poll() bool {
-	if !rr.spin.begin() {
+	if !rr.spin.begin(rr.spin.pace.Now()) {
 		return false
 	}
 	for {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbcast/rbcast/link/netyield"
 )
 
 // A consumer that polls (Waiting) leaves wantData clear: the producer
@@ -159,7 +161,7 @@ func TestPacketReaderSpinOneP(t *testing.T) {
 			}
 		})
 		switch {
-		case r.pause > 0:
+		case r.spin.pace.Pause() > 0:
 			contended++
 		case !r.polled:
 			spun++
@@ -194,9 +196,9 @@ func TestSpinnerOneP(t *testing.T) {
 	for clear < 5 && clear+contended < oneTries {
 		var flag atomic.Bool
 		saw := false
-		s := spinner{d: 5 * time.Millisecond}
+		s := spinner{d: 5 * time.Millisecond, pace: netyield.Spin{Poller: spinPoller}}
 		pollerWakes(t, func() { flag.Store(true) }, func() {
-			if !s.begin() {
+			if !s.begin(s.pace.Now()) {
 				return
 			}
 			for !flag.Load() && s.yield() {
@@ -204,7 +206,7 @@ func TestSpinnerOneP(t *testing.T) {
 			saw = flag.Load()
 		})
 		switch {
-		case s.pause > 0:
+		case s.pace.Pause() > 0:
 			contended++
 		case saw:
 			seen++
@@ -221,10 +223,8 @@ func TestSpinnerOneP(t *testing.T) {
 // looks between are runtime.Gosched.
 func TestSpinnerPollerEvery(t *testing.T) {
 	calls := 0
-	defer func(f func()) { pollerYield = f }(pollerYield)
-	pollerYield = func() { calls++ }
-	s := spinner{d: time.Second}
-	if !s.begin() {
+	s := spinner{d: time.Second, pace: netyield.Spin{Poller: spinPoller, Yield: func() { calls++ }}}
+	if !s.begin(s.pace.Now()) {
 		t.Fatal("begin refused a poll")
 	}
 	start := time.Now()
@@ -250,16 +250,15 @@ func TestSpinnerPollerEvery(t *testing.T) {
 // poller at the first and every tenth after it. A Read that begins
 // within readerPoller of the last look does not ask at once.
 func TestPacketReaderPollerEvery(t *testing.T) {
-	defer func(f func(), c func() time.Time) { pollerYield, readerClock = f, c }(pollerYield, readerClock)
-	polls := 0
-	pollerYield = func() { polls++ }
-	clock := time.Now()
-	readerClock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
 	a, _ := seqpacketPair(t)
 	r, err := NewPacketReader(a, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
+	polls := 0
+	r.spin.pace.Yield = func() { polls++ }
+	clock := time.Now()
+	r.spin.pace.Clock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
 	looks := 0
 	r.SetReady(func(sleep bool) bool {
 		if !sleep {
@@ -274,7 +273,7 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 	if looks != 500 || polls != 50 {
 		t.Fatalf("a 1 ms spin made %d looks and let the poller run %d times; want 500 and 50, once per %v", looks, polls, readerPoller)
 	}
-	if r.pause > 0 {
+	if r.spin.pace.Pause() > 0 {
 		t.Fatalf("the spin met contention on the test's clock")
 	}
 	// The last look that asked was the 491st (980 µs in, 20 µs before
@@ -282,10 +281,10 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 	// spin makes 2 looks, 1 and 3 µs after it, without asking; one that
 	// begins 20 µs later asks at its first look.
 	polls, looks = 0, 0
-	clock = r.pollerAt
+	clock = r.spin.pace.Polled()
 	r.SetSpin(3 * time.Microsecond)
 	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 2 || polls != 0 {
-		t.Fatalf("a Read %v after the poller's last look: %v, %d looks, %d asked the poller; want ErrReady, 2 looks, none", r.start.Sub(r.pollerAt), err, looks, polls)
+		t.Fatalf("a Read %v after the poller's last look: %v, %d looks, %d asked the poller; want ErrReady, 2 looks, none", r.spin.start.Sub(r.spin.pace.Polled()), err, looks, polls)
 	}
 	clock = clock.Add(readerPoller)
 	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 4 || polls != 1 {

@@ -200,23 +200,7 @@ func TestGiveCPUOnceARound(t *testing.T) {
 }
 
 // syscr is the process's read system calls so far (/proc/self/io).
-func syscr(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		t.Skipf("no I/O accounting: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "syscr:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatalf("/proc/self/io: %q: %v", l, err)
-			}
-			return n
-		}
-	}
-	t.Skip("/proc/self/io has no syscr")
-	return 0
-}
+func syscr(t *testing.T) int64 { return ioCount(t, "syscr:") }
 
 // A yield makes no read: the eventfd's write and the poller's look are
 // its only system calls (a third, the counter's read, was one a look of
@@ -258,4 +242,58 @@ func TestHold(t *testing.T) {
 			t.Error("GiveCPU after a Hold at GOMAXPROCS=2 kept the CPU")
 		}
 	}()
+}
+
+// BenchmarkSpinIdle is one look of an idle poll at one P, as rbcastd's
+// daemons run: Spin.Turn, then GiveCPU, with the real poller, asking it
+// once per 20 µs (the daemon's spins), once per 50 µs (a client's) and
+// at every Turn. ns/op is a look's wall time; cpu-ns/op and sys-ns/op the
+// process's CPU time (getrusage) and its part in the kernel, cpu-s/s the
+// CPU time per second of polling; writes/op the eventfd writes
+// (/proc/self/io syscw), one per ask of the poller.
+func BenchmarkSpinIdle(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		poller time.Duration
+	}{{"poller=20us", 20 * time.Microsecond}, {"poller=50us", 50 * time.Microsecond}, {"poller=every", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			s := Spin{Poller: c.poller}
+			GiveCPU(s.Turn(s.Now())) // the eventfd, made outside the count
+			var r0, r1 unix.Rusage
+			w0 := ioCount(b, "syscw:")
+			unix.Getrusage(unix.RUSAGE_SELF, &r0)
+			for b.Loop() {
+				GiveCPU(s.Turn(s.Now()))
+			}
+			unix.Getrusage(unix.RUSAGE_SELF, &r1)
+			w1 := ioCount(b, "syscw:")
+			n := float64(b.N)
+			user := time.Duration(unix.TimevalToNsec(r1.Utime) - unix.TimevalToNsec(r0.Utime))
+			sys := time.Duration(unix.TimevalToNsec(r1.Stime) - unix.TimevalToNsec(r0.Stime))
+			b.ReportMetric(float64(user+sys)/n, "cpu-ns/op")
+			b.ReportMetric(float64(user+sys)/float64(b.Elapsed()), "cpu-s/s")
+			b.ReportMetric(float64(sys)/n, "sys-ns/op")
+			b.ReportMetric(float64(w1-w0)/n, "writes/op")
+		})
+	}
+}
+
+// ioCount is a counter of /proc/self/io (key with its colon).
+func ioCount(tb testing.TB, key string) int64 {
+	bs, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		tb.Skipf("no I/O accounting: %v", err)
+	}
+	for _, l := range strings.Split(string(bs), "\n") {
+		if v, ok := strings.CutPrefix(l, key); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				tb.Fatalf("/proc/self/io: %q: %v", l, err)
+			}
+			return n
+		}
+	}
+	tb.Skipf("/proc/self/io has no %s", key)
+	return 0
 }

@@ -52,9 +52,9 @@ func TestPingPongWake(t *testing.T) {
 						// Every other Recv starts in a spin back-off
 						// (sleeps at once), the rest may spin.
 						if i%2 == 1 {
-							l.spinOff = time.Now().Add(time.Hour)
+							l.spinPace.PauseUntil(time.Now().Add(time.Hour))
 						} else {
-							l.spinOff = time.Time{}
+							l.spinPace.PauseUntil(time.Time{})
 						}
 						deadline := time.Now().Add(10 * time.Second)
 						n, err := l.Recv(deadline, frames)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,13 +64,9 @@ type Link struct {
 	blkOpen bool
 	blkLeft uint32
 	blkOff  int
-	// Config.RxSpin's back-off: no spinning before spinOff; spinPause is
-	// the current pause, halved by every spin that met no contention.
-	spinOff   time.Time
-	spinPause time.Duration
-	// spinPolled is when a spin's yield last let the network poller run
-	// (spinPoller).
-	spinPolled time.Time
+	// spinPace paces a spin's yields (the poller once per spinPoller)
+	// and holds Config.RxSpin's back-off under contention.
+	spinPace netyield.Spin
 	// spinFound counts the spins that found a frame (the receiving
 	// goroutine's own; for tests).
 	spinFound uint64
@@ -226,6 +221,7 @@ func OpenSockets(ifname string, cfg Config) (*Sockets, error) {
 		rxEp:   socket{fd: -1},
 	}
 	l.spinPolicy = newSpinPolicy(r.RxSpin)
+	l.spinPace.Poller = spinPoller
 	l.ready = l.rxArmedReady
 	l.progress = l.txProgress
 	l.expired = &net.OpError{Op: "recv", Net: "packet", Addr: ifaceAddr(ifname), Err: os.ErrDeadlineExceeded}
@@ -868,34 +864,15 @@ var wakeDeadline = time.Unix(1, 0)
 // link idle (rxIdle).
 const idleSpins = 2
 
-// Back-off of Config.RxSpin under contention: a yield longer than
-// spinContended (or than RxSpin if that is longer) counts as contention;
-// the first pause, and the longest (each contended spin doubles it).
-const (
-	spinContended = time.Millisecond
-	spinPauseMin  = 10 * time.Millisecond
-	spinPauseMax  = time.Second
-)
-
 // giveCPU is netyield.GiveCPU (a test makes it find the CPU given).
 var giveCPU = netyield.GiveCPU
 
 // spinPoller is how often a spin's yield lets the network poller run
-// (netyield.Yield: at one P an eventfd write, a park and the scheduler's
-// epoll_pwait, a few µs each look); between, the yield is
-// runtime.Gosched, which runs what else of the process is runnable (a
-// Wake's sender, the fan-out), then the sched_yield as before. A
-// goroutine the poller holds (a daemon's client whose doorbell came)
-// runs within spinPoller of its wake-up rather than at the next look; the
-// looks between cost no system call but the sched_yield.
+// (netyield.Spin); between, the yield is runtime.Gosched, which runs what
+// else of the process is runnable (a Wake's sender, the fan-out), then
+// the sched_yield. A goroutine the poller holds (a daemon's client whose
+// doorbell came) runs within spinPoller of its wake-up.
 const spinPoller = 20 * time.Microsecond
-
-// pollerYield is netyield.Yield and spinClock time.Now, for spinRun (a
-// test counts the poller's looks on a clock of its own).
-var (
-	pollerYield = netyield.Yield
-	spinClock   = time.Now
-)
 
 // syscall6 and rawSyscall6 make a kick's sendto and a sleep's epoll_ctl
 // (a test counts which).
@@ -919,12 +896,12 @@ var (
 // taken in ring order as without it.
 //
 // A sched_yield that kept us off the CPU for more than a millisecond
-// (spinContended, or RxSpin if longer) means other work holds the CPU for
+// (netyield.Contended, or RxSpin if longer) means other work holds the CPU for
 // whole scheduler slices: a process that yields then waits for the slice
 // to end, where one asleep in poll(2) would be woken (and usually run at
 // once) when its frame lands. Spinning then costs latency instead of
-// saving it, so it stops for spinPauseMin, doubling up to spinPauseMax
-// while the contention lasts (a spin without it halves the pause). Shorter
+// saving it, so it stops for netyield.PauseMin, doubling up to
+// netyield.PauseMax while the contention lasts (a spin without it halves the pause). Shorter
 // yields count against RxSpin: with more processes than cores a yield often
 // hands the core to another process's turn, which is worth waiting for
 // rather than sleeping; backing off at RxSpin lost most of the spin's gain
@@ -934,8 +911,7 @@ func (l *Link) spin(deadline time.Time, d time.Duration) bool {
 		l.spinSkips.Add(1)
 		return false
 	}
-	now := time.Now()
-	if now.Before(l.spinOff) {
+	if l.spinPace.Paused(time.Now()) {
 		return false
 	}
 	if l.spinRun(deadline, d) {
@@ -948,22 +924,18 @@ func (l *Link) spin(deadline time.Time, d time.Duration) bool {
 
 // spinRun is spin's loop.
 func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
+	pace := &l.spinPace
 	var spent time.Duration
 	for !l.closed.Load() && !l.woken.Load() {
 		if l.rxReady() {
-			l.spinPause /= 2
+			pace.Calm()
 			l.spinFound++
 			return true
 		}
-		mark, ty := netyield.Mark(), spinClock()
-		if ty.Sub(l.spinPolled) >= spinPoller {
-			l.spinPolled = ty
-			pollerYield()
-		} else {
-			runtime.Gosched()
-		}
+		ty := pace.Now()
+		mark := pace.Turn(ty)
 		if l.rxReady() {
-			l.spinPause /= 2
+			pace.Calm()
 			l.spinFound++
 			return true
 		}
@@ -973,9 +945,9 @@ func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 		if l.woken.Load() || l.closed.Load() {
 			return false
 		}
-		t0 := spinClock()
+		t0 := pace.Now()
 		if spent >= d || (!deadline.IsZero() && !t0.Before(deadline)) {
-			l.spinPause /= 2
+			pace.Calm()
 			return false
 		}
 		// sched_yield, by RawSyscall, not Syscall: it never blocks, and
@@ -990,13 +962,11 @@ func (l *Link) spinRun(deadline time.Time, d time.Duration) bool {
 			spent += t0.Sub(ty)
 			continue
 		}
-		t1 := spinClock()
-		if away := t1.Sub(t0); away <= max(l.cfg.RxSpin, spinContended) {
+		away := pace.Now().Sub(t0)
+		if !pace.Contended(t0, away, l.cfg.RxSpin) {
 			spent += away
 			continue
 		}
-		l.spinPause = min(max(2*l.spinPause, spinPauseMin), spinPauseMax)
-		l.spinOff = t1.Add(l.spinPause)
 		return l.rxReady()
 	}
 	return false

@@ -50,9 +50,9 @@ func TestRxSpin(t *testing.T) {
 				for seq := uint64(0); seq < 20; seq++ {
 					found := rx.spinFound
 					if seq%2 == 1 {
-						rx.spinOff = time.Now().Add(time.Hour)
+						rx.spinPace.PauseUntil(time.Now().Add(time.Hour))
 					} else {
-						rx.spinOff = time.Time{}
+						rx.spinPace.PauseUntil(time.Time{})
 					}
 					sent := make(chan error, 1)
 					go func() {
@@ -112,7 +112,7 @@ func TestRxSpin(t *testing.T) {
 						sent <- err
 					}()
 					for _, l := range []*Link{rx, fixed} {
-						l.spinOff = time.Time{} // no back-off from contention: the policy's choice only
+						l.spinPace.PauseUntil(time.Time{}) // no back-off from contention: the policy's choice only
 						if n, err := l.Recv(time.Now().Add(10*time.Second), frames); err != nil || n != 1 {
 							t.Fatalf("Recv of frame %d = %d, %v", seq, n, err)
 						}
@@ -155,7 +155,7 @@ func TestRxSpin(t *testing.T) {
 				tx := openOn(t, topo.Hosts[0], Config{Version: v})
 				frames := make([]Frame, 4)
 				// A yield that met contention (other processes held the
-				// CPU past spinContended: CI's other test binaries) ends
+				// CPU past netyield.Contended: CI's other test binaries) ends
 				// a spin early and backs off, by design; such tries say
 				// nothing and are tried again, up to oneTries.
 				spun, clear, contended := 0, 0, 0
@@ -183,7 +183,7 @@ func TestRxSpin(t *testing.T) {
 						t.Fatal(err)
 					}
 					found := rx.spinFound
-					rx.spinOff, rx.spinPause = time.Time{}, 0
+					rx.spinPace.PauseUntil(time.Time{})
 					n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
 					if err != nil || n != 1 {
 						t.Fatalf("Recv of frame %d = %d, %v", try, n, err)
@@ -197,7 +197,7 @@ func TestRxSpin(t *testing.T) {
 						t.Fatalf("received frame %d (%v), want %d", got, err, try)
 					}
 					switch {
-					case rx.spinPause > 0:
+					case rx.spinPace.Pause() > 0:
 						contended++
 					case rx.spinFound != found:
 						spun++
@@ -234,7 +234,7 @@ func TestRxSpin(t *testing.T) {
 					return netyield.GiveCPU(m)
 				}
 				for range 5 {
-					rx.spinOff = time.Time{}
+					rx.spinPace.PauseUntil(time.Time{})
 					go rx.Wake() // runs at the spin's first Yield
 					n, err := rx.Recv(time.Now().Add(10*time.Second), make([]Frame, 4))
 					if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -271,7 +271,7 @@ func TestRxSpin(t *testing.T) {
 					sent <- err
 				}()
 				found := rx.spinFound
-				rx.spinOff = time.Time{}
+				rx.spinPace.PauseUntil(time.Time{})
 				frames := make([]Frame, 4)
 				n, err := rx.Recv(time.Now().Add(10*time.Second), frames)
 				if err != nil || n != 1 {
@@ -297,15 +297,13 @@ func TestRxSpin(t *testing.T) {
 				// finds 1 ms spent), two readings each: 2002 µs, with the
 				// poller at the first look and every tenth after it.
 				rx := openOn(t, topo.Hosts[2], Config{Version: v, RxSpin: time.Millisecond, BlockTimeout: time.Millisecond})
-				defer func(g func(uint64) bool, y func(), c func() time.Time) {
-					giveCPU, pollerYield, spinClock = g, y, c
-				}(giveCPU, pollerYield, spinClock)
+				defer func(g func(uint64) bool) { giveCPU = g }(giveCPU)
 				polls := 0
-				pollerYield = func() { polls++ }
+				rx.spinPace.Yield = func() { polls++ }
 				giveCPU = func(uint64) bool { return false }
 				start := time.Now()
 				clock := start
-				spinClock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
+				rx.spinPace.Clock = func() time.Time { clock = clock.Add(time.Microsecond); return clock }
 				if rx.spinRun(time.Time{}, rx.cfg.RxSpin) {
 					t.Fatal("a spin on an idle link found a frame")
 				}
@@ -320,7 +318,7 @@ func TestRxSpin(t *testing.T) {
 				polls = 0
 				rx.spinRun(time.Time{}, time.Nanosecond)
 				if polls != 0 {
-					t.Errorf("a spin %v after the poller's last look let it run again", clock.Sub(rx.spinPolled))
+					t.Errorf("a spin %v after the poller's last look let it run again", clock.Sub(rx.spinPace.Polled()))
 				}
 				clock = clock.Add(spinPoller)
 				rx.spinRun(time.Time{}, time.Nanosecond)
