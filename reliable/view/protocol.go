@@ -599,7 +599,14 @@ func (c *Core) Leave(now clock.Time) {
 //     stopped at once, as the inner core of a new view with nothing to
 //     send does, answered neither: a member that missed the commit
 //     formed another view without it, its last frames cut off, and
-//     reported it failed (issue 19).
+//     reported it failed (issue 19);
+//   - no member of the view left that the view still lists: the change
+//     that leaves it out is this member's to see through. A member that
+//     lost every Leave frame of the leaver learns that it left only from
+//     a Flush of a member whose core took the Leave (leftIn); had every
+//     such member left too, it would take the leaver for failed a
+//     failure timeout later, and the last member of the view, one of two
+//     reachable, stopped with ErrMinority (seed 34664 of TestSimExit).
 //
 // It runs from Leave, Step and Tick (progress), never from Ready: a view
 // a coordinator alone installs there would lose its core's SelfLeft to
@@ -628,7 +635,19 @@ func (c *Core) innerLeft() bool {
 
 func (c *Core) leaveDue() bool {
 	return c.leaving && c.state == member && !c.innerLeaving && !c.frozen && !c.unaccepted &&
-		len(c.queue) == 0 && len(c.unsent) == 0 && c.prev == nil && c.inner.PendingMessages() == 0
+		len(c.queue) == 0 && len(c.unsent) == 0 && c.prev == nil && c.inner.PendingMessages() == 0 &&
+		!c.leaverListed()
+}
+
+// leaverListed reports whether a member of the installed view other than
+// this one left it (leaveInner).
+func (c *Core) leaverListed() bool {
+	for _, m := range c.view.Members {
+		if m.ID != c.self && c.hasLeft(m.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 // Deadline is when Tick must next run.

@@ -121,6 +121,20 @@ func TestSimExitLastLeaver(t *testing.T) {
 	viewsim.ExitSeed(t, viewsim.Ordered, 1763)
 }
 
+// TestSimExitLastOfTwo is seed 34664 of TestSimExit, beyond the default
+// count: of view 256's three members, member 2 left, and every Leave
+// frame of it was lost on its way to member 0, the coordinator. Member 1
+// took the Leave, then left itself; member 0 prepared a view of {0, 2},
+// and when its core failed member 2 a failure timeout later it counted 1
+// of 2 and stopped with ErrMinority instead of leaving: member 1, the
+// only one that could tell it member 2 left, was gone. A member that
+// knows of a leave now stays for the change that removes the leaver
+// (reliable/view leaverListed).
+func TestSimExitLastOfTwo(t *testing.T) {
+	poison(t)
+	viewsim.ExitSeed(t, viewsim.Ordered, 34664)
+}
+
 // TestSimLeaveUnheardAtChange is seed 2019 of TestSimLeaveAtChange, beyond
 // the default count: of view 256's four members one crashed and, as the
 // change for it started, another left; every Leave frame of the leaver
