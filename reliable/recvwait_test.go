@@ -3,10 +3,13 @@ package reliable
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/testnet"
 	"github.com/rbcast/rbcast/testnet/rtnet"
 )
@@ -50,4 +53,118 @@ func TestWaitRecv(t *testing.T) {
 	if err := groups[1].WaitRecv(ctx); err == nil || err != recvErr {
 		t.Fatalf("WaitRecv after the group stopped: %v, want Recv's end %v", err, recvErr)
 	}
+}
+
+// orderHook takes every delivery it is offered except one in every
+// refuseEvery (a full ring), recording it in out under mu, the lock the
+// reader holds while it takes the queue's messages and records them.
+type orderHook struct {
+	mu          *sync.Mutex
+	more        *sync.Cond // out grew
+	out         *[]uint32
+	offers      int
+	refuseEvery int
+	took        int
+	flushes     int
+}
+
+func (h *orderHook) Take(_ frame.MemberID, data []byte) bool {
+	h.offers++
+	if h.offers%h.refuseEvery == 0 {
+		return false
+	}
+	h.mu.Lock()
+	*h.out = append(*h.out, binary.BigEndian.Uint32(data))
+	h.more.Broadcast()
+	h.mu.Unlock()
+	h.took++
+	return true
+}
+
+func (h *orderHook) Flush() { h.flushes++ }
+
+// A RecvHook takes the deliveries offered while the receive queue is
+// empty; one it refuses, and every one after it until the queue is empty
+// again, goes to the queue. A reader that takes the queue's messages
+// under the lock the hook records under, while the hook comes and goes,
+// sees every message once, in order, between the hook and the queue.
+func TestRecvHookOrder(t *testing.T) {
+	r := rtnet.New(t, 7)
+	groups := newGroups(t, r, 2, testnet.EndpointConfig{}, Config{})
+	var mu sync.Mutex
+	more := sync.NewCond(&mu)
+	var out []uint32
+	hooks := []*orderHook{{mu: &mu, more: more, out: &out, refuseEvery: 5}, {mu: &mu, more: more, out: &out, refuseEvery: 3}}
+	const total = 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	read := make(chan int)
+	go func() { // the reader: the queue's messages, under mu
+		queued := 0
+		buf := make([]byte, 0, 64)
+		for {
+			mu.Lock()
+			n := len(out)
+			for {
+				_, data, err := groups[1].RecvAppend(done, buf[:0])
+				if err != nil {
+					break
+				}
+				out = append(out, binary.BigEndian.Uint32(data))
+				queued++
+			}
+			more.Broadcast()
+			n = len(out)
+			mu.Unlock()
+			if n == total {
+				read <- queued
+				return
+			}
+			if err := groups[1].WaitRecv(ctx); err != nil {
+				read <- -1
+				return
+			}
+		}
+	}()
+	msg := make([]byte, 4)
+	for i := range total {
+		if i%4 == 0 { // now and then the queue is empty: the hook's turn
+			mu.Lock()
+			for len(out) < i && ctx.Err() == nil {
+				more.Wait()
+			}
+			mu.Unlock()
+		}
+		switch i % 300 { // the hook comes and goes
+		case 0:
+			groups[1].SetRecvHook(hooks[0])
+		case 100:
+			groups[1].SetRecvHook(nil)
+		case 200:
+			groups[1].SetRecvHook(hooks[1])
+		}
+		binary.BigEndian.PutUint32(msg, uint32(i))
+		if err := groups[0].Send(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := <-read
+	cancel()
+	if queued < 0 {
+		t.Fatal("the reader's wait ended before every message came")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, v := range out {
+		if v != uint32(i) {
+			t.Fatalf("delivery %d is message %d (hook and queue out of order)", i, v)
+		}
+	}
+	took := hooks[0].took + hooks[1].took
+	if took == 0 || queued == 0 {
+		t.Fatalf("the hooks took %d messages, the queue had %d: want some of each", took, queued)
+	}
+	t.Logf("hooks took %d of %d offered (flushed %d times), the queue %d", took, hooks[0].offers+hooks[1].offers, hooks[0].flushes+hooks[1].flushes, queued)
 }

@@ -568,3 +568,78 @@ func TestRingTooSmallStreamEndsThere(t *testing.T) {
 		t.Fatalf("the client's ring holds %q; want only %q, the delivery before the one that failed", got, before)
 	}
 }
+
+// With one subscriber reading a deliver ring, the group's loop puts the
+// deliveries into the ring itself (ringHook) while it can, and leaves
+// them to the fan-out while the ring is full or other subscribers come
+// and go: the ring's reader gets every message once, in order, across
+// every switch between the two.
+func TestRingHookStreamInOrder(t *testing.T) {
+	ds := memGroup(t, 2, reliable.FIFO)
+	_, rr := ringSubscriber(t, ds[1].socket)
+	c, sr, _ := ringSender(t, ds[0].socket)
+	const total, size = 6000, 900
+	sent := make(chan error, 1)
+	go func() {
+		for i := 0; i < total; {
+			slots, err := sr.Reserve(size, 8)
+			if err != nil {
+				sent <- err
+				return
+			}
+			for _, s := range slots[:min(len(slots), total-i)] {
+				binary.BigEndian.PutUint32(s, uint32(i))
+				sr.Commit(size)
+				i++
+			}
+			if err := sr.Publish(); err != nil {
+				sent <- err
+				return
+			}
+		}
+		_, err := flushOn(c)
+		sent <- err
+	}()
+	others := make(chan struct{})
+	stop := make(chan struct{})
+	go func() { // other subscribers come and go during the first half
+		defer close(others)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s, err := localapi.Dial(ds[1].socket)
+			if err != nil {
+				return
+			}
+			if _, err := s.Hello(localapi.HelloBatch); err == nil && s.Write(&localapi.Subscribe{From: 0}) == nil {
+				s.Read() // Subscribed
+			}
+			s.Close()
+		}
+	}()
+	for i := range total {
+		if i == total/2 {
+			close(stop)
+			<-others
+		}
+		from, d, ok, err := rr.Next(true)
+		if err != nil || !ok {
+			t.Fatalf("after %d messages: %v", i, err)
+		}
+		if got := binary.BigEndian.Uint32(d); from != 0 || len(d) != size || got != uint32(i) {
+			t.Fatalf("delivery %d: message %d of %d bytes from %d, want message %d of %d from 0", i, got, len(d), from, i, size)
+		}
+		rr.Release()
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	took, left := ds[1].d.hookTook.Load(), ds[1].d.hookLeft.Load()
+	if took == 0 || left == 0 {
+		t.Fatalf("the loop put %d deliveries into the ring and left %d to the fan-out: want some of each", took, left)
+	}
+	t.Logf("the loop put %d deliveries into the ring, left %d to the fan-out", took, left)
+}
