@@ -21,6 +21,7 @@
 package filestore
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -321,9 +322,11 @@ func storedSum(crc uint32) uint32 {
 // reading the blocks already held after it (a bounded number per write),
 // so that Sum, which the core calls on its event loop once every block is
 // there, hashes only what is left. Written blocks' data is pushed to the
-// disk in the background every writeBehind bytes, so that Commit's fsync
-// has little left to write. Both keep the loop from stalling for seconds
-// on a large file (a sender counts a silent receiver as failed).
+// disk in the background every writeBehind bytes, and flushed to it (an
+// fdatasync on a goroutine of its own) every flushBehind bytes, so that
+// Commit's fsync has little left to write or to flush. Both keep the
+// loop from stalling for seconds on a large file (a sender counts a
+// silent receiver as failed).
 //
 // Blocks that arrive in order are gathered in run (up to runBytes) and
 // written with one write for the data and one for their checksums: two
@@ -362,6 +365,16 @@ type partial struct {
 	reads    int      // reads of the file to advance the prefix hash (tests)
 	crcBytes int64    // bytes WriteBlock computed a CRC-32C of (tests)
 
+	// unflushed counts the bytes written since the last background flush
+	// started; flushing is closed when the one in flight ends (nil: none
+	// started), and flushErr is the first error one returned (read once
+	// flushing is closed): an error reported to a flush is not reported
+	// to Commit's fsync again, so Commit fails on it.
+	unflushed int64
+	flushing  chan struct{}
+	flushErr  error
+	flushes   int // background flushes started (tests)
+
 	// run is blocks runFirst..runFirst+runN-1 not written to the file
 	// yet, back to back (holes among them zeros); runSums their
 	// checksums as stored (a hole's zero).
@@ -396,6 +409,28 @@ const (
 	catchUp     = 256
 	writeBehind = 8 << 20
 )
+
+// flushBehind is the bytes written between two background flushes of a
+// copy (a variable: tests shrink it). A flush makes the disk hold what
+// was written so far while the copy is still being written, so that
+// Commit's fsync is left with what came since the last one, not with the
+// whole file (docs/protocols.md, "A copy flushed as it is written").
+var flushBehind int64 = 32 << 20
+
+// datasync flushes f's data to the disk (a variable: tests count it).
+var datasync = func(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	if cerr := rc.Control(func(fd uintptr) {
+		for err = unix.Fdatasync(int(fd)); err == unix.EINTR; err = unix.Fdatasync(int(fd)) {
+		}
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}
 
 // runBytes is the most a run gathers before it is written (a variable:
 // tests shrink it).
@@ -626,13 +661,55 @@ func (p *partial) flush() error {
 	if _, err := p.hashes.WriteAt(p.runSums, int64(first)*4); err != nil {
 		return fmt.Errorf("writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
-	if p.dirty += int64(len(p.run)); p.dirty >= writeBehind {
-		p.dirty = 0
-		// Start writing what is dirty; do not wait for it.
-		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-	}
+	p.wrote(len(p.run))
 	p.run, p.runSums = p.run[:0], p.runSums[:0]
 	return nil
+}
+
+// wrote counts n bytes written to the file: every writeBehind bytes it
+// starts writing what is dirty, every flushBehind bytes it starts a
+// flush on a goroutine (if the one before has ended); it waits for
+// neither.
+func (p *partial) wrote(n int) {
+	if p.dirty += int64(n); p.dirty >= writeBehind {
+		p.dirty = 0
+		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	if p.unflushed += int64(n); p.unflushed < flushBehind || p.flushInFlight() {
+		return
+	}
+	p.unflushed = 0
+	p.flushes++
+	done, f := make(chan struct{}), p.data
+	p.flushing = done
+	go func() {
+		defer close(done)
+		if err := datasync(f); err != nil && p.flushErr == nil {
+			p.flushErr = err
+		}
+	}()
+}
+
+// flushInFlight reports whether a background flush has not ended.
+func (p *partial) flushInFlight() bool {
+	if p.flushing == nil {
+		return false
+	}
+	select {
+	case <-p.flushing:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitFlush waits for the background flush in flight, if any, and
+// returns the first error a background flush returned.
+func (p *partial) waitFlush() error {
+	if p.flushing != nil {
+		<-p.flushing
+	}
+	return p.flushErr
 }
 
 // flushRep writes rep, the repairs gathered behind the run: their data,
@@ -650,7 +727,7 @@ func (p *partial) flushRep() error {
 	if _, err := p.hashes.WriteAt(p.repSums, int64(first)*4); err != nil {
 		return fmt.Errorf("writing the checksums of blocks %d..%d of %q: %w", first, first+n-1, p.meta.Name, err)
 	}
-	p.dirty += int64(len(p.rep))
+	p.wrote(len(p.rep))
 	p.rep, p.repSums = p.rep[:0], p.repSums[:0]
 	return nil
 }
@@ -882,8 +959,9 @@ func (p *partial) Commit() error {
 	if err := p.flush(); err != nil {
 		return err
 	}
-	if err := p.data.Sync(); err != nil {
-		return fmt.Errorf("fsync of %q: %w", p.meta.Name, err)
+	ferr := p.waitFlush()
+	if err := p.data.Sync(); err != nil || ferr != nil {
+		return fmt.Errorf("fsync of %q: %w", p.meta.Name, cmp.Or(err, ferr))
 	}
 	dir := filepath.Dir(p.final)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -1028,6 +1106,7 @@ func (p *partial) Abort(keep bool) {
 }
 
 func (p *partial) close() {
+	p.waitFlush()
 	freeRuns.give(p.run)
 	freeReps.give(p.rep)
 	freeAheads.give(p.ahead)
