@@ -64,7 +64,7 @@ type Group struct {
 	self  frame.MemberID
 	max   int // largest message
 	queue *msgQueue
-	took  RecvHook // the hook that took deliveries this turn (the loop's)
+	took  RecvHook // the hook that took deliveries this turn (the turn's goroutine)
 	// viewed (Config.Views) is closed by the loop when the first view is
 	// installed, after it set self; views is the membership core.
 	viewed chan struct{}
@@ -353,7 +353,7 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 }
 
 // flushHook ends a turn's deliveries: the hook that took some of them
-// publishes them (the loop's goroutine only).
+// publishes them (on the turn's goroutine, as enqueue).
 func (g *Group) flushHook() {
 	if t := g.took; t != nil {
 		g.took = nil

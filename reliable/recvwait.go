@@ -13,11 +13,14 @@ import (
 // it, without a hand-off to a goroutine of its own (Group.SetRecvHook).
 type RecvHook interface {
 	// Take is offered each delivered message while the receive queue is
-	// empty, on the loop's goroutine; data is valid during the call only.
-	// It returns whether it took the message: false leaves it, and every
-	// message after it until the queue is empty again, to the queue
-	// (Recv, RecvAppend, WaitRecv), so that the order holds. Take must not
-	// wait (the protocol waits with it) nor call the Group's methods.
+	// empty, on the goroutine that carries out the turn: the loop's, or a
+	// Send's that carries out its own turn while the loop's turns wait
+	// (sendNow: under Order Total the sequencer delivers its own message
+	// there); data is valid during the call only. It returns whether it
+	// took the message: false leaves it, and every message after it until
+	// the queue is empty again, to the queue (Recv, RecvAppend, WaitRecv),
+	// so that the order holds. Take must not wait (the protocol waits with
+	// it) nor call the Group's methods.
 	Take(from frame.MemberID, data []byte) bool
 	// Flush ends a turn's deliveries when Take took some: it is called
 	// after the turn's last delivery (before its events), or before

@@ -57,7 +57,8 @@ func TestWaitRecv(t *testing.T) {
 
 // orderHook takes every delivery it is offered except one in every
 // refuseEvery (a full ring), recording it in out under mu, the lock the
-// reader holds while it takes the queue's messages and records them.
+// reader holds while it takes the queue's messages and records them
+// (and that guards the counts).
 type orderHook struct {
 	mu          *sync.Mutex
 	more        *sync.Cond // out grew
@@ -69,19 +70,23 @@ type orderHook struct {
 }
 
 func (h *orderHook) Take(_ frame.MemberID, data []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.offers++
 	if h.offers%h.refuseEvery == 0 {
 		return false
 	}
-	h.mu.Lock()
 	*h.out = append(*h.out, binary.BigEndian.Uint32(data))
 	h.more.Broadcast()
-	h.mu.Unlock()
 	h.took++
 	return true
 }
 
-func (h *orderHook) Flush() { h.flushes++ }
+func (h *orderHook) Flush() {
+	h.mu.Lock()
+	h.flushes++
+	h.mu.Unlock()
+}
 
 // A RecvHook takes the deliveries offered while the receive queue is
 // empty; one it refuses, and every one after it until the queue is empty
@@ -100,13 +105,22 @@ func TestRecvHookOrder(t *testing.T) {
 	defer cancel()
 	done, stop := context.WithCancel(context.Background())
 	stop()
-	read := make(chan int)
+	// The reader runs until every message came (the hook may take the
+	// last ones, and nothing then wakes its WaitRecv): endRead ends it.
+	readCtx, endRead := context.WithCancel(ctx)
+	defer endRead()
+	stopWake := context.AfterFunc(ctx, func() { // the waits on more end with ctx
+		mu.Lock()
+		more.Broadcast()
+		mu.Unlock()
+	})
+	defer stopWake()
+	read := make(chan int, 1)
 	go func() { // the reader: the queue's messages, under mu
 		queued := 0
 		buf := make([]byte, 0, 64)
 		for {
 			mu.Lock()
-			n := len(out)
 			for {
 				_, data, err := groups[1].RecvAppend(done, buf[:0])
 				if err != nil {
@@ -116,14 +130,9 @@ func TestRecvHookOrder(t *testing.T) {
 				queued++
 			}
 			more.Broadcast()
-			n = len(out)
 			mu.Unlock()
-			if n == total {
+			if err := groups[1].WaitRecv(readCtx); err != nil {
 				read <- queued
-				return
-			}
-			if err := groups[1].WaitRecv(ctx); err != nil {
-				read <- -1
 				return
 			}
 		}
@@ -150,13 +159,18 @@ func TestRecvHookOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queued := <-read
-	cancel()
-	if queued < 0 {
-		t.Fatal("the reader's wait ended before every message came")
+	mu.Lock()
+	for len(out) < total && ctx.Err() == nil {
+		more.Wait()
 	}
+	mu.Unlock()
+	endRead()
+	queued := <-read
 	mu.Lock()
 	defer mu.Unlock()
+	if len(out) != total {
+		t.Fatalf("%d deliveries of %d messages (hook and queue)", len(out), total)
+	}
 	for i, v := range out {
 		if v != uint32(i) {
 			t.Fatalf("delivery %d is message %d (hook and queue out of order)", i, v)

@@ -22,7 +22,7 @@ type ringHook struct {
 	c      *conn
 	from   uint16 // the subscriber's: localapi.AllMembers, or one sender
 	gen    uint64 // Daemon.subsGen when it was made
-	locked bool   // it holds c.wmu (the loop's goroutine only)
+	locked bool   // it holds c.wmu (the turn's goroutine only: RecvHook)
 	n      uint32 // deliveries taken since the last Flush
 }
 
