@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -642,4 +644,91 @@ func TestRingHookStreamInOrder(t *testing.T) {
 		t.Fatalf("the loop put %d deliveries into the ring and left %d to the fan-out: want some of each", took, left)
 	}
 	t.Logf("the loop put %d deliveries into the ring, left %d to the fan-out", took, left)
+}
+
+// The group's loop never waits for a client: a ringHook's Flush that
+// finds the client asleep on its deliver ring (wantData set) and the
+// client's socket full returns at once, and the doorbell reaches the
+// client once it reads its socket (written by a goroutine that waits for
+// room). Before, the loop waited in the poller until the client read.
+func TestRingHookFlushDoesNotWaitForAFullSocket(t *testing.T) {
+	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	t.Cleanup(func() { localapi.UnmapRing(mem) })
+	r, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "daemon end")
+	uc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	defer syscall.Close(fds[1])
+	rc, err := uc.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{conns: map[*conn]struct{}{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{d: d, c: uc.(*net.UnixConn), ctx: ctx, cancel: cancel, bell: localapi.NewBell(rc)}
+	c.rings.deliver = r
+	filler := 0
+	for ; ; filler++ { // the client reads nothing of its socket
+		if sent, err := c.bell.TryWrite([]byte{0}); err != nil {
+			t.Fatal(err)
+		} else if !sent {
+			break
+		}
+	}
+	if asleep, err := client.WaitData(); err != nil || !asleep {
+		t.Fatalf("the client's WaitData: %v, %v; want asleep", asleep, err)
+	}
+	h := &ringHook{d: d, c: c, from: localapi.AllMembers}
+	done := make(chan bool)
+	go func() {
+		took := h.Take(1, []byte("hello"))
+		h.Flush()
+		done <- took
+	}()
+	select {
+	case took := <-done:
+		if !took {
+			t.Fatal("the hook refused a delivery into an empty ring")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Flush waited 10 s for a client whose socket is full")
+	}
+	if _, data, ok, err := client.Next(); err != nil || !ok || string(data) != "hello" {
+		t.Fatalf("the client's ring: %q, %v, %v; want hello", data, ok, err)
+	}
+	syscall.SetsockoptTimeval(fds[1], syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 10})
+	buf := make([]byte, 64)
+	for i := 0; ; i++ {
+		n, err := syscall.Read(fds[1], buf)
+		if err != nil {
+			t.Fatalf("reading the client's socket after %d of %d filler packets: %v (no doorbell)", i, filler, err)
+		}
+		if i < filler {
+			continue
+		}
+		m, err := localapi.Decode(buf[:n])
+		if d, ok := m.(*localapi.DaemonDoorbell); err != nil || !ok || d.Ring != localapi.RingDeliver {
+			t.Fatalf("after the filler the client read %v (%v); want the deliver ring's doorbell", m, err)
+		}
+		break
+	}
 }

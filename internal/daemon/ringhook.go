@@ -79,7 +79,7 @@ func (h *ringHook) Flush() {
 	}
 	c := h.c
 	if c.rings.deliver != nil {
-		if err := c.publishDeliver(); err != nil {
+		if err := c.publishDeliverNoWait(); err != nil {
 			c.closeAsync()
 		}
 	}

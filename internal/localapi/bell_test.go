@@ -95,3 +95,51 @@ func socketConn(t *testing.T, fd int) (net.Conn, syscall.RawConn) {
 	}
 	return c, rc
 }
+
+// TryWrite never waits: into a socket with no room it returns false at
+// once (a Write would wait in the poller), and true again once the
+// other end read a packet; the packets it did write arrive whole.
+func TestTryWriteFullSocket(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[1])
+	c, rc := socketConn(t, fds[0])
+	defer c.Close()
+	b := NewBell(rc)
+	p := []byte{1, 2, 3, 4}
+	n := 0
+	for ; ; n++ {
+		sent, err := b.TryWrite(p)
+		if err != nil {
+			t.Fatalf("TryWrite %d: %v", n, err)
+		}
+		if !sent {
+			break
+		}
+		if n > 1<<20 {
+			t.Fatal("the socket never filled")
+		}
+	}
+	if n == 0 {
+		t.Fatal("no packet fitted into an empty socket")
+	}
+	buf := make([]byte, 16)
+	if m, err := syscall.Read(fds[1], buf); err != nil || m != len(p) || string(buf[:m]) != string(p) {
+		t.Fatalf("read %d bytes %v (%v), want %v", m, buf[:max(m, 0)], err, p)
+	}
+	var sent bool
+	for i := 0; i < 100 && !sent; i++ { // the room a read frees may take a moment to show
+		if sent, err = b.TryWrite(p); err != nil {
+			t.Fatal(err)
+		}
+		if !sent {
+			runtime.Gosched()
+		}
+	}
+	if !sent {
+		t.Fatal("TryWrite found no room after a packet was read")
+	}
+	t.Logf("%d packets filled the socket", n)
+}
