@@ -291,3 +291,62 @@ func TestPacketReaderPollerEvery(t *testing.T) {
 		t.Fatalf("a Read %v later: %v, %d looks in all, %d asked the poller; want ErrReady, 4, one", readerPoller, err, looks, polls)
 	}
 }
+
+// The localapi polls back off as netyield.Spin says, on a clock of the
+// test's own (each reading 1 µs after the last): a contended yield ends
+// the poll, no poll starts while its pause holds, and a poll that runs
+// out uncontended halves the pause — a spinner's (a RingReceiver's) and
+// a PacketReader's alike.
+func TestSpinnerBackOff(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	tick := func() time.Time { clock = clock.Add(time.Microsecond); return clock }
+	// away is how long the next ask of the poller keeps the CPU away.
+	var away time.Duration
+	yield := func() { clock, away = clock.Add(away), 0 }
+
+	s := spinner{d: 100 * time.Microsecond, pace: netyield.Spin{Poller: spinPoller, Clock: tick, Yield: yield}}
+	if !s.begin(s.pace.Now()) {
+		t.Fatal("begin refused the first poll")
+	}
+	away = 2 * netyield.Contended
+	if s.yield() {
+		t.Fatalf("a yield away %v in a poll of %v did not end it", 2*netyield.Contended, s.d)
+	}
+	if s.pace.Pause() != netyield.PauseMin || s.begin(s.pace.Now()) {
+		t.Fatalf("after a contended yield: pause %v, want %v, and no poll while it holds", s.pace.Pause(), netyield.PauseMin)
+	}
+	clock = clock.Add(netyield.PauseMin)
+	if !s.begin(s.pace.Now()) {
+		t.Fatal("begin refused a poll after the pause")
+	}
+	looks := 0
+	for s.yield() {
+		looks++
+	}
+	if looks == 0 || s.pace.Pause() != netyield.PauseMin/2 {
+		t.Fatalf("a poll that ran out after %d looks left the pause at %v, want %v", looks, s.pace.Pause(), netyield.PauseMin/2)
+	}
+
+	a, _ := seqpacketPair(t)
+	r, err := NewPacketReader(a, 100*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.spin.pace.Clock, r.spin.pace.Yield = tick, yield
+	looks = 0
+	r.SetReady(func(sleep bool) bool {
+		if !sleep {
+			looks++
+		}
+		return sleep
+	})
+	buf := make([]byte, 16)
+	r.spin.pace.Contended(clock, 2*netyield.Contended, r.spin.d)
+	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks != 0 {
+		t.Fatalf("a Read while the pause holds: %v after %d looks, want ErrReady at once", err, looks)
+	}
+	clock = clock.Add(2*netyield.Contended + netyield.PauseMin)
+	if _, _, err := r.Read(buf); !errors.Is(err, ErrReady) || looks == 0 || r.spin.pace.Pause() != netyield.PauseMin/2 {
+		t.Fatalf("a Read after the pause: %v, %d looks, pause %v; want ErrReady after a spin, the pause halved to %v", err, looks, r.spin.pace.Pause(), netyield.PauseMin/2)
+	}
+}
