@@ -514,26 +514,34 @@ func ringTooSmall(t *testing.T, other bool) {
 	}
 }
 
-// A delivery the deliver ring cannot take ends the client's stream
-// there: the deliveries before it in its batch are published, and none
-// after it go into the ring while ringTooSmall's goroutine ends the
-// connection (a smaller one would fit, after a gap the client would not
-// see).
-func TestRingTooSmallStreamEndsThere(t *testing.T) {
+// deliverRingPair is a deliver ring of MinRing bytes in memory of its
+// own, as the daemon (r) and as its client (client) see it.
+func deliverRingPair(t *testing.T) (r, client *localapi.Ring) {
+	t.Helper()
 	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
 	if err != nil {
 		t.Fatal(err)
 	}
 	syscall.Close(fd)
 	t.Cleanup(func() { localapi.UnmapRing(mem) })
-	r, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	r, err = localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	client, err = localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, client
+}
+
+// A delivery the deliver ring cannot take ends the client's stream
+// there: the deliveries before it in its batch are published, and none
+// after it go into the ring while ringTooSmall's goroutine ends the
+// connection (a smaller one would fit, after a gap the client would not
+// see).
+func TestRingTooSmallStreamEndsThere(t *testing.T) {
+	r, client := deliverRingPair(t)
 	c := &conn{ctx: context.Background()}
 	c.rings.deliver = r
 	batch := func(msgs ...[]byte) *outBatch {
@@ -652,20 +660,7 @@ func TestRingHookStreamInOrder(t *testing.T) {
 // client once it reads its socket (written by a goroutine that waits for
 // room). Before, the loop waited in the poller until the client read.
 func TestRingHookFlushDoesNotWaitForAFullSocket(t *testing.T) {
-	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.Close(fd)
-	t.Cleanup(func() { localapi.UnmapRing(mem) })
-	r, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, client := deliverRingPair(t)
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
 	if err != nil {
 		t.Fatal(err)
