@@ -3,6 +3,7 @@ package files_test
 import (
 	"crypto/sha256"
 	"hash"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +104,8 @@ func cpuSplitOf(t *testing.T, h hash.Hash, most float64) {
 
 // TestCPUSplitReads profiles a process that reads a file as the sending
 // rbcastd does (filestore's run source: a raw preadv2 while the page
-// cache holds the file), then one that calls fdatasync as a receiver's
+// cache holds the file), one that reads it by read(2) as its hash
+// before it is sent does, then one that calls fdatasync as a receiver's
 // background flush of a copy does, and checks that cpusplit puts their
 // time in the read and the write column.
 func TestCPUSplitReads(t *testing.T) {
@@ -139,6 +141,25 @@ func TestCPUSplitReads(t *testing.T) {
 				}
 			}
 		}},
+		{"read", 3, func(t *testing.T) func() {
+			// The file's hash before it is sent (filestore.OpenSource)
+			// and a receiver's of a stored file no record holds read
+			// it so: io.Copy, os.File.Read.
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			buf := make([]byte, 32<<10)
+			return func() {
+				if _, err := f.Seek(0, io.SeekStart); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
 		{"fdatasync", 4, func(t *testing.T) func() {
 			// A file in memory (memfd, tmpfs), which the call has
 			// nothing to flush of: the profile holds the call's CPU,
@@ -159,11 +180,14 @@ func TestCPUSplitReads(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v, out := splitOf(t, c.work(t))
-			// Most of the time is the system call's; with the race
-			// detector the Go code around it takes more.
+			// Most of the time is the system call's: 0.84-0.98 of the
+			// total on machine H. With the race detector the Go code
+			// around it takes more (syscall.Read's check of the
+			// buffer it read into): 0.30-0.52 for read, more for
+			// the others.
 			most := 0.6
 			if raceOn {
-				most = 0.3
+				most = 0.15
 			}
 			if v[c.col] < most*v[0] {
 				t.Errorf("column %d %.2f of total %.2f CPU-ms per MB, want most of it:\n%s", c.col, v[c.col], v[0], out)
