@@ -64,7 +64,6 @@ type Group struct {
 	self  frame.MemberID
 	max   int // largest message
 	queue *msgQueue
-	took  RecvHook // the hook that took deliveries this turn (the turn's goroutine)
 	// viewed (Config.Views) is closed by the loop when the first view is
 	// installed, after it set self; views is the membership core.
 	viewed chan struct{}
@@ -253,9 +252,8 @@ func join(ctx context.Context, l link.Link, cfg Config, lp *Loop) (*Group, error
 		}
 	}
 	g.n.deliver = g.enqueue
-	g.n.delivered = g.flushHook
 	if s.Deliver != nil {
-		g.n.deliver, g.n.delivered = s.Deliver, nil
+		g.n.deliver = s.Deliver
 	}
 	g.n.event = g.event
 	if reg != nil {
@@ -326,20 +324,6 @@ func (g *Group) MaxMessage() int { return g.max }
 func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	q := g.queue
 	q.mu.Lock()
-	if h := q.hook; h != nil && q.n == 0 {
-		// Nothing waits in the queue (and only this goroutine pushes):
-		// the hook may take the message, in order.
-		q.mu.Unlock()
-		if t := g.took; t != nil && t != h {
-			g.took = nil
-			t.Flush()
-		}
-		if h.Take(from, data) {
-			g.took = h
-			return
-		}
-		q.mu.Lock()
-	}
 	if len(data) >= viewMin {
 		q.pushViewLocked(from, data)
 	} else {
@@ -349,15 +333,6 @@ func (g *Group) enqueue(from frame.MemberID, data []byte) {
 	q.mu.Unlock()
 	if wake {
 		q.signal()
-	}
-}
-
-// flushHook ends a turn's deliveries: the hook that took some of them
-// publishes them (on the turn's goroutine, as enqueue).
-func (g *Group) flushHook() {
-	if t := g.took; t != nil {
-		g.took = nil
-		t.Flush()
 	}
 }
 

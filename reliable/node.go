@@ -28,8 +28,6 @@ type node struct {
 	// call); event every event.
 	deliver func(from frame.MemberID, data []byte)
 	event   func(Event)
-	// delivered, if set, ends a turn's deliveries, before its events.
-	delivered func()
 	// holdFor bounds a hold of one sender (holdFrom).
 	holdFor core.Duration
 	// admit, if set, says whether a received frame is stepped (a core
@@ -150,9 +148,6 @@ func stepFrame(st *core.Stepper, now core.Time, f *link.Frame) error {
 func (n *node) handOut(rd core.Ready) {
 	for i := range rd.Deliveries {
 		n.deliver(rd.Deliveries[i].From, rd.Deliveries[i].Data)
-	}
-	if n.delivered != nil && len(rd.Deliveries) > 0 {
-		n.delivered()
 	}
 	for _, ev := range rd.Events {
 		e := eventOf(ev, n.clk)

@@ -40,7 +40,6 @@ type msgQueue struct {
 	waiting int           // Recv callers waiting for a message
 	roomIn  bool          // the loop waits for room (waitRoom)
 	timer   *time.Timer   // settle's bound (the loop's own)
-	hook    RecvHook      // takes deliveries while the queue is empty (Group.SetRecvHook)
 }
 
 type queued struct {

@@ -145,11 +145,8 @@ type Daemon struct {
 	ringBytes atomic.Int64  // memory of every client's rings
 	subsGen   atomic.Uint64 // changes of subs (fanout.go: soleRingSubscriber)
 	packets   atomic.Uint64 // packets the fan-out built and wrote out (fanout.go: writeOut)
-	// Deliveries the group's loop put into a deliver ring itself, and
-	// the ones it offered but left to the fan-out (ringhook.go).
-	hookTook, hookLeft atomic.Uint64
-	rates              rateSampler
-	files              *fileService // nil: files off
+	rates     rateSampler
+	files     *fileService // nil: files off
 }
 
 // New returns a Daemon; Run starts it.

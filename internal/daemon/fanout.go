@@ -74,9 +74,7 @@ func (d *Daemon) fanout(g *reliable.Group) {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
 	wait := context.Background()
-	waited := uint32(0)      // the next delivery taken is one the fan-out waited for (hops)
-	var hook, last *ringHook // installed in g (ringhook.go), or nil; the last one made
-	defer g.SetRecvHook(nil)
+	waited := uint32(0) // the next delivery taken is one the fan-out waited for (hops)
 	for {
 		// One subscriber with a deliver ring (recv's case): what waits
 		// goes straight into its ring, copied once, from the Group.
@@ -93,20 +91,10 @@ func (d *Daemon) fanout(g *reliable.Group) {
 				continue
 			}
 			if empty {
-				// Nothing waits and the fan-out holds nothing: the
-				// group's loop puts what comes next into the ring itself
-				// while it can; the fan-out waits for what it leaves to
-				// the queue, without taking it, so that it too goes
-				// straight into the ring with whatever follows it, not
-				// through the packet (a second copy, and a publish and
-				// doorbell of its own).
-				if hook == nil || !hook.serves(s, gen) {
-					if last == nil || !last.serves(s, gen) {
-						last = &ringHook{d: d, c: s.c, from: s.from, gen: gen}
-					}
-					hook = last
-					g.SetRecvHook(hook)
-				}
+				// Nothing waits: wait for the next delivery without
+				// taking it, so that it too goes straight into the ring
+				// with whatever follows it, not through the packet (a
+				// second copy, and a publish and doorbell of its own).
 				if err := g.WaitRecv(wait); err != nil {
 					d.endStreams(err)
 					return
@@ -114,13 +102,6 @@ func (d *Daemon) fanout(g *reliable.Group) {
 				hops.At(hops.FanoutRecv, 1)
 				continue
 			}
-		}
-		if hook != nil {
-			// The packet takes deliveries it writes later (and writing
-			// it to a ring may let go of the ring's lock): the loop must
-			// not put later ones into the ring meanwhile.
-			g.SetRecvHook(nil)
-			hook = nil
 		}
 		if !b.fits(largest) {
 			d.writeOut(b)

@@ -381,36 +381,6 @@ func (c *conn) publishDeliver() error {
 	return c.bell.Write(c.wbuf)
 }
 
-// publishDeliverNoWait is publishDeliver for the group's loop
-// (ringhook.go), which must not wait for a client: when the client's
-// socket is full the doorbell is written by a goroutine of its own,
-// which waits for room as publishDeliver does (a client that sleeps on
-// its ring reads its socket; one that sets wantData and reads nothing
-// holds up only that goroutine, and the fan-out behind the write lock,
-// as it did the fan-out before the loop delivered).
-func (c *conn) publishDeliverNoWait() error {
-	if !c.rings.deliver.Publish() {
-		return nil
-	}
-	c.wbuf = deliverRingBell.Append(c.wbuf[:0])
-	sent, err := c.bell.TryWrite(c.wbuf)
-	if err == nil && !sent {
-		go c.ringLater()
-	}
-	return err
-}
-
-// ringLater writes a deliver ring's doorbell that found the client's
-// socket full, waiting for room, under the write lock.
-func (c *conn) ringLater() {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wbuf = deliverRingBell.Append(c.wbuf[:0])
-	if err := c.bell.Write(c.wbuf); err != nil {
-		c.closeAsync()
-	}
-}
-
 // unmapRings unmaps the connection's rings once its goroutine is done
 // with them and the connection is closed: under the write lock, so that
 // the fan-out is not writing the deliver ring.

@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -514,34 +512,26 @@ func ringTooSmall(t *testing.T, other bool) {
 	}
 }
 
-// deliverRingPair is a deliver ring of MinRing bytes in memory of its
-// own, as the daemon (r) and as its client (client) see it.
-func deliverRingPair(t *testing.T) (r, client *localapi.Ring) {
-	t.Helper()
-	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.Close(fd)
-	t.Cleanup(func() { localapi.UnmapRing(mem) })
-	r, err = localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err = localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, client
-}
-
 // A delivery the deliver ring cannot take ends the client's stream
 // there: the deliveries before it in its batch are published, and none
 // after it go into the ring while ringTooSmall's goroutine ends the
 // connection (a smaller one would fit, after a gap the client would not
 // see).
 func TestRingTooSmallStreamEndsThere(t *testing.T) {
-	r, client := deliverRingPair(t)
+	fd, mem, err := localapi.CreateRingMemory(localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	t.Cleanup(func() { localapi.UnmapRing(mem) })
+	r, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := localapi.NewRing(localapi.RingDeliver, mem, localapi.MinRing)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &conn{ctx: context.Background()}
 	c.rings.deliver = r
 	batch := func(msgs ...[]byte) *outBatch {
@@ -576,154 +566,5 @@ func TestRingTooSmallStreamEndsThere(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != string(before) {
 		t.Fatalf("the client's ring holds %q; want only %q, the delivery before the one that failed", got, before)
-	}
-}
-
-// With one subscriber reading a deliver ring, the group's loop puts the
-// deliveries into the ring itself (ringHook) while it can, and leaves
-// them to the fan-out while the ring is full or other subscribers come
-// and go: the ring's reader gets every message once, in order, across
-// every switch between the two.
-func TestRingHookStreamInOrder(t *testing.T) {
-	ds := memGroup(t, 2, reliable.FIFO)
-	_, rr := ringSubscriber(t, ds[1].socket)
-	c, sr, _ := ringSender(t, ds[0].socket)
-	const total, size = 6000, 900
-	sent := make(chan error, 1)
-	go func() {
-		for i := 0; i < total; {
-			slots, err := sr.Reserve(size, 8)
-			if err != nil {
-				sent <- err
-				return
-			}
-			for _, s := range slots[:min(len(slots), total-i)] {
-				binary.BigEndian.PutUint32(s, uint32(i))
-				sr.Commit(size)
-				i++
-			}
-			if err := sr.Publish(); err != nil {
-				sent <- err
-				return
-			}
-		}
-		_, err := flushOn(c)
-		sent <- err
-	}()
-	others := make(chan struct{})
-	stop := make(chan struct{})
-	go func() { // other subscribers come and go during the first half
-		defer close(others)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s, err := localapi.Dial(ds[1].socket)
-			if err != nil {
-				return
-			}
-			if _, err := s.Hello(localapi.HelloBatch); err == nil && s.Write(&localapi.Subscribe{From: 0}) == nil {
-				s.Read() // Subscribed
-			}
-			s.Close()
-		}
-	}()
-	for i := range total {
-		if i == total/2 {
-			close(stop)
-			<-others
-		}
-		from, d, ok, err := rr.Next(true)
-		if err != nil || !ok {
-			t.Fatalf("after %d messages: %v", i, err)
-		}
-		if got := binary.BigEndian.Uint32(d); from != 0 || len(d) != size || got != uint32(i) {
-			t.Fatalf("delivery %d: message %d of %d bytes from %d, want message %d of %d from 0", i, got, len(d), from, i, size)
-		}
-		rr.Release()
-	}
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
-	took, left := ds[1].d.hookTook.Load(), ds[1].d.hookLeft.Load()
-	if took == 0 || left == 0 {
-		t.Fatalf("the loop put %d deliveries into the ring and left %d to the fan-out: want some of each", took, left)
-	}
-	t.Logf("the loop put %d deliveries into the ring, left %d to the fan-out", took, left)
-}
-
-// The group's loop never waits for a client: a ringHook's Flush that
-// finds the client asleep on its deliver ring (wantData set) and the
-// client's socket full returns at once, and the doorbell reaches the
-// client once it reads its socket (written by a goroutine that waits for
-// room). Before, the loop waited in the poller until the client read.
-func TestRingHookFlushDoesNotWaitForAFullSocket(t *testing.T) {
-	r, client := deliverRingPair(t)
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fds[0]), "daemon end")
-	uc, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uc.Close()
-	defer syscall.Close(fds[1])
-	rc, err := uc.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Daemon{conns: map[*conn]struct{}{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{d: d, c: uc.(*net.UnixConn), ctx: ctx, cancel: cancel, bell: localapi.NewBell(rc)}
-	c.rings.deliver = r
-	filler := 0
-	for ; ; filler++ { // the client reads nothing of its socket
-		if sent, err := c.bell.TryWrite([]byte{0}); err != nil {
-			t.Fatal(err)
-		} else if !sent {
-			break
-		}
-	}
-	if asleep, err := client.WaitData(); err != nil || !asleep {
-		t.Fatalf("the client's WaitData: %v, %v; want asleep", asleep, err)
-	}
-	h := &ringHook{d: d, c: c, from: localapi.AllMembers}
-	done := make(chan bool)
-	go func() {
-		took := h.Take(1, []byte("hello"))
-		h.Flush()
-		done <- took
-	}()
-	select {
-	case took := <-done:
-		if !took {
-			t.Fatal("the hook refused a delivery into an empty ring")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Flush waited 10 s for a client whose socket is full")
-	}
-	if _, data, ok, err := client.Next(); err != nil || !ok || string(data) != "hello" {
-		t.Fatalf("the client's ring: %q, %v, %v; want hello", data, ok, err)
-	}
-	syscall.SetsockoptTimeval(fds[1], syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 10})
-	buf := make([]byte, 64)
-	for i := 0; ; i++ {
-		n, err := syscall.Read(fds[1], buf)
-		if err != nil {
-			t.Fatalf("reading the client's socket after %d of %d filler packets: %v (no doorbell)", i, filler, err)
-		}
-		if i < filler {
-			continue
-		}
-		m, err := localapi.Decode(buf[:n])
-		if d, ok := m.(*localapi.DaemonDoorbell); err != nil || !ok || d.Ring != localapi.RingDeliver {
-			t.Fatalf("after the filler the client read %v (%v); want the deliver ring's doorbell", m, err)
-		}
-		break
 	}
 }

@@ -116,12 +116,6 @@ if any(e[1] == 36 for e in procs['A'] + procs['B']):
     # Sends that send their frames themselves stamp 36 before they
     # return (21): the rows from the read to 36 then include the Send.
     chain = [c for c in chain if c[1] != 21]
-if any(e[1] == 50 and e[2] == 2 for r in ('A', 'B') if r in procs for e in procs[r]):
-    # The group's loop put the deliveries into the deliver ring itself
-    # (rbcastd's ringHook: FanoutRecv arg 2, FanoutWrote at the turn's
-    # Flush), before the runtime's 'delivered' (33), which ends handOut:
-    # the row 'fan-out has it' then runs from the loop having the frame.
-    chain = [c for c in chain if c[1] != 33]
 if not has_runtime:
     chain = [c for c in chain if not 30 <= min(c[1] if isinstance(c[1], tuple) else (c[1],)) <= 41]
 pings = [e for e in procs['P'] if e[1] == 1]

@@ -60,21 +60,3 @@ func (b *Bell) Write(p []byte) error {
 	}
 	return nil
 }
-
-// TryWrite writes p, one packet, if the socket has room for it now, and
-// reports whether it did: a full socket returns false at once instead of
-// waiting in the poller (for a writer that must not wait, the group's
-// loop; it hands the packet to a goroutine that may).
-func (b *Bell) TryWrite(p []byte) (bool, error) {
-	b.p, b.e = p, 0
-	sent := true
-	err := b.rc.Control(func(fd uintptr) { sent = b.send(fd) })
-	b.p = nil
-	if err == nil && b.e != 0 && b.e != unix.EAGAIN {
-		err = os.NewSyscallError("sendto", b.e)
-	}
-	if err != nil {
-		return false, &net.OpError{Op: "write", Net: "unixpacket", Err: err}
-	}
-	return sent, nil
-}
