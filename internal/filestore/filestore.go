@@ -21,7 +21,6 @@
 package filestore
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -959,9 +958,11 @@ func (p *partial) Commit() error {
 	if err := p.flush(); err != nil {
 		return err
 	}
-	ferr := p.waitFlush()
-	if err := p.data.Sync(); err != nil || ferr != nil {
-		return fmt.Errorf("fsync of %q: %w", p.meta.Name, cmp.Or(err, ferr))
+	if err := p.waitFlush(); err != nil {
+		return fmt.Errorf("flushing %q to the disk as it was written: %w", p.meta.Name, err)
+	}
+	if err := p.data.Sync(); err != nil {
+		return fmt.Errorf("fsync of %q: %w", p.meta.Name, err)
 	}
 	dir := filepath.Dir(p.final)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

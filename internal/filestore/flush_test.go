@@ -3,6 +3,7 @@ package filestore
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -128,8 +129,8 @@ func TestFlushErrorFailsCommit(t *testing.T) {
 	if _, err := p.Sum(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Commit(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("Commit = %v, want the flush's EIO", err)
+	if err := p.Commit(); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "to the disk as it was written") {
+		t.Fatalf("Commit = %v, want the flush's EIO, named as the flush's", err)
 	}
 	if _, err := os.Stat(p.final); !os.IsNotExist(err) {
 		t.Fatalf("the file is stored under its name after a failed flush: %v", err)
