@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rbcast/rbcast/internal/localapi"
 	"github.com/rbcast/rbcast/internal/syncbuf"
@@ -41,13 +42,24 @@ func TestRefusalLogged(t *testing.T) {
 	if v, ok := readMsg(t, c).(*localapi.FileVerdict); !ok || len(v.Missing) != 2 {
 		t.Fatalf("then %+v, want a verdict naming both receivers", v)
 	}
-	for i, reason := range map[int]string{1: "no room on the receiver's disk", 2: "larger than the receiver takes"} {
-		var lines []string
+	// A receiver hands the core's report out after its turn's frames
+	// are sent, so the sender's verdict may come before the log line:
+	// wait for it, then for nothing more to come.
+	refusals := func(i int) (lines []string) {
 		for _, l := range strings.Split(logs[i].String(), "\n") {
 			if strings.Contains(l, "refused") {
 				lines = append(lines, l)
 			}
 		}
+		return lines
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(refusals(1)) == 0 || len(refusals(2)) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	for i, reason := range map[int]string{1: "no room on the receiver's disk", 2: "larger than the receiver takes"} {
+		lines := refusals(i)
 		want := `msg="rbcastd: a file is refused here; the sender told" file=dir/big.bin from=0 id=1 size=5000 reason="` + reason + `" err=`
 		if len(lines) != 1 || !strings.Contains(lines[0], want) {
 			t.Errorf("daemon %d logged %d lines of a refusal:\n%s\nwant one with %s", i, len(lines), strings.Join(lines, "\n"), want)
