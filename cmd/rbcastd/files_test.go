@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ func TestFileCommandsHelp(t *testing.T) {
 		{[]string{"-h"}, []string{"sendfile", "recvfile"}},
 		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...", "recursively", "right hash", "-to", "-hash", "b3sum", "terminal"}},
 		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", "b3sum -c", "blake3:", ".rbcast-partial", "-count", "-inbox"}},
-		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files"}},
+		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files", "-files-keep-cached"}},
 	} {
 		code, out, errOut := runMain(c.args...)
 		if code != exitOK || errOut != "" {
@@ -127,6 +128,35 @@ func TestPrintFilesKeyLines(t *testing.T) {
 	for _, w := range []string{"\n  key mismatch: frames of the files' group dropped: 3 under", "\n  unauthenticated: 5 frames of the files' group carried no authentication tag"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// -files-keep-cached reaches the daemon's file configuration (and so the
+// store, filestore.Dir.KeepCached); by default received files' written
+// pages are given back as they are written.
+func TestFilesKeepCachedFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"-files-keep-cached"}, true},
+		{[]string{"-files-keep-cached=false"}, false},
+	} {
+		var f fileFlags
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		f.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		dc := &daemon.Config{}
+		dc.Group.Group = 1
+		if err := f.check(&runFlags{}, dc); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if dc.Files == nil || dc.Files.KeepCached != c.want {
+			t.Errorf("%v: Files %+v, want KeepCached %v", c.args, dc.Files, c.want)
 		}
 	}
 }

@@ -24,6 +24,8 @@ type fileFlags struct {
 	rate  float64
 	// keepFree: MB left free where received files are stored.
 	keepFree float64
+	// keepCached: received files' pages stay in the page cache.
+	keepCached bool
 	// maxSize: the largest file taken, in MB; 0 no limit.
 	maxSize float64
 	// maxReceiving: the most files received at once; 0 derives it
@@ -38,6 +40,7 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.inbox, "inbox", "", "store the files members send in this `directory` while no recvfile client runs (temporary name, fsync, rename)")
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
+	fs.BoolVar(&f.keepCached, "files-keep-cached", false, "keep a received file's pages in the page cache (by default the store gives each copy's written pages back as it writes, all but the last few MiB, so that its writes reuse them: cheaper on a virtual machine whose balloon reports free pages to the host; set it if a program reads each file as soon as it is stored)")
 	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
 	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 18 MiB of buffers at MTU 9000, 20 at 65535); an offer beyond them waits and is taken once one ends (one of a file held here whole already is judged at once): never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
@@ -90,6 +93,7 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 	fc.MaxReceiving = n
 	fc.MaxSize = uint64(math.Round(f.maxSize * 1e6))
 	fc.KeepFree = uint64(f.keepFree * 1e6)
+	fc.KeepCached = f.keepCached
 	fc.Rate = int64(f.rate * 1e6)
 	if f.inbox != "" {
 		abs, err := filepath.Abs(f.inbox)
