@@ -164,7 +164,7 @@ func TestSimLossy(t *testing.T) {
 // the view reaching this member before the commit and every Leave frame
 // lost; the view is never accepted here, and a failure timeout later this
 // member, leaving too, counts 1 of 2 and stops with ErrMinority
-// (docs/membership.md, "the coordinator that left unseen").
+// (docs/membership.md, "the last other member left unseen").
 func TestSimExitAtOnce(t *testing.T) {
 	poison(t)
 	viewsim.ExitAtOnceSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimExitAtOnce")
