@@ -600,13 +600,17 @@ func (c *Core) Leave(now clock.Time) {
 //     send does, answered neither: a member that missed the commit
 //     formed another view without it, its last frames cut off, and
 //     reported it failed (issue 19);
-//   - no member of the view left that the view still lists: the change
-//     that leaves it out is this member's to see through. A member that
-//     lost every Leave frame of the leaver learns that it left only from
-//     a Flush of a member whose core took the Leave (leftIn); had every
-//     such member left too, it would take the leaver for failed a
-//     failure timeout later, and the last member of the view, one of two
-//     reachable, stopped with ErrMinority (seed 34664 of TestSimExit).
+//   - no member of the view left that the view still lists, while a
+//     member this one still runs the view with remains (leaverListed):
+//     the change that leaves the leaver out is this member's to see
+//     through. A member that lost every Leave frame of the leaver learns
+//     that it left only from a Flush of a member whose core took the
+//     Leave (leftIn); had every such member left too, it would take the
+//     leaver for failed a failure timeout later, and the last member of
+//     the view, one of two reachable, stopped with ErrMinority (seed
+//     34664 of TestSimExit). With no such member left there is nobody to
+//     tell, and waiting on ended in ErrMinority (seed 19325 of
+//     TestSimExitAtOnce).
 //
 // It runs from Leave, Step and Tick (progress), never from Ready: a view
 // a coordinator alone installs there would lose its core's SelfLeft to
@@ -640,14 +644,24 @@ func (c *Core) leaveDue() bool {
 }
 
 // leaverListed reports whether a member of the installed view other than
-// this one left it (leaveInner).
+// this one left it while a member that may run the change without it
+// remains: one that did not leave, is not suspected and is live in the
+// inner core (leaveInner). With none left, no change needs this member's
+// Flush: the members it could tell are ones its core no longer runs the
+// view with, and waiting only ended in ErrMinority when the core failed
+// the last of them (seed 19325 of TestSimExitAtOnce).
 func (c *Core) leaverListed() bool {
+	listed, other := false, false
 	for _, m := range c.view.Members {
-		if m.ID != c.self && c.hasLeft(m.ID) {
-			return true
+		switch {
+		case m.ID == c.self:
+		case c.hasLeft(m.ID):
+			listed = true
+		case !containsID(c.suspects, m.ID) && c.inner.Live(m.ID):
+			other = true
 		}
 	}
-	return false
+	return listed && other
 }
 
 // Deadline is when Tick must next run.
@@ -884,6 +898,16 @@ func (c *Core) progress() {
 	case member:
 		if c.innerLeft() {
 			return // the Ready that reports SelfLeft ends it
+		}
+		if c.leaving {
+			// A leaver hands its core the Leave before it judges its
+			// majority: the turn whose failures end its wait for a
+			// change (leaverListed) may be the one that counts no
+			// majority, and a core whose Leave completes in it left.
+			c.leaveInner()
+			if c.innerLeft() {
+				return
+			}
 		}
 		if !c.primary() {
 			if c.comp != nil && c.state == member {

@@ -40,6 +40,12 @@ func TestSimComponents(t *testing.T) {
 // failed a timeout later without its last messages.
 func TestSimExit(t *testing.T) { viewsim.ExitSeeds(t, viewsim.FIFO, "reliable/view", "TestSimExit") }
 
+// TestSimExitAtOnce is TestSimExit with every process leaving at the
+// same instant (viewsim.ExitAtOnceSeeds).
+func TestSimExitAtOnce(t *testing.T) {
+	viewsim.ExitAtOnceSeeds(t, viewsim.FIFO, "reliable/view", "TestSimExitAtOnce")
+}
+
 // TestSimLeaveAtChange is issue 19's leaver mid-change: one member
 // crashes and another leaves about when the change for the crash starts,
 // at 5 or 10 % loss; nobody else may stop (viewsim.LeaveAtChangeSeeds).

@@ -647,9 +647,12 @@ type scenario struct {
 	// (ViewSuspect) change the view.
 	deaf bool
 	// exit: every founder leaves, a few milliseconds apart, at exitAt
-	// after the start (a program whose processes all exit once done).
-	exit   bool
-	exitAt time.Duration
+	// after the start (a program whose processes all exit once done):
+	// each at exitAt plus up to exitJitter, drawn per process (0: every
+	// one at exitAt, the same instant).
+	exit       bool
+	exitAt     time.Duration
+	exitJitter time.Duration
 	// leaveAtChange: one member crashes at crashAt and another leaves
 	// about when the others' cores fail it (the failure timeout later,
 	// give or take a few milliseconds): its Leave and the change's
@@ -670,6 +673,9 @@ type scenario struct {
 func (s scenario) String() string {
 	str := fmt.Sprintf("seed=%d level=%v mix=%d founders=%d joiners=%d crashes=%d restarts=%d leaves=%d loss=%.3f dup=%.3f reorder=%.3f msgs=%d batch=%v deaf=%v exit=%v",
 		s.seed, s.level, s.mix, s.founders, s.joiners, s.crashes, s.restarts, s.leaves, s.loss, s.dup, s.reorder, s.msgs, s.batch, s.deaf, s.exitAt)
+	if s.exit {
+		str += fmt.Sprintf(" exit-jitter=%v", s.exitJitter)
+	}
 	if s.holds {
 		str += " holds=true"
 	}
@@ -848,7 +854,11 @@ func runScenario(t testing.TB, s scenario) *simRun {
 	}
 	if s.exit {
 		for _, p := range r.procs {
-			p.exitAt = p.run.start.Add(s.exitAt + time.Duration(rng.IntN(4000))*time.Microsecond)
+			var j time.Duration
+			if s.exitJitter > 0 {
+				j = time.Duration(rng.IntN(int(s.exitJitter/time.Microsecond))) * time.Microsecond
+			}
+			p.exitAt = p.run.start.Add(s.exitAt + j)
 		}
 	}
 	if s.deaf {
@@ -1504,7 +1514,25 @@ func (t *relayTally) String() string {
 // others, at a time drawn per seed. The checkers are the churn
 // simulation's (leaversDelivered among them).
 func ExitSeeds(t *testing.T, level Level, pkg, test string) {
-	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return exitScenario(seed, level) })
+	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return exitScenario(seed, level, exitJitter) })
+}
+
+// exitJitter is how far apart ExitSeeds' processes leave: each at the
+// seed's exit time plus up to this much, drawn per process.
+const exitJitter = 4 * time.Millisecond
+
+// ExitAtOnceSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with
+// -short) of ExitSeeds' program with every process leaving at the same
+// instant (no jitter): the Leaves of all cross, and a member may lose
+// every Leave frame of the coordinator it waits for (seed 19325).
+func ExitAtOnceSeeds(t *testing.T, level Level, pkg, test string) {
+	runSeeds(t, seeds.Count(t, 300, 50), pkg, test, func(seed uint64) scenario { return exitScenario(seed, level, 0) })
+}
+
+// ExitAtOnceSeed runs one seed of ExitAtOnceSeeds, whatever RBCAST_SEEDS
+// says.
+func ExitAtOnceSeed(t *testing.T, level Level, seed uint64) {
+	runOne(t, exitScenario(seed, level, 0), "")
 }
 
 // LeaveAtChangeSeeds runs $RBCAST_SEEDS seeds (300 by default, 50 with
@@ -1579,12 +1607,12 @@ func leaveAtCrashScenario(seed uint64, level Level) scenario {
 
 // ExitSeed runs one seed of ExitSeeds, whatever RBCAST_SEEDS says.
 func ExitSeed(t *testing.T, level Level, seed uint64) {
-	runOne(t, exitScenario(seed, level), "")
+	runOne(t, exitScenario(seed, level, exitJitter), "")
 }
 
-func exitScenario(seed uint64, level Level) scenario {
+func exitScenario(seed uint64, level Level, jitter time.Duration) scenario {
 	r := rand.New(rand.NewPCG(seed, 0xe417))
-	s := scenario{seed: seed, founders: 2 + r.IntN(3), msgs: uint32(5 + r.IntN(40)), loss: 0.05, exit: true, level: level}
+	s := scenario{seed: seed, founders: 2 + r.IntN(3), msgs: uint32(5 + r.IntN(40)), loss: 0.05, exit: true, exitJitter: jitter, level: level}
 	s.exitAt = time.Duration(220+r.IntN(200)) * time.Millisecond
 	s.level = drawOrdered(r, level)
 	return s
