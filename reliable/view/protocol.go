@@ -899,7 +899,7 @@ func (c *Core) progress() {
 		if c.innerLeft() {
 			return // the Ready that reports SelfLeft ends it
 		}
-		if c.leaving {
+		if c.leaving && c.leaveBeforeJudged() {
 			// A leaver hands its core the Leave before it judges its
 			// majority: the turn whose failures end its wait for a
 			// change (leaverListed) may be the one that counts no
@@ -931,6 +931,23 @@ func (c *Core) progress() {
 			c.propose()
 		}
 	}
+}
+
+// leaveBeforeJudged reports whether a leaver may hand its core the Leave
+// before it judges its majority (progress): where it counts one, or where
+// the members it does not reach could not count one without it, at most
+// one other member counted (1 of 2, a tie). Beyond that a Leave completed
+// in the turn whose failures leave it in a minority completes for want of
+// anyone to acknowledge it: the members it does not reach, a majority,
+// go on without its last messages while it reports SelfLeft
+// (TestLeaverCutOffWhileWaiting). A tie's other member goes on only by
+// counting this one out as left, once it delivered all its messages.
+func (c *Core) leaveBeforeJudged() bool {
+	if !c.cfg.Primary {
+		return true
+	}
+	present, total := c.reachable()
+	return 2*present > total || total <= 2
 }
 
 // ErrMinority is wrapped by the error of a member that stopped because
