@@ -224,6 +224,7 @@ var (
 // Restore and New, which apply early writes): a reader that comes after
 // takes it.
 func TestBatchObjectLock(t *testing.T) {
+	lockSeen = nil // what an earlier run (-count, -shuffle) or test recorded
 	n, _ := startedNode(t, &nullEnv{})
 	a, err := New(n, "a", tlocked, 0)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,15 +351,28 @@ func (g *gateWaker) set(shut bool) {
 // Two hosted groups that post while the Loop waits wake its source
 // once (the barrier's two Sends in dsm's channel mode): the first wake
 // ends the wait, the second finds it ended.
+//
+// The Sends come once the Loop waits in its source's Recv, towards a
+// heartbeat 5 s away: a fixed 50 ms sleep found the Loop still in its
+// first turns on a loaded machine now and then, where a post wakes
+// nobody (the next plan sees it), and the test counted 0 wakes.
 func TestLoopWakesOnce(t *testing.T) {
+	defer func(d time.Duration) { quietMaxWait = d }(quietMaxWait)
+	quietMaxWait = 10 * time.Second
 	r := rtnet.New(t, 24)
 	l := r.Attach(t, testnet.EndpointConfig{})
 	members := staticMembers([]*rtnet.Link{l})
 	gate := &gateWaker{w: l}
-	lp := NewLoop(LoopSourceFunc(l.Recv), gate)
+	var inRecv atomic.Int32 // how many of the source's Recvs have begun and not returned
+	lp := NewLoop(LoopSourceFunc(func(deadline time.Time, fs []link.Frame) (int, error) {
+		inRecv.Add(1)
+		defer inRecv.Add(-1)
+		return l.Recv(deadline, fs)
+	}), gate)
 	var gs []*Group
 	for _, id := range []uint32{7, 8} {
 		g, err := JoinLoop(context.Background(), lp, l, Config{Group: id, Members: members, Self: 1, Logger: quiet,
+			HeartbeatInterval: 5 * time.Second, FailureTimeout: 11 * time.Second,
 			Deliver: func(frame.MemberID, []byte) {}})
 		if err != nil {
 			t.Fatal(err)
@@ -373,7 +387,13 @@ func TestLoopWakesOnce(t *testing.T) {
 		}
 		lp.Close()
 	}()
-	time.Sleep(50 * time.Millisecond) // the Loop's first turns are taken; it waits
+	// The Loop's first turns are taken and it waits in Recv: its plan,
+	// which would see a post as due, is behind it.
+	for deadline := time.Now().Add(10 * time.Second); inRecv.Load() == 0 || !lp.waiting.Load(); time.Sleep(time.Millisecond) { // polls; asserts nothing by time
+		if time.Now().After(deadline) {
+			t.Fatal("the Loop did not wait in its source's Recv within 10 s")
+		}
+	}
 	gate.set(true)
 	gate.mu.Lock()
 	before := gate.n
