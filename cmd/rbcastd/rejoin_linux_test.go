@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,9 +131,16 @@ func TestNetnsRejoin(t *testing.T) {
 	back, _ := time.Parse(time.RFC3339Nano, after.LastRejoin.BackAt)
 	t.Logf("host 1 member 1 again in view %d with incarnation %d (was %d) after %d rejoin(s): left out at %s, a member again %v later (the test healed the cut %v after it was left out)",
 		after.View.ID, incarnationOf(after, 1), inc, after.Rejoins, after.LastRejoin.At, back.Sub(out).Round(time.Millisecond), healed.Sub(out).Round(time.Millisecond))
+	// A loaded machine may leave host 1 out once more between the two
+	// reads (seen once under load: the text counted one rejoin more), so
+	// the text's count is at least the snapshot's.
 	text, err := c.cli(ctx, 1, "status").CombinedOutput()
-	if err != nil || !bytes.Contains(text, []byte(fmt.Sprintf("rejoins: %d; the last: the group went on without this daemon at", after.Rejoins))) {
-		t.Errorf("status at host 1: %v\n%s", err, text)
+	n := -1
+	if m := regexp.MustCompile(`rejoins: (\d+); the last: the group went on without this daemon at`).FindSubmatch(text); m != nil {
+		n, _ = strconv.Atoi(string(m[1]))
+	}
+	if err != nil || n < after.Rejoins {
+		t.Errorf("status at host 1: %v, want %d rejoins or more named\n%s", err, after.Rejoins, text)
 	}
 
 	// Messages reach it again.
