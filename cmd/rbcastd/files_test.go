@@ -163,15 +163,16 @@ func TestFilesKeepCachedFlag(t *testing.T) {
 }
 
 // -files-ring-mb sizes the files' link's receive ring (ring.Config.RingBytes,
-// a V3 ring): 64 MiB by default, four times link/ring's default; out of
-// range is a clear error.
+// a V3 ring): 16 MiB by default, link/ring's default; out of range is a
+// clear error.
 func TestFilesRingFlag(t *testing.T) {
 	for _, c := range []struct {
 		args    []string
 		want    int
 		wantErr string
 	}{
-		{nil, 64 << 20, ""},
+		{nil, 16 << 20, ""},
+		{[]string{"-files-ring-mb", "64"}, 64 << 20, ""},
 		{[]string{"-files-ring-mb", "16"}, 16 << 20, ""},
 		{[]string{"-files-ring-mb", "4095"}, 4095 << 20, ""},
 		{[]string{"-files-ring-mb", "0"}, 0, "-files-ring-mb is 0 MiB, want 1..4095"},
