@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/link/ring"
 )
 
 func TestFileCommandsHelp(t *testing.T) {
@@ -18,7 +19,7 @@ func TestFileCommandsHelp(t *testing.T) {
 		{[]string{"-h"}, []string{"sendfile", "recvfile"}},
 		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...", "recursively", "right hash", "-to", "-hash", "b3sum", "terminal"}},
 		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", "b3sum -c", "blake3:", ".rbcast-partial", "-count", "-inbox"}},
-		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files", "-files-keep-cached"}},
+		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files", "-files-keep-cached", "-files-ring-mb"}},
 	} {
 		code, out, errOut := runMain(c.args...)
 		if code != exitOK || errOut != "" {
@@ -158,6 +159,47 @@ func TestFilesKeepCachedFlag(t *testing.T) {
 		}
 		if dc.Files == nil || dc.Files.KeepCached != c.want {
 			t.Errorf("%v: Files %+v, want KeepCached %v", c.args, dc.Files, c.want)
+		}
+	}
+}
+
+// -files-ring-mb sizes the files' link's receive ring (ring.Config.RingBytes,
+// a V3 ring): 16 MiB by default, link/ring's default; out of range is a
+// clear error.
+func TestFilesRingFlag(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		want    int
+		wantErr string
+	}{
+		{nil, 16 << 20, ""},
+		{[]string{"-files-ring-mb", "64"}, 64 << 20, ""},
+		{[]string{"-files-ring-mb", "16"}, 16 << 20, ""},
+		{[]string{"-files-ring-mb", "4095"}, 4095 << 20, ""},
+		{[]string{"-files-ring-mb", "0"}, 0, "-files-ring-mb is 0 MiB, want 1..4095"},
+		{[]string{"-files-ring-mb", "4096"}, 0, "-files-ring-mb is 4096 MiB, want 1..4095"},
+	} {
+		var f fileFlags
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		f.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		dc := &daemon.Config{}
+		dc.Group.Group = 1
+		err := f.check(&runFlags{}, dc)
+		if c.wantErr != "" {
+			if err == nil || err.Error() != c.wantErr {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		rc := filesRingConfig(0x88B5, []uint32{7}, f.ringMB)
+		if rc.RingBytes != c.want || rc.Version != ring.V3 || rc.BlockCount != 0 {
+			t.Errorf("%v: ring config %+v, want a V3 ring of %d bytes", c.args, rc, c.want)
 		}
 	}
 }

@@ -234,7 +234,9 @@ func TestLinksLate(t *testing.T) {
 		open func() (link.Link, error)
 	}{
 		{"group", func() (link.Link, error) { return openGroupLink("ring", h.Iface, 0, -1, false, []uint32{7}, quietLog) }},
-		{"files", func() (link.Link, error) { return openFilesLink("ring", h.Iface, 0, []uint32{7}, quietLog) }},
+		{"files", func() (link.Link, error) {
+			return openFilesLink("ring", h.Iface, 0, []uint32{7}, defaultFilesRingMB, quietLog)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var l link.Link

@@ -418,18 +418,24 @@ func openGroupLink(kind, iface string, etherType uint16, rxSpin time.Duration, a
 // the link, after the join, on a goroutine of their own. Until they are,
 // a plain socket open since the start receives and sends the files'
 // frames, so none is lost.
-func openFilesLink(kind, iface string, etherType uint16, groups []uint32, log *slog.Logger) (link.Link, error) {
+func openFilesLink(kind, iface string, etherType uint16, groups []uint32, ringMB int, log *slog.Logger) (link.Link, error) {
 	if kind == "afpacket" {
 		return openLink(kind, iface, etherType, -1, groups)
 	}
 	if etherType == 0 {
 		etherType = frame.EtherType
 	}
-	l, err := openLateRing(iface, ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3, RawKicks: true}, "files", log)
+	l, err := openLateRing(iface, filesRingConfig(etherType, groups, ringMB), "files", log)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// filesRingConfig is the files' ring link's configuration: a V3 receive
+// ring of ringMB MiB (-files-ring-mb), no spin, raw kicks.
+func filesRingConfig(etherType uint16, groups []uint32, ringMB int) ring.Config {
+	return ring.Config{EtherType: etherType, RxSpin: -1, Groups: groups, Version: ring.V3, RawKicks: true, RingBytes: ringMB << 20}
 }
 
 // settleDelay is the longest run waits for its group to start before it
@@ -611,7 +617,7 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if f.files.udp != nil {
 			fl, err = openUDP(*f.files.udp, log.With("link", "files"))
 		} else {
-			fl, err = openFilesLink(f.linkKind, f.iface, dc.Group.EtherType, groups, log)
+			fl, err = openFilesLink(f.linkKind, f.iface, dc.Group.EtherType, groups, f.files.ringMB, log)
 		}
 		if err != nil {
 			return fail(stderr, "run", fmt.Errorf("the files' link (-files=false turns files off): %w", err))

@@ -31,6 +31,8 @@ type fileFlags struct {
 	// maxReceiving: the most files received at once; 0 derives it
 	// (filesMaxReceiving).
 	maxReceiving int
+	// ringMB: the files' link's receive ring in MiB (ring.Config.RingBytes).
+	ringMB int
 
 	udp *udp.Config // with -link udp: the files' link's (set by check)
 }
@@ -43,8 +45,16 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.keepCached, "files-keep-cached", false, "keep a received file's pages in the page cache (by default the store gives each copy's written pages back as it writes, all but the last few MiB, so that its writes reuse them: cheaper on a virtual machine whose balloon reports free pages to the host; set it if a program reads each file as soon as it is stored)")
 	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
 	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 18 MiB of buffers at MTU 9000, 20 at 65535); an offer beyond them waits and is taken once one ends (one of a file held here whole already is judged at once): never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
+	fs.IntVar(&f.ringMB, "files-ring-mb", defaultFilesRingMB, "the files' link's receive ring, in `MiB` (a TPACKET_V3 ring, kernel memory held while the daemon runs; ignored with -link afpacket or udp): what a receiver descheduled while the file multicast goes on can take before the kernel drops frames, each of which is repaired to it alone; a larger one also queues repairs and reports behind its backlog; below 16 the multicast's window, half of 16 MiB, no longer fits; 1..4095")
 	fs.Float64Var(&f.rate, "file-rate", 125, "the file multicast's pace in `MB/s` (1e6 bytes/s; repairs included); set it near the segment's rate")
 }
+
+// defaultFilesRingMB is -files-ring-mb's default: link/ring's default
+// receive ring (DefaultRingBytes). 64 MiB removed the receivers' ring
+// overflows but, loaded, halved the rate at 5 % loss: the backlog it
+// holds delays the repairs and the reports (docs/protocols.md, "A larger
+// files' receive ring, tried").
+const defaultFilesRingMB = 16
 
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
@@ -81,6 +91,8 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 		return fmt.Errorf("-files-group %d is the message group's id", fc.Group)
 	case f.rate < 0.001 || f.rate > 100_000:
 		return fmt.Errorf("-file-rate is %v MB/s, want 0.001..100000", f.rate)
+	case f.ringMB < 1 || f.ringMB > 4095:
+		return fmt.Errorf("-files-ring-mb is %d MiB, want 1..4095", f.ringMB)
 	case f.keepFree < 0 || f.keepFree > 1e12:
 		return fmt.Errorf("-files-keep-free is %v MB, want 0..1e12", f.keepFree)
 	case f.maxSize != 0 && !(f.maxSize >= 1e-6 && f.maxSize <= 1e12):

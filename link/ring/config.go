@@ -83,8 +83,12 @@ type Config struct {
 	// 0 derives it from the MTU (see Geometry).
 	BlockSize int
 	// BlockCount is the number of receive ring blocks, at least 2; 0 means
-	// enough for DefaultRingBytes.
+	// enough for RingBytes.
 	BlockCount int
+	// RingBytes is the receive ring size aimed at when BlockCount is 0
+	// (rounded down to whole blocks, at least 8 of them); 0 means
+	// DefaultRingBytes. At most 4 GiB.
+	RingBytes int
 	// BlockTimeout is how long the kernel keeps a partly filled V3 block
 	// before handing it to us, rounded up to whole milliseconds (the
 	// kernel's unit). 0 means DefaultBlockTimeout. Ignored by V2.
@@ -353,8 +357,14 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 	if err := checkBlockSize("BlockSize", r.BlockSize, frame+extra); err != nil {
 		return r, err
 	}
+	switch {
+	case r.RingBytes < 0 || int64(r.RingBytes) > 1<<32-1:
+		return r, fmt.Errorf("ring: Config.RingBytes = %d: want 0 (the default, %d) up to 4 GiB", cfg.RingBytes, DefaultRingBytes)
+	case r.RingBytes == 0:
+		r.RingBytes = DefaultRingBytes
+	}
 	var err error
-	if r.BlockCount, err = blockCount("BlockCount", r.BlockCount, r.BlockSize, DefaultRingBytes); err != nil {
+	if r.BlockCount, err = blockCount("BlockCount", r.BlockCount, r.BlockSize, r.RingBytes); err != nil {
 		return r, err
 	}
 	r.rx = Geometry{BlockSize: r.BlockSize, BlockCount: r.BlockCount, FrameSize: frame}

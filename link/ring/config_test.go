@@ -73,6 +73,36 @@ func TestGeometry(t *testing.T) {
 	}
 }
 
+// RingBytes sizes the receive ring in whole blocks of the derived block
+// size (rbcastd's files' link: -files-ring-mb); 0 is DefaultRingBytes,
+// and BlockCount, when given, wins.
+func TestRingBytes(t *testing.T) {
+	for _, tc := range []struct {
+		cfg        Config
+		mtu        int
+		wantBlocks int
+		wantBytes  int
+	}{
+		{Config{Version: V3}, 9000, 64, 16 << 20},
+		{Config{Version: V3, RingBytes: 64 << 20}, 9000, 256, 64 << 20},
+		{Config{Version: V3, RingBytes: 64<<20 + 1000}, 9000, 256, 64 << 20},
+		{Config{RingBytes: 1 << 20}, 1500, 16, 1 << 20},
+		{Config{RingBytes: 1}, 1500, minBlocks, minBlocks * 64 << 10},
+		{Config{RingBytes: 64 << 20, BlockCount: 4}, 1500, 4, 4 * 64 << 10},
+	} {
+		r, err := tc.cfg.resolve(tc.mtu)
+		if err != nil {
+			t.Fatalf("%+v at MTU %d: %v", tc.cfg, tc.mtu, err)
+		}
+		if r.rx.BlockCount != tc.wantBlocks || r.rx.Bytes() != tc.wantBytes {
+			t.Errorf("%+v at MTU %d: %d blocks, %d bytes; want %d, %d", tc.cfg, tc.mtu, r.rx.BlockCount, r.rx.Bytes(), tc.wantBlocks, tc.wantBytes)
+		}
+		if r.tx.Bytes() != DefaultTxRingBytes && tc.mtu == 1500 {
+			t.Errorf("%+v: transmit ring %d bytes, want the default %d", tc.cfg, r.tx.Bytes(), DefaultTxRingBytes)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
@@ -85,6 +115,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{BlockSize: 8192}, 9000, "Config.BlockSize = 8192 is too small"},
 		{Config{Version: V3, BlockSize: 65536}, 65535, "Config.BlockSize = 65536 is too small"},
 		{Config{BlockCount: 1}, 1500, "Config.BlockCount = 1: want at least 2"},
+		{Config{RingBytes: -1}, 1500, "Config.RingBytes = -1"},
+		{Config{RingBytes: 1 << 32}, 1500, "Config.RingBytes = 4294967296"},
 		{Config{TxBlockSize: 3}, 1500, "Config.TxBlockSize = 3"},
 		{Config{TxBlockCount: -1}, 1500, "Config.TxBlockCount = -1"},
 		{Config{BlockTimeout: -time.Second}, 1500, "Config.BlockTimeout = -1s"},
