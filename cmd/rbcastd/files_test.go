@@ -48,7 +48,7 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 		{[]string{"recvfile", "-dir", "/tmp", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", "/nonexistent/inbox"}, "-inbox: stat /nonexistent/inbox: no such file or directory"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", file}, "-inbox: " + file + " is not a directory"},
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size and -files-max-receiving need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size, -files-max-receiving and -files-ring-mb need -files"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "1"}, "-files-group 1 is the message group's id"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "x"}, `-files-group is "x"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "2147483648"}, "-group 2147483648 flipped is 0"},
@@ -56,6 +56,7 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-keep-free", "-1"}, "-files-keep-free is -1 MB, want 0..1e12"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-keep-free", "10"}, "need -files"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-keep-cached"}, "need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-ring-mb", "64"}, "need -files"},
 		{[]string{"run", "-group", "1", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:65535"}, "files over -link udp use each port + 1, and the -udp-peers/-udp-seed address 127.0.0.1:65535 has port 65535"},
 		{[]string{"run", "-group", "1", "-link", "udp", "-udp-group", "239.1.1.1:65535", "-i", "rbnone0"}, "-udp-group 239.1.1.1:65535 has port 65535"},
 	} {

@@ -59,10 +59,10 @@ const defaultFilesRingMB = 16
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
 func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
-	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.keepCached || f.maxSize != 0 || f.maxReceiving != 0
+	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.keepCached || f.maxSize != 0 || f.maxReceiving != 0 || f.ringMB != defaultFilesRingMB
 	if !f.on {
 		if given {
-			return errors.New("-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size and -files-max-receiving need -files")
+			return errors.New("-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size, -files-max-receiving and -files-ring-mb need -files")
 		}
 		return nil
 	}
