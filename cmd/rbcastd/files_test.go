@@ -19,7 +19,7 @@ func TestFileCommandsHelp(t *testing.T) {
 		{[]string{"-h"}, []string{"sendfile", "recvfile"}},
 		{[]string{"sendfile", "--help"}, []string{"usage: rbcastd sendfile [-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...", "recursively", "right hash", "-to", "-hash", "b3sum", "terminal"}},
 		{[]string{"recvfile", "-h"}, []string{"usage: rbcastd recvfile [-socket PATH] -dir DIR [-count N]", "sha256sum", "b3sum -c", "blake3:", ".rbcast-partial", "-count", "-inbox"}},
-		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files", "-files-keep-cached", "-files-ring-mb"}},
+		{[]string{"run", "-h"}, []string{"-inbox", "-files-group", "-file-rate", "-files", "-files-drop-written", "-files-ring-mb"}},
 	} {
 		code, out, errOut := runMain(c.args...)
 		if code != exitOK || errOut != "" {
@@ -48,14 +48,14 @@ func TestFileCommandsUsageErrors(t *testing.T) {
 		{[]string{"recvfile", "-dir", "/tmp", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", "/nonexistent/inbox"}, "-inbox: stat /nonexistent/inbox: no such file or directory"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-inbox", file}, "-inbox: " + file + " is not a directory"},
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size, -files-max-receiving and -files-ring-mb need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-inbox", "/tmp"}, "-inbox, -files-group, -files-keep-free, -files-drop-written, -files-max-size, -files-max-receiving and -files-ring-mb need -files"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "1"}, "-files-group 1 is the message group's id"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-group", "x"}, `-files-group is "x"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "2147483648"}, "-group 2147483648 flipped is 0"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-file-rate", "0"}, "-file-rate is 0 MB/s"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files-keep-free", "-1"}, "-files-keep-free is -1 MB, want 0..1e12"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-keep-free", "10"}, "need -files"},
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-keep-cached"}, "need -files"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-drop-written"}, "need -files"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-ring-mb", "64"}, "need -files"},
 		{[]string{"run", "-group", "1", "-link", "udp", "-udp-peers", "127.0.0.1:7000,127.0.0.1:65535"}, "files over -link udp use each port + 1, and the -udp-peers/-udp-seed address 127.0.0.1:65535 has port 65535"},
 		{[]string{"run", "-group", "1", "-link", "udp", "-udp-group", "239.1.1.1:65535", "-i", "rbnone0"}, "-udp-group 239.1.1.1:65535 has port 65535"},
@@ -135,17 +135,17 @@ func TestPrintFilesKeyLines(t *testing.T) {
 	}
 }
 
-// -files-keep-cached reaches the daemon's file configuration (and so the
-// store, filestore.Dir.KeepCached); by default received files' written
-// pages are given back as they are written.
-func TestFilesKeepCachedFlag(t *testing.T) {
+// -files-drop-written reaches the daemon's file configuration (and so the
+// store, filestore.Dir.DropWritten); by default received files' written
+// pages stay in the page cache.
+func TestFilesDropWrittenFlag(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want bool
 	}{
 		{nil, false},
-		{[]string{"-files-keep-cached"}, true},
-		{[]string{"-files-keep-cached=false"}, false},
+		{[]string{"-files-drop-written"}, true},
+		{[]string{"-files-drop-written=false"}, false},
 	} {
 		var f fileFlags
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -158,8 +158,8 @@ func TestFilesKeepCachedFlag(t *testing.T) {
 		if err := f.check(&runFlags{}, dc); err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		if dc.Files == nil || dc.Files.KeepCached != c.want {
-			t.Errorf("%v: Files %+v, want KeepCached %v", c.args, dc.Files, c.want)
+		if dc.Files == nil || dc.Files.DropWritten != c.want {
+			t.Errorf("%v: Files %+v, want DropWritten %v", c.args, dc.Files, c.want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func TestRunFilesMaxSizeFlag(t *testing.T) {
 		}
 	}
 	code, _, errOut := runMain("run", "-i", "rbnone0", "-group", "1", "-files=false", "-files-max-size", "10")
-	if want := "-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size, -files-max-receiving and -files-ring-mb need -files"; code != exitUsage || !strings.Contains(errOut, want) {
+	if want := "-inbox, -files-group, -files-keep-free, -files-drop-written, -files-max-size, -files-max-receiving and -files-ring-mb need -files"; code != exitUsage || !strings.Contains(errOut, want) {
 		t.Errorf("-files=false -files-max-size 10: exit %d, stderr %q; want exit 2 and %q", code, errOut, want)
 	}
 	code, out, _ := runMain("run", "-h")

@@ -24,8 +24,9 @@ type fileFlags struct {
 	rate  float64
 	// keepFree: MB left free where received files are stored.
 	keepFree float64
-	// keepCached: received files' pages stay in the page cache.
-	keepCached bool
+	// dropWritten: received files' written pages are given back as
+	// they are written.
+	dropWritten bool
 	// maxSize: the largest file taken, in MB; 0 no limit.
 	maxSize float64
 	// maxReceiving: the most files received at once; 0 derives it
@@ -42,7 +43,7 @@ func (f *fileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.inbox, "inbox", "", "store the files members send in this `directory` while no recvfile client runs (temporary name, fsync, rename)")
 	fs.StringVar(&f.group, "files-group", "", "group `id` of the file frames (default: -group with its top bit flipped); all members must agree")
 	fs.Float64Var(&f.keepFree, "files-keep-free", 0, "refuse a received file, at its offer, that would leave less than this many `MB` (1e6 bytes) free on the file system it is stored in; the sender is told (no room)")
-	fs.BoolVar(&f.keepCached, "files-keep-cached", false, "keep a received file's pages in the page cache (by default the store gives each copy's written pages back as it writes, all but the last few MiB, so that its writes reuse them: cheaper on a virtual machine whose balloon reports free pages to the host; set it if a program reads each file as soon as it is stored)")
+	fs.BoolVar(&f.dropWritten, "files-drop-written", false, "give a received file's written pages back to the kernel as the copy is written, all but the last few MiB, so that its writes reuse them: it saved receivers CPU on a loaded virtual machine whose balloon reports free pages to the host, and keeps received files out of the page cache; a program that reads each file as soon as it is stored then reads it from the disk")
 	fs.Float64Var(&f.maxSize, "files-max-size", 0, "refuse a received file, at its offer, larger than this many `MB` (1e6 bytes); the sender is told (larger than it takes); 0: no limit but the file core's, 2^28 blocks")
 	fs.IntVar(&f.maxReceiving, "files-max-receiving", 0, "receive at most this many `files` at once (each holds 2 descriptors and up to 18 MiB of buffers at MTU 9000, 20 at 65535); an offer beyond them waits and is taken once one ends (one of a file held here whole already is judged at once): never refused (0: 64, fewer if RLIMIT_NOFILE leaves less than 4 descriptors a file)")
 	fs.IntVar(&f.ringMB, "files-ring-mb", defaultFilesRingMB, "the files' link's receive ring, in `MiB` (a TPACKET_V3 ring, kernel memory held while the daemon runs; ignored with -link afpacket or udp): what a receiver descheduled while the file multicast goes on can take before the kernel drops frames, each of which is repaired to it alone; a larger one also queues repairs and reports behind its backlog; below 16 the multicast's window, half of 16 MiB, no longer fits; 1..4095")
@@ -59,10 +60,10 @@ const defaultFilesRingMB = 16
 // check validates the flags and sets dc.Files (its Link is opened by
 // runCmd).
 func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
-	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.keepCached || f.maxSize != 0 || f.maxReceiving != 0 || f.ringMB != defaultFilesRingMB
+	given := f.inbox != "" || f.group != "" || f.keepFree != 0 || f.dropWritten || f.maxSize != 0 || f.maxReceiving != 0 || f.ringMB != defaultFilesRingMB
 	if !f.on {
 		if given {
-			return errors.New("-inbox, -files-group, -files-keep-free, -files-keep-cached, -files-max-size, -files-max-receiving and -files-ring-mb need -files")
+			return errors.New("-inbox, -files-group, -files-keep-free, -files-drop-written, -files-max-size, -files-max-receiving and -files-ring-mb need -files")
 		}
 		return nil
 	}
@@ -105,7 +106,7 @@ func (f *fileFlags) check(rf *runFlags, dc *daemon.Config) error {
 	fc.MaxReceiving = n
 	fc.MaxSize = uint64(math.Round(f.maxSize * 1e6))
 	fc.KeepFree = uint64(f.keepFree * 1e6)
-	fc.KeepCached = f.keepCached
+	fc.DropWritten = f.dropWritten
 	fc.Rate = int64(f.rate * 1e6)
 	if f.inbox != "" {
 		abs, err := filepath.Abs(f.inbox)

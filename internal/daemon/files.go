@@ -56,10 +56,10 @@ type FilesConfig struct {
 	// the directory a file is stored in: a file that would leave less is
 	// refused at its offer, and the sender told (no room).
 	KeepFree uint64
-	// KeepCached keeps received files' pages in the page cache
-	// (filestore.Dir.KeepCached): by default each copy's written prefix
-	// is given back as it is written.
-	KeepCached bool
+	// DropWritten gives each received copy's written prefix back to the
+	// page cache as it is written (filestore.Dir.DropWritten); off by
+	// default.
+	DropWritten bool
 	// MaxSize, if not 0, is the largest file the daemon takes, in bytes:
 	// a larger one is refused at its offer, and the sender told (larger
 	// than it takes).
@@ -328,7 +328,7 @@ func (k *fileSink) Open(m reliable.FileMeta) (reliable.FileSinkFile, []frame.Ran
 	if dir == "" {
 		return nil, nil, reliable.ErrFileDeclined
 	}
-	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree, KeepCached: s.cfg.KeepCached}).Open(m)
+	f, held, err := (&filestore.Dir{Root: dir, KeepFree: s.cfg.KeepFree, DropWritten: s.cfg.DropWritten}).Open(m)
 	if errors.Is(err, reliable.ErrFileNoSpace) || errors.Is(err, reliable.ErrFileNameTooLong) || errors.Is(err, reliable.ErrFileTooBigForFS) || errors.Is(err, reliable.ErrFileBadName) {
 		return nil, nil, err // a refusal: logged at its report (onReport), with the core's
 	}

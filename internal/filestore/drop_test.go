@@ -45,20 +45,20 @@ func writeAll(t *testing.T, f files.SinkFile, m files.Meta, data []byte) {
 // of the prefix written out a write-behind before, one after another from
 // the file's start, each page asked twice (a page still being written out
 // the first time goes the second), up to two write-behinds and a run short
-// of the end; none with Dir.KeepCached. Without dropWritten, none.
+// of the end; none without Dir.DropWritten. Without dropWritten, none.
 func TestWrittenPrefixDropRanges(t *testing.T) {
 	data := randomBytes(48<<20, 5)
 	m := meta("big", data, 8964)
 	for _, keep := range []bool{false, true} {
 		drops := recordDrops(t)
-		f, _, err := (&Dir{Root: t.TempDir(), KeepCached: keep}).Open(m)
+		f, _, err := (&Dir{Root: t.TempDir(), DropWritten: !keep}).Open(m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		writeAll(t, f, m, data)
 		if keep {
 			if len(*drops) != 0 {
-				t.Errorf("KeepCached: %d ranges dropped, want none", len(*drops))
+				t.Errorf("without DropWritten: %d ranges dropped, want none", len(*drops))
 			}
 		} else {
 			if len(*drops) < 3 {
@@ -128,7 +128,7 @@ func resident(t *testing.T, path string, size int) (in, all int) {
 
 // The kernel takes the pages: of a 48 MiB copy written in order, fewer
 // than half of its pages are in the page cache once it is stored (about
-// all of them with Dir.KeepCached, and without dropWritten). The stored
+// all of them without Dir.DropWritten, and without dropWritten). The stored
 // file is the data either way.
 func TestWrittenPrefixDropped(t *testing.T) {
 	root := t.TempDir()
@@ -142,7 +142,7 @@ func TestWrittenPrefixDropped(t *testing.T) {
 	data := randomBytes(48<<20, 6)
 	for _, keep := range []bool{false, true} {
 		m := meta("big", data, 8964)
-		d := &Dir{Root: t.TempDir(), KeepCached: keep}
+		d := &Dir{Root: t.TempDir(), DropWritten: !keep}
 		f, _, err := d.Open(m)
 		if err != nil {
 			t.Fatal(err)
@@ -153,12 +153,12 @@ func TestWrittenPrefixDropped(t *testing.T) {
 		}
 		path := filepath.Join(d.Root, "big")
 		in, all := resident(t, path, len(data))
-		t.Logf("KeepCached %v: %d of the file's %d pages in the page cache", keep, in, all)
+		t.Logf("DropWritten %v: %d of the file's %d pages in the page cache", !keep, in, all)
 		if !keep && in > all/2 {
 			t.Errorf("%d of %d pages resident, want at most half", in, all)
 		}
 		if keep && in < all*3/4 {
-			t.Errorf("KeepCached: %d of %d pages resident, want three quarters or more", in, all)
+			t.Errorf("without DropWritten: %d of %d pages resident, want three quarters or more", in, all)
 		}
 		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("the stored file differs from the data (%v)", err)
@@ -172,7 +172,7 @@ func TestWrittenPrefixDropped(t *testing.T) {
 // stores the file's bytes.
 func TestWrittenPrefixDroppedLossy(t *testing.T) {
 	drops := recordDrops(t)
-	d := &Dir{Root: t.TempDir()}
+	d := &Dir{Root: t.TempDir(), DropWritten: true}
 	data := randomBytes(40<<20, 77)
 	m := meta("lossy", data, 8964)
 	block := func(b uint32) []byte {

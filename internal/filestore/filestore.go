@@ -58,15 +58,16 @@ type Dir struct {
 	// file that would leave less is refused for no room (files.ErrNoSpace)
 	// before any block of it is sent here.
 	KeepFree uint64
-	// KeepCached keeps a received file's pages in the page cache. By
-	// default a copy's written prefix is taken out of it as the copy is
-	// written (dropWritten), so that its writes reuse the pages it gave
-	// back: on a guest whose balloon reports free pages to its host, a
-	// write into pages not used lately costs the writer 5 to 7 times the
-	// CPU (docs/protocols.md, "A copy's pages given back as it is
-	// written"). Set, a program that reads the file at once finds it in
-	// memory; unset, it reads all but the last few MiB from the disk.
-	KeepCached bool
+	// DropWritten takes a copy's written prefix out of the page cache as
+	// the copy is written (dropWritten), so that its writes reuse the
+	// pages it gave back: on a guest whose balloon reports free pages to
+	// its host, a write into pages not used lately cost the writer 5 to 7
+	// times the CPU in loaded runs (docs/protocols.md, "A copy's pages
+	// given back as it is written"). Off by default: idle it gained
+	// nothing beyond noise and lost at 5 % loss, and a program that reads
+	// the file at once finds it in memory; set, it reads all but the last
+	// few MiB from the disk.
+	DropWritten bool
 }
 
 var _ files.Sink = (*Dir)(nil)
@@ -245,7 +246,7 @@ func (d *Dir) Open(m files.Meta) (files.SinkFile, []frame.Range, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("storing %q: %w", m.Name, err)
 	}
-	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64), keepCached: d.KeepCached}
+	p := &partial{meta: m, final: final, record: rec, path: base + ".part", sums: base + sumsSuffix, h: h, held: make([]uint64, (m.Blocks()+63)/64), drop: d.DropWritten}
 	_, err = os.Lstat(p.path)
 	newCopy := errors.Is(err, fs.ErrNotExist)
 	if p.data, err = os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
@@ -372,9 +373,9 @@ type partial struct {
 	// wroteOut is the prefix (bytes of blocks 0..hashed-1, whose writeback
 	// the write-behind started) at the last write-behind, outBefore the
 	// one at the write-behind before it; dropFrom, where the last
-	// dropWritten's range began. keepCached: no dropWritten (Dir's).
+	// dropWritten's range began. drop: dropWritten on (Dir's DropWritten).
 	wroteOut, outBefore, dropFrom int64
-	keepCached                    bool
+	drop                          bool
 	writes                        int   // writes to the file and its checksums (tests)
 	reads                         int   // reads of the file to advance the prefix hash (tests)
 	crcBytes                      int64 // bytes WriteBlock computed a CRC-32C of (tests)
@@ -688,7 +689,7 @@ func (p *partial) wrote(n int) {
 	if p.dirty += int64(n); p.dirty >= writeBehind {
 		p.dirty = 0
 		unix.SyncFileRange(int(p.data.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-		if !p.keepCached {
+		if p.drop {
 			p.dropWritten()
 		}
 	}
