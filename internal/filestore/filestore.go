@@ -712,9 +712,8 @@ func (p *partial) wrote(n int) {
 // of the page cache (POSIX_FADV_DONTNEED), so that the writes after it
 // reuse its pages: on a guest whose balloon device reports free pages to
 // the host, a write into page-cache pages the guest has not used lately
-// waits for the host to back each one, 1.2–2.3 CPU-ms per MB on machine
-// H against 0.26–0.39 into pages just given back (docs/protocols.md, "A
-// copy's pages given back as it is written"). The prefix's blocks are
+// waits for the host to back each one (docs/protocols.md, "A copy's
+// pages given back as it is written"). The prefix's blocks are
 // never written again (but after a hash mismatch, which starts it over)
 // nor read (the prefix hash has them): their pages only fill the cache.
 //
