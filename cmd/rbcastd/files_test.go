@@ -147,15 +147,8 @@ func TestFilesDropWrittenFlag(t *testing.T) {
 		{[]string{"-files-drop-written"}, true},
 		{[]string{"-files-drop-written=false"}, false},
 	} {
-		var f fileFlags
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
-		f.register(fs)
-		if err := fs.Parse(c.args); err != nil {
-			t.Fatal(err)
-		}
-		dc := &daemon.Config{}
-		dc.Group.Group = 1
-		if err := f.check(&runFlags{}, dc); err != nil {
+		_, dc, err := checkFileFlags(t, c.args)
+		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
 		if dc.Files == nil || dc.Files.DropWritten != c.want {
@@ -180,15 +173,7 @@ func TestFilesRingFlag(t *testing.T) {
 		{[]string{"-files-ring-mb", "0"}, 0, "-files-ring-mb is 0 MiB, want 1..4095"},
 		{[]string{"-files-ring-mb", "4096"}, 0, "-files-ring-mb is 4096 MiB, want 1..4095"},
 	} {
-		var f fileFlags
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
-		f.register(fs)
-		if err := fs.Parse(c.args); err != nil {
-			t.Fatal(err)
-		}
-		dc := &daemon.Config{}
-		dc.Group.Group = 1
-		err := f.check(&runFlags{}, dc)
+		f, _, err := checkFileFlags(t, c.args)
 		if c.wantErr != "" {
 			if err == nil || err.Error() != c.wantErr {
 				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
@@ -203,4 +188,19 @@ func TestFilesRingFlag(t *testing.T) {
 			t.Errorf("%v: ring config %+v, want a V3 ring of %d bytes", c.args, rc, c.want)
 		}
 	}
+}
+
+// checkFileFlags parses args as run's file flags and checks them for
+// group 1 over the ring link, as run does.
+func checkFileFlags(t *testing.T, args []string) (*fileFlags, *daemon.Config, error) {
+	t.Helper()
+	var f fileFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	dc := &daemon.Config{}
+	dc.Group.Group = 1
+	return &f, dc, f.check(&runFlags{}, dc)
 }
