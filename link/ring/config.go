@@ -87,7 +87,7 @@ type Config struct {
 	BlockCount int
 	// RingBytes is the receive ring size aimed at when BlockCount is 0
 	// (rounded down to whole blocks, at least 8 of them); 0 means
-	// DefaultRingBytes. At most 4 GiB.
+	// DefaultRingBytes. Below 4 GiB.
 	RingBytes int
 	// BlockTimeout is how long the kernel keeps a partly filled V3 block
 	// before handing it to us, rounded up to whole milliseconds (the
@@ -359,7 +359,7 @@ func (cfg Config) resolve(mtu int) (resolved, error) {
 	}
 	switch {
 	case r.RingBytes < 0 || int64(r.RingBytes) > 1<<32-1:
-		return r, fmt.Errorf("ring: Config.RingBytes = %d: want 0 (the default, %d) up to 4 GiB", cfg.RingBytes, DefaultRingBytes)
+		return r, fmt.Errorf("ring: Config.RingBytes = %d: want 0 (the default, %d) up to 4 GiB - 1", cfg.RingBytes, DefaultRingBytes)
 	case r.RingBytes == 0:
 		r.RingBytes = DefaultRingBytes
 	}
