@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbcast/rbcast/dsm"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 	"github.com/rbcast/rbcast/testnet/netns"
@@ -140,6 +141,7 @@ func TestNetnsFig74Rank(t *testing.T) {
 	if err != nil {
 		t.Skipf("one process of TestNetnsFig74 (%s unset)", fig74Env)
 	}
+	lifeline.Tie() // a rank ends with the test process that started it
 	l, err := ring.Open(os.Getenv("RBDSM_FIG74_IFACE"), ring.Config{})
 	if err != nil {
 		t.Fatal(err)

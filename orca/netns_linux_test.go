@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/orca"
@@ -39,6 +40,7 @@ const netnsChildEnv = "RBCAST_ORCA_NETNS_CHILD"
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(netnsChildEnv); spec != "" {
+		lifeline.Tie() // a member ends with the test process
 		os.Exit(netnsChild(spec, os.Stdin, os.Stdout))
 	}
 	os.Exit(m.Run())

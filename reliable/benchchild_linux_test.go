@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/internal/linkbench"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
@@ -32,6 +33,9 @@ const benchChildEnv = "RBCAST_BENCH_PBP_CHILD"
 
 func TestMain(m *testing.M) {
 	linkbench.MaybeChild() // raw ring receivers as processes
+	if os.Getenv(benchChildEnv) != "" || os.Getenv(liuChildEnv) != "" {
+		lifeline.Tie() // a member ends with the test process
+	}
 	if spec := os.Getenv(benchChildEnv); spec != "" {
 		os.Exit(benchChild(spec, os.Stdin, os.Stdout))
 	}

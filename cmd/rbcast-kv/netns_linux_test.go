@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/kv"
 	"github.com/rbcast/rbcast/testnet/netns"
 	"github.com/rbcast/rbcast/testnet/netns/netnstest"
@@ -27,6 +28,7 @@ const mainEnv = "RBCAST_KV_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
+		lifeline.Tie() // a replica or client ends with the test process
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -25,6 +25,7 @@ import (
 
 	"github.com/rbcast/rbcast/frame"
 	"github.com/rbcast/rbcast/internal/daemon"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
@@ -640,6 +641,7 @@ func init() {
 		if spec == "" {
 			return 0, false
 		}
+		lifeline.Tie()
 		if err := libMember(spec, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1, true

@@ -253,7 +253,7 @@ func TestNetnsFiles(t *testing.T) {
 	if ev.Kind != "received" || ev.Received == 0 || ev.Received > uint64(size)-heldAtKill+uint64(size)/20 || st.Files.Counters.Resumed != 1 {
 		t.Errorf("host 3 after its restart: %s, %d bytes written, %d resumed; it held %d of %d bytes when killed", ev.Kind, ev.Received, st.Files.Counters.Resumed, heldAtKill, size)
 	}
-	if !strings.Contains(ds[3].log.String(), "resuming a file from its partial copy") {
+	if len(waitLog(ds[3].log, 10*time.Second, "resuming a file from its partial copy")) > 0 {
 		t.Errorf("host 3's restarted daemon did not log the resume")
 	}
 	st4 := statusOf(4)

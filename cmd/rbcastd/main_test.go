@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbcast/rbcast/internal/daemon"
 	"github.com/rbcast/rbcast/internal/hops"
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/link/ring"
 	"github.com/rbcast/rbcast/reliable"
 )
@@ -35,6 +36,9 @@ func TestMain(m *testing.M) {
 	}
 	switch {
 	case os.Getenv("RBCASTD_TEST_MAIN") == "1":
+		// A daemon or client the test started ends with the test
+		// process, also when -timeout ends that without cleanups.
+		lifeline.Tie()
 		// The profiles main writes (RBCASTD_CPUPROFILE, RBCASTD_TRACE),
 		// so that BenchmarkReport's daemons and clients can be profiled.
 		clientProcs(os.Args[1:], os.Getenv("GOMAXPROCS"))

@@ -862,10 +862,10 @@ func TestNetnsRunAsUserWithCapNetRaw(t *testing.T) {
 	if eff := capEff(t, cmd.Process.Pid); eff != 0 {
 		t.Errorf("capabilities %#x left after the link opened", eff)
 	}
-	for _, want := range []string{`msg="rbcastd: privileges dropped" before="cap_net_raw=eip" now="="`, "uid=65534"} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, log.String())
-		}
+	// Logged before the daemon serves, but it reaches log through a
+	// pipe the test's goroutine copies: wait for it.
+	for _, want := range waitLog(log, 10*time.Second, `msg="rbcastd: privileges dropped" before="cap_net_raw=eip" now="="`, "uid=65534") {
+		t.Errorf("log lacks %q after 10 s:\n%s", want, log.String())
 	}
 	if err := d.terminate(t, 10*time.Second); err != nil {
 		t.Fatalf("after SIGTERM: %v\n%s", err, log.String())
@@ -934,6 +934,24 @@ func (d *loggedDaemon) exit(tb testing.TB, within time.Duration) error {
 	}
 }
 
+// waitLog waits up to within for each of wants to appear in log and
+// returns those still missing then (none: all there). A daemon's output
+// reaches its log through a pipe that a goroutine of the test copies, a
+// moment after the daemon wrote it, longer under load: a line the daemon
+// logged before it answered a request may not be there yet when the
+// answer is (TestNetnsRunAsUserWithCapNetRaw read it at once until
+// 2026-12-02). Once the process has exited (exit, terminate), its log is
+// complete and needs no wait.
+func waitLog(log *syncbuf.Buffer, within time.Duration, wants ...string) (missing []string) {
+	for deadline := time.Now().Add(within); ; time.Sleep(5 * time.Millisecond) { // waits for the pipe; measures nothing
+		out := log.String()
+		missing = slices.DeleteFunc(slices.Clone(wants), func(w string) bool { return strings.Contains(out, w) })
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing
+		}
+	}
+}
+
 // terminate sends the process SIGTERM and returns how it exited (exit).
 func (d *loggedDaemon) terminate(tb testing.TB, within time.Duration) error {
 	tb.Helper()
@@ -970,14 +988,8 @@ func TestNetnsRunUDPUnprivileged(t *testing.T) {
 	if eff := capEff(t, cmd.Process.Pid); eff != 0 {
 		t.Errorf("capabilities %#x", eff)
 	}
-	// The log reaches us through a pipe a moment after it was written.
-	for end := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "uid=65534") && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, want := range []string{`msg="rbcastd: udp link" local=127.0.0.1:7000`, "mode=\"unicast fan-out to 1 members\"", "uid=65534"} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("log lacks %q:\n%s\nsecond:\n%s", want, log.String(), log2.String())
-		}
+	for _, want := range waitLog(log, 10*time.Second, `msg="rbcastd: udp link" local=127.0.0.1:7000`, "mode=\"unicast fan-out to 1 members\"", "uid=65534") {
+		t.Errorf("log lacks %q after 10 s:\n%s\nsecond:\n%s", want, log.String(), log2.String())
 	}
 	if err := d.terminate(t, 10*time.Second); err != nil {
 		t.Fatalf("after SIGTERM: %v\n%s", err, log.String())

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbcast/rbcast/internal/lifeline"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/testnet/netns"
 )
@@ -35,6 +36,7 @@ func MaybeChild() {
 	if backend == "" {
 		return
 	}
+	lifeline.Tie() // a receiver ends with the benchmark or test that started it
 	var spin time.Duration
 	if v := os.Getenv(childSpinEnv); v != "" {
 		d, err := time.ParseDuration(v)

@@ -80,11 +80,9 @@ func sendAll(t *testing.T, l *Link, frames [][]byte) {
 // member has is dropped by all (flooded, then filtered); broadcast
 // reaches everyone else.
 func TestUnicastGoesToItsMember(t *testing.T) {
-	ports := freePorts(t, lo4, 3)
-	ls := make([]*Link, 3)
-	for i := range ls {
-		ls[i] = open(t, Config{Peers: ports, Local: ports[i]})
-	}
+	ls, ports := openFree(t, lo4, 3, func(ports []netip.AddrPort) []Config {
+		return []Config{{Peers: ports, Local: ports[0]}, {Peers: ports, Local: ports[1]}, {Peers: ports, Local: ports[2]}}
+	})
 	a, b, c := ls[0], ls[1], ls[2]
 	if got, want := b.HardwareAddr().String(), MACOf(ports[1]).String(); got != want {
 		t.Fatalf("B's HardwareAddr %s, want MACOf(%s) = %s", got, ports[1], want)
@@ -113,9 +111,12 @@ func TestUnicastGoesToItsMember(t *testing.T) {
 // A static list admits its members only; a frame whose source MAC is not
 // its address's is dropped.
 func TestStaticListAndSpoofing(t *testing.T) {
-	ports := freePorts(t, lo4, 3)
-	a := open(t, Config{Peers: ports[:2], Local: ports[0]})
-	outsider := open(t, Config{Peers: []netip.AddrPort{ports[0], ports[2]}, Local: ports[2]})
+	// B, opened with the others (its port kept), sends only further on;
+	// it is in no list of the outsider's.
+	ls, _ := openFree(t, lo4, 3, func(ports []netip.AddrPort) []Config {
+		return []Config{{Peers: ports[:2], Local: ports[0]}, {Peers: []netip.AddrPort{ports[0], ports[2]}, Local: ports[2]}, {Peers: ports[:2], Local: ports[1]}}
+	})
+	a, outsider, b := ls[0], ls[1], ls[2]
 	sendAll(t, outsider, [][]byte{ethFrame(broadcast, outsider.HardwareAddr(), 1, 64)})
 	if got := receive(t, a, 1, 200*time.Millisecond, 4); len(got) != 0 {
 		t.Errorf("A received %d frames from an address outside its list", len(got))
@@ -124,7 +125,6 @@ func TestStaticListAndSpoofing(t *testing.T) {
 		t.Errorf("Foreign = %d, want 1", c.Foreign)
 	}
 	// A member of the list claiming another's MAC.
-	b := open(t, Config{Peers: ports[:2], Local: ports[1]})
 	sendAll(t, b, [][]byte{ethFrame(broadcast, outsider.HardwareAddr(), 2, 64), ethFrame(broadcast, b.HardwareAddr(), 3, 64)})
 	got := receive(t, a, 2, 200*time.Millisecond, 4)
 	if len(got) != 1 || binary.BigEndian.Uint32(got[0][14:]) != 3 {
@@ -179,13 +179,13 @@ func TestOffloadsKeepOrder(t *testing.T) {
 // trips, and forget one that is gone once nobody has heard from it for
 // PeerTimeout; hellos do not bring it back.
 func TestLearnThroughSeed(t *testing.T) {
-	ports := freePorts(t, lo4, 3)
-	cfg := func(i int, peers ...netip.AddrPort) Config {
-		return Config{Peers: peers, Local: ports[i], Learn: true, HelloInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
-	}
-	seed := open(t, cfg(0, ports[0]))
-	n1 := open(t, cfg(1, ports[0]))
-	n2 := open(t, cfg(2, ports[0]))
+	ls, _ := openFree(t, lo4, 3, func(ports []netip.AddrPort) []Config {
+		cfg := func(i int) Config {
+			return Config{Peers: ports[:1], Local: ports[i], Learn: true, HelloInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+		}
+		return []Config{cfg(0), cfg(1), cfg(2)}
+	})
+	seed, n1, n2 := ls[0], ls[1], ls[2]
 	// Every link learns in its Recv: keep all three receiving.
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -309,8 +309,7 @@ func TestOpenErrors(t *testing.T) {
 		}
 	}
 	// Two members on one port.
-	a := open(t, Config{Peers: ports, Local: ports[0]})
-	_ = a
+	openFree(t, lo4, 2, func(p []netip.AddrPort) []Config { ports = p; return []Config{{Peers: p, Local: p[0]}} })
 	if _, err := Open(Config{Peers: ports[:1]}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second member on a taken port: %v", err)
 	}

@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"errors"
 	"net/netip"
 	"os/exec"
 	"testing"
@@ -40,22 +41,54 @@ func freePorts(t *testing.T, addr netip.Addr, n int) []netip.AddrPort {
 	return out
 }
 
+// openFree opens the links cfgs gives for n ports of addr, in order, and
+// closes them when the test ends. freePorts' ports were free a moment
+// ago, but another package's test (go test runs packages at once) may
+// bind one before its link does: on EADDRINUSE every link opened is
+// closed and it starts again on new ports, at most 5 times.
+func openFree(t *testing.T, addr netip.Addr, n int, cfgs func(ports []netip.AddrPort) []Config) ([]*Link, []netip.AddrPort) {
+	t.Helper()
+	const tries = 5
+	for try := 1; ; try++ {
+		ports := freePorts(t, addr, n)
+		var ls []*Link
+		var err error
+		for _, c := range cfgs(ports) {
+			var l *Link
+			if l, err = Open(c); err != nil {
+				break
+			}
+			ls = append(ls, l)
+		}
+		if err == nil {
+			t.Cleanup(func() {
+				for _, l := range ls {
+					l.Close()
+				}
+			})
+			return ls, ports
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if !errors.Is(err, unix.EADDRINUSE) || try == tries {
+			t.Fatalf("opening links on %v (try %d of %d): %v", ports, try, tries, err)
+		}
+		t.Logf("a port was taken between freePorts and Open (%v); again on new ports", err)
+	}
+}
+
 // openPair opens two fan-out links on addr with cfg's tuning, each
 // listing both.
 func openPair(t *testing.T, addr netip.Addr, cfg Config) (a, b *Link) {
 	t.Helper()
-	ports := freePorts(t, addr, 2)
-	open := func(self netip.AddrPort) *Link {
-		c := cfg
-		c.Peers = ports
-		c.Local = self
-		l, err := Open(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	return open(ports[0]), open(ports[1])
+	ls, _ := openFree(t, addr, 2, func(ports []netip.AddrPort) []Config {
+		ca, cb := cfg, cfg
+		ca.Peers, ca.Local = ports, ports[0]
+		cb.Peers, cb.Local = ports, ports[1]
+		return []Config{ca, cb}
+	})
+	return ls[0], ls[1]
 }
 
 // TestConformance runs the link conformance suite on unicast fan-out over
