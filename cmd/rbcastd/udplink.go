@@ -83,6 +83,9 @@ func (u *udpFlags) config(iface string, etherType uint16) (udp.Config, error) {
 	if u.ttl != 0 && cfg.Group == (netip.AddrPort{}) {
 		return cfg, errors.New("-udp-ttl applies to -udp-group (multicast) only")
 	}
+	if u.ttl < 0 || u.ttl > 255 {
+		return cfg, fmt.Errorf("-udp-ttl is %d, want 1..255 (0: 1)", u.ttl)
+	}
 	return cfg, nil
 }
 
