@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -90,6 +91,12 @@ func TestOddInputs(t *testing.T) {
 	// An interface name that exists nowhere: run must fail opening it,
 	// before it creates a socket or drops privileges.
 	const nosuch = "rbqnosuch0"
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.LocalAddr().String()
 	base := []string{"-group", "3", "-members", "1", "-node", "0", "-socket", filepath.Join(dir, "d.sock")}
 	run := func(args ...string) []string { return append([]string{"run"}, args...) }
 
@@ -139,6 +146,11 @@ func TestOddInputs(t *testing.T) {
 		{run(append([]string{"-i", strings.Repeat("i", 300)}, base...)...), exitFail, "no such network interface", ""},
 		{run(append([]string{"-i", "eth0/../lo"}, base...)...), exitFail, "no such network interface", ""},
 		{run(append([]string{"-i", nosuch, "-link", "afpacket"}, base...)...), exitFail, `interface "` + nosuch + `": no such network interface`, ""},
+
+		// -link udp: no -udp-peers address is this host's, or each is
+		// taken (-udp-seed's port + 1 below is the files' link).
+		{run("-link", "udp", "-group", "3", "-udp-peers", "192.0.2.1:7000", "-socket", filepath.Join(dir, "u.sock")), exitFail, "no address of -udp-peers is one of this host's: give this member's address with -udp-listen ADDR:PORT", ""},
+		{run("-link", "udp", "-group", "3", "-udp-peers", taken, "-socket", filepath.Join(dir, "u.sock")), exitFail, "every address of -udp-peers on this host is in use ([" + taken + "]): is the group already running here? Give this member's address with -udp-listen ADDR:PORT", ""},
 
 		// The clients: no daemon, or a path that is no daemon's socket.
 		{[]string{"send", "-socket", missing}, exitFail, "no daemon socket at " + missing, ""},

@@ -96,7 +96,8 @@ func openUDP(cfg udp.Config, log *slog.Logger) (*udp.Link, error) {
 	}
 	l, err := udp.Open(cfg)
 	if err != nil {
-		return nil, err
+		// link/udp names its Config's fields: name run's flags.
+		return nil, errors.New(strings.NewReplacer("of Peers", "of -udp-peers", "with Config.Local", "with -udp-listen ADDR:PORT").Replace(err.Error()))
 	}
 	c := l.Counters()
 	mode := "multicast " + cfg.Group.String()
