@@ -296,6 +296,32 @@ type settings struct {
 	quietWait time.Duration // quietMaxWait, when Join ran
 }
 
+// Check reports what Join would refuse in c before it touches a link:
+// a setting out of range, or settings that exclude each other (the
+// protocol core's own checks included). Programs check their flags with
+// it before they open sockets (rbcastd run).
+func (c Config) Check() error {
+	s, err := c.settings()
+	if err != nil {
+		return err
+	}
+	// The core's own checks: a trial core for member 0 of a group as
+	// large as c allows, on a 1500-byte link (Join checks the real MTU).
+	n := max(s.Size, 2)
+	if c.Views {
+		n = s.MaxMembers
+	}
+	if len(c.Members) > 0 {
+		n = len(c.Members)
+	}
+	members := make([]frame.MemberInfo, n)
+	for i := range members {
+		members[i] = frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte{2, 0, 0, 0, byte(i >> 8), byte(i)}, Incarnation: 1}
+	}
+	_, err = s.newCore(0, members, 1500)
+	return err
+}
+
 func (c Config) settings() (settings, error) {
 	s := settings{Config: c}
 	p, ok := protocols[c.Order]

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rbcast/rbcast/capture/invariant"
 	"github.com/rbcast/rbcast/frame"
+	"github.com/rbcast/rbcast/internal/cliflag"
 	"github.com/rbcast/rbcast/internal/replay"
 	"github.com/rbcast/rbcast/link"
 	"github.com/rbcast/rbcast/link/afpacket"
@@ -56,7 +57,8 @@ commands:
              views: the membership core) on what it received
   inject     send the captured frames onto an interface (CAP_NET_RAW)
 
-Run 'pcap-replay <command> -h' for a command's flags.
+Run 'pcap-replay <command> -h' (or 'pcap-replay help <command>') for a
+command's flags.
 Exit status: 0 success, 1 check found violations, 2 usage or input error.
 `
 
@@ -85,6 +87,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "inject":
 		return inject(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
+		if cmd == "help" && len(rest) > 0 {
+			// help COMMAND: COMMAND's own help, as 'pcap-replay COMMAND -h'.
+			switch rest[0] {
+			case "timeline", "summary", "check", "simulate", "inject":
+				return run([]string{rest[0], "-h"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "pcap-replay: unknown command %q\n\n%s", rest[0], usage)
+			return exitError
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
@@ -131,7 +142,10 @@ func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *c
 // parse parses flags and returns the capture files named by the remaining
 // arguments (one, or one per node to merge); ok is false when the command
 // should exit with code.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, code int, ok bool) {
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (files []string, code int, ok bool) {
+	if cliflag.HelpAsked(args) {
+		fs.SetOutput(stdout) // asked for, the usage is the output
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, exitOK, false
@@ -256,7 +270,7 @@ delivered cursor, and per receiver the globals it missed and when each came.`, r
 func report(name, about string, write func(io.Writer, *replay.Capture) error, args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags(name, "[flags] FILE...", about, stderr)
 	c.keyFlag(fs)
-	files, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -316,7 +330,7 @@ that ends it, and only at the interfaces of the members that move on.`, stderr)
 	count := fs.Int("storm-count", invariant.DefaultNackStormCount, "NACK storm: more than this many Nacks for the same range ...")
 	window := fs.Duration("storm-window", invariant.DefaultNackStormWindow, "... within this long")
 	c.keyFlag(fs)
-	files, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -433,13 +447,18 @@ as the group's reliable.PCODEConfig.`, stderr)
 	data := fs.Bool("data", false, "print delivered messages in full (hex) instead of length and SHA-256 prefix")
 	lines := fs.Bool("lines", false, "print only the deliveries, one per line as 'rbcastd recv -all -format lines' does (sender id, tab, message)")
 	c.keyFlag(fs)
-	files, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}
 	fail2 := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "pcap-replay simulate: "+format+"\n", a...)
 		return exitError
+	}
+	nodeSet := false
+	fs.Visit(func(f *flag.Flag) { nodeSet = nodeSet || f.Name == "node" })
+	if !nodeSet {
+		return fail2("-node ID is required: the member id to re-run, 0..%d", int(frame.NoMember)-1)
 	}
 	if *node < 0 || *node >= int(frame.NoMember) {
 		return fail2("-node %d: want the member id to re-run, 0..%d", *node, int(frame.NoMember)-1)
@@ -563,7 +582,7 @@ source MAC included. Progress goes to stderr about once a second.`, stderr)
 	asap := fs.Bool("asap", false, "send as fast as possible, ignoring timestamps")
 	all := fs.Bool("all", false, "send every record, also the copies a multi-interface capture holds of one transmission")
 	linkKind := fs.String("link", "afpacket", "link to send with: afpacket or ring (PACKET_TX_RING)")
-	files, code, ok := parse(fs, args, stderr)
+	files, code, ok := parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}

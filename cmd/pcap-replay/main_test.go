@@ -120,9 +120,11 @@ func TestCommandsRun(t *testing.T) {
 
 func TestUsageAndErrors(t *testing.T) {
 	for _, cmd := range []string{"timeline", "summary", "check", "simulate", "inject"} {
-		code, _, errOut := runCmd(cmd, "-h")
-		if code != 0 || !strings.Contains(errOut, "usage: pcap-replay "+cmd) {
-			t.Errorf("%s -h: exit %d, %q", cmd, code, errOut)
+		// Asked for, the usage is the output: stdout, as the top
+		// level's, not stderr.
+		code, out, errOut := runCmd(cmd, "-h")
+		if code != 0 || !strings.Contains(out, "usage: pcap-replay "+cmd) || errOut != "" {
+			t.Errorf("%s -h: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
 		}
 	}
 	if code, _, errOut := runCmd("frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
@@ -185,7 +187,7 @@ func TestUsageAndErrors(t *testing.T) {
 // report, so its list cannot fall behind the analysis again (it lacked the
 // sequencer's global-reuse and sequenced-twice).
 func TestCheckHelpListsKinds(t *testing.T) {
-	code, _, stderr := runCmd("check", "-h")
+	code, stderr, _ := runCmd("check", "-h") // the usage, on stdout
 	if code != 0 {
 		t.Errorf("check -h: exit %d, want 0", code)
 	}

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -223,10 +224,34 @@ func client(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
+	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3, "load": -1, "verify": -1, "history": -1}
 	switch {
 	case fs.NArg() == 0:
 		fmt.Fprintf(stderr, "rbcast-kv: want a command: get, put, del, cas, load, verify, history or serve\n%s\n", clientUsage)
 		return 2
+	case fs.Arg(0) == "help":
+		// help [COMMAND]: the usage, or the command's own flags.
+		if fs.NArg() > 1 {
+			switch c := fs.Arg(1); {
+			case c == "serve":
+				return run([]string{"serve", "-h"}, stdout, stderr)
+			case want[c] < 0:
+				return client([]string{"-servers", "-", c, "-h"}, stdout, stderr)
+			case want[c] == 0:
+				fmt.Fprintf(stderr, "rbcast-kv: unknown command %q\n%s\n", c, clientUsage)
+				return 2
+			}
+		}
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	case want[fs.Arg(0)] == 0:
+		fmt.Fprintf(stderr, "rbcast-kv: unknown command %q\n%s\n", fs.Arg(0), clientUsage)
+		return 2
+	case want[fs.Arg(0)] < 0 && cliflag.HelpAsked(fs.Args()[1:]):
+		// load -h, verify -h, history -h: their flags, with or without
+		// -servers.
+		*servers = cmp.Or(*servers, "-")
 	case *servers == "":
 		fmt.Fprintf(stderr, "rbcast-kv: -servers ADDR:PORT,... is required (the replicas' UDP addresses)\n")
 		return 2
@@ -248,12 +273,7 @@ func client(args []string, stdout, stderr io.Writer) int {
 	case "history":
 		return history(c, rest, *deadline, stdout, stderr)
 	}
-	want := map[string]int{"get": 1, "put": 2, "del": 1, "cas": 3}
-	n, ok := want[cmd]
-	if !ok {
-		fmt.Fprintf(stderr, "rbcast-kv: unknown command %q\n%s\n", cmd, clientUsage)
-		return 2
-	}
+	n := want[cmd]
 	if len(rest) != n {
 		fmt.Fprintf(stderr, "rbcast-kv: %s takes %d arguments, got %d\n%s\n", cmd, n, len(rest), clientUsage)
 		return 2
@@ -298,6 +318,13 @@ func client(args []string, stdout, stderr io.Writer) int {
 func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: rbcast-kv -servers ADDR:PORT,... load -n N [-c CLIENTS] [-size BYTES] [-prefix P] [-slow D] [-pause D]\n\nN puts of PREFIX-i from -c clients at once; prints \"acked CLIENT SEQ\" for each, then the rate and latencies.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if cliflag.HelpAsked(args) {
+		fs.SetOutput(stdout)
+	}
 	n := fs.Int("n", 100, "puts to run")
 	conc := fs.Int("c", 1, "clients running at once (a session each)")
 	size := fs.Int("size", 0, "value size in bytes (0: the decimal index)")
@@ -380,6 +407,13 @@ func load(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io
 func verify(c *kv.Client, args []string, deadline time.Duration, local bool, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: rbcast-kv -servers ADDR:PORT,... verify -n N [-c CLIENTS] [-prefix P]\n\nGets PREFIX-i for i < N and checks each holds load's value i (with -local: each replica's own state, until it does or -deadline).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if cliflag.HelpAsked(args) {
+		fs.SetOutput(stdout)
+	}
 	n := fs.Int("n", 100, "keys to get")
 	conc := fs.Int("c", 1, "clients running at once")
 	prefix := fs.String("prefix", "k", "key prefix")
@@ -444,6 +478,13 @@ func verify(c *kv.Client, args []string, deadline time.Duration, local bool, std
 func history(c *kv.Client, args []string, deadline time.Duration, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rbcast-kv history", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: rbcast-kv -servers ADDR:PORT,... history -n N [-c CLIENTS] [-keys K] [-prefix P]\n\nN random gets, puts, dels and cas on K keys; prints each operation as a JSON line (kv.HistoryOp) for a linearizability check.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if cliflag.HelpAsked(args) {
+		fs.SetOutput(stdout)
+	}
 	n := fs.Int("n", 100, "operations to run")
 	conc := fs.Int("c", 1, "clients running at once (a session each)")
 	keys := fs.Int("keys", 4, "keys to draw from (PREFIX-0 ...)")

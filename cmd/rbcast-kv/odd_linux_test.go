@@ -26,6 +26,16 @@ func TestOddInputs(t *testing.T) {
 		{Args: []string{"-servers", "x", "get", "k"}, Code: 2, Want: `server "x": address x: missing port in address`},
 		{Args: []string{"-servers", "127.0.0.1:99999", "get", "k"}, Code: 2, Want: "invalid port"},
 		{Args: with("frob"), Code: 2, Want: `unknown command "frob"`},
+		// Help and unknown commands need no -servers (they were refused
+		// for the lack of it).
+		{Args: []string{"frob"}, Code: 2, Want: `unknown command "frob"`},
+		{Args: []string{"help"}, OK: true, Want: "usage: rbcast-kv -servers"},
+		{Args: []string{"help", "serve"}, OK: true, Want: "usage: rbcast-kv serve -i IFACE"},
+		{Args: []string{"help", "load"}, OK: true, Want: "usage: rbcast-kv -servers ADDR:PORT,... load -n N"},
+		{Args: []string{"help", "frob"}, Code: 2, Want: `unknown command "frob"`},
+		{Args: []string{"load", "-h"}, OK: true, Want: "-size"},
+		{Args: []string{"verify", "-h"}, OK: true, Want: "usage: rbcast-kv -servers ADDR:PORT,... verify -n N"},
+		{Args: []string{"history", "-help"}, OK: true, Want: "usage: rbcast-kv -servers ADDR:PORT,... history -n N"},
 		{Args: with("get"), Code: 2, Want: "get takes 1 arguments, got 0"},
 		{Args: with("cas", "k", "a"), Code: 2, Want: "cas takes 3 arguments, got 2"},
 		{Args: with("-timeout", "0", "get", "k"), Code: 2, Want: "-timeout is 0s, want > 0"},

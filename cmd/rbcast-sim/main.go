@@ -75,6 +75,10 @@ flags:
 	if *quiet {
 		c.Progress = 0
 	}
+	if err := c.Check(); err != nil {
+		fmt.Fprintf(os.Stderr, "rbcast-sim: %v\n", err)
+		return 2
+	}
 	fmt.Printf("rbcast-sim: a %s group of %d members on a simulated segment (seed %d, MTU %d), each broadcasting %d messages\n",
 		*mode, c.Members, c.Seed, c.MTU, c.Messages)
 	fmt.Printf("  impairments: %.1f%% loss at every member, bursts at member %d, member %d reads only every %v (%d-frame queue), %.1f%% dup, %.1f%% reorder, %.2f%% corrupt, %v jitter\n",
@@ -149,6 +153,10 @@ flags:
 	fitSpecialMembers(fs, &c.Impairments, c.Members)
 	if *quiet {
 		c.Progress = 0
+	}
+	if err := c.Check(); err != nil {
+		fmt.Fprintf(os.Stderr, "rbcast-sim: %v\n", err)
+		return 2
 	}
 	fmt.Printf("rbcast-sim: %d members on a simulated segment (seed %d, MTU %d), each broadcasting %d frames of %d bytes\n",
 		c.Members, c.Seed, c.MTU, c.Frames, c.Payload)

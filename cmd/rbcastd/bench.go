@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -59,7 +60,7 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	echo := fs.Bool("echo", false, "send back every ping delivered, until SIGINT/SIGTERM")
-	ping := fs.Int("ping", -1, "measure round trips to the member `ID` running bench -echo (its own id under -order total: the self-delivery loopback)")
+	pingArg := fs.String("ping", "", "measure round trips to the member `ID` running bench -echo (its own id under -order total: the self-delivery loopback)")
 	count := fs.Int("count", 1000, "pings to send with -ping")
 	pingTimeout := fs.Duration("ping-timeout", 5*time.Second, "with -ping: give up when one round trip takes longer (the echo or a member gone); 0: wait without end")
 	spin := fs.Duration("spin", pingSpin, fmt.Sprintf("with -ping or -echo: look for the next delivery this long, yielding the CPU, before sleeping (0: never; up to 1s; default %v on a deliver ring, %v on the socket)", ringPingSpin, time.Duration(pingSpin)))
@@ -67,14 +68,29 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if done, code := parse(fs, args, stdout); done {
 		return code
 	}
-	if *echo && *ping >= 0 {
-		return usageErr(stderr, "bench", "-echo and -ping exclude each other")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	ping := -1
+	if set["ping"] {
+		id, err := strconv.ParseUint(*pingArg, 10, 16)
+		if err != nil || id >= uint64(localapi.AllMembers) {
+			return usageErr(stderr, "bench", "-ping is %q, want a member id 0..%d", *pingArg, localapi.AllMembers-1)
+		}
+		ping = int(id)
 	}
-	if *spin < 0 || *spin > time.Second {
+	switch {
+	case *echo && ping >= 0:
+		return usageErr(stderr, "bench", "-echo and -ping exclude each other")
+	case ping < 0 && (set["count"] || set["ping-timeout"]):
+		return usageErr(stderr, "bench", "-count and -ping-timeout apply to -ping only")
+	case ping < 0 && !*echo && (set["spin"] || set["rings"]):
+		return usageErr(stderr, "bench", "-spin and -rings apply to -ping and -echo only")
+	case (ping >= 0 || *echo) && set["duration"]:
+		return usageErr(stderr, "bench", "-duration applies to the goodput run only (-ping's length is -count; -echo runs until stopped)")
+	case *spin < 0 || *spin > time.Second:
 		return usageErr(stderr, "bench", "-spin is %v, want 0 (never) up to 1s", *spin)
 	}
-	spinSet := false
-	fs.Visit(func(f *flag.Flag) { spinSet = spinSet || f.Name == "spin" })
+	spinSet := set["spin"]
 	if !spinSet {
 		*spin = -1 // the path's default
 	}
@@ -84,14 +100,14 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	if *ping >= 0 {
-		if *ping >= int(localapi.AllMembers) || *count < 1 {
-			return usageErr(stderr, "bench", "-ping wants a member id and -count at least 1")
+	if ping >= 0 {
+		if *count < 1 {
+			return usageErr(stderr, "bench", "-count is %d, want 1 or more", *count)
 		}
 		if *pingTimeout < 0 {
 			return usageErr(stderr, "bench", "-ping-timeout is %v, want 0 (no bound) or more", *pingTimeout)
 		}
-		r, err := benchPing(&sf, uint16(*ping), *count, *size, *spin, *rings, *pingTimeout)
+		r, err := benchPing(&sf, uint16(ping), *count, *size, *spin, *rings, *pingTimeout)
 		if err != nil {
 			return fail(stderr, "bench", err)
 		}
@@ -112,8 +128,11 @@ func benchCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "bench", "unexpected argument %q", fs.Arg(0))
 	}
-	if *size < 0 || *dur <= 0 {
-		return usageErr(stderr, "bench", "-size must be >= 0 and -duration > 0")
+	if *size < 0 {
+		return usageErr(stderr, "bench", "-size is %d, want 0 (the largest) or more", *size)
+	}
+	if *dur <= 0 {
+		return usageErr(stderr, "bench", "-duration is %v, want more than 0", *dur)
 	}
 	r, err := bench(&sf, *size, *dur)
 	if err != nil {

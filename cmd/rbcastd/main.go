@@ -1,14 +1,19 @@
 // Command rbcastd is the rbcast daemon and its command-line clients.
 //
-//	rbcastd run -i IFACE -group G -members N [-node ID] [-order fifo|total]
+//	rbcastd run -i IFACE -group G [-members N] [-node ID] [-order fifo|total]
 //	        [-socket PATH] [-capture FILE] [-metrics ADDR] [-config FILE]
-//	rbcastd send [-socket PATH] [-lines] [FILE|-]
+//	rbcastd send [-socket PATH] [-lines] [-level LEVEL] [FILE|-]
 //	rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N]
 //	        [-format raw|lines] [-o FILE] [-nap D]
 //	rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]
-//	rbcastd sendfile [-socket PATH] [-to IDS] FILE...
+//	rbcastd sendfile [-socket PATH] [-to IDS] [-hash blake3|sha256] FILE...
 //	rbcastd recvfile [-socket PATH] -dir DIR [-count N]
 //	rbcastd bench [-socket PATH] [-size BYTES] [-duration D | -echo | -ping ID [-count N]] [-json]
+//	rbcastd keygen FILE
+//	rbcastd rekey [-socket PATH] install FILE | activate FILE|FINGERPRINT | retire
+//	rbcastd help [COMMAND]
+//
+// 'rbcastd COMMAND -h' lists a command's flags with their defaults.
 //
 // `run` joins a group on an interface and serves local programs on a Unix
 // SOCK_SEQPACKET socket (docs/local-api.md); the other commands are
@@ -144,7 +149,8 @@ commands:
   keygen   write a new group key file (run -key-file: authenticated groups)
   rekey    rotate the group key of a running daemon (install, activate, retire)
 
-Run 'rbcastd <command> -h' for a command's flags.
+Run 'rbcastd <command> -h' (or 'rbcastd help <command>') for a command's
+flags.
 run takes one Go P by default (-procs), and bench, send and recv run on
 one; GOMAXPROCS in the environment wins.
 Exit status: 0 success, 1 failure, 2 usage error.
@@ -181,21 +187,38 @@ func rbcastd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			// help SUB: SUB's own help, as 'rbcastd SUB -h'.
+			if _, ok := commands[args[1]]; !ok {
+				return unknownCommand(stderr, args[1])
+			}
+			return rbcastd([]string{args[1], "-h"}, stdin, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		var names []string
-		for n := range commands {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		fmt.Fprintf(stderr, "rbcastd: unknown command %q (commands: %s)\n", args[0], strings.Join(names, ", "))
-		return exitUsage
+		return unknownCommand(stderr, args[0])
 	}
 	return c.run(args[1:], stdin, stdout, stderr)
 }
+
+// unknownCommand reports a command rbcastd does not have, listing those
+// it has.
+func unknownCommand(stderr io.Writer, name string) int {
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(stderr, "rbcastd: unknown command %q (commands: %s)\n", name, strings.Join(names, ", "))
+	return exitUsage
+}
+
+// flagSetMade, when set, is given every command's FlagSet as newFlags
+// makes it (tests hold the flags against the docs).
+var flagSetMade func(*flag.FlagSet)
 
 // newFlags returns a FlagSet whose -h prints synopsis, text and flags.
 func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
@@ -205,8 +228,16 @@ func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
 		text += onePNote
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: rbcastd %s %s\n\n%s\nflags:\n", name, synopsis, text)
-		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "usage: rbcastd %s %s\n\n%s", name, synopsis, text)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprint(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	if flagSetMade != nil {
+		flagSetMade(fs)
 	}
 	return fs
 }

@@ -137,6 +137,10 @@ func TestHelp(t *testing.T) {
 		{[]string{"recv", "-h"}, []string{"usage: rbcastd recv [-socket PATH] (-from ID | -all) [-bytes N | -count N] [-format raw|lines] [-o FILE]", "<sender-id><TAB><payload>", "-bytes", "-count", "-o", "one Go P"}},
 		{[]string{"status", "-h"}, []string{"usage: rbcastd status [-socket PATH] [-json] [-wait-ready DURATION]", "alive", "suspected", "dead", "-wait-ready"}},
 		{[]string{"bench", "-h"}, []string{"usage: rbcastd bench", "-size", "-duration", "one Go P"}},
+		// help COMMAND is COMMAND's own help.
+		{[]string{"help", "sendfile"}, []string{"usage: rbcastd sendfile", "-hash algorithm"}},
+		{[]string{"help", "run"}, []string{"usage: rbcastd run", "-files-ring-mb MiB"}},
+		{[]string{"help"}, []string{"usage: rbcastd <command>", "rbcastd help <command>"}},
 	} {
 		code, out, errOut := runMain(c.args...)
 		if code != exitOK || errOut != "" {
@@ -159,6 +163,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "usage: rbcastd <command>"},
 		{[]string{"serve"}, `unknown command "serve" (commands: bench, keygen, recv, recvfile, rekey, run, send, sendfile, status)`},
+		{[]string{"help", "serve"}, `unknown command "serve" (commands: bench, keygen`},
 		{[]string{"run", "-group", "1", "-members", "2"}, "-i IFACE is required"},
 		{[]string{"run", "-i", "rbnone0", "-members", "2"}, "-group is 0, want 1..4294967295"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-order", "causal"}, `-order is "causal", want fifo or total`},
@@ -181,12 +186,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-peers", "127.0.0.1:7000,nohost:7001"}, `-udp-peers: address 2 "nohost:7001": want IP:PORT`},
 		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-seed", "127.0.0.1:7000"}, "-udp-seed needs -udp-listen ADDR:PORT"},
 		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-udp-ttl", "3"}, "-udp-ttl applies to -udp-group (multicast) only"},
-		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-udp-mtu", "100"}, "MTU 100 is outside 618..65535"},
+		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-udp-mtu", "100"}, "-udp-mtu 100 is outside 618..65535"},
 		{[]string{"run", "-group", "1", "-members", "2", "-link", "udp", "-udp-peers", "127.0.0.1:7000", "-udp-listen", "x"}, `-udp-listen is "x": want ADDR:PORT`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-spin", "2s"}, "-spin is 2s, want 0 (never) up to 1s"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-spin", "-1us"}, "-spin is -1µs, want 0 (never) up to 1s"},
 		{[]string{"run", "-i", "rbr13none0", "-group", "1", "-members", "2", "-link", "afpacket", "-spin", "200us"}, "-spin polls the mmap ring: it needs -link ring"}, // an interface that does not exist: were -spin let through, run fails at once instead of serving on eth0 (as root)
-		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-procs", "-1"}, "-procs is -1, want 1 or more (0: one per CPU)"},
+		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-procs", "-1"}, "-procs is -1, want 1..256 (0: one per CPU)"},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-procs", "x"}, `invalid value "x" for flag -procs`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "-log-level", "loud"}, `-log-level is "loud"`},
 		{[]string{"run", "-i", "rbnone0", "-group", "1", "-members", "2", "extra"}, `unexpected argument "extra"`},

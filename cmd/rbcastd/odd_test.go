@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -90,6 +91,12 @@ func TestOddInputs(t *testing.T) {
 	// An interface name that exists nowhere: run must fail opening it,
 	// before it creates a socket or drops privileges.
 	const nosuch = "rbqnosuch0"
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.LocalAddr().String()
 	base := []string{"-group", "3", "-members", "1", "-node", "0", "-socket", filepath.Join(dir, "d.sock")}
 	run := func(args ...string) []string { return append([]string{"run"}, args...) }
 
@@ -107,7 +114,21 @@ func TestOddInputs(t *testing.T) {
 		{run("-i", nosuch, "-group", "3", "-members", "1", "-ethertype", "0x10000"), exitUsage, `-ethertype is "0x10000"`, ""},
 		{run("-i", nosuch, "-group", "3", "-members", "1", "-socket-mode", "rw"), exitUsage, `-socket-mode is "rw"`, ""},
 		{run("-i", nosuch, "-group", "3", "-members", "1", "-log-format", "xml"), exitUsage, `-log-format is "xml"`, ""},
-		{run("-i", nosuch, "-group", "3", "-members", "1", "-heartbeat", "-1s"), exitUsage, "durations must not be negative", ""},
+		{run("-i", nosuch, "-group", "3", "-members", "1", "-heartbeat", "-1s"), exitUsage, "-heartbeat is -1s: durations must not be negative", ""},
+		{run("-i", nosuch, "-group", "3", "-members", "1", "-leave-timeout", "-2s"), exitUsage, "-leave-timeout is -2s: durations must not be negative", ""},
+		// What the protocol would refuse at the join is refused before
+		// the interface is opened, named by the flags (it was exit 1,
+		// naming reliable.Config's fields, after the link opened).
+		{run("-i", nosuch, "-group", "3", "-window", "100000"), exitUsage, "-window is 100000, want 1..32768", ""},
+		{run("-i", nosuch, "-group", "3", "-order", "total", "-membership", "views", "-window", "5000"), exitUsage, "-window is 5000, want 0..4096", ""},
+		{run("-i", nosuch, "-group", "3", "-heartbeat", "3s"), exitUsage, "-failure-timeout (2s) must exceed -heartbeat (3s)", ""},
+		{run("-i", nosuch, "-group", "3", "-order", "total", "-members", "3", "-failure-timeout", "150ms"), exitUsage, "-failure-timeout (150ms) must exceed twice -heartbeat (100ms)", ""},
+		{run("-i", nosuch, "-group", "3", "-procs", "100000"), exitUsage, "-procs is 100000, want 1..256", ""},
+		{run("-i", nosuch, "-group", "3", "-flight-recorder", "-1"), exitUsage, "-flight-recorder is -1 MiB, want 0 (off) or 1..16384", ""},
+		{run("-i", nosuch, "-group", "3", "-flight-recorder", "100000000"), exitUsage, "-flight-recorder is 100000000 MiB", ""},
+		{run("-i", nosuch, "-group", "3", "-socket-mode", "04777"), exitUsage, `-socket-mode is "04777"`, ""},
+		{run("-i", nosuch, "-group", "3", "-link", "udp", "-udp-group", "239.1.1.1:7000", "-udp-ttl", "300"), exitUsage, "-udp-ttl is 300, want 1..255", ""},
+		{run("-i", nosuch, "-group", "3", "-link", "udp", "-udp-group", "239.1.1.1:7000", "-udp-ttl", "-1"), exitUsage, "-udp-ttl is -1, want 1..255", ""},
 		{run("-i", nosuch, "-group", "3", "-members", "1", "-join-timeout", "soon"), exitUsage, `invalid value "soon" for flag -join-timeout`, ""},
 		{run("-i", nosuch, "-group", "3", "-members", "1", "-mode", "pbp3"), exitUsage, `-mode is "pbp3"`, ""},
 		// run: config files.
@@ -125,6 +146,11 @@ func TestOddInputs(t *testing.T) {
 		{run(append([]string{"-i", strings.Repeat("i", 300)}, base...)...), exitFail, "no such network interface", ""},
 		{run(append([]string{"-i", "eth0/../lo"}, base...)...), exitFail, "no such network interface", ""},
 		{run(append([]string{"-i", nosuch, "-link", "afpacket"}, base...)...), exitFail, `interface "` + nosuch + `": no such network interface`, ""},
+
+		// -link udp: no -udp-peers address is this host's, or each is
+		// taken (-udp-seed's port + 1 below is the files' link).
+		{run("-link", "udp", "-group", "3", "-udp-peers", "192.0.2.1:7000", "-socket", filepath.Join(dir, "u.sock")), exitFail, "no address of -udp-peers is one of this host's: give this member's address with -udp-listen ADDR:PORT", ""},
+		{run("-link", "udp", "-group", "3", "-udp-peers", taken, "-socket", filepath.Join(dir, "u.sock")), exitFail, "every address of -udp-peers on this host is in use ([" + taken + "]): is the group already running here? Give this member's address with -udp-listen ADDR:PORT", ""},
 
 		// The clients: no daemon, or a path that is no daemon's socket.
 		{[]string{"send", "-socket", missing}, exitFail, "no daemon socket at " + missing, ""},
@@ -148,10 +174,18 @@ func TestOddInputs(t *testing.T) {
 		{[]string{"status", "-socket", missing, "-wait-ready", "later"}, exitUsage, `invalid value "later" for flag -wait-ready`, ""},
 		{[]string{"status", "-socket", missing, "extra"}, exitUsage, `unexpected argument "extra"`, ""},
 		{[]string{"bench", "-socket", missing}, exitFail, "no daemon socket at " + missing, ""},
-		{[]string{"bench", "-socket", missing, "-size", "-1"}, exitUsage, "-size must be >= 0", ""},
-		{[]string{"bench", "-socket", missing, "-duration", "0s"}, exitUsage, "-duration > 0", ""},
-		{[]string{"bench", "-socket", missing, "-ping", "70000"}, exitUsage, "-ping wants a member id", ""},
-		{[]string{"bench", "-socket", missing, "-ping", "1", "-count", "0"}, exitUsage, "-count at least 1", ""},
+		{[]string{"bench", "-socket", missing, "-size", "-1"}, exitUsage, "-size is -1, want 0 (the largest) or more", ""},
+		{[]string{"bench", "-socket", missing, "-duration", "0s"}, exitUsage, "-duration is 0s, want more than 0", ""},
+		{[]string{"bench", "-socket", missing, "-ping", "70000"}, exitUsage, `-ping is "70000", want a member id 0..65534`, ""},
+		{[]string{"bench", "-socket", missing, "-ping", "-5"}, exitUsage, `-ping is "-5", want a member id 0..65534`, ""},
+		{[]string{"bench", "-socket", missing, "-ping", "one"}, exitUsage, `-ping is "one", want a member id`, ""},
+		{[]string{"bench", "-socket", missing, "-ping", "1", "-count", "0"}, exitUsage, "-count is 0, want 1 or more", ""},
+		// Flags of one mode given to another: refused, not ignored.
+		{[]string{"bench", "-socket", missing, "-count", "5"}, exitUsage, "-count and -ping-timeout apply to -ping only", ""},
+		{[]string{"bench", "-socket", missing, "-echo", "-ping-timeout", "1s"}, exitUsage, "-count and -ping-timeout apply to -ping only", ""},
+		{[]string{"bench", "-socket", missing, "-rings=false"}, exitUsage, "-spin and -rings apply to -ping and -echo only", ""},
+		{[]string{"bench", "-socket", missing, "-ping", "1", "-duration", "1s"}, exitUsage, "-duration applies to the goodput run only", ""},
+		{[]string{"bench", "-socket", missing, "-echo", "-duration", "1s"}, exitUsage, "-duration applies to the goodput run only", ""},
 		{[]string{"bench", "-socket", missing, "-echo", "-ping", "1"}, exitUsage, "-echo and -ping exclude each other", ""},
 		{[]string{"bench", "-socket", regular, "-size", "100000000"}, exitFail, regular, ""},
 	} {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -194,8 +195,11 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.group == 0 || f.group > 0xffffffff {
 		return dc, "", fmt.Errorf("-group is %d, want 1..4294967295", f.group)
 	}
-	if f.procs < 0 {
-		return dc, "", fmt.Errorf("-procs is %d, want 1 or more (0: one per CPU)", f.procs)
+	if f.procs < 0 || f.procs > maxProcs {
+		return dc, "", fmt.Errorf("-procs is %d, want 1..%d (0: one per CPU)", f.procs, maxProcs)
+	}
+	if f.flightMB < 0 || f.flightMB > maxFlightMB {
+		return dc, "", fmt.Errorf("-flight-recorder is %d MiB, want 0 (off) or 1..%d", f.flightMB, maxFlightMB)
 	}
 	views := f.order == "fifo"
 	switch f.membership {
@@ -299,8 +303,13 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.window < 0 {
 		return dc, "", fmt.Errorf("-window is %d, want >= 0", f.window)
 	}
-	if f.failure < 0 || f.heartbeat < 0 || f.bundle < 0 || f.joinTimeout < 0 || f.leaveTimeout < 0 {
-		return dc, "", errors.New("durations must not be negative")
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"failure-timeout", f.failure}, {"heartbeat", f.heartbeat}, {"bundle-delay", f.bundle}, {"join-timeout", f.joinTimeout}, {"leave-timeout", f.leaveTimeout}} {
+		if d.d < 0 {
+			return dc, "", fmt.Errorf("-%s is %v: durations must not be negative", d.name, d.d)
+		}
 	}
 	if f.etherType != "" {
 		et, err := strconv.ParseUint(f.etherType, 0, 16)
@@ -317,7 +326,10 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	case "udp":
 		uc, err := f.udp.config(f.iface, c.EtherType)
 		if err == nil {
-			err = uc.Check()
+			if err = uc.Check(); err != nil {
+				// link/udp names its Config's fields: name the flags.
+				err = errors.New(strings.NewReplacer("Config.MTU", "-udp-mtu", "Config.TTL", "-udp-ttl").Replace(err.Error()))
+			}
 		}
 		if err != nil {
 			return dc, "", err
@@ -334,7 +346,7 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	case f.spinAdapt && f.linkKind != "ring":
 		return dc, "", errors.New("-spin-adapt adapts the mmap ring's spin: it needs -link ring")
 	}
-	if _, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil {
+	if m, err := strconv.ParseUint(f.socketMode, 8, 32); err != nil || m > 0o777 {
 		return dc, "", fmt.Errorf("-socket-mode is %q, want octal permissions like 0660", f.socketMode)
 	}
 	socket := f.socket
@@ -355,11 +367,43 @@ func (f *runFlags) groupConfig() (daemon.Config, string, error) {
 	if f.linkKind == "ring" {
 		clientSpin = f.spin
 	}
+	// What Join would refuse, refused now, named by the flags, before
+	// the link is opened.
+	if err := c.Check(); err != nil {
+		return dc, "", fmt.Errorf("%s", protocolFlagNames(err.Error()))
+	}
 	dc = daemon.Config{Group: c, LeaveTimeout: f.leaveTimeout, ClientSpin: clientSpin}
 	if err := f.files.check(f, &dc); err != nil {
 		return dc, "", err
 	}
 	return dc, socket, nil
+}
+
+// maxProcs bounds -procs: Go takes any GOMAXPROCS, but a daemon with
+// 100000 Ps did not reach its first line in 20 s (each stop of the
+// world visits every P); 256 is more than any host it runs on has CPUs.
+const maxProcs = 256
+
+// maxFlightMB bounds -flight-recorder: the recorder is allocated whole at
+// the start.
+const maxFlightMB = 16384
+
+// protocolNames turns the reliable package's names of settings into
+// run's flags, and its durations in ns into Go's notation, so that a
+// setting reliable.Config.Check refuses is named as the operator gave it.
+var protocolNames = strings.NewReplacer(
+	"FailureTimeout", "-failure-timeout", "HeartbeatInterval", "-heartbeat",
+	"BundleDelay", "-bundle-delay", "Window", "-window", "MaxMembers", "-max-members",
+	"RequestID", "-node", "Size", "-members")
+
+var nanoseconds = regexp.MustCompile(`\((\d+) ns\)`)
+
+func protocolFlagNames(msg string) string {
+	msg = nanoseconds.ReplaceAllStringFunc(msg, func(m string) string {
+		n, _ := strconv.ParseInt(nanoseconds.FindStringSubmatch(m)[1], 10, 64)
+		return "(" + time.Duration(n).String() + ")"
+	})
+	return protocolNames.Replace(msg)
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
@@ -782,7 +826,11 @@ func runCmd(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", err)
 	}
 	if timedOut.Load() {
-		return fail(stderr, "run", fmt.Errorf("the group did not start within -join-timeout %v: %s", f.joinTimeout, d.Status().JoinErr))
+		err := fmt.Errorf("the group did not start within -join-timeout %v", f.joinTimeout)
+		if why := d.Status().JoinErr; why != "" {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+		return fail(stderr, "run", err)
 	}
 	return exitOK
 }

@@ -83,6 +83,9 @@ func (u *udpFlags) config(iface string, etherType uint16) (udp.Config, error) {
 	if u.ttl != 0 && cfg.Group == (netip.AddrPort{}) {
 		return cfg, errors.New("-udp-ttl applies to -udp-group (multicast) only")
 	}
+	if u.ttl < 0 || u.ttl > 255 {
+		return cfg, fmt.Errorf("-udp-ttl is %d, want 1..255 (0: 1)", u.ttl)
+	}
 	return cfg, nil
 }
 
@@ -93,7 +96,8 @@ func openUDP(cfg udp.Config, log *slog.Logger) (*udp.Link, error) {
 	}
 	l, err := udp.Open(cfg)
 	if err != nil {
-		return nil, err
+		// link/udp names its Config's fields: name run's flags.
+		return nil, errors.New(strings.NewReplacer("of Peers", "of -udp-peers", "with Config.Local", "with -udp-listen ADDR:PORT").Replace(err.Error()))
 	}
 	c := l.Counters()
 	mode := "multicast " + cfg.Group.String()

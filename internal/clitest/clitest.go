@@ -42,6 +42,9 @@ type Case struct {
 	// Every case names it: without it any failure, or any output of a
 	// broken -h, would pass.
 	Want string
+	// NoStdout: the command prints nothing on stdout (a refused command
+	// line says so before it starts any output).
+	NoStdout bool
 }
 
 // Runner runs Cases as child processes.
@@ -118,6 +121,8 @@ func (r Runner) Run(t *testing.T, cases []Case) {
 			t.Errorf("%q: exit %d, want %d; stderr %q", c.Args, code, c.Code, firstLines(msg, 4))
 		case !strings.Contains(msg, c.Want):
 			t.Errorf("%q: stderr %q does not say %q", c.Args, firstLines(msg, 4), c.Want)
+		case c.NoStdout && stdout.Len() > 0:
+			t.Errorf("%q: printed on stdout before it refused:\n%s", c.Args, firstLines(stdout.String(), 4))
 		}
 	}
 }

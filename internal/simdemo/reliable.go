@@ -81,23 +81,29 @@ func groupMessage(dst []byte, from frame.MemberID, idx, minSize, max int) []byte
 	return dst
 }
 
+// Check reports what RunGroup would refuse in cfg, naming rbcast-sim's
+// flags, so that the command refuses it before it prints anything.
+func (cfg GroupConfig) Check() error {
+	switch {
+	case cfg.Members < 2 || cfg.Members > 64:
+		return fmt.Errorf("members = %d, want 2..64", cfg.Members)
+	case cfg.Messages < 1:
+		return fmt.Errorf("messages = %d, want at least 1", cfg.Messages)
+	case cfg.Messages > maxMessages:
+		return fmt.Errorf("messages = %d, want at most %d", cfg.Messages, maxMessages)
+	case cfg.MinSize < 1:
+		return fmt.Errorf("min-size = %d, want at least 1", cfg.MinSize)
+	}
+	if err := validMTU(cfg.MTU); err != nil {
+		return err
+	}
+	return cfg.Impairments.validate(cfg.Members)
+}
+
 // RunGroup plays the reliable scenario and checks what every member
 // delivered as it arrives.
 func RunGroup(cfg GroupConfig, progress io.Writer) (*GroupResult, error) {
-	switch {
-	case cfg.Members < 2 || cfg.Members > 64:
-		return nil, fmt.Errorf("members = %d, want 2..64", cfg.Members)
-	case cfg.Messages < 1:
-		return nil, fmt.Errorf("messages = %d, want at least 1", cfg.Messages)
-	case cfg.Messages > maxMessages:
-		return nil, fmt.Errorf("messages = %d, want at most %d", cfg.Messages, maxMessages)
-	case cfg.MinSize < 1:
-		return nil, fmt.Errorf("min-size = %d, want at least 1", cfg.MinSize)
-	}
-	if err := validMTU(cfg.MTU); err != nil {
-		return nil, err
-	}
-	if err := cfg.Impairments.validate(cfg.Members); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	net, err := testnet.New(cfg.Seed, testnet.Config{})

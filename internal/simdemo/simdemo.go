@@ -112,10 +112,24 @@ func validMTU(mtu int) error {
 	return nil
 }
 
-// validate checks the member indexes against the group's size; the
-// probabilities and the jitter are the segment's to check.
+// Check reports what Run would refuse in c, naming rbcast-sim's flags,
+// so that the command refuses it before it prints anything.
+func (c Config) Check() error { return c.validate() }
+
+// validate checks the member indexes against the group's size, the
+// probabilities and the jitter, naming rbcast-sim's flags.
 func (im Impairments) validate(members int) error {
+	for _, p := range []struct {
+		name string
+		p    float64
+	}{{"loss", im.Loss}, {"dup", im.Duplicate}, {"reorder", im.Reorder}, {"corrupt", im.Corrupt}} {
+		if !(p.p >= 0 && p.p <= 1) {
+			return fmt.Errorf("%s = %v, want a probability 0..1", p.name, p.p)
+		}
+	}
 	switch {
+	case im.Jitter < 0:
+		return fmt.Errorf("jitter = %v, want >= 0", im.Jitter)
 	case im.BurstMember < -1 || im.BurstMember >= members:
 		return fmt.Errorf("burst-member = %d, want -1 (none) or 0..%d", im.BurstMember, members-1)
 	case im.SlowMember < -1 || im.SlowMember >= members:
