@@ -133,6 +133,11 @@ func TestParseCell(t *testing.T) {
 		{"303 (248–311", Value{}, false, `want a range like (1.2–3.4)`},
 		{"303 (311–248)", Value{}, false, `low ≤ high`},
 		{"NaN", Value{}, false, `cannot read "NaN" as a number`},
+		{"5 (NaN–1)", Value{}, false, `finite numbers`},
+		{"5 (1–NaN)", Value{}, false, `finite numbers`},
+		{"5 (-Inf–Inf)", Value{}, false, `finite numbers`},
+		{"1e308 M", Value{}, false, `cannot read "1e308 M" as a number`},
+		{"1e300 k (1–1e306)", Value{}, false, `finite numbers`},
 	} {
 		v, ok, err := ParseCell(c.in)
 		if c.err != "" {
