@@ -327,3 +327,17 @@ func TestFilesReportWithoutTools(t *testing.T) {
 		t.Fatalf("Figures: %v; want the files table refused for having no tool's column", err)
 	}
 }
+
+// A table with a header and no rows draws no figure: Figures says which
+// table, rather than the canvas panicking at an image of no size (found
+// by FuzzParse).
+func TestTableWithoutRows(t *testing.T) {
+	r, err := Parse(strings.NewReader("### Files to every member, time against receivers\n\n| rx | loss | rbcast |\n|---|---|---|\n"), "empty.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Figures([]*Report{r})
+	if want := `files-receivers: empty.md: the files table ("Files to every member, time against receivers") has no rows to draw`; err == nil || err.Error() != want {
+		t.Fatalf("Figures: %v, want %q", err, want)
+	}
+}
