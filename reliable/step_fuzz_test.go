@@ -65,7 +65,8 @@ func stepFuzzSeed(tb testing.TB, cfg Config) []byte {
 // frames from the other members, as the runtime does (the Stepper
 // parses them; the CRC is not checked, so that mutated frames reach the
 // core), proposing and ticking between frames: no frame panics a core,
-// and every frame a core sends in answer parses, its CRC included.
+// every frame a core sends in answer parses, its CRC included, and what
+// it delivers keeps stepWatch's order, whatever the frames claim.
 // The input is a list of frames as stepFuzzSeed writes them; each comes
 // from its header's sender's MAC.
 func FuzzStep(f *testing.F) {
@@ -75,6 +76,7 @@ func FuzzStep(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, cfg := range stepFuzzOrders {
 			s := stepFuzzCore(t, cfg, 1)
+			w := stepWatch{total: cfg.Order == Total}
 			now := clock.Time(0)
 			for rest := in; len(rest) >= 3; {
 				n, dt := int(binary.BigEndian.Uint16(rest)), rest[2]
@@ -89,13 +91,73 @@ func FuzzStep(f *testing.F) {
 				}
 				eth := append(frame.AppendEthernet(nil, frame.Broadcast, src, frame.EtherType), body...)
 				_ = s.StepVerified(now, eth)
-				sentParse(t, s)
-				_ = s.Propose(now, []byte("own"))
+				w.step(t, s)
+				w.propose(now, s)
 				s.Tick(now)
-				sentParse(t, s)
+				w.step(t, s)
 			}
 		}
 	})
+}
+
+// stepWatch checks the deliveries of member 1 of a fixed group of three
+// whatever it hears: each from a member of the group; the reliable ones
+// of each member in the order they were sent, each once (FIFO: by the
+// frame's sequence number and the message's place in its bundle); under
+// the total order each at the next place of the order (a global number
+// above the last); its own messages at most once, in the order it
+// proposed them.
+type stepWatch struct {
+	total    bool
+	proposed uint32 // own messages proposed: "own" and a number
+	own      uint32 // the number of the last own message delivered
+	last     [4]struct {
+		seq   uint32
+		index int
+		any   bool
+	}
+	global    uint32
+	anyGlobal bool
+}
+
+func (w *stepWatch) step(t *testing.T, s *core.Stepper) {
+	t.Helper()
+	for _, d := range s.Ready().Deliveries {
+		if d.From < 1 || d.From > 3 {
+			t.Fatalf("delivered a message from %d, not a member: %+v", d.From, d)
+		}
+		if d.Unreliable {
+			continue
+		}
+		if len(d.Data) == 7 && string(d.Data[:3]) == "own" && d.From == 1 {
+			if n := binary.BigEndian.Uint32(d.Data[3:]); n <= w.own || n > w.proposed {
+				t.Fatalf("delivered own message %d after own message %d (%d proposed)", n, w.own, w.proposed)
+			} else {
+				w.own = n
+			}
+		}
+		if w.total {
+			if w.anyGlobal && !frame.SeqLess(w.global, d.Global) {
+				t.Fatalf("delivered global %d (from %d) after global %d", d.Global, d.From, w.global)
+			}
+			w.global, w.anyGlobal = d.Global, true
+			continue
+		}
+		l := &w.last[d.From]
+		if l.any && !(frame.SeqLess(l.seq, d.Seq) || l.seq == d.Seq && d.Index > l.index) {
+			t.Fatalf("delivered %d's message %d.%d after its %d.%d", d.From, d.Seq, d.Index, l.seq, l.index)
+		}
+		l.seq, l.index, l.any = d.Seq, d.Index, true
+	}
+	sentParse(t, s)
+}
+
+// propose proposes member 1's next own message.
+func (w *stepWatch) propose(now clock.Time, s *core.Stepper) {
+	w.proposed++
+	if s.Propose(now, binary.BigEndian.AppendUint32([]byte("own"), w.proposed)) != nil {
+		w.proposed--
+	}
 }
 
 // sentParse takes s's Ready and fails the test unless each frame it

@@ -133,6 +133,11 @@ func TestParseCell(t *testing.T) {
 		{"303 (248–311", Value{}, false, `want a range like (1.2–3.4)`},
 		{"303 (311–248)", Value{}, false, `low ≤ high`},
 		{"NaN", Value{}, false, `cannot read "NaN" as a number`},
+		{"5 (NaN–1)", Value{}, false, `finite numbers`},
+		{"5 (1–NaN)", Value{}, false, `finite numbers`},
+		{"5 (-Inf–Inf)", Value{}, false, `finite numbers`},
+		{"1e308 M", Value{}, false, `cannot read "1e308 M" as a number`},
+		{"1e300 k (1–1e306)", Value{}, false, `finite numbers`},
 	} {
 		v, ok, err := ParseCell(c.in)
 		if c.err != "" {
@@ -320,5 +325,19 @@ func TestFilesReportWithoutTools(t *testing.T) {
 	_, _, err = Figures([]*Report{r})
 	if err == nil || !strings.Contains(err.Error(), "nofiles.md: the files table") || !strings.Contains(err.Error(), "has no tool's column; want one of rbcast, uftp, udpcast, tcp") {
 		t.Fatalf("Figures: %v; want the files table refused for having no tool's column", err)
+	}
+}
+
+// A table with a header and no rows draws no figure: Figures says which
+// table, rather than the canvas panicking at an image of no size (found
+// by FuzzParse).
+func TestTableWithoutRows(t *testing.T) {
+	r, err := Parse(strings.NewReader("### Files to every member, time against receivers\n\n| rx | loss | rbcast |\n|---|---|---|\n"), "empty.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Figures([]*Report{r})
+	if want := `files-receivers: empty.md: the files table ("Files to every member, time against receivers") has no rows to draw`; err == nil || err.Error() != want {
+		t.Fatalf("Figures: %v, want %q", err, want)
 	}
 }

@@ -72,6 +72,12 @@ func Figures(reports []*Report) (figs []*Figure, missing []Kind, err error) {
 		if err := b.make(f, t); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", b.name, err)
 		}
+		if !slices.ContainsFunc(f.panels, func(r []*plot.Plot) bool { return len(r) > 0 }) {
+			// A table with a header and no rows: a figure of no panels
+			// is an image of no size, which the canvas refuses by
+			// panicking.
+			return nil, nil, fmt.Errorf("%s: %s: the %v table (%q) has no rows to draw", b.name, t.src, b.kind, t.Heading)
+		}
 		f.Caption = fmt.Sprintf("%s (%s)", f.Caption, runLabel(rep.Name))
 		figs = append(figs, f)
 	}

@@ -256,7 +256,7 @@ func ParseCell(s string) (v Value, ok bool, err error) {
 		}
 	}
 	m, err := strconv.ParseFloat(med, 64)
-	if err != nil || math.IsNaN(m) || math.IsInf(m, 0) {
+	if err != nil || !finite(m*scale) {
 		return Value{}, false, fmt.Errorf("cannot read %q as a number", s)
 	}
 	v = Value{Median: m * scale, Lo: m * scale, Hi: m * scale}
@@ -273,9 +273,13 @@ func ParseCell(s string) (v Value, ok bool, err error) {
 	}
 	l, err1 := strconv.ParseFloat(strings.TrimSpace(lo), 64)
 	h, err2 := strconv.ParseFloat(strings.TrimSpace(hi), 64)
-	if err1 != nil || err2 != nil || l > h {
-		return Value{}, false, fmt.Errorf("cannot read the range of %q: want (low–high), low ≤ high", s)
+	if err1 != nil || err2 != nil || !finite(l*scale) || !finite(h*scale) || l > h {
+		return Value{}, false, fmt.Errorf("cannot read the range of %q: want (low–high), finite numbers, low ≤ high", s)
 	}
 	v.Lo, v.Hi = l*scale, h*scale
 	return v, true, nil
 }
+
+// finite reports whether v is a number a plot can place: not NaN, not
+// infinite ("NaN" and "Inf" parse as floats; "1e308 M" overflows).
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -94,6 +94,10 @@ func Generate(path string, random io.Reader) (*Key, error) {
 	return k, nil
 }
 
+// maxKeyFile is the most bytes a key file holds: its digits and white
+// space around them.
+const maxKeyFile = 4096
+
 // Load reads a key file: 64 hexadecimal digits (what Generate writes;
 // surrounding white space is ignored) or KeySize raw bytes. A file that
 // others than its owner can read is refused: the key is the group's
@@ -111,9 +115,15 @@ func Load(path string) (*Key, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s is readable by others than its owner (mode %v); chmod 600 it", ErrKeyFile, path, st.Mode().Perm())
 	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrKeyFile, path, err)
+	}
+	if len(b) > maxKeyFile {
+		// Read whole or not at all: a key followed by more than a
+		// file's worth of white space and then anything else is not a
+		// key file.
+		return nil, fmt.Errorf("%w: %s holds over %d bytes; want %d hexadecimal digits (rbcastd keygen) or %d raw bytes", ErrKeyFile, path, maxKeyFile, 2*KeySize, KeySize)
 	}
 	if len(b) == KeySize {
 		return NewKey(b)
