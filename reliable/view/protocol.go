@@ -575,6 +575,9 @@ func (c *Core) Leave(now clock.Time) {
 		c.event(core.Event{Kind: core.SelfLeft, Member: c.self})
 	case member:
 		c.leaveInner()
+		if c.innerLeft() {
+			c.judgeLeft()
+		}
 	}
 }
 
@@ -814,7 +817,13 @@ func (c *Core) Ready() core.Ready {
 	// before what the inner core delivers now, then the relayed.
 	k := c.stashOut
 	c.merged.Deliveries = append(append(append(c.merged.Deliveries[:0], c.deliver[:k]...), rd.Deliveries...), c.deliver[k:]...)
-	c.merged.Events = append(append(c.merged.Events[:0], rd.Events...), c.events...)
+	c.merged.Events = append(c.merged.Events[:0], rd.Events...)
+	if c.err != nil {
+		// A leaver that judgeLeft stopped: its core's SelfLeft is not
+		// the outcome (the stop's event, in c.events, is).
+		c.merged.Events = slices.DeleteFunc(c.merged.Events, func(ev core.Event) bool { return ev.Kind == core.SelfLeft })
+	}
+	c.merged.Events = append(c.merged.Events, c.events...)
 	return c.merged
 }
 
@@ -897,7 +906,8 @@ func (c *Core) progress() {
 		c.maybeFound()
 	case member:
 		if c.innerLeft() {
-			return // the Ready that reports SelfLeft ends it
+			c.judgeLeft()
+			return // the Ready that reports SelfLeft (or the stop) ends it
 		}
 		if c.leaving && c.leaveBeforeJudged() {
 			// A leaver hands its core the Leave before it judges its
@@ -906,6 +916,7 @@ func (c *Core) progress() {
 			// majority, and a core whose Leave completes in it left.
 			c.leaveInner()
 			if c.innerLeft() {
+				c.judgeLeft()
 				return
 			}
 		}
@@ -948,6 +959,33 @@ func (c *Core) leaveBeforeJudged() bool {
 	}
 	present, total := c.reachable()
 	return 2*present > total || total <= 2
+}
+
+// judgeLeft judges the majority of a leaver whose inner core's Leave
+// completed in this turn (Config.Primary): the Leave went out once every
+// member the core still ran the view with acknowledged all it was handed,
+// and the core may have failed the others in the same Tick, the Leave
+// completing for want of anyone left to acknowledge it. Those members,
+// if a majority, go on without its last messages, so the leave is clean
+// only where the members it still reaches are a majority (any majority
+// that goes on without it then holds one of them, which has every
+// message of it) or at most one other member is counted (1 of 2, a tie:
+// the other goes on only by counting this one out as left, once it
+// delivered all of its messages, pbp checkLeft). Otherwise this member
+// stops with ErrMinority instead of reporting SelfLeft (Ready drops the
+// inner core's; TestLeaverCutOffAtLeave). Its Leave frames still go to
+// whoever it reaches: they count it out as left, which it is, stopped.
+func (c *Core) judgeLeft() {
+	if !c.cfg.Primary {
+		return
+	}
+	present, total := c.reachable()
+	if 2*present > total || total <= 2 {
+		return
+	}
+	why := fmt.Sprintf("%d of the %d members of view %d are reachable as its Leave completes: a leave is clean only where a majority acknowledged its messages (a primary component)", present, total, c.view.ID)
+	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
+	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
 }
 
 // ErrMinority is wrapped by the error of a member that stopped because

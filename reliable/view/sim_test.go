@@ -75,3 +75,11 @@ func TestSimLossy(t *testing.T) { viewsim.LossySeeds(t, viewsim.FIFO, "reliable/
 func TestSimLossyCutInTurn(t *testing.T) {
 	viewsim.LossySeed(t, viewsim.FIFO, 2100)
 }
+
+// TestSimLeaverCut is a leaver cut off at its Leave, from all the
+// other members or some (viewsim.LeaverCutSeeds): a leaver that reports
+// SelfLeft had its messages delivered by every member that went on in
+// its component.
+func TestSimLeaverCut(t *testing.T) {
+	viewsim.LeaverCutSeeds(t, viewsim.FIFO, "reliable/view", "TestSimLeaverCut")
+}

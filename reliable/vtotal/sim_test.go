@@ -184,3 +184,13 @@ func TestSimExitCoordinatorLeftUnseen(t *testing.T) {
 	poison(t)
 	viewsim.ExitAtOnceSeed(t, viewsim.Ordered, 19325)
 }
+
+// TestSimLeaverCut is a leaver cut off at its Leave, from all the
+// other members or some (viewsim.LeaverCutSeeds), under Agreed and Safe:
+// a leaver that reports SelfLeft had its messages delivered by every
+// member that went on, and one that reaches no majority as its Leave
+// completes stops with ErrMinority (reliable/view judgeLeft).
+func TestSimLeaverCut(t *testing.T) {
+	poison(t)
+	viewsim.LeaverCutSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimLeaverCut")
+}

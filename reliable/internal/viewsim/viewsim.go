@@ -131,16 +131,25 @@ type process struct {
 	budget    uint32             // messages to send during the churn
 	// exitAt (scenario.exit): from then on the process sends its
 	// remaining budget and leaves right after its last message.
-	exitAt   time.Time
-	markerAt time.Time // then one more, once the churn is over
-	nextAt   time.Time
-	next     map[[10]byte]uint32 // per sender incarnation: next counter expected
-	dead     bool
-	leaving  bool // Leave called
-	left     bool
-	err      error
-	dgSent   uint32         // datagrams sent
-	dgGot    map[msgID]bool // datagrams delivered here
+	exitAt time.Time
+	// cutAt and cut (scenario.cutLeaver): once the process has sent
+	// cutAt messages of its budget, exit calls cut (which cuts it off
+	// from members) before it proposes more or leaves.
+	cutAt   uint32
+	cut     func()
+	cutFrom []*process // the processes cut off from it (cut), if any
+	// removedIn: per view, the members its core removed there (failed
+	// or stalled).
+	removedIn map[uint32][]frame.MemberID
+	markerAt  time.Time // then one more, once the churn is over
+	nextAt    time.Time
+	next      map[[10]byte]uint32 // per sender incarnation: next counter expected
+	dead      bool
+	leaving   bool // Leave called
+	left      bool
+	err       error
+	dgSent    uint32         // datagrams sent
+	dgGot     map[msgID]bool // datagrams delivered here
 
 	// batch: the process reads its frames at most this often, so that
 	// they come in batches, as a runtime that reads the link in bursts
@@ -245,6 +254,8 @@ type simRun struct {
 	// (HoldFrom) and releases it a little later.
 	holds bool
 	lost  string // how the primary component was lost (primaryLost)
+	// cut: a leaver was cut off (scenario.cutLeaver; process.cutFrom).
+	cut bool
 }
 
 func (r *simRun) fail(format string, args ...any) {
@@ -471,10 +482,19 @@ func (p *process) exit(now time.Time, t clock.Time) {
 		return
 	}
 	for burst := 1 + p.rng.IntN(4); burst > 0 && p.sent < p.budget; burst-- {
+		if p.cut != nil && p.sent >= p.cutAt {
+			break
+		}
 		if p.proposeNext(t) != nil {
 			break
 		}
 		p.sent++
+	}
+	if p.cut != nil && p.sent >= p.cutAt {
+		// Cut off before the frames of this turn go out: they, and what
+		// follows, reach only the members not cut.
+		p.cut()
+		p.cut = nil
 	}
 	if p.sent == p.budget && p.core.Installed() {
 		p.leaving = true
@@ -617,6 +637,11 @@ func (p *process) flush(now time.Time, t clock.Time) {
 			}
 			p.view = v.ID
 			p.views = append(p.views, v.ID)
+		case core.MemberFailed, core.MemberStalled:
+			if p.removedIn == nil {
+				p.removedIn = map[uint32][]frame.MemberID{}
+			}
+			p.removedIn[p.view] = append(p.removedIn[p.view], ev.Member)
 		case core.SelfLeft:
 			p.left = true
 		case core.SelfRemoved:
@@ -668,6 +693,22 @@ type scenario struct {
 	unheardAtMember bool
 	// holds: processes hold one sender now and then (process.churnHold).
 	holds bool
+	// leavers (LeaverCutSeeds): that many founders (1 or 2), drawn, send
+	// their budget from leaveAt on (the second leaveGap later) and leave
+	// in the turn of their last message, as exit's do; the others stream
+	// as in the churn.
+	leavers  int
+	leaveAt  time.Duration
+	leaveGap time.Duration
+	// cutLeaver (with leavers): the first leaver is cut off, every frame
+	// both ways, from cutCount of the members live then (0: all the
+	// others) once cutLeft messages of its budget remain unsent (0: in
+	// the turn of its Leave, its last message with it); the cut heals
+	// cutSpan later (0: never).
+	cutLeaver bool
+	cutLeft   int
+	cutCount  int
+	cutSpan   time.Duration
 }
 
 func (s scenario) String() string {
@@ -678,6 +719,12 @@ func (s scenario) String() string {
 	}
 	if s.holds {
 		str += " holds=true"
+	}
+	if s.leavers > 0 {
+		str += fmt.Sprintf(" leavers=%d leave-at=%v leave-gap=%v cut-leaver=%v", s.leavers, s.leaveAt, s.leaveGap, s.cutLeaver)
+		if s.cutLeaver {
+			str += fmt.Sprintf(" cut-left=%d cut-count=%d cut-span=%v", s.cutLeft, s.cutCount, s.cutSpan)
+		}
 	}
 	if s.leaveAtChange {
 		str += fmt.Sprintf(" crash=%v leave-after=%v leave-unheard=%v", s.crashAt, s.leaveAfter, s.leaveUnheard)
@@ -861,6 +908,9 @@ func runScenario(t testing.TB, s scenario) *simRun {
 			p.exitAt = p.run.start.Add(s.exitAt + j)
 		}
 	}
+	if s.leavers > 0 {
+		r.leaveCut(s)
+	}
 	if s.deaf {
 		at := time.Duration(150+rng.IntN(500)) * time.Millisecond
 		span := time.Duration(300+rng.IntN(700)) * time.Millisecond
@@ -893,6 +943,52 @@ func runScenario(t testing.TB, s scenario) *simRun {
 		net.RunFor(10 * time.Millisecond)
 	}
 	return r
+}
+
+// leaveCut sets up LeaverCutSeeds' leavers (scenario.leavers) and the
+// cut of the first (scenario.cutLeaver), with draws of its own.
+func (r *simRun) leaveCut(s scenario) {
+	rng := rand.New(rand.NewPCG(s.seed, 0xc07))
+	founders := r.procs[:s.founders]
+	first := rng.IntN(len(founders))
+	ls := []*process{founders[first]}
+	if s.leavers > 1 {
+		ls = append(ls, founders[(first+1+rng.IntN(len(founders)-1))%len(founders)])
+	}
+	for i, l := range ls {
+		l.exitAt = r.start.Add(s.leaveAt + time.Duration(i)*s.leaveGap)
+	}
+	if !s.cutLeaver {
+		return
+	}
+	l := ls[0]
+	l.cutAt = l.budget - uint32(min(s.cutLeft, int(l.budget)))
+	l.cut = func() {
+		var others []*process
+		for _, q := range r.procs {
+			if q != l && !q.dead && !q.left && q.err == nil {
+				others = append(others, q)
+			}
+		}
+		rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		if s.cutCount > 0 && s.cutCount < len(others) {
+			others = others[:s.cutCount]
+		}
+		l.cutFrom = others
+		r.cut = true
+		for _, q := range others {
+			l.ep.Deafen(q.ep, true)
+			q.ep.Deafen(l.ep, true)
+		}
+		if s.cutSpan > 0 {
+			r.net.AfterFunc(s.cutSpan, func() {
+				for _, q := range others {
+					l.ep.Deafen(q.ep, false)
+					q.ep.Deafen(l.ep, false)
+				}
+			})
+		}
+	}
 }
 
 // primaryLost reports whether, under a primary component (Agreed, Safe),
@@ -1060,7 +1156,14 @@ func (r *simRun) verdict(s scenario) error {
 // that was in the view the leaver joined in, and later installed a view
 // without it, and neither crashed nor was removed. (Virtual synchrony does
 // not see this: the leaver's last view change may be one the others never
-// install.)
+// install.) Under Agreed and Safe that holds for a leaver cut off from
+// members too (scenario.cutLeaver): members that go on are a majority, so
+// a leaver that reaches no majority stops (ErrMinority) instead. Under
+// FIFO, where every component goes on, a cut splits the group, and a
+// leaver's SelfLeft speaks only for the members its core still ran the
+// view with: in a run with a cut, a member not in the view the leaver
+// left from, or one its core removed there, is not checked
+// (otherComponent).
 func (r *simRun) leaversDelivered() error {
 	for _, l := range r.procs {
 		if !l.left || l.dead || l.err != nil {
@@ -1068,6 +1171,9 @@ func (r *simRun) leaversDelivered() error {
 		}
 		for _, q := range r.procs {
 			if q == l || q.era != l.era || q.dead || q.err != nil || !r.wentOnWithout(q, l) {
+				continue
+			}
+			if r.level == FIFO && r.cut && r.otherComponent(l, q) {
 				continue
 			}
 			if got := q.next[key10(l.mac, l.inc)]; got != l.sent {
@@ -1122,6 +1228,9 @@ func (r *simRun) leaversHeldNothing(s scenario) error {
 				}
 				for _, l := range r.procs {
 					if l.mac == mi.MAC && l.inc == mi.Incarnation && l.left && !l.dead {
+						if r.level == FIFO && r.cut && r.otherComponent(l, p) {
+							continue // it left from its own component (leaversDelivered)
+						}
 						return fmt.Errorf("leave: %x.%d stopped, %x.%d's clean leave the cause: %v", p.mac, p.inc, l.mac, l.inc, p.err)
 					}
 				}
@@ -1129,6 +1238,14 @@ func (r *simRun) leaversHeldNothing(s scenario) error {
 		}
 	}
 	return nil
+}
+
+// otherComponent reports whether q is not in the view l left from, or
+// is a member l's core removed (failed or stalled) there: under FIFO,
+// where every component goes on, l's SelfLeft does not speak for q.
+func (r *simRun) otherComponent(l, q *process) bool {
+	i := slices.IndexFunc(r.views[eraView{l.era, l.view}], func(m frame.MemberInfo) bool { return m.MAC == q.mac && m.Incarnation == q.inc })
+	return i < 0 || slices.Contains(l.removedIn[l.view], r.views[eraView{l.era, l.view}][i].ID)
 }
 
 // wentOnWithout reports whether q installed l's first view and, after a
@@ -1603,6 +1720,100 @@ func leaveAtCrashScenario(seed uint64, level Level) scenario {
 	s.level = drawOrdered(r, level)
 	s.unheardAtMember = r.IntN(2) == 0 // drawn last: the draws above keep their seeds
 	return s
+}
+
+// LeaverCutSeeds runs $RBCAST_SEEDS seeds (200 by default, 50 with
+// -short) of a leaver cut off at its Leave: of three to five founders
+// (and up to one joiner) streaming at up to 5 % loss, one (or two, a few
+// milliseconds apart) sends its budget at a time drawn per seed and
+// leaves in the turn of its last message; in three seeds of four the
+// first is cut off, every frame both ways, from all the other members or
+// some of them, in the turn of its Leave or a few messages before, for
+// good or for a while. The checkers are the churn simulation's:
+// leaversDelivered says that a leaver reporting SelfLeft had its messages
+// delivered by every member that went on (under FIFO, in its component).
+// The log sums the cut leavers' outcomes.
+func LeaverCutSeeds(t *testing.T, level Level, pkg, test string) {
+	var tally cutTally
+	t.Cleanup(func() { t.Log(tally.String()) })
+	n := seeds.Count(t, 200, 50)
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			s := leaverCutScenario(seed, level)
+			r := runScenario(t, s)
+			tally.add(r)
+			if err := r.verdict(s); err != nil {
+				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
+			}
+		})
+	}
+}
+
+// LeaverCutSeed runs one seed of LeaverCutSeeds, whatever RBCAST_SEEDS
+// says.
+func LeaverCutSeed(t *testing.T, level Level, seed uint64) {
+	runOne(t, leaverCutScenario(seed, level), "")
+}
+
+func leaverCutScenario(seed uint64, level Level) scenario {
+	r := rand.New(rand.NewPCG(seed, 0x1c07))
+	s := scenario{seed: seed, founders: 3 + r.IntN(3), joiners: r.IntN(2), msgs: uint32(10 + r.IntN(50)), loss: []float64{0, 0.01, 0.05}[r.IntN(3)], level: level}
+	if r.IntN(3) == 0 {
+		s.dup, s.reorder = 0.02, 0.02
+	}
+	if r.IntN(3) == 0 {
+		s.batch = time.Duration(1+r.IntN(4)) * time.Millisecond
+	}
+	s.leavers = 1 + r.IntN(2)
+	s.leaveAt = time.Duration(200+r.IntN(400)) * time.Millisecond
+	s.leaveGap = time.Duration(r.IntN(10000)-5000) * time.Microsecond
+	s.cutLeaver = r.IntN(4) != 0
+	s.cutLeft = []int{0, 0, 1, 3}[r.IntN(4)]
+	if r.IntN(2) == 0 {
+		s.cutCount = 1 + r.IntN(s.founders-1) // some of the others (all, when it draws as many)
+	}
+	if r.IntN(2) == 0 {
+		s.cutSpan = time.Duration(100+r.IntN(700)) * time.Millisecond
+	}
+	s.level = drawOrdered(r, level)
+	if s.level != FIFO {
+		s.mix = drawMix(seed)
+	}
+	return s
+}
+
+// cutTally sums LeaverCutSeeds' outcomes for the cut leavers: left
+// cleanly, stopped (and how), and the seeds where a member that went on
+// lacked some of a cut leaver's messages (the case the judgment is for).
+type cutTally struct{ cut, left, minority, other, lacked atomic.Uint64 }
+
+func (t *cutTally) add(r *simRun) {
+	for _, l := range r.procs {
+		if l.cutFrom == nil {
+			continue
+		}
+		t.cut.Add(1)
+		switch {
+		case l.left:
+			t.left.Add(1)
+		case errors.Is(l.err, view.ErrMinority):
+			t.minority.Add(1)
+		default:
+			t.other.Add(1)
+		}
+		for _, q := range r.procs {
+			if q != l && q.era == l.era && !q.dead && q.err == nil && r.wentOnWithout(q, l) && q.next[key10(l.mac, l.inc)] != l.sent {
+				t.lacked.Add(1)
+				break
+			}
+		}
+	}
+}
+
+func (t *cutTally) String() string {
+	return fmt.Sprintf("cut leavers: %d; %d left cleanly, %d stopped with ErrMinority, %d otherwise; in %d a member that went on lacked some of its messages",
+		t.cut.Load(), t.left.Load(), t.minority.Load(), t.other.Load(), t.lacked.Load())
 }
 
 // ExitSeed runs one seed of ExitSeeds, whatever RBCAST_SEEDS says.
