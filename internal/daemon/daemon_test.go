@@ -26,6 +26,21 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// testFailureTimeout is the failure timeout of test groups that do not
+// measure failure detection. It is real time: on a loaded machine (the
+// race detector, -cpu 1, other jobs) a daemon starved for over a second
+// was removed as failed with a 1 s timeout, after which Flush completed
+// without the only reader and subscribers missed messages. 5 s leaves
+// room for such stalls.
+const testFailureTimeout = 5 * time.Second
+
+// crashFailureTimeout is the failure timeout of tests that crash a
+// member and wait for its removal; they measure it, so it stays short.
+const crashFailureTimeout = time.Second
+
+// crashTimeout is an adjust for startGroup that sets crashFailureTimeout.
+func crashTimeout(_ int, c *Config) { c.Group.FailureTimeout = crashFailureTimeout }
+
 // running is one daemon of a test group.
 type running struct {
 	d      *Daemon
@@ -47,7 +62,7 @@ func startGroup(t *testing.T, r *rtnet.Net, n int, imp []testnet.Impairment, adj
 			ep.In = imp[i]
 		}
 		l := r.Attach(t, ep)
-		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}}
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: testFailureTimeout}}
 		if adjust != nil {
 			adjust(i, &cfg)
 		}
@@ -413,7 +428,7 @@ func testLeaveDeliversAccepted(t *testing.T, order reliable.Order) {
 // A crashed member shows as dead (failed) within the failure timeout,
 // and the others keep delivering.
 func TestCrashShowsDead(t *testing.T) {
-	ds := startGroup(t, rtnet.New(t, 4), 3, nil, nil)
+	ds := startGroup(t, rtnet.New(t, 4), 3, nil, crashTimeout)
 	sub := subscribe(t, ds[1].socket, 0)
 	c, w := dial(t, ds[0].socket, true)
 	victim := ds[2].self(t)
@@ -708,7 +723,7 @@ func TestTotalOrderSameSequence(t *testing.T) {
 func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 	// Daemon 2 is the member the majority does not wait for.
 	imp := []testnet.Impairment{{}, {}, {Loss: 0.3}}
-	ds := startGroup(t, rtnet.New(t, 9), 3, imp, func(_ int, c *Config) { c.Group.Order = reliable.Total })
+	ds := startGroup(t, rtnet.New(t, 9), 3, imp, func(i int, c *Config) { c.Group.Order = reliable.Total; crashTimeout(i, c) })
 	groups := make([]*reliable.Group, 3)
 	for i, x := range ds {
 		x.self(t)
@@ -777,7 +792,7 @@ func TestTotalFlushWaitsForEveryLiveMember(t *testing.T) {
 // removal, numbered in the global stream: a follower's status shows the
 // crashed member dead too, with the time it was removed.
 func TestCrashShowsDeadTotal(t *testing.T) {
-	ds := startGroup(t, rtnet.New(t, 4), 3, nil, func(_ int, c *Config) { c.Group.Order = reliable.Total })
+	ds := startGroup(t, rtnet.New(t, 4), 3, nil, func(i int, c *Config) { c.Group.Order = reliable.Total; crashTimeout(i, c) })
 	victim := ds[2].self(t)
 	follower := ds[1].self(t)
 	if st := ds[1].d.Status(); member(st, follower).Sequencer || member(st, victim).Sequencer {

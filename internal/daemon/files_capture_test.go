@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rbcast/rbcast/capture"
 	"github.com/rbcast/rbcast/internal/localapi"
@@ -52,7 +51,7 @@ func startCapturedFileGroupWith(t *testing.T, r *rtnet.Net, n int, imp []testnet
 		if i < len(inboxes) {
 			fc.Inbox = inboxes[i]
 		}
-		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second, Auth: ac}, Files: fc}
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: testFailureTimeout, Auth: ac}, Files: fc}
 		if opts.Invariants != nil {
 			cfg.KeysChanged = opts.Invariants.SetKeys
 		}

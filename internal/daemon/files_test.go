@@ -82,7 +82,7 @@ func startFileGroupPrepared(t *testing.T, r *rtnet.Net, n int, imp []testnet.Imp
 		if i < len(inboxes) {
 			fc.Inbox = inboxes[i]
 		}
-		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: time.Second}, Files: fc}
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 7, Size: n, Server: i == 0, FailureTimeout: testFailureTimeout}, Files: fc}
 		if tune != nil {
 			tune(i, &cfg)
 		}

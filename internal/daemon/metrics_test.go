@@ -345,7 +345,7 @@ func TestMetricsViewChanges(t *testing.T) {
 // rbcastd_view_members its size, a dead member included, while
 // rbcastd_view_changes_total counts removals as before.
 func TestMetricsViewFixedGroup(t *testing.T) {
-	ds := startGroup(t, rtnet.New(t, 54), 3, nil, nil)
+	ds := startGroup(t, rtnet.New(t, 54), 3, nil, crashTimeout)
 	for _, x := range ds {
 		x.self(t)
 	}

@@ -23,7 +23,7 @@ func memGroup(t testing.TB, n int, order reliable.Order) []*running {
 	dir := t.TempDir()
 	var ds []*running
 	for i, l := range seg.links {
-		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Size: n, Server: i == 0, Order: order}}
+		cfg := Config{Logger: quiet, Group: reliable.Config{Group: 9, Size: n, Server: i == 0, Order: order, FailureTimeout: testFailureTimeout}}
 		ds = append(ds, startDaemon(t, l, dir+"/"+string(rune('a'+i))+".sock", cfg))
 	}
 	t.Cleanup(func() {

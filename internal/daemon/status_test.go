@@ -64,6 +64,7 @@ func TestStatusExactPastEventTail(t *testing.T) {
 	var mu sync.Mutex
 	var seen []reliable.Event // the server's events, as OnEvent hands them out
 	ds := startGroup(t, r, 3, nil, func(i int, c *Config) {
+		crashTimeout(i, c)
 		if i == 0 {
 			c.Group.OnEvent = func(ev reliable.Event) { mu.Lock(); seen = append(seen, ev); mu.Unlock() }
 		}
