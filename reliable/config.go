@@ -306,7 +306,8 @@ func (c Config) Check() error {
 		return err
 	}
 	// The core's own checks: a trial core for member 0 of a group as
-	// large as c allows, on a 1500-byte link (Join checks the real MTU).
+	// large as c allows, on a 1500-byte link or one that carries MaxPayload
+	// (Join checks the real MTU).
 	n := max(s.Size, 2)
 	if c.Views {
 		n = s.MaxMembers
@@ -318,7 +319,15 @@ func (c Config) Check() error {
 	for i := range members {
 		members[i] = frame.MemberInfo{ID: frame.MemberID(i), MAC: [6]byte{2, 0, 0, 0, byte(i >> 8), byte(i)}, Incarnation: 1}
 	}
-	_, err = s.newCore(0, members, 1500)
+	// A MaxPayload beyond what 1500 bytes carry is for a jumbo-frame
+	// link: the trial link is made large enough for it (1500 bytes more
+	// cover a frame's header, ack vector and sequencer fields), and Join
+	// checks it against the real MTU.
+	mtu := 1500
+	if c.MaxPayload > 0 {
+		mtu = max(mtu, c.MaxPayload+1500)
+	}
+	_, err = s.newCore(0, members, mtu)
 	return err
 }
 
