@@ -973,8 +973,11 @@ func (c *Core) leaveBeforeJudged() bool {
 // the other goes on only by counting this one out as left, once it
 // delivered all of its messages, pbp checkLeft). Otherwise this member
 // stops with ErrMinority instead of reporting SelfLeft (Ready drops the
-// inner core's; TestLeaverCutOffAtLeave). Its Leave frames still go to
-// whoever it reaches: they count it out as left, which it is, stopped.
+// inner core's; TestLeaverCutOffAtLeave). The Leave frames of the turn
+// it stops in still go out (none after): a member they reach counts it
+// out as left, which it is, stopped. A member counted unreachable only
+// because it is suspected in this turn may have acknowledged everything:
+// the stop is then more than needed, never a loss.
 func (c *Core) judgeLeft() {
 	if !c.cfg.Primary {
 		return
