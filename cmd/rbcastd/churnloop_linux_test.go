@@ -41,8 +41,9 @@ import (
 // which every record is a contiguous window (so two incarnations delivered
 // the same messages in the same order over the span both were members, and
 // none skipped a message while it was one), but for a killed incarnation's
-// last messages that nobody else delivered (Agreed is not uniform for a
-// member that then crashes); every message delivered by two incarnations
+// last messages, from the first place the others did not deliver alike
+// (Agreed is not uniform for a member that then crashes: checkChurn);
+// every message delivered by two incarnations
 // at least; the incarnations alive at the end all at its end, holding
 // everything their senders wrote. And two times are bounded by the failure
 // timeout and a margin: from each kill to the view without the victim at
@@ -397,8 +398,8 @@ func TestNetnsViewsChurnLoop(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	t.Logf("%v of churn: %d kills, %d incarnations, final view %#x (number %d); %d messages in one sequence (SHA-256 %x), %d more delivered only by a killed incarnation at its end",
-		loop.Round(time.Second), len(kills), len(lives), finalView, finalView>>8, res.messages, res.hash[:8], res.extras)
+	t.Logf("%v of churn: %d kills, %d incarnations, final view %#x (number %d); %d messages in one sequence (SHA-256 %x); %d delivered by a killed incarnation at its end out of it, %d of those by the others at later places",
+		loop.Round(time.Second), len(kills), len(lives), finalView, finalView>>8, res.messages, res.hash[:8], res.extras, res.replaced)
 	t.Logf("kill to the view without the victim at every survivor: at most %v; longest a member's record did not grow: %v (%s, %v into the loop)",
 		worstChange.Round(time.Millisecond), stall.d.Round(time.Millisecond), stall.who, stall.when.Round(time.Millisecond))
 	if stall.d > failure+margin {
