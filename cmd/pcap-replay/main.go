@@ -463,6 +463,31 @@ as the group's reliable.PCODEConfig.`, stderr)
 	if *node < 0 || *node >= int(frame.NoMember) {
 		return fail2("-node %d: want the member id to re-run, 0..%d", *node, int(frame.NoMember)-1)
 	}
+	// Sizes and durations whose 0 is the default: a negative one is
+	// refused here, named as typed (the cores' checks name their Config
+	// fields, and the other protocols' flags would pass unread).
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"window", *window}, {"mtu", *mtu}, {"max-payload", *maxPayload}, {"threshold", *threshold},
+		{"history", *history}, {"quorum", *quorum}, {"flow-window", *flowWindow}, {"status-window", *statusWindow}} {
+		if f.n < 0 {
+			return fail2("-%s %d: want 0 (the default) or more", f.name, f.n)
+		}
+	}
+	if *earlyBuffer < -1 {
+		return fail2("-early-buffer %d: want -1 (none), 0 (the default) or more", *earlyBuffer)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"ack-delay", *ackDelay}, {"resend-timeout", *resend}, {"nack-timeout", *nack}, {"heartbeat", *hb},
+		{"failure-timeout", *fail}, {"bundle-delay", *bundle}, {"election-retry", *electionRetry},
+		{"initial-rtt", *initialRTT}, {"min-timer", *minTimer}, {"max-timer", *maxTimer}} {
+		if f.d < 0 {
+			return fail2("-%s %v: want 0 (the default) or more", f.name, f.d)
+		}
+	}
 	opts := replay.SimOptions{Node: frame.MemberID(*node), Iface: *iface, Window: *window, MTU: *mtu, MaxPayload: *maxPayload,
 		AckDelay: *ackDelay, ResendTimeout: *resend, NackTimeout: *nack,
 		HeartbeatInterval: *hb, FailureTimeout: *fail, BundleDelay: *bundle}

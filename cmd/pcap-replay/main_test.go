@@ -165,7 +165,7 @@ func TestUsageAndErrors(t *testing.T) {
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "pcode", good); code != 0 || !strings.Contains(out, "PCODE, send buffer 256, early buffer 64") || !strings.Contains(out, "not a PCODE frame") {
 		t.Errorf("simulate -protocol pcode on a PBP capture: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, _, errOut := runCmd("simulate", "-node", "2", "-protocol", "pcode", "-early-buffer", "-3", good); code != 2 || !strings.Contains(errOut, "EarlyBuffer is -3") {
+	if code, _, errOut := runCmd("simulate", "-node", "2", "-protocol", "pcode", "-early-buffer", "-3", good); code != 2 || !strings.Contains(errOut, "-early-buffer -3: want -1 (none)") {
 		t.Errorf("simulate -protocol pcode -early-buffer -3: exit %d %q", code, errOut)
 	}
 	if code, out, errOut := runCmd("simulate", "-node", "2", "-protocol", "seq", "-resilience", "sequencer", good); code != 0 || !strings.Contains(out, "sequencer, method hybrid") {
@@ -366,6 +366,42 @@ func TestErrorsNameProgramOnce(t *testing.T) {
 		code, _, errOut := runCmd(c.args...)
 		if code != 2 || errOut != c.want {
 			t.Errorf("%v: exit %d, stderr\n%q\nwant exit 2 and\n%q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// A negative size or duration is refused naming the flag and its value,
+// before the capture is read: the cores' own checks name their Config
+// fields (Window, AckDelay), which the user never typed.
+func TestSimulateNegativeFlags(t *testing.T) {
+	small := smallCapture(t, true, "three")
+	for _, c := range []struct{ flag, value, want string }{
+		{"window", "-5", "-window -5: want 0 (the default) or more"},
+		{"mtu", "-1", "-mtu -1: want 0 (the default) or more"},
+		{"max-payload", "-1", "-max-payload -1: want 0 (the default) or more"},
+		{"threshold", "-1", "-threshold -1: want 0 (the default) or more"},
+		{"history", "-1", "-history -1: want 0 (the default) or more"},
+		{"quorum", "-1", "-quorum -1: want 0 (the default) or more"},
+		{"found", "-1", "-found -1: want 0..60"},
+		{"max-members", "-1", "-max-members -1: want 0..60 (0: from the capture)"},
+		{"flow-window", "-1", "-flow-window -1: want 0 (the default) or more"},
+		{"status-window", "-1", "-status-window -1: want 0 (the default) or more"},
+		{"early-buffer", "-2", "-early-buffer -2: want -1 (none), 0 (the default) or more"},
+		{"ack-delay", "-1ms", "-ack-delay -1ms: want 0 (the default) or more"},
+		{"resend-timeout", "-1ms", "-resend-timeout -1ms: want 0 (the default) or more"},
+		{"nack-timeout", "-1ms", "-nack-timeout -1ms: want 0 (the default) or more"},
+		{"heartbeat", "-1s", "-heartbeat -1s: want 0 (the default) or more"},
+		{"failure-timeout", "-1s", "-failure-timeout -1s: want 0 (the default) or more"},
+		{"bundle-delay", "-1us", "-bundle-delay -1µs: want 0 (the default) or more"},
+		{"election-retry", "-1ms", "-election-retry -1ms: want 0 (the default) or more"},
+		{"join-retry", "-1ms", "-join-retry -1ms: want > 0 (0: the default)"},
+		{"initial-rtt", "-1ms", "-initial-rtt -1ms: want 0 (the default) or more"},
+		{"min-timer", "-1ms", "-min-timer -1ms: want 0 (the default) or more"},
+		{"max-timer", "-1ms", "-max-timer -1ms: want 0 (the default) or more"},
+	} {
+		code, _, errOut := runCmd("simulate", "-node", "1", "-"+c.flag, c.value, small)
+		if want := "pcap-replay simulate: " + c.want + "\n"; code != 2 || errOut != want {
+			t.Errorf("-%s %s: exit %d, stderr %q; want exit 2 and %q", c.flag, c.value, code, errOut, want)
 		}
 	}
 }

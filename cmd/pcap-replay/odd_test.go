@@ -92,7 +92,7 @@ func TestOddInputs(t *testing.T) {
 		{Args: []string{"timeline", ngLen}, Code: 2, Want: "byte offset 28: block of type 0x6 has total length 7"},
 		{Args: []string{"summary", ngNoIDB}, Code: 2, Want: "Interface id 0 not present in section"},
 		{Args: []string{"simulate", "-node", "0", ngCut}, Code: 2, Want: "truncated block of type 0x6"},
-		{Args: []string{"simulate", "-node", "2", "-window", "-5", ok}, Code: 2, Want: "Window is -5"},
+		{Args: []string{"simulate", "-node", "2", "-window", "-5", ok}, Code: 2, Want: "-window -5: want 0 (the default) or more"},
 		{Args: []string{"simulate", "-node", "2", "-mtu", "10", ok}, Code: 2, Want: "MTU is 10"},
 		{Args: []string{"simulate", "-node", "2", "-protocol", "seq", "-history", "3", ok}, Code: 2, Want: "History is 3"},
 		{Args: []string{"simulate", "-node", "2", ok, "extra"}, Code: 2, Want: "open extra: no such file"},
