@@ -450,6 +450,10 @@ func (c *Config) fifoOnly() error {
 // totalOnly checks Order Total's settings and refuses FIFO's.
 func (c *Config) totalOnly() error {
 	switch {
+	case c.Views && c.Mode != PBP2:
+		return configErr("Mode is %v, but Order Total with Views (Agreed, Safe) runs over PBP2 only (leave Mode zero)", c.Mode)
+	case c.Views && c.BundleDelay != 0:
+		return configErr("BundleDelay is %v, but it applies to Order FIFO only: Order Total with Views bundles what is proposed before each transmission", c.BundleDelay)
 	case c.Mode != PBP2:
 		return configErr("Mode is %v, but Order Total has no PBP mode: the sequencer repairs by its own protocol (leave Mode zero; choose Method)", c.Mode)
 	case c.AckDelay != 0:

@@ -230,6 +230,8 @@ func TestTotalConfigErrors(t *testing.T) {
 	}{
 		{Config{Size: 2, Order: 5}, "Order is Order(5), want FIFO or Total"},
 		{Config{Size: 2, Order: Total, Mode: PBP1}, "Mode is PBP1, but Order Total has no PBP mode"},
+		{Config{Order: Total, Views: true, Mode: PBP1}, "Mode is PBP1, but Order Total with Views (Agreed, Safe) runs over PBP2 only"},
+		{Config{Order: Total, Views: true, BundleDelay: time.Millisecond}, "BundleDelay is 1ms, but it applies to Order FIFO only: Order Total with Views bundles"},
 		{Config{Size: 2, Order: Total, AckDelay: time.Millisecond}, "AckDelay is 1ms, but it applies to Order FIFO only"},
 		{Config{Size: 2, Order: Total, BundleDelay: time.Millisecond}, "BundleDelay is 1ms, but it applies to Order FIFO only"},
 		{Config{Size: 2, Order: Total, Unicast: true}, "Unicast applies to Order FIFO only"},
