@@ -124,6 +124,7 @@ func TestOddInputs(t *testing.T) {
 		{run("-i", nosuch, "-group", "3", "-heartbeat", "3s"), exitUsage, "-failure-timeout (2s) must exceed -heartbeat (3s)", ""},
 		{run("-i", nosuch, "-group", "3", "-order", "total", "-members", "3", "-failure-timeout", "150ms"), exitUsage, "-failure-timeout (150ms) must exceed twice -heartbeat (100ms)", ""},
 		{run("-i", nosuch, "-group", "3", "-procs", "100000"), exitUsage, "-procs is 100000, want 1..256", ""},
+		{run("-i", nosuch, "-group", "3", "-order", "total", "-membership", "views", "-mode", "pbp1"), exitUsage, "-mode is PBP1, but Order Total with Views (Agreed, Safe) runs over PBP2 only", ""},
 		{run("-i", nosuch, "-group", "3", "-flight-recorder", "-1"), exitUsage, "-flight-recorder is -1 MiB, want 0 (off) or 1..16384", ""},
 		{run("-i", nosuch, "-group", "3", "-flight-recorder", "100000000"), exitUsage, "-flight-recorder is 100000000 MiB", ""},
 		{run("-i", nosuch, "-group", "3", "-socket-mode", "04777"), exitUsage, `-socket-mode is "04777"`, ""},
@@ -219,6 +220,21 @@ func TestKeygenAndKeyFile(t *testing.T) {
 		errb.Reset()
 		if code := rbcastd(c.args, nil, &out, &errb); code == exitOK || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: %d %q, want %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+// protocolFlagNames renames whole words only: a setting's name inside
+// another word is left alone.
+func TestProtocolFlagNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"Window is 5000, want 0..4096":                                "-window is 5000, want 0..4096",
+		"FlowWindow is 5, Windows 3, MaxSize 2":                       "FlowWindow is 5, Windows 3, MaxSize 2",
+		"FailureTimeout (150000000 ns) must exceed HeartbeatInterval": "-failure-timeout (150ms) must exceed -heartbeat",
+		"Size is 2 but Members lists 3 members":                       "-members is 2 but Members lists 3 members",
+	} {
+		if got := protocolFlagNames(in); got != want {
+			t.Errorf("protocolFlagNames(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

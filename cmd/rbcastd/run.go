@@ -391,10 +391,13 @@ const maxFlightMB = 16384
 // protocolNames turns the reliable package's names of settings into
 // run's flags, and its durations in ns into Go's notation, so that a
 // setting reliable.Config.Check refuses is named as the operator gave it.
-var protocolNames = strings.NewReplacer(
-	"FailureTimeout", "-failure-timeout", "HeartbeatInterval", "-heartbeat",
-	"BundleDelay", "-bundle-delay", "Window", "-window", "MaxMembers", "-max-members",
-	"RequestID", "-node", "Size", "-members")
+// Whole words only: "Window" inside another name stays as it is.
+var protocolNames = map[string]string{
+	"FailureTimeout": "-failure-timeout", "HeartbeatInterval": "-heartbeat",
+	"BundleDelay": "-bundle-delay", "Window": "-window", "MaxMembers": "-max-members",
+	"RequestID": "-node", "Size": "-members", "Mode": "-mode", "Resilience": "-resilience"}
+
+var protocolWord = regexp.MustCompile(`\b[A-Z][A-Za-z]+\b`)
 
 var nanoseconds = regexp.MustCompile(`\((\d+) ns\)`)
 
@@ -403,7 +406,12 @@ func protocolFlagNames(msg string) string {
 		n, _ := strconv.ParseInt(nanoseconds.FindStringSubmatch(m)[1], 10, 64)
 		return "(" + time.Duration(n).String() + ")"
 	})
-	return protocolNames.Replace(msg)
+	return protocolWord.ReplaceAllStringFunc(msg, func(w string) string {
+		if f, ok := protocolNames[w]; ok {
+			return f
+		}
+		return w
+	})
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
