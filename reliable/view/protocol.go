@@ -253,7 +253,7 @@ func (c *Core) Tick(now clock.Time) {
 			c.tickMember()
 		}
 	case done:
-		if c.err == nil && c.inner != nil {
+		if c.err == nil && c.inner != nil && !c.leftAtTie {
 			c.inner.Tick(now) // a clean leave's last frames
 		}
 	}
@@ -670,7 +670,7 @@ func (c *Core) leaverListed() bool {
 // Deadline is when Tick must next run.
 func (c *Core) Deadline() clock.Time {
 	if !c.started || c.state == done {
-		if c.state == done && c.err == nil && c.inner != nil {
+		if c.state == done && c.err == nil && c.inner != nil && !c.leftAtTie {
 			return c.inner.Deadline()
 		}
 		return 0
@@ -737,7 +737,7 @@ func (c *Core) Done() bool {
 	if c.state != done {
 		return c.inner != nil && c.inner.Done() && c.leaving && c.innerLeaving
 	}
-	return c.inner == nil || c.inner.Done() || c.err != nil
+	return c.inner == nil || c.inner.Done() || c.err != nil || c.leftAtTie
 }
 
 // Info: the inner cores' largest message and delivering frames.
@@ -920,6 +920,9 @@ func (c *Core) progress() {
 				return
 			}
 		}
+		if c.leaving && c.leaveAtTie() {
+			return // the Ready that reports SelfLeft ends it
+		}
 		if !c.primary() {
 			if c.comp != nil && c.state == member {
 				// Asking (askLeft), a member other than the coordinator
@@ -989,6 +992,68 @@ func (c *Core) judgeLeft() {
 	why := fmt.Sprintf("%d of the %d members of view %d are reachable as its Leave completes: a leave is clean only where a majority acknowledged its messages (a primary component)", present, total, c.view.ID)
 	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
 	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+}
+
+// leaveAtTie ends a leaver that counts one of two in an accepted view
+// cleanly, where primary would stop it with ErrMinority (Config.Primary;
+// docs/membership.md, "the last other member left unseen"): every other
+// member of the view it counts as left, and the one other member it
+// counts is not present (its core failed it, or it is suspected). It
+// reports whether the leaver ended; SelfLeft is in the next Ready.
+//
+// The other member goes on only by counting this one out as left: a view
+// formed from this one keeps of its members only those that flushed in
+// it, and a member that left flushed in none (a frozen core does not
+// leave); of the two left, this one flushed for no proposal that may
+// commit (flushedOther) and its own ends with it, so the other keeps
+// itself alone, and counts a majority only with this one out as left,
+// which its core does only once it delivered all of this one's messages
+// (pbp checkLeft; no other member is left to report it with a Flush).
+// The view is accepted: no other view formed from its base goes on, so
+// what the change to it cut of this member's messages is what the
+// primary component delivered. And the other member installed the view
+// (heard in it): it needs nothing more of this one's view before, no
+// relay and no commit.
+//
+// Unfrozen, this member hands its core the Leave, which completes at once
+// with no member left to acknowledge (judgeLeft lets the tie pass): its
+// Leave frames let the other member, if it lives and holds all of this
+// one's messages, count it out as left and go on. Frozen for its own
+// proposal, or asking (askLeft), the core announces nothing, and this
+// member just ends: no core takes a Leave of it, so the other member
+// never counts it out as left and stops too, having gone on with
+// nothing. Either way nothing may wait outside the core (queued,
+// unsent, not numbered): a SelfLeft with messages never sent would hide
+// them.
+func (c *Core) leaveAtTie() bool {
+	if !c.cfg.Primary || c.unaccepted || c.comp != nil || c.flushedOther {
+		return false
+	}
+	if len(c.queue) > 0 || len(c.unsent) > 0 || c.inner.PendingMessages() > 0 {
+		return false
+	}
+	if present, total := c.reachable(); present != 1 || total != 2 {
+		return false
+	}
+	for _, m := range c.view.Members {
+		if m.ID != c.self && !c.hasLeft(m.ID) && !containsID(c.heard, m.ID) {
+			return false
+		}
+	}
+	if !c.frozen {
+		if !c.innerLeaving {
+			c.innerLeaving = true
+			c.inner.Leave(c.now)
+		}
+		if !c.innerLeft() {
+			return false
+		}
+		c.judgeLeft()
+		return true
+	}
+	c.state, c.leftAtTie = done, true
+	c.event(core.Event{Kind: core.SelfLeft, Member: c.self, Epoch: c.view.ID})
+	return true
 }
 
 // ErrMinority is wrapped by the error of a member that stopped because

@@ -287,6 +287,9 @@ type Core struct {
 	// innerLeaving: the installed view's inner core was told to leave
 	// (leaveInner).
 	innerLeaving bool
+	// leftAtTie: this member left, frozen, at one of two (leaveAtTie);
+	// its core, which announced nothing, runs no more.
+	leftAtTie bool
 	// removeDue: RemoveGroup was called; the next Ready removes the group.
 	removeDue bool
 	maxSeen   uint32 // the highest view id seen proposed or installed
@@ -310,6 +313,9 @@ type Core struct {
 	stash    []core.Delivery   // delivered by the inner core since, held
 	stashOut int               // deliver's first entries: the stash, out this turn
 	unsent   [][]byte          // the frozen core's unsent messages
+	// flushedOther: this member sent a Flush for another coordinator's
+	// proposal in the current view, which may commit with it (leaveAtTie).
+	flushedOther bool
 	// ownOut counts this member's messages numbered in the views before
 	// the current one; handed the ones the current inner core accepted.
 	ownOut, handed uint64
