@@ -967,6 +967,7 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.drainQueue()
 	c.innerLeaving = false
 	c.stats.Views++
+	c.heardEarly()
 	c.flushedOther = false
 	c.checkHeard()
 	if c.unaccepted {

@@ -44,6 +44,8 @@ func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 	}
 	if c.state == member && v.ViewID() == c.view.ID && v.Sender() != frame.NoMember {
 		c.heardIn(v.Sender())
+	} else {
+		c.earlyIn(src, v)
 	}
 	c.progress()
 	return nil
@@ -69,6 +71,7 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 		} else if w != 0 && !c.isMember(src, v.Sender()) {
 			c.foreign(src, w)
 		}
+		c.earlyIn(src, v)
 		return fmt.Errorf("view: %v frame of view %d, this member is in view %d", v.Type(), w, c.view.ID)
 	}
 	if !c.isMember(src, v.Sender()) {
@@ -169,6 +172,62 @@ func (c *Core) stepLater(now clock.Time) {
 	}
 	clear(later)
 	c.progress()
+}
+
+// earlyIn notes the sender of a frame of a view later than the installed
+// one: it installed that view (a process sends in a view only once it
+// installed it). Should this member install the same view, the sender
+// counts toward its acceptance (heardEarly), though the frame itself was
+// dropped: a member that installs a view of two and leaves at once may
+// send no other frame in it that arrives here (its one frame there, the
+// new core's Heartbeat, may come before the commit, and its Leave frames
+// may all be lost), and without it the view was never accepted here and
+// this member, unable to leave from it, stopped with ErrMinority a
+// failure timeout later (seeds 28450 and 55434 of TestSimExitAtOnce).
+//
+// The sender must be listed in the view installed with the same id, MAC
+// and incarnation: what heardIn trusts of a frame of the installed view
+// (a process installs one view per id, and a view id names one
+// membership), here for a frame that came early.
+func (c *Core) earlyIn(src [6]byte, v frame.View) {
+	w, id := v.ViewID(), v.Sender()
+	if c.state != member || !frame.SeqLess(c.view.ID, w) || id == frame.NoMember || src == c.cfg.MAC {
+		return
+	}
+	e := earlySender{view: w, id: id, mac: src, inc: v.Incarnation()}
+	if slices.Contains(c.early, e) {
+		return
+	}
+	if len(c.early) >= c.cfg.MaxMembers {
+		// Bounded: frames of a later view come in the turns around a
+		// commit, and a stream of them (another component's) keeps
+		// the latest.
+		c.early = slices.Delete(c.early, 0, 1)
+	}
+	c.early = append(c.early, e)
+}
+
+// heardEarly takes the members of the view just installed that were
+// heard sending in it before (earlyIn) as having installed it, toward
+// its acceptance, and forgets the rest.
+func (c *Core) heardEarly() {
+	c.earlyHeard = c.earlyHeard[:0]
+	for _, e := range c.early {
+		if e.view != c.view.ID || e.id == c.self {
+			continue
+		}
+		if m, ok := c.memberOf(c.view, e.id); ok && m.MAC == e.mac && m.Incarnation == e.inc {
+			c.earlyHeard = addID(c.earlyHeard, e.id)
+		}
+	}
+	c.early = c.early[:0]
+}
+
+// installedHere reports whether member id is known to have installed the
+// current view: heard in it, or heard sending in it before this member
+// installed it.
+func (c *Core) installedHere(id frame.MemberID) bool {
+	return containsID(c.heard, id) || containsID(c.earlyHeard, id)
 }
 
 // heardIn notes that member id sent in the current view: it installed it.
@@ -1012,8 +1071,8 @@ func (c *Core) judgeLeft() {
 // The view is accepted: no other view formed from its base goes on, so
 // what the change to it cut of this member's messages is what the
 // primary component delivered. And the other member installed the view
-// (heard in it): it needs nothing more of this one's view before, no
-// relay and no commit.
+// (heard in it, or early: installedHere): it needs nothing more of this
+// one's view before, no relay and no commit.
 //
 // Unfrozen, this member hands its core the Leave, which completes at once
 // with no member left to acknowledge (judgeLeft lets the tie pass): its
@@ -1036,7 +1095,7 @@ func (c *Core) leaveAtTie() bool {
 		return false
 	}
 	for _, m := range c.view.Members {
-		if m.ID != c.self && !c.hasLeft(m.ID) && !containsID(c.heard, m.ID) {
+		if m.ID != c.self && !c.hasLeft(m.ID) && !c.installedHere(m.ID) {
 			return false
 		}
 	}

@@ -234,6 +234,13 @@ type Core struct {
 	later     []heldFrame
 	laterBufs [][]byte
 	heard     []frame.MemberID // members heard in the current view
+	// early are senders heard in a view later than the installed one
+	// before this member installed it (earlyIn); earlyHeard the members
+	// of the current view among them, heard in it before this member
+	// installed it: they count toward its acceptance (acceptedBy), not
+	// as heard (checkHeard: the view before's core stays for them).
+	early      []earlySender
+	earlyHeard []frame.MemberID
 	// Under Config.Primary a view is acted on only once it is accepted:
 	// a majority of the view it was formed from is known to have
 	// installed it (heard in it). Until then this member hands its core
@@ -338,6 +345,15 @@ type Core struct {
 	// inner cores stepped with one, which may keep lent bytes (loan.go).
 	loan      core.Loan
 	borrowers []Inner
+}
+
+// earlySender is a process heard sending in view id before this member
+// installed it.
+type earlySender struct {
+	view uint32
+	id   frame.MemberID
+	mac  [6]byte
+	inc  uint32
 }
 
 type replacedCore struct {
