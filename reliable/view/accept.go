@@ -90,11 +90,12 @@ func (c *Core) checkAccepted() {
 }
 
 // acceptedBy is how many members of the base are known to have installed
-// the current view: this one, and those heard in it.
+// the current view: this one, and those heard in it, before this member
+// installed it too (installedHere).
 func (c *Core) acceptedBy() int {
 	n := 0
 	for _, id := range c.fromBase {
-		if id == c.self || containsID(c.heard, id) {
+		if id == c.self || c.installedHere(id) {
 			n++
 		}
 	}

@@ -230,6 +230,9 @@ func (c *Core) sendFlush() {
 	if c.comp != nil {
 		coord = frame.NoMember // completing a commit: asks holders only
 	}
+	if coord != c.self && coord != frame.NoMember {
+		c.flushedOther = true
+	}
 	c.emit(frame.Broadcast, &frame.ViewFlushBody{Next: next, Base: c.view.ID, Coord: coord, Sent: f.sent, Delivered: f.delivered})
 	c.flushAt = c.now
 }
@@ -964,6 +967,8 @@ func (c *Core) install(commit frame.ViewCommitBody) {
 	c.drainQueue()
 	c.innerLeaving = false
 	c.stats.Views++
+	c.heardEarly()
+	c.flushedOther = false
 	c.checkHeard()
 	if c.unaccepted {
 		c.announce()

@@ -44,6 +44,8 @@ func (c *Core) Step(now clock.Time, src, dst [6]byte, v frame.View) error {
 	}
 	if c.state == member && v.ViewID() == c.view.ID && v.Sender() != frame.NoMember {
 		c.heardIn(v.Sender())
+	} else {
+		c.earlyIn(src, v)
 	}
 	c.progress()
 	return nil
@@ -69,6 +71,7 @@ func (c *Core) stepInner(now clock.Time, src, dst [6]byte, v frame.View) error {
 		} else if w != 0 && !c.isMember(src, v.Sender()) {
 			c.foreign(src, w)
 		}
+		c.earlyIn(src, v)
 		return fmt.Errorf("view: %v frame of view %d, this member is in view %d", v.Type(), w, c.view.ID)
 	}
 	if !c.isMember(src, v.Sender()) {
@@ -171,6 +174,62 @@ func (c *Core) stepLater(now clock.Time) {
 	c.progress()
 }
 
+// earlyIn notes the sender of a frame of a view later than the installed
+// one: it installed that view (a process sends in a view only once it
+// installed it). Should this member install the same view, the sender
+// counts toward its acceptance (heardEarly), though the frame itself was
+// dropped: a member that installs a view of two and leaves at once may
+// send no other frame in it that arrives here (its one frame there, the
+// new core's Heartbeat, may come before the commit, and its Leave frames
+// may all be lost), and without it the view was never accepted here and
+// this member, unable to leave from it, stopped with ErrMinority a
+// failure timeout later (seeds 28450 and 55434 of TestSimExitAtOnce).
+//
+// The sender must be listed in the view installed with the same id, MAC
+// and incarnation: what heardIn trusts of a frame of the installed view
+// (a process installs one view per id, and a view id names one
+// membership), here for a frame that came early.
+func (c *Core) earlyIn(src [6]byte, v frame.View) {
+	w, id := v.ViewID(), v.Sender()
+	if c.state != member || !frame.SeqLess(c.view.ID, w) || id == frame.NoMember || src == c.cfg.MAC {
+		return
+	}
+	e := earlySender{view: w, id: id, mac: src, inc: v.Incarnation()}
+	if slices.Contains(c.early, e) {
+		return
+	}
+	if len(c.early) >= c.cfg.MaxMembers {
+		// Bounded: frames of a later view come in the turns around a
+		// commit, and a stream of them (another component's) keeps
+		// the latest.
+		c.early = slices.Delete(c.early, 0, 1)
+	}
+	c.early = append(c.early, e)
+}
+
+// heardEarly takes the members of the view just installed that were
+// heard sending in it before (earlyIn) as having installed it, toward
+// its acceptance, and forgets the rest.
+func (c *Core) heardEarly() {
+	c.earlyHeard = c.earlyHeard[:0]
+	for _, e := range c.early {
+		if e.view != c.view.ID || e.id == c.self {
+			continue
+		}
+		if m, ok := c.memberOf(c.view, e.id); ok && m.MAC == e.mac && m.Incarnation == e.inc {
+			c.earlyHeard = addID(c.earlyHeard, e.id)
+		}
+	}
+	c.early = c.early[:0]
+}
+
+// installedHere reports whether member id is known to have installed the
+// current view: heard in it, or heard sending in it before this member
+// installed it.
+func (c *Core) installedHere(id frame.MemberID) bool {
+	return containsID(c.heard, id) || containsID(c.earlyHeard, id)
+}
+
 // heardIn notes that member id sent in the current view: it installed it.
 // Once every member was heard, the view before's core is dropped.
 func (c *Core) heardIn(id frame.MemberID) {
@@ -253,7 +312,7 @@ func (c *Core) Tick(now clock.Time) {
 			c.tickMember()
 		}
 	case done:
-		if c.err == nil && c.inner != nil {
+		if c.err == nil && c.inner != nil && !c.leftAtTie {
 			c.inner.Tick(now) // a clean leave's last frames
 		}
 	}
@@ -670,7 +729,7 @@ func (c *Core) leaverListed() bool {
 // Deadline is when Tick must next run.
 func (c *Core) Deadline() clock.Time {
 	if !c.started || c.state == done {
-		if c.state == done && c.err == nil && c.inner != nil {
+		if c.state == done && c.err == nil && c.inner != nil && !c.leftAtTie {
 			return c.inner.Deadline()
 		}
 		return 0
@@ -737,7 +796,7 @@ func (c *Core) Done() bool {
 	if c.state != done {
 		return c.inner != nil && c.inner.Done() && c.leaving && c.innerLeaving
 	}
-	return c.inner == nil || c.inner.Done() || c.err != nil
+	return c.inner == nil || c.inner.Done() || c.err != nil || c.leftAtTie
 }
 
 // Info: the inner cores' largest message and delivering frames.
@@ -920,6 +979,9 @@ func (c *Core) progress() {
 				return
 			}
 		}
+		if c.leaving && c.leaveAtTie() {
+			return // the Ready that reports SelfLeft ends it
+		}
 		if !c.primary() {
 			if c.comp != nil && c.state == member {
 				// Asking (askLeft), a member other than the coordinator
@@ -989,6 +1051,68 @@ func (c *Core) judgeLeft() {
 	why := fmt.Sprintf("%d of the %d members of view %d are reachable as its Leave completes: a leave is clean only where a majority acknowledged its messages (a primary component)", present, total, c.view.ID)
 	c.state, c.err = done, fmt.Errorf("%w: %s", ErrMinority, why)
 	c.event(core.Event{Kind: core.SelfRemoved, Member: c.self, Epoch: c.view.ID, Reason: why})
+}
+
+// leaveAtTie ends a leaver that counts one of two in an accepted view
+// cleanly, where primary would stop it with ErrMinority (Config.Primary;
+// docs/membership.md, "the last other member left unseen"): every other
+// member of the view it counts as left, and the one other member it
+// counts is not present (its core failed it, or it is suspected). It
+// reports whether the leaver ended; SelfLeft is in the next Ready.
+//
+// The other member goes on only by counting this one out as left: a view
+// formed from this one keeps of its members only those that flushed in
+// it, and a member that left flushed in none (a frozen core does not
+// leave); of the two left, this one flushed for no proposal that may
+// commit (flushedOther) and its own ends with it, so the other keeps
+// itself alone, and counts a majority only with this one out as left,
+// which its core does only once it delivered all of this one's messages
+// (pbp checkLeft; no other member is left to report it with a Flush).
+// The view is accepted: no other view formed from its base goes on, so
+// what the change to it cut of this member's messages is what the
+// primary component delivered. And the other member installed the view
+// (heard in it, or early: installedHere): it needs nothing more of this
+// one's view before, no relay and no commit.
+//
+// Unfrozen, this member hands its core the Leave, which completes at once
+// with no member left to acknowledge (judgeLeft lets the tie pass): its
+// Leave frames let the other member, if it lives and holds all of this
+// one's messages, count it out as left and go on. Frozen for its own
+// proposal, or asking (askLeft), the core announces nothing, and this
+// member just ends: no core takes a Leave of it, so the other member
+// never counts it out as left and stops too, having gone on with
+// nothing. Either way nothing may wait outside the core (queued,
+// unsent, not numbered): a SelfLeft with messages never sent would hide
+// them.
+func (c *Core) leaveAtTie() bool {
+	if !c.cfg.Primary || c.unaccepted || c.comp != nil || c.flushedOther {
+		return false
+	}
+	if len(c.queue) > 0 || len(c.unsent) > 0 || c.inner.PendingMessages() > 0 {
+		return false
+	}
+	if present, total := c.reachable(); present != 1 || total != 2 {
+		return false
+	}
+	for _, m := range c.view.Members {
+		if m.ID != c.self && !c.hasLeft(m.ID) && !c.installedHere(m.ID) {
+			return false
+		}
+	}
+	if !c.frozen {
+		if !c.innerLeaving {
+			c.innerLeaving = true
+			c.inner.Leave(c.now)
+		}
+		if !c.innerLeft() {
+			return false
+		}
+		c.judgeLeft()
+		return true
+	}
+	c.state, c.leftAtTie = done, true
+	c.event(core.Event{Kind: core.SelfLeft, Member: c.self, Epoch: c.view.ID})
+	return true
 }
 
 // ErrMinority is wrapped by the error of a member that stopped because

@@ -234,6 +234,13 @@ type Core struct {
 	later     []heldFrame
 	laterBufs [][]byte
 	heard     []frame.MemberID // members heard in the current view
+	// early are senders heard in a view later than the installed one
+	// before this member installed it (earlyIn); earlyHeard the members
+	// of the current view among them, heard in it before this member
+	// installed it: they count toward its acceptance (acceptedBy), not
+	// as heard (checkHeard: the view before's core stays for them).
+	early      []earlySender
+	earlyHeard []frame.MemberID
 	// Under Config.Primary a view is acted on only once it is accepted:
 	// a majority of the view it was formed from is known to have
 	// installed it (heard in it). Until then this member hands its core
@@ -287,6 +294,9 @@ type Core struct {
 	// innerLeaving: the installed view's inner core was told to leave
 	// (leaveInner).
 	innerLeaving bool
+	// leftAtTie: this member left, frozen, at one of two (leaveAtTie);
+	// its core, which announced nothing, runs no more.
+	leftAtTie bool
 	// removeDue: RemoveGroup was called; the next Ready removes the group.
 	removeDue bool
 	maxSeen   uint32 // the highest view id seen proposed or installed
@@ -310,6 +320,9 @@ type Core struct {
 	stash    []core.Delivery   // delivered by the inner core since, held
 	stashOut int               // deliver's first entries: the stash, out this turn
 	unsent   [][]byte          // the frozen core's unsent messages
+	// flushedOther: this member sent a Flush for another coordinator's
+	// proposal in the current view, which may commit with it (leaveAtTie).
+	flushedOther bool
 	// ownOut counts this member's messages numbered in the views before
 	// the current one; handed the ones the current inner core accepted.
 	ownOut, handed uint64
@@ -332,6 +345,15 @@ type Core struct {
 	// inner cores stepped with one, which may keep lent bytes (loan.go).
 	loan      core.Loan
 	borrowers []Inner
+}
+
+// earlySender is a process heard sending in view id before this member
+// installed it.
+type earlySender struct {
+	view uint32
+	id   frame.MemberID
+	mac  [6]byte
+	inc  uint32
 }
 
 type replacedCore struct {

@@ -159,12 +159,13 @@ func TestSimLossy(t *testing.T) {
 
 // TestSimExitAtOnce is TestSimExit with every process leaving at the
 // same instant (viewsim.ExitAtOnceSeeds): the Leaves of all cross.
-// Seeds 28450 and 55434, beyond the default count, still fail: a view of
-// two whose other member installed it and left at once, its one frame of
-// the view reaching this member before the commit and every Leave frame
-// lost; the view is never accepted here, and a failure timeout later this
-// member, leaving too, counts 1 of 2 and stops with ErrMinority
-// (docs/membership.md, "the last other member left unseen").
+// Seeds 28450 and 55434, beyond the default count, failed: a view of two
+// whose other member installed it and left at once, its one frame of the
+// view reaching this member before the commit and every Leave frame
+// lost; the view was never accepted here, and a failure timeout later
+// this member, leaving too, counted 1 of 2 and stopped with ErrMinority
+// (docs/membership.md, "the last other member left unseen";
+// TestSimExitLastLeftUnseen, TestSimExitLeftWhileCompleting).
 func TestSimExitAtOnce(t *testing.T) {
 	poison(t)
 	viewsim.ExitAtOnceSeeds(t, viewsim.Ordered, "reliable/vtotal", "TestSimExitAtOnce")
@@ -183,6 +184,50 @@ func TestSimExitAtOnce(t *testing.T) {
 func TestSimExitCoordinatorLeftUnseen(t *testing.T) {
 	poison(t)
 	viewsim.ExitAtOnceSeed(t, viewsim.Ordered, 19325)
+}
+
+// TestSimExitLastLeftUnseen is seed 28450 of TestSimExitAtOnce, beyond
+// the default count: of four founders all leave at once; members 2 and 3
+// left view 256, and member 0, the coordinator, installed view 1280 of
+// {0, 1} and left at once. Its one frame there besides its Leaves, the
+// new core's Heartbeat, reached member 1 before the commit and was
+// dropped, and every Leave frame of it was lost: member 1 never heard it
+// in view 1280, which stayed unaccepted there, and when its core failed
+// member 0 a failure timeout later it counted 1 of 2 and stopped with
+// ErrMinority instead of leaving. The early Heartbeat now counts toward
+// the view's acceptance (reliable/view earlyIn), and a leaver at 1 of 2
+// in an accepted view leaves (reliable/view leaveAtTie).
+func TestSimExitLastLeftUnseen(t *testing.T) {
+	poison(t)
+	viewsim.ExitAtOnceSeed(t, viewsim.Ordered, 28450)
+}
+
+// TestSimExitLeftWhileCompleting is seed 55434 of TestSimExitAtOnce,
+// beyond the default count: of three founders all leave at once; member
+// 2 left view 256, and member 1 installed view 512 of {0, 1} and left
+// at once while member 0, the coordinator, still completed the change:
+// member 1's Heartbeat in view 512 reached member 0 before member 0
+// installed it, and every Leave frame of member 1 was lost. Member 0, its
+// view never accepted, counted 1 of 2 when its core failed member 1 and
+// stopped with ErrMinority; it now leaves (as TestSimExitLastLeftUnseen).
+func TestSimExitLeftWhileCompleting(t *testing.T) {
+	poison(t)
+	viewsim.ExitAtOnceSeed(t, viewsim.Ordered, 55434)
+}
+
+// TestSimExitFrozenAtTie is seed 31757 of TestSimExitAtOnce, which the
+// early count alone (reliable/view earlyIn) made fail: of view 512's
+// three members, member 3 left and every Leave frame of it was lost at
+// member 0, the coordinator; member 2 took it but had handed its own
+// core the Leave already, and left. Member 0 took member 2's Leave and
+// prepared a view of {0, 3}, frozen, waiting for the Flush of member 3,
+// and when its core failed member 3 it counted 1 of 2 and stopped with
+// ErrMinority. Frozen for its own proposal, it now just leaves: no core
+// takes a Leave of it, so the other member could not go on without it
+// (reliable/view leaveAtTie).
+func TestSimExitFrozenAtTie(t *testing.T) {
+	poison(t)
+	viewsim.ExitAtOnceSeed(t, viewsim.Ordered, 31757)
 }
 
 // TestSimLeaverCut is a leaver cut off at its Leave, from all the
