@@ -43,6 +43,9 @@ func TestTieLeaverRestarts(t *testing.T) {
 			r.procs = append(r.procs, l2)
 			r.net.RunFor(3 * time.Second)
 			t.Logf("a: err %v views %v members %v delivered m %v; l2 view %d", a.err, a.views, a.core.View().Members, a.delivered(m), l2.view)
+			if r.failed != nil {
+				t.Fatal(r.failed)
+			}
 			if a.err == nil && r.wentOnWithout(a, l) && a.next[key10(l.mac, l.inc)] != l.sent {
 				t.Fatalf("l left cleanly after sending %d messages; a went on (views %v) having delivered %d of them",
 					l.sent, a.views, a.next[key10(l.mac, l.inc)])
