@@ -1261,21 +1261,26 @@ func (c *Core) addLeaver(id frame.MemberID) {
 	c.gen++
 }
 
+// countReachable counts the members of the view not left (total) and
+// those of them present: this one, and each its core runs and does not
+// suspect, unless its restart (the same MAC, another incarnation) asks
+// to join: that incarnation is gone, whatever its core says, and
+// counting it, or its restart, present let a member go on without a
+// leaver's last messages once the leaver, having left at a tie,
+// restarted (docs/membership.md, "The last other member left unseen").
 func (c *Core) countReachable() (present, total int) {
 	for _, m := range c.view.Members {
 		if c.hasLeft(m.ID) {
 			continue
 		}
 		total++
-		if m.ID == c.self || !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
+		if m.ID == c.self {
 			present++
 			continue
 		}
-		for _, j := range c.joiners {
-			if j.mac == m.MAC {
-				present++
-				break
-			}
+		restarted := slices.ContainsFunc(c.joiners, func(j joiner) bool { return j.mac == m.MAC && j.incarnation != m.Incarnation })
+		if !restarted && !containsID(c.suspects, m.ID) && c.inner.Live(m.ID) {
+			present++
 		}
 	}
 	return present, total
