@@ -274,6 +274,12 @@ type Holder interface {
 	ReleaseFrom(ch core.Channel, from frame.MemberID)
 }
 
+// laneCopies is how many times Lock sends the lane's copy of a request,
+// back to back: a lost datagram is not repaired, and the request then
+// waits for its copy in the stream, behind the hold (docs/dsm.md, "The
+// lock lane"). Receivers drop all but the first copy they get.
+const laneCopies = 2
+
 // Laner is an Env with the lock lane (docs/dsm.md, "The lock lane"):
 // SendLane sends msg (a lock request the core hands out: core.Lane) once
 // at the global group's Unreliable level, at once, past the send window
@@ -1085,7 +1091,7 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 	if err != nil {
 		return err
 	}
-	if lane != nil {
+	for range laneCopies * min(len(lane), 1) {
 		// Not being sent is no error: the request is in the stream
 		// too (a group without the Unreliable level).
 		_ = l.SendLane(lane)
