@@ -250,6 +250,9 @@ type Node struct {
 	holds []channelSender
 	// wakeups: Stats.Wakeups.
 	wakeups uint64
+	// heldUnreliable counts unreliable writes of a held sender dropped
+	// (Stats.HeldUnreliable).
+	heldUnreliable uint64
 }
 
 // channelSender is one sender on one channel.
@@ -269,6 +272,29 @@ type channelSender struct {
 type Holder interface {
 	HoldFrom(ch core.Channel, from frame.MemberID) bool
 	ReleaseFrom(ch core.Channel, from frame.MemberID)
+}
+
+// laneCopies is how many times Lock sends the lane's copy of a request,
+// back to back: a lost datagram is not repaired, and the request then
+// waits for its copy in the stream, behind the hold (docs/dsm.md, "The
+// lock lane"). Receivers drop all but the first copy they get.
+const laneCopies = 2
+
+// Laner is an Env with the lock lane (docs/dsm.md, "The lock lane"):
+// SendLane sends msg (a lock request the core hands out: core.Lane) once
+// at the global group's Unreliable level, at once, past the send window
+// and the outbox; a hold of this member at a peer does not stop it
+// (reliable.Group.HoldFrom delivers a held sender's datagrams). Holding
+// reports whether the reliable layer of channel ch holds from's messages
+// now (reliable.Group.Holding): the node drops the unreliable writes of
+// a sender held now, which arrive as datagrams past the hold, as the
+// reliable layer dropped them before the lane. SendLane is called
+// without the node's lock, Holding with it held (it must not call the
+// node). An Env without it sends
+// no lane: a held requester's request then waits in its stream.
+type Laner interface {
+	SendLane(msg []byte) error
+	Holding(ch core.Channel, from frame.MemberID) bool
 }
 
 // Wait is what a blocked call of a Node waits for (an outbox below its
@@ -415,6 +441,14 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	if n.core == nil { // Join failed after the group started
 		return
 	}
+	if core.Unreliable(data) && n.heldNow(ch, from) {
+		// Unreliable writes of a sender held now, delivered past the
+		// hold as datagrams (the lock lane's way through): dropped,
+		// as the reliable layer dropped them before (a permitted
+		// outcome: "may or may not be seen").
+		n.heldUnreliable++
+		return
+	}
 	n.core.ReceiveOn(ch, from, data) // bad messages are counted and change nothing
 	if err := n.core.Refused(); err != nil && n.err == nil {
 		n.fail(err)
@@ -439,6 +473,16 @@ func (n *Node) receiveLocked(ch core.Channel, from frame.MemberID, data []byte) 
 	if !core.OnlyUpdates(data) && !n.barrierWaits() {
 		n.changed()
 	}
+}
+
+// heldNow reports whether the node asked the env to hold from on ch and
+// the env's reliable layer holds it still (with n.mu held).
+func (n *Node) heldNow(ch core.Channel, from frame.MemberID) bool {
+	if !slices.Contains(n.holds, channelSender{ch, from}) {
+		return false
+	}
+	l, ok := n.env.(Laner)
+	return ok && l.Holding(ch, from)
 }
 
 // barrierWaiter is an Env that can tell whether every call it has
@@ -1033,9 +1077,24 @@ func (n *Node) Lock(ctx context.Context, id int) error {
 	// The peers' replies may wait behind what WC holds in their windows
 	// on the global channel (core.Holds).
 	n.releaseHolds()
+	// The lock lane: the request goes at once as a datagram too, which
+	// a peer's hold of this member (its stopped window, its reorder
+	// window) does not keep from it (docs/dsm.md, "The lock lane").
+	// Sent without the node's lock: a simulated driver may deliver
+	// in the turn that sends it.
+	var lane []byte
+	l, laner := n.env.(Laner)
+	if msg, ok := n.core.Lane(); ok && laner {
+		lane = append(lane, msg...)
+	}
 	n.unlockFlush()
 	if err != nil {
 		return err
+	}
+	for range laneCopies * min(len(lane), 1) {
+		// Not being sent is no error: the request is in the stream
+		// too (a group without the Unreliable level).
+		_ = l.SendLane(lane)
 	}
 	err = n.env.Wait(ctx, Wait{kind: waitLock, id: int64(id)})
 	n.mu.Lock()
@@ -1122,6 +1181,12 @@ type Stats struct {
 	// admitted after the computation began: they are no members
 	// (ErrLateJoin at them).
 	Outsiders uint64
+	// LaneRequests counts this member's lock requests sent on the lock
+	// lane too (docs/dsm.md, "The lock lane"), LaneDuplicates the lock
+	// requests received twice (lane and stream), the second dropped;
+	// HeldUnreliable the unreliable-write messages of a sender the
+	// reliable layer held, dropped (they pass the hold as datagrams).
+	LaneRequests, LaneDuplicates, HeldUnreliable uint64
 	// Wakeups counts the times a blocked call (a barrier, room in the
 	// outbox...) was woken to check whether it may go on (Join's node;
 	// 0 on the simulator, whose scheduler checks instead).
@@ -1135,7 +1200,7 @@ type Stats struct {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	c, wakeups := n.core.Counters(), n.wakeups
+	c, wakeups, heldUnreliable := n.core.Counters(), n.wakeups, n.heldUnreliable
 	n.mu.Unlock()
 	st := Stats{
 		Writes: c.Writes, Updates: c.Updates, UpdateBytes: c.UpdateBytes,
@@ -1145,6 +1210,7 @@ func (n *Node) Stats() Stats {
 		Messages: c.Messages, Bytes: c.Bytes, BadMessages: c.BadMessages,
 		Markers: c.Markers, Held: c.Held, Ignored: c.Ignored, HeldPeak: c.HeldPeak,
 		Outsiders: c.Outsiders, Wakeups: wakeups,
+		LaneRequests: c.LaneRequests, LaneDuplicates: c.LaneDuplicates, HeldUnreliable: heldUnreliable,
 		Group: n.env.GroupStats(),
 	}
 	if cs, ok := n.env.(interface {

@@ -310,6 +310,20 @@ func (e *groupEnv) HoldFrom(ch core.Channel, from frame.MemberID) bool {
 	return g != nil && g.HoldFrom(from)
 }
 
+// SendLane sends a lock request at the global group's Unreliable level
+// (Laner): at once, in no window, so that a hold of this member at a
+// peer does not keep it. A group without the level (Order Total) has
+// no holds either: the request's copy in the stream is enough.
+func (e *groupEnv) SendLane(msg []byte) error {
+	return e.g.SendUnreliable(msg)
+}
+
+// Holding reports whether ch's group holds from's messages now (Laner).
+func (e *groupEnv) Holding(ch core.Channel, from frame.MemberID) bool {
+	g := e.group(ch)
+	return g != nil && g.Holding(from)
+}
+
 // ReleaseFrom ends HoldFrom (Holder).
 func (e *groupEnv) ReleaseFrom(ch core.Channel, from frame.MemberID) {
 	if g := e.group(ch); g != nil {

@@ -184,3 +184,72 @@ func TestMemberBackReleasesHolds(t *testing.T) {
 		t.Fatalf("%d bad messages", st.BadMessages)
 	}
 }
+
+// laneLog is a holdLog that is a dsm.Laner too: it records the lane's
+// sends, and its reliable layer holds whom the node asked it to hold.
+type laneLog struct {
+	holdLog
+	lane [][]byte
+	h    *dsm.Host
+}
+
+// Wait asks the host once, as a simulator's scheduler does: what a
+// hand-driven node waits for must be ready already.
+func (e *laneLog) Wait(ctx context.Context, w dsm.Wait) error {
+	if ok, err := e.h.Ready(w); !ok || err != nil {
+		return fmt.Errorf("not ready (%v)", err)
+	}
+	return nil
+}
+
+func (e *laneLog) SendLane(msg []byte) error {
+	e.lane = append(e.lane, append([]byte(nil), msg...))
+	return nil
+}
+
+func (e *laneLog) Holding(ch core.Channel, from frame.MemberID) bool { return true }
+
+// The lock lane at the node (docs/dsm.md, "The lock lane"): Lock a
+// partial barrier ahead of a peer sends the request on the lane (twice)
+// as well as in the stream; the unreliable writes
+// of a sender the reliable layer holds, which now pass the hold as
+// datagrams, are dropped, as the layer dropped them before (not copied
+// by WC, whose copies of a held sender a hold exists to bound); a
+// sender not held has them applied.
+func TestNodeLockLane(t *testing.T) {
+	env := &laneLog{}
+	n, h := dsm.NewHosted(env, dsm.Config{WCCopies: -1})
+	env.h = h
+	if err := h.Start(1, []frame.MemberID{1, 2, 3}, 1400); err != nil {
+		t.Fatal(err)
+	}
+	unrel := core.AppendRecord(core.AppendUpdateHeader(nil, core.TypeUnreliable, 9, 8), 0, 1, make([]byte, 8))
+	h.Deliver(2, core.AppendSegment(nil, 9, core.Geometry{Locations: 4, LocationSize: 8}, true))
+	h.Deliver(3, unrel)
+	h.Deliver(2, core.AppendBarrier(nil, 1, 1|core.SeqPartial))
+	if fmt.Sprint(env.log) != "[hold 2]" {
+		t.Fatalf("member 2 crossed a partial barrier ahead: the node did %v, want [hold 2]", env.log)
+	}
+	h.Deliver(2, unrel)
+	st := n.Stats()
+	if st.HeldUnreliable != 1 || st.Held != 0 || st.AppliedUpdates != 1 || st.BadMessages != 0 {
+		t.Fatalf("held unreliable %d, WC held %d, applied %d, bad %d: want member 2's unreliable write dropped (1), none held, member 3's applied (1), none bad",
+			st.HeldUnreliable, st.Held, st.AppliedUpdates, st.BadMessages)
+	}
+	// Self crosses partial barrier 1 alone, ahead of member 3.
+	if _, err := n.PartialBarrier(context.Background(), 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Lock(context.Background(), 5); err == nil {
+		t.Fatal("Lock granted with no reply")
+	}
+	if len(env.lane) != 2 || string(env.lane[0]) != string(env.lane[1]) {
+		t.Fatalf("Lock sent %d lane copies, want 2, the same (a lost datagram is not repaired)", len(env.lane))
+	}
+	if m, err := core.Decode(env.lane[0]); err != nil || m.Type != core.TypeLockRequest || m.Lock != 5 {
+		t.Fatalf("the lane carried %+v (%v), want a LockRequest for lock 5", m, err)
+	}
+	if st := n.Stats(); st.LaneRequests != 1 {
+		t.Fatalf("%d lane requests counted, want 1", st.LaneRequests)
+	}
+}

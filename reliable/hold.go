@@ -15,7 +15,8 @@ import (
 // window without a retransmission. Where the core cannot, its Data frames
 // are left unstepped and repaired like losses after ReleaseFrom. The
 // other members' messages go on, and from's acknowledgements of ours
-// count. A hold also ends by itself after a quarter of the failure
+// count. from's datagrams (SendUnreliable) are delivered as ever: they
+// take no window room (Holding). A hold also ends by itself after a quarter of the failure
 // timeout (500 ms by default), before from would remove this member for
 // acknowledging nothing; messages from from are delivered again from
 // then on, and a HoldFrom before ReleaseFrom does not renew it.
@@ -29,6 +30,16 @@ func (g *Group) HoldFrom(from frame.MemberID) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.n.holdFrom(g.n.clk.Core(time.Now()), from)
+}
+
+// Holding reports whether from's messages are held now (HoldFrom, and
+// neither ReleaseFrom nor the bound since). A held sender's datagrams
+// (SendUnreliable) are delivered all the same: a hold stops its window,
+// which they take no room of. Deliver may call it.
+func (g *Group) Holding(from frame.MemberID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n.st.Holding(from)
 }
 
 // ReleaseFrom ends HoldFrom(from).
@@ -56,6 +67,9 @@ func (d *Driver) ReleaseFrom(from frame.MemberID) {
 		d.due = true
 	}
 }
+
+// Holding is Group.Holding (Deliver may call it).
+func (d *Driver) Holding(from frame.MemberID) bool { return d.n.st.Holding(from) }
 
 func (n *node) holdFrom(now core.Time, from frame.MemberID) bool {
 	return n.st.HoldFrom(from, now.Add(n.holdFor))

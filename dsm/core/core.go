@@ -42,6 +42,10 @@ type Counters struct {
 	// HeldBytes is the bytes of the messages WC keeps aside now,
 	// HeldPeak the most it kept at once.
 	HeldBytes, HeldPeak uint64
+	// LaneRequests counts lock requests handed out for the lane (Lane);
+	// LaneDuplicates the lock requests received that were seen already
+	// (the other copy of a request: lane and stream), dropped.
+	LaneRequests, LaneDuplicates uint64
 }
 
 // Config describes a core.
@@ -250,11 +254,15 @@ type Core struct {
 	chanBarrier, globalDirty bool
 
 	// Lock: Ricart–Agrawala state of the one lock Self may hold.
-	clock    uint64 // Lamport clock: the highest timestamp seen
-	lock     lockState
-	lockID   int32
-	lockTS   uint64
-	abandon  bool // the requester gave up: release when granted
+	clock   uint64 // Lamport clock: the highest timestamp seen
+	lock    lockState
+	lockID  int32
+	lockTS  uint64
+	abandon bool // the requester gave up: release when granted
+	// lane is the current request's copy for the lane (Lane), laneDue
+	// whether Lane has yet to hand it out.
+	lane     []byte
+	laneDue  bool
 	leaving  bool // ReleaseAll: Self is exiting
 	deferred []deferred
 
@@ -547,10 +555,9 @@ func (c *Core) Holds(ch Channel, from frame.MemberID) bool {
 // message of p after its arrival is held by WC at every member that has
 // not crossed (so none waits for it before crossing), and a request
 // that has p's answer and lacks others' waits for those members, not
-// for p: the hold stays. A request p makes while held cannot leave its
-// stopped window: it waits for the holders' crossings or the hold's
-// bound (docs/dsm.md, "WC over one group"). O(P), and only past WC's
-// other tests.
+// for p: the hold stays. A request p makes while held reaches its
+// holders past its stopped window on the lock lane (Lane; docs/dsm.md,
+// "The lock lane"). O(P), and only past WC's other tests.
 func (c *Core) lockNeeds(p *peer) bool {
 	if c.lock == lockRequesting && !p.replied {
 		return true
@@ -750,7 +757,16 @@ func (c *Core) receive(p *peer, msg []byte) error {
 			c.unconfirmed = false
 		}
 	case TypeLockRequest:
-		p.reqTS = max(p.reqTS, m.TS)
+		if m.TS <= p.reqTS {
+			// Seen already: the other copy of a request that came
+			// first on the lane or in the stream (Lane). A member's
+			// request timestamps grow (Lamport clock), and its next
+			// request leaves only once every member answered this
+			// one, so a request not above reqTS is never a new one.
+			c.c.LaneDuplicates++
+			return nil
+		}
+		p.reqTS = m.TS
 		c.receiveLockRequest(from, &m)
 		c.updateLockWait(p)
 	case TypeLockReply:
@@ -1419,11 +1435,59 @@ func (c *Core) RequestLock(id int32) error {
 	}
 	c.queue(AppendLockRequest(c.buffer(), id, c.lockTS))
 	c.c.LockRequests++
+	c.lane = AppendLockRequest(c.lane[:0], id, c.lockTS)
+	c.laneDue = c.mayBeHeld()
 	if c.trace != nil {
 		c.trace(Event{Kind: EvLockRequest, Lock: id, TS: c.lockTS})
 	}
 	c.checkGrant()
 	return nil
+}
+
+// mayBeHeld reports whether a live peer may hold Self's messages (WC,
+// Holds at the peer): one whose arrivals seen here are fewer than the
+// barriers Self crossed, so that it has not arrived at a partial barrier
+// Self crossed without it (or its arrival is still on the way). A peer
+// that arrived at every barrier Self crossed holds Self at most until it
+// has the arrivals Self crossed with, which are on the wire already: a
+// total barrier makes no peer hold Self for longer. Never with Timed
+// (nobody holds).
+func (c *Core) mayBeHeld() bool {
+	if c.timed {
+		return false
+	}
+	crossed := c.crossed()
+	for _, p := range c.peers {
+		if p.live && p.barriers < crossed {
+			return true
+		}
+	}
+	return false
+}
+
+// Lane hands out, once per request, a copy of the lock request
+// RequestLock just queued, for the runtime to send past the send window
+// at once (the lock lane: docs/dsm.md, "The lock lane"): at the global
+// group's Unreliable level, whose datagrams a hold of this member at its
+// peers does not stop, while the queued copy waits behind what this
+// member queued before. Whichever copy a peer receives first is the
+// request; the other is dropped there as a duplicate (its timestamp is
+// not above the last one seen of this member). The bytes stay valid
+// until the next RequestLock. ok is false when there is none to send:
+// no live peer may hold Self (mayBeHeld: it is not a partial barrier
+// ahead of anybody), or it was handed out already. Only then does the
+// lane change anything; elsewhere the request's copy in the stream is
+// not held anywhere, and a lane copy would only hand the lock over
+// sooner than today under loss, which programs that pass data from one
+// holder to the next through memory would feel (docs/dsm.md, "What the
+// model promises", 2).
+func (c *Core) Lane() (msg []byte, ok bool) {
+	if !c.laneDue {
+		return nil, false
+	}
+	c.laneDue = false
+	c.c.LaneRequests++
+	return c.lane, true
 }
 
 // Holding reports whether Self holds lock id.

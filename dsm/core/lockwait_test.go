@@ -221,3 +221,117 @@ func BenchmarkLockWait(b *testing.B) {
 		})
 	}
 }
+
+// The lock lane (docs/dsm.md, "The lock lane"): RequestLock hands Lane a
+// copy of the request it queued, once, while Self is a partial barrier
+// ahead of a live peer (which may hold it), and none when no peer may
+// hold it (no barrier ahead of anybody, or Timed); a peer's request that
+// arrives twice (its datagram and its copy in the stream, in either
+// order) is handled once: one reply, or one deferral answered once at
+// Unlock.
+func TestLockLaneRequestOnce(t *testing.T) {
+	c, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive := func(from frame.MemberID, msg []byte) {
+		t.Helper()
+		if err := c.Receive(from, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replies := func(want uint64, when string) {
+		t.Helper()
+		if got := c.Counters().LockReplies; got != want {
+			t.Fatalf("%s: %d replies sent, want %d", when, got, want)
+		}
+	}
+	// Member 1's request, on the lane and then in the stream.
+	receive(1, AppendLockRequest(nil, 7, 4))
+	replies(1, "member 1's request")
+	receive(1, AppendLockRequest(nil, 7, 4))
+	replies(1, "member 1's request again")
+	if got := c.Counters().LaneDuplicates; got != 1 {
+		t.Fatalf("%d duplicates counted, want 1", got)
+	}
+
+	// Ahead of nobody: no lane.
+	if err := c.RequestLock(7); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Lane(); ok {
+		t.Fatal("a lane copy while no peer may hold Self")
+	}
+	receive(1, AppendLockReply(nil, 7, 3, c.lockTS))
+	receive(2, AppendLockReply(nil, 7, 3, c.lockTS))
+	if err := c.Unlock(7); err != nil {
+		t.Fatal(err)
+	}
+	// Self crosses partial barrier 1 with member 1, ahead of member 2:
+	// Lane hands out what RequestLock queued, once.
+	receive(1, AppendBarrier(nil, 1, 1|SeqPartial))
+	if err := c.EnterPartialBarrier(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.BarrierPassed(); !ok || err != nil {
+		t.Fatalf("partial barrier 1 of 2 with member 1's arrival: passed %v (%v)", ok, err)
+	}
+	if err := c.RequestLock(7); err != nil {
+		t.Fatal(err)
+	}
+	lane, ok := c.Lane()
+	if !ok {
+		t.Fatal("no lane copy of Self's request")
+	}
+	var queued []byte
+	for c.Pending() > 0 {
+		queued, _ = c.Next()
+		queued = append([]byte(nil), queued...)
+		c.Sent()
+	}
+	if string(lane) != string(queued) {
+		t.Fatalf("the lane's copy %x, the stream's %x: want the same request", lane, queued)
+	}
+	if _, ok := c.Lane(); ok {
+		t.Fatal("Lane handed out Self's request twice")
+	}
+	receive(1, AppendLockReply(nil, 7, 3, c.lockTS))
+	receive(2, AppendLockReply(nil, 7, 3, c.lockTS))
+	if !c.Holding(7) {
+		t.Fatal("Self not granted lock 7 with both replies")
+	}
+	// Member 2 requests it while Self holds it: deferred once, answered
+	// once at Unlock, whichever copy came first.
+	receive(2, AppendLockRequest(nil, 7, c.clock+1))
+	receive(2, AppendLockRequest(nil, 7, c.clock))
+	if len(c.deferred) != 1 {
+		t.Fatalf("%d requests deferred, want 1", len(c.deferred))
+	}
+	if err := c.Unlock(7); err != nil {
+		t.Fatal(err)
+	}
+	replies(2, "Self's second Unlock")
+	// A request older than the last seen of its member is no new one.
+	receive(2, AppendLockRequest(nil, 7, 1))
+	replies(2, "member 2's older request")
+	if got := c.Counters().LaneDuplicates; got != 3 {
+		t.Fatalf("%d duplicates counted, want 3", got)
+	}
+
+	timed, err := New(Config{Self: 3, Members: []frame.MemberID{1, 2, 3}, MaxMessage: 1400, Timed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := timed.EnterPartialBarrier(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := timed.BarrierPassed(); !ok {
+		t.Fatal("partial barrier 1 of 1 not passed")
+	}
+	if err := timed.RequestLock(7); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := timed.Lane(); ok {
+		t.Fatal("a lane copy with Timed, which no peer holds")
+	}
+}

@@ -518,6 +518,22 @@ func (m *simMember) ReleaseFrom(ch core.Channel, from frame.MemberID) {
 	}
 }
 
+// SendLane sends a lock request at the global group's Unreliable level,
+// now (dsm.Laner).
+func (m *simMember) SendLane(msg []byte) error {
+	if m.drv.Left() {
+		return nil
+	}
+	return m.drv.ProposeUnreliable(m.sim.net.Now(), msg)
+}
+
+// Holding reports whether ch's driver holds from's messages now
+// (dsm.Laner).
+func (m *simMember) Holding(ch core.Channel, from frame.MemberID) bool {
+	d := m.driver(ch)
+	return d != nil && d.Holding(from)
+}
+
 func (m *simMember) Kick()  {}
 func (m *simMember) Flush() {}
 

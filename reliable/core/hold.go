@@ -103,6 +103,15 @@ func (s *Stepper) ReleaseFrom(from frame.MemberID) {
 	}
 }
 
+// Holding reports whether member from's messages are held now: HoldFrom
+// and neither ReleaseFrom nor the bound since. Its datagrams (the
+// Unreliable level) are delivered all the same: a hold stops a sender's
+// window, and a datagram takes none of it.
+func (s *Stepper) Holding(from frame.MemberID) bool {
+	h := s.hold(from)
+	return h != nil && s.now < h.until
+}
+
 func (s *Stepper) hold(from frame.MemberID) *senderHold {
 	for i := range s.holds {
 		if s.holds[i].from == from {
@@ -120,7 +129,12 @@ func (s *Stepper) holdsBack(src, dst [6]byte, v frame.View) bool {
 	if h == nil || s.now >= h.until {
 		return false
 	}
-	if s.info.Delivers(v.Type()) || v.Type() == frame.Datagram {
+	if v.Type() == frame.Datagram {
+		// A hold stops a sender's window, not its datagrams, which
+		// take no window room (Holding).
+		return false
+	}
+	if s.info.Delivers(v.Type()) {
 		if h.inCore {
 			s.held++
 			return false

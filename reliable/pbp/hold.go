@@ -22,9 +22,11 @@ import (
 // handled as ever, so its acks of our frames count and it is never
 // suspected for being held. At the release (ReleaseFrom, or the hold's
 // bound) the frames in the ring are delivered at the next Tick, without
-// a retransmission. Its datagrams (the Unreliable level)
-// are dropped while it is held: nothing repairs them, and the
-// application is not taking its messages.
+// a retransmission. Its datagrams (the Unreliable level) are
+// delivered while it is held, as from any member: they take no window
+// room, so the hold does not stop them, and they are how a held sender
+// still reaches its holders (dsm's lock lane: docs/dsm.md, "The lock
+// lane"); an application that does not want them drops them itself.
 
 var _ core.Holder = (*Core)(nil)
 

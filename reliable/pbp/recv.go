@@ -69,11 +69,7 @@ func (c *Core) Step(now Time, src, dst [6]byte, v frame.View) error {
 		case frame.Ack, frame.Heartbeat, frame.Nack, frame.Leave:
 		case frame.Datagram:
 			p.lastHeard = c.now
-			if p.holding {
-				c.stats.DatagramsDropped++ // not taken while held (hold.go)
-				return nil
-			}
-			c.onDatagram(p, v)
+			c.onDatagram(p, v) // a hold does not stop them (hold.go)
 			return nil
 		case frame.ViewRelay:
 			if !c.cfg.Relay {

@@ -99,10 +99,6 @@ func (c *Core) onDatagram(src [6]byte, v frame.View) {
 		c.hold(src, frame.Broadcast, v) // after the Ready of the install
 		return
 	}
-	if c.holding(id) { // as the inner core drops a held sender's (pbp)
-		c.stats.DatagramsDropped++
-		return
-	}
 	if !c.dgFresh(id, v.Incarnation(), v.Seq()) {
 		c.stats.DatagramsDropped++
 		return
