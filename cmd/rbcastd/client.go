@@ -996,7 +996,14 @@ func (v *vecWriter) flush() error {
 		var n int
 		var werr error
 		err := v.rc.Write(func(fd uintptr) bool {
-			r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v.vec[0])), uintptr(len(v.vec)))
+			// A raw system call, though a write to a file may wait: recv
+			// has nothing else to run meanwhile (its other goroutines,
+			// the signal's and the progress line's, only act once the
+			// write is over), and by Syscall the first writev after each
+			// nap woke the runtime's sysmon, which, once a write outlasted
+			// its 20 µs look, handed the one P to another thread and went
+			// on looking every 20 µs (docs/local-api.md, "The data path").
+			r, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v.vec[0])), uintptr(len(v.vec)))
 			n, werr = int(r), nil
 			if e != 0 {
 				n, werr = 0, e

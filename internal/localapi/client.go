@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -571,7 +572,24 @@ type napper struct {
 	got   int                 // bytes read since the ring was last found empty
 	naps  uint64              // naps taken
 	found uint64              // naps after which a record waited
-	sleep func(time.Duration) // time.Sleep (a test's fake)
+	sleep func(time.Duration) // napSleep (a test's fake)
+}
+
+// napSleep is a nap that keeps the P: a raw nanosleep, then
+// runtime.Gosched, which runs what became runnable meanwhile (the
+// signal's goroutine, a progress line's timer) and tells the runtime the
+// goroutine is not stuck. By time.Sleep the process's one P went idle at
+// every nap, so the runtime's sysmon slept until the nap's timer and woke
+// with it, a second thread's wake-up per nap; with the P kept busy,
+// sysmon backs off to a look every 10 ms (docs/local-api.md, "The data
+// path"). A signal that interrupts the nanosleep only ends the nap early.
+// A collection waits for the nap at most: at one P (recv's) it runs only
+// while the reader has given the P away, and the reader's own code
+// between naps lets a collection's request stop it at more.
+func napSleep(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	runtime.Gosched()
 }
 
 // NapBurst is how much a reader must have read since it last found its
@@ -619,7 +637,7 @@ func (rr *RingReceiver) napped() bool {
 	}
 	sleep := rr.nap.sleep
 	if sleep == nil {
-		sleep = time.Sleep
+		sleep = napSleep
 	}
 	rr.nap.naps++
 	sleep(rr.nap.d)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +151,64 @@ func TestRingNapNotForSingleMessages(t *testing.T) {
 	}
 	if n, _ := rr.Naps(); n != 0 || rr.Sleeps() != 3 {
 		t.Fatalf("Naps %d, Sleeps %d; want 0, 3", n, rr.Sleeps())
+	}
+}
+
+// TestNapKeepsP: a nap (napSleep, the default) keeps the process's P
+// through its sleep and hands it to the other goroutines at its end: at
+// GOMAXPROCS=1 a goroutine that counts while it has the P counts at most
+// a few times during a 2 ms nap, and at least once. By time.Sleep the P
+// went idle at every nap and the runtime's sysmon slept until the nap's
+// timer and woke with it (docs/local-api.md, "The data path"); the
+// counter then ran all through the nap.
+func TestNapKeepsP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const nap = 2 * time.Millisecond
+	rr, p, _ := napReceiver(t, nap, nil)
+	rr.nap.sleep = nil // the default
+	var count atomic.Uint64
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				count.Add(1)
+				runtime.Gosched()
+			}
+		}
+	}()
+	const burst = 40 // 40 000 bytes, past NapBurst
+	kept := 0
+	for round := range 5 {
+		napAdd(t, p, round*burst, (round+1)*burst)
+		for i := round * burst; i < (round+1)*burst; i++ {
+			napNext(t, rr, i)
+		}
+		if err := rr.Release(); err != nil {
+			t.Fatal(err)
+		}
+		before, start := count.Load(), time.Now()
+		if rr.napped() {
+			t.Fatal("a nap found a record, though none was published")
+		}
+		took, ran := time.Since(start), count.Load()-before
+		if took < nap {
+			t.Errorf("round %d: the nap took %v, want at least %v", round, took, nap)
+		}
+		if ran == 0 {
+			t.Errorf("round %d: the other goroutine did not run at the nap's end", round)
+		}
+		if ran <= 10 {
+			kept++
+		}
+	}
+	if naps, _ := rr.Naps(); naps != 5 {
+		t.Errorf("%d naps, want 5", naps)
+	}
+	if kept < 5 {
+		t.Errorf("with GOMAXPROCS=1 the P was kept through %d of 5 naps of %v; want all (another goroutine ran more than 10 times during the others)", kept, nap)
 	}
 }
