@@ -174,6 +174,9 @@ func (c *Core) stepLater(now clock.Time) {
 	c.progress()
 }
 
+// maxEarly bounds earlyIn's list.
+const maxEarly = 64
+
 // earlyIn notes the sender of a frame of a view later than the installed
 // one: it installed that view (a process sends in a view only once it
 // installed it). Should this member install the same view, the sender
@@ -198,10 +201,13 @@ func (c *Core) earlyIn(src [6]byte, v frame.View) {
 	if slices.Contains(c.early, e) {
 		return
 	}
-	if len(c.early) >= c.cfg.MaxMembers {
+	if len(c.early) >= min(c.cfg.MaxMembers, maxEarly) {
 		// Bounded: frames of a later view come in the turns around a
 		// commit, and a stream of them (another component's) keeps
-		// the latest.
+		// the latest. A small bound, not MaxMembers (up to 0xfffe):
+		// every foreign frame scans the list and shifts it. A sender
+		// pushed out only leaves its view's acceptance to heardIn, as
+		// before earlyIn.
 		c.early = slices.Delete(c.early, 0, 1)
 	}
 	c.early = append(c.early, e)
