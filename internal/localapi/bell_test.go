@@ -31,20 +31,7 @@ func TestWriteBellKeepsP(t *testing.T) {
 	}
 	c, rc := socketConn(t, fds[0])
 	defer c.Close()
-	var count atomic.Uint64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				count.Add(1)
-				runtime.Gosched()
-			}
-		}
-	}()
+	count := pCounter(t)
 	p := make([]byte, size)
 	ran := 0
 	for range 10 {
@@ -94,4 +81,25 @@ func socketConn(t *testing.T, fd int) (net.Conn, syscall.RawConn) {
 		t.Fatal(err)
 	}
 	return c, rc
+}
+
+// pCounter starts a goroutine that counts while it gets the P and yields
+// it at once, until the test ends: with GOMAXPROCS 1, how far the count
+// moves during a call tells whether the call kept the P.
+func pCounter(t *testing.T) *atomic.Uint64 {
+	count := new(atomic.Uint64)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				count.Add(1)
+				runtime.Gosched()
+			}
+		}
+	}()
+	return count
 }

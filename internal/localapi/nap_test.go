@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,20 +165,7 @@ func TestNapKeepsP(t *testing.T) {
 	const nap = 2 * time.Millisecond
 	rr, p, _ := napReceiver(t, nap, nil)
 	rr.nap.sleep = nil // the default
-	var count atomic.Uint64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				count.Add(1)
-				runtime.Gosched()
-			}
-		}
-	}()
+	count := pCounter(t)
 	const burst = 40 // 40 000 bytes, past NapBurst
 	kept := 0
 	for round := range 5 {

@@ -1570,7 +1570,17 @@ func HoldSeeds(t *testing.T, pkg, test string) {
 // checked by the churn simulation's checkers; a failure names the seed,
 // its scenario and the command that re-runs it.
 func runSeeds(t *testing.T, n int, pkg, test string, scenarioOf func(seed uint64) scenario) {
-	var tally relayTally
+	runSeedsTally(t, n, pkg, test, scenarioOf, new(relayTally))
+}
+
+// tally sums what the runs of a seed loop did, for its log.
+type tally interface {
+	add(r *simRun)
+	String() string
+}
+
+// runSeedsTally is runSeeds summing the runs into tally, logged at the end.
+func runSeedsTally(t *testing.T, n int, pkg, test string, scenarioOf func(seed uint64) scenario, tally tally) {
 	t.Cleanup(func() { t.Log(tally.String()) })
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -1734,20 +1744,7 @@ func leaveAtCrashScenario(seed uint64, level Level) scenario {
 // delivered by every member that went on (under FIFO, in its component).
 // The log sums the cut leavers' outcomes.
 func LeaverCutSeeds(t *testing.T, level Level, pkg, test string) {
-	var tally cutTally
-	t.Cleanup(func() { t.Log(tally.String()) })
-	n := seeds.Count(t, 200, 50)
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			s := leaverCutScenario(seed, level)
-			r := runScenario(t, s)
-			tally.add(r)
-			if err := r.verdict(s); err != nil {
-				t.Fatalf("%v\nscenario: %v\nre-run: RBCAST_SEEDS=%d go test ./%s -run '^%s$/^seed=%d$' -v", err, s, seed, pkg, test, seed)
-			}
-		})
-	}
+	runSeedsTally(t, seeds.Count(t, 200, 50), pkg, test, func(seed uint64) scenario { return leaverCutScenario(seed, level) }, new(cutTally))
 }
 
 // LeaverCutSeed runs one seed of LeaverCutSeeds, whatever RBCAST_SEEDS
