@@ -582,13 +582,22 @@ type napper struct {
 // every nap, so the runtime's sysmon slept until the nap's timer and woke
 // with it, a second thread's wake-up per nap; with the P kept busy,
 // sysmon backs off to a look every 10 ms (docs/local-api.md, "The data
-// path"). A signal that interrupts the nanosleep only ends the nap early.
-// A collection waits for the nap at most: at one P (recv's) it runs only
-// while the reader has given the P away, and the reader's own code
-// between naps lets a collection's request stop it at more.
+// path"). A signal that interrupts the nanosleep (the runtime's
+// preemption signal, SIGURG, among them) does not end the nap early: it
+// sleeps on for what is left. A collection waits for the nap at most: at
+// one P (recv's) it runs only while the reader has given the P away, and
+// the reader's own code between naps lets a collection's request stop it
+// at more.
 func napSleep(d time.Duration) {
 	ts := unix.NsecToTimespec(int64(d))
-	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	for {
+		var rem unix.Timespec
+		_, _, e := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&rem)), 0)
+		if e != unix.EINTR {
+			break
+		}
+		ts = rem
+	}
 	runtime.Gosched()
 }
 

@@ -167,7 +167,7 @@ func TestNapKeepsP(t *testing.T) {
 	rr.nap.sleep = nil // the default
 	count := pCounter(t)
 	const burst = 40 // 40 000 bytes, past NapBurst
-	kept := 0
+	kept, woke := 0, 0
 	for round := range 5 {
 		napAdd(t, p, round*burst, (round+1)*burst)
 		for i := round * burst; i < (round+1)*burst; i++ {
@@ -184,8 +184,8 @@ func TestNapKeepsP(t *testing.T) {
 		if took < nap {
 			t.Errorf("round %d: the nap took %v, want at least %v", round, took, nap)
 		}
-		if ran == 0 {
-			t.Errorf("round %d: the other goroutine did not run at the nap's end", round)
+		if ran > 0 {
+			woke++
 		}
 		if ran <= 10 {
 			kept++
@@ -193,6 +193,12 @@ func TestNapKeepsP(t *testing.T) {
 	}
 	if naps, _ := rr.Naps(); naps != 5 {
 		t.Errorf("%d naps, want 5", naps)
+	}
+	// The nap's Gosched lets the other goroutine run at its end; once in
+	// a while the scheduler runs something else there first (seen once in
+	// 46 runs under -race on a loaded machine), so four rounds of five.
+	if woke < 4 {
+		t.Errorf("the other goroutine ran at the end of %d of 5 naps; want 4 at least (the nap's Gosched)", woke)
 	}
 	if kept < 5 {
 		t.Errorf("with GOMAXPROCS=1 the P was kept through %d of 5 naps of %v; want all (another goroutine ran more than 10 times during the others)", kept, nap)
